@@ -1,0 +1,74 @@
+"""Sans-I/O Kafka wire protocol: generated message classes, request/response codec, connections.
+
+This package never touches a socket (in the style of h11): bytes in, typed messages out.
+
+* :func:`encode_request` / :func:`decode_request` and :func:`encode_response` /
+  :func:`decode_response` work on whole requests and responses without the 4-byte size prefix.
+* :mod:`odradek.protocol.connection` adds framing and per-connection state
+  (:class:`ServerConnection`, :class:`ClientConnection`).
+* :mod:`odradek.protocol.messages` holds one generated class per message (``ProduceRequest``,
+  ``FetchResponse``, ...), covering all versions; attributes are the snake_case of Kafka's
+  field names.  ``records`` fields decode to zero-copy ``memoryview`` slices.
+"""
+
+from odradek.protocol._api import (
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+    request_header_version,
+    response_header_version,
+)
+from odradek.protocol._schema import Data, Message, Struct
+from odradek.protocol.connection import (
+    NEED_DATA,
+    BadRequest,
+    ClientConnection,
+    ConnectionClosed,
+    RequestReceived,
+    ResponseReceived,
+    ServerConnection,
+)
+from odradek.protocol.errors import (
+    CorrelationIdMismatch,
+    DecodeError,
+    EncodeError,
+    FrameTooLarge,
+    InvalidFrame,
+    ProtocolError,
+    UnknownApiKey,
+    UnsupportedVersion,
+)
+from odradek.protocol.messages import ApiKey, RequestHeader, ResponseHeader, request_class, response_class
+
+__all__ = [
+    "NEED_DATA",
+    "ApiKey",
+    "BadRequest",
+    "ClientConnection",
+    "ConnectionClosed",
+    "CorrelationIdMismatch",
+    "Data",
+    "DecodeError",
+    "EncodeError",
+    "FrameTooLarge",
+    "InvalidFrame",
+    "Message",
+    "ProtocolError",
+    "RequestHeader",
+    "RequestReceived",
+    "ResponseHeader",
+    "ResponseReceived",
+    "ServerConnection",
+    "Struct",
+    "UnknownApiKey",
+    "UnsupportedVersion",
+    "decode_request",
+    "decode_response",
+    "encode_request",
+    "encode_response",
+    "request_class",
+    "response_class",
+    "request_header_version",
+    "response_header_version",
+]

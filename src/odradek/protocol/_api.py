@@ -1,0 +1,97 @@
+"""Encoding and decoding of whole requests and responses (header + body, no size prefix)."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from odradek.protocol._schema import Buffer, Message
+from odradek.protocol.errors import CorrelationIdMismatch, DecodeError, UnknownApiKey, UnsupportedVersion
+from odradek.protocol.messages import API_MODULES, ApiKey, RequestHeader, ResponseHeader, request_class, response_class
+
+__all__ = [
+    "decode_request",
+    "decode_response",
+    "encode_request",
+    "encode_response",
+    "request_header_version",
+    "response_header_version",
+]
+
+_api_version = struct.Struct(">hhi")
+
+
+def request_header_version(api_key: int, api_version: int) -> int:
+    """Header version a request of ``api_key`` at ``api_version`` uses (0, 1 or 2)."""
+    if api_key == ApiKey.CONTROLLED_SHUTDOWN and api_version == 0:
+        return 0  # the one request whose header has no client id
+    return 2 if request_class(api_key).is_flexible(api_version) else 1
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    """Header version of the response to such a request (0 or 1).
+
+    The ApiVersions response header never carries tagged fields, so that a client can read it
+    before it knows which versions the server supports.
+    """
+    if api_key == ApiKey.API_VERSIONS:
+        return 0
+    return 1 if response_class(api_key).is_flexible(api_version) else 0
+
+
+def encode_request(header: RequestHeader, message: Message) -> bytes:
+    """Encode a request: header (version chosen by the request's version) then body."""
+    if message.API_KEY != header.api_key:
+        raise UnsupportedVersion(f"header names API key {header.api_key} but the body is a {message.NAME}")
+    type(message).check_version(header.api_version)
+    out = bytearray()
+    header.encode_into(out, request_header_version(header.api_key, header.api_version))
+    message.encode_into(out, header.api_version)
+    return bytes(out)
+
+
+def decode_request(data: Buffer) -> tuple[RequestHeader, Any]:
+    """Decode a request into ``(header, body)``; ``records`` fields are views of ``data``.
+
+    An unknown API key raises :class:`UnknownApiKey` and a version outside the API's range
+    :class:`UnsupportedVersion`; both carry the header fields read so far (``api_key``,
+    ``api_version``, ``correlation_id``) so that a server can answer.
+    """
+    buf = data if isinstance(data, memoryview) else memoryview(data)
+    if len(buf) < 8:
+        raise DecodeError(f"request of {len(buf)} bytes is shorter than a request header")
+    api_key, api_version, correlation_id = _api_version.unpack_from(buf, 0)
+    partial = RequestHeader(api_key=api_key, api_version=api_version, correlation_id=correlation_id, client_id=None)
+    if api_key not in API_MODULES:
+        raise UnknownApiKey(f"unknown API key {api_key}", partial)
+    cls = request_class(api_key)
+    lo, hi = cls.VALID_VERSIONS
+    if not lo <= api_version <= hi:
+        raise UnsupportedVersion(f"{cls.NAME} version {api_version} is outside {lo}-{hi}", partial)
+    header, pos = RequestHeader.decode_from(buf, 0, request_header_version(api_key, api_version))
+    body, _ = cls.decode_from(buf, pos, api_version)
+    return header, body
+
+
+def encode_response(request_header: RequestHeader, message: Message) -> bytes:
+    """Encode the response to ``request_header``'s request, in that request's version."""
+    api_key, version = request_header.api_key, request_header.api_version
+    if message.API_KEY != api_key:
+        raise UnsupportedVersion(f"request was API key {api_key} but the response is a {message.NAME}")
+    out = bytearray()
+    ResponseHeader(correlation_id=request_header.correlation_id).encode_into(
+        out, response_header_version(api_key, version)
+    )
+    message.encode_into(out, version)
+    return bytes(out)
+
+
+def decode_response(request_header: RequestHeader, data: Buffer) -> Any:
+    """Decode the response to ``request_header``'s request; its correlation id must match."""
+    api_key, version = request_header.api_key, request_header.api_version
+    header, pos = ResponseHeader.decode_from(data, 0, response_header_version(api_key, version))
+    if header.correlation_id != request_header.correlation_id:
+        raise CorrelationIdMismatch(
+            f"response has correlation id {header.correlation_id}, expected {request_header.correlation_id}"
+        )
+    return response_class(api_key).decode_from(data, pos, version)[0]

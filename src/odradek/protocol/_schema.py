@@ -1,0 +1,645 @@
+"""Schema-driven codec behind the generated message classes.
+
+The generated modules in :mod:`odradek.protocol.messages` declare, for each struct, a tuple of
+:class:`Field` descriptors (name, type, versions, nullable versions, tag, default).  The first
+time a struct is encoded or decoded at some version, this module compiles that version into a
+flat list of per-field functions (a *plan*) and caches it on the class, so the steady-state cost
+of a message is one function call per field with no version checks.
+
+Wire rules implemented here (Kafka's message schema):
+
+* fixed-width big-endian integers ``int8 int16 uint16 int32 uint32 int64``, ``float64``, ``bool``
+  (one byte, non-zero is true), ``uuid`` (16 bytes);
+* in non-flexible versions strings carry an int16 length, bytes/records an int32 length and
+  arrays an int32 count, with -1 meaning null;
+* in flexible versions the same carry an unsigned varint of length + 1 (0 meaning null) and
+  every struct ends with a tagged-field section: an unsigned varint count, then for each field
+  its tag and size as unsigned varints and its value; tags are written in increasing order and
+  a known tagged field is written only when it differs from its default;
+* a field declared with ``flexibleVersions: none`` keeps the non-flexible encoding everywhere;
+* a nullable struct field is preceded by an int8: -1 for null, 1 for present.
+
+``records`` fields decode to a :class:`memoryview` of the input, never copied.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, TypeAlias
+
+from odradek.protocol.errors import DecodeError, EncodeError, UnsupportedVersion
+
+__all__ = [
+    "BOOL",
+    "BYTES",
+    "FLOAT64",
+    "INT8",
+    "INT16",
+    "INT32",
+    "INT64",
+    "MAX",
+    "RECORDS",
+    "STRING",
+    "UINT16",
+    "UINT32",
+    "UUID",
+    "Array",
+    "Data",
+    "Field",
+    "Message",
+    "Struct",
+    "ZERO_UUID",
+]
+
+MAX = 0x7FFF
+ZERO_UUID = uuid.UUID(int=0)
+
+Buffer: TypeAlias = bytes | bytearray | memoryview
+Versions: TypeAlias = tuple[int, int] | None
+EncodeFn: TypeAlias = Callable[[bytearray, Any], None]
+DecodeFn: TypeAlias = Callable[[memoryview, int], tuple[Any, int]]
+
+
+class _Primitive:
+    __slots__ = ("default", "min_size", "name")
+
+    def __init__(self, name: str, default: object, min_size: int) -> None:
+        self.name = name
+        self.default = default
+        self.min_size = min_size
+
+    def __repr__(self) -> str:
+        return self.name.upper()
+
+
+INT8 = _Primitive("int8", 0, 1)
+INT16 = _Primitive("int16", 0, 2)
+UINT16 = _Primitive("uint16", 0, 2)
+INT32 = _Primitive("int32", 0, 4)
+UINT32 = _Primitive("uint32", 0, 4)
+INT64 = _Primitive("int64", 0, 8)
+FLOAT64 = _Primitive("float64", 0.0, 8)
+BOOL = _Primitive("bool", False, 1)
+STRING = _Primitive("string", "", 1)
+BYTES = _Primitive("bytes", b"", 1)
+RECORDS = _Primitive("records", None, 1)
+UUID = _Primitive("uuid", ZERO_UUID, 16)
+
+
+class Array:
+    """An array of ``element`` (a primitive or a struct class)."""
+
+    __slots__ = ("element",)
+
+    def __init__(self, element: _Primitive | type[Struct]) -> None:
+        self.element = element
+
+    def __repr__(self) -> str:
+        return f"Array({self.element!r})"
+
+
+TypeSpec: TypeAlias = "_Primitive | Array | type[Struct]"
+
+
+def _in(version: int, versions: Versions) -> bool:
+    return versions is not None and versions[0] <= version <= versions[1]
+
+
+class Field:
+    """One field of a struct as declared in Kafka's JSON definition (facts only)."""
+
+    __slots__ = (
+        "attr",
+        "default",
+        "flexible",
+        "ignorable",
+        "nullable",
+        "tag",
+        "tagged",
+        "type",
+        "versions",
+    )
+
+    def __init__(
+        self,
+        attr: str,
+        type: TypeSpec,
+        versions: Versions,
+        *,
+        nullable: Versions = None,
+        tag: int | None = None,
+        tagged: Versions = None,
+        default: object = ...,
+        ignorable: bool = False,
+        flexible: bool = True,
+    ) -> None:
+        self.attr = attr
+        self.type = type
+        self.versions = versions
+        self.nullable = nullable
+        self.tag = tag
+        self.tagged = tagged
+        self.ignorable = ignorable
+        self.flexible = flexible
+        if default is ...:
+            default = type.default if isinstance(type, _Primitive) else _FRESH
+        self.default = default
+
+    def default_value(self) -> Any:
+        """A fresh default value (a new list or struct where the default is mutable)."""
+        d = self.default
+        if d is _FRESH:
+            return [] if isinstance(self.type, Array) else self.type()  # type: ignore[operator]
+        return d
+
+
+class _Fresh:
+    """Marks a default that must be built anew for every instance (empty list, default struct)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "FRESH"
+
+
+_FRESH: Any = _Fresh()
+#: Parameter default of generated ``__init__`` methods: "use the field's default".
+DEFAULT: Any = _FRESH
+
+# --------------------------------------------------------------------------------------------
+# primitive codecs
+
+_i8 = struct.Struct(">b")
+_i16 = struct.Struct(">h")
+_u16 = struct.Struct(">H")
+_i32 = struct.Struct(">i")
+_u32 = struct.Struct(">I")
+_i64 = struct.Struct(">q")
+_f64 = struct.Struct(">d")
+
+
+def _fixed(s: struct.Struct) -> tuple[EncodeFn, DecodeFn]:
+    pack = s.pack
+    unpack = s.unpack_from
+    size = s.size
+
+    def enc(out: bytearray, v: Any) -> None:
+        out += pack(v)
+
+    def dec(buf: memoryview, pos: int) -> tuple[Any, int]:
+        return unpack(buf, pos)[0], pos + size
+
+    return enc, dec
+
+
+def _enc_bool(out: bytearray, v: Any) -> None:
+    out.append(1 if v else 0)
+
+
+def _dec_bool(buf: memoryview, pos: int) -> tuple[Any, int]:
+    return buf[pos] != 0, pos + 1
+
+
+def _enc_uuid(out: bytearray, v: Any) -> None:
+    out += v.bytes
+
+
+def _dec_uuid(buf: memoryview, pos: int) -> tuple[Any, int]:
+    end = pos + 16
+    if end > len(buf):
+        raise DecodeError("truncated uuid")
+    return uuid.UUID(bytes=bytes(buf[pos:end])), end
+
+
+def write_uvarint(out: bytearray, v: int) -> None:
+    """Append ``v`` (0 <= v < 2**32) as an unsigned varint."""
+    if v < 0x80:
+        out.append(v)
+        return
+    if v >> 32:
+        raise EncodeError(f"unsigned varint out of range: {v}")
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def read_uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
+    """Read an unsigned varint of at most 5 bytes (32 bits) at ``pos``."""
+    b = buf[pos]
+    if b < 0x80:
+        return b, pos + 1
+    result = b & 0x7F
+    shift = 7
+    pos += 1
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            if result >> 32:
+                raise DecodeError("unsigned varint exceeds 32 bits")
+            return result, pos
+        shift += 7
+        if shift > 28:
+            raise DecodeError("unsigned varint longer than 5 bytes")
+
+
+def _length_codecs(
+    flexible: bool, wide: bool
+) -> tuple[Callable[[bytearray, int], None], Callable[[memoryview, int], tuple[int, int]]]:
+    """Length prefix codecs; -1 is null. ``wide`` selects int32 (bytes) over int16 (strings)."""
+    if flexible:
+
+        def enc_len(out: bytearray, n: int) -> None:
+            write_uvarint(out, n + 1)
+
+        def dec_len(buf: memoryview, pos: int) -> tuple[int, int]:
+            n, pos = read_uvarint(buf, pos)
+            return n - 1, pos
+
+        return enc_len, dec_len
+    s = _i32 if wide else _i16
+    pack, unpack, size = s.pack, s.unpack_from, s.size
+
+    def enc_fixed(out: bytearray, n: int) -> None:
+        out += pack(n)
+
+    def dec_fixed(buf: memoryview, pos: int) -> tuple[int, int]:
+        return unpack(buf, pos)[0], pos + size
+
+    return enc_fixed, dec_fixed
+
+
+def _string_codecs(flexible: bool, nullable: bool, what: str) -> tuple[EncodeFn, DecodeFn]:
+    enc_len, dec_len = _length_codecs(flexible, wide=False)
+
+    def enc(out: bytearray, v: Any) -> None:
+        if v is None:
+            if not nullable:
+                raise EncodeError(f"{what} is not nullable in this version")
+            enc_len(out, -1)
+            return
+        data = v.encode("utf-8")
+        if len(data) > 0x7FFF:
+            raise EncodeError(f"{what} is longer than 32767 bytes")
+        enc_len(out, len(data))
+        out += data
+
+    def dec(buf: memoryview, pos: int) -> tuple[Any, int]:
+        n, pos = dec_len(buf, pos)
+        if n < 0:
+            if n == -1 and nullable:
+                return None, pos
+            raise DecodeError(f"{what}: invalid string length {n}")
+        end = pos + n
+        if end > len(buf):
+            raise DecodeError(f"{what}: string runs past the end of the data")
+        return str(buf[pos:end], "utf-8"), end
+
+    return enc, dec
+
+
+def _bytes_codecs(flexible: bool, nullable: bool, what: str, zero_copy: bool) -> tuple[EncodeFn, DecodeFn]:
+    enc_len, dec_len = _length_codecs(flexible, wide=True)
+
+    def enc(out: bytearray, v: Any) -> None:
+        if v is None:
+            if not nullable:
+                raise EncodeError(f"{what} is not nullable in this version")
+            enc_len(out, -1)
+            return
+        enc_len(out, len(v) if not isinstance(v, memoryview) else v.nbytes)
+        out += v
+
+    def dec(buf: memoryview, pos: int) -> tuple[Any, int]:
+        n, pos = dec_len(buf, pos)
+        if n < 0:
+            if n == -1 and nullable:
+                return None, pos
+            raise DecodeError(f"{what}: invalid bytes length {n}")
+        end = pos + n
+        if end > len(buf):
+            raise DecodeError(f"{what}: bytes run past the end of the data")
+        if zero_copy:
+            return buf[pos:end], end
+        return bytes(buf[pos:end]), end
+
+    return enc, dec
+
+
+_FIXED: dict[_Primitive, tuple[EncodeFn, DecodeFn]] = {
+    INT8: _fixed(_i8),
+    INT16: _fixed(_i16),
+    UINT16: _fixed(_u16),
+    INT32: _fixed(_i32),
+    UINT32: _fixed(_u32),
+    INT64: _fixed(_i64),
+    FLOAT64: _fixed(_f64),
+    BOOL: (_enc_bool, _dec_bool),
+    UUID: (_enc_uuid, _dec_uuid),
+}
+
+
+def _codecs(t: TypeSpec, version: int, flexible: bool, nullable: bool, what: str) -> tuple[EncodeFn, DecodeFn]:
+    """Encoder and decoder of one value of type ``t`` at ``version``."""
+    if isinstance(t, _Primitive):
+        fixed = _FIXED.get(t)
+        if fixed is not None:
+            return fixed
+        if t is STRING:
+            return _string_codecs(flexible, nullable, what)
+        return _bytes_codecs(flexible, nullable, what, zero_copy=t is RECORDS)
+    if isinstance(t, Array):
+        return _array_codecs(t, version, flexible, nullable, what)
+    plan = t._plan(version, flexible)
+    if not nullable:
+        return plan.encode, plan.decode
+    enc_struct, dec_struct = plan.encode, plan.decode
+
+    def enc(out: bytearray, v: Any) -> None:
+        if v is None:
+            out.append(0xFF)
+        else:
+            out.append(1)
+            enc_struct(out, v)
+
+    def dec(buf: memoryview, pos: int) -> tuple[Any, int]:
+        if _i8.unpack_from(buf, pos)[0] < 0:
+            return None, pos + 1
+        return dec_struct(buf, pos + 1)
+
+    return enc, dec
+
+
+def _min_size(t: _Primitive | type[Struct], version: int, flexible: bool) -> int:
+    if isinstance(t, _Primitive):
+        return t.min_size
+    return t._plan(version, flexible).min_size
+
+
+def _array_codecs(t: Array, version: int, flexible: bool, nullable: bool, what: str) -> tuple[EncodeFn, DecodeFn]:
+    enc_len, dec_len = _length_codecs(flexible, wide=True)
+    enc_item, dec_item = _codecs(t.element, version, flexible, False, what + "[]")
+    min_size = _min_size(t.element, version, flexible)
+
+    def enc(out: bytearray, v: Any) -> None:
+        if v is None:
+            if not nullable:
+                raise EncodeError(f"{what} is not nullable in this version")
+            enc_len(out, -1)
+            return
+        enc_len(out, len(v))
+        for item in v:
+            enc_item(out, item)
+
+    def dec(buf: memoryview, pos: int) -> tuple[Any, int]:
+        n, pos = dec_len(buf, pos)
+        if n < 0:
+            if n == -1 and nullable:
+                return None, pos
+            raise DecodeError(f"{what}: invalid array length {n}")
+        # every element takes at least min_size bytes: refuse counts the data cannot hold
+        if n * max(min_size, 1) > len(buf) - pos and (min_size > 0 or n > 1 << 20):
+            raise DecodeError(f"{what}: array of {n} elements runs past the end of the data")
+        items: list[Any] = []
+        append = items.append
+        for _ in range(n):
+            item, pos = dec_item(buf, pos)
+            append(item)
+        return items, pos
+
+    return enc, dec
+
+
+# --------------------------------------------------------------------------------------------
+# structs
+
+
+class _Plan:
+    """A struct's codec compiled for one (version, flexible) pair."""
+
+    __slots__ = ("decode", "encode", "min_size")
+
+    def __init__(self, encode: EncodeFn, decode: DecodeFn, min_size: int) -> None:
+        self.encode = encode
+        self.decode = decode
+        self.min_size = min_size
+
+
+class Struct:
+    """Base of generated structs: slots for the fields plus ``unknown_tagged_fields``.
+
+    ``unknown_tagged_fields`` holds ``(tag, raw bytes)`` pairs read from the wire for tags this
+    version does not know; they are written back unchanged, so a message passes through intact.
+    """
+
+    __slots__ = ("unknown_tagged_fields",)
+
+    _fields_: ClassVar[tuple[Field, ...]] = ()
+    _plans_: ClassVar[dict[tuple[int, bool], _Plan]]
+
+    unknown_tagged_fields: list[tuple[int, bytes]] | None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._plans_ = {}
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        for f in self._fields_:
+            if getattr(self, f.attr) != getattr(other, f.attr):
+                return False
+        return (self.unknown_tagged_fields or []) == (other.unknown_tagged_fields or [])
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        parts = [f"{f.attr}={getattr(self, f.attr)!r}" for f in self._fields_]
+        if self.unknown_tagged_fields:
+            parts.append(f"unknown_tagged_fields={self.unknown_tagged_fields!r}")
+        return f"{type(self).__qualname__}({', '.join(parts)})"
+
+    @classmethod
+    def _plan(cls, version: int, flexible: bool) -> _Plan:
+        key = (version, flexible)
+        plan = cls._plans_.get(key)
+        if plan is None:
+            plan = _compile(cls, version, flexible)
+            cls._plans_[key] = plan
+        return plan
+
+
+def _compile(cls: type[Struct], version: int, flexible: bool) -> _Plan:
+    name = cls.__qualname__
+    encs: list[tuple[str, EncodeFn]] = []
+    decs: list[tuple[str, DecodeFn]] = []
+    tagged: dict[int, tuple[Field, EncodeFn, DecodeFn]] = {}
+    absent: list[Field] = []
+    min_size = 0
+    for f in cls._fields_:
+        if not _in(version, f.versions):
+            absent.append(f)
+            continue
+        what = f"{name}.{f.attr}"
+        nullable = _in(version, f.nullable)
+        if f.tag is not None and _in(version, f.tagged):
+            if not flexible:
+                absent.append(f)
+                continue
+            enc, dec = _codecs(f.type, version, True, nullable, what)
+            tagged[f.tag] = (f, enc, dec)
+            continue
+        enc, dec = _codecs(f.type, version, flexible and f.flexible, nullable, what)
+        encs.append((f.attr, enc))
+        decs.append((f.attr, dec))
+        t = f.type
+        min_size += t.min_size if isinstance(t, _Primitive) and t not in (STRING, BYTES, RECORDS) else 1
+    if flexible:
+        min_size += 1
+    # fields this version cannot carry: a non-default value there is an error unless ignorable
+    strict_absent = [(f.attr, f.default_value()) for f in absent if not f.ignorable]
+    defaults = [(f.attr, f) for f in absent]
+    tagged_items = sorted(tagged.items())
+
+    def encode(out: bytearray, obj: Any) -> None:
+        for attr, default in strict_absent:
+            if getattr(obj, attr) != default:
+                raise UnsupportedVersion(f"{name}.{attr} cannot be sent at version {version}")
+        for attr, enc in encs:
+            enc(out, getattr(obj, attr))
+        if flexible:
+            _encode_tagged(out, obj, tagged_items)
+
+    def decode(buf: memoryview, pos: int) -> tuple[Any, int]:
+        obj = cls.__new__(cls)
+        for attr, dec in decs:
+            value, pos = dec(buf, pos)
+            setattr(obj, attr, value)
+        for attr, f in defaults:
+            setattr(obj, attr, f.default_value())
+        if flexible:
+            pos = _decode_tagged(buf, pos, obj, tagged)
+        else:
+            obj.unknown_tagged_fields = None
+        return obj, pos
+
+    return _Plan(encode, decode, min_size)
+
+
+def _encode_tagged(out: bytearray, obj: Any, tagged_items: list[tuple[int, tuple[Field, EncodeFn, DecodeFn]]]) -> None:
+    fields: list[tuple[int, bytes | bytearray]] = []
+    for tag, (f, enc, _dec) in tagged_items:
+        value = getattr(obj, f.attr)
+        if value != f.default_value():
+            body = bytearray()
+            enc(body, value)
+            fields.append((tag, body))
+    unknown = obj.unknown_tagged_fields
+    if unknown:
+        fields.extend(unknown)
+        fields.sort(key=lambda item: item[0])
+    write_uvarint(out, len(fields))
+    for tag, raw in fields:
+        write_uvarint(out, tag)
+        write_uvarint(out, len(raw))
+        out += raw
+
+
+def _decode_tagged(buf: memoryview, pos: int, obj: Any, tagged: dict[int, tuple[Field, EncodeFn, DecodeFn]]) -> int:
+    count, pos = read_uvarint(buf, pos)
+    unknown: list[tuple[int, bytes]] | None = None
+    for f, _enc, _dec in tagged.values():
+        setattr(obj, f.attr, f.default_value())
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        end = pos + size
+        if end > len(buf):
+            raise DecodeError(f"tagged field {tag} runs past the end of the data")
+        known = tagged.get(tag)
+        if known is None:
+            if unknown is None:
+                unknown = []
+            unknown.append((tag, bytes(buf[pos:end])))
+        else:
+            value, used = known[2](buf[:end], pos)
+            if used != end:
+                raise DecodeError(f"tagged field {tag} has size {size} but its value took {used - pos} bytes")
+            setattr(obj, known[0].attr, value)
+        pos = end
+    obj.unknown_tagged_fields = unknown
+    return pos
+
+
+# --------------------------------------------------------------------------------------------
+# messages
+
+
+class Data(Struct):
+    """A versioned top-level struct (request, response, header or coordinator record)."""
+
+    __slots__ = ()
+
+    NAME: ClassVar[str] = ""
+    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 0)
+    FLEXIBLE_VERSIONS: ClassVar[Versions] = None
+
+    @classmethod
+    def is_flexible(cls, version: int) -> bool:
+        return _in(version, cls.FLEXIBLE_VERSIONS)
+
+    @classmethod
+    def check_version(cls, version: int) -> None:
+        lo, hi = cls.VALID_VERSIONS
+        if not lo <= version <= hi:
+            raise UnsupportedVersion(f"{cls.NAME} has versions {lo}-{hi}, not {version}")
+
+    def encode_into(self, out: bytearray, version: int) -> None:
+        """Append this message's body encoded at ``version`` to ``out``."""
+        cls = type(self)
+        cls.check_version(version)
+        try:
+            cls._plan(version, cls.is_flexible(version)).encode(out, self)
+        except (struct.error, TypeError, AttributeError, ValueError, OverflowError) as exc:
+            raise EncodeError(f"cannot encode {cls.NAME} v{version}: {exc}") from exc
+
+    def encode(self, version: int) -> bytes:
+        """This message's body encoded at ``version``."""
+        out = bytearray()
+        self.encode_into(out, version)
+        return bytes(out)
+
+    @classmethod
+    def decode_from(cls, data: Buffer, pos: int, version: int) -> tuple[Any, int]:
+        """Decode a body at ``version`` starting at ``pos``; returns ``(message, end position)``."""
+        cls.check_version(version)
+        buf = data if isinstance(data, memoryview) else memoryview(data)
+        try:
+            return cls._plan(version, cls.is_flexible(version)).decode(buf, pos)
+        except DecodeError:
+            raise
+        except (struct.error, IndexError, ValueError, UnicodeDecodeError, OverflowError, MemoryError) as exc:
+            raise DecodeError(f"cannot decode {cls.NAME} v{version}: {exc}") from exc
+
+    @classmethod
+    def decode(cls, data: Buffer, version: int) -> Any:
+        """Decode a whole body at ``version``; ``records`` fields become views of ``data``."""
+        return cls.decode_from(data, 0, version)[0]
+
+
+class Message(Data):
+    """A request or response body."""
+
+    __slots__ = ()
+
+    API_KEY: ClassVar[int] = -1
+    TYPE: ClassVar[str] = ""
+
+
+def field_names(cls: type[Struct]) -> Sequence[str]:
+    """Attribute names of a struct's fields, in wire order."""
+    return [f.attr for f in cls._fields_]

@@ -1,0 +1,264 @@
+"""Sans-I/O Kafka connections: framing, and the server and client state of one connection.
+
+Nothing here touches a socket.  The caller feeds received bytes with ``receive_data`` (``b""``
+for end of stream), pulls events with ``next_event`` until it returns :data:`NEED_DATA`, and
+writes whatever bytes the ``send_*`` methods return.
+
+Framing: every request and response is preceded by a big-endian int32 giving the size of what
+follows.  A size above ``max_frame_size`` (the broker's ``socket.request.max.bytes``) or below
+zero cannot be recovered from: :class:`~odradek.protocol.errors.FrameTooLarge` /
+:class:`~odradek.protocol.errors.InvalidFrame` are raised and the connection must be closed.
+
+Kafka answers the requests of one connection in the order they arrived.  The server side keeps
+that order for the caller: responses may be handed to :meth:`ServerConnection.send_response` in
+any order, and bytes are released only once every earlier request has been answered (or marked
+as needing no answer, as ``acks=0`` produce requests are).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Final
+
+from odradek.protocol._api import decode_request, decode_response, encode_request, encode_response
+from odradek.protocol._schema import Buffer, Message
+from odradek.protocol.errors import (
+    CorrelationIdMismatch,
+    FrameTooLarge,
+    InvalidFrame,
+    ProtocolError,
+    UnknownApiKey,
+    UnsupportedVersion,
+)
+from odradek.protocol.messages import RequestHeader
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_SIZE",
+    "NEED_DATA",
+    "BadRequest",
+    "ClientConnection",
+    "ConnectionClosed",
+    "FrameReader",
+    "RequestReceived",
+    "ResponseReceived",
+    "ServerConnection",
+    "frame",
+]
+
+#: Kafka's default ``socket.request.max.bytes`` (100 MiB)
+DEFAULT_MAX_FRAME_SIZE: Final = 104857600
+
+_size = struct.Struct(">i")
+
+
+class _Sentinel:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+#: ``next_event`` has nothing more until more bytes are received
+NEED_DATA: Final = _Sentinel("NEED_DATA")
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionClosed:
+    """The peer closed its side; ``clean`` is false when it left a partial frame behind."""
+
+    clean: bool = True
+
+
+@dataclass(slots=True)
+class RequestReceived:
+    """A complete, decoded request."""
+
+    header: RequestHeader
+    message: Any
+    size: int
+
+
+@dataclass(slots=True)
+class BadRequest:
+    """A complete frame that did not decode as a request.
+
+    ``header`` is what could be read of the request header (``None`` when not even that), and
+    ``error`` the reason.  The frame is consumed; the connection itself is still in sync, so a
+    server may answer (as ApiVersions does for an unsupported version) or close it.
+    """
+
+    header: RequestHeader | None
+    error: ProtocolError
+    size: int
+
+
+@dataclass(slots=True)
+class ResponseReceived:
+    """A decoded response and the request it answers."""
+
+    correlation_id: int
+    request_header: RequestHeader
+    request: Message
+    response: Any
+
+
+def frame(payload: Buffer) -> bytes:
+    """``payload`` preceded by its 4-byte size."""
+    return _size.pack(len(payload)) + payload
+
+
+class FrameReader:
+    """Splits a byte stream into size-prefixed frames."""
+
+    __slots__ = ("_buf", "_pos", "max_frame_size")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self.max_frame_size = max_frame_size
+        self._buf = bytearray()
+        self._pos = 0
+
+    def feed(self, data: Buffer) -> None:
+        if self._pos and self._pos * 2 >= len(self._buf):
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += data
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet returned as frames."""
+        return len(self._buf) - self._pos
+
+    def next_frame(self) -> bytes | None:
+        """The next complete frame's payload, or ``None`` until more bytes arrive."""
+        buf, pos = self._buf, self._pos
+        if len(buf) - pos < 4:
+            return None
+        (size,) = _size.unpack_from(buf, pos)
+        if size < 0:
+            raise InvalidFrame(f"negative frame size {size}")
+        if size > self.max_frame_size:
+            raise FrameTooLarge(size, self.max_frame_size)
+        end = pos + 4 + size
+        if end > len(buf):
+            return None
+        payload = bytes(buf[pos + 4 : end])
+        self._pos = end
+        if end == len(buf):
+            buf.clear()
+            self._pos = 0
+        return payload
+
+
+class ServerConnection:
+    """The broker's side of one connection."""
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self._reader = FrameReader(max_frame_size)
+        self._closed: ConnectionClosed | None = None
+        # requests in arrival order: [correlation id, response bytes or None, answered]
+        self._pending: deque[list[Any]] = deque()
+
+    def receive_data(self, data: Buffer) -> None:
+        """Bytes from the peer; ``b""`` means the peer closed its side."""
+        if not data:
+            self._closed = ConnectionClosed(clean=self._reader.buffered == 0)
+        else:
+            self._reader.feed(data)
+
+    def next_event(self) -> RequestReceived | BadRequest | ConnectionClosed | _Sentinel:
+        payload = self._reader.next_frame()
+        if payload is None:
+            return self._closed if self._closed is not None else NEED_DATA
+        try:
+            header, message = decode_request(payload)
+        except (UnknownApiKey, UnsupportedVersion) as exc:
+            if exc.header is not None:
+                self._pending.append([exc.header.correlation_id, None, False])
+            return BadRequest(exc.header, exc, len(payload))
+        except ProtocolError as exc:
+            return BadRequest(None, exc, len(payload))
+        self._pending.append([header.correlation_id, None, False])
+        return RequestReceived(header, message, len(payload))
+
+    @property
+    def in_flight(self) -> int:
+        """Requests received and not yet answered."""
+        return len(self._pending)
+
+    def send_response(self, request_header: RequestHeader, message: Message) -> bytes:
+        """Encode and queue the response; returns the bytes now ready to write, in order."""
+        return self.send_raw_response(request_header, encode_response(request_header, message))
+
+    def send_raw_response(self, request_header: RequestHeader, payload: Buffer) -> bytes:
+        """Queue an already encoded response (header + body, no size prefix)."""
+        return self._complete(request_header.correlation_id, frame(payload))
+
+    def no_response(self, request_header: RequestHeader) -> bytes:
+        """Mark a request that gets no response (produce with ``acks=0``)."""
+        return self._complete(request_header.correlation_id, b"")
+
+    def _complete(self, correlation_id: int, data: bytes) -> bytes:
+        for slot in self._pending:
+            if slot[0] == correlation_id and not slot[2]:
+                slot[1] = data
+                slot[2] = True
+                break
+        else:
+            raise CorrelationIdMismatch(f"no request with correlation id {correlation_id} awaits a response")
+        ready = []
+        pending = self._pending
+        while pending and pending[0][2]:
+            ready.append(pending.popleft()[1])
+        return b"".join(ready)
+
+
+class ClientConnection:
+    """A client's side of one connection: correlation ids and the in-flight queue."""
+
+    def __init__(self, client_id: str | None = "odradek", max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self.client_id = client_id
+        self._reader = FrameReader(max_frame_size)
+        self._next_id = 0
+        self._closed: ConnectionClosed | None = None
+        self._in_flight: deque[tuple[RequestHeader, Message]] = deque()
+
+    def send_request(self, message: Message, api_version: int, expect_response: bool = True) -> tuple[int, bytes]:
+        """Encode a request; returns ``(correlation id, framed bytes)``.
+
+        ``expect_response=False`` is for requests the server does not answer (``acks=0``).
+        """
+        correlation_id = self._next_id
+        self._next_id = (self._next_id + 1) & 0x7FFFFFFF
+        header = RequestHeader(
+            api_key=message.API_KEY, api_version=api_version, correlation_id=correlation_id, client_id=self.client_id
+        )
+        data = frame(encode_request(header, message))
+        if expect_response:
+            self._in_flight.append((header, message))
+        return correlation_id, data
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def receive_data(self, data: Buffer) -> None:
+        if not data:
+            self._closed = ConnectionClosed(clean=self._reader.buffered == 0 and not self._in_flight)
+        else:
+            self._reader.feed(data)
+
+    def next_event(self) -> ResponseReceived | ConnectionClosed | _Sentinel:
+        payload = self._reader.next_frame()
+        if payload is None:
+            return self._closed if self._closed is not None else NEED_DATA
+        if not self._in_flight:
+            raise CorrelationIdMismatch("received a response while no request is in flight")
+        header, request = self._in_flight.popleft()
+        response = decode_response(header, payload)
+        return ResponseReceived(header.correlation_id, header, request, response)
+
