@@ -207,7 +207,7 @@ class Emitter:
             args.append(f"tag={int(f['tag'])}")
             args.append(f"tagged={fmt_versions(parse_versions(f.get('taggedVersions')))}")
         expr, literal = self.default(f)
-        if literal and expr not in ("0", '""', "False", "0.0", 'b""', "ZERO_UUID") or (
+        if (literal and expr not in ("0", '""', "False", "0.0", 'b""', "ZERO_UUID")) or (
             literal and expr == "None" and f["type"] != "records"
         ):
             args.append(f"default={expr}")
@@ -296,14 +296,13 @@ def module_text(messages: list[MessageDef], doc: str) -> str:
     bases = sorted({"Message" if m.kind in ("request", "response") else "Data" for m in messages})
     lines = [HEADER + f'"""{doc}"""', "", "from __future__ import annotations", "", "import uuid  # noqa: F401", ""]
     names = ", ".join(
-        [*bases, "Array", "Buffer", "DEFAULT", "Field", "MAX", "Struct", "ZERO_UUID"]
-        + ["BOOL", "BYTES", "FLOAT64", "INT8", "INT16", "INT32", "INT64", "RECORDS", "STRING", "UINT16", "UINT32", "UUID"]
+        [*bases, "Array", "Buffer", "DEFAULT", "Field", "MAX", "Struct", "ZERO_UUID", "BOOL", "BYTES", "FLOAT64", "INT8", "INT16", "INT32", "INT64", "RECORDS", "STRING", "UINT16", "UINT32", "UUID"]
     )
     lines.append(f"from odradek.protocol._schema import {names}  # noqa: F401")
     lines.append("")
     lines.append(f"__all__ = [{', '.join(repr(m.name) for m in messages)}]")
     for m in messages:
-        lines += ["", ""] + Emitter(m).emit()
+        lines += ["", "", *Emitter(m).emit()]
     return "\n".join(lines) + "\n"
 
 

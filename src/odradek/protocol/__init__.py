@@ -68,7 +68,7 @@ __all__ = [
     "encode_request",
     "encode_response",
     "request_class",
-    "response_class",
     "request_header_version",
+    "response_class",
     "response_header_version",
 ]

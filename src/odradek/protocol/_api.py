@@ -7,7 +7,14 @@ from typing import Any
 
 from odradek.protocol._schema import Buffer, Message
 from odradek.protocol.errors import CorrelationIdMismatch, DecodeError, UnknownApiKey, UnsupportedVersion
-from odradek.protocol.messages import API_MODULES, ApiKey, RequestHeader, ResponseHeader, request_class, response_class
+from odradek.protocol.messages import (
+    API_MODULES,
+    ApiKey,
+    RequestHeader,
+    ResponseHeader,
+    request_class,
+    response_class,
+)
 
 __all__ = [
     "decode_request",
@@ -41,7 +48,7 @@ def response_header_version(api_key: int, api_version: int) -> int:
 
 def encode_request(header: RequestHeader, message: Message) -> bytes:
     """Encode a request: header (version chosen by the request's version) then body."""
-    if message.API_KEY != header.api_key:
+    if header.api_key != message.API_KEY:
         raise UnsupportedVersion(f"header names API key {header.api_key} but the body is a {message.NAME}")
     type(message).check_version(header.api_version)
     out = bytearray()
@@ -76,7 +83,7 @@ def decode_request(data: Buffer) -> tuple[RequestHeader, Any]:
 def encode_response(request_header: RequestHeader, message: Message) -> bytes:
     """Encode the response to ``request_header``'s request, in that request's version."""
     api_key, version = request_header.api_key, request_header.api_version
-    if message.API_KEY != api_key:
+    if api_key != message.API_KEY:
         raise UnsupportedVersion(f"request was API key {api_key} but the response is a {message.NAME}")
     out = bytearray()
     ResponseHeader(correlation_id=request_header.correlation_id).encode_into(

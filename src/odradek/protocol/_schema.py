@@ -45,12 +45,12 @@ __all__ = [
     "UINT16",
     "UINT32",
     "UUID",
+    "ZERO_UUID",
     "Array",
     "Data",
     "Field",
     "Message",
     "Struct",
-    "ZERO_UUID",
 ]
 
 MAX = 0x7FFF
