@@ -1,0 +1,194 @@
+"""Decoding batches of any magic into records."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from . import legacy, v2
+from ._types import Record, TimestampType
+from .batch import BatchHeader, iter_batch_headers, validate
+from .compression import DEFAULT_MAX_DECOMPRESSED_SIZE, Compression, decompress
+
+__all__ = ["Batch", "read_batches"]
+
+Buffer = bytes | bytearray | memoryview
+
+
+class Batch:
+    """One v2 record batch, or one top-level v0/v1 entry (message or wrapper).
+
+    Header fields are read eagerly; ``records`` is decoded (and decompressed) on
+    first access and then kept. All record fields are built at that point:
+    offsets and timestamps are ints, keys and values ``bytes`` or ``None``.
+    """
+
+    __slots__ = ("_data", "_max_decompressed_size", "_records", "_verify_crc", "header")
+
+    def __init__(
+        self,
+        header: BatchHeader,
+        data: Buffer,
+        *,
+        verify_crc: bool = True,
+        max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
+    ) -> None:
+        self.header = header
+        self._data = data
+        self._verify_crc = verify_crc
+        self._max_decompressed_size = max_decompressed_size
+        self._records: list[Record] | None = None
+
+    def __repr__(self) -> str:
+        h = self.header
+        return (
+            f"Batch(magic={h.magic}, base_offset={h.base_offset}, last_offset={h.last_offset}, "
+            f"compression={h.attributes & 7}, position={h.position}, size={h.size})"
+        )
+
+    # -- header fields ------------------------------------------------------------
+
+    @property
+    def magic(self) -> int:
+        return self.header.magic
+
+    @property
+    def position(self) -> int:
+        """Byte position of the batch in the buffer it was read from."""
+        return self.header.position
+
+    @property
+    def size(self) -> int:
+        """Bytes of the batch, including the 12-byte offset/size prefix."""
+        return self.header.size
+
+    @property
+    def crc(self) -> int:
+        return self.header.crc
+
+    @property
+    def attributes(self) -> int:
+        return self.header.attributes
+
+    @property
+    def compression(self) -> Compression:
+        return self.header.compression
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        return self.header.timestamp_type
+
+    @property
+    def base_offset(self) -> int:
+        """First offset (for a v0/v1 wrapper, the first inner message's offset)."""
+        h = self.header
+        if h.magic < 2 and h.attributes & 0x07:
+            return self.records[0].offset
+        return h.base_offset
+
+    @property
+    def last_offset(self) -> int:
+        return self.header.last_offset
+
+    @property
+    def next_offset(self) -> int:
+        return self.header.last_offset + 1
+
+    @property
+    def base_timestamp(self) -> int:
+        return self.header.base_timestamp
+
+    @property
+    def max_timestamp(self) -> int:
+        return self.header.max_timestamp
+
+    @property
+    def producer_id(self) -> int:
+        return self.header.producer_id
+
+    @property
+    def producer_epoch(self) -> int:
+        return self.header.producer_epoch
+
+    @property
+    def base_sequence(self) -> int:
+        return self.header.base_sequence
+
+    @property
+    def partition_leader_epoch(self) -> int:
+        return self.header.partition_leader_epoch
+
+    @property
+    def is_transactional(self) -> bool:
+        return self.header.is_transactional
+
+    @property
+    def is_control(self) -> bool:
+        return self.header.is_control
+
+    @property
+    def record_count(self) -> int:
+        """Number of records (decodes a v0/v1 wrapper to count them)."""
+        h = self.header
+        if h.magic < 2:
+            return len(self.records)
+        return h.record_count
+
+    # -- records ------------------------------------------------------------------
+
+    @property
+    def records(self) -> list[Record]:
+        """The decoded records, in offset order."""
+        records = self._records
+        if records is None:
+            records = self._records = self._decode()
+        return records
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self.records)
+
+    def _decode(self) -> list[Record]:
+        h = self.header
+        if h.magic < 2:
+            return legacy.decode_wrapper(
+                self._data,  # type: ignore[arg-type]
+                h.position,
+                h.position + h.size,
+                verify_crc=self._verify_crc,
+                max_decompressed_size=self._max_decompressed_size,
+            )
+        codec = h.compression
+        payload = self._data[h.position + v2.HEADER_SIZE : h.position + h.size]
+        if codec:
+            buf = decompress(codec, payload, magic=2, max_size=self._max_decompressed_size)
+        else:
+            buf = bytes(payload)
+        return v2.decode_records(
+            buf,
+            h.record_count,
+            h.base_offset,
+            h.base_timestamp,
+            h.max_timestamp if h.attributes & v2.ATTR_TIMESTAMP_TYPE else None,
+        )
+
+
+def read_batches(
+    data: Buffer,
+    *,
+    verify_crc: bool = True,
+    strict: bool = False,
+    max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
+) -> Iterator[Batch]:
+    """Iterate over the batches in ``data`` (any mix of v0/v1 entries and v2 batches).
+
+    This is what a Fetch response's records field or a ``.log`` segment holds.
+    An incomplete trailing entry is skipped silently unless ``strict`` (then
+    ``TruncatedBatchError``). With ``verify_crc`` (the default) every batch's
+    checksum is checked before it is yielded, and inner v0/v1 messages when they
+    are decoded. Records are decoded lazily per batch (``batch.records``), each
+    decompressed payload limited to ``max_decompressed_size`` bytes. Every
+    problem with the data raises a :class:`~odradek.records.errors.RecordsError`.
+    """
+    for header in iter_batch_headers(data, strict=strict):
+        if verify_crc:
+            validate(data, header)
+        yield Batch(header, data, verify_crc=verify_crc, max_decompressed_size=max_decompressed_size)
