@@ -1,0 +1,132 @@
+"""Topic-level log configuration: Kafka's names and defaults.
+
+A :class:`LogConfig` is built from a dict keyed by Kafka's topic-level config names
+(``segment.bytes``, ``retention.ms``, ``cleanup.policy``, ...).  Missing keys take Kafka's
+defaults; unknown keys are an error, so typos do not pass silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from odradek.storage.errors import InvalidConfigError
+
+__all__ = ["DEFAULTS", "LogConfig"]
+
+#: Kafka's topic-level config names and their defaults
+DEFAULTS: dict[str, Any] = {
+    "segment.bytes": 1073741824,
+    "segment.ms": 604800000,
+    "segment.jitter.ms": 0,
+    "segment.index.bytes": 10485760,
+    "index.interval.bytes": 4096,
+    "flush.messages": 9223372036854775807,
+    "flush.ms": 9223372036854775807,
+    "retention.ms": 604800000,
+    "retention.bytes": -1,
+    "file.delete.delay.ms": 60000,
+    "cleanup.policy": "delete",
+    "min.cleanable.dirty.ratio": 0.5,
+    "min.compaction.lag.ms": 0,
+    "max.compaction.lag.ms": 9223372036854775807,
+    "delete.retention.ms": 86400000,
+    "max.message.bytes": 1048588,
+    "message.timestamp.type": "CreateTime",
+    "message.timestamp.difference.max.ms": 9223372036854775807,
+    "message.timestamp.before.max.ms": 9223372036854775807,
+    "message.timestamp.after.max.ms": 9223372036854775807,
+    "compression.type": "producer",
+    "min.insync.replicas": 1,
+    "unclean.leader.election.enable": False,
+    "preallocate": False,
+    "message.downconversion.enable": True,
+    "local.retention.ms": -2,
+    "local.retention.bytes": -2,
+    "remote.storage.enable": False,
+    "leader.replication.throttled.replicas": "",
+    "follower.replication.throttled.replicas": "",
+}
+
+
+def _coerce(name: str, value: Any, default: Any) -> Any:
+    try:
+        if isinstance(default, bool):
+            if isinstance(value, str):
+                if value.lower() not in ("true", "false"):
+                    raise ValueError(value)
+                return value.lower() == "true"
+            return bool(value)
+        if isinstance(default, int):
+            return int(value)
+        if isinstance(default, float):
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidConfigError(f"invalid value {value!r} for {name}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Typed view of a topic's log configuration."""
+
+    segment_bytes: int
+    segment_ms: int
+    segment_jitter_ms: int
+    segment_index_bytes: int
+    index_interval_bytes: int
+    flush_messages: int
+    flush_ms: int
+    retention_ms: int
+    retention_bytes: int
+    file_delete_delay_ms: int
+    cleanup_policy: str
+    min_cleanable_dirty_ratio: float
+    min_compaction_lag_ms: int
+    max_compaction_lag_ms: int
+    delete_retention_ms: int
+    max_message_bytes: int
+    message_timestamp_type: str
+    message_timestamp_difference_max_ms: int
+    message_timestamp_before_max_ms: int
+    message_timestamp_after_max_ms: int
+    compression_type: str
+    min_insync_replicas: int
+    unclean_leader_election_enable: bool
+    preallocate: bool
+    message_downconversion_enable: bool
+    local_retention_ms: int
+    local_retention_bytes: int
+    remote_storage_enable: bool
+    leader_replication_throttled_replicas: str
+    follower_replication_throttled_replicas: str
+
+    @classmethod
+    def from_dict(cls, config: Mapping[str, Any] | None = None) -> LogConfig:
+        config = dict(config or {})
+        unknown = sorted(set(config) - set(DEFAULTS))
+        if unknown:
+            raise InvalidConfigError(f"unknown topic config: {', '.join(unknown)}")
+        values = {k: _coerce(k, config.get(k, d), d) for k, d in DEFAULTS.items()}
+        policy = {p.strip() for p in values["cleanup.policy"].split(",") if p.strip()}
+        if not policy or not policy <= {"delete", "compact"}:
+            raise InvalidConfigError(f"invalid cleanup.policy {values['cleanup.policy']!r}")
+        if values["segment.bytes"] < 14:
+            raise InvalidConfigError("segment.bytes must be at least 14")
+        if values["segment.index.bytes"] < 12:
+            raise InvalidConfigError("segment.index.bytes must be at least 12")
+        if values["message.timestamp.type"] not in ("CreateTime", "LogAppendTime"):
+            raise InvalidConfigError(f"invalid message.timestamp.type {values['message.timestamp.type']!r}")
+        return cls(**{k.replace(".", "_"): v for k, v in values.items()})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name.replace("_", "."): getattr(self, f.name) for f in fields(self)}
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy

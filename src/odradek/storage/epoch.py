@@ -1,0 +1,79 @@
+"""Leader-epoch cache of a partition, persisted in ``leader-epoch-checkpoint``.
+
+Each entry says "leader epoch E started at offset S".  A follower that finds a new leader asks
+for the end offset of its last epoch (OffsetForLeaderEpoch) and truncates there, so that replicas
+never diverge.  Every change is written through to the checkpoint file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from odradek.storage.checkpoint import LEADER_EPOCH, read_epochs, write_epochs
+
+__all__ = ["UNDEFINED_EPOCH", "UNDEFINED_EPOCH_OFFSET", "LeaderEpochCache"]
+
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+
+
+class LeaderEpochCache:
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / LEADER_EPOCH
+        self.entries: list[tuple[int, int]] = read_epochs(self.path)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.entries[-1][0] if self.entries else UNDEFINED_EPOCH
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        """Record that ``epoch`` starts at ``start_offset`` (only a newer epoch is added)."""
+        if epoch < 0:
+            return
+        if self.entries and epoch <= self.entries[-1][0]:
+            return
+        # an epoch cannot start before a later-known one: drop entries it supersedes
+        entries = [(e, s) for e, s in self.entries if s < start_offset]
+        entries.append((epoch, start_offset))
+        self.entries = entries
+        self._save()
+
+    def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """``(largest epoch <= epoch, its end offset)``, Kafka's OffsetForLeaderEpoch answer.
+
+        The end offset of an epoch is the start offset of the next larger epoch, or the log
+        end offset for the latest epoch.  ``(-1, -1)`` when ``epoch`` is older than all entries.
+        """
+        if not self.entries or epoch < self.entries[0][0]:
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if epoch >= self.entries[-1][0]:
+            return self.entries[-1][0], log_end_offset
+        found = UNDEFINED_EPOCH
+        for i, (e, _start) in enumerate(self.entries):
+            if e > epoch:
+                return found, self.entries[i][1]
+            found = e
+        return found, log_end_offset
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Forget epochs starting at or after ``end_offset`` (the log was truncated there)."""
+        kept = [(e, s) for e, s in self.entries if s < end_offset]
+        if kept != self.entries:
+            self.entries = kept
+            self._save()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """The log now starts at ``start_offset``: the epoch covering it starts there."""
+        if not self.entries or self.entries[0][1] >= start_offset:
+            return
+        kept = [(e, s) for e, s in self.entries if s > start_offset]
+        covering = [(e, s) for e, s in self.entries if s <= start_offset][-1]
+        self.entries = [(covering[0], start_offset), *kept]
+        self._save()
+
+    def clear(self) -> None:
+        self.entries = []
+        self._save()
+
+    def _save(self) -> None:
+        write_epochs(self.path, self.entries)

@@ -1,0 +1,70 @@
+"""Exceptions of the storage layer (each carries the Kafka error code it maps to)."""
+
+from __future__ import annotations
+
+from odradek.errors import ErrorCode, KafkaError
+
+__all__ = [
+    "CorruptIndexError",
+    "CorruptRecordError",
+    "InvalidConfigError",
+    "InvalidRecordError",
+    "InvalidTimestampError",
+    "LogClosedError",
+    "OffsetOutOfRangeError",
+    "RecordBatchTooLargeError",
+    "StorageError",
+]
+
+
+class StorageError(KafkaError):
+    """Base of the storage layer's errors."""
+
+    def __init__(self, message: str, code: ErrorCode = ErrorCode.KAFKA_STORAGE_ERROR) -> None:
+        super().__init__(code, message)
+
+
+class OffsetOutOfRangeError(StorageError):
+    """A read outside ``[log start offset, log end offset]``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ErrorCode.OFFSET_OUT_OF_RANGE)
+
+
+class CorruptRecordError(StorageError):
+    """Appended data that fails validation (sizes, CRC, magic)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ErrorCode.CORRUPT_MESSAGE)
+
+
+class InvalidRecordError(StorageError):
+    """A batch that is well-formed but not acceptable (e.g. a null key on a compacted topic)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ErrorCode.INVALID_RECORD)
+
+
+class InvalidTimestampError(StorageError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ErrorCode.INVALID_TIMESTAMP)
+
+
+class RecordBatchTooLargeError(StorageError):
+    """A batch larger than ``max.message.bytes`` (or than a segment can hold)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ErrorCode.MESSAGE_TOO_LARGE)
+
+
+class InvalidConfigError(StorageError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ErrorCode.INVALID_CONFIG)
+
+
+class CorruptIndexError(StorageError):
+    """An index file that fails its sanity check (it is rebuilt from the segment)."""
+
+
+class LogClosedError(StorageError):
+    """An operation on a log that was closed or deleted."""

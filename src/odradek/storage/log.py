@@ -1,0 +1,693 @@
+"""A partition's log: an ordered list of segments in ``<log dir>/<topic>-<partition>/``.
+
+Appends go to the last (active) segment; a new segment is rolled when the active one would pass
+``segment.bytes``, is older than ``segment.ms`` (minus jitter), has a full index, or would need
+a relative offset beyond 32 bits.  Reads locate the segment by binary search over base offsets,
+then the batch through the segment's sparse index.  Retention and compaction remove or replace
+whole segments.
+
+Concurrency: one writer at a time (the broker serialises appends, truncation, retention and
+cleaning per partition).  Readers work on an immutable snapshot of the segment list, which
+writers replace rather than mutate (copy-on-write), so deletion and compaction never block or
+break a read in progress; a removed segment's file stays open until its delayed deletion.
+:meth:`Log.flush` may run in another thread while appends continue: it only syncs files and
+moves the recovery point forward to what it captured before syncing.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from odradek._clock import Clock, SystemClock
+from odradek.records import (
+    BatchHeader,
+    RecordsError,
+    assign_offsets,
+    iter_batch_headers,
+    patch_base_offset,
+    patch_partition_leader_epoch,
+    read_batches,
+    set_log_append_time,
+    validate,
+)
+from odradek.records.errors import DecompressionLimitExceeded, UnsupportedCodecError, UnsupportedMagicError
+from odradek.storage.config import LogConfig
+from odradek.storage.epoch import LeaderEpochCache
+from odradek.storage.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    LogClosedError,
+    OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
+    StorageError,
+)
+from odradek.storage.files import OS_FILES, FileOps
+from odradek.storage.segment import FileRegion, LogSegment
+
+__all__ = ["AppendInfo", "Log", "ReadResult", "parse_partition_dir"]
+
+_DIR_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+_SEGMENT_RE = re.compile(r"^(?P<base>\d{20})\.log$")
+_BATCH_OVERHEAD = 12
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """``(topic, partition)`` of a directory named ``<topic>-<partition>``."""
+    m = _DIR_RE.match(name)
+    if m is None:
+        return None
+    return m.group("topic"), int(m.group("partition"))
+
+
+@dataclass(slots=True)
+class AppendInfo:
+    """What an append did: offsets assigned, timestamps, and the batches as written."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int
+    log_start_offset: int
+    record_count: int
+    size: int
+    batches: list[BatchHeader] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ReadResult:
+    """Result of :meth:`Log.read`: a file region (possibly empty) and the log's bounds."""
+
+    region: FileRegion | None
+    fetch_offset: int
+    log_start_offset: int
+    log_end_offset: int
+
+    @property
+    def size(self) -> int:
+        return self.region.length if self.region is not None else 0
+
+    def to_bytes(self) -> bytes:
+        return self.region.to_bytes() if self.region is not None else b""
+
+
+class Log:
+    """The segments of one partition, with offsets, flushing, retention and recovery."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        clean_shutdown: bool = False,
+        clock: Clock | None = None,
+        files: FileOps = OS_FILES,
+    ) -> None:
+        parsed = parse_partition_dir(directory.name)
+        if parsed is None:
+            raise StorageError(f"{directory.name} is not a <topic>-<partition> directory name")
+        self.topic, self.partition = parsed
+        self.directory = directory
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.files = files
+        self.closed = False
+        directory.mkdir(parents=True, exist_ok=True)
+        self.epochs = LeaderEpochCache(directory)
+        self._segments: tuple[LogSegment, ...] = ()
+        self._bases: tuple[int, ...] = ()
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._dir_dirty = False
+        self.high_watermark = 0
+        self.recovered_bytes = 0
+        self._load(recovery_point, log_start_offset, clean_shutdown)
+        self.last_flush_ms = self.clock.monotonic_ms()
+
+    # ------------------------------------------------------------------------------------
+    # loading and recovery
+
+    def _load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> None:
+        now = self.clock.now_ms()
+        self._clean_leftovers()
+        segments: list[LogSegment] = []
+        for path in sorted(self.directory.iterdir()):
+            m = _SEGMENT_RE.match(path.name)
+            if m is None:
+                continue
+            base = int(m.group("base"))
+            index_missing = not path.with_suffix(".index").exists() or not path.with_suffix(".timeindex").exists()
+            seg = LogSegment(self.directory, base, self.config, self.files, now_ms=now, active=False)
+            seg.created_ms = int(path.stat().st_mtime * 1000)
+            if index_missing or not seg.check_indexes():
+                self.recovered_bytes += seg.recover(self._max_batch_size(), base)
+            else:
+                seg.load_state()
+            segments.append(seg)
+        if not segments:
+            start = max(log_start_offset, recovery_point)
+            segments.append(LogSegment(self.directory, start, self.config, self.files, now_ms=now, active=True))
+            self._dir_dirty = True
+        else:
+            last = segments[-1]
+            last.index.make_writable()
+            last.time_index.make_writable()
+        self._set_segments(segments)
+        self.recovery_point = recovery_point
+        if not clean_shutdown:
+            self._recover(recovery_point)
+        self.log_end_offset = self.active.next_offset
+        self.recovery_point = min(max(recovery_point, self._segments[0].base_offset), self.log_end_offset)
+        if clean_shutdown:
+            self.recovery_point = self.log_end_offset
+        self.log_start_offset = max(log_start_offset, self._segments[0].base_offset)
+        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+        self.epochs.truncate_from_end(self.log_end_offset)
+        self.epochs.truncate_from_start(self.log_start_offset)
+        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+
+    def _clean_leftovers(self) -> None:
+        """Finish or undo what a crash interrupted: deletions, cleaning, swaps."""
+        for path in sorted(self.directory.iterdir()):
+            name = path.name
+            if name.endswith((".deleted", ".cleaned", ".tmp")):
+                path.unlink(missing_ok=True)
+        for path in sorted(self.directory.iterdir()):
+            if not path.name.endswith(".swap"):
+                continue
+            final = path.with_name(path.name[: -len(".swap")])
+            if final.suffix == ".log":
+                # the swap was committed: segments it replaces are those whose base offsets
+                # fall in [swap base, next offset of swap); remove them before renaming
+                swap_base = int(final.stem)
+                self._remove_replaced_by_swap(path, swap_base)
+            os.replace(path, final)
+
+    def _remove_replaced_by_swap(self, swap_log: Path, swap_base: int) -> None:
+        data = swap_log.read_bytes()
+        last = swap_base
+        for h in iter_batch_headers(data):
+            last = h.last_offset
+        for path in self.directory.iterdir():
+            m = _SEGMENT_RE.match(path.name)
+            if m is None:
+                continue
+            base = int(m.group("base"))
+            if swap_base < base <= last:
+                for suffix in (".log", ".index", ".timeindex"):
+                    path.with_suffix(suffix).unlink(missing_ok=True)
+
+    def _recover(self, recovery_point: int) -> None:
+        """Validate every segment at or after the recovery point; drop everything after the
+        first invalid entry (a torn write, or garbage appended after it)."""
+        segments = list(self._segments)
+        max_size = self._max_batch_size()
+        for i, seg in enumerate(segments):
+            if seg.next_offset <= recovery_point and i < len(segments) - 1 and seg.next_offset > seg.base_offset:
+                continue
+            min_offset = segments[i - 1].next_offset if i > 0 else seg.base_offset
+            truncated = seg.recover(max_size, min_offset)
+            self.recovered_bytes += truncated
+            if truncated:
+                # nothing after an invalid entry can be trusted: drop later segments
+                for later in segments[i + 1 :]:
+                    later.delete_files()
+                segments = segments[: i + 1]
+                if not seg.index.writable:
+                    seg.index.make_writable()
+                    seg.time_index.make_writable()
+                break
+        self._set_segments(segments)
+
+    def _max_batch_size(self) -> int:
+        return max(self.config.max_message_bytes, self.config.segment_bytes)
+
+    # ------------------------------------------------------------------------------------
+    # segment list (copy-on-write)
+
+    def _set_segments(self, segments: Sequence[LogSegment]) -> None:
+        self._segments = tuple(segments)
+        self._bases = tuple(s.base_offset for s in segments)
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return self._segments
+
+    @property
+    def active(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise LogClosedError(f"log {self.directory.name} is closed")
+
+    # ------------------------------------------------------------------------------------
+    # appends
+
+    def append(
+        self,
+        data: bytes | bytearray | memoryview,
+        *,
+        leader_epoch: int | None = None,
+        now_ms: int | None = None,
+    ) -> AppendInfo:
+        """Append batches as a leader: validate them, assign offsets, write.
+
+        v2 batches get offsets by patching their base offset (no per-record work), v0/v1
+        messages per message.  Raises CorruptRecordError (bad sizes or CRC),
+        RecordBatchTooLargeError (``max.message.bytes``), InvalidRecordError (null key on a
+        compacted topic) and InvalidTimestampError.
+        """
+        self._check_open()
+        now = self.clock.now_ms() if now_ms is None else now_ms
+        buf = bytearray(data)
+        headers = self._validate(buf)
+        first = self.log_end_offset
+        if any(h.magic < 2 for h in headers):
+            try:
+                assign_offsets(buf, first)
+            except RecordsError as exc:
+                raise CorruptRecordError(str(exc)) from exc
+            headers = list(iter_batch_headers(buf))
+        else:
+            offset = first
+            for h in headers:
+                patch_base_offset(buf, h.position, offset)
+                offset += h.last_offset - h.base_offset + 1
+            headers = list(iter_batch_headers(buf))
+        log_append_time = -1
+        if self.config.message_timestamp_type == "LogAppendTime":
+            log_append_time = now
+            for h in headers:
+                if h.magic > 0:
+                    set_log_append_time(buf, h, now)
+            headers = list(iter_batch_headers(buf))
+        else:
+            self._check_timestamps(headers, now)
+        if leader_epoch is not None and leader_epoch >= 0:
+            for h in headers:
+                if h.magic == 2:
+                    patch_partition_leader_epoch(buf, h.position, leader_epoch)
+            headers = list(iter_batch_headers(buf))
+            self.epochs.assign(leader_epoch, first)
+        return self._write(buf, headers, now, log_append_time)
+
+    def append_as_follower(self, data: bytes | bytearray | memoryview) -> AppendInfo:
+        """Append batches that already carry the leader's offsets and epochs."""
+        self._check_open()
+        buf = bytearray(data)
+        headers = self._validate(buf, produce=False)
+        if not headers:
+            return self._empty_info()
+        first = headers[0].base_offset if headers[0].base_offset >= 0 else headers[0].last_offset
+        if first < self.log_end_offset:
+            raise CorruptRecordError(
+                f"follower append at offset {first} is below the log end offset {self.log_end_offset}"
+            )
+        prev = first - 1
+        for h in headers:
+            if h.last_offset <= prev:
+                raise CorruptRecordError(f"offsets go backwards at {h.last_offset}")
+            prev = h.last_offset
+            if h.magic == 2 and h.partition_leader_epoch >= 0:
+                self.epochs.assign(h.partition_leader_epoch, h.base_offset)
+        return self._write(buf, headers, self.clock.now_ms(), -1)
+
+    def _empty_info(self) -> AppendInfo:
+        return AppendInfo(self.log_end_offset, self.log_end_offset - 1, -1, -1, -1, self.log_start_offset, 0, 0)
+
+    def _validate(self, buf: bytearray, produce: bool = True) -> list[BatchHeader]:
+        try:
+            headers = list(iter_batch_headers(buf, strict=True))
+            for h in headers:
+                validate(buf, h, produce=produce and h.magic == 2)
+        except (UnsupportedMagicError, UnsupportedCodecError) as exc:
+            raise CorruptRecordError(str(exc)) from exc
+        except RecordsError as exc:
+            raise CorruptRecordError(str(exc)) from exc
+        if not headers:
+            raise CorruptRecordError("no record batches in the data")
+        limit = self.config.max_message_bytes
+        for h in headers:
+            if h.size > limit + _BATCH_OVERHEAD:
+                raise RecordBatchTooLargeError(
+                    f"batch of {h.size} bytes exceeds max.message.bytes={limit}"
+                )
+            if h.size > self.config.segment_bytes:
+                raise RecordBatchTooLargeError(
+                    f"batch of {h.size} bytes exceeds segment.bytes={self.config.segment_bytes}"
+                )
+        if self.config.compact:
+            try:
+                for batch in read_batches(bytes(buf)):
+                    if batch.is_control:
+                        continue
+                    for record in batch.records:
+                        if record.key is None:
+                            raise InvalidRecordError("compacted topics require a key on every record")
+            except DecompressionLimitExceeded as exc:
+                raise RecordBatchTooLargeError(str(exc)) from exc
+            except RecordsError as exc:
+                raise CorruptRecordError(str(exc)) from exc
+        return headers
+
+    def _check_timestamps(self, headers: list[BatchHeader], now: int) -> None:
+        cfg = self.config
+        before = min(cfg.message_timestamp_difference_max_ms, cfg.message_timestamp_before_max_ms)
+        after = min(cfg.message_timestamp_difference_max_ms, cfg.message_timestamp_after_max_ms)
+        for h in headers:
+            if h.magic == 0 or h.max_timestamp < 0:
+                continue
+            if now - h.max_timestamp > before or h.max_timestamp - now > after:
+                raise InvalidTimestampError(
+                    f"timestamp {h.max_timestamp} is out of range of the broker time {now}"
+                )
+
+    def _write(self, buf: bytearray, headers: list[BatchHeader], now: int, log_append_time: int) -> AppendInfo:
+        first = headers[0].base_offset if headers[0].base_offset >= 0 else self.log_end_offset
+        last = headers[-1].last_offset
+        max_ts, offset_of_max = -1, first
+        count = 0
+        for h in headers:
+            if h.max_timestamp > max_ts:
+                max_ts, offset_of_max = h.max_timestamp, h.last_offset
+            count += h.record_count if h.record_count >= 0 else 1
+        seg = self.active
+        if seg.should_roll(len(buf), max_ts, last, now):
+            seg = self._roll(first, now)
+        seg.append(buf, headers)
+        self.log_end_offset = last + 1
+        if self.log_end_offset - self.recovery_point >= self.config.flush_messages:
+            self.flush()
+        return AppendInfo(
+            first, last, max_ts, offset_of_max, log_append_time, self.log_start_offset, count, len(buf), headers
+        )
+
+    def roll(self, now_ms: int | None = None) -> LogSegment:
+        """Start a new active segment at the log end offset (if the active one has data)."""
+        self._check_open()
+        if self.active.is_empty:
+            return self.active
+        return self._roll(self.log_end_offset, self.clock.now_ms() if now_ms is None else now_ms)
+
+    def _roll(self, base_offset: int, now: int) -> LogSegment:
+        old = self.active
+        old.seal()
+        if old.is_empty:
+            # an empty active segment at a lower base (e.g. after truncation) is replaced
+            old.delete_files()
+            segments = list(self._segments[:-1])
+        else:
+            segments = list(self._segments)
+        seg = LogSegment(self.directory, base_offset, self.config, self.files, now_ms=now, active=True)
+        segments.append(seg)
+        self._set_segments(segments)
+        self._dir_dirty = True
+        return seg
+
+    def maybe_roll_for_time(self, now_ms: int | None = None) -> bool:
+        """Roll the active segment when it is older than ``segment.ms`` (scheduler hook)."""
+        now = self.clock.now_ms() if now_ms is None else now_ms
+        seg = self.active
+        if not seg.is_empty and now - seg.created_ms > self.config.segment_ms - seg.jitter_ms:
+            self._roll(self.log_end_offset, now)
+            return True
+        return False
+
+    # ------------------------------------------------------------------------------------
+    # flush
+
+    def flush(self) -> int:
+        """fdatasync every segment that may hold unflushed data; returns the new recovery point.
+
+        The recovery point moves only after the syncs completed, to the log end offset captured
+        before they started.
+        """
+        if self.closed:
+            return self.recovery_point
+        target = self.log_end_offset
+        segments = self._segments
+        for seg in segments:
+            if (seg.next_offset > self.recovery_point or seg is segments[-1]) and not seg.closed:
+                seg.flush()
+        if self._dir_dirty:
+            self._dir_dirty = False
+            self.files.sync_dir(self.directory)
+        if target > self.recovery_point:
+            self.recovery_point = target
+        self.last_flush_ms = self.clock.monotonic_ms()
+        return self.recovery_point
+
+    def flush_if_due(self) -> bool:
+        """Flush when ``flush.ms`` passed since the last flush and data is unflushed."""
+        due = self.clock.monotonic_ms() - self.last_flush_ms >= self.config.flush_ms
+        if self.log_end_offset > self.recovery_point and due:
+            self.flush()
+            return True
+        return False
+
+    # ------------------------------------------------------------------------------------
+    # reads
+
+    def _segment_for(self, offset: int, segments: tuple[LogSegment, ...], bases: tuple[int, ...]) -> int:
+        return max(bisect.bisect_right(bases, offset) - 1, 0)
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        max_offset: int | None = None,
+        *,
+        min_one_message: bool = True,
+    ) -> ReadResult:
+        """Read from ``offset`` up to ``max_bytes`` and below ``max_offset`` (exclusive).
+
+        Returns a region of one segment file that starts at the batch holding ``offset``.  With
+        ``min_one_message`` (Fetch v3+) the first batch is returned whole even when larger than
+        ``max_bytes``; without, the region is cut at ``max_bytes`` and the client retries with a
+        larger buffer.  An offset outside ``[log start, log end]`` raises OffsetOutOfRangeError.
+        """
+        self._check_open()
+        segments, bases = self._segments, self._bases  # snapshot
+        start, end = self.log_start_offset, self.log_end_offset
+        if offset < start or offset > end:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range [{start}, {end}] for {self.topic}-{self.partition}"
+            )
+        limit = end if max_offset is None else min(max_offset, end)
+        if offset >= limit:
+            return ReadResult(None, offset, start, end)
+        i = self._segment_for(offset, segments, bases)
+        while i < len(segments):
+            seg = segments[i]
+            if seg.closed:
+                i += 1
+                continue
+            max_position = seg.size if limit >= seg.next_offset else seg.position_of(limit)
+            region = seg.read(offset, max_bytes, max_position, min_one_message)
+            if region is not None:
+                return ReadResult(region, offset, start, end)
+            i += 1
+        return ReadResult(None, offset, start, end)
+
+    def iter_segments_from(self, offset: int) -> Iterator[LogSegment]:
+        segments, bases = self._segments, self._bases
+        yield from segments[self._segment_for(offset, segments, bases) :]
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first batch whose max timestamp is >= ``timestamp``."""
+        self._check_open()
+        for seg in self._segments:
+            if seg.max_timestamp >= timestamp or seg is self.active:
+                found = seg.find_offset_by_timestamp(timestamp)
+                if found is not None:
+                    offset, ts = found
+                    return max(offset, self.log_start_offset), ts
+        return None
+
+    def max_timestamp_and_offset(self) -> tuple[int, int]:
+        """``(timestamp, offset)`` of the record with the largest timestamp ((-1, -1) if none)."""
+        best = (-1, -1)
+        for seg in self._segments:
+            if seg.max_timestamp > best[0]:
+                best = (seg.max_timestamp, seg.offset_of_max_timestamp)
+        return best
+
+    def offsets_before(self, timestamp: int, max_num: int) -> list[int]:
+        """The seeds' getOffsetsBefore (ListOffsets v0): segment base offsets of segments last
+        written before ``timestamp`` (newest first), with the log end offset first when asked
+        for the latest (-1); -2 asks for the earliest only."""
+        segs = self._segments
+        candidates: list[tuple[int, int]] = [(s.base_offset, s.largest_timestamp) for s in segs]
+        if not self.active.is_empty:
+            candidates.append((self.log_end_offset, self.clock.now_ms()))
+        if timestamp == -1:
+            idx = len(candidates) - 1
+        elif timestamp == -2:
+            idx = 0
+        else:
+            idx = -1
+            for i, (_o, ts) in enumerate(candidates):
+                if ts <= timestamp:
+                    idx = i
+        result = [max(o, self.log_start_offset) for o, _ in reversed(candidates[: idx + 1])]
+        if timestamp == -2:
+            result = [self.log_start_offset]
+        return result[:max_num]
+
+    # ------------------------------------------------------------------------------------
+    # retention and log start offset
+
+    def maybe_increment_log_start_offset(self, offset: int) -> bool:
+        """Move the log start offset forward (DeleteRecords, follower); never backwards."""
+        self._check_open()
+        if offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(f"log start offset {offset} is beyond the log end {self.log_end_offset}")
+        if offset <= self.log_start_offset:
+            return False
+        self.log_start_offset = offset
+        self.epochs.truncate_from_start(offset)
+        return True
+
+    def deletable_segments(self, now_ms: int | None = None) -> list[LogSegment]:
+        """Segments to delete by retention (time, size) and the log start offset; never the
+        active segment, always a prefix of the log."""
+        now = self.clock.now_ms() if now_ms is None else now_ms
+        segs = list(self._segments[:-1])
+        cfg = self.config
+        result: list[LogSegment] = []
+        size_excess = self.size_bytes - cfg.retention_bytes if cfg.delete and cfg.retention_bytes >= 0 else 0
+        for i, seg in enumerate(segs):
+            next_base = self._segments[i + 1].base_offset
+            by_start = next_base <= self.log_start_offset
+            by_time = cfg.delete and cfg.retention_ms >= 0 and now - seg.largest_timestamp > cfg.retention_ms
+            by_size = size_excess >= seg.size and size_excess > 0
+            if not (by_start or by_time or by_size):
+                break
+            size_excess -= seg.size
+            result.append(seg)
+        return result
+
+    def delete_old_segments(self, now_ms: int | None = None) -> int:
+        """Apply retention: remove segments from the list now, files after ``file.delete.delay.ms``."""
+        self._check_open()
+        doomed = self.deletable_segments(now_ms)
+        if not doomed:
+            return 0
+        self._remove_segments(doomed)
+        new_start = self._segments[0].base_offset
+        if new_start > self.log_start_offset:
+            self.log_start_offset = new_start
+            self.epochs.truncate_from_start(new_start)
+        return len(doomed)
+
+    def _remove_segments(self, doomed: Sequence[LogSegment]) -> None:
+        ids = {id(s) for s in doomed}
+        self._set_segments([s for s in self._segments if id(s) not in ids])
+        due = self.clock.monotonic_ms() + self.config.file_delete_delay_ms
+        for seg in doomed:
+            seg.rename_suffix(".deleted")
+            self._pending_deletes.append((due, seg))
+        self.delete_pending()
+
+    def delete_pending(self, force: bool = False) -> int:
+        """Delete files of removed segments whose delay has passed."""
+        now = self.clock.monotonic_ms()
+        keep, done = [], 0
+        for due, seg in self._pending_deletes:
+            if force or now >= due:
+                seg.delete_files()
+                done += 1
+            else:
+                keep.append((due, seg))
+        self._pending_deletes = keep
+        return done
+
+    # ------------------------------------------------------------------------------------
+    # truncation (followers)
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove everything at or after ``offset`` (follower truncation). True if it did."""
+        self._check_open()
+        if offset >= self.log_end_offset:
+            return False
+        if offset < self._segments[0].base_offset:
+            self.truncate_fully_and_start_at(offset)
+            return True
+        keep = [s for s in self._segments if s.base_offset < offset or s.base_offset == offset == self._bases[0]]
+        drop = [s for s in self._segments if s not in keep]
+        for seg in drop:
+            seg.seal()
+            seg.delete_files()
+        self._set_segments(keep)
+        last = self.active
+        if not last.index.writable:
+            last.index.make_writable()
+            last.time_index.make_writable()
+        last.truncate_to(offset)
+        self.log_end_offset = last.next_offset
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+        self.epochs.truncate_from_end(self.log_end_offset)
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and start an empty log at ``offset``."""
+        self._check_open()
+        for seg in self._segments:
+            seg.delete_files()
+        now = self.clock.now_ms()
+        self._set_segments([LogSegment(self.directory, offset, self.config, self.files, now_ms=now, active=True)])
+        self._dir_dirty = True
+        self.log_end_offset = offset
+        self.log_start_offset = offset
+        self.recovery_point = offset
+        self.high_watermark = offset
+        self.epochs.clear()
+
+    # ------------------------------------------------------------------------------------
+    # config, closing
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+        for seg in self._segments:
+            seg.config = config
+
+    def close(self) -> None:
+        """Flush and close every file (the directory stays)."""
+        if self.closed:
+            return
+        self.flush()
+        for seg in self._segments:
+            seg.close()
+        self.delete_pending(force=True)
+        self.closed = True
+
+    def delete(self) -> None:
+        """Close and remove the partition directory with everything in it."""
+        if not self.closed:
+            for seg in self._segments:
+                seg.close()
+            self.delete_pending(force=True)
+            self.closed = True
+        for path in self.directory.iterdir():
+            path.unlink()
+        self.directory.rmdir()
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, end={self.log_end_offset}, "
+            f"segments={len(self._segments)})"
+        )

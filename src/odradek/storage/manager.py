@@ -1,0 +1,252 @@
+"""The logs of a broker across its ``log.dirs``: loading, creation, checkpoints, shutdown.
+
+Each log dir holds one directory per partition plus Kafka's broker-level files:
+``meta.properties`` (broker id, cluster id), the offset checkpoints
+(``recovery-point-offset-checkpoint``, ``replication-offset-checkpoint``,
+``log-start-offset-checkpoint``, ``cleaner-offset-checkpoint``) and, after a clean shutdown,
+the ``.kafka_cleanshutdown`` marker that lets the next start skip recovery.
+
+The manager schedules nothing itself: the broker calls :meth:`LogManager.cleanup`,
+:meth:`LogManager.flush_due` and :meth:`LogManager.checkpoint` from its own timers, and may
+pass ``parallel_map`` (e.g. a thread pool's ``map``) to load partitions in parallel.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from odradek._clock import Clock, SystemClock
+from odradek.storage.checkpoint import (
+    LOG_START_OFFSET,
+    RECOVERY_POINT,
+    REPLICATION_OFFSET,
+    read_offsets,
+    write_atomic,
+    write_offsets,
+)
+from odradek.storage.config import LogConfig
+from odradek.storage.errors import StorageError
+from odradek.storage.files import OS_FILES, FileOps
+from odradek.storage.log import Log, parse_partition_dir
+
+__all__ = [
+    "CLEAN_SHUTDOWN_FILE",
+    "LogManager",
+    "kafka_uuid",
+    "parse_kafka_uuid",
+    "read_meta_properties",
+    "write_meta_properties",
+]
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+META_PROPERTIES = "meta.properties"
+PARTITION_METADATA = "partition.metadata"
+
+ParallelMap = Callable[[Callable[[Any], Any], Iterable[Any]], Iterable[Any]]
+
+
+def kafka_uuid(u: uuid.UUID) -> str:
+    """Kafka's text form of a UUID: URL-safe base64 of its 16 bytes, no padding (22 chars)."""
+    return base64.urlsafe_b64encode(u.bytes).rstrip(b"=").decode()
+
+
+def parse_kafka_uuid(text: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=="))
+    except (ValueError, TypeError) as exc:
+        raise StorageError(f"invalid Kafka UUID {text!r}") from exc
+
+
+def _read_properties(path: Path) -> dict[str, str]:
+    props: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if sep < 0:
+            continue
+        props[line[:sep].strip()] = line[sep + 1 :].strip()
+    return props
+
+
+def read_meta_properties(log_dir: Path) -> dict[str, str]:
+    path = log_dir / META_PROPERTIES
+    return _read_properties(path) if path.exists() else {}
+
+
+def write_meta_properties(log_dir: Path, broker_id: int, cluster_id: str) -> None:
+    write_atomic(log_dir / META_PROPERTIES, f"version=0\nbroker.id={broker_id}\ncluster.id={cluster_id}\n")
+
+
+class LogManager:
+    """All partition logs of a broker."""
+
+    def __init__(
+        self,
+        dirs: Iterable[str | Path],
+        config: Mapping[str, Any] | LogConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        files: FileOps = OS_FILES,
+        parallel_map: ParallelMap | None = None,
+    ) -> None:
+        self.dirs = [Path(d) for d in dirs]
+        if not self.dirs:
+            raise StorageError("at least one log dir is needed")
+        self.default_config = config if isinstance(config, LogConfig) else LogConfig.from_dict(config)
+        self.clock = clock or SystemClock()
+        self.files = files
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._log_dir: dict[tuple[str, int], Path] = {}
+        self.clean_shutdown: dict[Path, bool] = {}
+        self._closed = False
+        for d in self.dirs:
+            d.mkdir(parents=True, exist_ok=True)
+        self._load_all(parallel_map or map)
+
+    # ------------------------------------------------------------------------------------
+    def _load_all(self, parallel_map: ParallelMap) -> None:
+        jobs: list[tuple[Path, Path, int, int, int, bool]] = []
+        for d in self.dirs:
+            clean = (d / CLEAN_SHUTDOWN_FILE).exists()
+            self.clean_shutdown[d] = clean
+            recovery = read_offsets(d / RECOVERY_POINT)
+            starts = read_offsets(d / LOG_START_OFFSET)
+            hws = read_offsets(d / REPLICATION_OFFSET)
+            for child in sorted(d.iterdir()):
+                if not child.is_dir():
+                    continue
+                parsed = parse_partition_dir(child.name)
+                if parsed is None or child.name.endswith((".delete", "-delete")):
+                    continue
+                jobs.append(
+                    (d, child, recovery.get(parsed, 0), starts.get(parsed, 0), hws.get(parsed, 0), clean)
+                )
+
+        def load(job: tuple[Path, Path, int, int, int, bool]) -> tuple[Path, Log]:
+            d, child, rp, start, hw, clean = job
+            log = Log(
+                child,
+                self.default_config,
+                recovery_point=rp,
+                log_start_offset=start,
+                clean_shutdown=clean,
+                clock=self.clock,
+                files=self.files,
+            )
+            log.high_watermark = min(hw, log.log_end_offset)
+            return d, log
+
+        for d, log in parallel_map(load, jobs):
+            key = (log.topic, log.partition)
+            self._logs[key] = log
+            self._log_dir[key] = d
+        # from now on a crash is an unclean shutdown
+        for d in self.dirs:
+            (d / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------------------------
+    def get(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def get_or_create(
+        self,
+        topic: str,
+        partition: int,
+        config: Mapping[str, Any] | LogConfig | None = None,
+        topic_id: uuid.UUID | None = None,
+    ) -> Log:
+        """The partition's log, created (in the log dir with the fewest partitions) if new."""
+        key = (topic, partition)
+        log = self._logs.get(key)
+        cfg = self._config(config)
+        if log is not None:
+            if config is not None:
+                log.update_config(cfg)
+            return log
+        counts = {d: 0 for d in self.dirs}
+        for d in self._log_dir.values():
+            counts[d] += 1
+        target = min(self.dirs, key=lambda d: counts[d])
+        log = Log(target / f"{topic}-{partition}", cfg, clean_shutdown=True, clock=self.clock, files=self.files)
+        if topic_id is not None:
+            self.set_topic_id(log, topic_id)
+        self.files.sync_dir(target)
+        self._logs[key] = log
+        self._log_dir[key] = target
+        return log
+
+    def _config(self, config: Mapping[str, Any] | LogConfig | None) -> LogConfig:
+        if isinstance(config, LogConfig):
+            return config
+        if not config:
+            return self.default_config
+        merged = self.default_config.to_dict()
+        merged.update(config)
+        return LogConfig.from_dict(merged)
+
+    def logs(self) -> Iterator[Log]:
+        return iter(list(self._logs.values()))
+
+    def __len__(self) -> int:
+        return len(self._logs)
+
+    def delete(self, topic: str, partition: int) -> bool:
+        log = self._logs.pop((topic, partition), None)
+        self._log_dir.pop((topic, partition), None)
+        if log is None:
+            return False
+        log.delete()
+        return True
+
+    # -- identity ------------------------------------------------------------------------
+    @staticmethod
+    def set_topic_id(log: Log, topic_id: uuid.UUID) -> None:
+        write_atomic(log.directory / PARTITION_METADATA, f"version: 0\ntopic_id: {kafka_uuid(topic_id)}\n")
+
+    @staticmethod
+    def topic_id(log: Log) -> uuid.UUID | None:
+        path = log.directory / PARTITION_METADATA
+        if not path.exists():
+            return None
+        props = _read_properties(path)
+        text = props.get("topic_id")
+        return parse_kafka_uuid(text) if text else None
+
+    # -- background work -------------------------------------------------------------------
+    def cleanup(self, now_ms: int | None = None) -> int:
+        """Retention for every log; returns the number of segments removed."""
+        removed = 0
+        for log in self.logs():
+            if not log.closed:
+                removed += log.delete_old_segments(now_ms)
+                log.delete_pending()
+        return removed
+
+    def flush_due(self) -> int:
+        """Flush logs whose ``flush.ms`` elapsed; returns how many were flushed."""
+        return sum(1 for log in self.logs() if not log.closed and log.flush_if_due())
+
+    def checkpoint(self) -> None:
+        """Write recovery points, log start offsets and high watermarks of every log dir."""
+        for d in self.dirs:
+            mine = [(k, log) for k, log in self._logs.items() if self._log_dir[k] == d]
+            write_offsets(d / RECOVERY_POINT, {k: log.recovery_point for k, log in mine})
+            write_offsets(d / LOG_START_OFFSET, {k: log.log_start_offset for k, log in mine})
+            write_offsets(d / REPLICATION_OFFSET, {k: log.high_watermark for k, log in mine})
+
+    def shutdown(self) -> None:
+        """Flush and close every log, write checkpoints and the clean-shutdown marker."""
+        if self._closed:
+            return
+        for log in self.logs():
+            log.close()
+        self.checkpoint()
+        for d in self.dirs:
+            write_atomic(d / CLEAN_SHUTDOWN_FILE, "")
+        self._closed = True

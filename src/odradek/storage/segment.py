@@ -1,0 +1,390 @@
+"""One log segment: ``<base>.log`` with its ``.index`` and ``.timeindex``.
+
+The ``.log`` file is a plain concatenation of entries (v2 record batches or v0/v1 messages) as
+they travel in produce and fetch requests, each starting with an int64 offset and an int32 size.
+A segment's name is its base offset, zero-padded to 20 digits.  An index entry is added for a
+batch once more than ``index.interval.bytes`` have been appended since the previous entry; it
+maps the batch's last offset to the batch's position, so a floor lookup followed by a short scan
+of batch headers finds any offset.
+
+Not thread-safe for writers (the owning :class:`~odradek.storage.log.Log` serialises them);
+reads use ``pread`` on the file descriptor and may run concurrently with appends.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from odradek.records import BatchHeader, RecordsError, iter_batch_headers, peek_header
+from odradek.storage.config import LogConfig
+from odradek.storage.errors import CorruptIndexError, StorageError
+from odradek.storage.files import FileOps
+from odradek.storage.index import OffsetIndex, TimeIndex
+
+__all__ = ["FileRegion", "LogSegment", "segment_name"]
+
+LOG_OVERHEAD = 12
+_HEADER_PEEK = 61  # a v2 batch header; enough for every format's offsets and timestamps
+_SCAN_CHUNK = 1 << 20
+
+
+def segment_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class FileRegion:
+    """A byte range of a segment file, for ``sendfile`` or ``pread``."""
+
+    segment: LogSegment
+    position: int
+    length: int
+
+    @property
+    def fd(self) -> int:
+        return self.segment.fd
+
+    def to_bytes(self) -> bytes:
+        return self.segment.read_bytes(self.position, self.length)
+
+
+class LogSegment:
+    """A segment file and its indexes."""
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        files: FileOps,
+        *,
+        now_ms: int,
+        active: bool,
+        suffix: str = "",
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.config = config
+        self.files = files
+        self.suffix = suffix
+        self.log_path = directory / segment_name(base_offset, ".log" + suffix)
+        self.fd = files.open(self.log_path)
+        self.size = files.size(self.fd)
+        self.index = OffsetIndex(
+            directory / segment_name(base_offset, ".index" + suffix), base_offset, config.segment_index_bytes, active
+        )
+        self.time_index = TimeIndex(
+            directory / segment_name(base_offset, ".timeindex" + suffix),
+            base_offset,
+            config.segment_index_bytes,
+            active,
+        )
+        self.created_ms = now_ms
+        self.bytes_since_index_entry = 0
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        self.first_batch_timestamp: int | None = None
+        self.next_offset = base_offset  # offset after the last entry (base offset when empty)
+        self.jitter_ms = random.randrange(config.segment_jitter_ms) if config.segment_jitter_ms > 0 else 0
+        self.closed = False
+
+    # -- state ---------------------------------------------------------------------------
+    @property
+    def is_empty(self) -> bool:
+        return self.size == 0
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Largest record timestamp in the segment (creation time when it has none)."""
+        return self.max_timestamp if self.max_timestamp >= 0 else self.created_ms
+
+    def read_bytes(self, position: int, length: int) -> bytes:
+        return self.files.read_at(self.fd, length, position)
+
+    def headers(self, start: int = 0, end: int | None = None) -> Iterator[BatchHeader]:
+        """Headers of the complete entries from ``start``, read in large chunks (full scans)."""
+        end = self.size if end is None else end
+        pos = start
+        while pos < end:
+            chunk = self.read_bytes(pos, min(_SCAN_CHUNK, end - pos))
+            consumed = 0
+            for h in iter_batch_headers(chunk):
+                yield h._replace(position=pos + h.position)
+                consumed = h.end
+            if consumed == 0:
+                # an entry larger than the chunk, or a torn tail
+                h0 = self.peek(pos, end)
+                if h0 is None:
+                    return
+                yield h0
+                consumed = h0.size
+            pos += consumed
+
+    def peek(self, position: int, end: int | None = None) -> BatchHeader | None:
+        """Header of the entry at ``position`` from its first bytes (None past a torn tail)."""
+        end = self.size if end is None else end
+        if end - position < 17:
+            return None
+        try:
+            h = peek_header(self.read_bytes(position, min(_HEADER_PEEK, end - position)))
+        except RecordsError:
+            return None
+        if h is None or position + h.size > end:
+            return None
+        return h._replace(position=position)
+
+    def peek_headers(self, start: int) -> Iterator[BatchHeader]:
+        """Headers from ``start``, one small read each (short scans after an index lookup)."""
+        pos, end = start, self.size
+        while True:
+            h = self.peek(pos, end)
+            if h is None:
+                return
+            yield h
+            pos += h.size
+
+    # -- writes --------------------------------------------------------------------------
+    def append(self, data: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> int:
+        """Append complete entries (offsets already assigned); returns their file position."""
+        position = self.size
+        self.files.write_at(self.fd, data, position)
+        self.size += len(data)
+        interval = self.config.index_interval_bytes
+        index, time_index = self.index, self.time_index
+        for h in headers:
+            if h.max_timestamp > self.max_timestamp:
+                self.max_timestamp = h.max_timestamp
+                self.offset_of_max_timestamp = h.last_offset
+            if self.first_batch_timestamp is None:
+                self.first_batch_timestamp = h.max_timestamp
+            if self.bytes_since_index_entry > interval:
+                index.append(h.last_offset, position + h.position)
+                time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+                self.bytes_since_index_entry = 0
+            self.bytes_since_index_entry += h.size
+        if headers:
+            self.next_offset = headers[-1].last_offset + 1
+        return position
+
+    def should_roll(self, size: int, max_timestamp: int, last_offset: int, now_ms: int) -> bool:
+        """Whether appending ``size`` bytes up to ``last_offset`` needs a new segment first."""
+        if self.is_empty:
+            return False
+        config = self.config
+        if self.size + size > config.segment_bytes:
+            return True
+        if self.index.is_full or self.time_index.is_full:
+            return True
+        if last_offset - self.base_offset > 0x7FFFFFFF:
+            return True
+        if self.first_batch_timestamp is not None and self.first_batch_timestamp >= 0 and max_timestamp >= 0:
+            waited = max_timestamp - self.first_batch_timestamp
+        else:
+            waited = now_ms - self.created_ms
+        return waited > config.segment_ms - self.jitter_ms
+
+    def flush(self) -> None:
+        self.files.datasync(self.fd)
+        self.index.flush()
+        self.time_index.flush()
+
+    def seal(self) -> None:
+        """The segment stops being active: trim its indexes to their entries."""
+        self.index.trim()
+        self.time_index.trim()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.index.close()
+        self.time_index.close()
+        self.files.close(self.fd)
+        self.closed = True
+
+    def rename_suffix(self, suffix: str) -> None:
+        """Rename the three files to carry ``suffix`` (``.deleted``, ``.swap``, ``""``)."""
+        for path_attr in ("log_path",):
+            old = getattr(self, path_attr)
+            new = self.directory / segment_name(self.base_offset, ".log" + suffix)
+            self.files.rename(old, new)
+            setattr(self, path_attr, new)
+        self.index.rename(self.directory / segment_name(self.base_offset, ".index" + suffix))
+        self.time_index.rename(self.directory / segment_name(self.base_offset, ".timeindex" + suffix))
+        self.suffix = suffix
+
+    def delete_files(self) -> None:
+        self.close()
+        self.files.remove(self.log_path)
+        self.index.delete()
+        self.time_index.delete()
+
+    # -- reads ---------------------------------------------------------------------------
+    def translate_offset(self, offset: int, start: int = 0) -> BatchHeader | None:
+        """Header of the first entry whose last offset is >= ``offset``, or None."""
+        _o, position = self.index.lookup(offset)
+        for h in self.peek_headers(max(position, start)):
+            if h.last_offset >= offset:
+                return h
+        return None
+
+    def read(self, offset: int, max_bytes: int, max_position: int, min_one: bool) -> FileRegion | None:
+        """Region from the entry holding ``offset`` up to ``max_bytes`` and ``max_position``."""
+        h = self.translate_offset(offset)
+        if h is None or h.position >= max_position:
+            return None
+        limit = max(max_bytes, h.size) if min_one else max_bytes
+        length = min(max_position - h.position, limit)
+        if length <= 0:
+            return None
+        return FileRegion(self, h.position, length)
+
+    def position_of(self, offset: int) -> int:
+        """File position of the first entry whose last offset is >= ``offset`` (size if none)."""
+        h = self.translate_offset(offset)
+        return self.size if h is None else h.position
+
+    def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first entry with max timestamp >= ``timestamp``."""
+        _ts, offset = self.time_index.lookup(timestamp)
+        _o, position = self.index.lookup(offset)
+        for h in self.peek_headers(position):
+            if h.max_timestamp >= timestamp:
+                return (h.base_offset if h.base_offset >= 0 else h.last_offset), h.max_timestamp
+        return None
+
+    # -- recovery ------------------------------------------------------------------------
+    def load_state(self) -> None:
+        """Recompute next offset and max timestamp from the tail after the last index entry."""
+        ts, ts_offset = self.time_index.last_entry
+        if ts > self.max_timestamp:
+            self.max_timestamp, self.offset_of_max_timestamp = ts, ts_offset
+        start = self.index.lookup(self.index.last_offset)[1] if self.index.entries else 0
+        first = True
+        for h in self.headers(start):
+            if first and start == 0:
+                self.first_batch_timestamp = h.max_timestamp
+            first = False
+            if h.max_timestamp > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = h.max_timestamp, h.last_offset
+            self.next_offset = h.last_offset + 1
+            self.bytes_since_index_entry += h.size
+        if self.first_batch_timestamp is None and self.size:
+            for h in self.headers(0):
+                self.first_batch_timestamp = h.max_timestamp
+                break
+
+    def check_indexes(self) -> bool:
+        try:
+            self.index.sanity_check(self.size)
+            self.time_index.sanity_check(self.size)
+        except CorruptIndexError:
+            return False
+        return True
+
+    def recover(self, max_batch_size: int, min_offset: int) -> int:
+        """Validate every entry, rebuild both indexes, truncate at the first invalid entry.
+
+        Returns the number of bytes truncated.  An entry is invalid when its size is out of
+        bounds, its checksum fails, or its offsets go backwards (or below ``min_offset``).
+        """
+        writable = self.index.writable
+        if not writable:
+            self.index.make_writable()
+            self.time_index.make_writable()
+        self.index.reset()
+        self.time_index.reset()
+        self.bytes_since_index_entry = 0
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = self.base_offset
+        self.first_batch_timestamp = None
+        self.next_offset = self.base_offset
+        valid = 0
+        expected = max(min_offset, self.base_offset)
+        pos = 0
+        end = self.files.size(self.fd)
+        done = False
+        while pos < end and not done:
+            chunk = self.read_bytes(pos, min(max(_SCAN_CHUNK, max_batch_size + LOG_OVERHEAD), end - pos))
+            consumed = 0
+            try:
+                for h in iter_batch_headers(chunk, verify=True, max_batch_size=max_batch_size + LOG_OVERHEAD):
+                    first = h.base_offset if h.base_offset >= 0 else h.last_offset
+                    if first < expected or h.last_offset < first:
+                        done = True
+                        break
+                    self.append_index_only(h._replace(position=pos + h.position))
+                    expected = h.last_offset + 1
+                    consumed = h.end
+            except RecordsError:
+                done = True
+            if consumed == 0:
+                break
+            pos += consumed
+            valid = pos
+        self.size = valid
+        truncated = end - valid
+        if truncated:
+            self.files.truncate(self.fd, valid)
+        if not writable:
+            self.seal()
+        return truncated
+
+    def append_index_only(self, h: BatchHeader) -> None:
+        """Account for an entry already in the file (recovery): indexes and timestamps."""
+        if h.max_timestamp > self.max_timestamp:
+            self.max_timestamp = h.max_timestamp
+            self.offset_of_max_timestamp = h.last_offset
+        if self.first_batch_timestamp is None:
+            self.first_batch_timestamp = h.max_timestamp
+        if self.bytes_since_index_entry > self.config.index_interval_bytes:
+            self.index.append(h.last_offset, h.position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.bytes_since_index_entry = 0
+        self.bytes_since_index_entry += h.size
+        self.next_offset = h.last_offset + 1
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop entries whose last offset is >= ``offset``; returns bytes removed."""
+        h = self.translate_offset(offset)
+        if h is None:
+            return 0
+        position = h.position
+        removed = self.size - position
+        self.index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self.files.truncate(self.fd, position)
+        self.size = position
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = self.base_offset
+        self.next_offset = self.base_offset
+        self.bytes_since_index_entry = 0
+        self.first_batch_timestamp = None
+        self.load_state_full()
+        return removed
+
+    def load_state_full(self) -> None:
+        """Recompute next offset, timestamps and index spacing from every entry."""
+        self.max_timestamp = -1
+        self.next_offset = self.base_offset
+        last_index_pos = self.index.entry(self.index.entries - 1)[1] if self.index.entries else -1
+        for h in self.headers(0):
+            if self.first_batch_timestamp is None:
+                self.first_batch_timestamp = h.max_timestamp
+            if h.max_timestamp > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = h.max_timestamp, h.last_offset
+            self.next_offset = h.last_offset + 1
+            if h.position >= last_index_pos:
+                self.bytes_since_index_entry = (
+                    0 if h.position == last_index_pos else self.bytes_since_index_entry
+                ) + h.size
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.log_path.name}, size={self.size}, next_offset={self.next_offset})"
+
+
+def check_fits(size: int, config: LogConfig) -> None:
+    if size > config.segment_bytes:
+        raise StorageError(f"entry of {size} bytes is larger than segment.bytes={config.segment_bytes}")
