@@ -57,13 +57,13 @@ def test_offset_index_truncate_and_full(tmp_path: Path) -> None:
 def test_reopened_untrimmed_index_stops_at_zero_fill(tmp_path: Path) -> None:
     path = tmp_path / "x.index"
     idx = OffsetIndex(path, 0, 8 * 100, writable=True)
-    for i in range(5):
+    for i in range(1, 6):
         idx.append(i * 3, i * 50)
     idx.flush()
     # simulate a crash: the file is still preallocated when reopened
     idx2 = OffsetIndex(path, 0, 8 * 100, writable=False)
     assert idx2.entries == 5
-    assert idx2.lookup(100) == (12, 200)
+    assert idx2.lookup(100) == (15, 250)
 
 
 def test_time_index_only_increases_and_finds_floor(tmp_path: Path) -> None:

@@ -58,8 +58,9 @@ class _Index:
             self._mmap = mmap.mmap(self._fd, length)
 
     def _count_entries(self, size: int) -> int:
-        """Entries in an existing file: stop at the first all-zero entry after the first one
-        (a preallocated file that was not trimmed before a crash is zero-filled past its entries)."""
+        """Entries in an existing file: stop at the first all-zero entry (a preallocated file that
+        was not trimmed before a crash is zero-filled past its entries).  No real entry is all
+        zero: the first batch of a segment is never indexed, so no entry has position 0."""
         n = size // self.entry_size
         if n == 0:
             return 0
@@ -69,7 +70,7 @@ class _Index:
         count = 0
         for i in range(n):
             chunk = data[i * self.entry_size : (i + 1) * self.entry_size]
-            if i > 0 and chunk == zero:
+            if chunk == zero:
                 break
             count = i + 1
         return count

@@ -174,33 +174,40 @@ class Log:
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
 
     def _clean_leftovers(self) -> None:
-        """Finish or undo what a crash interrupted: deletions, cleaning, swaps."""
+        """Finish or undo what a crash interrupted: deletions, cleaning, swaps.
+
+        ``.deleted``, ``.cleaned`` and ``.tmp`` files are removed.  A ``<base>.log.swap`` is a
+        committed compaction: the segments it replaces (bases in ``[base, its last offset]``)
+        are removed, the swap takes the final name and its indexes are rebuilt on load.
+        Index ``.swap`` files without a ``.log.swap`` belong to an uncommitted pass.
+        """
         for path in sorted(self.directory.iterdir()):
-            name = path.name
-            if name.endswith((".deleted", ".cleaned", ".tmp")):
+            if path.name.endswith((".deleted", ".cleaned", ".tmp")):
                 path.unlink(missing_ok=True)
+        swaps = sorted(p for p in self.directory.iterdir() if p.name.endswith(".log.swap"))
+        committed = {p.name[: -len(".log.swap")] for p in swaps}
         for path in sorted(self.directory.iterdir()):
-            if not path.name.endswith(".swap"):
-                continue
-            final = path.with_name(path.name[: -len(".swap")])
-            if final.suffix == ".log":
-                # the swap was committed: segments it replaces are those whose base offsets
-                # fall in [swap base, next offset of swap); remove them before renaming
-                swap_base = int(final.stem)
-                self._remove_replaced_by_swap(path, swap_base)
-            os.replace(path, final)
+            if path.name.endswith((".index.swap", ".timeindex.swap")):
+                path.unlink()
+        for swap in swaps:
+            stem = swap.name[: -len(".log.swap")]
+            self._remove_replaced_by_swap(swap, int(stem))
+            for suffix in (".index", ".timeindex"):
+                (self.directory / (stem + suffix)).unlink(missing_ok=True)
+            os.replace(swap, self.directory / (stem + ".log"))
+        if committed:
+            self.files.sync_dir(self.directory)
 
     def _remove_replaced_by_swap(self, swap_log: Path, swap_base: int) -> None:
-        data = swap_log.read_bytes()
         last = swap_base
-        for h in iter_batch_headers(data):
+        for h in iter_batch_headers(swap_log.read_bytes()):
             last = h.last_offset
         for path in self.directory.iterdir():
             m = _SEGMENT_RE.match(path.name)
             if m is None:
                 continue
             base = int(m.group("base"))
-            if swap_base < base <= last:
+            if swap_base <= base <= last:
                 for suffix in (".log", ".index", ".timeindex"):
                     path.with_suffix(suffix).unlink(missing_ok=True)
 
@@ -600,6 +607,25 @@ class Log:
             seg.rename_suffix(".deleted")
             self._pending_deletes.append((due, seg))
         self.delete_pending()
+
+    def replace_segments(self, old: Sequence[LogSegment], new: LogSegment) -> None:
+        """Put ``new`` (a compacted ``.swap`` segment) in place of the consecutive ``old`` ones.
+
+        Readers holding the previous segment list keep reading the old files, which stay open
+        until their delayed deletion.
+        """
+        ids = {id(s) for s in old}
+        segments = list(self._segments)
+        at = next(i for i, s in enumerate(segments) if id(s) in ids)
+        kept = [s for s in segments if id(s) not in ids]
+        kept.insert(at, new)
+        due = self.clock.monotonic_ms() + self.config.file_delete_delay_ms
+        for seg in old:
+            seg.rename_suffix(".deleted")
+            self._pending_deletes.append((due, seg))
+        new.rename_suffix("")
+        self._set_segments(kept)
+        self.files.sync_dir(self.directory)
 
     def delete_pending(self, force: bool = False) -> int:
         """Delete files of removed segments whose delay has passed."""

@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from odradek._clock import Clock, SystemClock
+from odradek.storage import cleaner
 from odradek.storage.checkpoint import (
+    CLEANER_OFFSET,
     LOG_START_OFFSET,
     RECOVERY_POINT,
     REPLICATION_OFFSET,
@@ -104,6 +106,7 @@ class LogManager:
         self._logs: dict[tuple[str, int], Log] = {}
         self._log_dir: dict[tuple[str, int], Path] = {}
         self.clean_shutdown: dict[Path, bool] = {}
+        self.cleaner_offsets: dict[tuple[str, int], int] = {}
         self._closed = False
         for d in self.dirs:
             d.mkdir(parents=True, exist_ok=True)
@@ -118,6 +121,7 @@ class LogManager:
             recovery = read_offsets(d / RECOVERY_POINT)
             starts = read_offsets(d / LOG_START_OFFSET)
             hws = read_offsets(d / REPLICATION_OFFSET)
+            self.cleaner_offsets.update(read_offsets(d / CLEANER_OFFSET))
             for child in sorted(d.iterdir()):
                 if not child.is_dir():
                     continue
@@ -197,6 +201,7 @@ class LogManager:
         return len(self._logs)
 
     def delete(self, topic: str, partition: int) -> bool:
+        self.cleaner_offsets.pop((topic, partition), None)
         log = self._logs.pop((topic, partition), None)
         self._log_dir.pop((topic, partition), None)
         if log is None:
@@ -227,6 +232,30 @@ class LogManager:
                 removed += log.delete_old_segments(now_ms)
                 log.delete_pending()
         return removed
+
+    def clean(self, now_ms: int | None = None) -> list[cleaner.CleanResult]:
+        """One compaction pass over every compacted log whose dirty ratio reached
+        ``min.cleanable.dirty.ratio``; updates ``cleaner-offset-checkpoint``."""
+        now = self.clock.now_ms() if now_ms is None else now_ms
+        results = []
+        for log in self.logs():
+            if log.closed or not log.config.compact:
+                continue
+            key = (log.topic, log.partition)
+            first = max(self.cleaner_offsets.get(key, 0), log.log_start_offset)
+            if cleaner.dirty_ratio(log, first, now) < log.config.min_cleanable_dirty_ratio:
+                continue
+            result = cleaner.clean(log, first, now)
+            self.cleaner_offsets[key] = result.first_dirty_offset
+            results.append(result)
+        if results:
+            self._write_cleaner_checkpoint()
+        return results
+
+    def _write_cleaner_checkpoint(self) -> None:
+        for d in self.dirs:
+            mine = {k: o for k, o in self.cleaner_offsets.items() if self._log_dir.get(k) == d}
+            write_offsets(d / CLEANER_OFFSET, mine)
 
     def flush_due(self) -> int:
         """Flush logs whose ``flush.ms`` elapsed; returns how many were flushed."""

@@ -1,0 +1,5 @@
+"""``python -m odradek``."""
+
+from odradek.cli.__main__ import run
+
+run()

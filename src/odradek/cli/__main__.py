@@ -1,0 +1,60 @@
+"""``odradek`` / ``python -m odradek``: the command-line entry point.
+
+Subcommands import what they need lazily, so that each starts quickly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="odradek", description="A Kafka-compatible distributed commit log.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    dump = sub.add_parser(
+        "dump-log",
+        help="print the batches of .log segments and check .index/.timeindex files",
+        description="Print log segments (batches, offsets, timestamps, codecs) and check their indexes.",
+    )
+    dump.add_argument("paths", nargs="+", metavar="PATH", help=".log, .index or .timeindex files, or partition dirs")
+    dump.add_argument("--print-data-log", action="store_true", help="print keys, values and headers of records")
+    dump.add_argument("--deep-iteration", action="store_true", help="print every record, not only batches")
+    dump.add_argument("--max-bytes", type=int, default=None, help="stop after this many bytes of each .log file")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "dump-log":
+        from odradek.cli.dump_log import dump_paths
+
+        return dump_paths(
+            args.paths,
+            print_data=args.print_data_log,
+            deep=args.deep_iteration or args.print_data_log,
+            max_bytes=args.max_bytes,
+            out=sys.stdout,
+        )
+    return 2
+
+
+def run() -> None:
+    """Console-script entry: exit quietly when the output pipe closes (``| head``)."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 0
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    run()
