@@ -132,6 +132,7 @@ def _clean_group(
 ) -> None:
     base = group[0].base_offset
     cleaned = LogSegment(log.directory, base, log.config, log.files, now_ms=now_ms, active=True, suffix=".cleaned")
+    committed = False
     try:
         for seg in group:
             retain_tombstones = seg.largest_timestamp > horizon
@@ -162,9 +163,11 @@ def _clean_group(
         # commit point: .cleaned -> .swap (log last), then retire the old segments
         cleaned.rename_suffix(".swap")
         log.files.sync_dir(log.directory)
+        committed = True  # from here on, reopening the log completes the swap
         log.replace_segments(group, cleaned)
     except BaseException:
-        cleaned.delete_files()
+        if not committed:
+            cleaned.delete_files()
         raise
 
 
