@@ -122,7 +122,7 @@ def _fill(tmp_path: Path, clock: FakeClock) -> tuple[LogManager, Log, list[tuple
 
 def test_crash_after_commit_completes_the_swap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeClock()
-    manager, log, before = _fill(tmp_path, clock)
+    _manager, log, before = _fill(tmp_path, clock)
 
     def crash(self: Log, old: object, new: object) -> None:
         raise KeyboardInterrupt("simulated crash after the .swap rename")
@@ -151,7 +151,7 @@ def test_crash_after_commit_completes_the_swap(tmp_path: Path, monkeypatch: pyte
 
 def test_crash_before_commit_discards_the_cleaned_files(tmp_path: Path) -> None:
     clock = FakeClock()
-    _manager, log, before = _fill(tmp_path, clock)
+    _manager, _log, before = _fill(tmp_path, clock)
     junk = tmp_path / "crash-0" / "00000000000000000000.log.cleaned"
     junk.write_bytes(b"partial cleaner output")
     (tmp_path / "crash-0" / "00000000000000000000.index.swap").write_bytes(b"\x00" * 8)
