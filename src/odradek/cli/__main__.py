@@ -25,11 +25,19 @@ def _parser() -> argparse.ArgumentParser:
     dump.add_argument("--print-data-log", action="store_true", help="print keys, values and headers of records")
     dump.add_argument("--deep-iteration", action="store_true", help="print every record, not only batches")
     dump.add_argument("--max-bytes", type=int, default=None, help="stop after this many bytes of each .log file")
+
+    from odradek.cli import serve
+
+    serve.add_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "serve":
+        from odradek.cli import serve
+
+        return serve.run(args)
     if args.command == "dump-log":
         from odradek.cli.dump_log import dump_paths
 

@@ -133,8 +133,11 @@ class FrameReader:
         """Bytes received and not yet returned as frames."""
         return len(self._buf) - self._pos
 
-    def next_frame(self) -> bytes | None:
-        """The next complete frame's payload, or ``None`` until more bytes arrive."""
+    def next_frame(self) -> bytearray | None:
+        """The next complete frame's payload, or ``None`` until more bytes arrive.
+
+        The payload is a fresh ``bytearray`` the caller owns: decoded ``records`` fields are
+        writable views of it, so a broker can patch offsets in place without another copy."""
         buf, pos = self._buf, self._pos
         if len(buf) - pos < 4:
             return None
@@ -146,7 +149,7 @@ class FrameReader:
         end = pos + 4 + size
         if end > len(buf):
             return None
-        payload = bytes(buf[pos + 4 : end])
+        payload = buf[pos + 4 : end]
         self._pos = end
         if end == len(buf):
             buf.clear()
@@ -189,6 +192,11 @@ class ServerConnection:
     def in_flight(self) -> int:
         """Requests received and not yet answered."""
         return len(self._pending)
+
+    @property
+    def peer_closed(self) -> bool:
+        """The peer closed its side of the stream (``receive_data(b"")``)."""
+        return self._closed is not None
 
     def send_response(self, request_header: RequestHeader, message: Message) -> bytes:
         """Encode and queue the response; returns the bytes now ready to write, in order."""

@@ -12,6 +12,7 @@ __all__ = [
     "InvalidTimestampError",
     "LogClosedError",
     "OffsetOutOfRangeError",
+    "ProducerStateError",
     "RecordBatchTooLargeError",
     "StorageError",
 ]
@@ -60,6 +61,22 @@ class RecordBatchTooLargeError(StorageError):
 class InvalidConfigError(StorageError):
     def __init__(self, message: str) -> None:
         super().__init__(message, ErrorCode.INVALID_CONFIG)
+
+
+class ProducerStateError(StorageError):
+    """An idempotent-producer batch that fails the sequence or epoch checks."""
+
+    @classmethod
+    def out_of_order(cls, message: str) -> ProducerStateError:
+        return cls(message, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+
+    @classmethod
+    def fenced(cls, message: str) -> ProducerStateError:
+        return cls(message, ErrorCode.INVALID_PRODUCER_EPOCH)
+
+    @classmethod
+    def unknown_producer(cls, message: str) -> ProducerStateError:
+        return cls(message, ErrorCode.UNKNOWN_PRODUCER_ID)
 
 
 class CorruptIndexError(StorageError):

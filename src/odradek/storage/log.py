@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import os
 import re
+import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,11 +30,8 @@ from odradek.records import (
     RecordsError,
     assign_offsets,
     iter_batch_headers,
-    patch_base_offset,
-    patch_partition_leader_epoch,
     read_batches,
     set_log_append_time,
-    validate,
 )
 from odradek.records.errors import DecompressionLimitExceeded, UnsupportedCodecError, UnsupportedMagicError
 from odradek.storage.config import LogConfig
@@ -48,13 +46,23 @@ from odradek.storage.errors import (
     StorageError,
 )
 from odradek.storage.files import OS_FILES, FileOps
+from odradek.storage.producer_state import ProducerStateManager
 from odradek.storage.segment import FileRegion, LogSegment
 
 __all__ = ["AppendInfo", "Log", "ReadResult", "parse_partition_dir"]
 
+_LONG_MAX = 9223372036854775807
+_i64 = struct.Struct(">q")
+_i32 = struct.Struct(">i")
+
+
+def _new_header(fields: tuple[int, ...]) -> BatchHeader:
+    return tuple.__new__(BatchHeader, fields)
+
+
 _DIR_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 _SEGMENT_RE = re.compile(r"^(?P<base>\d{20})\.log$")
-_BATCH_OVERHEAD = 12
+_INDEX_RE = re.compile(r"^\d{20}\.(index|timeindex)$")
 
 
 def parse_partition_dir(name: str) -> tuple[str, int] | None:
@@ -78,6 +86,7 @@ class AppendInfo:
     record_count: int
     size: int
     batches: list[BatchHeader] = field(default_factory=list)
+    duplicate: bool = False  # a retried idempotent batch: nothing written, original offsets
 
 
 @dataclass(slots=True)
@@ -122,13 +131,21 @@ class Log:
         self.closed = False
         directory.mkdir(parents=True, exist_ok=True)
         self.epochs = LeaderEpochCache(directory)
-        self._segments: tuple[LogSegment, ...] = ()
-        self._bases: tuple[int, ...] = ()
+        # the segment list and their base offsets, replaced together in one assignment so that a
+        # reader's snapshot is always consistent (copy-on-write, see read())
+        self._view: tuple[tuple[LogSegment, ...], tuple[int, ...]] = ((), ())
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._dir_dirty = False
         self.high_watermark = 0
         self.recovered_bytes = 0
+        #: flush inline when flush.messages is reached; a broker turns this off and flushes
+        #: from a worker thread instead
+        self.auto_flush = True
+        self._limits: tuple[int, int] | None = None
+        self._limits_for: LogConfig | None = None
+        self.producers = ProducerStateManager(directory)
         self._load(recovery_point, log_start_offset, clean_shutdown)
+        self._load_producer_state()
         self.last_flush_ms = self.clock.monotonic_ms()
 
     # ------------------------------------------------------------------------------------
@@ -197,6 +214,13 @@ class Log:
             os.replace(swap, self.directory / (stem + ".log"))
         if committed:
             self.files.sync_dir(self.directory)
+        # Index files without their .log (a deletion or truncation interrupted between files, or
+        # a .log whose creation a power cut undid) would be taken over, stale, by a new segment
+        # at the same base offset: remove them, as Kafka does.
+        logs = {p.name[:20] for p in self.directory.iterdir() if _SEGMENT_RE.match(p.name)}
+        for path in self.directory.iterdir():
+            if _INDEX_RE.match(path.name) and path.name[:20] not in logs:
+                path.unlink()
 
     def _remove_replaced_by_swap(self, swap_log: Path, swap_base: int) -> None:
         last = swap_base
@@ -223,13 +247,17 @@ class Log:
             truncated = seg.recover(max_size, min_offset)
             self.recovered_bytes += truncated
             if truncated:
-                # nothing after an invalid entry can be trusted: drop later segments
-                for later in segments[i + 1 :]:
+                # nothing after an invalid entry can be trusted: drop later segments, and this
+                # one too when nothing in it was valid (a stale segment whose offsets its
+                # predecessor already holds must not set the log end offset back)
+                keep = i if seg.is_empty and i > 0 else i + 1
+                for later in segments[keep:]:
                     later.delete_files()
-                segments = segments[: i + 1]
-                if not seg.index.writable:
-                    seg.index.make_writable()
-                    seg.time_index.make_writable()
+                segments = segments[:keep]
+                last = segments[-1]
+                if not last.index.writable:
+                    last.index.make_writable()
+                    last.time_index.make_writable()
                 break
         self._set_segments(segments)
 
@@ -240,8 +268,15 @@ class Log:
     # segment list (copy-on-write)
 
     def _set_segments(self, segments: Sequence[LogSegment]) -> None:
-        self._segments = tuple(segments)
-        self._bases = tuple(s.base_offset for s in segments)
+        self._view = (tuple(segments), tuple(s.base_offset for s in segments))
+
+    @property
+    def _segments(self) -> tuple[LogSegment, ...]:
+        return self._view[0]
+
+    @property
+    def _bases(self) -> tuple[int, ...]:
+        return self._view[1]
 
     @property
     def segments(self) -> tuple[LogSegment, ...]:
@@ -271,52 +306,90 @@ class Log:
     ) -> AppendInfo:
         """Append batches as a leader: validate them, assign offsets, write.
 
-        v2 batches get offsets by patching their base offset (no per-record work), v0/v1
-        messages per message.  Raises CorruptRecordError (bad sizes or CRC),
+        v2 batches get offsets by patching their base offset (no per-record work) — in place
+        when ``data`` is writable (a bytearray or a view of one), so the batch is never copied —
+        and v0/v1 messages per message.  A batch from an idempotent producer that repeats one of
+        its last five is not written again: the result carries the original offsets and
+        ``duplicate=True``.  Raises CorruptRecordError (bad sizes or CRC),
         RecordBatchTooLargeError (``max.message.bytes``), InvalidRecordError (null key on a
-        compacted topic) and InvalidTimestampError.
+        compacted topic), InvalidTimestampError and ProducerStateError.
         """
         self._check_open()
         now = self.clock.now_ms() if now_ms is None else now_ms
-        buf = bytearray(data)
-        headers = self._validate(buf)
+        headers = self._validate(data)
+        if headers[0].producer_id >= 0 or len(headers) > 1:
+            for h in headers:
+                dup = self.producers.check(h)
+                if dup is not None:
+                    if len(headers) > 1:
+                        raise CorruptRecordError("a retried idempotent batch must be sent alone")
+                    return AppendInfo(
+                        dup.first_offset, dup.last_offset, -1, -1, -1, self.log_start_offset,
+                        dup.last_offset - dup.first_offset + 1, 0, [], duplicate=True,
+                    )
         first = self.log_end_offset
-        if any(h.magic < 2 for h in headers):
-            try:
-                assign_offsets(buf, first)
-            except RecordsError as exc:
-                raise CorruptRecordError(str(exc)) from exc
-            headers = list(iter_batch_headers(buf))
-        else:
-            offset = first
-            for h in headers:
-                patch_base_offset(buf, h.position, offset)
-                offset += h.last_offset - h.base_offset + 1
-            headers = list(iter_batch_headers(buf))
+        cfg = self.config
         log_append_time = -1
-        if self.config.message_timestamp_type == "LogAppendTime":
-            log_append_time = now
-            for h in headers:
-                if h.magic > 0:
-                    set_log_append_time(buf, h, now)
+        if cfg.message_timestamp_type == "LogAppendTime" or any(h.magic < 2 for h in headers):
+            buf = bytearray(data)
+            if any(h.magic < 2 for h in headers):
+                try:
+                    assign_offsets(buf, first)
+                except RecordsError as exc:
+                    raise CorruptRecordError(str(exc)) from exc
+            else:
+                offset = first
+                for h in headers:
+                    _i64.pack_into(buf, h.position, offset)
+                    offset += h.last_offset - h.base_offset + 1
             headers = list(iter_batch_headers(buf))
+            if cfg.message_timestamp_type == "LogAppendTime":
+                log_append_time = now
+                for h in headers:
+                    if h.magic > 0:
+                        set_log_append_time(buf, h, now)
+                headers = list(iter_batch_headers(buf))
+            if leader_epoch is not None and leader_epoch >= 0:
+                for h in headers:
+                    if h.magic == 2:
+                        _i32.pack_into(buf, h.position + 12, leader_epoch)
+                headers = list(iter_batch_headers(buf))
+            out: bytes | bytearray | memoryview = buf
         else:
+            # v2 only: patch base offset and leader epoch (neither is covered by the CRC)
+            writable = isinstance(data, bytearray) or (isinstance(data, memoryview) and not data.readonly)
+            out = data if writable else bytearray(data)
+            epoch = leader_epoch if leader_epoch is not None and leader_epoch >= 0 else None
+            offset = first
+            shifted = []
+            for h in headers:
+                delta = h.last_offset - h.base_offset
+                _i64.pack_into(out, h.position, offset)
+                if epoch is not None:
+                    _i32.pack_into(out, h.position + 12, epoch)
+                shifted.append(
+                    _new_header(
+                        (h.position, h.size, 2, offset, offset + delta, h.crc, h.attributes, h.base_timestamp,
+                         h.max_timestamp, h.producer_id, h.producer_epoch, h.base_sequence, h.record_count,
+                         h.partition_leader_epoch if epoch is None else epoch)
+                    )
+                )
+                offset += delta + 1
+            headers = shifted
+        if self._timestamp_limits is not None:
             self._check_timestamps(headers, now)
         if leader_epoch is not None and leader_epoch >= 0:
-            for h in headers:
-                if h.magic == 2:
-                    patch_partition_leader_epoch(buf, h.position, leader_epoch)
-            headers = list(iter_batch_headers(buf))
             self.epochs.assign(leader_epoch, first)
-        return self._write(buf, headers, now, log_append_time)
+        info = self._write(out, headers, now, log_append_time)
+        for h in headers:
+            if h.producer_id >= 0:
+                self.producers.update(h, now)
+        return info
 
     def append_as_follower(self, data: bytes | bytearray | memoryview) -> AppendInfo:
         """Append batches that already carry the leader's offsets and epochs."""
         self._check_open()
-        buf = bytearray(data)
-        headers = self._validate(buf, produce=False)
-        if not headers:
-            return self._empty_info()
+        headers = self._validate(data, produce=False)
         first = headers[0].base_offset if headers[0].base_offset >= 0 else headers[0].last_offset
         if first < self.log_end_offset:
             raise CorruptRecordError(
@@ -329,35 +402,41 @@ class Log:
             prev = h.last_offset
             if h.magic == 2 and h.partition_leader_epoch >= 0:
                 self.epochs.assign(h.partition_leader_epoch, h.base_offset)
-        return self._write(buf, headers, self.clock.now_ms(), -1)
+        now = self.clock.now_ms()
+        info = self._write(data, headers, now, -1)
+        for h in headers:
+            if h.producer_id >= 0:
+                self.producers.update(h, h.max_timestamp)
+        return info
 
     def _empty_info(self) -> AppendInfo:
         return AppendInfo(self.log_end_offset, self.log_end_offset - 1, -1, -1, -1, self.log_start_offset, 0, 0)
 
-    def _validate(self, buf: bytearray, produce: bool = True) -> list[BatchHeader]:
+    def _validate(self, data: bytes | bytearray | memoryview, produce: bool = True) -> list[BatchHeader]:
+        """One pass over the batch headers with CRC checks; Kafka's size and produce rules."""
         try:
-            headers = list(iter_batch_headers(buf, strict=True))
-            for h in headers:
-                validate(buf, h, produce=produce and h.magic == 2)
-        except (UnsupportedMagicError, UnsupportedCodecError) as exc:
-            raise CorruptRecordError(str(exc)) from exc
+            headers = list(iter_batch_headers(data, strict=True, verify=True))
         except RecordsError as exc:
             raise CorruptRecordError(str(exc)) from exc
         if not headers:
             raise CorruptRecordError("no record batches in the data")
-        limit = self.config.max_message_bytes
+        cfg = self.config
+        limit = cfg.max_message_bytes
         for h in headers:
-            if h.size > limit + _BATCH_OVERHEAD:
-                raise RecordBatchTooLargeError(
-                    f"batch of {h.size} bytes exceeds max.message.bytes={limit}"
+            # Kafka compares the whole batch (its 12-byte offset/size prefix included) with
+            # max.message.bytes, whose default 1048588 is 1 MiB plus that prefix
+            if h.size > limit:
+                raise RecordBatchTooLargeError(f"batch of {h.size} bytes exceeds max.message.bytes={limit}")
+            if h.size > cfg.segment_bytes:
+                raise RecordBatchTooLargeError(f"batch of {h.size} bytes exceeds segment.bytes={cfg.segment_bytes}")
+            if produce and h.magic == 2 and (h.record_count <= 0 or h.record_count != h.last_offset - h.base_offset + 1):
+                raise CorruptRecordError(
+                    f"batch at byte {h.position} has {h.record_count} records "
+                    f"but last offset delta {h.last_offset - h.base_offset}"
                 )
-            if h.size > self.config.segment_bytes:
-                raise RecordBatchTooLargeError(
-                    f"batch of {h.size} bytes exceeds segment.bytes={self.config.segment_bytes}"
-                )
-        if self.config.compact:
+        if cfg.compact:
             try:
-                for batch in read_batches(bytes(buf)):
+                for batch in read_batches(bytes(data)):
                     if batch.is_control:
                         continue
                     for record in batch.records:
@@ -365,14 +444,25 @@ class Log:
                             raise InvalidRecordError("compacted topics require a key on every record")
             except DecompressionLimitExceeded as exc:
                 raise RecordBatchTooLargeError(str(exc)) from exc
-            except RecordsError as exc:
+            except (UnsupportedMagicError, UnsupportedCodecError, RecordsError) as exc:
                 raise CorruptRecordError(str(exc)) from exc
         return headers
 
-    def _check_timestamps(self, headers: list[BatchHeader], now: int) -> None:
+    @property
+    def _timestamp_limits(self) -> tuple[int, int] | None:
         cfg = self.config
-        before = min(cfg.message_timestamp_difference_max_ms, cfg.message_timestamp_before_max_ms)
-        after = min(cfg.message_timestamp_difference_max_ms, cfg.message_timestamp_after_max_ms)
+        if self._limits_for is not cfg:
+            before = min(cfg.message_timestamp_difference_max_ms, cfg.message_timestamp_before_max_ms)
+            after = min(cfg.message_timestamp_difference_max_ms, cfg.message_timestamp_after_max_ms)
+            self._limits = None if before >= _LONG_MAX and after >= _LONG_MAX else (before, after)
+            self._limits_for = cfg
+        return self._limits
+
+    def _check_timestamps(self, headers: list[BatchHeader], now: int) -> None:
+        limits = self._timestamp_limits
+        if limits is None:
+            return
+        before, after = limits
         for h in headers:
             if h.magic == 0 or h.max_timestamp < 0:
                 continue
@@ -381,7 +471,9 @@ class Log:
                     f"timestamp {h.max_timestamp} is out of range of the broker time {now}"
                 )
 
-    def _write(self, buf: bytearray, headers: list[BatchHeader], now: int, log_append_time: int) -> AppendInfo:
+    def _write(
+        self, buf: bytes | bytearray | memoryview, headers: list[BatchHeader], now: int, log_append_time: int
+    ) -> AppendInfo:
         first = headers[0].base_offset if headers[0].base_offset >= 0 else self.log_end_offset
         last = headers[-1].last_offset
         max_ts, offset_of_max = -1, first
@@ -395,7 +487,7 @@ class Log:
             seg = self._roll(first, now)
         seg.append(buf, headers)
         self.log_end_offset = last + 1
-        if self.log_end_offset - self.recovery_point >= self.config.flush_messages:
+        if self.auto_flush and self.log_end_offset - self.recovery_point >= self.config.flush_messages:
             self.flush()
         return AppendInfo(
             first, last, max_ts, offset_of_max, log_append_time, self.log_start_offset, count, len(buf), headers
@@ -415,12 +507,17 @@ class Log:
             # an empty active segment at a lower base (e.g. after truncation) is replaced
             old.delete_files()
             segments = list(self._segments[:-1])
+            if not segments:  # the log held nothing: it now starts at the new segment
+                self.log_start_offset = max(self.log_start_offset, base_offset)
         else:
             segments = list(self._segments)
         seg = LogSegment(self.directory, base_offset, self.config, self.files, now_ms=now, active=True)
         segments.append(seg)
         self._set_segments(segments)
         self._dir_dirty = True
+        if self.producers.entries:
+            # the state up to the new segment, so that recovery replays at most one segment
+            self.producers.take_snapshot(base_offset)
         return seg
 
     def maybe_roll_for_time(self, now_ms: int | None = None) -> bool:
@@ -486,9 +583,13 @@ class Log:
         larger buffer.  An offset outside ``[log start, log end]`` raises OffsetOutOfRangeError.
         """
         self._check_open()
-        segments, bases = self._segments, self._bases  # snapshot
-        start, end = self.log_start_offset, self.log_end_offset
-        if offset < start or offset > end:
+        # Order matters with a writer running alongside: the end offset is read before the
+        # snapshot (appends roll a segment into the list before raising it), the start offset
+        # after it (retention raises it before taking segments out of the list).
+        end = self.log_end_offset
+        segments, bases = self._view
+        start = self.log_start_offset
+        if offset < start or offset > end or offset < bases[0]:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is out of range [{start}, {end}] for {self.topic}-{self.partition}"
             )
@@ -509,18 +610,21 @@ class Log:
         return ReadResult(None, offset, start, end)
 
     def iter_segments_from(self, offset: int) -> Iterator[LogSegment]:
-        segments, bases = self._segments, self._bases
+        segments, bases = self._view
         yield from segments[self._segment_for(offset, segments, bases) :]
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """``(offset, timestamp)`` of the first batch whose max timestamp is >= ``timestamp``."""
+        """``(offset, timestamp)`` of the first record at or after the log start offset whose
+        timestamp is >= ``timestamp`` (ListOffsets by time), or None."""
         self._check_open()
+        start = self.log_start_offset
         for seg in self._segments:
+            if seg.next_offset <= start:
+                continue
             if seg.max_timestamp >= timestamp or seg is self.active:
-                found = seg.find_offset_by_timestamp(timestamp)
+                found = seg.find_offset_by_timestamp(timestamp, start)
                 if found is not None:
-                    offset, ts = found
-                    return max(offset, self.log_start_offset), ts
+                    return found
         return None
 
     def max_timestamp_and_offset(self) -> tuple[int, int]:
@@ -592,11 +696,13 @@ class Log:
         doomed = self.deletable_segments(now_ms)
         if not doomed:
             return 0
-        self._remove_segments(doomed)
-        new_start = self._segments[0].base_offset
+        # the start offset moves before the segments leave the list: a concurrent reader never
+        # passes the range check for an offset its snapshot no longer holds
+        new_start = self._segments[len(doomed)].base_offset
         if new_start > self.log_start_offset:
             self.log_start_offset = new_start
             self.epochs.truncate_from_start(new_start)
+        self._remove_segments(doomed)
         return len(doomed)
 
     def _remove_segments(self, doomed: Sequence[LogSegment]) -> None:
@@ -667,6 +773,7 @@ class Log:
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self.epochs.truncate_from_end(self.log_end_offset)
+        self._load_producer_state()
         return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -682,6 +789,7 @@ class Log:
         self.recovery_point = offset
         self.high_watermark = offset
         self.epochs.clear()
+        self.producers.clear()
 
     # ------------------------------------------------------------------------------------
     # config, closing
@@ -711,6 +819,24 @@ class Log:
         for path in self.directory.iterdir():
             path.unlink()
         self.directory.rmdir()
+
+    # ------------------------------------------------------------------------------------
+    # idempotent producers
+
+    def _load_producer_state(self) -> None:
+        """Newest snapshot at or below the log end, then the batch headers after it."""
+        producers = self.producers
+        start = producers.load_snapshot(self.log_end_offset)
+        start = max(start, self.log_start_offset, 0)
+        for seg in self.iter_segments_from(start):
+            for h in seg.headers():
+                if h.last_offset >= start and h.producer_id >= 0:
+                    producers.update(h, h.max_timestamp)
+
+    def take_producer_snapshot(self) -> None:
+        """Write the producer state at the log end offset (clean shutdown)."""
+        if self.producers.entries or self.producers.snapshots():
+            self.producers.take_snapshot(self.log_end_offset)
 
     def __repr__(self) -> str:
         return (

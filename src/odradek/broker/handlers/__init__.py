@@ -1,0 +1,11 @@
+"""One module per group of APIs; importing this package registers every handler."""
+
+from odradek.broker.handlers import (  # noqa: F401
+    admin,
+    api_versions,
+    configs,
+    fetch,
+    list_offsets,
+    metadata,
+    produce,
+)

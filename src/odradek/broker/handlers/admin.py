@@ -1,0 +1,236 @@
+"""Topic administration and cluster information.
+
+CreateTopics (19) v0-7, DeleteTopics (20) v0-6, CreatePartitions (37) v0-3, DeleteRecords (21)
+v0-2, DescribeCluster (60) v0-1, DescribeLogDirs (35) v0-4, OffsetForLeaderEpoch (23) v0-4 and
+InitProducerId (22) v0-4.  Topic changes go through the metadata backend; the broker applies the
+new image to its partitions when the backend publishes it.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+from odradek.broker.dispatch import RequestContext, handles
+from odradek.broker.handlers.configs import topic_config_entries, validate_topic_configs
+from odradek.errors import ErrorCode, KafkaError
+from odradek.protocol import ApiKey
+from odradek.protocol.messages.create_partitions import CreatePartitionsRequest, CreatePartitionsResponse
+from odradek.protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
+from odradek.protocol.messages.delete_records import DeleteRecordsRequest, DeleteRecordsResponse
+from odradek.protocol.messages.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
+from odradek.protocol.messages.describe_cluster import DescribeClusterRequest, DescribeClusterResponse
+from odradek.protocol.messages.describe_log_dirs import DescribeLogDirsRequest, DescribeLogDirsResponse
+from odradek.protocol.messages.init_producer_id import InitProducerIdRequest, InitProducerIdResponse
+from odradek.protocol.messages.offset_for_leader_epoch import (
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+)
+
+NO_AUTHORIZED_OPERATIONS = -2147483648
+
+
+@handles(ApiKey.CREATE_TOPICS, versions=(0, 7))
+async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
+    R = CreateTopicsResponse
+    broker = ctx.broker
+    version = ctx.version
+    names = [t.name for t in request.topics]
+    results = []
+    for t in request.topics:
+        res = R.CreatableTopicResult(name=t.name, error_message=None)
+        results.append(res)
+        try:
+            if names.count(t.name) > 1:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"topic '{t.name}' appears more than once in the request")
+            configs = {c.name: c.value for c in t.configs if c.value is not None}
+            validate_topic_configs(configs)
+            assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments} or None
+            if assignments and (t.num_partitions != -1 or t.replication_factor != -1):
+                raise KafkaError(
+                    ErrorCode.INVALID_REQUEST,
+                    "num_partitions and replication_factor must be -1 when assignments are given",
+                )
+            partitions = t.num_partitions if t.num_partitions != -1 else broker.config.get("num.partitions")
+            rf = t.replication_factor if t.replication_factor != -1 else broker.config.get("default.replication.factor")
+            if assignments:
+                partitions, rf = len(assignments), len(next(iter(assignments.values())))
+            info = await broker.create_topic(
+                t.name, partitions, rf, configs, assignments, validate_only=request.validate_only
+            )
+            res.topic_id = info.topic_id if not request.validate_only else uuid.UUID(int=0)
+            if version >= 5:
+                res.num_partitions = info.partition_count
+                res.replication_factor = len(next(iter(info.partitions.values())).replicas)
+                res.configs = [
+                    R.CreatableTopicConfigs(
+                        name=e.name, value=e.value, read_only=e.read_only, config_source=e.config_source, is_sensitive=False
+                    )
+                    for e in topic_config_entries(broker, info.name, info.configs, version=1)
+                ]
+        except KafkaError as exc:
+            res.error_code = int(exc.code)
+            res.error_message = exc.message or None
+    return R(throttle_time_ms=0, topics=results)
+
+
+@handles(ApiKey.DELETE_TOPICS, versions=(0, 6))
+async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
+    R = DeleteTopicsResponse
+    broker = ctx.broker
+    version = ctx.version
+    wanted: list[tuple[str | None, uuid.UUID]] = (
+        [(t.name, t.topic_id) for t in request.topics] if version >= 6 else [(n, uuid.UUID(int=0)) for n in request.topic_names]
+    )
+    results = []
+    for name, topic_id in wanted:
+        res = R.DeletableTopicResult(name=name if name is not None or version >= 6 else "", topic_id=topic_id)
+        results.append(res)
+        try:
+            if name is None:
+                found = broker.image.topic_by_id(topic_id)
+                if found is None:
+                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic with id {topic_id}")
+                name = res.name = found.name
+            info = broker.image.topics.get(name)
+            if info is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
+            res.topic_id = info.topic_id
+            await broker.delete_topic(name)
+        except KafkaError as exc:
+            res.error_code = int(exc.code)
+            res.error_message = exc.message or None
+    return R(throttle_time_ms=0, responses=results)
+
+
+@handles(ApiKey.CREATE_PARTITIONS, versions=(0, 3))
+async def create_partitions(ctx: RequestContext, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
+    R = CreatePartitionsResponse
+    results = []
+    for t in request.topics:
+        res = R.CreatePartitionsTopicResult(name=t.name)
+        results.append(res)
+        try:
+            assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments is not None else None
+            await ctx.broker.create_partitions(t.name, t.count, assignments, validate_only=request.validate_only)
+        except KafkaError as exc:
+            res.error_code = int(exc.code)
+            res.error_message = exc.message or None
+    return R(throttle_time_ms=0, results=results)
+
+
+@handles(ApiKey.DELETE_RECORDS, versions=(0, 2))
+async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
+    R = DeleteRecordsResponse
+    broker = ctx.broker
+    topics = []
+    for t in request.topics:
+        parts = []
+        for dp in t.partitions:
+            res = R.DeleteRecordsPartitionResult(partition_index=dp.partition_index, low_watermark=-1)
+            parts.append(res)
+            try:
+                p = broker.replicas.leader_partition(t.name, dp.partition_index)
+                offset = p.high_watermark if dp.offset == -1 else dp.offset
+                if offset < 0 or offset > p.high_watermark:
+                    raise KafkaError(
+                        ErrorCode.OFFSET_OUT_OF_RANGE,
+                        f"offset {dp.offset} is not in [0, high watermark {p.high_watermark}]",
+                    )
+                p.log.maybe_increment_log_start_offset(offset)
+                p.log.delete_old_segments()
+                res.low_watermark = p.log.log_start_offset
+            except KafkaError as exc:
+                res.error_code = int(exc.code)
+        topics.append(R.DeleteRecordsTopicResult(name=t.name, partitions=parts))
+    broker.checkpoint_soon()
+    return R(throttle_time_ms=0, topics=topics)
+
+
+@handles(ApiKey.DESCRIBE_CLUSTER, versions=(0, 1))
+async def describe_cluster(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClusterResponse:
+    R = DescribeClusterResponse
+    image = ctx.broker.image
+    brokers = []
+    for b in sorted(image.brokers.values(), key=lambda b: b.broker_id):
+        e = b.endpoint(ctx.listener) or b.endpoint()
+        if e is not None:
+            brokers.append(R.DescribeClusterBroker(broker_id=b.broker_id, host=e.host, port=e.port, rack=b.rack))
+    if ctx.version >= 1 and request.endpoint_type != 1:
+        return R(error_code=int(ErrorCode.MISMATCHED_ENDPOINT_TYPE), error_message="only broker endpoints are served", cluster_id=image.cluster_id, endpoint_type=request.endpoint_type)
+    return R(
+        throttle_time_ms=0,
+        error_code=0,
+        cluster_id=image.cluster_id,
+        controller_id=image.controller_id,
+        brokers=brokers,
+        cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+    )
+
+
+@handles(ApiKey.DESCRIBE_LOG_DIRS, versions=(0, 4))
+async def describe_log_dirs(ctx: RequestContext, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
+    R = DescribeLogDirsResponse
+    broker = ctx.broker
+    wanted = None if request.topics is None else {(t.topic, p) for t in request.topics for p in t.partitions}
+    results = []
+    for d in broker.logs.dirs:
+        by_topic: dict[str, list[DescribeLogDirsResponse.DescribeLogDirsPartition]] = {}
+        for lg in broker.logs.logs():
+            if lg.directory.parent != d or (wanted is not None and (lg.topic, lg.partition) not in wanted):
+                continue
+            p = broker.replicas.get(lg.topic, lg.partition)
+            lag = 0 if p is None or p.is_leader else max(0, p.high_watermark - lg.log_end_offset)
+            by_topic.setdefault(lg.topic, []).append(
+                R.DescribeLogDirsPartition(partition_index=lg.partition, partition_size=lg.size_bytes, offset_lag=lag)
+            )
+        st = os.statvfs(d)
+        results.append(
+            R.DescribeLogDirsResult(
+                error_code=0,
+                log_dir=str(d.resolve()),
+                topics=[R.DescribeLogDirsTopic(name=n, partitions=ps) for n, ps in sorted(by_topic.items())],
+                total_bytes=st.f_blocks * st.f_frsize,
+                usable_bytes=st.f_bavail * st.f_frsize,
+            )
+        )
+    return R(throttle_time_ms=0, error_code=0, results=results)
+
+
+@handles(ApiKey.OFFSET_FOR_LEADER_EPOCH, versions=(0, 4))
+async def offset_for_leader_epoch(
+    ctx: RequestContext, request: OffsetForLeaderEpochRequest
+) -> OffsetForLeaderEpochResponse:
+    R = OffsetForLeaderEpochResponse
+    broker = ctx.broker
+    topics = []
+    for t in request.topics:
+        parts = []
+        for op in t.partitions:
+            res = R.EpochEndOffset(partition=op.partition)
+            parts.append(res)
+            try:
+                p = broker.fetch_partition(t.topic, op.partition, op.current_leader_epoch, request.replica_id)
+                epoch, end = p.log.epochs.end_offset_for(op.leader_epoch, p.log.log_end_offset)
+                res.leader_epoch, res.end_offset = epoch, end
+            except KafkaError as exc:
+                res.error_code = int(exc.code)
+        topics.append(R.OffsetForLeaderTopicResult(topic=t.topic, partitions=parts))
+    return R(throttle_time_ms=0, topics=topics)
+
+
+@handles(ApiKey.INIT_PRODUCER_ID, versions=(0, 4))
+async def init_producer_id(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
+    R = InitProducerIdResponse
+    if request.transactional_id is not None:
+        return R(
+            throttle_time_ms=0,
+            error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+    # KIP-360: an idempotent producer bumps its epoch to reset its sequences
+    if ctx.version >= 3 and request.producer_id >= 0 and 0 <= request.producer_epoch < 32766:
+        return R(throttle_time_ms=0, error_code=0, producer_id=request.producer_id, producer_epoch=request.producer_epoch + 1)
+    pid = await ctx.broker.allocate_producer_id()
+    return R(throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=0)

@@ -1,0 +1,252 @@
+"""DescribeConfigs (32) v0-4, AlterConfigs (33) v0-2, IncrementalAlterConfigs (44) v0-1.
+
+Topic resources (type 2) report every topic config: the topic's override (source
+DYNAMIC_TOPIC_CONFIG), else the broker config it derives from (STATIC_BROKER_CONFIG when set in
+the broker's configuration, DEFAULT_CONFIG otherwise), with synonyms in that order.  Broker
+resources (type 4, named by broker id) report the broker configs.  AlterConfigs replaces a
+resource's whole override set; IncrementalAlterConfigs applies SET / DELETE / APPEND / SUBTRACT.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from odradek.broker.dispatch import RequestContext, handles
+from odradek.config import (
+    BROKER_CONFIGS,
+    TOPIC_CONFIGS,
+    TOPIC_SYNONYMS,
+    TYPE_CODES,
+    ConfigSource,
+    parse_value,
+)
+from odradek.errors import ErrorCode, KafkaError
+from odradek.protocol import ApiKey
+from odradek.protocol.messages.alter_configs import AlterConfigsRequest, AlterConfigsResponse
+from odradek.protocol.messages.describe_configs import DescribeConfigsRequest, DescribeConfigsResponse
+from odradek.protocol.messages.incremental_alter_configs import (
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+from odradek.storage import LogConfig, StorageError
+
+if TYPE_CHECKING:
+    from odradek.broker.app import Broker
+
+TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer() is False:
+        return repr(value)
+    return str(value)
+
+
+@dataclass
+class Entry:
+    name: str
+    value: str | None
+    read_only: bool
+    config_source: int
+    config_type: int
+    synonyms: list[tuple[str, str | None, int]] = field(default_factory=list)
+
+
+def validate_topic_configs(configs: Mapping[str, str | None], base: Mapping[str, Any] | None = None) -> None:
+    for name, value in configs.items():
+        t = TOPIC_CONFIGS.get(name)
+        if t is None:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"unknown topic config name: {name}")
+        if value is not None:
+            parse_value(name, t, value)
+    merged = dict(base or {})
+    merged.update({k: v for k, v in configs.items() if v is not None})
+    try:
+        LogConfig.from_dict(merged)
+    except StorageError as exc:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, exc.message) from exc
+
+
+def topic_config_entries(broker: Broker, topic: str, overrides: Mapping[str, str], version: int) -> list[Entry]:
+    entries = []
+    for name in sorted(TOPIC_CONFIGS):
+        synonyms: list[tuple[str, str | None, int]] = []
+        if name in overrides:
+            synonyms.append((name, overrides[name], ConfigSource.DYNAMIC_TOPIC_CONFIG))
+        for broker_name in TOPIC_SYNONYMS.get(name, ()):
+            if broker.config.is_set(broker_name):
+                synonyms.append((broker_name, _text(broker.config.get(broker_name)), broker.config.source(broker_name)))
+        value, _from = broker.config.topic_default(name)
+        default_text = _text(value)
+        for broker_name in TOPIC_SYNONYMS.get(name, ()):
+            d = BROKER_CONFIGS[broker_name]
+            if d.default is not None and not broker.config.is_set(broker_name):
+                synonyms.append((broker_name, _text(d.default), ConfigSource.DEFAULT_CONFIG))
+                break
+        value_text: str | None
+        source: int
+        if name in overrides:
+            value_text, source = overrides[name], ConfigSource.DYNAMIC_TOPIC_CONFIG
+        else:
+            value_text = default_text
+            source = synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG
+        entries.append(Entry(name, value_text, False, int(source), TYPE_CODES.get(TOPIC_CONFIGS[name], 0), synonyms))
+    return entries
+
+
+def broker_config_entries(broker: Broker) -> list[Entry]:
+    entries = []
+    for name, d in BROKER_CONFIGS.items():
+        source = broker.config.source(name)
+        value = _text(broker.config.get(name))
+        synonyms = [(name, value, int(source))]
+        if source != ConfigSource.DEFAULT_CONFIG and d.default is not None:
+            synonyms.append((name, _text(d.default), int(ConfigSource.DEFAULT_CONFIG)))
+        entries.append(Entry(name, value, d.read_only, int(source), TYPE_CODES.get(d.type, 0), synonyms))
+    return entries
+
+
+@handles(ApiKey.DESCRIBE_CONFIGS, versions=(0, 4))
+async def describe_configs(ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
+    R = DescribeConfigsResponse
+    broker = ctx.broker
+    version = ctx.version
+    results = []
+    for res in request.resources:
+        out = R.DescribeConfigsResult(resource_type=res.resource_type, resource_name=res.resource_name, error_message=None)
+        results.append(out)
+        try:
+            if res.resource_type == TOPIC:
+                info = broker.image.topics.get(res.resource_name)
+                if info is None:
+                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{res.resource_name}' does not exist")
+                entries = topic_config_entries(broker, info.name, info.configs, version)
+            elif res.resource_type == BROKER:
+                if res.resource_name not in ("", str(broker.broker_id)):
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, f"unexpected broker id {res.resource_name}")
+                entries = broker_config_entries(broker)
+            elif res.resource_type == BROKER_LOGGER:
+                entries = []
+            else:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported resource type {res.resource_type}")
+            keys = res.configuration_keys
+            for e in entries:
+                if keys is not None and e.name not in keys:
+                    continue
+                item = R.DescribeConfigsResourceResult(
+                    name=e.name, value=e.value, read_only=e.read_only, is_sensitive=False, documentation=None
+                )
+                if version == 0:
+                    item.is_default = e.config_source == ConfigSource.DEFAULT_CONFIG
+                else:
+                    item.config_source = e.config_source
+                if version >= 1 and request.include_synonyms:
+                    item.synonyms = [R.DescribeConfigsSynonym(name=n, value=v, source=s) for n, v, s in e.synonyms]
+                if version >= 3:
+                    item.config_type = e.config_type
+                out.configs.append(item)
+        except KafkaError as exc:
+            out.error_code = int(exc.code)
+            out.error_message = exc.message or None
+    return R(throttle_time_ms=0, results=results)
+
+
+async def _apply(
+    broker: Broker, resource_type: int, name: str, change: dict[str, str | None], replace_all: bool, validate_only: bool
+) -> None:
+    if resource_type == TOPIC:
+        info = broker.image.topics.get(name)
+        if info is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
+        new = {} if replace_all else dict(info.configs)
+        for k, v in change.items():
+            if v is None:
+                new.pop(k, None)
+            else:
+                new[k] = v
+        validate_topic_configs(change)
+        validate_topic_configs(new, broker.config.topic_defaults())
+        if not validate_only:
+            await broker.set_topic_configs(name, new)
+    elif resource_type == BROKER:
+        if name not in ("", str(broker.broker_id)):
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"unexpected broker id {name}")
+        for k in change:
+            d = BROKER_CONFIGS.get(k)
+            if d is None:
+                raise KafkaError(ErrorCode.INVALID_CONFIG, f"unknown broker config {k}")
+            if d.read_only:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"cannot update {k} dynamically")
+            if change[k] is not None:
+                parse_value(k, d.type, change[k])
+        if not validate_only:
+            await broker.set_broker_configs(change, replace_all)
+    else:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported resource type {resource_type}")
+
+
+@handles(ApiKey.ALTER_CONFIGS, versions=(0, 2))
+async def alter_configs(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
+    R = AlterConfigsResponse
+    results = []
+    for res in request.resources:
+        out = R.AlterConfigsResourceResponse(
+            resource_type=res.resource_type, resource_name=res.resource_name, error_message=None
+        )
+        results.append(out)
+        try:
+            change = {c.name: c.value for c in res.configs}
+            await _apply(ctx.broker, res.resource_type, res.resource_name, change, True, request.validate_only)
+        except KafkaError as exc:
+            out.error_code = int(exc.code)
+            out.error_message = exc.message or None
+    return R(throttle_time_ms=0, responses=results)
+
+
+@handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, versions=(0, 1))
+async def incremental_alter_configs(
+    ctx: RequestContext, request: IncrementalAlterConfigsRequest
+) -> IncrementalAlterConfigsResponse:
+    R = IncrementalAlterConfigsResponse
+    broker = ctx.broker
+    results = []
+    for res in request.resources:
+        out = R.AlterConfigsResourceResponse(
+            resource_type=res.resource_type, resource_name=res.resource_name, error_message=None
+        )
+        results.append(out)
+        try:
+            current: Mapping[str, str] = {}
+            if res.resource_type == TOPIC:
+                info = broker.image.topics.get(res.resource_name)
+                current = info.configs if info is not None else {}
+            change: dict[str, str | None] = {}
+            for c in res.configs:
+                if c.config_operation == SET:
+                    change[c.name] = c.value
+                elif c.config_operation == DELETE:
+                    change[c.name] = None
+                elif c.config_operation in (APPEND, SUBTRACT):
+                    if TOPIC_CONFIGS.get(c.name) != "list" and BROKER_CONFIGS.get(c.name, None) is None:
+                        raise KafkaError(ErrorCode.INVALID_CONFIG, f"{c.name} is not a list config")
+                    items = [x for x in (change.get(c.name) or current.get(c.name) or "").split(",") if x]
+                    values = [x for x in (c.value or "").split(",") if x]
+                    if c.config_operation == APPEND:
+                        items += [v for v in values if v not in items]
+                    else:
+                        items = [x for x in items if x not in values]
+                    change[c.name] = ",".join(items)
+                else:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown config operation {c.config_operation}")
+            await _apply(broker, res.resource_type, res.resource_name, change, False, request.validate_only)
+        except KafkaError as exc:
+            out.error_code = int(exc.code)
+            out.error_message = exc.message or None
+    return R(throttle_time_ms=0, responses=results)

@@ -1,0 +1,75 @@
+"""ListOffsets (2), v0-8.
+
+v0 is the seeds' getOffsetsBefore: up to ``max_num_offsets`` segment start offsets at or before a
+time, newest first (-1 latest, -2 earliest).  v1+: one offset per partition — -1 latest (the
+high watermark for consumers), -2 earliest (log start), -3 the record with the largest
+timestamp (v7+), -4 earliest local (v8+), otherwise the first offset whose timestamp is at or
+after the one given (-1 when there is none).
+"""
+
+from __future__ import annotations
+
+from odradek.broker.dispatch import RequestContext, handles
+from odradek.broker.replica import Partition
+from odradek.errors import ErrorCode, KafkaError
+from odradek.protocol import ApiKey
+from odradek.protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
+
+R = ListOffsetsResponse
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
+
+
+def _epoch_at(p: Partition, offset: int) -> int:
+    epoch = -1
+    for e, start in p.log.epochs.entries:
+        if start <= offset:
+            epoch = e
+    return epoch
+
+
+def _lookup(p: Partition, timestamp: int, replica_id: int, version: int) -> tuple[int, int, int]:
+    """(timestamp, offset, leader epoch) for a v1+ request."""
+    lg = p.log
+    visible = lg.log_end_offset if replica_id >= 0 else p.high_watermark
+    if timestamp == LATEST:
+        return -1, visible, p.leader_epoch
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return -1, lg.log_start_offset, _epoch_at(p, lg.log_start_offset)
+    if timestamp == MAX_TIMESTAMP and version >= 7:
+        ts, offset = lg.max_timestamp_and_offset()
+        if offset < 0 or offset >= visible:
+            return -1, -1, -1
+        return ts, offset, _epoch_at(p, offset)
+    if timestamp < 0:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported special timestamp {timestamp}")
+    found = lg.offset_for_timestamp(timestamp)
+    if found is None or found[0] >= visible:
+        return -1, -1, -1
+    return found[1], found[0], _epoch_at(p, found[0])
+
+
+@handles(ApiKey.LIST_OFFSETS, versions=(0, 8))
+async def list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
+    broker = ctx.broker
+    version = ctx.version
+    topics = []
+    for t in request.topics:
+        parts = []
+        for lp in t.partitions:
+            pr = R.ListOffsetsPartitionResponse(partition_index=lp.partition_index)
+            parts.append(pr)
+            try:
+                p = broker.fetch_partition(t.name, lp.partition_index, lp.current_leader_epoch, -1)
+                if version == 0:
+                    offsets = p.log.offsets_before(lp.timestamp, lp.max_num_offsets)
+                    if lp.timestamp == LATEST:
+                        offsets = [min(o, p.high_watermark) for o in offsets]
+                    pr.old_style_offsets = offsets
+                else:
+                    pr.timestamp, pr.offset, epoch = _lookup(p, lp.timestamp, request.replica_id, version)
+                    if version >= 4:
+                        pr.leader_epoch = epoch
+            except KafkaError as exc:
+                pr.error_code = int(exc.code)
+        topics.append(R.ListOffsetsTopicResponse(name=t.name, partitions=parts))
+    return R(throttle_time_ms=0, topics=topics)

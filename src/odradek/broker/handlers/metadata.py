@@ -1,0 +1,113 @@
+"""Metadata (3), v0-12.
+
+v0: an empty topic list means every topic; v1+: null means every topic and an empty list none.
+v4+ carries ``allow_auto_topic_creation``; below it, auto-creation follows the broker's
+``auto.create.topics.enable``.  v10+ may name topics by id (a null name and a topic id).
+Internal topics are listed only when asked for by name or when every topic is requested.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from odradek.broker.dispatch import RequestContext, handles
+from odradek.cluster.metadata import TopicInfo
+from odradek.coordination import validate_topic_name
+from odradek.errors import ErrorCode, KafkaError
+from odradek.protocol import ApiKey
+from odradek.protocol.messages.metadata import MetadataRequest, MetadataResponse
+
+R = MetadataResponse
+NO_AUTHORIZED_OPERATIONS = -2147483648
+
+
+def topic_response(t: TopicInfo, version: int) -> MetadataResponse.MetadataResponseTopic:
+    partitions = [
+        R.MetadataResponsePartition(
+            error_code=0,
+            partition_index=p.partition,
+            leader_id=p.leader,
+            leader_epoch=p.leader_epoch,
+            replica_nodes=list(p.replicas),
+            isr_nodes=list(p.isr),
+            offline_replicas=list(p.offline_replicas),
+        )
+        for p in sorted(t.partitions.values(), key=lambda p: p.partition)
+    ]
+    return R.MetadataResponseTopic(
+        error_code=0,
+        name=t.name,
+        topic_id=t.topic_id,
+        is_internal=t.internal,
+        partitions=partitions,
+        topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+    )
+
+
+@handles(ApiKey.METADATA, versions=(0, 12))
+async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
+    broker = ctx.broker
+    version = ctx.version
+    requested = request.topics
+    if version == 0 and requested == []:
+        requested = None
+    allow_create = broker.config.get("auto.create.topics.enable") and (
+        version < 4 or request.allow_auto_topic_creation
+    )
+    image = broker.image
+    topics: list[R.MetadataResponseTopic] = []
+    if requested is None:
+        for info in sorted(image.topics.values(), key=lambda t: t.name):
+            topics.append(topic_response(info, version))
+    else:
+        for req in requested:
+            name = req.name
+            if name is None:
+                found = image.topic_by_id(req.topic_id) if req.topic_id != uuid.UUID(int=0) else None
+                if found is None:
+                    topics.append(
+                        R.MetadataResponseTopic(
+                            error_code=ErrorCode.UNKNOWN_TOPIC_ID,
+                            name=None if version >= 12 else "",
+                            topic_id=req.topic_id,
+                            is_internal=False,
+                        )
+                    )
+                    continue
+                topics.append(topic_response(found, version))
+                continue
+            t: TopicInfo | None = image.topics.get(name)
+            if t is None:
+                try:
+                    validate_topic_name(name)
+                except KafkaError as exc:
+                    topics.append(R.MetadataResponseTopic(error_code=exc.code, name=name, is_internal=False))
+                    continue
+                if allow_create:
+                    try:
+                        t = await broker.auto_create_topic(name)
+                    except KafkaError as exc:
+                        if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                            topics.append(R.MetadataResponseTopic(error_code=exc.code, name=name, is_internal=False))
+                            continue
+                        t = broker.image.topics.get(name)
+                if t is None:
+                    topics.append(
+                        R.MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, is_internal=False)
+                    )
+                    continue
+            topics.append(topic_response(t, version))
+    image = broker.image
+    brokers = []
+    for b in sorted(image.brokers.values(), key=lambda b: b.broker_id):
+        e = b.endpoint(ctx.listener) or b.endpoint()
+        if e is not None:
+            brokers.append(R.MetadataResponseBroker(node_id=b.broker_id, host=e.host, port=e.port, rack=b.rack))
+    return R(
+        throttle_time_ms=0,
+        brokers=brokers,
+        cluster_id=image.cluster_id,
+        controller_id=image.controller_id,
+        topics=topics,
+        cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+    )

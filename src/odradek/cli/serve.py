@@ -1,0 +1,95 @@
+"""``odradek serve``: run a broker until SIGTERM / SIGINT, then shut down cleanly."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from typing import Any
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="run a broker (default: 127.0.0.1:9092, data in ./odradek-data, no ZooKeeper)",
+        description="Run an Odradek broker. Configuration uses Kafka's broker config names: a "
+        "server.properties file (--config), ODRADEK_* environment variables (ODRADEK_LOG_DIRS for "
+        "log.dirs), --override key=value, then the short flags, each overriding the previous.",
+    )
+    p.add_argument("--config", "-c", metavar="FILE", help="a server.properties file")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE", help="set a broker config")
+    p.add_argument("--host", help="listener host (listeners=PLAINTEXT://HOST:PORT)")
+    p.add_argument("--port", type=int, help="listener port")
+    p.add_argument("--data-dir", help="log.dirs")
+    p.add_argument("--broker-id", type=int, help="broker.id")
+    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _flags(args: argparse.Namespace) -> dict[str, Any]:
+    flags: dict[str, Any] = {}
+    if args.host is not None or args.port is not None:
+        host = args.host if args.host is not None else "127.0.0.1"
+        port = args.port if args.port is not None else 9092
+        flags["listeners"] = f"PLAINTEXT://{host}:{port}"
+    if args.data_dir is not None:
+        flags["log.dirs"] = args.data_dir
+    if args.broker_id is not None:
+        flags["broker.id"] = args.broker_id
+    return flags
+
+
+async def _serve(config: Any) -> int:
+    from odradek.broker.app import Broker
+
+    broker = Broker(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await broker.start()
+    endpoints = ", ".join(f"{e.listener}://{e.host}:{e.port}" for e in broker.advertised)
+    dirs = ",".join(str(d) for d in config.log_dirs)
+    print(
+        f"odradek broker {broker.broker_id} ready on {endpoints} "
+        f"(cluster {broker.cluster_id}, data in {dirs}, started in {broker.ready_after:.2f}s)",
+        flush=True,
+    )
+    await stop.wait()
+    logging.getLogger("odradek.broker").info("shutting down")
+    await broker.stop()
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from odradek.config import BrokerConfig, ConfigError
+    from odradek.errors import KafkaError
+
+    configure_logging(args.log_level)
+    try:
+        config = BrokerConfig.load(args.config, args.override, _flags(args))
+    except (ConfigError, OSError) as exc:
+        print(f"odradek serve: {exc}", file=sys.stderr)
+        return 2
+    try:
+        import uvloop
+
+        runner: Any = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    try:
+        return int(runner(_serve(config)))
+    except (KafkaError, OSError) as exc:
+        print(f"odradek serve: {exc}", file=sys.stderr)
+        return 1

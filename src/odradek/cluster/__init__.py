@@ -1,0 +1,1 @@
+"""Pure cluster logic: metadata image, assignment, group and controller state machines (no I/O)."""

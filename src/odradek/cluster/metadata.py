@@ -1,0 +1,193 @@
+"""The cluster metadata image: brokers, topics, partitions with their leaders, ISR and epochs.
+
+Immutable values: every change produces a new image, so the broker can hand the current image to
+a request handler and replace it under it without locks.  Backends in ``odradek.coordination``
+(embedded, ZooKeeper) build images; the broker only reads them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+__all__ = ["BrokerInfo", "Endpoint", "MetadataImage", "PartitionState", "TopicInfo", "assign_replicas"]
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    listener: str
+    security_protocol: str
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    broker_id: int
+    endpoints: tuple[Endpoint, ...]
+    rack: str | None = None
+    epoch: int = 0
+
+    def endpoint(self, listener: str | None = None) -> Endpoint | None:
+        for e in self.endpoints:
+            if listener is None or e.listener == listener:
+                return e
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+    offline_replicas: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: Mapping[int, PartitionState]
+    configs: Mapping[str, str] = field(default_factory=dict)
+    internal: bool = False
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataImage:
+    cluster_id: str
+    controller_id: int
+    brokers: Mapping[int, BrokerInfo]
+    topics: Mapping[str, TopicInfo]
+    broker_configs: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def empty(cls, cluster_id: str, controller_id: int = -1) -> MetadataImage:
+        return cls(cluster_id, controller_id, {}, {})
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        for t in self.topics.values():
+            if t.topic_id == topic_id:
+                return t
+        return None
+
+    def partition(self, topic: str, partition: int) -> PartitionState | None:
+        t = self.topics.get(topic)
+        return None if t is None else t.partitions.get(partition)
+
+    # -- functional updates ---------------------------------------------------------------
+    def with_broker(self, broker: BrokerInfo) -> MetadataImage:
+        brokers = dict(self.brokers)
+        brokers[broker.broker_id] = broker
+        return replace(self, brokers=brokers)
+
+    def without_broker(self, broker_id: int) -> MetadataImage:
+        brokers = {k: v for k, v in self.brokers.items() if k != broker_id}
+        return replace(self, brokers=brokers)
+
+    def with_topic(self, topic: TopicInfo) -> MetadataImage:
+        topics = dict(self.topics)
+        topics[topic.name] = topic
+        return replace(self, topics=topics)
+
+    def without_topic(self, name: str) -> MetadataImage:
+        return replace(self, topics={k: v for k, v in self.topics.items() if k != name})
+
+    def with_partitions(self, topic: str, states: Iterable[PartitionState]) -> MetadataImage:
+        t = self.topics[topic]
+        parts = dict(t.partitions)
+        for s in states:
+            parts[s.partition] = s
+        return self.with_topic(replace(t, partitions=parts))
+
+    def with_topic_configs(self, topic: str, configs: Mapping[str, str]) -> MetadataImage:
+        return self.with_topic(replace(self.topics[topic], configs=dict(configs)))
+
+    def with_controller(self, controller_id: int) -> MetadataImage:
+        return replace(self, controller_id=controller_id)
+
+    def with_broker_configs(self, configs: Mapping[str, str]) -> MetadataImage:
+        return replace(self, broker_configs=dict(configs))
+
+    # -- serialisation (embedded backend) ---------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cluster_id": self.cluster_id,
+            "broker_configs": dict(self.broker_configs),
+            "topics": [
+                {
+                    "name": t.name,
+                    "topic_id": str(t.topic_id),
+                    "internal": t.internal,
+                    "configs": dict(t.configs),
+                    "partitions": [
+                        {
+                            "partition": p.partition,
+                            "replicas": list(p.replicas),
+                            "isr": list(p.isr),
+                            "leader": p.leader,
+                            "leader_epoch": p.leader_epoch,
+                            "partition_epoch": p.partition_epoch,
+                        }
+                        for p in sorted(t.partitions.values(), key=lambda p: p.partition)
+                    ],
+                }
+                for t in sorted(self.topics.values(), key=lambda t: t.name)
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], controller_id: int = -1) -> MetadataImage:
+        topics = {}
+        for t in data.get("topics", []):
+            parts = {
+                p["partition"]: PartitionState(
+                    t["name"],
+                    p["partition"],
+                    tuple(p["replicas"]),
+                    tuple(p["isr"]),
+                    p["leader"],
+                    p.get("leader_epoch", 0),
+                    p.get("partition_epoch", 0),
+                )
+                for p in t["partitions"]
+            }
+            topics[t["name"]] = TopicInfo(
+                t["name"], uuid.UUID(t["topic_id"]), parts, dict(t.get("configs", {})), t.get("internal", False)
+            )
+        return cls(data["cluster_id"], controller_id, {}, topics, dict(data.get("broker_configs", {})))
+
+
+def assign_replicas(
+    broker_ids: list[int],
+    partitions: int,
+    replication_factor: int,
+    *,
+    start_partition: int = 0,
+    start_index: int = 0,
+) -> dict[int, tuple[int, ...]]:
+    """Round-robin replica placement: partition p's leader is broker (start + p) mod n and its
+    followers the next brokers after it, with a shift per full round so followers spread."""
+    brokers = sorted(broker_ids)
+    n = len(brokers)
+    if replication_factor > n:
+        raise ValueError(f"replication factor {replication_factor} is larger than the {n} available brokers")
+    result = {}
+    for i in range(partitions):
+        p = start_partition + i
+        first = (start_index + p) % n
+        shift = 1 + (p // n) % max(n - 1, 1)
+        replicas = [brokers[first]]
+        for r in range(1, replication_factor):
+            replicas.append(brokers[(first + shift + r - 1) % n])
+        result[p] = tuple(replicas)
+    return result
