@@ -1,0 +1,146 @@
+"""Helpers for tests and benchmarks: run ``odradek serve`` as a real process.
+
+``BrokerProcess`` starts a broker on 127.0.0.1 with an ephemeral port (``--port 0``), waits for
+its ready line, and stops it by PID — SIGTERM for a clean shutdown, SIGKILL for a crash::
+
+    with BrokerProcess(tmp_path / "data", overrides={"num.partitions": 3}) as broker:
+        producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+__all__ = ["BrokerProcess"]
+
+_READY = re.compile(r"ready on PLAINTEXT://(?P<host>[^:\s]+):(?P<port>\d+)")
+
+
+class BrokerProcess:
+    def __init__(
+        self,
+        data_dir: str | Path,
+        *,
+        overrides: Mapping[str, Any] | None = None,
+        port: int = 0,
+        broker_id: int | None = None,
+        log_level: str = "WARNING",
+        extra_args: list[str] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.overrides = dict(overrides or {})
+        self.port = port
+        self.broker_id = broker_id
+        self.log_level = log_level
+        self.extra_args = list(extra_args or [])
+        self.env = dict(env or {})
+        self.proc: subprocess.Popen[str] | None = None
+        self.host = "127.0.0.1"
+        self.ready_line = ""
+        self.ready_seconds = 0.0
+        self.stderr_lines: list[str] = []
+        self._stderr_thread: threading.Thread | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "odradek", "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+        cmd += ["--data-dir", str(self.data_dir), "--log-level", self.log_level]
+        if self.broker_id is not None:
+            cmd += ["--broker-id", str(self.broker_id)]
+        for k, v in self.overrides.items():
+            cmd += ["--override", f"{k}={v}"]
+        return cmd + self.extra_args
+
+    def start(self, timeout: float = 30.0) -> BrokerProcess:
+        env = dict(os.environ)
+        env.update(self.env)
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(
+            self.command(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+        self.stderr_lines = []
+        self._stderr_thread = threading.Thread(target=self._drain_stderr, daemon=True)
+        self._stderr_thread.start()
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            m = _READY.search(line)
+            if m:
+                self.ready_line = line.strip()
+                self.ready_seconds = time.monotonic() - t0
+                self.host, self.port = m.group("host"), int(m.group("port"))
+                return self
+        self.kill()
+        raise RuntimeError(f"broker did not become ready: {''.join(self.stderr_lines[-30:])}")
+
+    def _drain_stderr(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.stderr_lines.append(line)
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """SIGTERM (clean shutdown), then SIGKILL after ``timeout``."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, no shutdown work."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def rss_kb(self) -> int:
+        """Resident set size of the broker process (VmRSS, kB)."""
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
+    def __enter__(self) -> BrokerProcess:
+        if self.proc is None:
+            self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
