@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
-# The test command: installs everything the suite needs into ./.venv (Python packages from PyPI),
+# The test command: installs everything the suite needs (Debian packages with apt-get, Python
+# packages from PyPI into ./.venv),
 # then checks generated code, lint, types and layer contracts, and runs the tests.
 # Any failing step fails the run; pytest's "no tests ran" (exit 5) is a failure too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PY=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-  "$PY" -m venv .venv
-fi
-.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,dev]'
+source scripts/_setup.sh
+echo "== install"
+apt_install kcat            # Debian's kcat is one of the real clients the interop tests use
+odradek_setup test,dev,fast
 
 echo "== codegen --check"
 .venv/bin/python -m tools.codegen --check
