@@ -90,6 +90,7 @@ from ._types import (
     Record,
     TimestampType,
 )
+from ._crc import crc32, crc32c
 from ._varint import decode_varint, decode_varlong, encode_varint, encode_varlong, size_of_varint
 from .batch import (
     BatchHeader,
@@ -142,6 +143,8 @@ __all__ = [
     "UnsupportedCodecError",
     "UnsupportedMagicError",
     "assign_offsets",
+    "crc32",
+    "crc32c",
     "compress",
     "decode_varint",
     "decode_varlong",

@@ -38,11 +38,14 @@ class _Index:
         self.entry_size = self.ENTRY.size
         self.max_entries = max(1, max_bytes // self.entry_size)
         self._mmap: mmap.mmap | None = None
+        self._dirty = False
         self._fd = -1
         exists = path.exists()
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         size = os.fstat(self._fd).st_size if exists else 0
         self.entries = self._count_entries(size)
+        # Kafka's index files always hold whole entries: anything else is corrupt (rebuilt)
+        self.partial_bytes = size % self.entry_size
         self.writable = False
         if writable:
             self.make_writable()
@@ -80,11 +83,10 @@ class _Index:
         os.ftruncate(self._fd, self.max_entries * self.entry_size)
         self._map(self.max_entries * self.entry_size)
         self.writable = True
+        self.partial_bytes = 0
 
     def trim(self) -> None:
         """Shrink the file to its entries (the segment rolled or is closing)."""
-        if self._mmap is not None:
-            self._mmap.flush()
         length = self.entries * self.entry_size
         self._map(0)
         os.ftruncate(self._fd, length)
@@ -100,8 +102,9 @@ class _Index:
         return self.entries * self.entry_size
 
     def flush(self) -> None:
-        if self._mmap is not None:
-            self._mmap.flush()
+        if self._dirty and self._fd >= 0:
+            os.fdatasync(self._fd)
+            self._dirty = False
 
     def close(self) -> None:
         if self._fd < 0:
@@ -127,8 +130,9 @@ class _Index:
         """Drop every entry (before a rebuild)."""
         used = self.entries * self.entry_size
         self.entries = 0
-        if self._mmap is not None and self.writable and used:
-            self._mmap[:used] = bytes(used)
+        if self.writable and used:
+            os.pwrite(self._fd, bytes(used), 0)
+            self._dirty = True
 
     # -- entries ---------------------------------------------------------------------------
     def _entry(self, i: int) -> tuple[int, int]:
@@ -137,9 +141,13 @@ class _Index:
         return a, b
 
     def _write(self, i: int, a: int, b: int) -> None:
+        # Entries are written with pwrite and read through the shared mapping, which sees the
+        # same page cache: a first store through the mapping into the sparse preallocated file
+        # costs a page fault with block allocation (milliseconds here), pwrite microseconds.
         if not self.writable or self._mmap is None:
             raise CorruptIndexError(f"{self.path} is not writable")
-        self.ENTRY.pack_into(self._mmap, i * self.entry_size, a, b)
+        os.pwrite(self._fd, self.ENTRY.pack(a, b), i * self.entry_size)
+        self._dirty = True
 
     def _search(self, key_of: int, target: int) -> int:
         """Index of the last entry whose key (field ``key_of``) is <= target, or -1."""
@@ -195,6 +203,8 @@ class OffsetIndex(_Index):
         self.entries = i + 1
 
     def sanity_check(self, log_size: int) -> None:
+        if self.partial_bytes:
+            raise CorruptIndexError(f"{self.path}: {self.partial_bytes} bytes after the last whole entry")
         prev = -1
         for i in range(self.entries):
             rel, pos = self._entry(i)
@@ -250,6 +260,8 @@ class TimeIndex(_Index):
         self.entries = n
 
     def sanity_check(self, log_size: int) -> None:
+        if self.partial_bytes:
+            raise CorruptIndexError(f"{self.path}: {self.partial_bytes} bytes after the last whole entry")
         prev_ts, prev_rel = -1, -1
         for i in range(self.entries):
             ts, rel = self._entry(i)
