@@ -80,6 +80,7 @@ All problems with input bytes raise :class:`RecordsError` subclasses (see
 
 from __future__ import annotations
 
+from ._crc import crc32, crc32c
 from ._types import (
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_EPOCH,
@@ -90,7 +91,6 @@ from ._types import (
     Record,
     TimestampType,
 )
-from ._crc import crc32, crc32c
 from ._varint import decode_varint, decode_varlong, encode_varint, encode_varlong, size_of_varint
 from .batch import (
     BatchHeader,
@@ -143,9 +143,9 @@ __all__ = [
     "UnsupportedCodecError",
     "UnsupportedMagicError",
     "assign_offsets",
+    "compress",
     "crc32",
     "crc32c",
-    "compress",
     "decode_varint",
     "decode_varlong",
     "decompress",
