@@ -39,21 +39,24 @@ class LeaderEpochCache:
         self._save()
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
-        """``(largest epoch <= epoch, its end offset)``, Kafka's OffsetForLeaderEpoch answer.
+        """``(epoch, end offset)``: Kafka's OffsetForLeaderEpoch answer.
 
-        The end offset of an epoch is the start offset of the next larger epoch, or the log
-        end offset for the latest epoch.  ``(-1, -1)`` when ``epoch`` is older than all entries.
+        The end offset of an epoch is the start offset of the next larger epoch, or the log end
+        offset for the latest epoch.  An unknown epoch between known ones answers for the largest
+        known epoch below it; an epoch older than all entries ends where the first known one
+        starts (its data is gone); ``(-1, -1)`` for the undefined epoch, an empty cache or an
+        epoch newer than the latest.
         """
-        if not self.entries or epoch < self.entries[0][0]:
+        if epoch == UNDEFINED_EPOCH or not self.entries:
             return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
-        if epoch >= self.entries[-1][0]:
-            return self.entries[-1][0], log_end_offset
-        found = UNDEFINED_EPOCH
-        for i, (e, _start) in enumerate(self.entries):
-            if e > epoch:
-                return found, self.entries[i][1]
-            found = e
-        return found, log_end_offset
+        if epoch == self.entries[-1][0]:
+            return epoch, log_end_offset
+        higher = next((i for i, (e, _start) in enumerate(self.entries) if e > epoch), None)
+        if higher is None:
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if higher == 0:
+            return epoch, self.entries[0][1]
+        return self.entries[higher - 1][0], self.entries[higher][1]
 
     def truncate_from_end(self, end_offset: int) -> None:
         """Forget epochs starting at or after ``end_offset`` (the log was truncated there)."""

@@ -554,14 +554,16 @@ class Log:
         if len(headers) == 1:
             h = headers[0]
             max_ts, offset_of_max = h.max_timestamp, h.last_offset
-            count = h.record_count if h.record_count >= 0 else 1
+            # a compressed v0/v1 wrapper does not know its count: its offsets tell it
+            count = h.record_count if h.record_count >= 0 else h.last_offset - first + 1
         else:
             max_ts, offset_of_max = -1, first
-            count = 0
+            count, prev = 0, first - 1
             for h in headers:
                 if h.max_timestamp > max_ts:
                     max_ts, offset_of_max = h.max_timestamp, h.last_offset
-                count += h.record_count if h.record_count >= 0 else 1
+                count += h.record_count if h.record_count >= 0 else h.last_offset - prev
+                prev = h.last_offset
         seg = self._view[0][-1]
         if seg.should_roll(len(buf), max_ts, last, now):
             seg = self._roll(first, now)
@@ -682,7 +684,8 @@ class Log:
             if seg.closed:
                 i += 1
                 continue
-            max_position = seg.size if limit >= seg.next_offset else seg.position_of(limit)
+            size = seg.size  # before next_offset, which an append raises first
+            max_position = size if limit >= seg.next_offset else seg.position_of(limit)
             region = seg.read(offset, max_bytes, max_position, min_one_message)
             if region is not None:
                 return ReadResult(region, offset, start, end)

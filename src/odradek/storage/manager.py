@@ -150,9 +150,13 @@ class LogManager:
             key = (log.topic, log.partition)
             self._logs[key] = log
             self._log_dir[key] = d
-        # from now on a crash is an unclean shutdown
+        # from now on a crash is an unclean shutdown; the removal must be durable, or a power cut
+        # could bring the marker back and the next start would skip recovery of a torn tail
         for d in self.dirs:
-            (d / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+            marker = d / CLEAN_SHUTDOWN_FILE
+            if marker.exists():
+                self.files.remove(marker)
+                self.files.sync_dir(d)
 
     # ------------------------------------------------------------------------------------
     def get(self, topic: str, partition: int) -> Log | None:

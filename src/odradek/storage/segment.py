@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from odradek.records import BatchHeader, RecordsError, iter_batch_headers, peek_header
+from odradek.records import BatchHeader, RecordsError, iter_batch_headers, peek_header, read_batches
 from odradek.storage.config import LogConfig
 from odradek.storage.errors import CorruptIndexError, StorageError
 from odradek.storage.files import FileOps
@@ -88,7 +88,10 @@ class LogSegment:
         self.offset_of_max_timestamp = base_offset
         self.first_batch_timestamp: int | None = None
         self.next_offset = base_offset  # offset after the last entry (base offset when empty)
-        self.jitter_ms = random.randrange(config.segment_jitter_ms) if config.segment_jitter_ms > 0 else 0
+        # Kafka: a random part of min(segment.jitter.ms, segment.ms), so that a segment never
+        # becomes due at creation
+        jitter_bound = min(config.segment_jitter_ms, config.segment_ms)
+        self.jitter_ms = random.randrange(jitter_bound) if jitter_bound > 0 else 0
         self.closed = False
 
     # -- state ---------------------------------------------------------------------------
@@ -111,9 +114,12 @@ class LogSegment:
         while pos < end:
             chunk = self.read_bytes(pos, min(_SCAN_CHUNK, end - pos))
             consumed = 0
-            for h in iter_batch_headers(chunk):
-                yield h._replace(position=pos + h.position)
-                consumed = h.end
+            try:
+                for h in iter_batch_headers(chunk):
+                    yield h._replace(position=pos + h.position)
+                    consumed = h.end
+            except RecordsError:
+                return  # garbage after the last valid entry (an unclean shutdown; recovery truncates it)
             if consumed == 0:
                 # an entry larger than the chunk, or a torn tail
                 h0 = self.peek(pos, end)
@@ -151,7 +157,6 @@ class LogSegment:
         """Append complete entries (offsets already assigned); returns their file position."""
         position = self.size
         self.files.write_at(self.fd, data, position)
-        self.size += len(data)
         interval = self.config.index_interval_bytes
         index, time_index = self.index, self.time_index
         for h in headers:
@@ -167,18 +172,23 @@ class LogSegment:
             self.bytes_since_index_entry += h.size
         if headers:
             self.next_offset = headers[-1].last_offset + 1
+        # size last: a reader in another thread takes the size before the next offset (see
+        # Log.read), so bytes it sees are never beyond the offsets it believes are here
+        self.size = position + len(data)
         return position
 
     def should_roll(self, size: int, max_timestamp: int, last_offset: int, now_ms: int) -> bool:
         """Whether appending ``size`` bytes up to ``last_offset`` needs a new segment first."""
+        # offsets that do not fit 32-bit relative offsets need a new segment even when this one
+        # is empty (a follower's log can start far from this segment's base offset)
+        if last_offset - self.base_offset > 0x7FFFFFFF:
+            return True
         if self.is_empty:
             return False
         config = self.config
         if self.size + size > config.segment_bytes:
             return True
         if self.index.is_full or self.time_index.is_full:
-            return True
-        if last_offset - self.base_offset > 0x7FFFFFFF:
             return True
         if self.first_batch_timestamp is not None and self.first_batch_timestamp >= 0 and max_timestamp >= 0:
             waited = max_timestamp - self.first_batch_timestamp
@@ -246,13 +256,18 @@ class LogSegment:
         h = self.translate_offset(offset)
         return self.size if h is None else h.position
 
-    def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """``(offset, timestamp)`` of the first entry with max timestamp >= ``timestamp``."""
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int = 0) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record at or after ``start_offset`` whose timestamp
+        is >= ``timestamp``: the time index finds the batch, then only that batch is decoded."""
         _ts, offset = self.time_index.lookup(timestamp)
-        _o, position = self.index.lookup(offset)
+        _o, position = self.index.lookup(max(offset, start_offset))
         for h in self.peek_headers(position):
-            if h.max_timestamp >= timestamp:
-                return (h.base_offset if h.base_offset >= 0 else h.last_offset), h.max_timestamp
+            if h.max_timestamp < timestamp or h.last_offset < start_offset:
+                continue
+            for batch in read_batches(self.read_bytes(h.position, h.size), verify_crc=False):
+                for record in batch.records:
+                    if record.offset >= start_offset and record.timestamp >= timestamp:
+                        return record.offset, record.timestamp
         return None
 
     # -- recovery ------------------------------------------------------------------------
@@ -306,8 +321,12 @@ class LogSegment:
         pos = 0
         end = self.files.size(self.fd)
         done = False
+        want = _SCAN_CHUNK
         while pos < end and not done:
-            chunk = self.read_bytes(pos, min(max(_SCAN_CHUNK, max_batch_size + LOG_OVERHEAD), end - pos))
+            # 1 MiB at a time (one whole entry when a larger one starts the chunk): recovering a
+            # segment of segment.bytes must not hold all of it in memory at once
+            chunk = self.read_bytes(pos, min(want, end - pos))
+            want = _SCAN_CHUNK
             consumed = 0
             try:
                 for h in iter_batch_headers(chunk, verify=True, max_batch_size=max_batch_size + LOG_OVERHEAD):
@@ -321,7 +340,11 @@ class LogSegment:
             except RecordsError:
                 done = True
             if consumed == 0:
-                break
+                large = None if done else self.peek(pos, end)
+                if large is None or large.size <= len(chunk) or large.size > max_batch_size + LOG_OVERHEAD:
+                    break
+                want = large.size
+                continue
             pos += consumed
             valid = pos
         self.size = valid
