@@ -52,7 +52,7 @@ PRIMITIVES = {
     "bool": ("BOOL", "bool"),
     "string": ("STRING", "str"),
     "bytes": ("BYTES", "bytes"),
-    "records": ("RECORDS", "Buffer"),
+    "records": ("RECORDS", "Records"),
     "uuid": ("UUID", "uuid.UUID"),
 }
 
@@ -296,7 +296,7 @@ def module_text(messages: list[MessageDef], doc: str) -> str:
     bases = sorted({"Message" if m.kind in ("request", "response") else "Data" for m in messages})
     lines = [HEADER + f'"""{doc}"""', "", "from __future__ import annotations", "", "import uuid  # noqa: F401", ""]
     names = ", ".join(
-        [*bases, "Array", "Buffer", "DEFAULT", "Field", "MAX", "Struct", "ZERO_UUID", "BOOL", "BYTES", "FLOAT64", "INT8", "INT16", "INT32", "INT64", "RECORDS", "STRING", "UINT16", "UINT32", "UUID"]
+        [*bases, "Array", "Buffer", "DEFAULT", "Field", "MAX", "Records", "Struct", "ZERO_UUID", "BOOL", "BYTES", "FLOAT64", "INT8", "INT16", "INT32", "INT64", "RECORDS", "STRING", "UINT16", "UINT32", "UUID"]
     )
     lines.append(f"from odradek.protocol._schema import {names}  # noqa: F401")
     lines.append("")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import mmap
+import os
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 access = logging.getLogger("odradek.access")
 
 _RECV_BUFFER = 256 * 1024
+_OUT_BUFFER = 1 << 20
 
 
 def api_versions_response(error_code: int = 0) -> ApiVersionsResponse:
@@ -61,6 +63,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self._mem = mmap.mmap(-1, _RECV_BUFFER)
         self._view = memoryview(self._mem)
+        self._out: mmap.mmap | None = None
         self._queue: deque[RequestReceived | BadRequest] = deque()
         self._worker: asyncio.Task[None] | None = None
         self._writable = asyncio.Event()
@@ -154,14 +157,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 ev = self._queue.popleft()
                 self._maybe_resume_reading()
                 if isinstance(ev, BadRequest):
-                    data = self._bad_request(ev)
+                    bad = self._bad_request(ev)
+                    parts: list[Any] | None = None if bad is None else [bad]
                 else:
-                    data = await self._handle(ev)
-                if data is None:  # connection must close
+                    parts = await self._handle(ev)
+                if parts is None:  # connection must close
                     self.close()
                     return
-                if data and self.transport is not None and not self._closing:
-                    self.transport.write(data)
+                if parts and self.transport is not None and not self._closing:
+                    self._write(parts)
                     if not self._writable.is_set():
                         await self._writable.wait()
             if self.conn.in_flight == 0 and self.conn.peer_closed:
@@ -171,6 +175,33 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except Exception:
             log.exception("connection %s failed", self.peer)
             self.close()
+
+    def _write(self, parts: list[Any]) -> None:
+        """Write responses; file regions are read straight into one page-aligned buffer (no
+        Python bytes objects for record data) and the whole buffer goes out in one write."""
+        assert self.transport is not None
+        if all(type(p) is bytes for p in parts):
+            self.transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
+            return
+        total = sum(len(p) if type(p) is bytes else p.length for p in parts)
+        out = self._out
+        if out is None or len(out) < total:
+            out = mmap.mmap(-1, max(_OUT_BUFFER, (total + _OUT_BUFFER - 1) // _OUT_BUFFER * _OUT_BUFFER))
+        view = memoryview(out)
+        pos = 0
+        for p in parts:
+            if type(p) is bytes:
+                n = len(p)
+                view[pos : pos + n] = p
+            else:
+                n = p.length
+                got = os.preadv(p.fd, [view[pos : pos + n]], p.position)
+                if got != n:
+                    raise OSError(f"short read of a log segment ({got} of {n} bytes)")
+            pos += n
+        self.transport.write(view[:total])
+        # reuse the buffer only if the transport sent everything (it may keep a reference)
+        self._out = out if self.transport.get_write_buffer_size() == 0 else None
 
     def _bad_request(self, ev: BadRequest) -> bytes | None:
         header = ev.header
@@ -183,7 +214,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         log.info("closing connection from %s after a request it could not decode: %s", self.peer, ev.error)
         return None
 
-    async def _handle(self, ev: RequestReceived) -> bytes | None:
+    async def _handle(self, ev: RequestReceived) -> list[Any] | None:
         header = ev.header
         entry = HANDLERS.get(header.api_key)
         if entry is None or not entry.min_version <= header.api_version <= entry.max_version:
@@ -191,7 +222,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 v0 = RequestHeader(
                     api_key=header.api_key, api_version=0, correlation_id=header.correlation_id, client_id=None
                 )
-                return self.conn.send_response(v0, api_versions_response(ErrorCode.UNSUPPORTED_VERSION))
+                return [self.conn.send_response(v0, api_versions_response(ErrorCode.UNSUPPORTED_VERSION))]
             log.info(
                 "closing connection from %s: unsupported API %s v%s", self.peer, header.api_key, header.api_version
             )
@@ -212,8 +243,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if access.isEnabledFor(logging.DEBUG):
             access.debug("%s %s v%d cid=%d", self.peer, ApiKey(header.api_key).name, header.api_version, header.correlation_id)
         if response is None:
-            return self.conn.no_response(header)
-        return self.conn.send_response(header, response)
+            return self.conn.no_response_parts(header)
+        return self.conn.send_response_parts(header, response)
 
 
 def _error_response(header: RequestHeader, code: ErrorCode) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from odradek.protocol._schema import Buffer, Message
+from odradek.protocol._schema import Buffer, Message, Region
 from odradek.protocol.errors import CorrelationIdMismatch, DecodeError, UnknownApiKey, UnsupportedVersion
 from odradek.protocol.messages import (
     API_MODULES,
@@ -17,15 +17,29 @@ from odradek.protocol.messages import (
 )
 
 __all__ = [
+    "Holes",
+    "Region",
     "decode_request",
     "decode_response",
     "encode_request",
     "encode_response",
+    "encode_response_parts",
     "request_header_version",
     "response_header_version",
 ]
 
 _api_version = struct.Struct(">hhi")
+
+
+class Holes(bytearray):
+    """An encode buffer that leaves ``records`` regions out: ``holes`` lists ``(position, region)``
+    pairs, each region's bytes belonging at that position of the final message."""
+
+    holes: list[tuple[int, Region]]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.holes = []
 
 
 def request_header_version(api_key: int, api_version: int) -> int:
@@ -91,6 +105,20 @@ def encode_response(request_header: RequestHeader, message: Message) -> bytes:
     )
     message.encode_into(out, version)
     return bytes(out)
+
+
+def encode_response_parts(request_header: RequestHeader, message: Message) -> Holes:
+    """Like :func:`encode_response`, but ``records`` values that are file regions (objects with
+    ``length`` and ``to_bytes()``) are not copied: the result's ``holes`` says where they go."""
+    api_key, version = request_header.api_key, request_header.api_version
+    if api_key != message.API_KEY:
+        raise UnsupportedVersion(f"request was API key {api_key} but the response is a {message.NAME}")
+    out = Holes()
+    ResponseHeader(correlation_id=request_header.correlation_id).encode_into(
+        out, response_header_version(api_key, version)
+    )
+    message.encode_into(out, version)
+    return out
 
 
 def decode_response(request_header: RequestHeader, data: Buffer) -> Any:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, Protocol, TypeAlias
 
 from odradek.protocol.errors import DecodeError, EncodeError, UnsupportedVersion
 
@@ -50,6 +50,8 @@ __all__ = [
     "Data",
     "Field",
     "Message",
+    "Records",
+    "Region",
     "Struct",
 ]
 
@@ -57,6 +59,20 @@ MAX = 0x7FFF
 ZERO_UUID = uuid.UUID(int=0)
 
 Buffer: TypeAlias = bytes | bytearray | memoryview
+
+
+class Region(Protocol):
+    """Bytes that live elsewhere (a file range): a ``records`` value the encoder does not copy
+    when the caller asks for the parts of a message (see ``encode_response_parts``)."""
+
+    @property
+    def length(self) -> int: ...
+
+    def to_bytes(self) -> bytes: ...
+
+
+#: what a ``records`` field holds: the bytes, or a region of a file
+Records: TypeAlias = "bytes | bytearray | memoryview | Region"
 Versions: TypeAlias = tuple[int, int] | None
 EncodeFn: TypeAlias = Callable[[bytearray, Any], None]
 DecodeFn: TypeAlias = Callable[[memoryview, int], tuple[Any, int]]
@@ -310,6 +326,15 @@ def _bytes_codecs(flexible: bool, nullable: bool, what: str, zero_copy: bool) ->
             if not nullable:
                 raise EncodeError(f"{what} is not nullable in this version")
             enc_len(out, -1)
+            return
+        if zero_copy and not isinstance(v, (bytes, bytearray, memoryview)):
+            # a region of a file (anything with ``length``): leave a hole the writer fills
+            enc_len(out, v.length)
+            holes = getattr(out, "holes", None)
+            if holes is None:
+                out += v.to_bytes()
+            else:
+                holes.append((len(out), v))
             return
         enc_len(out, len(v) if not isinstance(v, memoryview) else v.nbytes)
         out += v

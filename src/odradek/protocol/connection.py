@@ -22,7 +22,13 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Final
 
-from odradek.protocol._api import decode_request, decode_response, encode_request, encode_response
+from odradek.protocol._api import (
+    Region,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response_parts,
+)
 from odradek.protocol._schema import Buffer, Message
 from odradek.protocol.errors import (
     CorrelationIdMismatch,
@@ -200,29 +206,55 @@ class ServerConnection:
 
     def send_response(self, request_header: RequestHeader, message: Message) -> bytes:
         """Encode and queue the response; returns the bytes now ready to write, in order."""
-        return self.send_raw_response(request_header, encode_response(request_header, message))
+        return _join(self.send_response_parts(request_header, message))
+
+    def send_response_parts(self, request_header: RequestHeader, message: Message) -> list[bytes | Region]:
+        """Like :meth:`send_response`, but file regions given as ``records`` values are not read:
+        the result is a list of ``bytes`` and regions (``length``, ``to_bytes()``, and whatever the
+        caller's region type offers, e.g. a file descriptor and position) to write in order."""
+        buf = encode_response_parts(request_header, message)
+        if not buf.holes:
+            return self._complete(request_header.correlation_id, [frame(buf)])
+        total = len(buf) + sum(r.length for _pos, r in buf.holes)
+        parts: list[bytes | Region] = []
+        prev = 0
+        head = _size.pack(total)
+        for pos, region in buf.holes:
+            parts.append(head + bytes(buf[prev:pos]))
+            head = b""
+            parts.append(region)
+            prev = pos
+        parts.append(bytes(buf[prev:]))
+        return self._complete(request_header.correlation_id, parts)
 
     def send_raw_response(self, request_header: RequestHeader, payload: Buffer) -> bytes:
         """Queue an already encoded response (header + body, no size prefix)."""
-        return self._complete(request_header.correlation_id, frame(payload))
+        return _join(self._complete(request_header.correlation_id, [frame(payload)]))
 
     def no_response(self, request_header: RequestHeader) -> bytes:
         """Mark a request that gets no response (produce with ``acks=0``)."""
-        return self._complete(request_header.correlation_id, b"")
+        return _join(self._complete(request_header.correlation_id, []))
 
-    def _complete(self, correlation_id: int, data: bytes) -> bytes:
+    def no_response_parts(self, request_header: RequestHeader) -> list[bytes | Region]:
+        return self._complete(request_header.correlation_id, [])
+
+    def _complete(self, correlation_id: int, parts: list[bytes | Region]) -> list[bytes | Region]:
         for slot in self._pending:
             if slot[0] == correlation_id and not slot[2]:
-                slot[1] = data
+                slot[1] = parts
                 slot[2] = True
                 break
         else:
             raise CorrelationIdMismatch(f"no request with correlation id {correlation_id} awaits a response")
-        ready = []
+        ready: list[bytes | Region] = []
         pending = self._pending
         while pending and pending[0][2]:
-            ready.append(pending.popleft()[1])
-        return b"".join(ready)
+            ready.extend(pending.popleft()[1])
+        return ready
+
+
+def _join(parts: list[bytes | Region]) -> bytes:
+    return b"".join(p if isinstance(p, bytes) else p.to_bytes() for p in parts)
 
 
 class ClientConnection:

@@ -50,6 +50,9 @@ class FileRegion:
     def to_bytes(self) -> bytes:
         return self.segment.read_bytes(self.position, self.length)
 
+    def __len__(self) -> int:
+        return self.length
+
 
 class LogSegment:
     """A segment file and its indexes."""

@@ -20,7 +20,7 @@ from odradek.broker.replica import Partition
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.fetch import FetchRequest, FetchResponse
-from odradek.storage import OffsetOutOfRangeError
+from odradek.storage import FileRegion, OffsetOutOfRangeError
 
 R = FetchResponse
 INT32_MAX = 2147483647
@@ -89,6 +89,7 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
             budget = max_bytes - total
             limit = min(slot.max_bytes, budget)
             min_one = version >= 3 and total == 0
+            data: bytes | FileRegion
             try:
                 if limit <= 0 and not min_one:
                     data = b""
@@ -101,7 +102,9 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
                         replica_id=replica_id,
                         min_one=min_one,
                     )
-                    data = result.to_bytes()
+                    data = result.region if result.region is not None else b""
+                    if magic < 2 and result.region is not None:
+                        data = down_convert(result.to_bytes(), magic)
                 pr.error_code = 0
             except OffsetOutOfRangeError:
                 pr.error_code = int(ErrorCode.OFFSET_OUT_OF_RANGE)
@@ -109,8 +112,6 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
             except KafkaError as exc:
                 pr.error_code = int(exc.code)
                 data = b""
-            if data and magic < 2:
-                data = down_convert(data, magic)
             pr.records = data
             pr.high_watermark = p.high_watermark
             pr.last_stable_offset = p.high_watermark

@@ -54,7 +54,8 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
                 if request.transactional_id is not None:
                     raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported yet")
                 p = broker.produce_partition(topic.name, data.index)
-                records = data.records if data.records is not None else b""
+                raw = data.records
+                records = raw if isinstance(raw, (bytes, bytearray, memoryview)) else b""
                 _check_format(records, version)
                 records = broker.recompress_for(p, records)
                 info = broker.replicas.append(p, records, acks)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid  # noqa: F401
 
-from odradek.protocol._schema import Message, Array, Buffer, DEFAULT, Field, MAX, Struct, ZERO_UUID, BOOL, BYTES, FLOAT64, INT8, INT16, INT32, INT64, RECORDS, STRING, UINT16, UINT32, UUID  # noqa: F401
+from odradek.protocol._schema import Message, Array, Buffer, DEFAULT, Field, MAX, Records, Struct, ZERO_UUID, BOOL, BYTES, FLOAT64, INT8, INT16, INT32, INT64, RECORDS, STRING, UINT16, UINT32, UUID  # noqa: F401
 
 __all__ = ['FetchRequest', 'FetchResponse']
 
@@ -229,7 +229,7 @@ class FetchResponse(Message):
         snapshot_id: FetchResponse.SnapshotId
         aborted_transactions: list[FetchResponse.AbortedTransaction] | None
         preferred_read_replica: int
-        records: Buffer | None
+        records: Records | None
 
         def __init__(
             self,
@@ -244,7 +244,7 @@ class FetchResponse(Message):
             snapshot_id: FetchResponse.SnapshotId = DEFAULT,
             aborted_transactions: list[FetchResponse.AbortedTransaction] | None = DEFAULT,
             preferred_read_replica: int = -1,
-            records: Buffer | None = None,
+            records: Records | None = None,
             unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
         ) -> None:
             self.partition_index = partition_index

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid  # noqa: F401
 
-from odradek.protocol._schema import Message, Array, Buffer, DEFAULT, Field, MAX, Struct, ZERO_UUID, BOOL, BYTES, FLOAT64, INT8, INT16, INT32, INT64, RECORDS, STRING, UINT16, UINT32, UUID  # noqa: F401
+from odradek.protocol._schema import Message, Array, Buffer, DEFAULT, Field, MAX, Records, Struct, ZERO_UUID, BOOL, BYTES, FLOAT64, INT8, INT16, INT32, INT64, RECORDS, STRING, UINT16, UINT32, UUID  # noqa: F401
 
 __all__ = ['FetchSnapshotRequest', 'FetchSnapshotResponse']
 
@@ -153,7 +153,7 @@ class FetchSnapshotResponse(Message):
         current_leader: FetchSnapshotResponse.LeaderIdAndEpoch
         size: int
         position: int
-        unaligned_records: Buffer | None
+        unaligned_records: Records | None
 
         def __init__(
             self,
@@ -164,7 +164,7 @@ class FetchSnapshotResponse(Message):
             current_leader: FetchSnapshotResponse.LeaderIdAndEpoch = DEFAULT,
             size: int = 0,
             position: int = 0,
-            unaligned_records: Buffer | None = None,
+            unaligned_records: Records | None = None,
             unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
         ) -> None:
             self.index = index

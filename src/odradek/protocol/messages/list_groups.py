@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid  # noqa: F401
 
-from odradek.protocol._schema import Message, Array, Buffer, DEFAULT, Field, MAX, Struct, ZERO_UUID, BOOL, BYTES, FLOAT64, INT8, INT16, INT32, INT64, RECORDS, STRING, UINT16, UINT32, UUID  # noqa: F401
+from odradek.protocol._schema import Message, Array, Buffer, DEFAULT, Field, MAX, Records, Struct, ZERO_UUID, BOOL, BYTES, FLOAT64, INT8, INT16, INT32, INT64, RECORDS, STRING, UINT16, UINT32, UUID  # noqa: F401
 
 __all__ = ['ListGroupsRequest', 'ListGroupsResponse']
 

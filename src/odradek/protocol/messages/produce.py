@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid  # noqa: F401
 
-from odradek.protocol._schema import Message, Array, Buffer, DEFAULT, Field, MAX, Struct, ZERO_UUID, BOOL, BYTES, FLOAT64, INT8, INT16, INT32, INT64, RECORDS, STRING, UINT16, UINT32, UUID  # noqa: F401
+from odradek.protocol._schema import Message, Array, Buffer, DEFAULT, Field, MAX, Records, Struct, ZERO_UUID, BOOL, BYTES, FLOAT64, INT8, INT16, INT32, INT64, RECORDS, STRING, UINT16, UINT32, UUID  # noqa: F401
 
 __all__ = ['ProduceRequest', 'ProduceResponse']
 
@@ -34,13 +34,13 @@ class ProduceRequest(Message):
         __slots__ = ('index', 'records', )
 
         index: int
-        records: Buffer | None
+        records: Records | None
 
         def __init__(
             self,
             *,
             index: int = 0,
-            records: Buffer | None = None,
+            records: Records | None = None,
             unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
         ) -> None:
             self.index = index

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid  # noqa: F401
 
-from odradek.protocol._schema import Message, Array, Buffer, DEFAULT, Field, MAX, Struct, ZERO_UUID, BOOL, BYTES, FLOAT64, INT8, INT16, INT32, INT64, RECORDS, STRING, UINT16, UINT32, UUID  # noqa: F401
+from odradek.protocol._schema import Message, Array, Buffer, DEFAULT, Field, MAX, Records, Struct, ZERO_UUID, BOOL, BYTES, FLOAT64, INT8, INT16, INT32, INT64, RECORDS, STRING, UINT16, UINT32, UUID  # noqa: F401
 
 __all__ = ['ShareFetchRequest', 'ShareFetchResponse']
 
@@ -186,7 +186,7 @@ class ShareFetchResponse(Message):
         acknowledge_error_code: int
         acknowledge_error_message: str | None
         current_leader: ShareFetchResponse.LeaderIdAndEpoch
-        records: Buffer | None
+        records: Records | None
         acquired_records: list[ShareFetchResponse.AcquiredRecords]
 
         def __init__(
@@ -198,7 +198,7 @@ class ShareFetchResponse(Message):
             acknowledge_error_code: int = 0,
             acknowledge_error_message: str | None = None,
             current_leader: ShareFetchResponse.LeaderIdAndEpoch = DEFAULT,
-            records: Buffer | None = None,
+            records: Records | None = None,
             acquired_records: list[ShareFetchResponse.AcquiredRecords] = DEFAULT,
             unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
         ) -> None:
