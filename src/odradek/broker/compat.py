@@ -5,11 +5,16 @@ is rewritten as legacy messages: one compressed wrapper with relative inner offs
 records have consecutive offsets and the codec exists for the old format, otherwise one
 uncompressed message per record at its own offset.  Control batches (transaction markers) are
 dropped; zstd, unknown to old formats, becomes uncompressed.
+
+Fetch v0-2 read with a hard byte limit, so the data may end inside its first batch.  Such a
+fragment is passed on unconverted: old clients see an entry longer than the response and report
+"record too large" (Kafka sends an over-long "overflow" entry for the same reason) instead of
+receiving nothing and fetching the same offset forever.
 """
 
 from __future__ import annotations
 
-from odradek.records import Compression, LegacyBatchBuilder, read_batches
+from odradek.records import Compression, LegacyBatchBuilder, iter_batch_headers, read_batches
 
 __all__ = ["down_convert", "magic_for_fetch_version"]
 
@@ -19,6 +24,8 @@ def magic_for_fetch_version(version: int) -> int:
 
 
 def down_convert(data: bytes, magic: int) -> bytes:
+    if next(iter_batch_headers(data), None) is None:
+        return data  # only a fragment of the first batch: let the client see it is too large
     out = bytearray()
     for batch in read_batches(data, verify_crc=False):
         raw = data[batch.position : batch.position + batch.size]

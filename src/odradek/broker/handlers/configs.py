@@ -236,7 +236,17 @@ async def incremental_alter_configs(
                 elif c.config_operation in (APPEND, SUBTRACT):
                     if TOPIC_CONFIGS.get(c.name) != "list" and BROKER_CONFIGS.get(c.name, None) is None:
                         raise KafkaError(ErrorCode.INVALID_CONFIG, f"{c.name} is not a list config")
-                    items = [x for x in (change.get(c.name) or current.get(c.name) or "").split(",") if x]
+                    # the list to change: an earlier op in this request, else the override, else
+                    # the value in effect (Kafka appends to the default when nothing is set)
+                    if c.name in change:
+                        base = change[c.name]
+                    elif c.name in current:
+                        base = current[c.name]
+                    elif res.resource_type == TOPIC:
+                        base = _text(broker.config.topic_default(c.name)[0])
+                    else:
+                        base = _text(broker.config.get(c.name)) if c.name in BROKER_CONFIGS else None
+                    items = [x for x in (base or "").split(",") if x]
                     values = [x for x in (c.value or "").split(",") if x]
                     if c.config_operation == APPEND:
                         items += [v for v in values if v not in items]

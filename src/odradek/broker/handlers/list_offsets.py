@@ -37,6 +37,11 @@ def _lookup(p: Partition, timestamp: int, replica_id: int, version: int) -> tupl
         return -1, lg.log_start_offset, _epoch_at(p, lg.log_start_offset)
     if timestamp == MAX_TIMESTAMP and version >= 7:
         ts, offset = lg.max_timestamp_and_offset()
+        # storage keeps the last offset of the batch holding the largest timestamp; Kafka (since
+        # KAFKA-16310) answers with the first record that carries it
+        exact = lg.offset_for_timestamp(ts) if offset >= 0 else None
+        if exact is not None and exact[1] == ts:
+            offset = exact[0]
         if offset < 0 or offset >= visible:
             return -1, -1, -1
         return ts, offset, _epoch_at(p, offset)
