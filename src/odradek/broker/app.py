@@ -25,6 +25,7 @@ from typing import Any
 
 import odradek.broker.handlers  # noqa: F401  (registers the API handlers)
 from odradek._clock import Clock, SystemClock
+from odradek.broker.coordinator import GroupCoordinator
 from odradek.broker.replica import Partition, ReplicaManager
 from odradek.broker.server import KafkaConnection
 from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage, TopicInfo
@@ -82,6 +83,7 @@ class Broker:
         self.logs: LogManager
         self.backend: MetadataBackend
         self.replicas: ReplicaManager
+        self._groups: GroupCoordinator | None = None
         self.ready_after = 0.0
 
     # ------------------------------------------------------------------------------------------
@@ -128,8 +130,10 @@ class Broker:
             self._servers.append(server)
         self.backend = EmbeddedBackend(dirs[0], self.cluster_id)
         await self.backend.start(self._broker_info())
+        self._groups = GroupCoordinator(self)
         self.backend.add_listener(self._apply_image)
         self._apply_image(self.backend.image)
+        self.groups.start()
         for server in self._servers:
             await server.start_serving()
         self._start_timers()
@@ -188,6 +192,8 @@ class Broker:
         for server in self._servers:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 2)
+        if self._groups is not None:
+            await self._groups.stop()
         for p in self.replicas.partitions.values():
             p.fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         await asyncio.get_running_loop().run_in_executor(self._executor, self._shutdown_storage)
@@ -204,6 +210,12 @@ class Broker:
 
     # ------------------------------------------------------------------------------------------
     # metadata
+
+    @property
+    def groups(self) -> GroupCoordinator:
+        if self._groups is None:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the broker is starting")
+        return self._groups
 
     @property
     def image(self) -> MetadataImage:
@@ -226,6 +238,8 @@ class Broker:
         for name in list(self._topic_configs):
             if name not in image.topics:
                 del self._topic_configs[name]
+        if self._groups is not None and (self._groups.loaded or "__consumer_offsets" in image.topics):
+            self._groups.on_image()
         # logs on disk for topics that no longer exist (deleted while this broker was down)
         for lg in list(self.logs.logs()):
             if (lg.topic, lg.partition) not in hosted:

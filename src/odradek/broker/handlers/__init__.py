@@ -5,6 +5,7 @@ from odradek.broker.handlers import (  # noqa: F401
     api_versions,
     configs,
     fetch,
+    groups,
     list_offsets,
     metadata,
     produce,
