@@ -97,10 +97,7 @@ def test_roundtrip_every_codec(broker: BrokerProcess, topic: str, compression: s
     codes = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
     assert all(b.magic == 2 for b in batches)
     assert len(batches) > 1
-    if compression == "lz4" and {b.compression for b in batches} == {0}:
-        # librdkafka enables its "LZ4" feature only when the broker advertises FindCoordinator
-        # v0 (rdkafka_feature.c); until the group coordinator exists it sends lz4 uncompressed.
-        pytest.xfail("librdkafka does not lz4-compress: the broker does not advertise FindCoordinator yet")
+    # (librdkafka enables its LZ4 feature only when the broker advertises FindCoordinator v0)
     assert {b.compression for b in batches} == {codes[compression]}
 
 
