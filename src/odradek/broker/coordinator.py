@@ -423,8 +423,8 @@ class GroupCoordinator:
                     value = None if e.group is None else group_value(e.group)
                     await self._write(e.group_id, [(group_key(e.group_id), value)])
                 else:
+                    # the state machine already applied these (expiry, deletion): only write
                     await self._write(e.group_id, self._offset_records(e))
-                    self.state.apply_commit(e)
             except KafkaError as exc:
                 log.warning("could not write group %s: %s", e.group_id, exc)
                 failure = _COMMIT_ERRORS.get(exc.code, ErrorCode.UNKNOWN_SERVER_ERROR)

@@ -26,14 +26,19 @@ def _parser() -> argparse.ArgumentParser:
     dump.add_argument("--deep-iteration", action="store_true", help="print every record, not only batches")
     dump.add_argument("--max-bytes", type=int, default=None, help="stop after this many bytes of each .log file")
 
-    from odradek.cli import serve
+    from odradek.cli import groups, serve
 
     serve.add_parser(sub)
+    groups.add_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "groups":
+        from odradek.cli import groups
+
+        return groups.run(args)
     if args.command == "serve":
         from odradek.cli import serve
 

@@ -1,0 +1,198 @@
+"""Blocking connections to brokers over the sans-I/O :class:`~odradek.protocol.ClientConnection`.
+
+``BrokerConnection`` is one socket: it negotiates versions with ApiVersions (the highest version
+both sides support for each API), sends requests and waits for their responses with a timeout.
+``Cluster`` knows the bootstrap servers, refreshes metadata, and keeps one connection per broker.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any, TypeVar
+
+from odradek.errors import ErrorCode, KafkaError
+from odradek.protocol import NEED_DATA, ClientConnection, ConnectionClosed, Message, ResponseReceived
+from odradek.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from odradek.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
+from odradek.protocol.messages.metadata import MetadataRequest, MetadataResponse
+
+__all__ = ["BrokerConnection", "Cluster", "parse_bootstrap"]
+
+M = TypeVar("M", bound=Message)
+
+
+def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
+    result = []
+    for item in (s.strip() for s in servers.split(",") if s.strip()):
+        host, _, port = item.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"bootstrap server {item!r} is not host:port")
+        result.append((host.strip("[]"), int(port)))
+    if not result:
+        raise ValueError("no bootstrap servers given")
+    return result
+
+
+class BrokerConnection:
+    def __init__(self, host: str, port: int, *, client_id: str = "odradek", timeout: float = 30.0) -> None:
+        self.host, self.port = host, port
+        self.timeout = timeout
+        try:
+            self.sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as exc:
+            raise ConnectionError(f"cannot connect to {host}:{port}: {exc}") from exc
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.conn = ClientConnection(client_id=client_id)
+        self.versions: dict[int, tuple[int, int]] = {}
+        self._negotiate()
+
+    def _negotiate(self) -> None:
+        ours = ApiVersionsRequest.VALID_VERSIONS[1]
+        resp: ApiVersionsResponse = self._roundtrip(
+            ApiVersionsRequest(client_software_name="odradek", client_software_version="0.1.0"), ours
+        )
+        if resp.error_code == ErrorCode.UNSUPPORTED_VERSION:
+            resp = self._roundtrip(ApiVersionsRequest(), 0)
+        if resp.error_code:
+            raise KafkaError(resp.error_code, "ApiVersions failed")
+        self.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+
+    def version_for(self, cls: type[Message], maximum: int | None = None) -> int:
+        broker = self.versions.get(cls.API_KEY)
+        if broker is None:
+            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"the broker does not support {cls.NAME}")
+        lo = max(broker[0], cls.VALID_VERSIONS[0])
+        hi = min(broker[1], cls.VALID_VERSIONS[1], maximum if maximum is not None else 1 << 15)
+        if lo > hi:
+            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"no {cls.NAME} version in common with the broker")
+        return hi
+
+    def request(self, message: Message, version: int | None = None) -> Any:
+        """Send ``message`` (at the highest common version unless given) and return the response."""
+        v = self.version_for(type(message)) if version is None else version
+        return self._roundtrip(message, v)
+
+    def _roundtrip(self, message: Message, version: int) -> Any:
+        _cid, data = self.conn.send_request(message, version)
+        deadline = time.monotonic() + self.timeout
+        try:
+            self.sock.sendall(data)
+            while True:
+                ev = self.conn.next_event()
+                if isinstance(ev, ResponseReceived):
+                    return ev.response
+                if isinstance(ev, ConnectionClosed):
+                    raise ConnectionError(f"{self.host}:{self.port} closed the connection")
+                assert ev is NEED_DATA
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"no response from {self.host}:{self.port} within {self.timeout:.0f}s")
+                self.sock.settimeout(remaining)
+                chunk = self.sock.recv(1 << 20)
+                self.conn.receive_data(chunk)
+        except TimeoutError:
+            self.close()
+            raise
+        except OSError as exc:
+            self.close()
+            raise ConnectionError(f"connection to {self.host}:{self.port} failed: {exc}") from exc
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class Cluster:
+    """Bootstrap servers, a metadata cache and one connection per broker (blocking)."""
+
+    def __init__(self, bootstrap_servers: str, *, client_id: str = "odradek", timeout: float = 30.0) -> None:
+        self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.client_id = client_id
+        self.timeout = timeout
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self._conns: dict[int, BrokerConnection] = {}
+        self._any: BrokerConnection | None = None
+        self.cluster_id: str | None = None
+        self.controller_id = -1
+
+    def any(self) -> BrokerConnection:
+        if self._any is not None:
+            return self._any
+        errors = []
+        for host, port in self.bootstrap:
+            try:
+                self._any = BrokerConnection(host, port, client_id=self.client_id, timeout=self.timeout)
+                return self._any
+            except (ConnectionError, TimeoutError) as exc:
+                errors.append(str(exc))
+        raise ConnectionError("no bootstrap server reachable: " + "; ".join(errors))
+
+    def metadata(self, topics: list[str] | None = None, allow_auto_create: bool = False) -> MetadataResponse:
+        conn = self.any()
+        req = MetadataRequest(
+            topics=None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
+            allow_auto_topic_creation=allow_auto_create,
+        )
+        resp: MetadataResponse = conn.request(req)
+        self.brokers = {b.node_id: (b.host, b.port) for b in resp.brokers}
+        self.cluster_id = resp.cluster_id
+        self.controller_id = resp.controller_id
+        return resp
+
+    def node(self, node_id: int) -> BrokerConnection:
+        conn = self._conns.get(node_id)
+        if conn is not None:
+            return conn
+        if node_id not in self.brokers:
+            self.metadata([])
+        if node_id not in self.brokers:
+            raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {node_id} is not in the cluster metadata")
+        host, port = self.brokers[node_id]
+        conn = self._conns[node_id] = BrokerConnection(host, port, client_id=self.client_id, timeout=self.timeout)
+        return conn
+
+    def leader_of(self, topic: str, partition: int) -> BrokerConnection:
+        md = self.metadata([topic])
+        for t in md.topics:
+            if t.name == topic:
+                if t.error_code:
+                    raise KafkaError(t.error_code, f"topic {topic}")
+                for p in t.partitions:
+                    if p.partition_index == partition:
+                        return self.node(p.leader_id)
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition}")
+
+    def coordinator(self, group_id: str, deadline_s: float | None = None) -> BrokerConnection:
+        """The group's coordinator, retrying while it is being created or loaded."""
+        deadline = time.monotonic() + (self.timeout if deadline_s is None else deadline_s)
+        while True:
+            conn = self.any()
+            v = conn.version_for(FindCoordinatorRequest)
+            req = FindCoordinatorRequest(key=group_id, key_type=0) if v < 4 else FindCoordinatorRequest(
+                key_type=0, coordinator_keys=[group_id]
+            )
+            resp: FindCoordinatorResponse = conn.request(req, v)
+            if v >= 4:
+                c = resp.coordinators[0]
+                code, node_id, host, port = c.error_code, c.node_id, c.host, c.port
+            else:
+                code, node_id, host, port = resp.error_code, resp.node_id, resp.host, resp.port
+            if code == 0:
+                self.brokers[node_id] = (host, port)
+                return self.node(node_id)
+            err = ErrorCode.of(code)
+            if not err.retriable or time.monotonic() > deadline:
+                raise KafkaError(err, f"finding the coordinator of group {group_id}")
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        if self._any is not None:
+            self._any.close()
+        self._conns.clear()
+        self._any = None
+
