@@ -7,6 +7,7 @@ both sides support for each API), sends requests and waits for their responses w
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 from typing import Any, TypeVar
@@ -99,10 +100,8 @@ class BrokerConnection:
             raise ConnectionError(f"connection to {self.host}:{self.port} failed: {exc}") from exc
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.sock.close()
-        except OSError:
-            pass
 
 
 class Cluster:
