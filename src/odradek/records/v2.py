@@ -563,6 +563,13 @@ class BatchBuilder:
             prefixes = [_ENC_NONNEG[n] if n < 8192 else encode_varint(n) for n in lengths]
         return _join(chain.from_iterable(zip(prefixes, bodies)))
 
+    def set_producer(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+        """Set the idempotent-producer fields before :meth:`build` (a producer numbers a batch
+        when it first sends it, after its records were appended)."""
+        self._producer_id = producer_id
+        self._producer_epoch = producer_epoch
+        self._base_sequence = base_sequence
+
     def build(self) -> bytes:
         """Return the finished batch (header, CRC and, if set, compressed records)."""
         payload = self._records_bytes()

@@ -1,0 +1,863 @@
+"""Producer and AsyncProducer: batching, acks, retries, idempotence, compression, callbacks.
+
+``send()`` serialises the key and value (the seeds' Encoder), picks a partition (the Java
+client's murmur2 partitioner by default, sticky for null keys), and appends the record to the
+open batch of that partition; it returns a future of the record's metadata.  A batch is sent when
+it reaches ``batch.size``, after ``linger.ms``, or on ``flush()``.  A sender — a task on an event
+loop, in a background thread for :class:`Producer` and on the caller's loop for
+:class:`AsyncProducer` — groups ready batches by leader into Produce requests, retries retriable
+errors with backoff until ``delivery.timeout.ms``, and completes the futures.  With
+``enable.idempotence`` (the default, as in modern clients) the producer gets a producer id and
+numbers each partition's batches so that the broker drops duplicates of retried batches; it keeps
+one batch per partition in flight so ordering survives retries.  ``buffer.memory`` bounds the
+bytes waiting to be sent: ``send()`` blocks (or awaits) up to ``max.block.ms`` for room.
+Interceptors see every record at send and every result at acknowledgement (the seeds'
+CallbackHandler).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, NamedTuple
+
+from odradek.client._aio import AsyncCluster
+from odradek.client._config import PRODUCER_DEFAULTS, ClientConfigError, merge_config
+from odradek.client.partitioner import DefaultPartitioner
+from odradek.errors import ErrorCode, KafkaError
+from odradek.protocol.messages.init_producer_id import InitProducerIdRequest
+from odradek.protocol.messages.produce import ProduceRequest, ProduceResponse
+from odradek.records import BatchBuilder, Compression
+
+__all__ = ["AsyncProducer", "Producer", "RecordMetadata"]
+
+log = logging.getLogger(__name__)
+
+_CODECS = {
+    "none": Compression.NONE,
+    "gzip": Compression.GZIP,
+    "snappy": Compression.SNAPPY,
+    "lz4": Compression.LZ4,
+    "zstd": Compression.ZSTD,
+}
+_RETRIABLE_REFRESH = {
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_LEADER_EPOCH,
+    ErrorCode.KAFKA_STORAGE_ERROR,
+}
+
+
+class RecordMetadata(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    serialized_key_size: int
+    serialized_value_size: int
+
+
+class _Batch:
+    """Records for one partition, sent together."""
+
+    __slots__ = (
+        "attempts",
+        "base_offset",
+        "base_sequence",
+        "builder",
+        "callbacks",
+        "created",
+        "data",
+        "done",
+        "error",
+        "event",
+        "log_append_time",
+        "partition",
+        "record_count",
+        "retry_at",
+        "size",
+        "topic",
+        "waiters",
+    )
+
+    def __init__(self, topic: str, partition: int, builder: BatchBuilder, now: float) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.builder: BatchBuilder | None = builder
+        self.data: bytes | None = None
+        self.created = now
+        self.attempts = 0
+        self.base_sequence = -1
+        self.record_count = 0
+        self.size = 0
+        self.callbacks: list[tuple[Callable[..., Any], int, int, int, int]] | None = None
+        self.done = False
+        self.error: BaseException | None = None
+        self.base_offset = -1
+        self.log_append_time = -1
+        self.retry_at = 0.0
+        self.event: threading.Event | None = None
+        self.waiters: list[asyncio.Future[None]] | None = None
+
+
+class FutureRecordMetadata:
+    """The future of one record's metadata (cheap: it shares its batch's completion)."""
+
+    __slots__ = ("_batch", "_index", "_ksize", "_timestamp", "_vsize")
+
+    def __init__(self, batch: _Batch, index: int, timestamp: int, ksize: int, vsize: int) -> None:
+        self._batch = batch
+        self._index = index
+        self._timestamp = timestamp
+        self._ksize = ksize
+        self._vsize = vsize
+
+    def done(self) -> bool:
+        return self._batch.done
+
+    def _metadata(self) -> RecordMetadata:
+        b = self._batch
+        if b.error is not None:
+            raise b.error
+        ts = b.log_append_time if b.log_append_time >= 0 else self._timestamp
+        return RecordMetadata(b.topic, b.partition, b.base_offset + self._index, ts, self._ksize, self._vsize)
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        b = self._batch
+        if not b.done:
+            event = b.event
+            if (event is None or not event.wait(timeout)) and not b.done:
+                raise FutureTimeout(f"no acknowledgement within {timeout}s")
+        return self._metadata()
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        try:
+            self.result(timeout)
+        except KafkaError as exc:
+            return exc
+        except FutureTimeout:
+            raise
+        except BaseException as exc:
+            return exc
+        return None
+
+    def __await__(self) -> Any:
+        b = self._batch
+        if not b.done:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            if b.waiters is None:
+                b.waiters = []
+            b.waiters.append(fut)
+            yield from fut.__await__()
+        return self._metadata()
+
+
+class _Core:
+    """The accumulator and the sender, shared by the sync and async faces."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.config = config
+        if config["transactional.id"] is not None:
+            raise ClientConfigError("transactions are not supported yet (transactional.id)")
+        acks = {"all": -1, "-1": -1, "1": 1, "0": 0}.get(str(config["acks"]).lower())
+        if acks is None:
+            raise ClientConfigError(f"invalid acks {config['acks']!r}")
+        self.acks: int = acks
+        self.idempotent = bool(config["enable.idempotence"])
+        if self.idempotent and self.acks != -1:
+            raise ClientConfigError("enable.idempotence requires acks=all")
+        codec = str(config["compression.type"]).lower()
+        if codec not in _CODECS:
+            raise ClientConfigError(f"invalid compression.type {codec!r}")
+        self.codec = _CODECS[codec]
+        self.level = config["compression.level"]
+        self.batch_size = int(config["batch.size"])
+        self.linger = int(config["linger.ms"]) / 1000
+        self.buffer_memory = int(config["buffer.memory"])
+        self.max_block = int(config["max.block.ms"]) / 1000
+        self.delivery_timeout = int(config["delivery.timeout.ms"]) / 1000
+        self.request_timeout_ms = int(config["request.timeout.ms"])
+        self.retry_backoff = int(config["retry.backoff.ms"]) / 1000
+        self.retries = int(config["retries"])
+        self.max_in_flight = max(1, int(config["max.in.flight.requests.per.connection"]))
+        self.max_request_size = int(config["max.request.size"])
+        self.key_serializer = config["key.serializer"]
+        self.value_serializer = config["value.serializer"]
+        self.interceptors = list(config["interceptors"] or ())
+        self.partitioner = config["partitioner"] or DefaultPartitioner()
+        self._default_partitioner = isinstance(self.partitioner, DefaultPartitioner)
+        self.cluster = AsyncCluster(
+            config["bootstrap.servers"],
+            client_id=config["client.id"],
+            request_timeout_ms=self.request_timeout_ms,
+            metadata_max_age_ms=int(config["metadata.max.age.ms"]),
+            retry_backoff_ms=int(config["retry.backoff.ms"]),
+            socket_connection_setup_timeout_ms=int(config["socket.connection.setup.timeout.ms"]),
+            allow_auto_create_topics=bool(config["allow.auto.create.topics"]),
+        )
+        self.lock = threading.Lock()
+        self.space = threading.Condition(self.lock)
+        self.open: dict[tuple[str, int], _Batch] = {}
+        self.queues: dict[tuple[str, int], deque[_Batch]] = {}
+        self.buffered = 0
+        self.in_flight: dict[tuple[str, int], int] = {}
+        self.node_in_flight: dict[int, int] = {}
+        self.unacked = 0  # batches created and not completed
+        self.partition_counts: dict[str, tuple[int, list[int]]] = {}
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.sequences: dict[tuple[str, int], int] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.wake: asyncio.Event | None = None
+        self.flushing = 0
+        self.closed = False
+        self.sender_task: asyncio.Task[None] | None = None
+        self.fatal: BaseException | None = None
+        self.all_done = threading.Condition(self.lock)
+
+    # -- user side (any thread) ----------------------------------------------------------------
+    def serialize(self, topic: str, key: Any, value: Any) -> tuple[bytes | None, bytes | None]:
+        if self.key_serializer is not None and key is not None:
+            key = self.key_serializer(key) if not hasattr(self.key_serializer, "serialize") else self.key_serializer.serialize(topic, key)
+        if self.value_serializer is not None and value is not None:
+            value = (
+                self.value_serializer(value)
+                if not hasattr(self.value_serializer, "serialize")
+                else self.value_serializer.serialize(topic, value)
+            )
+        if key is not None and not isinstance(key, (bytes, bytearray, memoryview)):
+            if isinstance(key, str):
+                key = key.encode()
+            else:
+                raise TypeError(f"key must be bytes (or set key.serializer), not {type(key).__name__}")
+        if value is not None and not isinstance(value, (bytes, bytearray, memoryview)):
+            if isinstance(value, str):
+                value = value.encode()
+            else:
+                raise TypeError(f"value must be bytes (or set value.serializer), not {type(value).__name__}")
+        return (None if key is None else bytes(key)), (None if value is None else bytes(value))
+
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]] | None,
+        callback: Callable[..., Any] | None,
+        sticky: bool,
+    ) -> tuple[FutureRecordMetadata, bool]:
+        """Append under the lock; returns (future, whether a batch became ready)."""
+        tp = (topic, partition)
+        batch = self.open.get(tp)
+        ready = False
+        size = (len(key) if key else 0) + (len(value) if value else 0) + 32
+        if batch is None or batch.builder is None:
+            batch = self._new_batch(tp)
+        elif batch.size + size > self.batch_size and batch.record_count:
+            self._close_batch(tp, batch)
+            ready = True
+            batch = self._new_batch(tp)
+            if sticky and self._default_partitioner:
+                self.partitioner.new_batch(topic, *self.partition_counts.get(topic, (1, [])), previous=partition)
+        builder = batch.builder
+        assert builder is not None
+        index = batch.record_count
+        builder.append(timestamp, key, value, headers)
+        batch.record_count = index + 1
+        batch.size += size
+        self.buffered += size
+        fut = FutureRecordMetadata(batch, index, timestamp, len(key) if key else -1, len(value) if value else -1)
+        if callback is not None:
+            if batch.callbacks is None:
+                batch.callbacks = []
+            batch.callbacks.append((callback, index, timestamp, len(key) if key else -1, len(value) if value else -1))
+        if batch.size >= self.batch_size:
+            self._close_batch(tp, batch)
+            ready = True
+            if sticky and self._default_partitioner:
+                self.partitioner.new_batch(topic, *self.partition_counts.get(topic, (1, [])), previous=partition)
+        return fut, ready
+
+    def _new_batch(self, tp: tuple[str, int]) -> _Batch:
+        builder = BatchBuilder(compression=self.codec, compression_level=self.level)
+        batch = _Batch(tp[0], tp[1], builder, time.monotonic())
+        self.open[tp] = batch
+        self.unacked += 1
+        return batch
+
+    def _close_batch(self, tp: tuple[str, int], batch: _Batch) -> None:
+        """No more records: build the bytes (sequence numbers are patched at send time)."""
+        if self.open.get(tp) is batch:
+            del self.open[tp]
+        self.queues.setdefault(tp, deque()).append(batch)
+
+    # -- sender (event loop) ---------------------------------------------------------------------
+    def _build(self, batch: _Batch) -> bytes:
+        if batch.data is None:
+            assert batch.builder is not None
+            b = batch.builder
+            if self.idempotent:
+                b.set_producer(self.producer_id, self.producer_epoch, batch.base_sequence)
+            batch.data = b.build()
+            batch.builder = None
+        return batch.data
+
+    async def init_producer_id(self) -> None:
+        if not self.idempotent or self.producer_id >= 0:
+            return
+        deadline = time.monotonic() + self.max_block
+        while True:
+            try:
+                conn = await self.cluster.any_connection()
+                v = conn.version_for(InitProducerIdRequest)
+                req = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000)
+                if v >= 3 and self.producer_id >= 0:
+                    req.producer_id, req.producer_epoch = self.producer_id, self.producer_epoch
+                resp = await conn.request(req, v)
+                if resp.error_code == 0:
+                    self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
+                    return
+                err = ErrorCode.of(resp.error_code)
+                if not err.retriable:
+                    raise KafkaError(err, "InitProducerId failed")
+            except (ConnectionError, TimeoutError) as exc:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"could not get a producer id: {exc}") from exc
+            if time.monotonic() > deadline:
+                raise TimeoutError("could not get a producer id")
+            await asyncio.sleep(self.retry_backoff)
+
+    def _ready(self, now: float) -> list[_Batch]:
+        """Batches that may be sent now, at most one per partition (ordering with retries)."""
+        out: list[_Batch] = []
+        with self.lock:
+            linger_cut = now - self.linger
+            for tp, batch in list(self.open.items()):
+                if batch.record_count and (batch.created <= linger_cut or self.flushing or self.closed):
+                    self._close_batch(tp, batch)
+            for tp, q in self.queues.items():
+                if not q or self.in_flight.get(tp, 0) >= (1 if self.idempotent else self.max_in_flight):
+                    continue
+                head = q[0]
+                if head.retry_at > now:
+                    continue
+                out.append(q.popleft())
+        return out
+
+    def next_wakeup(self, now: float) -> float:
+        with self.lock:
+            times = [b.created + self.linger for b in self.open.values() if b.record_count]
+            times += [q[0].retry_at for q in self.queues.values() if q and q[0].retry_at > now]
+        return max(0.0, min(times) - now) if times else 1.0
+
+    async def run(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.wake = asyncio.Event()
+        try:
+            await self.init_producer_id()
+        except BaseException as exc:
+            self.fatal = exc
+            self._fail_everything(exc)
+            raise
+        while True:
+            now = time.monotonic()
+            batches = self._ready(now)
+            if batches:
+                await self._send(batches)
+            with self.lock:
+                idle = self.closed and self.unacked == 0
+            if idle:
+                return
+            wait = self.next_wakeup(time.monotonic()) if not batches else 0
+            if wait > 0:
+                self.wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), wait)
+            else:
+                await asyncio.sleep(0)
+
+    async def _send(self, batches: list[_Batch]) -> None:
+        by_node: dict[int, list[_Batch]] = {}
+        for batch in batches:
+            topic = batch.topic
+            if topic not in self.cluster.topics or self.cluster.metadata_stale():
+                try:
+                    await self.cluster.topic(topic)
+                except (KafkaError, ConnectionError, TimeoutError) as exc:
+                    self._retry_or_fail(batch, exc)
+                    continue
+            leader = self.cluster.leader(topic, batch.partition)
+            if leader < 0:
+                self._retry_or_fail(batch, KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"{topic}-{batch.partition}"))
+                continue
+            by_node.setdefault(leader, []).append(batch)
+        for node, group in by_node.items():
+            for tp in ((b.topic, b.partition) for b in group):
+                self.in_flight[tp] = self.in_flight.get(tp, 0) + 1
+            asyncio.get_running_loop().create_task(self._produce(node, group))
+
+    async def _produce(self, node: int, batches: list[_Batch]) -> None:
+        topics: dict[str, list[ProduceRequest.PartitionProduceData]] = {}
+        for b in batches:
+            if self.idempotent and b.base_sequence < 0:
+                tp = (b.topic, b.partition)
+                b.base_sequence = self.sequences.get(tp, 0)
+                self.sequences[tp] = (b.base_sequence + b.record_count) & 0x7FFFFFFF
+            b.attempts += 1
+            topics.setdefault(b.topic, []).append(
+                ProduceRequest.PartitionProduceData(index=b.partition, records=self._build(b))
+            )
+        req = ProduceRequest(
+            acks=self.acks,
+            timeout_ms=self.request_timeout_ms,
+            topic_data=[ProduceRequest.TopicProduceData(name=t, partition_data=ps) for t, ps in topics.items()],
+        )
+        by_tp = {(b.topic, b.partition): b for b in batches}
+        try:
+            conn = await self.cluster.connection(node)
+            if self.acks == 0:
+                conn.send(req, expect_response=False)
+                await conn.drain()
+                for b in batches:
+                    self._complete(b, -1, -1, None)
+                return
+            resp: ProduceResponse = await conn.request(req, timeout=self.request_timeout_ms / 1000 + 5)
+        except (ConnectionError, TimeoutError, KafkaError) as exc:
+            for b in batches:
+                self._retry_or_fail(b, exc)
+            self._done_in_flight(batches)
+            return
+        refresh = False
+        for t in resp.responses:
+            for pr in t.partition_responses:
+                found = by_tp.pop((t.name, pr.index), None)
+                if found is None:
+                    continue
+                b = found
+                err = ErrorCode.of(pr.error_code)
+                if err is ErrorCode.NONE or err is ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
+                    self._complete(b, pr.base_offset, pr.log_append_time_ms, None)
+                    continue
+                failure = KafkaError(err, pr.error_message or f"{t.name}-{pr.index}")
+                if err in _RETRIABLE_REFRESH:
+                    refresh = True
+                if err is ErrorCode.UNKNOWN_PRODUCER_ID and self.idempotent:
+                    # the broker lost our state (e.g. expiry): start a new epoch and resend
+                    self.producer_id = -1
+                    self.sequences.clear()
+                    with contextlib.suppress(Exception):
+                        await self.init_producer_id()
+                    b.base_sequence = -1
+                    b.data = None if b.builder is not None else b.data
+                    self._retry_or_fail(b, failure, force=True)
+                    continue
+                self._retry_or_fail(b, failure)
+        for b in by_tp.values():
+            self._retry_or_fail(b, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "no response for the partition"))
+        self._done_in_flight(batches)
+        if refresh:
+            with contextlib.suppress(Exception):
+                await self.cluster.refresh()
+        if self.wake is not None:
+            self.wake.set()
+
+    def _done_in_flight(self, batches: Iterable[_Batch]) -> None:
+        for b in batches:
+            tp = (b.topic, b.partition)
+            self.in_flight[tp] = max(0, self.in_flight.get(tp, 0) - 1)
+
+    def _retry_or_fail(self, batch: _Batch, exc: BaseException, force: bool = False) -> None:
+        now = time.monotonic()
+        retriable = force or (
+            isinstance(exc, (ConnectionError, TimeoutError)) or (isinstance(exc, KafkaError) and exc.retriable)
+        )
+        expired = now - batch.created >= self.delivery_timeout
+        if retriable and not expired and batch.attempts <= self.retries:
+            batch.retry_at = now + self.retry_backoff
+            with self.lock:
+                self.queues.setdefault((batch.topic, batch.partition), deque()).appendleft(batch)
+            return
+        if expired:
+            exc = KafkaError(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"expiring {batch.record_count} record(s) for {batch.topic}-{batch.partition}: "
+                f"{self.delivery_timeout * 1000:.0f} ms has passed since batch creation ({exc})",
+            )
+        self._complete(batch, -1, -1, exc)
+
+    def _complete(self, batch: _Batch, base_offset: int, log_append_time: int, error: BaseException | None) -> None:
+        batch.base_offset = base_offset
+        batch.log_append_time = log_append_time
+        batch.error = error
+        batch.done = True
+        batch.builder = None
+        with self.lock:
+            self.buffered -= batch.size
+            self.unacked -= 1
+            self.space.notify_all()
+        if batch.event is not None:
+            batch.event.set()
+        if batch.waiters:
+            for fut in batch.waiters:
+                loop = fut.get_loop()
+                if loop is self.loop:
+                    if not fut.done():
+                        fut.set_result(None)
+                else:
+                    loop.call_soon_threadsafe(_resolve, fut)
+        if batch.callbacks or self.interceptors:
+            self._callbacks(batch)
+
+    def _callbacks(self, batch: _Batch) -> None:
+        results: list[tuple[Callable[..., Any], RecordMetadata | None, BaseException | None]] = []
+        for cb, index, ts, ks, vs in batch.callbacks or ():
+            if batch.error is None:
+                md = RecordMetadata(
+                    batch.topic, batch.partition, batch.base_offset + index,
+                    batch.log_append_time if batch.log_append_time >= 0 else ts, ks, vs,
+                )
+                results.append((cb, md, None))
+            else:
+                results.append((cb, None, batch.error))
+        for cb, result, err in results:
+            try:
+                cb(err, result)
+            except Exception:
+                log.exception("delivery callback failed")
+        for interceptor in self.interceptors:
+            on_ack = getattr(interceptor, "on_acknowledgement", None)
+            if on_ack is None:
+                continue
+            for i in range(batch.record_count):
+                ack: RecordMetadata | None = None if batch.error else RecordMetadata(batch.topic, batch.partition, batch.base_offset + i, -1, -1, -1)
+                try:
+                    on_ack(ack, batch.error)
+                except Exception:
+                    log.exception("interceptor on_acknowledgement failed")
+
+    def _fail_everything(self, exc: BaseException) -> None:
+        with self.lock:
+            batches = list(self.open.values()) + [b for q in self.queues.values() for b in q]
+            self.open.clear()
+            self.queues.clear()
+        for b in batches:
+            self._complete(b, -1, -1, exc)
+
+    def poke(self) -> None:
+        """Wake the sender (from any thread)."""
+        loop, wake = self.loop, self.wake
+        if loop is None or wake is None:
+            return
+        try:
+            if loop is _running_loop():
+                wake.set()
+            else:
+                loop.call_soon_threadsafe(wake.set)
+        except RuntimeError:
+            pass
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+class _Face:
+    """What Producer and AsyncProducer share: configuration, partitioning, interceptors."""
+
+    _core: _Core
+
+    def _prepare(
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        partition: int | None,
+        headers: Sequence[tuple[str, Any]] | Mapping[str, Any] | None,
+        timestamp: int | None,
+    ) -> tuple[str, int | None, int, bytes | None, bytes | None, list[tuple[str, bytes | None]] | None]:
+        core = self._core
+        if core.closed:
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer is closed")
+        if core.fatal is not None:
+            raise core.fatal
+        for interceptor in core.interceptors:
+            on_send = getattr(interceptor, "on_send", None)
+            if on_send is not None:
+                topic, value, key = on_send(topic, value, key) or (topic, value, key)
+        kb, vb = core.serialize(topic, key, value)
+        hs: list[tuple[str, bytes | None]] | None = None
+        if headers:
+            items = headers.items() if isinstance(headers, Mapping) else headers
+            hs = [(k, v.encode() if isinstance(v, str) else v) for k, v in items]
+        ts = int(time.time() * 1000) if timestamp is None else int(timestamp)
+        size = (len(kb) if kb else 0) + (len(vb) if vb else 0) + 70
+        if size > core.max_request_size:
+            raise KafkaError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"the record is {size} bytes when serialized, larger than max.request.size={core.max_request_size}",
+            )
+        return topic, partition, ts, kb, vb, hs
+
+    def _choose(self, topic: str, key: bytes | None, partition: int | None) -> tuple[int, bool]:
+        core = self._core
+        count, available = core.partition_counts[topic]
+        if partition is not None:
+            if not 0 <= partition < count:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {partition}")
+            return partition, False
+        if core.config["partitioner.ignore.keys"]:
+            key = None
+        return int(core.partitioner(topic, key, count, available)), key is None
+
+    @staticmethod
+    def _counts(core: _Core, topic: str) -> None:
+        info = core.cluster.topics[topic]
+        count = max(info.partitions) + 1 if info.partitions else 0
+        available = sorted(p for p, pi in info.partitions.items() if pi.leader >= 0)
+        core.partition_counts[topic] = (count, available)
+
+
+class Producer(_Face):
+    """A thread-safe producer; a background thread runs the sender.
+
+    ``Producer({"bootstrap.servers": "127.0.0.1:9092", "linger.ms": 5})`` or
+    ``Producer(bootstrap_servers="127.0.0.1:9092", linger_ms=5)``.
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        self._core = _Core(merge_config(PRODUCER_DEFAULTS, config, kwargs))
+        self._loop = asyncio.new_event_loop()
+        started = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(started,), name="odradek-producer", daemon=True)
+        self._thread.start()
+        started.wait()
+
+    def _run(self, started: threading.Event) -> None:
+        asyncio.set_event_loop(self._loop)
+        core = self._core
+        core.loop = self._loop
+
+        async def main() -> None:
+            core.wake = asyncio.Event()
+            started.set()
+            try:
+                await core.run()
+            except BaseException as exc:
+                log.error("producer sender stopped: %s", exc)
+            finally:
+                await core.cluster.close()
+
+        self._loop.run_until_complete(main())
+
+    def _call(self, coro: Any, timeout: float | None = None) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def _metadata(self, topic: str) -> None:
+        core = self._core
+        if topic in core.partition_counts and not core.cluster.metadata_stale():
+            return
+        try:
+            self._call(core.cluster.topic(topic, wait_ms=int(core.max_block * 1000)), core.max_block + 5)
+        except FutureTimeout as exc:
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"topic {topic} not present in metadata after {core.max_block * 1000:.0f} ms") from exc
+        self._counts(core, topic)
+
+    def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        headers: Sequence[tuple[str, Any]] | Mapping[str, Any] | None = None,
+        timestamp: int | None = None,
+        *,
+        on_delivery: Callable[[BaseException | None, RecordMetadata | None], Any] | None = None,
+    ) -> FutureRecordMetadata:
+        """Queue a record; the future resolves to its :class:`RecordMetadata`.
+
+        ``on_delivery(error, metadata)`` is called from the sender thread when the record is
+        acknowledged or has failed."""
+        topic, partition, ts, kb, vb, hs = self._prepare(topic, value, key, partition, headers, timestamp)
+        core = self._core
+        if topic not in core.partition_counts:
+            self._metadata(topic)
+        p, sticky = self._choose(topic, kb, partition)
+        size = (len(kb) if kb else 0) + (len(vb) if vb else 0)
+        with core.lock:
+            if core.buffered + size > core.buffer_memory:
+                deadline = time.monotonic() + core.max_block
+                while core.buffered + size > core.buffer_memory:
+                    core.poke()
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"buffer.memory full for {core.max_block * 1000:.0f} ms")
+                    core.space.wait(min(left, 0.05))
+            fut, ready = core.append(topic, p, ts, kb, vb, hs, on_delivery, sticky)
+            batch = fut._batch
+            if batch.event is None:
+                batch.event = threading.Event()
+        if ready:
+            core.poke()
+        return fut
+
+    produce = send
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Send everything queued and wait for it; returns the number of batches still pending."""
+        core = self._core
+        with core.lock:
+            core.flushing += 1
+        try:
+            core.poke()
+            deadline = None if timeout is None else time.monotonic() + timeout
+            with core.lock:
+                while core.unacked > 0:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        break
+                    core.space.wait(0.05 if left is None else min(left, 0.05))
+                    core.poke()
+                return core.unacked
+        finally:
+            with core.lock:
+                core.flushing -= 1
+
+    def close(self, timeout: float | None = None) -> None:
+        core = self._core
+        if core.closed:
+            return
+        self.flush(timeout)
+        core.closed = True
+        core.poke()
+        self._thread.join(5 if timeout is None else timeout)
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(lambda: [t.cancel() for t in asyncio.all_tasks(self._loop)])
+            self._thread.join(5)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    def partitions_for(self, topic: str) -> list[int]:
+        self._metadata(topic)
+        return list(range(self._core.partition_counts[topic][0]))
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncProducer(_Face):
+    """The asyncio producer: ``await producer.start()``, ``await producer.send(...)``."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        self._core = _Core(merge_config(PRODUCER_DEFAULTS, config, kwargs))
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        core = self._core
+        core.loop = asyncio.get_running_loop()
+        core.wake = asyncio.Event()
+        await core.init_producer_id()
+        self._task = asyncio.get_running_loop().create_task(core.run())
+
+    async def _metadata(self, topic: str) -> None:
+        core = self._core
+        if topic in core.partition_counts and not core.cluster.metadata_stale():
+            return
+        await core.cluster.topic(topic, wait_ms=int(core.max_block * 1000))
+        self._counts(core, topic)
+
+    async def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        headers: Sequence[tuple[str, Any]] | Mapping[str, Any] | None = None,
+        timestamp: int | None = None,
+        *,
+        on_delivery: Callable[[BaseException | None, RecordMetadata | None], Any] | None = None,
+    ) -> FutureRecordMetadata:
+        """Queue a record (waiting for buffer space if needed); await the result for its metadata."""
+        if self._task is None:
+            await self.start()
+        topic, partition, ts, kb, vb, hs = self._prepare(topic, value, key, partition, headers, timestamp)
+        core = self._core
+        if topic not in core.partition_counts:
+            await self._metadata(topic)
+        p, sticky = self._choose(topic, kb, partition)
+        size = (len(kb) if kb else 0) + (len(vb) if vb else 0)
+        deadline = time.monotonic() + core.max_block
+        while core.buffered + size > core.buffer_memory:
+            core.poke()
+            if time.monotonic() >= deadline:
+                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"buffer.memory full for {core.max_block * 1000:.0f} ms")
+            await asyncio.sleep(0.001)
+        with core.lock:
+            fut, ready = core.append(topic, p, ts, kb, vb, hs, on_delivery, sticky)
+        if ready:
+            core.poke()
+        return fut
+
+    async def send_and_wait(self, topic: str, value: Any = None, key: Any = None, **kwargs: Any) -> RecordMetadata:
+        fut = await self.send(topic, value, key, **kwargs)
+        result: RecordMetadata = await fut
+        return result
+
+    async def flush(self, timeout: float | None = None) -> int:
+        core = self._core
+        core.flushing += 1
+        try:
+            core.poke()
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while core.unacked > 0 and (deadline is None or time.monotonic() < deadline):
+                if self._task is not None and self._task.done():
+                    break
+                await asyncio.sleep(0.001)
+            return core.unacked
+        finally:
+            core.flushing -= 1
+
+    async def close(self, timeout: float | None = None) -> None:
+        core = self._core
+        if core.closed:
+            return
+        await self.flush(timeout)
+        core.closed = True
+        core.poke()
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(self._task, 5 if timeout is None else timeout)
+            except (TimeoutError, asyncio.CancelledError, Exception):
+                self._task.cancel()
+        await core.cluster.close()
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        await self._metadata(topic)
+        return list(range(self._core.partition_counts[topic][0]))
+
+    async def __aenter__(self) -> AsyncProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
