@@ -96,6 +96,8 @@ class LogSegment:
         jitter_bound = min(config.segment_jitter_ms, config.segment_ms)
         self.jitter_ms = random.randrange(jitter_bound) if jitter_bound > 0 else 0
         self.closed = False
+        #: (first offset, file position) of the last append: a lower bound for offset lookups
+        self._hint: tuple[int, int] = (1 << 63, 0)
 
     # -- state ---------------------------------------------------------------------------
     @property
@@ -159,6 +161,9 @@ class LogSegment:
     def append(self, data: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> int:
         """Append complete entries (offsets already assigned); returns their file position."""
         position = self.size
+        if headers:
+            first = headers[0]
+            self._hint = (first.base_offset if first.base_offset >= 0 else first.last_offset, position)
         self.files.write_at(self.fd, data, position)
         interval = self.config.index_interval_bytes
         index, time_index = self.index, self.time_index
@@ -238,6 +243,11 @@ class LogSegment:
     def translate_offset(self, offset: int, start: int = 0) -> BatchHeader | None:
         """Header of the first entry whose last offset is >= ``offset``, or None."""
         _o, position = self.index.lookup(offset)
+        hint_offset, hint_position = self._hint
+        if hint_offset <= offset and hint_position > position:
+            # every entry before the last append's start ends below its first offset: a
+            # consumer reading the newest batch skips the scan from the index entry
+            position = hint_position
         for h in self.peek_headers(max(position, start)):
             if h.last_offset >= offset:
                 return h
@@ -303,6 +313,10 @@ class LogSegment:
         return True
 
     def recover(self, max_batch_size: int, min_offset: int) -> int:
+        self._hint = (1 << 63, 0)
+        return self._recover(max_batch_size, min_offset)
+
+    def _recover(self, max_batch_size: int, min_offset: int) -> int:
         """Validate every entry, rebuild both indexes, truncate at the first invalid entry.
 
         Returns the number of bytes truncated.  An entry is invalid when its size is out of
@@ -373,6 +387,10 @@ class LogSegment:
         self.next_offset = h.last_offset + 1
 
     def truncate_to(self, offset: int) -> int:
+        self._hint = (1 << 63, 0)
+        return self._truncate_to(offset)
+
+    def _truncate_to(self, offset: int) -> int:
         """Drop entries whose last offset is >= ``offset``; returns bytes removed."""
         h = self.translate_offset(offset)
         if h is None:

