@@ -82,16 +82,28 @@ def decode_request(data: Buffer) -> tuple[RequestHeader, Any]:
     if len(buf) < 8:
         raise DecodeError(f"request of {len(buf)} bytes is shorter than a request header")
     api_key, api_version, correlation_id = _api_version.unpack_from(buf, 0)
-    partial = RequestHeader(api_key=api_key, api_version=api_version, correlation_id=correlation_id, client_id=None)
     if api_key not in API_MODULES:
-        raise UnknownApiKey(f"unknown API key {api_key}", partial)
+        raise UnknownApiKey(f"unknown API key {api_key}", _partial(api_key, api_version, correlation_id))
     cls = request_class(api_key)
     lo, hi = cls.VALID_VERSIONS
     if not lo <= api_version <= hi:
-        raise UnsupportedVersion(f"{cls.NAME} version {api_version} is outside {lo}-{hi}", partial)
-    header, pos = RequestHeader.decode_from(buf, 0, request_header_version(api_key, api_version))
-    body, _ = cls.decode_from(buf, pos, api_version)
+        raise UnsupportedVersion(
+            f"{cls.NAME} version {api_version} is outside {lo}-{hi}", _partial(api_key, api_version, correlation_id)
+        )
+    flexible = cls.is_flexible(api_version)
+    header_version = 0 if api_key == ApiKey.CONTROLLED_SHUTDOWN and api_version == 0 else 2 if flexible else 1
+    try:
+        header, pos = RequestHeader._plan(header_version, header_version >= 2).decode(buf, 0)
+        body, _ = cls._plan(api_version, flexible).decode(buf, pos)
+    except DecodeError:
+        raise
+    except (struct.error, IndexError, ValueError, UnicodeDecodeError, OverflowError, MemoryError) as exc:
+        raise DecodeError(f"cannot decode {cls.NAME} v{api_version}: {exc}") from exc
     return header, body
+
+
+def _partial(api_key: int, api_version: int, correlation_id: int) -> RequestHeader:
+    return RequestHeader(api_key=api_key, api_version=api_version, correlation_id=correlation_id, client_id=None)
 
 
 def encode_response(request_header: RequestHeader, message: Message) -> bytes:

@@ -270,9 +270,15 @@ def _length_codecs(
     if flexible:
 
         def enc_len(out: bytearray, n: int) -> None:
-            write_uvarint(out, n + 1)
+            if n < 0x7F:
+                out.append(n + 1)
+            else:
+                write_uvarint(out, n + 1)
 
         def dec_len(buf: memoryview, pos: int) -> tuple[int, int]:
+            b = buf[pos]
+            if b < 0x80:
+                return b - 1, pos + 1
             n, pos = read_uvarint(buf, pos)
             return n - 1, pos
 
@@ -405,7 +411,39 @@ def _min_size(t: _Primitive | type[Struct], version: int, flexible: bool) -> int
     return t._plan(version, flexible).min_size
 
 
+def _fixed_array_codecs(fmt: str, size: int, flexible: bool, nullable: bool, what: str) -> tuple[EncodeFn, DecodeFn]:
+    """Arrays of fixed-width numbers: one ``struct`` call for the whole array."""
+    enc_len, dec_len = _length_codecs(flexible, wide=True)
+
+    def enc(out: bytearray, v: Any) -> None:
+        if v is None:
+            if not nullable:
+                raise EncodeError(f"{what} is not nullable in this version")
+            enc_len(out, -1)
+            return
+        n = len(v)
+        enc_len(out, n)
+        if n:
+            out += struct.pack(f">{n}{fmt}", *v)
+
+    def dec(buf: memoryview, pos: int) -> tuple[Any, int]:
+        n, pos = dec_len(buf, pos)
+        if n < 0:
+            if n == -1 and nullable:
+                return None, pos
+            raise DecodeError(f"{what}: invalid array length {n}")
+        end = pos + n * size
+        if end > len(buf):
+            raise DecodeError(f"{what}: array of {n} elements runs past the end of the data")
+        return list(struct.unpack_from(f">{n}{fmt}", buf, pos)) if n else [], end
+
+    return enc, dec
+
+
 def _array_codecs(t: Array, version: int, flexible: bool, nullable: bool, what: str) -> tuple[EncodeFn, DecodeFn]:
+    element = t.element
+    if isinstance(element, _Primitive) and element in _FIXED_FORMAT and element is not BOOL:
+        return _fixed_array_codecs(_FIXED_FORMAT[element], element.min_size, flexible, nullable, what)
     enc_len, dec_len = _length_codecs(flexible, wide=True)
     enc_item, dec_item = _codecs(t.element, version, flexible, False, what + "[]")
     min_size = _min_size(t.element, version, flexible)
@@ -498,12 +536,20 @@ class Struct:
         return plan
 
 
+_FIXED_FORMAT = {INT8: "b", INT16: "h", UINT16: "H", INT32: "i", UINT32: "I", INT64: "q", FLOAT64: "d", BOOL: "?"}
+
+
 def _compile(cls: type[Struct], version: int, flexible: bool) -> _Plan:
+    """Compile one (struct, version) into two specialised Python functions.
+
+    Runs of consecutive fixed-width fields are read and written with a single ``struct`` call;
+    other fields call their codec.  The functions are generated source, built once per version
+    on first use, so the per-message cost has no loops over field descriptors.
+    """
     name = cls.__qualname__
-    encs: list[tuple[str, EncodeFn]] = []
-    decs: list[tuple[str, DecodeFn]] = []
     tagged: dict[int, tuple[Field, EncodeFn, DecodeFn]] = {}
     absent: list[Field] = []
+    steps: list[tuple[str, Any]] = []  # ("run", [fields]) or ("field", (field, enc, dec))
     min_size = 0
     for f in cls._fields_:
         if not _in(version, f.versions):
@@ -518,41 +564,79 @@ def _compile(cls: type[Struct], version: int, flexible: bool) -> _Plan:
             enc, dec = _codecs(f.type, version, True, nullable, what)
             tagged[f.tag] = (f, enc, dec)
             continue
-        enc, dec = _codecs(f.type, version, flexible and f.flexible, nullable, what)
-        encs.append((f.attr, enc))
-        decs.append((f.attr, dec))
         t = f.type
+        if isinstance(t, _Primitive) and t in _FIXED_FORMAT:
+            if steps and steps[-1][0] == "run":
+                steps[-1][1].append(f)
+            else:
+                steps.append(("run", [f]))
+            min_size += t.min_size
+            continue
+        enc, dec = _codecs(t, version, flexible and f.flexible, nullable, what)
+        steps.append(("field", (f, enc, dec)))
         min_size += t.min_size if isinstance(t, _Primitive) and t not in (STRING, BYTES, RECORDS) else 1
     if flexible:
         min_size += 1
     # fields this version cannot carry: a non-default value there is an error unless ignorable
     strict_absent = [(f.attr, f.default_value()) for f in absent if not f.ignorable]
-    defaults = [(f.attr, f) for f in absent]
     tagged_items = sorted(tagged.items())
 
-    def encode(out: bytearray, obj: Any) -> None:
-        for attr, default in strict_absent:
-            if getattr(obj, attr) != default:
-                raise UnsupportedVersion(f"{name}.{attr} cannot be sent at version {version}")
-        for attr, enc in encs:
-            enc(out, getattr(obj, attr))
-        if flexible:
-            _encode_tagged(out, obj, tagged_items)
-
-    def decode(buf: memoryview, pos: int) -> tuple[Any, int]:
-        obj = cls.__new__(cls)
-        for attr, dec in decs:
-            value, pos = dec(buf, pos)
-            setattr(obj, attr, value)
-        for attr, f in defaults:
-            setattr(obj, attr, f.default_value())
-        if flexible:
-            pos = _decode_tagged(buf, pos, obj, tagged)
+    ns: dict[str, Any] = {
+        "cls": cls,
+        "new": cls.__new__,
+        "strict_absent": strict_absent,
+        "UnsupportedVersion": UnsupportedVersion,
+        "encode_tagged": _encode_tagged,
+        "decode_tagged": _decode_tagged,
+        "tagged": tagged,
+        "tagged_items": tagged_items,
+    }
+    enc_lines = ["def encode(out, obj):"]
+    if strict_absent:
+        enc_lines += [
+            "    for attr, default in strict_absent:",
+            "        if getattr(obj, attr) != default:",
+            f"            raise UnsupportedVersion(f'{name}.{{attr}} cannot be sent at version {version}')",
+        ]
+    dec_lines = ["def decode(buf, pos):", "    obj = new(cls)"]
+    for i, (kind, item) in enumerate(steps):
+        if kind == "run":
+            fields: list[Field] = item
+            st = struct.Struct(">" + "".join(_FIXED_FORMAT[f.type] for f in fields))  # type: ignore[index]
+            ns[f"pack{i}"] = st.pack
+            ns[f"unpack{i}"] = st.unpack_from
+            attrs = ", ".join(f"obj.{f.attr}" for f in fields)
+            enc_lines.append(f"    out += pack{i}({attrs})")
+            target = attrs + ("," if len(fields) == 1 else "")
+            dec_lines.append(f"    {target} = unpack{i}(buf, pos)")
+            dec_lines.append(f"    pos += {st.size}")
         else:
-            obj.unknown_tagged_fields = None
-        return obj, pos
-
-    return _Plan(encode, decode, min_size)
+            f, enc, dec = item
+            ns[f"enc{i}"] = enc
+            ns[f"dec{i}"] = dec
+            enc_lines.append(f"    enc{i}(out, obj.{f.attr})")
+            dec_lines.append(f"    obj.{f.attr}, pos = dec{i}(buf, pos)")
+    for j, f in enumerate(absent):
+        ns[f"field{j}"] = f
+        dec_lines.append(f"    obj.{f.attr} = field{j}.default_value()")
+    if flexible:
+        enc_lines.append("    encode_tagged(out, obj, tagged_items)")
+        # the common case: an empty tagged-field section (one zero byte)
+        dec_lines.append("    if buf[pos] == 0:")
+        for k, (_tag, (f, _e, _d)) in enumerate(tagged_items):
+            ns[f"tagged_field{k}"] = f
+            dec_lines.append(f"        obj.{f.attr} = tagged_field{k}.default_value()")
+        dec_lines.append("        obj.unknown_tagged_fields = None")
+        dec_lines.append("        pos += 1")
+        dec_lines.append("    else:")
+        dec_lines.append("        pos = decode_tagged(buf, pos, obj, tagged)")
+    else:
+        dec_lines.append("    obj.unknown_tagged_fields = None")
+    if len(enc_lines) == 1:
+        enc_lines.append("    pass")
+    dec_lines.append("    return obj, pos")
+    exec(compile("\n".join(enc_lines) + "\n\n" + "\n".join(dec_lines), f"<codec {name} v{version}>", "exec"), ns)
+    return _Plan(ns["encode"], ns["decode"], min_size)
 
 
 def _encode_tagged(out: bytearray, obj: Any, tagged_items: list[tuple[int, tuple[Field, EncodeFn, DecodeFn]]]) -> None:
