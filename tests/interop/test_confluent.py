@@ -97,8 +97,10 @@ def test_roundtrip_every_codec(broker: BrokerProcess, topic: str, compression: s
     codes = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
     assert all(b.magic == 2 for b in batches)
     assert len(batches) > 1
-    # (librdkafka enables its LZ4 feature only when the broker advertises FindCoordinator v0)
-    assert {b.compression for b in batches} == {codes[compression]}
+    # (librdkafka enables its LZ4 feature only when the broker advertises FindCoordinator v0,
+    # and sends a batch uncompressed when compressing would not make it smaller)
+    used = {b.compression for b in batches}
+    assert codes[compression] in used and used <= {0, codes[compression]}
 
 
 def test_keys_headers_and_nulls_on_several_partitions(broker: BrokerProcess, topic: str) -> None:
