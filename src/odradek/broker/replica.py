@@ -53,8 +53,11 @@ class Partition:
     def update_high_watermark(self) -> bool:
         """HW = the smallest log end offset in the ISR; wakes waiters when it moves."""
         leo = self.log.log_end_offset
-        candidates = [leo] + [self.follower_leo.get(r, 0) for r in self.state.isr if r != self.broker_id]
-        new_hw = min(candidates)
+        isr = self.state.isr
+        if len(isr) == 1 and isr[0] == self.broker_id:
+            new_hw = leo  # the leader alone is in sync
+        else:
+            new_hw = min([leo] + [self.follower_leo.get(r, 0) for r in isr if r != self.broker_id])
         if new_hw <= self.log.high_watermark:
             return False
         self.log.high_watermark = new_hw
