@@ -447,7 +447,8 @@ class BrokerConfig:
         for broker_name in TOPIC_SYNONYMS.get(topic_config, ()):
             value = self.get(broker_name)
             if value is not None:
-                return value * _UNIT.get(broker_name, 1), broker_name
+                unit = _UNIT.get(broker_name)
+                return (value * unit if unit else value), broker_name
         return None, None
 
     def topic_defaults(self) -> dict[str, Any]:
