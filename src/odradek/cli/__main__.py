@@ -26,10 +26,16 @@ def _parser() -> argparse.ArgumentParser:
     dump.add_argument("--deep-iteration", action="store_true", help="print every record, not only batches")
     dump.add_argument("--max-bytes", type=int, default=None, help="stop after this many bytes of each .log file")
 
-    from odradek.cli import groups, serve
+    from odradek.cli import configs, groups, serve, topics
 
     serve.add_parser(sub)
+
+    from odradek.cli import consume
+
+    consume.add_parser(sub)
+    topics.add_parser(sub)
     groups.add_parser(sub)
+    configs.add_parser(sub)
     return parser
 
 
@@ -39,6 +45,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         from odradek.cli import groups
 
         return groups.run(args)
+    if args.command == "topics":
+        from odradek.cli import topics
+
+        return topics.run(args)
+    if args.command == "configs":
+        from odradek.cli import configs
+
+        return configs.run(args)
+    if args.command == "consume":
+        from odradek.cli import consume
+
+        return consume.run(args)
     if args.command == "serve":
         from odradek.cli import serve
 

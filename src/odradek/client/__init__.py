@@ -7,17 +7,44 @@ underscores: ``Producer({"bootstrap.servers": "127.0.0.1:9092"})`` or
 
 from odradek.client._config import ClientConfigError
 from odradek.client._network import BrokerConnection, Cluster, parse_bootstrap
+from odradek.client.admin import (
+    Admin,
+    AdminError,
+    AlterConfigOp,
+    AlterConfigOpType,
+    AsyncAdmin,
+    ConfigResource,
+    ConfigResourceType,
+    NewPartitions,
+    NewTopic,
+)
+from odradek.client.consumer_simple import AsyncSimpleConsumer, ConsumerRecord, FetchedRecords, SimpleConsumer
+from odradek.client.errors import OffsetOutOfRangeError
 from odradek.client.partitioner import DefaultPartitioner, murmur2, murmur2_partition
 from odradek.client.producer import AsyncProducer, Producer, RecordMetadata
 
 __all__ = [
+    "Admin",
+    "AdminError",
+    "AlterConfigOp",
+    "AlterConfigOpType",
+    "AsyncAdmin",
     "AsyncProducer",
+    "AsyncSimpleConsumer",
     "BrokerConnection",
     "ClientConfigError",
     "Cluster",
+    "ConfigResource",
+    "ConfigResourceType",
+    "ConsumerRecord",
     "DefaultPartitioner",
+    "FetchedRecords",
+    "NewPartitions",
+    "NewTopic",
+    "OffsetOutOfRangeError",
     "Producer",
     "RecordMetadata",
+    "SimpleConsumer",
     "murmur2",
     "murmur2_partition",
     "parse_bootstrap",

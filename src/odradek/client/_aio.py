@@ -80,6 +80,7 @@ class AsyncBrokerConnection:
     def send(self, message: Message, version: int | None = None, expect_response: bool = True) -> asyncio.Future[Any]:
         """Write a request now; the future completes with its response (or None without one)."""
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        fut.add_done_callback(_retrieve)  # a caller that timed out must not leave it unread
         if self.closed or self._writer is None:
             fut.set_exception(ConnectionError(f"connection to broker {self.node_id} is closed"))
             return fut
@@ -144,6 +145,11 @@ class AsyncBrokerConnection:
             self._reader_task.cancel()
             with contextlib.suppress(BaseException):
                 await self._reader_task
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 @dataclass(slots=True)

@@ -1,0 +1,743 @@
+"""SimpleConsumer and AsyncSimpleConsumer: the seeds' low-level, stateless consumer.
+
+The caller says where to read; nothing is remembered between calls (no group, no committed
+offsets, no positions)::
+
+    with SimpleConsumer(bootstrap_servers="127.0.0.1:9092") as c:
+        offset = c.earliest_offset("events", 0)
+        while True:
+            records = c.fetch("events", 0, offset)
+            for r in records:
+                handle(r.key, r.value)
+            offset = records.next_offset
+
+``fetch`` returns the records of one partition at or after an offset; ``multi_fetch`` reads many
+partitions with one Fetch request per leader; ``offsets_before`` is the seeds'
+``getOffsetsBefore`` (ListOffsets v0: segment start offsets before a time, newest first; -1 the
+latest offset, -2 the earliest), with ``earliest_offset`` / ``latest_offset`` /
+``offset_for_time`` as one-offset helpers (ListOffsets v1+).
+
+Fetches use the highest Fetch version both sides support, addressing topics by id (v13+) when
+the metadata has topic ids and by name (up to v12) otherwise, and wait ``fetch.max.wait.ms`` for
+``fetch.min.bytes``.  A fetch result is a :class:`FetchedRecords` (a list of
+:class:`ConsumerRecord`) that also carries ``next_offset`` (where to fetch next: past the last
+complete batch, including control batches and records skipped before the requested offset),
+``high_watermark``, ``last_stable_offset`` and ``log_start_offset``.
+
+Errors: an offset outside the log raises :class:`~odradek.client.errors.OffsetOutOfRangeError`
+(saying the valid range); leader changes, unknown topics and lost connections refresh metadata
+and retry until ``request.timeout.ms`` has passed, then raise (``KafkaError``, ``TimeoutError``
+or ``ConnectionError``); errors that cannot succeed on retry raise :class:`KafkaError` at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from typing import Any, NamedTuple, TypeVar
+
+from odradek.client._aio import AsyncBrokerConnection, AsyncCluster, TopicInfo
+from odradek.client._config import CONSUMER_DEFAULTS, ClientConfigError, merge_config
+from odradek.client.errors import OffsetOutOfRangeError
+from odradek.errors import ErrorCode, KafkaError
+from odradek.protocol.messages.fetch import FetchRequest, FetchResponse
+from odradek.protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
+from odradek.records import Header, RecordsError, TimestampType, parse_control_key, read_batches
+
+__all__ = ["AsyncSimpleConsumer", "ConsumerRecord", "FetchedRecords", "SimpleConsumer"]
+
+T = TypeVar("T")
+TopicPartition = tuple[str, int]
+
+LATEST, EARLIEST = -1, -2
+#: Fetch versions that address topics by name; 13+ use topic ids.
+_MAX_FETCH_BY_NAME = 12
+#: The largest partition buffer tried when a batch does not fit (Kafka's default max frame size).
+_MAX_GROWN_FETCH = 104857600
+_INT32_MAX = 2147483647
+_REFRESH_ERRORS = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.REPLICA_NOT_AVAILABLE,
+        ErrorCode.UNKNOWN_TOPIC_ID,
+        ErrorCode.INCONSISTENT_TOPIC_ID,
+        ErrorCode.NOT_CONTROLLER,
+        ErrorCode.OFFSET_NOT_AVAILABLE,
+    }
+)
+_ISOLATION = {"read_uncommitted": 0, "read_committed": 1}
+_ABORT = 0
+
+
+class ConsumerRecord(NamedTuple):
+    """One record as a consumer sees it.
+
+    ``timestamp`` is milliseconds since the epoch (-1 for magic-0 data); ``timestamp_type`` a
+    :class:`~odradek.records.TimestampType` (CREATE_TIME, LOG_APPEND_TIME, or
+    NO_TIMESTAMP_TYPE for magic 0); ``key`` and ``value`` are ``bytes`` or ``None`` (or what the
+    configured deserializers return); ``headers`` lists ``(name, value)`` pairs in wire order.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: Any
+    value: Any
+    headers: list[Header]
+
+
+class FetchedRecords(list[ConsumerRecord]):
+    """The records of one partition from one fetch, plus where the log stood.
+
+    ``next_offset`` is the offset to fetch next (it moves past control batches and aborted
+    transactions even when no record is returned); ``high_watermark``, ``last_stable_offset``
+    and ``log_start_offset`` are the broker's figures at the time of the fetch (-1 if unknown).
+    """
+
+    __slots__ = ("high_watermark", "last_stable_offset", "log_start_offset", "next_offset", "partition", "topic")
+
+    def __init__(self, topic: str, partition: int, next_offset: int, high_watermark: int = -1) -> None:
+        super().__init__()
+        self.topic = topic
+        self.partition = partition
+        self.next_offset = next_offset
+        self.high_watermark = high_watermark
+        self.last_stable_offset = -1
+        self.log_start_offset = -1
+
+    @property
+    def lag(self) -> int:
+        """Records between ``next_offset`` and the high watermark (-1 if unknown)."""
+        return max(self.high_watermark - self.next_offset, 0) if self.high_watermark >= 0 else -1
+
+    def __repr__(self) -> str:
+        return (
+            f"FetchedRecords({self.topic}-{self.partition}, {len(self)} records, next_offset={self.next_offset}, "
+            f"high_watermark={self.high_watermark})"
+        )
+
+
+class _BatchTooLarge(Exception):
+    """The partition's data held only part of a batch: fetch it again with a larger buffer."""
+
+
+class _Retry(Exception):
+    def __init__(self, error: BaseException, refresh: bool = True) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.refresh = refresh
+
+
+def _deserializer(d: Any) -> Callable[[str, bytes], Any] | None:
+    if d is None:
+        return None
+    method: Callable[[str, bytes], Any] | None = getattr(d, "deserialize", None)
+    if method is not None:
+        return method
+    return lambda _topic, data: d(data)
+
+
+def _worse(last: BaseException | None, new: BaseException) -> BaseException:
+    """The error to report: running out of time does not hide the error that was retried."""
+    if isinstance(new, TimeoutError) and last is not None:
+        return last
+    return new
+
+
+class AsyncSimpleConsumer:
+    """The asyncio low-level consumer (see the module docstring).
+
+    ``AsyncSimpleConsumer({"bootstrap.servers": "127.0.0.1:9092"})`` or
+    ``AsyncSimpleConsumer(bootstrap_servers="127.0.0.1:9092", fetch_max_wait_ms=100)``; it
+    connects on first use; ``await close()`` (or ``async with``) releases the connections.
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        cfg = merge_config(CONSUMER_DEFAULTS, config, kwargs)
+        self.config = cfg
+        isolation = str(cfg["isolation.level"]).lower()
+        if isolation not in _ISOLATION:
+            raise ClientConfigError(f"invalid isolation.level {cfg['isolation.level']!r}")
+        self.isolation_level = _ISOLATION[isolation]
+        self.max_wait_ms = int(cfg["fetch.max.wait.ms"])
+        self.min_bytes = int(cfg["fetch.min.bytes"])
+        self.partition_max_bytes = int(cfg["max.partition.fetch.bytes"])
+        self.fetch_max_bytes = int(cfg["fetch.max.bytes"])
+        self.check_crcs = bool(cfg["check.crcs"])
+        self.request_timeout_ms = int(cfg["request.timeout.ms"])
+        self.retry_backoff = int(cfg["retry.backoff.ms"]) / 1000
+        self.retry_backoff_max = max(int(cfg["retry.backoff.max.ms"]) / 1000, self.retry_backoff)
+        for name in ("fetch.max.wait.ms", "request.timeout.ms", "max.partition.fetch.bytes", "fetch.max.bytes"):
+            if int(cfg[name]) < (0 if name == "fetch.max.wait.ms" else 1):
+                raise ClientConfigError(f"invalid {name} {cfg[name]!r}")
+        self._key_deserializer = _deserializer(cfg["key.deserializer"])
+        self._value_deserializer = _deserializer(cfg["value.deserializer"])
+        self._cluster = AsyncCluster(
+            cfg["bootstrap.servers"],
+            client_id=cfg["client.id"],
+            request_timeout_ms=self.request_timeout_ms,
+            metadata_max_age_ms=int(cfg["metadata.max.age.ms"]),
+            retry_backoff_ms=int(cfg["retry.backoff.ms"]),
+            socket_connection_setup_timeout_ms=int(cfg["socket.connection.setup.timeout.ms"]),
+            allow_auto_create_topics=bool(cfg["allow.auto.create.topics"]),
+        )
+        self._closed = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Connect to a bootstrap server now (otherwise the first call does)."""
+        await self._retrying(lambda remaining: self._cluster.any_connection(), self._deadline(), "connect")
+
+    async def close(self) -> None:
+        self._closed = True
+        await self._cluster.close()
+
+    async def __aenter__(self) -> AsyncSimpleConsumer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- metadata ------------------------------------------------------------------------------
+    async def partitions_for(self, topic: str, timeout_ms: int | None = None) -> list[int]:
+        """The partition ids of ``topic`` (waiting up to ``timeout_ms``, default
+        ``request.timeout.ms``, for it to appear); ``KafkaError`` if it does not exist."""
+        deadline = self._deadline(timeout_ms)
+        info = await self._retrying(lambda _remaining: self._topic(topic, deadline), deadline, f"metadata of {topic}")
+        return sorted(info.partitions)
+
+    # -- fetch ---------------------------------------------------------------------------------
+    async def fetch(self, topic: str, partition: int, offset: int, max_bytes: int | None = None) -> FetchedRecords:
+        """Records of ``topic``-``partition`` at or after ``offset``, up to about ``max_bytes``
+        (default ``max.partition.fetch.bytes``; a first batch larger than that is still returned
+        whole).  Empty when there is nothing yet after waiting ``fetch.max.wait.ms``."""
+        result = await self.multi_fetch({(topic, partition): offset}, max_bytes)
+        return result[(topic, partition)]
+
+    async def multi_fetch(
+        self, offsets: Mapping[TopicPartition, int], max_bytes: int | None = None
+    ) -> dict[TopicPartition, FetchedRecords]:
+        """Fetch many partitions at once, one Fetch request per leader; ``max_bytes`` is per
+        partition.  Every partition asked for has an entry in the result."""
+        self._check_open()
+        sizes: dict[TopicPartition, int] = {}
+        for tp, offset in offsets.items():
+            if offset < 0:
+                raise ValueError(f"fetch offset must be >= 0, not {offset} ({tp[0]}-{tp[1]})")
+            sizes[tp] = min(max_bytes if max_bytes is not None else self.partition_max_bytes, _INT32_MAX)
+        if max_bytes is not None and max_bytes <= 0:
+            raise ValueError(f"max_bytes must be positive, not {max_bytes}")
+        started = time.monotonic()
+        deadline = self._deadline(self.request_timeout_ms + self.max_wait_ms)
+        pending = dict(offsets)
+        results: dict[TopicPartition, FetchedRecords] = {}
+        attempt = 0
+        last: BaseException | None = None
+        while pending:
+            outcome = await self._fetch_round(pending, sizes, deadline)
+            retry: dict[TopicPartition, int] = {}
+            refresh: set[str] = set()
+            grown = False
+            for tp, res in outcome.items():
+                if isinstance(res, FetchedRecords):
+                    results[tp] = res
+                elif isinstance(res, _BatchTooLarge):
+                    if sizes[tp] >= _MAX_GROWN_FETCH:
+                        raise KafkaError(
+                            ErrorCode.RECORD_LIST_TOO_LARGE,
+                            f"the batch at offset {pending[tp]} of {tp[0]}-{tp[1]} is larger than {sizes[tp]} bytes",
+                        )
+                    sizes[tp] = min(sizes[tp] * 2, _MAX_GROWN_FETCH)
+                    retry[tp] = pending[tp]
+                    grown = True
+                elif isinstance(res, _Retry):
+                    retry[tp] = pending[tp]
+                    last = _worse(last, res.error)
+                    if res.refresh:
+                        refresh.add(tp[0])
+                else:
+                    raise res
+            pending = retry
+            if not pending:
+                break
+            if time.monotonic() >= deadline:
+                raise self._give_up(last, "fetch", started)
+            if refresh or not grown:
+                attempt += 1
+                await self._backoff(attempt, deadline)
+                if refresh:
+                    await self._refresh(refresh, deadline)
+        return {tp: results[tp] for tp in offsets}
+
+    async def _fetch_round(
+        self, offsets: Mapping[TopicPartition, int], sizes: Mapping[TopicPartition, int], deadline: float
+    ) -> dict[TopicPartition, FetchedRecords | BaseException]:
+        """One Fetch request per leader; per partition its records or why it needs a retry."""
+        out: dict[TopicPartition, FetchedRecords | BaseException] = {}
+        by_leader: dict[int, list[tuple[TopicPartition, Any, int]]] = {}
+        for tp in offsets:
+            topic, partition = tp
+            try:
+                info = await self._with_deadline(self._topic(topic, deadline), deadline)
+            except (ConnectionError, TimeoutError, OSError) as exc:
+                out[tp] = _Retry(exc)
+                continue
+            except KafkaError as exc:
+                out[tp] = _Retry(exc) if exc.retriable else exc
+                continue
+            pinfo = info.partitions.get(partition)
+            if pinfo is None or pinfo.leader < 0:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if pinfo is None else ErrorCode.LEADER_NOT_AVAILABLE
+                out[tp] = _Retry(KafkaError(code, f"{topic}-{partition}"))
+                continue
+            by_leader.setdefault(pinfo.leader, []).append((tp, info.topic_id, pinfo.leader_epoch))
+        if by_leader:
+            tasks = [self._fetch_from(node, parts, offsets, sizes, deadline) for node, parts in by_leader.items()]
+            for node_result in await asyncio.gather(*tasks):
+                out.update(node_result)
+        return out
+
+    async def _fetch_from(
+        self,
+        node: int,
+        parts: list[tuple[TopicPartition, Any, int]],
+        offsets: Mapping[TopicPartition, int],
+        sizes: Mapping[TopicPartition, int],
+        deadline: float,
+    ) -> dict[TopicPartition, FetchedRecords | BaseException]:
+        tps = [tp for tp, _id, _epoch in parts]
+        try:
+            conn = await self._with_deadline(self._cluster.connection(node), deadline)
+            with_ids = all(getattr(topic_id, "int", 0) for _tp, topic_id, _epoch in parts)
+            version = conn.version_for(FetchRequest, maximum=None if with_ids else _MAX_FETCH_BY_NAME)
+        except (ConnectionError, TimeoutError, OSError) as exc:
+            return {tp: _Retry(exc) for tp in tps}
+        except KafkaError as exc:
+            return {tp: (_Retry(exc) if exc.retriable else exc) for tp in tps}
+        by_id = version >= 13
+        R = FetchRequest
+        topics: dict[str, FetchRequest.FetchTopic] = {}
+        names: dict[Any, str] = {}
+        for (topic, partition), topic_id, leader_epoch in parts:
+            ft = topics.get(topic)
+            if ft is None:
+                if by_id:
+                    ft = topics[topic] = R.FetchTopic(topic_id=topic_id)
+                    names[topic_id] = topic
+                else:
+                    ft = topics[topic] = R.FetchTopic(topic=topic)
+            ft.partitions.append(
+                R.FetchPartition(
+                    partition=partition,
+                    current_leader_epoch=leader_epoch,
+                    fetch_offset=offsets[(topic, partition)],
+                    partition_max_bytes=sizes[(topic, partition)],
+                )
+            )
+        request = R(
+            replica_id=-1,
+            max_wait_ms=self.max_wait_ms,
+            min_bytes=self.min_bytes,
+            max_bytes=min(max(self.fetch_max_bytes, max(sizes[tp] for tp in tps)), _INT32_MAX),
+            isolation_level=self.isolation_level,
+            topics=list(topics.values()),
+        )
+        timeout = min((self.request_timeout_ms + self.max_wait_ms) / 1000, max(deadline - time.monotonic(), 0.001))
+        try:
+            resp: FetchResponse = await conn.request(request, version, timeout=timeout)
+        except (ConnectionError, TimeoutError, OSError) as exc:
+            return {tp: _Retry(exc) for tp in tps}
+        if resp.error_code:
+            err = KafkaError(resp.error_code, f"fetch from broker {node}")
+            return {tp: (_Retry(err, refresh=False) if err.retriable else err) for tp in tps}
+        out: dict[TopicPartition, FetchedRecords | BaseException] = {}
+        for tr in resp.responses:
+            topic = names.get(tr.topic_id, "") if by_id else tr.topic
+            for pd in tr.partitions:
+                tp = (topic, pd.partition_index)
+                if tp not in offsets:
+                    continue
+                if pd.error_code:
+                    out[tp] = await self._partition_error(tp, offsets[tp], pd.error_code, deadline)
+                    continue
+                try:
+                    out[tp] = self._decode(topic, pd.partition_index, offsets[tp], pd)
+                except _BatchTooLarge as exc:
+                    out[tp] = exc
+        for tp in tps:
+            if tp not in out:
+                missing = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no data for {tp[0]}-{tp[1]} in the fetch response")
+                out[tp] = _Retry(missing)
+        return out
+
+    async def _partition_error(self, tp: TopicPartition, offset: int, code: int, deadline: float) -> BaseException:
+        err = ErrorCode.of(code)
+        if err == ErrorCode.OFFSET_OUT_OF_RANGE:
+            earliest = latest = -1
+            try:
+                earliest = await self._list_one(tp[0], tp[1], EARLIEST, deadline)
+                latest = await self._list_one(tp[0], tp[1], LATEST, deadline)
+            except (KafkaError, ConnectionError, TimeoutError):
+                pass
+            return OffsetOutOfRangeError(tp[0], tp[1], offset, earliest, latest)
+        exc = KafkaError(err, f"fetch {tp[0]}-{tp[1]} at offset {offset}")
+        if err in _REFRESH_ERRORS:
+            return _Retry(exc, refresh=True)
+        if err.retriable:
+            return _Retry(exc, refresh=False)
+        return exc
+
+    def _decode(self, topic: str, partition: int, offset: int, pd: FetchResponse.PartitionData) -> FetchedRecords:
+        """Records at or after ``offset`` in one partition's data: one pass over the batches,
+        control batches and aborted transactions skipped, a truncated last batch ignored."""
+        out = FetchedRecords(topic, partition, offset, pd.high_watermark)
+        out.last_stable_offset = pd.last_stable_offset
+        out.log_start_offset = pd.log_start_offset
+        data = pd.records
+        if not data:
+            return out
+        if not isinstance(data, (bytes, bytearray, memoryview)):  # a broker-side file Region
+            data = data.to_bytes()
+        tn = tuple.__new__
+        cr = ConsumerRecord
+        kd, vd = self._key_deserializer, self._value_deserializer
+        aborted_txns = sorted(pd.aborted_transactions or (), key=lambda a: a.first_offset) if self.isolation_level else ()
+        aborted_pids: set[int] = set()
+        next_offset = offset
+        useful = False  # a complete batch reaching ``offset`` was seen
+        end = 0  # where the last complete batch ends
+        try:
+            for batch in read_batches(data, verify_crc=self.check_crcs):
+                h = batch.header
+                end = h.position + h.size
+                last = h.last_offset
+                if last < offset:
+                    continue
+                useful = True
+                attrs = h.attributes
+                if h.magic >= 2 and attrs & 0x30:  # transactional (0x10) or control (0x20)
+                    if aborted_txns and attrs & 0x10:
+                        while aborted_txns and aborted_txns[0].first_offset <= last:
+                            aborted_pids.add(aborted_txns.pop(0).producer_id)
+                    if attrs & 0x20:
+                        if aborted_pids and h.producer_id in aborted_pids:
+                            recs = batch.records
+                            if recs and parse_control_key(recs[0].key)[1] == _ABORT:
+                                aborted_pids.discard(h.producer_id)
+                        next_offset = last + 1
+                        continue
+                    if h.producer_id in aborted_pids:
+                        next_offset = last + 1
+                        continue
+                recs = batch.records
+                if recs and recs[0].offset < offset:
+                    recs = [r for r in recs if r.offset >= offset]
+                tt = TimestampType((attrs >> 3) & 1) if h.magic > 0 else TimestampType.NO_TIMESTAMP_TYPE
+                if kd is None and vd is None:
+                    out.extend([tn(cr, (topic, partition, o, t, tt, k, v, hs)) for o, t, k, v, hs in recs])
+                else:
+                    out.extend(
+                        [
+                            tn(
+                                cr,
+                                (
+                                    topic,
+                                    partition,
+                                    o,
+                                    t,
+                                    tt,
+                                    k if kd is None or k is None else kd(topic, k),
+                                    v if vd is None or v is None else vd(topic, v),
+                                    hs,
+                                ),
+                            )
+                            for o, t, k, v, hs in recs
+                        ]
+                    )
+                next_offset = last + 1
+        except RecordsError as exc:
+            if out or next_offset > offset:
+                # return what decoded cleanly; the next fetch starts at the bad batch and raises
+                out.next_offset = next_offset
+                return out
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{topic}-{partition} at offset {offset}: {exc}") from exc
+        if not useful and end < len(data):
+            raise _BatchTooLarge()  # only part of the batch holding ``offset`` fitted
+        out.next_offset = next_offset
+        return out
+
+    # -- offsets -------------------------------------------------------------------------------
+    async def offsets_before(self, topic: str, partition: int, time: int, max_num: int = 1) -> list[int]:
+        """The seeds' getOffsetsBefore: up to ``max_num`` offsets, newest first, of segment
+        starts before ``time`` (ms since the epoch); ``time`` -1 gives the latest offset
+        (the log end) first, -2 the earliest.  With a broker that lacks ListOffsets v0 the
+        answer is the single offset of ListOffsets v1+ (the first offset at or after ``time``)."""
+        self._check_open()
+        if max_num < 1:
+            raise ValueError(f"max_num must be >= 1, not {max_num}")
+        deadline = self._deadline()
+
+        async def attempt(conn: AsyncBrokerConnection) -> list[int]:
+            lo, _hi = conn.versions.get(ListOffsetsRequest.API_KEY, (0, 0))
+            if lo == 0:
+                part = await self._list_request(conn, topic, partition, time, 0, max_num, deadline)
+                return list(part.old_style_offsets)
+            part = await self._list_request(conn, topic, partition, time, None, 1, deadline)
+            return [part.offset] if part.offset >= 0 else []
+
+        return await self._on_leader(topic, partition, attempt, deadline, "list offsets")
+
+    async def earliest_offset(self, topic: str, partition: int) -> int:
+        """The log start offset: the first offset still in the log."""
+        self._check_open()
+        return await self._list_one(topic, partition, EARLIEST, self._deadline())
+
+    async def latest_offset(self, topic: str, partition: int) -> int:
+        """The high watermark (the last stable offset for ``read_committed``): the offset the
+        next record will get, as far as consumers can see."""
+        self._check_open()
+        return await self._list_one(topic, partition, LATEST, self._deadline())
+
+    async def offset_for_time(self, topic: str, partition: int, timestamp: int) -> int | None:
+        """The first offset whose record timestamp is at or after ``timestamp`` (ms since the
+        epoch), or ``None`` when every record is older."""
+        self._check_open()
+        if timestamp < 0:
+            raise ValueError("timestamp must be >= 0 (use earliest_offset / latest_offset for -2 / -1)")
+        offset = await self._list_one(topic, partition, timestamp, self._deadline())
+        return offset if offset >= 0 else None
+
+    async def _list_one(self, topic: str, partition: int, timestamp: int, deadline: float) -> int:
+        async def attempt(conn: AsyncBrokerConnection) -> int:
+            hi = conn.versions.get(ListOffsetsRequest.API_KEY, (0, 0))[1]
+            if hi == 0:
+                part = await self._list_request(conn, topic, partition, timestamp, 0, 1, deadline)
+                return part.old_style_offsets[0] if part.old_style_offsets else -1
+            part = await self._list_request(conn, topic, partition, timestamp, None, 1, deadline)
+            return int(part.offset)
+
+        return await self._on_leader(topic, partition, attempt, deadline, "list offsets")
+
+    async def _list_request(
+        self,
+        conn: AsyncBrokerConnection,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        version: int | None,
+        max_num: int,
+        deadline: float,
+    ) -> ListOffsetsResponse.ListOffsetsPartitionResponse:
+        R = ListOffsetsRequest
+        v = conn.version_for(R) if version is None else version
+        pinfo = self._cluster.topics[topic].partitions[partition]
+        req = R(
+            replica_id=-1,
+            isolation_level=self.isolation_level,
+            topics=[
+                R.ListOffsetsTopic(
+                    name=topic,
+                    partitions=[
+                        R.ListOffsetsPartition(
+                            partition_index=partition,
+                            current_leader_epoch=pinfo.leader_epoch,
+                            timestamp=timestamp,
+                            max_num_offsets=max_num,
+                        )
+                    ],
+                )
+            ],
+            timeout_ms=self.request_timeout_ms,
+        )
+        resp: ListOffsetsResponse = await conn.request(req, v, timeout=max(deadline - time.monotonic(), 0.001))
+        for t in resp.topics:
+            for p in t.partitions:
+                if t.name == topic and p.partition_index == partition:
+                    if p.error_code:
+                        raise KafkaError(p.error_code, f"list offsets of {topic}-{partition}")
+                    return p
+        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no answer for {topic}-{partition} in the ListOffsets response")
+
+    async def _on_leader(
+        self,
+        topic: str,
+        partition: int,
+        fn: Callable[[AsyncBrokerConnection], Awaitable[T]],
+        deadline: float,
+        what: str,
+    ) -> T:
+        """Run ``fn`` on the partition leader's connection, refreshing metadata and retrying
+        retriable failures until the deadline."""
+        cluster = self._cluster
+
+        async def once(_remaining: float) -> T:
+            await self._topic(topic, deadline)
+            leader = cluster.leader(topic, partition)
+            if leader < 0:
+                info = cluster.topics.get(topic)
+                if info is not None and partition not in info.partitions:
+                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {partition}")
+                raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"{topic}-{partition}")
+            conn = await cluster.connection(leader)
+            return await fn(conn)
+
+        return await self._retrying(once, deadline, f"{what} of {topic}-{partition}", refresh=[topic])
+
+    # -- retries and deadlines -----------------------------------------------------------------
+    def _topic(self, topic: str, deadline: float) -> Awaitable[TopicInfo]:
+        """The topic's metadata; its own wait ends a little before ``deadline`` so that a missing
+        topic is reported as such rather than as a timeout."""
+        left = deadline - time.monotonic()
+        return self._cluster.topic(topic, wait_ms=max(int(left * 900) - 20, 1))
+
+    def _deadline(self, ms: int | None = None) -> float:
+        return time.monotonic() + (self.request_timeout_ms if ms is None else ms) / 1000
+
+    @staticmethod
+    def _ms_left(deadline: float) -> int:
+        return max(int((deadline - time.monotonic()) * 1000), 1)
+
+    @staticmethod
+    async def _with_deadline(aw: Awaitable[T], deadline: float) -> T:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            if asyncio.iscoroutine(aw):
+                aw.close()
+            raise TimeoutError("timed out")
+        return await asyncio.wait_for(aw, remaining)
+
+    async def _retrying(
+        self, fn: Callable[[float], Awaitable[T]], deadline: float, what: str, refresh: Iterable[str] = ()
+    ) -> T:
+        attempt = 0
+        last: BaseException | None = None
+        started = time.monotonic()
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self._give_up(last, what, started)
+            try:
+                return await asyncio.wait_for(fn(remaining), remaining)
+            except OffsetOutOfRangeError:
+                raise
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                last = exc
+            except (ConnectionError, TimeoutError, OSError) as exc:
+                last = _worse(last, exc)
+            attempt += 1
+            await self._backoff(attempt, deadline)
+            if refresh:
+                await self._refresh(refresh, deadline)
+
+    async def _refresh(self, topics: Iterable[str], deadline: float) -> None:
+        with contextlib.suppress(KafkaError, ConnectionError, TimeoutError, OSError):
+            await self._with_deadline(self._cluster.refresh(topics), deadline)  # failures: the next attempt says
+
+    async def _backoff(self, attempt: int, deadline: float) -> None:
+        delay = min(self.retry_backoff * (2 ** min(attempt - 1, 10)), self.retry_backoff_max)
+        await asyncio.sleep(max(min(delay, deadline - time.monotonic()), 0))
+
+    def _give_up(self, last: BaseException | None, what: str, started: float) -> BaseException:
+        ms = round((time.monotonic() - started) * 1000)
+        servers = self.config["bootstrap.servers"]
+        if last is None or isinstance(last, TimeoutError):
+            detail = f": {last}" if last is not None and str(last) else ""
+            return TimeoutError(f"{what}: no answer from {servers} within {ms} ms{detail}")
+        if isinstance(last, (ConnectionError, OSError)):
+            return ConnectionError(f"{what}: cannot reach the cluster at {servers} within {ms} ms: {last}")
+        if isinstance(last, KafkaError):
+            return KafkaError(last.code, f"{what}: still failing after {ms} ms" + (f" ({last.message})" if last.message else ""))
+        return last
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the consumer is closed")
+
+
+class SimpleConsumer:
+    """The blocking low-level consumer; an event loop in a background thread does the I/O.
+
+    ``SimpleConsumer({"bootstrap.servers": "127.0.0.1:9092"})`` or
+    ``SimpleConsumer(bootstrap_servers="127.0.0.1:9092")``.  Thread-safe; every method has the
+    semantics of its :class:`AsyncSimpleConsumer` namesake.
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        self._async = AsyncSimpleConsumer(config, **kwargs)
+        self.config = self._async.config
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="odradek-simple-consumer", daemon=True)
+        self._closed = False
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    def _call(self, coro: Coroutine[Any, Any, T], slack_ms: int = 0) -> T:
+        if self._closed:
+            coro.close()
+            raise RuntimeError("the consumer is closed")
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        # the coroutine keeps its own deadline; this only guards against a stuck loop
+        limit = (self._async.request_timeout_ms + slack_ms) / 1000 + 10
+        try:
+            return fut.result(limit)
+        except TimeoutError:
+            if fut.done():
+                raise
+            fut.cancel()
+            raise TimeoutError(f"no result within {limit:.0f} s") from None
+
+    def start(self) -> None:
+        self._call(self._async.start())
+
+    def partitions_for(self, topic: str, timeout_ms: int | None = None) -> list[int]:
+        return self._call(self._async.partitions_for(topic, timeout_ms), timeout_ms or 0)
+
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int | None = None) -> FetchedRecords:
+        return self._call(self._async.fetch(topic, partition, offset, max_bytes), self._async.max_wait_ms)
+
+    def multi_fetch(self, offsets: Mapping[TopicPartition, int], max_bytes: int | None = None) -> dict[TopicPartition, FetchedRecords]:
+        return self._call(self._async.multi_fetch(offsets, max_bytes), self._async.max_wait_ms)
+
+    def offsets_before(self, topic: str, partition: int, time: int, max_num: int = 1) -> list[int]:
+        return self._call(self._async.offsets_before(topic, partition, time, max_num))
+
+    def earliest_offset(self, topic: str, partition: int) -> int:
+        return self._call(self._async.earliest_offset(topic, partition))
+
+    def latest_offset(self, topic: str, partition: int) -> int:
+        return self._call(self._async.latest_offset(topic, partition))
+
+    def offset_for_time(self, topic: str, partition: int, timestamp: int) -> int | None:
+        return self._call(self._async.offset_for_time(topic, partition, timestamp))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        with contextlib.suppress(Exception):  # closing must not fail
+            asyncio.run_coroutine_threadsafe(self._async.close(), self._loop).result(10)
+        self._closed = True
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    def __enter__(self) -> SimpleConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
