@@ -1,0 +1,686 @@
+"""Consumer and AsyncConsumer: the group consumer, and the seeds' high-level consumer API.
+
+A consumer either joins a group (``group.id`` + :meth:`subscribe` to topics or to a regex with an
+optional exclude regex — the seeds' whitelist and blacklist) and gets partitions from the group's
+assignor (``range``, ``roundrobin`` or ``cooperative-sticky``, ``partition.assignment.strategy``),
+or takes partitions itself with :meth:`assign`.  ``poll`` returns up to ``max.poll.records``
+records and advances the positions; the next fetch is already under way while the caller works
+on them.  Positions start at the committed offsets, else at ``auto.offset.reset`` (``earliest``,
+``latest``, or ``none``: raise).  With ``enable.auto.commit`` the positions are committed every
+``auto.commit.interval.ms``, before partitions are revoked and on close.
+
+The high-level API of the seeds is a thin layer over it: :func:`create_message_streams` gives
+iterators that each own a share of a topic's partitions (one group member each), and
+:func:`create_message_streams_by_filter` does the same for every topic a :class:`Whitelist` or
+:class:`Blacklist` matches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+from odradek.client._config import CONSUMER_DEFAULTS, ClientConfigError, merge_config
+from odradek.client._membership import CommitFailed, GroupMembership
+from odradek.client.consumer_simple import AsyncSimpleConsumer, ConsumerRecord
+from odradek.client.errors import OffsetOutOfRangeError
+from odradek.errors import ErrorCode, KafkaError
+
+__all__ = [
+    "AsyncConsumer",
+    "Blacklist",
+    "CommitFailed",
+    "Consumer",
+    "ConsumerRebalanceListener",
+    "HighLevelConsumer",
+    "Whitelist",
+    "create_message_streams",
+    "create_message_streams_by_filter",
+]
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+T = TypeVar("T")
+
+
+class ConsumerRebalanceListener(Protocol):
+    def on_partitions_revoked(self, partitions: list[TopicPartition]) -> Any: ...
+
+    def on_partitions_assigned(self, partitions: list[TopicPartition]) -> Any: ...
+
+
+class AsyncConsumer:
+    """The asyncio group consumer (``await consumer.poll(1.0)``)."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        cfg = merge_config(CONSUMER_DEFAULTS, config, kwargs)
+        self.config = cfg
+        reset = str(cfg["auto.offset.reset"]).lower()
+        if reset not in ("earliest", "latest", "none"):
+            raise ClientConfigError(f"invalid auto.offset.reset {cfg['auto.offset.reset']!r}")
+        self.reset = reset
+        self.max_poll_records = int(cfg["max.poll.records"])
+        self.auto_commit = bool(cfg["enable.auto.commit"]) and cfg["group.id"] is not None
+        self.auto_commit_interval = int(cfg["auto.commit.interval.ms"]) / 1000
+        self.timeout_ms = int(cfg["default.api.timeout.ms"])
+        self.exclude_internal = bool(cfg["exclude.internal.topics"])
+        self.fetcher = AsyncSimpleConsumer(cfg)
+        self.cluster = self.fetcher._cluster
+        self.group: GroupMembership | None = None
+        if cfg["group.id"] is not None:
+            strategies = [s.strip() for s in str(cfg["partition.assignment.strategy"]).split(",") if s.strip()]
+            self.group = GroupMembership(
+                self.cluster,
+                group_id=str(cfg["group.id"]),
+                group_instance_id=cfg["group.instance.id"],
+                session_timeout_ms=int(cfg["session.timeout.ms"]),
+                rebalance_timeout_ms=int(cfg["max.poll.interval.ms"]),
+                heartbeat_interval_ms=int(cfg["heartbeat.interval.ms"]),
+                assignors=strategies,
+                retry_backoff_ms=int(cfg["retry.backoff.ms"]),
+                on_assign=self._on_assign,
+            )
+        self.listener: ConsumerRebalanceListener | None = None
+        self.topics: set[str] = set()
+        self.pattern: re.Pattern[str] | None = None
+        self.exclude: re.Pattern[str] | None = None
+        self.manual: list[TopicPartition] | None = None
+        self.positions: dict[TopicPartition, int] = {}
+        self.paused: set[TopicPartition] = set()
+        self.buffer: dict[TopicPartition, deque[ConsumerRecord]] = {}
+        self._generation: dict[TopicPartition, int] = {}
+        self._prefetch: asyncio.Task[dict[TopicPartition, Any]] | None = None
+        self._prefetch_gen: dict[TopicPartition, int] = {}
+        self._last_commit = time.monotonic()
+        self._last_pattern_check = 0.0
+        self._counts: dict[str, int] = {}
+        self.closed = False
+        self.error: KafkaError | None = None
+        self._join: asyncio.Task[bool] | None = None
+
+    # -- subscription ----------------------------------------------------------------------------
+    def subscribe(
+        self,
+        topics: Iterable[str] | None = None,
+        *,
+        pattern: str | re.Pattern[str] | None = None,
+        exclude: str | re.Pattern[str] | None = None,
+        listener: ConsumerRebalanceListener | None = None,
+    ) -> None:
+        """Join the group for ``topics``, or for every topic matching ``pattern`` (a whitelist)
+        and not matching ``exclude`` (a blacklist); new matching topics are picked up."""
+        if self.group is None:
+            raise ClientConfigError("subscribe() needs a group.id (or use assign())")
+        if (topics is None) == (pattern is None):
+            raise ValueError("give either topics or pattern")
+        self.manual = None
+        self.topics = set(topics or ())
+        self.pattern = re.compile(pattern) if isinstance(pattern, str) else pattern
+        self.exclude = re.compile(exclude) if isinstance(exclude, str) else exclude
+        self.listener = listener
+        self.group.subscription = set(self.topics)
+        self.group.needs_rejoin = True
+        self._last_pattern_check = 0.0
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Consume exactly these partitions, without group membership."""
+        self.manual = sorted(set(partitions))
+        self.topics, self.pattern = set(), None
+        for tp in list(self.positions):
+            if tp not in self.manual:
+                self._drop(tp)
+
+    def assignment(self) -> list[TopicPartition]:
+        if self.manual is not None:
+            return list(self.manual)
+        return list(self.group.assigned) if self.group is not None else []
+
+    def subscription(self) -> set[str]:
+        return set(self.group.subscription) if self.group is not None else set()
+
+    async def unsubscribe(self) -> None:
+        if self.group is not None:
+            await self._revoke(list(self.group.assigned))
+            await self.group.leave()
+            self.group.subscription = set()
+        self.manual, self.topics, self.pattern = None, set(), None
+
+    # -- group callbacks -------------------------------------------------------------------------
+    async def _on_assign(self, added: list[TopicPartition], revoked: list[TopicPartition]) -> None:
+        if revoked:
+            await self._revoke(revoked)
+        if added and self.listener is not None:
+            await _maybe_await(self.listener.on_partitions_assigned(list(added)))
+
+    async def _revoke(self, revoked: list[TopicPartition]) -> None:
+        if self.auto_commit and self.group is not None and self.group.generation >= 0:
+            owned = {tp: self.positions[tp] for tp in revoked if tp in self.positions}
+            if owned:
+                with contextlib.suppress(KafkaError, ConnectionError, TimeoutError):
+                    await self.group.commit({tp: (o, -1, "") for tp, o in owned.items()}, time.monotonic() + 10)
+        if self.listener is not None:
+            await _maybe_await(self.listener.on_partitions_revoked(list(revoked)))
+        for tp in revoked:
+            self._drop(tp)
+
+    def _drop(self, tp: TopicPartition) -> None:
+        self.positions.pop(tp, None)
+        self.buffer.pop(tp, None)
+        self._generation[tp] = self._generation.get(tp, 0) + 1
+
+    async def _partition_counts(self, topics: set[str]) -> dict[str, int]:
+        counts = {}
+        await self.cluster.refresh(topics)
+        for t in topics:
+            info = self.cluster.topics.get(t)
+            if info is not None and info.partitions:
+                counts[t] = max(info.partitions) + 1
+        self._counts = dict(counts)
+        return counts
+
+    async def _check_pattern(self) -> None:
+        """Pattern subscriptions follow the topics that exist; leaders notice new partitions."""
+        group = self.group
+        if group is None or self.manual is not None:
+            return
+        now = time.monotonic()
+        if now - self._last_pattern_check < self.cluster.metadata_max_age_ms / 1000:
+            return
+        self._last_pattern_check = now
+        if self.pattern is not None:
+            resp = await self.cluster.refresh(all_topics=True)
+            names = {
+                t.name
+                for t in resp.topics
+                if t.name is not None and t.error_code == 0 and not (t.is_internal and self.exclude_internal)
+            }
+            matching = {n for n in names if self.pattern.fullmatch(n) and not (self.exclude and self.exclude.fullmatch(n))}
+            if matching != group.subscription:
+                group.subscription = matching
+                group.needs_rejoin = True
+        elif group.leader and self._counts:
+            await self.cluster.refresh(group.subscription)
+            for t, n in self._counts.items():
+                info = self.cluster.topics.get(t)
+                if info is not None and info.partitions and max(info.partitions) + 1 != n:
+                    group.needs_rejoin = True
+
+    # -- positions -------------------------------------------------------------------------------
+    def _active(self) -> list[TopicPartition]:
+        return [tp for tp in self.assignment() if tp not in self.paused]
+
+    async def _ensure_positions(self, deadline: float) -> None:
+        missing = [tp for tp in self.assignment() if tp not in self.positions]
+        if not missing:
+            return
+        committed: dict[TopicPartition, tuple[int, int, str]] = {}
+        if self.group is not None:
+            committed = await self.group.fetch_committed(missing, deadline)
+        for tp in missing:
+            if tp in committed:
+                self.positions[tp] = committed[tp][0]
+            else:
+                self.positions[tp] = await self._reset(tp)
+
+    async def _reset(self, tp: TopicPartition) -> int:
+        if self.reset == "earliest":
+            return await self.fetcher.earliest_offset(*tp)
+        if self.reset == "latest":
+            return await self.fetcher.latest_offset(*tp)
+        raise KafkaError(
+            ErrorCode.OFFSET_OUT_OF_RANGE, f"no committed offset for {tp[0]}-{tp[1]} and auto.offset.reset=none"
+        )
+
+    # -- poll ------------------------------------------------------------------------------------
+    async def poll(self, timeout: float = 1.0, max_records: int | None = None) -> list[ConsumerRecord]:
+        """Records from the assigned partitions (empty after ``timeout`` seconds without any)."""
+        if self.closed:
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the consumer is closed")
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+        limit = max_records or self.max_poll_records
+        deadline = time.monotonic() + timeout
+        while True:
+            await self._maintain(deadline)
+            out = self._take(limit)
+            if out:
+                self._start_prefetch()
+                return out
+            if time.monotonic() >= deadline:
+                return []
+            self._start_prefetch()
+            task = self._prefetch
+            if task is None:
+                await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), max(0.0, deadline - time.monotonic()))
+            self._collect()
+
+    async def _maintain(self, deadline: float) -> None:
+        group = self.group
+        if group is not None and self.manual is None and (group.subscription or self.pattern is not None):
+            await self._check_pattern()
+            if group.needs_rejoin and self._join is None:
+                # the join runs on: a poll returns at its deadline even while a rebalance waits for
+                # other members, and the next poll picks it up (as Kafka's consumers do)
+                self._cancel_prefetch()
+                self._join = asyncio.get_running_loop().create_task(
+                    group.ensure_active(self._partition_counts, time.monotonic() + self.timeout_ms / 1000)
+                )
+            if self._join is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(self._join), max(0.0, deadline - time.monotonic()))
+                if not self._join.done():
+                    return
+                join, self._join = self._join, None
+                join.result()  # raises a fatal group error
+                if group.needs_rejoin:
+                    return
+        await self._ensure_positions(time.monotonic() + self.timeout_ms / 1000)
+        if self.auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval:
+            self._last_commit = time.monotonic()
+            asyncio.get_running_loop().create_task(self._commit_quietly())
+        self._collect()
+
+    def _take(self, limit: int) -> list[ConsumerRecord]:
+        out: list[ConsumerRecord] = []
+        for tp, q in self.buffer.items():
+            if tp in self.paused or tp not in self.positions:
+                continue
+            while q and len(out) < limit:
+                rec = q.popleft()
+                if rec.offset < self.positions[tp]:
+                    continue
+                out.append(rec)
+                self.positions[tp] = rec.offset + 1
+            if len(out) >= limit:
+                break
+        return out
+
+    def _start_prefetch(self) -> None:
+        if self._prefetch is not None:
+            return
+        want = {
+            tp: self.positions[tp]
+            for tp in self._active()
+            if tp in self.positions and not self.buffer.get(tp)
+        }
+        if not want:
+            return
+        self._prefetch_gen = {tp: self._generation.get(tp, 0) for tp in want}
+        self._prefetch = asyncio.get_running_loop().create_task(self._fetch(want))
+
+    async def _fetch(self, want: dict[TopicPartition, int]) -> dict[TopicPartition, Any]:
+        try:
+            return await self.fetcher.multi_fetch(want)
+        except OffsetOutOfRangeError as exc:
+            return {("", -1): exc}  # the partition it names is reset by _collect
+        except (KafkaError, ConnectionError, TimeoutError) as exc:
+            log.debug("fetch failed: %s", exc)
+            await asyncio.sleep(self.fetcher.retry_backoff)
+            return {}
+
+    def _collect(self) -> None:
+        task = self._prefetch
+        if task is None or not task.done():
+            return
+        self._prefetch = None
+        if task.cancelled():
+            return
+        results = task.result()
+        error = results.pop(("", -1), None)
+        if isinstance(error, OffsetOutOfRangeError):
+            asyncio.get_running_loop().create_task(self._out_of_range([(error.topic, error.partition)]))
+            return
+        for tp, recs in results.items():
+            if self._generation.get(tp, 0) != self._prefetch_gen.get(tp) or tp not in self.positions:
+                continue  # revoked or seeked while the fetch was under way
+            if recs:
+                self.buffer.setdefault(tp, deque()).extend(recs)
+            elif getattr(recs, "next_offset", None) is not None and recs.next_offset > self.positions[tp]:
+                self.positions[tp] = recs.next_offset  # only control batches: step over them
+
+    async def _out_of_range(self, tps: list[TopicPartition]) -> None:
+        for tp in tps:
+            if tp not in self.positions:
+                continue
+            try:
+                earliest = await self.fetcher.earliest_offset(*tp)
+                latest = await self.fetcher.latest_offset(*tp)
+            except (KafkaError, ConnectionError, TimeoutError):
+                continue
+            pos = self.positions[tp]
+            if earliest <= pos <= latest:
+                continue
+            if self.reset == "none":
+                self.error = OffsetOutOfRangeError(tp[0], tp[1], pos, earliest, latest)
+                continue
+            self.positions[tp] = earliest if self.reset == "earliest" else latest
+            self._generation[tp] = self._generation.get(tp, 0) + 1
+
+    def _cancel_prefetch(self) -> None:
+        if self._prefetch is not None:
+            self._prefetch.cancel()
+            self._prefetch = None
+
+    # -- commits ---------------------------------------------------------------------------------
+    def _current_offsets(self) -> dict[TopicPartition, tuple[int, int, str]]:
+        return {tp: (pos, -1, "") for tp, pos in self.positions.items() if tp in set(self.assignment())}
+
+    async def commit(self, offsets: Mapping[TopicPartition, int] | None = None, timeout: float | None = None) -> None:
+        """Commit ``offsets`` (the next offsets to read) or the current positions, synchronously."""
+        if self.group is None:
+            raise ClientConfigError("commit() needs a group.id")
+        todo = {tp: (o, -1, "") for tp, o in offsets.items()} if offsets is not None else self._current_offsets()
+        if not todo:
+            return
+        deadline = time.monotonic() + (self.timeout_ms / 1000 if timeout is None else timeout)
+        await self.group.commit(todo, deadline)
+
+    def commit_async(
+        self,
+        offsets: Mapping[TopicPartition, int] | None = None,
+        callback: Callable[[BaseException | None, Mapping[TopicPartition, int]], Any] | None = None,
+    ) -> asyncio.Task[None]:
+        snapshot = dict(offsets) if offsets is not None else {tp: o for tp, (o, _e, _m) in self._current_offsets().items()}
+
+        async def run() -> None:
+            error: BaseException | None = None
+            try:
+                await self.commit(snapshot)
+            except (KafkaError, ConnectionError, TimeoutError) as exc:
+                error = exc
+            if callback is not None:
+                callback(error, snapshot)
+
+        return asyncio.get_running_loop().create_task(run())
+
+    async def _commit_quietly(self) -> None:
+        with contextlib.suppress(KafkaError, ConnectionError, TimeoutError):
+            await self.commit()
+
+    async def committed(self, partitions: Sequence[TopicPartition], timeout: float | None = None) -> dict[TopicPartition, int | None]:
+        if self.group is None:
+            raise ClientConfigError("committed() needs a group.id")
+        deadline = time.monotonic() + (self.timeout_ms / 1000 if timeout is None else timeout)
+        found = await self.group.fetch_committed(list(partitions), deadline)
+        return {tp: (found[tp][0] if tp in found else None) for tp in partitions}
+
+    # -- positions API ---------------------------------------------------------------------------
+    async def position(self, tp: TopicPartition) -> int:
+        if tp not in self.assignment():
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp[0]}-{tp[1]} is not assigned to this consumer")
+        await self._ensure_positions(time.monotonic() + self.timeout_ms / 1000)
+        return self.positions[tp]
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        if offset < 0:
+            raise ValueError("offset must be >= 0")
+        self.buffer.pop(tp, None)
+        self._generation[tp] = self._generation.get(tp, 0) + 1
+        self.positions[tp] = offset
+
+    async def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        for tp in list(partitions) if partitions is not None else self.assignment():
+            self.seek(tp, await self.fetcher.earliest_offset(*tp))
+
+    async def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        for tp in list(partitions) if partitions is not None else self.assignment():
+            self.seek(tp, await self.fetcher.latest_offset(*tp))
+
+    async def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | None]:
+        return {tp: await self.fetcher.offset_for_time(tp[0], tp[1], ts) for tp, ts in timestamps.items()}
+
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        self.paused.update(partitions)
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        self.paused.difference_update(partitions)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def close(self, autocommit: bool = True) -> None:
+        if self.closed:
+            return
+        self._cancel_prefetch()
+        if self._join is not None:
+            self._join.cancel()
+        if self.group is not None:
+            if autocommit and self.auto_commit and self.group.generation >= 0:
+                with contextlib.suppress(KafkaError, ConnectionError, TimeoutError):
+                    await self.commit(timeout=5)
+            await self.group.leave()
+        self.closed = True
+        await self.fetcher.close()
+
+    async def __aenter__(self) -> AsyncConsumer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __aiter__(self) -> AsyncConsumer:
+        return self
+
+    async def __anext__(self) -> ConsumerRecord:
+        while True:
+            if self.closed:
+                raise StopAsyncIteration
+            records = await self.poll(1.0, max_records=1)
+            if records:
+                return records[0]
+
+
+async def _maybe_await(value: Any) -> None:
+    if asyncio.iscoroutine(value):
+        await value
+
+
+class Consumer:
+    """The group consumer for threads: ``for record in consumer: ...`` or ``consumer.poll(1.0)``.
+
+    ``Consumer({"bootstrap.servers": "127.0.0.1:9092", "group.id": "billing"})`` then
+    ``subscribe(["orders"])``.  Heartbeats, fetching and commits run on an event loop in a
+    background thread, so a slow caller does not lose its group membership before
+    ``max.poll.interval.ms``.
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="odradek-consumer", daemon=True)
+        self._thread.start()
+        self._async: AsyncConsumer = self._call(_make(config, kwargs))
+        self._pending: deque[ConsumerRecord] = deque()
+
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def _run(self, fn: Callable[[], T]) -> T:
+        async def call() -> T:
+            return fn()
+
+        return self._call(call())
+
+    def subscribe(self, topics: Iterable[str] | None = None, **kwargs: Any) -> None:
+        topics = list(topics) if topics is not None else None
+        self._run(lambda: self._async.subscribe(topics, **kwargs))
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        parts = list(partitions)
+        self._run(lambda: self._async.assign(parts))
+
+    def assignment(self) -> list[TopicPartition]:
+        return self._run(self._async.assignment)
+
+    def unsubscribe(self) -> None:
+        self._call(self._async.unsubscribe())
+
+    def poll(self, timeout: float = 1.0, max_records: int | None = None) -> list[ConsumerRecord]:
+        return self._call(self._async.poll(timeout, max_records))
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        while not self._async.closed:
+            if not self._pending:
+                self._pending.extend(self.poll(1.0))
+                continue
+            yield self._pending.popleft()
+
+    def commit(self, offsets: Mapping[TopicPartition, int] | None = None, timeout: float | None = None) -> None:
+        self._call(self._async.commit(offsets, timeout))
+
+    def commit_async(
+        self,
+        offsets: Mapping[TopicPartition, int] | None = None,
+        callback: Callable[[BaseException | None, Mapping[TopicPartition, int]], Any] | None = None,
+    ) -> None:
+        self._run(lambda: self._async.commit_async(offsets, callback))
+
+    def committed(self, partitions: Sequence[TopicPartition], timeout: float | None = None) -> dict[TopicPartition, int | None]:
+        return self._call(self._async.committed(list(partitions), timeout))
+
+    def position(self, tp: TopicPartition) -> int:
+        return self._call(self._async.position(tp))
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self._run(lambda: self._async.seek(tp, offset))
+
+    def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        self._call(self._async.seek_to_beginning(list(partitions) if partitions is not None else None))
+
+    def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        self._call(self._async.seek_to_end(list(partitions) if partitions is not None else None))
+
+    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | None]:
+        return self._call(self._async.offsets_for_times(dict(timestamps)))
+
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        parts = list(partitions)
+        self._run(lambda: self._async.pause(parts))
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        parts = list(partitions)
+        self._run(lambda: self._async.resume(parts))
+
+    def close(self, autocommit: bool = True) -> None:
+        if not self._thread.is_alive():
+            return
+        try:
+            self._call(self._async.close(autocommit), 30)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+async def _make(config: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> AsyncConsumer:
+    return AsyncConsumer(config, **kwargs)
+
+
+# ------------------------------------------------------------------------------------------------
+# the seeds' high-level consumer API
+
+
+class Whitelist:
+    """Topics matching ``regex`` (Python ``re`` syntax, full match)."""
+
+    def __init__(self, regex: str) -> None:
+        self.regex = regex
+
+
+class Blacklist:
+    """Every topic except those matching ``regex`` (internal topics excluded)."""
+
+    def __init__(self, regex: str) -> None:
+        self.regex = regex
+
+
+class _Stream:
+    """An iterator over the records of one group member's partitions."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        return iter(self.consumer)
+
+    def __next__(self) -> ConsumerRecord:
+        while True:
+            records = self.consumer.poll(1.0, max_records=1)
+            if records:
+                return records[0]
+
+
+class HighLevelConsumer:
+    """The seeds' ConsumerConnector: streams per topic, group balancing, offset commits."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        self.config = merge_config(CONSUMER_DEFAULTS, config, kwargs)
+        if self.config["group.id"] is None:
+            raise ClientConfigError("the high-level consumer needs a group.id")
+        self.consumers: list[Consumer] = []
+
+    def _consumer(self) -> Consumer:
+        c = Consumer(self.config)
+        self.consumers.append(c)
+        return c
+
+    def create_message_streams(self, topic_counts: Mapping[str, int]) -> dict[str, list[_Stream]]:
+        """``{topic: n}`` -> ``{topic: [n iterators]}``; each iterator owns a share of the topic's
+        partitions (one group member each)."""
+        out: dict[str, list[_Stream]] = {}
+        for topic, n in topic_counts.items():
+            streams = []
+            for _ in range(n):
+                c = self._consumer()
+                c.subscribe([topic])
+                streams.append(_Stream(c))
+            out[topic] = streams
+        return out
+
+    def create_message_streams_by_filter(self, topic_filter: Whitelist | Blacklist, n: int = 1) -> list[_Stream]:
+        """``n`` iterators over every topic the filter matches, now or later."""
+        streams = []
+        for _ in range(n):
+            c = self._consumer()
+            if isinstance(topic_filter, Whitelist):
+                c.subscribe(pattern=topic_filter.regex)
+            else:
+                c.subscribe(pattern=".*", exclude=topic_filter.regex)
+            streams.append(_Stream(c))
+        return streams
+
+    def commit_offsets(self) -> None:
+        for c in self.consumers:
+            with contextlib.suppress(CommitFailed):
+                c.commit()
+
+    def shutdown(self) -> None:
+        for c in self.consumers:
+            c.close()
+        self.consumers.clear()
+
+
+def create_message_streams(config: Mapping[str, Any], topic_counts: Mapping[str, int]) -> tuple[HighLevelConsumer, dict[str, list[_Stream]]]:
+    hl = HighLevelConsumer(config)
+    return hl, hl.create_message_streams(topic_counts)
+
+
+def create_message_streams_by_filter(
+    config: Mapping[str, Any], topic_filter: Whitelist | Blacklist, n: int = 1
+) -> tuple[HighLevelConsumer, list[_Stream]]:
+    hl = HighLevelConsumer(config)
+    return hl, hl.create_message_streams_by_filter(topic_filter, n)
