@@ -47,10 +47,12 @@ class _Index:
         # Kafka's index files always hold whole entries: anything else is corrupt (rebuilt)
         self.partial_bytes = size % self.entry_size
         self.writable = False
+        self._closed = False
         if writable:
             self.make_writable()
         else:
             self._map(size - size % self.entry_size)
+            self._release_fd()
 
     # -- mapping -------------------------------------------------------------------------
     def _map(self, length: int) -> None:
@@ -83,9 +85,21 @@ class _Index:
             count += len(data) // es
         return count
 
+    def _release_fd(self) -> None:
+        """A read-only index lives on in its mapping (which holds its own descriptor): close
+        ours, so that sealed segments cost one descriptor per index instead of two."""
+        if self._fd >= 0 and not self.writable and (self._mmap is not None or self.entries == 0):
+            os.close(self._fd)
+            self._fd = -1
+
+    def _ensure_fd(self) -> int:
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        return self._fd
+
     def make_writable(self) -> None:
         """Preallocate to the maximum size and map it for appends (the segment is active)."""
-        os.ftruncate(self._fd, self.max_entries * self.entry_size)
+        os.ftruncate(self._ensure_fd(), self.max_entries * self.entry_size)
         self._map(self.max_entries * self.entry_size)
         self.writable = True
         self.partial_bytes = 0
@@ -93,10 +107,15 @@ class _Index:
     def trim(self) -> None:
         """Shrink the file to its entries (the segment rolled or is closing)."""
         length = self.entries * self.entry_size
+        fd = self._ensure_fd()
+        if self._dirty:
+            os.fdatasync(fd)
+            self._dirty = False
         self._map(0)
-        os.ftruncate(self._fd, length)
+        os.ftruncate(fd, length)
         self._map(length)
         self.writable = False
+        self._release_fd()
 
     @property
     def is_full(self) -> bool:
@@ -112,19 +131,22 @@ class _Index:
             self._dirty = False
 
     def close(self) -> None:
-        if self._fd < 0:
+        if self._closed:
             return
         if self.writable:
             self.trim()
         self._map(0)
-        os.close(self._fd)
-        self._fd = -1
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self._closed = True
 
     def delete(self) -> None:
         self._map(0)
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+        self._closed = True
         self.path.unlink(missing_ok=True)
 
     def rename(self, path: Path) -> None:
@@ -136,7 +158,7 @@ class _Index:
         used = self.entries * self.entry_size
         self.entries = 0
         if self.writable and used:
-            os.pwrite(self._fd, bytes(used), 0)
+            os.pwrite(self._ensure_fd(), bytes(used), 0)
             self._dirty = True
 
     # -- entries ---------------------------------------------------------------------------
