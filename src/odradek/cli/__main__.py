@@ -33,6 +33,10 @@ def _parser() -> argparse.ArgumentParser:
     from odradek.cli import consume
 
     consume.add_parser(sub)
+
+    from odradek.cli import produce
+
+    produce.add_parser(sub)
     topics.add_parser(sub)
     groups.add_parser(sub)
     configs.add_parser(sub)
@@ -57,6 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from odradek.cli import consume
 
         return consume.run(args)
+    if args.command == "produce":
+        from odradek.cli import produce
+
+        return produce.run(args)
     if args.command == "serve":
         from odradek.cli import serve
 

@@ -57,12 +57,12 @@ class DefaultPartitioner:
     chosen at random among the available ones)."""
 
     def __init__(self) -> None:
-        self._sticky: dict[str, int] = {}
+        self.sticky: dict[str, int] = {}  # topic -> its current partition for null keys
 
     def __call__(self, topic: str, key: bytes | None, partitions: int, available: Sequence[int]) -> int:
         if key is not None:
             return murmur2_partition(key, partitions)
-        p = self._sticky.get(topic)
+        p = self.sticky.get(topic)
         if p is None or p >= partitions:
             p = self.new_batch(topic, partitions, available)
         return p
@@ -71,5 +71,5 @@ class DefaultPartitioner:
         """Pick the next sticky partition for ``topic`` (when its current batch is full)."""
         choices = [p for p in (available or range(partitions)) if p != previous] or list(available or range(partitions))
         p = random.choice(choices)
-        self._sticky[topic] = p
+        self.sticky[topic] = p
         return p

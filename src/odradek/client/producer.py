@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import struct
 import threading
 import time
 from collections import deque
@@ -29,11 +30,11 @@ from typing import Any, NamedTuple
 
 from odradek.client._aio import AsyncCluster
 from odradek.client._config import PRODUCER_DEFAULTS, ClientConfigError, merge_config
-from odradek.client.partitioner import DefaultPartitioner
+from odradek.client.partitioner import DefaultPartitioner, murmur2
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.init_producer_id import InitProducerIdRequest
 from odradek.protocol.messages.produce import ProduceRequest, ProduceResponse
-from odradek.records import BatchBuilder, Compression
+from odradek.records import BatchBuilder, Compression, crc32c
 
 __all__ = ["AsyncProducer", "Producer", "RecordMetadata"]
 
@@ -46,6 +47,13 @@ _CODECS = {
     "lz4": Compression.LZ4,
     "zstd": Compression.ZSTD,
 }
+# v2 batch header: crc at 17 covers attributes (21) to the end; producer id, epoch, base
+# sequence at 43, 51, 53.
+_CRC_OFFSET, _ATTRIBUTES_OFFSET, _PRODUCER_ID_OFFSET = 17, 21, 43
+_CRC = struct.Struct(">I")
+_PRODUCER_FIELDS = struct.Struct(">qhi")
+# errors that come with the batch appended to the leader's log all the same
+_WRITTEN_ANYWAY = {ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT}
 _RETRIABLE_REFRESH = {
     ErrorCode.NOT_LEADER_OR_FOLLOWER,
     ErrorCode.LEADER_NOT_AVAILABLE,
@@ -81,6 +89,7 @@ class _Batch:
         "event",
         "log_append_time",
         "partition",
+        "producer_id",
         "record_count",
         "retry_at",
         "size",
@@ -96,6 +105,7 @@ class _Batch:
         self.created = now
         self.attempts = 0
         self.base_sequence = -1
+        self.producer_id = -1  # the producer id its sequence number belongs to (idempotence)
         self.record_count = 0
         self.size = 0
         self.callbacks: list[tuple[Callable[..., Any], int, int, int, int]] | None = None
@@ -128,26 +138,25 @@ class FutureRecordMetadata:
         if b.error is not None:
             raise b.error
         ts = b.log_append_time if b.log_append_time >= 0 else self._timestamp
-        return RecordMetadata(b.topic, b.partition, b.base_offset + self._index, ts, self._ksize, self._vsize)
+        return RecordMetadata(b.topic, b.partition, b.base_offset + self._index if b.base_offset >= 0 else -1, ts, self._ksize, self._vsize)
 
-    def result(self, timeout: float | None = None) -> RecordMetadata:
+    def _wait(self, timeout: float | None) -> _Batch:
         b = self._batch
         if not b.done:
             event = b.event
             if (event is None or not event.wait(timeout)) and not b.done:
                 raise FutureTimeout(f"no acknowledgement within {timeout}s")
+        return b
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        """The record's metadata; raises the record's error, or TimeoutError if it is not
+        acknowledged within ``timeout`` seconds (``AsyncProducer``: await the future instead)."""
+        self._wait(timeout)
         return self._metadata()
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        try:
-            self.result(timeout)
-        except KafkaError as exc:
-            return exc
-        except FutureTimeout:
-            raise
-        except BaseException as exc:
-            return exc
-        return None
+        """The record's error (None if it was written); TimeoutError as for :meth:`result`."""
+        return self._wait(timeout).error
 
     def __await__(self) -> Any:
         b = self._batch
@@ -193,7 +202,7 @@ class _Core:
         self.value_serializer = config["value.serializer"]
         self.interceptors = list(config["interceptors"] or ())
         self.partitioner = config["partitioner"] or DefaultPartitioner()
-        self._default_partitioner = isinstance(self.partitioner, DefaultPartitioner)
+        self._default_partitioner = type(self.partitioner) is DefaultPartitioner
         self.cluster = AsyncCluster(
             config["bootstrap.servers"],
             client_id=config["client.id"],
@@ -215,6 +224,7 @@ class _Core:
         self.producer_id = -1
         self.producer_epoch = -1
         self.sequences: dict[tuple[str, int], int] = {}
+        self.node_locks: dict[int, asyncio.Lock] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
         self.wake: asyncio.Event | None = None
         self.flushing = 0
@@ -222,6 +232,14 @@ class _Core:
         self.sender_task: asyncio.Task[None] | None = None
         self.fatal: BaseException | None = None
         self.all_done = threading.Condition(self.lock)
+        # Fast-path flags for send(): records that need no interceptor or serializer.
+        self.plain = not self.interceptors and self.key_serializer is None and self.value_serializer is None
+        self.ignore_keys = bool(config["partitioner.ignore.keys"])
+        self.fast = self.plain and self._default_partitioner
+        self.sticky: dict[str, int] = self.partitioner.sticky if self._default_partitioner else {}
+        self.waiting_for_space = 0  # send() calls waiting for buffer.memory: send without lingering
+        self.room_waiters: list[asyncio.Future[None]] = []  # completed when a batch frees memory
+        self.blocking_waits = False  # the sync Producer: each batch gets an Event for result()
 
     # -- user side (any thread) ----------------------------------------------------------------
     def serialize(self, topic: str, key: Any, value: Any) -> tuple[bytes | None, bytes | None]:
@@ -255,20 +273,35 @@ class _Core:
         headers: list[tuple[str, bytes | None]] | None,
         callback: Callable[..., Any] | None,
         sticky: bool,
+        ksize: int,
+        vsize: int,
     ) -> tuple[FutureRecordMetadata, bool]:
-        """Append under the lock; returns (future, whether a batch became ready)."""
+        """Append under the lock; returns (future, whether to wake the sender: a batch is full
+        or a new one started).
+
+        ``ksize`` / ``vsize`` are the serialized sizes (-1 for null).  A record without a key
+        (``sticky``) that would overflow its partition's open batch goes to the next sticky
+        partition instead, as in the Java client: null-key records fill one batch at a time."""
         tp = (topic, partition)
         batch = self.open.get(tp)
         ready = False
-        size = (len(key) if key else 0) + (len(value) if value else 0) + 32
-        if batch is None or batch.builder is None:
+        size = (ksize if ksize > 0 else 0) + (vsize if vsize > 0 else 0) + 32
+        if batch is None:
             batch = self._new_batch(tp)
+            ready = True  # the sender must learn when this batch's linger.ms ends
         elif batch.size + size > self.batch_size and batch.record_count:
             self._close_batch(tp, batch)
             ready = True
-            batch = self._new_batch(tp)
             if sticky and self._default_partitioner:
-                self.partitioner.new_batch(topic, *self.partition_counts.get(topic, (1, [])), previous=partition)
+                partition = self.partitioner.new_batch(topic, *self.partition_counts.get(topic, (1, [])), previous=partition)
+                tp = (topic, partition)
+                other = self.open.get(tp)
+                if other is not None and other.size + size > self.batch_size and other.record_count:
+                    self._close_batch(tp, other)
+                    other = None
+                batch = other if other is not None else self._new_batch(tp)
+            else:
+                batch = self._new_batch(tp)
         builder = batch.builder
         assert builder is not None
         index = batch.record_count
@@ -276,21 +309,22 @@ class _Core:
         batch.record_count = index + 1
         batch.size += size
         self.buffered += size
-        fut = FutureRecordMetadata(batch, index, timestamp, len(key) if key else -1, len(value) if value else -1)
         if callback is not None:
             if batch.callbacks is None:
                 batch.callbacks = []
-            batch.callbacks.append((callback, index, timestamp, len(key) if key else -1, len(value) if value else -1))
+            batch.callbacks.append((callback, index, timestamp, ksize, vsize))
         if batch.size >= self.batch_size:
             self._close_batch(tp, batch)
             ready = True
             if sticky and self._default_partitioner:
                 self.partitioner.new_batch(topic, *self.partition_counts.get(topic, (1, [])), previous=partition)
-        return fut, ready
+        return FutureRecordMetadata(batch, index, timestamp, ksize, vsize), ready
 
     def _new_batch(self, tp: tuple[str, int]) -> _Batch:
         builder = BatchBuilder(compression=self.codec, compression_level=self.level)
         batch = _Batch(tp[0], tp[1], builder, time.monotonic())
+        if self.blocking_waits:
+            batch.event = threading.Event()
         self.open[tp] = batch
         self.unacked += 1
         return batch
@@ -312,30 +346,89 @@ class _Core:
             batch.builder = None
         return batch.data
 
-    async def init_producer_id(self) -> None:
-        if not self.idempotent or self.producer_id >= 0:
-            return
-        deadline = time.monotonic() + self.max_block
-        while True:
+    async def _request_producer_id(self) -> None:
+        """One InitProducerId round trip; raises on failure."""
+        conn = await self.cluster.any_connection()
+        v = conn.version_for(InitProducerIdRequest)
+        req = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000)
+        resp = await conn.request(req, v)
+        if resp.error_code:
+            raise KafkaError(ErrorCode.of(resp.error_code), "InitProducerId failed")
+        self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
+        self.sequences.clear()
+
+    async def init_producer_id(self, deadline: float | None = None) -> None:
+        """Get a producer id (idempotence), retrying retriable failures until ``deadline``
+        (monotonic seconds); without one, until it succeeds or the producer is closed with
+        nothing left to send.  While it waits, records older than ``delivery.timeout.ms``
+        expire."""
+        while self.idempotent and self.producer_id < 0:
             try:
-                conn = await self.cluster.any_connection()
-                v = conn.version_for(InitProducerIdRequest)
-                req = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000)
-                if v >= 3 and self.producer_id >= 0:
-                    req.producer_id, req.producer_epoch = self.producer_id, self.producer_epoch
-                resp = await conn.request(req, v)
-                if resp.error_code == 0:
-                    self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
-                    return
-                err = ErrorCode.of(resp.error_code)
-                if not err.retriable:
-                    raise KafkaError(err, "InitProducerId failed")
-            except (ConnectionError, TimeoutError) as exc:
-                if time.monotonic() > deadline:
+                await self._request_producer_id()
+                return
+            except (ConnectionError, TimeoutError, KafkaError) as exc:
+                if isinstance(exc, KafkaError) and not exc.retriable:
+                    raise
+                if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"could not get a producer id: {exc}") from exc
-            if time.monotonic() > deadline:
-                raise TimeoutError("could not get a producer id")
+                self._expire_unsent(time.monotonic(), f"could not get a producer id: {exc}")
+            with self.lock:
+                if self.closed and self.unacked == 0:
+                    return
             await asyncio.sleep(self.retry_backoff)
+
+    async def wait_for_topic(self, topic: str) -> None:
+        """Wait up to ``max.block.ms`` for ``topic``'s metadata (whatever the connection errors
+        on the way), then record its partitions for the partitioner."""
+        deadline = time.monotonic() + self.max_block
+        last: BaseException | None = None
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise KafkaError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"topic {topic} not present in metadata after {self.max_block * 1000:.0f} ms"
+                    + (f" ({last})" if last is not None else ""),
+                )
+            try:
+                await asyncio.wait_for(self.cluster.topic(topic, wait_ms=int(left * 1000)), left)
+                self.update_counts(topic)
+                return
+            except (ConnectionError, TimeoutError, KafkaError) as exc:
+                if isinstance(exc, KafkaError) and not exc.retriable:
+                    raise
+                last = exc
+            await asyncio.sleep(min(self.retry_backoff, max(0.0, deadline - time.monotonic())))
+
+    def update_counts(self, topic: str) -> None:
+        """Partition count and partitions with a leader, from the cluster's metadata."""
+        info = self.cluster.topics.get(topic)
+        if info is None or not info.partitions:
+            return
+        count = max(info.partitions) + 1
+        available = sorted(p for p, pi in info.partitions.items() if pi.leader >= 0)
+        self.partition_counts[topic] = (count, available)
+
+    def _expire_unsent(self, now: float, cause: str) -> None:
+        """Fail batches never sent that are older than ``delivery.timeout.ms``."""
+        expired: list[_Batch] = []
+        with self.lock:
+            for tp, b in list(self.open.items()):
+                if now - b.created >= self.delivery_timeout:
+                    del self.open[tp]
+                    expired.append(b)
+            for q in self.queues.values():
+                while q and q[0].attempts == 0 and now - q[0].created >= self.delivery_timeout:
+                    expired.append(q.popleft())
+        for b in expired:
+            self._complete(b, -1, -1, self._expiry_error(b, cause))
+
+    def _expiry_error(self, batch: _Batch, cause: object) -> KafkaError:
+        return KafkaError(
+            ErrorCode.REQUEST_TIMED_OUT,
+            f"expiring {batch.record_count} record(s) for {batch.topic}-{batch.partition}: "
+            f"{self.delivery_timeout * 1000:.0f} ms has passed since batch creation ({cause})",
+        )
 
     def _ready(self, now: float) -> list[_Batch]:
         """Batches that may be sent now, at most one per partition (ordering with retries)."""
@@ -343,7 +436,9 @@ class _Core:
         with self.lock:
             linger_cut = now - self.linger
             for tp, batch in list(self.open.items()):
-                if batch.record_count and (batch.created <= linger_cut or self.flushing or self.closed):
+                if batch.record_count and (
+                    batch.created <= linger_cut or self.flushing or self.closed or self.waiting_for_space
+                ):
                     self._close_batch(tp, batch)
             for tp, q in self.queues.items():
                 if not q or self.in_flight.get(tp, 0) >= (1 if self.idempotent else self.max_in_flight):
@@ -362,7 +457,8 @@ class _Core:
 
     async def run(self) -> None:
         self.loop = asyncio.get_running_loop()
-        self.wake = asyncio.Event()
+        if self.wake is None:
+            self.wake = asyncio.Event()
         try:
             await self.init_producer_id()
         except BaseException as exc:
@@ -370,6 +466,14 @@ class _Core:
             self._fail_everything(exc)
             raise
         while True:
+            if self.idempotent and self.producer_id < 0:
+                # the broker forgot us (UNKNOWN_PRODUCER_ID): a new id before sending more
+                try:
+                    await self.init_producer_id()
+                except BaseException as exc:
+                    self.fatal = exc
+                    self._fail_everything(exc)
+                    raise
             now = time.monotonic()
             batches = self._ready(now)
             if batches:
@@ -393,6 +497,7 @@ class _Core:
             if topic not in self.cluster.topics or self.cluster.metadata_stale():
                 try:
                     await self.cluster.topic(topic)
+                    self.update_counts(topic)
                 except (KafkaError, ConnectionError, TimeoutError) as exc:
                     self._retry_or_fail(batch, exc)
                     continue
@@ -404,15 +509,40 @@ class _Core:
         for node, group in by_node.items():
             for tp in ((b.topic, b.partition) for b in group):
                 self.in_flight[tp] = self.in_flight.get(tp, 0) + 1
-            asyncio.get_running_loop().create_task(self._produce(node, group))
+            asyncio.get_running_loop().create_task(self._produce_or_abandon(node, group))
+
+    async def _produce_or_abandon(self, node: int, batches: list[_Batch]) -> None:
+        try:
+            await self._produce(node, batches)
+        except asyncio.CancelledError:
+            # close() gave up waiting: nobody must wait forever for these
+            error = KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the producer was closed before the records were acknowledged")
+            for b in batches:
+                if not b.done:
+                    self._complete(b, -1, -1, error)
+            raise
 
     async def _produce(self, node: int, batches: list[_Batch]) -> None:
+        if self.idempotent and self.producer_id < 0:
+            # the producer id was dropped while these waited: back to their queues until the run
+            # loop has a new one (a batch must never go out without one: no deduplication then)
+            with self.lock:
+                for b in batches:
+                    self.queues.setdefault((b.topic, b.partition), deque()).appendleft(b)
+            self._done_in_flight(batches)
+            if self.wake is not None:
+                self.wake.set()
+            return
         topics: dict[str, list[ProduceRequest.PartitionProduceData]] = {}
         for b in batches:
-            if self.idempotent and b.base_sequence < 0:
+            if self.idempotent and (b.base_sequence < 0 or b.producer_id != self.producer_id):
+                # first send, or a resend after the producer id changed: number it now
                 tp = (b.topic, b.partition)
                 b.base_sequence = self.sequences.get(tp, 0)
                 self.sequences[tp] = (b.base_sequence + b.record_count) & 0x7FFFFFFF
+                b.producer_id = self.producer_id
+                if b.data is not None:
+                    b.data = _restamp(b.data, self.producer_id, self.producer_epoch, b.base_sequence)
             b.attempts += 1
             topics.setdefault(b.topic, []).append(
                 ProduceRequest.PartitionProduceData(index=b.partition, records=self._build(b))
@@ -424,14 +554,28 @@ class _Core:
         )
         by_tp = {(b.topic, b.partition): b for b in batches}
         try:
-            conn = await self.cluster.connection(node)
+            # Requests go on the wire in the order the sender made them (a partition's batches
+            # stay in order): the lock is fair, and the write itself does not wait.
+            lock = self.node_locks.get(node)
+            if lock is None:
+                lock = self.node_locks[node] = asyncio.Lock()
+            async with lock:
+                conn = await self.cluster.connection(node)
+                pending = conn.send(req, expect_response=self.acks != 0)
             if self.acks == 0:
-                conn.send(req, expect_response=False)
+                unwritten = pending.exception() if pending.done() else None
+                if unwritten is not None:
+                    raise unwritten  # the connection was already gone: nothing was written
                 await conn.drain()
                 for b in batches:
                     self._complete(b, -1, -1, None)
+                self._done_in_flight(batches)
                 return
-            resp: ProduceResponse = await conn.request(req, timeout=self.request_timeout_ms / 1000 + 5)
+            try:
+                resp: ProduceResponse = await asyncio.wait_for(pending, self.request_timeout_ms / 1000 + 5)
+            except TimeoutError:
+                await conn.close()  # the responses after this one cannot be trusted either
+                raise TimeoutError(f"no produce response from broker {node} within {self.request_timeout_ms} ms") from None
         except (ConnectionError, TimeoutError, KafkaError) as exc:
             for b in batches:
                 self._retry_or_fail(b, exc)
@@ -452,22 +596,22 @@ class _Core:
                 if err in _RETRIABLE_REFRESH:
                     refresh = True
                 if err is ErrorCode.UNKNOWN_PRODUCER_ID and self.idempotent:
-                    # the broker lost our state (e.g. expiry): start a new epoch and resend
-                    self.producer_id = -1
-                    self.sequences.clear()
-                    with contextlib.suppress(Exception):
-                        await self.init_producer_id()
-                    b.base_sequence = -1
-                    b.data = None if b.builder is not None else b.data
+                    # the broker lost our state (e.g. expiry): the run loop gets a new producer
+                    # id, and the batch is renumbered under it when it is sent again
+                    if b.producer_id == self.producer_id:
+                        self.producer_id = -1
+                        self.sequences.clear()
                     self._retry_or_fail(b, failure, force=True)
                     continue
-                self._retry_or_fail(b, failure)
+                self._retry_or_fail(b, failure, rejected=err not in _WRITTEN_ANYWAY)
         for b in by_tp.values():
             self._retry_or_fail(b, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "no response for the partition"))
         self._done_in_flight(batches)
         if refresh:
             with contextlib.suppress(Exception):
                 await self.cluster.refresh()
+                for topic in list(self.partition_counts):
+                    self.update_counts(topic)
         if self.wake is not None:
             self.wake.set()
 
@@ -476,7 +620,9 @@ class _Core:
             tp = (b.topic, b.partition)
             self.in_flight[tp] = max(0, self.in_flight.get(tp, 0) - 1)
 
-    def _retry_or_fail(self, batch: _Batch, exc: BaseException, force: bool = False) -> None:
+    def _retry_or_fail(self, batch: _Batch, exc: BaseException, force: bool = False, rejected: bool = False) -> None:
+        """Queue ``batch`` again, or fail it.  ``rejected``: the broker answered with an error, so
+        this attempt was certainly not written."""
         now = time.monotonic()
         retriable = force or (
             isinstance(exc, (ConnectionError, TimeoutError)) or (isinstance(exc, KafkaError) and exc.retriable)
@@ -488,12 +634,23 @@ class _Core:
                 self.queues.setdefault((batch.topic, batch.partition), deque()).appendleft(batch)
             return
         if expired:
-            exc = KafkaError(
-                ErrorCode.REQUEST_TIMED_OUT,
-                f"expiring {batch.record_count} record(s) for {batch.topic}-{batch.partition}: "
-                f"{self.delivery_timeout * 1000:.0f} ms has passed since batch creation ({exc})",
-            )
+            exc = self._expiry_error(batch, exc)
+        self._release_sequence(batch, rejected)
         self._complete(batch, -1, -1, exc)
+
+    def _release_sequence(self, batch: _Batch, rejected: bool) -> None:
+        """A numbered batch that fails for good must not leave a gap in its partition's
+        sequence numbers, or every later batch gets OUT_OF_ORDER_SEQUENCE_NUMBER.  If the broker
+        rejected it and nothing was numbered after it, its numbers are given back; if the broker
+        may have written it (a timeout), the producer continues under a new producer id."""
+        if not self.idempotent or batch.base_sequence < 0 or batch.producer_id != self.producer_id:
+            return
+        tp = (batch.topic, batch.partition)
+        if rejected and self.sequences.get(tp) == (batch.base_sequence + batch.record_count) & 0x7FFFFFFF:
+            self.sequences[tp] = batch.base_sequence
+        else:
+            self.producer_id = -1
+            self.sequences.clear()
 
     def _complete(self, batch: _Batch, base_offset: int, log_append_time: int, error: BaseException | None) -> None:
         batch.base_offset = base_offset
@@ -505,6 +662,10 @@ class _Core:
             self.buffered -= batch.size
             self.unacked -= 1
             self.space.notify_all()
+            room, self.room_waiters = self.room_waiters, []
+        for fut in room:  # AsyncProducer.send() calls waiting for buffer.memory (this loop)
+            if not fut.done():
+                fut.set_result(None)
         if batch.event is not None:
             batch.event.set()
         if batch.waiters:
@@ -523,7 +684,7 @@ class _Core:
         for cb, index, ts, ks, vs in batch.callbacks or ():
             if batch.error is None:
                 md = RecordMetadata(
-                    batch.topic, batch.partition, batch.base_offset + index,
+                    batch.topic, batch.partition, batch.base_offset + index if batch.base_offset >= 0 else -1,
                     batch.log_append_time if batch.log_append_time >= 0 else ts, ks, vs,
                 )
                 results.append((cb, md, None))
@@ -539,7 +700,7 @@ class _Core:
             if on_ack is None:
                 continue
             for i in range(batch.record_count):
-                ack: RecordMetadata | None = None if batch.error else RecordMetadata(batch.topic, batch.partition, batch.base_offset + i, -1, -1, -1)
+                ack: RecordMetadata | None = None if batch.error else RecordMetadata(batch.topic, batch.partition, batch.base_offset + i if batch.base_offset >= 0 else -1, -1, -1, -1)
                 try:
                     on_ack(ack, batch.error)
                 except Exception:
@@ -567,6 +728,17 @@ class _Core:
             pass
 
 
+_time_ns = time.time_ns
+
+
+def _restamp(data: bytes, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+    """A built v2 batch with new producer id, epoch and base sequence (CRC recomputed)."""
+    buf = bytearray(data)
+    _PRODUCER_FIELDS.pack_into(buf, _PRODUCER_ID_OFFSET, producer_id, producer_epoch, base_sequence)
+    _CRC.pack_into(buf, _CRC_OFFSET, crc32c(memoryview(buf)[_ATTRIBUTES_OFFSET:]))
+    return bytes(buf)
+
+
 def _resolve(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
@@ -584,55 +756,116 @@ class _Face:
 
     _core: _Core
 
-    def _prepare(
+    def _append_fast(
         self,
         topic: str,
         value: Any,
         key: Any,
         partition: int | None,
+        headers: Any,
+        timestamp: int | None,
+        on_delivery: Callable[..., Any] | None,
+    ) -> FutureRecordMetadata | None:
+        """``send()`` for the common case, without waiting: bytes (or None) in, no headers, a
+        topic with known metadata, the default partitioner, room in the buffer and in the open
+        batch.  Returns None when the general path must do it (nothing has happened then)."""
+        core = self._core
+        counts = core.partition_counts.get(topic)
+        if (
+            not core.fast
+            or counts is None
+            or headers is not None
+            or (key is not None and type(key) is not bytes)
+            or (value is not None and type(value) is not bytes)
+            or core.closed
+            or core.fatal is not None
+        ):
+            return None
+        count = counts[0]
+        ks = -1 if key is None else len(key)
+        vs = -1 if value is None else len(value)
+        if ks + vs + 72 > core.max_request_size:
+            return None
+        if partition is not None:
+            if not 0 <= partition < count:
+                return None
+            p, sticky = partition, False
+        elif key is None or core.ignore_keys:
+            sticky = True
+            p = core.sticky.get(topic, -1)
+            if p < 0 or p >= count:
+                p = core.partitioner.new_batch(topic, *counts)
+        else:
+            p, sticky = (murmur2(key) & 0x7FFFFFFF) % count, False
+        ts = _time_ns() // 1_000_000 if timestamp is None else int(timestamp)
+        size = (ks if ks > 0 else 0) + (vs if vs > 0 else 0) + 32
+        with core.lock:
+            if core.buffered + size > core.buffer_memory:
+                return None
+            batch = core.open.get((topic, p))
+            builder = None if batch is None else batch.builder
+            if batch is None or builder is None or on_delivery is not None or batch.size + size >= core.batch_size:
+                fut, ready = core.append(topic, p, ts, key, value, None, on_delivery, sticky, ks, vs)
+            else:
+                # the open batch takes the record and stays open: Core.append's simplest case
+                index = batch.record_count
+                builder.append(ts, key, value)
+                batch.record_count = index + 1
+                batch.size += size
+                core.buffered += size
+                return FutureRecordMetadata(batch, index, ts, ks, vs)
+        if ready:
+            core.poke()
+        return fut
+
+    def _prepare(
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
         headers: Sequence[tuple[str, Any]] | Mapping[str, Any] | None,
         timestamp: int | None,
-    ) -> tuple[str, int | None, int, bytes | None, bytes | None, list[tuple[str, bytes | None]] | None]:
+    ) -> tuple[str, int, bytes | None, bytes | None, list[tuple[str, bytes | None]] | None, int, int]:
+        """Interceptors, serializers, headers and timestamp of one record:
+        ``(topic, timestamp, key, value, headers, key size, value size)``, sizes -1 for null."""
         core = self._core
         if core.closed:
             raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer is closed")
         if core.fatal is not None:
             raise core.fatal
-        for interceptor in core.interceptors:
-            on_send = getattr(interceptor, "on_send", None)
-            if on_send is not None:
-                topic, value, key = on_send(topic, value, key) or (topic, value, key)
-        kb, vb = core.serialize(topic, key, value)
+        if core.plain and (key is None or type(key) is bytes) and (value is None or type(value) is bytes):
+            kb, vb = key, value  # the common case: bytes in, nothing to call
+        else:
+            for interceptor in core.interceptors:
+                on_send = getattr(interceptor, "on_send", None)
+                if on_send is not None:
+                    topic, value, key = on_send(topic, value, key) or (topic, value, key)
+            kb, vb = core.serialize(topic, key, value)
         hs: list[tuple[str, bytes | None]] | None = None
         if headers:
             items = headers.items() if isinstance(headers, Mapping) else headers
             hs = [(k, v.encode() if isinstance(v, str) else v) for k, v in items]
-        ts = int(time.time() * 1000) if timestamp is None else int(timestamp)
-        size = (len(kb) if kb else 0) + (len(vb) if vb else 0) + 70
-        if size > core.max_request_size:
+        ts = _time_ns() // 1_000_000 if timestamp is None else int(timestamp)
+        ks = -1 if kb is None else len(kb)
+        vs = -1 if vb is None else len(vb)
+        if ks + vs + 72 > core.max_request_size:
             raise KafkaError(
                 ErrorCode.MESSAGE_TOO_LARGE,
-                f"the record is {size} bytes when serialized, larger than max.request.size={core.max_request_size}",
+                f"the record is {ks + vs + 72} bytes when serialized, larger than max.request.size={core.max_request_size}",
             )
-        return topic, partition, ts, kb, vb, hs
+        return topic, ts, kb, vb, hs, ks, vs
 
     def _choose(self, topic: str, key: bytes | None, partition: int | None) -> tuple[int, bool]:
+        """The record's partition, and whether it is sticky (no key, default partitioner)."""
         core = self._core
         count, available = core.partition_counts[topic]
         if partition is not None:
             if not 0 <= partition < count:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {partition}")
             return partition, False
-        if core.config["partitioner.ignore.keys"]:
+        if core.ignore_keys:
             key = None
         return int(core.partitioner(topic, key, count, available)), key is None
-
-    @staticmethod
-    def _counts(core: _Core, topic: str) -> None:
-        info = core.cluster.topics[topic]
-        count = max(info.partitions) + 1 if info.partitions else 0
-        available = sorted(p for p, pi in info.partitions.items() if pi.leader >= 0)
-        core.partition_counts[topic] = (count, available)
 
 
 class Producer(_Face):
@@ -644,6 +877,7 @@ class Producer(_Face):
 
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         self._core = _Core(merge_config(PRODUCER_DEFAULTS, config, kwargs))
+        self._core.blocking_waits = True
         self._loop = asyncio.new_event_loop()
         started = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(started,), name="odradek-producer", daemon=True)
@@ -661,13 +895,24 @@ class Producer(_Face):
             try:
                 await core.run()
             except BaseException as exc:
-                log.error("producer sender stopped: %s", exc)
+                if isinstance(exc, asyncio.CancelledError) and core.closed:
+                    exc = KafkaError(
+                        ErrorCode.REQUEST_TIMED_OUT, "the producer was closed before the records were acknowledged"
+                    )
+                else:
+                    log.error("producer sender stopped: %s", exc)
+                if core.fatal is None:
+                    core.fatal = exc
+                core._fail_everything(exc)
             finally:
                 await core.cluster.close()
 
         self._loop.run_until_complete(main())
 
     def _call(self, coro: Any, timeout: float | None = None) -> Any:
+        if not self._thread.is_alive():
+            coro.close()
+            raise self._core.fatal or KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer's sender has stopped")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     def _metadata(self, topic: str) -> None:
@@ -675,10 +920,11 @@ class Producer(_Face):
         if topic in core.partition_counts and not core.cluster.metadata_stale():
             return
         try:
-            self._call(core.cluster.topic(topic, wait_ms=int(core.max_block * 1000)), core.max_block + 5)
+            self._call(core.wait_for_topic(topic), core.max_block + 5)
         except FutureTimeout as exc:
-            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"topic {topic} not present in metadata after {core.max_block * 1000:.0f} ms") from exc
-        self._counts(core, topic)
+            raise KafkaError(
+                ErrorCode.REQUEST_TIMED_OUT, f"topic {topic} not present in metadata after {core.max_block * 1000:.0f} ms"
+            ) from exc
 
     def send(
         self,
@@ -694,31 +940,46 @@ class Producer(_Face):
         """Queue a record; the future resolves to its :class:`RecordMetadata`.
 
         ``on_delivery(error, metadata)`` is called from the sender thread when the record is
-        acknowledged or has failed."""
-        topic, partition, ts, kb, vb, hs = self._prepare(topic, value, key, partition, headers, timestamp)
+        acknowledged or has failed.  Blocks up to ``max.block.ms`` for metadata of a new topic
+        and for room in ``buffer.memory``."""
+        fut = self._append_fast(topic, value, key, partition, headers, timestamp, on_delivery)
+        if fut is not None:
+            return fut
         core = self._core
+        topic, ts, kb, vb, hs, ks, vs = self._prepare(topic, value, key, headers, timestamp)
         if topic not in core.partition_counts:
             self._metadata(topic)
         p, sticky = self._choose(topic, kb, partition)
-        size = (len(kb) if kb else 0) + (len(vb) if vb else 0)
         with core.lock:
-            if core.buffered + size > core.buffer_memory:
-                deadline = time.monotonic() + core.max_block
-                while core.buffered + size > core.buffer_memory:
-                    core.poke()
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"buffer.memory full for {core.max_block * 1000:.0f} ms")
-                    core.space.wait(min(left, 0.05))
-            fut, ready = core.append(topic, p, ts, kb, vb, hs, on_delivery, sticky)
-            batch = fut._batch
-            if batch.event is None:
-                batch.event = threading.Event()
+            if core.buffered + ks + vs > core.buffer_memory:
+                self._wait_for_space(ks + vs)
+            fut, ready = core.append(topic, p, ts, kb, vb, hs, on_delivery, sticky, ks, vs)
         if ready:
             core.poke()
         return fut
 
     produce = send
+
+    def _wait_for_space(self, size: int) -> None:
+        """Under the lock: wait up to ``max.block.ms`` until ``size`` more bytes fit."""
+        core = self._core
+        deadline = time.monotonic() + core.max_block
+        core.waiting_for_space += 1
+        try:
+            while core.buffered + size > core.buffer_memory:
+                if core.fatal is not None:
+                    raise core.fatal
+                core.poke()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise KafkaError(
+                        ErrorCode.REQUEST_TIMED_OUT,
+                        f"buffer.memory ({core.buffer_memory} bytes) still full after "
+                        f"max.block.ms={core.max_block * 1000:.0f}",
+                    )
+                core.space.wait(min(left, 0.05))
+        finally:
+            core.waiting_for_space -= 1
 
     def flush(self, timeout: float | None = None) -> int:
         """Send everything queued and wait for it; returns the number of batches still pending."""
@@ -776,15 +1037,14 @@ class AsyncProducer(_Face):
         core = self._core
         core.loop = asyncio.get_running_loop()
         core.wake = asyncio.Event()
-        await core.init_producer_id()
+        await core.init_producer_id(time.monotonic() + core.max_block)
         self._task = asyncio.get_running_loop().create_task(core.run())
 
     async def _metadata(self, topic: str) -> None:
         core = self._core
         if topic in core.partition_counts and not core.cluster.metadata_stale():
             return
-        await core.cluster.topic(topic, wait_ms=int(core.max_block * 1000))
-        self._counts(core, topic)
+        await core.wait_for_topic(topic)
 
     async def send(
         self,
@@ -797,26 +1057,59 @@ class AsyncProducer(_Face):
         *,
         on_delivery: Callable[[BaseException | None, RecordMetadata | None], Any] | None = None,
     ) -> FutureRecordMetadata:
-        """Queue a record (waiting for buffer space if needed); await the result for its metadata."""
-        if self._task is None:
+        """Queue a record (waiting up to ``max.block.ms`` for metadata of a new topic and for room
+        in ``buffer.memory``); await the returned future for the record's metadata."""
+        if self._task is not None:
+            fut = self._append_fast(topic, value, key, partition, headers, timestamp, on_delivery)
+            if fut is not None:
+                if self._wake_set():
+                    await asyncio.sleep(0)  # a batch is ready: let the sender (this loop) run
+                return fut
+        else:
             await self.start()
-        topic, partition, ts, kb, vb, hs = self._prepare(topic, value, key, partition, headers, timestamp)
+        topic, ts, kb, vb, hs, ks, vs = self._prepare(topic, value, key, headers, timestamp)
         core = self._core
         if topic not in core.partition_counts:
             await self._metadata(topic)
         p, sticky = self._choose(topic, kb, partition)
-        size = (len(kb) if kb else 0) + (len(vb) if vb else 0)
-        deadline = time.monotonic() + core.max_block
-        while core.buffered + size > core.buffer_memory:
-            core.poke()
-            if time.monotonic() >= deadline:
-                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"buffer.memory full for {core.max_block * 1000:.0f} ms")
-            await asyncio.sleep(0.001)
+        if core.buffered + ks + vs > core.buffer_memory:
+            await self._wait_for_space(ks + vs)
         with core.lock:
-            fut, ready = core.append(topic, p, ts, kb, vb, hs, on_delivery, sticky)
+            fut, ready = core.append(topic, p, ts, kb, vb, hs, on_delivery, sticky, ks, vs)
         if ready:
             core.poke()
+            await asyncio.sleep(0)
         return fut
+
+    def _wake_set(self) -> bool:
+        wake = self._core.wake
+        return wake is not None and wake.is_set()
+
+    async def _wait_for_space(self, size: int) -> None:
+        core = self._core
+        deadline = time.monotonic() + core.max_block
+        core.waiting_for_space += 1
+        try:
+            while core.buffered + size > core.buffer_memory:
+                if core.fatal is not None:
+                    raise core.fatal
+                if self._task is not None and self._task.done():
+                    raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer's sender has stopped")
+                core.poke()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise KafkaError(
+                        ErrorCode.REQUEST_TIMED_OUT,
+                        f"buffer.memory ({core.buffer_memory} bytes) still full after "
+                        f"max.block.ms={core.max_block * 1000:.0f}",
+                    )
+                room: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                with core.lock:
+                    core.room_waiters.append(room)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(room, min(left, 0.1))
+        finally:
+            core.waiting_for_space -= 1
 
     async def send_and_wait(self, topic: str, value: Any = None, key: Any = None, **kwargs: Any) -> RecordMetadata:
         fut = await self.send(topic, value, key, **kwargs)
