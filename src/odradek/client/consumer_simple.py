@@ -33,8 +33,8 @@ or ``ConnectionError``); errors that cannot succeed on retry raise :class:`Kafka
 from __future__ import annotations
 
 import asyncio
-import gc
 import contextlib
+import gc
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
