@@ -228,7 +228,11 @@ class GroupCoordinator:
             offset = last + 1
         for gid, g in groups.items():
             if g is None:
-                self.state.unload_group(gid)
+                # deleted; offsets committed after the deletion (a standalone consumer's) keep the
+                # group alive as an Empty group, as Kafka loads groups that only store offsets
+                kept = self.state.groups.get(gid)
+                if kept is None or not kept.offsets:
+                    self.state.unload_group(gid)
             else:
                 self.state.load_group(g, now)
 

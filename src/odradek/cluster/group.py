@@ -360,6 +360,9 @@ class GroupCoordinatorState:
             for m in g.members.values():
                 if m.awaiting_sync:
                     m.awaiting_sync = False
+                    # kept alive while it waited: its session restarts with the answer (as Kafka's
+                    # propagateAssignment does), so it has time to rejoin
+                    self._heartbeat(m, now)
                     effects.append(SyncResult(m.member_id, ErrorCode.REBALANCE_IN_PROGRESS))
                 m.assignment = b""
         was_empty = g.state is GroupState.EMPTY
@@ -486,6 +489,7 @@ class GroupCoordinatorState:
             for member in g.members.values():
                 if member.awaiting_sync:
                     member.awaiting_sync = False
+                    self._heartbeat(member, now)  # its session starts again with the answer
                     effects.append(SyncResult(member.member_id, ErrorCode.NONE, g.protocol_type, g.protocol_name,
                                               member.assignment))
         return None, effects
@@ -551,7 +555,8 @@ class GroupCoordinatorState:
             if g.state is GroupState.PREPARING_REBALANCE:
                 deadlines.append(g.initial_delay_until or g.rebalance_deadline)
             for m in g.members.values():
-                if not m.awaiting_join:
+                # as in tick: members awaiting a join, or a sync while the leader assigns, stay alive
+                if not m.awaiting_join and not (m.awaiting_sync and g.state is GroupState.COMPLETING_REBALANCE):
                     deadlines.append(m.heartbeat_deadline)
             deadlines.extend(g.pending_members.values())
         return min(deadlines) if deadlines else None
@@ -636,6 +641,8 @@ class GroupCoordinatorState:
     def apply_commit(self, store: StoreOffsets) -> None:
         g = self.groups.get(store.group_id)
         if g is None or g.state is GroupState.DEAD:
+            if all(om is None for om in store.offsets.values()):
+                return  # tombstones of a deleted or expired group must not bring it back
             g = self.groups[store.group_id] = Group(store.group_id)
         for tp, om in store.offsets.items():
             if om is None:
