@@ -10,7 +10,6 @@ rejoining; ``cooperative-sticky`` only those that move.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -72,6 +71,9 @@ class GroupMembership:
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.heartbeat_interval = heartbeat_interval_ms / 1000
         self.assignors = list(assignors)
+        # Kafka's rule: the cooperative protocol only when every configured assignor supports it
+        # ("range,cooperative-sticky" is eager), since the group may pick any of them
+        self.cooperative = bool(assignors) and all(a == "cooperative-sticky" for a in assignors)
         self.retry_backoff = retry_backoff_ms / 1000
         self.on_assign = on_assign
         self.member_id = ""
@@ -84,6 +86,8 @@ class GroupMembership:
         self.coordinator: AsyncBrokerConnection | None = None
         self._hb_task: asyncio.Task[None] | None = None
         self.fatal: KafkaError | None = None
+        self.joining = False  # a JoinGroup/SyncGroup exchange is under way
+        self._leaving = False
 
     # -- coordinator ---------------------------------------------------------------------------
     async def coordinator_connection(self, deadline: float) -> AsyncBrokerConnection:
@@ -120,6 +124,18 @@ class GroupMembership:
     def _coordinator_lost(self) -> None:
         self.coordinator = None
 
+    def _reset(self, err: ErrorCode, sent_generation: int) -> None:
+        """The coordinator no longer knows our generation (or member id): rejoin.  Kafka's rules:
+        ILLEGAL_GENERATION keeps the member id, UNKNOWN_MEMBER_ID drops it; and an answer to a
+        request sent under an older generation than ours changes nothing (a commit queued behind
+        our own JoinGroup comes back ILLEGAL_GENERATION once that join has completed)."""
+        if sent_generation != self.generation:
+            return
+        if err is ErrorCode.UNKNOWN_MEMBER_ID:
+            self.member_id = ""
+        self.generation = -1
+        self.needs_rejoin = True
+
     # -- join / sync ---------------------------------------------------------------------------
     def _metadata(self, assignor: str) -> bytes:
         sub = ConsumerProtocolSubscription(
@@ -151,10 +167,26 @@ class GroupMembership:
 
     async def _join_and_sync(self, partition_counts: Callable[[set[str]], Awaitable[Mapping[str, int]]], deadline: float) -> bool:
         conn = await self.coordinator_connection(deadline)
-        if self.assignors[0] != "cooperative-sticky" and self.assigned:
-            # eager protocol: give everything up before rejoining
+        if self.assigned and (not self.cooperative or self.generation < 0):
+            # eager protocol: give everything up before rejoining; cooperative members do the same
+            # when they lost their membership (the partitions may belong to others by now)
             await self.on_assign([], list(self.assigned))
             self.assigned = []
+        elif self.assigned:
+            # cooperative: keep what we own, except partitions of topics no longer subscribed
+            dropped = [tp for tp in self.assigned if tp[0] not in self.subscription]
+            if dropped:
+                self.assigned = [tp for tp in self.assigned if tp[0] in self.subscription]
+                await self.on_assign([], dropped)
+        self.joining = True
+        try:
+            return await self._exchange(conn, partition_counts)
+        finally:
+            self.joining = False
+
+    async def _exchange(self, conn: AsyncBrokerConnection, partition_counts: Callable[[set[str]], Awaitable[Mapping[str, int]]]) -> bool:
+        """JoinGroup, the assignment if we lead, SyncGroup; requests on the coordinator connection
+        are answered in order, so nothing else should be sent there meanwhile (see ``joining``)."""
         v = conn.version_for(JoinGroupRequest)
         req = JoinGroupRequest(
             group_id=self.group_id,
@@ -171,7 +203,7 @@ class GroupMembership:
             self.member_id = resp.member_id
             return False
         if err in _RESET_ERRORS:
-            self.member_id, self.generation = "", -1
+            self._reset(err, self.generation)
             return False
         if err in _COORDINATOR_ERRORS:
             self._coordinator_lost()
@@ -201,9 +233,10 @@ class GroupMembership:
             assignments=assignments,
         )
         sresp = await conn.request(sreq, sv, timeout=self.rebalance_timeout_ms / 1000 + 10)
+        self.joining = False  # commits may go out again (e.g. from the revocation below)
         serr = ErrorCode.of(sresp.error_code)
         if serr in _RESET_ERRORS:
-            self.member_id, self.generation = "", -1
+            self._reset(serr, self.generation)
             return False
         if serr in _COORDINATOR_ERRORS:
             self._coordinator_lost()
@@ -222,10 +255,10 @@ class GroupMembership:
         added = sorted(set(new) - old)
         self.assigned = new
         self.needs_rejoin = False
-        if self.assignors[0] == "cooperative-sticky" and revoked:
+        if self.cooperative and revoked:
             self.needs_rejoin = True  # partitions we gave up go to others in the next round
+        self._start_heartbeats()  # before the callbacks: they may wait for the consumer's next poll
         await self.on_assign(added, revoked)
-        self._start_heartbeats()
         return True
 
     async def _assign(
@@ -259,14 +292,20 @@ class GroupMembership:
 
     # -- heartbeats ----------------------------------------------------------------------------
     def _start_heartbeats(self) -> None:
+        self._leaving = False
         if self._hb_task is None or self._hb_task.done():
             self._hb_task = asyncio.get_running_loop().create_task(self._heartbeats())
 
     async def _heartbeats(self) -> None:
-        while True:
+        while not self._leaving:
             await asyncio.sleep(self.heartbeat_interval)
-            if self.needs_rejoin or self.generation < 0:
+            if self._leaving:
+                return
+            # keep heartbeating while a rejoin is pending but not yet sent (the consumer rejoins on
+            # its next poll), as Kafka's clients do, or the session could expire meanwhile
+            if self.joining or self.generation < 0:
                 continue
+            sent_generation = self.generation
             try:
                 conn = await self.coordinator_connection(time.monotonic() + self.session_timeout_ms / 1000)
                 v = conn.version_for(HeartbeatRequest)
@@ -289,8 +328,7 @@ class GroupMembership:
             if err in _REJOIN_ERRORS:
                 self.needs_rejoin = True
             elif err in _RESET_ERRORS:
-                self.member_id, self.generation = "", -1
-                self.needs_rejoin = True
+                self._reset(err, sent_generation)
             elif err in _COORDINATOR_ERRORS:
                 self._coordinator_lost()
             elif err is ErrorCode.FENCED_INSTANCE_ID:
@@ -311,6 +349,7 @@ class GroupMembership:
                         committed_metadata=meta,
                     )
                 )
+            sent_generation = self.generation
             req = OffsetCommitRequest(
                 group_id=self.group_id,
                 generation_id_or_member_epoch=self.generation,
@@ -332,9 +371,10 @@ class GroupMembership:
             if errors & _COORDINATOR_ERRORS or ErrorCode.COORDINATOR_LOAD_IN_PROGRESS in errors:
                 self._coordinator_lost()
             elif errors & (_RESET_ERRORS | _REJOIN_ERRORS | {ErrorCode.FENCED_INSTANCE_ID}):
-                self.needs_rejoin = True
-                if errors & _RESET_ERRORS:
-                    self.member_id, self.generation = "", -1
+                if sent_generation == self.generation:
+                    self.needs_rejoin = True
+                for reset in sorted(errors & _RESET_ERRORS, reverse=True):  # UNKNOWN_MEMBER_ID first
+                    self._reset(reset, sent_generation)
                 err = next(iter(errors))
                 raise CommitFailed(err, "the commit failed: the group rebalanced or this member was removed")
             elif not all(e.retriable for e in errors):
@@ -381,10 +421,13 @@ class GroupMembership:
             await asyncio.sleep(self.retry_backoff)
 
     async def leave(self) -> None:
+        self._leaving = True
         if self._hb_task is not None:
+            # Python 3.11's wait_for (inside a request) can swallow a cancellation that arrives as
+            # its response does: the loop also checks ``_leaving``, and we do not wait for ever
             self._hb_task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._hb_task
+            await asyncio.wait({self._hb_task}, timeout=self.heartbeat_interval + 1)
+            self._hb_task = None
         if not self.member_id or self.group_instance_id is not None:
             return  # static members keep their place: the session timeout removes them
         try:

@@ -18,6 +18,7 @@ iterators that each own a share of a topic's partitions (one group member each),
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import re
@@ -95,7 +96,15 @@ class AsyncConsumer:
         self.manual: list[TopicPartition] | None = None
         self.positions: dict[TopicPartition, int] = {}
         self.paused: set[TopicPartition] = set()
-        self.buffer: dict[TopicPartition, deque[ConsumerRecord]] = {}
+        # fetched records not handed out yet: per partition a list and the index of the next one
+        # (taking a batch is a slice), and where the fetch after them starts
+        self.buffer: dict[TopicPartition, list[ConsumerRecord]] = {}
+        self._buf_index: dict[TopicPartition, int] = {}
+        self._next_fetch: dict[TopicPartition, int] = {}
+        # a partition is fetched again while fewer records than one poll()'s worth are buffered,
+        # so the broker prepares the next response while this process decodes and the caller works
+        self._low_water = max(self.max_poll_records, 1)
+        self._stopping = False
         self._generation: dict[TopicPartition, int] = {}
         self._prefetch: asyncio.Task[dict[TopicPartition, Any]] | None = None
         self._prefetch_gen: dict[TopicPartition, int] = {}
@@ -105,6 +114,13 @@ class AsyncConsumer:
         self.closed = False
         self.error: KafkaError | None = None
         self._join: asyncio.Task[bool] | None = None
+        # a cooperative round that took partitions away asks for another; it starts on the next
+        # poll() call, not within this one, so that the caller can first commit what it processed
+        # of those partitions (until we rejoin nobody else can be given them)
+        self._hold_rejoin = False
+        # set while poll() runs: partitions are taken away (listener, auto-commit, dropped) only
+        # then, as in Kafka's consumer, never while the caller still works on what poll returned
+        self._in_poll = asyncio.Event()
 
     # -- subscription ----------------------------------------------------------------------------
     def subscribe(
@@ -156,6 +172,9 @@ class AsyncConsumer:
     # -- group callbacks -------------------------------------------------------------------------
     async def _on_assign(self, added: list[TopicPartition], revoked: list[TopicPartition]) -> None:
         if revoked:
+            # a cooperative round finishing in the background waits for the next poll() (an eager
+            # revocation happens in poll() anyway: the join starts there)
+            await self._in_poll.wait()
             await self._revoke(revoked)
         if added and self.listener is not None:
             await _maybe_await(self.listener.on_partitions_assigned(list(added)))
@@ -173,7 +192,13 @@ class AsyncConsumer:
 
     def _drop(self, tp: TopicPartition) -> None:
         self.positions.pop(tp, None)
+        self._forget_buffer(tp)
+
+    def _forget_buffer(self, tp: TopicPartition) -> None:
+        """Buffered records and a fetch under way for ``tp`` no longer follow its position."""
         self.buffer.pop(tp, None)
+        self._buf_index.pop(tp, None)
+        self._next_fetch.pop(tp, None)
         self._generation[tp] = self._generation.get(tp, 0) + 1
 
     async def _partition_counts(self, topics: set[str]) -> dict[str, int]:
@@ -249,9 +274,25 @@ class AsyncConsumer:
             raise error
         limit = max_records or self.max_poll_records
         deadline = time.monotonic() + timeout
+        self._hold_rejoin = False
+        self._in_poll.set()
+        try:
+            return await self._poll(limit, deadline)
+        except Exception:
+            if self.closed:
+                return []  # closed from another thread while this poll was under way
+            raise
+        finally:
+            self._in_poll.clear()
+
+    async def _poll(self, limit: int, deadline: float) -> list[ConsumerRecord]:
         while True:
+            if self.closed:
+                return []  # closed meanwhile (from another thread, for the sync Consumer)
             await self._maintain(deadline)
-            out = self._take(limit)
+            # an eager rebalance under way takes every partition away: nothing to hand out that
+            # could not be committed any more (cooperative members keep consuming what they own)
+            out = self._take(limit) if not self._eager_join_running() else []
             if out:
                 self._start_prefetch()
                 return out
@@ -262,15 +303,15 @@ class AsyncConsumer:
             if task is None:
                 await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
                 continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(task), max(0.0, deadline - time.monotonic()))
+            # asyncio.wait: neither cancels the task at the deadline nor raises if it was cancelled
+            await asyncio.wait({task}, timeout=max(0.0, deadline - time.monotonic()))
             self._collect()
 
     async def _maintain(self, deadline: float) -> None:
         group = self.group
         if group is not None and self.manual is None and (group.subscription or self.pattern is not None):
             await self._check_pattern()
-            if group.needs_rejoin and self._join is None:
+            if group.needs_rejoin and self._join is None and not self._hold_rejoin:
                 # the join runs on: a poll returns at its deadline even while a rebalance waits for
                 # other members, and the next poll picks it up (as Kafka's consumers do)
                 self._cancel_prefetch()
@@ -278,13 +319,13 @@ class AsyncConsumer:
                     group.ensure_active(self._partition_counts, time.monotonic() + self.timeout_ms / 1000)
                 )
             if self._join is not None:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(self._join), max(0.0, deadline - time.monotonic()))
-                if not self._join.done():
+                await asyncio.wait({self._join}, timeout=max(0.0, deadline - time.monotonic()))
+                if self._join is None or not self._join.done():
                     return
                 join, self._join = self._join, None
                 join.result()  # raises a fatal group error
                 if group.needs_rejoin:
+                    self._hold_rejoin = True
                     return
         await self._ensure_positions(time.monotonic() + self.timeout_ms / 1000)
         if self.auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval:
@@ -292,33 +333,90 @@ class AsyncConsumer:
             asyncio.get_running_loop().create_task(self._commit_quietly())
         self._collect()
 
+    def _join_running(self) -> bool:
+        return self._join is not None and not self._join.done()
+
+    def _eager_join_running(self) -> bool:
+        return self._join_running() and self.group is not None and not self.group.cooperative
+
     def _take(self, limit: int) -> list[ConsumerRecord]:
+        """Up to ``limit`` buffered records, advancing the positions; partitions take turns (one
+        served goes to the back of the line)."""
         out: list[ConsumerRecord] = []
-        for tp, q in self.buffer.items():
-            if tp in self.paused or tp not in self.positions:
-                continue
-            while q and len(out) < limit:
-                rec = q.popleft()
-                if rec.offset < self.positions[tp]:
-                    continue
-                out.append(rec)
-                self.positions[tp] = rec.offset + 1
+        served = []
+        for tp in list(self.buffer):
             if len(out) >= limit:
                 break
+            pos = self.positions.get(tp)
+            if pos is None or tp in self.paused:
+                continue
+            recs, i = self.buffer[tp], self._buf_index.get(tp, 0)
+            n = len(recs)
+            while i < n and recs[i].offset < pos:
+                i += 1  # fetched from before the position (a batch starts before it)
+            j = min(n, i + limit - len(out))
+            if j > i:
+                out.extend(recs[i:j])
+                self.positions[tp] = recs[j - 1].offset + 1
+                served.append(tp)
+            if j >= n:
+                del self.buffer[tp]
+                self._buf_index.pop(tp, None)
+                nxt = self._next_fetch.get(tp)
+                if nxt is not None and nxt > self.positions[tp]:
+                    self.positions[tp] = nxt  # past control batches / aborted records at the end
+            else:
+                self._buf_index[tp] = j
+        for tp in served:
+            if tp in self.buffer:
+                self.buffer[tp] = self.buffer.pop(tp)
         return out
 
+    def _buffered(self, tp: TopicPartition) -> int:
+        recs = self.buffer.get(tp)
+        return len(recs) - self._buf_index.get(tp, 0) if recs else 0
+
+    def _unread(self, records: Sequence[ConsumerRecord]) -> None:
+        """Give back records that poll() returned but the caller did not use (the sync Consumer's
+        iterator holds a batch): positions go back to the first of them, and the next poll returns
+        them again."""
+        by_tp: dict[TopicPartition, list[ConsumerRecord]] = {}
+        for r in records:
+            by_tp.setdefault((r.topic, r.partition), []).append(r)
+        for tp, recs in by_tp.items():
+            position = self.positions.get(tp)
+            if position != recs[-1].offset + 1:
+                continue  # revoked, or seeked since: these records are not next any more
+            rest = self.buffer.get(tp, [])[self._buf_index.get(tp, 0) :]
+            self.buffer[tp] = recs + rest
+            self._buf_index[tp] = 0
+            self._next_fetch.setdefault(tp, position)
+            self.positions[tp] = recs[0].offset
+
     def _start_prefetch(self) -> None:
-        if self._prefetch is not None:
+        if self._prefetch is not None or self._stopping or self._eager_join_running():
             return
-        want = {
-            tp: self.positions[tp]
-            for tp in self._active()
-            if tp in self.positions and not self.buffer.get(tp)
-        }
+        want = {}
+        for tp in self._active():
+            pos = self.positions.get(tp)
+            if pos is None:
+                continue
+            buffered = self._buffered(tp)
+            if buffered < self._low_water:
+                want[tp] = self._next_fetch.get(tp, pos) if buffered else pos
         if not want:
             return
         self._prefetch_gen = {tp: self._generation.get(tp, 0) for tp in want}
-        self._prefetch = asyncio.get_running_loop().create_task(self._fetch(want))
+        task = asyncio.get_running_loop().create_task(self._fetch(want))
+        self._prefetch = task
+        task.add_done_callback(self._fetched)
+
+    def _fetched(self, task: asyncio.Task[dict[TopicPartition, Any]]) -> None:
+        """A fetch finished: buffer it and start the next one at once (not only on the next poll),
+        so that fetching goes on while the caller works on what poll() returned."""
+        if task is self._prefetch and not self._stopping:
+            self._collect()
+            self._start_prefetch()
 
     async def _fetch(self, want: dict[TopicPartition, int]) -> dict[TopicPartition, Any]:
         try:
@@ -345,10 +443,17 @@ class AsyncConsumer:
         for tp, recs in results.items():
             if self._generation.get(tp, 0) != self._prefetch_gen.get(tp) or tp not in self.positions:
                 continue  # revoked or seeked while the fetch was under way
+            nxt = getattr(recs, "next_offset", None)
             if recs:
-                self.buffer.setdefault(tp, deque()).extend(recs)
-            elif getattr(recs, "next_offset", None) is not None and recs.next_offset > self.positions[tp]:
-                self.positions[tp] = recs.next_offset  # only control batches: step over them
+                if self._buffered(tp):
+                    self.buffer[tp] = self.buffer[tp][self._buf_index.get(tp, 0) :] + recs
+                else:
+                    self.buffer[tp] = recs
+                self._buf_index[tp] = 0
+            elif nxt is not None and not self._buffered(tp) and nxt > self.positions[tp]:
+                self.positions[tp] = nxt  # only control batches: step over them
+            if nxt is not None and nxt > self._next_fetch.get(tp, -1):
+                self._next_fetch[tp] = nxt
 
     async def _out_of_range(self, tps: list[TopicPartition]) -> None:
         for tp in tps:
@@ -366,7 +471,7 @@ class AsyncConsumer:
                 self.error = OffsetOutOfRangeError(tp[0], tp[1], pos, earliest, latest)
                 continue
             self.positions[tp] = earliest if self.reset == "earliest" else latest
-            self._generation[tp] = self._generation.get(tp, 0) + 1
+            self._forget_buffer(tp)
 
     def _cancel_prefetch(self) -> None:
         if self._prefetch is not None:
@@ -374,6 +479,9 @@ class AsyncConsumer:
             self._prefetch = None
 
     # -- commits ---------------------------------------------------------------------------------
+    def _positions_with(self, overrides: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        return {tp: overrides.get(tp, o) for tp, (o, _e, _m) in self._current_offsets().items()}
+
     def _current_offsets(self) -> dict[TopicPartition, tuple[int, int, str]]:
         return {tp: (pos, -1, "") for tp, pos in self.positions.items() if tp in set(self.assignment())}
 
@@ -384,6 +492,13 @@ class AsyncConsumer:
         todo = {tp: (o, -1, "") for tp, o in offsets.items()} if offsets is not None else self._current_offsets()
         if not todo:
             return
+        if self.group.joining:
+            # Sent now, the commit would queue behind our JoinGroup on the coordinator connection
+            # and reach the coordinator under the next generation (ILLEGAL_GENERATION).  As Kafka's
+            # consumer does, fail at once: poll() completes the rebalance, then commit again (a
+            # cooperative member may still commit the partitions it just gave up until its next
+            # poll, since they go to another member only after it rejoined).
+            raise CommitFailed(ErrorCode.REBALANCE_IN_PROGRESS, "a rebalance is under way: poll() and commit again")
         deadline = time.monotonic() + (self.timeout_ms / 1000 if timeout is None else timeout)
         await self.group.commit(todo, deadline)
 
@@ -426,8 +541,7 @@ class AsyncConsumer:
     def seek(self, tp: TopicPartition, offset: int) -> None:
         if offset < 0:
             raise ValueError("offset must be >= 0")
-        self.buffer.pop(tp, None)
-        self._generation[tp] = self._generation.get(tp, 0) + 1
+        self._forget_buffer(tp)
         self.positions[tp] = offset
 
     async def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
@@ -448,16 +562,32 @@ class AsyncConsumer:
         self.paused.difference_update(partitions)
 
     # -- lifecycle -------------------------------------------------------------------------------
-    async def close(self, autocommit: bool = True) -> None:
+    async def close(self, autocommit: bool = True, consumed: Mapping[TopicPartition, int] | None = None) -> None:
+        """Commit the positions (with ``enable.auto.commit`` and ``autocommit``; ``consumed``
+        overrides some of them), give the partitions up, leave the group, disconnect."""
         if self.closed:
             return
-        self._cancel_prefetch()
-        if self._join is not None:
-            self._join.cancel()
+        self._stopping = True
+        # stop the fetch and a join under way, and let them finish unwinding (a join cancelled
+        # during JoinGroup/SyncGroup clears ``joining``, so the commit below can go out)
+        running = [t for t in (self._prefetch, self._join) if t is not None and not t.done()]
+        self._prefetch, self._join = None, None
+        for task in running:
+            task.cancel()
+        if running:
+            # bounded: Python 3.11's wait_for (inside requests) can swallow a cancellation
+            await asyncio.wait(running, timeout=5)
         if self.group is not None:
-            if autocommit and self.auto_commit and self.group.generation >= 0:
+            # what we own: the assignment, and partitions of a cooperative round that finished in
+            # the background whose revocation waited for a poll() that did not come
+            owned = sorted(set(self.positions) | set(self.group.assigned)) if self.manual is None else []
+            if autocommit and self.auto_commit and self.group.generation >= 0 and self.positions:
                 with contextlib.suppress(KafkaError, ConnectionError, TimeoutError):
-                    await self.commit(timeout=5)
+                    await self.commit({**self.positions, **(consumed or {})}, timeout=5)
+            if owned and self.listener is not None:
+                # Kafka's consumer gives the partitions up through the listener on close too
+                with contextlib.suppress(Exception):
+                    await _maybe_await(self.listener.on_partitions_revoked(owned))
             await self.group.leave()
         self.closed = True
         await self.fetcher.close()
@@ -498,10 +628,26 @@ class Consumer:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="odradek-consumer", daemon=True)
         self._thread.start()
-        self._async: AsyncConsumer = self._call(_make(config, kwargs))
-        self._pending: deque[ConsumerRecord] = deque()
+        try:
+            self._async: AsyncConsumer = self._call(_make(config, kwargs))
+        except BaseException:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            self._loop.close()
+            raise
+        self._pending: deque[ConsumerRecord] = deque()  # the iterator's current batch
+        self._iter_thread: int | None = None
+        self._closing = False
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        if threading.current_thread() is self._thread:
+            # e.g. a rebalance listener (they run on the consumer's event loop): blocking here
+            # would stop the loop that has to do the work
+            coro.close()
+            raise RuntimeError("Consumer methods cannot be called from a rebalance listener or another callback")
+        if self._loop.is_closed():
+            coro.close()
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the consumer is closed")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     def _run(self, fn: Callable[[], T]) -> T:
@@ -510,31 +656,77 @@ class Consumer:
 
         return self._call(call())
 
+    def _give_back(self) -> None:
+        """Records the iterator took in its last batch but did not yield go back to the consumer,
+        so that positions, commits, seeks and pauses see exactly what was consumed.  Only the
+        iterating thread does this; see :meth:`_consumed` for the others."""
+        if self._pending and threading.get_ident() == self._iter_thread:
+            records = list(self._pending)
+            self._pending.clear()
+            self._run(lambda: self._async._unread(records))
+
+    def _consumed(self) -> dict[TopicPartition, int] | None:
+        """From a thread other than the iterating one (HighLevelConsumer.commit_offsets, close()
+        at shutdown): the positions as far as records were yielded, without touching the
+        iterator's batch (a record yielded meanwhile may be committed as not consumed yet: it
+        comes again after a restart, it is never skipped)."""
+        pending = self._pending.copy()
+        if not pending or threading.get_ident() == self._iter_thread:
+            return None
+        first: dict[TopicPartition, int] = {}
+        for r in pending:
+            first.setdefault((r.topic, r.partition), r.offset)
+        return first
+
     def subscribe(self, topics: Iterable[str] | None = None, **kwargs: Any) -> None:
         topics = list(topics) if topics is not None else None
+        self._give_back()
         self._run(lambda: self._async.subscribe(topics, **kwargs))
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         parts = list(partitions)
+        self._give_back()
         self._run(lambda: self._async.assign(parts))
 
     def assignment(self) -> list[TopicPartition]:
         return self._run(self._async.assignment)
 
+    def subscription(self) -> set[str]:
+        return self._run(self._async.subscription)
+
     def unsubscribe(self) -> None:
+        self._give_back()
         self._call(self._async.unsubscribe())
 
     def poll(self, timeout: float = 1.0, max_records: int | None = None) -> list[ConsumerRecord]:
-        return self._call(self._async.poll(timeout, max_records))
+        self._give_back()
+        try:
+            return self._call(self._async.poll(timeout, max_records))
+        except (concurrent.futures.CancelledError, asyncio.CancelledError):
+            if self._closing:
+                return []  # close() from another thread
+            raise
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
-        while not self._async.closed:
+        """Records one by one until the consumer is closed (close() from another thread ends the
+        iteration).  A batch is fetched at a time; what was not yielded yet does not count as
+        consumed (position, commit() and seeks see only the records yielded)."""
+        while not self._closing:
             if not self._pending:
-                self._pending.extend(self.poll(1.0))
+                records = self.poll(1.0)
+                if self._closing:
+                    return
+                self._iter_thread = threading.get_ident()
+                self._pending.extend(records)
                 continue
             yield self._pending.popleft()
 
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None, timeout: float | None = None) -> None:
+        if offsets is None:
+            self._give_back()
+            consumed = self._consumed()
+            if consumed is not None:
+                offsets = self._run(lambda: self._async._positions_with(consumed))
         self._call(self._async.commit(offsets, timeout))
 
     def commit_async(
@@ -542,21 +734,26 @@ class Consumer:
         offsets: Mapping[TopicPartition, int] | None = None,
         callback: Callable[[BaseException | None, Mapping[TopicPartition, int]], Any] | None = None,
     ) -> None:
+        self._give_back()
         self._run(lambda: self._async.commit_async(offsets, callback))
 
     def committed(self, partitions: Sequence[TopicPartition], timeout: float | None = None) -> dict[TopicPartition, int | None]:
         return self._call(self._async.committed(list(partitions), timeout))
 
     def position(self, tp: TopicPartition) -> int:
+        self._give_back()
         return self._call(self._async.position(tp))
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
+        self._give_back()
         self._run(lambda: self._async.seek(tp, offset))
 
     def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        self._give_back()
         self._call(self._async.seek_to_beginning(list(partitions) if partitions is not None else None))
 
     def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        self._give_back()
         self._call(self._async.seek_to_end(list(partitions) if partitions is not None else None))
 
     def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | None]:
@@ -564,6 +761,7 @@ class Consumer:
 
     def pause(self, partitions: Iterable[TopicPartition]) -> None:
         parts = list(partitions)
+        self._give_back()
         self._run(lambda: self._async.pause(parts))
 
     def resume(self, partitions: Iterable[TopicPartition]) -> None:
@@ -571,19 +769,35 @@ class Consumer:
         self._run(lambda: self._async.resume(parts))
 
     def close(self, autocommit: bool = True) -> None:
-        if not self._thread.is_alive():
+        """Commit (with ``enable.auto.commit``), leave the group, release the connections.  May be
+        called from another thread: a poll() there returns [] and an iteration ends."""
+        if not self._thread.is_alive() or self._closing:
             return
+        self._closing = True
         try:
-            self._call(self._async.close(autocommit), 30)
+            self._give_back()
+            self._call(self._async.close(autocommit, self._consumed()), 30)
         finally:
+            with contextlib.suppress(Exception):
+                self._call(_cancel_all(), 10)  # background commits, heartbeats, connects
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
+            if not self._thread.is_alive():
+                self._loop.close()
 
     def __enter__(self) -> Consumer:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+async def _cancel_all() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for t in tasks:
+        t.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=5)
 
 
 async def _make(config: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> AsyncConsumer:
@@ -618,10 +832,11 @@ class _Stream:
         return iter(self.consumer)
 
     def __next__(self) -> ConsumerRecord:
-        while True:
+        while not self.consumer._closing:
             records = self.consumer.poll(1.0, max_records=1)
             if records:
                 return records[0]
+        raise StopIteration
 
 
 class HighLevelConsumer:

@@ -18,6 +18,7 @@ they have one (static members keep their place), else by member id, as Kafka ord
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -72,70 +73,118 @@ def roundrobin_assign(members: Mapping[str, Subscription], partitions: Mapping[s
     return result
 
 
-def _sticky(members: Mapping[str, Subscription], partitions: Mapping[str, int]) -> dict[str, list[TopicPartition]]:
-    """A balanced assignment that keeps current owners where balance allows."""
-    order = _order(members)
-    subscribed = {m: set(members[m].topics) for m in order}
-    all_tps = sorted((t, p) for t in {t for s in subscribed.values() for t in s if t in partitions} for p in range(partitions[t]))
-    valid = set(all_tps)
-    # current owners: the highest generation wins a partition claimed twice
+def _current_owners(members: Mapping[str, Subscription], partitions: Mapping[str, int]) -> dict[TopicPartition, str]:
+    """Who owns what now: claims on existing partitions of topics the member still subscribes to;
+    the highest generation wins a partition claimed twice."""
     owner: dict[TopicPartition, str] = {}
     claim_gen: dict[TopicPartition, int] = {}
-    for m in order:
-        for tp in members[m].owned:
-            if tp in valid and tp[0] in subscribed[m] and members[m].generation >= claim_gen.get(tp, -(1 << 31)):
+    for m in _order(members):
+        sub = members[m]
+        for tp in sub.owned:
+            if tp[0] in sub.topics and 0 <= tp[1] < partitions.get(tp[0], 0) and sub.generation >= claim_gen.get(tp, -(1 << 31)):
                 owner[tp] = m
-                claim_gen[tp] = members[m].generation
+                claim_gen[tp] = sub.generation
+    return owner
+
+
+def _sticky(members: Mapping[str, Subscription], partitions: Mapping[str, int]) -> dict[str, list[TopicPartition]]:
+    """A balanced assignment that keeps current owners where balance allows.
+
+    Owners keep what they own; unowned partitions go, those with the fewest eligible members
+    first, to the least loaded eligible member; then, while some member could pass a partition
+    (directly, or along a chain of members each passing one on) to a member with at least two
+    fewer, it does.  Chains that only move partitions their holders did not own before are taken
+    first, so a balanced assignment minus some of its partitions is completed without moving any
+    owned one (which makes the cooperative protocol settle in its follow-up round), and a
+    balanced assignment is left as it is.  The end: no such chain exists, so counts differ by at
+    most one among members with the same subscription.
+    """
+    order = _order(members)
+    rank = {m: i for i, m in enumerate(order)}
+    subscribed = {m: set(members[m].topics) for m in order}
+    topics = sorted({t for s in subscribed.values() for t in s if t in partitions})
+    takers_of = {t: [m for m in order if t in subscribed[m]] for t in topics}
+    owner = _current_owners(members, partitions)
     assignment: dict[str, list[TopicPartition]] = {m: [] for m in order}
     for tp, m in owner.items():
         assignment[m].append(tp)
-    for m in order:
-        assignment[m].sort()
-    unassigned = [tp for tp in all_tps if tp not in owner]
-    # capacity: an even share of the partitions each member can take
-    eligible = {tp: [m for m in order if tp[0] in subscribed[m]] for tp in all_tps}
 
     def load(m: str) -> int:
         return len(assignment[m])
 
-    # trim members above the ceiling of the share of what they could take
-    total_members = max(len(order), 1)
-    ceiling = -(-len(all_tps) // total_members)
-    for m in order:
-        while load(m) > ceiling:
-            unassigned.append(assignment[m].pop())
-    # give unassigned partitions to the least loaded eligible member
-    for tp in sorted(unassigned):
-        candidates = eligible.get(tp) or []
-        if not candidates:
-            continue
-        target = min(candidates, key=lambda m: (load(m), order.index(m)))
-        assignment[target].append(tp)
-    # rebalance: move partitions from the most to the least loaded member while it helps
-    moved = True
-    while moved:
-        moved = False
-        for m in sorted(order, key=load, reverse=True):
-            for tp in sorted(assignment[m], reverse=True):
-                takers = [x for x in eligible[tp] if x != m and load(x) + 1 < load(m)]
-                if takers:
-                    taker = min(takers, key=lambda x: (load(x), order.index(x)))
-                    assignment[m].remove(tp)
-                    assignment[taker].append(tp)
-                    moved = True
+    unassigned = [(t, p) for t in topics for p in range(partitions[t]) if (t, p) not in owner]
+    for tp in sorted(unassigned, key=lambda tp: (len(takers_of[tp[0]]), tp)):
+        assignment[min(takers_of[tp[0]], key=lambda m: (load(m), rank[m]))].append(tp)
+
+    def chain_from(m: str, zero_only: bool) -> list[tuple[str, str, str]] | None:
+        """Moves ``(giver, taker, topic)`` from ``m`` to a member with two fewer, fewest moves of
+        owned partitions first (0-1 breadth-first search over members)."""
+        dist = {m: 0}
+        parent: dict[str, tuple[str, str]] = {}
+        queue = deque([m])
+        while queue:
+            u = queue.popleft()
+            cost_by_topic: dict[str, int] = {}
+            for tp in assignment[u]:
+                cost = 1 if owner.get(tp) == u else 0
+                if cost < cost_by_topic.get(tp[0], 2):
+                    cost_by_topic[tp[0]] = cost
+            for t, cost in cost_by_topic.items():
+                if zero_only and cost:
+                    continue
+                for v in takers_of[t]:
+                    if v != u and dist[u] + cost < dist.get(v, 1 << 30):
+                        dist[v] = dist[u] + cost
+                        parent[v] = (u, t)
+                        if cost:
+                            queue.append(v)
+                        else:
+                            queue.appendleft(v)
+        ends = [x for x in dist if x != m and load(x) + 1 < load(m)]
+        if not ends:
+            return None
+        x = min(ends, key=lambda x: (dist[x], load(x), rank[x]))
+        moves = []
+        while x != m:
+            u, t = parent[x]
+            moves.append((u, x, t))
+            x = u
+        return moves  # from the end of the chain back to m
+
+    def give(u: str, v: str, t: str) -> None:
+        held = [tp for tp in assignment[u] if tp[0] == t]
+        tp = max(held, key=lambda tp: (owner.get(tp) != u, tp))  # not owned before first, then the highest
+        assignment[u].remove(tp)
+        assignment[v].append(tp)
+
+    while True:
+        moves = None
+        lightest = min((load(m) for m in order), default=0)
+        for zero_only in (True, False):
+            for m in sorted(order, key=lambda m: (-load(m), rank[m])):
+                if load(m) - lightest < 2:
                     break
-            if moved:
+                moves = chain_from(m, zero_only)
+                if moves:
+                    break
+            if moves:
                 break
+        if not moves:
+            break
+        for u, v, t in moves:
+            give(u, v, t)
     return {m: sorted(tps) for m, tps in assignment.items()}
 
 
 def cooperative_sticky(members: Mapping[str, Subscription], partitions: Mapping[str, int]) -> dict[str, list[TopicPartition]]:
     """Sticky, and a partition changing owner is withheld until its owner has revoked it."""
     target = _sticky(members, partitions)
-    owned_by = {tp: m for m, s in members.items() for tp in s.owned}
+    # only valid ownership counts (as in the sticky step): a claim on a topic the member dropped,
+    # or a stale claim beaten by a newer generation, does not hold a partition back
+    owned_by = _current_owners(members, partitions)
     result: dict[str, list[TopicPartition]] = {}
     for m, tps in target.items():
-        result[m] = [tp for tp in tps if owned_by.get(tp) in (None, m) or owned_by.get(tp) not in members]
+        result[m] = [tp for tp in tps if owned_by.get(tp, m) == m]
     return result
 
 

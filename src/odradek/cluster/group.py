@@ -152,6 +152,21 @@ class Group:
         return topics
 
 
+def _same_subscription(g: Group, before: list[tuple[str, bytes]], after: list[tuple[str, bytes]]) -> bool:
+    """Whether a rejoining static member asks for what it had: the same protocols and, for the
+    consumer protocol, the same topics (its metadata also carries its generation and owned
+    partitions, which change on every restart and must not cause a rebalance)."""
+    if [n for n, _ in before] != [n for n, _ in after]:
+        return False
+    if g.protocol_type != "consumer" or g.protocol_name is None:
+        return before == after
+    from odradek.cluster.assignment import decode_subscription_topics
+
+    old = dict(before).get(g.protocol_name, b"")
+    new = dict(after).get(g.protocol_name, b"")
+    return decode_subscription_topics(old) == decode_subscription_topics(new)
+
+
 # ------------------------------------------------------------------------------------------------
 # results and effects
 
@@ -327,7 +342,7 @@ class GroupCoordinatorState:
         if g.leader_id == old_id:
             g.leader_id = new_id
         self._heartbeat(m, now)
-        unchanged = old is not None and old.protocols == m.protocols
+        unchanged = old is not None and _same_subscription(g, old.protocols, m.protocols)
         if g.state is GroupState.STABLE and unchanged:
             # no rebalance: the replacement carries on with the current assignment
             effects.append(StoreGroup(g.group_id, g))
