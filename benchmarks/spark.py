@@ -1,0 +1,356 @@
+"""Benchmark of the ``odradek`` PySpark data source against Spark's own row generation.
+
+Run: ``python benchmarks/spark.py [--records N] [--repeats R]`` (or ``python -m
+benchmarks.spark``). Prints one JSON object (~3 min with the defaults). Needs pyspark >= 4.2,
+pyarrow, confluent-kafka and Java 17.
+
+A fresh ``odradek serve`` process gets a 2-partition topic of ``records`` (2,000,000) values of
+100 bytes (no key), produced with confluent-kafka (``linger.ms=20``, ``batch.size=1 MiB``,
+uncompressed; the produce time is given for information). One local Spark session
+(``local[2]``: the machine's two cores) then runs, alternately, ``repeats`` times each:
+
+* ``reference`` - ``spark.range(records).selectExpr("repeat(cast(id % 10 AS string), 100) AS
+  value")`` aggregated with ``sum(length(value))``: the same number of 100-byte values, made
+  by Spark's generated code without any I/O;
+* ``batch_read`` - ``spark.read.format("odradek")`` over the topic (both partitions, all
+  columns, as Spark's Kafka source) with the same ``sum(length(value))``.
+
+Window: ``collect()`` of the aggregate (job start to result on the driver). Figures are medians;
+``ratio`` is odradek rows/s over reference rows/s of this run (target >= 0.7). Both sums are
+checked to be ``records * 100``. Each query runs ``warmup`` (3) times before the ``repeats``
+(7) timed runs (JIT, Python workers). ``cpu_seconds`` splits the median-run CPU time of this process's descendants into the
+JVM, Spark's Python workers (where the data source's ``read()`` decodes) and the broker.
+
+``python_source_ceiling`` runs the same aggregate, in the same alternation, over a Python data
+source that only yields ready-made ``pyarrow.RecordBatch`` objects with the source's seven
+columns (100-byte values, 35,000 rows a batch, one task per partition): no broker, no fetching,
+no decoding.  Its ratio to the reference is the most any Python data source can reach in this
+Spark on this machine; ``ratio_to_ceiling`` is odradek's rows/s over it.
+
+* ``streaming`` - ``spark.readStream.format("odradek")`` from the earliest offsets with
+  ``maxOffsetsPerTrigger = records / 10`` and ``Trigger.AvailableNow`` into the ``noop`` sink:
+  window ``start()`` to the end of the query; rows/s over all batches, and the number of
+  micro-batches (each at most the limit). Median of ``stream_repeats`` runs, each with a new
+  checkpoint; ratios to the reference and to the batch read of this run.
+
+The machine is a shared 2-core VM: the JVM, the Python workers and the broker share both cores,
+so the figures move by 10-20 % between runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+try:
+    from odradek.testing import BrokerProcess
+except ImportError:  # running from a checkout without an install
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from odradek.testing import BrokerProcess
+
+TARGET_RATIO = 0.7
+VALUE_SIZE = 100
+PARTITIONS = 2
+TOPIC = "bench"
+
+
+def produce(bootstrap: str, records: int) -> float:
+    import confluent_kafka as ck
+
+    from odradek.client import Admin, NewTopic
+
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])
+    p = ck.Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.size": 1 << 20,
+            "queue.buffering.max.messages": 1_000_000,
+            "compression.type": "none",
+        }
+    )
+    value = b"v" * VALUE_SIZE
+    t0 = time.perf_counter()
+    for i in range(records):
+        while True:
+            try:
+                p.produce(TOPIC, value, partition=i % PARTITIONS)
+                break
+            except BufferError:
+                p.poll(0.01)
+    if p.flush(120) != 0:
+        raise RuntimeError("records left unsent")
+    return time.perf_counter() - t0
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        for c in children.get(pid, ()):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def cpu_by_kind() -> dict[str, float]:
+    """CPU seconds (user + system) of this process's descendants: jvm, python_workers, broker."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {"jvm": 0.0, "python_workers": 0.0, "broker": 0.0}
+    for pid in _descendants(os.getpid()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        seconds = (int(fields[11]) + int(fields[12])) / tick
+        if "odradek serve" in cmd or "odradek.__main__" in cmd or " -m odradek " in cmd:
+            out["broker"] += seconds
+        elif cmd.split(" ")[0].endswith("java"):
+            out["jvm"] += seconds
+        elif "pyspark" in cmd:
+            out["python_workers"] += seconds
+    return out
+
+
+def timed(fn: Any) -> tuple[float, Any, dict[str, float]]:
+    c0 = cpu_by_kind()
+    t0 = time.perf_counter()
+    result = fn()
+    elapsed = time.perf_counter() - t0
+    c1 = cpu_by_kind()
+    return elapsed, result, {k: round(c1[k] - c0[k], 2) for k in c0}
+
+
+def register_ceiling(spark: Any, records: int) -> Any:
+    """A Python data source yielding ready-made Arrow batches of the source's columns."""
+    import pyarrow as pa
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from odradek.spark._arrow import arrow_schema
+    from odradek.spark.source import source_schema
+
+    class CeilingReader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(records // PARTITIONS) for _ in range(PARTITIONS)]
+
+        def read(self, partition: InputPartition) -> Any:
+            n = 35_000
+            batch = pa.RecordBatch.from_arrays(
+                [
+                    pa.nulls(n, pa.binary()),
+                    pa.array([b"v" * VALUE_SIZE] * n, pa.binary()),
+                    pa.repeat(pa.scalar(TOPIC), n),
+                    pa.repeat(pa.scalar(0, pa.int32()), n),
+                    pa.array(range(n), pa.int64()),
+                    pa.array(range(n), pa.int64()).view(pa.timestamp("us", tz="UTC")),
+                    pa.repeat(pa.scalar(0, pa.int32()), n),
+                ],
+                schema=arrow_schema(False),
+            )
+            left = partition.value
+            while left > 0:
+                yield batch if left >= n else batch.slice(0, left)
+                left -= n
+
+    class Ceiling(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "odradek_ceiling"
+
+        def schema(self) -> Any:
+            return source_schema(False)
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return CeilingReader()
+
+    spark.dataSource.register(Ceiling)
+    return spark.read.format("odradek_ceiling").load()
+
+
+def java_version() -> str:
+    try:
+        out = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30)
+        return (out.stderr or out.stdout).splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return "unknown"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--stream-repeats", type=int, default=2)
+    args = parser.parse_args()
+    records = args.records
+
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    import pyarrow
+    import pyspark
+    from pyspark.sql import SparkSession
+
+    import odradek.spark
+
+    work = Path(tempfile.mkdtemp(prefix="odradek-spark-bench-"))
+    broker = BrokerProcess(work / "data", overrides={"num.partitions": PARTITIONS})
+    broker.start()
+    spark = None
+    try:
+        produce_seconds = produce(broker.bootstrap, records)
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("odradek-benchmark")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.driver.host", "127.0.0.1")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        odradek.spark.register(spark)
+        reference = spark.range(records).selectExpr(f"repeat(cast(id % 10 AS string), {VALUE_SIZE}) AS value")
+        source = (
+            spark.read.format("odradek")
+            .option("kafka.bootstrap.servers", broker.bootstrap)
+            .option("subscribe", TOPIC)
+            .load()
+        )
+
+        def total(df: Any) -> Any:
+            return lambda: df.selectExpr("sum(length(value)) AS n").collect()[0].n
+
+        ceiling = register_ceiling(spark, records)
+        expected = records * VALUE_SIZE
+        for _ in range(args.warmup):  # JIT and Python workers; the sums must agree
+            for df in (reference, source, ceiling):
+                got = total(df)()
+                if got != expected:
+                    raise RuntimeError(f"sum(length(value)) is {got}, expected {expected}")
+        ref_runs, src_runs, ceil_runs = [], [], []
+        for _ in range(args.repeats):
+            ref_runs.append(timed(total(reference)))
+            src_runs.append(timed(total(source)))
+            ceil_runs.append(timed(total(ceiling)))
+        ref_t = statistics.median(r[0] for r in ref_runs)
+        src_t = statistics.median(r[0] for r in src_runs)
+        ceil_t = statistics.median(r[0] for r in ceil_runs)
+        src_median_run = sorted(src_runs, key=lambda r: r[0])[len(src_runs) // 2]
+        ref_median_run = sorted(ref_runs, key=lambda r: r[0])[len(ref_runs) // 2]
+
+        limit = max(records // 10, 1)
+        stream_runs = []
+        for i in range(args.stream_repeats):
+            checkpoint = work / f"checkpoint-{i}"
+
+            def run_stream(checkpoint: Path = checkpoint) -> Any:
+                q = (
+                    spark.readStream.format("odradek")
+                    .option("kafka.bootstrap.servers", broker.bootstrap)
+                    .option("subscribe", TOPIC)
+                    .option("startingOffsets", "earliest")
+                    .option("maxOffsetsPerTrigger", str(limit))
+                    .load()
+                    .writeStream.format("noop")
+                    .option("checkpointLocation", str(checkpoint))
+                    .trigger(availableNow=True)
+                    .start()
+                )
+                q.awaitTermination()
+                if q.exception() is not None:
+                    raise RuntimeError(str(q.exception()))
+                return [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+
+            stream_runs.append(timed(run_stream))
+        stream_t = statistics.median(r[0] for r in stream_runs)
+        batches = stream_runs[0][1]
+        if sum(batches) != records or max(batches) > limit:
+            raise RuntimeError(f"streaming read {sum(batches)} rows in batches {batches}")
+
+        ref_rps = records / ref_t
+        src_rps = records / src_t
+        ceil_rps = records / ceil_t
+        stream_rps = records / stream_t
+        result = {
+            "benchmark": "spark",
+            "records": records,
+            "value_bytes": VALUE_SIZE,
+            "partitions": PARTITIONS,
+            "spark_master": "local[2]",
+            "batch_read": {
+                "window": "collect() of sum(length(value)), median of repeats",
+                "odradek_rows_per_s": round(src_rps),
+                "reference_rows_per_s": round(ref_rps),
+                "ratio": round(src_rps / ref_rps, 3),
+                "target": TARGET_RATIO,
+                "meets_target": src_rps / ref_rps >= TARGET_RATIO,
+                "odradek_seconds": [round(r[0], 3) for r in src_runs],
+                "reference_seconds": [round(r[0], 3) for r in ref_runs],
+                "cpu_seconds": {"odradek": src_median_run[2], "reference": ref_median_run[2]},
+                "ratio_to_ceiling": round(src_rps / ceil_rps, 3),
+            },
+            "python_source_ceiling": {
+                "rows_per_s": round(ceil_rps),
+                "ratio_to_reference": round(ceil_rps / ref_rps, 3),
+                "seconds": [round(r[0], 3) for r in ceil_runs],
+                "cpu_seconds": sorted(ceil_runs, key=lambda r: r[0])[len(ceil_runs) // 2][2],
+            },
+            "streaming": {
+                "window": "start() to the end of a Trigger.AvailableNow query into the noop sink",
+                "max_offsets_per_trigger": limit,
+                "micro_batches": len(batches),
+                "rows_per_batch": batches,
+                "rows_per_s": round(stream_rps),
+                "ratio_to_reference": round(stream_rps / ref_rps, 3),
+                "ratio_to_batch_read": round(stream_rps / src_rps, 3),
+                "seconds": [round(r[0], 3) for r in stream_runs],
+                "cpu_seconds": sorted(stream_runs, key=lambda r: r[0])[len(stream_runs) // 2][2],
+            },
+            "info": {
+                "produce_seconds": round(produce_seconds, 2),
+                "produce_rows_per_s": round(records / produce_seconds),
+            },
+            "machine": {
+                "cpus": os.cpu_count(),
+                "platform": platform.platform(),
+                "python": platform.python_version(),
+                "pyspark": pyspark.__version__,
+                "pyarrow": pyarrow.__version__,
+                "java": java_version(),
+            },
+        }
+        print(json.dumps(result, indent=2))
+    finally:
+        if spark is not None:
+            spark.stop()
+        broker.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

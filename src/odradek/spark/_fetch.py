@@ -1,0 +1,346 @@
+"""Executor side: read one offset range of one partition as Arrow record batches.
+
+:func:`read_range` is what ``DataSourceReader.read`` / ``DataSourceStreamReader.read`` run on
+the executors.  It is stateless: everything it needs comes in the (pickled) input partition.
+
+Fetching goes through :class:`odradek.client.AsyncSimpleConsumer` (connections, metadata,
+leader changes, retries, version negotiation), run on a private event loop in a background
+thread where a task keeps up to four fetches ahead of the decoding (measured: Spark's task
+thread, this Python worker and the broker then overlap instead of waiting on each other).  The
+consumer's per-record decoding is bypassed: :class:`_RawConsumer` keeps each partition's
+bytes as they came, and :mod:`odradek.spark._arrow` decodes them column-wise.  That hook is
+the client's private ``_decode`` method; if a future client no longer calls it, the fetched
+records arrive decoded and are converted (correct, only slower).
+
+Data loss (``failOnDataLoss``) is judged as Spark's Kafka source does: the range's records
+are missing when the log now starts after the offset to read (retention, ``DeleteRecords``,
+a recreated topic) or ends before the range does (truncation).  Gaps between offsets inside
+the log are compaction and not a loss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from concurrent.futures import Future
+from typing import Any
+
+import pyarrow as pa
+
+from odradek.client import AsyncSimpleConsumer, FetchedRecords, OffsetOutOfRangeError
+from odradek.records import iter_batch_headers
+
+from ._arrow import _TIMESTAMP, HEADERS_TYPE, arrow_schema, decode_partition_data
+from ._options import DEFAULT_FETCH_BYTES
+
+__all__ = ["DataLossError", "read_range"]
+
+log = logging.getLogger(__name__)
+
+_MAX_FETCH_BYTES = 64 * 1024 * 1024
+
+INSTRUCTION_FAIL_ON_DATA_LOSS_TRUE = (
+    "Some data may have been lost because they are not available in Kafka any more; either the "
+    "data was aged out by Kafka or the topic may have been deleted before all the data in the topic "
+    "was processed. If you don't want your streaming query to fail on such cases, set the source "
+    'option "failOnDataLoss" to "false".'
+)
+INSTRUCTION_FAIL_ON_DATA_LOSS_FALSE = (
+    "Some data may have been lost because they are not available in Kafka any more; either the "
+    "data was aged out by Kafka or the topic may have been deleted before all the data in the topic "
+    "was processed. If you want your streaming query to fail on such cases, set the source option "
+    '"failOnDataLoss" to "true".'
+)
+
+
+class DataLossError(RuntimeError):
+    """Records of a planned range are gone and ``failOnDataLoss`` is true."""
+
+
+def report_data_loss(message: str, fail_on_data_loss: bool) -> None:
+    """Raise (``failOnDataLoss``) or log a warning, with Spark's wording."""
+    if fail_on_data_loss:
+        raise DataLossError(f"{message}. {INSTRUCTION_FAIL_ON_DATA_LOSS_TRUE}")
+    log.warning("%s. %s", message, INSTRUCTION_FAIL_ON_DATA_LOSS_FALSE)
+
+
+class _RawFetched(FetchedRecords):
+    """A fetch result that keeps the partition's bytes undecoded (``raw``)."""
+
+    raw: Any
+    aborted: list[tuple[int, int]] | None
+
+
+def _raw_hook_fits() -> bool:
+    """Whether the client still decodes a partition's fetched data in
+    ``_decode(topic, partition, offset, partition_data)``."""
+    method = getattr(AsyncSimpleConsumer, "_decode", None)
+    if method is None:
+        return False
+    try:
+        params = list(inspect.signature(method).parameters)
+    except (TypeError, ValueError):
+        return False
+    return params == ["self", "topic", "partition", "offset", "pd"]
+
+
+#: False when the client changed and fetched records come decoded (slower, still correct).
+RAW_HOOK = _raw_hook_fits()
+
+
+class _RawConsumer(AsyncSimpleConsumer):
+    if RAW_HOOK:
+
+        def _decode(self, topic: str, partition: int, offset: int, pd: Any) -> FetchedRecords:
+            out = _RawFetched(topic, partition, offset, pd.high_watermark)
+            out.last_stable_offset = pd.last_stable_offset
+            out.log_start_offset = pd.log_start_offset
+            data = pd.records
+            if data is None:
+                data = b""
+            elif not isinstance(data, (bytes, bytearray, memoryview)):
+                data = data.to_bytes()
+            out.raw = data
+            out.aborted = (
+                [(a.producer_id, a.first_offset) for a in pd.aborted_transactions or ()]
+                if self.isolation_level
+                else None
+            )
+            return out
+
+
+def _next_fetch_offset(data: Any, offset: int) -> int:
+    """Offset after the last complete batch in ``data`` (``offset`` when there is none)."""
+    nxt = offset
+    for h in iter_batch_headers(data):
+        if h.last_offset >= nxt:
+            nxt = h.last_offset + 1
+    return nxt
+
+
+class _Loop:
+    """An event loop in a daemon thread; closed by :meth:`close` (or with the process)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._run, name="odradek-spark-fetch", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def submit(self, coro: Any) -> Future[Any]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def close(self, consumer: AsyncSimpleConsumer, pump: _Pump | None = None) -> None:
+        if pump is not None:
+            pump.stop()
+        try:
+            self.submit(consumer.close()).result(10)
+        except Exception:  # closing anyway
+            log.debug("closing the consumer failed", exc_info=True)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+class _Pump:
+    """Fetches run ahead of decoding: a task on the event loop fetches from an offset and on,
+    each next fetch starting after the last complete batch of the previous one, and queues up
+    to ``depth`` results (or the error that stopped it).  It stops at ``end``, on an error and
+    after a fetch that returned no complete batch (the reader decides what that means)."""
+
+    def __init__(
+        self, runner: _Loop, consumer: _RawConsumer, topic: str, partition: int, end: int, fetch_bytes: int
+    ) -> None:
+        self.runner = runner
+        self.consumer = consumer
+        self.topic = topic
+        self.partition = partition
+        self.end = end
+        self.fetch_bytes = fetch_bytes
+        self.queue: asyncio.Queue[tuple[int, Any]] | None = None
+        self.task: Future[Any] | None = None
+
+    def start(self, offset: int, size: int | None = None, depth: int = 4) -> None:
+        self.stop()
+        self.queue = asyncio.Queue(maxsize=depth)
+        self.task = self.runner.submit(self._run(self.queue, offset, size or self.fetch_bytes))
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            self.task = None
+        self.queue = None
+
+    async def _run(self, queue: asyncio.Queue[tuple[int, Any]], offset: int, size: int) -> None:
+        while offset < self.end:
+            try:
+                res = await self.consumer.fetch(self.topic, self.partition, offset, size)
+            except Exception as exc:
+                await queue.put((offset, exc))
+                return
+            try:
+                nxt = _next_fetch_offset(res.raw, offset) if isinstance(res, _RawFetched) else res.next_offset
+            except Exception:  # unreadable data: the decoder reports it
+                nxt = offset
+            await queue.put((offset, res))
+            if nxt <= offset:
+                return
+            offset = nxt
+
+    def get(self) -> tuple[int, Any]:
+        assert self.queue is not None
+        return self.runner.submit(self.queue.get()).result()
+
+
+def read_range(
+    config: Mapping[str, Any],
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    *,
+    fail_on_data_loss: bool = True,
+    include_headers: bool = False,
+    poll_timeout_ms: int = 120000,
+    fetch_bytes: int = DEFAULT_FETCH_BYTES,
+) -> Iterator[pa.RecordBatch]:
+    """Yield the records of ``topic``-``partition`` with offsets ``start <= o < end``.
+
+    ``config`` is the consumer configuration (Kafka names).  Records missing from the log are
+    reported as data loss (raise or skip, per ``fail_on_data_loss``); a range that cannot make
+    progress for ``poll_timeout_ms`` raises ``TimeoutError``.
+    """
+    if start >= end:
+        return
+    consumer = _RawConsumer(dict(config))
+    runner = _Loop()
+    pump = _Pump(runner, consumer, topic, partition, end, fetch_bytes)
+    try:
+        yield from _read(
+            consumer, pump, topic, partition, start, end, fail_on_data_loss, include_headers, poll_timeout_ms
+        )
+    finally:
+        runner.close(consumer, pump)
+
+
+def _read(
+    consumer: _RawConsumer,
+    pump: _Pump,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    fail_on_data_loss: bool,
+    include_headers: bool,
+    poll_timeout_ms: int,
+) -> Iterator[pa.RecordBatch]:
+    offset = start
+    size = pump.fetch_bytes
+    stalled_since: float | None = None
+    verify = consumer.check_crcs
+    pump.start(offset)
+    running = True  # the pump is fetching from ``offset`` on
+    while offset < end:
+        if not running:
+            pump.start(offset, size)
+        at, res = pump.get()
+        running = True
+        if at != offset:  # cannot happen: the pump follows the batches as the decoder does
+            pump.start(offset, size)
+            continue
+        if isinstance(res, OffsetOutOfRangeError):
+            running = False
+            if res.earliest >= 0 and offset < res.earliest:
+                report_data_loss(
+                    f"Cannot fetch offset {offset} of {topic}-{partition}: the log now starts at offset {res.earliest}",
+                    fail_on_data_loss,
+                )
+                offset = res.earliest
+                continue
+            report_data_loss(
+                f"Cannot fetch offsets {offset}..{end - 1} of {topic}-{partition}: "
+                f"the log now ends at offset {res.latest}",
+                fail_on_data_loss,
+            )
+            return
+        if isinstance(res, BaseException):
+            raise res
+        if not isinstance(res, _RawFetched):  # the client no longer calls the raw hook
+            batch = _from_records(res, offset, end, include_headers)
+            if batch is not None:
+                yield batch
+            decoded_next, complete = res.next_offset, True
+        else:
+            decoded = decode_partition_data(
+                res.raw,
+                topic,
+                partition,
+                offset,
+                end,
+                include_headers=include_headers,
+                aborted=res.aborted,
+                verify_crc=verify,
+            )
+            decoded_next, complete = decoded.next_offset, decoded.complete
+            if decoded.batch is not None:
+                yield decoded.batch
+        if not complete:  # the batch at ``offset`` is larger than the fetch size
+            if size >= _MAX_FETCH_BYTES:
+                raise RuntimeError(
+                    f"a record batch of {topic}-{partition} at offset {offset} is larger than {size} bytes"
+                )
+            size = min(size * 2, _MAX_FETCH_BYTES)
+            running = False
+            continue
+        size = pump.fetch_bytes
+        if decoded_next > offset:
+            offset = decoded_next
+            stalled_since = None
+            continue
+        # nothing at ``offset``: the log ends before the range does, or data is not visible yet
+        running = False
+        visible_end = (
+            res.last_stable_offset
+            if consumer.isolation_level and res.last_stable_offset >= 0
+            else res.high_watermark
+        )
+        if 0 <= visible_end <= offset and res.high_watermark >= 0:
+            report_data_loss(
+                f"Cannot fetch offsets {offset}..{end - 1} of {topic}-{partition}: the log ends at offset {visible_end}",
+                fail_on_data_loss,
+            )
+            return
+        now = time.monotonic()
+        if stalled_since is None:
+            stalled_since = now
+        elif (now - stalled_since) * 1000 > poll_timeout_ms:
+            raise TimeoutError(
+                f"Failed to get records for {topic}-{partition} at offset {offset} after polling for {poll_timeout_ms} ms"
+            )
+
+
+def _from_records(res: FetchedRecords, offset: int, end: int, include_headers: bool) -> pa.RecordBatch | None:
+    rows = [r for r in res if offset <= r.offset < end]
+    if not rows:
+        return None
+    n = len(rows)
+    columns = [
+        pa.array([r.key for r in rows], pa.binary()),
+        pa.array([r.value for r in rows], pa.binary()),
+        pa.repeat(pa.scalar(res.topic, pa.string()), n),
+        pa.repeat(pa.scalar(res.partition, pa.int32()), n),
+        pa.array([r.offset for r in rows], pa.int64()),
+        pa.array([r.timestamp * 1000 for r in rows], pa.int64()).view(_TIMESTAMP),
+        pa.array([int(r.timestamp_type) for r in rows], pa.int32()),
+    ]
+    if include_headers:
+        columns.append(pa.array([list(r.headers) or None for r in rows], HEADERS_TYPE))
+    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers))

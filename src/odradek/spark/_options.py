@@ -1,0 +1,391 @@
+"""The source's and sink's options, with the names and rules of Spark's Kafka source.
+
+Pure parsing and validation (no pyspark, no network), so that mistakes are reported when the
+DataFrame is defined, with the messages Spark's Kafka source gives.  Option names are
+case-insensitive.  ``kafka.``-prefixed options go to the client with the prefix removed
+(``kafka.bootstrap.servers`` -> ``bootstrap.servers``); ``bootstrap.servers`` is accepted
+without the prefix too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from odradek.client._config import ADMIN_DEFAULTS, CONSUMER_DEFAULTS, PRODUCER_DEFAULTS
+
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "OffsetSpec",
+    "SinkOptions",
+    "SourceOptions",
+    "parse_offsets_json",
+    "parse_sink_options",
+    "parse_source_options",
+]
+
+log = logging.getLogger(__name__)
+
+LATEST, EARLIEST = -1, -2
+TopicPartition = tuple[str, int]
+
+_STRATEGIES = ("subscribe", "subscribepattern", "assign")
+_STRATEGY_NAMES = "subscribe, subscribePattern, assign"
+_OFFSETS_EXAMPLE = '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}'
+_ASSIGN_EXAMPLE = '{"topicA":[0,1],"topicB":[0,1]}'
+_TIMESTAMPS_EXAMPLE = '{"topicA":{"0":1700000000000,"1":1700000000000}}'
+#: Default bytes per partition per fetch on the executors (Kafka's default is 1 MiB; larger
+#: fetches halve the per-request overhead of a scan).
+DEFAULT_FETCH_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """Where to start or end: ``kind`` is ``earliest``, ``latest``, ``offsets`` (per partition,
+    -2 earliest / -1 latest), ``timestamp`` (one timestamp for every partition) or
+    ``timestamps`` (per partition)."""
+
+    kind: str
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    timestamp: int = -1
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    consumer_config: dict[str, Any]
+    admin_config: dict[str, Any]
+    strategy: str  # subscribe | subscribepattern | assign
+    topics: tuple[str, ...] = ()
+    pattern: str = ""
+    assignment: tuple[TopicPartition, ...] = ()
+    starting: OffsetSpec = OffsetSpec("latest")
+    ending: OffsetSpec = OffsetSpec("latest")
+    no_match_latest: bool = False  # startingOffsetsByTimestampStrategy=latest
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    max_offsets_per_trigger: int | None = None
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
+    poll_timeout_ms: int = 120000
+    fetch_bytes: int = DEFAULT_FETCH_BYTES
+    isolation_level: str = "read_uncommitted"
+
+    def matches(self, topic: str) -> bool:
+        return re.fullmatch(self.pattern, topic) is not None
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    producer_config: dict[str, Any]
+    topic: str | None
+
+
+def _lower(options: Mapping[str, Any]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+
+
+def _client_config(opts: Mapping[str, str], defaults: Mapping[str, Any], what: str) -> dict[str, Any]:
+    """``kafka.*`` options (and a bare ``bootstrap.servers``) that the client knows."""
+    out: dict[str, Any] = {}
+    known = {k.lower(): k for k in defaults}
+    for key, value in opts.items():
+        if key.startswith("kafka."):
+            name = key[len("kafka.") :]
+        elif key == "bootstrap.servers":
+            name = key
+        else:
+            continue
+        if name in known:
+            out[known[name]] = _coerce(value, defaults[known[name]])
+        elif name not in (
+            "group.id",
+            "key.serializer",
+            "value.serializer",
+            "key.deserializer",
+            "value.deserializer",
+        ):
+            log.warning("Kafka option '%s' is not used by the %s", name, what)
+    return out
+
+
+def _coerce(value: str, default: Any) -> Any:
+    if isinstance(default, bool):
+        return _bool(value, "kafka option")
+    if isinstance(default, int):
+        try:
+            return int(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _bool(value: str, name: str) -> bool:
+    v = value.strip().lower()
+    if v in ("true", "false"):
+        return v == "true"
+    raise ValueError(f"Option '{name}' must be true or false, not {value!r}")
+
+
+def _positive(opts: Mapping[str, str], key: str, name: str) -> int | None:
+    if key not in opts:
+        return None
+    try:
+        value = int(opts[key].strip())
+    except ValueError:
+        raise ValueError(f"Option '{name}' must be an integer, not {opts[key]!r}") from None
+    if value <= 0:
+        raise ValueError(f"{name} must be positive")
+    return value
+
+
+def parse_offsets_json(text: str) -> dict[TopicPartition, int]:
+    """``{"topic": {"0": 23, "1": -1}}`` -> ``{("topic", 0): 23, ("topic", 1): -1}``."""
+    try:
+        data = json.loads(text)
+        out: dict[TopicPartition, int] = {}
+        for topic, parts in data.items():
+            for p, off in parts.items():
+                if isinstance(off, bool) or not isinstance(off, int):
+                    raise TypeError(off)
+                out[(str(topic), int(p))] = off
+        return out
+    except (ValueError, TypeError, AttributeError):
+        raise ValueError(f"Expected e.g. {_OFFSETS_EXAMPLE}, got {text}") from None
+
+
+def _parse_timestamps_json(text: str) -> dict[TopicPartition, int]:
+    try:
+        return parse_offsets_json(text)
+    except ValueError:
+        raise ValueError(f"Expected e.g. {_TIMESTAMPS_EXAMPLE}, got {text}") from None
+
+
+def _parse_assign(text: str) -> tuple[TopicPartition, ...]:
+    if not text.strip().startswith("{"):
+        raise ValueError(f"No topicpartitions to assign as specified value for option 'assign' is '{text}'")
+    try:
+        data = json.loads(text)
+        out = []
+        for topic, parts in data.items():
+            for p in parts:
+                if isinstance(p, bool) or not isinstance(p, int):
+                    raise TypeError(p)
+                out.append((str(topic), p))
+        return tuple(sorted(set(out)))
+    except (ValueError, TypeError, AttributeError):
+        raise ValueError(f"Expected e.g. {_ASSIGN_EXAMPLE}, got {text}") from None
+
+
+def _offset_spec(
+    opts: Mapping[str, str], ts_key: str, by_ts_key: str, offsets_key: str, default: str
+) -> OffsetSpec:
+    """Spark's order of preference: a global timestamp, timestamps per partition, offsets."""
+    if ts_key in opts:
+        text = opts[ts_key].strip()
+        try:
+            return OffsetSpec("timestamp", timestamp=int(text))
+        except ValueError:
+            raise ValueError(f"Expected a single long value, got {text}") from None
+    if by_ts_key in opts:
+        return OffsetSpec("timestamps", offsets=_parse_timestamps_json(opts[by_ts_key].strip()))
+    if offsets_key in opts:
+        text = opts[offsets_key].strip()
+        if text.lower() in ("earliest", "latest"):
+            return OffsetSpec(text.lower())
+        return OffsetSpec("offsets", offsets=parse_offsets_json(text))
+    return OffsetSpec(default)
+
+
+def parse_source_options(options: Mapping[str, Any], *, streaming: bool | None) -> SourceOptions:
+    """Validate the reader options of a batch (``streaming=False``) or streaming query
+    (``streaming=None``: only the rules common to both)."""
+    opts = _lower(options)
+    strategies = [k for k in _STRATEGIES if k in opts]
+    if not strategies:
+        raise ValueError(
+            f"One of the following options must be specified for Kafka source: {_STRATEGY_NAMES}. "
+            "See the docs for more details."
+        )
+    if len(strategies) > 1:
+        raise ValueError(
+            f"Only one of the following options can be specified for Kafka source: {_STRATEGY_NAMES}. "
+            "See the docs for more details."
+        )
+    strategy = strategies[0]
+    topics: tuple[str, ...] = ()
+    pattern = ""
+    assignment: tuple[TopicPartition, ...] = ()
+    if strategy == "subscribe":
+        value = opts["subscribe"]
+        topics = tuple(dict.fromkeys(t.strip() for t in value.split(",") if t.strip()))
+        if not topics:
+            raise ValueError(
+                f"No topics to subscribe to as specified value for option 'subscribe' is '{value}'"
+            )
+    elif strategy == "subscribepattern":
+        pattern = opts["subscribepattern"].strip()
+        if not pattern:
+            raise ValueError(
+                f"Pattern to subscribe is empty as specified value for option 'subscribePattern' is '{opts['subscribepattern']}'"
+            )
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"Invalid subscribePattern {pattern!r}: {exc}") from None
+    else:
+        assignment = _parse_assign(opts["assign"])
+
+    if "kafka.auto.offset.reset" in opts:
+        raise ValueError(
+            "Kafka option 'auto.offset.reset' is not supported. Instead set the source option "
+            "'startingOffsets' to 'earliest' or 'latest' to specify where to start. Structured Streaming "
+            "manages which offsets are consumed internally, rather than relying on the kafkaConsumer to do "
+            "it. This will ensure that no data is missed when new topics/partitions are dynamically "
+            "subscribed. Note that 'startingOffsets' only applies when a new Streaming query is started, "
+            "and that resuming will always pick up from where the query left off. See the docs for more details."
+        )
+    for name, what in (("key.deserializer", "keys"), ("value.deserializer", "values")):
+        if f"kafka.{name}" in opts:
+            raise ValueError(
+                f"Kafka option '{name}' is not supported as {what} are deserialized as byte arrays with "
+                f"ByteArrayDeserializer. Use DataFrame operations to explicitly deserialize the {what}."
+            )
+    for name in ("enable.auto.commit", "interceptor.classes"):
+        if f"kafka.{name}" in opts:
+            raise ValueError(f"Kafka option '{name}' is not supported")
+    if "kafka.bootstrap.servers" not in opts and "bootstrap.servers" not in opts:
+        raise ValueError("Option 'kafka.bootstrap.servers' must be specified for configuring Kafka consumer")
+    if "minoffsetspertrigger" in opts or "maxtriggerdelay" in opts:
+        raise ValueError(
+            "Options 'minOffsetsPerTrigger' and 'maxTriggerDelay' are not supported by the odradek source "
+            "(Python data sources have no composite read limits); use 'maxOffsetsPerTrigger'"
+        )
+
+    min_partitions = _positive(opts, "minpartitions", "minPartitions")
+    max_records = _positive(opts, "maxrecordsperpartition", "maxRecordsPerPartition")
+    max_offsets = _positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger")
+    strategy_on_no_match = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if strategy_on_no_match not in ("error", "latest"):
+        raise ValueError(
+            f"startingOffsetsByTimestampStrategy must be 'error' or 'latest', not {opts['startingoffsetsbytimestampstrategy']!r}"
+        )
+
+    starting = _offset_spec(
+        opts,
+        "startingtimestamp",
+        "startingoffsetsbytimestamp",
+        "startingoffsets",
+        "latest" if streaming else "earliest",
+    )
+    ending = OffsetSpec("latest")
+    if streaming is None:
+        pass
+    elif streaming:
+        if "endingoffsets" in opts:
+            raise ValueError("ending offset not valid in streaming queries")
+        if "endingoffsetsbytimestamp" in opts or "endingtimestamp" in opts:
+            raise ValueError("ending timestamp not valid in streaming queries")
+    else:
+        ending = _offset_spec(opts, "endingtimestamp", "endingoffsetsbytimestamp", "endingoffsets", "latest")
+        if starting.kind == "latest":
+            raise ValueError("starting offset can't be latest for batch queries on Kafka")
+        if starting.kind == "offsets":
+            for (t, p), off in starting.offsets.items():
+                if off == LATEST:
+                    raise ValueError(
+                        f"startingOffsets for {t}-{p} can't be latest for batch queries on Kafka"
+                    )
+        if ending.kind == "earliest":
+            raise ValueError("ending offset can't be earliest for batch queries on Kafka")
+        if ending.kind == "offsets":
+            for (t, p), off in ending.offsets.items():
+                if off == EARLIEST:
+                    raise ValueError(
+                        f"ending offset for {t}-{p} can't be earliest for batch queries on Kafka"
+                    )
+        if starting.kind == ending.kind and starting.kind in ("offsets", "timestamps"):
+            if set(starting.offsets) != set(ending.offsets):
+                raise ValueError(
+                    "The topic-partitions of the starting and ending offsets differ: "
+                    f"{_tps(starting.offsets)} vs {_tps(ending.offsets)}"
+                )
+            for tp, s in starting.offsets.items():
+                e = ending.offsets[tp]
+                if s >= 0 and e >= 0 and s > e:
+                    what = "offset" if starting.kind == "offsets" else "timestamp"
+                    raise ValueError(
+                        f"The starting {what} ({s}) is greater than the ending {what} ({e}) for {tp[0]}-{tp[1]}"
+                    )
+        for key, name in (
+            ("maxoffsetspertrigger", "maxOffsetsPerTrigger"),
+            ("minoffsetspertrigger", "minOffsetsPerTrigger"),
+            ("maxtriggerdelay", "maxTriggerDelay"),
+        ):
+            if key in opts:
+                log.warning("%s option ignored in batch queries", name)
+
+    consumer = _client_config(opts, CONSUMER_DEFAULTS, "odradek source")
+    if "bootstrap.servers" not in consumer:
+        consumer["bootstrap.servers"] = opts.get("kafka.bootstrap.servers", opts.get("bootstrap.servers"))
+    isolation = str(consumer.get("isolation.level", "read_uncommitted")).lower()
+    if isolation not in ("read_uncommitted", "read_committed"):
+        raise ValueError(
+            f"kafka.isolation.level must be read_uncommitted or read_committed, not {isolation!r}"
+        )
+    consumer["isolation.level"] = isolation
+    admin = {k: v for k, v in consumer.items() if k in ADMIN_DEFAULTS}
+    fetch_bytes = int(consumer.get("max.partition.fetch.bytes", DEFAULT_FETCH_BYTES))
+    poll_timeout = opts.get("kafkaconsumer.polltimeoutms", "120000")
+    try:
+        poll_timeout_ms = int(poll_timeout)
+    except ValueError:
+        raise ValueError(
+            f"Option 'kafkaConsumer.pollTimeoutMs' must be an integer, not {poll_timeout!r}"
+        ) from None
+    return SourceOptions(
+        consumer_config=consumer,
+        admin_config=admin,
+        strategy=strategy,
+        topics=topics,
+        pattern=pattern,
+        assignment=assignment,
+        starting=starting,
+        ending=ending,
+        no_match_latest=strategy_on_no_match == "latest",
+        fail_on_data_loss=_bool(opts.get("failondataloss", "true"), "failOnDataLoss"),
+        include_headers=_bool(opts.get("includeheaders", "false"), "includeHeaders"),
+        max_offsets_per_trigger=max_offsets if streaming is not False else None,
+        min_partitions=min_partitions,
+        max_records_per_partition=max_records,
+        poll_timeout_ms=poll_timeout_ms,
+        fetch_bytes=fetch_bytes,
+        isolation_level=isolation,
+    )
+
+
+def _tps(offsets: Mapping[TopicPartition, int]) -> str:
+    return ", ".join(f"{t}-{p}" for t, p in sorted(offsets))
+
+
+def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
+    """Validate the writer options."""
+    opts = _lower(options)
+    for name in ("key.serializer", "value.serializer"):
+        if f"kafka.{name}" in opts:
+            raise ValueError(
+                f"Kafka option '{name}' is not supported as keys and values are serialized as byte arrays "
+                "with ByteArraySerializer. Use DataFrame operations to explicitly serialize them into strings "
+                "or byte arrays."
+            )
+    if "kafka.bootstrap.servers" not in opts and "bootstrap.servers" not in opts:
+        raise ValueError("Option 'kafka.bootstrap.servers' must be specified for configuring Kafka producer")
+    producer = _client_config(opts, PRODUCER_DEFAULTS, "odradek sink")
+    if "bootstrap.servers" not in producer:
+        producer["bootstrap.servers"] = opts.get("kafka.bootstrap.servers", opts.get("bootstrap.servers"))
+    topic = opts.get("topic")
+    return SinkOptions(producer_config=producer, topic=topic.strip() if topic is not None else None)

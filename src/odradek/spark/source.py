@@ -1,0 +1,331 @@
+"""The ``odradek`` Python data source: batch and streaming reads and writes.
+
+This module imports pyspark; :mod:`odradek.spark` imports it only when asked
+(:func:`odradek.spark.register`).  See :mod:`odradek.spark` for usage.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from ._fetch import read_range
+from ._offsets import (
+    OffsetRange,
+    OffsetReader,
+    from_json_offsets,
+    plan_ranges,
+    rate_limit,
+    split_ranges,
+    to_json_offsets,
+)
+from ._options import EARLIEST, LATEST, SinkOptions, SourceOptions, parse_sink_options, parse_source_options
+from ._write import check_sink_schema, write_batches
+
+__all__ = [
+    "OdradekBatchReader",
+    "OdradekCommitMessage",
+    "OdradekDataSource",
+    "OdradekPartition",
+    "OdradekStreamReader",
+    "OdradekStreamWriter",
+    "OdradekWriter",
+    "source_schema",
+]
+
+log = logging.getLogger(__name__)
+
+_HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+
+
+def source_schema(include_headers: bool = False) -> StructType:
+    """The fixed columns of Spark's Kafka source."""
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        fields.append(StructField("headers", _HEADERS))
+    return StructType(fields)
+
+
+class OdradekPartition(InputPartition):
+    """One task's work: the records ``start <= offset < end`` of one partition, with all the
+    executor needs (pickled to it)."""
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+        config: dict[str, Any],
+        fail_on_data_loss: bool,
+        include_headers: bool,
+        poll_timeout_ms: int,
+        fetch_bytes: int,
+    ) -> None:
+        super().__init__((topic, partition, start, end))
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.end = end
+        self.config = config
+        self.fail_on_data_loss = fail_on_data_loss
+        self.include_headers = include_headers
+        self.poll_timeout_ms = poll_timeout_ms
+        self.fetch_bytes = fetch_bytes
+
+    def __repr__(self) -> str:
+        return f"OdradekPartition({self.topic}-{self.partition} [{self.start}, {self.end}))"
+
+
+def _partition(r: OffsetRange, opts: SourceOptions) -> OdradekPartition:
+    return OdradekPartition(
+        r.topic,
+        r.partition,
+        r.start,
+        r.end,
+        dict(opts.consumer_config),
+        opts.fail_on_data_loss,
+        opts.include_headers,
+        opts.poll_timeout_ms,
+        opts.fetch_bytes,
+    )
+
+
+def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if not isinstance(partition, OdradekPartition):  # Spark's placeholder when nothing is planned
+        return iter(())
+    return read_range(
+        partition.config,
+        partition.topic,
+        partition.partition,
+        partition.start,
+        partition.end,
+        fail_on_data_loss=partition.fail_on_data_loss,
+        include_headers=partition.include_headers,
+        poll_timeout_ms=partition.poll_timeout_ms,
+        fetch_bytes=partition.fetch_bytes,
+    )
+
+
+def _check_schema(schema: StructType, opts: SourceOptions) -> None:
+    expected = source_schema(opts.include_headers)
+    if [(f.name, f.dataType) for f in schema.fields] != [(f.name, f.dataType) for f in expected.fields]:
+        raise ValueError("Kafka source has a fixed schema and cannot be set with a custom one")
+
+
+class OdradekBatchReader(DataSourceReader):
+    """``spark.read.format("odradek")``: offsets resolved once, when the query is planned."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        opts = self.options
+        reader = OffsetReader(opts)
+        try:
+            tps = reader.topic_partitions()
+            start = reader.resolve(opts.starting, tps, starting=True, streaming=False)
+            end = reader.resolve(opts.ending, tps, starting=False, streaming=False)
+        finally:
+            reader.close()
+        ranges = []
+        for tp in tps:
+            s, e = start[tp], end[tp]
+            if s > e:
+                raise ValueError(
+                    f"Beginning offset {s} is after the ending offset {e} for topic {tp[0]} partition {tp[1]}. "
+                    "You either provided an invalid fromOffset, or the Kafka topic has been damaged"
+                )
+            ranges.append(OffsetRange(tp[0], tp[1], s, e))
+        planned = split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)
+        return [_partition(r, opts) for r in planned]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(partition)
+
+
+class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("odradek")``.
+
+    ``initialOffset``: ``startingOffsets`` resolved (-1 per partition for "latest", see
+    :mod:`odradek.spark._offsets`).  ``latestOffset(start, limit)``: the current log ends
+    (or the ``Trigger.AvailableNow`` target), rate-limited by ``ReadMaxRows`` (from
+    ``maxOffsetsPerTrigger``).  ``partitions(start, end)``: a pure function of its offsets.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._offsets = OffsetReader(options)
+        self._target: dict[tuple[str, int], int] | None = None  # Trigger.AvailableNow
+        self._latest: dict[tuple[str, int], int] | None = None  # for progress reports
+        self._initial: dict | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_offsets"] = OffsetReader(self.options)  # never ship a live client
+        return state
+
+    def initialOffset(self) -> dict:
+        # Spark asks again when it runs the first batch: answer the same within this run
+        if self._initial is None:
+            tps = self._offsets.topic_partitions()
+            offsets = self._offsets.resolve(self.options.starting, tps, starting=True, streaming=True)
+            self._initial = to_json_offsets(offsets)
+        return self._initial
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_offsets_per_trigger
+        return ReadMaxRows(limit) if limit else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._offsets.latest(self._offsets.topic_partitions())
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = from_json_offsets(start)
+        if self._target is not None:
+            latest = dict(self._target)
+        else:
+            latest = self._offsets.latest(self._offsets.topic_partitions())
+        self._latest = latest
+        if isinstance(limit, ReadMaxRows):
+            resolved = {}
+            earliest_needed = [tp for tp in latest if begin.get(tp) == EARLIEST]
+            earliest = self._offsets.earliest(earliest_needed) if earliest_needed else {}
+            for tp, end in latest.items():
+                b = begin.get(tp, 0)
+                resolved[tp] = end if b == LATEST else earliest[tp] if b == EARLIEST else b
+            end_offsets = rate_limit(limit.max_rows, resolved, latest)
+        else:
+            end_offsets = latest
+        out = to_json_offsets(end_offsets)
+        return start if out == start else out  # the same JSON text when nothing is new
+
+    def reportLatestOffset(self) -> dict | None:
+        return to_json_offsets(self._latest) if self._latest is not None else None
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        ranges = plan_ranges(from_json_offsets(start), from_json_offsets(end), self.options)
+        return [_partition(r, self.options) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: like Spark's Kafka source, offsets live in the checkpoint only."""
+
+    def stop(self) -> None:
+        self._offsets.close()
+
+
+@dataclass
+class OdradekCommitMessage(WriterCommitMessage):
+    records: int = 0
+
+
+class _Writing:
+    options: SinkOptions
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return OdradekCommitMessage(write_batches(iterator, self.options.producer_config, self.options.topic))
+
+
+class OdradekWriter(_Writing, DataSourceArrowWriter):
+    """``df.write.format("odradek")``: at-least-once, as Spark's Kafka sink."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        written = sum(m.records for m in messages if isinstance(m, OdradekCommitMessage))
+        log.info("odradek sink: %d records written", written)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Records already acknowledged stay in the log (Kafka has no rollback outside transactions)."""
+
+
+class OdradekStreamWriter(_Writing, DataSourceStreamArrowWriter):
+    """``df.writeStream.format("odradek")``: at-least-once, as Spark's Kafka sink."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        written = sum(m.records for m in messages if isinstance(m, OdradekCommitMessage))
+        log.info("odradek sink: batch %d, %d records written", batchId, written)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Records already acknowledged stay in the log (Kafka has no rollback outside transactions)."""
+
+
+class OdradekDataSource(DataSource):
+    """Spark's Kafka source and sink, for Odradek (and any Kafka-protocol broker): format
+    ``"odradek"``, the same options and columns as ``format("kafka")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "odradek"
+
+    def schema(self) -> StructType:
+        opts = parse_source_options(self.options, streaming=None)
+        return source_schema(opts.include_headers)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        opts = parse_source_options(self.options, streaming=False)
+        _check_schema(schema, opts)
+        return OdradekBatchReader(opts)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        opts = parse_source_options(self.options, streaming=True)
+        _check_schema(schema, opts)
+        return OdradekStreamReader(opts)
+
+    def writer(self, schema: StructType, overwrite: bool) -> OdradekWriter:
+        if overwrite:
+            raise ValueError(
+                "Save mode Overwrite not allowed for Kafka. Allowed save modes are Append and ErrorIfExists (default)."
+            )
+        opts = parse_sink_options(self.options)
+        check_sink_schema(schema, opts.topic)
+        return OdradekWriter(opts)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> OdradekStreamWriter:
+        opts = parse_sink_options(self.options)
+        check_sink_schema(schema, opts.topic)
+        return OdradekStreamWriter(opts)
