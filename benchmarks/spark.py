@@ -1,7 +1,7 @@
 """Benchmark of the ``odradek`` PySpark data source against Spark's own row generation.
 
 Run: ``python benchmarks/spark.py [--records N] [--repeats R]`` (or ``python -m
-benchmarks.spark``). Prints one JSON object (~3 min with the defaults). Needs pyspark >= 4.2,
+benchmarks.spark``). Prints one JSON object (~1-2 min with the defaults). Needs pyspark >= 4.2,
 pyarrow, confluent-kafka and Java 17.
 
 A fresh ``odradek serve`` process gets a 2-partition topic of ``records`` (2,000,000) values of
