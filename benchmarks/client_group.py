@@ -2,7 +2,7 @@
 both reading from the same ``odradek serve`` broker in the same run.
 
 Run: ``python benchmarks/client_group.py [--quick]`` (or ``python -m benchmarks.client_group``).
-Prints one JSON object (~1.5 min; ``--quick`` ~20 s). One broker process on 127.0.0.1 (data in
+Prints one JSON object (~20 s; ``--quick`` ~5 s). One broker process on 127.0.0.1 (data in
 a temporary directory, default flush policy) serves the whole run. Before the repeats,
 confluent-kafka writes ``records`` x 100-byte values (no key, no headers) round-robin over the
 ``partitions`` partitions of one topic (``acks=1, linger.ms=5, batch.size=1048576``). Every

@@ -52,6 +52,10 @@ GROUP_CONF: dict[str, Any] = {
     "default.api.timeout.ms": 15000,
 }
 
+# the seeds' default (autocommit.enable): positions are committed when a rebalance takes
+# partitions away (here only then and on shutdown: the interval is never reached)
+AUTO_COMMIT: dict[str, Any] = {"enable.auto.commit": True, "auto.commit.interval.ms": 600000}
+
 Key = tuple[str, int, int]  # topic, partition, offset
 
 
@@ -207,7 +211,7 @@ def test_streams_by_whitelist_pick_up_new_topics(broker: BrokerProcess, name: st
     expected = produce(bs, f"{name}.one", 3, 20) | produce(bs, f"{name}.two", 1, 15)
     produce(bs, f"{name}-other", 2, 5)  # does not match
     hl, streams = create_message_streams_by_filter(
-        {"bootstrap.servers": bs, "group.id": name, **GROUP_CONF}, Whitelist(re.escape(name) + r"\..*"), 3
+        {"bootstrap.servers": bs, "group.id": name, **GROUP_CONF, **AUTO_COMMIT}, Whitelist(re.escape(name) + r"\..*"), 3
     )
     assert len(streams) == 3
     collector = Collector(streams)
@@ -237,7 +241,7 @@ def test_streams_by_blacklist(tmp_path: Path) -> None:
         produce(bs, "secret.keys", 1, 5)
         produce(bs, "secret.tokens", 1, 5)
         hl, streams = create_message_streams_by_filter(
-            {"bootstrap.servers": bs, "group.id": "bl", **GROUP_CONF}, Blacklist(r"secret\..*"), 2
+            {"bootstrap.servers": bs, "group.id": "bl", **GROUP_CONF, **AUTO_COMMIT}, Blacklist(r"secret\..*"), 2
         )
         collector = Collector(streams)
         try:

@@ -568,6 +568,12 @@ class AsyncConsumer:
         if self.closed:
             return
         self._stopping = True
+        if self.group is not None and self.group.cooperative and self.auto_commit and autocommit:
+            # a cooperative member keeps consuming while its JoinGroup waits; a commit now would
+            # queue behind it and fail under the next generation: let that exchange finish first
+            end = time.monotonic() + 5
+            while self.group.joining and time.monotonic() < end:
+                await asyncio.sleep(0.01)
         # stop the fetch and a join under way, and let them finish unwinding (a join cancelled
         # during JoinGroup/SyncGroup clears ``joining``, so the commit below can go out)
         running = [t for t in (self._prefetch, self._join) if t is not None and not t.done()]
@@ -879,9 +885,19 @@ class HighLevelConsumer:
         return streams
 
     def commit_offsets(self) -> None:
+        """Commit what every stream has yielded.  A stream in the middle of a rebalance is waited
+        for (its iterator's next poll completes it; up to ``default.api.timeout.ms``); a stream that
+        lost its partitions meanwhile commits what it still owns."""
+        deadline = time.monotonic() + int(self.config["default.api.timeout.ms"]) / 1000
         for c in self.consumers:
-            with contextlib.suppress(CommitFailed):
-                c.commit()
+            while True:
+                try:
+                    c.commit()
+                    break
+                except CommitFailed as exc:
+                    if exc.code != ErrorCode.REBALANCE_IN_PROGRESS or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.02)  # retry interval while the stream's own poll finishes the join
 
     def shutdown(self) -> None:
         for c in self.consumers:
