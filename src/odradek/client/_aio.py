@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from odradek.client._network import parse_bootstrap
+from odradek.client._network import negotiate_version, parse_bootstrap
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import (
     NEED_DATA,
@@ -68,14 +68,7 @@ class AsyncBrokerConnection:
         self.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
 
     def version_for(self, cls: type[Message], maximum: int | None = None) -> int:
-        broker = self.versions.get(cls.API_KEY)
-        if broker is None:
-            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"broker {self.node_id} does not support {cls.NAME}")
-        lo = max(broker[0], cls.VALID_VERSIONS[0])
-        hi = min(broker[1], cls.VALID_VERSIONS[1], maximum if maximum is not None else 1 << 15)
-        if lo > hi:
-            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"no {cls.NAME} version in common with broker {self.node_id}")
-        return hi
+        return negotiate_version(self.versions, cls, maximum, f"broker {self.node_id}")
 
     def send(self, message: Message, version: int | None = None, expect_response: bool = True) -> asyncio.Future[Any]:
         """Write a request now; the future completes with its response (or None without one)."""

@@ -18,7 +18,7 @@ from odradek.protocol.messages.api_versions import ApiVersionsRequest, ApiVersio
 from odradek.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from odradek.protocol.messages.metadata import MetadataRequest, MetadataResponse
 
-__all__ = ["BrokerConnection", "Cluster", "parse_bootstrap"]
+__all__ = ["BrokerConnection", "Cluster", "negotiate_version", "parse_bootstrap"]
 
 M = TypeVar("M", bound=Message)
 
@@ -33,6 +33,21 @@ def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
     if not result:
         raise ValueError("no bootstrap servers given")
     return result
+
+
+def negotiate_version(
+    versions: dict[int, tuple[int, int]], cls: type[Message], maximum: int | None, who: str
+) -> int:
+    """The highest version of ``cls`` both sides support (from the broker's ApiVersions answer),
+    capped at ``maximum``; UNSUPPORTED_VERSION when there is none."""
+    broker = versions.get(cls.API_KEY)
+    if broker is None:
+        raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"{who} does not support {cls.NAME}")
+    lo = max(broker[0], cls.VALID_VERSIONS[0])
+    hi = min(broker[1], cls.VALID_VERSIONS[1], maximum if maximum is not None else 1 << 15)
+    if lo > hi:
+        raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"no {cls.NAME} version in common with {who}")
+    return hi
 
 
 class BrokerConnection:
@@ -60,14 +75,7 @@ class BrokerConnection:
         self.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
 
     def version_for(self, cls: type[Message], maximum: int | None = None) -> int:
-        broker = self.versions.get(cls.API_KEY)
-        if broker is None:
-            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"the broker does not support {cls.NAME}")
-        lo = max(broker[0], cls.VALID_VERSIONS[0])
-        hi = min(broker[1], cls.VALID_VERSIONS[1], maximum if maximum is not None else 1 << 15)
-        if lo > hi:
-            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"no {cls.NAME} version in common with the broker")
-        return hi
+        return negotiate_version(self.versions, cls, maximum, "the broker")
 
     def request(self, message: Message, version: int | None = None) -> Any:
         """Send ``message`` (at the highest common version unless given) and return the response."""
