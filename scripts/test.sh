@@ -8,8 +8,8 @@ cd "$(dirname "$0")/.."
 
 source scripts/_setup.sh
 echo "== install"
-apt_install kcat            # Debian's kcat is one of the real clients the interop tests use
-odradek_setup test,dev,fast
+apt_install kcat zookeeper  # kcat: a real client for interop tests; zookeeper: the cluster tests
+odradek_setup test,dev,fast,cluster
 
 echo "== codegen --check"
 .venv/bin/python -m tools.codegen --check

@@ -20,15 +20,17 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import odradek.broker.handlers  # noqa: F401  (registers the API handlers)
 from odradek._clock import Clock, SystemClock
 from odradek.broker.coordinator import GroupCoordinator
+from odradek.broker.fetcher import ReplicaFetcherManager
 from odradek.broker.replica import Partition, ReplicaManager
 from odradek.broker.server import KafkaConnection
-from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage, TopicInfo
+from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage, PartitionState, TopicInfo
 from odradek.config import BrokerConfig, ConfigError, Listener
 from odradek.coordination import EmbeddedBackend, MetadataBackend
 from odradek.errors import ErrorCode, KafkaError
@@ -42,6 +44,10 @@ from odradek.records import (
 )
 from odradek.storage import LogConfig, LogManager, StorageError
 from odradek.storage.manager import read_meta_properties, write_meta_properties
+
+if TYPE_CHECKING:
+    from odradek.broker.controller import Controller
+    from odradek.coordination.zookeeper import ZooKeeperBackend
 
 __all__ = ["Broker"]
 
@@ -85,6 +91,12 @@ class Broker:
         self.replicas: ReplicaManager
         self._groups: GroupCoordinator | None = None
         self.ready_after = 0.0
+        # cluster mode (zookeeper.connect): the controller, followers' fetchers, fencing state
+        self.zk_mode = bool(config.get("zookeeper.connect"))
+        self.controller: Controller | None = None
+        self.fetchers: ReplicaFetcherManager | None = None
+        self.controller_epoch = 0
+        self._full_metadata_seen = False
 
     # ------------------------------------------------------------------------------------------
     # start / stop
@@ -103,7 +115,25 @@ class Broker:
         dirs = self.config.log_dirs
         for d in dirs:
             d.mkdir(parents=True, exist_ok=True)
-        self.cluster_id = self._identity(dirs)
+        zk: ZooKeeperBackend | None = None
+        if self.zk_mode:
+            from odradek.coordination.zookeeper import ZooKeeperBackend
+
+            timeout = self.config.get("zookeeper.connection.timeout.ms")
+            zk = ZooKeeperBackend(
+                str(self.config.get("zookeeper.connect")),
+                int(self.config.get("zookeeper.session.timeout.ms")),
+                int(timeout) if timeout is not None else None,
+            )
+            existing = next((read_meta_properties(d).get("cluster.id") for d in dirs if read_meta_properties(d)), None)
+            zk_cluster = await zk.connect(existing)
+            if existing is not None and existing != zk_cluster:
+                await zk.stop()
+                raise ConfigError(
+                    f"the cluster id {zk_cluster} in ZooKeeper does not match {existing} in meta.properties: "
+                    "these log dirs belong to another cluster"
+                )
+        self.cluster_id = self._identity(dirs, zk.cluster_id if zk is not None else None)
         workers = max(1, int(self.config.get("num.recovery.threads.per.data.dir")) * len(dirs))
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="odradek-io")
         executor = self._executor
@@ -128,19 +158,39 @@ class Broker:
             sock = server.sockets[0].getsockname()
             self.bound[lst.name] = (sock[0], sock[1])
             self._servers.append(server)
-        self.backend = EmbeddedBackend(dirs[0], self.cluster_id)
-        await self.backend.start(self._broker_info())
+        if zk is not None:
+            self.backend = zk
+            self.fetchers = ReplicaFetcherManager(self)
+        else:
+            self.backend = EmbeddedBackend(dirs[0], self.cluster_id)
         self._groups = GroupCoordinator(self)
         self.backend.add_listener(self._apply_image)
+        if zk is not None:
+            # the controller sends its requests as soon as this broker registers
+            for server in self._servers:
+                await server.start_serving()
+        try:
+            await self.backend.start(self._broker_info())
+        except BaseException:
+            if zk is not None:
+                await zk.stop()
+            raise
         self._apply_image(self.backend.image)
         self.groups.start()
-        for server in self._servers:
-            await server.start_serving()
+        if zk is not None:
+            from odradek.broker.controller import Controller
+
+            self.controller = Controller(self, zk)
+            zk.on_registered.append(self.controller.on_new_session)
+            self.controller.start()
+            self._every(max(100, int(self.config.get("replica.lag.time.max.ms")) // 2), self._isr_check, "isr-shrink")
+        else:
+            for server in self._servers:
+                await server.start_serving()
         self._start_timers()
         self.ready_after = time.monotonic() - t0
 
-    def _identity(self, dirs: list[Path]) -> str:
-        cluster_id = None
+    def _identity(self, dirs: list[Path], cluster_id: str | None = None) -> str:
         for d in dirs:
             props = read_meta_properties(d)
             if not props:
@@ -179,7 +229,14 @@ class Broker:
     async def stop(self) -> None:
         if self.stopping:
             return
+        if self.controller is not None and self.config.get("controlled.shutdown.enable"):
+            with contextlib.suppress(Exception):
+                await self._controlled_shutdown()
         self.stopping = True
+        if self.fetchers is not None:
+            await self.fetchers.shutdown()
+        if self.controller is not None:
+            await self.controller.stop()
         for server in self._servers:
             server.close()
         for conn in list(self.connections):
@@ -222,10 +279,16 @@ class Broker:
         return self.backend.image
 
     def _apply_image(self, image: MetadataImage) -> None:
+        for topic in image.topics.values():
+            self._topic_configs[topic.name] = self._log_config(topic)
+        for name in list(self._topic_configs):
+            if name not in image.topics:
+                del self._topic_configs[name]
+        if self.zk_mode:
+            self._apply_cluster_image(image)
+            return
         hosted = set()
         for topic in image.topics.values():
-            cfg = self._log_config(topic)
-            self._topic_configs[topic.name] = cfg
             for state in topic.partitions.values():
                 if self.broker_id not in state.replicas:
                     continue
@@ -235,14 +298,26 @@ class Broker:
         for key in list(self.replicas.partitions):
             if key not in hosted:
                 self.replicas.remove_partition(key[0], key[1], delete=True)
-        for name in list(self._topic_configs):
-            if name not in image.topics:
-                del self._topic_configs[name]
         if self._groups is not None and (self._groups.loaded or "__consumer_offsets" in image.topics):
             self._groups.on_image()
         # logs on disk for topics that no longer exist (deleted while this broker was down)
         for lg in list(self.logs.logs()):
             if (lg.topic, lg.partition) not in hosted:
+                self.logs.delete(lg.topic, lg.partition)
+
+    def _apply_cluster_image(self, image: MetadataImage) -> None:
+        """In a cluster, LeaderAndIsr / StopReplica decide which partitions are hosted; an image
+        only updates topic configs and, once complete, removes logs of deleted topics."""
+        for (topic, _idx), p in self.replicas.partitions.items():
+            cfg = self._topic_configs.get(topic)
+            if cfg is not None and cfg is not p.log.config:
+                p.log.update_config(cfg)
+        if not self._full_metadata_seen:
+            return
+        for lg in list(self.logs.logs()):
+            key = (lg.topic, lg.partition)
+            if lg.topic not in image.topics and key not in self.replicas.partitions:
+                log.info("deleting %s-%d: its topic no longer exists", *key)
                 self.logs.delete(lg.topic, lg.partition)
 
     def _log_config(self, topic: TopicInfo) -> LogConfig:
@@ -305,6 +380,244 @@ class Broker:
         await self.backend.set_broker_configs(current)
 
     # ------------------------------------------------------------------------------------------
+    # cluster mode: the controller's requests, followers, the ISR
+
+    @property
+    def inter_broker_listener(self) -> str | None:
+        name = self.config.get("inter.broker.listener.name")
+        return str(name) if name else None
+
+    def offsets_replication_factor(self) -> int:
+        rf = int(self.config.get("offsets.topic.replication.factor"))
+        return rf if self.zk_mode else 1
+
+    def check_controller_request(self, controller_epoch: int, broker_epoch: int) -> ErrorCode | None:
+        if not self.zk_mode:
+            return ErrorCode.STALE_CONTROLLER_EPOCH
+        if controller_epoch < self.controller_epoch:
+            return ErrorCode.STALE_CONTROLLER_EPOCH
+        zk = self._zk()
+        if broker_epoch >= 0 and broker_epoch < zk.broker_epoch:
+            return ErrorCode.STALE_BROKER_EPOCH
+        self.controller_epoch = controller_epoch
+        return None
+
+    def _zk(self) -> ZooKeeperBackend:
+        from odradek.coordination.zookeeper import ZooKeeperBackend
+
+        assert isinstance(self.backend, ZooKeeperBackend)
+        return self.backend
+
+    async def apply_leader_and_isr(
+        self,
+        states: list[Any],
+        topic_ids: Mapping[str, uuid.UUID],
+        leaders: Mapping[int, tuple[str, int]],
+    ) -> dict[tuple[str, int], int]:
+        """Become leader or follower of each partition, as the controller says."""
+        assert self.fetchers is not None
+        results: dict[tuple[str, int], int] = {}
+        for name in {ps.topic_name for ps in states}:
+            if name not in self._topic_configs:
+                extra = await self._zk().topic_config(name)
+                merged: dict[str, Any] = self.config.topic_defaults()
+                merged.update(extra)
+                self._topic_configs[name] = LogConfig.from_dict(merged)
+        now = self.clock.now_ms()
+        for ps in states:
+            key = (ps.topic_name, ps.partition_index)
+            current = self.replicas.get(*key)
+            if current is not None and (
+                ps.leader_epoch < current.leader_epoch
+                or (ps.leader_epoch == current.leader_epoch and ps.partition_epoch < current.state.partition_epoch)
+            ):
+                results[key] = int(ErrorCode.STALE_CONTROLLER_EPOCH)
+                continue
+            if self.broker_id not in ps.replicas:
+                results[key] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            state = PartitionState(
+                ps.topic_name,
+                ps.partition_index,
+                tuple(ps.replicas),
+                tuple(ps.isr),
+                ps.leader,
+                ps.leader_epoch,
+                ps.partition_epoch,
+            )
+            topic_id = topic_ids.get(ps.topic_name)
+            try:
+                if ps.leader == self.broker_id:
+                    self.fetchers.remove(*key)
+                    p = self.replicas.make_leader(state, topic_id, now)
+                    p.log.auto_flush = False
+                    if current is None or not current.is_leader or current.leader_epoch != ps.leader_epoch:
+                        log.info("%s-%d: leader at epoch %d, ISR %s", *key, ps.leader_epoch, list(ps.isr))
+                else:
+                    same = (
+                        current is not None
+                        and not current.is_leader
+                        and current.state.leader == ps.leader
+                        and current.leader_epoch == ps.leader_epoch
+                        and self.fetchers.follows(*key)
+                    )
+                    if same and current is not None:
+                        current.state = state
+                    else:
+                        p = self.replicas.make_follower(state, topic_id)
+                        p.log.auto_flush = False
+                        endpoint = leaders.get(ps.leader)
+                        if endpoint is None and ps.leader >= 0:
+                            info = self.image.brokers.get(ps.leader)
+                            ep = None if info is None else (info.endpoint(self.inter_broker_listener) or info.endpoint())
+                            endpoint = None if ep is None else (ep.host, ep.port)
+                        if ps.leader >= 0 and endpoint is not None:
+                            self.fetchers.add(p, ps.leader, endpoint[0], endpoint[1])
+                        else:
+                            self.fetchers.remove(*key)
+                results[key] = 0
+            except (KafkaError, StorageError, OSError) as exc:
+                log.exception("LeaderAndIsr for %s-%d failed", *key)
+                results[key] = int(exc.code) if isinstance(exc, KafkaError) else int(ErrorCode.KAFKA_STORAGE_ERROR)
+        if self._groups is not None:
+            self._groups.on_image()
+        return results
+
+    async def apply_update_metadata(self, request: Any) -> None:
+        from odradek.broker.controller import topic_infos_from_update
+
+        brokers, topics = topic_infos_from_update(request)
+        image = MetadataImage(
+            self.cluster_id, request.controller_id, brokers, topics, dict(self.image.broker_configs)
+        )
+        self._full_metadata_seen = True
+        await self._zk().apply_metadata(image)
+
+    async def stop_replicas(self, items: list[tuple[str, int, bool]]) -> dict[tuple[str, int], int]:
+        assert self.fetchers is not None
+        errors = {}
+        for topic, idx, delete in items:
+            self.fetchers.remove(topic, idx)
+            try:
+                self.replicas.remove_partition(topic, idx, delete=delete)
+                errors[(topic, idx)] = 0
+            except (StorageError, OSError):
+                log.exception("StopReplica for %s-%d failed", topic, idx)
+                errors[(topic, idx)] = int(ErrorCode.KAFKA_STORAGE_ERROR)
+        if self._groups is not None:
+            self._groups.on_image()
+        return errors
+
+    def on_follower_fetch(self, p: Partition, replica: int, fetch_offset: int) -> None:
+        """A follower's fetch: its log end offset moves the HW; a caught-up follower rejoins the ISR."""
+        p.record_follower_fetch(replica, fetch_offset, self.clock.now_ms())
+        p.update_high_watermark()
+        if self.zk_mode and not p.isr_pending and p.can_join_isr(replica):
+            new_isr = (*p.state.isr, replica)
+            asyncio.get_running_loop().create_task(self._change_isr(p, new_isr))
+
+    async def _isr_check(self) -> None:
+        """Drop followers that have not caught up for ``replica.lag.time.max.ms`` from the ISR."""
+        max_lag = int(self.config.get("replica.lag.time.max.ms"))
+        now = self.clock.now_ms()
+        for p in list(self.replicas.partitions.values()):
+            if not p.is_leader or p.isr_pending:
+                continue
+            lagging = p.lagging_followers(now, max_lag)
+            if lagging:
+                new_isr = tuple(r for r in p.state.isr if r not in lagging)
+                log.info("%s-%d: shrinking ISR from %s to %s", p.topic, p.index, list(p.state.isr), list(new_isr))
+                await self._change_isr(p, new_isr)
+
+    async def _change_isr(self, p: Partition, new_isr: tuple[int, ...]) -> None:
+        """The leader writes its new ISR to ZooKeeper (version-checked against the state it was
+        given) and announces it through ``/isr_change_notification``."""
+        from odradek.cluster.controller import LeaderIsr
+        from odradek.coordination.zookeeper import BadVersionError, NoNodeError
+
+        zk = self._zk()
+        p.isr_pending = True
+        try:
+            path = f"/brokers/topics/{p.topic}/partitions/{p.index}/state"
+            state = p.state
+            li = LeaderIsr(self.broker_id, state.leader_epoch, new_isr, self.controller_epoch)
+            try:
+                stat = await zk.store.set(path, li.to_json(), state.partition_epoch)
+            except BadVersionError:
+                data, zstat = await zk.store.get(path)
+                current = LeaderIsr.from_json(data, zstat.version)
+                if current.leader != self.broker_id or current.leader_epoch != state.leader_epoch:
+                    return  # the controller moved on; its LeaderAndIsr will tell us
+                p.state = replace(p.state, isr=current.isr, partition_epoch=zstat.version)
+                return
+            except NoNodeError:
+                return
+            if p.state is not state or not p.is_leader:
+                return
+            if any(r not in new_isr for r in state.isr):
+                log.info("%s-%d: ISR shrunk to %s", p.topic, p.index, list(new_isr))
+            else:
+                log.info("%s-%d: ISR expanded to %s", p.topic, p.index, list(new_isr))
+            p.state = replace(state, isr=new_isr, partition_epoch=stat.version)
+            now = self.clock.now_ms()
+            for r in new_isr:
+                p.follower_caught_up.setdefault(r, now)
+            p.update_high_watermark()
+            with contextlib.suppress(Exception):
+                await zk.notify_isr_change([(p.topic, p.index)])
+        except Exception:
+            log.exception("ISR change of %s-%d failed", p.topic, p.index)
+        finally:
+            p.isr_pending = False
+
+    async def _controlled_shutdown(self) -> None:
+        """Ask the controller to move leadership away before this broker stops (retried)."""
+        from odradek.broker.channel import BrokerChannel
+        from odradek.protocol.messages.controlled_shutdown import ControlledShutdownRequest
+
+        zk = self._zk()
+        retries = int(self.config.get("controlled.shutdown.max.retries"))
+        backoff = int(self.config.get("controlled.shutdown.retry.backoff.ms")) / 1000
+        for attempt in range(retries):
+            data, _ = await zk.store.get_or_none("/controller")
+            cid = int(data["brokerid"]) if data else -1
+            if cid == self.broker_id and self.controller is not None and self.controller.active:
+                remaining = await self.controller.call(
+                    lambda: self.controller.controlled_shutdown(self.broker_id, zk.broker_epoch)  # type: ignore[union-attr]
+                )
+                if not remaining:
+                    log.info("controlled shutdown succeeded")
+                    return
+            else:
+                info = self.image.brokers.get(cid)
+                ep = None if info is None else (info.endpoint(self.inter_broker_listener) or info.endpoint())
+                if ep is not None:
+                    channel = BrokerChannel(ep.host, ep.port, client_id=f"broker-{self.broker_id}", timeout=30)
+                    try:
+                        resp = await channel.request(
+                            ControlledShutdownRequest(broker_id=self.broker_id, broker_epoch=zk.broker_epoch), 3
+                        )
+                    except (ConnectionError, TimeoutError, OSError) as exc:
+                        log.warning("controlled shutdown attempt %d failed: %s", attempt + 1, exc)
+                        resp = None
+                    finally:
+                        await channel.close()
+                    if resp is not None and resp.error_code == 0 and not resp.remaining_partitions:
+                        log.info("controlled shutdown succeeded")
+                        await self._wait_not_leading(5.0)
+                        return
+            await asyncio.sleep(backoff)
+        log.warning("controlled shutdown did not complete; shutting down anyway")
+
+    async def _wait_not_leading(self, timeout: float) -> None:
+        """Until the controller's LeaderAndIsr has made this broker a follower everywhere."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not any(p.is_leader and len(p.state.replicas) > 1 for p in self.replicas.partitions.values()):
+                return
+            await asyncio.sleep(0.05)
+
+    # ------------------------------------------------------------------------------------------
     # partitions for requests
 
     def produce_partition(self, topic: str, partition: int) -> Partition:
@@ -363,6 +676,11 @@ class Broker:
 
     async def allocate_producer_id(self) -> int:
         async with self._pid_lock:
+            if self._next_pid >= self._pid_limit and self.zk_mode:
+                from odradek.coordination.zookeeper import PRODUCER_ID_BLOCK as ZK_BLOCK
+
+                start = await self._zk().allocate_producer_id_block()
+                self._next_pid, self._pid_limit = start, start + ZK_BLOCK
             if self._next_pid >= self._pid_limit:
                 path = self.config.log_dirs[0] / "producer-id-block"
                 start = int(path.read_text()) if path.exists() else 0

@@ -175,13 +175,13 @@ class GroupCoordinator:
         return self.broker.clock.now_ms()
 
     def on_image(self) -> None:
-        """Load offsets partitions this broker now leads; unload those it lost."""
-        topic = self.broker.image.topics.get(OFFSETS_TOPIC)
-        led = set()
-        if topic is not None:
-            for p, state in topic.partitions.items():
-                if state.leader == self.broker.broker_id:
-                    led.add(p)
+        """Load offsets partitions this broker now leads; unload those it lost (called after
+        every metadata image and every LeaderAndIsr)."""
+        led = {
+            idx
+            for (topic, idx), part in list(self.broker.replicas.partitions.items())
+            if topic == OFFSETS_TOPIC and part.is_leader
+        }
         for p in sorted(self.loaded - led):
             self._unload(p)
         for p in sorted(led - self.loaded - self.loading):
@@ -287,17 +287,25 @@ class GroupCoordinator:
             if OFFSETS_TOPIC in self.broker.image.topics:
                 return
             cfg = self.broker.config
-            await self.broker.backend.create_topic(
-                OFFSETS_TOPIC,
-                self.partitions,
-                int(cfg.get("offsets.topic.replication.factor")),
-                {
-                    "cleanup.policy": "compact",
-                    "compression.type": "producer",
-                    "segment.bytes": str(cfg.get("offsets.topic.segment.bytes")),
-                },
-                internal=True,
-            )
+            try:
+                await self.broker.backend.create_topic(
+                    OFFSETS_TOPIC,
+                    self.partitions,
+                    self.broker.offsets_replication_factor(),
+                    {
+                        "cleanup.policy": "compact",
+                        "compression.type": "producer",
+                        "segment.bytes": str(cfg.get("offsets.topic.segment.bytes")),
+                    },
+                    internal=True,
+                )
+            except KafkaError as exc:
+                if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
+                    return
+                if exc.code == ErrorCode.INVALID_REPLICATION_FACTOR:
+                    # like Kafka: no group coordination until enough brokers are alive
+                    raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, exc.message) from exc
+                raise
 
     def check(self, group_id: str) -> None:
         """Raise unless this broker serves ``group_id`` right now."""
@@ -307,8 +315,8 @@ class GroupCoordinator:
         if topic is None:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} does not exist yet")
         p = self.partition_for(group_id)
-        state = topic.partitions.get(p)
-        if state is None or state.leader != self.broker.broker_id:
+        local = self.broker.replicas.get(OFFSETS_TOPIC, p)
+        if local is None or not local.is_leader:
             raise KafkaError(ErrorCode.NOT_COORDINATOR, f"group {group_id} is coordinated by another broker")
         if p in self.loading or p not in self.loaded:
             raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, f"{OFFSETS_TOPIC}-{p} is loading")

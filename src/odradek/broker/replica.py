@@ -34,6 +34,12 @@ class Partition:
     state: PartitionState
     broker_id: int
     follower_leo: dict[int, int] = field(default_factory=dict)
+    # replica id -> last time (ms) it was caught up with the leader's log end, and the leader's
+    # log end offset at its previous fetch (Kafka's lastCaughtUpTime rule)
+    follower_caught_up: dict[int, int] = field(default_factory=dict)
+    follower_last_fetch: dict[int, tuple[int, int]] = field(default_factory=dict)
+    append_waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    isr_pending: bool = False
     hw_waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
     data_waiters: list[asyncio.Future[None]] = field(default_factory=list)
     flushing: asyncio.Future[None] | None = None
@@ -88,6 +94,49 @@ class Partition:
         self.data_waiters.append(fut)
         return fut
 
+    def wait_for_append(self) -> asyncio.Future[None]:
+        """For followers' long polls: wakes on any append, not only when the HW moves."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.append_waiters.append(fut)
+        return fut
+
+    def wake_appended(self) -> None:
+        if self.append_waiters:
+            for fut in self.append_waiters:
+                if not fut.done():
+                    fut.set_result(None)
+            self.append_waiters = []
+
+    # -- followers (leader side) -------------------------------------------------------------
+    def record_follower_fetch(self, replica: int, fetch_offset: int, now_ms: int) -> None:
+        """A follower fetched from ``fetch_offset``: its log end offset is that offset; it is
+        caught up if it reached the leader's log end, now or as of its previous fetch."""
+        leo = self.log.log_end_offset
+        self.follower_leo[replica] = fetch_offset
+        if fetch_offset >= leo:
+            self.follower_caught_up[replica] = now_ms
+        else:
+            prev = self.follower_last_fetch.get(replica)
+            if prev is not None and fetch_offset >= prev[1]:
+                self.follower_caught_up[replica] = max(self.follower_caught_up.get(replica, 0), prev[0])
+        self.follower_last_fetch[replica] = (now_ms, leo)
+
+    def can_join_isr(self, replica: int) -> bool:
+        """Kafka's rule: a follower rejoins once it has everything up to the HW and has reached
+        the current leader epoch's start offset."""
+        if replica in self.state.isr or replica not in self.state.replicas:
+            return False
+        leo = self.follower_leo.get(replica, -1)
+        epoch_start = next((start for e, start in self.log.epochs.entries if e == self.leader_epoch), 0)
+        return leo >= self.log.high_watermark and leo >= epoch_start
+
+    def lagging_followers(self, now_ms: int, max_lag_ms: int) -> list[int]:
+        return [
+            r
+            for r in self.state.isr
+            if r != self.broker_id and now_ms - self.follower_caught_up.get(r, 0) > max_lag_ms
+        ]
+
     def fail_waiters(self, code: ErrorCode) -> None:
         for _offset, fut in self.hw_waiters:
             if not fut.done():
@@ -124,6 +173,39 @@ class ReplicaManager:
             p.update_high_watermark()
         return p
 
+    def make_leader(self, state: PartitionState, topic_id: object, now_ms: int) -> Partition:
+        """LeaderAndIsr made this broker the leader: followers start out unknown but, being in
+        the ISR, get a full ``replica.lag.time.max.ms`` to fetch before they are dropped."""
+        old = self.partitions.get((state.topic, state.partition))
+        new_epoch = old is None or old.state.leader_epoch != state.leader_epoch or not old.is_leader
+        p = self.become_leader(state, topic_id)
+        if new_epoch:
+            p.follower_leo = {}
+            p.follower_last_fetch = {}
+            p.follower_caught_up = {r: now_ms for r in state.isr}
+        p.isr_pending = False
+        return p
+
+    def make_follower(self, state: PartitionState, topic_id: object) -> Partition:
+        key = (state.topic, state.partition)
+        p = self.partitions.get(key)
+        cfg = self.topic_config(state.topic)
+        if p is None:
+            lg = self.logs.get_or_create(state.topic, state.partition, cfg, topic_id=topic_id)  # type: ignore[arg-type]
+            p = Partition(state.topic, state.partition, lg, state, self.broker_id)
+            p.log.high_watermark = min(max(p.log.high_watermark, 0), p.log.log_end_offset)
+            self.partitions[key] = p
+        else:
+            p.log.update_config(cfg)
+        p.state = state
+        p.follower_leo = {}
+        p.follower_caught_up = {}
+        p.follower_last_fetch = {}
+        p.isr_pending = False
+        p.fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        p.wake_appended()
+        return p
+
     def remove_partition(self, topic: str, partition: int, delete: bool) -> None:
         p = self.partitions.pop((topic, partition), None)
         if p is not None:
@@ -154,6 +236,7 @@ class ReplicaManager:
                 )
         info = p.log.append(records, leader_epoch=p.leader_epoch)
         p.update_high_watermark()
+        p.wake_appended()
         return info
 
     async def wait_durable(self, p: Partition) -> None:

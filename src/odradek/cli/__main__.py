@@ -40,11 +40,24 @@ def _parser() -> argparse.ArgumentParser:
     topics.add_parser(sub)
     groups.add_parser(sub)
     configs.add_parser(sub)
+
+    from odradek.cli import cluster, pipeline
+
+    cluster.add_parser(sub)
+    pipeline.add_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "cluster":
+        from odradek.cli import cluster
+
+        return cluster.run(args)
+    if args.command == "pipeline":
+        from odradek.cli import pipeline
+
+        return pipeline.run(args)
     if args.command == "groups":
         from odradek.cli import groups
 

@@ -26,6 +26,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--port", type=int, help="listener port")
     p.add_argument("--data-dir", help="log.dirs")
     p.add_argument("--broker-id", type=int, help="broker.id")
+    p.add_argument(
+        "--zookeeper", metavar="HOST:PORT[/CHROOT]", help="zookeeper.connect: join a cluster coordinated by ZooKeeper"
+    )
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
 
 
@@ -47,6 +50,8 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         flags["log.dirs"] = args.data_dir
     if args.broker_id is not None:
         flags["broker.id"] = args.broker_id
+    if args.zookeeper is not None:
+        flags["zookeeper.connect"] = args.zookeeper
     return flags
 
 

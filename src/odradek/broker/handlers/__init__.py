@@ -3,6 +3,7 @@
 from odradek.broker.handlers import (  # noqa: F401
     admin,
     api_versions,
+    cluster,
     configs,
     fetch,
     groups,

@@ -1,7 +1,7 @@
 """Fetch (1), v0-16.
 
 Consumers (replica id -1) read up to the high watermark; followers (replica id >= 0) up to the
-log end.  ``max_wait_ms`` + ``min_bytes`` are served by waiting on the partitions' data futures
+log end, and their fetch offset tells the leader their log end offset (ISR, high watermark).  ``max_wait_ms`` + ``min_bytes`` are served by waiting on the partitions' data futures
 (the fetch purgatory) until enough bytes are visible or the wait ends.  From v3 the first
 partition that has data returns its first batch whole even beyond the size limits (KIP-74);
 v0-2 have hard limits and the client retries with a larger buffer.  v0-3 get down-converted
@@ -75,7 +75,10 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     for i, slot in enumerate(slots):
         try:
             assert slot.name is not None
-            partitions[i] = broker.fetch_partition(slot.name, slot.partition.partition, slot.partition.current_leader_epoch, replica_id)
+            p = broker.fetch_partition(slot.name, slot.partition.partition, slot.partition.current_leader_epoch, replica_id)
+            if replica_id >= 0:
+                broker.on_follower_fetch(p, replica_id, slot.fetch_offset)
+            partitions[i] = p
         except KafkaError as exc:
             slot.response.error_code = int(exc.code)
 
@@ -128,7 +131,10 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
             remaining = deadline - loop.time()
             if remaining <= 0 or broker.stopping:
                 break
-            waiters = [p.wait_for_data() for p in partitions.values()]
+            if replica_id >= 0:
+                waiters = [p.wait_for_append() for p in partitions.values()]
+            else:
+                waiters = [p.wait_for_data() for p in partitions.values()]
             await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             for w in waiters:
                 w.cancel()

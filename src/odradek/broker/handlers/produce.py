@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 
 from odradek.broker.dispatch import RequestContext, handles
+from odradek.broker.replica import Partition
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.produce import ProduceRequest, ProduceResponse
@@ -44,6 +45,7 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
     acks = request.acks
     pending: list[tuple[R.PartitionProduceResponse, asyncio.Future[None]]] = []
     flushes = []
+    part_of: dict[int, Partition] = {}
     responses: list[R.TopicProduceResponse] = []
     for topic in request.topic_data:
         parts: list[R.PartitionProduceResponse] = []
@@ -68,6 +70,7 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
                 flushes.append(p)
                 if acks == -1:
                     pending.append((resp, p.wait_for_hw(info.last_offset + 1)))
+                    part_of[id(resp)] = p
             except KafkaError as exc:
                 resp.error_code = int(exc.code)
                 resp.error_message = exc.message or None
@@ -88,4 +91,7 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
                 code = failure.code if isinstance(failure, KafkaError) else ErrorCode.UNKNOWN_SERVER_ERROR
                 resp.error_code = int(code)
                 resp.base_offset = -1
+            elif len(part_of[id(resp)].state.isr) < part_of[id(resp)].log.config.min_insync_replicas:
+                # the ISR shrank below min.insync.replicas while the batch was being replicated
+                resp.error_code = int(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
     return R(responses=responses, throttle_time_ms=0)

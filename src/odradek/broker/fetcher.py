@@ -1,0 +1,312 @@
+"""Followers: replica fetcher tasks that copy leaders' logs (the seeds' ReplicaFetcherThread).
+
+Fetchers are grouped per leader broker; a partition's fetcher among ``num.replica.fetchers`` for
+its leader is chosen by hashing topic and partition (Kafka's rule).  Each fetcher long-polls its
+leader with Fetch requests carrying this broker's replica id (``replica.fetch.wait.max.ms``,
+``replica.fetch.min.bytes``) and backs off ``replica.fetch.backoff.ms`` only after errors.
+
+A partition that just became a follower first truncates: it asks the leader, with
+OffsetForLeaderEpoch, where its latest leader epoch ends on the leader and removes anything past
+that point, so that the follower's log never diverges from the leader's.  OFFSET_OUT_OF_RANGE is
+handled as the seeds describe: a follower ahead of the leader truncates to the leader's log end;
+one behind the leader's log start starts over at the leader's log start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from odradek.broker.channel import BrokerChannel
+from odradek.broker.replica import Partition
+from odradek.cluster.assignment import java_string_hash
+from odradek.errors import ErrorCode
+from odradek.protocol.messages.fetch import FetchRequest, FetchResponse
+from odradek.protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
+from odradek.protocol.messages.offset_for_leader_epoch import (
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+)
+from odradek.records import RecordsError
+from odradek.storage import StorageError
+
+if TYPE_CHECKING:
+    from odradek.broker.app import Broker
+
+__all__ = ["ReplicaFetcherManager"]
+
+log = logging.getLogger(__name__)
+
+FETCH_VERSION = 12
+EPOCH_VERSION = 4
+LIST_OFFSETS_VERSION = 7
+
+
+@dataclass(slots=True)
+class _FetchState:
+    partition: Partition
+    truncating: bool = True
+    delayed_until: float = 0.0
+
+
+class ReplicaFetcherManager:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+
+    def fetcher_index(self, topic: str, partition: int) -> int:
+        n = max(1, int(self.broker.config.get("num.replica.fetchers")))
+        return abs(31 * java_string_hash(topic) + partition) % n
+
+    def add(self, p: Partition, leader: int, host: str, port: int) -> None:
+        """Fetch ``p`` from ``leader`` (after truncating), moving it off any other fetcher."""
+        key = (p.topic, p.index)
+        fkey = (leader, self.fetcher_index(p.topic, p.index))
+        for k, f in self.fetchers.items():
+            if k != fkey:
+                f.remove(key)
+        fetcher = self.fetchers.get(fkey)
+        if fetcher is not None and (fetcher.host, fetcher.port) != (host, port):
+            fetcher.stop()
+            del self.fetchers[fkey]
+            fetcher = None
+        if fetcher is None:
+            fetcher = self.fetchers[fkey] = ReplicaFetcher(self.broker, leader, fkey[1], host, port)
+        fetcher.add(p)
+
+    def remove(self, topic: str, partition: int) -> None:
+        for f in self.fetchers.values():
+            f.remove((topic, partition))
+
+    def follows(self, topic: str, partition: int) -> bool:
+        return any((topic, partition) in f.parts for f in self.fetchers.values())
+
+    async def shutdown(self) -> None:
+        for f in self.fetchers.values():
+            f.stop()
+        for f in self.fetchers.values():
+            await f.wait_stopped()
+        self.fetchers.clear()
+
+
+class ReplicaFetcher:
+    def __init__(self, broker: Broker, leader: int, index: int, host: str, port: int) -> None:
+        self.broker = broker
+        self.leader = leader
+        self.host, self.port = host, port
+        cfg = broker.config
+        self.wait_ms = int(cfg.get("replica.fetch.wait.max.ms"))
+        self.min_bytes = int(cfg.get("replica.fetch.min.bytes"))
+        self.max_bytes = int(cfg.get("replica.fetch.response.max.bytes"))
+        self.partition_max_bytes = int(cfg.get("replica.fetch.max.bytes"))
+        self.backoff = int(cfg.get("replica.fetch.backoff.ms")) / 1000
+        timeout = int(cfg.get("replica.socket.timeout.ms")) / 1000
+        self.channel = BrokerChannel(
+            host, port, client_id=f"broker-{broker.broker_id}-fetcher-{index}", timeout=max(timeout, self.wait_ms / 1000 + 5)
+        )
+        self.parts: dict[tuple[str, int], _FetchState] = {}
+        self._wake = asyncio.Event()
+        self._stopped = False
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"fetcher-{leader}-{index}")
+
+    def add(self, p: Partition) -> None:
+        self.parts[(p.topic, p.index)] = _FetchState(p)
+        self._wake.set()
+
+    def remove(self, key: tuple[str, int]) -> None:
+        self.parts.pop(key, None)
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._task.cancel()
+
+    async def wait_stopped(self) -> None:
+        with contextlib.suppress(BaseException):
+            await self._task
+        await self.channel.close()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._stopped:
+            if not self.parts:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            try:
+                truncating = [s for s in self.parts.values() if s.truncating]
+                if truncating:
+                    await self._truncate(truncating)
+                now = loop.time()
+                ready = [s for s in self.parts.values() if not s.truncating and s.delayed_until <= now]
+                if not ready:
+                    delays = [s.delayed_until - now for s in self.parts.values() if not s.truncating]
+                    self._wake.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), min(delays, default=self.backoff))
+                    continue
+                await self._fetch(ready)
+            except asyncio.CancelledError:
+                raise
+            except (ConnectionError, TimeoutError, OSError) as exc:
+                log.debug("fetcher for leader %d: %s; retrying in %.1fs", self.leader, exc, self.backoff)
+                await asyncio.sleep(self.backoff)
+            except Exception:
+                log.exception("fetcher for leader %d failed; retrying", self.leader)
+                await asyncio.sleep(self.backoff)
+
+    # -- truncation ---------------------------------------------------------------------------
+    async def _truncate(self, states: list[_FetchState]) -> None:
+        req = OffsetForLeaderEpochRequest(replica_id=self.broker.broker_id)
+        by_topic: dict[str, OffsetForLeaderEpochRequest.OffsetForLeaderTopic] = {}
+        asked: dict[tuple[str, int], int] = {}
+        for s in states:
+            p = s.partition
+            epoch = p.log.epochs.latest_epoch
+            if epoch < 0:
+                self._truncate_to(p, p.log.high_watermark)
+                s.truncating = False
+                continue
+            asked[(p.topic, p.index)] = epoch
+            t = by_topic.get(p.topic)
+            if t is None:
+                t = by_topic[p.topic] = OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=p.topic)
+                req.topics.append(t)
+            t.partitions.append(
+                OffsetForLeaderEpochRequest.OffsetForLeaderPartition(
+                    partition=p.index, current_leader_epoch=p.leader_epoch, leader_epoch=epoch
+                )
+            )
+        if not req.topics:
+            return
+        resp: OffsetForLeaderEpochResponse = await self.channel.request(req, EPOCH_VERSION)
+        now = asyncio.get_running_loop().time()
+        for rt in resp.topics:
+            for r in rt.partitions:
+                st = self.parts.get((rt.topic, r.partition))
+                if st is None or not st.truncating or (rt.topic, r.partition) not in asked:
+                    continue
+                s = st
+                p = s.partition
+                if r.error_code:
+                    s.delayed_until = now + self.backoff
+                    continue
+                if r.end_offset < 0:
+                    target = p.log.high_watermark
+                elif r.leader_epoch != asked[(rt.topic, r.partition)]:
+                    # the leader does not know our latest epoch: keep what both have
+                    _e, ours = p.log.epochs.end_offset_for(r.leader_epoch, p.log.log_end_offset)
+                    target = min(r.end_offset, ours if ours >= 0 else p.log.log_end_offset)
+                else:
+                    target = min(r.end_offset, p.log.log_end_offset)
+                self._truncate_to(p, target)
+                s.truncating = False
+
+    def _truncate_to(self, p: Partition, offset: int) -> None:
+        if offset < p.log.log_end_offset:
+            log.info("truncating %s-%d from %d to %d", p.topic, p.index, p.log.log_end_offset, offset)
+            p.log.truncate_to(max(offset, 0))
+
+    # -- fetching -----------------------------------------------------------------------------
+    async def _fetch(self, states: list[_FetchState]) -> None:
+        req = FetchRequest(
+            replica_id=self.broker.broker_id,
+            max_wait_ms=self.wait_ms,
+            min_bytes=self.min_bytes,
+            max_bytes=self.max_bytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+        )
+        by_topic: dict[str, FetchRequest.FetchTopic] = {}
+        for s in states:
+            p = s.partition
+            t = by_topic.get(p.topic)
+            if t is None:
+                t = by_topic[p.topic] = FetchRequest.FetchTopic(topic=p.topic)
+                req.topics.append(t)
+            t.partitions.append(
+                FetchRequest.FetchPartition(
+                    partition=p.index,
+                    current_leader_epoch=p.leader_epoch,
+                    fetch_offset=p.log.log_end_offset,
+                    last_fetched_epoch=-1,
+                    log_start_offset=p.log.log_start_offset,
+                    partition_max_bytes=self.partition_max_bytes,
+                )
+            )
+        resp: FetchResponse = await self.channel.request(req, FETCH_VERSION, timeout=self.wait_ms / 1000 + 30)
+        now = asyncio.get_running_loop().time()
+        out_of_range: list[_FetchState] = []
+        for rt in resp.responses:
+            for r in rt.partitions:
+                st = self.parts.get((rt.topic, r.partition_index))
+                if st is None or st.truncating:
+                    continue
+                s = st
+                p = s.partition
+                if r.error_code == ErrorCode.NONE:
+                    self._append(s, r)
+                elif r.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                    out_of_range.append(s)
+                else:
+                    # stale leadership (NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, ...):
+                    # the controller's next LeaderAndIsr sorts it out; retry after the backoff
+                    log.debug("fetch of %s-%d from %d: %s", p.topic, p.index, self.leader, ErrorCode(r.error_code).name)
+                    s.delayed_until = now + self.backoff
+        if out_of_range:
+            await self._out_of_range(out_of_range)
+
+    def _append(self, s: _FetchState, r: FetchResponse.PartitionData) -> None:
+        p = s.partition
+        lg = p.log
+        records = r.records
+        if isinstance(records, (bytes, bytearray, memoryview)) and len(records):
+            try:
+                lg.append_as_follower(records)
+            except (StorageError, RecordsError) as exc:
+                log.warning("follower append to %s-%d failed (%s); truncating again", p.topic, p.index, exc)
+                s.truncating = True
+                return
+        hw = min(r.high_watermark, lg.log_end_offset)
+        if hw > lg.high_watermark:
+            lg.high_watermark = hw
+        if r.log_start_offset > lg.log_start_offset:
+            lg.maybe_increment_log_start_offset(min(r.log_start_offset, lg.high_watermark))
+
+    async def _out_of_range(self, states: list[_FetchState]) -> None:
+        async def leader_offset(ts: int) -> dict[tuple[str, int], int]:
+            req = ListOffsetsRequest(replica_id=self.broker.broker_id, isolation_level=0)
+            by_topic: dict[str, ListOffsetsRequest.ListOffsetsTopic] = {}
+            for s in states:
+                p = s.partition
+                t = by_topic.get(p.topic)
+                if t is None:
+                    t = by_topic[p.topic] = ListOffsetsRequest.ListOffsetsTopic(name=p.topic)
+                    req.topics.append(t)
+                t.partitions.append(
+                    ListOffsetsRequest.ListOffsetsPartition(
+                        partition_index=p.index, current_leader_epoch=p.leader_epoch, timestamp=ts
+                    )
+                )
+            resp: ListOffsetsResponse = await self.channel.request(req, LIST_OFFSETS_VERSION)
+            return {
+                (t.name, r.partition_index): r.offset for t in resp.topics for r in t.partitions if not r.error_code
+            }
+
+        ends = await leader_offset(-1)
+        starts = await leader_offset(-2)
+        for s in states:
+            p = s.partition
+            key = (p.topic, p.index)
+            if key not in ends or key not in starts:
+                s.delayed_until = asyncio.get_running_loop().time() + self.backoff
+                continue
+            if ends[key] < p.log.log_end_offset:
+                log.warning("%s-%d: follower is ahead of the leader's log end %d; truncating", *key, ends[key])
+                self._truncate_to(p, ends[key])
+            else:
+                log.warning("%s-%d: follower is behind the leader's log start %d; starting over", *key, starts[key])
+                p.log.truncate_fully_and_start_at(starts[key])

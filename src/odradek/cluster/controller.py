@@ -1,0 +1,365 @@
+"""The controller's pure logic: its view of the cluster, the partition and replica state
+machines, leader election rules, replica placement, imbalance and reassignment planning.
+
+No I/O here: ``odradek.broker.controller`` reads and writes ZooKeeper and talks to brokers, and
+asks these functions what to do.  The rules follow Kafka's ZooKeeper-era controller (the seeds'
+"controller" chapter):
+
+* an offline partition's new leader is the first replica, in assignment order, that is alive and
+  in the ISR; only with ``unclean.leader.election.enable`` may it be any live assigned replica;
+* controlled shutdown moves leadership to the first live ISR member that is not shutting down;
+* the preferred leader is the first assigned replica, elected when it is alive and in sync;
+* a reassignment first widens the replica set to the union of old and new, waits until every new
+  replica is in the ISR, then moves leadership into the new set and drops the old replicas.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+__all__ = [
+    "ControllerContext",
+    "Election",
+    "LeaderIsr",
+    "PartitionStateName",
+    "ReplicaStateName",
+    "TopicAssignment",
+    "check_partition_transition",
+    "check_replica_transition",
+    "controlled_shutdown_election",
+    "imbalanced_partitions",
+    "offline_election",
+    "place_replicas",
+    "preferred_election",
+    "reassignment_election",
+    "reassignment_plan",
+]
+
+
+class PartitionStateName(enum.Enum):
+    NEW = "NewPartition"
+    ONLINE = "OnlinePartition"
+    OFFLINE = "OfflinePartition"
+    NON_EXISTENT = "NonExistentPartition"
+
+
+_PARTITION_FROM = {
+    PartitionStateName.NEW: {PartitionStateName.NON_EXISTENT},
+    PartitionStateName.ONLINE: {PartitionStateName.NEW, PartitionStateName.ONLINE, PartitionStateName.OFFLINE},
+    PartitionStateName.OFFLINE: {PartitionStateName.NEW, PartitionStateName.ONLINE, PartitionStateName.OFFLINE},
+    PartitionStateName.NON_EXISTENT: {PartitionStateName.OFFLINE},
+}
+
+
+class ReplicaStateName(enum.Enum):
+    NEW = "NewReplica"
+    ONLINE = "OnlineReplica"
+    OFFLINE = "OfflineReplica"
+    DELETION_STARTED = "ReplicaDeletionStarted"
+    DELETION_SUCCESSFUL = "ReplicaDeletionSuccessful"
+    DELETION_INELIGIBLE = "ReplicaDeletionIneligible"
+    NON_EXISTENT = "NonExistentReplica"
+
+
+_R = ReplicaStateName
+_REPLICA_FROM = {
+    _R.NEW: {_R.NON_EXISTENT},
+    _R.ONLINE: {_R.NEW, _R.ONLINE, _R.OFFLINE, _R.DELETION_INELIGIBLE},
+    _R.OFFLINE: {_R.NEW, _R.ONLINE, _R.OFFLINE, _R.DELETION_INELIGIBLE},
+    _R.DELETION_STARTED: {_R.OFFLINE},
+    _R.DELETION_SUCCESSFUL: {_R.DELETION_STARTED},
+    _R.DELETION_INELIGIBLE: {_R.OFFLINE, _R.DELETION_STARTED},
+    _R.NON_EXISTENT: {_R.DELETION_SUCCESSFUL},
+}
+
+
+def check_partition_transition(current: PartitionStateName, target: PartitionStateName) -> bool:
+    return current in _PARTITION_FROM[target]
+
+
+def check_replica_transition(current: ReplicaStateName, target: ReplicaStateName) -> bool:
+    return current in _REPLICA_FROM[target]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderIsr:
+    """``/brokers/topics/<t>/partitions/<p>/state`` plus the znode version it was read at."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    zk_version: int = 0
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "controller_epoch": self.controller_epoch,
+            "leader": self.leader,
+            "version": 1,
+            "leader_epoch": self.leader_epoch,
+            "isr": list(self.isr),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object], zk_version: int) -> LeaderIsr:
+        isr = data.get("isr", [])
+        assert isinstance(isr, list)
+        return cls(
+            int(data["leader"]),  # type: ignore[call-overload]
+            int(data["leader_epoch"]),  # type: ignore[call-overload]
+            tuple(int(r) for r in isr),
+            int(data.get("controller_epoch", 0)),  # type: ignore[call-overload]
+            zk_version,
+        )
+
+
+@dataclass(slots=True)
+class TopicAssignment:
+    """``/brokers/topics/<t>``: replicas per partition, the topic id, reassignment in progress."""
+
+    topic_id: str
+    replicas: dict[int, tuple[int, ...]]
+    adding: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    removing: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "version": 3,
+            "topic_id": self.topic_id,
+            "partitions": {str(p): list(r) for p, r in sorted(self.replicas.items())},
+            "adding_replicas": {str(p): list(r) for p, r in sorted(self.adding.items()) if r},
+            "removing_replicas": {str(p): list(r) for p, r in sorted(self.removing.items()) if r},
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object], default_id: str) -> TopicAssignment:
+        def parts(key: str) -> dict[int, tuple[int, ...]]:
+            raw = data.get(key) or {}
+            assert isinstance(raw, dict)
+            return {int(p): tuple(int(b) for b in r) for p, r in raw.items()}
+
+        tid = data.get("topic_id") or default_id
+        return cls(str(tid), parts("partitions"), parts("adding_replicas"), parts("removing_replicas"))
+
+
+@dataclass(frozen=True, slots=True)
+class Election:
+    leader: int
+    isr: tuple[int, ...]
+    unclean: bool = False
+
+
+@dataclass(slots=True)
+class ControllerContext:
+    """What the active controller knows; rebuilt from ZooKeeper on every failover."""
+
+    epoch: int = 0
+    epoch_zk_version: int = -1
+    live_brokers: dict[int, int] = field(default_factory=dict)  # broker id -> broker epoch (czxid)
+    shutting_down: set[int] = field(default_factory=set)
+    topics: dict[str, TopicAssignment] = field(default_factory=dict)
+    states: dict[tuple[str, int], LeaderIsr] = field(default_factory=dict)
+    partition_states: dict[tuple[str, int], PartitionStateName] = field(default_factory=dict)
+    replica_states: dict[tuple[str, int, int], ReplicaStateName] = field(default_factory=dict)
+    deleting: set[str] = field(default_factory=set)
+    reassigning: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
+
+    def replicas(self, topic: str, partition: int) -> tuple[int, ...]:
+        t = self.topics.get(topic)
+        return () if t is None else t.replicas.get(partition, ())
+
+    def partitions(self) -> Iterable[tuple[str, int]]:
+        for name, t in self.topics.items():
+            for p in t.replicas:
+                yield name, p
+
+    def partitions_on(self, broker_id: int) -> list[tuple[str, int]]:
+        return [tp for tp in self.partitions() if broker_id in self.replicas(*tp)]
+
+    def is_live(self, broker_id: int) -> bool:
+        return broker_id in self.live_brokers
+
+    def offline_partitions(self) -> list[tuple[str, int]]:
+        out = []
+        for tp in self.partitions():
+            if tp[0] in self.deleting:
+                continue
+            st = self.states.get(tp)
+            if st is None or st.leader < 0 or not self.is_live(st.leader) or st.leader in self.shutting_down:
+                out.append(tp)
+        return out
+
+    def set_partition_state(self, tp: tuple[str, int], target: PartitionStateName) -> None:
+        current = self.partition_states.get(tp, PartitionStateName.NON_EXISTENT)
+        if not check_partition_transition(current, target):
+            raise ValueError(f"illegal partition state change {current.value} -> {target.value} for {tp}")
+        self.partition_states[tp] = target
+
+    def set_replica_state(self, tp: tuple[str, int], replica: int, target: ReplicaStateName) -> None:
+        key = (tp[0], tp[1], replica)
+        current = self.replica_states.get(key, ReplicaStateName.NON_EXISTENT)
+        if not check_replica_transition(current, target):
+            raise ValueError(f"illegal replica state change {current.value} -> {target.value} for {key}")
+        if target is ReplicaStateName.NON_EXISTENT:
+            self.replica_states.pop(key, None)
+        else:
+            self.replica_states[key] = target
+
+
+# -- leader election -------------------------------------------------------------------------------
+
+
+def offline_election(
+    assignment: Sequence[int], isr: Sequence[int], live: Iterable[int], *, unclean: bool
+) -> Election | None:
+    """A new leader for a partition whose leader is gone; ``None`` keeps it offline."""
+    alive = set(live)
+    live_isr = [r for r in isr if r in alive]
+    for r in assignment:
+        if r in alive and r in isr:
+            return Election(r, tuple(live_isr))
+    if unclean:
+        for r in assignment:
+            if r in alive:
+                return Election(r, (r,), unclean=True)
+    return None
+
+
+def controlled_shutdown_election(
+    assignment: Sequence[int], isr: Sequence[int], live: Iterable[int], shutting_down: Iterable[int]
+) -> Election | None:
+    alive = set(live) - set(shutting_down)
+    new_isr = tuple(r for r in isr if r in alive)
+    for r in assignment:
+        if r in new_isr:
+            return Election(r, new_isr)
+    return None
+
+
+def preferred_election(assignment: Sequence[int], isr: Sequence[int], live: Iterable[int]) -> Election | None:
+    if not assignment:
+        return None
+    preferred = assignment[0]
+    if preferred in set(live) and preferred in isr:
+        return Election(preferred, tuple(isr))
+    return None
+
+
+def reassignment_election(target: Sequence[int], isr: Sequence[int], live: Iterable[int]) -> Election | None:
+    alive = set(live)
+    for r in target:
+        if r in alive and r in isr:
+            return Election(r, tuple(isr))
+    return None
+
+
+# -- placement and balance ---------------------------------------------------------------------------
+
+
+def _rack_alternated(brokers: Mapping[int, str | None]) -> list[int]:
+    """Brokers ordered so that consecutive entries sit on different racks where possible
+    (rack a's first broker, rack b's first, ..., rack a's second, ...)."""
+    by_rack: dict[str, list[int]] = {}
+    for b in sorted(brokers):
+        by_rack.setdefault(brokers[b] or "", []).append(b)
+    racks = sorted(by_rack)
+    out: list[int] = []
+    i = 0
+    while len(out) < len(brokers):
+        for rack in racks:
+            members = by_rack[rack]
+            if i < len(members):
+                out.append(members[i])
+        i += 1
+    return out
+
+
+def place_replicas(
+    brokers: Mapping[int, str | None],
+    partitions: int,
+    replication_factor: int,
+    *,
+    start_partition: int = 0,
+    start_index: int = 0,
+) -> dict[int, tuple[int, ...]]:
+    """Round-robin placement over live brokers (rack-aware when any broker has a rack).
+
+    Partition p's leader is broker ``(start_index + p) mod n``; its followers follow with a shift
+    that grows each full round, so that followers spread too.  With racks the broker list is first
+    interleaved by rack and a follower is skipped past brokers on a rack the partition already
+    uses while an unused rack remains.
+    """
+    n = len(brokers)
+    if replication_factor > n:
+        raise ValueError(f"replication factor {replication_factor} is larger than the {n} available brokers")
+    rack_aware = any(r for r in brokers.values())
+    order = _rack_alternated(brokers) if rack_aware else sorted(brokers)
+    racks = {brokers[b] for b in brokers}
+    result: dict[int, tuple[int, ...]] = {}
+    for i in range(partitions):
+        p = start_partition + i
+        first = (start_index + p) % n
+        shift = 1 + (p // n) % max(n - 1, 1)
+        replicas = [order[first]]
+        used_racks = {brokers[order[first]]}
+        k = 0
+        while len(replicas) < replication_factor:
+            candidate = order[(first + shift + k) % n]
+            k += 1
+            if candidate in replicas:
+                continue
+            if rack_aware and brokers[candidate] in used_racks and len(used_racks) < len(racks) and k < 2 * n:
+                continue
+            replicas.append(candidate)
+            used_racks.add(brokers[candidate])
+        result[p] = tuple(replicas)
+    return result
+
+
+def imbalanced_partitions(
+    ctx: ControllerContext, percentage: int
+) -> list[tuple[str, int]]:
+    """Partitions to move back to their preferred leader: those whose preferred broker's
+    imbalance ratio (partitions it should lead but does not / partitions it should lead) is
+    above ``leader.imbalance.per.broker.percentage``, and whose preferred replica can lead."""
+    preferred: dict[int, list[tuple[str, int]]] = {}
+    for tp in ctx.partitions():
+        if tp[0] in ctx.deleting or tp in ctx.reassigning:
+            continue
+        replicas = ctx.replicas(*tp)
+        if replicas:
+            preferred.setdefault(replicas[0], []).append(tp)
+    out = []
+    for broker, tps in sorted(preferred.items()):
+        if not ctx.is_live(broker) or broker in ctx.shutting_down:
+            continue
+        not_led = [tp for tp in tps if (st := ctx.states.get(tp)) is not None and st.leader != broker]
+        if not not_led or len(not_led) * 100 <= percentage * len(tps):
+            continue
+        for tp in not_led:
+            st = ctx.states[tp]
+            if broker in st.isr:
+                out.append(tp)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ReassignmentPlan:
+    """What to do next for one partition being reassigned from ``original`` to ``target``."""
+
+    union: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+    caught_up: bool
+
+
+def reassignment_plan(current: Sequence[int], target: Sequence[int], isr: Sequence[int]) -> ReassignmentPlan:
+    """The union keeps the target's order first, then the replicas being removed (Kafka's
+    ``[2,3,1]`` for 1,2,3 -> 2,3); the reassignment may finish once every target is in sync."""
+    union = tuple(target) + tuple(r for r in current if r not in target)
+    adding = tuple(r for r in target if r not in current)
+    removing = tuple(r for r in current if r not in target)
+    caught_up = all(r in isr for r in target)
+    return ReassignmentPlan(union, adding, removing, caught_up)

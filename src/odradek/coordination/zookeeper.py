@@ -1,0 +1,537 @@
+"""The ZooKeeper backend: cluster metadata in ZooKeeper, through kazoo, in Kafka's znode layout.
+
+Znodes (Kafka's formats, JSON):
+
+* ``/cluster/id`` — created once by the first broker;
+* ``/brokers/ids/<id>`` — ephemeral, the broker's endpoints; its creation zxid is the broker epoch;
+* ``/brokers/topics/<t>`` — replica assignment, topic id, reassignment in progress;
+* ``/brokers/topics/<t>/partitions/<p>/state`` — leader, leader epoch, ISR, controller epoch
+  (persistent, written with version checks by the controller and by leaders changing the ISR);
+* ``/controller`` (ephemeral) and ``/controller_epoch``;
+* ``/admin/delete_topics/<t>``, ``/admin/reassign_partitions``, ``/admin/preferred_replica_election``;
+* ``/isr_change_notification/isr_change_<seq>``;
+* ``/config/topics/<t>`` and ``/config/changes/config_change_<seq>`` notifications;
+* ``/latest_producer_id_block`` — producer id blocks handed out cluster-wide.
+
+Brokers learn leaders and live brokers from the controller's UpdateMetadata and LeaderAndIsr
+requests, as in Kafka: :meth:`ZooKeeperBackend.apply_metadata` installs the image those requests
+describe.  Topic configs are read from ZooKeeper by every broker, on change notifications.
+
+kazoo is blocking and calls watches on its own threads: every call runs in a worker thread and
+every watch is handed to the event loop with ``call_soon_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.retry import KazooRetry
+
+from odradek.cluster.controller import TopicAssignment, place_replicas
+from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage, PartitionState, TopicInfo
+from odradek.coordination.base import MetadataBackend, validate_topic_name
+from odradek.errors import ErrorCode, KafkaError
+
+__all__ = ["BadVersionError", "NoNodeError", "NodeExistsError", "NotEmptyError", "ZkStore", "ZooKeeperBackend"]
+
+log = logging.getLogger(__name__)
+
+PRODUCER_ID_BLOCK = 1000
+PERSISTENT_PATHS = (
+    "/brokers/ids",
+    "/brokers/topics",
+    "/admin/delete_topics",
+    "/isr_change_notification",
+    "/config/topics",
+    "/config/changes",
+    "/config/brokers",
+)
+
+
+def dumps(data: Any) -> bytes:
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def loads(raw: bytes | None) -> Any:
+    return json.loads(raw) if raw else None
+
+
+def broker_json(broker: BrokerInfo) -> dict[str, Any]:
+    first = broker.endpoints[0]
+    return {
+        "listener_security_protocol_map": {e.listener: e.security_protocol for e in broker.endpoints},
+        "endpoints": [f"{e.listener}://{e.host}:{e.port}" for e in broker.endpoints],
+        "rack": broker.rack,
+        "jmx_port": -1,
+        "features": {},
+        "host": first.host,
+        "timestamp": str(int(time.time() * 1000)),
+        "port": first.port,
+        "version": 5,
+    }
+
+
+def broker_from_json(broker_id: int, data: Mapping[str, Any], epoch: int) -> BrokerInfo:
+    protocols = data.get("listener_security_protocol_map") or {}
+    endpoints = []
+    for ep in data.get("endpoints", []):
+        name, _, rest = ep.partition("://")
+        host, _, port = rest.rpartition(":")
+        endpoints.append(Endpoint(name, protocols.get(name, name), host.strip("[]"), int(port)))
+    return BrokerInfo(broker_id, tuple(endpoints), data.get("rack"), epoch)
+
+
+class ZkStore:
+    """kazoo behind coroutines: each call runs in a worker thread; watches fire on the loop."""
+
+    def __init__(self, connect: str, session_timeout_ms: int, connection_timeout_ms: int | None = None) -> None:
+        self.connect = connect
+        self.session_timeout = session_timeout_ms / 1000
+        self.connection_timeout = (connection_timeout_ms or session_timeout_ms) / 1000
+        self.zk = KazooClient(
+            hosts=connect,
+            timeout=self.session_timeout,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.2, max_delay=2.0),
+            command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0),
+        )
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="odradek-zk")
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.session_listeners: list[Callable[[], Awaitable[None]]] = []
+        self._lost = False
+        self.closed = False
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.zk.add_listener(self._on_state)
+        try:
+            await self.run(self.zk.start, self.connection_timeout)
+        except Exception as exc:
+            await self.run(self.zk.stop)
+            raise KafkaError(
+                ErrorCode.UNKNOWN_SERVER_ERROR,
+                f"cannot connect to ZooKeeper at {self.connect} within {self.connection_timeout:.0f}s: {exc}",
+            ) from exc
+
+    async def close(self) -> None:
+        self.closed = True
+        with contextlib.suppress(Exception):
+            await self.run(self.zk.stop)
+        with contextlib.suppress(Exception):
+            await self.run(self.zk.close)
+        self._pool.shutdown(wait=False)
+
+    @property
+    def session_id(self) -> int:
+        sid = self.zk.client_id
+        return sid[0] if sid else 0
+
+    def _on_state(self, state: str) -> None:
+        # kazoo's thread; never block here
+        if state == KazooState.LOST:
+            self._lost = True
+            log.warning("ZooKeeper session expired")
+        elif state == KazooState.CONNECTED and self._lost and not self.closed:
+            self._lost = False
+            self.call_soon(self._new_session)
+
+    def _new_session(self) -> None:
+        assert self.loop is not None
+        for cb in self.session_listeners:
+            asyncio.ensure_future(cb(), loop=self.loop)
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        loop = self.loop
+        if loop is not None and not loop.is_closed() and not self.closed:
+            loop.call_soon_threadsafe(fn, *args)
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        assert self.loop is not None
+        return await self.loop.run_in_executor(self._pool, lambda: fn(*args))
+
+    # -- operations ---------------------------------------------------------------------------
+    async def get(self, path: str, watch: Callable[[], None] | None = None) -> tuple[Any, Any]:
+        """``(json value, stat)``; raises NoNodeError."""
+        w = None if watch is None else (lambda _event: self.call_soon(watch))
+        raw, stat = await self.run(self.zk.retry, self.zk.get, path, w)
+        return loads(raw), stat
+
+    async def get_or_none(self, path: str, watch: Callable[[], None] | None = None) -> tuple[Any, Any]:
+        try:
+            return await self.get(path, watch)
+        except NoNodeError:
+            if watch is not None:
+                await self.exists(path, watch)
+            return None, None
+
+    async def exists(self, path: str, watch: Callable[[], None] | None = None) -> Any:
+        w = None if watch is None else (lambda _event: self.call_soon(watch))
+        return await self.run(self.zk.retry, self.zk.exists, path, w)
+
+    async def children(self, path: str, watch: Callable[[], None] | None = None) -> list[str]:
+        w = None if watch is None else (lambda _event: self.call_soon(watch))
+        try:
+            return sorted(await self.run(self.zk.retry, self.zk.get_children, path, w))
+        except NoNodeError:
+            return []
+
+    async def create(
+        self, path: str, value: Any = None, *, ephemeral: bool = False, sequence: bool = False, makepath: bool = True
+    ) -> str:
+        data = b"" if value is None else dumps(value)
+        return str(
+            await self.run(self.zk.create, path, data, None, ephemeral, sequence, makepath)
+        )
+
+    async def set(self, path: str, value: Any, version: int = -1) -> Any:
+        """Write JSON; raises BadVersionError when ``version`` is not current."""
+        return await self.run(self.zk.set, path, dumps(value), version)
+
+    async def upsert(self, path: str, value: Any) -> None:
+        try:
+            await self.set(path, value)
+        except NoNodeError:
+            with contextlib.suppress(NodeExistsError):
+                await self.create(path, value)
+                return
+            await self.set(path, value)
+
+    async def delete(self, path: str, *, recursive: bool = False, version: int = -1) -> None:
+        with contextlib.suppress(NoNodeError):
+            await self.run(self.zk.retry, self.zk.delete, path, version, recursive)
+
+    async def ensure_path(self, path: str) -> None:
+        await self.run(self.zk.retry, self.zk.ensure_path, path)
+
+
+class ZooKeeperBackend(MetadataBackend):
+    """Metadata kept in ZooKeeper; the image comes from the controller's requests."""
+
+    def __init__(self, connect: str, session_timeout_ms: int, connection_timeout_ms: int | None = None) -> None:
+        super().__init__()
+        self.store = ZkStore(connect, session_timeout_ms, connection_timeout_ms)
+        self.cluster_id = ""
+        self.broker: BrokerInfo | None = None
+        self.broker_epoch = -1
+        self._image = MetadataImage.empty("")
+        self._topic_configs: dict[str, dict[str, str]] = {}
+        self._waiters: list[tuple[Callable[[MetadataImage], bool], asyncio.Future[None]]] = []
+        self.store.session_listeners.append(self._reregister)
+        self.on_registered: list[Callable[[], Awaitable[None]]] = []
+
+    @property
+    def image(self) -> MetadataImage:
+        return self._image
+
+    # -- start-up ---------------------------------------------------------------------------------
+    async def connect(self, proposed_cluster_id: str | None) -> str:
+        """Connect, create the persistent paths and ``/cluster/id`` once; returns the cluster id."""
+        await self.store.start()
+        for path in PERSISTENT_PATHS:
+            await self.store.ensure_path(path)
+        data, _ = await self.store.get_or_none("/cluster/id")
+        if data is None:
+            cid = proposed_cluster_id or _new_cluster_id()
+            with contextlib.suppress(NodeExistsError):
+                await self.store.create("/cluster/id", {"version": "1", "id": cid})
+            data, _ = await self.store.get("/cluster/id")
+        self.cluster_id = str(data["id"])
+        self._image = MetadataImage.empty(self.cluster_id)
+        return self.cluster_id
+
+    async def start(self, broker: BrokerInfo) -> None:
+        self.broker = broker
+        await self._register(broker, wait_ms=int(self.store.session_timeout * 1000) + 2000)
+        self._image = self._image.with_broker(replace(broker, epoch=self.broker_epoch))
+        await self.store.children("/config/changes", self._config_changed)
+
+    async def _register(self, broker: BrokerInfo, wait_ms: int) -> None:
+        """Create ``/brokers/ids/<id>``; a node left by this broker's previous, dead session is
+        waited out (it disappears when that session expires); a live one is a duplicate id."""
+        path = f"/brokers/ids/{broker.broker_id}"
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            try:
+                await self.store.create(path, broker_json(broker), ephemeral=True)
+                break
+            except NodeExistsError:
+                _, stat = await self.store.get_or_none(path)
+                if stat is not None and stat.ephemeralOwner == self.store.session_id:
+                    break
+                if time.monotonic() >= deadline:
+                    raise KafkaError(
+                        ErrorCode.UNKNOWN_SERVER_ERROR,
+                        f"broker id {broker.broker_id} is already registered in ZooKeeper at {path} by another "
+                        "live broker: every broker needs its own broker.id",
+                    ) from None
+                await asyncio.sleep(0.5)
+        _, stat = await self.store.get(path)
+        self.broker_epoch = stat.czxid
+        log.info("registered broker %d in ZooKeeper (epoch %d)", broker.broker_id, self.broker_epoch)
+
+    async def _reregister(self) -> None:
+        if self.broker is None or self.store.closed:
+            return
+        try:
+            await self._register(self.broker, wait_ms=int(self.store.session_timeout * 1000) + 2000)
+        except Exception:
+            log.exception("could not re-register broker %d after session expiry", self.broker.broker_id)
+            return
+        await self.store.children("/config/changes", self._config_changed)
+        for cb in self.on_registered:
+            await cb()
+
+    async def stop(self) -> None:
+        for _, fut in self._waiters:
+            if not fut.done():
+                fut.cancel()
+        await self.store.close()
+
+    # -- the image -----------------------------------------------------------------------------------
+    async def apply_metadata(self, image: MetadataImage) -> None:
+        """Install the image sent by the controller, with topic configs read from ZooKeeper."""
+        missing = [t for t in image.topics if t not in self._topic_configs]
+        for name in missing:
+            self._topic_configs[name] = await self._read_topic_config(name)
+        self._install(image)
+
+    def _install(self, image: MetadataImage) -> None:
+        topics = {}
+        for name, t in image.topics.items():
+            cfg = self._topic_configs.get(name, {})
+            topics[name] = t if dict(t.configs) == cfg else replace(t, configs=dict(cfg))
+        for name in list(self._topic_configs):
+            if name not in image.topics:
+                del self._topic_configs[name]
+        self._image = replace(image, topics=topics, cluster_id=self.cluster_id)
+        self._publish(self._image)
+        still = []
+        for pred, fut in self._waiters:
+            if fut.done():
+                continue
+            if pred(self._image):
+                fut.set_result(None)
+            else:
+                still.append((pred, fut))
+        self._waiters = still
+
+    async def wait_for(self, predicate: Callable[[MetadataImage], bool], timeout: float) -> bool:
+        if predicate(self._image):
+            return True
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((predicate, fut))
+        try:
+            await asyncio.wait_for(fut, timeout)
+            return True
+        except TimeoutError:
+            return False
+
+    async def topic_config(self, name: str) -> dict[str, str]:
+        """A topic's config overrides from ``/config/topics/<t>`` (cached for the image)."""
+        cfg = await self._read_topic_config(name)
+        self._topic_configs[name] = cfg
+        return cfg
+
+    async def _read_topic_config(self, name: str) -> dict[str, str]:
+        data, _ = await self.store.get_or_none(f"/config/topics/{name}")
+        if not data:
+            return {}
+        return {str(k): str(v) for k, v in (data.get("config") or {}).items()}
+
+    def _config_changed(self) -> None:
+        asyncio.get_running_loop().create_task(self._reload_configs())
+
+    async def _reload_configs(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.store.children("/config/changes", self._config_changed)
+            changed = False
+            for name in list(self._image.topics):
+                cfg = await self._read_topic_config(name)
+                if cfg != self._topic_configs.get(name):
+                    self._topic_configs[name] = cfg
+                    changed = True
+            if changed:
+                self._install(self._image)
+
+    # -- admin writes -----------------------------------------------------------------------------
+    async def live_brokers(self) -> dict[int, str | None]:
+        out: dict[int, str | None] = {}
+        for child in await self.store.children("/brokers/ids"):
+            data, _ = await self.store.get_or_none(f"/brokers/ids/{child}")
+            if data is not None:
+                out[int(child)] = data.get("rack")
+        return out
+
+    async def create_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str],
+        assignments: Mapping[int, list[int]] | None = None,
+        *,
+        validate_only: bool = False,
+        internal: bool = False,
+        timeout: float = 10.0,
+    ) -> TopicInfo:
+        validate_topic_name(name)
+        if await self.store.exists(f"/brokers/topics/{name}") is not None:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic '{name}' already exists")
+        brokers = await self.live_brokers()
+        if assignments:
+            placed = {}
+            for p, replicas in assignments.items():
+                if not replicas or len(set(replicas)) != len(replicas):
+                    raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"partition {p}: invalid replicas {replicas}")
+                unknown = [r for r in replicas if r not in brokers]
+                if unknown:
+                    raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"partition {p}: unknown brokers {unknown}")
+                placed[int(p)] = tuple(replicas)
+            if sorted(placed) != list(range(len(placed))):
+                raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "partitions must be numbered 0..n-1")
+        else:
+            if num_partitions <= 0:
+                raise KafkaError(ErrorCode.INVALID_PARTITIONS, "number of partitions must be larger than 0")
+            if replication_factor <= 0:
+                raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "replication factor must be larger than 0")
+            if replication_factor > len(brokers):
+                raise KafkaError(
+                    ErrorCode.INVALID_REPLICATION_FACTOR,
+                    f"replication factor {replication_factor} is larger than the {len(brokers)} available brokers",
+                )
+            start = hash(name) % max(len(brokers), 1)
+            placed = place_replicas(brokers, num_partitions, replication_factor, start_index=start)
+        topic_id = uuid.uuid4()
+        states = {
+            p: PartitionState(name, p, r, (), -1) for p, r in placed.items()
+        }
+        info = TopicInfo(name, topic_id, states, dict(configs), internal)
+        if validate_only:
+            return info
+        await self.store.upsert(f"/config/topics/{name}", {"version": 1, "config": dict(configs)})
+        assignment = TopicAssignment(str(topic_id), dict(placed))
+        try:
+            await self.store.create(f"/brokers/topics/{name}", assignment.to_json())
+        except NodeExistsError:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic '{name}' already exists") from None
+        self._topic_configs[name] = {str(k): str(v) for k, v in configs.items()}
+        await self.wait_for(lambda img: _has_leaders(img, name, len(placed)), timeout)
+        return self._image.topics.get(name, info)
+
+    async def delete_topic(self, name: str, timeout: float = 10.0) -> None:
+        if await self.store.exists(f"/brokers/topics/{name}") is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
+        with contextlib.suppress(NodeExistsError):
+            await self.store.create(f"/admin/delete_topics/{name}")
+        await self.wait_for(lambda img: name not in img.topics, timeout)
+
+    async def create_partitions(
+        self, name: str, total: int, assignments: list[list[int]] | None = None, *, validate_only: bool = False
+    ) -> None:
+        path = f"/brokers/topics/{name}"
+        data, stat = await self.store.get_or_none(path)
+        if data is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
+        current = TopicAssignment.from_json(data, str(uuid.uuid4()))
+        count = len(current.replicas)
+        if total <= count:
+            raise KafkaError(
+                ErrorCode.INVALID_PARTITIONS, f"topic currently has {count} partitions, {total} would not be an increase"
+            )
+        brokers = await self.live_brokers()
+        rf = len(current.replicas.get(0, ())) or 1
+        if assignments is not None:
+            if len(assignments) != total - count:
+                raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "one assignment is needed per new partition")
+            new = {}
+            for i, replicas in enumerate(assignments):
+                if not replicas or any(r not in brokers for r in replicas):
+                    raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"unknown broker in {replicas}")
+                new[count + i] = tuple(replicas)
+        else:
+            if rf > len(brokers):
+                raise KafkaError(
+                    ErrorCode.INVALID_REPLICATION_FACTOR,
+                    f"replication factor {rf} is larger than the {len(brokers)} available brokers",
+                )
+            new = place_replicas(brokers, total - count, rf, start_partition=count)
+        if validate_only:
+            return
+        current.replicas.update(new)
+        try:
+            await self.store.set(path, current.to_json(), stat.version)
+        except BadVersionError:
+            raise KafkaError(ErrorCode.REASSIGNMENT_IN_PROGRESS, f"topic '{name}' changed concurrently; retry") from None
+        await self.wait_for(lambda img: _has_leaders(img, name, total), 10.0)
+
+    async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
+        if await self.store.exists(f"/brokers/topics/{name}") is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
+        await self.store.upsert(f"/config/topics/{name}", {"version": 1, "config": dict(configs)})
+        await self.store.create(
+            "/config/changes/config_change_", {"version": 2, "entity_path": f"topics/{name}"}, sequence=True
+        )
+        self._topic_configs[name] = {str(k): str(v) for k, v in configs.items()}
+        self._install(self._image)
+
+    async def set_broker_configs(self, configs: Mapping[str, str]) -> None:
+        assert self.broker is not None
+        await self.store.upsert(f"/config/brokers/{self.broker.broker_id}", {"version": 1, "config": dict(configs)})
+        self._image = self._image.with_broker_configs(configs)
+        self._publish(self._image)
+
+    # -- used by leaders ----------------------------------------------------------------------------
+    async def allocate_producer_id_block(self) -> int:
+        """Claim the next block of ``PRODUCER_ID_BLOCK`` producer ids with a version check."""
+        path = "/latest_producer_id_block"
+        for _ in range(100):
+            data, stat = await self.store.get_or_none(path)
+            if data is None:
+                try:
+                    await self.store.create(
+                        path, {"version": 1, "broker": self.broker.broker_id if self.broker else -1,
+                               "block_start": "0", "block_end": str(PRODUCER_ID_BLOCK - 1)}
+                    )
+                    return 0
+                except NodeExistsError:
+                    continue
+            start = int(data["block_end"]) + 1
+            try:
+                await self.store.set(
+                    path,
+                    {"version": 1, "broker": self.broker.broker_id if self.broker else -1,
+                     "block_start": str(start), "block_end": str(start + PRODUCER_ID_BLOCK - 1)},
+                    stat.version,
+                )
+                return start
+            except BadVersionError:
+                continue
+        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "could not allocate a producer id block")
+
+    async def notify_isr_change(self, partitions: list[tuple[str, int]]) -> None:
+        await self.store.create(
+            "/isr_change_notification/isr_change_",
+            {"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in partitions]},
+            sequence=True,
+        )
+
+
+def _has_leaders(image: MetadataImage, name: str, count: int) -> bool:
+    t = image.topics.get(name)
+    return t is not None and len(t.partitions) >= count and all(s.leader >= 0 for s in t.partitions.values())
+
+
+def _new_cluster_id() -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
