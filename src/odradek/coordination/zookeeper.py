@@ -110,12 +110,21 @@ class ZkStore:
         self.session_listeners: list[Callable[[], Awaitable[None]]] = []
         self._lost = False
         self.closed = False
+        self._tasks: set[asyncio.Future[None]] = set()
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.zk.add_listener(self._on_state)
         try:
             await self.run(self.zk.start, self.connection_timeout)
+            chroot = self.zk.chroot
+            if chroot:
+                # like Kafka, create the chroot path itself on first use
+                self.zk.chroot = ""
+                try:
+                    await self.run(self.zk.ensure_path, chroot)
+                finally:
+                    self.zk.chroot = chroot
         except Exception as exc:
             await self.run(self.zk.stop)
             raise KafkaError(
@@ -148,7 +157,9 @@ class ZkStore:
     def _new_session(self) -> None:
         assert self.loop is not None
         for cb in self.session_listeners:
-            asyncio.ensure_future(cb(), loop=self.loop)
+            task = asyncio.ensure_future(cb(), loop=self.loop)
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         loop = self.loop

@@ -1,0 +1,512 @@
+"""``odradek cluster``: run a local ZooKeeper-coordinated cluster for development and tests.
+
+::
+
+    odradek cluster up --brokers 3            # ZooKeeper on 2181, brokers 1..3 on 9092..9094
+    odradek cluster status                    # brokers, controller, leader/replicas/ISR per partition
+    odradek cluster down                      # controlled shutdown of each broker, then ZooKeeper
+
+Everything lives in ``--dir`` (default ``./odradek-cluster``): ``zookeeper/`` (the ZooKeeper
+instance), ``broker-N/`` (each broker's log.dirs), ``broker-N.log`` (its output) and
+``cluster.json`` (the PIDs and ports that ``status`` and ``down`` use). The processes run detached
+(in their own sessions), so they outlive the ``up`` command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser", "read_cluster_file", "read_status", "run"]
+
+DEFAULT_DIR = "./odradek-cluster"
+CLUSTER_FILE = "cluster.json"
+_READY = re.compile(r"ready on PLAINTEXT://(?P<host>[^:\s]+):(?P<port>\d+)")
+_HOST = "127.0.0.1"
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "cluster",
+        help="start, inspect and stop a local ZooKeeper-coordinated cluster",
+        description="Run a local cluster: one ZooKeeper (Debian package `zookeeper`) and N brokers, "
+        "as background processes whose PIDs, ports and logs are kept in --dir.",
+    )
+    csub = p.add_subparsers(dest="cluster_command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        c: argparse.ArgumentParser = csub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
+        c.add_argument("--dir", default=DEFAULT_DIR, help=f"the cluster directory (default {DEFAULT_DIR})")
+        return c
+
+    up = command("up", "start ZooKeeper and N brokers in the background")
+    up.add_argument("--brokers", type=int, default=3, help="number of brokers (default 3), with broker.id 1..N")
+    up.add_argument(
+        "--zookeeper-port", type=int, default=2181, help="ZooKeeper's client port (default 2181; 0: a free port)"
+    )
+    up.add_argument(
+        "--base-port", type=int, default=9092, help="broker i listens on BASE+i-1 (default 9092; 0: free ports)"
+    )
+    up.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE", help="a broker config for every broker"
+    )
+    up.add_argument("--log-level", default="INFO", help="the brokers' logging level (default INFO)")
+    up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each process (default 60)")
+
+    st = command("status", "brokers, controller and partitions (leader, replicas, ISR), as ZooKeeper has them")
+    st.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]", help="ask this ZooKeeper (default: the cluster's)")
+    st.add_argument("--json", action="store_true", help="print JSON")
+    st.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for ZooKeeper (default 10)")
+
+    down = command("down", "stop the brokers (controlled shutdown, SIGTERM) and then ZooKeeper")
+    down.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for each broker before SIGKILL (default 60)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.getLogger("kazoo").setLevel(logging.ERROR)  # its reconnect chatter is not for the terminal
+    cluster_dir = Path(args.dir).absolute()
+    if args.cluster_command == "up":
+        return cluster_up(
+            cluster_dir,
+            brokers=args.brokers,
+            zookeeper_port=args.zookeeper_port,
+            base_port=args.base_port,
+            overrides=args.override,
+            log_level=args.log_level,
+            timeout=args.timeout,
+        )
+    if args.cluster_command == "status":
+        return cluster_status(cluster_dir, zookeeper=args.zookeeper, as_json=args.json, timeout=args.timeout)
+    if args.cluster_command == "down":
+        return cluster_down(cluster_dir, timeout=args.timeout)
+    return 2
+
+
+def _err(message: str) -> None:
+    print(f"odradek cluster: {message}", file=sys.stderr)
+
+
+# -- cluster.json and process checks ------------------------------------------------------------
+
+
+def read_cluster_file(cluster_dir: Path) -> dict[str, Any] | None:
+    """The ``cluster.json`` of a cluster directory, or None if there is none."""
+    try:
+        data = json.loads((cluster_dir / CLUSTER_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_cluster_file(cluster_dir: Path, data: dict[str, Any]) -> None:
+    tmp = cluster_dir / (CLUSTER_FILE + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(cluster_dir / CLUSTER_FILE)
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def _is_our_broker(pid: int, data_dir: str) -> bool:
+    """Whether ``pid`` still is ``python -m odradek serve ... --data-dir DATA_DIR`` (PIDs get reused)."""
+    args = _cmdline(pid)
+    if "serve" not in args or "--data-dir" not in args:
+        return False
+    i = args.index("--data-dir")
+    if i + 1 >= len(args) or args[i + 1] != data_dir:
+        return False
+    return "odradek" in args or any(os.path.basename(a) == "odradek" for a in args)
+
+
+def _broker_alive(broker: dict[str, Any]) -> bool:
+    from odradek.coordination.zkserver import process_alive
+
+    pid = broker.get("pid")
+    return isinstance(pid, int) and process_alive(pid) and _is_our_broker(pid, str(broker.get("data_dir")))
+
+
+def _zookeeper(cluster_dir: Path, port: int) -> Any:
+    from odradek.coordination.zkserver import ZooKeeperServer
+
+    return ZooKeeperServer(cluster_dir / "zookeeper", port=port)
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        text = path.read_bytes()[-16384:].decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+# -- up ---------------------------------------------------------------------------------------------
+
+
+def cluster_up(
+    cluster_dir: Path,
+    *,
+    brokers: int,
+    zookeeper_port: int,
+    base_port: int,
+    overrides: list[str],
+    log_level: str = "INFO",
+    timeout: float = 60.0,
+) -> int:
+    from odradek.coordination.zkserver import ZooKeeperError, zookeeper_available
+
+    problem = zookeeper_available()
+    if problem is not None:
+        _err(problem)
+        return 2
+    if brokers < 1:
+        _err("--brokers must be at least 1")
+        return 2
+    for item in overrides:
+        if "=" not in item:
+            _err(f"--override {item!r}: expected KEY=VALUE")
+            return 2
+    existing = read_cluster_file(cluster_dir)
+    if existing is not None:
+        zk_info = existing.get("zookeeper", {})
+        zk_running = _zookeeper(cluster_dir, int(zk_info.get("port", 0))).running()
+        if zk_running or any(_broker_alive(b) for b in existing.get("brokers", [])):
+            _err(f"a cluster is already running in {cluster_dir} (stop it with: odradek cluster down --dir {cluster_dir})")
+            return 1
+    cluster_dir.mkdir(parents=True, exist_ok=True)
+
+    zk = _zookeeper(cluster_dir, zookeeper_port)
+    try:
+        zk.start(timeout=timeout)
+    except ZooKeeperError as exc:
+        _err(str(exc))
+        return 1
+    state: dict[str, Any] = {
+        "version": 1,
+        "dir": str(cluster_dir),
+        "zookeeper": {"connect": zk.connect, "port": zk.port, "pid": zk.pid, "dir": str(zk.data_dir)},
+        "brokers": [],
+        "bootstrap_servers": "",
+    }
+    procs: list[subprocess.Popen[bytes]] = []
+    offsets: list[int] = []
+    for i in range(1, brokers + 1):
+        data_dir = cluster_dir / f"broker-{i}"
+        log_path = cluster_dir / f"broker-{i}.log"
+        port = 0 if base_port == 0 else base_port + i - 1
+        cmd = [sys.executable, "-m", "odradek", "serve", "--zookeeper", zk.connect, "--broker-id", str(i)]
+        cmd += ["--host", _HOST, "--port", str(port), "--data-dir", str(data_dir), "--log-level", log_level]
+        for item in overrides:
+            cmd += ["--override", item]
+        offsets.append(log_path.stat().st_size if log_path.exists() else 0)
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        procs.append(proc)
+        state["brokers"].append(
+            {"id": i, "pid": proc.pid, "host": _HOST, "port": port, "data_dir": str(data_dir), "log": str(log_path)}
+        )
+    _write_cluster_file(cluster_dir, state)  # before waiting: `down` can clean up whatever happens next
+
+    failure = _wait_ready(state["brokers"], procs, offsets, timeout)
+    if failure is not None:
+        _err(failure)
+        _err("stopping what was started")
+        cluster_down(cluster_dir, timeout=10.0, quiet=True)
+        return 1
+    state["bootstrap_servers"] = ",".join(f"{b['host']}:{b['port']}" for b in state["brokers"])
+    _write_cluster_file(cluster_dir, state)
+
+    print(f"ZooKeeper  {zk.connect}  pid {zk.pid}  ({zk.data_dir})")
+    for b in state["brokers"]:
+        print(f"broker {b['id']}   {b['host']}:{b['port']}  pid {b['pid']}  log {b['log']}")
+    print(f"bootstrap servers: {state['bootstrap_servers']}")
+    print(f"status: odradek cluster status --dir {cluster_dir}")
+    print(f"stop:   odradek cluster down --dir {cluster_dir}")
+    return 0
+
+
+def _wait_ready(
+    brokers: list[dict[str, Any]], procs: list[subprocess.Popen[bytes]], offsets: list[int], timeout: float
+) -> str | None:
+    """Wait for every broker's ready line (filling in its port); an error message, or None."""
+    deadline = time.monotonic() + timeout
+    pending = set(range(len(brokers)))
+    while pending:
+        for i in sorted(pending):
+            b = brokers[i]
+            log_path = Path(b["log"])
+            try:
+                with open(log_path, "rb") as f:
+                    f.seek(offsets[i])
+                    text = f.read().decode("utf-8", "replace")
+            except OSError:
+                text = ""
+            m = _READY.search(text)
+            if m:
+                b["host"], b["port"] = m.group("host"), int(m.group("port"))
+                pending.discard(i)
+            elif procs[i].poll() is not None:
+                return f"broker {b['id']} exited with status {procs[i].returncode}:\n{_tail(log_path)}"
+        if not pending:
+            break
+        if time.monotonic() >= deadline:
+            ids = ", ".join(str(brokers[i]["id"]) for i in sorted(pending))
+            last = brokers[min(pending)]
+            return f"broker(s) {ids} not ready after {timeout:g}s; {last['log']}:\n{_tail(Path(last['log']))}"
+        time.sleep(0.1)
+    return None
+
+
+# -- status -----------------------------------------------------------------------------------------
+
+
+def _kazoo_client(connect: str, timeout: float) -> Any:
+    """A started KazooClient; raises if ZooKeeper does not answer within ``timeout`` s."""
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=connect, timeout=min(timeout, 10.0), connection_retry={"max_tries": 3, "delay": 0.2})
+    client.start(timeout=timeout)
+    return client
+
+
+def _znode_json(client: Any, path: str) -> Any:
+    from kazoo.exceptions import NoNodeError
+
+    try:
+        data, _stat = client.get(path)
+    except NoNodeError:
+        return None
+    try:
+        return json.loads(data.decode("utf-8")) if data else None
+    except ValueError:
+        return data.decode("utf-8", "replace")
+
+
+def _children(client: Any, path: str) -> list[str]:
+    from kazoo.exceptions import NoNodeError
+
+    try:
+        return list(client.get_children(path))
+    except NoNodeError:
+        return []
+
+
+def _int_sorted(names: list[str]) -> list[str]:
+    return sorted(names, key=lambda s: (0, int(s), s) if s.isdigit() else (1, 0, s))
+
+
+def read_status(client: Any) -> dict[str, Any]:
+    """Brokers, controller and partition states from ZooKeeper (Kafka's znode layout), via a kazoo client."""
+    brokers: list[dict[str, Any]] = []
+    for name in _int_sorted(_children(client, "/brokers/ids")):
+        info = _znode_json(client, f"/brokers/ids/{name}")
+        info = info if isinstance(info, dict) else {}
+        brokers.append(
+            {
+                "id": int(name) if name.isdigit() else name,
+                "host": info.get("host"),
+                "port": info.get("port"),
+                "endpoints": info.get("endpoints", []),
+            }
+        )
+    live = {b["id"] for b in brokers}
+    controller = _znode_json(client, "/controller")
+    controller_id = controller.get("brokerid") if isinstance(controller, dict) else None
+    epoch = _znode_json(client, "/controller_epoch")
+    partitions: list[dict[str, Any]] = []
+    for topic in sorted(_children(client, "/brokers/topics")):
+        assignment = _znode_json(client, f"/brokers/topics/{topic}")
+        replicas_by_partition = assignment.get("partitions", {}) if isinstance(assignment, dict) else {}
+        for p in _int_sorted(list(replicas_by_partition)):
+            replicas = list(replicas_by_partition[p])
+            st = _znode_json(client, f"/brokers/topics/{topic}/partitions/{p}/state")
+            st = st if isinstance(st, dict) else {}
+            leader = st.get("leader")
+            isr = list(st.get("isr", []))
+            partitions.append(
+                {
+                    "topic": topic,
+                    "partition": int(p),
+                    "leader": leader,
+                    "leader_epoch": st.get("leader_epoch"),
+                    "replicas": replicas,
+                    "isr": isr,
+                    "under_replicated": len(set(isr) & set(replicas)) < len(replicas),
+                    "offline": leader is None or leader == -1 or leader not in live,
+                }
+            )
+    return {
+        "brokers": brokers,
+        "controller": controller_id,
+        "controller_epoch": epoch if isinstance(epoch, int) else None,
+        "partitions": partitions,
+        "under_replicated": sum(1 for p in partitions if p["under_replicated"]),
+        "offline": sum(1 for p in partitions if p["offline"]),
+    }
+
+
+def _ids(values: list[Any]) -> str:
+    return ",".join(str(v) for v in values) or "-"
+
+
+def cluster_status(cluster_dir: Path, *, zookeeper: str | None, as_json: bool, timeout: float = 10.0) -> int:
+    recorded = read_cluster_file(cluster_dir)
+    connect = zookeeper
+    if connect is None:
+        if recorded is None:
+            _err(f"no cluster in {cluster_dir} (no {CLUSTER_FILE}); start one with: odradek cluster up")
+            return 1
+        connect = str(recorded.get("zookeeper", {}).get("connect", ""))
+    try:
+        client = _kazoo_client(connect, timeout)
+    except Exception as exc:  # kazoo raises its own timeout types, and OSError-likes
+        _err(f"ZooKeeper at {connect} is not reachable: {exc or type(exc).__name__}")
+        return 1
+    try:
+        status = read_status(client)
+    finally:
+        client.stop()
+        client.close()
+    status["zookeeper"] = connect
+    pids = {b["id"]: b for b in (recorded or {}).get("brokers", [])} if zookeeper is None else {}
+    for b in status["brokers"]:
+        rec = pids.get(b["id"])
+        b["pid"] = rec.get("pid") if rec else None
+    status["not_registered"] = [
+        {"id": i, "pid": rec.get("pid"), "running": _broker_alive(rec)}
+        for i, rec in sorted(pids.items())
+        if i not in {b["id"] for b in status["brokers"]}
+    ]
+    if as_json:
+        print(json.dumps(status, indent=2))
+        return 0
+
+    print(f"ZooKeeper: {connect}")
+    print(f"Brokers ({len(status['brokers'])} registered):")
+    for b in status["brokers"]:
+        endpoints = ",".join(b["endpoints"]) or f"{b['host']}:{b['port']}"
+        pid = f"  pid {b['pid']}" if b.get("pid") else ""
+        mark = "  (controller)" if b["id"] == status["controller"] else ""
+        print(f"  {b['id']}  {endpoints}{pid}{mark}")
+    for nr in status["not_registered"]:
+        print(f"  {nr['id']}  NOT REGISTERED  pid {nr['pid']} ({'running' if nr['running'] else 'not running'})")
+    controller = status["controller"]
+    epoch = f" (epoch {status['controller_epoch']})" if status["controller_epoch"] is not None else ""
+    print(f"Controller: {'none' if controller is None else f'broker {controller}'}{epoch}")
+    if status["partitions"]:
+        width = max(5, *(len(p["topic"]) for p in status["partitions"]))
+        print(f"{'TOPIC':<{width}}  PARTITION  LEADER  REPLICAS  ISR")
+        for p in status["partitions"]:
+            leader = "none" if p["leader"] is None or p["leader"] == -1 else str(p["leader"])
+            flags = " ".join(f for f, on in (("under-replicated", p["under_replicated"]), ("offline", p["offline"])) if on)
+            print(
+                f"{p['topic']:<{width}}  {p['partition']:<9}  {leader:<6}  {_ids(p['replicas']):<8}  "
+                f"{_ids(p['isr'])}{'  ' + flags if flags else ''}"
+            )
+    else:
+        print("No topics.")
+    print(f"Under-replicated partitions: {status['under_replicated']}")
+    print(f"Offline partitions: {status['offline']}")
+    return 0
+
+
+# -- down -------------------------------------------------------------------------------------------
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    from odradek.coordination.zkserver import process_alive
+
+    deadline = time.monotonic() + timeout
+    while process_alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def _controller_id(connect: str) -> Any:
+    """The controller's broker id, best effort (None if ZooKeeper does not answer quickly)."""
+    try:
+        client = _kazoo_client(connect, 3.0)
+    except Exception:
+        return None
+    try:
+        controller = _znode_json(client, "/controller")
+        return controller.get("brokerid") if isinstance(controller, dict) else None
+    except Exception:
+        return None
+    finally:
+        client.stop()
+        client.close()
+
+
+def cluster_down(cluster_dir: Path, *, timeout: float = 60.0, quiet: bool = False) -> int:
+    from odradek.coordination.zkserver import ZooKeeperError
+
+    def say(message: str) -> None:
+        if not quiet:
+            print(message)
+
+    state = read_cluster_file(cluster_dir)
+    if state is None:
+        _err(f"no cluster in {cluster_dir} (no {CLUSTER_FILE})")
+        return 1
+    zk_info = state.get("zookeeper", {})
+    brokers = [b for b in state.get("brokers", []) if _broker_alive(b)]
+    for b in state.get("brokers", []):
+        if b not in brokers:
+            say(f"broker {b.get('id')}: not running (pid {b.get('pid')})")
+    # the controller last: stopping it moves the controller role, once instead of at every step
+    controller = _controller_id(str(zk_info.get("connect", ""))) if len(brokers) > 1 else None
+    brokers.sort(key=lambda b: (b.get("id") == controller, b.get("id")))
+    status = 0
+    for b in brokers:
+        pid = int(b["pid"])
+        t0 = time.monotonic()
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+        if _wait_gone(pid, timeout):
+            say(f"broker {b['id']}: stopped (pid {pid}, {time.monotonic() - t0:.1f}s)")
+            continue
+        if _is_our_broker(pid, str(b.get("data_dir"))):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if _wait_gone(pid, 10.0):
+            say(f"broker {b['id']}: killed (pid {pid}) after {timeout:g}s without exiting")
+        else:
+            _err(f"broker {b['id']} (pid {pid}) did not exit")
+            status = 1
+    zk = _zookeeper(cluster_dir, int(zk_info.get("port", 0)))
+    zk_pid = zk.pid
+    try:
+        if zk.running():
+            zk.stop()
+            say(f"ZooKeeper: stopped (pid {zk_pid})")
+        else:
+            say("ZooKeeper: not running")
+    except ZooKeeperError as exc:
+        _err(str(exc))
+        status = 1
+    if status == 0:
+        (cluster_dir / CLUSTER_FILE).unlink(missing_ok=True)
+    return status
