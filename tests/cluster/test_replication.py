@@ -418,3 +418,24 @@ def test_duplicate_broker_id_fails_start_up(cluster_factory: Callable[..., Clust
     text = "\n".join(dup.stderr_lines)
     dup.stop()
     assert "already registered" in text, text
+
+
+def test_elect_leaders_on_demand(cluster_factory: Callable[..., Cluster], capsys: Any) -> None:
+    from odradek.cli.__main__ import main
+
+    cluster = cluster_factory(3, {**OVERRIDES, "auto.leader.rebalance.enable": False})
+    topic = "elect"
+    create_topic(cluster.bootstrap, topic, 3, 3)
+    cluster.wait_for(lambda: isr_full(cluster, topic, 3), 30, "a full ISR")
+    victim = cluster.leader(topic, 0)
+    assert victim is not None
+    cluster.restart(victim, clean=True)  # controlled shutdown moves its leaderships away
+    cluster.wait_for(lambda: isr_full(cluster, topic, 3), 60, "the restarted broker back in the ISR")
+    assert cluster.leader(topic, 0) != victim  # no automatic rebalance
+    time.sleep(4)
+    assert cluster.leader(topic, 0) != victim
+    rc = main(["cluster", "elect-leaders", "-b", cluster.bootstrap, "--topic", topic])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert f"{topic}-0: elected" in out
+    cluster.wait_for(lambda: preferred_leaders(cluster, topic, 3), 10, "preferred leaders after elect-leaders")

@@ -68,6 +68,12 @@ def add_parser(sub: Any) -> None:
     st.add_argument("--json", action="store_true", help="print JSON")
     st.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for ZooKeeper (default 10)")
 
+    el = command("elect-leaders", "elect preferred (or, for leaderless partitions, unclean) leaders now")
+    el.add_argument("--bootstrap-server", "-b", help="a broker (default: the cluster's, else 127.0.0.1:9092)")
+    el.add_argument("--election-type", choices=("preferred", "unclean"), default="preferred")
+    el.add_argument("--topic", help="only this topic (default: every partition)")
+    el.add_argument("--partition", type=int, action="append", help="only these partitions of --topic")
+
     down = command("down", "stop the brokers (controlled shutdown, SIGTERM) and then ZooKeeper")
     down.add_argument(
         "--timeout", type=float, default=60.0, help="seconds to wait for each broker before SIGKILL (default 60)"
@@ -91,7 +97,55 @@ def run(args: argparse.Namespace) -> int:
         return cluster_status(cluster_dir, zookeeper=args.zookeeper, as_json=args.json, timeout=args.timeout)
     if args.cluster_command == "down":
         return cluster_down(cluster_dir, timeout=args.timeout)
+    if args.cluster_command == "elect-leaders":
+        return elect_leaders(cluster_dir, args.bootstrap_server, args.election_type, args.topic, args.partition)
     return 2
+
+
+def elect_leaders(
+    cluster_dir: Path, bootstrap: str | None, election_type: str, topic: str | None, partitions: list[int] | None
+) -> int:
+    """The ElectLeaders API, sent to the controller; prints one line per partition."""
+    from odradek.client._network import Cluster
+    from odradek.errors import ErrorCode, KafkaError
+    from odradek.protocol.messages.elect_leaders import ElectLeadersRequest
+
+    if bootstrap is None:
+        state = read_cluster_file(cluster_dir) or {}
+        brokers = state.get("brokers") or []
+        bootstrap = ",".join(f"{b['host']}:{b['port']}" for b in brokers) or "127.0.0.1:9092"
+    client = Cluster(bootstrap, client_id="odradek-cluster")
+    try:
+        md = client.metadata(None if topic is None else [topic])
+        tps = None
+        if topic is not None:
+            known = [p.partition_index for t in md.topics if t.name == topic for p in t.partitions]
+            if not known:
+                _err(f"topic {topic} does not exist")
+                return 1
+            wanted = partitions or sorted(known)
+            tps = [ElectLeadersRequest.TopicPartitions(topic=topic, partitions=wanted)]
+        conn = client.node(client.controller_id)
+        resp = conn.request(
+            ElectLeadersRequest(election_type=1 if election_type == "unclean" else 0, topic_partitions=tps, timeout_ms=30000),
+            min(2, conn.version_for(ElectLeadersRequest)),
+        )
+    except (ConnectionError, TimeoutError, KafkaError) as exc:
+        _err(str(exc))
+        return 1
+    finally:
+        client.close()
+    if resp.error_code:
+        _err(f"ElectLeaders failed: {ErrorCode.of(resp.error_code).name}")
+        return 1
+    failed = 0
+    for r in resp.replica_election_results:
+        for p in r.partition_result:
+            name = ErrorCode.of(p.error_code).name
+            ok = p.error_code in (0, ErrorCode.ELECTION_NOT_NEEDED)
+            failed += not ok
+            print(f"{r.topic}-{p.partition_id}: {'elected' if p.error_code == 0 else name}")
+    return 0 if not failed else 1
 
 
 def _err(message: str) -> None:
