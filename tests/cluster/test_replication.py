@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.cluster.conftest import Cluster, wait_for
@@ -104,6 +104,8 @@ def create_topic(bootstrap: str, name: str, partitions: int = 3, rf: int = 3, *,
 
 
 def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60) -> dict[int, list[tuple[int, bytes]]]:
+    # assign(), not a group: with a broker down for good, fewer brokers may be alive than
+    # offsets.topic.replication.factor, and then (as in Kafka) no group can be coordinated
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -112,8 +114,10 @@ def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60) 
             "enable.auto.commit": False,
         }
     )
-    c.subscribe([topic])
+    parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
     got: dict[int, list[tuple[int, bytes]]] = {}
+    errors: list[str] = []
     deadline = time.monotonic() + timeout
     count = 0
     idle_since = time.monotonic()
@@ -126,13 +130,15 @@ def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60) 
                 continue
             if m.error():
                 if m.error().code() != KafkaError._PARTITION_EOF:
-                    pass
+                    errors.append(str(m.error()))
                 continue
             idle_since = time.monotonic()
             got.setdefault(m.partition(), []).append((m.offset(), m.value()))
             count += 1
     finally:
         c.close()
+    if count < expected:
+        print(f"consume_all: {count} of {expected} records; consumer errors: {errors[:10]}")
     return got
 
 
@@ -439,3 +445,89 @@ def test_elect_leaders_on_demand(cluster_factory: Callable[..., Cluster], capsys
     assert rc == 0, out
     assert f"{topic}-0: elected" in out
     cluster.wait_for(lambda: preferred_leaders(cluster, topic, 3), 10, "preferred leaders after elect-leaders")
+
+
+def _reassign(cluster: Cluster, topic: str, targets: dict[int, list[int]]) -> None:
+    from odradek.client._network import BrokerConnection
+    from odradek.protocol.messages.alter_partition_reassignments import (
+        AlterPartitionReassignmentsRequest as A,
+    )
+
+    controller = cluster.wait_for_controller()
+    conn = BrokerConnection("127.0.0.1", cluster.broker(controller).port, client_id="test", timeout=30)
+    try:
+        resp = conn.request(
+            A(timeout_ms=30000, topics=[A.ReassignableTopic(name=topic, partitions=[
+                A.ReassignablePartition(partition_index=p, replicas=r) for p, r in targets.items()
+            ])]),
+            0,
+        )
+    finally:
+        conn.close()
+    assert resp.error_code == 0 and all(p.error_code == 0 for t in resp.responses for p in t.partitions), resp
+
+
+def test_reassignment_resumes_after_controller_failover(cluster_factory: Callable[..., Cluster]) -> None:
+    cluster = cluster_factory(3, {**OVERRIDES, "zookeeper.session.timeout.ms": 15000})
+    controller = cluster.wait_for_controller()
+    others = [b for b in (1, 2, 3) if b != controller]
+    frozen, keeper = others
+    topic = "resume"
+    create_topic(cluster.bootstrap, topic, assignment=[[controller, keeper]])
+    cluster.wait_for(lambda: isr_full(cluster, topic, 1), 30, "a full ISR")
+    producer = ProducerThread(cluster.bootstrap, topic).start()
+    try:
+        producer.wait_progress(200, 30, "before the reassignment")
+        cluster.sigstop(frozen)  # the new replica cannot catch up: the reassignment stalls mid-way
+        _reassign(cluster, topic, {0: [keeper, frozen]})
+        cluster.wait_for(lambda: cluster.topic_assignment(topic)[0] == [keeper, frozen, controller], 20,
+                         "the union of old and new replicas written first")
+        assert cluster.zk_json("/admin/reassign_partitions")["partitions"][0]["replicas"] == [keeper, frozen]
+        cluster.kill(controller)
+        cluster.wait_for(lambda: cluster.controller_id() not in (controller, None), 40, "a new controller")
+        producer.wait_progress(200, 60, "after the controller failover")
+        cluster.sigcont(frozen)
+        cluster.wait_for(lambda: cluster.topic_assignment(topic)[0] == [keeper, frozen], 60,
+                         "the new controller to finish the reassignment")
+        cluster.wait_for(lambda: isr_full(cluster, topic, 1), 60, "the new replicas in sync")
+        assert cluster.zk_get("/admin/reassign_partitions") is None
+        producer.wait_progress(200, 30, "after the reassignment")
+    finally:
+        producer.stop()
+    assert not producer.errors, producer.errors[:5]
+    got = consume_all(cluster.bootstrap, topic, producer.acked_count())
+    check_no_loss(producer.acked, got)
+
+
+def test_topic_changes_reach_every_broker(cluster_factory: Callable[..., Cluster]) -> None:
+    from odradek.client import Admin
+    from odradek.client.admin import ConfigResource, NewPartitions
+
+    cluster = cluster_factory(3, OVERRIDES)
+    create_topic(cluster.bootstrap, "short-lived", 3, 3)
+    create_topic(cluster.bootstrap, "growing", 2, 2)
+    cluster.wait_for(lambda: isr_full(cluster, "short-lived", 3) and isr_full(cluster, "growing", 2), 30, "full ISRs")
+    with Admin({"bootstrap.servers": cluster.bootstrap}) as admin:
+        # a topic config change reaches every broker through /config/changes
+        admin.incremental_alter_configs({ConfigResource("topic", "growing"): {"retention.ms": "3600000"}})
+        for i in (1, 2, 3):
+            with Admin({"bootstrap.servers": cluster.broker(i).bootstrap}) as one:
+                cluster.wait_for(
+                    lambda one=one: one.describe_configs([ConfigResource("topic", "growing")])[
+                        ConfigResource("topic", "growing")]["retention.ms"].value == "3600000",
+                    20, f"broker {i} to see the new retention.ms")
+        # partitions added: placed on live brokers, led, replicated
+        admin.create_partitions({"growing": NewPartitions(4)})
+        cluster.wait_for(lambda: isr_full(cluster, "growing", 4), 30, "the new partitions in sync")
+        # deletion: every replica's directory goes away, the znodes too
+        admin.delete_topics(["short-lived"])
+    cluster.wait_for(lambda: cluster.zk_get("/brokers/topics/short-lived") is None, 30, "the topic znode deleted")
+    for i in (1, 2, 3):
+        cluster.wait_for(
+            lambda i=i: not any(d.name.startswith("short-lived-") for d in cluster.broker(i).data_dir.iterdir()),
+            30, f"broker {i}'s replicas deleted")
+    assert "short-lived" not in metadata_topics(cluster.bootstrap)
+
+
+def metadata_topics(bootstrap: str) -> set[str]:
+    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics)

@@ -70,6 +70,20 @@ RS = ReplicaStateName
 TP = tuple[str, int]
 
 
+_REARMING = frozenset(
+    {
+        "_elect",
+        "_controller_changed",
+        "_session_renewed",
+        "_brokers_changed",
+        "_topics_changed",
+        "_isr_changed",
+        "_delete_topics_changed",
+        "_admin_node_changed",
+    }
+)
+
+
 class ControllerMoved(Exception):
     """Another broker became controller: the ZooKeeper epoch check failed."""
 
@@ -183,7 +197,11 @@ class Controller:
                 await self._resign(delete_node=False)
                 self.put(self._elect)
             except Exception:
-                log.exception("controller event %s failed", getattr(event, "__name__", event))
+                name = getattr(event, "__name__", "")
+                log.exception("controller event %s failed", name or event)
+                if name in _REARMING:
+                    # these events re-arm ZooKeeper watches: retry, or changes would go unnoticed
+                    asyncio.get_running_loop().call_later(1.0, self.put, event)
 
     async def call(self, fn: Callable[[], Awaitable[Any]]) -> Any:
         """Run ``fn`` on the controller's event queue and return its result."""

@@ -288,20 +288,25 @@ def place_replicas(
 
     Partition p's leader is broker ``(start_index + p) mod n``; its followers follow with a shift
     that grows each full round, so that followers spread too.  With racks the broker list is first
-    interleaved by rack and a follower is skipped past brokers on a rack the partition already
-    uses while an unused rack remains.
+    interleaved by rack, the shift grows by the number of racks each round, and a follower is
+    skipped past brokers on a rack the partition already uses while an unused rack remains.
     """
     n = len(brokers)
+    if replication_factor <= 0:
+        raise ValueError(f"replication factor must be larger than 0, not {replication_factor}")
     if replication_factor > n:
         raise ValueError(f"replication factor {replication_factor} is larger than the {n} available brokers")
     rack_aware = any(r for r in brokers.values())
     order = _rack_alternated(brokers) if rack_aware else sorted(brokers)
     racks = {brokers[b] for b in brokers}
+    # rack-aware, the shift moves a whole rack round at a time (Kafka's nextReplicaShift * numRacks),
+    # so that followers keep the rack alternation of the broker list
+    stride = len(racks) if rack_aware else 1
     result: dict[int, tuple[int, ...]] = {}
     for i in range(partitions):
         p = start_partition + i
         first = (start_index + p) % n
-        shift = 1 + (p // n) % max(n - 1, 1)
+        shift = 1 + (p // n * stride) % max(n - 1, 1)
         replicas = [order[first]]
         used_racks = {brokers[order[first]]}
         k = 0

@@ -103,7 +103,7 @@ class ZkStore:
             hosts=connect,
             timeout=self.session_timeout,
             connection_retry=KazooRetry(max_tries=-1, delay=0.2, max_delay=2.0),
-            command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0),
+            command_retry=KazooRetry(max_tries=20, delay=0.1, max_delay=1.0),
         )
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="odradek-zk")
         self.loop: asyncio.AbstractEventLoop | None = None
