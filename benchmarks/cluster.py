@@ -75,12 +75,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 try:
+    from odradek import testing
     from odradek.coordination.zkserver import ZooKeeperServer
-    from odradek.testing import BrokerProcess
+    from odradek.testing import BrokerProcess, cpu_seconds
 except ImportError:  # running from a checkout without an install
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from odradek import testing
     from odradek.coordination.zkserver import ZooKeeperServer
-    from odradek.testing import BrokerProcess
+    from odradek.testing import BrokerProcess, cpu_seconds
 
 import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -135,32 +137,7 @@ def rnd(x: float, digits: int = 2) -> float:
 
 
 def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.1) -> T:
-    """Poll ``predicate`` until it returns something truthy; exceptions count as "not yet"."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            last = predicate()
-            error = None
-            if last:
-                return last
-        except Exception as exc:
-            error = exc
-        if time.monotonic() >= deadline:
-            detail = f"last error: {error!r}" if error is not None else f"last value: {last!r}"
-            raise Broken(f"timed out after {timeout:g}s waiting for {what} ({detail})")
-        time.sleep(interval)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (all its threads), 0 if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return testing.wait_for(predicate, timeout, what, interval, error=Broken)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -16,12 +16,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["BrokerProcess"]
+__all__ = ["BrokerProcess", "cpu_seconds", "wait_for"]
+
+T = TypeVar("T")
 
 _READY = re.compile(r"ready on PLAINTEXT://(?P<host>[^:\s]+):(?P<port>\d+)")
 
@@ -144,3 +146,44 @@ class BrokerProcess:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
+
+
+def wait_for(
+    predicate: Callable[[], T],
+    timeout: float,
+    what: str,
+    interval: float = 0.1,
+    *,
+    error: type[Exception] = AssertionError,
+) -> T:
+    """Poll ``predicate`` until it returns something truthy (returned), for at most ``timeout`` s.
+
+    Exceptions from the predicate count as "not yet" (a broker or ZooKeeper may be restarting);
+    the last one is reported, as ``error``, if the deadline passes.
+    """
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    failure: BaseException | None = None
+    while True:
+        try:
+            last = predicate()
+            failure = None
+            if last:
+                return last
+        except Exception as exc:
+            failure = exc
+        if time.monotonic() >= deadline:
+            detail = f"last error: {failure!r}" if failure is not None else f"last value: {last!r}"
+            raise error(f"timed out after {timeout:g}s waiting for {what} ({detail})")
+        time.sleep(interval)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (all its threads), 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+

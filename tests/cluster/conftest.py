@@ -21,7 +21,6 @@ import json
 import os
 import signal
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -32,7 +31,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from odradek.coordination.zkserver import ZooKeeperServer, zookeeper_available
-from odradek.testing import BrokerProcess
+from odradek.testing import BrokerProcess, wait_for
 
 T = TypeVar("T")
 
@@ -41,29 +40,6 @@ def require_zookeeper() -> None:
     problem = zookeeper_available()
     if problem is not None:
         pytest.fail(problem, pytrace=False)
-
-
-def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.1) -> T:
-    """Poll ``predicate`` until it returns something truthy (which is returned), for at most ``timeout`` s.
-
-    Exceptions from the predicate count as "not yet" (a broker or ZooKeeper may be restarting); the
-    last one is reported if the deadline passes.
-    """
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            last = predicate()
-            error = None
-            if last:
-                return last
-        except Exception as exc:
-            error = exc
-        if time.monotonic() >= deadline:
-            detail = f"last error: {error!r}" if error is not None else f"last value: {last!r}"
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what} ({detail})")
-        time.sleep(interval)
 
 
 def kazoo_client(connect: str, session_timeout: float = 10.0, start_timeout: float = 15.0) -> KazooClient:

@@ -628,12 +628,24 @@ class Broker:
             raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"clients may not write to the internal topic {topic}")
         if partition not in info.partitions:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {topic}-{partition} does not exist")
+        return self._led_here(topic, partition)
+
+    def _led_here(self, topic: str, partition: int) -> Partition:
+        """The partition this broker leads; NOT_LEADER_OR_FOLLOWER (the client refreshes its
+        metadata) when the partition exists but lives on other brokers."""
+        p = self.replicas.get(topic, partition)
+        if p is None:
+            state = self.image.partition(topic, partition)
+            if state is not None:
+                raise KafkaError(
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{partition} is led by broker {state.leader}, not here"
+                )
         return self.replicas.leader_partition(topic, partition)
 
     def fetch_partition(self, topic: str, partition: int, current_leader_epoch: int, replica_id: int) -> Partition:
         if topic not in self.image.topics:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{topic}' does not exist")
-        p = self.replicas.leader_partition(topic, partition)
+        p = self._led_here(topic, partition)
         if current_leader_epoch >= 0:
             if current_leader_epoch < p.leader_epoch:
                 raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH, f"epoch {current_leader_epoch} < {p.leader_epoch}")

@@ -157,6 +157,15 @@ class ReplicaManager:
 
     # -- partition lifecycle -------------------------------------------------------------------
     def become_leader(self, state: PartitionState, topic_id: object = None) -> Partition:
+        p = self._hosted(state, topic_id)
+        p.state = state
+        if p.is_leader:
+            p.log.epochs.assign(state.leader_epoch, p.log.log_end_offset)
+            p.update_high_watermark()
+        return p
+
+    def _hosted(self, state: PartitionState, topic_id: object) -> Partition:
+        """The partition, created with its log on first use; its log config brought up to date."""
         key = (state.topic, state.partition)
         p = self.partitions.get(key)
         cfg = self.topic_config(state.topic)
@@ -166,11 +175,7 @@ class ReplicaManager:
             p.log.high_watermark = min(max(p.log.high_watermark, 0), p.log.log_end_offset)
             self.partitions[key] = p
         else:
-            p.state = state
             p.log.update_config(cfg)
-        if p.is_leader:
-            p.log.epochs.assign(state.leader_epoch, p.log.log_end_offset)
-            p.update_high_watermark()
         return p
 
     def make_leader(self, state: PartitionState, topic_id: object, now_ms: int) -> Partition:
@@ -187,16 +192,7 @@ class ReplicaManager:
         return p
 
     def make_follower(self, state: PartitionState, topic_id: object) -> Partition:
-        key = (state.topic, state.partition)
-        p = self.partitions.get(key)
-        cfg = self.topic_config(state.topic)
-        if p is None:
-            lg = self.logs.get_or_create(state.topic, state.partition, cfg, topic_id=topic_id)  # type: ignore[arg-type]
-            p = Partition(state.topic, state.partition, lg, state, self.broker_id)
-            p.log.high_watermark = min(max(p.log.high_watermark, 0), p.log.log_end_offset)
-            self.partitions[key] = p
-        else:
-            p.log.update_config(cfg)
+        p = self._hosted(state, topic_id)
         p.state = state
         p.follower_leo = {}
         p.follower_caught_up = {}

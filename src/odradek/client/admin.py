@@ -1486,16 +1486,7 @@ class AsyncAdmin:
                 topics=[Q.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
             )
             resp: OffsetCommitResponse = await self._request(conn, req, v, dl)
-            state.unanswered(batch, {(t.name, p.partition_index) for t in resp.topics for p in t.partitions})
-            for t in resp.topics:
-                for p in t.partitions:
-                    tp = (t.name, p.partition_index)
-                    if tp not in state.todo:
-                        continue
-                    if p.error_code:
-                        state.fail(tp, p.error_code, _partition_message(p.error_code, tp))
-                    else:
-                        state.done(tp, None)
+            _settle_partitions(state, batch, resp.topics)
 
         async def attempt() -> None:
             await self._per_node(state, await self._coordinators(state, lambda _tp: group_id, dl), send, dl)
@@ -1527,22 +1518,27 @@ class AsyncAdmin:
                 for tp in batch:
                     state.fail(tp, resp.error_code, _partition_message(resp.error_code, tp))
                 return
-            state.unanswered(batch, {(t.name, p.partition_index) for t in resp.topics for p in t.partitions})
-            for t in resp.topics:
-                for p in t.partitions:
-                    tp = (t.name, p.partition_index)
-                    if tp not in state.todo:
-                        continue
-                    if p.error_code:
-                        state.fail(tp, p.error_code, _partition_message(p.error_code, tp))
-                    else:
-                        state.done(tp, None)
+            _settle_partitions(state, batch, resp.topics)
 
         async def attempt() -> None:
             await self._per_node(state, await self._coordinators(state, lambda _tp: group_id, dl), send, dl)
 
         await self._drive(state, dl, attempt)
         _check(state.errors, state.results)
+
+
+def _settle_partitions(state: _Pending[TopicPartition, None], batch: list[TopicPartition], topics: Any) -> None:
+    """Per-partition results of an offsets request (``topics[].partitions[].error_code``)."""
+    state.unanswered(batch, {(t.name, p.partition_index) for t in topics for p in t.partitions})
+    for t in topics:
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            if tp not in state.todo:
+                continue
+            if p.error_code:
+                state.fail(tp, p.error_code, _partition_message(p.error_code, tp))
+            else:
+                state.done(tp, None)
 
 
 def _rest(dl: _Deadline) -> float:

@@ -278,7 +278,7 @@ class ZooKeeperServer:
 
     def running(self) -> bool:
         if self._proc is not None:
-            return self._proc.poll() is None
+            return self._proc.poll() is None and process_alive(self._proc.pid)
         pid = self.pid
         return pid is not None and self._is_ours(pid) and process_alive(pid)
 
