@@ -178,43 +178,25 @@ def preferred_leaders(cluster: Cluster, topic: str, partitions: int) -> bool:
     return all(cluster.leader(topic, p) == assignment[p][0] for p in range(partitions))
 
 
+def diagnose(cluster: Cluster, topic: str, partitions: int) -> str:
+    """Partition states and the end of every broker's log, for a failure message."""
+    lines = [f"{topic}-{p}: {cluster.partition_state(topic, p)}" for p in range(partitions)]
+    lines.append(f"controller: {cluster.controller_id()}, registered: {cluster.registered_brokers()}")
+    for i in sorted(cluster.brokers):
+        lines.append(f"--- broker {i}:\n" + cluster.logs(i, 60))
+    return "\n".join(lines)
+
+
 def test_failover_loses_no_acknowledged_record(cluster_factory: Callable[..., Cluster]) -> None:
-    cluster = cluster_factory(3, OVERRIDES)
+    cluster = cluster_factory(3, OVERRIDES, log_level="INFO")
     topic = "orders"
     create_topic(cluster.bootstrap, topic, 3, 3, config={"min.insync.replicas": "2"})
     cluster.wait_for(lambda: isr_full(cluster, topic, 3), 30, "a full ISR")
     producer = ProducerThread(cluster.bootstrap, topic).start()
     try:
-        producer.wait_progress(300, 30, "before any failure")
-
-        # (a) the leader of partition 0 is killed, later restarted
-        leader = cluster.leader(topic, 0)
-        assert leader is not None
-        cluster.kill(leader)
-        cluster.wait_for(lambda: cluster.leader(topic, 0) not in (leader, -1, None), 30, "a new leader for partition 0")
-        producer.wait_progress(300, 60, "after the leader was killed")
-        cluster.start(leader)
-        cluster.wait_for(lambda: isr_full(cluster, topic, 3), 60, "the restarted broker back in every ISR")
-
-        # (b) the controller's broker is killed, later restarted
-        controller = cluster.wait_for_controller()
-        cluster.kill(controller)
-        cluster.wait_for(lambda: cluster.controller_id() not in (controller, None), 30, "a new controller")
-        producer.wait_progress(300, 60, "after the controller was killed")
-        cluster.start(controller)
-        cluster.wait_for(lambda: isr_full(cluster, topic, 3), 60, "the old controller back in every ISR")
-
-        # (c) a follower is frozen for 10 s: the ISR shrinks, then expands again
-        leader0 = cluster.leader(topic, 0)
-        follower = next(r for r in cluster.topic_assignment(topic)[0] if r != leader0)
-        cluster.sigstop(follower)
-        frozen_at = time.monotonic()
-        cluster.wait_for(lambda: follower not in cluster.isr(topic, 0), 20, "the frozen follower out of the ISR")
-        producer.wait_progress(200, 30, "with a frozen follower")
-        time.sleep(max(0.0, 10 - (time.monotonic() - frozen_at)))
-        cluster.sigcont(follower)
-        cluster.wait_for(lambda: isr_full(cluster, topic, 3), 60, "the follower back in the ISR")
-        producer.wait_progress(200, 30, "after everything recovered")
+        _failures(cluster, topic, producer)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{diagnose(cluster, topic, 3)}") from None
     finally:
         producer.stop()
     assert not producer.errors, producer.errors[:5]
@@ -233,6 +215,39 @@ def test_failover_loses_no_acknowledged_record(cluster_factory: Callable[..., Cl
                              + cluster.logs(ctl or 1, 200)) from None
     md = metadata(cluster.bootstrap, topic)
     assert all(sorted(isr) == sorted(replicas) for _leader, replicas, isr in md.values()), md
+
+
+def _failures(cluster: Cluster, topic: str, producer: ProducerThread) -> None:
+    producer.wait_progress(300, 30, "before any failure")
+
+    # (a) the leader of partition 0 is killed, later restarted
+    leader = cluster.leader(topic, 0)
+    assert leader is not None
+    cluster.kill(leader)
+    cluster.wait_for(lambda: cluster.leader(topic, 0) not in (leader, -1, None), 30, "a new leader for partition 0")
+    producer.wait_progress(300, 60, "after the leader was killed")
+    cluster.start(leader)
+    cluster.wait_for(lambda: isr_full(cluster, topic, 3), 120, "the restarted broker back in every ISR")
+
+    # (b) the controller's broker is killed, later restarted
+    controller = cluster.wait_for_controller()
+    cluster.kill(controller)
+    cluster.wait_for(lambda: cluster.controller_id() not in (controller, None), 30, "a new controller")
+    producer.wait_progress(300, 60, "after the controller was killed")
+    cluster.start(controller)
+    cluster.wait_for(lambda: isr_full(cluster, topic, 3), 120, "the old controller back in every ISR")
+
+    # (c) a follower is frozen for 10 s: the ISR shrinks, then expands again
+    leader0 = cluster.leader(topic, 0)
+    follower = next(r for r in cluster.topic_assignment(topic)[0] if r != leader0)
+    cluster.sigstop(follower)
+    frozen_at = time.monotonic()
+    cluster.wait_for(lambda: follower not in cluster.isr(topic, 0), 20, "the frozen follower out of the ISR")
+    producer.wait_progress(200, 30, "with a frozen follower")
+    time.sleep(max(0.0, 10 - (time.monotonic() - frozen_at)))
+    cluster.sigcont(follower)
+    cluster.wait_for(lambda: isr_full(cluster, topic, 3), 120, "the follower back in the ISR")
+    producer.wait_progress(200, 30, "after everything recovered")
 
 
 @pytest.mark.parametrize("unclean", [False, True])
