@@ -27,10 +27,10 @@ import asyncio
 import contextlib
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -105,7 +105,9 @@ class ZkStore:
             connection_retry=KazooRetry(max_tries=-1, delay=0.2, max_delay=2.0),
             command_retry=KazooRetry(max_tries=20, delay=0.1, max_delay=1.0),
         )
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="odradek-zk")
+        # kazoo queues a request while it is disconnected and waits for it without a deadline:
+        # every call gets one, and runs on a daemon thread so a stuck call never blocks exit
+        self.op_timeout = max(10.0, self.session_timeout)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.session_listeners: list[Callable[[], Awaitable[None]]] = []
         self._lost = False
@@ -116,7 +118,7 @@ class ZkStore:
         self.loop = asyncio.get_running_loop()
         self.zk.add_listener(self._on_state)
         try:
-            await self.run(self.zk.start, self.connection_timeout)
+            await self.run(self.zk.start, self.connection_timeout, timeout=self.connection_timeout + 5)
             chroot = self.zk.chroot
             if chroot:
                 # like Kafka, create the chroot path itself on first use
@@ -126,7 +128,8 @@ class ZkStore:
                 finally:
                     self.zk.chroot = chroot
         except Exception as exc:
-            await self.run(self.zk.stop)
+            with contextlib.suppress(Exception):
+                await self.run(self.zk.stop, timeout=5)
             raise KafkaError(
                 ErrorCode.UNKNOWN_SERVER_ERROR,
                 f"cannot connect to ZooKeeper at {self.connect} within {self.connection_timeout:.0f}s: {exc}",
@@ -135,10 +138,9 @@ class ZkStore:
     async def close(self) -> None:
         self.closed = True
         with contextlib.suppress(Exception):
-            await self.run(self.zk.stop)
+            await self.run(self.zk.stop, timeout=5)
         with contextlib.suppress(Exception):
-            await self.run(self.zk.close)
-        self._pool.shutdown(wait=False)
+            await self.run(self.zk.close, timeout=5)
 
     @property
     def session_id(self) -> int:
@@ -166,9 +168,36 @@ class ZkStore:
         if loop is not None and not loop.is_closed() and not self.closed:
             loop.call_soon_threadsafe(fn, *args)
 
-    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        assert self.loop is not None
-        return await self.loop.run_in_executor(self._pool, lambda: fn(*args))
+    async def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> Any:
+        """``fn(*args)`` on a daemon thread; KafkaError(REQUEST_TIMED_OUT) after ``timeout``
+        (default ``max(10 s, session timeout)``) when ZooKeeper does not answer."""
+        loop = self.loop
+        assert loop is not None
+        fut: asyncio.Future[Any] = loop.create_future()
+
+        def deliver(ok: bool, value: Any) -> None:
+            if not fut.done():
+                if ok:
+                    fut.set_result(value)
+                else:
+                    fut.set_exception(value)
+
+        def work() -> None:
+            try:
+                result = (True, fn(*args))
+            except BaseException as exc:  # handed to the awaiting coroutine
+                result = (False, exc)
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(deliver, *result)
+
+        threading.Thread(target=work, name="odradek-zk", daemon=True).start()
+        limit = self.op_timeout if timeout is None else timeout
+        try:
+            return await asyncio.wait_for(fut, limit)
+        except TimeoutError:
+            raise KafkaError(
+                ErrorCode.REQUEST_TIMED_OUT, f"ZooKeeper at {self.connect} did not answer within {limit:.0f}s"
+            ) from None
 
     # -- operations ---------------------------------------------------------------------------
     async def get(self, path: str, watch: Callable[[], None] | None = None) -> tuple[Any, Any]:
