@@ -2,22 +2,27 @@
 
 A handler is ``async def handler(ctx, request) -> response | None`` registered with
 ``@handles(ApiKey.X, versions=(lo, hi))``; ``None`` means "no response" (``acks=0`` produce).
+A hot handler may instead be a plain function that returns the response (or ``None``) when it
+can answer at once, and when it must wait a coroutine giving it or a :class:`Deferred` (a wait
+driven by callbacks, with no task): the common request then costs no coroutine at all.  Either
+way the server runs a handler up to its first wait right away.
 The ApiVersions answer is derived from this registry, so an API is advertised exactly when it
 has a handler, at exactly the versions the handler accepts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import inspect
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from odradek.protocol import ApiKey, Message, RequestHeader
 
 if TYPE_CHECKING:
     from odradek.broker.app import Broker
 
-__all__ = ["HANDLERS", "Handler", "RequestContext", "handles", "supported_versions"]
+__all__ = ["HANDLERS", "Deferred", "Handler", "RequestContext", "SyncHandler", "handles", "supported_versions"]
 
 
 @dataclass(slots=True)
@@ -33,23 +38,43 @@ class RequestContext:
 
 
 Handler = Callable[[RequestContext, Any], Awaitable[Message | None]]
+class Deferred:
+    """A response a plain-function handler completes later, from callbacks (the fetch
+    purgatory): cheaper than a coroutine in a task for a wait that is mostly a future and a
+    timer.  The server calls :meth:`start` once, then exactly one of: the ``done`` callback
+    (from the deferred: ``done(response, None)`` or ``done(None, exception)``, never from
+    within ``start``) or :meth:`cancel` (from the server: the connection is gone)."""
+
+    __slots__ = ()
+
+    def start(self, done: Callable[[Message | None, BaseException | None], None]) -> None:
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        raise NotImplementedError
+
+
+#: a plain-function handler: the response now, or a coroutine or Deferred that gives it
+SyncHandler = Callable[[RequestContext, Any], "Message | Coroutine[Any, Any, Message | None] | Deferred | None"]
 
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
     min_version: int
     max_version: int
-    handler: Handler
+    handler: Callable[[RequestContext, Any], Any]
+    sync: bool  # a SyncHandler (else ``async def``)
 
 
 HANDLERS: dict[int, _Entry] = {}
+_H = TypeVar("_H", bound=Callable[..., Any])
 
 
-def handles(api_key: ApiKey, versions: tuple[int, int]) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
+def handles(api_key: ApiKey, versions: tuple[int, int]) -> Callable[[_H], _H]:
+    def register(fn: _H) -> _H:
         if api_key in HANDLERS:
             raise RuntimeError(f"two handlers for {api_key.name}")
-        HANDLERS[int(api_key)] = _Entry(versions[0], versions[1], fn)
+        HANDLERS[int(api_key)] = _Entry(versions[0], versions[1], fn, not inspect.iscoroutinefunction(fn))
         return fn
 
     return register

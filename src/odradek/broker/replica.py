@@ -67,18 +67,20 @@ class Partition:
         if new_hw <= self.log.high_watermark:
             return False
         self.log.high_watermark = new_hw
-        still = []
-        for offset, fut in self.hw_waiters:
-            if offset <= new_hw:
+        if self.hw_waiters:
+            still = []
+            for offset, fut in self.hw_waiters:
+                if offset <= new_hw:
+                    if not fut.done():
+                        fut.set_result(None)
+                else:
+                    still.append((offset, fut))
+            self.hw_waiters = still
+        if self.data_waiters:
+            for fut in self.data_waiters:
                 if not fut.done():
                     fut.set_result(None)
-            else:
-                still.append((offset, fut))
-        self.hw_waiters = still
-        for fut in self.data_waiters:
-            if not fut.done():
-                fut.set_result(None)
-        self.data_waiters = []
+            self.data_waiters = []
         return True
 
     def wait_for_hw(self, offset: int) -> asyncio.Future[None]:
@@ -99,6 +101,17 @@ class Partition:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.append_waiters.append(fut)
         return fut
+
+    def watch(self, fut: asyncio.Future[None], follower: bool) -> None:
+        """Wake ``fut`` (set its result) when data becomes visible to consumers (the HW moves)
+        or, for a follower (``follower``), on any append; see :meth:`unwatch`."""
+        (self.append_waiters if follower else self.data_waiters).append(fut)
+
+    def unwatch(self, fut: asyncio.Future[None], follower: bool) -> None:
+        """Forget a future given to :meth:`watch` that is no longer waited for."""
+        waiters = self.append_waiters if follower else self.data_waiters
+        if fut in waiters:
+            waiters.remove(fut)
 
     def wake_appended(self) -> None:
         if self.append_waiters:
@@ -234,6 +247,12 @@ class ReplicaManager:
         p.update_high_watermark()
         p.wake_appended()
         return info
+
+    @staticmethod
+    def flush_due(p: Partition) -> bool:
+        """Whether :meth:`wait_durable` has anything to wait for (flush.messages reached)."""
+        lg = p.log
+        return lg.log_end_offset - lg.recovery_point >= lg.config.flush_messages
 
     async def wait_durable(self, p: Partition) -> None:
         """Flush in a worker thread if the log's flush.messages says so."""

@@ -6,6 +6,12 @@ at a time per connection in arrival order, as Kafka does — pipelined requests 
 responses leave in order.  A frame above ``socket.request.max.bytes`` or that cannot be decoded
 closes that connection only.  When the peer stops reading (the transport's write buffer passes
 its high-water mark) the connection stops reading and handling requests until it drains.
+
+Handlers run as soon as their request is decoded, inside the protocol callback: one that answers
+without waiting (produce with acks=0/1, a fetch with data ready) costs no task, and responses
+made ready by one read leave in one write.  A handler that waits continues in a task (coroutine
+handlers) or through its own callbacks (a :class:`~odradek.broker.dispatch.Deferred`, the fetch
+long poll), and the requests behind it wait their turn.
 """
 
 from __future__ import annotations
@@ -16,15 +22,18 @@ import mmap
 import os
 import time
 from collections import deque
+from collections.abc import Coroutine, Generator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from odradek.broker.dispatch import HANDLERS, RequestContext, supported_versions
+from odradek.broker.dispatch import HANDLERS, Deferred, RequestContext, supported_versions
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import (
     NEED_DATA,
     ApiKey,
     BadRequest,
     ConnectionClosed,
+    Message,
     ProtocolError,
     RequestReceived,
     ServerConnection,
@@ -43,6 +52,10 @@ access = logging.getLogger("odradek.access")
 
 _RECV_BUFFER = 256 * 1024
 _OUT_BUFFER = 1 << 20
+# responses handled together go out in one write, up to this many parts at a time
+_MAX_COALESCED = 64
+# responses up to this size are assembled as bytes rather than in the page-aligned buffer
+_SMALL_RESPONSE = 16 * 1024
 
 
 def api_versions_response(error_code: int = 0) -> ApiVersionsResponse:
@@ -65,12 +78,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._view = memoryview(self._mem)
         self._out: mmap.mmap | None = None
         self._queue: deque[RequestReceived | BadRequest] = deque()
-        self._worker: asyncio.Task[None] | None = None
+        # what the connection waits for: the task that carries on while a handler waits or the
+        # peer is not reading, or a handler's Deferred; None while requests are handled
+        # synchronously (see _run)
+        self._worker: asyncio.Task[None] | _Waiting | None = None
         self._writable = asyncio.Event()
         self._writable.set()
         self._closing = False
         self._reading_paused = False
         self.peer = "?"
+        self.client_host = "?"
         self.last_active = time.monotonic()
 
     # -- asyncio protocol ----------------------------------------------------------------------
@@ -78,6 +95,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not subclasses
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.client_host = self.peer.rsplit(":", 1)[0]
         self.broker.connections.add(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -99,8 +117,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
         self.broker.connections.discard(self)
-        if self._worker is not None and not self._worker.done():
-            self._worker.cancel()
+        worker = self._worker
+        if isinstance(worker, _Waiting):
+            self._worker = None
+            assert worker.deferred is not None
+            worker.deferred.cancel()
+        elif worker is not None and not worker.done():
+            worker.cancel()
         self._queue.clear()
         self._writable.set()
 
@@ -130,20 +153,22 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.transport.resume_reading()
 
     def _pump(self) -> None:
+        queue = self._queue
+        next_event = self.conn.next_event
         while True:
-            ev = self.conn.next_event()
+            ev = next_event()
             if ev is NEED_DATA:
                 break
             if isinstance(ev, ConnectionClosed):
-                if not self._queue and self._worker is None:
+                if not queue and self._worker is None:
                     self.close()
                 break
             assert isinstance(ev, (RequestReceived, BadRequest))
-            self._queue.append(ev)
-        if len(self._queue) >= self.broker.max_queued:
+            queue.append(ev)
+        if len(queue) >= self.broker.max_queued:
             self._pause_reading()
-        if self._queue and (self._worker is None or self._worker.done()):
-            self._worker = asyncio.get_running_loop().create_task(self._work())
+        if queue and self._worker is None:
+            self._run()
 
     def close(self) -> None:
         if not self._closing and self.transport is not None:
@@ -151,23 +176,80 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.transport.close()
 
     # -- request handling ----------------------------------------------------------------------
-    async def _work(self) -> None:
+    def _run(self) -> None:
+        """Handle the queued requests in order, right here while their handlers complete without
+        waiting (no task per request); responses that become ready together leave in one write.
+        The first handler that must wait (long-poll fetch, acks=all, a flush, a coordinator...)
+        or a peer that stopped reading hands the rest of the queue to a task (:meth:`_work`)."""
+        queue = self._queue
+        out: list[Any] = []
         try:
+            while queue and not self._closing:
+                if not self._writable.is_set():  # the peer is not reading: wait in a task
+                    if out:
+                        self._write(out)
+                    self._worker = asyncio.get_running_loop().create_task(self._work(None))
+                    return
+                ev = queue.popleft()
+                if self._reading_paused:
+                    self._maybe_resume_reading()
+                if type(ev) is RequestReceived:
+                    result = self._start(ev)
+                else:
+                    bad = self._bad_request(ev)  # type: ignore[arg-type]
+                    result = None if bad is None else [bad]
+                if result is None:  # connection must close
+                    if out:
+                        self._write(out)
+                    self.close()
+                    return
+                if not isinstance(result, list):  # the handler waits; the rest of the queue too
+                    if out:
+                        self._write(out)
+                    if not self._closing:
+                        if result.deferred is not None:  # its callbacks carry on (_deferred_done)
+                            self._worker = result
+                            result.deferred.start(partial(self._deferred_done, result))
+                        else:
+                            self._worker = asyncio.get_running_loop().create_task(self._work(result))
+                    return
+                if result:
+                    out += result
+                    # a response with file regions (fetch data) goes out at once
+                    if len(result) > 1 or len(out) >= _MAX_COALESCED:
+                        self._write(out)
+                        out = []
+            if out:
+                self._write(out)
+            if not queue and self.conn.in_flight == 0 and self.conn.peer_closed:
+                self.close()
+        except Exception:
+            log.exception("connection %s failed", self.peer)
+            self.close()
+
+    async def _work(self, waiting: _Waiting | None) -> None:
+        """Carry on from a handler that had to wait (``waiting``), then with the queue."""
+        try:
+            if waiting is not None:
+                parts = await self._finish(waiting)
+                if not self._respond_parts(parts):
+                    return
+            while not self._writable.is_set() and not self._closing:
+                await self._writable.wait()
             while self._queue and not self._closing:
                 ev = self._queue.popleft()
                 self._maybe_resume_reading()
-                if isinstance(ev, BadRequest):
-                    bad = self._bad_request(ev)
-                    parts: list[Any] | None = None if bad is None else [bad]
+                if type(ev) is RequestReceived:
+                    result = self._start(ev)
+                    if isinstance(result, _Waiting):
+                        result = await self._finish(result)
                 else:
-                    parts = await self._handle(ev)
-                if parts is None:  # connection must close
-                    self.close()
+                    bad = self._bad_request(ev)  # type: ignore[arg-type]
+                    result = None if bad is None else [bad]
+                if not self._respond_parts(result):
                     return
-                if parts and self.transport is not None and not self._closing:
-                    self._write(parts)
-                    if not self._writable.is_set():
-                        await self._writable.wait()
+                if not self._writable.is_set():
+                    await self._writable.wait()
             if self.conn.in_flight == 0 and self.conn.peer_closed:
                 self.close()
         except asyncio.CancelledError:
@@ -175,15 +257,74 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except Exception:
             log.exception("connection %s failed", self.peer)
             self.close()
+        finally:
+            self._worker = None  # this task (a connection has one worker at a time)
+        # requests that arrived while the last one completed (nothing else runs them)
+        if self._queue and not self._closing and self._worker is None:
+            self._run()
+
+    def _deferred_done(self, waiting: _Waiting, response: Message | None, exc: BaseException | None) -> None:
+        """A Deferred that :meth:`_run` left waiting completed: answer, then go on with the queue."""
+        if self._worker is not waiting:  # the connection was lost meanwhile
+            return
+        self._worker = None
+        parts: list[Any] | None
+        try:
+            if exc is None:
+                parts = self._response_parts(waiting.header, response)
+            elif isinstance(exc, Exception):
+                parts = self._failed(waiting.header, exc)
+            else:
+                raise exc
+            if not self._respond_parts(parts):
+                return
+        except Exception:
+            log.exception("connection %s failed", self.peer)
+            self.close()
+            return
+        if self._queue and not self._closing:
+            self._run()
+        elif self.conn.in_flight == 0 and self.conn.peer_closed:
+            self.close()
+
+    def _respond_parts(self, parts: list[Any] | None) -> bool:
+        """Write a response's parts; False when the connection must close (and is closed)."""
+        if parts is None:
+            self.close()
+            return False
+        if parts and self.transport is not None and not self._closing:
+            self._write(parts)
+        return True
 
     def _write(self, parts: list[Any]) -> None:
         """Write responses; file regions are read straight into one page-aligned buffer (no
         Python bytes objects for record data) and the whole buffer goes out in one write."""
-        assert self.transport is not None
-        if all(type(p) is bytes for p in parts):
-            self.transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
+        transport = self.transport
+        assert transport is not None
+        if self._closing:
             return
-        total = sum(len(p) if type(p) is bytes else p.length for p in parts)
+        for p in parts:
+            if type(p) is not bytes:
+                break
+        else:
+            transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
+            return
+        total = 0
+        for p in parts:
+            total += len(p) if type(p) is bytes else p.length
+        if total <= _SMALL_RESPONSE:
+            # a few KiB (a long-polling consumer's fetch): one pread per region, one join
+            chunks = []
+            for p in parts:
+                if type(p) is bytes:
+                    chunks.append(p)
+                else:
+                    data = os.pread(p.fd, p.length, p.position)
+                    if len(data) != p.length:
+                        raise OSError(f"short read of a log segment ({len(data)} of {p.length} bytes)")
+                    chunks.append(data)
+            transport.write(b"".join(chunks))
+            return
         out = self._out
         if out is None or len(out) < total:
             out = mmap.mmap(-1, max(_OUT_BUFFER, (total + _OUT_BUFFER - 1) // _OUT_BUFFER * _OUT_BUFFER))
@@ -199,9 +340,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 if got != n:
                     raise OSError(f"short read of a log segment ({got} of {n} bytes)")
             pos += n
-        self.transport.write(view[:total])
+        transport.write(view[:total])
         # reuse the buffer only if the transport sent everything (it may keep a reference)
-        self._out = out if self.transport.get_write_buffer_size() == 0 else None
+        self._out = out if transport.get_write_buffer_size() == 0 else None
 
     def _bad_request(self, ev: BadRequest) -> bytes | None:
         header = ev.header
@@ -214,7 +355,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         log.info("closing connection from %s after a request it could not decode: %s", self.peer, ev.error)
         return None
 
-    async def _handle(self, ev: RequestReceived) -> list[Any] | None:
+    def _start(self, ev: RequestReceived) -> list[Any] | _Waiting | None:
+        """Run a request's handler up to its first wait.  Returns the response's parts ready to
+        write (in order with earlier responses), ``None`` when the connection must close, or a
+        :class:`_Waiting` for :meth:`_finish` when the handler waits for something."""
         header = ev.header
         entry = HANDLERS.get(header.api_key)
         if entry is None or not entry.min_version <= header.api_version <= entry.max_version:
@@ -227,24 +371,129 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 "closing connection from %s: unsupported API %s v%s", self.peer, header.api_key, header.api_version
             )
             return None
-        ctx = RequestContext(self.broker, header, self.peer.rsplit(":", 1)[0], self.listener)
+        ctx = RequestContext(self.broker, header, self.client_host, self.listener)
+        if entry.sync:
+            try:
+                result = entry.handler(ctx, ev.message)
+            except Exception as exc:
+                return self._failed(header, exc)
+            if result is None or isinstance(result, Message):
+                return self._response_parts(header, result)
+            if isinstance(result, Deferred):
+                return _Waiting(header, None, result)
+            coro = result  # the handler must wait: its coroutine goes on below
+        else:
+            coro = entry.handler(ctx, ev.message)
+        # drive the handler's coroutine by hand: most requests never wait (a coordinator answer
+        # at hand, a fetch with data ready...), and then no task is created for them
         try:
-            response = await entry.handler(ctx, ev.message)
-        except KafkaError as exc:
+            first = coro.send(None)
+        except StopIteration as stop:
+            return self._response_parts(header, stop.value)
+        except Exception as exc:
+            return self._failed(header, exc)
+        return _Waiting(header, _Resumed(coro, first))
+
+    async def _finish(self, waiting: _Waiting) -> list[Any] | None:
+        """The rest of a handler that waited, as :meth:`_start` would have answered."""
+        try:
+            if waiting.deferred is not None:
+                response = await _wait_deferred(waiting.deferred)
+            else:
+                assert waiting.rest is not None
+                response = await waiting.rest
+        except Exception as exc:
+            return self._failed(waiting.header, exc)
+        return self._response_parts(waiting.header, response)
+
+    def _failed(self, header: RequestHeader, exc: Exception) -> list[Any] | None:
+        if isinstance(exc, KafkaError):
             response = _error_response(header, exc.code)
             if response is None:
                 log.info("closing connection from %s: %s", self.peer, exc)
                 return None
-        except Exception:
-            log.exception("error handling %s v%s from %s", ApiKey(header.api_key).name, header.api_version, self.peer)
+        else:
+            log.error(
+                "error handling %s v%s from %s",
+                ApiKey(header.api_key).name,
+                header.api_version,
+                self.peer,
+                exc_info=exc,
+            )
             response = _error_response(header, ErrorCode.UNKNOWN_SERVER_ERROR)
             if response is None:
                 return None
+        return self._response_parts(header, response)
+
+    def _response_parts(self, header: RequestHeader, response: Any) -> list[Any]:
         if access.isEnabledFor(logging.DEBUG):
             access.debug("%s %s v%d cid=%d", self.peer, ApiKey(header.api_key).name, header.api_version, header.correlation_id)
         if response is None:
             return self.conn.no_response_parts(header)
         return self.conn.send_response_parts(header, response)
+
+
+class _Resumed:
+    """The rest of a coroutine that was started by hand (``coro.send(None)``) and yielded
+    ``first``: awaiting this in a task continues it exactly as if the task had started it — the
+    yielded futures go to the task, cancellation and exceptions go back into the coroutine."""
+
+    __slots__ = ("coro", "first")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], first: Any) -> None:
+        self.coro = coro
+        self.first = first
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, value = self.coro, self.first
+        self.first = None
+        while True:
+            try:
+                sent = yield value
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:
+                try:
+                    value = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    value = coro.send(sent)
+                except StopIteration as stop:
+                    return stop.value
+
+
+class _Waiting:
+    """A request whose handler waits: for the rest of its coroutine, or for its Deferred."""
+
+    __slots__ = ("deferred", "header", "rest")
+
+    def __init__(self, header: RequestHeader, rest: _Resumed | None, deferred: Deferred | None = None) -> None:
+        self.header = header
+        self.rest = rest
+        self.deferred = deferred
+
+
+async def _wait_deferred(deferred: Deferred) -> Message | None:
+    """Await a Deferred (when a task already waits on the connection's behalf)."""
+    fut: asyncio.Future[Message | None] = asyncio.get_running_loop().create_future()
+
+    def done(response: Message | None, exc: BaseException | None) -> None:
+        if not fut.done():
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(response)
+
+    deferred.start(done)
+    try:
+        return await fut
+    except asyncio.CancelledError:
+        if not fut.done() or fut.cancelled():
+            deferred.cancel()
+        raise
 
 
 def _error_response(header: RequestHeader, code: ErrorCode) -> Any:

@@ -5,8 +5,14 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from odradek.protocol._schema import Buffer, Message, Region
-from odradek.protocol.errors import CorrelationIdMismatch, DecodeError, UnknownApiKey, UnsupportedVersion
+from odradek.protocol._schema import Buffer, DecodeFn, EncodeFn, Holes, Message, Region
+from odradek.protocol.errors import (
+    CorrelationIdMismatch,
+    DecodeError,
+    EncodeError,
+    UnknownApiKey,
+    UnsupportedVersion,
+)
 from odradek.protocol.messages import (
     API_MODULES,
     ApiKey,
@@ -29,17 +35,14 @@ __all__ = [
 ]
 
 _api_version = struct.Struct(">hhi")
+_api_key_version = struct.Struct(">hh")
+_i32 = struct.Struct(">i")
 
-
-class Holes(bytearray):
-    """An encode buffer that leaves ``records`` regions out: ``holes`` lists ``(position, region)``
-    pairs, each region's bytes belonging at that position of the final message."""
-
-    holes: list[tuple[int, Region]]
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.holes = []
+#: api_key * 65536 + api_version -> (request class, header decoder, body decoder), for every
+#: valid (api key, version) seen so far
+_REQUEST_DECODERS: dict[int, tuple[type[Message], DecodeFn, DecodeFn]] = {}
+#: api_key * 65536 + api_version -> (response class, flexible header, body encoder)
+_RESPONSE_ENCODERS: dict[int, tuple[type[Message], bool, EncodeFn]] = {}
 
 
 def request_header_version(api_key: int, api_version: int) -> int:
@@ -81,7 +84,24 @@ def decode_request(data: Buffer) -> tuple[RequestHeader, Any]:
     buf = data if isinstance(data, memoryview) else memoryview(data)
     if len(buf) < 8:
         raise DecodeError(f"request of {len(buf)} bytes is shorter than a request header")
-    api_key, api_version, correlation_id = _api_version.unpack_from(buf, 0)
+    api_key, api_version = _api_key_version.unpack_from(buf, 0)
+    entry = _REQUEST_DECODERS.get(api_key * 65536 + api_version)
+    if entry is None:
+        entry = _request_decoders(buf, api_key, api_version)
+    cls, decode_header, decode_body = entry
+    try:
+        header, pos = decode_header(buf, 0)
+        body, _ = decode_body(buf, pos)
+    except DecodeError:
+        raise
+    except (struct.error, IndexError, ValueError, UnicodeDecodeError, OverflowError, MemoryError) as exc:
+        raise DecodeError(f"cannot decode {cls.NAME} v{api_version}: {exc}") from exc
+    return header, body
+
+
+def _request_decoders(buf: memoryview, api_key: int, api_version: int) -> tuple[type[Message], DecodeFn, DecodeFn]:
+    """Header and body decoders of a request at a version (cached), or the error to answer."""
+    correlation_id = _api_version.unpack_from(buf, 0)[2]
     if api_key not in API_MODULES:
         raise UnknownApiKey(f"unknown API key {api_key}", _partial(api_key, api_version, correlation_id))
     cls = request_class(api_key)
@@ -92,14 +112,13 @@ def decode_request(data: Buffer) -> tuple[RequestHeader, Any]:
         )
     flexible = cls.is_flexible(api_version)
     header_version = 0 if api_key == ApiKey.CONTROLLED_SHUTDOWN and api_version == 0 else 2 if flexible else 1
-    try:
-        header, pos = RequestHeader._plan(header_version, header_version >= 2).decode(buf, 0)
-        body, _ = cls._plan(api_version, flexible).decode(buf, pos)
-    except DecodeError:
-        raise
-    except (struct.error, IndexError, ValueError, UnicodeDecodeError, OverflowError, MemoryError) as exc:
-        raise DecodeError(f"cannot decode {cls.NAME} v{api_version}: {exc}") from exc
-    return header, body
+    entry = (
+        cls,
+        RequestHeader._plan(header_version, header_version >= 2).decode,
+        cls._plan(api_version, flexible).decode,
+    )
+    _REQUEST_DECODERS[api_key * 65536 + api_version] = entry
+    return entry
 
 
 def _partial(api_key: int, api_version: int, correlation_id: int) -> RequestHeader:
@@ -123,13 +142,30 @@ def encode_response_parts(request_header: RequestHeader, message: Message) -> Ho
     """Like :func:`encode_response`, but ``records`` values that are file regions (objects with
     ``length`` and ``to_bytes()``) are not copied: the result's ``holes`` says where they go."""
     api_key, version = request_header.api_key, request_header.api_version
-    if api_key != message.API_KEY:
-        raise UnsupportedVersion(f"request was API key {api_key} but the response is a {message.NAME}")
     out = Holes()
-    ResponseHeader(correlation_id=request_header.correlation_id).encode_into(
-        out, response_header_version(api_key, version)
-    )
-    message.encode_into(out, version)
+    entry = _RESPONSE_ENCODERS.get(api_key * 65536 + version)
+    if entry is None or entry[0] is not type(message):
+        if api_key != message.API_KEY:
+            raise UnsupportedVersion(f"request was API key {api_key} but the response is a {message.NAME}")
+        ResponseHeader(correlation_id=request_header.correlation_id).encode_into(
+            out, response_header_version(api_key, version)
+        )
+        message.encode_into(out, version)
+        # the same response type at this version again: header and body without the look-ups
+        _RESPONSE_ENCODERS[api_key * 65536 + version] = (
+            type(message),
+            response_header_version(api_key, version) == 1,
+            type(message).encoder(version),
+        )
+        return out
+    _cls, flexible_header, encode_body = entry
+    out += _i32.pack(request_header.correlation_id)
+    if flexible_header:
+        out.append(0)  # the response header's empty tagged-field section
+    try:
+        encode_body(out, message)
+    except (struct.error, TypeError, AttributeError, ValueError, OverflowError) as exc:
+        raise EncodeError(f"cannot encode {message.NAME} v{version}: {exc}") from exc
     return out
 
 

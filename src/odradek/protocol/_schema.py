@@ -3,8 +3,8 @@
 The generated modules in :mod:`odradek.protocol.messages` declare, for each struct, a tuple of
 :class:`Field` descriptors (name, type, versions, nullable versions, tag, default).  The first
 time a struct is encoded or decoded at some version, this module compiles that version into a
-flat list of per-field functions (a *plan*) and caches it on the class, so the steady-state cost
-of a message is one function call per field with no version checks.
+pair of generated functions (a *plan*) and caches it on the class, so the steady-state cost of a
+message is straight-line code per field with no version checks.
 
 Wire rules implemented here (Kafka's message schema):
 
@@ -24,6 +24,7 @@ Wire rules implemented here (Kafka's message schema):
 
 from __future__ import annotations
 
+import operator
 import struct
 import uuid
 from collections.abc import Callable, Sequence
@@ -49,6 +50,7 @@ __all__ = [
     "Array",
     "Data",
     "Field",
+    "Holes",
     "Message",
     "Records",
     "Region",
@@ -69,6 +71,16 @@ class Region(Protocol):
     def length(self) -> int: ...
 
     def to_bytes(self) -> bytes: ...
+
+
+class Holes(bytearray):
+    """An encode buffer that leaves ``records`` regions out: ``holes`` lists ``(position, region)``
+    pairs, each region's bytes belonging at that position of the final message."""
+
+    holes: tuple[tuple[int, Region], ...] = ()
+
+    def add_hole(self, position: int, region: Region) -> None:
+        self.holes = (*self.holes, (position, region))
 
 
 #: what a ``records`` field holds: the bytes, or a region of a file
@@ -222,11 +234,21 @@ def _enc_uuid(out: bytearray, v: Any) -> None:
     out += v.bytes
 
 
+#: recently decoded UUIDs by their bytes (topic ids repeat in every request that names a topic)
+_UUIDS: dict[bytes, uuid.UUID] = {}
+
+
 def _dec_uuid(buf: memoryview, pos: int) -> tuple[Any, int]:
     end = pos + 16
     if end > len(buf):
         raise DecodeError("truncated uuid")
-    return uuid.UUID(bytes=bytes(buf[pos:end])), end
+    raw = bytes(buf[pos:end])
+    u = _UUIDS.get(raw)
+    if u is None:
+        if len(_UUIDS) >= 1024:
+            _UUIDS.clear()
+        u = _UUIDS[raw] = uuid.UUID(bytes=raw)
+    return u, end
 
 
 def write_uvarint(out: bytearray, v: int) -> None:
@@ -336,11 +358,10 @@ def _bytes_codecs(flexible: bool, nullable: bool, what: str, zero_copy: bool) ->
         if zero_copy and not isinstance(v, (bytes, bytearray, memoryview)):
             # a region of a file (anything with ``length``): leave a hole the writer fills
             enc_len(out, v.length)
-            holes = getattr(out, "holes", None)
-            if holes is None:
-                out += v.to_bytes()
+            if isinstance(out, Holes):
+                out.add_hole(len(out), v)
             else:
-                holes.append((len(out), v))
+                out += v.to_bytes()
             return
         enc_len(out, len(v) if not isinstance(v, memoryview) else v.nbytes)
         out += v
@@ -513,9 +534,9 @@ class Struct:
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        for f in self._fields_:
-            if getattr(self, f.attr) != getattr(other, f.attr):
-                return False
+        values = _values_getter(type(self))
+        if values(self) != values(other):
+            return False
         return (self.unknown_tagged_fields or []) == (other.unknown_tagged_fields or [])
 
     __hash__ = None  # type: ignore[assignment]
@@ -525,6 +546,16 @@ class Struct:
         if self.unknown_tagged_fields:
             parts.append(f"unknown_tagged_fields={self.unknown_tagged_fields!r}")
         return f"{type(self).__qualname__}({', '.join(parts)})"
+
+    @classmethod
+    def builder(cls) -> Callable[..., Any]:
+        """A function that builds an instance the way the class's constructor does (the same
+        keyword arguments and defaults) without the cost of calling a class: for hot paths."""
+        build = cls.__dict__.get("_builder_")
+        if build is None:
+            build = _compile_builder(cls)
+            cls._builder_ = build  # type: ignore[attr-defined]
+        return build
 
     @classmethod
     def _plan(cls, version: int, flexible: bool) -> _Plan:
@@ -538,13 +569,59 @@ class Struct:
 
 _FIXED_FORMAT = {INT8: "b", INT16: "h", UINT16: "H", INT32: "i", UINT32: "I", INT64: "q", FLOAT64: "d", BOOL: "?"}
 
+#: struct class -> a function returning the tuple of its field values (for ``__eq__``)
+_VALUE_GETTERS: dict[type[Struct], Callable[[Any], tuple[Any, ...]]] = {}
+
+
+def _values_getter(cls: type[Struct]) -> Callable[[Any], tuple[Any, ...]]:
+    getter = _VALUE_GETTERS.get(cls)
+    if getter is None:
+        attrs = [f.attr for f in cls._fields_]
+        if len(attrs) > 1:
+            getter = operator.attrgetter(*attrs)
+        elif attrs:
+            single = operator.attrgetter(attrs[0])
+
+            def getter(obj: Any) -> tuple[Any, ...]:
+                return (single(obj),)
+        else:
+
+            def getter(obj: Any) -> tuple[Any, ...]:
+                return ()
+
+        _VALUE_GETTERS[cls] = getter
+    return getter
+
+
+#: default values that are immutable, so one object can stand for every instance's default
+_IMMUTABLE_DEFAULTS = (int, float, bool, str, bytes, type(None), uuid.UUID)
+
+
+def _default_expr(f: Field, ns: dict[str, Any], name: str) -> str:
+    """Source of an expression giving ``f``'s default value in a compiled codec: a shared
+    constant when the default is immutable, a fresh list or struct otherwise."""
+    d = f.default
+    if d is not _FRESH and type(d) in _IMMUTABLE_DEFAULTS:
+        ns[name] = d
+        return name
+    if d is _FRESH and isinstance(f.type, Array):
+        return "[]"
+    if d is _FRESH and isinstance(f.type, type) and issubclass(f.type, Struct):
+        ns[name] = f.type.builder()
+        return f"{name}()"
+    ns[name] = f
+    return f"{name}.default_value()"
+
 
 def _compile(cls: type[Struct], version: int, flexible: bool) -> _Plan:
     """Compile one (struct, version) into two specialised Python functions.
 
     Runs of consecutive fixed-width fields are read and written with a single ``struct`` call;
-    other fields call their codec.  The functions are generated source, built once per version
-    on first use, so the per-message cost has no loops over field descriptors.
+    strings, bytes, records and arrays of structs are written out in place (length prefix
+    included); other fields call their codec.  An empty tagged-field section (nothing unknown,
+    every known tagged field at its default: the common case) is checked for inline too.  The
+    functions are generated source, built once per version on first use, so the per-message
+    cost has no loops over field descriptors.
     """
     name = cls.__qualname__
     tagged: dict[int, tuple[Field, EncodeFn, DecodeFn]] = {}
@@ -572,8 +649,9 @@ def _compile(cls: type[Struct], version: int, flexible: bool) -> _Plan:
                 steps.append(("run", [f]))
             min_size += t.min_size
             continue
-        enc, dec = _codecs(t, version, flexible and f.flexible, nullable, what)
-        steps.append(("field", (f, enc, dec)))
+        fflex = flexible and f.flexible
+        enc, dec = _codecs(t, version, fflex, nullable, what)
+        steps.append(("field", (f, enc, dec, fflex, nullable, what)))
         min_size += t.min_size if isinstance(t, _Primitive) and t not in (STRING, BYTES, RECORDS) else 1
     if flexible:
         min_size += 1
@@ -593,10 +671,15 @@ def _compile(cls: type[Struct], version: int, flexible: bool) -> _Plan:
     }
     enc_lines = ["def encode(out, obj):"]
     if strict_absent:
+        checks = []
+        for j, (attr, default) in enumerate(strict_absent):
+            ns[f"strict_default{j}"] = default  # compared with, never handed out
+            checks.append(f"obj.{attr} != strict_default{j}")
         enc_lines += [
-            "    for attr, default in strict_absent:",
-            "        if getattr(obj, attr) != default:",
-            f"            raise UnsupportedVersion(f'{name}.{{attr}} cannot be sent at version {version}')",
+            f"    if {' or '.join(checks)}:",
+            "        for attr, default in strict_absent:",
+            "            if getattr(obj, attr) != default:",
+            f"                raise UnsupportedVersion(f'{name}.{{attr}} cannot be sent at version {version}')",
         ]
     dec_lines = ["def decode(buf, pos):", "    obj = new(cls)"]
     for i, (kind, item) in enumerate(steps):
@@ -611,21 +694,49 @@ def _compile(cls: type[Struct], version: int, flexible: bool) -> _Plan:
             dec_lines.append(f"    {target} = unpack{i}(buf, pos)")
             dec_lines.append(f"    pos += {st.size}")
         else:
-            f, enc, dec = item
+            f, enc, dec, fflex, nullable, what = item
             ns[f"enc{i}"] = enc
             ns[f"dec{i}"] = dec
-            enc_lines.append(f"    enc{i}(out, obj.{f.attr})")
-            dec_lines.append(f"    obj.{f.attr}, pos = dec{i}(buf, pos)")
+            inlined = _inline_field(f, i, version, fflex, nullable, what, ns)
+            if inlined is None:
+                enc_lines.append(f"    enc{i}(out, obj.{f.attr})")
+                dec_lines.append(f"    obj.{f.attr}, pos = dec{i}(buf, pos)")
+            else:
+                enc_lines += inlined[0]
+                dec_lines += inlined[1]
     for j, f in enumerate(absent):
-        ns[f"field{j}"] = f
-        dec_lines.append(f"    obj.{f.attr} = field{j}.default_value()")
+        dec_lines.append(f"    obj.{f.attr} = {_default_expr(f, ns, f'absent{j}')}")
     if flexible:
-        enc_lines.append("    encode_tagged(out, obj, tagged_items)")
-        # the common case: an empty tagged-field section (one zero byte)
+        # the common case: no unknown tagged fields and every known one at its default, which
+        # is an empty tagged-field section (one zero byte)
+        conds = ["obj.unknown_tagged_fields"]
+        for k, (_tag, (f, _e, _d)) in enumerate(tagged_items):
+            ns[f"tagged_default{k}"] = default = f.default_value()  # compared with, never handed out
+            t = f.type
+            if (
+                f.default is _FRESH
+                and isinstance(t, type)
+                and issubclass(t, Struct)
+                and all(type(g.default) in _IMMUTABLE_DEFAULTS for g in t._fields_)
+            ):
+                # a struct of plain values: compared field by field here (a struct of another
+                # type, or anything else, takes the exact comparison in encode_tagged)
+                ns[f"tagged_type{k}"] = t
+                checks = [f"type(t{k} := obj.{f.attr}) is not tagged_type{k}"]
+                for g in t._fields_:
+                    ns[f"tagged_default{k}_{g.attr}"] = getattr(default, g.attr)
+                    checks.append(f"t{k}.{g.attr} != tagged_default{k}_{g.attr}")
+                checks.append(f"t{k}.unknown_tagged_fields")
+                conds.append("(" + " or ".join(checks) + ")")
+            else:
+                conds.append(f"obj.{f.attr} != tagged_default{k}")
+        enc_lines.append(f"    if {' or '.join(conds)}:")
+        enc_lines.append("        encode_tagged(out, obj, tagged_items)")
+        enc_lines.append("    else:")
+        enc_lines.append("        out.append(0)")
         dec_lines.append("    if buf[pos] == 0:")
         for k, (_tag, (f, _e, _d)) in enumerate(tagged_items):
-            ns[f"tagged_field{k}"] = f
-            dec_lines.append(f"        obj.{f.attr} = tagged_field{k}.default_value()")
+            dec_lines.append(f"        obj.{f.attr} = {_default_expr(f, ns, f'tagged_field{k}')}")
         dec_lines.append("        obj.unknown_tagged_fields = None")
         dec_lines.append("        pos += 1")
         dec_lines.append("    else:")
@@ -637,6 +748,168 @@ def _compile(cls: type[Struct], version: int, flexible: bool) -> _Plan:
     dec_lines.append("    return obj, pos")
     exec(compile("\n".join(enc_lines) + "\n\n" + "\n".join(dec_lines), f"<codec {name} v{version}>", "exec"), ns)
     return _Plan(ns["encode"], ns["decode"], min_size)
+
+
+def _compile_builder(cls: type[Struct]) -> Callable[..., Any]:
+    """See :meth:`Struct.builder`: mirrors the generated ``__init__``."""
+    ns: dict[str, Any] = {"new": cls.__new__, "cls": cls, "DEFAULT": DEFAULT}
+    params, body = [], ["    obj = new(cls)"]
+    for j, f in enumerate(cls._fields_):
+        a = f.attr
+        if f.default is _FRESH:
+            params.append(f"{a}=DEFAULT")
+            if isinstance(f.type, Array):
+                body.append(f"    obj.{a} = [] if {a} is DEFAULT else {a}")
+            else:
+                ns[f"type{j}"] = f.type.builder()  # type: ignore[union-attr]
+                body.append(f"    obj.{a} = type{j}() if {a} is DEFAULT else {a}")
+        else:
+            ns[f"default{j}"] = f.default
+            params.append(f"{a}=default{j}")
+            body.append(f"    obj.{a} = {a}")
+    params.append("unknown_tagged_fields=None")
+    body += ["    obj.unknown_tagged_fields = unknown_tagged_fields", "    return obj"]
+    src = f"def build(*, {', '.join(params)}):\n" + "\n".join(body)
+    exec(compile(src, f"<builder {cls.__qualname__}>", "exec"), ns)
+    return ns["build"]
+
+
+def _inline_len_enc(flexible: bool, wide: bool, n: str, indent: str) -> list[str]:
+    """Source appending the length or count ``n`` (a name, >= 0) as a prefix."""
+    if flexible:
+        return [
+            f"{indent}if {n} < 0x7F:",
+            f"{indent}    out.append({n} + 1)",
+            f"{indent}else:",
+            f"{indent}    write_uvarint(out, {n} + 1)",
+        ]
+    return [f"{indent}out += {'pack_i32' if wide else 'pack_i16'}({n})"]
+
+
+def _inline_len_dec(flexible: bool, wide: bool, indent: str) -> list[str]:
+    """Source reading a length or count prefix into ``n`` (-1 for null) and advancing ``pos``."""
+    if flexible:
+        return [
+            f"{indent}n = buf[pos]",
+            f"{indent}if n < 0x80:",
+            f"{indent}    n -= 1",
+            f"{indent}    pos += 1",
+            f"{indent}else:",
+            f"{indent}    n, pos = read_uvarint(buf, pos)",
+            f"{indent}    n -= 1",
+        ]
+    if wide:
+        return [f"{indent}n = unpack_i32(buf, pos)[0]", f"{indent}pos += 4"]
+    return [f"{indent}n = unpack_i16(buf, pos)[0]", f"{indent}pos += 2"]
+
+
+def _inline_len_dec_wide(flexible: bool, indent: str) -> list[str]:
+    """:func:`_inline_len_dec` for bytes and records, whose lengths often take two varint bytes."""
+    if flexible:
+        return [
+            f"{indent}n = buf[pos]",
+            f"{indent}if n < 0x80:",
+            f"{indent}    n -= 1",
+            f"{indent}    pos += 1",
+            f"{indent}elif buf[pos + 1] < 0x80:",
+            f"{indent}    n = (n & 0x7F | buf[pos + 1] << 7) - 1",
+            f"{indent}    pos += 2",
+            f"{indent}else:",
+            f"{indent}    n, pos = read_uvarint(buf, pos)",
+            f"{indent}    n -= 1",
+        ]
+    return _inline_len_dec(False, True, indent)
+
+
+def _inline_field(
+    f: Field, i: int, version: int, flexible: bool, nullable: bool, what: str, ns: dict[str, Any]
+) -> tuple[list[str], list[str]] | None:
+    """Encoder and decoder source lines for a string, bytes, records or struct-array field,
+    written out in the struct's codec instead of calling the field's codec (which they mirror,
+    error messages included); ``None`` for the other kinds, which call their codec."""
+    t = f.type
+    a = f.attr
+    ns.update(
+        write_uvarint=write_uvarint,
+        read_uvarint=read_uvarint,
+        pack_i16=_i16.pack,
+        pack_i32=_i32.pack,
+        unpack_i16=_i16.unpack_from,
+        unpack_i32=_i32.unpack_from,
+        DecodeError=DecodeError,
+        EncodeError=EncodeError,
+    )
+    ns[f"what{i}"] = what
+    null_enc = ["        out.append(0)"] if flexible else [f"        out += {'pack_i16' if t is STRING else 'pack_i32'}(-1)"]
+    if nullable:
+        on_none = null_enc
+    else:
+        on_none = [f"        raise EncodeError(f'{{what{i}}} is not nullable in this version')"]
+    if t is STRING:
+        enc = [f"    v = obj.{a}", "    if v is None:", *on_none, "    else:"]
+        enc += ["        data = v.encode('utf-8')", "        n = len(data)", "        if n > 0x7FFF:"]
+        enc += [f"            raise EncodeError(f'{{what{i}}} is longer than 32767 bytes')"]
+        enc += _inline_len_enc(flexible, False, "n", "        ")
+        enc += ["        out += data"]
+        dec = _inline_len_dec(flexible, False, "    ")
+        dec += ["    if n < 0:"]
+        if nullable:
+            dec += ["        if n != -1:", f"            raise DecodeError(f'{{what{i}}}: invalid string length {{n}}')"]
+            dec += [f"        obj.{a} = None"]
+        else:
+            dec += [f"        raise DecodeError(f'{{what{i}}}: invalid string length {{n}}')"]
+        dec += ["    else:", "        end = pos + n", "        if end > len(buf):"]
+        dec += [f"            raise DecodeError(f'{{what{i}}}: string runs past the end of the data')"]
+        dec += [f"        obj.{a} = str(buf[pos:end], 'utf-8')", "        pos = end"]
+        return enc, dec
+    if t is BYTES or t is RECORDS:
+        enc = [f"    v = obj.{a}", "    if v is None:", *on_none]
+        # bytes and bytearrays here; memoryviews and file regions (records) through the codec
+        enc += ["    elif type(v) is bytes or type(v) is bytearray:", "        n = len(v)"]
+        enc += _inline_len_enc(flexible, True, "n", "        ")
+        enc += ["        out += v", "    else:", f"        enc{i}(out, v)"]
+        dec = _inline_len_dec_wide(flexible, "    ")
+        dec += ["    if n < 0:"]
+        if nullable:
+            dec += ["        if n != -1:", f"            raise DecodeError(f'{{what{i}}}: invalid bytes length {{n}}')"]
+            dec += [f"        obj.{a} = None"]
+        else:
+            dec += [f"        raise DecodeError(f'{{what{i}}}: invalid bytes length {{n}}')"]
+        dec += ["    else:", "        end = pos + n", "        if end > len(buf):"]
+        dec += [f"            raise DecodeError(f'{{what{i}}}: bytes run past the end of the data')"]
+        dec += [f"        obj.{a} = {'buf[pos:end]' if t is RECORDS else 'bytes(buf[pos:end])'}", "        pos = end"]
+        return enc, dec
+    if isinstance(t, Array) and isinstance(t.element, type) and issubclass(t.element, Struct):
+        plan = t.element._plan(version, flexible)
+        ns[f"enc_item{i}"] = plan.encode
+        ns[f"dec_item{i}"] = plan.decode
+        min_size = plan.min_size
+        if not nullable:
+            on_none = [f"        raise EncodeError(f'{{what{i}}} is not nullable in this version')"]
+        else:
+            on_none = ["        out.append(0)"] if flexible else ["        out += pack_i32(-1)"]
+        enc = [f"    v = obj.{a}", "    if v is None:", *on_none, "    else:", "        n = len(v)"]
+        enc += _inline_len_enc(flexible, True, "n", "        ")
+        enc += ["        for item in v:", f"            enc_item{i}(out, item)"]
+        dec = _inline_len_dec(flexible, True, "    ")
+        dec += ["    if n < 0:"]
+        if nullable:
+            dec += ["        if n != -1:", f"            raise DecodeError(f'{{what{i}}}: invalid array length {{n}}')"]
+            dec += [f"        obj.{a} = None"]
+        else:
+            dec += [f"        raise DecodeError(f'{{what{i}}}: invalid array length {{n}}')"]
+        dec += ["    else:"]
+        # every element takes at least min_size bytes: refuse counts the data cannot hold
+        if min_size > 0:
+            dec += [f"        if n * {min_size} > len(buf) - pos:"]
+        else:
+            dec += [f"        if n > {1 << 20} and n > len(buf) - pos:"]
+        dec += [f"            raise DecodeError(f'{{what{i}}}: array of {{n}} elements runs past the end of the data')"]
+        dec += ["        items = []", "        for _ in range(n):"]
+        dec += [f"            item, pos = dec_item{i}(buf, pos)", "            items.append(item)"]
+        dec += [f"        obj.{a} = items"]
+        return enc, dec
+    return None
 
 
 def _encode_tagged(out: bytearray, obj: Any, tagged_items: list[tuple[int, tuple[Field, EncodeFn, DecodeFn]]]) -> None:
@@ -696,6 +969,22 @@ class Data(Struct):
     NAME: ClassVar[str] = ""
     VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 0)
     FLEXIBLE_VERSIONS: ClassVar[Versions] = None
+    #: version -> body encoder, filled on first use of a (valid) version
+    _encoders_: ClassVar[dict[int, EncodeFn]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._encoders_ = {}
+
+    @classmethod
+    def encoder(cls, version: int) -> EncodeFn:
+        """The body encoder of ``version`` (``encoder(v)(out, message)`` appends the body, with
+        no error wrapping); raises UnsupportedVersion for a version outside the valid range."""
+        enc = cls._encoders_.get(version)
+        if enc is None:
+            cls.check_version(version)
+            enc = cls._encoders_[version] = cls._plan(version, cls.is_flexible(version)).encode
+        return enc
 
     @classmethod
     def is_flexible(cls, version: int) -> bool:
@@ -710,9 +999,11 @@ class Data(Struct):
     def encode_into(self, out: bytearray, version: int) -> None:
         """Append this message's body encoded at ``version`` to ``out``."""
         cls = type(self)
-        cls.check_version(version)
+        enc = cls._encoders_.get(version)
+        if enc is None:
+            enc = cls.encoder(version)
         try:
-            cls._plan(version, cls.is_flexible(version)).encode(out, self)
+            enc(out, self)
         except (struct.error, TypeError, AttributeError, ValueError, OverflowError) as exc:
             raise EncodeError(f"cannot encode {cls.NAME} v{version}: {exc}") from exc
 

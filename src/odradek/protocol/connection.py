@@ -239,7 +239,19 @@ class ServerConnection:
         return self._complete(request_header.correlation_id, [])
 
     def _complete(self, correlation_id: int, parts: list[bytes | Region]) -> list[bytes | Region]:
-        for slot in self._pending:
+        pending = self._pending
+        if pending:
+            first = pending[0]
+            if first[0] == correlation_id and not first[2]:
+                # the oldest request, as when requests are answered in order
+                pending.popleft()
+                if not pending or not pending[0][2]:
+                    return parts
+                following = list(parts)
+                while pending and pending[0][2]:
+                    following.extend(pending.popleft()[1])
+                return following
+        for slot in pending:
             if slot[0] == correlation_id and not slot[2]:
                 slot[1] = parts
                 slot[2] = True
@@ -247,7 +259,6 @@ class ServerConnection:
         else:
             raise CorrelationIdMismatch(f"no request with correlation id {correlation_id} awaits a response")
         ready: list[bytes | Region] = []
-        pending = self._pending
         while pending and pending[0][2]:
             ready.extend(pending.popleft()[1])
         return ready

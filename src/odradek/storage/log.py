@@ -20,6 +20,7 @@ import bisect
 import os
 import re
 import struct
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,7 @@ _LONG_MAX = 9223372036854775807
 _i64 = struct.Struct(">q")
 _V2_HEADER = struct.Struct(">qiibIhiqqqhii")  # the 61-byte v2 batch header
 _i32 = struct.Struct(">i")
+_RECENT_BATCHES = 32
 
 
 def _new_header(fields: tuple[int, ...]) -> BatchHeader:
@@ -136,6 +138,11 @@ class Log:
         # the segment list and their base offsets, replaced together in one assignment so that a
         # reader's snapshot is always consistent (copy-on-write, see read())
         self._view: tuple[tuple[LogSegment, ...], tuple[int, ...]] = ((), ())
+        # the last batches appended to the active segment, oldest first, consecutive:
+        # (segment, base offset, last offset, file position, size).  A consumer that keeps up
+        # reads from one of them: read() then needs no index lookup and no header read.
+        # Cleared whenever the segment list changes (roll, truncation, retention, cleaning).
+        self._recent: deque[tuple[LogSegment, int, int, int, int]] = deque(maxlen=_RECENT_BATCHES)
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._dir_dirty = False
         self.high_watermark = 0
@@ -270,6 +277,7 @@ class Log:
     # segment list (copy-on-write)
 
     def _set_segments(self, segments: Sequence[LogSegment]) -> None:
+        self._recent.clear()
         self._view = (tuple(segments), tuple(s.base_offset for s in segments))
 
     @property
@@ -437,7 +445,8 @@ class Log:
         seg = self._view[0][-1]
         if seg.should_roll(size, mts, last, now):
             seg = self._roll(first, now)
-        seg.append(data, headers)
+        position = seg.append(data, headers)
+        self._recent.append((seg, first, last, position, size))
         self.log_end_offset = last + 1
         if self.auto_flush and last + 1 - self.recovery_point >= cfg.flush_messages:
             self.flush()
@@ -567,7 +576,13 @@ class Log:
         seg = self._view[0][-1]
         if seg.should_roll(len(buf), max_ts, last, now):
             seg = self._roll(first, now)
-        seg.append(buf, headers)
+        position = seg.append(buf, headers)
+        recent = self._recent
+        for h in headers:
+            if h.magic != 2:  # message sets: offsets of their own, not tracked
+                recent.clear()
+                break
+            recent.append((seg, h.base_offset, h.last_offset, position + h.position, h.size))
         self.log_end_offset = last + 1
         if self.auto_flush and self.log_end_offset - self.recovery_point >= self.config.flush_messages:
             self.flush()
@@ -678,6 +693,11 @@ class Log:
         limit = end if max_offset is None else min(max_offset, end)
         if offset >= limit:
             return ReadResult(None, offset, start, end)
+        recent = self._recent
+        if recent:
+            region = self._read_recent(tuple(recent), segments[-1], offset, limit, max_bytes, min_one_message)
+            if region is None or isinstance(region, FileRegion):
+                return ReadResult(region, offset, start, end)
         i = self._segment_for(offset, segments, bases)
         while i < len(segments):
             seg = segments[i]
@@ -691,6 +711,45 @@ class Log:
                 return ReadResult(region, offset, start, end)
             i += 1
         return ReadResult(None, offset, start, end)
+
+    @staticmethod
+    def _read_recent(
+        recent: tuple[tuple[LogSegment, int, int, int, int], ...],
+        seg: LogSegment,
+        offset: int,
+        limit: int,
+        max_bytes: int,
+        min_one: bool,
+    ) -> FileRegion | bool | None:
+        """:meth:`LogSegment.read` of the active segment ``seg`` from the recent batches, when
+        they hold ``offset`` (else False): the same region, without the index and the file."""
+        first = recent[0]
+        if first[0] is not seg or offset < first[1] or seg.closed:
+            return False
+        for entry in recent:
+            if entry[2] >= offset:
+                break
+        else:
+            return False
+        position, size = entry[3], entry[4]
+        seg_size = seg.size  # before next_offset, which an append raises first
+        if limit >= seg.next_offset:
+            max_position = seg_size
+        elif limit >= first[1]:
+            # the position of the first batch holding offsets at or above the limit
+            max_position = seg_size
+            for e in recent:
+                if e[2] >= limit:
+                    max_position = e[3]
+                    break
+        else:
+            return False
+        if position >= max_position:
+            return None
+        length = min(max_position - position, max(max_bytes, size) if min_one else max_bytes)
+        if length <= 0:
+            return None
+        return FileRegion(seg, position, length)
 
     def iter_segments_from(self, offset: int) -> Iterator[LogSegment]:
         segments, bases = self._view

@@ -12,18 +12,33 @@ are not kept: every response has session id 0, so clients send full fetch reques
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from odradek.broker.compat import down_convert, magic_for_fetch_version
-from odradek.broker.dispatch import RequestContext, handles
+from odradek.broker.dispatch import Deferred, RequestContext, handles
 from odradek.broker.replica import Partition
 from odradek.errors import ErrorCode, KafkaError
-from odradek.protocol import ApiKey
+from odradek.protocol import ApiKey, Message
 from odradek.protocol.messages.fetch import FetchRequest, FetchResponse
 from odradek.storage import FileRegion, OffsetOutOfRangeError
 
+if TYPE_CHECKING:
+    from odradek.broker.app import Broker
+    from odradek.cluster.metadata import MetadataImage, TopicInfo
+
 R = FetchResponse
 INT32_MAX = 2147483647
+# the tagged fields a partition's response always leaves at their defaults, one instance for all
+# responses (never modified)
+_NO_DIVERGING_EPOCH = R.EpochEndOffset()
+_NO_LEADER = R.LeaderIdAndEpoch()
+_NO_SNAPSHOT = R.SnapshotId()
+# the response structs' constructors, without the class-call overhead
+_fetch_response = R.builder()
+_topic_response = R.FetchableTopicResponse.builder()
+_partition_response = R.PartitionData.builder()
 
 
 class _Slot:
@@ -38,56 +53,103 @@ class _Slot:
 
 
 @handles(ApiKey.FETCH, versions=(0, 16))
-async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
-    broker = ctx.broker
-    version = ctx.version
-    replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
-    max_bytes = request.max_bytes if version >= 3 else INT32_MAX
-    magic = magic_for_fetch_version(version)
-    image = broker.image
-    topics: list[R.FetchableTopicResponse] = []
-    slots: list[_Slot] = []
-    for t in request.topics:
-        if version >= 13:
-            info = image.topic_by_id(t.topic_id)
-            name = info.name if info is not None else None
-            tr = R.FetchableTopicResponse(topic_id=t.topic_id)
-        else:
-            name = t.topic
-            tr = R.FetchableTopicResponse(topic=t.topic)
-        topics.append(tr)
-        for fp in t.partitions:
-            pr = R.PartitionData(
-                partition_index=fp.partition,
-                high_watermark=-1,
-                last_stable_offset=-1,
-                log_start_offset=-1,
-                aborted_transactions=None,
-                records=b"",
-            )
-            tr.partitions.append(pr)
-            if name is None:
-                pr.error_code = int(ErrorCode.UNKNOWN_TOPIC_ID)
-                continue
-            slots.append(_Slot(name, fp, pr))
+def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse | _Fetch:
+    """Reads now; answers now when that is enough (or the request does not wait), else the
+    fetch itself waits (a Deferred: the fetch purgatory) and answers when it completes."""
+    op = _Fetch(ctx.broker, ctx.header.api_version, request)
+    total = op.read_all()
+    if request.max_wait_ms > 0 and total < request.min_bytes and op.can_wait():
+        return op
+    return op.response()
 
-    partitions: dict[int, Partition] = {}
-    for i, slot in enumerate(slots):
-        try:
-            assert slot.name is not None
-            p = broker.fetch_partition(slot.name, slot.partition.partition, slot.partition.current_leader_epoch, replica_id)
-            if replica_id >= 0:
-                broker.on_follower_fetch(p, replica_id, slot.fetch_offset)
-            partitions[i] = p
-        except KafkaError as exc:
-            slot.response.error_code = int(exc.code)
 
-    def read_all() -> int:
+class _Fetch(Deferred):
+    """One fetch request: its response skeleton, the partitions it reads, and their reads; as
+    a Deferred, the long poll: one future, woken by the first partition that gets data (for a
+    follower: any append) or by the timer, and a read after every wake-up until ``min_bytes``
+    are visible, ``max_wait_ms`` passed or the broker stops."""
+
+    __slots__ = (
+        "broker",
+        "committed",
+        "deadline",
+        "done",
+        "magic",
+        "max_bytes",
+        "replica_id",
+        "request",
+        "served",
+        "slots",
+        "timer",
+        "topics",
+        "version",
+        "waiter",
+    )
+    def __init__(self, broker: Broker, version: int, request: FetchRequest) -> None:
+        self.broker = broker
+        self.version = version
+        self.request = request
+        self.done: Callable[[Message | None, BaseException | None], None] | None = None
+        self.waiter: asyncio.Future[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.deadline = 0.0
+        replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
+        self.replica_id = replica_id
+        self.max_bytes = request.max_bytes if version >= 3 else INT32_MAX
+        self.magic = magic_for_fetch_version(version)
+        self.committed = version >= 4 and request.isolation_level == 1
+        image = broker.image
+        topics: list[R.FetchableTopicResponse] = []
+        slots: list[_Slot] = []
+        for t in request.topics:
+            if version >= 13:
+                info = _topic_by_id(image, t.topic_id)
+                name = info.name if info is not None else None
+                tr = _topic_response(topic_id=t.topic_id)
+            else:
+                name = t.topic
+                tr = _topic_response(topic=t.topic)
+            topics.append(tr)
+            for fp in t.partitions:
+                pr = _partition_response(
+                    partition_index=fp.partition,
+                    high_watermark=-1,
+                    last_stable_offset=-1,
+                    log_start_offset=-1,
+                    diverging_epoch=_NO_DIVERGING_EPOCH,
+                    current_leader=_NO_LEADER,
+                    snapshot_id=_NO_SNAPSHOT,
+                    aborted_transactions=None,
+                    records=b"",
+                )
+                tr.partitions.append(pr)
+                if name is None:
+                    pr.error_code = int(ErrorCode.UNKNOWN_TOPIC_ID)
+                    continue
+                slots.append(_Slot(name, fp, pr))
+        self.topics = topics
+        self.slots = slots
+        # (slot, partition) for every partition this broker can serve, in request order
+        served: list[tuple[_Slot, Partition]] = []
+        for slot in slots:
+            try:
+                assert slot.name is not None
+                p = broker.fetch_partition(
+                    slot.name, slot.partition.partition, slot.partition.current_leader_epoch, replica_id
+                )
+                if replica_id >= 0:
+                    broker.on_follower_fetch(p, replica_id, slot.fetch_offset)
+                served.append((slot, p))
+            except KafkaError as exc:
+                slot.response.error_code = int(exc.code)
+        self.served = served
+
+    def read_all(self) -> int:
+        """Read every served partition into its response; the bytes read."""
+        read = self.broker.replicas.read
+        version, magic, max_bytes, replica_id = self.version, self.magic, self.max_bytes, self.replica_id
         total = 0
-        for i, slot in enumerate(slots):
-            p = partitions.get(i)
-            if p is None:
-                continue
+        for slot, p in self.served:
             pr = slot.response
             budget = max_bytes - total
             limit = min(slot.max_bytes, budget)
@@ -97,16 +159,17 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
                 if limit <= 0 and not min_one:
                     data = b""
                 else:
-                    result = broker.replicas.read(
+                    result = read(
                         p,
                         slot.fetch_offset,
                         max(limit, 0),
-                        isolation_committed=version >= 4 and request.isolation_level == 1,
+                        isolation_committed=self.committed,
                         replica_id=replica_id,
                         min_one=min_one,
                     )
-                    data = result.region if result.region is not None else b""
-                    if magic < 2 and result.region is not None:
+                    region = result.region
+                    data = region if region is not None else b""
+                    if magic < 2 and region is not None:
                         data = down_convert(result.to_bytes(), magic)
                 pr.error_code = 0
             except OffsetOutOfRangeError:
@@ -116,27 +179,97 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
                 pr.error_code = int(exc.code)
                 data = b""
             pr.records = data
-            pr.high_watermark = p.high_watermark
-            pr.last_stable_offset = p.high_watermark
-            pr.log_start_offset = p.log.log_start_offset
+            lg = p.log
+            pr.high_watermark = pr.last_stable_offset = lg.high_watermark
+            pr.log_start_offset = lg.log_start_offset
             total += len(data)
         return total
 
-    total = read_all()
-    wait_ms = request.max_wait_ms
-    if wait_ms > 0 and total < request.min_bytes and partitions and not any(s.response.error_code for s in slots):
+    def can_wait(self) -> bool:
+        """Every partition named by a known topic is served here and read without an error."""
+        served = self.served
+        return bool(served) and len(served) == len(self.slots) and all(not s.response.error_code for s, _p in served)
+
+    def response(self) -> FetchResponse:
+        return _fetch_response(throttle_time_ms=0, error_code=0, session_id=0, responses=self.topics)
+
+    # -- the long poll (Deferred) ----------------------------------------------------------
+    def start(self, done: Callable[[Message | None, BaseException | None], None]) -> None:
+        self.done = done
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_ms / 1000
-        while total < request.min_bytes:
-            remaining = deadline - loop.time()
-            if remaining <= 0 or broker.stopping:
-                break
-            if replica_id >= 0:
-                waiters = [p.wait_for_append() for p in partitions.values()]
-            else:
-                waiters = [p.wait_for_data() for p in partitions.values()]
-            await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-            for w in waiters:
-                w.cancel()
-            total = read_all()
-    return R(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+        self.deadline = loop.time() + self.request.max_wait_ms / 1000
+        if self.broker.stopping:
+            waiter: asyncio.Future[None] = loop.create_future()  # answer at once, not from start()
+            waiter.add_done_callback(self._woken)
+            waiter.set_result(None)
+            self.waiter = waiter
+            return
+        self._arm(loop, self.request.max_wait_ms / 1000)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, remaining: float) -> None:
+        waiter: asyncio.Future[None] = loop.create_future()
+        follower = self.replica_id >= 0
+        for _slot, p in self.served:
+            p.watch(waiter, follower)
+        waiter.add_done_callback(self._woken)
+        self.waiter = waiter
+        self.timer = loop.call_later(remaining, _wake, waiter)
+
+    def _disarm(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        waiter = self.waiter
+        if waiter is not None:
+            follower = self.replica_id >= 0
+            for _slot, p in self.served:
+                p.unwatch(waiter, follower)
+
+    def _woken(self, waiter: asyncio.Future[None]) -> None:
+        done = self.done
+        if done is None or waiter is not self.waiter:  # cancelled
+            return
+        self._disarm()
+        try:
+            if self.read_all() < self.request.min_bytes:
+                loop = asyncio.get_running_loop()
+                remaining = self.deadline - loop.time()
+                if remaining > 0 and not self.broker.stopping:
+                    self._arm(loop, remaining)
+                    return
+            response = self.response()
+        except Exception as exc:
+            self.done = None
+            done(None, exc)
+            return
+        self.done = None
+        done(response, None)
+
+    def cancel(self) -> None:
+        if self.done is None:
+            return
+        self.done = None
+        self._disarm()
+        if self.waiter is not None:
+            self.waiter.remove_done_callback(self._woken)
+            self.waiter.cancel()
+
+
+#: the last metadata image seen and its topics by id (images are immutable: replaced, not changed)
+_by_id: tuple[MetadataImage | None, dict[uuid.UUID, TopicInfo]] = (None, {})
+
+
+def _topic_by_id(image: MetadataImage, topic_id: uuid.UUID) -> TopicInfo | None:
+    global _by_id
+    cached, topics = _by_id
+    if cached is not image:
+        topics = {}
+        for t in image.topics.values():
+            topics.setdefault(t.topic_id, t)  # the first, as MetadataImage.topic_by_id finds
+        _by_id = (image, topics)
+    return topics.get(topic_id)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

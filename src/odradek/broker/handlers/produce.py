@@ -11,6 +11,9 @@ base offset.  ``acks=0`` gets no response, ``acks=1`` is answered after the lead
 from __future__ import annotations
 
 import asyncio
+import struct
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
 
 from odradek.broker.dispatch import RequestContext, handles
 from odradek.broker.replica import Partition
@@ -19,15 +22,27 @@ from odradek.protocol import ApiKey
 from odradek.protocol.messages.produce import ProduceRequest, ProduceResponse
 from odradek.records import RecordsError, iter_batch_headers
 
+if TYPE_CHECKING:
+    from odradek.broker.app import Broker
+
 R = ProduceResponse
+_NO_LEADER = R.LeaderIdAndEpoch()  # one instance for all responses (never modified)
+# the response structs' constructors, without the class-call overhead
+_produce_response = R.builder()
+_topic_response = R.TopicProduceResponse.builder()
+_partition_response = R.PartitionProduceResponse.builder()
+_u32 = struct.Struct(">I")
 
 
 def _check_format(records: bytes | bytearray | memoryview, version: int) -> None:
     """Produce v3+ carries v2 batches only, v0-2 message sets only (magic byte at position 16
     of each entry; the log validates every batch fully when it appends)."""
+    n = len(records)
+    if n > 16 and records[16] == 2 and n == _u32.unpack_from(records, 8)[0] + 12 and version >= 3:
+        return  # a single v2 batch, the common case
     try:
-        if len(records) > 16 and records[16] == 2 and len(records) == int.from_bytes(records[8:12], "big") + 12:
-            magics = {2}  # a single v2 batch, the common case
+        if n > 16 and records[16] == 2 and n == _u32.unpack_from(records, 8)[0] + 12:
+            magics = {2}
         else:
             magics = {h.magic for h in iter_batch_headers(records)}
     except RecordsError as exc:
@@ -39,50 +54,79 @@ def _check_format(records: bytes | bytearray | memoryview, version: int) -> None
 
 
 @handles(ApiKey.PRODUCE, versions=(0, 11))
-async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
+def produce(
+    ctx: RequestContext, request: ProduceRequest
+) -> ProduceResponse | Coroutine[Any, Any, ProduceResponse] | None:
+    """Appends now; the response now too unless a flush (flush.messages) or acks=all makes it
+    wait, then a coroutine that gives it."""
     broker = ctx.broker
-    version = ctx.version
+    version = ctx.header.api_version
     acks = request.acks
-    pending: list[tuple[R.PartitionProduceResponse, asyncio.Future[None]]] = []
-    flushes = []
-    part_of: dict[int, Partition] = {}
+    refused: KafkaError | None = None
+    if acks not in (-1, 0, 1):
+        refused = KafkaError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not -1, 0 or 1")
+    elif request.transactional_id is not None:
+        refused = KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported yet")
+    replicas = broker.replicas
+    pending: list[tuple[R.PartitionProduceResponse, asyncio.Future[None], Partition]] = []
+    appended: list[Partition] = []
     responses: list[R.TopicProduceResponse] = []
     for topic in request.topic_data:
         parts: list[R.PartitionProduceResponse] = []
-        responses.append(R.TopicProduceResponse(name=topic.name, partition_responses=parts))
+        responses.append(_topic_response(name=topic.name, partition_responses=parts))
         for data in topic.partition_data:
-            resp = R.PartitionProduceResponse(index=data.index, base_offset=-1)
+            resp = _partition_response(index=data.index, base_offset=-1, current_leader=_NO_LEADER)
             parts.append(resp)
+            if refused is not None:
+                resp.error_code = int(refused.code)
+                resp.error_message = refused.message or None
+                continue
             try:
-                if acks not in (-1, 0, 1):
-                    raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not -1, 0 or 1")
-                if request.transactional_id is not None:
-                    raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported yet")
                 p = broker.produce_partition(topic.name, data.index)
                 raw = data.records
                 records = raw if isinstance(raw, (bytes, bytearray, memoryview)) else b""
                 _check_format(records, version)
                 records = broker.recompress_for(p, records)
-                info = broker.replicas.append(p, records, acks)
+                info = replicas.append(p, records, acks)
                 resp.base_offset = info.first_offset
                 resp.log_append_time_ms = info.log_append_time
                 resp.log_start_offset = p.log.log_start_offset
-                flushes.append(p)
+                appended.append(p)
                 if acks == -1:
-                    pending.append((resp, p.wait_for_hw(info.last_offset + 1)))
-                    part_of[id(resp)] = p
+                    pending.append((resp, p.wait_for_hw(info.last_offset + 1), p))
             except KafkaError as exc:
                 resp.error_code = int(exc.code)
                 resp.error_message = exc.message or None
     if acks == 0:
         return None
+    response = _produce_response(responses=responses, throttle_time_ms=0)
+    flushes: list[Partition] | None = None
+    for p in appended:
+        if replicas.flush_due(p):
+            if flushes is None:
+                flushes = []
+            flushes.append(p)
+    if flushes is not None or pending:
+        return _after_append(broker, request, response, flushes or [], pending)
+    return response
+
+
+async def _after_append(
+    broker: Broker,
+    request: ProduceRequest,
+    response: ProduceResponse,
+    flushes: list[Partition],
+    pending: list[tuple[R.PartitionProduceResponse, asyncio.Future[None], Partition]],
+) -> ProduceResponse:
+    """The waiting part of a produce: flushes the log's flush.messages asks for, then (acks=all)
+    the high watermark passing every batch, bounded by the request's timeout."""
     for p in flushes:
         await broker.replicas.wait_durable(p)
     if pending:
         timeout = max(request.timeout_ms, 0) / 1000
-        futures = [f for _r, f in pending]
+        futures = [f for _r, f, _p in pending]
         _done, not_done = await asyncio.wait(futures, timeout=timeout)
-        for resp, fut in pending:
+        for resp, fut, p in pending:
             if fut in not_done:
                 fut.cancel()
                 resp.error_code = int(ErrorCode.REQUEST_TIMED_OUT)
@@ -91,7 +135,7 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
                 code = failure.code if isinstance(failure, KafkaError) else ErrorCode.UNKNOWN_SERVER_ERROR
                 resp.error_code = int(code)
                 resp.base_offset = -1
-            elif len(part_of[id(resp)].state.isr) < part_of[id(resp)].log.config.min_insync_replicas:
+            elif len(p.state.isr) < p.log.config.min_insync_replicas:
                 # the ISR shrank below min.insync.replicas while the batch was being replicated
                 resp.error_code = int(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
-    return R(responses=responses, throttle_time_ms=0)
+    return response

@@ -1,0 +1,192 @@
+"""The connection's request pipeline, in process: requests handled right away while their
+handlers do not wait, in order behind one that waits, long-poll fetches woken by produces, and
+nothing left behind by a connection that goes away while its fetch waits."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from odradek.broker.app import Broker
+from odradek.config import BrokerConfig
+from odradek.protocol import ClientConnection, Message, ResponseReceived
+from odradek.protocol.messages.fetch import FetchRequest
+from odradek.protocol.messages.metadata import MetadataRequest
+from odradek.protocol.messages.produce import ProduceRequest
+from odradek.records import BatchBuilder, read_batches
+
+TOPIC = "pipeline"
+
+
+class _Client:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.conn = ClientConnection("pipeline-test")
+
+    @classmethod
+    async def connect(cls, broker: Broker) -> _Client:
+        host, port = broker.bound["PLAINTEXT"]
+        return cls(*await asyncio.open_connection(host, port))
+
+    def send(self, message: Message, version: int, expect_response: bool = True) -> int:
+        cid, data = self.conn.send_request(message, version, expect_response)
+        self.writer.write(data)
+        return cid
+
+    async def receive(self) -> ResponseReceived:
+        while True:
+            ev = self.conn.next_event()
+            if isinstance(ev, ResponseReceived):
+                return ev
+            chunk = await asyncio.wait_for(self.reader.read(1 << 20), 10)
+            assert chunk, "broker closed the connection"
+            self.conn.receive_data(chunk)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def _batch(value: bytes) -> bytes:
+    b = BatchBuilder()
+    b.append(int(time.time() * 1000), None, value, [])
+    return bytes(b.build())
+
+
+def _produce(value: bytes, acks: int = 1) -> ProduceRequest:
+    return ProduceRequest(
+        acks=acks,
+        timeout_ms=5000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name=TOPIC, partition_data=[ProduceRequest.PartitionProduceData(index=0, records=_batch(value))]
+            )
+        ],
+    )
+
+
+def _fetch(offset: int, max_wait_ms: int) -> FetchRequest:
+    return FetchRequest(
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        topics=[
+            FetchRequest.FetchTopic(
+                topic=TOPIC,
+                partitions=[FetchRequest.FetchPartition(partition=0, fetch_offset=offset, partition_max_bytes=1 << 20)],
+            )
+        ],
+    )
+
+
+def _values(response: Any) -> list[bytes | None]:
+    records = response.responses[0].partitions[0].records
+    return [r.value for b in read_batches(bytes(records or b"")) for r in b.records]
+
+
+def _run(tmp_path: Path, body: Callable[[Broker], Awaitable[None]]) -> None:
+    async def main() -> None:
+        config = BrokerConfig.load(
+            None, [], {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path / "data")}, env={}
+        )
+        broker = Broker(config)
+        await broker.start()
+        try:
+            await broker.create_topic(TOPIC, 1, 1, {})
+            for _ in range(200):
+                if broker.replicas.get(TOPIC, 0) is not None:
+                    break
+                await asyncio.sleep(0.01)
+            await body(broker)
+        finally:
+            await broker.stop()
+
+    asyncio.run(main())
+
+
+def test_pipelined_requests_are_answered_in_order(tmp_path: Path) -> None:
+    async def body(broker: Broker) -> None:
+        c = await _Client.connect(broker)
+        sent = [c.send(_produce(b"a"), 9), c.send(_produce(b"b"), 9), c.send(MetadataRequest(topics=None), 12)]
+        c.send(_produce(b"no answer", acks=0), 9, expect_response=False)
+        sent.append(c.send(_produce(b"c"), 9))
+        got = [await c.receive() for _ in sent]
+        assert [r.correlation_id for r in got] == sent
+        offsets = [r.response.responses[0].partition_responses[0].base_offset for r in (got[0], got[1], got[3])]
+        assert offsets == [0, 1, 3]
+        assert TOPIC in {t.name for t in got[2].response.topics}
+        c.close()
+
+    _run(tmp_path, body)
+
+
+def test_long_poll_fetch_is_woken_by_a_produce(tmp_path: Path) -> None:
+    async def body(broker: Broker) -> None:
+        consumer, producer = await _Client.connect(broker), await _Client.connect(broker)
+        consumer.send(_fetch(0, 5000), 11)
+        await asyncio.sleep(0.1)
+        t0 = time.monotonic()
+        producer.send(_produce(b"wake up"), 9)
+        await producer.receive()
+        fetched = await consumer.receive()
+        assert time.monotonic() - t0 < 2
+        assert _values(fetched.response) == [b"wake up"]
+        # nothing visible at the next offset: the fetch waits out max_wait_ms and comes back empty
+        t0 = time.monotonic()
+        consumer.send(_fetch(1, 300), 11)
+        empty = await consumer.receive()
+        assert 0.25 < time.monotonic() - t0 < 3
+        assert empty.response.responses[0].partitions[0].error_code == 0
+        assert _values(empty.response) == []
+        consumer.close()
+        producer.close()
+
+    _run(tmp_path, body)
+
+
+def test_requests_behind_a_waiting_fetch_keep_their_order(tmp_path: Path) -> None:
+    async def body(broker: Broker) -> None:
+        c = await _Client.connect(broker)
+        first = c.send(_fetch(0, 300), 11)
+        second = c.send(_produce(b"queued"), 9)  # waits behind the fetch, which cannot see it
+        t0 = time.monotonic()
+        a, b = await c.receive(), await c.receive()
+        assert time.monotonic() - t0 >= 0.25
+        assert (a.correlation_id, b.correlation_id) == (first, second)
+        assert _values(a.response) == []
+        assert b.response.responses[0].partition_responses[0].base_offset == 0
+        c.close()
+
+    _run(tmp_path, body)
+
+
+def test_a_fetch_left_waiting_by_a_closed_connection_leaves_nothing_behind(tmp_path: Path) -> None:
+    async def body(broker: Broker) -> None:
+        p = broker.replicas.get(TOPIC, 0)
+        assert p is not None
+        for _ in range(3):
+            c = await _Client.connect(broker)
+            c.send(_fetch(0, 10_000), 11)
+            for _ in range(100):
+                if p.data_waiters:
+                    break
+                await asyncio.sleep(0.01)
+            assert len(p.data_waiters) == 1
+            c.close()
+            for _ in range(200):
+                if not p.data_waiters and not broker.connections:
+                    break
+                await asyncio.sleep(0.01)
+            assert p.data_waiters == []
+        # the broker still serves fetches and produces
+        c = await _Client.connect(broker)
+        c.send(_produce(b"after"), 9)
+        await c.receive()
+        c.send(_fetch(0, 1000), 11)
+        assert _values((await c.receive()).response) == [b"after"]
+        c.close()
+
+    _run(tmp_path, body)
