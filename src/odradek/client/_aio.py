@@ -1,5 +1,11 @@
-"""Asyncio connections to brokers, pipelined over the sans-I/O ClientConnection, and the
-cluster view clients share: bootstrap, metadata cache and refresh, one connection per broker.
+"""Asyncio connections to brokers, pipelined, over the sans-I/O codec of :mod:`odradek.protocol`,
+and the cluster view clients share: bootstrap, metadata cache and refresh, one connection per
+broker.
+
+A connection frames its requests and responses itself (4-byte size, then the request or
+response with its header) on an :class:`asyncio.BufferedProtocol`: a large response is read by
+the socket straight into one buffer of its size and decoded from there, so a fetch response's
+records (views of that buffer) are never copied on their way in.
 
 The sync clients run these on an event loop in a background thread; the async clients use the
 caller's loop.
@@ -8,10 +14,13 @@ caller's loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
+import struct
+import sys
+import threading
 import time
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,19 +28,165 @@ from typing import Any
 from odradek.client._network import negotiate_version, parse_bootstrap
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import (
-    NEED_DATA,
-    ClientConnection,
-    ConnectionClosed,
+    CorrelationIdMismatch,
+    FrameTooLarge,
+    InvalidFrame,
     Message,
     ProtocolError,
-    ResponseReceived,
+    RequestHeader,
+    decode_response,
+    encode_request,
 )
+from odradek.protocol.connection import DEFAULT_MAX_FRAME_SIZE, frame
 from odradek.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from odradek.protocol.messages.metadata import MetadataRequest, MetadataResponse
 
 __all__ = ["AsyncBrokerConnection", "AsyncCluster", "PartitionInfo", "TopicInfo"]
 
 log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+#: Bytes read at a time while no large frame is being read (size prefixes, small responses).
+_SCRATCH = 1 << 16
+#: At most this many bytes of buffers of large frames are kept for reuse (all connections).
+_SPARE_BYTES = 32 << 20
+
+
+_spare: list[bytearray] = []  # buffers of large frames, most recently used last
+_spare_lock = threading.Lock()
+
+
+def _frame_buffer(size: int) -> memoryview:
+    """A writable buffer of ``size`` bytes for a large frame: a spare one that nothing refers to
+    any more, or a new one (kept for reuse, up to :data:`_SPARE_BYTES` in all: connections come
+    and go, a Spark task opens its own)."""
+    with _spare_lock:
+        spare = _spare
+        for i in range(len(spare)):
+            b = spare[i]
+            # references: the list, ``b`` and getrefcount's argument; a view of it adds one
+            if size <= len(b) <= 2 * size and sys.getrefcount(b) == 3:
+                spare.append(spare.pop(i))
+                return memoryview(b)[:size]
+        b = bytearray(size + (size >> 4))  # responses to the same fetches differ a little in size
+        spare.append(b)
+        total = sum(len(s) for s in spare)
+        while total > _SPARE_BYTES and len(spare) > 1:
+            total -= len(spare.pop(0))
+        return memoryview(b)[:size]
+
+
+class _FrameStream(asyncio.BufferedProtocol):
+    """The socket side of a connection: reads size-prefixed frames and hands each payload to
+    ``on_frame`` (a buffer of its own: ``bytearray`` or ``memoryview``); flow control for
+    writes (:meth:`drain`).
+
+    Small frames are read into a scratch buffer and copied out.  A frame larger than the scratch
+    buffer is read by the transport straight into a buffer of its size (``recv_into``), so a
+    fetch response of many megabytes is never copied or regrown on its way in.  Those buffers
+    are reused once nothing refers to them any more (the decoded response and every view of it
+    gone, see :func:`_frame_buffer`): a fresh one is zero-filled and page-faulted in, which
+    costs more than reading the response."""
+
+    def __init__(self, conn: AsyncBrokerConnection) -> None:
+        self.conn = conn
+        self.transport: asyncio.Transport | None = None
+        self._scratch = bytearray(_SCRATCH)
+        self._scratch_view = memoryview(self._scratch)
+        self._have = 0  # bytes in the scratch buffer
+        self._frame: memoryview | None = None  # the large frame being read
+        self._filled = 0
+        self._paused = False
+        self._lost = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame is not None:
+            return self._frame[self._filled :]
+        return self._scratch_view[self._have :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            self._received(nbytes)
+        except ProtocolError as exc:
+            self.conn._fail(ConnectionError(str(exc)))
+
+    def _received(self, nbytes: int) -> None:
+        conn = self.conn
+        if self._frame is not None:
+            self._filled += nbytes
+            if self._filled == len(self._frame):
+                payload = self._frame
+                self._frame = None
+                conn._on_frame(payload)
+            return
+        buf = self._scratch
+        have = self._have + nbytes
+        pos = 0
+        while have - pos >= 4:
+            (size,) = _SIZE.unpack_from(buf, pos)
+            if size < 0:
+                raise InvalidFrame(f"negative frame size {size}")
+            if size > conn.max_frame_size:
+                raise FrameTooLarge(size, conn.max_frame_size)
+            end = pos + 4 + size
+            if end <= have:
+                conn._on_frame(buf[pos + 4 : end])
+                pos = end
+                if conn.closed:
+                    return
+                continue
+            if 4 + size > len(buf):  # too large for the scratch buffer: a buffer of its own
+                frame = _frame_buffer(size)
+                frame[: have - pos - 4] = buf[pos + 4 : have]
+                self._frame = frame
+                self._filled = have - pos - 4
+                pos = have
+            break
+        if pos:
+            buf[: have - pos] = buf[pos:have]
+            have -= pos
+        self._have = have
+
+    def eof_received(self) -> bool:
+        self.conn._fail(ConnectionError(f"broker {self.conn.node_id} closed the connection"))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._wake(ConnectionError("connection lost"))
+        reason = f": {exc}" if exc is not None else ""
+        self.conn._fail(ConnectionError(f"connection to broker {self.conn.node_id} lost{reason}"))
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._wake(None)
+
+    def _wake(self, exc: BaseException | None) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for w in waiters:
+            if not w.done():
+                if exc is None:
+                    w.set_result(None)
+                else:
+                    w.set_exception(exc)
+
+    async def drain(self) -> None:
+        """Wait while the transport's write buffer is above its high-water mark."""
+        if self._lost:
+            raise ConnectionError("connection lost")
+        if not self._paused:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._drain_waiters.append(waiter)
+        await waiter
 
 
 class AsyncBrokerConnection:
@@ -42,21 +197,28 @@ class AsyncBrokerConnection:
         self.host, self.port = host, port
         self.client_id = client_id
         self.timeout = request_timeout_ms / 1000
-        self.conn = ClientConnection(client_id=client_id)
+        self.max_frame_size = DEFAULT_MAX_FRAME_SIZE
         self.versions: dict[int, tuple[int, int]] = {}
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task[None] | None = None
+        self._stream: _FrameStream | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
+        #: headers of the requests awaiting a response, in the order they were sent
+        self._in_flight: deque[RequestHeader] = deque()
+        self._next_id = 0
         self.closed = False
         self.error: BaseException | None = None
 
     async def connect(self, timeout: float) -> None:
+        loop = asyncio.get_running_loop()
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), timeout)
+            _transport, stream = await asyncio.wait_for(
+                loop.create_connection(lambda: _FrameStream(self), self.host, self.port), timeout
+            )
         except (OSError, TimeoutError) as exc:
             raise ConnectionError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
-        self._writer = writer
-        self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
+        self._stream = stream
+        if self.closed:  # closed while connecting
+            stream.transport.close()  # type: ignore[union-attr]
+            raise ConnectionError(f"connection to broker {self.node_id} is closed")
         resp: ApiVersionsResponse = await self.request(
             ApiVersionsRequest(client_software_name="odradek", client_software_version="0.1.0"),
             ApiVersionsRequest.VALID_VERSIONS[1],
@@ -74,13 +236,17 @@ class AsyncBrokerConnection:
         """Write a request now; the future completes with its response (or None without one)."""
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         fut.add_done_callback(_retrieve)  # a caller that timed out must not leave it unread
-        if self.closed or self._writer is None:
+        stream = self._stream
+        if self.closed or stream is None or stream.transport is None:
             fut.set_exception(ConnectionError(f"connection to broker {self.node_id} is closed"))
             return fut
         v = self.version_for(type(message)) if version is None else version
-        cid, data = self.conn.send_request(message, v, expect_response)
-        self._writer.write(data)
+        cid = self._next_id
+        self._next_id = (cid + 1) & 0x7FFFFFFF
+        header = RequestHeader(api_key=message.API_KEY, api_version=v, correlation_id=cid, client_id=self.client_id)
+        stream.transport.write(frame(encode_request(header, message)))
         if expect_response:
+            self._in_flight.append(header)
             self._pending[cid] = fut
         else:
             fut.set_result(None)
@@ -95,30 +261,24 @@ class AsyncBrokerConnection:
             raise TimeoutError(f"no response from broker {self.node_id} ({self.host}:{self.port})") from exc
 
     async def drain(self) -> None:
-        if self._writer is not None and not self.closed:
-            await self._writer.drain()
+        if self._stream is not None and not self.closed:
+            await self._stream.drain()
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        conn = self.conn
+    def _on_frame(self, payload: bytearray | memoryview) -> None:
+        """One response frame (without its size): decode it and complete its request."""
+        if self.closed:
+            return
         try:
-            while True:
-                data = await reader.read(1 << 20)
-                conn.receive_data(data)
-                while True:
-                    ev = conn.next_event()
-                    if ev is NEED_DATA:
-                        break
-                    if isinstance(ev, ConnectionClosed):
-                        raise ConnectionError(f"broker {self.node_id} closed the connection")
-                    assert isinstance(ev, ResponseReceived)
-                    fut = self._pending.pop(ev.correlation_id, None)
-                    if fut is not None and not fut.done():
-                        fut.set_result(ev.response)
-        except asyncio.CancelledError:
-            self._fail(ConnectionError("connection closed"))
-            raise
-        except (OSError, ConnectionError, ProtocolError) as exc:
-            self._fail(exc if isinstance(exc, ConnectionError) else ConnectionError(str(exc)))
+            if not self._in_flight:
+                raise CorrelationIdMismatch("received a response while no request is in flight")
+            header = self._in_flight.popleft()
+            response = decode_response(header, payload)
+        except ProtocolError as exc:
+            self._fail(ConnectionError(str(exc)))
+            return
+        fut = self._pending.pop(header.correlation_id, None)
+        if fut is not None and not fut.done():
+            fut.set_result(response)
 
     def _fail(self, exc: BaseException) -> None:
         if self.closed:
@@ -129,15 +289,12 @@ class AsyncBrokerConnection:
             if not fut.done():
                 fut.set_exception(exc)
         self._pending.clear()
-        if self._writer is not None:
-            self._writer.close()
+        self._in_flight.clear()
+        if self._stream is not None and self._stream.transport is not None:
+            self._stream.transport.close()
 
     async def close(self) -> None:
         self._fail(ConnectionError("connection closed"))
-        if self._reader_task is not None:
-            self._reader_task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._reader_task
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:

@@ -17,6 +17,12 @@ partitions with one Fetch request per leader; ``offsets_before`` is the seeds'
 latest offset, -2 the earliest), with ``earliest_offset`` / ``latest_offset`` /
 ``offset_for_time`` as one-offset helpers (ListOffsets v1+).
 
+The blocking :class:`SimpleConsumer` sends a partition's next fetch as soon as one returns with
+more records in the log (see :meth:`SimpleConsumer.fetch`): a loop like the one above then finds
+the next records fetched (and decoded) while it worked through the previous ones.  Records are
+decoded a whole batch at a time (:meth:`odradek.records.Batch.record_columns`), each
+:class:`ConsumerRecord` built by C iterators over the batch's columns.
+
 Fetches use the highest Fetch version both sides support, addressing topics by id (v13+) when
 the metadata has topic ids and by name (up to v12) otherwise, and wait ``fetch.max.wait.ms`` for
 ``fetch.min.bytes``.  A fetch result is a :class:`FetchedRecords` (a list of
@@ -33,11 +39,13 @@ or ``ConnectionError``); errors that cannot succeed on retry raise :class:`Kafka
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import gc
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from itertools import repeat
 from typing import Any, NamedTuple, TypeVar
 
 from odradek.client._aio import AsyncBrokerConnection, AsyncCluster, TopicInfo
@@ -445,31 +453,32 @@ class AsyncSimpleConsumer:
                     if h.producer_id in aborted_pids:
                         next_offset = last + 1
                         continue
-                recs = batch.records
-                if recs and recs[0].offset < offset:
-                    recs = [r for r in recs if r.offset >= offset]
                 tt = TimestampType((attrs >> 3) & 1) if h.magic > 0 else TimestampType.NO_TIMESTAMP_TYPE
-                if kd is None and vd is None:
-                    out.extend([tn(cr, (topic, partition, o, t, tt, k, v, hs)) for o, t, k, v, hs in recs])
-                else:
-                    out.extend(
-                        [
-                            tn(
-                                cr,
-                                (
-                                    topic,
-                                    partition,
-                                    o,
-                                    t,
-                                    tt,
-                                    k if kd is None or k is None else kd(topic, k),
-                                    v if vd is None or v is None else vd(topic, v),
-                                    hs,
-                                ),
-                            )
-                            for o, t, k, v, hs in recs
-                        ]
+                first = len(out)
+                for cols in batch.record_columns():
+                    n = cols.num_records
+                    keys, values = cols.keys, cols.values
+                    if kd is not None:
+                        keys = [k if k is None else kd(topic, k) for k in keys]
+                    if vd is not None:
+                        values = [v if v is None else vd(topic, v) for v in values]
+                    # the records are built by C iterators: no Python code runs per record
+                    out += map(
+                        tn,
+                        repeat(cr, n),
+                        zip(
+                            repeat(topic, n),
+                            repeat(partition, n),
+                            cols.offsets,
+                            cols.timestamps,
+                            repeat(tt, n),
+                            keys,
+                            values,
+                            cols.headers,
+                        ),
                     )
+                if (h.magic < 2 or h.base_offset < offset) and len(out) > first and out[first][2] < offset:
+                    out[first:] = [r for r in out[first:] if r[2] >= offset]
                 next_offset = last + 1
         except RecordsError as exc:
             if out or next_offset > offset:
@@ -689,6 +698,13 @@ class SimpleConsumer:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="odradek-simple-consumer", daemon=True)
         self._closed = False
+        #: the fetch that runs ahead: ((topic, partition, offset, max_bytes), its future) or None
+        self._ahead: tuple[tuple[str, int, int, int | None], concurrent.futures.Future[FetchedRecords]] | None = None
+        self._ahead_lock = threading.Lock()
+        self._ahead_tasks: set[asyncio.Task[FetchedRecords]] = set()  # on the loop thread
+        self._closing = False
+        #: send a partition's next fetch while the caller reads the records (see :meth:`fetch`)
+        self.fetch_ahead = True
         self._thread.start()
 
     def _run(self) -> None:
@@ -699,7 +715,9 @@ class SimpleConsumer:
         if self._closed:
             coro.close()
             raise RuntimeError("the consumer is closed")
-        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return self._result(asyncio.run_coroutine_threadsafe(coro, self._loop), slack_ms)
+
+    def _result(self, fut: concurrent.futures.Future[T], slack_ms: int = 0) -> T:
         # the coroutine keeps its own deadline; this only guards against a stuck loop
         limit = (self._async.request_timeout_ms + slack_ms) / 1000 + 10
         try:
@@ -717,7 +735,54 @@ class SimpleConsumer:
         return self._call(self._async.partitions_for(topic, timeout_ms), timeout_ms or 0)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int | None = None) -> FetchedRecords:
-        return self._call(self._async.fetch(topic, partition, offset, max_bytes), self._async.max_wait_ms)
+        """As :meth:`AsyncSimpleConsumer.fetch`.
+
+        When the partition has more records than one fetch returned, the next fetch (from
+        ``next_offset``, same ``max_bytes``) is sent at once and runs while the caller works
+        through these records; a call that asks for exactly that gets its result (fetched a
+        moment earlier: as a fetch made then), any other call drops it.  Only data already
+        in the log is fetched ahead, so the broker answers without waiting for new records."""
+        key = (topic, partition, offset, max_bytes)
+        with self._ahead_lock:
+            ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] == key and not ahead[1].cancelled():
+            result = self._result(ahead[1], self._async.max_wait_ms)
+        else:
+            if ahead is not None:
+                ahead[1].cancel()
+            result = self._call(self._async.fetch(topic, partition, offset, max_bytes), self._async.max_wait_ms)
+        self._fetch_ahead(result, max_bytes)
+        return result
+
+    def _fetch_ahead(self, result: FetchedRecords, max_bytes: int | None) -> None:
+        a = self._async
+        visible = result.last_stable_offset if a.isolation_level else result.high_watermark
+        if self._closed or not self.fetch_ahead or not 0 <= result.next_offset < visible:
+            return
+        key = (result.topic, result.partition, result.next_offset, max_bytes)
+        with self._ahead_lock:
+            if self._closing:
+                return
+            fut = asyncio.run_coroutine_threadsafe(self._run_ahead(key), self._loop)
+            old, self._ahead = self._ahead, (key, fut)
+        if old is not None:  # another thread's: it is not wanted any more
+            old[1].cancel()
+
+    async def _run_ahead(self, key: tuple[str, int, int, int | None]) -> FetchedRecords:
+        task = asyncio.current_task()
+        assert task is not None
+        self._ahead_tasks.add(task)
+        try:
+            return await self._async.fetch(*key)
+        finally:
+            self._ahead_tasks.discard(task)
+
+    async def _close(self) -> None:
+        tasks = list(self._ahead_tasks)  # cancelled: let them end before the loop does
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._async.close()
 
     def multi_fetch(self, offsets: Mapping[TopicPartition, int], max_bytes: int | None = None) -> dict[TopicPartition, FetchedRecords]:
         return self._call(self._async.multi_fetch(offsets, max_bytes), self._async.max_wait_ms)
@@ -737,8 +802,13 @@ class SimpleConsumer:
     def close(self) -> None:
         if self._closed:
             return
+        with self._ahead_lock:
+            self._closing = True
+            ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead[1].cancel()
         with contextlib.suppress(Exception):  # closing must not fail
-            asyncio.run_coroutine_threadsafe(self._async.close(), self._loop).result(10)
+            asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(10)
         self._closed = True
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)

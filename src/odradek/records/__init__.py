@@ -19,6 +19,12 @@ Reading records (clients, compaction, down-conversion)
     list of :class:`Record` ``(offset, timestamp, key, value, headers)`` decoded
     on first access. A top-level v0/v1 entry (one message, or a compressed
     wrapper) counts as one batch whose records are its inner messages.
+    ``batch.record_columns()`` gives the same records as a list of
+    :class:`RecordColumns` ``(count, offsets, timestamps, keys, values, headers)``:
+    consecutive stretches as single-use column iterables, for readers that build
+    their own per-record objects (runs of records with one layout are then
+    decoded without Python work per record). ``decode_record_columns`` and
+    ``decode_records`` do the same for one v2 batch's uncompressed records.
 
 Header-only path (broker and storage: no per-record work)
 ---------------------------------------------------------
@@ -116,7 +122,14 @@ from .errors import (
 )
 from .legacy import LegacyBatchBuilder
 from .read import Batch, read_batches
-from .v2 import BatchBuilder, ControlRecordType, end_txn_marker, parse_control_key
+from .v2 import (
+    BatchBuilder,
+    ControlRecordType,
+    RecordColumns,
+    decode_record_columns,
+    end_txn_marker,
+    parse_control_key,
+)
 
 __all__ = [
     "DEFAULT_MAX_DECOMPRESSED_SIZE",
@@ -137,6 +150,7 @@ __all__ = [
     "Header",
     "LegacyBatchBuilder",
     "Record",
+    "RecordColumns",
     "RecordsError",
     "TimestampType",
     "TruncatedBatchError",
@@ -146,6 +160,7 @@ __all__ = [
     "compress",
     "crc32",
     "crc32c",
+    "decode_record_columns",
     "decode_varint",
     "decode_varlong",
     "decompress",

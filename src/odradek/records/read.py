@@ -146,6 +146,41 @@ class Batch:
     def __iter__(self) -> Iterator[Record]:
         return iter(self.records)
 
+    def record_columns(self) -> list[v2.RecordColumns]:
+        """The records as :class:`~odradek.records.v2.RecordColumns`: consecutive stretches,
+        in order, each column a single-use iterable (see :func:`v2.decode_record_columns`).
+
+        For readers that build their own objects per record: this skips the :class:`Record`
+        tuples (runs of records with one layout are decoded column-wise).  Every call decodes
+        again (unless ``records`` was already read); errors are raised here, as for ``records``.
+        """
+        records = self._records
+        h = self.header
+        if records is None and h.magic >= 2:
+            return v2.decode_record_columns(*self._v2_args())
+        if records is None:
+            records = self.records
+        if not records:
+            return []
+        offsets, timestamps, keys, values, headers = zip(*records)
+        return [v2.RecordColumns(len(records), offsets, timestamps, keys, values, headers)]
+
+    def _v2_args(self) -> tuple[bytes, int, int, int, int | None]:
+        h = self.header
+        codec = h.compression
+        payload = self._data[h.position + v2.HEADER_SIZE : h.position + h.size]
+        if codec:
+            buf = decompress(codec, payload, magic=2, max_size=self._max_decompressed_size)
+        else:
+            buf = bytes(payload)
+        return (
+            buf,
+            h.record_count,
+            h.base_offset,
+            h.base_timestamp,
+            h.max_timestamp if h.attributes & v2.ATTR_TIMESTAMP_TYPE else None,
+        )
+
     def _decode(self) -> list[Record]:
         h = self.header
         if h.magic < 2:
@@ -156,19 +191,7 @@ class Batch:
                 verify_crc=self._verify_crc,
                 max_decompressed_size=self._max_decompressed_size,
             )
-        codec = h.compression
-        payload = self._data[h.position + v2.HEADER_SIZE : h.position + h.size]
-        if codec:
-            buf = decompress(codec, payload, magic=2, max_size=self._max_decompressed_size)
-        else:
-            buf = bytes(payload)
-        return v2.decode_records(
-            buf,
-            h.record_count,
-            h.base_offset,
-            h.base_timestamp,
-            h.max_timestamp if h.attributes & v2.ATTR_TIMESTAMP_TYPE else None,
-        )
+        return v2.decode_records(*self._v2_args())
 
 
 def read_batches(

@@ -37,18 +37,23 @@ Each record is::
                                    valueLength varint (-1 null), value bytes)
 
 Decoding is table driven: varints of one or two bytes are read through
-precomputed tables, and runs of records with the same layout (same field widths,
-key and value lengths, no headers) are read with one precompiled ``struct``
-call per record, with every field still checked.
+precomputed tables.  Runs of records with the same layout (same field widths,
+key and value lengths, no headers: fixed-size values, say) are found and checked
+with strided slices of the bytes (byte ``at`` of every record is
+``buf[start + at : end : size]``), and decoded column by column with C iterators
+and no Python code per record (:func:`decode_record_columns`); every field is
+still checked.
 """
 
 from __future__ import annotations
 
 import struct
+import sys
 from collections.abc import Iterable
 from enum import IntEnum
-from itertools import chain, islice
-from typing import Any
+from itertools import chain, islice, repeat
+from operator import itemgetter
+from typing import Any, NamedTuple
 
 from ._crc import crc32c
 from ._types import NO_TIMESTAMP, Header, Record
@@ -61,6 +66,7 @@ from ._varint import (
     decode_varlong,
     encode_varint,
     encode_varlong,
+    size_of_varint,
 )
 from .compression import Compression, compress
 from .errors import CorruptRecordError, TruncatedBatchError
@@ -74,6 +80,9 @@ __all__ = [
     "HEADER_SIZE",
     "BatchBuilder",
     "ControlRecordType",
+    "RecordColumns",
+    "RecordRun",
+    "decode_record_columns",
     "decode_records",
     "encode_headers",
     "end_txn_marker",
@@ -100,6 +109,7 @@ ATTR_CONTROL = 0x20
 ATTR_DELETE_HORIZON = 0x40
 
 _tuple_new = tuple.__new__
+Buffer = bytes | bytearray | memoryview
 _join = b"".join
 _ENC_NONNEG = ENCODED_NONNEG
 _ENC_SIGNED = ENCODED_SIGNED
@@ -107,7 +117,7 @@ _ENC_SIGNED = ENCODED_SIGNED
 # ----------------------------------------------------------------------- decoding
 
 
-def _read_headers(buf: bytes, pos: int) -> tuple[list[Header], int]:
+def _read_headers(buf: Buffer, pos: int) -> tuple[list[Header], int]:
     """Read a record's header count and headers at ``pos``."""
     z1: tuple[Any, ...] = ZIGZAG1
     b = buf[pos]
@@ -133,7 +143,7 @@ def _read_headers(buf: bytes, pos: int) -> tuple[list[Header], int]:
         end = pos + hkl
         if end >= size:
             raise TruncatedBatchError("data ends inside a record header")
-        hkey = buf[pos:end].decode("utf-8")
+        hkey = str(buf[pos:end], "utf-8")
         b = buf[end]
         if b < 0x80:
             hvl: int = z1[b]
@@ -141,19 +151,19 @@ def _read_headers(buf: bytes, pos: int) -> tuple[list[Header], int]:
         else:
             hvl, pos = decode_varint(buf, end)
         if hvl >= 0:
-            app((hkey, buf[pos : pos + hvl]))
+            app((hkey, bytes(buf[pos : pos + hvl])))
             pos += hvl
         else:
             app((hkey, None))
     return headers, pos
 
 
-def _shape_at(buf: bytes, pos: int) -> tuple[int, ...] | None:
+def _shape_at(buf: Buffer, pos: int) -> tuple[int, ...] | None:
     """Layout key of the (already validated) record at ``pos``, or ``None``.
 
     A record has a fixed layout when its five varints take one or two bytes each
-    and it has no headers; the key lists the varint widths and the key and value
-    lengths.
+    (the offset delta up to three) and it has no headers; the key lists the varint
+    widths and the key and value lengths.
     """
     start = pos
     _, pos = decode_varint(buf, pos)
@@ -174,65 +184,302 @@ def _shape_at(buf: bytes, pos: int) -> tuple[int, ...] | None:
     vls = pos - start
     if vl > 0:
         pos += vl
-    if buf[pos] != 0 or max(ls, tss, ods, kls, vls) > 2:
+    if buf[pos] != 0 or max(ls, tss, kls, vls) > 2 or ods > 3:
         return None
     return (ls, tss, ods, kls, kl, vls, vl)
 
 
-_FIELD = ("", "B", "H")
-_TABLE = ((), ZIGZAG1, ZIGZAG2)
-_Shape = tuple  # (unpack, size, L, tl, tt, to, tk, KL, tv, VL, key_null, value_null)
-_SHAPES: dict[tuple[int, ...], _Shape] = {}
+# Runs of records with one layout --------------------------------------------------------------
+#
+# Along a run of records of the same size and layout every field is a strided column of the
+# bytes: ``buf[p + at : end : r]`` is byte ``at`` of each record.  A run is found and checked
+# with a few such slices (C loops over bytes), and its records are then built column by column
+# with C iterators (``range``, ``map``, ``struct.iter_unpack``, ``zip``): no Python bytecode
+# runs per record.
+
+#: Runs shorter than this are decoded record by record.
+_MIN_RUN = 16
+#: ``_HIBIT[b]`` is 1 when byte ``b`` has its continuation bit set.
+_HIBIT = bytes(int(b >= 0x80) for b in range(256))
+_ONE_BYTE = [bytes((b,)) for b in range(256)]
+_EQ, _MORE, _LAST = 0, 1, 2
+#: Zig-zag varints of 0, 1, ..., 8191 back to back, by width: consecutive offset deltas.
+_SEQ1 = b"".join(ENCODED_NONNEG[:64])
+_SEQ2 = b"".join(ENCODED_NONNEG[64:8192])
+_LITTLE = sys.byteorder == "little"
+_first = itemgetter(0)
+#: Records per ``struct`` call when cutting keys and values out of a run.
+_BLOCK = 64
+#: Maps every non-zero byte to 1.
+_NONZERO = bytes([0] + [1] * 255)
+_EMPTY: tuple[()] = ()
+_Layout = tuple  # (record size, checks, o_ts, ts width, o_od, od width, o_key, key len, o_value, value len)
+_LAYOUTS: dict[tuple[int, ...], _Layout] = {}
+_FIELDS: dict[tuple[int, int, int], tuple[Any, Any]] = {}
 
 
-def _shape_for(key: tuple[int, ...]) -> _Shape:
-    shape = _SHAPES.get(key)
-    if shape is None:
-        ls, tss, ods, kls, kl, vls, vl = key
-        fmt = f">{_FIELD[ls]}B{_FIELD[tss]}{_FIELD[ods]}{_FIELD[kls]}{max(kl, 0)}s{_FIELD[vls]}{max(vl, 0)}sB"
-        st = struct.Struct(fmt)
-        shape = (
-            st.unpack_from,
-            st.size,
-            st.size - ls,
-            _TABLE[ls],
-            _TABLE[tss],
-            _TABLE[ods],
-            _TABLE[kls],
-            kl,
-            _TABLE[vls],
-            vl,
-            kl < 0,
-            vl < 0,
-        )
-        if len(_SHAPES) >= 4096:
-            _SHAPES.clear()
-        _SHAPES[key] = shape
-    return shape
+class RecordRun(NamedTuple):
+    """Where the fields of a run of records with one layout lie in the batch's bytes, for
+    readers that cut columns out of them (Arrow arrays) instead of iterating.
+
+    ``buf`` is the buffer the records were decoded from (the batch's uncompressed records).
+    Record ``j`` of the run is ``buf[start + j * size : start + (j + 1) * size]``; its key is the
+    ``key_length`` bytes at ``key_at`` of the record (``None`` when ``key_length`` is -1), its
+    value likewise; no record of a run has headers.  ``timestamp_runs`` lists ``(timestamp,
+    count)`` in order when the timestamps form few runs of equal values (else ``None``).
+    """
+
+    buf: Buffer
+    start: int
+    size: int
+    key_at: int
+    key_length: int
+    value_at: int
+    value_length: int
+    timestamp_runs: list[tuple[int, int]] | None
 
 
-def decode_records(
-    buf: bytes,
+class RecordColumns(NamedTuple):
+    """``num_records`` consecutive records of a batch as columns (see
+    :func:`decode_record_columns`).
+
+    Each column is an iterable of ``num_records`` items that may be iterated once only (a list, a
+    tuple, a ``range`` or an iterator): ``offsets`` and ``timestamps`` ints, ``keys`` and
+    ``values`` ``bytes`` or ``None``, ``headers`` a new list of ``(name, value)`` per record.
+    ``offsets`` is a ``range`` when they are consecutive; ``run`` describes the bytes of a run
+    of records with one layout (``None`` for records decoded one by one).
+    """
+
+    num_records: int
+    offsets: Iterable[int]
+    timestamps: Iterable[int]
+    keys: Iterable[bytes | None]
+    values: Iterable[bytes | None]
+    headers: Iterable[list[Header]]
+    run: RecordRun | None = None
+
+
+def _layout_for(buf: Buffer, rec_start: int, shape: tuple[int, ...]) -> _Layout:
+    """What a run of records shaped like the one at ``rec_start`` shares, and where its fields
+    are.  ``checks`` lists ``(at, kind, byte)``: the byte at ``at`` equals the template's (the
+    record length, key and value lengths and the header count: the shape fixes them), or is a
+    varint byte with its continuation bit set or clear (timestamp and offset deltas)."""
+    layout = _LAYOUTS.get(shape)
+    if layout is not None:
+        return layout
+    ls, tss, ods, kls, kl, vls, vl = shape
+    o_ts = ls + 1
+    o_od = o_ts + tss
+    o_kl = o_od + ods
+    o_key = o_kl + kls
+    o_vl = o_key + max(kl, 0)
+    o_value = o_vl + vls
+    size = o_value + max(vl, 0) + 1
+    checks: list[tuple[int, int, bytes]] = []
+    for at in (*range(ls), *range(o_kl, o_kl + kls), *range(o_vl, o_vl + vls), size - 1):
+        checks.append((at, _EQ, _ONE_BYTE[buf[rec_start + at]]))
+    for at, width in ((o_ts, tss), (o_od, ods)):
+        for j in range(width):
+            more = j < width - 1
+            checks.append((at + j, _MORE if more else _LAST, b"\x01" if more else b"\x00"))
+    layout = (size, tuple(checks), o_ts, tss, o_od, ods, o_key, kl, o_value, vl)
+    if len(_LAYOUTS) >= 4096:
+        _LAYOUTS.clear()
+    _LAYOUTS[shape] = layout
+    return layout
+
+
+def _run_length(buf: Buffer, p: int, size: int, checks: tuple[tuple[int, int, bytes], ...], limit: int) -> int:
+    """How many records from ``p`` on (at most ``limit``) pass every check: a window of records
+    at a time, growing while whole windows pass."""
+    limit = min(limit, (len(buf) - p) // size)
+    k = 0
+    window = 64
+    hibit = _HIBIT
+    while k < limit:
+        w = min(window, limit - k)
+        q = p + k * size
+        m = w  # records of the window that passed every check so far
+        expect: dict[bytes, bytes] = {}  # byte -> the byte m times: a check passes with one compare
+        for at, kind, byte in checks:
+            col = bytes(buf[q + at : q + m * size : size])
+            if kind != _EQ:
+                col = col.translate(hibit)
+            full = expect.get(byte)
+            if full is None:
+                full = expect[byte] = byte * m
+            if col == full:
+                continue
+            m -= len(col.lstrip(byte))
+            if not m:
+                return k
+            expect.clear()
+        k += m
+        if m < w:
+            break
+        window *= 4
+    return k
+
+
+def _field(region: memoryview, at: int, length: int, size: int, k: int) -> Iterable[bytes]:
+    """The ``length`` bytes at ``at`` of each of the ``k`` records of ``size`` bytes in
+    ``region``: one ``struct`` call per :data:`_BLOCK` records, then one per record."""
+    key = (at, length, size)
+    structs = _FIELDS.get(key)
+    if structs is None:
+        code = f"{at}x{length}s{size - at - length}x"
+        structs = (struct.Struct(code * _BLOCK).iter_unpack, struct.Struct(code).iter_unpack)
+        if len(_FIELDS) >= 1024:
+            _FIELDS.clear()
+        _FIELDS[key] = structs
+    blocks, one = structs
+    split = (k - k % _BLOCK) * size
+    if not split:
+        return map(_first, one(region))
+    whole = chain.from_iterable(blocks(region[:split]))
+    return whole if split == len(region) else chain(whole, map(_first, one(region[split:])))
+
+
+def _words(buf: Buffer, at: int, stop: int, size: int) -> Any:
+    """The big-endian 16-bit words of the two bytes at ``at`` of each record (an iterable)."""
+    first, second = bytes(buf[at:stop:size]), bytes(buf[at + 1 : stop : size])
+    pairs = bytearray(2 * len(first))
+    if _LITTLE:
+        pairs[1::2], pairs[0::2] = first, second
+    else:
+        pairs[0::2], pairs[1::2] = first, second
+    return memoryview(pairs).cast("H")
+
+
+def _varint_column(buf: Buffer, at: int, stop: int, size: int, width: int) -> Any:
+    """The zig-zag varints (checked to be ``width`` bytes) at ``at`` of each record."""
+    if width == 1:
+        return map(ZIGZAG1.__getitem__, bytes(buf[at:stop:size]))
+    return map(ZIGZAG2.__getitem__, _words(buf, at, stop, size))
+
+
+def _timestamp_runs(buf: Buffer, at: int, stop: int, size: int, width: int, k: int, base_ts: int) -> list[tuple[int, int]] | None:
+    """``(timestamp, count)`` runs of the deltas (``width`` bytes) at ``at`` of each record, or
+    ``None`` when there are many short ones.  Records made together share their millisecond.
+    Where a run ends is found in C: the XOR of the delta bytes with themselves one record on
+    is zero except there."""
+    col: bytes | bytearray
+    if width == 1:
+        col = bytes(buf[at:stop:size])
+    else:
+        col = bytearray(2 * k)
+        col[0::2], col[1::2] = bytes(buf[at:stop:size]), bytes(buf[at + 1 : stop : size])
+    n = len(col)
+    x = int.from_bytes(col, "big")
+    marks = (x ^ ((x << (8 * width)) & ((1 << (8 * n)) - 1))).to_bytes(n, "big").translate(_NONZERO)
+    last = n - width  # marks[j] for j < last: byte j differs from byte j + width
+    if marks.count(1, 0, last) > k >> 4:
+        return None
+    z: tuple[Any, ...] = ZIGZAG1 if width == 1 else ZIGZAG2
+    runs = []
+    s = 0  # first record of the current run
+    while True:
+        j = marks.find(1, s * width, last)
+        e = k if j < 0 else j // width + 1
+        word = col[s] if width == 1 else (col[2 * s] << 8) | col[2 * s + 1]
+        runs.append((base_ts + z[word], e - s))
+        if j < 0:
+            return runs
+        s = e
+
+
+def _offset_column(buf: Buffer, at: int, stop: int, size: int, width: int, k: int, base_offset: int) -> Iterable[int]:
+    """Offsets from the deltas (``width`` bytes) at ``at`` of each record: consecutive deltas
+    (nearly always) are a ``range``, after comparing the bytes with their encoding."""
+    d0 = decode_varint(buf, at)[0]
+    if width == 1:
+        col = bytes(buf[at:stop:size])
+        if d0 >= 0 and d0 + k <= 64 and col == _SEQ1[d0 : d0 + k]:
+            return range(base_offset + d0, base_offset + d0 + k)
+    elif width == 2:
+        wire = bytearray(2 * k)
+        wire[0::2], wire[1::2] = bytes(buf[at:stop:size]), bytes(buf[at + 1 : stop : size])
+        if d0 >= 64 and d0 + k <= 8192 and wire == _SEQ2[2 * (d0 - 64) : 2 * (d0 - 64 + k)]:
+            return range(base_offset + d0, base_offset + d0 + k)
+    else:
+        cols = [bytes(buf[at + j : stop : size]) for j in range(width)]
+        if cols == _consecutive_columns(d0, k, width):
+            return range(base_offset + d0, base_offset + d0 + k)
+        return map(base_offset.__add__, map(_varint3, *cols))
+    return map(base_offset.__add__, _varint_column(buf, at, stop, size, width))
+
+
+def _consecutive_columns(d0: int, k: int, width: int) -> list[bytes]:
+    """Byte ``j`` of the zig-zag varints of ``d0, ..., d0 + k - 1`` (each ``width`` bytes) for
+    each ``j``, or ``[]`` when some of them have another width."""
+    if d0 < 0 or size_of_varint(d0) != width or size_of_varint(d0 + k - 1) != width:
+        return []
+    more = [0x80] * (width - 1) + [0]
+    # byte 0 of 2d cycles every 64 values; byte j > 0 holds bits 7j-1.. of d: runs of 2**(7j-1)
+    cycle = bytes(((d & 63) << 1) | more[0] for d in range(64))
+    start = d0 % 64
+    cols = [(cycle * ((start + k) // 64 + 1))[start : start + k]]
+    for j in range(1, width):
+        shift = 7 * j - 1
+        parts = []
+        d = d0
+        end = d0 + k
+        while d < end:
+            nxt = min(((d >> shift) + 1) << shift, end)
+            parts.append(_ONE_BYTE[((d >> shift) & 0x7F) | more[j]] * (nxt - d))
+            d = nxt
+        cols.append(b"".join(parts))
+    return cols
+
+
+def _varint3(b0: int, b1: int, b2: int) -> int:
+    u = (b0 & 0x7F) | (b1 & 0x7F) << 7 | b2 << 14
+    return (u >> 1) ^ -(u & 1)
+
+
+def _run_columns(
+    buf: Buffer, p: int, k: int, layout: _Layout, base_offset: int, base_ts: int, log_append_time: int | None
+) -> RecordColumns:
+    size, _checks, o_ts, tss, o_od, ods, o_key, kl, o_value, vl = layout
+    stop = p + k * size
+    offsets = _offset_column(buf, p + o_od, stop, size, ods, k, base_offset)
+    if log_append_time is not None:
+        ts_runs: list[tuple[int, int]] | None = [(log_append_time, k)]
+    else:
+        ts_runs = _timestamp_runs(buf, p + o_ts, stop, size, tss, k, base_ts)
+    timestamps: Iterable[int]
+    if ts_runs is None:
+        timestamps = map(base_ts.__add__, _varint_column(buf, p + o_ts, stop, size, tss))
+    elif len(ts_runs) == 1:
+        timestamps = repeat(ts_runs[0][0], k)
+    else:
+        timestamps = chain.from_iterable([repeat(t, n) for t, n in ts_runs])
+    region = memoryview(buf)[p:stop]
+    keys: Iterable[bytes | None] = repeat(None, k) if kl < 0 else _field(region, o_key, kl, size, k)
+    values: Iterable[bytes | None] = repeat(None, k) if vl < 0 else _field(region, o_value, vl, size, k)
+    run = RecordRun(buf, p, size, o_key, kl, o_value, vl, ts_runs)
+    return RecordColumns(k, offsets, timestamps, keys, values, map(list, repeat(_EMPTY, k)), run)
+
+
+def _decode_segments(
+    buf: Buffer,
     count: int,
     base_offset: int,
     base_timestamp: int,
-    log_append_time: int | None = None,
-) -> list[Record]:
-    """Decode ``count`` records filling all of ``buf`` (the uncompressed records).
+    log_append_time: int | None,
+) -> list[list[Record] | RecordColumns]:
+    """The records of ``buf`` in order: lists of :class:`Record` (decoded one by one) and
+    :class:`RecordColumns` (runs of one layout).  Everything is checked before it returns.
 
-    ``log_append_time`` (the batch's max timestamp for log-append-time batches)
-    replaces every record timestamp, as Kafka's readers do.
-
-    Two paths produce identical results. The general path reads each field with
-    an inline one- or two-byte table lookup, falling back to a loop only for
-    longer varints. When a record has a fixed layout (see :func:`_shape_at`), the
-    following records are first tried with one precompiled ``struct`` call that
-    returns all fields at once; the varint words are checked through the tables,
-    so any record that differs falls back to the general path. Repeated misses
-    back off exponentially so mixed-layout data costs little extra.
+    The general path reads each field with an inline one- or two-byte table lookup, falling
+    back to a loop only for longer varints.  After a record with a fixed layout (see
+    :func:`_shape_at`) the following records that share it are found with strided slices and
+    become one :class:`RecordColumns`; a layout that repeats too little backs off
+    exponentially, so mixed-layout data costs little extra.
     """
     if count < 0:
         raise CorruptRecordError(f"negative record count {count}")
+    segments: list[list[Record] | RecordColumns] = []
     out: list[Record] = []
     app = out.append
     tnew = _tuple_new
@@ -240,49 +487,15 @@ def decode_records(
     base_ts = base_timestamp
     z1: tuple[Any, ...] = ZIGZAG1
     z2: tuple[Any, ...] = ZIGZAG2
+    copy = type(buf) is not bytes  # slices of a memoryview or bytearray become bytes
     pos = 0
     i = 0
-    shape_key: tuple[int, ...] | None = None
-    unpack = None
-    size = length = kl = vl = 0
-    tl = tt = to = tk = tv = ZIGZAG1
-    key_null = value_null = False
     skip = 0
     backoff = 0
-    struct_error = struct.error
-    key: bytes | None
-    value: bytes | None
+    key: Any
+    value: Any
     try:
         while i < count:
-            if unpack is not None and not skip:
-                try:
-                    lw, _attr, tw, ow, kw, key, vw, value, hc = unpack(buf, pos)
-                except struct_error:
-                    unpack = None
-                    shape_key = None
-                else:
-                    tsd = tt[tw]
-                    od = to[ow]
-                    if (
-                        tl[lw] == length
-                        and tk[kw] == kl
-                        and tv[vw] == vl
-                        and not hc
-                        and tsd is not None
-                        and od is not None
-                    ):
-                        if key_null:
-                            key = None
-                        if value_null:
-                            value = None
-                        app(tnew(rec_cls, (base_offset + od, base_ts + tsd, key, value, [])))
-                        pos += size
-                        i += 1
-                        backoff = 0
-                        continue
-                    skip = backoff
-                    backoff = min(2 * backoff + 1, 63)
-            # General path.
             rec_start = pos
             b = buf[pos]
             if b < 0x80:
@@ -327,6 +540,8 @@ def decode_records(
                     pos += 2
             if r_kl >= 0:
                 key = buf[pos : pos + r_kl]
+                if copy:
+                    key = bytes(key)
                 pos += r_kl
             else:
                 key = None
@@ -342,6 +557,8 @@ def decode_records(
                     pos += 2
             if r_vl >= 0:
                 value = buf[pos : pos + r_vl]
+                if copy:
+                    value = bytes(value)
                 pos += r_vl
             else:
                 value = None
@@ -356,24 +573,93 @@ def decode_records(
             i += 1
             if skip:
                 skip -= 1
-            else:
-                new_key = _shape_at(buf, rec_start)
-                if new_key is None:
-                    skip = backoff
-                    backoff = min(2 * backoff + 1, 63)
-                elif new_key != shape_key:
-                    shape_key = new_key
-                    (unpack, size, length, tl, tt, to, tk, kl, tv, vl, key_null, value_null) = _shape_for(
-                        new_key
-                    )
+                continue
+            if count - i < _MIN_RUN:
+                skip = count - i
+                continue
+            shape = _shape_at(buf, rec_start)
+            k = 0
+            if shape is not None:
+                layout = _layout_for(buf, rec_start, shape)
+                k = _run_length(buf, pos, layout[0], layout[1], count - i)
+            if k < _MIN_RUN:
+                skip = backoff
+                backoff = min(2 * backoff + 1, 63)
+                continue
+            backoff = 0
+            out.pop()  # the record just decoded starts the run
+            if out:
+                segments.append(out)
+                out = []
+                app = out.append
+            segments.append(_run_columns(buf, rec_start, k + 1, layout, base_offset, base_ts, log_append_time))
+            pos += k * layout[0]
+            i += k
     except IndexError:
         raise TruncatedBatchError("data ends inside a record") from None
     except UnicodeDecodeError:
         raise CorruptRecordError("record header key is not valid UTF-8") from None
     if pos != len(buf):
         raise CorruptRecordError(f"{len(buf) - pos} bytes left after the last of {count} records")
+    if out:
+        segments.append(out)
     if log_append_time is not None:
-        out = [tnew(rec_cls, (r[0], log_append_time, r[2], r[3], r[4])) for r in out]
+        segments = [
+            [tnew(rec_cls, (r[0], log_append_time, r[2], r[3], r[4])) for r in s] if isinstance(s, list) else s
+            for s in segments
+        ]
+    return segments
+
+
+def decode_records(
+    buf: Buffer,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    log_append_time: int | None = None,
+) -> list[Record]:
+    """Decode ``count`` records filling all of ``buf`` (the uncompressed records).
+
+    ``log_append_time`` (the batch's max timestamp for log-append-time batches)
+    replaces every record timestamp, as Kafka's readers do.  Records are decoded one
+    by one, and runs of records with one layout column-wise (see
+    :func:`_decode_segments`); both give identical results.
+    """
+    segments = _decode_segments(buf, count, base_offset, base_timestamp, log_append_time)
+    if len(segments) == 1 and isinstance(segments[0], list):
+        return segments[0]
+    out: list[Record] = []
+    tnew = _tuple_new
+    for s in segments:
+        if isinstance(s, list):
+            out += s
+        else:
+            out += map(tnew, repeat(Record, s.num_records), zip(s.offsets, s.timestamps, s.keys, s.values, s.headers))
+    return out
+
+
+def decode_record_columns(
+    buf: Buffer,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    log_append_time: int | None = None,
+) -> list[RecordColumns]:
+    """Like :func:`decode_records`, as columns: consecutive stretches of the records in order.
+
+    For readers that build their own record objects (or arrays) without a :class:`Record`
+    per record in between.  Every problem with the data is raised here, before any column is
+    read; the columns themselves are single-use iterables.  ``buf`` may be a ``memoryview``
+    (of a fetch response, say): it is not copied, keys and values are ``bytes`` all the same,
+    and a :class:`RecordRun` refers to it.
+    """
+    out: list[RecordColumns] = []
+    for s in _decode_segments(buf, count, base_offset, base_timestamp, log_append_time):
+        if isinstance(s, list):
+            offsets, timestamps, keys, values, headers = zip(*s)
+            out.append(RecordColumns(len(s), offsets, timestamps, keys, values, headers))
+        else:
+            out.append(s)
     return out
 
 

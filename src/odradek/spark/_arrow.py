@@ -1,27 +1,25 @@
 """Columnar decoding of a partition's fetched bytes straight into ``pyarrow.RecordBatch``.
 
-The executors' hot path.  A Fetch response holds a partition's record batches as bytes; the
-client's per-record decoder builds one Python tuple per record (~2 µs each), which would be
-most of the cost of a Spark scan.  Here the only per-record Python work is a small loop that
-walks the record-length varints to find where each record starts, and even that is skipped
-along runs of equal-sized records (found with one strided slice of the bytes; their fields
-are then strided columns of bytes too).  Every other field is decoded for all the records of
-the response at once with ``pyarrow.compute`` (gathers and table lookups over arrays), and
-keys and values are cut out of the record bytes with one Arrow ``take`` (a memcpy per value).
-Measured on this machine: ~0.14 µs per 100-byte record, against ~2.2 µs through the client's
-records.
+The executors' hot path.  A Fetch response holds a partition's record batches as bytes.  Each
+v2 batch is decoded by :func:`odradek.records.decode_record_columns`, which finds the runs of
+records with one layout (fixed-size values, say: nearly all records of a topic) with a few
+C-level passes over the bytes, and decodes other records one by one.  A run comes with where
+its fields lie (:class:`~odradek.records.v2.RecordRun`), so its columns are cut out of the
+batch bytes by Arrow kernels, with no Python work per record: keys and values with one
+``binary_slice`` over the records seen as a ``fixed_size_binary`` array (a strided memcpy),
+offsets as an arange when they are consecutive, timestamps from runs of equal values.
+Records decoded one by one become Arrow arrays from Python lists.
 
 Batches are skipped or filtered exactly as the client does: control batches, records of
 aborted transactions (``read_committed``), records before the requested offset (a batch
-starts earlier) and at or after the end of the range.  Magic 0/1 message sets, varlongs
-longer than 9 bytes and anything else unusual take a slow path through
-:func:`odradek.records.read_batches` that yields identical columns.
+starts earlier) and at or after the end of the range.  Magic 0/1 message sets take a slow
+path through :func:`odradek.records.read_batches` that yields identical columns.
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from itertools import groupby
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -31,8 +29,9 @@ from odradek.records import (
     DEFAULT_MAX_DECOMPRESSED_SIZE,
     Batch,
     CorruptRecordError,
+    RecordColumns,
     RecordsError,
-    decode_varint,
+    decode_record_columns,
     decompress,
     iter_batch_headers,
     parse_control_key,
@@ -62,13 +61,7 @@ _ATTR_TIMESTAMP_TYPE = 0x08
 _ATTR_TRANSACTIONAL = 0x10
 _ATTR_CONTROL = 0x20
 _ABORT = 0
-_PAD = b"\x00" * 16  # lets the vectorised varint reads look past the last record
-_LITTLE = sys.byteorder == "little"
-# compute-function arguments are Arrow scalars: converting Python ints costs a failed import
-_I64 = [pa.scalar(i, pa.int64()) for i in range(64)]
-_ZERO, _ONE = _I64[0], _I64[1]
-_MINUS_ONE = pa.scalar(-1, pa.int64())
-_THOUSAND = pa.scalar(1000, pa.int64())
+_THOUSAND = 1000
 
 
 def arrow_schema(include_headers: bool) -> pa.Schema:
@@ -172,16 +165,14 @@ def _decode_fast(
     verify_crc: bool,
     max_size: int,
 ) -> Decoded:
-    regions: list[Any] = []
-    counts: list[int] = []
-    base_offsets: list[int] = []
-    base_timestamps: list[int] = []
-    append_times: list[int] = []  # -1: create time; else the batch's log-append time
+    builder = _Builder(include_headers)
     txn = _Txn(aborted)
     next_offset = offset
+    first_base = -1
     useful = False
     end = 0
     n = len(data)
+    view = memoryview(data)
     for h in iter_batch_headers(data):
         end = h.position + h.size
         last = h.last_offset
@@ -206,25 +197,25 @@ def _decode_fast(
         if count < 0:
             raise CorruptRecordError(f"negative record count {count} at offset {h.base_offset}")
         if count:
-            payload: Any = memoryview(data)[h.position + _HEADER_SIZE : end]
-            if attrs & 0x07:
-                payload = decompress(h.compression, payload, magic=2, max_size=max_size)
-            regions.append(payload)
-            counts.append(count)
-            base_offsets.append(h.base_offset)
-            base_timestamps.append(h.base_timestamp)
-            append_times.append(h.max_timestamp if attrs & _ATTR_TIMESTAMP_TYPE else -1)
+            payload = view[h.position + _HEADER_SIZE : end]
+            # bytes, not a view: strided slices of bytes are C loops over bytes (of a view they
+            # are ten times slower); one batch at a time, so the allocator keeps reusing one block
+            buf = decompress(h.compression, payload, magic=2, max_size=max_size) if attrs & 0x07 else bytes(payload)
+            lat = h.max_timestamp if attrs & _ATTR_TIMESTAMP_TYPE else None
+            tt = 0 if lat is None else 1
+            builder.add_all(decode_record_columns(buf, count, h.base_offset, h.base_timestamp, lat), tt)
+            del buf  # before the next batch's copy: the allocator reuses the block, no page faults
+            if first_base < 0:
+                first_base = h.base_offset
         next_offset = last + 1
         if next_offset >= until:
             break
     complete = useful or end >= n or n == 0
-    if not counts:
+    if not builder.count:
         return Decoded(None, next_offset, complete)
-    batch = _columns(
-        regions, counts, base_offsets, base_timestamps, append_times, topic, partition, include_headers
-    )
+    batch = builder.build(topic, partition)
     offsets = batch.column(4)
-    if base_offsets[0] < offset or next_offset > until:
+    if first_base < offset or next_offset > until:
         lo, hi = pc.min_max(offsets).values()
         if lo.as_py() < offset or hi.as_py() >= until:
             mask = pc.and_(
@@ -237,437 +228,183 @@ def _decode_fast(
     return Decoded(batch, next_offset, complete)
 
 
-def _build_sizes() -> tuple[int | None, ...]:
-    """Total size of a record (length varint included) from the first two bytes at its start,
-    for record lengths that fit a one- or two-byte varint; ``None`` otherwise."""
-    table: list[int | None] = [None] * 65536
-    for word in range(65536):
-        b0, b1 = word >> 8, word & 0xFF
-        if b0 < 0x80:
-            table[word] = None if b0 & 1 else 1 + (b0 >> 1)
-        elif b1 < 0x80:
-            u = (b0 & 0x7F) | (b1 << 7)
-            table[word] = None if u & 1 else 2 + (u >> 1)
-    return tuple(table)
+class _Builder:
+    """The columns of a record batch, built a segment (:class:`RecordColumns`) at a time.
 
+    Keys, values and headers become Arrow arrays at once (they are copied out of the batch's
+    bytes, which can then go); offsets and timestamps are kept as ranges and runs of equal
+    values while they are, and become arrays at the end."""
 
-_SIZES = _build_sizes()
+    def __init__(self, include_headers: bool) -> None:
+        self.include_headers = include_headers
+        self.count = 0
+        self.keys: list[pa.Array] = []
+        self.values: list[pa.Array] = []
+        self.headers: list[pa.Array] = []
+        self.offsets: list[range | list[int]] = []
+        self.timestamps: list[list[tuple[int, int]] | list[int]] = []  # runs, or values
+        self.types: list[tuple[int, int]] = []  # (timestamp type, records)
 
+    def add_all(self, segments: list[RecordColumns], ts_type: int) -> None:
+        for cols in segments:
+            self.add(cols, ts_type)
 
-#: Runs of equal-sized records shorter than this are walked in Python.
-_MIN_RUN = 48
-_HIGH_BYTES = bytes(range(0x80, 0x100))
-
-
-class _Fields(NamedTuple):
-    """Decoded fields of a stretch of records (int64 arrays, one entry per record)."""
-
-    offset_delta: pa.Array
-    ts_delta: pa.Array
-    key_start: pa.Array
-    key_len: pa.Array
-    value_start: pa.Array
-    value_len: pa.Array
-    header_count: pa.Array
-    headers_start: pa.Array
-
-
-def _segments(buf: bytes, counts: Sequence[int], sizes_of_batches: Sequence[int]) -> list[tuple[Any, ...]]:
-    """Split the records into stretches, in order: ``("run", p, r, k)`` for ``k`` consecutive
-    records of ``r`` bytes starting at ``p``, and ``("walk", starts)`` for the others.
-
-    Records are found by walking their length varints.  Along runs of records of equal size
-    (fixed-size payloads; within a batch the size changes only where a varint grows) the walk
-    is one strided slice of ``buf``: if the record at ``p`` has size ``r`` and the records at
-    ``p + j*r`` all start with the same length bytes, each of them has size ``r``.  Elsewhere
-    it is a Python loop (the one per-record Python step of the fast path), with a backoff so
-    that records of varying sizes cost little extra.
-    """
-    sizes = _SIZES
-    out: list[tuple[Any, ...]] = []
-    walked: list[int] = []
-    p = edge = 0
-    for count, region_size in zip(counts, sizes_of_batches):
-        edge += region_size
-        left = count
-        skip = 0
-        backoff = 16
-        while left:
-            if skip <= 0 and left >= _MIN_RUN:
-                b0, b1 = buf[p], buf[p + 1]
-                r = sizes[(b0 << 8) | b1]
-                if r is None:
-                    raise TypeError("long or negative record length")
-                stop = min(p + left * r, edge)
-                col = buf[p:stop:r]
-                k = len(col) - len(col.lstrip(bytes((b0,))))
-                if b0 >= 0x80 and k >= _MIN_RUN:
-                    col = buf[p + 1 : stop : r]
-                    k = min(k, len(col) - len(col.lstrip(bytes((b1,)))))
-                if k >= _MIN_RUN:
-                    if walked:
-                        out.append(("walk", walked))
-                        walked = []
-                    out.append(("run", p, r, k))
-                    p += k * r
-                    left -= k
-                    backoff = 16
-                    continue
-                skip = backoff
-                backoff = min(backoff * 2, 4096)
-            n = min(max(skip, 1), left)
-            skip -= n
-            left -= n
-            walked.append(p)
-            ends = [(p := p + sizes[(buf[p] << 8) | buf[p + 1]]) for _ in range(n)]  # type: ignore[operator]
-            walked.extend(ends[:-1])
-        if p != edge:
-            raise CorruptRecordError("record lengths do not match the batch sizes")
-    if walked:
-        out.append(("walk", walked))
-    return out
-
-
-def _all_starts(buf: bytes, counts: Sequence[int], sizes_of_batches: Sequence[int]) -> list[int]:
-    """Every record start, by the exact varint decoder (lengths of any width)."""
-    starts = []
-    pos = edge = 0
-    try:
-        for count, region_size in zip(counts, sizes_of_batches):
-            edge += region_size
-            for _ in range(count):
-                starts.append(pos)
-                length, pos = decode_varint(buf, pos)
-                if length < 0:
-                    raise CorruptRecordError(f"negative record length {length}")
-                pos += length
-            if pos != edge:
-                raise CorruptRecordError("record lengths do not match the batch sizes")
-    except IndexError:
-        raise CorruptRecordError("record batch ends inside a record") from None
-    return starts
-
-
-def _decode_fields(
-    buf: bytes, u8: pa.Array, counts: Sequence[int], sizes_of_batches: Sequence[int]
-) -> _Fields:
-    try:
-        segments = _segments(buf, counts, sizes_of_batches)
-    except (TypeError, IndexError):  # a length of three or more varint bytes, or corrupt data
-        segments = [("walk", _all_starts(buf, counts, sizes_of_batches))]
-    parts = []
-    for seg in segments:
-        fields = None
-        if seg[0] == "run":
-            _, p, r, k = seg
-            fields = _run_fields(buf, p, r, k)
-            if fields is None:
-                fields = _gathered_fields(u8, pc.add(pc.multiply(_arange(k), _scalar(r)), _scalar(p)))
+    def add(self, cols: RecordColumns, ts_type: int) -> None:
+        k = cols.num_records
+        self.count += k
+        self.keys.append(_binary(cols, cols.keys, True))
+        self.values.append(_binary(cols, cols.values, False))
+        if self.include_headers:
+            self.headers.append(_headers(cols))
+        offsets = cols.offsets
+        self.offsets.append(offsets if isinstance(offsets, range) and offsets.step == 1 else list(offsets))
+        run = cols.run
+        if run is not None and run.timestamp_runs is not None:
+            self.timestamps.append(run.timestamp_runs)
         else:
-            fields = _gathered_fields(u8, pa.array(seg[1], pa.int64()))
-        parts.append(fields)
-    if len(parts) == 1:
-        return parts[0]
-    return _Fields(*(pa.concat_arrays([part[i] for part in parts]) for i in range(len(_Fields._fields))))
-
-
-def _scalar(v: int) -> pa.Scalar:
-    return _I64[v] if 0 <= v < 64 else pa.scalar(v, pa.int64())
-
-
-def _varint_at(buf: bytes, pos: int) -> tuple[int, int]:
-    value, end = decode_varint(buf, pos)
-    return value, end - pos
-
-
-def _column(buf: bytes, at: int, r: int, k: int) -> bytes:
-    """Byte ``at`` of each of ``k`` records of ``r`` bytes (a strided slice)."""
-    return buf[at : at + k * r : r]
-
-
-def _run_fields(buf: bytes, p: int, r: int, k: int) -> _Fields | None:
-    """Fields of ``k`` records of ``r`` bytes from ``p`` when they share one layout (same varint
-    widths, key and value lengths, no headers): every field is then a strided column of bytes.
-    ``None`` when the layout varies (the caller decodes them one by one)."""
-    _, w0 = _varint_at(buf, p)
-    o = w0 + 1  # after the attributes byte
-    _, w_ts = _varint_at(buf, p + o)
-    o_ts, o = o, o + w_ts
-    _, w_od = _varint_at(buf, p + o)
-    o_od, o = o, o + w_od
-    kl, w_kl = _varint_at(buf, p + o)
-    o_kl, o = o, o + w_kl
-    o_key, o = o, o + max(kl, 0)
-    vl, w_vl = _varint_at(buf, p + o)
-    o_vl, o = o, o + w_vl
-    o_value, o = o, o + max(vl, 0)
-    if o + 1 != r or buf[p + o] != 0 or kl < -1 or vl < -1 or w_ts > 8 or w_od > 4:
-        return None
-    # same layout in every record: continuation bits of the varying varints, and the bytes of
-    # the key and value lengths and the header count
-    for at, width in ((o_ts, w_ts), (o_od, w_od)):
-        for j in range(width):
-            low = len(_column(buf, p + at + j, r, k).translate(None, _HIGH_BYTES))
-            if low != (k if j == width - 1 else 0):
-                return None
-    for at in (*range(o_kl, o_kl + w_kl), *range(o_vl, o_vl + w_vl), o):
-        col = _column(buf, p + at, r, k)
-        if col.lstrip(bytes((buf[p + at],))):
-            return None
-    ts_delta = _column_varint(buf, p + o_ts, r, k, w_ts)
-    offset_delta = _column_varint(buf, p + o_od, r, k, w_od)
-    base = pc.multiply(_arange(k), _scalar(r))
-    key_start = pc.add(base, _scalar(p + o_key))
-    value_start = pc.add(base, _scalar(p + o_value))
-    zeros = pa.repeat(_ZERO, k)
-    return _Fields(
-        offset_delta,
-        ts_delta,
-        key_start,
-        pa.repeat(_scalar(kl) if kl >= 0 else _MINUS_ONE, k),
-        value_start,
-        pa.repeat(_scalar(vl) if vl >= 0 else _MINUS_ONE, k),
-        zeros,
-        pc.add(base, _scalar(p + o + 1)),
-    )
-
-
-def _column_varint(buf: bytes, at: int, r: int, k: int, width: int) -> pa.Array:
-    """The zig-zag varints of ``width`` bytes at byte ``at`` of ``k`` records of ``r`` bytes."""
-    cols = [
-        pa.Array.from_buffers(pa.uint8(), k, [None, pa.py_buffer(_column(buf, at + j, r, k))])
-        for j in range(width)
-    ]
-    if width == 1:
-        return pc.take(_UNZIG1, cols[0])
-    if width == 2:
-        word = pc.bit_wise_or(pc.shift_left(cols[0].cast(pa.uint16()), _U16_EIGHT), cols[1].cast(pa.uint16()))
-        return pc.take(_VALUE16, word)
-    value = pc.take(_LOW7, cols[0])
-    for j in range(1, width):
-        value = pc.add(value, pc.shift_left(pc.take(_LOW7, cols[j]), _I64[7 * j]))
-    return pc.bit_wise_xor(pc.shift_right(value, _ONE), pc.negate(pc.bit_wise_and(value, _ONE)))
-
-
-def _gathered_fields(u8: pa.Array, start: pa.Array) -> _Fields:
-    """Fields of records starting at ``start``, each varint gathered from ``u8``."""
-    length, w0 = _varint(u8, start, 5)
-    p = pc.add(pc.add(start, w0), _ONE)  # past the attributes byte
-    ts_delta, w1 = _varint(u8, p, 10)
-    p = pc.add(p, w1)
-    offset_delta, w2 = _varint(u8, p, 5)
-    p = pc.add(p, w2)
-    key_len, w3 = _varint(u8, p, 5)
-    key_start = pc.add(p, w3)
-    p = pc.add(key_start, pc.max_element_wise(key_len, _ZERO))
-    value_len, w4 = _varint(u8, p, 5)
-    value_start = pc.add(p, w4)
-    p = pc.add(value_start, pc.max_element_wise(value_len, _ZERO))
-    header_count, w5 = _varint(u8, p, 5)
-    headers_start = pc.add(p, w5)
-    record_end = pc.add(pc.add(start, w0), length)
-    # every field inside its record; a record without headers ends right after the count
-    if (
-        pc.min_max(key_len)["min"].as_py() < -1
-        or pc.min_max(value_len)["min"].as_py() < -1
-        or pc.min_max(header_count)["min"].as_py() < 0
-        or not pc.all(pc.less_equal(headers_start, record_end)).as_py()
-        or not pc.all(pc.or_(pc.greater(header_count, _ZERO), pc.equal(headers_start, record_end))).as_py()
-    ):
-        raise CorruptRecordError("record fields do not fit their record lengths")
-    return _Fields(
-        offset_delta, ts_delta, key_start, key_len, value_start, value_len, header_count, headers_start
-    )
-
-
-def _build_varint_tables() -> tuple[pa.Array, pa.Array, pa.Array, pa.Array, pa.Array]:
-    """Lookup tables: by byte (7 payload bits; zig-zag value of a one-byte varint; more bytes
-    follow) and by 16-bit word ``b0 << 8 | b1`` (zig-zag value and width of a varint of one or
-    two bytes; width 3 when it is longer)."""
-    low = pa.array([b & 0x7F for b in range(256)], pa.int64())
-    unzig1 = pa.array([((b >> 1) ^ -(b & 1)) if b < 0x80 else 0 for b in range(256)], pa.int64())
-    more = pa.array([b >= 0x80 for b in range(256)], pa.bool_())
-    values, widths = [], []
-    for word in range(65536):
-        b0, b1 = word >> 8, word & 0xFF
-        if b0 < 0x80:
-            u, w = b0, 1
-        elif b1 < 0x80:
-            u, w = (b0 & 0x7F) | (b1 << 7), 2
+            stamps = list(cols.timestamps)
+            self.timestamps.append([(t, len(list(g))) for t, g in groupby(stamps)] if k < 64 else stamps)
+        if self.types and self.types[-1][0] == ts_type:
+            self.types[-1] = (ts_type, self.types[-1][1] + k)
         else:
-            u, w = 0, 3
-        values.append((u >> 1) ^ -(u & 1))
-        widths.append(w)
-    return low, unzig1, more, pa.array(values, pa.int64()), pa.array(widths, pa.int64())
+            self.types.append((ts_type, k))
+
+    def build(self, topic: str, partition: int) -> pa.RecordBatch:
+        n = self.count
+        if len(self.types) == 1:
+            ts_types = _constant(self.types[0][0], pa.int32(), n)
+        else:
+            ts_types = _concat([_constant(t, pa.int32(), c) for t, c in self.types])
+        columns = [
+            _concat(self.keys),
+            _concat(self.values),
+            _constant(topic, pa.string(), n),
+            _constant(partition, pa.int32(), n),
+            _offsets(self.offsets),
+            _timestamps(self.timestamps),
+            ts_types,
+        ]
+        if self.include_headers:
+            columns.append(_concat(self.headers))
+        return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(self.include_headers))
 
 
-_LOW7, _UNZIG1, _MORE, _VALUE16, _WIDTH16 = _build_varint_tables()
-_U8_HIGH = pa.scalar(0x80, pa.uint8())
-_U16_EIGHT = pa.scalar(8, pa.uint16())
+_CONSTANTS: dict[tuple[Any, pa.DataType], pa.Array] = {}
 
 
-def _varint(u8: pa.Array, pos: pa.Array, max_bytes: int) -> tuple[pa.Array, Any]:
-    """Zig-zag varints at positions ``pos`` of ``u8``: (values, widths).
-
-    One- and two-byte varints (nearly all of them) are read with one table lookup of the
-    16-bit word at each position; longer ones byte by byte."""
-    b0 = pc.take(u8, pos)
-    if pc.max(b0).as_py() < 0x80:
-        return pc.take(_UNZIG1, b0), _ONE
-    b1 = pc.take(u8, pc.add(pos, _ONE))
-    word = pc.bit_wise_or(pc.shift_left(b0.cast(pa.uint16()), _U16_EIGHT), b1.cast(pa.uint16()))
-    width = pc.take(_WIDTH16, word)
-    if pc.max(width).as_py() <= 2:
-        return pc.take(_VALUE16, word), width
-    return _varint_long(u8, pos, max_bytes)
-
-
-def _varint_long(u8: pa.Array, pos: pa.Array, max_bytes: int) -> tuple[pa.Array, Any]:
-    b = pc.take(u8, pos)
-    cont = pc.greater_equal(b, _U8_HIGH)
-    value = pc.take(_LOW7, b)
-    width: Any = _ONE
-    k = 1
-    while pc.any(cont).as_py():
-        if k >= max_bytes:
-            raise CorruptRecordError(f"varint longer than {max_bytes} bytes")
-        if k >= 9:
-            raise _Slow()  # a 10-byte varlong: leave it to the exact decoder
-        b = pc.take(u8, pc.add(pos, _I64[k]))
-        part = pc.shift_left(pc.take(_LOW7, b), _I64[7 * k])
-        value = pc.add(value, pc.if_else(cont, part, _ZERO))
-        width = pc.add(width, pc.cast(cont, pa.int64()))
-        cont = pc.and_(cont, pc.take(_MORE, b))
-        k += 1
-    value = pc.bit_wise_xor(pc.shift_right(value, _ONE), pc.negate(pc.bit_wise_and(value, _ONE)))
-    return value, width
-
-
-def _per_record(values: Sequence[int], run_ends: pa.Array, n: int, typ: pa.DataType) -> Any:
-    """A per-batch value for every record (a scalar when all batches agree)."""
-    first = values[0]
-    if all(v == first for v in values):
-        return pa.scalar(first, typ)
-    ree = pa.RunEndEncodedArray.from_arrays(run_ends, pa.array(values, typ))
-    return pc.run_end_decode(ree)
-
-
-def _slices(buf: pa.Buffer, start: pa.Array, length: pa.Array, n: int, arange2: pa.Array) -> pa.Array:
-    """Binary values ``buf[start[i] : start[i] + max(length[i], 0)]``, null where length is -1."""
-    stop = pc.add(start, pc.max_element_wise(length, _ZERO))
-    if _LITTLE:
-        packed = pc.bit_wise_or(start, pc.shift_left(stop, _I64[32]))
-    else:
-        packed = pc.bit_wise_or(stop, pc.shift_left(start, _I64[32]))
-    # reinterpret [start0, stop0, start1, stop1, ...] as the offsets of a binary array whose
-    # even elements are the values and odd ones the bytes between them; take the even ones
-    offsets = packed.buffers()[1]
-    if packed.offset:
-        offsets = offsets.slice(packed.offset * 8)
-    spans = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, offsets, buf])
-    out = spans.take(arange2)
-    if pc.min_max(length)["min"].as_py() < 0:
-        out = pc.if_else(pc.less(length, _ZERO), pa.scalar(None, pa.binary()), out)
-    return out
-
-
-_ARANGE: list[pa.Array] = [pa.array([], pa.int64())]
-
-
-def _arange(n: int) -> pa.Array:
-    """0, 1, ..., n-1 as int64 (a slice of a cached array)."""
-    cached = _ARANGE[0]
-    if len(cached) < n:
-        cached = _ARANGE[0] = pa.array(range(max(n, 2 * len(cached), 1 << 16)), pa.int64())
+def _constant(value: Any, typ: pa.DataType, n: int) -> pa.Array:
+    """``value`` ``n`` times: a slice of a cached array (the topic, partition and timestamp
+    type columns hold one value)."""
+    key = (value, typ)
+    cached = _CONSTANTS.get(key)
+    if cached is None or len(cached) < n:
+        if len(_CONSTANTS) >= 64:
+            _CONSTANTS.clear()
+        size = max(n, 2 * len(cached) if cached is not None else 0, 1 << 16)
+        cached = _CONSTANTS[key] = pa.repeat(pa.scalar(value, typ), size)
     return cached.slice(0, n)
 
 
-def _columns(
-    regions: list[Any],
-    counts: list[int],
-    base_offsets: list[int],
-    base_timestamps: list[int],
-    append_times: list[int],
-    topic: str,
-    partition: int,
-    include_headers: bool,
-) -> pa.RecordBatch:
-    buf_bytes = b"".join([*regions, _PAD])
-    total = sum(counts)
-    buf = pa.py_buffer(buf_bytes)
-    u8 = pa.Array.from_buffers(pa.uint8(), len(buf_bytes), [None, buf])
-    f = _decode_fields(buf_bytes, u8, counts, [len(r) for r in regions])
-    offset_delta, ts_delta, key_start, key_len, value_start, value_len, header_count, headers_start = f
-
-    n = total
-    run_ends = pa.array(_cumulative(counts), pa.int32())
-    offsets = pc.add(_per_record(base_offsets, run_ends, n, pa.int64()), offset_delta)
-    timestamps = pc.add(_per_record(base_timestamps, run_ends, n, pa.int64()), ts_delta)
-    if any(t >= 0 for t in append_times):
-        lat = _per_record(append_times, run_ends, n, pa.int64())
-        if isinstance(lat, pa.Scalar):
-            timestamps = pa.repeat(lat, n)
-        else:
-            timestamps = pc.if_else(pc.greater_equal(lat, _ZERO), lat, timestamps)
-        ts_types: Any = _per_record([int(t >= 0) for t in append_times], run_ends, n, pa.int32())
-    else:
-        ts_types = pa.scalar(0, pa.int32())
-    timestamps = pc.multiply(timestamps, _THOUSAND).view(_TIMESTAMP)
-    arange2 = pc.multiply(_arange(n), _I64[2])
-    if pc.max(key_len).as_py() < 0:
-        keys = pa.nulls(n, pa.binary())
-    else:
-        keys = _slices(buf, key_start, key_len, n, arange2)
-    values = _slices(buf, value_start, value_len, n, arange2)
-    columns = [
-        keys,
-        values,
-        pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.repeat(pa.scalar(partition, pa.int32()), n),
-        offsets,
-        timestamps,
-        ts_types if isinstance(ts_types, pa.Array) else pa.repeat(ts_types, n),
-    ]
-    if include_headers:
-        columns.append(_headers(buf_bytes, header_count, headers_start, n))
-    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers))
+def _concat(arrays: list[pa.Array]) -> pa.Array:
+    return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
 
 
-def _cumulative(counts: list[int]) -> list[int]:
-    out, at = [], 0
-    for c in counts:
-        at += c
-        out.append(at)
-    return out
+def _offsets(columns: list[range | list[int]]) -> pa.Array:
+    """The offsets column: consecutive ``range``s (nearly always) merged into aranges."""
+    parts: list[pa.Array] = []
+    start = stop = 0
+    for column in columns:
+        if isinstance(column, range):
+            if stop == column.start and stop > start:
+                stop = column.stop
+                continue
+            if stop > start:
+                parts.append(_arange64(start, stop))
+            start, stop = column.start, column.stop
+            continue
+        if stop > start:
+            parts.append(_arange64(start, stop))
+            start = stop = 0
+        parts.append(pa.array(column, pa.int64()))
+    if stop > start:
+        parts.append(_arange64(start, stop))
+    return _concat(parts)
 
 
-def _headers(buf: bytes, header_count: pa.Array, headers_start: pa.Array, n: int) -> pa.Array:
-    if pc.max(header_count).as_py() == 0:
-        return pa.nulls(n, HEADERS_TYPE)
-    rows: list[Any] = [None] * n
-    has = pc.indices_nonzero(pc.greater(header_count, _ZERO)).to_pylist()
-    counts = pc.take(header_count, has).to_pylist()
-    starts = pc.take(headers_start, has).to_pylist()
-    for i, count, pos in zip(has, counts, starts):
-        rows[i] = _read_headers(buf, pos, count)
-    return pa.array(rows, HEADERS_TYPE)
+def _timestamps(columns: list[list[tuple[int, int]] | list[int]]) -> pa.Array:
+    """The timestamp column (microseconds): runs of equal timestamps run-end decoded."""
+    parts: list[pa.Array] = []
+    runs: list[tuple[int, int]] = []
+    for column in columns:
+        if column and isinstance(column[0], tuple):
+            runs += column
+            continue
+        if runs:
+            parts.append(_decode_runs(runs))
+            runs = []
+        parts.append(pc.multiply(pa.array(column, pa.int64()), pa.scalar(_THOUSAND, pa.int64())))
+    if runs:
+        parts.append(_decode_runs(runs))
+    return _concat(parts).view(_TIMESTAMP)
 
 
-def _read_headers(buf: bytes, pos: int, count: int) -> list[tuple[str, bytes | None]]:
-    out: list[tuple[str, bytes | None]] = []
-    for _ in range(count):
-        kl, pos = decode_varint(buf, pos)
-        if kl < 0:
-            raise CorruptRecordError(f"negative record header key length {kl}")
-        key = buf[pos : pos + kl].decode("utf-8")
-        pos += kl
-        vl, pos = decode_varint(buf, pos)
-        if vl >= 0:
-            out.append((key, buf[pos : pos + vl]))
-            pos += vl
-        else:
-            out.append((key, None))
-    return out
+def _decode_runs(runs: list[tuple[int, int]]) -> pa.Array:
+    if len(runs) == 1:
+        t, count = runs[0]
+        return pa.repeat(pa.scalar(t * _THOUSAND, pa.int64()), count)
+    ends = []
+    at = 0
+    for _, count in runs:
+        at += count
+        ends.append(at)
+    values = pa.array([t * _THOUSAND for t, _ in runs], pa.int64())
+    return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(pa.array(ends, pa.int32()), values))
+
+
+def _binary(cols: RecordColumns, items: Iterable[bytes | None], key: bool) -> pa.Array:
+    """Keys or values: of a run, cut out of the bytes by Arrow; else from the Python objects."""
+    run = cols.run
+    if run is None:
+        return pa.array(list(items), pa.binary())
+    k = cols.num_records
+    at, length = (run.key_at, run.key_length) if key else (run.value_at, run.value_length)
+    if length < 0:
+        return pa.nulls(k, pa.binary())
+    offsets = pc.multiply(_arange32(k + 1), pa.scalar(length, pa.int32())).buffers()[1]
+    if length == 0:
+        return pa.Array.from_buffers(pa.binary(), k, [None, offsets, pa.py_buffer(b"")])
+    records = pa.Array.from_buffers(
+        pa.binary(run.size), k, [None, pa.py_buffer(run.buf).slice(run.start, k * run.size)]
+    )
+    cut = pc.binary_slice(records, at, at + length)  # fixed_size_binary[length], values back to back
+    return pa.Array.from_buffers(pa.binary(), k, [None, offsets, cut.buffers()[1]])
+
+
+def _headers(cols: RecordColumns) -> pa.Array:
+    if cols.run is not None:  # runs have no headers
+        return pa.nulls(cols.num_records, HEADERS_TYPE)
+    return pa.array([list(h) or None for h in cols.headers], HEADERS_TYPE)
+
+
+_ARANGE64: list[pa.Array] = [pa.array([], pa.int64())]
+_ARANGE32: list[pa.Array] = [pa.array([], pa.int32())]
+
+
+def _arange64(start: int, stop: int) -> pa.Array:
+    """start, start + 1, ..., stop - 1 as int64."""
+    n = stop - start
+    cached = _ARANGE64[0]
+    if len(cached) < n:
+        cached = _ARANGE64[0] = pa.array(range(max(n, 2 * len(cached), 1 << 16)), pa.int64())
+    return pc.add(cached.slice(0, n), pa.scalar(start, pa.int64()))
+
+
+def _arange32(n: int) -> pa.Array:
+    """0, 1, ..., n - 1 as int32 (a slice of a cached array)."""
+    cached = _ARANGE32[0]
+    if len(cached) < n:
+        cached = _ARANGE32[0] = pa.array(range(max(n, 2 * len(cached), 1 << 16)), pa.int32())
+    return cached.slice(0, n)
 
 
 def _decode_slow(
