@@ -42,6 +42,7 @@ __all__ = ["HEADERS_TYPE", "Decoded", "arrow_schema", "decode_partition_data"]
 
 HEADERS_TYPE = pa.list_(pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())])))
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
+_RUNS = pa.run_end_encoded(pa.int32(), pa.int64())
 _BASE_FIELDS = [
     pa.field("key", pa.binary()),
     pa.field("value", pa.binary()),
@@ -358,7 +359,9 @@ def _decode_runs(runs: list[tuple[int, int]]) -> pa.Array:
         at += count
         ends.append(at)
     values = pa.array([t * _THOUSAND for t, _ in runs], pa.int64())
-    return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(pa.array(ends, pa.int32()), values))
+    # from_buffers, not from_arrays: that one retries importing the absent dateutil every call
+    encoded = pa.RunEndEncodedArray.from_buffers(_RUNS, at, [None], 0, 0, [pa.array(ends, pa.int32()), values])
+    return pc.run_end_decode(encoded)
 
 
 def _binary(cols: RecordColumns, items: Iterable[bytes | None], key: bool) -> pa.Array:

@@ -295,7 +295,6 @@ def _read(
     offset = start
     size = pump.fetch_bytes
     stalled_since: float | None = None
-    verify = consumer.check_crcs
     pump.start(offset)
     running = True  # the pump is fetching from ``offset`` on
     while offset < end:
@@ -329,17 +328,9 @@ def _read(
                 yield batch
             decoded_next, complete = res.next_offset, True
         else:
-            if decoded is None:
-                decoded = decode_partition_data(
-                    res.raw,
-                    topic,
-                    partition,
-                    offset,
-                    end,
-                    include_headers=include_headers,
-                    aborted=res.aborted,
-                    verify_crc=verify,
-                )
+            if decoded is None:  # the pump left it to the reader
+                assert pump.decode is not None
+                decoded = pump.decode(res, offset)
             elif isinstance(decoded, BaseException):
                 raise decoded
             decoded_next, complete = decoded.next_offset, decoded.complete
