@@ -188,6 +188,32 @@ def test_corruption_in_a_run_is_found_as_by_the_general_path(data: st.DataObject
             v2.decode_record_columns(*args)
 
 
+@given(specs, st.binary(max_size=40), st.binary(max_size=40), st.sampled_from([0, -1, 1]), st.booleans())
+@PROFILE
+def test_records_inside_a_larger_buffer(spec: list[Spec], before: bytes, after: bytes, shift: int, truncate: bool) -> None:
+    """``start``/``stop``: the same columns (run positions in the whole buffer) as of the records
+    alone; when those fail (a record runs past the end, bytes are left), so does the part (the
+    error may differ: past ``stop`` a record meets other bytes, not the end of the data)."""
+    buf, count, base, base_ts, lat = payload_args(build(spec))
+    if truncate:
+        buf = buf[: len(buf) * 2 // 3]
+    # a longer or shorter count also moves where the records end relative to ``stop``
+    count = max(count + shift, 0)
+    whole = before + buf + after
+    try:
+        alone: Any = flatten(v2.decode_record_columns(buf, count, base, base_ts, lat))
+    except odr.RecordsError:
+        alone = "error"
+    try:
+        inside: Any = v2.decode_record_columns(whole, count, base, base_ts, lat, start=len(before), stop=len(before) + len(buf))
+    except odr.RecordsError:
+        inside = "error"
+    if isinstance(inside, list):
+        assert all(c.run is None or len(before) <= c.run.start < len(before) + len(buf) for c in inside)
+        inside = flatten(inside)
+    assert inside == alone
+
+
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
 def test_compressed_batches(codec: str) -> None:
     data = build([(3000, 5, None, 100, 1)], compression=odr.Compression[codec.upper()])

@@ -146,6 +146,37 @@ def test_fixed_size_records_the_benchmark_shape(monkeypatch: pytest.MonkeyPatch)
     assert got.batch.column(0).null_count == 5000
 
 
+@pytest.mark.parametrize("one_run_at_a_time", [False, True])
+@pytest.mark.parametrize("as_type", [bytes, bytearray, memoryview])
+def test_runs_of_several_batches_cut_out_together(
+    one_run_at_a_time: bool, as_type: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs of uncompressed batches are cut out of one copy of the response, compressed ones
+    out of their own buffers, keys and values of other lengths apart: all as the client."""
+    monkeypatch.setattr(_arrow, "_decode_slow", _no_slow_path)
+    if one_run_at_a_time:  # the path for buffers beyond 32-bit offsets
+        monkeypatch.setattr(_arrow, "_MAX_OFFSET", 0)
+    parts = []
+    offset = 0
+    shapes = [(Compression.NONE, 3, 100), (Compression.NONE, 3, 100), (Compression.LZ4, 3, 100),
+              (Compression.NONE, 3, 100), (Compression.NONE, 0, 7), (Compression.NONE, -1, 100)]
+    for codec, key_len, value_len in shapes:
+        b = BatchBuilder(compression=codec, base_offset=offset)
+        for i in range(300):
+            key = None if key_len < 0 else bytes([i % 200]) * key_len
+            b.append(1_700_000_000_000 + i // 50, key, bytes([i % 250]) * value_len)
+        parts.append(b.build())
+        offset += 300
+    data = b"".join(parts)
+    expected, _ = _oracle(data, 0, 1 << 62, None)
+    for lo, hi in [(0, 1 << 62), (450, 1500), (910, 1799)]:
+        got = decode_partition_data(as_type(data), "t", 3, lo, hi, include_headers=True)
+        rows = _rows(got.batch)
+        want = [r for r in expected if lo <= r["offset"] < hi]
+        assert [(r["offset"], r["key"], r["value"]) for r in rows] == [(r["offset"], r["key"], r["value"]) for r in want]
+    assert _check(data).batch.num_rows == 1800
+
+
 def test_truncated_first_batch_is_incomplete() -> None:
     b = BatchBuilder(base_offset=10)
     for i in range(100):

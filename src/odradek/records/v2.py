@@ -289,10 +289,12 @@ def _layout_for(buf: Buffer, rec_start: int, shape: tuple[int, ...]) -> _Layout:
     return layout
 
 
-def _run_length(buf: Buffer, p: int, size: int, checks: tuple[tuple[int, int, bytes], ...], limit: int) -> int:
-    """How many records from ``p`` on (at most ``limit``) pass every check: a window of records
-    at a time, growing while whole windows pass."""
-    limit = min(limit, (len(buf) - p) // size)
+def _run_length(
+    buf: Buffer, p: int, size: int, checks: tuple[tuple[int, int, bytes], ...], limit: int, stop: int
+) -> int:
+    """How many records from ``p`` on (at most ``limit``, all before ``stop``) pass every check:
+    a window of records at a time, growing while whole windows pass."""
+    limit = min(limit, (stop - p) // size)
     k = 0
     window = 64
     hibit = _HIBIT
@@ -467,9 +469,11 @@ def _decode_segments(
     base_offset: int,
     base_timestamp: int,
     log_append_time: int | None,
+    start: int = 0,
+    stop: int | None = None,
 ) -> list[list[Record] | RecordColumns]:
-    """The records of ``buf`` in order: lists of :class:`Record` (decoded one by one) and
-    :class:`RecordColumns` (runs of one layout).  Everything is checked before it returns.
+    """The records of ``buf[start:stop]`` in order: lists of :class:`Record` (decoded one by one)
+    and :class:`RecordColumns` (runs of one layout).  Everything is checked before it returns.
 
     The general path reads each field with an inline one- or two-byte table lookup, falling
     back to a loop only for longer varints.  After a record with a fixed layout (see
@@ -488,7 +492,8 @@ def _decode_segments(
     z1: tuple[Any, ...] = ZIGZAG1
     z2: tuple[Any, ...] = ZIGZAG2
     copy = type(buf) is not bytes  # slices of a memoryview or bytearray become bytes
-    pos = 0
+    end = len(buf) if stop is None else stop
+    pos = start
     i = 0
     skip = 0
     backoff = 0
@@ -581,7 +586,7 @@ def _decode_segments(
             k = 0
             if shape is not None:
                 layout = _layout_for(buf, rec_start, shape)
-                k = _run_length(buf, pos, layout[0], layout[1], count - i)
+                k = _run_length(buf, pos, layout[0], layout[1], count - i, end)
             if k < _MIN_RUN:
                 skip = backoff
                 backoff = min(2 * backoff + 1, 63)
@@ -599,8 +604,10 @@ def _decode_segments(
         raise TruncatedBatchError("data ends inside a record") from None
     except UnicodeDecodeError:
         raise CorruptRecordError("record header key is not valid UTF-8") from None
-    if pos != len(buf):
-        raise CorruptRecordError(f"{len(buf) - pos} bytes left after the last of {count} records")
+    if pos > end:  # the last record runs past the end (into what follows in ``buf``)
+        raise TruncatedBatchError("data ends inside a record")
+    if pos != end:
+        raise CorruptRecordError(f"{end - pos} bytes left after the last of {count} records")
     if out:
         segments.append(out)
     if log_append_time is not None:
@@ -644,6 +651,9 @@ def decode_record_columns(
     base_offset: int,
     base_timestamp: int,
     log_append_time: int | None = None,
+    *,
+    start: int = 0,
+    stop: int | None = None,
 ) -> list[RecordColumns]:
     """Like :func:`decode_records`, as columns: consecutive stretches of the records in order.
 
@@ -651,10 +661,12 @@ def decode_record_columns(
     per record in between.  Every problem with the data is raised here, before any column is
     read; the columns themselves are single-use iterables.  ``buf`` may be a ``memoryview``
     (of a fetch response, say): it is not copied, keys and values are ``bytes`` all the same,
-    and a :class:`RecordRun` refers to it.
+    and a :class:`RecordRun` refers to it.  The records may be a part of ``buf``:
+    ``buf[start:stop]`` (positions in a :class:`RecordRun` are positions in ``buf``), so the
+    batches of a fetch response can share one ``bytes`` object.
     """
     out: list[RecordColumns] = []
-    for s in _decode_segments(buf, count, base_offset, base_timestamp, log_append_time):
+    for s in _decode_segments(buf, count, base_offset, base_timestamp, log_append_time, start, stop):
         if isinstance(s, list):
             offsets, timestamps, keys, values, headers = zip(*s)
             out.append(RecordColumns(len(s), offsets, timestamps, keys, values, headers))

@@ -62,6 +62,7 @@ _ATTR_TIMESTAMP_TYPE = 0x08
 _ATTR_TRANSACTIONAL = 0x10
 _ATTR_CONTROL = 0x20
 _ABORT = 0
+_MAX_OFFSET = (1 << 31) - 1  # binary arrays have 32-bit offsets
 _THOUSAND = 1000
 
 
@@ -174,6 +175,11 @@ def _decode_fast(
     end = 0
     n = len(data)
     view = memoryview(data)
+    # the uncompressed batches are decoded in one ``bytes`` copy of the data from the first
+    # one needed on (strided slices of ``bytes`` are C loops; of a view ten times slower), so
+    # that a column of a whole response can be cut out of it at once
+    whole: bytes | None = None
+    shift = 0  # position in ``data`` of ``whole[0]``
     for h in iter_batch_headers(data):
         end = h.position + h.size
         last = h.last_offset
@@ -198,14 +204,21 @@ def _decode_fast(
         if count < 0:
             raise CorruptRecordError(f"negative record count {count} at offset {h.base_offset}")
         if count:
-            payload = view[h.position + _HEADER_SIZE : end]
-            # bytes, not a view: strided slices of bytes are C loops over bytes (of a view they
-            # are ten times slower); one batch at a time, so the allocator keeps reusing one block
-            buf = decompress(h.compression, payload, magic=2, max_size=max_size) if attrs & 0x07 else bytes(payload)
             lat = h.max_timestamp if attrs & _ATTR_TIMESTAMP_TYPE else None
             tt = 0 if lat is None else 1
-            builder.add_all(decode_record_columns(buf, count, h.base_offset, h.base_timestamp, lat), tt)
-            del buf  # before the next batch's copy: the allocator reuses the block, no page faults
+            if attrs & 0x07:
+                payload = view[h.position + _HEADER_SIZE : end]
+                buf = decompress(h.compression, payload, magic=2, max_size=max_size)
+                segments = decode_record_columns(buf, count, h.base_offset, h.base_timestamp, lat)
+            else:
+                if whole is None:
+                    shift = h.position
+                    whole = data if type(data) is bytes and not shift else bytes(view[shift:])
+                start = h.position + _HEADER_SIZE - shift
+                segments = decode_record_columns(
+                    whole, count, h.base_offset, h.base_timestamp, lat, start=start, stop=end - shift
+                )
+            builder.add_all(segments, tt)
             if first_base < 0:
                 first_base = h.base_offset
         next_offset = last + 1
@@ -232,15 +245,16 @@ def _decode_fast(
 class _Builder:
     """The columns of a record batch, built a segment (:class:`RecordColumns`) at a time.
 
-    Keys, values and headers become Arrow arrays at once (they are copied out of the batch's
-    bytes, which can then go); offsets and timestamps are kept as ranges and runs of equal
-    values while they are, and become arrays at the end."""
+    Keys and values of runs are kept as where they lie (:class:`_Cut`) and cut out at the end,
+    the runs that lie in one buffer with one length in one Arrow call; those of records decoded
+    one by one, and headers, become Arrow arrays at once.  Offsets and timestamps are kept as
+    ranges and runs of equal values while they are, and become arrays at the end."""
 
     def __init__(self, include_headers: bool) -> None:
         self.include_headers = include_headers
         self.count = 0
-        self.keys: list[pa.Array] = []
-        self.values: list[pa.Array] = []
+        self.keys: list[pa.Array | _Cut] = []
+        self.values: list[pa.Array | _Cut] = []
         self.headers: list[pa.Array] = []
         self.offsets: list[range | list[int]] = []
         self.timestamps: list[list[tuple[int, int]] | list[int]] = []  # runs, or values
@@ -253,8 +267,8 @@ class _Builder:
     def add(self, cols: RecordColumns, ts_type: int) -> None:
         k = cols.num_records
         self.count += k
-        self.keys.append(_binary(cols, cols.keys, True))
-        self.values.append(_binary(cols, cols.values, False))
+        self.keys.append(_part(cols, cols.keys, True))
+        self.values.append(_part(cols, cols.values, False))
         if self.include_headers:
             self.headers.append(_headers(cols))
         offsets = cols.offsets
@@ -277,8 +291,8 @@ class _Builder:
         else:
             ts_types = _concat([_constant(t, pa.int32(), c) for t, c in self.types])
         columns = [
-            _concat(self.keys),
-            _concat(self.values),
+            _binary_column(self.keys),
+            _binary_column(self.values),
             _constant(topic, pa.string(), n),
             _constant(partition, pa.int32(), n),
             _offsets(self.offsets),
@@ -364,23 +378,86 @@ def _decode_runs(runs: list[tuple[int, int]]) -> pa.Array:
     return pc.run_end_decode(encoded)
 
 
-def _binary(cols: RecordColumns, items: Iterable[bytes | None], key: bool) -> pa.Array:
-    """Keys or values: of a run, cut out of the bytes by Arrow; else from the Python objects."""
+class _Cut(NamedTuple):
+    """The keys or values of a run: ``length`` bytes (-1: null) at ``first``, ``first + size``,
+    ... (``records`` of them) in ``buf``."""
+
+    buf: Any
+    first: int
+    size: int
+    records: int
+    length: int
+
+
+def _part(cols: RecordColumns, items: Iterable[bytes | None], key: bool) -> pa.Array | _Cut:
+    """Keys or values: of a run, where they lie; else an array of the Python objects."""
     run = cols.run
     if run is None:
         return pa.array(list(items), pa.binary())
-    k = cols.num_records
     at, length = (run.key_at, run.key_length) if key else (run.value_at, run.value_length)
+    return _Cut(run.buf, run.start + at, run.size, cols.num_records, length)
+
+
+def _binary_column(parts: list[pa.Array | _Cut]) -> pa.Array:
+    """The column of ``parts`` in order; consecutive cuts in one buffer with one length are cut
+    out together."""
+    arrays: list[pa.Array] = []
+    group: list[_Cut] = []
+    for p in parts:
+        if isinstance(p, _Cut):
+            if group and (p.buf is not group[0].buf or p.length != group[0].length):
+                arrays.append(_gather(group))
+                group = []
+            group.append(p)
+            continue
+        if group:
+            arrays.append(_gather(group))
+            group = []
+        arrays.append(p)
+    if group:
+        arrays.append(_gather(group))
+    return _concat(arrays)
+
+
+def _gather(cuts: list[_Cut]) -> pa.Array:
+    """The bytes of ``cuts`` (one buffer, one length, in order) as one binary array.
+
+    The buffer is seen as a binary array whose elements start where the wanted bytes start
+    and run to the next one's start; ``binary_slice`` keeps the first ``length`` bytes of each:
+    a single copy of the keys or values, however many runs."""
+    n = sum(c.records for c in cuts)
+    length = cuts[0].length
     if length < 0:
-        return pa.nulls(k, pa.binary())
-    offsets = pc.multiply(_arange32(k + 1), pa.scalar(length, pa.int32())).buffers()[1]
+        return pa.nulls(n, pa.binary())
     if length == 0:
-        return pa.Array.from_buffers(pa.binary(), k, [None, offsets, pa.py_buffer(b"")])
-    records = pa.Array.from_buffers(
-        pa.binary(run.size), k, [None, pa.py_buffer(run.buf).slice(run.start, k * run.size)]
-    )
-    cut = pc.binary_slice(records, at, at + length)  # fixed_size_binary[length], values back to back
-    return pa.Array.from_buffers(pa.binary(), k, [None, offsets, cut.buffers()[1]])
+        return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(bytes(4 * (n + 1))), pa.py_buffer(b"")])
+    last = cuts[-1]
+    if last.first + (last.records - 1) * last.size + length > _MAX_OFFSET:
+        # beyond 32-bit offsets (not from a fetch response): a run at a time, each in a
+        # buffer of its own bytes
+        return _concat([_cut_out([_rebased(c)]) for c in cuts])
+    return _cut_out(cuts)
+
+
+def _rebased(cut: _Cut) -> _Cut:
+    span = (cut.records - 1) * cut.size + cut.length
+    return cut._replace(buf=pa.py_buffer(cut.buf).slice(cut.first, span), first=0)
+
+
+def _cut_out(cuts: list[_Cut]) -> pa.Array:
+    n = sum(c.records for c in cuts)
+    length = cuts[0].length
+    last = cuts[-1]
+    starts = [
+        pc.add(pc.multiply(_arange32(c.records), pa.scalar(c.size, pa.int32())), pa.scalar(c.first, pa.int32()))
+        for c in cuts
+    ]
+    starts.append(pa.array([last.first + (last.records - 1) * last.size + length], pa.int32()))
+    offsets = pa.concat_arrays(starts)
+    buf = cuts[0].buf
+    data = buf if isinstance(buf, pa.Buffer) else pa.py_buffer(buf)
+    spans = pa.Array.from_buffers(pa.binary(), n, [None, offsets.buffers()[1], data])
+    return pc.binary_slice(spans, 0, length)
 
 
 def _headers(cols: RecordColumns) -> pa.Array:
