@@ -3,6 +3,7 @@ in ``AsyncSimpleConsumer._decode``, and ``SimpleConsumer``'s fetch ahead."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import struct
 from collections.abc import Iterator
@@ -183,3 +184,34 @@ def test_fetch_ahead_gives_what_plain_fetches_give(broker: BrokerProcess) -> Non
         assert list(ahead.fetch(topic, 0, 3500, 4000)) == [] and ahead._ahead is None
         ahead.fetch(topic, 0, 0, 4000)
         assert ahead._ahead is not None  # closed with a fetch under way: fine
+
+
+def test_async_clients_run_on_uvloop(broker: BrokerProcess) -> None:
+    """Applications running uvloop (whose transports are not ``asyncio.Transport`` subclasses)
+    produce and fetch with the asyncio clients as on the default loop."""
+    uvloop = pytest.importorskip("uvloop")
+    from odradek.client import AsyncProducer
+
+    topic = "uvloop-clients"
+
+    async def main() -> list[tuple[int, bytes | None]]:
+        assert "uvloop" in type(asyncio.get_running_loop()).__module__
+        producer = AsyncProducer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1})
+        try:
+            for i in range(50):
+                await producer.send(topic, b"v%d" % i, partition=0)
+            await producer.flush(30)
+        finally:
+            await producer.close(30)
+        consumer = AsyncSimpleConsumer({"bootstrap.servers": broker.bootstrap})
+        try:
+            got: list[tuple[int, bytes | None]] = []
+            while len(got) < 50:
+                records = await consumer.fetch(topic, 0, len(got), 1 << 20)
+                assert records, "no progress"
+                got += [(r.offset, r.value) for r in records]
+            return got
+        finally:
+            await consumer.close()
+
+    assert uvloop.run(main()) == [(i, b"v%d" % i) for i in range(50)]

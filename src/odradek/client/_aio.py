@@ -101,8 +101,8 @@ class _FrameStream(asyncio.BufferedProtocol):
         self._drain_waiters: list[asyncio.Future[None]] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # duck-typed: uvloop's transports are not subclasses of asyncio.Transport
+        self.transport = transport  # type: ignore[assignment]
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame is not None:
