@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import struct
 import sys
 import threading
 import time
@@ -29,15 +28,13 @@ from odradek.client._network import negotiate_version, parse_bootstrap
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import (
     CorrelationIdMismatch,
-    FrameTooLarge,
-    InvalidFrame,
     Message,
     ProtocolError,
     RequestHeader,
     decode_response,
     encode_request,
 )
-from odradek.protocol.connection import DEFAULT_MAX_FRAME_SIZE, frame
+from odradek.protocol.connection import DEFAULT_MAX_FRAME_SIZE, frame, frame_size_at
 from odradek.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from odradek.protocol.messages.metadata import MetadataRequest, MetadataResponse
 
@@ -45,7 +42,6 @@ __all__ = ["AsyncBrokerConnection", "AsyncCluster", "PartitionInfo", "TopicInfo"
 
 log = logging.getLogger(__name__)
 
-_SIZE = struct.Struct(">i")
 #: Bytes read at a time while no large frame is being read (size prefixes, small responses).
 _SCRATCH = 1 << 16
 #: At most this many bytes of buffers of large frames are kept for reuse (all connections).
@@ -128,11 +124,7 @@ class _FrameStream(asyncio.BufferedProtocol):
         have = self._have + nbytes
         pos = 0
         while have - pos >= 4:
-            (size,) = _SIZE.unpack_from(buf, pos)
-            if size < 0:
-                raise InvalidFrame(f"negative frame size {size}")
-            if size > conn.max_frame_size:
-                raise FrameTooLarge(size, conn.max_frame_size)
+            size = frame_size_at(buf, pos, conn.max_frame_size)
             end = pos + 4 + size
             if end <= have:
                 conn._on_frame(buf[pos + 4 : end])

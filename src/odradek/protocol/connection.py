@@ -51,6 +51,7 @@ __all__ = [
     "ResponseReceived",
     "ServerConnection",
     "frame",
+    "frame_size_at",
 ]
 
 #: Kafka's default ``socket.request.max.bytes`` (100 MiB)
@@ -113,6 +114,17 @@ class ResponseReceived:
     response: Any
 
 
+def frame_size_at(buf: Buffer, pos: int, max_frame_size: int) -> int:
+    """The size prefix at ``pos`` of ``buf``, checked: a negative size is an
+    :class:`InvalidFrame`, one above ``max_frame_size`` a :class:`FrameTooLarge`."""
+    (size,) = _size.unpack_from(buf, pos)
+    if size < 0:
+        raise InvalidFrame(f"negative frame size {size}")
+    if size > max_frame_size:
+        raise FrameTooLarge(size, max_frame_size)
+    return size
+
+
 def frame(payload: Buffer) -> bytes:
     """``payload`` preceded by its 4-byte size."""
     return _size.pack(len(payload)) + payload
@@ -147,11 +159,7 @@ class FrameReader:
         buf, pos = self._buf, self._pos
         if len(buf) - pos < 4:
             return None
-        (size,) = _size.unpack_from(buf, pos)
-        if size < 0:
-            raise InvalidFrame(f"negative frame size {size}")
-        if size > self.max_frame_size:
-            raise FrameTooLarge(size, self.max_frame_size)
+        size = frame_size_at(buf, pos, self.max_frame_size)
         end = pos + 4 + size
         if end > len(buf):
             return None
