@@ -821,6 +821,26 @@ def _inline_len_dec_wide(flexible: bool, indent: str) -> list[str]:
     return _inline_len_dec(False, True, indent)
 
 
+def _negative_length(i: int, attr: str, nullable: bool, kind: str) -> list[str]:
+    """Decoder lines for a negative length ``n``: null (-1 only) where nullable, else an error."""
+    invalid = f"raise DecodeError(f'{{what{i}}}: invalid {kind} length {{n}}')"
+    if nullable:
+        return ["    if n < 0:", "        if n != -1:", f"            {invalid}", f"        obj.{attr} = None"]
+    return ["    if n < 0:", f"        {invalid}"]
+
+
+def _sized_value(i: int, attr: str, runs_past: str, value: str) -> list[str]:
+    """Decoder lines for the ``n`` bytes at ``pos`` (checked to be there) becoming ``value``."""
+    return [
+        "    else:",
+        "        end = pos + n",
+        "        if end > len(buf):",
+        f"            raise DecodeError(f'{{what{i}}}: {runs_past} past the end of the data')",
+        f"        obj.{attr} = {value}",
+        "        pos = end",
+    ]
+
+
 def _inline_field(
     f: Field, i: int, version: int, flexible: bool, nullable: bool, what: str, ns: dict[str, Any]
 ) -> tuple[list[str], list[str]] | None:
@@ -852,15 +872,8 @@ def _inline_field(
         enc += _inline_len_enc(flexible, False, "n", "        ")
         enc += ["        out += data"]
         dec = _inline_len_dec(flexible, False, "    ")
-        dec += ["    if n < 0:"]
-        if nullable:
-            dec += ["        if n != -1:", f"            raise DecodeError(f'{{what{i}}}: invalid string length {{n}}')"]
-            dec += [f"        obj.{a} = None"]
-        else:
-            dec += [f"        raise DecodeError(f'{{what{i}}}: invalid string length {{n}}')"]
-        dec += ["    else:", "        end = pos + n", "        if end > len(buf):"]
-        dec += [f"            raise DecodeError(f'{{what{i}}}: string runs past the end of the data')"]
-        dec += [f"        obj.{a} = str(buf[pos:end], 'utf-8')", "        pos = end"]
+        dec += _negative_length(i, a, nullable, "string")
+        dec += _sized_value(i, a, "string runs", "str(buf[pos:end], 'utf-8')")
         return enc, dec
     if t is BYTES or t is RECORDS:
         enc = [f"    v = obj.{a}", "    if v is None:", *on_none]
@@ -869,35 +882,19 @@ def _inline_field(
         enc += _inline_len_enc(flexible, True, "n", "        ")
         enc += ["        out += v", "    else:", f"        enc{i}(out, v)"]
         dec = _inline_len_dec_wide(flexible, "    ")
-        dec += ["    if n < 0:"]
-        if nullable:
-            dec += ["        if n != -1:", f"            raise DecodeError(f'{{what{i}}}: invalid bytes length {{n}}')"]
-            dec += [f"        obj.{a} = None"]
-        else:
-            dec += [f"        raise DecodeError(f'{{what{i}}}: invalid bytes length {{n}}')"]
-        dec += ["    else:", "        end = pos + n", "        if end > len(buf):"]
-        dec += [f"            raise DecodeError(f'{{what{i}}}: bytes run past the end of the data')"]
-        dec += [f"        obj.{a} = {'buf[pos:end]' if t is RECORDS else 'bytes(buf[pos:end])'}", "        pos = end"]
+        dec += _negative_length(i, a, nullable, "bytes")
+        dec += _sized_value(i, a, "bytes run", "buf[pos:end]" if t is RECORDS else "bytes(buf[pos:end])")
         return enc, dec
     if isinstance(t, Array) and isinstance(t.element, type) and issubclass(t.element, Struct):
         plan = t.element._plan(version, flexible)
         ns[f"enc_item{i}"] = plan.encode
         ns[f"dec_item{i}"] = plan.decode
         min_size = plan.min_size
-        if not nullable:
-            on_none = [f"        raise EncodeError(f'{{what{i}}} is not nullable in this version')"]
-        else:
-            on_none = ["        out.append(0)"] if flexible else ["        out += pack_i32(-1)"]
         enc = [f"    v = obj.{a}", "    if v is None:", *on_none, "    else:", "        n = len(v)"]
         enc += _inline_len_enc(flexible, True, "n", "        ")
         enc += ["        for item in v:", f"            enc_item{i}(out, item)"]
         dec = _inline_len_dec(flexible, True, "    ")
-        dec += ["    if n < 0:"]
-        if nullable:
-            dec += ["        if n != -1:", f"            raise DecodeError(f'{{what{i}}}: invalid array length {{n}}')"]
-            dec += [f"        obj.{a} = None"]
-        else:
-            dec += [f"        raise DecodeError(f'{{what{i}}}: invalid array length {{n}}')"]
+        dec += _negative_length(i, a, nullable, "array")
         dec += ["    else:"]
         # every element takes at least min_size bytes: refuse counts the data cannot hold
         if min_size > 0:
