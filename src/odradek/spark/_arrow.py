@@ -267,8 +267,8 @@ class _Builder:
     def add(self, cols: RecordColumns, ts_type: int) -> None:
         k = cols.num_records
         self.count += k
-        self.keys.append(_part(cols, cols.keys, True))
-        self.values.append(_part(cols, cols.values, False))
+        self.keys.append(_part(cols, True))
+        self.values.append(_part(cols, False))
         if self.include_headers:
             self.headers.append(_headers(cols))
         offsets = cols.offsets
@@ -388,12 +388,17 @@ class _Cut(NamedTuple):
     records: int
     length: int
 
+    @property
+    def stop(self) -> int:
+        """Where the last of its slices ends in ``buf``."""
+        return self.first + (self.records - 1) * self.size + self.length
 
-def _part(cols: RecordColumns, items: Iterable[bytes | None], key: bool) -> pa.Array | _Cut:
+
+def _part(cols: RecordColumns, key: bool) -> pa.Array | _Cut:
     """Keys or values: of a run, where they lie; else an array of the Python objects."""
     run = cols.run
     if run is None:
-        return pa.array(list(items), pa.binary())
+        return pa.array(list(cols.keys if key else cols.values), pa.binary())
     at, length = (run.key_at, run.key_length) if key else (run.value_at, run.value_length)
     return _Cut(run.buf, run.start + at, run.size, cols.num_records, length)
 
@@ -431,8 +436,7 @@ def _gather(cuts: list[_Cut]) -> pa.Array:
         return pa.nulls(n, pa.binary())
     if length == 0:
         return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(bytes(4 * (n + 1))), pa.py_buffer(b"")])
-    last = cuts[-1]
-    if last.first + (last.records - 1) * last.size + length > _MAX_OFFSET:
+    if cuts[-1].stop > _MAX_OFFSET:
         # beyond 32-bit offsets (not from a fetch response): a run at a time, each in a
         # buffer of its own bytes
         return _concat([_cut_out([_rebased(c)]) for c in cuts])
@@ -440,24 +444,20 @@ def _gather(cuts: list[_Cut]) -> pa.Array:
 
 
 def _rebased(cut: _Cut) -> _Cut:
-    span = (cut.records - 1) * cut.size + cut.length
-    return cut._replace(buf=pa.py_buffer(cut.buf).slice(cut.first, span), first=0)
+    return cut._replace(buf=pa.py_buffer(cut.buf).slice(cut.first, cut.stop - cut.first), first=0)
 
 
 def _cut_out(cuts: list[_Cut]) -> pa.Array:
-    n = sum(c.records for c in cuts)
-    length = cuts[0].length
-    last = cuts[-1]
     starts = [
         pc.add(pc.multiply(_arange32(c.records), pa.scalar(c.size, pa.int32())), pa.scalar(c.first, pa.int32()))
         for c in cuts
     ]
-    starts.append(pa.array([last.first + (last.records - 1) * last.size + length], pa.int32()))
+    starts.append(pa.array([cuts[-1].stop], pa.int32()))
     offsets = pa.concat_arrays(starts)
     buf = cuts[0].buf
     data = buf if isinstance(buf, pa.Buffer) else pa.py_buffer(buf)
-    spans = pa.Array.from_buffers(pa.binary(), n, [None, offsets.buffers()[1], data])
-    return pc.binary_slice(spans, 0, length)
+    spans = pa.Array.from_buffers(pa.binary(), len(offsets) - 1, [None, offsets.buffers()[1], data])
+    return pc.binary_slice(spans, 0, cuts[0].length)
 
 
 def _headers(cols: RecordColumns) -> pa.Array:
