@@ -19,22 +19,14 @@ import random
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from odradek.client._network import negotiate_version, parse_bootstrap
 from odradek.errors import ErrorCode, KafkaError
-from odradek.protocol import (
-    CorrelationIdMismatch,
-    Message,
-    ProtocolError,
-    RequestHeader,
-    decode_response,
-    encode_request,
-)
-from odradek.protocol.connection import DEFAULT_MAX_FRAME_SIZE, frame, frame_size_at
+from odradek.protocol import ClientConnection, Message, ProtocolError
+from odradek.protocol.connection import DEFAULT_MAX_FRAME_SIZE, frame_size_at
 from odradek.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from odradek.protocol.messages.metadata import MetadataRequest, MetadataResponse
 
@@ -193,9 +185,7 @@ class AsyncBrokerConnection:
         self.versions: dict[int, tuple[int, int]] = {}
         self._stream: _FrameStream | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
-        #: headers of the requests awaiting a response, in the order they were sent
-        self._in_flight: deque[RequestHeader] = deque()
-        self._next_id = 0
+        self._codec = ClientConnection(client_id=client_id)  # correlation ids, requests in flight
         self.closed = False
         self.error: BaseException | None = None
 
@@ -233,12 +223,9 @@ class AsyncBrokerConnection:
             fut.set_exception(ConnectionError(f"connection to broker {self.node_id} is closed"))
             return fut
         v = self.version_for(type(message)) if version is None else version
-        cid = self._next_id
-        self._next_id = (cid + 1) & 0x7FFFFFFF
-        header = RequestHeader(api_key=message.API_KEY, api_version=v, correlation_id=cid, client_id=self.client_id)
-        stream.transport.write(frame(encode_request(header, message)))
+        cid, data = self._codec.send_request(message, v, expect_response)
+        stream.transport.write(data)
         if expect_response:
-            self._in_flight.append(header)
             self._pending[cid] = fut
         else:
             fut.set_result(None)
@@ -261,16 +248,13 @@ class AsyncBrokerConnection:
         if self.closed:
             return
         try:
-            if not self._in_flight:
-                raise CorrelationIdMismatch("received a response while no request is in flight")
-            header = self._in_flight.popleft()
-            response = decode_response(header, payload)
+            event = self._codec.receive_frame(payload)
         except ProtocolError as exc:
             self._fail(ConnectionError(str(exc)))
             return
-        fut = self._pending.pop(header.correlation_id, None)
+        fut = self._pending.pop(event.correlation_id, None)
         if fut is not None and not fut.done():
-            fut.set_result(response)
+            fut.set_result(event.response)
 
     def _fail(self, exc: BaseException) -> None:
         if self.closed:
@@ -281,7 +265,6 @@ class AsyncBrokerConnection:
             if not fut.done():
                 fut.set_exception(exc)
         self._pending.clear()
-        self._in_flight.clear()
         if self._stream is not None and self._stream.transport is not None:
             self._stream.transport.close()
 

@@ -315,6 +315,11 @@ class ClientConnection:
         payload = self._reader.next_frame()
         if payload is None:
             return self._closed if self._closed is not None else NEED_DATA
+        return self.receive_frame(payload)
+
+    def receive_frame(self, payload: Buffer) -> ResponseReceived:
+        """A whole response (the frame without its size), for a caller that reads the frames
+        itself: decoded as the answer to the oldest request in flight."""
         if not self._in_flight:
             raise CorrelationIdMismatch("received a response while no request is in flight")
         header, request = self._in_flight.popleft()
