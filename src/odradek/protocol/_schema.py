@@ -786,14 +786,21 @@ def _inline_len_enc(flexible: bool, wide: bool, n: str, indent: str) -> list[str
     return [f"{indent}out += {'pack_i32' if wide else 'pack_i16'}({n})"]
 
 
-def _inline_len_dec(flexible: bool, wide: bool, indent: str) -> list[str]:
-    """Source reading a length or count prefix into ``n`` (-1 for null) and advancing ``pos``."""
+def _inline_len_dec(flexible: bool, wide: bool, indent: str, two_bytes: bool = False) -> list[str]:
+    """Source reading a length or count prefix into ``n`` (-1 for null) and advancing ``pos``;
+    ``two_bytes`` also inlines two-byte varints (bytes and records lengths often take two)."""
     if flexible:
+        two = [
+            f"{indent}elif buf[pos + 1] < 0x80:",
+            f"{indent}    n = (n & 0x7F | buf[pos + 1] << 7) - 1",
+            f"{indent}    pos += 2",
+        ]
         return [
             f"{indent}n = buf[pos]",
             f"{indent}if n < 0x80:",
             f"{indent}    n -= 1",
             f"{indent}    pos += 1",
+            *(two if two_bytes else []),
             f"{indent}else:",
             f"{indent}    n, pos = read_uvarint(buf, pos)",
             f"{indent}    n -= 1",
@@ -801,24 +808,6 @@ def _inline_len_dec(flexible: bool, wide: bool, indent: str) -> list[str]:
     if wide:
         return [f"{indent}n = unpack_i32(buf, pos)[0]", f"{indent}pos += 4"]
     return [f"{indent}n = unpack_i16(buf, pos)[0]", f"{indent}pos += 2"]
-
-
-def _inline_len_dec_wide(flexible: bool, indent: str) -> list[str]:
-    """:func:`_inline_len_dec` for bytes and records, whose lengths often take two varint bytes."""
-    if flexible:
-        return [
-            f"{indent}n = buf[pos]",
-            f"{indent}if n < 0x80:",
-            f"{indent}    n -= 1",
-            f"{indent}    pos += 1",
-            f"{indent}elif buf[pos + 1] < 0x80:",
-            f"{indent}    n = (n & 0x7F | buf[pos + 1] << 7) - 1",
-            f"{indent}    pos += 2",
-            f"{indent}else:",
-            f"{indent}    n, pos = read_uvarint(buf, pos)",
-            f"{indent}    n -= 1",
-        ]
-    return _inline_len_dec(False, True, indent)
 
 
 def _negative_length(i: int, attr: str, nullable: bool, kind: str) -> list[str]:
@@ -881,7 +870,7 @@ def _inline_field(
         enc += ["    elif type(v) is bytes or type(v) is bytearray:", "        n = len(v)"]
         enc += _inline_len_enc(flexible, True, "n", "        ")
         enc += ["        out += v", "    else:", f"        enc{i}(out, v)"]
-        dec = _inline_len_dec_wide(flexible, "    ")
+        dec = _inline_len_dec(flexible, True, "    ", two_bytes=True)
         dec += _negative_length(i, a, nullable, "bytes")
         dec += _sized_value(i, a, "bytes run", "buf[pos:end]" if t is RECORDS else "bytes(buf[pos:end])")
         return enc, dec
