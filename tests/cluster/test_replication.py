@@ -376,7 +376,7 @@ def test_session_expiry_and_zookeeper_restart(cluster_factory: Callable[..., Clu
 def test_group_offsets_survive_coordinator_failover(cluster_factory: Callable[..., Cluster]) -> None:
     from odradek.cluster.assignment import partition_for
 
-    cluster = cluster_factory(3, OVERRIDES)
+    cluster = cluster_factory(3, OVERRIDES, log_level="INFO")  # logs for the failure message
     topic = "events"
     create_topic(cluster.bootstrap, topic, 3, 3, config={"min.insync.replicas": "2"})
     p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
@@ -410,12 +410,19 @@ def test_group_offsets_survive_coordinator_failover(cluster_factory: Callable[..
     )
     c2 = Consumer(conf)
     try:
-        after = wait_for(
-            lambda: {tp.partition: tp.offset
-                     for tp in c2.committed([TopicPartition(topic, i) for i in range(3)], 10)},
-            60,
-            "committed offsets from the new coordinator",
-        )
+        try:
+            after = wait_for(
+                lambda: {tp.partition: tp.offset
+                         for tp in c2.committed([TopicPartition(topic, i) for i in range(3)], 10)},
+                60,
+                "committed offsets from the new coordinator",
+            )
+        except AssertionError as exc:
+            offsets_partition = partition_for(group, 50)
+            state = cluster.partition_state("__consumer_offsets", offsets_partition)
+            raise AssertionError(
+                f"{exc}\n__consumer_offsets-{offsets_partition}: {state}\n{diagnose(cluster, topic, 3)}"
+            ) from None
         assert after == committed
         c2.subscribe([topic])
         rest = 0
