@@ -5,10 +5,13 @@ nothing left behind by a connection that goes away while its fetch waits."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from odradek.broker.app import Broker
 from odradek.config import BrokerConfig
@@ -87,7 +90,7 @@ def _values(response: Any) -> list[bytes | None]:
     return [r.value for b in read_batches(bytes(records or b"")) for r in b.records]
 
 
-def _run(tmp_path: Path, body: Callable[[Broker], Awaitable[None]]) -> None:
+def _run(tmp_path: Path, body: Callable[[Broker], Awaitable[None]], loop: str = "asyncio") -> None:
     async def main() -> None:
         config = BrokerConfig.load(
             None, [], {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path / "data")}, env={}
@@ -104,7 +107,11 @@ def _run(tmp_path: Path, body: Callable[[Broker], Awaitable[None]]) -> None:
         finally:
             await broker.stop()
 
-    asyncio.run(main())
+    if loop == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        uvloop.run(main())
+    else:
+        asyncio.run(main())
 
 
 def test_pipelined_requests_are_answered_in_order(tmp_path: Path) -> None:
@@ -190,3 +197,100 @@ def test_a_fetch_left_waiting_by_a_closed_connection_leaves_nothing_behind(tmp_p
         c.close()
 
     _run(tmp_path, body)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_large_responses_queued_behind_a_slow_reader_stay_intact(tmp_path: Path, loop: str) -> None:
+    """Large pipelined fetch responses to a client that reads only after they all went out
+    arrive whole and in order (each batch's CRC checked), under both event loops."""
+    values = [os.urandom(900_000) for _ in range(8)]
+
+    async def body(broker: Broker) -> None:
+        c = await _Client.connect(broker)
+        for v in values:
+            c.send(_produce(v), 9)
+            await c.receive()
+        for rounds in range(3):
+            sent = [c.send(_fetch(i, 1000), 11) for i in range(len(values))]
+            await asyncio.sleep(0.2)  # nothing read yet: the responses back up in the broker
+            got = [await c.receive() for _ in sent]
+            assert [r.correlation_id for r in got] == sent
+            for i, r in enumerate(got):
+                # read_batches checks each batch's CRC; the first record is the one asked for
+                assert _values(r.response)[0] == values[i], f"response {i} of round {rounds}"
+        c.close()
+
+    _run(tmp_path, body, loop)
+
+
+class _HoldingTransport:
+    """Keeps every written buffer by reference (as uvloop does with what it cannot send at
+    once) until ``sent`` says how many bytes went out."""
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[memoryview, bytes]] = []  # what was handed over, and a copy
+        self.handed = 0
+        self.sent = 0
+
+    def write(self, data: Any) -> None:
+        view = memoryview(data)
+        self.writes.append((view, bytes(view)))
+        self.handed += len(view)
+
+    def get_write_buffer_size(self) -> int:
+        return self.handed - self.sent
+
+
+class _FileRegion:
+    def __init__(self, fd: int, position: int, length: int) -> None:
+        self.fd, self.position, self.length = fd, position, length
+
+
+def test_response_buffers_are_reused_only_once_sent(tmp_path: Path) -> None:
+    """The page-aligned buffers that fetch responses are assembled in are kept for the next
+    responses, but one the transport still holds (not sent yet) is never written over."""
+    from odradek.broker.server import KafkaConnection
+
+    segment = tmp_path / "segment"
+    data = os.urandom(3 << 20)
+    segment.write_bytes(data)
+    fd = os.open(segment, os.O_RDONLY)
+    try:
+
+        class _Config:
+            def get(self, name: str) -> Any:
+                assert name == "socket.request.max.bytes"
+                return 100 << 20
+
+        class _Broker:
+            config = _Config()
+
+        conn = KafkaConnection(_Broker(), "PLAINTEXT")  # type: ignore[arg-type]
+        transport = _HoldingTransport()
+        conn.transport = transport  # type: ignore[assignment]
+
+        def respond(i: int) -> None:
+            conn._write([b"head%d" % i, _FileRegion(fd, i * 100_000, 1 << 20), b"tail"])
+
+        def unsent_intact() -> None:
+            at = 0
+            for view, copy in transport.writes:
+                at += len(view)
+                if at > transport.sent:
+                    assert bytes(view) == copy, "a buffer the transport still holds was written over"
+
+        for i in range(4):  # nothing sent: every response needs a buffer of its own
+            respond(i)
+            unsent_intact()
+        assert len({id(v.obj) for v, _ in transport.writes}) == 4
+        transport.sent = transport.handed  # all out: buffers are reused from now on
+        for i in range(4, 12):
+            respond(i)
+            unsent_intact()
+            transport.sent = transport.handed - (1 << 19)  # half of the last one still queued
+        assert len({id(v.obj) for v, _ in transport.writes}) < 12
+        assert [c[4:] for _, c in transport.writes] == [
+            b"%d" % i + data[i * 100_000 : i * 100_000 + (1 << 20)] + b"tail" for i in range(12)
+        ]
+    finally:
+        os.close(fd)

@@ -56,6 +56,9 @@ _OUT_BUFFER = 1 << 20
 _MAX_COALESCED = 64
 # responses up to this size are assembled as bytes rather than in the page-aligned buffer
 _SMALL_RESPONSE = 16 * 1024
+# page-aligned response buffers a connection keeps for reuse (a fresh one is zero-filled and
+# page-faulted in by the kernel, which costs as much as reading the records into it)
+_KEPT_OUT_BUFFERS = 2
 
 
 def api_versions_response(error_code: int = 0) -> ApiVersionsResponse:
@@ -76,7 +79,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self._mem = mmap.mmap(-1, _RECV_BUFFER)
         self._view = memoryview(self._mem)
-        self._out: mmap.mmap | None = None
+        # response buffers handed to the transport, oldest first, each with the count of bytes
+        # handed to the transport up to its end: free again once the transport has sent them
+        self._outs: deque[tuple[mmap.mmap, int]] = deque()
+        self._handed = 0  # bytes handed to the transport so far
         self._queue: deque[RequestReceived | BadRequest] = deque()
         # what the connection waits for: the task that carries on while a handler waits or the
         # peer is not reading, or a handler's Deferred; None while requests are handled
@@ -307,7 +313,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if type(p) is not bytes:
                 break
         else:
-            transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
+            data = parts[0] if len(parts) == 1 else b"".join(parts)
+            transport.write(data)
+            self._handed += len(data)
             return
         total = 0
         for p in parts:
@@ -323,11 +331,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     if len(data) != p.length:
                         raise OSError(f"short read of a log segment ({len(data)} of {p.length} bytes)")
                     chunks.append(data)
-            transport.write(b"".join(chunks))
+            data = b"".join(chunks)
+            transport.write(data)
+            self._handed += len(data)
             return
-        out = self._out
-        if out is None or len(out) < total:
-            out = mmap.mmap(-1, max(_OUT_BUFFER, (total + _OUT_BUFFER - 1) // _OUT_BUFFER * _OUT_BUFFER))
+        out = self._free_out_buffer(total, transport)
         view = memoryview(out)
         pos = 0
         for p in parts:
@@ -341,8 +349,22 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     raise OSError(f"short read of a log segment ({got} of {n} bytes)")
             pos += n
         transport.write(view[:total])
-        # reuse the buffer only if the transport sent everything (it may keep a reference)
-        self._out = out if transport.get_write_buffer_size() == 0 else None
+        self._handed += total
+        outs = self._outs
+        outs.append((out, self._handed))
+        if len(outs) > _KEPT_OUT_BUFFERS:
+            outs.popleft()  # the transport keeps its own reference while it still sends from it
+
+    def _free_out_buffer(self, size: int, transport: asyncio.Transport) -> mmap.mmap:
+        """A page-aligned buffer of at least ``size`` bytes that the transport no longer sends
+        from (it may hold on to a view of what it could not write yet): a kept one or a new one."""
+        sent = self._handed - transport.get_write_buffer_size()
+        outs = self._outs
+        for i, (buf, end) in enumerate(outs):
+            if end <= sent and len(buf) >= size:
+                del outs[i]
+                return buf
+        return mmap.mmap(-1, max(_OUT_BUFFER, (size + _OUT_BUFFER - 1) // _OUT_BUFFER * _OUT_BUFFER))
 
     def _bad_request(self, ev: BadRequest) -> bytes | None:
         header = ev.header
