@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from odradek.client import AsyncSimpleConsumer, ConsumerRecord, SimpleConsumer
-from odradek.client._aio import _SCRATCH, _frame_buffer, _FrameStream
+from odradek.client._aio import _SCRATCH, _FrameStream
+from odradek.client._network import _frame_buffer
 from odradek.records import BatchBuilder, TimestampType
 from odradek.testing import BrokerProcess
 

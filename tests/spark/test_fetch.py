@@ -31,10 +31,13 @@ def test_the_client_still_hands_over_raw_partition_data() -> None:
     assert _fetch.RAW_HOOK
 
 
-def test_a_range_reads_what_the_client_reads(broker: BrokerProcess, topic: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("direct", [True, False])
+def test_a_range_reads_what_the_client_reads(
+    broker: BrokerProcess, topic: str, monkeypatch: pytest.MonkeyPatch, direct: bool
+) -> None:
     create_topic(broker.bootstrap, topic, 1)
     produce(broker.bootstrap, topic, [{"value": b"v%d" % i, "key": b"k" if i % 2 else None, "partition": 0} for i in range(3000)])
-    rows = _read(broker, topic, 1234, 2345, fetch_bytes=16384)  # many small fetches
+    rows = _read(broker, topic, 1234, 2345, fetch_bytes=16384, direct=direct)  # many small fetches
     with SimpleConsumer({"bootstrap.servers": broker.bootstrap}) as c:
         expected, at = [], 1234
         while at < 2345:
@@ -47,7 +50,29 @@ def test_a_range_reads_what_the_client_reads(broker: BrokerProcess, topic: str, 
     from odradek.client import AsyncSimpleConsumer
 
     monkeypatch.setattr(_fetch, "_RawConsumer", AsyncSimpleConsumer)
-    assert _read(broker, topic, 1234, 2345, include_headers=True) == [{**r, "headers": None} for r in rows]
+    assert _read(broker, topic, 1234, 2345, include_headers=True, direct=False) == [{**r, "headers": None} for r in rows]
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_the_direct_read_hands_what_it_cannot_read_to_the_general_path(
+    broker: BrokerProcess, topic: str, monkeypatch: pytest.MonkeyPatch, direct: bool
+) -> None:
+    create_topic(broker.bootstrap, topic, 1)
+    produce(broker.bootstrap, topic, [{"value": b"v%d" % i, "partition": 0} for i in range(50)])
+    general: list[int] = []  # where the general path started
+    real = _fetch._read
+
+    def spy(consumer: object, pump: object, topic: str, partition: int, start: int, *args: object) -> object:
+        general.append(start)
+        return real(consumer, pump, topic, partition, start, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_fetch, "_read", spy)
+    assert [r["offset"] for r in _read(broker, topic, 5, 50, fetch_bytes=1024, direct=direct)] == list(range(5, 50))
+    assert general == ([] if direct else [5])
+    # the log ends at 50: the direct read stops there and the general path reports the loss
+    rows = _read(broker, topic, 40, 100, fail_on_data_loss=False, direct=direct)
+    assert [r["offset"] for r in rows] == list(range(40, 50))
+    assert general == ([50] if direct else [5, 40])
 
 
 def test_records_gone_at_the_start_of_a_range(broker: BrokerProcess, topic: str, caplog: pytest.LogCaptureFixture) -> None:

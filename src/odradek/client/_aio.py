@@ -16,14 +16,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import sys
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from odradek.client._network import negotiate_version, parse_bootstrap
+from odradek.client._network import _frame_buffer, negotiate_version, parse_bootstrap
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ClientConnection, Message, ProtocolError
 from odradek.protocol.connection import DEFAULT_MAX_FRAME_SIZE, frame_size_at
@@ -36,34 +34,6 @@ log = logging.getLogger(__name__)
 
 #: Bytes read at a time while no large frame is being read (size prefixes, small responses).
 _SCRATCH = 1 << 16
-#: At most this many bytes of buffers of large frames are kept for reuse (all connections).
-_SPARE_BYTES = 32 << 20
-
-
-_spare: list[bytearray] = []  # buffers of large frames, most recently used last
-_spare_lock = threading.Lock()
-
-
-def _frame_buffer(size: int) -> memoryview:
-    """A writable buffer of ``size`` bytes for a large frame: a spare one that nothing refers to
-    any more, or a new one (kept for reuse, up to :data:`_SPARE_BYTES` in all: connections come
-    and go, a Spark task opens its own)."""
-    with _spare_lock:
-        spare = _spare
-        for i in range(len(spare)):
-            b = spare[i]
-            # references: the list, ``b`` and getrefcount's argument; a view of it adds one
-            if size <= len(b) <= 2 * size and sys.getrefcount(b) == 3:
-                spare.append(spare.pop(i))
-                return memoryview(b)[:size]
-        b = bytearray(size + (size >> 4))  # responses to the same fetches differ a little in size
-        spare.append(b)
-        total = sum(len(s) for s in spare)
-        while total > _SPARE_BYTES and len(spare) > 1:
-            total -= len(spare.pop(0))
-        return memoryview(b)[:size]
-
-
 class _FrameStream(asyncio.BufferedProtocol):
     """The socket side of a connection: reads size-prefixed frames and hands each payload to
     ``on_frame`` (a buffer of its own: ``bytearray`` or ``memoryview``); flow control for

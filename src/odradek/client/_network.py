@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import sys
+import threading
 import time
 from typing import Any, TypeVar
 
 from odradek.errors import ErrorCode, KafkaError
-from odradek.protocol import NEED_DATA, ClientConnection, ConnectionClosed, Message, ResponseReceived
+from odradek.protocol import ClientConnection, Message, ProtocolError
+from odradek.protocol.connection import DEFAULT_MAX_FRAME_SIZE, frame_size_at
 from odradek.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from odradek.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from odradek.protocol.messages.metadata import MetadataRequest, MetadataResponse
@@ -21,6 +24,35 @@ from odradek.protocol.messages.metadata import MetadataRequest, MetadataResponse
 __all__ = ["BrokerConnection", "Cluster", "negotiate_version", "parse_bootstrap"]
 
 M = TypeVar("M", bound=Message)
+
+#: Frames up to this size are read into a buffer of their own; larger ones into a reused one.
+_SMALL_FRAME = 1 << 16
+#: At most this many bytes of buffers of large frames are kept for reuse (all connections).
+_SPARE_BYTES = 32 << 20
+
+
+_spare: list[bytearray] = []  # buffers of large frames, most recently used last
+_spare_lock = threading.Lock()
+
+
+def _frame_buffer(size: int) -> memoryview:
+    """A writable buffer of ``size`` bytes for a large frame: a spare one that nothing refers to
+    any more, or a new one (kept for reuse, up to :data:`_SPARE_BYTES` in all: connections come
+    and go, a Spark task opens its own)."""
+    with _spare_lock:
+        spare = _spare
+        for i in range(len(spare)):
+            b = spare[i]
+            # references: the list, ``b`` and getrefcount's argument; a view of it adds one
+            if size <= len(b) <= 2 * size and sys.getrefcount(b) == 3:
+                spare.append(spare.pop(i))
+                return memoryview(b)[:size]
+        b = bytearray(size + (size >> 4))  # responses to the same fetches differ a little in size
+        spare.append(b)
+        total = sum(len(s) for s in spare)
+        while total > _SPARE_BYTES and len(spare) > 1:
+            total -= len(spare.pop(0))
+        return memoryview(b)[:size]
 
 
 def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
@@ -60,6 +92,7 @@ class BrokerConnection:
             raise ConnectionError(f"cannot connect to {host}:{port}: {exc}") from exc
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.conn = ClientConnection(client_id=client_id)
+        self.max_frame_size = DEFAULT_MAX_FRAME_SIZE
         self.versions: dict[int, tuple[int, int]] = {}
         self._negotiate()
 
@@ -83,29 +116,55 @@ class BrokerConnection:
         return self._roundtrip(message, v)
 
     def _roundtrip(self, message: Message, version: int) -> Any:
-        _cid, data = self.conn.send_request(message, version)
-        deadline = time.monotonic() + self.timeout
+        self.send(message, version)
+        return self.receive()
+
+    def send(self, message: Message, version: int | None = None) -> int:
+        """Write a request without waiting for its response (see :meth:`receive`); returns its
+        correlation id.  Requests are answered in the order they were sent."""
+        v = self.version_for(type(message)) if version is None else version
+        cid, data = self.conn.send_request(message, v)
         try:
+            self.sock.settimeout(self.timeout)
             self.sock.sendall(data)
-            while True:
-                ev = self.conn.next_event()
-                if isinstance(ev, ResponseReceived):
-                    return ev.response
-                if isinstance(ev, ConnectionClosed):
-                    raise ConnectionError(f"{self.host}:{self.port} closed the connection")
-                assert ev is NEED_DATA
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(f"no response from {self.host}:{self.port} within {self.timeout:.0f}s")
-                self.sock.settimeout(remaining)
-                chunk = self.sock.recv(1 << 20)
-                self.conn.receive_data(chunk)
-        except TimeoutError:
-            self.close()
-            raise
         except OSError as exc:
             self.close()
             raise ConnectionError(f"connection to {self.host}:{self.port} failed: {exc}") from exc
+        return cid
+
+    def receive(self) -> Any:
+        """The response to the oldest request sent and not answered yet, waiting up to the
+        connection's timeout.  A large response is read straight into a buffer of its size (one
+        that no earlier response refers to any more), and its ``records`` are views of it."""
+        deadline = time.monotonic() + self.timeout
+        try:
+            head = bytearray(4)
+            self._read_into(memoryview(head), deadline)
+            size = frame_size_at(head, 0, self.max_frame_size)
+            payload = memoryview(bytearray(size)) if size <= _SMALL_FRAME else _frame_buffer(size)
+            self._read_into(payload, deadline)
+            return self.conn.receive_frame(payload).response
+        except TimeoutError:
+            self.close()
+            raise TimeoutError(f"no response from {self.host}:{self.port} within {self.timeout:.0f}s") from None
+        except ProtocolError as exc:
+            self.close()
+            raise ConnectionError(f"bad response from {self.host}:{self.port}: {exc}") from exc
+        except OSError as exc:
+            self.close()
+            raise ConnectionError(f"connection to {self.host}:{self.port} failed: {exc}") from exc
+
+    def _read_into(self, view: memoryview, deadline: float) -> None:
+        got, n = 0, len(view)
+        while got < n:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            self.sock.settimeout(remaining)
+            k = self.sock.recv_into(view[got:])
+            if not k:
+                raise ConnectionError(f"{self.host}:{self.port} closed the connection")
+            got += k
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -198,6 +257,8 @@ class Cluster:
     def close(self) -> None:
         for conn in self._conns.values():
             conn.close()
+        if self._any is not None:
+            self._any.close()
         if self._any is not None:
             self._any.close()
         self._conns.clear()
