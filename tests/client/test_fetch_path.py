@@ -216,3 +216,40 @@ def test_async_clients_run_on_uvloop(broker: BrokerProcess) -> None:
             await consumer.close()
 
     assert uvloop.run(main()) == [(i, b"v%d" % i) for i in range(50)]
+
+
+def test_blocking_connection_answers_pipelined_requests_in_order(broker: BrokerProcess) -> None:
+    """``BrokerConnection.send`` several requests, then ``receive`` their answers in order; the
+    records of a large response (read into a reused buffer) stay intact while it is kept."""
+    from confluent_kafka import Producer
+
+    from odradek.client import Cluster
+    from odradek.protocol.messages.fetch import FetchRequest
+    from odradek.records import read_batches
+
+    topic = "blocking-pipeline"
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "batch.size": 100_000})
+    for i in range(30_000):
+        p.produce(topic, b"%d" % i + b"." * 100, partition=0)
+    assert p.flush(30) == 0
+
+    def fetch(offset: int) -> FetchRequest:
+        part = FetchRequest.FetchPartition(partition=0, fetch_offset=offset, partition_max_bytes=200_000)
+        topics = [FetchRequest.FetchTopic(topic=topic, partitions=[part])]
+        return FetchRequest(replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=200_000, topics=topics)
+
+    cluster = Cluster(broker.bootstrap, timeout=10)
+    try:
+        conn = cluster.leader_of(topic, 0)
+        starts = [0, 9000, 18000, 27000]
+        for s in starts:
+            conn.send(fetch(s), 12)
+        responses = [conn.receive() for _ in starts]  # all kept: their buffers are not reused
+        for s, resp in zip(starts, responses, strict=True):
+            records = resp.responses[0].partitions[0].records
+            assert isinstance(records, memoryview) and len(records) > 65536  # a large frame's view
+            values = [r.value for b in read_batches(bytes(records)) for r in b.records if r.offset >= s]
+            assert values[:500] == [b"%d" % i + b"." * 100 for i in range(s, s + 500)]
+        assert len({id(r.responses[0].partitions[0].records.obj) for r in responses}) == len(starts)
+    finally:
+        cluster.close()
