@@ -146,12 +146,17 @@ def test_fixed_size_records_the_benchmark_shape(monkeypatch: pytest.MonkeyPatch)
     assert got.batch.column(0).null_count == 5000
 
 
+def _inside_a_larger_bytearray(data: bytes) -> memoryview:
+    """As a client hands a response's records over: a view into its (larger) frame buffer."""
+    return memoryview(bytearray(b"\xff" * 37 + data + b"\xee" * 11))[37 : 37 + len(data)]
+
+
 @pytest.mark.parametrize("one_run_at_a_time", [False, True])
-@pytest.mark.parametrize("as_type", [bytes, bytearray, memoryview])
+@pytest.mark.parametrize("as_type", [bytes, bytearray, memoryview, _inside_a_larger_bytearray])
 def test_runs_of_several_batches_cut_out_together(
     one_run_at_a_time: bool, as_type: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Runs of uncompressed batches are cut out of one copy of the response, compressed ones
+    """Runs of uncompressed batches are cut out of the buffer holding the response, compressed ones
     out of their own buffers, keys and values of other lengths apart: all as the client."""
     monkeypatch.setattr(_arrow, "_decode_slow", _no_slow_path)
     if one_run_at_a_time:  # the path for buffers beyond 32-bit offsets

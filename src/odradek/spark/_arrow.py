@@ -175,10 +175,10 @@ def _decode_fast(
     end = 0
     n = len(data)
     view = memoryview(data)
-    # the uncompressed batches are decoded in one ``bytes`` copy of the data from the first
-    # one needed on (strided slices of ``bytes`` are C loops; of a view ten times slower), so
-    # that a column of a whole response can be cut out of it at once
-    whole: bytes | None = None
+    # the uncompressed batches are decoded in the buffer that holds the data (strided slices of
+    # ``bytes`` and ``bytearray`` are C loops; of a view ten times slower), so that a column of a
+    # whole response can be cut out of it at once
+    whole: bytes | bytearray | None = None
     shift = 0  # position in ``data`` of ``whole[0]``
     for h in iter_batch_headers(data):
         end = h.position + h.size
@@ -212,8 +212,7 @@ def _decode_fast(
                 segments = decode_record_columns(buf, count, h.base_offset, h.base_timestamp, lat)
             else:
                 if whole is None:
-                    shift = h.position
-                    whole = data if type(data) is bytes and not shift else bytes(view[shift:])
+                    whole, shift = _whole(data, view, h.position)
                 start = h.position + _HEADER_SIZE - shift
                 segments = decode_record_columns(
                     whole, count, h.base_offset, h.base_timestamp, lat, start=start, stop=end - shift
@@ -240,6 +239,19 @@ def _decode_fast(
     if batch.num_rows == 0:
         return Decoded(None, next_offset, complete)
     return Decoded(batch, next_offset, complete)
+
+
+def _whole(data: Any, view: memoryview, first: int) -> tuple[bytes | bytearray, int]:
+    """The buffer to decode ``data``'s uncompressed batches in, and the position in ``data`` of
+    its first byte: ``data`` itself, the ``bytearray`` a view of it lies in (a client's response
+    buffer), or else a copy from ``first`` (the first batch needed) on."""
+    if type(data) is bytes or type(data) is bytearray:
+        return data, 0
+    owner = view.obj
+    if type(owner) is bytearray and view.contiguous and view.itemsize == 1 and view.ndim == 1:
+        # both export their memory: where ``view`` starts inside ``owner``
+        return owner, pa.py_buffer(owner).address - pa.py_buffer(view).address
+    return bytes(view[first:]), first
 
 
 class _Builder:
