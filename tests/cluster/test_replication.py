@@ -114,11 +114,21 @@ def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60) 
             "enable.auto.commit": False,
         }
     )
-    parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+    deadline = time.monotonic() + timeout
+    # a broker that has just restarted answers Metadata from an empty cache until the
+    # controller's UpdateMetadata reaches it (as Kafka's do): ask until the partitions are there
+    while True:
+        t = c.list_topics(topic, timeout=10).topics[topic]
+        if t.error is None and t.partitions:
+            parts = t.partitions
+            break
+        if time.monotonic() > deadline:
+            c.close()
+            raise AssertionError(f"no partitions of {topic} in the metadata: {t.error}")
+        time.sleep(0.2)
     c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
     got: dict[int, list[tuple[int, bytes]]] = {}
     errors: list[str] = []
-    deadline = time.monotonic() + timeout
     count = 0
     idle_since = time.monotonic()
     try:
@@ -135,10 +145,16 @@ def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60) 
             idle_since = time.monotonic()
             got.setdefault(m.partition(), []).append((m.offset(), m.value()))
             count += 1
+        if count < expected:
+            marks = {}
+            for p in parts:
+                try:
+                    marks[p] = c.get_watermark_offsets(TopicPartition(topic, p), timeout=5)
+                except Exception as exc:  # a diagnostic only
+                    marks[p] = str(exc)
+            print(f"consume_all: {count} of {expected} records; watermarks {marks}; consumer errors: {errors[:10]}")
     finally:
         c.close()
-    if count < expected:
-        print(f"consume_all: {count} of {expected} records; consumer errors: {errors[:10]}")
     return got
 
 
@@ -252,7 +268,9 @@ def _failures(cluster: Cluster, topic: str, producer: ProducerThread) -> None:
 
 @pytest.mark.parametrize("unclean", [False, True])
 def test_partition_with_whole_isr_down(cluster_factory: Callable[..., Cluster], unclean: bool) -> None:
-    cluster = cluster_factory(3, {**OVERRIDES, "zookeeper.session.timeout.ms": 20000, "auto.leader.rebalance.enable": False})
+    cluster = cluster_factory(
+        3, {**OVERRIDES, "zookeeper.session.timeout.ms": 20000, "auto.leader.rebalance.enable": False}, log_level="INFO"
+    )
     topic = "ledger"
     create_topic(
         cluster.bootstrap, topic, assignment=[[1, 2]],
@@ -279,7 +297,10 @@ def test_partition_with_whole_isr_down(cluster_factory: Callable[..., Cluster], 
         cluster.start(1)
         cluster.wait_for(lambda: cluster.leader(topic, 0) == 1, 40, "broker 1 leading again")
         got = consume_all(cluster.bootstrap, topic, sum(len(v) for v in acked.values()))
-        check_no_loss(acked, got)
+        try:
+            check_no_loss(acked, got)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{diagnose(cluster, topic, 1)}") from None
     else:
         cluster.wait_for(lambda: cluster.leader(topic, 0) == 2, 40, "the out-of-sync replica elected")
         logs = "\n".join(cluster.logs(i, 400) for i in (1, 2, 3) if i != 1)
