@@ -313,9 +313,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if type(p) is not bytes:
                 break
         else:
-            data = parts[0] if len(parts) == 1 else b"".join(parts)
-            transport.write(data)
-            self._handed += len(data)
+            self._hand(transport, parts[0] if len(parts) == 1 else b"".join(parts))
             return
         total = 0
         for p in parts:
@@ -331,9 +329,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     if len(data) != p.length:
                         raise OSError(f"short read of a log segment ({len(data)} of {p.length} bytes)")
                     chunks.append(data)
-            data = b"".join(chunks)
-            transport.write(data)
-            self._handed += len(data)
+            self._hand(transport, b"".join(chunks))
             return
         out = self._free_out_buffer(total, transport)
         view = memoryview(out)
@@ -348,12 +344,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 if got != n:
                     raise OSError(f"short read of a log segment ({got} of {n} bytes)")
             pos += n
-        transport.write(view[:total])
-        self._handed += total
+        self._hand(transport, view[:total])
         outs = self._outs
         outs.append((out, self._handed))
         if len(outs) > _KEPT_OUT_BUFFERS:
             outs.popleft()  # the transport keeps its own reference while it still sends from it
+
+    def _hand(self, transport: asyncio.Transport, data: bytes | memoryview) -> None:
+        """Write to the transport, counting the bytes handed over (see :meth:`_free_out_buffer`)."""
+        transport.write(data)
+        self._handed += len(data)
 
     def _free_out_buffer(self, size: int, transport: asyncio.Transport) -> mmap.mmap:
         """A page-aligned buffer of at least ``size`` bytes that the transport no longer sends

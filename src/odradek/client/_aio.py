@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from odradek.client._network import _frame_buffer, negotiate_version, parse_bootstrap
+from odradek.client._network import _SMALL_FRAME, _frame_buffer, negotiate_version, parse_bootstrap
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ClientConnection, Message, ProtocolError
 from odradek.protocol.connection import DEFAULT_MAX_FRAME_SIZE, frame_size_at
@@ -32,8 +32,9 @@ __all__ = ["AsyncBrokerConnection", "AsyncCluster", "PartitionInfo", "TopicInfo"
 
 log = logging.getLogger(__name__)
 
-#: Bytes read at a time while no large frame is being read (size prefixes, small responses).
-_SCRATCH = 1 << 16
+#: Bytes read at a time while no large frame is being read (size prefixes, small responses);
+#: a larger frame is read into a buffer of its own, as the blocking connection does.
+_SCRATCH = _SMALL_FRAME
 class _FrameStream(asyncio.BufferedProtocol):
     """The socket side of a connection: reads size-prefixed frames and hands each payload to
     ``on_frame`` (a buffer of its own: ``bytearray`` or ``memoryview``); flow control for

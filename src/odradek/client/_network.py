@@ -259,8 +259,6 @@ class Cluster:
             conn.close()
         if self._any is not None:
             self._any.close()
-        if self._any is not None:
-            self._any.close()
         self._conns.clear()
         self._any = None
 

@@ -334,32 +334,9 @@ class AsyncSimpleConsumer:
         except KafkaError as exc:
             return {tp: (_Retry(exc) if exc.retriable else exc) for tp in tps}
         by_id = version >= 13
-        R = FetchRequest
-        topics: dict[str, FetchRequest.FetchTopic] = {}
-        names: dict[Any, str] = {}
-        for (topic, partition), topic_id, leader_epoch in parts:
-            ft = topics.get(topic)
-            if ft is None:
-                if by_id:
-                    ft = topics[topic] = R.FetchTopic(topic_id=topic_id)
-                    names[topic_id] = topic
-                else:
-                    ft = topics[topic] = R.FetchTopic(topic=topic)
-            ft.partitions.append(
-                R.FetchPartition(
-                    partition=partition,
-                    current_leader_epoch=leader_epoch,
-                    fetch_offset=offsets[(topic, partition)],
-                    partition_max_bytes=sizes[(topic, partition)],
-                )
-            )
-        request = R(
-            replica_id=-1,
-            max_wait_ms=self.max_wait_ms,
-            min_bytes=self.min_bytes,
-            max_bytes=min(max(self.fetch_max_bytes, max(sizes[tp] for tp in tps)), _INT32_MAX),
-            isolation_level=self.isolation_level,
-            topics=list(topics.values()),
+        names = {topic_id: tp[0] for tp, topic_id, _epoch in parts} if by_id else {}
+        request = self.fetch_request(
+            [(tp[0], topic_id, tp[1], epoch, offsets[tp], sizes[tp]) for tp, topic_id, epoch in parts], by_id
         )
         timeout = min((self.request_timeout_ms + self.max_wait_ms) / 1000, max(deadline - time.monotonic(), 0.001))
         try:
@@ -388,6 +365,35 @@ class AsyncSimpleConsumer:
                 missing = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no data for {tp[0]}-{tp[1]} in the fetch response")
                 out[tp] = _Retry(missing)
         return out
+
+    def fetch_request(self, wanted: Iterable[tuple[str, Any, int, int, int, int]], by_id: bool) -> FetchRequest:
+        """The Fetch request this consumer sends for ``(topic, topic_id, partition, leader_epoch,
+        offset, max_bytes)`` entries, topics addressed by id (Fetch v13 on) or by name; for
+        callers that send it over a connection of their own."""
+        R = FetchRequest
+        topics: dict[str, FetchRequest.FetchTopic] = {}
+        largest = 1
+        for topic, topic_id, partition, leader_epoch, offset, size in wanted:
+            ft = topics.get(topic)
+            if ft is None:
+                ft = topics[topic] = R.FetchTopic(topic_id=topic_id) if by_id else R.FetchTopic(topic=topic)
+            ft.partitions.append(
+                R.FetchPartition(
+                    partition=partition,
+                    current_leader_epoch=leader_epoch,
+                    fetch_offset=offset,
+                    partition_max_bytes=size,
+                )
+            )
+            largest = max(largest, size)
+        return R(
+            replica_id=-1,
+            max_wait_ms=self.max_wait_ms,
+            min_bytes=self.min_bytes,
+            max_bytes=min(max(self.fetch_max_bytes, largest), _INT32_MAX),
+            isolation_level=self.isolation_level,
+            topics=list(topics.values()),
+        )
 
     async def _partition_error(self, tp: TopicPartition, offset: int, code: int, deadline: float) -> BaseException:
         err = ErrorCode.of(code)

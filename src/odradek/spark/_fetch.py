@@ -110,18 +110,22 @@ class _RawConsumer(AsyncSimpleConsumer):
             out = _RawFetched(topic, partition, offset, pd.high_watermark)
             out.last_stable_offset = pd.last_stable_offset
             out.log_start_offset = pd.log_start_offset
-            data = pd.records
-            if data is None:
-                data = b""
-            elif not isinstance(data, (bytes, bytearray, memoryview)):
-                data = data.to_bytes()
-            out.raw = data
-            out.aborted = (
-                [(a.producer_id, a.first_offset) for a in pd.aborted_transactions or ()]
-                if self.isolation_level
-                else None
-            )
+            out.raw, out.aborted = _raw_partition_data(pd, self.isolation_level)
             return out
+
+
+def _raw_partition_data(pd: Any, isolation_level: int) -> tuple[Any, list[tuple[int, int]] | None]:
+    """A Fetch response partition's record bytes as they came, and ``(producer_id,
+    first_offset)`` of its aborted transactions (``None`` for read_uncommitted)."""
+    data = pd.records
+    if data is None:
+        data = b""
+    elif not isinstance(data, (bytes, bytearray, memoryview)):
+        data = data.to_bytes()
+    aborted = (
+        [(a.producer_id, a.first_offset) for a in pd.aborted_transactions or ()] if isolation_level else None
+    )
+    return data, aborted
 
 
 def _next_fetch_offset(data: Any, offset: int) -> int:
@@ -316,41 +320,18 @@ def _read_direct(
         return start
 
     def request(offset: int) -> FetchRequest:
-        return FetchRequest(
-            replica_id=-1,
-            max_wait_ms=consumer.max_wait_ms,
-            min_bytes=consumer.min_bytes,
-            max_bytes=max(consumer.fetch_max_bytes, size),
-            isolation_level=consumer.isolation_level,
-            topics=[
-                FetchRequest.FetchTopic(
-                    topic=topic,
-                    partitions=[
-                        FetchRequest.FetchPartition(partition=partition, fetch_offset=offset, partition_max_bytes=size)
-                    ],
-                )
-            ],
-        )
+        return consumer.fetch_request([(topic, None, partition, -1, offset, size)], by_id=False)
 
     offset = start
     try:
         conn.send(request(offset), version)
         while offset < end:
-            try:
-                resp = conn.receive()
-            except (ConnectionError, TimeoutError, OSError):
-                return offset
+            resp = conn.receive()
             parts = [pd for t in resp.responses if t.topic == topic for pd in t.partitions]
             if resp.error_code or len(parts) != 1 or parts[0].partition_index != partition or parts[0].error_code:
                 return offset
-            pd = parts[0]
-            data = pd.records if pd.records is not None else b""
-            aborted = (
-                [(a.producer_id, a.first_offset) for a in pd.aborted_transactions or ()]
-                if consumer.isolation_level
-                else None
-            )
-            del resp, parts, pd
+            data, aborted = _raw_partition_data(parts[0], consumer.isolation_level)
+            del resp, parts
             try:
                 ahead = _next_fetch_offset(data, offset)
             except Exception:  # unreadable data: the decoder says what is wrong
@@ -376,12 +357,11 @@ def _read_direct(
             if offset < end and offset != ahead:  # the fetch sent ahead asked for another offset
                 return offset
         return offset
-    except (ConnectionError, TimeoutError) as exc:  # sending failed
+    except (ConnectionError, TimeoutError) as exc:  # sending or receiving failed
         log.debug("direct read of %s-%d stopped at offset %d: %s", topic, partition, offset, exc)
         return offset
     finally:
-        conn.close()
-        cluster.close()
+        cluster.close()  # its connections, ``conn`` among them
 
 
 def _read(
