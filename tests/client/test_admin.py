@@ -584,6 +584,21 @@ def test_retries_until_the_broker_is_up(tmp_path: Path, topic: str) -> None:
             late.stop()
 
 
+def test_deadline_cut_attempt_keeps_the_earlier_error() -> None:
+    """The attempt the deadline cuts short (a bare TimeoutError) does not hide why the earlier
+    ones failed; with nothing earlier, the timeout itself is named."""
+    from odradek.client.admin import _Pending
+
+    state: _Pending[str, int] = _Pending({"a": None, "b": None}, lambda k: f"item {k}")
+    state.failed("a", ConnectionRefusedError("cannot connect to 127.0.0.1:1"))
+    state.failed("a", TimeoutError())
+    state.failed("b", TimeoutError())
+    state.give_up(1.0)
+    assert str(state.errors["a"]).endswith("item a: timed out after 1 s: cannot connect to 127.0.0.1:1")
+    assert str(state.errors["b"]).endswith("item b: timed out after 1 s: TimeoutError")
+    assert all(e.code == ErrorCode.REQUEST_TIMED_OUT for e in state.errors.values())
+
+
 def test_retry_policy_without_a_broker() -> None:
     """Retriable codes are retried with backoff until they clear or time runs out; final codes
     (including UNKNOWN_TOPIC_OR_PARTITION for admin operations) are not."""

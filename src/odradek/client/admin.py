@@ -481,7 +481,9 @@ class _Pending(Generic[K, T]):
 
     def failed(self, key: K, exc: BaseException) -> None:
         if _retriable(exc):
-            self.last[key] = exc
+            # a deadline cut short the last attempt: the error before it says more
+            if not (isinstance(exc, TimeoutError) and not str(exc) and key in self.last):
+                self.last[key] = exc
             if isinstance(exc, KafkaError) and exc.code in _REFRESH:
                 self.refresh = True
             if not isinstance(exc, KafkaError):
@@ -503,7 +505,7 @@ class _Pending(Generic[K, T]):
             if isinstance(last, KafkaError):
                 exc = KafkaError(last.code, f"{last.message or self.what(key)} (still failing after {timeout:g} s)")
             else:
-                why = f": {last}" if last is not None else ""
+                why = f": {str(last) or type(last).__name__}" if last is not None else ""
                 exc = KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"{self.what(key)}: timed out after {timeout:g} s{why}")
             self.errors[key] = exc
         self.todo.clear()

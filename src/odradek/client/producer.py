@@ -397,7 +397,8 @@ class _Core:
             except (ConnectionError, TimeoutError, KafkaError) as exc:
                 if isinstance(exc, KafkaError) and not exc.retriable:
                     raise
-                last = exc
+                if last is None or str(exc):  # the attempt the deadline cut says less than the one before
+                    last = exc
             await asyncio.sleep(min(self.retry_backoff, max(0.0, deadline - time.monotonic())))
 
     def update_counts(self, topic: str) -> None:
