@@ -46,6 +46,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     try:
         yield proc
     finally:
+        _CK.pop(proc.bootstrap, None)  # destroyed with the broker, not left reconnecting to it
         assert proc.stop() == 0, "".join(proc.stderr_lines[-40:])
 
 
