@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 #: Bytes read at a time while no large frame is being read (size prefixes, small responses);
 #: a larger frame is read into a buffer of its own, as the blocking connection does.
 _SCRATCH = _SMALL_FRAME
+
+
 class _FrameStream(asyncio.BufferedProtocol):
     """The socket side of a connection: reads size-prefixed frames and hands each payload to
     ``on_frame`` (a buffer of its own: ``bytearray`` or ``memoryview``); flow control for

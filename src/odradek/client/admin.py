@@ -38,6 +38,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 from odradek.client._aio import AsyncBrokerConnection, AsyncCluster
 from odradek.client._config import ADMIN_DEFAULTS, merge_config
+from odradek.client.errors import worse_error
 from odradek.cluster.assignment import decode_assignment
 from odradek.config import TYPE_CODES, ConfigSource
 from odradek.errors import ErrorCode, KafkaError
@@ -481,9 +482,7 @@ class _Pending(Generic[K, T]):
 
     def failed(self, key: K, exc: BaseException) -> None:
         if _retriable(exc):
-            # a deadline cut short the last attempt: the error before it says more
-            if not (isinstance(exc, TimeoutError) and not str(exc) and key in self.last):
-                self.last[key] = exc
+            self.last[key] = worse_error(self.last.get(key), exc)
             if isinstance(exc, KafkaError) and exc.code in _REFRESH:
                 self.refresh = True
             if not isinstance(exc, KafkaError):

@@ -50,7 +50,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from odradek.client._aio import AsyncBrokerConnection, AsyncCluster, TopicInfo
 from odradek.client._config import CONSUMER_DEFAULTS, ClientConfigError, merge_config
-from odradek.client.errors import OffsetOutOfRangeError
+from odradek.client.errors import OffsetOutOfRangeError, worse_error
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.fetch import FetchRequest, FetchResponse
 from odradek.protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
@@ -154,13 +154,6 @@ def _deserializer(d: Any) -> Callable[[str, bytes], Any] | None:
     if method is not None:
         return method
     return lambda _topic, data: d(data)
-
-
-def _worse(last: BaseException | None, new: BaseException) -> BaseException:
-    """The error to report: running out of time does not hide the error that was retried."""
-    if isinstance(new, TimeoutError) and last is not None:
-        return last
-    return new
 
 
 class AsyncSimpleConsumer:
@@ -271,7 +264,7 @@ class AsyncSimpleConsumer:
                     grown = True
                 elif isinstance(res, _Retry):
                     retry[tp] = pending[tp]
-                    last = _worse(last, res.error)
+                    last = worse_error(last, res.error)
                     if res.refresh:
                         refresh.add(tp[0])
                 else:
@@ -659,7 +652,7 @@ class AsyncSimpleConsumer:
                     raise
                 last = exc
             except (ConnectionError, TimeoutError, OSError) as exc:
-                last = _worse(last, exc)
+                last = worse_error(last, exc)
             attempt += 1
             await self._backoff(attempt, deadline)
             if refresh:

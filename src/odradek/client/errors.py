@@ -30,3 +30,11 @@ class OffsetOutOfRangeError(KafkaError):
 
     def __reduce__(self) -> tuple[type[OffsetOutOfRangeError], tuple[str, int, int, int, int]]:
         return (type(self), (self.topic, self.partition, self.offset, self.earliest, self.latest))
+
+
+def worse_error(last: BaseException | None, new: BaseException) -> BaseException:
+    """The error to report of a retried operation: running out of time (``new`` a
+    ``TimeoutError``, often the bare one of a deadline) does not hide the error that was retried."""
+    if isinstance(new, TimeoutError) and last is not None:
+        return last
+    return new

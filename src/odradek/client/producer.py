@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 
 from odradek.client._aio import AsyncCluster
 from odradek.client._config import PRODUCER_DEFAULTS, ClientConfigError, merge_config
+from odradek.client.errors import worse_error
 from odradek.client.partitioner import DefaultPartitioner, murmur2
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.init_producer_id import InitProducerIdRequest
@@ -397,8 +398,7 @@ class _Core:
             except (ConnectionError, TimeoutError, KafkaError) as exc:
                 if isinstance(exc, KafkaError) and not exc.retriable:
                     raise
-                if last is None or str(exc):  # the attempt the deadline cut says less than the one before
-                    last = exc
+                last = worse_error(last, exc)
             await asyncio.sleep(min(self.retry_backoff, max(0.0, deadline - time.monotonic())))
 
     def update_counts(self, topic: str) -> None:
