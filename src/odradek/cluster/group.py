@@ -239,6 +239,22 @@ class GroupCoordinatorState:
     def _heartbeat(self, m: Member, now: int) -> None:
         m.heartbeat_deadline = now + m.session_timeout_ms
 
+    @staticmethod
+    def _member_error(g: Group, member_id: str, group_instance_id: str | None) -> ErrorCode | None:
+        """Kafka's validateCurrentMember: with an instance id, fencing is checked first (a member
+        id that the instance id no longer maps to is FENCED_INSTANCE_ID even once that member is
+        gone from the group), an unknown instance id is UNKNOWN_MEMBER_ID; without one, the member
+        id must be in the group."""
+        if group_instance_id is not None:
+            current = g.static_members.get(group_instance_id)
+            if current is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if current != member_id:
+                return ErrorCode.FENCED_INSTANCE_ID
+        if member_id not in g.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return None
+
     # -- JoinGroup --------------------------------------------------------------------------------
     def join(
         self,
@@ -290,7 +306,7 @@ class GroupCoordinatorState:
             self._add_member(g, member, version, now, effects)
             return None, effects, new_id
         # a known member id
-        if member_id in g.pending_members:
+        if member_id in g.pending_members and group_instance_id is None:
             del g.pending_members[member_id]
             if len(g.members) >= lim.max_size:
                 return JoinResult(member_id, ErrorCode.GROUP_MAX_SIZE_REACHED), [], member_id
@@ -298,11 +314,10 @@ class GroupCoordinatorState:
                             session_timeout_ms, protocol_type, list(protocols))
             self._add_member(g, member, version, now, effects)
             return None, effects, member_id
-        m = g.members.get(member_id)
-        if m is None:
-            return JoinResult(member_id, ErrorCode.UNKNOWN_MEMBER_ID), [], member_id
-        if group_instance_id is not None and g.static_members.get(group_instance_id) != member_id:
-            return JoinResult(member_id, ErrorCode.FENCED_INSTANCE_ID), [], member_id
+        error = self._member_error(g, member_id, group_instance_id)
+        if error is not None:
+            return JoinResult(member_id, error), [], member_id
+        m = g.members[member_id]
         m.join_version = version
         changed = m.protocols != list(protocols)
         m.session_timeout_ms, m.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
@@ -475,11 +490,10 @@ class GroupCoordinatorState:
         g = self._group(group_id)
         if g is None:
             return SyncResult(member_id, ErrorCode.UNKNOWN_MEMBER_ID), []
-        m = g.members.get(member_id)
-        if m is None:
-            return SyncResult(member_id, ErrorCode.UNKNOWN_MEMBER_ID), []
-        if group_instance_id is not None and g.static_members.get(group_instance_id) != member_id:
-            return SyncResult(member_id, ErrorCode.FENCED_INSTANCE_ID), []
+        error = self._member_error(g, member_id, group_instance_id)
+        if error is not None:
+            return SyncResult(member_id, error), []
+        m = g.members[member_id]
         if generation_id != g.generation_id:
             return SyncResult(member_id, ErrorCode.ILLEGAL_GENERATION), []
         if (protocol_type is not None and protocol_type != g.protocol_type) or (
@@ -515,15 +529,14 @@ class GroupCoordinatorState:
         g = self._group(group_id)
         if g is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        m = g.members.get(member_id)
-        if m is None:
-            return ErrorCode.UNKNOWN_MEMBER_ID
-        if group_instance_id is not None and g.static_members.get(group_instance_id) != member_id:
-            return ErrorCode.FENCED_INSTANCE_ID
-        if g.state is GroupState.EMPTY:
-            return ErrorCode.UNKNOWN_MEMBER_ID
+        error = self._member_error(g, member_id, group_instance_id)
+        if error is not None:
+            return error
+        m = g.members[member_id]
         if generation_id != g.generation_id:
             return ErrorCode.ILLEGAL_GENERATION
+        if g.state is GroupState.EMPTY:
+            return ErrorCode.UNKNOWN_MEMBER_ID
         self._heartbeat(m, now)
         if g.state is GroupState.PREPARING_REBALANCE:
             return ErrorCode.REBALANCE_IN_PROGRESS
@@ -615,10 +628,9 @@ class GroupCoordinatorState:
             return ErrorCode.NONE if generation_id < 0 else ErrorCode.ILLEGAL_GENERATION
         if generation_id < 0 and g.state is GroupState.EMPTY:
             return ErrorCode.NONE  # a standalone consumer's commit
-        if group_instance_id is not None and g.static_members.get(group_instance_id) != member_id:
-            return ErrorCode.FENCED_INSTANCE_ID
-        if member_id not in g.members:
-            return ErrorCode.UNKNOWN_MEMBER_ID
+        error = self._member_error(g, member_id, group_instance_id)
+        if error is not None:
+            return error
         if generation_id != g.generation_id:
             return ErrorCode.ILLEGAL_GENERATION
         if g.state is GroupState.COMPLETING_REBALANCE:
