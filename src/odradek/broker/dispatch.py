@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from odradek.broker import refusals
 from odradek.protocol import ApiKey, Message, RequestHeader
 
 if TYPE_CHECKING:
@@ -71,10 +72,17 @@ _H = TypeVar("_H", bound=Callable[..., Any])
 
 
 def handles(api_key: ApiKey, versions: tuple[int, int]) -> Callable[[_H], _H]:
+    """Register a handler; the refusals of the APIs in :data:`~odradek.broker.refusals.LOGGED_APIS`
+    are logged by a wrapper around it (the function itself is returned unchanged)."""
+
     def register(fn: _H) -> _H:
         if api_key in HANDLERS:
             raise RuntimeError(f"two handlers for {api_key.name}")
-        HANDLERS[int(api_key)] = _Entry(versions[0], versions[1], fn, not inspect.iscoroutinefunction(fn))
+        sync = not inspect.iscoroutinefunction(fn)
+        handler: Callable[[RequestContext, Any], Any] = fn
+        if not sync and api_key in refusals.LOGGED_APIS:
+            handler = refusals.logged(ApiKey(api_key), fn)
+        HANDLERS[int(api_key)] = _Entry(versions[0], versions[1], handler, sync)
         return fn
 
     return register

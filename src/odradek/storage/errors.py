@@ -40,10 +40,15 @@ class CorruptRecordError(StorageError):
 
 
 class InvalidRecordError(StorageError):
-    """A batch that is well-formed but not acceptable (e.g. a null key on a compacted topic)."""
+    """A batch that is well-formed but not acceptable (e.g. a null key on a compacted topic).
 
-    def __init__(self, message: str) -> None:
+    ``record_errors`` lists the offending records as ``(index of the record within its batch,
+    message)`` (Kafka's KIP-467 RecordError): the whole batch is refused, and a Produce v8+
+    response names these records so that a client fails just their deliveries."""
+
+    def __init__(self, message: str, record_errors: list[tuple[int, str]] | None = None) -> None:
         super().__init__(message, ErrorCode.INVALID_RECORD)
+        self.record_errors = record_errors or []
 
 
 class InvalidTimestampError(StorageError):

@@ -53,6 +53,8 @@ from odradek.storage.segment import FileRegion, LogSegment
 
 __all__ = ["AppendInfo", "Log", "ReadResult", "parse_partition_dir"]
 
+# Kafka's message for a keyless record sent to a compacted topic (LogValidator.validateKey)
+_NO_KEY = "Compacted topic cannot accept message without key in topic partition {}-{}"
 _LONG_MAX = 9223372036854775807
 _i64 = struct.Struct(">q")
 _V2_HEADER = struct.Struct(">qiibIhiqqqhii")  # the 61-byte v2 batch header
@@ -519,14 +521,25 @@ class Log:
         return headers
 
     def _check_keys(self, data: bytes | bytearray | memoryview) -> None:
-        """Compacted topics need a key on every record (the one per-record check on append)."""
+        """Compacted topics need a key on every record (the one per-record check on append).
+
+        As Kafka's LogValidator does, a batch with keyless records is refused as a whole, with
+        a record error (KIP-467) for each keyless record: its index within the batch."""
         try:
             for batch in read_batches(bytes(data)):
                 if batch.is_control:
                     continue
-                for record in batch.records:
+                errors: list[tuple[int, str]] = []
+                for index, record in enumerate(batch.records):
                     if record.key is None:
-                        raise InvalidRecordError("compacted topics require a key on every record")
+                        errors.append((index, _NO_KEY.format(self.topic, self.partition)))
+                if errors:
+                    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+                    raise InvalidRecordError(
+                        f"One or more records have been rejected due to {len(errors)} record errors in total, "
+                        f"and only showing the first three errors at most: [{shown}]",
+                        errors,
+                    )
         except DecompressionLimitExceeded as exc:
             raise RecordBatchTooLargeError(str(exc)) from exc
         except (UnsupportedMagicError, UnsupportedCodecError, RecordsError) as exc:

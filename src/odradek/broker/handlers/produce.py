@@ -16,11 +16,13 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from odradek.broker.dispatch import RequestContext, handles
+from odradek.broker.refusals import produce_refused
 from odradek.broker.replica import Partition
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.produce import ProduceRequest, ProduceResponse
 from odradek.records import RecordsError, iter_batch_headers
+from odradek.storage import InvalidRecordError
 
 if TYPE_CHECKING:
     from odradek.broker.app import Broker
@@ -31,6 +33,7 @@ _NO_LEADER = R.LeaderIdAndEpoch()  # one instance for all responses (never modif
 _produce_response = R.builder()
 _topic_response = R.TopicProduceResponse.builder()
 _partition_response = R.PartitionProduceResponse.builder()
+_record_error = R.BatchIndexAndErrorMessage
 _u32 = struct.Struct(">I")
 
 
@@ -80,6 +83,7 @@ def produce(
             if refused is not None:
                 resp.error_code = int(refused.code)
                 resp.error_message = refused.message or None
+                produce_refused(ctx, topic.name, data.index, refused)
                 continue
             try:
                 p = broker.produce_partition(topic.name, data.index)
@@ -97,6 +101,12 @@ def produce(
             except KafkaError as exc:
                 resp.error_code = int(exc.code)
                 resp.error_message = exc.message or None
+                if isinstance(exc, InvalidRecordError) and exc.record_errors and version >= 8:
+                    # KIP-467: the records that made the batch fail, by index within the batch
+                    resp.record_errors = [
+                        _record_error(batch_index=i, batch_index_error_message=m) for i, m in exc.record_errors
+                    ]
+                produce_refused(ctx, topic.name, data.index, exc)
     if acks == 0:
         return None
     response = _produce_response(responses=responses, throttle_time_ms=0)
