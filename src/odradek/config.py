@@ -23,6 +23,7 @@ from odradek.errors import ErrorCode, KafkaError
 
 __all__ = [
     "BROKER_CONFIGS",
+    "DEPRECATED_TOPIC_CONFIGS",
     "TOPIC_CONFIGS",
     "TOPIC_SYNONYMS",
     "BrokerConfig",
@@ -127,6 +128,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("log.message.timestamp.before.max.ms", "long", LONG_MAX, False),
     ("log.message.timestamp.after.max.ms", "long", LONG_MAX, False),
     ("log.message.downconversion.enable", "boolean", True, False),
+    # deprecated since Kafka 3.0 and ignored (records are always written in format v2)
+    ("log.message.format.version", "string", "3.0-IV1"),
     ("log.preallocate", "boolean", False, False),
     ("compression.type", "string", "producer", False),
     ("min.insync.replicas", "int", 1, False),
@@ -184,6 +187,7 @@ TOPIC_SYNONYMS: dict[str, tuple[str, ...]] = {
     "max.compaction.lag.ms": ("log.cleaner.max.compaction.lag.ms",),
     "max.message.bytes": ("message.max.bytes",),
     "message.downconversion.enable": ("log.message.downconversion.enable",),
+    "message.format.version": ("log.message.format.version",),
     "message.timestamp.difference.max.ms": ("log.message.timestamp.difference.max.ms",),
     "message.timestamp.before.max.ms": ("log.message.timestamp.before.max.ms",),
     "message.timestamp.after.max.ms": ("log.message.timestamp.after.max.ms",),
@@ -201,6 +205,13 @@ TOPIC_SYNONYMS: dict[str, tuple[str, ...]] = {
     "unclean.leader.election.enable": ("unclean.leader.election.enable",),
 }
 
+#: topic configs Kafka 3.x deprecates but still accepts, with why they have no effect here: a
+#: change naming one is accepted with a warning (as Kafka does for message.format.version)
+DEPRECATED_TOPIC_CONFIGS: dict[str, str] = {
+    "message.format.version": "records are always written in message format v2 (Kafka 3.0 deprecated this "
+    "configuration and ignores it; Kafka 4.0 removes it)",
+}
+
 #: topic configs with their types (for validation of CreateTopics / AlterConfigs)
 TOPIC_CONFIGS: dict[str, str] = {
     "cleanup.policy": "list",
@@ -213,6 +224,7 @@ TOPIC_CONFIGS: dict[str, str] = {
     "max.compaction.lag.ms": "long",
     "max.message.bytes": "int",
     "message.downconversion.enable": "boolean",
+    "message.format.version": "string",
     "message.timestamp.difference.max.ms": "long",
     "message.timestamp.before.max.ms": "long",
     "message.timestamp.after.max.ms": "long",
@@ -230,9 +242,26 @@ TOPIC_CONFIGS: dict[str, str] = {
     "unclean.leader.election.enable": "boolean",
 }
 
+def _metadata_versions() -> frozenset[str]:
+    releases = ["0.8.0", "0.8.1", "0.8.2", "0.9.0", "0.10.0", "0.10.1", "0.10.2", "0.11.0"]
+    releases += [f"1.{m}" for m in range(2)] + [f"2.{m}" for m in range(9)] + [f"3.{m}" for m in range(10)]
+    names = set(releases)
+    names.update(r + "-IV0" for r in releases)
+    names.update(r + "-IV1" for r in releases)
+    names.update(r + "-IV2" for r in releases)
+    names.update(r + "-IV3" for r in releases)
+    names.update(r + ".0" for r in releases if r.count(".") == 1)
+    return frozenset(names)
+
+
+_METADATA_VERSIONS = _metadata_versions()
 _UNIT = {"log.retention.minutes": 60000, "log.retention.hours": 3600000, "log.roll.hours": 3600000, "log.roll.jitter.hours": 3600000}
 _ENUMS = {
     "compression.type": {"producer", "uncompressed", "none", "gzip", "snappy", "lz4", "zstd"},
+    # Kafka's MetadataVersionValidator: a release ("0.10.0", "2.8", "3.0") or one of its
+    # inter-broker protocol versions ("3.0-IV1")
+    "message.format.version": _METADATA_VERSIONS,
+    "log.message.format.version": _METADATA_VERSIONS,
     "message.timestamp.type": {"CreateTime", "LogAppendTime"},
 }
 

@@ -42,6 +42,7 @@ DEFAULTS: dict[str, Any] = {
     "unclean.leader.election.enable": False,
     "preallocate": False,
     "message.downconversion.enable": True,
+    "message.format.version": "3.0-IV1",  # deprecated by Kafka 3.0 and ignored: always format v2
     "local.retention.ms": -2,
     "local.retention.bytes": -2,
     "remote.storage.enable": False,
@@ -96,6 +97,7 @@ class LogConfig:
     unclean_leader_election_enable: bool
     preallocate: bool
     message_downconversion_enable: bool
+    message_format_version: str
     local_retention_ms: int
     local_retention_bytes: int
     remote_storage_enable: bool

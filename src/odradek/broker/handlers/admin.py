@@ -44,7 +44,7 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
             if names.count(t.name) > 1:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"topic '{t.name}' appears more than once in the request")
             configs = {c.name: c.value for c in t.configs if c.value is not None}
-            validate_topic_configs(configs)
+            validate_topic_configs(configs, topic=None if request.validate_only else t.name)
             assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments} or None
             if assignments and (t.num_partitions != -1 or t.replication_factor != -1):
                 raise KafkaError(

@@ -9,6 +9,7 @@ resource's whole override set; IncrementalAlterConfigs applies SET / DELETE / AP
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from odradek.broker.dispatch import RequestContext, handles
 from odradek.config import (
     BROKER_CONFIGS,
+    DEPRECATED_TOPIC_CONFIGS,
     TOPIC_CONFIGS,
     TOPIC_SYNONYMS,
     TYPE_CODES,
@@ -34,6 +36,8 @@ from odradek.storage import LogConfig, StorageError
 
 if TYPE_CHECKING:
     from odradek.broker.app import Broker
+
+log = logging.getLogger(__name__)
 
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -59,7 +63,16 @@ class Entry:
     synonyms: list[tuple[str, str | None, int]] = field(default_factory=list)
 
 
-def validate_topic_configs(configs: Mapping[str, str | None], base: Mapping[str, Any] | None = None) -> None:
+_warned: set[tuple[str, str, str]] = set()
+_MAX_WARNED = 10_000
+
+
+def validate_topic_configs(
+    configs: Mapping[str, str | None], base: Mapping[str, Any] | None = None, *, topic: str | None = None
+) -> None:
+    """Refuse unknown names and invalid values (INVALID_CONFIG).  With ``topic`` (a change about
+    to be made to that topic), a deprecated config that Kafka 3.x still accepts is accepted with
+    a WARN line, once per topic, config and value."""
     for name, value in configs.items():
         t = TOPIC_CONFIGS.get(name)
         if t is None:
@@ -72,6 +85,14 @@ def validate_topic_configs(configs: Mapping[str, str | None], base: Mapping[str,
         LogConfig.from_dict(merged)
     except StorageError as exc:
         raise KafkaError(ErrorCode.INVALID_CONFIG, exc.message) from exc
+    if topic is not None:
+        for name, value in configs.items():
+            why = DEPRECATED_TOPIC_CONFIGS.get(name)
+            if why is None or value is None or (topic, name, value) in _warned:
+                continue
+            if len(_warned) < _MAX_WARNED:
+                _warned.add((topic, name, value))
+            log.warning("Topic configuration %s with value `%s` is ignored for `%s`: %s", name, value, topic, why)
 
 
 def topic_config_entries(broker: Broker, topic: str, overrides: Mapping[str, str], version: int) -> list[Entry]:
@@ -171,7 +192,7 @@ async def _apply(
                 new.pop(k, None)
             else:
                 new[k] = v
-        validate_topic_configs(change)
+        validate_topic_configs(change, topic=None if validate_only else name)
         validate_topic_configs(new, broker.config.topic_defaults())
         if not validate_only:
             await broker.set_topic_configs(name, new)
