@@ -31,7 +31,7 @@ from confluent_kafka.admin import (
 
 from odradek.broker import refusals
 from odradek.errors import ErrorCode
-from odradek.protocol import NEED_DATA, Message, ResponseReceived
+from odradek.protocol import NEED_DATA, ApiKey, Message, ResponseReceived
 from odradek.protocol.messages.create_topics import CreateTopicsRequest
 from odradek.protocol.messages.find_coordinator import FindCoordinatorRequest
 from odradek.protocol.messages.heartbeat import HeartbeatRequest
@@ -223,6 +223,8 @@ def test_message_format_version_is_accepted_with_one_warning(broker: BrokerProce
     p = Producer({"bootstrap.servers": broker.bootstrap})
     p.produce(topic, b"x")
     assert p.flush(30) == 0
+    wait_for(lambda: re.search(r"Refused ALTER_CONFIGS from .*: topic=deprecated-configs configs=message\.format\.version: "
+                               r"INVALID_CONFIG \(40\) invalid value 'banana'", _log(broker)), 10, "the refused AlterConfigs' line")
     log = _log(broker)
     for value in ("0.10.2", "2.8", "3.0-IV1"):
         lines = [ln for ln in log.splitlines() if "WARNING" in ln and f"`{value}` is ignored for `{topic}`" in ln]
@@ -421,3 +423,12 @@ def test_refusal_log_reports_what_it_suppressed(caplog: pytest.LogCaptureFixture
             rl.refused(f"10.1.{i // 256}.{i % 256}", "c", "PRODUCE", "", 87, None)
     assert len(caplog.records) <= 3 + 2 * 3
     assert len(rl._windows) <= 3
+
+
+def test_every_logged_api_has_its_handler_wrapped() -> None:
+    import odradek.broker.handlers  # noqa: F401  (registers the handlers)
+    from odradek.broker.dispatch import HANDLERS
+
+    for api in refusals.LOGGED_APIS:
+        assert hasattr(HANDLERS[api].handler, "__wrapped__"), api.name
+    assert not hasattr(HANDLERS[ApiKey.PRODUCE].handler, "__wrapped__")  # Produce reports its own

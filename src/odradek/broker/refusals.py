@@ -53,6 +53,9 @@ LOGGED_APIS = frozenset(
         ApiKey.DELETE_TOPICS,
         ApiKey.CREATE_PARTITIONS,
         ApiKey.DELETE_RECORDS,
+        ApiKey.ELECT_LEADERS,
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+        ApiKey.INIT_PRODUCER_ID,
         ApiKey.ALTER_CONFIGS,
         ApiKey.INCREMENTAL_ALTER_CONFIGS,
         ApiKey.JOIN_GROUP,
@@ -74,6 +77,7 @@ _NOT_REFUSALS = frozenset(
         ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
         ErrorCode.NOT_COORDINATOR,
         ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.ELECTION_NOT_NEEDED,
     }
 )
 
@@ -83,12 +87,16 @@ _LABELS = {
     "topic_name": "topic",
     "topic": "topic",
     "partition_index": "partition",
+    "partition_id": "partition",
+    "transactional_id": "transactional-id",
     "index": "partition",
     "group_id": "group",
     "member_id": "member",
     "group_instance_id": "instance",
 }
 _RESOURCE_TYPES = {2: "topic", 4: "broker", 8: "broker-logger"}
+# request fields that say what a whole request is about (the response may not repeat them)
+_REQUEST_FIELDS = ("group_id", "member_id", "group_instance_id", "transactional_id")
 
 
 def _error_name(code: int) -> str:
@@ -231,7 +239,7 @@ def report_response(ctx: RequestContext, api: ApiKey, request: Any, response: An
     """Log the refusals a response of one of :data:`LOGGED_APIS` carries."""
     if response is None:
         return
-    context = _label(request, ("group_id", "member_id", "group_instance_id"))
+    context = _label(request, _REQUEST_FIELDS)
     configs = _config_names(request) if api in (ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS) else None
     host, client_id, name = ctx.client_host, ctx.header.client_id, api.name
     for where, code, message in _walk(response, context):
@@ -249,7 +257,7 @@ def report_response(ctx: RequestContext, api: ApiKey, request: Any, response: An
 def report_exception(ctx: RequestContext, api: ApiKey, request: Any, exc: KafkaError) -> None:
     if exc.code in _NOT_REFUSALS:
         return
-    resource = " ".join(_label(request, ("group_id", "member_id", "group_instance_id")))
+    resource = " ".join(_label(request, _REQUEST_FIELDS))
     REFUSALS.refused(ctx.client_host, ctx.header.client_id, api.name, resource, int(exc.code), exc.message)
 
 
