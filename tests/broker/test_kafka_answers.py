@@ -432,3 +432,23 @@ def test_every_logged_api_has_its_handler_wrapped() -> None:
     for api in refusals.LOGGED_APIS:
         assert hasattr(HANDLERS[api].handler, "__wrapped__"), api.name
     assert not hasattr(HANDLERS[ApiKey.PRODUCE].handler, "__wrapped__")  # Produce reports its own
+
+
+def test_suppressed_count_is_reported_when_the_window_ends_without_another_refusal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import asyncio
+
+    async def flood() -> None:
+        rl = refusals.RefusalLog(lines_per_window=2, window_seconds=0.05)
+        for _ in range(50):
+            rl.refused("10.0.0.1", "c", "CREATE_TOPICS", "topic=x", 38, None)
+        # the loop's timers run in deadline order: the window's end comes before this sleep's
+        await asyncio.sleep(0.1)
+        assert not rl._windows
+
+    with caplog.at_level(logging.INFO, logger="odradek.refusals"):
+        asyncio.run(flood())
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 3
+    assert messages[2].startswith("Suppressed 48 similar refusals of CREATE_TOPICS from 10.0.0.1")
