@@ -28,6 +28,7 @@ import odradek.broker.handlers  # noqa: F401  (registers the API handlers)
 from odradek._clock import Clock, SystemClock
 from odradek.broker.coordinator import GroupCoordinator
 from odradek.broker.fetcher import ReplicaFetcherManager
+from odradek.broker.logdirs import is_io_error
 from odradek.broker.replica import Partition, ReplicaManager
 from odradek.broker.server import KafkaConnection
 from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage, PartitionState, TopicInfo
@@ -42,8 +43,8 @@ from odradek.records import (
     iter_batch_headers,
     read_batches,
 )
-from odradek.storage import LogConfig, LogManager, StorageError
-from odradek.storage.manager import read_meta_properties, write_meta_properties
+from odradek.storage import Log, LogConfig, LogManager, StorageError
+from odradek.storage.manager import CLEAN_SHUTDOWN_FILE, read_meta_properties, write_meta_properties
 
 if TYPE_CHECKING:
     from odradek.broker.controller import Controller
@@ -259,11 +260,43 @@ class Broker:
             self._executor.shutdown(wait=False)
 
     def _shutdown_storage(self) -> None:
+        """Flush and close every log, then checkpoints and the clean-shutdown markers.  A log
+        dir that fails (full disk, I/O error) does not stop the shutdown: what could not be
+        flushed or written is logged, the dir gets no clean-shutdown marker (the next start
+        recovers its logs from the segments), and the other dirs shut down cleanly."""
+        failures = self.replicas.log_dirs
         for lg in self.logs.logs():
-            if not lg.closed:
-                with contextlib.suppress(Exception):
-                    lg.take_producer_snapshot()
-        self.logs.shutdown()
+            if lg.closed:
+                continue
+            d = lg.directory.parent
+            if failures.offline(d):
+                _close_unflushed(lg)
+                continue
+            try:
+                lg.take_producer_snapshot()
+            except (OSError, StorageError) as exc:
+                log.warning("%s-%d: producer state snapshot not written at shutdown: %s", lg.topic, lg.partition, exc)
+            try:
+                lg.close()
+            except (OSError, StorageError) as exc:
+                failures.fail(d, exc, f"flushing {lg.topic}-{lg.partition} at shutdown", sync=True)
+                log.warning("%s-%d: not flushed at shutdown (%s); recovered at the next start", lg.topic, lg.partition, exc)
+                _close_unflushed(lg)
+        try:
+            self.logs.shutdown()
+        except (OSError, StorageError) as exc:
+            failures.fail(None, exc, "writing checkpoints at shutdown")
+            log.warning("checkpoints not written at shutdown (%s): the next start recovers the logs", exc)
+        for d in self.logs.dirs:
+            if not failures.offline(d):
+                continue
+            # never a clean-shutdown marker for a failed dir: its logs must be recovered
+            try:
+                (d / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+            except OSError as exc:
+                log.error("log dir %s is offline and its clean-shutdown marker could not be removed: %s", d, exc)
+            else:
+                log.warning("log dir %s was offline: its logs are recovered at the next start", d)
 
     # ------------------------------------------------------------------------------------------
     # metadata
@@ -715,8 +748,12 @@ class Broker:
                     await fn()
                 except asyncio.CancelledError:
                     raise
-                except (KafkaError, StorageError, OSError):
-                    log.exception("background task %s failed", name)
+                except (KafkaError, StorageError, OSError) as exc:
+                    if is_io_error(exc):
+                        # through the log dirs' failure channel, which logs each failure once
+                        self.replicas.log_dirs.fail(None, exc, f"running the {name} task", sync=name == "flush")
+                    else:
+                        log.exception("background task %s failed", name)
 
         self._tasks.append(asyncio.get_running_loop().create_task(run(), name=name))
 
@@ -763,6 +800,14 @@ class Broker:
         now = self.clock.now_ms()
         for lg in self.logs.logs():
             lg.producers.remove_expired(now, expiration)
+
+
+def _close_unflushed(lg: Log) -> None:
+    """Close a log's files without flushing them (its dir failed)."""
+    for seg in lg.segments:
+        with contextlib.suppress(OSError, StorageError):
+            seg.close()
+    lg.closed = True
 
 
 def _raise_fd_limit() -> None:
