@@ -1,0 +1,151 @@
+"""The log dirs' failure channel (Kafka's LogDirFailureChannel) and the replica manager's use of it.
+
+A FileOps that fails on one log dir injects the errors: EIO takes that dir offline (produce and
+fetch answer KAFKA_STORAGE_ERROR, the other dir keeps working, one ERROR line), ENOSPC makes it
+full (writes refused, reads served, back once there is room), and a write that fails half-way
+leaves no half batch in the segment.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from pathlib import Path
+
+import pytest
+
+from odradek.broker.logdirs import DirState, LogDirFailureChannel
+from odradek.broker.replica import ReplicaManager
+from odradek.cluster.metadata import PartitionState
+from odradek.errors import ErrorCode, KafkaError
+from odradek.records import BatchBuilder, read_batches
+from odradek.storage import Log, LogConfig, LogManager
+from odradek.storage.files import FileOps
+
+
+def _batch(i: int, size: int = 100) -> bytearray:
+    b = BatchBuilder()
+    b.append(1_700_000_000_000 + i, f"k{i}".encode(), f"{i:06d}".encode() + b"v" * size)
+    return bytearray(b.build())
+
+
+class FailingFiles(FileOps):
+    """Fails writes (and optionally syncs) of files under ``root`` with ``code`` while armed;
+    ``partial`` writes that many bytes first, as a disk filling up mid-write does."""
+
+    def __init__(self) -> None:
+        self.root: Path | None = None
+        self.code = errno.EIO
+        self.partial = 0
+
+    def _armed(self, fd: int) -> bool:
+        if self.root is None:
+            return False
+        import os
+
+        return os.readlink(f"/proc/self/fd/{fd}").startswith(str(self.root))
+
+    def write_at(self, fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
+        if self._armed(fd):
+            if self.partial:
+                super().write_at(fd, memoryview(data)[: self.partial], position)
+            raise OSError(self.code, "injected")
+        super().write_at(fd, data, position)
+
+
+def _manager(tmp_path: Path, files: FileOps) -> tuple[ReplicaManager, list[Path]]:
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    logs = LogManager(dirs, files=files)
+    rm = ReplicaManager(1, logs, lambda _t: LogConfig.from_dict({}))
+    for partition in (0, 1):  # the manager puts partition 0 in dir a, partition 1 in dir b
+        p = rm.become_leader(PartitionState("t", partition, (1,), (1,), 1, 0))
+        p.log.auto_flush = False
+    return rm, dirs
+
+
+def _storage_error(fn: object) -> KafkaError:
+    with pytest.raises(KafkaError) as info:
+        fn()  # type: ignore[operator]
+    assert info.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    return info.value
+
+
+def test_eio_takes_the_dir_offline_the_other_dir_keeps_working(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    files = FailingFiles()
+    rm, (a, b) = _manager(tmp_path, files)
+    pa, pb = rm.get("t", 0), rm.get("t", 1)
+    assert pa is not None and pb is not None and pa.log_dir == a and pb.log_dir == b
+    for i in range(3):
+        rm.append(pa, _batch(i), 1)
+    files.root = a
+    caplog.set_level(logging.INFO, "odradek.broker.logdirs")
+    for i in range(5):
+        _storage_error(lambda i=i: rm.append(pa, _batch(i), 1))
+    assert rm.log_dirs.state(a) is DirState.OFFLINE
+    _storage_error(lambda: rm.read(pa, 0, 1 << 20, isolation_committed=False, replica_id=-1, min_one=True))
+    # the other dir is untouched
+    info = rm.append(pb, _batch(0), 1)
+    assert info.first_offset == 0
+    assert rm.read(pb, 0, 1 << 20, isolation_committed=False, replica_id=-1, min_one=True).size > 0
+    assert rm.log_dirs.error_code(a) == ErrorCode.KAFKA_STORAGE_ERROR
+    assert rm.log_dirs.error_code(b) == ErrorCode.NONE
+    # offline stays offline (a restart recovers it), even when the disk works again
+    files.root = None
+    _storage_error(lambda: rm.append(pa, _batch(9), 1))
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1, [r.getMessage() for r in errors]
+    assert str(a) in errors[0].getMessage() and "EIO" in errors[0].getMessage()
+
+
+def test_enospc_makes_the_dir_full_reads_go_on_and_writes_come_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = FailingFiles()
+    rm, (a, _b) = _manager(tmp_path, files)
+    pa = rm.get("t", 0)
+    assert pa is not None
+    for i in range(3):
+        rm.append(pa, _batch(i), 1)
+    size_before = pa.log.active.size
+    files.root, files.code, files.partial = a, errno.ENOSPC, 37  # part of the batch reaches the file
+    caplog.set_level(logging.INFO, "odradek.broker.logdirs")
+    room = {"free": True}
+    monkeypatch.setattr(LogDirFailureChannel, "_has_room", staticmethod(lambda _d, _n: room["free"]))
+    _storage_error(lambda: rm.append(pa, _batch(3), 1))
+    assert rm.log_dirs.state(a) is DirState.FULL
+    # the half-written batch was cut off: the file ends at the last whole batch
+    assert pa.log.active.size == size_before == Path(pa.log.active.log_path).stat().st_size
+    # still full on disk: refused before any write is tried
+    room["free"] = False
+    _storage_error(lambda: rm.append(pa, _batch(3), 1))
+    # reads keep working
+    data = rm.read(pa, 0, 1 << 20, isolation_committed=False, replica_id=-1, min_one=True).to_bytes()
+    assert [r.offset for batch in read_batches(data) for r in batch.records] == [0, 1, 2]
+    # space is freed: the next append is tried, succeeds and brings the dir back
+    room["free"] = True
+    files.root = None
+    assert rm.append(pa, _batch(3), 1).first_offset == 3
+    assert rm.log_dirs.state(a) is DirState.ONLINE
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "is full" in errors[0].getMessage(), [r.getMessage() for r in errors]
+    assert any("accepts writes again" in r.getMessage() for r in caplog.records)
+    # nothing half-written stays in the log: a reopened log holds exactly the four batches
+    pa.log.close()
+    reopened = Log(pa.log.directory, LogConfig.from_dict({}), clean_shutdown=True)
+    data = reopened.read(0, 1 << 20).to_bytes()
+    values = [r.value[:6] for batch in read_batches(data) for r in batch.records]
+    assert values == [b"000000", b"000001", b"000002", b"000003"]
+    reopened.close()
+
+
+def test_an_error_outside_any_log_dir_is_logged_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    channel = LogDirFailureChannel([tmp_path / "a", tmp_path / "b"])
+    caplog.set_level(logging.INFO, "odradek.broker.logdirs")
+    for _ in range(3):
+        err = channel.fail(None, OSError(errno.EIO, "injected"), "running the checkpoint task")
+        assert err.code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert len([r for r in caplog.records if r.levelno >= logging.ERROR]) == 1
+    assert not channel.any_failed
+    # a file name inside a dir names the dir
+    channel.fail(None, OSError(errno.EIO, "injected", str(tmp_path / "b" / "t-0" / "x.log")), "reading")
+    assert channel.state(tmp_path / "b") is DirState.OFFLINE and channel.state(tmp_path / "a") is DirState.ONLINE
