@@ -149,3 +149,93 @@ def test_an_error_outside_any_log_dir_is_logged_once(tmp_path: Path, caplog: pyt
     # a file name inside a dir names the dir
     channel.fail(None, OSError(errno.EIO, "injected", str(tmp_path / "b" / "t-0" / "x.log")), "reading")
     assert channel.state(tmp_path / "b") is DirState.OFFLINE and channel.state(tmp_path / "a") is DirState.ONLINE
+
+
+class _BrokenDisk(FileOps):
+    """Every write and sync fails with EIO."""
+
+    def write_at(self, fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    def datasync(self, fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+
+def test_broker_serves_the_other_dir_reports_the_offline_one_and_stops_cleanly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import asyncio
+
+    from odradek.broker.app import Broker
+    from odradek.config import BrokerConfig
+    from odradek.protocol.messages.describe_log_dirs import DescribeLogDirsRequest
+    from odradek.protocol.messages.fetch import FetchRequest
+    from odradek.protocol.messages.produce import ProduceRequest
+    from odradek.storage.manager import CLEAN_SHUTDOWN_FILE
+
+    from .test_request_pipeline import _Client
+
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    caplog.set_level(logging.INFO)
+
+    def produce(i: int) -> ProduceRequest:
+        parts = [ProduceRequest.PartitionProduceData(index=p, records=bytes(_batch(i))) for p in (0, 1)]
+        return ProduceRequest(acks=1, timeout_ms=5000, topic_data=[ProduceRequest.TopicProduceData(name="t", partition_data=parts)])
+
+    fetch = FetchRequest(
+        replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+        topics=[FetchRequest.FetchTopic(topic="t", partitions=[
+            FetchRequest.FetchPartition(partition=p, fetch_offset=0, partition_max_bytes=1 << 20) for p in (0, 1)
+        ])],
+    )
+
+    async def main() -> dict[int, Path]:
+        config = BrokerConfig.load(
+            None, [], {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": ",".join(map(str, dirs))}, env={}
+        )
+        broker = Broker(config)
+        await broker.start()
+        where: dict[int, Path] = {}
+        try:
+            await broker.create_topic("t", 2, 1, {})
+            for _ in range(200):
+                if broker.replicas.get("t", 1) is not None:
+                    break
+                await asyncio.sleep(0.01)
+            parts = {i: broker.replicas.get("t", i) for i in (0, 1)}
+            where = {i: p.log_dir for i, p in parts.items()}  # type: ignore[union-attr,misc]
+            assert set(where.values()) == set(dirs)
+            client = await _Client.connect(broker)
+            client.send(produce(0), 9)
+            answer = (await client.receive()).response
+            assert [r.error_code for r in answer.responses[0].partition_responses] == [0, 0]
+            # the disk under partition 0's dir breaks
+            broken = parts[0].log  # type: ignore[union-attr]
+            broken.files = _BrokenDisk()
+            for seg in broken.segments:
+                seg.files = broken.files
+            for i in (1, 2, 3):
+                client.send(produce(i), 9)
+                answer = (await client.receive()).response
+                codes = [r.error_code for r in answer.responses[0].partition_responses]
+                assert codes == [ErrorCode.KAFKA_STORAGE_ERROR, 0], codes
+            client.send(fetch, 11)
+            answer = (await client.receive()).response
+            codes = [p.error_code for p in answer.responses[0].partitions]
+            assert codes == [ErrorCode.KAFKA_STORAGE_ERROR, 0], codes
+            assert len(list(read_batches(bytes(answer.responses[0].partitions[1].records)))) == 4
+            client.send(DescribeLogDirsRequest(topics=None), 1)
+            answer = (await client.receive()).response
+            by_dir = {r.log_dir: r.error_code for r in answer.results}
+            assert by_dir == {str(where[0].resolve()): ErrorCode.KAFKA_STORAGE_ERROR, str(where[1].resolve()): 0}
+            client.close()
+        finally:
+            await broker.stop()  # must not raise
+        return where
+
+    where = asyncio.run(main())
+    assert not (where[0] / CLEAN_SHUTDOWN_FILE).exists(), "a failed dir must be recovered at the next start"
+    assert (where[1] / CLEAN_SHUTDOWN_FILE).exists()
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "offline" in errors[0] and str(where[0]) in errors[0], errors
+    assert not any(r.exc_info for r in caplog.records), "a traceback was logged"
