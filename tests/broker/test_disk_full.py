@@ -147,9 +147,10 @@ def test_full_disk_answers_storage_error_keeps_data_and_recovers_without_restart
         # -- the disk fills up -------------------------------------------------------------------
         _fill(filler)
         produce(500)  # waits in the producer, retried while the disk is full
+        # the broker marks the dir full (DescribeLogDirs: KAFKA_STORAGE_ERROR on the dir's result)
+        wait_for(lambda: _log_dir_errors(broker) == [ErrorCode.KAFKA_STORAGE_ERROR], 30, "the log dir marked full")
         err = _storage_error_from_a_producer_without_retries(broker.bootstrap)
         assert err.code() == KafkaError.KAFKA_STORAGE_ERROR, err  # before: _TRANSPORT (connection closed)
-        assert _log_dir_errors(broker) == [ErrorCode.KAFKA_STORAGE_ERROR]
         # the first FindCoordinator must create __consumer_offsets, which a full disk refuses
         assert _find_coordinator(broker, "g") == ErrorCode.COORDINATOR_NOT_AVAILABLE  # before: UNKNOWN_SERVER_ERROR
         # reads keep working: everything acknowledged so far is served
@@ -179,7 +180,7 @@ def test_full_disk_answers_storage_error_keeps_data_and_recovers_without_restart
         # -- full again, then a clean stop: exit 0 -------------------------------------------------
         _fill(filler)
         produce(200)
-        producer.poll(1)
+        wait_for(lambda: _log_dir_errors(broker) == [ErrorCode.KAFKA_STORAGE_ERROR], 30, "the log dir marked full")
         assert _storage_error_from_a_producer_without_retries(broker.bootstrap).code() == KafkaError.KAFKA_STORAGE_ERROR
         assert broker.stop() == 0, "".join(broker.stderr_lines[-30:])
         log_text = "".join(broker.stderr_lines)
