@@ -20,8 +20,8 @@ from odradek.errors import ErrorCode
 from odradek.protocol.messages.describe_log_dirs import DescribeLogDirsRequest
 from odradek.protocol.messages.find_coordinator import FindCoordinatorRequest
 from odradek.testing import BrokerProcess, wait_for
-
-from .wire import WireClient
+from tests.broker.wire import WireClient
+from tests.groups.wire_group import commit, fetch_offsets
 
 TOPIC = "full"
 
@@ -72,6 +72,14 @@ def _find_coordinator(broker: BrokerProcess, group: str) -> int:
     w = WireClient(broker.host, broker.port)
     try:
         return int(w.request(FindCoordinatorRequest(key=group, key_type=0), 3).error_code)
+    finally:
+        w.close()
+
+
+def _commit(broker: BrokerProcess, offset: int) -> ErrorCode:
+    w = WireClient(broker.host, broker.port)
+    try:
+        return commit(w, "g", -1, "", TOPIC, {0: offset})[0]
     finally:
         w.close()
 
@@ -168,6 +176,7 @@ def test_full_disk_answers_storage_error_keeps_data_and_recovers_without_restart
         assert producer.flush(30) == 0
         assert not failed and len(acked) == 1100
         wait_for(lambda: _find_coordinator(broker, "g") == 0, 30, "a coordinator once space is freed")
+        assert _commit(broker, 5) == ErrorCode.NONE
         assert _log_dir_errors(broker) == [0]
         assert any("accepts writes again" in line or "free space again" in line for line in broker.stderr_lines)
 
@@ -182,6 +191,15 @@ def test_full_disk_answers_storage_error_keeps_data_and_recovers_without_restart
         produce(200)
         wait_for(lambda: _log_dir_errors(broker) == [ErrorCode.KAFKA_STORAGE_ERROR], 30, "the log dir marked full")
         assert _storage_error_from_a_producer_without_retries(broker.bootstrap).code() == KafkaError.KAFKA_STORAGE_ERROR
+        # the group coordinator on the full dir: found, its offsets readable, a commit refused with
+        # Kafka's answer for a storage error on the offsets topic (NOT_COORDINATOR), not a traceback
+        assert _find_coordinator(broker, "g") == 0
+        assert _commit(broker, 7) == ErrorCode.NOT_COORDINATOR
+        w = WireClient(broker.host, broker.port)
+        try:
+            assert fetch_offsets(w, "g", TOPIC, [0]) == {0: 5}
+        finally:
+            w.close()
         assert broker.stop() == 0, "".join(broker.stderr_lines[-30:])
         log_text = "".join(broker.stderr_lines)
         assert "Traceback" not in log_text, log_text[-3000:]
