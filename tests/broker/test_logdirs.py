@@ -239,3 +239,23 @@ def test_broker_serves_the_other_dir_reports_the_offline_one_and_stops_cleanly(
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "offline" in errors[0] and str(where[0]) in errors[0], errors
     assert not any(r.exc_info for r in caplog.records), "a traceback was logged"
+
+
+def test_a_failed_flush_takes_the_dir_offline(tmp_path: Path) -> None:
+    import asyncio
+
+    rm, (a, _b) = _manager(tmp_path, FileOps())
+    pa = rm.get("t", 0)
+    assert pa is not None
+    pa.log.update_config(LogConfig.from_dict({"flush.messages": 1}))
+    rm.append(pa, _batch(0), 1)
+    broken = _BrokenDisk()
+    for seg in pa.log.segments:
+        seg.files = broken
+
+    async def flush() -> None:
+        await rm.wait_durable(pa)
+
+    # fsync failed: whether the data reached the disk is unknown, so the dir goes offline (Kafka)
+    _storage_error(lambda: asyncio.run(flush()))
+    assert rm.log_dirs.state(a) is DirState.OFFLINE

@@ -772,11 +772,21 @@ class Broker:
         self.logs.cleanup()
 
     async def _flush_due(self) -> None:
+        failures = self.replicas.log_dirs
         for lg in self.logs.logs():
             if lg.closed or lg.log_end_offset <= lg.recovery_point:
                 continue
             if self.clock.monotonic_ms() - lg.last_flush_ms >= lg.config.flush_ms:
-                await asyncio.get_running_loop().run_in_executor(self._executor, lg.flush)
+                d = lg.directory.parent
+                if failures.offline(d):
+                    continue
+                try:
+                    await asyncio.get_running_loop().run_in_executor(self._executor, lg.flush)
+                except (OSError, StorageError) as exc:
+                    if not is_io_error(exc):
+                        raise
+                    # this log's dir goes offline; the other logs are still flushed
+                    failures.fail(d, exc, f"flushing {lg.topic}-{lg.partition}", sync=True)
 
     async def _checkpoint(self) -> None:
         await asyncio.get_running_loop().run_in_executor(self._executor, self.logs.checkpoint)
