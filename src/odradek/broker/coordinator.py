@@ -321,7 +321,7 @@ class GroupCoordinator:
         (commits, rebalances) answer errors until space is freed."""
         local = self.broker.replicas.get(OFFSETS_TOPIC, partition)
         failures = self.broker.replicas.log_dirs
-        if local is not None and local.log_dir is not None and failures.offline(local.log_dir):
+        if local is not None and failures.offline(local.log_dir):
             raise KafkaError(
                 ErrorCode.COORDINATOR_NOT_AVAILABLE, f"the log dir of {OFFSETS_TOPIC}-{partition} is offline"
             )
@@ -337,7 +337,7 @@ class GroupCoordinator:
         local = self.broker.replicas.get(OFFSETS_TOPIC, p)
         if local is None or not local.is_leader:
             raise KafkaError(ErrorCode.NOT_COORDINATOR, f"group {group_id} is coordinated by another broker")
-        if local.log_dir is not None and self.broker.replicas.log_dirs.offline(local.log_dir):
+        if self.broker.replicas.log_dirs.offline(local.log_dir):
             raise KafkaError(ErrorCode.NOT_COORDINATOR, f"the log dir of {OFFSETS_TOPIC}-{p} is offline")
         if p in self.loading or p not in self.loaded:
             raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, f"{OFFSETS_TOPIC}-{p} is loading")

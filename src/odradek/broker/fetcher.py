@@ -267,10 +267,10 @@ class ReplicaFetcher:
             failures = self.broker.replicas.log_dirs
             try:
                 if failures.any_failed:
-                    failures.check_write(p.log_dir, len(records))  # type: ignore[arg-type]
+                    failures.check_write(p.log_dir, len(records))
                 lg.append_as_follower(records)
                 if failures.any_failed:
-                    failures.wrote(p.log_dir)  # type: ignore[arg-type]
+                    failures.wrote(p.log_dir)
             except (OSError, KafkaError) as exc:
                 if is_io_error(exc):
                     failures.fail(p.log_dir, exc, f"appending to {p.topic}-{p.index} as a follower")

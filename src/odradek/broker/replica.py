@@ -49,11 +49,11 @@ class Partition:
     hw_waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
     data_waiters: list[asyncio.Future[None]] = field(default_factory=list)
     flushing: asyncio.Future[None] | None = None
-    log_dir: Path | None = None  # the log dir holding this partition's directory
 
-    def __post_init__(self) -> None:
-        if self.log_dir is None:
-            self.log_dir = self.log.directory.parent
+    @property
+    def log_dir(self) -> Path:
+        """The log dir holding this partition's directory."""
+        return self.log.directory.parent
 
     @property
     def is_leader(self) -> bool:
@@ -277,7 +277,7 @@ class ReplicaManager:
                 )
         failures = self.log_dirs
         if failures.any_failed:
-            failures.check_write(p.log_dir, len(records))  # type: ignore[arg-type]
+            failures.check_write(p.log_dir, len(records))
         try:
             info = p.log.append(records, leader_epoch=p.leader_epoch)
         except (OSError, StorageError) as exc:
@@ -285,7 +285,7 @@ class ReplicaManager:
                 raise
             raise failures.fail(p.log_dir, exc, f"appending to {p.topic}-{p.index}") from exc
         if failures.any_failed:
-            failures.wrote(p.log_dir)  # type: ignore[arg-type]
+            failures.wrote(p.log_dir)
         p.update_high_watermark()
         p.wake_appended()
         return info
@@ -328,7 +328,7 @@ class ReplicaManager:
         limit = None if replica_id >= 0 else p.log.high_watermark
         failures = self.log_dirs
         if failures.any_failed:
-            failures.check_read(p.log_dir)  # type: ignore[arg-type]
+            failures.check_read(p.log_dir)
         try:
             return p.log.read(offset, max_bytes, limit, min_one_message=min_one)
         except OSError as exc:
