@@ -216,3 +216,33 @@ def test_full_disk_answers_storage_error_keeps_data_and_recovers_without_restart
         got = _read_all(again.bootstrap, len(acked))
         assert [o for o, _v in got] == sorted(acked)
         assert [v for _o, v in got] == [acked[o] for o in sorted(acked)]
+
+
+def test_topic_creation_on_a_full_disk_is_answered_not_dropped(small_tmpfs: Path) -> None:
+    """CreateTopics and Metadata auto-create on a full disk answer KAFKA_STORAGE_ERROR for the
+    topic (before: the connection was closed); the topic is created once space is freed."""
+    from odradek.protocol.messages.create_topics import CreateTopicsRequest
+    from odradek.protocol.messages.metadata import MetadataRequest
+
+    filler = small_tmpfs / "filler"
+    with BrokerProcess(small_tmpfs / "data", log_level="INFO") as broker:
+        _fill(filler)
+        w = WireClient(broker.host, broker.port)
+        try:
+            T = CreateTopicsRequest.CreatableTopic
+            answer = w.request(
+                CreateTopicsRequest(topics=[T(name="new", num_partitions=1, replication_factor=1)], timeout_ms=5000), 5
+            )
+            assert [t.error_code for t in answer.topics] == [ErrorCode.KAFKA_STORAGE_ERROR]
+            meta = w.request(
+                MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="auto")], allow_auto_topic_creation=True), 9
+            )
+            assert [t.error_code for t in meta.topics] == [ErrorCode.KAFKA_STORAGE_ERROR]
+            filler.unlink()
+            answer = w.request(
+                CreateTopicsRequest(topics=[T(name="new", num_partitions=1, replication_factor=1)], timeout_ms=5000), 5
+            )
+            assert [t.error_code for t in answer.topics] == [0]
+        finally:
+            w.close()
+        assert "Traceback" not in "".join(broker.stderr_lines)

@@ -382,9 +382,15 @@ class Broker:
     ) -> TopicInfo:
         if name.startswith("__") and name in ("__consumer_offsets", "__transaction_state"):
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"{name} is an internal topic")
-        return await self.backend.create_topic(
-            name, partitions, replication_factor, configs, assignments, validate_only=validate_only
-        )
+        try:
+            return await self.backend.create_topic(
+                name, partitions, replication_factor, configs, assignments, validate_only=validate_only
+            )
+        except (OSError, StorageError) as exc:
+            if not is_io_error(exc):
+                raise
+            # the metadata or a new log could not be written (a full or failed disk)
+            raise self.replicas.log_dirs.fail(None, exc, f"creating topic {name}") from exc
 
     async def delete_topic(self, name: str) -> None:
         if not self.config.get("delete.topic.enable"):
