@@ -259,3 +259,31 @@ def test_a_failed_flush_takes_the_dir_offline(tmp_path: Path) -> None:
     # fsync failed: whether the data reached the disk is unknown, so the dir goes offline (Kafka)
     _storage_error(lambda: asyncio.run(flush()))
     assert rm.log_dirs.state(a) is DirState.OFFLINE
+
+
+class _NoNewFiles(FileOps):
+    def __init__(self) -> None:
+        self.refuse = False
+
+    def open(self, path: Path) -> int:
+        if self.refuse:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return super().open(path)
+
+
+def test_a_roll_that_cannot_create_the_new_segment_keeps_the_old_one_writable(tmp_path: Path) -> None:
+    files = _NoNewFiles()
+    cfg = LogConfig.from_dict({"segment.bytes": 1024, "index.interval.bytes": 1})
+    lg = Log(tmp_path / "t-0", cfg, files=files, clean_shutdown=True)
+    lg.append(_batch(0, 600))
+    files.refuse = True
+    with pytest.raises(OSError):
+        lg.append(_batch(1, 600))  # needs a roll: the new segment's file cannot be created
+    assert len(lg.segments) == 1 and lg.log_end_offset == 1
+    files.refuse = False
+    lg.append(_batch(1, 10))  # fits in the old segment, whose index must still take entries
+    lg.append(_batch(2, 600))  # rolls now
+    assert [s.base_offset for s in lg.segments] == [0, 2]
+    data = b"".join(lg.read(o, 1 << 20).to_bytes() for o in (0, 2))
+    assert [r.offset for b in read_batches(data) for r in b.records] == [0, 1, 2]
+    lg.close()
