@@ -135,7 +135,7 @@ class LogDirFailureChannel:
         """A write to ``d`` succeeded: a full dir with room again is online."""
         if self._state.get(d) is DirState.FULL and self._has_room(d, RECOVERED_FREE_BYTES):
             self._set(d, DirState.ONLINE)
-            log.info("log dir %s accepts writes again (space was freed)", d)
+            log.info("log dir %s accepts writes again", d)
 
     # -- the funnel ----------------------------------------------------------------------------
     def fail(self, d: Path | None, exc: BaseException, what: str, *, sync: bool = False) -> KafkaError:
