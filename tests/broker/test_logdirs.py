@@ -170,6 +170,7 @@ def test_broker_serves_the_other_dir_reports_the_offline_one_and_stops_cleanly(
     from odradek.config import BrokerConfig
     from odradek.protocol.messages.describe_log_dirs import DescribeLogDirsRequest
     from odradek.protocol.messages.fetch import FetchRequest
+    from odradek.protocol.messages.list_offsets import ListOffsetsRequest
     from odradek.protocol.messages.produce import ProduceRequest
     from odradek.storage.manager import CLEAN_SHUTDOWN_FILE
 
@@ -224,6 +225,12 @@ def test_broker_serves_the_other_dir_reports_the_offline_one_and_stops_cleanly(
             codes = [p.error_code for p in answer.responses[0].partitions]
             assert codes == [ErrorCode.KAFKA_STORAGE_ERROR, 0], codes
             assert len(list(read_batches(bytes(answer.responses[0].partitions[1].records)))) == 4
+            L = ListOffsetsRequest
+            client.send(L(replica_id=-1, topics=[L.ListOffsetsTopic(name="t", partitions=[
+                L.ListOffsetsPartition(partition_index=p, timestamp=-1) for p in (0, 1)])]), 5)
+            answer = (await client.receive()).response
+            codes = [p.error_code for p in answer.topics[0].partitions]
+            assert codes == [ErrorCode.KAFKA_STORAGE_ERROR, 0], codes
             client.send(DescribeLogDirsRequest(topics=None), 1)
             answer = (await client.receive()).response
             by_dir = {r.log_dir: r.error_code for r in answer.results}

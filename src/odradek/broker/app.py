@@ -685,6 +685,8 @@ class Broker:
         if topic not in self.image.topics:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{topic}' does not exist")
         p = self._led_here(topic, partition)
+        if self.replicas.log_dirs.any_failed:
+            self.replicas.log_dirs.check_read(p.log_dir)  # an offline dir serves nothing
         if current_leader_epoch >= 0:
             if current_leader_epoch < p.leader_epoch:
                 raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH, f"epoch {current_leader_epoch} < {p.leader_epoch}")
