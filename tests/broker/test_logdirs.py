@@ -294,3 +294,43 @@ def test_a_roll_that_cannot_create_the_new_segment_keeps_the_old_one_writable(tm
     data = b"".join(lg.read(o, 1 << 20).to_bytes() for o in (0, 2))
     assert [r.offset for b in read_batches(data) for r in b.records] == [0, 1, 2]
     lg.close()
+
+
+def test_a_partition_whose_log_could_not_be_created_is_created_on_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The metadata of a new topic was written but its log could not be created (the disk filled
+    up in between): the image is still applied, produce answers KAFKA_STORAGE_ERROR while the log
+    cannot be created, and the log is created on the first produce once it can."""
+    import asyncio
+
+    from odradek.broker.app import Broker
+    from odradek.config import BrokerConfig
+
+    async def main() -> None:
+        config = BrokerConfig.load(None, [], {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path / "d")}, env={})
+        broker = Broker(config)
+        await broker.start()
+        try:
+            real = broker.logs.get_or_create
+            full = {"on": True}
+
+            def get_or_create(topic: str, partition: int, *args: object, **kw: object) -> Log:
+                if full["on"] and topic == "late":
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                return real(topic, partition, *args, **kw)  # type: ignore[arg-type]
+
+            broker.logs.get_or_create = get_or_create  # type: ignore[method-assign]
+            await broker.create_topic("late", 1, 1, {})
+            assert "late" in broker.image.topics and broker.replicas.get("late", 0) is None
+            monkeypatch.setattr(LogDirFailureChannel, "_has_room", staticmethod(lambda _d, _n: True))
+            with pytest.raises(KafkaError) as info:
+                broker.produce_partition("late", 0)
+            assert info.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+            full["on"] = False
+            p = broker.produce_partition("late", 0)
+            assert broker.replicas.append(p, _batch(0), 1).first_offset == 0
+        finally:
+            await broker.stop()
+
+    asyncio.run(main())

@@ -326,7 +326,12 @@ class Broker:
                 if self.broker_id not in state.replicas:
                     continue
                 hosted.add((topic.name, state.partition))
-                p = self.replicas.become_leader(state, topic.topic_id)
+                try:
+                    p = self.replicas.become_leader(state, topic.topic_id)
+                except KafkaError as exc:
+                    if exc.code != ErrorCode.KAFKA_STORAGE_ERROR:
+                        raise
+                    continue  # its log could not be created (logged by the failure channel)
                 p.log.auto_flush = False
         for key in list(self.replicas.partitions):
             if key not in hosted:
@@ -673,13 +678,30 @@ class Broker:
         """The partition this broker leads; NOT_LEADER_OR_FOLLOWER (the client refreshes its
         metadata) when the partition exists but lives on other brokers."""
         p = self.replicas.get(topic, partition)
-        if p is None:
+        if p is None and self.rehost(topic, partition) is None:
             state = self.image.partition(topic, partition)
             if state is not None:
                 raise KafkaError(
                     ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{partition} is led by broker {state.leader}, not here"
                 )
         return self.replicas.leader_partition(topic, partition)
+
+    def rehost(self, topic: str, partition: int) -> Partition | None:
+        """Single node: host a partition of the image whose log could not be created when the
+        image was applied (a full or failed log dir), now that it is used; None when the image
+        does not assign it here.  Raises KAFKA_STORAGE_ERROR while it still cannot be created."""
+        if self.zk_mode:
+            return None
+        info = self.image.topics.get(topic)
+        state = info.partitions.get(partition) if info is not None else None
+        if info is None or state is None or self.broker_id not in state.replicas:
+            return None
+        p = self.replicas.become_leader(state, info.topic_id)
+        p.log.auto_flush = False
+        log.info("%s-%d: its log is created now (it could not be when the topic was applied)", topic, partition)
+        if self._groups is not None and info.internal:
+            self._groups.on_image()
+        return p
 
     def fetch_partition(self, topic: str, partition: int, current_leader_epoch: int, replica_id: int) -> Partition:
         if topic not in self.image.topics:

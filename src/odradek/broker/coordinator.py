@@ -335,6 +335,11 @@ class GroupCoordinator:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} does not exist yet")
         p = self.partition_for(group_id)
         local = self.broker.replicas.get(OFFSETS_TOPIC, p)
+        if local is None:
+            try:
+                local = self.broker.rehost(OFFSETS_TOPIC, p)  # its log could not be created before
+            except KafkaError as exc:
+                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, exc.message) from exc
         if local is None or not local.is_leader:
             raise KafkaError(ErrorCode.NOT_COORDINATOR, f"group {group_id} is coordinated by another broker")
         if self.broker.replicas.log_dirs.offline(local.log_dir):
