@@ -28,6 +28,7 @@ import odradek.broker.handlers  # noqa: F401  (registers the API handlers)
 from odradek._clock import Clock, SystemClock
 from odradek.broker.coordinator import GroupCoordinator
 from odradek.broker.fetcher import ReplicaFetcherManager
+from odradek.broker.logdirs import is_io_error
 from odradek.broker.replica import Partition, ReplicaManager
 from odradek.broker.server import KafkaConnection
 from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage, PartitionState, TopicInfo
@@ -42,8 +43,8 @@ from odradek.records import (
     iter_batch_headers,
     read_batches,
 )
-from odradek.storage import LogConfig, LogManager, StorageError
-from odradek.storage.manager import read_meta_properties, write_meta_properties
+from odradek.storage import Log, LogConfig, LogManager, StorageError
+from odradek.storage.manager import CLEAN_SHUTDOWN_FILE, read_meta_properties, write_meta_properties
 
 if TYPE_CHECKING:
     from odradek.broker.controller import Controller
@@ -259,11 +260,43 @@ class Broker:
             self._executor.shutdown(wait=False)
 
     def _shutdown_storage(self) -> None:
+        """Flush and close every log, then checkpoints and the clean-shutdown markers.  A log
+        dir that fails (full disk, I/O error) does not stop the shutdown: what could not be
+        flushed or written is logged, the dir gets no clean-shutdown marker (the next start
+        recovers its logs from the segments), and the other dirs shut down cleanly."""
+        failures = self.replicas.log_dirs
         for lg in self.logs.logs():
-            if not lg.closed:
-                with contextlib.suppress(Exception):
-                    lg.take_producer_snapshot()
-        self.logs.shutdown()
+            if lg.closed:
+                continue
+            d = lg.directory.parent
+            if failures.offline(d):
+                _close_unflushed(lg)
+                continue
+            try:
+                lg.take_producer_snapshot()
+            except (OSError, StorageError) as exc:
+                log.warning("%s-%d: producer state snapshot not written at shutdown: %s", lg.topic, lg.partition, exc)
+            try:
+                lg.close()
+            except (OSError, StorageError) as exc:
+                failures.fail(d, exc, f"flushing {lg.topic}-{lg.partition} at shutdown", sync=True)
+                log.warning("%s-%d: not flushed at shutdown (%s); recovered at the next start", lg.topic, lg.partition, exc)
+                _close_unflushed(lg)
+        try:
+            self.logs.shutdown()
+        except (OSError, StorageError) as exc:
+            failures.fail(None, exc, "writing checkpoints at shutdown")
+            log.warning("checkpoints not written at shutdown (%s): the next start recovers the logs", exc)
+        for d in self.logs.dirs:
+            if not failures.offline(d):
+                continue
+            # never a clean-shutdown marker for a failed dir: its logs must be recovered
+            try:
+                (d / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+            except OSError as exc:
+                log.error("log dir %s is offline and its clean-shutdown marker could not be removed: %s", d, exc)
+            else:
+                log.warning("log dir %s was offline: its logs are recovered at the next start", d)
 
     # ------------------------------------------------------------------------------------------
     # metadata
@@ -293,7 +326,12 @@ class Broker:
                 if self.broker_id not in state.replicas:
                     continue
                 hosted.add((topic.name, state.partition))
-                p = self.replicas.become_leader(state, topic.topic_id)
+                try:
+                    p = self.replicas.become_leader(state, topic.topic_id)
+                except KafkaError as exc:
+                    if exc.code != ErrorCode.KAFKA_STORAGE_ERROR:
+                        raise
+                    continue  # its log could not be created (logged by the failure channel)
                 p.log.auto_flush = False
         for key in list(self.replicas.partitions):
             if key not in hosted:
@@ -349,9 +387,15 @@ class Broker:
     ) -> TopicInfo:
         if name.startswith("__") and name in ("__consumer_offsets", "__transaction_state"):
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"{name} is an internal topic")
-        return await self.backend.create_topic(
-            name, partitions, replication_factor, configs, assignments, validate_only=validate_only
-        )
+        try:
+            return await self.backend.create_topic(
+                name, partitions, replication_factor, configs, assignments, validate_only=validate_only
+            )
+        except (OSError, StorageError) as exc:
+            if not is_io_error(exc):
+                raise
+            # the metadata or a new log could not be written (a full or failed disk)
+            raise self.replicas.log_dirs.fail(None, exc, f"creating topic {name}") from exc
 
     async def delete_topic(self, name: str) -> None:
         if not self.config.get("delete.topic.enable"):
@@ -634,7 +678,7 @@ class Broker:
         """The partition this broker leads; NOT_LEADER_OR_FOLLOWER (the client refreshes its
         metadata) when the partition exists but lives on other brokers."""
         p = self.replicas.get(topic, partition)
-        if p is None:
+        if p is None and self.rehost(topic, partition) is None:
             state = self.image.partition(topic, partition)
             if state is not None:
                 raise KafkaError(
@@ -642,10 +686,29 @@ class Broker:
                 )
         return self.replicas.leader_partition(topic, partition)
 
+    def rehost(self, topic: str, partition: int) -> Partition | None:
+        """Single node: host a partition of the image whose log could not be created when the
+        image was applied (a full or failed log dir), now that it is used; None when the image
+        does not assign it here.  Raises KAFKA_STORAGE_ERROR while it still cannot be created."""
+        if self.zk_mode:
+            return None
+        info = self.image.topics.get(topic)
+        state = info.partitions.get(partition) if info is not None else None
+        if info is None or state is None or self.broker_id not in state.replicas:
+            return None
+        p = self.replicas.become_leader(state, info.topic_id)
+        p.log.auto_flush = False
+        log.info("%s-%d: its log is created now (it could not be when the topic was applied)", topic, partition)
+        if self._groups is not None and info.internal:
+            self._groups.on_image()
+        return p
+
     def fetch_partition(self, topic: str, partition: int, current_leader_epoch: int, replica_id: int) -> Partition:
         if topic not in self.image.topics:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{topic}' does not exist")
         p = self._led_here(topic, partition)
+        if self.replicas.log_dirs.any_failed:
+            self.replicas.log_dirs.check_read(p.log_dir)  # an offline dir serves nothing
         if current_leader_epoch >= 0:
             if current_leader_epoch < p.leader_epoch:
                 raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH, f"epoch {current_leader_epoch} < {p.leader_epoch}")
@@ -715,8 +778,12 @@ class Broker:
                     await fn()
                 except asyncio.CancelledError:
                     raise
-                except (KafkaError, StorageError, OSError):
-                    log.exception("background task %s failed", name)
+                except (KafkaError, StorageError, OSError) as exc:
+                    if is_io_error(exc):
+                        # through the log dirs' failure channel, which logs each failure once
+                        self.replicas.log_dirs.fail(None, exc, f"running the {name} task", sync=name == "flush")
+                    else:
+                        log.exception("background task %s failed", name)
 
         self._tasks.append(asyncio.get_running_loop().create_task(run(), name=name))
 
@@ -735,11 +802,21 @@ class Broker:
         self.logs.cleanup()
 
     async def _flush_due(self) -> None:
+        failures = self.replicas.log_dirs
         for lg in self.logs.logs():
             if lg.closed or lg.log_end_offset <= lg.recovery_point:
                 continue
             if self.clock.monotonic_ms() - lg.last_flush_ms >= lg.config.flush_ms:
-                await asyncio.get_running_loop().run_in_executor(self._executor, lg.flush)
+                d = lg.directory.parent
+                if failures.offline(d):
+                    continue
+                try:
+                    await asyncio.get_running_loop().run_in_executor(self._executor, lg.flush)
+                except (OSError, StorageError) as exc:
+                    if not is_io_error(exc):
+                        raise
+                    # this log's dir goes offline; the other logs are still flushed
+                    failures.fail(d, exc, f"flushing {lg.topic}-{lg.partition}", sync=True)
 
     async def _checkpoint(self) -> None:
         await asyncio.get_running_loop().run_in_executor(self._executor, self.logs.checkpoint)
@@ -763,6 +840,14 @@ class Broker:
         now = self.clock.now_ms()
         for lg in self.logs.logs():
             lg.producers.remove_expired(now, expiration)
+
+
+def _close_unflushed(lg: Log) -> None:
+    """Close a log's files without flushing them (its dir failed)."""
+    for seg in lg.segments:
+        with contextlib.suppress(OSError, StorageError):
+            seg.close()
+    lg.closed = True
 
 
 def _raise_fd_limit() -> None:

@@ -22,6 +22,7 @@ import logging
 import struct
 from typing import TYPE_CHECKING
 
+from odradek.broker.logdirs import is_io_error
 from odradek.broker.replica import Partition
 from odradek.cluster.assignment import partition_for
 from odradek.cluster.group import (
@@ -302,10 +303,28 @@ class GroupCoordinator:
             except KafkaError as exc:
                 if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
                     return
-                if exc.code == ErrorCode.INVALID_REPLICATION_FACTOR:
-                    # like Kafka: no group coordination until enough brokers are alive
+                if exc.code in (ErrorCode.INVALID_REPLICATION_FACTOR, ErrorCode.KAFKA_STORAGE_ERROR):
+                    # like Kafka: no group coordination until enough brokers are alive, or while
+                    # the offsets topic cannot be written (a full or failed log dir)
                     raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, exc.message) from exc
                 raise
+            except (OSError, StorageError) as exc:
+                if not is_io_error(exc):
+                    raise
+                failure = self.broker.replicas.log_dirs.fail(None, exc, f"creating {OFFSETS_TOPIC}")
+                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, failure.message) from exc
+
+    def check_storage(self, partition: int) -> None:
+        """COORDINATOR_NOT_AVAILABLE while the offsets partition's log dir is offline (Kafka
+        moves the coordinator away from a failed dir; a single broker has nowhere to move it).
+        A full dir still coordinates: its groups are served from memory, and only the writes
+        (commits, rebalances) answer errors until space is freed."""
+        local = self.broker.replicas.get(OFFSETS_TOPIC, partition)
+        failures = self.broker.replicas.log_dirs
+        if local is not None and failures.offline(local.log_dir):
+            raise KafkaError(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE, f"the log dir of {OFFSETS_TOPIC}-{partition} is offline"
+            )
 
     def check(self, group_id: str) -> None:
         """Raise unless this broker serves ``group_id`` right now."""
@@ -316,8 +335,15 @@ class GroupCoordinator:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} does not exist yet")
         p = self.partition_for(group_id)
         local = self.broker.replicas.get(OFFSETS_TOPIC, p)
+        if local is None:
+            try:
+                local = self.broker.rehost(OFFSETS_TOPIC, p)  # its log could not be created before
+            except KafkaError as exc:
+                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, exc.message) from exc
         if local is None or not local.is_leader:
             raise KafkaError(ErrorCode.NOT_COORDINATOR, f"group {group_id} is coordinated by another broker")
+        if self.broker.replicas.log_dirs.offline(local.log_dir):
+            raise KafkaError(ErrorCode.NOT_COORDINATOR, f"the log dir of {OFFSETS_TOPIC}-{p} is offline")
         if p in self.loading or p not in self.loaded:
             raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, f"{OFFSETS_TOPIC}-{p} is loading")
 

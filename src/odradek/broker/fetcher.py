@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from odradek.broker.channel import BrokerChannel
+from odradek.broker.logdirs import is_io_error
 from odradek.broker.replica import Partition
 from odradek.cluster.assignment import java_string_hash
-from odradek.errors import ErrorCode
+from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.fetch import FetchRequest, FetchResponse
 from odradek.protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
 from odradek.protocol.messages.offset_for_leader_epoch import (
@@ -31,7 +32,6 @@ from odradek.protocol.messages.offset_for_leader_epoch import (
     OffsetForLeaderEpochResponse,
 )
 from odradek.records import RecordsError
-from odradek.storage import StorageError
 
 if TYPE_CHECKING:
     from odradek.broker.app import Broker
@@ -264,9 +264,24 @@ class ReplicaFetcher:
         lg = p.log
         records = r.records
         if isinstance(records, (bytes, bytearray, memoryview)) and len(records):
+            failures = self.broker.replicas.log_dirs
             try:
+                if failures.any_failed:
+                    failures.check_write(p.log_dir, len(records))
                 lg.append_as_follower(records)
-            except (StorageError, RecordsError) as exc:
+                if failures.any_failed:
+                    failures.wrote(p.log_dir)
+            except (OSError, KafkaError) as exc:
+                if is_io_error(exc):
+                    failures.fail(p.log_dir, exc, f"appending to {p.topic}-{p.index} as a follower")
+                elif not (type(exc) is KafkaError and exc.code == ErrorCode.KAFKA_STORAGE_ERROR):
+                    log.warning("follower append to %s-%d failed (%s); truncating again", p.topic, p.index, exc)
+                    s.truncating = True
+                    return
+                # a full or failed log dir (logged once by the failure channel): try again later
+                s.delayed_until = asyncio.get_running_loop().time() + self.backoff
+                return
+            except RecordsError as exc:
                 log.warning("follower append to %s-%d failed (%s); truncating again", p.topic, p.index, exc)
                 s.truncating = True
                 return

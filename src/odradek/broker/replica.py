@@ -8,6 +8,10 @@ follows every append; the cluster adds followers to the same structures.
 Delayed operations (Kafka's purgatory) are futures: a produce with ``acks=all`` waits until the
 HW passes its last offset, a fetch with ``min_bytes`` waits until enough data is visible or
 ``max_wait_ms`` passes.  Disk flushes run in a worker thread, never on the event loop.
+
+I/O errors of a partition's log dir go through one funnel, :class:`LogDirFailureChannel`
+(``log_dirs``): appends, flushes and reads raise KAFKA_STORAGE_ERROR for a dir that is full
+(writes only) or offline, and the error that made it so is logged once there, not per request.
 """
 
 from __future__ import annotations
@@ -16,10 +20,12 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from odradek.broker.logdirs import LogDirFailureChannel, is_io_error
 from odradek.cluster.metadata import PartitionState
 from odradek.errors import ErrorCode, KafkaError
-from odradek.storage import AppendInfo, Log, LogConfig, LogManager, ReadResult
+from odradek.storage import AppendInfo, Log, LogConfig, LogManager, ReadResult, StorageError
 
 __all__ = ["Partition", "ReplicaManager"]
 
@@ -43,6 +49,11 @@ class Partition:
     hw_waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
     data_waiters: list[asyncio.Future[None]] = field(default_factory=list)
     flushing: asyncio.Future[None] | None = None
+
+    @property
+    def log_dir(self) -> Path:
+        """The log dir holding this partition's directory."""
+        return self.log.directory.parent
 
     @property
     def is_leader(self) -> bool:
@@ -162,18 +173,32 @@ class Partition:
 
 
 class ReplicaManager:
-    def __init__(self, broker_id: int, logs: LogManager, topic_config: Callable[[str], LogConfig]) -> None:
+    def __init__(
+        self,
+        broker_id: int,
+        logs: LogManager,
+        topic_config: Callable[[str], LogConfig],
+        log_dirs: LogDirFailureChannel | None = None,
+    ) -> None:
         self.broker_id = broker_id
         self.logs = logs
         self.topic_config = topic_config
         self.partitions: dict[tuple[str, int], Partition] = {}
+        #: the failure funnel of the log dirs (Kafka's LogDirFailureChannel)
+        self.log_dirs = log_dirs if log_dirs is not None else LogDirFailureChannel(logs.dirs)
 
     # -- partition lifecycle -------------------------------------------------------------------
     def become_leader(self, state: PartitionState, topic_id: object = None) -> Partition:
         p = self._hosted(state, topic_id)
         p.state = state
         if p.is_leader:
-            p.log.epochs.assign(state.leader_epoch, p.log.log_end_offset)
+            try:
+                p.log.epochs.assign(state.leader_epoch, p.log.log_end_offset)
+            except (OSError, StorageError) as exc:
+                # the epoch is kept in memory; its checkpoint is written with the next epoch
+                if not is_io_error(exc):
+                    raise
+                self.log_dirs.fail(p.log_dir, exc, f"writing the leader epoch checkpoint of {p.topic}-{p.index}")
             p.update_high_watermark()
         return p
 
@@ -183,7 +208,14 @@ class ReplicaManager:
         p = self.partitions.get(key)
         cfg = self.topic_config(state.topic)
         if p is None:
-            lg = self.logs.get_or_create(state.topic, state.partition, cfg, topic_id=topic_id)  # type: ignore[arg-type]
+            try:
+                lg = self.logs.get_or_create(state.topic, state.partition, cfg, topic_id=topic_id)  # type: ignore[arg-type]
+            except (OSError, StorageError) as exc:
+                if not is_io_error(exc):
+                    raise
+                raise self.log_dirs.fail(
+                    None, exc, f"creating the log of {state.topic}-{state.partition}"
+                ) from exc
             p = Partition(state.topic, state.partition, lg, state, self.broker_id)
             p.log.high_watermark = min(max(p.log.high_watermark, 0), p.log.log_end_offset)
             self.partitions[key] = p
@@ -243,7 +275,17 @@ class ReplicaManager:
                     ErrorCode.NOT_ENOUGH_REPLICAS,
                     f"ISR {list(p.state.isr)} is smaller than min.insync.replicas={min_isr}",
                 )
-        info = p.log.append(records, leader_epoch=p.leader_epoch)
+        failures = self.log_dirs
+        if failures.any_failed:
+            failures.check_write(p.log_dir, len(records))
+        try:
+            info = p.log.append(records, leader_epoch=p.leader_epoch)
+        except (OSError, StorageError) as exc:
+            if not is_io_error(exc):
+                raise
+            raise failures.fail(p.log_dir, exc, f"appending to {p.topic}-{p.index}") from exc
+        if failures.any_failed:
+            failures.wrote(p.log_dir)
         p.update_high_watermark()
         p.wake_appended()
         return info
@@ -265,7 +307,12 @@ class ReplicaManager:
                 return
         fut = asyncio.ensure_future(asyncio.to_thread(lg.flush))
         p.flushing = fut  # type: ignore[assignment]
-        await asyncio.shield(fut)
+        try:
+            await asyncio.shield(fut)
+        except (OSError, StorageError) as exc:
+            if not is_io_error(exc):
+                raise
+            raise self.log_dirs.fail(p.log_dir, exc, f"flushing {p.topic}-{p.index}", sync=True) from exc
 
     # -- fetch -----------------------------------------------------------------------------------
     def read(
@@ -279,4 +326,10 @@ class ReplicaManager:
         min_one: bool,
     ) -> ReadResult:
         limit = None if replica_id >= 0 else p.log.high_watermark
-        return p.log.read(offset, max_bytes, limit, min_one_message=min_one)
+        failures = self.log_dirs
+        if failures.any_failed:
+            failures.check_read(p.log_dir)
+        try:
+            return p.log.read(offset, max_bytes, limit, min_one_message=min_one)
+        except OSError as exc:
+            raise failures.fail(p.log_dir, exc, f"reading {p.topic}-{p.index}") from exc

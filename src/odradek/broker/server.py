@@ -27,6 +27,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from odradek.broker.dispatch import HANDLERS, Deferred, RequestContext, supported_versions
+from odradek.broker.logdirs import is_io_error
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import (
     NEED_DATA,
@@ -429,6 +430,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return self._response_parts(waiting.header, response)
 
     def _failed(self, header: RequestHeader, exc: Exception) -> list[Any] | None:
+        if not isinstance(exc, KafkaError) and is_io_error(exc):
+            # an I/O error no handler translated: the log dirs' failure channel logs it (once)
+            # and the request gets KAFKA_STORAGE_ERROR, not a traceback per request
+            exc = self.broker.replicas.log_dirs.fail(None, exc, f"handling {ApiKey(header.api_key).name}")
         if isinstance(exc, KafkaError):
             response = _error_response(header, exc.code)
             if response is None:

@@ -621,7 +621,14 @@ class Log:
                 self.log_start_offset = max(self.log_start_offset, base_offset)
         else:
             segments = list(self._segments)
-        seg = LogSegment(self.directory, base_offset, self.config, self.files, now_ms=now, active=True)
+        try:
+            seg = LogSegment(self.directory, base_offset, self.config, self.files, now_ms=now, active=True)
+        except BaseException:
+            # the new segment could not be created (ENOSPC, EMFILE): the old one stays active
+            if not old.closed and not old.index.writable:
+                old.index.make_writable()
+                old.time_index.make_writable()
+            raise
         segments.append(seg)
         self._set_segments(segments)
         self._dir_dirty = True

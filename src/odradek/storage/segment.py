@@ -13,6 +13,7 @@ reads use ``pread`` on the file descriptor and may run concurrently with appends
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -161,23 +162,37 @@ class LogSegment:
     def append(self, data: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> int:
         """Append complete entries (offsets already assigned); returns their file position."""
         position = self.size
+        index, time_index = self.index, self.time_index
+        saved = (
+            self._hint, self.max_timestamp, self.offset_of_max_timestamp, self.first_batch_timestamp,
+            self.bytes_since_index_entry, index.entries, time_index.entries,
+        )
         if headers:
             first = headers[0]
             self._hint = (first.base_offset if first.base_offset >= 0 else first.last_offset, position)
-        self.files.write_at(self.fd, data, position)
-        interval = self.config.index_interval_bytes
-        index, time_index = self.index, self.time_index
-        for h in headers:
-            if h.max_timestamp > self.max_timestamp:
-                self.max_timestamp = h.max_timestamp
-                self.offset_of_max_timestamp = h.last_offset
-            if self.first_batch_timestamp is None:
-                self.first_batch_timestamp = h.max_timestamp
-            if self.bytes_since_index_entry > interval:
-                index.append(h.last_offset, position + h.position)
-                time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-                self.bytes_since_index_entry = 0
-            self.bytes_since_index_entry += h.size
+        try:
+            self.files.write_at(self.fd, data, position)
+            interval = self.config.index_interval_bytes
+            for h in headers:
+                if h.max_timestamp > self.max_timestamp:
+                    self.max_timestamp = h.max_timestamp
+                    self.offset_of_max_timestamp = h.last_offset
+                if self.first_batch_timestamp is None:
+                    self.first_batch_timestamp = h.max_timestamp
+                if self.bytes_since_index_entry > interval:
+                    index.append(h.last_offset, position + h.position)
+                    time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+                    self.bytes_since_index_entry = 0
+                self.bytes_since_index_entry += h.size
+        except BaseException:
+            # a failed write (ENOSPC, EIO) may have left part of the data in the file: cut it
+            # off, so that no half entry stays in the log for a later append or a restart to
+            # find, and forget what this append had noted
+            (self._hint, self.max_timestamp, self.offset_of_max_timestamp, self.first_batch_timestamp,
+             self.bytes_since_index_entry, index.entries, time_index.entries) = saved
+            with contextlib.suppress(OSError):
+                self.files.truncate(self.fd, position)
+            raise
         if headers:
             self.next_offset = headers[-1].last_offset + 1
         # size last: a reader in another thread takes the size before the next offset (see

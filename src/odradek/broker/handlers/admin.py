@@ -174,7 +174,14 @@ async def describe_log_dirs(ctx: RequestContext, request: DescribeLogDirsRequest
     broker = ctx.broker
     wanted = None if request.topics is None else {(t.topic, p) for t in request.topics for p in t.partitions}
     results = []
+    failures = broker.replicas.log_dirs
     for d in broker.logs.dirs:
+        # KAFKA_STORAGE_ERROR for a dir the failure channel took offline (as Kafka), with no
+        # partitions, and for one that is full (its partitions still listed: they serve reads)
+        code = failures.error_code(d)
+        if failures.offline(d):
+            results.append(R.DescribeLogDirsResult(error_code=int(code), log_dir=str(d.resolve()), topics=[]))
+            continue
         by_topic: dict[str, list[DescribeLogDirsResponse.DescribeLogDirsPartition]] = {}
         for lg in broker.logs.logs():
             if lg.directory.parent != d or (wanted is not None and (lg.topic, lg.partition) not in wanted):
@@ -184,14 +191,18 @@ async def describe_log_dirs(ctx: RequestContext, request: DescribeLogDirsRequest
             by_topic.setdefault(lg.topic, []).append(
                 R.DescribeLogDirsPartition(partition_index=lg.partition, partition_size=lg.size_bytes, offset_lag=lag)
             )
-        st = os.statvfs(d)
+        try:
+            st = os.statvfs(d)
+            total, usable = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+        except OSError:
+            total = usable = -1
         results.append(
             R.DescribeLogDirsResult(
-                error_code=0,
+                error_code=int(code),
                 log_dir=str(d.resolve()),
                 topics=[R.DescribeLogDirsTopic(name=n, partitions=ps) for n, ps in sorted(by_topic.items())],
-                total_bytes=st.f_blocks * st.f_frsize,
-                usable_bytes=st.f_bavail * st.f_frsize,
+                total_bytes=total,
+                usable_bytes=usable,
             )
         )
     return R(throttle_time_ms=0, error_code=0, results=results)

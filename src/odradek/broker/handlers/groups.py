@@ -53,6 +53,7 @@ async def find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest)
                 raise KafkaError(ErrorCode.INVALID_GROUP_ID, "empty group id")
             await broker.groups.ensure_topic()
             p = broker.groups.partition_for(key)
+            broker.groups.check_storage(p)
             state = broker.image.partition("__consumer_offsets", p)
             leader = broker.image.brokers.get(state.leader) if state is not None else None
             endpoint = (leader.endpoint(ctx.listener) or leader.endpoint()) if leader is not None else None

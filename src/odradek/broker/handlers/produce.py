@@ -131,7 +131,12 @@ async def _after_append(
     """The waiting part of a produce: flushes the log's flush.messages asks for, then (acks=all)
     the high watermark passing every batch, bounded by the request's timeout."""
     for p in flushes:
-        await broker.replicas.wait_durable(p)
+        try:
+            await broker.replicas.wait_durable(p)
+        except KafkaError as exc:
+            # the flush failed (the log dir went offline through the failure channel): the
+            # partition's batches are not known to be durable
+            _fail_partition(response, p, exc)
     if pending:
         timeout = max(request.timeout_ms, 0) / 1000
         futures = [f for _r, f, _p in pending]
@@ -149,3 +154,14 @@ async def _after_append(
                 # the ISR shrank below min.insync.replicas while the batch was being replicated
                 resp.error_code = int(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
     return response
+
+
+def _fail_partition(response: ProduceResponse, p: Partition, exc: KafkaError) -> None:
+    for topic in response.responses:
+        if topic.name != p.topic:
+            continue
+        for resp in topic.partition_responses:
+            if resp.index == p.index and not resp.error_code:
+                resp.error_code = int(exc.code)
+                resp.error_message = exc.message or None
+                resp.base_offset = -1
