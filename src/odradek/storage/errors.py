@@ -11,6 +11,7 @@ __all__ = [
     "InvalidRecordError",
     "InvalidTimestampError",
     "LogClosedError",
+    "LogDirLockedError",
     "OffsetOutOfRangeError",
     "ProducerStateError",
     "RecordBatchTooLargeError",
@@ -85,3 +86,7 @@ class CorruptIndexError(StorageError):
 
 class LogClosedError(StorageError):
     """An operation on a log that was closed or deleted."""
+
+
+class LogDirLockedError(StorageError):
+    """A log dir is locked by another process (another broker is using it)."""
