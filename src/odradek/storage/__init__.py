@@ -12,6 +12,7 @@ from odradek.storage.config import LogConfig
 from odradek.storage.errors import (
     CorruptIndexError,
     CorruptRecordError,
+    CorruptSegmentError,
     InvalidConfigError,
     InvalidRecordError,
     InvalidTimestampError,
@@ -30,6 +31,7 @@ __all__ = [
     "AppendInfo",
     "CorruptIndexError",
     "CorruptRecordError",
+    "CorruptSegmentError",
     "FileOps",
     "FileRegion",
     "InvalidConfigError",

@@ -7,6 +7,7 @@ from odradek.errors import ErrorCode, KafkaError
 __all__ = [
     "CorruptIndexError",
     "CorruptRecordError",
+    "CorruptSegmentError",
     "InvalidConfigError",
     "InvalidRecordError",
     "InvalidTimestampError",
@@ -38,6 +39,12 @@ class CorruptRecordError(StorageError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, ErrorCode.CORRUPT_MESSAGE)
+
+
+class CorruptSegmentError(CorruptRecordError):
+    """Data on disk that cannot be what was written: an impossible entry header (length, magic,
+    offsets) in a segment file, found by a read.  Answered as CORRUPT_MESSAGE for the partition;
+    the log dir stays online (the rest of the log and the other partitions are readable)."""
 
 
 class InvalidRecordError(StorageError):
