@@ -203,6 +203,8 @@ class Log:
             segments.append(LogSegment(self.directory, start, self.config, self.files, now_ms=now, active=True))
             self._dir_dirty = True
         else:
+            for sealed in segments[:-1]:
+                sealed.release_indexes()  # loaded again on first use
             last = segments[-1]
             last.index.make_writable()
             last.time_index.make_writable()

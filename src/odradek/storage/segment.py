@@ -318,6 +318,11 @@ class LogSegment:
         self.index.trim()
         self.time_index.trim()
 
+    def release_indexes(self) -> None:
+        """Drop a sealed segment's index entries from memory until their next use."""
+        self.index.release()
+        self.time_index.release()
+
     def close(self) -> None:
         if self.closed:
             return
