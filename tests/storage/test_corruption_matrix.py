@@ -60,9 +60,10 @@ def _part(data_dir: Path) -> Path:
     return data_dir / f"{TOPIC}-0"
 
 
-def _sealed_batch(data_dir: Path) -> tuple[Path, int, int]:
-    """(segment file, position, first offset) of a batch in the middle of the third segment."""
-    seg = sorted(_part(data_dir).glob("*.log"))[2]
+def _sealed_batch(data_dir: Path, which: int = 2) -> tuple[Path, int, int]:
+    """(segment file, position, first offset) of a batch in the middle of the third (or
+    ``which``) segment."""
+    seg = sorted(_part(data_dir).glob("*.log"))[which]
     headers = list(iter_batch_headers(seg.read_bytes()))
     h = headers[len(headers) // 2]
     return seg, h.position, h.base_offset
@@ -72,6 +73,15 @@ def _flip_bytes(data_dir: Path) -> int:
     seg, position, first = _sealed_batch(data_dir)
     data = bytearray(seg.read_bytes())
     for i in range(position + 70, position + 78):  # inside the records, after the v2 header
+        data[i] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    return first
+
+
+def _flip_bytes_in_the_active_segment(data_dir: Path) -> int:
+    seg, position, first = _sealed_batch(data_dir, -1)
+    data = bytearray(seg.read_bytes())
+    for i in range(position + 70, position + 78):
         data[i] ^= 0xFF
     seg.write_bytes(bytes(data))
     return first
@@ -108,6 +118,7 @@ def _delete(name: str) -> Any:
 
 DAMAGE = {
     "flipped-bytes": _flip_bytes,
+    "flipped-bytes-active": _flip_bytes_in_the_active_segment,
     "impossible-length": _impossible_length,
     "index-cut-mid-entry": _index_cut_mid_entry,
     "index-cut-to-half": _index_cut_to_half,
@@ -123,6 +134,9 @@ EXPECTED = {
     ("flipped-bytes", "clean"): "corrupt",
     ("flipped-bytes", "unclean-from-zero"): "truncated",
     ("flipped-bytes", "unclean-from-recovery-point"): "corrupt",
+    ("flipped-bytes-active", "clean"): "corrupt",  # found at start-up, CRC-checked when read
+    ("flipped-bytes-active", "unclean-from-zero"): "truncated",
+    ("flipped-bytes-active", "unclean-from-recovery-point"): "truncated",  # the last segment is recovered
     ("impossible-length", "clean"): "corrupt",
     ("impossible-length", "unclean-from-zero"): "truncated",
     ("impossible-length", "unclean-from-recovery-point"): "corrupt",
@@ -177,13 +191,14 @@ def test_damage_is_served_refused_or_truncated_loudly(
             assert log.log_end_offset == RECORDS  # nothing dropped
         else:
             assert refused is None and end == log.log_end_offset == bad_offset
-            seg_name = sorted(_part(tmp_path).glob("*.log"))[2].name
+            active = damage.endswith("-active")
+            seg_name = sorted(_part(tmp_path).glob("*.log"))[-1 if active else 2].name
             lines = [w for w in warnings if "truncated" in w]
             assert len(lines) == 1, warnings
             line = lines[0]
             assert f"partition {TOPIC}-0" in line and seg_name in line and f"offset {bad_offset}" in line
-            assert ("CRC mismatch" if damage == "flipped-bytes" else "bad batch length 2147483647") in line
-            assert "deleted" in line and "later segment" in line
+            assert ("CRC mismatch" if damage.startswith("flipped") else "bad batch length 2147483647") in line
+            assert active or ("deleted" in line and "later segment" in line)
             assert f"{RECORDS - bad_offset} records are gone, offsets {bad_offset} to {RECORDS - 1}" in line
     finally:
         manager.shutdown()

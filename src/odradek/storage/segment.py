@@ -160,6 +160,9 @@ class LogSegment:
         self.log_path = directory / segment_name(base_offset, ".log" + suffix)
         self.fd = files.open(self.log_path)
         self.size = files.size(self.fd)
+        #: bytes that were in the file when it was opened and that no one validated since: reads
+        #: CRC-check them (appends are validated before they are written, recovery validates)
+        self.unchecked_end = self.size
         self.index = OffsetIndex(
             directory / segment_name(base_offset, ".index" + suffix), base_offset, config.segment_index_bytes, active
         )
@@ -371,16 +374,16 @@ class LogSegment:
         length = min(max_position - h.position, limit)
         if length <= 0:
             return None
-        if not self.index.writable:
+        if h.position < self.unchecked_end:
             length = self._checked_length(h.position, length)
         return FileRegion(self, h.position, length)
 
     def _checked_length(self, position: int, length: int) -> int:
-        """A sealed segment's region is CRC-checked before it is served (once per byte while
-        consumers read forward): the region is cut before the first bad entry, and a bad first
-        entry raises CorruptSegmentError (CORRUPT_MESSAGE), so that damage on disk reaches no
-        client as data, whether or not the client checks CRCs.  (The active segment's entries
-        were validated on append, or by recovery at start-up.)"""
+        """A region of data found on disk at start-up is CRC-checked before it is served (once per
+        byte while consumers read forward): the region is cut before the first bad entry, and a
+        bad first entry raises CorruptSegmentError (CORRUPT_MESSAGE), so that damage on disk
+        reaches no client as data, whether or not the client checks CRCs.  (Entries appended
+        since were validated on append; recovery validates what it scans.)"""
         lo, hi = self._verified
         end = position + length
         if lo <= position and end <= hi:
@@ -529,6 +532,7 @@ class LogSegment:
             pos += consumed
             valid = pos
         self.size = valid
+        self.unchecked_end = 0
         truncated = end - valid
         if truncated:
             self.recovery_report = self._diagnose(valid, end, expected, max_batch_size + LOG_OVERHEAD)
