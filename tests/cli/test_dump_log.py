@@ -63,6 +63,8 @@ def test_verify_passes_a_sound_partition(tmp_path: Path) -> None:
     result = _run("--verify", str(part))
     assert result.returncode == 0, result.stdout
     assert "OK:" in result.stdout and "30 entries" in result.stdout
+    whole = _run("--verify", str(tmp_path))  # the log dir: every partition in it
+    assert whole.returncode == 0 and "30 entries" in whole.stdout, whole.stdout
 
 
 def test_verify_reports_every_bad_batch_without_a_broker(tmp_path: Path) -> None:

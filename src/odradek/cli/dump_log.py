@@ -6,6 +6,7 @@ offsets across segments, torn tails, and index entries against the batches they 
 
 from __future__ import annotations
 
+import re
 import struct
 from pathlib import Path
 from typing import TextIO
@@ -170,7 +171,8 @@ def dump_paths(paths: list[str], *, print_data: bool, deep: bool, max_bytes: int
 
 # -- --verify ------------------------------------------------------------------------------------
 
-_LARGEST_ENTRY = 1 << 30  # log.segment.bytes' default and Kafka's largest usual value
+_LARGEST_ENTRY = 1 << 30
+_PARTITION_DIR = re.compile(r"^.+-\d+$")  # log.segment.bytes' default and Kafka's largest usual value
 
 
 def _resync(data: bytes, start: int, expected: int, base: int) -> int | None:
@@ -290,10 +292,18 @@ def verify_time_index(path: Path, out: TextIO) -> int:
 
 
 def verify_paths(paths: list[str], *, out: TextIO) -> int:
-    """``dump-log --verify``: check every batch of the partition dirs or segment files given,
-    without a broker; one line per problem; exit status 1 when any was found."""
+    """``dump-log --verify``: check every batch of the log dirs, partition dirs or segment files
+    given, without a broker; one line per problem; exit status 1 when any was found."""
     problems = entries = segments = 0
+    targets: list[Path] = []
     for p in map(Path, paths):
+        # a log dir (data dir): every partition directory in it
+        partitions = sorted(c for c in p.iterdir() if c.is_dir() and _PARTITION_DIR.match(c.name)) if p.is_dir() else []
+        if partitions and not any(f.suffix == ".log" for f in p.iterdir()):
+            targets += partitions
+        else:
+            targets.append(p)
+    for p in targets:
         if p.is_dir():
             files = sorted(f for f in p.iterdir() if f.suffix in (".log", ".index", ".timeindex"))
         elif p.exists():
