@@ -92,3 +92,12 @@ def test_a_failed_atomic_write_leaves_the_old_file_and_no_temp_file(tmp_path: Pa
             write_atomic(path, b"version=1\n")
     assert path.read_text() == "version=0\n"
     assert sorted(os.listdir(tmp_path)) == ["meta.properties"]
+
+
+def test_temp_files_left_by_a_crash_are_removed_at_start(tmp_path: Path) -> None:
+    from odradek.storage import LogManager
+
+    (tmp_path / "recovery-point-offset-checkpoint.x1y2z3.tmp").write_text("0\n")
+    manager = LogManager([tmp_path])
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+    manager.shutdown()

@@ -197,6 +197,10 @@ class LogManager:
     def _load_all(self, parallel_map: ParallelMap) -> None:
         jobs: list[tuple[Path, Path, int, int, int, bool]] = []
         for d in self.dirs:
+            # temp files of atomic writes a crash interrupted (the dir is locked: no writer runs)
+            for leftover in d.iterdir():
+                if leftover.name.endswith(".tmp") and leftover.is_file():
+                    leftover.unlink(missing_ok=True)
             clean = (d / CLEAN_SHUTDOWN_FILE).exists()
             self.clean_shutdown[d] = clean
             recovery = read_offsets(d / RECOVERY_POINT)
