@@ -13,6 +13,7 @@ reads use ``pread`` on the file descriptor and may run concurrently with appends
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -104,6 +105,24 @@ def entry_problem(
     return h, None
 
 
+_MAX_RANGES = 8
+
+
+def _add_range(ranges: tuple[tuple[int, int], ...], lo: int, hi: int) -> tuple[tuple[int, int], ...]:
+    """``ranges`` (disjoint, sorted) with ``[lo, hi)`` added and touching ranges merged; at most
+    ``_MAX_RANGES`` of them (the smallest go: those bytes are checked again when read)."""
+    merged: list[tuple[int, int]] = []
+    for a, b in sorted((*ranges, (lo, hi))):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    if len(merged) > _MAX_RANGES:
+        keep = sorted(merged, key=lambda r: r[1] - r[0], reverse=True)[:_MAX_RANGES]
+        merged = sorted(keep)
+    return tuple(merged)
+
+
 @dataclass(frozen=True, slots=True)
 class RecoveryReport:
     """What :meth:`LogSegment.recover` found at the first invalid entry and truncated."""
@@ -185,8 +204,8 @@ class LogSegment:
         self.closed = False
         #: (first offset, file position) of the last append: a lower bound for offset lookups
         self._hint: tuple[int, int] = (1 << 63, 0)
-        #: the file range whose entries a read already CRC-checked (sealed segments)
-        self._verified: tuple[int, int] = (0, 0)
+        #: file ranges whose entries a read already CRC-checked (data found at start-up)
+        self._verified: tuple[tuple[int, int], ...] = ()
         #: where load_state() found bytes that do not form a valid entry (None: it did not)
         self.scan_stopped_at: int | None = None
         #: what the last recover() truncated, and why
@@ -248,21 +267,29 @@ class LogSegment:
         raises CorruptSegmentError, so that a fetch answers CORRUPT_MESSAGE instead of silently
         skipping to the next segment."""
         pos, end = start, self.size
-        expected = self.base_offset
+        base = self.base_offset
+        expected = base
         while pos < end:
             remaining = end - pos
             head = self.read_bytes(pos, min(_HEADER_PEEK, remaining))
-            h, problem = entry_problem(
-                head, remaining, base_offset=self.base_offset, expected=expected, max_size=remaining, check_crc=False
+            h = None
+            with contextlib.suppress(RecordsError):
+                h = peek_header(head)
+            # the common case checked inline; entry_problem says what is wrong otherwise
+            if h is not None and h.size <= remaining:
+                first = h.base_offset if h.base_offset >= 0 else h.last_offset
+                if expected <= first <= h.last_offset and h.last_offset - base <= _MAX_RELATIVE_OFFSET:
+                    yield h._replace(position=pos)
+                    expected = h.last_offset + 1
+                    pos += h.size
+                    continue
+            _h, problem = entry_problem(
+                head, remaining, base_offset=base, expected=expected, max_size=remaining, check_crc=False
             )
-            if problem is not None or h is None:
-                raise CorruptSegmentError(
-                    f"corrupt entry in {self.log_path} at position {pos}: {problem}; "
-                    "run `odradek dump-log --verify` on the partition directory"
-                )
-            yield h._replace(position=pos)
-            expected = h.last_offset + 1
-            pos += h.size
+            raise CorruptSegmentError(
+                f"corrupt entry in {self.log_path} at position {pos}: {problem or 'invalid entry'}; "
+                "run `odradek dump-log --verify` on the partition directory"
+            )
 
     # -- writes --------------------------------------------------------------------------
     def append(self, data: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> int:
@@ -384,38 +411,42 @@ class LogSegment:
         bad first entry raises CorruptSegmentError (CORRUPT_MESSAGE), so that damage on disk
         reaches no client as data, whether or not the client checks CRCs.  (Entries appended
         since were validated on append; recovery validates what it scans.)"""
-        lo, hi = self._verified
         end = position + length
-        if lo <= position and end <= hi:
-            return length
+        for lo, hi in self._verified:
+            if lo <= position and end <= hi:
+                return length
         data = self.read_bytes(position, length)
-        pos, good = 0, 0
-        expected = self.base_offset
-        while pos < len(data):
-            remaining = self.size - (position + pos)
-            view = memoryview(data)[pos:]
-            if len(view) < min(_HEADER_PEEK, remaining):
-                break  # a header cut by max_bytes
-            h, problem = entry_problem(
-                view, remaining, base_offset=self.base_offset, expected=expected, max_size=remaining
+        base = self.base_offset
+        expected = base
+        good = 0
+        bad = False
+        try:
+            for h in iter_batch_headers(data, verify=True):
+                first = h.base_offset if h.base_offset >= 0 else h.last_offset
+                if first < expected or h.last_offset < first or h.last_offset - base > _MAX_RELATIVE_OFFSET:
+                    bad = True
+                    break
+                expected = h.last_offset + 1
+                good = h.position + h.size
+        except RecordsError:
+            bad = True
+        remaining = self.size - (position + good)
+        rest = memoryview(data)[good:]
+        if not bad and good < len(data) and len(rest) >= min(_HEADER_PEEK, remaining):
+            # the scan stopped at an entry that does not fit the region: cut by max_bytes (the
+            # client asks again), or an impossible length
+            _h, problem = entry_problem(
+                rest, remaining, base_offset=base, expected=expected, max_size=remaining, check_crc=False
             )
-            if problem is None and h is not None and h.size > len(view):
-                break  # cut by max_bytes: the client asks again
-            if problem is not None or h is None:
-                if good == 0:
-                    raise CorruptSegmentError(
-                        f"corrupt entry in {self.log_path} at position {position + pos}: {problem}; "
-                        "run `odradek dump-log --verify` on the partition directory"
-                    )
-                break
-            expected = h.last_offset + 1
-            pos += h.size
-            good = pos
+            bad = problem is not None
+        if bad and good == 0:
+            _h, problem = entry_problem(rest, remaining, base_offset=base, expected=expected, max_size=remaining)
+            raise CorruptSegmentError(
+                f"corrupt entry in {self.log_path} at position {position}: {problem or 'invalid entry'}; "
+                "run `odradek dump-log --verify` on the partition directory"
+            )
         if good:
-            if lo <= position <= hi:
-                self._verified = (lo, max(hi, position + good))
-            elif good > hi - lo:
-                self._verified = (position, position + good)
+            self._verified = _add_range(self._verified, position, position + good)
         return good if good else length
 
     def position_of(self, offset: int) -> int:
