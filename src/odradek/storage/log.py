@@ -285,7 +285,10 @@ class Log:
             if truncated:
                 # nothing after an invalid entry can be trusted: drop later segments, and this
                 # one too when nothing in it was valid (a stale segment whose offsets its
-                # predecessor already holds must not set the log end offset back)
+                # predecessor already holds must not set the log end offset back).  This is
+                # Kafka's rule, kept also for damage in a sealed segment: the offsets after it
+                # would otherwise sit behind a batch no consumer can pass, and a follower could
+                # not truncate to a consistent end.  The WARN line says what went with it.
                 keep = i if seg.is_empty and i > 0 else i + 1
                 later = segments[i + 1 :]
                 self._warn_truncation(seg, later, segments[keep : i + 1] if keep <= i else [], ending=True, before_end=before_end)

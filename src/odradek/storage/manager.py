@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import fcntl
+import logging
 import os
 import threading
 import uuid
@@ -55,6 +56,8 @@ __all__ = [
     "unlock_log_dir",
     "write_meta_properties",
 ]
+
+_log = logging.getLogger("odradek.storage.manager")
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
@@ -295,7 +298,12 @@ class LogManager:
         self._log_dir.pop((topic, partition), None)
         if log is None:
             return False
+        segments, size, end = len(log.segments), log.size_bytes, log.log_end_offset
         log.delete()
+        _log.info(
+            "deleted the log of %s-%d: %s (%d segments, %d bytes, offsets up to %d)",
+            topic, partition, log.directory, segments, size, end - 1,
+        )
         return True
 
     # -- identity ------------------------------------------------------------------------
