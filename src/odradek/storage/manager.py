@@ -23,7 +23,6 @@ import base64
 import fcntl
 import logging
 import os
-import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -101,9 +100,10 @@ def write_meta_properties(log_dir: Path, broker_id: int, cluster_id: str) -> Non
     write_atomic(log_dir / META_PROPERTIES, f"version=0\nbroker.id={broker_id}\ncluster.id={cluster_id}\n")
 
 
-# log dirs this process holds locked: real path -> [descriptor, holders]
+# log dirs this process holds locked: real path -> [descriptor, holders].  No mutex (storage
+# uses no threads): two managers of one dir opened at the same moment in one process would at
+# worst see the second one refused by the kernel's lock, as if it were another process.
 _locks: dict[str, list[int]] = {}
-_locks_guard = threading.Lock()
 
 
 def lock_log_dir(log_dir: Path) -> None:
@@ -114,48 +114,46 @@ def lock_log_dir(log_dir: Path) -> None:
     """
     log_dir.mkdir(parents=True, exist_ok=True)
     key = os.path.realpath(log_dir)
-    with _locks_guard:
-        held = _locks.get(key)
-        if held is not None:
-            held[1] += 1
-            return
-        path = log_dir / LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    held = _locks.get(key)
+    if held is not None:
+        held[1] += 1
+        return
+    path = log_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            try:
-                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            except OSError:
-                holder = "unknown"
-            os.close(fd)
-            raise LogDirLockedError(
-                f"log dir {log_dir} is locked by process {holder} ({path}): another broker is using it; "
-                "stop that broker or give this one another log dir"
-            ) from exc
-        except BaseException:
-            os.close(fd)
-            raise
-        try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
         except OSError:
-            pass  # the lock is what counts; the PID is for the message of a second broker
-        _locks[key] = [fd, 1]
+            holder = "unknown"
+        os.close(fd)
+        raise LogDirLockedError(
+            f"log dir {log_dir} is locked by process {holder} ({path}): another broker is using it; "
+            "stop that broker or give this one another log dir"
+        ) from exc
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:
+        pass  # the lock is what counts; the PID is for the message of a second broker
+    _locks[key] = [fd, 1]
 
 
 def unlock_log_dir(log_dir: Path) -> None:
     """Release one hold of :func:`lock_log_dir`; the lock goes with the last one."""
     key = os.path.realpath(log_dir)
-    with _locks_guard:
-        held = _locks.get(key)
-        if held is None:
-            return
-        held[1] -= 1
-        if held[1] > 0:
-            return
-        del _locks[key]
-        os.close(held[0])  # closing the only descriptor releases the flock
+    held = _locks.get(key)
+    if held is None:
+        return
+    held[1] -= 1
+    if held[1] > 0:
+        return
+    del _locks[key]
+    os.close(held[0])  # closing the only descriptor releases the flock
 
 
 class LogManager:
