@@ -111,8 +111,7 @@ def _verify(data_dir: Path, variant: str, acked: dict[int, tuple[int, int, str]]
     if clean:
         manager.shutdown()  # the next child starts after a clean shutdown
     else:
-        for each in manager.logs():
-            each.close()  # no marker: the next child recovers again
+        manager.close()  # no marker: the next child recovers again; the log dir is unlocked
     return recovered
 
 

@@ -25,6 +25,7 @@ def _parser() -> argparse.ArgumentParser:
     dump.add_argument("--print-data-log", action="store_true", help="print keys, values and headers of records")
     dump.add_argument("--deep-iteration", action="store_true", help="print every record, not only batches")
     dump.add_argument("--max-bytes", type=int, default=None, help="stop after this many bytes of each .log file")
+    dump.add_argument("--verify", action="store_true", help="check every batch and index entry; exit 1 on damage")
 
     from odradek.cli import configs, groups, serve, topics
 
@@ -83,7 +84,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return serve.run(args)
     if args.command == "dump-log":
-        from odradek.cli.dump_log import dump_paths
+        from odradek.cli.dump_log import dump_paths, verify_paths
+
+        if args.verify:
+            return verify_paths(args.paths, out=sys.stdout)
 
         return dump_paths(
             args.paths,

@@ -1,14 +1,20 @@
-"""``odradek dump-log``: print segments and check indexes, like Kafka's dump-log tool."""
+"""``odradek dump-log``: print segments and check indexes, like Kafka's dump-log tool.
+
+``--verify`` checks a partition without a broker: every entry's length, magic, offsets and CRC,
+offsets across segments, torn tails, and index entries against the batches they point at.
+"""
 
 from __future__ import annotations
 
+import re
 import struct
 from pathlib import Path
 from typing import TextIO
 
 from odradek.records import BatchHeader, Compression, RecordsError, iter_batch_headers, read_batches, validate
+from odradek.storage.segment import entry_problem
 
-__all__ = ["dump_paths"]
+__all__ = ["dump_paths", "verify_paths"]
 
 _index_entry = struct.Struct(">ii")
 _time_entry = struct.Struct(">qi")
@@ -161,3 +167,169 @@ def dump_paths(paths: list[str], *, print_data: bool, deep: bool, max_bytes: int
     if problems:
         out.write(f"{problems} problem(s) found\n")
     return 1 if problems else 0
+
+
+# -- --verify ------------------------------------------------------------------------------------
+
+_LARGEST_ENTRY = 1 << 30
+_PARTITION_DIR = re.compile(r"^.+-\d+$")  # log.segment.bytes' default and Kafka's largest usual value
+
+
+def _resync(data: bytes, start: int, expected: int, base: int) -> int | None:
+    """Position of the next plausible v2 batch at or after ``start`` (sound header, offsets not
+    going backwards, CRC correct), or None."""
+    view = memoryview(data)
+    n = len(data)
+    q = start
+    while True:
+        at = data.find(b"\x02", q + 16)
+        if at < 0 or at - 16 + 61 > n:
+            return None
+        cand = at - 16
+        h, problem = entry_problem(view[cand:], n - cand, base_offset=base, expected=expected, max_size=n - cand)
+        if problem is None and h is not None:
+            return cand
+        q = cand + 1
+
+
+def verify_segment(
+    path: Path, expected: int, out: TextIO, ends: dict[int, int] | None = None
+) -> tuple[int, int, int]:
+    """Check every entry of one ``.log`` file; returns (entries, problems, next expected offset).
+    ``ends`` receives position -> last offset of every entry with a sound frame."""
+    ends = {} if ends is None else ends
+    base = int(path.stem)
+    data = path.read_bytes()
+    view = memoryview(data)
+    n = len(data)
+    entries = problems = 0
+    if expected > base:
+        out.write(f"{path}: base offset {base} is below the end of the previous segment ({expected})\n")
+        problems += 1
+    expected = max(expected, base)
+    pos = 0
+    while pos < n:
+        # an entry may be as large as a segment can hold; a larger length is garbage, a smaller
+        # one that runs past the end of the file is a torn tail
+        h, problem = entry_problem(
+            view[pos:], n - pos, base_offset=base, expected=expected, max_size=max(n - pos, _LARGEST_ENTRY)
+        )
+        if h is not None:
+            ends[pos] = h.last_offset
+        if problem is None and h is not None:
+            entries += 1
+            expected = h.last_offset + 1
+            pos += h.size
+            continue
+        problems += 1
+        offset = "?" if h is None else str(h.base_offset if h.base_offset >= 0 else h.last_offset)
+        out.write(f"{path}: position {pos} offset {offset} (after offset {expected - 1}): {problem}\n")
+        if h is not None:
+            entries += 1
+            pos += h.size  # the entry's frame is sound: go on after it
+            continue
+        nxt = _resync(data, pos + 1, expected, base)
+        if nxt is None:
+            if not problem or not problem.startswith("torn tail"):
+                out.write(f"{path}: no valid entry after position {pos}: {n - pos} bytes could not be checked\n")
+            break
+        out.write(f"{path}: {nxt - pos} bytes skipped to the next valid entry at position {nxt}\n")
+        pos = nxt
+    return entries, problems, expected
+
+
+def verify_index(path: Path, out: TextIO, ends: dict[int, int]) -> int:
+    """Check an ``.index`` against ``ends`` (entry positions -> last offsets of its ``.log``)."""
+    log_path = path.with_suffix(".log")
+    if not log_path.exists():
+        out.write(f"{path}: index without its {log_path.name}\n")
+        return 1
+    size = log_path.stat().st_size
+    data = path.read_bytes()
+    base = int(path.stem)
+    problems = 0
+    if len(data) % 8:
+        out.write(f"{path}: {len(data) % 8} bytes after the last whole entry (a truncated index)\n")
+        problems += 1
+    prev = -1
+    for i in range(0, len(data) - len(data) % 8, 8):
+        rel, position = _index_entry.unpack_from(data, i)
+        if rel == 0 and position == 0:
+            break  # zero fill of a preallocated index (an unclean stop)
+        offset = base + rel
+        if offset <= prev:
+            out.write(f"{path}: entry {i // 8}: offset {offset} does not increase\n")
+            problems += 1
+        if position < 0 or position >= size:
+            out.write(f"{path}: entry {i // 8}: offset {offset} points at position {position}, past the end of "
+                      f"{log_path.name} ({size} bytes)\n")
+            problems += 1
+        elif ends.get(position) != offset:
+            found = "no entry starts there" if position not in ends else f"the entry there ends at {ends[position]}"
+            out.write(f"{path}: entry {i // 8}: offset {offset} at position {position}, but {found}\n")
+            problems += 1
+        prev = offset
+    return problems
+
+
+def verify_time_index(path: Path, out: TextIO) -> int:
+    data = path.read_bytes()
+    base = int(path.stem)
+    problems = 0
+    if len(data) % 12:
+        out.write(f"{path}: {len(data) % 12} bytes after the last whole entry (a truncated index)\n")
+        problems += 1
+    prev_ts, prev_rel = -1, -1
+    for i in range(0, len(data) - len(data) % 12, 12):
+        ts, rel = _time_entry.unpack_from(data, i)
+        if ts == 0 and rel == 0:
+            break
+        if ts <= prev_ts or rel < prev_rel or rel < 0:
+            out.write(f"{path}: entry {i // 12}: timestamp {ts} offset {base + rel} does not increase\n")
+            problems += 1
+        prev_ts, prev_rel = ts, rel
+    return problems
+
+
+def verify_paths(paths: list[str], *, out: TextIO) -> int:
+    """``dump-log --verify``: check every batch of the log dirs, partition dirs or segment files
+    given, without a broker; one line per problem; exit status 1 when any was found."""
+    problems = entries = segments = 0
+    targets: list[Path] = []
+    for p in map(Path, paths):
+        # a log dir (data dir): every partition directory in it
+        partitions = sorted(c for c in p.iterdir() if c.is_dir() and _PARTITION_DIR.match(c.name)) if p.is_dir() else []
+        if partitions and not any(f.suffix == ".log" for f in p.iterdir()):
+            targets += partitions
+        else:
+            targets.append(p)
+    for p in targets:
+        if p.is_dir():
+            files = sorted(f for f in p.iterdir() if f.suffix in (".log", ".index", ".timeindex"))
+        elif p.exists():
+            files = [p]
+        else:
+            out.write(f"{p}: no such file or directory\n")
+            problems += 1
+            continue
+        expected = 0
+        # per segment: the .log first, then its indexes (checked against the entries found)
+        bases = sorted({f.stem for f in files if f.stem.isdigit()})
+        for stem in bases:
+            folder = files[0].parent
+            log_file, index, time_index = (folder / (stem + sfx) for sfx in (".log", ".index", ".timeindex"))
+            ends: dict[int, int] = {}
+            if log_file in files:
+                e, bad, expected = verify_segment(log_file, expected, out, ends)
+                entries += e
+                problems += bad
+                segments += 1
+            if index in files:
+                problems += verify_index(index, out, ends)
+            if time_index in files:
+                problems += verify_time_index(time_index, out)
+    if problems:
+        out.write(f"{problems} problem(s) found in {segments} segment(s) ({entries} entries)\n")
+        return 1
+    out.write(f"OK: {segments} segment(s), {entries} entries, no problems\n")
+    return 0

@@ -8,7 +8,6 @@ topics and their ids survive restarts.
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import replace
@@ -62,13 +61,10 @@ class EmbeddedBackend(MetadataBackend):
         pass
 
     def _commit(self, image: MetadataImage) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
+        from odradek.storage.checkpoint import write_atomic
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "w") as f:
-            json.dump(image.to_json(), f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        write_atomic(self.path, json.dumps(image.to_json(), indent=1, sort_keys=True))
         self._image = image
         self._publish(image)
 

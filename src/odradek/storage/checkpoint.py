@@ -9,13 +9,17 @@ Partition checkpoints (``recovery-point-offset-checkpoint``, ``replication-offse
     orders 1 77
 
 The per-partition ``leader-epoch-checkpoint`` has the same shape with ``<epoch> <start offset>``
-lines.  Writes go to ``<file>.tmp``, are fsynced, renamed over the file, and the directory is
-fsynced, so a crash leaves either the old or the new checkpoint, never a torn one.
+lines.  Every checkpoint and metadata file of the storage layer is written by
+:func:`write_atomic`: the data goes to a temporary file with a unique name in the same
+directory, is fsynced, renamed over the file, and the directory is fsynced, so a crash leaves
+either the old or the new file, never a torn or empty one, and concurrent writers of the same file
+never share (and remove) each other's temporary file.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -53,15 +57,32 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+def write_atomic(path: Path, data: bytes | str) -> None:
+    """Replace ``path`` with ``data``, atomically and durably.
+
+    The data is written to a temporary file with a unique name (``<name>.<random>.tmp``) in the
+    same directory, fsynced and renamed over ``path``; then the directory is fsynced.  Readers see
+    the old or the new content, never an empty or partial file; writers running at the same time
+    each rename their own complete file (the last rename wins).  On any failure the temporary
+    file is removed and the old file is left as it was.
+    """
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    fd, tmp_name = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    tmp = Path(tmp_name)
     try:
-        os.write(fd, text.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            view = memoryview(raw)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fchmod(fd, 0o644)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(path.parent)
 
 

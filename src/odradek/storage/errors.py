@@ -7,10 +7,12 @@ from odradek.errors import ErrorCode, KafkaError
 __all__ = [
     "CorruptIndexError",
     "CorruptRecordError",
+    "CorruptSegmentError",
     "InvalidConfigError",
     "InvalidRecordError",
     "InvalidTimestampError",
     "LogClosedError",
+    "LogDirLockedError",
     "OffsetOutOfRangeError",
     "ProducerStateError",
     "RecordBatchTooLargeError",
@@ -37,6 +39,12 @@ class CorruptRecordError(StorageError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, ErrorCode.CORRUPT_MESSAGE)
+
+
+class CorruptSegmentError(CorruptRecordError):
+    """Data on disk that cannot be what was written: an impossible entry header (length, magic,
+    offsets) in a segment file, found by a read.  Answered as CORRUPT_MESSAGE for the partition;
+    the log dir stays online (the rest of the log and the other partitions are readable)."""
 
 
 class InvalidRecordError(StorageError):
@@ -90,3 +98,7 @@ class CorruptIndexError(StorageError):
 
 class LogClosedError(StorageError):
     """An operation on a log that was closed or deleted."""
+
+
+class LogDirLockedError(StorageError):
+    """A log dir is locked by another process (another broker is using it)."""

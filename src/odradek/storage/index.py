@@ -7,8 +7,9 @@ int32 byte position of the batch in the ``.log`` file; big-endian; offsets stric
 timestamps strictly increasing (an entry is added only when it would raise the maximum).
 
 While a segment is active its index files are preallocated to ``segment.index.bytes`` (rounded
-down to whole entries; sparse on disk) and memory-mapped; when the segment rolls or closes they
-are trimmed to their entries.  Lookups binary-search the mapped entries.
+down to whole entries; sparse on disk) and their entries are kept in memory, written out by
+flushes; when the segment rolls or closes they are trimmed to their entries.  Lookups
+binary-search the entries.  No index holds a descriptor of its own (see :class:`_Index`).
 
 Not thread-safe: the owning log serialises writers; readers of an immutable (rolled) segment's
 index only read.
@@ -29,7 +30,22 @@ _off_entry = struct.Struct(">ii")
 _time_entry = struct.Struct(">qi")
 
 
+_IN_MEMORY_MAX = 64 * 1024  # sealed indexes up to this size are read into memory, larger ones mapped
+
+
 class _Index:
+    """Entries of one index file, held without an open descriptor wherever possible.
+
+    - Active (writable): the entries live in a bytearray; the file is preallocated (Kafka's
+      layout) and the entries not yet on disk are written by :meth:`flush` / :meth:`trim`, each
+      opening the file for the write.  An active segment therefore costs no descriptor for its
+      indexes (only its ``.log``).  After a crash its indexes are rebuilt by recovery, as before.
+    - Sealed (read-only): loaded on first use — read into memory when small, else memory-mapped
+      (a mapping keeps one duplicated descriptor; Python < 3.13 cannot map without it) — and the
+      file's own descriptor is closed at once.  :meth:`release` drops a sealed index's memory or
+      mapping until its next use.
+    """
+
     ENTRY: struct.Struct
 
     def __init__(self, path: Path, base_offset: int, max_bytes: int, writable: bool) -> None:
@@ -37,32 +53,71 @@ class _Index:
         self.base_offset = base_offset
         self.entry_size = self.ENTRY.size
         self.max_entries = max(1, max_bytes // self.entry_size)
-        self._mmap: mmap.mmap | None = None
+        self._buf: bytes | bytearray | mmap.mmap | None = None
+        self._entries = 0
+        self.partial_bytes = 0
+        self._synced = 0  # entries known to be on disk as in _buf (writable)
+        self._disk_entries = 0  # entries the file may hold (stale ones after a truncation)
         self._dirty = False
-        self._fd = -1
-        exists = path.exists()
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        size = os.fstat(self._fd).st_size if exists else 0
-        self.entries = self._count_entries(size)
-        # Kafka's index files always hold whole entries: anything else is corrupt (rebuilt)
-        self.partial_bytes = size % self.entry_size
         self.writable = False
         self._closed = False
+        if not path.exists():
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            os.close(fd)
         if writable:
             self.make_writable()
-        else:
-            self._map(size - size % self.entry_size)
-            self._release_fd()
 
-    # -- mapping -------------------------------------------------------------------------
-    def _map(self, length: int) -> None:
-        if self._mmap is not None:
-            self._mmap.close()
-            self._mmap = None
-        if length > 0:
-            self._mmap = mmap.mmap(self._fd, length)
+    # -- loading ---------------------------------------------------------------------------
+    def _load(self) -> bytes | bytearray | mmap.mmap:
+        """The entries' buffer, read from the file on first use."""
+        buf = self._buf
+        if buf is not None:
+            return buf
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            # removed under a reader of an old segment list (retention, cleaning): without its
+            # index a lookup scans the segment from its start, through the open .log
+            self._entries, self._buf = 0, b""
+            return self._buf
+        try:
+            size = os.fstat(fd).st_size
+            entries = self._count_entries(fd, size)
+            self.partial_bytes = size % self.entry_size
+            length = entries * self.entry_size
+            if length == 0:
+                buf = b""
+            elif length <= _IN_MEMORY_MAX:
+                buf = os.pread(fd, length, 0)
+            else:
+                buf = mmap.mmap(fd, length, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+        self._entries = entries
+        self._buf = buf
+        return buf
 
-    def _count_entries(self, size: int) -> int:
+    @property
+    def entries(self) -> int:
+        if self._buf is None:
+            self._load()
+        return self._entries
+
+    @entries.setter
+    def entries(self, value: int) -> None:
+        if self._buf is None:
+            self._load()
+        self._entries = value
+
+    def release(self) -> None:
+        """Forget a sealed index's entries (memory or mapping) until they are needed again."""
+        if self.writable or self._buf is None:
+            return
+        buf, self._buf = self._buf, None
+        if isinstance(buf, mmap.mmap):
+            buf.close()
+
+    def _count_entries(self, fd: int, size: int) -> int:
         """Entries in an existing file: stop at the first all-zero entry (a preallocated file that
         was not trimmed before a crash is zero-filled past its entries).  No real entry is all
         zero: the first batch of a segment is never indexed, so no entry has position 0.
@@ -74,7 +129,7 @@ class _Index:
         zero = bytes(es)
         count = 0
         while count < n:
-            data = os.pread(self._fd, min(n - count, 8192) * es, count * es)
+            data = os.pread(fd, min(n - count, 8192) * es, count * es)
             if not data:
                 break
             at = data.find(zero)
@@ -85,37 +140,57 @@ class _Index:
             count += len(data) // es
         return count
 
-    def _release_fd(self) -> None:
-        """A read-only index lives on in its mapping (which holds its own descriptor): close
-        ours, so that sealed segments cost one descriptor per index instead of two."""
-        if self._fd >= 0 and not self.writable and (self._mmap is not None or self.entries == 0):
-            os.close(self._fd)
-            self._fd = -1
-
-    def _ensure_fd(self) -> int:
-        if self._fd < 0:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        return self._fd
-
     def make_writable(self) -> None:
-        """Preallocate to the maximum size and map it for appends (the segment is active)."""
-        os.ftruncate(self._ensure_fd(), self.max_entries * self.entry_size)
-        self._map(self.max_entries * self.entry_size)
+        """Hold the entries in memory for appends and preallocate the file (the segment is active)."""
+        buf = self._load()
+        entries = self._entries
+        self._buf = bytearray(buf[: entries * self.entry_size])
+        if isinstance(buf, mmap.mmap):
+            buf.close()
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            size = os.fstat(fd).st_size
+            os.ftruncate(fd, self.max_entries * self.entry_size)
+        finally:
+            os.close(fd)
+        # whatever lies past the entries (a partial entry, stale ones) is zeroed by the next flush
+        self._synced = entries
+        self._disk_entries = max(entries, -(-size // self.entry_size))
         self.writable = True
         self.partial_bytes = 0
 
-    def trim(self) -> None:
-        """Shrink the file to its entries (the segment rolled or is closing)."""
-        length = self.entries * self.entry_size
-        fd = self._ensure_fd()
-        if self._dirty:
+    def _write_out(self, length: int | None) -> None:
+        """Write the entries not on disk yet, zero stale ones, optionally truncate to ``length``,
+        and sync."""
+        es = self.entry_size
+        entries = self._entries
+        buf = self._buf
+        assert buf is not None
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            if entries > self._synced:
+                os.pwrite(fd, bytes(buf[self._synced * es : entries * es]), self._synced * es)
+            if length is None and self._disk_entries > entries:
+                os.pwrite(fd, bytes((self._disk_entries - entries) * es), entries * es)
+            if length is not None:
+                os.ftruncate(fd, length)
             os.fdatasync(fd)
-            self._dirty = False
-        self._map(0)
-        os.ftruncate(fd, length)
-        self._map(length)
+        finally:
+            os.close(fd)
+        self._synced = self._disk_entries = entries
+        self._dirty = False
+
+    def trim(self) -> None:
+        """Write out and shrink the file to its entries (the segment rolled or is closing); the
+        entries stay in memory when small."""
+        if not self.writable:
+            return
+        length = self._entries * self.entry_size
+        self._write_out(length)
         self.writable = False
-        self._release_fd()
+        buf = self._buf
+        assert buf is not None
+        self._buf = bytes(buf[:length]) if length <= _IN_MEMORY_MAX else None
 
     @property
     def is_full(self) -> bool:
@@ -126,26 +201,20 @@ class _Index:
         return self.entries * self.entry_size
 
     def flush(self) -> None:
-        if self._dirty and self._fd >= 0:
-            os.fdatasync(self._fd)
-            self._dirty = False
+        if self.writable and self._dirty:
+            self._write_out(None)
 
     def close(self) -> None:
         if self._closed:
             return
         if self.writable:
             self.trim()
-        self._map(0)
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self.release()
         self._closed = True
 
     def delete(self) -> None:
-        self._map(0)
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self.writable = False
+        self.release()
         self._closed = True
         self.path.unlink(missing_ok=True)
 
@@ -155,25 +224,36 @@ class _Index:
 
     def reset(self) -> None:
         """Drop every entry (before a rebuild)."""
-        used = self.entries * self.entry_size
         self.entries = 0
-        if self.writable and used:
-            os.pwrite(self._ensure_fd(), bytes(used), 0)
+        if self.writable:
+            assert isinstance(self._buf, bytearray)
+            del self._buf[:]
+            self._synced = 0
+            self._dirty = True
+
+    def _truncate_entries(self, n: int) -> None:
+        self.entries = n
+        if self.writable:
+            assert isinstance(self._buf, bytearray)
+            del self._buf[n * self.entry_size :]
+            self._synced = min(self._synced, n)
             self._dirty = True
 
     # -- entries ---------------------------------------------------------------------------
     def _entry(self, i: int) -> tuple[int, int]:
-        assert self._mmap is not None
-        a, b = self.ENTRY.unpack_from(self._mmap, i * self.entry_size)
+        buf = self._buf if self._buf is not None else self._load()
+        a, b = self.ENTRY.unpack_from(buf, i * self.entry_size)
         return a, b
 
     def _write(self, i: int, a: int, b: int) -> None:
-        # Entries are written with pwrite and read through the shared mapping, which sees the
-        # same page cache: a first store through the mapping into the sparse preallocated file
-        # costs a page fault with block allocation (milliseconds here), pwrite microseconds.
-        if not self.writable or self._mmap is None:
+        if not self.writable:
             raise CorruptIndexError(f"{self.path} is not writable")
-        os.pwrite(self._fd, self.ENTRY.pack(a, b), i * self.entry_size)
+        buf = self._buf
+        assert isinstance(buf, bytearray)
+        es = self.entry_size
+        del buf[i * es :]
+        buf += self.ENTRY.pack(a, b)
+        self._synced = min(self._synced, i)
         self._dirty = True
 
     def _search(self, key_of: int, target: int) -> int:
@@ -227,9 +307,10 @@ class OffsetIndex(_Index):
         # keep entries strictly below offset
         while i >= 0 and self._entry(i)[0] >= offset - self.base_offset:
             i -= 1
-        self.entries = i + 1
+        self._truncate_entries(i + 1)
 
     def sanity_check(self, log_size: int) -> None:
+        self._load()
         if self.partial_bytes:
             raise CorruptIndexError(f"{self.path}: {self.partial_bytes} bytes after the last whole entry")
         prev = -1
@@ -284,9 +365,10 @@ class TimeIndex(_Index):
         n = self.entries
         while n > 0 and self._entry(n - 1)[1] >= offset - self.base_offset:
             n -= 1
-        self.entries = n
+        self._truncate_entries(n)
 
     def sanity_check(self, log_size: int) -> None:
+        self._load()
         if self.partial_bytes:
             raise CorruptIndexError(f"{self.path}: {self.partial_bytes} bytes after the last whole entry")
         prev_ts, prev_rel = -1, -1

@@ -17,6 +17,7 @@ moves the recovery point forward to what it captured before syncing.
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import re
 import struct
@@ -55,6 +56,8 @@ __all__ = ["AppendInfo", "Log", "ReadResult", "parse_partition_dir"]
 
 # Kafka's message for a keyless record sent to a compacted topic (LogValidator.validateKey)
 _NO_KEY = "Compacted topic cannot accept message without key in topic partition {}-{}"
+_log = logging.getLogger("odradek.storage.log")
+
 _LONG_MAX = 9223372036854775807
 _i64 = struct.Struct(">q")
 _V2_HEADER = struct.Struct(">qiibIhiqqqhii")  # the 61-byte v2 batch header
@@ -171,19 +174,39 @@ class Log:
             if m is None:
                 continue
             base = int(m.group("base"))
-            index_missing = not path.with_suffix(".index").exists() or not path.with_suffix(".timeindex").exists()
+            missing = [s for s in (".index", ".timeindex") if not path.with_suffix(s).exists()]
             seg = LogSegment(self.directory, base, self.config, self.files, now_ms=now, active=False)
             seg.created_ms = int(path.stat().st_mtime * 1000)
-            if index_missing or not seg.check_indexes():
-                self.recovered_bytes += seg.recover(self._max_batch_size(), base)
+            problem = f"missing {' and '.join(missing)}" if missing else seg.index_problem()
+            if problem is not None:
+                _log.warning(
+                    "partition %s-%d: rebuilding the indexes of segment %s (%s)",
+                    self.topic, self.partition, path.name, problem,
+                )
+                claimed = seg.next_offset
+                truncated = seg.recover(self._max_batch_size(), base)
+                self.recovered_bytes += truncated
+                if truncated:
+                    self._warn_truncation(seg, [], [], ending=False, before_end=claimed)
             else:
                 seg.load_state()
+                if seg.scan_stopped_at is not None:
+                    _log.warning(
+                        "partition %s-%d: segment %s holds %d bytes at position %d that do not form a "
+                        "valid entry (after offset %d); reads reaching them answer CORRUPT_MESSAGE, "
+                        "recovery after an unclean stop truncates them; check the partition with "
+                        "`odradek dump-log --verify %s`",
+                        self.topic, self.partition, path.name, seg.size - seg.scan_stopped_at,
+                        seg.scan_stopped_at, seg.next_offset - 1, self.directory,
+                    )
             segments.append(seg)
         if not segments:
             start = max(log_start_offset, recovery_point)
             segments.append(LogSegment(self.directory, start, self.config, self.files, now_ms=now, active=True))
             self._dir_dirty = True
         else:
+            for sealed in segments[:-1]:
+                sealed.release_indexes()  # loaded again on first use
             last = segments[-1]
             last.index.make_writable()
             last.time_index.make_writable()
@@ -248,9 +271,13 @@ class Log:
 
     def _recover(self, recovery_point: int) -> None:
         """Validate every segment at or after the recovery point; drop everything after the
-        first invalid entry (a torn write, or garbage appended after it)."""
+        first invalid entry (a torn write, or garbage appended after it), with a WARN line
+        saying where, why and how much."""
         segments = list(self._segments)
         max_size = self._max_batch_size()
+        # the end offset the segments claimed before validation (indexes and tail scans): what a
+        # truncation loses is counted against it
+        before_end = max((s.next_offset for s in segments), default=0)
         for i, seg in enumerate(segments):
             if seg.next_offset <= recovery_point and i < len(segments) - 1 and seg.next_offset > seg.base_offset:
                 continue
@@ -260,10 +287,15 @@ class Log:
             if truncated:
                 # nothing after an invalid entry can be trusted: drop later segments, and this
                 # one too when nothing in it was valid (a stale segment whose offsets its
-                # predecessor already holds must not set the log end offset back)
+                # predecessor already holds must not set the log end offset back).  This is
+                # Kafka's rule, kept also for damage in a sealed segment: the offsets after it
+                # would otherwise sit behind a batch no consumer can pass, and a follower could
+                # not truncate to a consistent end.  The WARN line says what went with it.
                 keep = i if seg.is_empty and i > 0 else i + 1
-                for later in segments[keep:]:
-                    later.delete_files()
+                later = segments[i + 1 :]
+                self._warn_truncation(seg, later, segments[keep : i + 1] if keep <= i else [], ending=True, before_end=before_end)
+                for doomed in segments[keep:]:
+                    doomed.delete_files()
                 segments = segments[:keep]
                 last = segments[-1]
                 if not last.index.writable:
@@ -271,6 +303,47 @@ class Log:
                     last.time_index.make_writable()
                 break
         self._set_segments(segments)
+
+    def _warn_truncation(
+        self,
+        seg: LogSegment,
+        later: Sequence[LogSegment],
+        emptied: Sequence[LogSegment],
+        *,
+        ending: bool,
+        before_end: int = -1,
+    ) -> None:
+        """One WARN line for a truncation by recovery: partition, segment, position, offset, why,
+        and the bytes and records dropped with it (including later segments deleted)."""
+        report = seg.recovery_report
+        if report is None:
+            return
+        later_bytes = sum(s.size for s in later)
+        gone_to = max([s.next_offset for s in later] + [before_end, report.first_offset])
+        message = (
+            f"partition {self.topic}-{self.partition}: recovery found {report.problem} in segment "
+            f"{seg.log_path.name} at position {report.position} (offset {report.first_offset}); "
+            f"truncated {report.truncated_bytes} bytes of {seg.log_path.name}"
+        )
+        if later:
+            message += (
+                f" and deleted {len(later)} later segment(s) ({later_bytes} bytes: "
+                f"{', '.join(s.log_path.name for s in later)})"
+            )
+        if gone_to > report.first_offset:
+            message += (
+                f": {gone_to - report.first_offset} records are gone, offsets {report.first_offset} "
+                f"to {gone_to - 1}"
+            )
+        elif report.records:
+            message += f": {report.records} records are gone"
+        else:
+            message += ": no complete entry was dropped (a torn write)"
+        if emptied:
+            message += f"; {seg.log_path.name} held nothing valid and was deleted"
+        if ending:
+            message += f"; the log now ends at offset {report.first_offset}"
+        _log.warning(message)
 
     def _max_batch_size(self) -> int:
         return max(self.config.max_message_bytes, self.config.segment_bytes)

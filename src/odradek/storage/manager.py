@@ -6,6 +6,12 @@ Each log dir holds one directory per partition plus Kafka's broker-level files:
 ``log-start-offset-checkpoint``, ``cleaner-offset-checkpoint``) and, after a clean shutdown,
 the ``.kafka_cleanshutdown`` marker that lets the next start skip recovery.
 
+Every log dir is locked for the life of the manager, as Kafka does: an exclusive ``flock`` on
+``<dir>/.lock``, which holds the PID of its holder.  A second process on the same dir gets
+:class:`LogDirLockedError` naming that PID; the lock is released by :meth:`LogManager.shutdown` /
+:meth:`LogManager.close` (and by the kernel when the process dies).  Within one process the lock
+is shared (counted), so a test can reopen a dir it "crashed" without closing.
+
 The manager schedules nothing itself: the broker calls :meth:`LogManager.cleanup`,
 :meth:`LogManager.flush_due` and :meth:`LogManager.checkpoint` from its own timers, and may
 pass ``parallel_map`` (e.g. a thread pool's ``map``) to load partitions in parallel.
@@ -14,6 +20,9 @@ pass ``parallel_map`` (e.g. a thread pool's ``map``) to load partitions in paral
 from __future__ import annotations
 
 import base64
+import fcntl
+import logging
+import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -31,20 +40,26 @@ from odradek.storage.checkpoint import (
     write_offsets,
 )
 from odradek.storage.config import LogConfig
-from odradek.storage.errors import StorageError
+from odradek.storage.errors import LogDirLockedError, StorageError
 from odradek.storage.files import OS_FILES, FileOps
 from odradek.storage.log import Log, parse_partition_dir
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",
+    "LOCK_FILE",
     "LogManager",
     "kafka_uuid",
+    "lock_log_dir",
     "parse_kafka_uuid",
     "read_meta_properties",
+    "unlock_log_dir",
     "write_meta_properties",
 ]
 
+_log = logging.getLogger("odradek.storage.manager")
+
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+LOCK_FILE = ".lock"
 META_PROPERTIES = "meta.properties"
 PARTITION_METADATA = "partition.metadata"
 
@@ -85,6 +100,62 @@ def write_meta_properties(log_dir: Path, broker_id: int, cluster_id: str) -> Non
     write_atomic(log_dir / META_PROPERTIES, f"version=0\nbroker.id={broker_id}\ncluster.id={cluster_id}\n")
 
 
+# log dirs this process holds locked: real path -> [descriptor, holders].  No mutex (storage
+# uses no threads): two managers of one dir opened at the same moment in one process would at
+# worst see the second one refused by the kernel's lock, as if it were another process.
+_locks: dict[str, list[int]] = {}
+
+
+def lock_log_dir(log_dir: Path) -> None:
+    """Take the exclusive lock on ``log_dir`` (created if missing) for this process.
+
+    Raises LogDirLockedError, naming the holder's PID, when another process holds it.
+    Counted within a process: each call needs one :func:`unlock_log_dir`.
+    """
+    log_dir.mkdir(parents=True, exist_ok=True)
+    key = os.path.realpath(log_dir)
+    held = _locks.get(key)
+    if held is not None:
+        held[1] += 1
+        return
+    path = log_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        try:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+        except OSError:
+            holder = "unknown"
+        os.close(fd)
+        raise LogDirLockedError(
+            f"log dir {log_dir} is locked by process {holder} ({path}): another broker is using it; "
+            "stop that broker or give this one another log dir"
+        ) from exc
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:
+        pass  # the lock is what counts; the PID is for the message of a second broker
+    _locks[key] = [fd, 1]
+
+
+def unlock_log_dir(log_dir: Path) -> None:
+    """Release one hold of :func:`lock_log_dir`; the lock goes with the last one."""
+    key = os.path.realpath(log_dir)
+    held = _locks.get(key)
+    if held is None:
+        return
+    held[1] -= 1
+    if held[1] > 0:
+        return
+    del _locks[key]
+    os.close(held[0])  # closing the only descriptor releases the flock
+
+
 class LogManager:
     """All partition logs of a broker."""
 
@@ -108,14 +179,29 @@ class LogManager:
         self.clean_shutdown: dict[Path, bool] = {}
         self.cleaner_offsets: dict[tuple[str, int], int] = {}
         self._closed = False
-        for d in self.dirs:
-            d.mkdir(parents=True, exist_ok=True)
-        self._load_all(parallel_map or map)
+        self._locked: list[Path] = []
+        try:
+            for d in self.dirs:
+                lock_log_dir(d)
+                self._locked.append(d)
+            self._load_all(parallel_map or map)
+        except BaseException:
+            self._unlock()
+            raise
+
+    def _unlock(self) -> None:
+        locked, self._locked = self._locked, []
+        for d in locked:
+            unlock_log_dir(d)
 
     # ------------------------------------------------------------------------------------
     def _load_all(self, parallel_map: ParallelMap) -> None:
         jobs: list[tuple[Path, Path, int, int, int, bool]] = []
         for d in self.dirs:
+            # temp files of atomic writes a crash interrupted (the dir is locked: no writer runs)
+            for leftover in d.iterdir():
+                if leftover.name.endswith(".tmp") and leftover.is_file():
+                    leftover.unlink(missing_ok=True)
             clean = (d / CLEAN_SHUTDOWN_FILE).exists()
             self.clean_shutdown[d] = clean
             recovery = read_offsets(d / RECOVERY_POINT)
@@ -210,7 +296,12 @@ class LogManager:
         self._log_dir.pop((topic, partition), None)
         if log is None:
             return False
+        segments, size, end = len(log.segments), log.size_bytes, log.log_end_offset
         log.delete()
+        _log.info(
+            "deleted the log of %s-%d: %s (%d segments, %d bytes, offsets up to %d)",
+            topic, partition, log.directory, segments, size, end - 1,
+        )
         return True
 
     # -- identity ------------------------------------------------------------------------
@@ -277,9 +368,24 @@ class LogManager:
         """Flush and close every log, write checkpoints and the clean-shutdown marker."""
         if self._closed:
             return
-        for log in self.logs():
-            log.close()
-        self.checkpoint()
-        for d in self.dirs:
-            write_atomic(d / CLEAN_SHUTDOWN_FILE, "")
+        try:
+            for log in self.logs():
+                log.close()
+            self.checkpoint()
+            for d in self.dirs:
+                write_atomic(d / CLEAN_SHUTDOWN_FILE, "")
+            self._closed = True
+        finally:
+            self._unlock()
+
+    def close(self) -> None:
+        """Close every log and release the log dirs without a clean-shutdown marker (the next
+        start recovers); for a manager given up after an error."""
+        if self._closed:
+            return
         self._closed = True
+        try:
+            for log in self.logs():
+                log.close()
+        finally:
+            self._unlock()

@@ -20,7 +20,6 @@ and per batch int32 first sequence, int32 last sequence, int64 first offset, int
 
 from __future__ import annotations
 
-import os
 import struct
 from collections import deque
 from collections.abc import Iterable
@@ -29,7 +28,7 @@ from pathlib import Path
 
 from odradek.records import BatchHeader
 from odradek.records._crc import crc32c
-from odradek.storage.checkpoint import fsync_dir
+from odradek.storage.checkpoint import write_atomic
 from odradek.storage.errors import ProducerStateError
 
 __all__ = ["BATCHES_TO_KEEP", "BatchMetadata", "ProducerEntry", "ProducerStateManager"]
@@ -139,13 +138,7 @@ class ProducerStateManager:
                 body += _batch.pack(b.first_seq, b.last_seq, b.first_offset, b.last_offset)
         data = struct.pack(">hI", 1, crc32c(body)) + body
         path = self.directory / f"{offset:020d}.snapshot"
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(self.directory)
+        write_atomic(path, data)
         for old in self.snapshots()[:-keep]:
             (self.directory / f"{old:020d}.snapshot").unlink(missing_ok=True)
         return path

@@ -19,17 +19,119 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from odradek.records import BatchHeader, RecordsError, iter_batch_headers, peek_header, read_batches
+from odradek.records import (
+    BatchHeader,
+    CrcMismatchError,
+    RecordsError,
+    iter_batch_headers,
+    peek_header,
+    read_batches,
+    validate,
+)
+from odradek.records import legacy as _legacy
+from odradek.records import v2 as _v2
 from odradek.storage.config import LogConfig
-from odradek.storage.errors import CorruptIndexError, StorageError
+from odradek.storage.errors import CorruptIndexError, CorruptSegmentError, StorageError
 from odradek.storage.files import FileOps
 from odradek.storage.index import OffsetIndex, TimeIndex
 
-__all__ = ["FileRegion", "LogSegment", "segment_name"]
+__all__ = ["FileRegion", "LogSegment", "RecoveryReport", "entry_problem", "segment_name"]
 
 LOG_OVERHEAD = 12
 _HEADER_PEEK = 61  # a v2 batch header; enough for every format's offsets and timestamps
 _SCAN_CHUNK = 1 << 20
+_HEADER_UP_TO_MAGIC = 17
+_MIN_LENGTH = (_legacy.MESSAGE_OVERHEAD_V0, _legacy.MESSAGE_OVERHEAD_V1, _v2.MIN_BATCH_LENGTH)
+_MAX_RELATIVE_OFFSET = 0x7FFFFFFF
+
+
+def entry_problem(
+    data: bytes | bytearray | memoryview,
+    remaining: int,
+    *,
+    base_offset: int,
+    expected: int,
+    max_size: int,
+    check_crc: bool = True,
+) -> tuple[BatchHeader | None, str | None]:
+    """Sanity check of the entry at the start of ``data``: ``(header, None)`` when it is sound,
+    else ``(header or None, what is wrong)``.
+
+    ``data`` holds at least the entry's first 61 bytes (or all ``remaining`` bytes of the file
+    from the entry on, when fewer); the CRC is checked when it holds the whole entry and
+    ``check_crc``.  Checked: a complete header, magic 0-2, batch length between the format's
+    minimum and ``max_size`` and within the ``remaining`` bytes, offsets within the segment
+    (``base_offset`` and 32-bit relative offsets) and not below ``expected``.
+    """
+    if remaining < _HEADER_UP_TO_MAGIC:
+        return None, f"torn tail: {remaining} bytes that do not form an entry header"
+    length = int.from_bytes(data[8:12], "big", signed=True)
+    magic = data[16]
+    if magic > 2:
+        return None, f"bad magic {magic}"
+    minimum = _MIN_LENGTH[magic]
+    if length < minimum:
+        return None, f"bad batch length {length} (the minimum for magic {magic} is {minimum})"
+    size = length + LOG_OVERHEAD
+    if size > max_size:
+        return None, (
+            f"bad batch length {length} (an entry of {size} bytes is impossible here: "
+            f"{remaining} bytes left in the file, at most {max_size} bytes per entry)"
+        )
+    if size > remaining:
+        return None, f"torn tail: an entry of {size} bytes with only {remaining} bytes left in the file"
+    try:
+        h = peek_header(data)
+    except RecordsError as exc:
+        return None, str(exc)
+    if h is None:
+        return None, f"torn tail: {remaining} bytes that do not form an entry header"
+    first = h.base_offset if h.base_offset >= 0 else h.last_offset
+    if first < base_offset:
+        return h, f"offset {first} is below the segment's base offset {base_offset}"
+    if h.last_offset < first:
+        return h, f"last offset {h.last_offset} is below the first offset {first}"
+    if h.last_offset - base_offset > _MAX_RELATIVE_OFFSET:
+        return h, f"offset {h.last_offset} is out of the segment's range (base {base_offset})"
+    if first < expected:
+        return h, f"offsets go backwards: the entry starts at {first}, after offset {expected - 1}"
+    if check_crc and len(data) >= size:
+        try:
+            validate(data, h)
+        except CrcMismatchError as exc:
+            return h, f"CRC mismatch (stored {exc.stored:#010x}, computed {exc.computed:#010x})"
+        except RecordsError as exc:
+            return h, str(exc)
+    return h, None
+
+
+_MAX_RANGES = 8
+
+
+def _add_range(ranges: tuple[tuple[int, int], ...], lo: int, hi: int) -> tuple[tuple[int, int], ...]:
+    """``ranges`` (disjoint, sorted) with ``[lo, hi)`` added and touching ranges merged; at most
+    ``_MAX_RANGES`` of them (the smallest go: those bytes are checked again when read)."""
+    merged: list[tuple[int, int]] = []
+    for a, b in sorted((*ranges, (lo, hi))):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    if len(merged) > _MAX_RANGES:
+        keep = sorted(merged, key=lambda r: r[1] - r[0], reverse=True)[:_MAX_RANGES]
+        merged = sorted(keep)
+    return tuple(merged)
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """What :meth:`LogSegment.recover` found at the first invalid entry and truncated."""
+
+    position: int  # file position of the first invalid entry (the new size)
+    problem: str
+    truncated_bytes: int
+    first_offset: int  # the first offset that is gone (the expected next offset)
+    records: int  # complete entries' records after the position that were dropped (best effort)
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
@@ -77,6 +179,9 @@ class LogSegment:
         self.log_path = directory / segment_name(base_offset, ".log" + suffix)
         self.fd = files.open(self.log_path)
         self.size = files.size(self.fd)
+        #: bytes that were in the file when it was opened and that no one validated since: reads
+        #: CRC-check them (appends are validated before they are written, recovery validates)
+        self.unchecked_end = self.size
         self.index = OffsetIndex(
             directory / segment_name(base_offset, ".index" + suffix), base_offset, config.segment_index_bytes, active
         )
@@ -99,6 +204,12 @@ class LogSegment:
         self.closed = False
         #: (first offset, file position) of the last append: a lower bound for offset lookups
         self._hint: tuple[int, int] = (1 << 63, 0)
+        #: file ranges whose entries a read already CRC-checked (data found at start-up)
+        self._verified: tuple[tuple[int, int], ...] = ()
+        #: where load_state() found bytes that do not form a valid entry (None: it did not)
+        self.scan_stopped_at: int | None = None
+        #: what the last recover() truncated, and why
+        self.recovery_report: RecoveryReport | None = None
 
     # -- state ---------------------------------------------------------------------------
     @property
@@ -149,14 +260,36 @@ class LogSegment:
         return h._replace(position=position)
 
     def peek_headers(self, start: int) -> Iterator[BatchHeader]:
-        """Headers from ``start``, one small read each (short scans after an index lookup)."""
+        """Headers from ``start``, one small read each (short scans after an index lookup).
+
+        Reads trust nothing: an entry whose header is impossible (length past the end of the
+        segment or out of bounds, unknown magic, offsets outside the segment or going backwards)
+        raises CorruptSegmentError, so that a fetch answers CORRUPT_MESSAGE instead of silently
+        skipping to the next segment."""
         pos, end = start, self.size
-        while True:
-            h = self.peek(pos, end)
-            if h is None:
-                return
-            yield h
-            pos += h.size
+        base = self.base_offset
+        expected = base
+        while pos < end:
+            remaining = end - pos
+            head = self.read_bytes(pos, min(_HEADER_PEEK, remaining))
+            h = None
+            with contextlib.suppress(RecordsError):
+                h = peek_header(head)
+            # the common case checked inline; entry_problem says what is wrong otherwise
+            if h is not None and h.size <= remaining:
+                first = h.base_offset if h.base_offset >= 0 else h.last_offset
+                if expected <= first <= h.last_offset and h.last_offset - base <= _MAX_RELATIVE_OFFSET:
+                    yield h._replace(position=pos)
+                    expected = h.last_offset + 1
+                    pos += h.size
+                    continue
+            _h, problem = entry_problem(
+                head, remaining, base_offset=base, expected=expected, max_size=remaining, check_crc=False
+            )
+            raise CorruptSegmentError(
+                f"corrupt entry in {self.log_path} at position {pos}: {problem or 'invalid entry'}; "
+                "run `odradek dump-log --verify` on the partition directory"
+            )
 
     # -- writes --------------------------------------------------------------------------
     def append(self, data: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> int:
@@ -229,6 +362,11 @@ class LogSegment:
         self.index.trim()
         self.time_index.trim()
 
+    def release_indexes(self) -> None:
+        """Drop a sealed segment's index entries from memory until their next use."""
+        self.index.release()
+        self.time_index.release()
+
     def close(self) -> None:
         if self.closed:
             return
@@ -277,7 +415,53 @@ class LogSegment:
         length = min(max_position - h.position, limit)
         if length <= 0:
             return None
+        if h.position < self.unchecked_end:
+            length = self._checked_length(h.position, length)
         return FileRegion(self, h.position, length)
+
+    def _checked_length(self, position: int, length: int) -> int:
+        """A region of data found on disk at start-up is CRC-checked before it is served (once per
+        byte while consumers read forward): the region is cut before the first bad entry, and a
+        bad first entry raises CorruptSegmentError (CORRUPT_MESSAGE), so that damage on disk
+        reaches no client as data, whether or not the client checks CRCs.  (Entries appended
+        since were validated on append; recovery validates what it scans.)"""
+        end = position + length
+        for lo, hi in self._verified:
+            if lo <= position and end <= hi:
+                return length
+        data = self.read_bytes(position, length)
+        base = self.base_offset
+        expected = base
+        good = 0
+        bad = False
+        try:
+            for h in iter_batch_headers(data, verify=True):
+                first = h.base_offset if h.base_offset >= 0 else h.last_offset
+                if first < expected or h.last_offset < first or h.last_offset - base > _MAX_RELATIVE_OFFSET:
+                    bad = True
+                    break
+                expected = h.last_offset + 1
+                good = h.position + h.size
+        except RecordsError:
+            bad = True
+        remaining = self.size - (position + good)
+        rest = memoryview(data)[good:]
+        if not bad and good < len(data) and len(rest) >= min(_HEADER_PEEK, remaining):
+            # the scan stopped at an entry that does not fit the region: cut by max_bytes (the
+            # client asks again), or an impossible length
+            _h, problem = entry_problem(
+                rest, remaining, base_offset=base, expected=expected, max_size=remaining, check_crc=False
+            )
+            bad = problem is not None
+        if bad and good == 0:
+            _h, problem = entry_problem(rest, remaining, base_offset=base, expected=expected, max_size=remaining)
+            raise CorruptSegmentError(
+                f"corrupt entry in {self.log_path} at position {position}: {problem or 'invalid entry'}; "
+                "run `odradek dump-log --verify` on the partition directory"
+            )
+        if good:
+            self._verified = _add_range(self._verified, position, position + good)
+        return good if good else length
 
     def position_of(self, offset: int) -> int:
         """File position of the first entry whose last offset is >= ``offset`` (size if none)."""
@@ -306,6 +490,7 @@ class LogSegment:
             self.max_timestamp, self.offset_of_max_timestamp = ts, ts_offset
         start = self.index.lookup(self.index.last_offset)[1] if self.index.entries else 0
         first = True
+        end = start
         for h in self.headers(start):
             if first and start == 0:
                 self.first_batch_timestamp = h.max_timestamp
@@ -314,21 +499,33 @@ class LogSegment:
                 self.max_timestamp, self.offset_of_max_timestamp = h.max_timestamp, h.last_offset
             self.next_offset = h.last_offset + 1
             self.bytes_since_index_entry += h.size
+            end = h.position + h.size
+        self.scan_stopped_at = end if end < self.size else None
         if self.first_batch_timestamp is None and self.size:
             for h in self.headers(0):
                 self.first_batch_timestamp = h.max_timestamp
                 break
 
     def check_indexes(self) -> bool:
+        return self.index_problem() is None
+
+    def index_problem(self) -> str | None:
+        """What is wrong with the indexes (None when both pass their sanity checks)."""
         try:
             self.index.sanity_check(self.size)
             self.time_index.sanity_check(self.size)
-        except CorruptIndexError:
-            return False
-        return True
+        except CorruptIndexError as exc:
+            return exc.message
+        return None
 
     def recover(self, max_batch_size: int, min_offset: int) -> int:
+        """Validate every entry, rebuild both indexes, truncate at the first invalid entry.
+
+        Returns the number of bytes truncated; :attr:`recovery_report` then says what was found
+        where and what was dropped (None when nothing was truncated).
+        """
         self._hint = (1 << 63, 0)
+        self.recovery_report = None
         return self._recover(max_batch_size, min_offset)
 
     def _recover(self, max_batch_size: int, min_offset: int) -> int:
@@ -380,12 +577,38 @@ class LogSegment:
             pos += consumed
             valid = pos
         self.size = valid
+        self.unchecked_end = 0
         truncated = end - valid
         if truncated:
+            self.recovery_report = self._diagnose(valid, end, expected, max_batch_size + LOG_OVERHEAD)
             self.files.truncate(self.fd, valid)
         if not writable:
             self.seal()
         return truncated
+
+    def _diagnose(self, position: int, end: int, expected: int, max_size: int) -> RecoveryReport:
+        """What is wrong with the entry at ``position`` (where recovery stopped), and how many
+        records of complete entries after it go with the truncation (best effort)."""
+        remaining = end - position
+        head = self.read_bytes(position, min(_HEADER_PEEK, remaining))
+        h, problem = entry_problem(
+            head, remaining, base_offset=self.base_offset, expected=expected, max_size=max_size, check_crc=False
+        )
+        if problem is None and h is not None:
+            whole = self.read_bytes(position, h.size)
+            h, problem = entry_problem(
+                whole, remaining, base_offset=self.base_offset, expected=expected, max_size=max_size
+            )
+        records = 0
+        if h is not None:
+            records = h.last_offset - (h.base_offset if h.base_offset >= 0 else h.last_offset) + 1
+            try:
+                for later in self.headers(position + h.size, end):
+                    first = later.base_offset if later.base_offset >= 0 else later.last_offset
+                    records += max(later.last_offset - first + 1, 0)
+            except (RecordsError, StorageError):
+                pass
+        return RecoveryReport(position, problem or "invalid entry", remaining, expected, records)
 
     def append_index_only(self, h: BatchHeader) -> None:
         """Account for an entry already in the file (recovery): indexes and timestamps."""
