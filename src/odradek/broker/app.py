@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import errno
 import logging
 import resource
 import time
@@ -28,11 +29,13 @@ import odradek.broker.handlers  # noqa: F401  (registers the API handlers)
 from odradek._clock import Clock, SystemClock
 from odradek.broker.coordinator import GroupCoordinator
 from odradek.broker.fetcher import ReplicaFetcherManager
+from odradek.broker.limits import PartitionBudget, partition_budget
 from odradek.broker.replica import Partition, ReplicaManager
 from odradek.broker.server import KafkaConnection
 from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage, PartitionState, TopicInfo
 from odradek.config import BrokerConfig, ConfigError, Listener
 from odradek.coordination import EmbeddedBackend, MetadataBackend
+from odradek.coordination.embedded import is_deleted, read_cluster_id
 from odradek.errors import ErrorCode, KafkaError
 from odradek.records import (
     BatchBuilder,
@@ -43,7 +46,7 @@ from odradek.records import (
     read_batches,
 )
 from odradek.storage import LogConfig, LogManager, StorageError
-from odradek.storage.manager import read_meta_properties, write_meta_properties
+from odradek.storage.manager import META_PROPERTIES, read_meta_properties, write_meta_properties
 
 if TYPE_CHECKING:
     from odradek.broker.controller import Controller
@@ -97,6 +100,7 @@ class Broker:
         self.fetchers: ReplicaFetcherManager | None = None
         self.controller_epoch = 0
         self._full_metadata_seen = False
+        self._unknown_logs: set[tuple[str, int]] = set()
 
     # ------------------------------------------------------------------------------------------
     # start / stop
@@ -125,7 +129,7 @@ class Broker:
                 int(self.config.get("zookeeper.session.timeout.ms")),
                 int(timeout) if timeout is not None else None,
             )
-            existing = next((read_meta_properties(d).get("cluster.id") for d in dirs if read_meta_properties(d)), None)
+            existing = next((_read_meta(d).get("cluster.id") for d in dirs if _read_meta(d)), None)
             zk_cluster = await zk.connect(existing)
             if existing is not None and existing != zk_cluster:
                 await zk.stop()
@@ -138,9 +142,21 @@ class Broker:
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="odradek-io")
         executor = self._executor
         defaults = self.config.topic_defaults()
-        self.logs = await loop.run_in_executor(
-            executor, lambda: LogManager(dirs, defaults, clock=self.clock, parallel_map=executor.map)
-        )
+        try:
+            self.logs = await loop.run_in_executor(
+                executor, lambda: LogManager(dirs, defaults, clock=self.clock, parallel_map=executor.map)
+            )
+        except OSError as exc:
+            if exc.errno != errno.EMFILE:
+                raise
+            count = sum(1 for d in dirs for c in d.iterdir() if c.is_dir())
+            budget = partition_budget(-1)
+            raise ConfigError(
+                f"cannot open the {count} partition directories in {', '.join(map(str, dirs))}: the file "
+                f"descriptor limit {budget.fd_limit} (ulimit -n) is too low for them (about "
+                f"{count * 5 + budget.reserve} are needed); raise it (ulimit -n / LimitNOFILE) and start again. "
+                "Nothing was changed"
+            ) from None
         for lg in self.logs.logs():
             lg.auto_flush = False
         self.replicas = ReplicaManager(self.broker_id, self.logs, self.topic_log_config)
@@ -162,7 +178,9 @@ class Broker:
             self.backend = zk
             self.fetchers = ReplicaFetcherManager(self)
         else:
-            self.backend = EmbeddedBackend(dirs[0], self.cluster_id)
+            self.backend = EmbeddedBackend(
+                dirs[0], self.cluster_id, on_disk=self._logs_on_disk, internal_topics=self._internal_topic_configs()
+            )
         self._groups = GroupCoordinator(self)
         self.backend.add_listener(self._apply_image)
         if zk is not None:
@@ -176,6 +194,14 @@ class Broker:
                 await zk.stop()
             raise
         self._apply_image(self.backend.image)
+        budget = self.partition_budget()
+        hosted = self._hosted_count()
+        if hosted > budget.partitions:
+            log.warning(
+                "this broker hosts %d partitions, more than its limit of %s: no partition can be added "
+                "until some are deleted or the limit raised",
+                hosted, budget.describe(),
+            )
         self.groups.start()
         if zk is not None:
             from odradek.broker.controller import Controller
@@ -192,7 +218,7 @@ class Broker:
 
     def _identity(self, dirs: list[Path], cluster_id: str | None = None) -> str:
         for d in dirs:
-            props = read_meta_properties(d)
+            props = _read_meta(d)
             if not props:
                 continue
             if "broker.id" in props and int(props["broker.id"]) != self.broker_id:
@@ -202,6 +228,12 @@ class Broker:
             if cluster_id is not None and props.get("cluster.id") not in (None, cluster_id):
                 raise ConfigError(f"log dirs belong to different clusters ({cluster_id}, {props.get('cluster.id')})")
             cluster_id = props.get("cluster.id", cluster_id)
+        if cluster_id is None and not self.zk_mode:
+            # meta.properties was removed: keep the cluster id the metadata store recorded
+            cluster_id = read_cluster_id(dirs[0])
+            if cluster_id is not None:
+                log.warning("%s is missing: rewriting it with the cluster id %s recorded in the metadata store",
+                            dirs[0] / META_PROPERTIES, cluster_id)
         if cluster_id is None:
             cluster_id = new_cluster_id()
         for d in dirs:
@@ -288,22 +320,88 @@ class Broker:
             self._apply_cluster_image(image)
             return
         hosted = set()
+        failed: list[str] = []
+        error: BaseException | None = None
         for topic in image.topics.values():
             for state in topic.partitions.values():
                 if self.broker_id not in state.replicas:
                     continue
+                try:
+                    p = self.replicas.become_leader(state, topic.topic_id)
+                except (StorageError, OSError) as exc:
+                    # the partition stays offline (clients get UNKNOWN_TOPIC_OR_PARTITION / retry),
+                    # the broker keeps serving the others and is still able to start
+                    failed.append(f"{topic.name}-{state.partition}")
+                    error = exc
+                    continue
                 hosted.add((topic.name, state.partition))
-                p = self.replicas.become_leader(state, topic.topic_id)
                 p.log.auto_flush = False
+        if failed:
+            log.error(
+                "could not open or create the logs of %d partition(s) (%s%s): %s; they are offline",
+                len(failed), ", ".join(failed[:5]), ", ..." if len(failed) > 5 else "", error,
+            )
         for key in list(self.replicas.partitions):
             if key not in hosted:
-                self.replicas.remove_partition(key[0], key[1], delete=True)
+                self.replicas.remove_partition(key[0], key[1], delete=False)
         if self._groups is not None and (self._groups.loaded or "__consumer_offsets" in image.topics):
             self._groups.on_image()
-        # logs on disk for topics that no longer exist (deleted while this broker was down)
+        self._delete_deleted_logs(image, hosted)
+
+    def _delete_deleted_logs(self, image: MetadataImage, hosted: set[tuple[str, int]]) -> None:
+        """Delete the partition directories of the topic deletions the metadata recorded (also
+        those deleted while this broker was down) — and nothing else: a log on disk the metadata
+        does not know is kept and reported."""
+        remaining: set[uuid.UUID | None] = set()
         for lg in list(self.logs.logs()):
-            if (lg.topic, lg.partition) not in hosted:
-                self.logs.delete(lg.topic, lg.partition)
+            key = (lg.topic, lg.partition)
+            if key in hosted:
+                continue
+            topic_id = self._log_topic_id(lg)
+            if is_deleted(image, lg.topic, topic_id):
+                log.info(
+                    "deleting %s: partition %d of topic %s (id %s), whose deletion the metadata recorded",
+                    lg.directory, lg.partition, lg.topic, topic_id,
+                )
+                try:
+                    self.logs.delete(lg.topic, lg.partition)
+                except OSError as exc:
+                    log.warning("could not delete %s (%s); retried at the next start", lg.directory, exc)
+                    remaining.add(topic_id)
+            elif key not in self._unknown_logs:
+                self._unknown_logs.add(key)
+                log.warning(
+                    "%s is not a partition in the metadata and no deletion of it was recorded: kept on disk, "
+                    "not served", lg.directory,
+                )
+        done = [
+            tid
+            for tid, name in image.deleted_topics.items()
+            if tid not in remaining and not (None in remaining and name not in image.topics)
+        ]
+        if done and isinstance(self.backend, EmbeddedBackend):
+            self.backend.deletions_done(done)
+
+    def _log_topic_id(self, lg: Any) -> uuid.UUID | None:
+        try:
+            return LogManager.topic_id(lg)
+        except (StorageError, OSError, ValueError) as exc:
+            log.warning("%s/partition.metadata is unreadable (%s): its topic id is unknown", lg.directory, exc)
+            return None
+
+    def _logs_on_disk(self) -> dict[tuple[str, int], uuid.UUID | None]:
+        """Every partition directory in the log dirs with the topic id its partition.metadata holds."""
+        return {(lg.topic, lg.partition): self._log_topic_id(lg) for lg in self.logs.logs()}
+
+    def _internal_topic_configs(self) -> dict[str, dict[str, str]]:
+        """The configs ``__consumer_offsets`` is created with (also when it is rebuilt from the log dirs)."""
+        return {
+            "__consumer_offsets": {
+                "cleanup.policy": "compact",
+                "compression.type": "producer",
+                "segment.bytes": str(self.config.get("offsets.topic.segment.bytes")),
+            }
+        }
 
     def _apply_cluster_image(self, image: MetadataImage) -> None:
         """In a cluster, LeaderAndIsr / StopReplica decide which partitions are hosted; an image
@@ -349,6 +447,9 @@ class Broker:
     ) -> TopicInfo:
         if name.startswith("__") and name in ("__consumer_offsets", "__transaction_state"):
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"{name} is an internal topic")
+        count = len(assignments) if assignments else partitions
+        if name not in self.image.topics:
+            self.check_partition_limits(name, 0, count)
         return await self.backend.create_topic(
             name, partitions, replication_factor, configs, assignments, validate_only=validate_only
         )
@@ -364,7 +465,44 @@ class Broker:
     async def create_partitions(
         self, name: str, total: int, assignments: list[list[int]] | None, *, validate_only: bool
     ) -> None:
+        info = self.image.topics.get(name)
+        if info is not None and total > info.partition_count:
+            self.check_partition_limits(name, info.partition_count, total - info.partition_count)
         await self.backend.create_partitions(name, total, assignments, validate_only=validate_only)
+
+    # ------------------------------------------------------------------------------------------
+    # limits: what a request may add, decided before anything is written
+
+    def partition_budget(self) -> PartitionBudget:
+        return partition_budget(int(self.config.get("max.broker.partitions")))
+
+    def _hosted_count(self) -> int:
+        image_count = sum(
+            1 for t in self.image.topics.values() for s in t.partitions.values() if self.broker_id in s.replicas
+        )
+        return max(image_count, len(self.logs))
+
+    def check_partition_limits(self, topic: str, current: int, adding: int) -> None:
+        """POLICY_VIOLATION unless ``topic`` may grow from ``current`` by ``adding`` partitions:
+        ``max.partitions.per.topic`` and (single node) this broker's partition budget."""
+        if adding <= 0:
+            return
+        per_topic = int(self.config.get("max.partitions.per.topic"))
+        if current + adding > per_topic:
+            raise KafkaError(
+                ErrorCode.POLICY_VIOLATION,
+                f"topic '{topic}' would have {current + adding} partitions, more than max.partitions.per.topic={per_topic}",
+            )
+        if self.zk_mode:
+            return  # in a cluster the partitions spread over brokers whose limits this one does not know
+        budget = self.partition_budget()
+        hosted = self._hosted_count()
+        if hosted + adding > budget.partitions:
+            raise KafkaError(
+                ErrorCode.POLICY_VIOLATION,
+                f"adding {adding} partitions to topic '{topic}' would make this broker host {hosted + adding} "
+                f"partitions, more than its limit of {budget.describe()}",
+            )
 
     async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
         await self.backend.set_topic_configs(name, configs)
@@ -763,6 +901,31 @@ class Broker:
         now = self.clock.now_ms()
         for lg in self.logs.logs():
             lg.producers.remove_expired(now, expiration)
+
+
+def _read_meta(d: Path) -> dict[str, str]:
+    """``meta.properties`` of a log dir ({} if absent); a damaged one stops the start with a message."""
+    path = d / META_PROPERTIES
+    fix = (
+        "restore it from a backup, or remove it and start again (the broker then writes a new one, "
+        "keeping the cluster id recorded in cluster-metadata.json)"
+    )
+    try:
+        props = read_meta_properties(d)
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is damaged: it is not text. Nothing was changed; {fix}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}. Nothing was changed; {fix}") from None
+    if not props and not path.exists():
+        return {}
+    problem = None
+    if not props.get("cluster.id"):
+        problem = "it has no cluster.id"
+    elif "broker.id" in props and not props["broker.id"].lstrip("-").isdigit():
+        problem = f"broker.id {props['broker.id']!r} is not a number"
+    if problem is not None:
+        raise ConfigError(f"{path} is damaged: {problem}. Nothing was changed; {fix}")
+    return props
 
 
 def _raise_fd_limit() -> None:
