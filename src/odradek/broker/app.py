@@ -15,8 +15,10 @@ import asyncio
 import base64
 import contextlib
 import errno
+import functools
 import logging
 import resource
+import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -82,7 +84,7 @@ class Broker:
         self.cluster_id = ""
         self.listeners: list[Listener] = []
         self.bound: dict[str, tuple[str, int]] = {}
-        self._servers: list[asyncio.base_events.Server] = []
+        self._servers: list[_AcceptLoop] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._topic_configs: dict[str, LogConfig] = {}
         self._next_pid = 0
@@ -163,16 +165,15 @@ class Broker:
         self._next_pid, self._pid_limit = 0, 0
         # listen first so that port 0 resolves to the real port before it is advertised
         for lst in self.listeners:
-            server = await loop.create_server(
-                lambda name=lst.name: KafkaConnection(self, name),  # type: ignore[misc]
-                lst.host,
-                lst.port,
-                reuse_address=True,
-                backlog=2048,
-                start_serving=False,
-            )
-            sock = server.sockets[0].getsockname()
-            self.bound[lst.name] = (sock[0], sock[1])
+            server = _AcceptLoop(self, lst.name, functools.partial(KafkaConnection, self, lst.name))
+            try:
+                await server.bind(lst.host, lst.port)
+            except OSError:
+                for s in self._servers:
+                    s.close()
+                server.close()
+                raise
+            self.bound[lst.name] = server.address
             self._servers.append(server)
         if zk is not None:
             self.backend = zk
@@ -186,7 +187,7 @@ class Broker:
         if zk is not None:
             # the controller sends its requests as soon as this broker registers
             for server in self._servers:
-                await server.start_serving()
+                server.start_serving()
         try:
             await self.backend.start(self._broker_info())
         except BaseException:
@@ -212,7 +213,7 @@ class Broker:
             self._every(max(100, int(self.config.get("replica.lag.time.max.ms")) // 2), self._isr_check, "isr-shrink")
         else:
             for server in self._servers:
-                await server.start_serving()
+                server.start_serving()
         self._start_timers()
         self.ready_after = time.monotonic() - t0
 
@@ -281,6 +282,7 @@ class Broker:
         for server in self._servers:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 2)
+        self._servers = []
         if self._groups is not None:
             await self._groups.stop()
         for p in self.replicas.partitions.values():
@@ -901,6 +903,106 @@ class Broker:
         now = self.clock.now_ms()
         for lg in self.logs.logs():
             lg.producers.remove_expired(now, expiration)
+
+
+class _AcceptLoop:
+    """A listening socket and the task accepting its connections.
+
+    asyncio's own server and uvloop's differ when ``accept()`` fails for lack of descriptors
+    (EMFILE / ENFILE): asyncio logs a traceback every second, libuv silently accepts and closes
+    the waiting connections.  Here the failure is logged once per episode (WARN, with the limit),
+    the connection waits in the backlog, accept is retried after a short pause — never a spin —
+    and a line says when connections are accepted again.
+    """
+
+    RETRY_S = 0.1
+
+    def __init__(self, broker: Broker, name: str, factory: Callable[[], asyncio.BaseProtocol]) -> None:
+        self.broker = broker
+        self.name = name
+        self.factory = factory
+        self.sockets: list[socket.socket] = []
+        self.address: tuple[str, int] = ("", 0)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def bind(self, host: str, port: int) -> None:
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        seen = set()
+        for family, type_, proto, _canon, addr in infos:
+            if (family, addr) in seen:
+                continue
+            seen.add((family, addr))
+            sock = socket.socket(family, type_, proto)
+            self.sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, True)
+            if port == 0 and self.address[1]:
+                addr = (addr[0], self.address[1], *addr[2:])  # the same ephemeral port on every address
+            sock.bind(addr)
+            sock.listen(2048)
+            sock.setblocking(False)
+            if not self.address[1]:
+                name = sock.getsockname()
+                self.address = (name[0], name[1])
+
+    def start_serving(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sock in self.sockets:
+            self._tasks.append(loop.create_task(self._accept(sock), name=f"accept-{self.name}"))
+
+    async def _accept(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        failing = False
+        while True:
+            try:
+                conn, _peer = await loop.sock_accept(sock)
+            except asyncio.CancelledError:
+                raise
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    if not failing:
+                        failing = True
+                        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+                        log.warning(
+                            "listener %s cannot accept connections: %s (file descriptor limit %d); new "
+                            "connections wait until descriptors are free — fewer connections or partitions, "
+                            "or a higher ulimit -n, fix this",
+                            self.name, exc.strerror or exc, soft,
+                        )
+                elif exc.errno in (errno.ECONNABORTED, errno.EPROTO, errno.EAGAIN, errno.EINTR):
+                    continue
+                else:
+                    log.warning("listener %s: accept failed: %s", self.name, exc)
+                await asyncio.sleep(self.RETRY_S)
+                continue
+            if failing:
+                failing = False
+                log.info("listener %s accepts connections again", self.name)
+            try:
+                conn.setblocking(False)
+                if conn.family in (socket.AF_INET, socket.AF_INET6):
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                await loop.connect_accepted_socket(self.factory, conn)
+            except asyncio.CancelledError:
+                conn.close()
+                raise
+            except OSError as exc:
+                conn.close()
+                log.warning("listener %s: could not set up an accepted connection: %s", self.name, exc)
+
+    def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for sock in self.sockets:
+            sock.close()
+
+    async def wait_closed(self) -> None:
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
 
 
 def _read_meta(d: Path) -> dict[str, str]:
