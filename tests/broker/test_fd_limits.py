@@ -95,7 +95,12 @@ def test_a_huge_create_topics_is_refused_and_the_broker_restarts_under_the_same_
 
 
 def test_request_and_topic_limits_refuse_before_anything_is_written(tmp_path: Path) -> None:
-    overrides = {"max.partitions.per.request": 10, "max.partitions.per.topic": 8, "max.broker.partitions": 12}
+    overrides = {
+        "max.partitions.per.request": 10,
+        "max.partitions.per.topic": 8,
+        "max.broker.partitions": 12,
+        "offsets.topic.num.partitions": 1,  # kept free in the budget until __consumer_offsets exists
+    }
     with BrokerProcess(tmp_path / "data", overrides=overrides) as broker:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         fs = admin.create_topics([NewTopic("a", 6, 1), NewTopic("b", 6, 1)])
@@ -113,8 +118,8 @@ def test_request_and_topic_limits_refuse_before_anything_is_written(tmp_path: Pa
         p.flush(15)
         md = admin.list_topics(timeout=10)
         created = [t for t in md.topics if t.startswith("auto")]
-        assert len(created) == 4  # 8 + 4 = 12 partitions
-        assert len(errors) == 1
+        assert len(created) == 3  # 8 + 1 kept for __consumer_offsets + 3 = 12 partitions
+        assert len(errors) == 2
         assert not any((tmp_path / "data").glob("b-*")) and not any((tmp_path / "data").glob("c-*"))
 
 
@@ -133,8 +138,63 @@ def test_running_out_of_descriptors_on_accept_does_not_stop_the_listener(tmp_pat
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         md = wait_for(lambda: admin.list_topics(timeout=5), 30, "metadata after the descriptors came back")
         assert md.brokers
-        for f in admin.create_topics([NewTopic("later", 1, 1)]).values():
-            f.result(15)
-        _produce(broker.bootstrap, "later", [b"ok"])
         accept_lines = [ln for ln in broker.stderr_lines if "accept" in ln.lower()]
         assert len(accept_lines) < 20, accept_lines[:5]  # logged once per episode, not per failed accept
+
+
+def test_metadata_with_more_partitions_than_descriptors_still_starts(tmp_path: Path) -> None:
+    """The state the old code left behind (5,000 partitions in the metadata, few logs): the broker
+    starts, serves what it has, keeps the rest offline with an ERROR line, and refuses more."""
+    import json
+    import uuid
+
+    data = tmp_path / "data"
+    with BrokerProcess(data, fd_limit=FD_LIMIT) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for f in admin.create_topics([NewTopic("small", 1, 1)]).values():
+            f.result(15)
+        _produce(broker.bootstrap, "small", [b"kept"])
+    store = data / "cluster-metadata.json"
+    image = json.loads(store.read_text())
+    image["topics"].append(
+        {
+            "name": "huge",
+            "topic_id": str(uuid.uuid4()),
+            "internal": False,
+            "configs": {},
+            "partitions": [
+                {"partition": p, "replicas": [0], "isr": [0], "leader": 0, "leader_epoch": 0, "partition_epoch": 0}
+                for p in range(5000)
+            ],
+        }
+    )
+    store.write_text(json.dumps(image))
+    for run in range(2):  # and again: the state it leaves is startable too
+        with BrokerProcess(data, fd_limit=FD_LIMIT) as broker:
+            assert any("stay offline" in ln for ln in broker.stderr_lines)
+            assert _consume(broker.bootstrap, "small", f"g{run}", 1) == [b"kept"]
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            assert "max.broker.partitions" in _policy_violation(admin.create_topics([NewTopic("more", 1, 1)])["more"])
+        assert broker.proc is not None and broker.proc.returncode == 0
+    assert len(list(data.glob("huge-*"))) < 100
+
+
+def test_a_lower_fd_limit_than_the_logs_need_is_refused_with_a_message(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with BrokerProcess(data) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for f in admin.create_topics([NewTopic("wide", 120, 1)]).values():
+            f.result(30)
+    low = BrokerProcess(data, fd_limit=256)
+    try:
+        low.start(timeout=60)
+    except RuntimeError as exc:
+        text = str(exc)
+    else:
+        low.stop()
+        raise AssertionError("started with 600 descriptors' worth of logs under ulimit -n 256")
+    assert "ulimit -n" in text and "Traceback" not in text, text
+    assert len(list(data.glob("wide-*"))) == 120
+    with BrokerProcess(data) as broker:  # a higher limit again: everything is there
+        md = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=10)
+        assert len(md.topics["wide"].partitions) == 120

@@ -31,7 +31,7 @@ import odradek.broker.handlers  # noqa: F401  (registers the API handlers)
 from odradek._clock import Clock, SystemClock
 from odradek.broker.coordinator import GroupCoordinator
 from odradek.broker.fetcher import ReplicaFetcherManager
-from odradek.broker.limits import PartitionBudget, partition_budget
+from odradek.broker.limits import FDS_PER_PARTITION, PartitionBudget, partition_budget
 from odradek.broker.replica import Partition, ReplicaManager
 from odradek.broker.server import KafkaConnection
 from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage, PartitionState, TopicInfo
@@ -144,6 +144,7 @@ class Broker:
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="odradek-io")
         executor = self._executor
         defaults = self.config.topic_defaults()
+        on_disk = sum(1 for d in dirs for c in d.iterdir() if c.is_dir())
         try:
             self.logs = await loop.run_in_executor(
                 executor, lambda: LogManager(dirs, defaults, clock=self.clock, parallel_map=executor.map)
@@ -151,13 +152,12 @@ class Broker:
         except OSError as exc:
             if exc.errno != errno.EMFILE:
                 raise
-            count = sum(1 for d in dirs for c in d.iterdir() if c.is_dir())
             budget = partition_budget(-1)
             raise ConfigError(
-                f"cannot open the {count} partition directories in {', '.join(map(str, dirs))}: the file "
+                f"cannot open the {on_disk} partition directories in {', '.join(map(str, dirs))}: the file "
                 f"descriptor limit {budget.fd_limit} (ulimit -n) is too low for them (about "
-                f"{count * 5 + budget.reserve} are needed); raise it (ulimit -n / LimitNOFILE) and start again. "
-                "Nothing was changed"
+                f"{on_disk * FDS_PER_PARTITION + budget.reserve} are needed); raise it (ulimit -n / LimitNOFILE) "
+                "and start again. Nothing was changed"
             ) from None
         for lg in self.logs.logs():
             lg.auto_flush = False
@@ -323,10 +323,24 @@ class Broker:
             return
         hosted = set()
         failed: list[str] = []
+        over: list[str] = []
         error: BaseException | None = None
-        for topic in image.topics.values():
+        budget = self.partition_budget()
+        reserve = self._internal_reserve(image)
+        for topic in sorted(image.topics.values(), key=lambda t: not t.internal):
             for state in topic.partitions.values():
                 if self.broker_id not in state.replicas:
+                    continue
+                key = (topic.name, state.partition)
+                if (
+                    not topic.internal
+                    and key not in self.replicas.partitions
+                    and self.logs.get(*key) is None
+                    and len(self.logs) + reserve >= budget.partitions
+                ):
+                    # a new log would take descriptors the broker needs to serve (metadata written
+                    # by a version without limits, or a lower ulimit -n than before): offline
+                    over.append(f"{topic.name}-{state.partition}")
                     continue
                 try:
                     p = self.replicas.become_leader(state, topic.topic_id)
@@ -338,6 +352,12 @@ class Broker:
                     continue
                 hosted.add((topic.name, state.partition))
                 p.log.auto_flush = False
+        if over:
+            log.error(
+                "%d partition(s) (%s%s) have no log yet and this broker already hosts %d, its limit of %s: "
+                "they stay offline; delete topics or raise the limit and restart",
+                len(over), ", ".join(over[:5]), ", ..." if len(over) > 5 else "", len(self.logs), budget.describe(),
+            )
         if failed:
             log.error(
                 "could not open or create the logs of %d partition(s) (%s%s): %s; they are offline",
@@ -484,6 +504,13 @@ class Broker:
         )
         return max(image_count, len(self.logs))
 
+    def _internal_reserve(self, image: MetadataImage) -> int:
+        """Room kept in the partition budget for ``__consumer_offsets`` until it exists (it is
+        created on the first group request and groups need all of its partitions)."""
+        if "__consumer_offsets" in image.topics:
+            return 0
+        return int(self.config.get("offsets.topic.num.partitions"))
+
     def check_partition_limits(self, topic: str, current: int, adding: int) -> None:
         """POLICY_VIOLATION unless ``topic`` may grow from ``current`` by ``adding`` partitions:
         ``max.partitions.per.topic`` and (single node) this broker's partition budget."""
@@ -499,11 +526,13 @@ class Broker:
             return  # in a cluster the partitions spread over brokers whose limits this one does not know
         budget = self.partition_budget()
         hosted = self._hosted_count()
-        if hosted + adding > budget.partitions:
+        reserve = self._internal_reserve(self.image)
+        if hosted + reserve + adding > budget.partitions:
+            kept = f" ({reserve} of them kept for __consumer_offsets)" if reserve else ""
             raise KafkaError(
                 ErrorCode.POLICY_VIOLATION,
-                f"adding {adding} partitions to topic '{topic}' would make this broker host {hosted + adding} "
-                f"partitions, more than its limit of {budget.describe()}",
+                f"adding {adding} partitions to topic '{topic}' would make this broker host "
+                f"{hosted + reserve + adding} partitions{kept}, more than its limit of {budget.describe()}",
             )
 
     async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
