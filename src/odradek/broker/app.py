@@ -668,6 +668,8 @@ class Broker:
         for topic, idx, delete in items:
             self.fetchers.remove(topic, idx)
             try:
+                if delete and self.logs.get(topic, idx) is not None:
+                    log.info("deleting %s-%d: the controller's StopReplica asked for its deletion", topic, idx)
                 self.replicas.remove_partition(topic, idx, delete=delete)
                 errors[(topic, idx)] = 0
             except (StorageError, OSError):

@@ -50,7 +50,7 @@ def _problem(exc: BaseException) -> str:
     if isinstance(exc, UnicodeDecodeError):
         return "it is not UTF-8 text"
     if isinstance(exc, json.JSONDecodeError):
-        return f"it is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+        return f"it is not valid JSON ({exc.msg}: line {exc.lineno} column {exc.colno})"
     if isinstance(exc, OSError):
         return exc.strerror or str(exc)
     return f"it does not hold Odradek's metadata ({type(exc).__name__}: {exc})"
