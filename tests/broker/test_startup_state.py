@@ -220,3 +220,45 @@ def test_garbage_in_meta_properties_stops_the_start_with_a_message(tmp_path: Pat
     meta.unlink()
     with BrokerProcess(data) as broker:
         assert cluster_id in broker.ready_line
+
+
+def _backend(tmp_path: Path, on_disk: dict[tuple[str, int], uuid.UUID | None]) -> object:
+    import asyncio
+
+    from odradek.cluster.metadata import BrokerInfo
+    from odradek.coordination.embedded import EmbeddedBackend
+
+    backend = EmbeddedBackend(
+        tmp_path, "c1", on_disk=lambda: on_disk, internal_topics={"__consumer_offsets": {"cleanup.policy": "compact"}}
+    )
+    asyncio.run(backend.start(BrokerInfo(0, ())))
+    return backend
+
+
+def test_the_embedded_store_rebuilds_from_partition_directories_and_keeps_recorded_deletions(tmp_path: Path) -> None:
+    import asyncio
+
+    from odradek.coordination.embedded import EmbeddedBackend, is_deleted
+
+    tid = uuid.uuid4()
+    # t-0 and t-2 on disk (t-1 lost): the topic gets 3 partitions; ids from partition.metadata
+    backend = _backend(tmp_path, {("t", 0): tid, ("t", 2): None, ("__consumer_offsets", 0): None})
+    assert isinstance(backend, EmbeddedBackend)
+    image = backend.image
+    assert image.topics["t"].topic_id == tid and image.topics["t"].partition_count == 3
+    assert image.topics["__consumer_offsets"].internal
+    assert image.topics["__consumer_offsets"].configs == {"cleanup.policy": "compact"}
+    # a deletion is recorded, survives a restart while its directories are on disk, and only
+    # directories of that topic id count as deleted
+    asyncio.run(backend.delete_topic("t"))
+    assert backend.image.deleted_topics == {tid: "t"}
+    again = _backend(tmp_path, {("t", 0): tid, ("t", 2): None})
+    assert isinstance(again, EmbeddedBackend)
+    assert "t" not in again.image.topics and again.image.deleted_topics == {tid: "t"}
+    assert is_deleted(again.image, "t", tid) and is_deleted(again.image, "t", None)
+    assert not is_deleted(again.image, "t", uuid.uuid4()) and not is_deleted(again.image, "u", tid)
+    again.deletions_done([tid])
+    assert again.image.deleted_topics == {}
+    # once the directories are gone, a start forgets the record by itself
+    asyncio.run(again.delete_topic("__consumer_offsets"))
+    assert _backend(tmp_path, {}).image.deleted_topics == {}  # type: ignore[attr-defined]
