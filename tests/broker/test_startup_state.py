@@ -113,6 +113,7 @@ def test_a_missing_metadata_file_is_rebuilt_from_the_log_dirs_and_nothing_is_del
     topics = {t["name"]: t for t in stored["topics"]}
     assert topics["__consumer_offsets"]["internal"] is True
     assert topics["__consumer_offsets"]["configs"]["cleanup.policy"] == "compact"
+    assert topics[TOPIC]["configs"] == {"retention.ms": "-1", "retention.bytes": "-1"}  # nothing expires
     assert len(topics["__consumer_offsets"]["partitions"]) == 50
 
 

@@ -35,6 +35,10 @@ FILE_NAME = "cluster-metadata.json"
 
 log = logging.getLogger(__name__)
 
+#: a topic rebuilt from its partition directories: its configs are lost, so nothing may be
+#: deleted by retention until an operator sets them again
+REBUILT_TOPIC_CONFIGS = {"retention.ms": "-1", "retention.bytes": "-1"}
+
 #: (topic, partition) -> topic id in the partition's ``partition.metadata`` (None: no such file)
 OnDisk = Mapping[tuple[str, int], "uuid.UUID | None"]
 
@@ -176,7 +180,7 @@ class EmbeddedBackend(MetadataBackend):
                 name,
                 topic_id,
                 {i: PartitionState(name, i, (b,), (b,), b, 0, 0) for i in range(count)},
-                dict(self._internal_topics.get(name, {})),
+                dict(self._internal_topics.get(name, REBUILT_TOPIC_CONFIGS)),
                 internal,
             )
             image = image.with_topic(topic_info)
@@ -185,8 +189,9 @@ class EmbeddedBackend(MetadataBackend):
             why = "is missing" if missing else "does not list them"
             log.warning(
                 "%s %s: rebuilt %d topic(s) from the partition directories in the log dirs: %s. Topic configs "
-                "cannot be recovered from the log dirs: these topics now use the broker defaults%s; set their "
-                "configs again (AlterConfigs / odradek configs) if they had any",
+                "cannot be recovered from the log dirs: these topics now have retention.ms=-1 and "
+                "retention.bytes=-1 (so that retention deletes nothing they hold) and broker defaults for the "
+                "rest%s; set their configs again (AlterConfigs / odradek configs)",
                 self.path, why, len(rebuilt), "; ".join(rebuilt),
                 " (internal topics get their usual configs)" if self._internal_topics else "",
             )
