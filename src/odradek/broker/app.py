@@ -149,8 +149,9 @@ class Broker:
             self.logs = await loop.run_in_executor(
                 executor, lambda: LogManager(dirs, defaults, clock=self.clock, parallel_map=executor.map)
             )
-        except OSError as exc:
-            if exc.errno != errno.EMFILE:
+        except (OSError, StorageError) as exc:
+            cause = exc if isinstance(exc, OSError) else exc.__cause__
+            if not isinstance(cause, OSError) or cause.errno not in (errno.EMFILE, errno.ENFILE):
                 raise
             budget = partition_budget(-1)
             raise ConfigError(
@@ -191,6 +192,8 @@ class Broker:
         try:
             await self.backend.start(self._broker_info())
         except BaseException:
+            for server in self._servers:
+                server.close()
             if zk is not None:
                 await zk.stop()
             raise
