@@ -173,6 +173,18 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("replica.fetch.backoff.ms", "int", 1000),
     ("num.replica.fetchers", "int", 1),
     ("replica.high.watermark.checkpoint.interval.ms", "long", 5000),
+    # Limits that bound what one request may ask for (Kafka has none by these names; KIP-578
+    # proposed ``max.broker.partitions``).  A CreateTopics / CreatePartitions / auto-creation
+    # beyond them is refused with POLICY_VIOLATION and a message, before any work is done.
+    #   max.partitions.per.request: partitions one CreateTopics / CreatePartitions request may add
+    #   max.partitions.per.topic:   partitions one topic may have
+    #   max.broker.partitions:      partitions this broker may host; -1 derives it from the file
+    #                               descriptor limit (RLIMIT_NOFILE after raising the soft limit to
+    #                               the hard one): (limit - reserve for connections) / descriptors
+    #                               per partition (see odradek.broker.limits)
+    ("max.partitions.per.request", "int", 10000, False),
+    ("max.partitions.per.topic", "int", 10000, False),
+    ("max.broker.partitions", "int", -1, False),
 )
 
 #: Kafka's topic-level configs, with the broker configs their defaults come from (in order)
@@ -350,7 +362,11 @@ def parse_listeners(spec: str, protocol_map: str) -> list[Listener]:
         try:
             port = int(port_text)
         except ValueError as exc:
-            raise ConfigError(f"listener {item!r} has an invalid port") from exc
+            raise ConfigError(f"listener {item!r} has an invalid port {port_text!r}: a port is a number 0-65535") from exc
+        if not 0 <= port <= 65535:
+            raise ConfigError(
+                f"listener {item!r}: port {port} is out of range; a port is 0-65535 (0 picks a free port)"
+            )
         if name not in mapping:
             raise ConfigError(f"listener name {name} is not in listener.security.protocol.map")
         result.append(Listener(name, mapping[name], host, port))
@@ -417,7 +433,20 @@ class BrokerConfig:
             k, v = item.split("=", 1)
             over[k.strip()] = v.strip()
         over.update(flags or {})
-        return cls(props, env=os.environ if env is None else env, overrides=over)
+        config = cls(props, env=os.environ if env is None else env, overrides=over)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        """Check settings whose parts must agree (listeners and their ports), naming the setting."""
+        for name in ("listeners", "advertised.listeners"):
+            spec = self.get(name)
+            if not spec:
+                continue
+            try:
+                parse_listeners(spec, self.get("listener.security.protocol.map"))
+            except ConfigError as exc:
+                raise ConfigError(f"{name}: {exc.message}") from None
 
     # -- access --------------------------------------------------------------------------
     def get(self, name: str) -> Any:

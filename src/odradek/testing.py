@@ -39,6 +39,7 @@ class BrokerProcess:
         log_level: str = "WARNING",
         extra_args: list[str] | None = None,
         env: Mapping[str, str] | None = None,
+        fd_limit: int | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.overrides = dict(overrides or {})
@@ -47,6 +48,8 @@ class BrokerProcess:
         self.log_level = log_level
         self.extra_args = list(extra_args or [])
         self.env = dict(env or {})
+        #: run the broker with RLIMIT_NOFILE set to this (soft and hard): ``ulimit -n``
+        self.fd_limit = fd_limit
         self.proc: subprocess.Popen[str] | None = None
         self.host = "127.0.0.1"
         self.ready_line = ""
@@ -83,6 +86,7 @@ class BrokerProcess:
             stdin=subprocess.DEVNULL,
             text=True,
             env=env,
+            preexec_fn=self._limit_fds if self.fd_limit is not None else None,
         )
         self.stderr_lines = []
         self._stderr_thread = threading.Thread(target=self._drain_stderr, daemon=True)
@@ -103,6 +107,12 @@ class BrokerProcess:
                 return self
         self.kill()
         raise RuntimeError(f"broker did not become ready: {''.join(self.stderr_lines[-30:])}")
+
+    def _limit_fds(self) -> None:
+        import resource
+
+        assert self.fd_limit is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.fd_limit, self.fd_limit))
 
     def _drain_stderr(self) -> None:
         assert self.proc is not None and self.proc.stderr is not None

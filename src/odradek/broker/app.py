@@ -14,8 +14,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import errno
+import functools
 import logging
 import resource
+import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -28,12 +31,14 @@ import odradek.broker.handlers  # noqa: F401  (registers the API handlers)
 from odradek._clock import Clock, SystemClock
 from odradek.broker.coordinator import GroupCoordinator
 from odradek.broker.fetcher import ReplicaFetcherManager
+from odradek.broker.limits import FDS_PER_PARTITION, PartitionBudget, partition_budget
 from odradek.broker.logdirs import is_io_error
 from odradek.broker.replica import Partition, ReplicaManager
 from odradek.broker.server import KafkaConnection
 from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage, PartitionState, TopicInfo
 from odradek.config import BrokerConfig, ConfigError, Listener
 from odradek.coordination import EmbeddedBackend, MetadataBackend
+from odradek.coordination.embedded import is_deleted, read_cluster_id
 from odradek.errors import ErrorCode, KafkaError
 from odradek.records import (
     BatchBuilder,
@@ -44,7 +49,12 @@ from odradek.records import (
     read_batches,
 )
 from odradek.storage import Log, LogConfig, LogManager, StorageError
-from odradek.storage.manager import CLEAN_SHUTDOWN_FILE, read_meta_properties, write_meta_properties
+from odradek.storage.manager import (
+    CLEAN_SHUTDOWN_FILE,
+    META_PROPERTIES,
+    read_meta_properties,
+    write_meta_properties,
+)
 
 if TYPE_CHECKING:
     from odradek.broker.controller import Controller
@@ -80,7 +90,7 @@ class Broker:
         self.cluster_id = ""
         self.listeners: list[Listener] = []
         self.bound: dict[str, tuple[str, int]] = {}
-        self._servers: list[asyncio.base_events.Server] = []
+        self._servers: list[_AcceptLoop] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._topic_configs: dict[str, LogConfig] = {}
         self._next_pid = 0
@@ -98,6 +108,7 @@ class Broker:
         self.fetchers: ReplicaFetcherManager | None = None
         self.controller_epoch = 0
         self._full_metadata_seen = False
+        self._unknown_logs: set[tuple[str, int]] = set()
 
     # ------------------------------------------------------------------------------------------
     # start / stop
@@ -126,7 +137,7 @@ class Broker:
                 int(self.config.get("zookeeper.session.timeout.ms")),
                 int(timeout) if timeout is not None else None,
             )
-            existing = next((read_meta_properties(d).get("cluster.id") for d in dirs if read_meta_properties(d)), None)
+            existing = next((_read_meta(d).get("cluster.id") for d in dirs if _read_meta(d)), None)
             zk_cluster = await zk.connect(existing)
             if existing is not None and existing != zk_cluster:
                 await zk.stop()
@@ -139,44 +150,68 @@ class Broker:
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="odradek-io")
         executor = self._executor
         defaults = self.config.topic_defaults()
-        self.logs = await loop.run_in_executor(
-            executor, lambda: LogManager(dirs, defaults, clock=self.clock, parallel_map=executor.map)
-        )
+        on_disk = sum(1 for d in dirs for c in d.iterdir() if c.is_dir())
+        try:
+            self.logs = await loop.run_in_executor(
+                executor, lambda: LogManager(dirs, defaults, clock=self.clock, parallel_map=executor.map)
+            )
+        except (OSError, StorageError) as exc:
+            cause = exc if isinstance(exc, OSError) else exc.__cause__
+            if not isinstance(cause, OSError) or cause.errno not in (errno.EMFILE, errno.ENFILE):
+                raise
+            budget = partition_budget(-1)
+            raise ConfigError(
+                f"cannot open the {on_disk} partition directories in {', '.join(map(str, dirs))}: the file "
+                f"descriptor limit {budget.fd_limit} (ulimit -n) is too low for them (about "
+                f"{on_disk * FDS_PER_PARTITION + budget.reserve} are needed); raise it (ulimit -n / LimitNOFILE) "
+                "and start again. Nothing was changed"
+            ) from None
         for lg in self.logs.logs():
             lg.auto_flush = False
         self.replicas = ReplicaManager(self.broker_id, self.logs, self.topic_log_config)
         self._next_pid, self._pid_limit = 0, 0
         # listen first so that port 0 resolves to the real port before it is advertised
         for lst in self.listeners:
-            server = await loop.create_server(
-                lambda name=lst.name: KafkaConnection(self, name),  # type: ignore[misc]
-                lst.host,
-                lst.port,
-                reuse_address=True,
-                backlog=2048,
-                start_serving=False,
-            )
-            sock = server.sockets[0].getsockname()
-            self.bound[lst.name] = (sock[0], sock[1])
+            server = _AcceptLoop(self, lst.name, functools.partial(KafkaConnection, self, lst.name))
+            try:
+                await server.bind(lst.host, lst.port)
+            except OSError:
+                for s in self._servers:
+                    s.close()
+                server.close()
+                raise
+            self.bound[lst.name] = server.address
             self._servers.append(server)
         if zk is not None:
             self.backend = zk
             self.fetchers = ReplicaFetcherManager(self)
         else:
-            self.backend = EmbeddedBackend(dirs[0], self.cluster_id)
+            self.backend = EmbeddedBackend(
+                dirs[0], self.cluster_id, on_disk=self._logs_on_disk, internal_topics=self._internal_topic_configs()
+            )
         self._groups = GroupCoordinator(self)
         self.backend.add_listener(self._apply_image)
         if zk is not None:
             # the controller sends its requests as soon as this broker registers
             for server in self._servers:
-                await server.start_serving()
+                server.start_serving()
         try:
             await self.backend.start(self._broker_info())
         except BaseException:
+            for server in self._servers:
+                server.close()
             if zk is not None:
                 await zk.stop()
             raise
         self._apply_image(self.backend.image)
+        budget = self.partition_budget()
+        hosted = self._hosted_count()
+        if hosted > budget.partitions:
+            log.warning(
+                "this broker hosts %d partitions, more than its limit of %s: no partition can be added "
+                "until some are deleted or the limit raised",
+                hosted, budget.describe(),
+            )
         self.groups.start()
         if zk is not None:
             from odradek.broker.controller import Controller
@@ -187,13 +222,13 @@ class Broker:
             self._every(max(100, int(self.config.get("replica.lag.time.max.ms")) // 2), self._isr_check, "isr-shrink")
         else:
             for server in self._servers:
-                await server.start_serving()
+                server.start_serving()
         self._start_timers()
         self.ready_after = time.monotonic() - t0
 
     def _identity(self, dirs: list[Path], cluster_id: str | None = None) -> str:
         for d in dirs:
-            props = read_meta_properties(d)
+            props = _read_meta(d)
             if not props:
                 continue
             if "broker.id" in props and int(props["broker.id"]) != self.broker_id:
@@ -203,6 +238,12 @@ class Broker:
             if cluster_id is not None and props.get("cluster.id") not in (None, cluster_id):
                 raise ConfigError(f"log dirs belong to different clusters ({cluster_id}, {props.get('cluster.id')})")
             cluster_id = props.get("cluster.id", cluster_id)
+        if cluster_id is None and not self.zk_mode:
+            # meta.properties was removed: keep the cluster id the metadata store recorded
+            cluster_id = read_cluster_id(dirs[0])
+            if cluster_id is not None:
+                log.warning("%s is missing: rewriting it with the cluster id %s recorded in the metadata store",
+                            dirs[0] / META_PROPERTIES, cluster_id)
         if cluster_id is None:
             cluster_id = new_cluster_id()
         for d in dirs:
@@ -250,6 +291,7 @@ class Broker:
         for server in self._servers:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 2)
+        self._servers = []
         if self._groups is not None:
             await self._groups.stop()
         for p in self.replicas.partitions.values():
@@ -321,27 +363,114 @@ class Broker:
             self._apply_cluster_image(image)
             return
         hosted = set()
-        for topic in image.topics.values():
+        failed: list[str] = []
+        over: list[str] = []
+        error: BaseException | None = None
+        budget = self.partition_budget()
+        reserve = self._internal_reserve(image)
+        for topic in sorted(image.topics.values(), key=lambda t: not t.internal):
             for state in topic.partitions.values():
                 if self.broker_id not in state.replicas:
                     continue
-                hosted.add((topic.name, state.partition))
+                key = (topic.name, state.partition)
+                if (
+                    not topic.internal
+                    and key not in self.replicas.partitions
+                    and self.logs.get(*key) is None
+                    and len(self.logs) + reserve >= budget.partitions
+                ):
+                    # a new log would take descriptors the broker needs to serve (metadata written
+                    # by a version without limits, or a lower ulimit -n than before): offline
+                    over.append(f"{topic.name}-{state.partition}")
+                    continue
                 try:
                     p = self.replicas.become_leader(state, topic.topic_id)
-                except KafkaError as exc:
-                    if exc.code != ErrorCode.KAFKA_STORAGE_ERROR:
+                except (KafkaError, OSError) as exc:
+                    if (
+                        isinstance(exc, KafkaError)
+                        and not isinstance(exc, StorageError)
+                        and exc.code != ErrorCode.KAFKA_STORAGE_ERROR
+                    ):
                         raise
-                    continue  # its log could not be created (logged by the failure channel)
+                    # the partition stays offline (clients get UNKNOWN_TOPIC_OR_PARTITION / retry),
+                    # the broker keeps serving the others and is still able to start
+                    failed.append(f"{topic.name}-{state.partition}")
+                    error = exc
+                    continue
+                hosted.add((topic.name, state.partition))
                 p.log.auto_flush = False
+        if over:
+            log.error(
+                "%d partition(s) (%s%s) have no log yet and this broker already hosts %d, its limit of %s: "
+                "they stay offline; delete topics or raise the limit and restart",
+                len(over), ", ".join(over[:5]), ", ..." if len(over) > 5 else "", len(self.logs), budget.describe(),
+            )
+        if failed:
+            log.error(
+                "could not open or create the logs of %d partition(s) (%s%s): %s; they are offline",
+                len(failed), ", ".join(failed[:5]), ", ..." if len(failed) > 5 else "", error,
+            )
         for key in list(self.replicas.partitions):
             if key not in hosted:
-                self.replicas.remove_partition(key[0], key[1], delete=True)
+                self.replicas.remove_partition(key[0], key[1], delete=False)
         if self._groups is not None and (self._groups.loaded or "__consumer_offsets" in image.topics):
             self._groups.on_image()
-        # logs on disk for topics that no longer exist (deleted while this broker was down)
+        self._delete_deleted_logs(image, hosted)
+
+    def _delete_deleted_logs(self, image: MetadataImage, hosted: set[tuple[str, int]]) -> None:
+        """Delete the partition directories of the topic deletions the metadata recorded (also
+        those deleted while this broker was down) — and nothing else: a log on disk the metadata
+        does not know is kept and reported."""
+        remaining: set[uuid.UUID | None] = set()
         for lg in list(self.logs.logs()):
-            if (lg.topic, lg.partition) not in hosted:
-                self.logs.delete(lg.topic, lg.partition)
+            key = (lg.topic, lg.partition)
+            if key in hosted:
+                continue
+            topic_id = self._log_topic_id(lg)
+            if is_deleted(image, lg.topic, topic_id):
+                log.info(
+                    "deleting %s: partition %d of topic %s (id %s), whose deletion the metadata recorded",
+                    lg.directory, lg.partition, lg.topic, topic_id,
+                )
+                try:
+                    self.logs.delete(lg.topic, lg.partition)
+                except OSError as exc:
+                    log.warning("could not delete %s (%s); retried at the next start", lg.directory, exc)
+                    remaining.add(topic_id)
+            elif key not in self._unknown_logs:
+                self._unknown_logs.add(key)
+                log.warning(
+                    "%s is not a partition in the metadata and no deletion of it was recorded: kept on disk, "
+                    "not served", lg.directory,
+                )
+        done = [
+            tid
+            for tid, name in image.deleted_topics.items()
+            if tid not in remaining and not (None in remaining and name not in image.topics)
+        ]
+        if done and isinstance(self.backend, EmbeddedBackend):
+            self.backend.deletions_done(done)
+
+    def _log_topic_id(self, lg: Any) -> uuid.UUID | None:
+        try:
+            return LogManager.topic_id(lg)
+        except (StorageError, OSError, ValueError) as exc:
+            log.warning("%s/partition.metadata is unreadable (%s): its topic id is unknown", lg.directory, exc)
+            return None
+
+    def _logs_on_disk(self) -> dict[tuple[str, int], uuid.UUID | None]:
+        """Every partition directory in the log dirs with the topic id its partition.metadata holds."""
+        return {(lg.topic, lg.partition): self._log_topic_id(lg) for lg in self.logs.logs()}
+
+    def _internal_topic_configs(self) -> dict[str, dict[str, str]]:
+        """The configs ``__consumer_offsets`` is created with (also when it is rebuilt from the log dirs)."""
+        return {
+            "__consumer_offsets": {
+                "cleanup.policy": "compact",
+                "compression.type": "producer",
+                "segment.bytes": str(self.config.get("offsets.topic.segment.bytes")),
+            }
+        }
 
     def _apply_cluster_image(self, image: MetadataImage) -> None:
         """In a cluster, LeaderAndIsr / StopReplica decide which partitions are hosted; an image
@@ -387,6 +516,9 @@ class Broker:
     ) -> TopicInfo:
         if name.startswith("__") and name in ("__consumer_offsets", "__transaction_state"):
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"{name} is an internal topic")
+        count = len(assignments) if assignments else partitions
+        if name not in self.image.topics:
+            self.check_partition_limits(name, 0, count)
         try:
             return await self.backend.create_topic(
                 name, partitions, replication_factor, configs, assignments, validate_only=validate_only
@@ -408,7 +540,53 @@ class Broker:
     async def create_partitions(
         self, name: str, total: int, assignments: list[list[int]] | None, *, validate_only: bool
     ) -> None:
+        info = self.image.topics.get(name)
+        if info is not None and total > info.partition_count:
+            self.check_partition_limits(name, info.partition_count, total - info.partition_count)
         await self.backend.create_partitions(name, total, assignments, validate_only=validate_only)
+
+    # ------------------------------------------------------------------------------------------
+    # limits: what a request may add, decided before anything is written
+
+    def partition_budget(self) -> PartitionBudget:
+        return partition_budget(int(self.config.get("max.broker.partitions")))
+
+    def _hosted_count(self) -> int:
+        image_count = sum(
+            1 for t in self.image.topics.values() for s in t.partitions.values() if self.broker_id in s.replicas
+        )
+        return max(image_count, len(self.logs))
+
+    def _internal_reserve(self, image: MetadataImage) -> int:
+        """Room kept in the partition budget for ``__consumer_offsets`` until it exists (it is
+        created on the first group request and groups need all of its partitions)."""
+        if "__consumer_offsets" in image.topics:
+            return 0
+        return int(self.config.get("offsets.topic.num.partitions"))
+
+    def check_partition_limits(self, topic: str, current: int, adding: int) -> None:
+        """POLICY_VIOLATION unless ``topic`` may grow from ``current`` by ``adding`` partitions:
+        ``max.partitions.per.topic`` and (single node) this broker's partition budget."""
+        if adding <= 0:
+            return
+        per_topic = int(self.config.get("max.partitions.per.topic"))
+        if current + adding > per_topic:
+            raise KafkaError(
+                ErrorCode.POLICY_VIOLATION,
+                f"topic '{topic}' would have {current + adding} partitions, more than max.partitions.per.topic={per_topic}",
+            )
+        if self.zk_mode:
+            return  # in a cluster the partitions spread over brokers whose limits this one does not know
+        budget = self.partition_budget()
+        hosted = self._hosted_count()
+        reserve = self._internal_reserve(self.image)
+        if hosted + reserve + adding > budget.partitions:
+            kept = f" ({reserve} of them kept for __consumer_offsets)" if reserve else ""
+            raise KafkaError(
+                ErrorCode.POLICY_VIOLATION,
+                f"adding {adding} partitions to topic '{topic}' would make this broker host "
+                f"{hosted + reserve + adding} partitions{kept}, more than its limit of {budget.describe()}",
+            )
 
     async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
         await self.backend.set_topic_configs(name, configs)
@@ -543,6 +721,8 @@ class Broker:
         for topic, idx, delete in items:
             self.fetchers.remove(topic, idx)
             try:
+                if delete and self.logs.get(topic, idx) is not None:
+                    log.info("deleting %s-%d: the controller's StopReplica asked for its deletion", topic, idx)
                 self.replicas.remove_partition(topic, idx, delete=delete)
                 errors[(topic, idx)] = 0
             except (StorageError, OSError):
@@ -848,6 +1028,131 @@ def _close_unflushed(lg: Log) -> None:
         with contextlib.suppress(OSError, StorageError):
             seg.close()
     lg.closed = True
+
+
+class _AcceptLoop:
+    """A listening socket and the task accepting its connections.
+
+    asyncio's own server and uvloop's differ when ``accept()`` fails for lack of descriptors
+    (EMFILE / ENFILE): asyncio logs a traceback every second, libuv silently accepts and closes
+    the waiting connections.  Here the failure is logged once per episode (WARN, with the limit),
+    the connection waits in the backlog, accept is retried after a short pause — never a spin —
+    and a line says when connections are accepted again.
+    """
+
+    RETRY_S = 0.1
+
+    def __init__(self, broker: Broker, name: str, factory: Callable[[], asyncio.BaseProtocol]) -> None:
+        self.broker = broker
+        self.name = name
+        self.factory = factory
+        self.sockets: list[socket.socket] = []
+        self.address: tuple[str, int] = ("", 0)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def bind(self, host: str, port: int) -> None:
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        seen = set()
+        for family, type_, proto, _canon, addr in infos:
+            if (family, addr) in seen:
+                continue
+            seen.add((family, addr))
+            sock = socket.socket(family, type_, proto)
+            self.sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, True)
+            if port == 0 and self.address[1]:
+                addr = (addr[0], self.address[1], *addr[2:])  # the same ephemeral port on every address
+            sock.bind(addr)
+            sock.listen(2048)
+            sock.setblocking(False)
+            if not self.address[1]:
+                name = sock.getsockname()
+                self.address = (name[0], name[1])
+
+    def start_serving(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sock in self.sockets:
+            self._tasks.append(loop.create_task(self._accept(sock), name=f"accept-{self.name}"))
+
+    async def _accept(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        failing = False
+        while True:
+            try:
+                conn, _peer = await loop.sock_accept(sock)
+            except asyncio.CancelledError:
+                raise
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    if not failing:
+                        failing = True
+                        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+                        log.warning(
+                            "listener %s cannot accept connections: %s (file descriptor limit %d); new "
+                            "connections wait until descriptors are free — fewer connections or partitions, "
+                            "or a higher ulimit -n, fix this",
+                            self.name, exc.strerror or exc, soft,
+                        )
+                elif exc.errno in (errno.ECONNABORTED, errno.EPROTO, errno.EAGAIN, errno.EINTR):
+                    continue
+                else:
+                    log.warning("listener %s: accept failed: %s", self.name, exc)
+                await asyncio.sleep(self.RETRY_S)
+                continue
+            if failing:
+                failing = False
+                log.info("listener %s accepts connections again", self.name)
+            try:
+                conn.setblocking(False)
+                if conn.family in (socket.AF_INET, socket.AF_INET6):
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                await loop.connect_accepted_socket(self.factory, conn)
+            except asyncio.CancelledError:
+                conn.close()
+                raise
+            except OSError as exc:
+                conn.close()
+                log.warning("listener %s: could not set up an accepted connection: %s", self.name, exc)
+
+    def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for sock in self.sockets:
+            sock.close()
+
+    async def wait_closed(self) -> None:
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+
+
+def _read_meta(d: Path) -> dict[str, str]:
+    """``meta.properties`` of a log dir ({} if absent); a damaged one stops the start with a message."""
+    path = d / META_PROPERTIES
+    fix = (
+        "restore it from a backup, or remove it and start again (the broker then writes a new one, "
+        "keeping the cluster id recorded in cluster-metadata.json)"
+    )
+    try:
+        props = read_meta_properties(d)
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is damaged: it is not text. Nothing was changed; {fix}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}. Nothing was changed; {fix}") from None
+    if not props and not path.exists():
+        return {}
+    problem = None
+    if not props.get("cluster.id"):
+        problem = "it has no cluster.id"
+    elif "broker.id" in props and not props["broker.id"].lstrip("-").isdigit():
+        problem = f"broker.id {props['broker.id']!r} is not a number"
+    if problem is not None:
+        raise ConfigError(f"{path} is damaged: {problem}. Nothing was changed; {fix}")
+    return props
 
 
 def _raise_fd_limit() -> None:

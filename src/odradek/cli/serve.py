@@ -77,15 +77,30 @@ async def _serve(config: Any) -> int:
     return 0
 
 
+def _message(exc: BaseException) -> str:
+    """One line for a start-up failure: a KafkaError's message without its code prefix."""
+    from odradek.errors import KafkaError
+
+    if isinstance(exc, KafkaError) and exc.message:
+        return exc.message
+    return str(exc) or type(exc).__name__
+
+
 def run(args: argparse.Namespace) -> int:
     from odradek.config import BrokerConfig, ConfigError
     from odradek.errors import KafkaError
 
     configure_logging(args.log_level)
+    if args.port is not None and not 0 <= args.port <= 65535:
+        print(
+            f"odradek serve: --port {args.port} is out of range: a port is 0-65535 (0 picks a free port)",
+            file=sys.stderr,
+        )
+        return 2
     try:
         config = BrokerConfig.load(args.config, args.override, _flags(args))
     except (ConfigError, OSError) as exc:
-        print(f"odradek serve: {exc}", file=sys.stderr)
+        print(f"odradek serve: {_message(exc)}", file=sys.stderr)
         return 2
     try:
         import uvloop
@@ -96,5 +111,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         return int(runner(_serve(config)))
     except (KafkaError, OSError) as exc:
-        print(f"odradek serve: {exc}", file=sys.stderr)
+        print(f"odradek serve: {_message(exc)}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # an unexpected failure: one line, the traceback only in the DEBUG log
+        logging.getLogger("odradek.serve").debug("start-up failed", exc_info=True)
+        print(
+            f"odradek serve: {type(exc).__name__}: {_message(exc)} (run with --log-level DEBUG for the traceback)",
+            file=sys.stderr,
+        )
         return 1

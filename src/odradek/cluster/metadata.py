@@ -69,6 +69,9 @@ class MetadataImage:
     brokers: Mapping[int, BrokerInfo]
     topics: Mapping[str, TopicInfo]
     broker_configs: Mapping[str, str] = field(default_factory=dict)
+    #: topics deleted whose partition directories may still be on disk (topic id -> name): the
+    #: only logs a broker deletes (the embedded backend records them; see ``without_topic``)
+    deleted_topics: Mapping[uuid.UUID, str] = field(default_factory=dict)
 
     @classmethod
     def empty(cls, cluster_id: str, controller_id: int = -1) -> MetadataImage:
@@ -99,8 +102,18 @@ class MetadataImage:
         topics[topic.name] = topic
         return replace(self, topics=topics)
 
-    def without_topic(self, name: str) -> MetadataImage:
-        return replace(self, topics={k: v for k, v in self.topics.items() if k != name})
+    def without_topic(self, name: str, *, record_deletion: bool = False) -> MetadataImage:
+        topics = {k: v for k, v in self.topics.items() if k != name}
+        if not record_deletion or name not in self.topics:
+            return replace(self, topics=topics)
+        deleted = dict(self.deleted_topics)
+        deleted[self.topics[name].topic_id] = name
+        return replace(self, topics=topics, deleted_topics=deleted)
+
+    def without_deleted(self, topic_ids: Iterable[uuid.UUID]) -> MetadataImage:
+        """Forget recorded deletions whose partition directories are gone."""
+        gone = set(topic_ids)
+        return replace(self, deleted_topics={k: v for k, v in self.deleted_topics.items() if k not in gone})
 
     def with_partitions(self, topic: str, states: Iterable[PartitionState]) -> MetadataImage:
         t = self.topics[topic]
@@ -143,6 +156,9 @@ class MetadataImage:
                 }
                 for t in sorted(self.topics.values(), key=lambda t: t.name)
             ],
+            "deleted_topics": [
+                {"name": name, "topic_id": str(tid)} for tid, name in sorted(self.deleted_topics.items(), key=str)
+            ],
         }
 
     @classmethod
@@ -164,7 +180,8 @@ class MetadataImage:
             topics[t["name"]] = TopicInfo(
                 t["name"], uuid.UUID(t["topic_id"]), parts, dict(t.get("configs", {})), t.get("internal", False)
             )
-        return cls(data["cluster_id"], controller_id, {}, topics, dict(data.get("broker_configs", {})))
+        deleted = {uuid.UUID(d["topic_id"]): d["name"] for d in data.get("deleted_topics", [])}
+        return cls(data["cluster_id"], controller_id, {}, topics, dict(data.get("broker_configs", {})), deleted)
 
 
 def assign_replicas(

@@ -1,15 +1,26 @@
 """The embedded single-node backend: this broker is the controller and leads every partition.
 
-The image (topics, partition assignments, leader epochs, topic and broker config overrides) is
-kept in ``cluster-metadata.json`` in the first log dir, rewritten atomically on every change, so
-topics and their ids survive restarts.
+The image (topics, partition assignments, leader epochs, topic and broker config overrides, and
+the deletions whose partition directories may still be on disk) is kept in
+``cluster-metadata.json`` in the first log dir, rewritten atomically on every change, so topics
+and their ids survive restarts.
+
+Metadata and data agree or the broker refuses to start: at start the image is checked against
+the partition directories found in the log dirs (``on_disk``: topic id from each partition's
+``partition.metadata``).  A missing file is rebuilt from them (topic, partition count, topic id;
+topic configs cannot be recovered and say so in a WARN); partition directories of topics the
+file does not know are adopted the same way; a directory whose topic id contradicts the file, or
+a file that cannot be read, stops the start with a message naming the file and what to do.  The
+backend never deletes anything: it records deletions (``MetadataImage.deleted_topics``), and the
+broker deletes only the directories of those.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,35 +28,188 @@ from odradek.cluster.metadata import BrokerInfo, MetadataImage, PartitionState, 
 from odradek.coordination.base import MetadataBackend, validate_topic_name
 from odradek.errors import ErrorCode, KafkaError
 
-__all__ = ["EmbeddedBackend"]
+__all__ = ["EmbeddedBackend", "MetadataStoreError", "is_deleted", "read_cluster_id"]
 
 FILE_NAME = "cluster-metadata.json"
 
+log = logging.getLogger(__name__)
+
+#: a topic rebuilt from its partition directories: its configs are lost, so nothing may be
+#: deleted by retention until an operator sets them again
+REBUILT_TOPIC_CONFIGS = {"retention.ms": "-1", "retention.bytes": "-1"}
+
+#: (topic, partition) -> topic id in the partition's ``partition.metadata`` (None: no such file)
+OnDisk = Mapping[tuple[str, int], "uuid.UUID | None"]
+
+
+class MetadataStoreError(KafkaError):
+    """The metadata store cannot be used as it is: the broker refuses to start (nothing deleted)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.KAFKA_STORAGE_ERROR, message)
+
+
+def _problem(exc: BaseException) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return "it is not UTF-8 text"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"it is not valid JSON ({exc.msg}: line {exc.lineno} column {exc.colno})"
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    return f"it does not hold Odradek's metadata ({type(exc).__name__}: {exc})"
+
+
+def read_cluster_id(directory: Path) -> str | None:
+    """The cluster id recorded in ``cluster-metadata.json`` (None if absent or unreadable)."""
+    try:
+        data = json.loads((directory / FILE_NAME).read_text())
+        cid = data.get("cluster_id") if isinstance(data, dict) else None
+        return cid if isinstance(cid, str) and cid else None
+    except (OSError, ValueError):
+        return None
+
+
+def is_deleted(image: MetadataImage, topic: str, topic_id: uuid.UUID | None) -> bool:
+    """Whether a partition directory of ``topic`` holding ``topic_id`` (None: no
+    ``partition.metadata``) belongs to a deletion the image recorded, so it may be deleted."""
+    if topic_id is not None:
+        return image.deleted_topics.get(topic_id) == topic
+    return topic not in image.topics and topic in image.deleted_topics.values()
+
 
 class EmbeddedBackend(MetadataBackend):
-    def __init__(self, directory: Path, cluster_id: str) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        cluster_id: str,
+        *,
+        on_disk: Callable[[], OnDisk] | None = None,
+        internal_topics: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> None:
         super().__init__()
         self.path = directory / FILE_NAME
         self.cluster_id = cluster_id
         self._image = MetadataImage.empty(cluster_id)
         self._broker_id = -1
+        self._on_disk = on_disk
+        self._internal_topics = dict(internal_topics or {})
 
     @property
     def image(self) -> MetadataImage:
         return self._image
 
+    def _read(self, broker_id: int) -> MetadataImage | None:
+        """The stored image, None if there is no file; MetadataStoreError if it cannot be used."""
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise self._unreadable(_problem(exc)) from None
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict):
+                raise TypeError("the top level is not an object")
+            image = MetadataImage.from_json(data, controller_id=broker_id)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise self._unreadable(_problem(exc)) from None
+        if image.cluster_id != self.cluster_id:
+            raise MetadataStoreError(
+                f"{self.path} belongs to cluster {image.cluster_id}, but meta.properties says {self.cluster_id}: "
+                f"these files come from different clusters; restore the matching meta.properties or move "
+                f"{self.path.name} away to rebuild the topics from the log dirs"
+            )
+        return image
+
+    def _unreadable(self, problem: str) -> MetadataStoreError:
+        return MetadataStoreError(
+            f"cannot read the metadata store {self.path}: {problem}. Nothing was changed. Move the file away "
+            f"(e.g. mv {self.path} {self.path}.bad) and start again to rebuild the topics from the log dirs "
+            f"(topic configs cannot be rebuilt), or restore it from a backup"
+        )
+
+    def _reconcile(self, image: MetadataImage, on_disk: OnDisk, missing: bool) -> MetadataImage:
+        """Add the topics and partitions found on disk that the image does not have; refuse on a
+        topic id that contradicts it.  Never removes anything."""
+        by_topic: dict[str, dict[int, uuid.UUID | None]] = {}
+        for (name, idx), tid in on_disk.items():
+            by_topic.setdefault(name, {})[idx] = tid
+        b = self._broker_id
+        rebuilt: list[str] = []
+        for name, parts in sorted(by_topic.items()):
+            live = {idx: tid for idx, tid in parts.items() if not is_deleted(image, name, tid)}
+            if not live:
+                continue  # only directories of a recorded deletion: the broker deletes them
+            topic = image.topics.get(name)
+            ids = {tid for tid in live.values() if tid is not None}
+            if topic is not None:
+                foreign = sorted(idx for idx, tid in live.items() if tid is not None and tid != topic.topic_id)
+                if foreign:
+                    raise MetadataStoreError(
+                        f"partition directories {', '.join(f'{name}-{i}' for i in foreign)} hold topic id "
+                        f"{live[foreign[0]]}, but {self.path} says topic {name} has id {topic.topic_id}: "
+                        f"they belong to another incarnation of the topic. Nothing was deleted; move those "
+                        f"directories out of the log dir (or restore the matching {self.path.name}) and start again"
+                    )
+                extra = sorted(idx for idx in live if idx not in topic.partitions)
+                if extra:
+                    count = max(max(topic.partitions, default=-1), max(extra)) + 1
+                    states = [
+                        PartitionState(name, i, (b,), (b,), b, 0, 0)
+                        for i in range(count)
+                        if i not in topic.partitions
+                    ]
+                    image = image.with_partitions(name, states)
+                    log.warning(
+                        "%s: partition directories %s of topic %s are not in %s: the topic now has %d partitions",
+                        self.path, ", ".join(f"{name}-{i}" for i in extra), name, self.path.name, count,
+                    )
+                continue
+            if len(ids) > 1:
+                raise MetadataStoreError(
+                    f"the partition directories of topic {name} hold different topic ids "
+                    f"({', '.join(sorted(str(i) for i in ids))}) and {self.path} does not say which is "
+                    f"the topic: nothing was deleted; move the directories of the stale topic out of the "
+                    f"log dir and start again"
+                )
+            topic_id = ids.pop() if ids else uuid.uuid4()
+            count = max(live) + 1
+            internal = name in self._internal_topics
+            topic_info = TopicInfo(
+                name,
+                topic_id,
+                {i: PartitionState(name, i, (b,), (b,), b, 0, 0) for i in range(count)},
+                dict(self._internal_topics.get(name, REBUILT_TOPIC_CONFIGS)),
+                internal,
+            )
+            image = image.with_topic(topic_info)
+            rebuilt.append(f"{name} ({count} partitions{', internal' if internal else ''})")
+        if rebuilt:
+            why = "is missing" if missing else "does not list them"
+            log.warning(
+                "%s %s: rebuilt %d topic(s) from the partition directories in the log dirs: %s. Topic configs "
+                "cannot be recovered from the log dirs: these topics now have retention.ms=-1 and "
+                "retention.bytes=-1 (so that retention deletes nothing they hold) and broker defaults for the "
+                "rest%s; set their configs again (AlterConfigs / odradek configs)",
+                self.path, why, len(rebuilt), "; ".join(rebuilt),
+                " (internal topics get their usual configs)" if self._internal_topics else "",
+            )
+        return image
+
     async def start(self, broker: BrokerInfo) -> None:
         self._broker_id = broker.broker_id
-        if self.path.exists():
-            data = json.loads(self.path.read_text())
-            image = MetadataImage.from_json(data, controller_id=broker.broker_id)
-            if image.cluster_id != self.cluster_id:
-                raise KafkaError(
-                    ErrorCode.INCONSISTENT_CLUSTER_ID,
-                    f"{self.path} belongs to cluster {image.cluster_id}, not {self.cluster_id}",
-                )
-        else:
-            image = MetadataImage.empty(self.cluster_id, broker.broker_id)
+        stored = self._read(broker.broker_id)
+        image = stored if stored is not None else MetadataImage.empty(self.cluster_id, broker.broker_id)
+        on_disk = self._on_disk() if self._on_disk is not None else {}
+        image = self._reconcile(image, on_disk, missing=stored is None)
+        # recorded deletions whose directories are all gone need no record any more
+        done = [
+            tid
+            for tid, name in image.deleted_topics.items()
+            if not any(is_deleted(image, n, t) and n == name for (n, _i), t in on_disk.items())
+        ]
+        if done:
+            image = image.without_deleted(done)
         # a single node leads everything; a restart is a new leader epoch for each partition
         topics = {}
         for name, t in image.topics.items():
@@ -114,7 +278,13 @@ class EmbeddedBackend(MetadataBackend):
     async def delete_topic(self, name: str) -> None:
         if name not in self._image.topics:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
-        self._commit(self._image.without_topic(name))
+        self._commit(self._image.without_topic(name, record_deletion=True))
+
+    def deletions_done(self, topic_ids: Iterable[uuid.UUID]) -> None:
+        """The broker deleted the partition directories of these deleted topics."""
+        ids = [tid for tid in topic_ids if tid in self._image.deleted_topics]
+        if ids:
+            self._commit(self._image.without_deleted(ids))
 
     async def create_partitions(
         self, name: str, total: int, assignments: list[list[int]] | None = None, *, validate_only: bool = False

@@ -36,6 +36,8 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
     broker = ctx.broker
     version = ctx.version
     names = [t.name for t in request.topics]
+    per_request = int(broker.config.get("max.partitions.per.request"))
+    requested = 0
     results = []
     for t in request.topics:
         res = R.CreatableTopicResult(name=t.name, error_message=None)
@@ -55,6 +57,13 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
             rf = t.replication_factor if t.replication_factor != -1 else broker.config.get("default.replication.factor")
             if assignments:
                 partitions, rf = len(assignments), len(next(iter(assignments.values())))
+            if partitions > 0 and requested + partitions > per_request:
+                raise KafkaError(
+                    ErrorCode.POLICY_VIOLATION,
+                    f"this request asks for {requested + partitions} partitions with topic '{t.name}', "
+                    f"more than max.partitions.per.request={per_request}",
+                )
+            requested += max(partitions, 0)
             info = await broker.create_topic(
                 t.name, partitions, rf, configs, assignments, validate_only=request.validate_only
             )
@@ -106,11 +115,22 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
 @handles(ApiKey.CREATE_PARTITIONS, versions=(0, 3))
 async def create_partitions(ctx: RequestContext, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
     R = CreatePartitionsResponse
+    per_request = int(ctx.broker.config.get("max.partitions.per.request"))
+    requested = 0
     results = []
     for t in request.topics:
         res = R.CreatePartitionsTopicResult(name=t.name)
         results.append(res)
         try:
+            info = ctx.broker.image.topics.get(t.name)
+            adding = t.count - info.partition_count if info is not None else 0
+            if adding > 0 and requested + adding > per_request:
+                raise KafkaError(
+                    ErrorCode.POLICY_VIOLATION,
+                    f"this request adds {requested + adding} partitions with topic '{t.name}', "
+                    f"more than max.partitions.per.request={per_request}",
+                )
+            requested += max(adding, 0)
             assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments is not None else None
             await ctx.broker.create_partitions(t.name, t.count, assignments, validate_only=request.validate_only)
         except KafkaError as exc:
