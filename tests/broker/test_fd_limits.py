@@ -183,7 +183,7 @@ def test_a_lower_fd_limit_than_the_logs_need_is_refused_with_a_message(tmp_path:
     data = tmp_path / "data"
     with BrokerProcess(data) as broker:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        for f in admin.create_topics([NewTopic("wide", 120, 1)]).values():
+        for f in admin.create_topics([NewTopic("wide", 300, 1)]).values():
             f.result(30)
     low = BrokerProcess(data, fd_limit=256)
     try:
@@ -192,9 +192,9 @@ def test_a_lower_fd_limit_than_the_logs_need_is_refused_with_a_message(tmp_path:
         text = str(exc)
     else:
         low.stop()
-        raise AssertionError("started with 600 descriptors' worth of logs under ulimit -n 256")
+        raise AssertionError("started with 300 partitions' logs (one descriptor each at least) under ulimit -n 256")
     assert "ulimit -n" in text and "Traceback" not in text, text
-    assert len(list(data.glob("wide-*"))) == 120
+    assert len(list(data.glob("wide-*"))) == 300
     with BrokerProcess(data) as broker:  # a higher limit again: everything is there
         md = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=10)
-        assert len(md.topics["wide"].partitions) == 120
+        assert len(md.topics["wide"].partitions) == 300
