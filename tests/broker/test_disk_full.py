@@ -210,12 +210,17 @@ def test_full_disk_answers_storage_error_keeps_data_and_recovers_without_restart
         producer.purge()
         broker.stop()
 
-    # the acknowledged records survive the stop on a full disk (restart with space freed)
-    filler.unlink()
+    # the acknowledged records survive the stop on a full disk; a restart on the still-full disk
+    # starts and serves them, and writes resume once space is freed, without another restart
     with BrokerProcess(data, overrides=overrides) as again:
         got = _read_all(again.bootstrap, len(acked))
         assert [o for o, _v in got] == sorted(acked)
         assert [v for _o, v in got] == [acked[o] for o in sorted(acked)]
+        filler.unlink()
+        after = Producer({"bootstrap.servers": again.bootstrap, "message.timeout.ms": 60000})
+        results: list[KafkaError | None] = []
+        after.produce(TOPIC, b"after the restart", partition=0, on_delivery=lambda err, _m: results.append(err))
+        assert after.flush(90) == 0 and results == [None], results
 
 
 def test_topic_creation_on_a_full_disk_is_answered_not_dropped(small_tmpfs: Path) -> None:

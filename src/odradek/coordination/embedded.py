@@ -17,6 +17,7 @@ broker deletes only the directories of those.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import uuid
@@ -219,7 +220,17 @@ class EmbeddedBackend(MetadataBackend):
             }
             topics[name] = replace(t, partitions=parts)
         image = replace(image, topics=topics).with_broker(broker).with_controller(broker.broker_id)
-        self._commit(image)
+        try:
+            self._commit(image)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            # a full disk must not keep the broker from starting and serving what it has: the
+            # new leader epochs live in memory until the next change is written (a later start
+            # bumps the stored ones again, so epochs never go backwards)
+            log.warning("%s: could not record the new leader epochs (%s); the disk is full", self.path, exc.strerror)
+            self._image = image
+            self._publish(image)
 
     async def stop(self) -> None:
         pass
