@@ -20,6 +20,7 @@ import asyncio
 import logging
 import mmap
 import os
+import struct
 import time
 from collections import deque
 from collections.abc import Coroutine, Generator
@@ -39,6 +40,7 @@ from odradek.protocol import (
     ServerConnection,
     UnsupportedVersion,
 )
+from odradek.protocol._api import request_header_version
 from odradek.protocol.messages import RequestHeader, response_class
 from odradek.protocol.messages.api_versions import ApiVersionsResponse
 
@@ -75,7 +77,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, broker: Broker, listener: str) -> None:
         self.broker = broker
         self.listener = listener
-        self.conn = ServerConnection(max_frame_size=broker.config.get("socket.request.max.bytes"))
+        self.conn = ServerConnection(
+            max_frame_size=broker.config.get("socket.request.max.bytes"),
+            check=partial(check_request_size, int(broker.config.get("request.max.topics"))),
+        )
         self.transport: asyncio.Transport | None = None
         self._mem = mmap.mmap(-1, _RECV_BUFFER)
         self._view = memoryview(self._mem)
@@ -374,7 +379,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 api_key=header.api_key, api_version=0, correlation_id=header.correlation_id, client_id=None
             )
             return self.conn.send_response(v0, api_versions_response(ErrorCode.UNSUPPORTED_VERSION))
-        log.info("closing connection from %s after a request it could not decode: %s", self.peer, ev.error)
+        if isinstance(ev.error, RequestTooLarge):
+            log.warning("closing connection from %s: %s", self.peer, ev.error)
+        else:
+            log.info("closing connection from %s after a request it could not decode: %s", self.peer, ev.error)
         return None
 
     def _start(self, ev: RequestReceived) -> list[Any] | _Waiting | None:
@@ -453,6 +461,83 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if response is None:
             return self.conn.no_response_parts(header)
         return self.conn.send_response_parts(header, response)
+
+
+class RequestTooLarge(ProtocolError):
+    """A request refused before it is decoded: it names more topics than ``request.max.topics``."""
+
+
+_i16 = struct.Struct(">h")
+_i32 = struct.Struct(">i")
+
+# the APIs whose requests start with an array of topics (after these many fixed bytes in the
+# versions from the given one on): (first version, bytes before the array) in descending order
+_TOPIC_ARRAY_AT: dict[int, tuple[tuple[int, int], ...]] = {
+    ApiKey.METADATA: ((0, 0),),
+    ApiKey.CREATE_TOPICS: ((0, 0),),
+    ApiKey.DELETE_TOPICS: ((0, 0),),
+    ApiKey.DELETE_RECORDS: ((0, 0),),
+    ApiKey.LIST_OFFSETS: ((2, 5), (0, 4)),  # replica_id, then isolation_level from v2
+}
+
+
+def _uvarint(buf: bytearray, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            raise ValueError("varint too long")
+
+
+def request_topic_count(payload: bytearray) -> int | None:
+    """The length of the topic array a request starts with (Metadata, CreateTopics, DeleteTopics,
+    DeleteRecords, ListOffsets), read from the raw frame without decoding it; None for other
+    requests, a null array, or bytes that do not parse (the decoder then reports them)."""
+    try:
+        api_key, version = struct.unpack_from(">hh", payload, 0)
+        offsets = _TOPIC_ARRAY_AT.get(api_key)
+        if offsets is None:
+            return None
+        skip = next((n for first, n in offsets if version >= first), None)
+        if skip is None:
+            return None
+        header_version = request_header_version(api_key, version)
+        pos = 8
+        if header_version >= 1:
+            (n,) = _i16.unpack_from(payload, pos)
+            pos += 2 + max(n, 0)
+        if header_version >= 2:
+            tags, pos = _uvarint(payload, pos)
+            for _ in range(min(tags, 64)):
+                _tag, pos = _uvarint(payload, pos)
+                size, pos = _uvarint(payload, pos)
+                pos += size
+        pos += skip
+        if header_version >= 2:  # a flexible version: a compact array, length + 1 (0 is null)
+            n, pos = _uvarint(payload, pos)
+            return n - 1 if n > 0 else None
+        (n,) = _i32.unpack_from(payload, pos)
+        return n if n >= 0 else None
+    except (struct.error, IndexError, ValueError, KeyError):
+        return None
+
+
+def check_request_size(max_topics: int, payload: bytearray) -> None:
+    """Refuse, before decoding it, a request naming more than ``max_topics`` topics: decoding
+    and answering millions of names would hold the event loop (and memory) for seconds.  No
+    answer can carry the refusal (Metadata has no top-level error code): the connection closes."""
+    n = request_topic_count(payload)
+    if n is not None and n > max_topics:
+        api_key, version = struct.unpack_from(">hh", payload, 0)
+        raise RequestTooLarge(
+            f"{ApiKey(api_key).name} v{version} request names {n} topics, more than "
+            f"request.max.topics={max_topics} ({len(payload)} bytes, not decoded)"
+        )
 
 
 class _Resumed:
