@@ -16,6 +16,7 @@ import base64
 import contextlib
 import logging
 import resource
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -43,6 +44,7 @@ from odradek.records import (
     read_batches,
 )
 from odradek.storage import LogConfig, LogManager, StorageError
+from odradek.storage.log import set_lock_factory
 from odradek.storage.manager import read_meta_properties, write_meta_properties
 
 if TYPE_CHECKING:
@@ -86,6 +88,12 @@ class Broker:
         self._pid_limit = 0
         self._pid_lock = asyncio.Lock()
         self._executor: ThreadPoolExecutor | None = None
+        # retention, compaction and DeleteRecords' segment removal, one at a time, off the loop;
+        # the logs swap their segment lists under a real lock
+        set_lock_factory(threading.RLock)
+        self._maintenance = asyncio.Lock()
+        self._checkpointing = asyncio.Lock()
+        self._checkpoint_pending = False
         self.logs: LogManager
         self.backend: MetadataBackend
         self.replicas: ReplicaManager
@@ -732,7 +740,11 @@ class Broker:
         self._every(int(cfg.get("producer.id.expiration.check.interval.ms")), self._expire_producers, "producers")
 
     async def _retention(self) -> None:
-        self.logs.cleanup()
+        # segment removal and file deletion on a worker thread (the log swaps its segment list
+        # under its lock); one maintenance job at a time, so retention and compaction of one
+        # log never interleave
+        async with self._maintenance:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self.logs.cleanup)
 
     async def _flush_due(self) -> None:
         for lg in self.logs.logs():
@@ -742,13 +754,35 @@ class Broker:
                 await asyncio.get_running_loop().run_in_executor(self._executor, lg.flush)
 
     async def _checkpoint(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._executor, self.logs.checkpoint)
+        async with self._checkpointing:  # one writer of the checkpoint files at a time
+            self._checkpoint_pending = False
+            await asyncio.get_running_loop().run_in_executor(self._executor, self.logs.checkpoint)
 
     def checkpoint_soon(self) -> None:
-        asyncio.get_running_loop().create_task(self._checkpoint())
+        """Write the checkpoints soon, once for all the requests asking meanwhile (a DeleteRecords
+        storm writes them a few times, not once per request)."""
+        if self._checkpoint_pending:
+            return
+        self._checkpoint_pending = True
+
+        async def run() -> None:
+            try:
+                await self._checkpoint()
+            except OSError:
+                log.exception("checkpoint failed")
+
+        asyncio.get_running_loop().create_task(run())
 
     async def _clean(self) -> None:
-        self.logs.clean()
+        # a compaction pass reads and rewrites whole segments: on a worker thread
+        async with self._maintenance:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self.logs.clean)
+
+    async def run_maintenance(self, fn: Callable[[], Any]) -> Any:
+        """Run segment file work (DeleteRecords' segment removal...) on the I/O executor,
+        serialized with retention and compaction."""
+        async with self._maintenance:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
 
     async def _reap_idle(self) -> None:
         limit = int(self.config.get("connections.max.idle.ms")) / 1000

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from typing import TYPE_CHECKING
 
 from odradek.broker.dispatch import RequestContext, handles
 from odradek.broker.handlers.configs import topic_config_entries, validate_topic_configs
@@ -28,6 +29,9 @@ from odradek.protocol.messages.offset_for_leader_epoch import (
 )
 
 NO_AUTHORIZED_OPERATIONS = -2147483648
+
+if TYPE_CHECKING:
+    from odradek.storage.log import Log
 
 
 @handles(ApiKey.CREATE_TOPICS, versions=(0, 7))
@@ -124,6 +128,7 @@ async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> 
     R = DeleteRecordsResponse
     broker = ctx.broker
     topics = []
+    moved: list[Log] = []
     for t in request.topics:
         parts = []
         for dp in t.partitions:
@@ -138,11 +143,19 @@ async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> 
                         f"offset {dp.offset} is not in [0, high watermark {p.high_watermark}]",
                     )
                 p.log.maybe_increment_log_start_offset(offset)
-                p.log.delete_old_segments()
+                moved.append(p.log)
                 res.low_watermark = p.log.log_start_offset
             except KafkaError as exc:
                 res.error_code = int(exc.code)
         topics.append(R.DeleteRecordsTopicResult(name=t.name, partitions=parts))
+    if moved:
+        # the segments below the new start offsets go on a worker thread, not on the event loop
+        def remove() -> None:
+            for lg in moved:
+                if not lg.closed:
+                    lg.delete_old_segments()
+
+        await broker.run_maintenance(remove)
     broker.checkpoint_soon()
     return R(throttle_time_ms=0, topics=topics)
 
