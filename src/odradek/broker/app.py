@@ -84,6 +84,7 @@ class Broker:
         self._servers: list[asyncio.base_events.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._topic_configs: dict[str, LogConfig] = {}
+        self._config_keys: dict[str, tuple[Any, Any]] = {}
         self._next_pid = 0
         self._pid_limit = 0
         self._pid_lock = asyncio.Lock()
@@ -288,10 +289,17 @@ class Broker:
 
     def _apply_image(self, image: MetadataImage) -> None:
         for topic in image.topics.values():
-            self._topic_configs[topic.name] = self._log_config(topic)
+            # a topic's LogConfig is rebuilt only when its configs or the broker's dynamic
+            # configs changed: rebuilding all of them for every image made each topic creation
+            # cost O(topics) on the event loop (half of an auto-create's time at 500 topics)
+            source = (topic.configs, image.broker_configs)
+            if self._config_keys.get(topic.name) != source or topic.name not in self._topic_configs:
+                self._topic_configs[topic.name] = self._log_config(topic)
+                self._config_keys[topic.name] = source
         for name in list(self._topic_configs):
             if name not in image.topics:
                 del self._topic_configs[name]
+                self._config_keys.pop(name, None)
         if self.zk_mode:
             self._apply_cluster_image(image)
             return

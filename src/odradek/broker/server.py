@@ -61,6 +61,10 @@ _SMALL_RESPONSE = 16 * 1024
 # page-aligned response buffers a connection keeps for reuse (a fresh one is zero-filled and
 # page-faulted in by the kernel, which costs as much as reading the records into it)
 _KEPT_OUT_BUFFERS = 2
+# one connection's queued requests are handled in one callback for at most this long (then the
+# rest continue in a later callback, after other connections' events): pipelined heavy requests
+# (whole-cluster Metadata...) on one connection cannot hold the event loop for long
+_RUN_BUDGET = 0.005
 
 
 def api_versions_response(error_code: int = 0) -> ApiVersionsResponse:
@@ -97,6 +101,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._writable.set()
         self._closing = False
         self._reading_paused = False
+        self._run_scheduled = False
         self.peer = "?"
         self.client_host = "?"
         self.last_active = time.monotonic()
@@ -194,6 +199,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         or a peer that stopped reading hands the rest of the queue to a task (:meth:`_work`)."""
         queue = self._queue
         out: list[Any] = []
+        deadline = time.monotonic() + _RUN_BUDGET
         try:
             while queue and not self._closing:
                 if not self._writable.is_set():  # the peer is not reading: wait in a task
@@ -230,6 +236,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     if len(result) > 1 or len(out) >= _MAX_COALESCED:
                         self._write(out)
                         out = []
+                if queue and time.monotonic() > deadline:  # the rest after other connections' turn
+                    if out:
+                        self._write(out)
+                    self._run_soon()
+                    return
             if out:
                 self._write(out)
             if not queue and self.conn.in_flight == 0 and self.conn.peer_closed:
@@ -237,6 +248,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except Exception:
             log.exception("connection %s failed", self.peer)
             self.close()
+
+    def _run_soon(self) -> None:
+        if not self._run_scheduled:
+            self._run_scheduled = True
+            asyncio.get_running_loop().call_soon(self._run_later)
+
+    def _run_later(self) -> None:
+        self._run_scheduled = False
+        if self._queue and self._worker is None and not self._closing:
+            self._run()
 
     async def _work(self, waiting: _Waiting | None) -> None:
         """Carry on from a handler that had to wait (``waiting``), then with the queue."""
@@ -247,7 +268,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     return
             while not self._writable.is_set() and not self._closing:
                 await self._writable.wait()
+            deadline = time.monotonic() + _RUN_BUDGET
             while self._queue and not self._closing:
+                if time.monotonic() > deadline:  # let other connections in
+                    await asyncio.sleep(0)
+                    deadline = time.monotonic() + _RUN_BUDGET
+                    if self._closing:
+                        break
                 ev = self._queue.popleft()
                 self._maybe_resume_reading()
                 if type(ev) is RequestReceived:
