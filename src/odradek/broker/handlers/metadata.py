@@ -19,7 +19,7 @@ import logging
 import uuid
 
 from odradek.broker.dispatch import RequestContext, handles
-from odradek.cluster.metadata import TopicInfo
+from odradek.cluster.metadata import MetadataImage, TopicInfo
 from odradek.coordination import validate_topic_name
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
@@ -27,6 +27,8 @@ from odradek.protocol.messages.metadata import MetadataRequest, MetadataResponse
 
 R = MetadataResponse
 log = logging.getLogger(__name__)
+# version -> (the metadata image, its topics' responses) of the last whole-cluster request
+_ALL_TOPICS: dict[int, tuple[MetadataImage, list[MetadataResponse.MetadataResponseTopic]]] = {}
 NO_AUTHORIZED_OPERATIONS = -2147483648
 
 
@@ -68,8 +70,15 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
     image = broker.image
     topics: list[R.MetadataResponseTopic] = []
     if requested is None:
-        for info in sorted(image.topics.values(), key=lambda t: t.name):
-            topics.append(topic_response(info, version))
+        # every topic: built once per metadata image and version (images are immutable; the
+        # response objects are only read by the encoder), not per request
+        cached = _ALL_TOPICS.get(version)
+        if cached is not None and cached[0] is image:
+            topics = list(cached[1])
+        else:
+            for info in sorted(image.topics.values(), key=lambda t: t.name):
+                topics.append(topic_response(info, version))
+            _ALL_TOPICS[version] = (image, list(topics))
     else:
         for req in requested:
             name = req.name
