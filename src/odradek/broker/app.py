@@ -100,6 +100,7 @@ class Broker:
         self._maintenance = asyncio.Lock()
         self._checkpointing = asyncio.Lock()
         self._checkpoint_pending = False
+        self._maintenance_job: asyncio.Future[Any] | None = None
         self.logs: LogManager
         self.backend: MetadataBackend
         self.replicas: ReplicaManager
@@ -267,6 +268,10 @@ class Broker:
             await self._groups.stop()
         for p in self.replicas.partitions.values():
             p.fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        job = self._maintenance_job
+        if job is not None and not job.done():  # a compaction pass or retention still on a thread
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(job), 60)
         await asyncio.get_running_loop().run_in_executor(self._executor, self._shutdown_storage)
         await self.backend.stop()
         if self._executor is not None:
@@ -756,8 +761,7 @@ class Broker:
         # segment removal and file deletion on a worker thread (the log swaps its segment list
         # under its lock); one maintenance job at a time, so retention and compaction of one
         # log never interleave
-        async with self._maintenance:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self.logs.cleanup)
+        await self.run_maintenance(self.logs.cleanup)
 
     async def _flush_due(self) -> None:
         for lg in self.logs.logs():
@@ -788,14 +792,17 @@ class Broker:
 
     async def _clean(self) -> None:
         # a compaction pass reads and rewrites whole segments: on a worker thread
-        async with self._maintenance:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self.logs.clean)
+        await self.run_maintenance(self.logs.clean)
 
     async def run_maintenance(self, fn: Callable[[], Any]) -> Any:
         """Run segment file work (DeleteRecords' segment removal...) on the I/O executor,
         serialized with retention and compaction."""
         async with self._maintenance:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+            job = asyncio.get_running_loop().run_in_executor(self._executor, fn)
+            self._maintenance_job = job
+            # shielded: a cancelled caller (stop) leaves the job running; stop waits for it
+            # before closing the logs
+            return await asyncio.shield(job)
 
     async def _reap_idle(self) -> None:
         limit = int(self.config.get("connections.max.idle.ms")) / 1000

@@ -865,6 +865,8 @@ class Log:
         """Apply retention: remove segments from the list now, files after ``file.delete.delay.ms``."""
         self._check_open()
         with self._lock:
+            if self.closed:  # closed (topic deleted) by its owner while a worker waited
+                return 0
             doomed = self.deletable_segments(now_ms)
             if not doomed:
                 return 0
@@ -899,9 +901,11 @@ class Log:
         due = self.clock.monotonic_ms() + self.config.file_delete_delay_ms
         with self._lock:
             segments = list(self._segments)
-            if not all(any(s is o for s in segments) for o in old):
-                # retention or truncation removed some of them meanwhile: drop the cleaned copy
-                new.delete_files()
+            if self.closed or not all(any(s is o for s in segments) for o in old):
+                # retention or truncation removed some of them meanwhile (or the log was closed):
+                # drop the cleaned copy
+                with contextlib.suppress(OSError):
+                    new.delete_files()
                 return
             at = next(i for i, s in enumerate(segments) if id(s) in ids)
             kept = [s for s in segments if id(s) not in ids]
