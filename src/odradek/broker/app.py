@@ -90,7 +90,7 @@ class Broker:
         self._pid_limit = 0
         self._pid_lock = asyncio.Lock()
         self._executor: ThreadPoolExecutor | None = None
-        # retention, compaction and DeleteRecords' segment removal, one at a time, off the loop;
+        # retention and compaction, one at a time, off the loop (DeleteRecords' file work too);
         # the logs swap their segment lists under a real lock
         set_lock_factory(threading.RLock)
         # a compaction pass on a worker thread is CPU-bound Python: the event loop, which drops
@@ -794,9 +794,13 @@ class Broker:
         # a compaction pass reads and rewrites whole segments: on a worker thread
         await self.run_maintenance(self.logs.clean)
 
+    async def run_io(self, fn: Callable[[], Any]) -> Any:
+        """Run file work for a request (DeleteRecords...) on the I/O executor."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
     async def run_maintenance(self, fn: Callable[[], Any]) -> Any:
-        """Run segment file work (DeleteRecords' segment removal...) on the I/O executor,
-        serialized with retention and compaction."""
+        """Run retention or compaction on the I/O executor, one job at a time (a request's file
+        work, which must not wait for a compaction pass, goes through :meth:`run_io`)."""
         async with self._maintenance:
             job = asyncio.get_running_loop().run_in_executor(self._executor, fn)
             self._maintenance_job = job

@@ -417,8 +417,9 @@ class Log:
             headers = shifted
         if self._timestamp_limits is not None:
             self._check_timestamps(headers, now)
-        if leader_epoch is not None and leader_epoch >= 0:
-            self.epochs.assign(leader_epoch, first)
+        if leader_epoch is not None and leader_epoch >= 0 and leader_epoch > self.epochs.latest_epoch:
+            with self._lock:  # a worker thread may be moving the start of the epoch cache
+                self.epochs.assign(leader_epoch, first)
         info = self._write(out, headers, now, log_append_time)
         for h in headers:
             if h.producer_id >= 0:
@@ -459,8 +460,9 @@ class Log:
         if leader_epoch is not None and leader_epoch >= 0:
             _i32.pack_into(data, 12, leader_epoch)
             ple = leader_epoch
-            if leader_epoch != self.epochs.latest_epoch:
-                self.epochs.assign(leader_epoch, first)
+            if leader_epoch > self.epochs.latest_epoch:
+                with self._lock:
+                    self.epochs.assign(leader_epoch, first)
         h = _new_header((0, size, 2, first, last, crc, attrs, bts, mts, pid, pep, bseq, count, ple))
         headers = [h]
         if self._timestamp_limits is not None:
@@ -491,8 +493,9 @@ class Log:
             if h.last_offset <= prev:
                 raise CorruptRecordError(f"offsets go backwards at {h.last_offset}")
             prev = h.last_offset
-            if h.magic == 2 and h.partition_leader_epoch >= 0:
-                self.epochs.assign(h.partition_leader_epoch, h.base_offset)
+            if h.magic == 2 and h.partition_leader_epoch > self.epochs.latest_epoch:
+                with self._lock:
+                    self.epochs.assign(h.partition_leader_epoch, h.base_offset)
         now = self.clock.now_ms()
         info = self._write(data, headers, now, -1)
         for h in headers:

@@ -125,10 +125,12 @@ async def create_partitions(ctx: RequestContext, request: CreatePartitionsReques
 
 @handles(ApiKey.DELETE_RECORDS, versions=(0, 2))
 async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
+    """Offsets are checked here; moving the log start offset (which rewrites the leader-epoch
+    checkpoint) and removing the segments below it run on a worker thread."""
     R = DeleteRecordsResponse
     broker = ctx.broker
     topics = []
-    moved: list[Log] = []
+    moves: list[tuple[Log, int, DeleteRecordsResponse.DeleteRecordsPartitionResult]] = []
     for t in request.topics:
         parts = []
         for dp in t.partitions:
@@ -142,21 +144,23 @@ async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> 
                         ErrorCode.OFFSET_OUT_OF_RANGE,
                         f"offset {dp.offset} is not in [0, high watermark {p.high_watermark}]",
                     )
-                p.log.maybe_increment_log_start_offset(offset)
-                moved.append(p.log)
-                res.low_watermark = p.log.log_start_offset
+                moves.append((p.log, offset, res))
             except KafkaError as exc:
                 res.error_code = int(exc.code)
         topics.append(R.DeleteRecordsTopicResult(name=t.name, partitions=parts))
-    if moved:
-        # the segments below the new start offsets go on a worker thread, not on the event loop
-        def remove() -> None:
-            for lg in moved:
-                if not lg.closed:
-                    lg.delete_old_segments()
+    if moves:
 
-        await broker.run_maintenance(remove)
-    broker.checkpoint_soon()
+        def move() -> None:
+            for lg, offset, res in moves:
+                try:
+                    lg.maybe_increment_log_start_offset(offset)
+                    lg.delete_old_segments()
+                    res.low_watermark = lg.log_start_offset
+                except KafkaError as exc:
+                    res.error_code = int(exc.code)
+
+        await broker.run_io(move)
+        broker.checkpoint_soon()
     return R(throttle_time_ms=0, topics=topics)
 
 
