@@ -86,6 +86,7 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._topic_configs: dict[str, LogConfig] = {}
         self._config_keys: dict[str, tuple[Any, Any]] = {}
+        self._applied_topics: dict[str, TopicInfo] = {}
         self._next_pid = 0
         self._pid_limit = 0
         self._pid_lock = asyncio.Lock()
@@ -298,6 +299,7 @@ class Broker:
         return self.backend.image
 
     def _apply_image(self, image: MetadataImage) -> None:
+        reconfigured = set()
         for topic in image.topics.values():
             # a topic's LogConfig is rebuilt only when its configs or the broker's dynamic
             # configs changed: rebuilding all of them for every image made each topic creation
@@ -306,6 +308,7 @@ class Broker:
             if self._config_keys.get(topic.name) != source or topic.name not in self._topic_configs:
                 self._topic_configs[topic.name] = self._log_config(topic)
                 self._config_keys[topic.name] = source
+                reconfigured.add(topic.name)
         for name in list(self._topic_configs):
             if name not in image.topics:
                 del self._topic_configs[name]
@@ -314,13 +317,20 @@ class Broker:
             self._apply_cluster_image(image)
             return
         hosted = set()
+        applied = self._applied_topics
         for topic in image.topics.values():
+            # a topic applied before, unchanged (same TopicInfo, same LogConfig): its partitions
+            # are as they were (walking them all made each creation O(partitions))
+            same = applied.get(topic.name) is topic and topic.name not in reconfigured
             for state in topic.partitions.values():
                 if self.broker_id not in state.replicas:
                     continue
                 hosted.add((topic.name, state.partition))
+                if same and (topic.name, state.partition) in self.replicas.partitions:
+                    continue
                 p = self.replicas.become_leader(state, topic.topic_id)
                 p.log.auto_flush = False
+        self._applied_topics = dict(image.topics)
         for key in list(self.replicas.partitions):
             if key not in hosted:
                 self.replicas.remove_partition(key[0], key[1], delete=True)
