@@ -87,6 +87,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("num.partitions", "int", 1, False),
     ("default.replication.factor", "int", 1, False),
     ("auto.create.topics.enable", "boolean", True),
+    # Odradek's own bounds on one request (Kafka has none): topics named in the top-level array
+    # of Metadata, CreateTopics, DeleteTopics, DeleteRecords and ListOffsets (more: the connection
+    # closes before the request is decoded), and topics one Metadata request may auto-create
+    # (the others are answered LEADER_NOT_AVAILABLE, retriable)
+    ("request.max.topics", "int", 10000),
+    ("auto.create.topics.max.per.request", "int", 100),
     ("delete.topic.enable", "boolean", True),
     ("message.max.bytes", "int", 1048588, False),
     ("socket.request.max.bytes", "int", 104857600),

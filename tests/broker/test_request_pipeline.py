@@ -259,7 +259,7 @@ def test_response_buffers_are_reused_only_once_sent(tmp_path: Path) -> None:
 
         class _Config:
             def get(self, name: str) -> Any:
-                assert name == "socket.request.max.bytes"
+                assert name in ("socket.request.max.bytes", "request.max.topics")
                 return 100 << 20
 
         class _Broker:

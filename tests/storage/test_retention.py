@@ -228,8 +228,8 @@ def test_a_reader_between_the_steps_of_retention_never_gets_other_offsets(
     seen: list[object] = []
     set_segments = log._set_segments
 
-    def reader_runs_here(segments):  # a reader thread scheduled between the writer's steps
-        set_segments(segments)
+    def reader_runs_here(segments, **kw):  # a reader thread scheduled between the writer's steps
+        set_segments(segments, **kw)
         try:
             batch = next(read_batches(log.read(0, 10_000).to_bytes()))
             seen.append((batch.base_offset, batch.last_offset))

@@ -20,6 +20,7 @@ import asyncio
 import logging
 import mmap
 import os
+import struct
 import time
 from collections import deque
 from collections.abc import Coroutine, Generator
@@ -40,6 +41,7 @@ from odradek.protocol import (
     ServerConnection,
     UnsupportedVersion,
 )
+from odradek.protocol._api import request_header_version
 from odradek.protocol.messages import RequestHeader, response_class
 from odradek.protocol.messages.api_versions import ApiVersionsResponse
 
@@ -60,6 +62,10 @@ _SMALL_RESPONSE = 16 * 1024
 # page-aligned response buffers a connection keeps for reuse (a fresh one is zero-filled and
 # page-faulted in by the kernel, which costs as much as reading the records into it)
 _KEPT_OUT_BUFFERS = 2
+# one connection's queued requests are handled in one callback for at most this long (then the
+# rest continue in a later callback, after other connections' events): pipelined heavy requests
+# (whole-cluster Metadata...) on one connection cannot hold the event loop for long
+_RUN_BUDGET = 0.005
 
 
 def api_versions_response(error_code: int = 0) -> ApiVersionsResponse:
@@ -76,7 +82,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, broker: Broker, listener: str) -> None:
         self.broker = broker
         self.listener = listener
-        self.conn = ServerConnection(max_frame_size=broker.config.get("socket.request.max.bytes"))
+        self.conn = ServerConnection(
+            max_frame_size=broker.config.get("socket.request.max.bytes"),
+            check=partial(check_request_size, int(broker.config.get("request.max.topics"))),
+        )
         self.transport: asyncio.Transport | None = None
         self._mem = mmap.mmap(-1, _RECV_BUFFER)
         self._view = memoryview(self._mem)
@@ -93,6 +102,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._writable.set()
         self._closing = False
         self._reading_paused = False
+        self._run_scheduled = False
         self.peer = "?"
         self.client_host = "?"
         self.last_active = time.monotonic()
@@ -190,6 +200,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         or a peer that stopped reading hands the rest of the queue to a task (:meth:`_work`)."""
         queue = self._queue
         out: list[Any] = []
+        deadline = time.monotonic() + _RUN_BUDGET
         try:
             while queue and not self._closing:
                 if not self._writable.is_set():  # the peer is not reading: wait in a task
@@ -226,6 +237,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     if len(result) > 1 or len(out) >= _MAX_COALESCED:
                         self._write(out)
                         out = []
+                if queue and time.monotonic() > deadline:  # the rest after other connections' turn
+                    if out:
+                        self._write(out)
+                    self._run_soon()
+                    return
             if out:
                 self._write(out)
             if not queue and self.conn.in_flight == 0 and self.conn.peer_closed:
@@ -233,6 +249,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except Exception:
             log.exception("connection %s failed", self.peer)
             self.close()
+
+    def _run_soon(self) -> None:
+        if not self._run_scheduled:
+            self._run_scheduled = True
+            asyncio.get_running_loop().call_soon(self._run_later)
+
+    def _run_later(self) -> None:
+        self._run_scheduled = False
+        if self._queue and self._worker is None and not self._closing:
+            self._run()
 
     async def _work(self, waiting: _Waiting | None) -> None:
         """Carry on from a handler that had to wait (``waiting``), then with the queue."""
@@ -243,7 +269,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     return
             while not self._writable.is_set() and not self._closing:
                 await self._writable.wait()
+            deadline = time.monotonic() + _RUN_BUDGET
             while self._queue and not self._closing:
+                if time.monotonic() > deadline:  # let other connections in
+                    await asyncio.sleep(0)
+                    deadline = time.monotonic() + _RUN_BUDGET
+                    if self._closing:
+                        break
                 ev = self._queue.popleft()
                 self._maybe_resume_reading()
                 if type(ev) is RequestReceived:
@@ -375,7 +407,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 api_key=header.api_key, api_version=0, correlation_id=header.correlation_id, client_id=None
             )
             return self.conn.send_response(v0, api_versions_response(ErrorCode.UNSUPPORTED_VERSION))
-        log.info("closing connection from %s after a request it could not decode: %s", self.peer, ev.error)
+        if isinstance(ev.error, RequestTooLarge):
+            log.warning("closing connection from %s: %s", self.peer, ev.error)
+        else:
+            log.info("closing connection from %s after a request it could not decode: %s", self.peer, ev.error)
         return None
 
     def _start(self, ev: RequestReceived) -> list[Any] | _Waiting | None:
@@ -458,6 +493,83 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if response is None:
             return self.conn.no_response_parts(header)
         return self.conn.send_response_parts(header, response)
+
+
+class RequestTooLarge(ProtocolError):
+    """A request refused before it is decoded: it names more topics than ``request.max.topics``."""
+
+
+_i16 = struct.Struct(">h")
+_i32 = struct.Struct(">i")
+
+# the APIs whose requests start with an array of topics (after these many fixed bytes in the
+# versions from the given one on): (first version, bytes before the array) in descending order
+_TOPIC_ARRAY_AT: dict[int, tuple[tuple[int, int], ...]] = {
+    ApiKey.METADATA: ((0, 0),),
+    ApiKey.CREATE_TOPICS: ((0, 0),),
+    ApiKey.DELETE_TOPICS: ((0, 0),),
+    ApiKey.DELETE_RECORDS: ((0, 0),),
+    ApiKey.LIST_OFFSETS: ((2, 5), (0, 4)),  # replica_id, then isolation_level from v2
+}
+
+
+def _uvarint(buf: bytearray, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            raise ValueError("varint too long")
+
+
+def request_topic_count(payload: bytearray) -> int | None:
+    """The length of the topic array a request starts with (Metadata, CreateTopics, DeleteTopics,
+    DeleteRecords, ListOffsets), read from the raw frame without decoding it; None for other
+    requests, a null array, or bytes that do not parse (the decoder then reports them)."""
+    try:
+        api_key, version = struct.unpack_from(">hh", payload, 0)
+        offsets = _TOPIC_ARRAY_AT.get(api_key)
+        if offsets is None:
+            return None
+        skip = next((n for first, n in offsets if version >= first), None)
+        if skip is None:
+            return None
+        header_version = request_header_version(api_key, version)
+        pos = 8
+        if header_version >= 1:
+            (n,) = _i16.unpack_from(payload, pos)
+            pos += 2 + max(n, 0)
+        if header_version >= 2:
+            tags, pos = _uvarint(payload, pos)
+            for _ in range(min(tags, 64)):
+                _tag, pos = _uvarint(payload, pos)
+                size, pos = _uvarint(payload, pos)
+                pos += size
+        pos += skip
+        if header_version >= 2:  # a flexible version: a compact array, length + 1 (0 is null)
+            n, pos = _uvarint(payload, pos)
+            return n - 1 if n > 0 else None
+        (n,) = _i32.unpack_from(payload, pos)
+        return n if n >= 0 else None
+    except (struct.error, IndexError, ValueError, KeyError):
+        return None
+
+
+def check_request_size(max_topics: int, payload: bytearray) -> None:
+    """Refuse, before decoding it, a request naming more than ``max_topics`` topics: decoding
+    and answering millions of names would hold the event loop (and memory) for seconds.  No
+    answer can carry the refusal (Metadata has no top-level error code): the connection closes."""
+    n = request_topic_count(payload)
+    if n is not None and n > max_topics:
+        api_key, version = struct.unpack_from(">hh", payload, 0)
+        raise RequestTooLarge(
+            f"{ApiKey(api_key).name} v{version} request names {n} topics, more than "
+            f"request.max.topics={max_topics} ({len(payload)} bytes, not decoded)"
+        )
 
 
 class _Resumed:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import struct
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -174,8 +175,13 @@ class FrameReader:
 class ServerConnection:
     """The broker's side of one connection."""
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+    def __init__(
+        self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, check: Callable[[bytearray], None] | None = None
+    ) -> None:
         self._reader = FrameReader(max_frame_size)
+        # looks at a frame before it is decoded and raises a ProtocolError to refuse it (a
+        # BadRequest without header): a bound on what decoding the frame would cost
+        self._check = check
         self._closed: ConnectionClosed | None = None
         # requests in arrival order: [correlation id, response bytes or None, answered]
         self._pending: deque[list[Any]] = deque()
@@ -192,6 +198,8 @@ class ServerConnection:
         if payload is None:
             return self._closed if self._closed is not None else NEED_DATA
         try:
+            if self._check is not None:
+                self._check(payload)
             header, message = decode_request(payload)
         except (UnknownApiKey, UnsupportedVersion) as exc:
             if exc.header is not None:

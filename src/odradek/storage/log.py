@@ -17,12 +17,14 @@ moves the recovery point forward to what it captured before syncing.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import os
 import re
 import struct
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,6 +117,18 @@ class ReadResult:
         return self.region.to_bytes() if self.region is not None else b""
 
 
+_lock_factory: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext
+
+
+def set_lock_factory(factory: Callable[[], AbstractContextManager[object]]) -> None:
+    """What makes the lock of each log opened from now on.  The storage layer has no threads
+    of its own and a log used from one thread needs no lock (the default does nothing); an
+    owner that runs retention or compaction on worker threads installs a reentrant lock
+    (``threading.RLock``) before opening logs."""
+    global _lock_factory
+    _lock_factory = factory
+
+
 class Log:
     """The segments of one partition, with offsets, flushing, retention and recovery."""
 
@@ -149,6 +163,12 @@ class Log:
         # Cleared whenever the segment list changes (roll, truncation, retention, cleaning).
         self._recent: deque[tuple[LogSegment, int, int, int, int]] = deque(maxlen=_RECENT_BATCHES)
         self._pending_deletes: list[tuple[int, LogSegment]] = []
+        # serializes changes of the segment list and the log start offset: appends, rolls and
+        # reads run on the broker's event loop while retention, compaction and DeleteRecords'
+        # segment removal run on a worker thread.  Held only for the swap (no file work), so the
+        # loop never waits for a cleaning pass; readers take no lock (they use a snapshot, and a
+        # replaced segment's files stay open until its delayed deletion).
+        self._lock = _lock_factory()
         self._dir_dirty = False
         self.high_watermark = 0
         self.recovered_bytes = 0
@@ -351,8 +371,11 @@ class Log:
     # ------------------------------------------------------------------------------------
     # segment list (copy-on-write)
 
-    def _set_segments(self, segments: Sequence[LogSegment]) -> None:
-        self._recent.clear()
+    def _set_segments(self, segments: Sequence[LogSegment], *, keep_recent: bool = False) -> None:
+        # the recent batches belong to the active segment, which retention and cleaning never
+        # replace (keep_recent): they stay valid
+        if not keep_recent:
+            self._recent.clear()
         self._view = (tuple(segments), tuple(s.base_offset for s in segments))
 
     @property
@@ -469,8 +492,9 @@ class Log:
             headers = shifted
         if self._timestamp_limits is not None:
             self._check_timestamps(headers, now)
-        if leader_epoch is not None and leader_epoch >= 0:
-            self.epochs.assign(leader_epoch, first)
+        if leader_epoch is not None and leader_epoch >= 0 and leader_epoch > self.epochs.latest_epoch:
+            with self._lock:  # a worker thread may be moving the start of the epoch cache
+                self.epochs.assign(leader_epoch, first)
         info = self._write(out, headers, now, log_append_time)
         for h in headers:
             if h.producer_id >= 0:
@@ -511,8 +535,9 @@ class Log:
         if leader_epoch is not None and leader_epoch >= 0:
             _i32.pack_into(data, 12, leader_epoch)
             ple = leader_epoch
-            if leader_epoch != self.epochs.latest_epoch:
-                self.epochs.assign(leader_epoch, first)
+            if leader_epoch > self.epochs.latest_epoch:
+                with self._lock:
+                    self.epochs.assign(leader_epoch, first)
         h = _new_header((0, size, 2, first, last, crc, attrs, bts, mts, pid, pep, bseq, count, ple))
         headers = [h]
         if self._timestamp_limits is not None:
@@ -543,8 +568,9 @@ class Log:
             if h.last_offset <= prev:
                 raise CorruptRecordError(f"offsets go backwards at {h.last_offset}")
             prev = h.last_offset
-            if h.magic == 2 and h.partition_leader_epoch >= 0:
-                self.epochs.assign(h.partition_leader_epoch, h.base_offset)
+            if h.magic == 2 and h.partition_leader_epoch > self.epochs.latest_epoch:
+                with self._lock:
+                    self.epochs.assign(h.partition_leader_epoch, h.base_offset)
         now = self.clock.now_ms()
         info = self._write(data, headers, now, -1)
         for h in headers:
@@ -684,6 +710,10 @@ class Log:
         return self._roll(self.log_end_offset, self.clock.now_ms() if now_ms is None else now_ms)
 
     def _roll(self, base_offset: int, now: int) -> LogSegment:
+        with self._lock:
+            return self._roll_locked(base_offset, now)
+
+    def _roll_locked(self, base_offset: int, now: int) -> LogSegment:
         old = self.active
         old.seal()
         if old.is_empty:
@@ -900,22 +930,24 @@ class Log:
         self._check_open()
         if offset > self.log_end_offset:
             raise OffsetOutOfRangeError(f"log start offset {offset} is beyond the log end {self.log_end_offset}")
-        if offset <= self.log_start_offset:
-            return False
-        self.log_start_offset = offset
-        self.epochs.truncate_from_start(offset)
+        with self._lock:
+            if offset <= self.log_start_offset:
+                return False
+            self.log_start_offset = offset
+            self.epochs.truncate_from_start(offset)
         return True
 
     def deletable_segments(self, now_ms: int | None = None) -> list[LogSegment]:
         """Segments to delete by retention (time, size) and the log start offset; never the
         active segment, always a prefix of the log."""
         now = self.clock.now_ms() if now_ms is None else now_ms
-        segs = list(self._segments[:-1])
+        snapshot = self._segments  # one list throughout (a roll may replace it meanwhile)
+        segs = list(snapshot[:-1])
         cfg = self.config
         result: list[LogSegment] = []
-        size_excess = self.size_bytes - cfg.retention_bytes if cfg.delete and cfg.retention_bytes >= 0 else 0
+        size_excess = sum(s.size for s in snapshot) - cfg.retention_bytes if cfg.delete and cfg.retention_bytes >= 0 else 0
         for i, seg in enumerate(segs):
-            next_base = self._segments[i + 1].base_offset
+            next_base = snapshot[i + 1].base_offset
             by_start = next_base <= self.log_start_offset
             by_time = cfg.delete and cfg.retention_ms >= 0 and now - seg.largest_timestamp > cfg.retention_ms
             by_size = size_excess >= seg.size and size_excess > 0
@@ -928,26 +960,32 @@ class Log:
     def delete_old_segments(self, now_ms: int | None = None) -> int:
         """Apply retention: remove segments from the list now, files after ``file.delete.delay.ms``."""
         self._check_open()
-        doomed = self.deletable_segments(now_ms)
-        if not doomed:
-            return 0
-        # the start offset moves before the segments leave the list: a concurrent reader never
-        # passes the range check for an offset its snapshot no longer holds
-        new_start = self._segments[len(doomed)].base_offset
-        if new_start > self.log_start_offset:
-            self.log_start_offset = new_start
-            self.epochs.truncate_from_start(new_start)
-        self._remove_segments(doomed)
+        with self._lock:
+            if self.closed:  # closed (topic deleted) by its owner while a worker waited
+                return 0
+            doomed = self.deletable_segments(now_ms)
+            if not doomed:
+                return 0
+            # the start offset moves before the segments leave the list: a concurrent reader never
+            # passes the range check for an offset its snapshot no longer holds
+            new_start = self._segments[len(doomed)].base_offset
+            if new_start > self.log_start_offset:
+                self.log_start_offset = new_start
+                self.epochs.truncate_from_start(new_start)
+            self._remove_segments(doomed)
+        self.delete_pending()
         return len(doomed)
 
     def _remove_segments(self, doomed: Sequence[LogSegment]) -> None:
+        """Take sealed segments out of the list; their files are renamed ``.deleted`` and stay
+        open for readers holding an older list until ``file.delete.delay.ms`` passed (as Kafka)."""
         ids = {id(s) for s in doomed}
-        self._set_segments([s for s in self._segments if id(s) not in ids])
         due = self.clock.monotonic_ms() + self.config.file_delete_delay_ms
-        for seg in doomed:
-            seg.rename_suffix(".deleted")
-            self._pending_deletes.append((due, seg))
-        self.delete_pending()
+        with self._lock:
+            self._set_segments([s for s in self._segments if id(s) not in ids], keep_recent=True)
+            for seg in doomed:
+                seg.rename_suffix(".deleted")
+                self._pending_deletes.append((due, seg))
 
     def replace_segments(self, old: Sequence[LogSegment], new: LogSegment) -> None:
         """Put ``new`` (a compacted ``.swap`` segment) in place of the consecutive ``old`` ones.
@@ -956,36 +994,46 @@ class Log:
         until their delayed deletion.
         """
         ids = {id(s) for s in old}
-        segments = list(self._segments)
-        at = next(i for i, s in enumerate(segments) if id(s) in ids)
-        kept = [s for s in segments if id(s) not in ids]
-        kept.insert(at, new)
         due = self.clock.monotonic_ms() + self.config.file_delete_delay_ms
-        for seg in old:
-            seg.rename_suffix(".deleted")
-            self._pending_deletes.append((due, seg))
-        new.rename_suffix("")
-        self._set_segments(kept)
+        with self._lock:
+            segments = list(self._segments)
+            if self.closed or not all(any(s is o for s in segments) for o in old):
+                # retention or truncation removed some of them meanwhile (or the log was closed):
+                # drop the cleaned copy
+                with contextlib.suppress(OSError):
+                    new.delete_files()
+                return
+            at = next(i for i, s in enumerate(segments) if id(s) in ids)
+            kept = [s for s in segments if id(s) not in ids]
+            kept.insert(at, new)
+            for seg in old:
+                seg.rename_suffix(".deleted")
+                self._pending_deletes.append((due, seg))
+            new.rename_suffix("")
+            self._set_segments(kept, keep_recent=True)
         self.files.sync_dir(self.directory)
 
     def delete_pending(self, force: bool = False) -> int:
         """Delete files of removed segments whose delay has passed."""
         now = self.clock.monotonic_ms()
-        keep, done = [], 0
-        for due, seg in self._pending_deletes:
-            if force or now >= due:
-                seg.delete_files()
-                done += 1
-            else:
-                keep.append((due, seg))
-        self._pending_deletes = keep
-        return done
+        with self._lock:
+            due_now = [seg for due, seg in self._pending_deletes if force or now >= due]
+            if not due_now:
+                return 0
+            self._pending_deletes = [(due, seg) for due, seg in self._pending_deletes if not (force or now >= due)]
+        for seg in due_now:
+            seg.delete_files()
+        return len(due_now)
 
     # ------------------------------------------------------------------------------------
     # truncation (followers)
 
     def truncate_to(self, offset: int) -> bool:
         """Remove everything at or after ``offset`` (follower truncation). True if it did."""
+        with self._lock:
+            return self._truncate_to(offset)
+
+    def _truncate_to(self, offset: int) -> bool:
         self._check_open()
         if offset >= self.log_end_offset:
             return False
@@ -1017,6 +1065,10 @@ class Log:
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and start an empty log at ``offset``."""
+        with self._lock:
+            self._truncate_fully_and_start_at(offset)
+
+    def _truncate_fully_and_start_at(self, offset: int) -> None:
         self._check_open()
         for seg in self._segments:
             seg.delete_files()
@@ -1040,6 +1092,10 @@ class Log:
 
     def close(self) -> None:
         """Flush and close every file (the directory stays)."""
+        with self._lock:  # not while a worker thread swaps segments
+            self._close()
+
+    def _close(self) -> None:
         if self.closed:
             return
         self.flush()
@@ -1050,6 +1106,10 @@ class Log:
 
     def delete(self) -> None:
         """Close and remove the partition directory with everything in it."""
+        with self._lock:
+            self._delete()
+
+    def _delete(self) -> None:
         if not self.closed:
             for seg in self._segments:
                 seg.close()

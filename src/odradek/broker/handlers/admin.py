@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from typing import TYPE_CHECKING
 
 from odradek.broker.dispatch import RequestContext, handles
 from odradek.broker.handlers.configs import topic_config_entries, validate_topic_configs
@@ -28,6 +29,9 @@ from odradek.protocol.messages.offset_for_leader_epoch import (
 )
 
 NO_AUTHORIZED_OPERATIONS = -2147483648
+
+if TYPE_CHECKING:
+    from odradek.storage.log import Log
 
 
 @handles(ApiKey.CREATE_TOPICS, versions=(0, 7))
@@ -141,9 +145,12 @@ async def create_partitions(ctx: RequestContext, request: CreatePartitionsReques
 
 @handles(ApiKey.DELETE_RECORDS, versions=(0, 2))
 async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
+    """Offsets are checked here; moving the log start offset (which rewrites the leader-epoch
+    checkpoint) and removing the segments below it run on a worker thread."""
     R = DeleteRecordsResponse
     broker = ctx.broker
     topics = []
+    moves: list[tuple[Log, int, DeleteRecordsResponse.DeleteRecordsPartitionResult]] = []
     for t in request.topics:
         parts = []
         for dp in t.partitions:
@@ -157,13 +164,23 @@ async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> 
                         ErrorCode.OFFSET_OUT_OF_RANGE,
                         f"offset {dp.offset} is not in [0, high watermark {p.high_watermark}]",
                     )
-                p.log.maybe_increment_log_start_offset(offset)
-                p.log.delete_old_segments()
-                res.low_watermark = p.log.log_start_offset
+                moves.append((p.log, offset, res))
             except KafkaError as exc:
                 res.error_code = int(exc.code)
         topics.append(R.DeleteRecordsTopicResult(name=t.name, partitions=parts))
-    broker.checkpoint_soon()
+    if moves:
+
+        def move() -> None:
+            for lg, offset, res in moves:
+                try:
+                    lg.maybe_increment_log_start_offset(offset)
+                    lg.delete_old_segments()
+                    res.low_watermark = lg.log_start_offset
+                except KafkaError as exc:
+                    res.error_code = int(exc.code)
+
+        await broker.run_io(move)
+        broker.checkpoint_soon()
     return R(throttle_time_ms=0, topics=topics)
 
 

@@ -4,20 +4,31 @@ v0: an empty topic list means every topic; v1+: null means every topic and an em
 v4+ carries ``allow_auto_topic_creation``; below it, auto-creation follows the broker's
 ``auto.create.topics.enable``.  v10+ may name topics by id (a null name and a topic id).
 Internal topics are listed only when asked for by name or when every topic is requested.
+
+One request auto-creates at most ``auto.create.topics.max.per.request`` topics; the other unknown
+topics it names are answered LEADER_NOT_AVAILABLE (retriable: a client asking again creates the
+next ones), and the handler yields to the event loop between creations, so other clients keep
+their latency while one client creates many topics.  (``request.max.topics`` bounds the names
+a request may carry at all; see :mod:`odradek.broker.server`.)
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import uuid
 
 from odradek.broker.dispatch import RequestContext, handles
-from odradek.cluster.metadata import TopicInfo
+from odradek.cluster.metadata import MetadataImage, TopicInfo
 from odradek.coordination import validate_topic_name
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.metadata import MetadataRequest, MetadataResponse
 
 R = MetadataResponse
+log = logging.getLogger(__name__)
+# version -> (the metadata image, its topics' responses) of the last whole-cluster request
+_ALL_TOPICS: dict[int, tuple[MetadataImage, list[MetadataResponse.MetadataResponseTopic]]] = {}
 NO_AUTHORIZED_OPERATIONS = -2147483648
 
 
@@ -54,11 +65,20 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
     allow_create = broker.config.get("auto.create.topics.enable") and (
         version < 4 or request.allow_auto_topic_creation
     )
+    create_budget = int(broker.config.get("auto.create.topics.max.per.request"))
+    refused = 0
     image = broker.image
     topics: list[R.MetadataResponseTopic] = []
     if requested is None:
-        for info in sorted(image.topics.values(), key=lambda t: t.name):
-            topics.append(topic_response(info, version))
+        # every topic: built once per metadata image and version (images are immutable; the
+        # response objects are only read by the encoder), not per request
+        cached = _ALL_TOPICS.get(version)
+        if cached is not None and cached[0] is image:
+            topics = list(cached[1])
+        else:
+            for info in sorted(image.topics.values(), key=lambda t: t.name):
+                topics.append(topic_response(info, version))
+            _ALL_TOPICS[version] = (image, list(topics))
     else:
         for req in requested:
             name = req.name
@@ -83,9 +103,19 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
                 except KafkaError as exc:
                     topics.append(R.MetadataResponseTopic(error_code=exc.code, name=name, is_internal=False))
                     continue
+                if allow_create and create_budget <= 0:
+                    refused += 1
+                    topics.append(
+                        R.MetadataResponseTopic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name, is_internal=False)
+                    )
+                    continue
                 if allow_create:
+                    create_budget -= 1
+                    await asyncio.sleep(0)  # let other clients in between creations
+                    t = broker.image.topics.get(name)
                     try:
-                        t = await broker.auto_create_topic(name)
+                        if t is None:
+                            t = await broker.auto_create_topic(name)
                     except KafkaError as exc:
                         if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                             topics.append(R.MetadataResponseTopic(error_code=exc.code, name=name, is_internal=False))
@@ -97,6 +127,16 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
                     )
                     continue
             topics.append(topic_response(t, version))
+    if refused:
+        log.warning(
+            "Metadata v%d from %s (client %s): %d unknown topics not auto-created, over "
+            "auto.create.topics.max.per.request=%d (answered LEADER_NOT_AVAILABLE)",
+            version,
+            ctx.client_host,
+            ctx.header.client_id,
+            refused,
+            int(broker.config.get("auto.create.topics.max.per.request")),
+        )
     image = broker.image
     brokers = []
     for b in sorted(image.brokers.values(), key=lambda b: b.broker_id):

@@ -1,0 +1,291 @@
+"""Produce latency of a well-behaved client while heavy operations run on the same broker.
+
+Run: ``python benchmarks/loop_latency.py [--quick]`` (or ``python -m benchmarks.loop_latency``).
+Prints one JSON object (~2.5 min; ``--quick`` ~1 min).
+
+One ``odradek serve`` on an empty data directory.  A paced producer (confluent-kafka,
+``acks=1, linger.ms=0``, ``rate`` msg/s of 100-byte values to a 1-partition topic) runs the
+whole time; its latency is ``produce()`` -> delivery report.  Each phase lasts ``seconds`` s
+and gives p50 / p99 / max of the records sent during it, and ``p99_ratio`` = its p99 / the
+idle phase's p99 measured in the same run.  The phases, in order:
+
+* ``idle`` - nothing else.
+* ``auto_create`` - another connection sends Metadata v12 requests naming 1,000 unknown topics
+  each (auto-create on; a request creates at most ``auto.create.topics.max.per.request``).
+* ``metadata_all`` - whole-cluster Metadata requests (every topic the previous phase created),
+  8 in flight.
+* ``delete_records`` - a DeleteRecords storm (8 in flight) on a topic with 4 KiB segments.
+* ``retention`` - a ``large_mb`` MiB log of 1 MiB segments whose ``retention.ms`` is set to
+  1 ms when the phase starts (``log.retention.check.interval.ms=500``).
+* ``compaction`` - a ``large_mb`` MiB keyed log (10,000 keys) switched to
+  ``cleanup.policy=compact`` when the phase starts (``log.cleaner.backoff.ms=500``).
+
+Also reported: the count of topics and the broker's peak RSS.  The machine is a shared 2-core
+VM: broker, clients and librdkafka's threads share both cores, so ratios include CPU
+contention, not only event-loop stalls; the latency tail moves between runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+try:
+    from odradek.testing import BrokerProcess
+except ImportError:  # running from a checkout without an install
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from odradek.testing import BrokerProcess
+
+import confluent_kafka as ck
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from odradek.protocol import NEED_DATA, ClientConnection, ResponseReceived
+from odradek.protocol.messages.delete_records import DeleteRecordsRequest
+from odradek.protocol.messages.metadata import MetadataRequest
+
+
+class _Raw:
+    """Pipelined raw requests on one connection."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.sock = socket.create_connection((host, port), timeout=60)
+        self.conn = ClientConnection(client_id="heavy")
+        self.in_flight = 0
+
+    def send(self, message: Any, version: int) -> None:
+        _cid, data = self.conn.send_request(message, version)
+        self.sock.sendall(data)
+        self.in_flight += 1
+
+    def receive(self) -> Any:
+        while True:
+            ev = self.conn.next_event()
+            if isinstance(ev, ResponseReceived):
+                self.in_flight -= 1
+                return ev.response
+            if ev is not NEED_DATA:
+                raise ConnectionError(f"unexpected event {ev!r}")
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                raise ConnectionError("broker closed the connection")
+            self.conn.receive_data(chunk)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class _PacedProducer(threading.Thread):
+    def __init__(self, bootstrap: str, topic: str, rate: int) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.topic, self.rate = bootstrap, topic, rate
+        self.samples: list[tuple[float, float]] = []  # (send time, latency s)
+        self.failed = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        p = ck.Producer({"bootstrap.servers": self.bootstrap, "acks": 1, "linger.ms": 0, "socket.nagle.disable": True})
+        interval = 1.0 / self.rate
+        nxt = time.monotonic()
+        while not self.stop.is_set():
+            t0 = time.monotonic()
+
+            def done(err: Any, msg: Any, t0: float = t0) -> None:
+                if err is not None:
+                    self.failed += 1
+                else:
+                    self.samples.append((t0, time.monotonic() - t0))
+
+            p.produce(self.topic, value=b"x" * 100, on_delivery=done)
+            nxt += interval
+            while True:  # poll serves delivery reports and returns early: wait out the interval
+                left = nxt - time.monotonic()
+                if left <= 0:
+                    break
+                p.poll(left)
+        p.flush(60)
+
+
+def _stats(samples: list[tuple[float, float]], start: float, end: float) -> dict[str, Any]:
+    lat = sorted(x for t, x in samples if start <= t < end)
+    if not lat:
+        return {"records": 0}
+
+    def pct(q: float) -> float:
+        return round(lat[min(len(lat) - 1, int(q * len(lat)))] * 1000, 2)
+
+    return {
+        "records": len(lat),
+        "p50_ms": pct(0.5),
+        "p99_ms": pct(0.99),
+        "max_ms": round(lat[-1] * 1000, 2),
+        "mean_ms": round(statistics.fmean(lat) * 1000, 2),
+    }
+
+
+def _fill(bootstrap: str, topic: str, mb: int, keyed: bool) -> None:
+    p = ck.Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 20, "batch.size": 1 << 20})
+    n = mb * 1024 * 1024 // 1000
+    value = b"v" * 1000
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, value=value, key=str(i % 10_000).encode() if keyed else None)
+                break
+            except BufferError:
+                p.poll(0.01)
+        if i % 1000 == 0:
+            p.poll(0)
+    p.flush(120)
+
+
+def _auto_create(addr: tuple[str, int], stop: Any) -> None:
+    raw = _Raw(*addr)
+    k = 0
+    while not stop.is_set():
+        names = [MetadataRequest.MetadataRequestTopic(name=f"auto-{k}-{i}") for i in range(1000)]
+        raw.send(MetadataRequest(topics=names, allow_auto_topic_creation=True), 12)
+        raw.receive()
+        k += 1
+    raw.close()
+
+
+def _metadata_all(addr: tuple[str, int], stop: Any) -> None:
+    raw = _Raw(*addr)
+    while not stop.is_set():
+        while raw.in_flight < 8:
+            raw.send(MetadataRequest(topics=None, allow_auto_topic_creation=False), 12)
+        raw.receive()
+    while raw.in_flight:
+        raw.receive()
+    raw.close()
+
+
+def _delete_records(addr: tuple[str, int], stop: Any) -> None:
+    raw = _Raw(*addr)
+    offset = 0
+    while not stop.is_set():
+        while raw.in_flight < 8:
+            offset += 1
+            topic = DeleteRecordsRequest.DeleteRecordsTopic(
+                name="victim", partitions=[DeleteRecordsRequest.DeleteRecordsPartition(partition_index=0, offset=offset)]
+            )
+            raw.send(DeleteRecordsRequest(topics=[topic], timeout_ms=30000), 2)
+        raw.receive()
+    while raw.in_flight:
+        raw.receive()
+    raw.close()
+
+
+def _vm_hwm_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    seconds = 6.0 if args.quick else 15.0
+    large_mb = 50 if args.quick else 200
+    rate = 200
+    out: dict[str, Any] = {
+        "benchmark": "loop_latency",
+        "config": {"seconds": seconds, "rate": rate, "large_mb": large_mb, "acks": 1},
+    }
+    with tempfile.TemporaryDirectory() as tmp, BrokerProcess(
+        Path(tmp) / "data",
+        overrides={"log.retention.check.interval.ms": 500, "log.cleaner.backoff.ms": 500},
+    ) as broker:
+        bootstrap = broker.bootstrap
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        fs = admin.create_topics(
+            [
+                NewTopic("latency", 1, 1),
+                NewTopic("victim", 1, 1, config={"segment.bytes": "4096", "file.delete.delay.ms": "0"}),
+                NewTopic("big", 1, 1, config={"segment.bytes": str(1 << 20)}),
+                NewTopic("keyed", 1, 1, config={"segment.bytes": str(1 << 20), "min.cleanable.dirty.ratio": "0.01"}),
+            ]
+        )
+        for f in fs.values():
+            f.result(30)
+        _fill(bootstrap, "victim", 20, keyed=False)
+        _fill(bootstrap, "big", large_mb, keyed=False)
+        _fill(bootstrap, "keyed", large_mb, keyed=True)
+
+        prod = _PacedProducer(bootstrap, "latency", rate)
+        prod.start()
+        time.sleep(2.0)  # warm-up
+
+        stop = multiprocessing.get_context("fork").Event()
+        addr = (broker.host, broker.port)
+
+        def alter(topic: str, configs: dict[str, str]) -> Callable[[], None]:
+            def run() -> None:
+                for f in admin.alter_configs([ConfigResource("topic", topic, set_config=configs)]).values():
+                    f.result(30)
+
+            return run
+
+        # heavy clients run in another process: their decoding must not hold this process's GIL
+        # while the paced producer's delivery reports wait
+        phases: list[tuple[str, Callable[..., None] | None]] = [
+            ("idle", None),
+            ("auto_create", _auto_create),
+            ("metadata_all", _metadata_all),
+            ("delete_records", _delete_records),
+            ("retention", alter("big", {"segment.bytes": str(1 << 20), "retention.ms": "1"})),
+            (
+                "compaction",
+                alter(
+                    "keyed",
+                    {"segment.bytes": str(1 << 20), "min.cleanable.dirty.ratio": "0.01", "cleanup.policy": "compact"},
+                ),
+            ),
+        ]
+        results: dict[str, Any] = {}
+        for name, work in phases:
+            stop.clear()
+            proc = None
+            start = time.monotonic()
+            if name in ("retention", "compaction"):
+                assert work is not None
+                work()  # a config change; the broker's timers do the rest
+            elif work is not None:
+                proc = multiprocessing.get_context("fork").Process(target=work, args=(addr, stop), daemon=True)
+                proc.start()
+            time.sleep(seconds)
+            end = time.monotonic()
+            stop.set()
+            if proc is not None:
+                proc.join(120)
+            results[name] = _stats(prod.samples, start, end)
+            time.sleep(1.0)
+        prod.stop.set()
+        prod.join(60)
+        idle = results["idle"].get("p99_ms") or 0.0
+        for r in results.values():
+            if idle and "p99_ms" in r:
+                r["p99_ratio"] = round(r["p99_ms"] / idle, 2)
+        out["phases"] = results
+        out["failed_deliveries"] = prod.failed
+        md = admin.list_topics(timeout=30)
+        out["topics"] = len(md.topics)
+        out["broker_peak_rss_mb"] = round(_vm_hwm_kb(broker.pid) / 1024, 1)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
