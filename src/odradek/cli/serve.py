@@ -111,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         return int(runner(_serve(config)))
     except (KafkaError, OSError) as exc:
+        logging.getLogger("odradek.serve").debug("start-up failed", exc_info=True)
         print(f"odradek serve: {_message(exc)}", file=sys.stderr)
         return 1
     except Exception as exc:  # an unexpected failure: one line, the traceback only in the DEBUG log

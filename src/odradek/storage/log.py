@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import errno
 import logging
 import os
 import re
@@ -240,8 +241,18 @@ class Log:
             self.recovery_point = self.log_end_offset
         self.log_start_offset = max(log_start_offset, self._segments[0].base_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
-        self.epochs.truncate_from_end(self.log_end_offset)
-        self.epochs.truncate_from_start(self.log_start_offset)
+        try:
+            self.epochs.truncate_from_end(self.log_end_offset)
+            self.epochs.truncate_from_start(self.log_start_offset)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            # the cache in memory is right; the file is rewritten at its next change and cut to
+            # the log again at every load, so a full disk need not keep the log from loading
+            _log.warning(
+                "partition %s-%d: leader-epoch checkpoint not rewritten at load (%s): the disk is full",
+                self.topic, self.partition, exc.strerror,
+            )
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
 
     def _clean_leftovers(self) -> None:
