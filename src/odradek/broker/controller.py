@@ -306,6 +306,15 @@ class Controller:
                 ctx.replica_states[(tp[0], tp[1], r)] = RS.ONLINE if ctx.is_live(r) else RS.OFFLINE
         self._send_update_metadata(ctx.live_brokers, None)
         await self._online_partitions(list(ctx.partitions()))
+        # Kafka's replica state machine start-up: replicas on dead brokers go Offline, which takes
+        # them out of the ISR of partitions that still have a leader (a leader waiting for an
+        # acks=all write to reach a dead follower would otherwise wait for its own lag timeout,
+        # or for ever if its ISR change is lost in the failover)
+        dead = {r for tp in ctx.partitions() for r in ctx.replicas(*tp) if not ctx.is_live(r)}
+        if dead:
+            shrunk = await self._remove_from_isr(list(ctx.partitions()), dead)
+            if shrunk:
+                log.info("controller start-up: brokers %s out of the ISR of %d partitions", sorted(dead), len(shrunk))
         self._send_leader_and_isr(list(ctx.partitions()), None)
         await self._delete_topics_changed()
         await self.store.children("/isr_change_notification", self._watch(self._isr_changed))
@@ -712,24 +721,31 @@ class Controller:
                 self.ctx.set_partition_state(tp, PS.OFFLINE)
         changed = set(await self._online_partitions(led))
         # dead followers leave the ISR of partitions that still have a leader (a new leader epoch)
+        changed |= set(await self._remove_from_isr([tp for tp in tps if tp not in changed], dead - still_live))
+        if changed:
+            self._send_leader_and_isr(sorted(changed), None)
+        else:
+            self._send_update_metadata(self.ctx.live_brokers, None)
+
+    async def _remove_from_isr(self, tps: list[TP], dead: set[int]) -> list[TP]:
+        """Replicas on ``dead`` brokers go Offline: out of the ISR of each partition in ``tps`` that
+        has a live leader (a version-checked write with a new leader epoch); the partitions changed."""
+        changed = []
         for tp in tps:
-            if tp in changed:
-                continue
 
             def decide(cur: LeaderIsr | None) -> LeaderIsr | None:
-                if cur is None or cur.leader == NO_LEADER:
+                if cur is None or cur.leader == NO_LEADER or not self.ctx.is_live(cur.leader):
                     return None
-                isr = tuple(r for r in cur.isr if r not in dead or r in still_live)
+                isr = tuple(r for r in cur.isr if r not in dead)
                 if isr == cur.isr or not isr:
                     return None
                 return LeaderIsr(cur.leader, cur.leader_epoch + 1, isr, self.ctx.epoch)
 
             if await self._update_leader_isr(tp, decide) is not None:
-                changed.add(tp)
-        if changed:
-            self._send_leader_and_isr(sorted(changed), None)
-        else:
-            self._send_update_metadata(self.ctx.live_brokers, None)
+                changed.append(tp)
+                log.info("%s-%d: brokers %s out of the ISR, now %s", *tp, sorted(dead & set(self.ctx.replicas(*tp))),
+                         list(self.ctx.states[tp].isr))
+        return changed
 
     async def _on_brokers_started(self, new: set[int]) -> None:
         log.info("brokers %s joined the cluster", sorted(new))
