@@ -14,10 +14,15 @@ thresholds: a fault shows as a partition that gets no acknowledgement within a g
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import functools
 import itertools
 import threading
 import time
+import types
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,8 +30,6 @@ from confluent_kafka import Producer
 
 from tests.cluster.conftest import Cluster, wait_for
 from tests.cluster.test_replication import check_no_loss, consume_all, create_topic
-
-pytestmark = pytest.mark.slow
 
 OVERRIDES = {
     "zookeeper.session.timeout.ms": 6000,
@@ -116,6 +119,7 @@ def states(cluster: Cluster, topic: str) -> str:
     return "; ".join(f"{p}: {cluster.partition_state(topic, p)}" for p in range(PARTITIONS))
 
 
+@pytest.mark.slow
 def test_writes_continue_after_controller_death_and_restart(cluster_factory: Callable[..., Cluster]) -> None:
     """Issue 18's first fault, exactly: SIGKILL the controller at T+8 s, start it again at T+28 s;
     every partition must be acknowledged again after the restart (it used to stall until a
@@ -150,6 +154,7 @@ def test_writes_continue_after_controller_death_and_restart(cluster_factory: Cal
     check_no_loss(producer.acked, got)
 
 
+@pytest.mark.slow
 def test_new_controller_shrinks_isr_of_dead_follower(cluster_factory: Callable[..., Cluster]) -> None:
     """Issue 18's second fault: the controller's broker dies; on the partitions it only followed,
     the new controller (Offline replica) or the leader (replica.lag.time.max.ms) drops it from the
@@ -180,6 +185,7 @@ def test_new_controller_shrinks_isr_of_dead_follower(cluster_factory: Callable[.
         producer.stop()
 
 
+@pytest.mark.slow
 def test_leader_shrinks_isr_of_dead_follower(cluster_factory: Callable[..., Cluster]) -> None:
     """A follower (not the controller) dies: its leaders drop it from the ISR after
     replica.lag.time.max.ms even while the controller cannot help (its session timeout is long
@@ -207,3 +213,105 @@ def test_leader_shrinks_isr_of_dead_follower(cluster_factory: Callable[..., Clus
         print(f"gaps: {producer.gaps(killed, time.monotonic())}")
     finally:
         producer.stop()
+
+
+# -- the leader's ISR change against a concurrent LeaderAndIsr (in process, a fake ZooKeeper) -----------
+
+
+class _Stat:
+    def __init__(self, version: int) -> None:
+        self.version = version
+
+
+class _FakeStore:
+    """The partition state znode: version-checked sets; ``during_set`` runs while a set is in flight."""
+
+    def __init__(self, data: dict[str, Any], version: int) -> None:
+        self.data, self.version = data, version
+        self.during_set: Callable[[], None] | None = None
+
+    async def set(self, path: str, value: Any, version: int = -1) -> _Stat:
+        from odradek.coordination.zookeeper import BadVersionError
+
+        if self.during_set is not None:
+            self.during_set()
+        await asyncio.sleep(0)
+        if version not in (-1, self.version):
+            raise BadVersionError()
+        self.data, self.version = value, self.version + 1
+        return _Stat(self.version)
+
+    async def get(self, path: str) -> tuple[Any, _Stat]:
+        return self.data, _Stat(self.version)
+
+
+def _leader(tmp_path: Path) -> tuple[Any, Any, _FakeStore]:
+    """Broker 2 leading t-0 (replicas 2, 3, 1; ISR all three, partition epoch 4) with 5 records
+    that follower 3 has and follower 1 (dead) has not: the HW is stuck at 0."""
+    from odradek.broker.app import Broker
+    from odradek.broker.replica import ReplicaManager
+    from odradek.cluster.metadata import PartitionState
+    from odradek.records import BatchBuilder
+    from odradek.storage import LogConfig, LogManager
+
+    rm = ReplicaManager(2, LogManager([tmp_path]), lambda _t: LogConfig.from_dict({}))
+    state = PartitionState("t", 0, (2, 3, 1), (2, 3, 1), 2, 7, 4)
+    p = rm.make_leader(state, None, 0)
+    for i in range(5):
+        b = BatchBuilder()
+        b.append(1_700_000_000_000 + i, None, b"v")
+        rm.append(p, bytearray(b.build()), -1)
+    p.record_follower_fetch(3, p.log.log_end_offset, 1)
+    p.update_high_watermark()
+    assert p.high_watermark == 0
+    store = _FakeStore({"leader": 2, "leader_epoch": 7, "isr": [2, 3, 1], "controller_epoch": 1, "version": 1}, 4)
+
+    async def notify(_tps: Any) -> None:
+        return None
+
+    zk = types.SimpleNamespace(store=store, notify_isr_change=notify)
+    fake = types.SimpleNamespace(broker_id=2, controller_epoch=2, clock=types.SimpleNamespace(now_ms=lambda: 10),
+                                 _zk=lambda: zk)
+    if hasattr(Broker, "_adopt_isr"):
+        fake._adopt_isr = functools.partial(Broker._adopt_isr, fake)
+    fake._change_isr = functools.partial(Broker._change_isr, fake)
+    return fake, p, store
+
+
+def test_isr_shrink_survives_a_same_epoch_leader_and_isr_during_the_write(tmp_path: Path) -> None:
+    """A new controller's start-up LeaderAndIsr (same leader epoch, the partition epoch it read
+    before the leader's write) lands while the leader writes its shrunk ISR: ZooKeeper holds the
+    shrunk ISR, so the leader must keep it and let its acks=all waiters go (it used to go back to
+    the old ISR, waiting for the dead follower)."""
+    fake, p, store = _leader(tmp_path)
+    old = p.state
+
+    def leader_and_isr() -> None:
+        p.state = dataclasses.replace(old)  # what make_leader installs: same epoch, partition epoch 4
+
+    store.during_set = leader_and_isr
+
+    async def run() -> bool:
+        waiter = p.wait_for_hw(p.log.log_end_offset)
+        await fake._change_isr(p, (2, 3))
+        return waiter.done()
+
+    assert asyncio.run(run())
+    assert p.state.isr == (2, 3) and p.state.partition_epoch == 5
+    assert p.high_watermark == p.log.log_end_offset
+
+
+def test_isr_shrink_after_a_lost_race_adopts_zookeepers_isr(tmp_path: Path) -> None:
+    """The leader's view is stale (ZooKeeper already has the shrunk ISR, version 5): the
+    version-checked write fails; the leader adopts ZooKeeper's ISR and its HW moves at once."""
+    fake, p, store = _leader(tmp_path)
+    store.data, store.version = {"leader": 2, "leader_epoch": 7, "isr": [2, 3], "controller_epoch": 1, "version": 1}, 5
+
+    async def run() -> bool:
+        waiter = p.wait_for_hw(p.log.log_end_offset)
+        await fake._change_isr(p, (2, 3))
+        return waiter.done()
+
+    assert asyncio.run(run())
+    assert p.state.isr == (2, 3) and p.state.partition_epoch == 5
+    assert p.high_watermark == p.log.log_end_offset
