@@ -564,6 +564,7 @@ class Broker:
         """Drop followers that have not caught up for ``replica.lag.time.max.ms`` from the ISR."""
         max_lag = int(self.config.get("replica.lag.time.max.ms"))
         now = self.clock.now_ms()
+        changes = []
         for p in list(self.replicas.partitions.values()):
             if not p.is_leader or p.isr_pending:
                 continue
@@ -571,7 +572,11 @@ class Broker:
             if lagging:
                 new_isr = tuple(r for r in p.state.isr if r not in lagging)
                 log.info("%s-%d: shrinking ISR from %s to %s", p.topic, p.index, list(p.state.isr), list(new_isr))
-                await self._change_isr(p, new_isr)
+                changes.append(self._change_isr(p, new_isr))
+        # all at once: one slow ZooKeeper write (up to its timeout) must not hold back the others,
+        # each of them holding acks=all writes to its partition (_change_isr logs its own failures)
+        if changes:
+            await asyncio.gather(*changes)
 
     async def _change_isr(self, p: Partition, new_isr: tuple[int, ...]) -> None:
         """The leader writes its new ISR to ZooKeeper (version-checked against the state it was
