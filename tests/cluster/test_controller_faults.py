@@ -315,3 +315,39 @@ def test_isr_shrink_after_a_lost_race_adopts_zookeepers_isr(tmp_path: Path) -> N
     assert asyncio.run(run())
     assert p.state.isr == (2, 3) and p.state.partition_epoch == 5
     assert p.high_watermark == p.log.log_end_offset
+
+
+@pytest.mark.slow
+def test_controller_survives_a_partition_state_written_under_it(cluster_factory: Callable[..., Cluster]) -> None:
+    """The root of issue 18's first fault: the controller's version-checked write of a partition
+    state failed because a leader had changed the ISR meanwhile (what happens when a takeover
+    races the leaders' own ISR shrinks), and the failed ZooKeeper multi-op was read as "another
+    controller": the controller resigned, its /controller znode stayed, and no broker was
+    controller any more.  Here the state znode is rewritten behind the controller's back before
+    it must take a dead follower out of the ISR (the leaders' own shrink is off)."""
+    overrides = dict(OVERRIDES)
+    overrides["replica.lag.time.max.ms"] = 600000
+    cluster = cluster_factory(3, overrides=overrides)
+    controller = cluster.wait_for_controller()
+    leader, victim = [b for b in cluster.ids if b != controller]
+    topic = "raced"
+    create_topic(cluster.bootstrap, topic, assignment=[[leader, victim, controller]],
+                 config={"min.insync.replicas": "2"})
+    cluster.wait_for(lambda: len(cluster.isr(topic, 0)) == 3, 30, "a full ISR")
+    epoch = cluster.controller_epoch()
+    client = cluster.kazoo()
+    path = f"/brokers/topics/{topic}/partitions/0/state"
+    data, _ = client.get(path)
+    client.set(path, data)  # same content, a new znode version the controller has not seen
+    cluster.kill(victim)
+    try:
+        cluster.wait_for(lambda: victim not in cluster.isr(topic, 0), 40, "the dead follower out of the ISR")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {cluster.partition_state(topic, 0)}; controller {cluster.controller_id()}\n"
+                             f"{cluster.logs(controller, 30)}") from None
+    assert cluster.controller_id() == controller and cluster.controller_epoch() == epoch
+    producer = AckRecorder(cluster.bootstrap, topic, 1, rate=50).start()
+    try:
+        producer.wait_all_partitions(time.monotonic(), 30, "with the dead broker out of the ISR")
+    finally:
+        producer.stop()

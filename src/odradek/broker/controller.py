@@ -44,6 +44,8 @@ from odradek.cluster.metadata import BrokerInfo, Endpoint, PartitionState, Topic
 from odradek.coordination.zookeeper import (
     BadVersionError,
     NodeExistsError,
+    RolledBackError,
+    RuntimeInconsistency,
     ZooKeeperBackend,
     broker_from_json,
     dumps,
@@ -227,9 +229,16 @@ class Controller:
             if self.controller_id != self.id and self.active:
                 await self._resign(delete_node=False)
             if self.controller_id == self.id and not self.active:
-                # our own node from before a session renewal is gone only when that session ended
-                await self._resign(delete_node=True)
-                self.put(self._elect)
+                # our own node, but we are not the controller (we resigned, or it is from our
+                # previous session): delete it if this session owns it, so that an election can
+                # happen; a node from an ended session goes when that session expires (its watch
+                # brings us back).  (Deleting only when we "were" active left a resigned
+                # controller spinning here with /controller standing: no controller at all.)
+                _, stat = await self.store.get_or_none("/controller")
+                if stat is not None and stat.ephemeralOwner == self.store.session_id:
+                    with contextlib.suppress(Exception):
+                        await self.store.delete("/controller", version=stat.version)
+                    log.info("broker %d deleted its own /controller node: a new election", self.id)
             return
         try:
             await self.store.create(
@@ -376,13 +385,19 @@ class Controller:
             return list(t.commit())
 
         results = await self.store.run(run)
-        if isinstance(results[0], Exception):
+        # a failed multi-op fails every op: the one at fault carries its error (BadVersion, NoNode,
+        # NodeExists), those before it RolledBackError, those after it RuntimeInconsistency.  Only
+        # a failed epoch check means another controller; a partition state written meanwhile by its
+        # leader (an ISR change) is a BadVersionError for the caller to re-read and retry.  (This
+        # used to be read as "controller moved": the controller resigned in the middle of its
+        # takeover and, its /controller znode still standing, no broker was controller any more.)
+        if isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
             raise ControllerMoved()
         for r in results[1:]:
-            if isinstance(r, BadVersionError):
+            if isinstance(r, Exception) and not isinstance(r, (RolledBackError, RuntimeInconsistency)):
                 raise r
-            if isinstance(r, Exception):
-                raise r
+        if isinstance(results[0], Exception) or any(isinstance(r, Exception) for r in results[1:]):
+            raise BadVersionError()
         return results
 
     async def _checked_set(self, path: str, value: Any, version: int) -> int:
