@@ -824,9 +824,11 @@ def faults(cluster: Cluster, cfg: dict[str, Any]) -> tuple[dict[str, Any], list[
                         seen[m.value().decode()] += 1
         finally:
             c.close()
+        read_ok = True
     except (Broken, ck.KafkaException) as exc:
         problems.append(f"faults: reading back failed: {exc}")
-    lost = [v for v in log.acked if v not in seen]
+        read_ok = False
+    lost = [v for v in log.acked if v not in seen] if read_ok else []
     dupes = [v for v, n in seen.items() if n > 1]
     if lost:
         problems.append(f"faults: {len(lost)} acknowledged records missing from the log, e.g. {lost[:5]}")
@@ -846,7 +848,8 @@ def faults(cluster: Cluster, cfg: dict[str, Any]) -> tuple[dict[str, Any], list[
         "longest_gap_s": max(overall) if overall else None,
         "target_max_gap_s": TARGETS["fault_max_gap_s"],
         "met": len(overall) == len(FAULT_KINDS) and all(r.get("met") for r in runs.values()),
-        "read_back": {"acked": len(log.acked), "in_log": len(seen), "lost": len(lost), "duplicates": len(dupes),
+        "read_back": {"acked": len(log.acked), "in_log": len(seen) if read_ok else None,
+                      "lost": len(lost) if read_ok else None, "duplicates": len(dupes) if read_ok else None,
                       "delivery_errors": dict(log.errors), "not_reported_after_flush": unreported},
         "note": "gap = the longest time between two acknowledgements of a partition from the fault to "
         f"{FAULT_OBSERVE_S} s after it; a SIGSTOP lasts 12 s, ZooKeeper is down 15 s",
