@@ -748,7 +748,11 @@ def fault_run(cluster: Cluster, log: AckLog, kind: str) -> dict[str, Any]:
     elif kind == "leader_kill":
         victim = next((b for b in sorted(leading) if b != ctl), ctl)
     elif kind in ("follower_kill", "follower_sigstop_12s"):
+        # a broker leading nothing (broker 3 by the assignment); the controller only if it is the
+        # one (after a controller failover it may be)
         victim = next((b for b in BROKER_IDS if b not in leading and b != ctl), None)
+        if victim is None:
+            victim = next((b for b in BROKER_IDS if b not in leading), None)
         if victim is None:
             victim = next(b for b in BROKER_IDS if b != ctl)
     else:
