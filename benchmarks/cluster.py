@@ -1,6 +1,6 @@
 """Benchmark of a 3-broker Odradek cluster coordinated by ZooKeeper: the cost of replication, and failover.
 
-Run: ``.venv/bin/python benchmarks/cluster.py [--quick] [--records N]`` (or ``python -m
+Run: ``.venv/bin/python benchmarks/cluster.py [--quick] [--records N] [--sections produce,failover,faults]`` (or ``python -m
 benchmarks.cluster``). Prints one JSON object (~1.5 min; ``--quick`` ~1 min). Exit status 0
 whatever the figures (a benchmark reports, it does not assert), 1 when something is broken: a
 record not acknowledged, an acknowledged record missing from the log, a duplicate written by the
@@ -52,6 +52,17 @@ run; the ratio is of figures measured in the same run, on the same cluster.
   milliseconds. The remaining 1-2 s are librdkafka's: while a partition's leader is down it
   re-queries metadata once a second, and when the dead broker drops out of the metadata it
   decommissions that broker handle, which parks the partition for one more round.
+* ``faults`` - the unavailability window per fault type (issue 18): one idempotent ``acks=all``
+  producer (``linger.ms=5``) sends 180 records/s round-robin to a 6-partition topic (RF 3,
+  ``min.insync.replicas=2``; brokers 1 and 2 lead, broker 3 only follows) while, one after the
+  other and each from a settled cluster (full ISRs, preferred leaders), the controller's broker is
+  SIGKILLed, a partition leader (not the controller) is SIGKILLed, a follower (neither) is
+  SIGKILLed (each started again 25 s later), a follower is SIGSTOPped for 12 s, and ZooKeeper is
+  stopped for 15 s and started again. Figure per fault: the longest gap between two
+  acknowledgements of each partition from the fault to 25 s after it, and the worst of them
+  (target <= 12 s; while ZooKeeper is down the ISRs stay full, so writes should not stop at
+  all). At the end every acknowledged record must be in the log exactly once. ~4 min;
+  ``--sections faults`` runs only this part.
 """
 
 from __future__ import annotations
@@ -115,7 +126,7 @@ QUICK = {
     "failover_repeats": 2,
     "failover_lead_s": 2.0,
 }
-TARGETS = {"produce_ratio_rf3_acks_all_vs_rf1_acks_1": 0.4, "failover_max_s": 12.0}
+TARGETS = {"produce_ratio_rf3_acks_all_vs_rf1_acks_1": 0.4, "failover_max_s": 12.0, "fault_max_gap_s": 12.0}
 KAFKA_2014_RATIO = 0.51
 PRODUCE_COMMON: dict[str, Any] = {"linger.ms": 5, "batch.size": 1048576, "compression.type": "none"}
 PRODUCE_SETTINGS: dict[str, dict[str, Any]] = {
@@ -126,6 +137,15 @@ FAILOVER_PRODUCER: dict[str, Any] = {"acks": "all", "enable.idempotence": True, 
 FAILOVER_INTERVAL_S = 0.005
 FAILOVER_GIVE_UP_S = 60.0  # no successful post-kill delivery within this: failover did not happen
 SETTLE_S = 6.0  # before a failover repeat: the leader must not have changed for this long
+TOPIC_FAULTS = "bench-faults"
+# brokers 1 and 2 lead, broker 3 only follows (the victim of the follower faults)
+FAULT_ASSIGNMENT = [[1, 2, 3], [2, 3, 1], [1, 3, 2], [2, 1, 3], [1, 2, 3], [2, 3, 1]]
+FAULT_PRODUCER: dict[str, Any] = {"acks": "all", "enable.idempotence": True, "linger.ms": 5,
+                                  "message.timeout.ms": 300000}
+FAULT_RATE = 180.0
+FAULT_OBSERVE_S = 25.0
+FAULT_KINDS = ("controller_kill", "leader_kill", "follower_kill", "follower_sigstop_12s", "zookeeper_down_15s")
+SECTIONS = ("produce", "failover", "faults")
 
 
 class Broken(RuntimeError):
@@ -627,6 +647,221 @@ def failover(cluster: Cluster, cfg: dict[str, Any]) -> tuple[dict[str, Any], lis
 
 
 # ------------------------------------------------------------------------------------------------
+# 3. unavailability per fault
+
+
+class AckLog:
+    """One idempotent acks=all producer at FAULT_RATE records/s, round-robin over the partitions of
+    TOPIC_FAULTS, on its own thread; the monotonic time of every acknowledgement, per partition."""
+
+    def __init__(self, cluster: Cluster, partitions: int) -> None:
+        self.partitions = partitions
+        self.producer = ck.Producer({"bootstrap.servers": cluster.bootstrap, **FAULT_PRODUCER})
+        self.times: dict[int, list[float]] = {p: [] for p in range(partitions)}
+        self.acked: dict[str, int] = {}
+        self.errors: collections.Counter[str] = collections.Counter()
+        self.sent = 0
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _report(self, err: Any, msg: Any) -> None:
+        now = time.monotonic()
+        with self.lock:
+            if err is not None:
+                self.errors[str(err.name())] += 1
+                return
+            self.times[msg.partition()].append(now)
+            value = msg.value().decode()
+            self.acked[value] = self.acked.get(value, 0) + 1
+
+    def _run(self) -> None:
+        next_send = time.monotonic()
+        while not self.stopping.is_set():
+            try:
+                self.producer.produce(
+                    TOPIC_FAULTS, f"f:{self.sent}".encode(), partition=self.sent % self.partitions,
+                    on_delivery=self._report,
+                )
+                self.sent += 1
+            except (BufferError, ck.KafkaException):  # a full queue; a topic not yet in the metadata
+                self.producer.poll(0.1)
+            next_send += 1 / FAULT_RATE
+            if next_send < time.monotonic() - 0.05:
+                next_send = time.monotonic()
+            self.producer.poll(max(0.0, next_send - time.monotonic()))
+
+    def start(self) -> AckLog:
+        self.thread.start()
+        return self
+
+    def stop(self) -> int:
+        self.stopping.set()
+        self.thread.join(10)
+        self.producer.flush(120)
+        return len(self.producer)
+
+    def gaps(self, start: float, end: float) -> dict[int, float]:
+        """Per partition, the longest time between two acknowledgements around [start, end]: from
+        the last one at or before ``start`` (or ``start``) to the first after ``end`` (or ``end``)."""
+        out = {}
+        with self.lock:
+            for p, times in self.times.items():
+                before = [t for t in times if t <= start]
+                inside = [t for t in times if start < t <= end]
+                after = [t for t in times if t > end]
+                points = [before[-1] if before else start, *inside, after[0] if after else end]
+                out[p] = max(b - a for a, b in itertools.pairwise(points))
+        return out
+
+    def acks_after(self, t: float) -> bool:
+        with self.lock:
+            return all(any(x > t for x in times) for times in self.times.values())
+
+
+def fault_settled(cluster: Cluster, assignment: list[list[int]]) -> bool:
+    """Every broker registered and running, full ISRs, preferred leaders."""
+    if cluster.registered() != list(BROKER_IDS):
+        return False
+    for p, replicas in enumerate(assignment):
+        st = cluster.state(TOPIC_FAULTS, p)
+        if st.get("leader") != replicas[0] or sorted(st.get("isr", [])) != sorted(replicas):
+            return False
+    return True
+
+
+def controller(cluster: Cluster) -> int:
+    data = cluster.zk_json("/controller")
+    return int(data["brokerid"]) if isinstance(data, dict) else -1
+
+
+def fault_run(cluster: Cluster, log: AckLog, kind: str) -> dict[str, Any]:
+    assignment = FAULT_ASSIGNMENT
+    wait_for(lambda: fault_settled(cluster, assignment), 120, f"before {kind}: full ISRs, preferred leaders")
+    time.sleep(2)
+    ctl = controller(cluster)
+    leaders = {p: cluster.leader(TOPIC_FAULTS, p) for p in range(len(assignment))}
+    leading = set(leaders.values())
+    victim: int | None
+    if kind == "controller_kill":
+        victim = ctl
+    elif kind == "leader_kill":
+        victim = next((b for b in sorted(leading) if b != ctl), ctl)
+    elif kind in ("follower_kill", "follower_sigstop_12s"):
+        # a broker leading nothing (broker 3 by the assignment); the controller only if it is the
+        # one (after a controller failover it may be)
+        victim = next((b for b in BROKER_IDS if b not in leading and b != ctl), None)
+        if victim is None:
+            victim = next((b for b in BROKER_IDS if b not in leading), None)
+        if victim is None:
+            victim = next(b for b in BROKER_IDS if b != ctl)
+    else:
+        victim = None
+    t0 = time.monotonic()
+    if kind.endswith("_kill"):
+        assert victim is not None
+        cluster.brokers[victim].kill()
+        time.sleep(FAULT_OBSERVE_S)
+        end = time.monotonic()
+        cluster.brokers[victim].start(timeout=60)
+    elif kind == "follower_sigstop_12s":
+        assert victim is not None
+        os.kill(cluster.brokers[victim].pid, signal.SIGSTOP)
+        try:
+            time.sleep(12)
+        finally:
+            os.kill(cluster.brokers[victim].pid, signal.SIGCONT)
+        time.sleep(FAULT_OBSERVE_S - 12)
+        end = time.monotonic()
+    else:  # zookeeper_down_15s
+        cluster.zk.stop()
+        try:
+            time.sleep(15)
+        finally:
+            cluster.zk.start()
+        time.sleep(FAULT_OBSERVE_S - 15)
+        end = time.monotonic()
+    wait_for(lambda: log.acks_after(end), 120, f"after {kind}: acknowledgements on every partition")
+    gaps = log.gaps(t0, end)
+    worst = max(gaps.values())
+    return {
+        "victim": victim,
+        "victim_role": None if victim is None else {
+            "controller": victim == ctl,
+            "leads_partitions": sorted(p for p, b in leaders.items() if b == victim),
+        },
+        "longest_gap_per_partition_s": {p: rnd(g, 2) for p, g in sorted(gaps.items())},
+        "longest_gap_s": rnd(worst, 2),
+        "met": worst <= TARGETS["fault_max_gap_s"],
+    }
+
+
+def faults(cluster: Cluster, cfg: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    del cfg
+    problems: list[str] = []
+    log = AckLog(cluster, len(FAULT_ASSIGNMENT)).start()
+    runs: dict[str, Any] = {}
+    try:
+        wait_for(lambda: log.acks_after(time.monotonic() - 0.5), 60, "acknowledgements before the faults")
+        for kind in FAULT_KINDS:
+            try:
+                runs[kind] = fault_run(cluster, log, kind)
+                print(json.dumps({kind: runs[kind]}), file=sys.stderr, flush=True)  # progress
+            except Broken as exc:
+                problems.append(f"faults: {kind}: {exc}")
+                runs[kind] = {"error": str(exc)}
+    finally:
+        unreported = log.stop()
+    # read back: every acknowledged record exactly once
+    seen: collections.Counter[str] = collections.Counter()
+    try:
+        wait_for(lambda: fault_settled(cluster, FAULT_ASSIGNMENT), 120, "after the faults: full ISRs")
+        hws = cluster.high_watermarks(TOPIC_FAULTS, len(FAULT_ASSIGNMENT))
+        c = ck.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "bench-faults-readback",
+                         "enable.auto.commit": False})
+        try:
+            c.assign([ck.TopicPartition(TOPIC_FAULTS, p, 0) for p in range(len(FAULT_ASSIGNMENT))])
+            deadline = time.monotonic() + 60
+            while sum(seen.values()) < sum(hws) and time.monotonic() < deadline:
+                for m in c.consume(num_messages=10000, timeout=1.0):
+                    if m.error() is None:
+                        seen[m.value().decode()] += 1
+        finally:
+            c.close()
+        read_ok = True
+    except (Broken, ck.KafkaException) as exc:
+        problems.append(f"faults: reading back failed: {exc}")
+        read_ok = False
+    lost = [v for v in log.acked if v not in seen] if read_ok else []
+    dupes = [v for v, n in seen.items() if n > 1]
+    if lost:
+        problems.append(f"faults: {len(lost)} acknowledged records missing from the log, e.g. {lost[:5]}")
+    if dupes:
+        problems.append(f"faults: {len(dupes)} records written twice (idempotent producer), e.g. {dupes[:5]}")
+    overall = [r["longest_gap_s"] for r in runs.values() if "longest_gap_s" in r]
+    out = {
+        "settings": {
+            "producer": FAULT_PRODUCER,
+            "records_per_s": FAULT_RATE,
+            "topic": f"{len(FAULT_ASSIGNMENT)} partitions, replication factor 3, min.insync.replicas=2, "
+            f"replicas {FAULT_ASSIGNMENT}",
+            "observed_s_after_each_fault": FAULT_OBSERVE_S,
+            "broker": OVERRIDES,
+        },
+        "by_fault": runs,
+        "longest_gap_s": max(overall) if overall else None,
+        "target_max_gap_s": TARGETS["fault_max_gap_s"],
+        "met": len(overall) == len(FAULT_KINDS) and all(r.get("met") for r in runs.values()),
+        "read_back": {"acked": len(log.acked), "in_log": len(seen) if read_ok else None,
+                      "lost": len(lost) if read_ok else None, "duplicates": len(dupes) if read_ok else None,
+                      "delivery_errors": dict(log.errors), "not_reported_after_flush": unreported},
+        "note": "gap = the longest time between two acknowledgements of a partition from the fault to "
+        f"{FAULT_OBSERVE_S} s after it; a SIGSTOP lasts 12 s, ZooKeeper is down 15 s",
+    }
+    return out, problems
+
+
+# ------------------------------------------------------------------------------------------------
 
 
 def main() -> int:
@@ -634,7 +869,13 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer records and repeats")
     parser.add_argument("--records", type=int, help="records per produce run")
     parser.add_argument("--repeats", type=int, help="produce runs of each kind")
+    parser.add_argument(
+        "--sections", default=",".join(SECTIONS), help=f"comma-separated, of {', '.join(SECTIONS)} (default all)"
+    )
     args = parser.parse_args()
+    sections = [x for x in args.sections.split(",") if x]
+    if any(x not in SECTIONS for x in sections):
+        parser.error(f"--sections: expected some of {', '.join(SECTIONS)}")
     cfg = dict(QUICK if args.quick else FULL)
     if args.records:
         cfg["records"] = args.records
@@ -668,10 +909,16 @@ def main() -> int:
             cluster.create_topic(TOPIC_RF1, [[1], [2], [3]], {})
             cluster.create_topic(TOPIC_RF3, [[1, 2, 3], [2, 3, 1], [3, 1, 2]], {"min.insync.replicas": "2"})
             cluster.create_topic(TOPIC_FAILOVER, [[1, 2, 3]], {"min.insync.replicas": "2"})
-            result["produce"], p = throughput(cluster, cfg)
-            problems += p
-            result["failover"], p = failover(cluster, cfg)
-            problems += p
+            cluster.create_topic(TOPIC_FAULTS, FAULT_ASSIGNMENT, {"min.insync.replicas": "2"})
+            if "produce" in sections:
+                result["produce"], p = throughput(cluster, cfg)
+                problems += p
+            if "failover" in sections:
+                result["failover"], p = failover(cluster, cfg)
+                problems += p
+            if "faults" in sections:
+                result["faults"], p = faults(cluster, cfg)
+                problems += p
         except Broken as exc:
             problems.append(str(exc))
         except Exception as exc:
@@ -684,8 +931,9 @@ def main() -> int:
         cluster.close()
         shutil.rmtree(root, ignore_errors=True)
     met = {
-        "produce_ratio": bool(result.get("produce", {}).get("met")),
-        "failover": bool(result.get("failover", {}).get("met")),
+        name: bool(result.get(section, {}).get("met"))
+        for name, section in (("produce_ratio", "produce"), ("failover", "failover"), ("faults", "faults"))
+        if section in sections
     }
     result["targets_met"] = met
     result["pass"] = all(met.values()) and not problems

@@ -781,6 +781,7 @@ class Broker:
         """Drop followers that have not caught up for ``replica.lag.time.max.ms`` from the ISR."""
         max_lag = int(self.config.get("replica.lag.time.max.ms"))
         now = self.clock.now_ms()
+        changes = []
         for p in list(self.replicas.partitions.values()):
             if not p.is_leader or p.isr_pending:
                 continue
@@ -788,7 +789,11 @@ class Broker:
             if lagging:
                 new_isr = tuple(r for r in p.state.isr if r not in lagging)
                 log.info("%s-%d: shrinking ISR from %s to %s", p.topic, p.index, list(p.state.isr), list(new_isr))
-                await self._change_isr(p, new_isr)
+                changes.append(self._change_isr(p, new_isr))
+        # all at once: one slow ZooKeeper write (up to its timeout) must not hold back the others,
+        # each of them holding acks=all writes to its partition (_change_isr logs its own failures)
+        if changes:
+            await asyncio.gather(*changes)
 
     async def _change_isr(self, p: Partition, new_isr: tuple[int, ...]) -> None:
         """The leader writes its new ISR to ZooKeeper (version-checked against the state it was
@@ -805,31 +810,44 @@ class Broker:
             try:
                 stat = await zk.store.set(path, li.to_json(), state.partition_epoch)
             except BadVersionError:
+                # someone wrote the state since we were given it (the controller, or our own
+                # write whose answer was lost): adopt ZooKeeper's ISR if we still lead at this
+                # epoch; the next check retries the change against it
                 data, zstat = await zk.store.get(path)
                 current = LeaderIsr.from_json(data, zstat.version)
                 if current.leader != self.broker_id or current.leader_epoch != state.leader_epoch:
                     return  # the controller moved on; its LeaderAndIsr will tell us
-                p.state = replace(p.state, isr=current.isr, partition_epoch=zstat.version)
+                if p.is_leader and p.leader_epoch == current.leader_epoch and p.state.partition_epoch <= zstat.version:
+                    log.info("%s-%d: ISR in ZooKeeper is %s (version %d), not %s; adopting it",
+                             p.topic, p.index, list(current.isr), zstat.version, list(p.state.isr))
+                    self._adopt_isr(p, current.isr, zstat.version)
                 return
             except NoNodeError:
                 return
-            if p.state is not state or not p.is_leader:
-                return
+            if not p.is_leader or p.leader_epoch != state.leader_epoch or p.state.partition_epoch > stat.version:
+                return  # a newer LeaderAndIsr arrived meanwhile: it wins
+            # (a LeaderAndIsr of the same epoch that arrived while we wrote carries an older
+            # partition epoch than our write: ZooKeeper now holds our ISR, so we keep it)
             if any(r not in new_isr for r in state.isr):
                 log.info("%s-%d: ISR shrunk to %s", p.topic, p.index, list(new_isr))
             else:
                 log.info("%s-%d: ISR expanded to %s", p.topic, p.index, list(new_isr))
-            p.state = replace(state, isr=new_isr, partition_epoch=stat.version)
-            now = self.clock.now_ms()
-            for r in new_isr:
-                p.follower_caught_up.setdefault(r, now)
-            p.update_high_watermark()
+            self._adopt_isr(p, new_isr, stat.version)
             with contextlib.suppress(Exception):
                 await zk.notify_isr_change([(p.topic, p.index)])
         except Exception:
             log.exception("ISR change of %s-%d failed", p.topic, p.index)
         finally:
             p.isr_pending = False
+
+    def _adopt_isr(self, p: Partition, isr: tuple[int, ...], version: int) -> None:
+        """The leader's ISR is now ``isr`` at partition state version ``version``: the HW may
+        move (a shrink releases acks=all waiters held by the removed replicas)."""
+        p.state = replace(p.state, isr=isr, partition_epoch=version)
+        now = self.clock.now_ms()
+        for r in isr:
+            p.follower_caught_up.setdefault(r, now)
+        p.update_high_watermark()
 
     async def _controlled_shutdown(self) -> None:
         """Ask the controller to move leadership away before this broker stops (retried)."""

@@ -44,6 +44,8 @@ from odradek.cluster.metadata import BrokerInfo, Endpoint, PartitionState, Topic
 from odradek.coordination.zookeeper import (
     BadVersionError,
     NodeExistsError,
+    RolledBackError,
+    RuntimeInconsistency,
     ZooKeeperBackend,
     broker_from_json,
     dumps,
@@ -227,9 +229,16 @@ class Controller:
             if self.controller_id != self.id and self.active:
                 await self._resign(delete_node=False)
             if self.controller_id == self.id and not self.active:
-                # our own node from before a session renewal is gone only when that session ended
-                await self._resign(delete_node=True)
-                self.put(self._elect)
+                # our own node, but we are not the controller (we resigned, or it is from our
+                # previous session): delete it if this session owns it, so that an election can
+                # happen; a node from an ended session goes when that session expires (its watch
+                # brings us back).  (Deleting only when we "were" active left a resigned
+                # controller spinning here with /controller standing: no controller at all.)
+                _, stat = await self.store.get_or_none("/controller")
+                if stat is not None and stat.ephemeralOwner == self.store.session_id:
+                    with contextlib.suppress(Exception):
+                        await self.store.delete("/controller", version=stat.version)
+                    log.info("broker %d deleted its own /controller node: a new election", self.id)
             return
         try:
             await self.store.create(
@@ -306,6 +315,15 @@ class Controller:
                 ctx.replica_states[(tp[0], tp[1], r)] = RS.ONLINE if ctx.is_live(r) else RS.OFFLINE
         self._send_update_metadata(ctx.live_brokers, None)
         await self._online_partitions(list(ctx.partitions()))
+        # Kafka's replica state machine start-up: replicas on dead brokers go Offline, which takes
+        # them out of the ISR of partitions that still have a leader (a leader waiting for an
+        # acks=all write to reach a dead follower would otherwise wait for its own lag timeout,
+        # or for ever if its ISR change is lost in the failover)
+        dead = {r for tp in ctx.partitions() for r in ctx.replicas(*tp) if not ctx.is_live(r)}
+        if dead:
+            shrunk = await self._remove_from_isr(list(ctx.partitions()), dead)
+            if shrunk:
+                log.info("controller start-up: brokers %s out of the ISR of %d partitions", sorted(dead), len(shrunk))
         self._send_leader_and_isr(list(ctx.partitions()), None)
         await self._delete_topics_changed()
         await self.store.children("/isr_change_notification", self._watch(self._isr_changed))
@@ -367,13 +385,19 @@ class Controller:
             return list(t.commit())
 
         results = await self.store.run(run)
-        if isinstance(results[0], Exception):
+        # a failed multi-op fails every op: the one at fault carries its error (BadVersion, NoNode,
+        # NodeExists), those before it RolledBackError, those after it RuntimeInconsistency.  Only
+        # a failed epoch check means another controller; a partition state written meanwhile by its
+        # leader (an ISR change) is a BadVersionError for the caller to re-read and retry.  (This
+        # used to be read as "controller moved": the controller resigned in the middle of its
+        # takeover and, its /controller znode still standing, no broker was controller any more.)
+        if isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
             raise ControllerMoved()
         for r in results[1:]:
-            if isinstance(r, BadVersionError):
+            if isinstance(r, Exception) and not isinstance(r, (RolledBackError, RuntimeInconsistency)):
                 raise r
-            if isinstance(r, Exception):
-                raise r
+        if isinstance(results[0], Exception) or any(isinstance(r, Exception) for r in results[1:]):
+            raise BadVersionError()
         return results
 
     async def _checked_set(self, path: str, value: Any, version: int) -> int:
@@ -712,24 +736,31 @@ class Controller:
                 self.ctx.set_partition_state(tp, PS.OFFLINE)
         changed = set(await self._online_partitions(led))
         # dead followers leave the ISR of partitions that still have a leader (a new leader epoch)
+        changed |= set(await self._remove_from_isr([tp for tp in tps if tp not in changed], dead - still_live))
+        if changed:
+            self._send_leader_and_isr(sorted(changed), None)
+        else:
+            self._send_update_metadata(self.ctx.live_brokers, None)
+
+    async def _remove_from_isr(self, tps: list[TP], dead: set[int]) -> list[TP]:
+        """Replicas on ``dead`` brokers go Offline: out of the ISR of each partition in ``tps`` that
+        has a live leader (a version-checked write with a new leader epoch); the partitions changed."""
+        changed = []
         for tp in tps:
-            if tp in changed:
-                continue
 
             def decide(cur: LeaderIsr | None) -> LeaderIsr | None:
-                if cur is None or cur.leader == NO_LEADER:
+                if cur is None or cur.leader == NO_LEADER or not self.ctx.is_live(cur.leader):
                     return None
-                isr = tuple(r for r in cur.isr if r not in dead or r in still_live)
+                isr = tuple(r for r in cur.isr if r not in dead)
                 if isr == cur.isr or not isr:
                     return None
                 return LeaderIsr(cur.leader, cur.leader_epoch + 1, isr, self.ctx.epoch)
 
             if await self._update_leader_isr(tp, decide) is not None:
-                changed.add(tp)
-        if changed:
-            self._send_leader_and_isr(sorted(changed), None)
-        else:
-            self._send_update_metadata(self.ctx.live_brokers, None)
+                changed.append(tp)
+                log.info("%s-%d: brokers %s out of the ISR, now %s", *tp, sorted(dead & set(self.ctx.replicas(*tp))),
+                         list(self.ctx.states[tp].isr))
+        return changed
 
     async def _on_brokers_started(self, new: set[int]) -> None:
         log.info("brokers %s joined the cluster", sorted(new))

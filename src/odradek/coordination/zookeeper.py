@@ -35,7 +35,14 @@ from dataclasses import replace
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+    RuntimeInconsistency,
+)
 from kazoo.retry import KazooRetry
 
 from odradek.cluster.controller import TopicAssignment, place_replicas
@@ -43,7 +50,16 @@ from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage, Partit
 from odradek.coordination.base import MetadataBackend, validate_topic_name
 from odradek.errors import ErrorCode, KafkaError
 
-__all__ = ["BadVersionError", "NoNodeError", "NodeExistsError", "NotEmptyError", "ZkStore", "ZooKeeperBackend"]
+__all__ = [
+    "BadVersionError",
+    "NoNodeError",
+    "NodeExistsError",
+    "NotEmptyError",
+    "RolledBackError",
+    "RuntimeInconsistency",
+    "ZkStore",
+    "ZooKeeperBackend",
+]
 
 log = logging.getLogger(__name__)
 
