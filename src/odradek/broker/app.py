@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import logging
 import resource
 import time
@@ -230,6 +231,9 @@ class Broker:
     async def stop(self) -> None:
         if self.stopping:
             return
+        # from here on a call to an unreachable metadata store (ZooKeeper gone) fails at once:
+        # shutdown takes at most the controlled.shutdown.* attempts, never ZooKeeper's retries
+        self.backend.begin_shutdown()
         if self.controller is not None and self.config.get("controlled.shutdown.enable"):
             with contextlib.suppress(Exception):
                 await self._controlled_shutdown()
@@ -615,7 +619,12 @@ class Broker:
             p.isr_pending = False
 
     async def _controlled_shutdown(self) -> None:
-        """Ask the controller to move leadership away before this broker stops (retried)."""
+        """Ask the controller to move leadership away before this broker stops: at most
+        ``controlled.shutdown.max.retries`` attempts, ``controlled.shutdown.retry.backoff.ms``
+        apart.  The controller records new leaders in ZooKeeper, so with ZooKeeper unreachable
+        from here (after a short grace for a reconnect) there is nothing to ask: the broker shuts
+        down at once and the controller moves leadership when this broker's registration
+        disappears, as after a crash."""
         from odradek.broker.channel import BrokerChannel
         from odradek.protocol.messages.controlled_shutdown import ControlledShutdownRequest
 
@@ -623,11 +632,22 @@ class Broker:
         retries = int(self.config.get("controlled.shutdown.max.retries"))
         backoff = int(self.config.get("controlled.shutdown.retry.backoff.ms")) / 1000
         for attempt in range(retries):
-            data, _ = await zk.store.get_or_none("/controller")
-            cid = int(data["brokerid"]) if data else -1
-            if cid == self.broker_id and self.controller is not None and self.controller.active:
-                remaining = await self.controller.call(
-                    lambda: self.controller.controlled_shutdown(self.broker_id, zk.broker_epoch)  # type: ignore[union-attr]
+            if attempt:
+                await asyncio.sleep(backoff)
+            if not await self._coordination_reachable(2.0):
+                log.warning(
+                    "controlled shutdown skipped: ZooKeeper is not reachable, so no controller can move "
+                    "leadership now; shutting down without it"
+                )
+                return
+            controller = self.controller
+            cid = controller.controller_id if controller is not None else -1
+            if cid < 0:  # not known from the /controller watch: ask ZooKeeper
+                data, _ = await zk.store.get_or_none("/controller")
+                cid = int(data["brokerid"]) if data else -1
+            if cid == self.broker_id and controller is not None and controller.active:
+                remaining = await controller.call(
+                    functools.partial(controller.controlled_shutdown, self.broker_id, zk.broker_epoch)
                 )
                 if not remaining:
                     log.info("controlled shutdown succeeded")
@@ -650,8 +670,16 @@ class Broker:
                         log.info("controlled shutdown succeeded")
                         await self._wait_not_leading(5.0)
                         return
-            await asyncio.sleep(backoff)
-        log.warning("controlled shutdown did not complete; shutting down anyway")
+        log.warning("controlled shutdown did not complete after %d attempts; shutting down anyway", retries)
+
+    async def _coordination_reachable(self, grace: float) -> bool:
+        """Whether the metadata store answers, waiting up to ``grace`` s for a reconnect."""
+        deadline = time.monotonic() + grace
+        while not self.backend.reachable():
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.1)
+        return True
 
     async def _wait_not_leading(self, timeout: float) -> None:
         """Until the controller's LeaderAndIsr has made this broker a follower everywhere."""

@@ -51,6 +51,15 @@ class MetadataBackend(ABC):
     @abstractmethod
     async def stop(self) -> None: ...
 
+    def reachable(self) -> bool:
+        """Whether the metadata store answers now (an embedded store always does)."""
+        return True
+
+    def begin_shutdown(self) -> None:
+        """The broker is stopping: from now on, calls to an unreachable store fail at once
+        instead of waiting for it (shutdown is bounded even when coordination is gone)."""
+        return None
+
     @abstractmethod
     async def create_topic(
         self,

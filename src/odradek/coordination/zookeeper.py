@@ -48,6 +48,7 @@ __all__ = ["BadVersionError", "NoNodeError", "NodeExistsError", "NotEmptyError",
 log = logging.getLogger(__name__)
 
 PRODUCER_ID_BLOCK = 1000
+SHUTDOWN_OP_TIMEOUT = 5.0  # seconds a ZooKeeper call may take once the broker is stopping
 PERSISTENT_PATHS = (
     "/brokers/ids",
     "/brokers/topics",
@@ -112,6 +113,9 @@ class ZkStore:
         self.session_listeners: list[Callable[[], Awaitable[None]]] = []
         self._lost = False
         self.closed = False
+        # set when the broker begins to stop: a call made while ZooKeeper is unreachable then
+        # fails at once (REQUEST_TIMED_OUT) instead of waiting op_timeout for it
+        self.shutting_down = False
         self._tasks: set[asyncio.Future[None]] = set()
 
     async def start(self) -> None:
@@ -135,12 +139,19 @@ class ZkStore:
                 f"cannot connect to ZooKeeper at {self.connect} within {self.connection_timeout:.0f}s: {exc}",
             ) from exc
 
+    @property
+    def connected(self) -> bool:
+        """Whether the session is connected to a ZooKeeper server now."""
+        return bool(self.zk.connected)
+
     async def close(self) -> None:
+        """End the session (its ephemeral znodes go at once).  With ZooKeeper unreachable there is
+        nothing to tell it: kazoo's stop is given a second, and its threads are daemons."""
         self.closed = True
-        with contextlib.suppress(Exception):
-            await self.run(self.zk.stop, timeout=5)
-        with contextlib.suppress(Exception):
-            await self.run(self.zk.close, timeout=5)
+        limit = 5.0 if self.connected else 1.0
+        for step in (self.zk.stop, self.zk.close):
+            with contextlib.suppress(Exception):
+                await self._call(step, limit)
 
     @property
     def session_id(self) -> int:
@@ -170,7 +181,18 @@ class ZkStore:
 
     async def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> Any:
         """``fn(*args)`` on a daemon thread; KafkaError(REQUEST_TIMED_OUT) after ``timeout``
-        (default ``max(10 s, session timeout)``) when ZooKeeper does not answer."""
+        (default ``max(10 s, session timeout)``) when ZooKeeper does not answer.  Once the broker
+        is shutting down, a call while the session is disconnected fails at once."""
+        if self.shutting_down and not self.connected:
+            raise KafkaError(
+                ErrorCode.REQUEST_TIMED_OUT, f"ZooKeeper at {self.connect} is not reachable (shutting down without it)"
+            )
+        limit = self.op_timeout if timeout is None else timeout
+        if self.shutting_down:
+            limit = min(limit, SHUTDOWN_OP_TIMEOUT)  # ZooKeeper may go away in the middle of a call
+        return await self._call(fn, limit, *args)
+
+    async def _call(self, fn: Callable[..., Any], limit: float, *args: Any) -> Any:
         loop = self.loop
         assert loop is not None
         fut: asyncio.Future[Any] = loop.create_future()
@@ -191,7 +213,6 @@ class ZkStore:
                 loop.call_soon_threadsafe(deliver, *result)
 
         threading.Thread(target=work, name="odradek-zk", daemon=True).start()
-        limit = self.op_timeout if timeout is None else timeout
         try:
             return await asyncio.wait_for(fut, limit)
         except TimeoutError:
@@ -331,7 +352,14 @@ class ZooKeeperBackend(MetadataBackend):
         for cb in self.on_registered:
             await cb()
 
+    def reachable(self) -> bool:
+        return self.store.connected
+
+    def begin_shutdown(self) -> None:
+        self.store.shutting_down = True
+
     async def stop(self) -> None:
+        self.store.shutting_down = True
         for _, fut in self._waiters:
             if not fut.done():
                 fut.cancel()
