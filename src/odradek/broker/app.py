@@ -417,6 +417,19 @@ class Broker:
     async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
         await self.backend.set_topic_configs(name, configs)
 
+    async def current_topic_configs(self, name: str) -> Mapping[str, str]:
+        """A topic's overrides for DescribeConfigs: the metadata store's now (in a cluster,
+        ZooKeeper's, as Kafka reads them), the image's while the store is unreachable."""
+        info = self.image.topics.get(name)
+        cached: Mapping[str, str] = info.configs if info is not None else {}
+        if not self.backend.reachable():
+            return cached
+        try:
+            return await self.backend.topic_config(name)
+        except KafkaError as exc:
+            log.warning("topic %s: configs not read from the metadata store (%s); reporting the cached ones", name, exc)
+            return cached
+
     async def set_broker_configs(self, change: Mapping[str, str | None], replace_all: bool) -> None:
         current = dict(self.image.broker_configs) if not replace_all else {}
         for k, v in change.items():

@@ -258,14 +258,16 @@ class ZkStore:
         """Write JSON; raises BadVersionError when ``version`` is not current."""
         return await self.run(self.zk.set, path, dumps(value), version)
 
-    async def upsert(self, path: str, value: Any) -> None:
+    async def upsert(self, path: str, value: Any) -> int:
+        """Create or overwrite ``path``; the mzxid of the write."""
         try:
-            await self.set(path, value)
+            return int((await self.set(path, value)).mzxid)
         except NoNodeError:
             with contextlib.suppress(NodeExistsError):
                 await self.create(path, value)
-                return
-            await self.set(path, value)
+                stat = await self.exists(path)
+                return int(stat.mzxid) if stat is not None else 0
+            return int((await self.set(path, value)).mzxid)
 
     async def delete(self, path: str, *, recursive: bool = False, version: int = -1) -> None:
         with contextlib.suppress(NoNodeError):
@@ -286,6 +288,9 @@ class ZooKeeperBackend(MetadataBackend):
         self.broker_epoch = -1
         self._image = MetadataImage.empty("")
         self._topic_configs: dict[str, dict[str, str]] = {}
+        # the mzxid of /config/topics/<t> that _topic_configs[t] was read from (or written as):
+        # a read that is older than what is held (a reload that raced a local alter) never wins
+        self._config_zxids: dict[str, int] = {}
         self._waiters: list[tuple[Callable[[MetadataImage], bool], asyncio.Future[None]]] = []
         self.store.session_listeners.append(self._reregister)
         self.on_registered: list[Callable[[], Awaitable[None]]] = []
@@ -348,7 +353,7 @@ class ZooKeeperBackend(MetadataBackend):
         except Exception:
             log.exception("could not re-register broker %d after session expiry", self.broker.broker_id)
             return
-        await self.store.children("/config/changes", self._config_changed)
+        await self._reload_configs()  # re-arms the watch; changes made while the session was gone
         for cb in self.on_registered:
             await cb()
 
@@ -370,7 +375,7 @@ class ZooKeeperBackend(MetadataBackend):
         """Install the image sent by the controller, with topic configs read from ZooKeeper."""
         missing = [t for t in image.topics if t not in self._topic_configs]
         for name in missing:
-            self._topic_configs[name] = await self._read_topic_config(name)
+            self._hold_config(name, *await self._read_topic_config(name))
         self._install(image)
 
     def _install(self, image: MetadataImage) -> None:
@@ -381,6 +386,7 @@ class ZooKeeperBackend(MetadataBackend):
         for name in list(self._topic_configs):
             if name not in image.topics:
                 del self._topic_configs[name]
+                self._config_zxids.pop(name, None)
         self._image = replace(image, topics=topics, cluster_id=self.cluster_id)
         self._publish(self._image)
         still = []
@@ -405,29 +411,46 @@ class ZooKeeperBackend(MetadataBackend):
             return False
 
     async def topic_config(self, name: str) -> dict[str, str]:
-        """A topic's config overrides from ``/config/topics/<t>`` (cached for the image)."""
-        cfg = await self._read_topic_config(name)
-        self._topic_configs[name] = cfg
+        """A topic's config overrides as ZooKeeper has them now (``/config/topics/<t>``), as
+        Kafka's DescribeConfigs reads them in ZooKeeper mode: a config alter acknowledged by any
+        broker is seen by every broker's DescribeConfigs at once.  The image's copy is brought up
+        to date on the way (never back to an older version)."""
+        cfg, zxid = await self._read_topic_config(name)
+        if name in self._image.topics and self._hold_config(name, cfg, zxid):
+            self._install(self._image)
         return cfg
 
-    async def _read_topic_config(self, name: str) -> dict[str, str]:
-        data, _ = await self.store.get_or_none(f"/config/topics/{name}")
+    async def _read_topic_config(self, name: str) -> tuple[dict[str, str], int]:
+        """The overrides in ``/config/topics/<t>`` and that znode's mzxid (0: no znode)."""
+        data, stat = await self.store.get_or_none(f"/config/topics/{name}")
+        zxid = int(stat.mzxid) if stat is not None else 0
         if not data:
-            return {}
-        return {str(k): str(v) for k, v in (data.get("config") or {}).items()}
+            return {}, zxid
+        return {str(k): str(v) for k, v in (data.get("config") or {}).items()}, zxid
+
+    def _hold_config(self, name: str, cfg: dict[str, str], zxid: int) -> bool:
+        """Keep ``cfg`` as the topic's overrides unless what is held is newer; whether it changed."""
+        if zxid < self._config_zxids.get(name, -1):
+            return False
+        self._config_zxids[name] = zxid
+        if self._topic_configs.get(name) == cfg:
+            return False
+        self._topic_configs[name] = cfg
+        return True
 
     def _config_changed(self) -> None:
         asyncio.get_running_loop().create_task(self._reload_configs())
 
     async def _reload_configs(self) -> None:
+        """A ``/config/changes`` notification: re-read the topics' overrides (the watch is re-armed
+        first).  Every broker applies a change within a watch round trip and one read per topic
+        (milliseconds on a healthy ZooKeeper); DescribeConfigs does not wait for it (it reads
+        ZooKeeper), log configs (retention, segment size, ...) follow it."""
         with contextlib.suppress(Exception):
             await self.store.children("/config/changes", self._config_changed)
             changed = False
             for name in list(self._image.topics):
-                cfg = await self._read_topic_config(name)
-                if cfg != self._topic_configs.get(name):
-                    self._topic_configs[name] = cfg
-                    changed = True
+                changed |= self._hold_config(name, *await self._read_topic_config(name))
             if changed:
                 self._install(self._image)
 
@@ -486,13 +509,13 @@ class ZooKeeperBackend(MetadataBackend):
         info = TopicInfo(name, topic_id, states, dict(configs), internal)
         if validate_only:
             return info
-        await self.store.upsert(f"/config/topics/{name}", {"version": 1, "config": dict(configs)})
+        config_zxid = await self.store.upsert(f"/config/topics/{name}", {"version": 1, "config": dict(configs)})
         assignment = TopicAssignment(str(topic_id), dict(placed))
         try:
             await self.store.create(f"/brokers/topics/{name}", assignment.to_json())
         except NodeExistsError:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic '{name}' already exists") from None
-        self._topic_configs[name] = {str(k): str(v) for k, v in configs.items()}
+        self._hold_config(name, {str(k): str(v) for k, v in configs.items()}, config_zxid)
         await self.wait_for(lambda img: _has_leaders(img, name, len(placed)), timeout)
         return self._image.topics.get(name, info)
 
@@ -545,12 +568,14 @@ class ZooKeeperBackend(MetadataBackend):
     async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
         if await self.store.exists(f"/brokers/topics/{name}") is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
-        await self.store.upsert(f"/config/topics/{name}", {"version": 1, "config": dict(configs)})
+        # Kafka's order: the config, then the change notification; the alter is answered after
+        # both, and this broker serves the new value at once
+        zxid = await self.store.upsert(f"/config/topics/{name}", {"version": 1, "config": dict(configs)})
+        self._hold_config(name, {str(k): str(v) for k, v in configs.items()}, zxid)
+        self._install(self._image)
         await self.store.create(
             "/config/changes/config_change_", {"version": 2, "entity_path": f"topics/{name}"}, sequence=True
         )
-        self._topic_configs[name] = {str(k): str(v) for k, v in configs.items()}
-        self._install(self._image)
 
     async def set_broker_configs(self, configs: Mapping[str, str]) -> None:
         assert self.broker is not None
