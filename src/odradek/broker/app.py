@@ -225,6 +225,12 @@ class Broker:
         return BrokerInfo(self.broker_id, tuple(endpoints), self.config.get("broker.rack"))
 
     @property
+    def single_node(self) -> bool:
+        """No ZooKeeper: this broker is the whole cluster and its own controller (the embedded
+        backend), so it answers the controller's admin APIs itself."""
+        return self.config.get("zookeeper.connect") is None
+
+    @property
     def advertised(self) -> list[Endpoint]:
         return list(self._broker_info().endpoints)
 
