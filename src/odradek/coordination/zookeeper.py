@@ -3,7 +3,8 @@
 Znodes (Kafka's formats, JSON):
 
 * ``/cluster/id`` — created once by the first broker;
-* ``/brokers/ids/<id>`` — ephemeral, the broker's endpoints; its creation zxid is the broker epoch;
+* ``/brokers/ids/<id>`` — ephemeral, the broker's endpoints (and its process id, an extra field);
+  its creation zxid is the broker epoch;
 * ``/brokers/topics/<t>`` — replica assignment, topic id, reassignment in progress;
 * ``/brokers/topics/<t>/partitions/<p>/state`` — leader, leader epoch, ISR, controller epoch
   (persistent, written with version checks by the controller and by leaders changing the ISR);
@@ -27,6 +28,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import threading
 import time
 import uuid
@@ -328,7 +330,9 @@ class ZooKeeperBackend(MetadataBackend):
         deadline = time.monotonic() + wait_ms / 1000
         while True:
             try:
-                await self.store.create(path, broker_json(broker), ephemeral=True)
+                # "pid": an extra field (only brokers and tools read /brokers/ids, and Kafka's
+                # parser ignores unknown fields) for `odradek cluster` to find the process
+                await self.store.create(path, {**broker_json(broker), "pid": os.getpid()}, ephemeral=True)
                 break
             except NodeExistsError:
                 _, stat = await self.store.get_or_none(path)
