@@ -36,20 +36,31 @@ def _exit_within(cluster: Cluster, i: int, limit: float) -> int | None:
         return None
 
 
-@pytest.mark.parametrize("size", [1, 3])
+@pytest.mark.parametrize(("size", "how"), [(1, "stopped"), (3, "stopped"), (3, "frozen")])
 def test_broker_stops_within_15s_of_sigterm_when_zookeeper_is_gone(
-    cluster_factory: Callable[..., Cluster], size: int
+    cluster_factory: Callable[..., Cluster], size: int, how: str
 ) -> None:
+    """ZooKeeper stopped (connections refused) or frozen (SIGSTOP: the session still looks connected
+    until two thirds of its timeout pass): the controller and a broker that must ask it both exit."""
     # Kafka's defaults: zookeeper.session.timeout.ms=18000, 3 controlled-shutdown attempts 5 s apart
     cluster = cluster_factory(size, log_level="INFO")
     cluster.wait_for_registered()
     controller = cluster.wait_for_controller()
-    cluster.zk.stop()
-    # the controller itself and (in a cluster) a broker that must ask the controller
-    victims = [controller, *[i for i in cluster.ids if i != controller][:1]]
-    for i in victims:
-        status = _exit_within(cluster, i, 15.0)
-        assert status == 0, f"broker {i} did not exit cleanly within 15 s of SIGTERM ({status}):\n{cluster.logs(i, 40)}"
+    zk_pid = cluster.zk.pid
+    assert zk_pid is not None
+    if how == "stopped":
+        cluster.zk.stop()
+    else:
+        os.kill(zk_pid, signal.SIGSTOP)
+    try:
+        # the controller itself and (in a cluster) a broker that must ask the controller
+        victims = [controller, *[i for i in cluster.ids if i != controller][:1]]
+        for i in victims:
+            status = _exit_within(cluster, i, 15.0)
+            assert status == 0, f"broker {i} did not exit cleanly within 15 s of SIGTERM ({status}):\n{cluster.logs(i, 40)}"
+    finally:
+        if how == "frozen":
+            os.kill(zk_pid, signal.SIGCONT)
 
 
 def _alter_retention(conn: BrokerConnection, topic: str, value: str) -> None:

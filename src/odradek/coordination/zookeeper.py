@@ -50,7 +50,7 @@ __all__ = ["BadVersionError", "NoNodeError", "NodeExistsError", "NotEmptyError",
 log = logging.getLogger(__name__)
 
 PRODUCER_ID_BLOCK = 1000
-SHUTDOWN_OP_TIMEOUT = 5.0  # seconds a ZooKeeper call may take once the broker is stopping
+SHUTDOWN_OP_TIMEOUT = 3.0  # seconds a ZooKeeper call may take once the broker is stopping
 PERSISTENT_PATHS = (
     "/brokers/ids",
     "/brokers/topics",
@@ -118,6 +118,7 @@ class ZkStore:
         # set when the broker begins to stop: a call made while ZooKeeper is unreachable then
         # fails at once (REQUEST_TIMED_OUT) instead of waiting op_timeout for it
         self.shutting_down = False
+        self._given_up = False  # a call timed out while shutting down: ZooKeeper is treated as gone
         self._tasks: set[asyncio.Future[None]] = set()
 
     async def start(self) -> None:
@@ -150,7 +151,7 @@ class ZkStore:
         """End the session (its ephemeral znodes go at once).  With ZooKeeper unreachable there is
         nothing to tell it: kazoo's stop is given a second, and its threads are daemons."""
         self.closed = True
-        limit = 5.0 if self.connected else 1.0
+        limit = 2.0 if self.connected and not self._given_up else 0.5
         for step in (self.zk.stop, self.zk.close):
             with contextlib.suppress(Exception):
                 await self._call(step, limit)
@@ -185,14 +186,23 @@ class ZkStore:
         """``fn(*args)`` on a daemon thread; KafkaError(REQUEST_TIMED_OUT) after ``timeout``
         (default ``max(10 s, session timeout)``) when ZooKeeper does not answer.  Once the broker
         is shutting down, a call while the session is disconnected fails at once."""
-        if self.shutting_down and not self.connected:
+        if self.shutting_down and (self._given_up or not self.connected):
             raise KafkaError(
                 ErrorCode.REQUEST_TIMED_OUT, f"ZooKeeper at {self.connect} is not reachable (shutting down without it)"
             )
         limit = self.op_timeout if timeout is None else timeout
-        if self.shutting_down:
-            limit = min(limit, SHUTDOWN_OP_TIMEOUT)  # ZooKeeper may go away in the middle of a call
-        return await self._call(fn, limit, *args)
+        if not self.shutting_down:
+            return await self._call(fn, limit, *args)
+        # ZooKeeper may stop answering with the session still looking connected (a frozen or cut-off
+        # server is noticed only after two thirds of the session timeout): once stopping, a call that
+        # takes SHUTDOWN_OP_TIMEOUT s ends every later one at once
+        try:
+            return await self._call(fn, min(limit, SHUTDOWN_OP_TIMEOUT), *args)
+        except KafkaError as exc:
+            if exc.code == ErrorCode.REQUEST_TIMED_OUT and not self._given_up:
+                self._given_up = True
+                log.warning("ZooKeeper at %s did not answer while shutting down: going on without it", self.connect)
+            raise
 
     async def _call(self, fn: Callable[..., Any], limit: float, *args: Any) -> Any:
         loop = self.loop
