@@ -659,6 +659,11 @@ class Broker:
                     "leadership now; shutting down without it"
                 )
                 return
+            if not set(self.image.brokers) - {self.broker_id}:
+                # the last live broker: no replica anywhere could take over its leaderships, and the
+                # attempts would only wait out their backoffs (the last broker of `cluster down`)
+                log.info("controlled shutdown not needed: no other live broker to move leadership to")
+                return
             controller = self.controller
             cid = controller.controller_id if controller is not None else -1
             if cid < 0:  # not known from the /controller watch: ask ZooKeeper
