@@ -281,12 +281,21 @@ class Broker:
         return BrokerInfo(self.broker_id, tuple(endpoints), self.config.get("broker.rack"))
 
     @property
+    def single_node(self) -> bool:
+        """No ZooKeeper: this broker is the whole cluster and its own controller (the embedded
+        backend), so it answers the controller's admin APIs itself."""
+        return self.config.get("zookeeper.connect") is None
+
+    @property
     def advertised(self) -> list[Endpoint]:
         return list(self._broker_info().endpoints)
 
     async def stop(self) -> None:
         if self.stopping:
             return
+        # from here on a call to an unreachable metadata store (ZooKeeper gone) fails at once:
+        # shutdown takes at most the controlled.shutdown.* attempts, never ZooKeeper's retries
+        self.backend.begin_shutdown()
         if self.controller is not None and self.config.get("controlled.shutdown.enable"):
             with contextlib.suppress(Exception):
                 await self._controlled_shutdown()
@@ -628,6 +637,19 @@ class Broker:
     async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
         await self.backend.set_topic_configs(name, configs)
 
+    async def current_topic_configs(self, name: str) -> Mapping[str, str]:
+        """A topic's overrides for DescribeConfigs: the metadata store's now (in a cluster,
+        ZooKeeper's, as Kafka reads them), the image's while the store is unreachable."""
+        info = self.image.topics.get(name)
+        cached: Mapping[str, str] = info.configs if info is not None else {}
+        if not self.backend.reachable():
+            return cached
+        try:
+            return await self.backend.topic_config(name)
+        except KafkaError as exc:
+            log.warning("topic %s: configs not read from the metadata store (%s); reporting the cached ones", name, exc)
+            return cached
+
     async def set_broker_configs(self, change: Mapping[str, str | None], replace_all: bool) -> None:
         current = dict(self.image.broker_configs) if not replace_all else {}
         for k, v in change.items():
@@ -850,7 +872,12 @@ class Broker:
         p.update_high_watermark()
 
     async def _controlled_shutdown(self) -> None:
-        """Ask the controller to move leadership away before this broker stops (retried)."""
+        """Ask the controller to move leadership away before this broker stops: at most
+        ``controlled.shutdown.max.retries`` attempts, ``controlled.shutdown.retry.backoff.ms``
+        apart.  The controller records new leaders in ZooKeeper, so with ZooKeeper unreachable
+        from here (after a short grace for a reconnect) there is nothing to ask: the broker shuts
+        down at once and the controller moves leadership when this broker's registration
+        disappears, as after a crash."""
         from odradek.broker.channel import BrokerChannel
         from odradek.protocol.messages.controlled_shutdown import ControlledShutdownRequest
 
@@ -858,11 +885,27 @@ class Broker:
         retries = int(self.config.get("controlled.shutdown.max.retries"))
         backoff = int(self.config.get("controlled.shutdown.retry.backoff.ms")) / 1000
         for attempt in range(retries):
-            data, _ = await zk.store.get_or_none("/controller")
-            cid = int(data["brokerid"]) if data else -1
-            if cid == self.broker_id and self.controller is not None and self.controller.active:
-                remaining = await self.controller.call(
-                    lambda: self.controller.controlled_shutdown(self.broker_id, zk.broker_epoch)  # type: ignore[union-attr]
+            if attempt:
+                await asyncio.sleep(backoff)
+            if not await self._coordination_reachable(2.0):
+                log.warning(
+                    "controlled shutdown skipped: ZooKeeper is not reachable, so no controller can move "
+                    "leadership now; shutting down without it"
+                )
+                return
+            if not set(self.image.brokers) - {self.broker_id}:
+                # the last live broker: no replica anywhere could take over its leaderships, and the
+                # attempts would only wait out their backoffs (the last broker of `cluster down`)
+                log.info("controlled shutdown not needed: no other live broker to move leadership to")
+                return
+            controller = self.controller
+            cid = controller.controller_id if controller is not None else -1
+            if cid < 0:  # not known from the /controller watch: ask ZooKeeper
+                data, _ = await zk.store.get_or_none("/controller")
+                cid = int(data["brokerid"]) if data else -1
+            if cid == self.broker_id and controller is not None and controller.active:
+                remaining = await controller.call(
+                    functools.partial(controller.controlled_shutdown, self.broker_id, zk.broker_epoch)
                 )
                 if not remaining:
                     log.info("controlled shutdown succeeded")
@@ -885,8 +928,16 @@ class Broker:
                         log.info("controlled shutdown succeeded")
                         await self._wait_not_leading(5.0)
                         return
-            await asyncio.sleep(backoff)
-        log.warning("controlled shutdown did not complete; shutting down anyway")
+        log.warning("controlled shutdown did not complete after %d attempts; shutting down anyway", retries)
+
+    async def _coordination_reachable(self, grace: float) -> bool:
+        """Whether the metadata store answers, waiting up to ``grace`` s for a reconnect."""
+        deadline = time.monotonic() + grace
+        while not self.backend.reachable():
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.1)
+        return True
 
     async def _wait_not_leading(self, timeout: float) -> None:
         """Until the controller's LeaderAndIsr has made this broker a follower everywhere."""

@@ -4,12 +4,20 @@
 
     odradek cluster up --brokers 3            # ZooKeeper on 2181, brokers 1..3 on 9092..9094
     odradek cluster status                    # brokers, controller, leader/replicas/ISR per partition
+    odradek cluster restart-broker 2          # controlled shutdown of broker 2, then start it again
+    odradek cluster stop-broker 2 / start-broker 2 / kill-broker 2 (SIGKILL: a crash)
     odradek cluster down                      # controlled shutdown of each broker, then ZooKeeper
 
 Everything lives in ``--dir`` (default ``./odradek-cluster``): ``zookeeper/`` (the ZooKeeper
 instance), ``broker-N/`` (each broker's log.dirs), ``broker-N.log`` (its output) and
-``cluster.json`` (the PIDs and ports that ``status`` and ``down`` use). The processes run detached
-(in their own sessions), so they outlive the ``up`` command.
+``cluster.json`` (ZooKeeper's address and how each broker is started: id, port, data dir, log,
+overrides). The processes run detached (in their own sessions), so they outlive the ``up`` command.
+
+Which brokers run, and their PIDs, is read live from ZooKeeper: every broker registers its process
+id in its ``/brokers/ids/<id>`` znode (an extra field), so a broker restarted by hand is seen and
+stopped like the others.  PIDs recorded in ``cluster.json`` are used only for brokers that are not
+registered (starting, or cut off from ZooKeeper), and only while ``/proc`` shows that PID still is
+that broker.  A PID is signalled only when its command line is an ``odradek serve``.
 """
 
 from __future__ import annotations
@@ -21,13 +29,14 @@ import logging
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parser", "read_cluster_file", "read_status", "run"]
+__all__ = ["add_parser", "live_brokers", "read_cluster_file", "read_status", "run"]
 
 DEFAULT_DIR = "./odradek-cluster"
 CLUSTER_FILE = "cluster.json"
@@ -74,10 +83,24 @@ def add_parser(sub: Any) -> None:
     el.add_argument("--topic", help="only this topic (default: every partition)")
     el.add_argument("--partition", type=int, action="append", help="only these partitions of --topic")
 
-    down = command("down", "stop the brokers (controlled shutdown, SIGTERM) and then ZooKeeper")
+    down = command("down", "stop every running broker (controlled shutdown, SIGTERM) and then ZooKeeper")
     down.add_argument(
         "--timeout", type=float, default=60.0, help="seconds to wait for each broker before SIGKILL (default 60)"
     )
+
+    for name, what in (
+        ("stop-broker", "stop broker N (controlled shutdown: SIGTERM, SIGKILL after --timeout)"),
+        ("start-broker", "start broker N again (same port, data dir and settings as at `up`)"),
+        ("restart-broker", "stop broker N (controlled shutdown) and start it again"),
+        ("kill-broker", "kill broker N with SIGKILL (a crash: no controlled shutdown)"),
+    ):
+        c = command(name, what)
+        c.add_argument("broker", type=int, metavar="N", help="the broker id")
+        if name != "kill-broker":
+            c.add_argument(
+                "--timeout", type=float, default=60.0,
+                help="seconds to wait for the broker to stop (then SIGKILL) or to be ready (default 60)",
+            )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -99,6 +122,15 @@ def run(args: argparse.Namespace) -> int:
         return cluster_down(cluster_dir, timeout=args.timeout)
     if args.cluster_command == "elect-leaders":
         return elect_leaders(cluster_dir, args.bootstrap_server, args.election_type, args.topic, args.partition)
+    if args.cluster_command == "stop-broker":
+        return stop_broker(cluster_dir, args.broker, timeout=args.timeout)
+    if args.cluster_command == "kill-broker":
+        return kill_broker(cluster_dir, args.broker)
+    if args.cluster_command == "start-broker":
+        return start_broker(cluster_dir, args.broker, timeout=args.timeout)
+    if args.cluster_command == "restart-broker":
+        status = stop_broker(cluster_dir, args.broker, timeout=args.timeout, missing_ok=True)
+        return status if status else start_broker(cluster_dir, args.broker, timeout=args.timeout)
     return 2
 
 
@@ -189,6 +221,23 @@ def _is_our_broker(pid: int, data_dir: str) -> bool:
     return "odradek" in args or any(os.path.basename(a) == "odradek" for a in args)
 
 
+def _is_odradek_serve(pid: int) -> bool:
+    """Whether ``pid`` is an ``odradek serve`` process (``python -m odradek serve`` or ``odradek serve``)."""
+    args = _cmdline(pid)
+    if "serve" not in args:
+        return False
+    return "odradek" in args or any(os.path.basename(a) == "odradek" for a in args)
+
+
+def _local_host(host: Any) -> bool:
+    """Whether a broker registered at ``host`` runs on this machine (its PID means something here)."""
+    if not isinstance(host, str):
+        return False
+    if host in ("127.0.0.1", "localhost", "::1", "0.0.0.0", "") or host.startswith("127."):
+        return True
+    return host in (socket.gethostname(), socket.getfqdn())
+
+
 def _broker_alive(broker: dict[str, Any]) -> bool:
     from odradek.coordination.zkserver import process_alive
 
@@ -255,28 +304,19 @@ def cluster_up(
         "version": 1,
         "dir": str(cluster_dir),
         "zookeeper": {"connect": zk.connect, "port": zk.port, "pid": zk.pid, "dir": str(zk.data_dir)},
+        "overrides": list(overrides),
+        "log_level": log_level,
         "brokers": [],
         "bootstrap_servers": "",
     }
     procs: list[subprocess.Popen[bytes]] = []
     offsets: list[int] = []
     for i in range(1, brokers + 1):
-        data_dir = cluster_dir / f"broker-{i}"
-        log_path = cluster_dir / f"broker-{i}.log"
-        port = 0 if base_port == 0 else base_port + i - 1
-        cmd = [sys.executable, "-m", "odradek", "serve", "--zookeeper", zk.connect, "--broker-id", str(i)]
-        cmd += ["--host", _HOST, "--port", str(port), "--data-dir", str(data_dir), "--log-level", log_level]
-        for item in overrides:
-            cmd += ["--override", item]
-        offsets.append(log_path.stat().st_size if log_path.exists() else 0)
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+        b = _broker_entry(cluster_dir, i, 0 if base_port == 0 else base_port + i - 1)
+        proc, offset = _spawn(state, b)
         procs.append(proc)
-        state["brokers"].append(
-            {"id": i, "pid": proc.pid, "host": _HOST, "port": port, "data_dir": str(data_dir), "log": str(log_path)}
-        )
+        offsets.append(offset)
+        state["brokers"].append(b)
     _write_cluster_file(cluster_dir, state)  # before waiting: `down` can clean up whatever happens next
 
     failure = _wait_ready(state["brokers"], procs, offsets, timeout)
@@ -295,6 +335,33 @@ def cluster_up(
     print(f"status: odradek cluster status --dir {cluster_dir}")
     print(f"stop:   odradek cluster down --dir {cluster_dir}")
     return 0
+
+
+def _broker_entry(cluster_dir: Path, broker_id: int, port: int) -> dict[str, Any]:
+    return {
+        "id": broker_id,
+        "pid": None,
+        "host": _HOST,
+        "port": port,
+        "data_dir": str(cluster_dir / f"broker-{broker_id}"),
+        "log": str(cluster_dir / f"broker-{broker_id}.log"),
+    }
+
+
+def _spawn(state: dict[str, Any], b: dict[str, Any]) -> tuple[subprocess.Popen[bytes], int]:
+    """Start broker ``b`` detached, its output appended to its log; the process and where its output starts."""
+    connect = str(state.get("zookeeper", {}).get("connect", ""))
+    cmd = [sys.executable, "-m", "odradek", "serve", "--zookeeper", connect, "--broker-id", str(b["id"])]
+    cmd += ["--host", str(b.get("host") or _HOST), "--port", str(b.get("port") or 0), "--data-dir", str(b["data_dir"])]
+    cmd += ["--log-level", str(state.get("log_level") or "INFO")]
+    for item in state.get("overrides") or []:
+        cmd += ["--override", str(item)]
+    log_path = Path(b["log"])
+    offset = log_path.stat().st_size if log_path.exists() else 0
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    b["pid"] = proc.pid
+    return proc, offset
 
 
 def _wait_ready(
@@ -379,6 +446,7 @@ def read_status(client: Any) -> dict[str, Any]:
                 "host": info.get("host"),
                 "port": info.get("port"),
                 "endpoints": info.get("endpoints", []),
+                "pid": info.get("pid") if isinstance(info.get("pid"), int) else None,
             }
         )
     live = {b["id"] for b in brokers}
@@ -443,7 +511,8 @@ def cluster_status(cluster_dir: Path, *, zookeeper: str | None, as_json: bool, t
     pids = {b["id"]: b for b in (recorded or {}).get("brokers", [])} if zookeeper is None else {}
     for b in status["brokers"]:
         rec = pids.get(b["id"])
-        b["pid"] = rec.get("pid") if rec else None
+        if b["pid"] is None and rec is not None and _broker_alive(rec):  # a broker without the pid field
+            b["pid"] = rec.get("pid")
     status["not_registered"] = [
         {"id": i, "pid": rec.get("pid"), "running": _broker_alive(rec)}
         for i, rec in sorted(pids.items())
@@ -482,7 +551,52 @@ def cluster_status(cluster_dir: Path, *, zookeeper: str | None, as_json: bool, t
     return 0
 
 
-# -- down -------------------------------------------------------------------------------------------
+# -- live brokers, stop / start / kill ------------------------------------------------------------
+
+
+def live_brokers(cluster_dir: Path, state: dict[str, Any], timeout: float = 5.0) -> dict[int, dict[str, Any]]:
+    """The brokers running now, by id: those registered in ZooKeeper (their PID from the
+    registration, when they run on this machine) and those recorded in ``cluster.json`` whose PID
+    still is that broker.  Each: id, pid (None: not known here), host, port, registered."""
+    found: dict[int, dict[str, Any]] = {}
+    connect = str(state.get("zookeeper", {}).get("connect", ""))
+    try:
+        client = _kazoo_client(connect, timeout)
+    except Exception:
+        client = None
+    if client is not None:
+        try:
+            for name in _children(client, "/brokers/ids"):
+                if not name.isdigit():
+                    continue
+                info = _znode_json(client, f"/brokers/ids/{name}")
+                info = info if isinstance(info, dict) else {}
+                raw_pid = info.get("pid")
+                pid = raw_pid if isinstance(raw_pid, int) and _local_host(info.get("host")) else None
+                known = pid is not None
+                if pid is not None and not _is_odradek_serve(pid):
+                    continue  # left by a broker that is gone (SIGKILL): it lasts until its session expires
+                found[int(name)] = {
+                    "id": int(name),
+                    "pid": pid if known else None,
+                    "host": info.get("host"),
+                    "port": info.get("port"),
+                    "registered": True,
+                }
+        except Exception:
+            pass
+        finally:
+            client.stop()
+            client.close()
+    for b in state.get("brokers", []):
+        i = b.get("id")
+        if not isinstance(i, int) or not _broker_alive(b):
+            continue
+        if i not in found:
+            found[i] = {"id": i, "pid": b["pid"], "host": b.get("host"), "port": b.get("port"), "registered": False}
+        elif found[i]["pid"] is None:
+            found[i]["pid"] = b["pid"]  # registered by a broker that does not record its PID
+    return found
 
 
 def _wait_gone(pid: int, timeout: float) -> bool:
@@ -494,6 +608,117 @@ def _wait_gone(pid: int, timeout: float) -> bool:
             return False
         time.sleep(0.1)
     return True
+
+
+def _stop_pid(broker_id: Any, pid: int, timeout: float, say: Any) -> bool:
+    """SIGTERM (controlled shutdown), SIGKILL after ``timeout`` s; whether the process is gone."""
+    t0 = time.monotonic()
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    if _wait_gone(pid, timeout):
+        say(f"broker {broker_id}: stopped (pid {pid}, {time.monotonic() - t0:.1f}s)")
+        return True
+    if _is_odradek_serve(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    if _wait_gone(pid, 10.0):
+        say(f"broker {broker_id}: killed (pid {pid}) after {timeout:g}s without exiting")
+        return True
+    _err(f"broker {broker_id} (pid {pid}) did not exit")
+    return False
+
+
+def _require_state(cluster_dir: Path) -> dict[str, Any] | None:
+    state = read_cluster_file(cluster_dir)
+    if state is None:
+        _err(f"no cluster in {cluster_dir} (no {CLUSTER_FILE}); start one with: odradek cluster up")
+    return state
+
+
+def _unknown_pid(b: dict[str, Any]) -> str:
+    return (
+        f"broker {b['id']} is registered at {b.get('host')}:{b.get('port')} but its process is not known here "
+        "(another machine, or a broker that does not register its pid)"
+    )
+
+
+def stop_broker(cluster_dir: Path, broker_id: int, *, timeout: float = 60.0, missing_ok: bool = False) -> int:
+    state = _require_state(cluster_dir)
+    if state is None:
+        return 1
+    b = live_brokers(cluster_dir, state).get(broker_id)
+    if b is None:
+        if missing_ok:
+            return 0
+        _err(f"broker {broker_id} is not running")
+        return 1
+    if b["pid"] is None:
+        _err(_unknown_pid(b))
+        return 1
+    return 0 if _stop_pid(broker_id, int(b["pid"]), timeout, print) else 1
+
+
+def kill_broker(cluster_dir: Path, broker_id: int) -> int:
+    state = _require_state(cluster_dir)
+    if state is None:
+        return 1
+    b = live_brokers(cluster_dir, state).get(broker_id)
+    if b is None:
+        _err(f"broker {broker_id} is not running")
+        return 1
+    if b["pid"] is None:
+        _err(_unknown_pid(b))
+        return 1
+    pid = int(b["pid"])
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    if not _wait_gone(pid, 10.0):
+        _err(f"broker {broker_id} (pid {pid}) did not exit after SIGKILL")
+        return 1
+    print(f"broker {broker_id}: killed (pid {pid}); its registration stays until its ZooKeeper session expires")
+    return 0
+
+
+def start_broker(cluster_dir: Path, broker_id: int, *, timeout: float = 60.0) -> int:
+    """Start broker ``broker_id`` as ``up`` did (a new id gets ``broker-N`` and a free port)."""
+    state = _require_state(cluster_dir)
+    if state is None:
+        return 1
+    if broker_id < 0:
+        _err("the broker id must not be negative")
+        return 2
+    zk_port = int(state.get("zookeeper", {}).get("port", 0))
+    if not _zookeeper(cluster_dir, zk_port).running():
+        _err(f"ZooKeeper of {cluster_dir} is not running (start the cluster with: odradek cluster up)")
+        return 1
+    running = live_brokers(cluster_dir, state).get(broker_id)
+    if running is not None:
+        where = f"pid {running['pid']}" if running["pid"] is not None else f"at {running['host']}:{running['port']}"
+        _err(f"broker {broker_id} is already running ({where})")
+        return 1
+    brokers = state.setdefault("brokers", [])
+    b = next((x for x in brokers if x.get("id") == broker_id), None)
+    if b is None:
+        b = _broker_entry(cluster_dir, broker_id, 0)
+        brokers.append(b)
+    proc, offset = _spawn(state, b)
+    _write_cluster_file(cluster_dir, state)
+    failure = _wait_ready([b], [proc], [offset], timeout)
+    if failure is not None:
+        _err(failure)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        return 1
+    state["bootstrap_servers"] = ",".join(f"{x['host']}:{x['port']}" for x in brokers if x.get("port"))
+    _write_cluster_file(cluster_dir, state)
+    print(f"broker {broker_id}: started {b['host']}:{b['port']}  pid {b['pid']}  log {b['log']}")
+    return 0
+
+
+# -- down -------------------------------------------------------------------------------------------
 
 
 def _controller_id(connect: str) -> Any:
@@ -513,6 +738,9 @@ def _controller_id(connect: str) -> Any:
 
 
 def cluster_down(cluster_dir: Path, *, timeout: float = 60.0, quiet: bool = False) -> int:
+    """Stop every running broker (registered in ZooKeeper or recorded here), the controller last,
+    each within ``timeout`` s (then SIGKILL); then ZooKeeper, unless a registered broker could not
+    be stopped (ZooKeeper is not pulled from under a running broker)."""
     from odradek.coordination.zkserver import ZooKeeperError
 
     def say(message: str) -> None:
@@ -524,33 +752,31 @@ def cluster_down(cluster_dir: Path, *, timeout: float = 60.0, quiet: bool = Fals
         _err(f"no cluster in {cluster_dir} (no {CLUSTER_FILE})")
         return 1
     zk_info = state.get("zookeeper", {})
-    brokers = [b for b in state.get("brokers", []) if _broker_alive(b)]
-    for b in state.get("brokers", []):
-        if b not in brokers:
-            say(f"broker {b.get('id')}: not running (pid {b.get('pid')})")
-    # the controller last: stopping it moves the controller role, once instead of at every step
-    controller = _controller_id(str(zk_info.get("connect", ""))) if len(brokers) > 1 else None
-    brokers.sort(key=lambda b: (b.get("id") == controller, b.get("id")))
     status = 0
-    for b in brokers:
-        pid = int(b["pid"])
-        t0 = time.monotonic()
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            continue
-        if _wait_gone(pid, timeout):
-            say(f"broker {b['id']}: stopped (pid {pid}, {time.monotonic() - t0:.1f}s)")
-            continue
-        if _is_our_broker(pid, str(b.get("data_dir"))):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        if _wait_gone(pid, 10.0):
-            say(f"broker {b['id']}: killed (pid {pid}) after {timeout:g}s without exiting")
-        else:
-            _err(f"broker {b['id']} (pid {pid}) did not exit")
-            status = 1
+    left: list[dict[str, Any]] = []
+    for _round in range(2):  # a second look: a broker that registered while the others stopped
+        live = live_brokers(cluster_dir, state)
+        if _round == 0:
+            for b in state.get("brokers", []):
+                if b.get("id") not in live:
+                    say(f"broker {b.get('id')}: not running")
+        stoppable = [b for b in live.values() if b["pid"] is not None]
+        left = [b for b in live.values() if b["pid"] is None]
+        if not stoppable:
+            break
+        # the controller last: stopping it moves the controller role, once instead of at every step
+        controller = _controller_id(str(zk_info.get("connect", ""))) if len(stoppable) > 1 else None
+        stoppable.sort(key=lambda b: (b["id"] == controller, b["id"]))
+        for b in stoppable:
+            if not _stop_pid(b["id"], int(b["pid"]), timeout, say):
+                status = 1
+                left.append(b)
     zk = _zookeeper(cluster_dir, int(zk_info.get("port", 0)))
+    if left:
+        for b in left:
+            _err(_unknown_pid(b) if b["pid"] is None else f"broker {b['id']} (pid {b['pid']}) is still running")
+        _err("ZooKeeper left running: stop these brokers, then run `odradek cluster down` again")
+        return 1
     zk_pid = zk.pid
     try:
         if zk.running():

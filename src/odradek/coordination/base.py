@@ -51,6 +51,21 @@ class MetadataBackend(ABC):
     @abstractmethod
     async def stop(self) -> None: ...
 
+    def reachable(self) -> bool:
+        """Whether the metadata store answers now (an embedded store always does)."""
+        return True
+
+    async def topic_config(self, name: str) -> dict[str, str]:
+        """A topic's config overrides as the metadata store has them now (what DescribeConfigs
+        reports); here, the image's."""
+        info = self.image.topics.get(name)
+        return dict(info.configs) if info is not None else {}
+
+    def begin_shutdown(self) -> None:
+        """The broker is stopping: from now on, calls to an unreachable store fail at once
+        instead of waiting for it (shutdown is bounded even when coordination is gone)."""
+        return None
+
     @abstractmethod
     async def create_topic(
         self,

@@ -3,7 +3,8 @@
 Znodes (Kafka's formats, JSON):
 
 * ``/cluster/id`` — created once by the first broker;
-* ``/brokers/ids/<id>`` — ephemeral, the broker's endpoints; its creation zxid is the broker epoch;
+* ``/brokers/ids/<id>`` — ephemeral, the broker's endpoints (and its process id, an extra field);
+  its creation zxid is the broker epoch;
 * ``/brokers/topics/<t>`` — replica assignment, topic id, reassignment in progress;
 * ``/brokers/topics/<t>/partitions/<p>/state`` — leader, leader epoch, ISR, controller epoch
   (persistent, written with version checks by the controller and by leaders changing the ISR);
@@ -27,6 +28,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import threading
 import time
 import uuid
@@ -64,6 +66,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 PRODUCER_ID_BLOCK = 1000
+SHUTDOWN_OP_TIMEOUT = 3.0  # seconds a ZooKeeper call may take once the broker is stopping
 PERSISTENT_PATHS = (
     "/brokers/ids",
     "/brokers/topics",
@@ -128,6 +131,10 @@ class ZkStore:
         self.session_listeners: list[Callable[[], Awaitable[None]]] = []
         self._lost = False
         self.closed = False
+        # set when the broker begins to stop: a call made while ZooKeeper is unreachable then
+        # fails at once (REQUEST_TIMED_OUT) instead of waiting op_timeout for it
+        self.shutting_down = False
+        self._given_up = False  # a call timed out while shutting down: ZooKeeper is treated as gone
         self._tasks: set[asyncio.Future[None]] = set()
 
     async def start(self) -> None:
@@ -151,12 +158,19 @@ class ZkStore:
                 f"cannot connect to ZooKeeper at {self.connect} within {self.connection_timeout:.0f}s: {exc}",
             ) from exc
 
+    @property
+    def connected(self) -> bool:
+        """Whether the session is connected to a ZooKeeper server now."""
+        return bool(self.zk.connected)
+
     async def close(self) -> None:
+        """End the session (its ephemeral znodes go at once).  With ZooKeeper unreachable there is
+        nothing to tell it: kazoo's stop is given a second, and its threads are daemons."""
         self.closed = True
-        with contextlib.suppress(Exception):
-            await self.run(self.zk.stop, timeout=5)
-        with contextlib.suppress(Exception):
-            await self.run(self.zk.close, timeout=5)
+        limit = 2.0 if self.connected and not self._given_up else 0.5
+        for step in (self.zk.stop, self.zk.close):
+            with contextlib.suppress(Exception):
+                await self._call(step, limit)
 
     @property
     def session_id(self) -> int:
@@ -186,7 +200,27 @@ class ZkStore:
 
     async def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> Any:
         """``fn(*args)`` on a daemon thread; KafkaError(REQUEST_TIMED_OUT) after ``timeout``
-        (default ``max(10 s, session timeout)``) when ZooKeeper does not answer."""
+        (default ``max(10 s, session timeout)``) when ZooKeeper does not answer.  Once the broker
+        is shutting down, a call while the session is disconnected fails at once."""
+        if self.shutting_down and (self._given_up or not self.connected):
+            raise KafkaError(
+                ErrorCode.REQUEST_TIMED_OUT, f"ZooKeeper at {self.connect} is not reachable (shutting down without it)"
+            )
+        limit = self.op_timeout if timeout is None else timeout
+        if not self.shutting_down:
+            return await self._call(fn, limit, *args)
+        # ZooKeeper may stop answering with the session still looking connected (a frozen or cut-off
+        # server is noticed only after two thirds of the session timeout): once stopping, a call that
+        # takes SHUTDOWN_OP_TIMEOUT s ends every later one at once
+        try:
+            return await self._call(fn, min(limit, SHUTDOWN_OP_TIMEOUT), *args)
+        except KafkaError as exc:
+            if exc.code == ErrorCode.REQUEST_TIMED_OUT and not self._given_up:
+                self._given_up = True
+                log.warning("ZooKeeper at %s did not answer while shutting down: going on without it", self.connect)
+            raise
+
+    async def _call(self, fn: Callable[..., Any], limit: float, *args: Any) -> Any:
         loop = self.loop
         assert loop is not None
         fut: asyncio.Future[Any] = loop.create_future()
@@ -207,7 +241,6 @@ class ZkStore:
                 loop.call_soon_threadsafe(deliver, *result)
 
         threading.Thread(target=work, name="odradek-zk", daemon=True).start()
-        limit = self.op_timeout if timeout is None else timeout
         try:
             return await asyncio.wait_for(fut, limit)
         except TimeoutError:
@@ -253,14 +286,16 @@ class ZkStore:
         """Write JSON; raises BadVersionError when ``version`` is not current."""
         return await self.run(self.zk.set, path, dumps(value), version)
 
-    async def upsert(self, path: str, value: Any) -> None:
+    async def upsert(self, path: str, value: Any) -> int:
+        """Create or overwrite ``path``; the mzxid of the write."""
         try:
-            await self.set(path, value)
+            return int((await self.set(path, value)).mzxid)
         except NoNodeError:
             with contextlib.suppress(NodeExistsError):
                 await self.create(path, value)
-                return
-            await self.set(path, value)
+                stat = await self.exists(path)
+                return int(stat.mzxid) if stat is not None else 0
+            return int((await self.set(path, value)).mzxid)
 
     async def delete(self, path: str, *, recursive: bool = False, version: int = -1) -> None:
         with contextlib.suppress(NoNodeError):
@@ -281,6 +316,9 @@ class ZooKeeperBackend(MetadataBackend):
         self.broker_epoch = -1
         self._image = MetadataImage.empty("")
         self._topic_configs: dict[str, dict[str, str]] = {}
+        # the mzxid of /config/topics/<t> that _topic_configs[t] was read from (or written as):
+        # a read that is older than what is held (a reload that raced a local alter) never wins
+        self._config_zxids: dict[str, int] = {}
         self._waiters: list[tuple[Callable[[MetadataImage], bool], asyncio.Future[None]]] = []
         self.store.session_listeners.append(self._reregister)
         self.on_registered: list[Callable[[], Awaitable[None]]] = []
@@ -318,7 +356,9 @@ class ZooKeeperBackend(MetadataBackend):
         deadline = time.monotonic() + wait_ms / 1000
         while True:
             try:
-                await self.store.create(path, broker_json(broker), ephemeral=True)
+                # "pid": an extra field (only brokers and tools read /brokers/ids, and Kafka's
+                # parser ignores unknown fields) for `odradek cluster` to find the process
+                await self.store.create(path, {**broker_json(broker), "pid": os.getpid()}, ephemeral=True)
                 break
             except NodeExistsError:
                 _, stat = await self.store.get_or_none(path)
@@ -343,11 +383,18 @@ class ZooKeeperBackend(MetadataBackend):
         except Exception:
             log.exception("could not re-register broker %d after session expiry", self.broker.broker_id)
             return
-        await self.store.children("/config/changes", self._config_changed)
+        await self._reload_configs()  # re-arms the watch; changes made while the session was gone
         for cb in self.on_registered:
             await cb()
 
+    def reachable(self) -> bool:
+        return self.store.connected
+
+    def begin_shutdown(self) -> None:
+        self.store.shutting_down = True
+
     async def stop(self) -> None:
+        self.store.shutting_down = True
         for _, fut in self._waiters:
             if not fut.done():
                 fut.cancel()
@@ -358,7 +405,7 @@ class ZooKeeperBackend(MetadataBackend):
         """Install the image sent by the controller, with topic configs read from ZooKeeper."""
         missing = [t for t in image.topics if t not in self._topic_configs]
         for name in missing:
-            self._topic_configs[name] = await self._read_topic_config(name)
+            self._hold_config(name, *await self._read_topic_config(name))
         self._install(image)
 
     def _install(self, image: MetadataImage) -> None:
@@ -369,6 +416,7 @@ class ZooKeeperBackend(MetadataBackend):
         for name in list(self._topic_configs):
             if name not in image.topics:
                 del self._topic_configs[name]
+                self._config_zxids.pop(name, None)
         self._image = replace(image, topics=topics, cluster_id=self.cluster_id)
         self._publish(self._image)
         still = []
@@ -393,29 +441,46 @@ class ZooKeeperBackend(MetadataBackend):
             return False
 
     async def topic_config(self, name: str) -> dict[str, str]:
-        """A topic's config overrides from ``/config/topics/<t>`` (cached for the image)."""
-        cfg = await self._read_topic_config(name)
-        self._topic_configs[name] = cfg
+        """A topic's config overrides as ZooKeeper has them now (``/config/topics/<t>``), as
+        Kafka's DescribeConfigs reads them in ZooKeeper mode: a config alter acknowledged by any
+        broker is seen by every broker's DescribeConfigs at once.  The image's copy is brought up
+        to date on the way (never back to an older version)."""
+        cfg, zxid = await self._read_topic_config(name)
+        if name in self._image.topics and self._hold_config(name, cfg, zxid):
+            self._install(self._image)
         return cfg
 
-    async def _read_topic_config(self, name: str) -> dict[str, str]:
-        data, _ = await self.store.get_or_none(f"/config/topics/{name}")
+    async def _read_topic_config(self, name: str) -> tuple[dict[str, str], int]:
+        """The overrides in ``/config/topics/<t>`` and that znode's mzxid (0: no znode)."""
+        data, stat = await self.store.get_or_none(f"/config/topics/{name}")
+        zxid = int(stat.mzxid) if stat is not None else 0
         if not data:
-            return {}
-        return {str(k): str(v) for k, v in (data.get("config") or {}).items()}
+            return {}, zxid
+        return {str(k): str(v) for k, v in (data.get("config") or {}).items()}, zxid
+
+    def _hold_config(self, name: str, cfg: dict[str, str], zxid: int) -> bool:
+        """Keep ``cfg`` as the topic's overrides unless what is held is newer; whether it changed."""
+        if zxid < self._config_zxids.get(name, -1):
+            return False
+        self._config_zxids[name] = zxid
+        if self._topic_configs.get(name) == cfg:
+            return False
+        self._topic_configs[name] = cfg
+        return True
 
     def _config_changed(self) -> None:
         asyncio.get_running_loop().create_task(self._reload_configs())
 
     async def _reload_configs(self) -> None:
+        """A ``/config/changes`` notification: re-read the topics' overrides (the watch is re-armed
+        first).  Every broker applies a change within a watch round trip and one read per topic
+        (milliseconds on a healthy ZooKeeper); DescribeConfigs does not wait for it (it reads
+        ZooKeeper), log configs (retention, segment size, ...) follow it."""
         with contextlib.suppress(Exception):
             await self.store.children("/config/changes", self._config_changed)
             changed = False
             for name in list(self._image.topics):
-                cfg = await self._read_topic_config(name)
-                if cfg != self._topic_configs.get(name):
-                    self._topic_configs[name] = cfg
-                    changed = True
+                changed |= self._hold_config(name, *await self._read_topic_config(name))
             if changed:
                 self._install(self._image)
 
@@ -474,13 +539,13 @@ class ZooKeeperBackend(MetadataBackend):
         info = TopicInfo(name, topic_id, states, dict(configs), internal)
         if validate_only:
             return info
-        await self.store.upsert(f"/config/topics/{name}", {"version": 1, "config": dict(configs)})
+        config_zxid = await self.store.upsert(f"/config/topics/{name}", {"version": 1, "config": dict(configs)})
         assignment = TopicAssignment(str(topic_id), dict(placed))
         try:
             await self.store.create(f"/brokers/topics/{name}", assignment.to_json())
         except NodeExistsError:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic '{name}' already exists") from None
-        self._topic_configs[name] = {str(k): str(v) for k, v in configs.items()}
+        self._hold_config(name, {str(k): str(v) for k, v in configs.items()}, config_zxid)
         await self.wait_for(lambda img: _has_leaders(img, name, len(placed)), timeout)
         return self._image.topics.get(name, info)
 
@@ -533,12 +598,14 @@ class ZooKeeperBackend(MetadataBackend):
     async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
         if await self.store.exists(f"/brokers/topics/{name}") is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
-        await self.store.upsert(f"/config/topics/{name}", {"version": 1, "config": dict(configs)})
+        # Kafka's order: the config, then the change notification; the alter is answered after
+        # both, and this broker serves the new value at once
+        zxid = await self.store.upsert(f"/config/topics/{name}", {"version": 1, "config": dict(configs)})
+        self._hold_config(name, {str(k): str(v) for k, v in configs.items()}, zxid)
+        self._install(self._image)
         await self.store.create(
             "/config/changes/config_change_", {"version": 2, "entity_path": f"topics/{name}"}, sequence=True
         )
-        self._topic_configs[name] = {str(k): str(v) for k, v in configs.items()}
-        self._install(self._image)
 
     async def set_broker_configs(self, configs: Mapping[str, str]) -> None:
         assert self.broker is not None

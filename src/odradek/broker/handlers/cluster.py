@@ -5,7 +5,14 @@ ElectLeaders (43), AlterPartitionReassignments (45), ListPartitionReassignments 
 A controller request with an older controller epoch than one already seen gets
 STALE_CONTROLLER_EPOCH; one addressed to an older registration of this broker (a broker epoch
 below the current one) gets STALE_BROKER_EPOCH.  The admin APIs answer NOT_CONTROLLER on a broker
-that is not the active controller, and the embedded single-node broker has no controller for them.
+that is not the active controller.
+
+A single-node broker (no ZooKeeper) names itself the controller, and answers them as Kafka's
+controller would on a one-broker cluster: every partition's only replica already leads, so an
+election is not needed (ELECTION_NOT_NEEDED per partition; with no partitions named, Kafka lists
+only the partitions that needed one, so none); no reassignment is ever in progress; a reassignment
+to the partition's current replicas is done at once, and one naming any other broker is refused
+with INVALID_REPLICA_ASSIGNMENT.
 """
 
 from __future__ import annotations
@@ -34,7 +41,11 @@ from odradek.protocol.messages.stop_replica import StopReplicaRequest, StopRepli
 from odradek.protocol.messages.update_metadata import UpdateMetadataRequest, UpdateMetadataResponse
 
 if TYPE_CHECKING:
+    from odradek.broker.app import Broker
     from odradek.broker.controller import Controller
+
+TP = tuple[str, int]
+_NOT_NEEDED = "Leader election not needed for topic partition"
 
 
 @handles(ApiKey.LEADER_AND_ISR, versions=(0, 7))
@@ -132,27 +143,56 @@ async def controlled_shutdown(ctx: RequestContext, request: ControlledShutdownRe
 @handles(ApiKey.ELECT_LEADERS, versions=(0, 2))
 async def elect_leaders(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLeadersResponse:
     R = ElectLeadersResponse
-    controller = ctx.broker.controller
-    if controller is None or not controller.active:
-        return R(throttle_time_ms=0, error_code=int(ErrorCode.NOT_CONTROLLER), replica_election_results=[])
     etype = request.election_type if ctx.version >= 1 else 0
     tps = None
     if request.topic_partitions is not None:
         tps = [(t.topic, p) for t in request.topic_partitions for p in t.partitions]
-    try:
-        results = await controller.call(lambda: controller.elect_leaders(etype, tps))
-    except KafkaError as exc:
-        return R(throttle_time_ms=0, error_code=int(exc.code), replica_election_results=[])
+    controller = ctx.broker.controller
+    if ctx.broker.single_node:
+        results = _single_node_election(ctx.broker, etype, tps)
+    elif controller is None or not controller.active:
+        return R(throttle_time_ms=0, error_code=int(ErrorCode.NOT_CONTROLLER), replica_election_results=[])
+    else:
+        ctl = controller
+        try:
+            results = await ctl.call(lambda: ctl.elect_leaders(etype, tps))
+        except KafkaError as exc:
+            return R(throttle_time_ms=0, error_code=int(exc.code), replica_election_results=[])
+    if tps is None:
+        # Kafka: an election over all partitions reports only those that needed one (or failed)
+        results = {tp: code for tp, code in results.items() if code != ErrorCode.ELECTION_NOT_NEEDED}
     by_topic: dict[str, list[ElectLeadersResponse.PartitionResult]] = {}
     for (topic, p), code in sorted(results.items()):
-        by_topic.setdefault(topic, []).append(
-            R.PartitionResult(partition_id=p, error_code=int(code), error_message=None if code == 0 else code.name)
-        )
+        message = None if code == 0 else _NOT_NEEDED if code == ErrorCode.ELECTION_NOT_NEEDED else code.name
+        by_topic.setdefault(topic, []).append(R.PartitionResult(partition_id=p, error_code=int(code), error_message=message))
     return R(
         throttle_time_ms=0,
         error_code=0,
         replica_election_results=[R.ReplicaElectionResult(topic=t, partition_result=ps) for t, ps in by_topic.items()],
     )
+
+
+def _single_node_election(broker: Broker, election_type: int, tps: list[TP] | None) -> dict[TP, ErrorCode]:
+    """ElectLeaders on a single-node broker: nothing to move, Kafka's per-partition answers."""
+    image = broker.image
+    if tps is None:
+        tps = [(name, p) for name, info in image.topics.items() for p in info.partitions]
+    results: dict[TP, ErrorCode] = {}
+    for topic, p in tps:
+        info = image.topics.get(topic)
+        state = info.partitions.get(p) if info is not None else None
+        if state is None:
+            results[(topic, p)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        elif election_type == 0:
+            preferred = state.replicas[0] if state.replicas else -1
+            results[(topic, p)] = (
+                ErrorCode.ELECTION_NOT_NEEDED if state.leader == preferred else ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+            )
+        else:
+            results[(topic, p)] = (
+                ErrorCode.ELECTION_NOT_NEEDED if state.leader >= 0 else ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+            )
+    return results
 
 
 @handles(ApiKey.ALTER_PARTITION_REASSIGNMENTS, versions=(0, 0))
@@ -161,17 +201,21 @@ async def alter_partition_reassignments(
 ) -> AlterPartitionReassignmentsResponse:
     R = AlterPartitionReassignmentsResponse
     controller = ctx.broker.controller
-    if controller is None or not controller.active:
-        return R(throttle_time_ms=0, error_code=int(ErrorCode.NOT_CONTROLLER), error_message="not the controller")
     changes = {
         (t.name, p.partition_index): (None if p.replicas is None else tuple(p.replicas))
         for t in request.topics
         for p in t.partitions
     }
-    try:
-        results = await controller.call(lambda: controller.alter_reassignments(changes))
-    except KafkaError as exc:
-        return R(throttle_time_ms=0, error_code=int(exc.code), error_message=exc.message)
+    if ctx.broker.single_node:
+        results = _single_node_reassignments(ctx.broker, changes)
+    elif controller is None or not controller.active:
+        return R(throttle_time_ms=0, error_code=int(ErrorCode.NOT_CONTROLLER), error_message="not the controller")
+    else:
+        ctl = controller
+        try:
+            results = await ctl.call(lambda: ctl.alter_reassignments(changes))
+        except KafkaError as exc:
+            return R(throttle_time_ms=0, error_code=int(exc.code), error_message=exc.message)
     by_topic: dict[str, list[AlterPartitionReassignmentsResponse.ReassignablePartitionResponse]] = {}
     for (topic, p), (code, msg) in results.items():
         by_topic.setdefault(topic, []).append(
@@ -184,12 +228,48 @@ async def alter_partition_reassignments(
     )
 
 
+def _single_node_reassignments(
+    broker: Broker, changes: dict[TP, tuple[int, ...] | None]
+) -> dict[TP, tuple[ErrorCode, str | None]]:
+    """AlterPartitionReassignments on a single-node broker: the only broker holds every replica."""
+    image = broker.image
+    me = broker.broker_id
+    results: dict[TP, tuple[ErrorCode, str | None]] = {}
+    for (topic, p), target in changes.items():
+        info = image.topics.get(topic)
+        state = info.partitions.get(p) if info is not None else None
+        if state is None:
+            results[(topic, p)] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {topic}-{p} does not exist")
+        elif target is None:
+            results[(topic, p)] = (
+                ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+                f"no reassignment of {topic}-{p} is in progress to cancel",
+            )
+        elif tuple(target) == tuple(state.replicas):
+            results[(topic, p)] = (ErrorCode.NONE, None)  # already there: done
+        else:
+            others = sorted({r for r in target if r != me})
+            if not target or len(set(target)) != len(target):
+                why = f"invalid replica list {list(target)} for {topic}-{p}"
+            elif others:
+                why = (
+                    f"replica assignment {list(target)} for {topic}-{p} names brokers {others} that do not exist: "
+                    f"this single-node broker (id {me}) is the only broker"
+                )
+            else:
+                why = f"invalid replica list {list(target)} for {topic}-{p}"
+            results[(topic, p)] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT, why)
+    return results
+
+
 @handles(ApiKey.LIST_PARTITION_REASSIGNMENTS, versions=(0, 0))
 async def list_partition_reassignments(
     ctx: RequestContext, request: ListPartitionReassignmentsRequest
 ) -> ListPartitionReassignmentsResponse:
     R = ListPartitionReassignmentsResponse
     controller = ctx.broker.controller
+    if ctx.broker.single_node:  # nothing ever moves between brokers: no reassignment in progress
+        return R(throttle_time_ms=0, error_code=0, error_message=None, topics=[])
     if controller is None or not controller.active:
         return R(throttle_time_ms=0, error_code=int(ErrorCode.NOT_CONTROLLER), error_message="not the controller")
     tps = None

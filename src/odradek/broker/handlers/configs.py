@@ -148,7 +148,8 @@ async def describe_configs(ctx: RequestContext, request: DescribeConfigsRequest)
                 info = broker.image.topics.get(res.resource_name)
                 if info is None:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{res.resource_name}' does not exist")
-                entries = topic_config_entries(broker, info.name, info.configs, version)
+                overrides = await broker.current_topic_configs(info.name)
+                entries = topic_config_entries(broker, info.name, overrides, version)
             elif res.resource_type == BROKER:
                 if res.resource_name not in ("", str(broker.broker_id)):
                     raise KafkaError(ErrorCode.INVALID_REQUEST, f"unexpected broker id {res.resource_name}")
