@@ -137,10 +137,15 @@ def test_vanished_read_detected() -> None:
 
 def test_committed_offset_backwards_detected() -> None:
     h, log = clean()
-    h.ev("committed", proc="obs", group="g", partition=0, offset=1)  # after 3 was committed
+    h.ev("commit", proc="cg1", group="g", partition=0, offset=1)  # acknowledged after 3 was
     r = check(h.final(log).events)
     assert r.backwards_count == 1 and not r.ok
     assert r.backwards[0]["from"] == 3 and r.backwards[0]["to"] == 1
+    # a commit lost: after healing the group's committed offset is below an acknowledged commit
+    h1, log1 = clean()
+    h1.ev("final_committed", proc="obs", group="g", partition=0, offset=2, issued=h1.t)
+    r1 = check(h1.final(log1).events)
+    assert r1.backwards_count == 1 and r1.backwards[0]["to_event"][0] == "final_committed" and not r1.ok
     # after a documented reset the offset may go back
     h2, log2 = clean()
     h2.ev("reset", proc="ca", group="g", partition=0, reason="offset out of range")
@@ -162,3 +167,20 @@ def test_incomplete_final_read_fails(tmp_path: Path) -> None:
     r = check_file(path)
     assert not r.final_complete and not r.ok
     assert "INCOMPLETE" in r.summary()
+
+
+def test_stale_committed_offset_read_reported() -> None:
+    h, log = clean()  # commits 2 then 3 acknowledged on partition 0
+    issued = h.t
+    h.ev("committed", proc="obs", group="g", partition=0, offset=1, issued=issued)  # issued after 3 was acked
+    r = check(h.final(log).events)
+    assert r.stale_reads_count == 1 and r.stale_reads[0]["read"] == 1
+    assert r.backwards_count == 0 and r.ok  # reported, not a safety failure
+    assert "stale committed-offset reads (reported only): 1" in r.summary()
+    # a read issued before the higher commit was acknowledged (concurrent with it) is not stale
+    h2 = H()
+    h2.ev("commit", proc="c", group="g", partition=0, offset=2)
+    issued = h2.t
+    h2.ev("commit", proc="c", group="g", partition=0, offset=5)
+    h2.ev("committed", proc="obs", group="g", partition=0, offset=2, issued=issued)
+    assert check(h2.final({0: []}).events).stale_reads_count == 0

@@ -26,8 +26,15 @@ Anomalies (all of them are counted; the lists keep the first few examples):
   with the send order.
 * **vanished**: a polled (partition, offset, value) that the final read does not have at that offset
   (a consumer saw a record past the high watermark that was later truncated away, or a phantom).
-* **offsets backwards**: per group and partition, a committed offset (a member's commit or an
-  observer's read) lower than an earlier one, with no ``reset`` of that group and partition in between.
+* **offsets backwards**: per group and partition, a member's acknowledged commit lower than an earlier
+  acknowledged commit with no ``reset`` of that group and partition in between, or a committed offset read
+  after healing (``final_committed``) lower than the highest acknowledged commit (a lost commit).
+* **stale offset reads** (reported, not judged a safety failure): an observer's OffsetFetch (``committed``,
+  with ``issued``, when it was asked for) that returned less than a commit acknowledged before it was
+  issued, or less than a read that had completed before it was issued. A coordinator that lost its
+  ZooKeeper session while frozen answers the requests queued in its socket from its cache until the
+  controller tells it it no longer leads the ``__consumer_offsets`` partition - Kafka's coordinators have the
+  same window (``GroupCoordinator.handleFetchOffsets`` trusts the local leadership).
 * **unavailability**: the longest gap between acknowledgements, overall and per partition, and for each
   nemesis operation the longest gap overlapping it, from the fault's start until the next fault starts
   (so a slow recovery after healing is charged to the fault). Reported, not judged.
@@ -99,6 +106,8 @@ class Report:
     vanished_count: int = 0
     backwards: list[dict[str, Any]] = field(default_factory=list)
     backwards_count: int = 0
+    stale_reads: list[dict[str, Any]] = field(default_factory=list)
+    stale_reads_count: int = 0
     resets: int = 0
     log_problems: list[str] = field(default_factory=list)
     longest_gap: Gap | None = None
@@ -134,8 +143,9 @@ class Report:
             f"reordered (idempotent): {self.reordered_count}",
             f"vanished reads: {self.vanished_count}",
             f"committed offsets backwards: {self.backwards_count} (resets seen: {self.resets})",
+            f"stale committed-offset reads (reported only): {self.stale_reads_count}",
         ]
-        for name in ("lost", "lost_acks1", "duplicated", "reordered", "vanished", "backwards"):
+        for name in ("lost", "lost_acks1", "duplicated", "reordered", "vanished", "backwards", "stale_reads"):
             examples = getattr(self, name)
             if examples:
                 lines.append(f"  {name} e.g.:")
@@ -191,7 +201,7 @@ def check(events: Iterable[dict[str, Any]]) -> Report:
             r.errors += 1
         elif kind == "poll":
             polls.append(e)
-        elif kind in ("commit", "committed", "reset"):
+        elif kind in ("commit", "committed", "final_committed", "reset"):
             offsets_seen[(e["group"], int(e["partition"]))].append(e)
             if kind == "commit":
                 r.commits += 1
@@ -290,22 +300,45 @@ def check(events: Iterable[dict[str, Any]]) -> Report:
     # committed offsets going backwards
     for (group, p), evs in offsets_seen.items():
         evs.sort(key=lambda e: float(e["t"]))
-        high: dict[str, Any] | None = None
+        high: dict[str, Any] | None = None  # the highest acknowledged commit since the last reset
         for e in evs:
             if e["type"] == "reset":
                 high = None
                 continue
             off = int(e["offset"])
-            if off < 0:  # no committed offset (yet): nothing to compare
+            if e["type"] == "commit" or (e["type"] == "final_committed" and high is not None):
+                if high is not None and off < int(high["offset"]):
+                    r.backwards_count += 1
+                    if len(r.backwards) < EXAMPLES:
+                        r.backwards.append({"group": group, "partition": p, "from": int(high["offset"]), "to": off,
+                                            "from_event": [high["type"], high.get("proc"), high["t"]],
+                                            "to_event": [e["type"], e.get("proc"), e["t"]]})
+                if e["type"] == "commit" and (high is None or off >= int(high["offset"])):
+                    high = e
+        # stale reads: compared with what was acknowledged (or read) before the read was issued
+        known: list[tuple[float, int, str]] = []  # (completion time, offset, what)
+        last_reset = -1.0
+        for e in evs:
+            if e["type"] == "reset":
+                last_reset = float(e["t"])
+            elif e["type"] in ("commit", "committed"):
+                known.append((float(e["t"]), int(e["offset"]), e["type"]))
+        for e in evs:
+            if e["type"] != "committed":
                 continue
-            if high is not None and off < int(high["offset"]):
-                r.backwards_count += 1
-                if len(r.backwards) < EXAMPLES:
-                    r.backwards.append({"group": group, "partition": p, "from": int(high["offset"]), "to": off,
-                                        "from_event": [high["type"], high.get("proc"), high["t"]],
-                                        "to_event": [e["type"], e.get("proc"), e["t"]]})
-            if high is None or off >= int(high["offset"]):
-                high = e
+            issued = float(e.get("issued", e["t"]))
+            if issued < last_reset:
+                continue
+            before = [k for k in known if last_reset <= k[0] < issued]
+            if not before:
+                continue
+            best = max(before, key=lambda k: k[1])
+            if int(e["offset"]) < best[1]:
+                r.stale_reads_count += 1
+                if len(r.stale_reads) < EXAMPLES:
+                    r.stale_reads.append({"group": group, "partition": p, "read": int(e["offset"]),
+                                          "issued": issued, "completed": e["t"],
+                                          "but_before_it": [best[2], best[1], best[0]]})
 
     # unavailability
     ack_times = sorted(float(a["t"]) for a in acks.values())

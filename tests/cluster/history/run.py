@@ -13,6 +13,7 @@ The run directory keeps ``history.jsonl``, ``summary.txt``, the brokers' logs an
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from collections.abc import Callable
@@ -80,8 +81,11 @@ def run_history(cluster: Cluster, out: Path, *, seed: int, duration: float, rate
     nemesis = Nemesis(cluster, history, TOPIC, PARTITIONS, group=GROUP_SUB, offsets_partitions=OFFSETS_PARTITIONS,
                       logs_dir=out / "logs")
     try:
-        _wait(lambda: workload.acked() >= 50, 30)  # warm up: the producers are through
-        nemesis.run(ops, time.monotonic() + duration)
+        # warm up: a few seconds of fault-free load, every producer through
+        warm_until = time.monotonic() + 5
+        _wait(lambda: workload.acked() >= 100 and time.monotonic() >= warm_until, 30)
+        # the schedule fits ``duration``; restarts take time of their own: a bounded allowance for them
+        nemesis.run(ops, time.monotonic() + duration * 1.5 + 30)
     finally:
         nemesis.heal()
     healed = _wait(lambda: _isr_full(cluster, TOPIC, PARTITIONS), 90)
@@ -116,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log-level", default="WARNING", help="the brokers' log level")
     ap.add_argument("--kinds", default=",".join(KINDS), help=f"fault kinds, comma-separated (of {', '.join(KINDS)})")
     args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("kazoo").setLevel(logging.ERROR)  # its reconnection chatter while ZooKeeper is down
     problem = zookeeper_available()
     if problem:
         print(problem, file=sys.stderr)

@@ -272,24 +272,36 @@ class OffsetObserver:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="observer", daemon=True)
 
+    def read(self, group: str, type_: str = "committed", timeout: float = 5.0) -> bool:
+        """One OffsetFetch; ``committed`` events carry ``issued``, when the read was asked for."""
+        c = self.consumers[group]
+        issued = round(self.h.now(), 4)
+        try:
+            got = c.committed([TopicPartition(self.topic, p) for p in range(self.partitions)], timeout=timeout)
+        except KafkaException:
+            return False
+        for tp in got:
+            if tp.error is None:
+                self.h.log(type_, proc="obs", group=group, partition=tp.partition, offset=tp.offset, issued=issued)
+        return True
+
     def _run(self) -> None:
         while not self._stop.wait(1.0):
-            for g, c in self.consumers.items():
-                try:
-                    got = c.committed([TopicPartition(self.topic, p) for p in range(self.partitions)], timeout=5)
-                except KafkaException:
-                    continue
-                for tp in got:
-                    if tp.error is None and tp.offset >= 0:
-                        self.h.log("committed", proc="obs", group=g, partition=tp.partition, offset=tp.offset)
+            for g in self.consumers:
+                self.read(g)
 
     def start(self) -> OffsetObserver:
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        """Stop observing; then read every group's committed offsets once more (``final_committed``)."""
         self._stop.set()
         self._thread.join(30)
+        for g in self.consumers:
+            for _ in range(6):
+                if self.read(g, "final_committed", timeout=10):
+                    break
         for c in self.consumers.values():
             c.close()
 
@@ -333,9 +345,10 @@ class Workload:
         return sum(results)
 
     def stop_consumers(self) -> None:
-        self.observer.stop()
+        """Stop the consumers (their last commits included), then the observer (its final read)."""
         for c in self.consumers:
             c.stop()
+        self.observer.stop()
 
 
 def final_read(history: History, bootstrap: str, topic: str, partitions: int, *, timeout: float = 60.0,
