@@ -36,8 +36,9 @@ Anomalies (all of them are counted; the lists keep the first few examples):
   controller tells it it no longer leads the ``__consumer_offsets`` partition - Kafka's coordinators have the
   same window (``GroupCoordinator.handleFetchOffsets`` trusts the local leadership).
 * **unavailability**: the longest gap between acknowledgements, overall and per partition, and for each
-  nemesis operation the longest gap overlapping it, from the fault's start until the next fault starts
-  (so a slow recovery after healing is charged to the fault). Reported, not judged.
+  nemesis operation the longest gap charged to it: a fault's window runs from its start until the next
+  fault starts (so a slow recovery after healing is charged to the fault), and a gap is charged to the
+  fault whose window holds the gap's middle. Reported, not judged.
 """
 
 from __future__ import annotations
@@ -157,7 +158,7 @@ class Report:
         for p, gap in sorted(self.longest_gap_per_partition.items()):
             lines.append(f"  partition {p}: {gap.describe()}")
         if self.gap_per_fault_kind:
-            lines.append("  per fault kind (longest gap on any partition overlapping a fault of that kind):")
+            lines.append("  per fault kind (longest gap on any partition charged to a fault of that kind):")
             for kind, gap in sorted(self.gap_per_fault_kind.items()):
                 lines.append(f"    {kind}: {gap.describe()}")
         if self.gap_per_fault:
@@ -355,16 +356,19 @@ def check(events: Iterable[dict[str, Any]]) -> Report:
             (label, kind, s, nemesis_windows[i + 1][2] if i + 1 < len(nemesis_windows) else end)
             for i, (label, kind, s, _e) in enumerate(nemesis_windows)
         ]
+        # each gap is charged to the one fault whose window holds the gap's middle (a gap that begins just
+        # before a fault starts belongs to that fault, not to the previous one)
         for gap in all_gaps + [g for gs in per_part.values() for g in gs]:
-            gap.faults = [label for label, _k, s, e in windows if s < gap.end and e > gap.start]
+            middle = (gap.start + gap.end) / 2
+            gap.faults = [label for label, _k, s, e in windows if s <= middle < e]
         if all_gaps:
             r.longest_gap = max(all_gaps, key=lambda g: g.seconds)
         for p, gaps in per_part.items():
             if gaps:
                 r.longest_gap_per_partition[p] = max(gaps, key=lambda g: g.seconds)
         every = all_gaps + [g for gs in per_part.values() for g in gs]
-        for label, kind, s, e in windows:
-            overlapping = [g for g in every if g.start < e and g.end > s]
+        for label, kind, _s, _e in windows:
+            overlapping = [g for g in every if label in g.faults]
             if not overlapping:
                 continue
             worst = max(overlapping, key=lambda g: g.seconds)

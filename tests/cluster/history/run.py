@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from odradek.coordination.zkserver import ZooKeeperServer, zookeeper_available
@@ -63,6 +64,25 @@ def _wait(predicate: Callable[[], bool], timeout: float) -> bool:
     return False
 
 
+def _create_topic(bootstrap: str, attempts: int = 4) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
+    for attempt in range(attempts):
+        future = admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})],
+                                     request_timeout=30)[TOPIC]
+        try:
+            future.result(40)
+            return
+        except KafkaException as exc:
+            if exc.args and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return
+            if attempt == attempts - 1:
+                raise
+        except TimeoutError:  # a slow start on a loaded machine: ask again
+            if attempt == attempts - 1:
+                raise
+        time.sleep(2)
+
+
 def run_history(cluster: Cluster, out: Path, *, seed: int, duration: float, rate: float = 25.0,
                 kinds: tuple[str, ...] = KINDS, say: Callable[[str], None] = print) -> tuple[Report, Path]:
     """Workload + nemesis for ``duration`` seconds on a started cluster; heal, read everything, check."""
@@ -71,8 +91,9 @@ def run_history(cluster: Cluster, out: Path, *, seed: int, duration: float, rate
     history = History(path)
     ops = schedule(seed, duration, kinds=kinds)
     say(f"seed {seed}, {duration:g} s: " + "; ".join(op.describe() for op in ops))
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[TOPIC].result(30)
+    cluster.wait_for_registered(timeout=60)
+    cluster.wait_for_controller(60)
+    _create_topic(cluster.bootstrap)
     if not _wait(lambda: _isr_full(cluster, TOPIC, PARTITIONS), 60):
         say("warning: the topic's ISRs were not full after 60 s")
     history.log("setup", seed=seed, duration=duration, topic=TOPIC, partitions=PARTITIONS, overrides=OVERRIDES,
