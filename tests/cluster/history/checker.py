@@ -164,8 +164,8 @@ class Report:
         if self.gap_per_fault:
             lines.append("  per fault:")
             for label in self.faults:
-                gap = self.gap_per_fault.get(label)
-                lines.append(f"    {label}: " + (gap.describe() if gap else "no gap"))
+                charged = self.gap_per_fault.get(label)
+                lines.append(f"    {label}: " + (charged.describe() if charged else "no gap"))
         lines.append("RESULT: " + ("OK" if self.ok else "ANOMALIES FOUND"))
         return "\n".join(lines)
 

@@ -65,6 +65,13 @@ def _value(msg: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+def _where(msg: Any) -> tuple[int, int]:
+    """(partition, offset) of a consumed record (never None for a record without an error)."""
+    p, o = msg.partition(), msg.offset()
+    assert p is not None and o is not None
+    return int(p), int(o)
+
+
 class ProducerWorker:
     def __init__(self, history: History, bootstrap: str, topic: str, partitions: int, name: str, *,
                  idempotent: bool, acks: str, rate: float) -> None:
@@ -232,7 +239,7 @@ class ConsumerWorker:
                     elif err.code() != KafkaError._PARTITION_EOF:
                         self.h.log("consumer_error", proc=self.name, error=str(err))
                 else:
-                    p, o = msg.partition(), msg.offset()
+                    p, o = _where(msg)
                     prev = self.position.get(p)
                     if prev is not None and o < prev:
                         # the client went back (an automatic offset reset): a documented reset
@@ -325,8 +332,10 @@ class Workload:
         self.observer = OffsetObserver(history, bootstrap, topic, partitions, [GROUP_ASSIGN, GROUP_SUB])
 
     def start(self) -> Workload:
-        for w in [*self.producers, *self.consumers]:
-            w.start()
+        for p in self.producers:
+            p.start()
+        for c in self.consumers:
+            c.start()
         self.observer.start()
         return self
 
@@ -375,8 +384,9 @@ def final_read(history: History, bootstrap: str, topic: str, partitions: int, *,
             msg = c.poll(0.5)
             if msg is None or msg.error() is not None:
                 continue
-            history.log("read", partition=msg.partition(), offset=msg.offset(), value=_value(msg))
-            pos[msg.partition()] = msg.offset() + 1
+            p, o = _where(msg)
+            history.log("read", partition=p, offset=o, value=_value(msg))
+            pos[p] = o + 1
         complete = len(marks) == partitions and all(pos[p] >= marks[p] for p in range(partitions))
         history.log("final", partitions=partitions, high_watermarks={str(p): h for p, h in marks.items()},
                     positions={str(p): o for p, o in pos.items()}, complete=complete)
