@@ -184,3 +184,20 @@ def test_stale_committed_offset_read_reported() -> None:
     h2.ev("commit", proc="c", group="g", partition=0, offset=5)
     h2.ev("committed", proc="obs", group="g", partition=0, offset=2, issued=issued)
     assert check(h2.final({0: []}).events).stale_reads_count == 0
+
+
+def test_stuck_producer_reported() -> None:
+    h = H()
+    v = h.send("pi2", 0, 0)
+    h.ack(v, 0, 0)
+    log = [v]
+    for seq in range(1, 40):  # pi1 never acknowledged while pi2 writes for ~8 s
+        stuck = h.send("pi1", seq, 0)
+        h.ev("error", proc="pi1", value=stuck, error="Local: Message timed out")
+        v = h.send("pi2", seq, 0)
+        h.ack(v, 0, len(log))
+        log.append(v)
+    r = check(h.final({0: log}).events)
+    assert r.ok  # an availability problem, not a safety one
+    assert r.longest_gap_per_producer["pi1"].seconds > 7 > r.longest_gap_per_producer["pi2"].seconds
+    assert "producer pi1:" in r.summary() and "39 records failed" in r.summary()

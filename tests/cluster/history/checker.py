@@ -38,7 +38,8 @@ Anomalies (all of them are counted; the lists keep the first few examples):
 * **unavailability**: the longest gap between acknowledgements, overall and per partition, and for each
   nemesis operation the longest gap charged to it: a fault's window runs from its start until the next
   fault starts (so a slow recovery after healing is charged to the fault), and a gap is charged to the
-  fault whose window holds the gap's middle. Reported, not judged.
+  fault whose window holds the gap's start + 1 s (its middle, if shorter). The longest gap between one
+  producer's acknowledgements is reported too (a producer stuck while the others write). Reported, not judged.
 """
 
 from __future__ import annotations
@@ -115,6 +116,8 @@ class Report:
     longest_gap_per_partition: dict[int, Gap] = field(default_factory=dict)
     gap_per_fault: dict[str, Gap] = field(default_factory=dict)  # nemesis op label -> longest overlapping gap
     gap_per_fault_kind: dict[str, Gap] = field(default_factory=dict)
+    longest_gap_per_producer: dict[str, Gap] = field(default_factory=dict)
+    errors_per_producer: dict[str, int] = field(default_factory=dict)
     faults: list[str] = field(default_factory=list)
 
     @property
@@ -157,6 +160,10 @@ class Report:
             lines.append(f"  overall: {self.longest_gap.describe()}")
         for p, gap in sorted(self.longest_gap_per_partition.items()):
             lines.append(f"  partition {p}: {gap.describe()}")
+        for proc, gap in sorted(self.longest_gap_per_producer.items()):
+            errors = self.errors_per_producer.get(proc, 0)
+            lines.append(f"  producer {proc}: {gap.describe().replace('all partitions', 'its partitions')}"
+                         + (f"; {errors} records failed (timed out or errors)" if errors else ""))
         if self.gap_per_fault_kind:
             lines.append("  per fault kind (longest gap on any partition charged to a fault of that kind):")
             for kind, gap in sorted(self.gap_per_fault_kind.items()):
@@ -200,6 +207,7 @@ def check(events: Iterable[dict[str, Any]]) -> Report:
             acks[e["value"]] = e
         elif kind == "error":
             r.errors += 1
+            r.errors_per_producer[e["proc"]] = r.errors_per_producer.get(e["proc"], 0) + 1
         elif kind == "poll":
             polls.append(e)
         elif kind in ("commit", "committed", "final_committed", "reset"):
@@ -344,23 +352,32 @@ def check(events: Iterable[dict[str, Any]]) -> Report:
     # unavailability
     ack_times = sorted(float(a["t"]) for a in acks.values())
     if first_t is not None:
-        end = workload_end if workload_end is not None else (ack_times[-1] if ack_times else first_t)
+        # until the producers stopped sending (their final flush may wait for timeouts: not unavailability)
+        last = max([float(x["t"]) for x in sends.values()] + ack_times)
+        end = min(workload_end, last) if workload_end is not None else last
         partitions = sorted({int(s["partition"]) for s in sends.values() if s.get("partition") is not None})
         all_gaps = _gaps(ack_times, first_t, end, None)
         per_part: dict[int, list[Gap]] = {}
         for p in partitions:
             times = [float(a["t"]) for a in acks.values() if int(a["partition"]) == p]
             per_part[p] = _gaps(times, first_t, end, p)
+        # per producer (incarnation): a producer stuck while the others write is an anomaly of its own
+        for proc in sorted({str(x["proc"]) for x in sends.values()}):
+            times = [float(a["t"]) for v, a in acks.items() if sends.get(v, {}).get("proc") == proc]
+            proc_sends = [float(x["t"]) for x in sends.values() if x["proc"] == proc]
+            gaps = _gaps(times, min(proc_sends), min(end, max(proc_sends + times)), None)
+            if gaps:
+                r.longest_gap_per_producer[proc] = max(gaps, key=lambda g: g.seconds)
         # a fault is charged with the gaps from its start until the next fault starts (its recovery included)
         windows = [
             (label, kind, s, nemesis_windows[i + 1][2] if i + 1 < len(nemesis_windows) else end)
             for i, (label, kind, s, _e) in enumerate(nemesis_windows)
         ]
-        # each gap is charged to the one fault whose window holds the gap's middle (a gap that begins just
-        # before a fault starts belongs to that fault, not to the previous one)
-        for gap in all_gaps + [g for gs in per_part.values() for g in gs]:
-            middle = (gap.start + gap.end) / 2
-            gap.faults = [label for label, _k, s, e in windows if s <= middle < e]
+        # each gap is charged to the one fault whose window holds the gap's start plus 1 s (or its middle if
+        # shorter): a gap that begins just before a fault starts belongs to that fault, not the previous one
+        for gap in all_gaps + [g for gs in per_part.values() for g in gs] + list(r.longest_gap_per_producer.values()):
+            point = min(gap.start + 1.0, (gap.start + gap.end) / 2)
+            gap.faults = [label for label, _k, s, e in windows if s <= point < e]
         if all_gaps:
             r.longest_gap = max(all_gaps, key=lambda g: g.seconds)
         for p, gaps in per_part.items():

@@ -110,8 +110,8 @@ class ProducerWorker:
         return Producer(conf)
 
     def _error_cb(self, err: KafkaError) -> None:
+        self.h.log("client_error", proc=self.name, error=str(err), fatal=err.fatal())
         if err.fatal():
-            self.h.log("client_error", proc=self.name, error=str(err), fatal=True)
             self.fatal.set()
 
     def _delivery(self, err: Any, msg: Any) -> None:
