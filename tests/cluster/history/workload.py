@@ -17,11 +17,13 @@ Consumers:
 
 Every event goes to a JSON-lines :class:`History` with ``t`` = seconds on the monotonic clock since the run
 started. The event types are described in :mod:`tests.cluster.history.checker`.
+``ODRADEK_HISTORY_RDKAFKA_DEBUG=eos,msg,broker`` turns on librdkafka's debug log of the producers (stderr).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -104,6 +106,10 @@ class ProducerWorker:
             "error_cb": self._error_cb,
             "log_level": 2,  # connection failures come through error_cb; keep stderr readable
         }
+        debug = os.environ.get("ODRADEK_HISTORY_RDKAFKA_DEBUG")  # e.g. "eos,msg,broker": to stderr
+        if debug:
+            conf["debug"] = debug
+            conf["log_level"] = 7
         if not self.idempotent:
             conf["max.in.flight.requests.per.connection"] = 5
             conf["retries"] = 10
