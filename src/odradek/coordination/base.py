@@ -55,6 +55,11 @@ class MetadataBackend(ABC):
         """Whether the metadata store answers now (an embedded store always does)."""
         return True
 
+    def metadata_known(self) -> bool:
+        """Whether the image holds the cluster's topics yet: a ZooKeeper broker serves requests
+        before the controller's first metadata reaches it (an embedded store always knows)."""
+        return True
+
     async def topic_config(self, name: str) -> dict[str, str]:
         """A topic's config overrides as the metadata store has them now (what DescribeConfigs
         reports); here, the image's."""

@@ -315,6 +315,7 @@ class ZooKeeperBackend(MetadataBackend):
         self.broker: BrokerInfo | None = None
         self.broker_epoch = -1
         self._image = MetadataImage.empty("")
+        self._controller_metadata = False  # set by the controller's first metadata (apply_metadata)
         self._topic_configs: dict[str, dict[str, str]] = {}
         # the mzxid of /config/topics/<t> that _topic_configs[t] was read from (or written as):
         # a read that is older than what is held (a reload that raced a local alter) never wins
@@ -326,6 +327,9 @@ class ZooKeeperBackend(MetadataBackend):
     @property
     def image(self) -> MetadataImage:
         return self._image
+
+    def metadata_known(self) -> bool:
+        return self._controller_metadata
 
     # -- start-up ---------------------------------------------------------------------------------
     async def connect(self, proposed_cluster_id: str | None) -> str:
@@ -406,6 +410,7 @@ class ZooKeeperBackend(MetadataBackend):
         missing = [t for t in image.topics if t not in self._topic_configs]
         for name in missing:
             self._hold_config(name, *await self._read_topic_config(name))
+        self._controller_metadata = True
         self._install(image)
 
     def _install(self, image: MetadataImage) -> None:

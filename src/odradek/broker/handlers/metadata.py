@@ -10,6 +10,12 @@ topics it names are answered LEADER_NOT_AVAILABLE (retriable: a client asking ag
 next ones), and the handler yields to the event loop between creations, so other clients keep
 their latency while one client creates many topics.  (``request.max.topics`` bounds the names
 a request may carry at all; see :mod:`odradek.broker.server`.)
+
+A named topic this broker's image lacks while the cluster may have it is answered
+LEADER_NOT_AVAILABLE (retriable), never UNKNOWN_TOPIC_OR_PARTITION: before the controller's first
+metadata reached a just-restarted ZooKeeper broker, and when auto-creating finds the topic already
+exists (as Kafka answers).  librdkafka takes "unknown topic" for a deleted topic and drops every
+partition of it at once, stranding a producer's records until they time out.
 """
 
 from __future__ import annotations
@@ -67,6 +73,7 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
     )
     create_budget = int(broker.config.get("auto.create.topics.max.per.request"))
     refused = 0
+    known = broker.backend.metadata_known()
     image = broker.image
     topics: list[R.MetadataResponseTopic] = []
     if requested is None:
@@ -103,6 +110,14 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
                 except KafkaError as exc:
                     topics.append(R.MetadataResponseTopic(error_code=exc.code, name=name, is_internal=False))
                     continue
+                if not known:
+                    # this broker serves before the controller's first metadata reached it (just
+                    # restarted): the topic may well exist.  Retriable, never "unknown topic",
+                    # which librdkafka takes for a deleted topic and drops all its partitions
+                    topics.append(
+                        R.MetadataResponseTopic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name, is_internal=False)
+                    )
+                    continue
                 if allow_create and create_budget <= 0:
                     refused += 1
                     topics.append(
@@ -121,6 +136,17 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
                             topics.append(R.MetadataResponseTopic(error_code=exc.code, name=name, is_internal=False))
                             continue
                         t = broker.image.topics.get(name)
+                        if t is None:
+                            # it exists in the cluster but not yet in this broker's image (a
+                            # broker just restarted, before the controller's metadata reached
+                            # it): retriable, as Kafka answers; UNKNOWN_TOPIC_OR_PARTITION
+                            # makes librdkafka drop every partition of the topic at once
+                            topics.append(
+                                R.MetadataResponseTopic(
+                                    error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name, is_internal=False
+                                )
+                            )
+                            continue
                 if t is None:
                     topics.append(
                         R.MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, is_internal=False)
