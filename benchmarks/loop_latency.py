@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import socket
 import statistics
 import sys
 import tempfile
@@ -41,47 +40,16 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from odradek.testing import BrokerProcess
+    from odradek.testing import BrokerProcess, WireClient
 except ImportError:  # running from a checkout without an install
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from odradek.testing import BrokerProcess
+    from odradek.testing import BrokerProcess, WireClient
 
 import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from odradek.protocol import NEED_DATA, ClientConnection, ResponseReceived
 from odradek.protocol.messages.delete_records import DeleteRecordsRequest
 from odradek.protocol.messages.metadata import MetadataRequest
-
-
-class _Raw:
-    """Pipelined raw requests on one connection."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.sock = socket.create_connection((host, port), timeout=60)
-        self.conn = ClientConnection(client_id="heavy")
-        self.in_flight = 0
-
-    def send(self, message: Any, version: int) -> None:
-        _cid, data = self.conn.send_request(message, version)
-        self.sock.sendall(data)
-        self.in_flight += 1
-
-    def receive(self) -> Any:
-        while True:
-            ev = self.conn.next_event()
-            if isinstance(ev, ResponseReceived):
-                self.in_flight -= 1
-                return ev.response
-            if ev is not NEED_DATA:
-                raise ConnectionError(f"unexpected event {ev!r}")
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise ConnectionError("broker closed the connection")
-            self.conn.receive_data(chunk)
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 class _PacedProducer(threading.Thread):
@@ -149,7 +117,7 @@ def _fill(bootstrap: str, topic: str, mb: int, keyed: bool) -> None:
 
 
 def _auto_create(addr: tuple[str, int], stop: Any) -> None:
-    raw = _Raw(*addr)
+    raw = WireClient(*addr, client_id="heavy", timeout=60)
     k = 0
     while not stop.is_set():
         names = [MetadataRequest.MetadataRequestTopic(name=f"auto-{k}-{i}") for i in range(1000)]
@@ -160,7 +128,7 @@ def _auto_create(addr: tuple[str, int], stop: Any) -> None:
 
 
 def _metadata_all(addr: tuple[str, int], stop: Any) -> None:
-    raw = _Raw(*addr)
+    raw = WireClient(*addr, client_id="heavy", timeout=60)
     while not stop.is_set():
         while raw.in_flight < 8:
             raw.send(MetadataRequest(topics=None, allow_auto_topic_creation=False), 12)
@@ -171,7 +139,7 @@ def _metadata_all(addr: tuple[str, int], stop: Any) -> None:
 
 
 def _delete_records(addr: tuple[str, int], stop: Any) -> None:
-    raw = _Raw(*addr)
+    raw = WireClient(*addr, client_id="heavy", timeout=60)
     offset = 0
     while not stop.is_set():
         while raw.in_flight < 8:

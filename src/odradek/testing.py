@@ -1,10 +1,13 @@
-"""Helpers for tests and benchmarks: run ``odradek serve`` as a real process.
+"""Helpers for tests and benchmarks: run ``odradek serve`` as a real process, talk raw protocol to it.
 
 ``BrokerProcess`` starts a broker on 127.0.0.1 with an ephemeral port (``--port 0``), waits for
 its ready line, and stops it by PID — SIGTERM for a clean shutdown, SIGKILL for a crash::
 
     with BrokerProcess(tmp_path / "data", overrides={"num.partitions": 3}) as broker:
         producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
+
+``WireClient`` is a minimal blocking client over the sans-I/O ``ClientConnection`` for requests no
+real client would send (hostile, malformed or pipelined ones).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -21,7 +25,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-__all__ = ["BrokerProcess", "cpu_seconds", "wait_for"]
+from odradek.protocol import NEED_DATA, ClientConnection, Message, ResponseReceived
+
+__all__ = ["BrokerProcess", "WireClient", "cpu_seconds", "wait_for"]
 
 T = TypeVar("T")
 
@@ -156,6 +162,43 @@ class BrokerProcess:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
+
+
+class WireClient:
+    """One blocking connection speaking raw requests; ``send``/``receive`` pipeline them (answers in order)."""
+
+    def __init__(self, host: str, port: int, client_id: str = "wire-test", timeout: float = 10.0) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.conn = ClientConnection(client_id=client_id)
+        self.in_flight = 0
+
+    def send(self, message: Message, version: int) -> None:
+        _cid, data = self.conn.send_request(message, version)
+        self.sock.sendall(data)
+        self.in_flight += 1
+
+    def receive(self) -> Any:
+        """The answer to the oldest request in flight."""
+        while True:
+            ev = self.conn.next_event()
+            if isinstance(ev, ResponseReceived):
+                self.in_flight -= 1
+                return ev.response
+            if ev is not NEED_DATA:
+                raise ConnectionError(f"unexpected event {ev!r}")
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                raise ConnectionError("broker closed the connection")
+            self.conn.receive_data(chunk)
+
+    def request(self, message: Message, version: int) -> Any:
+        """Send one request and wait for its answer (nothing else may be in flight)."""
+        assert self.in_flight == 0, f"{self.in_flight} requests still in flight"
+        self.send(message, version)
+        return self.receive()
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 def wait_for(

@@ -19,8 +19,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from odradek.errors import ErrorCode
 from odradek.protocol.messages.describe_log_dirs import DescribeLogDirsRequest
 from odradek.protocol.messages.find_coordinator import FindCoordinatorRequest
-from odradek.testing import BrokerProcess, wait_for
-from tests.broker.wire import WireClient
+from odradek.testing import BrokerProcess, WireClient, wait_for
 from tests.groups.wire_group import commit, fetch_offsets
 
 TOPIC = "full"

@@ -30,11 +30,10 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from odradek.protocol import NEED_DATA, ClientConnection, ResponseReceived
 from odradek.protocol.messages.create_topics import CreateTopicsRequest
 from odradek.protocol.messages.delete_records import DeleteRecordsRequest
 from odradek.protocol.messages.metadata import MetadataRequest
-from odradek.testing import BrokerProcess
+from odradek.testing import BrokerProcess, WireClient
 
 pytestmark = pytest.mark.slow
 
@@ -69,34 +68,9 @@ def _closed_by_peer(s: socket.socket) -> bool:
         return False
 
 
-class _Pipeline:
-    """Requests over one raw connection with up to ``depth`` in flight."""
-
-    def __init__(self, broker: BrokerProcess) -> None:
-        self.sock = _connect(broker)
-        self.conn = ClientConnection(client_id="hostile")
-        self.in_flight = 0
-
-    def send(self, message: Any, version: int) -> None:
-        _cid, data = self.conn.send_request(message, version)
-        self.sock.sendall(data)
-        self.in_flight += 1
-
-    def receive(self) -> Any:
-        while True:
-            ev = self.conn.next_event()
-            if isinstance(ev, ResponseReceived):
-                self.in_flight -= 1
-                return ev.response
-            if ev is not NEED_DATA:
-                raise ConnectionError(f"unexpected event {ev!r}")
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise ConnectionError("broker closed the connection")
-            self.conn.receive_data(chunk)
-
-    def close(self) -> None:
-        self.sock.close()
+def _pipeline(broker: BrokerProcess) -> WireClient:
+    """Requests over one raw connection, several in flight."""
+    return WireClient(broker.host, broker.port, client_id="hostile", timeout=30)
 
 
 def _huge_metadata(broker: BrokerProcess, rng: random.Random) -> None:
@@ -116,7 +90,7 @@ def _mass_auto_create(broker: BrokerProcess, rng: random.Random) -> None:
     """Metadata v12 naming 2,000 unknown topics, auto-creation allowed."""
     tag = rng.getrandbits(40)
     topics = [MetadataRequest.MetadataRequestTopic(name=f"auto-{tag:x}-{i}") for i in range(2000)]
-    p = _Pipeline(broker)
+    p = _pipeline(broker)
     try:
         p.send(MetadataRequest(topics=topics, allow_auto_topic_creation=True), 12)
         resp = p.receive()
@@ -127,7 +101,7 @@ def _mass_auto_create(broker: BrokerProcess, rng: random.Random) -> None:
 
 def _delete_records_storm(broker: BrokerProcess, rng: random.Random) -> None:
     """DeleteRecords moving the victim's start offset one record at a time, 8 in flight."""
-    p = _Pipeline(broker)
+    p = _pipeline(broker)
     try:
         offset = rng.randint(0, 10)
         sent = 0
@@ -153,7 +127,7 @@ def _delete_records_storm(broker: BrokerProcess, rng: random.Random) -> None:
 
 
 def _all_topics_metadata(broker: BrokerProcess, rng: random.Random) -> None:
-    p = _Pipeline(broker)
+    p = _pipeline(broker)
     try:
         for _ in range(8):
             p.send(MetadataRequest(topics=None, allow_auto_topic_creation=False), 12)
@@ -185,7 +159,7 @@ def _random_frames(broker: BrokerProcess, rng: random.Random) -> None:
 
 def _huge_create_topics(broker: BrokerProcess, rng: random.Random) -> None:
     tag = rng.getrandbits(40)
-    p = _Pipeline(broker)
+    p = _pipeline(broker)
     try:
         for n in (5_000, 100_000):
             req = CreateTopicsRequest(

@@ -9,9 +9,7 @@ from odradek.errors import ErrorCode
 from odradek.protocol.messages.init_producer_id import InitProducerIdRequest
 from odradek.protocol.messages.produce import ProduceRequest
 from odradek.records import BatchBuilder
-from odradek.testing import BrokerProcess
-
-from .wire import WireClient
+from odradek.testing import BrokerProcess, WireClient
 
 TOPIC = "idem"
 

@@ -31,7 +31,7 @@ from confluent_kafka.admin import (
 
 from odradek.broker import refusals
 from odradek.errors import ErrorCode
-from odradek.protocol import NEED_DATA, ApiKey, Message, ResponseReceived
+from odradek.protocol import ApiKey, Message
 from odradek.protocol.messages.create_topics import CreateTopicsRequest
 from odradek.protocol.messages.find_coordinator import FindCoordinatorRequest
 from odradek.protocol.messages.heartbeat import HeartbeatRequest
@@ -41,8 +41,7 @@ from odradek.protocol.messages.offset_commit import OffsetCommitRequest
 from odradek.protocol.messages.produce import ProduceRequest
 from odradek.protocol.messages.sync_group import SyncGroupRequest
 from odradek.records import BatchBuilder
-from odradek.testing import BrokerProcess, wait_for
-from tests.broker.wire import WireClient
+from odradek.testing import BrokerProcess, WireClient, wait_for
 
 NO_KEY = "Compacted topic cannot accept message without key in topic partition {}-0"
 
@@ -360,20 +359,9 @@ def test_refused_create_topics_is_logged(broker: BrokerProcess) -> None:
 
 def _pipelined(w: WireClient, message: Message, version: int, count: int) -> list[Any]:
     """Send ``count`` copies of a request before reading their answers."""
-    out = []
     for _ in range(count):
-        _cid, data = w.conn.send_request(message, version)
-        w.sock.sendall(data)
-    while len(out) < count:
-        ev = w.conn.next_event()
-        if isinstance(ev, ResponseReceived):
-            out.append(ev.response)
-            continue
-        assert ev is NEED_DATA, ev
-        chunk = w.sock.recv(1 << 20)
-        assert chunk, "broker closed the connection"
-        w.conn.receive_data(chunk)
-    return out
+        w.send(message, version)
+    return [w.receive() for _ in range(count)]
 
 
 def test_a_flood_of_refused_requests_leaves_a_bounded_number_of_lines(broker: BrokerProcess) -> None:

@@ -15,9 +15,7 @@ from odradek.protocol.messages.delete_records import DeleteRecordsRequest
 from odradek.protocol.messages.delete_topics import DeleteTopicsRequest
 from odradek.protocol.messages.list_offsets import ListOffsetsRequest
 from odradek.protocol.messages.metadata import MetadataRequest
-from odradek.testing import BrokerProcess
-
-from .wire import WireClient
+from odradek.testing import BrokerProcess, WireClient
 
 
 def _encoded(message: object, version: int, client_id: str | None = "a-client") -> bytearray:

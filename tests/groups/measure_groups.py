@@ -25,8 +25,7 @@ from typing import Any
 import confluent_kafka as ck
 
 from odradek.errors import ErrorCode
-from odradek.testing import BrokerProcess
-from tests.broker.wire import WireClient
+from odradek.testing import BrokerProcess, WireClient
 from tests.groups.group_helpers import BROKER_OVERRIDES, CK_COMMON, create_topic, wait_until
 from tests.groups.wire_group import WireMember, all_stable, commit, find_coordinator
 

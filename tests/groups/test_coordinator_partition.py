@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 from odradek.cluster.assignment import java_string_hash, partition_for
 from odradek.protocol.messages.coordinator import OffsetCommitKey
 from odradek.records import read_batches
-from odradek.testing import BrokerProcess
-from tests.broker.wire import WireClient
+from odradek.testing import BrokerProcess, WireClient
 from tests.groups.group_helpers import CK_COMMON, committed_offsets, create_topic
 from tests.groups.wire_group import find_coordinator
 

@@ -1,4 +1,4 @@
-"""The group APIs over the raw protocol (``tests.broker.wire.WireClient``): ten members joining at
+"""The group APIs over the raw protocol (``odradek.testing.WireClient``): ten members joining at
 once, what the coordinator answers to members of the wrong generation, and OffsetCommit /
 OffsetFetch round trips.  (``measure_groups.py`` times the same paths; nothing here is timed.)"""
 
@@ -9,8 +9,7 @@ import threading
 from odradek.errors import ErrorCode
 from odradek.protocol.messages.describe_groups import DescribeGroupsRequest
 from odradek.protocol.messages.list_groups import ListGroupsRequest
-from odradek.testing import BrokerProcess
-from tests.broker.wire import WireClient
+from odradek.testing import BrokerProcess, WireClient
 from tests.groups.group_helpers import create_topic, wait_until
 from tests.groups.wire_group import WireMember, all_stable, commit, fetch_offsets, find_coordinator
 

@@ -1,4 +1,4 @@
-"""A raw-protocol group member over ``tests.broker.wire.WireClient``: the classic rebalance loop
+"""A raw-protocol group member over ``odradek.testing.WireClient``: the classic rebalance loop
 (JoinGroup with the KIP-394 member-id round trip, SyncGroup, heartbeats, rejoin on
 REBALANCE_IN_PROGRESS / ILLEGAL_GENERATION), used by ``test_wire_groups.py`` and by
 ``measure_groups.py``.  Each member is driven by its own thread."""
@@ -20,7 +20,7 @@ from odradek.protocol.messages.leave_group import LeaveGroupRequest
 from odradek.protocol.messages.offset_commit import OffsetCommitRequest
 from odradek.protocol.messages.offset_fetch import OffsetFetchRequest
 from odradek.protocol.messages.sync_group import SyncGroupRequest
-from tests.broker.wire import WireClient
+from odradek.testing import WireClient
 
 JOIN_V, SYNC_V, HEARTBEAT_V, LEAVE_V, COMMIT_V, FETCH_V = 5, 3, 3, 3, 8, 7
 

@@ -208,8 +208,7 @@ def test_fetch_of_an_impossible_batch_length_answers_corrupt_message(tmp_path: P
     """End to end: a broker serving the log after a clean stop answers CORRUPT_MESSAGE (2) at the
     damaged batch, and the data before it normally; it does not skip to the next segment."""
     from odradek.protocol.messages.fetch import FetchRequest
-    from odradek.testing import BrokerProcess
-    from tests.broker.wire import WireClient
+    from odradek.testing import BrokerProcess, WireClient
 
     data_dir = tmp_path / "data"
     with BrokerProcess(data_dir, overrides={"log.segment.bytes": 16_000}) as broker:
