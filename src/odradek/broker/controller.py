@@ -50,7 +50,7 @@ from odradek.coordination.zookeeper import (
     broker_from_json,
     dumps,
 )
-from odradek.errors import ErrorCode, KafkaError
+from odradek.errors import ErrorCode, KafkaError, OdradekError
 from odradek.protocol import Message
 from odradek.protocol.messages.leader_and_isr import LeaderAndIsrRequest
 from odradek.protocol.messages.stop_replica import StopReplicaRequest
@@ -86,7 +86,7 @@ _REARMING = frozenset(
 )
 
 
-class ControllerMoved(Exception):
+class ControllerMoved(OdradekError):
     """Another broker became controller: the ZooKeeper epoch check failed."""
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from odradek.errors import KafkaError
+from odradek.errors import KafkaError, OdradekError
 
 __all__ = ["PACKAGE", "add_parser", "find_examples", "load_examples", "run"]
 
@@ -34,7 +34,7 @@ ENV = "ODRADEK_EXAMPLES"
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
-class ExamplesNotFound(Exception):
+class ExamplesNotFound(OdradekError):
     pass
 
 

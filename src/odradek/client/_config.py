@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from odradek.errors import OdradekError
+
 __all__ = ["ADMIN_DEFAULTS", "CONSUMER_DEFAULTS", "PRODUCER_DEFAULTS", "ClientConfigError", "merge_config"]
 
 _COMMON: dict[str, Any] = {
@@ -80,7 +82,7 @@ ADMIN_DEFAULTS: dict[str, Any] = {
 }
 
 
-class ClientConfigError(ValueError):
+class ClientConfigError(OdradekError, ValueError):
     """An unknown configuration name or an invalid value."""
 
 

@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
+from odradek.errors import OdradekError
+
 __all__ = [
     "DEFAULT_JAR",
     "NOT_INSTALLED",
@@ -70,7 +72,7 @@ log4j.appender.ROLLINGFILE.layout.ConversionPattern=%d{ISO8601} %-5p [%t:%C{1}@%
 """
 
 
-class ZooKeeperError(RuntimeError):
+class ZooKeeperError(OdradekError, RuntimeError):
     """ZooKeeper is not installed, did not start, or did not stop."""
 
 

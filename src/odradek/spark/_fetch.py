@@ -39,7 +39,7 @@ from typing import Any
 import pyarrow as pa
 
 from odradek.client import AsyncSimpleConsumer, Cluster, FetchedRecords, OffsetOutOfRangeError
-from odradek.errors import KafkaError
+from odradek.errors import KafkaError, OdradekError
 from odradek.protocol.messages.fetch import FetchRequest
 from odradek.records import iter_batch_headers
 
@@ -68,7 +68,7 @@ INSTRUCTION_FAIL_ON_DATA_LOSS_FALSE = (
 )
 
 
-class DataLossError(RuntimeError):
+class DataLossError(OdradekError, RuntimeError):
     """Records of a planned range are gone and ``failOnDataLoss`` is true."""
 
 
