@@ -55,11 +55,10 @@ class FailingFiles(FileOps):
 
 def _manager(tmp_path: Path, files: FileOps) -> tuple[ReplicaManager, list[Path]]:
     dirs = [tmp_path / "a", tmp_path / "b"]
-    logs = LogManager(dirs, files=files)
+    logs = LogManager(dirs, files=files, flush_inline=False)
     rm = ReplicaManager(1, logs, lambda _t: LogConfig.from_dict({}))
     for partition in (0, 1):  # the manager puts partition 0 in dir a, partition 1 in dir b
-        p = rm.become_leader(PartitionState("t", partition, (1,), (1,), 1, 0))
-        p.log.auto_flush = False
+        rm.become_leader(PartitionState("t", partition, (1,), (1,), 1, 0))
     return rm, dirs
 
 

@@ -39,8 +39,8 @@ def test_reads_of_recent_batches_match_the_full_lookup(tmp_path: Path, seed: int
             {"segment.bytes": rng.choice([3000, 8000, 1 << 20]), "index.interval.bytes": rng.choice([1, 600, 4096])}
         ),
         clock=FakeClock(TS0),
+        flush_inline=False,
     )
-    log.auto_flush = False
     hits = 0
     for _ in range(120):
         if rng.random() < 0.1:

@@ -169,7 +169,8 @@ class Broker:
         on_disk = sum(1 for d in dirs for c in d.iterdir() if c.is_dir())
         try:
             self.logs = await loop.run_in_executor(
-                executor, lambda: LogManager(dirs, defaults, clock=self.clock, parallel_map=executor.map)
+                executor,
+                lambda: LogManager(dirs, defaults, clock=self.clock, parallel_map=executor.map, flush_inline=False),
             )
         except (OSError, StorageError) as exc:
             cause = exc if isinstance(exc, OSError) else exc.__cause__
@@ -182,8 +183,6 @@ class Broker:
                 f"{on_disk * FDS_PER_PARTITION + budget.reserve} are needed); raise it (ulimit -n / LimitNOFILE) "
                 "and start again. Nothing was changed"
             ) from None
-        for lg in self.logs.logs():
-            lg.auto_flush = False
         self.replicas = ReplicaManager(self.broker_id, self.logs, self.topic_log_config)
         self._next_pid, self._pid_limit = 0, 0
         # listen first so that port 0 resolves to the real port before it is advertised
@@ -429,7 +428,7 @@ class Broker:
                     over.append(f"{topic.name}-{state.partition}")
                     continue
                 try:
-                    p = self.replicas.become_leader(state, topic.topic_id)
+                    self.replicas.become_leader(state, topic.topic_id)
                 except (KafkaError, OSError) as exc:
                     if (
                         isinstance(exc, KafkaError)
@@ -443,7 +442,6 @@ class Broker:
                     error = exc
                     continue
                 hosted.add((topic.name, state.partition))
-                p.log.auto_flush = False
         self._applied_topics = dict(image.topics)
         if over:
             log.error(
@@ -731,7 +729,6 @@ class Broker:
                 if ps.leader == self.broker_id:
                     self.fetchers.remove(*key)
                     p = self.replicas.make_leader(state, topic_id, now)
-                    p.log.auto_flush = False
                     if current is None or not current.is_leader or current.leader_epoch != ps.leader_epoch:
                         log.info("%s-%d: leader at epoch %d, ISR %s", *key, ps.leader_epoch, list(ps.isr))
                 else:
@@ -746,7 +743,6 @@ class Broker:
                         current.state = state
                     else:
                         p = self.replicas.make_follower(state, topic_id)
-                        p.log.auto_flush = False
                         endpoint = leaders.get(ps.leader)
                         if endpoint is None and ps.leader >= 0:
                             info = self.image.brokers.get(ps.leader)
@@ -983,7 +979,6 @@ class Broker:
         if info is None or state is None or self.broker_id not in state.replicas:
             return None
         p = self.replicas.become_leader(state, info.topic_id)
-        p.log.auto_flush = False
         log.info("%s-%d: its log is created now (it could not be when the topic was applied)", topic, partition)
         if self._groups is not None and info.internal:
             self._groups.on_image()
@@ -1093,9 +1088,9 @@ class Broker:
     async def _flush_due(self) -> None:
         failures = self.replicas.log_dirs
         for lg in self.logs.logs():
-            if lg.closed or lg.log_end_offset <= lg.recovery_point:
+            if lg.closed:
                 continue
-            if self.clock.monotonic_ms() - lg.last_flush_ms >= lg.config.flush_ms:
+            if lg.flush_time_due(self.clock.monotonic_ms()):
                 d = lg.directory.parent
                 if failures.offline(d):
                     continue

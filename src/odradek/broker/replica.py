@@ -293,17 +293,16 @@ class ReplicaManager:
     @staticmethod
     def flush_due(p: Partition) -> bool:
         """Whether :meth:`wait_durable` has anything to wait for (flush.messages reached)."""
-        lg = p.log
-        return lg.log_end_offset - lg.recovery_point >= lg.config.flush_messages
+        return p.log.flush_messages_due()
 
     async def wait_durable(self, p: Partition) -> None:
         """Flush in a worker thread if the log's flush.messages says so."""
         lg = p.log
-        if lg.log_end_offset - lg.recovery_point < lg.config.flush_messages:
+        if not lg.flush_messages_due():
             return
         if p.flushing is not None and not p.flushing.done():
             await asyncio.shield(p.flushing)
-            if lg.log_end_offset - lg.recovery_point < lg.config.flush_messages:
+            if not lg.flush_messages_due():
                 return
         fut = asyncio.ensure_future(asyncio.to_thread(lg.flush))
         p.flushing = fut  # type: ignore[assignment]

@@ -143,6 +143,7 @@ class Log:
         clean_shutdown: bool = False,
         clock: Clock | None = None,
         files: FileOps = OS_FILES,
+        flush_inline: bool = True,
     ) -> None:
         parsed = parse_partition_dir(directory.name)
         if parsed is None:
@@ -173,9 +174,9 @@ class Log:
         self._dir_dirty = False
         self.high_watermark = 0
         self.recovered_bytes = 0
-        #: flush inline when flush.messages is reached; a broker turns this off and flushes
-        #: from a worker thread instead
-        self.auto_flush = True
+        #: flush inline when :meth:`flush_messages_due`; a broker turns this off (``flush_inline``)
+        #: and flushes from a worker thread instead, by the same rule
+        self.auto_flush = flush_inline
         self._limits: tuple[int, int] | None = None
         self._limits_for: LogConfig | None = None
         self.producers = ProducerStateManager(directory)
@@ -559,7 +560,7 @@ class Log:
         position = seg.append(data, headers)
         self._recent.append((seg, first, last, position, size))
         self.log_end_offset = last + 1
-        if self.auto_flush and last + 1 - self.recovery_point >= cfg.flush_messages:
+        if self.auto_flush and self.flush_messages_due():
             self.flush()
         if pid >= 0:
             producers.update(h, now)
@@ -707,7 +708,7 @@ class Log:
                 break
             recent.append((seg, h.base_offset, h.last_offset, position + h.position, h.size))
         self.log_end_offset = last + 1
-        if self.auto_flush and self.log_end_offset - self.recovery_point >= self.config.flush_messages:
+        if self.auto_flush and self.flush_messages_due():
             self.flush()
         return AppendInfo(
             first, last, max_ts, offset_of_max, log_append_time, self.log_start_offset, count, len(buf), headers
@@ -784,13 +785,17 @@ class Log:
         self.last_flush_ms = self.clock.monotonic_ms()
         return self.recovery_point
 
-    def flush_if_due(self) -> bool:
-        """Flush when ``flush.ms`` passed since the last flush and data is unflushed."""
-        due = self.clock.monotonic_ms() - self.last_flush_ms >= self.config.flush_ms
-        if self.log_end_offset > self.recovery_point and due:
-            self.flush()
-            return True
-        return False
+    # The flush policy, in one place: whoever flushes (this log inline, or a broker from a worker
+    # thread and a timer) asks these two rules.
+
+    def flush_messages_due(self) -> bool:
+        """``flush.messages`` records or more are not yet flushed (checked after appends)."""
+        return self.log_end_offset - self.recovery_point >= self.config.flush_messages
+
+    def flush_time_due(self, now_ms: int) -> bool:
+        """Records are unflushed and ``flush.ms`` passed since the last flush (checked by a timer);
+        ``now_ms`` on the log's monotonic clock."""
+        return self.log_end_offset > self.recovery_point and now_ms - self.last_flush_ms >= self.config.flush_ms
 
     # ------------------------------------------------------------------------------------
     # reads

@@ -12,9 +12,10 @@ Every log dir is locked for the life of the manager, as Kafka does: an exclusive
 :meth:`LogManager.close` (and by the kernel when the process dies).  Within one process the lock
 is shared (counted), so a test can reopen a dir it "crashed" without closing.
 
-The manager schedules nothing itself: the broker calls :meth:`LogManager.cleanup`,
-:meth:`LogManager.flush_due` and :meth:`LogManager.checkpoint` from its own timers, and may
-pass ``parallel_map`` (e.g. a thread pool's ``map``) to load partitions in parallel.
+The manager schedules nothing itself: the broker calls :meth:`LogManager.cleanup` and
+:meth:`LogManager.checkpoint` from its own timers and flushes each log when its flush rules
+(:meth:`Log.flush_messages_due`, :meth:`Log.flush_time_due`) say so (``flush_inline=False``),
+and may pass ``parallel_map`` (e.g. a thread pool's ``map``) to load partitions in parallel.
 """
 
 from __future__ import annotations
@@ -167,8 +168,12 @@ class LogManager:
         clock: Clock | None = None,
         files: FileOps = OS_FILES,
         parallel_map: ParallelMap | None = None,
+        flush_inline: bool = True,
     ) -> None:
         self.dirs = [Path(d) for d in dirs]
+        #: passed to every :class:`Log`: False when the caller flushes by the logs' flush rules
+        #: itself (a broker, from a worker thread)
+        self.flush_inline = flush_inline
         if not self.dirs:
             raise StorageError("at least one log dir is needed")
         self.default_config = config if isinstance(config, LogConfig) else LogConfig.from_dict(config)
@@ -228,6 +233,7 @@ class LogManager:
                 clean_shutdown=clean,
                 clock=self.clock,
                 files=self.files,
+                flush_inline=self.flush_inline,
             )
             log.high_watermark = min(hw, log.log_end_offset)
             return d, log
@@ -267,7 +273,10 @@ class LogManager:
         for d in self._log_dir.values():
             counts[d] += 1
         target = min(self.dirs, key=lambda d: counts[d])
-        log = Log(target / f"{topic}-{partition}", cfg, clean_shutdown=True, clock=self.clock, files=self.files)
+        log = Log(
+            target / f"{topic}-{partition}", cfg, clean_shutdown=True, clock=self.clock, files=self.files,
+            flush_inline=self.flush_inline,
+        )
         if topic_id is not None:
             self.set_topic_id(log, topic_id)
         self.files.sync_dir(target)
@@ -351,10 +360,6 @@ class LogManager:
         for d in self.dirs:
             mine = {k: o for k, o in self.cleaner_offsets.items() if self._log_dir.get(k) == d}
             write_offsets(d / CLEANER_OFFSET, mine)
-
-    def flush_due(self) -> int:
-        """Flush logs whose ``flush.ms`` elapsed; returns how many were flushed."""
-        return sum(1 for log in self.logs() if not log.closed and log.flush_if_due())
 
     def checkpoint(self) -> None:
         """Write recovery points, log start offsets and high watermarks of every log dir."""

@@ -1,0 +1,106 @@
+"""The broker flushes by the logs' own flush rules, from a worker thread and a timer, never inline.
+
+``flush.messages``: a produce that brings the unflushed records to the limit is answered once they
+are on disk (recovery point moved), one below the limit is not flushed. ``flush.ms``: the broker's
+timer flushes a log whose records waited that long, and leaves a log with the default (never)
+alone. Both decisions are :meth:`Log.flush_messages_due` / :meth:`Log.flush_time_due`; the logs
+the broker creates or loads never flush inline (``LogManager(flush_inline=False)``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from odradek.broker.app import Broker
+from odradek.config import BrokerConfig
+from odradek.protocol.messages.produce import ProduceRequest
+from odradek.records import BatchBuilder
+from odradek.storage import Log
+from odradek.testing import WireClient
+
+
+def _produce(topic: str, value: bytes) -> ProduceRequest:
+    b = BatchBuilder()
+    b.append(int(time.time() * 1000), None, value, [])
+    return ProduceRequest(
+        acks=1,
+        timeout_ms=5000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name=topic, partition_data=[ProduceRequest.PartitionProduceData(index=0, records=bytes(b.build()))]
+            )
+        ],
+    )
+
+
+async def _log(broker: Broker, topic: str, configs: dict[str, str]) -> Log:
+    await broker.create_topic(topic, 1, 1, configs)
+    for _ in range(500):
+        p = broker.replicas.get(topic, 0)
+        if p is not None:
+            return p.log
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{topic} never got a log")
+
+
+async def _send(broker: Broker, topic: str, value: bytes) -> None:
+    """One acks=1 produce over a real connection (a blocking client on a thread: the broker runs on
+    this event loop)."""
+    host, port = broker.bound["PLAINTEXT"]
+    w = await asyncio.to_thread(WireClient, host, port, "flush-test")
+    try:
+        resp = await asyncio.to_thread(w.request, _produce(topic, value), 9)
+    finally:
+        w.close()
+    assert resp.responses[0].partition_responses[0].error_code == 0, resp
+
+
+def _run(tmp_path: Path, body: object) -> None:
+    async def main() -> None:
+        config = BrokerConfig.load(
+            None, [], {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path / "data")}, env={}
+        )
+        broker = Broker(config)
+        await broker.start()
+        try:
+            await body(broker)  # type: ignore[operator]
+        finally:
+            await broker.stop()
+
+    asyncio.run(main())
+
+
+def test_flush_messages_is_answered_once_flushed(tmp_path: Path) -> None:
+    async def body(broker: Broker) -> None:
+        lg = await _log(broker, "every-third", {"flush.messages": "3"})
+        assert not lg.auto_flush, "a broker's log flushes inline on the event loop"
+        await _send(broker, "every-third", b"1")
+        await _send(broker, "every-third", b"2")
+        assert (lg.log_end_offset, lg.recovery_point) == (2, 0)
+        assert not lg.flush_messages_due()
+        await _send(broker, "every-third", b"3")
+        # answered only after the flush: the records are below the recovery point
+        assert (lg.log_end_offset, lg.recovery_point) == (3, 3)
+        await _send(broker, "every-third", b"4")
+        assert lg.recovery_point == 3
+
+    _run(tmp_path, body)
+
+
+def test_flush_ms_is_flushed_by_the_timer(tmp_path: Path) -> None:
+    async def body(broker: Broker) -> None:
+        timed = await _log(broker, "timed", {"flush.ms": "100"})
+        never = await _log(broker, "never", {})
+        await _send(broker, "never", b"a")
+        await _send(broker, "timed", b"b")
+        deadline = time.monotonic() + 30
+        while timed.recovery_point < 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert timed.recovery_point == 1, "the flush timer never flushed a log past its flush.ms"
+        await asyncio.sleep(1.5)  # at least one more tick of the (<= 1 s) flush timer
+        assert (never.log_end_offset, never.recovery_point) == (1, 0), "a log without flush.ms was flushed"
+        assert not never.flush_time_due(broker.clock.monotonic_ms())
+
+    _run(tmp_path, body)
