@@ -12,6 +12,7 @@ each topic config, the broker configs it falls back to, in order, as Kafka does.
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -31,8 +32,10 @@ __all__ = [
     "ConfigError",
     "ConfigSource",
     "Listener",
+    "nearest_name",
     "parse_listeners",
     "read_properties",
+    "unknown_name_message",
 ]
 
 LONG_MAX = 9223372036854775807
@@ -42,6 +45,29 @@ INT_MAX = 2147483647
 class ConfigError(KafkaError):
     def __init__(self, message: str) -> None:
         super().__init__(ErrorCode.INVALID_CONFIG, message)
+
+
+def nearest_name(name: str, known: Iterable[str], *, ignore_case: bool = False) -> str | None:
+    """The known name closest to a misspelt ``name`` (edit similarity, difflib's), or None when
+    nothing is close enough to be the one meant."""
+    names = list(known)
+    if ignore_case:
+        by_lower = {n.lower(): n for n in names}
+        match = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.75)
+        return by_lower[match[0]] if match else None
+    match = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
+    return match[0] if match else None
+
+
+def unknown_name_message(what: str, name: str, known: Iterable[str], where: str = "", *,
+                         ignore_case: bool = False) -> str:
+    """One wording for every unknown configuration name, wherever it was given (broker configs,
+    ``ODRADEK_*`` variables, client configs, Spark options):
+    ``unknown broker configuration 'log.retention.hour' in server.properties (did you mean
+    'log.retention.hours'?)``."""
+    near = nearest_name(name, known, ignore_case=ignore_case)
+    text = f"unknown {what} {name!r}" + (f" {where}" if where else "")
+    return text + (f" (did you mean {near!r}?)" if near is not None else "")
 
 
 class ConfigSource(IntEnum):
@@ -381,6 +407,15 @@ def parse_listeners(spec: str, protocol_map: str) -> list[Listener]:
     return result
 
 
+#: ``ODRADEK_*`` environment variables that are not broker configs (``ODRADEK_TEST_*`` neither)
+NON_CONFIG_ENV = frozenset({"ODRADEK_EXAMPLES"})
+
+
+def env_name(config: str) -> str:
+    """The environment variable of a broker config: ``log.dirs`` -> ``ODRADEK_LOG_DIRS``."""
+    return "ODRADEK_" + config.upper().replace(".", "_").replace("-", "_")
+
+
 class BrokerConfig:
     """Typed broker configuration with the source of every value."""
 
@@ -391,32 +426,42 @@ class BrokerConfig:
         env: Mapping[str, str] | None = None,
         overrides: Mapping[str, Any] | None = None,
         strict: bool = True,
+        properties_source: str = "",
     ) -> None:
         self._values: dict[str, Any] = {}
         self._sources: dict[str, ConfigSource] = {}
         self._extra: dict[str, str] = {}
-        layers: list[Mapping[str, Any]] = [properties or {}, self._from_env(env or {}), overrides or {}]
-        for layer in layers:
-            for key, value in layer.items():
-                self._set(key, value, strict)
+        for key, value in (properties or {}).items():
+            self._set(key, value, strict, properties_source)
+        for var, (key, value) in self._from_env(env or {}, strict).items():
+            self._set(key, value, strict, f"from the environment variable {var}")
+        for key, value in (overrides or {}).items():
+            self._set(key, value, strict, "in --override")
 
     @staticmethod
-    def _from_env(env: Mapping[str, str]) -> dict[str, str]:
+    def _from_env(env: Mapping[str, str], strict: bool) -> dict[str, tuple[str, str]]:
+        """``ODRADEK_<NAME>`` variables as ``{variable: (config name, value)}``.  Every
+        ``ODRADEK_*`` variable names a broker config, except those in :data:`NON_CONFIG_ENV` and
+        ``ODRADEK_TEST_*`` (the test suite's); another one is a typo, an error when ``strict``."""
         result = {}
-        by_env = {"ODRADEK_" + name.upper().replace(".", "_"): name for name in BROKER_CONFIGS}
+        by_env = {env_name(name): name for name in BROKER_CONFIGS}
         for key, value in env.items():
             name = by_env.get(key)
             if name is not None:
-                result[name] = value
+                result[key] = (name, value)
+            elif strict and key.startswith("ODRADEK_") and key not in NON_CONFIG_ENV and not key.startswith(
+                "ODRADEK_TEST_"
+            ):
+                raise ConfigError(unknown_name_message("environment variable", key, by_env))
         return result
 
-    def _set(self, key: str, value: Any, strict: bool) -> None:
+    def _set(self, key: str, value: Any, strict: bool, where: str = "") -> None:
         d = BROKER_CONFIGS.get(key)
         if d is None:
             if key in TOPIC_CONFIGS:
                 raise ConfigError(f"{key} is a topic config; set its broker default instead")
             if strict and not key.startswith(("ssl.", "sasl.", "security.", "authorizer.", "metric", "kafka.")):
-                raise ConfigError(f"unknown broker configuration {key}")
+                raise ConfigError(unknown_name_message("broker configuration", key, BROKER_CONFIGS, where))
             self._extra[key] = str(value)
             return
         self._values[key] = parse_value(key, d.type, value)
@@ -439,7 +484,12 @@ class BrokerConfig:
             k, v = item.split("=", 1)
             over[k.strip()] = v.strip()
         over.update(flags or {})
-        config = cls(props, env=os.environ if env is None else env, overrides=over)
+        config = cls(
+            props,
+            env=os.environ if env is None else env,
+            overrides=over,
+            properties_source=f"in {config_file}" if config_file else "",
+        )
         config.validate()
         return config
 

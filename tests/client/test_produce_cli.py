@@ -191,7 +191,7 @@ def test_producer_property(broker: BrokerProcess, topic: str) -> None:
     )
     assert len(stored_batches(broker.data_dir, topic)) == 3  # one record per batch
     err = failed(produce(topic, "-b", broker.bootstrap, "-X", "linger.mss=1", stdin=b"a\n"))
-    assert "unknown configuration: linger.mss" in err
+    assert "unknown client configuration 'linger.mss' (did you mean 'linger.ms'?)" in err
 
 
 # ------------------------------------------------------------------------------------------------

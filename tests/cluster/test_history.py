@@ -37,8 +37,8 @@ def test_history_ci_schedule(cluster_factory: Callable[..., Cluster]) -> None:
     logging.getLogger("kazoo").setLevel(logging.ERROR)
     cluster = cluster_factory(3, OVERRIDES)
     # outside pytest's tmp dirs (rotated after 3 sessions): kept when the test fails, removed when it passes
-    # (unless ODRADEK_KEEP_HISTORY is set)
-    base = Path(os.environ.get("ODRADEK_HISTORY_DIR", tempfile.gettempdir()))
+    # (unless ODRADEK_TEST_KEEP_HISTORY is set)
+    base = Path(os.environ.get("ODRADEK_TEST_HISTORY_DIR", tempfile.gettempdir()))
     out = base / f"odradek-history-seed{SEED}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     report, path = run_history(cluster, out, seed=SEED, duration=DURATION, kinds=KINDS)
     summary = report.summary()
@@ -55,5 +55,5 @@ def test_history_ci_schedule(cluster_factory: Callable[..., Cluster]) -> None:
         "log problems": len(report.log_problems),
     }
     assert not any(problems.values()), f"{problems}\n{summary}\nhistory: {path}\nbroker logs: {out / 'logs'}"
-    if not os.environ.get("ODRADEK_KEEP_HISTORY"):
+    if not os.environ.get("ODRADEK_TEST_KEEP_HISTORY"):
         shutil.rmtree(out, ignore_errors=True)

@@ -2,7 +2,7 @@
 
 Registers the Hypothesis profiles used here: ``records-ci`` (default, bounded so the suite stays
 fast on two cores, derandomized so CI is repeatable) and ``records-dev`` (more examples).  Tests
-take the one named by ``ODRADEK_RECORDS_HYPOTHESIS`` (see ``records_helpers``).  kafka-python, the
+take the one named by ``ODRADEK_TEST_RECORDS_HYPOTHESIS`` (see ``records_helpers``).  kafka-python, the
 test oracle, finds snappy through the ``python-snappy`` package installed with the test extras.
 """
 

@@ -12,7 +12,7 @@ from kafka.record import MemoryRecords, MemoryRecordsBuilder
 import odradek.records as odr
 
 #: Bounded Hypothesis settings for this directory (see conftest.py).
-PROFILE = settings.get_profile(os.environ.get("ODRADEK_RECORDS_HYPOTHESIS", "records-ci"))
+PROFILE = settings.get_profile(os.environ.get("ODRADEK_TEST_RECORDS_HYPOTHESIS", "records-ci"))
 
 TS0 = 1_700_000_000_000
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from odradek.config import unknown_name_message
 from odradek.errors import OdradekError
 
 __all__ = ["ADMIN_DEFAULTS", "CONSUMER_DEFAULTS", "PRODUCER_DEFAULTS", "ClientConfigError", "merge_config"]
@@ -94,6 +95,6 @@ def merge_config(defaults: Mapping[str, Any], config: Mapping[str, Any] | None, 
         given[key.replace("_", ".")] = value
     unknown = sorted(k for k in given if k not in defaults)
     if unknown:
-        raise ClientConfigError(f"unknown configuration: {', '.join(unknown)}")
+        raise ClientConfigError("; ".join(unknown_name_message("client configuration", k, defaults) for k in unknown))
     merged.update(given)
     return merged

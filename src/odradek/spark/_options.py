@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from odradek.client._config import ADMIN_DEFAULTS, CONSUMER_DEFAULTS, PRODUCER_DEFAULTS
+from odradek.config import nearest_name, unknown_name_message
 
 __all__ = [
     "EARLIEST",
@@ -85,6 +86,39 @@ class SinkOptions:
     topic: str | None
 
 
+#: The source's own options (Spark's Kafka source's names), the sink's, and options Spark itself
+#: may pass along with them; anything else is either a typo of one of these (an error naming it)
+#: or left alone (Spark's Kafka source ignores options it does not know).
+SOURCE_OPTIONS = (
+    "subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets", "startingTimestamp",
+    "endingTimestamp", "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy", "failOnDataLoss", "includeHeaders", "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger", "maxTriggerDelay", "minPartitions", "maxRecordsPerPartition",
+    "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "groupIdPrefix",
+)
+SINK_OPTIONS = ("topic",)
+SPARK_OPTIONS = ("path", "checkpointLocation", "queryName")
+#: Kafka client options that Spark's Kafka source and sink accept and handle themselves
+_IGNORED_KAFKA_OPTIONS = ("group.id", "key.serializer", "value.serializer", "key.deserializer", "value.deserializer")
+
+
+def _check_names(opts: Mapping[str, str], known: tuple[str, ...], client: Mapping[str, Any], what: str) -> None:
+    """A misspelt option (close to a known one, or a ``kafka.*`` option close to a client config)
+    is an error naming the one meant."""
+    valid = {k.lower() for k in known + SPARK_OPTIONS}
+    any_client = {k.lower() for d in (CONSUMER_DEFAULTS, PRODUCER_DEFAULTS, ADMIN_DEFAULTS) for k in d}
+    for key in opts:
+        if key.startswith("kafka.") or key == "bootstrap.servers":
+            name = key.removeprefix("kafka.")
+            if name in any_client or name in _IGNORED_KAFKA_OPTIONS:
+                continue
+            near = nearest_name(name, client, ignore_case=True)
+            if near is not None:
+                raise ValueError(unknown_name_message("Kafka option", key, [f"kafka.{near}"]))
+        elif key not in valid and nearest_name(key, known, ignore_case=True) is not None:
+            raise ValueError(unknown_name_message(f"{what} option", key, known, ignore_case=True))
+
+
 def _lower(options: Mapping[str, Any]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
 
@@ -102,13 +136,7 @@ def _client_config(opts: Mapping[str, str], defaults: Mapping[str, Any], what: s
             continue
         if name in known:
             out[known[name]] = _coerce(value, defaults[known[name]])
-        elif name not in (
-            "group.id",
-            "key.serializer",
-            "value.serializer",
-            "key.deserializer",
-            "value.deserializer",
-        ):
+        elif name not in _IGNORED_KAFKA_OPTIONS:
             log.warning("Kafka option '%s' is not used by the %s", name, what)
     return out
 
@@ -205,6 +233,7 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool | None) 
     """Validate the reader options of a batch (``streaming=False``) or streaming query
     (``streaming=None``: only the rules common to both)."""
     opts = _lower(options)
+    _check_names(opts, SOURCE_OPTIONS, CONSUMER_DEFAULTS, "odradek source")
     strategies = [k for k in _STRATEGIES if k in opts]
     if not strategies:
         raise ValueError(
@@ -375,6 +404,7 @@ def _tps(offsets: Mapping[TopicPartition, int]) -> str:
 def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
     """Validate the writer options."""
     opts = _lower(options)
+    _check_names(opts, SINK_OPTIONS, PRODUCER_DEFAULTS, "odradek sink")
     for name in ("key.serializer", "value.serializer"):
         if f"kafka.{name}" in opts:
             raise ValueError(

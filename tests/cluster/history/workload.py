@@ -17,7 +17,7 @@ Consumers:
 
 Every event goes to a JSON-lines :class:`History` with ``t`` = seconds on the monotonic clock since the run
 started. The event types are described in :mod:`tests.cluster.history.checker`.
-``ODRADEK_HISTORY_RDKAFKA_DEBUG=eos,msg,broker`` turns on librdkafka's debug log of the producers (stderr).
+``ODRADEK_TEST_RDKAFKA_DEBUG=eos,msg,broker`` turns on librdkafka's debug log of the producers (stderr).
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ class ProducerWorker:
             "error_cb": self._error_cb,
             "log_level": 2,  # connection failures come through error_cb; keep stderr readable
         }
-        debug = os.environ.get("ODRADEK_HISTORY_RDKAFKA_DEBUG")  # e.g. "eos,msg,broker": to stderr
+        debug = os.environ.get("ODRADEK_TEST_RDKAFKA_DEBUG")  # e.g. "eos,msg,broker": to stderr
         if debug:
             conf["debug"] = debug
             conf["log_level"] = 7
