@@ -21,12 +21,13 @@ from odradek.client import (
     ConsumerRecord,
     FetchedRecords,
     OffsetOutOfRangeError,
+    RawFetched,
     SimpleConsumer,
 )
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.fetch import FetchRequest, FetchResponse
 from odradek.protocol.messages.list_offsets import ListOffsetsRequest
-from odradek.records import BatchBuilder, TimestampType, end_txn_marker
+from odradek.records import BatchBuilder, TimestampType, end_txn_marker, read_batches
 from odradek.testing import BrokerProcess
 
 T0 = 1_700_000_000_000
@@ -234,6 +235,32 @@ def test_deserializers_and_async_face(broker: BrokerProcess, topic: str) -> None
 
     got = asyncio.run(main())
     assert [(r.key, r.value) for r in got] == [("a", 1), (None, None)]
+
+
+def test_raw_fetches_hand_over_the_batches_undecoded(broker: BrokerProcess, topic: str) -> None:
+    produce(broker, topic, [{"partition": 0, "key": b"k%d" % i, "value": b"v%d" % i} for i in range(20)])
+
+    async def main() -> tuple[FetchedRecords, FetchedRecords]:
+        config = {"bootstrap.servers": broker.bootstrap, "fetch.max.wait.ms": 50}
+        async with AsyncSimpleConsumer(config, raw=True) as raw, AsyncSimpleConsumer(config) as decoded:
+            return await raw.fetch(topic, 0, 5), await decoded.fetch(topic, 0, 5)
+
+    raw, decoded = asyncio.run(main())
+    assert isinstance(raw, RawFetched) and len(raw) == 0 and raw.aborted is None
+    assert (raw.topic, raw.partition, raw.next_offset) == (topic, 0, 5)  # where it was fetched: the caller decodes
+    assert raw.high_watermark == decoded.high_watermark == 20 and raw.log_start_offset == 0
+    records = [(r.offset, r.key, r.value) for b in read_batches(bytes(raw.raw)) for r in b.records if r.offset >= 5]
+    assert records == [(r.offset, r.key, r.value) for r in decoded] and len(records) == 15
+
+
+def test_raw_partition_data_under_read_committed_lists_aborted_transactions() -> None:
+    pd = FetchResponse.PartitionData(
+        partition_index=3, high_watermark=12, last_stable_offset=10, log_start_offset=2,
+        aborted_transactions=[FetchResponse.AbortedTransaction(producer_id=7, first_offset=4)], records=b"abc",
+    )
+    committed = RawFetched.from_partition("t", 3, 4, pd, isolation_level=1)
+    assert (committed.raw, committed.aborted, committed.last_stable_offset) == (b"abc", [(7, 4)], 10)
+    assert RawFetched.from_partition("t", 3, 4, pd, isolation_level=0).aborted is None
 
 
 # -- offsets --------------------------------------------------------------------------------------

@@ -33,7 +33,13 @@ from odradek.client.consumer import (
     create_message_streams,
     create_message_streams_by_filter,
 )
-from odradek.client.consumer_simple import AsyncSimpleConsumer, ConsumerRecord, FetchedRecords, SimpleConsumer
+from odradek.client.consumer_simple import (
+    AsyncSimpleConsumer,
+    ConsumerRecord,
+    FetchedRecords,
+    RawFetched,
+    SimpleConsumer,
+)
 from odradek.client.errors import OffsetOutOfRangeError
 from odradek.client.partitioner import DefaultPartitioner, murmur2, murmur2_partition
 from odradek.client.producer import AsyncProducer, Producer, RecordMetadata
@@ -68,6 +74,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "PartitionLag",
     "Producer",
+    "RawFetched",
     "RecordMetadata",
     "SimpleConsumer",
     "Whitelist",

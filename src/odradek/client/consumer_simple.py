@@ -30,6 +30,12 @@ the metadata has topic ids and by name (up to v12) otherwise, and wait ``fetch.m
 complete batch, including control batches and records skipped before the requested offset),
 ``high_watermark``, ``last_stable_offset`` and ``log_start_offset``.
 
+``AsyncSimpleConsumer(config, raw=True)`` skips the decoding: each fetch result is a
+:class:`RawFetched`, an empty ``FetchedRecords`` carrying the partition's record-batch bytes as
+they came (``raw``) and the aborted transactions (``aborted``), for readers that decode batches
+their own way (the Spark source decodes them column-wise into Arrow).  ``next_offset`` is then
+the requested offset: where the next fetch starts is for the caller's decoder to say.
+
 Errors: an offset outside the log raises :class:`~odradek.client.errors.OffsetOutOfRangeError`
 (saying the valid range); leader changes, unknown topics and lost connections refresh metadata
 and retry until ``request.timeout.ms`` has passed, then raise (``KafkaError``, ``TimeoutError``
@@ -136,6 +142,46 @@ class FetchedRecords(list[ConsumerRecord]):
         )
 
 
+class RawFetched(FetchedRecords):
+    """One partition's fetched data, undecoded (``AsyncSimpleConsumer(raw=True)``).
+
+    ``raw`` holds the record batches as the broker sent them (possibly ending in a partial
+    batch); ``aborted`` the ``(producer_id, first_offset)`` of the aborted transactions in it
+    under ``read_committed``, ``None`` under ``read_uncommitted``.
+    """
+
+    __slots__ = ("aborted", "raw")
+
+    def __init__(self, topic: str, partition: int, next_offset: int, high_watermark: int = -1) -> None:
+        super().__init__(topic, partition, next_offset, high_watermark)
+        self.raw: bytes | bytearray | memoryview = b""
+        self.aborted: list[tuple[int, int]] | None = None
+
+    @classmethod
+    def from_partition(
+        cls, topic: str, partition: int, offset: int, pd: FetchResponse.PartitionData, isolation_level: int
+    ) -> RawFetched:
+        """A Fetch response partition's bytes and watermarks, as fetched at ``offset``."""
+        out = cls(topic, partition, offset, pd.high_watermark)
+        out.last_stable_offset = pd.last_stable_offset
+        out.log_start_offset = pd.log_start_offset
+        data: Any = pd.records
+        if data is None:
+            data = b""
+        elif not isinstance(data, (bytes, bytearray, memoryview)):  # a broker-side file Region
+            data = data.to_bytes()
+        out.raw = data
+        if isolation_level:
+            out.aborted = [(a.producer_id, a.first_offset) for a in pd.aborted_transactions or ()]
+        return out
+
+    def __repr__(self) -> str:
+        return (
+            f"RawFetched({self.topic}-{self.partition}, {len(self.raw)} bytes at {self.next_offset}, "
+            f"high_watermark={self.high_watermark})"
+        )
+
+
 class _BatchTooLarge(Exception):
     """The partition's data held only part of a batch: fetch it again with a larger buffer."""
 
@@ -162,11 +208,13 @@ class AsyncSimpleConsumer:
     ``AsyncSimpleConsumer({"bootstrap.servers": "127.0.0.1:9092"})`` or
     ``AsyncSimpleConsumer(bootstrap_servers="127.0.0.1:9092", fetch_max_wait_ms=100)``; it
     connects on first use; ``await close()`` (or ``async with``) releases the connections.
+    ``raw=True``: fetches return :class:`RawFetched` (undecoded batches).
     """
 
-    def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(self, config: Mapping[str, Any] | None = None, *, raw: bool = False, **kwargs: Any) -> None:
         cfg = merge_config(CONSUMER_DEFAULTS, config, kwargs)
         self.config = cfg
+        self.raw = raw
         isolation = str(cfg["isolation.level"]).lower()
         if isolation not in _ISOLATION:
             raise ClientConfigError(f"invalid isolation.level {cfg['isolation.level']!r}")
@@ -348,6 +396,9 @@ class AsyncSimpleConsumer:
                     continue
                 if pd.error_code:
                     out[tp] = await self._partition_error(tp, offsets[tp], pd.error_code, deadline)
+                    continue
+                if self.raw:
+                    out[tp] = RawFetched.from_partition(topic, pd.partition_index, offsets[tp], pd, self.isolation_level)
                     continue
                 try:
                     out[tp] = self._decode(topic, pd.partition_index, offsets[tp], pd)

@@ -13,11 +13,9 @@ to the general path.
 
 The general path fetches through :class:`odradek.client.AsyncSimpleConsumer` (connections,
 metadata, leader changes, retries, version negotiation), run on a private event loop in a
-background thread where a task keeps fetches ahead of the decoding.  The consumer's per-record
-decoding is bypassed: :class:`_RawConsumer` keeps each partition's bytes as they came, and
-:mod:`odradek.spark._arrow` decodes them column-wise.  That hook is the client's private
-``_decode`` method; if a future client no longer calls it, the fetched records arrive decoded
-and are converted (correct, only slower).
+background thread where a task keeps fetches ahead of the decoding.  The consumer runs with
+``raw=True``: it hands over each partition's bytes as they came (:class:`~odradek.client.RawFetched`)
+and :mod:`odradek.spark._arrow` decodes them column-wise.
 
 Data loss (``failOnDataLoss``) is judged as Spark's Kafka source does: the range's records
 are missing when the log now starts after the offset to read (retention, ``DeleteRecords``,
@@ -28,7 +26,6 @@ the log are compaction and not a loss.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import threading
 import time
@@ -38,12 +35,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from odradek.client import AsyncSimpleConsumer, Cluster, FetchedRecords, OffsetOutOfRangeError
+from odradek.client import AsyncSimpleConsumer, Cluster, OffsetOutOfRangeError, RawFetched
 from odradek.errors import KafkaError, OdradekError
 from odradek.protocol.messages.fetch import FetchRequest
 from odradek.records import iter_batch_headers
 
-from ._arrow import _TIMESTAMP, HEADERS_TYPE, Decoded, arrow_schema, decode_partition_data
+from ._arrow import Decoded, decode_partition_data
 from ._options import DEFAULT_FETCH_BYTES
 
 __all__ = ["DataLossError", "read_range"]
@@ -77,55 +74,6 @@ def report_data_loss(message: str, fail_on_data_loss: bool) -> None:
     if fail_on_data_loss:
         raise DataLossError(f"{message}. {INSTRUCTION_FAIL_ON_DATA_LOSS_TRUE}")
     log.warning("%s. %s", message, INSTRUCTION_FAIL_ON_DATA_LOSS_FALSE)
-
-
-class _RawFetched(FetchedRecords):
-    """A fetch result that keeps the partition's bytes undecoded (``raw``)."""
-
-    raw: Any
-    aborted: list[tuple[int, int]] | None
-
-
-def _raw_hook_fits() -> bool:
-    """Whether the client still decodes a partition's fetched data in
-    ``_decode(topic, partition, offset, partition_data)``."""
-    method = getattr(AsyncSimpleConsumer, "_decode", None)
-    if method is None:
-        return False
-    try:
-        params = list(inspect.signature(method).parameters)
-    except (TypeError, ValueError):
-        return False
-    return params == ["self", "topic", "partition", "offset", "pd"]
-
-
-#: False when the client changed and fetched records come decoded (slower, still correct).
-RAW_HOOK = _raw_hook_fits()
-
-
-class _RawConsumer(AsyncSimpleConsumer):
-    if RAW_HOOK:
-
-        def _decode(self, topic: str, partition: int, offset: int, pd: Any) -> FetchedRecords:
-            out = _RawFetched(topic, partition, offset, pd.high_watermark)
-            out.last_stable_offset = pd.last_stable_offset
-            out.log_start_offset = pd.log_start_offset
-            out.raw, out.aborted = _raw_partition_data(pd, self.isolation_level)
-            return out
-
-
-def _raw_partition_data(pd: Any, isolation_level: int) -> tuple[Any, list[tuple[int, int]] | None]:
-    """A Fetch response partition's record bytes as they came, and ``(producer_id,
-    first_offset)`` of its aborted transactions (``None`` for read_uncommitted)."""
-    data = pd.records
-    if data is None:
-        data = b""
-    elif not isinstance(data, (bytes, bytearray, memoryview)):
-        data = data.to_bytes()
-    aborted = (
-        [(a.producer_id, a.first_offset) for a in pd.aborted_transactions or ()] if isolation_level else None
-    )
-    return data, aborted
 
 
 def _next_fetch_offset(data: Any, offset: int) -> int:
@@ -178,7 +126,7 @@ class _Pump:
     which used to slow every fetch down)."""
 
     def __init__(
-        self, runner: _Loop, consumer: _RawConsumer, topic: str, partition: int, end: int, fetch_bytes: int
+        self, runner: _Loop, consumer: AsyncSimpleConsumer, topic: str, partition: int, end: int, fetch_bytes: int
     ) -> None:
         self.runner = runner
         self.consumer = consumer
@@ -187,7 +135,7 @@ class _Pump:
         self.end = end
         self.fetch_bytes = fetch_bytes
         #: ``decode(result, offset)`` for raw results; what it returns (or raises) is queued too
-        self.decode: Callable[[_RawFetched, int], Any] | None = None
+        self.decode: Callable[[RawFetched, int], Any] | None = None
         self.queue: asyncio.Queue[tuple[int, Any, Any]] | None = None
         self.task: Future[Any] | None = None
 
@@ -216,16 +164,15 @@ class _Pump:
                 except Exception as exc:
                     await queue.put((offset, exc, None))
                     return
-                raw = isinstance(res, _RawFetched)
                 try:
-                    nxt = _next_fetch_offset(res.raw, offset) if raw else res.next_offset
+                    nxt = _next_fetch_offset(res.raw, offset)
                 except Exception:  # unreadable data: the decoder reports it
                     nxt = offset
                 if offset < nxt < self.end:
                     ahead = asyncio.ensure_future(fetch(self.topic, self.partition, nxt, size))
                     ahead.add_done_callback(_retrieve)
                 decoded: Any = None
-                if raw and self.decode is not None:
+                if self.decode is not None:
                     try:
                         decoded = self.decode(res, offset)
                     except Exception as exc:  # corrupt data: raised where the reader gets to it
@@ -272,7 +219,7 @@ def read_range(
     """
     if start >= end:
         return
-    consumer = _RawConsumer(dict(config))  # checks the configuration; connects when used
+    consumer = AsyncSimpleConsumer(dict(config), raw=True)  # checks the configuration; connects when used
     if direct:
         start = yield from _read_direct(consumer, topic, partition, start, end, include_headers, fetch_bytes)
         if start >= end:
@@ -281,7 +228,7 @@ def read_range(
     pump = _Pump(runner, consumer, topic, partition, end, fetch_bytes)
     verify = consumer.check_crcs
 
-    def decode(res: _RawFetched, offset: int) -> Decoded:
+    def decode(res: RawFetched, offset: int) -> Decoded:
         return decode_partition_data(
             res.raw,
             topic,
@@ -303,7 +250,7 @@ def read_range(
 
 
 def _read_direct(
-    consumer: _RawConsumer, topic: str, partition: int, start: int, end: int, include_headers: bool, size: int
+    consumer: AsyncSimpleConsumer, topic: str, partition: int, start: int, end: int, include_headers: bool, size: int
 ) -> Generator[pa.RecordBatch, None, int]:
     """Yield the records from ``start`` on, fetched over one blocking connection to the leader
     with the next fetch always sent before a response is decoded; return the offset where it
@@ -330,8 +277,9 @@ def _read_direct(
             parts = [pd for t in resp.responses if t.topic == topic for pd in t.partitions]
             if resp.error_code or len(parts) != 1 or parts[0].partition_index != partition or parts[0].error_code:
                 return offset
-            data, aborted = _raw_partition_data(parts[0], consumer.isolation_level)
-            del resp, parts
+            fetched = RawFetched.from_partition(topic, partition, offset, parts[0], consumer.isolation_level)
+            data, aborted = fetched.raw, fetched.aborted
+            del resp, parts, fetched
             try:
                 ahead = _next_fetch_offset(data, offset)
             except Exception:  # unreadable data: the decoder says what is wrong
@@ -365,7 +313,7 @@ def _read_direct(
 
 
 def _read(
-    consumer: _RawConsumer,
+    consumer: AsyncSimpleConsumer,
     pump: _Pump,
     topic: str,
     partition: int,
@@ -405,20 +353,14 @@ def _read(
             return
         if isinstance(res, BaseException):
             raise res
-        if not isinstance(res, _RawFetched):  # the client no longer calls the raw hook
-            batch = _from_records(res, offset, end, include_headers)
-            if batch is not None:
-                yield batch
-            decoded_next, complete = res.next_offset, True
-        else:
-            if decoded is None:  # the pump left it to the reader
-                assert pump.decode is not None
-                decoded = pump.decode(res, offset)
-            elif isinstance(decoded, BaseException):
-                raise decoded
-            decoded_next, complete = decoded.next_offset, decoded.complete
-            if decoded.batch is not None:
-                yield decoded.batch
+        if decoded is None:  # the pump left it to the reader
+            assert pump.decode is not None
+            decoded = pump.decode(res, offset)
+        elif isinstance(decoded, BaseException):
+            raise decoded
+        decoded_next, complete = decoded.next_offset, decoded.complete
+        if decoded.batch is not None:
+            yield decoded.batch
         if not complete:  # the batch at ``offset`` is larger than the fetch size
             if size >= _MAX_FETCH_BYTES:
                 raise RuntimeError(
@@ -452,22 +394,3 @@ def _read(
             raise TimeoutError(
                 f"Failed to get records for {topic}-{partition} at offset {offset} after polling for {poll_timeout_ms} ms"
             )
-
-
-def _from_records(res: FetchedRecords, offset: int, end: int, include_headers: bool) -> pa.RecordBatch | None:
-    rows = [r for r in res if offset <= r.offset < end]
-    if not rows:
-        return None
-    n = len(rows)
-    columns = [
-        pa.array([r.key for r in rows], pa.binary()),
-        pa.array([r.value for r in rows], pa.binary()),
-        pa.repeat(pa.scalar(res.topic, pa.string()), n),
-        pa.repeat(pa.scalar(res.partition, pa.int32()), n),
-        pa.array([r.offset for r in rows], pa.int64()),
-        pa.array([r.timestamp * 1000 for r in rows], pa.int64()).view(_TIMESTAMP),
-        pa.array([int(r.timestamp_type) for r in rows], pa.int32()),
-    ]
-    if include_headers:
-        columns.append(pa.array([list(r.headers) or None for r in rows], HEADERS_TYPE))
-    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers))
