@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from odradek.client import Consumer, Producer
-from odradek.client._config import ClientConfigError
+from odradek.client import ClientConfigError, Consumer, Producer
 from odradek.config import BrokerConfig, ConfigError, nearest_name
 from odradek.spark._options import parse_sink_options, parse_source_options
 

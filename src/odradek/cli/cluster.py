@@ -138,7 +138,7 @@ def elect_leaders(
     cluster_dir: Path, bootstrap: str | None, election_type: str, topic: str | None, partitions: list[int] | None
 ) -> int:
     """The ElectLeaders API, sent to the controller; prints one line per partition."""
-    from odradek.client._network import Cluster
+    from odradek.client import Cluster
     from odradek.errors import ErrorCode, KafkaError
     from odradek.protocol.messages.elect_leaders import ElectLeadersRequest
 

@@ -1,11 +1,14 @@
-"""Odradek's Python client: Producer / AsyncProducer (more to come: consumers, Admin).
+"""Odradek's Python client: Producer, group Consumer, SimpleConsumer and Admin, each with an
+asyncio twin, over one connection layer (:class:`Cluster`, :class:`BrokerConnection`).
 
 Configuration takes Kafka's client config names, as a dict or as keyword arguments with
 underscores: ``Producer({"bootstrap.servers": "127.0.0.1:9092"})`` or
-``Producer(bootstrap_servers="127.0.0.1:9092")``.
+``Producer(bootstrap_servers="127.0.0.1:9092")``; ``PRODUCER_DEFAULTS``, ``CONSUMER_DEFAULTS``
+and ``ADMIN_DEFAULTS`` list the names each accepts with their defaults.  The modules named with
+a leading underscore are private to this package (an import-linter contract says so).
 """
 
-from odradek.client._config import ClientConfigError
+from odradek.client._config import ADMIN_DEFAULTS, CONSUMER_DEFAULTS, PRODUCER_DEFAULTS, ClientConfigError
 from odradek.client._network import BrokerConnection, Cluster, parse_bootstrap
 from odradek.client.admin import (
     Admin,
@@ -45,6 +48,9 @@ from odradek.client.partitioner import DefaultPartitioner, murmur2, murmur2_part
 from odradek.client.producer import AsyncProducer, Producer, RecordMetadata
 
 __all__ = [
+    "ADMIN_DEFAULTS",
+    "CONSUMER_DEFAULTS",
+    "PRODUCER_DEFAULTS",
     "Admin",
     "AdminError",
     "AlterConfigOp",
