@@ -61,6 +61,26 @@ class TopicInfo:
     def partition_count(self) -> int:
         return len(self.partitions)
 
+    def to_json(self) -> dict[str, Any]:
+        """The topic as the embedded backend stores it (see :meth:`MetadataImage.to_json`)."""
+        return {
+            "name": self.name,
+            "topic_id": str(self.topic_id),
+            "internal": self.internal,
+            "configs": dict(self.configs),
+            "partitions": [
+                {
+                    "partition": p.partition,
+                    "replicas": list(p.replicas),
+                    "isr": list(p.isr),
+                    "leader": p.leader,
+                    "leader_epoch": p.leader_epoch,
+                    "partition_epoch": p.partition_epoch,
+                }
+                for p in sorted(self.partitions.values(), key=lambda p: p.partition)
+            ],
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class MetadataImage:
@@ -132,30 +152,13 @@ class MetadataImage:
         return replace(self, broker_configs=dict(configs))
 
     # -- serialisation (embedded backend) ---------------------------------------------------
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, *, topics: bool = True) -> dict[str, Any]:
+        """The image as the embedded backend stores it; ``topics=False`` leaves the topic list
+        empty (the backend splices in its cached per-topic texts)."""
         return {
             "cluster_id": self.cluster_id,
             "broker_configs": dict(self.broker_configs),
-            "topics": [
-                {
-                    "name": t.name,
-                    "topic_id": str(t.topic_id),
-                    "internal": t.internal,
-                    "configs": dict(t.configs),
-                    "partitions": [
-                        {
-                            "partition": p.partition,
-                            "replicas": list(p.replicas),
-                            "isr": list(p.isr),
-                            "leader": p.leader,
-                            "leader_epoch": p.leader_epoch,
-                            "partition_epoch": p.partition_epoch,
-                        }
-                        for p in sorted(t.partitions.values(), key=lambda p: p.partition)
-                    ],
-                }
-                for t in sorted(self.topics.values(), key=lambda t: t.name)
-            ],
+            "topics": [t.to_json() for t in sorted(self.topics.values(), key=lambda t: t.name)] if topics else [],
             "deleted_topics": [
                 {"name": name, "topic_id": str(tid)} for tid, name in sorted(self.deleted_topics.items(), key=str)
             ],

@@ -3,7 +3,10 @@
 The image (topics, partition assignments, leader epochs, topic and broker config overrides, and
 the deletions whose partition directories may still be on disk) is kept in
 ``cluster-metadata.json`` in the first log dir, rewritten atomically on every change, so topics
-and their ids survive restarts.
+and their ids survive restarts.  A change is answered once it is on disk; it is serialised from
+cached per-topic JSON (only changed topics are encoded again) and written on a worker thread, one
+change at a time, so that creating topics on a broker that has thousands does not hold the
+event loop.
 
 Metadata and data agree or the broker refuses to start: at start the image is checked against
 the partition directories found in the log dirs (``on_disk``: topic id from each partition's
@@ -17,6 +20,7 @@ broker deletes only the directories of those.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import json
 import logging
@@ -94,6 +98,10 @@ class EmbeddedBackend(MetadataBackend):
         self._broker_id = -1
         self._on_disk = on_disk
         self._internal_topics = dict(internal_topics or {})
+        #: one change at a time: computed from the current image, written, then published
+        self._changing = asyncio.Lock()
+        #: topic name -> (the TopicInfo, its JSON text): only changed topics are encoded again
+        self._fragments: dict[str, tuple[TopicInfo, str]] = {}
 
     @property
     def image(self) -> MetadataImage:
@@ -235,15 +243,49 @@ class EmbeddedBackend(MetadataBackend):
     async def stop(self) -> None:
         pass
 
-    def _commit(self, image: MetadataImage) -> None:
+    def _serialize(self, image: MetadataImage) -> str:
+        """``json.dumps(image.to_json(), sort_keys=True)``, from cached per-topic texts."""
+        cache = self._fragments
+        parts = []
+        for name in sorted(image.topics):
+            t = image.topics[name]
+            hit = cache.get(name)
+            if hit is None or hit[0] is not t:
+                hit = (t, json.dumps(t.to_json(), sort_keys=True))
+                cache[name] = hit
+            parts.append(hit[1])
+        for name in [n for n in cache if n not in image.topics]:
+            del cache[name]
+        head = json.dumps(image.to_json(topics=False), sort_keys=True)
+        # "topics" sorts last among the top-level keys: splice the cached texts into its list
+        assert head.endswith('"topics": []}'), head[-40:]
+        return head[: -len("]}")] + ", ".join(parts) + "]}"
+
+    def _write(self, text: str) -> None:
         from odradek.storage.checkpoint import write_atomic
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        # one line through the C encoder (indent= would take json's pure-Python encoder, which
-        # made this dump most of a topic creation's time at a few hundred topics)
-        write_atomic(self.path, json.dumps(image.to_json(), sort_keys=True))
+        write_atomic(self.path, text)
+
+    def _commit(self, image: MetadataImage) -> None:
+        """Write and publish ``image`` now, on the calling thread (start-up, and the broker's
+        synchronous bookkeeping while it applies a published image)."""
+        self._write(self._serialize(image))
         self._image = image
         self._publish(image)
+
+    async def _change(self, change: Callable[[MetadataImage], MetadataImage | None]) -> None:
+        """Apply ``change`` to the current image (it validates against it, raising KafkaError,
+        or returns None for nothing to do), write the result on a worker thread, then publish it.
+        Changes run one at a time, so each sees the one before."""
+        async with self._changing:
+            image = change(self._image)
+            if image is None:
+                return
+            text = self._serialize(image)
+            await asyncio.get_running_loop().run_in_executor(None, self._write, text)
+            self._image = image
+            self._publish(image)
 
     def _state(self, topic: str, partition: int) -> PartitionState:
         b = self._broker_id
@@ -285,13 +327,22 @@ class EmbeddedBackend(MetadataBackend):
             internal,
         )
         if not validate_only:
-            self._commit(self._image.with_topic(topic))
+
+            def create(image: MetadataImage) -> MetadataImage:
+                if name in image.topics:  # created meanwhile
+                    raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic '{name}' already exists")
+                return image.with_topic(topic)
+
+            await self._change(create)
         return topic
 
     async def delete_topic(self, name: str) -> None:
-        if name not in self._image.topics:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
-        self._commit(self._image.without_topic(name, record_deletion=True))
+        def delete(image: MetadataImage) -> MetadataImage:
+            if name not in image.topics:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
+            return image.without_topic(name, record_deletion=True)
+
+        await self._change(delete)
 
     def deletions_done(self, topic_ids: Iterable[uuid.UUID]) -> None:
         """The broker deleted the partition directories of these deleted topics."""
@@ -302,29 +353,38 @@ class EmbeddedBackend(MetadataBackend):
     async def create_partitions(
         self, name: str, total: int, assignments: list[list[int]] | None = None, *, validate_only: bool = False
     ) -> None:
-        topic = self._image.topics.get(name)
-        if topic is None:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
-        current = topic.partition_count
-        if total <= current:
-            raise KafkaError(
-                ErrorCode.INVALID_PARTITIONS,
-                f"topic currently has {current} partitions, {total} would not be an increase",
-            )
-        if assignments is not None:
-            if len(assignments) != total - current:
-                raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "one assignment is needed per new partition")
-            for replicas in assignments:
-                if not replicas or any(r != self._broker_id for r in replicas):
-                    raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"unknown broker in {replicas}")
-        if not validate_only:
-            states = [self._state(name, p) for p in range(current, total)]
-            self._commit(self._image.with_partitions(name, states))
+        def grow(image: MetadataImage) -> MetadataImage | None:
+            topic = image.topics.get(name)
+            if topic is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
+            current = topic.partition_count
+            if total <= current:
+                raise KafkaError(
+                    ErrorCode.INVALID_PARTITIONS,
+                    f"topic currently has {current} partitions, {total} would not be an increase",
+                )
+            if assignments is not None:
+                if len(assignments) != total - current:
+                    raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "one assignment is needed per new partition")
+                for replicas in assignments:
+                    if not replicas or any(r != self._broker_id for r in replicas):
+                        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"unknown broker in {replicas}")
+            if validate_only:
+                return None
+            return image.with_partitions(name, [self._state(name, p) for p in range(current, total)])
+
+        if validate_only:
+            grow(self._image)
+        else:
+            await self._change(grow)
 
     async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
-        if name not in self._image.topics:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
-        self._commit(self._image.with_topic_configs(name, configs))
+        def alter(image: MetadataImage) -> MetadataImage:
+            if name not in image.topics:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
+            return image.with_topic_configs(name, configs)
+
+        await self._change(alter)
 
     async def set_broker_configs(self, configs: Mapping[str, str]) -> None:
-        self._commit(self._image.with_broker_configs(configs))
+        await self._change(lambda image: image.with_broker_configs(configs))
