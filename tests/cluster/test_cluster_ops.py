@@ -63,6 +63,51 @@ def test_broker_stops_within_15s_of_sigterm_when_zookeeper_is_gone(
             os.kill(zk_pid, signal.SIGCONT)
 
 
+
+def test_a_zookeeper_call_in_flight_when_shutdown_begins_gets_the_shutdown_bound(
+    zookeeper_factory: Callable[..., Any],
+) -> None:
+    """The race behind a CI failure of the test above: the controller was still starting up (its
+    ZooKeeper reads in flight, each allowed the session timeout) when SIGTERM came and ZooKeeper
+    froze, so the shutdown waited for those reads.  A call already waiting when the broker begins
+    to stop must end SHUTDOWN_OP_TIMEOUT s later, and later calls at once."""
+    import asyncio
+    import time
+
+    from odradek.coordination.zookeeper import SHUTDOWN_OP_TIMEOUT, ZkStore
+    from odradek.errors import ErrorCode, KafkaError
+
+    zk = zookeeper_factory()
+    store = ZkStore(zk.connect, session_timeout_ms=30000)
+    assert store.op_timeout == 30.0
+
+    async def main() -> tuple[float, float]:
+        await store.start()
+        assert zk.pid is not None
+        os.kill(zk.pid, signal.SIGSTOP)  # the session still looks connected
+        try:
+            pending = asyncio.ensure_future(store.get_or_none("/brokers/ids"))
+            await asyncio.sleep(1.0)
+            assert not pending.done()
+            began = time.monotonic()
+            store.shutting_down = True
+            with pytest.raises(KafkaError) as info:
+                await pending
+            assert info.value.code == ErrorCode.REQUEST_TIMED_OUT
+            ended = time.monotonic() - began
+            t0 = time.monotonic()
+            with pytest.raises(KafkaError):
+                await store.get_or_none("/controller")  # given up: at once
+            return ended, time.monotonic() - t0
+        finally:
+            os.kill(zk.pid, signal.SIGCONT)
+            await store.close()
+
+    ended, later = asyncio.run(main())
+    # without the bound the read waits out op_timeout (30 s); with it, SHUTDOWN_OP_TIMEOUT (3 s)
+    assert ended < store.op_timeout / 2, f"the call in flight took {ended:.1f} s after shutdown began"
+    assert ended >= SHUTDOWN_OP_TIMEOUT * 0.9 and later < SHUTDOWN_OP_TIMEOUT, (ended, later)
+
 def _alter_retention(conn: BrokerConnection, topic: str, value: str) -> None:
     from odradek.protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest as Req
 

@@ -133,7 +133,9 @@ class ZkStore:
         self.closed = False
         # set when the broker begins to stop: a call made while ZooKeeper is unreachable then
         # fails at once (REQUEST_TIMED_OUT) instead of waiting op_timeout for it
-        self.shutting_down = False
+        self._shutting_down = False
+        #: done once shutting down: calls already waiting then get the shutdown bound too
+        self._shutdown_signal: asyncio.Future[None] | None = None
         self._given_up = False  # a call timed out while shutting down: ZooKeeper is treated as gone
         self._tasks: set[asyncio.Future[None]] = set()
 
@@ -173,6 +175,18 @@ class ZkStore:
                 await self._call(step, limit)
 
     @property
+    def shutting_down(self) -> bool:
+        return self._shutting_down
+
+    @shutting_down.setter
+    def shutting_down(self, value: bool) -> None:
+        """Set on the event loop when the broker begins to stop."""
+        self._shutting_down = value
+        signal = self._shutdown_signal
+        if value and signal is not None and not signal.done():
+            signal.set_result(None)
+
+    @property
     def session_id(self) -> int:
         sid = self.zk.client_id
         return sid[0] if sid else 0
@@ -207,20 +221,14 @@ class ZkStore:
                 ErrorCode.REQUEST_TIMED_OUT, f"ZooKeeper at {self.connect} is not reachable (shutting down without it)"
             )
         limit = self.op_timeout if timeout is None else timeout
-        if not self.shutting_down:
-            return await self._call(fn, limit, *args)
-        # ZooKeeper may stop answering with the session still looking connected (a frozen or cut-off
-        # server is noticed only after two thirds of the session timeout): once stopping, a call that
-        # takes SHUTDOWN_OP_TIMEOUT s ends every later one at once
-        try:
-            return await self._call(fn, min(limit, SHUTDOWN_OP_TIMEOUT), *args)
-        except KafkaError as exc:
-            if exc.code == ErrorCode.REQUEST_TIMED_OUT and not self._given_up:
-                self._given_up = True
-                log.warning("ZooKeeper at %s did not answer while shutting down: going on without it", self.connect)
-            raise
+        return await self._call(fn, limit, *args)
 
     async def _call(self, fn: Callable[..., Any], limit: float, *args: Any) -> Any:
+        """``fn(*args)`` on a daemon thread, waited for at most ``limit`` s.  ZooKeeper may stop
+        answering with the session still looking connected (a frozen or cut-off server is noticed
+        only after two thirds of the session timeout): once the broker is stopping, a call waits
+        at most SHUTDOWN_OP_TIMEOUT s more (also one made before it began to stop, e.g. by a
+        controller starting up), and the first that times out ends every later one at once."""
         loop = self.loop
         assert loop is not None
         fut: asyncio.Future[Any] = loop.create_future()
@@ -241,9 +249,21 @@ class ZkStore:
                 loop.call_soon_threadsafe(deliver, *result)
 
         threading.Thread(target=work, name="odradek-zk", daemon=True).start()
+        give_up_at = loop.time() + limit
+        if not self.shutting_down:
+            if self._shutdown_signal is None:
+                self._shutdown_signal = loop.create_future()
+            await asyncio.wait((fut, self._shutdown_signal), timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+            if fut.done():
+                return fut.result()
+        if self.shutting_down:
+            give_up_at = min(give_up_at, loop.time() + SHUTDOWN_OP_TIMEOUT)
         try:
-            return await asyncio.wait_for(fut, limit)
+            return await asyncio.wait_for(fut, max(give_up_at - loop.time(), 0.0))
         except TimeoutError:
+            if self.shutting_down and not self._given_up:
+                self._given_up = True
+                log.warning("ZooKeeper at %s did not answer while shutting down: going on without it", self.connect)
             raise KafkaError(
                 ErrorCode.REQUEST_TIMED_OUT, f"ZooKeeper at {self.connect} did not answer within {limit:.0f}s"
             ) from None
