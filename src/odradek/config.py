@@ -50,13 +50,10 @@ class ConfigError(KafkaError):
 def nearest_name(name: str, known: Iterable[str], *, ignore_case: bool = False) -> str | None:
     """The known name closest to a misspelt ``name`` (edit similarity, difflib's), or None when
     nothing is close enough to be the one meant."""
-    names = list(known)
-    if ignore_case:
-        by_lower = {n.lower(): n for n in names}
-        match = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.75)
-        return by_lower[match[0]] if match else None
-    match = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
-    return match[0] if match else None
+    fold = str.lower if ignore_case else str
+    by_key = {fold(n): n for n in known}
+    match = difflib.get_close_matches(fold(name), list(by_key), n=1, cutoff=0.75)
+    return by_key[match[0]] if match else None
 
 
 def unknown_name_message(what: str, name: str, known: Iterable[str], where: str = "", *,

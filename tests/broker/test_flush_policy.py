@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from odradek.broker.app import Broker
-from odradek.config import BrokerConfig
 from odradek.protocol.messages.produce import ProduceRequest
 from odradek.records import BatchBuilder
 from odradek.storage import Log
 from odradek.testing import WireClient
+from tests.broker.inprocess import hosted, running_broker
 
 
 def _produce(topic: str, value: bytes) -> ProduceRequest:
@@ -37,12 +38,7 @@ def _produce(topic: str, value: bytes) -> ProduceRequest:
 
 async def _log(broker: Broker, topic: str, configs: dict[str, str]) -> Log:
     await broker.create_topic(topic, 1, 1, configs)
-    for _ in range(500):
-        p = broker.replicas.get(topic, 0)
-        if p is not None:
-            return p.log
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{topic} never got a log")
+    return (await hosted(broker, topic)).log
 
 
 async def _send(broker: Broker, topic: str, value: bytes) -> None:
@@ -57,17 +53,10 @@ async def _send(broker: Broker, topic: str, value: bytes) -> None:
     assert resp.responses[0].partition_responses[0].error_code == 0, resp
 
 
-def _run(tmp_path: Path, body: object) -> None:
+def _run(tmp_path: Path, body: Callable[[Broker], Awaitable[None]]) -> None:
     async def main() -> None:
-        config = BrokerConfig.load(
-            None, [], {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path / "data")}, env={}
-        )
-        broker = Broker(config)
-        await broker.start()
-        try:
-            await body(broker)  # type: ignore[operator]
-        finally:
-            await broker.stop()
+        async with running_broker(tmp_path / "data") as broker:
+            await body(broker)
 
     asyncio.run(main())
 

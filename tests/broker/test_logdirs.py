@@ -21,6 +21,7 @@ from odradek.errors import ErrorCode, KafkaError
 from odradek.records import BatchBuilder, read_batches
 from odradek.storage import Log, LogConfig, LogManager
 from odradek.storage.files import FileOps
+from tests.broker.inprocess import hosted, running_broker
 
 
 def _batch(i: int, size: int = 100) -> bytearray:
@@ -165,8 +166,6 @@ def test_broker_serves_the_other_dir_reports_the_offline_one_and_stops_cleanly(
 ) -> None:
     import asyncio
 
-    from odradek.broker.app import Broker
-    from odradek.config import BrokerConfig
     from odradek.protocol.messages.describe_log_dirs import DescribeLogDirsRequest
     from odradek.protocol.messages.fetch import FetchRequest
     from odradek.protocol.messages.list_offsets import ListOffsetsRequest
@@ -190,18 +189,10 @@ def test_broker_serves_the_other_dir_reports_the_offline_one_and_stops_cleanly(
     )
 
     async def main() -> dict[int, Path]:
-        config = BrokerConfig.load(
-            None, [], {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": ",".join(map(str, dirs))}, env={}
-        )
-        broker = Broker(config)
-        await broker.start()
         where: dict[int, Path] = {}
-        try:
+        async with running_broker(*dirs) as broker:
             await broker.create_topic("t", 2, 1, {})
-            for _ in range(200):
-                if broker.replicas.get("t", 1) is not None:
-                    break
-                await asyncio.sleep(0.01)
+            await hosted(broker, "t", 1)
             parts = {i: broker.replicas.get("t", i) for i in (0, 1)}
             where = {i: p.log_dir for i, p in parts.items()}  # type: ignore[union-attr,misc]
             assert set(where.values()) == set(dirs)
@@ -235,9 +226,7 @@ def test_broker_serves_the_other_dir_reports_the_offline_one_and_stops_cleanly(
             by_dir = {r.log_dir: r.error_code for r in answer.results}
             assert by_dir == {str(where[0].resolve()): ErrorCode.KAFKA_STORAGE_ERROR, str(where[1].resolve()): 0}
             client.close()
-        finally:
-            await broker.stop()  # must not raise
-        return where
+        return where  # the broker stopped (leaving the block) without raising
 
     where = asyncio.run(main())
     assert not (where[0] / CLEAN_SHUTDOWN_FILE).exists(), "a failed dir must be recovered at the next start"
@@ -303,14 +292,8 @@ def test_a_partition_whose_log_could_not_be_created_is_created_on_use(
     cannot be created, and the log is created on the first produce once it can."""
     import asyncio
 
-    from odradek.broker.app import Broker
-    from odradek.config import BrokerConfig
-
     async def main() -> None:
-        config = BrokerConfig.load(None, [], {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path / "d")}, env={})
-        broker = Broker(config)
-        await broker.start()
-        try:
+        async with running_broker(tmp_path / "d") as broker:
             real = broker.logs.get_or_create
             full = {"on": True}
 
@@ -329,7 +312,5 @@ def test_a_partition_whose_log_could_not_be_created_is_created_on_use(
             full["on"] = False
             p = broker.produce_partition("late", 0)
             assert broker.replicas.append(p, _batch(0), 1).first_offset == 0
-        finally:
-            await broker.stop()
 
     asyncio.run(main())

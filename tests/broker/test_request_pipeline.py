@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from odradek.broker.app import Broker
-from odradek.config import BrokerConfig
 from odradek.protocol import ClientConnection, Message, ResponseReceived
 from odradek.protocol.messages.fetch import FetchRequest
 from odradek.protocol.messages.metadata import MetadataRequest
 from odradek.protocol.messages.produce import ProduceRequest
 from odradek.records import BatchBuilder, read_batches
+from tests.broker.inprocess import hosted, running_broker
 
 TOPIC = "pipeline"
 
@@ -92,20 +92,10 @@ def _values(response: Any) -> list[bytes | None]:
 
 def _run(tmp_path: Path, body: Callable[[Broker], Awaitable[None]], loop: str = "asyncio") -> None:
     async def main() -> None:
-        config = BrokerConfig.load(
-            None, [], {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path / "data")}, env={}
-        )
-        broker = Broker(config)
-        await broker.start()
-        try:
+        async with running_broker(tmp_path / "data") as broker:
             await broker.create_topic(TOPIC, 1, 1, {})
-            for _ in range(200):
-                if broker.replicas.get(TOPIC, 0) is not None:
-                    break
-                await asyncio.sleep(0.01)
+            await hosted(broker, TOPIC)
             await body(broker)
-        finally:
-            await broker.stop()
 
     if loop == "uvloop":
         uvloop = pytest.importorskip("uvloop")

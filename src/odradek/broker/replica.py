@@ -290,11 +290,6 @@ class ReplicaManager:
         p.wake_appended()
         return info
 
-    @staticmethod
-    def flush_due(p: Partition) -> bool:
-        """Whether :meth:`wait_durable` has anything to wait for (flush.messages reached)."""
-        return p.log.flush_messages_due()
-
     async def wait_durable(self, p: Partition) -> None:
         """Flush in a worker thread if the log's flush.messages says so."""
         lg = p.log

@@ -112,7 +112,7 @@ def produce(
     response = _produce_response(responses=responses, throttle_time_ms=0)
     flushes: list[Partition] | None = None
     for p in appended:
-        if replicas.flush_due(p):
+        if p.log.flush_messages_due():  # wait_durable has something to wait for
             if flushes is None:
                 flushes = []
             flushes.append(p)
