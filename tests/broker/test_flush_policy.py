@@ -37,7 +37,7 @@ def _produce(topic: str, value: bytes) -> ProduceRequest:
 
 
 async def _log(broker: Broker, topic: str, configs: dict[str, str]) -> Log:
-    await broker.create_topic(topic, 1, 1, configs)
+    await broker.topics.create(topic, 1, 1, configs)
     return (await hosted(broker, topic)).log
 
 

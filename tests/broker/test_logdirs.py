@@ -191,7 +191,7 @@ def test_broker_serves_the_other_dir_reports_the_offline_one_and_stops_cleanly(
     async def main() -> dict[int, Path]:
         where: dict[int, Path] = {}
         async with running_broker(*dirs) as broker:
-            await broker.create_topic("t", 2, 1, {})
+            await broker.topics.create("t", 2, 1, {})
             await hosted(broker, "t", 1)
             parts = {i: broker.replicas.get("t", i) for i in (0, 1)}
             where = {i: p.log_dir for i, p in parts.items()}  # type: ignore[union-attr,misc]
@@ -303,14 +303,14 @@ def test_a_partition_whose_log_could_not_be_created_is_created_on_use(
                 return real(topic, partition, *args, **kw)  # type: ignore[arg-type]
 
             broker.logs.get_or_create = get_or_create  # type: ignore[method-assign]
-            await broker.create_topic("late", 1, 1, {})
+            await broker.topics.create("late", 1, 1, {})
             assert "late" in broker.image.topics and broker.replicas.get("late", 0) is None
             monkeypatch.setattr(LogDirFailureChannel, "_has_room", staticmethod(lambda _d, _n: True))
             with pytest.raises(KafkaError) as info:
-                broker.produce_partition("late", 0)
+                broker.services.partitions.for_produce("late", 0)
             assert info.value.code == ErrorCode.KAFKA_STORAGE_ERROR
             full["on"] = False
-            p = broker.produce_partition("late", 0)
+            p = broker.services.partitions.for_produce("late", 0)
             assert broker.replicas.append(p, _batch(0), 1).first_offset == 0
 
     asyncio.run(main())

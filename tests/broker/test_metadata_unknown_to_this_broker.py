@@ -32,14 +32,16 @@ class _RestartedBroker:
         self._config = {"auto.create.topics.enable": auto_create, "auto.create.topics.max.per.request": 5}
         self.config = SimpleNamespace(get=self._config.__getitem__)
 
-    async def auto_create_topic(self, name: str) -> Any:
+        self.topics = SimpleNamespace(auto_create=self._auto_create)
+
+    async def _auto_create(self, name: str) -> Any:
         self.created.append(name)
         raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic '{name}' already exists")
 
 
 def _ask(broker: _RestartedBroker, version: int, allow: bool, name: str = "history") -> Any:
     ctx = SimpleNamespace(
-        broker=broker,
+        services=broker,
         version=version,
         listener="PLAINTEXT",
         client_host="127.0.0.1",

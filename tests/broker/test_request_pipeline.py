@@ -93,7 +93,7 @@ def _values(response: Any) -> list[bytes | None]:
 def _run(tmp_path: Path, body: Callable[[Broker], Awaitable[None]], loop: str = "asyncio") -> None:
     async def main() -> None:
         async with running_broker(tmp_path / "data") as broker:
-            await broker.create_topic(TOPIC, 1, 1, {})
+            await broker.topics.create(TOPIC, 1, 1, {})
             await hosted(broker, TOPIC)
             await body(broker)
 
@@ -252,10 +252,10 @@ def test_response_buffers_are_reused_only_once_sent(tmp_path: Path) -> None:
                 assert name in ("socket.request.max.bytes", "request.max.topics")
                 return 100 << 20
 
-        class _Broker:
+        class _Services:
             config = _Config()
 
-        conn = KafkaConnection(_Broker(), "PLAINTEXT")  # type: ignore[arg-type]
+        conn = KafkaConnection(_Services(), "PLAINTEXT", set(), 500)  # type: ignore[arg-type]
         transport = _HoldingTransport()
         conn.transport = transport  # type: ignore[assignment]
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import itertools
 import threading
 import time
@@ -244,13 +243,20 @@ class _FakeStore:
     async def get(self, path: str) -> tuple[Any, _Stat]:
         return self.data, _Stat(self.version)
 
+    async def get_or_none(self, path: str) -> tuple[Any, _Stat]:
+        return await self.get(path)
+
+    async def create(self, path: str, value: Any, **_kwargs: Any) -> None:
+        return None  # the ISR change notification
+
 
 def _leader(tmp_path: Path) -> tuple[Any, Any, _FakeStore]:
     """Broker 2 leading t-0 (replicas 2, 3, 1; ISR all three, partition epoch 4) with 5 records
     that follower 3 has and follower 1 (dead) has not: the HW is stuck at 0."""
-    from odradek.broker.app import Broker
     from odradek.broker.replica import ReplicaManager
+    from odradek.broker.replication import ClusterReplication
     from odradek.cluster.metadata import PartitionState
+    from odradek.coordination.zookeeper import ZooKeeperBackend
     from odradek.records import BatchBuilder
     from odradek.storage import LogConfig, LogManager
 
@@ -266,15 +272,13 @@ def _leader(tmp_path: Path) -> tuple[Any, Any, _FakeStore]:
     assert p.high_watermark == 0
     store = _FakeStore({"leader": 2, "leader_epoch": 7, "isr": [2, 3, 1], "controller_epoch": 1, "version": 1}, 4)
 
-    async def notify(_tps: Any) -> None:
-        return None
-
-    zk = types.SimpleNamespace(store=store, notify_isr_change=notify)
-    fake = types.SimpleNamespace(broker_id=2, controller_epoch=2, clock=types.SimpleNamespace(now_ms=lambda: 10),
-                                 _zk=lambda: zk)
-    if hasattr(Broker, "_adopt_isr"):
-        fake._adopt_isr = functools.partial(Broker._adopt_isr, fake)
-    fake._change_isr = functools.partial(Broker._change_isr, fake)
+    zk = ZooKeeperBackend("127.0.0.1:1", 6000)  # never connected: its store is the fake
+    zk.store = store  # type: ignore[assignment]
+    fake = ClusterReplication(
+        2, types.SimpleNamespace(), types.SimpleNamespace(), rm, zk, types.SimpleNamespace(now_ms=lambda: 10),  # type: ignore[arg-type]
+        cluster_id="c", inter_broker_listener=None,
+    )
+    fake.controller_epoch = 2
     return fake, p, store
 
 
@@ -293,7 +297,7 @@ def test_isr_shrink_survives_a_same_epoch_leader_and_isr_during_the_write(tmp_pa
 
     async def run() -> bool:
         waiter = p.wait_for_hw(p.log.log_end_offset)
-        await fake._change_isr(p, (2, 3))
+        await fake.change_isr(p, (2, 3))
         return waiter.done()
 
     assert asyncio.run(run())
@@ -309,7 +313,7 @@ def test_isr_shrink_after_a_lost_race_adopts_zookeepers_isr(tmp_path: Path) -> N
 
     async def run() -> bool:
         waiter = p.wait_for_hw(p.log.log_end_offset)
-        await fake._change_isr(p, (2, 3))
+        await fake.change_isr(p, (2, 3))
         return waiter.done()
 
     assert asyncio.run(run())

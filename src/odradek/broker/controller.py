@@ -40,7 +40,7 @@ from odradek.cluster.controller import (
     reassignment_election,
     reassignment_plan,
 )
-from odradek.cluster.metadata import BrokerInfo, Endpoint, PartitionState, TopicInfo
+from odradek.cluster.metadata import BrokerInfo, PartitionState
 from odradek.coordination.zookeeper import (
     BadVersionError,
     NodeExistsError,
@@ -57,7 +57,8 @@ from odradek.protocol.messages.stop_replica import StopReplicaRequest
 from odradek.protocol.messages.update_metadata import UpdateMetadataRequest
 
 if TYPE_CHECKING:
-    from odradek.broker.app import Broker
+    from odradek.config import BrokerConfig
+    from odradek.storage import LogConfig
 
 __all__ = ["Controller", "ControllerMoved"]
 
@@ -103,8 +104,8 @@ class _BrokerQueue:
     def __init__(self, controller: Controller, broker_id: int, host: str, port: int) -> None:
         self.controller = controller
         self.broker_id = broker_id
-        timeout = int(controller.broker.config.get("controller.socket.timeout.ms")) / 1000
-        self.channel = BrokerChannel(host, port, client_id=f"controller-{controller.broker.broker_id}", timeout=timeout)
+        timeout = int(controller.config.get("controller.socket.timeout.ms")) / 1000
+        self.channel = BrokerChannel(host, port, client_id=f"controller-{controller.id}", timeout=timeout)
         self.queue: asyncio.Queue[_Send] = asyncio.Queue()
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"controller-send-{broker_id}")
 
@@ -140,11 +141,16 @@ class _BrokerQueue:
 
 
 class Controller:
-    def __init__(self, broker: Broker, backend: ZooKeeperBackend) -> None:
-        self.broker = broker
+    def __init__(
+        self, broker_id: int, config: BrokerConfig, backend: ZooKeeperBackend, topic_config: Callable[[str], LogConfig]
+    ) -> None:
+        self.config = config
         self.backend = backend
         self.store = backend.store
-        self.id = broker.broker_id
+        self.topic_config = topic_config
+        name = config.get("inter.broker.listener.name")
+        self.inter_broker_listener = str(name) if name else None
+        self.id = broker_id
         self.active = False
         self.ctx = ControllerContext()
         self.brokers: dict[int, BrokerInfo] = {}
@@ -440,7 +446,7 @@ class Controller:
         info = self.brokers.get(bid)
         if info is None or bid in self.queues:
             return
-        ep = info.endpoint(self.broker.inter_broker_listener) or info.endpoint()
+        ep = info.endpoint(self.inter_broker_listener) or info.endpoint()
         if ep is None:
             return
         self.queues[bid] = _BrokerQueue(self, bid, ep.host, ep.port)
@@ -487,7 +493,7 @@ class Controller:
             live_leaders = []
             for lid in sorted(leaders):
                 info = self.brokers.get(lid)
-                ep = None if info is None else (info.endpoint(self.broker.inter_broker_listener) or info.endpoint())
+                ep = None if info is None else (info.endpoint(self.inter_broker_listener) or info.endpoint())
                 if ep is not None:
                     live_leaders.append(LeaderAndIsrRequest.LeaderAndIsrLiveLeader(broker_id=lid, host_name=ep.host, port=ep.port))
             req = LeaderAndIsrRequest(
@@ -605,7 +611,7 @@ class Controller:
 
     # -- partition state machine -------------------------------------------------------------------
     def _unclean_allowed(self, topic: str) -> bool:
-        return bool(self.broker.topic_log_config(topic).unclean_leader_election_enable)
+        return bool(self.topic_config(topic).unclean_leader_election_enable)
 
     async def _online_partitions(self, tps: list[TP]) -> list[TP]:
         """Move New/Offline partitions to Online by electing leaders; returns those changed."""
@@ -914,7 +920,7 @@ class Controller:
 
     # -- preferred replicas ------------------------------------------------------------------------
     async def _rebalance_timer(self) -> None:
-        cfg = self.broker.config
+        cfg = self.config
         interval = max(1.0, float(cfg.get("leader.imbalance.check.interval.seconds")))
         while True:
             await asyncio.sleep(interval)
@@ -924,7 +930,7 @@ class Controller:
     async def _auto_rebalance(self) -> None:
         if not self.active:
             return
-        pct = int(self.broker.config.get("leader.imbalance.per.broker.percentage"))
+        pct = int(self.config.get("leader.imbalance.per.broker.percentage"))
         tps = imbalanced_partitions(self.ctx, pct)
         if tps:
             log.info("preferred replica election for %d imbalanced partitions", len(tps))
@@ -1127,29 +1133,3 @@ class Controller:
 
 def _protocol_id(name: str) -> int:
     return {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}.get(name, 0)
-
-
-def topic_infos_from_update(request: UpdateMetadataRequest) -> tuple[dict[int, BrokerInfo], dict[str, TopicInfo]]:
-    """The brokers and topics an UpdateMetadata request describes."""
-    names = {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_SSL"}
-    brokers = {}
-    for b in request.live_brokers:
-        eps = tuple(Endpoint(e.listener, names.get(e.security_protocol, "PLAINTEXT"), e.host, e.port) for e in b.endpoints)
-        brokers[b.id] = BrokerInfo(b.id, eps, b.rack)
-    topics = {}
-    for t in request.topic_states:
-        parts = {
-            ps.partition_index: PartitionState(
-                t.topic_name,
-                ps.partition_index,
-                tuple(ps.replicas),
-                tuple(ps.isr),
-                ps.leader,
-                ps.leader_epoch,
-                ps.zk_version,
-                tuple(ps.offline_replicas),
-            )
-            for ps in t.partition_states
-        }
-        topics[t.topic_name] = TopicInfo(t.topic_name, t.topic_id, parts, {}, t.topic_name == "__consumer_offsets")
-    return brokers, topics

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from odradek.broker.logdirs import is_io_error
 from odradek.broker.replica import Partition
+from odradek.broker.topics import OFFSETS_TOPIC
 from odradek.cluster.assignment import partition_for
 from odradek.cluster.group import (
     Effect,
@@ -49,13 +50,17 @@ from odradek.records import BatchBuilder, RecordsError, read_batches
 from odradek.storage import StorageError
 
 if TYPE_CHECKING:
-    from odradek.broker.app import Broker
+    from odradek._clock import Clock
+    from odradek.broker.replica import ReplicaManager
+    from odradek.broker.replication import Replication
+    from odradek.broker.topics import TopicService
+    from odradek.cluster.metadata import MetadataImage
+    from odradek.config import BrokerConfig
 
 __all__ = ["OFFSETS_TOPIC", "GroupCoordinator"]
 
 log = logging.getLogger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
 _version = struct.Struct(">h")
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
@@ -126,9 +131,20 @@ def group_value(g: Group) -> bytes:
 
 
 class GroupCoordinator:
-    def __init__(self, broker: Broker) -> None:
-        cfg = broker.config
-        self.broker = broker
+    def __init__(
+        self,
+        config: BrokerConfig,
+        clock: Clock,
+        replicas: ReplicaManager,
+        topics: TopicService,
+        replication: Replication,
+    ) -> None:
+        cfg = config
+        self.config = config
+        self.clock = clock
+        self.replicas = replicas
+        self.topics = topics
+        self.replication = replication
         self.partitions = int(cfg.get("offsets.topic.num.partitions"))
         self.state = GroupCoordinatorState(
             GroupLimits(
@@ -154,7 +170,7 @@ class GroupCoordinator:
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._timer(), name="group-timer"))
-        interval = int(self.broker.config.get("offsets.retention.check.interval.ms"))
+        interval = int(self.config.get("offsets.retention.check.interval.ms"))
         self._tasks.append(loop.create_task(self._expire_loop(interval), name="offsets-expiry"))
         self.on_image()
 
@@ -173,14 +189,20 @@ class GroupCoordinator:
                 fut.cancel()
 
     def now(self) -> int:
-        return self.broker.clock.now_ms()
+        return self.clock.now_ms()
+
+    def on_hosting_changed(self, image: MetadataImage | None) -> None:
+        """The partitions this broker hosts may have changed (``image``: after a metadata image,
+        which skips the walk until ``__consumer_offsets`` exists)."""
+        if image is None or self.loaded or OFFSETS_TOPIC in image.topics:
+            self.on_image()
 
     def on_image(self) -> None:
         """Load offsets partitions this broker now leads; unload those it lost (called after
         every metadata image and every LeaderAndIsr)."""
         led = {
             idx
-            for (topic, idx), part in list(self.broker.replicas.partitions.items())
+            for (topic, idx), part in list(self.replicas.partitions.items())
             if topic == OFFSETS_TOPIC and part.is_leader
         }
         for p in sorted(self.loaded - led):
@@ -196,7 +218,7 @@ class GroupCoordinator:
 
     async def _load(self, partition: int) -> None:
         try:
-            p = self.broker.replicas.get(OFFSETS_TOPIC, partition)
+            p = self.replicas.get(OFFSETS_TOPIC, partition)
             if p is not None:
                 self._replay(p)
             self.loaded.add(partition)
@@ -282,23 +304,14 @@ class GroupCoordinator:
 
     async def ensure_topic(self) -> None:
         """Create ``__consumer_offsets`` on first use (Kafka does it on the first FindCoordinator)."""
-        if OFFSETS_TOPIC in self.broker.image.topics:
+        if OFFSETS_TOPIC in self.topics.image.topics:
             return
         async with self._create_lock:
-            if OFFSETS_TOPIC in self.broker.image.topics:
+            if OFFSETS_TOPIC in self.topics.image.topics:
                 return
-            cfg = self.broker.config
             try:
-                await self.broker.backend.create_topic(
-                    OFFSETS_TOPIC,
-                    self.partitions,
-                    self.broker.offsets_replication_factor(),
-                    {
-                        "cleanup.policy": "compact",
-                        "compression.type": "producer",
-                        "segment.bytes": str(cfg.get("offsets.topic.segment.bytes")),
-                    },
-                    internal=True,
+                await self.topics.create_internal(
+                    OFFSETS_TOPIC, self.partitions, self.replication.offsets_replication_factor()
                 )
             except KafkaError as exc:
                 if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
@@ -311,7 +324,7 @@ class GroupCoordinator:
             except (OSError, StorageError) as exc:
                 if not is_io_error(exc):
                     raise
-                failure = self.broker.replicas.log_dirs.fail(None, exc, f"creating {OFFSETS_TOPIC}")
+                failure = self.replicas.log_dirs.fail(None, exc, f"creating {OFFSETS_TOPIC}")
                 raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, failure.message) from exc
 
     def check_storage(self, partition: int) -> None:
@@ -319,8 +332,8 @@ class GroupCoordinator:
         moves the coordinator away from a failed dir; a single broker has nowhere to move it).
         A full dir still coordinates: its groups are served from memory, and only the writes
         (commits, rebalances) answer errors until space is freed."""
-        local = self.broker.replicas.get(OFFSETS_TOPIC, partition)
-        failures = self.broker.replicas.log_dirs
+        local = self.replicas.get(OFFSETS_TOPIC, partition)
+        failures = self.replicas.log_dirs
         if local is not None and failures.offline(local.log_dir):
             raise KafkaError(
                 ErrorCode.COORDINATOR_NOT_AVAILABLE, f"the log dir of {OFFSETS_TOPIC}-{partition} is offline"
@@ -330,19 +343,19 @@ class GroupCoordinator:
         """Raise unless this broker serves ``group_id`` right now."""
         if not group_id:
             raise KafkaError(ErrorCode.INVALID_GROUP_ID, "empty group id")
-        topic = self.broker.image.topics.get(OFFSETS_TOPIC)
+        topic = self.topics.image.topics.get(OFFSETS_TOPIC)
         if topic is None:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} does not exist yet")
         p = self.partition_for(group_id)
-        local = self.broker.replicas.get(OFFSETS_TOPIC, p)
+        local = self.replicas.get(OFFSETS_TOPIC, p)
         if local is None:
             try:
-                local = self.broker.rehost(OFFSETS_TOPIC, p)  # its log could not be created before
+                local = self.replication.rehost(OFFSETS_TOPIC, p)  # its log could not be created before
             except KafkaError as exc:
                 raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, exc.message) from exc
         if local is None or not local.is_leader:
             raise KafkaError(ErrorCode.NOT_COORDINATOR, f"group {group_id} is coordinated by another broker")
-        if self.broker.replicas.log_dirs.offline(local.log_dir):
+        if self.replicas.log_dirs.offline(local.log_dir):
             raise KafkaError(ErrorCode.NOT_COORDINATOR, f"the log dir of {OFFSETS_TOPIC}-{p} is offline")
         if p in self.loading or p not in self.loaded:
             raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, f"{OFFSETS_TOPIC}-{p} is loading")
@@ -481,16 +494,15 @@ class GroupCoordinator:
     async def _write(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
         """Append records to the group's offsets partition and wait for the configured acks."""
         partition = self.partition_for(group_id)
-        broker = self.broker
-        p = broker.replicas.leader_partition(OFFSETS_TOPIC, partition)
+        p = self.replicas.leader_partition(OFFSETS_TOPIC, partition)
         builder = BatchBuilder()
         now = self.now()
         for key, value in records:
             builder.append(now, key, value)
-        acks = int(broker.config.get("offsets.commit.required.acks"))
-        info = broker.replicas.append(p, bytearray(builder.build()), acks)
-        timeout = int(broker.config.get("offsets.commit.timeout.ms")) / 1000
-        await broker.replicas.wait_durable(p)
+        acks = int(self.config.get("offsets.commit.required.acks"))
+        info = self.replicas.append(p, bytearray(builder.build()), acks)
+        timeout = int(self.config.get("offsets.commit.timeout.ms")) / 1000
+        await self.replicas.wait_durable(p)
         if acks == -1:
             try:
                 await asyncio.wait_for(p.wait_for_hw(info.last_offset + 1), timeout)

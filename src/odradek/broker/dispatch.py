@@ -21,14 +21,16 @@ from odradek.broker import refusals
 from odradek.protocol import ApiKey, Message, RequestHeader
 
 if TYPE_CHECKING:
-    from odradek.broker.app import Broker
+    from odradek.broker.services import Services
 
 __all__ = ["HANDLERS", "Deferred", "Handler", "RequestContext", "SyncHandler", "handles", "supported_versions"]
 
 
 @dataclass(slots=True)
 class RequestContext:
-    broker: Broker
+    """One request: its header, where it came from, and the broker's services."""
+
+    services: Services
     header: RequestHeader
     client_host: str
     listener: str

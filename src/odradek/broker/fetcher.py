@@ -34,7 +34,8 @@ from odradek.protocol.messages.offset_for_leader_epoch import (
 from odradek.records import RecordsError
 
 if TYPE_CHECKING:
-    from odradek.broker.app import Broker
+    from odradek.broker.replica import ReplicaManager
+    from odradek.config import BrokerConfig
 
 __all__ = ["ReplicaFetcherManager"]
 
@@ -53,12 +54,14 @@ class _FetchState:
 
 
 class ReplicaFetcherManager:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, broker_id: int, config: BrokerConfig, replicas: ReplicaManager) -> None:
+        self.broker_id = broker_id
+        self.config = config
+        self.replicas = replicas
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
 
     def fetcher_index(self, topic: str, partition: int) -> int:
-        n = max(1, int(self.broker.config.get("num.replica.fetchers")))
+        n = max(1, int(self.config.get("num.replica.fetchers")))
         return abs(31 * java_string_hash(topic) + partition) % n
 
     def add(self, p: Partition, leader: int, host: str, port: int) -> None:
@@ -74,7 +77,7 @@ class ReplicaFetcherManager:
             del self.fetchers[fkey]
             fetcher = None
         if fetcher is None:
-            fetcher = self.fetchers[fkey] = ReplicaFetcher(self.broker, leader, fkey[1], host, port)
+            fetcher = self.fetchers[fkey] = ReplicaFetcher(self, leader, fkey[1], host, port)
         fetcher.add(p)
 
     def remove(self, topic: str, partition: int) -> None:
@@ -93,11 +96,12 @@ class ReplicaFetcherManager:
 
 
 class ReplicaFetcher:
-    def __init__(self, broker: Broker, leader: int, index: int, host: str, port: int) -> None:
-        self.broker = broker
+    def __init__(self, manager: ReplicaFetcherManager, leader: int, index: int, host: str, port: int) -> None:
+        self.broker_id = manager.broker_id
+        self.replicas = manager.replicas
         self.leader = leader
         self.host, self.port = host, port
-        cfg = broker.config
+        cfg = manager.config
         self.wait_ms = int(cfg.get("replica.fetch.wait.max.ms"))
         self.min_bytes = int(cfg.get("replica.fetch.min.bytes"))
         self.max_bytes = int(cfg.get("replica.fetch.response.max.bytes"))
@@ -105,7 +109,7 @@ class ReplicaFetcher:
         self.backoff = int(cfg.get("replica.fetch.backoff.ms")) / 1000
         timeout = int(cfg.get("replica.socket.timeout.ms")) / 1000
         self.channel = BrokerChannel(
-            host, port, client_id=f"broker-{broker.broker_id}-fetcher-{index}", timeout=max(timeout, self.wait_ms / 1000 + 5)
+            host, port, client_id=f"broker-{self.broker_id}-fetcher-{index}", timeout=max(timeout, self.wait_ms / 1000 + 5)
         )
         self.parts: dict[tuple[str, int], _FetchState] = {}
         self._wake = asyncio.Event()
@@ -159,7 +163,7 @@ class ReplicaFetcher:
 
     # -- truncation ---------------------------------------------------------------------------
     async def _truncate(self, states: list[_FetchState]) -> None:
-        req = OffsetForLeaderEpochRequest(replica_id=self.broker.broker_id)
+        req = OffsetForLeaderEpochRequest(replica_id=self.broker_id)
         by_topic: dict[str, OffsetForLeaderEpochRequest.OffsetForLeaderTopic] = {}
         asked: dict[tuple[str, int], int] = {}
         for s in states:
@@ -212,7 +216,7 @@ class ReplicaFetcher:
     # -- fetching -----------------------------------------------------------------------------
     async def _fetch(self, states: list[_FetchState]) -> None:
         req = FetchRequest(
-            replica_id=self.broker.broker_id,
+            replica_id=self.broker_id,
             max_wait_ms=self.wait_ms,
             min_bytes=self.min_bytes,
             max_bytes=self.max_bytes,
@@ -264,7 +268,7 @@ class ReplicaFetcher:
         lg = p.log
         records = r.records
         if isinstance(records, (bytes, bytearray, memoryview)) and len(records):
-            failures = self.broker.replicas.log_dirs
+            failures = self.replicas.log_dirs
             try:
                 if failures.any_failed:
                     failures.check_write(p.log_dir, len(records))
@@ -293,7 +297,7 @@ class ReplicaFetcher:
 
     async def _out_of_range(self, states: list[_FetchState]) -> None:
         async def leader_offset(ts: int) -> dict[tuple[str, int], int]:
-            req = ListOffsetsRequest(replica_id=self.broker.broker_id, isolation_level=0)
+            req = ListOffsetsRequest(replica_id=self.broker_id, isolation_level=0)
             by_topic: dict[str, ListOffsetsRequest.ListOffsetsTopic] = {}
             for s in states:
                 p = s.partition

@@ -28,13 +28,21 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from odradek.errors import ErrorCode, KafkaError
-from odradek.protocol import ApiKey
+from odradek.protocol import ApiKey, RequestHeader
 
-if TYPE_CHECKING:
-    from odradek.broker.dispatch import RequestContext
+
+class RequestContext(Protocol):
+    """What a refusal line names of a request (a dispatch.RequestContext has it)."""
+
+    @property
+    def client_host(self) -> str: ...
+
+    @property
+    def header(self) -> RequestHeader: ...
+
 
 __all__ = ["LOGGED_APIS", "REFUSALS", "RefusalLog", "logged"]
 

@@ -2,8 +2,9 @@
 
 Each hosted partition wraps a storage :class:`~odradek.storage.Log` with the replication state
 Kafka keeps beside it: leader epoch, ISR, the high watermark (smallest log end offset in the ISR)
-and the followers' log end offsets.  With one replica the ISR is the leader alone and the HW
-follows every append; the cluster adds followers to the same structures.
+and the followers' log end offsets, by the rules in :mod:`odradek.cluster.isr`.  With one
+replica the ISR is the leader alone and the HW follows every append; the cluster adds followers
+to the same structures.
 
 Delayed operations (Kafka's purgatory) are futures: a produce with ``acks=all`` waits until the
 HW passes its last offset, a fetch with ``min_bytes`` waits until enough data is visible or
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from odradek.broker.logdirs import LogDirFailureChannel, is_io_error
+from odradek.cluster import isr
 from odradek.cluster.metadata import PartitionState
 from odradek.errors import ErrorCode, KafkaError
 from odradek.storage import AppendInfo, Log, LogConfig, LogManager, ReadResult, StorageError
@@ -69,12 +71,7 @@ class Partition:
 
     def update_high_watermark(self) -> bool:
         """HW = the smallest log end offset in the ISR; wakes waiters when it moves."""
-        leo = self.log.log_end_offset
-        isr = self.state.isr
-        if len(isr) == 1 and isr[0] == self.broker_id:
-            new_hw = leo  # the leader alone is in sync
-        else:
-            new_hw = min([leo] + [self.follower_leo.get(r, 0) for r in isr if r != self.broker_id])
+        new_hw = isr.high_watermark(self.broker_id, self.log.log_end_offset, self.state.isr, self.follower_leo)
         if new_hw <= self.log.high_watermark:
             return False
         self.log.high_watermark = new_hw
@@ -137,29 +134,24 @@ class Partition:
         caught up if it reached the leader's log end, now or as of its previous fetch."""
         leo = self.log.log_end_offset
         self.follower_leo[replica] = fetch_offset
-        if fetch_offset >= leo:
-            self.follower_caught_up[replica] = now_ms
-        else:
-            prev = self.follower_last_fetch.get(replica)
-            if prev is not None and fetch_offset >= prev[1]:
-                self.follower_caught_up[replica] = max(self.follower_caught_up.get(replica, 0), prev[0])
+        at = isr.caught_up_at(
+            fetch_offset, leo, now_ms, self.follower_last_fetch.get(replica), self.follower_caught_up.get(replica)
+        )
+        if at is not None:
+            self.follower_caught_up[replica] = at
         self.follower_last_fetch[replica] = (now_ms, leo)
 
     def can_join_isr(self, replica: int) -> bool:
         """Kafka's rule: a follower rejoins once it has everything up to the HW and has reached
         the current leader epoch's start offset."""
-        if replica in self.state.isr or replica not in self.state.replicas:
-            return False
-        leo = self.follower_leo.get(replica, -1)
         epoch_start = next((start for e, start in self.log.epochs.entries if e == self.leader_epoch), 0)
-        return leo >= self.log.high_watermark and leo >= epoch_start
+        return isr.can_join_isr(
+            replica, self.state.isr, self.state.replicas, self.follower_leo.get(replica, -1),
+            self.log.high_watermark, epoch_start,
+        )
 
     def lagging_followers(self, now_ms: int, max_lag_ms: int) -> list[int]:
-        return [
-            r
-            for r in self.state.isr
-            if r != self.broker_id and now_ms - self.follower_caught_up.get(r, 0) > max_lag_ms
-        ]
+        return isr.lagging_followers(self.broker_id, self.state.isr, self.follower_caught_up, now_ms, max_lag_ms)
 
     def fail_waiters(self, code: ErrorCode) -> None:
         for _offset, fut in self.hw_waiters:

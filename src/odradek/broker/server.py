@@ -46,7 +46,7 @@ from odradek.protocol.messages import RequestHeader, response_class
 from odradek.protocol.messages.api_versions import ApiVersionsResponse
 
 if TYPE_CHECKING:
-    from odradek.broker.app import Broker
+    from odradek.broker.services import Services
 
 __all__ = ["KafkaConnection", "api_versions_response"]
 
@@ -79,12 +79,18 @@ def api_versions_response(error_code: int = 0) -> ApiVersionsResponse:
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
-    def __init__(self, broker: Broker, listener: str) -> None:
-        self.broker = broker
+    def __init__(
+        self, services: Services, listener: str, connections: set[KafkaConnection], max_queued: int
+    ) -> None:
+        """A connection on ``listener``, registered in ``connections`` while open; at most
+        ``max_queued`` of its requests wait to be handled (``queued.max.requests``)."""
+        self.services = services
         self.listener = listener
+        self.connections = connections
+        self.max_queued = max_queued
         self.conn = ServerConnection(
-            max_frame_size=broker.config.get("socket.request.max.bytes"),
-            check=partial(check_request_size, int(broker.config.get("request.max.topics"))),
+            max_frame_size=services.config.get("socket.request.max.bytes"),
+            check=partial(check_request_size, int(services.config.get("request.max.topics"))),
         )
         self.transport: asyncio.Transport | None = None
         self._mem = mmap.mmap(-1, _RECV_BUFFER)
@@ -113,7 +119,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.client_host = self.peer.rsplit(":", 1)[0]
-        self.broker.connections.add(self)
+        self.connections.add(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._view
@@ -133,7 +139,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
-        self.broker.connections.discard(self)
+        self.connections.discard(self)
         worker = self._worker
         if isinstance(worker, _Waiting):
             self._worker = None
@@ -162,7 +168,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if (
             self._reading_paused
             and self._writable.is_set()
-            and len(self._queue) < self.broker.max_queued
+            and len(self._queue) < self.max_queued
             and self.transport is not None
             and not self._closing
         ):
@@ -182,7 +188,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 break
             assert isinstance(ev, (RequestReceived, BadRequest))
             queue.append(ev)
-        if len(queue) >= self.broker.max_queued:
+        if len(queue) >= self.max_queued:
             self._pause_reading()
         if queue and self._worker is None:
             self._run()
@@ -429,7 +435,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 "closing connection from %s: unsupported API %s v%s", self.peer, header.api_key, header.api_version
             )
             return None
-        ctx = RequestContext(self.broker, header, self.client_host, self.listener)
+        ctx = RequestContext(self.services, header, self.client_host, self.listener)
         if entry.sync:
             try:
                 result = entry.handler(ctx, ev.message)
@@ -468,7 +474,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if not isinstance(exc, KafkaError) and is_io_error(exc):
             # an I/O error no handler translated: the log dirs' failure channel logs it (once)
             # and the request gets KAFKA_STORAGE_ERROR, not a traceback per request
-            exc = self.broker.replicas.log_dirs.fail(None, exc, f"handling {ApiKey(header.api_key).name}")
+            exc = self.services.replicas.log_dirs.fail(None, exc, f"handling {ApiKey(header.api_key).name}")
         if isinstance(exc, KafkaError):
             response = _error_response(header, exc.code)
             if response is None:

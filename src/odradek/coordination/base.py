@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import re
+import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
+from odradek.cluster.controller import LeaderIsr
 from odradek.cluster.metadata import BrokerInfo, MetadataImage, TopicInfo
-from odradek.errors import ErrorCode, KafkaError
+from odradek.errors import ErrorCode, KafkaError, OdradekError
 
-__all__ = ["MetadataBackend", "validate_topic_name"]
+__all__ = ["MetadataBackend", "StaleVersion", "validate_topic_name"]
 
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
@@ -28,8 +30,24 @@ def validate_topic_name(name: str) -> None:
         )
 
 
+class StaleVersion(OdradekError):
+    """A version-checked write found the stored value at another version than expected."""
+
+
 class MetadataBackend(ABC):
-    """Keeps the metadata image and applies changes to it; notifies listeners of new images."""
+    """Keeps the metadata image and applies changes to it; notifies listeners of new images.
+
+    Two stores implement it: the embedded single-node store (one JSON file; this broker is the
+    whole cluster, hosts every partition and decides alone) and ZooKeeper (a cluster: the
+    controller decides which broker hosts what; partition leaders record ISR changes).  The
+    operations only a replicated store has (``*_leader_isr``, ``notify_isr_change``,
+    ``apply_metadata``, ``controller_id``) refuse on the embedded store: the broker's single-node
+    wiring never calls them.
+    """
+
+    #: whether every partition lives on this broker (the embedded store): the broker then hosts
+    #: what the image assigns and checks its own partition budget when topics grow
+    hosts_all_partitions: bool = True
 
     def __init__(self) -> None:
         self._listeners: list[Callable[[MetadataImage], None]] = []
@@ -65,6 +83,44 @@ class MetadataBackend(ABC):
         reports); here, the image's."""
         info = self.image.topics.get(name)
         return dict(info.configs) if info is not None else {}
+
+    @property
+    def broker_epoch(self) -> int:
+        """This broker's registration epoch (the czxid of its ZooKeeper registration), which the
+        controller's requests must not be older than; -1 without registrations."""
+        return -1
+
+    async def allocate_producer_ids(self) -> tuple[int, int]:
+        """Claim the next block of producer ids, ``[start, end)``, for this broker alone."""
+        raise self._not_replicated("producer id blocks")
+
+    async def read_leader_isr(self, topic: str, partition: int) -> tuple[LeaderIsr, int] | None:
+        """A partition's stored leader and ISR with its version; None when the partition is gone."""
+        raise self._not_replicated("partition states")
+
+    async def write_leader_isr(self, topic: str, partition: int, state: LeaderIsr, version: int) -> int | None:
+        """Write a partition's leader and ISR if it is still at ``version``: the new version, None
+        when the partition is gone; :class:`StaleVersion` when it was written meanwhile."""
+        raise self._not_replicated("partition states")
+
+    async def notify_isr_change(self, partitions: list[tuple[str, int]]) -> None:
+        """Tell the controller that these partitions' ISRs changed."""
+        raise self._not_replicated("ISR change notifications")
+
+    async def apply_metadata(self, image: MetadataImage) -> None:
+        """Install the metadata the controller sent (UpdateMetadata)."""
+        raise self._not_replicated("controller metadata")
+
+    async def controller_id(self) -> int:
+        """The active controller's broker id, -1 when there is none."""
+        raise self._not_replicated("controller elections")
+
+    def deletions_done(self, topic_ids: Iterable[uuid.UUID]) -> None:
+        """These deleted topics' logs are gone from this broker: the store may forget them."""
+        return None
+
+    def _not_replicated(self, what: str) -> KafkaError:
+        return KafkaError(ErrorCode.INVALID_REQUEST, f"the {type(self).__name__} store has no {what}")
 
     def begin_shutdown(self) -> None:
         """The broker is stopping: from now on, calls to an unreachable store fail at once

@@ -32,10 +32,14 @@ from pathlib import Path
 from odradek.cluster.metadata import BrokerInfo, MetadataImage, PartitionState, TopicInfo
 from odradek.coordination.base import MetadataBackend, validate_topic_name
 from odradek.errors import ErrorCode, KafkaError
+from odradek.storage.checkpoint import write_atomic
 
 __all__ = ["EmbeddedBackend", "MetadataStoreError", "is_deleted", "read_cluster_id"]
 
 FILE_NAME = "cluster-metadata.json"
+
+PRODUCER_ID_BLOCK = 1000
+PRODUCER_ID_FILE = "producer-id-block"
 
 log = logging.getLogger(__name__)
 
@@ -262,8 +266,6 @@ class EmbeddedBackend(MetadataBackend):
         return head[: -len("]}")] + ", ".join(parts) + "]}"
 
     def _write(self, text: str) -> None:
-        from odradek.storage.checkpoint import write_atomic
-
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(self.path, text)
 
@@ -343,6 +345,19 @@ class EmbeddedBackend(MetadataBackend):
             return image.without_topic(name, record_deletion=True)
 
         await self._change(delete)
+
+    async def allocate_producer_ids(self) -> tuple[int, int]:
+        """The next block of ``PRODUCER_ID_BLOCK`` ids, its end recorded in ``producer-id-block``
+        beside the metadata file before any id of it is handed out (written off the event loop)."""
+        path = self.path.parent / PRODUCER_ID_FILE
+
+        def claim() -> int:
+            start = int(path.read_text()) if path.exists() else 0
+            write_atomic(path, str(start + PRODUCER_ID_BLOCK))
+            return start
+
+        start = await asyncio.to_thread(claim)
+        return start, start + PRODUCER_ID_BLOCK
 
     def deletions_done(self, topic_ids: Iterable[uuid.UUID]) -> None:
         """The broker deleted the partition directories of these deleted topics."""

@@ -47,9 +47,9 @@ from kazoo.exceptions import (
 )
 from kazoo.retry import KazooRetry
 
-from odradek.cluster.controller import TopicAssignment, place_replicas
+from odradek.cluster.controller import LeaderIsr, TopicAssignment, place_replicas
 from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage, PartitionState, TopicInfo
-from odradek.coordination.base import MetadataBackend, validate_topic_name
+from odradek.coordination.base import MetadataBackend, StaleVersion, validate_topic_name
 from odradek.errors import ErrorCode, KafkaError
 
 __all__ = [
@@ -328,12 +328,14 @@ class ZkStore:
 class ZooKeeperBackend(MetadataBackend):
     """Metadata kept in ZooKeeper; the image comes from the controller's requests."""
 
+    hosts_all_partitions = False
+
     def __init__(self, connect: str, session_timeout_ms: int, connection_timeout_ms: int | None = None) -> None:
         super().__init__()
         self.store = ZkStore(connect, session_timeout_ms, connection_timeout_ms)
         self.cluster_id = ""
         self.broker: BrokerInfo | None = None
-        self.broker_epoch = -1
+        self._broker_epoch = -1
         self._image = MetadataImage.empty("")
         self._controller_metadata = False  # set by the controller's first metadata (apply_metadata)
         self._topic_configs: dict[str, dict[str, str]] = {}
@@ -370,7 +372,7 @@ class ZooKeeperBackend(MetadataBackend):
     async def start(self, broker: BrokerInfo) -> None:
         self.broker = broker
         await self._register(broker, wait_ms=int(self.store.session_timeout * 1000) + 2000)
-        self._image = self._image.with_broker(replace(broker, epoch=self.broker_epoch))
+        self._image = self._image.with_broker(replace(broker, epoch=self._broker_epoch))
         await self.store.children("/config/changes", self._config_changed)
 
     async def _register(self, broker: BrokerInfo, wait_ms: int) -> None:
@@ -396,8 +398,8 @@ class ZooKeeperBackend(MetadataBackend):
                     ) from None
                 await asyncio.sleep(0.5)
         _, stat = await self.store.get(path)
-        self.broker_epoch = stat.czxid
-        log.info("registered broker %d in ZooKeeper (epoch %d)", broker.broker_id, self.broker_epoch)
+        self._broker_epoch = stat.czxid
+        log.info("registered broker %d in ZooKeeper (epoch %d)", broker.broker_id, self._broker_epoch)
 
     async def _reregister(self) -> None:
         if self.broker is None or self.store.closed:
@@ -639,7 +641,11 @@ class ZooKeeperBackend(MetadataBackend):
         self._publish(self._image)
 
     # -- used by leaders ----------------------------------------------------------------------------
-    async def allocate_producer_id_block(self) -> int:
+    @property
+    def broker_epoch(self) -> int:
+        return self._broker_epoch
+
+    async def allocate_producer_ids(self) -> tuple[int, int]:
         """Claim the next block of ``PRODUCER_ID_BLOCK`` producer ids with a version check."""
         path = "/latest_producer_id_block"
         for _ in range(100):
@@ -650,7 +656,7 @@ class ZooKeeperBackend(MetadataBackend):
                         path, {"version": 1, "broker": self.broker.broker_id if self.broker else -1,
                                "block_start": "0", "block_end": str(PRODUCER_ID_BLOCK - 1)}
                     )
-                    return 0
+                    return 0, PRODUCER_ID_BLOCK
                 except NodeExistsError:
                     continue
             start = int(data["block_end"]) + 1
@@ -661,10 +667,25 @@ class ZooKeeperBackend(MetadataBackend):
                      "block_start": str(start), "block_end": str(start + PRODUCER_ID_BLOCK - 1)},
                     stat.version,
                 )
-                return start
+                return start, start + PRODUCER_ID_BLOCK
             except BadVersionError:
                 continue
         raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "could not allocate a producer id block")
+
+    async def read_leader_isr(self, topic: str, partition: int) -> tuple[LeaderIsr, int] | None:
+        data, stat = await self.store.get_or_none(_state_path(topic, partition))
+        if data is None:
+            return None
+        return LeaderIsr.from_json(data, stat.version), stat.version
+
+    async def write_leader_isr(self, topic: str, partition: int, state: LeaderIsr, version: int) -> int | None:
+        try:
+            stat = await self.store.set(_state_path(topic, partition), state.to_json(), version)
+        except BadVersionError:
+            raise StaleVersion(f"{topic}-{partition}: state is no longer at version {version}") from None
+        except NoNodeError:
+            return None
+        return int(stat.version)
 
     async def notify_isr_change(self, partitions: list[tuple[str, int]]) -> None:
         await self.store.create(
@@ -672,6 +693,14 @@ class ZooKeeperBackend(MetadataBackend):
             {"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in partitions]},
             sequence=True,
         )
+
+    async def controller_id(self) -> int:
+        data, _ = await self.store.get_or_none("/controller")
+        return int(data["brokerid"]) if data else -1
+
+
+def _state_path(topic: str, partition: int) -> str:
+    return f"/brokers/topics/{topic}/partitions/{partition}/state"
 
 
 def _has_leaders(image: MetadataImage, name: str, count: int) -> bool:

@@ -37,10 +37,10 @@ if TYPE_CHECKING:
 @handles(ApiKey.CREATE_TOPICS, versions=(0, 7))
 async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
     R = CreateTopicsResponse
-    broker = ctx.broker
+    svc = ctx.services
     version = ctx.version
     names = [t.name for t in request.topics]
-    per_request = int(broker.config.get("max.partitions.per.request"))
+    per_request = int(svc.config.get("max.partitions.per.request"))
     requested = 0
     results = []
     for t in request.topics:
@@ -57,8 +57,8 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
                     ErrorCode.INVALID_REQUEST,
                     "num_partitions and replication_factor must be -1 when assignments are given",
                 )
-            partitions = t.num_partitions if t.num_partitions != -1 else broker.config.get("num.partitions")
-            rf = t.replication_factor if t.replication_factor != -1 else broker.config.get("default.replication.factor")
+            partitions = t.num_partitions if t.num_partitions != -1 else svc.config.get("num.partitions")
+            rf = t.replication_factor if t.replication_factor != -1 else svc.config.get("default.replication.factor")
             if assignments:
                 partitions, rf = len(assignments), len(next(iter(assignments.values())))
             if partitions > 0 and requested + partitions > per_request:
@@ -68,7 +68,7 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
                     f"more than max.partitions.per.request={per_request}",
                 )
             requested += max(partitions, 0)
-            info = await broker.create_topic(
+            info = await svc.topics.create(
                 t.name, partitions, rf, configs, assignments, validate_only=request.validate_only
             )
             res.topic_id = info.topic_id if not request.validate_only else uuid.UUID(int=0)
@@ -79,7 +79,7 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
                     R.CreatableTopicConfigs(
                         name=e.name, value=e.value, read_only=e.read_only, config_source=e.config_source, is_sensitive=False
                     )
-                    for e in topic_config_entries(broker, info.name, info.configs, version=1)
+                    for e in topic_config_entries(svc, info.name, info.configs, version=1)
                 ]
         except KafkaError as exc:
             res.error_code = int(exc.code)
@@ -90,7 +90,7 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
 @handles(ApiKey.DELETE_TOPICS, versions=(0, 6))
 async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
     R = DeleteTopicsResponse
-    broker = ctx.broker
+    svc = ctx.services
     version = ctx.version
     wanted: list[tuple[str | None, uuid.UUID]] = (
         [(t.name, t.topic_id) for t in request.topics] if version >= 6 else [(n, uuid.UUID(int=0)) for n in request.topic_names]
@@ -101,15 +101,15 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
         results.append(res)
         try:
             if name is None:
-                found = broker.image.topic_by_id(topic_id)
+                found = svc.image.topic_by_id(topic_id)
                 if found is None:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic with id {topic_id}")
                 name = res.name = found.name
-            info = broker.image.topics.get(name)
+            info = svc.image.topics.get(name)
             if info is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
             res.topic_id = info.topic_id
-            await broker.delete_topic(name)
+            await svc.topics.delete(name)
         except KafkaError as exc:
             res.error_code = int(exc.code)
             res.error_message = exc.message or None
@@ -119,14 +119,14 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
 @handles(ApiKey.CREATE_PARTITIONS, versions=(0, 3))
 async def create_partitions(ctx: RequestContext, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
     R = CreatePartitionsResponse
-    per_request = int(ctx.broker.config.get("max.partitions.per.request"))
+    per_request = int(ctx.services.config.get("max.partitions.per.request"))
     requested = 0
     results = []
     for t in request.topics:
         res = R.CreatePartitionsTopicResult(name=t.name)
         results.append(res)
         try:
-            info = ctx.broker.image.topics.get(t.name)
+            info = ctx.services.image.topics.get(t.name)
             adding = t.count - info.partition_count if info is not None else 0
             if adding > 0 and requested + adding > per_request:
                 raise KafkaError(
@@ -136,7 +136,7 @@ async def create_partitions(ctx: RequestContext, request: CreatePartitionsReques
                 )
             requested += max(adding, 0)
             assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments is not None else None
-            await ctx.broker.create_partitions(t.name, t.count, assignments, validate_only=request.validate_only)
+            await ctx.services.topics.create_partitions(t.name, t.count, assignments, validate_only=request.validate_only)
         except KafkaError as exc:
             res.error_code = int(exc.code)
             res.error_message = exc.message or None
@@ -148,7 +148,7 @@ async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> 
     """Offsets are checked here; moving the log start offset (which rewrites the leader-epoch
     checkpoint) and removing the segments below it run on a worker thread."""
     R = DeleteRecordsResponse
-    broker = ctx.broker
+    svc = ctx.services
     topics = []
     moves: list[tuple[Log, int, DeleteRecordsResponse.DeleteRecordsPartitionResult]] = []
     for t in request.topics:
@@ -157,7 +157,7 @@ async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> 
             res = R.DeleteRecordsPartitionResult(partition_index=dp.partition_index, low_watermark=-1)
             parts.append(res)
             try:
-                p = broker.replicas.leader_partition(t.name, dp.partition_index)
+                p = svc.replicas.leader_partition(t.name, dp.partition_index)
                 offset = p.high_watermark if dp.offset == -1 else dp.offset
                 if offset < 0 or offset > p.high_watermark:
                     raise KafkaError(
@@ -179,15 +179,15 @@ async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> 
                 except KafkaError as exc:
                     res.error_code = int(exc.code)
 
-        await broker.run_io(move)
-        broker.checkpoint_soon()
+        await svc.scheduler.run_io(move)
+        svc.scheduler.checkpoint_soon()
     return R(throttle_time_ms=0, topics=topics)
 
 
 @handles(ApiKey.DESCRIBE_CLUSTER, versions=(0, 1))
 async def describe_cluster(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClusterResponse:
     R = DescribeClusterResponse
-    image = ctx.broker.image
+    image = ctx.services.image
     brokers = []
     for b in sorted(image.brokers.values(), key=lambda b: b.broker_id):
         e = b.endpoint(ctx.listener) or b.endpoint()
@@ -208,11 +208,11 @@ async def describe_cluster(ctx: RequestContext, request: DescribeClusterRequest)
 @handles(ApiKey.DESCRIBE_LOG_DIRS, versions=(0, 4))
 async def describe_log_dirs(ctx: RequestContext, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
     R = DescribeLogDirsResponse
-    broker = ctx.broker
+    svc = ctx.services
     wanted = None if request.topics is None else {(t.topic, p) for t in request.topics for p in t.partitions}
     results = []
-    failures = broker.replicas.log_dirs
-    for d in broker.logs.dirs:
+    failures = svc.replicas.log_dirs
+    for d in svc.logs.dirs:
         # KAFKA_STORAGE_ERROR for a dir the failure channel took offline (as Kafka), with no
         # partitions, and for one that is full (its partitions still listed: they serve reads)
         code = failures.error_code(d)
@@ -220,10 +220,10 @@ async def describe_log_dirs(ctx: RequestContext, request: DescribeLogDirsRequest
             results.append(R.DescribeLogDirsResult(error_code=int(code), log_dir=str(d.resolve()), topics=[]))
             continue
         by_topic: dict[str, list[DescribeLogDirsResponse.DescribeLogDirsPartition]] = {}
-        for lg in broker.logs.logs():
+        for lg in svc.logs.logs():
             if lg.directory.parent != d or (wanted is not None and (lg.topic, lg.partition) not in wanted):
                 continue
-            p = broker.replicas.get(lg.topic, lg.partition)
+            p = svc.replicas.get(lg.topic, lg.partition)
             lag = 0 if p is None or p.is_leader else max(0, p.high_watermark - lg.log_end_offset)
             by_topic.setdefault(lg.topic, []).append(
                 R.DescribeLogDirsPartition(partition_index=lg.partition, partition_size=lg.size_bytes, offset_lag=lag)
@@ -250,7 +250,7 @@ async def offset_for_leader_epoch(
     ctx: RequestContext, request: OffsetForLeaderEpochRequest
 ) -> OffsetForLeaderEpochResponse:
     R = OffsetForLeaderEpochResponse
-    broker = ctx.broker
+    svc = ctx.services
     topics = []
     for t in request.topics:
         parts = []
@@ -258,7 +258,7 @@ async def offset_for_leader_epoch(
             res = R.EpochEndOffset(partition=op.partition)
             parts.append(res)
             try:
-                p = broker.fetch_partition(t.topic, op.partition, op.current_leader_epoch, request.replica_id)
+                p = svc.partitions.for_fetch(t.topic, op.partition, op.current_leader_epoch, request.replica_id)
                 epoch, end = p.log.epochs.end_offset_for(op.leader_epoch, p.log.log_end_offset)
                 res.leader_epoch, res.end_offset = epoch, end
             except KafkaError as exc:
@@ -280,5 +280,5 @@ async def init_producer_id(ctx: RequestContext, request: InitProducerIdRequest) 
     # KIP-360: an idempotent producer bumps its epoch to reset its sequences
     if ctx.version >= 3 and request.producer_id >= 0 and 0 <= request.producer_epoch < 32766:
         return R(throttle_time_ms=0, error_code=0, producer_id=request.producer_id, producer_epoch=request.producer_epoch + 1)
-    pid = await ctx.broker.allocate_producer_id()
+    pid = await ctx.services.producer_ids.allocate()
     return R(throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=0)

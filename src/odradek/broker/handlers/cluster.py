@@ -41,8 +41,8 @@ from odradek.protocol.messages.stop_replica import StopReplicaRequest, StopRepli
 from odradek.protocol.messages.update_metadata import UpdateMetadataRequest, UpdateMetadataResponse
 
 if TYPE_CHECKING:
-    from odradek.broker.app import Broker
     from odradek.broker.controller import Controller
+    from odradek.broker.single_node import SingleNodeController
 
 TP = tuple[str, int]
 _NOT_NEEDED = "Leader election not needed for topic partition"
@@ -51,8 +51,8 @@ _NOT_NEEDED = "Leader election not needed for topic partition"
 @handles(ApiKey.LEADER_AND_ISR, versions=(0, 7))
 async def leader_and_isr(ctx: RequestContext, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
     R = LeaderAndIsrResponse
-    broker = ctx.broker
-    err = broker.check_controller_request(request.controller_epoch, request.broker_epoch if ctx.version >= 2 else -1)
+    svc = ctx.services
+    err = svc.replication.check_controller_request(request.controller_epoch, request.broker_epoch if ctx.version >= 2 else -1)
     states = list(request.ungrouped_partition_states)
     for t in request.topic_states:
         for ps in t.partition_states:
@@ -61,7 +61,7 @@ async def leader_and_isr(ctx: RequestContext, request: LeaderAndIsrRequest) -> L
     ids = {t.topic_name: t.topic_id for t in request.topic_states}
     results: dict[tuple[str, int], int] = {}
     if err is None:
-        results = await broker.apply_leader_and_isr(states, ids, {(lead.broker_id): (lead.host_name, lead.port) for lead in request.live_leaders})
+        results = await svc.replication.apply_leader_and_isr(states, ids, {(lead.broker_id): (lead.host_name, lead.port) for lead in request.live_leaders})
     code = int(err) if err is not None else 0
     if ctx.version >= 5:
         by_topic: dict[str, list[LeaderAndIsrResponse.LeaderAndIsrPartitionError]] = {}
@@ -84,8 +84,8 @@ async def leader_and_isr(ctx: RequestContext, request: LeaderAndIsrRequest) -> L
 
 @handles(ApiKey.UPDATE_METADATA, versions=(0, 8))
 async def update_metadata(ctx: RequestContext, request: UpdateMetadataRequest) -> UpdateMetadataResponse:
-    broker = ctx.broker
-    err = broker.check_controller_request(request.controller_epoch, request.broker_epoch if ctx.version >= 5 else -1)
+    svc = ctx.services
+    err = svc.replication.check_controller_request(request.controller_epoch, request.broker_epoch if ctx.version >= 5 else -1)
     if err is None:
         for ps in request.ungrouped_partition_states:
             topic = next((t for t in request.topic_states if t.topic_name == ps.topic_name), None)
@@ -93,15 +93,15 @@ async def update_metadata(ctx: RequestContext, request: UpdateMetadataRequest) -
                 topic = UpdateMetadataRequest.UpdateMetadataTopicState(topic_name=ps.topic_name)
                 request.topic_states.append(topic)
             topic.partition_states.append(ps)
-        await broker.apply_update_metadata(request)
+        await svc.replication.apply_update_metadata(request)
     return UpdateMetadataResponse(error_code=int(err) if err is not None else 0)
 
 
 @handles(ApiKey.STOP_REPLICA, versions=(0, 4))
 async def stop_replica(ctx: RequestContext, request: StopReplicaRequest) -> StopReplicaResponse:
     R = StopReplicaResponse
-    broker = ctx.broker
-    err = broker.check_controller_request(request.controller_epoch, request.broker_epoch if ctx.version >= 1 else -1)
+    svc = ctx.services
+    err = svc.replication.check_controller_request(request.controller_epoch, request.broker_epoch if ctx.version >= 1 else -1)
     if err is not None:
         return R(error_code=int(err))
     items: list[tuple[str, int, bool]] = []
@@ -116,7 +116,7 @@ async def stop_replica(ctx: RequestContext, request: StopReplicaRequest) -> Stop
     else:
         for up in request.ungrouped_partitions:
             items.append((up.topic_name, up.partition_index, request.delete_partitions))
-    errors = await broker.stop_replicas(items)
+    errors = await svc.replication.stop_replicas(items)
     return R(
         error_code=0,
         partition_errors=[R.StopReplicaPartitionError(topic_name=t, partition_index=p, error_code=e) for (t, p), e in errors.items()],
@@ -126,7 +126,7 @@ async def stop_replica(ctx: RequestContext, request: StopReplicaRequest) -> Stop
 @handles(ApiKey.CONTROLLED_SHUTDOWN, versions=(0, 3))
 async def controlled_shutdown(ctx: RequestContext, request: ControlledShutdownRequest) -> ControlledShutdownResponse:
     R = ControlledShutdownResponse
-    controller = ctx.broker.controller
+    controller = ctx.services.controller
     if controller is None or not controller.active:
         return R(error_code=int(ErrorCode.NOT_CONTROLLER))
     epoch = request.broker_epoch if ctx.version >= 2 else -1
@@ -147,10 +147,8 @@ async def elect_leaders(ctx: RequestContext, request: ElectLeadersRequest) -> El
     tps = None
     if request.topic_partitions is not None:
         tps = [(t.topic, p) for t in request.topic_partitions for p in t.partitions]
-    controller = ctx.broker.controller
-    if ctx.broker.single_node:
-        results = _single_node_election(ctx.broker, etype, tps)
-    elif controller is None or not controller.active:
+    controller = ctx.services.controller
+    if controller is None or not controller.active:
         return R(throttle_time_ms=0, error_code=int(ErrorCode.NOT_CONTROLLER), replica_election_results=[])
     else:
         ctl = controller
@@ -172,43 +170,18 @@ async def elect_leaders(ctx: RequestContext, request: ElectLeadersRequest) -> El
     )
 
 
-def _single_node_election(broker: Broker, election_type: int, tps: list[TP] | None) -> dict[TP, ErrorCode]:
-    """ElectLeaders on a single-node broker: nothing to move, Kafka's per-partition answers."""
-    image = broker.image
-    if tps is None:
-        tps = [(name, p) for name, info in image.topics.items() for p in info.partitions]
-    results: dict[TP, ErrorCode] = {}
-    for topic, p in tps:
-        info = image.topics.get(topic)
-        state = info.partitions.get(p) if info is not None else None
-        if state is None:
-            results[(topic, p)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        elif election_type == 0:
-            preferred = state.replicas[0] if state.replicas else -1
-            results[(topic, p)] = (
-                ErrorCode.ELECTION_NOT_NEEDED if state.leader == preferred else ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
-            )
-        else:
-            results[(topic, p)] = (
-                ErrorCode.ELECTION_NOT_NEEDED if state.leader >= 0 else ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
-            )
-    return results
-
-
 @handles(ApiKey.ALTER_PARTITION_REASSIGNMENTS, versions=(0, 0))
 async def alter_partition_reassignments(
     ctx: RequestContext, request: AlterPartitionReassignmentsRequest
 ) -> AlterPartitionReassignmentsResponse:
     R = AlterPartitionReassignmentsResponse
-    controller = ctx.broker.controller
+    controller = ctx.services.controller
     changes = {
         (t.name, p.partition_index): (None if p.replicas is None else tuple(p.replicas))
         for t in request.topics
         for p in t.partitions
     }
-    if ctx.broker.single_node:
-        results = _single_node_reassignments(ctx.broker, changes)
-    elif controller is None or not controller.active:
+    if controller is None or not controller.active:
         return R(throttle_time_ms=0, error_code=int(ErrorCode.NOT_CONTROLLER), error_message="not the controller")
     else:
         ctl = controller
@@ -228,48 +201,12 @@ async def alter_partition_reassignments(
     )
 
 
-def _single_node_reassignments(
-    broker: Broker, changes: dict[TP, tuple[int, ...] | None]
-) -> dict[TP, tuple[ErrorCode, str | None]]:
-    """AlterPartitionReassignments on a single-node broker: the only broker holds every replica."""
-    image = broker.image
-    me = broker.broker_id
-    results: dict[TP, tuple[ErrorCode, str | None]] = {}
-    for (topic, p), target in changes.items():
-        info = image.topics.get(topic)
-        state = info.partitions.get(p) if info is not None else None
-        if state is None:
-            results[(topic, p)] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {topic}-{p} does not exist")
-        elif target is None:
-            results[(topic, p)] = (
-                ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
-                f"no reassignment of {topic}-{p} is in progress to cancel",
-            )
-        elif tuple(target) == tuple(state.replicas):
-            results[(topic, p)] = (ErrorCode.NONE, None)  # already there: done
-        else:
-            others = sorted({r for r in target if r != me})
-            if not target or len(set(target)) != len(target):
-                why = f"invalid replica list {list(target)} for {topic}-{p}"
-            elif others:
-                why = (
-                    f"replica assignment {list(target)} for {topic}-{p} names brokers {others} that do not exist: "
-                    f"this single-node broker (id {me}) is the only broker"
-                )
-            else:
-                why = f"invalid replica list {list(target)} for {topic}-{p}"
-            results[(topic, p)] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT, why)
-    return results
-
-
 @handles(ApiKey.LIST_PARTITION_REASSIGNMENTS, versions=(0, 0))
 async def list_partition_reassignments(
     ctx: RequestContext, request: ListPartitionReassignmentsRequest
 ) -> ListPartitionReassignmentsResponse:
     R = ListPartitionReassignmentsResponse
-    controller = ctx.broker.controller
-    if ctx.broker.single_node:  # nothing ever moves between brokers: no reassignment in progress
-        return R(throttle_time_ms=0, error_code=0, error_message=None, topics=[])
+    controller = ctx.services.controller
     if controller is None or not controller.active:
         return R(throttle_time_ms=0, error_code=int(ErrorCode.NOT_CONTROLLER), error_message="not the controller")
     tps = None
@@ -290,5 +227,5 @@ async def list_partition_reassignments(
     )
 
 
-async def _list(controller: Controller, tps: list[tuple[str, int]] | None) -> dict[Any, Any]:
+async def _list(controller: Controller | SingleNodeController, tps: list[tuple[str, int]] | None) -> dict[Any, Any]:
     return controller.list_reassignments(tps)

@@ -35,7 +35,7 @@ from odradek.protocol.messages.incremental_alter_configs import (
 from odradek.storage import LogConfig, StorageError
 
 if TYPE_CHECKING:
-    from odradek.broker.app import Broker
+    from odradek.broker.services import Services
 
 log = logging.getLogger(__name__)
 
@@ -95,20 +95,20 @@ def validate_topic_configs(
             log.warning("Topic configuration %s with value `%s` is ignored for `%s`: %s", name, value, topic, why)
 
 
-def topic_config_entries(broker: Broker, topic: str, overrides: Mapping[str, str], version: int) -> list[Entry]:
+def topic_config_entries(svc: Services, topic: str, overrides: Mapping[str, str], version: int) -> list[Entry]:
     entries = []
     for name in sorted(TOPIC_CONFIGS):
         synonyms: list[tuple[str, str | None, int]] = []
         if name in overrides:
             synonyms.append((name, overrides[name], ConfigSource.DYNAMIC_TOPIC_CONFIG))
         for broker_name in TOPIC_SYNONYMS.get(name, ()):
-            if broker.config.is_set(broker_name):
-                synonyms.append((broker_name, _text(broker.config.get(broker_name)), broker.config.source(broker_name)))
-        value, _from = broker.config.topic_default(name)
+            if svc.config.is_set(broker_name):
+                synonyms.append((broker_name, _text(svc.config.get(broker_name)), svc.config.source(broker_name)))
+        value, _from = svc.config.topic_default(name)
         default_text = _text(value)
         for broker_name in TOPIC_SYNONYMS.get(name, ()):
             d = BROKER_CONFIGS[broker_name]
-            if d.default is not None and not broker.config.is_set(broker_name):
+            if d.default is not None and not svc.config.is_set(broker_name):
                 synonyms.append((broker_name, _text(d.default), ConfigSource.DEFAULT_CONFIG))
                 break
         value_text: str | None
@@ -122,11 +122,11 @@ def topic_config_entries(broker: Broker, topic: str, overrides: Mapping[str, str
     return entries
 
 
-def broker_config_entries(broker: Broker) -> list[Entry]:
+def broker_config_entries(svc: Services) -> list[Entry]:
     entries = []
     for name, d in BROKER_CONFIGS.items():
-        source = broker.config.source(name)
-        value = _text(broker.config.get(name))
+        source = svc.config.source(name)
+        value = _text(svc.config.get(name))
         synonyms = [(name, value, int(source))]
         if source != ConfigSource.DEFAULT_CONFIG and d.default is not None:
             synonyms.append((name, _text(d.default), int(ConfigSource.DEFAULT_CONFIG)))
@@ -137,7 +137,7 @@ def broker_config_entries(broker: Broker) -> list[Entry]:
 @handles(ApiKey.DESCRIBE_CONFIGS, versions=(0, 4))
 async def describe_configs(ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     R = DescribeConfigsResponse
-    broker = ctx.broker
+    svc = ctx.services
     version = ctx.version
     results = []
     for res in request.resources:
@@ -145,15 +145,15 @@ async def describe_configs(ctx: RequestContext, request: DescribeConfigsRequest)
         results.append(out)
         try:
             if res.resource_type == TOPIC:
-                info = broker.image.topics.get(res.resource_name)
+                info = svc.image.topics.get(res.resource_name)
                 if info is None:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{res.resource_name}' does not exist")
-                overrides = await broker.current_topic_configs(info.name)
-                entries = topic_config_entries(broker, info.name, overrides, version)
+                overrides = await svc.topics.current_configs(info.name)
+                entries = topic_config_entries(svc, info.name, overrides, version)
             elif res.resource_type == BROKER:
-                if res.resource_name not in ("", str(broker.broker_id)):
+                if res.resource_name not in ("", str(svc.broker_id)):
                     raise KafkaError(ErrorCode.INVALID_REQUEST, f"unexpected broker id {res.resource_name}")
-                entries = broker_config_entries(broker)
+                entries = broker_config_entries(svc)
             elif res.resource_type == BROKER_LOGGER:
                 entries = []
             else:
@@ -181,10 +181,10 @@ async def describe_configs(ctx: RequestContext, request: DescribeConfigsRequest)
 
 
 async def _apply(
-    broker: Broker, resource_type: int, name: str, change: dict[str, str | None], replace_all: bool, validate_only: bool
+    svc: Services, resource_type: int, name: str, change: dict[str, str | None], replace_all: bool, validate_only: bool
 ) -> None:
     if resource_type == TOPIC:
-        info = broker.image.topics.get(name)
+        info = svc.image.topics.get(name)
         if info is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
         new = {} if replace_all else dict(info.configs)
@@ -194,11 +194,11 @@ async def _apply(
             else:
                 new[k] = v
         validate_topic_configs(change, topic=None if validate_only else name)
-        validate_topic_configs(new, broker.config.topic_defaults())
+        validate_topic_configs(new, svc.config.topic_defaults())
         if not validate_only:
-            await broker.set_topic_configs(name, new)
+            await svc.topics.set_configs(name, new)
     elif resource_type == BROKER:
-        if name not in ("", str(broker.broker_id)):
+        if name not in ("", str(svc.broker_id)):
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"unexpected broker id {name}")
         for k in change:
             d = BROKER_CONFIGS.get(k)
@@ -209,7 +209,7 @@ async def _apply(
             if change[k] is not None:
                 parse_value(k, d.type, change[k])
         if not validate_only:
-            await broker.set_broker_configs(change, replace_all)
+            await svc.topics.set_broker_configs(change, replace_all)
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported resource type {resource_type}")
 
@@ -225,7 +225,7 @@ async def alter_configs(ctx: RequestContext, request: AlterConfigsRequest) -> Al
         results.append(out)
         try:
             change = {c.name: c.value for c in res.configs}
-            await _apply(ctx.broker, res.resource_type, res.resource_name, change, True, request.validate_only)
+            await _apply(ctx.services, res.resource_type, res.resource_name, change, True, request.validate_only)
         except KafkaError as exc:
             out.error_code = int(exc.code)
             out.error_message = exc.message or None
@@ -237,7 +237,7 @@ async def incremental_alter_configs(
     ctx: RequestContext, request: IncrementalAlterConfigsRequest
 ) -> IncrementalAlterConfigsResponse:
     R = IncrementalAlterConfigsResponse
-    broker = ctx.broker
+    svc = ctx.services
     results = []
     for res in request.resources:
         out = R.AlterConfigsResourceResponse(
@@ -247,7 +247,7 @@ async def incremental_alter_configs(
         try:
             current: Mapping[str, str] = {}
             if res.resource_type == TOPIC:
-                info = broker.image.topics.get(res.resource_name)
+                info = svc.image.topics.get(res.resource_name)
                 current = info.configs if info is not None else {}
             change: dict[str, str | None] = {}
             for c in res.configs:
@@ -265,9 +265,9 @@ async def incremental_alter_configs(
                     elif c.name in current:
                         base = current[c.name]
                     elif res.resource_type == TOPIC:
-                        base = _text(broker.config.topic_default(c.name)[0])
+                        base = _text(svc.config.topic_default(c.name)[0])
                     else:
-                        base = _text(broker.config.get(c.name)) if c.name in BROKER_CONFIGS else None
+                        base = _text(svc.config.get(c.name)) if c.name in BROKER_CONFIGS else None
                     items = [x for x in (base or "").split(",") if x]
                     values = [x for x in (c.value or "").split(",") if x]
                     if c.config_operation == APPEND:
@@ -277,7 +277,7 @@ async def incremental_alter_configs(
                     change[c.name] = ",".join(items)
                 else:
                     raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown config operation {c.config_operation}")
-            await _apply(broker, res.resource_type, res.resource_name, change, False, request.validate_only)
+            await _apply(svc, res.resource_type, res.resource_name, change, False, request.validate_only)
         except KafkaError as exc:
             out.error_code = int(exc.code)
             out.error_message = exc.message or None

@@ -25,7 +25,7 @@ from odradek.protocol.messages.fetch import FetchRequest, FetchResponse
 from odradek.storage import FileRegion, OffsetOutOfRangeError
 
 if TYPE_CHECKING:
-    from odradek.broker.app import Broker
+    from odradek.broker.services import Services
     from odradek.cluster.metadata import MetadataImage, TopicInfo
 
 R = FetchResponse
@@ -56,7 +56,7 @@ class _Slot:
 def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse | _Fetch:
     """Reads now; answers now when that is enough (or the request does not wait), else the
     fetch itself waits (a Deferred: the fetch purgatory) and answers when it completes."""
-    op = _Fetch(ctx.broker, ctx.header.api_version, request)
+    op = _Fetch(ctx.services, ctx.header.api_version, request)
     total = op.read_all()
     if request.max_wait_ms > 0 and total < request.min_bytes and op.can_wait():
         return op
@@ -70,7 +70,6 @@ class _Fetch(Deferred):
     are visible, ``max_wait_ms`` passed or the broker stops."""
 
     __slots__ = (
-        "broker",
         "committed",
         "deadline",
         "done",
@@ -80,13 +79,14 @@ class _Fetch(Deferred):
         "request",
         "served",
         "slots",
+        "svc",
         "timer",
         "topics",
         "version",
         "waiter",
     )
-    def __init__(self, broker: Broker, version: int, request: FetchRequest) -> None:
-        self.broker = broker
+    def __init__(self, svc: Services, version: int, request: FetchRequest) -> None:
+        self.svc = svc
         self.version = version
         self.request = request
         self.done: Callable[[Message | None, BaseException | None], None] | None = None
@@ -98,7 +98,7 @@ class _Fetch(Deferred):
         self.max_bytes = request.max_bytes if version >= 3 else INT32_MAX
         self.magic = magic_for_fetch_version(version)
         self.committed = version >= 4 and request.isolation_level == 1
-        image = broker.image
+        image = svc.image
         topics: list[R.FetchableTopicResponse] = []
         slots: list[_Slot] = []
         for t in request.topics:
@@ -134,11 +134,11 @@ class _Fetch(Deferred):
         for slot in slots:
             try:
                 assert slot.name is not None
-                p = broker.fetch_partition(
+                p = svc.partitions.for_fetch(
                     slot.name, slot.partition.partition, slot.partition.current_leader_epoch, replica_id
                 )
                 if replica_id >= 0:
-                    broker.on_follower_fetch(p, replica_id, slot.fetch_offset)
+                    svc.partitions.on_follower_fetch(p, replica_id, slot.fetch_offset)
                 served.append((slot, p))
             except KafkaError as exc:
                 slot.response.error_code = int(exc.code)
@@ -146,7 +146,7 @@ class _Fetch(Deferred):
 
     def read_all(self) -> int:
         """Read every served partition into its response; the bytes read."""
-        read = self.broker.replicas.read
+        read = self.svc.replicas.read
         version, magic, max_bytes, replica_id = self.version, self.magic, self.max_bytes, self.replica_id
         total = 0
         for slot, p in self.served:
@@ -198,7 +198,7 @@ class _Fetch(Deferred):
         self.done = done
         loop = asyncio.get_running_loop()
         self.deadline = loop.time() + self.request.max_wait_ms / 1000
-        if self.broker.stopping:
+        if self.svc.stopping:
             waiter: asyncio.Future[None] = loop.create_future()  # answer at once, not from start()
             waiter.add_done_callback(self._woken)
             waiter.set_result(None)
@@ -234,7 +234,7 @@ class _Fetch(Deferred):
             if self.read_all() < self.request.min_bytes:
                 loop = asyncio.get_running_loop()
                 remaining = self.deadline - loop.time()
-                if remaining > 0 and not self.broker.stopping:
+                if remaining > 0 and not self.svc.stopping:
                     self._arm(loop, remaining)
                     return
             response = self.response()

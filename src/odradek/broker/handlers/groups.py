@@ -37,7 +37,7 @@ def _error_of(exc: BaseException) -> ErrorCode:
 @handles(ApiKey.FIND_COORDINATOR, versions=(0, 4))
 async def find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     R = FindCoordinatorResponse
-    broker = ctx.broker
+    svc = ctx.services
     keys = request.coordinator_keys if ctx.version >= 4 else [request.key]
     key_type = request.key_type if ctx.version >= 1 else GROUP_KEY
     results: list[FindCoordinatorResponse.Coordinator] = []
@@ -51,11 +51,11 @@ async def find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest)
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}")
             if not key:
                 raise KafkaError(ErrorCode.INVALID_GROUP_ID, "empty group id")
-            await broker.groups.ensure_topic()
-            p = broker.groups.partition_for(key)
-            broker.groups.check_storage(p)
-            state = broker.image.partition("__consumer_offsets", p)
-            leader = broker.image.brokers.get(state.leader) if state is not None else None
+            await svc.groups.ensure_topic()
+            p = svc.groups.partition_for(key)
+            svc.groups.check_storage(p)
+            state = svc.image.partition("__consumer_offsets", p)
+            leader = svc.image.brokers.get(state.leader) if state is not None else None
             endpoint = (leader.endpoint(ctx.listener) or leader.endpoint()) if leader is not None else None
             if endpoint is None:
                 raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator is not available")
@@ -82,8 +82,8 @@ async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGrou
     version = ctx.version
     empty_name = None if version >= 7 else ""
     try:
-        ctx.broker.groups.check(request.group_id)
-        result = await ctx.broker.groups.join(
+        ctx.services.groups.check(request.group_id)
+        result = await ctx.services.groups.join(
             group_id=request.group_id,
             member_id=request.member_id,
             group_instance_id=request.group_instance_id,
@@ -126,8 +126,8 @@ async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGrou
 async def sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
     R = SyncGroupResponse
     try:
-        ctx.broker.groups.check(request.group_id)
-        result = await ctx.broker.groups.sync(
+        ctx.services.groups.check(request.group_id)
+        result = await ctx.services.groups.sync(
             group_id=request.group_id,
             generation_id=request.generation_id,
             member_id=request.member_id,
@@ -151,8 +151,8 @@ async def sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGrou
 @handles(ApiKey.HEARTBEAT, versions=(0, 4))
 async def heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
     try:
-        ctx.broker.groups.check(request.group_id)
-        code = ctx.broker.groups.heartbeat(
+        ctx.services.groups.check(request.group_id)
+        code = ctx.services.groups.heartbeat(
             group_id=request.group_id,
             member_id=request.member_id,
             group_instance_id=request.group_instance_id,
@@ -171,8 +171,8 @@ async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveG
     else:
         members = [(request.member_id, None)]
     try:
-        ctx.broker.groups.check(request.group_id)
-        errors = await ctx.broker.groups.leave(request.group_id, members)
+        ctx.services.groups.check(request.group_id)
+        errors = await ctx.services.groups.leave(request.group_id, members)
     except KafkaError as exc:
         return R(throttle_time_ms=0, error_code=int(exc.code))
     if ctx.version < 3:
@@ -190,8 +190,8 @@ async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveG
 @handles(ApiKey.OFFSET_COMMIT, versions=(0, 8))
 async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
     R = OffsetCommitResponse
-    broker = ctx.broker
-    now = broker.clock.now_ms()
+    svc = ctx.services
+    now = svc.clock.now_ms()
     version = ctx.version
     offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
     expire = -1
@@ -199,7 +199,7 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
         expire = now + request.retention_time_ms
     unknown: dict[tuple[str, int], ErrorCode] = {}
     for t in request.topics:
-        info = broker.image.topics.get(t.name)
+        info = svc.image.topics.get(t.name)
         for p in t.partitions:
             tp = (t.name, p.partition_index)
             if info is None or p.partition_index not in info.partitions:
@@ -210,8 +210,8 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
                 p.committed_offset, p.committed_leader_epoch, p.committed_metadata or "", ts, expire
             )
     try:
-        broker.groups.check(request.group_id)
-        error, per = await broker.groups.commit(
+        svc.groups.check(request.group_id)
+        error, per = await svc.groups.commit(
             request.group_id,
             request.generation_id_or_member_epoch,
             request.member_id,
@@ -242,7 +242,7 @@ def _fetch_group(ctx: RequestContext, group_id: str, wanted: list[tuple[str, lis
     ErrorCode, list[tuple[str, list[tuple[int, int, int, str | None, ErrorCode]]]]
 ]:
     """(group error, [(topic, [(partition, offset, leader epoch, metadata, error)])])."""
-    groups = ctx.broker.groups
+    groups = ctx.services.groups
     try:
         groups.check(group_id)
     except KafkaError as exc:
@@ -319,11 +319,11 @@ async def describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -
     out = []
     for gid in request.groups:
         try:
-            ctx.broker.groups.check(gid)
+            ctx.services.groups.check(gid)
         except KafkaError as exc:
             out.append(R.DescribedGroup(error_code=int(exc.code), group_id=gid, group_state="", protocol_type="", protocol_data=""))
             continue
-        g = ctx.broker.groups.state.describe(gid)
+        g = ctx.services.groups.state.describe(gid)
         if g is None:
             out.append(R.DescribedGroup(error_code=0, group_id=gid, group_state="Dead", protocol_type="", protocol_data=""))
             continue
@@ -357,7 +357,7 @@ async def describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -
 async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
     R = ListGroupsResponse
     states = set(request.states_filter) if ctx.version >= 4 else set()
-    groups = ctx.broker.groups
+    groups = ctx.services.groups
     listed = [
         R.ListedGroup(
             group_id=g.group_id,
@@ -374,7 +374,7 @@ async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGr
 @handles(ApiKey.DELETE_GROUPS, versions=(0, 2))
 async def delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     R = DeleteGroupsResponse
-    result = await ctx.broker.groups.delete_groups(list(request.groups_names))
+    result = await ctx.services.groups.delete_groups(list(request.groups_names))
     return R(
         throttle_time_ms=0,
         results=[R.DeletableGroupResult(group_id=g, error_code=int(result[g])) for g in request.groups_names],
@@ -386,8 +386,8 @@ async def offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> Of
     R = OffsetDeleteResponse
     partitions = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     try:
-        ctx.broker.groups.check(request.group_id)
-        error, per = await ctx.broker.groups.delete_offsets(request.group_id, partitions)
+        ctx.services.groups.check(request.group_id)
+        error, per = await ctx.services.groups.delete_offsets(request.group_id, partitions)
     except KafkaError as exc:
         return R(throttle_time_ms=0, error_code=int(exc.code))
     return R(

@@ -55,7 +55,7 @@ def _lookup(p: Partition, timestamp: int, replica_id: int, version: int) -> tupl
 
 @handles(ApiKey.LIST_OFFSETS, versions=(0, 8))
 async def list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
-    broker = ctx.broker
+    svc = ctx.services
     version = ctx.version
     topics = []
     for t in request.topics:
@@ -64,7 +64,7 @@ async def list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> List
             pr = R.ListOffsetsPartitionResponse(partition_index=lp.partition_index)
             parts.append(pr)
             try:
-                p = broker.fetch_partition(t.name, lp.partition_index, lp.current_leader_epoch, -1)
+                p = svc.partitions.for_fetch(t.name, lp.partition_index, lp.current_leader_epoch, -1)
                 if version == 0:
                     offsets = p.log.offsets_before(lp.timestamp, lp.max_num_offsets)
                     if lp.timestamp == LATEST:

@@ -63,18 +63,18 @@ def topic_response(t: TopicInfo, version: int) -> MetadataResponse.MetadataRespo
 
 @handles(ApiKey.METADATA, versions=(0, 12))
 async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
-    broker = ctx.broker
+    svc = ctx.services
     version = ctx.version
     requested = request.topics
     if version == 0 and requested == []:
         requested = None
-    allow_create = broker.config.get("auto.create.topics.enable") and (
+    allow_create = svc.config.get("auto.create.topics.enable") and (
         version < 4 or request.allow_auto_topic_creation
     )
-    create_budget = int(broker.config.get("auto.create.topics.max.per.request"))
+    create_budget = int(svc.config.get("auto.create.topics.max.per.request"))
     refused = 0
-    known = broker.backend.metadata_known()
-    image = broker.image
+    known = svc.backend.metadata_known()
+    image = svc.image
     topics: list[R.MetadataResponseTopic] = []
     if requested is None:
         # every topic: built once per metadata image and version (images are immutable; the
@@ -127,15 +127,15 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
                 if allow_create:
                     create_budget -= 1
                     await asyncio.sleep(0)  # let other clients in between creations
-                    t = broker.image.topics.get(name)
+                    t = svc.image.topics.get(name)
                     try:
                         if t is None:
-                            t = await broker.auto_create_topic(name)
+                            t = await svc.topics.auto_create(name)
                     except KafkaError as exc:
                         if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                             topics.append(R.MetadataResponseTopic(error_code=exc.code, name=name, is_internal=False))
                             continue
-                        t = broker.image.topics.get(name)
+                        t = svc.image.topics.get(name)
                         if t is None:
                             # it exists in the cluster but not yet in this broker's image (a
                             # broker just restarted, before the controller's metadata reached
@@ -161,9 +161,9 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
             ctx.client_host,
             ctx.header.client_id,
             refused,
-            int(broker.config.get("auto.create.topics.max.per.request")),
+            int(svc.config.get("auto.create.topics.max.per.request")),
         )
-    image = broker.image
+    image = svc.image
     brokers = []
     for b in sorted(image.brokers.values(), key=lambda b: b.broker_id):
         e = b.endpoint(ctx.listener) or b.endpoint()

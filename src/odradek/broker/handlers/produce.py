@@ -25,7 +25,7 @@ from odradek.records import RecordsError, iter_batch_headers
 from odradek.storage import InvalidRecordError
 
 if TYPE_CHECKING:
-    from odradek.broker.app import Broker
+    from odradek.broker.services import Services
 
 R = ProduceResponse
 _NO_LEADER = R.LeaderIdAndEpoch()  # one instance for all responses (never modified)
@@ -62,7 +62,7 @@ def produce(
 ) -> ProduceResponse | Coroutine[Any, Any, ProduceResponse] | None:
     """Appends now; the response now too unless a flush (flush.messages) or acks=all makes it
     wait, then a coroutine that gives it."""
-    broker = ctx.broker
+    svc = ctx.services
     version = ctx.header.api_version
     acks = request.acks
     refused: KafkaError | None = None
@@ -70,7 +70,7 @@ def produce(
         refused = KafkaError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not -1, 0 or 1")
     elif request.transactional_id is not None:
         refused = KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported yet")
-    replicas = broker.replicas
+    replicas = svc.replicas
     pending: list[tuple[R.PartitionProduceResponse, asyncio.Future[None], Partition]] = []
     appended: list[Partition] = []
     responses: list[R.TopicProduceResponse] = []
@@ -86,11 +86,11 @@ def produce(
                 produce_refused(ctx, topic.name, data.index, refused)
                 continue
             try:
-                p = broker.produce_partition(topic.name, data.index)
+                p = svc.partitions.for_produce(topic.name, data.index)
                 raw = data.records
                 records = raw if isinstance(raw, (bytes, bytearray, memoryview)) else b""
                 _check_format(records, version)
-                records = broker.recompress_for(p, records)
+                records = svc.partitions.recompress_for(p, records)
                 info = replicas.append(p, records, acks)
                 resp.base_offset = info.first_offset
                 resp.log_append_time_ms = info.log_append_time
@@ -117,12 +117,12 @@ def produce(
                 flushes = []
             flushes.append(p)
     if flushes is not None or pending:
-        return _after_append(broker, request, response, flushes or [], pending)
+        return _after_append(svc, request, response, flushes or [], pending)
     return response
 
 
 async def _after_append(
-    broker: Broker,
+    svc: Services,
     request: ProduceRequest,
     response: ProduceResponse,
     flushes: list[Partition],
@@ -132,7 +132,7 @@ async def _after_append(
     the high watermark passing every batch, bounded by the request's timeout."""
     for p in flushes:
         try:
-            await broker.replicas.wait_durable(p)
+            await svc.replicas.wait_durable(p)
         except KafkaError as exc:
             # the flush failed (the log dir went offline through the failure channel): the
             # partition's batches are not known to be durable

@@ -1,0 +1,66 @@
+"""The services a request handler may use, as one object the broker builds once.
+
+A handler receives a :class:`~odradek.broker.dispatch.RequestContext` whose ``services`` is this
+bundle: topics, partitions, replication, producer ids, the group coordinator, the controller (the
+cluster's, or a single node's own answers), the log scheduler, and the read-only facts (broker
+id, cluster id, config, clock, the metadata image).  It is not the broker: nothing here starts,
+stops or wires anything.  A later service (an authorizer, quotas, a transaction coordinator,
+metrics) becomes one more field here, built in :mod:`odradek.broker.app`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from odradek._clock import Clock
+from odradek.broker.coordinator import GroupCoordinator
+from odradek.broker.partitions import PartitionService
+from odradek.broker.producer_ids import ProducerIdManager
+from odradek.broker.replica import ReplicaManager
+from odradek.broker.replication import Replication
+from odradek.broker.scheduler import LogScheduler
+from odradek.broker.single_node import SingleNodeController
+from odradek.broker.topics import TopicService
+from odradek.cluster.metadata import MetadataImage
+from odradek.config import BrokerConfig
+from odradek.coordination import MetadataBackend
+from odradek.errors import ErrorCode, KafkaError
+from odradek.storage import LogManager
+
+if TYPE_CHECKING:
+    from odradek.broker.controller import Controller
+
+__all__ = ["Services"]
+
+
+@dataclass(slots=True, eq=False)
+class Services:
+    broker_id: int
+    cluster_id: str
+    config: BrokerConfig
+    clock: Clock
+    backend: MetadataBackend
+    logs: LogManager
+    replicas: ReplicaManager
+    topics: TopicService
+    replication: Replication
+    partitions: PartitionService
+    producer_ids: ProducerIdManager
+    scheduler: LogScheduler
+    coordinator: GroupCoordinator | None = None
+    #: the active controller's admin calls: the cluster's Controller (None until it exists), or
+    #: the single node's own answers
+    controller: Controller | SingleNodeController | None = None
+    #: set when the broker begins to stop: long polls answer at once
+    stopping: bool = False
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.backend.image
+
+    @property
+    def groups(self) -> GroupCoordinator:
+        if self.coordinator is None:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the broker is starting")
+        return self.coordinator
