@@ -67,14 +67,14 @@ def test_partition_transitions_follow_kafka(current: PartitionStateName, target:
     assert check_partition_transition(current, target) is legal
     ctx = ControllerContext()
     if current is not PS.NON_EXISTENT:
-        ctx.partition_states[TP] = current
+        ctx._partition_states[TP] = current  # the starting state, set up directly
     if legal:
         ctx.set_partition_state(TP, target)
-        assert ctx.partition_states[TP] is target
+        assert ctx.partition_state(TP) is target
     else:
         with pytest.raises(ValueError, match="illegal partition state change"):
             ctx.set_partition_state(TP, target)
-        assert ctx.partition_states.get(TP, PS.NON_EXISTENT) is current  # unchanged
+        assert ctx.partition_state(TP) is current  # unchanged
 
 
 @pytest.mark.parametrize(("current", "target"), list(itertools.product(RS, RS)), ids=lambda s: s.value)
@@ -84,14 +84,14 @@ def test_replica_transitions_follow_kafka(current: ReplicaStateName, target: Rep
     ctx = ControllerContext()
     key = (TP[0], TP[1], 1)
     if current is not RS.NON_EXISTENT:
-        ctx.replica_states[key] = current
+        ctx._replica_states[key] = current  # the starting state, set up directly
     if legal:
         ctx.set_replica_state(TP, 1, target)
-        assert ctx.replica_states.get(key, RS.NON_EXISTENT) is target
+        assert ctx.replica_state(TP, key[2]) is target
     else:
         with pytest.raises(ValueError, match="illegal replica state change"):
             ctx.set_replica_state(TP, 1, target)
-        assert ctx.replica_states.get(key, RS.NON_EXISTENT) is current
+        assert ctx.replica_state(TP, key[2]) is current
 
 
 @pytest.mark.parametrize(
@@ -104,7 +104,7 @@ def test_replica_transitions_follow_kafka(current: ReplicaStateName, target: Rep
     ],
 )
 def test_illegal_partition_transitions_raise(current: PartitionStateName, target: PartitionStateName) -> None:
-    ctx = ControllerContext(partition_states={TP: current})
+    ctx = ControllerContext(_partition_states={TP: current})
     with pytest.raises(ValueError):
         ctx.set_partition_state(TP, target)
 
@@ -113,7 +113,7 @@ def test_partition_lifecycle() -> None:
     ctx = ControllerContext()
     for target in (PS.NEW, PS.ONLINE, PS.OFFLINE, PS.ONLINE, PS.OFFLINE, PS.NON_EXISTENT):
         ctx.set_partition_state(TP, target)
-        assert ctx.partition_states[TP] is target
+        assert ctx.partition_state(TP) is target
     with pytest.raises(ValueError):  # a deleted partition must be recreated through New
         ctx.set_partition_state(TP, PS.ONLINE)
 
@@ -130,7 +130,7 @@ def test_partition_lifecycle() -> None:
     ],
 )
 def test_illegal_replica_transitions_raise(current: ReplicaStateName, target: ReplicaStateName) -> None:
-    ctx = ControllerContext(replica_states={(TP[0], TP[1], 7): current})
+    ctx = ControllerContext(_replica_states={(TP[0], TP[1], 7): current})
     with pytest.raises(ValueError):
         ctx.set_replica_state(TP, 7, target)
 
@@ -149,11 +149,11 @@ def test_replica_deletion_lifecycle_forgets_the_replica() -> None:
         RS.DELETION_SUCCESSFUL,
     ):
         ctx.set_replica_state(TP, 2, target)
-        assert ctx.replica_states[key] is target
+        assert ctx.replica_state(TP, key[2]) is target
     ctx.set_replica_state(TP, 2, RS.NON_EXISTENT)
-    assert key not in ctx.replica_states
+    assert ctx.replica_state(TP, key[2]) is RS.NON_EXISTENT and ctx.state_counts() == (0, 0)
     ctx.set_replica_state(TP, 2, RS.NEW)  # a NonExistent replica may be created again
-    assert ctx.replica_states[key] is RS.NEW
+    assert ctx.replica_state(TP, key[2]) is RS.NEW
 
 
 # -- leader election -------------------------------------------------------------------------------

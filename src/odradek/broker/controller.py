@@ -105,7 +105,7 @@ class _BrokerQueue:
         self.controller = controller
         self.broker_id = broker_id
         timeout = int(controller.config.get("controller.socket.timeout.ms")) / 1000
-        self.channel = BrokerChannel(host, port, client_id=f"controller-{controller.id}", timeout=timeout)
+        self.channel = controller.channel_factory(host, port, client_id=f"controller-{controller.id}", timeout=timeout)
         self.queue: asyncio.Queue[_Send] = asyncio.Queue()
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"controller-send-{broker_id}")
 
@@ -142,9 +142,18 @@ class _BrokerQueue:
 
 class Controller:
     def __init__(
-        self, broker_id: int, config: BrokerConfig, backend: ZooKeeperBackend, topic_config: Callable[[str], LogConfig]
+        self,
+        broker_id: int,
+        config: BrokerConfig,
+        backend: ZooKeeperBackend,
+        topic_config: Callable[[str], LogConfig],
+        *,
+        channel_factory: Callable[..., BrokerChannel] = BrokerChannel,
     ) -> None:
+        """``channel_factory(host, port, client_id=, timeout=)`` opens the connection a broker's
+        requests go over (a :class:`~odradek.broker.channel.BrokerChannel`)."""
         self.config = config
+        self.channel_factory = channel_factory
         self.backend = backend
         self.store = backend.store
         self.topic_config = topic_config
@@ -313,12 +322,7 @@ class Controller:
             self._open_queue(bid)
         # state machines from what ZooKeeper holds
         for tp in list(ctx.partitions()):
-            st = ctx.states.get(tp)
-            ctx.partition_states[tp] = PS.NEW if st is None else (
-                PS.ONLINE if st.leader >= 0 and ctx.is_live(st.leader) else PS.OFFLINE
-            )
-            for r in ctx.replicas(*tp):
-                ctx.replica_states[(tp[0], tp[1], r)] = RS.ONLINE if ctx.is_live(r) else RS.OFFLINE
+            ctx.load_states(tp)
         self._send_update_metadata(ctx.live_brokers, None)
         await self._online_partitions(list(ctx.partitions()))
         # Kafka's replica state machine start-up: replicas on dead brokers go Offline, which takes
@@ -620,7 +624,7 @@ class Controller:
         for tp in tps:
             if tp[0] in self.ctx.deleting or tp not in existing:
                 continue
-            state = self.ctx.partition_states.get(tp, PS.NON_EXISTENT)
+            state = self.ctx.partition_state(tp)
             replicas = self.ctx.replicas(*tp)
             if state is PS.NON_EXISTENT:
                 self.ctx.set_partition_state(tp, PS.NEW)
@@ -632,7 +636,7 @@ class Controller:
                 li = await self._write_state(tp, LeaderIsr(live[0], 0, tuple(live), self.ctx.epoch))
                 self.ctx.set_partition_state(tp, PS.ONLINE)
                 for r in replicas:
-                    self.ctx.replica_states[(tp[0], tp[1], r)] = RS.ONLINE if self.ctx.is_live(r) else RS.OFFLINE
+                    self.ctx.replica_up(tp, r) if self.ctx.is_live(r) else self.ctx.replica_down(tp, r)
                 changed.append(tp)
                 log.info("new partition %s-%d: leader %d, ISR %s", *tp, li.leader, list(li.isr))
                 continue
@@ -709,7 +713,7 @@ class Controller:
             results[tp] = outcome[0]
             if li is not None:
                 changed.append(tp)
-                self.ctx.partition_states[tp] = PS.ONLINE if li.leader >= 0 else PS.OFFLINE
+                self.ctx.partition_led(tp, li.leader)
         if changed:
             self._send_leader_and_isr(changed, None)
         return results
@@ -735,10 +739,10 @@ class Controller:
         for tp in tps:
             for r in self.ctx.replicas(*tp):
                 if r in dead and r not in still_live:
-                    self.ctx.replica_states[(tp[0], tp[1], r)] = RS.OFFLINE
+                    self.ctx.replica_down(tp, r)
         led = [tp for tp in tps if (st := self.ctx.states.get(tp)) is not None and st.leader in dead]
         for tp in led:
-            if self.ctx.partition_states.get(tp) is PS.ONLINE:
+            if self.ctx.partition_state(tp) is PS.ONLINE:
                 self.ctx.set_partition_state(tp, PS.OFFLINE)
         changed = set(await self._online_partitions(led))
         # dead followers leave the ISR of partitions that still have a leader (a new leader epoch)
@@ -777,7 +781,7 @@ class Controller:
         for tp in hosted:
             for r in self.ctx.replicas(*tp):
                 if r in new:
-                    self.ctx.replica_states[(tp[0], tp[1], r)] = RS.ONLINE
+                    self.ctx.replica_up(tp, r)
         # the returning replicas learn their role first (they truncate, then fetch)
         self._send_leader_and_isr(hosted, new)
         offline = [tp for tp in self.ctx.offline_partitions()]
@@ -805,10 +809,7 @@ class Controller:
 
     async def _create_partitions(self, tps: list[TP]) -> None:
         for tp in tps:
-            self.ctx.partition_states[tp] = PS.NON_EXISTENT
-            for r in self.ctx.replicas(*tp):
-                self.ctx.replica_states.pop((tp[0], tp[1], r), None)
-                self.ctx.set_replica_state(tp, r, RS.NEW)
+            self.ctx.new_partition(tp)
         changed = await self._online_partitions(tps)
         if changed:
             self._send_leader_and_isr(changed, None, is_new=True)
@@ -842,9 +843,7 @@ class Controller:
                 for r in ta.replicas[tp[1]]:
                     per_broker.setdefault(r, []).append(tp)
                     if self.ctx.is_live(r):
-                        key = (tp[0], tp[1], r)
-                        self.ctx.replica_states[key] = RS.OFFLINE
-                        self.ctx.set_replica_state(tp, r, RS.DELETION_STARTED)
+                        self.ctx.start_replica_deletion(tp, r)
             self._send_update_metadata(self.ctx.live_brokers, None)
             waits = [self._send_stop_replica(b, ps, delete=True) for b, ps in per_broker.items() if self.ctx.is_live(b)]
             if waits:
@@ -855,10 +854,8 @@ class Controller:
             await self.store.delete(f"/config/topics/{name}")
             for tp in tps:
                 self.ctx.states.pop(tp, None)
-                self.ctx.partition_states.pop(tp, None)
+                self.ctx.partition_deleted(tp, ta.replicas[tp[1]])
                 self.ctx.reassigning.pop(tp, None)
-                for r in ta.replicas[tp[1]]:
-                    self.ctx.replica_states.pop((tp[0], tp[1], r), None)
             self.ctx.topics.pop(name, None)
             self.ctx.deleting.discard(name)
             log.info("deleted topic %s", name)
@@ -1079,10 +1076,7 @@ class Controller:
             ta.removing[tp[1]] = plan.removing
             await self._write_assignment(tp[0])
             for r in plan.adding:
-                key = (tp[0], tp[1], r)
-                self.ctx.replica_states.pop(key, None)
-                self.ctx.set_replica_state(tp, r, RS.NEW)
-                self.ctx.set_replica_state(tp, r, RS.ONLINE)
+                self.ctx.replica_up(tp, r)
             await self._update_leader_isr(
                 tp, lambda cur: None if cur is None else LeaderIsr(cur.leader, cur.leader_epoch + 1, cur.isr, self.ctx.epoch)
             )
@@ -1115,13 +1109,10 @@ class Controller:
         await self._write_assignment(tp[0])
         self._send_leader_and_isr([tp], None)
         for r in removing:
-            key = (tp[0], tp[1], r)
-            self.ctx.replica_states[key] = RS.OFFLINE
-            self.ctx.set_replica_state(tp, r, RS.DELETION_STARTED)
+            self.ctx.start_replica_deletion(tp, r)
             if self.ctx.is_live(r):
                 self._send_stop_replica(r, [tp], delete=True)
-            self.ctx.set_replica_state(tp, r, RS.DELETION_SUCCESSFUL)
-            self.ctx.set_replica_state(tp, r, RS.NON_EXISTENT)
+            self.ctx.replica_deleted(tp, r)
         log.info("reassignment of %s-%d to %s completed (leader %d)", *tp, list(target), li2.leader)
         return True
 

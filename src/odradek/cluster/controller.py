@@ -19,9 +19,12 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from odradek.errors import OdradekError
+
 __all__ = [
     "ControllerContext",
     "Election",
+    "IllegalTransition",
     "LeaderIsr",
     "PartitionStateName",
     "ReplicaStateName",
@@ -161,8 +164,10 @@ class ControllerContext:
     shutting_down: set[int] = field(default_factory=set)
     topics: dict[str, TopicAssignment] = field(default_factory=dict)
     states: dict[tuple[str, int], LeaderIsr] = field(default_factory=dict)
-    partition_states: dict[tuple[str, int], PartitionStateName] = field(default_factory=dict)
-    replica_states: dict[tuple[str, int, int], ReplicaStateName] = field(default_factory=dict)
+    # the state machines: written only through the methods below, each step checked against the
+    # transition tables (an illegal step raises IllegalTransition)
+    _partition_states: dict[tuple[str, int], PartitionStateName] = field(default_factory=dict)
+    _replica_states: dict[tuple[str, int, int], ReplicaStateName] = field(default_factory=dict)
     deleting: set[str] = field(default_factory=set)
     reassigning: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
 
@@ -191,21 +196,114 @@ class ControllerContext:
                 out.append(tp)
         return out
 
+    # -- the state machines ------------------------------------------------------------------------
+
+    def partition_state(self, tp: tuple[str, int]) -> PartitionStateName:
+        return self._partition_states.get(tp, PartitionStateName.NON_EXISTENT)
+
+    def replica_state(self, tp: tuple[str, int], replica: int) -> ReplicaStateName:
+        return self._replica_states.get((tp[0], tp[1], replica), ReplicaStateName.NON_EXISTENT)
+
     def set_partition_state(self, tp: tuple[str, int], target: PartitionStateName) -> None:
-        current = self.partition_states.get(tp, PartitionStateName.NON_EXISTENT)
+        current = self.partition_state(tp)
         if not check_partition_transition(current, target):
-            raise ValueError(f"illegal partition state change {current.value} -> {target.value} for {tp}")
-        self.partition_states[tp] = target
+            raise IllegalTransition(f"illegal partition state change {current.value} -> {target.value} for {tp}")
+        if target is PartitionStateName.NON_EXISTENT:
+            self._partition_states.pop(tp, None)
+        else:
+            self._partition_states[tp] = target
 
     def set_replica_state(self, tp: tuple[str, int], replica: int, target: ReplicaStateName) -> None:
         key = (tp[0], tp[1], replica)
-        current = self.replica_states.get(key, ReplicaStateName.NON_EXISTENT)
+        current = self.replica_state(tp, replica)
         if not check_replica_transition(current, target):
-            raise ValueError(f"illegal replica state change {current.value} -> {target.value} for {key}")
+            raise IllegalTransition(f"illegal replica state change {current.value} -> {target.value} for {key}")
         if target is ReplicaStateName.NON_EXISTENT:
-            self.replica_states.pop(key, None)
+            self._replica_states.pop(key, None)
         else:
-            self.replica_states[key] = target
+            self._replica_states[key] = target
+
+    def load_states(self, tp: tuple[str, int]) -> None:
+        """A new controller's starting states for a partition, from what the store holds (Kafka's
+        state machine start-up): New without a leader and ISR, Online with a live leader, else
+        Offline; each replica Online on a live broker, else Offline.  Only for a partition this
+        context has no state of yet."""
+        if tp in self._partition_states or any(k[:2] == tp for k in self._replica_states):
+            raise IllegalTransition(f"{tp} already has controller state: it is loaded once, at start-up")
+        st = self.states.get(tp)
+        self.set_partition_state(tp, PartitionStateName.NEW)
+        if st is not None:
+            led = st.leader >= 0 and self.is_live(st.leader)
+            self.set_partition_state(tp, PartitionStateName.ONLINE if led else PartitionStateName.OFFLINE)
+        for r in self.replicas(*tp):
+            self.replica_up(tp, r) if self.is_live(r) else self.replica_down(tp, r)
+
+    def new_partition(self, tp: tuple[str, int]) -> None:
+        """A partition just created: New, its replicas New (those already known keep their state:
+        a partition that could not get a leader yet is created again by the next change)."""
+        if self.partition_state(tp) is PartitionStateName.NON_EXISTENT:
+            self.set_partition_state(tp, PartitionStateName.NEW)
+        for r in self.replicas(*tp):
+            if self.replica_state(tp, r) is ReplicaStateName.NON_EXISTENT:
+                self.set_replica_state(tp, r, ReplicaStateName.NEW)
+
+    def partition_led(self, tp: tuple[str, int], leader: int) -> None:
+        """The partition's leader is now ``leader`` (-1: none): Online or Offline."""
+        self.set_partition_state(tp, PartitionStateName.ONLINE if leader >= 0 else PartitionStateName.OFFLINE)
+
+    def replica_up(self, tp: tuple[str, int], replica: int) -> None:
+        """The replica's broker is alive (or the replica was just added): Online, New first when
+        the controller did not know it."""
+        if self.replica_state(tp, replica) is ReplicaStateName.NON_EXISTENT:
+            self.set_replica_state(tp, replica, ReplicaStateName.NEW)
+        if self.replica_state(tp, replica) in _DELETING:
+            return  # being deleted: it stays so until its deletion ends
+        self.set_replica_state(tp, replica, ReplicaStateName.ONLINE)  # (from Ineligible too: it is back)
+
+    def replica_down(self, tp: tuple[str, int], replica: int) -> None:
+        """The replica's broker is gone: Offline; one that was being deleted cannot finish now
+        (ReplicaDeletionIneligible)."""
+        state = self.replica_state(tp, replica)
+        if state is ReplicaStateName.NON_EXISTENT:
+            self.set_replica_state(tp, replica, ReplicaStateName.NEW)
+        elif state is ReplicaStateName.DELETION_STARTED:
+            self.set_replica_state(tp, replica, ReplicaStateName.DELETION_INELIGIBLE)
+            return
+        elif state is ReplicaStateName.DELETION_SUCCESSFUL:
+            return
+        self.set_replica_state(tp, replica, ReplicaStateName.OFFLINE)
+
+    def start_replica_deletion(self, tp: tuple[str, int], replica: int) -> None:
+        """Offline, then ReplicaDeletionStarted (StopReplica with delete goes to its broker)."""
+        if self.replica_state(tp, replica) is not ReplicaStateName.DELETION_STARTED:
+            self.replica_down(tp, replica)
+            self.set_replica_state(tp, replica, ReplicaStateName.DELETION_STARTED)
+
+    def replica_deleted(self, tp: tuple[str, int], replica: int) -> None:
+        """The replica's deletion is done: ReplicaDeletionSuccessful, then NonExistent."""
+        self.start_replica_deletion(tp, replica)
+        self.set_replica_state(tp, replica, ReplicaStateName.DELETION_SUCCESSFUL)
+        self.set_replica_state(tp, replica, ReplicaStateName.NON_EXISTENT)
+
+    def partition_deleted(self, tp: tuple[str, int], replicas: Iterable[int]) -> None:
+        """The partition's topic is gone: every replica deleted, the partition NonExistent."""
+        for r in replicas:
+            self.replica_deleted(tp, r)
+        if self.partition_state(tp) is not PartitionStateName.NON_EXISTENT:
+            if self.partition_state(tp) is not PartitionStateName.OFFLINE:
+                self.set_partition_state(tp, PartitionStateName.OFFLINE)
+            self.set_partition_state(tp, PartitionStateName.NON_EXISTENT)
+
+    def state_counts(self) -> tuple[int, int]:
+        """How many partitions and replicas have a state (for tests and logs)."""
+        return len(self._partition_states), len(self._replica_states)
+
+
+_DELETING = frozenset({ReplicaStateName.DELETION_STARTED, ReplicaStateName.DELETION_SUCCESSFUL})
+
+
+class IllegalTransition(OdradekError, ValueError):
+    """A state change the controller's transition tables do not allow."""
 
 
 # -- leader election -------------------------------------------------------------------------------

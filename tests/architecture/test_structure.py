@@ -1,0 +1,99 @@
+"""Structural rules the import contracts cannot state: the controller's state machines are written
+only through their transition tables, the broker has no ZooKeeper-mode branches, and the sans-I/O
+layers never configure logging."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import odradek
+from odradek.cluster.controller import (
+    ControllerContext,
+    IllegalTransition,
+    PartitionStateName,
+    ReplicaStateName,
+)
+
+SRC = Path(odradek.__file__).parent
+PS, RS = PartitionStateName, ReplicaStateName
+
+
+def _modules(under: Path) -> list[Path]:
+    files = sorted(under.rglob("*.py"))
+    assert files, under
+    return files
+
+
+def test_the_state_machines_are_written_only_through_the_context_methods() -> None:
+    """Every access to the state dicts is inside ControllerContext (whose writes check the tables)."""
+    outside: list[str] = []
+    inside = 0
+    for path in _modules(SRC):
+        tree = ast.parse(path.read_text(), str(path))
+        owners: dict[int, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                for child in ast.walk(node):
+                    owners.setdefault(id(child), node.name)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in ("_partition_states", "_replica_states",
+                                                                   "partition_states", "replica_states"):
+                in_context = path.name == "controller.py" and path.parent.name == "cluster" \
+                    and owners.get(id(node)) == "ControllerContext"
+                if in_context:
+                    inside += 1
+                elif node.attr.startswith("_"):
+                    outside.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert inside >= 4  # the scan sees the context's own accesses (a broken scan would pass vacuously)
+    assert not outside, f"controller state written around the transition tables at {outside}"
+    assert not hasattr(ControllerContext(), "partition_states")
+    assert not hasattr(ControllerContext(), "replica_states")
+
+
+def test_the_context_methods_refuse_an_illegal_step() -> None:
+    ctx = ControllerContext()
+    tp = ("t", 0)
+    try:
+        ctx.set_partition_state(tp, PS.ONLINE)  # NonExistent -> Online skips New
+    except IllegalTransition:
+        pass
+    else:
+        raise AssertionError("an illegal partition transition was taken")
+    assert ctx.partition_state(tp) is PS.NON_EXISTENT
+    ctx.new_partition(tp)
+    ctx.partition_led(tp, 1)
+    assert ctx.partition_state(tp) is PS.ONLINE
+
+
+def test_no_zookeeper_mode_branch_or_downcast_in_the_broker() -> None:
+    found = []
+    for path in _modules(SRC / "broker"):
+        text = path.read_text()
+        tree = ast.parse(text, str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in ("zk_mode", "_zk", "single_node"):
+                found.append(f"{path.name}:{node.lineno} .{node.attr}")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance":
+                names = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)} if len(node.args) > 1 else set()
+                if names & {"ZooKeeperBackend", "EmbeddedBackend", "ClusterReplication", "LocalReplication"}:
+                    found.append(f"{path.name}:{node.lineno} isinstance(..., {sorted(names)})")
+    assert not found, found
+
+
+def test_the_sans_io_layers_do_not_configure_logging() -> None:
+    """protocol, records, storage and cluster log through module loggers only: handlers, levels
+    and formats are the application's (odradek serve, the CLI)."""
+    configuring = {"basicConfig", "dictConfig", "fileConfig", "addHandler", "setLevel", "setFormatter"}
+    found = []
+    for layer in ("protocol", "records", "storage", "cluster"):
+        for path in _modules(SRC / layer):
+            tree = ast.parse(path.read_text(), str(path))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Attribute) and node.attr in configuring:
+                    found.append(f"{layer}/{path.name}:{node.lineno} .{node.attr}")
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                    if any(m.startswith("logging.") for m in mods):
+                        found.append(f"{layer}/{path.name}:{node.lineno} imports {mods}")
+    assert not found, found
