@@ -20,7 +20,6 @@ import bisect
 import contextlib
 import errno
 import logging
-import os
 import re
 import struct
 from collections import deque
@@ -36,45 +35,41 @@ from odradek.records import (
     assign_offsets,
     crc32c,
     iter_batch_headers,
-    read_batches,
     set_log_append_time,
 )
-from odradek.records.errors import DecompressionLimitExceeded, UnsupportedCodecError, UnsupportedMagicError
 from odradek.storage.config import LogConfig
 from odradek.storage.epoch import LeaderEpochCache
 from odradek.storage.errors import (
     CorruptRecordError,
-    InvalidRecordError,
-    InvalidTimestampError,
     LogClosedError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
     StorageError,
 )
 from odradek.storage.files import OS_FILES, FileOps
+from odradek.storage.loader import LogLoader
 from odradek.storage.producer_state import ProducerStateManager
 from odradek.storage.segment import FileRegion, LogSegment
+from odradek.storage.validator import (
+    V2_HEADER,
+    check_keys,
+    check_timestamps,
+    new_header,
+    timestamp_limits,
+    validate_batches,
+)
 
 __all__ = ["AppendInfo", "Log", "ReadResult", "parse_partition_dir"]
 
-# Kafka's message for a keyless record sent to a compacted topic (LogValidator.validateKey)
-_NO_KEY = "Compacted topic cannot accept message without key in topic partition {}-{}"
 _log = logging.getLogger("odradek.storage.log")
 
-_LONG_MAX = 9223372036854775807
 _i64 = struct.Struct(">q")
-_V2_HEADER = struct.Struct(">qiibIhiqqqhii")  # the 61-byte v2 batch header
+_V2_HEADER = V2_HEADER
+_new_header = new_header
 _i32 = struct.Struct(">i")
 _RECENT_BATCHES = 32
 
-
-def _new_header(fields: tuple[int, ...]) -> BatchHeader:
-    return tuple.__new__(BatchHeader, fields)
-
-
 _DIR_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
-_SEGMENT_RE = re.compile(r"^(?P<base>\d{20})\.log$")
-_INDEX_RE = re.compile(r"^\d{20}\.(index|timeindex)$")
 
 
 def parse_partition_dir(name: str) -> tuple[str, int] | None:
@@ -180,68 +175,20 @@ class Log:
         self._limits: tuple[int, int] | None = None
         self._limits_for: LogConfig | None = None
         self.producers = ProducerStateManager(directory)
-        self._load(recovery_point, log_start_offset, clean_shutdown)
+        loaded = LogLoader(directory, self.topic, self.partition, config, files, self.clock).load(
+            recovery_point, log_start_offset, clean_shutdown
+        )
+        self._set_segments(loaded.segments)
+        self.recovery_point = loaded.recovery_point
+        self.log_start_offset = loaded.log_start_offset
+        self.log_end_offset = loaded.log_end_offset
+        self.recovered_bytes = loaded.recovered_bytes
+        self._dir_dirty = loaded.dir_dirty
+        self._truncate_epochs_at_load()
         self._load_producer_state()
         self.last_flush_ms = self.clock.monotonic_ms()
 
-    # ------------------------------------------------------------------------------------
-    # loading and recovery
-
-    def _load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> None:
-        now = self.clock.now_ms()
-        self._clean_leftovers()
-        segments: list[LogSegment] = []
-        for path in sorted(self.directory.iterdir()):
-            m = _SEGMENT_RE.match(path.name)
-            if m is None:
-                continue
-            base = int(m.group("base"))
-            missing = [s for s in (".index", ".timeindex") if not path.with_suffix(s).exists()]
-            seg = LogSegment(self.directory, base, self.config, self.files, now_ms=now, active=False)
-            seg.created_ms = int(path.stat().st_mtime * 1000)
-            problem = f"missing {' and '.join(missing)}" if missing else seg.index_problem()
-            if problem is not None:
-                _log.warning(
-                    "partition %s-%d: rebuilding the indexes of segment %s (%s)",
-                    self.topic, self.partition, path.name, problem,
-                )
-                claimed = seg.next_offset
-                truncated = seg.recover(self._max_batch_size(), base)
-                self.recovered_bytes += truncated
-                if truncated:
-                    self._warn_truncation(seg, [], [], ending=False, before_end=claimed)
-            else:
-                seg.load_state()
-                if seg.scan_stopped_at is not None:
-                    _log.warning(
-                        "partition %s-%d: segment %s holds %d bytes at position %d that do not form a "
-                        "valid entry (after offset %d); reads reaching them answer CORRUPT_MESSAGE, "
-                        "recovery after an unclean stop truncates them; check the partition with "
-                        "`odradek dump-log --verify %s`",
-                        self.topic, self.partition, path.name, seg.size - seg.scan_stopped_at,
-                        seg.scan_stopped_at, seg.next_offset - 1, self.directory,
-                    )
-            segments.append(seg)
-        if not segments:
-            start = max(log_start_offset, recovery_point)
-            segments.append(LogSegment(self.directory, start, self.config, self.files, now_ms=now, active=True))
-            self._dir_dirty = True
-        else:
-            for sealed in segments[:-1]:
-                sealed.release_indexes()  # loaded again on first use
-            last = segments[-1]
-            last.index.make_writable()
-            last.time_index.make_writable()
-        self._set_segments(segments)
-        self.recovery_point = recovery_point
-        if not clean_shutdown:
-            self._recover(recovery_point)
-        self.log_end_offset = self.active.next_offset
-        self.recovery_point = min(max(recovery_point, self._segments[0].base_offset), self.log_end_offset)
-        if clean_shutdown:
-            self.recovery_point = self.log_end_offset
-        self.log_start_offset = max(log_start_offset, self._segments[0].base_offset)
-        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+    def _truncate_epochs_at_load(self) -> None:
         try:
             self.epochs.truncate_from_end(self.log_end_offset)
             self.epochs.truncate_from_start(self.log_start_offset)
@@ -254,131 +201,6 @@ class Log:
                 "partition %s-%d: leader-epoch checkpoint not rewritten at load (%s): the disk is full",
                 self.topic, self.partition, exc.strerror,
             )
-        self.high_watermark = min(self.high_watermark, self.log_end_offset)
-
-    def _clean_leftovers(self) -> None:
-        """Finish or undo what a crash interrupted: deletions, cleaning, swaps.
-
-        ``.deleted``, ``.cleaned`` and ``.tmp`` files are removed.  A ``<base>.log.swap`` is a
-        committed compaction: the segments it replaces (bases in ``[base, its last offset]``)
-        are removed, the swap takes the final name and its indexes are rebuilt on load.
-        Index ``.swap`` files without a ``.log.swap`` belong to an uncommitted pass.
-        """
-        for path in sorted(self.directory.iterdir()):
-            if path.name.endswith((".deleted", ".cleaned", ".tmp")):
-                path.unlink(missing_ok=True)
-        swaps = sorted(p for p in self.directory.iterdir() if p.name.endswith(".log.swap"))
-        committed = {p.name[: -len(".log.swap")] for p in swaps}
-        for path in sorted(self.directory.iterdir()):
-            if path.name.endswith((".index.swap", ".timeindex.swap")):
-                path.unlink()
-        for swap in swaps:
-            stem = swap.name[: -len(".log.swap")]
-            self._remove_replaced_by_swap(swap, int(stem))
-            for suffix in (".index", ".timeindex"):
-                (self.directory / (stem + suffix)).unlink(missing_ok=True)
-            os.replace(swap, self.directory / (stem + ".log"))
-        if committed:
-            self.files.sync_dir(self.directory)
-        # Index files without their .log (a deletion or truncation interrupted between files, or
-        # a .log whose creation a power cut undid) would be taken over, stale, by a new segment
-        # at the same base offset: remove them, as Kafka does.
-        logs = {p.name[:20] for p in self.directory.iterdir() if _SEGMENT_RE.match(p.name)}
-        for path in self.directory.iterdir():
-            if _INDEX_RE.match(path.name) and path.name[:20] not in logs:
-                path.unlink()
-
-    def _remove_replaced_by_swap(self, swap_log: Path, swap_base: int) -> None:
-        last = swap_base
-        for h in iter_batch_headers(swap_log.read_bytes()):
-            last = h.last_offset
-        for path in self.directory.iterdir():
-            m = _SEGMENT_RE.match(path.name)
-            if m is None:
-                continue
-            base = int(m.group("base"))
-            if swap_base <= base <= last:
-                for suffix in (".log", ".index", ".timeindex"):
-                    path.with_suffix(suffix).unlink(missing_ok=True)
-
-    def _recover(self, recovery_point: int) -> None:
-        """Validate every segment at or after the recovery point; drop everything after the
-        first invalid entry (a torn write, or garbage appended after it), with a WARN line
-        saying where, why and how much."""
-        segments = list(self._segments)
-        max_size = self._max_batch_size()
-        # the end offset the segments claimed before validation (indexes and tail scans): what a
-        # truncation loses is counted against it
-        before_end = max((s.next_offset for s in segments), default=0)
-        for i, seg in enumerate(segments):
-            if seg.next_offset <= recovery_point and i < len(segments) - 1 and seg.next_offset > seg.base_offset:
-                continue
-            min_offset = segments[i - 1].next_offset if i > 0 else seg.base_offset
-            truncated = seg.recover(max_size, min_offset)
-            self.recovered_bytes += truncated
-            if truncated:
-                # nothing after an invalid entry can be trusted: drop later segments, and this
-                # one too when nothing in it was valid (a stale segment whose offsets its
-                # predecessor already holds must not set the log end offset back).  This is
-                # Kafka's rule, kept also for damage in a sealed segment: the offsets after it
-                # would otherwise sit behind a batch no consumer can pass, and a follower could
-                # not truncate to a consistent end.  The WARN line says what went with it.
-                keep = i if seg.is_empty and i > 0 else i + 1
-                later = segments[i + 1 :]
-                self._warn_truncation(seg, later, segments[keep : i + 1] if keep <= i else [], ending=True, before_end=before_end)
-                for doomed in segments[keep:]:
-                    doomed.delete_files()
-                segments = segments[:keep]
-                last = segments[-1]
-                if not last.index.writable:
-                    last.index.make_writable()
-                    last.time_index.make_writable()
-                break
-        self._set_segments(segments)
-
-    def _warn_truncation(
-        self,
-        seg: LogSegment,
-        later: Sequence[LogSegment],
-        emptied: Sequence[LogSegment],
-        *,
-        ending: bool,
-        before_end: int = -1,
-    ) -> None:
-        """One WARN line for a truncation by recovery: partition, segment, position, offset, why,
-        and the bytes and records dropped with it (including later segments deleted)."""
-        report = seg.recovery_report
-        if report is None:
-            return
-        later_bytes = sum(s.size for s in later)
-        gone_to = max([s.next_offset for s in later] + [before_end, report.first_offset])
-        message = (
-            f"partition {self.topic}-{self.partition}: recovery found {report.problem} in segment "
-            f"{seg.log_path.name} at position {report.position} (offset {report.first_offset}); "
-            f"truncated {report.truncated_bytes} bytes of {seg.log_path.name}"
-        )
-        if later:
-            message += (
-                f" and deleted {len(later)} later segment(s) ({later_bytes} bytes: "
-                f"{', '.join(s.log_path.name for s in later)})"
-            )
-        if gone_to > report.first_offset:
-            message += (
-                f": {gone_to - report.first_offset} records are gone, offsets {report.first_offset} "
-                f"to {gone_to - 1}"
-            )
-        elif report.records:
-            message += f": {report.records} records are gone"
-        else:
-            message += ": no complete entry was dropped (a torn write)"
-        if emptied:
-            message += f"; {seg.log_path.name} held nothing valid and was deleted"
-        if ending:
-            message += f"; the log now ends at offset {report.first_offset}"
-        _log.warning(message)
-
-    def _max_batch_size(self) -> int:
-        return max(self.config.max_message_bytes, self.config.segment_bytes)
 
     # ------------------------------------------------------------------------------------
     # segment list (copy-on-write)
@@ -442,7 +264,7 @@ class Log:
             fields = _V2_HEADER.unpack_from(data, 0)
             if fields[1] + 12 == n and fields[1] >= 49:
                 return self._append_one_v2(data, fields, leader_epoch, now)
-        headers = self._validate(data)
+        headers = validate_batches(data, self.config, self.topic, self.partition)
         if headers[0].producer_id >= 0 or len(headers) > 1:
             for h in headers:
                 dup = self.producers.check(h)
@@ -502,8 +324,9 @@ class Log:
                 )
                 offset += delta + 1
             headers = shifted
-        if self._timestamp_limits is not None:
-            self._check_timestamps(headers, now)
+        limits = self._timestamp_limits
+        if limits is not None:
+            check_timestamps(headers, now, limits)
         if leader_epoch is not None and leader_epoch >= 0 and leader_epoch > self.epochs.latest_epoch:
             with self._lock:  # a worker thread may be moving the start of the epoch cache
                 self.epochs.assign(leader_epoch, first)
@@ -530,7 +353,7 @@ class Log:
         if size > cfg.segment_bytes:
             raise RecordBatchTooLargeError(f"batch of {size} bytes exceeds segment.bytes={cfg.segment_bytes}")
         if cfg.compact:
-            self._check_keys(data)
+            check_keys(data, self.topic, self.partition)
         producers = self.producers
         if pid >= 0:
             dup = producers.check(_new_header((0, size, 2, _base, _base + lod, crc, attrs, bts, mts, pid, pep, bseq, count, ple)))
@@ -552,8 +375,9 @@ class Log:
                     self.epochs.assign(leader_epoch, first)
         h = _new_header((0, size, 2, first, last, crc, attrs, bts, mts, pid, pep, bseq, count, ple))
         headers = [h]
-        if self._timestamp_limits is not None:
-            self._check_timestamps(headers, now)
+        limits = self._timestamp_limits
+        if limits is not None:
+            check_timestamps(headers, now, limits)
         seg = self._view[0][-1]
         if seg.should_roll(size, mts, last, now):
             seg = self._roll(first, now)
@@ -569,7 +393,7 @@ class Log:
     def append_as_follower(self, data: bytes | bytearray | memoryview) -> AppendInfo:
         """Append batches that already carry the leader's offsets and epochs."""
         self._check_open()
-        headers = self._validate(data, produce=False)
+        headers = validate_batches(data, self.config, self.topic, self.partition, produce=False)
         first = headers[0].base_offset if headers[0].base_offset >= 0 else headers[0].last_offset
         if first < self.log_end_offset:
             raise CorruptRecordError(
@@ -593,91 +417,13 @@ class Log:
     def _empty_info(self) -> AppendInfo:
         return AppendInfo(self.log_end_offset, self.log_end_offset - 1, -1, -1, -1, self.log_start_offset, 0, 0)
 
-    def _validate(self, data: bytes | bytearray | memoryview, produce: bool = True) -> list[BatchHeader]:
-        """One pass over the batch headers with CRC checks; Kafka's size and produce rules."""
-        headers: list[BatchHeader] | None = None
-        n = len(data)
-        if n >= 61 and data[16] == 2:
-            # the common case, one v2 batch (a produce request's partition data): one unpack
-            base, length, ple, _m, crc, attrs, lod, bts, mts, pid, pep, bseq, count = _V2_HEADER.unpack_from(data, 0)
-            if length + 12 == n and length >= 49:
-                if crc32c(memoryview(data)[21:]) != crc:
-                    raise CorruptRecordError(f"CRC mismatch in the batch at offset {base}")
-                if count < 0:
-                    raise CorruptRecordError(f"negative record count {count}")
-                headers = [_new_header((0, n, 2, base, base + lod, crc, attrs, bts, mts, pid, pep, bseq, count, ple))]
-        if headers is None:
-            try:
-                headers = list(iter_batch_headers(data, strict=True, verify=True))
-            except RecordsError as exc:
-                raise CorruptRecordError(str(exc)) from exc
-        if not headers:
-            raise CorruptRecordError("no record batches in the data")
-        cfg = self.config
-        limit = cfg.max_message_bytes
-        for h in headers:
-            # Kafka compares the whole batch (its 12-byte offset/size prefix included) with
-            # max.message.bytes, whose default 1048588 is 1 MiB plus that prefix
-            if h.size > limit:
-                raise RecordBatchTooLargeError(f"batch of {h.size} bytes exceeds max.message.bytes={limit}")
-            if h.size > cfg.segment_bytes:
-                raise RecordBatchTooLargeError(f"batch of {h.size} bytes exceeds segment.bytes={cfg.segment_bytes}")
-            if produce and h.magic == 2 and (h.record_count <= 0 or h.record_count != h.last_offset - h.base_offset + 1):
-                raise CorruptRecordError(
-                    f"batch at byte {h.position} has {h.record_count} records "
-                    f"but last offset delta {h.last_offset - h.base_offset}"
-                )
-        if cfg.compact:
-            self._check_keys(data)
-        return headers
-
-    def _check_keys(self, data: bytes | bytearray | memoryview) -> None:
-        """Compacted topics need a key on every record (the one per-record check on append).
-
-        As Kafka's LogValidator does, a batch with keyless records is refused as a whole, with
-        a record error (KIP-467) for each keyless record: its index within the batch."""
-        try:
-            for batch in read_batches(bytes(data)):
-                if batch.is_control:
-                    continue
-                errors: list[tuple[int, str]] = []
-                for index, record in enumerate(batch.records):
-                    if record.key is None:
-                        errors.append((index, _NO_KEY.format(self.topic, self.partition)))
-                if errors:
-                    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
-                    raise InvalidRecordError(
-                        f"One or more records have been rejected due to {len(errors)} record errors in total, "
-                        f"and only showing the first three errors at most: [{shown}]",
-                        errors,
-                    )
-        except DecompressionLimitExceeded as exc:
-            raise RecordBatchTooLargeError(str(exc)) from exc
-        except (UnsupportedMagicError, UnsupportedCodecError, RecordsError) as exc:
-            raise CorruptRecordError(str(exc)) from exc
-
     @property
     def _timestamp_limits(self) -> tuple[int, int] | None:
         cfg = self.config
-        if self._limits_for is not cfg:
-            before = min(cfg.message_timestamp_difference_max_ms, cfg.message_timestamp_before_max_ms)
-            after = min(cfg.message_timestamp_difference_max_ms, cfg.message_timestamp_after_max_ms)
-            self._limits = None if before >= _LONG_MAX and after >= _LONG_MAX else (before, after)
+        if self._limits_for is not cfg:  # computed once per config
+            self._limits = timestamp_limits(cfg)
             self._limits_for = cfg
         return self._limits
-
-    def _check_timestamps(self, headers: list[BatchHeader], now: int) -> None:
-        limits = self._timestamp_limits
-        if limits is None:
-            return
-        before, after = limits
-        for h in headers:
-            if h.magic == 0 or h.max_timestamp < 0:
-                continue
-            if now - h.max_timestamp > before or h.max_timestamp - now > after:
-                raise InvalidTimestampError(
-                    f"timestamp {h.max_timestamp} is out of range of the broker time {now}"
-                )
 
     def _write(
         self, buf: bytes | bytearray | memoryview, headers: list[BatchHeader], now: int, log_append_time: int

@@ -1,0 +1,233 @@
+"""Opening a partition's log directory (Kafka's LogLoader): what a crash left half-done is
+finished or undone, the segments are opened, their indexes checked (rebuilt when missing or
+damaged), and after an unclean shutdown every segment from the recovery point on is validated
+and cut at its first invalid entry, with a WARN line saying where, why and how much.
+
+The result is a :class:`LoadedLog`: the segments and the offsets the log starts from.  Nothing
+here keeps state beyond one load.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from odradek._clock import Clock
+from odradek.records import iter_batch_headers
+from odradek.storage.config import LogConfig
+from odradek.storage.files import FileOps
+from odradek.storage.segment import LogSegment
+
+__all__ = ["SEGMENT_RE", "LoadedLog", "LogLoader"]
+
+_log = logging.getLogger("odradek.storage.log")
+
+SEGMENT_RE = re.compile(r"^(?P<base>\d{20})\.log$")
+_INDEX_RE = re.compile(r"^\d{20}\.(index|timeindex)$")
+
+
+@dataclass(slots=True)
+class LoadedLog:
+    segments: list[LogSegment]
+    recovery_point: int
+    log_start_offset: int
+    log_end_offset: int
+    #: bytes cut off by recovery (a torn or damaged tail)
+    recovered_bytes: int
+    #: a segment file was created: the directory must be synced at the next flush
+    dir_dirty: bool
+
+
+class LogLoader:
+    def __init__(
+        self, directory: Path, topic: str, partition: int, config: LogConfig, files: FileOps, clock: Clock
+    ) -> None:
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.files = files
+        self.clock = clock
+        self.recovered_bytes = 0
+
+    def _max_batch_size(self) -> int:
+        return max(self.config.max_message_bytes, self.config.segment_bytes)
+
+    def load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> LoadedLog:
+        now = self.clock.now_ms()
+        self._clean_leftovers()
+        dir_dirty = False
+        segments: list[LogSegment] = []
+        for path in sorted(self.directory.iterdir()):
+            m = SEGMENT_RE.match(path.name)
+            if m is None:
+                continue
+            base = int(m.group("base"))
+            missing = [s for s in (".index", ".timeindex") if not path.with_suffix(s).exists()]
+            seg = LogSegment(self.directory, base, self.config, self.files, now_ms=now, active=False)
+            seg.created_ms = int(path.stat().st_mtime * 1000)
+            problem = f"missing {' and '.join(missing)}" if missing else seg.index_problem()
+            if problem is not None:
+                _log.warning(
+                    "partition %s-%d: rebuilding the indexes of segment %s (%s)",
+                    self.topic, self.partition, path.name, problem,
+                )
+                claimed = seg.next_offset
+                truncated = seg.recover(self._max_batch_size(), base)
+                self.recovered_bytes += truncated
+                if truncated:
+                    self._warn_truncation(seg, [], [], ending=False, before_end=claimed)
+            else:
+                seg.load_state()
+                if seg.scan_stopped_at is not None:
+                    _log.warning(
+                        "partition %s-%d: segment %s holds %d bytes at position %d that do not form a "
+                        "valid entry (after offset %d); reads reaching them answer CORRUPT_MESSAGE, "
+                        "recovery after an unclean stop truncates them; check the partition with "
+                        "`odradek dump-log --verify %s`",
+                        self.topic, self.partition, path.name, seg.size - seg.scan_stopped_at,
+                        seg.scan_stopped_at, seg.next_offset - 1, self.directory,
+                    )
+            segments.append(seg)
+        if not segments:
+            start = max(log_start_offset, recovery_point)
+            segments.append(LogSegment(self.directory, start, self.config, self.files, now_ms=now, active=True))
+            dir_dirty = True
+        else:
+            for sealed in segments[:-1]:
+                sealed.release_indexes()  # loaded again on first use
+            last = segments[-1]
+            last.index.make_writable()
+            last.time_index.make_writable()
+        if not clean_shutdown:
+            segments = self._recover(segments, recovery_point)
+        log_end_offset = segments[-1].next_offset
+        recovery_point = min(max(recovery_point, segments[0].base_offset), log_end_offset)
+        if clean_shutdown:
+            recovery_point = log_end_offset
+        log_start_offset = min(max(log_start_offset, segments[0].base_offset), log_end_offset)
+        return LoadedLog(segments, recovery_point, log_start_offset, log_end_offset, self.recovered_bytes, dir_dirty)
+
+    def _clean_leftovers(self) -> None:
+        """Finish or undo what a crash interrupted: deletions, cleaning, swaps.
+
+        ``.deleted``, ``.cleaned`` and ``.tmp`` files are removed.  A ``<base>.log.swap`` is a
+        committed compaction: the segments it replaces (bases in ``[base, its last offset]``)
+        are removed, the swap takes the final name and its indexes are rebuilt on load.
+        Index ``.swap`` files without a ``.log.swap`` belong to an uncommitted pass.
+        """
+        for path in sorted(self.directory.iterdir()):
+            if path.name.endswith((".deleted", ".cleaned", ".tmp")):
+                path.unlink(missing_ok=True)
+        swaps = sorted(p for p in self.directory.iterdir() if p.name.endswith(".log.swap"))
+        committed = {p.name[: -len(".log.swap")] for p in swaps}
+        for path in sorted(self.directory.iterdir()):
+            if path.name.endswith((".index.swap", ".timeindex.swap")):
+                path.unlink()
+        for swap in swaps:
+            stem = swap.name[: -len(".log.swap")]
+            self._remove_replaced_by_swap(swap, int(stem))
+            for suffix in (".index", ".timeindex"):
+                (self.directory / (stem + suffix)).unlink(missing_ok=True)
+            os.replace(swap, self.directory / (stem + ".log"))
+        if committed:
+            self.files.sync_dir(self.directory)
+        # Index files without their .log (a deletion or truncation interrupted between files, or
+        # a .log whose creation a power cut undid) would be taken over, stale, by a new segment
+        # at the same base offset: remove them, as Kafka does.
+        logs = {p.name[:20] for p in self.directory.iterdir() if SEGMENT_RE.match(p.name)}
+        for path in self.directory.iterdir():
+            if _INDEX_RE.match(path.name) and path.name[:20] not in logs:
+                path.unlink()
+
+    def _remove_replaced_by_swap(self, swap_log: Path, swap_base: int) -> None:
+        last = swap_base
+        for h in iter_batch_headers(swap_log.read_bytes()):
+            last = h.last_offset
+        for path in self.directory.iterdir():
+            m = SEGMENT_RE.match(path.name)
+            if m is None:
+                continue
+            base = int(m.group("base"))
+            if swap_base <= base <= last:
+                for suffix in (".log", ".index", ".timeindex"):
+                    path.with_suffix(suffix).unlink(missing_ok=True)
+
+    def _recover(self, segments: list[LogSegment], recovery_point: int) -> list[LogSegment]:
+        """Validate every segment at or after the recovery point; drop everything after the
+        first invalid entry (a torn write, or garbage appended after it), with a WARN line
+        saying where, why and how much."""
+        max_size = self._max_batch_size()
+        # the end offset the segments claimed before validation (indexes and tail scans): what a
+        # truncation loses is counted against it
+        before_end = max((s.next_offset for s in segments), default=0)
+        for i, seg in enumerate(segments):
+            if seg.next_offset <= recovery_point and i < len(segments) - 1 and seg.next_offset > seg.base_offset:
+                continue
+            min_offset = segments[i - 1].next_offset if i > 0 else seg.base_offset
+            truncated = seg.recover(max_size, min_offset)
+            self.recovered_bytes += truncated
+            if truncated:
+                # nothing after an invalid entry can be trusted: drop later segments, and this
+                # one too when nothing in it was valid (a stale segment whose offsets its
+                # predecessor already holds must not set the log end offset back).  This is
+                # Kafka's rule, kept also for damage in a sealed segment: the offsets after it
+                # would otherwise sit behind a batch no consumer can pass, and a follower could
+                # not truncate to a consistent end.  The WARN line says what went with it.
+                keep = i if seg.is_empty and i > 0 else i + 1
+                later = segments[i + 1 :]
+                self._warn_truncation(seg, later, segments[keep : i + 1] if keep <= i else [], ending=True, before_end=before_end)
+                for doomed in segments[keep:]:
+                    doomed.delete_files()
+                segments = segments[:keep]
+                last = segments[-1]
+                if not last.index.writable:
+                    last.index.make_writable()
+                    last.time_index.make_writable()
+                break
+        return segments
+
+    def _warn_truncation(
+        self,
+        seg: LogSegment,
+        later: Sequence[LogSegment],
+        emptied: Sequence[LogSegment],
+        *,
+        ending: bool,
+        before_end: int = -1,
+    ) -> None:
+        """One WARN line for a truncation by recovery: partition, segment, position, offset, why,
+        and the bytes and records dropped with it (including later segments deleted)."""
+        report = seg.recovery_report
+        if report is None:
+            return
+        later_bytes = sum(s.size for s in later)
+        gone_to = max([s.next_offset for s in later] + [before_end, report.first_offset])
+        message = (
+            f"partition {self.topic}-{self.partition}: recovery found {report.problem} in segment "
+            f"{seg.log_path.name} at position {report.position} (offset {report.first_offset}); "
+            f"truncated {report.truncated_bytes} bytes of {seg.log_path.name}"
+        )
+        if later:
+            message += (
+                f" and deleted {len(later)} later segment(s) ({later_bytes} bytes: "
+                f"{', '.join(s.log_path.name for s in later)})"
+            )
+        if gone_to > report.first_offset:
+            message += (
+                f": {gone_to - report.first_offset} records are gone, offsets {report.first_offset} "
+                f"to {gone_to - 1}"
+            )
+        elif report.records:
+            message += f": {report.records} records are gone"
+        else:
+            message += ": no complete entry was dropped (a torn write)"
+        if emptied:
+            message += f"; {seg.log_path.name} held nothing valid and was deleted"
+        if ending:
+            message += f"; the log now ends at offset {report.first_offset}"
+        _log.warning(message)
