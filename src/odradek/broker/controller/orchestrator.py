@@ -22,10 +22,19 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from odradek.broker.channel import BrokerChannel
+from odradek.broker.controller.channel import BrokerQueue
+from odradek.broker.controller.fenced import ControllerMoved, EpochFencedStore
+from odradek.broker.controller.requests import (
+    LEADER_AND_ISR_VERSION,
+    STOP_REPLICA_VERSION,
+    UPDATE_METADATA_VERSION,
+    leader_and_isr_requests,
+    stop_replica_request,
+    update_metadata_requests,
+)
 from odradek.cluster.controller import (
     ControllerContext,
     Election,
@@ -44,17 +53,10 @@ from odradek.cluster.metadata import BrokerInfo, PartitionState
 from odradek.coordination.zookeeper import (
     BadVersionError,
     NodeExistsError,
-    RolledBackError,
-    RuntimeInconsistency,
     ZooKeeperBackend,
     broker_from_json,
-    dumps,
 )
-from odradek.errors import ErrorCode, KafkaError, OdradekError
-from odradek.protocol import Message
-from odradek.protocol.messages.leader_and_isr import LeaderAndIsrRequest
-from odradek.protocol.messages.stop_replica import StopReplicaRequest
-from odradek.protocol.messages.update_metadata import UpdateMetadataRequest
+from odradek.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from odradek.config import BrokerConfig
@@ -64,9 +66,6 @@ __all__ = ["Controller", "ControllerMoved"]
 
 log = logging.getLogger(__name__)
 
-LEADER_AND_ISR_VERSION = 6
-UPDATE_METADATA_VERSION = 7
-STOP_REPLICA_VERSION = 3
 NO_LEADER = -1
 PS = PartitionStateName
 RS = ReplicaStateName
@@ -87,59 +86,6 @@ _REARMING = frozenset(
 )
 
 
-class ControllerMoved(OdradekError):
-    """Another broker became controller: the ZooKeeper epoch check failed."""
-
-
-@dataclass(slots=True)
-class _Send:
-    message: Message
-    version: int
-    future: asyncio.Future[Any] | None
-
-
-class _BrokerQueue:
-    """Requests to one broker, sent in order and retried until answered or the broker leaves."""
-
-    def __init__(self, controller: Controller, broker_id: int, host: str, port: int) -> None:
-        self.controller = controller
-        self.broker_id = broker_id
-        timeout = int(controller.config.get("controller.socket.timeout.ms")) / 1000
-        self.channel = controller.channel_factory(host, port, client_id=f"controller-{controller.id}", timeout=timeout)
-        self.queue: asyncio.Queue[_Send] = asyncio.Queue()
-        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"controller-send-{broker_id}")
-
-    def send(self, message: Message, version: int, future: asyncio.Future[Any] | None = None) -> None:
-        self.queue.put_nowait(_Send(message, version, future))
-
-    async def _run(self) -> None:
-        while True:
-            item = await self.queue.get()
-            while True:
-                try:
-                    resp = await self.channel.request(item.message, item.version)
-                    if item.future is not None and not item.future.done():
-                        item.future.set_result(resp)
-                    err = getattr(resp, "error_code", 0)
-                    if err:
-                        log.warning("broker %d answered %s with %s", self.broker_id, type(item.message).__name__,
-                                    ErrorCode(err).name)
-                    break
-                except (ConnectionError, TimeoutError, OSError) as exc:
-                    log.debug("controller request to broker %d failed: %s; retrying", self.broker_id, exc)
-                    await asyncio.sleep(0.2)
-
-    async def close(self) -> None:
-        self.task.cancel()
-        with contextlib.suppress(BaseException):
-            await self.task
-        while not self.queue.empty():
-            item = self.queue.get_nowait()
-            if item.future is not None and not item.future.done():
-                item.future.cancel()
-        await self.channel.close()
-
-
 class Controller:
     def __init__(
         self,
@@ -156,6 +102,7 @@ class Controller:
         self.channel_factory = channel_factory
         self.backend = backend
         self.store = backend.store
+        self.fenced = EpochFencedStore(backend.store)
         self.topic_config = topic_config
         name = config.get("inter.broker.listener.name")
         self.inter_broker_listener = str(name) if name else None
@@ -163,7 +110,7 @@ class Controller:
         self.active = False
         self.ctx = ControllerContext()
         self.brokers: dict[int, BrokerInfo] = {}
-        self.queues: dict[int, _BrokerQueue] = {}
+        self.queues: dict[int, BrokerQueue] = {}
         self.events: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
         self.controller_id = -1
         self._tasks: list[asyncio.Task[None]] = []
@@ -384,35 +331,8 @@ class Controller:
         return li
 
     # -- ZooKeeper writes, fenced by the controller epoch ------------------------------------------------
-    async def _txn(self, ops: Callable[[Any], None]) -> list[Any]:
-        zk = self.store.zk
-        epoch_version = self.ctx.epoch_zk_version
-
-        def run() -> list[Any]:
-            t = zk.transaction()
-            t.check("/controller_epoch", epoch_version)
-            ops(t)
-            return list(t.commit())
-
-        results = await self.store.run(run)
-        # a failed multi-op fails every op: the one at fault carries its error (BadVersion, NoNode,
-        # NodeExists), those before it RolledBackError, those after it RuntimeInconsistency.  Only
-        # a failed epoch check means another controller; a partition state written meanwhile by its
-        # leader (an ISR change) is a BadVersionError for the caller to re-read and retry.  (This
-        # used to be read as "controller moved": the controller resigned in the middle of its
-        # takeover and, its /controller znode still standing, no broker was controller any more.)
-        if isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
-            raise ControllerMoved()
-        for r in results[1:]:
-            if isinstance(r, Exception) and not isinstance(r, (RolledBackError, RuntimeInconsistency)):
-                raise r
-        if isinstance(results[0], Exception) or any(isinstance(r, Exception) for r in results[1:]):
-            raise BadVersionError()
-        return results
-
     async def _checked_set(self, path: str, value: Any, version: int) -> int:
-        results = await self._txn(lambda t: t.set_data(path, dumps(value), version))
-        return int(results[1].version)
+        return await self.fenced.checked_set(self.ctx.epoch_zk_version, path, value, version)
 
     async def _write_state(self, tp: TP, li: LeaderIsr) -> LeaderIsr:
         """Write a partition's state (create or version-checked update); returns it with its new
@@ -423,7 +343,7 @@ class Controller:
         if old is None:
             parent = f"/brokers/topics/{tp[0]}/partitions/{tp[1]}"
             await self.store.ensure_path(parent)
-            await self._txn(lambda t: t.create(path, dumps(li.to_json())))
+            await self.fenced.create(self.ctx.epoch_zk_version, path, li.to_json())
             new = LeaderIsr(li.leader, li.leader_epoch, li.isr, li.controller_epoch, 0)
         else:
             version = await self._checked_set(path, li.to_json(), old.zk_version)
@@ -453,7 +373,10 @@ class Controller:
         ep = info.endpoint(self.inter_broker_listener) or info.endpoint()
         if ep is None:
             return
-        self.queues[bid] = _BrokerQueue(self, bid, ep.host, ep.port)
+        timeout = int(self.config.get("controller.socket.timeout.ms")) / 1000
+        self.queues[bid] = BrokerQueue(
+            self.channel_factory, bid, ep.host, ep.port, client_id=f"controller-{self.id}", timeout=timeout
+        )
 
     async def _close_queue(self, bid: int) -> None:
         q = self.queues.pop(bid, None)
@@ -467,122 +390,23 @@ class Controller:
         return PartitionState(tp[0], tp[1], replicas, li.isr, li.leader, li.leader_epoch, li.zk_version, offline)
 
     def _send_leader_and_isr(self, tps: Iterable[TP], targets: Iterable[int] | None, *, is_new: bool = False) -> None:
-        """LeaderAndIsr for ``tps`` to their live replicas (or only to ``targets``)."""
-        per_broker: dict[int, dict[str, list[LeaderAndIsrRequest.LeaderAndIsrPartitionState]]] = {}
-        only = None if targets is None else set(targets)
-        for tp in tps:
-            ta = self.ctx.topics.get(tp[0])
-            li = self.ctx.states.get(tp)
-            if ta is None or li is None or tp[0] in self.ctx.deleting:
-                continue
-            replicas = ta.replicas.get(tp[1], ())
-            ps = LeaderAndIsrRequest.LeaderAndIsrPartitionState(
-                topic_name=tp[0],
-                partition_index=tp[1],
-                controller_epoch=li.controller_epoch,
-                leader=li.leader,
-                leader_epoch=li.leader_epoch,
-                isr=list(li.isr),
-                partition_epoch=li.zk_version,
-                replicas=list(replicas),
-                adding_replicas=list(ta.adding.get(tp[1], ())),
-                removing_replicas=list(ta.removing.get(tp[1], ())),
-                is_new=is_new,
-            )
-            for r in replicas:
-                if self.ctx.is_live(r) and (only is None or r in only):
-                    per_broker.setdefault(r, {}).setdefault(tp[0], []).append(ps)
-        for bid, topics in per_broker.items():
-            leaders = {ps.leader for parts in topics.values() for ps in parts if ps.leader >= 0}
-            live_leaders = []
-            for lid in sorted(leaders):
-                info = self.brokers.get(lid)
-                ep = None if info is None else (info.endpoint(self.inter_broker_listener) or info.endpoint())
-                if ep is not None:
-                    live_leaders.append(LeaderAndIsrRequest.LeaderAndIsrLiveLeader(broker_id=lid, host_name=ep.host, port=ep.port))
-            req = LeaderAndIsrRequest(
-                controller_id=self.id,
-                controller_epoch=self.ctx.epoch,
-                broker_epoch=self.ctx.live_brokers.get(bid, -1),
-                type=0,
-                topic_states=[
-                    LeaderAndIsrRequest.LeaderAndIsrTopicState(
-                        topic_name=name,
-                        topic_id=uuid.UUID(self.ctx.topics[name].topic_id),
-                        partition_states=parts,
-                    )
-                    for name, parts in topics.items()
-                ],
-                live_leaders=live_leaders,
-            )
+        """LeaderAndIsr for ``tps`` to their live replicas (or only to ``targets``), then
+        UpdateMetadata to every live broker."""
+        built = leader_and_isr_requests(
+            self.id, self.ctx, self.brokers, self.inter_broker_listener, tps, targets, is_new=is_new
+        )
+        for bid, req in built.items():
             q = self.queues.get(bid)
             if q is not None:
                 q.send(req, LEADER_AND_ISR_VERSION)
         self._send_update_metadata(self.ctx.live_brokers, None)
 
     def _send_update_metadata(self, targets: Iterable[int], tps: Iterable[TP] | None) -> None:
-        """UpdateMetadata with every live broker and (always) every partition: brokers replace
-        their image with it, so it stays simple and idempotent."""
         del tps
-        live = []
-        for bid in sorted(self.ctx.live_brokers):
-            info = self.brokers.get(bid)
-            if info is None:
-                continue
-            live.append(
-                UpdateMetadataRequest.UpdateMetadataBroker(
-                    id=bid,
-                    endpoints=[
-                        UpdateMetadataRequest.UpdateMetadataEndpoint(
-                            port=e.port, host=e.host, listener=e.listener, security_protocol=_protocol_id(e.security_protocol)
-                        )
-                        for e in info.endpoints
-                    ],
-                    rack=info.rack,
-                )
-            )
-        topic_states = []
-        for name, ta in sorted(self.ctx.topics.items()):
-            if name in self.ctx.deleting:
-                continue
-            parts = []
-            for p in sorted(ta.replicas):
-                li = self.ctx.states.get((name, p))
-                if li is None:
-                    continue
-                replicas = ta.replicas[p]
-                parts.append(
-                    UpdateMetadataRequest.UpdateMetadataPartitionState(
-                        topic_name=name,
-                        partition_index=p,
-                        controller_epoch=li.controller_epoch,
-                        leader=li.leader if self.ctx.is_live(li.leader) else NO_LEADER,
-                        leader_epoch=li.leader_epoch,
-                        isr=list(li.isr),
-                        zk_version=li.zk_version,
-                        replicas=list(replicas),
-                        offline_replicas=[r for r in replicas if not self.ctx.is_live(r)],
-                    )
-                )
-            topic_states.append(
-                UpdateMetadataRequest.UpdateMetadataTopicState(
-                    topic_name=name, topic_id=uuid.UUID(ta.topic_id), partition_states=parts
-                )
-            )
-        for bid in targets:
+        for bid, req in update_metadata_requests(self.id, self.ctx, self.brokers, targets).items():
             q = self.queues.get(bid)
-            if q is None:
-                continue
-            q.send(
-                UpdateMetadataRequest(
-                    controller_id=self.id,
-                    controller_epoch=self.ctx.epoch,
-                    broker_epoch=self.ctx.live_brokers.get(bid, -1),
-                    topic_states=topic_states,
-                    live_brokers=live,
-                ),
-                UPDATE_METADATA_VERSION,
-            )
+            if q is not None:
+                q.send(req, UPDATE_METADATA_VERSION)
 
     def _send_stop_replica(self, bid: int, tps: Iterable[TP], *, delete: bool) -> asyncio.Future[Any]:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -590,27 +414,7 @@ class Controller:
         if q is None:
             fut.set_result(None)
             return fut
-        topics: dict[str, list[StopReplicaRequest.StopReplicaPartitionState]] = {}
-        for tp in tps:
-            li = self.ctx.states.get(tp)
-            topics.setdefault(tp[0], []).append(
-                StopReplicaRequest.StopReplicaPartitionState(
-                    partition_index=tp[1], leader_epoch=-2 if delete else (li.leader_epoch if li else -1),
-                    delete_partition=delete,
-                )
-            )
-        q.send(
-            StopReplicaRequest(
-                controller_id=self.id,
-                controller_epoch=self.ctx.epoch,
-                broker_epoch=self.ctx.live_brokers.get(bid, -1),
-                topic_states=[
-                    StopReplicaRequest.StopReplicaTopicState(topic_name=t, partition_states=ps) for t, ps in topics.items()
-                ],
-            ),
-            STOP_REPLICA_VERSION,
-            fut,
-        )
+        q.send(stop_replica_request(self.id, self.ctx, bid, tps, delete=delete), STOP_REPLICA_VERSION, fut)
         return fut
 
     # -- partition state machine -------------------------------------------------------------------
@@ -1120,7 +924,3 @@ class Controller:
         path = f"/brokers/topics/{topic}"
         _, stat = await self.store.get(path)
         await self._checked_set(path, self.ctx.topics[topic].to_json(), stat.version)
-
-
-def _protocol_id(name: str) -> int:
-    return {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}.get(name, 0)
