@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from odradek.broker import refusals
+from odradek.broker.purgatory import Deferred
 from odradek.protocol import ApiKey, Message, RequestHeader
 
 if TYPE_CHECKING:
@@ -41,22 +42,6 @@ class RequestContext:
 
 
 Handler = Callable[[RequestContext, Any], Awaitable[Message | None]]
-class Deferred:
-    """A response a plain-function handler completes later, from callbacks (the fetch
-    purgatory): cheaper than a coroutine in a task for a wait that is mostly a future and a
-    timer.  The server calls :meth:`start` once, then exactly one of: the ``done`` callback
-    (from the deferred: ``done(response, None)`` or ``done(None, exception)``, never from
-    within ``start``) or :meth:`cancel` (from the server: the connection is gone)."""
-
-    __slots__ = ()
-
-    def start(self, done: Callable[[Message | None, BaseException | None], None]) -> None:
-        raise NotImplementedError
-
-    def cancel(self) -> None:
-        raise NotImplementedError
-
-
 #: a plain-function handler: the response now, or a coroutine or Deferred that gives it
 SyncHandler = Callable[[RequestContext, Any], "Message | Coroutine[Any, Any, Message | None] | Deferred | None"]
 

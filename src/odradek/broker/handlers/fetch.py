@@ -11,16 +11,16 @@ are not kept: every response has session id 0, so clients send full fetch reques
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import Callable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from odradek.broker.compat import down_convert, magic_for_fetch_version
-from odradek.broker.dispatch import Deferred, RequestContext, handles
+from odradek.broker.dispatch import RequestContext, handles
+from odradek.broker.purgatory import DelayedOperation, Watchable
 from odradek.broker.replica import Partition
 from odradek.errors import ErrorCode, KafkaError
-from odradek.protocol import ApiKey, Message
+from odradek.protocol import ApiKey
 from odradek.protocol.messages.fetch import FetchRequest, FetchResponse
 from odradek.storage import FileRegion, OffsetOutOfRangeError
 
@@ -63,7 +63,7 @@ def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse | _Fetch:
     return op.response()
 
 
-class _Fetch(Deferred):
+class _Fetch(DelayedOperation):
     """One fetch request: its response skeleton, the partitions it reads, and their reads; as
     a Deferred, the long poll: one future, woken by the first partition that gets data (for a
     follower: any append) or by the timer, and a read after every wake-up until ``min_bytes``
@@ -71,8 +71,6 @@ class _Fetch(Deferred):
 
     __slots__ = (
         "committed",
-        "deadline",
-        "done",
         "magic",
         "max_bytes",
         "replica_id",
@@ -80,19 +78,14 @@ class _Fetch(Deferred):
         "served",
         "slots",
         "svc",
-        "timer",
         "topics",
         "version",
-        "waiter",
     )
     def __init__(self, svc: Services, version: int, request: FetchRequest) -> None:
+        super().__init__()
         self.svc = svc
         self.version = version
         self.request = request
-        self.done: Callable[[Message | None, BaseException | None], None] | None = None
-        self.waiter: asyncio.Future[None] | None = None
-        self.timer: asyncio.TimerHandle | None = None
-        self.deadline = 0.0
         replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
         self.replica_id = replica_id
         self.max_bytes = request.max_bytes if version >= 3 else INT32_MAX
@@ -193,66 +186,19 @@ class _Fetch(Deferred):
     def response(self) -> FetchResponse:
         return _fetch_response(throttle_time_ms=0, error_code=0, session_id=0, responses=self.topics)
 
-    # -- the long poll (Deferred) ----------------------------------------------------------
-    def start(self, done: Callable[[Message | None, BaseException | None], None]) -> None:
-        self.done = done
-        loop = asyncio.get_running_loop()
-        self.deadline = loop.time() + self.request.max_wait_ms / 1000
-        if self.svc.stopping:
-            waiter: asyncio.Future[None] = loop.create_future()  # answer at once, not from start()
-            waiter.add_done_callback(self._woken)
-            waiter.set_result(None)
-            self.waiter = waiter
-            return
-        self._arm(loop, self.request.max_wait_ms / 1000)
-
-    def _arm(self, loop: asyncio.AbstractEventLoop, remaining: float) -> None:
-        waiter: asyncio.Future[None] = loop.create_future()
+    # -- the long poll (a delayed operation) -------------------------------------------------------
+    def watched(self) -> Iterable[tuple[Watchable, bool]]:
         follower = self.replica_id >= 0
-        for _slot, p in self.served:
-            p.watch(waiter, follower)
-        waiter.add_done_callback(self._woken)
-        self.waiter = waiter
-        self.timer = loop.call_later(remaining, _wake, waiter)
+        return [(p, follower) for _slot, p in self.served]
 
-    def _disarm(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-        waiter = self.waiter
-        if waiter is not None:
-            follower = self.replica_id >= 0
-            for _slot, p in self.served:
-                p.unwatch(waiter, follower)
+    def try_complete(self) -> bool:
+        return self.read_all() >= self.request.min_bytes
 
-    def _woken(self, waiter: asyncio.Future[None]) -> None:
-        done = self.done
-        if done is None or waiter is not self.waiter:  # cancelled
-            return
-        self._disarm()
-        try:
-            if self.read_all() < self.request.min_bytes:
-                loop = asyncio.get_running_loop()
-                remaining = self.deadline - loop.time()
-                if remaining > 0 and not self.svc.stopping:
-                    self._arm(loop, remaining)
-                    return
-            response = self.response()
-        except Exception as exc:
-            self.done = None
-            done(None, exc)
-            return
-        self.done = None
-        done(response, None)
+    def max_wait_s(self) -> float:
+        return self.request.max_wait_ms / 1000
 
-    def cancel(self) -> None:
-        if self.done is None:
-            return
-        self.done = None
-        self._disarm()
-        if self.waiter is not None:
-            self.waiter.remove_done_callback(self._woken)
-            self.waiter.cancel()
+    def stopping(self) -> bool:
+        return self.svc.stopping
 
 
 #: the last metadata image seen and its topics by id (images are immutable: replaced, not changed)
@@ -268,8 +214,3 @@ def _topic_by_id(image: MetadataImage, topic_id: uuid.UUID) -> TopicInfo | None:
             topics.setdefault(t.topic_id, t)  # the first, as MetadataImage.topic_by_id finds
         _by_id = (image, topics)
     return topics.get(topic_id)
-
-
-def _wake(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
