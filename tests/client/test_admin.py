@@ -588,7 +588,7 @@ def test_retries_until_the_broker_is_up(tmp_path: Path, topic: str) -> None:
 def test_deadline_cut_attempt_keeps_the_earlier_error() -> None:
     """The attempt the deadline cuts short (a bare TimeoutError) does not hide why the earlier
     ones failed; with nothing earlier, the timeout itself is named."""
-    from odradek.client.admin import _Pending
+    from odradek.client.admin._base import _Pending
 
     state: _Pending[str, int] = _Pending({"a": None, "b": None}, lambda k: f"item {k}")
     state.failed("a", ConnectionRefusedError("cannot connect to 127.0.0.1:1"))
@@ -603,7 +603,7 @@ def test_deadline_cut_attempt_keeps_the_earlier_error() -> None:
 def test_retry_policy_without_a_broker() -> None:
     """Retriable codes are retried with backoff until they clear or time runs out; final codes
     (including UNKNOWN_TOPIC_OR_PARTITION for admin operations) are not."""
-    from odradek.client.admin import _Pending
+    from odradek.client.admin._base import _Pending
 
     async def main() -> None:
         admin = AsyncAdmin(bootstrap_servers="127.0.0.1:1", retry_backoff_ms=10, retry_backoff_max_ms=40)

@@ -1,0 +1,295 @@
+"""Admin and AsyncAdmin: topics, partitions, configs, offsets, records and the cluster.
+
+``AsyncAdmin`` does the work on the caller's event loop; ``Admin`` runs one on an event loop in a
+background thread and offers the same operations as blocking calls.  Both are configured like the
+other clients (Kafka's names as a dict, or keyword arguments with underscores)::
+
+    with Admin(bootstrap_servers="127.0.0.1:9092") as admin:
+        admin.create_topics([NewTopic("orders", num_partitions=3, configs={"retention.ms": 86400000})])
+        admin.describe_topics(["orders"])["orders"].partitions[0].leader
+
+Every operation takes ``timeout`` in seconds (default ``default.api.timeout.ms``); within it,
+retriable errors (connection failures, NOT_CONTROLLER, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER,
+...) are retried with backoff (``retry.backoff.ms`` doubling up to ``retry.backoff.max.ms``) after
+fresh metadata.  As in Kafka's Java admin client, UNKNOWN_TOPIC_OR_PARTITION is final for admin
+operations: the topic is absent from the metadata the operation just fetched.  Failures raise
+:class:`~odradek.errors.KafkaError` with Kafka's code; an operation on several items that fails
+for some raises :class:`AdminError` (a ``KafkaError`` with the code of the first failure) holding
+every item's error and the results of the items that succeeded.
+
+Routing follows Kafka: topic creation, deletion and partition changes go to the controller; a
+broker's configs go to that broker, topic configs to any broker; offsets and record deletion to
+each partition's leader.  Consumer-group operations go to each group's coordinator, found with
+FindCoordinator and found again after COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS or
+NOT_COORDINATOR; listing groups asks every broker and merges the answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Coroutine, Iterable, Mapping
+from typing import Any, TypeVar
+
+from odradek.client.admin._configs import ConfigAdmin
+from odradek.client.admin._groups import GroupAdmin
+from odradek.client.admin._records import RecordAdmin
+from odradek.client.admin._topics import TopicAdmin
+from odradek.client.admin.types import (
+    AdminError,
+    AlterConfigOp,
+    AlterConfigOpType,
+    ClusterDescription,
+    ConfigEntry,
+    ConfigResource,
+    ConfigResourceType,
+    ConfigSynonym,
+    CreateTopicResult,
+    GroupDescription,
+    GroupListing,
+    ListOffsetsResultInfo,
+    MemberDescription,
+    NewPartitions,
+    NewTopic,
+    Node,
+    OffsetAndMetadata,
+    PartitionDescription,
+    PartitionLag,
+    TopicDescription,
+    TopicListing,
+    TopicPartition,
+)
+from odradek.config import ConfigSource
+
+T = TypeVar("T")
+log = logging.getLogger("odradek.client.admin")
+
+__all__ = [
+    "Admin",
+    "AdminError",
+    "AlterConfigOp",
+    "AlterConfigOpType",
+    "AsyncAdmin",
+    "ClusterDescription",
+    "ConfigEntry",
+    "ConfigResource",
+    "ConfigResourceType",
+    "ConfigSource",
+    "ConfigSynonym",
+    "CreateTopicResult",
+    "GroupDescription",
+    "GroupListing",
+    "ListOffsetsResultInfo",
+    "MemberDescription",
+    "NewPartitions",
+    "NewTopic",
+    "Node",
+    "OffsetAndMetadata",
+    "PartitionDescription",
+    "PartitionLag",
+    "TopicDescription",
+    "TopicListing",
+]
+
+
+class AsyncAdmin(TopicAdmin, ConfigAdmin, GroupAdmin, RecordAdmin):
+    """The asyncio admin client.  ``async with AsyncAdmin(bootstrap_servers=...) as admin: ...``
+
+    Its operations come by resource: :class:`TopicAdmin` (cluster and topics),
+    :class:`ConfigAdmin`, :class:`RecordAdmin` (offsets and records), :class:`GroupAdmin`."""
+
+
+class Admin:
+    """The blocking admin client: an :class:`AsyncAdmin` on an event loop in a background thread.
+
+    ``Admin({"bootstrap.servers": "127.0.0.1:9092"})`` or ``Admin(bootstrap_servers=...)``; the
+    operations and their arguments are those of :class:`AsyncAdmin`.  Thread-safe.
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        self._async = AsyncAdmin(config, **kwargs)
+        self.config = self._async.config
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="odradek-admin", daemon=True)
+        self._thread.start()
+        self._closed = False
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._closed:
+            coro.close()
+            raise RuntimeError("the admin client is closed")
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return fut.result()
+        except BaseException:
+            fut.cancel()
+            raise
+
+    def describe_cluster(self, *, timeout: float | None = None) -> ClusterDescription:
+        return self._call(self._async.describe_cluster(timeout=timeout))
+
+    def list_topics(self, include_internal: bool = False, *, timeout: float | None = None) -> dict[str, TopicListing]:
+        return self._call(self._async.list_topics(include_internal, timeout=timeout))
+
+    def describe_topics(
+        self, names: Iterable[str] | None = None, *, timeout: float | None = None
+    ) -> dict[str, TopicDescription]:
+        return self._call(self._async.describe_topics(names, timeout=timeout))
+
+    def create_topics(
+        self, new_topics: Iterable[NewTopic], *, validate_only: bool = False, timeout: float | None = None
+    ) -> dict[str, CreateTopicResult]:
+        return self._call(self._async.create_topics(new_topics, validate_only=validate_only, timeout=timeout))
+
+    def delete_topics(self, names: Iterable[str], *, timeout: float | None = None) -> None:
+        self._call(self._async.delete_topics(names, timeout=timeout))
+
+    def create_partitions(
+        self,
+        new_partitions: Mapping[str, int | NewPartitions],
+        *,
+        validate_only: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        self._call(self._async.create_partitions(new_partitions, validate_only=validate_only, timeout=timeout))
+
+    def describe_configs(
+        self,
+        resources: Iterable[ConfigResource],
+        *,
+        keys: Iterable[str] | None = None,
+        include_synonyms: bool = True,
+        include_documentation: bool = False,
+        timeout: float | None = None,
+    ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
+        return self._call(
+            self._async.describe_configs(
+                resources,
+                keys=keys,
+                include_synonyms=include_synonyms,
+                include_documentation=include_documentation,
+                timeout=timeout,
+            )
+        )
+
+    def alter_configs(
+        self,
+        configs: Mapping[ConfigResource, Mapping[str, Any]],
+        *,
+        validate_only: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        self._call(self._async.alter_configs(configs, validate_only=validate_only, timeout=timeout))
+
+    def incremental_alter_configs(
+        self,
+        changes: Mapping[ConfigResource, Iterable[AlterConfigOp] | Mapping[str, Any]],
+        *,
+        validate_only: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        self._call(self._async.incremental_alter_configs(changes, validate_only=validate_only, timeout=timeout))
+
+    def list_offsets(
+        self,
+        specs: Mapping[TopicPartition, str | int],
+        *,
+        isolation_level: str = "read_uncommitted",
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, ListOffsetsResultInfo]:
+        return self._call(self._async.list_offsets(specs, isolation_level=isolation_level, timeout=timeout))
+
+    def delete_records(
+        self, before: Mapping[TopicPartition, int], *, timeout: float | None = None
+    ) -> dict[TopicPartition, int]:
+        return self._call(self._async.delete_records(before, timeout=timeout))
+
+    def list_groups(self, states: Iterable[str] | None = None, *, timeout: float | None = None) -> list[GroupListing]:
+        return self._call(self._async.list_groups(states, timeout=timeout))
+
+    def describe_groups(
+        self, group_ids: Iterable[str], *, timeout: float | None = None
+    ) -> dict[str, GroupDescription]:
+        return self._call(self._async.describe_groups(group_ids, timeout=timeout))
+
+    def list_group_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition] | None = None,
+        *,
+        require_stable: bool = False,
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        return self._call(
+            self._async.list_group_offsets(group_id, partitions, require_stable=require_stable, timeout=timeout)
+        )
+
+    def group_lag(
+        self, group_id: str, *, isolation_level: str = "read_uncommitted", timeout: float | None = None
+    ) -> dict[TopicPartition, PartitionLag]:
+        return self._call(self._async.group_lag(group_id, isolation_level=isolation_level, timeout=timeout))
+
+    def delete_groups(self, group_ids: Iterable[str], *, timeout: float | None = None) -> None:
+        self._call(self._async.delete_groups(group_ids, timeout=timeout))
+
+    def alter_group_offsets(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        self._call(self._async.alter_group_offsets(group_id, offsets, timeout=timeout))
+
+    def delete_group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition], *, timeout: float | None = None
+    ) -> None:
+        self._call(self._async.delete_group_offsets(group_id, partitions, timeout=timeout))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self._async.close(), self._loop).result(10)
+        except Exception:  # closing anyway
+            log.debug("admin close failed", exc_info=True)
+        self._closed = True
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+for _name in (
+    "describe_cluster",
+    "list_topics",
+    "describe_topics",
+    "create_topics",
+    "delete_topics",
+    "create_partitions",
+    "describe_configs",
+    "alter_configs",
+    "incremental_alter_configs",
+    "list_offsets",
+    "delete_records",
+    "list_groups",
+    "describe_groups",
+    "list_group_offsets",
+    "group_lag",
+    "delete_groups",
+    "alter_group_offsets",
+    "delete_group_offsets",
+):
+    getattr(Admin, _name).__doc__ = getattr(AsyncAdmin, _name).__doc__
+del _name
