@@ -30,6 +30,7 @@ from typing import Any, Protocol, TypeVar
 
 from odradek.client._config import CONSUMER_DEFAULTS, ClientConfigError, merge_config
 from odradek.client._membership import CommitFailed, GroupMembership
+from odradek.client._runner import LoopThread
 from odradek.client.consumer_simple import AsyncSimpleConsumer, ConsumerRecord
 from odradek.client.errors import OffsetOutOfRangeError
 from odradek.errors import ErrorCode, KafkaError
@@ -631,30 +632,27 @@ class Consumer:
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="odradek-consumer", daemon=True)
-        self._thread.start()
+        self._runner = LoopThread("odradek-consumer")
+        self._runner.start()
         try:
             self._async: AsyncConsumer = self._call(_make(config, kwargs))
         except BaseException:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-            self._loop.close()
+            self._runner.stop()
             raise
         self._pending: deque[ConsumerRecord] = deque()  # the iterator's current batch
         self._iter_thread: int | None = None
         self._closing = False
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        if threading.current_thread() is self._thread:
+        if self._runner.is_current():
             # e.g. a rebalance listener (they run on the consumer's event loop): blocking here
             # would stop the loop that has to do the work
             coro.close()
             raise RuntimeError("Consumer methods cannot be called from a rebalance listener or another callback")
-        if self._loop.is_closed():
+        if self._runner.loop.is_closed():
             coro.close()
             raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the consumer is closed")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+        return self._runner.call(coro, timeout)
 
     def _run(self, fn: Callable[[], T]) -> T:
         async def call() -> T:
@@ -777,7 +775,7 @@ class Consumer:
     def close(self, autocommit: bool = True) -> None:
         """Commit (with ``enable.auto.commit``), leave the group, release the connections.  May be
         called from another thread: a poll() there returns [] and an iteration ends."""
-        if not self._thread.is_alive() or self._closing:
+        if not self._runner.alive or self._closing:
             return
         self._closing = True
         try:
@@ -786,10 +784,7 @@ class Consumer:
         finally:
             with contextlib.suppress(Exception):
                 self._call(_cancel_all(), 10)  # background commits, heartbeats, connects
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-            if not self._thread.is_alive():
-                self._loop.close()
+            self._runner.stop()
 
     def __enter__(self) -> Consumer:
         return self

@@ -56,6 +56,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from odradek.client._aio import AsyncBrokerConnection, AsyncCluster, TopicInfo
 from odradek.client._config import CONSUMER_DEFAULTS, ClientConfigError, merge_config
+from odradek.client._runner import LoopThread
 from odradek.client.errors import OffsetOutOfRangeError, worse_error
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.fetch import FetchRequest, FetchResponse
@@ -745,8 +746,7 @@ class SimpleConsumer:
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         self._async = AsyncSimpleConsumer(config, **kwargs)
         self.config = self._async.config
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name="odradek-simple-consumer", daemon=True)
+        self._runner = LoopThread("odradek-simple-consumer")
         self._closed = False
         #: the fetch that runs ahead: ((topic, partition, offset, max_bytes), its future) or None
         self._ahead: tuple[tuple[str, int, int, int | None], concurrent.futures.Future[FetchedRecords]] | None = None
@@ -755,17 +755,13 @@ class SimpleConsumer:
         self._closing = False
         #: send a partition's next fetch while the caller reads the records (see :meth:`fetch`)
         self.fetch_ahead = True
-        self._thread.start()
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_forever()
+        self._runner.start()
 
     def _call(self, coro: Coroutine[Any, Any, T], slack_ms: int = 0) -> T:
         if self._closed:
             coro.close()
             raise RuntimeError("the consumer is closed")
-        return self._result(asyncio.run_coroutine_threadsafe(coro, self._loop), slack_ms)
+        return self._result(self._runner.submit(coro), slack_ms)
 
     def _result(self, fut: concurrent.futures.Future[T], slack_ms: int = 0) -> T:
         # the coroutine keeps its own deadline; this only guards against a stuck loop
@@ -813,7 +809,7 @@ class SimpleConsumer:
         with self._ahead_lock:
             if self._closing:
                 return
-            fut = asyncio.run_coroutine_threadsafe(self._run_ahead(key), self._loop)
+            fut = self._runner.submit(self._run_ahead(key))
             old, self._ahead = self._ahead, (key, fut)
         if old is not None:  # another thread's: it is not wanted any more
             old[1].cancel()
@@ -858,12 +854,9 @@ class SimpleConsumer:
         if ahead is not None:
             ahead[1].cancel()
         with contextlib.suppress(Exception):  # closing must not fail
-            asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(10)
+            self._runner.call(self._close(), 10)
         self._closed = True
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        if not self._thread.is_alive():
-            self._loop.close()
+        self._runner.stop()
 
     def __enter__(self) -> SimpleConsumer:
         return self

@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 
 from odradek.client._aio import AsyncCluster
 from odradek.client._config import PRODUCER_DEFAULTS, ClientConfigError, merge_config
+from odradek.client._runner import LoopThread
 from odradek.client.errors import worse_error
 from odradek.client.partitioner import DefaultPartitioner, murmur2
 from odradek.errors import ErrorCode, KafkaError
@@ -879,42 +880,35 @@ class Producer(_Face):
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         self._core = _Core(merge_config(PRODUCER_DEFAULTS, config, kwargs))
         self._core.blocking_waits = True
-        self._loop = asyncio.new_event_loop()
-        started = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(started,), name="odradek-producer", daemon=True)
-        self._thread.start()
-        started.wait()
+        self._runner = LoopThread("odradek-producer")
+        self._runner.start(self._main)
 
-    def _run(self, started: threading.Event) -> None:
-        asyncio.set_event_loop(self._loop)
+    async def _main(self, ready: Callable[[], None]) -> None:
+        """The sender, until the producer closes (or fails: every record then fails with it)."""
         core = self._core
-        core.loop = self._loop
-
-        async def main() -> None:
-            core.wake = asyncio.Event()
-            started.set()
-            try:
-                await core.run()
-            except BaseException as exc:
-                if isinstance(exc, asyncio.CancelledError) and core.closed:
-                    exc = KafkaError(
-                        ErrorCode.REQUEST_TIMED_OUT, "the producer was closed before the records were acknowledged"
-                    )
-                else:
-                    log.error("producer sender stopped: %s", exc)
-                if core.fatal is None:
-                    core.fatal = exc
-                core._fail_everything(exc)
-            finally:
-                await core.cluster.close()
-
-        self._loop.run_until_complete(main())
+        core.loop = self._runner.loop
+        core.wake = asyncio.Event()
+        ready()
+        try:
+            await core.run()
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError) and core.closed:
+                exc = KafkaError(
+                    ErrorCode.REQUEST_TIMED_OUT, "the producer was closed before the records were acknowledged"
+                )
+            else:
+                log.error("producer sender stopped: %s", exc)
+            if core.fatal is None:
+                core.fatal = exc
+            core._fail_everything(exc)
+        finally:
+            await core.cluster.close()
 
     def _call(self, coro: Any, timeout: float | None = None) -> Any:
-        if not self._thread.is_alive():
+        if not self._runner.alive:
             coro.close()
             raise self._core.fatal or KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer's sender has stopped")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+        return self._runner.call(coro, timeout)
 
     def _metadata(self, topic: str) -> None:
         core = self._core
@@ -1009,12 +1003,9 @@ class Producer(_Face):
         self.flush(timeout)
         core.closed = True
         core.poke()
-        self._thread.join(5 if timeout is None else timeout)
-        if self._thread.is_alive():
-            self._loop.call_soon_threadsafe(lambda: [t.cancel() for t in asyncio.all_tasks(self._loop)])
-            self._thread.join(5)
-        if not self._thread.is_alive():
-            self._loop.close()
+        if not self._runner.join(5 if timeout is None else timeout):
+            self._runner.cancel_all()
+        self._runner.close_when_ended(5)
 
     def partitions_for(self, topic: str) -> list[int]:
         self._metadata(topic)

@@ -26,12 +26,11 @@ NOT_COORDINATOR; listing groups asks every broker and merges the answers.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import threading
 from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
+from odradek.client._runner import LoopThread
 from odradek.client.admin._configs import ConfigAdmin
 from odradek.client.admin._groups import GroupAdmin
 from odradek.client.admin._records import RecordAdmin
@@ -110,20 +109,15 @@ class Admin:
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         self._async = AsyncAdmin(config, **kwargs)
         self.config = self._async.config
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name="odradek-admin", daemon=True)
-        self._thread.start()
+        self._runner = LoopThread("odradek-admin")
+        self._runner.start()
         self._closed = False
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_forever()
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
         if self._closed:
             coro.close()
             raise RuntimeError("the admin client is closed")
-        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        fut = self._runner.submit(coro)
         try:
             return fut.result()
         except BaseException:
@@ -255,14 +249,11 @@ class Admin:
         if self._closed:
             return
         try:
-            asyncio.run_coroutine_threadsafe(self._async.close(), self._loop).result(10)
+            self._runner.call(self._async.close(), 10)
         except Exception:  # closing anyway
             log.debug("admin close failed", exc_info=True)
         self._closed = True
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        if not self._thread.is_alive():
-            self._loop.close()
+        self._runner.stop()
 
     def __enter__(self) -> Admin:
         return self
