@@ -13,6 +13,8 @@ odradek_setup test,dev,fast,cluster
 
 echo "== codegen --check"
 .venv/bin/python -m tools.codegen --check
+echo "== configdocs --check"
+.venv/bin/python -m tools.configdocs --check
 echo "== ruff"
 .venv/bin/ruff check .
 echo "== mypy"

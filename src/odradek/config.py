@@ -26,12 +26,15 @@ __all__ = [
     "BROKER_CONFIGS",
     "DEPRECATED_TOPIC_CONFIGS",
     "TOPIC_CONFIGS",
+    "TOPIC_KEYS",
+    "TOPIC_SCHEMA",
     "TOPIC_SYNONYMS",
     "BrokerConfig",
     "ConfigDef",
     "ConfigError",
     "ConfigSource",
     "Listener",
+    "TopicKey",
     "nearest_name",
     "parse_listeners",
     "read_properties",
@@ -216,72 +219,101 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("max.broker.partitions", "int", -1, False),
 )
 
-#: Kafka's topic-level configs, with the broker configs their defaults come from (in order)
-TOPIC_SYNONYMS: dict[str, tuple[str, ...]] = {
-    "cleanup.policy": ("log.cleanup.policy",),
-    "compression.type": ("compression.type",),
-    "delete.retention.ms": ("log.cleaner.delete.retention.ms",),
-    "file.delete.delay.ms": ("log.segment.delete.delay.ms",),
-    "flush.messages": ("log.flush.interval.messages",),
-    "flush.ms": ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
-    "index.interval.bytes": ("log.index.interval.bytes",),
-    "max.compaction.lag.ms": ("log.cleaner.max.compaction.lag.ms",),
-    "max.message.bytes": ("message.max.bytes",),
-    "message.downconversion.enable": ("log.message.downconversion.enable",),
-    "message.format.version": ("log.message.format.version",),
-    "message.timestamp.difference.max.ms": ("log.message.timestamp.difference.max.ms",),
-    "message.timestamp.before.max.ms": ("log.message.timestamp.before.max.ms",),
-    "message.timestamp.after.max.ms": ("log.message.timestamp.after.max.ms",),
-    "message.timestamp.type": ("log.message.timestamp.type",),
-    "min.cleanable.dirty.ratio": ("log.cleaner.min.cleanable.ratio",),
-    "min.compaction.lag.ms": ("log.cleaner.min.compaction.lag.ms",),
-    "min.insync.replicas": ("min.insync.replicas",),
-    "preallocate": ("log.preallocate",),
-    "retention.bytes": ("log.retention.bytes",),
-    "retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
-    "segment.bytes": ("log.segment.bytes",),
-    "segment.index.bytes": ("log.index.size.max.bytes",),
-    "segment.jitter.ms": ("log.roll.jitter.ms", "log.roll.jitter.hours"),
-    "segment.ms": ("log.roll.ms", "log.roll.hours"),
-    "unclean.leader.election.enable": ("unclean.leader.election.enable",),
-}
+@dataclass(frozen=True, slots=True)
+class TopicKey:
+    """One topic-level config: the row every use of it reads (validation of CreateTopics and
+    AlterConfigs, DescribeConfigs with its synonyms and documentation, the LogConfig defaults and
+    the generated reference in ``docs/topic-configs.md``)."""
 
-#: topic configs Kafka 3.x deprecates but still accepts, with why they have no effect here: a
-#: change naming one is accepted with a warning (as Kafka does for message.format.version)
-DEPRECATED_TOPIC_CONFIGS: dict[str, str] = {
-    "message.format.version": "records are always written in message format v2 (Kafka 3.0 deprecated this "
-    "configuration and ignores it; Kafka 4.0 removes it)",
-}
+    name: str
+    type: str  # boolean, string, int, long, double, list
+    default: Any  # Kafka's default when no broker config gives one
+    synonyms: tuple[str, ...]  # the broker configs its default comes from, in order
+    doc: str
+    #: why a deprecated config has no effect (a change naming it is accepted with a WARN line)
+    deprecated: str | None = None
+    #: settable by clients (CreateTopics, AlterConfigs) and reported by DescribeConfigs; the
+    #: others are only accepted in stored metadata (written by Kafka's tools), with no effect
+    settable: bool = True
 
-#: topic configs with their types (for validation of CreateTopics / AlterConfigs)
-TOPIC_CONFIGS: dict[str, str] = {
-    "cleanup.policy": "list",
-    "compression.type": "string",
-    "delete.retention.ms": "long",
-    "file.delete.delay.ms": "long",
-    "flush.messages": "long",
-    "flush.ms": "long",
-    "index.interval.bytes": "int",
-    "max.compaction.lag.ms": "long",
-    "max.message.bytes": "int",
-    "message.downconversion.enable": "boolean",
-    "message.format.version": "string",
-    "message.timestamp.difference.max.ms": "long",
-    "message.timestamp.before.max.ms": "long",
-    "message.timestamp.after.max.ms": "long",
-    "message.timestamp.type": "string",
-    "min.cleanable.dirty.ratio": "double",
-    "min.compaction.lag.ms": "long",
-    "min.insync.replicas": "int",
-    "preallocate": "boolean",
-    "retention.bytes": "long",
-    "retention.ms": "long",
-    "segment.bytes": "int",
-    "segment.index.bytes": "int",
-    "segment.jitter.ms": "long",
-    "segment.ms": "long",
-    "unclean.leader.election.enable": "boolean",
-}
+
+_T = TopicKey
+#: Kafka's topic-level configs, one row each
+TOPIC_SCHEMA: tuple[TopicKey, ...] = (
+    _T("cleanup.policy", "list", "delete", ("log.cleanup.policy",),
+       "What happens to old segments: delete (by retention.ms / retention.bytes), compact (keep the "
+       "latest record per key), or both."),
+    _T("compression.type", "string", "producer", ("compression.type",),
+       "The codec batches are stored with: producer keeps what the producer sent; uncompressed, gzip, "
+       "snappy, lz4 or zstd recompresses on the broker."),
+    _T("delete.retention.ms", "long", 86400000, ("log.cleaner.delete.retention.ms",),
+       "How long a tombstone (a null value) stays in a compacted topic, so that consumers that lag see it."),
+    _T("file.delete.delay.ms", "long", 60000, ("log.segment.delete.delay.ms",),
+       "How long a segment removed from the log waits before its files are deleted (reads in flight finish)."),
+    _T("flush.messages", "long", LONG_MAX, ("log.flush.interval.messages",),
+       "fsync the log after this many appended records (default: leave it to the OS and replication)."),
+    _T("flush.ms", "long", LONG_MAX, ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+       "fsync the log when its oldest unflushed record is this old."),
+    _T("index.interval.bytes", "int", 4096, ("log.index.interval.bytes",),
+       "Bytes of records between two entries of the offset and time indexes."),
+    _T("max.compaction.lag.ms", "long", LONG_MAX, ("log.cleaner.max.compaction.lag.ms",),
+       "The longest a record may stay uncompacted in a compacted topic."),
+    _T("max.message.bytes", "int", 1048588, ("message.max.bytes",),
+       "The largest record batch (with its 12-byte log overhead) a producer may write to the topic."),
+    _T("message.downconversion.enable", "boolean", True, ("log.message.downconversion.enable",),
+       "Whether fetches by clients older than message format v2 get their batches converted."),
+    _T("message.format.version", "string", "3.0-IV1", ("log.message.format.version",),
+       "Deprecated: records are always written in format v2.",
+       deprecated="records are always written in message format v2 (Kafka 3.0 deprecated this "
+       "configuration and ignores it; Kafka 4.0 removes it)"),
+    _T("message.timestamp.difference.max.ms", "long", LONG_MAX, ("log.message.timestamp.difference.max.ms",),
+       "The largest difference between a record's CreateTime and the broker's clock (either way)."),
+    _T("message.timestamp.before.max.ms", "long", LONG_MAX, ("log.message.timestamp.before.max.ms",),
+       "How far before the broker's clock a record's CreateTime may be."),
+    _T("message.timestamp.after.max.ms", "long", LONG_MAX, ("log.message.timestamp.after.max.ms",),
+       "How far after the broker's clock a record's CreateTime may be."),
+    _T("message.timestamp.type", "string", "CreateTime", ("log.message.timestamp.type",),
+       "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches with the broker's clock."),
+    _T("min.cleanable.dirty.ratio", "double", 0.5, ("log.cleaner.min.cleanable.ratio",),
+       "The share of a compacted log not yet compacted that makes it due for cleaning."),
+    _T("min.compaction.lag.ms", "long", 0, ("log.cleaner.min.compaction.lag.ms",),
+       "The shortest time a record stays uncompacted."),
+    _T("min.insync.replicas", "int", 1, ("min.insync.replicas",),
+       "With acks=all, the fewest in-sync replicas a write needs (else NOT_ENOUGH_REPLICAS)."),
+    _T("preallocate", "boolean", False, ("log.preallocate",),
+       "Preallocate a new segment's file."),
+    _T("retention.bytes", "long", -1, ("log.retention.bytes",),
+       "With cleanup.policy=delete, the largest a partition's log may grow before its oldest segments "
+       "are deleted (-1: no limit)."),
+    _T("retention.ms", "long", 604800000, ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+       "With cleanup.policy=delete, how long a segment is kept after its newest record (-1: forever)."),
+    _T("segment.bytes", "int", 1073741824, ("log.segment.bytes",),
+       "The size at which a new segment file is rolled."),
+    _T("segment.index.bytes", "int", 10485760, ("log.index.size.max.bytes",),
+       "The size of a segment's offset and time index files."),
+    _T("segment.jitter.ms", "long", 0, ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+       "A random amount up to this subtracted from segment.ms, so that partitions do not roll together."),
+    _T("segment.ms", "long", 604800000, ("log.roll.ms", "log.roll.hours"),
+       "Roll a new segment when the active one is this old, even if not full."),
+    _T("unclean.leader.election.enable", "boolean", False, ("unclean.leader.election.enable",),
+       "Whether a replica outside the ISR may become leader when no in-sync replica is left (records "
+       "acknowledged by the old ISR can be lost)."),
+    # accepted in stored metadata for compatibility with Kafka's tools; tiered storage and
+    # replication throttles are not implemented
+    _T("local.retention.ms", "long", -2, (), "Tiered storage (not supported): local retention time.", settable=False),
+    _T("local.retention.bytes", "long", -2, (), "Tiered storage (not supported): local retention size.", settable=False),
+    _T("remote.storage.enable", "boolean", False, (), "Tiered storage (not supported).", settable=False),
+    _T("leader.replication.throttled.replicas", "list", "", (), "Replication throttles (not supported).", settable=False),
+    _T("follower.replication.throttled.replicas", "list", "", (), "Replication throttles (not supported).", settable=False),
+)
+TOPIC_KEYS: dict[str, TopicKey] = {k.name: k for k in TOPIC_SCHEMA}
+#: the topic configs clients may set, with their types (derived from :data:`TOPIC_SCHEMA`)
+TOPIC_CONFIGS: dict[str, str] = {k.name: k.type for k in TOPIC_SCHEMA if k.settable}
+#: each settable topic config's broker configs, in order (derived)
+TOPIC_SYNONYMS: dict[str, tuple[str, ...]] = {k.name: k.synonyms for k in TOPIC_SCHEMA if k.settable}
+#: deprecated topic configs Kafka 3.x still accepts, with why they have no effect (derived)
+DEPRECATED_TOPIC_CONFIGS: dict[str, str] = {k.name: k.deprecated for k in TOPIC_SCHEMA if k.deprecated}
+
 
 def _metadata_versions() -> frozenset[str]:
     releases = ["0.8.0", "0.8.1", "0.8.2", "0.9.0", "0.10.0", "0.10.1", "0.10.2", "0.11.0"]

@@ -11,44 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from odradek.config import TOPIC_SCHEMA
 from odradek.storage.errors import InvalidConfigError
 
 __all__ = ["DEFAULTS", "LogConfig"]
 
-#: Kafka's topic-level config names and their defaults
-DEFAULTS: dict[str, Any] = {
-    "segment.bytes": 1073741824,
-    "segment.ms": 604800000,
-    "segment.jitter.ms": 0,
-    "segment.index.bytes": 10485760,
-    "index.interval.bytes": 4096,
-    "flush.messages": 9223372036854775807,
-    "flush.ms": 9223372036854775807,
-    "retention.ms": 604800000,
-    "retention.bytes": -1,
-    "file.delete.delay.ms": 60000,
-    "cleanup.policy": "delete",
-    "min.cleanable.dirty.ratio": 0.5,
-    "min.compaction.lag.ms": 0,
-    "max.compaction.lag.ms": 9223372036854775807,
-    "delete.retention.ms": 86400000,
-    "max.message.bytes": 1048588,
-    "message.timestamp.type": "CreateTime",
-    "message.timestamp.difference.max.ms": 9223372036854775807,
-    "message.timestamp.before.max.ms": 9223372036854775807,
-    "message.timestamp.after.max.ms": 9223372036854775807,
-    "compression.type": "producer",
-    "min.insync.replicas": 1,
-    "unclean.leader.election.enable": False,
-    "preallocate": False,
-    "message.downconversion.enable": True,
-    "message.format.version": "3.0-IV1",  # deprecated by Kafka 3.0 and ignored: always format v2
-    "local.retention.ms": -2,
-    "local.retention.bytes": -2,
-    "remote.storage.enable": False,
-    "leader.replication.throttled.replicas": "",
-    "follower.replication.throttled.replicas": "",
-}
+#: Kafka's topic-level config names and their defaults (the rows of odradek.config.TOPIC_SCHEMA)
+DEFAULTS: dict[str, Any] = {k.name: k.default for k in TOPIC_SCHEMA}
 
 
 def _coerce(name: str, value: Any, default: Any) -> Any:

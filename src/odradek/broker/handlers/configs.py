@@ -19,6 +19,7 @@ from odradek.config import (
     BROKER_CONFIGS,
     DEPRECATED_TOPIC_CONFIGS,
     TOPIC_CONFIGS,
+    TOPIC_KEYS,
     TOPIC_SYNONYMS,
     TYPE_CODES,
     ConfigSource,
@@ -162,8 +163,12 @@ async def describe_configs(ctx: RequestContext, request: DescribeConfigsRequest)
             for e in entries:
                 if keys is not None and e.name not in keys:
                     continue
+                doc = None
+                if version >= 3 and request.include_documentation and res.resource_type == TOPIC:
+                    key = TOPIC_KEYS.get(e.name)
+                    doc = key.doc if key is not None else None
                 item = R.DescribeConfigsResourceResult(
-                    name=e.name, value=e.value, read_only=e.read_only, is_sensitive=False, documentation=None
+                    name=e.name, value=e.value, read_only=e.read_only, is_sensitive=False, documentation=doc
                 )
                 if version == 0:
                     item.is_default = e.config_source == ConfigSource.DEFAULT_CONFIG
