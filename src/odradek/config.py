@@ -538,8 +538,8 @@ class BrokerConfig:
         if name in self._values:
             return self._values[name]
         d = BROKER_CONFIGS.get(name)
-        if d is None:
-            raise KeyError(name)
+        if d is None:  # a misspelt name in the code: say which one was meant
+            raise KeyError(unknown_name_message("broker configuration", name, BROKER_CONFIGS))
         return d.default
 
     def __getitem__(self, name: str) -> Any:

@@ -97,3 +97,35 @@ def test_the_sans_io_layers_do_not_configure_logging() -> None:
                     if any(m.startswith("logging.") for m in mods):
                         found.append(f"{layer}/{path.name}:{node.lineno} imports {mods}")
     assert not found, found
+
+
+def test_every_broker_config_the_code_reads_by_name_exists() -> None:
+    """``BrokerConfig.get`` takes names as strings: a misspelt literal would only fail when its
+    line runs.  Every literal name read from a broker config anywhere in the package is checked
+    against the table here, so a typo fails the suite instead."""
+    from odradek.config import BROKER_CONFIGS, BrokerConfig
+
+    read: dict[str, str] = {}
+    for path in _modules(SRC):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("get", "is_set", "source", "topic_default") and node.args):
+                continue
+            target = ast.unparse(node.func.value)
+            if not (target.endswith("config") or target in ("cfg", "c.config")):
+                continue
+            arg = node.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                read[arg.value] = f"{path.relative_to(SRC)}:{node.lineno}"
+    assert len(read) >= 40, sorted(read)  # the scan finds the broker's reads
+    topic_level = {"retention.ms", "segment.bytes"}  # topic_default() takes topic config names
+    unknown = {n: where for n, where in read.items() if n not in BROKER_CONFIGS and n not in topic_level}
+    assert not unknown, f"config names that do not exist: {unknown}"
+    # and a name that does not exist is refused when read (not silently None)
+    try:
+        BrokerConfig({}).get("log.retention.hour")
+    except Exception as exc:
+        assert "log.retention.hours" in str(exc)
+    else:
+        raise AssertionError("reading an unknown broker config name returned a value")
