@@ -36,10 +36,10 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import odradek.broker.handlers  # noqa: F401  (registers the API handlers)
 from odradek._clock import Clock, SystemClock
-from odradek.broker.controller import Controller
 from odradek.broker.coordinator import GroupCoordinator
 from odradek.broker.limits import FDS_PER_PARTITION, partition_budget
 from odradek.broker.partitions import PartitionService
@@ -55,7 +55,6 @@ from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage
 from odradek.config import BrokerConfig, ConfigError, Listener
 from odradek.coordination import EmbeddedBackend, MetadataBackend
 from odradek.coordination.embedded import read_cluster_id
-from odradek.coordination.zookeeper import ZooKeeperBackend
 from odradek.errors import ErrorCode
 from odradek.storage import Log, LogManager, StorageError
 from odradek.storage.log import set_lock_factory
@@ -65,6 +64,10 @@ from odradek.storage.manager import (
     read_meta_properties,
     write_meta_properties,
 )
+
+if TYPE_CHECKING:  # imported when a cluster is wired: kazoo costs a single node start-up time and memory
+    from odradek.broker.controller import Controller
+    from odradek.coordination.zookeeper import ZooKeeperBackend
 
 __all__ = ["Broker"]
 
@@ -204,6 +207,8 @@ class Broker:
             )
         self.groups.start()
         if zk is not None and cluster is not None:
+            from odradek.broker.controller import Controller
+
             self.controller = Controller(self.broker_id, self.config, zk, self.topics.log_config)
             self.services.controller = cluster.controller = self.controller
             zk.on_registered.append(self.controller.on_new_session)
@@ -217,6 +222,8 @@ class Broker:
         self.ready_after = time.monotonic() - t0
 
     async def _connect_zookeeper(self, dirs: list[Path]) -> ZooKeeperBackend:
+        from odradek.coordination.zookeeper import ZooKeeperBackend
+
         timeout = self.config.get("zookeeper.connection.timeout.ms")
         zk = ZooKeeperBackend(
             str(self.config.get("zookeeper.connect")),
