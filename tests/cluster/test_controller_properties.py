@@ -100,7 +100,7 @@ class _World:
             return
         self.alive.discard(b)
         ctl = self.controllers.pop(b)
-        ctl._stopped = True  # no more events: the process is gone
+        ctl.events.close()  # no more events: the process is gone
         for t in ctl._tasks:
             t.cancel()
         for q in ctl.queues.values():
@@ -202,7 +202,7 @@ class _World:
     async def stop(self) -> None:
         for b in list(self.controllers):
             ctl = self.controllers.pop(b)
-            ctl._stopped = True
+            ctl.events.close()
             for t in ctl._tasks:
                 t.cancel()
             for q in ctl.queues.values():

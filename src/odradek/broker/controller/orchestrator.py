@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.broker.channel import BrokerChannel
 from odradek.broker.controller.channel import BrokerQueue
+from odradek.broker.controller.events import Event, EventQueue
 from odradek.broker.controller.fenced import ControllerMoved, EpochFencedStore
 from odradek.broker.controller.requests import (
     LEADER_AND_ISR_VERSION,
@@ -111,21 +112,20 @@ class Controller:
         self.ctx = ControllerContext()
         self.brokers: dict[int, BrokerInfo] = {}
         self.queues: dict[int, BrokerQueue] = {}
-        self.events: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
+        self.events = EventQueue(self._moved, _REARMING)
         self.controller_id = -1
         self._tasks: list[asyncio.Task[None]] = []
         self._topic_watched: set[str] = set()
-        self._stopped = False
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(self._process(), name="controller-events"))
+        self._tasks.append(loop.create_task(self.events.run(), name="controller-events"))
         self._tasks.append(loop.create_task(self._rebalance_timer(), name="controller-rebalance"))
         self.put(self._elect)
 
     async def stop(self) -> None:
-        self._stopped = True
+        self.events.close()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -133,13 +133,11 @@ class Controller:
                 await t
         await self._resign(delete_node=True)
 
-    def put(self, event: Callable[[], Awaitable[None]]) -> None:
-        if not self._stopped:
-            self.events.put_nowait(event)
+    def put(self, event: Event) -> None:
+        self.events.put(event)
 
-    def _watch(self, event: Callable[[], Awaitable[None]]) -> Callable[[], None]:
-        """A ZooKeeper watch that queues ``event`` (watches fire once; handlers re-arm them)."""
-        return lambda: self.put(event)
+    def _watch(self, event: Event) -> Callable[[], None]:
+        return self.events.watch(event)
 
     async def on_new_session(self) -> None:
         """Our ZooKeeper session expired and a new one started: resign, then run for election."""
@@ -149,39 +147,13 @@ class Controller:
         await self._resign(delete_node=False)
         await self._elect()
 
-    async def _process(self) -> None:
-        while True:
-            event = await self.events.get()
-            try:
-                await event()
-            except asyncio.CancelledError:
-                raise
-            except ControllerMoved:
-                log.warning("controller epoch moved on: resigning")
-                await self._resign(delete_node=False)
-                self.put(self._elect)
-            except Exception:
-                name = getattr(event, "__name__", "")
-                log.exception("controller event %s failed", name or event)
-                if name in _REARMING:
-                    # these events re-arm ZooKeeper watches: retry, or changes would go unnoticed
-                    asyncio.get_running_loop().call_later(1.0, self.put, event)
+    async def _moved(self) -> None:
+        await self._resign(delete_node=False)
+        self.put(self._elect)
 
     async def call(self, fn: Callable[[], Awaitable[Any]]) -> Any:
         """Run ``fn`` on the controller's event queue and return its result."""
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-
-        async def event() -> None:
-            try:
-                fut.set_result(await fn())
-            except Exception as exc:
-                if not fut.done():
-                    fut.set_exception(exc)
-                if isinstance(exc, ControllerMoved):
-                    raise
-
-        self.put(event)
-        return await fut
+        return await self.events.call(fn)
 
     # -- election -------------------------------------------------------------------------------
     async def _elect(self) -> None:
