@@ -139,6 +139,7 @@ class BrokerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+        self._join_stderr()
         return self.proc.returncode
 
     def kill(self) -> None:
@@ -146,6 +147,24 @@ class BrokerProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+        self._join_stderr()
+
+    def _join_stderr(self) -> None:
+        """Once the process is gone, every line it wrote to stderr is in ``stderr_lines``."""
+        if self._stderr_thread is not None and self.proc is not None and self.proc.poll() is not None:
+            self._stderr_thread.join(10)
+
+    def wait_for_log(self, *parts: str, timeout: float = 15.0) -> str:
+        """The first stderr line containing every one of ``parts``, waiting for it to arrive.
+
+        stderr is drained by a thread, so a line the broker logged before its ready line (on
+        stdout) or before answering a request may not be in ``stderr_lines`` yet."""
+        def find() -> str | None:
+            return next((ln for ln in list(self.stderr_lines) if all(p in ln for p in parts)), None)
+
+        line = wait_for(find, timeout, f"a broker log line with {parts!r}", interval=0.05)
+        assert line is not None
+        return line
 
     def rss_kb(self) -> int:
         """Resident set size of the broker process (VmRSS, kB)."""

@@ -177,7 +177,11 @@ def test_full_disk_answers_storage_error_keeps_data_and_recovers_without_restart
         wait_for(lambda: _find_coordinator(broker, "g") == 0, 30, "a coordinator once space is freed")
         assert _commit(broker, 5) == ErrorCode.NONE
         assert _log_dir_errors(broker) == [0]
-        assert any("accepts writes again" in line or "free space again" in line for line in broker.stderr_lines)
+        wait_for(
+            lambda: any("accepts writes again" in ln or "free space again" in ln for ln in broker.stderr_lines),
+            15,
+            "the log line saying the disk accepts writes again",
+        )
 
         # every acknowledged record is read back exactly once, in the order it was produced
         got = _read_all(broker.bootstrap, len(acked))

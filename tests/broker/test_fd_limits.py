@@ -171,7 +171,7 @@ def test_metadata_with_more_partitions_than_descriptors_still_starts(tmp_path: P
     store.write_text(json.dumps(image))
     for run in range(2):  # and again: the state it leaves is startable too
         with BrokerProcess(data, fd_limit=FD_LIMIT) as broker:
-            assert any("stay offline" in ln for ln in broker.stderr_lines)
+            broker.wait_for_log("stay offline")
             assert _consume(broker.bootstrap, "small", f"g{run}", 1) == [b"kept"]
             admin = AdminClient({"bootstrap.servers": broker.bootstrap})
             assert "max.broker.partitions" in _policy_violation(admin.create_topics([NewTopic("more", 1, 1)])["more"])

@@ -73,7 +73,7 @@ def test_a_request_naming_too_many_topics_closes_only_its_connection(tmp_path: P
         ok = c.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="x")] * 100), 1)
         assert len(ok.topics) == 100
         c.close()
-        assert any("request.max.topics=100" in line and "WARNING" in line for line in broker.stderr_lines)
+        broker.wait_for_log("request.max.topics=100", "WARNING")
 
 
 def test_auto_creation_per_request_is_bounded(tmp_path: Path) -> None:
@@ -90,4 +90,4 @@ def test_auto_creation_per_request_is_bounded(tmp_path: Path) -> None:
         again = c.request(req, 12)  # asking again creates the rest
         assert all(t.error_code == 0 for t in again.topics)
         c.close()
-        assert any("auto.create.topics.max.per.request=5" in line for line in broker.stderr_lines)
+        broker.wait_for_log("auto.create.topics.max.per.request=5")
