@@ -82,8 +82,9 @@ def test_invalid_write_schemas_are_rejected(spark: Any, broker: BrokerProcess, d
 
 def test_overwrite_is_not_allowed(spark: Any, broker: BrokerProcess, topic: str) -> None:
     df = spark.createDataFrame([("v",)], "value string")
-    with pytest.raises(Exception, match="Overwrite not allowed"):
+    with pytest.raises(Exception, match=r"Overwrite not allowed for Kafka.*Use \.mode\(\"append\"\)") as info:
         _writer(df, broker, topic=topic).mode("overwrite").save()
+    assert "ErrorIfExists (default)" not in str(info.value)  # Spark refuses it for Python data sources
 
 
 def test_a_record_the_broker_refuses_fails_the_write(spark: Any, broker: BrokerProcess, topic: str) -> None:

@@ -1,10 +1,13 @@
 """PySpark data source ``odradek``: Spark's Kafka source and sink, for Odradek.
 
 Same options and columns as Spark's built-in ``format("kafka")``, through the Python Data
-Source API (PySpark >= 4.2; install the ``spark`` extra)::
+Source API (PySpark >= 4.2; install the ``spark`` extra).  Installing it is all the set-up:
+PySpark finds the source by itself (the ``pyspark_odradek`` module), in any SparkSession whose
+Python workers run an interpreter with Odradek -- the one of an activated virtual environment,
+or any, with :func:`session`, which builds a session on this interpreter::
 
     import odradek.spark
-    odradek.spark.register(spark)
+    spark = odradek.spark.session()    # or SparkSession.builder...getOrCreate()
 
     df = (spark.read.format("odradek")
           .option("kafka.bootstrap.servers", "127.0.0.1:9092")
@@ -33,33 +36,61 @@ Reader options: ``kafka.bootstrap.servers`` (or ``bootstrap.servers``), exactly 
 ``kafkaConsumer.pollTimeoutMs`` and ``kafka.*`` client settings (``kafka.isolation.level``,
 ``kafka.max.partition.fetch.bytes``, ...).  Writer: columns ``value`` (required), ``key``,
 ``topic`` (or the ``topic`` option, which wins), ``headers``, ``partition``; ``kafka.*``
-producer settings (idempotent, acks=all by default).
+producer settings (idempotent, acks=all by default).  Batch writes take ``.mode("append")``:
+Spark refuses its default mode (ErrorIfExists) for Python data sources, and a topic cannot be
+overwritten.
 
 Streaming offsets are Spark's Kafka JSON, ``{"topic": {"0": 123}}``; ``Trigger.AvailableNow``
 is supported; partitions added while a query runs are read from their beginning; a planned
 micro-batch replayed after a restart reads exactly the same offset ranges.  Executors
 decode fetched record batches column-wise and hand Spark ``pyarrow.RecordBatch`` objects.
 
-Importing this package does not import pyspark; :func:`register` and the
+Importing this package does not import pyspark; :func:`register`, :func:`session` and the
 ``OdradekDataSource`` attribute do.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from odradek.spark.source import OdradekDataSource
 
-__all__ = ["OdradekDataSource", "register"]
+__all__ = ["OdradekDataSource", "register", "session"]
 
 
-def register(spark: Any) -> type[OdradekDataSource]:
-    """Register the ``odradek`` data source with a SparkSession; returns the class."""
-    from odradek.spark.source import OdradekDataSource
+def register(spark: Any) -> type:
+    """Register the ``odradek`` data source with a SparkSession explicitly; returns the class
+    Spark was given.  Not needed where PySpark's discovery finds it (see above); it is where a
+    session's discovery ran on an interpreter without Odradek."""
+    from odradek.spark._entry import make_front
 
-    spark.dataSource.register(OdradekDataSource)
-    return OdradekDataSource
+    front = make_front()
+    spark.dataSource.register(front)
+    return front
+
+
+def session(master: str = "local[*]", app_name: str = "odradek", **conf: Any) -> Any:
+    """A SparkSession whose Python workers run this interpreter, with ``odradek`` registered.
+
+    For scripts and notebooks run by a virtual environment's Python without activating it (the
+    workers would run ``python3`` from the PATH, which has no Odradek).  Sets ``PYSPARK_PYTHON``
+    and ``PYSPARK_DRIVER_PYTHON`` in this process's environment unless they are set already;
+    ``conf`` items are Spark settings, with ``_`` standing for ``.`` in their names
+    (``spark_sql_shuffle_partitions=4``), or pass them as a dict: ``**{"spark.ui.enabled": "false"}``.
+    Returns the active session if there is one (as ``getOrCreate`` does), registered."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in conf.items():
+        builder = builder.config(key if "." in key else key.replace("_", "."), str(value))
+    spark = builder.getOrCreate()
+    register(spark)
+    return spark
 
 
 def __getattr__(name: str) -> Any:

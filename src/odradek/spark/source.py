@@ -319,7 +319,9 @@ class OdradekDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> OdradekWriter:
         if overwrite:
             raise ValueError(
-                "Save mode Overwrite not allowed for Kafka. Allowed save modes are Append and ErrorIfExists (default)."
+                "Save mode Overwrite not allowed for Kafka: a topic is append-only. Use .mode(\"append\"), "
+                "the only save mode a Python data source can accept (Spark itself refuses ErrorIfExists, "
+                "its default, and Ignore for them)."
             )
         opts = parse_sink_options(self.options)
         check_sink_schema(schema, opts.topic)
