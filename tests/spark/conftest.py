@@ -81,3 +81,20 @@ def topic(request: pytest.FixtureRequest) -> str:
     """A topic name unique to this test."""
     base = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name).strip("-")[:100]
     return f"{base}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A Spark standalone cluster (a master and two one-core workers, separate JVMs on 127.0.0.1),
+    started when a test first asks for it and stopped by PID at the end of the session."""
+    pytest.importorskip("pyspark")
+    if not _java_available():
+        pytest.fail("Java is not installed: the Spark tests need a JDK (17) for pyspark")
+    from .standalone import SparkStandalone
+
+    cluster = SparkStandalone(tmp_path_factory.mktemp("spark-standalone"), workers=2, cores=1, memory="1g")
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

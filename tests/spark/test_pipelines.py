@@ -71,6 +71,49 @@ def _run(spark: Any, module: Any, settings: Any, timeout: float = 240.0) -> None
         assert q.exception() is None, q.exception()
 
 
+class Runner:
+    """Runs a pipeline until caught up: in the tests' ``local[2]`` session, or (``master`` set)
+    as ``odradek pipeline run --master spark://...`` on the standalone cluster, a driver process
+    of its own whose executors are the workers'."""
+
+    def __init__(self, spark: Any, master: str | None) -> None:
+        self.spark = spark
+        self.master = master
+
+    def __call__(self, module: Any, settings: Any) -> None:
+        if self.master is None:
+            _run(self.spark, module, settings)
+            return
+        assert (settings.starting_offsets, settings.max_offsets_per_trigger, settings.available_now) == ("earliest", None, True)
+        name = module.__name__.rsplit(".", 1)[1]
+        self.cli([name, "--bootstrap-server", settings.bootstrap, "--prefix", settings.prefix, "--output", str(settings.output)])
+
+    def cli(self, args: list[str]) -> None:
+        """``odradek pipeline run ARGS --available-now`` (and ``--master``), asserting it succeeds."""
+        if self.master is None:
+            from odradek.cli.__main__ import main
+
+            assert main(["pipeline", "run", *args, "--available-now", "--timeout", "240"]) == 0
+            return
+        from .standalone import spark_env
+
+        cmd = [sys.executable, "-m", "odradek", "pipeline", "run", *args, "--available-now", "--timeout", "300"]
+        result = subprocess.run(
+            [*cmd, "--master", self.master], cwd=ROOT, env=spark_env(), capture_output=True, text=True, timeout=600,
+            stdin=subprocess.DEVNULL,
+        )
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        assert "micro-batches" in result.stdout, result.stdout
+
+
+@pytest.fixture(params=["local", "standalone"])
+def run_pipeline(request: pytest.FixtureRequest, spark: Any) -> Runner:
+    """Each pipeline test runs twice: on ``local[2]`` and on the Spark standalone cluster."""
+    if request.param == "local":
+        return Runner(spark, None)
+    return Runner(spark, request.getfixturevalue("spark_standalone").url)
+
+
 def _prepare(pipelines: SimpleNamespace, module: Any, settings: Any, events: Iterable[Any]) -> None:
     pipelines.common.ensure_topics(settings.bootstrap, module.topics(settings))
     pipelines.common.publish(settings.bootstrap, settings.topic(module.INPUT), events)
@@ -158,13 +201,13 @@ def test_pipeline_list_finds_the_examples_from_another_directory(tmp_path: Path)
 
 
 def test_activity_page_view_counts_and_sessions(
-    spark: Any, broker: BrokerProcess, tmp_path: Path, pipelines: SimpleNamespace
+    spark: Any, broker: BrokerProcess, tmp_path: Path, pipelines: SimpleNamespace, run_pipeline: Runner
 ) -> None:
     activity = pipelines.activity
     settings = _settings(pipelines, broker, tmp_path)
     events = activity.generate(600, seed=11, start_ms=1_710_000_000_000)
     _prepare(pipelines, activity, settings, events)
-    _run(spark, activity, settings)
+    run_pipeline(activity, settings)
 
     views = [json.loads(e.value) for e in events]
     for v in views:
@@ -273,16 +316,12 @@ def _parse_log_line(line: str) -> tuple[int, str] | None:
 
 
 def test_logs_error_rates_partitioned_by_date_via_the_cli(
-    spark: Any, broker: BrokerProcess, tmp_path: Path, pipelines: SimpleNamespace
+    spark: Any, broker: BrokerProcess, tmp_path: Path, pipelines: SimpleNamespace, run_pipeline: Runner
 ) -> None:
-    from odradek.cli.__main__ import main
-
     prefix = f"p{uuid.uuid4().hex[:8]}-"
     output = tmp_path / "out"
-    code = main(
+    run_pipeline.cli(
         [
-            "pipeline",
-            "run",
             "logs",
             "--bootstrap-server",
             broker.bootstrap,
@@ -296,12 +335,8 @@ def test_logs_error_rates_partitioned_by_date_via_the_cli(
             "4",
             "--start",
             "2024-03-09T23:52:00Z",
-            "--available-now",
-            "--timeout",
-            "240",
         ]
     )
-    assert code == 0
 
     events = pipelines.logs.generate(400, 4, _ms("2024-03-09T23:52:00Z"))
     parsed = []
@@ -394,7 +429,7 @@ def _check_latest(broker: BrokerProcess, topic: str, expected: dict[tuple[str, s
 
 
 def test_metrics_aggregates_and_compacted_latest_values_across_a_restart(
-    spark: Any, broker: BrokerProcess, tmp_path: Path, pipelines: SimpleNamespace
+    spark: Any, broker: BrokerProcess, tmp_path: Path, pipelines: SimpleNamespace, run_pipeline: Runner
 ) -> None:
     from odradek.client import Admin, ConfigResource
 
@@ -404,14 +439,14 @@ def test_metrics_aggregates_and_compacted_latest_values_across_a_restart(
     first, second = events[:600], events[600:]
 
     _prepare(pipelines, metrics, settings, first)
-    _run(spark, metrics, settings)
+    run_pipeline(metrics, settings)
     expected_first = _metric_aggregates(first, _max_event_time(first) - 2 * MINUTE)
     assert len(expected_first) >= 18
     _check_latest(broker, settings.topic("metrics-latest"), expected_first)
 
     # the same query again (same checkpoint) with the rest of the events
     pipelines.common.publish(settings.bootstrap, settings.topic("metrics"), second)
-    _run(spark, metrics, settings)
+    run_pipeline(metrics, settings)
     expected = _metric_aggregates(events, _max_event_time(events) - 2 * MINUTE)
     assert len(expected) >= 42 and all(a["count"] >= 19 for a in expected.values())
     assert sum(a["p95"] != a["max"] for a in expected.values()) > len(expected) // 2  # p95 is not just the max
@@ -482,7 +517,7 @@ def _check_articles(broker: BrokerProcess, topic: str, articles: dict[str, dict[
 
 
 def test_articles_are_normalised_and_deduplicated_across_a_restart(
-    spark: Any, broker: BrokerProcess, tmp_path: Path, pipelines: SimpleNamespace
+    spark: Any, broker: BrokerProcess, tmp_path: Path, pipelines: SimpleNamespace, run_pipeline: Runner
 ) -> None:
     articles = pipelines.articles
     settings = _settings(pipelines, broker, tmp_path)
@@ -490,12 +525,12 @@ def test_articles_are_normalised_and_deduplicated_across_a_restart(
     first, second = events[:200], events[200:]
 
     _prepare(pipelines, articles, settings, first)
-    _run(spark, articles, settings)
+    run_pipeline(articles, settings)
     expected_first, feeds_first = _expected_articles(first)
     _check_articles(broker, settings.topic("articles-clean"), expected_first, feeds_first)
 
     pipelines.common.publish(settings.bootstrap, settings.topic("articles"), second)
-    _run(spark, articles, settings)
+    run_pipeline(articles, settings)
     expected, feeds = _expected_articles(events)
     # copies in the second half of articles first seen in the first half are dropped too
     assert len(set(expected) - set(expected_first)) < sum(1 for e in second if _normalise(json.loads(e.value)) is not None)
