@@ -55,6 +55,7 @@ from itertools import chain, islice, repeat
 from operator import itemgetter
 from typing import Any, NamedTuple
 
+from . import speedups
 from ._crc import crc32c
 from ._types import NO_TIMESTAMP, Header, Record
 from ._varint import (
@@ -109,6 +110,7 @@ ATTR_CONTROL = 0x20
 ATTR_DELETE_HORIZON = 0x40
 
 _tuple_new = tuple.__new__
+_compiled = speedups.compiled
 Buffer = bytes | bytearray | memoryview
 _join = b"".join
 _ENC_NONNEG = ENCODED_NONNEG
@@ -632,6 +634,14 @@ def decode_records(
     by one, and runs of records with one layout column-wise (see
     :func:`_decode_segments`); both give identical results.
     """
+    if _compiled is not None:
+        try:
+            records: list[Record] = _compiled.decode_records(
+                buf, 0, None, count, base_offset, base_timestamp, log_append_time, Record
+            )
+            return records
+        except ValueError:
+            pass  # something is wrong with the data: the pure-Python decoder says what
     segments = _decode_segments(buf, count, base_offset, base_timestamp, log_append_time)
     if len(segments) == 1 and isinstance(segments[0], list):
         return segments[0]

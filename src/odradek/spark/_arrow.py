@@ -35,6 +35,7 @@ from odradek.records import (
     decompress,
     iter_batch_headers,
     parse_control_key,
+    speedups,
     validate,
 )
 
@@ -64,6 +65,7 @@ _ATTR_CONTROL = 0x20
 _ABORT = 0
 _MAX_OFFSET = (1 << 31) - 1  # binary arrays have 32-bit offsets
 _THOUSAND = 1000
+_compiled = speedups.compiled
 
 
 def arrow_schema(include_headers: bool) -> pa.Schema:
@@ -208,16 +210,21 @@ def _decode_fast(
             tt = 0 if lat is None else 1
             if attrs & 0x07:
                 payload = view[h.position + _HEADER_SIZE : end]
-                buf = decompress(h.compression, payload, magic=2, max_size=max_size)
-                segments = decode_record_columns(buf, count, h.base_offset, h.base_timestamp, lat)
+                buf: Any = decompress(h.compression, payload, magic=2, max_size=max_size)
+                start, stop = 0, len(buf)
+            elif _compiled is not None:
+                buf, start, stop = data, h.position + _HEADER_SIZE, end
             else:
                 if whole is None:
                     whole, shift = _whole(data, view, h.position)
-                start = h.position + _HEADER_SIZE - shift
+                buf, start, stop = whole, h.position + _HEADER_SIZE - shift, end - shift
+            if _compiled is None or not builder.add_compiled(
+                buf, start, stop, count, h.base_offset, h.base_timestamp, lat, tt
+            ):
                 segments = decode_record_columns(
-                    whole, count, h.base_offset, h.base_timestamp, lat, start=start, stop=end - shift
+                    buf, count, h.base_offset, h.base_timestamp, lat, start=start, stop=stop
                 )
-            builder.add_all(segments, tt)
+                builder.add_all(segments, tt)
             if first_base < 0:
                 first_base = h.base_offset
         next_offset = last + 1
@@ -268,8 +275,8 @@ class _Builder:
         self.keys: list[pa.Array | _Cut] = []
         self.values: list[pa.Array | _Cut] = []
         self.headers: list[pa.Array] = []
-        self.offsets: list[range | list[int]] = []
-        self.timestamps: list[list[tuple[int, int]] | list[int]] = []  # runs, or values
+        self.offsets: list[range | list[int] | pa.Array] = []
+        self.timestamps: list[list[tuple[int, int]] | list[int] | pa.Array] = []  # runs, ms values, or us arrays
         self.types: list[tuple[int, int]] = []  # (timestamp type, records)
 
     def add_all(self, segments: list[RecordColumns], ts_type: int) -> None:
@@ -295,6 +302,43 @@ class _Builder:
             self.types[-1] = (ts_type, self.types[-1][1] + k)
         else:
             self.types.append((ts_type, k))
+
+    def add_compiled(
+        self,
+        buf: Any,
+        start: int,
+        stop: int,
+        count: int,
+        base_offset: int,
+        base_timestamp: int,
+        log_append_time: int | None,
+        ts_type: int,
+    ) -> bool:
+        """Add one batch's records decoded by the compiled decoder, straight into Arrow buffers;
+        False (nothing added) when it finds something wrong: the pure-Python decoder then says
+        what."""
+        assert _compiled is not None
+        try:
+            n, offsets, stamps, key, value, headers = _compiled.decode_columns(
+                buf, start, stop, count, base_offset, base_timestamp, log_append_time, self.include_headers
+            )
+            if headers is not None:
+                header_array = _compiled_headers(n, headers)
+                header_array.validate(full=True)  # header keys are strings: UTF-8 checked here
+        except (ValueError, pa.ArrowInvalid):
+            return False
+        self.count += n
+        self.keys.append(_compiled_binary(n, key))
+        self.values.append(_compiled_binary(n, value))
+        if self.include_headers:
+            self.headers.append(header_array)
+        self.offsets.append(pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]))
+        self.timestamps.append(pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(stamps)]))
+        if self.types and self.types[-1][0] == ts_type:
+            self.types[-1] = (ts_type, self.types[-1][1] + n)
+        else:
+            self.types.append((ts_type, n))
+        return True
 
     def build(self, topic: str, partition: int) -> pa.RecordBatch:
         n = self.count
@@ -336,11 +380,36 @@ def _concat(arrays: list[pa.Array]) -> pa.Array:
     return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
 
 
-def _offsets(columns: list[range | list[int]]) -> pa.Array:
+def _compiled_binary(n: int, column: tuple[bytes, bytes, bytes | None, int], typ: pa.DataType | None = None) -> pa.Array:
+    offsets, data, validity, nulls = column
+    typ = pa.binary() if typ is None else typ
+    bitmap = None if validity is None else pa.py_buffer(validity)
+    return pa.Array.from_buffers(typ, n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
+
+
+def _compiled_headers(n: int, headers: tuple[Any, ...]) -> pa.Array:
+    list_offsets, list_validity, list_nulls, count, keys, values = headers
+    fields = pa.StructArray.from_arrays(
+        [_compiled_binary(count, keys, pa.string()), _compiled_binary(count, values)],
+        fields=list(HEADERS_TYPE.value_type),
+    )
+    bitmap = None if list_validity is None else pa.py_buffer(list_validity)
+    return pa.Array.from_buffers(
+        HEADERS_TYPE, n, [bitmap, pa.py_buffer(list_offsets)], null_count=list_nulls, children=[fields]
+    )
+
+
+def _offsets(columns: list[range | list[int] | pa.Array]) -> pa.Array:
     """The offsets column: consecutive ``range``s (nearly always) merged into aranges."""
     parts: list[pa.Array] = []
     start = stop = 0
     for column in columns:
+        if isinstance(column, pa.Array):
+            if stop > start:
+                parts.append(_arange64(start, stop))
+                start = stop = 0
+            parts.append(column)
+            continue
         if isinstance(column, range):
             if stop == column.start and stop > start:
                 stop = column.stop
@@ -358,17 +427,20 @@ def _offsets(columns: list[range | list[int]]) -> pa.Array:
     return _concat(parts)
 
 
-def _timestamps(columns: list[list[tuple[int, int]] | list[int]]) -> pa.Array:
+def _timestamps(columns: list[list[tuple[int, int]] | list[int] | pa.Array]) -> pa.Array:
     """The timestamp column (microseconds): runs of equal timestamps run-end decoded."""
     parts: list[pa.Array] = []
     runs: list[tuple[int, int]] = []
     for column in columns:
-        if column and isinstance(column[0], tuple):
-            runs += column
+        if not isinstance(column, pa.Array) and column and isinstance(column[0], tuple):
+            runs += column  # type: ignore[arg-type]
             continue
         if runs:
             parts.append(_decode_runs(runs))
             runs = []
+        if isinstance(column, pa.Array):  # microseconds already
+            parts.append(column)
+            continue
         parts.append(pc.multiply(pa.array(column, pa.int64()), pa.scalar(_THOUSAND, pa.int64())))
     if runs:
         parts.append(_decode_runs(runs))

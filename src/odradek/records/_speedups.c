@@ -1,0 +1,423 @@
+/* Compiled decoding of the records of one v2 record batch (the uncompressed records section).
+ *
+ * Optional: built at install when a C compiler is there (setup.py, optional=True);
+ * odradek.records.speedups falls back to the pure-Python decoder when it is not, or when
+ * ODRADEK_PURE_PYTHON=1.  Two entry points:
+ *
+ *   decode_records(buf, start, stop, count, base_offset, base_timestamp, log_append_time, record_type)
+ *       -> list of record_type tuples (offset, timestamp, key, value, headers), as v2.decode_records
+ *   decode_columns(buf, start, stop, count, base_offset, base_timestamp, log_append_time, with_headers)
+ *       -> the Arrow buffers of the columns (see decode_columns below)
+ *
+ * Any problem with the data raises ValueError: the caller then decodes the batch with the
+ * pure-Python decoder, which raises the precise error.  Nothing here trusts a length: every
+ * read is checked against the end of the records.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    const uint8_t *p;   /* the records: p[0] .. p[n - 1] */
+    Py_ssize_t n;
+    Py_ssize_t pos;
+} reader;
+
+/* Kafka's varint / varlong: zigzag-encoded LEB128, at most 5 / 10 bytes. */
+static int read_varlong(reader *r, int max_bytes, int64_t *out) {
+    uint64_t v = 0;
+    int shift = 0;
+    for (int i = 0; i < max_bytes; i++) {
+        if (r->pos >= r->n) return -1;
+        uint8_t b = r->p[r->pos++];
+        v |= (uint64_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) {
+            *out = (int64_t)((v >> 1) ^ (~(v & 1) + 1));
+            return 0;
+        }
+        shift += 7;
+    }
+    return -1;
+}
+
+static int read_varint(reader *r, int64_t *out) {
+    if (read_varlong(r, 5, out) < 0) return -1;
+    if (*out < INT32_MIN || *out > INT32_MAX) return -1;
+    return 0;
+}
+
+typedef struct {
+    int64_t offset_delta;
+    int64_t timestamp_delta;
+    Py_ssize_t key_at, value_at, headers_at;
+    int64_t key_len, value_len, header_count;
+    Py_ssize_t header_bytes[2];  /* total key bytes, value bytes of its headers */
+    int64_t header_null_values;
+} record;
+
+/* Parse the record at r->pos; leaves r->pos after it. */
+static int parse_record(reader *r, record *rec, int check_utf8) {
+    int64_t length;
+    if (read_varint(r, &length) < 0 || length < 0) return -1;
+    Py_ssize_t start = r->pos;
+    if (length > r->n - start) return -1;
+    reader body = {r->p, start + (Py_ssize_t)length, start};
+    if (body.pos >= body.n) return -1;
+    body.pos++; /* attributes: unused */
+    if (read_varlong(&body, 10, &rec->timestamp_delta) < 0) return -1;
+    if (read_varint(&body, &rec->offset_delta) < 0) return -1;
+    if (read_varint(&body, &rec->key_len) < 0) return -1;
+    rec->key_at = body.pos;
+    if (rec->key_len >= 0) {
+        if (rec->key_len > body.n - body.pos) return -1;
+        body.pos += (Py_ssize_t)rec->key_len;
+    }
+    if (read_varint(&body, &rec->value_len) < 0) return -1;
+    rec->value_at = body.pos;
+    if (rec->value_len >= 0) {
+        if (rec->value_len > body.n - body.pos) return -1;
+        body.pos += (Py_ssize_t)rec->value_len;
+    }
+    if (read_varint(&body, &rec->header_count) < 0 || rec->header_count < 0) return -1;
+    rec->headers_at = body.pos;
+    rec->header_bytes[0] = rec->header_bytes[1] = 0;
+    rec->header_null_values = 0;
+    for (int64_t h = 0; h < rec->header_count; h++) {
+        int64_t kl, vl;
+        if (read_varint(&body, &kl) < 0 || kl < 0 || kl > body.n - body.pos) return -1;
+        if (check_utf8) {
+            PyObject *s = PyUnicode_DecodeUTF8((const char *)body.p + body.pos, (Py_ssize_t)kl, NULL);
+            if (s == NULL) {
+                PyErr_Clear();
+                return -1;
+            }
+            Py_DECREF(s);
+        }
+        body.pos += (Py_ssize_t)kl;
+        rec->header_bytes[0] += (Py_ssize_t)kl;
+        if (read_varint(&body, &vl) < 0) return -1;
+        if (vl >= 0) {
+            if (vl > body.n - body.pos) return -1;
+            body.pos += (Py_ssize_t)vl;
+            rec->header_bytes[1] += (Py_ssize_t)vl;
+        } else {
+            rec->header_null_values++;
+        }
+    }
+    if (body.pos != body.n) return -1; /* the length says more than the fields hold */
+    r->pos = body.n;
+    return 0;
+}
+
+static PyObject *corrupt(const char *what) {
+    PyErr_SetString(PyExc_ValueError, what);
+    return NULL;
+}
+
+typedef struct {
+    Py_buffer view;
+    Py_ssize_t start, stop, count;
+    long long base_offset, base_timestamp, log_append_time;
+    int has_log_append_time;
+} args_t;
+
+static int get_args(PyObject *const *args, Py_ssize_t nargs, args_t *a) {
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "expected 8 arguments");
+        return -1;
+    }
+    if (PyObject_GetBuffer(args[0], &a->view, PyBUF_SIMPLE) < 0) return -1;
+    a->start = PyLong_AsSsize_t(args[1]);
+    a->stop = args[2] == Py_None ? a->view.len : PyLong_AsSsize_t(args[2]);
+    a->count = PyLong_AsSsize_t(args[3]);
+    a->base_offset = PyLong_AsLongLong(args[4]);
+    a->base_timestamp = PyLong_AsLongLong(args[5]);
+    a->has_log_append_time = args[6] != Py_None;
+    a->log_append_time = a->has_log_append_time ? PyLong_AsLongLong(args[6]) : 0;
+    if (PyErr_Occurred()) goto fail;
+    if (a->start < 0 || a->stop > a->view.len || a->start > a->stop || a->count < 0) {
+        PyErr_SetString(PyExc_ValueError, "bad range or count");
+        goto fail;
+    }
+    return 0;
+fail:
+    PyBuffer_Release(&a->view);
+    return -1;
+}
+
+static PyObject *bytes_or_none(const uint8_t *p, int64_t len) {
+    if (len < 0) Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)len);
+}
+
+/* decode_records(...): a list of record_type(offset, timestamp, key, value, headers). */
+static PyObject *decode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    args_t a;
+    if (get_args(args, nargs, &a) < 0) return NULL;
+    PyObject *record_type = args[7];
+    if (!PyType_Check(record_type) || !PyType_IsSubtype((PyTypeObject *)record_type, &PyTuple_Type)) {
+        PyBuffer_Release(&a.view);
+        PyErr_SetString(PyExc_TypeError, "record_type must be a tuple subclass");
+        return NULL;
+    }
+    PyObject *out = PyList_New(a.count);
+    if (out == NULL) goto fail;
+    reader r = {(const uint8_t *)a.view.buf, a.stop, a.start};
+    for (Py_ssize_t i = 0; i < a.count; i++) {
+        record rec;
+        if (parse_record(&r, &rec, 0) < 0) {
+            corrupt("corrupt record");
+            goto fail;
+        }
+        PyObject *headers = PyList_New((Py_ssize_t)rec.header_count);
+        if (headers == NULL) goto fail;
+        reader hr = {r.p, r.pos, rec.headers_at};
+        for (int64_t h = 0; h < rec.header_count; h++) {
+            int64_t kl, vl;
+            read_varint(&hr, &kl);
+            PyObject *k = PyUnicode_DecodeUTF8((const char *)hr.p + hr.pos, (Py_ssize_t)kl, NULL);
+            if (k == NULL) {
+                Py_DECREF(headers);
+                PyErr_Clear();
+                corrupt("header key is not UTF-8");
+                goto fail;
+            }
+            hr.pos += (Py_ssize_t)kl;
+            read_varint(&hr, &vl);
+            PyObject *v = bytes_or_none(hr.p + hr.pos, vl);
+            if (vl > 0) hr.pos += (Py_ssize_t)vl;
+            PyObject *pair = v ? PyTuple_Pack(2, k, v) : NULL;
+            Py_DECREF(k);
+            Py_XDECREF(v);
+            if (pair == NULL) {
+                Py_DECREF(headers);
+                goto fail;
+            }
+            PyList_SET_ITEM(headers, (Py_ssize_t)h, pair);
+        }
+        long long ts = a.has_log_append_time ? a.log_append_time
+                                             : (long long)((uint64_t)a.base_timestamp + (uint64_t)rec.timestamp_delta);
+        PyTypeObject *rt = (PyTypeObject *)record_type;
+        PyObject *item = rt->tp_alloc(rt, 5); /* a record_type tuple of 5, as tuple.__new__ makes */
+        if (item == NULL) {
+            Py_DECREF(headers);
+            goto fail;
+        }
+        PyTuple_SET_ITEM(item, 0, PyLong_FromLongLong(a.base_offset + rec.offset_delta));
+        PyTuple_SET_ITEM(item, 1, PyLong_FromLongLong(ts));
+        PyTuple_SET_ITEM(item, 2, bytes_or_none(r.p + rec.key_at, rec.key_len));
+        PyTuple_SET_ITEM(item, 3, bytes_or_none(r.p + rec.value_at, rec.value_len));
+        PyTuple_SET_ITEM(item, 4, headers);
+        PyList_SET_ITEM(out, i, item); /* owned by the list from here: freed with it on failure */
+        for (int f = 0; f < 4; f++) {
+            if (PyTuple_GET_ITEM(item, f) == NULL) goto fail;
+        }
+    }
+    if (r.pos != a.stop) {
+        corrupt("bytes left after the last record");
+        goto fail;
+    }
+    PyBuffer_Release(&a.view);
+    return out;
+fail:
+    Py_XDECREF(out);
+    PyBuffer_Release(&a.view);
+    return NULL;
+}
+
+/* A growable-free Arrow binary column: int32 offsets, data, validity bitmap. */
+typedef struct {
+    PyObject *offsets, *data, *validity;
+    int32_t *off;
+    uint8_t *dat, *valid;
+    Py_ssize_t nulls, at;
+} binary_col;
+
+static int binary_new(binary_col *c, Py_ssize_t n, Py_ssize_t bytes, Py_ssize_t nulls) {
+    memset(c, 0, sizeof(*c));
+    if (bytes > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "column larger than 2 GiB");
+        return -1;
+    }
+    c->offsets = PyBytes_FromStringAndSize(NULL, 4 * (n + 1));
+    c->data = PyBytes_FromStringAndSize(NULL, bytes);
+    if (c->offsets == NULL || c->data == NULL) return -1;
+    c->off = (int32_t *)PyBytes_AS_STRING(c->offsets);
+    c->dat = (uint8_t *)PyBytes_AS_STRING(c->data);
+    c->off[0] = 0;
+    if (nulls) {
+        c->validity = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
+        if (c->validity == NULL) return -1;
+        c->valid = (uint8_t *)PyBytes_AS_STRING(c->validity);
+        memset(c->valid, 0, (n + 7) / 8);
+    }
+    c->nulls = nulls;
+    return 0;
+}
+
+static inline void binary_put(binary_col *c, Py_ssize_t i, const uint8_t *p, int64_t len) {
+    if (len >= 0) {
+        memcpy(c->dat + c->at, p, (size_t)len);
+        c->at += (Py_ssize_t)len;
+        if (c->valid) c->valid[i >> 3] |= (uint8_t)(1u << (i & 7));
+    }
+    c->off[i + 1] = (int32_t)c->at;
+}
+
+static void binary_free(binary_col *c) {
+    Py_CLEAR(c->offsets);
+    Py_CLEAR(c->data);
+    Py_CLEAR(c->validity);
+}
+
+/* (offsets, data, validity or None, null count) */
+static PyObject *binary_tuple(binary_col *c) {
+    PyObject *validity = c->validity ? c->validity : Py_None;
+    PyObject *t = Py_BuildValue("(OOOn)", c->offsets, c->data, validity, c->nulls);
+    binary_free(c);
+    return t;
+}
+
+/* decode_columns(...) -> (n, offsets int64[n], timestamps_us int64[n], key, value, headers)
+ * key, value: (offsets int32[n+1], data, validity or None, null count)
+ * headers (None unless with_headers): (list offsets int32[n+1], list validity or None, list
+ * null count, header count, header keys as key/value above, header values as key/value above).
+ * A record without headers has a null list, as the pure-Python decoder gives. */
+static PyObject *decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    args_t a;
+    if (get_args(args, nargs, &a) < 0) return NULL;
+    int with_headers = PyObject_IsTrue(args[7]);
+    Py_ssize_t n = a.count;
+    Py_ssize_t key_bytes = 0, value_bytes = 0, key_nulls = 0, value_nulls = 0;
+    Py_ssize_t headers = 0, hkey_bytes = 0, hval_bytes = 0, hval_nulls = 0, no_headers = 0;
+    PyObject *offsets = NULL, *stamps = NULL, *result = NULL;
+    binary_col key, value, hkey, hval;
+    memset(&key, 0, sizeof key);
+    memset(&value, 0, sizeof value);
+    memset(&hkey, 0, sizeof hkey);
+    memset(&hval, 0, sizeof hval);
+    PyObject *list_offsets = NULL, *list_validity = NULL;
+
+    /* pass 1: check everything and size the columns */
+    reader r = {(const uint8_t *)a.view.buf, a.stop, a.start};
+    for (Py_ssize_t i = 0; i < n; i++) {
+        record rec;
+        if (parse_record(&r, &rec, with_headers) < 0) {
+            corrupt("corrupt record");
+            goto fail;
+        }
+        if (rec.key_len >= 0) key_bytes += (Py_ssize_t)rec.key_len; else key_nulls++;
+        if (rec.value_len >= 0) value_bytes += (Py_ssize_t)rec.value_len; else value_nulls++;
+        headers += (Py_ssize_t)rec.header_count;
+        if (rec.header_count == 0) no_headers++;
+        hkey_bytes += rec.header_bytes[0];
+        hval_bytes += rec.header_bytes[1];
+        hval_nulls += (Py_ssize_t)rec.header_null_values;
+    }
+    if (r.pos != a.stop) {
+        corrupt("bytes left after the last record");
+        goto fail;
+    }
+    if (headers > INT32_MAX) {
+        corrupt("too many headers");
+        goto fail;
+    }
+
+    /* pass 2: fill them */
+    offsets = PyBytes_FromStringAndSize(NULL, 8 * n);
+    stamps = PyBytes_FromStringAndSize(NULL, 8 * n);
+    if (offsets == NULL || stamps == NULL) goto fail;
+    if (binary_new(&key, n, key_bytes, key_nulls) < 0 || binary_new(&value, n, value_bytes, value_nulls) < 0) goto fail;
+    int32_t *lo = NULL;
+    uint8_t *lvalid = NULL;
+    if (with_headers) {
+        if (binary_new(&hkey, headers, hkey_bytes, 0) < 0 || binary_new(&hval, headers, hval_bytes, hval_nulls) < 0)
+            goto fail;
+        list_offsets = PyBytes_FromStringAndSize(NULL, 4 * (n + 1));
+        if (list_offsets == NULL) goto fail;
+        lo = (int32_t *)PyBytes_AS_STRING(list_offsets);
+        lo[0] = 0;
+        if (no_headers) {
+            list_validity = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
+            if (list_validity == NULL) goto fail;
+            lvalid = (uint8_t *)PyBytes_AS_STRING(list_validity);
+            memset(lvalid, 0, (n + 7) / 8);
+        }
+    }
+    int64_t *off = (int64_t *)PyBytes_AS_STRING(offsets);
+    int64_t *ts = (int64_t *)PyBytes_AS_STRING(stamps);
+    r.pos = a.start;
+    Py_ssize_t h_at = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        record rec;
+        parse_record(&r, &rec, 0); /* checked in pass 1 */
+        off[i] = (int64_t)((uint64_t)a.base_offset + (uint64_t)rec.offset_delta);
+        uint64_t ms = a.has_log_append_time ? (uint64_t)a.log_append_time
+                                            : (uint64_t)a.base_timestamp + (uint64_t)rec.timestamp_delta;
+        ts[i] = (int64_t)(ms * 1000u);
+        binary_put(&key, i, r.p + rec.key_at, rec.key_len);
+        binary_put(&value, i, r.p + rec.value_at, rec.value_len);
+        if (with_headers) {
+            reader hr = {r.p, r.pos, rec.headers_at};
+            for (int64_t h = 0; h < rec.header_count; h++, h_at++) {
+                int64_t kl, vl;
+                read_varint(&hr, &kl);
+                binary_put(&hkey, h_at, hr.p + hr.pos, kl);
+                hr.pos += (Py_ssize_t)kl;
+                read_varint(&hr, &vl);
+                binary_put(&hval, h_at, hr.p + hr.pos, vl);
+                if (vl > 0) hr.pos += (Py_ssize_t)vl;
+            }
+            lo[i + 1] = (int32_t)h_at;
+            if (lvalid && rec.header_count) lvalid[i >> 3] |= (uint8_t)(1u << (i & 7));
+        }
+    }
+    PyObject *hdr;
+    if (with_headers) {
+        PyObject *kt = binary_tuple(&hkey), *vt = binary_tuple(&hval);
+        if (kt == NULL || vt == NULL) {
+            Py_XDECREF(kt);
+            Py_XDECREF(vt);
+            goto fail;
+        }
+        hdr = Py_BuildValue("(OOnnNN)", list_offsets, list_validity ? list_validity : Py_None, no_headers, headers, kt, vt);
+        if (hdr == NULL) goto fail;
+    } else {
+        hdr = Py_None;
+        Py_INCREF(hdr);
+    }
+    PyObject *kt = binary_tuple(&key), *vt = binary_tuple(&value);
+    if (kt == NULL || vt == NULL) {
+        Py_XDECREF(kt);
+        Py_XDECREF(vt);
+        Py_DECREF(hdr);
+        goto fail;
+    }
+    result = Py_BuildValue("(nOONNN)", n, offsets, stamps, kt, vt, hdr);
+fail:
+    binary_free(&key);
+    binary_free(&value);
+    binary_free(&hkey);
+    binary_free(&hval);
+    Py_XDECREF(offsets);
+    Py_XDECREF(stamps);
+    Py_XDECREF(list_offsets);
+    Py_XDECREF(list_validity);
+    PyBuffer_Release(&a.view);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL,
+     "decode_records(buf, start, stop, count, base_offset, base_timestamp, log_append_time, record_type)"},
+    {"decode_columns", (PyCFunction)(void (*)(void))decode_columns, METH_FASTCALL,
+     "decode_columns(buf, start, stop, count, base_offset, base_timestamp, log_append_time, with_headers)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "odradek.records._speedups", "Compiled decoding of v2 records.", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void) { return PyModule_Create(&module); }

@@ -1,0 +1,136 @@
+"""The compiled record decoder (``odradek.records._speedups``) against the pure-Python one.
+
+Both decode the same random batches to the same records and Arrow columns; damaged data gives
+the same outcome (the compiled decoder hands anything it doubts to the pure-Python one, which
+raises the precise error).  The install builds the extension, so the test environment has it:
+a build that silently failed fails here.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from odradek.records import CorruptRecordError, iter_batch_headers, speedups, v2
+from odradek.records.v2 import BatchBuilder
+from odradek.spark import _arrow
+
+HEADER = 61
+
+needs_compiled = pytest.mark.skipif(speedups.compiled is None, reason="the compiled decoder is turned off")
+
+
+def test_the_compiled_decoder_is_built_and_used() -> None:
+    if os.environ.get(speedups.PURE_PYTHON_ENV):
+        assert speedups.implementation() == "pure-python"
+        return
+    assert speedups.implementation() == "compiled", "the C extension was not built (setup.py) or failed to import"
+    assert v2._compiled is speedups.compiled and _arrow._compiled is speedups.compiled
+
+
+keys = st.none() | st.binary(max_size=300)
+header = st.tuples(st.text(max_size=12), st.none() | st.binary(max_size=200))
+records = st.lists(
+    st.tuples(st.integers(-(10**6), 10**6), keys, keys, st.lists(header, max_size=3)), min_size=1, max_size=60
+)
+
+
+def _batch(recs: list[tuple[int, bytes | None, bytes | None, list]], gaps: bool, base_offset: int = 1000) -> bytes:
+    b = BatchBuilder(base_offset=base_offset)
+    od = 0
+    for i, (tsd, k, v, hs) in enumerate(recs):
+        od += 1 + (i % 3 if gaps else 0)
+        b.append(1_700_000_000_000 + tsd, k, v, hs, offset_delta=od)
+    return b.build()
+
+
+def _pure_records(data: bytes, count: int, lat: int | None = None) -> list:
+    h = next(iter(iter_batch_headers(data)))
+    saved, v2._compiled = v2._compiled, None
+    try:
+        return v2.decode_records(data[HEADER:], count, h.base_offset, h.base_timestamp, lat)
+    finally:
+        v2._compiled = saved
+
+
+@needs_compiled
+@settings(max_examples=150, deadline=None)
+@given(records, st.booleans(), st.booleans())
+def test_records_are_decoded_alike(recs: list, gaps: bool, log_append: bool) -> None:
+    data = _batch(recs, gaps)
+    h = next(iter(iter_batch_headers(data)))
+    lat = 1_800_000_000_000 if log_append else None
+    compiled = v2.decode_records(data[HEADER:], len(recs), h.base_offset, h.base_timestamp, lat)
+    assert all(type(r) is v2.Record for r in compiled)
+    assert compiled == _pure_records(data, len(recs), lat)
+
+
+def _columns(data: bytes, headers: bool, compiled: bool) -> pa.RecordBatch | None:
+    saved = _arrow._compiled
+    _arrow._compiled = speedups.compiled if compiled else None
+    try:
+        return _arrow.decode_partition_data(data, "t", 3, 0, 1 << 40, include_headers=headers).batch
+    finally:
+        _arrow._compiled = saved
+
+
+@needs_compiled
+@settings(max_examples=150, deadline=None)
+@given(st.lists(records, min_size=1, max_size=3), st.booleans(), st.booleans())
+def test_arrow_columns_are_decoded_alike(batches: list, gaps: bool, headers: bool) -> None:
+    data = b""
+    base = 0
+    for recs in batches:
+        data += _batch(recs, gaps, base_offset=base)
+        base += 4 * len(recs)
+    got = _columns(data, headers, compiled=True)
+    want = _columns(data, headers, compiled=False)
+    assert got is not None and want is not None
+    got.validate(full=True)
+    assert got.schema == want.schema
+    assert got.to_pylist() == want.to_pylist()
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", range(40))
+def test_damaged_records_give_the_same_outcome(seed: int) -> None:
+    rng = random.Random(seed)
+    recs = [
+        (rng.randrange(-500, 500), rng.choice([None, b"k%d" % i]), rng.randbytes(rng.randrange(0, 200)), [("h", b"v")] * (i % 2))
+        for i in range(30)
+    ]
+    data = bytearray(_batch(recs, gaps=False))
+    body = len(data) - HEADER
+    for _ in range(rng.randrange(1, 4)):  # flip bytes of the records, or cut them short
+        at = HEADER + rng.randrange(body)
+        data[at] = rng.randrange(256)
+    if rng.random() < 0.3:
+        del data[HEADER + rng.randrange(body) :]
+    h = next(iter(iter_batch_headers(bytes(data[:HEADER]) + bytes(body))))
+
+    def outcome(compiled: bool) -> object:
+        saved, v2._compiled = v2._compiled, (speedups.compiled if compiled else None)
+        try:
+            return v2.decode_records(bytes(data[HEADER:]), len(recs), h.base_offset, h.base_timestamp)
+        except Exception as exc:  # the error, by type and message
+            return (type(exc), str(exc))
+        finally:
+            v2._compiled = saved
+
+    assert outcome(True) == outcome(False)
+
+
+@needs_compiled
+def test_invalid_utf8_header_keys_fall_back_to_the_precise_error() -> None:
+    data = bytearray(_batch([(0, b"k", b"v", [("hé", b"x")])], gaps=False))
+    at = data.index("hé".encode())
+    data[at + 1] = 0xFF  # broken UTF-8 inside the header key
+    with pytest.raises(CorruptRecordError, match="UTF-8"):
+        v2.decode_records(bytes(data[HEADER:]), 1, 1000, 1_700_000_000_000)
+    with pytest.raises(CorruptRecordError, match="UTF-8"):
+        _arrow.decode_partition_data(bytes(data), "t", 0, 0, 1 << 40, include_headers=True, verify_crc=False)
