@@ -191,6 +191,238 @@ def register_ceiling(spark: Any, records: int) -> Any:
     return spark.read.format("odradek_ceiling").load()
 
 
+def register_stream_ceiling(spark: Any, records: int) -> None:
+    """A Python streaming data source with the same trigger sizes and columns as the odradek
+    stream, yielding ready-made Arrow batches: the Python-streaming-source ceiling."""
+    import pyarrow as pa
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+
+    from odradek.spark._arrow import arrow_schema
+    from odradek.spark.source import source_schema
+
+    per_partition = records // PARTITIONS
+
+    class CeilingStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        def __init__(self, limit: int) -> None:
+            self.limit = limit
+
+        def initialOffset(self) -> dict:
+            return {str(p): 0 for p in range(PARTITIONS)}
+
+        def getDefaultReadLimit(self) -> ReadLimit:
+            return ReadMaxRows(self.limit) if self.limit else ReadAllAvailable()
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            pass
+
+        def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+            share = limit.max_rows // PARTITIONS if isinstance(limit, ReadMaxRows) else per_partition
+            return {p: min(int(o) + share, per_partition) for p, o in start.items()}
+
+        def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+            return [InputPartition((int(start[p]), int(end[p]))) for p in sorted(start) if end[p] > start[p]]
+
+        def read(self, partition: InputPartition) -> Any:
+            n = 35_000
+            first, last = partition.value
+            batch = pa.RecordBatch.from_arrays(
+                [
+                    pa.nulls(n, pa.binary()),
+                    pa.array([b"v" * VALUE_SIZE] * n, pa.binary()),
+                    pa.repeat(pa.scalar(TOPIC), n),
+                    pa.repeat(pa.scalar(0, pa.int32()), n),
+                    pa.array(range(n), pa.int64()),
+                    pa.array(range(n), pa.int64()).view(pa.timestamp("us", tz="UTC")),
+                    pa.repeat(pa.scalar(0, pa.int32()), n),
+                ],
+                schema=arrow_schema(False),
+            )
+            left = last - first
+            while left > 0:
+                yield batch if left >= n else batch.slice(0, left)
+                left -= n
+
+        def commit(self, end: dict) -> None:
+            pass
+
+    class CeilingStreamSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "odradek_stream_ceiling"
+
+        def schema(self) -> Any:
+            return source_schema(False)
+
+        def streamReader(self, schema: Any) -> DataSourceStreamReader:
+            return CeilingStream(int(self.options.get("maxOffsetsPerTrigger", 0)))
+
+    spark.dataSource.register(CeilingStreamSource)
+
+
+def decode_alone(records: int = 1_000_000, repeats: int = 5) -> dict[str, Any]:
+    """Median seconds of ``decode_partition_data`` over one fetch-sized buffer of record batches,
+    in this process (the decoder in use is fixed at import: see ``odradek.records.speedups``).
+
+    ``uniform``: ``records`` x 100-byte values, no key, one timestamp per batch (the batch and
+    stream shape); ``mixed``: keys, values of 0-299 bytes, increasing timestamps, a header on
+    every third record (real data: no runs of one layout)."""
+    import random
+
+    from odradek.records import speedups
+    from odradek.records.v2 import BatchBuilder
+    from odradek.spark._arrow import decode_partition_data
+
+    rng = random.Random(7)
+    out: dict[str, Any] = {"implementation": speedups.implementation()}
+    for shape in ("uniform", "mixed"):
+        parts, base = [], 0
+        while base < records:
+            b = BatchBuilder(base_offset=base)
+            for i in range(min(10_000, records - base)):
+                if shape == "uniform":
+                    b.append(1_700_000_000_000, None, b"v" * VALUE_SIZE)
+                else:
+                    headers = [("trace", b"%016x" % i)] if i % 3 == 0 else None
+                    b.append(1_700_000_000_000 + i, b"user-%d" % (i % 977), rng.randbytes(rng.randrange(300)), headers)
+            parts.append(b.build())
+            base += 10_000
+        data = b"".join(parts)
+        times = []
+        for _ in range(repeats + 1):
+            t0 = time.perf_counter()
+            decoded = decode_partition_data(data, TOPIC, 0, 0, records, include_headers=shape == "mixed")
+            times.append(time.perf_counter() - t0)
+            if decoded.batch is None or decoded.batch.num_rows != records:
+                raise RuntimeError("decoded the wrong number of records")
+        median = statistics.median(times[1:])
+        out[shape] = {"seconds": round(median, 4), "rows_per_s": round(records / median), "mb": round(len(data) / 1e6, 1)}
+    return out
+
+
+def decode_both() -> dict[str, Any]:
+    """``decode_alone`` in two child processes: the compiled decoder, and pure Python."""
+    result: dict[str, Any] = {}
+    for name, flag in (("compiled", "0"), ("pure_python", "1")):
+        env = dict(os.environ, ODRADEK_PURE_PYTHON=flag)
+        out = subprocess.run(
+            [sys.executable, __file__, "--decode-child"], capture_output=True, text=True, timeout=600, env=env
+        )
+        if out.returncode != 0:
+            raise RuntimeError(out.stderr[-2000:])
+        result[name] = json.loads(out.stdout)
+    if result["compiled"]["implementation"] != "compiled":
+        result["note"] = "the compiled decoder is not built here: both figures are pure Python"
+    for shape in ("uniform", "mixed"):
+        result[f"{shape}_speedup"] = round(result["pure_python"][shape]["seconds"] / result["compiled"][shape]["seconds"], 2)
+    return result
+
+
+def end_to_end_latency(spark: Any, bootstrap: str, work: Path, rate: int, seconds: float, warmup: float) -> dict[str, Any]:
+    """produce -> Odradek -> Spark (processingTime 1 s) -> Odradek: per record, the time from
+    ``produce()`` (its value carries ``time.time()``) to its arrival at a consumer of the output
+    topic (confluent-kafka, ``fetch.wait.max.ms=5``); records produced in the first ``warmup``
+    seconds after the query's first batch are not counted."""
+    import threading
+
+    import confluent_kafka as ck
+
+    from odradek.client import Admin, NewTopic
+
+    source, sink = "latency-in", "latency-out"
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(source, PARTITIONS, 1), NewTopic(sink, PARTITIONS, 1)])
+    query = (
+        spark.readStream.format("odradek")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", source)
+        .option("startingOffsets", "latest")
+        .load()
+        .selectExpr("key", "value")
+        .writeStream.format("odradek")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", sink)
+        .option("checkpointLocation", str(work / "latency-checkpoint"))
+        .trigger(processingTime="1 second")
+        .start()
+    )
+    latencies: list[float] = []
+    stop = threading.Event()
+    counted_from = [float("inf")]
+
+    def consume() -> None:
+        c = ck.Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "latency",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "fetch.wait.max.ms": 5,
+            }
+        )
+        c.assign([ck.TopicPartition(sink, p, 0) for p in range(PARTITIONS)])
+        while not stop.is_set():
+            for m in c.consume(1000, 0.05):
+                if m.error() is None:
+                    now = time.time()
+                    sent = float(m.value()[:20])
+                    if sent >= counted_from[0]:
+                        latencies.append(now - sent)
+        c.close()
+
+    reader = threading.Thread(target=consume, daemon=True)
+    try:
+        for _ in range(600):  # the query's first (empty) batch has run
+            if query.lastProgress is not None:
+                break
+            time.sleep(0.1)
+        reader.start()
+        p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 1, "acks": 1})
+        t0 = time.time()
+        counted_from[0] = t0 + warmup
+        sent = 0
+        end = t0 + warmup + seconds
+        while time.time() < end:
+            due = int((time.time() - t0) * rate)
+            while sent < due:
+                p.produce(source, value=b"%20.6f" % time.time() + b"x" * (VALUE_SIZE - 20), key=b"%d" % sent)
+                sent += 1
+            p.poll(0)
+            time.sleep(0.002)
+        p.flush(30)
+        expected = int(seconds * rate * 0.95)
+        for _ in range(300):  # the last records through the pipeline
+            if len(latencies) >= expected:
+                time.sleep(3)
+                break
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        reader.join(10)
+        query.stop()
+    if not latencies:
+        raise RuntimeError("no record came through the pipeline")
+    ordered = sorted(latencies)
+
+    def pct(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 1)
+
+    return {
+        "window": "produce() to arrival at a consumer of the output topic; trigger processingTime 1 s",
+        "rate_per_s": rate,
+        "measured_records": len(ordered),
+        "produced": sent,
+        "p50_ms": pct(0.50),
+        "p99_ms": pct(0.99),
+        "max_ms": round(ordered[-1] * 1000, 1),
+    }
+
+
 def java_version() -> str:
     try:
         out = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30)
@@ -205,7 +437,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--stream-repeats", type=int, default=2)
+    parser.add_argument("--latency-seconds", type=float, default=20.0)
+    parser.add_argument("--decode-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.decode_child:
+        print(json.dumps(decode_alone()))
+        return
     records = args.records
 
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
@@ -264,17 +501,20 @@ def main() -> None:
         ref_median_run = sorted(ref_runs, key=lambda r: r[0])[len(ref_runs) // 2]
 
         limit = max(records // 10, 1)
-        stream_runs = []
+        register_stream_ceiling(spark, records)
+        stream_runs, toy_runs = [], []
         for i in range(args.stream_repeats):
-            checkpoint = work / f"checkpoint-{i}"
 
-            def run_stream(checkpoint: Path = checkpoint) -> Any:
+            def run_stream(fmt: str, checkpoint: Path) -> Any:
+                reader = spark.readStream.format(fmt)
+                if fmt == "odradek":
+                    reader = (
+                        reader.option("kafka.bootstrap.servers", broker.bootstrap)
+                        .option("subscribe", TOPIC)
+                        .option("startingOffsets", "earliest")
+                    )
                 q = (
-                    spark.readStream.format("odradek")
-                    .option("kafka.bootstrap.servers", broker.bootstrap)
-                    .option("subscribe", TOPIC)
-                    .option("startingOffsets", "earliest")
-                    .option("maxOffsetsPerTrigger", str(limit))
+                    reader.option("maxOffsetsPerTrigger", str(limit))
                     .load()
                     .writeStream.format("noop")
                     .option("checkpointLocation", str(checkpoint))
@@ -286,11 +526,18 @@ def main() -> None:
                     raise RuntimeError(str(q.exception()))
                 return [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
 
-            stream_runs.append(timed(run_stream))
+            stream_runs.append(timed(lambda i=i: run_stream("odradek", work / f"checkpoint-{i}")))
+            toy_runs.append(timed(lambda i=i: run_stream("odradek_stream_ceiling", work / f"toy-checkpoint-{i}")))
+        toy_t = statistics.median(r[0] for r in toy_runs)
+        if sum(toy_runs[0][1]) != records or max(toy_runs[0][1]) > limit:
+            raise RuntimeError(f"the toy stream read {sum(toy_runs[0][1])} rows in batches {toy_runs[0][1]}")
         stream_t = statistics.median(r[0] for r in stream_runs)
         batches = stream_runs[0][1]
         if sum(batches) != records or max(batches) > limit:
             raise RuntimeError(f"streaming read {sum(batches)} rows in batches {batches}")
+
+        latency = end_to_end_latency(spark, broker.bootstrap, work, 10_000, args.latency_seconds, warmup=5.0)
+        decode = decode_both()
 
         ref_rps = records / ref_t
         src_rps = records / src_t
@@ -328,9 +575,15 @@ def main() -> None:
                 "rows_per_s": round(stream_rps),
                 "ratio_to_reference": round(stream_rps / ref_rps, 3),
                 "ratio_to_batch_read": round(stream_rps / src_rps, 3),
+                "ratio_to_stream_ceiling": round(stream_t and toy_t / stream_t, 3),
+                "stream_ceiling_rows_per_s": round(records / toy_t),
+                "stream_ceiling_seconds": [round(r[0], 3) for r in toy_runs],
+                "stream_ceiling_cpu_seconds": sorted(toy_runs, key=lambda r: r[0])[len(toy_runs) // 2][2],
                 "seconds": [round(r[0], 3) for r in stream_runs],
                 "cpu_seconds": sorted(stream_runs, key=lambda r: r[0])[len(stream_runs) // 2][2],
             },
+            "end_to_end_latency": latency,
+            "decode_alone": decode,
             "info": {
                 "produce_seconds": round(produce_seconds, 2),
                 "produce_rows_per_s": round(records / produce_seconds),

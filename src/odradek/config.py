@@ -437,7 +437,7 @@ def parse_listeners(spec: str, protocol_map: str) -> list[Listener]:
 
 
 #: ``ODRADEK_*`` environment variables that are not broker configs (``ODRADEK_TEST_*`` neither)
-NON_CONFIG_ENV = frozenset({"ODRADEK_EXAMPLES"})
+NON_CONFIG_ENV = frozenset({"ODRADEK_EXAMPLES", "ODRADEK_PURE_PYTHON"})  # examples dir; odradek.records.speedups
 
 
 def env_name(config: str) -> str:

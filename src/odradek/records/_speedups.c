@@ -6,8 +6,8 @@
  *
  *   decode_records(buf, start, stop, count, base_offset, base_timestamp, log_append_time, record_type)
  *       -> list of record_type tuples (offset, timestamp, key, value, headers), as v2.decode_records
- *   decode_columns(buf, start, stop, count, base_offset, base_timestamp, log_append_time, with_headers)
- *       -> the Arrow buffers of the columns (see decode_columns below)
+ *   decode_columns(batches, with_headers)
+ *       -> the Arrow buffers of the columns of several batches' records (see decode_columns below)
  *
  * Any problem with the data raises ValueError: the caller then decodes the batch with the
  * pure-Python decoder, which raises the precise error.  Nothing here trusts a length: every
@@ -25,7 +25,12 @@ typedef struct {
 } reader;
 
 /* Kafka's varint / varlong: zigzag-encoded LEB128, at most 5 / 10 bytes. */
-static int read_varlong(reader *r, int max_bytes, int64_t *out) {
+static inline int read_varlong(reader *r, int max_bytes, int64_t *out) {
+    if (r->pos < r->n && !(r->p[r->pos] & 0x80)) { /* one byte: nearly every length and delta */
+        uint64_t b = r->p[r->pos++];
+        *out = (int64_t)((b >> 1) ^ (~(b & 1) + 1));
+        return 0;
+    }
     uint64_t v = 0;
     int shift = 0;
     for (int i = 0; i < max_bytes; i++) {
@@ -41,7 +46,7 @@ static int read_varlong(reader *r, int max_bytes, int64_t *out) {
     return -1;
 }
 
-static int read_varint(reader *r, int64_t *out) {
+static inline int read_varint(reader *r, int64_t *out) {
     if (read_varlong(r, 5, out) < 0) return -1;
     if (*out < INT32_MIN || *out > INT32_MAX) return -1;
     return 0;
@@ -57,7 +62,7 @@ typedef struct {
 } record;
 
 /* Parse the record at r->pos; leaves r->pos after it. */
-static int parse_record(reader *r, record *rec, int check_utf8) {
+static inline int parse_record(reader *r, record *rec, int check_utf8) {
     int64_t length;
     if (read_varint(r, &length) < 0 || length < 0) return -1;
     Py_ssize_t start = r->pos;
@@ -174,7 +179,7 @@ static PyObject *decode_records(PyObject *self, PyObject *const *args, Py_ssize_
         if (headers == NULL) goto fail;
         reader hr = {r.p, r.pos, rec.headers_at};
         for (int64_t h = 0; h < rec.header_count; h++) {
-            int64_t kl, vl;
+            int64_t kl = 0, vl = -1;
             read_varint(&hr, &kl);
             PyObject *k = PyUnicode_DecodeUTF8((const char *)hr.p + hr.pos, (Py_ssize_t)kl, NULL);
             if (k == NULL) {
@@ -279,123 +284,187 @@ static PyObject *binary_tuple(binary_col *c) {
     return t;
 }
 
-/* decode_columns(...) -> (n, offsets int64[n], timestamps_us int64[n], key, value, headers)
- * key, value: (offsets int32[n+1], data, validity or None, null count)
+typedef struct {
+    Py_buffer view;
+    int acquired;
+    Py_ssize_t start, stop, count;
+    long long base_offset, base_timestamp, log_append_time;
+    int has_log_append_time;
+} spec_t;
+
+/* (buf, start, stop, count, base_offset, base_timestamp, log_append_time or None) */
+static int get_spec(PyObject *t, spec_t *s) {
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 7) {
+        PyErr_SetString(PyExc_TypeError, "a batch is (buf, start, stop, count, base_offset, base_timestamp, lat)");
+        return -1;
+    }
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(t, 0), &s->view, PyBUF_SIMPLE) < 0) return -1;
+    s->acquired = 1;
+    s->start = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 1));
+    s->stop = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 2));
+    s->count = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 3));
+    s->base_offset = PyLong_AsLongLong(PyTuple_GET_ITEM(t, 4));
+    s->base_timestamp = PyLong_AsLongLong(PyTuple_GET_ITEM(t, 5));
+    PyObject *lat = PyTuple_GET_ITEM(t, 6);
+    s->has_log_append_time = lat != Py_None;
+    s->log_append_time = s->has_log_append_time ? PyLong_AsLongLong(lat) : 0;
+    if (PyErr_Occurred()) return -1;
+    if (s->start < 0 || s->stop > s->view.len || s->start > s->stop || s->count < 0) {
+        PyErr_SetString(PyExc_ValueError, "bad range or count");
+        return -1;
+    }
+    return 0;
+}
+
+/* decode_columns(batches, with_headers) -> (n, offsets int64[n], timestamps_us int64[n], key, value, headers)
+ *
+ * The records of every batch in ``batches`` (see get_spec), in order, as one set of columns:
+ * key, value: (offsets int32[n+1], data, validity bitmap or None, null count);
  * headers (None unless with_headers): (list offsets int32[n+1], list validity or None, list
- * null count, header count, header keys as key/value above, header values as key/value above).
- * A record without headers has a null list, as the pure-Python decoder gives. */
+ * null count, header count, header keys as key/value above, header values likewise).  A record
+ * without headers has a null list, as the pure-Python decoder gives.  Without headers one pass
+ * fills buffers sized by the batches' bytes (a bound on the keys and values they hold); with
+ * them a first pass sizes everything exactly. */
 static PyObject *decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    args_t a;
-    if (get_args(args, nargs, &a) < 0) return NULL;
-    int with_headers = PyObject_IsTrue(args[7]);
-    Py_ssize_t n = a.count;
-    Py_ssize_t key_bytes = 0, value_bytes = 0, key_nulls = 0, value_nulls = 0;
-    Py_ssize_t headers = 0, hkey_bytes = 0, hval_bytes = 0, hval_nulls = 0, no_headers = 0;
-    PyObject *offsets = NULL, *stamps = NULL, *result = NULL;
+    if (nargs != 2 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "decode_columns(batches: list, with_headers: bool)");
+        return NULL;
+    }
+    int with_headers = PyObject_IsTrue(args[1]);
+    Py_ssize_t m = PyList_GET_SIZE(args[0]);
+    spec_t *specs = PyMem_Calloc(m ? m : 1, sizeof(spec_t));
+    if (specs == NULL) return PyErr_NoMemory();
+    PyObject *offsets = NULL, *stamps = NULL, *result = NULL, *list_offsets = NULL, *list_validity = NULL;
     binary_col key, value, hkey, hval;
     memset(&key, 0, sizeof key);
     memset(&value, 0, sizeof value);
     memset(&hkey, 0, sizeof hkey);
     memset(&hval, 0, sizeof hval);
-    PyObject *list_offsets = NULL, *list_validity = NULL;
-
-    /* pass 1: check everything and size the columns */
-    reader r = {(const uint8_t *)a.view.buf, a.stop, a.start};
-    for (Py_ssize_t i = 0; i < n; i++) {
-        record rec;
-        if (parse_record(&r, &rec, with_headers) < 0) {
-            corrupt("corrupt record");
-            goto fail;
+    Py_ssize_t n = 0, cap = 0;
+    for (Py_ssize_t b = 0; b < m; b++) {
+        if (get_spec(PyList_GET_ITEM(args[0], b), &specs[b]) < 0) goto done;
+        n += specs[b].count;
+        cap += specs[b].stop - specs[b].start;
+    }
+    Py_ssize_t key_bytes = cap, value_bytes = cap, key_nulls = 1, value_nulls = 1;
+    Py_ssize_t headers = 0, hkey_bytes = 0, hval_bytes = 0, hval_nulls = 0, no_headers = 0;
+    if (with_headers) { /* pass 1: check everything and size the columns exactly */
+        key_bytes = value_bytes = key_nulls = value_nulls = 0;
+        for (Py_ssize_t b = 0; b < m; b++) {
+            reader r = {(const uint8_t *)specs[b].view.buf, specs[b].stop, specs[b].start};
+            for (Py_ssize_t i = 0; i < specs[b].count; i++) {
+                record rec;
+                if (parse_record(&r, &rec, 1) < 0) {
+                    corrupt("corrupt record");
+                    goto done;
+                }
+                if (rec.key_len >= 0) key_bytes += (Py_ssize_t)rec.key_len; else key_nulls++;
+                if (rec.value_len >= 0) value_bytes += (Py_ssize_t)rec.value_len; else value_nulls++;
+                headers += (Py_ssize_t)rec.header_count;
+                if (rec.header_count == 0) no_headers++;
+                hkey_bytes += rec.header_bytes[0];
+                hval_bytes += rec.header_bytes[1];
+                hval_nulls += (Py_ssize_t)rec.header_null_values;
+            }
+            if (r.pos != specs[b].stop) {
+                corrupt("bytes left after the last record");
+                goto done;
+            }
         }
-        if (rec.key_len >= 0) key_bytes += (Py_ssize_t)rec.key_len; else key_nulls++;
-        if (rec.value_len >= 0) value_bytes += (Py_ssize_t)rec.value_len; else value_nulls++;
-        headers += (Py_ssize_t)rec.header_count;
-        if (rec.header_count == 0) no_headers++;
-        hkey_bytes += rec.header_bytes[0];
-        hval_bytes += rec.header_bytes[1];
-        hval_nulls += (Py_ssize_t)rec.header_null_values;
+        if (headers > INT32_MAX) {
+            corrupt("too many headers");
+            goto done;
+        }
     }
-    if (r.pos != a.stop) {
-        corrupt("bytes left after the last record");
-        goto fail;
-    }
-    if (headers > INT32_MAX) {
-        corrupt("too many headers");
-        goto fail;
-    }
-
-    /* pass 2: fill them */
     offsets = PyBytes_FromStringAndSize(NULL, 8 * n);
     stamps = PyBytes_FromStringAndSize(NULL, 8 * n);
-    if (offsets == NULL || stamps == NULL) goto fail;
-    if (binary_new(&key, n, key_bytes, key_nulls) < 0 || binary_new(&value, n, value_bytes, value_nulls) < 0) goto fail;
+    if (offsets == NULL || stamps == NULL) goto done;
+    if (binary_new(&key, n, key_bytes, key_nulls) < 0 || binary_new(&value, n, value_bytes, value_nulls) < 0) goto done;
+    key.nulls = value.nulls = 0; /* counted while filling */
     int32_t *lo = NULL;
     uint8_t *lvalid = NULL;
     if (with_headers) {
         if (binary_new(&hkey, headers, hkey_bytes, 0) < 0 || binary_new(&hval, headers, hval_bytes, hval_nulls) < 0)
-            goto fail;
+            goto done;
+        hval.nulls = 0;
         list_offsets = PyBytes_FromStringAndSize(NULL, 4 * (n + 1));
-        if (list_offsets == NULL) goto fail;
+        if (list_offsets == NULL) goto done;
         lo = (int32_t *)PyBytes_AS_STRING(list_offsets);
         lo[0] = 0;
         if (no_headers) {
             list_validity = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
-            if (list_validity == NULL) goto fail;
+            if (list_validity == NULL) goto done;
             lvalid = (uint8_t *)PyBytes_AS_STRING(list_validity);
             memset(lvalid, 0, (n + 7) / 8);
         }
     }
+    /* pass 2 (the only one without headers): fill the columns */
     int64_t *off = (int64_t *)PyBytes_AS_STRING(offsets);
     int64_t *ts = (int64_t *)PyBytes_AS_STRING(stamps);
-    r.pos = a.start;
-    Py_ssize_t h_at = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        record rec;
-        parse_record(&r, &rec, 0); /* checked in pass 1 */
-        off[i] = (int64_t)((uint64_t)a.base_offset + (uint64_t)rec.offset_delta);
-        uint64_t ms = a.has_log_append_time ? (uint64_t)a.log_append_time
-                                            : (uint64_t)a.base_timestamp + (uint64_t)rec.timestamp_delta;
-        ts[i] = (int64_t)(ms * 1000u);
-        binary_put(&key, i, r.p + rec.key_at, rec.key_len);
-        binary_put(&value, i, r.p + rec.value_at, rec.value_len);
-        if (with_headers) {
-            reader hr = {r.p, r.pos, rec.headers_at};
-            for (int64_t h = 0; h < rec.header_count; h++, h_at++) {
-                int64_t kl, vl;
-                read_varint(&hr, &kl);
-                binary_put(&hkey, h_at, hr.p + hr.pos, kl);
-                hr.pos += (Py_ssize_t)kl;
-                read_varint(&hr, &vl);
-                binary_put(&hval, h_at, hr.p + hr.pos, vl);
-                if (vl > 0) hr.pos += (Py_ssize_t)vl;
+    Py_ssize_t i = 0, h_at = 0;
+    for (Py_ssize_t b = 0; b < m; b++) {
+        spec_t *sp = &specs[b];
+        reader r = {(const uint8_t *)sp->view.buf, sp->stop, sp->start};
+        for (Py_ssize_t j = 0; j < sp->count; j++, i++) {
+            record rec;
+            if (parse_record(&r, &rec, 0) < 0) { /* only possible without pass 1 */
+                corrupt("corrupt record");
+                goto done;
             }
-            lo[i + 1] = (int32_t)h_at;
-            if (lvalid && rec.header_count) lvalid[i >> 3] |= (uint8_t)(1u << (i & 7));
+            off[i] = (int64_t)((uint64_t)sp->base_offset + (uint64_t)rec.offset_delta);
+            uint64_t ms = sp->has_log_append_time ? (uint64_t)sp->log_append_time
+                                                  : (uint64_t)sp->base_timestamp + (uint64_t)rec.timestamp_delta;
+            ts[i] = (int64_t)(ms * 1000u);
+            binary_put(&key, i, r.p + rec.key_at, rec.key_len);
+            binary_put(&value, i, r.p + rec.value_at, rec.value_len);
+            if (rec.key_len < 0) key.nulls++;
+            if (rec.value_len < 0) value.nulls++;
+            if (with_headers) {
+                reader hr = {r.p, r.pos, rec.headers_at};
+                for (int64_t h = 0; h < rec.header_count; h++, h_at++) {
+                    int64_t kl = 0, vl = -1;
+                    read_varint(&hr, &kl);
+                    binary_put(&hkey, h_at, hr.p + hr.pos, kl);
+                    hr.pos += (Py_ssize_t)kl;
+                    read_varint(&hr, &vl);
+                    binary_put(&hval, h_at, hr.p + hr.pos, vl);
+                    if (vl >= 0) hr.pos += (Py_ssize_t)vl; else hval.nulls++;
+                }
+                lo[i + 1] = (int32_t)h_at;
+                if (lvalid && rec.header_count) lvalid[i >> 3] |= (uint8_t)(1u << (i & 7));
+            }
+        }
+        if (r.pos != sp->stop) {
+            corrupt("bytes left after the last record");
+            goto done;
         }
     }
-    PyObject *hdr;
+    PyObject *hdr = Py_None;
+    Py_INCREF(hdr);
     if (with_headers) {
         PyObject *kt = binary_tuple(&hkey), *vt = binary_tuple(&hval);
-        if (kt == NULL || vt == NULL) {
-            Py_XDECREF(kt);
-            Py_XDECREF(vt);
-            goto fail;
-        }
-        hdr = Py_BuildValue("(OOnnNN)", list_offsets, list_validity ? list_validity : Py_None, no_headers, headers, kt, vt);
-        if (hdr == NULL) goto fail;
-    } else {
-        hdr = Py_None;
-        Py_INCREF(hdr);
-    }
-    PyObject *kt = binary_tuple(&key), *vt = binary_tuple(&value);
-    if (kt == NULL || vt == NULL) {
+        Py_DECREF(hdr);
+        hdr = (kt && vt) ? Py_BuildValue("(OOnnOO)", list_offsets, list_validity ? list_validity : Py_None, no_headers,
+                                         headers, kt, vt)
+                         : NULL;
         Py_XDECREF(kt);
         Py_XDECREF(vt);
-        Py_DECREF(hdr);
-        goto fail;
+        if (hdr == NULL) goto done;
     }
-    result = Py_BuildValue("(nOONNN)", n, offsets, stamps, kt, vt, hdr);
-fail:
+    PyObject *t[2] = {NULL, NULL};
+    binary_col *cols[2] = {&key, &value};
+    for (int c = 0; c < 2; c++) {
+        binary_col *col = cols[c];
+        if (PyBytes_GET_SIZE(col->data) != col->at && _PyBytes_Resize(&col->data, col->at) < 0) break;
+        if (col->nulls == 0) Py_CLEAR(col->validity);
+        t[c] = binary_tuple(col);
+        if (t[c] == NULL) break;
+    }
+    if (t[0] && t[1]) result = Py_BuildValue("(nOOOOO)", n, offsets, stamps, t[0], t[1], hdr);
+    Py_XDECREF(t[0]);
+    Py_XDECREF(t[1]);
+    Py_DECREF(hdr);
+done:
     binary_free(&key);
     binary_free(&value);
     binary_free(&hkey);
@@ -404,7 +473,10 @@ fail:
     Py_XDECREF(stamps);
     Py_XDECREF(list_offsets);
     Py_XDECREF(list_validity);
-    PyBuffer_Release(&a.view);
+    for (Py_ssize_t b = 0; b < m; b++) {
+        if (specs[b].acquired) PyBuffer_Release(&specs[b].view);
+    }
+    PyMem_Free(specs);
     return result;
 }
 
@@ -412,7 +484,7 @@ static PyMethodDef methods[] = {
     {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL,
      "decode_records(buf, start, stop, count, base_offset, base_timestamp, log_append_time, record_type)"},
     {"decode_columns", (PyCFunction)(void (*)(void))decode_columns, METH_FASTCALL,
-     "decode_columns(buf, start, stop, count, base_offset, base_timestamp, log_append_time, with_headers)"},
+     "decode_columns(batches, with_headers): batches are (buf, start, stop, count, base_offset, base_timestamp, lat)"},
     {NULL, NULL, 0, NULL},
 };
 

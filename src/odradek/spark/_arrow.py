@@ -182,6 +182,7 @@ def _decode_fast(
     # whole response can be cut out of it at once
     whole: bytes | bytearray | None = None
     shift = 0  # position in ``data`` of ``whole[0]``
+    pending: list[tuple[tuple[Any, int, int, int, int, int, int | None], int]] = []  # batches for the compiled decoder
     for h in iter_batch_headers(data):
         end = h.position + h.size
         last = h.last_offset
@@ -218,9 +219,9 @@ def _decode_fast(
                 if whole is None:
                     whole, shift = _whole(data, view, h.position)
                 buf, start, stop = whole, h.position + _HEADER_SIZE - shift, end - shift
-            if _compiled is None or not builder.add_compiled(
-                buf, start, stop, count, h.base_offset, h.base_timestamp, lat, tt
-            ):
+            if _compiled is not None:  # decoded together after the loop
+                pending.append(((buf, start, stop, count, h.base_offset, h.base_timestamp, lat), tt))
+            else:
                 segments = decode_record_columns(
                     buf, count, h.base_offset, h.base_timestamp, lat, start=start, stop=stop
                 )
@@ -230,6 +231,10 @@ def _decode_fast(
         next_offset = last + 1
         if next_offset >= until:
             break
+    if pending and not builder.add_compiled(pending):
+        for (buf, start, stop, count, base_offset, base_timestamp, lat), tt in pending:
+            segments = decode_record_columns(buf, count, base_offset, base_timestamp, lat, start=start, stop=stop)
+            builder.add_all(segments, tt)
     complete = useful or end >= n or n == 0
     if not builder.count:
         return Decoded(None, next_offset, complete)
@@ -303,24 +308,15 @@ class _Builder:
         else:
             self.types.append((ts_type, k))
 
-    def add_compiled(
-        self,
-        buf: Any,
-        start: int,
-        stop: int,
-        count: int,
-        base_offset: int,
-        base_timestamp: int,
-        log_append_time: int | None,
-        ts_type: int,
-    ) -> bool:
-        """Add one batch's records decoded by the compiled decoder, straight into Arrow buffers;
-        False (nothing added) when it finds something wrong: the pure-Python decoder then says
-        what."""
+    def add_compiled(self, batches: list[tuple[tuple[Any, int, int, int, int, int, int | None], int]]) -> bool:
+        """Add the records of ``batches`` (``(buf, start, stop, count, base_offset,
+        base_timestamp, log_append_time)`` and the timestamp type of each), decoded together by
+        the compiled decoder straight into one set of Arrow buffers; False (nothing added) when
+        it finds something wrong: the pure-Python decoder then says what."""
         assert _compiled is not None
         try:
             n, offsets, stamps, key, value, headers = _compiled.decode_columns(
-                buf, start, stop, count, base_offset, base_timestamp, log_append_time, self.include_headers
+                [spec for spec, _ in batches], self.include_headers
             )
             if headers is not None:
                 header_array = _compiled_headers(n, headers)
@@ -334,10 +330,12 @@ class _Builder:
             self.headers.append(header_array)
         self.offsets.append(pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]))
         self.timestamps.append(pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(stamps)]))
-        if self.types and self.types[-1][0] == ts_type:
-            self.types[-1] = (ts_type, self.types[-1][1] + n)
-        else:
-            self.types.append((ts_type, n))
+        for (spec, ts_type) in batches:
+            k = spec[3]
+            if self.types and self.types[-1][0] == ts_type:
+                self.types[-1] = (ts_type, self.types[-1][1] + k)
+            else:
+                self.types.append((ts_type, k))
         return True
 
     def build(self, topic: str, partition: int) -> pa.RecordBatch:
