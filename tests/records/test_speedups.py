@@ -134,3 +134,26 @@ def test_invalid_utf8_header_keys_fall_back_to_the_precise_error() -> None:
         v2.decode_records(bytes(data[HEADER:]), 1, 1000, 1_700_000_000_000)
     with pytest.raises(CorruptRecordError, match="UTF-8"):
         _arrow.decode_partition_data(bytes(data), "t", 0, 0, 1 << 40, include_headers=True, verify_crc=False)
+
+
+@needs_compiled
+@settings(max_examples=100, deadline=None)
+@given(records, st.sampled_from([0, 1, 2, 3, 4]))
+def test_consumer_records_are_built_alike(recs: list, codec: int) -> None:
+    from odradek.client.consumer_simple import ConsumerRecord
+    from odradek.records import read_batches
+
+    b = BatchBuilder(base_offset=7, compression=codec)
+    for tsd, k, v, hs in recs:
+        b.append(1_700_000_000_000 + tsd, k, v, hs)
+    data = b.build()
+    (batch,) = read_batches(data)
+    got = batch.compiled_records(ConsumerRecord, "t", 2, 0)
+    assert got is not None and all(type(r) is ConsumerRecord for r in got)
+    saved, v2._compiled = v2._compiled, None
+    try:
+        (pure,) = read_batches(data)
+        want = [ConsumerRecord("t", 2, r.offset, r.timestamp, 0, r.key, r.value, r.headers) for r in pure.records]
+    finally:
+        v2._compiled = saved
+    assert got == want

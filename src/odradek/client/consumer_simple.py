@@ -506,7 +506,8 @@ class AsyncSimpleConsumer:
                         continue
                 tt = TimestampType((attrs >> 3) & 1) if h.magic > 0 else TimestampType.NO_TIMESTAMP_TYPE
                 first = len(out)
-                for cols in batch.record_columns():
+                compiled = None if kd is not None or vd is not None else batch.compiled_records(cr, topic, partition, tt)
+                for cols in () if compiled is not None else batch.record_columns():
                     n = cols.num_records
                     keys, values = cols.keys, cols.values
                     if kd is not None:
@@ -528,6 +529,8 @@ class AsyncSimpleConsumer:
                             cols.headers,
                         ),
                     )
+                if compiled is not None:
+                    out += compiled
                 if (h.magic < 2 or h.base_offset < offset) and len(out) > first and out[first][2] < offset:
                     out[first:] = [r for r in out[first:] if r[2] >= offset]
                 next_offset = last + 1

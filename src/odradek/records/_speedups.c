@@ -128,8 +128,8 @@ typedef struct {
 } args_t;
 
 static int get_args(PyObject *const *args, Py_ssize_t nargs, args_t *a) {
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "expected 8 arguments");
+    if (nargs != 8 && nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "expected 8 or 11 arguments");
         return -1;
     }
     if (PyObject_GetBuffer(args[0], &a->view, PyBUF_SIMPLE) < 0) return -1;
@@ -156,7 +156,11 @@ static PyObject *bytes_or_none(const uint8_t *p, int64_t len) {
     return PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)len);
 }
 
-/* decode_records(...): a list of record_type(offset, timestamp, key, value, headers). */
+/* decode_records(buf, start, stop, count, base_offset, base_timestamp, log_append_time, record_type
+ *                [, topic, partition, timestamp_type]):
+ * a list of record_type(offset, timestamp, key, value, headers), or with the last three
+ * arguments of record_type(topic, partition, offset, timestamp, timestamp_type, key, value,
+ * headers) (the clients' ConsumerRecord). */
 static PyObject *decode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     args_t a;
     if (get_args(args, nargs, &a) < 0) return NULL;
@@ -166,6 +170,7 @@ static PyObject *decode_records(PyObject *self, PyObject *const *args, Py_ssize_
         PyErr_SetString(PyExc_TypeError, "record_type must be a tuple subclass");
         return NULL;
     }
+    int consumer = nargs == 11;
     PyObject *out = PyList_New(a.count);
     if (out == NULL) goto fail;
     reader r = {(const uint8_t *)a.view.buf, a.stop, a.start};
@@ -204,19 +209,33 @@ static PyObject *decode_records(PyObject *self, PyObject *const *args, Py_ssize_
         long long ts = a.has_log_append_time ? a.log_append_time
                                              : (long long)((uint64_t)a.base_timestamp + (uint64_t)rec.timestamp_delta);
         PyTypeObject *rt = (PyTypeObject *)record_type;
-        PyObject *item = rt->tp_alloc(rt, 5); /* a record_type tuple of 5, as tuple.__new__ makes */
+        /* a record_type tuple, as tuple.__new__ makes it */
+        PyObject *item = rt->tp_alloc(rt, consumer ? 8 : 5);
         if (item == NULL) {
             Py_DECREF(headers);
             goto fail;
         }
-        PyTuple_SET_ITEM(item, 0, PyLong_FromLongLong(a.base_offset + rec.offset_delta));
-        PyTuple_SET_ITEM(item, 1, PyLong_FromLongLong(ts));
-        PyTuple_SET_ITEM(item, 2, bytes_or_none(r.p + rec.key_at, rec.key_len));
-        PyTuple_SET_ITEM(item, 3, bytes_or_none(r.p + rec.value_at, rec.value_len));
-        PyTuple_SET_ITEM(item, 4, headers);
         PyList_SET_ITEM(out, i, item); /* owned by the list from here: freed with it on failure */
-        for (int f = 0; f < 4; f++) {
-            if (PyTuple_GET_ITEM(item, f) == NULL) goto fail;
+        int f = 0;
+        if (consumer) {
+            Py_INCREF(args[8]);
+            Py_INCREF(args[9]);
+            PyTuple_SET_ITEM(item, 0, args[8]);
+            PyTuple_SET_ITEM(item, 1, args[9]);
+            f = 2;
+        }
+        PyTuple_SET_ITEM(item, f, PyLong_FromLongLong(a.base_offset + rec.offset_delta));
+        PyTuple_SET_ITEM(item, f + 1, PyLong_FromLongLong(ts));
+        if (consumer) {
+            Py_INCREF(args[10]);
+            PyTuple_SET_ITEM(item, 4, args[10]);
+            f = 3;
+        }
+        PyTuple_SET_ITEM(item, f + 2, bytes_or_none(r.p + rec.key_at, rec.key_len));
+        PyTuple_SET_ITEM(item, f + 3, bytes_or_none(r.p + rec.value_at, rec.value_len));
+        PyTuple_SET_ITEM(item, f + 4, headers);
+        for (int g = 0; g < f + 4; g++) {
+            if (PyTuple_GET_ITEM(item, g) == NULL) goto fail;
         }
     }
     if (r.pos != a.stop) {

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
-from . import legacy, v2
+from . import legacy, speedups, v2
 from ._types import Record, TimestampType
 from .batch import BatchHeader, iter_batch_headers, validate
 from .compression import DEFAULT_MAX_DECOMPRESSED_SIZE, Compression, decompress
+from .errors import RecordsError
 
 __all__ = ["Batch", "read_batches"]
 
@@ -164,6 +166,30 @@ class Batch:
             return []
         offsets, timestamps, keys, values, headers = zip(*records)
         return [v2.RecordColumns(len(records), offsets, timestamps, keys, values, headers)]
+
+    def compiled_records(self, record_type: type, topic: str, partition: int, timestamp_type: int) -> list[Any] | None:
+        """The records as ``record_type(topic, partition, offset, timestamp, timestamp_type, key,
+        value, headers)`` tuples, made by the compiled decoder (:mod:`odradek.records.speedups`)
+        in one pass; None when it is not there, for magic 0/1 data, or when it finds anything
+        wrong (then :meth:`record_columns` decodes and raises the precise error)."""
+        compiled = speedups.compiled
+        h = self.header
+        if compiled is None or h.magic < 2 or self._records is not None:
+            return None
+        start, stop = h.position + v2.HEADER_SIZE, h.position + h.size
+        buf: Any = self._data
+        try:
+            if h.compression:
+                buf = decompress(h.compression, buf[start:stop], magic=2, max_size=self._max_decompressed_size)
+                start, stop = 0, len(buf)
+            lat = h.max_timestamp if h.attributes & v2.ATTR_TIMESTAMP_TYPE else None
+            records: list[Any] = compiled.decode_records(
+                buf, start, stop, h.record_count, h.base_offset, h.base_timestamp, lat,
+                record_type, topic, partition, timestamp_type,
+            )
+        except (ValueError, RecordsError):
+            return None
+        return records
 
     def _v2_args(self) -> tuple[bytes, int, int, int, int | None]:
         h = self.header
