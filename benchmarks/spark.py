@@ -436,7 +436,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=2_000_000)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--stream-repeats", type=int, default=2)
+    parser.add_argument("--stream-repeats", type=int, default=3)
     parser.add_argument("--latency-seconds", type=float, default=20.0)
     parser.add_argument("--decode-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -157,3 +157,18 @@ def test_consumer_records_are_built_alike(recs: list, codec: int) -> None:
     finally:
         v2._compiled = saved
     assert got == want
+
+
+@needs_compiled
+@settings(max_examples=200, deadline=None)
+@given(st.integers(-(2**40), 2**40), st.integers(1, 2**31 - 1), keys, keys)
+def test_record_bodies_are_encoded_alike(tsd: int, od: int, key: bytes | None, value: bytes | None) -> None:
+    compiled = speedups.compiled.encode_record_body(tsd, od, key, value)  # type: ignore[union-attr]
+    saved, v2._encode_body = v2._encode_body, None
+    try:
+        b = BatchBuilder()
+        b.append(1_700_000_000_000, None, None)  # the first record sets the base timestamp
+        b.append(1_700_000_000_000 + tsd, key, value, offset_delta=od)
+    finally:
+        v2._encode_body = saved
+    assert compiled == b._bodies[-1]

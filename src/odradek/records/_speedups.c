@@ -499,11 +499,88 @@ done:
     return result;
 }
 
+static inline Py_ssize_t put_varlong(uint8_t *out, int64_t v) {
+    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    Py_ssize_t n = 0;
+    while (z >= 0x80) {
+        out[n++] = (uint8_t)(z | 0x80);
+        z >>= 7;
+    }
+    out[n++] = (uint8_t)z;
+    return n;
+}
+
+/* encode_record_body(timestamp_delta, offset_delta, key, value) -> bytes: a record without
+ * headers and without its length prefix, as BatchBuilder stores it (attributes 0). */
+static PyObject *encode_record_body(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "encode_record_body(timestamp_delta, offset_delta, key, value)");
+        return NULL;
+    }
+    long long tsd = PyLong_AsLongLong(args[0]);
+    long long od = PyLong_AsLongLong(args[1]);
+    if (PyErr_Occurred()) return NULL;
+    if (od < 0 || od > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "offset delta out of range");
+        return NULL;
+    }
+    const char *kp = NULL, *vp = NULL;
+    Py_ssize_t kl = -1, vl = -1;
+    if (args[2] != Py_None) {
+        if (!PyBytes_Check(args[2])) {
+            PyErr_SetString(PyExc_TypeError, "key must be bytes or None");
+            return NULL;
+        }
+        kp = PyBytes_AS_STRING(args[2]);
+        kl = PyBytes_GET_SIZE(args[2]);
+    }
+    if (args[3] != Py_None) {
+        if (!PyBytes_Check(args[3])) {
+            PyErr_SetString(PyExc_TypeError, "value must be bytes or None");
+            return NULL;
+        }
+        vp = PyBytes_AS_STRING(args[3]);
+        vl = PyBytes_GET_SIZE(args[3]);
+    }
+    if (kl > INT32_MAX || vl > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "key or value larger than 2 GiB");
+        return NULL;
+    }
+    uint8_t head[32];
+    Py_ssize_t n = 0;
+    head[n++] = 0; /* attributes */
+    n += put_varlong(head + n, tsd);
+    n += put_varlong(head + n, od);
+    n += put_varlong(head + n, kl);
+    uint8_t mid[8];
+    Py_ssize_t m = put_varlong(mid, vl);
+    Py_ssize_t total = n + (kl > 0 ? kl : 0) + m + (vl > 0 ? vl : 0) + 1;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL) return NULL;
+    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
+    memcpy(o, head, (size_t)n);
+    o += n;
+    if (kl > 0) {
+        memcpy(o, kp, (size_t)kl);
+        o += kl;
+    }
+    memcpy(o, mid, (size_t)m);
+    o += m;
+    if (vl > 0) {
+        memcpy(o, vp, (size_t)vl);
+        o += vl;
+    }
+    *o = 0; /* no headers */
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL,
      "decode_records(buf, start, stop, count, base_offset, base_timestamp, log_append_time, record_type)"},
     {"decode_columns", (PyCFunction)(void (*)(void))decode_columns, METH_FASTCALL,
      "decode_columns(batches, with_headers): batches are (buf, start, stop, count, base_offset, base_timestamp, lat)"},
+    {"encode_record_body", (PyCFunction)(void (*)(void))encode_record_body, METH_FASTCALL,
+     "encode_record_body(timestamp_delta, offset_delta, key, value) -> a record body without headers"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -111,6 +111,7 @@ ATTR_DELETE_HORIZON = 0x40
 
 _tuple_new = tuple.__new__
 _compiled = speedups.compiled
+_encode_body = None if _compiled is None else _compiled.encode_record_body
 Buffer = bytes | bytearray | memoryview
 _join = b"".join
 _ENC_NONNEG = ENCODED_NONNEG
@@ -841,6 +842,15 @@ class BatchBuilder:
             raise ValueError("offset deltas must increase")
         else:
             od = offset_delta
+        if (
+            _encode_body is not None
+            and not headers
+            and (key is None or type(key) is bytes)
+            and (value is None or type(value) is bytes)
+        ):
+            self._bodies.append(_encode_body(tsd, od, key, value))
+            self._next_delta = od + 1
+            return od
         odv = _ENC_NONNEG[od] if od < 8192 else encode_varint(od)
         tsv = _ENC_SIGNED[tsd + 8192] if -8192 <= tsd < 8192 else encode_varlong(tsd)
         if key is None:
