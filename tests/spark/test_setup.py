@@ -10,6 +10,7 @@ both interpreters and the setting to change, not a bare ``ModuleNotFoundError``.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -98,11 +99,20 @@ def _clean_env(extra_path: str | None = None) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A new virtual environment with only ``pip install -e '.[spark]'`` (from pip's cache)."""
-    venv = tmp_path_factory.mktemp("fresh") / "venv"
+    root = tmp_path_factory.mktemp("fresh")
+    # a checkout of its own: an editable install builds the C extension in place, which must not
+    # rewrite the one this test process has loaded
+    checkout = root / "odradek"
+    shutil.copytree(
+        REPO,
+        checkout,
+        ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.so", "build", "*.egg-info", ".*_cache"),
+    )
+    venv = root / "venv"
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", str(venv)], check=True, timeout=120)
     subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-e", f"{REPO}[spark]"],
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-e", f"{checkout}[spark]"],
         check=True,
         timeout=900,
         env=_clean_env(),
@@ -160,7 +170,7 @@ def test_a_worker_interpreter_without_odradek_gets_a_clear_error(broker: BrokerP
 
 
 def _readme_spark_blocks() -> list[str]:
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "README.md").read_text()  # the checkout's README is a copy of it
     section = text.split("\n## Spark\n", 1)[1].split("\n## ", 1)[0]
     blocks = [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]
     assert len(blocks) == 2, "the README's Spark section has a batch and a streaming example"

@@ -171,6 +171,8 @@ static PyObject *decode_records(PyObject *self, PyObject *const *args, Py_ssize_
         return NULL;
     }
     int consumer = nargs == 11;
+    PyObject *last_ts = NULL;
+    long long last_ts_value = 0;
     PyObject *out = PyList_New(a.count);
     if (out == NULL) goto fail;
     reader r = {(const uint8_t *)a.view.buf, a.stop, a.start};
@@ -225,7 +227,17 @@ static PyObject *decode_records(PyObject *self, PyObject *const *args, Py_ssize_
             f = 2;
         }
         PyTuple_SET_ITEM(item, f, PyLong_FromLongLong(a.base_offset + rec.offset_delta));
-        PyTuple_SET_ITEM(item, f + 1, PyLong_FromLongLong(ts));
+        if (last_ts == NULL || ts != last_ts_value) { /* records of a batch often share a timestamp */
+            Py_XDECREF(last_ts);
+            last_ts = PyLong_FromLongLong(ts);
+            last_ts_value = ts;
+            if (last_ts == NULL) {
+                Py_DECREF(headers);
+                goto fail;
+            }
+        }
+        Py_INCREF(last_ts);
+        PyTuple_SET_ITEM(item, f + 1, last_ts);
         if (consumer) {
             Py_INCREF(args[10]);
             PyTuple_SET_ITEM(item, 4, args[10]);
@@ -242,9 +254,11 @@ static PyObject *decode_records(PyObject *self, PyObject *const *args, Py_ssize_
         corrupt("bytes left after the last record");
         goto fail;
     }
+    Py_XDECREF(last_ts);
     PyBuffer_Release(&a.view);
     return out;
 fail:
+    Py_XDECREF(last_ts);
     Py_XDECREF(out);
     PyBuffer_Release(&a.view);
     return NULL;
