@@ -426,3 +426,51 @@ def test_records_removed_by_retention_fail_or_are_skipped(
     q, seen = run("false")  # the same planned batch, now skipping what is gone
     assert q.exception() is None
     assert sorted(o for _, _, o in seen) == list(range(70, 100))
+
+
+def test_min_offsets_per_trigger_waits_for_enough_records_or_max_trigger_delay(
+    spark: Any, broker: BrokerProcess, topic: str, tmp_path: Path
+) -> None:
+    """Spark's minOffsetsPerTrigger: the first batch runs at once; afterwards no batch starts
+    while fewer than 100 new offsets are there, until maxTriggerDelay (3 s) has passed since
+    the last batch; 100 or more start one at the next trigger (every 100 ms)."""
+    create_topic(broker.bootstrap, topic, 2)
+    produce(broker.bootstrap, topic, _records(10, 2))
+    checkpoint = tmp_path / "checkpoint"
+    batches: dict[int, int] = {}  # batch id -> rows
+
+    def record(df: Any, batch_id: int) -> None:
+        batches[batch_id] = df.count()
+
+    q = (
+        _stream(spark, broker, subscribe=topic, startingOffsets="earliest", minOffsetsPerTrigger="100", maxTriggerDelay="3s")
+        .writeStream.foreachBatch(record)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
+    try:
+        wait_for(lambda: batches, 60, "the first batch")
+        produce(broker.bootstrap, topic, _records(30, 2, start=10))
+        wait_for(lambda: sum(batches.values()) >= 40, 60, "the delayed batch")
+        produce(broker.bootstrap, topic, _records(150, 2, start=40))
+        wait_for(lambda: sum(batches.values()) >= 190, 60, "the 150 records")
+    finally:
+        q.stop()
+    assert q.exception() is None
+    assert sum(batches.values()) == 190
+    assert batches[0] == 10  # the first batch is not delayed
+    # when each batch was triggered (Spark's own record of it, in the offset log)
+    started = {b: json.loads((checkpoint / "offsets" / str(b)).read_text().splitlines()[1])["batchTimestampMs"] for b in batches}
+    ids = sorted(b for b in batches if batches[b])
+    small = [b for b in ids[1:] if batches[b] < 100]
+    assert small, batches  # the 30 records waited for maxTriggerDelay
+    for b in small:  # ~3 s after the batch before it (give or take the time to plan a batch)
+        before = max(i for i in ids if i < b)
+        assert started[b] - started[before] >= 2500, (b, started)
+    assert any(batches[b] >= 100 for b in ids[1:])  # enough records: no waiting
+
+
+def test_min_offsets_above_max_offsets_is_refused(spark: Any, broker: BrokerProcess, topic: str) -> None:
+    with pytest.raises(Exception, match=r"minOffsetPerTrigger\(50\) is higher than the maxOffsetsPerTrigger\(10\)"):
+        _stream(spark, broker, subscribe=topic, minOffsetsPerTrigger="50", maxOffsetsPerTrigger="10")

@@ -31,6 +31,7 @@ Reader options: ``kafka.bootstrap.servers`` (or ``bootstrap.servers``), exactly 
 (``earliest``, ``latest`` or ``{"topic": {"0": 23, "1": -2}}``; -2 earliest, -1 latest),
 ``startingTimestamp``, ``startingOffsetsByTimestamp``, ``startingOffsetsByTimestampStrategy``,
 ``endingTimestamp``, ``endingOffsetsByTimestamp``, ``maxOffsetsPerTrigger``,
+``minOffsetsPerTrigger`` with ``maxTriggerDelay`` (default 15m),
 ``minPartitions``, ``maxRecordsPerPartition``, ``failOnDataLoss`` (default true),
 ``includeHeaders`` (adds ``headers array<struct<key: string, value: binary>>``),
 ``kafkaConsumer.pollTimeoutMs`` and ``kafka.*`` client settings (``kafka.isolation.level``,

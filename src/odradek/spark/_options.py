@@ -70,6 +70,8 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     include_headers: bool = False
     max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None  # with max_trigger_delay_ms: Spark's delayed batches
+    max_trigger_delay_ms: int = 15 * 60 * 1000
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     poll_timeout_ms: int = 120000
@@ -169,6 +171,20 @@ def _positive(opts: Mapping[str, str], key: str, name: str) -> int | None:
     if value <= 0:
         raise ValueError(f"{name} must be positive")
     return value
+
+
+_DURATION = re.compile(r"(?i)\s*(\d+)\s*(ms|s|m|min|h|d|us)?\s*")
+_DURATION_MS = {"us": 0.001, "ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _duration_ms(text: str, name: str) -> int:
+    """Spark's time strings (``15m``, ``30s``, ``500ms``; a bare number is milliseconds, as
+    Spark's ``timeStringAsMs`` reads it) in milliseconds."""
+    m = _DURATION.fullmatch(str(text))
+    if m is None:
+        raise ValueError(f"Option '{name}' must be a duration such as '15m', '30s' or '500ms', not {text!r}")
+    unit = m.group(2).lower() if m.group(2) else None
+    return int(int(m.group(1)) * _DURATION_MS[unit])
 
 
 def parse_offsets_json(text: str) -> dict[TopicPartition, int]:
@@ -289,15 +305,16 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool | None) 
             raise ValueError(f"Kafka option '{name}' is not supported")
     if "kafka.bootstrap.servers" not in opts and "bootstrap.servers" not in opts:
         raise ValueError("Option 'kafka.bootstrap.servers' must be specified for configuring Kafka consumer")
-    if "minoffsetspertrigger" in opts or "maxtriggerdelay" in opts:
+    max_offsets = _positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger")
+    min_offsets = _positive(opts, "minoffsetspertrigger", "minOffsetsPerTrigger")
+    max_trigger_delay_ms = _duration_ms(opts.get("maxtriggerdelay", "15m"), "maxTriggerDelay")
+    if min_offsets is not None and max_offsets is not None and min_offsets > max_offsets:
         raise ValueError(
-            "Options 'minOffsetsPerTrigger' and 'maxTriggerDelay' are not supported by the odradek source "
-            "(Python data sources have no composite read limits); use 'maxOffsetsPerTrigger'"
+            f"The value of minOffsetPerTrigger({min_offsets}) is higher than the maxOffsetsPerTrigger({max_offsets})"
         )
 
     min_partitions = _positive(opts, "minpartitions", "minPartitions")
     max_records = _positive(opts, "maxrecordsperpartition", "maxRecordsPerPartition")
-    max_offsets = _positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger")
     strategy_on_no_match = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
     if strategy_on_no_match not in ("error", "latest"):
         raise ValueError(
@@ -389,6 +406,8 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool | None) 
         fail_on_data_loss=_bool(opts.get("failondataloss", "true"), "failOnDataLoss"),
         include_headers=_bool(opts.get("includeheaders", "false"), "includeHeaders"),
         max_offsets_per_trigger=max_offsets if streaming is not False else None,
+        min_offsets_per_trigger=min_offsets if streaming is not False else None,
+        max_trigger_delay_ms=max_trigger_delay_ms,
         min_partitions=min_partitions,
         max_records_per_partition=max_records,
         poll_timeout_ms=poll_timeout_ms,

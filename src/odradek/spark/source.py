@@ -7,6 +7,7 @@ This module imports pyspark; :mod:`odradek.spark` imports it only when asked
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -196,6 +197,7 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[tuple[str, int], int] | None = None  # Trigger.AvailableNow
         self._latest: dict[tuple[str, int], int] | None = None  # for progress reports
         self._initial: dict | None = None
+        self._last_trigger_ms = 0.0  # for minOffsetsPerTrigger / maxTriggerDelay
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -224,18 +226,37 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:
             latest = self._offsets.latest(self._offsets.topic_partitions())
         self._latest = latest
-        if isinstance(limit, ReadMaxRows):
+        minimum = self.options.min_offsets_per_trigger if self._target is None else None
+        if isinstance(limit, ReadMaxRows) or minimum is not None:
             resolved = {}
             earliest_needed = [tp for tp in latest if begin.get(tp) == EARLIEST]
             earliest = self._offsets.earliest(earliest_needed) if earliest_needed else {}
             for tp, end in latest.items():
                 b = begin.get(tp, 0)
                 resolved[tp] = end if b == LATEST else earliest[tp] if b == EARLIEST else b
-            end_offsets = rate_limit(limit.max_rows, resolved, latest)
+            if minimum is not None and self._delay_batch(minimum, resolved, latest):
+                return start
+            end_offsets = rate_limit(limit.max_rows, resolved, latest) if isinstance(limit, ReadMaxRows) else latest
         else:
             end_offsets = latest
         out = to_json_offsets(end_offsets)
-        return start if out == start else out  # the same JSON text when nothing is new
+        if out == start:
+            return start  # the same JSON text when nothing is new
+        self._last_trigger_ms = time.time() * 1000
+        return out
+
+    def _delay_batch(self, minimum: int, start: dict[tuple[str, int], int], latest: dict[tuple[str, int], int]) -> bool:
+        """Spark's ``minOffsetsPerTrigger``: no batch while fewer new offsets than that are
+        there, unless ``maxTriggerDelay`` has passed since the last batch (the first batch of a
+        run is never delayed)."""
+        available = sum(max(end - start.get(tp, end), 0) for tp, end in latest.items())
+        if available >= minimum:
+            return False
+        waited = time.time() * 1000 - self._last_trigger_ms
+        if waited >= self.options.max_trigger_delay_ms:
+            return False
+        log.debug("delaying the batch: %d new offsets < minOffsetsPerTrigger %d, %d ms since the last", available, minimum, waited)
+        return True
 
     def reportLatestOffset(self) -> dict | None:
         return to_json_offsets(self._latest) if self._latest is not None else None
