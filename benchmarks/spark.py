@@ -145,36 +145,51 @@ def timed(fn: Any) -> tuple[float, Any, dict[str, float]]:
     return elapsed, result, {k: round(c1[k] - c0[k], 2) for k in c0}
 
 
+def ready_batches() -> Any:
+    """A function yielding ``rows`` rows of the source's seven columns as ready-made Arrow batches
+    of 35,000 (100-byte values): what the ceilings' readers hand Spark.  A closure, so that
+    Spark's workers get it by value whatever way this file was started."""
+
+    def ready(rows: int) -> Any:
+        import pyarrow as pa
+
+        from odradek.spark._arrow import arrow_schema
+
+        n = 35_000
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.nulls(n, pa.binary()),
+                pa.array([b"v" * VALUE_SIZE] * n, pa.binary()),
+                pa.repeat(pa.scalar(TOPIC), n),
+                pa.repeat(pa.scalar(0, pa.int32()), n),
+                pa.array(range(n), pa.int64()),
+                pa.array(range(n), pa.int64()).view(pa.timestamp("us", tz="UTC")),
+                pa.repeat(pa.scalar(0, pa.int32()), n),
+            ],
+            schema=arrow_schema(False),
+        )
+        left = rows
+        while left > 0:
+            yield batch if left >= n else batch.slice(0, left)
+            left -= n
+
+    return ready
+
+
 def register_ceiling(spark: Any, records: int) -> Any:
     """A Python data source yielding ready-made Arrow batches of the source's columns."""
-    import pyarrow as pa
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-    from odradek.spark._arrow import arrow_schema
     from odradek.spark.source import source_schema
+
+    ready = ready_batches()
 
     class CeilingReader(DataSourceReader):
         def partitions(self) -> list[InputPartition]:
             return [InputPartition(records // PARTITIONS) for _ in range(PARTITIONS)]
 
         def read(self, partition: InputPartition) -> Any:
-            n = 35_000
-            batch = pa.RecordBatch.from_arrays(
-                [
-                    pa.nulls(n, pa.binary()),
-                    pa.array([b"v" * VALUE_SIZE] * n, pa.binary()),
-                    pa.repeat(pa.scalar(TOPIC), n),
-                    pa.repeat(pa.scalar(0, pa.int32()), n),
-                    pa.array(range(n), pa.int64()),
-                    pa.array(range(n), pa.int64()).view(pa.timestamp("us", tz="UTC")),
-                    pa.repeat(pa.scalar(0, pa.int32()), n),
-                ],
-                schema=arrow_schema(False),
-            )
-            left = partition.value
-            while left > 0:
-                yield batch if left >= n else batch.slice(0, left)
-                left -= n
+            return ready(partition.value)
 
     class Ceiling(DataSource):
         @classmethod
@@ -194,7 +209,6 @@ def register_ceiling(spark: Any, records: int) -> Any:
 def register_stream_ceiling(spark: Any, records: int) -> None:
     """A Python streaming data source with the same trigger sizes and columns as the odradek
     stream, yielding ready-made Arrow batches: the Python-streaming-source ceiling."""
-    import pyarrow as pa
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
     from pyspark.sql.streaming.datasource import (
         ReadAllAvailable,
@@ -203,10 +217,10 @@ def register_stream_ceiling(spark: Any, records: int) -> None:
         SupportsTriggerAvailableNow,
     )
 
-    from odradek.spark._arrow import arrow_schema
     from odradek.spark.source import source_schema
 
     per_partition = records // PARTITIONS
+    ready = ready_batches()
 
     class CeilingStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         def __init__(self, limit: int) -> None:
@@ -229,24 +243,8 @@ def register_stream_ceiling(spark: Any, records: int) -> None:
             return [InputPartition((int(start[p]), int(end[p]))) for p in sorted(start) if end[p] > start[p]]
 
         def read(self, partition: InputPartition) -> Any:
-            n = 35_000
             first, last = partition.value
-            batch = pa.RecordBatch.from_arrays(
-                [
-                    pa.nulls(n, pa.binary()),
-                    pa.array([b"v" * VALUE_SIZE] * n, pa.binary()),
-                    pa.repeat(pa.scalar(TOPIC), n),
-                    pa.repeat(pa.scalar(0, pa.int32()), n),
-                    pa.array(range(n), pa.int64()),
-                    pa.array(range(n), pa.int64()).view(pa.timestamp("us", tz="UTC")),
-                    pa.repeat(pa.scalar(0, pa.int32()), n),
-                ],
-                schema=arrow_schema(False),
-            )
-            left = last - first
-            while left > 0:
-                yield batch if left >= n else batch.slice(0, left)
-                left -= n
+            return ready(last - first)
 
         def commit(self, end: dict) -> None:
             pass
