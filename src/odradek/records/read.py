@@ -176,13 +176,8 @@ class Batch:
         h = self.header
         if compiled is None or h.magic < 2 or self._records is not None:
             return None
-        start, stop = h.position + v2.HEADER_SIZE, h.position + h.size
-        buf: Any = self._data
         try:
-            if h.compression:
-                buf = decompress(h.compression, buf[start:stop], magic=2, max_size=self._max_decompressed_size)
-                start, stop = 0, len(buf)
-            lat = h.max_timestamp if h.attributes & v2.ATTR_TIMESTAMP_TYPE else None
+            buf, start, stop, lat = self._records_span()
             records: list[Any] = compiled.decode_records(
                 buf, start, stop, h.record_count, h.base_offset, h.base_timestamp, lat,
                 record_type, topic, partition, timestamp_type,
@@ -191,21 +186,23 @@ class Batch:
             return None
         return records
 
+    def _records_span(self) -> tuple[Any, int, int, int | None]:
+        """``(buf, start, stop, log_append_time)``: where this v2 batch's records lie, in the
+        batch's own data (uncompressed: no copy) or in the decompressed bytes."""
+        h = self.header
+        start, stop = h.position + v2.HEADER_SIZE, h.position + h.size
+        buf: Any = self._data
+        if h.compression:
+            buf = decompress(h.compression, buf[start:stop], magic=2, max_size=self._max_decompressed_size)
+            start, stop = 0, len(buf)
+        return buf, start, stop, h.max_timestamp if h.attributes & v2.ATTR_TIMESTAMP_TYPE else None
+
     def _v2_args(self) -> tuple[bytes, int, int, int, int | None]:
         h = self.header
-        codec = h.compression
-        payload = self._data[h.position + v2.HEADER_SIZE : h.position + h.size]
-        if codec:
-            buf = decompress(codec, payload, magic=2, max_size=self._max_decompressed_size)
-        else:
-            buf = bytes(payload)
-        return (
-            buf,
-            h.record_count,
-            h.base_offset,
-            h.base_timestamp,
-            h.max_timestamp if h.attributes & v2.ATTR_TIMESTAMP_TYPE else None,
-        )
+        buf, start, stop, lat = self._records_span()
+        if not h.compression:
+            buf = bytes(buf[start:stop])
+        return (buf, h.record_count, h.base_offset, h.base_timestamp, lat)
 
     def _decode(self) -> list[Record]:
         h = self.header

@@ -303,6 +303,10 @@ class _Builder:
         else:
             stamps = list(cols.timestamps)
             self.timestamps.append([(t, len(list(g))) for t, g in groupby(stamps)] if k < 64 else stamps)
+        self._count_type(ts_type, k)
+
+    def _count_type(self, ts_type: int, k: int) -> None:
+        """``k`` more records of timestamp type ``ts_type`` (kept as runs)."""
         if self.types and self.types[-1][0] == ts_type:
             self.types[-1] = (ts_type, self.types[-1][1] + k)
         else:
@@ -330,12 +334,8 @@ class _Builder:
             self.headers.append(header_array)
         self.offsets.append(pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]))
         self.timestamps.append(pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(stamps)]))
-        for (spec, ts_type) in batches:
-            k = spec[3]
-            if self.types and self.types[-1][0] == ts_type:
-                self.types[-1] = (ts_type, self.types[-1][1] + k)
-            else:
-                self.types.append((ts_type, k))
+        for spec, ts_type in batches:
+            self._count_type(ts_type, spec[3])
         return True
 
     def build(self, topic: str, partition: int) -> pa.RecordBatch:
