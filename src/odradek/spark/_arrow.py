@@ -1,6 +1,10 @@
 """Columnar decoding of a partition's fetched bytes straight into ``pyarrow.RecordBatch``.
 
-The executors' hot path.  A Fetch response holds a partition's record batches as bytes.  Each
+The executors' hot path.  A Fetch response holds a partition's record batches as bytes.  With
+the compiled decoder (:mod:`odradek.records.speedups`), the records of all the response's v2
+batches are decoded in one C pass straight into one set of Arrow buffers; if it doubts
+anything, or is not built, the pure-Python path below decodes them (and raises the precise
+error).  There, each
 v2 batch is decoded by :func:`odradek.records.decode_record_columns`, which finds the runs of
 records with one layout (fixed-size values, say: nearly all records of a topic) with a few
 C-level passes over the bytes, and decodes other records one by one.  A run comes with where
