@@ -585,6 +585,37 @@ def test_many_topics_and_partitions_concurrently(broker: BrokerProcess, topic: s
         assert {k: m.value() for k, m in got.items()} == expected
 
 
+def test_keyless_sends_from_threads_race_the_sender_and_land_once(broker: BrokerProcess, topic: str) -> None:
+    """Records without a key take the lock-free path (the compiled appender's try_append); with
+    tiny batches and no linger the sender closes batches all the time while four threads append:
+    every future's offset is distinct and the log holds every record once, where its future says."""
+    create_topic(broker.bootstrap, topic, partitions=2)
+    results: list[list[tuple[bytes, FutureRecordMetadata]]] = [[] for _ in range(4)]
+    with Producer(bootstrap_servers=broker.bootstrap, batch_size=1024, linger_ms=0, **FAST) as p:
+
+        def work(w: int) -> None:
+            for i in range(3000):
+                v = b"w%d-%d" % (w, i)
+                results[w].append((v, p.send(topic, v)))
+
+        threads = [threading.Thread(target=work, args=(w,)) for w in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert p.flush(TIMEOUT) == 0
+        assert p._core.buffered == 0
+    expected = {}
+    for rs in results:
+        for v, f in rs:
+            md = f.result(0)
+            assert (md.partition, md.offset) not in expected
+            expected[(md.partition, md.offset)] = v
+    assert len(expected) == 12_000
+    got = read_back(broker.bootstrap, topic, 2, len(expected))
+    assert {k: m.value() for k, m in got.items()} == expected
+
+
 # ------------------------------------------------------------------------------------------------
 # failures
 

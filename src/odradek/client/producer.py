@@ -36,7 +36,10 @@ from odradek.client.partitioner import DefaultPartitioner, murmur2
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.init_producer_id import InitProducerIdRequest
 from odradek.protocol.messages.produce import ProduceRequest, ProduceResponse
-from odradek.records import BatchBuilder, Compression, crc32c
+from odradek.records import Compression, crc32c
+from odradek.records.appender import Appender, Pool, Receipt
+from odradek.records.appender import build as build_batch
+from odradek.records.v2 import encode_headers
 
 __all__ = ["AsyncProducer", "Producer", "RecordMetadata"]
 
@@ -79,10 +82,10 @@ class _Batch:
     """Records for one partition, sent together."""
 
     __slots__ = (
+        "acc",
         "attempts",
         "base_offset",
         "base_sequence",
-        "builder",
         "callbacks",
         "created",
         "data",
@@ -92,24 +95,20 @@ class _Batch:
         "log_append_time",
         "partition",
         "producer_id",
-        "record_count",
         "retry_at",
-        "size",
         "topic",
         "waiters",
     )
 
-    def __init__(self, topic: str, partition: int, builder: BatchBuilder, now: float) -> None:
+    def __init__(self, topic: str, partition: int, now: float) -> None:
         self.topic = topic
         self.partition = partition
-        self.builder: BatchBuilder | None = builder
+        self.acc: Any = None  # its Appender: the records, their count and accounted size
         self.data: bytes | None = None
         self.created = now
         self.attempts = 0
         self.base_sequence = -1
         self.producer_id = -1  # the producer id its sequence number belongs to (idempotence)
-        self.record_count = 0
-        self.size = 0
         self.callbacks: list[tuple[Callable[..., Any], int, int, int, int]] | None = None
         self.done = False
         self.error: BaseException | None = None
@@ -119,18 +118,27 @@ class _Batch:
         self.event: threading.Event | None = None
         self.waiters: list[asyncio.Future[None]] | None = None
 
+    @property
+    def record_count(self) -> int:
+        return int(self.acc.record_count)
 
-class FutureRecordMetadata:
-    """The future of one record's metadata (cheap: it shares its batch's completion)."""
+    @property
+    def size(self) -> int:
+        return int(self.acc.size)
 
-    __slots__ = ("_batch", "_index", "_ksize", "_timestamp", "_vsize")
 
-    def __init__(self, batch: _Batch, index: int, timestamp: int, ksize: int, vsize: int) -> None:
-        self._batch = batch
-        self._index = index
-        self._timestamp = timestamp
-        self._ksize = ksize
-        self._vsize = vsize
+class FutureRecordMetadata(Receipt):
+    """The future of one record's metadata (cheap: it shares its batch's completion).
+
+    ``FutureRecordMetadata(batch, index, timestamp, key size, value size)``; the compiled
+    appender creates them itself (see :mod:`odradek.records.appender`)."""
+
+    __slots__ = ()
+    _batch: _Batch
+    _index: int
+    _timestamp: int
+    _ksize: int
+    _vsize: int
 
     def done(self) -> bool:
         return self._batch.done
@@ -218,7 +226,7 @@ class _Core:
         self.space = threading.Condition(self.lock)
         self.open: dict[tuple[str, int], _Batch] = {}
         self.queues: dict[tuple[str, int], deque[_Batch]] = {}
-        self.buffered = 0
+        self.pool = Pool(self.buffer_memory)  # bytes buffered (buffer.memory)
         self.in_flight: dict[tuple[str, int], int] = {}
         self.node_in_flight: dict[int, int] = {}
         self.unacked = 0  # batches created and not completed
@@ -239,9 +247,17 @@ class _Core:
         self.ignore_keys = bool(config["partitioner.ignore.keys"])
         self.fast = self.plain and self._default_partitioner
         self.sticky: dict[str, int] = self.partitioner.sticky if self._default_partitioner else {}
+        # topic -> the appender of its sticky partition's open batch, for send() without a key:
+        # its try_append() takes the record without the lock (compiled appender only)
+        self.fast_open: dict[str, Any] = {}
         self.waiting_for_space = 0  # send() calls waiting for buffer.memory: send without lingering
         self.room_waiters: list[asyncio.Future[None]] = []  # completed when a batch frees memory
         self.blocking_waits = False  # the sync Producer: each batch gets an Event for result()
+
+    @property
+    def buffered(self) -> int:
+        """Bytes buffered now (``buffer.memory`` bounds it)."""
+        return int(self.pool.buffered)
 
     # -- user side (any thread) ----------------------------------------------------------------
     def serialize(self, topic: str, key: Any, value: Any) -> tuple[bytes | None, bytes | None]:
@@ -304,13 +320,7 @@ class _Core:
                 batch = other if other is not None else self._new_batch(tp)
             else:
                 batch = self._new_batch(tp)
-        builder = batch.builder
-        assert builder is not None
-        index = batch.record_count
-        builder.append(timestamp, key, value, headers)
-        batch.record_count = index + 1
-        batch.size += size
-        self.buffered += size
+        index = batch.acc.append(timestamp, key, value, encode_headers(headers) if headers else None, size)
         if callback is not None:
             if batch.callbacks is None:
                 batch.callbacks = []
@@ -320,11 +330,13 @@ class _Core:
             ready = True
             if sticky and self._default_partitioner:
                 self.partitioner.new_batch(topic, *self.partition_counts.get(topic, (1, [])), previous=partition)
+        elif sticky and self.fast and not self.closed:
+            self.fast_open[topic] = batch.acc
         return FutureRecordMetadata(batch, index, timestamp, ksize, vsize), ready
 
     def _new_batch(self, tp: tuple[str, int]) -> _Batch:
-        builder = BatchBuilder(compression=self.codec, compression_level=self.level)
-        batch = _Batch(tp[0], tp[1], builder, time.monotonic())
+        batch = _Batch(tp[0], tp[1], time.monotonic())
+        batch.acc = Appender(self.batch_size, self.max_request_size, self.pool, batch, FutureRecordMetadata)
         if self.blocking_waits:
             batch.event = threading.Event()
         self.open[tp] = batch
@@ -333,19 +345,28 @@ class _Core:
 
     def _close_batch(self, tp: tuple[str, int], batch: _Batch) -> None:
         """No more records: build the bytes (sequence numbers are patched at send time)."""
+        self._seal(tp, batch)
+        self.queues.setdefault(tp, deque()).append(batch)
+
+    def _seal(self, tp: tuple[str, int], batch: _Batch) -> None:
+        """Under the lock: the batch leaves ``open`` and takes no more records."""
         if self.open.get(tp) is batch:
             del self.open[tp]
-        self.queues.setdefault(tp, deque()).append(batch)
+        acc = batch.acc
+        acc.close()
+        if self.fast_open.get(tp[0]) is acc:
+            del self.fast_open[tp[0]]
 
     # -- sender (event loop) ---------------------------------------------------------------------
     def _build(self, batch: _Batch) -> bytes:
         if batch.data is None:
-            assert batch.builder is not None
-            b = batch.builder
             if self.idempotent:
-                b.set_producer(self.producer_id, self.producer_epoch, batch.base_sequence)
-            batch.data = b.build()
-            batch.builder = None
+                batch.data = build_batch(
+                    batch.acc, self.codec, self.level, self.producer_id, self.producer_epoch, batch.base_sequence
+                )
+            else:
+                batch.data = build_batch(batch.acc, self.codec, self.level)
+            batch.acc.release()
         return batch.data
 
     async def _request_producer_id(self) -> None:
@@ -417,7 +438,7 @@ class _Core:
         with self.lock:
             for tp, b in list(self.open.items()):
                 if now - b.created >= self.delivery_timeout:
-                    del self.open[tp]
+                    self._seal(tp, b)
                     expired.append(b)
             for q in self.queues.values():
                 while q and q[0].attempts == 0 and now - q[0].created >= self.delivery_timeout:
@@ -659,9 +680,9 @@ class _Core:
         batch.log_append_time = log_append_time
         batch.error = error
         batch.done = True
-        batch.builder = None
         with self.lock:
-            self.buffered -= batch.size
+            batch.acc.release()
+            self.pool.add(-batch.size)
             self.unacked -= 1
             self.space.notify_all()
             room, self.room_waiters = self.room_waiters, []
@@ -711,7 +732,8 @@ class _Core:
     def _fail_everything(self, exc: BaseException) -> None:
         with self.lock:
             batches = list(self.open.values()) + [b for q in self.queues.values() for b in q]
-            self.open.clear()
+            for tp, b in list(self.open.items()):
+                self._seal(tp, b)
             self.queues.clear()
         for b in batches:
             self._complete(b, -1, -1, exc)
@@ -802,19 +824,14 @@ class _Face:
         ts = _time_ns() // 1_000_000 if timestamp is None else int(timestamp)
         size = (ks if ks > 0 else 0) + (vs if vs > 0 else 0) + 32
         with core.lock:
-            if core.buffered + size > core.buffer_memory:
+            if core.pool.buffered + size > core.buffer_memory:
                 return None
             batch = core.open.get((topic, p))
-            builder = None if batch is None else batch.builder
-            if batch is None or builder is None or on_delivery is not None or batch.size + size >= core.batch_size:
+            if batch is None or on_delivery is not None or batch.acc.size + size >= core.batch_size:
                 fut, ready = core.append(topic, p, ts, key, value, None, on_delivery, sticky, ks, vs)
             else:
                 # the open batch takes the record and stays open: Core.append's simplest case
-                index = batch.record_count
-                builder.append(ts, key, value)
-                batch.record_count = index + 1
-                batch.size += size
-                core.buffered += size
+                index = batch.acc.append(ts, key, value, None, size)
                 return FutureRecordMetadata(batch, index, ts, ks, vs)
         if ready:
             core.poke()
@@ -937,6 +954,12 @@ class Producer(_Face):
         ``on_delivery(error, metadata)`` is called from the sender thread when the record is
         acknowledged or has failed.  Blocks up to ``max.block.ms`` for metadata of a new topic
         and for room in ``buffer.memory``."""
+        if key is None and partition is None and headers is None and timestamp is None and on_delivery is None:
+            acc = self._core.fast_open.get(topic)
+            if acc is not None:
+                fut = acc.try_append(value)
+                if fut is not None:
+                    return fut
         fut = self._append_fast(topic, value, key, partition, headers, timestamp, on_delivery)
         if fut is not None:
             return fut
@@ -946,7 +969,7 @@ class Producer(_Face):
             self._metadata(topic)
         p, sticky = self._choose(topic, kb, partition)
         with core.lock:
-            if core.buffered + ks + vs > core.buffer_memory:
+            if core.pool.buffered + ks + vs > core.buffer_memory:
                 self._wait_for_space(ks + vs)
             fut, ready = core.append(topic, p, ts, kb, vb, hs, on_delivery, sticky, ks, vs)
         if ready:
@@ -961,7 +984,7 @@ class Producer(_Face):
         deadline = time.monotonic() + core.max_block
         core.waiting_for_space += 1
         try:
-            while core.buffered + size > core.buffer_memory:
+            while core.pool.buffered + size > core.buffer_memory:
                 if core.fatal is not None:
                     raise core.fatal
                 core.poke()
@@ -1001,7 +1024,9 @@ class Producer(_Face):
         if core.closed:
             return
         self.flush(timeout)
-        core.closed = True
+        with core.lock:
+            core.closed = True
+            core.fast_open.clear()
         core.poke()
         if not self._runner.join(5 if timeout is None else timeout):
             self._runner.cancel_all()
@@ -1052,6 +1077,12 @@ class AsyncProducer(_Face):
         """Queue a record (waiting up to ``max.block.ms`` for metadata of a new topic and for room
         in ``buffer.memory``); await the returned future for the record's metadata."""
         if self._task is not None:
+            if key is None and partition is None and headers is None and timestamp is None and on_delivery is None:
+                acc = self._core.fast_open.get(topic)
+                if acc is not None:
+                    fut = acc.try_append(value)
+                    if fut is not None:
+                        return fut
             fut = self._append_fast(topic, value, key, partition, headers, timestamp, on_delivery)
             if fut is not None:
                 if self._wake_set():
@@ -1064,7 +1095,7 @@ class AsyncProducer(_Face):
         if topic not in core.partition_counts:
             await self._metadata(topic)
         p, sticky = self._choose(topic, kb, partition)
-        if core.buffered + ks + vs > core.buffer_memory:
+        if core.pool.buffered + ks + vs > core.buffer_memory:
             await self._wait_for_space(ks + vs)
         with core.lock:
             fut, ready = core.append(topic, p, ts, kb, vb, hs, on_delivery, sticky, ks, vs)
@@ -1082,7 +1113,7 @@ class AsyncProducer(_Face):
         deadline = time.monotonic() + core.max_block
         core.waiting_for_space += 1
         try:
-            while core.buffered + size > core.buffer_memory:
+            while core.pool.buffered + size > core.buffer_memory:
                 if core.fatal is not None:
                     raise core.fatal
                 if self._task is not None and self._task.done():
@@ -1127,7 +1158,9 @@ class AsyncProducer(_Face):
         if core.closed:
             return
         await self.flush(timeout)
-        core.closed = True
+        with core.lock:
+            core.closed = True
+            core.fast_open.clear()
         core.poke()
         if self._task is not None:
             try:

@@ -17,6 +17,8 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
+#include <structmember.h>
 
 typedef struct {
     const uint8_t *p;   /* the records: p[0] .. p[n - 1] */
@@ -588,6 +590,405 @@ static PyObject *encode_record_body(PyObject *self, PyObject *const *args, Py_ss
     return out;
 }
 
+/* ------------------------------------------------------------------------------------------
+ * The producer's open batch (odradek.client.producer): records appended one at a time into one
+ * growing buffer, in the v2 layout (length prefix, attributes, deltas, key, value, headers).
+ *
+ *   Pool(limit)                 the bytes buffered by all of a producer's batches (buffer.memory)
+ *   Receipt(batch, index, timestamp, ksize, vsize)
+ *                               what send() returns (the producer's FutureRecordMetadata is a
+ *                               subclass); created here by try_append
+ *   Appender(capacity, max_record, pool, batch, receipt_type)
+ *       append(timestamp, key, value, headers, size) -> index
+ *           any record (headers: the encoded headers section, or None); the caller decided the
+ *           record belongs here (the producer does so under its lock)
+ *       try_append(value) -> receipt or None
+ *           send() with a value only, stamped now: appended unless the appender is closed, the
+ *           record would fill the batch to ``capacity`` or the pool beyond its limit, or it is
+ *           larger than ``max_record``; None means nothing happened and the caller takes its
+ *           general path
+ *       close(), records() -> bytes, release()
+ *
+ * Every method runs under the GIL from start to end without running Python code once it has
+ * checked the state (the only allocation that can run a collection, the receipt's, comes
+ * first), so try_append needs no lock: a close() in another thread happens before or after it.
+ * ``size`` counts a record as the producer's accounting does (key + value + 32 bytes).
+ */
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t used;
+    Py_ssize_t limit;
+} PoolObject;
+
+static PyObject *pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    Py_ssize_t limit;
+    static char *kwlist[] = {"limit", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "n", kwlist, &limit)) return NULL;
+    PoolObject *self = (PoolObject *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->used = 0;
+    self->limit = limit;
+    return (PyObject *)self;
+}
+
+static PyObject *pool_add(PoolObject *self, PyObject *arg) {
+    Py_ssize_t n = PyLong_AsSsize_t(arg);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    self->used += n;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef pool_methods[] = {
+    {"add", (PyCFunction)pool_add, METH_O, "add(n): n more bytes buffered (negative: released)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef pool_members[] = {
+    {"buffered", T_PYSSIZET, offsetof(PoolObject, used), READONLY, "bytes buffered now"},
+    {"limit", T_PYSSIZET, offsetof(PoolObject, limit), READONLY, "buffer.memory"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject PoolType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "odradek.records._speedups.Pool",
+    .tp_basicsize = sizeof(PoolObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Pool(limit): bytes buffered by a producer's batches",
+    .tp_new = pool_new,
+    .tp_methods = pool_methods,
+    .tp_members = pool_members,
+};
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *batch;
+    Py_ssize_t index;
+    long long timestamp;
+    Py_ssize_t ksize;
+    Py_ssize_t vsize;
+} ReceiptObject;
+
+static PyObject *receipt_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *batch;
+    Py_ssize_t index, ksize, vsize;
+    long long timestamp;
+    static char *kwlist[] = {"batch", "index", "timestamp", "ksize", "vsize", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnLnn", kwlist, &batch, &index, &timestamp, &ksize, &vsize))
+        return NULL;
+    ReceiptObject *self = (ReceiptObject *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    Py_INCREF(batch);
+    self->batch = batch;
+    self->index = index;
+    self->timestamp = timestamp;
+    self->ksize = ksize;
+    self->vsize = vsize;
+    return (PyObject *)self;
+}
+
+static int receipt_traverse(ReceiptObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->batch);
+    return 0;
+}
+
+static int receipt_clear(ReceiptObject *self) {
+    Py_CLEAR(self->batch);
+    return 0;
+}
+
+/* a subclass's instances come here from subtype_dealloc, which untracks them before and
+ * releases their (heap) type after */
+static void receipt_dealloc(ReceiptObject *self) {
+    PyObject_GC_UnTrack(self);
+    Py_CLEAR(self->batch);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef receipt_members[] = {
+    {"_batch", T_OBJECT, offsetof(ReceiptObject, batch), READONLY, NULL},
+    {"_index", T_PYSSIZET, offsetof(ReceiptObject, index), READONLY, NULL},
+    {"_timestamp", T_LONGLONG, offsetof(ReceiptObject, timestamp), READONLY, NULL},
+    {"_ksize", T_PYSSIZET, offsetof(ReceiptObject, ksize), READONLY, NULL},
+    {"_vsize", T_PYSSIZET, offsetof(ReceiptObject, vsize), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject ReceiptType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "odradek.records._speedups.Receipt",
+    .tp_basicsize = sizeof(ReceiptObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Receipt(batch, index, timestamp, ksize, vsize): one appended record",
+    .tp_new = receipt_new,
+    .tp_traverse = (traverseproc)receipt_traverse,
+    .tp_clear = (inquiry)receipt_clear,
+    .tp_dealloc = (destructor)receipt_dealloc,
+    .tp_members = receipt_members,
+};
+
+typedef struct {
+    PyObject_HEAD
+    uint8_t *buf;
+    Py_ssize_t len, cap;
+    Py_ssize_t count;          /* records appended */
+    Py_ssize_t size;           /* their accounted size */
+    Py_ssize_t capacity;       /* batch.size */
+    Py_ssize_t max_record;     /* max.request.size */
+    long long first_ts, max_ts;
+    int closed;
+    PoolObject *pool;
+    PyObject *batch;
+    PyTypeObject *receipt_type;
+} AppenderObject;
+
+static PyObject *appender_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    Py_ssize_t capacity, max_record;
+    PyObject *pool, *batch, *rtype;
+    static char *kwlist[] = {"capacity", "max_record", "pool", "batch", "receipt_type", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "nnO!OO!", kwlist, &capacity, &max_record, &PoolType, &pool,
+                                     &batch, &PyType_Type, &rtype))
+        return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)rtype, &ReceiptType)) {
+        PyErr_SetString(PyExc_TypeError, "receipt_type must be a subclass of Receipt");
+        return NULL;
+    }
+    AppenderObject *self = (AppenderObject *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->capacity = capacity;
+    self->max_record = max_record;
+    self->max_ts = -1;
+    Py_INCREF(pool);
+    self->pool = (PoolObject *)pool;
+    Py_INCREF(batch);
+    self->batch = batch;
+    Py_INCREF(rtype);
+    self->receipt_type = (PyTypeObject *)rtype;
+    return (PyObject *)self;
+}
+
+static int appender_traverse(AppenderObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->pool);
+    Py_VISIT(self->batch);
+    Py_VISIT(self->receipt_type);
+    return 0;
+}
+
+static int appender_clear(AppenderObject *self) {
+    Py_CLEAR(self->pool);
+    Py_CLEAR(self->batch);
+    Py_CLEAR(self->receipt_type);
+    return 0;
+}
+
+static void appender_dealloc(AppenderObject *self) {
+    PyObject_GC_UnTrack(self);
+    appender_clear(self);
+    PyMem_Free(self->buf);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static inline Py_ssize_t varlong_size(int64_t v) {
+    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    Py_ssize_t n = 1;
+    while (z >= 0x80) {
+        z >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/* Append one record (the state was checked): 0, or -1 with MemoryError set. */
+static int appender_put(AppenderObject *self, long long ts, const char *kp, Py_ssize_t kl, const char *vp,
+                        Py_ssize_t vl, const char *hp, Py_ssize_t hl, Py_ssize_t size) {
+    if (self->count == 0) self->first_ts = ts;
+    int64_t tsd = (int64_t)ts - (int64_t)self->first_ts;
+    int64_t od = (int64_t)self->count;
+    Py_ssize_t body = 1 + varlong_size(tsd) + varlong_size(od) + varlong_size(kl) + (kl > 0 ? kl : 0) +
+                      varlong_size(vl) + (vl > 0 ? vl : 0) + (hp != NULL ? hl : 1);
+    Py_ssize_t need = self->len + varlong_size(body) + body;
+    if (need > self->cap) {
+        Py_ssize_t cap = self->cap ? self->cap : 4096;
+        while (cap < need) cap = cap < PY_SSIZE_T_MAX / 2 ? cap * 2 : need;
+        uint8_t *nb = PyMem_Realloc(self->buf, (size_t)cap);
+        if (nb == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->buf = nb;
+        self->cap = cap;
+    }
+    uint8_t *o = self->buf + self->len;
+    o += put_varlong(o, body);
+    *o++ = 0; /* attributes */
+    o += put_varlong(o, tsd);
+    o += put_varlong(o, od);
+    o += put_varlong(o, kl);
+    if (kl > 0) {
+        memcpy(o, kp, (size_t)kl);
+        o += kl;
+    }
+    o += put_varlong(o, vl);
+    if (vl > 0) {
+        memcpy(o, vp, (size_t)vl);
+        o += vl;
+    }
+    if (hp != NULL) {
+        memcpy(o, hp, (size_t)hl);
+        o += hl;
+    } else {
+        *o++ = 0;
+    }
+    self->len = o - self->buf;
+    self->count++;
+    if (ts > self->max_ts) self->max_ts = ts;
+    self->size += size;
+    self->pool->used += size;
+    return 0;
+}
+
+static int bytes_arg(PyObject *o, const char *what, const char **p, Py_ssize_t *n) {
+    if (o == Py_None) {
+        *p = NULL;
+        *n = -1;
+        return 0;
+    }
+    if (!PyBytes_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s must be bytes or None", what);
+        return -1;
+    }
+    *p = PyBytes_AS_STRING(o);
+    *n = PyBytes_GET_SIZE(o);
+    if (*n > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s larger than 2 GiB", what);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *appender_append(AppenderObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "append(timestamp, key, value, headers, size)");
+        return NULL;
+    }
+    long long ts = PyLong_AsLongLong(args[0]);
+    if (ts == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t size = PyLong_AsSsize_t(args[4]);
+    if (size == -1 && PyErr_Occurred()) return NULL;
+    const char *kp, *vp, *hp;
+    Py_ssize_t kl, vl, hl;
+    if (bytes_arg(args[1], "key", &kp, &kl) < 0 || bytes_arg(args[2], "value", &vp, &vl) < 0 ||
+        bytes_arg(args[3], "headers", &hp, &hl) < 0)
+        return NULL;
+    if (self->closed) {
+        PyErr_SetString(PyExc_ValueError, "the batch is closed");
+        return NULL;
+    }
+    if (self->count >= INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "the batch is full");
+        return NULL;
+    }
+    Py_ssize_t index = self->count;
+    if (appender_put(self, ts, kp, kl, vp, vl, hp, hl, size) < 0) return NULL;
+    return PyLong_FromSsize_t(index);
+}
+
+static PyObject *appender_try_append(AppenderObject *self, PyObject *value) {
+    if (!PyBytes_CheckExact(value)) Py_RETURN_NONE;
+    /* the one allocation that may run a collection (and so other threads) comes first */
+    ReceiptObject *r = (ReceiptObject *)self->receipt_type->tp_alloc(self->receipt_type, 0);
+    if (r == NULL) return NULL;
+    Py_ssize_t vl = PyBytes_GET_SIZE(value);
+    Py_ssize_t size = vl + 32;
+    if (self->closed || self->batch == NULL || self->size + size >= self->capacity ||
+        self->pool->used + size > self->pool->limit || vl + 72 > self->max_record || self->count >= INT32_MAX) {
+        Py_DECREF(r);
+        Py_RETURN_NONE;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    long long ts = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    Py_ssize_t index = self->count;
+    if (appender_put(self, ts, NULL, -1, PyBytes_AS_STRING(value), vl, NULL, 0, size) < 0) {
+        Py_DECREF(r);
+        return NULL;
+    }
+    Py_INCREF(self->batch);
+    r->batch = self->batch;
+    r->index = index;
+    r->timestamp = ts;
+    r->ksize = -1;
+    r->vsize = vl;
+    return (PyObject *)r;
+}
+
+static PyObject *appender_close(AppenderObject *self, PyObject *Py_UNUSED(ignored)) {
+    self->closed = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *appender_records(AppenderObject *self, PyObject *Py_UNUSED(ignored)) {
+    return PyBytes_FromStringAndSize((const char *)self->buf, self->len);
+}
+
+static PyObject *appender_release(AppenderObject *self, PyObject *Py_UNUSED(ignored)) {
+    self->closed = 1;
+    PyMem_Free(self->buf);
+    self->buf = NULL;
+    self->len = self->cap = 0;
+    Py_CLEAR(self->batch);
+    Py_RETURN_NONE;
+}
+
+static PyObject *appender_get_closed(AppenderObject *self, void *Py_UNUSED(closure)) {
+    return PyBool_FromLong(self->closed);
+}
+
+static PyObject *appender_get_first(AppenderObject *self, void *Py_UNUSED(closure)) {
+    if (self->count == 0) Py_RETURN_NONE;
+    return PyLong_FromLongLong(self->first_ts);
+}
+
+static PyMethodDef appender_methods[] = {
+    {"append", (PyCFunction)(void (*)(void))appender_append, METH_FASTCALL,
+     "append(timestamp, key, value, headers, size) -> the record's index"},
+    {"try_append", (PyCFunction)appender_try_append, METH_O,
+     "try_append(value) -> a receipt, or None when the general path must append it"},
+    {"close", (PyCFunction)appender_close, METH_NOARGS, "no more records"},
+    {"records", (PyCFunction)appender_records, METH_NOARGS, "the records section (length-prefixed records)"},
+    {"release", (PyCFunction)appender_release, METH_NOARGS, "close and free the records (the batch was built)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef appender_members[] = {
+    {"record_count", T_PYSSIZET, offsetof(AppenderObject, count), READONLY, "records appended"},
+    {"size", T_PYSSIZET, offsetof(AppenderObject, size), READONLY, "their accounted size"},
+    {"max_timestamp", T_LONGLONG, offsetof(AppenderObject, max_ts), READONLY, "-1 when empty"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef appender_getset[] = {
+    {"closed", (getter)appender_get_closed, NULL, "whether it takes no more records", NULL},
+    {"first_timestamp", (getter)appender_get_first, NULL, "the first record's timestamp (None when empty)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject AppenderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "odradek.records._speedups.Appender",
+    .tp_basicsize = sizeof(AppenderObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Appender(capacity, max_record, pool, batch, receipt_type): a producer's open batch",
+    .tp_new = appender_new,
+    .tp_traverse = (traverseproc)appender_traverse,
+    .tp_clear = (inquiry)appender_clear,
+    .tp_dealloc = (destructor)appender_dealloc,
+    .tp_methods = appender_methods,
+    .tp_members = appender_members,
+    .tp_getset = appender_getset,
+};
+
 static PyMethodDef methods[] = {
     {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL,
      "decode_records(buf, start, stop, count, base_offset, base_timestamp, log_append_time, record_type)"},
@@ -602,4 +1003,16 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "odradek.records._speedups", "Compiled decoding of v2 records.", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__speedups(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__speedups(void) {
+    if (PyType_Ready(&PoolType) < 0 || PyType_Ready(&ReceiptType) < 0 || PyType_Ready(&AppenderType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddObjectRef(m, "Pool", (PyObject *)&PoolType) < 0 ||
+        PyModule_AddObjectRef(m, "Receipt", (PyObject *)&ReceiptType) < 0 ||
+        PyModule_AddObjectRef(m, "Appender", (PyObject *)&AppenderType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

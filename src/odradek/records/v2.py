@@ -83,6 +83,7 @@ __all__ = [
     "ControlRecordType",
     "RecordColumns",
     "RecordRun",
+    "assemble_batch",
     "decode_record_columns",
     "decode_records",
     "encode_headers",
@@ -890,32 +891,62 @@ class BatchBuilder:
 
     def build(self) -> bytes:
         """Return the finished batch (header, CRC and, if set, compressed records)."""
-        payload = self._records_bytes()
-        if self._compression:
-            payload = compress(self._compression, payload, magic=2, level=self._level)
-        first = self._first_ts if self._first_ts is not None else NO_TIMESTAMP
-        max_ts = self._log_append_time if self._log_append_time is not None else self._max_ts
-        try:
-            header = HEADER.pack(
-                self._base_offset,
-                MIN_BATCH_LENGTH + len(payload),
-                self._partition_leader_epoch,
-                2,
-                0,
-                self._attributes,
-                max(self._next_delta - 1, 0),
-                first,
-                max_ts,
-                self._producer_id,
-                self._producer_epoch,
-                self._base_sequence,
-                len(self._bodies),
-            )
-        except struct.error as exc:
-            raise ValueError(f"batch field out of range: {exc}") from None
-        tail = header[ATTRIBUTES_OFFSET:]
-        crc = crc32c(payload, crc32c(tail))
-        return b"".join((header[:CRC_OFFSET], crc.to_bytes(4, "big"), tail, payload))
+        return assemble_batch(
+            self._records_bytes(),
+            len(self._bodies),
+            max(self._next_delta - 1, 0),
+            self._first_ts if self._first_ts is not None else NO_TIMESTAMP,
+            self._log_append_time if self._log_append_time is not None else self._max_ts,
+            attributes=self._attributes,
+            compression_level=self._level,
+            base_offset=self._base_offset,
+            partition_leader_epoch=self._partition_leader_epoch,
+            producer_id=self._producer_id,
+            producer_epoch=self._producer_epoch,
+            base_sequence=self._base_sequence,
+        )
+
+
+def assemble_batch(
+    records: bytes,
+    count: int,
+    last_offset_delta: int,
+    first_timestamp: int,
+    max_timestamp: int,
+    *,
+    attributes: int = 0,
+    compression_level: int | None = None,
+    base_offset: int = 0,
+    partition_leader_epoch: int = -1,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+) -> bytes:
+    """A v2 batch around ``records`` (the uncompressed records section: length-prefixed
+    records): compressed with the codec in ``attributes``' low bits, header and CRC."""
+    codec = attributes & 0x07
+    payload = compress(codec, records, magic=2, level=compression_level) if codec else records
+    try:
+        header = HEADER.pack(
+            base_offset,
+            MIN_BATCH_LENGTH + len(payload),
+            partition_leader_epoch,
+            2,
+            0,
+            attributes,
+            last_offset_delta,
+            first_timestamp,
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            count,
+        )
+    except struct.error as exc:
+        raise ValueError(f"batch field out of range: {exc}") from None
+    tail = header[ATTRIBUTES_OFFSET:]
+    crc = crc32c(payload, crc32c(tail))
+    return b"".join((header[:CRC_OFFSET], crc.to_bytes(4, "big"), tail, payload))
 
 
 # ------------------------------------------------------------------ control records
