@@ -172,3 +172,25 @@ def test_record_bodies_are_encoded_alike(tsd: int, od: int, key: bytes | None, v
     finally:
         v2._encode_body = saved
     assert compiled == b._bodies[-1]
+
+
+@needs_compiled
+def test_records_without_headers_are_not_tracked_by_the_cycle_collector() -> None:
+    """A fetch decodes thousands of records at once; the collection after it would walk them all.
+    Records without headers (nothing in them can refer back) are left out of it; records with
+    headers are tracked as usual, and both decode to what the pure-Python decoder gives."""
+    import gc
+
+    from odradek.client.consumer_simple import ConsumerRecord
+    from odradek.records import TimestampType, read_batches
+
+    b = BatchBuilder()
+    b.append(1_700_000_000_000, None, b"plain")
+    b.append(1_700_000_000_001, b"k", b"with", [("h", b"v")])
+    (batch,) = list(read_batches(b.build()))
+    plain, with_headers = batch.compiled_records(ConsumerRecord, "t", 0, TimestampType.CREATE_TIME)
+    assert not gc.is_tracked(plain) and not gc.is_tracked(plain.headers)
+    assert gc.is_tracked(with_headers) and gc.is_tracked(with_headers.headers)
+    assert (plain.offset, plain.value, plain.headers) == (0, b"plain", [])
+    assert (with_headers.key, with_headers.headers) == (b"k", [("h", b"v")])
+    assert [r[2:] for r in _pure_records(b.build(), 2)] == [(None, b"plain", []), (b"k", b"with", [("h", b"v")])]
