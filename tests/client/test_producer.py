@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -614,6 +617,48 @@ def test_keyless_sends_from_threads_race_the_sender_and_land_once(broker: Broker
     assert len(expected) == 12_000
     got = read_back(broker.bootstrap, topic, 2, len(expected))
     assert {k: m.value() for k, m in got.items()} == expected
+
+
+_PURE_CHILD = """
+import json, sys
+from odradek.client import Producer
+from odradek.records import speedups
+bootstrap, topic = sys.argv[1], sys.argv[2]
+with Producer(bootstrap_servers=bootstrap, batch_size=2048, linger_ms=1) as p:
+    futures = []
+    for i in range(3000):
+        if i % 3 == 0:
+            futures.append(p.send(topic, b"v%d" % i))
+        elif i % 3 == 1:
+            futures.append(p.send(topic, b"v%d" % i, key=b"k%d" % i, headers=[("h", b"%d" % i)]))
+        else:
+            futures.append(p.send(topic, None, key=b"k%d" % i))
+    p.flush(30)
+    print(json.dumps([speedups.implementation(), [[f.result(0).partition, f.result(0).offset] for f in futures]]))
+"""
+
+
+def test_the_pure_python_producer_writes_what_it_says(broker: BrokerProcess, topic: str) -> None:
+    """With the compiled record code off (ODRADEK_PURE_PYTHON=1, in a child process: the choice
+    is made at import) the producer appends through the pure-Python appender under its lock:
+    keyless, keyed, with headers and null values, every record where its future says."""
+    create_topic(broker.bootstrap, topic, partitions=2)
+    env = {**os.environ, "ODRADEK_PURE_PYTHON": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", _PURE_CHILD, broker.bootstrap, topic],
+        env=env, capture_output=True, text=True, timeout=120, check=True,
+    )
+    implementation, places = json.loads(out.stdout.strip().splitlines()[-1])
+    assert implementation == "pure-python"
+    got = read_back(broker.bootstrap, topic, 2, 3000)
+    for i, (partition, offset) in enumerate(places):
+        m = got[(partition, offset)]
+        if i % 3 == 0:
+            assert (m.key(), m.value(), m.headers()) == (None, b"v%d" % i, None)
+        elif i % 3 == 1:
+            assert (m.key(), m.value(), m.headers()) == (b"k%d" % i, b"v%d" % i, [("h", b"%d" % i)])
+        else:
+            assert (m.key(), m.value()) == (b"k%d" % i, None)
 
 
 # ------------------------------------------------------------------------------------------------

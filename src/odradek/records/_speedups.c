@@ -1,13 +1,17 @@
-/* Compiled decoding of the records of one v2 record batch (the uncompressed records section).
+/* Compiled record code: decoding the records of v2 batches, and a producer's open batch.
  *
  * Optional: built at install when a C compiler is there (setup.py, optional=True);
- * odradek.records.speedups falls back to the pure-Python decoder when it is not, or when
- * ODRADEK_PURE_PYTHON=1.  Two entry points:
+ * odradek.records.speedups falls back to the pure-Python code when it is not, or when
+ * ODRADEK_PURE_PYTHON=1.  Entry points:
  *
  *   decode_records(buf, start, stop, count, base_offset, base_timestamp, log_append_time, record_type)
  *       -> list of record_type tuples (offset, timestamp, key, value, headers), as v2.decode_records
  *   decode_columns(batches, with_headers)
  *       -> the Arrow buffers of the columns of several batches' records (see decode_columns below)
+ *   encode_record_body(timestamp_delta, offset_delta, key, value)
+ *       -> one record without headers, as BatchBuilder stores it
+ *   Pool, Receipt, Appender
+ *       -> a producer's open batch (odradek.records.appender; see "The producer's open batch")
  *
  * Any problem with the data raises ValueError: the caller then decodes the batch with the
  * pure-Python decoder, which raises the precise error.  Nothing here trusts a length: every
