@@ -1,0 +1,38 @@
+"""Security decisions as pure logic: principals, SASL mechanisms, certificate names.
+
+No sockets and no TLS here (the broker's listeners and the clients' transport do the I/O, and
+build TLS contexts); credentials are kept by :mod:`odradek.coordination`.
+"""
+
+from .principal import ANONYMOUS, KafkaPrincipal, SslPrincipalMapper
+from .sasl import (
+    SCRAM_MECHANISMS,
+    AuthenticationFailed,
+    PlainClient,
+    PlainServer,
+    SaslServer,
+    ScramClient,
+    ScramCredential,
+    ScramServer,
+    parse_jaas,
+    plain_verifier,
+)
+from .x500 import CertificateError, subject_name
+
+__all__ = [
+    "ANONYMOUS",
+    "SCRAM_MECHANISMS",
+    "AuthenticationFailed",
+    "CertificateError",
+    "KafkaPrincipal",
+    "PlainClient",
+    "PlainServer",
+    "SaslServer",
+    "ScramClient",
+    "ScramCredential",
+    "ScramServer",
+    "SslPrincipalMapper",
+    "parse_jaas",
+    "plain_verifier",
+    "subject_name",
+]
