@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 source scripts/_setup.sh
 echo "== install"
-apt_install kcat zookeeper  # kcat: a real client for interop tests; zookeeper: the cluster tests
+apt_install kcat zookeeper openssl  # kcat: a real client for interop tests; zookeeper: the cluster tests; openssl: test certificates
 odradek_setup test,dev,fast,cluster
 
 echo "== codegen --check"

@@ -108,6 +108,33 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("advertised.listeners", "string", None),
     ("listener.security.protocol.map", "string", "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"),
     ("inter.broker.listener.name", "string", None),
+    ("security.inter.broker.protocol", "string", "PLAINTEXT"),
+    # TLS (SSL and SASL_SSL listeners); each may be given per listener as
+    # listener.name.<listener>.<config>.  ssl.keystore.type / ssl.truststore.type: PEM (told by
+    # the file when not set) or PKCS12; Java's JKS cannot be read here.
+    ("ssl.keystore.type", "string", None),
+    ("ssl.keystore.location", "string", None),
+    ("ssl.keystore.password", "password", None),
+    ("ssl.key.password", "password", None),
+    ("ssl.keystore.certificate.chain", "password", None),
+    ("ssl.keystore.key", "password", None),
+    ("ssl.truststore.type", "string", None),
+    ("ssl.truststore.location", "string", None),
+    ("ssl.truststore.password", "password", None),
+    ("ssl.truststore.certificates", "password", None),
+    ("ssl.client.auth", "string", "none"),
+    ("ssl.protocol", "string", "TLSv1.3"),
+    ("ssl.enabled.protocols", "list", "TLSv1.2,TLSv1.3"),
+    ("ssl.cipher.suites", "list", None),
+    ("ssl.endpoint.identification.algorithm", "string", "https"),
+    ("ssl.principal.mapping.rules", "string", "DEFAULT"),
+    # SASL (SASL_PLAINTEXT and SASL_SSL listeners); sasl.jaas.config also per listener and
+    # mechanism: listener.name.<listener>.<mechanism>.sasl.jaas.config
+    ("sasl.enabled.mechanisms", "list", "GSSAPI"),
+    ("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI"),
+    ("sasl.jaas.config", "password", None),
+    ("connections.max.reauth.ms", "long", 0),
+    ("connection.failed.authentication.delay.ms", "int", 100),
     ("log.dirs", "string", None),
     ("log.dir", "string", "./odradek-data"),
     ("num.partitions", "int", 1, False),
@@ -336,6 +363,8 @@ _ENUMS = {
     "message.format.version": _METADATA_VERSIONS,
     "log.message.format.version": _METADATA_VERSIONS,
     "message.timestamp.type": {"CreateTime", "LogAppendTime"},
+    "ssl.client.auth": {"none", "requested", "required"},
+    "security.inter.broker.protocol": {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"},
 }
 
 
@@ -436,6 +465,8 @@ def parse_listeners(spec: str, protocol_map: str) -> list[Listener]:
     return result
 
 
+_SASL_MECHANISM_NAMES = frozenset({"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI"})
+
 #: ``ODRADEK_*`` environment variables that are not broker configs (``ODRADEK_TEST_*`` neither)
 NON_CONFIG_ENV = frozenset({"ODRADEK_EXAMPLES", "ODRADEK_PURE_PYTHON"})  # examples dir; odradek.records.speedups
 
@@ -460,6 +491,8 @@ class BrokerConfig:
         self._values: dict[str, Any] = {}
         self._sources: dict[str, ConfigSource] = {}
         self._extra: dict[str, str] = {}
+        #: listener.name.<listener>[.<mechanism>].<config>: {(LISTENER, MECHANISM or "", config): value}
+        self._per_listener: dict[tuple[str, str, str], Any] = {}
         for key, value in (properties or {}).items():
             self._set(key, value, strict, properties_source)
         for var, (key, value) in self._from_env(env or {}, strict).items():
@@ -485,6 +518,9 @@ class BrokerConfig:
         return result
 
     def _set(self, key: str, value: Any, strict: bool, where: str = "") -> None:
+        if key.startswith("listener.name."):
+            self._set_per_listener(key, value, where)
+            return
         d = BROKER_CONFIGS.get(key)
         if d is None:
             if key in TOPIC_CONFIGS:
@@ -495,6 +531,38 @@ class BrokerConfig:
             return
         self._values[key] = parse_value(key, d.type, value)
         self._sources[key] = ConfigSource.STATIC_BROKER_CONFIG
+
+    def _set_per_listener(self, key: str, value: Any, where: str) -> None:
+        """``listener.name.<listener>.<config>`` or ``listener.name.<listener>.<mechanism>.<config>``
+        (Kafka's per-listener overrides; the mechanism form for ``sasl.jaas.config`` and the
+        other SASL settings of one mechanism)."""
+        rest = key[len("listener.name.") :]
+        listener, _, name = rest.partition(".")
+        mechanism = ""
+        if name and name not in BROKER_CONFIGS and "." in name:
+            first, _, after = name.partition(".")
+            if first.upper() in _SASL_MECHANISM_NAMES:
+                mechanism, name = first.upper(), after
+        d = BROKER_CONFIGS.get(name)
+        if not listener or d is None:
+            near = nearest_name(name, BROKER_CONFIGS) if name else None
+            hint = f" (did you mean 'listener.name.{listener}.{near}'?)" if near else ""
+            raise ConfigError(
+                f"unknown per-listener configuration {key!r}{(' ' + where) if where else ''}: "
+                f"expected listener.name.<listener>.<config>{hint}"
+            )
+        self._per_listener[(listener.upper(), mechanism, name)] = parse_value(name, d.type, value)
+
+    def for_listener(self, listener: str, name: str, mechanism: str = "") -> Any:
+        """A config as one listener sees it: ``listener.name.<listener>.<mechanism>.<name>``,
+        then ``listener.name.<listener>.<name>``, then ``name`` itself."""
+        key = listener.upper()
+        if mechanism:
+            value = self._per_listener.get((key, mechanism.upper(), name))
+            if value is not None:
+                return value
+        value = self._per_listener.get((key, "", name))
+        return value if value is not None else self.get(name)
 
     @classmethod
     def load(

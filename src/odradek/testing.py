@@ -31,7 +31,8 @@ __all__ = ["BrokerProcess", "WireClient", "cpu_seconds", "wait_for"]
 
 T = TypeVar("T")
 
-_READY = re.compile(r"ready on PLAINTEXT://(?P<host>[^:\s]+):(?P<port>\d+)")
+_READY = re.compile(r"ready on (?P<endpoints>\S+://\S+?:\d+(?:, \S+://\S+?:\d+)*)")
+_ENDPOINT = re.compile(r"(?P<name>[^:,\s]+)://(?P<host>\S+?):(?P<port>\d+)")
 
 
 class BrokerProcess:
@@ -46,6 +47,7 @@ class BrokerProcess:
         extra_args: list[str] | None = None,
         env: Mapping[str, str] | None = None,
         fd_limit: int | None = None,
+        listeners: str | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.overrides = dict(overrides or {})
@@ -56,6 +58,11 @@ class BrokerProcess:
         self.env = dict(env or {})
         #: run the broker with RLIMIT_NOFILE set to this (soft and hard): ``ulimit -n``
         self.fd_limit = fd_limit
+        #: ``listeners`` as in server.properties (ports 0 for ephemeral ones); None: one PLAINTEXT
+        #: listener on 127.0.0.1:``port``
+        self.listeners = listeners
+        #: listener name -> (host, port), from the ready line
+        self.endpoints: dict[str, tuple[str, int]] = {}
         self.proc: subprocess.Popen[str] | None = None
         self.host = "127.0.0.1"
         self.ready_line = ""
@@ -67,13 +74,22 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def bootstrap_of(self, listener: str) -> str:
+        """``host:port`` of one of the broker's listeners (by name)."""
+        host, port = self.endpoints[listener.upper()]
+        return f"{host}:{port}"
+
     @property
     def pid(self) -> int:
         assert self.proc is not None
         return self.proc.pid
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "odradek", "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+        cmd = [sys.executable, "-m", "odradek", "serve"]
+        if self.listeners is None:
+            cmd += ["--host", "127.0.0.1", "--port", str(self.port)]
+        else:
+            cmd += ["--override", f"listeners={self.listeners}"]
         cmd += ["--data-dir", str(self.data_dir), "--log-level", self.log_level]
         if self.broker_id is not None:
             cmd += ["--broker-id", str(self.broker_id)]
@@ -109,7 +125,11 @@ class BrokerProcess:
             if m:
                 self.ready_line = line.strip()
                 self.ready_seconds = time.monotonic() - t0
-                self.host, self.port = m.group("host"), int(m.group("port"))
+                self.endpoints = {
+                    e.group("name"): (e.group("host"), int(e.group("port")))
+                    for e in _ENDPOINT.finditer(m.group("endpoints"))
+                }
+                self.host, self.port = self.endpoints.get("PLAINTEXT", next(iter(self.endpoints.values())))
                 return self
         self.kill()
         raise RuntimeError(f"broker did not become ready: {''.join(self.stderr_lines[-30:])}")

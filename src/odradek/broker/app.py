@@ -29,6 +29,7 @@ import functools
 import logging
 import resource
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -40,6 +41,7 @@ from typing import TYPE_CHECKING
 
 import odradek.broker.handlers  # noqa: F401  (registers the API handlers)
 from odradek._clock import Clock, SystemClock
+from odradek.broker.authentication import ListenerSecurity
 from odradek.broker.coordinator import GroupCoordinator
 from odradek.broker.limits import FDS_PER_PARTITION, partition_budget
 from odradek.broker.partitions import PartitionService
@@ -50,12 +52,14 @@ from odradek.broker.scheduler import LogScheduler
 from odradek.broker.server import KafkaConnection
 from odradek.broker.services import Services
 from odradek.broker.single_node import SingleNodeController
+from odradek.broker.tls import server_context
 from odradek.broker.topics import TopicService, internal_topic_configs
 from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage
 from odradek.config import BrokerConfig, ConfigError, Listener
 from odradek.coordination import EmbeddedBackend, MetadataBackend
 from odradek.coordination.embedded import read_cluster_id
 from odradek.errors import ErrorCode
+from odradek.security import ScramCredential
 from odradek.storage import Log, LogManager, StorageError
 from odradek.storage.log import set_lock_factory
 from odradek.storage.manager import (
@@ -118,12 +122,13 @@ class Broker:
         t0 = time.monotonic()
         loop = asyncio.get_running_loop()
         self.listeners = self.config.listeners
-        for lst in self.listeners:
-            if lst.security_protocol != "PLAINTEXT":
-                raise ConfigError(
-                    f"listener {lst}: security protocol {lst.security_protocol} is not supported yet "
-                    "(only PLAINTEXT listeners work in this version)"
-                )
+        # what each listener asks of its connections, and its TLS context: configuration errors
+        # stop the start before anything is opened
+        self._security = {
+            lst.name: ListenerSecurity(self.config, lst, self._scram_credential) for lst in self.listeners
+        }
+        self._tls = {lst.name: server_context(self.config, lst.name) for lst in self.listeners if self._security[lst.name].tls}
+        _warn_plaintext_beyond_loopback(self.listeners)
         _raise_fd_limit()
         dirs = self.config.log_dirs
         for d in dirs:
@@ -146,6 +151,7 @@ class Broker:
         cluster: ClusterReplication | None = None
         if zk is not None:
             listener = self.config.get("inter.broker.listener.name")
+            _check_inter_broker_listener(self.listeners, listener)
             self.replication = cluster = ClusterReplication(
                 *args, cluster_id=self.cluster_id, inter_broker_listener=str(listener) if listener else None
             )
@@ -172,8 +178,10 @@ class Broker:
         )
         # listen first so that port 0 resolves to the real port before it is advertised
         for lst in self.listeners:
-            factory = functools.partial(KafkaConnection, self.services, lst.name, self.connections, self.max_queued)
-            server = _AcceptLoop(lst.name, factory)
+            factory = functools.partial(
+                KafkaConnection, self.services, lst.name, self.connections, self.max_queued, self._security[lst.name]
+            )
+            server = _AcceptLoop(lst.name, factory, self._tls.get(lst.name))
             try:
                 await server.bind(lst.host, lst.port)
             except OSError:
@@ -297,6 +305,17 @@ class Broker:
                 host = bound[0] if bound and bound[0] not in ("0.0.0.0", "::") else "127.0.0.1"
             endpoints.append(Endpoint(lst.name, lst.security_protocol, host, port))
         return BrokerInfo(self.broker_id, tuple(endpoints), self.config.get("broker.rack"))
+
+    def _scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """A SCRAM user's stored credential, as every broker sees it (the metadata backend)."""
+        text = self.backend.image.user_scram.get(user, {}).get(mechanism)
+        if text is None:
+            return None
+        try:
+            return ScramCredential.from_text(text)
+        except ValueError as exc:
+            log.warning("the SCRAM credential of user %s (%s) is damaged: %s", user, mechanism, exc)
+            return None
 
     @property
     def advertised(self) -> list[Endpoint]:
@@ -422,9 +441,13 @@ class _AcceptLoop:
 
     RETRY_S = 0.1
 
-    def __init__(self, name: str, factory: Callable[[], asyncio.BaseProtocol]) -> None:
+    def __init__(
+        self, name: str, factory: Callable[[], asyncio.BaseProtocol], tls: ssl.SSLContext | None = None
+    ) -> None:
         self.name = name
         self.factory = factory
+        self.tls = tls
+        self._handshakes: set[asyncio.Task[None]] = set()
         self.sockets: list[socket.socket] = []
         self.address: tuple[str, int] = ("", 0)
         self._tasks: list[asyncio.Task[None]] = []
@@ -484,6 +507,13 @@ class _AcceptLoop:
             if failing:
                 failing = False
                 log.info("listener %s accepts connections again", self.name)
+            if self.tls is not None:
+                # the TLS handshake runs in a task of its own: a slow or silent client must not
+                # hold up the accept loop
+                task = loop.create_task(self._tls_connection(conn, _peer))
+                self._handshakes.add(task)
+                task.add_done_callback(self._handshakes.discard)
+                continue
             try:
                 conn.setblocking(False)
                 if conn.family in (socket.AF_INET, socket.AF_INET6):
@@ -496,8 +526,29 @@ class _AcceptLoop:
                 conn.close()
                 log.warning("listener %s: could not set up an accepted connection: %s", self.name, exc)
 
+    async def _tls_connection(self, conn: socket.socket, peer: object) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            conn.setblocking(False)
+            if conn.family in (socket.AF_INET, socket.AF_INET6):
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await loop.connect_accepted_socket(
+                self.factory, conn, ssl=self.tls, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S
+            )
+        except asyncio.CancelledError:
+            conn.close()
+            raise
+        except (OSError, ssl.SSLError, TimeoutError, ConnectionError) as exc:
+            conn.close()
+            host = peer[0] if isinstance(peer, tuple) else peer
+            # Kafka's wording: "Failed authentication with /1.2.3.4 (SSL handshake failed)"
+            log.info("Failed authentication with /%s on listener %s (SSL handshake failed: %s)", host, self.name,
+                     getattr(exc, "reason", None) or exc or type(exc).__name__)
+
     def close(self) -> None:
         for task in self._tasks:
+            task.cancel()
+        for task in list(self._handshakes):
             task.cancel()
         for sock in self.sockets:
             sock.close()
@@ -532,6 +583,36 @@ def _read_meta(d: Path) -> dict[str, str]:
     if problem is not None:
         raise ConfigError(f"{path} is damaged: {problem}. Nothing was changed; {fix}")
     return props
+
+
+#: seconds a client has to complete the TLS handshake
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+
+
+def _warn_plaintext_beyond_loopback(listeners: list[Listener]) -> None:
+    """A broker that anyone on a network can reach in clear text, without authentication, says so."""
+    if any(lst.security_protocol != "PLAINTEXT" for lst in listeners):
+        return
+    for lst in listeners:
+        loopback = lst.host in ("localhost", "::1") or lst.host.startswith("127.")
+        if not loopback:
+            log.warning(
+                "listener %s accepts anyone who reaches %s:%d in clear text without authentication; add an "
+                "SSL or SASL_SSL listener (see README, Securing a broker) before exposing it to a network",
+                lst.name, lst.host, lst.port,
+            )
+
+
+def _check_inter_broker_listener(listeners: list[Listener], name: object) -> None:
+    """The brokers' own connections (followers, the controller) speak PLAINTEXT for now."""
+    chosen = next((lst for lst in listeners if name and lst.name == str(name).upper()), None)
+    if chosen is None and listeners:
+        chosen = listeners[0]
+    if chosen is not None and chosen.security_protocol != "PLAINTEXT":
+        raise ConfigError(
+            f"inter-broker listener {chosen}: the brokers' own connections cannot use {chosen.security_protocol} "
+            "yet; set inter.broker.listener.name to a PLAINTEXT listener (on a private network or loopback)"
+        )
 
 
 def _raise_fd_limit() -> None:

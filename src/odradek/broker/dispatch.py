@@ -22,6 +22,7 @@ from odradek.broker.purgatory import Deferred
 from odradek.protocol import ApiKey, Message, RequestHeader
 
 if TYPE_CHECKING:
+    from odradek.broker.authentication import Session
     from odradek.broker.services import Services
 
 __all__ = ["HANDLERS", "Deferred", "Handler", "RequestContext", "SyncHandler", "handles", "supported_versions"]
@@ -35,6 +36,8 @@ class RequestContext:
     header: RequestHeader
     client_host: str
     listener: str
+    #: who the connection is (its principal) and its SASL state
+    session: Session
 
     @property
     def version(self) -> int:

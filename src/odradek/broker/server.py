@@ -27,6 +27,7 @@ from collections.abc import Coroutine, Generator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from odradek.broker.authentication import ListenerSecurity, Session
 from odradek.broker.dispatch import HANDLERS, Deferred, RequestContext, supported_versions
 from odradek.broker.logdirs import is_io_error
 from odradek.errors import ErrorCode, KafkaError
@@ -80,12 +81,20 @@ def api_versions_response(error_code: int = 0) -> ApiVersionsResponse:
 
 class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(
-        self, services: Services, listener: str, connections: set[KafkaConnection], max_queued: int
+        self,
+        services: Services,
+        listener: str,
+        connections: set[KafkaConnection],
+        max_queued: int,
+        security: ListenerSecurity,
     ) -> None:
         """A connection on ``listener``, registered in ``connections`` while open; at most
-        ``max_queued`` of its requests wait to be handled (``queued.max.requests``)."""
+        ``max_queued`` of its requests wait to be handled (``queued.max.requests``);
+        ``security`` says who it is and what it must do first (TLS, SASL)."""
         self.services = services
         self.listener = listener
+        self.security = security
+        self.session: Session = security.session(None)
         self.connections = connections
         self.max_queued = max_queued
         self.conn = ServerConnection(
@@ -120,6 +129,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.client_host = self.peer.rsplit(":", 1)[0]
         self.connections.add(self)
+        if self.security.tls:
+            tls = transport.get_extra_info("ssl_object")
+            certificate = tls.getpeercert(binary_form=True) if tls is not None else None
+            self.session = self.security.session(certificate)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._view
@@ -353,6 +366,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 break
         else:
             self._hand(transport, parts[0] if len(parts) == 1 else b"".join(parts))
+            if self.session.close_after is not None:
+                self._close_after_response()
             return
         total = 0
         for p in parts:
@@ -388,6 +403,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
         outs.append((out, self._handed))
         if len(outs) > _KEPT_OUT_BUFFERS:
             outs.popleft()  # the transport keeps its own reference while it still sends from it
+
+    def _close_after_response(self) -> None:
+        """The session asked to close once its response is out (a failed or illegal SASL
+        exchange): nothing more is read or handled; the close comes after the delay it gave."""
+        delay = self.session.close_after
+        self.session.close_after = None
+        self._queue.clear()
+        self._pause_reading()
+        if not delay:
+            self.close()
+        else:
+            asyncio.get_running_loop().call_later(delay, self.close)
 
     def _hand(self, transport: asyncio.Transport, data: bytes | memoryview) -> None:
         """Write to the transport, counting the bytes handed over (see :meth:`_free_out_buffer`)."""
@@ -435,7 +462,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 "closing connection from %s: unsupported API %s v%s", self.peer, header.api_key, header.api_version
             )
             return None
-        ctx = RequestContext(self.services, header, self.client_host, self.listener)
+        if not self.session.allows(header.api_key):
+            log.info(
+                "closing connection from %s: %s request on listener %s before SASL authentication",
+                self.peer, _api_name(header.api_key), self.listener,
+            )
+            return None
+        ctx = RequestContext(self.services, header, self.client_host, self.listener, self.session)
         if entry.sync:
             try:
                 result = entry.handler(ctx, ev.message)
@@ -495,7 +528,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _response_parts(self, header: RequestHeader, response: Any) -> list[Any]:
         if access.isEnabledFor(logging.DEBUG):
-            access.debug("%s %s v%d cid=%d", self.peer, ApiKey(header.api_key).name, header.api_version, header.correlation_id)
+            access.debug(
+                "%s %s v%d cid=%d principal=%s listener=%s", self.peer, _api_name(header.api_key), header.api_version,
+                header.correlation_id, self.session.principal, self.listener,
+            )
         if response is None:
             return self.conn.no_response_parts(header)
         return self.conn.send_response_parts(header, response)
@@ -639,6 +675,13 @@ async def _wait_deferred(deferred: Deferred) -> Message | None:
         if not fut.done() or fut.cancelled():
             deferred.cancel()
         raise
+
+
+def _api_name(api_key: int) -> str:
+    try:
+        return ApiKey(api_key).name
+    except ValueError:
+        return f"API {api_key}"
 
 
 def _error_response(header: RequestHeader, code: ErrorCode) -> Any:

@@ -29,15 +29,25 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--zookeeper", metavar="HOST:PORT[/CHROOT]", help="zookeeper.connect: join a cluster coordinated by ZooKeeper"
     )
-    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    p.add_argument(
+        "--log-level", default="INFO",
+        help="logging level (default INFO); LEVEL,logger=LEVEL,... sets loggers apart (INFO,odradek.access=DEBUG)",
+    )
 
 
 def configure_logging(level: str) -> None:
+    """``LEVEL`` or ``LEVEL,logger=LEVEL,...``: e.g. ``INFO,odradek.access=DEBUG`` logs every
+    request (with its principal and listener) and everything else at INFO."""
+    root, *loggers = (part.strip() for part in level.split(","))
     logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
+        level=getattr(logging, root.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    for item in loggers:
+        name, _, value = item.partition("=")
+        if name and value:
+            logging.getLogger(name.strip()).setLevel(getattr(logging, value.strip().upper(), logging.INFO))
 
 
 def _flags(args: argparse.Namespace) -> dict[str, Any]:

@@ -92,6 +92,8 @@ class MetadataImage:
     #: topics deleted whose partition directories may still be on disk (topic id -> name): the
     #: only logs a broker deletes (the embedded backend records them; see ``without_topic``)
     deleted_topics: Mapping[uuid.UUID, str] = field(default_factory=dict)
+    #: SCRAM credentials: user -> mechanism -> Kafka's stored form (salt, keys, iterations)
+    user_scram: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @classmethod
     def empty(cls, cluster_id: str, controller_id: int = -1) -> MetadataImage:
@@ -151,6 +153,13 @@ class MetadataImage:
     def with_broker_configs(self, configs: Mapping[str, str]) -> MetadataImage:
         return replace(self, broker_configs=dict(configs))
 
+    def with_user_scram(self, user: str, credentials: Mapping[str, str]) -> MetadataImage:
+        """A user's SCRAM credentials (mechanism -> stored form); none: the user is removed."""
+        users = {k: v for k, v in self.user_scram.items() if k != user}
+        if credentials:
+            users[user] = dict(credentials)
+        return replace(self, user_scram=users)
+
     # -- serialisation (embedded backend) ---------------------------------------------------
     def to_json(self, *, topics: bool = True) -> dict[str, Any]:
         """The image as the embedded backend stores it; ``topics=False`` leaves the topic list
@@ -158,6 +167,7 @@ class MetadataImage:
         return {
             "cluster_id": self.cluster_id,
             "broker_configs": dict(self.broker_configs),
+            "scram_credentials": {u: dict(c) for u, c in sorted(self.user_scram.items())},
             "topics": [t.to_json() for t in sorted(self.topics.values(), key=lambda t: t.name)] if topics else [],
             "deleted_topics": [
                 {"name": name, "topic_id": str(tid)} for tid, name in sorted(self.deleted_topics.items(), key=str)
@@ -184,7 +194,8 @@ class MetadataImage:
                 t["name"], uuid.UUID(t["topic_id"]), parts, dict(t.get("configs", {})), t.get("internal", False)
             )
         deleted = {uuid.UUID(d["topic_id"]): d["name"] for d in data.get("deleted_topics", [])}
-        return cls(data["cluster_id"], controller_id, {}, topics, dict(data.get("broker_configs", {})), deleted)
+        users = {str(u): {str(m): str(t) for m, t in c.items()} for u, c in data.get("scram_credentials", {}).items()}
+        return cls(data["cluster_id"], controller_id, {}, topics, dict(data.get("broker_configs", {})), deleted, users)
 
 
 def assign_replicas(

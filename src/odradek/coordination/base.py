@@ -153,3 +153,8 @@ class MetadataBackend(ABC):
 
     @abstractmethod
     async def set_broker_configs(self, configs: Mapping[str, str]) -> None: ...
+
+    @abstractmethod
+    async def set_user_scram(self, user: str, credentials: Mapping[str, str]) -> None:
+        """Replace ``user``'s SCRAM credentials (mechanism -> stored form; empty: none left),
+        for every broker of the cluster."""

@@ -403,3 +403,6 @@ class EmbeddedBackend(MetadataBackend):
 
     async def set_broker_configs(self, configs: Mapping[str, str]) -> None:
         await self._change(lambda image: image.with_broker_configs(configs))
+
+    async def set_user_scram(self, user: str, credentials: Mapping[str, str]) -> None:
+        await self._change(lambda image: image.with_user_scram(user, credentials))

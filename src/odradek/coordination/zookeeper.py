@@ -75,7 +75,9 @@ PERSISTENT_PATHS = (
     "/config/topics",
     "/config/changes",
     "/config/brokers",
+    "/config/users",
 )
+_SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 def dumps(data: Any) -> bytes:
@@ -342,6 +344,8 @@ class ZooKeeperBackend(MetadataBackend):
         # the mzxid of /config/topics/<t> that _topic_configs[t] was read from (or written as):
         # a read that is older than what is held (a reload that raced a local alter) never wins
         self._config_zxids: dict[str, int] = {}
+        #: SCRAM credentials from /config/users/<user> (user -> mechanism -> stored form)
+        self._users: dict[str, dict[str, str]] = {}
         self._waiters: list[tuple[Callable[[MetadataImage], bool], asyncio.Future[None]]] = []
         self.store.session_listeners.append(self._reregister)
         self.on_registered: list[Callable[[], Awaitable[None]]] = []
@@ -374,6 +378,27 @@ class ZooKeeperBackend(MetadataBackend):
         await self._register(broker, wait_ms=int(self.store.session_timeout * 1000) + 2000)
         self._image = self._image.with_broker(replace(broker, epoch=self._broker_epoch))
         await self.store.children("/config/changes", self._config_changed)
+        if await self._load_users():
+            self._install(self._image)
+
+    async def _load_users(self) -> bool:
+        """Read the SCRAM credentials of ``/config/users/*``; True when they changed."""
+        users: dict[str, dict[str, str]] = {}
+        for user in await self.store.children("/config/users"):
+            data, _ = await self.store.get_or_none(f"/config/users/{user}")
+            config = (data or {}).get("config", {}) if isinstance(data, dict) else {}
+            creds = {m: str(config[m]) for m in _SCRAM if m in config}
+            if creds:
+                users[user] = creds
+        if users == self._users:
+            return False
+        self._users = users
+        return True
+
+    async def _user_config(self, user: str) -> dict[str, str]:
+        data, _ = await self.store.get_or_none(f"/config/users/{user}")
+        config = (data or {}).get("config", {}) if isinstance(data, dict) else {}
+        return {str(k): str(v) for k, v in config.items()}
 
     async def _register(self, broker: BrokerInfo, wait_ms: int) -> None:
         """Create ``/brokers/ids/<id>``; a node left by this broker's previous, dead session is
@@ -444,7 +469,7 @@ class ZooKeeperBackend(MetadataBackend):
             if name not in image.topics:
                 del self._topic_configs[name]
                 self._config_zxids.pop(name, None)
-        self._image = replace(image, topics=topics, cluster_id=self.cluster_id)
+        self._image = replace(image, topics=topics, cluster_id=self.cluster_id, user_scram=dict(self._users))
         self._publish(self._image)
         still = []
         for pred, fut in self._waiters:
@@ -505,7 +530,7 @@ class ZooKeeperBackend(MetadataBackend):
         ZooKeeper), log configs (retention, segment size, ...) follow it."""
         with contextlib.suppress(Exception):
             await self.store.children("/config/changes", self._config_changed)
-            changed = False
+            changed = await self._load_users()
             for name in list(self._image.topics):
                 changed |= self._hold_config(name, *await self._read_topic_config(name))
             if changed:
@@ -633,6 +658,20 @@ class ZooKeeperBackend(MetadataBackend):
         await self.store.create(
             "/config/changes/config_change_", {"version": 2, "entity_path": f"topics/{name}"}, sequence=True
         )
+
+    async def set_user_scram(self, user: str, credentials: Mapping[str, str]) -> None:
+        # /config/users/<user> also holds the user's quotas: only the SCRAM entries change
+        config = {k: v for k, v in (await self._user_config(user)).items() if k not in _SCRAM}
+        config.update(credentials)
+        await self.store.upsert(f"/config/users/{user}", {"version": 1, "config": config})
+        await self.store.create(
+            "/config/changes/config_change_", {"version": 2, "entity_path": f"users/{user}"}, sequence=True
+        )
+        if credentials:
+            self._users[user] = dict(credentials)
+        else:
+            self._users.pop(user, None)
+        self._install(self._image)
 
     async def set_broker_configs(self, configs: Mapping[str, str]) -> None:
         assert self.broker is not None

@@ -10,4 +10,5 @@ from odradek.broker.handlers import (  # noqa: F401
     list_offsets,
     metadata,
     produce,
+    sasl,
 )

@@ -127,9 +127,10 @@ def broker_config_entries(svc: Services) -> list[Entry]:
     entries = []
     for name, d in BROKER_CONFIGS.items():
         source = svc.config.source(name)
-        value = _text(svc.config.get(name))
+        # passwords, keys and JAAS configs are never told: Kafka answers null, is_sensitive
+        value = None if d.type == "password" else _text(svc.config.get(name))
         synonyms = [(name, value, int(source))]
-        if source != ConfigSource.DEFAULT_CONFIG and d.default is not None:
+        if source != ConfigSource.DEFAULT_CONFIG and d.default is not None and d.type != "password":
             synonyms.append((name, _text(d.default), int(ConfigSource.DEFAULT_CONFIG)))
         entries.append(Entry(name, value, d.read_only, int(source), TYPE_CODES.get(d.type, 0), synonyms))
     return entries
@@ -168,7 +169,11 @@ async def describe_configs(ctx: RequestContext, request: DescribeConfigsRequest)
                     key = TOPIC_KEYS.get(e.name)
                     doc = key.doc if key is not None else None
                 item = R.DescribeConfigsResourceResult(
-                    name=e.name, value=e.value, read_only=e.read_only, is_sensitive=False, documentation=doc
+                    name=e.name,
+                    value=e.value,
+                    read_only=e.read_only,
+                    is_sensitive=e.config_type == TYPE_CODES["password"],
+                    documentation=doc,
                 )
                 if version == 0:
                     item.is_default = e.config_source == ConfigSource.DEFAULT_CONFIG

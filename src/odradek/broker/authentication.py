@@ -1,0 +1,188 @@
+"""Who a connection is: the listener's security protocol, TLS client certificates and the SASL
+exchange (SaslHandshake, then SaslAuthenticate) that must come before any other API.
+
+A :class:`ListenerSecurity` is built once per listener from the configuration (its enabled
+mechanisms, PLAIN users from its JAAS config, where SCRAM credentials come from, the principal
+mapping of certificates); each connection gets a :class:`Session`:
+
+* PLAINTEXT: ``User:ANONYMOUS``, authenticated at once;
+* SSL: the client certificate's subject (mapped by ``ssl.principal.mapping.rules``), or
+  ANONYMOUS without one;
+* SASL_PLAINTEXT / SASL_SSL: nothing but ApiVersions, SaslHandshake and SaslAuthenticate until
+  the mechanism (``odradek.security``) has established the user.  A failed authentication is
+  answered SASL_AUTHENTICATION_FAILED with the mechanism's message and the connection closes
+  ``connection.failed.authentication.delay.ms`` later; a handshake naming a mechanism the
+  listener does not enable gets UNSUPPORTED_SASL_MECHANISM and the list, and the connection
+  closes (Kafka's behaviour).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from odradek.config import BrokerConfig, ConfigError, Listener
+from odradek.errors import ErrorCode
+from odradek.security import (
+    ANONYMOUS,
+    AuthenticationFailed,
+    CertificateError,
+    KafkaPrincipal,
+    PlainServer,
+    SaslServer,
+    ScramCredential,
+    ScramServer,
+    SslPrincipalMapper,
+    parse_jaas,
+    plain_verifier,
+    subject_name,
+)
+
+__all__ = ["SUPPORTED_MECHANISMS", "ListenerSecurity", "SaslOutcome", "Session"]
+
+log = logging.getLogger("odradek.authentication")
+
+SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
+TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
+_PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+
+#: ``lookup(user, mechanism)``: the stored SCRAM credential, or None
+ScramLookup = Callable[[str, str], "ScramCredential | None"]
+
+
+class ListenerSecurity:
+    """What one listener asks of its connections."""
+
+    def __init__(self, config: BrokerConfig, listener: Listener, scram_lookup: ScramLookup) -> None:
+        self.listener = listener.name
+        self.protocol = listener.security_protocol
+        self.tls = self.protocol in TLS_PROTOCOLS
+        self.sasl = self.protocol in SASL_PROTOCOLS
+        self.mapper = SslPrincipalMapper(str(config.for_listener(listener.name, "ssl.principal.mapping.rules")))
+        self.failure_delay_s = int(config.for_listener(listener.name, "connection.failed.authentication.delay.ms")) / 1000
+        self.reauth_ms = int(config.for_listener(listener.name, "connections.max.reauth.ms") or 0)
+        self._scram_lookup = scram_lookup
+        self.mechanisms: list[str] = []
+        self._plain_users: dict[str, str] = {}
+        if not self.sasl:
+            return
+        enabled = str(config.for_listener(listener.name, "sasl.enabled.mechanisms") or "")
+        self.mechanisms = [m.strip().upper() for m in enabled.split(",") if m.strip()]
+        unsupported = [m for m in self.mechanisms if m not in SUPPORTED_MECHANISMS]
+        if unsupported or not self.mechanisms:
+            raise ConfigError(
+                f"listener {listener}: sasl.enabled.mechanisms={enabled or '(none)'}: "
+                f"{', '.join(unsupported) or 'no mechanism'} not supported here (supported: {', '.join(SUPPORTED_MECHANISMS)})"
+            )
+        if "PLAIN" in self.mechanisms:
+            jaas = config.for_listener(listener.name, "sasl.jaas.config", "PLAIN")
+            if not jaas:
+                raise ConfigError(
+                    f"listener {listener} enables PLAIN but has no users: set "
+                    f"listener.name.{listener.name.lower()}.plain.sasl.jaas.config to "
+                    f'{_PLAIN_MODULE} required user_<name>="<password>" ...;'
+                )
+            try:
+                module, options = parse_jaas(str(jaas))
+            except ValueError as exc:
+                raise ConfigError(f"listener {listener}: {exc}") from None
+            if module != _PLAIN_MODULE:
+                raise ConfigError(f"listener {listener}: the PLAIN JAAS config names {module}, not {_PLAIN_MODULE}")
+            self._plain_users = {k[len("user_") :]: v for k, v in options.items() if k.startswith("user_")}
+
+    def session(self, peer_certificate: bytes | None) -> Session:
+        """A new connection's session; ``peer_certificate`` is the client's DER certificate (TLS)."""
+        principal = ANONYMOUS
+        if peer_certificate is not None:
+            try:
+                principal = KafkaPrincipal.user(self.mapper.name(subject_name(peer_certificate)))
+            except (CertificateError, ValueError) as exc:
+                log.info("listener %s: the client certificate gives no principal (%s): ANONYMOUS", self.listener, exc)
+        return Session(self, principal)
+
+    def server(self, mechanism: str) -> SaslServer:
+        if mechanism == "PLAIN":
+            return PlainServer(plain_verifier(self._plain_users))
+        return ScramServer(mechanism, lambda user: self._scram_lookup(user, mechanism))
+
+
+@dataclass(slots=True)
+class SaslOutcome:
+    """A SASL request's answer, and whether the connection closes after it (at once, or after
+    the failed-authentication delay)."""
+
+    error_code: int = 0
+    message: str | None = None
+    data: bytes = b""
+    close: bool = False
+    delay_close: bool = False
+
+
+class Session:
+    """One connection's identity, and its SASL exchange while it authenticates."""
+
+    def __init__(self, security: ListenerSecurity, principal: KafkaPrincipal) -> None:
+        self.security = security
+        self.principal = principal
+        self.authenticated = not security.sasl
+        self.mechanism: str | None = None
+        self._server: SaslServer | None = None
+        #: set when the connection must close after the response it is answering: in how many seconds
+        self.close_after: float | None = None
+
+    def allows(self, api_key: int) -> bool:
+        """Whether a request of ``api_key`` may be handled now (before SASL authentication only
+        ApiVersions 18, SaslHandshake 17 and SaslAuthenticate 36)."""
+        return self.authenticated or api_key in (17, 18, 36)
+
+    def handshake(self, mechanism: str) -> SaslOutcome:
+        out = self._handshake(mechanism)
+        if out.close:
+            self.close_after = 0.0
+        return out
+
+    def authenticate(self, token: bytes, client: str) -> SaslOutcome:
+        out = self._authenticate(token, client)
+        if out.close:
+            self.close_after = 0.0
+        elif out.delay_close:
+            self.close_after = self.security.failure_delay_s
+        return out
+
+    def _handshake(self, mechanism: str) -> SaslOutcome:
+        sec = self.security
+        if not sec.sasl:
+            return SaslOutcome(ErrorCode.ILLEGAL_SASL_STATE, "SASL is not enabled on this listener")
+        if self.authenticated or self._server is not None:
+            return SaslOutcome(ErrorCode.ILLEGAL_SASL_STATE, "unexpected SaslHandshake", close=True)
+        if mechanism not in sec.mechanisms:
+            log.info("listener %s: a client asked for SASL mechanism %r (enabled: %s)", sec.listener, mechanism,
+                     ", ".join(sec.mechanisms))
+            return SaslOutcome(ErrorCode.UNSUPPORTED_SASL_MECHANISM, None, close=True)
+        self.mechanism = mechanism
+        self._server = sec.server(mechanism)
+        return SaslOutcome()
+
+    def _authenticate(self, token: bytes, client: str) -> SaslOutcome:
+        server = self._server
+        if server is None or self.authenticated:
+            state = "after successful authentication" if self.authenticated else "before SaslHandshake"
+            return SaslOutcome(
+                ErrorCode.ILLEGAL_SASL_STATE, f"SaslAuthenticate request received {state}", close=not self.authenticated
+            )
+        try:
+            reply = server.evaluate(token)
+        except AuthenticationFailed as exc:
+            self._server = None
+            log.info("Failed authentication with %s on listener %s (%s)", client, self.security.listener, exc)
+            return SaslOutcome(ErrorCode.SASL_AUTHENTICATION_FAILED, str(exc), delay_close=True)
+        if server.complete:
+            assert server.principal is not None
+            self.principal = server.principal
+            self.authenticated = True
+            self._server = None
+            log.debug("%s authenticated as %s with %s on listener %s", client, self.principal, self.mechanism,
+                      self.security.listener)
+        return SaslOutcome(data=reply)
