@@ -35,7 +35,7 @@ def test_config_sources_take_precedence_in_order(tmp_path: Path) -> None:
         raise AssertionError("a misspelt config name must be an error")
 
 
-def test_security_listeners_fail_with_a_clear_message(tmp_path: Path) -> None:
+def test_a_tls_listener_without_a_keystore_fails_with_a_clear_message(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "odradek", "serve", "--data-dir", str(tmp_path / "d"), "--override",
          "listeners=SSL://127.0.0.1:0"],
@@ -44,7 +44,7 @@ def test_security_listeners_fail_with_a_clear_message(tmp_path: Path) -> None:
         timeout=30,
     )
     assert result.returncode != 0
-    assert "not supported yet" in result.stderr
+    assert "listener SSL needs a keystore: ssl.keystore.location" in result.stderr
 
 
 def test_identity_survives_restarts_and_clean_shutdown_leaves_the_marker(tmp_path: Path) -> None:
