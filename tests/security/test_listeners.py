@@ -296,3 +296,59 @@ def test_misconfigured_listeners_stop_the_start_with_the_setting_named(tmp_path:
     )
     with pytest.raises(RuntimeError, match=r"plain\.sasl\.jaas\.config"):
         b.start(timeout=20)
+
+
+def _raw_token(c: WireClient, token: bytes) -> bytes:
+    """Send a SASL token without Kafka framing (after SaslHandshake v0); the answer likewise."""
+    c.sock.sendall(struct.pack(">i", len(token)) + token)
+    head = b""
+    while len(head) < 4:
+        chunk = c.sock.recv(4 - len(head))
+        if not chunk:
+            raise ConnectionError("closed")
+        head += chunk
+    (n,) = struct.unpack(">i", head)
+    body = b""
+    while len(body) < n:
+        chunk = c.sock.recv(n - len(body))
+        if not chunk:
+            raise ConnectionError("closed")
+        body += chunk
+    return body
+
+
+def test_sasl_handshake_v0_takes_unframed_tokens(secure_broker: BrokerProcess) -> None:
+    """Old clients: SaslHandshake v0, then the mechanism's tokens as bare size-prefixed frames;
+    SCRAM's two rounds, then Kafka requests again.  A wrong password closes the connection."""
+    from odradek.security import ScramClient
+
+    admin = _admin(secure_broker)
+    for f in admin.alter_user_scram_credentials(
+        [UserScramCredentialUpsertion("v0user", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"v0pw")]
+    ).values():
+        assert f.result(TIMEOUT) is None
+    host, port = secure_broker.endpoints["SASL_PLAINTEXT"]
+    c = WireClient(host, port)
+    try:
+        assert c.request(SaslHandshakeRequest(mechanism="SCRAM-SHA-256"), 0).error_code == 0
+        scram = ScramClient("SCRAM-SHA-256", "v0user", "v0pw")
+        final = scram.evaluate(_raw_token(c, scram.first()))
+        assert final is not None
+        assert scram.evaluate(_raw_token(c, final)) is None and scram.complete
+        assert c.request(MetadataRequest(topics=[]), 1).brokers  # framed requests again
+    finally:
+        c.close()
+    c = WireClient(host, port)
+    try:
+        assert c.request(SaslHandshakeRequest(mechanism="PLAIN"), 0).error_code == 0
+        with pytest.raises(ConnectionError):
+            _raw_token(c, b"\x00alice\x00wrong")
+    finally:
+        c.close()
+    c = WireClient(host, port)
+    try:
+        assert c.request(SaslHandshakeRequest(mechanism="PLAIN"), 0).error_code == 0
+        assert _raw_token(c, b"\x00alice\x00alice-secret") == b""
+        assert c.request(MetadataRequest(topics=[]), 1).brokers
+    finally:
+        c.close()

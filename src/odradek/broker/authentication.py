@@ -131,6 +131,9 @@ class Session:
         self._server: SaslServer | None = None
         #: set when the connection must close after the response it is answering: in how many seconds
         self.close_after: float | None = None
+        #: a SaslHandshake v0 succeeded: the tokens come without Kafka framing from now on (the
+        #: connection takes this and clears it)
+        self.raw_tokens = False
 
     def allows(self, api_key: int) -> bool:
         """Whether a request of ``api_key`` may be handled now (before SASL authentication only

@@ -39,10 +39,12 @@ from odradek.protocol import (
     Message,
     ProtocolError,
     RequestReceived,
+    SaslTokenReceived,
     ServerConnection,
     UnsupportedVersion,
 )
 from odradek.protocol._api import request_header_version
+from odradek.protocol.connection import frame
 from odradek.protocol.messages import RequestHeader, response_class
 from odradek.protocol.messages.api_versions import ApiVersionsResponse
 
@@ -108,7 +110,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # handed to the transport up to its end: free again once the transport has sent them
         self._outs: deque[tuple[mmap.mmap, int]] = deque()
         self._handed = 0  # bytes handed to the transport so far
-        self._queue: deque[RequestReceived | BadRequest] = deque()
+        self._queue: deque[RequestReceived | BadRequest | SaslTokenReceived] = deque()
         # what the connection waits for: the task that carries on while a handler waits or the
         # peer is not reading, or a handler's Deferred; None while requests are handled
         # synchronously (see _run)
@@ -199,7 +201,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 if not queue and self._worker is None:
                     self.close()
                 break
-            assert isinstance(ev, (RequestReceived, BadRequest))
+            assert isinstance(ev, (RequestReceived, BadRequest, SaslTokenReceived))
             queue.append(ev)
         if len(queue) >= self.max_queued:
             self._pause_reading()
@@ -232,6 +234,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     self._maybe_resume_reading()
                 if type(ev) is RequestReceived:
                     result = self._start(ev)
+                elif type(ev) is SaslTokenReceived:
+                    result = self._sasl_token(ev)
                 else:
                     bad = self._bad_request(ev)  # type: ignore[arg-type]
                     result = None if bad is None else [bad]
@@ -301,6 +305,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     result = self._start(ev)
                     if isinstance(result, _Waiting):
                         result = await self._finish(result)
+                elif type(ev) is SaslTokenReceived:
+                    result = self._sasl_token(ev)
                 else:
                     bad = self._bad_request(ev)  # type: ignore[arg-type]
                     result = None if bad is None else [bad]
@@ -432,6 +438,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return buf
         return mmap.mmap(-1, max(_OUT_BUFFER, (size + _OUT_BUFFER - 1) // _OUT_BUFFER * _OUT_BUFFER))
 
+    def _sasl_token(self, ev: SaslTokenReceived) -> list[Any] | None:
+        """A SASL token without Kafka framing (after SaslHandshake v0): the mechanism's answer
+        goes back the same way; a failure closes the connection (the v0 exchange has no way to
+        say why, as in Kafka)."""
+        out = self.session.authenticate(ev.token, self.client_host)
+        if out.error_code:
+            self.session.close_after = None
+            return None
+        if self.session.authenticated:
+            self.conn.raw_tokens = False
+        return [frame(out.data)]
+
     def _bad_request(self, ev: BadRequest) -> bytes | None:
         header = ev.header
         if header is not None and header.api_key == ApiKey.API_VERSIONS and isinstance(ev.error, UnsupportedVersion):
@@ -474,6 +492,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 result = entry.handler(ctx, ev.message)
             except Exception as exc:
                 return self._failed(header, exc)
+            if self.session.raw_tokens:  # a SaslHandshake v0 succeeded: tokens come unframed now
+                self.session.raw_tokens = False
+                self.conn.raw_tokens = True
             if result is None or isinstance(result, Message):
                 return self._response_parts(header, result)
             if isinstance(result, Deferred):

@@ -27,6 +27,7 @@ from odradek.protocol.connection import (
     ConnectionClosed,
     RequestReceived,
     ResponseReceived,
+    SaslTokenReceived,
     ServerConnection,
 )
 from odradek.protocol.errors import (
@@ -59,6 +60,7 @@ __all__ = [
     "RequestReceived",
     "ResponseHeader",
     "ResponseReceived",
+    "SaslTokenReceived",
     "ServerConnection",
     "Struct",
     "UnknownApiKey",

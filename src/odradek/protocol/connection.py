@@ -50,6 +50,7 @@ __all__ = [
     "FrameReader",
     "RequestReceived",
     "ResponseReceived",
+    "SaslTokenReceived",
     "ServerConnection",
     "frame",
     "frame_size_at",
@@ -103,6 +104,14 @@ class BadRequest:
     header: RequestHeader | None
     error: ProtocolError
     size: int
+
+
+@dataclass(frozen=True, slots=True)
+class SaslTokenReceived:
+    """A SASL token sent without Kafka framing (after a SaslHandshake v0), while
+    :attr:`ServerConnection.raw_tokens` is set."""
+
+    token: bytes
 
 
 @dataclass(slots=True)
@@ -185,6 +194,9 @@ class ServerConnection:
         self._closed: ConnectionClosed | None = None
         # requests in arrival order: [correlation id, response bytes or None, answered]
         self._pending: deque[list[Any]] = deque()
+        #: frames are SASL tokens, not requests (set by the server after a SaslHandshake v0,
+        #: cleared when authentication completes): see :class:`SaslTokenReceived`
+        self.raw_tokens = False
 
     def receive_data(self, data: Buffer) -> None:
         """Bytes from the peer; ``b""`` means the peer closed its side."""
@@ -193,10 +205,12 @@ class ServerConnection:
         else:
             self._reader.feed(data)
 
-    def next_event(self) -> RequestReceived | BadRequest | ConnectionClosed | _Sentinel:
+    def next_event(self) -> RequestReceived | BadRequest | SaslTokenReceived | ConnectionClosed | _Sentinel:
         payload = self._reader.next_frame()
         if payload is None:
             return self._closed if self._closed is not None else NEED_DATA
+        if self.raw_tokens:
+            return SaslTokenReceived(bytes(payload))
         try:
             if self._check is not None:
                 self._check(payload)

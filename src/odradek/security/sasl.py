@@ -281,7 +281,9 @@ class ScramServer(SaslServer):
         without_proof = message[:proof_at]
         attrs = _attributes(without_proof)
         proof = _unb64(message[proof_at + 3 :])
-        if attrs.get("r") != self._nonce:
+        # Kafka checks that the client's nonce ends with the server's (librdkafka up to 2.x
+        # sends the client nonce twice: its own, then the combined one)
+        if not attrs.get("r", "").endswith(self._nonce):
             raise AuthenticationFailed("Authentication failed: Invalid client nonce in the final client message.")
         if _unb64(attrs.get("c", "")) != self._gs2.encode():
             raise AuthenticationFailed("Authentication failed: Invalid channel binding in the final client message.")

@@ -1,10 +1,9 @@
-"""SaslHandshake (17) v1 and SaslAuthenticate (36) v0-2: the SASL exchange of a connection on a
-SASL listener (its :class:`~odradek.broker.authentication.Session` decides; see there); and
+"""SaslHandshake (17) v0-1 and SaslAuthenticate (36) v0-2: the SASL exchange of a connection on a
+SASL listener (its :class:`~odradek.broker.authentication.Session` decides; see there; after a
+v0 handshake the tokens come as bare size-prefixed frames, which the connection hands to the
+session itself); and
 DescribeUserScramCredentials (50) / AlterUserScramCredentials (51), which keep the SCRAM users
 (in ZooKeeper's ``/config/users`` or the embedded store, for every broker).
-
-SaslHandshake v0, after which old clients send the mechanism's tokens without Kafka framing, is
-not offered: every client in use negotiates v1 through ApiVersions.
 """
 
 from __future__ import annotations
@@ -32,10 +31,12 @@ from odradek.security.sasl import MAX_SCRAM_ITERATIONS
 log = logging.getLogger(__name__)
 
 
-@handles(ApiKey.SASL_HANDSHAKE, versions=(1, 1))
+@handles(ApiKey.SASL_HANDSHAKE, versions=(0, 1))
 def sasl_handshake(ctx: RequestContext, request: SaslHandshakeRequest) -> SaslHandshakeResponse:
     session = ctx.session
     out = session.handshake(request.mechanism)
+    if ctx.version == 0 and not out.error_code:
+        session.raw_tokens = True  # v0: the tokens follow as size-prefixed bytes, not SaslAuthenticate
     return SaslHandshakeResponse(error_code=out.error_code, mechanisms=list(session.security.mechanisms))
 
 
