@@ -10,6 +10,7 @@ a leading underscore are private to this package (an import-linter contract says
 
 from odradek.client._config import ADMIN_DEFAULTS, CONSUMER_DEFAULTS, PRODUCER_DEFAULTS, ClientConfigError
 from odradek.client._network import BrokerConnection, Cluster, parse_bootstrap
+from odradek.client._security import ClientSecurity
 from odradek.client.admin import (
     Admin,
     AdminError,
@@ -62,6 +63,7 @@ __all__ = [
     "Blacklist",
     "BrokerConnection",
     "ClientConfigError",
+    "ClientSecurity",
     "Cluster",
     "CommitFailed",
     "ConfigResource",

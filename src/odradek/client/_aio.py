@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from odradek.client._network import _SMALL_FRAME, _frame_buffer, negotiate_version, parse_bootstrap
+from odradek.client._security import ClientSecurity, sasl_exchange
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ClientConnection, Message, ProtocolError
 from odradek.protocol.connection import DEFAULT_MAX_FRAME_SIZE, frame_size_at
@@ -146,11 +147,25 @@ class _FrameStream(asyncio.BufferedProtocol):
         await waiter
 
 
+#: errors of a connection's authentication: no retry, on this broker or another, can fix them
+_AUTHENTICATION_ERRORS = frozenset({ErrorCode.SASL_AUTHENTICATION_FAILED, ErrorCode.UNSUPPORTED_SASL_MECHANISM})
+
+
 class AsyncBrokerConnection:
     """One socket to one broker; requests are pipelined and answered in order."""
 
-    def __init__(self, node_id: int, host: str, port: int, *, client_id: str, request_timeout_ms: int) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        host: str,
+        port: int,
+        *,
+        client_id: str,
+        request_timeout_ms: int,
+        security: ClientSecurity | None = None,
+    ) -> None:
         self.node_id = node_id
+        self.security = security
         self.host, self.port = host, port
         self.client_id = client_id
         self.timeout = request_timeout_ms / 1000
@@ -165,8 +180,12 @@ class AsyncBrokerConnection:
     async def connect(self, timeout: float) -> None:
         loop = asyncio.get_running_loop()
         try:
+            tls = self.security.tls if self.security is not None else None
             _transport, stream = await asyncio.wait_for(
-                loop.create_connection(lambda: _FrameStream(self), self.host, self.port), timeout
+                loop.create_connection(
+                    lambda: _FrameStream(self), self.host, self.port, ssl=tls, server_hostname=self.host if tls else None
+                ),
+                timeout,
             )
         except (OSError, TimeoutError) as exc:
             raise ConnectionError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
@@ -183,6 +202,13 @@ class AsyncBrokerConnection:
         if resp.error_code:
             raise KafkaError(resp.error_code, "ApiVersions failed")
         self.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+        steps = sasl_exchange(self.security, self.version_for)
+        try:
+            step = next(steps)
+            while True:
+                step = steps.send(await self.request(*step))
+        except StopIteration:
+            pass
 
     def version_for(self, cls: type[Message], maximum: int | None = None) -> int:
         return negotiate_version(self.versions, cls, maximum, f"broker {self.node_id}")
@@ -282,8 +308,10 @@ class AsyncCluster:
         retry_backoff_ms: int = 100,
         socket_connection_setup_timeout_ms: int = 10000,
         allow_auto_create_topics: bool = True,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.security = security
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.metadata_max_age_ms = metadata_max_age_ms
@@ -305,7 +333,8 @@ class AsyncCluster:
     # -- connections ---------------------------------------------------------------------------
     async def _open(self, node_id: int, host: str, port: int) -> AsyncBrokerConnection:
         conn = AsyncBrokerConnection(
-            node_id, host, port, client_id=self.client_id, request_timeout_ms=self.request_timeout_ms
+            node_id, host, port, client_id=self.client_id, request_timeout_ms=self.request_timeout_ms,
+            security=self.security,
         )
         self._opened.append(conn)
         try:
@@ -328,7 +357,11 @@ class AsyncCluster:
             try:
                 self._bootstrap_conn = await self._open(-1, host, port)
                 return self._bootstrap_conn
-            except (ConnectionError, TimeoutError, KafkaError) as exc:
+            except KafkaError as exc:
+                if exc.code in _AUTHENTICATION_ERRORS:
+                    raise  # another broker would say the same: the credentials are wrong
+                errors.append(str(exc))
+            except (ConnectionError, TimeoutError) as exc:
                 errors.append(str(exc))
         raise ConnectionError("no broker reachable: " + "; ".join(errors))
 

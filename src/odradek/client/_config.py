@@ -27,6 +27,24 @@ _COMMON: dict[str, Any] = {
     "socket.connection.setup.timeout.ms": 10000,
     "connections.max.idle.ms": 540000,
     "security.protocol": "PLAINTEXT",
+    # TLS and SASL: see odradek.client._security
+    "ssl.truststore.location": None,
+    "ssl.truststore.type": None,
+    "ssl.truststore.certificates": None,
+    "ssl.keystore.location": None,
+    "ssl.keystore.type": None,
+    "ssl.keystore.certificate.chain": None,
+    "ssl.keystore.key": None,
+    "ssl.key.password": None,
+    "ssl.endpoint.identification.algorithm": "https",
+    "ssl.enabled.protocols": "TLSv1.2,TLSv1.3",
+    "ssl.ca.location": None,
+    "ssl.certificate.location": None,
+    "ssl.key.location": None,
+    "sasl.mechanism": "GSSAPI",
+    "sasl.jaas.config": None,
+    "sasl.username": None,
+    "sasl.password": None,
 }
 
 PRODUCER_DEFAULTS: dict[str, Any] = {

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import sys
 import threading
 import time
 from typing import Any, TypeVar
 
+from odradek.client._security import ClientSecurity, sasl_exchange
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ClientConnection, Message, ProtocolError
 from odradek.protocol.connection import DEFAULT_MAX_FRAME_SIZE, frame_size_at
@@ -83,18 +85,44 @@ def negotiate_version(
 
 
 class BrokerConnection:
-    def __init__(self, host: str, port: int, *, client_id: str = "odradek", timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        client_id: str = "odradek",
+        timeout: float = 30.0,
+        security: ClientSecurity | None = None,
+    ) -> None:
         self.host, self.port = host, port
         self.timeout = timeout
         try:
-            self.sock = socket.create_connection((host, port), timeout=timeout)
-        except OSError as exc:
+            sock = socket.create_connection((host, port), timeout=timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            tls = security.tls if security is not None else None
+            if tls is not None:
+                try:
+                    sock = tls.wrap_socket(sock, server_hostname=host)
+                except BaseException:
+                    sock.close()
+                    raise
+            self.sock = sock
+        except (OSError, ssl.SSLError) as exc:
             raise ConnectionError(f"cannot connect to {host}:{port}: {exc}") from exc
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.conn = ClientConnection(client_id=client_id)
         self.max_frame_size = DEFAULT_MAX_FRAME_SIZE
         self.versions: dict[int, tuple[int, int]] = {}
         self._negotiate()
+        steps = sasl_exchange(security, self.version_for)
+        try:
+            step = next(steps)
+            while True:
+                step = steps.send(self._roundtrip(*step))
+        except StopIteration:
+            pass
+        except BaseException:
+            self.close()
+            raise
 
     def _negotiate(self) -> None:
         ours = ApiVersionsRequest.VALID_VERSIONS[1]
@@ -174,8 +202,16 @@ class BrokerConnection:
 class Cluster:
     """Bootstrap servers, a metadata cache and one connection per broker (blocking)."""
 
-    def __init__(self, bootstrap_servers: str, *, client_id: str = "odradek", timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        *,
+        client_id: str = "odradek",
+        timeout: float = 30.0,
+        security: ClientSecurity | None = None,
+    ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.security = security
         self.client_id = client_id
         self.timeout = timeout
         self.brokers: dict[int, tuple[str, int]] = {}
@@ -190,7 +226,9 @@ class Cluster:
         errors = []
         for host, port in self.bootstrap:
             try:
-                self._any = BrokerConnection(host, port, client_id=self.client_id, timeout=self.timeout)
+                self._any = BrokerConnection(
+                    host, port, client_id=self.client_id, timeout=self.timeout, security=self.security
+                )
                 return self._any
             except (ConnectionError, TimeoutError) as exc:
                 errors.append(str(exc))
@@ -217,7 +255,9 @@ class Cluster:
         if node_id not in self.brokers:
             raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {node_id} is not in the cluster metadata")
         host, port = self.brokers[node_id]
-        conn = self._conns[node_id] = BrokerConnection(host, port, client_id=self.client_id, timeout=self.timeout)
+        conn = self._conns[node_id] = BrokerConnection(
+            host, port, client_id=self.client_id, timeout=self.timeout, security=self.security
+        )
         return conn
 
     def leader_of(self, topic: str, partition: int) -> BrokerConnection:

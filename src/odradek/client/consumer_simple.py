@@ -57,6 +57,7 @@ from typing import Any, NamedTuple, TypeVar
 from odradek.client._aio import AsyncBrokerConnection, AsyncCluster, TopicInfo
 from odradek.client._config import CONSUMER_DEFAULTS, ClientConfigError, merge_config
 from odradek.client._runner import LoopThread
+from odradek.client._security import ClientSecurity
 from odradek.client.errors import OffsetOutOfRangeError, worse_error
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.fetch import FetchRequest, FetchResponse
@@ -241,6 +242,7 @@ class AsyncSimpleConsumer:
             retry_backoff_ms=int(cfg["retry.backoff.ms"]),
             socket_connection_setup_timeout_ms=int(cfg["socket.connection.setup.timeout.ms"]),
             allow_auto_create_topics=bool(cfg["allow.auto.create.topics"]),
+            security=ClientSecurity.from_config(cfg),
         )
         self._closed = False
 

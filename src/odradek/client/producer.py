@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 from odradek.client._aio import AsyncCluster
 from odradek.client._config import PRODUCER_DEFAULTS, ClientConfigError, merge_config
 from odradek.client._runner import LoopThread
+from odradek.client._security import ClientSecurity
 from odradek.client.errors import worse_error
 from odradek.client.partitioner import DefaultPartitioner, murmur2
 from odradek.errors import ErrorCode, KafkaError
@@ -221,6 +222,7 @@ class _Core:
             retry_backoff_ms=int(config["retry.backoff.ms"]),
             socket_connection_setup_timeout_ms=int(config["socket.connection.setup.timeout.ms"]),
             allow_auto_create_topics=bool(config["allow.auto.create.topics"]),
+            security=ClientSecurity.from_config(config),
         )
         self.lock = threading.Lock()
         self.space = threading.Condition(self.lock)

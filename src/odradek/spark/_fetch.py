@@ -35,7 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from odradek.client import AsyncSimpleConsumer, Cluster, OffsetOutOfRangeError, RawFetched
+from odradek.client import AsyncSimpleConsumer, ClientSecurity, Cluster, OffsetOutOfRangeError, RawFetched
 from odradek.errors import KafkaError, OdradekError
 from odradek.protocol.messages.fetch import FetchRequest
 from odradek.records import iter_batch_headers
@@ -258,7 +258,12 @@ def _read_direct(
     code, nothing, a batch larger than ``size``, a failed or slow connection), which the
     general path then reads with its retries and data-loss rules."""
     timeout = (consumer.request_timeout_ms + consumer.max_wait_ms) / 1000
-    cluster = Cluster(consumer.config["bootstrap.servers"], client_id=consumer.config["client.id"], timeout=timeout)
+    cluster = Cluster(
+        consumer.config["bootstrap.servers"],
+        client_id=consumer.config["client.id"],
+        timeout=timeout,
+        security=ClientSecurity.from_config(consumer.config),
+    )
     try:
         conn = cluster.leader_of(topic, partition)
         version = conn.version_for(FetchRequest, maximum=_FETCH_BY_NAME)

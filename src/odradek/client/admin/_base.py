@@ -11,6 +11,7 @@ from typing import Any, Generic, Self, TypeVar
 
 from odradek.client._aio import AsyncBrokerConnection, AsyncCluster
 from odradek.client._config import ADMIN_DEFAULTS, merge_config
+from odradek.client._security import ClientSecurity
 from odradek.client.admin.types import (
     AdminError,
     ClusterDescription,
@@ -182,6 +183,7 @@ class AdminBase:
             retry_backoff_ms=int(c["retry.backoff.ms"]),
             socket_connection_setup_timeout_ms=int(c["socket.connection.setup.timeout.ms"]),
             allow_auto_create_topics=False,
+            security=ClientSecurity.from_config(c),
         )
         self._default_timeout = int(c["default.api.timeout.ms"]) / 1000
         self._request_timeout = int(c["request.timeout.ms"]) / 1000

@@ -1,0 +1,145 @@
+"""The client's side of TLS and SASL: what ``security.protocol``, ``ssl.*`` and ``sasl.*`` ask
+of every connection a client opens (the blocking and the asyncio transport share it).
+
+Kafka's Java names (``ssl.truststore.location``, ``ssl.keystore.location`` with a PEM key and
+chain, ``ssl.key.password``, ``sasl.jaas.config``) and librdkafka's (``ssl.ca.location``,
+``ssl.certificate.location``, ``ssl.key.location``, ``sasl.username``, ``sasl.password``)
+both work, so configs written for either client carry over.  The broker's certificate is
+checked against the truststore (the system's CAs when none is given) and, with
+``ssl.endpoint.identification.algorithm=https`` (the default), against the host name.
+Mechanisms: PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 (:mod:`odradek.security`).
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from odradek.client._config import ClientConfigError
+from odradek.errors import ErrorCode, KafkaError
+from odradek.protocol import Message
+from odradek.protocol.messages.sasl_authenticate import SaslAuthenticateRequest, SaslAuthenticateResponse
+from odradek.protocol.messages.sasl_handshake import SaslHandshakeRequest, SaslHandshakeResponse
+from odradek.security import AuthenticationFailed, PlainClient, ScramClient, parse_jaas
+
+__all__ = ["ClientSecurity", "sasl_exchange"]
+
+_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
+
+
+@dataclass(frozen=True)
+class ClientSecurity:
+    """TLS context and SASL credentials for a client's connections (None: PLAINTEXT)."""
+
+    protocol: str = "PLAINTEXT"
+    tls: ssl.SSLContext | None = None
+    check_hostname: bool = True
+    mechanism: str | None = None
+    username: str = ""
+    password: str = ""
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> ClientSecurity:
+        protocol = str(config.get("security.protocol") or "PLAINTEXT").upper()
+        if protocol not in _PROTOCOLS:
+            raise ClientConfigError(f"invalid security.protocol {protocol!r} (one of {', '.join(_PROTOCOLS)})")
+        tls = _context(config) if protocol in ("SSL", "SASL_SSL") else None
+        check = str(config.get("ssl.endpoint.identification.algorithm") or "").lower() == "https"
+        if tls is not None:
+            tls.check_hostname = check
+        if protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
+            return cls(protocol, tls, check)
+        mechanism = str(config.get("sasl.mechanism") or "GSSAPI").upper()
+        if mechanism not in _MECHANISMS:
+            raise ClientConfigError(
+                f"sasl.mechanism {mechanism} is not supported by this client (supported: {', '.join(_MECHANISMS)})"
+            )
+        username, password = config.get("sasl.username"), config.get("sasl.password")
+        jaas = config.get("sasl.jaas.config")
+        if jaas:
+            try:
+                _module, options = parse_jaas(str(jaas))
+            except ValueError as exc:
+                raise ClientConfigError(str(exc)) from None
+            username = options.get("username", username)
+            password = options.get("password", password)
+        if not username or password is None:
+            raise ClientConfigError(
+                f"{protocol} with {mechanism} needs a user: sasl.jaas.config with username and password "
+                "(or sasl.username and sasl.password)"
+            )
+        return cls(protocol, tls, check, mechanism, str(username), str(password))
+
+    def sasl_client(self) -> PlainClient | ScramClient | None:
+        """A fresh mechanism for one connection's authentication (None without SASL)."""
+        if self.mechanism is None:
+            return None
+        if self.mechanism == "PLAIN":
+            return PlainClient(self.username, self.password)
+        return ScramClient(self.mechanism, self.username, self.password)
+
+
+def _context(config: Mapping[str, Any]) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    protocols = [p.strip() for p in str(config.get("ssl.enabled.protocols") or "").split(",") if p.strip()]
+    versions = sorted(_VERSIONS[p] for p in protocols if p in _VERSIONS)
+    if not versions:
+        raise ClientConfigError(f"ssl.enabled.protocols {protocols}: none of TLSv1.2, TLSv1.3")
+    ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
+    cafile = config.get("ssl.truststore.location") or config.get("ssl.ca.location")
+    cadata = config.get("ssl.truststore.certificates")
+    try:
+        if cafile or cadata:
+            ctx.load_verify_locations(cafile=str(cafile) if cafile else None, cadata=cadata)
+        else:
+            ctx.load_default_certs()
+        key_password = config.get("ssl.key.password")
+        keystore = config.get("ssl.keystore.location")
+        cert, key = config.get("ssl.certificate.location"), config.get("ssl.key.location")
+        if keystore:
+            ctx.load_cert_chain(str(keystore), password=key_password)
+        elif cert:
+            ctx.load_cert_chain(str(cert), str(key) if key else None, password=key_password)
+        elif config.get("ssl.keystore.certificate.chain") or config.get("ssl.keystore.key"):
+            raise ClientConfigError("inline PEM keystores (ssl.keystore.key) are not supported by this client yet")
+    except (OSError, ssl.SSLError) as exc:
+        raise ClientConfigError(f"cannot load the TLS files: {exc}") from None
+    return ctx
+
+
+#: one request of the SASL exchange: (message, version); the driver sends it and sends back the response
+Step = tuple[Message, int]
+
+
+def sasl_exchange(security: ClientSecurity | None, version_for: Callable[..., int]) -> Generator[Step, Any, None]:
+    """The SASL exchange of one new connection, as requests to send (sans I/O): SaslHandshake
+    v1, then SaslAuthenticate until the mechanism is done.  Raises KafkaError
+    SASL_AUTHENTICATION_FAILED (or UNSUPPORTED_SASL_MECHANISM) with the broker's message."""
+    client = security.sasl_client() if security is not None else None
+    if client is None:
+        return
+    if version_for(SaslHandshakeRequest) < 1:
+        raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "the broker offers only SaslHandshake v0, which this client does not speak")
+    shake: SaslHandshakeResponse = yield SaslHandshakeRequest(mechanism=client.mechanism), 1
+    if shake.error_code:
+        raise KafkaError(
+            shake.error_code,
+            f"SASL mechanism {client.mechanism} is not enabled on the broker's listener "
+            f"(it offers {', '.join(shake.mechanisms) or 'none'})",
+        )
+    version = version_for(SaslAuthenticateRequest)
+    token: bytes | None = client.first()
+    while token is not None:
+        resp: SaslAuthenticateResponse = yield SaslAuthenticateRequest(auth_bytes=token), version
+        if resp.error_code:
+            raise KafkaError(resp.error_code, resp.error_message or "SASL authentication failed")
+        try:
+            token = client.evaluate(bytes(resp.auth_bytes))
+        except AuthenticationFailed as exc:
+            raise KafkaError(ErrorCode.SASL_AUTHENTICATION_FAILED, str(exc)) from None
+        if client.complete:
+            break
