@@ -32,6 +32,7 @@ __all__ = ["BrokerProcess", "WireClient", "cpu_seconds", "wait_for"]
 T = TypeVar("T")
 
 _READY = re.compile(r"ready on (?P<endpoints>\S+://\S+?:\d+(?:, \S+://\S+?:\d+)*)")
+_ENDPOINT_SPEC = re.compile(r"([^:,\s]+)://([^,\s]*):(\d+)")
 _ENDPOINT = re.compile(r"(?P<name>[^:,\s]+)://(?P<host>\S+?):(?P<port>\d+)")
 
 
@@ -89,7 +90,13 @@ class BrokerProcess:
         if self.listeners is None:
             cmd += ["--host", "127.0.0.1", "--port", str(self.port)]
         else:
-            cmd += ["--override", f"listeners={self.listeners}"]
+            listeners = self.listeners
+            if self.endpoints:  # a restart: the ports of the first start
+                listeners = ",".join(
+                    f"{name}://{host}:{self.endpoints[name.upper()][1] if name.upper() in self.endpoints else port}"
+                    for name, host, port in _ENDPOINT_SPEC.findall(listeners)
+                )
+            cmd += ["--override", f"listeners={listeners}"]
         cmd += ["--data-dir", str(self.data_dir), "--log-level", self.log_level]
         if self.broker_id is not None:
             cmd += ["--broker-id", str(self.broker_id)]

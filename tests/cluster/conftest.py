@@ -72,7 +72,11 @@ class Cluster:
         chroot: str | None = None,
         log_level: str = "WARNING",
         extra_args: list[str] | None = None,
+        listeners: str | None = None,
     ) -> None:
+        """``listeners``: every broker's listeners (``NAME://127.0.0.1:0,...``) instead of one
+        PLAINTEXT listener; ``bootstrap`` then names each broker's PLAINTEXT (or first) one."""
+        self.listeners = listeners
         if chroot is not None and not chroot.startswith("/"):
             raise ValueError(f"chroot must start with '/': {chroot!r}")
         self.zk = zk
@@ -111,6 +115,7 @@ class Cluster:
                 broker_id=i,
                 log_level=self.log_level,
                 extra_args=["--zookeeper", self.zookeeper_connect, *self.extra_args],
+                listeners=self.listeners,
             )
         return self.brokers[i]
 

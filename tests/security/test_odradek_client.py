@@ -136,3 +136,44 @@ def test_an_untrusted_broker_certificate_is_refused(broker: BrokerProcess, pki: 
 def test_client_security_settings_are_checked_at_once(conf: dict[str, Any], says: str) -> None:
     with pytest.raises(ClientConfigError, match=says):
         Producer({"bootstrap.servers": "127.0.0.1:1", **conf})
+
+
+def test_users_cli_through_a_secured_listener(broker: BrokerProcess, pki: Pki, tmp_path: Any) -> None:
+    """``odradek users`` with ``--command-config`` (Kafka's tools' way to pass client security):
+    a new user made over SASL_SSL can log in at once; deleting it locks it out."""
+    import subprocess
+    import sys
+
+    props = tmp_path / "client.properties"
+    props.write_text(
+        "security.protocol=SASL_SSL\n"
+        f"ssl.truststore.location={pki.ca}\n"
+        "sasl.mechanism=PLAIN\n"
+        'sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+        'password="admin-secret";\n'
+    )
+    base = [sys.executable, "-m", "odradek", "users", "--bootstrap-server", broker.bootstrap_of("SASL_SSL"),
+            "--command-config", str(props)]
+    pw = tmp_path / "frank.pw"
+    pw.write_text("frank-secret\n")
+    r = subprocess.run([*base, "add", "frank", "--mechanism", "SCRAM-SHA-256", "--password-file", str(pw)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([*base, "describe", "frank"], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "frank: SCRAM-SHA-256 iterations=4096", r.stderr
+    conf = {
+        "bootstrap.servers": broker.bootstrap_of("SASL_PLAINTEXT"),
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": "frank",
+        "sasl.password": "frank-secret",
+    }
+    with Admin(conf) as admin:
+        assert isinstance(admin.list_topics(), dict)
+    r = subprocess.run([*base, "delete", "frank"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    with Admin({**conf, "default.api.timeout.ms": 10000}) as admin, pytest.raises(KafkaError) as info:
+        admin.list_topics()
+    assert info.value.code == ErrorCode.SASL_AUTHENTICATION_FAILED
+    r = subprocess.run([*base, "describe", "frank"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "does not exist" in r.stderr

@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING
 
 import odradek.broker.handlers  # noqa: F401  (registers the API handlers)
 from odradek._clock import Clock, SystemClock
-from odradek.broker.authentication import ListenerSecurity
+from odradek.broker.authentication import SUPPORTED_MECHANISMS, ListenerSecurity
+from odradek.broker.channel import BrokerChannel, ChannelSecurity
 from odradek.broker.coordinator import GroupCoordinator
 from odradek.broker.limits import FDS_PER_PARTITION, partition_budget
 from odradek.broker.partitions import PartitionService
@@ -52,14 +53,14 @@ from odradek.broker.scheduler import LogScheduler
 from odradek.broker.server import KafkaConnection
 from odradek.broker.services import Services
 from odradek.broker.single_node import SingleNodeController
-from odradek.broker.tls import server_context
+from odradek.broker.tls import client_context, server_context
 from odradek.broker.topics import TopicService, internal_topic_configs
 from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage
 from odradek.config import BrokerConfig, ConfigError, Listener
 from odradek.coordination import EmbeddedBackend, MetadataBackend
 from odradek.coordination.embedded import read_cluster_id
 from odradek.errors import ErrorCode
-from odradek.security import ScramCredential
+from odradek.security import PlainClient, ScramClient, ScramCredential, parse_jaas
 from odradek.storage import Log, LogManager, StorageError
 from odradek.storage.log import set_lock_factory
 from odradek.storage.manager import (
@@ -151,9 +152,14 @@ class Broker:
         cluster: ClusterReplication | None = None
         if zk is not None:
             listener = self.config.get("inter.broker.listener.name")
-            _check_inter_broker_listener(self.listeners, listener)
+            self._channel_factory = functools.partial(
+                BrokerChannel, security=_inter_broker_security(self.config, self.listeners)
+            )
             self.replication = cluster = ClusterReplication(
-                *args, cluster_id=self.cluster_id, inter_broker_listener=str(listener) if listener else None
+                *args,
+                cluster_id=self.cluster_id,
+                inter_broker_listener=str(listener) if listener else None,
+                channel_factory=self._channel_factory,
             )
         else:
             self.replication = LocalReplication(*args)
@@ -217,7 +223,9 @@ class Broker:
         if zk is not None and cluster is not None:
             from odradek.broker.controller import Controller
 
-            self.controller = Controller(self.broker_id, self.config, zk, self.topics.log_config)
+            self.controller = Controller(
+                self.broker_id, self.config, zk, self.topics.log_config, channel_factory=self._channel_factory
+            )
             self.services.controller = cluster.controller = self.controller
             zk.on_registered.append(self.controller.on_new_session)
             self.controller.start()
@@ -603,16 +611,38 @@ def _warn_plaintext_beyond_loopback(listeners: list[Listener]) -> None:
             )
 
 
-def _check_inter_broker_listener(listeners: list[Listener], name: object) -> None:
-    """The brokers' own connections (followers, the controller) speak PLAINTEXT for now."""
+def _inter_broker_security(config: BrokerConfig, listeners: list[Listener]) -> ChannelSecurity | None:
+    """How this broker's own connections (followers, the controller, controlled shutdown) reach
+    the other brokers: the inter-broker listener's protocol (``inter.broker.listener.name``, or
+    the first listener), with the broker's truststore and keystore for TLS and, for SASL, the
+    mechanism ``sasl.mechanism.inter.broker.protocol`` with the ``username`` and ``password``
+    of that listener's JAAS config for the mechanism (Kafka's way)."""
+    name = config.get("inter.broker.listener.name")
     chosen = next((lst for lst in listeners if name and lst.name == str(name).upper()), None)
     if chosen is None and listeners:
         chosen = listeners[0]
-    if chosen is not None and chosen.security_protocol != "PLAINTEXT":
+    if chosen is None or chosen.security_protocol == "PLAINTEXT":
+        return None
+    tls = client_context(config, chosen.name) if chosen.security_protocol in ("SSL", "SASL_SSL") else None
+    if chosen.security_protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
+        return ChannelSecurity(tls)
+    mechanism = str(config.get("sasl.mechanism.inter.broker.protocol") or "").upper()
+    if mechanism not in SUPPORTED_MECHANISMS:
         raise ConfigError(
-            f"inter-broker listener {chosen}: the brokers' own connections cannot use {chosen.security_protocol} "
-            "yet; set inter.broker.listener.name to a PLAINTEXT listener (on a private network or loopback)"
+            f"inter-broker listener {chosen}: sasl.mechanism.inter.broker.protocol={mechanism} is not supported "
+            f"(one of {', '.join(SUPPORTED_MECHANISMS)})"
         )
+    jaas = config.for_listener(chosen.name, "sasl.jaas.config", mechanism)
+    options = parse_jaas(str(jaas))[1] if jaas else {}
+    user, password = options.get("username"), options.get("password")
+    if not user or password is None:
+        raise ConfigError(
+            f"inter-broker listener {chosen}: its {mechanism} JAAS config (listener.name.{chosen.name.lower()}."
+            f"{mechanism.lower()}.sasl.jaas.config) needs username and password for the brokers' own connections"
+        )
+    if mechanism == "PLAIN":
+        return ChannelSecurity(tls, functools.partial(PlainClient, user, password))
+    return ChannelSecurity(tls, functools.partial(ScramClient, mechanism, user, password))
 
 
 def _raise_fd_limit() -> None:

@@ -9,17 +9,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from odradek.errors import KafkaError
 from odradek.protocol import ConnectionClosed, Message, ProtocolError, ResponseReceived
 from odradek.protocol.connection import NEED_DATA, ClientConnection
+from odradek.security import PlainClient, ScramClient, sasl_exchange
 
-__all__ = ["BrokerChannel"]
+__all__ = ["BrokerChannel", "ChannelSecurity"]
+
+#: the versions of the SASL exchange between brokers (every broker runs this version)
+_SASL_VERSIONS = {17: 1, 36: 2}
+
+
+@dataclass(frozen=True)
+class ChannelSecurity:
+    """How brokers reach each other: the inter-broker listener's TLS and SASL."""
+
+    tls: ssl.SSLContext | None = None
+    #: a fresh SASL mechanism for each connection (None: no SASL)
+    sasl: Callable[[], PlainClient | ScramClient] | None = None
 
 
 class BrokerChannel:
-    def __init__(self, host: str, port: int, *, client_id: str, timeout: float = 30.0) -> None:
+    def __init__(
+        self, host: str, port: int, *, client_id: str, timeout: float = 30.0, security: ChannelSecurity | None = None
+    ) -> None:
         self.host, self.port = host, port
+        self.security = security
         self.client_id = client_id
         self.timeout = timeout
         self.conn: ClientConnection | None = None
@@ -27,28 +47,52 @@ class BrokerChannel:
         self._reader: asyncio.Task[None] | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._connecting: asyncio.Lock = asyncio.Lock()
+        self._ready = False
 
     @property
     def connected(self) -> bool:
-        return self._writer is not None and not self._writer.is_closing()
+        """Connected and, on a SASL listener, authenticated: requests may go."""
+        return self._ready and self._writer is not None and not self._writer.is_closing()
 
     async def _connect(self) -> None:
         async with self._connecting:
             if self.connected:
                 return
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), self.timeout)
+            self._ready = False
+            sec = self.security
+            tls = sec.tls if sec is not None else None
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port, ssl=tls, server_hostname=self.host if tls else None),
+                self.timeout,
+            )
             self.conn = ClientConnection(client_id=self.client_id)
             self._writer = writer
             self._reader = asyncio.get_running_loop().create_task(self._read(reader, self.conn))
+            if sec is not None and sec.sasl is not None:
+                steps = sasl_exchange(sec.sasl(), lambda cls: _SASL_VERSIONS[cls.API_KEY])
+                try:
+                    step = next(steps)
+                    while True:
+                        step = steps.send(await self._send(*step))
+                except StopIteration:
+                    pass
+                except KafkaError as exc:
+                    self._fail(ConnectionError(f"authentication with {self.host}:{self.port} failed: {exc}"))
+                    raise ConnectionError(f"authentication with {self.host}:{self.port} failed: {exc}") from exc
+            self._ready = True
 
     async def request(self, message: Message, version: int, timeout: float | None = None) -> Any:
         """Send one request and wait for its response; raises ConnectionError / TimeoutError."""
         try:
             if not self.connected:
                 await self._connect()
-        except (OSError, TimeoutError) as exc:
+        except (OSError, TimeoutError, ssl.SSLError) as exc:
             raise ConnectionError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
-        assert self.conn is not None and self._writer is not None
+        return await self._send(message, version, timeout)
+
+    async def _send(self, message: Message, version: int, timeout: float | None = None) -> Any:
+        if self.conn is None or self._writer is None:
+            raise ConnectionError(f"connection to {self.host}:{self.port} is closed")
         cid, data = self.conn.send_request(message, version)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[cid] = fut

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -54,8 +55,15 @@ class _FetchState:
 
 
 class ReplicaFetcherManager:
-    def __init__(self, broker_id: int, config: BrokerConfig, replicas: ReplicaManager) -> None:
+    def __init__(
+        self,
+        broker_id: int,
+        config: BrokerConfig,
+        replicas: ReplicaManager,
+        channel_factory: Callable[..., BrokerChannel] = BrokerChannel,
+    ) -> None:
         self.broker_id = broker_id
+        self.channel_factory = channel_factory
         self.config = config
         self.replicas = replicas
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
@@ -108,7 +116,7 @@ class ReplicaFetcher:
         self.partition_max_bytes = int(cfg.get("replica.fetch.max.bytes"))
         self.backoff = int(cfg.get("replica.fetch.backoff.ms")) / 1000
         timeout = int(cfg.get("replica.socket.timeout.ms")) / 1000
-        self.channel = BrokerChannel(
+        self.channel = manager.channel_factory(
             host, port, client_id=f"broker-{self.broker_id}-fetcher-{index}", timeout=max(timeout, self.wait_ms / 1000 + 5)
         )
         self.parts: dict[tuple[str, int], _FetchState] = {}

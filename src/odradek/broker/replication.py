@@ -242,11 +242,19 @@ class LocalReplication(Replication):
 class ClusterReplication(Replication):
     """A ZooKeeper cluster: the controller decides what is hosted and who leads."""
 
-    def __init__(self, *args: Any, cluster_id: str, inter_broker_listener: str | None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        cluster_id: str,
+        inter_broker_listener: str | None,
+        channel_factory: Callable[..., BrokerChannel] = BrokerChannel,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.cluster_id = cluster_id
         self.inter_broker_listener = inter_broker_listener
-        self.fetchers = ReplicaFetcherManager(self.broker_id, self.config, self.replicas)
+        self.channel_factory = channel_factory
+        self.fetchers = ReplicaFetcherManager(self.broker_id, self.config, self.replicas, channel_factory)
         self.controller: Controller | None = None
         self.controller_epoch = 0
         self._full_metadata_seen = False
@@ -491,7 +499,9 @@ class ClusterReplication(Replication):
             else:
                 endpoint = self._leader_endpoint(cid)
                 if endpoint is not None:
-                    channel = BrokerChannel(endpoint[0], endpoint[1], client_id=f"broker-{self.broker_id}", timeout=30)
+                    channel = self.channel_factory(
+                        endpoint[0], endpoint[1], client_id=f"broker-{self.broker_id}", timeout=30
+                    )
                     try:
                         resp = await channel.request(
                             ControlledShutdownRequest(broker_id=self.broker_id, broker_epoch=epoch), 3

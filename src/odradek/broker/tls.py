@@ -23,7 +23,7 @@ from typing import Any
 
 from odradek.config import BrokerConfig, ConfigError
 
-__all__ = ["server_context"]
+__all__ = ["client_context", "server_context"]
 
 _VERSIONS = {
     "TLSv1": ssl.TLSVersion.TLSv1,
@@ -173,4 +173,34 @@ def server_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
         except ssl.SSLError:
             raise ConfigError(f"{where}: ssl.cipher.suites {suites}: none of them is known to OpenSSL") from None
     ctx.options |= ssl.OP_NO_COMPRESSION
+    return ctx
+
+
+def client_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
+    """The TLS context of this broker's connections to other brokers' ``listener``: it trusts
+    the listener's truststore (the system's CAs without one), checks host names when
+    ``ssl.endpoint.identification.algorithm=https``, and presents the broker's own keystore
+    (for listeners that ask for client certificates)."""
+    get: Callable[[str], Any] = lambda name: config.for_listener(listener, name)  # noqa: E731
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    protocols = sorted(_VERSIONS[p] for p in str(get("ssl.enabled.protocols") or "").split(",") if p in _VERSIONS)
+    if protocols:
+        ctx.minimum_version, ctx.maximum_version = protocols[0], protocols[-1]
+    trust, certificates = get("ssl.truststore.location"), get("ssl.truststore.certificates")
+    try:
+        if certificates:
+            ctx.load_verify_locations(cadata=certificates)
+        if trust:
+            if _store_type(get("ssl.truststore.type"), Path(trust), "ssl.truststore.location") == "PEM":
+                ctx.load_verify_locations(cafile=str(trust))
+            else:
+                ctx.load_verify_locations(cadata=_pkcs12_to_pem(Path(trust), get("ssl.truststore.password"), "ssl.truststore")[0])
+        if not (trust or certificates):
+            ctx.load_default_certs()
+        location = get("ssl.keystore.location")
+        if location and _store_type(get("ssl.keystore.type"), Path(location), "ssl.keystore.location") == "PEM":
+            ctx.load_cert_chain(str(location), password=get("ssl.key.password") or get("ssl.keystore.password"))
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"inter-broker listener {listener}: cannot load the TLS files: {exc}") from None
+    ctx.check_hostname = str(get("ssl.endpoint.identification.algorithm") or "").lower() == "https"
     return ctx

@@ -42,6 +42,10 @@ def _parser() -> argparse.ArgumentParser:
     groups.add_parser(sub)
     configs.add_parser(sub)
 
+    from odradek.cli import users
+
+    users.add_parser(sub)
+
     from odradek.cli import cluster, pipeline
 
     cluster.add_parser(sub)
@@ -71,6 +75,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from odradek.cli import configs
 
         return configs.run(args)
+    if args.command == "users":
+        from odradek.cli import users
+
+        return users.run(args)
     if args.command == "consume":
         from odradek.cli import consume
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from odradek.client import Admin, AdminError, AlterConfigOp, ConfigResource, NewTopic
 from odradek.client.admin import ConfigSource, ListOffsetsResultInfo, TopicDescription
+from odradek.config import read_properties
 from odradek.errors import ErrorCode, KafkaError
 
 __all__ = ["add_connection_options", "add_parser", "kafka_uuid", "parse_pairs", "run", "run_admin"]
@@ -33,6 +34,12 @@ def add_connection_options(parser: argparse.ArgumentParser, *, top: bool) -> Non
     )
     parser.add_argument(
         "--timeout", type=float, default=30.0 if top else suppress, help="seconds to wait for each operation (default 30)"
+    )
+    parser.add_argument(
+        "--command-config",
+        default=None if top else suppress,
+        metavar="FILE",
+        help="client configs (security.protocol, ssl.*, sasl.*...) in a properties file, as Kafka's tools take",
     )
 
 
@@ -245,16 +252,30 @@ def run(args: argparse.Namespace) -> int:
     return run_admin("topics", commands[args.topics_command], args)
 
 
+def command_config(args: argparse.Namespace) -> dict[str, str]:
+    """The client configs of ``--command-config FILE`` (a properties file), or none."""
+    path = getattr(args, "command_config", None)
+    if not path:
+        return {}
+    try:
+        return read_properties(path)
+    except OSError as exc:
+        raise ValueError(f"--command-config {path}: {exc.strerror or exc}") from None
+
+
 def run_admin(tool: str, command: Any, args: argparse.Namespace) -> int:
     """Run ``command(admin, args, stdout)``; a failure is one line on stderr and exit code 1."""
     try:
         admin = Admin(
-            bootstrap_servers=args.bootstrap_server,
-            client_id=f"odradek-{tool}",
-            default_api_timeout_ms=int(args.timeout * 1000),
-            request_timeout_ms=int(args.timeout * 1000),
+            {
+                **command_config(args),
+                "bootstrap.servers": args.bootstrap_server,
+                "client.id": f"odradek-{tool}",
+                "default.api.timeout.ms": int(args.timeout * 1000),
+                "request.timeout.ms": int(args.timeout * 1000),
+            }
         )
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         print(f"odradek {tool}: {exc}", file=sys.stderr)
         return 1
     try:

@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from odradek.client._network import _SMALL_FRAME, _frame_buffer, negotiate_version, parse_bootstrap
-from odradek.client._security import ClientSecurity, sasl_exchange
+from odradek.client._security import ClientSecurity
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ClientConnection, Message, ProtocolError
 from odradek.protocol.connection import DEFAULT_MAX_FRAME_SIZE, frame_size_at
 from odradek.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from odradek.protocol.messages.metadata import MetadataRequest, MetadataResponse
+from odradek.security import sasl_exchange
 
 __all__ = ["AsyncBrokerConnection", "AsyncCluster", "PartitionInfo", "TopicInfo"]
 
@@ -202,7 +203,7 @@ class AsyncBrokerConnection:
         if resp.error_code:
             raise KafkaError(resp.error_code, "ApiVersions failed")
         self.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-        steps = sasl_exchange(self.security, self.version_for)
+        steps = sasl_exchange(self.security.sasl_client() if self.security else None, self.version_for)
         try:
             step = next(steps)
             while True:

@@ -15,13 +15,14 @@ import threading
 import time
 from typing import Any, TypeVar
 
-from odradek.client._security import ClientSecurity, sasl_exchange
+from odradek.client._security import ClientSecurity
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ClientConnection, Message, ProtocolError
 from odradek.protocol.connection import DEFAULT_MAX_FRAME_SIZE, frame_size_at
 from odradek.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from odradek.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from odradek.protocol.messages.metadata import MetadataRequest, MetadataResponse
+from odradek.security import sasl_exchange
 
 __all__ = ["BrokerConnection", "Cluster", "negotiate_version", "parse_bootstrap"]
 
@@ -113,7 +114,7 @@ class BrokerConnection:
         self.max_frame_size = DEFAULT_MAX_FRAME_SIZE
         self.versions: dict[int, tuple[int, int]] = {}
         self._negotiate()
-        steps = sasl_exchange(security, self.version_for)
+        steps = sasl_exchange(security.sasl_client() if security else None, self.version_for)
         try:
             step = next(steps)
             while True:

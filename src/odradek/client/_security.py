@@ -13,16 +13,12 @@ Mechanisms: PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 (:mod:`odradek.security`).
 from __future__ import annotations
 
 import ssl
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from odradek.client._config import ClientConfigError
-from odradek.errors import ErrorCode, KafkaError
-from odradek.protocol import Message
-from odradek.protocol.messages.sasl_authenticate import SaslAuthenticateRequest, SaslAuthenticateResponse
-from odradek.protocol.messages.sasl_handshake import SaslHandshakeRequest, SaslHandshakeResponse
-from odradek.security import AuthenticationFailed, PlainClient, ScramClient, parse_jaas
+from odradek.security import PlainClient, ScramClient, parse_jaas, sasl_exchange
 
 __all__ = ["ClientSecurity", "sasl_exchange"]
 
@@ -109,37 +105,3 @@ def _context(config: Mapping[str, Any]) -> ssl.SSLContext:
     except (OSError, ssl.SSLError) as exc:
         raise ClientConfigError(f"cannot load the TLS files: {exc}") from None
     return ctx
-
-
-#: one request of the SASL exchange: (message, version); the driver sends it and sends back the response
-Step = tuple[Message, int]
-
-
-def sasl_exchange(security: ClientSecurity | None, version_for: Callable[..., int]) -> Generator[Step, Any, None]:
-    """The SASL exchange of one new connection, as requests to send (sans I/O): SaslHandshake
-    v1, then SaslAuthenticate until the mechanism is done.  Raises KafkaError
-    SASL_AUTHENTICATION_FAILED (or UNSUPPORTED_SASL_MECHANISM) with the broker's message."""
-    client = security.sasl_client() if security is not None else None
-    if client is None:
-        return
-    if version_for(SaslHandshakeRequest) < 1:
-        raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "the broker offers only SaslHandshake v0, which this client does not speak")
-    shake: SaslHandshakeResponse = yield SaslHandshakeRequest(mechanism=client.mechanism), 1
-    if shake.error_code:
-        raise KafkaError(
-            shake.error_code,
-            f"SASL mechanism {client.mechanism} is not enabled on the broker's listener "
-            f"(it offers {', '.join(shake.mechanisms) or 'none'})",
-        )
-    version = version_for(SaslAuthenticateRequest)
-    token: bytes | None = client.first()
-    while token is not None:
-        resp: SaslAuthenticateResponse = yield SaslAuthenticateRequest(auth_bytes=token), version
-        if resp.error_code:
-            raise KafkaError(resp.error_code, resp.error_message or "SASL authentication failed")
-        try:
-            token = client.evaluate(bytes(resp.auth_bytes))
-        except AuthenticationFailed as exc:
-            raise KafkaError(ErrorCode.SASL_AUTHENTICATION_FAILED, str(exc)) from None
-        if client.complete:
-            break

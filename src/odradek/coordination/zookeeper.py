@@ -751,3 +751,47 @@ def _new_cluster_id() -> str:
     import base64
 
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+# -- SCRAM users straight in ZooKeeper (bootstrapping a cluster before any broker runs) --------------
+
+
+async def zk_user_scram(connect: str, user: str | None = None, timeout_ms: int = 10000) -> dict[str, dict[str, str]]:
+    """SCRAM credentials in ``/config/users`` (of ``user``, or of every user): user -> mechanism
+    -> stored form, as the brokers read them."""
+    store = ZkStore(connect, timeout_ms)
+    await store.start()
+    try:
+        names = [user] if user is not None else await store.children("/config/users") if await store.exists(
+            "/config/users"
+        ) is not None else []
+        out: dict[str, dict[str, str]] = {}
+        for name in names:
+            data, _ = await store.get_or_none(f"/config/users/{name}")
+            config = (data or {}).get("config", {}) if isinstance(data, dict) else {}
+            creds = {m: str(config[m]) for m in _SCRAM if m in config}
+            if creds:
+                out[name] = creds
+        return out
+    finally:
+        await store.close()
+
+
+async def zk_set_user_scram(connect: str, user: str, credentials: Mapping[str, str], timeout_ms: int = 10000) -> None:
+    """Write ``user``'s SCRAM credentials (mechanism -> stored form; other SCRAM entries are
+    removed, the user's quotas kept) and notify running brokers, as kafka-configs --zookeeper."""
+    store = ZkStore(connect, timeout_ms)
+    await store.start()
+    try:
+        for path in ("/config/users", "/config/changes"):
+            await store.ensure_path(path)
+        data, _ = await store.get_or_none(f"/config/users/{user}")
+        old = (data or {}).get("config", {}) if isinstance(data, dict) else {}
+        config = {str(k): str(v) for k, v in old.items() if k not in _SCRAM}
+        config.update(credentials)
+        await store.upsert(f"/config/users/{user}", {"version": 1, "config": config})
+        await store.create(
+            "/config/changes/config_change_", {"version": 2, "entity_path": f"users/{user}"}, sequence=True
+        )
+    finally:
+        await store.close()

@@ -4,6 +4,7 @@ No sockets and no TLS here (the broker's listeners and the clients' transport do
 build TLS contexts); credentials are kept by :mod:`odradek.coordination`.
 """
 
+from .exchange import sasl_exchange
 from .principal import ANONYMOUS, KafkaPrincipal, SslPrincipalMapper
 from .sasl import (
     SCRAM_MECHANISMS,
@@ -34,5 +35,6 @@ __all__ = [
     "SslPrincipalMapper",
     "parse_jaas",
     "plain_verifier",
+    "sasl_exchange",
     "subject_name",
 ]

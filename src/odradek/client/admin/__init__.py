@@ -35,6 +35,7 @@ from odradek.client.admin._configs import ConfigAdmin
 from odradek.client.admin._groups import GroupAdmin
 from odradek.client.admin._records import RecordAdmin
 from odradek.client.admin._topics import TopicAdmin
+from odradek.client.admin._users import UserAdmin
 from odradek.client.admin.types import (
     AdminError,
     AlterConfigOp,
@@ -92,7 +93,7 @@ __all__ = [
 ]
 
 
-class AsyncAdmin(TopicAdmin, ConfigAdmin, GroupAdmin, RecordAdmin):
+class AsyncAdmin(TopicAdmin, ConfigAdmin, GroupAdmin, RecordAdmin, UserAdmin):
     """The asyncio admin client.  ``async with AsyncAdmin(bootstrap_servers=...) as admin: ...``
 
     Its operations come by resource: :class:`TopicAdmin` (cluster and topics),
@@ -142,6 +143,20 @@ class Admin:
 
     def delete_topics(self, names: Iterable[str], *, timeout: float | None = None) -> None:
         self._call(self._async.delete_topics(names, timeout=timeout))
+
+    def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None, *, timeout: float | None = None
+    ) -> dict[str, dict[str, int]]:
+        return self._call(self._async.describe_user_scram_credentials(users, timeout=timeout))
+
+    def alter_user_scram_credentials(
+        self,
+        upsert: Iterable[tuple[str, str, str, int]] = (),
+        delete: Iterable[tuple[str, str]] = (),
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        self._call(self._async.alter_user_scram_credentials(upsert, delete, timeout=timeout))
 
     def create_partitions(
         self,
