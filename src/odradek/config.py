@@ -152,6 +152,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("socket.send.buffer.bytes", "int", 102400),
     ("socket.receive.buffer.bytes", "int", 102400),
     ("connections.max.idle.ms", "long", 600000),
+    # connection quotas (see odradek.broker.connections); max.connections and
+    # max.connection.creation.rate also per listener: listener.name.<l>.max.connections
+    ("max.connections.per.ip", "int", 2147483647),
+    ("max.connections.per.ip.overrides", "string", ""),
+    ("max.connections", "int", 2147483647),
+    ("max.connection.creation.rate", "int", 2147483647),
     ("queued.max.requests", "int", 500),
     ("num.network.threads", "int", 3, False),
     ("num.io.threads", "int", 8, False),

@@ -43,6 +43,7 @@ import odradek.broker.handlers  # noqa: F401  (registers the API handlers)
 from odradek._clock import Clock, SystemClock
 from odradek.broker.authentication import SUPPORTED_MECHANISMS, ListenerSecurity
 from odradek.broker.channel import BrokerChannel, ChannelSecurity
+from odradek.broker.connections import ConnectionQuotas
 from odradek.broker.coordinator import GroupCoordinator
 from odradek.broker.limits import FDS_PER_PARTITION, partition_budget
 from odradek.broker.partitions import PartitionService
@@ -130,6 +131,10 @@ class Broker:
         }
         self._tls = {lst.name: server_context(self.config, lst.name) for lst in self.listeners if self._security[lst.name].tls}
         _warn_plaintext_beyond_loopback(self.listeners)
+        inter = self.config.get("inter.broker.listener.name")
+        self.connection_quotas = ConnectionQuotas(
+            self.config, [lst.name for lst in self.listeners], str(inter).upper() if inter else None
+        )
         _raise_fd_limit()
         dirs = self.config.log_dirs
         for d in dirs:
@@ -187,7 +192,7 @@ class Broker:
             factory = functools.partial(
                 KafkaConnection, self.services, lst.name, self.connections, self.max_queued, self._security[lst.name]
             )
-            server = _AcceptLoop(lst.name, factory, self._tls.get(lst.name))
+            server = _AcceptLoop(lst.name, factory, self._tls.get(lst.name), self.connection_quotas)
             try:
                 await server.bind(lst.host, lst.port)
             except OSError:
@@ -450,11 +455,16 @@ class _AcceptLoop:
     RETRY_S = 0.1
 
     def __init__(
-        self, name: str, factory: Callable[[], asyncio.BaseProtocol], tls: ssl.SSLContext | None = None
+        self,
+        name: str,
+        factory: Callable[..., asyncio.BaseProtocol],
+        tls: ssl.SSLContext | None = None,
+        quotas: ConnectionQuotas | None = None,
     ) -> None:
         self.name = name
         self.factory = factory
         self.tls = tls
+        self.quotas = quotas
         self._handshakes: set[asyncio.Task[None]] = set()
         self.sockets: list[socket.socket] = []
         self.address: tuple[str, int] = ("", 0)
@@ -490,7 +500,11 @@ class _AcceptLoop:
     async def _accept(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         failing = False
+        quotas = self.quotas
         while True:
+            if quotas is not None:
+                await quotas.wait_for_slot(self.name)
+                await quotas.throttle(self.name)
             try:
                 conn, _peer = await loop.sock_accept(sock)
             except asyncio.CancelledError:
@@ -515,10 +529,17 @@ class _AcceptLoop:
             if failing:
                 failing = False
                 log.info("listener %s accepts connections again", self.name)
+            factory = self.factory
+            if quotas is not None:
+                ip = _peer[0] if isinstance(_peer, tuple) else str(_peer)
+                if not quotas.admit(ip, self.name):
+                    conn.close()
+                    continue
+                factory = functools.partial(self.factory, on_close=functools.partial(quotas.release, ip, self.name))
             if self.tls is not None:
                 # the TLS handshake runs in a task of its own: a slow or silent client must not
                 # hold up the accept loop
-                task = loop.create_task(self._tls_connection(conn, _peer))
+                task = loop.create_task(self._tls_connection(conn, _peer, factory))
                 self._handshakes.add(task)
                 task.add_done_callback(self._handshakes.discard)
                 continue
@@ -526,28 +547,36 @@ class _AcceptLoop:
                 conn.setblocking(False)
                 if conn.family in (socket.AF_INET, socket.AF_INET6):
                     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                await loop.connect_accepted_socket(self.factory, conn)
+                await loop.connect_accepted_socket(factory, conn)
             except asyncio.CancelledError:
                 conn.close()
                 raise
             except OSError as exc:
                 conn.close()
+                self._released(_peer)
                 log.warning("listener %s: could not set up an accepted connection: %s", self.name, exc)
 
-    async def _tls_connection(self, conn: socket.socket, peer: object) -> None:
+    def _released(self, peer: object) -> None:
+        """A connection counted by the quotas that never reached its protocol."""
+        if self.quotas is not None:
+            self.quotas.release(peer[0] if isinstance(peer, tuple) else str(peer), self.name)
+
+    async def _tls_connection(self, conn: socket.socket, peer: object, factory: Callable[..., asyncio.BaseProtocol]) -> None:
         loop = asyncio.get_running_loop()
         try:
             conn.setblocking(False)
             if conn.family in (socket.AF_INET, socket.AF_INET6):
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             await loop.connect_accepted_socket(
-                self.factory, conn, ssl=self.tls, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S
+                factory, conn, ssl=self.tls, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S
             )
         except asyncio.CancelledError:
             conn.close()
+            self._released(peer)
             raise
         except (OSError, ssl.SSLError, TimeoutError, ConnectionError) as exc:
             conn.close()
+            self._released(peer)
             host = peer[0] if isinstance(peer, tuple) else peer
             # Kafka's wording: "Failed authentication with /1.2.3.4 (SSL handshake failed)"
             log.info("Failed authentication with /%s on listener %s (SSL handshake failed: %s)", host, self.name,

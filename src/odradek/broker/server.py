@@ -23,7 +23,7 @@ import os
 import struct
 import time
 from collections import deque
-from collections.abc import Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -89,6 +89,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         connections: set[KafkaConnection],
         max_queued: int,
         security: ListenerSecurity,
+        *,
+        on_close: Callable[[], None] | None = None,
     ) -> None:
         """A connection on ``listener``, registered in ``connections`` while open; at most
         ``max_queued`` of its requests wait to be handled (``queued.max.requests``);
@@ -97,6 +99,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.listener = listener
         self.security = security
         self.session: Session = security.session(None)
+        self._on_close = on_close  # the connection quotas' release: called once, when the connection is lost
         self.connections = connections
         self.max_queued = max_queued
         self.conn = ServerConnection(
@@ -154,6 +157,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
+        on_close, self._on_close = self._on_close, None
+        if on_close is not None:
+            on_close()
         self.connections.discard(self)
         worker = self._worker
         if isinstance(worker, _Waiting):

@@ -1,0 +1,142 @@
+"""Connection quotas, as Kafka's ConnectionQuotas applies them at accept time.
+
+* ``max.connections.per.ip`` (with ``max.connections.per.ip.overrides``, ``host:count,...``):
+  a connection beyond an address's count is closed at once, with a log line;
+* ``max.connections`` for the broker and ``listener.name.<l>.max.connections`` per listener:
+  beyond them, a listener stops accepting until a connection closes (clients wait in the
+  kernel's backlog; nothing is refused);
+* ``max.connection.creation.rate`` per listener (and for the broker): new connections per second;
+  beyond it, accepting waits until the rate over the last second allows one more (KIP-612).
+
+The inter-broker listener is exempt from the broker-wide counts, as in Kafka, so followers and the
+controller always get in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable, Mapping
+
+from odradek.config import BrokerConfig, ConfigError
+
+__all__ = ["ConnectionQuotas"]
+
+log = logging.getLogger("odradek.connections")
+
+UNLIMITED = 2147483647
+
+
+def parse_overrides(text: str | None) -> dict[str, int]:
+    """``max.connections.per.ip.overrides``: ``host:count,host:count`` (hosts resolved to IPs)."""
+    out: dict[str, int] = {}
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        if not sep or not host or not count.strip().isdigit():
+            raise ConfigError(f"max.connections.per.ip.overrides: {item!r} is not host:count")
+        try:
+            addresses = {str(info[4][0]) for info in socket.getaddrinfo(host.strip("[] "), None)}
+        except OSError:
+            raise ConfigError(f"max.connections.per.ip.overrides: cannot resolve {host!r}") from None
+        for address in addresses:
+            out[address] = int(count)
+    return out
+
+
+class ConnectionQuotas:
+    def __init__(
+        self, config: BrokerConfig, listeners: list[str], inter_broker: str | None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.per_ip = int(config.get("max.connections.per.ip"))
+        self.overrides: Mapping[str, int] = parse_overrides(config.get("max.connections.per.ip.overrides"))
+        self.broker_max = int(config.get("max.connections"))
+        self.broker_rate = int(config.get("max.connection.creation.rate"))
+        self.listener_max = {name: int(config.for_listener(name, "max.connections")) for name in listeners}
+        self.listener_rate = {name: int(config.for_listener(name, "max.connection.creation.rate")) for name in listeners}
+        self.inter_broker = inter_broker
+        self.clock = clock
+        self.by_ip: dict[str, int] = defaultdict(int)
+        self.by_listener: dict[str, int] = defaultdict(int)
+        self.total = 0  # broker-wide count (without the inter-broker listener)
+        self._created: dict[str, deque[float]] = defaultdict(deque)
+        self._created_all: deque[float] = deque()
+        self._freed = asyncio.Condition()
+
+    def ip_limit(self, ip: str) -> int:
+        return self.overrides.get(ip, self.per_ip)
+
+    def _counts_for_broker(self, listener: str) -> bool:
+        return listener != self.inter_broker
+
+    def has_slot(self, listener: str) -> bool:
+        if self.by_listener[listener] >= self.listener_max.get(listener, UNLIMITED):
+            return False
+        return not (self._counts_for_broker(listener) and self.total >= self.broker_max)
+
+    async def wait_for_slot(self, listener: str) -> None:
+        """Return when ``listener`` may take one more connection (logged once while it waits)."""
+        if self.has_slot(listener):
+            return
+        log.info(
+            "listener %s stops accepting: %d connections on it (max %s), %d on the broker (max.connections %d)",
+            listener, self.by_listener[listener], self.listener_max.get(listener, UNLIMITED), self.total, self.broker_max,
+        )
+        async with self._freed:
+            await self._freed.wait_for(lambda: self.has_slot(listener))
+        log.info("listener %s accepts connections again", listener)
+
+    async def throttle(self, listener: str) -> None:
+        """Wait until one more connection on ``listener`` keeps the creation rates."""
+        limits = [(self._created[listener], self.listener_rate.get(listener, UNLIMITED))]
+        if self._counts_for_broker(listener):
+            limits.append((self._created_all, self.broker_rate))
+        warned = False
+        while True:
+            now = self.clock()
+            wait = 0.0
+            for window, rate in limits:
+                while window and window[0] <= now - 1.0:
+                    window.popleft()
+                if rate < UNLIMITED and len(window) >= rate:
+                    wait = max(wait, window[0] + 1.0 - now)
+            if wait <= 0:
+                break
+            if not warned:
+                warned = True
+                log.debug("listener %s: connection creation rate reached, accepting waits %.3f s", listener, wait)
+            await asyncio.sleep(wait)
+        now = self.clock()
+        for window, _rate in limits:
+            window.append(now)
+
+    def admit(self, ip: str, listener: str) -> bool:
+        """Count a new connection from ``ip``; False (nothing counted) when ``ip`` is at its limit."""
+        limit = self.ip_limit(ip)
+        if self.by_ip[ip] >= limit:
+            log.info("Rejected connection from /%s on listener %s, address already has the configured maximum of %d connections",
+                     ip, listener, limit)
+            return False
+        self.by_ip[ip] += 1
+        self.by_listener[listener] += 1
+        if self._counts_for_broker(listener):
+            self.total += 1
+        return True
+
+    def release(self, ip: str, listener: str) -> None:
+        self.by_ip[ip] -= 1
+        if self.by_ip[ip] <= 0:
+            del self.by_ip[ip]
+        self.by_listener[listener] -= 1
+        if self._counts_for_broker(listener):
+            self.total -= 1
+        asyncio.get_running_loop().create_task(self._notify())
+
+    async def _notify(self) -> None:
+        async with self._freed:
+            self._freed.notify_all()
