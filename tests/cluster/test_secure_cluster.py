@@ -61,6 +61,12 @@ def test_inter_broker_sasl_ssl_replicates_and_fails_over(
     cluster.start_all()
     cluster.wait_for(lambda: sorted(cluster.registered_brokers()) == [1, 2, 3], TIMEOUT, "three brokers")
 
+    # registered as Kafka registers a broker: every endpoint and the protocol of each listener
+    info = cluster.zk_json("/brokers/ids/1")
+    assert info["listener_security_protocol_map"] == {"PLAINTEXT": "PLAINTEXT", "INTERNAL": "SASL_SSL", "EXTERNAL": "SASL_SSL"}
+    assert [e.split("://")[0] for e in info["endpoints"]] == ["PLAINTEXT", "INTERNAL", "EXTERNAL"]
+    assert info["port"] == cluster.broker(1).endpoints["PLAINTEXT"][1]
+
     topic = f"secure-{uuid.uuid4().hex[:6]}"
     external = {
         "bootstrap.servers": ",".join(cluster.broker(i).bootstrap_of("EXTERNAL") for i in cluster.ids),

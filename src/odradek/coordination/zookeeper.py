@@ -89,16 +89,18 @@ def loads(raw: bytes | None) -> Any:
 
 
 def broker_json(broker: BrokerInfo) -> dict[str, Any]:
-    first = broker.endpoints[0]
+    # "host" and "port" are the PLAINTEXT endpoint's (for 0.8-era readers), null and -1 without
+    # one, as Kafka writes them
+    plain = next((e for e in broker.endpoints if e.security_protocol == "PLAINTEXT"), None)
     return {
         "listener_security_protocol_map": {e.listener: e.security_protocol for e in broker.endpoints},
         "endpoints": [f"{e.listener}://{e.host}:{e.port}" for e in broker.endpoints],
         "rack": broker.rack,
         "jmx_port": -1,
         "features": {},
-        "host": first.host,
+        "host": plain.host if plain is not None else None,
         "timestamp": str(int(time.time() * 1000)),
-        "port": first.port,
+        "port": plain.port if plain is not None else -1,
         "version": 5,
     }
 
