@@ -352,3 +352,63 @@ def test_sasl_handshake_v0_takes_unframed_tokens(secure_broker: BrokerProcess) -
         assert c.request(MetadataRequest(topics=[]), 1).brokers
     finally:
         c.close()
+
+
+def test_sessions_end_after_connections_max_reauth_ms_unless_renewed(tmp_path: Any, pki: Pki) -> None:
+    """KIP-368: the session lifetime goes back in SaslAuthenticate; librdkafka re-authenticates
+    on the same connection while producing; a client that does not is closed at its next
+    request after the session ended."""
+    from tests.security.conftest import secure_overrides
+
+    b = BrokerProcess(
+        tmp_path / "reauth",
+        listeners="PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        overrides={**secure_overrides(pki), "connections.max.reauth.ms": 1500,
+                   "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"},
+        log_level="INFO,odradek.authentication=DEBUG",
+    ).start()
+    try:
+        host, port = b.endpoints["SASL_PLAINTEXT"]
+        c = WireClient(host, port)
+        try:
+            assert c.request(SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == 0
+            r = c.request(SaslAuthenticateRequest(auth_bytes=b"\x00alice\x00alice-secret"), 2)
+            assert r.error_code == 0 and r.session_lifetime_ms == 1500
+            assert c.request(MetadataRequest(topics=[]), 1).brokers
+            # re-authenticating as someone else is refused
+            assert c.request(SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == 0
+            r = c.request(SaslAuthenticateRequest(auth_bytes=b"\x00admin\x00admin-secret"), 2)
+            assert r.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED and "principals" in (r.error_message or "")
+        finally:
+            c.close()
+        c = WireClient(host, port)
+        try:
+            assert c.request(SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == 0
+            assert c.request(SaslAuthenticateRequest(auth_bytes=b"\x00alice\x00alice-secret"), 2).error_code == 0
+            time.sleep(1.6)  # past the session's end: the next request closes the connection
+            with pytest.raises(ConnectionError):
+                c.request(MetadataRequest(topics=[]), 1)
+        finally:
+            c.close()
+        b.wait_for_log("its SASL session expired")
+        # librdkafka re-authenticates by itself and its records keep flowing across sessions
+        conf = {
+            "bootstrap.servers": b.bootstrap_of("SASL_PLAINTEXT"),
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "alice",
+            "sasl.password": "alice-secret",
+        }
+        p = ck.Producer({**conf, "linger.ms": 5})
+        errors: list[Any] = []
+        deadline = time.monotonic() + 4.0
+        n = 0
+        while time.monotonic() < deadline:
+            p.produce("reauth", b"%d" % n, on_delivery=lambda err, _m: errors.append(err))
+            n += 1
+            p.poll(0.05)
+        assert p.flush(TIMEOUT) == 0
+        assert errors == [None] * n
+        b.wait_for_log("re-authenticated as User:alice")
+    finally:
+        b.stop()

@@ -19,6 +19,7 @@ mapping of certificates); each connection gets a :class:`Session`:
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -118,10 +119,17 @@ class SaslOutcome:
     data: bytes = b""
     close: bool = False
     delay_close: bool = False
+    #: the exchange completed with this answer (the session lifetime goes with it)
+    completed: bool = False
 
 
 class Session:
-    """One connection's identity, and its SASL exchange while it authenticates."""
+    """One connection's identity, and its SASL exchange while it (re-)authenticates.
+
+    With ``connections.max.reauth.ms`` (KIP-368) an authenticated session lasts that long: the
+    client re-authenticates on the same connection (SaslHandshake v1 and SaslAuthenticate again,
+    same mechanism, same principal) before it ends, or the connection closes at its next
+    request after the end."""
 
     def __init__(self, security: ListenerSecurity, principal: KafkaPrincipal) -> None:
         self.security = security
@@ -129,6 +137,9 @@ class Session:
         self.authenticated = not security.sasl
         self.mechanism: str | None = None
         self._server: SaslServer | None = None
+        self._reauthenticating = False
+        #: when the authenticated session ends (time.monotonic), None: never
+        self.expires_at: float | None = None
         #: set when the connection must close after the response it is answering: in how many seconds
         self.close_after: float | None = None
         #: a SaslHandshake v0 succeeded: the tokens come without Kafka framing from now on (the
@@ -140,8 +151,12 @@ class Session:
         ApiVersions 18, SaslHandshake 17 and SaslAuthenticate 36)."""
         return self.authenticated or api_key in (17, 18, 36)
 
-    def handshake(self, mechanism: str) -> SaslOutcome:
-        out = self._handshake(mechanism)
+    def expired(self, now: float) -> bool:
+        """The authenticated session has ended and no re-authentication is under way."""
+        return self.expires_at is not None and now >= self.expires_at and self._server is None
+
+    def handshake(self, mechanism: str, version: int = 1) -> SaslOutcome:
+        out = self._handshake(mechanism, version)
         if out.close:
             self.close_after = 0.0
         return out
@@ -154,13 +169,22 @@ class Session:
             self.close_after = self.security.failure_delay_s
         return out
 
-    def _handshake(self, mechanism: str) -> SaslOutcome:
+    def _handshake(self, mechanism: str, version: int) -> SaslOutcome:
         sec = self.security
         if not sec.sasl:
             return SaslOutcome(ErrorCode.ILLEGAL_SASL_STATE, "SASL is not enabled on this listener")
-        if self.authenticated or self._server is not None:
+        if self._server is not None:
             return SaslOutcome(ErrorCode.ILLEGAL_SASL_STATE, "unexpected SaslHandshake", close=True)
-        if mechanism not in sec.mechanisms:
+        if self.authenticated:
+            # KIP-368 re-authentication: v1 only, and the mechanism cannot change
+            if version < 1 or mechanism != self.mechanism:
+                return SaslOutcome(
+                    ErrorCode.ILLEGAL_SASL_STATE,
+                    f"re-authentication must use SaslHandshake v1 and mechanism {self.mechanism}",
+                    close=True,
+                )
+            self._reauthenticating = True
+        elif mechanism not in sec.mechanisms:
             log.info("listener %s: a client asked for SASL mechanism %r (enabled: %s)", sec.listener, mechanism,
                      ", ".join(sec.mechanisms))
             return SaslOutcome(ErrorCode.UNSUPPORTED_SASL_MECHANISM, None, close=True)
@@ -170,7 +194,7 @@ class Session:
 
     def _authenticate(self, token: bytes, client: str) -> SaslOutcome:
         server = self._server
-        if server is None or self.authenticated:
+        if server is None:
             state = "after successful authentication" if self.authenticated else "before SaslHandshake"
             return SaslOutcome(
                 ErrorCode.ILLEGAL_SASL_STATE, f"SaslAuthenticate request received {state}", close=not self.authenticated
@@ -179,13 +203,25 @@ class Session:
             reply = server.evaluate(token)
         except AuthenticationFailed as exc:
             self._server = None
-            log.info("Failed authentication with %s on listener %s (%s)", client, self.security.listener, exc)
+            log.info("Failed %sauthentication with %s on listener %s (%s)", "re-" if self._reauthenticating else "",
+                     client, self.security.listener, exc)
             return SaslOutcome(ErrorCode.SASL_AUTHENTICATION_FAILED, str(exc), delay_close=True)
         if server.complete:
             assert server.principal is not None
+            self._server = None
+            if self._reauthenticating and server.principal != self.principal:
+                log.info("Failed re-authentication with %s on listener %s: %s cannot become %s", client,
+                         self.security.listener, self.principal, server.principal)
+                return SaslOutcome(
+                    ErrorCode.SASL_AUTHENTICATION_FAILED,
+                    "Cannot change principals during re-authentication", delay_close=True,
+                )
+            log.debug("%s %sauthenticated as %s with %s on listener %s", client,
+                      "re-" if self._reauthenticating else "", server.principal, self.mechanism, self.security.listener)
             self.principal = server.principal
             self.authenticated = True
-            self._server = None
-            log.debug("%s authenticated as %s with %s on listener %s", client, self.principal, self.mechanism,
-                      self.security.listener)
+            self._reauthenticating = False
+            lifetime = self.security.reauth_ms
+            self.expires_at = time.monotonic() + lifetime / 1000 if lifetime > 0 else None
+            return SaslOutcome(data=reply, completed=True)
         return SaslOutcome(data=reply)

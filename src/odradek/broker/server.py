@@ -486,6 +486,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 "closing connection from %s: unsupported API %s v%s", self.peer, header.api_key, header.api_version
             )
             return None
+        if self.session.expired(time.monotonic()) and header.api_key not in (17, 36):
+            log.info(
+                "closing connection from %s on listener %s: its SASL session expired (connections.max.reauth.ms) "
+                "and the client did not re-authenticate", self.peer, self.listener,
+            )
+            return None
         if not self.session.allows(header.api_key):
             log.info(
                 "closing connection from %s: %s request on listener %s before SASL authentication",

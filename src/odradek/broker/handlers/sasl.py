@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 @handles(ApiKey.SASL_HANDSHAKE, versions=(0, 1))
 def sasl_handshake(ctx: RequestContext, request: SaslHandshakeRequest) -> SaslHandshakeResponse:
     session = ctx.session
-    out = session.handshake(request.mechanism)
+    out = session.handshake(request.mechanism, ctx.version)
     if ctx.version == 0 and not out.error_code:
         session.raw_tokens = True  # v0: the tokens follow as size-prefixed bytes, not SaslAuthenticate
     return SaslHandshakeResponse(error_code=out.error_code, mechanisms=list(session.security.mechanisms))
@@ -44,7 +44,7 @@ def sasl_handshake(ctx: RequestContext, request: SaslHandshakeRequest) -> SaslHa
 def sasl_authenticate(ctx: RequestContext, request: SaslAuthenticateRequest) -> SaslAuthenticateResponse:
     session = ctx.session
     out = session.authenticate(bytes(request.auth_bytes), ctx.client_host)
-    lifetime = session.security.reauth_ms if session.authenticated and not out.error_code else 0
+    lifetime = session.security.reauth_ms if out.completed else 0
     return SaslAuthenticateResponse(
         error_code=out.error_code, error_message=out.message, auth_bytes=out.data, session_lifetime_ms=lifetime
     )
