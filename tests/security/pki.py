@@ -1,4 +1,5 @@
-"""Throwaway certificates for the TLS tests, made with the openssl command line.
+"""Throwaway certificates for the TLS tests, made with the openssl command line
+(through ``odradek certs``' helpers).
 
 :func:`make_pki` writes a test CA, a broker certificate for ``localhost`` / ``127.0.0.1``
 (its key and chain in one PEM file: the broker's ``ssl.keystore.location``), client
@@ -8,9 +9,10 @@ signed by another CA (a client the broker must not trust).  EC keys: fast to mak
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from odradek.cli.certs import make_ca, make_signed
 
 __all__ = ["Pki", "make_pki"]
 
@@ -29,43 +31,15 @@ class Pki:
     ALICE = "CN=alice,OU=eng,O=Example,C=US"
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
-def _key(cwd: Path, name: str) -> None:
-    _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-out", name, cwd=cwd)
-
-
-def _ca(cwd: Path, name: str, subject: str) -> None:
-    _key(cwd, f"{name}.key")
-    _openssl(
-        "req", "-x509", "-new", "-key", f"{name}.key", "-out", f"{name}.pem", "-days", "2", "-subj", subject,
-        "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-        cwd=cwd,
-    )
-
-
-def _signed(cwd: Path, name: str, subject: str, ca: str, extensions: str) -> None:
-    _key(cwd, f"{name}.key")
-    _openssl("req", "-new", "-key", f"{name}.key", "-out", f"{name}.csr", "-subj", subject, cwd=cwd)
-    (cwd / f"{name}.ext").write_text(extensions)
-    _openssl(
-        "x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key", "-CAcreateserial",
-        "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext",
-        cwd=cwd,
-    )
-
-
 def make_pki(directory: Path) -> Pki:
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    _ca(d, "ca", "/CN=Odradek Test CA")
-    _ca(d, "other-ca", "/CN=Nobody's CA")
-    _signed(d, "broker", "/CN=localhost", "ca",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n")
-    _signed(d, "alice", "/C=US/O=Example/OU=eng/CN=alice", "ca", "extendedKeyUsage=clientAuth\n")
-    _signed(d, "stranger", "/CN=stranger", "other-ca", "extendedKeyUsage=clientAuth\n")
+    make_ca(d, "ca", "/CN=Odradek Test CA")
+    make_ca(d, "other-ca", "/CN=Nobody's CA")
+    make_signed(d, "broker", "/CN=localhost", "ca",
+                "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n")
+    make_signed(d, "alice", "/C=US/O=Example/OU=eng/CN=alice", "ca", "extendedKeyUsage=clientAuth\n")
+    make_signed(d, "stranger", "/CN=stranger", "other-ca", "extendedKeyUsage=clientAuth\n")
     keystore = d / "broker-keystore.pem"
     keystore.write_text((d / "broker.key").read_text() + (d / "broker.pem").read_text())
     return Pki(
