@@ -34,6 +34,11 @@ benchmark's group looks up its coordinator once (a fresh broker may create
   load).
 * ``rss`` - Odradek idle (fresh broker with the benchmark topic, nothing produced) and the
   peak during the produce run; Tansu's for reference.
+* ``security`` - one broker with a PLAINTEXT and a SASL_SSL listener (SCRAM-SHA-256, TLS 1.3, a
+  throwaway CA): the produce and consume runs above over each, alternating, with the broker's CPU
+  seconds per run; ratio SASL_SSL / PLAINTEXT (target >= 0.6); and the time Odradek's client takes
+  to open a connection ready for requests (TCP, TLS handshake, ApiVersions, SCRAM) vs PLAINTEXT.
+  ``--security-only`` runs just this section.
 * ``machine`` - loopback TCP (this process -> a sink process, 1 MiB page-aligned ``sendall``
   / ``recv_into``), and sequential file writes (1 MiB ``os.write``, page cache only and with
   a final ``fdatasync``) in the directory that holds the data dirs.
@@ -127,6 +132,7 @@ TARGETS = {
     "startup_empty_s": 0.5,  # odradek, at most
     "startup_100_partitions_s": 2.0,  # odradek after a clean shutdown, at most
     "rss_idle_mb": 80.0,  # odradek, at most
+    "security_ratio": 0.6,  # SASL_SSL / PLAINTEXT records/s, produce and consume (issue 20)
 }
 PRODUCER_CONFIG = {
     "acks": 1,
@@ -477,8 +483,11 @@ def warm_group(bootstrap: str, group: str, topic: str) -> None:
     c.close()
 
 
-def produce_run(bootstrap: str, topic: str, n: int, value: bytes) -> dict[str, Any]:
-    """Produce ``n`` records to partition 0; window = first produce() to last delivery report."""
+def produce_run(
+    bootstrap: str, topic: str, n: int, value: bytes, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Produce ``n`` records to partition 0; window = first produce() to last delivery report.
+    ``extra``: more client settings (security)."""
     state = {"acked": 0, "errors": 0, "t_last": 0.0, "first_error": ""}
 
     def on_delivery(err: Any, _msg: Any) -> None:
@@ -490,7 +499,7 @@ def produce_run(bootstrap: str, topic: str, n: int, value: bytes) -> dict[str, A
         if state["acked"] == n:
             state["t_last"] = time.perf_counter()
 
-    p = ck.Producer({"bootstrap.servers": bootstrap, "on_delivery": on_delivery, **PRODUCER_CONFIG})
+    p = ck.Producer({"bootstrap.servers": bootstrap, "on_delivery": on_delivery, **PRODUCER_CONFIG, **(extra or {})})
     p.list_topics(topic, timeout=10)  # connected, metadata known: outside the window
     produce = p.produce
     poll = p.poll
@@ -516,7 +525,9 @@ def produce_run(bootstrap: str, topic: str, n: int, value: bytes) -> dict[str, A
     return {"seconds": elapsed, "records_per_s": n / elapsed, "mb_per_s": n * len(value) / elapsed / MB}
 
 
-def consume_run(bootstrap: str, topic: str, n: int, *, ceiling: bool = False) -> dict[str, Any]:
+def consume_run(
+    bootstrap: str, topic: str, n: int, *, ceiling: bool = False, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Consume ``n`` records from offset 0; window = first record to last record.
 
     With ``ceiling``, librdkafka prefetches everything while we wait after the first record,
@@ -525,6 +536,7 @@ def consume_run(bootstrap: str, topic: str, n: int, *, ceiling: bool = False) ->
         "bootstrap.servers": bootstrap,
         "group.id": CONSUME_GROUP,
         **THROUGHPUT_CONSUMER_CONFIG,
+        **(extra or {}),
     }
     if ceiling:
         config.update({"queued.min.messages": 10_000_000, "queued.max.messages.kbytes": 2_097_151})
@@ -567,6 +579,96 @@ def consume_run(bootstrap: str, topic: str, n: int, *, ceiling: bool = False) ->
         "mb_per_s": (n - 1) * VALUE_BYTES / elapsed / MB,
         "assign_to_last_s": t_last - t_assign,
     }
+
+
+def security_runs(directory: Path, value: bytes, n: int, repeats: int, connects: int = 40) -> dict[str, Any]:
+    """One broker with a PLAINTEXT and a SASL_SSL listener (SCRAM-SHA-256, TLS 1.3, a throwaway
+    CA): produce and consume ``n`` records over each, alternating, ``repeats`` times, and the time
+    to open a connection ready for requests (TCP, TLS handshake, ApiVersions, SCRAM exchange)
+    with Odradek's blocking client vs the same without TLS and SASL."""
+    from odradek.cli.certs import make_ca, make_signed
+    from odradek.client import BrokerConnection, ClientSecurity
+
+    pki = directory / "pki"
+    pki.mkdir(parents=True)
+    make_ca(pki, "ca", "/CN=bench CA")
+    key, cert = make_signed(pki, "broker", "/CN=localhost", "ca",
+                            "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+    (pki / "keystore.pem").write_text(key.read_text() + cert.read_text())
+    broker = BrokerProcess(
+        directory / "data",
+        listeners="PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+        overrides={
+            "ssl.keystore.location": pki / "keystore.pem",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+        },
+    ).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+        up = UserScramCredentialUpsertion("bench", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"bench-pw")
+        for f in admin.alter_user_scram_credentials([up]).values():
+            f.result(30)
+        secure = {
+            "security.protocol": "SASL_SSL",
+            "ssl.ca.location": str(pki / "ca.pem"),
+            "sasl.mechanism": "SCRAM-SHA-256",
+            "sasl.username": "bench",
+            "sasl.password": "bench-pw",
+        }
+        sides = {"plaintext": (broker.bootstrap, {}), "sasl_ssl": (broker.bootstrap_of("SASL_SSL"), secure)}
+        runs: dict[str, list[dict[str, Any]]] = {k: [] for k in sides}
+        for r in range(repeats):
+            for kind in (list(sides) if r % 2 == 0 else list(reversed(list(sides)))):
+                bootstrap, extra = sides[kind]
+                topic = f"sec-{kind}-{r}"
+                create_topic(broker.bootstrap, topic, 1)
+                b0 = cpu_seconds(broker.pid)
+                prod = produce_run(bootstrap, topic, n, value, extra)
+                prod["broker_cpu_s"] = cpu_seconds(broker.pid) - b0
+                b0 = cpu_seconds(broker.pid)
+                cons = consume_run(bootstrap, topic, n, extra=extra)
+                cons["broker_cpu_s"] = cpu_seconds(broker.pid) - b0
+                runs[kind].append({"produce": prod, "consume": cons})
+        security = ClientSecurity.from_config({**secure, "ssl.truststore.location": str(pki / "ca.pem")})
+        connect_ms: dict[str, list[float]] = {"plaintext": [], "sasl_ssl": []}
+        for i in range(connects):
+            for kind in (("plaintext", "sasl_ssl") if i % 2 == 0 else ("sasl_ssl", "plaintext")):
+                host, port = broker.endpoints["PLAINTEXT" if kind == "plaintext" else "SASL_SSL"]
+                t0 = time.perf_counter()
+                conn = BrokerConnection(host, port, security=security if kind == "sasl_ssl" else None)
+                connect_ms[kind].append((time.perf_counter() - t0) * 1000)
+                conn.close()
+    finally:
+        broker.stop()
+
+    def med(kind: str, side: str) -> float:
+        return median([x[side]["records_per_s"] for x in runs[kind]])
+
+    out: dict[str, Any] = {
+        "settings": "SCRAM-SHA-256 (4096 iterations) over TLS 1.3; same broker, same client, alternating",
+        "note": "the confluent-kafka Python loop limits both rates; broker_cpu_s shows what TLS costs the broker",
+    }
+    for side in ("produce", "consume"):
+        p, s_ = med("plaintext", side), med("sasl_ssl", side)
+        out[side] = {
+            "plaintext_records_per_s": round(p),
+            "sasl_ssl_records_per_s": round(s_),
+            "ratio": rnd(s_ / p, 3),
+            "broker_cpu_s_plaintext": rnd(median([x[side]["broker_cpu_s"] for x in runs["plaintext"]]), 3),
+            "broker_cpu_s_sasl_ssl": rnd(median([x[side]["broker_cpu_s"] for x in runs["sasl_ssl"]]), 3),
+            "target": TARGETS["security_ratio"],
+            "met": s_ / p >= TARGETS["security_ratio"],
+        }
+    for kind, values in connect_ms.items():
+        values.sort()
+        out[f"connect_ready_ms_{kind}"] = {"p50": rnd(values[len(values) // 2], 2), "p99": rnd(values[-1], 2)}
+    out["connect_note"] = (
+        "Odradek's blocking client: TCP connect + ApiVersions (+ TLS handshake and SCRAM exchange, "
+        "PBKDF2 on the client), p99 = the slowest of " + str(connects)
+    )
+    return out
 
 
 def prefetch_wait(n: int) -> float:
@@ -909,7 +1011,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer records, repeats and seconds")
     parser.add_argument("--latency-consumer", nargs=5, metavar="ARG", help=argparse.SUPPRESS)
+    parser.add_argument("--security-only", action="store_true", help="only the SASL_SSL vs PLAINTEXT section")
     args = parser.parse_args()
+    if args.security_only:
+        cfg0 = QUICK if args.quick else FULL
+        with tempfile.TemporaryDirectory(prefix="odradek-bench-sec-") as d:
+            t0 = time.perf_counter()
+            sec = security_runs(Path(d), os.urandom(VALUE_BYTES), cfg0["records"], cfg0["repeats"])
+            sec["elapsed_s"] = rnd(time.perf_counter() - t0)
+            print(json.dumps({"benchmark": "broker", "section": "security", "security": sec}, indent=2))
+        return
     if args.latency_consumer:
         bs, topic, total, out, timeout = args.latency_consumer
         latency_consumer_main(bs, topic, int(total), out, float(timeout))
@@ -1183,6 +1294,7 @@ def main() -> None:
         result["loopback_only"] = {
             k: sorted({s for r in runs[k] for s in r["non_loopback_sockets"]}) for k in runs
         }
+        result["security"] = security_runs(scratch(), value, n, cfg["repeats"])
     finally:
         stop_all_started()
         if sink.proc.is_alive():
@@ -1196,6 +1308,8 @@ def main() -> None:
         "startup_empty": result["startup"]["empty"]["met"],
         "startup_100_partitions": result["startup"]["after_clean_shutdown_100_partitions"]["met"],
         "rss_idle": result["rss"]["met"],
+        "security_produce_ratio": result["security"]["produce"]["met"],
+        "security_consume_ratio": result["security"]["consume"]["met"],
     }
     result["odradek"]["git_at_end"] = git_state(repo)
     result["targets_met"] = met

@@ -44,7 +44,8 @@ class ClientSecurity:
         if protocol not in _PROTOCOLS:
             raise ClientConfigError(f"invalid security.protocol {protocol!r} (one of {', '.join(_PROTOCOLS)})")
         tls = _context(config) if protocol in ("SSL", "SASL_SSL") else None
-        check = str(config.get("ssl.endpoint.identification.algorithm") or "").lower() == "https"
+        # a config given without the client defaults gets Kafka's: host names checked
+        check = str(config.get("ssl.endpoint.identification.algorithm", "https") or "").lower() == "https"
         if tls is not None:
             tls.check_hostname = check
         if protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
@@ -81,7 +82,8 @@ class ClientSecurity:
 
 def _context(config: Mapping[str, Any]) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    protocols = [p.strip() for p in str(config.get("ssl.enabled.protocols") or "").split(",") if p.strip()]
+    enabled = config.get("ssl.enabled.protocols", "TLSv1.2,TLSv1.3")
+    protocols = [p.strip() for p in str(enabled or "").split(",") if p.strip()]
     versions = sorted(_VERSIONS[p] for p in protocols if p in _VERSIONS)
     if not versions:
         raise ClientConfigError(f"ssl.enabled.protocols {protocols}: none of TLSv1.2, TLSv1.3")
