@@ -412,3 +412,47 @@ def test_sessions_end_after_connections_max_reauth_ms_unless_renewed(tmp_path: A
         b.wait_for_log("re-authenticated as User:alice")
     finally:
         b.stop()
+
+
+def test_sighup_reloads_certificates_without_a_restart(tmp_path: Any, pki: Pki) -> None:
+    """New connections get the new certificate after SIGHUP; a keystore that does not load
+    leaves the listener serving the old one (and says so)."""
+    import os
+    import shutil
+    import signal
+    import ssl as ssl_module
+
+    from odradek.cli.certs import make_signed
+
+    keystore = tmp_path / "keystore.pem"
+    shutil.copy(pki.broker_keystore, keystore)
+    b = BrokerProcess(
+        tmp_path / "data", listeners="PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+        overrides={"ssl.keystore.location": keystore}, log_level="INFO",
+    ).start()
+    try:
+        host, port = b.endpoints["SSL"]
+        ctx = ssl_module.create_default_context(cafile=str(pki.ca))
+
+        def served() -> bytes:
+            with socket.create_connection((host, port), timeout=TIMEOUT) as raw, ctx.wrap_socket(
+                raw, server_hostname="localhost"
+            ) as tls:
+                der = tls.getpeercert(binary_form=True)
+                assert der is not None
+                return der
+
+        first = served()
+        key, cert = make_signed(pki.ca.parent, "renewed", "/CN=localhost/O=renewed", "ca",
+                                "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+        keystore.write_text(key.read_text() + cert.read_text())
+        os.kill(b.pid, signal.SIGHUP)
+        b.wait_for_log("listener SSL: TLS keystore and truststore reloaded")
+        second = served()
+        assert second != first and second == ssl_module.PEM_cert_to_DER_cert(cert.read_text())
+        keystore.write_text("not a certificate")
+        os.kill(b.pid, signal.SIGHUP)
+        b.wait_for_log("listener SSL keeps its TLS certificates")
+        assert served() == second
+    finally:
+        b.stop()

@@ -319,6 +319,23 @@ class Broker:
             endpoints.append(Endpoint(lst.name, lst.security_protocol, host, port))
         return BrokerInfo(self.broker_id, tuple(endpoints), self.config.get("broker.rack"))
 
+    def reload_tls(self) -> bool:
+        """Read every TLS listener's keystore and truststore again (SIGHUP): new connections use
+        the new certificates, open ones keep theirs.  A file that does not load leaves that
+        listener as it was, with an ERROR line.  Returns whether every listener reloaded."""
+        ok = True
+        for server in self._servers:
+            if server.tls is None:
+                continue
+            try:
+                server.tls = server_context(self.config, server.name)
+            except ConfigError as exc:
+                ok = False
+                log.error("listener %s keeps its TLS certificates: %s", server.name, exc)
+                continue
+            log.info("listener %s: TLS keystore and truststore reloaded", server.name)
+        return ok
+
     def _scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         """A SCRAM user's stored credential, as every broker sees it (the metadata backend)."""
         text = self.backend.image.user_scram.get(user, {}).get(mechanism)

@@ -73,6 +73,7 @@ async def _serve(config: Any) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, broker.reload_tls)  # new certificates, no restart
     await broker.start()
     endpoints = ", ".join(f"{e.listener}://{e.host}:{e.port}" for e in broker.advertised)
     dirs = ",".join(str(d) for d in config.log_dirs)
