@@ -135,6 +135,15 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("sasl.jaas.config", "password", None),
     ("connections.max.reauth.ms", "long", 0),
     ("connection.failed.authentication.delay.ms", "int", 100),
+    # OAUTHBEARER: without a JWKS, Kafka's unsecured validator (development only; its options in
+    # the mechanism's JAAS config); with one, signed tokens (KIP-768)
+    ("sasl.server.callback.handler.class", "string", None),
+    ("sasl.oauthbearer.jwks.endpoint.url", "string", None),
+    ("sasl.oauthbearer.expected.audience", "list", None),
+    ("sasl.oauthbearer.expected.issuer", "string", None),
+    ("sasl.oauthbearer.sub.claim.name", "string", "sub"),
+    ("sasl.oauthbearer.scope.claim.name", "string", "scope"),
+    ("sasl.oauthbearer.clock.skew.seconds", "int", 30),
     ("log.dirs", "string", None),
     ("log.dir", "string", "./odradek-data"),
     ("num.partitions", "int", 1, False),

@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import logging
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from odradek.config import BrokerConfig, ConfigError, Listener
 from odradek.errors import ErrorCode
@@ -29,13 +32,18 @@ from odradek.security import (
     ANONYMOUS,
     AuthenticationFailed,
     CertificateError,
+    JwksValidator,
     KafkaPrincipal,
+    OAuthBearerServer,
     PlainServer,
     SaslServer,
     ScramCredential,
     ScramServer,
     SslPrincipalMapper,
+    TokenError,
+    UnsecuredValidator,
     parse_jaas,
+    parse_jwks,
     plain_verifier,
     subject_name,
 )
@@ -44,7 +52,7 @@ __all__ = ["SUPPORTED_MECHANISMS", "ListenerSecurity", "SaslOutcome", "Session"]
 
 log = logging.getLogger("odradek.authentication")
 
-SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
 TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
 _PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
@@ -92,6 +100,9 @@ class ListenerSecurity:
             if module != _PLAIN_MODULE:
                 raise ConfigError(f"listener {listener}: the PLAIN JAAS config names {module}, not {_PLAIN_MODULE}")
             self._plain_users = {k[len("user_") :]: v for k, v in options.items() if k.startswith("user_")}
+        self._oauth: UnsecuredValidator | JwksValidator | None = None
+        if "OAUTHBEARER" in self.mechanisms:
+            self._oauth = _oauth_validator(config, listener)
 
     def session(self, peer_certificate: bytes | None) -> Session:
         """A new connection's session; ``peer_certificate`` is the client's DER certificate (TLS)."""
@@ -106,6 +117,9 @@ class ListenerSecurity:
     def server(self, mechanism: str) -> SaslServer:
         if mechanism == "PLAIN":
             return PlainServer(plain_verifier(self._plain_users))
+        if mechanism == "OAUTHBEARER":
+            assert self._oauth is not None
+            return OAuthBearerServer(self._oauth)
         return ScramServer(mechanism, lambda user: self._scram_lookup(user, mechanism))
 
 
@@ -138,8 +152,10 @@ class Session:
         self.mechanism: str | None = None
         self._server: SaslServer | None = None
         self._reauthenticating = False
-        #: when the authenticated session ends (time.monotonic), None: never
+        #: when the authenticated session ends (time.monotonic), None: never; and its length as
+        #: told to the client (SaslAuthenticate's session_lifetime_ms)
         self.expires_at: float | None = None
+        self.lifetime_ms = 0
         #: set when the connection must close after the response it is answering: in how many seconds
         self.close_after: float | None = None
         #: a SaslHandshake v0 succeeded: the tokens come without Kafka framing from now on (the
@@ -222,6 +238,62 @@ class Session:
             self.authenticated = True
             self._reauthenticating = False
             lifetime = self.security.reauth_ms
+            token_expires = getattr(server, "expires_ms", None)
+            if lifetime > 0 and token_expires is not None:  # KIP-368: not beyond the token's life
+                lifetime = max(0, min(lifetime, token_expires - int(time.time() * 1000)))
+            self.lifetime_ms = lifetime
             self.expires_at = time.monotonic() + lifetime / 1000 if lifetime > 0 else None
             return SaslOutcome(data=reply, completed=True)
         return SaslOutcome(data=reply)
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _oauth_validator(config: BrokerConfig, listener: Listener) -> UnsecuredValidator | JwksValidator:
+    """The listener's OAUTHBEARER validator: signed tokens against a JWKS when
+    ``sasl.oauthbearer.jwks.endpoint.url`` is set (a file path, file: or http(s): URL, read at
+    start), else Kafka's unsecured validator with the options of the mechanism's JAAS config."""
+    def get(name: str) -> Any:
+        return config.for_listener(listener.name, name, "OAUTHBEARER")
+
+    url = get("sasl.oauthbearer.jwks.endpoint.url")
+    if url:
+        text = str(url)
+        try:
+            if text.startswith(("http://", "https://")):
+                with urllib.request.urlopen(text, timeout=10) as resp:
+                    data = resp.read()
+            else:
+                data = Path(text.removeprefix("file://").removeprefix("file:")).read_bytes()
+            keys = parse_jwks(data)
+        except (OSError, TokenError, ValueError) as exc:
+            raise ConfigError(f"listener {listener}: sasl.oauthbearer.jwks.endpoint.url {text}: {exc}") from None
+        if not keys:
+            raise ConfigError(f"listener {listener}: the JWKS at {text} has no RSA signing key")
+        audience = [a for a in str(get("sasl.oauthbearer.expected.audience") or "").split(",") if a]
+        return JwksValidator(
+            keys, _wall_ms, audience=audience, issuer=get("sasl.oauthbearer.expected.issuer"),
+            principal_claim=str(get("sasl.oauthbearer.sub.claim.name") or "sub"),
+            scope_claim=str(get("sasl.oauthbearer.scope.claim.name") or "scope"),
+            clock_skew_ms=int(get("sasl.oauthbearer.clock.skew.seconds")) * 1000,
+        )
+    options: dict[str, str] = {}
+    jaas = get("sasl.jaas.config")
+    if jaas:
+        try:
+            _module, options = parse_jaas(str(jaas))
+        except ValueError as exc:
+            raise ConfigError(f"listener {listener}: {exc}") from None
+    log.warning(
+        "listener %s accepts unsecured OAUTHBEARER tokens (anyone can make one): for development only; "
+        "set sasl.oauthbearer.jwks.endpoint.url to check signed tokens", listener,
+    )
+    return UnsecuredValidator(
+        _wall_ms,
+        principal_claim=options.get("unsecuredValidatorPrincipalClaimName", "sub"),
+        scope_claim=options.get("unsecuredValidatorScopeClaimName", "scope"),
+        required_scope=options.get("unsecuredValidatorRequiredScope", "").replace(",", " ").split(),
+        clock_skew_ms=int(options.get("unsecuredValidatorAllowableClockSkewMs", "0") or 0),
+    )

@@ -45,6 +45,11 @@ _COMMON: dict[str, Any] = {
     "sasl.jaas.config": None,
     "sasl.username": None,
     "sasl.password": None,
+    # OAUTHBEARER: oauth_cb() gives the token (a str, or (token, expiry, ...) as confluent-kafka's
+    # oauth_cb); sasl.oauthbearer.config "principal=NAME [scope=A B] [lifeSeconds=N]" makes an
+    # unsecured one (development only), as librdkafka does
+    "oauth_cb": None,
+    "sasl.oauthbearer.config": None,
 }
 
 PRODUCER_DEFAULTS: dict[str, Any] = {

@@ -13,17 +13,19 @@ Mechanisms: PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 (:mod:`odradek.security`).
 from __future__ import annotations
 
 import ssl
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from odradek.client._config import ClientConfigError
-from odradek.security import PlainClient, ScramClient, parse_jaas, sasl_exchange
+from odradek.security import OAuthBearerClient, PlainClient, ScramClient, parse_jaas, sasl_exchange
+from odradek.security.oauthbearer import unsecured_token
 
 __all__ = ["ClientSecurity", "sasl_exchange"]
 
 _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 
 
@@ -37,6 +39,7 @@ class ClientSecurity:
     mechanism: str | None = None
     username: str = ""
     password: str = ""
+    token: Callable[[], str] | None = None  # OAUTHBEARER
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> ClientSecurity:
@@ -55,6 +58,8 @@ class ClientSecurity:
             raise ClientConfigError(
                 f"sasl.mechanism {mechanism} is not supported by this client (supported: {', '.join(_MECHANISMS)})"
             )
+        if mechanism == "OAUTHBEARER":
+            return cls(protocol, tls, check, mechanism, token=_token_source(config))
         username, password = config.get("sasl.username"), config.get("sasl.password")
         jaas = config.get("sasl.jaas.config")
         if jaas:
@@ -71,13 +76,40 @@ class ClientSecurity:
             )
         return cls(protocol, tls, check, mechanism, str(username), str(password))
 
-    def sasl_client(self) -> PlainClient | ScramClient | None:
+    def sasl_client(self) -> PlainClient | ScramClient | OAuthBearerClient | None:
         """A fresh mechanism for one connection's authentication (None without SASL)."""
         if self.mechanism is None:
             return None
+        if self.mechanism == "OAUTHBEARER":
+            assert self.token is not None
+            return OAuthBearerClient(self.token)
         if self.mechanism == "PLAIN":
             return PlainClient(self.username, self.password)
         return ScramClient(self.mechanism, self.username, self.password)
+
+
+def _token_source(config: Mapping[str, Any]) -> Callable[[], str]:
+    """Where OAUTHBEARER tokens come from: ``oauth_cb`` or an unsecured ``sasl.oauthbearer.config``."""
+    callback = config.get("oauth_cb")
+    if callback is not None:
+        if not callable(callback):
+            raise ClientConfigError("oauth_cb must be a callable returning a token")
+
+        def from_callback() -> str:
+            got = callback(config.get("sasl.oauthbearer.config"))
+            return str(got[0] if isinstance(got, tuple) else got)
+
+        return from_callback
+    text = config.get("sasl.oauthbearer.config")
+    if not text:
+        raise ClientConfigError("OAUTHBEARER needs oauth_cb (a token source) or sasl.oauthbearer.config principal=NAME")
+    opts = dict(item.split("=", 1) for item in str(text).split() if "=" in item)
+    principal = opts.get("principal")
+    if not principal:
+        raise ClientConfigError("sasl.oauthbearer.config must name principal=NAME for an unsecured token")
+    scope = opts.get("scope", "").split(",") if opts.get("scope") else []
+    life = float(opts.get("lifeSeconds", "3600"))
+    return lambda: unsecured_token(principal, life, int(time.time() * 1000), scope)
 
 
 def _context(config: Mapping[str, Any]) -> ssl.SSLContext:

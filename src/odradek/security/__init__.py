@@ -5,10 +5,12 @@ build TLS contexts); credentials are kept by :mod:`odradek.coordination`.
 """
 
 from .exchange import sasl_exchange
+from .oauthbearer import JwksValidator, OAuthBearerServer, TokenError, UnsecuredValidator, parse_jwks
 from .principal import ANONYMOUS, KafkaPrincipal, SslPrincipalMapper
 from .sasl import (
     SCRAM_MECHANISMS,
     AuthenticationFailed,
+    OAuthBearerClient,
     PlainClient,
     PlainServer,
     SaslServer,
@@ -25,7 +27,10 @@ __all__ = [
     "SCRAM_MECHANISMS",
     "AuthenticationFailed",
     "CertificateError",
+    "JwksValidator",
     "KafkaPrincipal",
+    "OAuthBearerClient",
+    "OAuthBearerServer",
     "PlainClient",
     "PlainServer",
     "SaslServer",
@@ -33,7 +38,10 @@ __all__ = [
     "ScramCredential",
     "ScramServer",
     "SslPrincipalMapper",
+    "TokenError",
+    "UnsecuredValidator",
     "parse_jaas",
+    "parse_jwks",
     "plain_verifier",
     "sasl_exchange",
     "subject_name",

@@ -11,7 +11,7 @@ from odradek.protocol import Message
 from odradek.protocol.messages.sasl_authenticate import SaslAuthenticateRequest, SaslAuthenticateResponse
 from odradek.protocol.messages.sasl_handshake import SaslHandshakeRequest, SaslHandshakeResponse
 
-from .sasl import AuthenticationFailed, PlainClient, ScramClient
+from .sasl import AuthenticationFailed, OAuthBearerClient, PlainClient, ScramClient
 
 __all__ = ["Step", "sasl_exchange"]
 
@@ -20,7 +20,7 @@ __all__ = ["Step", "sasl_exchange"]
 Step = tuple[Message, int]
 
 
-def sasl_exchange(client: PlainClient | ScramClient | None, version_for: Callable[..., int]) -> Generator[Step, Any, None]:
+def sasl_exchange(client: PlainClient | ScramClient | OAuthBearerClient | None, version_for: Callable[..., int]) -> Generator[Step, Any, None]:
     """The SASL exchange of one new connection with ``client`` (a fresh mechanism; None: no
     SASL), as requests to send (sans I/O): SaslHandshake v1, then SaslAuthenticate until the
     mechanism is done.  The driver sends each yielded ``(message, version)`` and sends the

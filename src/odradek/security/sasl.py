@@ -30,6 +30,7 @@ from .principal import KafkaPrincipal
 __all__ = [
     "SCRAM_MECHANISMS",
     "AuthenticationFailed",
+    "OAuthBearerClient",
     "PlainClient",
     "PlainServer",
     "SaslServer",
@@ -121,6 +122,26 @@ class PlainClient:
         return b"\x00" + self.username.encode() + b"\x00" + self.password.encode()
 
     def evaluate(self, token: bytes) -> bytes | None:
+        self.complete = True
+        return None
+
+
+class OAuthBearerClient:
+    """The client's side of OAUTHBEARER: ``token()`` gives the bearer token (a callback, so a
+    token is fetched fresh for every connection and re-authentication)."""
+
+    mechanism = "OAUTHBEARER"
+
+    def __init__(self, token: Callable[[], str]) -> None:
+        self._token = token
+        self.complete = False
+
+    def first(self) -> bytes:
+        return f"n,,\x01auth=Bearer {self._token()}\x01\x01".encode()
+
+    def evaluate(self, token: bytes) -> bytes | None:
+        if token:  # an error challenge (RFC 7628): acknowledge it; the server then fails
+            return b"\x01"
         self.complete = True
         return None
 

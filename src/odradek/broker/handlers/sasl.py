@@ -44,7 +44,7 @@ def sasl_handshake(ctx: RequestContext, request: SaslHandshakeRequest) -> SaslHa
 def sasl_authenticate(ctx: RequestContext, request: SaslAuthenticateRequest) -> SaslAuthenticateResponse:
     session = ctx.session
     out = session.authenticate(bytes(request.auth_bytes), ctx.client_host)
-    lifetime = session.security.reauth_ms if out.completed else 0
+    lifetime = session.lifetime_ms if out.completed else 0
     return SaslAuthenticateResponse(
         error_code=out.error_code, error_message=out.message, auth_bytes=out.data, session_lifetime_ms=lifetime
     )
