@@ -456,3 +456,43 @@ def test_sighup_reloads_certificates_without_a_restart(tmp_path: Any, pki: Pki) 
         assert served() == second
     finally:
         b.stop()
+
+
+def test_pkcs12_keystores_and_truststores(tmp_path: Any, pki: Pki) -> None:
+    """A PKCS12 keystore (with its password) and truststore, read through the cryptography package."""
+    import subprocess
+
+    p12 = tmp_path / "broker.p12"
+    subprocess.run(
+        ["openssl", "pkcs12", "-export", "-inkey", str(pki.broker_key), "-in", str(pki.broker_cert),
+         "-certfile", str(pki.ca), "-out", str(p12), "-passout", "pass:store-pw"],
+        check=True, capture_output=True, timeout=60,
+    )
+    trust = tmp_path / "trust.p12"
+    subprocess.run(
+        ["openssl", "pkcs12", "-export", "-nokeys", "-in", str(pki.ca), "-out", str(trust), "-passout", "pass:trust-pw"],
+        check=True, capture_output=True, timeout=60,
+    )
+    b = BrokerProcess(
+        tmp_path / "data", listeners="PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+        overrides={
+            "ssl.keystore.type": "PKCS12", "ssl.keystore.location": p12, "ssl.keystore.password": "store-pw",
+            "ssl.truststore.type": "PKCS12", "ssl.truststore.location": trust, "ssl.truststore.password": "trust-pw",
+            "ssl.client.auth": "required",
+        },
+        log_level="INFO,odradek.access=DEBUG",
+    ).start()
+    try:
+        _round_trip({
+            "bootstrap.servers": b.bootstrap_of("SSL"), "security.protocol": "SSL",
+            **tls_client(pki, cert=pki.client_cert, key=pki.client_key),
+        })
+        b.wait_for_log(f"principal=User:{Pki.ALICE} listener=SSL")
+    finally:
+        b.stop()
+    wrong = BrokerProcess(
+        tmp_path / "data2", listeners="SSL://127.0.0.1:0",
+        overrides={"ssl.keystore.type": "PKCS12", "ssl.keystore.location": p12, "ssl.keystore.password": "nope"},
+    )
+    with pytest.raises(RuntimeError, match="is the password right"):
+        wrong.start(timeout=20)

@@ -73,7 +73,7 @@ def _pem_files(*texts: str) -> Iterator[list[str]]:
 def _pkcs12_to_pem(path: Path, password: str | None, what: str) -> tuple[str, str | None]:
     """``(certificates PEM, key PEM or None)`` of a PKCS12 file, through ``cryptography``."""
     try:
-        from cryptography.hazmat.primitives.serialization import (  # type: ignore[import-not-found]
+        from cryptography.hazmat.primitives.serialization import (
             Encoding,
             NoEncryption,
             PrivateFormat,
