@@ -138,6 +138,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     # OAUTHBEARER: without a JWKS, Kafka's unsecured validator (development only; its options in
     # the mechanism's JAAS config); with one, signed tokens (KIP-768)
     ("sasl.server.callback.handler.class", "string", None),
+    # GSSAPI (Kerberos): the service name clients ask for, and how Kerberos names become principals
+    ("sasl.kerberos.service.name", "string", None),
+    ("sasl.kerberos.principal.to.local.rules", "list", "DEFAULT"),
     ("sasl.oauthbearer.jwks.endpoint.url", "string", None),
     ("sasl.oauthbearer.expected.audience", "list", None),
     ("sasl.oauthbearer.expected.issuer", "string", None),

@@ -19,6 +19,8 @@ mapping of certificates); each connection gets a :class:`Session`:
 from __future__ import annotations
 
 import logging
+import os
+import re
 import time
 import urllib.request
 from collections.abc import Callable
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from odradek.broker.kerberos import GssapiServer, KerberosShortNamer, acceptor_credentials
 from odradek.config import BrokerConfig, ConfigError, Listener
 from odradek.errors import ErrorCode
 from odradek.security import (
@@ -52,7 +55,7 @@ __all__ = ["SUPPORTED_MECHANISMS", "ListenerSecurity", "SaslOutcome", "Session"]
 
 log = logging.getLogger("odradek.authentication")
 
-SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
 SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
 TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
 _PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
@@ -103,6 +106,9 @@ class ListenerSecurity:
         self._oauth: UnsecuredValidator | JwksValidator | None = None
         if "OAUTHBEARER" in self.mechanisms:
             self._oauth = _oauth_validator(config, listener)
+        self._kerberos: tuple[Any, KerberosShortNamer] | None = None
+        if "GSSAPI" in self.mechanisms:
+            self._kerberos = _kerberos(config, listener)
 
     def session(self, peer_certificate: bytes | None) -> Session:
         """A new connection's session; ``peer_certificate`` is the client's DER certificate (TLS)."""
@@ -120,6 +126,9 @@ class ListenerSecurity:
         if mechanism == "OAUTHBEARER":
             assert self._oauth is not None
             return OAuthBearerServer(self._oauth)
+        if mechanism == "GSSAPI":
+            assert self._kerberos is not None
+            return GssapiServer(*self._kerberos)
         return ScramServer(mechanism, lambda user: self._scram_lookup(user, mechanism))
 
 
@@ -297,3 +306,38 @@ def _oauth_validator(config: BrokerConfig, listener: Listener) -> UnsecuredValid
         required_scope=options.get("unsecuredValidatorRequiredScope", "").replace(",", " ").split(),
         clock_skew_ms=int(options.get("unsecuredValidatorAllowableClockSkewMs", "0") or 0),
     )
+
+
+def _default_realm() -> str:
+    """``default_realm`` of the Kerberos configuration (KRB5_CONFIG, else /etc/krb5.conf)."""
+    path = os.environ.get("KRB5_CONFIG", "/etc/krb5.conf").split(":")[0]
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return ""
+    m = re.search(r"^\s*default_realm\s*=\s*(\S+)", text, re.M)
+    return m.group(1) if m else ""
+
+
+def _kerberos(config: BrokerConfig, listener: Listener) -> tuple[Any, KerberosShortNamer]:
+    """The listener's GSSAPI acceptor: the service key named by its Krb5LoginModule JAAS entry."""
+    service = config.for_listener(listener.name, "sasl.kerberos.service.name", "GSSAPI")
+    if not service:
+        raise ConfigError(f"listener {listener} enables GSSAPI: set sasl.kerberos.service.name (e.g. kafka)")
+    jaas = config.for_listener(listener.name, "sasl.jaas.config", "GSSAPI")
+    options: dict[str, str] = {}
+    if jaas:
+        try:
+            _module, options = parse_jaas(str(jaas))
+        except ValueError as exc:
+            raise ConfigError(f"listener {listener}: {exc}") from None
+    principal = options.get("principal")
+    if principal and principal.split("/")[0].split("@")[0] != str(service):
+        raise ConfigError(
+            f"listener {listener}: the GSSAPI principal {principal} is not of the service {service} "
+            "(sasl.kerberos.service.name)"
+        )
+    credentials = acceptor_credentials(options.get("keyTab"), principal)
+    realm = _default_realm() or (principal.rpartition("@")[2] if principal and "@" in principal else "")
+    rules = str(config.for_listener(listener.name, "sasl.kerberos.principal.to.local.rules", "GSSAPI") or "DEFAULT")
+    return credentials, KerberosShortNamer(rules, realm)
