@@ -103,11 +103,14 @@ def test_every_broker_config_the_code_reads_by_name_exists() -> None:
     """``BrokerConfig.get`` takes names as strings: a misspelt literal would only fail when its
     line runs.  Every literal name read from a broker config anywhere in the package is checked
     against the table here, so a typo fails the suite instead."""
+    from odradek.client import ADMIN_DEFAULTS, CONSUMER_DEFAULTS, PRODUCER_DEFAULTS
     from odradek.config import BROKER_CONFIGS, BrokerConfig
 
     read: dict[str, str] = {}
+    client_read: dict[str, str] = {}  # the clients read client configs (Kafka's client names)
     for path in _modules(SRC):
         tree = ast.parse(path.read_text(), str(path))
+        into = client_read if path.relative_to(SRC).parts[0] == "client" else read
         for node in ast.walk(tree):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and node.func.attr in ("get", "is_set", "source", "topic_default") and node.args):
@@ -117,11 +120,15 @@ def test_every_broker_config_the_code_reads_by_name_exists() -> None:
                 continue
             arg = node.args[0]
             if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-                read[arg.value] = f"{path.relative_to(SRC)}:{node.lineno}"
+                into[arg.value] = f"{path.relative_to(SRC)}:{node.lineno}"
     assert len(read) >= 40, sorted(read)  # the scan finds the broker's reads
     topic_level = {"retention.ms", "segment.bytes"}  # topic_default() takes topic config names
     unknown = {n: where for n, where in read.items() if n not in BROKER_CONFIGS and n not in topic_level}
     assert not unknown, f"config names that do not exist: {unknown}"
+    client_names = {*PRODUCER_DEFAULTS, *CONSUMER_DEFAULTS, *ADMIN_DEFAULTS}
+    assert len(client_read) >= 10, sorted(client_read)
+    unknown = {n: where for n, where in client_read.items() if n not in client_names}
+    assert not unknown, f"client config names that do not exist: {unknown}"
     # and a name that does not exist is refused when read (not silently None)
     try:
         BrokerConfig({}).get("log.retention.hour")

@@ -166,3 +166,54 @@ def test_up_without_zookeeper_installed_exits_2(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "ZooKeeper is not installed: run `apt-get install -y zookeeper` (Debian package)" in result.stderr
     assert not (tmp_path / "c" / "cluster.json").exists()
+
+
+def test_cluster_up_with_sasl_ssl(tmp_path: Path) -> None:
+    """``odradek cluster up --security sasl_ssl``: brokers replicate over SASL_SSL (SCRAM-SHA-512) and
+    a client with the written settings produces and reads a replicated topic; no password is on a
+    command line or in cluster.json."""
+    import time
+
+    import confluent_kafka as ck
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from odradek.config import read_properties
+
+    require_zookeeper()
+    cluster_dir = tmp_path / "cluster"
+    try:
+        up = odradek(
+            "cluster", "up", "--brokers", 2, "--dir", cluster_dir, "--zookeeper-port", 0, "--base-port", 0,
+            "--security", "sasl_ssl", "--timeout", 60,
+        )  # fmt: skip
+        assert up.returncode == 0, up.stdout + up.stderr
+        props = read_properties(cluster_dir / "client-sasl-ssl.properties")
+        assert (cluster_dir / "client-sasl-ssl.properties").stat().st_mode & 0o077 == 0
+        conf = {k: v for k, v in props.items() if k != "ssl.truststore.location"}
+        admin = AdminClient(conf)
+        topic = "secured"
+        for f in admin.create_topics([NewTopic(topic, 1, 2)]).values():
+            f.result(60)
+        p = ck.Producer({**conf, "acks": "all"})
+        for i in range(50):
+            p.produce(topic, b"%d" % i)
+        assert p.flush(60) == 0
+        c = ck.Consumer({**conf, "group.id": "g", "enable.auto.commit": False})
+        c.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])  # two brokers: no group coordinator (RF 3)
+        got = []
+        deadline = time.monotonic() + 60
+        while len(got) < 50 and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+        c.close()
+        assert sorted(got) == sorted(b"%d" % i for i in range(50))
+        state_text = (cluster_dir / "cluster.json").read_text()
+        assert props["sasl.password"] not in state_text
+        for b in json.loads(state_text)["brokers"]:
+            with open(f"/proc/{b['pid']}/cmdline", "rb") as f:
+                assert b"password" not in f.read()
+    finally:
+        down = odradek("cluster", "down", "--dir", cluster_dir, "--timeout", 30)
+        if down.returncode != 0:
+            kill_leftovers(cluster_dir)

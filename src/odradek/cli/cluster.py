@@ -42,6 +42,57 @@ DEFAULT_DIR = "./odradek-cluster"
 CLUSTER_FILE = "cluster.json"
 _READY = re.compile(r"ready on PLAINTEXT://(?P<host>[^:\s]+):(?P<port>\d+)")
 _HOST = "127.0.0.1"
+_READY_SECURE = re.compile(r"SASL_SSL://(?P<host>[^:\s,]+):(?P<port>\d+)")
+
+
+def _secure_setup(cluster_dir: Path, zookeeper: str) -> Path:
+    """A throwaway CA and broker keystore, SCRAM users ``broker`` and ``admin`` written to
+    ZooKeeper (random passwords), the admin's client settings in DIR/client-sasl-ssl.properties;
+    returns the brokers' settings file (both mode 600: no password on a command line)."""
+    import asyncio
+    import secrets
+
+    from odradek.cli.certs import make_ca, make_signed
+    from odradek.coordination.zookeeper import zk_set_user_scram
+    from odradek.security import ScramCredential
+
+    tls = cluster_dir / "tls"
+    tls.mkdir(parents=True, exist_ok=True)
+    make_ca(tls, "ca", "/CN=Odradek dev cluster CA")
+    key, cert = make_signed(tls, "broker", "/CN=localhost", "ca",
+                            "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n")
+    keystore = tls / "broker-keystore.pem"
+    keystore.write_text(key.read_text() + cert.read_text())
+    keystore.chmod(0o600)
+    passwords = {user: secrets.token_urlsafe(18) for user in ("broker", "admin")}
+    for user, password in passwords.items():
+        cred = ScramCredential.from_password("SCRAM-SHA-512", password).to_text()
+        asyncio.run(zk_set_user_scram(zookeeper, user, {"SCRAM-SHA-512": cred}))
+    props = cluster_dir / "client-sasl-ssl.properties"
+    props.write_text(
+        "bootstrap.servers=\nsecurity.protocol=SASL_SSL\n"
+        f"ssl.truststore.location={tls / 'ca.pem'}\nssl.ca.location={tls / 'ca.pem'}\n"
+        "sasl.mechanism=SCRAM-SHA-512\nsasl.username=admin\n"
+        f"sasl.password={passwords['admin']}\n"
+    )
+    props.chmod(0o600)
+    jaas = (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="broker" password="{passwords["broker"]}";'
+    )
+    settings = cluster_dir / "security.properties"
+    settings.write_text("\n".join([
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL",
+        "inter.broker.listener.name=SASL_SSL",
+        f"ssl.keystore.location={keystore}",
+        f"ssl.truststore.location={tls / 'ca.pem'}",
+        "sasl.enabled.mechanisms=SCRAM-SHA-512",
+        "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512",
+        f"listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config={jaas}",
+        "",
+    ]))
+    settings.chmod(0o600)
+    return settings
 
 
 def add_parser(sub: Any) -> None:
@@ -70,6 +121,11 @@ def add_parser(sub: Any) -> None:
         "--override", action="append", default=[], metavar="KEY=VALUE", help="a broker config for every broker"
     )
     up.add_argument("--log-level", default="INFO", help="the brokers' logging level (default INFO)")
+    up.add_argument(
+        "--security", choices=("plaintext", "sasl_ssl"), default="plaintext",
+        help="sasl_ssl: every broker also gets a SASL_SSL listener (SCRAM-SHA-512, a throwaway CA), brokers "
+        "talk to each other over it, and the client settings are written to DIR/client-sasl-ssl.properties",
+    )
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each process (default 60)")
 
     st = command("status", "brokers, controller and partitions (leader, replicas, ISR), as ZooKeeper has them")
@@ -115,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
             overrides=args.override,
             log_level=args.log_level,
             timeout=args.timeout,
+            security=args.security,
         )
     if args.cluster_command == "status":
         return cluster_status(cluster_dir, zookeeper=args.zookeeper, as_json=args.json, timeout=args.timeout)
@@ -271,6 +328,7 @@ def cluster_up(
     overrides: list[str],
     log_level: str = "INFO",
     timeout: float = 60.0,
+    security: str = "plaintext",
 ) -> int:
     from odradek.coordination.zkserver import ZooKeeperError, zookeeper_available
 
@@ -309,6 +367,14 @@ def cluster_up(
         "brokers": [],
         "bootstrap_servers": "",
     }
+    if security == "sasl_ssl":
+        try:
+            state["config"] = str(_secure_setup(cluster_dir, zk.connect))
+        except (OSError, RuntimeError) as exc:
+            _err(f"setting up SASL_SSL: {exc}")
+            zk.stop()
+            return 1
+        state["secure_listener"] = True
     procs: list[subprocess.Popen[bytes]] = []
     offsets: list[int] = []
     for i in range(1, brokers + 1):
@@ -332,6 +398,12 @@ def cluster_up(
     for b in state["brokers"]:
         print(f"broker {b['id']}   {b['host']}:{b['port']}  pid {b['pid']}  log {b['log']}")
     print(f"bootstrap servers: {state['bootstrap_servers']}")
+    if state.get("secure_listener"):
+        secure = ",".join(f"{b['host']}:{b['secure_port']}" for b in state["brokers"] if b.get("secure_port"))
+        props = cluster_dir / "client-sasl-ssl.properties"
+        text = props.read_text().replace("bootstrap.servers=\n", f"bootstrap.servers={secure}\n")
+        props.write_text(text)
+        print(f"SASL_SSL (SCRAM-SHA-512, user admin): {secure}; client settings in {props}")
     print(f"status: odradek cluster status --dir {cluster_dir}")
     print(f"stop:   odradek cluster down --dir {cluster_dir}")
     return 0
@@ -352,8 +424,17 @@ def _spawn(state: dict[str, Any], b: dict[str, Any]) -> tuple[subprocess.Popen[b
     """Start broker ``b`` detached, its output appended to its log; the process and where its output starts."""
     connect = str(state.get("zookeeper", {}).get("connect", ""))
     cmd = [sys.executable, "-m", "odradek", "serve", "--zookeeper", connect, "--broker-id", str(b["id"])]
-    cmd += ["--host", str(b.get("host") or _HOST), "--port", str(b.get("port") or 0), "--data-dir", str(b["data_dir"])]
+    if state.get("secure_listener"):
+        # listeners instead of --host/--port (which would replace them): PLAINTEXT for the
+        # cluster's own tools on loopback, SASL_SSL for clients and the brokers themselves
+        host = str(b.get("host") or _HOST)
+        cmd += ["--override", f"listeners=PLAINTEXT://{host}:{b.get('port') or 0},SASL_SSL://{host}:{b.get('secure_port') or 0}"]
+        cmd += ["--data-dir", str(b["data_dir"])]
+    else:
+        cmd += ["--host", str(b.get("host") or _HOST), "--port", str(b.get("port") or 0), "--data-dir", str(b["data_dir"])]
     cmd += ["--log-level", str(state.get("log_level") or "INFO")]
+    if state.get("config"):
+        cmd += ["--config", str(state["config"])]
     for item in state.get("overrides") or []:
         cmd += ["--override", str(item)]
     log_path = Path(b["log"])
@@ -383,6 +464,9 @@ def _wait_ready(
             m = _READY.search(text)
             if m:
                 b["host"], b["port"] = m.group("host"), int(m.group("port"))
+                secure = _READY_SECURE.search(text)
+                if secure:
+                    b["secure_port"] = int(secure.group("port"))
                 pending.discard(i)
             elif procs[i].poll() is not None:
                 return f"broker {b['id']} exited with status {procs[i].returncode}:\n{_tail(log_path)}"
