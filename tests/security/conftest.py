@@ -36,7 +36,7 @@ def secure_overrides(pki: Pki) -> dict[str, object]:
         "ssl.truststore.location": pki.ca,
         "ssl.client.auth": "requested",
         "listener.name.mtls.ssl.client.auth": "required",
-        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
         "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
     }

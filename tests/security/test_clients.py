@@ -9,6 +9,7 @@ import asyncio
 import shutil
 import ssl
 import subprocess
+import time
 import uuid
 from typing import Any
 
@@ -20,6 +21,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
+from odradek.security.oauthbearer import unsecured_token
 from odradek.testing import BrokerProcess
 from tests.security.pki import Pki
 
@@ -28,11 +30,29 @@ TIMEOUT = 30.0
 MODES: dict[str, tuple[str, str | None, bool]] = {
     "ssl": ("SSL", None, False),
     "mtls": ("MTLS", None, True),
-    "sasl-plain": ("SASL_PLAINTEXT", "PLAIN", False),
-    "sasl-scram-256": ("SASL_PLAINTEXT", "SCRAM-SHA-256", False),
-    "sasl-ssl-scram-512": ("SASL_SSL", "SCRAM-SHA-512", False),
+    **{
+        f"{'sasl-ssl' if listener == 'SASL_SSL' else 'sasl'}-{mech.lower()}": (listener, mech, False)
+        for listener in ("SASL_PLAINTEXT", "SASL_SSL")
+        for mech in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+    },
 }
-USERS = {"PLAIN": ("alice", "alice-secret"), "SCRAM-SHA-256": ("carol", "carol-256"), "SCRAM-SHA-512": ("dave", "dave-512")}
+USERS = {
+    "PLAIN": ("alice", "alice-secret"),
+    "SCRAM-SHA-256": ("carol", "carol-256"),
+    "SCRAM-SHA-512": ("dave", "dave-512"),
+    "OAUTHBEARER": ("olga", ""),  # an unsecured token (the broker's development validator)
+}
+
+
+def _token(principal: str) -> str:
+    return unsecured_token(principal, 600, int(time.time() * 1000))
+
+
+def _check_principal(broker: BrokerProcess, mode: str) -> None:
+    """The broker names the client as it should (its access log, at DEBUG)."""
+    listener, mechanism, cert = MODES[mode]
+    principal = f"User:{Pki.ALICE}" if cert else f"User:{USERS[mechanism][0]}" if mechanism else "User:ANONYMOUS"
+    broker.wait_for_log(f"principal={principal} listener={listener}")
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +81,10 @@ def _kcat_conf(broker: BrokerProcess, pki: Pki, mode: str, password: str | None 
         conf["ssl.ca.location"] = str(pki.ca)
     if cert:
         conf.update({"ssl.certificate.location": str(pki.client_cert), "ssl.key.location": str(pki.client_key)})
-    if mechanism:
+    if mechanism == "OAUTHBEARER":
+        conf.update({"sasl.mechanism": mechanism, "enable.sasl.oauthbearer.unsecure.jwt": "true",
+                     "sasl.oauthbearer.config": f"principal={USERS[mechanism][0]}"})
+    elif mechanism:
         user, pw = USERS[mechanism]
         conf.update({"sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password or pw})
     args = ["-b", broker.bootstrap_of(listener)]
@@ -80,10 +103,11 @@ def test_kcat(kcat: str, broker: BrokerProcess, pki: Pki, mode: str) -> None:
     c = subprocess.run([kcat, *conf, "-C", "-t", topic, "-o", "beginning", "-e", "-q"], capture_output=True, timeout=60)
     assert c.returncode == 0, c.stderr.decode()
     assert c.stdout.split() == [b"r%d" % i for i in range(10)]
+    _check_principal(broker, mode)
 
 
 def test_kcat_wrong_password(kcat: str, broker: BrokerProcess, pki: Pki) -> None:
-    conf = _kcat_conf(broker, pki, "sasl-scram-256", password="wrong")
+    conf = _kcat_conf(broker, pki, "sasl-scram-sha-256", password="wrong")
     r = subprocess.run([kcat, *conf, "-L", "-m", "5"], capture_output=True, timeout=60)
     assert r.returncode != 0
     assert b"Authentication failed" in r.stderr or b"Invalid user credentials" in r.stderr, r.stderr.decode()
@@ -103,7 +127,15 @@ def _kafka_python_conf(broker: BrokerProcess, pki: Pki, mode: str, password: str
         conf.update({"ssl_cafile": str(pki.ca), "ssl_check_hostname": True})
     if cert:
         conf.update({"ssl_certfile": str(pki.client_cert), "ssl_keyfile": str(pki.client_key)})
-    if mechanism:
+    if mechanism == "OAUTHBEARER":
+        from kafka.net.sasl.oauth import AbstractTokenProvider
+
+        class Tokens(AbstractTokenProvider):  # type: ignore[misc]
+            def token(self) -> str:
+                return _token(USERS["OAUTHBEARER"][0])
+
+        conf.update({"sasl_mechanism": mechanism, "sasl_oauth_token_provider": Tokens()})
+    elif mechanism:
         user, pw = USERS[mechanism]
         conf.update({"sasl_mechanism": mechanism, "sasl_plain_username": user, "sasl_plain_password": password or pw})
     return conf
@@ -132,6 +164,7 @@ def test_kafka_python(broker: BrokerProcess, pki: Pki, mode: str) -> None:
     finally:
         c.close()
     assert got == [b"r%d" % i for i in range(10)]
+    _check_principal(broker, mode)
 
 
 def test_kafka_python_wrong_password(broker: BrokerProcess, pki: Pki, caplog: pytest.LogCaptureFixture) -> None:
@@ -155,7 +188,15 @@ def _aiokafka_conf(broker: BrokerProcess, pki: Pki, mode: str, password: str | N
         if cert:
             ctx.load_cert_chain(str(pki.client_cert), str(pki.client_key))
         conf["ssl_context"] = ctx
-    if mechanism:
+    if mechanism == "OAUTHBEARER":
+        from aiokafka.abc import AbstractTokenProvider
+
+        class Tokens(AbstractTokenProvider):  # type: ignore[misc]
+            async def token(self) -> str:
+                return _token(USERS["OAUTHBEARER"][0])
+
+        conf.update({"sasl_mechanism": mechanism, "sasl_oauth_token_provider": Tokens()})
+    elif mechanism:
         user, pw = USERS[mechanism]
         conf.update({"sasl_mechanism": mechanism, "sasl_plain_username": user, "sasl_plain_password": password or pw})
     return conf
@@ -190,6 +231,7 @@ def test_aiokafka(broker: BrokerProcess, pki: Pki, mode: str) -> None:
         return got
 
     assert asyncio.run(main()) == [b"r%d" % i for i in range(10)]
+    _check_principal(broker, mode)
 
 
 def test_aiokafka_wrong_password(broker: BrokerProcess, pki: Pki) -> None:
@@ -197,7 +239,7 @@ def test_aiokafka_wrong_password(broker: BrokerProcess, pki: Pki) -> None:
     from aiokafka.errors import KafkaConnectionError, KafkaError
 
     async def main() -> None:
-        p = AIOKafkaProducer(**_aiokafka_conf(broker, pki, "sasl-ssl-scram-512", password="wrong"))
+        p = AIOKafkaProducer(**_aiokafka_conf(broker, pki, "sasl-ssl-scram-sha-512", password="wrong"))
         try:
             await p.start()
         finally:

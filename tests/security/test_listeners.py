@@ -240,7 +240,7 @@ def test_sasl_state_errors_on_the_wire(secure_broker: BrokerProcess) -> None:
     try:
         r = c.request(SaslHandshakeRequest(mechanism="GSSAPI"), 1)
         assert r.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM
-        assert r.mechanisms == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+        assert r.mechanisms == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
         with pytest.raises(ConnectionError):
             c.request(ApiVersionsRequest(), 0)
     finally:
@@ -496,3 +496,18 @@ def test_pkcs12_keystores_and_truststores(tmp_path: Any, pki: Pki) -> None:
     )
     with pytest.raises(RuntimeError, match="is the password right"):
         wrong.start(timeout=20)
+
+
+@pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_oauthbearer_unsecured_tokens_from_librdkafka(secure_broker: BrokerProcess, pki: Pki, listener: str) -> None:
+    conf: dict[str, Any] = {
+        "bootstrap.servers": secure_broker.bootstrap_of(listener),
+        "security.protocol": listener,
+        "sasl.mechanism": "OAUTHBEARER",
+        "enable.sasl.oauthbearer.unsecure.jwt": True,
+        "sasl.oauthbearer.config": "principal=oscar",
+    }
+    if listener == "SASL_SSL":
+        conf.update(tls_client(pki))
+    _round_trip(conf)
+    _wait_for_log(secure_broker, f"principal=User:oscar listener={listener}")
