@@ -73,10 +73,36 @@ class Cluster:
         log_level: str = "WARNING",
         extra_args: list[str] | None = None,
         listeners: str | None = None,
+        security: str = "plaintext",
     ) -> None:
         """``listeners``: every broker's listeners (``NAME://127.0.0.1:0,...``) instead of one
-        PLAINTEXT listener; ``bootstrap`` then names each broker's PLAINTEXT (or first) one."""
+        PLAINTEXT listener; ``bootstrap`` then names each broker's PLAINTEXT (or first) one.
+        ``security="sasl_ssl"``: the brokers talk to each other over an INTERNAL SASL_SSL
+        listener with SCRAM-SHA-512 (a throwaway CA; the user written to ZooKeeper before the first
+        start); clients keep the PLAINTEXT one."""
         self.listeners = listeners
+        self.security = security
+        self._security_ready = security == "plaintext"
+        if security == "sasl_ssl":
+            from tests.security.pki import make_pki
+
+            pki = make_pki(Path(base_dir) / "pki")
+            self.listeners = "PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0"
+            overrides = {
+                **(overrides or {}),
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_SSL",
+                "inter.broker.listener.name": "INTERNAL",
+                "ssl.keystore.location": pki.broker_keystore,
+                "ssl.truststore.location": pki.ca,
+                "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+                "listener.name.internal.scram-sha-512.sasl.jaas.config": (
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                    'username="broker" password="broker-secret";'
+                ),
+            }
+        elif security != "plaintext":
+            raise ValueError(f"security {security!r}: plaintext or sasl_ssl")
         if chroot is not None and not chroot.startswith("/"):
             raise ValueError(f"chroot must start with '/': {chroot!r}")
         self.zk = zk
@@ -127,8 +153,29 @@ class Cluster:
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
+    def _bootstrap_security(self) -> None:
+        """The brokers' SCRAM user, in ZooKeeper before any broker starts (kafka-configs --zookeeper's way)."""
+        if self._security_ready:
+            return
+        import asyncio
+
+        from odradek.coordination.zookeeper import zk_set_user_scram
+        from odradek.security import ScramCredential
+
+        if self.chroot:
+            client = kazoo_client(self.zk.connect)
+            try:
+                client.ensure_path(self.chroot)
+            finally:
+                client.stop()
+                client.close()
+        cred = ScramCredential.from_password("SCRAM-SHA-512", "broker-secret").to_text()
+        asyncio.run(zk_set_user_scram(self.zookeeper_connect, "broker", {"SCRAM-SHA-512": cred}))
+        self._security_ready = True
+
     def start(self, i: int, timeout: float = 60.0) -> BrokerProcess:
         """Start broker ``i`` (again): same port and data dir as before, if it ran before."""
+        self._bootstrap_security()
         b = self.broker(i)
         if b.running():
             raise RuntimeError(f"broker {i} is already running (pid {b.pid})")
@@ -141,6 +188,7 @@ class Cluster:
 
     def start_all(self, timeout: float = 60.0) -> Cluster:
         """Start every broker that is not running, concurrently; raise if any did not become ready."""
+        self._bootstrap_security()
         if self.chroot:
             client = kazoo_client(self.zk.connect)
             try:

@@ -203,8 +203,10 @@ def diagnose(cluster: Cluster, topic: str, partitions: int) -> str:
     return "\n".join(lines)
 
 
-def test_failover_loses_no_acknowledged_record(cluster_factory: Callable[..., Cluster]) -> None:
-    cluster = cluster_factory(3, OVERRIDES, log_level="INFO")
+@pytest.mark.parametrize("security", ["plaintext", "sasl_ssl"])
+def test_failover_loses_no_acknowledged_record(cluster_factory: Callable[..., Cluster], security: str) -> None:
+    """Also with the brokers talking to each other over SASL_SSL (SCRAM-SHA-512)."""
+    cluster = cluster_factory(3, OVERRIDES, log_level="INFO", security=security)
     topic = "orders"
     create_topic(cluster.bootstrap, topic, 3, 3, config={"min.insync.replicas": "2"})
     cluster.wait_for(lambda: isr_full(cluster, topic, 3), 30, "a full ISR")
@@ -310,14 +312,15 @@ def test_partition_with_whole_isr_down(cluster_factory: Callable[..., Cluster], 
         cluster.wait_for(lambda: isr_full(cluster, topic, 1), 60, "broker 1 back in sync")
 
 
-def test_reassignment_while_producing(cluster_factory: Callable[..., Cluster]) -> None:
+@pytest.mark.parametrize("security", ["plaintext", "sasl_ssl"])
+def test_reassignment_while_producing(cluster_factory: Callable[..., Cluster], security: str) -> None:
     from odradek.client._network import BrokerConnection
     from odradek.protocol.messages.alter_partition_reassignments import (
         AlterPartitionReassignmentsRequest as A,
     )
     from odradek.protocol.messages.list_partition_reassignments import ListPartitionReassignmentsRequest as L
 
-    cluster = cluster_factory(3, OVERRIDES)
+    cluster = cluster_factory(3, OVERRIDES, security=security)
     topic = "moving"
     create_topic(cluster.bootstrap, topic, assignment=[[1, 2], [2, 1]])
     cluster.wait_for(lambda: isr_full(cluster, topic, 2), 30, "a full ISR")
@@ -394,10 +397,11 @@ def test_session_expiry_and_zookeeper_restart(cluster_factory: Callable[..., Clu
     check_no_loss(producer.acked, got)
 
 
-def test_group_offsets_survive_coordinator_failover(cluster_factory: Callable[..., Cluster]) -> None:
+@pytest.mark.parametrize("security", ["plaintext", "sasl_ssl"])
+def test_group_offsets_survive_coordinator_failover(cluster_factory: Callable[..., Cluster], security: str) -> None:
     from odradek.cluster.assignment import partition_for
 
-    cluster = cluster_factory(3, OVERRIDES, log_level="INFO")  # logs for the failure message
+    cluster = cluster_factory(3, OVERRIDES, log_level="INFO", security=security)  # logs for the failure message
     topic = "events"
     create_topic(cluster.bootstrap, topic, 3, 3, config={"min.insync.replicas": "2"})
     p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})

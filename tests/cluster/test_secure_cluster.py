@@ -127,6 +127,36 @@ def test_inter_broker_sasl_ssl_replicates_and_fails_over(
     finally:
         c.close()
     assert got == set(sent)
+
+    # a user made through one broker can log in at every broker without a restart (the other
+    # brokers learn it from ZooKeeper's change notification), and a removed one nowhere
+    from confluent_kafka.admin import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    up = UserScramCredentialUpsertion("zed", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"zed-pw")
+    one = AdminClient({**external, "bootstrap.servers": cluster.broker(1).bootstrap_of("EXTERNAL")})
+    for f in one.alter_user_scram_credentials([up]).values():  # through broker 1 only
+        assert f.result(TIMEOUT) is None
+
+    def zed_on(i: int, password: str = "zed-pw") -> bool:
+        conf = {**external, "bootstrap.servers": cluster.broker(i).bootstrap_of("EXTERNAL"),
+                "sasl.username": "zed", "sasl.password": password}
+        try:
+            AdminClient(conf).list_topics(timeout=5)
+            return True
+        except ck.KafkaException:
+            return False
+
+    for i in (2, 3):
+        cluster.wait_for(lambda i=i: zed_on(i), TIMEOUT, f"user zed known to broker {i}")
+    for f in one.alter_user_scram_credentials([UserScramCredentialDeletion("zed", ScramMechanism.SCRAM_SHA_512)]).values():
+        assert f.result(TIMEOUT) is None
+    for i in cluster.ids:
+        cluster.wait_for(lambda i=i: not zed_on(i), TIMEOUT, f"user zed forgotten by broker {i}")
     assert not any("Failed authentication" in line for i in cluster.ids for line in cluster.broker(i).stderr_lines
                    if "listener INTERNAL" in line and "broker" in line)
 
