@@ -157,6 +157,10 @@ def test_inter_broker_sasl_ssl_replicates_and_fails_over(
         assert f.result(TIMEOUT) is None
     for i in cluster.ids:
         cluster.wait_for(lambda i=i: not zed_on(i), TIMEOUT, f"user zed forgotten by broker {i}")
+    # no secret in any broker's log (the access and authentication loggers were at DEBUG/INFO)
+    for i in cluster.ids:
+        for line in cluster.broker(i).stderr_lines:
+            assert not any(secret in line for secret in ("broker-secret", "alice-secret", "zed-pw")), line
     assert not any("Failed authentication" in line for i in cluster.ids for line in cluster.broker(i).stderr_lines
                    if "listener INTERNAL" in line and "broker" in line)
 
