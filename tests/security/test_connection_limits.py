@@ -111,5 +111,6 @@ def test_the_creation_rate_spreads_a_connect_storm_and_connected_clients_carry_o
     # makes it longer), and the old client was not held behind them
     assert answers[-1] - t0 >= 2.0
     assert served_old <= answers[-1]
+    b.wait_for_log("max.connection.creation.rate reached")
     for s in [old, *storm]:
         s.close()

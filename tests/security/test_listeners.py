@@ -511,3 +511,44 @@ def test_oauthbearer_unsecured_tokens_from_librdkafka(secure_broker: BrokerProce
         conf.update(tls_client(pki))
     _round_trip(conf)
     _wait_for_log(secure_broker, f"principal=User:oscar listener={listener}")
+
+
+def test_plain_with_a_pluggable_check(tmp_path: Any, pki: Pki) -> None:
+    """``sasl.server.callback.handler.class=module:function`` decides PLAIN logins instead of the
+    JAAS users; a check that raises refuses (and is logged), the broker carries on."""
+    b = BrokerProcess(
+        tmp_path / "data", listeners="PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        overrides={
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.server.callback.handler.class": "tests.security.plain_check:check",
+        },
+        log_level="INFO,odradek.access=DEBUG",
+    ).start()
+    try:
+        _round_trip(_sasl(b, "SASL_PLAINTEXT", "PLAIN", "hanna", "annah!", pki))
+        b.wait_for_log("principal=User:hanna listener=SASL_PLAINTEXT")
+        err = _auth_error(_sasl(b, "SASL_PLAINTEXT", "PLAIN", "hanna", "wrong", pki))
+        assert err.code() == ck.KafkaError._AUTHENTICATION
+        err = _auth_error(_sasl(b, "SASL_PLAINTEXT", "PLAIN", "broken", "x", pki))
+        assert err.code() == ck.KafkaError._AUTHENTICATION
+        b.wait_for_log("the PLAIN callback tests.security.plain_check:check failed for user broken")
+        _round_trip(_sasl(b, "SASL_PLAINTEXT", "PLAIN", "otto", "otto!", pki))
+    finally:
+        b.stop()
+
+
+def test_plaintext_only_beyond_loopback_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    """(Tested on the function: a test binds nothing but loopback.)"""
+    from odradek.broker.app import _warn_plaintext_beyond_loopback
+    from odradek.config import Listener
+
+    with caplog.at_level("WARNING", logger="odradek.broker.app"):
+        _warn_plaintext_beyond_loopback([Listener("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 9092)])
+        assert not caplog.records
+        _warn_plaintext_beyond_loopback([Listener("PLAINTEXT", "PLAINTEXT", "0.0.0.0", 9092)])
+        assert "in clear text without authentication" in caplog.text
+        caplog.clear()
+        _warn_plaintext_beyond_loopback(
+            [Listener("PLAINTEXT", "PLAINTEXT", "0.0.0.0", 9092), Listener("SASL_SSL", "SASL_SSL", "0.0.0.0", 9093)]
+        )
+        assert not caplog.records

@@ -188,3 +188,45 @@ def test_jwks_path_is_checked_at_start(tmp_path: Path) -> None:
     )
     with pytest.raises(RuntimeError, match=r"sasl\.oauthbearer\.jwks\.endpoint\.url"):
         b.start(timeout=20)
+
+
+def test_kafka_python_and_aiokafka_with_signed_tokens(oauth_broker: BrokerProcess, signer: Signer) -> None:
+    """Both Python clients' token providers hand the broker an RS256 token it checks against the JWKS."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.abc import AbstractTokenProvider as AioTokens
+    from kafka import KafkaProducer
+    from kafka.net.sasl.oauth import AbstractTokenProvider as KpTokens
+
+    class Kp(KpTokens):  # type: ignore[misc]
+        def token(self) -> str:
+            return signer.token(signer.claims(sub="gina"))
+
+    p = KafkaProducer(
+        bootstrap_servers=oauth_broker.bootstrap_of("SIGNED"), security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="OAUTHBEARER", sasl_oauth_token_provider=Kp(),
+    )
+    try:
+        p.send("signed-kp", b"x").get(TIMEOUT)
+    finally:
+        p.close(TIMEOUT)
+    oauth_broker.wait_for_log("principal=User:gina listener=SIGNED")
+
+    class Aio(AioTokens):  # type: ignore[misc]
+        async def token(self) -> str:
+            return signer.token(signer.claims(sub="hugo"))
+
+    async def main() -> None:
+        ap = AIOKafkaProducer(
+            bootstrap_servers=oauth_broker.bootstrap_of("SIGNED"), security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="OAUTHBEARER", sasl_oauth_token_provider=Aio(),
+        )
+        await ap.start()
+        try:
+            await ap.send_and_wait("signed-aio", b"x")
+        finally:
+            await ap.stop()
+
+    asyncio.run(main())
+    oauth_broker.wait_for_log("principal=User:hugo listener=SIGNED")

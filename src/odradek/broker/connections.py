@@ -109,7 +109,7 @@ class ConnectionQuotas:
                 break
             if not warned:
                 warned = True
-                log.debug("listener %s: connection creation rate reached, accepting waits %.3f s", listener, wait)
+                log.info("listener %s: max.connection.creation.rate reached, new connections wait %.3f s", listener, wait)
             await asyncio.sleep(wait)
         now = self.clock()
         for window, _rate in limits:
