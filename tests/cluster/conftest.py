@@ -153,6 +153,15 @@ class Cluster:
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
+    def _ensure_chroot(self) -> None:
+        if self.chroot:
+            client = kazoo_client(self.zk.connect)
+            try:
+                client.ensure_path(self.chroot)
+            finally:
+                client.stop()
+                client.close()
+
     def _bootstrap_security(self) -> None:
         """The brokers' SCRAM user, in ZooKeeper before any broker starts (kafka-configs --zookeeper's way)."""
         if self._security_ready:
@@ -162,13 +171,7 @@ class Cluster:
         from odradek.coordination.zookeeper import zk_set_user_scram
         from odradek.security import ScramCredential
 
-        if self.chroot:
-            client = kazoo_client(self.zk.connect)
-            try:
-                client.ensure_path(self.chroot)
-            finally:
-                client.stop()
-                client.close()
+        self._ensure_chroot()
         cred = ScramCredential.from_password("SCRAM-SHA-512", "broker-secret").to_text()
         asyncio.run(zk_set_user_scram(self.zookeeper_connect, "broker", {"SCRAM-SHA-512": cred}))
         self._security_ready = True
@@ -189,13 +192,7 @@ class Cluster:
     def start_all(self, timeout: float = 60.0) -> Cluster:
         """Start every broker that is not running, concurrently; raise if any did not become ready."""
         self._bootstrap_security()
-        if self.chroot:
-            client = kazoo_client(self.zk.connect)
-            try:
-                client.ensure_path(self.chroot)
-            finally:
-                client.stop()
-                client.close()
+        self._ensure_chroot()
         errors: dict[int, BaseException] = {}
 
         def one(i: int) -> None:
