@@ -110,7 +110,7 @@ def test_kcat_wrong_password(kcat: str, broker: BrokerProcess, pki: Pki) -> None
     conf = _kcat_conf(broker, pki, "sasl-scram-sha-256", password="wrong")
     r = subprocess.run([kcat, *conf, "-L", "-m", "5"], capture_output=True, timeout=60)
     assert r.returncode != 0
-    assert b"Authentication failed" in r.stderr or b"Invalid user credentials" in r.stderr, r.stderr.decode()
+    assert b"due to invalid credentials with SASL mechanism SCRAM-SHA-256" in r.stderr, r.stderr.decode()
 
 
 # -- kafka-python ---------------------------------------------------------------------------------

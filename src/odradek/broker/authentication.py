@@ -58,6 +58,8 @@ log = logging.getLogger("odradek.authentication")
 
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
 SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
+#: mechanisms whose failures tell the client why (Kafka's SaslAuthenticationException)
+_EXPLAINED = frozenset({"PLAIN", "OAUTHBEARER"})
 TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
 _PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 
@@ -233,9 +235,14 @@ class Session:
             reply = server.evaluate(token)
         except AuthenticationFailed as exc:
             self._server = None
-            log.info("Failed %sauthentication with %s on listener %s (%s)", "re-" if self._reauthenticating else "",
-                     client, self.security.listener, exc)
-            return SaslOutcome(ErrorCode.SASL_AUTHENTICATION_FAILED, str(exc), delay_close=True)
+            phase = "re-authentication" if self._reauthenticating else "authentication"
+            log.info("Failed %s with %s on listener %s (%s)", phase, client, self.security.listener, exc)
+            # as Kafka: PLAIN and OAUTHBEARER say why; SCRAM and GSSAPI failures get one generic
+            # message (the reason - an unknown user, say - stays in the broker's log)
+            message = str(exc) if self.mechanism in _EXPLAINED else (
+                f"Authentication failed during {phase} due to invalid credentials with SASL mechanism {self.mechanism}"
+            )
+            return SaslOutcome(ErrorCode.SASL_AUTHENTICATION_FAILED, message, delay_close=True)
         if server.complete:
             assert server.principal is not None
             self._server = None
