@@ -255,7 +255,11 @@ def test_response_buffers_are_reused_only_once_sent(tmp_path: Path) -> None:
         class _Services:
             config = _Config()
 
-        conn = KafkaConnection(_Services(), "PLAINTEXT", set(), 500)  # type: ignore[arg-type]
+        from odradek.broker.authentication import ListenerSecurity
+        from odradek.config import BrokerConfig, Listener
+
+        security = ListenerSecurity(BrokerConfig({}), Listener("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 0), lambda u, m: None)
+        conn = KafkaConnection(_Services(), "PLAINTEXT", set(), 500, security)  # type: ignore[arg-type]
         transport = _HoldingTransport()
         conn.transport = transport  # type: ignore[assignment]
 

@@ -27,6 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from odradek.errors import OdradekError
+
 from .principal import KafkaPrincipal
 from .sasl import AuthenticationFailed, SaslServer
 
@@ -42,7 +44,7 @@ __all__ = [
 ]
 
 
-class TokenError(ValueError):
+class TokenError(OdradekError, ValueError):
     """A token that does not validate; ``str(exc)`` says why."""
 
 

@@ -25,6 +25,8 @@ import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from odradek.errors import OdradekError
+
 from .principal import KafkaPrincipal
 
 __all__ = [
@@ -46,7 +48,7 @@ SCRAM_MECHANISMS: dict[str, tuple[str, int]] = {"SCRAM-SHA-256": ("sha256", 4096
 MAX_SCRAM_ITERATIONS = 16384  # Kafka's upper bound for stored credentials
 
 
-class AuthenticationFailed(Exception):
+class AuthenticationFailed(OdradekError):
     """Authentication did not succeed; ``str(exc)`` is what the client is told."""
 
 

@@ -12,6 +12,8 @@ small DER reader: no dependency, and nothing trusted about lengths.
 
 from __future__ import annotations
 
+from odradek.errors import OdradekError
+
 __all__ = ["CertificateError", "subject_name"]
 
 _KEYWORDS = {
@@ -30,7 +32,7 @@ _KEYWORDS = {
 _STRING_TAGS = {0x0C: "utf-8", 0x13: "latin-1", 0x14: "latin-1", 0x16: "latin-1", 0x1C: "utf-32-be", 0x1E: "utf-16-be"}
 
 
-class CertificateError(ValueError):
+class CertificateError(OdradekError, ValueError):
     """The certificate's bytes are not the DER this reader expects."""
 
 
