@@ -118,3 +118,16 @@ def test_jaas_config_as_kafka_writes_it() -> None:
     assert options == {"username": "admin", "password": "admin-secret", "user_admin": "admin-secret", "user_alice": 'a"b'}
     with pytest.raises(ValueError):
         parse_jaas("PlainLoginModule username=x")
+
+
+@pytest.mark.parametrize(
+    ("count", "message"),
+    [("abc", "not a number"), ("", "not a number"), ("-5", "not a number"), ("99999999999999", "not a number"),
+     ("2000000", "more than"), ("100", "fewer than")],
+)
+def test_scram_client_refuses_a_hostile_iteration_count(count: str, message: str) -> None:
+    """A server cannot make the client fail with a stray exception or hash for minutes."""
+    client = ScramClient("SCRAM-SHA-256", "user", "pencil", nonce="abc")
+    client.first()
+    with pytest.raises(AuthenticationFailed, match=message):
+        client.evaluate(f"r=abcdef,s=W22ZaJ0SNY7soEsUEjb6gQ==,i={count}".encode())

@@ -46,6 +46,8 @@ __all__ = [
 #: mechanism -> (hashlib name, minimum iterations Kafka accepts)
 SCRAM_MECHANISMS: dict[str, tuple[str, int]] = {"SCRAM-SHA-256": ("sha256", 4096), "SCRAM-SHA-512": ("sha512", 4096)}
 MAX_SCRAM_ITERATIONS = 16384  # Kafka's upper bound for stored credentials
+#: the most iterations a client computes for a server (Kafka stores at most 16384)
+MAX_CLIENT_ITERATIONS = 1_000_000
 
 
 class AuthenticationFailed(OdradekError):
@@ -349,11 +351,19 @@ class ScramClient:
         message = token.decode("utf-8", "replace")
         if self._state == "first":
             attrs = _attributes(message)
-            nonce, salt, iterations = attrs.get("r", ""), _unb64(attrs.get("s", "")), int(attrs.get("i", "0"))
+            nonce, salt, count = attrs.get("r", ""), _unb64(attrs.get("s", "")), attrs.get("i", "")
             if not nonce.startswith(self._nonce) or len(nonce) == len(self._nonce):
                 raise AuthenticationFailed("the server's SCRAM nonce does not extend ours")
+            if not count.isdigit() or len(count) > 9:
+                raise AuthenticationFailed(f"the server's SCRAM iteration count {count[:20]!r} is not a number")
+            iterations = int(count)
             if iterations < SCRAM_MECHANISMS[self.mechanism][1]:
                 raise AuthenticationFailed(f"the server asks for {iterations} SCRAM iterations, fewer than allowed")
+            if iterations > MAX_CLIENT_ITERATIONS:
+                # a hostile or broken server could make the client hash for minutes
+                raise AuthenticationFailed(
+                    f"the server asks for {iterations} SCRAM iterations, more than {MAX_CLIENT_ITERATIONS}"
+                )
             salted = hashlib.pbkdf2_hmac(self._hash, self._password.encode("utf-8"), salt, iterations)
             client_key = _hmac(self._hash, salted, b"Client Key")
             stored_key = hashlib.new(self._hash, client_key).digest()
