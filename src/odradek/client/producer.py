@@ -243,6 +243,8 @@ class _Core:
         self.closed = False
         self.sender_task: asyncio.Task[None] | None = None
         self.fatal: BaseException | None = None
+        #: set (on the sender's loop) when the sender stops for good: metadata waits end with it
+        self.stopped: asyncio.Event | None = None
         self.all_done = threading.Condition(self.lock)
         # Fast-path flags for send(): records that need no interceptor or serializer.
         self.plain = not self.interceptors and self.key_serializer is None and self.value_serializer is None
@@ -408,6 +410,8 @@ class _Core:
         deadline = time.monotonic() + self.max_block
         last: BaseException | None = None
         while True:
+            if self.fatal is not None:  # the sender stopped (e.g. InitProducerId refused): no use waiting
+                raise self.fatal
             left = deadline - time.monotonic()
             if left <= 0:
                 raise KafkaError(
@@ -416,7 +420,7 @@ class _Core:
                     + (f" ({last})" if last is not None else ""),
                 )
             try:
-                await asyncio.wait_for(self.cluster.topic(topic, wait_ms=int(left * 1000)), left)
+                await self._unless_stopped(self.cluster.topic(topic, wait_ms=int(left * 1000)), left)
                 self.update_counts(topic)
                 return
             except (ConnectionError, TimeoutError, KafkaError) as exc:
@@ -424,6 +428,24 @@ class _Core:
                     raise
                 last = worse_error(last, exc)
             await asyncio.sleep(min(self.retry_backoff, max(0.0, deadline - time.monotonic())))
+
+    async def _unless_stopped(self, coro: Any, timeout: float) -> Any:
+        """``coro``'s result within ``timeout``; the sender's fatal error if it stops first."""
+        stopped = self.stopped
+        if stopped is None:
+            return await asyncio.wait_for(coro, timeout)
+        task = asyncio.ensure_future(coro)
+        waiter = asyncio.ensure_future(stopped.wait())
+        try:
+            done, _ = await asyncio.wait({task, waiter}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        if task in done:
+            return task.result()
+        task.cancel()
+        if self.fatal is not None:
+            raise self.fatal
+        raise TimeoutError
 
     def update_counts(self, topic: str) -> None:
         """Partition count and partitions with a leader, from the cluster's metadata."""
@@ -907,6 +929,7 @@ class Producer(_Face):
         core = self._core
         core.loop = self._runner.loop
         core.wake = asyncio.Event()
+        core.stopped = asyncio.Event()
         ready()
         try:
             await core.run()
@@ -921,13 +944,31 @@ class Producer(_Face):
                 core.fatal = exc
             core._fail_everything(exc)
         finally:
+            core.stopped.set()
             await core.cluster.close()
 
     def _call(self, coro: Any, timeout: float | None = None) -> Any:
+        """Run ``coro`` on the sender's loop and wait for it; when the sender stops for good
+        meanwhile (its loop ends with it), its fatal error instead of waiting out ``timeout``."""
         if not self._runner.alive:
             coro.close()
             raise self._core.fatal or KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer's sender has stopped")
-        return self._runner.call(coro, timeout)
+        fut = self._runner.submit(coro)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            step = 0.25 if deadline is None else max(0.0, min(0.25, deadline - time.monotonic()))
+            try:
+                return fut.result(step)
+            except FutureTimeout:
+                if fut.done():
+                    raise
+                if not self._runner.alive:
+                    fut.cancel()
+                    raise self._core.fatal or KafkaError(
+                        ErrorCode.UNKNOWN_SERVER_ERROR, "the producer's sender has stopped"
+                    ) from None
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
 
     def _metadata(self, topic: str) -> None:
         core = self._core
