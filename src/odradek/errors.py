@@ -10,8 +10,18 @@ turns exceptions into codes, through :attr:`KafkaError.code`.
 from __future__ import annotations
 
 import enum
+from typing import Any
 
-__all__ = ["ErrorCode", "KafkaError", "OdradekError"]
+__all__ = [
+    "AuthorizationError",
+    "ClusterAuthorizationError",
+    "ErrorCode",
+    "GroupAuthorizationError",
+    "KafkaError",
+    "OdradekError",
+    "TopicAuthorizationError",
+    "TransactionalIdAuthorizationError",
+]
 
 
 class ErrorCode(enum.IntEnum):
@@ -208,11 +218,52 @@ class KafkaError(OdradekError):
     ``KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "partition t-0 is led by broker 2")``
     """
 
+    def __new__(cls, code: ErrorCode | int = ErrorCode.UNKNOWN_SERVER_ERROR, message: str = "", *args: object) -> KafkaError:
+        # an authorization failure is raised as its typed subclass wherever it is raised
+        if cls is KafkaError:
+            cls = _TYPED.get(int(code), KafkaError)
+        return super().__new__(cls)
+
     def __init__(self, code: ErrorCode | int, message: str = "") -> None:
         self.code = ErrorCode.of(int(code))
         self.message = message
         super().__init__(f"{self.code.name} ({int(self.code)})" + (f": {message}" if message else ""))
 
+    def __reduce__(self) -> Any:
+        if type(self) is KafkaError or type(self) in _TYPED.values():
+            return (KafkaError, (int(self.code), self.message))
+        return super().__reduce__()
+
     @property
     def retriable(self) -> bool:
         return self.code.retriable
+
+
+class AuthorizationError(KafkaError):
+    """The principal may not do what it asked (Kafka's ``*_AUTHORIZATION_FAILED`` codes); the
+    message names the resource where the raiser knows it."""
+
+
+class TopicAuthorizationError(AuthorizationError):
+    """TOPIC_AUTHORIZATION_FAILED (29)."""
+
+
+class GroupAuthorizationError(AuthorizationError):
+    """GROUP_AUTHORIZATION_FAILED (30)."""
+
+
+class ClusterAuthorizationError(AuthorizationError):
+    """CLUSTER_AUTHORIZATION_FAILED (31)."""
+
+
+class TransactionalIdAuthorizationError(AuthorizationError):
+    """TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53)."""
+
+
+_TYPED: dict[int, type[KafkaError]] = {
+    int(ErrorCode.TOPIC_AUTHORIZATION_FAILED): TopicAuthorizationError,
+    int(ErrorCode.GROUP_AUTHORIZATION_FAILED): GroupAuthorizationError,
+    int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED): ClusterAuthorizationError,
+    int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED): TransactionalIdAuthorizationError,
+    int(ErrorCode.DELEGATION_TOKEN_AUTHORIZATION_FAILED): AuthorizationError,
+}
