@@ -135,6 +135,17 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("sasl.jaas.config", "password", None),
     ("connections.max.reauth.ms", "long", 0),
     ("connection.failed.authentication.delay.ms", "int", 100),
+    # authorization: empty (none), odradek's own ("odradek.acl"), or Kafka's class names (AclAuthorizer,
+    # StandardAuthorizer), which select the same ACL authorizer
+    # replication throttles (KIP-73): bytes/s of the replicas the topics' *.replication.throttled.replicas
+    # name, while they are out of the ISR (reassignment); dynamic, per broker
+    ("leader.replication.throttled.rate", "long", 9223372036854775807, False),
+    ("follower.replication.throttled.rate", "long", 9223372036854775807, False),
+    ("replication.quota.window.num", "int", 11),
+    ("replication.quota.window.size.seconds", "int", 1),
+    ("authorizer.class.name", "string", ""),
+    ("super.users", "string", ""),
+    ("allow.everyone.if.no.acl.found", "boolean", False),
     # OAUTHBEARER: without a JWKS, Kafka's unsecured validator (development only; its options in
     # the mechanism's JAAS config); with one, signed tokens (KIP-768)
     ("sasl.server.callback.handler.class", "string", None),
@@ -170,6 +181,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("max.connections.per.ip.overrides", "string", ""),
     ("max.connections", "int", 2147483647),
     ("max.connection.creation.rate", "int", 2147483647),
+    # client quotas (odradek.broker.quotas): rates over quota.window.num samples of this many seconds
+    ("quota.window.num", "int", 11),
+    ("quota.window.size.seconds", "int", 1),
     ("queued.max.requests", "int", 500),
     ("num.network.threads", "int", 3, False),
     ("num.io.threads", "int", 8, False),
@@ -343,13 +357,17 @@ TOPIC_SCHEMA: tuple[TopicKey, ...] = (
     _T("unclean.leader.election.enable", "boolean", False, ("unclean.leader.election.enable",),
        "Whether a replica outside the ISR may become leader when no in-sync replica is left (records "
        "acknowledged by the old ISR can be lost)."),
-    # accepted in stored metadata for compatibility with Kafka's tools; tiered storage and
-    # replication throttles are not implemented
+    # accepted in stored metadata for compatibility with Kafka's tools; tiered storage is not
+    # implemented
     _T("local.retention.ms", "long", -2, (), "Tiered storage (not supported): local retention time.", settable=False),
     _T("local.retention.bytes", "long", -2, (), "Tiered storage (not supported): local retention size.", settable=False),
     _T("remote.storage.enable", "boolean", False, (), "Tiered storage (not supported).", settable=False),
-    _T("leader.replication.throttled.replicas", "list", "", (), "Replication throttles (not supported).", settable=False),
-    _T("follower.replication.throttled.replicas", "list", "", (), "Replication throttles (not supported).", settable=False),
+    _T("leader.replication.throttled.replicas", "list", "", (),
+       "Replicas whose replication the leader throttles to leader.replication.throttled.rate (KIP-73): "
+       "partition:broker pairs naming the leader's side, or '*' for every replica."),
+    _T("follower.replication.throttled.replicas", "list", "", (),
+       "Replicas whose replication the follower throttles to follower.replication.throttled.rate (KIP-73): "
+       "partition:broker pairs naming the follower's side, or '*' for every replica."),
 )
 TOPIC_KEYS: dict[str, TopicKey] = {k.name: k for k in TOPIC_SCHEMA}
 #: the topic configs clients may set, with their types (derived from :data:`TOPIC_SCHEMA`)

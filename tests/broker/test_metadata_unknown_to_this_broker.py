@@ -33,6 +33,7 @@ class _RestartedBroker:
         self.config = SimpleNamespace(get=self._config.__getitem__)
 
         self.topics = SimpleNamespace(auto_create=self._auto_create)
+        self.authorizer = None  # no ACLs: every request is allowed
 
     async def _auto_create(self, name: str) -> Any:
         self.created.append(name)
@@ -46,6 +47,8 @@ def _ask(broker: _RestartedBroker, version: int, allow: bool, name: str = "histo
         listener="PLAINTEXT",
         client_host="127.0.0.1",
         header=SimpleNamespace(client_id="t"),
+        authorize=lambda *_a, **_k: True,
+        authorize_cluster=lambda *_a, **_k: True,
     )
     req = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=name)], allow_auto_topic_creation=allow)
     return asyncio.run(metadata(ctx, req))  # type: ignore[arg-type]

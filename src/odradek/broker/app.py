@@ -42,12 +42,14 @@ from typing import TYPE_CHECKING
 import odradek.broker.handlers  # noqa: F401  (registers the API handlers)
 from odradek._clock import Clock, SystemClock
 from odradek.broker.authentication import SUPPORTED_MECHANISMS, ListenerSecurity
+from odradek.broker.authorizer import authorizer_for
 from odradek.broker.channel import BrokerChannel, ChannelSecurity
 from odradek.broker.connections import ConnectionQuotas
 from odradek.broker.coordinator import GroupCoordinator
 from odradek.broker.limits import FDS_PER_PARTITION, partition_budget
 from odradek.broker.partitions import PartitionService
 from odradek.broker.producer_ids import ProducerIdManager
+from odradek.broker.quotas import QuotaManager, ReplicationQuota
 from odradek.broker.replica import ReplicaManager
 from odradek.broker.replication import ClusterReplication, LocalReplication, Replication
 from odradek.broker.scheduler import LogScheduler
@@ -186,7 +188,14 @@ class Broker:
             scheduler=self.scheduler,
             coordinator=self.groups,
             controller=SingleNodeController(self.broker_id, backend) if zk is None else None,
+            authorizer=authorizer_for(self.config, backend.image),
+            leader_quota=ReplicationQuota(self.config, "leader"),
+            quotas=QuotaManager(self.config, backend.image),
         )
+        assert self.services.quotas is not None
+        backend.add_listener(self.services.quotas.on_image)
+        if self.services.authorizer is not None:
+            backend.add_listener(self.services.authorizer.on_image)
         # listen first so that port 0 resolves to the real port before it is advertised
         for lst in self.listeners:
             factory = functools.partial(
@@ -203,6 +212,8 @@ class Broker:
             self.bound[lst.name] = server.address
             self._servers.append(server)
         backend.add_listener(self._apply_image)
+        self.connection_quotas.on_image(backend.image)
+        backend.add_listener(self.connection_quotas.on_image)
         if zk is not None:
             # the controller sends its requests as soon as this broker registers
             for server in self._servers:

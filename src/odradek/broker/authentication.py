@@ -163,7 +163,9 @@ class Session:
 
     def __init__(self, security: ListenerSecurity, principal: KafkaPrincipal) -> None:
         self.security = security
-        self.principal = principal
+        #: the principal as ACLs name it ("User:alice"), kept with it (see ``principal``)
+        self.principal_name = str(principal)
+        self._principal = principal
         self.authenticated = not security.sasl
         self.mechanism: str | None = None
         self._server: SaslServer | None = None
@@ -178,6 +180,15 @@ class Session:
         #: connection takes this and clears it)
         self.raw_tokens = False
 
+
+    @property
+    def principal(self) -> KafkaPrincipal:
+        return self._principal
+
+    @principal.setter
+    def principal(self, value: KafkaPrincipal) -> None:
+        self._principal = value
+        self.principal_name = str(value)
     def allows(self, api_key: int) -> bool:
         """Whether a request of ``api_key`` may be handled now (before SASL authentication only
         ApiVersions 18, SaslHandshake 17 and SaslAuthenticate 36)."""

@@ -6,7 +6,11 @@
   beyond them, a listener stops accepting until a connection closes (clients wait in the
   kernel's backlog; nothing is refused);
 * ``max.connection.creation.rate`` per listener (and for the broker): new connections per second;
-  beyond it, accepting waits until the rate over the last second allows one more (KIP-612).
+  beyond it, accepting waits until the rate over the last second allows one more (KIP-612);
+* the ``connection_creation_rate`` client quota of an IP (``ips/<ip>``, else ``ips/<default>``,
+  kept with the other client quotas): measured as Kafka's quota rates are
+  (``quota.window.num`` windows of ``quota.window.size.seconds``), a connection beyond it is
+  closed at once, with a log line (KIP-612).
 
 The inter-broker listener is exempt from the broker-wide counts, as in Kafka, so followers and the
 controller always get in.
@@ -21,7 +25,9 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
 
+from odradek.cluster.metadata import MetadataImage
 from odradek.config import BrokerConfig, ConfigError
+from odradek.security.quota import CONNECTION_CREATION_RATE, DEFAULT, Sensor
 
 __all__ = ["ConnectionQuotas"]
 
@@ -64,6 +70,10 @@ class ConnectionQuotas:
         self.by_ip: dict[str, int] = defaultdict(int)
         self.by_listener: dict[str, int] = defaultdict(int)
         self.total = 0  # broker-wide count (without the inter-broker listener)
+        self._ip_rates: dict[str, float] = {}  # ip (or "<default>") -> connection_creation_rate
+        self._ip_sensors: dict[str, Sensor] = {}
+        self._quota_source: Mapping[str, Mapping[str, float]] | None = None
+        self._window = (max(2, int(config.get("quota.window.num"))), float(config.get("quota.window.size.seconds")) * 1000)
         self._created: dict[str, deque[float]] = defaultdict(deque)
         self._created_all: deque[float] = deque()
         self._freed = asyncio.Condition()
@@ -115,8 +125,46 @@ class ConnectionQuotas:
         for window, _rate in limits:
             window.append(now)
 
+    def on_image(self, image: MetadataImage) -> None:
+        """The IPs' ``connection_creation_rate`` quotas, from the metadata image."""
+        quotas = image.client_quotas
+        if quotas is self._quota_source:
+            return
+        self._quota_source = quotas
+        rates = {}
+        for path, values in quotas.items():
+            if path.startswith("ips/") and CONNECTION_CREATION_RATE in values:
+                rates[path[len("ips/") :]] = float(values[CONNECTION_CREATION_RATE])
+        self._ip_rates = rates
+        self._ip_sensors = {ip: s for ip, s in self._ip_sensors.items() if ip in rates or DEFAULT in rates}
+
+    def _over_ip_rate(self, ip: str) -> float | None:
+        """Charge one connection to ``ip``'s creation-rate quota; the quota when over it."""
+        rates = self._ip_rates
+        if not rates:
+            return None
+        bound = rates.get(ip, rates.get(DEFAULT))
+        if bound is None:
+            return None
+        sensor = self._ip_sensors.get(ip)
+        if sensor is None:
+            if len(self._ip_sensors) > 100_000:
+                self._ip_sensors.clear()
+            sensor = self._ip_sensors[ip] = Sensor(*self._window)
+        now = self.clock() * 1000.0
+        rate = sensor.rate
+        if rate.measure(now) >= bound:  # this one would go over: refused, and not counted
+            return bound
+        sensor.record(1.0, bound, now)
+        return None
+
     def admit(self, ip: str, listener: str) -> bool:
         """Count a new connection from ``ip``; False (nothing counted) when ``ip`` is at its limit."""
+        over = self._over_ip_rate(ip) if listener != self.inter_broker else None
+        if over is not None:
+            log.info("Rejected connection from /%s on listener %s: its connection_creation_rate quota of %g/s "
+                     "is reached", ip, listener, over)
+            return False
         limit = self.ip_limit(ip)
         if self.by_ip[ip] >= limit:
             log.info("Rejected connection from /%s on listener %s, address already has the configured maximum of %d connections",

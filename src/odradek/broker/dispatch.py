@@ -19,13 +19,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from odradek.broker import refusals
 from odradek.broker.purgatory import Deferred
+from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey, Message, RequestHeader
+from odradek.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 if TYPE_CHECKING:
     from odradek.broker.authentication import Session
     from odradek.broker.services import Services
 
-__all__ = ["HANDLERS", "Deferred", "Handler", "RequestContext", "SyncHandler", "handles", "supported_versions"]
+__all__ = [
+    "HANDLERS", "Deferred", "Handler", "RequestContext", "SyncHandler", "handles", "require_cluster", "supported_versions",
+]
 
 
 @dataclass(slots=True)
@@ -42,6 +46,36 @@ class RequestContext:
     @property
     def version(self) -> int:
         return self.header.api_version
+
+    def authorize(
+        self, op: Operation, rtype: ResourceType, name: str, *, log_denied: bool = True, log_allowed: bool = True
+    ) -> bool:
+        """Whether this request's principal may do ``op`` on the resource (always, without an
+        authorizer); the decision goes to the audit log."""
+        authorizer = self.services.authorizer
+        if authorizer is None:
+            return True
+        return authorizer.authorize(
+            self.session.principal_name, self.client_host, op, rtype, name, self.header.api_key,
+            log_denied=log_denied, log_allowed=log_allowed,
+        )
+
+    def authorize_cluster(self, op: Operation, *, log_denied: bool = True) -> bool:
+        return self.authorize(op, ResourceType.CLUSTER, CLUSTER_NAME, log_denied=log_denied)
+
+    def authorize_any(self, op: Operation, rtype: ResourceType) -> bool:
+        """Whether the principal may do ``op`` on some resource of ``rtype`` (Kafka's
+        ``authorizeByResourceType``)."""
+        authorizer = self.services.authorizer
+        return authorizer is None or authorizer.authorize_any(self.session.principal_name, self.client_host, op, rtype)
+
+
+def require_cluster(ctx: RequestContext, op: Operation) -> None:
+    """Raise CLUSTER_AUTHORIZATION_FAILED (the whole request's answer) unless the principal may
+    do ``op`` on the cluster."""
+    if not ctx.authorize_cluster(op):
+        raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, f"{op.title} on the cluster is not authorized")
+
 
 
 Handler = Callable[[RequestContext, Any], Awaitable[Message | None]]

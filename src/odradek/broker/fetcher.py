@@ -17,12 +17,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from odradek.broker.channel import BrokerChannel
 from odradek.broker.logdirs import is_io_error
+from odradek.broker.quotas import ReplicationQuota
 from odradek.broker.replica import Partition
 from odradek.cluster.assignment import java_string_hash
 from odradek.errors import ErrorCode, KafkaError
@@ -52,6 +54,8 @@ class _FetchState:
     partition: Partition
     truncating: bool = True
     delayed_until: float = 0.0
+    #: the last fetch brought the log to the leader's high watermark (KIP-73's "in sync")
+    caught_up: bool = False
 
 
 class ReplicaFetcherManager:
@@ -67,6 +71,8 @@ class ReplicaFetcherManager:
         self.config = config
         self.replicas = replicas
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+        #: KIP-73: the follower side's replication throttle, shared by every fetcher
+        self.quota = ReplicationQuota(config, "follower")
 
     def fetcher_index(self, topic: str, partition: int) -> int:
         n = max(1, int(self.config.get("num.replica.fetchers")))
@@ -107,6 +113,7 @@ class ReplicaFetcher:
     def __init__(self, manager: ReplicaFetcherManager, leader: int, index: int, host: str, port: int) -> None:
         self.broker_id = manager.broker_id
         self.replicas = manager.replicas
+        self.quota = manager.quota
         self.leader = leader
         self.host, self.port = host, port
         cfg = manager.config
@@ -222,7 +229,31 @@ class ReplicaFetcher:
             p.log.truncate_to(max(offset, 0))
 
     # -- fetching -----------------------------------------------------------------------------
+    def _throttle(self, states: list[_FetchState]) -> tuple[list[_FetchState], set[tuple[str, int]]]:
+        """KIP-73: the partitions to fetch now, and those of them the follower throttle counts
+        (replicas named by their topic's follower.replication.throttled.replicas that are not
+        caught up); while the throttle's rate is over its bound, those wait."""
+        quota = self.quota
+        if not quota.limited():
+            return states, set()
+        counted = {
+            (s.partition.topic, s.partition.index)
+            for s in states
+            if not s.caught_up
+            and quota.throttled(
+                s.partition.log.config.follower_replication_throttled_replicas, s.partition.index, self.broker_id
+            )
+        }
+        if counted and quota.exceeded(time.monotonic() * 1000.0):
+            states = [s for s in states if (s.partition.topic, s.partition.index) not in counted]
+            counted = set()
+        return states, counted
+
     async def _fetch(self, states: list[_FetchState]) -> None:
+        states, counted = self._throttle(states)
+        if not states:  # everything waits for the replication throttle
+            await asyncio.sleep(min(self.backoff, 0.1))
+            return
         req = FetchRequest(
             replica_id=self.broker_id,
             max_wait_ms=self.wait_ms,
@@ -252,6 +283,7 @@ class ReplicaFetcher:
         resp: FetchResponse = await self.channel.request(req, FETCH_VERSION, timeout=self.wait_ms / 1000 + 30)
         now = asyncio.get_running_loop().time()
         out_of_range: list[_FetchState] = []
+        fetched = 0
         for rt in resp.responses:
             for r in rt.partitions:
                 st = self.parts.get((rt.topic, r.partition_index))
@@ -260,6 +292,8 @@ class ReplicaFetcher:
                 s = st
                 p = s.partition
                 if r.error_code == ErrorCode.NONE:
+                    if counted and (rt.topic, r.partition_index) in counted:
+                        fetched += len(r.records) if isinstance(r.records, (bytes, bytearray, memoryview)) else 0
                     self._append(s, r)
                 elif r.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                     out_of_range.append(s)
@@ -268,6 +302,8 @@ class ReplicaFetcher:
                     # the controller's next LeaderAndIsr sorts it out; retry after the backoff
                     log.debug("fetch of %s-%d from %d: %s", p.topic, p.index, self.leader, ErrorCode(r.error_code).name)
                     s.delayed_until = now + self.backoff
+        if fetched:
+            self.quota.record(fetched, time.monotonic() * 1000.0)
         if out_of_range:
             await self._out_of_range(out_of_range)
 
@@ -275,6 +311,8 @@ class ReplicaFetcher:
         p = s.partition
         lg = p.log
         records = r.records
+        if isinstance(records, (bytes, bytearray, memoryview)) and len(records):
+            records = _whole_entries(records)  # a response cut at its byte limit ends inside a batch
         if isinstance(records, (bytes, bytearray, memoryview)) and len(records):
             failures = self.replicas.log_dirs
             try:
@@ -297,6 +335,7 @@ class ReplicaFetcher:
                 log.warning("follower append to %s-%d failed (%s); truncating again", p.topic, p.index, exc)
                 s.truncating = True
                 return
+        s.caught_up = lg.log_end_offset >= r.high_watermark
         hw = min(r.high_watermark, lg.log_end_offset)
         if hw > lg.high_watermark:
             lg.high_watermark = hw
@@ -337,3 +376,22 @@ class ReplicaFetcher:
             else:
                 log.warning("%s-%d: follower is behind the leader's log start %d; starting over", *key, starts[key])
                 p.log.truncate_fully_and_start_at(starts[key])
+
+
+def _whole_entries(records: bytes | bytearray | memoryview) -> bytes | bytearray | memoryview:
+    """``records`` without an incomplete entry at its end.  A leader's fetch response stops at
+    ``replica.fetch.max.bytes`` (after a first whole batch, KIP-74), so its last batch may be cut
+    short, as in Kafka; the follower appends the whole ones and fetches the rest next time.
+    Batches (v2) and legacy message sets frame entries alike: offset (8), size (4), body."""
+    n = len(records)
+    pos = 0
+    while pos + 12 <= n:
+        size = int.from_bytes(records[pos + 8 : pos + 12], "big", signed=True) + 12
+        if size <= 12:
+            return records  # not a size at all: the log's validation says what is wrong
+        if pos + size > n:
+            break
+        pos += size
+    if pos == n:
+        return records
+    return memoryview(records)[:pos]

@@ -43,7 +43,7 @@ from odradek.protocol import (
     ServerConnection,
     UnsupportedVersion,
 )
-from odradek.protocol._api import request_header_version
+from odradek.protocol._api import request_header_version, response_header_version
 from odradek.protocol.connection import frame
 from odradek.protocol.messages import RequestHeader, response_class
 from odradek.protocol.messages.api_versions import ApiVersionsResponse
@@ -126,6 +126,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.peer = "?"
         self.client_host = "?"
         self.last_active = time.monotonic()
+        # client quotas: what the request being handled is charged (None: nothing, or no quota
+        # configured); a throttled connection is muted (reads and handles nothing) until
+        # _mute_until, and a response to an old request version waits in _delayed till then
+        self._quotas = getattr(services, "quotas", None)
+        self._charge: _Charge | None = None
+        self._muted = False
+        self._write_paused = False
+        self._mute_until = 0.0
+        self._delayed: list[Any] = []
 
     # -- asyncio protocol ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -172,12 +181,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._writable.set()
 
     def pause_writing(self) -> None:
+        self._write_paused = True
         self._writable.clear()
         self._pause_reading()
 
     def resume_writing(self) -> None:
-        self._writable.set()
-        self._maybe_resume_reading()
+        self._write_paused = False
+        if not self._muted:
+            self._writable.set()
+            self._maybe_resume_reading()
 
     # -- flow ----------------------------------------------------------------------------------
     def _pause_reading(self) -> None:
@@ -498,6 +510,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.peer, _api_name(header.api_key), self.listener,
             )
             return None
+        quotas = self._quotas
+        if quotas is not None and quotas.active:
+            self._charge = _charge_for(ev)
         ctx = RequestContext(self.services, header, self.client_host, self.listener, self.session)
         if entry.sync:
             try:
@@ -510,7 +525,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if result is None or isinstance(result, Message):
                 return self._response_parts(header, result)
             if isinstance(result, Deferred):
-                return _Waiting(header, None, result)
+                return self._waits(_Waiting(header, None, result))
             coro = result  # the handler must wait: its coroutine goes on below
         else:
             coro = entry.handler(ctx, ev.message)
@@ -522,7 +537,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return self._response_parts(header, stop.value)
         except Exception as exc:
             return self._failed(header, exc)
-        return _Waiting(header, _Resumed(coro, first))
+        return self._waits(_Waiting(header, _Resumed(coro, first)))
+
+    def _waits(self, waiting: _Waiting) -> _Waiting:
+        """A handler waits: the time it held the event loop so far is what it costs (request
+        quotas count handler time, not time spent waiting)."""
+        charge = self._charge
+        if charge is not None and charge.cpu is None:
+            charge.cpu = time.perf_counter() - charge.t0
+        return waiting
 
     async def _finish(self, waiting: _Waiting) -> list[Any] | None:
         """The rest of a handler that waited, as :meth:`_start` would have answered."""
@@ -565,9 +588,124 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 "%s %s v%d cid=%d principal=%s listener=%s", self.peer, _api_name(header.api_key), header.api_version,
                 header.correlation_id, self.session.principal, self.listener,
             )
+        if self._charge is not None:
+            return self._charged_parts(header, response)
         if response is None:
             return self.conn.no_response_parts(header)
         return self.conn.send_response_parts(header, response)
+
+    # -- client quotas (KIP-13, KIP-124, KIP-219) ------------------------------------------------
+    def _charged_parts(self, header: RequestHeader, response: Any) -> list[Any]:
+        """Encode a response after charging the request to its quotas: produce by request size,
+        a consumer's fetch by response size, every request by handler time (request_percentage).
+        Over a quota, the response says ``throttle_time_ms`` and the connection is muted that long
+        after it (KIP-219); an old request version's response is held back that long instead."""
+        charge = self._charge
+        self._charge = None
+        quotas = self._quotas
+        assert charge is not None and quotas is not None
+        now = time.monotonic() * 1000.0
+        user = self.session.principal.name
+        client_id = header.client_id or ""
+        throttle = 0
+        if quotas.request.index:
+            cpu = charge.cpu if charge.cpu is not None else time.perf_counter() - charge.t0
+            throttle = quotas.record(quotas.request, user, client_id, cpu * 100.0, now)
+        if charge.produce:
+            throttle = max(throttle, quotas.record(quotas.produce, user, client_id, charge.produce, now))
+        if throttle and response is not None and hasattr(response, "throttle_time_ms"):
+            response.throttle_time_ms = max(response.throttle_time_ms or 0, throttle)
+        if response is None:
+            parts = self.conn.no_response_parts(header)
+        else:
+            parts = self.conn.send_response_parts(header, response)
+        if charge.fetch and parts:
+            size = 0
+            for p in parts:
+                size += len(p) if isinstance(p, bytes) else p.length
+            fetch_throttle = quotas.record(quotas.fetch, user, client_id, size, now)
+            if fetch_throttle > throttle:
+                throttle = fetch_throttle
+                if header.api_version >= 1:  # throttle_time_ms: the body's first field, fixed size
+                    at = 8 + (response_header_version(header.api_key, header.api_version) >= 1)
+                    first = parts[0]
+                    assert isinstance(first, bytes)
+                    parts[0] = first[:at] + _i32.pack(throttle) + first[at + 4 :]
+        if throttle > 0:
+            if header.api_version < _KIP219_VERSIONS.get(header.api_key, 0):
+                # a client from before KIP-219 does not back off by itself: answer late
+                self._mute(throttle, parts)
+                return []
+            self._mute(throttle, None)
+        return parts
+
+    def _mute(self, ms: int, delayed: list[Any] | None) -> None:
+        """Read and handle nothing on this connection for ``ms`` (then write ``delayed``)."""
+        if delayed:
+            self._delayed.extend(delayed)
+        until = time.monotonic() + ms / 1000.0
+        self._mute_until = max(self._mute_until, until)
+        if not self._muted:
+            self._muted = True
+            self._writable.clear()
+            self._pause_reading()
+            asyncio.get_running_loop().call_later(ms / 1000.0, self._unmute)
+
+    def _unmute(self) -> None:
+        if self._closing:
+            return
+        remaining = self._mute_until - time.monotonic()
+        if remaining > 0.001:
+            asyncio.get_running_loop().call_later(remaining, self._unmute)
+            return
+        self._muted = False
+        delayed, self._delayed = self._delayed, []
+        if delayed and self.transport is not None:
+            self._write(delayed)
+        if not self._write_paused:
+            self._writable.set()
+            self._maybe_resume_reading()
+
+
+class _Charge:
+    """What a request is charged to client quotas: its size when it is a produce request, whether
+    its response size counts (a consumer's fetch), when its handler started and the time it held
+    the event loop (when it had to wait; else measured at the response)."""
+
+    __slots__ = ("cpu", "fetch", "produce", "t0")
+
+    def __init__(self, produce: int, fetch: bool) -> None:
+        self.produce = produce
+        self.fetch = fetch
+        self.t0 = time.perf_counter()
+        self.cpu: float | None = None
+
+
+# APIs never charged to client quotas: the SASL exchange, and requests between brokers
+_EXEMPT_APIS = frozenset({17, 36, 4, 5, 6, 7, 27})
+# the first version of each API whose clients back off by themselves on throttle_time_ms
+# (KIP-219): older versions get their response late instead
+_KIP219_VERSIONS: dict[int, int] = {
+    ApiKey.PRODUCE: 6, ApiKey.FETCH: 8, ApiKey.LIST_OFFSETS: 3, ApiKey.METADATA: 6, ApiKey.OFFSET_COMMIT: 4,
+    ApiKey.OFFSET_FETCH: 4, ApiKey.FIND_COORDINATOR: 2, ApiKey.JOIN_GROUP: 3, ApiKey.HEARTBEAT: 2,
+    ApiKey.LEAVE_GROUP: 2, ApiKey.SYNC_GROUP: 2, ApiKey.DESCRIBE_GROUPS: 2, ApiKey.LIST_GROUPS: 2,
+    ApiKey.API_VERSIONS: 2, ApiKey.CREATE_TOPICS: 3, ApiKey.DELETE_TOPICS: 2,
+}
+
+
+def _charge_for(ev: RequestReceived) -> _Charge | None:
+    """What client quotas charge a request (None: it is exempt, as replication is)."""
+    header = ev.header
+    api = header.api_key
+    if api == ApiKey.PRODUCE:
+        return _Charge(ev.size, False)
+    if api == ApiKey.FETCH:
+        msg = ev.message
+        replica_id = msg.replica_state.replica_id if header.api_version >= 15 else msg.replica_id
+        return None if replica_id >= 0 else _Charge(0, True)
+    if api in _EXEMPT_APIS:
+        return None
+    return _Charge(0, False)
 
 
 class RequestTooLarge(ProtocolError):

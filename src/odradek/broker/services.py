@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from odradek._clock import Clock
+from odradek.broker.authorizer import Authorizer
 from odradek.broker.coordinator import GroupCoordinator
 from odradek.broker.partitions import PartitionService
 from odradek.broker.producer_ids import ProducerIdManager
+from odradek.broker.quotas import QuotaManager, ReplicationQuota
 from odradek.broker.replica import ReplicaManager
 from odradek.broker.replication import Replication
 from odradek.broker.scheduler import LogScheduler
@@ -52,6 +54,12 @@ class Services:
     #: the active controller's admin calls: the cluster's Controller (None until it exists), or
     #: the single node's own answers
     controller: Controller | SingleNodeController | None = None
+    #: KIP-73: the leader side's replication throttle (None: none)
+    leader_quota: ReplicationQuota | None = None
+    #: the ACL authorizer (None: none configured, everything is allowed)
+    authorizer: Authorizer | None = None
+    #: client quotas (None: not enforced)
+    quotas: QuotaManager | None = None
     #: set when the broker begins to stop: long polls answer at once
     stopping: bool = False
 

@@ -42,9 +42,10 @@ def _parser() -> argparse.ArgumentParser:
     groups.add_parser(sub)
     configs.add_parser(sub)
 
-    from odradek.cli import certs, users
+    from odradek.cli import acls, certs, users
 
     users.add_parser(sub)
+    acls.add_parser(sub)
     certs.add_parser(sub)
 
     from odradek.cli import cluster, pipeline
@@ -80,6 +81,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from odradek.cli import certs
 
         return certs.run(args)
+    if args.command == "acls":
+        from odradek.cli import acls
+
+        return acls.run(args)
     if args.command == "users":
         from odradek.cli import users
 

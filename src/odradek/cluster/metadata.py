@@ -94,6 +94,12 @@ class MetadataImage:
     deleted_topics: Mapping[uuid.UUID, str] = field(default_factory=dict)
     #: SCRAM credentials: user -> mechanism -> Kafka's stored form (salt, keys, iterations)
     user_scram: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: ACLs: (resource type, pattern type, resource name) -> {(principal, permission, operation,
+    #: host)}, in Kafka's names ("Topic", "PREFIXED", "orders-"; "User:alice", "Allow", "Read", "*")
+    acls: Mapping[tuple[str, str, str], frozenset[tuple[str, str, str, str]]] = field(default_factory=dict)
+    #: client quotas: Kafka's entity path under /config ("users/alice", "users/<default>/clients/c1",
+    #: "clients/c1"; names sanitized as Kafka does) -> quota name -> value
+    client_quotas: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     @classmethod
     def empty(cls, cluster_id: str, controller_id: int = -1) -> MetadataImage:
@@ -160,6 +166,17 @@ class MetadataImage:
             users[user] = dict(credentials)
         return replace(self, user_scram=users)
 
+    def with_acls(self, acls: Mapping[tuple[str, str, str], frozenset[tuple[str, str, str, str]]]) -> MetadataImage:
+        """The whole ACL set (resources without entries are dropped)."""
+        return replace(self, acls={k: frozenset(v) for k, v in acls.items() if v})
+
+    def with_client_quota(self, entity_path: str, quotas: Mapping[str, float]) -> MetadataImage:
+        """One entity's quotas; none: the entity is removed."""
+        out = {k: v for k, v in self.client_quotas.items() if k != entity_path}
+        if quotas:
+            out[entity_path] = dict(quotas)
+        return replace(self, client_quotas=out)
+
     # -- serialisation (embedded backend) ---------------------------------------------------
     def to_json(self, *, topics: bool = True) -> dict[str, Any]:
         """The image as the embedded backend stores it; ``topics=False`` leaves the topic list
@@ -168,6 +185,11 @@ class MetadataImage:
             "cluster_id": self.cluster_id,
             "broker_configs": dict(self.broker_configs),
             "scram_credentials": {u: dict(c) for u, c in sorted(self.user_scram.items())},
+            "acls": [
+                {"resource_type": r[0], "pattern_type": r[1], "name": r[2], "entries": [list(e) for e in sorted(es)]}
+                for r, es in sorted(self.acls.items())
+            ],
+            "client_quotas": {k: dict(v) for k, v in sorted(self.client_quotas.items())},
             "topics": [t.to_json() for t in sorted(self.topics.values(), key=lambda t: t.name)] if topics else [],
             "deleted_topics": [
                 {"name": name, "topic_id": str(tid)} for tid, name in sorted(self.deleted_topics.items(), key=str)
@@ -195,7 +217,17 @@ class MetadataImage:
             )
         deleted = {uuid.UUID(d["topic_id"]): d["name"] for d in data.get("deleted_topics", [])}
         users = {str(u): {str(m): str(t) for m, t in c.items()} for u, c in data.get("scram_credentials", {}).items()}
-        return cls(data["cluster_id"], controller_id, {}, topics, dict(data.get("broker_configs", {})), deleted, users)
+        acls = {
+            (str(a["resource_type"]), str(a["pattern_type"]), str(a["name"])): frozenset(
+                (str(e[0]), str(e[1]), str(e[2]), str(e[3])) for e in a["entries"]
+            )
+            for a in data.get("acls", [])
+        }
+        quotas = {str(k): {str(q): float(v) for q, v in c.items()} for k, c in data.get("client_quotas", {}).items()}
+        return cls(
+            data["cluster_id"], controller_id, {}, topics, dict(data.get("broker_configs", {})), deleted, users,
+            acls, quotas,
+        )
 
 
 def assign_replicas(

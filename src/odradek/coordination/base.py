@@ -11,7 +11,10 @@ from odradek.cluster.controller import LeaderIsr
 from odradek.cluster.metadata import BrokerInfo, MetadataImage, TopicInfo
 from odradek.errors import ErrorCode, KafkaError, OdradekError
 
-__all__ = ["MetadataBackend", "StaleVersion", "validate_topic_name"]
+__all__ = ["AclEntry", "MetadataBackend", "StaleVersion", "validate_topic_name"]
+
+#: one ACL entry: (principal, permission type, operation, host) in Kafka's names
+AclEntry = tuple[str, str, str, str]
 
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
@@ -115,6 +118,19 @@ class MetadataBackend(ABC):
         """The active controller's broker id, -1 when there is none."""
         raise self._not_replicated("controller elections")
 
+    #: whether OffsetCommit/OffsetFetch v0 keep a group's offsets in this store under
+    #: ``/consumers/<group>/offsets/<topic>/<partition>`` (ZooKeeper, as Kafka 0.8.2-0.10 did);
+    #: otherwise v0 goes to the group coordinator like v1+
+    stores_v0_offsets: bool = False
+
+    async def commit_v0_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Store a group's offsets the 0.8 way (OffsetCommit v0)."""
+        raise self._not_replicated("ZooKeeper consumer offsets")
+
+    async def fetch_v0_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """A group's offsets stored the 0.8 way (OffsetFetch v0): -1 for a partition without one."""
+        raise self._not_replicated("ZooKeeper consumer offsets")
+
     def deletions_done(self, topic_ids: Iterable[uuid.UUID]) -> None:
         """These deleted topics' logs are gone from this broker: the store may forget them."""
         return None
@@ -158,3 +174,18 @@ class MetadataBackend(ABC):
     async def set_user_scram(self, user: str, credentials: Mapping[str, str]) -> None:
         """Replace ``user``'s SCRAM credentials (mechanism -> stored form; empty: none left),
         for every broker of the cluster."""
+
+    @abstractmethod
+    async def alter_acls(
+        self, resource: tuple[str, str, str], change: Callable[[frozenset[AclEntry]], frozenset[AclEntry]]
+    ) -> frozenset[AclEntry]:
+        """Apply ``change`` to the ACL entries of ``resource`` (resource type, pattern type, name)
+        as the store holds them now, for every broker of the cluster; returns the new entries."""
+
+    @abstractmethod
+    async def alter_client_quota(
+        self, entity_path: str, change: Callable[[dict[str, float]], dict[str, float]]
+    ) -> dict[str, float]:
+        """Apply ``change`` to the quotas of one client-quota entity (Kafka's path under
+        ``/config``: ``users/alice``, ``users/<default>/clients/c1``, ``clients/c1``), for every
+        broker of the cluster; returns the new quotas (empty: the entity has none left)."""

@@ -30,7 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from odradek.cluster.metadata import BrokerInfo, MetadataImage, PartitionState, TopicInfo
-from odradek.coordination.base import MetadataBackend, validate_topic_name
+from odradek.coordination.base import AclEntry, MetadataBackend, validate_topic_name
 from odradek.errors import ErrorCode, KafkaError
 from odradek.storage.checkpoint import write_atomic
 
@@ -406,3 +406,35 @@ class EmbeddedBackend(MetadataBackend):
 
     async def set_user_scram(self, user: str, credentials: Mapping[str, str]) -> None:
         await self._change(lambda image: image.with_user_scram(user, credentials))
+
+    async def alter_acls(
+        self, resource: tuple[str, str, str], change: Callable[[frozenset[AclEntry]], frozenset[AclEntry]]
+    ) -> frozenset[AclEntry]:
+        result: list[frozenset[AclEntry]] = []
+
+        def apply(image: MetadataImage) -> MetadataImage | None:
+            before = image.acls.get(resource, frozenset())
+            after = frozenset(change(before))
+            result.append(after)
+            if after == before:
+                return None
+            return image.with_acls({**image.acls, resource: after})
+
+        await self._change(apply)
+        return result[0]
+
+    async def alter_client_quota(
+        self, entity_path: str, change: Callable[[dict[str, float]], dict[str, float]]
+    ) -> dict[str, float]:
+        result: list[dict[str, float]] = []
+
+        def apply(image: MetadataImage) -> MetadataImage | None:
+            before = dict(image.client_quotas.get(entity_path, {}))
+            after = dict(change(dict(before)))
+            result.append(after)
+            if after == before:
+                return None
+            return image.with_client_quota(entity_path, after)
+
+        await self._change(apply)
+        return result[0]

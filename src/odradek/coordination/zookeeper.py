@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -49,8 +50,9 @@ from kazoo.retry import KazooRetry
 
 from odradek.cluster.controller import LeaderIsr, TopicAssignment, place_replicas
 from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage, PartitionState, TopicInfo
-from odradek.coordination.base import MetadataBackend, StaleVersion, validate_topic_name
+from odradek.coordination.base import AclEntry, MetadataBackend, StaleVersion, validate_topic_name
 from odradek.errors import ErrorCode, KafkaError
+from odradek.security.quota import QUOTA_KEYS
 
 __all__ = [
     "BadVersionError",
@@ -72,12 +74,67 @@ PERSISTENT_PATHS = (
     "/brokers/topics",
     "/admin/delete_topics",
     "/isr_change_notification",
+    "/kafka-acl",
+    "/kafka-acl-changes",
+    "/kafka-acl-extended/prefixed",
+    "/kafka-acl-extended-changes",
     "/config/topics",
     "/config/changes",
     "/config/brokers",
     "/config/users",
+    "/config/clients",
+    "/config/ips",
 )
 _SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+ACL_LITERAL = "/kafka-acl"
+ACL_PREFIXED = "/kafka-acl-extended/prefixed"
+ACL_CHANGES = "/kafka-acl-changes"
+ACL_EXTENDED_CHANGES = "/kafka-acl-extended-changes"
+KEPT_ACL_NOTIFICATIONS = 1000
+
+
+def _sequence(child: str) -> int:
+    try:
+        return int(child.rsplit("_", 1)[1])
+    except (IndexError, ValueError):
+        return -1
+
+
+def _acl_path(resource: tuple[str, str, str]) -> str:
+    rtype, pattern, name = resource
+    if "/" in name or name in (".", ".."):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"resource name {name!r} cannot be stored in ZooKeeper")
+    return f"{ACL_LITERAL if pattern == 'LITERAL' else ACL_PREFIXED}/{rtype}/{name}"
+
+
+def _acl_json(entry: AclEntry) -> dict[str, str]:
+    principal, permission, operation, host = entry
+    return {"principal": principal, "permissionType": permission, "operation": operation, "host": host}
+
+
+def _acl_entries(data: Any, path: str) -> frozenset[AclEntry]:
+    """The entries of a Kafka ACL node ({"version": 1, "acls": [...]}); unreadable ones are logged."""
+    if not data:
+        return frozenset()
+    out = set()
+    for a in data.get("acls", []) if isinstance(data, dict) else []:
+        try:
+            out.add((str(a["principal"]), str(a["permissionType"]), str(a["operation"]), str(a["host"])))
+        except (KeyError, TypeError):
+            log.warning("ignoring an ACL entry it cannot read in %s: %r", path, a)
+    return frozenset(out)
+
+
+def _acl_change_resource(raw: bytes | None, *, extended: bool) -> tuple[str, str, str] | None:
+    """The resource a change notification names: ``Type:name`` (literal) or the extended JSON."""
+    try:
+        if extended:
+            d = json.loads(raw or b"")
+            return (str(d["resourceType"]), str(d["patternType"]), str(d["name"]))
+        rtype, _, name = (raw or b"").decode().partition(":")
+        return (rtype, "LITERAL", name) if rtype and name else None
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def dumps(data: Any) -> bytes:
@@ -348,6 +405,12 @@ class ZooKeeperBackend(MetadataBackend):
         self._config_zxids: dict[str, int] = {}
         #: SCRAM credentials from /config/users/<user> (user -> mechanism -> stored form)
         self._users: dict[str, dict[str, str]] = {}
+        #: client quotas from /config/users|clients|ips (entity path -> quota -> value)
+        self._quotas: dict[str, dict[str, float]] = {}
+        #: ACLs from /kafka-acl and /kafka-acl-extended, and the last change notification applied
+        self._acls: dict[tuple[str, str, str], frozenset[AclEntry]] = {}
+        self._acl_seen: dict[str, int] = {}
+        self._acl_lock = asyncio.Lock()
         self._waiters: list[tuple[Callable[[MetadataImage], bool], asyncio.Future[None]]] = []
         self.store.session_listeners.append(self._reregister)
         self.on_registered: list[Callable[[], Awaitable[None]]] = []
@@ -373,6 +436,7 @@ class ZooKeeperBackend(MetadataBackend):
             data, _ = await self.store.get("/cluster/id")
         self.cluster_id = str(data["id"])
         self._image = MetadataImage.empty(self.cluster_id)
+        await self.load_acls()
         return self.cluster_id
 
     async def start(self, broker: BrokerInfo) -> None:
@@ -380,7 +444,8 @@ class ZooKeeperBackend(MetadataBackend):
         await self._register(broker, wait_ms=int(self.store.session_timeout * 1000) + 2000)
         self._image = self._image.with_broker(replace(broker, epoch=self._broker_epoch))
         await self.store.children("/config/changes", self._config_changed)
-        if await self._load_users():
+        changed = await self._load_users()
+        if await self._load_quotas() or changed:
             self._install(self._image)
 
     async def _load_users(self) -> bool:
@@ -437,6 +502,8 @@ class ZooKeeperBackend(MetadataBackend):
             log.exception("could not re-register broker %d after session expiry", self.broker.broker_id)
             return
         await self._reload_configs()  # re-arms the watch; changes made while the session was gone
+        with contextlib.suppress(Exception):
+            await self.load_acls()
         for cb in self.on_registered:
             await cb()
 
@@ -471,7 +538,10 @@ class ZooKeeperBackend(MetadataBackend):
             if name not in image.topics:
                 del self._topic_configs[name]
                 self._config_zxids.pop(name, None)
-        self._image = replace(image, topics=topics, cluster_id=self.cluster_id, user_scram=dict(self._users))
+        self._image = replace(
+            image, topics=topics, cluster_id=self.cluster_id, user_scram=dict(self._users), acls=self._acls,
+            client_quotas=self._quotas,
+        )
         self._publish(self._image)
         still = []
         for pred, fut in self._waiters:
@@ -533,6 +603,7 @@ class ZooKeeperBackend(MetadataBackend):
         with contextlib.suppress(Exception):
             await self.store.children("/config/changes", self._config_changed)
             changed = await self._load_users()
+            changed |= await self._load_quotas()
             for name in list(self._image.topics):
                 changed |= self._hold_config(name, *await self._read_topic_config(name))
             if changed:
@@ -675,6 +746,143 @@ class ZooKeeperBackend(MetadataBackend):
             self._users.pop(user, None)
         self._install(self._image)
 
+    # -- ACLs: /kafka-acl/<type>/<name>, /kafka-acl-extended/prefixed/<type>/<name> ---------------
+    async def load_acls(self) -> None:
+        """Read every ACL and watch both change-notification paths (Kafka's layout); called once
+        the session is up and again after a new session (changes may have been missed)."""
+        acls = await read_acls(self.store)
+        for path in (ACL_CHANGES, ACL_EXTENDED_CHANGES):
+            children = await self.store.children(path, functools.partial(self._acl_changed, path))
+            self._acl_seen[path] = max((_sequence(c) for c in children), default=-1)
+        self._set_acls(acls)
+
+    async def _read_acl_node(self, path: str) -> frozenset[AclEntry]:
+        data, _ = await self.store.get_or_none(path)
+        return _acl_entries(data, path)
+
+    def _set_acls(self, acls: Mapping[tuple[str, str, str], frozenset[AclEntry]]) -> None:
+        if acls == self._acls:
+            return
+        self._acls = dict(acls)  # a new mapping: the authorizer rebuilds its index on it
+        self._image = replace(self._image, acls=self._acls)
+        self._publish(self._image)
+
+    def _acl_changed(self, path: str) -> None:
+        asyncio.get_running_loop().create_task(self._apply_acl_changes(path))
+
+    async def _apply_acl_changes(self, path: str) -> None:
+        """Re-read the resources named by the notifications not seen yet (the watch re-armed first)."""
+        async with self._acl_lock:
+            try:
+                children = await self.store.children(path, functools.partial(self._acl_changed, path))
+                seen = self._acl_seen.get(path, -1)
+                if seen >= 0 and children and min(_sequence(c) for c in children) > seen + 1:
+                    # notifications this broker never saw were purged: read everything again
+                    log.info("ACL change notifications under %s were purged before this broker read them: "
+                             "reloading every ACL", path)
+                    await self.load_acls()
+                    return
+                changed: set[tuple[str, str, str]] = set()
+                for child in children:
+                    seq = _sequence(child)
+                    if seq <= seen:
+                        continue
+                    try:
+                        raw, _ = await self.store.run(self.store.zk.retry, self.store.zk.get, f"{path}/{child}")
+                    except NoNodeError:
+                        continue
+                    resource = _acl_change_resource(raw, extended=path == ACL_EXTENDED_CHANGES)
+                    if resource is None:
+                        log.warning("ignoring an ACL change notification it cannot read: %s/%s", path, child)
+                    else:
+                        changed.add(resource)
+                    seen = max(seen, seq)
+                self._acl_seen[path] = seen
+                if not changed:
+                    return
+                acls = dict(self._acls)
+                for resource in changed:
+                    entries = await self._read_acl_node(_acl_path(resource))
+                    if entries:
+                        acls[resource] = entries
+                    else:
+                        acls.pop(resource, None)
+                if acls != self._acls:
+                    log.info(
+                        "applied ACL changes from ZooKeeper on %s: %d bindings now",
+                        ", ".join(":".join(r) for r in sorted(changed)), sum(len(v) for v in acls.values()),
+                    )
+                self._set_acls(acls)
+            except Exception:
+                log.exception("could not apply ACL changes from %s", path)
+
+    async def alter_acls(
+        self, resource: tuple[str, str, str], change: Callable[[frozenset[AclEntry]], frozenset[AclEntry]]
+    ) -> frozenset[AclEntry]:
+        """Change one resource's ACL node (see :func:`write_acls`) and apply it here at once."""
+        after = await write_acls(self.store, resource, change)
+        async with self._acl_lock:
+            acls = dict(self._acls)
+            if after:
+                acls[resource] = after
+            else:
+                acls.pop(resource, None)
+            self._set_acls(acls)
+        return after
+
+    # -- client quotas: /config/users/<u>[/clients/<c>], /config/clients/<c>, /config/ips/<ip> ------
+    async def _load_quotas(self) -> bool:
+        """Read every client quota entity; True when the quotas changed."""
+        quotas: dict[str, dict[str, float]] = {}
+        paths: list[str] = []
+        for user in await self.store.children("/config/users"):
+            paths.append(f"users/{user}")
+            paths += [f"users/{user}/clients/{c}" for c in await self.store.children(f"/config/users/{user}/clients")]
+        for root in ("clients", "ips"):
+            paths += [f"{root}/{name}" for name in await self.store.children(f"/config/{root}")]
+        for path in paths:
+            data, _ = await self.store.get_or_none(f"/config/{path}")
+            entity = _quota_values(data)
+            if entity:
+                quotas[path] = entity
+        if quotas == self._quotas:
+            return False
+        self._quotas = quotas
+        return True
+
+    async def alter_client_quota(
+        self, entity_path: str, change: Callable[[dict[str, float]], dict[str, float]]
+    ) -> dict[str, float]:
+        # Kafka's layout: {"version":1,"config":{name: value as a string}}; /config/users/<u> also
+        # holds the user's SCRAM credentials, which stay as they are; then a change notification
+        node = f"/config/{entity_path}"
+        while True:
+            data, stat = await self.store.get_or_none(node)
+            config = (data or {}).get("config", {}) if isinstance(data, dict) else {}
+            before = _quota_values(data)
+            after = {k: float(v) for k, v in change(dict(before)).items()}
+            if after == before:
+                return after
+            kept = {str(k): str(v) for k, v in config.items() if k not in QUOTA_KEYS}
+            value = {"version": 1, "config": {**kept, **{k: repr(v) for k, v in sorted(after.items())}}}
+            try:
+                if stat is None:
+                    await self.store.create(node, value)
+                else:
+                    await self.store.set(node, value, stat.version)
+            except (BadVersionError, NodeExistsError):
+                continue  # changed meanwhile (another broker): again on what it holds now
+            break
+        await self.store.create(
+            "/config/changes/config_change_", {"version": 2, "entity_path": entity_path}, sequence=True
+        )
+        quotas = {k: v for k, v in self._quotas.items() if k != entity_path}
+        if after:
+            quotas[entity_path] = after
+        self._quotas = quotas
+        self._install(self._image)
+        return after
+
     async def set_broker_configs(self, configs: Mapping[str, str]) -> None:
         assert self.broker is not None
         await self.store.upsert(f"/config/brokers/{self.broker.broker_id}", {"version": 1, "config": dict(configs)})
@@ -739,6 +947,27 @@ class ZooKeeperBackend(MetadataBackend):
         data, _ = await self.store.get_or_none("/controller")
         return int(data["brokerid"]) if data else -1
 
+    # -- the 0.8 consumers' offsets (OffsetCommit/OffsetFetch v0) ------------------------------
+    stores_v0_offsets = True
+
+    async def commit_v0_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], int]) -> None:
+        """``/consumers/<group>/offsets/<topic>/<partition>`` (persistent, the decimal offset),
+        as Kafka 0.8.2-0.10 wrote it for OffsetCommit v0."""
+        for (topic, partition), offset in offsets.items():
+            await self.store.upsert(f"/consumers/{group_id}/offsets/{topic}/{partition}", int(offset))
+
+    async def fetch_v0_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        out: dict[tuple[str, int], int] = {}
+        for topic, partition in partitions:
+            try:
+                raw, _stat = await self.store.run(
+                    self.store.zk.retry, self.store.zk.get, f"/consumers/{group_id}/offsets/{topic}/{partition}"
+                )
+                out[(topic, partition)] = int(raw.decode().strip()) if raw else -1
+            except (NoNodeError, ValueError):
+                out[(topic, partition)] = -1
+        return out
+
 
 def _state_path(topic: str, partition: int) -> str:
     return f"/brokers/topics/{topic}/partitions/{partition}/state"
@@ -779,6 +1008,17 @@ async def zk_user_scram(connect: str, user: str | None = None, timeout_ms: int =
         await store.close()
 
 
+def _quota_values(data: Any) -> dict[str, float]:
+    """The client quotas of a ``/config/<entity>`` node (other entries, unparsable values left out)."""
+    config = data.get("config", {}) if isinstance(data, dict) else {}
+    out: dict[str, float] = {}
+    for k, v in config.items() if isinstance(config, dict) else ():
+        if k in QUOTA_KEYS:
+            with contextlib.suppress(TypeError, ValueError):
+                out[str(k)] = float(v)
+    return out
+
+
 async def zk_set_user_scram(connect: str, user: str, credentials: Mapping[str, str], timeout_ms: int = 10000) -> None:
     """Write ``user``'s SCRAM credentials (mechanism -> stored form; other SCRAM entries are
     removed, the user's quotas kept) and notify running brokers, as kafka-configs --zookeeper."""
@@ -795,5 +1035,88 @@ async def zk_set_user_scram(connect: str, user: str, credentials: Mapping[str, s
         await store.create(
             "/config/changes/config_change_", {"version": 2, "entity_path": f"users/{user}"}, sequence=True
         )
+    finally:
+        await store.close()
+
+
+async def write_acls(
+    store: ZkStore, resource: tuple[str, str, str], change: Callable[[frozenset[AclEntry]], frozenset[AclEntry]]
+) -> frozenset[AclEntry]:
+    """Change one resource's ACL node with a version check (retried when someone changed it
+    first), then write Kafka's change notification, so that every broker reloads it."""
+    path = _acl_path(resource)
+    for _ in range(50):
+        data, stat = await store.get_or_none(path)
+        before = _acl_entries(data, path)
+        after = frozenset(change(before))
+        if after == before:
+            return after
+        value = {"version": 1, "acls": [_acl_json(e) for e in sorted(after)]}
+        try:
+            if stat is None:
+                await store.create(path, value)
+            elif not after:
+                await store.run(store.zk.delete, path, stat.version)
+            else:
+                await store.set(path, value, stat.version)
+        except (NodeExistsError, BadVersionError, NoNodeError):
+            continue
+        break
+    else:
+        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{path} kept changing under this update")
+    rtype, pattern, name = resource
+    if pattern == "LITERAL":
+        note, target = f"{rtype}:{name}".encode(), ACL_CHANGES
+    else:
+        note = dumps({"version": 1, "resourceType": rtype, "name": name, "patternType": pattern})
+        target = ACL_EXTENDED_CHANGES
+    created = str(await store.run(store.zk.create, f"{target}/acl_changes_", note, None, False, True, True))
+    seq = _sequence(created.rsplit("/", 1)[-1])
+    if seq > 0 and seq % 50 == 0:
+        # notifications are kept for brokers that are busy; far older ones go (a broker that
+        # finds a gap in what it has seen reloads every ACL)
+        for child in await store.children(target):
+            if 0 <= _sequence(child) < seq - KEPT_ACL_NOTIFICATIONS:
+                await store.delete(f"{target}/{child}")
+    return after
+
+
+async def zk_acls(connect: str, timeout_ms: int = 10000) -> dict[tuple[str, str, str], frozenset[AclEntry]]:
+    """Every ACL in ZooKeeper (resource -> entries), as the brokers read them."""
+    store = ZkStore(connect, timeout_ms)
+    await store.start()
+    try:
+        return await read_acls(store)
+    finally:
+        await store.close()
+
+
+async def read_acls(store: ZkStore) -> dict[tuple[str, str, str], frozenset[AclEntry]]:
+    """Every ACL node under ``/kafka-acl`` and ``/kafka-acl-extended/prefixed``: resource -> entries."""
+    out: dict[tuple[str, str, str], frozenset[AclEntry]] = {}
+    for root, pattern in ((ACL_LITERAL, "LITERAL"), (ACL_PREFIXED, "PREFIXED")):
+        for rtype in await store.children(root):
+            for name in await store.children(f"{root}/{rtype}"):
+                data, _ = await store.get_or_none(f"{root}/{rtype}/{name}")
+                entries = _acl_entries(data, f"{root}/{rtype}/{name}")
+                if entries:
+                    out[(rtype, pattern, name)] = entries
+    return out
+
+
+async def zk_alter_acls(
+    connect: str,
+    changes: Mapping[tuple[str, str, str], Callable[[frozenset[AclEntry]], frozenset[AclEntry]]],
+    timeout_ms: int = 10000,
+) -> dict[tuple[str, str, str], frozenset[AclEntry]]:
+    """Apply ACL changes straight in ZooKeeper (no broker needed: before a cluster's first
+    start), as kafka-acls with ``--authorizer-properties zookeeper.connect=`` did; running
+    brokers take them from the change notifications.  Returns each resource's new entries."""
+    store = ZkStore(connect, timeout_ms)
+    await store.start()
+    try:
+        for path in (ACL_LITERAL, ACL_PREFIXED, ACL_CHANGES, ACL_EXTENDED_CHANGES):
+            await store.ensure_path(path)
+        return {resource: await write_acls(store, resource, change) for resource, change in changes.items()}
     finally:
         await store.close()

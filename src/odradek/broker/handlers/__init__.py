@@ -1,6 +1,7 @@
 """One module per group of APIs; importing this package registers every handler."""
 
 from odradek.broker.handlers import (  # noqa: F401
+    acls,
     admin,
     api_versions,
     cluster,
@@ -10,5 +11,6 @@ from odradek.broker.handlers import (  # noqa: F401
     list_offsets,
     metadata,
     produce,
+    quotas,
     sasl,
 )

@@ -9,11 +9,13 @@ new image to its partitions when the backend publishes it.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from typing import TYPE_CHECKING
 
 from odradek.broker.dispatch import RequestContext, handles
 from odradek.broker.handlers.configs import topic_config_entries, validate_topic_configs
+from odradek.broker.handlers.metadata import authorized_operations
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.create_partitions import CreatePartitionsRequest, CreatePartitionsResponse
@@ -27,11 +29,45 @@ from odradek.protocol.messages.offset_for_leader_epoch import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
 )
+from odradek.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 NO_AUTHORIZED_OPERATIONS = -2147483648
 
 if TYPE_CHECKING:
     from odradek.storage.log import Log
+
+
+class _Mutations:
+    """KIP-599's controller mutation quota for one request: partitions created or deleted are
+    charged to the principal's and client id's ``controller_mutation_rate``.  Versions that know
+    THROTTLING_QUOTA_EXCEEDED (CreateTopics v6+, DeleteTopics v5+, CreatePartitions v3+) are
+    strict: once over the quota, further topics are refused with it; older ones are charged and
+    told to wait (``throttle_time_ms``)."""
+
+    def __init__(self, ctx: RequestContext, strict_from: int) -> None:
+        quotas = ctx.services.quotas
+        self.quotas = quotas if quotas is not None and quotas.mutation.index else None
+        self.user = ctx.session.principal.name
+        self.client_id = ctx.header.client_id or ""
+        self.strict = ctx.version >= strict_from
+        self.throttle_ms = 0
+
+    def check(self) -> None:
+        """Before a mutation: refuse it while over the quota (strict versions)."""
+        q = self.quotas
+        if q is None or not self.strict:
+            return
+        over = q.over(q.mutation, self.user, self.client_id, time.monotonic() * 1000.0)
+        if over:
+            self.throttle_ms = max(self.throttle_ms, over)
+            raise KafkaError(ErrorCode.THROTTLING_QUOTA_EXCEEDED, "The throttling quota has been exceeded.")
+
+    def charge(self, partitions: int) -> None:
+        q = self.quotas
+        if q is None or partitions <= 0:
+            return
+        throttle = q.record(q.mutation, self.user, self.client_id, float(partitions), time.monotonic() * 1000.0)
+        self.throttle_ms = max(self.throttle_ms, throttle)
 
 
 @handles(ApiKey.CREATE_TOPICS, versions=(0, 7))
@@ -43,10 +79,14 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
     per_request = int(svc.config.get("max.partitions.per.request"))
     requested = 0
     results = []
+    mutations = _Mutations(ctx, strict_from=6)
+    cluster_create = ctx.authorize_cluster(Operation.CREATE, log_denied=False)
     for t in request.topics:
         res = R.CreatableTopicResult(name=t.name, error_message=None)
         results.append(res)
         try:
+            if not cluster_create and not ctx.authorize(Operation.CREATE, ResourceType.TOPIC, t.name):
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             if names.count(t.name) > 1:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"topic '{t.name}' appears more than once in the request")
             configs = {c.name: c.value for c in t.configs if c.value is not None}
@@ -68,9 +108,12 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
                     f"more than max.partitions.per.request={per_request}",
                 )
             requested += max(partitions, 0)
+            mutations.check()
             info = await svc.topics.create(
                 t.name, partitions, rf, configs, assignments, validate_only=request.validate_only
             )
+            if not request.validate_only:
+                mutations.charge(info.partition_count)
             res.topic_id = info.topic_id if not request.validate_only else uuid.UUID(int=0)
             if version >= 5:
                 res.num_partitions = info.partition_count
@@ -84,7 +127,7 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
         except KafkaError as exc:
             res.error_code = int(exc.code)
             res.error_message = exc.message or None
-    return R(throttle_time_ms=0, topics=results)
+    return R(throttle_time_ms=mutations.throttle_ms, topics=results)
 
 
 @handles(ApiKey.DELETE_TOPICS, versions=(0, 6))
@@ -96,6 +139,7 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
         [(t.name, t.topic_id) for t in request.topics] if version >= 6 else [(n, uuid.UUID(int=0)) for n in request.topic_names]
     )
     results = []
+    mutations = _Mutations(ctx, strict_from=5)
     for name, topic_id in wanted:
         res = R.DeletableTopicResult(name=name if name is not None or version >= 6 else "", topic_id=topic_id)
         results.append(res)
@@ -105,15 +149,19 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
                 if found is None:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic with id {topic_id}")
                 name = res.name = found.name
+            if not ctx.authorize(Operation.DELETE, ResourceType.TOPIC, name):
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             info = svc.image.topics.get(name)
             if info is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
             res.topic_id = info.topic_id
+            mutations.check()
             await svc.topics.delete(name)
+            mutations.charge(info.partition_count)
         except KafkaError as exc:
             res.error_code = int(exc.code)
             res.error_message = exc.message or None
-    return R(throttle_time_ms=0, responses=results)
+    return R(throttle_time_ms=mutations.throttle_ms, responses=results)
 
 
 @handles(ApiKey.CREATE_PARTITIONS, versions=(0, 3))
@@ -122,10 +170,13 @@ async def create_partitions(ctx: RequestContext, request: CreatePartitionsReques
     per_request = int(ctx.services.config.get("max.partitions.per.request"))
     requested = 0
     results = []
+    mutations = _Mutations(ctx, strict_from=3)
     for t in request.topics:
         res = R.CreatePartitionsTopicResult(name=t.name)
         results.append(res)
         try:
+            if not ctx.authorize(Operation.ALTER, ResourceType.TOPIC, t.name):
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             info = ctx.services.image.topics.get(t.name)
             adding = t.count - info.partition_count if info is not None else 0
             if adding > 0 and requested + adding > per_request:
@@ -136,11 +187,14 @@ async def create_partitions(ctx: RequestContext, request: CreatePartitionsReques
                 )
             requested += max(adding, 0)
             assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments is not None else None
+            mutations.check()
             await ctx.services.topics.create_partitions(t.name, t.count, assignments, validate_only=request.validate_only)
+            if not request.validate_only:
+                mutations.charge(adding)
         except KafkaError as exc:
             res.error_code = int(exc.code)
             res.error_message = exc.message or None
-    return R(throttle_time_ms=0, results=results)
+    return R(throttle_time_ms=mutations.throttle_ms, results=results)
 
 
 @handles(ApiKey.DELETE_RECORDS, versions=(0, 2))
@@ -153,9 +207,13 @@ async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> 
     moves: list[tuple[Log, int, DeleteRecordsResponse.DeleteRecordsPartitionResult]] = []
     for t in request.topics:
         parts = []
+        allowed = ctx.authorize(Operation.DELETE, ResourceType.TOPIC, t.name)
         for dp in t.partitions:
             res = R.DeleteRecordsPartitionResult(partition_index=dp.partition_index, low_watermark=-1)
             parts.append(res)
+            if not allowed:
+                res.error_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                continue
             try:
                 p = svc.replicas.leader_partition(t.name, dp.partition_index)
                 offset = p.high_watermark if dp.offset == -1 else dp.offset
@@ -201,7 +259,9 @@ async def describe_cluster(ctx: RequestContext, request: DescribeClusterRequest)
         cluster_id=image.cluster_id,
         controller_id=image.controller_id,
         brokers=brokers,
-        cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+        cluster_authorized_operations=authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
+        if request.include_cluster_authorized_operations
+        else NO_AUTHORIZED_OPERATIONS,
     )
 
 
@@ -210,6 +270,8 @@ async def describe_log_dirs(ctx: RequestContext, request: DescribeLogDirsRequest
     R = DescribeLogDirsResponse
     svc = ctx.services
     wanted = None if request.topics is None else {(t.topic, p) for t in request.topics for p in t.partitions}
+    if not ctx.authorize_cluster(Operation.DESCRIBE):
+        return R(throttle_time_ms=0, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), results=[])
     results = []
     failures = svc.replicas.log_dirs
     for d in svc.logs.dirs:
@@ -252,11 +314,17 @@ async def offset_for_leader_epoch(
     R = OffsetForLeaderEpochResponse
     svc = ctx.services
     topics = []
+    # inter-broker at first, consumers too since KIP-320: ClusterAction, or Describe on the topic
+    cluster_action = ctx.authorize_cluster(Operation.CLUSTER_ACTION, log_denied=False)
     for t in request.topics:
         parts = []
+        allowed = cluster_action or ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, t.topic)
         for op in t.partitions:
             res = R.EpochEndOffset(partition=op.partition)
             parts.append(res)
+            if not allowed:
+                res.error_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                continue
             try:
                 p = svc.partitions.for_fetch(t.topic, op.partition, op.current_leader_epoch, request.replica_id)
                 epoch, end = p.log.epochs.end_offset_for(op.leader_epoch, p.log.log_end_offset)
@@ -270,7 +338,23 @@ async def offset_for_leader_epoch(
 @handles(ApiKey.INIT_PRODUCER_ID, versions=(0, 4))
 async def init_producer_id(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
     R = InitProducerIdResponse
+    if request.transactional_id is None and not (
+        ctx.authorize_cluster(Operation.IDEMPOTENT_WRITE, log_denied=False)
+        or ctx.authorize_any(Operation.WRITE, ResourceType.TOPIC)
+    ):
+        # KIP-679: IdempotentWrite on the cluster, or Write on some topic
+        ctx.authorize_cluster(Operation.IDEMPOTENT_WRITE)  # the denial, in the audit log
+        return R(
+            throttle_time_ms=0, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), producer_id=-1, producer_epoch=-1
+        )
     if request.transactional_id is not None:
+        if not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+            return R(
+                throttle_time_ms=0,
+                error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+                producer_id=-1,
+                producer_epoch=-1,
+            )
         return R(
             throttle_time_ms=0,
             error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),

@@ -20,7 +20,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from odradek.broker.dispatch import RequestContext, handles
+from odradek.broker.dispatch import RequestContext, handles, require_cluster
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.alter_partition_reassignments import (
@@ -39,6 +39,7 @@ from odradek.protocol.messages.list_partition_reassignments import (
 )
 from odradek.protocol.messages.stop_replica import StopReplicaRequest, StopReplicaResponse
 from odradek.protocol.messages.update_metadata import UpdateMetadataRequest, UpdateMetadataResponse
+from odradek.security.acl import Operation
 
 if TYPE_CHECKING:
     from odradek.broker.controller import Controller
@@ -50,6 +51,7 @@ _NOT_NEEDED = "Leader election not needed for topic partition"
 
 @handles(ApiKey.LEADER_AND_ISR, versions=(0, 7))
 async def leader_and_isr(ctx: RequestContext, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
+    require_cluster(ctx, Operation.CLUSTER_ACTION)
     R = LeaderAndIsrResponse
     svc = ctx.services
     err = svc.replication.check_controller_request(request.controller_epoch, request.broker_epoch if ctx.version >= 2 else -1)
@@ -84,6 +86,7 @@ async def leader_and_isr(ctx: RequestContext, request: LeaderAndIsrRequest) -> L
 
 @handles(ApiKey.UPDATE_METADATA, versions=(0, 8))
 async def update_metadata(ctx: RequestContext, request: UpdateMetadataRequest) -> UpdateMetadataResponse:
+    require_cluster(ctx, Operation.CLUSTER_ACTION)
     svc = ctx.services
     err = svc.replication.check_controller_request(request.controller_epoch, request.broker_epoch if ctx.version >= 5 else -1)
     if err is None:
@@ -99,6 +102,7 @@ async def update_metadata(ctx: RequestContext, request: UpdateMetadataRequest) -
 
 @handles(ApiKey.STOP_REPLICA, versions=(0, 4))
 async def stop_replica(ctx: RequestContext, request: StopReplicaRequest) -> StopReplicaResponse:
+    require_cluster(ctx, Operation.CLUSTER_ACTION)
     R = StopReplicaResponse
     svc = ctx.services
     err = svc.replication.check_controller_request(request.controller_epoch, request.broker_epoch if ctx.version >= 1 else -1)
@@ -125,6 +129,7 @@ async def stop_replica(ctx: RequestContext, request: StopReplicaRequest) -> Stop
 
 @handles(ApiKey.CONTROLLED_SHUTDOWN, versions=(0, 3))
 async def controlled_shutdown(ctx: RequestContext, request: ControlledShutdownRequest) -> ControlledShutdownResponse:
+    require_cluster(ctx, Operation.CLUSTER_ACTION)
     R = ControlledShutdownResponse
     controller = ctx.services.controller
     if controller is None or not controller.active:
@@ -142,6 +147,7 @@ async def controlled_shutdown(ctx: RequestContext, request: ControlledShutdownRe
 
 @handles(ApiKey.ELECT_LEADERS, versions=(0, 2))
 async def elect_leaders(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLeadersResponse:
+    require_cluster(ctx, Operation.ALTER)
     R = ElectLeadersResponse
     etype = request.election_type if ctx.version >= 1 else 0
     tps = None
@@ -174,6 +180,7 @@ async def elect_leaders(ctx: RequestContext, request: ElectLeadersRequest) -> El
 async def alter_partition_reassignments(
     ctx: RequestContext, request: AlterPartitionReassignmentsRequest
 ) -> AlterPartitionReassignmentsResponse:
+    require_cluster(ctx, Operation.ALTER)
     R = AlterPartitionReassignmentsResponse
     controller = ctx.services.controller
     changes = {
@@ -205,6 +212,7 @@ async def alter_partition_reassignments(
 async def list_partition_reassignments(
     ctx: RequestContext, request: ListPartitionReassignmentsRequest
 ) -> ListPartitionReassignmentsResponse:
+    require_cluster(ctx, Operation.DESCRIBE)
     R = ListPartitionReassignmentsResponse
     controller = ctx.services.controller
     if controller is None or not controller.active:

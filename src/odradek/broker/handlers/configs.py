@@ -10,6 +10,7 @@ resource's whole override set; IncrementalAlterConfigs applies SET / DELETE / AP
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,7 @@ from odradek.protocol.messages.incremental_alter_configs import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
+from odradek.security.acl import Operation, ResourceType
 from odradek.storage import LogConfig, StorageError
 
 if TYPE_CHECKING:
@@ -68,6 +70,14 @@ _warned: set[tuple[str, str, str]] = set()
 _MAX_WARNED = 10_000
 
 
+def throttled_replicas_valid(value: str) -> bool:
+    """Kafka's ThrottledReplicaListValidator: empty, ``*``, or ``partition:broker`` pairs."""
+    text = value.strip()
+    if text in ("", "*"):
+        return True
+    return all(re.fullmatch(r"\s*\d+\s*:\s*\d+\s*", item) for item in text.split(","))
+
+
 def validate_topic_configs(
     configs: Mapping[str, str | None], base: Mapping[str, Any] | None = None, *, topic: str | None = None
 ) -> None:
@@ -80,6 +90,11 @@ def validate_topic_configs(
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"unknown topic config name: {name}")
         if value is not None:
             parse_value(name, t, value)
+            if name.endswith(".replication.throttled.replicas") and not throttled_replicas_valid(value):
+                raise KafkaError(
+                    ErrorCode.INVALID_CONFIG,
+                    f"{name} must be '*' or a comma-separated list of partition:broker pairs, not {value!r}",
+                )
     merged = dict(base or {})
     merged.update({k: v for k, v in configs.items() if v is not None})
     try:
@@ -146,6 +161,7 @@ async def describe_configs(ctx: RequestContext, request: DescribeConfigsRequest)
         out = R.DescribeConfigsResult(resource_type=res.resource_type, resource_name=res.resource_name, error_message=None)
         results.append(out)
         try:
+            _authorize(ctx, res.resource_type, res.resource_name, Operation.DESCRIBE_CONFIGS)
             if res.resource_type == TOPIC:
                 info = svc.image.topics.get(res.resource_name)
                 if info is None:
@@ -188,6 +204,15 @@ async def describe_configs(ctx: RequestContext, request: DescribeConfigsRequest)
             out.error_code = int(exc.code)
             out.error_message = exc.message or None
     return R(throttle_time_ms=0, results=results)
+
+
+def _authorize(ctx: RequestContext, resource_type: int, name: str, op: Operation) -> None:
+    """A topic's configs need ``op`` on the topic, a broker's on the cluster."""
+    if resource_type == TOPIC:
+        if not ctx.authorize(op, ResourceType.TOPIC, name):
+            raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
+    elif resource_type in (BROKER, BROKER_LOGGER) and not ctx.authorize_cluster(op):
+        raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Authorization failed.")
 
 
 async def _apply(
@@ -234,6 +259,7 @@ async def alter_configs(ctx: RequestContext, request: AlterConfigsRequest) -> Al
         )
         results.append(out)
         try:
+            _authorize(ctx, res.resource_type, res.resource_name, Operation.ALTER_CONFIGS)
             change = {c.name: c.value for c in res.configs}
             await _apply(ctx.services, res.resource_type, res.resource_name, change, True, request.validate_only)
         except KafkaError as exc:
@@ -255,6 +281,7 @@ async def incremental_alter_configs(
         )
         results.append(out)
         try:
+            _authorize(ctx, res.resource_type, res.resource_name, Operation.ALTER_CONFIGS)
             current: Mapping[str, str] = {}
             if res.resource_type == TOPIC:
                 info = svc.image.topics.get(res.resource_name)

@@ -11,6 +11,7 @@ are not kept: every response has session id 0, so clients send full fetch reques
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ from odradek.broker.replica import Partition
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.fetch import FetchRequest, FetchResponse
+from odradek.security.acl import Operation, ResourceType
 from odradek.storage import FileRegion, OffsetOutOfRangeError
 
 if TYPE_CHECKING:
@@ -56,7 +58,7 @@ class _Slot:
 def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse | _Fetch:
     """Reads now; answers now when that is enough (or the request does not wait), else the
     fetch itself waits (a Deferred: the fetch purgatory) and answers when it completes."""
-    op = _Fetch(ctx.services, ctx.header.api_version, request)
+    op = _Fetch(ctx.services, ctx.header.api_version, request, ctx if ctx.services.authorizer is not None else None)
     total = op.read_all()
     if request.max_wait_ms > 0 and total < request.min_bytes and op.can_wait():
         return op
@@ -78,10 +80,12 @@ class _Fetch(DelayedOperation):
         "served",
         "slots",
         "svc",
+        "throttled",
         "topics",
         "version",
     )
-    def __init__(self, svc: Services, version: int, request: FetchRequest) -> None:
+    def __init__(self, svc: Services, version: int, request: FetchRequest, auth: RequestContext | None) -> None:
+        """``auth``: the request's context when an authorizer decides what it may read."""
         super().__init__()
         self.svc = svc
         self.version = version
@@ -94,6 +98,8 @@ class _Fetch(DelayedOperation):
         image = svc.image
         topics: list[R.FetchableTopicResponse] = []
         slots: list[_Slot] = []
+        # a follower needs ClusterAction on the cluster, a consumer Read on each topic
+        follower_allowed = auth is None or replica_id < 0 or auth.authorize_cluster(Operation.CLUSTER_ACTION)
         for t in request.topics:
             if version >= 13:
                 info = _topic_by_id(image, t.topic_id)
@@ -103,6 +109,9 @@ class _Fetch(DelayedOperation):
                 name = t.topic
                 tr = _topic_response(topic=t.topic)
             topics.append(tr)
+            allowed = follower_allowed and (
+                auth is None or replica_id >= 0 or name is None or auth.authorize(Operation.READ, ResourceType.TOPIC, name)
+            )
             for fp in t.partitions:
                 pr = _partition_response(
                     partition_index=fp.partition,
@@ -116,6 +125,9 @@ class _Fetch(DelayedOperation):
                     records=b"",
                 )
                 tr.partitions.append(pr)
+                if not allowed:
+                    pr.error_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                    continue
                 if name is None:
                     pr.error_code = int(ErrorCode.UNKNOWN_TOPIC_ID)
                     continue
@@ -136,14 +148,36 @@ class _Fetch(DelayedOperation):
             except KafkaError as exc:
                 slot.response.error_code = int(exc.code)
         self.served = served
+        # KIP-73: the partitions of a follower's fetch that count against the leader's
+        # replication throttle (None: no throttle applies to this fetch)
+        self.throttled: list[_Slot] | None = None
+        quota = svc.leader_quota
+        if replica_id >= 0 and quota is not None and quota.limited():
+            self.throttled = [
+                slot for slot, p in served
+                if replica_id not in p.state.isr
+                and quota.throttled(p.log.config.leader_replication_throttled_replicas, p.index, svc.broker_id)
+            ]
 
     def read_all(self) -> int:
         """Read every served partition into its response; the bytes read."""
         read = self.svc.replicas.read
         version, magic, max_bytes, replica_id = self.version, self.magic, self.max_bytes, self.replica_id
         total = 0
+        throttled = self.throttled
+        hold: set[int] = set()
+        if throttled:
+            quota = self.svc.leader_quota
+            assert quota is not None
+            if quota.exceeded(time.monotonic() * 1000.0):  # over the rate: no data for them this time
+                hold = {id(slot) for slot in throttled}
         for slot, p in self.served:
             pr = slot.response
+            if hold and id(slot) in hold:
+                pr.records = b""
+                pr.high_watermark = pr.last_stable_offset = p.log.high_watermark
+                pr.log_start_offset = p.log.log_start_offset
+                continue
             budget = max_bytes - total
             limit = min(slot.max_bytes, budget)
             min_one = version >= 3 and total == 0
@@ -184,6 +218,17 @@ class _Fetch(DelayedOperation):
         return bool(served) and len(served) == len(self.slots) and all(not s.response.error_code for s, _p in served)
 
     def response(self) -> FetchResponse:
+        if self.throttled:
+            quota = self.svc.leader_quota
+            assert quota is not None
+            sent = 0
+            for slot in self.throttled:
+                records = slot.response.records
+                if isinstance(records, (bytes, bytearray, memoryview)):
+                    sent += len(records)
+                elif records is not None:
+                    sent += int(getattr(records, "length", 0))
+            quota.record(sent, time.monotonic() * 1000.0)
         return _fetch_response(throttle_time_ms=0, error_code=0, session_id=0, responses=self.topics)
 
     # -- the long poll (a delayed operation) -------------------------------------------------------

@@ -11,6 +11,7 @@ COORDINATOR_NOT_AVAILABLE until transactions exist.
 from __future__ import annotations
 
 from odradek.broker.dispatch import RequestContext, handles
+from odradek.broker.handlers.metadata import authorized_operations
 from odradek.cluster.group import OffsetAndMetadata
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
@@ -25,9 +26,22 @@ from odradek.protocol.messages.offset_commit import OffsetCommitRequest, OffsetC
 from odradek.protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
 from odradek.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
 from odradek.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
+from odradek.security.acl import Operation, ResourceType
 
 NO_AUTHORIZED_OPERATIONS = -2147483648
+
+
+class _NothingToCommit(Exception):
+    """Every partition of an OffsetCommit was refused before reaching the coordinator."""
 GROUP_KEY, TRANSACTION_KEY = 0, 1
+
+
+def _check(ctx: RequestContext, group_id: str, op: Operation) -> None:
+    """The principal may do ``op`` on the group (GROUP_AUTHORIZATION_FAILED), and the group
+    is this coordinator's and loaded."""
+    if not ctx.authorize(op, ResourceType.GROUP, group_id):
+        raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    ctx.services.groups.check(group_id)
 
 
 def _error_of(exc: BaseException) -> ErrorCode:
@@ -46,9 +60,13 @@ async def find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest)
         results.append(res)
         try:
             if key_type == TRANSACTION_KEY:
+                if not ctx.authorize(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+                    raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
                 raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported yet")
             if key_type != GROUP_KEY:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}")
+            if not ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, key):
+                raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
             if not key:
                 raise KafkaError(ErrorCode.INVALID_GROUP_ID, "empty group id")
             await svc.groups.ensure_topic()
@@ -82,7 +100,7 @@ async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGrou
     version = ctx.version
     empty_name = None if version >= 7 else ""
     try:
-        ctx.services.groups.check(request.group_id)
+        _check(ctx, request.group_id, Operation.READ)
         result = await ctx.services.groups.join(
             group_id=request.group_id,
             member_id=request.member_id,
@@ -126,7 +144,7 @@ async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGrou
 async def sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
     R = SyncGroupResponse
     try:
-        ctx.services.groups.check(request.group_id)
+        _check(ctx, request.group_id, Operation.READ)
         result = await ctx.services.groups.sync(
             group_id=request.group_id,
             generation_id=request.generation_id,
@@ -151,7 +169,7 @@ async def sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGrou
 @handles(ApiKey.HEARTBEAT, versions=(0, 4))
 async def heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
     try:
-        ctx.services.groups.check(request.group_id)
+        _check(ctx, request.group_id, Operation.READ)
         code = ctx.services.groups.heartbeat(
             group_id=request.group_id,
             member_id=request.member_id,
@@ -171,7 +189,7 @@ async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveG
     else:
         members = [(request.member_id, None)]
     try:
-        ctx.services.groups.check(request.group_id)
+        _check(ctx, request.group_id, Operation.READ)
         errors = await ctx.services.groups.leave(request.group_id, members)
     except KafkaError as exc:
         return R(throttle_time_ms=0, error_code=int(exc.code))
@@ -198,10 +216,15 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
     if 2 <= version <= 4 and request.retention_time_ms >= 0:
         expire = now + request.retention_time_ms
     unknown: dict[tuple[str, int], ErrorCode] = {}
+    group_allowed = ctx.authorize(Operation.READ, ResourceType.GROUP, request.group_id)
     for t in request.topics:
         info = svc.image.topics.get(t.name)
+        topic_allowed = not group_allowed or ctx.authorize(Operation.READ, ResourceType.TOPIC, t.name)
         for p in t.partitions:
             tp = (t.name, p.partition_index)
+            if not topic_allowed:
+                unknown[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             if info is None or p.partition_index not in info.partitions:
                 unknown[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
@@ -209,18 +232,32 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
             offsets[tp] = OffsetAndMetadata(
                 p.committed_offset, p.committed_leader_epoch, p.committed_metadata or "", ts, expire
             )
+    # v0 in a ZooKeeper cluster: /consumers/<group>/offsets, on any broker (Kafka 0.8.2-0.10)
+    in_zookeeper = version == 0 and svc.backend.stores_v0_offsets
     try:
-        svc.groups.check(request.group_id)
-        error, per = await svc.groups.commit(
-            request.group_id,
-            request.generation_id_or_member_epoch,
-            request.member_id,
-            request.group_instance_id,
-            offsets,
-        )
+        if not group_allowed:
+            raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        if not in_zookeeper:
+            svc.groups.check(request.group_id)
+        if not offsets and unknown:
+            raise _NothingToCommit
+        if in_zookeeper:
+            await svc.backend.commit_v0_offsets(request.group_id, {tp: om.offset for tp, om in offsets.items()})
+            error, per = ErrorCode.NONE, dict[tuple[str, int], ErrorCode]()
+        else:
+            error, per = await svc.groups.commit(
+                request.group_id,
+                request.generation_id_or_member_epoch,
+                request.member_id,
+                request.group_instance_id,
+                offsets,
+            )
     except KafkaError as exc:
         error, per = exc.code, {}
-    per.update(unknown)
+    except _NothingToCommit:
+        error, per = ErrorCode.NONE, {}
+    if group_allowed:
+        per.update(unknown)
     topics = []
     for t in request.topics:
         topics.append(
@@ -238,22 +275,39 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
     return R(throttle_time_ms=0, topics=topics)
 
 
-def _fetch_group(ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None) -> tuple[
-    ErrorCode, list[tuple[str, list[tuple[int, int, int, str | None, ErrorCode]]]]
-]:
-    """(group error, [(topic, [(partition, offset, leader epoch, metadata, error)])])."""
+async def _fetch_group(
+    ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None, in_zookeeper: bool = False
+) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, int, int, str | None, ErrorCode]]]]]:
+    """(group error, [(topic, [(partition, offset, leader epoch, metadata, error)])]).
+    ``in_zookeeper``: the offsets the 0.8 way, from /consumers/<group>/offsets (OffsetFetch v0
+    in a ZooKeeper cluster, on any broker)."""
     groups = ctx.services.groups
     try:
-        groups.check(group_id)
+        if in_zookeeper:
+            if not ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+                raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        else:
+            _check(ctx, group_id, Operation.DESCRIBE)
     except KafkaError as exc:
         failed: list[tuple[str, list[tuple[int, int, int, str | None, ErrorCode]]]] = [
             (t, [(p, -1, -1, "", exc.code) for p in ps]) for t, ps in (wanted or [])
         ]
         return exc.code, failed
-    partitions = None if wanted is None else [(t, p) for t, ps in wanted for p in ps]
-    found = groups.state.fetch_offsets(group_id, partitions)
+    denied: set[str] = set()
+    if wanted is not None and ctx.services.authorizer is not None:
+        denied = {t for t, _ps in wanted if not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, t)}
+    partitions = None if wanted is None else [(t, p) for t, ps in wanted for p in ps if t not in denied]
+    if in_zookeeper:
+        stored = await ctx.services.backend.fetch_v0_offsets(group_id, partitions or [])
+        found = {tp: (OffsetAndMetadata(o, -1, "", -1, -1) if o >= 0 else None) for tp, o in stored.items()}
+    else:
+        found = groups.state.fetch_offsets(group_id, partitions)
     by_topic: dict[str, list[tuple[int, int, int, str | None, ErrorCode]]] = {}
+    for t in sorted(denied):
+        by_topic[t] = [(p, -1, -1, "", ErrorCode.TOPIC_AUTHORIZATION_FAILED) for p in dict(wanted or [])[t]]
     for (topic, p), om in sorted(found.items()):
+        if wanted is None and not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, topic, log_denied=False):
+            continue  # every committed partition: those of topics the principal may Describe
         entry = (p, -1, -1, "", ErrorCode.NONE) if om is None else (p, om.offset, om.leader_epoch, om.metadata, ErrorCode.NONE)
         by_topic.setdefault(topic, []).append(entry)
     if wanted is not None:
@@ -269,7 +323,7 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
         groups = []
         for g in request.groups:
             wanted = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
-            error, topics = _fetch_group(ctx, g.group_id, wanted)
+            error, topics = await _fetch_group(ctx, g.group_id, wanted)
             groups.append(
                 R.OffsetFetchResponseGroup(
                     group_id=g.group_id,
@@ -291,7 +345,8 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
             )
         return R(throttle_time_ms=0, groups=groups)
     wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
-    error, topics = _fetch_group(ctx, request.group_id, wanted)
+    in_zookeeper = version == 0 and ctx.services.backend.stores_v0_offsets
+    error, topics = await _fetch_group(ctx, request.group_id, wanted, in_zookeeper)
     resp = R(
         throttle_time_ms=0,
         topics=[
@@ -319,7 +374,7 @@ async def describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -
     out = []
     for gid in request.groups:
         try:
-            ctx.services.groups.check(gid)
+            _check(ctx, gid, Operation.DESCRIBE)
         except KafkaError as exc:
             out.append(R.DescribedGroup(error_code=int(exc.code), group_id=gid, group_state="", protocol_type="", protocol_data=""))
             continue
@@ -347,7 +402,9 @@ async def describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -
                 protocol_type=g.protocol_type or "",
                 protocol_data=g.protocol_name or "" if g.state.value != "PreparingRebalance" else "",
                 members=members,
-                authorized_operations=NO_AUTHORIZED_OPERATIONS,
+                authorized_operations=authorized_operations(ctx, ResourceType.GROUP, gid)
+                if ctx.version >= 3 and request.include_authorized_operations
+                else NO_AUTHORIZED_OPERATIONS,
             )
         )
     return R(throttle_time_ms=0, groups=out)
@@ -358,6 +415,7 @@ async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGr
     R = ListGroupsResponse
     states = set(request.states_filter) if ctx.version >= 4 else set()
     groups = ctx.services.groups
+    every = ctx.authorize_cluster(Operation.DESCRIBE, log_denied=False)
     listed = [
         R.ListedGroup(
             group_id=g.group_id,
@@ -366,6 +424,7 @@ async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGr
         )
         for g in groups.state.list_groups(states)
         if groups.partition_for(g.group_id) in groups.loaded
+        and (every or ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, g.group_id, log_denied=False))
     ]
     error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if groups.loading else ErrorCode.NONE
     return R(throttle_time_ms=0, error_code=int(error), groups=sorted(listed, key=lambda g: g.group_id))
@@ -374,7 +433,10 @@ async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGr
 @handles(ApiKey.DELETE_GROUPS, versions=(0, 2))
 async def delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     R = DeleteGroupsResponse
-    result = await ctx.services.groups.delete_groups(list(request.groups_names))
+    allowed = [g for g in request.groups_names if ctx.authorize(Operation.DELETE, ResourceType.GROUP, g)]
+    result = await ctx.services.groups.delete_groups(allowed) if allowed else {}
+    for g in request.groups_names:
+        result.setdefault(g, ErrorCode.GROUP_AUTHORIZATION_FAILED)
     return R(
         throttle_time_ms=0,
         results=[R.DeletableGroupResult(group_id=g, error_code=int(result[g])) for g in request.groups_names],
@@ -384,12 +446,17 @@ async def delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> De
 @handles(ApiKey.OFFSET_DELETE, versions=(0, 0))
 async def offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
     R = OffsetDeleteResponse
-    partitions = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    readable = {t.name for t in request.topics if ctx.authorize(Operation.READ, ResourceType.TOPIC, t.name)}
+    partitions = [(t.name, p.partition_index) for t in request.topics for p in t.partitions if t.name in readable]
     try:
-        ctx.services.groups.check(request.group_id)
+        _check(ctx, request.group_id, Operation.DELETE)
         error, per = await ctx.services.groups.delete_offsets(request.group_id, partitions)
     except KafkaError as exc:
         return R(throttle_time_ms=0, error_code=int(exc.code))
+    for t in request.topics:
+        if t.name not in readable:
+            for p in t.partitions:
+                per[(t.name, p.partition_index)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
     return R(
         throttle_time_ms=0,
         error_code=int(error),

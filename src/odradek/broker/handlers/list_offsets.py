@@ -14,6 +14,7 @@ from odradek.broker.replica import Partition
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
+from odradek.security.acl import Operation, ResourceType
 
 R = ListOffsetsResponse
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
@@ -60,9 +61,13 @@ async def list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> List
     topics = []
     for t in request.topics:
         parts = []
+        allowed = ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, t.name)
         for lp in t.partitions:
             pr = R.ListOffsetsPartitionResponse(partition_index=lp.partition_index)
             parts.append(pr)
+            if not allowed:
+                pr.error_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                continue
             try:
                 p = svc.partitions.for_fetch(t.name, lp.partition_index, lp.current_leader_epoch, -1)
                 if version == 0:

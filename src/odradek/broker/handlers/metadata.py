@@ -30,6 +30,8 @@ from odradek.coordination import validate_topic_name
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.metadata import MetadataRequest, MetadataResponse
+from odradek.security.acl import CLUSTER_NAME, RESOURCE_OPERATIONS, Operation, ResourceType
+from odradek.security.acl import authorized_operations as acl_operations
 
 R = MetadataResponse
 log = logging.getLogger(__name__)
@@ -101,7 +103,21 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
                         )
                     )
                     continue
+                if not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, found.name):
+                    topics.append(
+                        R.MetadataResponseTopic(
+                            error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                            name=None if version >= 12 else "",
+                            topic_id=req.topic_id,
+                            is_internal=False,
+                        )
+                    )
+                    continue
                 topics.append(topic_response(found, version))
+                continue
+            if not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, name):
+                # whether it exists is not disclosed
+                topics.append(_denied(name))
                 continue
             t: TopicInfo | None = image.topics.get(name)
             if t is None:
@@ -123,6 +139,12 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
                     topics.append(
                         R.MetadataResponseTopic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name, is_internal=False)
                     )
+                    continue
+                if allow_create and not (
+                    ctx.authorize_cluster(Operation.CREATE, log_denied=False)
+                    or ctx.authorize(Operation.CREATE, ResourceType.TOPIC, name)
+                ):
+                    topics.append(_denied(name))
                     continue
                 if allow_create:
                     create_budget -= 1
@@ -163,6 +185,18 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
             refused,
             int(svc.config.get("auto.create.topics.max.per.request")),
         )
+    authorizer = svc.authorizer
+    if requested is None and authorizer is not None:
+        # every topic: those the principal may Describe, silently
+        topics = [
+            t for t in topics
+            if t.name is not None and ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, t.name, log_denied=False)
+        ]
+    if version >= 8 and request.include_topic_authorized_operations:
+        topics = [_with_operations(ctx, t) for t in topics]
+    cluster_ops = NO_AUTHORIZED_OPERATIONS
+    if 8 <= version <= 10 and request.include_cluster_authorized_operations:
+        cluster_ops = authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
     image = svc.image
     brokers = []
     for b in sorted(image.brokers.values(), key=lambda b: b.broker_id):
@@ -175,5 +209,32 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
         cluster_id=image.cluster_id,
         controller_id=image.controller_id,
         topics=topics,
-        cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+        cluster_authorized_operations=cluster_ops,
+    )
+
+
+def _denied(name: str) -> MetadataResponse.MetadataResponseTopic:
+    return R.MetadataResponseTopic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name, is_internal=False)
+
+
+def authorized_operations(ctx: RequestContext, rtype: ResourceType, name: str) -> int:
+    """KIP-430's bit set of the operations the principal may do on the resource (all of the
+    resource type's without an authorizer)."""
+    authorizer = ctx.services.authorizer
+    if authorizer is None:
+        return sum(1 << op.value for op in RESOURCE_OPERATIONS[rtype])
+    return acl_operations(authorizer.index, ctx.session.principal_name, ctx.client_host, rtype, name)
+
+
+def _with_operations(ctx: RequestContext, t: MetadataResponse.MetadataResponseTopic) -> MetadataResponse.MetadataResponseTopic:
+    """A copy of a topic's answer (the cached ones are shared) with its authorized operations."""
+    if t.error_code or t.name is None:
+        return t
+    return R.MetadataResponseTopic(
+        error_code=t.error_code,
+        name=t.name,
+        topic_id=t.topic_id,
+        is_internal=t.is_internal,
+        partitions=t.partitions,
+        topic_authorized_operations=authorized_operations(ctx, ResourceType.TOPIC, t.name),
     )

@@ -22,6 +22,7 @@ from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.produce import ProduceRequest, ProduceResponse
 from odradek.records import RecordsError, iter_batch_headers
+from odradek.security.acl import Operation, ResourceType
 from odradek.storage import InvalidRecordError
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ _topic_response = R.TopicProduceResponse.builder()
 _partition_response = R.PartitionProduceResponse.builder()
 _record_error = R.BatchIndexAndErrorMessage
 _u32 = struct.Struct(">I")
+_TOPIC_DENIED = KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 
 
 def _check_format(records: bytes | bytearray | memoryview, version: int) -> None:
@@ -74,16 +76,22 @@ def produce(
     pending: list[tuple[R.PartitionProduceResponse, asyncio.Future[None], Partition]] = []
     appended: list[Partition] = []
     responses: list[R.TopicProduceResponse] = []
+    authorizer = svc.authorizer
     for topic in request.topic_data:
         parts: list[R.PartitionProduceResponse] = []
         responses.append(_topic_response(name=topic.name, partition_responses=parts))
+        topic_refused = refused
+        if authorizer is not None and topic_refused is None and not authorizer.authorize(
+            ctx.session.principal_name, ctx.client_host, Operation.WRITE, ResourceType.TOPIC, topic.name, 0
+        ):
+            topic_refused = _TOPIC_DENIED
         for data in topic.partition_data:
             resp = _partition_response(index=data.index, base_offset=-1, current_leader=_NO_LEADER)
             parts.append(resp)
-            if refused is not None:
-                resp.error_code = int(refused.code)
-                resp.error_message = refused.message or None
-                produce_refused(ctx, topic.name, data.index, refused)
+            if topic_refused is not None:
+                resp.error_code = int(topic_refused.code)
+                resp.error_message = topic_refused.message or None
+                produce_refused(ctx, topic.name, data.index, topic_refused)
                 continue
             try:
                 p = svc.partitions.for_produce(topic.name, data.index)

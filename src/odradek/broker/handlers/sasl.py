@@ -26,6 +26,7 @@ from odradek.protocol.messages.describe_user_scram_credentials import (
 from odradek.protocol.messages.sasl_authenticate import SaslAuthenticateRequest, SaslAuthenticateResponse
 from odradek.protocol.messages.sasl_handshake import SaslHandshakeRequest, SaslHandshakeResponse
 from odradek.security import SCRAM_MECHANISMS, ScramCredential
+from odradek.security.acl import Operation
 from odradek.security.sasl import MAX_SCRAM_ITERATIONS
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,8 @@ def describe_user_scram_credentials(
 ) -> DescribeUserScramCredentialsResponse:
     """The users' mechanisms and iterations (never salts or keys); no users asked: all of them."""
     R = DescribeUserScramCredentialsResponse
+    if not ctx.authorize_cluster(Operation.DESCRIBE):
+        return R(error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), error_message=None, results=[])
     stored = ctx.services.image.user_scram
     names = [u.name for u in request.users or ()]
     results = []
@@ -98,6 +101,13 @@ async def alter_user_scram_credentials(
     """Upsert and delete credentials; the client sends the salted password, never the password.
     Kafka's rules: a user with any bad alteration gets that error and none of its changes apply."""
     R = AlterUserScramCredentialsResponse
+    if not ctx.authorize_cluster(Operation.ALTER):
+        users = dict.fromkeys([*(d.name for d in request.deletions), *(u.name for u in request.upsertions)])
+        return R(results=[
+            R.AlterUserScramCredentialsResult(
+                user=u, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), error_message=None
+            ) for u in users
+        ])
     svc = ctx.services
     stored = svc.image.user_scram
     errors: dict[str, tuple[int, str]] = {}

@@ -31,8 +31,10 @@ from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
 from odradek.client._runner import LoopThread
+from odradek.client.admin._acls import AclAdmin
 from odradek.client.admin._configs import ConfigAdmin
 from odradek.client.admin._groups import GroupAdmin
+from odradek.client.admin._quotas import SPECIFIED, ClientQuotaEntity, QuotaAdmin
 from odradek.client.admin._records import RecordAdmin
 from odradek.client.admin._topics import TopicAdmin
 from odradek.client.admin._users import UserAdmin
@@ -61,16 +63,28 @@ from odradek.client.admin.types import (
     TopicPartition,
 )
 from odradek.config import ConfigSource
+from odradek.security.acl import (
+    AclBinding,
+    AclBindingFilter,
+    Operation,
+    PatternType,
+    PermissionType,
+    ResourceType,
+)
 
 T = TypeVar("T")
 log = logging.getLogger("odradek.client.admin")
 
 __all__ = [
+    "SPECIFIED",
+    "AclBinding",
+    "AclBindingFilter",
     "Admin",
     "AdminError",
     "AlterConfigOp",
     "AlterConfigOpType",
     "AsyncAdmin",
+    "ClientQuotaEntity",
     "ClusterDescription",
     "ConfigEntry",
     "ConfigResource",
@@ -86,14 +100,18 @@ __all__ = [
     "NewTopic",
     "Node",
     "OffsetAndMetadata",
+    "Operation",
     "PartitionDescription",
     "PartitionLag",
+    "PatternType",
+    "PermissionType",
+    "ResourceType",
     "TopicDescription",
     "TopicListing",
 ]
 
 
-class AsyncAdmin(TopicAdmin, ConfigAdmin, GroupAdmin, RecordAdmin, UserAdmin):
+class AsyncAdmin(TopicAdmin, ConfigAdmin, GroupAdmin, RecordAdmin, UserAdmin, AclAdmin, QuotaAdmin):
     """The asyncio admin client.  ``async with AsyncAdmin(bootstrap_servers=...) as admin: ...``
 
     Its operations come by resource: :class:`TopicAdmin` (cluster and topics),
@@ -148,6 +166,29 @@ class Admin:
         self, users: Iterable[str] | None = None, *, timeout: float | None = None
     ) -> dict[str, dict[str, int]]:
         return self._call(self._async.describe_user_scram_credentials(users, timeout=timeout))
+
+    def describe_client_quotas(
+        self, components: Mapping[str, Any] | None = None, *, strict: bool = False, timeout: float | None = None
+    ) -> dict[ClientQuotaEntity, dict[str, float]]:
+        return self._call(self._async.describe_client_quotas(components, strict=strict, timeout=timeout))
+
+    def alter_client_quotas(
+        self,
+        alterations: Iterable[tuple[Mapping[str, str | None] | ClientQuotaEntity, Mapping[str, float | None]]],
+        *,
+        validate_only: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        self._call(self._async.alter_client_quotas(alterations, validate_only=validate_only, timeout=timeout))
+
+    def create_acls(self, bindings: Iterable[AclBinding], *, timeout: float | None = None) -> None:
+        self._call(self._async.create_acls(bindings, timeout=timeout))
+
+    def describe_acls(self, flt: AclBindingFilter | None = None, *, timeout: float | None = None) -> list[AclBinding]:
+        return self._call(self._async.describe_acls(flt, timeout=timeout))
+
+    def delete_acls(self, filters: Iterable[AclBindingFilter], *, timeout: float | None = None) -> list[AclBinding]:
+        return self._call(self._async.delete_acls(filters, timeout=timeout))
 
     def alter_user_scram_credentials(
         self,
