@@ -1,11 +1,18 @@
 """``odradek groups``: list, describe (with lag), reset offsets of and delete consumer groups,
-like Kafka's kafka-consumer-groups tool."""
+like Kafka's kafka-consumer-groups tool.  With ``--zookeeper`` the groups of ZooKeeper consumers
+(Kafka 0.8-0.10's high-level consumer: ``/consumers/<group>``) are listed, described and reset
+too, marked as such."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
+import json
 from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from odradek.cli.topics import run_admin
 from odradek.client import Admin
@@ -18,6 +25,11 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("groups", help="list, describe, reset offsets of and delete consumer groups")
     p.add_argument("--bootstrap-server", default="127.0.0.1:9092", help="host:port[,host:port] (default 127.0.0.1:9092)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each request")
+    p.add_argument(
+        "--zookeeper",
+        metavar="HOST:PORT[/CHROOT]",
+        help="also the ZooKeeper consumers' groups (/consumers/<group>, Kafka 0.8-0.10's high-level consumer)",
+    )
     gsub = p.add_subparsers(dest="groups_command", required=True, metavar="COMMAND")
     ls = gsub.add_parser("list", help="list groups")
     ls.add_argument("--state", action="append", default=[], help="only groups in this state (repeatable)")
@@ -52,16 +64,131 @@ def _table(rows: list[list[str]], out: Any) -> None:
         out.write("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n")
 
 
+class _ZkGroups:
+    """The ZooKeeper consumers' groups, read (and reset) straight from ``/consumers``."""
+
+    def __init__(self, connect: str, timeout: float) -> None:
+        self.zk = KazooClient(hosts=connect, timeout=max(timeout, 1.0))
+        try:
+            self.zk.start(timeout=timeout)
+        except Exception as exc:  # kazoo's timeout is no TimeoutError
+            self.close()
+            raise ConnectionError(f"cannot connect to ZooKeeper at {connect}: {exc}") from exc
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.zk.stop()
+            self.zk.close()
+
+    def _children(self, path: str) -> list[str]:
+        try:
+            return sorted(self.zk.get_children(path))
+        except NoNodeError:
+            return []
+
+    def groups(self) -> list[str]:
+        return self._children("/consumers")
+
+    def exists(self, group: str) -> bool:
+        return self.zk.exists(f"/consumers/{group}") is not None
+
+    def members(self, group: str) -> dict[str, dict[str, Any]]:
+        out = {}
+        for cid in self._children(f"/consumers/{group}/ids"):
+            try:
+                raw, _ = self.zk.get(f"/consumers/{group}/ids/{cid}")
+                out[cid] = json.loads(raw) if raw else {}
+            except (NoNodeError, ValueError):
+                continue
+        return out
+
+    def offsets(self, group: str) -> dict[tuple[str, int], int]:
+        out = {}
+        for topic in self._children(f"/consumers/{group}/offsets"):
+            for p in self._children(f"/consumers/{group}/offsets/{topic}"):
+                with contextlib.suppress(NoNodeError, ValueError):
+                    raw, _ = self.zk.get(f"/consumers/{group}/offsets/{topic}/{p}")
+                    out[(topic, int(p))] = int(raw.decode().strip())
+        return out
+
+    def owners(self, group: str) -> dict[tuple[str, int], str]:
+        out = {}
+        for topic in self._children(f"/consumers/{group}/owners"):
+            for p in self._children(f"/consumers/{group}/owners/{topic}"):
+                with contextlib.suppress(NoNodeError):
+                    raw, _ = self.zk.get(f"/consumers/{group}/owners/{topic}/{p}")
+                    out[(topic, int(p))] = raw.decode()
+        return out
+
+    def set_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
+        for p, o in offsets.items():
+            path, data = f"/consumers/{group}/offsets/{topic}/{p}", str(o).encode()
+            try:
+                self.zk.set(path, data)
+            except NoNodeError:
+                try:
+                    self.zk.create(path, data, makepath=True)
+                except NodeExistsError:
+                    self.zk.set(path, data)
+
+
+def _zk(args: argparse.Namespace) -> _ZkGroups | None:
+    return _ZkGroups(args.zookeeper, args.timeout) if getattr(args, "zookeeper", None) else None
+
+
 def cmd_list(admin: Admin, args: argparse.Namespace, out: Any) -> int:
     groups = admin.list_groups(args.state or None)
     rows = [["GROUP", "STATE", "PROTOCOL-TYPE"]]
-    rows += [[g.group_id, g.state or "", g.protocol_type] for g in sorted(groups, key=lambda g: g.group_id)]
+    listed = [(g.group_id, g.state or "", g.protocol_type) for g in groups]
+    zk = _zk(args)
+    if zk is not None:
+        try:
+            for gid in zk.groups():
+                state = "Stable" if zk.members(gid) else "Empty"
+                if not args.state or state in args.state:
+                    listed.append((gid, state, "zookeeper"))
+        finally:
+            zk.close()
+    rows += [list(r) for r in sorted(listed)]
     _table(rows, out)
+    return 0
+
+
+def _describe_zk(admin: Admin, zk: _ZkGroups, group: str, out: Any) -> int:
+    members = zk.members(group)
+    committed = zk.offsets(group)
+    owners = zk.owners(group)
+    state = "Stable" if members else "Empty"
+    out.write(f"Consumer group '{group}' (ZooKeeper-based) is {state} with {len(members)} member(s).\n\n")
+    keys = sorted(set(committed) | set(owners))
+    ends: dict[tuple[str, int], int] = {}
+    if keys:
+        found = admin.list_offsets(dict.fromkeys(keys, "latest"))
+        ends = {tp: r.offset for tp, r in found.items()}
+    rows = [["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "OWNER"]]
+    for tp in keys:
+        cur, end = committed.get(tp), ends.get(tp)
+        lag = "-" if cur is None or end is None else str(max(end - cur, 0))
+        rows.append([
+            group, tp[0], str(tp[1]), "-" if cur is None else str(cur), "-" if end is None else str(end), lag,
+            owners.get(tp, "-"),
+        ])
+    if len(rows) == 1:
+        out.write(f"Consumer group '{group}' has no committed offsets and no owned partitions.\n")
+    else:
+        _table(rows, out)
     return 0
 
 
 def cmd_describe(admin: Admin, args: argparse.Namespace, out: Any) -> int:
     group = args.group
+    zk = _zk(args)
+    if zk is not None:
+        try:
+            if zk.exists(group):
+                return _describe_zk(admin, zk, group, out)
+        finally:
+            zk.close()
     g = admin.describe_groups([group])[group]
     if g.state == "Dead":
         out.write(f"Consumer group '{group}' does not exist.\n")
@@ -94,6 +221,19 @@ def _parse_time(text: str) -> int:
 
 
 def cmd_reset(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    zk = _zk(args)
+    try:
+        if zk is not None and not zk.exists(args.group):
+            zk.close()
+            zk = None
+        return _reset(admin, args, out, zk)
+    finally:
+        if zk is not None:
+            zk.close()
+
+
+def _reset(admin: Admin, args: argparse.Namespace, out: Any, zk: _ZkGroups | None) -> int:
+    """Reset a group's offsets: in ZooKeeper (``zk``: a ZooKeeper consumers' group) or Kafka."""
     group = args.group
     topic, _, spec = args.topic.partition(":")
     parts = [int(p) for p in spec.split(",")] if spec else _partitions(admin, topic)
@@ -109,16 +249,28 @@ def cmd_reset(admin: Admin, args: argparse.Namespace, out: Any) -> int:
         found = _offsets(admin, topic, parts, _parse_time(args.to_datetime))
         target = {p: (o if o >= 0 else latest[p]) for p, o in found.items()}
     else:
-        committed = admin.list_group_offsets(group, [(topic, p) for p in parts])
-        target = {p: (committed[(topic, p)].offset if (topic, p) in committed else latest[p]) + args.shift_by
-                  for p in parts}
+        if zk is not None:
+            stored = zk.offsets(group)
+            current = {p: stored[(topic, p)] for p in parts if (topic, p) in stored}
+        else:
+            committed = admin.list_group_offsets(group, [(topic, p) for p in parts])
+            current = {p: committed[(topic, p)].offset for p in parts if (topic, p) in committed}
+        target = {p: current.get(p, latest[p]) + args.shift_by for p in parts}
     target = {p: min(max(o, earliest[p]), latest[p]) for p, o in target.items()}
-    state = admin.describe_groups([group])[group].state
+    if zk is not None:
+        state = "Stable" if zk.members(group) else "Empty"
+    else:
+        state = admin.describe_groups([group])[group].state
     if args.execute and state not in ("Empty", "Dead"):
         out.write(f"Error: assignments can only be reset if the group '{group}' is inactive, but it is {state}.\n")
         return 1
     if args.execute:
-        admin.alter_group_offsets(group, {(topic, p): o for p, o in sorted(target.items())})
+        if zk is not None:
+            zk.set_offsets(group, topic, target)
+        else:
+            admin.alter_group_offsets(group, {(topic, p): o for p, o in sorted(target.items())})
+    if zk is not None:
+        out.write(f"Consumer group '{group}' is ZooKeeper-based: offsets in /consumers/{group}/offsets.\n")
     rows = [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]]
     rows += [[group, topic, str(p), str(o)] for p, o in sorted(target.items())]
     _table(rows, out)

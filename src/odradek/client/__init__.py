@@ -47,6 +47,7 @@ from odradek.client.consumer_simple import (
 from odradek.client.errors import OffsetOutOfRangeError
 from odradek.client.partitioner import DefaultPartitioner, murmur2, murmur2_partition
 from odradek.client.producer import AsyncProducer, Producer, RecordMetadata
+from odradek.client.zk_consumer import ConsumerTimeoutError, MessageAndMetadata, ZookeeperConsumer
 
 __all__ = [
     "ADMIN_DEFAULTS",
@@ -70,12 +71,14 @@ __all__ = [
     "ConfigResourceType",
     "Consumer",
     "ConsumerRecord",
+    "ConsumerTimeoutError",
     "DefaultPartitioner",
     "FetchedRecords",
     "GroupDescription",
     "GroupListing",
     "HighLevelConsumer",
     "MemberDescription",
+    "MessageAndMetadata",
     "NewPartitions",
     "NewTopic",
     "OffsetAndMetadata",
@@ -86,6 +89,7 @@ __all__ = [
     "RecordMetadata",
     "SimpleConsumer",
     "Whitelist",
+    "ZookeeperConsumer",
     "create_message_streams",
     "create_message_streams_by_filter",
     "murmur2",
