@@ -39,6 +39,13 @@ benchmark's group looks up its coordinator once (a fresh broker may create
   seconds per run; ratio SASL_SSL / PLAINTEXT (target >= 0.6); and the time Odradek's client takes
   to open a connection ready for requests (TCP, TLS handshake, ApiVersions, SCRAM) vs PLAINTEXT.
   ``--security-only`` runs just this section.
+* ``authorizer`` - two brokers alike but for the ACL authorizer (SASL_PLAINTEXT, PLAIN): one with
+  ``authorizer.class.name`` set and 1,000 ACL bindings loaded (half LITERAL topics, half PREFIXED,
+  for 100 other principals; the benchmark user allowed by one PREFIXED binding), one without.
+  Produce runs alternate between them: the batched run above, and a request-heavy run of one
+  record per Produce request (``linger.ms=0``, ``batch.num.messages=1``), where the per-request
+  authorization matters most; ratio on / off (target >= 0.95) and the broker CPU seconds of each.
+  ``--authorizer-only`` runs just this section.
 * ``machine`` - loopback TCP (this process -> a sink process, 1 MiB page-aligned ``sendall``
   / ``recv_into``), and sequential file writes (1 MiB ``os.write``, page cache only and with
   a final ``fdatasync``) in the directory that holds the data dirs.
@@ -133,6 +140,7 @@ TARGETS = {
     "startup_100_partitions_s": 2.0,  # odradek after a clean shutdown, at most
     "rss_idle_mb": 80.0,  # odradek, at most
     "security_ratio": 0.6,  # SASL_SSL / PLAINTEXT records/s, produce and consume (issue 20)
+    "authorizer_ratio": 0.95,  # produce records/s with the authorizer and 1,000 ACLs / without (issue 21)
 }
 PRODUCER_CONFIG = {
     "acks": 1,
@@ -671,6 +679,86 @@ def security_runs(directory: Path, value: bytes, n: int, repeats: int, connects:
     return out
 
 
+def authorizer_runs(directory: Path, value: bytes, n: int, repeats: int) -> dict[str, Any]:
+    """Produce throughput with the ACL authorizer on (1,000 bindings) and off, alternating."""
+    from odradek.client import Admin
+    from odradek.security.acl import AclBinding, Operation, PatternType, PermissionType, ResourceType
+
+    users = " ".join(f'user_{u}="{u}-pw"' for u in ("admin", "bench"))
+    common = {
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
+    }
+    brokers = {
+        "off": BrokerProcess(directory / "off", listeners="SASL_PLAINTEXT://127.0.0.1:0", overrides=common),
+        "on": BrokerProcess(
+            directory / "on", listeners="SASL_PLAINTEXT://127.0.0.1:0",
+            overrides={**common, "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                       "super.users": "User:admin"},
+        ),
+    }
+    client = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"}
+    bench = {**client, "sasl.username": "bench", "sasl.password": "bench-pw"}
+    admin_conf = {**client, "sasl.username": "admin", "sasl.password": "admin-pw"}
+    small = {"linger.ms": 0, "batch.num.messages": 1, "queue.buffering.max.messages": 100000}
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {k: {"batched": [], "per_record": []} for k in brokers}
+    try:
+        for b in brokers.values():
+            b.start()
+        bindings = []
+        for i in range(1000):
+            pattern = PatternType.LITERAL if i % 2 == 0 else PatternType.PREFIXED
+            name = f"team{i % 37}-topic-{i}" if pattern is PatternType.LITERAL else f"team{i % 37}-p{i}-"
+            op = (Operation.READ, Operation.WRITE, Operation.DESCRIBE)[i % 3]
+            perm = PermissionType.DENY if i % 10 == 0 else PermissionType.ALLOW
+            bindings.append(AclBinding(ResourceType.TOPIC, name, pattern, f"User:u{i % 100}", "*", op, perm))
+        bindings.append(AclBinding(ResourceType.TOPIC, "auth-", PatternType.PREFIXED, "User:bench", "*",
+                                   Operation.WRITE, PermissionType.ALLOW))
+        with Admin({**admin_conf, "bootstrap.servers": brokers["on"].bootstrap_of("SASL_PLAINTEXT")}) as a:
+            for i in range(0, len(bindings), 100):
+                a.create_acls(bindings[i : i + 100], timeout=120)
+            loaded = len(a.describe_acls(timeout=60))
+        for r in range(repeats):
+            order = list(brokers) if r % 2 == 0 else list(reversed(list(brokers)))
+            for kind in order:
+                b = brokers[kind]
+                bs = b.bootstrap_of("SASL_PLAINTEXT")
+                for shape, count, extra in (("batched", n, {}), ("per_record", max(n // 20, 1000), small)):
+                    topic = f"auth-{shape}-{r}"
+                    admin = AdminClient({**admin_conf, "bootstrap.servers": bs})
+                    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+                    deadline = time.monotonic() + 30
+                    while topic not in admin.list_topics(timeout=10).topics and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                    c0 = cpu_seconds(b.pid)
+                    run = produce_run(bs, topic, count, value, {**bench, **extra})
+                    run["broker_cpu_s"] = cpu_seconds(b.pid) - c0
+                    runs[kind][shape].append(run)
+    finally:
+        for b in brokers.values():
+            b.stop()
+    out: dict[str, Any] = {
+        "settings": f"SASL_PLAINTEXT/PLAIN, {loaded} ACL bindings on the 'on' broker; alternating, {repeats} repeats",
+    }
+    for shape in ("batched", "per_record"):
+        on = median([x["records_per_s"] for x in runs["on"][shape]])
+        off = median([x["records_per_s"] for x in runs["off"][shape]])
+        out[shape] = {
+            "off_records_per_s": round(off),
+            "on_records_per_s": round(on),
+            "ratio": rnd(on / off, 3),
+            "broker_cpu_s_off": rnd(median([x["broker_cpu_s"] for x in runs["off"][shape]]), 3),
+            "broker_cpu_s_on": rnd(median([x["broker_cpu_s"] for x in runs["on"][shape]]), 3),
+            "records_per_run": n if shape == "batched" else max(n // 20, 1000),
+            "runs_off": [round(x["records_per_s"]) for x in runs["off"][shape]],
+            "runs_on": [round(x["records_per_s"]) for x in runs["on"][shape]],
+            "target": TARGETS["authorizer_ratio"],
+            "met": on / off >= TARGETS["authorizer_ratio"],
+        }
+    return out
+
+
 def prefetch_wait(n: int) -> float:
     """Generous time for librdkafka to prefetch ``n`` records from a local broker."""
     return 1.0 + n / 250_000
@@ -1012,7 +1100,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer records, repeats and seconds")
     parser.add_argument("--latency-consumer", nargs=5, metavar="ARG", help=argparse.SUPPRESS)
     parser.add_argument("--security-only", action="store_true", help="only the SASL_SSL vs PLAINTEXT section")
+    parser.add_argument("--authorizer-only", action="store_true", help="only the authorizer on vs off section")
     args = parser.parse_args()
+    if args.authorizer_only:
+        cfg0 = QUICK if args.quick else FULL
+        with tempfile.TemporaryDirectory(prefix="odradek-bench-authz-") as d:
+            t0 = time.perf_counter()
+            authz = authorizer_runs(Path(d), os.urandom(VALUE_BYTES), cfg0["records"], cfg0["repeats"])
+            authz["elapsed_s"] = rnd(time.perf_counter() - t0)
+            print(json.dumps({"benchmark": "broker", "section": "authorizer", "authorizer": authz}, indent=2))
+        return
     if args.security_only:
         cfg0 = QUICK if args.quick else FULL
         with tempfile.TemporaryDirectory(prefix="odradek-bench-sec-") as d:
@@ -1295,6 +1392,7 @@ def main() -> None:
             k: sorted({s for r in runs[k] for s in r["non_loopback_sockets"]}) for k in runs
         }
         result["security"] = security_runs(scratch(), value, n, cfg["repeats"])
+        result["authorizer"] = authorizer_runs(scratch(), value, n, cfg["repeats"])
     finally:
         stop_all_started()
         if sink.proc.is_alive():
@@ -1310,6 +1408,8 @@ def main() -> None:
         "rss_idle": result["rss"]["met"],
         "security_produce_ratio": result["security"]["produce"]["met"],
         "security_consume_ratio": result["security"]["consume"]["met"],
+        "authorizer_batched_ratio": result["authorizer"]["batched"]["met"],
+        "authorizer_per_record_ratio": result["authorizer"]["per_record"]["met"],
     }
     result["odradek"]["git_at_end"] = git_state(repo)
     result["targets_met"] = met
