@@ -276,7 +276,10 @@ class ClusterReplication(Replication):
             cfg = self.topics.cached_config(topic)
             if cfg is not None and cfg is not p.log.config:
                 p.log.update_config(cfg)
-        if not self._full_metadata_seen:
+        if not self._full_metadata_seen or not self.backend.metadata_known():
+            # before the controller's first metadata is installed, an image (the broker's own
+            # start-up view, published while that metadata is still being read in) says nothing
+            # about which topics exist: deleting on it lost a restarted broker's partitions
             return
         for lg in list(self.logs.logs()):
             key = (lg.topic, lg.partition)
