@@ -175,11 +175,17 @@ class ReplicationQuota:
         self.config = config
         self.side = side
         self._rate_name = f"{side}.replication.throttled.rate"
-        self.sensor = Sensor(
-            int(config.get("replication.quota.window.num")),
-            int(config.get("replication.quota.window.size.seconds")) * 1000.0,
-        )
+        self._sensor: Sensor | None = None  # made when a rate is first set
         self._parsed: dict[str, frozenset[tuple[int, int]] | None] = {}
+
+    @property
+    def sensor(self) -> Sensor:
+        if self._sensor is None:
+            self._sensor = Sensor(
+                int(self.config.get("replication.quota.window.num")),
+                int(self.config.get("replication.quota.window.size.seconds")) * 1000.0,
+            )
+        return self._sensor
 
     @property
     def bound(self) -> float:

@@ -11,10 +11,14 @@ import datetime as dt
 import json
 from typing import Any
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
-
 from odradek.cli.topics import run_admin
+
+try:  # ZooKeeper groups (--zookeeper) need kazoo, the ``cluster`` extra
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NodeExistsError, NoNodeError
+except ImportError:  # pragma: no cover - a plain install
+    KazooClient = None
+    NodeExistsError = NoNodeError = LookupError
 from odradek.client import Admin
 from odradek.errors import ErrorCode, KafkaError
 
@@ -68,6 +72,8 @@ class _ZkGroups:
     """The ZooKeeper consumers' groups, read (and reset) straight from ``/consumers``."""
 
     def __init__(self, connect: str, timeout: float) -> None:
+        if KazooClient is None:
+            raise ConnectionError("--zookeeper needs kazoo: pip install 'odradek[cluster]'")
         self.zk = KazooClient(hosts=connect, timeout=max(timeout, 1.0))
         try:
             self.zk.start(timeout=timeout)

@@ -8,6 +8,8 @@ and ``ADMIN_DEFAULTS`` list the names each accepts with their defaults.  The mod
 a leading underscore are private to this package (an import-linter contract says so).
 """
 
+from typing import Any
+
 from odradek.client._config import ADMIN_DEFAULTS, CONSUMER_DEFAULTS, PRODUCER_DEFAULTS, ClientConfigError
 from odradek.client._network import BrokerConnection, Cluster, parse_bootstrap
 from odradek.client._security import ClientSecurity
@@ -47,7 +49,6 @@ from odradek.client.consumer_simple import (
 from odradek.client.errors import OffsetOutOfRangeError
 from odradek.client.partitioner import DefaultPartitioner, murmur2, murmur2_partition
 from odradek.client.producer import AsyncProducer, Producer, RecordMetadata
-from odradek.client.zk_consumer import ConsumerTimeoutError, MessageAndMetadata, ZookeeperConsumer
 
 __all__ = [
     "ADMIN_DEFAULTS",
@@ -96,3 +97,15 @@ __all__ = [
     "murmur2_partition",
     "parse_bootstrap",
 ]
+
+#: the ZooKeeper consumer's names, imported on first use: it needs kazoo (the ``cluster`` extra),
+#: which a plain install or a Spark worker does not have
+_ZK_CONSUMER = ("ConsumerTimeoutError", "MessageAndMetadata", "ZookeeperConsumer")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ZK_CONSUMER:
+        from odradek.client import zk_consumer
+
+        return getattr(zk_consumer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -62,6 +62,7 @@ from odradek.client.consumer import Blacklist, Whitelist
 from odradek.client.consumer_simple import SimpleConsumer
 from odradek.client.errors import OffsetOutOfRangeError
 from odradek.cluster.zk_assignment import ZK_ASSIGNORS
+from odradek.errors import OdradekError
 
 __all__ = ["ZK_CONSUMER_DEFAULTS", "ConsumerTimeoutError", "MessageAndMetadata", "ZookeeperConsumer"]
 
@@ -97,7 +98,7 @@ ZK_CONSUMER_DEFAULTS: dict[str, Any] = {
 _INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
-class ConsumerTimeoutError(Exception):
+class ConsumerTimeoutError(OdradekError):
     """No message within ``consumer.timeout.ms`` (Kafka's ConsumerTimeoutException); the stream
     can be iterated again."""
 

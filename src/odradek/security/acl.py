@@ -26,6 +26,8 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from odradek.errors import OdradekError
+
 __all__ = [
     "CLUSTER_NAME",
     "RESOURCE_OPERATIONS",
@@ -50,7 +52,7 @@ WILDCARD_PRINCIPAL = "User:*"
 WILDCARD_HOST = "*"
 
 
-class AclError(ValueError):
+class AclError(OdradekError, ValueError):
     """An ACL or filter that Kafka would refuse (INVALID_REQUEST and friends)."""
 
 

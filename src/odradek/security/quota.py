@@ -27,6 +27,8 @@ import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from odradek.errors import OdradekError
+
 __all__ = [
     "CLIENT_ID",
     "CLIENT_QUOTA_KEYS",
@@ -73,7 +75,7 @@ _ROOTS = {USER: "users", CLIENT_ID: "clients", IP: "ips"}
 _TYPES = {v: k for k, v in _ROOTS.items()}
 
 
-class QuotaError(ValueError):
+class QuotaError(OdradekError, ValueError):
     """An entity or a quota the ClientQuotas APIs refuse (INVALID_REQUEST)."""
 
 
