@@ -26,7 +26,6 @@ from odradek.security.quota import (
     Resolved,
     Sensor,
     sanitize,
-    throttle_time,
 )
 
 __all__ = ["QuotaManager", "ReplicationQuota"]
@@ -145,11 +144,7 @@ class QuotaManager:
         if entry is None:
             return 0
         sensor, bound = entry
-        rate = sensor.rate
-        measured = rate.measure(now)
-        if measured <= bound:
-            return 0
-        return throttle_time(measured, bound, rate.window_size(now), rate.num * rate.window_ms)
+        return sensor.throttle(bound, now)
 
     def bound(self, kind: _Kind, user: str, client_id: str) -> float | None:
         """The quota that applies to ``user`` with ``client_id`` (None: none)."""

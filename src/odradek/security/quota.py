@@ -294,9 +294,13 @@ class Sensor:
 
     def record(self, value: float, bound: float, now: float) -> int:
         """Record ``value`` and return the throttle time in ms (0: within the bound)."""
-        rate = self.rate
-        rate.record(value, now)
+        self.rate.record(value, now)
         self.last = now
+        return self.throttle(bound, now)
+
+    def throttle(self, bound: float, now: float) -> int:
+        """The throttle time in ms the rate is at now against ``bound`` (0: within it)."""
+        rate = self.rate
         measured = rate.measure(now)
         if measured <= bound:
             return 0
