@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 import odradek.broker.handlers  # noqa: F401  (registers the API handlers)
 from odradek._clock import Clock, SystemClock
+from odradek._timeouts import wait_for
 from odradek.broker.authentication import SUPPORTED_MECHANISMS, ListenerSecurity
 from odradek.broker.authorizer import authorizer_for
 from odradek.broker.channel import BrokerChannel, ChannelSecurity
@@ -397,7 +398,7 @@ class Broker:
                 await self._idle_task
         for server in self._servers:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), 2)
+                await wait_for(server.wait_closed(), 2)
         self._servers = []
         await self.groups.stop()
         for p in self.replicas.partitions.values():

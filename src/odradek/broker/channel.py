@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from odradek._timeouts import wait_for
 from odradek.errors import KafkaError
 from odradek.protocol import ConnectionClosed, Message, ProtocolError, ResponseReceived
 from odradek.protocol.connection import NEED_DATA, ClientConnection
@@ -61,7 +62,7 @@ class BrokerChannel:
             self._ready = False
             sec = self.security
             tls = sec.tls if sec is not None else None
-            reader, writer = await asyncio.wait_for(
+            reader, writer = await wait_for(
                 asyncio.open_connection(self.host, self.port, ssl=tls, server_hostname=self.host if tls else None),
                 self.timeout,
             )
@@ -98,7 +99,7 @@ class BrokerChannel:
         self._pending[cid] = fut
         self._writer.write(data)
         try:
-            return await asyncio.wait_for(fut, self.timeout if timeout is None else timeout)
+            return await wait_for(fut, self.timeout if timeout is None else timeout)
         except TimeoutError:
             self._fail(ConnectionError(f"request to {self.host}:{self.port} timed out"))
             raise

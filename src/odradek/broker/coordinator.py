@@ -22,6 +22,7 @@ import logging
 import struct
 from typing import TYPE_CHECKING
 
+from odradek._timeouts import wait_for
 from odradek.broker.logdirs import is_io_error
 from odradek.broker.replica import Partition
 from odradek.broker.topics import OFFSETS_TOPIC
@@ -505,7 +506,7 @@ class GroupCoordinator:
         await self.replicas.wait_durable(p)
         if acks == -1:
             try:
-                await asyncio.wait_for(p.wait_for_hw(info.last_offset + 1), timeout)
+                await wait_for(p.wait_for_hw(info.last_offset + 1), timeout)
             except TimeoutError as exc:
                 raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "offsets write timed out") from exc
 
@@ -519,7 +520,7 @@ class GroupCoordinator:
             wait = 1.0 if deadline is None else max(0.0, min(1.0, (deadline - now) / 1000))
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait)
+                await wait_for(self._wake.wait(), wait)
             effects = self.state.tick(self.now())
             if effects:
                 try:

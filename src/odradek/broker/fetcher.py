@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from odradek._timeouts import wait_for
 from odradek.broker.channel import BrokerChannel
 from odradek.broker.logdirs import is_io_error
 from odradek.broker.quotas import ReplicationQuota
@@ -164,7 +165,7 @@ class ReplicaFetcher:
                     delays = [s.delayed_until - now for s in self.parts.values() if not s.truncating]
                     self._wake.clear()
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), min(delays, default=self.backoff))
+                        await wait_for(self._wake.wait(), min(delays, default=self.backoff))
                     continue
                 await self._fetch(ready)
             except asyncio.CancelledError:

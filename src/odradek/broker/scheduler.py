@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from odradek._clock import Clock
+from odradek._timeouts import wait_for
 from odradek.broker.logdirs import LogDirFailureChannel, is_io_error
 from odradek.config import BrokerConfig
 from odradek.errors import KafkaError
@@ -99,7 +100,7 @@ class LogScheduler:
         job = self._maintenance_job
         if job is not None and not job.done():
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(job), 60)
+                await wait_for(asyncio.shield(job), 60)
 
     # -- the policy --------------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from odradek._timeouts import wait_for
 from odradek.client._network import _SMALL_FRAME, _frame_buffer, negotiate_version, parse_bootstrap
 from odradek.client._security import ClientSecurity
 from odradek.errors import ErrorCode, KafkaError
@@ -182,7 +183,7 @@ class AsyncBrokerConnection:
         loop = asyncio.get_running_loop()
         try:
             tls = self.security.tls if self.security is not None else None
-            _transport, stream = await asyncio.wait_for(
+            _transport, stream = await wait_for(
                 loop.create_connection(
                     lambda: _FrameStream(self), self.host, self.port, ssl=tls, server_hostname=self.host if tls else None
                 ),
@@ -234,7 +235,7 @@ class AsyncBrokerConnection:
     async def request(self, message: Message, version: int | None = None, timeout: float | None = None) -> Any:
         fut = self.send(message, version)
         try:
-            return await asyncio.wait_for(asyncio.shield(fut), self.timeout if timeout is None else timeout)
+            return await wait_for(asyncio.shield(fut), self.timeout if timeout is None else timeout)
         except TimeoutError as exc:
             self._fail(TimeoutError(f"request to broker {self.node_id} timed out"))
             raise TimeoutError(f"no response from broker {self.node_id} ({self.host}:{self.port})") from exc

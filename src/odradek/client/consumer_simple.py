@@ -54,6 +54,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from itertools import repeat
 from typing import Any, NamedTuple, TypeVar
 
+from odradek._timeouts import wait_for
 from odradek.client._aio import AsyncBrokerConnection, AsyncCluster, TopicInfo
 from odradek.client._config import CONSUMER_DEFAULTS, ClientConfigError, merge_config
 from odradek.client._runner import LoopThread
@@ -688,7 +689,7 @@ class AsyncSimpleConsumer:
             if asyncio.iscoroutine(aw):
                 aw.close()
             raise TimeoutError("timed out")
-        return await asyncio.wait_for(aw, remaining)
+        return await wait_for(aw, remaining)
 
     async def _retrying(
         self, fn: Callable[[float], Awaitable[T]], deadline: float, what: str, refresh: Iterable[str] = ()
@@ -701,7 +702,7 @@ class AsyncSimpleConsumer:
             if remaining <= 0:
                 raise self._give_up(last, what, started)
             try:
-                return await asyncio.wait_for(fn(remaining), remaining)
+                return await wait_for(fn(remaining), remaining)
             except OffsetOutOfRangeError:
                 raise
             except KafkaError as exc:

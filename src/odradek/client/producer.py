@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, NamedTuple
 
+from odradek._timeouts import wait_for
 from odradek.client._aio import AsyncCluster
 from odradek.client._config import PRODUCER_DEFAULTS, ClientConfigError, merge_config
 from odradek.client._runner import LoopThread
@@ -433,7 +434,7 @@ class _Core:
         """``coro``'s result within ``timeout``; the sender's fatal error if it stops first."""
         stopped = self.stopped
         if stopped is None:
-            return await asyncio.wait_for(coro, timeout)
+            return await wait_for(coro, timeout)
         task = asyncio.ensure_future(coro)
         waiter = asyncio.ensure_future(stopped.wait())
         try:
@@ -533,7 +534,7 @@ class _Core:
             if wait > 0:
                 self.wake.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), wait)
+                    await wait_for(self.wake.wait(), wait)
             else:
                 await asyncio.sleep(0)
 
@@ -619,7 +620,7 @@ class _Core:
                 self._done_in_flight(batches)
                 return
             try:
-                resp: ProduceResponse = await asyncio.wait_for(pending, self.request_timeout_ms / 1000 + 5)
+                resp: ProduceResponse = await wait_for(pending, self.request_timeout_ms / 1000 + 5)
             except TimeoutError:
                 await conn.close()  # the responses after this one cannot be trusted either
                 raise TimeoutError(f"no produce response from broker {node} within {self.request_timeout_ms} ms") from None
@@ -1173,7 +1174,7 @@ class AsyncProducer(_Face):
                 with core.lock:
                     core.room_waiters.append(room)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(room, min(left, 0.1))
+                    await wait_for(room, min(left, 0.1))
         finally:
             core.waiting_for_space -= 1
 
@@ -1207,7 +1208,7 @@ class AsyncProducer(_Face):
         core.poke()
         if self._task is not None:
             try:
-                await asyncio.wait_for(self._task, 5 if timeout is None else timeout)
+                await wait_for(self._task, 5 if timeout is None else timeout)
             except (TimeoutError, asyncio.CancelledError, Exception):
                 self._task.cancel()
         await core.cluster.close()

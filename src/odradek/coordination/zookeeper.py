@@ -48,6 +48,7 @@ from kazoo.exceptions import (
 )
 from kazoo.retry import KazooRetry
 
+from odradek._timeouts import wait_for
 from odradek.cluster.controller import LeaderIsr, TopicAssignment, place_replicas
 from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage, PartitionState, TopicInfo
 from odradek.coordination.base import AclEntry, MetadataBackend, StaleVersion, validate_topic_name
@@ -320,7 +321,7 @@ class ZkStore:
         if self.shutting_down:
             give_up_at = min(give_up_at, loop.time() + SHUTDOWN_OP_TIMEOUT)
         try:
-            return await asyncio.wait_for(fut, max(give_up_at - loop.time(), 0.0))
+            return await wait_for(fut, max(give_up_at - loop.time(), 0.0))
         except TimeoutError:
             if self.shutting_down and not self._given_up:
                 self._given_up = True
@@ -559,7 +560,7 @@ class ZooKeeperBackend(MetadataBackend):
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((predicate, fut))
         try:
-            await asyncio.wait_for(fut, timeout)
+            await wait_for(fut, timeout)
             return True
         except TimeoutError:
             return False

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Generic, Self, TypeVar
 
+from odradek._timeouts import wait_for
 from odradek.client._aio import AsyncBrokerConnection, AsyncCluster
 from odradek.client._config import ADMIN_DEFAULTS, merge_config
 from odradek.client._security import ClientSecurity
@@ -213,7 +214,7 @@ class AdminBase:
 
     async def _bounded(self, aw: Awaitable[T], dl: _Deadline) -> T:
         """Await ``aw`` (connecting, a request) for at most the operation's remaining time."""
-        return await asyncio.wait_for(aw, max(dl.remaining(), 0.001))
+        return await wait_for(aw, max(dl.remaining(), 0.001))
 
     async def _request(self, conn: AsyncBrokerConnection, message: Any, version: int, dl: _Deadline) -> Any:
         return await conn.request(message, version, timeout=max(min(self._request_timeout, dl.remaining()), 0.001))

@@ -1,0 +1,29 @@
+"""``wait_for`` that never loses a cancellation.
+
+Python 3.11's :func:`asyncio.wait_for` swallows a cancellation that arrives in the same loop
+iteration as the awaited future's result or exception (CPython gh-86296, fixed in 3.12, where
+``wait_for`` is built on :func:`asyncio.timeout` as here): the caller sees the result, or the
+future's exception, instead of CancelledError.  A task cancelled that way goes on running, and
+whoever awaits it after ``cancel()`` waits forever.  The controller hung exactly so when a
+broker's connection broke while the controller was closing its request queue to that broker.
+Every asyncio layer of Odradek uses this function instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import TypeVar
+
+__all__ = ["wait_for"]
+
+T = TypeVar("T")
+
+
+async def wait_for(aw: Awaitable[T], timeout: float | None) -> T:
+    """Await ``aw`` for at most ``timeout`` seconds (None: no limit); raises TimeoutError.
+
+    On a timeout a future is cancelled, as :func:`asyncio.wait_for` does; unlike it, a
+    cancellation of the caller always propagates as CancelledError."""
+    async with asyncio.timeout(timeout):
+        return await aw
