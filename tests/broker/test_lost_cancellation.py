@@ -8,11 +8,12 @@ no new leader was elected for the partitions that broker led (a CI failure of th
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from odradek._timeouts import wait_for
+from odradek.broker.channel import BrokerChannel
 from odradek.broker.controller.channel import BrokerQueue
 from odradek.protocol.messages.api_versions import ApiVersionsRequest
 
@@ -78,7 +79,7 @@ class _DyingChannel:
 def test_controller_queue_closes_while_its_request_fails() -> None:
     async def main() -> tuple[bool, bool, bool]:
         channel = _DyingChannel()
-        queue = BrokerQueue(lambda *a, **k: channel, 3, "127.0.0.1", 1, client_id="controller-1", timeout=30)
+        queue = BrokerQueue(lambda *a, **k: cast(BrokerChannel, channel), 3, "127.0.0.1", 1, client_id="controller-1", timeout=30)
         answered: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         queue.send(ApiVersionsRequest(), 0, answered)
         for _ in range(100):
