@@ -2,6 +2,8 @@
 
 ``--verify`` checks a partition without a broker: every entry's length, magic, offsets and CRC,
 offsets across segments, torn tails, and index entries against the batches they point at.
+Entries are checked by :func:`odradek.storage.reader.check_entries`, as Spark's offline read
+(``spark.read.format("odradek").option("path", ...)``) checks them.
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ import struct
 from pathlib import Path
 from typing import TextIO
 
-from odradek.records import BatchHeader, Compression, RecordsError, iter_batch_headers, read_batches, validate
-from odradek.storage.segment import entry_problem
+from odradek.records import BatchHeader, Compression, RecordsError, read_batches
+from odradek.storage.reader import LARGEST_ENTRY, check_entries, find_next_entry
 
 __all__ = ["dump_paths", "verify_paths"]
 
@@ -50,53 +52,45 @@ def _batch_line(h: BatchHeader, valid: bool) -> str:
 def dump_log(path: Path, out: TextIO, *, print_data: bool, deep: bool, max_bytes: int | None) -> tuple[int, int]:
     """Print one .log file; returns (entries, problems)."""
     data = path.read_bytes() if max_bytes is None else path.open("rb").read(max_bytes)
-    out.write(f"Dumping {path}\nLog starting offset: {int(path.stem)}\n")
+    base = int(path.stem)
+    out.write(f"Dumping {path}\nLog starting offset: {base}\n")
     entries = problems = 0
-    expected = int(path.stem)
-    pos = 0
-    try:
-        for h in iter_batch_headers(data):
-            entries += 1
-            try:
-                validate(data, h)
-                valid = True
-            except RecordsError:
-                valid = False
-                problems += 1
-            first = h.base_offset if h.base_offset >= 0 else h.last_offset
-            if first < expected:
-                out.write(f"Offsets go backwards: {first} after {expected - 1}\n")
-                problems += 1
-            expected = h.last_offset + 1
-            out.write(_batch_line(h, valid) + "\n")
-            if deep and valid:
-                for batch in read_batches(data[h.position : h.end]):
-                    for r in batch.records:
-                        line = f"| offset: {r.offset} {_TS_TYPE.get(int(batch.timestamp_type), '?')}: {r.timestamp}"
-                        line += f" keySize: {-1 if r.key is None else len(r.key)}"
-                        line += f" valueSize: {-1 if r.value is None else len(r.value)}"
-                        line += f" headerKeys: [{','.join(k for k, _ in r.headers)}]"
-                        if print_data:
-                            line += f" key: {_show(r.key)} payload: {_show(r.value)}"
-                        out.write(line + "\n")
-            pos = h.end
-    except RecordsError as exc:
-        out.write(f"Found an invalid entry at position {pos}: {exc}\n")
-        problems += 1
-    if pos < len(data):
-        out.write(f"Found {len(data) - pos} bytes at the end of {path.name} that do not form a complete entry\n")
-        problems += 1
+    size = path.stat().st_size
+    for c in check_entries(data, base_offset=base, expected=base, file_size=size):
+        h = c.header
+        if h is None:
+            problems += 1
+            if c.problem is not None and c.problem.startswith("torn tail"):
+                out.write(f"Found {size - c.position} bytes at the end of {path.name} that do not form a complete entry\n")
+            else:
+                out.write(f"Found an invalid entry at position {c.position}: {c.problem}\n")
+            continue
+        entries += 1
+        valid = c.problem is None
+        if not valid:
+            problems += 1
+            if not str(c.problem).startswith("CRC"):
+                out.write(f"Invalid entry at position {c.position}: {c.problem}\n")
+        out.write(_batch_line(h, valid) + "\n")
+        if deep and valid:
+            for batch in read_batches(data[h.position : h.end]):
+                for r in batch.records:
+                    line = f"| offset: {r.offset} {_TS_TYPE.get(int(batch.timestamp_type), '?')}: {r.timestamp}"
+                    line += f" keySize: {-1 if r.key is None else len(r.key)}"
+                    line += f" valueSize: {-1 if r.value is None else len(r.value)}"
+                    line += f" headerKeys: [{','.join(k for k, _ in r.headers)}]"
+                    if print_data:
+                        line += f" key: {_show(r.key)} payload: {_show(r.value)}"
+                    out.write(line + "\n")
     return entries, problems
 
 
 def _log_headers(log_path: Path) -> dict[int, BatchHeader]:
     if not log_path.exists():
         return {}
-    data = log_path.read_bytes()
-    try:
-        return {h.position: h for h in iter_batch_headers(data)}
-    except RecordsError:
-        return {}
+    base = int(log_path.stem)
+    checks = check_entries(log_path.read_bytes(), base_offset=base, expected=base, check_crc=False)
+    return {c.position: c.header for c in checks if c.header is not None}
 
 
 def dump_index(path: Path, out: TextIO) -> int:
@@ -171,25 +165,7 @@ def dump_paths(paths: list[str], *, print_data: bool, deep: bool, max_bytes: int
 
 # -- --verify ------------------------------------------------------------------------------------
 
-_LARGEST_ENTRY = 1 << 30
-_PARTITION_DIR = re.compile(r"^.+-\d+$")  # log.segment.bytes' default and Kafka's largest usual value
-
-
-def _resync(data: bytes, start: int, expected: int, base: int) -> int | None:
-    """Position of the next plausible v2 batch at or after ``start`` (sound header, offsets not
-    going backwards, CRC correct), or None."""
-    view = memoryview(data)
-    n = len(data)
-    q = start
-    while True:
-        at = data.find(b"\x02", q + 16)
-        if at < 0 or at - 16 + 61 > n:
-            return None
-        cand = at - 16
-        h, problem = entry_problem(view[cand:], n - cand, base_offset=base, expected=expected, max_size=n - cand)
-        if problem is None and h is not None:
-            return cand
-        q = cand + 1
+_PARTITION_DIR = re.compile(r"^.+-\d+$")
 
 
 def verify_segment(
@@ -200,7 +176,6 @@ def verify_segment(
     ends = {} if ends is None else ends
     base = int(path.stem)
     data = path.read_bytes()
-    view = memoryview(data)
     n = len(data)
     entries = problems = 0
     if expected > base:
@@ -209,31 +184,35 @@ def verify_segment(
     expected = max(expected, base)
     pos = 0
     while pos < n:
-        # an entry may be as large as a segment can hold; a larger length is garbage, a smaller
-        # one that runs past the end of the file is a torn tail
-        h, problem = entry_problem(
-            view[pos:], n - pos, base_offset=base, expected=expected, max_size=max(n - pos, _LARGEST_ENTRY)
-        )
-        if h is not None:
-            ends[pos] = h.last_offset
-        if problem is None and h is not None:
-            entries += 1
-            expected = h.last_offset + 1
-            pos += h.size
-            continue
-        problems += 1
-        offset = "?" if h is None else str(h.base_offset if h.base_offset >= 0 else h.last_offset)
-        out.write(f"{path}: position {pos} offset {offset} (after offset {expected - 1}): {problem}\n")
-        if h is not None:
-            entries += 1
-            pos += h.size  # the entry's frame is sound: go on after it
-            continue
-        nxt = _resync(data, pos + 1, expected, base)
-        if nxt is None:
-            if not problem or not problem.startswith("torn tail"):
-                out.write(f"{path}: no valid entry after position {pos}: {n - pos} bytes could not be checked\n")
+        # an entry may be as large as a segment can hold (LARGEST_ENTRY); a larger length is
+        # garbage, a smaller one that runs past the end of the file is a torn tail
+        stopped: tuple[int, str] | None = None
+        view = memoryview(data)[pos:]
+        for c in check_entries(view, base_offset=base, expected=expected, position=pos, max_size=LARGEST_ENTRY):
+            h = c.header
+            if h is not None:
+                ends[c.position] = h.last_offset
+            if c.problem is None and h is not None:
+                entries += 1
+                expected = h.last_offset + 1
+                continue
+            problems += 1
+            offset = "?" if h is None else str(h.base_offset if h.base_offset >= 0 else h.last_offset)
+            out.write(f"{path}: position {c.position} offset {offset} (after offset {expected - 1}): {c.problem}\n")
+            if h is not None:
+                entries += 1  # the entry's frame is sound: go on after it
+                continue
+            stopped = (c.position, str(c.problem))
+        del view
+        if stopped is None:
             break
-        out.write(f"{path}: {nxt - pos} bytes skipped to the next valid entry at position {nxt}\n")
+        at, problem = stopped
+        nxt = find_next_entry(data, at + 1, expected, base)
+        if nxt is None:
+            if not problem.startswith("torn tail"):
+                out.write(f"{path}: no valid entry after position {at}: {n - at} bytes could not be checked\n")
+            break
+        out.write(f"{path}: {nxt - at} bytes skipped to the next valid entry at position {nxt}\n")
         pos = nxt
     return entries, problems, expected
 
