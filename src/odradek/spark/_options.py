@@ -25,6 +25,7 @@ __all__ = [
     "OffsetSpec",
     "SinkOptions",
     "SourceOptions",
+    "is_offline",
     "parse_offsets_json",
     "parse_sink_options",
     "parse_source_options",
@@ -60,7 +61,7 @@ class OffsetSpec:
 class SourceOptions:
     consumer_config: dict[str, Any]
     admin_config: dict[str, Any]
-    strategy: str  # subscribe | subscribepattern | assign
+    strategy: str  # subscribe | subscribepattern | assign | all (the offline read without one)
     topics: tuple[str, ...] = ()
     pattern: str = ""
     assignment: tuple[TopicPartition, ...] = ()
@@ -97,7 +98,10 @@ SOURCE_OPTIONS = (
     "startingOffsetsByTimestampStrategy", "failOnDataLoss", "includeHeaders", "maxOffsetsPerTrigger",
     "minOffsetsPerTrigger", "maxTriggerDelay", "minPartitions", "maxRecordsPerPartition",
     "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "groupIdPrefix",
+    "logDirs", "stopAtCorruption", "readPastRecoveryPoint", "maxBytesPerPartition",
 )
+#: options of the offline read (segment files, no broker: ``path`` or ``logDirs``) only
+OFFLINE_OPTIONS = ("stopAtCorruption", "readPastRecoveryPoint", "maxBytesPerPartition")
 SINK_OPTIONS = ("topic",)
 SPARK_OPTIONS = ("path", "checkpointLocation", "queryName")
 #: Kafka client options that Spark's Kafka source and sink accept and handle themselves
@@ -245,12 +249,29 @@ def _offset_spec(
     return OffsetSpec(default)
 
 
-def parse_source_options(options: Mapping[str, Any], *, streaming: bool | None) -> SourceOptions:
+def is_offline(options: Mapping[str, Any]) -> bool:
+    """Whether the options ask for the offline read: segment files from ``path`` or ``logDirs``."""
+    return any(str(k).lower() in ("path", "logdirs") and v is not None for k, v in options.items())
+
+
+def parse_source_options(options: Mapping[str, Any], *, streaming: bool | None, offline: bool = False) -> SourceOptions:
     """Validate the reader options of a batch (``streaming=False``) or streaming query
-    (``streaming=None``: only the rules common to both)."""
+    (``streaming=None``: only the rules common to both).  ``offline``: the options of the
+    offline read (:mod:`odradek.spark._offline`), which takes no broker address and reads every
+    partition found when no ``subscribe`` / ``subscribePattern`` / ``assign`` is given
+    (strategy ``"all"``)."""
     opts = _lower(options)
     _check_names(opts, SOURCE_OPTIONS, CONSUMER_DEFAULTS, "odradek source")
+    if not offline:
+        for name in OFFLINE_OPTIONS:
+            if name.lower() in opts:
+                raise ValueError(
+                    f"Option '{name}' is an option of the offline read, which reads segment files "
+                    "(option 'path' or 'logDirs') instead of a broker"
+                )
     strategies = [k for k in _STRATEGIES if k in opts]
+    if offline and not strategies:
+        strategies = ["all"]
     if not strategies:
         raise ValueError(
             f"One of the following options must be specified for Kafka source: {_STRATEGY_NAMES}. "
@@ -282,7 +303,7 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool | None) 
             re.compile(pattern)
         except re.error as exc:
             raise ValueError(f"Invalid subscribePattern {pattern!r}: {exc}") from None
-    else:
+    elif strategy == "assign":
         assignment = _parse_assign(opts["assign"])
 
     if "kafka.auto.offset.reset" in opts:
@@ -303,7 +324,13 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool | None) 
     for name in ("enable.auto.commit", "interceptor.classes"):
         if f"kafka.{name}" in opts:
             raise ValueError(f"Kafka option '{name}' is not supported")
-    if "kafka.bootstrap.servers" not in opts and "bootstrap.servers" not in opts:
+    if offline:
+        if "kafka.bootstrap.servers" in opts or "bootstrap.servers" in opts:
+            raise ValueError(
+                "Options 'path' and 'logDirs' read segment files without a broker: "
+                "do not give 'kafka.bootstrap.servers' with them"
+            )
+    elif "kafka.bootstrap.servers" not in opts and "bootstrap.servers" not in opts:
         raise ValueError("Option 'kafka.bootstrap.servers' must be specified for configuring Kafka consumer")
     max_offsets = _positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger")
     min_offsets = _positive(opts, "minoffsetspertrigger", "minOffsetsPerTrigger")
@@ -376,7 +403,7 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool | None) 
                 log.warning("%s option ignored in batch queries", name)
 
     consumer = _client_config(opts, CONSUMER_DEFAULTS, "odradek source")
-    if "bootstrap.servers" not in consumer:
+    if "bootstrap.servers" not in consumer and not offline:
         consumer["bootstrap.servers"] = opts.get("kafka.bootstrap.servers", opts.get("bootstrap.servers"))
     isolation = str(consumer.get("isolation.level", "read_uncommitted")).lower()
     if isolation not in ("read_uncommitted", "read_committed"):

@@ -40,6 +40,7 @@ from pyspark.sql.types import (
 )
 
 from ._fetch import read_range
+from ._offline import OfflineOptions, OfflineRange, parse_offline_options, plan_offline, read_offline
 from ._offsets import (
     OffsetRange,
     OffsetReader,
@@ -49,13 +50,22 @@ from ._offsets import (
     split_ranges,
     to_json_offsets,
 )
-from ._options import EARLIEST, LATEST, SinkOptions, SourceOptions, parse_sink_options, parse_source_options
+from ._options import (
+    EARLIEST,
+    LATEST,
+    SinkOptions,
+    SourceOptions,
+    is_offline,
+    parse_sink_options,
+    parse_source_options,
+)
 from ._write import check_sink_schema, write_batches
 
 __all__ = [
     "OdradekBatchReader",
     "OdradekCommitMessage",
     "OdradekDataSource",
+    "OdradekOfflineReader",
     "OdradekPartition",
     "OdradekStreamReader",
     "OdradekStreamWriter",
@@ -180,6 +190,53 @@ class OdradekBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition)
+
+
+class OdradekOfflinePartition(InputPartition):
+    """One task of an offline read: an :class:`~odradek.spark._offline.OfflineRange` and how to
+    read it."""
+
+    def __init__(self, r: OfflineRange, include_headers: bool, fail_on_data_loss: bool, stop_at_corruption: bool) -> None:
+        super().__init__((r.topic, r.partition, r.start, r.end))
+        self.range = r
+        self.include_headers = include_headers
+        self.fail_on_data_loss = fail_on_data_loss
+        self.stop_at_corruption = stop_at_corruption
+
+    def __repr__(self) -> str:
+        r = self.range
+        return f"OdradekOfflinePartition({r.topic}-{r.partition} [{r.start}, {r.end}) in {r.directory})"
+
+
+class OdradekOfflineReader(DataSourceReader):
+    """``spark.read.format("odradek").option("path", DIR)``: partitions read from their segment
+    files, with no broker (:mod:`odradek.spark._offline`); offsets resolved from the files when
+    the query is planned."""
+
+    def __init__(self, options: OfflineOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        opts = self.options
+        return [
+            OdradekOfflinePartition(r, opts.source.include_headers, opts.source.fail_on_data_loss, opts.stop_at_corruption)
+            for r in plan_offline(opts)
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, OdradekOfflinePartition):  # Spark's placeholder when nothing is planned
+            return iter(())
+        r = partition.range
+        return read_offline(
+            r.directory,
+            r.topic,
+            r.partition,
+            r.start,
+            r.end,
+            include_headers=partition.include_headers,
+            fail_on_data_loss=partition.fail_on_data_loss,
+            stop_at_corruption=partition.stop_at_corruption,
+        )
 
 
 class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -324,15 +381,26 @@ class OdradekDataSource(DataSource):
         return "odradek"
 
     def schema(self) -> StructType:
+        if is_offline(self.options):
+            return source_schema(parse_offline_options(self.options).source.include_headers)
         opts = parse_source_options(self.options, streaming=None)
         return source_schema(opts.include_headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        if is_offline(self.options):
+            offline = parse_offline_options(self.options)
+            _check_schema(schema, offline.source)
+            return OdradekOfflineReader(offline)
         opts = parse_source_options(self.options, streaming=False)
         _check_schema(schema, opts)
         return OdradekBatchReader(opts)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        if is_offline(self.options):
+            raise ValueError(
+                "The offline read (option 'path' or 'logDirs': segment files, no broker) is a batch read: "
+                "use spark.read, not spark.readStream"
+            )
         opts = parse_source_options(self.options, streaming=True)
         _check_schema(schema, opts)
         return OdradekStreamReader(opts)
