@@ -575,3 +575,36 @@ def test_a_corrupt_entry_in_the_middle_names_file_and_position(tmp_path: Path) -
         _read_all({"path": str(tmp_path)})
     assert err.value.path == seg and err.value.offset == 80
     assert [o for o, _ in _read_all({"path": str(tmp_path), "stopAtCorruption": "true"})] == list(range(80))
+
+
+def test_chunks_share_one_buffer_and_no_row_points_into_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyarrow as pa
+
+    from odradek.spark import _arrow, _offline
+
+    _write_log(tmp_path, batches=200).shutdown()
+    part = tmp_path / "events-0"
+    expected = _oracle(part)
+    for compiled in (_arrow._compiled, None):  # the compiled decoder and the pure-Python one
+        monkeypatch.setattr(_arrow, "_compiled", compiled)
+        batches = list(read_offline(part, "events", 0, 0, 800, chunk_bytes=4096))  # all kept alive
+        assert len(batches) > 5
+        got = [
+            (o, v)
+            for b in batches
+            for o, v in zip(b.column("offset").to_pylist(), b.column("value").to_pylist(), strict=True)
+        ]
+        assert got == expected
+    buffer = bytearray(b"x" * 64)
+    inside = pa.RecordBatch.from_arrays(
+        [
+            pa.Array.from_buffers(
+                pa.binary(), 1, [None, pa.py_buffer(struct.pack("<ii", 0, 8)), pa.py_buffer(buffer)]
+            )
+        ],
+        names=["value"],
+    )
+    assert _offline._refers_to(inside, buffer)
+    assert not _offline._refers_to(inside, bytearray(64))

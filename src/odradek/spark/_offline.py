@@ -548,6 +548,7 @@ def read_offline(
                 fail_on_data_loss,
             )
             return
+        buffer = bytearray(chunk_bytes)  # every chunk is read into it
         offset = start
         if offset < readers[0].base_offset:
             report_data_loss(
@@ -562,7 +563,16 @@ def read_offline(
             if nxt is not None and nxt <= offset:
                 continue
             offset, stopped = yield from _read_segment(
-                seg, topic, partition, offset, end, include_headers, stop_at_corruption, chunk_bytes, nxt is None or nxt >= end
+                seg,
+                buffer,
+                topic,
+                partition,
+                offset,
+                end,
+                include_headers,
+                stop_at_corruption,
+                chunk_bytes,
+                nxt is None or nxt >= end,
             )
             if stopped:
                 return
@@ -578,8 +588,35 @@ def read_offline(
             r.close()
 
 
+def _decode(
+    data: bytes | memoryview, topic: str, partition: int, offset: int, end: int, include_headers: bool
+) -> pa.RecordBatch | None:
+    decoded = decode_partition_data(
+        data,
+        topic,
+        partition,
+        offset,
+        end,
+        include_headers=include_headers,
+        verify_crc=False,  # checked
+    )
+    return decoded.batch
+
+
+def _refers_to(batch: pa.RecordBatch, buffer: bytearray) -> bool:
+    """Whether a column of ``batch`` has memory inside ``buffer``."""
+    lo = pa.py_buffer(buffer).address
+    hi = lo + len(buffer)
+    for column in batch.columns:
+        for b in column.buffers():
+            if b is not None and b.size and lo < b.address + b.size and b.address < hi:
+                return True
+    return False
+
+
 def _read_segment(
     seg: SegmentReader,
+    buffer: bytearray,
     topic: str,
     partition: int,
     offset: int,
@@ -603,7 +640,7 @@ def _read_segment(
         limit = seg.size if limit <= position else limit
     want = chunk_bytes
     while position < seg.size and offset < end:
-        data = seg.read(position, want if position >= limit else min(want, limit - position))
+        data = seg.read_into(buffer, position, want if position >= limit else min(want, limit - position))
         want = chunk_bytes
         good = 0
         damage = None
@@ -623,17 +660,12 @@ def _read_segment(
             if last_next >= end:
                 break
         if good:
-            decoded = decode_partition_data(
-                data if good == len(data) else memoryview(data)[:good],
-                topic,
-                partition,
-                offset,
-                end,
-                include_headers=include_headers,
-                verify_crc=False,  # checked above
-            )
-            if decoded.batch is not None:
-                yield decoded.batch
+            batch = _decode(data[:good], topic, partition, offset, end, include_headers)
+            if batch is not None and _refers_to(batch, buffer):
+                # the columns point into the buffer the next chunk is read into: decode a copy
+                batch = _decode(bytes(data[:good]), topic, partition, offset, end, include_headers)
+            if batch is not None:
+                yield batch
             position += good
         offset = max(offset, last_next)
         if damage is not None:

@@ -336,6 +336,26 @@ class SegmentReader:
         self.reads += 1
         return data
 
+    def read_into(self, buffer: bytearray, position: int, length: int) -> memoryview:
+        """Read up to ``length`` bytes at ``position`` (never past :attr:`size`) into the start of
+        ``buffer``; returns a view of the bytes read (of new memory when ``buffer`` is too small).
+        For readers that go through a file a large chunk at a time: one buffer, no new
+        allocation per chunk (measured here: a fresh 8 MiB ``bytes`` per chunk cost a third of
+        the time of reading and decoding a partition)."""
+        length = max(min(length, self.size - position), 0)
+        if len(buffer) < length:
+            return memoryview(self.read(position, length))
+        view = memoryview(buffer)[:length]
+        done = 0
+        while done < length:
+            n = os.preadv(self.fd, [view[done:]], position + done)
+            if n <= 0:
+                break
+            done += n
+        self.bytes_read += done
+        self.reads += 1
+        return view[:done]
+
     # -- headers ---------------------------------------------------------------------------
     def peek(self, position: int) -> BatchHeader | None:
         """Header of the entry at ``position``, if a complete entry within the file is there."""
@@ -350,7 +370,8 @@ class SegmentReader:
 
     def headers(self, start: int = 0, expected: int | None = None) -> Iterator[BatchHeader]:
         """Headers of the entries from ``start`` on, read a chunk at a time (4 KiB first, larger
-        as the walk goes on) and skipping the entries' bodies (no CRC check).  Ends at the end of
+        while entries are small, 4 KiB again after an entry larger than a chunk), skipping the
+        entries' bodies (no CRC check).  Ends at the end of
         the file, or quietly at the first thing that is not a sound entry frame
         (:meth:`scan_tail` says what it is)."""
         pos = start
@@ -360,6 +381,8 @@ class SegmentReader:
         want = _WALK_FIRST_CHUNK
         while pos < self.size:
             if pos - at + _HEADER_PEEK > len(chunk) and at + len(chunk) < self.size:
+                if pos >= at + len(chunk):  # past the chunk: entries larger than it, read headers only
+                    want = _WALK_FIRST_CHUNK
                 at, chunk = pos, self.read(pos, want)
                 want = min(want * 4, _WALK_CHUNK)
             try:
