@@ -41,6 +41,17 @@ producer settings (idempotent, acks=all by default).  Batch writes take ``.mode(
 Spark refuses its default mode (ErrorIfExists) for Python data sources, and a topic cannot be
 overwritten.
 
+Offline read (batch only; :mod:`odradek.spark._offline`): ``option("path", DIR)`` (or
+``load(DIR)``; ``logDirs`` for several comma-separated data dirs) reads partitions straight from
+their segment files -- a broker's data dir, a partition directory, a copy -- with no broker:
+``subscribe`` / ``subscribePattern`` / ``assign`` optional (all partitions found otherwise),
+the offset and timestamp options as above, ``includeHeaders``, ``failOnDataLoss``,
+``minPartitions``, ``maxRecordsPerPartition``, and its own ``readPastRecoveryPoint`` (default
+false: "latest" stops at the recovery point the broker checkpointed next to the partition
+directories), ``stopAtCorruption`` (default false: a corrupt or truncated segment is an error
+naming the file and byte position; true: read up to the last valid batch before it) and
+``maxBytesPerPartition`` (default 128 MiB of whole segments per task).
+
 Streaming offsets are Spark's Kafka JSON, ``{"topic": {"0": 123}}``; ``Trigger.AvailableNow``
 is supported; partitions added while a query runs are read from their beginning; a planned
 micro-batch replayed after a restart reads exactly the same offset ranges.  Executors
