@@ -28,6 +28,13 @@ no decoding.  Its ratio to the reference is the most any Python data source can 
 Spark on this machine; ``ratio_to_ceiling`` is odradek's rows/s over it (``ceiling_target``
 0.9).
 
+* ``offline_read`` - ``spark.read.format("odradek").option("path", <the broker's data dir>)``
+  (issue 24: the segment files read by the executors, no broker and no socket in the path) over
+  the same topic with the same aggregate, timed in the same alternation; ``ratio_to_batch_read``
+  is its rows/s over the network batch read's (target >= 1.2), ``ratio`` over the reference's.
+  The broker runs with the default flush settings, so its recovery-point checkpoint does not
+  cover the topic: the read takes ``readPastRecoveryPoint=true`` (up to the last complete batch).
+
 * ``streaming`` - ``spark.readStream.format("odradek")`` from the earliest offsets with
   ``maxOffsetsPerTrigger = records / 10`` and ``Trigger.AvailableNow`` into the ``noop`` sink:
   window ``start()`` to the end of the query; rows/s over all batches, and the number of
@@ -60,6 +67,8 @@ except ImportError:  # running from a checkout without an install
     from odradek.testing import BrokerProcess
 
 TARGET_RATIO = 0.7
+#: issue 24: the offline read (segment files) vs the network batch read of the same run
+OFFLINE_TARGET = 1.2
 #: issue 19: batch read vs the Python-source ceiling, streaming vs the toy streaming ceiling
 CEILING_TARGET = 0.9
 STREAM_CEILING_TARGET = 0.8
@@ -481,24 +490,34 @@ def main() -> None:
             .load()
         )
 
+        offline = (
+            spark.read.format("odradek")
+            .option("path", str(work / "data"))
+            .option("subscribe", TOPIC)
+            .option("readPastRecoveryPoint", "true")
+            .load()
+        )
+
         def total(df: Any) -> Any:
             return lambda: df.selectExpr("sum(length(value)) AS n").collect()[0].n
 
         ceiling = register_ceiling(spark, records)
         expected = records * VALUE_SIZE
         for _ in range(args.warmup):  # JIT and Python workers; the sums must agree
-            for df in (reference, source, ceiling):
+            for df in (reference, source, ceiling, offline):
                 got = total(df)()
                 if got != expected:
                     raise RuntimeError(f"sum(length(value)) is {got}, expected {expected}")
-        ref_runs, src_runs, ceil_runs = [], [], []
+        ref_runs, src_runs, ceil_runs, off_runs = [], [], [], []
         for _ in range(args.repeats):
             ref_runs.append(timed(total(reference)))
             src_runs.append(timed(total(source)))
             ceil_runs.append(timed(total(ceiling)))
+            off_runs.append(timed(total(offline)))
         ref_t = statistics.median(r[0] for r in ref_runs)
         src_t = statistics.median(r[0] for r in src_runs)
         ceil_t = statistics.median(r[0] for r in ceil_runs)
+        off_t = statistics.median(r[0] for r in off_runs)
         src_median_run = sorted(src_runs, key=lambda r: r[0])[len(src_runs) // 2]
         ref_median_run = sorted(ref_runs, key=lambda r: r[0])[len(ref_runs) // 2]
 
@@ -544,6 +563,7 @@ def main() -> None:
         ref_rps = records / ref_t
         src_rps = records / src_t
         ceil_rps = records / ceil_t
+        off_rps = records / off_t
         stream_rps = records / stream_t
         result = {
             "benchmark": "spark",
@@ -564,6 +584,18 @@ def main() -> None:
                 "ratio_to_ceiling": round(src_rps / ceil_rps, 3),
                 "ceiling_target": CEILING_TARGET,
                 "meets_ceiling_target": src_rps / ceil_rps >= CEILING_TARGET,
+            },
+            "offline_read": {
+                "window": "collect() of sum(length(value)), median of repeats, in the batch_read alternation",
+                "source": "option path = the broker's data dir (segment files), readPastRecoveryPoint=true",
+                "rows_per_s": round(off_rps),
+                "ratio_to_batch_read": round(off_rps / src_rps, 3),
+                "target": OFFLINE_TARGET,
+                "meets_target": off_rps / src_rps >= OFFLINE_TARGET,
+                "ratio": round(off_rps / ref_rps, 3),
+                "ratio_to_ceiling": round(off_rps / ceil_rps, 3),
+                "seconds": [round(r[0], 3) for r in off_runs],
+                "cpu_seconds": sorted(off_runs, key=lambda r: r[0])[len(off_runs) // 2][2],
             },
             "python_source_ceiling": {
                 "rows_per_s": round(ceil_rps),
