@@ -29,7 +29,8 @@ broker's checkpoints in the directory holding the partition directory, when they
 A range whose end falls inside a batch is ended at that batch's start, so that no partial batch
 is returned.  One Spark partition reads one log partition, or a run of whole segments of at most
 ``maxBytesPerPartition`` bytes (default 128 MiB) of a larger one; ``minPartitions`` and
-``maxRecordsPerPartition`` split further, as for the network source.
+``maxRecordsPerPartition`` split further, as for the network source (not with
+``stopAtCorruption=true``, which reads each partition in one task).
 
 Read (executors).  The segment holding the range's first offset is found by base offset, the
 position in it through the offset index (checked against the ``.log``), and the ``.log`` files
@@ -201,6 +202,11 @@ def _stable_segments(directory: Path) -> list[tuple[int, Path]]:
 def _open_stable(directory: Path, wanted: Any) -> list[SegmentReader]:
     """Readers of the segments ``wanted(listing)`` picks, opened from a stable listing that is
     still the same once they are open."""
+    return _open_listed(directory, wanted)[1]
+
+
+def _open_listed(directory: Path, wanted: Any) -> tuple[list[tuple[int, Path]], list[SegmentReader]]:
+    """:func:`_open_stable`, and the listing the readers were picked from."""
     for _ in range(_STABLE_LISTING_TRIES):
         segments = _stable_segments(directory)
         readers: list[SegmentReader] = []
@@ -214,7 +220,7 @@ def _open_stable(directory: Path, wanted: Any) -> list[SegmentReader]:
             continue
         again, swapping = list_segments(directory)
         if again == segments and not swapping:
-            return readers
+            return segments, readers
         for r in readers:
             r.close()
     raise StorageError(f"the segment files of {directory} kept changing (a compaction swap under way?)")
@@ -262,10 +268,9 @@ def inspect_partition(
     log_start = starts.get(tp, 0) if starts is not None else 0
     if points is not None:
         info.recovery_point = points.get(tp, 0)
-    readers = _open_stable(directory, lambda segments: segments[-1:])
+    segments, readers = _open_listed(directory, lambda segments: segments[-1:])
     try:
-        segments = _stable_segments(directory)
-        info.segments = [(base, path.stat().st_size if path.exists() else 0) for base, path in segments]
+        info.segments = [(base, _size(path)) for base, path in segments]
         if not readers:
             info.earliest = info.latest = log_start
             return info
@@ -325,6 +330,13 @@ def inspect_partition(
     finally:
         for r in readers:
             r.close()
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:  # deleted since it was listed
+        return 0
 
 
 def _covering(segments: list[tuple[int, Path]], start: int, end: int) -> list[tuple[int, Path]]:
@@ -501,11 +513,20 @@ def plan_offline(options: OfflineOptions) -> list[OfflineRange]:
                 f"Beginning offset {s} is after the ending offset {e} for topic {tp[0]} partition {tp[1]}. "
                 "You either provided an invalid fromOffset, or the Kafka topic has been damaged"
             )
-        if s < e:
+        if s < e and options.stop_at_corruption:
+            ranges.append(OffsetRange(tp[0], tp[1], s, e))
+        elif s < e:
             ranges += _split_by_segments(
                 OffsetRange(tp[0], tp[1], s, e), reader.info(tp), options.max_bytes_per_partition
             )
-    planned = split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)
+    if options.stop_at_corruption:
+        # one task reads a partition from its start: none returns records after damage that
+        # another task found (recovery keeps nothing after it either)
+        if opts.min_partitions or opts.max_records_per_partition:
+            log.warning("minPartitions and maxRecordsPerPartition are not applied with stopAtCorruption=true")
+        planned = sorted(ranges)
+    else:
+        planned = split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)
     return [
         OfflineRange(str(reader.found[(r.topic, r.partition)]), r.topic, r.partition, r.start, r.end)
         for r in planned
