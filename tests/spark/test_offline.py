@@ -211,9 +211,22 @@ def data_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc
         )
         part = proc.data_dir / "compacted-0"
 
-        def compacted() -> bool:
-            count = sum(len(b.records) for s in part.glob("*.log") for b in read_batches(s.read_bytes()))
-            return count < 400
+        def count() -> int:
+            try:
+                return sum(
+                    len(b.records) for s in sorted(part.glob("*.log")) for b in read_batches(s.read_bytes())
+                )
+            except FileNotFoundError:  # a segment swapped out meanwhile
+                return -2
+
+        seen = [-1]
+
+        def compacted() -> bool:  # and settled: a pass swaps groups of segments one after another
+            before, seen[0] = seen[0], count()
+            if seen[0] >= 400 or seen[0] != before:
+                time.sleep(0.5)
+                return False
+            return True
 
         wait_for(compacted, 60, "compaction of topic compacted")
         for topic in ("codecs", "legacy", "compacted"):
