@@ -193,9 +193,9 @@ def _stable_segments(directory: Path) -> list[tuple[int, Path]]:
         segments, swapping = list_segments(directory)
         if not swapping and segments == previous:
             return segments
+        if previous is not None or swapping:
+            time.sleep(0.02)  # a swap, or segments rolled or removed between two listings
         previous = None if swapping else segments
-        if swapping:
-            time.sleep(0.02)
     raise StorageError(f"the segment files of {directory} kept changing (a compaction swap under way?)")
 
 
