@@ -23,7 +23,32 @@ T = TypeVar("T")
 async def wait_for(aw: Awaitable[T], timeout: float | None) -> T:
     """Await ``aw`` for at most ``timeout`` seconds (None: no limit); raises TimeoutError.
 
-    On a timeout a future is cancelled, as :func:`asyncio.wait_for` does; unlike it, a
-    cancellation of the caller always propagates as CancelledError."""
-    async with asyncio.timeout(timeout):
+    As :func:`asyncio.wait_for`: a coroutine runs as a task of its own, and on a timeout, or a
+    cancellation of the caller, the awaited future is cancelled.  Unlike it, a cancellation of
+    the caller always propagates as CancelledError.  Not built on :func:`asyncio.timeout`, which
+    needs a current task: the broker drives a handler's coroutine by hand until it first waits.
+    """
+    if timeout is None:
         return await aw
+    loop = asyncio.get_running_loop()
+    fut = asyncio.ensure_future(aw, loop=loop)
+    if fut.done():
+        return fut.result()
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        if not fut.done():
+            expired = True
+            fut.cancel()
+
+    handle = loop.call_later(max(timeout, 0.0), expire)
+    try:
+        return await fut
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if expired and (task is None or not task.cancelling()):
+            raise TimeoutError from None
+        raise
+    finally:
+        handle.cancel()

@@ -95,3 +95,36 @@ def test_controller_queue_closes_while_its_request_fails() -> None:
     closed, channel_closed, cancelled = asyncio.run(main())
     assert closed, "BrokerQueue.close() hung: the send loop lost its cancellation"
     assert channel_closed and cancelled
+
+
+def test_wait_for_works_in_a_coroutine_driven_by_hand() -> None:
+    """The broker sends into a handler's coroutine from its protocol callback, with no task
+    running, until the handler first waits (asyncio.timeout refuses to work there)."""
+
+    async def handler(fut: asyncio.Future[int]) -> int:
+        return await wait_for(fut, 5) + 1
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[int] = loop.create_future()
+        coro = handler(fut)
+        started: asyncio.Future[object] = loop.create_future()
+
+        def from_a_callback() -> None:  # like data_received: no current task
+            assert asyncio.current_task() is None
+            try:
+                started.set_result(coro.send(None))
+            except BaseException as exc:
+                started.set_exception(exc)
+
+        loop.call_soon(from_a_callback)
+        await started
+        fut.set_result(41)
+        await asyncio.sleep(0)
+        try:
+            coro.send(None)
+        except StopIteration as stop:
+            return int(stop.value)
+        raise AssertionError("the handler should have finished")
+
+    assert asyncio.run(main()) == 42
