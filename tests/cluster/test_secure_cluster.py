@@ -128,6 +128,31 @@ def test_inter_broker_sasl_ssl_replicates_and_fails_over(
         c.close()
     assert got == set(sent)
 
+    # the ZooKeeper high-level consumer fetches over SASL_SSL too: the brokers' SASL_SSL endpoints
+    # come from /brokers/ids, the TLS and SASL settings from its configuration
+    from odradek.client import ZookeeperConsumer
+
+    zk_consumer = ZookeeperConsumer({
+        "zookeeper.connect": cluster.zookeeper_connect, "group.id": f"zk-{topic}", "auto.offset.reset": "smallest",
+        "consumer.timeout.ms": 10000, "security.protocol": "SASL_SSL", "ssl.ca.location": str(pki.ca),
+        "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice", "sasl.password": "alice-secret",
+    })
+    try:
+        [stream] = zk_consumer.create_message_streams({topic: 1})[topic]
+        zk_got: set[bytes] = set()
+        for m in stream:
+            assert m.value is not None
+            zk_got.add(m.value)
+            if len(zk_got) == len(sent):
+                break
+        zk_consumer.commit_offsets()
+        committed = sum(int(cluster.zk_get(f"/consumers/zk-{topic}/offsets/{topic}/{p}") or b"0") for p in range(3))
+    finally:
+        zk_consumer.shutdown()
+    assert zk_got == set(sent) and committed == len(sent)
+    assert any("FETCH" in line and "principal=User:alice" in line for i in cluster.ids
+               for line in cluster.broker(i).stderr_lines)
+
     # a user made through one broker can log in at every broker without a restart (the other
     # brokers learn it from ZooKeeper's change notification), and a removed one nowhere
     from confluent_kafka.admin import (

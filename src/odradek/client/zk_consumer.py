@@ -26,7 +26,10 @@ consumer threads and partitions (``partition.assignment.strategy`` range or roun
 each new partition with an ephemeral owner node — retrying the whole rebalance after
 ``rebalance.backoff.ms`` while another consumer still holds one, up to ``rebalance.max.retries``
 times — read the offsets and restart the fetcher.  Records come from the partition leaders
-through :class:`~odradek.client.SimpleConsumer` (brokers found in ``/brokers/ids``).
+through :class:`~odradek.client.SimpleConsumer` (brokers found in ``/brokers/ids``, at the first
+endpoint whose listener speaks ``security.protocol``, or at ``bootstrap.servers`` if given).  The
+client's TLS and SASL settings (``security.protocol``, ``ssl.*``, ``sasl.*``) go to the fetching
+and committing clients; Kafka 0.10's ZooKeeper consumer had no security, this one has.
 
 Offsets: ``offsets.storage=zookeeper`` (the default) keeps them under ``/consumers``;
 ``offsets.storage=kafka`` commits them to the group coordinator (OffsetCommit v1+, into
@@ -56,7 +59,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from odradek.client._config import ClientConfigError
+from odradek.client._config import CONSUMER_DEFAULTS, ClientConfigError
 from odradek.client.admin import Admin
 from odradek.client.consumer import Blacklist, Whitelist
 from odradek.client.consumer_simple import SimpleConsumer
@@ -93,7 +96,15 @@ ZK_CONSUMER_DEFAULTS: dict[str, Any] = {
     "dual.commit.enabled": True,
     "partition.assignment.strategy": "range",
     "exclude.internal.topics": True,
+    # not in Kafka 0.10's ZooKeeper consumer: brokers' addresses instead of those registered in
+    # ZooKeeper, and the client's TLS/SASL settings (the endpoint taken from /brokers/ids is the
+    # first whose listener speaks security.protocol)
+    "bootstrap.servers": None,
+    **{k: v for k, v in CONSUMER_DEFAULTS.items() if k.startswith(("security.", "ssl.", "sasl.")) or k == "oauth_cb"},
 }
+
+#: the settings handed to the SimpleConsumer and Admin that fetch and commit for this consumer
+_CLIENT_KEYS = tuple(k for k in ZK_CONSUMER_DEFAULTS if k.startswith(("security.", "ssl.", "sasl.")) or k == "oauth_cb")
 
 _INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
@@ -627,6 +638,8 @@ class ZookeeperConsumer:
 
     # -- fetching -------------------------------------------------------------------------------
     def _brokers_bootstrap(self) -> str:
+        """The registered brokers' endpoints that speak ``security.protocol``."""
+        wanted = str(self.config["security.protocol"]).upper()
         addresses = []
         for bid in sorted(self.zk.get_children("/brokers/ids"), key=lambda b: int(b) if b.isdigit() else 0):
             try:
@@ -637,23 +650,26 @@ class ZookeeperConsumer:
             protocols = data.get("listener_security_protocol_map") or {}
             for ep in data.get("endpoints") or []:
                 name, _, rest = str(ep).partition("://")
-                if protocols.get(name, name) == "PLAINTEXT":
+                if str(protocols.get(name, name)).upper() == wanted:
                     addresses.append(rest)
                     break
             else:
-                if data.get("host") and int(data.get("port", -1)) > 0:
+                if wanted == "PLAINTEXT" and data.get("host") and int(data.get("port", -1)) > 0:
                     addresses.append(f"{data['host']}:{data['port']}")
         if not addresses:
-            raise RuntimeError("no broker with a PLAINTEXT endpoint is registered in ZooKeeper")
+            raise RuntimeError(f"no broker with a {wanted} endpoint is registered in ZooKeeper")
         return ",".join(addresses)
 
     def _client_config(self) -> dict[str, Any]:
         if not self._bootstrap:
-            self._bootstrap = self._brokers_bootstrap()
+            self._bootstrap = str(self.config["bootstrap.servers"] or "") or self._brokers_bootstrap()
         cfg: dict[str, Any] = {
             "bootstrap.servers": self._bootstrap,
             "request.timeout.ms": int(self.config["socket.timeout.ms"]),
         }
+        for key in _CLIENT_KEYS:
+            if self.config[key] != ZK_CONSUMER_DEFAULTS[key]:
+                cfg[key] = self.config[key]
         if self.config["client.id"]:
             cfg["client.id"] = self.config["client.id"]
         return cfg
