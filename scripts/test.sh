@@ -27,7 +27,7 @@ echo "== import contracts"
 echo "== pytest"
 export HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-ci}
 set +e
-.venv/bin/pytest -p no:cacheprovider "$@"
+.venv/bin/pytest -p no:cacheprovider --durations=40 "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then
