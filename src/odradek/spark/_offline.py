@@ -65,7 +65,7 @@ from odradek.storage.reader import SegmentDamageError, SegmentReader, check_entr
 
 from ._arrow import decode_partition_data
 from ._fetch import report_data_loss
-from ._offsets import OffsetRange, OffsetReader, PartitionOffsets, TopicPartition, split_ranges
+from ._offsets import OffsetRange, OffsetReader, PartitionOffsets, TopicPartition, check_range, split_ranges
 from ._options import SourceOptions, _bool, _lower, parse_source_options
 
 __all__ = [
@@ -508,11 +508,7 @@ def plan_offline(options: OfflineOptions) -> list[OfflineRange]:
     ranges = []
     for tp in tps:
         s, e = start[tp], end[tp]
-        if s > e:
-            raise ValueError(
-                f"Beginning offset {s} is after the ending offset {e} for topic {tp[0]} partition {tp[1]}. "
-                "You either provided an invalid fromOffset, or the Kafka topic has been damaged"
-            )
+        check_range(tp, s, e)
         if s < e and options.stop_at_corruption:
             ranges.append(OffsetRange(tp[0], tp[1], s, e))
         elif s < e:

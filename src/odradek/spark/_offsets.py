@@ -35,6 +35,7 @@ from ._options import EARLIEST, LATEST, OffsetSpec, SourceOptions
 __all__ = [
     "OffsetRange",
     "OffsetReader",
+    "check_range",
     "from_json_offsets",
     "plan_ranges",
     "rate_limit",
@@ -289,6 +290,15 @@ class OffsetReader:
             else:
                 out.update(self.latest(missing))
         return out
+
+
+def check_range(tp: TopicPartition, start: int, end: int) -> None:
+    """A planned batch range must not begin after it ends (Spark's Kafka source's message)."""
+    if start > end:
+        raise ValueError(
+            f"Beginning offset {start} is after the ending offset {end} for topic {tp[0]} partition {tp[1]}. "
+            "You either provided an invalid fromOffset, or the Kafka topic has been damaged"
+        )
 
 
 def _names(tps: Iterable[TopicPartition]) -> str:

@@ -44,6 +44,7 @@ from ._offline import OfflineOptions, OfflineRange, parse_offline_options, plan_
 from ._offsets import (
     OffsetRange,
     OffsetReader,
+    check_range,
     from_json_offsets,
     plan_ranges,
     rate_limit,
@@ -179,11 +180,7 @@ class OdradekBatchReader(DataSourceReader):
         ranges = []
         for tp in tps:
             s, e = start[tp], end[tp]
-            if s > e:
-                raise ValueError(
-                    f"Beginning offset {s} is after the ending offset {e} for topic {tp[0]} partition {tp[1]}. "
-                    "You either provided an invalid fromOffset, or the Kafka topic has been damaged"
-                )
+            check_range(tp, s, e)
             ranges.append(OffsetRange(tp[0], tp[1], s, e))
         planned = split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)
         return [_partition(r, opts) for r in planned]

@@ -20,11 +20,12 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 from odradek.storage.errors import CorruptIndexError
 
-__all__ = ["OffsetIndex", "TimeIndex"]
+__all__ = ["OffsetIndex", "TimeIndex", "last_entry_at_or_below"]
 
 _off_entry = struct.Struct(">ii")
 _time_entry = struct.Struct(">qi")
@@ -32,6 +33,22 @@ _time_entry = struct.Struct(">qi")
 
 _IN_MEMORY_MAX = 64 * 1024  # sealed indexes up to this size are read into memory, larger ones mapped
 
+
+
+def last_entry_at_or_below(entry: Callable[[int], tuple[int, int]], count: int, key_of: int, target: int) -> int:
+    """Binary search of an index's ``count`` sorted entries: the position of the last one whose
+    field ``key_of`` is <= ``target``, or -1 (shared by the writable indexes and the read-only
+    reader)."""
+    lo, hi = 0, count - 1
+    found = -1
+    while lo <= hi:
+        mid = (lo + hi) >> 1
+        if entry(mid)[key_of] <= target:
+            found = mid
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    return found
 
 class _Index:
     """Entries of one index file, held without an open descriptor wherever possible.
@@ -258,16 +275,7 @@ class _Index:
 
     def _search(self, key_of: int, target: int) -> int:
         """Index of the last entry whose key (field ``key_of``) is <= target, or -1."""
-        lo, hi = 0, self.entries - 1
-        found = -1
-        while lo <= hi:
-            mid = (lo + hi) >> 1
-            if self._entry(mid)[key_of] <= target:
-                found = mid
-                lo = mid + 1
-            else:
-                hi = mid - 1
-        return found
+        return last_entry_at_or_below(self._entry, self.entries, key_of, target)
 
 
 class OffsetIndex(_Index):

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from odradek.records import BatchHeader, RecordsError, peek_header, read_batches, validate
 from odradek.storage.errors import CorruptSegmentError
+from odradek.storage.index import last_entry_at_or_below
 from odradek.storage.segment import entry_problem
 
 __all__ = [
@@ -237,16 +238,7 @@ class _IndexFile:
 
     def search(self, key_of: int, target: int) -> int:
         """Index of the last entry whose field ``key_of`` is <= ``target`` (-1: none)."""
-        lo, hi = 0, self.entries - 1
-        found = -1
-        while lo <= hi:
-            mid = (lo + hi) >> 1
-            if self.entry(mid)[key_of] <= target:
-                found = mid
-                lo = mid + 1
-            else:
-                hi = mid - 1
-        return found
+        return last_entry_at_or_below(self.entry, self.entries, key_of, target)
 
     def close(self) -> None:
         if self._fd is not None and self._fd >= 0:
