@@ -19,6 +19,9 @@ Usage (configured with the 0.8-era names)::
         handle(m.value)
     c.shutdown()
 
+A stream is also an async iterator (``async for m in stream``) for asyncio programs: the event loop
+polls it without blocking.  Registration, watches and rebalancing run on kazoo's threads either way.
+
 Watches on the group's consumer registry, ``/brokers/ids`` and ``/brokers/topics`` trigger a
 rebalance: stop the fetcher, drop what it fetched and nobody consumed, commit (with
 ``auto.commit.enable``), release the partitions owned, compute the assignment from the sorted
@@ -42,6 +45,7 @@ roll-back (the same steps with ``offsets.storage=zookeeper``).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -143,25 +147,55 @@ class KafkaStream:
     def __next__(self) -> MessageAndMetadata:
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
-            if self._done:
-                raise StopIteration
-            while self._pending:
-                generation, record = self._pending.popleft()
-                msg = self.consumer._consumed(self.thread_id, generation, record)
-                if msg is not None:
-                    return msg
+            msg = self._take(block=True, deadline=deadline)
+            if msg is not None:
+                return msg
+
+    def __aiter__(self) -> KafkaStream:
+        """``async for m in stream``: the asyncio twin of iteration.  The event loop polls the
+        stream's queue without blocking (no thread holds a message a cancelled task would lose)."""
+        return self
+
+    async def __anext__(self) -> MessageAndMetadata:
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        pause = 0.001
+        while True:
             try:
-                if deadline is None:
-                    item = self.queue.get()
-                else:
-                    item = self.queue.get(timeout=max(deadline - time.monotonic(), 0.0))
-            except queue.Empty:
+                msg = self._take(block=False, deadline=deadline)
+            except StopIteration:
+                raise StopAsyncIteration from None
+            if msg is not None:
+                return msg
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+    def _take(self, *, block: bool, deadline: float | None) -> MessageAndMetadata | None:
+        """The next message; None when ``block`` is false and none is there yet.  Raises
+        StopIteration after shutdown and ConsumerTimeoutError past ``deadline``."""
+        if self._done:
+            raise StopIteration
+        while self._pending:
+            generation, record = self._pending.popleft()
+            msg = self.consumer._consumed(self.thread_id, generation, record)
+            if msg is not None:
+                return msg
+        try:
+            if not block:
+                item = self.queue.get_nowait()
+            elif deadline is None:
+                item = self.queue.get()
+            else:
+                item = self.queue.get(timeout=max(deadline - time.monotonic(), 0.0))
+        except queue.Empty:
+            if deadline is not None and time.monotonic() >= deadline:
                 raise ConsumerTimeoutError(f"no message within {self.timeout:.3f}s") from None
-            if item is _SHUTDOWN:
-                self._done = True
-                raise StopIteration
-            generation, records = item
-            self._pending = deque((generation, r) for r in records)
+            return None
+        if item is _SHUTDOWN:
+            self._done = True
+            raise StopIteration
+        generation, records = item
+        self._pending = deque((generation, r) for r in records)
+        return None
 
     def clear(self) -> None:
         """Drop what was fetched and not consumed (a rebalance)."""
