@@ -15,10 +15,10 @@ from odradek.cli.topics import run_admin
 
 try:  # ZooKeeper groups (--zookeeper) need kazoo, the ``cluster`` extra
     from kazoo.client import KazooClient
-    from kazoo.exceptions import NodeExistsError, NoNodeError
+    from kazoo.exceptions import NoNodeError
 except ImportError:  # pragma: no cover - a plain install
     KazooClient = None
-    NodeExistsError = NoNodeError = LookupError
+    NoNodeError = LookupError
 from odradek.client import Admin
 from odradek.errors import ErrorCode, KafkaError
 
@@ -127,15 +127,10 @@ class _ZkGroups:
         return out
 
     def set_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
+        from odradek.client.zk_consumer import write_zk_offset
+
         for p, o in offsets.items():
-            path, data = f"/consumers/{group}/offsets/{topic}/{p}", str(o).encode()
-            try:
-                self.zk.set(path, data)
-            except NoNodeError:
-                try:
-                    self.zk.create(path, data, makepath=True)
-                except NodeExistsError:
-                    self.zk.set(path, data)
+            write_zk_offset(self.zk, group, topic, p, o)
 
 
 def _zk(args: argparse.Namespace) -> _ZkGroups | None:

@@ -71,7 +71,7 @@ from odradek.client.errors import OffsetOutOfRangeError
 from odradek.cluster.zk_assignment import ZK_ASSIGNORS
 from odradek.errors import OdradekError
 
-__all__ = ["ZK_CONSUMER_DEFAULTS", "ConsumerTimeoutError", "MessageAndMetadata", "ZookeeperConsumer"]
+__all__ = ["ZK_CONSUMER_DEFAULTS", "ConsumerTimeoutError", "MessageAndMetadata", "ZookeeperConsumer", "write_zk_offset"]
 
 log = logging.getLogger(__name__)
 
@@ -632,15 +632,7 @@ class ZookeeperConsumer:
 
     # -- offsets ------------------------------------------------------------------------------
     def _zk_write_offset(self, topic: str, partition: int, offset: int) -> None:
-        path = f"{self._dir}/offsets/{topic}/{partition}"
-        data = str(offset).encode()
-        try:
-            self.zk.set(path, data)
-        except NoNodeError:
-            try:
-                self.zk.create(path, data, makepath=True)
-            except NodeExistsError:
-                self.zk.set(path, data)
+        write_zk_offset(self.zk, self.group, topic, partition, offset)
 
     def _zk_read_offset(self, topic: str, partition: int) -> int | None:
         try:
@@ -802,6 +794,20 @@ class ZookeeperConsumer:
                 self.commit_offsets()
             except Exception:
                 log.warning("consumer %s: auto commit failed", self.consumer_id, exc_info=True)
+
+
+def write_zk_offset(zk: KazooClient, group: str, topic: str, partition: int, offset: int) -> None:
+    """Store a group's offset in ``/consumers/<group>/offsets/<topic>/<partition>`` (decimal, as
+    Kafka 0.8-0.10 did), creating the node if needed."""
+    path = f"/consumers/{group}/offsets/{topic}/{partition}"
+    data = str(offset).encode()
+    try:
+        zk.set(path, data)
+    except NoNodeError:
+        try:
+            zk.create(path, data, makepath=True)
+        except NodeExistsError:
+            zk.set(path, data)
 
 
 def _bool(value: Any) -> bool:
