@@ -48,10 +48,11 @@ def _parser() -> argparse.ArgumentParser:
     acls.add_parser(sub)
     certs.add_parser(sub)
 
-    from odradek.cli import cluster, pipeline
+    from odradek.cli import bench, cluster, pipeline
 
     cluster.add_parser(sub)
     pipeline.add_parser(sub)
+    bench.add_parser(sub)
     return parser
 
 
@@ -61,6 +62,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from odradek.cli import cluster
 
         return cluster.run(args)
+    if args.command == "bench":
+        from odradek.cli import bench
+
+        return bench.run(args)
     if args.command == "pipeline":
         from odradek.cli import pipeline
 
