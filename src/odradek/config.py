@@ -264,6 +264,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("replica.fetch.backoff.ms", "int", 1000),
     ("num.replica.fetchers", "int", 1),
     ("replica.high.watermark.checkpoint.interval.ms", "long", 5000),
+    # Prometheus metrics (Odradek's own; Kafka has JMX): /metrics on an HTTP listener of the broker
+    # at metrics.host:metrics.port (odradek serve --metrics-port).  Unset: on in the embedded
+    # (single-node) mode at 127.0.0.1:9404, or a free port when 9404 is taken; off in a cluster
+    # (ZooKeeper).  0 picks a free port; -1 turns metrics off (nothing is counted).  The URL is
+    # in the broker's ready line.
+    ("metrics.port", "int", None),
+    ("metrics.host", "string", "127.0.0.1"),
     # Limits that bound what one request may ask for (Kafka has none by these names; KIP-578
     # proposed ``max.broker.partitions``).  A CreateTopics / CreatePartitions / auto-creation
     # beyond them is refused with POLICY_VIOLATION and a message, before any work is done.
@@ -636,6 +643,9 @@ class BrokerConfig:
                 parse_listeners(spec, self.get("listener.security.protocol.map"))
             except ConfigError as exc:
                 raise ConfigError(f"{name}: {exc.message}") from None
+        port = self.get("metrics.port")
+        if port is not None and not -1 <= int(port) <= 65535:
+            raise ConfigError(f"metrics.port={port} is out of range: a port is 0-65535 (0 picks a free one; -1: off)")
 
     # -- access --------------------------------------------------------------------------
     def get(self, name: str) -> Any:

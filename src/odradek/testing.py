@@ -34,6 +34,7 @@ T = TypeVar("T")
 _READY = re.compile(r"ready on (?P<endpoints>\S+://\S+?:\d+(?:, \S+://\S+?:\d+)*)")
 _ENDPOINT_SPEC = re.compile(r"([^:,\s]+)://([^,\s]*):(\d+)")
 _ENDPOINT = re.compile(r"(?P<name>[^:,\s]+)://(?P<host>\S+?):(?P<port>\d+)")
+_METRICS_URL = re.compile(r"metrics at (?P<url>http://\S+?/metrics)")
 
 
 class BrokerProcess:
@@ -67,6 +68,8 @@ class BrokerProcess:
         self.proc: subprocess.Popen[str] | None = None
         self.host = "127.0.0.1"
         self.ready_line = ""
+        #: the broker's Prometheus endpoint, from the ready line (None: metrics are off)
+        self.metrics_url: str | None = None
         self.ready_seconds = 0.0
         self.stderr_lines: list[str] = []
         self._stderr_thread: threading.Thread | None = None
@@ -137,6 +140,8 @@ class BrokerProcess:
                     for e in _ENDPOINT.finditer(m.group("endpoints"))
                 }
                 self.host, self.port = self.endpoints.get("PLAINTEXT", next(iter(self.endpoints.values())))
+                metrics = _METRICS_URL.search(line)
+                self.metrics_url = metrics.group("url") if metrics else None
                 return self
         self.kill()
         raise RuntimeError(f"broker did not become ready: {''.join(self.stderr_lines[-30:])}")

@@ -47,6 +47,7 @@ from odradek.broker.authorizer import authorizer_for
 from odradek.broker.channel import BrokerChannel, ChannelSecurity
 from odradek.broker.connections import ConnectionQuotas
 from odradek.broker.coordinator import GroupCoordinator
+from odradek.broker.exporter import MetricsServer, broker_registry
 from odradek.broker.limits import FDS_PER_PARTITION, partition_budget
 from odradek.broker.partitions import PartitionService
 from odradek.broker.producer_ids import ProducerIdManager
@@ -64,6 +65,7 @@ from odradek.config import BrokerConfig, ConfigError, Listener
 from odradek.coordination import EmbeddedBackend, MetadataBackend
 from odradek.coordination.embedded import read_cluster_id
 from odradek.errors import ErrorCode
+from odradek.metrics import BrokerMetrics
 from odradek.security import PlainClient, ScramClient, ScramCredential, parse_jaas
 from odradek.storage import Log, LogManager, StorageError
 from odradek.storage.log import set_lock_factory
@@ -81,6 +83,10 @@ if TYPE_CHECKING:  # imported when a cluster is wired: kazoo costs a single node
 __all__ = ["Broker"]
 
 log = logging.getLogger(__name__)
+
+
+#: where /metrics listens in the embedded mode when metrics.port is not set
+DEFAULT_METRICS_PORT = 9404
 
 
 def new_cluster_id() -> str:
@@ -119,6 +125,9 @@ class Broker:
         self.services: Services
         self.groups: GroupCoordinator
         self.controller: Controller | None = None
+        #: the counters /metrics exports and its HTTP listener (None: metrics are off)
+        self.metrics: BrokerMetrics | None = None
+        self.metrics_server: MetricsServer | None = None
 
     # ------------------------------------------------------------------------------------------
     # start / stop
@@ -194,6 +203,7 @@ class Broker:
             quotas=QuotaManager(self.config, backend.image),
         )
         assert self.services.quotas is not None
+        await self._start_metrics(embedded=zk is None)
         backend.add_listener(self.services.quotas.on_image)
         if self.services.authorizer is not None:
             backend.add_listener(self.services.authorizer.on_image)
@@ -203,6 +213,7 @@ class Broker:
                 KafkaConnection, self.services, lst.name, self.connections, self.max_queued, self._security[lst.name]
             )
             server = _AcceptLoop(lst.name, factory, self._tls.get(lst.name), self.connection_quotas)
+            server.metrics = self.metrics
             try:
                 await server.bind(lst.host, lst.port)
             except OSError:
@@ -244,6 +255,7 @@ class Broker:
                 self.broker_id, self.config, zk, self.topics.log_config, channel_factory=self._channel_factory
             )
             self.services.controller = cluster.controller = self.controller
+            self.controller.metrics = self.metrics
             zk.on_registered.append(self.controller.on_new_session)
             self.controller.start()
         else:
@@ -253,6 +265,36 @@ class Broker:
         self.replication.start(self.scheduler)
         self._idle_task = loop.create_task(self._reap_idle(), name="idle")
         self.ready_after = time.monotonic() - t0
+
+    async def _start_metrics(self, *, embedded: bool) -> None:
+        """The Prometheus endpoint (``metrics.host``/``metrics.port``): unset, on at 127.0.0.1:9404
+        in the embedded mode (a free port when that one is taken), off in a cluster; -1: off."""
+        configured = self.config.get("metrics.port")
+        port = int(configured) if configured is not None else (DEFAULT_METRICS_PORT if embedded else -1)
+        if port < 0:
+            return
+        metrics = self.metrics = self.services.metrics = BrokerMetrics()
+        for part in (self.replicas, self.replication, self.scheduler, self.groups):
+            part.metrics = metrics
+        registry = broker_registry(
+            metrics, self.services, lambda: self.connections, [lst.name for lst in self.listeners]
+        )
+        server = MetricsServer(registry)
+        host = str(self.config.get("metrics.host") or "127.0.0.1")
+        try:
+            await server.start(host, port)
+        except OSError as exc:
+            if configured is not None or exc.errno != errno.EADDRINUSE:
+                raise ConfigError(f"metrics: cannot listen on {host}:{port} (metrics.port): {exc.strerror or exc}") from None
+            log.info("metrics: port %d is taken; serving /metrics on a free port instead", port)
+            await server.start(host, 0)
+        self.metrics_server = server
+        log.info("metrics at %s", server.url)
+
+    @property
+    def metrics_url(self) -> str | None:
+        """The URL of ``/metrics`` (None: metrics are off)."""
+        return self.metrics_server.url if self.metrics_server is not None else None
 
     async def _connect_zookeeper(self, dirs: list[Path]) -> ZooKeeperBackend:
         from odradek.coordination.zookeeper import ZooKeeperBackend
@@ -390,6 +432,9 @@ class Broker:
             await self.controller.stop()
         for server in self._servers:
             server.close()
+        if self.metrics_server is not None:
+            self.metrics_server.close()
+            await self.metrics_server.wait_closed()
         for conn in list(self.connections):
             conn.close()
         if self._idle_task is not None:
@@ -495,6 +540,7 @@ class _AcceptLoop:
         self.tls = tls
         self.quotas = quotas
         self._handshakes: set[asyncio.Task[None]] = set()
+        self.metrics: BrokerMetrics | None = None  # counts failed TLS handshakes
         self.sockets: list[socket.socket] = []
         self.address: tuple[str, int] = ("", 0)
         self._tasks: list[asyncio.Task[None]] = []
@@ -607,6 +653,8 @@ class _AcceptLoop:
             conn.close()
             self._released(peer)
             host = peer[0] if isinstance(peer, tuple) else peer
+            if self.metrics is not None:
+                self.metrics.count(self.metrics.auth_failures, self.name)
             # Kafka's wording: "Failed authentication with /1.2.3.4 (SSL handshake failed)"
             log.info("Failed authentication with /%s on listener %s (SSL handshake failed: %s)", host, self.name,
                      getattr(exc, "reason", None) or exc or type(exc).__name__)

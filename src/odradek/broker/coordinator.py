@@ -41,6 +41,7 @@ from odradek.cluster.group import (
     SyncResult,
 )
 from odradek.errors import ErrorCode, KafkaError
+from odradek.metrics import BrokerMetrics
 from odradek.protocol.messages.coordinator import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -164,6 +165,8 @@ class GroupCoordinator:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._create_lock = asyncio.Lock()
+        #: the broker's metric counters (set by the broker; None: off)
+        self.metrics: BrokerMetrics | None = None
 
     # ------------------------------------------------------------------------------------------
     # lifecycle
@@ -427,6 +430,8 @@ class GroupCoordinator:
             code = _COMMIT_ERRORS.get(exc.code, exc.code)
             return ErrorCode.NONE, {tp: code if e is ErrorCode.NONE else e for tp, e in per.items()}
         self.state.apply_commit(store)
+        if self.metrics is not None:
+            self.metrics.offset_commits += len(offsets)
         return ErrorCode.NONE, per
 
     async def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:

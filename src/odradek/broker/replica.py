@@ -27,6 +27,7 @@ from odradek.broker.logdirs import LogDirFailureChannel, is_io_error
 from odradek.cluster import isr
 from odradek.cluster.metadata import PartitionState
 from odradek.errors import ErrorCode, KafkaError
+from odradek.metrics import BrokerMetrics, timed_ms
 from odradek.storage import AppendInfo, Log, LogConfig, LogManager, ReadResult, StorageError
 
 __all__ = ["Partition", "ReplicaManager"]
@@ -178,6 +179,8 @@ class ReplicaManager:
         self.partitions: dict[tuple[str, int], Partition] = {}
         #: the failure funnel of the log dirs (Kafka's LogDirFailureChannel)
         self.log_dirs = log_dirs if log_dirs is not None else LogDirFailureChannel(logs.dirs)
+        #: the broker's metric counters (set by the broker; None: off)
+        self.metrics: BrokerMetrics | None = None
 
     # -- partition lifecycle -------------------------------------------------------------------
     def become_leader(self, state: PartitionState, topic_id: object = None) -> Partition:
@@ -291,10 +294,12 @@ class ReplicaManager:
             await asyncio.shield(p.flushing)
             if not lg.flush_messages_due():
                 return
-        fut = asyncio.ensure_future(asyncio.to_thread(lg.flush))
+        fut = asyncio.ensure_future(asyncio.to_thread(timed_ms, lg.flush))
         p.flushing = fut  # type: ignore[assignment]
         try:
-            await asyncio.shield(fut)
+            ms = await asyncio.shield(fut)
+            if self.metrics is not None:
+                self.metrics.flush_time.observe(ms)
         except (OSError, StorageError) as exc:
             if not is_io_error(exc):
                 raise

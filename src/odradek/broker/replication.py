@@ -41,6 +41,7 @@ from odradek.coordination import MetadataBackend
 from odradek.coordination.base import StaleVersion
 from odradek.coordination.embedded import is_deleted
 from odradek.errors import ErrorCode, KafkaError
+from odradek.metrics import BrokerMetrics
 from odradek.protocol.messages.controlled_shutdown import ControlledShutdownRequest
 from odradek.protocol.messages.update_metadata import UpdateMetadataRequest
 from odradek.storage import LogManager, StorageError
@@ -77,6 +78,8 @@ class Replication:
         #: called after the set of hosted partitions may have changed (the group coordinator
         #: loads and unloads the ``__consumer_offsets`` partitions it leads)
         self.on_hosting_changed: Callable[[MetadataImage | None], None] = lambda _image: None
+        #: the broker's metric counters (set by the broker; None: off)
+        self.metrics: BrokerMetrics | None = None
 
     def apply_image(self, image: MetadataImage, reconfigured: set[str]) -> None:
         raise NotImplementedError
@@ -439,10 +442,16 @@ class ClusterReplication(Replication):
                 return  # a newer LeaderAndIsr arrived meanwhile: it wins
             # (a LeaderAndIsr of the same epoch that arrived while we wrote carries an older
             # partition epoch than our write: the store now holds our ISR, so we keep it)
-            if any(r not in new_isr for r in state.isr):
+            shrunk = any(r not in new_isr for r in state.isr)
+            if shrunk:
                 log.info("%s-%d: ISR shrunk to %s", p.topic, p.index, list(new_isr))
             else:
                 log.info("%s-%d: ISR expanded to %s", p.topic, p.index, list(new_isr))
+            if self.metrics is not None:
+                if shrunk:
+                    self.metrics.isr_shrinks += 1
+                else:
+                    self.metrics.isr_expands += 1
             self._adopt_isr(p, new_isr, version)
             with contextlib.suppress(Exception):
                 await self.backend.notify_isr_change([(p.topic, p.index)])

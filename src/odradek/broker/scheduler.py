@@ -31,6 +31,7 @@ from odradek._timeouts import wait_for
 from odradek.broker.logdirs import LogDirFailureChannel, is_io_error
 from odradek.config import BrokerConfig
 from odradek.errors import KafkaError
+from odradek.metrics import BrokerMetrics, timed_ms
 from odradek.storage import LogManager, StorageError
 
 __all__ = ["LogScheduler"]
@@ -58,6 +59,8 @@ class LogScheduler:
         self._maintenance_job: asyncio.Future[Any] | None = None
         self._checkpointing = asyncio.Lock()
         self._checkpoint_pending = False
+        #: the broker's metric counters (set by the broker; None: off)
+        self.metrics: BrokerMetrics | None = None
 
     def every(self, interval_ms: int, fn: Callable[[], Awaitable[None]], name: str) -> None:
         """Run ``fn`` every ``interval_ms`` until :meth:`stop`; its I/O errors take the dir offline."""
@@ -123,7 +126,9 @@ class LogScheduler:
                 if failures.offline(d):
                     continue
                 try:
-                    await asyncio.get_running_loop().run_in_executor(self.executor, lg.flush)
+                    ms = await asyncio.get_running_loop().run_in_executor(self.executor, timed_ms, lg.flush)
+                    if self.metrics is not None:
+                        self.metrics.flush_time.observe(ms)
                 except (OSError, StorageError) as exc:
                     if not is_io_error(exc):
                         raise

@@ -31,6 +31,7 @@ from odradek.broker.authentication import ListenerSecurity, Session
 from odradek.broker.dispatch import HANDLERS, Deferred, RequestContext, supported_versions
 from odradek.broker.logdirs import is_io_error
 from odradek.errors import ErrorCode, KafkaError
+from odradek.metrics import FETCH_FOLLOWER, BrokerMetrics
 from odradek.protocol import (
     NEED_DATA,
     ApiKey,
@@ -135,6 +136,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._write_paused = False
         self._mute_until = 0.0
         self._delayed: list[Any] = []
+        # metrics (None: off): the request being handled — its metric key (the API key, or
+        # FETCH_FOLLOWER) and when its handling began (one request at a time per connection)
+        self._metrics = getattr(services, "metrics", None)
+        self._req_key = 0
+        self._req_t0 = 0.0
 
     # -- asyncio protocol ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -143,6 +149,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.client_host = self.peer.rsplit(":", 1)[0]
         self.connections.add(self)
+        if self._metrics is not None:
+            self._metrics.count(self._metrics.connections_created, self.listener)
         if self.security.tls:
             tls = transport.get_extra_info("ssl_object")
             certificate = tls.getpeercert(binary_form=True) if tls is not None else None
@@ -170,6 +178,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if on_close is not None:
             on_close()
         self.connections.discard(self)
+        if self._metrics is not None:
+            self._metrics.count(self._metrics.connections_closed, self.listener)
         worker = self._worker
         if isinstance(worker, _Waiting):
             self._worker = None
@@ -461,10 +471,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
         goes back the same way; a failure closes the connection (the v0 exchange has no way to
         say why, as in Kafka)."""
         out = self.session.authenticate(ev.token, self.client_host)
+        m = self._metrics
         if out.error_code:
+            if m is not None:
+                m.count(m.auth_failures, self.listener)
             self.session.close_after = None
             return None
         if self.session.authenticated:
+            if m is not None:
+                m.count(m.auth_successes, self.listener)
             self.conn.raw_tokens = False
         return [frame(out.data)]
 
@@ -513,6 +528,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         quotas = self._quotas
         if quotas is not None and quotas.active:
             self._charge = _charge_for(ev)
+        if self._metrics is not None:
+            key = header.api_key
+            if key == ApiKey.FETCH:
+                msg = ev.message
+                if (msg.replica_state.replica_id if header.api_version >= 15 else msg.replica_id) >= 0:
+                    key = FETCH_FOLLOWER
+            self._req_key = key
+            self._req_t0 = time.perf_counter()
         ctx = RequestContext(self.services, header, self.client_host, self.listener, self.session)
         if entry.sync:
             try:
@@ -589,10 +612,28 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 header.correlation_id, self.session.principal, self.listener,
             )
         if self._charge is not None:
-            return self._charged_parts(header, response)
-        if response is None:
-            return self.conn.no_response_parts(header)
-        return self.conn.send_response_parts(header, response)
+            parts = self._charged_parts(header, response)
+        elif response is None:
+            parts = self.conn.no_response_parts(header)
+        else:
+            parts = self.conn.send_response_parts(header, response)
+        m = self._metrics
+        if m is not None:
+            self._count_request(m, header, response)
+        return parts
+
+    def _count_request(self, m: BrokerMetrics, header: RequestHeader, response: Any) -> None:
+        """Metrics of one answered request: its count and time, its top-level error, and for
+        SaslAuthenticate whether the client authenticated."""
+        api = header.api_key
+        m.request_done(self._req_key if self._req_t0 else api, header.api_version,
+                       (time.perf_counter() - self._req_t0) * 1000.0 if self._req_t0 else 0.0)
+        self._req_t0 = 0.0
+        code = getattr(response, "error_code", 0) if response is not None else 0
+        if code:
+            m.error(api, code)
+        if api == ApiKey.SASL_AUTHENTICATE:
+            m.count(m.auth_failures if code else m.auth_successes, self.listener)
 
     # -- client quotas (KIP-13, KIP-124, KIP-219) ------------------------------------------------
     def _charged_parts(self, header: RequestHeader, response: Any) -> list[Any]:
@@ -632,6 +673,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     assert isinstance(first, bytes)
                     parts[0] = first[:at] + _i32.pack(throttle) + first[at + 4 :]
         if throttle > 0:
+            if self._metrics is not None:
+                self._metrics.throttle(header.api_key, throttle)
             if header.api_version < _KIP219_VERSIONS.get(header.api_key, 0):
                 # a client from before KIP-219 does not back off by itself: answer late
                 self._mute(throttle, parts)

@@ -4,8 +4,7 @@ A handler receives a :class:`~odradek.broker.dispatch.RequestContext` whose ``se
 bundle: topics, partitions, replication, producer ids, the group coordinator, the controller (the
 cluster's, or a single node's own answers), the log scheduler, and the read-only facts (broker
 id, cluster id, config, clock, the metadata image).  It is not the broker: nothing here starts,
-stops or wires anything.  A later service (an authorizer, quotas, a transaction coordinator,
-metrics) becomes one more field here, built in :mod:`odradek.broker.app`.
+stops or wires anything.  A later service (a transaction coordinator...) becomes one more field here, built in :mod:`odradek.broker.app`.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from odradek.cluster.metadata import MetadataImage
 from odradek.config import BrokerConfig
 from odradek.coordination import MetadataBackend
 from odradek.errors import ErrorCode, KafkaError
+from odradek.metrics import BrokerMetrics
 from odradek.storage import LogManager
 
 if TYPE_CHECKING:
@@ -60,6 +60,8 @@ class Services:
     authorizer: Authorizer | None = None
     #: client quotas (None: not enforced)
     quotas: QuotaManager | None = None
+    #: the counters /metrics exports (None: metrics are off, nothing is counted)
+    metrics: BrokerMetrics | None = None
     #: set when the broker begins to stop: long polls answer at once
     stopping: bool = False
 

@@ -30,6 +30,11 @@ def add_parser(sub: Any) -> None:
         "--zookeeper", metavar="HOST:PORT[/CHROOT]", help="zookeeper.connect: join a cluster coordinated by ZooKeeper"
     )
     p.add_argument(
+        "--metrics-port", type=int, metavar="N",
+        help="metrics.port: serve Prometheus /metrics on 127.0.0.1:N (metrics.host); 0 picks a free port, -1 turns "
+        "metrics off (default: 9404 without ZooKeeper, off in a cluster)",
+    )
+    p.add_argument(
         "--log-level", default="INFO",
         help="logging level (default INFO); LEVEL,logger=LEVEL,... sets loggers apart (INFO,odradek.access=DEBUG)",
     )
@@ -62,6 +67,8 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         flags["broker.id"] = args.broker_id
     if args.zookeeper is not None:
         flags["zookeeper.connect"] = args.zookeeper
+    if getattr(args, "metrics_port", None) is not None:
+        flags["metrics.port"] = args.metrics_port
     return flags
 
 
@@ -77,9 +84,10 @@ async def _serve(config: Any) -> int:
     await broker.start()
     endpoints = ", ".join(f"{e.listener}://{e.host}:{e.port}" for e in broker.advertised)
     dirs = ",".join(str(d) for d in config.log_dirs)
+    metrics = f", metrics at {broker.metrics_url}" if broker.metrics_url else ""
     print(
         f"odradek broker {broker.broker_id} ready on {endpoints} "
-        f"(cluster {broker.cluster_id}, data in {dirs}, started in {broker.ready_after:.2f}s)",
+        f"(cluster {broker.cluster_id}, data in {dirs}{metrics}, started in {broker.ready_after:.2f}s)",
         flush=True,
     )
     await stop.wait()
@@ -102,6 +110,14 @@ def run(args: argparse.Namespace) -> int:
     from odradek.errors import KafkaError
 
     configure_logging(args.log_level)
+    metrics_port = getattr(args, "metrics_port", None)
+    if metrics_port is not None and not -1 <= metrics_port <= 65535:
+        print(
+            f"odradek serve: --metrics-port {metrics_port} is out of range: a port is 0-65535 (0 picks a free port, "
+            "-1 turns metrics off)",
+            file=sys.stderr,
+        )
+        return 2
     if args.port is not None and not 0 <= args.port <= 65535:
         print(
             f"odradek serve: --port {args.port} is out of range: a port is 0-65535 (0 picks a free port)",

@@ -226,6 +226,8 @@ class GroupCoordinatorState:
     def __init__(self, limits: GroupLimits | None = None) -> None:
         self.limits = limits or GroupLimits()
         self.groups: dict[str, Group] = {}
+        #: rebalances that ended with the group stable (a CompletingRebalance -> Stable transition)
+        self.completed_rebalances = 0
 
     # -- helpers ---------------------------------------------------------------------------------
     def _group(self, group_id: str) -> Group | None:
@@ -233,6 +235,8 @@ class GroupCoordinatorState:
         return None if g is None or g.state is GroupState.DEAD else g
 
     def _transition(self, g: Group, state: GroupState, now: int) -> None:
+        if state is GroupState.STABLE and g.state is GroupState.COMPLETING_REBALANCE:
+            self.completed_rebalances += 1
         g.state = state
         g.state_timestamp = now
 

@@ -58,6 +58,7 @@ from odradek.coordination.zookeeper import (
     broker_from_json,
 )
 from odradek.errors import ErrorCode, KafkaError
+from odradek.metrics import BrokerMetrics
 
 if TYPE_CHECKING:
     from odradek.config import BrokerConfig
@@ -114,6 +115,8 @@ class Controller:
         self.queues: dict[int, BrokerQueue] = {}
         self.events = EventQueue(self._moved, _REARMING)
         self.controller_id = -1
+        #: the broker's metric counters (set by the broker; None: off)
+        self.metrics: BrokerMetrics | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._topic_watched: set[str] = set()
 
@@ -441,7 +444,10 @@ class Controller:
                 used_unclean = e.unclean
                 return LeaderIsr(e.leader, cur.leader_epoch + 1, e.isr, self.ctx.epoch)
 
+            t0 = time.perf_counter()
             elected = await self._update_leader_isr(tp, decide)
+            if elected is not None and elected.leader != NO_LEADER:
+                self._count_election(t0, used_unclean)
             if elected is None:
                 if state is not PS.OFFLINE:
                     self.ctx.set_partition_state(tp, PS.OFFLINE)
@@ -462,6 +468,15 @@ class Controller:
             changed.append(tp)
         return changed
 
+    def _count_election(self, t0: float, unclean: bool) -> None:
+        """A leader elected (metrics: elections, their time, unclean ones)."""
+        m = self.metrics
+        if m is not None:
+            m.leader_elections += 1
+            m.leader_election_time.observe((time.perf_counter() - t0) * 1000.0)
+            if unclean:
+                m.unclean_elections += 1
+
     async def _elect_with(self, tps: list[TP], elect: Callable[[TP, LeaderIsr], Election | None]) -> dict[TP, ErrorCode]:
         """Run an election for each partition; write, then tell the replicas."""
         results: dict[TP, ErrorCode] = {}
@@ -471,8 +486,11 @@ class Controller:
                 results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             outcome: list[ErrorCode] = [ErrorCode.NONE]
+            chosen: list[Election] = []
 
-            def decide(cur: LeaderIsr | None, tp: TP = tp, outcome: list[ErrorCode] = outcome) -> LeaderIsr | None:
+            def decide(
+                cur: LeaderIsr | None, tp: TP = tp, outcome: list[ErrorCode] = outcome, chosen: list[Election] = chosen
+            ) -> LeaderIsr | None:
                 if cur is None:
                     outcome[0] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     return None
@@ -483,11 +501,14 @@ class Controller:
                 if e.leader == cur.leader and e.isr == cur.isr:
                     outcome[0] = ErrorCode.ELECTION_NOT_NEEDED
                     return None
+                chosen[:] = [e]
                 return LeaderIsr(e.leader, cur.leader_epoch + 1, e.isr, self.ctx.epoch)
 
+            t0 = time.perf_counter()
             li = await self._update_leader_isr(tp, decide)
             results[tp] = outcome[0]
             if li is not None:
+                self._count_election(t0, bool(chosen and chosen[-1].unclean))
                 changed.append(tp)
                 self.ctx.partition_led(tp, li.leader)
         if changed:

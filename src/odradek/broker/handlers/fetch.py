@@ -21,6 +21,7 @@ from odradek.broker.dispatch import RequestContext, handles
 from odradek.broker.purgatory import DelayedOperation, Watchable
 from odradek.broker.replica import Partition
 from odradek.errors import ErrorCode, KafkaError
+from odradek.metrics import BrokerMetrics
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.fetch import FetchRequest, FetchResponse
 from odradek.security.acl import Operation, ResourceType
@@ -229,7 +230,37 @@ class _Fetch(DelayedOperation):
                 elif records is not None:
                     sent += int(getattr(records, "length", 0))
             quota.record(sent, time.monotonic() * 1000.0)
+        metrics = self.svc.metrics
+        if metrics is not None:
+            self._count(metrics)
         return _fetch_response(throttle_time_ms=0, error_code=0, session_id=0, responses=self.topics)
+
+    def _count(self, metrics: BrokerMetrics) -> None:
+        """Broker topic metrics of the answer, per partition: bytes out (a consumer's; a
+        follower's are replication bytes), fetches and failed fetches, errors by code."""
+        follower = self.replica_id >= 0
+        stats = None
+        last = None
+        for slot in self.slots:
+            name = slot.name
+            if name is None:
+                continue
+            if name != last:
+                stats = metrics.topic(name)
+                last = name
+            assert stats is not None
+            pr = slot.response
+            stats.fetch_requests += 1
+            if pr.error_code:
+                stats.failed_fetch += 1
+                metrics.error(ApiKey.FETCH, pr.error_code)
+                continue
+            records = pr.records
+            size = len(records) if type(records) is bytes else int(getattr(records, "length", 0))
+            if follower:
+                metrics.replication_bytes_out += size
+            else:
+                stats.bytes_out += size
 
     # -- the long poll (a delayed operation) -------------------------------------------------------
     def watched(self) -> Iterable[tuple[Watchable, bool]]:

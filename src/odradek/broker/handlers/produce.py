@@ -19,6 +19,7 @@ from odradek.broker.dispatch import RequestContext, handles
 from odradek.broker.refusals import produce_refused
 from odradek.broker.replica import Partition
 from odradek.errors import ErrorCode, KafkaError
+from odradek.metrics import BrokerMetrics, TopicStats
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.produce import ProduceRequest, ProduceResponse
 from odradek.records import RecordsError, iter_batch_headers
@@ -77,9 +78,11 @@ def produce(
     appended: list[Partition] = []
     responses: list[R.TopicProduceResponse] = []
     authorizer = svc.authorizer
+    metrics = svc.metrics
     for topic in request.topic_data:
         parts: list[R.PartitionProduceResponse] = []
         responses.append(_topic_response(name=topic.name, partition_responses=parts))
+        stats = metrics.topic(topic.name) if metrics is not None else None
         topic_refused = refused
         if authorizer is not None and topic_refused is None and not authorizer.authorize(
             ctx.session.principal_name, ctx.client_host, Operation.WRITE, ResourceType.TOPIC, topic.name, 0
@@ -92,17 +95,25 @@ def produce(
                 resp.error_code = int(topic_refused.code)
                 resp.error_message = topic_refused.message or None
                 produce_refused(ctx, topic.name, data.index, topic_refused)
+                if stats is not None:
+                    _count_failed(metrics, stats, data.records, topic_refused)
                 continue
             try:
                 p = svc.partitions.for_produce(topic.name, data.index)
                 raw = data.records
                 records = raw if isinstance(raw, (bytes, bytearray, memoryview)) else b""
+                size = len(records)
                 _check_format(records, version)
                 records = svc.partitions.recompress_for(p, records)
                 info = replicas.append(p, records, acks)
                 resp.base_offset = info.first_offset
                 resp.log_append_time_ms = info.log_append_time
                 resp.log_start_offset = p.log.log_start_offset
+                if stats is not None:  # one batch (or message set): counted whole, never per record
+                    stats.produce_requests += 1
+                    if not info.duplicate:
+                        stats.messages_in += info.record_count
+                        stats.bytes_in += size
                 appended.append(p)
                 if acks == -1:
                     pending.append((resp, p.wait_for_hw(info.last_offset + 1), p))
@@ -115,6 +126,8 @@ def produce(
                         _record_error(batch_index=i, batch_index_error_message=m) for i, m in exc.record_errors
                     ]
                 produce_refused(ctx, topic.name, data.index, exc)
+                if stats is not None:
+                    _count_failed(metrics, stats, data.records, exc)
     if acks == 0:
         return None
     response = _produce_response(responses=responses, throttle_time_ms=0)
@@ -127,6 +140,17 @@ def produce(
     if flushes is not None or pending:
         return _after_append(svc, request, response, flushes or [], pending)
     return response
+
+
+def _count_failed(metrics: BrokerMetrics | None, stats: TopicStats, records: object, exc: KafkaError) -> None:
+    """A partition of a produce request refused: a failed produce request of its topic, its bytes
+    rejected, its error counted for the Produce request metrics."""
+    stats.produce_requests += 1
+    stats.failed_produce += 1
+    if isinstance(records, (bytes, bytearray, memoryview)):
+        stats.rejected_bytes += len(records)
+    if metrics is not None:
+        metrics.error(ApiKey.PRODUCE, int(exc.code))
 
 
 async def _after_append(
