@@ -126,8 +126,10 @@ from .v2 import (
     BatchBuilder,
     ControlRecordType,
     RecordColumns,
+    control_marker,
     decode_record_columns,
     end_txn_marker,
+    marker_batch,
     parse_control_key,
 )
 
@@ -158,6 +160,7 @@ __all__ = [
     "UnsupportedMagicError",
     "assign_offsets",
     "compress",
+    "control_marker",
     "crc32",
     "crc32c",
     "decode_record_columns",
@@ -168,6 +171,7 @@ __all__ = [
     "encode_varlong",
     "end_txn_marker",
     "iter_batch_headers",
+    "marker_batch",
     "parse_control_key",
     "patch_base_offset",
     "patch_partition_leader_epoch",

@@ -84,10 +84,12 @@ __all__ = [
     "RecordColumns",
     "RecordRun",
     "assemble_batch",
+    "control_marker",
     "decode_record_columns",
     "decode_records",
     "encode_headers",
     "end_txn_marker",
+    "marker_batch",
     "parse_control_key",
 ]
 
@@ -975,3 +977,32 @@ def end_txn_marker(commit: bool, coordinator_epoch: int) -> tuple[bytes, bytes]:
     """Key and value of the COMMIT / ABORT marker a transaction coordinator writes."""
     ctype = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
     return _CONTROL_KEY.pack(0, ctype), _END_TXN_VALUE.pack(0, coordinator_epoch)
+
+
+def marker_batch(
+    producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, timestamp: int
+) -> bytes:
+    """The control batch a transaction coordinator's WriteTxnMarkers puts in a partition: one
+    COMMIT or ABORT record, transactional, never compressed (offsets assigned on append)."""
+    b = BatchBuilder(producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True, is_control=True)
+    key, value = end_txn_marker(commit, coordinator_epoch)
+    b.append(timestamp, key, value)
+    return b.build()
+
+
+def control_marker(batch: Buffer, record_count: int = 1) -> tuple[int, int]:
+    """``(type, coordinator epoch)`` of a control batch's first record (``batch``: the whole v2
+    batch; control batches are never compressed): the type from the key (ControlRecordType),
+    the epoch from an end-transaction marker's value; -1 for what is missing or too short."""
+    if record_count <= 0 or len(batch) <= HEADER_SIZE:
+        return -1, -1
+    try:
+        records = decode_records(memoryview(batch)[HEADER_SIZE:], record_count, 0, 0)
+    except (CorruptRecordError, ValueError, IndexError):
+        return -1, -1
+    if not records or records[0].key is None or len(records[0].key) < 4:
+        return -1, -1
+    ctype = int(_CONTROL_KEY.unpack_from(records[0].key)[1])
+    value = records[0].value
+    epoch = _END_TXN_VALUE.unpack_from(value)[1] if value is not None and len(value) >= 6 else -1
+    return ctype, int(epoch)

@@ -48,6 +48,13 @@ def cleanable_range(log: Log, first_dirty_offset: int, now_ms: int) -> tuple[int
     segments = log.segments
     first_dirty = max(first_dirty_offset, log.log_start_offset)
     uncleanable = log.active.base_offset
+    # nothing of a transaction that is not decided yet is cleaned (Kafka's first unstable offset)
+    unstable = log.producers.first_unstable_offset(log.high_watermark)
+    if unstable is not None:
+        for seg in segments:
+            if seg.next_offset > unstable:
+                uncleanable = min(uncleanable, seg.base_offset)
+                break
     lag = log.config.min_compaction_lag_ms
     if lag > 0:
         for seg in segments[:-1]:
@@ -157,6 +164,10 @@ def _clean_group(
                 elif kept:
                     for piece in _rebuild(batch, kept):
                         _append(cleaned, piece)
+        # the aborted transactions stay known (their records and markers are kept for now)
+        for seg in group:
+            for txn in seg.txn_index.entries:
+                cleaned.txn_index.append(txn)
         cleaned.seal()
         cleaned.flush()
         result.bytes_written += cleaned.size

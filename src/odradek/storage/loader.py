@@ -27,7 +27,7 @@ __all__ = ["SEGMENT_RE", "LoadedLog", "LogLoader"]
 _log = logging.getLogger("odradek.storage.log")
 
 SEGMENT_RE = re.compile(r"^(?P<base>\d{20})\.log$")
-_INDEX_RE = re.compile(r"^\d{20}\.(index|timeindex)$")
+_INDEX_RE = re.compile(r"^\d{20}\.(index|timeindex|txnindex)$")
 
 
 @dataclass(slots=True)
@@ -126,13 +126,18 @@ class LogLoader:
         swaps = sorted(p for p in self.directory.iterdir() if p.name.endswith(".log.swap"))
         committed = {p.name[: -len(".log.swap")] for p in swaps}
         for path in sorted(self.directory.iterdir()):
-            if path.name.endswith((".index.swap", ".timeindex.swap")):
+            uncommitted_txn = path.name.endswith(".txnindex.swap") and path.name[:20] not in committed
+            if path.name.endswith((".index.swap", ".timeindex.swap")) or uncommitted_txn:
                 path.unlink()
         for swap in swaps:
             stem = swap.name[: -len(".log.swap")]
             self._remove_replaced_by_swap(swap, int(stem))
-            for suffix in (".index", ".timeindex"):
+            for suffix in (".index", ".timeindex", ".txnindex"):
                 (self.directory / (stem + suffix)).unlink(missing_ok=True)
+            # the aborted transactions of the cleaned segment come with it (not rebuilt from data)
+            txn_swap = self.directory / (stem + ".txnindex.swap")
+            if txn_swap.exists():
+                os.replace(txn_swap, self.directory / (stem + ".txnindex"))
             os.replace(swap, self.directory / (stem + ".log"))
         if committed:
             self.files.sync_dir(self.directory)
@@ -154,7 +159,7 @@ class LogLoader:
                 continue
             base = int(m.group("base"))
             if swap_base <= base <= last:
-                for suffix in (".log", ".index", ".timeindex"):
+                for suffix in (".log", ".index", ".timeindex", ".txnindex"):
                     path.with_suffix(suffix).unlink(missing_ok=True)
 
     def _recover(self, segments: list[LogSegment], recovery_point: int) -> list[LogSegment]:

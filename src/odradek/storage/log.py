@@ -33,14 +33,17 @@ from odradek.records import (
     BatchHeader,
     RecordsError,
     assign_offsets,
+    control_marker,
     crc32c,
     iter_batch_headers,
+    marker_batch,
     set_log_append_time,
 )
 from odradek.storage.config import LogConfig
 from odradek.storage.epoch import LeaderEpochCache
 from odradek.storage.errors import (
     CorruptRecordError,
+    InvalidRecordError,
     LogClosedError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
@@ -48,8 +51,9 @@ from odradek.storage.errors import (
 )
 from odradek.storage.files import OS_FILES, FileOps
 from odradek.storage.loader import LogLoader
-from odradek.storage.producer_state import ProducerStateManager
+from odradek.storage.producer_state import CompletedTxn, ProducerStateManager
 from odradek.storage.segment import FileRegion, LogSegment
+from odradek.storage.txn_index import AbortedTxn
 from odradek.storage.validator import (
     V2_HEADER,
     check_keys,
@@ -245,8 +249,12 @@ class Log:
         *,
         leader_epoch: int | None = None,
         now_ms: int | None = None,
+        from_coordinator: bool = False,
     ) -> AppendInfo:
         """Append batches as a leader: validate them, assign offsets, write.
+
+        Control batches (transaction markers) come only from a transaction coordinator
+        (``from_coordinator``); a client's are refused with InvalidRecordError, as Kafka does.
 
         v2 batches get offsets by patching their base offset (no per-record work) — in place
         when ``data`` is writable (a bytearray or a view of one), so the batch is never copied —
@@ -260,11 +268,13 @@ class Log:
             self._check_open()
         now = self.clock.now_ms() if now_ms is None else now_ms
         n = len(data)
-        if n >= 61 and data[16] == 2 and self.config.message_timestamp_type == "CreateTime":
+        if n >= 61 and data[16] == 2 and self.config.message_timestamp_type == "CreateTime" and not data[22] & 0x20:
             fields = _V2_HEADER.unpack_from(data, 0)
             if fields[1] + 12 == n and fields[1] >= 49:
                 return self._append_one_v2(data, fields, leader_epoch, now)
         headers = validate_batches(data, self.config, self.topic, self.partition)
+        if not from_coordinator and any(h.is_control for h in headers):
+            raise InvalidRecordError("Clients are not allowed to write control records")
         if headers[0].producer_id >= 0 or len(headers) > 1:
             for h in headers:
                 dup = self.producers.check(h)
@@ -333,8 +343,60 @@ class Log:
         info = self._write(out, headers, now, log_append_time)
         for h in headers:
             if h.producer_id >= 0:
-                self.producers.update(h, now)
+                self._update_producer(out, h, now)
         return info
+
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, *,
+        leader_epoch: int | None = None, now_ms: int | None = None,
+    ) -> AppendInfo:
+        """Write a transaction's COMMIT or ABORT marker (WriteTxnMarkers on the partition leader)."""
+        now = self.clock.now_ms() if now_ms is None else now_ms
+        batch = bytearray(marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, now))
+        return self.append(batch, leader_epoch=leader_epoch, now_ms=now, from_coordinator=True)
+
+    def _update_producer(self, data: bytes | bytearray | memoryview, h: BatchHeader, timestamp: int) -> None:
+        """Producer state after a batch of ``data`` (at ``h.position``) was written; a marker
+        ends a transaction, and an aborted one goes into the aborted-transaction index of the
+        segment the marker is in (the active one)."""
+        if not h.is_control:
+            self.producers.update(h, timestamp)
+            return
+        ctype, coordinator_epoch = control_marker(memoryview(data)[h.position : h.position + h.size], h.record_count)
+        txn = self.producers.update(h, timestamp, ctype, coordinator_epoch)
+        if txn is not None and txn.aborted:
+            self._index_aborted(self._view[0][-1], txn)
+
+    def _index_aborted(self, seg: LogSegment, txn: CompletedTxn) -> None:
+        if txn.last_offset <= seg.txn_index.last_offset:
+            return  # already there (a replay after a restart or a truncation)
+        others = [first for first, pid in self.producers.ongoing.items() if pid != txn.producer_id]
+        lso = min(others) if others else txn.last_offset + 1
+        seg.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso))
+
+    # ------------------------------------------------------------------------------------
+    # transactions (read_committed)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """read_committed consumers read below this offset: the high watermark, or the first
+        offset of the oldest transaction not yet decided below it."""
+        return self.producers.last_stable_offset(self.high_watermark)
+
+    def aborted_transactions(self, fetch_offset: int, upper: int) -> list[AbortedTxn]:
+        """The aborted transactions with records in ``[fetch_offset, upper)``: what a Fetch at
+        read_committed lists so that the consumer drops their records."""
+        segments, bases = self._view
+        out: list[AbortedTxn] = []
+        for seg in segments[max(self._segment_for(fetch_offset, segments, bases), 0) :]:
+            if seg.base_offset >= upper:
+                break
+            for t in seg.txn_index.entries:
+                if t.last_offset >= fetch_offset and t.first_offset < upper:
+                    out.append(t)
+                if t.last_stable_offset > upper:
+                    return out  # every later entry is of a transaction that began at or above upper
+        return out
 
     def _append_one_v2(
         self, data: bytes | bytearray | memoryview, fields: tuple[int, ...], leader_epoch: int | None, now: int
@@ -411,7 +473,7 @@ class Log:
         info = self._write(data, headers, now, -1)
         for h in headers:
             if h.producer_id >= 0:
-                self.producers.update(h, h.max_timestamp)
+                self._update_producer(data, h, h.max_timestamp)
         return info
 
     def _empty_info(self) -> AppendInfo:
@@ -892,7 +954,14 @@ class Log:
         for seg in self.iter_segments_from(start):
             for h in seg.headers():
                 if h.last_offset >= start and h.producer_id >= 0:
-                    producers.update(h, h.max_timestamp)
+                    if h.is_control:
+                        ctype, cepoch = control_marker(seg.read_bytes(h.position, h.size), h.record_count)
+                        txn = producers.update(h, h.max_timestamp, ctype, cepoch)
+                        if txn is not None and txn.aborted:
+                            # written again if a crash lost it, or kept (an entry is written once)
+                            self._index_aborted(seg, txn)
+                    else:
+                        producers.update(h, h.max_timestamp)
 
     def take_producer_snapshot(self) -> None:
         """Write the producer state at the log end offset (clean shutdown)."""

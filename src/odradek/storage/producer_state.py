@@ -13,9 +13,16 @@ Before a leader assigns offsets it checks the batch against the producer's entry
 
 The state is rebuilt on open from the newest ``<offset>.snapshot`` file at or below the log end
 plus the batch headers after it (no record is decoded).  Snapshots are written when a segment
-rolls and at close.  Snapshot format (big-endian): int16 version (1), uint32 CRC-32C of the rest,
-int32 entry count, then per producer int64 id, int16 epoch, int64 last timestamp, int8 batch count
-and per batch int32 first sequence, int32 last sequence, int64 first offset, int64 last offset.
+rolls and at close.  Snapshot format (big-endian): int16 version (2), uint32 CRC-32C of the rest,
+int32 entry count, then per producer int64 id, int16 epoch, int64 last timestamp, int8 batch count,
+int64 first offset of its open transaction (-1: none), int32 coordinator epoch, and per batch int32
+first sequence, int32 last sequence, int64 first offset, int64 last offset.  Version 1 (no
+transaction fields) is read too.
+
+Transactions: a transactional batch opens its producer's transaction (its first offset is
+remembered); a COMMIT or ABORT marker closes it.  The last stable offset, below which a
+read_committed consumer may read, is the high watermark or the first offset of the oldest
+transaction that is open or whose marker is not yet below the high watermark.
 """
 
 from __future__ import annotations
@@ -31,13 +38,15 @@ from odradek.records._crc import crc32c
 from odradek.storage.checkpoint import write_atomic
 from odradek.storage.errors import ProducerStateError
 
-__all__ = ["BATCHES_TO_KEEP", "BatchMetadata", "ProducerEntry", "ProducerStateManager"]
+__all__ = ["BATCHES_TO_KEEP", "BatchMetadata", "CompletedTxn", "ProducerEntry", "ProducerStateManager"]
 
 BATCHES_TO_KEEP = 5
 _SEQ_MOD = 1 << 31
 _head = struct.Struct(">hIi")
 _entry = struct.Struct(">qhqb")
 _batch = struct.Struct(">iiqq")
+_txn = struct.Struct(">qi")
+_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -54,10 +63,24 @@ class ProducerEntry:
     epoch: int
     last_timestamp: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_TO_KEEP))
+    #: the first offset of the producer's open transaction (-1: none)
+    current_txn_first_offset: int = -1
+    #: the epoch of the transaction coordinator that wrote the producer's last marker
+    coordinator_epoch: int = -1
 
     @property
     def last_seq(self) -> int:
         return self.batches[-1].last_seq if self.batches else -1
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction a COMMIT or ABORT marker (at ``last_offset``) ended."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
 
 
 def last_sequence(h: BatchHeader) -> int:
@@ -68,6 +91,11 @@ class ProducerStateManager:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.entries: dict[int, ProducerEntry] = {}
+        #: open transactions: first offset -> producer id
+        self.ongoing: dict[int, int] = {}
+        #: transactions whose marker is written but maybe not yet below the high watermark
+        #: (they still hold the last stable offset back): (last offset, first offset)
+        self.unreplicated: deque[tuple[int, int]] = deque()
 
     # -- validation ----------------------------------------------------------------------
     def check(self, h: BatchHeader) -> BatchMetadata | None:
@@ -104,24 +132,72 @@ class ProducerStateManager:
             )
         return None
 
-    def update(self, h: BatchHeader, timestamp: int) -> None:
-        """Record a written batch (offsets assigned)."""
+    def update(
+        self, h: BatchHeader, timestamp: int, control: int = -1, coordinator_epoch: int = -1
+    ) -> CompletedTxn | None:
+        """Record a written batch (offsets assigned).  For a control batch, ``control`` is the
+        type in its record's key (ControlRecordType: 0 ABORT, 1 COMMIT): the marker ends the
+        producer's transaction, which is returned."""
         if h.producer_id < 0 or h.magic < 2:
-            return
+            return None
         entry = self.entries.get(h.producer_id)
         if entry is None or h.producer_epoch > entry.epoch:
-            entry = ProducerEntry(h.producer_id, h.producer_epoch, timestamp)
+            # a new epoch: a transaction still open under the old one stays open (its marker,
+            # written by the coordinator with the bumped epoch, ends it)
+            txn_first = entry.current_txn_first_offset if entry is not None else -1
+            entry = ProducerEntry(h.producer_id, h.producer_epoch, timestamp, current_txn_first_offset=txn_first,
+                                  coordinator_epoch=entry.coordinator_epoch if entry is not None else -1)
             self.entries[h.producer_id] = entry
         entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        if h.is_control:
+            if control not in (0, 1):
+                return None  # not a transaction marker
+            first = entry.current_txn_first_offset
+            if first >= 0:
+                self.ongoing.pop(first, None)
+            else:
+                first = h.base_offset  # a marker for a transaction with no data here
+            entry.current_txn_first_offset = -1
+            if coordinator_epoch >= 0:
+                entry.coordinator_epoch = coordinator_epoch
+            self.unreplicated.append((h.last_offset, first))
+            return CompletedTxn(h.producer_id, first, h.last_offset, aborted=control == 0)
+        if h.is_transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = h.base_offset
+            self.ongoing[h.base_offset] = h.producer_id
         if h.base_sequence >= 0:
             entry.batches.append(BatchMetadata(h.base_sequence, last_sequence(h), h.base_offset, h.last_offset))
+        return None
+
+    # -- transactions ----------------------------------------------------------------------
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of the oldest transaction not yet decided below ``high_watermark``:
+        an open one, or one whose marker is not yet replicated (None: none)."""
+        unreplicated = self.unreplicated
+        while unreplicated and unreplicated[0][0] < high_watermark:
+            unreplicated.popleft()
+        firsts = [first for _last, first in unreplicated]
+        if self.ongoing:
+            firsts.append(min(self.ongoing))
+        return min(firsts) if firsts else None
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """Read_committed consumers read below this: the high watermark, or the first offset of
+        the oldest undecided transaction if that is lower."""
+        first = self.first_unstable_offset(high_watermark)
+        return high_watermark if first is None else min(first, high_watermark)
 
     def replay(self, headers: Iterable[BatchHeader]) -> None:
+        """Headers only: a marker among them needs :meth:`update` with its type."""
         for h in headers:
             self.update(h, h.max_timestamp)
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
-        expired = [pid for pid, e in self.entries.items() if now_ms - e.last_timestamp > expiration_ms]
+        # a producer with an open transaction does not expire (Kafka's rule)
+        expired = [
+            pid for pid, e in self.entries.items()
+            if now_ms - e.last_timestamp > expiration_ms and e.current_txn_first_offset < 0
+        ]
         for pid in expired:
             del self.entries[pid]
         return len(expired)
@@ -134,9 +210,10 @@ class ProducerStateManager:
         body = bytearray(struct.pack(">i", len(self.entries)))
         for e in self.entries.values():
             body += _entry.pack(e.producer_id, e.epoch, e.last_timestamp, len(e.batches))
+            body += _txn.pack(e.current_txn_first_offset, e.coordinator_epoch)
             for b in e.batches:
                 body += _batch.pack(b.first_seq, b.last_seq, b.first_offset, b.last_offset)
-        data = struct.pack(">hI", 1, crc32c(body)) + body
+        data = struct.pack(">hI", _VERSION, crc32c(body)) + body
         path = self.directory / f"{offset:020d}.snapshot"
         write_atomic(path, data)
         for old in self.snapshots()[:-keep]:
@@ -154,17 +231,24 @@ class ProducerStateManager:
             if entries is None:
                 path.unlink(missing_ok=True)
                 continue
-            self.entries = entries
+            self._set_entries(entries)
             return offset
-        self.entries = {}
+        self._set_entries({})
         return -1
+
+    def _set_entries(self, entries: dict[int, ProducerEntry]) -> None:
+        self.entries = entries
+        self.ongoing = {e.current_txn_first_offset: pid for pid, e in entries.items() if e.current_txn_first_offset >= 0}
+        # markers before the snapshot were below the high watermark when it was taken, or
+        # are replayed after it
+        self.unreplicated.clear()
 
     def _read(self, path: Path) -> dict[int, ProducerEntry] | None:
         data = path.read_bytes()
         if len(data) < _head.size:
             return None
         version, crc, count = _head.unpack_from(data, 0)
-        if version != 1 or crc32c(data[6:]) != crc:
+        if version not in (1, _VERSION) or crc32c(data[6:]) != crc:
             return None
         entries: dict[int, ProducerEntry] = {}
         pos = _head.size
@@ -173,6 +257,9 @@ class ProducerStateManager:
                 pid, epoch, ts, n = _entry.unpack_from(data, pos)
                 pos += _entry.size
                 e = ProducerEntry(pid, epoch, ts)
+                if version >= 2:
+                    e.current_txn_first_offset, e.coordinator_epoch = _txn.unpack_from(data, pos)
+                    pos += _txn.size
                 for _ in range(n):
                     e.batches.append(BatchMetadata(*_batch.unpack_from(data, pos)))
                     pos += _batch.size
@@ -187,6 +274,6 @@ class ProducerStateManager:
                 (self.directory / f"{s:020d}.snapshot").unlink(missing_ok=True)
 
     def clear(self) -> None:
-        self.entries = {}
+        self._set_entries({})
         for s in self.snapshots():
             (self.directory / f"{s:020d}.snapshot").unlink(missing_ok=True)

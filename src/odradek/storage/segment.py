@@ -34,6 +34,7 @@ from odradek.storage.config import LogConfig
 from odradek.storage.errors import CorruptIndexError, CorruptSegmentError, StorageError
 from odradek.storage.files import FileOps
 from odradek.storage.index import OffsetIndex, TimeIndex
+from odradek.storage.txn_index import TransactionIndex
 
 __all__ = ["FileRegion", "LogSegment", "RecoveryReport", "entry_problem", "segment_name"]
 
@@ -191,6 +192,7 @@ class LogSegment:
             config.segment_index_bytes,
             active,
         )
+        self.txn_index = TransactionIndex(directory / segment_name(base_offset, ".txnindex" + suffix), files)
         self.created_ms = now_ms
         self.bytes_since_index_entry = 0
         self.max_timestamp = -1
@@ -356,6 +358,7 @@ class LogSegment:
         self.files.datasync(self.fd)
         self.index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def seal(self) -> None:
         """The segment stops being active: trim its indexes to their entries."""
@@ -384,6 +387,7 @@ class LogSegment:
             setattr(self, path_attr, new)
         self.index.rename(self.directory / segment_name(self.base_offset, ".index" + suffix))
         self.time_index.rename(self.directory / segment_name(self.base_offset, ".timeindex" + suffix))
+        self.txn_index.rename(self.directory / segment_name(self.base_offset, ".txnindex" + suffix))
         self.suffix = suffix
 
     def delete_files(self) -> None:
@@ -391,6 +395,7 @@ class LogSegment:
         self.files.remove(self.log_path)
         self.index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
 
     # -- reads ---------------------------------------------------------------------------
     def translate_offset(self, offset: int, start: int = 0) -> BatchHeader | None:
@@ -637,6 +642,7 @@ class LogSegment:
         removed = self.size - position
         self.index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         self.files.truncate(self.fd, position)
         self.size = position
         self.max_timestamp = -1
