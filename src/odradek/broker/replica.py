@@ -316,7 +316,10 @@ class ReplicaManager:
         replica_id: int,
         min_one: bool,
     ) -> ReadResult:
-        limit = None if replica_id >= 0 else p.log.high_watermark
+        if replica_id >= 0:
+            limit = None
+        else:  # consumers read below the high watermark, read_committed ones below the LSO
+            limit = p.log.last_stable_offset if isolation_committed else p.log.high_watermark
         failures = self.log_dirs
         if failures.any_failed:
             failures.check_read(p.log_dir)

@@ -42,6 +42,7 @@ _NO_SNAPSHOT = R.SnapshotId()
 _fetch_response = R.builder()
 _topic_response = R.FetchableTopicResponse.builder()
 _partition_response = R.PartitionData.builder()
+_aborted = R.AbortedTransaction.builder()
 
 
 class _Slot:
@@ -176,7 +177,8 @@ class _Fetch(DelayedOperation):
             pr = slot.response
             if hold and id(slot) in hold:
                 pr.records = b""
-                pr.high_watermark = pr.last_stable_offset = p.log.high_watermark
+                pr.high_watermark = p.log.high_watermark
+                pr.last_stable_offset = p.log.last_stable_offset
                 pr.log_start_offset = p.log.log_start_offset
                 continue
             budget = max_bytes - total
@@ -208,8 +210,15 @@ class _Fetch(DelayedOperation):
                 data = b""
             pr.records = data
             lg = p.log
-            pr.high_watermark = pr.last_stable_offset = lg.high_watermark
+            pr.high_watermark = lg.high_watermark
+            pr.last_stable_offset = lg.last_stable_offset
             pr.log_start_offset = lg.log_start_offset
+            if self.committed and data and version >= 4:
+                # the transactions whose records a read_committed consumer must drop
+                aborted = lg.aborted_transactions(slot.fetch_offset, pr.last_stable_offset)
+                pr.aborted_transactions = [
+                    _aborted(producer_id=t.producer_id, first_offset=t.first_offset) for t in aborted
+                ]
             total += len(data)
         return total
 

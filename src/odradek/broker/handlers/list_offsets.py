@@ -28,10 +28,14 @@ def _epoch_at(p: Partition, offset: int) -> int:
     return epoch
 
 
-def _lookup(p: Partition, timestamp: int, replica_id: int, version: int) -> tuple[int, int, int]:
-    """(timestamp, offset, leader epoch) for a v1+ request."""
+def _lookup(p: Partition, timestamp: int, replica_id: int, version: int, committed: bool) -> tuple[int, int, int]:
+    """(timestamp, offset, leader epoch) for a v1+ request; a read_committed one (v2+
+    ``isolation_level`` 1) sees up to the last stable offset."""
     lg = p.log
-    visible = lg.log_end_offset if replica_id >= 0 else p.high_watermark
+    if replica_id >= 0:
+        visible = lg.log_end_offset
+    else:
+        visible = min(p.high_watermark, lg.last_stable_offset) if committed else p.high_watermark
     if timestamp == LATEST:
         return -1, visible, p.leader_epoch
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
@@ -76,7 +80,8 @@ async def list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> List
                         offsets = [min(o, p.high_watermark) for o in offsets]
                     pr.old_style_offsets = offsets
                 else:
-                    pr.timestamp, pr.offset, epoch = _lookup(p, lp.timestamp, request.replica_id, version)
+                    committed = version >= 2 and request.isolation_level == 1
+                    pr.timestamp, pr.offset, epoch = _lookup(p, lp.timestamp, request.replica_id, version, committed)
                     if version >= 4:
                         pr.leader_epoch = epoch
             except KafkaError as exc:
