@@ -12,7 +12,8 @@ def _names(key: int) -> str:
 
 
 def _scrape(m: BrokerMetrics) -> dict[str, list]:
-    text = render(make_registry(MetricsCollector(m, _names, lambda k: {0: "Produce", 1: "Fetch"}[k]), process=False))
+    text, ctype = render(make_registry(MetricsCollector(m, _names, lambda k: {0: "Produce", 1: "Fetch"}[k]), process=False))
+    assert ctype.startswith("text/plain")
     return {f.name: f.samples for f in text_string_to_metric_families(text.decode())}
 
 
@@ -63,6 +64,6 @@ def test_request_metrics_by_name_version_and_error() -> None:
 
 
 def test_process_metrics_are_exported() -> None:
-    text = render(make_registry(MetricsCollector(BrokerMetrics(), str, str))).decode()
+    text = render(make_registry(MetricsCollector(BrokerMetrics(), str, str)))[0].decode()
     names = {f.name for f in text_string_to_metric_families(text)}
     assert {"process_cpu_seconds", "process_resident_memory_bytes", "process_open_fds", "python_gc_collections"} <= names

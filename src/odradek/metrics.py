@@ -26,16 +26,15 @@ from __future__ import annotations
 import bisect
 import time
 from collections.abc import Callable, Iterable, Iterator
-
-from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
+from typing import TYPE_CHECKING
 
 from odradek.errors import ErrorCode
 
+if TYPE_CHECKING:  # prometheus_client is imported when /metrics is first rendered (~50 ms of imports)
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.metrics_core import Metric
+
 __all__ = [
-    "CONTENT_TYPE_LATEST",
     "FETCH_FOLLOWER",
     "TIME_BUCKETS_MS",
     "BrokerMetrics",
@@ -131,8 +130,9 @@ class BrokerMetrics:
         #: request key -> total time (ms), from handling to the response handed to the socket
         self.request_time: dict[int, Histogram] = {}
         #: request key -> throttle time (ms) given by client quotas, and the throttled responses
-        self.throttle_ms: dict[int, float] = {}
-        self.throttled: dict[int, int] = {}
+        #: (Produce and Fetch exported from the start, at 0)
+        self.throttle_ms: dict[int, float] = {0: 0.0, 1: 0.0}
+        self.throttled: dict[int, int] = {0: 0, 1: 0}
         #: per listener
         self.connections_created: dict[str, int] = {}
         self.connections_closed: dict[str, int] = {}
@@ -150,6 +150,11 @@ class BrokerMetrics:
         self.flush_time = Histogram()
         # group coordinator
         self.offset_commits = 0
+
+    def add_listener(self, name: str) -> None:
+        """Export a listener's connection counters from the start, at 0."""
+        for table in (self.connections_created, self.connections_closed, self.auth_successes, self.auth_failures):
+            table.setdefault(name, 0)
 
     def topic(self, name: str) -> TopicStats:
         stats = self.topics.get(name)
@@ -192,6 +197,8 @@ def timed_ms(fn: Callable[[], object]) -> float:
 def counter(name: str, doc: str, samples: Iterable[tuple[dict[str, str], float]]) -> Metric:
     """A counter family (``name`` without ``_total``) whose samples may have different label sets
     (Kafka exports a topic's meter and the broker-wide one under the same name)."""
+    from prometheus_client.metrics_core import Metric
+
     family = Metric(name, doc, "counter")
     for labels, value in samples:
         family.add_sample(name + "_total", labels, value)
@@ -199,6 +206,8 @@ def counter(name: str, doc: str, samples: Iterable[tuple[dict[str, str], float]]
 
 
 def gauge(name: str, doc: str, samples: Iterable[tuple[dict[str, str], float]]) -> Metric:
+    from prometheus_client.metrics_core import Metric
+
     family = Metric(name, doc, "gauge")
     for labels, value in samples:
         family.add_sample(name, labels, value)
@@ -207,6 +216,8 @@ def gauge(name: str, doc: str, samples: Iterable[tuple[dict[str, str], float]]) 
 
 def _summary(name: str, doc: str, hists: Iterable[tuple[dict[str, str], Histogram]]) -> Metric:
     """Kafka's Yammer histogram as the JMX exporter shows it: quantiles, ``_count`` (and ``_sum``)."""
+    from prometheus_client.metrics_core import Metric
+
     family = Metric(name, doc, "summary")
     for labels, h in hists:
         for q in QUANTILES:
@@ -217,6 +228,8 @@ def _summary(name: str, doc: str, hists: Iterable[tuple[dict[str, str], Histogra
 
 
 def _histogram_seconds(name: str, doc: str, hists: Iterable[tuple[dict[str, str], Histogram]]) -> Metric:
+    from prometheus_client.metrics_core import Metric
+
     family = Metric(name, doc, "histogram")
     for labels, h in hists:
         running = 0
@@ -236,9 +249,10 @@ def _error_name(code: int) -> str:
         return str(code)
 
 
-class MetricsCollector(Collector):
-    """The counters of a :class:`BrokerMetrics` as metric families; ``request_name(key)`` and
-    ``api_name(api_key)`` give Kafka's request names (``Produce``, ``FetchConsumer``...)."""
+class MetricsCollector:
+    """The counters of a :class:`BrokerMetrics` as metric families (a prometheus_client
+    collector); ``request_name(key)`` and ``api_name(api_key)`` give Kafka's request names
+    (``Produce``, ``FetchConsumer``...)."""
 
     def __init__(
         self, metrics: BrokerMetrics, request_name: Callable[[int], str], api_name: Callable[[int], str]
@@ -325,7 +339,7 @@ _TOPIC_METERS = (
 )
 
 
-class _Extra(Collector):
+class _Extra:
     def __init__(self, fn: Callable[[], Iterable[Metric]]) -> None:
         self.fn = fn
 
@@ -338,8 +352,10 @@ def make_registry(
 ) -> CollectorRegistry:
     """A registry of the broker's counters, of collectors computed at scrape time (``extra``) and
     (``process``) of the process: CPU, RSS, open descriptors, GC, Python version."""
+    from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
+    registry.register(collector)  # a collector by its collect() method
     for fn in extra:
         registry.register(_Extra(fn))
     if process:
@@ -349,7 +365,9 @@ def make_registry(
     return registry
 
 
-def render(registry: CollectorRegistry) -> bytes:
-    """The registry in Prometheus' text format."""
-    return generate_latest(registry)
+def render(registry: CollectorRegistry) -> tuple[bytes, str]:
+    """The registry in Prometheus' text format, and its content type."""
+    from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+    return generate_latest(registry), CONTENT_TYPE_LATEST
 

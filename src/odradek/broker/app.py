@@ -128,6 +128,7 @@ class Broker:
         #: the counters /metrics exports and its HTTP listener (None: metrics are off)
         self.metrics: BrokerMetrics | None = None
         self.metrics_server: MetricsServer | None = None
+        self._metrics_warm_up: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------------------------------
     # start / stop
@@ -274,6 +275,8 @@ class Broker:
         if port < 0:
             return
         metrics = self.metrics = self.services.metrics = BrokerMetrics()
+        for lst in self.listeners:
+            metrics.add_listener(lst.name)
         for part in (self.replicas, self.replication, self.scheduler, self.groups):
             part.metrics = metrics
         registry = broker_registry(
@@ -289,6 +292,7 @@ class Broker:
             log.info("metrics: port %d is taken; serving /metrics on a free port instead", port)
             await server.start(host, 0)
         self.metrics_server = server
+        self._metrics_warm_up = asyncio.get_running_loop().create_task(server.warm_up(), name="metrics-import")
         log.info("metrics at %s", server.url)
 
     @property
@@ -432,6 +436,8 @@ class Broker:
             await self.controller.stop()
         for server in self._servers:
             server.close()
+        if self._metrics_warm_up is not None:
+            self._metrics_warm_up.cancel()
         if self.metrics_server is not None:
             self.metrics_server.close()
             await self.metrics_server.wait_closed()

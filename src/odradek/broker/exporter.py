@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 from odradek._timeouts import wait_for
 from odradek.cluster.group import GroupState
 from odradek.metrics import (
-    CONTENT_TYPE_LATEST,
     FETCH_FOLLOWER,
     BrokerMetrics,
     MetricsCollector,
@@ -210,21 +209,35 @@ def _one_counter(name: str, doc: str, value: float) -> Metric:
 
 def broker_registry(
     metrics: BrokerMetrics, services: Services, connections: Callable[[], Iterable[Any]], listeners: list[str]
-) -> CollectorRegistry:
-    """The registry ``/metrics`` renders: the counters, the broker's state, the process."""
-    return make_registry(
+) -> Callable[[], CollectorRegistry]:
+    """What makes the registry ``/metrics`` renders: the counters, the broker's state, the process."""
+    return lambda: make_registry(
         MetricsCollector(metrics, request_name, api_name),
         [lambda: state_metrics(services, connections, listeners)],
     )
 
 
 class MetricsServer:
-    """``GET /metrics`` on an asyncio listener of the broker's loop."""
+    """``GET /metrics`` on an asyncio listener of the broker's loop.  The registry is made by
+    ``registry_factory`` at the first scrape (prometheus_client is imported then, or by
+    :meth:`warm_up` on a worker thread after start-up: not on the broker's start-up path)."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.registry = registry
+    def __init__(self, registry_factory: Callable[[], CollectorRegistry]) -> None:
+        self.registry_factory = registry_factory
+        self.registry: CollectorRegistry | None = None
         self._server: asyncio.AbstractServer | None = None
         self.address: tuple[str, int] = ("", 0)
+
+    async def warm_up(self, delay: float = 1.0) -> None:
+        """Import prometheus_client on a worker thread ``delay`` s after start-up (the broker is
+        ready by then), so that the first scrape does not import it on the loop."""
+        import importlib
+
+        await asyncio.sleep(delay)
+        with contextlib.suppress(Exception):
+            await asyncio.get_running_loop().run_in_executor(
+                None, importlib.import_module, "prometheus_client.exposition"
+            )
 
     @property
     def url(self) -> str:
@@ -262,8 +275,10 @@ class MetricsServer:
                 status, ctype, body = "405 Method Not Allowed", "text/plain", b"only GET\n"
             elif path == "/metrics":
                 try:
-                    body = render(self.registry)
-                    status, ctype = "200 OK", CONTENT_TYPE_LATEST
+                    if self.registry is None:
+                        self.registry = self.registry_factory()
+                    body, ctype = render(self.registry)
+                    status = "200 OK"
                 except Exception:
                     log.exception("rendering /metrics failed")
                     status, ctype, body = "500 Internal Server Error", "text/plain", b"metrics failed\n"
