@@ -278,8 +278,8 @@ class MetricsCollector:
         )
         yield counter(
             "kafka_network_requestmetrics_errors",
-            "Errors in responses by request and error code name (Kafka's ErrorsPerSec; Produce counts "
-            "each failed partition)",
+            "Responses by request and error code name, NONE included (Kafka's ErrorsPerSec; Produce and "
+            "Fetch also count each failed partition)",
             (({"request": self.api_name(k), "error": _error_name(c)}, n) for (k, c), n in sorted(m.errors.items())),
         )
         hists = [({"request": rname(k)}, h) for k, h in sorted(m.request_time.items())]

@@ -630,8 +630,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                        (time.perf_counter() - self._req_t0) * 1000.0 if self._req_t0 else 0.0)
         self._req_t0 = 0.0
         code = getattr(response, "error_code", 0) if response is not None else 0
-        if code:
-            m.error(api, code)
+        m.error(api, code)  # NONE too, as Kafka's ErrorsPerSec counts it
         if api == ApiKey.SASL_AUTHENTICATE:
             m.count(m.auth_failures if code else m.auth_successes, self.listener)
 
