@@ -67,3 +67,22 @@ def test_process_metrics_are_exported() -> None:
     text = render(make_registry(MetricsCollector(BrokerMetrics(), str, str)))[0].decode()
     names = {f.name for f in text_string_to_metric_families(text)}
     assert {"process_cpu_seconds", "process_resident_memory_bytes", "process_open_fds", "python_gc_collections"} <= names
+
+
+def test_a_snapshot_does_not_move_with_the_counters() -> None:
+    m = BrokerMetrics()
+    m.topic("a").messages_in += 1
+    m.request_done(0, 9, 1.0)
+    m.count(m.connections_created, "PLAINTEXT")
+    snap = m.snapshot()
+    m.topic("a").messages_in += 1
+    m.topic("b").bytes_in += 10
+    m.request_done(0, 9, 2.0)
+    m.request_done(3, 12, 2.0)
+    m.count(m.connections_created, "PLAINTEXT")
+    m.isr_shrinks += 1
+    assert snap.topics["a"].messages_in == 1 and "b" not in snap.topics
+    assert snap.requests == {(0, 9): 1} and snap.request_time[0].count == 1 and 3 not in snap.request_time
+    assert snap.connections_created == {"PLAINTEXT": 1}
+    assert snap.isr_shrinks == 0
+    assert m.topics["a"].messages_in == 2 and m.request_time[0].count == 2

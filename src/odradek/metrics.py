@@ -17,8 +17,9 @@ exporter exports Kafka's Yammer histograms (a summary with ``quantile`` labels, 
 interpolated within the buckets) and as a Prometheus histogram in seconds
 (``odradek_request_total_time_seconds_bucket``) for ``histogram_quantile``.
 
-Everything here is used from the event loop thread only (the broker serves ``/metrics`` from its
-loop), so no counter is ever read while it is half-updated.
+The counters are changed on the event loop thread only.  A scrape copies them there
+(:meth:`BrokerMetrics.snapshot`, a few dict copies) and renders the copy on a worker thread, so
+that formatting thousands of series never holds the loop.
 """
 
 from __future__ import annotations
@@ -67,6 +68,12 @@ class Histogram:
         self.bounds = bounds
         self.counts = [0] * (len(bounds) + 1)  # the last one: above the highest bound
         self.sum = 0.0
+
+    def copy(self) -> Histogram:
+        h = Histogram(self.bounds)
+        h.counts = list(self.counts)
+        h.sum = self.sum
+        return h
 
     def observe(self, ms: float) -> None:
         self.counts[bisect.bisect_left(self.bounds, ms)] += 1
@@ -117,6 +124,12 @@ class TopicStats:
         self.produce_requests = 0
         self.fetch_requests = 0
 
+    def copy(self) -> TopicStats:
+        stats = TopicStats()
+        for attr in TopicStats.__slots__:
+            setattr(stats, attr, getattr(self, attr))
+        return stats
+
 
 class BrokerMetrics:
     """The counters the broker updates while it works (one instance per broker)."""
@@ -150,6 +163,20 @@ class BrokerMetrics:
         self.flush_time = Histogram()
         # group coordinator
         self.offset_commits = 0
+
+    def snapshot(self) -> BrokerMetrics:
+        """A copy to render from another thread while this one keeps counting (cheap: dicts are
+        copied in C; one small object per topic)."""
+        copy = BrokerMetrics.__new__(BrokerMetrics)
+        for attr, value in self.__dict__.items():
+            if isinstance(value, dict):
+                value = dict(value)
+            elif isinstance(value, Histogram):
+                value = value.copy()
+            setattr(copy, attr, value)
+        copy.topics = {name: stats.copy() for name, stats in self.topics.items()}
+        copy.request_time = {key: h.copy() for key, h in self.request_time.items()}
+        return copy
 
     def add_listener(self, name: str) -> None:
         """Export a listener's connection counters from the start, at 0."""
@@ -252,17 +279,21 @@ def _error_name(code: int) -> str:
 class MetricsCollector:
     """The counters of a :class:`BrokerMetrics` as metric families (a prometheus_client
     collector); ``request_name(key)`` and ``api_name(api_key)`` give Kafka's request names
-    (``Produce``, ``FetchConsumer``...)."""
+    (``Produce``, ``FetchConsumer``...).  ``metrics`` is the counters, or what gives the
+    snapshot to render (see :meth:`BrokerMetrics.snapshot`)."""
 
     def __init__(
-        self, metrics: BrokerMetrics, request_name: Callable[[int], str], api_name: Callable[[int], str]
+        self,
+        metrics: BrokerMetrics | Callable[[], BrokerMetrics],
+        request_name: Callable[[int], str],
+        api_name: Callable[[int], str],
     ) -> None:
         self.metrics = metrics
         self.request_name = request_name
         self.api_name = api_name
 
     def collect(self) -> Iterator[Metric]:
-        m = self.metrics
+        m = self.metrics if isinstance(self.metrics, BrokerMetrics) else self.metrics()
         topics = sorted(m.topics.items())
         for attr, name, doc in _TOPIC_METERS:
             samples: list[tuple[dict[str, str], float]] = [({}, sum(getattr(s, attr) for _t, s in topics))]

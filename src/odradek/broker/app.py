@@ -47,7 +47,7 @@ from odradek.broker.authorizer import authorizer_for
 from odradek.broker.channel import BrokerChannel, ChannelSecurity
 from odradek.broker.connections import ConnectionQuotas
 from odradek.broker.coordinator import GroupCoordinator
-from odradek.broker.exporter import MetricsServer, broker_registry
+from odradek.broker.exporter import BrokerRegistry, MetricsServer
 from odradek.broker.limits import FDS_PER_PARTITION, partition_budget
 from odradek.broker.partitions import PartitionService
 from odradek.broker.producer_ids import ProducerIdManager
@@ -128,7 +128,6 @@ class Broker:
         #: the counters /metrics exports and its HTTP listener (None: metrics are off)
         self.metrics: BrokerMetrics | None = None
         self.metrics_server: MetricsServer | None = None
-        self._metrics_warm_up: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------------------------------
     # start / stop
@@ -161,7 +160,7 @@ class Broker:
         self._executor = executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="odradek-io")
         self.logs = await self._load_logs(dirs, executor)
         backend: MetadataBackend = zk or EmbeddedBackend(
-            dirs[0], self.cluster_id, on_disk=self._logs_on_disk, internal_topics=internal_topic_configs(self.config)
+            dirs[0], self.cluster_id, on_disk=self._logs_on_disk, internal_topics=_single_node_internal(self.config)
         )
         self.backend = backend
         self.replicas = ReplicaManager(self.broker_id, self.logs, lambda topic: self.topics.log_config(topic))
@@ -279,9 +278,7 @@ class Broker:
             metrics.add_listener(lst.name)
         for part in (self.replicas, self.replication, self.scheduler, self.groups):
             part.metrics = metrics
-        registry = broker_registry(
-            metrics, self.services, lambda: self.connections, [lst.name for lst in self.listeners]
-        )
+        registry = BrokerRegistry(metrics, self.services, lambda: self.connections, [lst.name for lst in self.listeners])
         server = MetricsServer(registry)
         host = str(self.config.get("metrics.host") or "127.0.0.1")
         try:
@@ -292,7 +289,6 @@ class Broker:
             log.info("metrics: port %d is taken; serving /metrics on a free port instead", port)
             await server.start(host, 0)
         self.metrics_server = server
-        self._metrics_warm_up = asyncio.get_running_loop().create_task(server.warm_up(), name="metrics-import")
         log.info("metrics at %s", server.url)
 
     @property
@@ -436,8 +432,6 @@ class Broker:
             await self.controller.stop()
         for server in self._servers:
             server.close()
-        if self._metrics_warm_up is not None:
-            self._metrics_warm_up.cancel()
         if self.metrics_server is not None:
             self.metrics_server.close()
             await self.metrics_server.wait_closed()
@@ -763,3 +757,11 @@ def _raise_fd_limit() -> None:
     if soft < target:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+def _single_node_internal(config: BrokerConfig) -> dict[str, dict[str, str]]:
+    """The internal topics' configs on a single node: replicated once, so min.insync.replicas 1."""
+    out = {}
+    for name, configs in internal_topic_configs(config).items():
+        out[name] = {**configs, "min.insync.replicas": "1"} if "min.insync.replicas" in configs else configs
+    return out

@@ -6,11 +6,12 @@ sizes and offsets, groups by state, consumer lag, connections — is read from t
 services when Prometheus scrapes, never maintained on the hot path.
 
 The HTTP listener is an asyncio server on the broker's own event loop (``metrics.host``,
-``metrics.port``): a scrape reads the broker's structures on the thread that changes them, so
-nothing needs a lock and nothing is read half-updated.  A scrape costs the loop the time to
-render the families (about a millisecond per thousand partitions); the listener answers one
-request per connection (HTTP/1.0 style, ``Connection: close``) and serves only ``GET /metrics``
-(and ``/`` with a link to it).
+``metrics.port``).  A scrape copies the counters and the state it shows on the loop — the thread
+that changes them, so nothing needs a lock and nothing is read half-updated — as plain numbers
+and tuples, then builds the metric families and the text on a worker thread, which the loop
+shares through the GIL's 1 ms switch interval rather than waiting for it.  The listener answers
+one request per connection (``Connection: close``) and serves only ``GET /metrics`` (and ``/``
+with a link).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from odradek._timeouts import wait_for
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
 
     from odradek.broker.services import Services
 
-__all__ = ["MetricsServer", "api_name", "broker_registry", "request_name", "state_metrics"]
+__all__ = ["BrokerRegistry", "BrokerState", "MetricsServer", "api_name", "request_name", "state_families", "take_state"]
 
 log = logging.getLogger(__name__)
 
@@ -71,118 +73,160 @@ _GROUP_STATE_GAUGES = (
 )
 
 
-def state_metrics(
-    services: Services, connections: Callable[[], Iterable[Any]], listeners: Iterable[str]
-) -> Iterator[Metric]:
-    """The gauges read from the broker's state: replica manager, controller, log, groups, consumer
-    lag, connections.  ``connections()`` gives the open connections (each with ``listener``)."""
+@dataclass(slots=True)
+class BrokerState:
+    """What the gauges show, copied from the broker's structures on the event loop (plain
+    numbers and tuples: turned into metric families on another thread)."""
+
+    #: (topic, partition, size in bytes or None when closed, segments or None, log start, log end)
+    logs: list[tuple[str, int, int | None, int | None, int, int]] = field(default_factory=list)
+    hw: dict[tuple[str, int], int] = field(default_factory=dict)
+    partitions: int = 0
+    leaders: int = 0
+    under_replicated: int = 0
+    under_min_isr: int = 0
+    at_min_isr: int = 0
+    offline_replicas: int = 0
+    active_controller: bool = False
+    offline_partitions: int = 0
+    global_partitions: int = 0
+    global_topics: int = 0
+    live_brokers: int = 0
+    stopping: bool = False
+    #: (group id, state, members, [(topic, partition, committed offset)])
+    groups: list[tuple[str, GroupState, int, list[tuple[str, int, int]]]] = field(default_factory=list)
+    completed_rebalances: int = 0
+    connections: dict[str, int] = field(default_factory=dict)
+
+
+def take_state(services: Services, connections: Callable[[], Iterable[Any]], listeners: Iterable[str]) -> BrokerState:
+    """Copy what the gauges show from the broker (on the event loop: no locks needed)."""
     svc = services
+    st = BrokerState()
     broker_id = svc.broker_id
     failures = svc.replicas.log_dirs
     partitions = list(svc.replicas.partitions.values())
-    leaders = under = under_min = at_min = offline = 0
-    hw: dict[tuple[str, int], int] = {}
-    sizes: list[tuple[dict[str, str], float]] = []
-    starts: list[tuple[dict[str, str], float]] = []
-    ends: list[tuple[dict[str, str], float]] = []
-    segments: list[tuple[dict[str, str], float]] = []
+    st.partitions = len(partitions)
+    logs = st.logs
+    hw = st.hw
     for p in partitions:
         lg = p.log
         if failures.any_failed and failures.offline(p.log_dir):
-            offline += 1
+            st.offline_replicas += 1
             continue
         hw[(p.topic, p.index)] = lg.high_watermark
-        labels = {"topic": p.topic, "partition": str(p.index)}
-        if not lg.closed:
+        if lg.closed:
+            logs.append((p.topic, p.index, None, None, lg.log_start_offset, lg.log_end_offset))
+        else:
             segs = lg.segments
-            sizes.append((labels, sum(s.size for s in segs)))
-            segments.append((labels, len(segs)))
-        starts.append((labels, lg.log_start_offset))
-        ends.append((labels, lg.log_end_offset))
-        if p.state.leader != broker_id:
+            size = 0
+            for seg in segs:
+                size += seg.size
+            logs.append((p.topic, p.index, size, len(segs), lg.log_start_offset, lg.log_end_offset))
+        state = p.state
+        if state.leader != broker_id:
             continue
-        leaders += 1
-        isr = len(p.state.isr)
-        if isr < len(p.state.replicas):
-            under += 1
+        st.leaders += 1
+        isr = len(state.isr)
+        if isr < len(state.replicas):
+            st.under_replicated += 1
         min_isr = lg.config.min_insync_replicas
         if isr < min_isr:
-            under_min += 1
+            st.under_min_isr += 1
         elif isr == min_isr:
-            at_min += 1
-    rm = "kafka_server_replicamanager_"
-    yield gauge(rm + "partitioncount", "Partitions hosted by this broker", [({}, len(partitions))])
-    yield gauge(rm + "leadercount", "Partitions this broker leads", [({}, leaders)])
-    yield gauge(rm + "underreplicatedpartitions", "Partitions led here whose ISR is smaller than their replicas",
-                [({}, under)])
-    yield gauge(rm + "underminisrpartitioncount", "Partitions led here whose ISR is below min.insync.replicas",
-                [({}, under_min)])
-    yield gauge(rm + "atminisrpartitioncount", "Partitions led here whose ISR is exactly min.insync.replicas",
-                [({}, at_min)])
-    yield gauge(rm + "offlinereplicacount", "Replicas hosted here whose log dir is offline", [({}, offline)])
-    yield gauge("kafka_log_log_size", "Bytes of a partition's log segments", sizes)
-    yield gauge("kafka_log_log_logstartoffset", "A partition's log start offset", starts)
-    yield gauge("kafka_log_log_logendoffset", "A partition's log end offset", ends)
-    yield gauge("kafka_log_log_numlogsegments", "A partition's number of log segments", segments)
-
+            st.at_min_isr += 1
     # the controller (the single node is always its own)
-    controller = svc.controller
-    active = bool(getattr(controller, "active", False))
-    image = svc.image
-    offline_partitions = total_partitions = 0
-    if active:
+    st.active_controller = bool(getattr(svc.controller, "active", False))
+    if st.active_controller:
+        image = svc.image
+        st.global_topics = len(image.topics)
+        st.live_brokers = len(image.brokers)
         for t in image.topics.values():
-            for st in t.partitions.values():
-                total_partitions += 1
-                if st.leader < 0:
-                    offline_partitions += 1
+            for ps in t.partitions.values():
+                st.global_partitions += 1
+                if ps.leader < 0:
+                    st.offline_partitions += 1
+    st.stopping = svc.stopping
+    coordinator = svc.coordinator
+    if coordinator is not None:
+        st.completed_rebalances = coordinator.state.completed_rebalances
+        for g in list(coordinator.state.groups.values()):
+            offsets = [(t, i, om.offset) for (t, i), om in g.offsets.items()]
+            st.groups.append((g.group_id, g.state, len(g.members), offsets))
+    counts = dict.fromkeys(listeners, 0)
+    for conn in list(connections()):
+        name = getattr(conn, "listener", "?")
+        counts[name] = counts.get(name, 0) + 1
+    st.connections = counts
+    return st
+
+
+def state_families(st: BrokerState) -> Iterator[Metric]:
+    """The gauges of a :class:`BrokerState`: replica manager, controller, log, groups, consumer
+    lag, connections."""
+    rm = "kafka_server_replicamanager_"
+    yield gauge(rm + "partitioncount", "Partitions hosted by this broker", [({}, st.partitions)])
+    yield gauge(rm + "leadercount", "Partitions this broker leads", [({}, st.leaders)])
+    yield gauge(rm + "underreplicatedpartitions", "Partitions led here whose ISR is smaller than their replicas",
+                [({}, st.under_replicated)])
+    yield gauge(rm + "underminisrpartitioncount", "Partitions led here whose ISR is below min.insync.replicas",
+                [({}, st.under_min_isr)])
+    yield gauge(rm + "atminisrpartitioncount", "Partitions led here whose ISR is exactly min.insync.replicas",
+                [({}, st.at_min_isr)])
+    yield gauge(rm + "offlinereplicacount", "Replicas hosted here whose log dir is offline", [({}, st.offline_replicas)])
+    labels = [{"topic": t, "partition": str(i)} for t, i, *_rest in st.logs]
+    yield gauge("kafka_log_log_size", "Bytes of a partition's log segments",
+                [(lb, row[2]) for lb, row in zip(labels, st.logs) if row[2] is not None])
+    yield gauge("kafka_log_log_logstartoffset", "A partition's log start offset",
+                [(lb, row[4]) for lb, row in zip(labels, st.logs)])
+    yield gauge("kafka_log_log_logendoffset", "A partition's log end offset",
+                [(lb, row[5]) for lb, row in zip(labels, st.logs)])
+    yield gauge("kafka_log_log_numlogsegments", "A partition's number of log segments",
+                [(lb, row[3]) for lb, row in zip(labels, st.logs) if row[3] is not None])
+
     kc = "kafka_controller_kafkacontroller_"
-    yield gauge(kc + "activecontrollercount", "1 on the active controller, else 0", [({}, int(active))])
+    yield gauge(kc + "activecontrollercount", "1 on the active controller, else 0", [({}, int(st.active_controller))])
     yield gauge(kc + "offlinepartitionscount", "Partitions without a leader (reported by the active controller)",
-                [({}, offline_partitions)])
+                [({}, st.offline_partitions)])
     yield gauge(kc + "globalpartitioncount", "Partitions in the cluster (reported by the active controller)",
-                [({}, total_partitions)])
+                [({}, st.global_partitions)])
     yield gauge(kc + "globaltopiccount", "Topics in the cluster (reported by the active controller)",
-                [({}, len(image.topics) if active else 0)])
-    yield gauge(kc + "activebrokercount", "Live brokers (reported by the active controller)",
-                [({}, len(image.brokers) if active else 0)])
+                [({}, st.global_topics)])
+    yield gauge(kc + "activebrokercount", "Live brokers (reported by the active controller)", [({}, st.live_brokers)])
     yield gauge("kafka_server_kafkaserver_brokerstate", "The broker's state (3: running, 6: shutting down)",
-                [({}, 6 if svc.stopping else 3)])
+                [({}, 6 if st.stopping else 3)])
 
     # the group coordinator, and the lag of the groups it coordinates
-    coordinator = svc.coordinator
     gm = "kafka_coordinator_group_groupmetadatamanager_"
-    groups = list(coordinator.state.groups.values()) if coordinator is not None else []
     by_state: dict[GroupState, int] = {}
     n_offsets = 0
     lag: list[tuple[dict[str, str], float]] = []
     current: list[tuple[dict[str, str], float]] = []
     lag_sum: dict[tuple[str, str], int] = {}
     members: list[tuple[dict[str, str], float]] = []
-    for g in groups:
-        by_state[g.state] = by_state.get(g.state, 0) + 1
-        n_offsets += len(g.offsets)
-        if g.state is GroupState.DEAD:
+    for group_id, state, n_members, offsets in st.groups:
+        by_state[state] = by_state.get(state, 0) + 1
+        n_offsets += len(offsets)
+        if state is GroupState.DEAD:
             continue
-        members.append(({"consumergroup": g.group_id}, len(g.members)))
-        for (topic, index), om in list(g.offsets.items()):
-            labels = {"consumergroup": g.group_id, "topic": topic, "partition": str(index)}
-            current.append((labels, om.offset))
-            end = hw.get((topic, index))
+        members.append(({"consumergroup": group_id}, n_members))
+        for topic, index, committed in sorted(offsets):
+            lb = {"consumergroup": group_id, "topic": topic, "partition": str(index)}
+            current.append((lb, committed))
+            end = st.hw.get((topic, index))
             if end is None:  # the partition is not hosted here: its high watermark is unknown
                 continue
-            behind = max(end - om.offset, 0)
-            lag.append((labels, behind))
-            key = (g.group_id, topic)
+            behind = max(end - committed, 0)
+            lag.append((lb, behind))
+            key = (group_id, topic)
             lag_sum[key] = lag_sum.get(key, 0) + behind
-    yield gauge(gm + "numgroups", "Groups this broker coordinates", [({}, len(groups))])
+    yield gauge(gm + "numgroups", "Groups this broker coordinates", [({}, len(st.groups))])
     for state, suffix in _GROUP_STATE_GAUGES:
         yield gauge(gm + suffix, f"Groups in state {state.value}", [({}, by_state.get(state, 0))])
     yield gauge(gm + "numoffsets", "Committed offsets of the groups this broker coordinates", [({}, n_offsets)])
-    rebalances = coordinator.state.completed_rebalances if coordinator is not None else 0
-    yield _one_counter(
+    yield counter(
         "kafka_server_group_coordinator_metrics_group_completed_rebalance",
-        "Rebalances completed by groups this broker coordinates", rebalances,
+        "Rebalances completed by groups this broker coordinates", [({}, st.completed_rebalances)],
     )
     yield gauge("kafka_consumergroup_current_offset", "A group's committed offset of a partition", current)
     yield gauge(
@@ -193,51 +237,60 @@ def state_metrics(
     yield gauge("kafka_consumergroup_lag_sum", "A group's lag summed over a topic's partitions",
                 [({"consumergroup": g, "topic": t}, v) for (g, t), v in sorted(lag_sum.items())])
     yield gauge("kafka_consumergroup_members", "Members of a group", members)
-
-    # connections
-    counts = dict.fromkeys(listeners, 0)
-    for conn in list(connections()):
-        name = getattr(conn, "listener", "?")
-        counts[name] = counts.get(name, 0) + 1
     yield gauge("kafka_server_socket_server_metrics_connection_count", "Open connections, per listener",
-                [({"listener": k}, v) for k, v in sorted(counts.items())])
+                [({"listener": k}, v) for k, v in sorted(st.connections.items())])
 
 
-def _one_counter(name: str, doc: str, value: float) -> Metric:
-    return counter(name, doc, [({}, value)])
+class _Snapshots:
+    """The copies the registry renders: taken on the loop by :meth:`take`, read on the render thread."""
+
+    def __init__(
+        self, metrics: BrokerMetrics, services: Services, connections: Callable[[], Iterable[Any]], listeners: list[str]
+    ) -> None:
+        self.metrics = metrics
+        self.services = services
+        self.connections = connections
+        self.listeners = listeners
+        self.counters = BrokerMetrics()
+        self.state = BrokerState()
+
+    def take(self) -> None:
+        self.counters = self.metrics.snapshot()
+        self.state = take_state(self.services, self.connections, self.listeners)
 
 
-def broker_registry(
-    metrics: BrokerMetrics, services: Services, connections: Callable[[], Iterable[Any]], listeners: list[str]
-) -> Callable[[], CollectorRegistry]:
-    """What makes the registry ``/metrics`` renders: the counters, the broker's state, the process."""
-    return lambda: make_registry(
-        MetricsCollector(metrics, request_name, api_name),
-        [lambda: state_metrics(services, connections, listeners)],
-    )
+class BrokerRegistry:
+    """What ``/metrics`` renders: snapshots of the counters and the broker's state (taken on the
+    loop by :meth:`snapshot`), and the process; :meth:`render` may run on another thread."""
+
+    def __init__(
+        self, metrics: BrokerMetrics, services: Services, connections: Callable[[], Iterable[Any]], listeners: list[str]
+    ) -> None:
+        self._snapshots = _Snapshots(metrics, services, connections, listeners)
+        self._registry: CollectorRegistry | None = None
+
+    def snapshot(self) -> None:
+        self._snapshots.take()
+
+    def render(self) -> tuple[bytes, str]:
+        if self._registry is None:  # prometheus_client is imported here, at the first scrape
+            snaps = self._snapshots
+            self._registry = make_registry(
+                MetricsCollector(lambda: snaps.counters, request_name, api_name),
+                [lambda: state_families(snaps.state)],
+            )
+        return render(self._registry)
 
 
 class MetricsServer:
-    """``GET /metrics`` on an asyncio listener of the broker's loop.  The registry is made by
-    ``registry_factory`` at the first scrape (prometheus_client is imported then, or by
-    :meth:`warm_up` on a worker thread after start-up: not on the broker's start-up path)."""
+    """``GET /metrics`` on an asyncio listener of the broker's loop: the registry's snapshot is
+    taken on the loop, the text rendered on a worker thread (one scrape at a time)."""
 
-    def __init__(self, registry_factory: Callable[[], CollectorRegistry]) -> None:
-        self.registry_factory = registry_factory
-        self.registry: CollectorRegistry | None = None
+    def __init__(self, registry: BrokerRegistry) -> None:
+        self.registry = registry
         self._server: asyncio.AbstractServer | None = None
+        self._scraping = asyncio.Lock()
         self.address: tuple[str, int] = ("", 0)
-
-    async def warm_up(self, delay: float = 1.0) -> None:
-        """Import prometheus_client on a worker thread ``delay`` s after start-up (the broker is
-        ready by then), so that the first scrape does not import it on the loop."""
-        import importlib
-
-        await asyncio.sleep(delay)
-        with contextlib.suppress(Exception):
-            await asyncio.get_running_loop().run_in_executor(
-                None, importlib.import_module, "prometheus_client.exposition"
-            )
 
     @property
     def url(self) -> str:
@@ -275,9 +328,9 @@ class MetricsServer:
                 status, ctype, body = "405 Method Not Allowed", "text/plain", b"only GET\n"
             elif path == "/metrics":
                 try:
-                    if self.registry is None:
-                        self.registry = self.registry_factory()
-                    body, ctype = render(self.registry)
+                    async with self._scraping:
+                        self.registry.snapshot()
+                        body, ctype = await asyncio.get_running_loop().run_in_executor(None, self.registry.render)
                     status = "200 OK"
                 except Exception:
                     log.exception("rendering /metrics failed")
