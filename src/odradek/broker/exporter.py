@@ -255,6 +255,11 @@ class _Snapshots:
         self.state = BrokerState()
 
     def take(self) -> None:
+        # a deleted topic's meters go, as Kafka removes them (and those of names that never existed)
+        topics = self.services.image.topics
+        counted = self.metrics.topics
+        for name in [t for t in counted if t not in topics]:
+            del counted[name]
         self.counters = self.metrics.snapshot()
         self.state = take_state(self.services, self.connections, self.listeners)
 
