@@ -60,6 +60,7 @@ from odradek.broker.services import Services
 from odradek.broker.single_node import SingleNodeController
 from odradek.broker.tls import client_context, server_context
 from odradek.broker.topics import TopicService, internal_topic_configs
+from odradek.broker.txn_coordinator import MarkerWriter, TransactionCoordinator
 from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage
 from odradek.config import BrokerConfig, ConfigError, Listener
 from odradek.coordination import EmbeddedBackend, MetadataBackend
@@ -182,7 +183,22 @@ class Broker:
             self.replication = LocalReplication(*args)
         self.scheduler = LogScheduler(self.config, self.logs, self.replicas.log_dirs, executor, self.clock)
         self.groups = GroupCoordinator(self.config, self.clock, self.replicas, self.topics, self.replication)
-        self.replication.on_hosting_changed = self.groups.on_hosting_changed
+        producer_ids = ProducerIdManager(backend)
+        self.txn_markers = MarkerWriter(
+            self.replicas, int(self.config.get("request.timeout.ms")), self.groups.complete_txn
+        )
+        inter_broker = self.config.get("inter.broker.listener.name") if zk is not None else None
+        self.txns = TransactionCoordinator(
+            self.broker_id, self.config, self.clock, self.replicas, self.topics, self.replication, producer_ids,
+            self.txn_markers.write, channel_factory=self._channel_factory if zk is not None else None,
+            inter_broker_listener=str(inter_broker) if inter_broker else None,
+        )
+
+        def on_hosting_changed(image: MetadataImage | None) -> None:
+            self.groups.on_hosting_changed(image)
+            self.txns.on_hosting_changed(image)
+
+        self.replication.on_hosting_changed = on_hosting_changed
         self.services = Services(
             broker_id=self.broker_id,
             cluster_id=self.cluster_id,
@@ -194,9 +210,11 @@ class Broker:
             topics=self.topics,
             replication=self.replication,
             partitions=PartitionService(backend, self.replicas, self.replication),
-            producer_ids=ProducerIdManager(backend),
+            producer_ids=producer_ids,
             scheduler=self.scheduler,
             coordinator=self.groups,
+            txn_coordinator=self.txns,
+            txn_markers=self.txn_markers,
             controller=SingleNodeController(self.broker_id, backend) if zk is None else None,
             authorizer=authorizer_for(self.config, backend.image),
             leader_quota=ReplicationQuota(self.config, "leader"),
@@ -248,6 +266,7 @@ class Broker:
                 hosted, budget.describe(),
             )
         self.groups.start()
+        self.txns.start()
         if zk is not None and cluster is not None:
             from odradek.broker.controller import Controller
 
@@ -446,6 +465,7 @@ class Broker:
                 await wait_for(server.wait_closed(), 2)
         self._servers = []
         await self.groups.stop()
+        await self.txns.stop()
         for p in self.replicas.partitions.values():
             p.fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         # the timers stop; a compaction pass or retention still on a thread is waited for

@@ -48,7 +48,14 @@ from odradek.protocol.messages.coordinator import (
     OffsetCommitKey,
     OffsetCommitValue,
 )
-from odradek.records import BatchBuilder, RecordsError, read_batches
+from odradek.records import (
+    Batch,
+    BatchBuilder,
+    ControlRecordType,
+    RecordsError,
+    parse_control_key,
+    read_batches,
+)
 from odradek.storage import StorageError
 
 if TYPE_CHECKING:
@@ -165,6 +172,9 @@ class GroupCoordinator:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._create_lock = asyncio.Lock()
+        #: transactional offset commits waiting for their transaction's marker:
+        #: producer id -> group -> offsets (TxnOffsetCommit, KIP-98)
+        self.txn_offsets: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata | None]]] = {}
         #: the broker's metric counters (set by the broker; None: off)
         self.metrics: BrokerMetrics | None = None
 
@@ -219,6 +229,12 @@ class GroupCoordinator:
         self.loaded.discard(partition)
         for gid in [g for g in self.state.groups if self.partition_for(g) == partition]:
             self.state.unload_group(gid)
+        for pid in list(self.txn_offsets):
+            groups = self.txn_offsets[pid]
+            for gid in [g for g in groups if self.partition_for(g) == partition]:
+                del groups[gid]
+            if not groups:
+                del self.txn_offsets[pid]
 
     async def _load(self, partition: int) -> None:
         try:
@@ -237,6 +253,8 @@ class GroupCoordinator:
         offset = lg.log_start_offset
         now = self.now()
         groups: dict[str, Group | None] = {}
+        # offsets a transaction committed: applied at its COMMIT marker, dropped at ABORT
+        pending: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
         while offset < lg.log_end_offset:
             result = lg.read(offset, 1 << 20)
             data = result.to_bytes()
@@ -245,6 +263,14 @@ class GroupCoordinator:
             last = offset
             for batch in read_batches(data):
                 if batch.is_control:
+                    last = batch.last_offset
+                    held = pending.pop(batch.producer_id, [])
+                    if _is_commit(batch):
+                        for key, value in held:
+                            self._apply_record(key, value, groups)
+                    continue
+                if batch.is_transactional:
+                    pending.setdefault(batch.producer_id, []).extend((r.key, r.value) for r in batch.records)
                     last = batch.last_offset
                     continue
                 for rec in batch.records:
@@ -262,6 +288,13 @@ class GroupCoordinator:
                     self.state.unload_group(gid)
             else:
                 self.state.load_group(g, now)
+        # transactions still open: their offsets wait for the marker, as after a TxnOffsetCommit
+        for pid, held in pending.items():
+            for key, value in held:
+                decoded = _offset_record(key, value)
+                if decoded is not None:
+                    gid, tp, om = decoded
+                    self.txn_offsets.setdefault(pid, {}).setdefault(gid, {})[tp] = om
 
     def _apply_record(self, key: bytes | None, value: bytes | None, groups: dict[str, Group | None]) -> None:
         if key is None or len(key) < 2:
@@ -460,6 +493,57 @@ class GroupCoordinator:
         return error, per
 
     # ------------------------------------------------------------------------------------------
+    # transactional offsets
+
+    async def txn_commit(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: dict[tuple[str, int], OffsetAndMetadata],
+    ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        """TxnOffsetCommit: validated like a commit (KIP-447: the group's generation and
+        member), written as part of the producer's transaction, visible at its COMMIT marker."""
+        error, per, store = self.state.prepare_commit(
+            self.now(), group_id=group_id, generation_id=generation_id, member_id=member_id,
+            group_instance_id=group_instance_id, offsets=offsets,
+        )
+        if error is not ErrorCode.NONE or store is None:
+            return error, per
+        try:
+            await self._write(group_id, self._offset_records(store), producer=(producer_id, producer_epoch))
+        except KafkaError as exc:
+            code = _COMMIT_ERRORS.get(exc.code, exc.code)
+            return ErrorCode.NONE, {tp: code if e is ErrorCode.NONE else e for tp, e in per.items()}
+        self.txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {}).update(store.offsets)
+        return ErrorCode.NONE, per
+
+    def complete_txn(self, producer_id: int, partition: int, commit: bool) -> None:
+        """A transaction's marker reached offsets partition ``partition``: its offsets of the
+        groups stored there become the committed ones (COMMIT) or are dropped (ABORT)."""
+        groups = self.txn_offsets.get(producer_id)
+        if not groups:
+            return
+        for gid in [g for g in groups if self.partition_for(g) == partition]:
+            offsets = groups.pop(gid)
+            if commit:
+                self.state.apply_commit(StoreOffsets(gid, offsets))
+        if not groups:
+            del self.txn_offsets[producer_id]
+
+    def pending_txn_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None) -> bool:
+        """Whether a transaction not yet decided committed offsets of these partitions
+        (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT then, KIP-447)."""
+        for groups in self.txn_offsets.values():
+            offsets = groups.get(group_id)
+            if offsets and (partitions is None or any(tp in offsets for tp in partitions)):
+                return True
+        return False
+
+    # ------------------------------------------------------------------------------------------
     # effects
 
     def _offset_records(self, store: StoreOffsets) -> list[tuple[bytes, bytes | None]]:
@@ -497,11 +581,17 @@ class GroupCoordinator:
                 if sfut is not None and not sfut.done():
                     sfut.set_result(e)
 
-    async def _write(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
-        """Append records to the group's offsets partition and wait for the configured acks."""
+    async def _write(
+        self, group_id: str, records: list[tuple[bytes, bytes | None]], *, producer: tuple[int, int] | None = None
+    ) -> None:
+        """Append records to the group's offsets partition and wait for the configured acks
+        (``producer``: the id and epoch of the transaction the records are part of)."""
         partition = self.partition_for(group_id)
         p = self.replicas.leader_partition(OFFSETS_TOPIC, partition)
-        builder = BatchBuilder()
+        if producer is None:
+            builder = BatchBuilder()
+        else:
+            builder = BatchBuilder(producer_id=producer[0], producer_epoch=producer[1], is_transactional=True)
         now = self.now()
         for key, value in records:
             builder.append(now, key, value)
@@ -542,3 +632,26 @@ class GroupCoordinator:
                     await self._apply(effects)
                 except Exception:
                     log.exception("offset expiration failed")
+
+
+def _is_commit(batch: Batch) -> bool:
+    records = batch.records
+    if not records or records[0].key is None or len(records[0].key) < 4:
+        return False
+    return parse_control_key(records[0].key)[1] == int(ControlRecordType.COMMIT)
+
+
+def _offset_record(key: bytes | None, value: bytes | None) -> tuple[str, tuple[str, int], OffsetAndMetadata | None] | None:
+    """(group, partition, offset or None for a tombstone) of an offset commit record."""
+    if key is None or len(key) < 2:
+        return None
+    (version,) = _version.unpack_from(key, 0)
+    if version not in (0, 1):
+        return None
+    k = OffsetCommitKey.decode_from(key, 2, version)[0]
+    if value is None:
+        return k.group, (k.topic, k.partition), None
+    (vv,) = _version.unpack_from(value, 0)
+    v = OffsetCommitValue.decode_from(value, 2, min(vv, OffsetCommitValue.VALID_VERSIONS[1]))[0]
+    om = OffsetAndMetadata(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp if vv == 1 else -1)
+    return k.group, (k.topic, k.partition), om

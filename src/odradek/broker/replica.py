@@ -285,6 +285,25 @@ class ReplicaManager:
         p.wake_appended()
         return info
 
+    def append_marker(
+        self, p: Partition, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int
+    ) -> AppendInfo:
+        """Append a transaction's COMMIT/ABORT marker as leader (WriteTxnMarkers)."""
+        failures = self.log_dirs
+        if failures.any_failed:
+            failures.check_write(p.log_dir, 100)
+        try:
+            info = p.log.append_marker(producer_id, producer_epoch, commit, coordinator_epoch, leader_epoch=p.leader_epoch)
+        except (OSError, StorageError) as exc:
+            if not is_io_error(exc):
+                raise
+            raise failures.fail(p.log_dir, exc, f"appending a marker to {p.topic}-{p.index}") from exc
+        if failures.any_failed:
+            failures.wrote(p.log_dir)
+        p.update_high_watermark()
+        p.wake_appended()
+        return info
+
     async def wait_durable(self, p: Partition) -> None:
         """Flush in a worker thread if the log's flush.messages says so."""
         lg = p.log

@@ -92,6 +92,9 @@ class Replication:
     def offsets_replication_factor(self) -> int:
         return 1
 
+    def transaction_log_replication_factor(self) -> int:
+        return 1
+
     def start(self, scheduler: LogScheduler) -> None:
         return None
 
@@ -264,6 +267,9 @@ class ClusterReplication(Replication):
 
     def offsets_replication_factor(self) -> int:
         return int(self.config.get("offsets.topic.replication.factor"))
+
+    def transaction_log_replication_factor(self) -> int:
+        return int(self.config.get("transaction.state.log.replication.factor"))
 
     def start(self, scheduler: LogScheduler) -> None:
         interval = max(100, int(self.config.get("replica.lag.time.max.ms")) // 2)

@@ -23,6 +23,7 @@ from odradek.broker.replication import Replication
 from odradek.broker.scheduler import LogScheduler
 from odradek.broker.single_node import SingleNodeController
 from odradek.broker.topics import TopicService
+from odradek.broker.txn_coordinator import MarkerWriter, TransactionCoordinator
 from odradek.cluster.metadata import MetadataImage
 from odradek.config import BrokerConfig
 from odradek.coordination import MetadataBackend
@@ -62,6 +63,9 @@ class Services:
     quotas: QuotaManager | None = None
     #: the counters /metrics exports (None: metrics are off, nothing is counted)
     metrics: BrokerMetrics | None = None
+    #: the transaction coordinator, and the writer of the markers it sends (None: starting)
+    txn_coordinator: TransactionCoordinator | None = None
+    txn_markers: MarkerWriter | None = None
     #: set when the broker begins to stop: long polls answer at once
     stopping: bool = False
 
@@ -74,3 +78,15 @@ class Services:
         if self.coordinator is None:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the broker is starting")
         return self.coordinator
+
+    @property
+    def transactions(self) -> TransactionCoordinator:
+        if self.txn_coordinator is None:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the broker is starting")
+        return self.txn_coordinator
+
+    @property
+    def markers(self) -> MarkerWriter:
+        if self.txn_markers is None:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "the broker is starting")
+        return self.txn_markers

@@ -21,12 +21,13 @@ from odradek.coordination import MetadataBackend
 from odradek.errors import ErrorCode, KafkaError
 from odradek.storage import LogConfig, LogManager, StorageError
 
-__all__ = ["OFFSETS_TOPIC", "TopicService", "internal_topic_configs"]
+__all__ = ["OFFSETS_TOPIC", "TRANSACTION_TOPIC", "TopicService", "internal_topic_configs"]
 
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
-_INTERNAL = (OFFSETS_TOPIC, "__transaction_state")
+TRANSACTION_TOPIC = "__transaction_state"
+_INTERNAL = (OFFSETS_TOPIC, TRANSACTION_TOPIC)
 
 
 def internal_topic_configs(config: BrokerConfig) -> dict[str, dict[str, str]]:
@@ -36,7 +37,13 @@ def internal_topic_configs(config: BrokerConfig) -> dict[str, dict[str, str]]:
             "cleanup.policy": "compact",
             "compression.type": "producer",
             "segment.bytes": str(config.get("offsets.topic.segment.bytes")),
-        }
+        },
+        TRANSACTION_TOPIC: {
+            "cleanup.policy": "compact",
+            "compression.type": "uncompressed",
+            "segment.bytes": str(config.get("transaction.state.log.segment.bytes")),
+            "min.insync.replicas": str(config.get("transaction.state.log.min.isr")),
+        },
     }
 
 
@@ -133,8 +140,12 @@ class TopicService:
             raise self.log_dirs.fail(None, exc, f"creating topic {name}") from exc
 
     async def create_internal(self, name: str, partitions: int, replication_factor: int) -> None:
-        """Create an internal topic (``__consumer_offsets``) with its fixed configs."""
-        configs = internal_topic_configs(self.config)[name]
+        """Create an internal topic (``__consumer_offsets``, ``__transaction_state``) with its
+        fixed configs (min.insync.replicas at most the replication factor: a single node's
+        transaction log, replicated once, must accept its writes)."""
+        configs = dict(internal_topic_configs(self.config)[name])
+        if "min.insync.replicas" in configs:
+            configs["min.insync.replicas"] = str(min(int(configs["min.insync.replicas"]), replication_factor))
         await self.backend.create_topic(name, partitions, replication_factor, configs, internal=True)
 
     async def delete(self, name: str) -> None:

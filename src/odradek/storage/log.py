@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from odradek._clock import Clock, SystemClock
+from odradek.errors import ErrorCode
 from odradek.records import (
     BatchHeader,
     RecordsError,
@@ -46,6 +47,7 @@ from odradek.storage.errors import (
     InvalidRecordError,
     LogClosedError,
     OffsetOutOfRangeError,
+    ProducerStateError,
     RecordBatchTooLargeError,
     StorageError,
 )
@@ -350,7 +352,19 @@ class Log:
         self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, *,
         leader_epoch: int | None = None, now_ms: int | None = None,
     ) -> AppendInfo:
-        """Write a transaction's COMMIT or ABORT marker (WriteTxnMarkers on the partition leader)."""
+        """Write a transaction's COMMIT or ABORT marker (WriteTxnMarkers on the partition leader).
+        A marker of an older producer epoch, or from a coordinator older than the one that wrote
+        the producer's last marker, is refused (a zombie coordinator's)."""
+        entry = self.producers.entries.get(producer_id)
+        if entry is not None and producer_epoch < entry.epoch:
+            raise ProducerStateError.fenced(
+                f"marker of producer {producer_id} at epoch {producer_epoch}, older than {entry.epoch}"
+            )
+        if entry is not None and coordinator_epoch < entry.coordinator_epoch:
+            raise ProducerStateError(
+                f"marker from coordinator epoch {coordinator_epoch}, older than {entry.coordinator_epoch}",
+                ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+            )
         now = self.clock.now_ms() if now_ms is None else now_ms
         batch = bytearray(marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, now))
         return self.append(batch, leader_epoch=leader_epoch, now_ms=now, from_coordinator=True)

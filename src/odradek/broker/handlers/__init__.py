@@ -13,4 +13,5 @@ from odradek.broker.handlers import (  # noqa: F401
     produce,
     quotas,
     sasl,
+    transactions,
 )

@@ -355,12 +355,19 @@ async def init_producer_id(ctx: RequestContext, request: InitProducerIdRequest) 
                 producer_id=-1,
                 producer_epoch=-1,
             )
-        return R(
-            throttle_time_ms=0,
-            error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
-            producer_id=-1,
-            producer_epoch=-1,
-        )
+        try:
+            pid, epoch = await ctx.services.transactions.init_producer_id(
+                request.transactional_id,
+                request.transaction_timeout_ms,
+                request.producer_id if ctx.version >= 3 else -1,
+                request.producer_epoch if ctx.version >= 3 else -1,
+            )
+        except KafkaError as exc:
+            code = exc.code
+            if ctx.version < 4 and code is ErrorCode.PRODUCER_FENCED:
+                code = ErrorCode.INVALID_PRODUCER_EPOCH  # before KIP-588
+            return R(throttle_time_ms=0, error_code=int(code), producer_id=-1, producer_epoch=-1)
+        return R(throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=epoch)
     # KIP-360: an idempotent producer bumps its epoch to reset its sequences
     if ctx.version >= 3 and request.producer_id >= 0 and 0 <= request.producer_epoch < 32766:
         return R(throttle_time_ms=0, error_code=0, producer_id=request.producer_id, producer_epoch=request.producer_epoch + 1)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from odradek.broker.dispatch import RequestContext, handles
 from odradek.broker.handlers.metadata import authorized_operations
+from odradek.broker.topics import TRANSACTION_TOPIC
 from odradek.cluster.group import OffsetAndMetadata
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
@@ -62,17 +63,21 @@ async def find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest)
             if key_type == TRANSACTION_KEY:
                 if not ctx.authorize(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
                     raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported yet")
-            if key_type != GROUP_KEY:
+                if not key:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, "empty transactional id")
+                await svc.transactions.ensure_topic()
+                topic, p = TRANSACTION_TOPIC, svc.transactions.partition_for(key)
+            elif key_type != GROUP_KEY:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}")
-            if not ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, key):
-                raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
-            if not key:
-                raise KafkaError(ErrorCode.INVALID_GROUP_ID, "empty group id")
-            await svc.groups.ensure_topic()
-            p = svc.groups.partition_for(key)
-            svc.groups.check_storage(p)
-            state = svc.image.partition("__consumer_offsets", p)
+            else:
+                if not ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, key):
+                    raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+                if not key:
+                    raise KafkaError(ErrorCode.INVALID_GROUP_ID, "empty group id")
+                await svc.groups.ensure_topic()
+                topic, p = "__consumer_offsets", svc.groups.partition_for(key)
+                svc.groups.check_storage(p)
+            state = svc.image.partition(topic, p)
             leader = svc.image.brokers.get(state.leader) if state is not None else None
             endpoint = (leader.endpoint(ctx.listener) or leader.endpoint()) if leader is not None else None
             if endpoint is None:
@@ -276,7 +281,8 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
 
 
 async def _fetch_group(
-    ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None, in_zookeeper: bool = False
+    ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None, in_zookeeper: bool = False,
+    require_stable: bool = False,
 ) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, int, int, str | None, ErrorCode]]]]]:
     """(group error, [(topic, [(partition, offset, leader epoch, metadata, error)])]).
     ``in_zookeeper``: the offsets the 0.8 way, from /consumers/<group>/offsets (OffsetFetch v0
@@ -308,7 +314,13 @@ async def _fetch_group(
     for (topic, p), om in sorted(found.items()):
         if wanted is None and not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, topic, log_denied=False):
             continue  # every committed partition: those of topics the principal may Describe
-        entry = (p, -1, -1, "", ErrorCode.NONE) if om is None else (p, om.offset, om.leader_epoch, om.metadata, ErrorCode.NONE)
+        if require_stable and groups.pending_txn_offsets(group_id, [(topic, p)]):
+            # KIP-447: a transaction not yet decided committed an offset here
+            entry = (p, -1, -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT)
+        elif om is None:
+            entry = (p, -1, -1, "", ErrorCode.NONE)
+        else:
+            entry = (p, om.offset, om.leader_epoch, om.metadata, ErrorCode.NONE)
         by_topic.setdefault(topic, []).append(entry)
     if wanted is not None:
         return ErrorCode.NONE, [(t, by_topic.get(t, [])) for t, _ps in wanted]
@@ -323,7 +335,7 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
         groups = []
         for g in request.groups:
             wanted = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
-            error, topics = await _fetch_group(ctx, g.group_id, wanted)
+            error, topics = await _fetch_group(ctx, g.group_id, wanted, require_stable=request.require_stable)
             groups.append(
                 R.OffsetFetchResponseGroup(
                     group_id=g.group_id,
@@ -346,7 +358,8 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
         return R(throttle_time_ms=0, groups=groups)
     wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
     in_zookeeper = version == 0 and ctx.services.backend.stores_v0_offsets
-    error, topics = await _fetch_group(ctx, request.group_id, wanted, in_zookeeper)
+    stable = version >= 7 and request.require_stable
+    error, topics = await _fetch_group(ctx, request.group_id, wanted, in_zookeeper, require_stable=stable)
     resp = R(
         throttle_time_ms=0,
         topics=[

@@ -71,8 +71,10 @@ def produce(
     refused: KafkaError | None = None
     if acks not in (-1, 0, 1):
         refused = KafkaError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not -1, 0 or 1")
-    elif request.transactional_id is not None:
-        refused = KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported yet")
+    elif request.transactional_id is not None and not ctx.authorize(
+        Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
+    ):
+        refused = KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     replicas = svc.replicas
     pending: list[tuple[R.PartitionProduceResponse, asyncio.Future[None], Partition]] = []
     appended: list[Partition] = []

@@ -1,0 +1,249 @@
+"""Transactions (KIP-98, KIP-447, KIP-664): AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+TxnOffsetCommit, WriteTxnMarkers, DescribeTransactions, ListTransactions.
+
+Authorization as Kafka's KafkaApis checks it: Write on the TransactionalId for the producer's
+requests, Write on each topic added, Read on the group for offsets, ClusterAction for the
+coordinators' WriteTxnMarkers, Describe on the TransactionalId to describe or list one.
+"""
+
+from __future__ import annotations
+
+from odradek.broker.dispatch import RequestContext, handles
+from odradek.broker.topics import OFFSETS_TOPIC
+from odradek.cluster.group import OffsetAndMetadata
+from odradek.errors import ErrorCode, KafkaError
+from odradek.protocol import ApiKey
+from odradek.protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest, AddOffsetsToTxnResponse
+from odradek.protocol.messages.add_partitions_to_txn import (
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+)
+from odradek.protocol.messages.describe_transactions import (
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+)
+from odradek.protocol.messages.end_txn import EndTxnRequest, EndTxnResponse
+from odradek.protocol.messages.list_transactions import ListTransactionsRequest, ListTransactionsResponse
+from odradek.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
+from odradek.protocol.messages.write_txn_markers import WriteTxnMarkersRequest, WriteTxnMarkersResponse
+from odradek.security.acl import Operation, ResourceType
+
+_STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort", "Dead",
+           "PrepareEpochFence")
+
+
+def _code(exc: BaseException) -> ErrorCode:
+    return exc.code if isinstance(exc, KafkaError) else ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def _txn_write_allowed(ctx: RequestContext, transactional_id: str) -> None:
+    if not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+
+
+@handles(ApiKey.ADD_PARTITIONS_TO_TXN, versions=(0, 5))
+async def add_partitions_to_txn(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
+    R = AddPartitionsToTxnResponse
+    version = ctx.version
+    if version <= 3:
+        txns = [AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction(
+            transactional_id=request.v3_and_below_transactional_id,
+            producer_id=request.v3_and_below_producer_id,
+            producer_epoch=request.v3_and_below_producer_epoch,
+            topics=request.v3_and_below_topics,
+        )]
+    else:
+        # v4+: the batched form brokers send to verify (KIP-890) needs ClusterAction
+        if not ctx.authorize_cluster(Operation.CLUSTER_ACTION):
+            return R(throttle_time_ms=0, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
+        txns = request.transactions
+    results = []
+    for txn in txns:
+        results.append(R.AddPartitionsToTxnResult(
+            transactional_id=txn.transactional_id, topic_results=await _add_one(ctx, txn)
+        ))
+    if version <= 3:
+        return R(throttle_time_ms=0, results_by_topic_v3_and_below=results[0].topic_results)
+    return R(throttle_time_ms=0, error_code=0, results_by_transaction=results)
+
+
+async def _add_one(
+    ctx: RequestContext, txn: AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction
+) -> list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult]:
+    R = AddPartitionsToTxnResponse
+    svc = ctx.services
+    wanted = [(t.name, p) for t in txn.topics for p in t.partitions]
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    try:
+        _txn_write_allowed(ctx, txn.transactional_id)
+        for topic, p in wanted:
+            if not ctx.authorize(Operation.WRITE, ResourceType.TOPIC, topic):
+                errors[(topic, p)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            else:
+                info = svc.image.topics.get(topic)
+                if info is None or not 0 <= p < info.partition_count:
+                    errors[(topic, p)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if errors:
+            # Kafka: the others are not attempted
+            for tp in wanted:
+                errors.setdefault(tp, ErrorCode.OPERATION_NOT_ATTEMPTED)
+        else:
+            await svc.transactions.add_partitions(
+                txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted, verify_only=txn.verify_only
+            )
+    except KafkaError as exc:
+        errors = dict.fromkeys(wanted, exc.code)
+    by_topic: dict[str, list[AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult]] = {}
+    for topic, p in wanted:
+        by_topic.setdefault(topic, []).append(R.AddPartitionsToTxnPartitionResult(
+            partition_index=p, partition_error_code=int(errors.get((topic, p), ErrorCode.NONE))
+        ))
+    return [R.AddPartitionsToTxnTopicResult(name=t, results_by_partition=rs) for t, rs in by_topic.items()]
+
+
+@handles(ApiKey.ADD_OFFSETS_TO_TXN, versions=(0, 4))
+async def add_offsets_to_txn(ctx: RequestContext, request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
+    try:
+        _txn_write_allowed(ctx, request.transactional_id)
+        if not ctx.authorize(Operation.READ, ResourceType.GROUP, request.group_id):
+            raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        await ctx.services.groups.ensure_topic()
+        await ctx.services.transactions.add_offsets(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
+        )
+        code = ErrorCode.NONE
+    except KafkaError as exc:
+        code = exc.code
+    return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=int(code))
+
+
+@handles(ApiKey.END_TXN, versions=(0, 5))
+async def end_txn(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
+    try:
+        _txn_write_allowed(ctx, request.transactional_id)
+        await ctx.services.transactions.end_txn(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.committed
+        )
+        code = ErrorCode.NONE
+    except KafkaError as exc:
+        code = exc.code
+    return EndTxnResponse(throttle_time_ms=0, error_code=int(code), producer_id=-1, producer_epoch=-1)
+
+
+@handles(ApiKey.TXN_OFFSET_COMMIT, versions=(0, 4))
+async def txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
+    R = TxnOffsetCommitResponse
+    svc = ctx.services
+    wanted = [(t, p) for t in request.topics for p in t.partitions]
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    try:
+        _txn_write_allowed(ctx, request.transactional_id)
+        if not ctx.authorize(Operation.READ, ResourceType.GROUP, request.group_id):
+            raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        svc.groups.check(request.group_id)
+        now = svc.clock.now_ms()
+        offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+        for t, p in wanted:
+            if not ctx.authorize(Operation.READ, ResourceType.TOPIC, t.name):
+                errors[(t.name, p.partition_index)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif t.name not in svc.image.topics:
+                errors[(t.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                offsets[(t.name, p.partition_index)] = OffsetAndMetadata(
+                    p.committed_offset, p.committed_leader_epoch, p.committed_metadata or "", now, -1
+                )
+        if offsets:
+            error, per = await svc.groups.txn_commit(
+                request.group_id, request.producer_id, request.producer_epoch, request.generation_id,
+                request.member_id, request.group_instance_id, offsets,
+            )
+            if error is not ErrorCode.NONE:
+                errors.update(dict.fromkeys(offsets, error))
+            else:
+                errors.update(per)
+    except KafkaError as exc:
+        errors = {(t.name, p.partition_index): exc.code for t, p in wanted}
+    topics = []
+    for t in request.topics:
+        topics.append(R.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
+            R.TxnOffsetCommitResponsePartition(
+                partition_index=p.partition_index,
+                error_code=int(errors.get((t.name, p.partition_index), ErrorCode.NONE)),
+            )
+            for p in t.partitions
+        ]))
+    return R(throttle_time_ms=0, topics=topics)
+
+
+@handles(ApiKey.WRITE_TXN_MARKERS, versions=(0, 1))
+async def write_txn_markers(ctx: RequestContext, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
+    R = WriteTxnMarkersResponse
+    allowed = ctx.authorize_cluster(Operation.CLUSTER_ACTION)
+    results = []
+    for marker in request.markers:
+        tps = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
+        if not allowed:
+            errors = dict.fromkeys(tps, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        else:
+            errors = await ctx.services.markers.write(
+                marker.producer_id, marker.producer_epoch, marker.transaction_result, marker.coordinator_epoch, tps
+            )
+        results.append(R.WritableTxnMarkerResult(producer_id=marker.producer_id, topics=[
+            R.WritableTxnMarkerTopicResult(name=t.name, partitions=[
+                R.WritableTxnMarkerPartitionResult(partition_index=p, error_code=int(errors[(t.name, p)]))
+                for p in t.partition_indexes
+            ])
+            for t in marker.topics
+        ]))
+    return R(markers=results)
+
+
+@handles(ApiKey.DESCRIBE_TRANSACTIONS, versions=(0, 0))
+async def describe_transactions(
+    ctx: RequestContext, request: DescribeTransactionsRequest
+) -> DescribeTransactionsResponse:
+    R = DescribeTransactionsResponse
+    states = []
+    for txn_id in request.transactional_ids:
+        st = R.TransactionState(transactional_id=txn_id, transaction_state="", producer_id=-1, producer_epoch=-1)
+        states.append(st)
+        try:
+            if not ctx.authorize(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id):
+                raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            d = ctx.services.transactions.describe(txn_id)
+        except KafkaError as exc:
+            st.error_code = int(exc.code)
+            continue
+        st.transaction_state = d.state
+        st.transaction_timeout_ms = d.timeout_ms
+        st.transaction_start_time_ms = d.start_ms
+        st.producer_id, st.producer_epoch = d.producer_id, d.producer_epoch
+        by_topic: dict[str, list[int]] = {}
+        for t, p in d.partitions:
+            if t != OFFSETS_TOPIC:
+                by_topic.setdefault(t, []).append(p)
+        st.topics = [R.TopicData(topic=t, partitions=ps) for t, ps in by_topic.items()]
+    return R(throttle_time_ms=0, transaction_states=states)
+
+
+@handles(ApiKey.LIST_TRANSACTIONS, versions=(0, 1))
+async def list_transactions(ctx: RequestContext, request: ListTransactionsRequest) -> ListTransactionsResponse:
+    R = ListTransactionsResponse
+    wanted_states = set(request.state_filters)
+    unknown = [s for s in request.state_filters if s not in _STATES]
+    pids = set(request.producer_id_filters)
+    now = ctx.services.clock.now_ms()
+    duration = request.duration_filter if ctx.version >= 1 else -1
+    out = []
+    for d in ctx.services.transactions.list_all():
+        if wanted_states and d.state not in wanted_states:
+            continue
+        if pids and d.producer_id not in pids:
+            continue
+        if duration >= 0 and (d.start_ms < 0 or now - d.start_ms < duration):
+            continue
+        if not ctx.authorize(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, d.transactional_id, log_denied=False):
+            continue
+        out.append(R.TransactionState(transactional_id=d.transactional_id, producer_id=d.producer_id,
+                                      transaction_state=d.state))
+    return R(throttle_time_ms=0, error_code=0, unknown_state_filters=unknown, transaction_states=out)

@@ -1,0 +1,647 @@
+"""The transaction coordinator (KIP-98): runs :mod:`odradek.cluster.transactions` and carries
+out what it decides.
+
+A transactional id belongs to partition ``abs(javaHash(id)) % transaction.state.log.num.partitions``
+of ``__transaction_state`` (compacted; created on the first FindCoordinator for a transaction) and
+is served by that partition's leader.  Every state change is a record there (Kafka's
+``TransactionLogKey``/``TransactionLogValue``) written with acks=all before the change takes
+effect; when this broker becomes leader of a partition it reads the partition back, and finishes
+the transactions it finds prepared (their markers may not all be written).
+
+EndTxn writes PrepareCommit/PrepareAbort and answers; the markers then go to the leaders of the
+transaction's partitions (WriteTxnMarkers; this broker's own partitions directly), retried until
+each is written, and CompleteCommit/CompleteAbort is written last.  A timer aborts transactions
+open longer than their timeout, bumping the producer epoch (the old producer is fenced).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from odradek._timeouts import wait_for
+from odradek.broker.channel import BrokerChannel
+from odradek.broker.logdirs import is_io_error
+from odradek.broker.producer_ids import ProducerIdManager
+from odradek.broker.replica import Partition
+from odradek.broker.topics import OFFSETS_TOPIC, TRANSACTION_TOPIC
+from odradek.cluster.assignment import partition_for
+from odradek.cluster.transactions import (
+    MAX_EPOCH,
+    TxnMetadata,
+    TxnState,
+    bumped,
+    check_producer,
+    completed,
+    prepare_add_partitions,
+    prepare_end,
+)
+from odradek.errors import ErrorCode, KafkaError
+from odradek.protocol.messages.coordinator import TransactionLogKey, TransactionLogValue
+from odradek.protocol.messages.write_txn_markers import WriteTxnMarkersRequest
+from odradek.records import BatchBuilder, RecordsError, read_batches
+from odradek.storage import StorageError
+
+if TYPE_CHECKING:
+    from odradek._clock import Clock
+    from odradek.broker.replica import ReplicaManager
+    from odradek.broker.replication import Replication
+    from odradek.broker.topics import TopicService
+    from odradek.cluster.metadata import MetadataImage
+    from odradek.config import BrokerConfig
+
+__all__ = ["TRANSACTION_TOPIC", "WRITE_TXN_MARKERS_VERSION", "MarkerWriter", "TopicPartition", "TransactionCoordinator", "TxnDescription"]
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+_version = struct.Struct(">h")
+WRITE_TXN_MARKERS_VERSION = 1
+_KEY_VERSION = 0
+_VALUE_VERSION = 0
+
+# append errors of the transaction log, as the coordinator answers them (Kafka's mapping)
+_WRITE_ERRORS = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+}
+
+#: writes markers into partitions this broker leads: (producer id, epoch, commit, coordinator
+#: epoch, partitions) -> an error per partition
+LocalMarkers = Callable[[int, int, bool, int, list[TopicPartition]], Awaitable[dict[TopicPartition, ErrorCode]]]
+
+
+def txn_key(transactional_id: str) -> bytes:
+    return _version.pack(_KEY_VERSION) + TransactionLogKey(transactional_id=transactional_id).encode(_KEY_VERSION)
+
+
+def txn_value(m: TxnMetadata) -> bytes:
+    by_topic: dict[str, list[int]] = {}
+    for t, p in sorted(m.partitions):
+        by_topic.setdefault(t, []).append(p)
+    V = TransactionLogValue
+    value = V(
+        producer_id=m.producer_id,
+        producer_epoch=m.producer_epoch,
+        transaction_timeout_ms=m.timeout_ms,
+        transaction_status=int(m.state),
+        transaction_partitions=[V.PartitionsSchema(topic=t, partition_ids=ps) for t, ps in by_topic.items()],
+        transaction_last_update_timestamp_ms=m.update_ms,
+        transaction_start_timestamp_ms=m.start_ms,
+    )
+    return _version.pack(_VALUE_VERSION) + value.encode(_VALUE_VERSION)
+
+
+def decode_txn(key: bytes, value: bytes | None) -> tuple[str, TxnMetadata | None] | None:
+    """A record of ``__transaction_state``: (transactional id, metadata or None for a
+    tombstone); None for a record of another kind."""
+    if len(key) < 2 or _version.unpack_from(key, 0)[0] != _KEY_VERSION:
+        return None
+    txn_id = TransactionLogKey.decode_from(key, 2, _KEY_VERSION)[0].transactional_id
+    if value is None:
+        return txn_id, None
+    (vv,) = _version.unpack_from(value, 0)
+    v = TransactionLogValue.decode_from(value, 2, min(vv, TransactionLogValue.VALID_VERSIONS[1]))[0]
+    partitions = {(t.topic, p) for t in (v.transaction_partitions or []) for p in t.partition_ids}
+    meta = TxnMetadata(
+        txn_id, v.producer_id, v.producer_epoch, v.transaction_timeout_ms, TxnState(v.transaction_status),
+        partitions, v.transaction_start_timestamp_ms, v.transaction_last_update_timestamp_ms,
+    )
+    return txn_id, meta
+
+
+@dataclass(frozen=True, slots=True)
+class TxnDescription:
+    """What DescribeTransactions / ListTransactions report of one transactional id."""
+
+    transactional_id: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    start_ms: int
+    partitions: tuple[TopicPartition, ...]
+
+
+class TransactionCoordinator:
+    def __init__(
+        self,
+        broker_id: int,
+        config: BrokerConfig,
+        clock: Clock,
+        replicas: ReplicaManager,
+        topics: TopicService,
+        replication: Replication,
+        producer_ids: ProducerIdManager,
+        local_markers: LocalMarkers,
+        channel_factory: Callable[..., BrokerChannel] | None = None,
+        inter_broker_listener: str | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.config = config
+        self.clock = clock
+        self.replicas = replicas
+        self.topics = topics
+        self.replication = replication
+        self.producer_ids = producer_ids
+        self.local_markers = local_markers
+        self.channel_factory = channel_factory
+        self.inter_broker_listener = inter_broker_listener
+        self.partitions = int(config.get("transaction.state.log.num.partitions"))
+        self.max_timeout_ms = int(config.get("transaction.max.timeout.ms"))
+        self.txns: dict[str, TxnMetadata] = {}
+        self.loaded: set[int] = set()
+        self.loading: set[int] = set()
+        self._channels: dict[int, BrokerChannel] = {}
+        self._completing: dict[str, asyncio.Task[None]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._create_lock = asyncio.Lock()
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    # ------------------------------------------------------------------------------------------
+    # lifecycle
+
+    def start(self) -> None:
+        interval = int(self.config.get("transaction.abort.timed.out.transaction.cleanup.interval.ms"))
+        self._tasks.append(asyncio.get_running_loop().create_task(self._abort_timed_out(interval), name="txn-timeouts"))
+        self.on_image()
+
+    async def stop(self) -> None:
+        tasks = [*self._tasks, *self._completing.values()]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        for ch in self._channels.values():
+            with contextlib.suppress(Exception):
+                await ch.close()
+
+    def now(self) -> int:
+        return self.clock.now_ms()
+
+    def on_hosting_changed(self, image: MetadataImage | None) -> None:
+        if image is None or self.loaded or TRANSACTION_TOPIC in image.topics:
+            self.on_image()
+
+    def on_image(self) -> None:
+        """Load the transaction-log partitions this broker now leads; unload the others."""
+        led = {
+            idx
+            for (topic, idx), part in list(self.replicas.partitions.items())
+            if topic == TRANSACTION_TOPIC and part.is_leader
+        }
+        for p in sorted(self.loaded - led):
+            self._unload(p)
+        for p in sorted(led - self.loaded - self.loading):
+            self.loading.add(p)
+            asyncio.get_running_loop().create_task(self._load(p))
+
+    def _unload(self, partition: int) -> None:
+        self.loaded.discard(partition)
+        for txn_id in [t for t in self.txns if self.partition_for(t) == partition]:
+            del self.txns[txn_id]
+            task = self._completing.pop(txn_id, None)
+            if task is not None:
+                task.cancel()
+
+    async def _load(self, partition: int) -> None:
+        try:
+            p = self.replicas.get(TRANSACTION_TOPIC, partition)
+            if p is not None:
+                for txn_id, meta in self._replay(p).items():
+                    if meta is None:
+                        self.txns.pop(txn_id, None)
+                    else:
+                        self.txns[txn_id] = meta
+            self.loaded.add(partition)
+        except (RecordsError, StorageError, KafkaError):
+            log.exception("could not load %s-%d", TRANSACTION_TOPIC, partition)
+            return
+        finally:
+            self.loading.discard(partition)
+        # prepared transactions whose markers may be missing: finish them (Kafka does the same)
+        for txn_id, meta in list(self.txns.items()):
+            if self.partition_for(txn_id) == partition and meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                self._complete_later(txn_id, meta)
+
+    def _replay(self, p: Partition) -> dict[str, TxnMetadata | None]:
+        lg = p.log
+        offset = lg.log_start_offset
+        found: dict[str, TxnMetadata | None] = {}
+        while offset < lg.log_end_offset:
+            data = lg.read(offset, 1 << 20).to_bytes()
+            if not data:
+                break
+            last = offset - 1
+            for batch in read_batches(data):
+                last = batch.last_offset
+                if batch.is_control:
+                    continue
+                for rec in batch.records:
+                    if rec.key is None:
+                        continue
+                    decoded = decode_txn(rec.key, rec.value)
+                    if decoded is not None:
+                        found[decoded[0]] = decoded[1]
+            if last < offset:
+                break
+            offset = last + 1
+        return found
+
+    # ------------------------------------------------------------------------------------------
+    # routing
+
+    def partition_for(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.partitions)
+
+    async def ensure_topic(self) -> None:
+        """Create ``__transaction_state`` on first use (Kafka does it on the first FindCoordinator)."""
+        if TRANSACTION_TOPIC in self.topics.image.topics:
+            return
+        async with self._create_lock:
+            if TRANSACTION_TOPIC in self.topics.image.topics:
+                return
+            try:
+                await self.topics.create_internal(
+                    TRANSACTION_TOPIC, self.partitions, self.replication.transaction_log_replication_factor()
+                )
+            except KafkaError as exc:
+                if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
+                    return
+                if exc.code in (ErrorCode.INVALID_REPLICATION_FACTOR, ErrorCode.KAFKA_STORAGE_ERROR):
+                    raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, exc.message) from exc
+                raise
+            except (OSError, StorageError) as exc:
+                if not is_io_error(exc):
+                    raise
+                failure = self.replicas.log_dirs.fail(None, exc, f"creating {TRANSACTION_TOPIC}")
+                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, failure.message) from exc
+
+    def check(self, transactional_id: str) -> Partition:
+        """The transaction-log partition of ``transactional_id``, if this broker serves it now."""
+        if not transactional_id:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "empty transactional id")
+        if TRANSACTION_TOPIC not in self.topics.image.topics:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{TRANSACTION_TOPIC} does not exist yet")
+        idx = self.partition_for(transactional_id)
+        local = self.replicas.get(TRANSACTION_TOPIC, idx)
+        if local is None:
+            try:
+                local = self.replication.rehost(TRANSACTION_TOPIC, idx)
+            except KafkaError as exc:
+                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, exc.message) from exc
+        if local is None or not local.is_leader:
+            raise KafkaError(ErrorCode.NOT_COORDINATOR, f"{transactional_id} is coordinated by another broker")
+        if self.replicas.log_dirs.offline(local.log_dir):
+            raise KafkaError(ErrorCode.NOT_COORDINATOR, f"the log dir of {TRANSACTION_TOPIC}-{idx} is offline")
+        if idx in self.loading or idx not in self.loaded:
+            raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, f"{TRANSACTION_TOPIC}-{idx} is loading")
+        return local
+
+    def _lock(self, transactional_id: str) -> asyncio.Lock:
+        lock = self._locks.get(transactional_id)
+        if lock is None:
+            lock = self._locks[transactional_id] = asyncio.Lock()
+        return lock
+
+    # ------------------------------------------------------------------------------------------
+    # requests
+
+    async def init_producer_id(
+        self, transactional_id: str, timeout_ms: int, producer_id: int = -1, producer_epoch: int = -1
+    ) -> tuple[int, int]:
+        """InitProducerId with a transactional id: (producer id, epoch) after fencing older
+        producers of the id; CONCURRENT_TRANSACTIONS while an open transaction is aborted first."""
+        if timeout_ms <= 0 or timeout_ms > self.max_timeout_ms:
+            raise KafkaError(
+                ErrorCode.INVALID_TRANSACTION_TIMEOUT,
+                f"transaction.timeout.ms {timeout_ms} is not in (0, transaction.max.timeout.ms={self.max_timeout_ms}]",
+            )
+        self.check(transactional_id)
+        async with self._lock(transactional_id):
+            meta = self.txns.get(transactional_id)
+            now = self.now()
+            if meta is None or meta.state is TxnState.DEAD:
+                pid = await self.producer_ids.allocate()
+                meta = TxnMetadata(transactional_id, pid, -1, timeout_ms, TxnState.EMPTY, set(), -1, now)
+                self.txns[transactional_id] = meta
+            if meta.pending is not None:
+                raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, f"a change to {meta.pending.title} is being written")
+            if producer_id >= 0:
+                # KIP-360: a producer that knows its id and epoch asks for a bump; a retry of a
+                # bump already made gets the same answer
+                if (producer_id, producer_epoch) == (meta.last_producer_id, meta.last_producer_epoch) and (
+                    meta.state.completed
+                ):
+                    return meta.producer_id, meta.producer_epoch
+                if producer_id != meta.producer_id or producer_epoch != meta.producer_epoch:
+                    raise KafkaError(ErrorCode.PRODUCER_FENCED, "the producer id and epoch are not the current ones")
+            if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "the transaction's markers are being written")
+            if meta.state is TxnState.ONGOING:
+                # fence the current producer and abort its transaction; the caller retries
+                fenced = await self._bump(meta)
+                aborting = fenced.copy(state=TxnState.PREPARE_ABORT, update_ms=now)
+                await self._transition(transactional_id, meta, aborting)
+                self._complete_later(transactional_id, aborting)
+                raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "an open transaction of this id is being aborted")
+            fresh = await self._bump(meta)
+            fresh = fresh.copy(state=TxnState.EMPTY, partitions=set(), timeout_ms=timeout_ms, start_ms=-1, update_ms=now)
+            await self._transition(transactional_id, meta, fresh)
+            return fresh.producer_id, fresh.producer_epoch
+
+    async def _bump(self, meta: TxnMetadata) -> TxnMetadata:
+        if meta.producer_epoch >= MAX_EPOCH - 1:
+            return bumped(meta, await self.producer_ids.allocate())
+        return bumped(meta, None)
+
+    async def add_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[TopicPartition],
+        *, verify_only: bool = False,
+    ) -> None:
+        self.check(transactional_id)
+        wanted = set(partitions)
+        async with self._lock(transactional_id):
+            meta = self.txns.get(transactional_id)
+            check_producer(meta, producer_id, producer_epoch)
+            assert meta is not None
+            if verify_only:
+                if meta.state is not TxnState.ONGOING or not wanted <= meta.partitions:
+                    raise KafkaError(ErrorCode.INVALID_TXN_STATE, "the partitions are not in the ongoing transaction")
+                return
+            target = prepare_add_partitions(meta, wanted, self.now())
+            if target is not None:
+                await self._transition(transactional_id, meta, target)
+
+    async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None:
+        offsets_partitions = int(self.config.get("offsets.topic.num.partitions"))
+        await self.add_partitions(
+            transactional_id, producer_id, producer_epoch, [(OFFSETS_TOPIC, partition_for(group_id, offsets_partitions))]
+        )
+
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        self.check(transactional_id)
+        async with self._lock(transactional_id):
+            meta = self.txns.get(transactional_id)
+            check_producer(meta, producer_id, producer_epoch)
+            assert meta is not None
+            target = prepare_end(meta, commit, self.now())
+            if target is None:
+                return
+            await self._transition(transactional_id, meta, target)
+        self._complete_later(transactional_id, target)
+
+    def describe(self, transactional_id: str) -> TxnDescription:
+        self.check(transactional_id)
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            raise KafkaError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, f"no transactional id {transactional_id}")
+        return _describe(meta)
+
+    def list_all(self) -> list[TxnDescription]:
+        return [_describe(m) for m in list(self.txns.values())]
+
+    # ------------------------------------------------------------------------------------------
+    # writing the log
+
+    async def _transition(self, transactional_id: str, current: TxnMetadata, target: TxnMetadata) -> None:
+        """Write ``target`` to the transaction log, then make it the state (acks=all)."""
+        current.pending = target.state
+        try:
+            await self._write(transactional_id, target)
+        except KafkaError as exc:
+            code = _WRITE_ERRORS.get(exc.code, exc.code)
+            raise KafkaError(code, f"the transaction log write failed: {exc.message or exc.code.name}") from exc
+        finally:
+            current.pending = None
+        target.pending = None
+        if self.txns.get(transactional_id) is current:
+            self.txns[transactional_id] = target
+
+    async def _write(self, transactional_id: str, meta: TxnMetadata) -> None:
+        p = self.replicas.leader_partition(TRANSACTION_TOPIC, self.partition_for(transactional_id))
+        builder = BatchBuilder()
+        builder.append(self.now(), txn_key(transactional_id), txn_value(meta))
+        info = self.replicas.append(p, bytearray(builder.build()), -1)
+        await self.replicas.wait_durable(p)
+        try:
+            await wait_for(p.wait_for_hw(info.last_offset + 1), int(self.config.get("request.timeout.ms")) / 1000)
+        except TimeoutError as exc:
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the transaction log write timed out") from exc
+
+    # ------------------------------------------------------------------------------------------
+    # markers
+
+    def _complete_later(self, transactional_id: str, prepared: TxnMetadata) -> None:
+        old = self._completing.get(transactional_id)
+        if old is not None and not old.done():
+            return
+        self._completing[transactional_id] = asyncio.get_running_loop().create_task(
+            self._complete(transactional_id, prepared), name=f"txn-markers-{transactional_id}"
+        )
+
+    async def _complete(self, transactional_id: str, prepared: TxnMetadata) -> None:
+        """Write the markers of a prepared transaction, then its Complete state."""
+        commit = prepared.state is TxnState.PREPARE_COMMIT
+        backoff = 0.05
+        remaining = sorted(prepared.partitions)
+        try:
+            while remaining:
+                idx = self.partition_for(transactional_id)
+                local = self.replicas.get(TRANSACTION_TOPIC, idx)
+                if local is None or not local.is_leader:
+                    return  # another broker coordinates it now; it finishes the transaction
+                errors = await self._send_markers(
+                    prepared.producer_id, prepared.producer_epoch, commit, local.leader_epoch, remaining
+                )
+                failed = [tp for tp in remaining if errors.get(tp, ErrorCode.NONE) is not ErrorCode.NONE]
+                gone = [tp for tp in failed if errors[tp] in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,)
+                        and tp[0] not in self.topics.image.topics]
+                for tp in gone:  # a deleted topic gets no marker
+                    failed.remove(tp)
+                if failed:
+                    log.debug("transaction %s: markers not yet written to %s (%s); retrying", transactional_id,
+                              failed, {tp: errors[tp].name for tp in failed})
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 1.0)
+                remaining = failed
+            async with self._lock(transactional_id):
+                meta = self.txns.get(transactional_id)
+                if meta is None or meta.state is not prepared.state or meta.producer_epoch != prepared.producer_epoch:
+                    return
+                while True:
+                    try:
+                        await self._transition(transactional_id, meta, completed(meta, self.now()))
+                        return
+                    except KafkaError as exc:
+                        if exc.code is ErrorCode.NOT_COORDINATOR:
+                            return
+                        log.warning("transaction %s: completing failed (%s); retrying", transactional_id, exc)
+                        await asyncio.sleep(1.0)
+        finally:
+            if self._completing.get(transactional_id) is asyncio.current_task():
+                self._completing.pop(transactional_id, None)
+
+    async def _send_markers(
+        self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, ErrorCode]:
+        image = self.topics.image
+        by_leader: dict[int, list[TopicPartition]] = {}
+        errors: dict[TopicPartition, ErrorCode] = {}
+        for tp in partitions:
+            state = image.partition(*tp)
+            if state is None:
+                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif state.leader < 0:
+                errors[tp] = ErrorCode.LEADER_NOT_AVAILABLE
+            else:
+                by_leader.setdefault(state.leader, []).append(tp)
+        calls: list[Awaitable[dict[TopicPartition, ErrorCode]]] = []
+        for leader, tps in by_leader.items():
+            if leader == self.broker_id:
+                calls.append(self.local_markers(producer_id, epoch, commit, coordinator_epoch, tps))
+            else:
+                calls.append(self._remote_markers(leader, producer_id, epoch, commit, coordinator_epoch, tps))
+        for result in await asyncio.gather(*calls, return_exceptions=True):
+            if isinstance(result, BaseException):
+                if isinstance(result, asyncio.CancelledError):
+                    raise result
+                log.debug("WriteTxnMarkers failed: %s", result)
+                continue
+            errors.update(result)
+        for tp in partitions:
+            errors.setdefault(tp, ErrorCode.NETWORK_EXCEPTION)
+        return errors
+
+    async def _remote_markers(
+        self, leader: int, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int,
+        partitions: list[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        channel = self._channel(leader)
+        if channel is None:
+            return dict.fromkeys(partitions, ErrorCode.BROKER_NOT_AVAILABLE)
+        by_topic: dict[str, list[int]] = {}
+        for t, p in partitions:
+            by_topic.setdefault(t, []).append(p)
+        R = WriteTxnMarkersRequest
+        request = R(markers=[R.WritableTxnMarker(
+            producer_id=producer_id, producer_epoch=epoch, transaction_result=commit, coordinator_epoch=coordinator_epoch,
+            topics=[R.WritableTxnMarkerTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()],
+        )])
+        try:
+            response: Any = await channel.request(request, WRITE_TXN_MARKERS_VERSION)
+        except (ConnectionError, TimeoutError, OSError) as exc:
+            return dict.fromkeys(partitions, ErrorCode.NETWORK_EXCEPTION if not isinstance(exc, TimeoutError)
+                                 else ErrorCode.REQUEST_TIMED_OUT)
+        out: dict[TopicPartition, ErrorCode] = {}
+        for marker in response.markers:
+            for topic in marker.topics:
+                for part in topic.partitions:
+                    out[(topic.name, part.partition_index)] = ErrorCode(part.error_code)
+        return out
+
+    def _channel(self, broker_id: int) -> BrokerChannel | None:
+        ch = self._channels.get(broker_id)
+        if ch is not None:
+            return ch
+        if self.channel_factory is None:
+            return None
+        info = self.topics.image.brokers.get(broker_id)
+        ep = None
+        if info is not None:
+            ep = (info.endpoint(self.inter_broker_listener) if self.inter_broker_listener else None) or info.endpoint()
+        if ep is None:
+            return None
+        timeout = int(self.config.get("request.timeout.ms")) / 1000
+        ch = self._channels[broker_id] = self.channel_factory(
+            ep.host, ep.port, client_id=f"txn-coordinator-{self.broker_id}", timeout=timeout
+        )
+        return ch
+
+    # ------------------------------------------------------------------------------------------
+    # timeouts
+
+    async def _abort_timed_out(self, interval_ms: int) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            now = self.now()
+            for txn_id, meta in list(self.txns.items()):
+                if meta.state is not TxnState.ONGOING or meta.pending is not None:
+                    continue
+                if meta.start_ms < 0 or now - meta.start_ms <= meta.timeout_ms:
+                    continue
+                try:
+                    await self._abort_expired(txn_id)
+                except KafkaError as exc:
+                    log.warning("transaction %s timed out but could not be aborted yet: %s", txn_id, exc)
+                except Exception:
+                    log.exception("aborting the timed-out transaction %s failed", txn_id)
+
+    async def _abort_expired(self, transactional_id: str) -> None:
+        self.check(transactional_id)
+        async with self._lock(transactional_id):
+            meta = self.txns.get(transactional_id)
+            if meta is None or meta.state is not TxnState.ONGOING or meta.pending is not None:
+                return
+            log.info(
+                "transaction %s of producer %d (epoch %d) is open longer than its timeout of %d ms: aborting it",
+                transactional_id, meta.producer_id, meta.producer_epoch, meta.timeout_ms,
+            )
+            fenced = await self._bump(meta)
+            aborting = fenced.copy(state=TxnState.PREPARE_ABORT, update_ms=self.now())
+            await self._transition(transactional_id, meta, aborting)
+        self._complete_later(transactional_id, aborting)
+
+
+class MarkerWriter:
+    """Writes transaction markers into partitions this broker leads: WriteTxnMarkers from a
+    coordinator, or this broker's own coordinator directly.  A marker is appended with acks=all
+    (it must survive a leader change); one in ``__consumer_offsets`` also decides the offsets
+    the transaction committed there (``on_offsets_marker``)."""
+
+    def __init__(
+        self, replicas: ReplicaManager, timeout_ms: int, on_offsets_marker: Callable[[int, int, bool], None]
+    ) -> None:
+        self.replicas = replicas
+        self.timeout_ms = timeout_ms
+        self.on_offsets_marker = on_offsets_marker
+
+    async def write(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, ErrorCode]:
+        results = await asyncio.gather(
+            *(self._one(tp, producer_id, producer_epoch, commit, coordinator_epoch) for tp in partitions)
+        )
+        return dict(zip(partitions, results, strict=True))
+
+    async def _one(
+        self, tp: TopicPartition, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int
+    ) -> ErrorCode:
+        try:
+            p = self.replicas.leader_partition(*tp)
+            info = self.replicas.append_marker(p, producer_id, producer_epoch, commit, coordinator_epoch)
+            await self.replicas.wait_durable(p)
+            try:
+                await wait_for(p.wait_for_hw(info.last_offset + 1), self.timeout_ms / 1000)
+            except TimeoutError:
+                return ErrorCode.REQUEST_TIMED_OUT
+        except KafkaError as exc:
+            return exc.code
+        if tp[0] == OFFSETS_TOPIC:
+            self.on_offsets_marker(producer_id, tp[1], commit)
+        return ErrorCode.NONE
+
+
+def _describe(m: TxnMetadata) -> TxnDescription:
+    return TxnDescription(m.transactional_id, m.state.title, m.producer_id, m.producer_epoch, m.timeout_ms,
+                          m.start_ms, tuple(sorted(m.partitions)))

@@ -1,0 +1,141 @@
+"""Transaction coordinator decisions (KIP-98), as data: the state of a transactional id and the
+checks and transitions its requests make.  No I/O: the broker's coordinator writes what these
+functions decide to ``__transaction_state`` and sends the markers.
+
+States (their ids are those of Kafka's ``__transaction_state`` records)::
+
+    Empty --AddPartitions--> Ongoing --EndTxn--> PrepareCommit --markers written--> CompleteCommit
+                                     \\--EndTxn/timeout--> PrepareAbort --markers--> CompleteAbort
+    Empty/Complete* --InitProducerId--> Empty (epoch + 1)
+    Ongoing --InitProducerId--> PrepareEpochFence, then PrepareAbort with the epoch bumped
+
+A transition is first *prepared* (``pending`` set: other requests answer CONCURRENT_TRANSACTIONS),
+written to the log, then *completed* (or dropped if the write failed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from odradek.errors import ErrorCode, KafkaError
+
+__all__ = [
+    "MAX_EPOCH",
+    "TxnMetadata",
+    "TxnState",
+    "check_producer",
+    "prepare_add_partitions",
+    "prepare_end",
+]
+
+#: producer epochs are int16; Kafka bumps to a new producer id before reaching the maximum
+MAX_EPOCH = 32766
+
+TopicPartition = tuple[str, int]
+
+
+class TxnState(IntEnum):
+    EMPTY = 0
+    ONGOING = 1
+    PREPARE_COMMIT = 2
+    PREPARE_ABORT = 3
+    COMPLETE_COMMIT = 4
+    COMPLETE_ABORT = 5
+    DEAD = 6
+    PREPARE_EPOCH_FENCE = 7
+
+    @property
+    def title(self) -> str:
+        """Kafka's name (DescribeTransactions, ListTransactions)."""
+        return "".join(w.capitalize() for w in self.name.split("_"))
+
+    @property
+    def completed(self) -> bool:
+        return self in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+
+
+@dataclass(slots=True)
+class TxnMetadata:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: TxnState = TxnState.EMPTY
+    partitions: set[TopicPartition] = field(default_factory=set)
+    start_ms: int = -1
+    update_ms: int = -1
+    #: the producer id and epoch before the last bump (KIP-360 retries of InitProducerId)
+    last_producer_id: int = -1
+    last_producer_epoch: int = -1
+    #: a transition being written: requests answer CONCURRENT_TRANSACTIONS meanwhile
+    pending: TxnState | None = None
+
+    def copy(self, **changes: object) -> TxnMetadata:
+        out = dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+        if "partitions" not in changes:
+            out.partitions = set(self.partitions)
+        return out
+
+
+def check_producer(meta: TxnMetadata | None, producer_id: int, producer_epoch: int) -> None:
+    """The checks every request of a transactional producer passes first."""
+    if meta is None or meta.state is TxnState.DEAD:
+        raise KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING, "the transactional id is unknown")
+    if meta.producer_id != producer_id:
+        raise KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING, "the producer id does not match the transactional id")
+    if producer_epoch != meta.producer_epoch:
+        raise KafkaError(
+            ErrorCode.PRODUCER_FENCED,
+            f"epoch {producer_epoch} is not the current epoch {meta.producer_epoch}: a newer producer uses this id",
+        )
+    if meta.pending is not None:
+        raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, f"a change to {meta.pending.title} is being written")
+
+
+def prepare_add_partitions(meta: TxnMetadata, partitions: set[TopicPartition], now_ms: int) -> TxnMetadata | None:
+    """The state after adding ``partitions``; None when nothing changes (all already in)."""
+    if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.PREPARE_EPOCH_FENCE):
+        raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, f"the transaction is in {meta.state.title}")
+    if meta.state is TxnState.ONGOING and partitions <= meta.partitions:
+        return None
+    starting = meta.state is not TxnState.ONGOING
+    return meta.copy(
+        state=TxnState.ONGOING,
+        partitions=(set() if starting else set(meta.partitions)) | partitions,
+        start_ms=now_ms if starting else meta.start_ms,
+        update_ms=now_ms,
+    )
+
+
+def prepare_end(meta: TxnMetadata, commit: bool, now_ms: int) -> TxnMetadata | None:
+    """The PrepareCommit/PrepareAbort state EndTxn moves to; None for a retry of an EndTxn that
+    already completed the same way (answered NONE, nothing written)."""
+    state = meta.state
+    if state is TxnState.ONGOING:
+        return meta.copy(state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, update_ms=now_ms)
+    if (state is TxnState.COMPLETE_COMMIT and commit) or (state is TxnState.COMPLETE_ABORT and not commit):
+        return None
+    if (state is TxnState.PREPARE_COMMIT and commit) or (state is TxnState.PREPARE_ABORT and not commit):
+        raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "the markers of this transaction are being written")
+    raise KafkaError(
+        ErrorCode.INVALID_TXN_STATE,
+        f"cannot {'commit' if commit else 'abort'} a transaction in state {state.title}",
+    )
+
+
+def completed(meta: TxnMetadata, now_ms: int) -> TxnMetadata:
+    """The state once every marker of a prepared transaction is written."""
+    state = TxnState.COMPLETE_COMMIT if meta.state is TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT
+    return meta.copy(state=state, partitions=set(), update_ms=now_ms)
+
+
+def bumped(meta: TxnMetadata, new_producer_id: int | None) -> TxnMetadata:
+    """The metadata with the next epoch (or a new producer id at epoch 0 when the epoch is used
+    up, ``new_producer_id`` given)."""
+    if new_producer_id is not None:
+        return meta.copy(producer_id=new_producer_id, producer_epoch=0, last_producer_id=meta.producer_id,
+                         last_producer_epoch=meta.producer_epoch)
+    return meta.copy(producer_epoch=meta.producer_epoch + 1, last_producer_id=meta.producer_id,
+                     last_producer_epoch=meta.producer_epoch)
