@@ -1,0 +1,245 @@
+"""Transactions on a single-node broker with real clients (confluent-kafka's transactional
+producer; confluent-kafka, kafka-python and aiokafka read_committed consumers)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka as ck
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from odradek.testing import BrokerProcess
+
+OVERRIDES = {
+    "transaction.state.log.num.partitions": 3,
+    "offsets.topic.num.partitions": 3,
+    "group.initial.rebalance.delay.ms": 0,
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": 300,
+}
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path_factory.mktemp("txn") / "data", overrides=OVERRIDES)
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def _topic(bootstrap: str, partitions: int = 1) -> str:
+    name = f"tx-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until the futures resolve
+    for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        f.result(30)
+    return name
+
+
+def _read(bootstrap: str, topic: str, isolation: str, partitions: int = 1) -> list[bytes]:
+    """Everything a consumer at ``isolation`` reads up to the end it may see."""
+    c = ck.Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex[:6]}", "isolation.level": isolation,
+        "auto.offset.reset": "earliest", "enable.partition.eof": True, "enable.auto.commit": False,
+    })
+    try:
+        c.assign([ck.TopicPartition(topic, p, 0) for p in range(partitions)])
+        got: list[bytes] = []
+        eof: set[int] = set()
+        deadline = time.monotonic() + 30
+        while len(eof) < partitions:
+            assert time.monotonic() < deadline, f"no end of {topic} within 30 s: {got}"
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error() is not None:
+                assert m.error().code() == ck.KafkaError._PARTITION_EOF, m.error()
+                eof.add(m.partition())
+                continue
+            eof.discard(m.partition())
+            got.append(m.value())
+        return got
+    finally:
+        c.close()
+
+
+def _producer(bootstrap: str, txn_id: str, **extra: Any) -> ck.Producer:
+    p = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, **extra})
+    p.init_transactions(30)
+    return p
+
+
+def test_aborted_records_are_invisible_to_read_committed_consumers(broker: BrokerProcess) -> None:
+    bs = broker.bootstrap
+    topic = _topic(bs)
+    p = _producer(bs, f"t-{topic}")
+    p.begin_transaction()
+    for i in range(5):
+        p.produce(topic, b"aborted-%d" % i)
+    p.flush(30)  # sent: abort_transaction would otherwise purge them unsent
+    p.abort_transaction(30)
+    p.begin_transaction()
+    for i in range(5):
+        p.produce(topic, b"committed-%d" % i)
+    p.commit_transaction(30)
+    p.begin_transaction()  # a transaction with no records commits too
+    p.commit_transaction(30)
+    committed = [b"committed-%d" % i for i in range(5)]
+    assert _read(bs, topic, "read_committed") == committed
+    assert _read(bs, topic, "read_uncommitted") == [b"aborted-%d" % i for i in range(5)] + committed
+
+    # kafka-python and aiokafka honour the aborted-transaction list the same way
+    from kafka import KafkaConsumer
+
+    kp = KafkaConsumer(topic, bootstrap_servers=bs, isolation_level="read_committed",
+                       auto_offset_reset="earliest", consumer_timeout_ms=3000, group_id=None)
+    try:
+        assert [m.value for m in kp] == committed
+    finally:
+        kp.close()
+
+    async def aio() -> list[bytes]:
+        from aiokafka import AIOKafkaConsumer
+
+        c = AIOKafkaConsumer(topic, bootstrap_servers=bs, isolation_level="read_committed",
+                             auto_offset_reset="earliest")
+        await c.start()
+        try:
+            out: list[bytes] = []
+            deadline = time.monotonic() + 20
+            while len(out) < len(committed) and time.monotonic() < deadline:
+                for records in (await c.getmany(timeout_ms=500)).values():
+                    out += [r.value for r in records if r.value is not None]
+            return out
+        finally:
+            await c.stop()
+
+    assert asyncio.run(aio()) == committed
+
+
+def test_consume_transform_produce_commits_output_and_offsets_together(broker: BrokerProcess) -> None:
+    bs = broker.bootstrap
+    src, dst = _topic(bs, 2), _topic(bs)
+    plain = ck.Producer({"bootstrap.servers": bs})
+    for i in range(40):
+        plain.produce(src, b"%d" % i, partition=i % 2)
+    plain.flush(30)
+    group = f"ctp-{src}"
+    c = ck.Consumer({"bootstrap.servers": bs, "group.id": group, "isolation.level": "read_committed",
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    p = _producer(bs, f"ctp-{src}")
+    try:
+        c.subscribe([src])
+        copied = 0
+        deadline = time.monotonic() + 60
+        rounds = 0
+        while copied < 40:
+            assert time.monotonic() < deadline, f"copied {copied} of 40"
+            msgs = [m for m in c.consume(10, 0.5) if m.error() is None]
+            if not msgs:
+                continue
+            p.begin_transaction()
+            for m in msgs:
+                p.produce(dst, b"out-" + m.value())
+            p.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), 30)
+            # every other round is aborted and redone: its output and offsets must vanish
+            if rounds % 2 == 1:
+                p.flush(30)
+                p.abort_transaction(30)
+                for m in _firsts(msgs):
+                    c.seek(ck.TopicPartition(m.topic(), m.partition(), m.offset()))
+            else:
+                p.commit_transaction(30)
+                copied += len(msgs)
+            rounds += 1
+        committed = c.committed([ck.TopicPartition(src, 0), ck.TopicPartition(src, 1)], 10)
+    finally:
+        c.close()
+    assert {(tp.partition, tp.offset) for tp in committed} == {(0, 20), (1, 20)}
+    out = _read(bs, dst, "read_committed")
+    assert sorted(out) == sorted(b"out-%d" % i for i in range(40))  # each input once, none of the aborted
+
+
+def _firsts(msgs: list[Any]) -> list[Any]:
+    first: dict[tuple[str, int], Any] = {}
+    for m in msgs:
+        first.setdefault((m.topic(), m.partition()), m)
+    return list(first.values())
+
+
+def test_a_zombie_producer_is_fenced(broker: BrokerProcess) -> None:
+    bs = broker.bootstrap
+    topic = _topic(bs)
+    txn_id = f"z-{topic}"
+    old = _producer(bs, txn_id)
+    old.begin_transaction()
+    old.produce(topic, b"zombie-open")
+    old.flush(30)
+    new = _producer(bs, txn_id)  # InitProducerId aborts the old one's open transaction first
+    new.begin_transaction()
+    new.produce(topic, b"new")
+    new.commit_transaction(30)
+    old.produce(topic, b"zombie-more")
+    with pytest.raises(ck.KafkaException) as info:
+        old.commit_transaction(10)
+    assert info.value.args[0].code() == ck.KafkaError._FENCED and info.value.args[0].fatal()
+    assert _read(bs, topic, "read_committed") == [b"new"]
+
+
+def test_an_open_transaction_past_its_timeout_is_aborted(broker: BrokerProcess) -> None:
+    bs = broker.bootstrap
+    topic = _topic(bs)
+    p = _producer(bs, f"slow-{topic}", **{"transaction.timeout.ms": 1000})
+    p.begin_transaction()
+    p.produce(topic, b"never")
+    p.flush(30)
+    plain = ck.Producer({"bootstrap.servers": bs})
+    plain.produce(topic, b"after")  # held back from read_committed readers by the open transaction
+    plain.flush(30)
+    # the coordinator aborts it: read_committed readers get past it without any commit
+    deadline = time.monotonic() + 30
+    while _read(bs, topic, "read_committed") != [b"after"]:
+        assert time.monotonic() < deadline, "the timed-out transaction was never aborted"
+        time.sleep(0.3)
+    with pytest.raises(ck.KafkaException):
+        p.commit_transaction(10)  # its epoch was bumped: fenced (as Kafka answers EndTxn)
+
+
+def test_a_restart_keeps_open_transactions_and_the_aborted_index(tmp_path: Path) -> None:
+    b = BrokerProcess(tmp_path / "data", overrides=OVERRIDES)
+    b.start()
+    try:
+        bs = b.bootstrap
+        topic = _topic(bs)
+        p = _producer(bs, "restart-1", **{"transaction.timeout.ms": 60000})
+        p.begin_transaction()
+        p.produce(topic, b"aborted")
+        p.flush(30)
+        p.abort_transaction(30)
+        p.begin_transaction()
+        p.produce(topic, b"open")
+        p.flush(30)
+        plain = ck.Producer({"bootstrap.servers": bs})
+        plain.produce(topic, b"plain")
+        plain.flush(30)
+        assert _read(bs, topic, "read_committed") == []  # held at the open transaction
+        assert b.stop() == 0
+        b.start()
+        bs = b.bootstrap
+        assert _read(bs, topic, "read_committed") == [], "the open transaction still holds the LSO"
+        p2 = _producer(bs, "restart-1")  # the new instance aborts the open transaction
+        p2.begin_transaction()
+        p2.produce(topic, b"done")
+        p2.commit_transaction(30)
+        assert _read(bs, topic, "read_committed") == [b"plain", b"done"]
+        assert _read(bs, topic, "read_uncommitted") == [b"aborted", b"open", b"plain", b"done"]
+        txnindex = list((tmp_path / "data").glob(f"{topic}-0/*.txnindex"))
+        assert len(txnindex) == 1 and txnindex[0].stat().st_size == 2 * 34  # two aborted transactions
+    finally:
+        b.stop()
