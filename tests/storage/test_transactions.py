@@ -192,3 +192,23 @@ def test_compaction_keeps_the_aborted_index_and_leaves_open_transactions(tmp_pat
     assert cleaner_mod.cleanable_range(log, 0, clock.now_ms())[1] == log.active.base_offset
     cleaner_mod.clean(log, 0, clock.now_ms())
     assert log.aborted_transactions(0, log.log_end_offset) == before, "the cleaned segment keeps its entries"
+
+
+def test_dump_log_prints_markers_and_the_aborted_index(tmp_path: Path) -> None:
+    import io
+
+    from odradek.cli.dump_log import dump_paths
+
+    log = _log(tmp_path / "d-0")
+    log.append(_txn_batch(7, 0))
+    log.append_marker(7, 0, commit=False, coordinator_epoch=3)
+    log.append(_txn_batch(8, 0))
+    log.append_marker(8, 0, commit=True, coordinator_epoch=4)
+    log.close()
+    out = io.StringIO()
+    assert dump_paths([str(tmp_path / "d-0")], print_data=False, deep=True, max_bytes=None, out=out) == 0
+    text = out.getvalue()
+    assert "| offset: 2 CreateTime" in text and "endTxnMarker: ABORT coordinatorEpoch: 3" in text
+    assert "endTxnMarker: COMMIT coordinatorEpoch: 4" in text
+    assert "isTransactional: true isControl: true" in text
+    assert "version: 0 producerId: 7 firstOffset: 0 lastOffset: 2 lastStableOffset: 3" in text

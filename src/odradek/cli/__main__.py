@@ -18,10 +18,10 @@ def _parser() -> argparse.ArgumentParser:
 
     dump = sub.add_parser(
         "dump-log",
-        help="print the batches of .log segments and check .index/.timeindex files",
+        help="print the batches of .log segments (markers too) and check .index/.timeindex/.txnindex files",
         description="Print log segments (batches, offsets, timestamps, codecs) and check their indexes.",
     )
-    dump.add_argument("paths", nargs="+", metavar="PATH", help=".log, .index or .timeindex files, or partition dirs")
+    dump.add_argument("paths", nargs="+", metavar="PATH", help=".log, .index, .timeindex or .txnindex files, or partition dirs")
     dump.add_argument("--print-data-log", action="store_true", help="print keys, values and headers of records")
     dump.add_argument("--deep-iteration", action="store_true", help="print every record, not only batches")
     dump.add_argument("--max-bytes", type=int, default=None, help="stop after this many bytes of each .log file")

@@ -20,6 +20,7 @@ __all__ = ["dump_paths", "verify_paths"]
 
 _index_entry = struct.Struct(">ii")
 _time_entry = struct.Struct(">qi")
+_txn_entry = struct.Struct(">hqqqq")
 _TS_TYPE = {-1: "NoTimestampType", 0: "CreateTime", 1: "LogAppendTime"}
 
 
@@ -79,10 +80,38 @@ def dump_log(path: Path, out: TextIO, *, print_data: bool, deep: bool, max_bytes
                     line += f" keySize: {-1 if r.key is None else len(r.key)}"
                     line += f" valueSize: {-1 if r.value is None else len(r.value)}"
                     line += f" headerKeys: [{','.join(k for k, _ in r.headers)}]"
-                    if print_data:
+                    if batch.is_control:
+                        line += " " + _control_text(r.key, r.value)
+                    elif print_data:
                         line += f" key: {_show(r.key)} payload: {_show(r.value)}"
                     out.write(line + "\n")
     return entries, problems
+
+
+def _control_text(key: bytes | None, value: bytes | None) -> str:
+    """A control record as Kafka's dump tool prints it: the marker type and coordinator epoch."""
+    if key is None or len(key) < 4:
+        return "controlType: UNKNOWN"
+    ctype = struct.unpack_from(">h", key, 2)[0]
+    name = {0: "ABORT", 1: "COMMIT"}.get(ctype, f"UNKNOWN({ctype})")
+    if ctype in (0, 1) and value is not None and len(value) >= 6:
+        return f"endTxnMarker: {name} coordinatorEpoch: {struct.unpack_from('>i', value, 2)[0]}"
+    return f"controlType: {name}"
+
+
+def dump_txn_index(path: Path, out: TextIO) -> int:
+    """Print a ``.txnindex`` (aborted transactions); returns problems (a torn last entry)."""
+    data = path.read_bytes()
+    out.write(f"Dumping {path}\n")
+    whole = len(data) - len(data) % 34
+    for pos in range(0, whole, 34):
+        version, pid, first, last, lso = _txn_entry.unpack_from(data, pos)
+        out.write(f"version: {version} producerId: {pid} firstOffset: {first} lastOffset: {last} "
+                  f"lastStableOffset: {lso}\n")
+    if whole != len(data):
+        out.write(f"Found {len(data) - whole} bytes at the end of {path.name} that do not form a complete entry\n")
+        return 1
+    return 0
 
 
 def _log_headers(log_path: Path) -> dict[int, BatchHeader]:
@@ -141,7 +170,7 @@ def dump_paths(paths: list[str], *, print_data: bool, deep: bool, max_bytes: int
     files: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            files += sorted(f for f in p.iterdir() if f.suffix in (".log", ".index", ".timeindex"))
+            files += sorted(f for f in p.iterdir() if f.suffix in (".log", ".index", ".timeindex", ".txnindex"))
         else:
             files.append(p)
     problems = 0
@@ -155,8 +184,10 @@ def dump_paths(paths: list[str], *, print_data: bool, deep: bool, max_bytes: int
             problems += dump_index(f, out)
         elif f.suffix == ".timeindex":
             problems += dump_time_index(f, out)
+        elif f.suffix == ".txnindex":
+            problems += dump_txn_index(f, out)
         else:
-            out.write(f"{f}: not a .log, .index or .timeindex file\n")
+            out.write(f"{f}: not a .log, .index, .timeindex or .txnindex file\n")
             problems += 1
     if problems:
         out.write(f"{problems} problem(s) found\n")

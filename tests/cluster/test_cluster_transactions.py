@@ -1,0 +1,147 @@
+"""Transactions in a 3-broker cluster: the coordinator sends its markers over the inter-broker
+listener (WriteTxnMarkers) to the partitions' leaders, and its broker is SIGKILLed in the
+middle of commits.  Every transaction completes or aborts as a whole: a read_committed reader
+sees each committed transaction's records exactly once and nothing of the others."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+import confluent_kafka as ck
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from odradek.cluster.assignment import partition_for
+from tests.cluster.conftest import Cluster
+
+TXN_PARTITIONS = 5
+OVERRIDES = {
+    "zookeeper.session.timeout.ms": 6000,
+    "replica.lag.time.max.ms": 5000,
+    "transaction.state.log.num.partitions": TXN_PARTITIONS,
+    "transaction.state.log.replication.factor": 3,
+    "offsets.topic.num.partitions": 3,
+    "offsets.topic.replication.factor": 3,
+    "default.replication.factor": 3,
+    "min.insync.replicas": 2,
+}
+
+
+class _TxnLoop:
+    """Commits transactions of 3 records (one per partition) until stopped, recording what
+    commit_transaction acknowledged; a failed commit is aborted, or the producer rebuilt."""
+
+    def __init__(self, bootstrap: str, topic: str, txn_id: str) -> None:
+        self.bootstrap, self.topic, self.txn_id = bootstrap, topic, txn_id
+        self.committed: list[int] = []
+        self.attempted = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _producer(self) -> ck.Producer:
+        p = ck.Producer({"bootstrap.servers": self.bootstrap, "transactional.id": self.txn_id,
+                         "transaction.timeout.ms": 60000})
+        p.init_transactions(90)
+        return p
+
+    def _run(self) -> None:
+        p = self._producer()
+        n = 0
+        while not self._stop.is_set():
+            n += 1
+            self.attempted = n
+            try:
+                p.begin_transaction()
+                for part in range(3):
+                    p.produce(self.topic, b"%d" % n, partition=part)
+                p.commit_transaction(60)
+                self.committed.append(n)
+            except ck.KafkaException as exc:
+                err = exc.args[0]
+                self.errors.append(str(err))
+                if err.txn_requires_abort():
+                    try:
+                        p.abort_transaction(60)
+                    except ck.KafkaException:
+                        p = self._producer()
+                elif err.retriable():
+                    continue
+                else:
+                    p = self._producer()
+
+    def start(self) -> _TxnLoop:
+        self._thread.start()
+        return self
+
+    def wait_commits(self, more: int, timeout: float, what: str) -> None:
+        target = len(self.committed) + more
+        deadline = time.monotonic() + timeout
+        while len(self.committed) < target:
+            assert time.monotonic() < deadline, f"{more} more commits {what}: {self.errors[-3:]}"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(120)
+
+
+def _read_committed(bootstrap: str, topic: str) -> dict[int, list[bytes]]:
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"v-{uuid.uuid4().hex[:6]}",
+                     "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                     "enable.partition.eof": True})
+    try:
+        c.assign([ck.TopicPartition(topic, p, 0) for p in range(3)])
+        got: dict[int, list[bytes]] = {0: [], 1: [], 2: []}
+        eof: set[int] = set()
+        deadline = time.monotonic() + 60
+        while len(eof) < 3:
+            assert time.monotonic() < deadline, "no end of the topic within 60 s"
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error() is not None:
+                assert m.error().code() == ck.KafkaError._PARTITION_EOF, m.error()
+                eof.add(m.partition())
+                continue
+            eof.discard(m.partition())
+            got[m.partition()].append(m.value())
+        return got
+    finally:
+        c.close()
+
+
+def test_transactions_survive_the_coordinators_death(cluster_factory: Callable[..., Cluster]) -> None:
+    cluster = cluster_factory(3, OVERRIDES, log_level="INFO")
+    topic, txn_id = "payments", "payer-1"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for f in admin.create_topics([NewTopic(topic, 3, 3)]).values():
+        f.result(60)
+    loop = _TxnLoop(cluster.bootstrap, topic, txn_id).start()
+    try:
+        loop.wait_commits(20, 90, "before any failure")
+        txn_partition = partition_for(txn_id, TXN_PARTITIONS)
+        coordinator = cluster.wait_for(lambda: cluster.leader("__transaction_state", txn_partition), 30,
+                                       "a transaction coordinator")
+        # markers crossed brokers: some partition of the topic is led elsewhere
+        assert any(cluster.leader(topic, p) != coordinator for p in range(3))
+        cluster.kill(coordinator)
+        cluster.wait_for(
+            lambda: cluster.leader("__transaction_state", txn_partition) not in (None, -1, coordinator), 60,
+            "a new transaction coordinator",
+        )
+        loop.wait_commits(20, 120, "after the coordinator was killed")
+        cluster.start(coordinator)
+        loop.wait_commits(10, 120, "after it came back")
+    finally:
+        loop.stop()
+    got = _read_committed(cluster.bootstrap, topic)
+    committed = {b"%d" % n for n in loop.committed}
+    for part, values in got.items():
+        assert len(values) == len(set(values)), f"partition {part}: a transaction's record appears twice"
+        # every acknowledged commit is there, in every partition: no transaction half-applied
+        assert committed <= set(values), f"partition {part}: committed transactions missing"
+    # the others (aborted, or decided while the client could not hear it) are all or nothing
+    assert got[0] == got[1] == got[2]
