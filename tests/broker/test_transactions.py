@@ -243,3 +243,40 @@ def test_a_restart_keeps_open_transactions_and_the_aborted_index(tmp_path: Path)
         assert len(txnindex) == 1 and txnindex[0].stat().st_size == 2 * 34  # two aborted transactions
     finally:
         b.stop()
+
+
+def test_describe_and_list_transactions_and_producers(broker: BrokerProcess) -> None:
+    from odradek.client._network import BrokerConnection
+    from odradek.protocol.messages.describe_producers import DescribeProducersRequest as DP
+    from odradek.protocol.messages.describe_transactions import DescribeTransactionsRequest as DT
+    from odradek.protocol.messages.list_transactions import ListTransactionsRequest as LT
+
+    bs = broker.bootstrap
+    topic = _topic(bs)
+    txn_id = f"d-{topic}"
+    p = _producer(bs, txn_id)
+    p.begin_transaction()
+    p.produce(topic, b"x")
+    p.flush(30)
+    conn = BrokerConnection(broker.host, broker.port, client_id="test", timeout=30)
+    try:
+        [st] = conn.request(DT(transactional_ids=[txn_id]), 0).transaction_states
+        assert (st.error_code, st.transaction_state) == (0, "Ongoing")
+        assert [(t.topic, t.partitions) for t in st.topics] == [(topic, [0])]
+        assert st.producer_id >= 0 and st.transaction_start_time_ms > 0
+        listed = conn.request(LT(state_filters=["Ongoing"]), 1).transaction_states
+        assert (txn_id, st.producer_id) in {(s.transactional_id, s.producer_id) for s in listed}
+        [tr] = conn.request(DP(topics=[DP.TopicRequest(name=topic, partition_indexes=[0])]), 0).topics
+        [ps] = tr.partitions[0].active_producers
+        assert (ps.producer_id, ps.current_txn_start_offset) == (st.producer_id, 0)
+        p.commit_transaction(30)
+        deadline = time.monotonic() + 10
+        while conn.request(DT(transactional_ids=[txn_id]), 0).transaction_states[0].transaction_state != "CompleteCommit":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        [tr] = conn.request(DP(topics=[DP.TopicRequest(name=topic, partition_indexes=[0])]), 0).topics
+        assert tr.partitions[0].active_producers[0].current_txn_start_offset == -1
+        [unknown] = conn.request(DT(transactional_ids=["nobody"]), 0).transaction_states
+        assert unknown.error_code != 0
+    finally:
+        conn.close()

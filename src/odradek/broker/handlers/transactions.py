@@ -1,5 +1,5 @@
 """Transactions (KIP-98, KIP-447, KIP-664): AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
-TxnOffsetCommit, WriteTxnMarkers, DescribeTransactions, ListTransactions.
+TxnOffsetCommit, WriteTxnMarkers, DescribeTransactions, ListTransactions, DescribeProducers.
 
 Authorization as Kafka's KafkaApis checks it: Write on the TransactionalId for the producer's
 requests, Write on each topic added, Read on the group for offsets, ClusterAction for the
@@ -18,6 +18,7 @@ from odradek.protocol.messages.add_partitions_to_txn import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
 )
+from odradek.protocol.messages.describe_producers import DescribeProducersRequest, DescribeProducersResponse
 from odradek.protocol.messages.describe_transactions import (
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
@@ -247,3 +248,35 @@ async def list_transactions(ctx: RequestContext, request: ListTransactionsReques
         out.append(R.TransactionState(transactional_id=d.transactional_id, producer_id=d.producer_id,
                                       transaction_state=d.state))
     return R(throttle_time_ms=0, error_code=0, unknown_state_filters=unknown, transaction_states=out)
+
+
+@handles(ApiKey.DESCRIBE_PRODUCERS, versions=(0, 0))
+async def describe_producers(ctx: RequestContext, request: DescribeProducersRequest) -> DescribeProducersResponse:
+    """KIP-664: the idempotent and transactional producers a partition leader knows (Read on
+    the topic), with the start of each one's open transaction."""
+    R = DescribeProducersResponse
+    svc = ctx.services
+    topics = []
+    for t in request.topics:
+        parts = []
+        allowed = ctx.authorize(Operation.READ, ResourceType.TOPIC, t.name)
+        for idx in t.partition_indexes:
+            pr = R.PartitionResponse(partition_index=idx)
+            parts.append(pr)
+            try:
+                if not allowed:
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                p = svc.replicas.leader_partition(t.name, idx)
+            except KafkaError as exc:
+                pr.error_code, pr.error_message = int(exc.code), exc.message or None
+                continue
+            pr.active_producers = [
+                R.ProducerState(
+                    producer_id=e.producer_id, producer_epoch=e.epoch, last_sequence=e.last_seq,
+                    last_timestamp=e.last_timestamp, coordinator_epoch=e.coordinator_epoch,
+                    current_txn_start_offset=e.current_txn_first_offset,
+                )
+                for e in list(p.log.producers.entries.values())
+            ]
+        topics.append(R.TopicResponse(name=t.name, partitions=parts))
+    return R(throttle_time_ms=0, topics=topics)
