@@ -280,3 +280,38 @@ def test_describe_and_list_transactions_and_producers(broker: BrokerProcess) -> 
         assert unknown.error_code != 0
     finally:
         conn.close()
+
+
+def test_odradeks_consumers_read_committed(broker: BrokerProcess) -> None:
+    from odradek.client import Consumer, SimpleConsumer
+
+    bs = broker.bootstrap
+    topic = _topic(bs)
+    p = _producer(bs, f"o-{topic}")
+    for commit in (False, True, False, True):
+        p.begin_transaction()
+        for i in range(3):
+            p.produce(topic, b"%s-%d" % (b"c" if commit else b"a", i))
+        p.flush(30)
+        if commit:
+            p.commit_transaction(30)
+        else:
+            p.abort_transaction(30)
+    committed = [b"c-0", b"c-1", b"c-2"] * 2
+    with SimpleConsumer(bootstrap_servers=bs, isolation_level="read_committed") as simple:
+        got, offset = [], 0
+        for _ in range(20):
+            fetched = simple.fetch(topic, 0, offset)
+            got += [r.value for r in fetched]
+            if fetched.next_offset == offset:
+                break
+            offset = fetched.next_offset
+    assert got == committed
+    with Consumer(bootstrap_servers=bs, group_id=f"g-{topic}", isolation_level="read_committed",
+                  auto_offset_reset="earliest") as c:
+        c.subscribe([topic])
+        got = []
+        deadline = time.monotonic() + 20
+        while len(got) < len(committed) and time.monotonic() < deadline:
+            got += [r.value for r in c.poll(0.5)]
+    assert got == committed
