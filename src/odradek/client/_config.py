@@ -72,6 +72,7 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     "partitioner.ignore.keys": False,
     "interceptors": (),
     "transactional.id": None,
+    "transaction.timeout.ms": 60000,
     "allow.auto.create.topics": True,
 }
 

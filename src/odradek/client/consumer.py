@@ -26,7 +26,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from odradek.client._config import CONSUMER_DEFAULTS, ClientConfigError, merge_config
 from odradek.client._membership import CommitFailed, GroupMembership
@@ -39,6 +39,7 @@ __all__ = [
     "AsyncConsumer",
     "Blacklist",
     "CommitFailed",
+    "ConsumerGroupMetadata",
     "Consumer",
     "ConsumerRebalanceListener",
     "HighLevelConsumer",
@@ -51,6 +52,15 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 T = TypeVar("T")
+
+
+class ConsumerGroupMetadata(NamedTuple):
+    """A consumer's group, generation and member (``send_offsets_to_transaction``)."""
+
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
 
 
 class ConsumerRebalanceListener(Protocol):
@@ -533,6 +543,14 @@ class AsyncConsumer:
         return {tp: (found[tp][0] if tp in found else None) for tp in partitions}
 
     # -- positions API ---------------------------------------------------------------------------
+    def consumer_group_metadata(self) -> ConsumerGroupMetadata:
+        """What a transactional producer's ``send_offsets_to_transaction`` needs to commit this
+        consumer's offsets in its transaction (the group's generation and member id: KIP-447)."""
+        g = self.group
+        if g is None:
+            raise KafkaError(ErrorCode.INVALID_GROUP_ID, "the consumer has no group.id")
+        return ConsumerGroupMetadata(g.group_id, g.generation, g.member_id, g.group_instance_id)
+
     async def position(self, tp: TopicPartition) -> int:
         if tp not in self.assignment():
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp[0]}-{tp[1]} is not assigned to this consumer")
@@ -747,6 +765,9 @@ class Consumer:
     def position(self, tp: TopicPartition) -> int:
         self._give_back()
         return self._call(self._async.position(tp))
+
+    def consumer_group_metadata(self) -> ConsumerGroupMetadata:
+        return self._run(self._async.consumer_group_metadata)
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         self._give_back()

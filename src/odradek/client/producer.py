@@ -33,6 +33,7 @@ from odradek.client._aio import AsyncCluster
 from odradek.client._config import PRODUCER_DEFAULTS, ClientConfigError, merge_config
 from odradek.client._runner import LoopThread
 from odradek.client._security import ClientSecurity
+from odradek.client._txn import TxnManager, TxnState
 from odradek.client.errors import worse_error
 from odradek.client.partitioner import DefaultPartitioner, murmur2
 from odradek.errors import ErrorCode, KafkaError
@@ -186,8 +187,6 @@ class _Core:
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         self.config = config
-        if config["transactional.id"] is not None:
-            raise ClientConfigError("transactions are not supported yet (transactional.id)")
         acks = {"all": -1, "-1": -1, "1": 1, "0": 0}.get(str(config["acks"]).lower())
         if acks is None:
             raise ClientConfigError(f"invalid acks {config['acks']!r}")
@@ -225,6 +224,13 @@ class _Core:
             allow_auto_create_topics=bool(config["allow.auto.create.topics"]),
             security=ClientSecurity.from_config(config),
         )
+        #: the transactional producer's state (None: not transactional)
+        self.txn: TxnManager | None = None
+        if config["transactional.id"] is not None:
+            if not self.idempotent:
+                raise ClientConfigError("transactional.id requires enable.idempotence=true")
+            self.txn = TxnManager(self.cluster, str(config["transactional.id"]),
+                                  int(config["transaction.timeout.ms"]), self.retry_backoff)
         self.lock = threading.Lock()
         self.space = threading.Condition(self.lock)
         self.open: dict[tuple[str, int], _Batch] = {}
@@ -366,8 +372,10 @@ class _Core:
     def _build(self, batch: _Batch) -> bytes:
         if batch.data is None:
             if self.idempotent:
+                # a transactional batch: attribute bit 4 beside the codec bits
+                attrs = int(self.codec) | (0x10 if self.txn is not None else 0)
                 batch.data = build_batch(
-                    batch.acc, self.codec, self.level, self.producer_id, self.producer_epoch, batch.base_sequence
+                    batch.acc, attrs, self.level, self.producer_id, self.producer_epoch, batch.base_sequence
                 )
             else:
                 batch.data = build_batch(batch.acc, self.codec, self.level)
@@ -390,7 +398,7 @@ class _Core:
         (monotonic seconds); without one, until it succeeds or the producer is closed with
         nothing left to send.  While it waits, records older than ``delivery.timeout.ms``
         expire."""
-        while self.idempotent and self.producer_id < 0:
+        while self.idempotent and self.producer_id < 0 and self.txn is None:
             try:
                 await self._request_producer_id()
                 return
@@ -539,6 +547,18 @@ class _Core:
                 await asyncio.sleep(0)
 
     async def _send(self, batches: list[_Batch]) -> None:
+        txn = self.txn
+        if txn is not None:
+            # a partition's first batch in a transaction goes out once the coordinator has it
+            new = {(b.topic, b.partition) for b in batches} - txn.partitions
+            if new:
+                try:
+                    await txn.add_partitions(new, self.delivery_timeout)
+                except (KafkaError, ConnectionError, TimeoutError) as exc:
+                    failure = exc if isinstance(exc, KafkaError) else KafkaError(ErrorCode.REQUEST_TIMED_OUT, str(exc))
+                    for b in batches:
+                        self._complete(b, -1, -1, failure)
+                    return
         by_node: dict[int, list[_Batch]] = {}
         for batch in batches:
             topic = batch.topic
@@ -596,6 +616,7 @@ class _Core:
                 ProduceRequest.PartitionProduceData(index=b.partition, records=self._build(b))
             )
         req = ProduceRequest(
+            transactional_id=self.txn.transactional_id if self.txn is not None else None,
             acks=self.acks,
             timeout_ms=self.request_timeout_ms,
             topic_data=[ProduceRequest.TopicProduceData(name=t, partition_data=ps) for t, ps in topics.items()],
@@ -701,6 +722,8 @@ class _Core:
             self.sequences.clear()
 
     def _complete(self, batch: _Batch, base_offset: int, log_append_time: int, error: BaseException | None) -> None:
+        if error is not None and self.txn is not None:
+            self.txn.fail(error if isinstance(error, KafkaError) else KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(error)))
         batch.base_offset = base_offset
         batch.log_append_time = log_append_time
         batch.error = error
@@ -762,6 +785,64 @@ class _Core:
             self.queues.clear()
         for b in batches:
             self._complete(b, -1, -1, exc)
+
+    # -- transactions (the faces check the state first) ---------------------------------------------
+    def _txn_manager(self) -> TxnManager:
+        if self.txn is None:
+            raise KafkaError(ErrorCode.INVALID_TXN_STATE, "the producer has no transactional.id")
+        return self.txn
+
+    async def init_transactions(self, timeout: float) -> None:
+        txn = self._txn_manager()
+        txn.require(TxnState.UNINITIALIZED, TxnState.READY, action="init_transactions")
+        pid, epoch = await txn.init(timeout)
+        with self.lock:
+            self.producer_id, self.producer_epoch = pid, epoch
+            self.sequences.clear()
+
+    def begin_transaction(self) -> None:
+        txn = self._txn_manager()
+        txn.require(TxnState.READY, action="begin_transaction")
+        txn.state = TxnState.IN_TRANSACTION
+
+    async def send_offsets(self, offsets: dict[tuple[str, int], int], group: Any, timeout: float) -> None:
+        txn = self._txn_manager()
+        txn.require(TxnState.IN_TRANSACTION, action="send_offsets_to_transaction")
+        if isinstance(group, str):
+            gid, generation, member, instance = group, -1, "", None
+        else:  # the group metadata of Odradek's Consumer, or confluent-kafka's shape
+            gid = group.group_id
+            generation = getattr(group, "generation_id", -1)
+            member = getattr(group, "member_id", "")
+            instance = getattr(group, "group_instance_id", None)
+        await txn.send_offsets(offsets, gid, generation, member, instance, timeout)
+
+    async def end_transaction(self, commit: bool, timeout: float) -> None:
+        txn = self._txn_manager()
+        if commit:
+            txn.require(TxnState.IN_TRANSACTION, action="commit_transaction")
+            txn.state = TxnState.COMMITTING
+        else:
+            txn.require(TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR, TxnState.ABORTING, action="abort_transaction")
+            txn.state = TxnState.ABORTING
+            txn.error = None
+        try:
+            await txn.end(commit, timeout)
+        except BaseException:
+            if txn.state in (TxnState.COMMITTING, TxnState.ABORTING):
+                txn.state = TxnState.IN_TRANSACTION if commit else TxnState.ABORTING
+            raise
+
+    def drop_unsent(self, cause: KafkaError) -> None:
+        """abort_transaction: batches not yet sent fail instead (they must not be written)."""
+        with self.lock:
+            unsent = list(self.open.values()) + [b for q in self.queues.values() for b in q]
+            for tp, b in list(self.open.items()):
+                self._seal(tp, b)
+            self.queues.clear()
+            self.fast_open.clear()
+        for b in unsent:
+            self._complete(b, -1, -1, cause)
 
     def poke(self) -> None:
         """Wake the sender (from any thread)."""
@@ -998,6 +1079,8 @@ class Producer(_Face):
         ``on_delivery(error, metadata)`` is called from the sender thread when the record is
         acknowledged or has failed.  Blocks up to ``max.block.ms`` for metadata of a new topic
         and for room in ``buffer.memory``."""
+        if self._core.txn is not None:
+            self._core.txn.require(TxnState.IN_TRANSACTION, action="send outside a transaction")
         if key is None and partition is None and headers is None and timestamp is None and on_delivery is None:
             acc = self._core.fast_open.get(topic)
             if acc is not None:
@@ -1076,6 +1159,45 @@ class Producer(_Face):
             self._runner.cancel_all()
         self._runner.close_when_ended(5)
 
+    # -- transactions (``transactional.id``) ------------------------------------------------------
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Register the transactional id with its coordinator: older producers of the id are
+        fenced and their open transaction aborted.  Call once, before the first transaction."""
+        t = self._core.max_block if timeout is None else timeout
+        self._call(self._core.init_transactions(t), t + 5)
+
+    def begin_transaction(self) -> None:
+        self._core.begin_transaction()
+
+    def send_offsets_to_transaction(
+        self, offsets: Mapping[tuple[str, int], int] | Iterable[Any], group_metadata: Any, timeout: float | None = None
+    ) -> None:
+        """Commit consumed offsets as part of the transaction (``offsets``: ``{(topic, partition):
+        next offset}`` or TopicPartition-like objects; ``group_metadata``: the consumer's
+        ``consumer_group_metadata()``, or a group id)."""
+        t = self._core.max_block if timeout is None else timeout
+        self._call(self._core.send_offsets(_offset_map(offsets), group_metadata, t), t + 5)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Send what is buffered, then commit: it all becomes visible to read_committed
+        consumers at once.  A failed send makes this raise; abort then."""
+        core = self._core
+        core._txn_manager().require(TxnState.IN_TRANSACTION, action="commit_transaction")
+        t = core.max_block if timeout is None else timeout
+        if self.flush(t):
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the transaction's records were not all sent in time")
+        self._call(core.end_transaction(True, t), t + 5)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Drop what is not sent yet, wait for what is in flight, and abort."""
+        core = self._core
+        core._txn_manager().require(TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR, TxnState.ABORTING,
+                                    action="abort_transaction")
+        t = core.max_block if timeout is None else timeout
+        core.drop_unsent(KafkaError(ErrorCode.TRANSACTION_ABORTABLE, "the transaction was aborted"))
+        self.flush(t)
+        self._call(core.end_transaction(False, t), t + 5)
+
     def partitions_for(self, topic: str) -> list[int]:
         self._metadata(topic)
         return list(range(self._core.partition_counts[topic][0]))
@@ -1120,6 +1242,8 @@ class AsyncProducer(_Face):
     ) -> FutureRecordMetadata:
         """Queue a record (waiting up to ``max.block.ms`` for metadata of a new topic and for room
         in ``buffer.memory``); await the returned future for the record's metadata."""
+        if self._core.txn is not None:
+            self._core.txn.require(TxnState.IN_TRANSACTION, action="send outside a transaction")
         if self._task is not None:
             if key is None and partition is None and headers is None and timestamp is None and on_delivery is None:
                 acc = self._core.fast_open.get(topic)
@@ -1213,6 +1337,36 @@ class AsyncProducer(_Face):
                 self._task.cancel()
         await core.cluster.close()
 
+    # -- transactions: as Producer's ------------------------------------------------------------------
+    async def init_transactions(self, timeout: float | None = None) -> None:
+        await self._core.init_transactions(self._core.max_block if timeout is None else timeout)
+
+    def begin_transaction(self) -> None:
+        self._core.begin_transaction()
+
+    async def send_offsets_to_transaction(
+        self, offsets: Mapping[tuple[str, int], int] | Iterable[Any], group_metadata: Any, timeout: float | None = None
+    ) -> None:
+        t = self._core.max_block if timeout is None else timeout
+        await self._core.send_offsets(_offset_map(offsets), group_metadata, t)
+
+    async def commit_transaction(self, timeout: float | None = None) -> None:
+        core = self._core
+        core._txn_manager().require(TxnState.IN_TRANSACTION, action="commit_transaction")
+        t = core.max_block if timeout is None else timeout
+        if await self.flush(t):
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the transaction's records were not all sent in time")
+        await core.end_transaction(True, t)
+
+    async def abort_transaction(self, timeout: float | None = None) -> None:
+        core = self._core
+        core._txn_manager().require(TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR, TxnState.ABORTING,
+                                    action="abort_transaction")
+        t = core.max_block if timeout is None else timeout
+        core.drop_unsent(KafkaError(ErrorCode.TRANSACTION_ABORTABLE, "the transaction was aborted"))
+        await self.flush(t)
+        await core.end_transaction(False, t)
+
     async def partitions_for(self, topic: str) -> list[int]:
         await self._metadata(topic)
         return list(range(self._core.partition_counts[topic][0]))
@@ -1223,3 +1377,16 @@ class AsyncProducer(_Face):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _offset_map(offsets: Mapping[tuple[str, int], int] | Iterable[Any]) -> dict[tuple[str, int], int]:
+    """``{(topic, partition): offset}`` from a mapping, or from TopicPartition-like objects
+    (``topic``, ``partition``, ``offset`` as attributes or methods)."""
+    if isinstance(offsets, Mapping):
+        return {(str(t), int(p)): int(o) for (t, p), o in offsets.items()}
+    out: dict[tuple[str, int], int] = {}
+    for tp in offsets:
+        fields = [getattr(tp, name) for name in ("topic", "partition", "offset")]
+        t, p, o = (f() if callable(f) else f for f in fields)
+        out[(str(t), int(p))] = int(o)
+    return out

@@ -1,0 +1,262 @@
+"""The transactional producer's side of KIP-98: the coordinator, InitProducerId with a
+transactional id, AddPartitionsToTxn before a partition's first batch, AddOffsetsToTxn and
+TxnOffsetCommit for ``send_offsets_to_transaction``, EndTxn.
+
+States (Kafka's TransactionManager): UNINITIALIZED -> READY (init_transactions) -> IN_TRANSACTION
+(begin) -> COMMITTING/ABORTING -> READY.  A failed send inside a transaction makes it
+ABORTABLE_ERROR (commit refused, abort allowed); a fenced producer or an authorization failure
+is FATAL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+from enum import Enum
+from typing import Any
+
+from odradek.client._aio import AsyncBrokerConnection, AsyncCluster
+from odradek.errors import ErrorCode, KafkaError
+from odradek.protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest
+from odradek.protocol.messages.add_partitions_to_txn import AddPartitionsToTxnRequest
+from odradek.protocol.messages.end_txn import EndTxnRequest
+from odradek.protocol.messages.find_coordinator import FindCoordinatorRequest
+from odradek.protocol.messages.init_producer_id import InitProducerIdRequest
+from odradek.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
+
+__all__ = ["TxnManager", "TxnState"]
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+#: errors after which the producer cannot go on (Kafka's fatal transactional errors)
+_FATAL = {
+    ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED, ErrorCode.INVALID_PRODUCER_ID_MAPPING, ErrorCode.INVALID_TXN_STATE,
+    ErrorCode.UNSUPPORTED_VERSION, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+}
+#: retried, after finding the coordinator again for the NOT_COORDINATOR kind
+_RETRY = {
+    ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_COORDINATOR, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.NETWORK_EXCEPTION,
+}
+
+
+class TxnState(Enum):
+    UNINITIALIZED = "uninitialized"
+    READY = "ready"
+    IN_TRANSACTION = "in transaction"
+    COMMITTING = "committing"
+    ABORTING = "aborting"
+    ABORTABLE_ERROR = "abortable error"
+    FATAL = "fatal error"
+
+
+class TxnManager:
+    def __init__(self, cluster: AsyncCluster, transactional_id: str, timeout_ms: int, retry_backoff: float) -> None:
+        self.cluster = cluster
+        self.transactional_id = transactional_id
+        self.timeout_ms = timeout_ms
+        self.retry_backoff = retry_backoff
+        self.state = TxnState.UNINITIALIZED
+        self.error: KafkaError | None = None
+        self.producer_id = -1
+        self.producer_epoch = -1
+        #: partitions the coordinator has in the current transaction
+        self.partitions: set[TopicPartition] = set()
+        #: AddOffsetsToTxn made the offsets partition part of the transaction
+        self.offsets_added = False
+        self._coordinator: AsyncBrokerConnection | None = None
+        self._group_coordinators: dict[str, AsyncBrokerConnection] = {}
+
+    # -- state checks (the faces call these before they act) -------------------------------------
+    def require(self, *states: TxnState, action: str) -> None:
+        if self.state in states:
+            return
+        if self.state is TxnState.FATAL and self.error is not None:
+            raise self.error
+        if self.state is TxnState.ABORTABLE_ERROR and self.error is not None and TxnState.ABORTING not in states:
+            raise KafkaError(self.error.code, f"the transaction must be aborted: {self.error.message or self.error.code.name}")
+        raise KafkaError(ErrorCode.INVALID_TXN_STATE, f"cannot {action} in state {self.state.value}")
+
+    def fail(self, exc: KafkaError) -> None:
+        """A send of the transaction failed: abortable, or fatal for the fencing kinds."""
+        if self.state is TxnState.FATAL:
+            return
+        self.error = exc
+        self.state = TxnState.FATAL if exc.code in _FATAL else TxnState.ABORTABLE_ERROR
+
+    # -- coordinator ------------------------------------------------------------------------------
+    async def _find(self, key: str, key_type: int) -> AsyncBrokerConnection:
+        conn = await self.cluster.any_connection()
+        v = conn.version_for(FindCoordinatorRequest)
+        req = (FindCoordinatorRequest(key_type=key_type, coordinator_keys=[key]) if v >= 4
+               else FindCoordinatorRequest(key=key, key_type=key_type))
+        resp = await conn.request(req, v)
+        if v >= 4:
+            c = resp.coordinators[0]
+            code, node, host, port = c.error_code, c.node_id, c.host, c.port
+        else:
+            code, node, host, port = resp.error_code, resp.node_id, resp.host, resp.port
+        if code:
+            raise KafkaError(ErrorCode.of(code), f"finding the coordinator of {key}")
+        self.cluster.brokers.setdefault(node, (host, port))
+        return await self.cluster.connection(node)
+
+    async def _call(self, build: Any, *, group: str | None = None, deadline: float) -> Any:
+        """Send a request to the transaction (or ``group``'s) coordinator, retrying what is
+        retriable until ``deadline``; ``build(version)`` makes the request, the response's
+        error is checked by the caller."""
+        while True:
+            try:
+                if group is None:
+                    if self._coordinator is None or self._coordinator.closed:
+                        self._coordinator = await self._find(self.transactional_id, 1)
+                    conn = self._coordinator
+                else:
+                    conn = self._group_coordinators.get(group)  # type: ignore[assignment]
+                    if conn is None or conn.closed:
+                        conn = self._group_coordinators[group] = await self._find(group, 0)
+                request = build(None)
+                v = conn.version_for(type(request))
+                if isinstance(request, AddPartitionsToTxnRequest):
+                    v = min(v, 3)  # v4+ is the brokers' batched form (KIP-890)
+                return await conn.request(build(v), v)
+            except (ConnectionError, TimeoutError) as exc:
+                failure: BaseException = exc
+            except KafkaError as exc:
+                if exc.code not in _RETRY:
+                    raise
+                failure = exc
+            self._forget(group)
+            if time.monotonic() > deadline:
+                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"transaction request timed out: {failure}")
+            await asyncio.sleep(self.retry_backoff)
+
+    def _forget(self, group: str | None) -> None:
+        if group is None:
+            self._coordinator = None
+        else:
+            self._group_coordinators.pop(group, None)
+
+    async def _retrying(self, send: Any, check: Any, *, group: str | None = None, timeout: float) -> Any:
+        """``send`` until ``check(response)`` gives no retriable error."""
+        deadline = time.monotonic() + timeout
+        while True:
+            resp = await self._call(send, group=group, deadline=deadline)
+            code = check(resp)
+            if code is ErrorCode.NONE:
+                return resp
+            if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+                self._forget(group)
+            if code not in _RETRY or time.monotonic() > deadline:
+                raise KafkaError(code, f"transactional id {self.transactional_id}")
+            await asyncio.sleep(self.retry_backoff)
+
+    # -- the API ----------------------------------------------------------------------------------
+    async def init(self, timeout: float) -> tuple[int, int]:
+        """InitProducerId with the transactional id: fences older producers of it; an open
+        transaction of theirs is aborted first (CONCURRENT_TRANSACTIONS, retried)."""
+        def send(v: int | None) -> InitProducerIdRequest:
+            req = InitProducerIdRequest(transactional_id=self.transactional_id, transaction_timeout_ms=self.timeout_ms)
+            if v is not None and v >= 3 and self.producer_id >= 0:
+                req.producer_id, req.producer_epoch = self.producer_id, self.producer_epoch
+            return req
+
+        try:
+            resp = await self._retrying(send, lambda r: ErrorCode.of(r.error_code), timeout=timeout)
+        except KafkaError as exc:
+            if exc.code in _FATAL:
+                self.fail(exc)
+            raise
+        self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
+        self.state = TxnState.READY
+        self.partitions.clear()
+        self.offsets_added = False
+        return self.producer_id, self.producer_epoch
+
+    async def add_partitions(self, tps: Iterable[TopicPartition], timeout: float) -> None:
+        wanted = sorted(set(tps) - self.partitions)
+        if not wanted:
+            return
+        by_topic: dict[str, list[int]] = {}
+        for t, p in wanted:
+            by_topic.setdefault(t, []).append(p)
+        R = AddPartitionsToTxnRequest
+
+        def send(_v: int | None) -> AddPartitionsToTxnRequest:
+            return R(
+                v3_and_below_transactional_id=self.transactional_id, v3_and_below_producer_id=self.producer_id,
+                v3_and_below_producer_epoch=self.producer_epoch,
+                v3_and_below_topics=[R.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
+            )
+
+        def check(resp: Any) -> ErrorCode:
+            results = resp.results_by_topic_v3_and_below or []
+            codes = [ErrorCode.of(p.partition_error_code) for t in results for p in t.results_by_partition]
+            bad = [c for c in codes if c is not ErrorCode.NONE and c is not ErrorCode.OPERATION_NOT_ATTEMPTED]
+            return bad[0] if bad else ErrorCode.NONE
+
+        try:
+            await self._retrying(send, check, timeout=timeout)
+        except KafkaError as exc:
+            self.fail(exc)
+            raise
+        self.partitions.update(wanted)
+
+    async def send_offsets(
+        self, offsets: dict[TopicPartition, int], group_id: str, generation_id: int, member_id: str,
+        group_instance_id: str | None, timeout: float,
+    ) -> None:
+        def add(_v: int | None) -> AddOffsetsToTxnRequest:
+            return AddOffsetsToTxnRequest(transactional_id=self.transactional_id, producer_id=self.producer_id,
+                                          producer_epoch=self.producer_epoch, group_id=group_id)
+
+        T = TxnOffsetCommitRequest
+        by_topic: dict[str, list[Any]] = {}
+        for (t, p), o in sorted(offsets.items()):
+            by_topic.setdefault(t, []).append(T.TxnOffsetCommitRequestPartition(partition_index=p, committed_offset=o))
+
+        def commit(_v: int | None) -> TxnOffsetCommitRequest:
+            return T(transactional_id=self.transactional_id, group_id=group_id, producer_id=self.producer_id,
+                     producer_epoch=self.producer_epoch, generation_id=generation_id, member_id=member_id,
+                     group_instance_id=group_instance_id,
+                     topics=[T.TxnOffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
+
+        def commit_error(resp: Any) -> ErrorCode:
+            codes = [ErrorCode.of(p.error_code) for t in resp.topics for p in t.partitions]
+            bad = [c for c in codes if c is not ErrorCode.NONE]
+            return bad[0] if bad else ErrorCode.NONE
+
+        try:
+            await self._retrying(add, lambda r: ErrorCode.of(r.error_code), timeout=timeout)
+            self.offsets_added = True
+            await self._retrying(commit, commit_error, group=group_id, timeout=timeout)
+        except KafkaError as exc:
+            self.fail(exc)
+            raise
+
+    async def end(self, commit: bool, timeout: float) -> None:
+        if not self.partitions and not self.offsets_added:  # nothing added: no transaction there
+            self.state = TxnState.READY
+            self.error = None
+            return
+
+        def send(_v: int | None) -> EndTxnRequest:
+            return EndTxnRequest(transactional_id=self.transactional_id, producer_id=self.producer_id,
+                                 producer_epoch=self.producer_epoch, committed=commit)
+
+        try:
+            await self._retrying(send, lambda r: ErrorCode.of(r.error_code), timeout=timeout)
+        except KafkaError as exc:
+            if exc.code in _FATAL:
+                self.fail(exc)
+            raise
+        self.partitions.clear()
+        self.offsets_added = False
+        self.state = TxnState.READY
+        self.error = None

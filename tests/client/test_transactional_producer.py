@@ -1,0 +1,132 @@
+"""Odradek's transactional Producer and AsyncProducer against a real broker, checked with
+librdkafka read_committed / read_uncommitted consumers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+
+import confluent_kafka as ck
+import pytest
+
+from odradek.client import Admin, AsyncProducer, Consumer, NewTopic, Producer
+from odradek.errors import ErrorCode, KafkaError
+from odradek.testing import BrokerProcess
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path_factory.mktemp("tp") / "data", overrides={
+        "transaction.state.log.num.partitions": 2, "offsets.topic.num.partitions": 2,
+        "group.initial.rebalance.delay.ms": 0,
+    })
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def _topic(bs: str, partitions: int = 1) -> str:
+    name = f"tp-{uuid.uuid4().hex[:8]}"
+    with Admin({"bootstrap.servers": bs}) as a:
+        a.create_topics([NewTopic(name, partitions, 1)], timeout=30)
+    return name
+
+
+def _read(bs: str, topic: str, isolation: str) -> list[bytes]:
+    c = ck.Consumer({"bootstrap.servers": bs, "group.id": f"r-{uuid.uuid4().hex[:6]}", "isolation.level": isolation,
+                     "auto.offset.reset": "earliest", "enable.partition.eof": True})
+    try:
+        c.assign([ck.TopicPartition(topic, 0, 0)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while True:
+            assert time.monotonic() < deadline
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error() is not None:
+                assert m.error().code() == ck.KafkaError._PARTITION_EOF, m.error()
+                return got
+            got.append(m.value())
+    finally:
+        c.close()
+
+
+def test_commit_abort_and_offsets_in_a_transaction(broker: BrokerProcess) -> None:
+    bs = broker.bootstrap
+    src, dst = _topic(bs), _topic(bs)
+    with Producer(bootstrap_servers=bs) as plain:
+        for i in range(10):
+            plain.send(src, b"%d" % i)
+    with (
+        Producer(bootstrap_servers=bs, transactional_id=f"p-{dst}") as p,
+        Consumer(bootstrap_servers=bs, group_id=f"g-{dst}", isolation_level="read_committed",
+                 auto_offset_reset="earliest", enable_auto_commit=False) as c,
+    ):
+        with pytest.raises(KafkaError):
+            p.send(dst, b"too early")  # before init_transactions / begin_transaction
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.send(dst, b"aborted")
+        p.flush(30)
+        p.abort_transaction(30)
+        c.subscribe([src])
+        got: list[object] = []
+        deadline = time.monotonic() + 20
+        while len(got) < 10:
+            assert time.monotonic() < deadline
+            got += c.poll(0.5)
+        p.begin_transaction()
+        for r in got:
+            p.send(dst, b"out-" + r.value)  # type: ignore[attr-defined]
+        p.send_offsets_to_transaction({(src, 0): 10}, c.consumer_group_metadata())
+        p.commit_transaction(30)
+        p.begin_transaction()
+        p.commit_transaction(30)  # an empty transaction
+        assert c.committed([(src, 0)]) == {(src, 0): 10}
+    out = [b"out-%d" % i for i in range(10)]
+    assert _read(bs, dst, "read_committed") == out
+    assert _read(bs, dst, "read_uncommitted") == [b"aborted", *out]
+
+
+def test_a_second_instance_fences_the_first(broker: BrokerProcess) -> None:
+    bs = broker.bootstrap
+    topic = _topic(bs)
+    txn_id = f"f-{topic}"
+    with Producer(bootstrap_servers=bs, transactional_id=txn_id) as old:
+        old.init_transactions(30)
+        old.begin_transaction()
+        old.send(topic, b"old")
+        old.flush(30)
+        with Producer(bootstrap_servers=bs, transactional_id=txn_id) as new:
+            new.init_transactions(30)  # aborts the old instance's open transaction
+            new.begin_transaction()
+            new.send(topic, b"new")
+            new.commit_transaction(30)
+        with pytest.raises(KafkaError) as info:
+            old.commit_transaction(30)
+        assert info.value.code is ErrorCode.PRODUCER_FENCED
+    assert _read(bs, topic, "read_committed") == [b"new"]
+
+
+def test_the_async_producer_commits_transactions(broker: BrokerProcess) -> None:
+    bs = broker.bootstrap
+    topic = _topic(bs)
+
+    async def main() -> None:
+        async with AsyncProducer(bootstrap_servers=bs, transactional_id=f"a-{topic}") as p:
+            await p.init_transactions(30)
+            for n in range(3):
+                p.begin_transaction()
+                await p.send(topic, b"v%d" % n)
+                if n == 1:
+                    await p.abort_transaction(30)
+                else:
+                    await p.commit_transaction(30)
+
+    asyncio.run(main())
+    assert _read(bs, topic, "read_committed") == [b"v0", b"v2"]
