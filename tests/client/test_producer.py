@@ -530,7 +530,7 @@ def test_unknown_and_invalid_configuration_raise() -> None:
     with pytest.raises(ClientConfigError, match="idempotence"):
         Producer(acks=1)  # idempotence (the default) needs acks=all
     with pytest.raises(ClientConfigError, match="transactional"):
-        Producer(transactional_id="tx")
+        Producer(transactional_id="tx", enable_idempotence=False)  # transactions need idempotence
     # dict and keyword names are the same settings; kwargs win
     p = Producer({"linger.ms": 7, "client.id": "a"}, client_id="b", bootstrap_servers="127.0.0.1:1")
     try:
