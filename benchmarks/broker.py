@@ -133,6 +133,8 @@ QUICK = {
     "ceiling_repeats": 1,
 }
 TARGETS = {
+    "txn_produce_ratio": 0.8,  # transactions of 1,000 / idempotent produce, at least
+    "read_committed_ratio": 0.9,  # read_committed / read_uncommitted consume, at least
     "produce_ratio": 1.0,  # odradek / tansu records/s, at least
     "consume_ratio": 2.0,  # odradek / tansu records/s, at least
     "latency_p99_ms": 5.0,  # odradek, at most
@@ -759,6 +761,92 @@ def authorizer_runs(directory: Path, value: bytes, n: int, repeats: int) -> dict
     return out
 
 
+def _txn_produce(bootstrap: str, topic: str, n: int, value: bytes, per_txn: int) -> dict[str, Any]:
+    """``n`` records in transactions of ``per_txn`` (begin, produce, commit), from the first
+    produce to the last commit; the same producer settings as the idempotent runs."""
+    p = ck.Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG, "acks": "all",
+                     "transactional.id": f"bench-{topic}"})
+    p.init_transactions(30)
+    p.list_topics(topic, timeout=10)
+    t0 = time.perf_counter()
+    for start in range(0, n, per_txn):
+        p.begin_transaction()
+        for _ in range(min(per_txn, n - start)):
+            while True:
+                try:
+                    p.produce(topic, value, partition=0)
+                    break
+                except BufferError:
+                    p.poll(0.0005)
+        p.commit_transaction(60)
+    elapsed = time.perf_counter() - t0
+    return {"seconds": elapsed, "records_per_s": n / elapsed}
+
+
+def _count_consume(bootstrap: str, topic: str, n: int, isolation: str) -> dict[str, Any]:
+    """Read ``n`` records from the start at ``isolation`` (offsets may skip the markers)."""
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": CONSUME_GROUP, **THROUGHPUT_CONSUMER_CONFIG,
+                     "isolation.level": isolation})
+    c.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
+    deadline = time.monotonic() + 120
+    count = 0
+    t0 = 0.0
+    while count < n and time.monotonic() < deadline:
+        msgs = c.consume(min(10000, n - count), 1.0)
+        if msgs and not t0:
+            t0 = time.perf_counter()
+        count += sum(1 for m in msgs if m.error() is None)
+    elapsed = time.perf_counter() - t0
+    c.close()
+    if count != n:
+        raise SystemExit(f"{isolation} consume from {bootstrap}: {count} of {n} records")
+    return {"seconds": elapsed, "records_per_s": n / elapsed}
+
+
+def transaction_runs(directory: Path, value: bytes, n: int, repeats: int) -> dict[str, Any]:
+    """Transactional produce (1,000 records a transaction) vs idempotent produce with acks=all,
+    and read_committed vs read_uncommitted consume of the transactional data; same broker,
+    alternating."""
+    b = BrokerProcess(directory / "txn", overrides={"transaction.state.log.num.partitions": 3})
+    runs: dict[str, list[float]] = {"idempotent": [], "transactional": [], "read_uncommitted": [], "read_committed": []}
+    try:
+        b.start()
+        bs = b.bootstrap
+        for r in range(repeats):
+            order = ["idempotent", "transactional"] if r % 2 == 0 else ["transactional", "idempotent"]
+            for kind in order:
+                topic = f"txn-{kind}-{r}"
+                create_topic(bs, topic, 1)
+                if kind == "idempotent":
+                    run = produce_run(bs, topic, n, value, {"acks": "all", "enable.idempotence": True})
+                else:
+                    run = _txn_produce(bs, topic, n, value, 1000)
+                runs[kind].append(run["records_per_s"])
+            for iso in (["read_uncommitted", "read_committed"] if r % 2 == 0 else ["read_committed", "read_uncommitted"]):
+                runs[iso].append(_count_consume(bs, f"txn-transactional-{r}", n, iso)["records_per_s"])
+    finally:
+        b.stop()
+    med = {k: median(v) for k, v in runs.items()}
+    return {
+        "settings": f"{n} records of {len(value)} B, transactions of 1,000, alternating, {repeats} repeats",
+        "produce": {
+            "idempotent_records_per_s": round(med["idempotent"]),
+            "transactional_records_per_s": round(med["transactional"]),
+            "ratio": rnd(med["transactional"] / med["idempotent"], 3),
+            "target": TARGETS["txn_produce_ratio"],
+            "met": med["transactional"] / med["idempotent"] >= TARGETS["txn_produce_ratio"],
+        },
+        "consume": {
+            "read_uncommitted_records_per_s": round(med["read_uncommitted"]),
+            "read_committed_records_per_s": round(med["read_committed"]),
+            "ratio": rnd(med["read_committed"] / med["read_uncommitted"], 3),
+            "target": TARGETS["read_committed_ratio"],
+            "met": med["read_committed"] / med["read_uncommitted"] >= TARGETS["read_committed_ratio"],
+        },
+        "runs": {k: [round(x) for x in v] for k, v in runs.items()},
+    }
+
+
 def prefetch_wait(n: int) -> float:
     """Generous time for librdkafka to prefetch ``n`` records from a local broker."""
     return 1.0 + n / 250_000
@@ -1101,7 +1189,17 @@ def main() -> None:
     parser.add_argument("--latency-consumer", nargs=5, metavar="ARG", help=argparse.SUPPRESS)
     parser.add_argument("--security-only", action="store_true", help="only the SASL_SSL vs PLAINTEXT section")
     parser.add_argument("--authorizer-only", action="store_true", help="only the authorizer on vs off section")
+    parser.add_argument("--transactions-only", action="store_true",
+                        help="only transactional vs idempotent produce and read_committed vs read_uncommitted")
     args = parser.parse_args()
+    if args.transactions_only:
+        cfg0 = QUICK if args.quick else FULL
+        with tempfile.TemporaryDirectory(prefix="odradek-bench-txn-") as d:
+            t0 = time.perf_counter()
+            txn = transaction_runs(Path(d), os.urandom(VALUE_BYTES), cfg0["records"], cfg0["repeats"])
+            txn["elapsed_s"] = rnd(time.perf_counter() - t0)
+            print(json.dumps({"benchmark": "broker", "section": "transactions", "transactions": txn}, indent=2))
+        return
     if args.authorizer_only:
         cfg0 = QUICK if args.quick else FULL
         with tempfile.TemporaryDirectory(prefix="odradek-bench-authz-") as d:
@@ -1393,6 +1491,7 @@ def main() -> None:
         }
         result["security"] = security_runs(scratch(), value, n, cfg["repeats"])
         result["authorizer"] = authorizer_runs(scratch(), value, n, cfg["repeats"])
+        result["transactions"] = transaction_runs(scratch(), value, n, cfg["repeats"])
     finally:
         stop_all_started()
         if sink.proc.is_alive():
