@@ -474,3 +474,36 @@ def test_min_offsets_per_trigger_waits_for_enough_records_or_max_trigger_delay(
 def test_min_offsets_above_max_offsets_is_refused(spark: Any, broker: BrokerProcess, topic: str) -> None:
     with pytest.raises(Exception, match=r"minOffsetPerTrigger\(50\) is higher than the maxOffsetsPerTrigger\(10\)"):
         _stream(spark, broker, subscribe=topic, minOffsetsPerTrigger="50", maxOffsetsPerTrigger="10")
+
+
+def test_read_committed_skips_aborted_records_and_stops_at_the_open_transaction(
+    spark: Any, broker: BrokerProcess, topic: str
+) -> None:
+    """kafka.isolation.level=read_committed: aborted records are skipped, the markers' offsets
+    are gaps, and "latest" is the last stable offset (an open transaction holds it)."""
+    import confluent_kafka as ck
+
+    bs = broker.bootstrap
+    p = ck.Producer({"bootstrap.servers": bs, "transactional.id": f"spark-{topic}"})
+    p.init_transactions(30)
+    for commit in (True, False, True):
+        p.begin_transaction()
+        for i in range(3):
+            p.produce(topic, b"%s%d" % (b"c" if commit else b"a", i), partition=0)
+        p.flush(30)
+        if commit:
+            p.commit_transaction(30)
+        else:
+            p.abort_transaction(30)
+    p.begin_transaction()
+    p.produce(topic, b"open", partition=0)
+    p.flush(30)
+    committed = _reader(spark, broker, subscribe=topic, **{"kafka.isolation.level": "read_committed"})
+    rows = committed.select("value", "offset").orderBy("offset").collect()
+    # offsets 0-2, marker 3, aborted 4-6, marker 7, 8-10, marker 11; the open transaction from 12
+    assert [(bytes(r.value), r.offset) for r in rows] == [
+        (b"c0", 0), (b"c1", 1), (b"c2", 2), (b"c0", 8), (b"c1", 9), (b"c2", 10),
+    ]
+    everything = _reader(spark, broker, subscribe=topic)
+    assert everything.count() == 10  # read_uncommitted: the aborted and the open records too
+    p.abort_transaction(30)

@@ -212,3 +212,45 @@ def test_dump_log_prints_markers_and_the_aborted_index(tmp_path: Path) -> None:
     assert "endTxnMarker: COMMIT coordinatorEpoch: 4" in text
     assert "isTransactional: true isControl: true" in text
     assert "version: 0 producerId: 7 firstOffset: 0 lastOffset: 2 lastStableOffset: 3" in text
+
+
+def test_compaction_removes_aborted_records_and_old_abort_markers(tmp_path: Path) -> None:
+    """An aborted transaction's records go at the first cleaning (and never hide a committed
+    value of the same key); its ABORT marker goes once delete.retention.ms has passed."""
+    clock = FakeClock(TS0)
+    log = _log(tmp_path / "k-0", clock, **{"cleanup.policy": "compact", "segment.bytes": 300,
+                                            "delete.retention.ms": 1000})
+
+    def keyed(pid: int, seq: int, value: bytes) -> bytearray:
+        b = BatchBuilder(producer_id=pid, producer_epoch=0, base_sequence=seq, is_transactional=pid >= 0)
+        b.append(TS0, b"key", value)
+        return bytearray(b.build())
+
+    log.append(keyed(7, 0, b"committed"))  # 0
+    log.append_marker(7, 0, commit=True, coordinator_epoch=1)  # 1
+    log.append(keyed(8, 0, b"aborted"))  # 2: the same key, later
+    log.append_marker(8, 0, commit=False, coordinator_epoch=1)  # 3
+    for i in range(8):
+        b = BatchBuilder()
+        b.append(TS0, b"other-%d" % i, b"x" * 40)
+        log.append(bytearray(b.build()))
+    log.roll()
+    _advance(log)
+
+    def contents() -> list[tuple[int, bytes | None, bool]]:
+        out = []
+        for seg in log.segments:
+            for batch in read_batches(seg.read_bytes(0, seg.size)):
+                out += [(r.offset, r.value, batch.is_control) for r in batch.records]
+        return out
+
+    cleaner_mod.clean(log, 0, clock.now_ms())
+    after = contents()
+    assert (0, b"committed", False) in after, "the aborted value must not shadow the committed one"
+    assert all(v != b"aborted" for _o, v, _c in after)
+    assert any(o == 3 and c for o, _v, c in after), "the ABORT marker stays until delete.retention.ms"
+    clock.advance(5000)
+    cleaner_mod.clean(log, 0, clock.now_ms())
+    after = contents()
+    assert not any(o == 3 for o, _v, _c in after) and any(o == 1 and c for o, _v, c in after)
+    assert (0, b"committed", False) in after

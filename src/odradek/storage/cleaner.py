@@ -79,7 +79,23 @@ def dirty_ratio(log: Log, first_dirty_offset: int, now_ms: int) -> float:
     return dirty_bytes / total if total else 0.0
 
 
-def _offset_map(log: Log, first_dirty: int, uncleanable: int) -> dict[bytes, int]:
+class _Aborted:
+    """The aborted transactions of a log range: is a batch part of one? (Kafka's cleaner drops
+    their records; they must not hide a committed value of the same key either.)"""
+
+    def __init__(self, log: Log, start: int, end: int) -> None:
+        self.by_producer: dict[int, list[tuple[int, int]]] = {}
+        for t in log.aborted_transactions(start, end):
+            self.by_producer.setdefault(t.producer_id, []).append((t.first_offset, t.last_offset))
+
+    def holds(self, batch: Batch) -> bool:
+        if not self.by_producer or not batch.is_transactional or batch.is_control:
+            return False
+        spans = self.by_producer.get(batch.producer_id)
+        return spans is not None and any(first <= batch.base_offset <= last for first, last in spans)
+
+
+def _offset_map(log: Log, first_dirty: int, uncleanable: int, aborted: _Aborted) -> dict[bytes, int]:
     latest: dict[bytes, int] = {}
     for seg in log.segments[:-1]:
         if seg.next_offset <= first_dirty:
@@ -88,7 +104,7 @@ def _offset_map(log: Log, first_dirty: int, uncleanable: int) -> dict[bytes, int
             break
         data = seg.read_bytes(0, seg.size)
         for batch in read_batches(data):
-            if batch.is_control:
+            if batch.is_control or aborted.holds(batch):
                 continue
             for rec in batch.records:
                 if rec.offset >= first_dirty and rec.offset < uncleanable and rec.key is not None:
@@ -120,11 +136,12 @@ def clean(log: Log, first_dirty_offset: int, now_ms: int) -> CleanResult:
         result.first_dirty_offset = first_dirty
         result.segments_after = len(log.segments)
         return result
-    latest = _offset_map(log, first_dirty, uncleanable)
+    aborted = _Aborted(log, log.segments[0].base_offset, uncleanable)
+    latest = _offset_map(log, first_dirty, uncleanable, aborted)
     horizon = now_ms - log.config.delete_retention_ms
     cleanable = [s for s in log.segments[:-1] if s.base_offset < uncleanable]
     for group in _groups(cleanable, log.config.segment_bytes):
-        _clean_group(log, group, latest, horizon, now_ms, result)
+        _clean_group(log, group, latest, horizon, now_ms, result, aborted)
     result.segments_after = len(log.segments)
     return result
 
@@ -136,6 +153,7 @@ def _clean_group(
     horizon: int,
     now_ms: int,
     result: CleanResult,
+    aborted: _Aborted,
 ) -> None:
     base = group[0].base_offset
     cleaned = LogSegment(log.directory, base, log.config, log.files, now_ms=now_ms, active=True, suffix=".cleaned")
@@ -148,7 +166,14 @@ def _clean_group(
             for batch in read_batches(data):
                 start, end = batch.position, batch.position + batch.size
                 if batch.is_control:
-                    _append(cleaned, data[start:end])
+                    # an ABORT marker goes once delete.retention.ms passed (its records went
+                    # with the cleaning that saw them); COMMIT markers are kept
+                    if not (retain_tombstones is False and _is_abort_marker(batch)):
+                        _append(cleaned, data[start:end])
+                    continue
+                if aborted.holds(batch):
+                    result.records_read += batch.record_count
+                    result.records_removed += batch.record_count
                     continue
                 records = batch.records
                 result.records_read += len(records)
@@ -208,3 +233,8 @@ def _rebuild(batch: Batch, kept: list[Record]) -> list[bytes]:
         legacy.append(r.timestamp, r.key, r.value)
         pieces.append(legacy.build())
     return pieces
+
+
+def _is_abort_marker(batch: Batch) -> bool:
+    records = batch.records
+    return bool(records) and records[0].key is not None and len(records[0].key) >= 4 and records[0].key[2:4] == b"\x00\x00"
