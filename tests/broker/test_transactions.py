@@ -352,3 +352,35 @@ def test_a_killed_consume_transform_produce_loop_yields_each_record_once(broker:
     finally:
         c.close()
     assert {(tp.partition, tp.offset) for tp in committed} == {(0, total // 2), (1, total // 2)}
+
+
+def test_transactions_cli_lists_and_describes(broker: BrokerProcess) -> None:
+    import json
+    import subprocess
+    import sys
+
+    bs = broker.bootstrap
+    topic = _topic(bs)
+    txn_id = f"cli-{topic}"
+    p = _producer(bs, txn_id)
+    p.begin_transaction()
+    p.produce(topic, b"x")
+    p.flush(30)
+
+    def cli(*args: str) -> Any:
+        r = subprocess.run([sys.executable, "-m", "odradek", "transactions", "--bootstrap-server", bs, *args],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    listed = json.loads(cli("list", "--state", "Ongoing", "--output", "json"))
+    [mine] = [t for t in listed if t["transactional_id"] == txn_id]
+    assert mine["state"] == "Ongoing" and mine["producer_id"] >= 0
+    assert all(t["state"] == "Ongoing" for t in listed)
+    [d] = json.loads(cli("describe", "--transactional-id", txn_id, "--output", "json"))
+    assert (d["state"], d["partitions"], d["coordinator"]) == ("Ongoing", [f"{topic}-0"], 0)
+    p.commit_transaction(30)
+    deadline = time.monotonic() + 10
+    while "CompleteCommit" not in cli("describe", "--transactional-id", txn_id):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)

@@ -42,11 +42,12 @@ def _parser() -> argparse.ArgumentParser:
     groups.add_parser(sub)
     configs.add_parser(sub)
 
-    from odradek.cli import acls, certs, users
+    from odradek.cli import acls, certs, transactions, users
 
     users.add_parser(sub)
     acls.add_parser(sub)
     certs.add_parser(sub)
+    transactions.add_parser(sub)
 
     from odradek.cli import bench, cluster, pipeline
 
@@ -90,6 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from odradek.cli import acls
 
         return acls.run(args)
+    if args.command == "transactions":
+        from odradek.cli import transactions
+
+        return transactions.run(args)
     if args.command == "users":
         from odradek.cli import users
 

@@ -37,6 +37,7 @@ from odradek.client.admin._groups import GroupAdmin
 from odradek.client.admin._quotas import SPECIFIED, ClientQuotaEntity, QuotaAdmin
 from odradek.client.admin._records import RecordAdmin
 from odradek.client.admin._topics import TopicAdmin
+from odradek.client.admin._transactions import TransactionAdmin
 from odradek.client.admin._users import UserAdmin
 from odradek.client.admin.types import (
     AdminError,
@@ -61,6 +62,8 @@ from odradek.client.admin.types import (
     TopicDescription,
     TopicListing,
     TopicPartition,
+    TransactionDescription,
+    TransactionListing,
 )
 from odradek.config import ConfigSource
 from odradek.security.acl import (
@@ -108,10 +111,12 @@ __all__ = [
     "ResourceType",
     "TopicDescription",
     "TopicListing",
+    "TransactionDescription",
+    "TransactionListing",
 ]
 
 
-class AsyncAdmin(TopicAdmin, ConfigAdmin, GroupAdmin, RecordAdmin, UserAdmin, AclAdmin, QuotaAdmin):
+class AsyncAdmin(TopicAdmin, ConfigAdmin, TransactionAdmin, GroupAdmin, RecordAdmin, UserAdmin, AclAdmin, QuotaAdmin):
     """The asyncio admin client.  ``async with AsyncAdmin(bootstrap_servers=...) as admin: ...``
 
     Its operations come by resource: :class:`TopicAdmin` (cluster and topics),
@@ -266,6 +271,16 @@ class Admin:
         self, group_ids: Iterable[str], *, timeout: float | None = None
     ) -> dict[str, GroupDescription]:
         return self._call(self._async.describe_groups(group_ids, timeout=timeout))
+
+    def list_transactions(
+        self, states: Iterable[str] | None = None, *, timeout: float | None = None
+    ) -> list[TransactionListing]:
+        return self._call(self._async.list_transactions(states, timeout=timeout))
+
+    def describe_transactions(
+        self, transactional_ids: Iterable[str], *, timeout: float | None = None
+    ) -> dict[str, TransactionDescription]:
+        return self._call(self._async.describe_transactions(transactional_ids, timeout=timeout))
 
     def list_group_offsets(
         self,

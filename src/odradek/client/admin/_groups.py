@@ -46,19 +46,24 @@ from odradek.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFet
 class GroupAdmin(RecordAdmin):
     """(Group lag asks the partitions' end offsets through :class:`RecordAdmin`.)"""
 
-    async def _find_coordinators(self, groups: list[str], dl: _Deadline) -> dict[str, Node | KafkaError]:
-        """Each group's coordinator (or the error finding it), asked of any broker: one
-        FindCoordinator for all of them from v4, one per group before."""
+    async def _find_coordinators(
+        self, groups: list[str], dl: _Deadline, key_type: int = 0
+    ) -> dict[str, Node | KafkaError]:
+        """Each group's (``key_type`` 1: transactional id's) coordinator, or the error finding it,
+        asked of any broker: one FindCoordinator for all of them from v4, one per key before."""
+        what = "group" if key_type == 0 else "transactional id"
         conn = await self._node(None, dl)
         Q = FindCoordinatorRequest
         v = conn.version_for(Q)
         answers: list[tuple[str, int, str | None, int, str, int]] = []
         if v >= 4:
-            resp: FindCoordinatorResponse = await self._request(conn, Q(key_type=0, coordinator_keys=groups), v, dl)
+            resp: FindCoordinatorResponse = await self._request(
+                conn, Q(key_type=key_type, coordinator_keys=groups), v, dl
+            )
             answers = [(c.key, c.error_code, c.error_message, c.node_id, c.host, c.port) for c in resp.coordinators]
         else:
             resps: list[FindCoordinatorResponse] = await asyncio.gather(
-                *(self._request(conn, Q(key=g, key_type=0), v, dl) for g in groups)
+                *(self._request(conn, Q(key=g, key_type=key_type), v, dl) for g in groups)
             )
             answers = [
                 (g, r.error_code, r.error_message if v >= 1 else None, r.node_id, r.host, r.port)
@@ -69,7 +74,7 @@ class GroupAdmin(RecordAdmin):
             if key not in groups:
                 continue
             if code:
-                found[key] = _error(code, f"find the coordinator of group '{key}'", message)
+                found[key] = _error(code, f"find the coordinator of {what} '{key}'", message)
             else:
                 # the coordinator is a broker of the metadata; remember its address in case the
                 # cached broker list is older than the answer
@@ -77,7 +82,7 @@ class GroupAdmin(RecordAdmin):
                 found[key] = Node(node_id, host, port)
         for g in groups:
             if g not in found:
-                found[g] = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"find the coordinator of group '{g}': no answer")
+                found[g] = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"find the coordinator of {what} '{g}': no answer")
         return found
 
     async def _coordinators(
@@ -86,12 +91,13 @@ class GroupAdmin(RecordAdmin):
         group_of: Callable[[K], str],
         dl: _Deadline,
         nodes: dict[str, Node] | None = None,
+        key_type: int = 0,
     ) -> dict[int | None, list[K]]:
         """Group the pending items by the coordinator of their group; items whose coordinator
         cannot be found get that error (retried when retriable: the next attempt finds again).
         ``nodes`` receives each group's coordinator."""
         groups = sorted({group_of(k) for k in state.todo})
-        found = await self._find_coordinators(groups, dl) if groups else {}
+        found = await self._find_coordinators(groups, dl, key_type) if groups else {}
         by_node: dict[int | None, list[K]] = {}
         for key in list(state.todo):
             c = found[group_of(key)]

@@ -298,3 +298,20 @@ class AdminError(KafkaError):
         super().__init__(first.code, message)
 
 
+@dataclass(slots=True)
+class TransactionListing:
+    transactional_id: str
+    producer_id: int
+    state: str  # "Ongoing", "PrepareCommit", "CompleteCommit", ... (Kafka's names)
+
+
+@dataclass(slots=True)
+class TransactionDescription:
+    transactional_id: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    start_ms: int  # -1: no transaction open
+    coordinator: int  # broker id
+    partitions: list[tuple[str, int]] = field(default_factory=list)
