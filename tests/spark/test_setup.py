@@ -169,10 +169,20 @@ def test_a_worker_interpreter_without_odradek_gets_a_clear_error(broker: BrokerP
     assert "odradek.spark.session()" in text
 
 
-def _readme_spark_blocks() -> list[str]:
+def _readme_spark_section() -> tuple[str, str]:
+    """The README's Spark section: its text before the offline-read subsection, and that one."""
     text = (REPO / "README.md").read_text()  # the checkout's README is a copy of it
     section = text.split("\n## Spark\n", 1)[1].split("\n## ", 1)[0]
-    blocks = [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]
+    network, _, offline = section.partition("\n### Reading segment files offline\n")
+    return network, offline
+
+
+def _blocks(text: str, lang: str) -> list[str]:
+    return [b.split("```", 1)[0] for b in text.split(f"```{lang}\n")[1:]]
+
+
+def _readme_spark_blocks() -> list[str]:
+    blocks = _blocks(_readme_spark_section()[0], "python")
     assert len(blocks) == 2, "the README's Spark section has a batch and a streaming example"
     return blocks
 
@@ -181,7 +191,14 @@ def test_the_readme_spark_examples_run_as_written(fresh_venv: Path, broker: Brok
     """The README's two Spark examples, in the fresh venv activated, against a broker holding the
     quickstart's greetings (only the broker address and the checkpoint directory substituted)."""
     batch, stream = _readme_spark_blocks()
-    produce(broker.bootstrap, "greetings", [{"key": b"k1", "value": b"Hello"}, {"key": b"k2", "value": b"World"}])
+    # one partition, as the quickstart's single broker makes it (this broker's default is two)
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for f in admin.create_topics([NewTopic("greetings", 1, 1)]).values():
+        f.result(30)
+    produce(broker.bootstrap, "greetings", [{"key": b"k1", "value": b"Hello", "partition": 0},
+                                           {"key": b"k2", "value": b"World", "partition": 0}])
     env = _clean_env(str(fresh_venv / "bin"))
     env["VIRTUAL_ENV"] = str(fresh_venv)
     env["SPARK_LOCAL_IP"] = "127.0.0.1"  # tests bind to loopback only
@@ -194,6 +211,21 @@ def test_the_readme_spark_examples_run_as_written(fresh_venv: Path, broker: Brok
         assert result.returncode == 0, result.stderr[-4000:]
         if name == "batch":
             assert "| k1|Hello|" in result.stdout and "| k2|World|" in result.stdout, result.stdout
+    # the offline read: the shell line copies the partition, the Python block reads the copy and
+    # the broker's data dir (the quickstart's odradek-data is this broker's data dir here)
+    offline = _readme_spark_section()[1]
+    [copy] = _blocks(offline, "sh")
+    [read] = _blocks(offline, "python")
+    backup = tmp_path / "backup"
+    copy = copy.replace("odradek-data", str(broker.data_dir)).replace("/tmp/backup", str(backup))
+    subprocess.run(["bash", "-c", copy], check=True, timeout=60, cwd=tmp_path)
+    read = read.replace("odradek-data", str(broker.data_dir)).replace("/tmp/backup", str(backup))
+    (tmp_path / "offline.py").write_text(read)
+    result = subprocess.run(
+        ["python", "offline.py"], capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "| k1|Hello|     0|" in result.stdout and "| k2|World|     1|" in result.stdout, result.stdout
     upper = consume_all(broker.bootstrap, "greetings-upper", 2)
     assert sorted((m.key(), m.value()) for m in upper) == [(b"k1", b"HELLO"), (b"k2", b"WORLD")]
     lower = consume_all(broker.bootstrap, "greetings-lower", 2)
