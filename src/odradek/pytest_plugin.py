@@ -227,8 +227,9 @@ class _Helpers:
     def wait_for_group_lag(
         self, group: str, topic: str | None = None, lag: int = 0, timeout: float = 30.0
     ) -> dict[tuple[str, int], int]:
-        """Wait until the group's total lag (on ``topic``, or on every topic it committed for) is
-        at most ``lag``, i.e. its consumers have caught up and committed; TimeoutError otherwise.
+        """Wait until the group's total lag (on ``topic``, or on every topic it committed for — at
+        least one) is at most ``lag``, i.e. its consumers have caught up and committed;
+        TimeoutError otherwise.  Returns the lag per partition.
 
         It reads committed offsets: a consumer that auto-commits does so every
         ``auto.commit.interval.ms`` (5 s by default), so commit by hand or lower that setting."""
@@ -237,7 +238,8 @@ class _Helpers:
         def caught_up() -> bool:
             nonlocal last
             last = self.group_lag(group, topic)
-            return sum(last.values()) <= lag
+            # without a topic, a group that has committed nothing yet has not caught up with anything
+            return (topic is not None or bool(last)) and sum(last.values()) <= lag
 
         self._wait(caught_up, timeout, f"group {group!r} to reach lag {lag}", lambda: f"lag now {last}")
         return last
