@@ -10,7 +10,8 @@
   end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, rebalance.time.ms,
   fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec``); fetch.* leave out the time the group took to form.
 * ``end-to-end`` — like Kafka's ``EndToEndLatency``: send one record at a time and time it until
-  a consumer (assigned every partition at its end) receives it.
+  a consumer (assigned every partition at its end) receives it.  The consumer long-polls (the
+  client's default fetch wait), so the figure includes the broker waking a waiting fetch.
 
 The client is confluent-kafka (librdkafka) when it is installed, so the figures are the broker's
 and not a Python client's; ``--client odradek`` uses Odradek's own client instead.  Topics are
@@ -439,7 +440,7 @@ def _produce_confluent(
         if err is not None:
             stats.fail(err)
         else:
-            stats.ack((msg.latency() or 0.0) * 1000.0, len(msg.value() or b""))
+            stats.ack((msg.latency() or 0.0) * 1000.0, len(msg))
 
     produce, poll = producer.produce, producer.poll
     topic, n = args.topic, args.num_records
@@ -836,10 +837,6 @@ def bench_end_to_end(args: argparse.Namespace) -> int:
         "enable.auto.commit": False,
         "client.id": "odradek-bench",
     })
-    if kind == "confluent":
-        cconf["fetch.wait.max.ms"] = cconf.get("fetch.wait.max.ms", 0)
-    else:
-        cconf["fetch.max.wait.ms"] = cconf.get("fetch.max.wait.ms", 0)
     cconf.update(_pairs(args.consumer_props, "--consumer-props"))
     stream = _progress_stream(args)
     latencies = array("d")
