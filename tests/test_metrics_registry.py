@@ -47,12 +47,16 @@ def test_request_metrics_by_name_version_and_error() -> None:
     m.request_done(0, 9, 1.2)
     m.request_done(0, 9, 3.0)
     m.request_done(FETCH_FOLLOWER, 12, 500.0)
-    m.error(0, 6)
+    m.response_error(0, 6)
+    m.error(0, 10, 2)
     samples = _scrape(m)
     requests = {(s.labels["request"], s.labels["version"]): s.value for s in samples["kafka_network_requestmetrics_requests"]}
     assert requests == {("Produce", "9"): 2, ("FetchFollower", "12"): 1}
     errors = samples["kafka_network_requestmetrics_errors"]
-    assert [(s.labels, s.value) for s in errors] == [({"request": "Produce", "error": "NOT_LEADER_OR_FOLLOWER"}, 1)]
+    assert {(s.labels["request"], s.labels["error"]): s.value for s in errors} == {
+        ("Produce", "NONE"): 1, ("Produce", "NOT_LEADER_OR_FOLLOWER"): 1, ("Produce", "MESSAGE_TOO_LARGE"): 2,
+        ("Fetch", "NONE"): 1,
+    }
     total = samples["kafka_network_requestmetrics_totaltimems"]
     counts = {s.labels["request"]: s.value for s in total if s.name.endswith("_count")}
     assert counts == {"Produce": 2, "FetchFollower": 1}
@@ -82,7 +86,7 @@ def test_a_snapshot_does_not_move_with_the_counters() -> None:
     m.count(m.connections_created, "PLAINTEXT")
     m.isr_shrinks += 1
     assert snap.topics["a"].messages_in == 1 and "b" not in snap.topics
-    assert snap.requests == {(0, 9): 1} and snap.request_time[0].count == 1 and 3 not in snap.request_time
+    assert snap.requests == {9: 1} and snap.request_time[0].count == 1 and 3 not in snap.request_time
     assert snap.connections_created == {"PLAINTEXT": 1}
     assert snap.isr_shrinks == 0
     assert m.topics["a"].messages_in == 2 and m.request_time[0].count == 2

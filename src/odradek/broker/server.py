@@ -70,6 +70,10 @@ _KEPT_OUT_BUFFERS = 2
 # rest continue in a later callback, after other connections' events): pipelined heavy requests
 # (whole-cluster Metadata...) on one connection cannot hold the event loop for long
 _RUN_BUDGET = 0.005
+# metrics, per request: plain ints and a local clock (no enum or module attribute lookups)
+_FETCH = int(ApiKey.FETCH)
+_SASL_AUTHENTICATE = int(ApiKey.SASL_AUTHENTICATE)
+_perf_counter = time.perf_counter
 
 
 def api_versions_response(error_code: int = 0) -> ApiVersionsResponse:
@@ -530,12 +534,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._charge = _charge_for(ev)
         if self._metrics is not None:
             key = header.api_key
-            if key == ApiKey.FETCH:
+            if key == _FETCH:
                 msg = ev.message
                 if (msg.replica_state.replica_id if header.api_version >= 15 else msg.replica_id) >= 0:
                     key = FETCH_FOLLOWER
             self._req_key = key
-            self._req_t0 = time.perf_counter()
+            self._req_t0 = _perf_counter()
         ctx = RequestContext(self.services, header, self.client_host, self.listener, self.session)
         if entry.sync:
             try:
@@ -626,12 +630,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
         """Metrics of one answered request: its count and time, its top-level error, and for
         SaslAuthenticate whether the client authenticated."""
         api = header.api_key
-        m.request_done(self._req_key if self._req_t0 else api, header.api_version,
-                       (time.perf_counter() - self._req_t0) * 1000.0 if self._req_t0 else 0.0)
-        self._req_t0 = 0.0
+        t0 = self._req_t0
+        if t0:
+            self._req_t0 = 0.0
+            m.request_done(self._req_key, header.api_version, (_perf_counter() - t0) * 1000.0)
+        else:
+            m.request_done(api, header.api_version, 0.0)
         code = getattr(response, "error_code", 0) if response is not None else 0
-        m.error(api, code)  # NONE too, as Kafka's ErrorsPerSec counts it
-        if api == ApiKey.SASL_AUTHENTICATE:
+        if code:
+            m.response_error(api, code)
+        if api == _SASL_AUTHENTICATE:
             m.count(m.auth_failures if code else m.auth_successes, self.listener)
 
     # -- client quotas (KIP-13, KIP-124, KIP-219) ------------------------------------------------
