@@ -37,6 +37,8 @@ from array import array
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TextIO
 
+from odradek.errors import OdradekError
+
 __all__ = ["ProduceStats", "add_parser", "percentile", "run"]
 
 MB = 1024 * 1024
@@ -156,7 +158,7 @@ def add_parser(sub: Any) -> None:
 # -- shared pieces --------------------------------------------------------------------------------
 
 
-class BenchError(Exception):
+class BenchError(OdradekError):
     """A failure to report in one line (exit 1)."""
 
 
