@@ -406,13 +406,25 @@ class OdradekCluster(_Helpers):
         return self.brokers[i].start(timeout)
 
     def close(self) -> None:
+        """Stop every broker (SIGTERM: controlled shutdown), the controller last, then ZooKeeper.
+
+        The controller goes last because a broker's controlled shutdown asks it to move
+        leadership away: stopped together, the others wait and retry (seconds each)."""
+        controller = None
+        if self._admin is not None or any(b.running() for b in self.brokers.values()):
+            with contextlib.suppress(Exception):
+                controller = self.admin().describe_cluster(timeout=5).controller_id
         self._close_admin()
-        threads = [threading.Thread(target=b.stop) for b in self.brokers.values()]
+        first = [b for i, b in self.brokers.items() if i != controller]
+        threads = [threading.Thread(target=b.stop) for b in first]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        self.zookeeper.stop()
+        if controller in self.brokers:
+            self.brokers[controller].stop()
+        if self.zookeeper.running():
+            self.zookeeper.stop()
 
     def __repr__(self) -> str:
         return f"<OdradekCluster {self.size} brokers {self.bootstrap_servers}, ZooKeeper {self.zookeeper.connect}>"
