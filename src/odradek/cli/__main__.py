@@ -26,6 +26,11 @@ def _parser() -> argparse.ArgumentParser:
     dump.add_argument("--deep-iteration", action="store_true", help="print every record, not only batches")
     dump.add_argument("--max-bytes", type=int, default=None, help="stop after this many bytes of each .log file")
     dump.add_argument("--verify", action="store_true", help="check every batch and index entry; exit 1 on damage")
+    dump.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=None,
+        help="a progress line on stderr every 2 s (default: when stderr is a terminal)",
+    )  # fmt: skip
+    dump.add_argument("--progress-interval", type=float, default=2.0, help=argparse.SUPPRESS)
 
     from odradek.cli import configs, groups, serve, topics
 
@@ -112,10 +117,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return serve.run(args)
     if args.command == "dump-log":
+        from odradek.cli._progress import Progress
         from odradek.cli.dump_log import dump_paths, verify_paths
 
+        progress = Progress("dump-log", interval=args.progress_interval, enabled=args.progress)
         if args.verify:
-            return verify_paths(args.paths, out=sys.stdout)
+            return verify_paths(args.paths, out=sys.stdout, progress=progress)
 
         return dump_paths(
             args.paths,
@@ -123,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             deep=args.deep_iteration or args.print_data_log,
             max_bytes=args.max_bytes,
             out=sys.stdout,
+            progress=progress,
         )
     return 2
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
+from odradek.cli._progress import Progress
 from odradek.records import BatchHeader, Compression, RecordsError, read_batches
 from odradek.storage.reader import LARGEST_ENTRY, check_entries, find_next_entry
 
@@ -22,6 +24,8 @@ _index_entry = struct.Struct(">ii")
 _time_entry = struct.Struct(">qi")
 _txn_entry = struct.Struct(">hqqqq")
 _TS_TYPE = {-1: "NoTimestampType", 0: "CreateTime", 1: "LogAppendTime"}
+_MB = 1024 * 1024
+_TICK = 1024  # entries between progress checks inside a segment
 
 
 def _show(data: bytes | None, limit: int = 64) -> str:
@@ -50,8 +54,16 @@ def _batch_line(h: BatchHeader, valid: bool) -> str:
     )
 
 
-def dump_log(path: Path, out: TextIO, *, print_data: bool, deep: bool, max_bytes: int | None) -> tuple[int, int]:
-    """Print one .log file; returns (entries, problems)."""
+def dump_log(
+    path: Path,
+    out: TextIO,
+    *,
+    print_data: bool,
+    deep: bool,
+    max_bytes: int | None,
+    tick: Callable[[int], None] | None = None,
+) -> tuple[int, int]:
+    """Print one .log file; returns (entries, problems).  ``tick(position)`` now and then."""
     data = path.read_bytes() if max_bytes is None else path.open("rb").read(max_bytes)
     base = int(path.stem)
     out.write(f"Dumping {path}\nLog starting offset: {base}\n")
@@ -67,6 +79,8 @@ def dump_log(path: Path, out: TextIO, *, print_data: bool, deep: bool, max_bytes
                 out.write(f"Found an invalid entry at position {c.position}: {c.problem}\n")
             continue
         entries += 1
+        if tick is not None and entries % _TICK == 0:
+            tick(c.position)
         valid = c.problem is None
         if not valid:
             problems += 1
@@ -165,8 +179,22 @@ def dump_time_index(path: Path, out: TextIO) -> int:
     return problems
 
 
-def dump_paths(paths: list[str], *, print_data: bool, deep: bool, max_bytes: int | None, out: TextIO) -> int:
-    """Dump every file given (partition directories are expanded); exit status 1 on problems."""
+def _progress_text(done: int, total: int, what: str) -> str:
+    percent = 100.0 * done / total if total else 100.0
+    return f"{done / _MB:,.1f} of {total / _MB:,.1f} MB ({percent:.0f}%) of segments {what}"
+
+
+def dump_paths(
+    paths: list[str],
+    *,
+    print_data: bool,
+    deep: bool,
+    max_bytes: int | None,
+    out: TextIO,
+    progress: Progress | None = None,
+) -> int:
+    """Dump every file given (partition directories are expanded); exit status 1 on problems.
+    ``progress`` (on a terminal): how far through the .log files it is."""
     files: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
@@ -174,12 +202,21 @@ def dump_paths(paths: list[str], *, print_data: bool, deep: bool, max_bytes: int
         else:
             files.append(p)
     problems = 0
+    total = sum(f.stat().st_size for f in files if f.suffix == ".log" and f.exists())
+    done = 0
+
+    def tick(position: int) -> None:
+        if progress is not None:
+            progress.update(lambda: _progress_text(done + position, total, "dumped"))
+
     for f in files:
         if not f.exists():
             out.write(f"{f}: no such file\n")
             problems += 1
         elif f.suffix == ".log":
-            problems += dump_log(f, out, print_data=print_data, deep=deep, max_bytes=max_bytes)[1]
+            problems += dump_log(f, out, print_data=print_data, deep=deep, max_bytes=max_bytes, tick=tick)[1]
+            done += f.stat().st_size
+            tick(0)
         elif f.suffix == ".index":
             problems += dump_index(f, out)
         elif f.suffix == ".timeindex":
@@ -200,10 +237,15 @@ _PARTITION_DIR = re.compile(r"^.+-\d+$")
 
 
 def verify_segment(
-    path: Path, expected: int, out: TextIO, ends: dict[int, int] | None = None
+    path: Path,
+    expected: int,
+    out: TextIO,
+    ends: dict[int, int] | None = None,
+    tick: Callable[[int], None] | None = None,
 ) -> tuple[int, int, int]:
     """Check every entry of one ``.log`` file; returns (entries, problems, next expected offset).
-    ``ends`` receives position -> last offset of every entry with a sound frame."""
+    ``ends`` receives position -> last offset of every entry with a sound frame; ``tick(position)``
+    is called now and then."""
     ends = {} if ends is None else ends
     base = int(path.stem)
     data = path.read_bytes()
@@ -226,6 +268,8 @@ def verify_segment(
             if c.problem is None and h is not None:
                 entries += 1
                 expected = h.last_offset + 1
+                if tick is not None and entries % _TICK == 0:
+                    tick(c.position)
                 continue
             problems += 1
             offset = "?" if h is None else str(h.base_offset if h.base_offset >= 0 else h.last_offset)
@@ -301,9 +345,10 @@ def verify_time_index(path: Path, out: TextIO) -> int:
     return problems
 
 
-def verify_paths(paths: list[str], *, out: TextIO) -> int:
+def verify_paths(paths: list[str], *, out: TextIO, progress: Progress | None = None) -> int:
     """``dump-log --verify``: check every batch of the log dirs, partition dirs or segment files
-    given, without a broker; one line per problem; exit status 1 when any was found."""
+    given, without a broker; one line per problem; exit status 1 when any was found.
+    ``progress`` (on a terminal): how far through the segments it is."""
     problems = entries = segments = 0
     targets: list[Path] = []
     for p in map(Path, paths):
@@ -313,6 +358,21 @@ def verify_paths(paths: list[str], *, out: TextIO) -> int:
             targets += partitions
         else:
             targets.append(p)
+    total = sum(
+        f.stat().st_size
+        for p in targets
+        for f in (p.iterdir() if p.is_dir() else [p] if p.exists() else [])
+        if f.suffix == ".log"
+    )
+    done = 0
+
+    def tick(position: int) -> None:
+        if progress is not None:
+            progress.update(
+                lambda: _progress_text(done + position, total, "checked")
+                + f", {segments} segment(s), {entries} entries, {problems} problem(s)"
+            )
+
     for p in targets:
         if p.is_dir():
             files = sorted(f for f in p.iterdir() if f.suffix in (".log", ".index", ".timeindex"))
@@ -330,10 +390,12 @@ def verify_paths(paths: list[str], *, out: TextIO) -> int:
             log_file, index, time_index = (folder / (stem + sfx) for sfx in (".log", ".index", ".timeindex"))
             ends: dict[int, int] = {}
             if log_file in files:
-                e, bad, expected = verify_segment(log_file, expected, out, ends)
+                e, bad, expected = verify_segment(log_file, expected, out, ends, tick)
                 entries += e
                 problems += bad
                 segments += 1
+                done += log_file.stat().st_size
+                tick(0)
             if index in files:
                 problems += verify_index(index, out, ends)
             if time_index in files:
