@@ -244,7 +244,15 @@ def _join(w: WireClient, group: str, instance: str) -> Any:
     # as a client does: FindCoordinator first (which creates __consumer_offsets)
     find = FindCoordinatorRequest(key=group, key_type=0)
     wait_for(lambda: w.request(find, 3).error_code == 0, 30, "the group coordinator")
-    return w.request(req, 5)
+    # the coordinator may still be loading the new offsets partition: a client retries then
+    answers: list[Any] = []
+
+    def joined() -> bool:
+        answers.append(w.request(req, 5))
+        return bool(answers[-1].error_code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+
+    wait_for(joined, 30, "the group's offsets partition loaded")
+    return answers[-1]
 
 
 def test_old_static_member_is_fenced_not_unknown(broker: BrokerProcess) -> None:

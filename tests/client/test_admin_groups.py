@@ -418,11 +418,11 @@ class _FlakyAdmin(AsyncAdmin):
         self.unavailable = unavailable  # how many lookups answer COORDINATOR_NOT_AVAILABLE
         self.spoil = dict(spoil)  # the first response of these request types gets this error
 
-    async def _find_coordinators(self, groups: list[str], dl: Any) -> dict[str, Any]:
+    async def _find_coordinators(self, groups: list[str], dl: Any, key_type: int = 0) -> dict[str, Any]:
         self.finds += 1
         if self.finds <= self.unavailable:
             return {g: KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "loading") for g in groups}
-        return await super()._find_coordinators(groups, dl)
+        return await super()._find_coordinators(groups, dl, key_type)
 
     async def _request(self, conn: Any, message: Any, version: int, dl: Any) -> Any:
         resp = await super()._request(conn, message, version, dl)
