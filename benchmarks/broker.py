@@ -764,8 +764,15 @@ def authorizer_runs(directory: Path, value: bytes, n: int, repeats: int) -> dict
 def _txn_produce(bootstrap: str, topic: str, n: int, value: bytes, per_txn: int) -> dict[str, Any]:
     """``n`` records in transactions of ``per_txn`` (begin, produce, commit), from the first
     produce to the last commit; the same producer settings as the idempotent runs."""
+    state = {"acked": 0, "errors": 0}
+
+    def on_delivery(err: Any, _msg: Any) -> None:  # the same per-record callback as produce_run's
+        state["acked"] += 1
+        if err is not None:
+            state["errors"] += 1
+
     p = ck.Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG, "acks": "all",
-                     "transactional.id": f"bench-{topic}"})
+                     "transactional.id": f"bench-{topic}", "on_delivery": on_delivery})
     p.init_transactions(30)
     p.list_topics(topic, timeout=10)
     t0 = time.perf_counter()
@@ -780,6 +787,8 @@ def _txn_produce(bootstrap: str, topic: str, n: int, value: bytes, per_txn: int)
                     p.poll(0.0005)
         p.commit_transaction(60)
     elapsed = time.perf_counter() - t0
+    if state["acked"] != n or state["errors"]:
+        raise SystemExit(f"transactional produce to {bootstrap}: {state['acked']} of {n}, {state['errors']} errors")
     return {"seconds": elapsed, "records_per_s": n / elapsed}
 
 
