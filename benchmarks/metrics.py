@@ -1,7 +1,7 @@
 """What Prometheus metrics cost the broker's hot path: produce throughput with metrics on vs off.
 
-Run: ``python -m benchmarks.metrics [--quick]``. Prints one JSON object (~2 min; ``--quick``
-~40 s). Two ``odradek serve`` processes alike but for metrics: ``--metrics-port 0`` (on; every
+Run: ``python -m benchmarks.metrics [--quick]``. Prints one JSON object (~20 s; ``--quick``
+~10 s). Two ``odradek serve`` processes alike but for metrics: ``--metrics-port 0`` (on; every
 request and batch counted, ``/metrics`` scraped once a second by a thread of this process
 during the runs: 15x Prometheus' default rate) and ``--metrics-port -1`` (off: nothing is
 counted). Produce runs alternate between them, in both orders, with confluent-kafka
