@@ -210,6 +210,7 @@ class Cluster:
             raise RuntimeError(
                 "brokers did not start: " + "; ".join(f"broker {i}: {exc}" for i, exc in sorted(errors.items()))
             )
+        self.wait_for_metadata(timeout)
         return self
 
     def stop(self, i: int, timeout: float = 30.0) -> int | None:
@@ -345,6 +346,30 @@ class Cluster:
         """The controller's broker id, once there is one."""
         return wait_for(self.controller_id, timeout, "a controller")
 
+    def metadata_ready(self) -> bool:
+        """Whether every live broker answers Metadata naming a controller and every live broker.
+
+        A broker is "ready" once registered, but learns the controller only from the controller's
+        first UpdateMetadata; a client that asks in between is told there is none (as Kafka's
+        brokers say), and librdkafka's admin client then waits for a metadata refresh that may be
+        tens of seconds away."""
+        from confluent_kafka.admin import AdminClient
+
+        live = self.live_ids()
+        for i in live:
+            admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{self.ports[i]}"})
+            try:
+                md = admin.list_topics(timeout=5)
+            except Exception:
+                return False
+            if md.controller_id < 0 or not set(live) <= set(md.brokers):
+                return False
+        return True
+
+    def wait_for_metadata(self, timeout: float = 30.0) -> None:
+        """Until :meth:`metadata_ready`: what a test may assume once :meth:`start_all` returns."""
+        wait_for(self.metadata_ready, timeout, "every broker naming the controller and the live brokers", 0.2)
+
     def wait_for_registered(self, ids: list[int] | None = None, timeout: float = 30.0) -> None:
         want = sorted(self.ids if ids is None else ids)
         wait_for(lambda: all(i in self.registered_brokers() for i in want), timeout, f"brokers {want} registered")
@@ -384,15 +409,32 @@ def zookeeper_factory(tmp_path: Path) -> Iterator[Callable[..., ZooKeeperServer]
             zk.stop()
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed cluster test reports the last log lines of each of its brokers: a failure in CI
+    can only be understood from what the brokers said."""
+    outcome = yield
+    report = outcome.get_result()
+    clusters: list[Cluster] = getattr(item, "_odradek_clusters", [])
+    if not report.failed or report.when == "teardown" or not clusters:
+        return
+    for n, cluster in enumerate(clusters):
+        for i in sorted(cluster.brokers):
+            tail = cluster.logs(i, 120)
+            if tail:
+                report.sections.append((f"cluster {n} broker {i} log (last 120 lines)", tail))
+
+
 @pytest.fixture
 def cluster_factory(
-    tmp_path: Path, zookeeper_factory: Callable[..., ZooKeeperServer]
+    request: pytest.FixtureRequest, tmp_path: Path, zookeeper_factory: Callable[..., ZooKeeperServer]
 ) -> Iterator[Callable[..., Cluster]]:
     """``cluster_factory(size=3, overrides=None, zk=None, chroot=None, start=True, **Cluster kwargs)``.
 
     Without ``zk`` each cluster gets its own ZooKeeper (which the test may restart or kill).
     """
     clusters: list[Cluster] = []
+    request.node._odradek_clusters = clusters  # for pytest_runtest_makereport
 
     def make(
         size: int = 3,

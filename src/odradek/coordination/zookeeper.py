@@ -257,7 +257,8 @@ class ZkStore:
         # kazoo's thread; never block here
         if state == KazooState.LOST:
             self._lost = True
-            log.warning("ZooKeeper session expired")
+            if not self.closed:  # kazoo reports LOST for a session we ended ourselves too
+                log.warning("ZooKeeper session expired")
         elif state == KazooState.CONNECTED and self._lost and not self.closed:
             self._lost = False
             self.call_soon(self._new_session)
