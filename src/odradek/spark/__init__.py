@@ -39,7 +39,9 @@ Reader options: ``kafka.bootstrap.servers`` (or ``bootstrap.servers``), exactly 
 ``topic`` (or the ``topic`` option, which wins), ``headers``, ``partition``; ``kafka.*``
 producer settings (idempotent, acks=all by default).  Batch writes take ``.mode("append")``:
 Spark refuses its default mode (ErrorIfExists) for Python data sources, and a topic cannot be
-overwritten.
+overwritten.  Streaming writes are at least once, or exactly once with ``exactlyOnce=true``
+(needs ``topic``, and ``checkpointLocation`` or ``transactionalIdPrefix``): one transaction per
+task, committing the micro-batch marker with the rows (:func:`odradek.spark._write.write_batches_exactly_once`).
 
 Offline read (batch only; :mod:`odradek.spark._offline`): ``option("path", DIR)`` (or
 ``load(DIR)``; ``logDirs`` for several comma-separated data dirs) reads partitions straight from

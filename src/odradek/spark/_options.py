@@ -9,6 +9,7 @@ without the prefix too.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -87,6 +88,10 @@ class SourceOptions:
 class SinkOptions:
     producer_config: dict[str, Any]
     topic: str | None
+    #: the exactly-once streaming sink (option ``exactlyOnce``): transactions per task
+    exactly_once: bool = False
+    #: its transactional ids are ``<prefix>-<Spark partition>``
+    transactional_id_prefix: str | None = None
 
 
 #: The source's own options (Spark's Kafka source's names), the sink's, and options Spark itself
@@ -102,7 +107,7 @@ SOURCE_OPTIONS = (
 )
 #: options of the offline read (segment files, no broker: ``path`` or ``logDirs``) only
 OFFLINE_OPTIONS = ("stopAtCorruption", "readPastRecoveryPoint", "maxBytesPerPartition")
-SINK_OPTIONS = ("topic",)
+SINK_OPTIONS = ("topic", "exactlyOnce", "transactionalIdPrefix")
 SPARK_OPTIONS = ("path", "checkpointLocation", "queryName")
 #: Kafka client options that Spark's Kafka source and sink accept and handle themselves
 _IGNORED_KAFKA_OPTIONS = ("group.id", "key.serializer", "value.serializer", "key.deserializer", "value.deserializer")
@@ -464,4 +469,31 @@ def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
     if "bootstrap.servers" not in producer:
         producer["bootstrap.servers"] = opts.get("kafka.bootstrap.servers", opts.get("bootstrap.servers"))
     topic = opts.get("topic")
-    return SinkOptions(producer_config=producer, topic=topic.strip() if topic is not None else None)
+    topic = topic.strip() if topic is not None else None
+    exactly_once = _bool(opts.get("exactlyonce", "false"), "exactlyOnce")
+    prefix = opts.get("transactionalidprefix")
+    if not exactly_once:
+        if prefix is not None:
+            raise ValueError("Option 'transactionalIdPrefix' needs exactlyOnce=true")
+        return SinkOptions(producer_config=producer, topic=topic)
+    if "transactional.id" in producer:
+        raise ValueError(
+            "Option 'kafka.transactional.id' cannot be used with exactlyOnce: each task has its own "
+            "transactional id; set 'transactionalIdPrefix' instead"
+        )
+    if not topic:
+        raise ValueError(
+            "exactlyOnce needs the 'topic' option: every transaction commits its micro-batch marker as an "
+            "offset of partition 0 of that topic"
+        )
+    if prefix is None:
+        checkpoint = opts.get("checkpointlocation")
+        if not checkpoint:
+            raise ValueError(
+                "exactlyOnce needs 'transactionalIdPrefix' (unique to this query, the same across its "
+                "restarts) or the 'checkpointLocation' option to derive one from"
+            )
+        prefix = "odradek-spark-" + hashlib.sha256(checkpoint.encode()).hexdigest()[:16]
+    elif not prefix.strip():
+        raise ValueError("Option 'transactionalIdPrefix' must not be empty")
+    return SinkOptions(producer_config=producer, topic=topic, exactly_once=True, transactional_id_prefix=prefix.strip())

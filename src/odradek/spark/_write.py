@@ -10,13 +10,17 @@ before the task reports success.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["check_sink_schema", "write_batches"]
+__all__ = ["check_sink_schema", "transaction_marker_group", "write_batches", "write_batches_exactly_once"]
+
+log = logging.getLogger(__name__)
 
 _TEXT = ("string", "binary")
 
@@ -69,6 +73,70 @@ def write_batches(
     from odradek.client import Producer
 
     producer = Producer(dict(config))
+    try:
+        return _send_all(producer, batches, default_topic)
+    finally:
+        producer.close()
+
+
+def write_batches_exactly_once(
+    batches: Iterable[pa.RecordBatch],
+    config: Mapping[str, Any],
+    topic: str,
+    prefix: str,
+    batch_id: int,
+    partition_id: int,
+) -> int | None:
+    """Produce the rows of one Spark partition of micro-batch ``batch_id`` in one transaction;
+    the number of records written, or None when an earlier attempt already committed them.
+
+    The transaction also commits a marker, the offset ``batch_id + 1`` of ``topic``-0 for the
+    group ``<prefix>-<partition_id>`` (``send_offsets_to_transaction``), so the records and the
+    marker become visible together or not at all.  A task (a retry, or the re-run of a batch
+    after the query restarted from its checkpoint) first registers the transactional id
+    ``<prefix>-<partition_id>``, which fences an older attempt and ends its transaction
+    (committed if it had asked to commit, else aborted), then reads the marker with
+    ``require_stable``: if it is past this batch, the rows are there already and are not
+    written again.  Exactly once holds when a re-run batch gives each partition the same rows,
+    as the odradek source does for the offsets in the checkpoint."""
+    from odradek.client import ADMIN_DEFAULTS, Admin, Producer
+
+    group = transaction_marker_group(prefix, partition_id)
+    producer = Producer({**config, "transactional.id": group})
+    try:
+        producer.init_transactions()
+        admin_config = {k: v for k, v in config.items() if k in ADMIN_DEFAULTS}
+        with Admin(admin_config) as admin:
+            marker = admin.list_group_offsets(group, [(topic, 0)], require_stable=True).get((topic, 0))
+        if marker is not None and marker.offset > batch_id:
+            log.info(
+                "odradek sink: batch %d partition %d was committed by an earlier attempt (marker %d): not written again",
+                batch_id,
+                partition_id,
+                marker.offset,
+            )
+            return None
+        producer.begin_transaction()
+        try:
+            written = _send_all(producer, batches, topic)
+            producer.send_offsets_to_transaction({(topic, 0): batch_id + 1}, group)
+            producer.commit_transaction()
+        except BaseException:
+            with contextlib.suppress(Exception):  # fenced or timed out: the coordinator aborts it
+                producer.abort_transaction()
+            raise
+        return written
+    finally:
+        producer.close()
+
+
+def transaction_marker_group(prefix: str, partition_id: int) -> str:
+    """The transactional id, and the group of the batch marker, of one Spark partition."""
+    return f"{prefix}-{partition_id}"
+
+
+def _send_all(producer: Any, batches: Iterable[pa.RecordBatch], default_topic: str | None) -> int:
+    """Send every row, flush, and raise the first delivery error."""
     pending: list[Any] = []  # futures not known to be delivered yet
 
     def check(done_only: bool) -> None:
@@ -83,44 +151,41 @@ def write_batches(
         pending[:] = keep
 
     written = 0
-    try:
-        send = producer.send
-        add = pending.append
-        for batch in batches:
-            n = batch.num_rows
-            if n == 0:
-                continue
-            column = {name: batch.column(i) for i, name in enumerate(batch.schema.names)}
-            values = _as_bytes(column["value"])
-            keys = _as_bytes(column["key"]) if "key" in column else [None] * n
-            topics: list[Any] | None = None
-            if default_topic is None:
-                topics = column["topic"].to_pylist()
-                if None in topics:
-                    raise ValueError(
-                        "Null topic present in the data. Use the topic option for setting a topic."
+    send = producer.send
+    add = pending.append
+    for batch in batches:
+        n = batch.num_rows
+        if n == 0:
+            continue
+        column = {name: batch.column(i) for i, name in enumerate(batch.schema.names)}
+        values = _as_bytes(column["value"])
+        keys = _as_bytes(column["key"]) if "key" in column else [None] * n
+        topics: list[Any] | None = None
+        if default_topic is None:
+            topics = column["topic"].to_pylist()
+            if None in topics:
+                raise ValueError(
+                    "Null topic present in the data. Use the topic option for setting a topic."
+                )
+        partitions = column["partition"].to_pylist() if "partition" in column else None
+        headers = column["headers"].to_pylist() if "headers" in column else None
+        if topics is None and partitions is None and headers is None:
+            for k, v in zip(keys, values):
+                add(send(default_topic, v, k))
+        else:
+            for i in range(n):
+                hs = headers[i] if headers is not None else None
+                add(
+                    send(
+                        default_topic if topics is None else topics[i],
+                        values[i],
+                        keys[i],
+                        partition=None if partitions is None else partitions[i],
+                        headers=None if not hs else [(h["key"], h["value"]) for h in hs],
                     )
-            partitions = column["partition"].to_pylist() if "partition" in column else None
-            headers = column["headers"].to_pylist() if "headers" in column else None
-            if topics is None and partitions is None and headers is None:
-                for k, v in zip(keys, values):
-                    add(send(default_topic, v, k))  # type: ignore[arg-type]
-            else:
-                for i in range(n):
-                    hs = headers[i] if headers is not None else None
-                    add(
-                        send(
-                            default_topic if topics is None else topics[i],  # type: ignore[arg-type]
-                            values[i],
-                            keys[i],
-                            partition=None if partitions is None else partitions[i],
-                            headers=None if not hs else [(h["key"], h["value"]) for h in hs],
-                        )
-                    )
-            written += n
-            check(done_only=True)
-        producer.flush()
-        check(done_only=False)
-    finally:
-        producer.close()
+                )
+        written += n
+        check(done_only=True)
+    producer.flush()
+    check(done_only=False)
     return written

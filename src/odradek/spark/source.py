@@ -60,7 +60,7 @@ from ._options import (
     parse_sink_options,
     parse_source_options,
 )
-from ._write import check_sink_schema, write_batches
+from ._write import check_sink_schema, write_batches, write_batches_exactly_once
 
 __all__ = [
     "OdradekBatchReader",
@@ -332,13 +332,28 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 @dataclass
 class OdradekCommitMessage(WriterCommitMessage):
     records: int = 0
+    #: exactly-once: the partition had been committed by an earlier attempt and was not written
+    skipped: bool = False
 
 
 class _Writing:
     options: SinkOptions
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return OdradekCommitMessage(write_batches(iterator, self.options.producer_config, self.options.topic))
+        opts = self.options
+        if not opts.exactly_once:
+            return OdradekCommitMessage(write_batches(iterator, opts.producer_config, opts.topic))
+        from pyspark import TaskContext
+
+        task = TaskContext.get()
+        batch = task.getLocalProperty("streaming.sql.batchId") if task is not None else None
+        if task is None or batch is None:
+            raise RuntimeError("the exactly-once sink runs in a streaming query's tasks only")
+        assert opts.topic is not None and opts.transactional_id_prefix is not None
+        written = write_batches_exactly_once(
+            iterator, opts.producer_config, opts.topic, opts.transactional_id_prefix, int(batch), task.partitionId()
+        )
+        return OdradekCommitMessage(written or 0, skipped=written is None)
 
 
 class OdradekWriter(_Writing, DataSourceArrowWriter):
@@ -356,17 +371,24 @@ class OdradekWriter(_Writing, DataSourceArrowWriter):
 
 
 class OdradekStreamWriter(_Writing, DataSourceStreamArrowWriter):
-    """``df.writeStream.format("odradek")``: at-least-once, as Spark's Kafka sink."""
+    """``df.writeStream.format("odradek")``: at-least-once, as Spark's Kafka sink; exactly once
+    with ``exactlyOnce=true`` (one transaction per task, see ``write_batches_exactly_once``)."""
 
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         written = sum(m.records for m in messages if isinstance(m, OdradekCommitMessage))
-        log.info("odradek sink: batch %d, %d records written", batchId, written)
+        skipped = sum(1 for m in messages if isinstance(m, OdradekCommitMessage) and m.skipped)
+        if skipped:
+            log.info("odradek sink: batch %d, %d records written, %d partitions already committed", batchId, written, skipped)
+        else:
+            log.info("odradek sink: batch %d, %d records written", batchId, written)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Records already acknowledged stay in the log (Kafka has no rollback outside transactions)."""
+        """At least once: records already acknowledged stay in the log (Kafka has no rollback
+        outside transactions).  Exactly once: each task committed its transaction or left it to
+        be aborted by the next attempt's fencing (or by ``transaction.timeout.ms``)."""
 
 
 class OdradekDataSource(DataSource):
@@ -410,6 +432,10 @@ class OdradekDataSource(DataSource):
                 "its default, and Ignore for them)."
             )
         opts = parse_sink_options(self.options)
+        if opts.exactly_once:
+            raise ValueError(
+                "exactlyOnce is for streaming writes (df.writeStream), whose micro-batches it commits once each"
+            )
         check_sink_schema(schema, opts.topic)
         return OdradekWriter(opts)
 
