@@ -59,6 +59,7 @@ from odradek.client.admin.types import (
     OffsetAndMetadata,
     PartitionDescription,
     PartitionLag,
+    ProducerState,
     TopicDescription,
     TopicListing,
     TopicPartition,
@@ -108,6 +109,7 @@ __all__ = [
     "PartitionLag",
     "PatternType",
     "PermissionType",
+    "ProducerState",
     "ResourceType",
     "TopicDescription",
     "TopicListing",
@@ -281,6 +283,24 @@ class Admin:
         self, transactional_ids: Iterable[str], *, timeout: float | None = None
     ) -> dict[str, TransactionDescription]:
         return self._call(self._async.describe_transactions(transactional_ids, timeout=timeout))
+
+    def describe_producers(
+        self, partitions: Iterable[TopicPartition], *, timeout: float | None = None
+    ) -> dict[TopicPartition, list[ProducerState]]:
+        return self._call(self._async.describe_producers(partitions, timeout=timeout))
+
+    def abort_transaction(
+        self,
+        partition: TopicPartition,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        self._call(self._async.abort_transaction(
+            partition, producer_id, producer_epoch, coordinator_epoch, timeout=timeout
+        ))
 
     def list_group_offsets(
         self,

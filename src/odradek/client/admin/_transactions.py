@@ -1,18 +1,28 @@
-"""Transactions: list and describe them (Kafka's kafka-transactions.sh list / describe)."""
+"""Transactions: list and describe them, the producers of a partition, and aborting a hanging
+transaction (Kafka's kafka-transactions.sh list / describe / describe-producers / abort)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from odradek.client._aio import AsyncBrokerConnection
 from odradek.client.admin._base import _check, _Pending
 from odradek.client.admin._groups import GroupAdmin
-from odradek.client.admin.types import Node, TransactionDescription, TransactionListing
+from odradek.client.admin.types import (
+    Node,
+    ProducerState,
+    TopicPartition,
+    TransactionDescription,
+    TransactionListing,
+)
+from odradek.protocol.messages.describe_producers import DescribeProducersRequest, DescribeProducersResponse
 from odradek.protocol.messages.describe_transactions import (
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
 )
 from odradek.protocol.messages.list_transactions import ListTransactionsRequest, ListTransactionsResponse
+from odradek.protocol.messages.write_txn_markers import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 
 
 class TransactionAdmin(GroupAdmin):
@@ -89,3 +99,88 @@ class TransactionAdmin(GroupAdmin):
         await self._drive(state, dl, attempt)
         _check(state.errors, state.results)
         return {t: state.results[t] for t in ids}
+
+    async def describe_producers(
+        self, partitions: Iterable[TopicPartition], *, timeout: float | None = None
+    ) -> dict[TopicPartition, list[ProducerState]]:
+        """The idempotent and transactional producers each partition's leader knows, with the
+        first offset of each one's open transaction (DescribeProducers)."""
+        dl = self._deadline(timeout)
+        wanted = list(dict.fromkeys((t, int(p)) for t, p in partitions))
+        state: _Pending[TopicPartition, list[ProducerState]] = _Pending(
+            dict.fromkeys(wanted), lambda tp: f"describe the producers of {tp[0]}-{tp[1]}"
+        )
+        Q = DescribeProducersRequest
+
+        async def send(conn: AsyncBrokerConnection, batch: list[TopicPartition]) -> None:
+            v = conn.version_for(Q)
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in batch:
+                by_topic.setdefault(topic, []).append(partition)
+            req = Q(topics=[Q.TopicRequest(name=t, partition_indexes=ps) for t, ps in by_topic.items()])
+            resp: DescribeProducersResponse = await self._request(conn, req, v, dl)
+            state.unanswered(batch, {(t.name, p.partition_index) for t in resp.topics for p in t.partitions})
+            for t in resp.topics:
+                for p in t.partitions:
+                    tp = (t.name, p.partition_index)
+                    if tp not in state.todo:
+                        continue
+                    if p.error_code:
+                        state.fail(tp, p.error_code, p.error_message)
+                        continue
+                    state.done(tp, [
+                        ProducerState(s.producer_id, s.producer_epoch, s.last_sequence, s.last_timestamp,
+                                      s.coordinator_epoch, s.current_txn_start_offset)
+                        for s in p.active_producers
+                    ])
+
+        async def attempt() -> None:
+            await self._per_node(state, await self._leaders(state, dl), send, dl)
+
+        await self._drive(state, dl, attempt)
+        _check(state.errors, state.results)
+        return {tp: state.results[tp] for tp in wanted}
+
+    async def abort_transaction(
+        self,
+        partition: TopicPartition,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Write an ABORT marker for ``producer_id``'s open transaction on one partition, as
+        its coordinator would (WriteTxnMarkers to the partition's leader; needs ClusterAction):
+        the way out of a hanging transaction, one whose coordinator no longer knows it and which
+        holds back the last stable offset.  Take the producer's epochs from
+        :meth:`describe_producers`."""
+        dl = self._deadline(timeout)
+        tp = (partition[0], int(partition[1]))
+        state: _Pending[TopicPartition, None] = _Pending({tp: None}, lambda _tp: f"abort the transaction on {tp[0]}-{tp[1]}")
+        Q = WriteTxnMarkersRequest
+
+        async def send(conn: AsyncBrokerConnection, batch: list[TopicPartition]) -> None:
+            v = conn.version_for(Q)
+            marker = Q.WritableTxnMarker(
+                producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=False,
+                topics=[Q.WritableTxnMarkerTopic(name=tp[0], partition_indexes=[tp[1]])],
+                coordinator_epoch=coordinator_epoch,
+            )
+            resp: WriteTxnMarkersResponse = await self._request(conn, Q(markers=[marker]), v, dl)
+            answered: dict[TopicPartition, Any] = {
+                (t.name, p.partition_index): p for m in resp.markers for t in m.topics for p in t.partitions
+            }
+            state.unanswered(batch, set(answered))
+            p = answered.get(tp)
+            if p is not None and tp in state.todo:
+                if p.error_code:
+                    state.fail(tp, p.error_code)
+                else:
+                    state.done(tp, None)
+
+        async def attempt() -> None:
+            await self._per_node(state, await self._leaders(state, dl), send, dl)
+
+        await self._drive(state, dl, attempt)
+        _check(state.errors, state.results)

@@ -306,6 +306,18 @@ class TransactionListing:
 
 
 @dataclass(slots=True)
+class ProducerState:
+    """A producer a partition leader knows (DescribeProducers, KIP-664)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int  # ms, -1 unknown
+    coordinator_epoch: int
+    current_txn_start_offset: int  # -1: no open transaction on this partition
+
+
+@dataclass(slots=True)
 class TransactionDescription:
     transactional_id: str
     state: str
