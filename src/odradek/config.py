@@ -249,6 +249,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("transaction.state.log.segment.bytes", "int", 104857600),
     ("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000),
     ("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000),
+    ("transaction.partition.verification.enable", "boolean", True),
     ("zookeeper.connect", "string", None),
     ("zookeeper.session.timeout.ms", "int", 18000),
     ("zookeeper.connection.timeout.ms", "int", None),

@@ -384,3 +384,56 @@ def test_transactions_cli_lists_and_describes(broker: BrokerProcess) -> None:
     while "CompleteCommit" not in cli("describe", "--transactional-id", txn_id):
         assert time.monotonic() < deadline
         time.sleep(0.2)
+
+
+def _txn_produce_request(topic: str, txn_id: str, pid: int, epoch: int, value: bytes) -> Any:
+    from odradek.protocol.messages.produce import ProduceRequest
+    from odradek.records import BatchBuilder
+
+    b = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=0, is_transactional=True)
+    b.append(int(time.time() * 1000), None, value)
+    return ProduceRequest(
+        transactional_id=txn_id, acks=-1, timeout_ms=5000,
+        topic_data=[ProduceRequest.TopicProduceData(
+            name=topic, partition_data=[ProduceRequest.PartitionProduceData(index=0, records=bytes(b.build()))]
+        )],
+    )
+
+
+def test_a_batch_outside_any_transaction_is_refused_by_verification(broker: BrokerProcess) -> None:
+    """KIP-890: a transactional batch for a partition its producer never added to a transaction
+    (a late write of an aborted transaction, or a client bug) would open a transaction no
+    coordinator knows and hang the partition's LSO; the leader asks the coordinator first."""
+    from odradek.client import Producer
+    from odradek.errors import ErrorCode
+    from odradek.testing import WireClient
+
+    bs = broker.bootstrap
+    topic = _topic(bs)
+    txn_id = f"verify-{topic}"
+    p = Producer({"bootstrap.servers": bs, "transactional.id": txn_id})
+    try:
+        p.init_transactions(30)
+        pid, epoch = p._core.producer_id, p._core.producer_epoch
+        w = WireClient(broker.host, broker.port, "kip890-test")
+        try:
+            part = w.request(_txn_produce_request(topic, txn_id, pid, epoch, b"stray"), 9).responses[0].partition_responses[0]
+            assert part.error_code == ErrorCode.INVALID_TXN_STATE and part.base_offset == -1
+            # an older epoch than the coordinator's: fenced, as the partition itself would say
+            part = w.request(_txn_produce_request(topic, txn_id, pid, epoch - 1, b"zombie"), 9).responses[0].partition_responses[0]
+            assert part.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+        finally:
+            w.close()
+        # nothing was appended, nothing hangs: a plain record is readable by read_committed at once
+        plain = ck.Producer({"bootstrap.servers": bs})
+        plain.produce(topic, b"plain")
+        plain.flush(30)
+        assert _read(bs, topic, "read_uncommitted") == [b"plain"]
+        assert _read(bs, topic, "read_committed") == [b"plain"]
+        # and a real transaction (AddPartitionsToTxn first) passes verification
+        p.begin_transaction()
+        p.send(topic, b"in-txn", partition=0)
+        p.commit_transaction(30)
+        assert _read(bs, topic, "read_committed") == [b"plain", b"in-txn"]
+    finally:
+        p.close()

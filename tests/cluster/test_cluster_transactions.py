@@ -145,3 +145,33 @@ def test_transactions_survive_the_coordinators_death(cluster_factory: Callable[.
         assert committed <= set(values), f"partition {part}: committed transactions missing"
     # the others (aborted, or decided while the client could not hear it) are all or nothing
     assert got[0] == got[1] == got[2]
+
+    # KIP-890 across brokers: a leader asks the coordinator on another broker (AddPartitionsToTxn
+    # verify-only) and refuses a batch of the producer's that is in no ongoing transaction
+    from odradek.errors import ErrorCode
+    from odradek.protocol.messages.produce import ProduceRequest
+    from odradek.records import BatchBuilder
+    from odradek.testing import WireClient
+
+    coordinator = cluster.leader("__transaction_state", partition_for(txn_id, TXN_PARTITIONS))
+    stray_partition = next(p for p in range(3) if cluster.leader(topic, p) != coordinator)
+    leader = cluster.leader(topic, stray_partition)
+    from odradek.client import Admin
+
+    with Admin({"bootstrap.servers": cluster.bootstrap}) as odradek_admin:
+        state = odradek_admin.describe_transactions([txn_id])[txn_id]
+    assert state.state != "Ongoing", state  # the loop ended its last transaction
+    b = BatchBuilder(producer_id=state.producer_id, producer_epoch=state.producer_epoch, base_sequence=0,
+                     is_transactional=True)
+    b.append(int(time.time() * 1000), None, b"stray")
+    request = ProduceRequest(transactional_id=txn_id, acks=-1, timeout_ms=5000, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.PartitionProduceData(index=stray_partition, records=bytes(b.build()))])])
+    w = WireClient("127.0.0.1", cluster.ports[leader], "kip890-cluster")
+    try:
+        answer = w.request(request, 9).responses[0].partition_responses[0]
+    finally:
+        w.close()
+    assert answer.error_code == ErrorCode.INVALID_TXN_STATE, answer
+    after = _read_committed(cluster.bootstrap, topic)  # reaches the end: nothing hangs
+    assert all(b"stray" not in values for values in after.values())

@@ -42,6 +42,7 @@ from odradek.cluster.transactions import (
     prepare_end,
 )
 from odradek.errors import ErrorCode, KafkaError
+from odradek.protocol.messages.add_partitions_to_txn import AddPartitionsToTxnRequest
 from odradek.protocol.messages.coordinator import TransactionLogKey, TransactionLogValue
 from odradek.protocol.messages.write_txn_markers import WriteTxnMarkersRequest
 from odradek.records import BatchBuilder, RecordsError, read_batches
@@ -62,6 +63,15 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 _version = struct.Struct(">h")
 WRITE_TXN_MARKERS_VERSION = 1
+#: the batched, verify-only form of AddPartitionsToTxn (KIP-890), broker to coordinator
+ADD_PARTITIONS_VERIFY_VERSION = 4
+#: verification answers that say "not now" rather than "not in the transaction": the partition
+#: leader answers NOT_ENOUGH_REPLICAS for them, which every producer retries (as Kafka does)
+_RETRY_VERIFICATION = frozenset({
+    ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR,
+    ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT,
+    ErrorCode.BROKER_NOT_AVAILABLE,
+})
 _KEY_VERSION = 0
 _VALUE_VERSION = 0
 
@@ -382,6 +392,62 @@ class TransactionCoordinator:
             target = prepare_add_partitions(meta, wanted, self.now())
             if target is not None:
                 await self._transition(transactional_id, meta, target)
+
+    async def verify(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[TopicPartition]
+    ) -> ErrorCode:
+        """KIP-890's server-side defence, for a partition leader about to append a transactional
+        batch that would open a transaction on its partitions: whether the coordinator of
+        ``transactional_id`` (this broker, or the leader of its ``__transaction_state``
+        partition, asked with AddPartitionsToTxn verify-only) has them in that producer's
+        ongoing transaction.  A late batch of an aborted or timed-out transaction is refused
+        (INVALID_TXN_STATE, or the fencing error) instead of hanging the partition's LSO."""
+        state = self.topics.image.partition(TRANSACTION_TOPIC, self.partition_for(transactional_id))
+        if state is None or state.leader < 0:
+            code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        elif state.leader == self.broker_id:
+            try:
+                await self.add_partitions(transactional_id, producer_id, producer_epoch, partitions, verify_only=True)
+                code = ErrorCode.NONE
+            except KafkaError as exc:
+                code = exc.code
+        else:
+            code = await self._remote_verify(state.leader, transactional_id, producer_id, producer_epoch, partitions)
+        if code in _RETRY_VERIFICATION:
+            return ErrorCode.NOT_ENOUGH_REPLICAS
+        if code == ErrorCode.PRODUCER_FENCED:  # what a partition answers a produce of an old epoch
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        return code
+
+    async def _remote_verify(
+        self, coordinator: int, transactional_id: str, producer_id: int, producer_epoch: int,
+        partitions: list[TopicPartition],
+    ) -> ErrorCode:
+        channel = self._channel(coordinator)
+        if channel is None:
+            return ErrorCode.BROKER_NOT_AVAILABLE
+        by_topic: dict[str, list[int]] = {}
+        for t, p in partitions:
+            by_topic.setdefault(t, []).append(p)
+        Q = AddPartitionsToTxnRequest
+        request = Q(transactions=[Q.AddPartitionsToTxnTransaction(
+            transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
+            verify_only=True, topics=[Q.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
+        )])
+        try:
+            response: Any = await channel.request(request, ADD_PARTITIONS_VERIFY_VERSION)
+        except TimeoutError:
+            return ErrorCode.REQUEST_TIMED_OUT
+        except (ConnectionError, OSError):
+            return ErrorCode.NETWORK_EXCEPTION
+        if response.error_code:
+            return ErrorCode(response.error_code)
+        for txn in response.results_by_transaction:
+            for topic in txn.topic_results:
+                for part in topic.results_by_partition:
+                    if part.partition_error_code:
+                        return ErrorCode(part.partition_error_code)
+        return ErrorCode.NONE
 
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None:
         offsets_partitions = int(self.config.get("offsets.topic.num.partitions"))

@@ -62,9 +62,10 @@ def _check_format(records: bytes | bytearray | memoryview, version: int) -> None
 @handles(ApiKey.PRODUCE, versions=(0, 11))
 def produce(
     ctx: RequestContext, request: ProduceRequest
-) -> ProduceResponse | Coroutine[Any, Any, ProduceResponse] | None:
+) -> ProduceResponse | Coroutine[Any, Any, ProduceResponse | None] | None:
     """Appends now; the response now too unless a flush (flush.messages) or acks=all makes it
-    wait, then a coroutine that gives it."""
+    wait, or a batch that opens a transaction on a partition must first be verified with its
+    transaction coordinator (KIP-890), then a coroutine that gives it."""
     svc = ctx.services
     version = ctx.header.api_version
     acks = request.acks
@@ -75,9 +76,9 @@ def produce(
         Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
     ):
         refused = KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    replicas = svc.replicas
-    pending: list[tuple[R.PartitionProduceResponse, asyncio.Future[None], Partition]] = []
-    appended: list[Partition] = []
+    verifying = request.transactional_id is not None and svc.config.get("transaction.partition.verification.enable")
+    work = _Appends(ctx, acks, version)
+    unverified: list[tuple[R.PartitionProduceResponse, Partition, Any, TopicStats | None]] = []
     responses: list[R.TopicProduceResponse] = []
     authorizer = svc.authorizer
     metrics = svc.metrics
@@ -94,54 +95,142 @@ def produce(
             resp = _partition_response(index=data.index, base_offset=-1, current_leader=_NO_LEADER)
             parts.append(resp)
             if topic_refused is not None:
-                resp.error_code = int(topic_refused.code)
-                resp.error_message = topic_refused.message or None
-                produce_refused(ctx, topic.name, data.index, topic_refused)
-                if stats is not None:
-                    _count_failed(metrics, stats, data.records, topic_refused)
+                work.refuse(resp, topic.name, data.index, data.records, stats, topic_refused)
                 continue
             try:
                 p = svc.partitions.for_produce(topic.name, data.index)
-                raw = data.records
-                records = raw if isinstance(raw, (bytes, bytearray, memoryview)) else b""
-                size = len(records)
-                _check_format(records, version)
-                records = svc.partitions.recompress_for(p, records)
-                info = replicas.append(p, records, acks)
-                resp.base_offset = info.first_offset
-                resp.log_append_time_ms = info.log_append_time
-                resp.log_start_offset = p.log.log_start_offset
-                if stats is not None:  # one batch (or message set): counted whole, never per record
-                    stats.produce_requests += 1
-                    if not info.duplicate:
-                        stats.messages_in += info.record_count
-                        stats.bytes_in += size
-                appended.append(p)
-                if acks == -1:
-                    pending.append((resp, p.wait_for_hw(info.last_offset + 1), p))
             except KafkaError as exc:
-                resp.error_code = int(exc.code)
-                resp.error_message = exc.message or None
-                if isinstance(exc, InvalidRecordError) and exc.record_errors and version >= 8:
-                    # KIP-467: the records that made the batch fail, by index within the batch
-                    resp.record_errors = [
-                        _record_error(batch_index=i, batch_index_error_message=m) for i, m in exc.record_errors
-                    ]
-                produce_refused(ctx, topic.name, data.index, exc)
-                if stats is not None:
-                    _count_failed(metrics, stats, data.records, exc)
-    if acks == 0:
+                work.refuse(resp, topic.name, data.index, data.records, stats, exc)
+                continue
+            if verifying and _opens_transaction(p, data.records):
+                unverified.append((resp, p, data.records, stats))
+                continue
+            work.append(resp, p, data.records, stats)
+    if acks == 0 and not unverified:
         return None
     response = _produce_response(responses=responses, throttle_time_ms=0)
-    flushes: list[Partition] | None = None
-    for p in appended:
-        if p.log.flush_messages_due():  # wait_durable has something to wait for
-            if flushes is None:
-                flushes = []
-            flushes.append(p)
-    if flushes is not None or pending:
-        return _after_append(svc, request, response, flushes or [], pending)
-    return response
+    if unverified:
+        assert request.transactional_id is not None
+        return _verify_then_append(svc, work, request, request.transactional_id, response, unverified)
+    return work.finish(svc, request, response)
+
+
+class _Appends:
+    """The appends of one produce request, and what the response must wait for."""
+
+    __slots__ = ("acks", "appended", "ctx", "pending", "version")
+
+    def __init__(self, ctx: RequestContext, acks: int, version: int) -> None:
+        self.ctx = ctx
+        self.acks = acks
+        self.version = version
+        self.appended: list[Partition] = []
+        self.pending: list[tuple[R.PartitionProduceResponse, asyncio.Future[None], Partition]] = []
+
+    def refuse(
+        self, resp: R.PartitionProduceResponse, topic: str, index: int, records: Any, stats: TopicStats | None,
+        exc: KafkaError,
+    ) -> None:
+        resp.error_code = int(exc.code)
+        resp.error_message = exc.message or None
+        if isinstance(exc, InvalidRecordError) and exc.record_errors and self.version >= 8:
+            # KIP-467: the records that made the batch fail, by index within the batch
+            resp.record_errors = [_record_error(batch_index=i, batch_index_error_message=m) for i, m in exc.record_errors]
+        produce_refused(self.ctx, topic, index, exc)
+        if stats is not None:
+            _count_failed(self.ctx.services.metrics, stats, records, exc)
+
+    def append(self, resp: R.PartitionProduceResponse, p: Partition, raw: Any, stats: TopicStats | None) -> None:
+        svc = self.ctx.services
+        try:
+            records = raw if isinstance(raw, (bytes, bytearray, memoryview)) else b""
+            size = len(records)
+            _check_format(records, self.version)
+            records = svc.partitions.recompress_for(p, records)
+            info = svc.replicas.append(p, records, self.acks)
+        except KafkaError as exc:
+            self.refuse(resp, p.topic, p.index, raw, stats, exc)
+            return
+        resp.base_offset = info.first_offset
+        resp.log_append_time_ms = info.log_append_time
+        resp.log_start_offset = p.log.log_start_offset
+        if stats is not None:  # one batch (or message set): counted whole, never per record
+            stats.produce_requests += 1
+            if not info.duplicate:
+                stats.messages_in += info.record_count
+                stats.bytes_in += size
+        self.appended.append(p)
+        if self.acks == -1:
+            self.pending.append((resp, p.wait_for_hw(info.last_offset + 1), p))
+
+    def finish(
+        self, svc: Services, request: ProduceRequest, response: ProduceResponse
+    ) -> ProduceResponse | Coroutine[Any, Any, ProduceResponse]:
+        flushes: list[Partition] | None = None
+        for p in self.appended:
+            if p.log.flush_messages_due():  # wait_durable has something to wait for
+                if flushes is None:
+                    flushes = []
+                flushes.append(p)
+        if flushes is not None or self.pending:
+            return _after_append(svc, request, response, flushes or [], self.pending)
+        return response
+
+
+_TRANSACTIONAL = 0x10  # v2 batch attributes: the batch belongs to a transaction
+_v2_producer = struct.Struct(">21xH20xqh")  # attributes, producer id, epoch
+
+
+def _opens_transaction(p: Partition, records: Any) -> bool:
+    """Whether the produced batch is transactional and its producer has no transaction open on
+    ``p`` yet (with this epoch): the batches KIP-890 has the leader verify first."""
+    if not isinstance(records, (bytes, bytearray, memoryview)) or len(records) < 61 or records[16] != 2:
+        return False
+    attributes, producer_id, epoch = _v2_producer.unpack_from(records, 0)
+    if not attributes & _TRANSACTIONAL:
+        return False
+    entry = p.log.producers.entries.get(producer_id)
+    return entry is None or entry.current_txn_first_offset < 0 or entry.epoch != epoch
+
+
+async def _verify_then_append(
+    svc: Services,
+    work: _Appends,
+    request: ProduceRequest,
+    transactional_id: str,
+    response: ProduceResponse,
+    unverified: list[tuple[R.PartitionProduceResponse, Partition, Any, TopicStats | None]],
+) -> ProduceResponse | None:
+    """Ask the coordinator whether the partitions are in the producer's ongoing transaction,
+    then append the batches it confirms (and refuse the others with its answer)."""
+    by_producer: dict[tuple[int, int], list[int]] = {}
+    for i, (_resp, _p, records, _stats) in enumerate(unverified):
+        _attributes, producer_id, epoch = _v2_producer.unpack_from(records, 0)
+        by_producer.setdefault((producer_id, epoch), []).append(i)
+    answers: dict[int, ErrorCode] = {}
+    for (producer_id, epoch), indexes in by_producer.items():
+        tps = [(unverified[i][1].topic, unverified[i][1].index) for i in indexes]
+        try:
+            code = await svc.transactions.verify(transactional_id, producer_id, epoch, tps)
+        except KafkaError as exc:
+            code = ErrorCode.NOT_ENOUGH_REPLICAS if exc.code == ErrorCode.COORDINATOR_NOT_AVAILABLE else exc.code
+        answers.update(dict.fromkeys(indexes, code))
+    for i, (resp, p, records, stats) in enumerate(unverified):
+        code = answers[i]
+        if code != ErrorCode.NONE:
+            message = (
+                "the partition is not in an ongoing transaction of this producer (checked with its transaction "
+                "coordinator)" if code == ErrorCode.INVALID_TXN_STATE else ""
+            )
+            work.refuse(resp, p.topic, p.index, records, stats, KafkaError(code, message))
+            continue
+        work.append(resp, p, records, stats)
+    if work.acks == 0:
+        return None
+    done = work.finish(svc, request, response)
+    if isinstance(done, ProduceResponse):
+        return done
+    return await done
 
 
 def _count_failed(metrics: BrokerMetrics | None, stats: TopicStats, records: object, exc: KafkaError) -> None:
