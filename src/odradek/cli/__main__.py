@@ -59,6 +59,9 @@ def _parser() -> argparse.ArgumentParser:
     cluster.add_parser(sub)
     pipeline.add_parser(sub)
     bench.add_parser(sub)
+    from odradek.cli import console
+
+    console.add_parser(sub)
     return parser
 
 
@@ -68,6 +71,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from odradek.cli import cluster
 
         return cluster.run(args)
+    if args.command == "console":
+        from odradek.cli import console
+
+        return console.run(args)
     if args.command == "bench":
         from odradek.cli import bench
 
