@@ -95,6 +95,8 @@ class _Fetch(DelayedOperation):
         replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
         self.replica_id = replica_id
         self.max_bytes = request.max_bytes if version >= 3 else INT32_MAX
+        if replica_id < 0:  # a consumer's fetch: the broker's fetch.max.bytes caps it, as in Kafka
+            self.max_bytes = min(self.max_bytes, svc.config.get("fetch.max.bytes"))
         self.magic = magic_for_fetch_version(version)
         self.committed = version >= 4 and request.isolation_level == 1
         image = svc.image
