@@ -337,8 +337,9 @@ class Broker:
     async def _load_logs(self, dirs: list[Path], executor: ThreadPoolExecutor) -> LogManager:
         defaults = self.config.topic_defaults()
         on_disk = sum(1 for d in dirs for c in d.iterdir() if c.is_dir())
+        t0 = time.monotonic()
         try:
-            return await asyncio.get_running_loop().run_in_executor(
+            logs = await asyncio.get_running_loop().run_in_executor(
                 executor,
                 lambda: LogManager(dirs, defaults, clock=self.clock, parallel_map=executor.map, flush_inline=False),
             )
@@ -353,6 +354,10 @@ class Broker:
                 f"{on_disk * FDS_PER_PARTITION + budget.reserve} are needed); raise it (ulimit -n / LimitNOFILE) "
                 "and start again. Nothing was changed"
             ) from None
+        count = len(logs)
+        if count:
+            log.info("loaded %d partition logs in %.2f s", count, time.monotonic() - t0)
+        return logs
 
     def _identity(self, dirs: list[Path], cluster_id: str | None, *, embedded: bool) -> str:
         for d in dirs:

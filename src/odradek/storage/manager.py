@@ -238,10 +238,20 @@ class LogManager:
             log.high_watermark = min(hw, log.log_end_offset)
             return d, log
 
-        for d, log in parallel_map(load, jobs):
+        total = len(jobs)
+        unclean = sum(1 for job in jobs if not job[5])
+        if total:
+            _log.info(
+                "loading %d partition logs from %d log dirs (%s)", total, len(self.dirs),
+                f"{unclean} after an unclean shutdown: recovering them" if unclean else "clean shutdown",
+            )
+        step = max(total // 10, 100)  # a progress line per tenth, for starts that take a while
+        for done, (d, log) in enumerate(parallel_map(load, jobs), 1):
             key = (log.topic, log.partition)
             self._logs[key] = log
             self._log_dir[key] = d
+            if done % step == 0 and done < total:
+                _log.info("loaded %d of %d partition logs (%d%%)", done, total, done * 100 // total)
         # from now on a crash is an unclean shutdown; the removal must be durable, or a power cut
         # could bring the marker back and the next start would skip recovery of a torn tail
         for d in self.dirs:
