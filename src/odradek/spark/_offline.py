@@ -84,7 +84,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BYTES_PER_PARTITION = 128 * 1024 * 1024
 #: bytes of a ``.log`` read at a time by an executor (a whole entry when one is larger)
-READ_CHUNK = 8 * 1024 * 1024
+READ_CHUNK = 2 * 1024 * 1024
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__cluster_metadata"})
 _SEGMENT_FILE = re.compile(r"^\d{20}\.(log|index|timeindex)$")
 _STABLE_LISTING_TRIES = 200
