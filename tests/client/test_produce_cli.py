@@ -207,7 +207,7 @@ def test_unreachable_broker(tmp_path: object) -> None:
     t0 = time.monotonic()
     err = failed(produce("t", "-b", f"127.0.0.1:{port}", "--timeout", "1", stdin=b"x\n"))
     assert time.monotonic() - t0 < 15
-    assert "not present in metadata after 1000 ms" in err and f"127.0.0.1:{port}" in err
+    assert f"cannot reach a broker at 127.0.0.1:{port} within 1 s" in err
 
 
 def test_missing_key_separator(broker: BrokerProcess, topic: str) -> None:

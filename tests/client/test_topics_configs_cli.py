@@ -257,7 +257,7 @@ def test_entry_point_exit_codes_and_options_anywhere(broker: BrokerProcess, topi
         dead = f"127.0.0.1:{s.getsockname()[1]}"
     r = odradek("topics", "list", "--bootstrap-server", dead, "--timeout", "1")
     assert r.returncode == 1 and len(r.stderr.splitlines()) == 1
-    assert r.stderr.startswith("odradek topics: REQUEST_TIMED_OUT (7)")
+    assert r.stderr.startswith(f"odradek topics: cannot reach a broker at {dead} within 1 s (")
     r = odradek("configs", "describe", "--topic", "x", "--bootstrap-server", "no-port")
     assert r.returncode == 1 and "host:port" in r.stderr
     r = odradek("topics", "frobnicate")

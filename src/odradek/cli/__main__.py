@@ -13,7 +13,10 @@ __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
+    from odradek import __version__
+
     parser = argparse.ArgumentParser(prog="odradek", description="A Kafka-compatible distributed commit log.")
+    parser.add_argument("--version", action="version", version=f"odradek {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     dump = sub.add_parser(
@@ -62,11 +65,36 @@ def _parser() -> argparse.ArgumentParser:
     from odradek.cli import console
 
     console.add_parser(sub)
+    from odradek.cli import completion, delete_records, metadata
+
+    metadata.add_parser(sub)
+    delete_records.add_parser(sub)
+    completion.add_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    from odradek.cli import _common
+
+    parser = _parser()
+    _common.spread_global_options(parser)
+    args = _common.parse(parser, None if argv is None else list(argv))
+    _given.append(args.command)
+    problem = _common.missing_extra(*_needed_modules(args))
+    if problem is not None:
+        return _common.fail(args.command, problem)
+    if args.command == "completion":
+        from odradek.cli import completion
+
+        return completion.run(args, parser)
+    if args.command == "metadata":
+        from odradek.cli import metadata
+
+        return metadata.run(args)
+    if args.command == "delete-records":
+        from odradek.cli import delete_records
+
+        return delete_records.run(args)
     if args.command == "cluster":
         from odradek.cli import cluster
 
@@ -142,8 +170,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
 
 
+_given: list[str] = []  # the command being run, for run()'s messages
+
+
+def _needed_modules(args: argparse.Namespace) -> list[str]:
+    """The optional modules (from extras) the command given needs, checked before it starts."""
+    command = args.command
+    if command == "cluster" and args.cluster_command != "elect-leaders":
+        return ["kazoo"]  # ZooKeeper is read with kazoo, and every broker of the cluster needs it
+    if command == "pipeline" and args.pipeline_command == "run":
+        return ["pyspark", "pyarrow"]
+    if command in ("serve", "groups", "acls", "users") and getattr(args, "zookeeper", None):
+        return ["kazoo"]
+    return []
+
+
+def _quiet_asyncio() -> None:
+    """After Ctrl-C the clients' asyncio loops may be cut off mid-task: say nothing about it."""
+    import logging
+
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL + 1)
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    _quiet_asyncio()
+    raise KeyboardInterrupt
+
+
 def run() -> None:
-    """Console-script entry: exit quietly when the output pipe closes (``| head``)."""
+    """Console-script entry: exit quietly when the output pipe closes (``| head``), with 130 on
+    Ctrl-C, and with what to install when an optional extra is missing."""
+    import signal
+
+    from odradek.cli import _common
+
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _interrupted)
     try:
         code = main()
         sys.stdout.flush()
@@ -152,6 +214,14 @@ def run() -> None:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 0
+    except KeyboardInterrupt:
+        _quiet_asyncio()
+        code = _common.EXIT_INTERRUPTED
+    except ModuleNotFoundError as exc:
+        if _common.extra_for(exc.name or "") is None:
+            raise
+        print(f"odradek{' ' + _given[-1] if _given else ''}: {_common.install_hint(exc.name or '')}", file=sys.stderr)
+        code = _common.EXIT_FAILURE
     sys.exit(code)
 
 

@@ -130,7 +130,8 @@ def add_parser(sub: Any) -> None:
 
     st = command("status", "brokers, controller and partitions (leader, replicas, ISR), as ZooKeeper has them")
     st.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]", help="ask this ZooKeeper (default: the cluster's)")
-    st.add_argument("--json", action="store_true", help="print JSON")
+    st.add_argument("--output", choices=("table", "json"), default="table", help="table (default) or json")
+    st.add_argument("--json", action="store_true", help="the same as --output json")
     st.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for ZooKeeper (default 10)")
 
     el = command("elect-leaders", "elect preferred (or, for leaderless partitions, unclean) leaders now")
@@ -174,7 +175,8 @@ def run(args: argparse.Namespace) -> int:
             security=args.security,
         )
     if args.cluster_command == "status":
-        return cluster_status(cluster_dir, zookeeper=args.zookeeper, as_json=args.json, timeout=args.timeout)
+        as_json = args.json or args.output == "json"
+        return cluster_status(cluster_dir, zookeeper=args.zookeeper, as_json=as_json, timeout=args.timeout)
     if args.cluster_command == "down":
         return cluster_down(cluster_dir, timeout=args.timeout)
     if args.cluster_command == "elect-leaders":

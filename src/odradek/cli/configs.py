@@ -26,6 +26,7 @@ import argparse
 import sys
 from typing import Any
 
+from odradek.cli._common import add_output_option, write_json
 from odradek.cli.topics import add_connection_options, parse_pairs, run_admin
 from odradek.client import Admin, AlterConfigOp, ConfigResource
 from odradek.client.admin import SPECIFIED, ClientQuotaEntity, ConfigEntry, ConfigSource
@@ -51,6 +52,7 @@ def add_parser(sub: Any) -> None:
         "--describe", action="store_true", help="kafka-configs style: describe the entity's configs"
     )
     p.add_argument("--alter", action="store_true", help="kafka-configs style: alter the entity's configs")
+    add_output_option(p)
     p.add_argument(
         "--add-config",
         dest="top_add_config",
@@ -85,6 +87,7 @@ def add_parser(sub: Any) -> None:
 
     d = command("describe", "show the configs of a topic or broker (overrides only, unless --all)")
     d.add_argument("--all", action="store_true", help="every config, with its value and where it comes from")
+    add_output_option(d)
 
     a = command("alter", "set, delete, append to or subtract from configs of a topic or broker")
     a.add_argument(
@@ -216,6 +219,15 @@ def cmd_quotas_describe(admin: Admin, args: argparse.Namespace, out: Any) -> int
         _QUOTA_TYPES[k]: (name if given else SPECIFIED) for k, name, given in entities
     }
     found = admin.describe_client_quotas(components, strict=True, timeout=args.timeout)
+    if getattr(args, "output", "table") == "json":
+        write_json(
+            [
+                {"entity": {k: v for k, v in entity.parts}, "quotas": dict(sorted(quotas.items()))}
+                for entity, quotas in sorted(found.items(), key=lambda kv: str(kv[0]))
+            ],
+            out,
+        )
+        return 0
     for entity, quotas in sorted(found.items(), key=lambda kv: str(kv[0])):
         values = ", ".join(f"{k}={v}" for k, v in sorted(quotas.items()))
         out.write(f"Quota configs for {_label(entity)} are {values}\n")
@@ -317,14 +329,35 @@ def _synonyms(e: ConfigEntry) -> str:
     )
 
 
+def _configs_json(resource: ConfigResource, shown: list[ConfigEntry]) -> dict[str, Any]:
+    return {
+        "resource": {"type": resource.type.name.lower(), "name": resource.name},
+        "configs": [
+            {
+                "name": e.name,
+                "value": None if e.is_sensitive else e.value,
+                "source": e.source.name,
+                "sensitive": e.is_sensitive,
+                "read_only": e.read_only,
+                "synonyms": [
+                    {"name": syn.name, "value": syn.value, "source": syn.source.name} for syn in e.synonyms
+                ],
+            }
+            for e in sorted(shown, key=lambda e: e.name)
+        ],
+    }
+
+
 def cmd_describe(admin: Admin, args: argparse.Namespace, out: Any) -> int:
     resource, kind, label = _resource(args)
     entries = admin.describe_configs([resource], timeout=args.timeout)[resource]
+    shown = list(entries.values()) if args.all else [e for e in entries.values() if e.source in _DYNAMIC[kind]]
+    if getattr(args, "output", "table") == "json":
+        write_json(_configs_json(resource, shown), out)
+        return 0
     if args.all:
-        shown = list(entries.values())
         out.write(f"All configs for {label} are:\n")
     else:
-        shown = [e for e in entries.values() if e.source in _DYNAMIC[kind]]
         heading = "Default configs" if kind == "broker-defaults" else "Dynamic configs"
         out.write(f"{heading} for {label} are:\n")
     for e in sorted(shown, key=lambda e: e.name):

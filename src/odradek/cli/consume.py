@@ -4,7 +4,9 @@ kafka-console-consumer.
 It reads by offset with the low-level :class:`~odradek.client.SimpleConsumer` (no consumer
 group, nothing committed).  By default every partition is read from the end and records are
 printed as they arrive (follow mode, stop with Ctrl-C); ``--exit`` stops at the end of every
-partition, ``--count N`` after N records.
+partition, ``--count N`` after N records.  With ``--group G`` it reads as a member of consumer
+group G instead (the group's partitions, from its committed offsets), committing the offset after
+each record it printed.  ``--topic`` and ``--from-beginning`` are kafka-console-consumer's spellings.
 
 Output: the value of each record and a newline, or with ``--format`` a string in which
 
@@ -26,10 +28,15 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
+import select
+import stat
 import sys
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
+from odradek.cli.topics import add_connect_timeout, check_reachable
+from odradek.client import Admin, Consumer
 from odradek.client.consumer_simple import ConsumerRecord, SimpleConsumer
 from odradek.client.errors import OffsetOutOfRangeError
 from odradek.errors import ErrorCode, KafkaError
@@ -45,10 +52,12 @@ def add_parser(sub: Any) -> None:
         help="print records of a topic (like kcat -C)",
         description="Print records of a topic by offset (no consumer group). Follows new records until "
         "interrupted unless --exit or --count is given.",
-        epilog="FORMAT: %%s/%%v value, %%S value length, %%k key, %%K key length, %%t topic, %%p partition, "
-        "%%o offset, %%T timestamp (ms), %%h headers (name=value,...), %%%% percent, \\n \\t \\r \\\\ escapes.",
+        # the epilog is printed as written (argparse %-formats only the help of arguments)
+        epilog="FORMAT: %s/%v value, %S value length, %k key, %K key length, %t topic, %p partition, "
+        "%o offset, %T timestamp (ms), %h headers (name=value,...), %% percent, \\n \\t \\r \\\\ escapes.",
     )
-    p.add_argument("topic")
+    p.add_argument("topic", nargs="?", help="the topic (or --topic, as kafka-console-consumer spells it)")
+    p.add_argument("-t", "--topic", dest="topic_option", metavar="TOPIC", help="the topic (kafka-console-consumer's spelling)")
     p.add_argument("-b", "--bootstrap-server", default="127.0.0.1:9092", help="host:port[,host:port] (default 127.0.0.1:9092)")
     p.add_argument("-p", "--partition", type=int, action="append", default=None, help="read only this partition (repeatable; default all)")
     start = p.add_mutually_exclusive_group()
@@ -58,13 +67,23 @@ def add_parser(sub: Any) -> None:
         default="end",
         help="where to start: beginning, end (default), N (absolute offset) or -N (the last N records of each partition)",
     )
+    start.add_argument(
+        "--from-beginning", dest="offset", action="store_const", const="beginning",
+        help="the same as --offset beginning (kafka-console-consumer's spelling)",
+    )  # fmt: skip
     start.add_argument("--from-time", metavar="ISO8601", help="start at the first record at or after this time (UTC unless a zone is given)")
     p.add_argument("-c", "--count", type=int, default=None, help="stop after N records")
+    p.add_argument(
+        "-g", "--group", metavar="GROUP",
+        help="read as a member of this consumer group: its partitions, from its committed offsets (else from "
+        "--offset beginning|end), committing what was printed",
+    )  # fmt: skip
     p.add_argument("-e", "--exit", action="store_true", help="stop at the end of every partition instead of waiting for more")
     p.add_argument("-f", "--format", default=None, help="output format (see below); default: the value and a newline")
     p.add_argument("-K", "--key-separator", default=None, metavar="SEP", help="print key SEP value (ignored with --format)")
     p.add_argument("-Z", "--print-null", action="store_true", help="print NULL for null keys and values")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the cluster on each request (default 10)")
+    add_connect_timeout(p)
 
 
 # -- output -----------------------------------------------------------------------------------
@@ -186,10 +205,72 @@ def _start_offsets(c: SimpleConsumer, topic: str, partitions: list[int], args: a
 
 
 # -- main loop ---------------------------------------------------------------------------------
+def _reader_gone(out: BinaryIO) -> bool:
+    """Whether ``out`` is a pipe whose reader has gone (``| head`` had enough): noticed between
+    fetches, so that following a quiet topic does not wait for the next record to find out."""
+    try:
+        fd = out.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return False
+        poller = select.poll()
+        poller.register(fd, 0)  # POLLERR is reported whatever the mask
+        return any(events & select.POLLERR for _fd, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+_RESET = {"beginning": "earliest", "earliest": "earliest", "start": "earliest", "end": "latest", "latest": "latest"}
+
+
+def consume_group(args: argparse.Namespace, out: BinaryIO, formatter: Formatter) -> int:
+    """``--group``: a group member; commits the offset after each record printed (nothing more)."""
+    spec = str(args.offset).strip().lower()
+    if spec not in _RESET or args.from_time is not None or args.partition:
+        raise ValueError("with --group, --offset is beginning or end (where a group without committed offsets "
+                         "starts); --partition and --from-time do not apply")  # fmt: skip
+    timeout_ms = max(int(args.timeout * 1000), 1)
+    consumer = Consumer({
+        "bootstrap.servers": args.bootstrap_server, "client.id": "odradek-consume", "group.id": args.group,
+        "auto.offset.reset": _RESET[spec], "enable.auto.commit": False, "request.timeout.ms": timeout_ms,
+    })  # fmt: skip
+    admin: Admin | None = None
+    done: dict[tuple[str, int], int] = {}
+    try:
+        consumer.subscribe([args.topic])
+        remaining = args.count
+        while remaining is None or remaining > 0:
+            if _reader_gone(out):
+                return 0
+            records = consumer.poll(0.2 if args.exit else 0.5)
+            if remaining is not None:
+                records = records[:remaining]
+                remaining -= len(records)
+            if records:
+                out.write(b"".join(formatter(r) for r in records))
+                out.flush()
+                for r in records:
+                    done[(r.topic, r.partition)] = r.offset + 1
+                consumer.commit(dict(done))
+                continue
+            if args.exit and consumer.assignment():
+                admin = admin or Admin({"bootstrap.servers": args.bootstrap_server, "client.id": "odradek-consume"})
+                tps = consumer.assignment()
+                ends = admin.list_offsets(dict.fromkeys(tps, "latest"), timeout=args.timeout)
+                if all(consumer.position(tp) >= ends[tp].offset for tp in tps):
+                    return 0
+        return 0
+    finally:
+        if admin is not None:
+            admin.close()
+        consumer.close(autocommit=False)
+
+
 def consume(args: argparse.Namespace, out: BinaryIO) -> int:
     if args.count is not None and args.count < 0:
         raise ValueError("--count must be >= 0")
     formatter = compile_format(args.format, print_null=args.print_null) if args.format is not None else _default_formatter(args)
+    if args.group is not None:
+        return consume_group(args, out, formatter)
     timeout_ms = max(int(args.timeout * 1000), 1)
     config: dict[str, Any] = {
         "bootstrap.servers": args.bootstrap_server,
@@ -220,6 +301,8 @@ def consume(args: argparse.Namespace, out: BinaryIO) -> int:
                 if positions[p] >= c.latest_offset(topic, p):
                     active.discard(p)
         while active:
+            if _reader_gone(out):
+                return 0
             fetched = c.multi_fetch({(topic, p): positions[p] for p in sorted(active)})
             for (_t, p), records in sorted(fetched.items()):
                 if remaining is not None and len(records) >= remaining:
@@ -237,12 +320,33 @@ def consume(args: argparse.Namespace, out: BinaryIO) -> int:
     return 0
 
 
+def _unreachable(args: argparse.Namespace) -> str | None:
+    admin = Admin({"bootstrap.servers": args.bootstrap_server, "client.id": "odradek-consume"})
+    try:
+        return check_reachable(admin, args)
+    finally:
+        admin.close()
+
+
 def run(args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
+    if args.topic and args.topic_option and args.topic != args.topic_option:
+        print(f"odradek consume: two different topics given: {args.topic!r} and {args.topic_option!r}", file=sys.stderr)
+        return 2
+    args.topic = args.topic or args.topic_option
+    if not args.topic:
+        print("odradek consume: a topic is required (TOPIC or --topic TOPIC)", file=sys.stderr)
+        return 2
     try:
+        unreachable = _unreachable(args)
+        if unreachable is not None:
+            print(f"odradek consume: {unreachable}", file=sys.stderr)
+            return 1
         return consume(args, out)
     except KeyboardInterrupt:
-        return 130 if args.count is not None or args.exit else 0
+        return 130
+    except BrokenPipeError:
+        raise  # the reader went away (``| head``): the entry point exits quietly
     except OffsetOutOfRangeError as exc:
         print(f"odradek consume: {exc.message}", file=sys.stderr)
         return 1

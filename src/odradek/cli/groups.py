@@ -11,7 +11,8 @@ import datetime as dt
 import json
 from typing import Any
 
-from odradek.cli.topics import run_admin
+from odradek.cli._common import add_output_option, write_json
+from odradek.cli.topics import add_connect_timeout, run_admin
 
 try:  # ZooKeeper groups (--zookeeper) need kazoo, the ``cluster`` extra
     from kazoo.client import KazooClient
@@ -27,8 +28,9 @@ __all__ = ["add_parser", "run"]
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("groups", help="list, describe, reset offsets of and delete consumer groups")
-    p.add_argument("--bootstrap-server", default="127.0.0.1:9092", help="host:port[,host:port] (default 127.0.0.1:9092)")
+    p.add_argument("-b", "--bootstrap-server", default="127.0.0.1:9092", help="host:port[,host:port] (default 127.0.0.1:9092)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each request")
+    add_connect_timeout(p)
     p.add_argument(
         "--zookeeper",
         metavar="HOST:PORT[/CHROOT]",
@@ -37,8 +39,10 @@ def add_parser(sub: Any) -> None:
     gsub = p.add_subparsers(dest="groups_command", required=True, metavar="COMMAND")
     ls = gsub.add_parser("list", help="list groups")
     ls.add_argument("--state", action="append", default=[], help="only groups in this state (repeatable)")
+    add_output_option(ls)
     d = gsub.add_parser("describe", help="members, assignments, committed offsets and lag")
     d.add_argument("group")
+    add_output_option(d)
     r = gsub.add_parser("reset-offsets", help="set a group's committed offsets (the group must be inactive)")
     r.add_argument("group")
     r.add_argument("--topic", required=True, help="TOPIC or TOPIC:P1,P2 (default: every partition)")
@@ -51,6 +55,11 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--execute", action="store_true", help="commit the new offsets (default: only show them)")
     rm = gsub.add_parser("delete", help="delete an inactive group and its offsets")
     rm.add_argument("group")
+    do = gsub.add_parser(
+        "delete-offsets", help="delete a group's committed offsets of a topic (not while it consumes the topic)"
+    )
+    do.add_argument("group")
+    do.add_argument("--topic", required=True, action="append", help="TOPIC or TOPIC:P1,P2 (repeatable)")
 
 
 def _partitions(admin: Admin, topic: str) -> list[int]:
@@ -150,16 +159,34 @@ def cmd_list(admin: Admin, args: argparse.Namespace, out: Any) -> int:
                     listed.append((gid, state, "zookeeper"))
         finally:
             zk.close()
+    if args.output == "json":
+        write_json([{"group_id": g, "state": st, "protocol_type": pt} for g, st, pt in sorted(listed)], out)
+        return 0
     rows += [list(r) for r in sorted(listed)]
     _table(rows, out)
     return 0
 
 
-def _describe_zk(admin: Admin, zk: _ZkGroups, group: str, out: Any) -> int:
+def _describe_zk(admin: Admin, zk: _ZkGroups, group: str, out: Any, output: str = "table") -> int:
     members = zk.members(group)
     committed = zk.offsets(group)
     owners = zk.owners(group)
     state = "Stable" if members else "Empty"
+    if output == "json":
+        zk_keys = sorted(set(committed) | set(owners))
+        latest = admin.list_offsets(dict.fromkeys(zk_keys, "latest")) if zk_keys else {}
+        offsets = []
+        for zk_tp in zk_keys:
+            zk_cur = committed.get(zk_tp)
+            zk_end = latest[zk_tp].offset if zk_tp in latest else None
+            zk_lag = None if zk_cur is None or zk_end is None else max(zk_end - zk_cur, 0)
+            offsets.append(_offset_json(zk_tp, zk_cur, zk_end, zk_lag, owners.get(zk_tp)))
+        write_json(_group_json(group, state, "zookeeper", "", None, [
+            {"member_id": m, "group_instance_id": None, "client_id": "", "host": "", "assignment": [
+                {"topic": t, "partition": p} for (t, p), owner in sorted(owners.items()) if owner.startswith(m)
+            ]} for m in sorted(members)
+        ], offsets), out)
+        return 0
     out.write(f"Consumer group '{group}' (ZooKeeper-based) is {state} with {len(members)} member(s).\n\n")
     keys = sorted(set(committed) | set(owners))
     ends: dict[tuple[str, int], int] = {}
@@ -187,14 +214,35 @@ def cmd_describe(admin: Admin, args: argparse.Namespace, out: Any) -> int:
     if zk is not None:
         try:
             if zk.exists(group):
-                return _describe_zk(admin, zk, group, out)
+                return _describe_zk(admin, zk, group, out, args.output)
         finally:
             zk.close()
     g = admin.describe_groups([group])[group]
     if g.state == "Dead":
+        if args.output == "json":
+            raise ValueError(f"consumer group {group!r} does not exist")
         out.write(f"Consumer group '{group}' does not exist.\n")
         return 1
     lags = admin.group_lag(group)
+    if args.output == "json":
+        members = [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "client_id": m.client_id,
+                "host": m.host,
+                "assignment": [{"topic": t, "partition": p} for t, p in sorted(m.assignment)],
+            }
+            for m in g.members
+        ]
+        offsets = [
+            _offset_json(tp, lag.committed_offset, lag.log_end_offset, lag.lag,
+                         None if lag.member is None else lag.member.member_id)
+            for tp, lag in sorted(lags.items())
+        ]  # fmt: skip
+        coordinator = None if g.coordinator is None else g.coordinator.id
+        write_json(_group_json(group, g.state, g.protocol_type, g.protocol, coordinator, members, offsets), out)
+        return 0
     out.write(f"Consumer group '{group}' is {g.state} with {len(g.members)} member(s).\n\n")
     rows = [["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"]]
     for (topic, partition), lag in sorted(lags.items()):
@@ -212,6 +260,40 @@ def cmd_describe(admin: Admin, args: argparse.Namespace, out: Any) -> int:
     else:
         _table(rows, out)
     return 0
+
+
+def _offset_json(
+    tp: tuple[str, int], committed: int | None, end: int | None, lag: int | None, member: str | None
+) -> dict[str, Any]:
+    return {
+        "topic": tp[0],
+        "partition": tp[1],
+        "committed_offset": committed,
+        "log_end_offset": end,
+        "lag": lag,
+        "member_id": member,
+    }
+
+
+def _group_json(
+    group: str,
+    state: str,
+    protocol_type: str,
+    protocol: str,
+    coordinator: int | None,
+    members: list[dict[str, Any]],
+    offsets: list[dict[str, Any]],
+) -> dict[str, Any]:
+    return {
+        "group_id": group,
+        "state": state,
+        "protocol_type": protocol_type,
+        "protocol": protocol,
+        "coordinator": coordinator,
+        "members": members,
+        "offsets": offsets,
+        "total_lag": sum(o["lag"] for o in offsets if o["lag"] is not None),
+    }
 
 
 def _parse_time(text: str) -> int:
@@ -296,6 +378,30 @@ def cmd_delete(admin: Admin, args: argparse.Namespace, out: Any) -> int:
     return 0
 
 
+def cmd_delete_offsets(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    tps: list[tuple[str, int]] = []
+    for item in args.topic:
+        topic, _, spec = item.partition(":")
+        parts = [int(p) for p in spec.split(",")] if spec else _partitions(admin, topic)
+        tps += [(topic, p) for p in parts]
+    try:
+        admin.delete_group_offsets(args.group, tps)
+    except KafkaError as exc:
+        reason = {
+            ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC: "the group is consuming the topic",
+            ErrorCode.GROUP_ID_NOT_FOUND: "the group does not exist",
+        }.get(exc.code)
+        if reason is None:
+            raise
+        out.write(f"Error: deletion of offsets of consumer group '{args.group}' failed: {reason}.\n")
+        return 1
+    _table([["TOPIC", "PARTITION", "STATUS"]] + [[t, str(p), "Successful"] for t, p in tps], out)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
-    commands = {"list": cmd_list, "describe": cmd_describe, "reset-offsets": cmd_reset, "delete": cmd_delete}
+    commands = {
+        "list": cmd_list, "describe": cmd_describe, "reset-offsets": cmd_reset, "delete": cmd_delete,
+        "delete-offsets": cmd_delete_offsets,
+    }  # fmt: skip
     return run_admin("groups", commands[args.groups_command], args)

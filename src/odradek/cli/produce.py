@@ -83,6 +83,9 @@ def add_parser(sub: Any) -> None:
         help="seconds to wait for the cluster and for delivery (default 30)",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="print a summary on stderr")
+    from odradek.cli.topics import add_connect_timeout
+
+    add_connect_timeout(p)
 
 
 def _pair(item: str, what: str) -> tuple[str, str]:
@@ -159,10 +162,24 @@ def _one_line(exc: BaseException) -> str:
 
 
 def run(args: argparse.Namespace, stdin: BinaryIO | None = None) -> int:
-    from odradek.client import ClientConfigError, Producer
+    from odradek.cli.topics import check_reachable
+    from odradek.client import Admin, ClientConfigError, Producer
     from odradek.errors import KafkaError
 
     t0 = time.monotonic()
+    try:
+        admin = Admin({"bootstrap.servers": args.bootstrap_server, "client.id": "odradek-produce"})
+        try:
+            unreachable = check_reachable(admin, args)
+        finally:
+            admin.close()
+    except (ClientConfigError, ValueError) as exc:
+        unreachable = _one_line(exc)
+    except KafkaError as exc:
+        unreachable = _one_line(exc)
+    if unreachable is not None:
+        print(f"odradek produce: {unreachable}", file=sys.stderr)
+        return 1
     try:
         producer = Producer(_config(args))
     except (ClientConfigError, ValueError) as exc:

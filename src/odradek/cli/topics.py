@@ -14,12 +14,28 @@ import sys
 import uuid
 from typing import Any
 
+from odradek.cli._common import (
+    CONNECT_TIMEOUT,
+    add_output_option,
+    connect_timeout,
+    unreachable_message,
+    write_json,
+)
 from odradek.client import Admin, AdminError, AlterConfigOp, ConfigResource, NewTopic
 from odradek.client.admin import ConfigSource, ListOffsetsResultInfo, TopicDescription
 from odradek.config import read_properties
 from odradek.errors import ErrorCode, KafkaError
 
-__all__ = ["add_connection_options", "add_parser", "kafka_uuid", "parse_pairs", "run", "run_admin"]
+__all__ = [
+    "add_connect_timeout",
+    "add_connection_options",
+    "add_parser",
+    "check_reachable",
+    "kafka_uuid",
+    "parse_pairs",
+    "run",
+    "run_admin",
+]
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -28,6 +44,7 @@ def add_connection_options(parser: argparse.ArgumentParser, *, top: bool) -> Non
     """``--bootstrap-server`` and ``--timeout``, accepted both before and after the command."""
     suppress = argparse.SUPPRESS
     parser.add_argument(
+        "-b",
         "--bootstrap-server",
         default=DEFAULT_BOOTSTRAP if top else suppress,
         help=f"host:port[,host:port] (default {DEFAULT_BOOTSTRAP})",
@@ -40,6 +57,17 @@ def add_connection_options(parser: argparse.ArgumentParser, *, top: bool) -> Non
         default=None if top else suppress,
         metavar="FILE",
         help="client configs (security.protocol, ssl.*, sasl.*...) in a properties file, as Kafka's tools take",
+    )
+    add_connect_timeout(parser, top=top)
+
+
+def add_connect_timeout(parser: argparse.ArgumentParser, *, top: bool = True) -> None:
+    parser.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=CONNECT_TIMEOUT if top else argparse.SUPPRESS,
+        metavar="SECONDS",
+        help=f"give up when no broker answers within this time (default {CONNECT_TIMEOUT:g}, at most --timeout)",
     )
 
 
@@ -71,9 +99,11 @@ def add_parser(sub: Any) -> None:
 
     ls = command("list", "list topics", named=False)
     ls.add_argument("--exclude-internal", action="store_true", help="leave out internal topics (__consumer_offsets)")
+    add_output_option(ls)
 
     d = command("describe", "partitions (leader, replicas, ISR, earliest and latest offsets) and configs", required=False)
     d.add_argument("--exclude-internal", action="store_true", help="leave out internal topics")
+    add_output_option(d)
 
     a = command("alter", "add partitions to a topic or change its configs")
     a.add_argument("--partitions", type=int, help="the new total number of partitions")
@@ -128,7 +158,21 @@ def cmd_create(admin: Admin, args: argparse.Namespace, out: Any) -> int:
 
 
 def cmd_list(admin: Admin, args: argparse.Namespace, out: Any) -> int:
-    for name in admin.list_topics(include_internal=not args.exclude_internal, timeout=args.timeout):
+    listed = admin.list_topics(include_internal=not args.exclude_internal, timeout=args.timeout)
+    if args.output == "json":
+        write_json(
+            [
+                {
+                    "name": t.name,
+                    "topic_id": None if t.topic_id is None else kafka_uuid(t.topic_id),
+                    "internal": t.internal,
+                }
+                for t in listed.values()
+            ],
+            out,
+        )
+        return 0
+    for name in listed:
         out.write(name + "\n")
     return 0
 
@@ -154,12 +198,17 @@ def cmd_describe(admin: Admin, args: argparse.Namespace, out: Any) -> int:
         if args.exclude_internal:
             topics = {n: t for n, t in topics.items() if not t.internal}
     if not topics:
+        if args.output == "json":
+            write_json([], out)
         return 0
     resources = {n: ConfigResource("topic", n) for n in topics}
     configs = admin.describe_configs(list(resources.values()), include_synonyms=False, timeout=args.timeout)
     tps = [(n, p.partition) for n, t in topics.items() for p in t.partitions]
     earliest = _offsets(admin, dict.fromkeys(tps, "earliest"), args.timeout)
     latest = _offsets(admin, dict.fromkeys(tps, "latest"), args.timeout)
+    if args.output == "json":
+        write_json([_topic_json(t, configs[resources[n]], earliest, latest) for n, t in topics.items()], out)
+        return 0
     for n, t in topics.items():
         overrides = [
             f"{e.name}={e.value}"
@@ -168,6 +217,41 @@ def cmd_describe(admin: Admin, args: argparse.Namespace, out: Any) -> int:
         ]
         _describe_topic(t, ",".join(overrides), earliest, latest, out)
     return 0
+
+
+def _topic_json(
+    t: TopicDescription,
+    configs: Any,
+    earliest: dict[tuple[str, int], ListOffsetsResultInfo],
+    latest: dict[tuple[str, int], ListOffsetsResultInfo],
+) -> dict[str, Any]:
+    def offset(found: dict[tuple[str, int], ListOffsetsResultInfo], p: int) -> int | None:
+        r = found.get((t.name, p))
+        return None if r is None else r.offset
+
+    return {
+        "name": t.name,
+        "topic_id": None if t.topic_id is None else kafka_uuid(t.topic_id),
+        "internal": t.internal,
+        "partition_count": len(t.partitions),
+        "replication_factor": t.replication_factor,
+        "configs": {
+            e.name: e.value for e in configs.values() if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG
+        },
+        "partitions": [
+            {
+                "partition": p.partition,
+                "leader": p.leader if p.leader >= 0 else None,
+                "leader_epoch": p.leader_epoch,
+                "replicas": list(p.replicas),
+                "isr": list(p.isr),
+                "offline_replicas": list(p.offline_replicas),
+                "earliest_offset": offset(earliest, p.partition),
+                "latest_offset": offset(latest, p.partition),
+            }
+            for p in t.partitions
+        ],
+    }
 
 
 def _describe_topic(
@@ -263,6 +347,20 @@ def command_config(args: argparse.Namespace) -> dict[str, str]:
         raise ValueError(f"--command-config {path}: {exc.strerror or exc}") from None
 
 
+def check_reachable(admin: Admin, args: argparse.Namespace) -> str | None:
+    """None when a broker answers within the connect timeout, else the one message to print."""
+    seconds = connect_timeout(args)
+    try:
+        admin.describe_cluster(timeout=seconds)
+    except KafkaError as exc:
+        if exc.code != ErrorCode.REQUEST_TIMED_OUT:
+            return None  # a broker answered (an old one without DescribeCluster, say): the command says the rest
+        return unreachable_message(args.bootstrap_server, seconds, exc.message or str(exc))
+    except (ConnectionError, TimeoutError, OSError) as exc:
+        return unreachable_message(args.bootstrap_server, seconds, str(exc) or type(exc).__name__)
+    return None
+
+
 def run_admin(tool: str, command: Any, args: argparse.Namespace) -> int:
     """Run ``command(admin, args, stdout)``; a failure is one line on stderr and exit code 1."""
     try:
@@ -279,6 +377,10 @@ def run_admin(tool: str, command: Any, args: argparse.Namespace) -> int:
         print(f"odradek {tool}: {exc}", file=sys.stderr)
         return 1
     try:
+        unreachable = check_reachable(admin, args)
+        if unreachable is not None:
+            print(f"odradek {tool}: {unreachable}", file=sys.stderr)
+            return 1
         code: int = command(admin, args, sys.stdout)
         return code
     except BrokenPipeError:

@@ -23,6 +23,7 @@ import getpass
 import sys
 from typing import Any
 
+from odradek.cli._common import add_output_option, write_json
 from odradek.cli.topics import add_connection_options, run_admin
 from odradek.client import Admin
 
@@ -55,6 +56,8 @@ def add_parser(sub: Any) -> None:
     rm.add_argument("--mechanism", action="append", choices=MECHANISMS, help="(repeatable; default: every mechanism)")
     for c in (add, lst, desc, rm):
         add_connection_options(c, top=False)
+    for c in (lst, desc):
+        add_output_option(c)
 
 
 def _password(args: argparse.Namespace) -> str:
@@ -75,7 +78,21 @@ def _check_iterations(n: int) -> None:
         raise ValueError(f"--iterations {n}: Kafka accepts 4096 to 16384")
 
 
-def _print_users(users: dict[str, dict[str, int]], out: Any) -> None:
+def _print_users(users: dict[str, dict[str, int]], out: Any, output: str = "table") -> None:
+    if output == "json":
+        write_json(
+            [
+                {
+                    "user": user,
+                    "credentials": [
+                        {"mechanism": m, "iterations": i} for m, i in sorted(users[user].items())
+                    ],
+                }
+                for user in sorted(users)
+            ],
+            out,
+        )
+        return
     for user in sorted(users):
         creds = ", ".join(f"{m} iterations={i}" for m, i in sorted(users[user].items()))
         out.write(f"{user}: {creds}\n")
@@ -90,9 +107,9 @@ def cmd_broker(admin: Admin, args: argparse.Namespace, out: Any) -> int:
         admin.alter_user_scram_credentials([(args.name, m, password, args.iterations) for m in mechs], timeout=args.timeout)
         out.write(f"Set {', '.join(mechs)} credentials of user {args.name}.\n")
     elif command == "list":
-        _print_users(admin.describe_user_scram_credentials(timeout=args.timeout), out)
+        _print_users(admin.describe_user_scram_credentials(timeout=args.timeout), out, args.output)
     elif command == "describe":
-        _print_users(admin.describe_user_scram_credentials(args.names, timeout=args.timeout), out)
+        _print_users(admin.describe_user_scram_credentials(args.names, timeout=args.timeout), out, args.output)
     else:
         mechs = args.mechanism or list(admin.describe_user_scram_credentials([args.name], timeout=args.timeout)[args.name])
         admin.alter_user_scram_credentials(delete=[(args.name, m) for m in mechs], timeout=args.timeout)
@@ -120,7 +137,7 @@ def _zookeeper(args: argparse.Namespace) -> int:
         wanted = users if command == "list" else {u: users[u] for u in args.names if u in users}
         missing = [] if command == "list" else [u for u in args.names if u not in users]
         _print_users({u: {m: ScramCredential.from_text(t).iterations for m, t in c.items()} for u, c in wanted.items()},
-                     sys.stdout)
+                     sys.stdout, args.output)
         if missing:
             print(f"odradek users: no SCRAM credentials for {', '.join(missing)}", file=sys.stderr)
             return 1
