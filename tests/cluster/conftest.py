@@ -210,7 +210,9 @@ class Cluster:
             raise RuntimeError(
                 "brokers did not start: " + "; ".join(f"broker {i}: {exc}" for i, exc in sorted(errors.items()))
             )
-        self.wait_for_metadata(timeout)
+        if self.listeners is None or any(x.startswith("PLAINTEXT://") for x in self.listeners.split(",")):
+            # (only on a PLAINTEXT listener can it ask without credentials)
+            self.wait_for_metadata(timeout)
         return self
 
     def stop(self, i: int, timeout: float = 30.0) -> int | None:
