@@ -1,0 +1,49 @@
+"""The compiled load generator of the benchmarks (``benchmarks/loadgen/odradek_loadgen.c``) builds,
+produces to a real Odradek broker and reads everything back: counts only, never timings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from benchmarks import _loadgen
+from odradek.testing import BrokerProcess
+
+RECORDS = 10_000
+
+
+@pytest.fixture(scope="module")
+def loadgen() -> str:
+    try:
+        return str(_loadgen.binary())
+    except _loadgen.LoadgenUnavailable as exc:  # scripts/test.sh installs gcc and librdkafka-dev
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.mark.slow
+def test_produce_then_consume_counts(loadgen: str, tmp_path: Path) -> None:
+    with BrokerProcess(tmp_path / "data") as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("loadgen", 4, 1)])["loadgen"].result(30)
+
+        produced = _loadgen.run_produce(
+            broker.bootstrap, "loadgen", RECORDS, record_size=100, acks="all", clients=2,
+            config={"linger.ms": 5}, timeout=120,
+        )
+        assert produced["mode"] == "produce"
+        assert produced["records"] == RECORDS
+        assert produced["sent"] == RECORDS
+        assert produced["bytes"] == RECORDS * 100
+        assert produced["errors"] == 0 and produced["undelivered"] == 0
+        assert produced["partitions"] == 4
+        assert produced["latency_ms"]["produce_to_ack"]["count"] == RECORDS
+        assert produced["exit_code"] == 0
+
+        consumed = _loadgen.run_consume(broker.bootstrap, "loadgen", RECORDS, clients=2, timeout=120)
+        assert consumed["mode"] == "consume"
+        assert consumed["records"] == RECORDS
+        assert consumed["bytes"] == RECORDS * 100
+        assert consumed["errors"] == 0
+        assert consumed["exit_code"] == 0
