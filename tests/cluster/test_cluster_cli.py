@@ -95,6 +95,13 @@ def test_cluster_up_status_down(tmp_path: Path) -> None:
         )  # fmt: skip
         assert up.returncode == 0, up.stdout + up.stderr
         assert f"bootstrap servers: {bootstrap}" in up.stdout
+        # `up` returns once every broker names the controller: a librdkafka admin client used at
+        # once finds it (it would otherwise wait a metadata refresh for it)
+        from confluent_kafka.admin import AdminClient
+
+        for port in (base, base + 1, base + 2):
+            md = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"}).list_topics(timeout=10)
+            assert md.controller_id in (1, 2, 3) and sorted(md.brokers) == [1, 2, 3], port
         state = json.loads((cluster_dir / "cluster.json").read_text())
         assert state["zookeeper"]["port"] == zk_port
         assert [(b["id"], b["port"]) for b in state["brokers"]] == [(1, base), (2, base + 1), (3, base + 2)]

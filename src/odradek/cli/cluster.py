@@ -395,6 +395,8 @@ def cluster_up(
         return 1
     state["bootstrap_servers"] = ",".join(f"{b['host']}:{b['port']}" for b in state["brokers"])
     _write_cluster_file(cluster_dir, state)
+    if not _wait_controller_known(state["brokers"], timeout):
+        _err(f"warning: after {timeout:g}s not every broker names the controller yet; clients may wait for it")
 
     print(f"ZooKeeper  {zk.connect}  pid {zk.pid}  ({zk.data_dir})")
     for b in state["brokers"]:
@@ -409,6 +411,32 @@ def cluster_up(
     print(f"status: odradek cluster status --dir {cluster_dir}")
     print(f"stop:   odradek cluster down --dir {cluster_dir}")
     return 0
+
+
+def _wait_controller_known(brokers: list[dict[str, Any]], timeout: float) -> bool:
+    """Until every broker's metadata names the controller and every broker.  A broker is ready
+    once registered but learns the controller from the controller's first UpdateMetadata; a
+    client asking in between hears "no controller" (as from Kafka), and librdkafka's admin
+    client then waits for a metadata refresh that can be tens of seconds away."""
+    from odradek.client import Admin
+    from odradek.errors import KafkaError
+
+    deadline = time.monotonic() + timeout
+    pending = list(brokers)
+    while pending:
+        b = pending[0]
+        try:
+            with Admin({"bootstrap.servers": f"{b['host']}:{b['port']}"}) as admin:
+                described = admin.describe_cluster(timeout=max(min(5.0, deadline - time.monotonic()), 0.5))
+            if described.controller_id >= 0 and len(described.brokers) >= len(brokers):
+                pending.pop(0)
+                continue
+        except (KafkaError, ConnectionError, TimeoutError, OSError):
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def _broker_entry(cluster_dir: Path, broker_id: int, port: int) -> dict[str, Any]:
