@@ -40,27 +40,39 @@ def _ends(bootstrap: str, topic: str, isolation: str) -> dict[int, int]:
 
 
 def _values(bootstrap: str, topic: str, isolation: str) -> Counter[bytes]:
-    """Every value of ``topic`` up to its end for ``isolation`` (confluent-kafka)."""
-    from confluent_kafka import Consumer, TopicPartition
+    """Every value of ``topic`` (confluent-kafka at ``isolation``), once no transaction is open
+    on it: read until each partition reports its end (librdkafka's position stops before a
+    trailing marker, so it cannot say where the end is)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    ends = _ends(bootstrap, topic, isolation)
+    ends = wait_for(
+        lambda: (lambda c, u: u if c == u else None)(
+            _ends(bootstrap, topic, "read_committed"), _ends(bootstrap, topic, "read_uncommitted")
+        ),
+        60,
+        f"no open transaction on {topic}",
+    )
     c = Consumer({
         "bootstrap.servers": bootstrap,
         "group.id": f"check-{uuid.uuid4().hex[:6]}",
         "enable.auto.commit": False,
+        "enable.partition.eof": True,
         "isolation.level": isolation,
     })
     c.assign([TopicPartition(topic, p, 0) for p in ends])
     seen: Counter[bytes] = Counter()
+    at_end: set[int] = set()
     deadline = time.monotonic() + 60
-    wanted = [TopicPartition(topic, p) for p in ends]
     try:
-        while time.monotonic() < deadline:
-            if all(tp.offset >= ends[tp.partition] for tp in c.position(wanted)):
-                break
+        while at_end != set(ends):
+            assert time.monotonic() < deadline, f"{topic}: no end of partitions {set(ends) - at_end} within 60 s"
             for msg in c.consume(1000, 0.2):
-                if msg.error() is None:
-                    seen[msg.value()] += 1
+                if msg.error() is not None:
+                    assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                    at_end.add(msg.partition())
+                    continue
+                at_end.discard(msg.partition())
+                seen[msg.value()] += 1
     finally:
         c.close()
     return seen
