@@ -27,7 +27,9 @@ echo "== import contracts"
 echo "== pytest"
 export HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-ci}
 set +e
-.venv/bin/pytest -p no:cacheprovider --durations=40 "$@"
+# Two workers (pytest-xdist): most tests wait on brokers, JVMs and clusters rather than on a core.
+# tests/conftest.py groups them by file (Spark as one group). ODRADEK_TEST_WORKERS=0 runs them serially.
+.venv/bin/pytest -p no:cacheprovider -n "${ODRADEK_TEST_WORKERS:-2}" --dist loadgroup --durations=40 "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then
