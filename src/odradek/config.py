@@ -189,6 +189,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("num.io.threads", "int", 8, False),
     ("num.recovery.threads.per.data.dir", "int", 2, False),
     ("fetch.max.bytes", "int", 57671680),
+    # Odradek's own (Kafka has none): about how many records one answer to a consumer's Fetch
+    # holds at most (0: no cap; followers are never capped).  librdkafka stops fetching for
+    # fetch.queue.backoff.ms (1 s) whenever its queue holds queued.min.messages (100,000): an
+    # answer below that keeps its fetches flowing; the first batch is returned whole anyway
+    ("fetch.response.max.records", "int", 50000),
     ("log.segment.bytes", "int", 1073741824, False),
     ("log.roll.ms", "long", None, False),
     ("log.roll.hours", "int", 168),

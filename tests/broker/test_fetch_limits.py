@@ -1,5 +1,6 @@
 """The broker's ``fetch.max.bytes`` caps what one consumer fetch returns, whatever the request
-asks (Kafka: min(request max_bytes, fetch.max.bytes)); a follower's fetch is not capped by it."""
+asks (Kafka: min(request max_bytes, fetch.max.bytes)), and ``fetch.response.max.records`` caps
+about how many records it holds; a follower's fetch is capped by neither."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from odradek.protocol.messages.fetch import FetchRequest
+from odradek.records import read_batches
 from odradek.testing import BrokerProcess, WireClient
 
 
@@ -39,3 +41,83 @@ def test_fetch_max_bytes_caps_a_consumer_fetch(tmp_path: Path) -> None:
         sizes = [len(bytes(part.records or b"")) for t in resp.responses for part in t.partitions]
         # every partition holds ~200 kB: uncapped, the 100 MB request would get them all (~600 kB)
         assert sum(sizes) <= cap and sizes[0] > 0, sizes
+
+
+# -- fetch.response.max.records: about how many records one answer to a consumer holds ---------------
+
+
+def _records_in(resp: object) -> list[int]:
+    """Records per partition of a Fetch response (``resp.responses``), decoded."""
+    counts = []
+    for t in resp.responses:  # type: ignore[attr-defined]
+        for part in t.partitions:
+            counts.append(sum(len(b.records) for b in read_batches(bytes(part.records or b""), verify_crc=False)))
+    return counts
+
+
+def _produce(bootstrap: str, partitions: int, records: int, batch_size: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("big", partitions, 1)])["big"].result(30)
+    p = ck.Producer({"bootstrap.servers": bootstrap, "batch.size": batch_size, "linger.ms": 50})
+    for i in range(records):
+        p.produce("big", b"v" * 100, partition=i % partitions)
+    assert p.flush(30) == 0
+
+
+def test_a_consumer_fetch_holds_about_fetch_response_max_records(tmp_path: Path) -> None:
+    """40,000 records over 4 partitions, asked for with 100 MB: the answer stops near the cap
+    (librdkafka backs off 1 s whenever its queue reaches 100,000 records)."""
+    cap = 6000
+    with BrokerProcess(tmp_path / "data", overrides={"fetch.response.max.records": cap}) as b:
+        _produce(b.bootstrap, 4, 40_000, 50_000)
+        w = WireClient(b.host, b.port, "fetch-records")
+        try:
+            counts = _records_in(w.request(_fetch(4, 50 * 1024 * 1024), 11))
+            offsets = [0] * 4
+            seen = 0
+            for _ in range(40):  # and every record still arrives, cap by cap
+                req = _fetch(4, 50 * 1024 * 1024)
+                for fp in req.topics[0].partitions:
+                    fp.fetch_offset = offsets[fp.partition]
+                got = _records_in(w.request(req, 11))
+                assert sum(got) <= cap, got
+                offsets = [o + n for o, n in zip(offsets, got, strict=True)]
+                seen += sum(got)
+                if seen == 40_000:
+                    break
+        finally:
+            w.close()
+    # uncapped, the first answer would hold all 40,000
+    assert 0 < sum(counts) <= cap and counts[0] > 0, counts
+    assert seen == 40_000 and offsets == [10_000] * 4, (seen, offsets)
+
+
+def test_a_batch_larger_than_the_record_cap_comes_whole(tmp_path: Path) -> None:
+    """A cap below one batch's record count never stops a consumer: the first batch goes whole."""
+    with BrokerProcess(tmp_path / "data", overrides={"fetch.response.max.records": 10}) as b:
+        _produce(b.bootstrap, 1, 3000, 1_000_000)
+        w = WireClient(b.host, b.port, "fetch-records")
+        try:
+            offset = 0
+            answers = 0
+            while offset < 3000 and answers < 100:
+                req = _fetch(1, 50 * 1024 * 1024)
+                req.topics[0].partitions[0].fetch_offset = offset
+                (got,) = _records_in(w.request(req, 11))
+                assert got > 10, got  # whole batches of hundreds of records, not cut at the cap
+                offset += got
+                answers += 1
+        finally:
+            w.close()
+    assert offset == 3000
+
+
+def test_no_record_cap_when_it_is_zero(tmp_path: Path) -> None:
+    with BrokerProcess(tmp_path / "data", overrides={"fetch.response.max.records": 0}) as b:
+        _produce(b.bootstrap, 2, 20_000, 50_000)
+        w = WireClient(b.host, b.port, "fetch-records")
+        try:
+            counts = _records_in(w.request(_fetch(2, 50 * 1024 * 1024), 11))
+        finally:
+            w.close()
+    assert counts == [10_000, 10_000]

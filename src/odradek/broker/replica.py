@@ -334,11 +334,15 @@ class ReplicaManager:
         isolation_committed: bool,
         replica_id: int,
         min_one: bool,
+        max_offset: int | None = None,
     ) -> ReadResult:
+        """``max_offset``: read below it too (a cap on the records of a consumer's fetch)."""
         if replica_id >= 0:
-            limit = None
+            limit = max_offset
         else:  # consumers read below the high watermark, read_committed ones below the LSO
             limit = p.log.last_stable_offset if isolation_committed else p.log.high_watermark
+            if max_offset is not None and max_offset < limit:
+                limit = max_offset
         failures = self.log_dirs
         if failures.any_failed:
             failures.check_read(p.log_dir)

@@ -77,6 +77,7 @@ class _Fetch(DelayedOperation):
         "committed",
         "magic",
         "max_bytes",
+        "max_records",
         "replica_id",
         "request",
         "served",
@@ -95,8 +96,13 @@ class _Fetch(DelayedOperation):
         replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
         self.replica_id = replica_id
         self.max_bytes = request.max_bytes if version >= 3 else INT32_MAX
+        # records in one answer to a consumer (None: no cap); followers are not capped
+        self.max_records: int | None = None
         if replica_id < 0:  # a consumer's fetch: the broker's fetch.max.bytes caps it, as in Kafka
             self.max_bytes = min(self.max_bytes, svc.config.get("fetch.max.bytes"))
+            cap = svc.config.get("fetch.response.max.records")
+            if cap > 0:
+                self.max_records = cap
         self.magic = magic_for_fetch_version(version)
         self.committed = version >= 4 and request.isolation_level == 1
         image = svc.image
@@ -168,6 +174,7 @@ class _Fetch(DelayedOperation):
         read = self.svc.replicas.read
         version, magic, max_bytes, replica_id = self.version, self.magic, self.max_bytes, self.replica_id
         total = 0
+        records_left = self.max_records
         throttled = self.throttled
         hold: set[int] = set()
         if throttled:
@@ -187,8 +194,9 @@ class _Fetch(DelayedOperation):
             limit = min(slot.max_bytes, budget)
             min_one = version >= 3 and total == 0
             data: bytes | FileRegion
+            cap = None if records_left is None else slot.fetch_offset + max(records_left, 1)
             try:
-                if limit <= 0 and not min_one:
+                if (limit <= 0 or (records_left is not None and records_left <= 0)) and not min_one:
                     data = b""
                 else:
                     result = read(
@@ -198,8 +206,18 @@ class _Fetch(DelayedOperation):
                         isolation_committed=self.committed,
                         replica_id=replica_id,
                         min_one=min_one,
+                        max_offset=cap,
                     )
                     region = result.region
+                    if region is None and cap is not None and min_one and cap < p.log.high_watermark:
+                        # the first batch holds more records than the cap: it goes whole (KIP-74)
+                        result = read(
+                            p, slot.fetch_offset, max(limit, 0),
+                            isolation_committed=self.committed, replica_id=replica_id, min_one=True,
+                        )
+                        region = result.region
+                    if records_left is not None and region is not None:
+                        records_left -= _records_in(region)
                     data = region if region is not None else b""
                     if magic < 2 and region is not None:
                         data = down_convert(result.to_bytes(), magic)
@@ -286,6 +304,16 @@ class _Fetch(DelayedOperation):
 
     def stopping(self) -> bool:
         return self.svc.stopping
+
+
+def _records_in(region: FileRegion) -> int:
+    """About how many records a region holds: its share of its segment's offsets (exact for
+    a segment without gaps and with records of one size; never below 1)."""
+    seg = region.segment
+    size = seg.size
+    if size <= 0:
+        return 1
+    return max(1, region.length * (seg.next_offset - seg.base_offset) // size)
 
 
 #: the last metadata image seen and its topics by id (images are immutable: replaced, not changed)
