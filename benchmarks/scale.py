@@ -43,6 +43,12 @@ Sections (``--only`` takes any of them, comma-separated):
   records sent in the first second (warm-up) not counted. Also at 10 % and 25 % of that rate:
   on this 2-core machine the consumer and the broker's fetch work compete with the producer, so
   50 % of the produce-only maximum is close to saturation.
+* ``startup`` - Odradek only: a broker with one 10,000-partition topic (a record in every
+  partition) stopped with SIGTERM and started again, and one with 1,000 partitions (100 records
+  each, never flushed) SIGKILLed and started again (log recovery); the broker's own "started in"
+  time and Popen-to-ready, then every record read back.
+* ``soak`` - Odradek only: a paced producer and a consumer on 16 partitions for 10 minutes
+  (1 with ``--quick``); the broker's RSS every 2 s, growth after the warm-up (the first quarter).
 
 Throughput windows: produce = first produce() call to the last delivery report; consume =
 first record received to the last. The machine is a shared 2-core VM: broker, client and
@@ -59,6 +65,7 @@ import mmap
 import multiprocessing
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -66,6 +73,7 @@ import statistics
 import struct
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -89,7 +97,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
 MB = 1_000_000
 TOPIC = "scale"
-SECTIONS = ("machine", "produce", "consume", "clients", "size", "compression", "replication", "latency")
+SECTIONS = ("machine", "produce", "consume", "clients", "size", "compression", "replication", "latency", "startup", "soak")
 FULL = {
     "records": 2_000_000,
     "repeats": 3,
@@ -104,6 +112,11 @@ FULL = {
     "latency_repeats": 3,
     "latency_fractions": [0.1, 0.25, 0.5],
     "machine_mib": 1024,
+    "startup_partitions_clean": 10_000,
+    "startup_partitions_crash": 1_000,
+    "startup_restarts": 3,
+    "soak_seconds": 600.0,
+    "soak_rate": 20_000,
 }
 QUICK = {
     "records": 1_000_000,
@@ -119,6 +132,11 @@ QUICK = {
     "latency_repeats": 1,
     "latency_fractions": [0.1, 0.25, 0.5],
     "machine_mib": 1024,
+    "startup_partitions_clean": 10_000,
+    "startup_partitions_crash": 1_000,
+    "startup_restarts": 1,
+    "soak_seconds": 60.0,
+    "soak_rate": 20_000,
 }
 TARGETS = {
     "produce_ratio_min": 1.3,  # odradek / tansu records/s, every partition count
@@ -126,6 +144,9 @@ TARGETS = {
     "cpu_ratio_max": 0.3,  # odradek / tansu broker CPU per million records
     "rf3_acks_all_over_rf1_acks_1_min": 0.9,
     "latency_p99_ms_max": 5.0,
+    "startup_10000_partitions_clean_s_max": 3.0,
+    "startup_1000_partitions_crash_s_max": 10.0,
+    "soak_rss_growth_max": 0.10,
 }
 PRODUCER = {"linger.ms": 5, "batch.size": 1048576}
 LARGE_FETCH = {"max.partition.fetch.bytes": 10485760, "fetch.max.bytes": 52428800}
@@ -467,6 +488,116 @@ def replication_section(root: Path, cfg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: the broker budgets 5 descriptors a partition from ulimit -n (20,000 here, and this container may
+#: not raise it): 3,000 partitions.  A partition with one segment holds one descriptor, so the
+#: start-up brokers are allowed 10,100 partitions by name (max.broker.partitions)
+STARTUP_OVERRIDES = {"max.broker.partitions": 10_100}
+
+
+def _started_in(line: str) -> float:
+    m = re.search(r"started in ([0-9.]+)s", line)
+    return float(m.group(1)) if m else float("nan")
+
+
+def _restarts(data_dir: Path, b: BrokerProcess, restarts: int, crash: bool) -> tuple[BrokerProcess, dict[str, Any]]:
+    """Stop ``b`` (SIGTERM, or SIGKILL with ``crash``) and start a broker on its data dir, ``restarts``
+    times; the broker's own start-up time ('started in' of its ready line) and Popen-to-ready."""
+    own: list[float] = []
+    proc: list[float] = []
+    for _ in range(restarts):
+        if crash:
+            b.kill()
+        else:
+            b.stop(120)
+        b = BrokerProcess(data_dir, overrides=STARTUP_OVERRIDES)
+        STARTED.append(b)
+        b.start(timeout=300)
+        own.append(_started_in(b.ready_line))
+        proc.append(b.ready_seconds)
+    return b, {"broker_reported_s": {"median": median(own), "samples": own},
+               "process_start_to_ready_s": {"median": rnd(median(proc)), "samples": [rnd(x) for x in proc]}}
+
+
+def startup_section(root: Path, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Odradek only: start-up with 10,000 partitions after a clean shutdown, and with 1,000 after a
+    crash (SIGKILL while every partition has records the broker never flushed), each partition
+    holding records; the records are checked to be there after the last start."""
+    out: dict[str, Any] = {}
+    for name, partitions, per_partition, crash in (
+        ("clean_10000_partitions", cfg["startup_partitions_clean"], 1, False),
+        ("crash_1000_partitions", cfg["startup_partitions_crash"], 100, True),
+    ):
+        d = root / f"startup-{name}"
+        b = BrokerProcess(d, overrides=STARTUP_OVERRIDES)
+        STARTED.append(b)
+        b.start(timeout=120)
+        try:
+            create_topic(b.bootstrap, "startup", partitions, timeout=300)
+            n = partitions * per_partition
+            _loadgen.run_produce(b.bootstrap, "startup", n, acks=1, config=PRODUCER)
+            if crash:  # the broker must not have flushed them: a crash leaves logs to recover
+                time.sleep(0.5)
+            b, times = _restarts(d, b, cfg["startup_restarts"], crash)
+            consumed = _loadgen.run_consume(b.bootstrap, "startup", n, timeout=300)
+            target = TARGETS["startup_1000_partitions_crash_s_max" if crash else "startup_10000_partitions_clean_s_max"]
+            out[name] = {
+                "partitions": partitions, "records": n, "shutdown": "SIGKILL" if crash else "SIGTERM",
+                "overrides": STARTUP_OVERRIDES,
+                **times, "records_read_back": consumed.get("records"),
+                "target_s": target, "met": times["broker_reported_s"]["median"] <= target
+                and times["process_start_to_ready_s"]["median"] <= target,
+            }
+        finally:
+            b.stop(120)
+            shutil.rmtree(d, ignore_errors=True)
+    return out
+
+
+def soak_section(brokers: Brokers, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Odradek only: a paced producer and a consumer (the load generator's e2e mode) on 16
+    partitions for ``soak_seconds``; the broker's RSS every 2 s.  Growth is the last tenth's
+    median over the RSS when the warm-up (the first quarter) ended."""
+    seconds, rate = cfg["soak_seconds"], cfg["soak_rate"]
+    b = brokers.start("odradek")
+    samples: list[tuple[float, int]] = []
+    try:
+        create_topic(b.bootstrap, "soak", 16)
+        result: dict[str, Any] = {}
+
+        def load() -> None:
+            try:
+                result.update(_loadgen.run_e2e(b.bootstrap, "soak", rate, seconds, timeout=seconds + 120,
+                                               producer_config=LATENCY_PRODUCER, consumer_config=LATENCY_CONSUMER))
+            except Exception as exc:
+                result["error"] = f"{type(exc).__name__}: {exc}"
+
+        worker = threading.Thread(target=load, daemon=True)
+        t0 = time.monotonic()
+        worker.start()
+        while worker.is_alive() and time.monotonic() - t0 < seconds + 180:
+            samples.append((rnd(time.monotonic() - t0, 1), b.rss_kb()))
+            worker.join(2.0)
+        cpu = cpu_seconds(b.pid)
+    finally:
+        brokers.stop(b)
+    warm = [kb for t, kb in samples if t >= seconds / 4]
+    if not warm:
+        return {"error": "no RSS samples after the warm-up", "load": result}
+    at_warm = warm[0]
+    tail = [kb for t, kb in samples if t >= seconds * 0.9] or warm[-1:]
+    growth = median(tail) / at_warm - 1
+    latency = result.get("latency_ms", {})
+    return {
+        "seconds": seconds, "rate": rate, "partitions": 16,
+        "sent": result.get("sent"), "received": result.get("received"), "load_error": result.get("error", ""),
+        "e2e_latency_ms": latency.get("end_to_end"),
+        "rss_kb_after_warmup": at_warm, "rss_kb_end": median(tail), "rss_kb_max": max(kb for _t, kb in samples),
+        "rss_growth": rnd(growth), "target": TARGETS["soak_rss_growth_max"],
+        "met": growth <= TARGETS["soak_rss_growth_max"] and not result.get("error"),
+        "broker_cpu_s": rnd(cpu), "rss_kb_samples": samples[:: max(1, len(samples) // 60)],
+    }
+
+
 def latency_section(brokers: Brokers, cfg: dict[str, Any]) -> dict[str, Any]:
     producer = {**PRODUCER, **LATENCY_PRODUCER}
     # the maximum rate of this producer configuration, each broker, 1 partition
@@ -644,6 +775,10 @@ def main() -> None:
             result["replication"] = timed("replication", lambda: replication_section(root, cfg))
         if "latency" in only:
             result["latency"] = timed("latency", lambda: latency_section(brokers, cfg))
+        if "startup" in only:
+            result["startup"] = timed("startup", lambda: startup_section(root, cfg))
+        if "soak" in only:
+            result["soak"] = timed("soak", lambda: soak_section(brokers, cfg))
     finally:
         for b in STARTED:
             with contextlib.suppress(Exception):
@@ -693,6 +828,13 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         ratio = result["replication"]["ratio_rf3_over_rf1"]
         out["replication_ratio"] = ratio
         out["replication_met"] = ratio >= TARGETS["rf3_acks_all_over_rf1_acks_1_min"]
+    startup = result.get("startup", {})
+    if "clean_10000_partitions" in startup:
+        out["startup_s"] = {k: v["broker_reported_s"]["median"] for k, v in startup.items()}
+        out["startup_met"] = all(v["met"] for v in startup.values())
+    if "rss_growth" in result.get("soak", {}):
+        out["soak_rss_growth"] = result["soak"]["rss_growth"]
+        out["soak_met"] = result["soak"]["met"]
     if "load_50pct" in result.get("latency", {}):
         point = result["latency"]["load_50pct"]
         p99 = point["odradek"]["p99_ms"]
