@@ -160,8 +160,10 @@ class Broker:
         workers = max(1, int(self.config.get("num.recovery.threads.per.data.dir")) * len(dirs))
         self._executor = executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="odradek-io")
         self.logs = await self._load_logs(dirs, executor)
+        logs = self.logs
         backend: MetadataBackend = zk or EmbeddedBackend(
-            dirs[0], self.cluster_id, on_disk=self._logs_on_disk, internal_topics=_single_node_internal(self.config)
+            dirs[0], self.cluster_id, on_disk=self._logs_on_disk, internal_topics=_single_node_internal(self.config),
+            clean_shutdown=lambda: all(logs.clean_shutdown.values()),
         )
         self.backend = backend
         self.replicas = ReplicaManager(self.broker_id, self.logs, lambda topic: self.topics.log_config(topic))

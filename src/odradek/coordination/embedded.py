@@ -94,13 +94,16 @@ class EmbeddedBackend(MetadataBackend):
         *,
         on_disk: Callable[[], OnDisk] | None = None,
         internal_topics: Mapping[str, Mapping[str, str]] | None = None,
+        clean_shutdown: Callable[[], bool] | None = None,
     ) -> None:
+        """``clean_shutdown``: whether every log was closed cleanly last time (None: unknown)."""
         super().__init__()
         self.path = directory / FILE_NAME
         self.cluster_id = cluster_id
         self._image = MetadataImage.empty(cluster_id)
         self._broker_id = -1
         self._on_disk = on_disk
+        self._clean_shutdown = clean_shutdown
         self._internal_topics = dict(internal_topics or {})
         #: one change at a time: computed from the current image, written, then published
         self._changing = asyncio.Lock()
@@ -223,11 +226,17 @@ class EmbeddedBackend(MetadataBackend):
         ]
         if done:
             image = image.without_deleted(done)
-        # a single node leads everything; a restart is a new leader epoch for each partition
+        # A single node leads everything. A restart after a crash is a new leader epoch for each
+        # partition: recovery may have cut records clients saw, and the new epoch has them check
+        # their positions (KIP-320).  After a clean shutdown nothing was cut and the epochs stay,
+        # so a start does not write (and fsync) a leader-epoch checkpoint per partition.
+        bump = stored is None or self._clean_shutdown is None or not self._clean_shutdown()
         topics = {}
         for name, t in image.topics.items():
             parts = {
-                p: replace(s, leader=broker.broker_id, isr=(broker.broker_id,), leader_epoch=s.leader_epoch + 1)
+                p: replace(
+                    s, leader=broker.broker_id, isr=(broker.broker_id,), leader_epoch=s.leader_epoch + int(bump)
+                )
                 for p, s in t.partitions.items()
             }
             topics[name] = replace(t, partitions=parts)
