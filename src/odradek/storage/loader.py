@@ -59,15 +59,18 @@ class LogLoader:
 
     def load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> LoadedLog:
         now = self.clock.now_ms()
-        self._clean_leftovers()
+        names = self._clean_leftovers()
+        present = set(names)
         dir_dirty = False
         segments: list[LogSegment] = []
-        for path in sorted(self.directory.iterdir()):
-            m = SEGMENT_RE.match(path.name)
+        for name in names:
+            m = SEGMENT_RE.match(name)
             if m is None:
                 continue
-            base = int(m.group("base"))
-            missing = [s for s in (".index", ".timeindex") if not path.with_suffix(s).exists()]
+            path = self.directory / name
+            stem = m.group("base")
+            base = int(stem)
+            missing = [s for s in (".index", ".timeindex") if stem + s not in present]
             seg = LogSegment(self.directory, base, self.config, self.files, now_ms=now, active=False)
             seg.created_ms = int(path.stat().st_mtime * 1000)
             problem = f"missing {' and '.join(missing)}" if missing else seg.index_problem()
@@ -112,14 +115,22 @@ class LogLoader:
         log_start_offset = min(max(log_start_offset, segments[0].base_offset), log_end_offset)
         return LoadedLog(segments, recovery_point, log_start_offset, log_end_offset, self.recovered_bytes, dir_dirty)
 
-    def _clean_leftovers(self) -> None:
-        """Finish or undo what a crash interrupted: deletions, cleaning, swaps.
+    def _clean_leftovers(self) -> list[str]:
+        """Finish or undo what a crash interrupted: deletions, cleaning, swaps; returns the
+        directory's file names afterwards, sorted.
 
         ``.deleted``, ``.cleaned`` and ``.tmp`` files are removed.  A ``<base>.log.swap`` is a
         committed compaction: the segments it replaces (bases in ``[base, its last offset]``)
         are removed, the swap takes the final name and its indexes are rebuilt on load.
         Index ``.swap`` files without a ``.log.swap`` belong to an uncommitted pass.
         """
+        names = sorted(os.listdir(self.directory))
+        with_log = {n[:20] for n in names if SEGMENT_RE.match(n)}
+        if not any(
+            n.endswith((".deleted", ".cleaned", ".tmp", ".swap")) or (_INDEX_RE.match(n) and n[:20] not in with_log)
+            for n in names
+        ):
+            return names  # the usual case: one listing of the directory for the whole load
         for path in sorted(self.directory.iterdir()):
             if path.name.endswith((".deleted", ".cleaned", ".tmp")):
                 path.unlink(missing_ok=True)
@@ -148,6 +159,7 @@ class LogLoader:
         for path in self.directory.iterdir():
             if _INDEX_RE.match(path.name) and path.name[:20] not in logs:
                 path.unlink()
+        return sorted(os.listdir(self.directory))
 
     def _remove_replaced_by_swap(self, swap_log: Path, swap_base: int) -> None:
         last = swap_base
