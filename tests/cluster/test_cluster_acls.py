@@ -98,6 +98,10 @@ def test_acls_reach_every_broker_and_survive_restarts(cluster_factory: Callable[
     }
     cluster.start_all()
     cluster.wait_for(lambda: sorted(cluster.registered_brokers()) == [1, 2, 3], TIMEOUT, "three brokers")
+    # start_all waits for every broker to name the controller only over PLAINTEXT; this cluster has
+    # SASL listeners only.  A Metadata answered before the controller's first UpdateMetadata says
+    # "no controller", and librdkafka's AdminClient then let CreateTopics time out (seen in CI).
+    cluster.wait_for(lambda: _metadata_ready(cluster), TIMEOUT, "every broker naming the controller and 3 brokers")
 
     topic = f"acl-{uuid.uuid4().hex[:6]}"
     admin = AdminClient(_client(cluster, "admin"))
@@ -178,3 +182,12 @@ def _handled_by(cluster: Cluster, line: str) -> int:
     found = cluster.wait_for(find, TIMEOUT, f"a broker logging {line!r}")
     assert found is not None
     return found
+
+
+def _metadata_ready(cluster: Cluster) -> bool:
+    """Every broker's Metadata, asked as the super user over SASL, names a controller and all three."""
+    for i in cluster.ids:
+        md = AdminClient(_client(cluster, "admin", [i])).list_topics(timeout=5)
+        if md.controller_id < 0 or len(md.brokers) != len(cluster.ids):
+            return False
+    return True
