@@ -11,7 +11,14 @@ from odradek.protocol.messages.describe_groups import DescribeGroupsRequest
 from odradek.protocol.messages.list_groups import ListGroupsRequest
 from odradek.testing import BrokerProcess, WireClient
 from tests.groups.group_helpers import create_topic, wait_until
-from tests.groups.wire_group import WireMember, all_stable, commit, fetch_offsets, find_coordinator
+from tests.groups.wire_group import (
+    WireMember,
+    all_stable,
+    commit,
+    coordinator_loaded,
+    fetch_offsets,
+    find_coordinator,
+)
 
 MEMBERS = 10
 PARTITIONS = 20
@@ -85,6 +92,8 @@ def test_sequential_commits_are_all_visible(broker: BrokerProcess, name: str) ->
     create_topic(broker.bootstrap, topic, 2)
     w = WireClient(broker.host, broker.port)
     find_coordinator(w, group)
+    # the first FindCoordinator creates __consumer_offsets; loading it may take a moment
+    wait_until(lambda: coordinator_loaded(w, group), what="the coordinator to load its offsets partition")
     for i in range(300):
         assert commit(w, group, -1, "", topic, {0: i, 1: 2 * i}) == {0: ErrorCode.NONE, 1: ErrorCode.NONE}
         if i % 50 == 0:

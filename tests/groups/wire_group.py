@@ -33,6 +33,16 @@ def find_coordinator(w: WireClient, group: str, version: int = 4) -> Any:
     return w.request(FindCoordinatorRequest(key=group), version)
 
 
+def coordinator_loaded(w: WireClient, group: str) -> bool:
+    """True once the group's coordinator has loaded its __consumer_offsets partition: an
+    OffsetFetch no longer answers the retriable COORDINATOR_LOAD_IN_PROGRESS."""
+    resp = w.request(OffsetFetchRequest(group_id=group, topics=None), FETCH_V)
+    if resp.error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+        return False
+    assert resp.error_code == 0, resp.error_code
+    return True
+
+
 def commit(w: WireClient, group: str, generation: int, member_id: str, topic: str,
            offsets: dict[int, int], version: int = COMMIT_V) -> dict[int, ErrorCode]:
     R = OffsetCommitRequest
