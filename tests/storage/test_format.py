@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import re
+import struct
 import uuid
 from pathlib import Path
 
@@ -147,6 +148,35 @@ def test_active_indexes_are_preallocated_then_trimmed_on_roll_and_close(tmp_path
     assert all(pos > 0 for _rel, pos in idx)
     tidx = parse_timeindex(pdir / f"{active:020d}.timeindex")
     assert (pdir / f"{active:020d}.timeindex").stat().st_size == 12 * len(tidx)
+
+
+def test_active_indexes_found_at_start_are_preallocated_at_their_first_write(tmp_path: Path) -> None:
+    """A start leaves an idle partition's index files alone (no growing and trimming them at
+    every start and stop); the first write-out after an append preallocates them."""
+    _m, pdir, _infos = _filled_log(tmp_path, **{"segment.index.bytes": 4000})
+    active = base_offsets(pdir)[-1]
+    index, tindex = pdir / f"{active:020d}.index", pdir / f"{active:020d}.timeindex"
+    before = (index.read_bytes(), tindex.read_bytes())
+    assert before[0] and before[1]  # the active segment has entries of both kinds
+
+    config = {"segment.bytes": 8000, "index.interval.bytes": INTERVAL, "segment.index.bytes": 4000}
+    idle = LogManager([tmp_path], config, clock=FakeClock(TS0))
+    assert (index.read_bytes(), tindex.read_bytes()) == before  # loaded, not preallocated
+    idle.shutdown()
+    assert (index.read_bytes(), tindex.read_bytes()) == before
+
+    busy = LogManager([tmp_path], config, clock=FakeClock(TS0 + 200_000))
+    log = busy.get("fmt", 3)
+    assert log is not None and log.active.base_offset == active
+    for i in range(3):
+        log.append(v2_batch(2, ts=TS0 + 200_000 + i, value=b"y" * 300, tag=f"more{i}"))
+    log.flush()
+    assert (index.stat().st_size, tindex.stat().st_size) == (4000, 3996)
+    busy.shutdown()
+    after = parse_index(index)
+    assert index.stat().st_size == 8 * len(after) and tindex.stat().st_size % 12 == 0
+    old = [struct.unpack_from(">ii", before[0], i) for i in range(0, len(before[0]), 8)]
+    assert after[: len(old)] == old and len(after) > len(old)
 
 
 def test_offset_checkpoints_use_kafkas_text_format(tmp_path: Path) -> None:

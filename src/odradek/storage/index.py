@@ -8,7 +8,9 @@ timestamps strictly increasing (an entry is added only when it would raise the m
 
 While a segment is active its index files are preallocated to ``segment.index.bytes`` (rounded
 down to whole entries; sparse on disk) and their entries are kept in memory, written out by
-flushes; when the segment rolls or closes they are trimmed to their entries.  Lookups
+flushes; when the segment rolls or closes they are trimmed to their entries.  An active segment
+found at start-up is preallocated at its first write-out, not at load: a broker with thousands
+of idle partitions neither grows nor trims their files at every start and stop.  Lookups
 binary-search the entries.  No index holds a descriptor of its own (see :class:`_Index`).
 
 Not thread-safe: the owning log serialises writers; readers of an immutable (rolled) segment's
@@ -65,7 +67,7 @@ class _Index:
 
     ENTRY: struct.Struct
 
-    def __init__(self, path: Path, base_offset: int, max_bytes: int, writable: bool) -> None:
+    def __init__(self, path: Path, base_offset: int, max_bytes: int, writable: bool, exists: bool = False) -> None:
         self.path = path
         self.base_offset = base_offset
         self.entry_size = self.ENTRY.size
@@ -77,8 +79,10 @@ class _Index:
         self._disk_entries = 0  # entries the file may hold (stale ones after a truncation)
         self._dirty = False
         self.writable = False
+        self._preallocated = False  # the file is segment.index.bytes long (writable)
+        self._file_size = 0  # the file's size when last loaded or written out
         self._closed = False
-        if not path.exists():
+        if not exists and not path.exists():  # exists: the caller listed the directory
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             os.close(fd)
         if writable:
@@ -98,7 +102,7 @@ class _Index:
             self._entries, self._buf = 0, b""
             return self._buf
         try:
-            size = os.fstat(fd).st_size
+            size = self._file_size = os.fstat(fd).st_size
             entries = self._count_entries(fd, size)
             self.partial_bytes = size % self.entry_size
             length = entries * self.entry_size
@@ -157,24 +161,34 @@ class _Index:
             count += len(data) // es
         return count
 
-    def make_writable(self) -> None:
-        """Hold the entries in memory for appends and preallocate the file (the segment is active)."""
+    def make_writable(self, preallocate: bool = True) -> None:
+        """Hold the entries in memory for appends and preallocate the file (the segment is
+        active); ``preallocate=False`` leaves the file as it is until the first write-out."""
         buf = self._load()
         entries = self._entries
         self._buf = bytearray(buf[: entries * self.entry_size])
         if isinstance(buf, mmap.mmap):
             buf.close()
-        fd = os.open(self.path, os.O_RDWR)
-        try:
-            size = os.fstat(fd).st_size
-            os.ftruncate(fd, self.max_entries * self.entry_size)
-        finally:
-            os.close(fd)
+        size = self._file_size
+        if preallocate:
+            self._preallocate()
         # whatever lies past the entries (a partial entry, stale ones) is zeroed by the next flush
         self._synced = entries
         self._disk_entries = max(entries, -(-size // self.entry_size))
         self.writable = True
         self.partial_bytes = 0
+
+    def _preallocate(self, fd: int | None = None) -> None:
+        own = fd is None
+        if fd is None:
+            fd = os.open(self.path, os.O_RDWR)
+        try:
+            self._file_size = self.max_entries * self.entry_size
+            os.ftruncate(fd, self._file_size)
+        finally:
+            if own:
+                os.close(fd)
+        self._preallocated = True
 
     def _write_out(self, length: int | None) -> None:
         """Write the entries not on disk yet, zero stale ones, optionally truncate to ``length``,
@@ -185,12 +199,16 @@ class _Index:
         assert buf is not None
         fd = os.open(self.path, os.O_RDWR)
         try:
+            if length is None and not self._preallocated:
+                self._preallocate(fd)
             if entries > self._synced:
                 os.pwrite(fd, bytes(buf[self._synced * es : entries * es]), self._synced * es)
             if length is None and self._disk_entries > entries:
                 os.pwrite(fd, bytes((self._disk_entries - entries) * es), entries * es)
             if length is not None:
                 os.ftruncate(fd, length)
+                self._file_size = length
+                self._preallocated = False
             os.fdatasync(fd)
         finally:
             os.close(fd)
@@ -203,7 +221,9 @@ class _Index:
         if not self.writable:
             return
         length = self._entries * self.entry_size
-        self._write_out(length)
+        if self._dirty or self._preallocated or self._file_size != length:
+            self._write_out(length)
+        # else: never written since it was loaded, and the file holds exactly the entries
         self.writable = False
         buf = self._buf
         assert buf is not None

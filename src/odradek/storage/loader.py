@@ -40,6 +40,8 @@ class LoadedLog:
     recovered_bytes: int
     #: a segment file was created: the directory must be synced at the next flush
     dir_dirty: bool
+    #: the file names in the directory when loading began (after leftovers were cleaned up)
+    names: list[str]
 
 
 class LogLoader:
@@ -71,7 +73,9 @@ class LogLoader:
             stem = m.group("base")
             base = int(stem)
             missing = [s for s in (".index", ".timeindex") if stem + s not in present]
-            seg = LogSegment(self.directory, base, self.config, self.files, now_ms=now, active=False)
+            seg = LogSegment(
+                self.directory, base, self.config, self.files, now_ms=now, active=False, indexes_exist=not missing
+            )
             seg.created_ms = int(path.stat().st_mtime * 1000)
             problem = f"missing {' and '.join(missing)}" if missing else seg.index_problem()
             if problem is not None:
@@ -104,8 +108,9 @@ class LogLoader:
             for sealed in segments[:-1]:
                 sealed.release_indexes()  # loaded again on first use
             last = segments[-1]
-            last.index.make_writable()
-            last.time_index.make_writable()
+            # preallocated at their first write-out: an idle partition's files stay as they are
+            last.index.make_writable(preallocate=False)
+            last.time_index.make_writable(preallocate=False)
         if not clean_shutdown:
             segments = self._recover(segments, recovery_point)
         log_end_offset = segments[-1].next_offset
@@ -113,7 +118,9 @@ class LogLoader:
         if clean_shutdown:
             recovery_point = log_end_offset
         log_start_offset = min(max(log_start_offset, segments[0].base_offset), log_end_offset)
-        return LoadedLog(segments, recovery_point, log_start_offset, log_end_offset, self.recovered_bytes, dir_dirty)
+        return LoadedLog(
+            segments, recovery_point, log_start_offset, log_end_offset, self.recovered_bytes, dir_dirty, names
+        )
 
     def _clean_leftovers(self) -> list[str]:
         """Finish or undo what a crash interrupted: deletions, cleaning, swaps; returns the

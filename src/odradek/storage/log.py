@@ -23,7 +23,7 @@ import logging
 import re
 import struct
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -191,7 +191,7 @@ class Log:
         self.recovered_bytes = loaded.recovered_bytes
         self._dir_dirty = loaded.dir_dirty
         self._truncate_epochs_at_load()
-        self._load_producer_state()
+        self._load_producer_state(loaded.names)
         self.last_flush_ms = self.clock.monotonic_ms()
 
     def _truncate_epochs_at_load(self) -> None:
@@ -960,10 +960,11 @@ class Log:
     # ------------------------------------------------------------------------------------
     # idempotent producers
 
-    def _load_producer_state(self) -> None:
-        """Newest snapshot at or below the log end, then the batch headers after it."""
+    def _load_producer_state(self, names: Iterable[str] | None = None) -> None:
+        """Newest snapshot at or below the log end, then the batch headers after it (``names``:
+        the directory's file names, when the caller just listed it)."""
         producers = self.producers
-        start = producers.load_snapshot(self.log_end_offset)
+        start = producers.load_snapshot(self.log_end_offset, names)
         start = max(start, self.log_start_offset, 0)
         for seg in self.iter_segments_from(start):
             for h in seg.headers():

@@ -63,6 +63,8 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 META_PROPERTIES = "meta.properties"
 PARTITION_METADATA = "partition.metadata"
+#: partitions a start-up worker loads per task
+_LOAD_CHUNK = 64
 
 ParallelMap = Callable[[Callable[[Any], Any], Iterable[Any]], Iterable[Any]]
 
@@ -80,8 +82,12 @@ def parse_kafka_uuid(text: str) -> uuid.UUID:
 
 
 def _read_properties(path: Path) -> dict[str, str]:
+    return _parse_properties(path.read_text())
+
+
+def _parse_properties(text: str) -> dict[str, str]:
     props: dict[str, str] = {}
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith(("#", "!")):
             continue
@@ -245,12 +251,22 @@ class LogManager:
                 "loading %d partition logs from %d log dirs (%s)", total, len(self.dirs),
                 f"{unclean} after an unclean shutdown: recovering them" if unclean else "clean shutdown",
             )
+        def load_chunk(chunk: list[tuple[Path, Path, int, int, int, bool]]) -> list[tuple[Path, Log]]:
+            return [load(job) for job in chunk]
+
+        # the workers take chunks of partitions: one task per partition spent more time handing
+        # tasks between threads than loading a clean partition takes (10,000 partitions: 1.5 s)
+        chunks = [jobs[i : i + _LOAD_CHUNK] for i in range(0, total, _LOAD_CHUNK)]
         step = max(total // 10, 100)  # a progress line per tenth, for starts that take a while
-        for done, (d, log) in enumerate(parallel_map(load, jobs), 1):
-            key = (log.topic, log.partition)
-            self._logs[key] = log
-            self._log_dir[key] = d
-            if done % step == 0 and done < total:
+        done = reported = 0
+        for loaded in parallel_map(load_chunk, chunks):
+            for d, log in loaded:
+                key = (log.topic, log.partition)
+                self._logs[key] = log
+                self._log_dir[key] = d
+            done += len(loaded)
+            if done - reported >= step and done < total:
+                reported = done
                 _log.info("loaded %d of %d partition logs (%d%%)", done, total, done * 100 // total)
         # from now on a crash is an unclean shutdown; the removal must be durable, or a power cut
         # could bring the marker back and the next start would skip recovery of a torn tail
@@ -330,11 +346,16 @@ class LogManager:
 
     @staticmethod
     def topic_id(log: Log) -> uuid.UUID | None:
-        path = log.directory / PARTITION_METADATA
-        if not path.exists():
+        # read once per partition at start-up: plain os calls on a str path (no exists() first)
+        try:
+            fd = os.open(f"{log.directory}/{PARTITION_METADATA}", os.O_RDONLY)
+        except FileNotFoundError:
             return None
-        props = _read_properties(path)
-        text = props.get("topic_id")
+        try:
+            data = os.read(fd, 4096)
+        finally:
+            os.close(fd)
+        text = _parse_properties(data.decode("utf-8", "replace")).get("topic_id")
         return parse_kafka_uuid(text) if text else None
 
     # -- background work -------------------------------------------------------------------

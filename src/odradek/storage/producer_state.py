@@ -27,6 +27,7 @@ transaction that is open or whose marker is not yet below the high watermark.
 
 from __future__ import annotations
 
+import os
 import struct
 from collections import deque
 from collections.abc import Iterable
@@ -203,8 +204,12 @@ class ProducerStateManager:
         return len(expired)
 
     # -- snapshots -----------------------------------------------------------------------
-    def snapshots(self) -> list[int]:
-        return sorted(int(p.stem) for p in self.directory.glob("*.snapshot") if p.stem.isdigit())
+    def snapshots(self, names: Iterable[str] | None = None) -> list[int]:
+        """Offsets of the snapshot files (``names``: the directory's file names, if known)."""
+        if names is None:
+            names = os.listdir(self.directory)
+        stems = (n[: -len(".snapshot")] for n in names if n.endswith(".snapshot"))
+        return sorted(int(s) for s in stems if s.isdigit())
 
     def take_snapshot(self, offset: int, keep: int = 2) -> Path:
         body = bytearray(struct.pack(">i", len(self.entries)))
@@ -220,9 +225,9 @@ class ProducerStateManager:
             (self.directory / f"{old:020d}.snapshot").unlink(missing_ok=True)
         return path
 
-    def load_snapshot(self, max_offset: int) -> int:
+    def load_snapshot(self, max_offset: int, names: Iterable[str] | None = None) -> int:
         """Load the newest valid snapshot at or below ``max_offset``; returns its offset (or -1)."""
-        for offset in reversed(self.snapshots()):
+        for offset in reversed(self.snapshots(names)):
             path = self.directory / f"{offset:020d}.snapshot"
             if offset > max_offset:
                 path.unlink(missing_ok=True)  # beyond the log end after truncation: useless

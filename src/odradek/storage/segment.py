@@ -171,6 +171,7 @@ class LogSegment:
         now_ms: int,
         active: bool,
         suffix: str = "",
+        indexes_exist: bool = False,
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
@@ -184,13 +185,18 @@ class LogSegment:
         #: CRC-check them (appends are validated before they are written, recovery validates)
         self.unchecked_end = self.size
         self.index = OffsetIndex(
-            directory / segment_name(base_offset, ".index" + suffix), base_offset, config.segment_index_bytes, active
+            directory / segment_name(base_offset, ".index" + suffix),
+            base_offset,
+            config.segment_index_bytes,
+            active,
+            indexes_exist,
         )
         self.time_index = TimeIndex(
             directory / segment_name(base_offset, ".timeindex" + suffix),
             base_offset,
             config.segment_index_bytes,
             active,
+            indexes_exist,
         )
         self.txn_index = TransactionIndex(directory / segment_name(base_offset, ".txnindex" + suffix), files)
         self.created_ms = now_ms
