@@ -599,6 +599,18 @@ def _loadgen_name(result: Mapping[str, Any]) -> str:
     return f"odradek_loadgen (librdkafka {version or 'from the system'})"
 
 
+def _latency_fields(lat: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary's latency keys from the load generator's latency object."""
+    return {
+        "avg_latency_ms": lat["avg"],
+        "max_latency_ms": lat["max"],
+        "p50_ms": lat["p50"],
+        "p95_ms": lat["p95"],
+        "p99_ms": lat["p99"],
+        "p999_ms": lat["p999"],
+    }
+
+
 def _produce_loadgen(args: argparse.Namespace, settings: Mapping[str, Any]) -> tuple[dict[str, Any], str, str | None]:
     """The run on the load generator: the summary ProduceStats gives, the client's name, the first error."""
     conf = _loadgen_settings(
@@ -620,12 +632,7 @@ def _produce_loadgen(args: argparse.Namespace, settings: Mapping[str, Any]) -> t
         "elapsed_s": round(secs, 6),
         "records_per_sec": n / secs,
         "mb_per_sec": size / MB / secs,
-        "avg_latency_ms": lat["avg"],
-        "max_latency_ms": lat["max"],
-        "p50_ms": lat["p50"],
-        "p95_ms": lat["p95"],
-        "p99_ms": lat["p99"],
-        "p999_ms": lat["p999"],
+        **_latency_fields(lat),
     }
     first_error = r.get("first_error") or None
     if first_error is None and summary["records_failed"]:
@@ -1014,15 +1021,7 @@ def _end_to_end_loadgen(args: argparse.Namespace, settings: Mapping[str, Any], s
     if r["records"] < args.num_records:
         raise BenchError(r.get("first_error") or f"{r['records']} of {args.num_records} round trips")
     lat = r["latency_ms"]["end_to_end"]
-    s = {
-        "records": r["records"],
-        "avg_latency_ms": lat["avg"],
-        "max_latency_ms": lat["max"],
-        "p50_ms": lat["p50"],
-        "p95_ms": lat["p95"],
-        "p99_ms": lat["p99"],
-        "p999_ms": lat["p999"],
-    }
+    s = {"records": r["records"], **_latency_fields(lat)}
     return s, _loadgen_name(r)
 
 
