@@ -87,19 +87,23 @@ def test_produce_then_consume_counts(broker: BrokerProcess, loadgen: Path) -> No
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     sent = json.loads(out.stdout)
-    assert sent["records_sent"] == 200000 and sent["records_failed"] == 0
-    assert sent["bytes"] == 200000 * 100 and sent["partitions"] == 3
-    assert sent["client"].startswith("odradek_loadgen (librdkafka ")
-    assert sent["records_per_sec"] > 0 and 0 <= sent["p50_ms"] <= sent["p99_ms"] <= sent["max_latency_ms"]
-    assert out.stderr == ""  # no note: nothing asked for a Python client
+    assert sent["records_sent"] == 200000 and sent["records_failed"] == 0, (sent, out.stderr)
+    assert sent["bytes"] == 200000 * 100 and sent["partitions"] == 3, sent
+    assert sent["client"].startswith("odradek_loadgen (librdkafka "), sent
+    assert sent["records_per_sec"] > 0 and 0 <= sent["p50_ms"] <= sent["p99_ms"] <= sent["max_latency_ms"], sent
+    # no note: nothing asked for a Python client (librdkafka's own log lines may appear)
+    assert "odradek bench:" not in out.stderr, out.stderr
     ends = _end_offsets(broker, "perf", 3)
-    assert sum(ends) == 200000 and all(ends), ends  # librdkafka's partitioner used every partition
+    assert sum(ends) == 200000, (ends, out.stderr)
+    # librdkafka's partitioner chose the partitions (sticky: a few switches a run, so a partition
+    # may get none), not the load generator's round robin, which splits 200,000 evenly
+    assert sorted(ends) != [66666, 66667, 66667], ends
 
     out = _bench(broker, "consume", "--topic", "perf", "--json")
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
     assert got["client"].startswith("odradek_loadgen")
-    assert got["records_consumed"] == got["records_expected"] == 200000
+    assert got["records_consumed"] == got["records_expected"] == 200000, (got, out.stderr)
     assert round(got["data_consumed_mb"] * 1024 * 1024) == 200000 * 100 == got["bytes"]
     assert got["fetch_time_ms"] >= 0 and got["rebalance_time_ms"] >= 0
 

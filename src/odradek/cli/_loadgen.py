@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from odradek.errors import OdradekError
+
 SOURCE = Path(__file__).resolve().parent / "loadgen" / "odradek_loadgen.c"
 HEADER = Path("/usr/include/librdkafka/rdkafka.h")
 INSTALL_HINT = "apt-get install librdkafka-dev gcc (Debian: the librdkafka headers and a C compiler)"
@@ -52,11 +54,11 @@ __all__ = [
 ]
 
 
-class LoadgenUnavailable(RuntimeError):
+class LoadgenUnavailable(OdradekError, RuntimeError):
     """gcc, the librdkafka headers or the library are missing: the program cannot be built."""
 
 
-class LoadgenError(RuntimeError):
+class LoadgenError(OdradekError, RuntimeError):
     """The program ran but did not deliver or read every record (or printed no JSON)."""
 
     def __init__(self, message: str, result: dict[str, Any] | None = None, stderr: str = "") -> None:
