@@ -79,7 +79,6 @@ class _Index:
         self._disk_entries = 0  # entries the file may hold (stale ones after a truncation)
         self._dirty = False
         self.writable = False
-        self._preallocated = False  # the file is segment.index.bytes long (writable)
         self._file_size = 0  # the file's size when last loaded or written out
         self._closed = False
         if not exists and not path.exists():  # exists: the caller listed the directory
@@ -171,24 +170,21 @@ class _Index:
             buf.close()
         size = self._file_size
         if preallocate:
-            self._preallocate()
+            fd = os.open(self.path, os.O_RDWR)
+            try:
+                self._preallocate(fd)
+            finally:
+                os.close(fd)
         # whatever lies past the entries (a partial entry, stale ones) is zeroed by the next flush
         self._synced = entries
         self._disk_entries = max(entries, -(-size // self.entry_size))
         self.writable = True
         self.partial_bytes = 0
 
-    def _preallocate(self, fd: int | None = None) -> None:
-        own = fd is None
-        if fd is None:
-            fd = os.open(self.path, os.O_RDWR)
-        try:
-            self._file_size = self.max_entries * self.entry_size
-            os.ftruncate(fd, self._file_size)
-        finally:
-            if own:
-                os.close(fd)
-        self._preallocated = True
+    def _preallocate(self, fd: int) -> None:
+        """Grow the open file to ``segment.index.bytes`` (whole entries)."""
+        self._file_size = self.max_entries * self.entry_size
+        os.ftruncate(fd, self._file_size)
 
     def _write_out(self, length: int | None) -> None:
         """Write the entries not on disk yet, zero stale ones, optionally truncate to ``length``,
@@ -199,7 +195,7 @@ class _Index:
         assert buf is not None
         fd = os.open(self.path, os.O_RDWR)
         try:
-            if length is None and not self._preallocated:
+            if length is None and self._file_size < self.max_entries * self.entry_size:
                 self._preallocate(fd)
             if entries > self._synced:
                 os.pwrite(fd, bytes(buf[self._synced * es : entries * es]), self._synced * es)
@@ -208,7 +204,6 @@ class _Index:
             if length is not None:
                 os.ftruncate(fd, length)
                 self._file_size = length
-                self._preallocated = False
             os.fdatasync(fd)
         finally:
             os.close(fd)
@@ -221,9 +216,9 @@ class _Index:
         if not self.writable:
             return
         length = self._entries * self.entry_size
-        if self._dirty or self._preallocated or self._file_size != length:
+        if self._dirty or self._file_size != length:
             self._write_out(length)
-        # else: never written since it was loaded, and the file holds exactly the entries
+        # else: nothing written since it was loaded, and the file holds exactly the entries
         self.writable = False
         buf = self._buf
         assert buf is not None

@@ -82,12 +82,8 @@ def parse_kafka_uuid(text: str) -> uuid.UUID:
 
 
 def _read_properties(path: Path) -> dict[str, str]:
-    return _parse_properties(path.read_text())
-
-
-def _parse_properties(text: str) -> dict[str, str]:
     props: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in path.read_text().splitlines():
         line = line.strip()
         if not line or line.startswith(("#", "!")):
             continue
@@ -251,6 +247,7 @@ class LogManager:
                 "loading %d partition logs from %d log dirs (%s)", total, len(self.dirs),
                 f"{unclean} after an unclean shutdown: recovering them" if unclean else "clean shutdown",
             )
+
         def load_chunk(chunk: list[tuple[Path, Path, int, int, int, bool]]) -> list[tuple[Path, Log]]:
             return [load(job) for job in chunk]
 
@@ -346,16 +343,10 @@ class LogManager:
 
     @staticmethod
     def topic_id(log: Log) -> uuid.UUID | None:
-        # read once per partition at start-up: plain os calls on a str path (no exists() first)
-        try:
-            fd = os.open(f"{log.directory}/{PARTITION_METADATA}", os.O_RDONLY)
+        try:  # read for every partition at start-up: no exists() first
+            text = _read_properties(log.directory / PARTITION_METADATA).get("topic_id")
         except FileNotFoundError:
             return None
-        try:
-            data = os.read(fd, 4096)
-        finally:
-            os.close(fd)
-        text = _parse_properties(data.decode("utf-8", "replace")).get("topic_id")
         return parse_kafka_uuid(text) if text else None
 
     # -- background work -------------------------------------------------------------------
