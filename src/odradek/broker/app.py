@@ -338,6 +338,8 @@ class Broker:
 
     async def _load_logs(self, dirs: list[Path], executor: ThreadPoolExecutor) -> LogManager:
         defaults = self.config.topic_defaults()
+        # counted before loading: once the descriptors run out, not even the directory can be listed
+        on_disk = sum(1 for d in dirs for c in d.iterdir() if c.is_dir())
         t0 = time.monotonic()
         try:
             logs = await asyncio.get_running_loop().run_in_executor(
@@ -349,7 +351,6 @@ class Broker:
             if not isinstance(cause, OSError) or cause.errno not in (errno.EMFILE, errno.ENFILE):
                 raise
             budget = partition_budget(-1)
-            on_disk = sum(1 for d in dirs for c in d.iterdir() if c.is_dir())
             raise ConfigError(
                 f"cannot open the {on_disk} partition directories in {', '.join(map(str, dirs))}: the file "
                 f"descriptor limit {budget.fd_limit} (ulimit -n) is too low for them (about "
