@@ -97,6 +97,47 @@ def test_arrow_columns_are_decoded_alike(batches: list, gaps: bool, headers: boo
 
 
 @needs_compiled
+@settings(max_examples=60, deadline=None)
+@given(st.lists(records, min_size=1, max_size=3), st.booleans())
+def test_columns_are_the_same_from_bytes_and_from_an_allocator(batches: list, headers: bool) -> None:
+    """decode_columns fills bytes objects, or the buffers ``alloc`` gives (pyarrow's pool, reused
+    instead of page-faulted in afresh): the same values either way, the data cut to its offsets."""
+    data, base, specs = b"", 0, []
+    for recs in batches:
+        batch = _batch(recs, gaps=False, base_offset=base)
+        specs.append((data + batch, len(data) + HEADER, len(data) + len(batch), len(recs), base, 1_700_000_000_000, None))
+        data += batch
+        base += len(recs)
+    specs = [(data, *spec[1:]) for spec in specs]
+    assert speedups.compiled is not None
+    plain = speedups.compiled.decode_columns(specs, headers)
+    pooled = speedups.compiled.decode_columns(specs, headers, pa.allocate_buffer)
+    n = plain[0]
+    assert pooled[0] == n
+    assert all(type(x) is pa.Buffer for x in (pooled[1], pooled[2], pooled[3][0], pooled[3][1], pooled[4][1]))
+    assert bytes(pooled[1]) == plain[1] and bytes(pooled[2]) == plain[2]
+    for col in (3, 4):
+        as_buffers = tuple(pa.py_buffer(x) if isinstance(x, bytes) else x for x in plain[col])
+        got, want = _arrow._compiled_binary(n, pooled[col]), _arrow._compiled_binary(n, as_buffers)  # type: ignore[arg-type]
+        got.validate(full=True)
+        assert got.to_pylist() == want.to_pylist()
+        assert got.buffers()[2].size == len(plain[col][1])  # cut to the bytes the offsets use
+
+
+@needs_compiled
+def test_a_bad_allocator_is_an_error_not_a_crash() -> None:
+    data = _batch([(0, b"k", b"v" * 50, [])] * 20, gaps=False)
+    spec = (data, HEADER, len(data), 20, 0, 1_700_000_000_000, None)
+    assert speedups.compiled is not None
+    with pytest.raises(ValueError, match="smaller"):
+        speedups.compiled.decode_columns([spec], False, lambda size: bytearray(max(size - 1, 0)))
+    with pytest.raises((TypeError, BufferError)):
+        speedups.compiled.decode_columns([spec], False, lambda size: bytes(size))  # read-only
+    with pytest.raises(ZeroDivisionError):
+        speedups.compiled.decode_columns([spec], False, lambda size: 1 // 0)
+
+
+@needs_compiled
 @pytest.mark.parametrize("seed", range(40))
 def test_damaged_records_give_the_same_outcome(seed: int) -> None:
     rng = random.Random(seed)

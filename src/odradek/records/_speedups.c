@@ -6,7 +6,7 @@
  *
  *   decode_records(buf, start, stop, count, base_offset, base_timestamp, log_append_time, record_type)
  *       -> list of record_type tuples (offset, timestamp, key, value, headers), as v2.decode_records
- *   decode_columns(batches, with_headers)
+ *   decode_columns(batches, with_headers[, alloc])
  *       -> the Arrow buffers of the columns of several batches' records (see decode_columns below)
  *   encode_record_body(timestamp_delta, offset_delta, key, value)
  *       -> one record without headers, as BatchBuilder stores it
@@ -288,22 +288,49 @@ typedef struct {
     Py_ssize_t nulls, at;
 } binary_col;
 
-static int binary_new(binary_col *c, Py_ssize_t n, Py_ssize_t bytes, Py_ssize_t nulls) {
+/* A new output buffer of ``size`` bytes, its memory in ``*ptr``: ``alloc(size)`` when ``alloc``
+ * is given (an object with a writable buffer whose memory stays put while it lives, such as
+ * pyarrow.allocate_buffer's: memory from a pool that keeps it, so it is not page-faulted in
+ * afresh for every decode, which cost more than the decoding itself), else a bytes object. */
+static PyObject *new_out(PyObject *alloc, Py_ssize_t size, void *ptr) {
+    if (alloc == NULL) {
+        PyObject *b = PyBytes_FromStringAndSize(NULL, size);
+        if (b != NULL) *(void **)ptr = PyBytes_AS_STRING(b);
+        return b;
+    }
+    PyObject *b = PyObject_CallFunction(alloc, "n", size);
+    if (b == NULL) return NULL;
+    Py_buffer v;
+    if (PyObject_GetBuffer(b, &v, PyBUF_WRITABLE) < 0) {
+        Py_DECREF(b);
+        return NULL;
+    }
+    void *buf = v.buf;
+    Py_ssize_t len = v.len;
+    PyBuffer_Release(&v);
+    if (len < size) {
+        Py_DECREF(b);
+        PyErr_SetString(PyExc_ValueError, "alloc returned a buffer smaller than asked");
+        return NULL;
+    }
+    *(void **)ptr = buf;
+    return b;
+}
+
+static int binary_new(binary_col *c, PyObject *alloc, Py_ssize_t n, Py_ssize_t bytes, Py_ssize_t nulls) {
     memset(c, 0, sizeof(*c));
     if (bytes > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "column larger than 2 GiB");
         return -1;
     }
-    c->offsets = PyBytes_FromStringAndSize(NULL, 4 * (n + 1));
-    c->data = PyBytes_FromStringAndSize(NULL, bytes);
-    if (c->offsets == NULL || c->data == NULL) return -1;
-    c->off = (int32_t *)PyBytes_AS_STRING(c->offsets);
-    c->dat = (uint8_t *)PyBytes_AS_STRING(c->data);
+    c->offsets = new_out(alloc, 4 * (n + 1), &c->off);
+    if (c->offsets == NULL) return -1;
+    c->data = new_out(alloc, bytes, &c->dat);
+    if (c->data == NULL) return -1;
     c->off[0] = 0;
     if (nulls) {
-        c->validity = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
+        c->validity = new_out(alloc, (n + 7) / 8, &c->valid);
         if (c->validity == NULL) return -1;
-        c->valid = (uint8_t *)PyBytes_AS_STRING(c->validity);
         memset(c->valid, 0, (n + 7) / 8);
     }
     c->nulls = nulls;
@@ -365,7 +392,7 @@ static int get_spec(PyObject *t, spec_t *s) {
     return 0;
 }
 
-/* decode_columns(batches, with_headers) -> (n, offsets int64[n], timestamps_us int64[n], key, value, headers)
+/* decode_columns(batches, with_headers[, alloc]) -> (n, offsets int64[n], timestamps_us int64[n], key, value, headers)
  *
  * The records of every batch in ``batches`` (see get_spec), in order, as one set of columns:
  * key, value: (offsets int32[n+1], data, validity bitmap or None, null count);
@@ -373,13 +400,17 @@ static int get_spec(PyObject *t, spec_t *s) {
  * null count, header count, header keys as key/value above, header values likewise).  A record
  * without headers has a null list, as the pure-Python decoder gives.  Without headers one pass
  * fills buffers sized by the batches' bytes (a bound on the keys and values they hold); with
- * them a first pass sizes everything exactly. */
+ * them a first pass sizes everything exactly.  ``alloc`` (see new_out): where the buffers come
+ * from; without it they are bytes objects, and a column's data is cut to the bytes it holds
+ * (with it, the data buffer may be longer: the offsets say how much of it is used). */
 static PyObject *decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2 || !PyList_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "decode_columns(batches: list, with_headers: bool)");
+    if (nargs < 2 || nargs > 3 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "decode_columns(batches: list, with_headers: bool[, alloc])");
         return NULL;
     }
     int with_headers = PyObject_IsTrue(args[1]);
+    if (with_headers < 0) return NULL;
+    PyObject *alloc = nargs == 3 && args[2] != Py_None ? args[2] : NULL;
     Py_ssize_t m = PyList_GET_SIZE(args[0]);
     spec_t *specs = PyMem_Calloc(m ? m : 1, sizeof(spec_t));
     if (specs == NULL) return PyErr_NoMemory();
@@ -425,31 +456,31 @@ static PyObject *decode_columns(PyObject *self, PyObject *const *args, Py_ssize_
             goto done;
         }
     }
-    offsets = PyBytes_FromStringAndSize(NULL, 8 * n);
-    stamps = PyBytes_FromStringAndSize(NULL, 8 * n);
-    if (offsets == NULL || stamps == NULL) goto done;
-    if (binary_new(&key, n, key_bytes, key_nulls) < 0 || binary_new(&value, n, value_bytes, value_nulls) < 0) goto done;
+    int64_t *off = NULL, *ts = NULL;
+    offsets = new_out(alloc, 8 * n, &off);
+    if (offsets == NULL) goto done;
+    stamps = new_out(alloc, 8 * n, &ts);
+    if (stamps == NULL) goto done;
+    if (binary_new(&key, alloc, n, key_bytes, key_nulls) < 0 || binary_new(&value, alloc, n, value_bytes, value_nulls) < 0)
+        goto done;
     key.nulls = value.nulls = 0; /* counted while filling */
     int32_t *lo = NULL;
     uint8_t *lvalid = NULL;
     if (with_headers) {
-        if (binary_new(&hkey, headers, hkey_bytes, 0) < 0 || binary_new(&hval, headers, hval_bytes, hval_nulls) < 0)
+        if (binary_new(&hkey, alloc, headers, hkey_bytes, 0) < 0 ||
+            binary_new(&hval, alloc, headers, hval_bytes, hval_nulls) < 0)
             goto done;
         hval.nulls = 0;
-        list_offsets = PyBytes_FromStringAndSize(NULL, 4 * (n + 1));
+        list_offsets = new_out(alloc, 4 * (n + 1), &lo);
         if (list_offsets == NULL) goto done;
-        lo = (int32_t *)PyBytes_AS_STRING(list_offsets);
         lo[0] = 0;
         if (no_headers) {
-            list_validity = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
+            list_validity = new_out(alloc, (n + 7) / 8, &lvalid);
             if (list_validity == NULL) goto done;
-            lvalid = (uint8_t *)PyBytes_AS_STRING(list_validity);
             memset(lvalid, 0, (n + 7) / 8);
         }
     }
     /* pass 2 (the only one without headers): fill the columns */
-    int64_t *off = (int64_t *)PyBytes_AS_STRING(offsets);
-    int64_t *ts = (int64_t *)PyBytes_AS_STRING(stamps);
     Py_ssize_t i = 0, h_at = 0;
     for (Py_ssize_t b = 0; b < m; b++) {
         spec_t *sp = &specs[b];
@@ -504,7 +535,7 @@ static PyObject *decode_columns(PyObject *self, PyObject *const *args, Py_ssize_
     binary_col *cols[2] = {&key, &value};
     for (int c = 0; c < 2; c++) {
         binary_col *col = cols[c];
-        if (PyBytes_GET_SIZE(col->data) != col->at && _PyBytes_Resize(&col->data, col->at) < 0) break;
+        if (alloc == NULL && PyBytes_GET_SIZE(col->data) != col->at && _PyBytes_Resize(&col->data, col->at) < 0) break;
         if (col->nulls == 0) Py_CLEAR(col->validity);
         t[c] = binary_tuple(col);
         if (t[c] == NULL) break;
@@ -1007,7 +1038,7 @@ static PyMethodDef methods[] = {
     {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL,
      "decode_records(buf, start, stop, count, base_offset, base_timestamp, log_append_time, record_type)"},
     {"decode_columns", (PyCFunction)(void (*)(void))decode_columns, METH_FASTCALL,
-     "decode_columns(batches, with_headers): batches are (buf, start, stop, count, base_offset, base_timestamp, lat)"},
+     "decode_columns(batches, with_headers[, alloc]): batches are (buf, start, stop, count, base_offset, base_timestamp, lat)"},
     {"encode_record_body", (PyCFunction)(void (*)(void))encode_record_body, METH_FASTCALL,
      "encode_record_body(timestamp_delta, offset_delta, key, value) -> a record body without headers"},
     {NULL, NULL, 0, NULL},

@@ -22,6 +22,7 @@ path through :func:`odradek.records.read_batches` that yields identical columns.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable
 from itertools import groupby
 from typing import Any, NamedTuple
@@ -70,6 +71,7 @@ _ABORT = 0
 _MAX_OFFSET = (1 << 31) - 1  # binary arrays have 32-bit offsets
 _THOUSAND = 1000
 _compiled = speedups.compiled
+_last_offset = struct.Struct("<i")  # an Arrow int32 offset
 
 
 def arrow_schema(include_headers: bool) -> pa.Schema:
@@ -324,7 +326,7 @@ class _Builder:
         assert _compiled is not None
         try:
             n, offsets, stamps, key, value, headers = _compiled.decode_columns(
-                [spec for spec, _ in batches], self.include_headers
+                [spec for spec, _ in batches], self.include_headers, pa.allocate_buffer
             )
             if headers is not None:
                 header_array = _compiled_headers(n, headers)
@@ -336,8 +338,8 @@ class _Builder:
         self.values.append(_compiled_binary(n, value))
         if self.include_headers:
             self.headers.append(header_array)
-        self.offsets.append(pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]))
-        self.timestamps.append(pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(stamps)]))
+        self.offsets.append(pa.Array.from_buffers(pa.int64(), n, [None, offsets]))
+        self.timestamps.append(pa.Array.from_buffers(pa.int64(), n, [None, stamps]))
         for spec, ts_type in batches:
             self._count_type(ts_type, spec[3])
         return True
@@ -382,11 +384,17 @@ def _concat(arrays: list[pa.Array]) -> pa.Array:
     return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
 
 
-def _compiled_binary(n: int, column: tuple[bytes, bytes, bytes | None, int], typ: pa.DataType | None = None) -> pa.Array:
+def _compiled_binary(
+    n: int, column: tuple[pa.Buffer, pa.Buffer, pa.Buffer | None, int], typ: pa.DataType | None = None
+) -> pa.Array:
+    """A binary (or string) column from the compiled decoder's buffers; its data buffer is cut
+    to the bytes the offsets use (it was sized by a bound)."""
     offsets, data, validity, nulls = column
     typ = pa.binary() if typ is None else typ
-    bitmap = None if validity is None else pa.py_buffer(validity)
-    return pa.Array.from_buffers(typ, n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
+    used = _last_offset.unpack_from(offsets, 4 * n)[0]
+    if used < data.size:
+        data = data.slice(0, used)
+    return pa.Array.from_buffers(typ, n, [validity, offsets, data], null_count=nulls)
 
 
 def _compiled_headers(n: int, headers: tuple[Any, ...]) -> pa.Array:
@@ -395,9 +403,8 @@ def _compiled_headers(n: int, headers: tuple[Any, ...]) -> pa.Array:
         [_compiled_binary(count, keys, pa.string()), _compiled_binary(count, values)],
         fields=list(HEADERS_TYPE.value_type),
     )
-    bitmap = None if list_validity is None else pa.py_buffer(list_validity)
     return pa.Array.from_buffers(
-        HEADERS_TYPE, n, [bitmap, pa.py_buffer(list_offsets)], null_count=list_nulls, children=[fields]
+        HEADERS_TYPE, n, [list_validity, list_offsets], null_count=list_nulls, children=[fields]
     )
 
 
