@@ -1,7 +1,8 @@
 """The network layer: one ``asyncio.BufferedProtocol`` per connection.
 
-Bytes land in a page-aligned receive buffer owned by the connection (``mmap``), are framed and
-decoded by the sans-I/O :class:`~odradek.protocol.ServerConnection`, and requests are handled one
+Bytes land in a page-aligned receive buffer of the connection's (``mmap``), or a large request
+straight in a buffer of its own, are framed and decoded by the sans-I/O
+:class:`~odradek.protocol.ServerConnection`, and requests are handled one
 at a time per connection in arrival order, as Kafka does — pipelined requests queue up and their
 responses leave in order.  A frame above ``socket.request.max.bytes`` or that cannot be decoded
 closes that connection only.  When the peer stops reading (the transport's write buffer passes
@@ -45,7 +46,7 @@ from odradek.protocol import (
     UnsupportedVersion,
 )
 from odradek.protocol._api import request_header_version, response_header_version
-from odradek.protocol.connection import frame
+from odradek.protocol.connection import FrameBuffers, frame
 from odradek.protocol.messages import RequestHeader, response_class
 from odradek.protocol.messages.api_versions import ApiVersionsResponse
 
@@ -58,6 +59,11 @@ log = logging.getLogger(__name__)
 access = logging.getLogger("odradek.access")
 
 _RECV_BUFFER = 256 * 1024
+# requests of this size or more (produce requests of big batches) are read straight into a buffer
+# of their own, from the spares all connections share (one event loop), not copied out of the
+# receive buffer: the kernel's copy is the only one
+_LARGE_FRAME = 64 * 1024
+_FRAME_BUFFERS = FrameBuffers(64 << 20)
 _OUT_BUFFER = 1 << 20
 # responses handled together go out in one write, up to this many parts at a time
 _MAX_COALESCED = 64
@@ -110,10 +116,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.conn = ServerConnection(
             max_frame_size=services.config.get("socket.request.max.bytes"),
             check=partial(check_request_size, int(services.config.get("request.max.topics"))),
+            receive_size=_RECV_BUFFER,
+            large=_LARGE_FRAME,
+            buffers=_FRAME_BUFFERS,
         )
         self.transport: asyncio.Transport | None = None
-        self._mem = mmap.mmap(-1, _RECV_BUFFER)
-        self._view = memoryview(self._mem)
         # response buffers handed to the transport, oldest first, each with the count of bytes
         # handed to the transport up to its end: free again once the transport has sent them
         self._outs: deque[tuple[mmap.mmap, int]] = deque()
@@ -161,12 +168,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.session = self.security.session(certificate)
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self._view
+        return self.conn.buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
         self.last_active = time.monotonic()
         try:
-            self.conn.receive_data(self._view[:nbytes])
+            self.conn.filled(nbytes)
             self._pump()
         except ProtocolError as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
@@ -776,7 +783,7 @@ _TOPIC_ARRAY_AT: dict[int, tuple[tuple[int, int], ...]] = {
 }
 
 
-def _uvarint(buf: bytearray, pos: int) -> tuple[int, int]:
+def _uvarint(buf: bytearray | memoryview, pos: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         b = buf[pos]
@@ -789,7 +796,7 @@ def _uvarint(buf: bytearray, pos: int) -> tuple[int, int]:
             raise ValueError("varint too long")
 
 
-def request_topic_count(payload: bytearray) -> int | None:
+def request_topic_count(payload: bytearray | memoryview) -> int | None:
     """The length of the topic array a request starts with (Metadata, CreateTopics, DeleteTopics,
     DeleteRecords, ListOffsets), read from the raw frame without decoding it; None for other
     requests, a null array, or bytes that do not parse (the decoder then reports them)."""
@@ -822,7 +829,7 @@ def request_topic_count(payload: bytearray) -> int | None:
         return None
 
 
-def check_request_size(max_topics: int, payload: bytearray) -> None:
+def check_request_size(max_topics: int, payload: bytearray | memoryview) -> None:
     """Refuse, before decoding it, a request naming more than ``max_topics`` topics: decoding
     and answering millions of names would hold the event loop (and memory) for seconds.  No
     answer can carry the refusal (Metadata has no top-level error code): the connection closes."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
-import sys
 import threading
 import time
 from typing import Any, TypeVar
@@ -18,7 +17,7 @@ from typing import Any, TypeVar
 from odradek.client._security import ClientSecurity
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ClientConnection, Message, ProtocolError
-from odradek.protocol.connection import DEFAULT_MAX_FRAME_SIZE, frame_size_at
+from odradek.protocol.connection import DEFAULT_MAX_FRAME_SIZE, FrameBuffers, frame_size_at
 from odradek.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from odradek.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from odradek.protocol.messages.metadata import MetadataRequest, MetadataResponse
@@ -34,28 +33,16 @@ _SMALL_FRAME = 1 << 16
 _SPARE_BYTES = 32 << 20
 
 
-_spare: list[bytearray] = []  # buffers of large frames, most recently used last
-_spare_lock = threading.Lock()
+_frames = FrameBuffers(_SPARE_BYTES)  # buffers of large frames, shared by every connection
+_frames_lock = threading.Lock()
 
 
 def _frame_buffer(size: int) -> memoryview:
     """A writable buffer of ``size`` bytes for a large frame: a spare one that nothing refers to
     any more, or a new one (kept for reuse, up to :data:`_SPARE_BYTES` in all: connections come
     and go, a Spark task opens its own)."""
-    with _spare_lock:
-        spare = _spare
-        for i in range(len(spare)):
-            b = spare[i]
-            # references: the list, ``b`` and getrefcount's argument; a view of it adds one
-            if size <= len(b) <= 2 * size and sys.getrefcount(b) == 3:
-                spare.append(spare.pop(i))
-                return memoryview(b)[:size]
-        b = bytearray(size + (size >> 4))  # responses to the same fetches differ a little in size
-        spare.append(b)
-        total = sum(len(s) for s in spare)
-        while total > _SPARE_BYTES and len(spare) > 1:
-            total -= len(spare.pop(0))
-        return memoryview(b)[:size]
+    with _frames_lock:
+        return _frames.get(size)
 
 
 def parse_bootstrap(servers: str) -> list[tuple[str, int]]:

@@ -1,7 +1,8 @@
 """Sans-I/O Kafka connections: framing, and the server and client state of one connection.
 
 Nothing here touches a socket.  The caller feeds received bytes with ``receive_data`` (``b""``
-for end of stream), pulls events with ``next_event`` until it returns :data:`NEED_DATA`, and
+for end of stream), or receives them straight into the buffers ``buffer()`` gives and says how
+many with ``filled(n)``, pulls events with ``next_event`` until it returns :data:`NEED_DATA`, and
 writes whatever bytes the ``send_*`` methods return.
 
 Framing: every request and response is preceded by a big-endian int32 giving the size of what
@@ -17,7 +18,9 @@ as needing no answer, as ``acks=0`` produce requests are).
 
 from __future__ import annotations
 
+import mmap
 import struct
+import sys
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,6 +50,7 @@ __all__ = [
     "BadRequest",
     "ClientConnection",
     "ConnectionClosed",
+    "FrameBuffers",
     "FrameReader",
     "RequestReceived",
     "ResponseReceived",
@@ -140,54 +144,180 @@ def frame(payload: Buffer) -> bytes:
     return _size.pack(len(payload)) + payload
 
 
+class FrameBuffers:
+    """Buffers for large frames, kept for reuse: a frame read straight into a fresh buffer would
+    have every page of it faulted in by the kernel, which costs as much as the copy.  A spare is
+    reused once nothing refers to it any more (the frame's decoded ``records`` are views of it).
+    Not thread-safe: one event loop's connections share one, or the caller holds a lock."""
+
+    __slots__ = ("_spare", "max_bytes")
+
+    def __init__(self, max_bytes: int = 32 << 20) -> None:
+        #: at most this many bytes of spares are kept (all the connections using this pool)
+        self.max_bytes = max_bytes
+        self._spare: list[bytearray] = []  # most recently used last
+
+    def get(self, size: int) -> memoryview:
+        """A writable buffer of ``size`` bytes."""
+        spare = self._spare
+        for i in range(len(spare)):
+            b = spare[i]
+            # references: the list, ``b`` and getrefcount's argument; a view of it adds one
+            if size <= len(b) <= 2 * size and sys.getrefcount(b) == 3:
+                spare.append(spare.pop(i))
+                return memoryview(b)[:size]
+        b = bytearray(size + (size >> 4))  # frames of the same kind differ a little in size
+        spare.append(b)
+        total = sum(len(s) for s in spare)
+        while total > self.max_bytes and len(spare) > 1:
+            total -= len(spare.pop(0))
+        return memoryview(b)[:size]
+
+
 class FrameReader:
-    """Splits a byte stream into size-prefixed frames."""
+    """Splits a byte stream into size-prefixed frames.
 
-    __slots__ = ("_buf", "_pos", "max_frame_size")
+    Bytes come in through :meth:`feed`, or, for a reader that receives into buffers it is given
+    (asyncio's ``BufferedProtocol``), through :meth:`buffer` and :meth:`filled`.  A frame of
+    ``large`` bytes or more is then read straight into a buffer of its own (from ``buffers``), so
+    the kernel's copy is the only one; smaller frames arrive through a receive buffer of
+    ``receive_size`` bytes (page-aligned: the kernel copies into it fastest) and are copied out.
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+    A frame's payload is a writable buffer the caller owns (a ``bytearray``, or for a large
+    frame a ``memoryview``): decoded ``records`` fields are writable views of it, so a broker can
+    patch offsets in place without another copy.  A bad size prefix is raised by
+    :meth:`next_frame` once the frames before it have been taken."""
+
+    __slots__ = (
+        "_buffers", "_done", "_done_bytes", "_end", "_error", "_frame", "_got", "_large", "_mem",
+        "_receive_size", "_start", "_view", "max_frame_size",
+    )
+
+    def __init__(
+        self,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        *,
+        receive_size: int = 1 << 16,
+        large: int = 1 << 14,
+        buffers: FrameBuffers | None = None,
+    ) -> None:
+        if large + 4 > receive_size // 2:
+            raise ValueError("large frames must fit twice in the receive buffer")
         self.max_frame_size = max_frame_size
-        self._buf = bytearray()
-        self._pos = 0
+        self._receive_size = receive_size
+        self._large = large
+        self._buffers = buffers
+        self._mem: mmap.mmap | None = None  # the receive buffer, made on first use
+        self._view = memoryview(b"")
+        self._start = self._end = 0  # the bytes of ``_view`` received and not yet split
+        self._frame: memoryview | None = None  # a large frame's payload being filled
+        self._got = 0  # bytes of it filled
+        self._done: deque[bytearray | memoryview] = deque()  # whole frames not yet taken
+        self._done_bytes = 0
+        self._error: ProtocolError | None = None
 
     def feed(self, data: Buffer) -> None:
-        if self._pos and self._pos * 2 >= len(self._buf):
-            del self._buf[: self._pos]
-            self._pos = 0
-        self._buf += data
+        """Bytes received: copied into :meth:`buffer` as they fit."""
+        src = memoryview(data).cast("B")
+        pos, n = 0, len(src)
+        while pos < n:
+            dst = self.buffer()
+            k = min(len(dst), n - pos)
+            dst[:k] = src[pos : pos + k]
+            self.filled(k)
+            pos += k
+
+    def buffer(self) -> memoryview:
+        """Where the next bytes received go (then say how many with :meth:`filled`): the rest of
+        a large frame's payload, or the free end of the receive buffer."""
+        frame = self._frame
+        if frame is not None:
+            return frame[self._got :]
+        if self._mem is None:
+            self._mem = mmap.mmap(-1, self._receive_size)
+            self._view = memoryview(self._mem)
+        start, end = self._start, self._end
+        if start == end:
+            self._start = self._end = 0
+        elif self._receive_size - end < self._receive_size // 2:
+            # what is left is less than a large frame's size prefix and payload: move it to the front
+            self._view[: end - start] = self._view[start:end]
+            self._start, self._end = 0, end - start
+        return self._view[self._end :]
+
+    def filled(self, n: int) -> None:
+        """``n`` bytes were received into the last :meth:`buffer`."""
+        frame = self._frame
+        if frame is not None:
+            self._got += n
+            if self._got == len(frame):
+                self._done.append(frame)
+                self._done_bytes += 4 + len(frame)
+                self._frame = None
+            return
+        self._end += n
+        if self._error is None:
+            self._split()
+
+    def _split(self) -> None:
+        view, start, end = self._view, self._start, self._end
+        done = self._done
+        large = self._large
+        while end - start >= 4:
+            try:
+                size = frame_size_at(view, start, self.max_frame_size)
+            except ProtocolError as exc:
+                self._error = exc
+                break
+            if size >= large:
+                payload = self._buffers.get(size) if self._buffers is not None else memoryview(bytearray(size))
+                have = min(end - start - 4, size)
+                payload[:have] = view[start + 4 : start + 4 + have]
+                start += 4 + have
+                if have < size:  # the rest is read straight into it (start == end now)
+                    self._frame, self._got = payload, have
+                    break
+                done.append(payload)
+                self._done_bytes += 4 + size
+                continue
+            if end - start - 4 < size:
+                break
+            done.append(bytearray(view[start + 4 : start + 4 + size]))
+            self._done_bytes += 4 + size
+            start += 4 + size
+        self._start, self._end = start, end
 
     @property
     def buffered(self) -> int:
         """Bytes received and not yet returned as frames."""
-        return len(self._buf) - self._pos
+        partial = 4 + self._got if self._frame is not None else 0
+        return self._done_bytes + partial + self._end - self._start
 
-    def next_frame(self) -> bytearray | None:
-        """The next complete frame's payload, or ``None`` until more bytes arrive.
-
-        The payload is a fresh ``bytearray`` the caller owns: decoded ``records`` fields are
-        writable views of it, so a broker can patch offsets in place without another copy."""
-        buf, pos = self._buf, self._pos
-        if len(buf) - pos < 4:
-            return None
-        size = frame_size_at(buf, pos, self.max_frame_size)
-        end = pos + 4 + size
-        if end > len(buf):
-            return None
-        payload = buf[pos + 4 : end]
-        self._pos = end
-        if end == len(buf):
-            buf.clear()
-            self._pos = 0
-        return payload
+    def next_frame(self) -> bytearray | memoryview | None:
+        """The next complete frame's payload, or ``None`` until more bytes arrive."""
+        if self._done:
+            payload = self._done.popleft()
+            self._done_bytes -= 4 + len(payload)
+            return payload
+        if self._error is not None:
+            raise self._error
+        return None
 
 
 class ServerConnection:
     """The broker's side of one connection."""
 
     def __init__(
-        self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, check: Callable[[bytearray], None] | None = None
+        self,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        check: Callable[[bytearray | memoryview], None] | None = None,
+        *,
+        receive_size: int = 1 << 16,
+        large: int = 1 << 14,
+        buffers: FrameBuffers | None = None,
     ) -> None:
-        self._reader = FrameReader(max_frame_size)
+        """``receive_size``, ``large``, ``buffers``: see :class:`FrameReader`."""
+        self._reader = FrameReader(max_frame_size, receive_size=receive_size, large=large, buffers=buffers)
         # looks at a frame before it is decoded and raises a ProtocolError to refuse it (a
         # BadRequest without header): a bound on what decoding the frame would cost
         self._check = check
@@ -204,6 +334,15 @@ class ServerConnection:
             self._closed = ConnectionClosed(clean=self._reader.buffered == 0)
         else:
             self._reader.feed(data)
+
+    def buffer(self) -> memoryview:
+        """Where to receive the next bytes from the peer, for a caller that receives into
+        buffers (then :meth:`filled`): see :meth:`FrameReader.buffer`."""
+        return self._reader.buffer()
+
+    def filled(self, n: int) -> None:
+        """``n`` bytes from the peer were received into the last :meth:`buffer`."""
+        self._reader.filled(n)
 
     def next_event(self) -> RequestReceived | BadRequest | SaslTokenReceived | ConnectionClosed | _Sentinel:
         payload = self._reader.next_frame()
@@ -301,9 +440,18 @@ def _join(parts: list[bytes | Region]) -> bytes:
 class ClientConnection:
     """A client's side of one connection: correlation ids and the in-flight queue."""
 
-    def __init__(self, client_id: str | None = "odradek", max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+    def __init__(
+        self,
+        client_id: str | None = "odradek",
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        *,
+        receive_size: int = 1 << 16,
+        large: int = 1 << 14,
+        buffers: FrameBuffers | None = None,
+    ) -> None:
+        """``receive_size``, ``large``, ``buffers``: see :class:`FrameReader`."""
         self.client_id = client_id
-        self._reader = FrameReader(max_frame_size)
+        self._reader = FrameReader(max_frame_size, receive_size=receive_size, large=large, buffers=buffers)
         self._next_id = 0
         self._closed: ConnectionClosed | None = None
         self._in_flight: deque[tuple[RequestHeader, Message]] = deque()
@@ -332,6 +480,14 @@ class ClientConnection:
             self._closed = ConnectionClosed(clean=self._reader.buffered == 0 and not self._in_flight)
         else:
             self._reader.feed(data)
+
+    def buffer(self) -> memoryview:
+        """Where to receive the next bytes (then :meth:`filled`): see :meth:`FrameReader.buffer`."""
+        return self._reader.buffer()
+
+    def filled(self, n: int) -> None:
+        """``n`` bytes were received into the last :meth:`buffer`."""
+        self._reader.filled(n)
 
     def next_event(self) -> ResponseReceived | ConnectionClosed | _Sentinel:
         payload = self._reader.next_frame()
