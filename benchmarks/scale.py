@@ -35,7 +35,9 @@ Sections (``--only`` takes any of them, comma-separated):
 * ``compression`` - lz4 and zstd (text-like values that compress ~2-3x), 1 partition, 100 B.
 * ``replication`` - Odradek only: a 3-broker cluster with ZooKeeper (``benchmarks.cluster.Cluster``),
   3 partitions led by different brokers; RF 1 with acks=1 vs RF 3 with acks=all
-  (min.insync.replicas=2, idempotent producer), alternating on the same cluster; ratio rf3 / rf1.
+  (min.insync.replicas=2), with an idempotent producer and without (Kafka's 2014 figure, 0.51, had
+  no idempotence), alternating on the same cluster; ratios rf3 / rf1.  An idempotent librdkafka
+  producer has one request in flight per partition, so that figure is one batch per round trip.
 * ``latency`` - end-to-end latency (CLOCK_MONOTONIC before produce() to the consumer's
   receipt, producer and consumer in one process) at 50 % of the lower of the two brokers' maximum
   1-partition produce rates with the same producer configuration (linger.ms=1, batch.size=1048576,
@@ -468,19 +470,30 @@ def replication_section(root: Path, cfg: dict[str, Any]) -> dict[str, Any]:
             {"min.insync.replicas": "2"},
             {"acks": "all", "config": {**PRODUCER, "enable.idempotence": True}},
         ),
+        # the same topic, acks=all without idempotence: the setting of Kafka's 2014 figure (and
+        # librdkafka's default); an idempotent librdkafka producer keeps one request in flight per
+        # partition (it subtracts the partition's in-flight *messages* from its limit of 5
+        # requests), so its rate is one batch per replication round trip
+        "rf3_non_idempotent": (
+            "scale-rf3",
+            [[1, 2, 3], [2, 3, 1], [3, 1, 2]],
+            {"min.insync.replicas": "2"},
+            {"acks": "all", "config": {**PRODUCER, "enable.idempotence": False}},
+        ),
     }
     try:
         try:
             cluster.start()
         except Exception as exc:
             return {"skipped": f"the 3-broker cluster did not start: {exc}"}
-        for topic, assignment, configs, _ in settings.values():
+        for topic, assignment, configs, _ in {t[0]: t for t in settings.values()}.values():
             cluster.create_topic(topic, assignment, configs)
         for topic, _, _, kw in settings.values():  # warm-up
             _loadgen.run_produce(cluster.bootstrap, topic, n // 4, **kw)
-        runs: dict[str, list[dict[str, Any]]] = {"rf1": [], "rf3": []}
+        kinds = list(settings)
+        runs: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
         for r in range(cfg["replication_repeats"]):
-            for kind in ("rf1", "rf3") if r % 2 == 0 else ("rf3", "rf1"):
+            for kind in kinds if r % 2 == 0 else kinds[::-1]:
                 topic, _, _, kw = settings[kind]
                 c0 = cluster.broker_cpu()
                 res = _loadgen.run_produce(cluster.bootstrap, topic, n, **kw)
@@ -491,6 +504,7 @@ def replication_section(root: Path, cfg: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "workload": {"records": n, "value_bytes": 100, "partitions": 3, "brokers": 3,
                      "rf1": "acks=1, enable.idempotence=false", "rf3": "acks=all, min.insync.replicas=2, idempotent",
+                     "rf3_non_idempotent": "acks=all, min.insync.replicas=2, enable.idempotence=false",
                      "producer": PRODUCER},
     }
     for kind, rs in runs.items():
@@ -502,6 +516,7 @@ def replication_section(root: Path, cfg: dict[str, Any]) -> dict[str, Any]:
         }
     ratio = out["rf3"]["records_per_s"] / out["rf1"]["records_per_s"]
     out["ratio_rf3_over_rf1"] = rnd(ratio)
+    out["ratio_rf3_non_idempotent_over_rf1"] = rnd(out["rf3_non_idempotent"]["records_per_s"] / out["rf1"]["records_per_s"])
     out["kafka_2014_ratio"] = 0.51
     return out
 
@@ -880,6 +895,9 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         ratio = result["replication"]["ratio_rf3_over_rf1"]
         out["replication_ratio"] = ratio
         out["replication_met"] = ratio >= TARGETS["rf3_acks_all_over_rf1_acks_1_min"]
+        plain = result["replication"]["ratio_rf3_non_idempotent_over_rf1"]
+        out["replication_ratio_non_idempotent"] = plain
+        out["replication_non_idempotent_met"] = plain >= TARGETS["rf3_acks_all_over_rf1_acks_1_min"]
     startup = result.get("startup", {})
     if "clean_10000_partitions" in startup:
         out["startup_s"] = {k: v["broker_reported_s"]["median"] for k, v in startup.items()}
