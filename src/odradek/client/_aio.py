@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from odradek._timeouts import wait_for
-from odradek.client._network import _SMALL_FRAME, _frame_buffer, negotiate_version, parse_bootstrap
+from odradek.client._network import _SMALL_FRAME, FRAMES, negotiate_version, parse_bootstrap
 from odradek.client._security import ClientSecurity
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ClientConnection, Message, ProtocolError
-from odradek.protocol.connection import DEFAULT_MAX_FRAME_SIZE, frame_size_at
+from odradek.protocol.connection import DEFAULT_MAX_FRAME_SIZE, FrameReader
 from odradek.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from odradek.protocol.messages.metadata import MetadataRequest, MetadataResponse
 from odradek.security import sasl_exchange
@@ -35,8 +35,8 @@ __all__ = ["AsyncBrokerConnection", "AsyncCluster", "PartitionInfo", "TopicInfo"
 
 log = logging.getLogger(__name__)
 
-#: Bytes read at a time while no large frame is being read (size prefixes, small responses);
-#: a larger frame is read into a buffer of its own, as the blocking connection does.
+#: Frames of this size or more are read into a buffer of their own, as the blocking connection
+#: does; smaller ones (size prefixes, small responses) through a receive buffer twice as large.
 _SCRATCH = _SMALL_FRAME
 
 
@@ -45,21 +45,17 @@ class _FrameStream(asyncio.BufferedProtocol):
     ``on_frame`` (a buffer of its own: ``bytearray`` or ``memoryview``); flow control for
     writes (:meth:`drain`).
 
-    Small frames are read into a scratch buffer and copied out.  A frame larger than the scratch
-    buffer is read by the transport straight into a buffer of its size (``recv_into``), so a
-    fetch response of many megabytes is never copied or regrown on its way in.  Those buffers
-    are reused once nothing refers to them any more (the decoded response and every view of it
-    gone, see :func:`_frame_buffer`): a fresh one is zero-filled and page-faulted in, which
-    costs more than reading the response."""
+    A :class:`FrameReader` says where the bytes go: a frame of :data:`_SCRATCH` bytes or more is
+    read by the transport straight into a buffer of its size (``recv_into``), so a fetch response
+    of many megabytes is never copied or regrown on its way in.  Those buffers are reused once
+    nothing refers to them any more (the decoded response and every view of it gone, see
+    :data:`FRAMES`): a fresh one is zero-filled and page-faulted in, which costs more than
+    reading the response."""
 
     def __init__(self, conn: AsyncBrokerConnection) -> None:
         self.conn = conn
         self.transport: asyncio.Transport | None = None
-        self._scratch = bytearray(_SCRATCH)
-        self._scratch_view = memoryview(self._scratch)
-        self._have = 0  # bytes in the scratch buffer
-        self._frame: memoryview | None = None  # the large frame being read
-        self._filled = 0
+        self._reader = FrameReader(conn.max_frame_size, receive_size=2 * _SCRATCH + 8, large=_SCRATCH, buffers=FRAMES)
         self._paused = False
         self._lost = False
         self._drain_waiters: list[asyncio.Future[None]] = []
@@ -69,48 +65,19 @@ class _FrameStream(asyncio.BufferedProtocol):
         self.transport = transport  # type: ignore[assignment]
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._frame is not None:
-            return self._frame[self._filled :]
-        return self._scratch_view[self._have :]
+        return self._reader.buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        try:
-            self._received(nbytes)
-        except ProtocolError as exc:
-            self.conn._fail(ConnectionError(str(exc)))
-
-    def _received(self, nbytes: int) -> None:
         conn = self.conn
-        if self._frame is not None:
-            self._filled += nbytes
-            if self._filled == len(self._frame):
-                payload = self._frame
-                self._frame = None
+        reader = self._reader
+        try:
+            reader.filled(nbytes)
+            while (payload := reader.next_frame()) is not None:
                 conn._on_frame(payload)
-            return
-        buf = self._scratch
-        have = self._have + nbytes
-        pos = 0
-        while have - pos >= 4:
-            size = frame_size_at(buf, pos, conn.max_frame_size)
-            end = pos + 4 + size
-            if end <= have:
-                conn._on_frame(buf[pos + 4 : end])
-                pos = end
                 if conn.closed:
                     return
-                continue
-            if 4 + size > len(buf):  # too large for the scratch buffer: a buffer of its own
-                frame = _frame_buffer(size)
-                frame[: have - pos - 4] = buf[pos + 4 : have]
-                self._frame = frame
-                self._filled = have - pos - 4
-                pos = have
-            break
-        if pos:
-            buf[: have - pos] = buf[pos:have]
-            have -= pos
-        self._have = have
+        except ProtocolError as exc:
+            conn._fail(ConnectionError(str(exc)))
 
     def eof_received(self) -> bool:
         self.conn._fail(ConnectionError(f"broker {self.conn.node_id} closed the connection"))

@@ -33,16 +33,29 @@ _SMALL_FRAME = 1 << 16
 _SPARE_BYTES = 32 << 20
 
 
-_frames = FrameBuffers(_SPARE_BYTES)  # buffers of large frames, shared by every connection
-_frames_lock = threading.Lock()
+class _SharedFrameBuffers(FrameBuffers):
+    """The spares of every connection of the process, behind a lock (Spark tasks read in threads)."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(max_bytes)
+        self._lock = threading.Lock()
+
+    def get(self, size: int) -> memoryview:
+        with self._lock:
+            return super().get(size)
+
+
+#: buffers of large frames, kept for reuse, up to :data:`_SPARE_BYTES` in all: connections come
+#: and go, a Spark task opens its own
+FRAMES = _SharedFrameBuffers(_SPARE_BYTES)
 
 
 def _frame_buffer(size: int) -> memoryview:
     """A writable buffer of ``size`` bytes for a large frame: a spare one that nothing refers to
-    any more, or a new one (kept for reuse, up to :data:`_SPARE_BYTES` in all: connections come
-    and go, a Spark task opens its own)."""
-    with _frames_lock:
-        return _frames.get(size)
+    any more, or a new one (see :class:`FrameBuffers`)."""
+    return FRAMES.get(size)
 
 
 def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
