@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import struct
 
@@ -135,3 +136,25 @@ def test_a_bad_size_received_into_its_buffers_is_raised_after_the_frames_before_
 def test_a_receive_buffer_too_small_for_its_large_frames_is_refused() -> None:
     with pytest.raises(ValueError):
         FrameReader(receive_size=4096, large=4000)
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.parametrize("pooled", [False, True])
+def test_announcing_a_huge_frame_costs_only_the_bytes_sent(pooled: bool) -> None:
+    """A peer that sends the size prefix of a frame of the maximum size and nothing more must not
+    make the reader commit that much memory (with bytearrays it would: they are zero-filled)."""
+    size = 64 << 20
+    readers = [
+        FrameReader(max_frame_size=size, receive_size=4096, large=1024, buffers=FrameBuffers(1 << 30) if pooled else None)
+        for _ in range(12)
+    ]
+    before = _rss()
+    for reader in readers:
+        reader.feed(struct.pack(">i", size) + b"z" * 100)
+        assert len(reader.buffer()) == size - 100  # the frame's own buffer waits for the rest
+    grown = _rss() - before
+    assert grown < 32 << 20, f"{grown >> 20} MiB committed for 12 frames of which 1,200 bytes arrived"

@@ -31,7 +31,7 @@ _SASL_VERSIONS = {17: 1, 36: 2}
 #: channel of this broker's event loop shares)
 _RECEIVE_SIZE = 256 * 1024
 _LARGE_FRAME = 64 * 1024
-_FRAME_BUFFERS = FrameBuffers(64 << 20)
+_FRAME_BUFFERS = FrameBuffers(32 << 20)
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ _RECV_BUFFER = 256 * 1024
 # of their own, from the spares all connections share (one event loop), not copied out of the
 # receive buffer: the kernel's copy is the only one
 _LARGE_FRAME = 64 * 1024
-_FRAME_BUFFERS = FrameBuffers(64 << 20)
+_FRAME_BUFFERS = FrameBuffers(32 << 20)
 _OUT_BUFFER = 1 << 20
 # responses handled together go out in one write, up to this many parts at a time
 _MAX_COALESCED = 64

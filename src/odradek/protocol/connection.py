@@ -148,14 +148,19 @@ class FrameBuffers:
     """Buffers for large frames, kept for reuse: a frame read straight into a fresh buffer would
     have every page of it faulted in by the kernel, which costs as much as the copy.  A spare is
     reused once nothing refers to it any more (the frame's decoded ``records`` are views of it).
-    Not thread-safe: one event loop's connections share one, or the caller holds a lock."""
+    Not thread-safe: one event loop's connections share one, or the caller holds a lock.
+
+    A new buffer is anonymous memory (``mmap``): only the pages the frame's bytes fill are ever
+    committed, so a peer that announces a frame of ``socket.request.max.bytes`` and sends its
+    size prefix alone costs no more memory than the bytes it sent (as when frames were
+    accumulated as they arrived)."""
 
     __slots__ = ("_spare", "max_bytes")
 
     def __init__(self, max_bytes: int = 32 << 20) -> None:
         #: at most this many bytes of spares are kept (all the connections using this pool)
         self.max_bytes = max_bytes
-        self._spare: list[bytearray] = []  # most recently used last
+        self._spare: list[mmap.mmap] = []  # most recently used last
 
     def get(self, size: int) -> memoryview:
         """A writable buffer of ``size`` bytes."""
@@ -166,7 +171,7 @@ class FrameBuffers:
             if size <= len(b) <= 2 * size and sys.getrefcount(b) == 3:
                 spare.append(spare.pop(i))
                 return memoryview(b)[:size]
-        b = bytearray(size + (size >> 4))  # frames of the same kind differ a little in size
+        b = mmap.mmap(-1, max(size + (size >> 4), 1))  # frames of the same kind differ a little in size
         spare.append(b)
         total = sum(len(s) for s in spare)
         while total > self.max_bytes and len(spare) > 1:
@@ -270,7 +275,7 @@ class FrameReader:
                 self._error = exc
                 break
             if size >= large:
-                payload = self._buffers.get(size) if self._buffers is not None else memoryview(bytearray(size))
+                payload = self._buffers.get(size) if self._buffers is not None else memoryview(mmap.mmap(-1, size))
                 have = min(end - start - 4, size)
                 payload[:have] = view[start + 4 : start + 4 + have]
                 start += 4 + have
