@@ -49,8 +49,8 @@ class _FrameStream(asyncio.BufferedProtocol):
     read by the transport straight into a buffer of its size (``recv_into``), so a fetch response
     of many megabytes is never copied or regrown on its way in.  Those buffers are reused once
     nothing refers to them any more (the decoded response and every view of it gone, see
-    :data:`FRAMES`): a fresh one is zero-filled and page-faulted in, which costs more than
-    reading the response."""
+    :data:`FRAMES`): a fresh one is page-faulted in as it fills, which costs more than reading
+    the response."""
 
     def __init__(self, conn: AsyncBrokerConnection) -> None:
         self.conn = conn
