@@ -10,6 +10,14 @@ OffsetForLeaderEpoch, where its latest leader epoch ends on the leader and remov
 that point, so that the follower's log never diverges from the leader's.  OFFSET_OUT_OF_RANGE is
 handled as the seeds describe: a follower ahead of the leader truncates to the leader's log end;
 one behind the leader's log start starts over at the leader's log start.
+
+A partition added to a fetcher whose fetch is long-polling an idle leader would wait out that
+poll (up to ``replica.fetch.wait.max.ms``) before its first fetch, and an ``acks=all`` write to
+it as long: a new topic's first write, a partition that moved to this leader in a failover.  The
+fetcher then abandons the poll by closing its connection (the leader answers one connection's
+requests in order, so a second request would wait behind it) and fetches again at once with the
+new partition in.  Partitions are added rarely (topics created, leaders moved), and a response
+abandoned on its way is fetched again from the same offsets: nothing is lost.
 """
 
 from __future__ import annotations
@@ -46,6 +54,8 @@ __all__ = ["ReplicaFetcherManager"]
 log = logging.getLogger(__name__)
 
 FETCH_VERSION = 12
+#: the first retry of a partition whose leader refused it (see ReplicaFetcher._fetch)
+_FIRST_RETRY = 0.01
 EPOCH_VERSION = 4
 LIST_OFFSETS_VERSION = 7
 
@@ -57,6 +67,8 @@ class _FetchState:
     delayed_until: float = 0.0
     #: the last fetch brought the log to the leader's high watermark (KIP-73's "in sync")
     caught_up: bool = False
+    #: fetches of this partition in a row that the leader answered with a leadership error
+    refused: int = 0
 
 
 class ReplicaFetcherManager:
@@ -129,12 +141,15 @@ class ReplicaFetcher:
         )
         self.parts: dict[tuple[str, int], _FetchState] = {}
         self._wake = asyncio.Event()
+        #: set by :meth:`add`: partitions that the fetch in flight does not have
+        self._added = asyncio.Event()
         self._stopped = False
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"fetcher-{leader}-{index}")
 
     def add(self, p: Partition) -> None:
         self.parts[(p.topic, p.index)] = _FetchState(p)
         self._wake.set()
+        self._added.set()
 
     def remove(self, key: tuple[str, int]) -> None:
         self.parts.pop(key, None)
@@ -255,9 +270,14 @@ class ReplicaFetcher:
         if not states:  # everything waits for the replication throttle
             await asyncio.sleep(min(self.backoff, 0.1))
             return
+        wait_ms = self.wait_ms
+        now = asyncio.get_running_loop().time()
+        waiting = [s.delayed_until for s in self.parts.values() if not s.truncating and s.delayed_until > now]
+        if waiting:  # a partition that waits out a retry delay joins the next poll, not one 500 ms on
+            wait_ms = min(wait_ms, max(int((min(waiting) - now) * 1000), 1))
         req = FetchRequest(
             replica_id=self.broker_id,
-            max_wait_ms=self.wait_ms,
+            max_wait_ms=wait_ms,
             min_bytes=self.min_bytes,
             max_bytes=self.max_bytes,
             isolation_level=0,
@@ -281,7 +301,9 @@ class ReplicaFetcher:
                     partition_max_bytes=self.partition_max_bytes,
                 )
             )
-        resp: FetchResponse = await self.channel.request(req, FETCH_VERSION, timeout=self.wait_ms / 1000 + 30)
+        resp = await self._request_fetch(req)
+        if resp is None:
+            return
         now = asyncio.get_running_loop().time()
         out_of_range: list[_FetchState] = []
         fetched = 0
@@ -293,6 +315,7 @@ class ReplicaFetcher:
                 s = st
                 p = s.partition
                 if r.error_code == ErrorCode.NONE:
+                    s.refused = 0
                     if counted and (rt.topic, r.partition_index) in counted:
                         fetched += len(r.records) if isinstance(r.records, (bytes, bytearray, memoryview)) else 0
                     self._append(s, r)
@@ -300,13 +323,36 @@ class ReplicaFetcher:
                     out_of_range.append(s)
                 else:
                     # stale leadership (NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, ...):
-                    # the controller's next LeaderAndIsr sorts it out; retry after the backoff
+                    # the controller's next LeaderAndIsr sorts it out.  Most often the leader has
+                    # not applied the LeaderAndIsr that this broker already has (the controller
+                    # sends both at once), which takes milliseconds: the first retries come after
+                    # 10 ms, doubling up to the backoff
                     log.debug("fetch of %s-%d from %d: %s", p.topic, p.index, self.leader, ErrorCode(r.error_code).name)
-                    s.delayed_until = now + self.backoff
+                    s.delayed_until = now + min(self.backoff, _FIRST_RETRY * (1 << min(s.refused, 16)))
+                    s.refused += 1
         if fetched:
             self.quota.record(fetched, time.monotonic() * 1000.0)
         if out_of_range:
             await self._out_of_range(out_of_range)
+
+    async def _request_fetch(self, req: FetchRequest) -> FetchResponse | None:
+        """The leader's answer to ``req``, or None when a partition was added while the leader
+        long-polled it (see the module docstring): the connection is closed, and the caller's
+        next fetch has the new partition in."""
+        self._added.clear()
+        request = asyncio.ensure_future(self.channel.request(req, FETCH_VERSION, timeout=self.wait_ms / 1000 + 30))
+        added = asyncio.ensure_future(self._added.wait())
+        try:
+            await asyncio.wait((request, added), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            added.cancel()
+            if not request.done():
+                request.cancel()  # only when this task is cancelled, or just below
+        if request.done() and not request.cancelled():
+            return request.result()
+        log.debug("fetcher for leader %d: partitions added during a long poll; fetching again", self.leader)
+        await self.channel.close()
+        return None
 
     def _append(self, s: _FetchState, r: FetchResponse.PartitionData) -> None:
         p = s.partition
