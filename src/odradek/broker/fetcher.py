@@ -171,6 +171,7 @@ class ReplicaFetcher:
                 await self._wake.wait()
                 continue
             try:
+                self._added.clear()  # partitions added from here on interrupt this round's poll
                 truncating = [s for s in self.parts.values() if s.truncating]
                 if truncating:
                     await self._truncate(truncating)
@@ -339,7 +340,8 @@ class ReplicaFetcher:
         """The leader's answer to ``req``, or None when a partition was added while the leader
         long-polled it (see the module docstring): the connection is closed, and the caller's
         next fetch has the new partition in."""
-        self._added.clear()
+        if self._added.is_set():  # added while this round truncated: start the round again
+            return None
         request = asyncio.ensure_future(self.channel.request(req, FETCH_VERSION, timeout=self.wait_ms / 1000 + 30))
         added = asyncio.ensure_future(self._added.wait())
         try:
