@@ -48,3 +48,23 @@ def test_a_new_partition_is_replicated_without_waiting_out_a_poll(cluster_factor
             _produce_one(producer, topic)  # acknowledged once both followers have fetched it
     finally:
         producer.flush(5)
+
+
+def test_a_follower_moves_to_a_new_leader_without_waiting_out_a_poll(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
+    cluster = cluster_factory(3, MINUTE_POLLS)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 0,
+                         "message.timeout.ms": 20000, "topic.metadata.refresh.interval.ms": 1000})
+    try:
+        # broker 3 follows both; "other" gives it a fetcher for broker 2 that long-polls it
+        for topic, replicas in (("moving", [1, 2, 3]), ("other", [2, 3, 1])):
+            create_topic(cluster.bootstrap, topic, assignment=[replicas])
+            cluster.wait_for(lambda t=topic: isr_full(cluster, t, 1), 30, f"{topic}: leader and ISR")
+            _produce_one(producer, topic)
+        cluster.stop(1)  # controlled shutdown: broker 2 leads "moving", broker 3 now fetches it from 2
+        cluster.wait_for(lambda: cluster.leader("moving", 0) == 2, 30, "broker 2 leading")
+        # the follower truncates at the new leader (OffsetForLeaderEpoch) and fetches from it
+        _produce_one(producer, "moving")
+    finally:
+        producer.flush(5)

@@ -3,7 +3,10 @@
 Fetchers are grouped per leader broker; a partition's fetcher among ``num.replica.fetchers`` for
 its leader is chosen by hashing topic and partition (Kafka's rule).  Each fetcher long-polls its
 leader with Fetch requests carrying this broker's replica id (``replica.fetch.wait.max.ms``,
-``replica.fetch.min.bytes``) and backs off ``replica.fetch.backoff.ms`` only after errors.
+``replica.fetch.min.bytes``) and backs off ``replica.fetch.backoff.ms`` only after errors.  A
+partition the leader refuses with a leadership error is retried sooner, 10 ms at first and
+doubling up to that backoff: most often the leader has not yet applied the LeaderAndIsr that
+this broker already has (the controller sends both at once), a matter of milliseconds.
 
 A partition that just became a follower first truncates: it asks the leader, with
 OffsetForLeaderEpoch, where its latest leader epoch ends on the leader and removes anything past
@@ -172,16 +175,17 @@ class ReplicaFetcher:
                 continue
             try:
                 self._added.clear()  # partitions added from here on interrupt this round's poll
-                truncating = [s for s in self.parts.values() if s.truncating]
+                now = loop.time()
+                truncating = [s for s in self.parts.values() if s.truncating and s.delayed_until <= now]
                 if truncating:
                     await self._truncate(truncating)
                 now = loop.time()
                 ready = [s for s in self.parts.values() if not s.truncating and s.delayed_until <= now]
                 if not ready:
-                    delays = [s.delayed_until - now for s in self.parts.values() if not s.truncating]
+                    delays = [s.delayed_until - now for s in self.parts.values()]
                     self._wake.clear()
                     with contextlib.suppress(TimeoutError):
-                        await wait_for(self._wake.wait(), min(delays, default=self.backoff))
+                        await wait_for(self._wake.wait(), max(min(delays, default=self.backoff), _FIRST_RETRY))
                     continue
                 await self._fetch(ready)
             except asyncio.CancelledError:
@@ -227,8 +231,10 @@ class ReplicaFetcher:
                 s = st
                 p = s.partition
                 if r.error_code:
-                    s.delayed_until = now + self.backoff
+                    log.debug("truncation of %s-%d at %d: %s", p.topic, p.index, self.leader, ErrorCode(r.error_code).name)
+                    self._refused(s, now)
                     continue
+                s.refused = 0
                 if r.end_offset < 0:
                     target = p.log.high_watermark
                 elif r.leader_epoch != asked[(rt.topic, r.partition)]:
@@ -273,7 +279,7 @@ class ReplicaFetcher:
             return
         wait_ms = self.wait_ms
         now = asyncio.get_running_loop().time()
-        waiting = [s.delayed_until for s in self.parts.values() if not s.truncating and s.delayed_until > now]
+        waiting = [s.delayed_until for s in self.parts.values() if s.delayed_until > now]
         if waiting:  # a partition that waits out a retry delay joins the next poll, not one 500 ms on
             wait_ms = min(wait_ms, max(int((min(waiting) - now) * 1000), 1))
         req = FetchRequest(
@@ -324,17 +330,19 @@ class ReplicaFetcher:
                     out_of_range.append(s)
                 else:
                     # stale leadership (NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, ...):
-                    # the controller's next LeaderAndIsr sorts it out.  Most often the leader has
-                    # not applied the LeaderAndIsr that this broker already has (the controller
-                    # sends both at once), which takes milliseconds: the first retries come after
-                    # 10 ms, doubling up to the backoff
+                    # the controller's next LeaderAndIsr sorts it out (see the module docstring)
                     log.debug("fetch of %s-%d from %d: %s", p.topic, p.index, self.leader, ErrorCode(r.error_code).name)
-                    s.delayed_until = now + min(self.backoff, _FIRST_RETRY * (1 << min(s.refused, 16)))
-                    s.refused += 1
+                    self._refused(s, now)
         if fetched:
             self.quota.record(fetched, time.monotonic() * 1000.0)
         if out_of_range:
             await self._out_of_range(out_of_range)
+
+    def _refused(self, s: _FetchState, now: float) -> None:
+        """The leader answered ``s``'s partition with a leadership error: retry after 10 ms,
+        doubling with each refusal in a row up to ``replica.fetch.backoff.ms``."""
+        s.delayed_until = now + min(self.backoff, _FIRST_RETRY * (1 << min(s.refused, 16)))
+        s.refused += 1
 
     async def _request_fetch(self, req: FetchRequest) -> FetchResponse | None:
         """The leader's answer to ``req``, or None when a partition was added while the leader
