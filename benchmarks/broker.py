@@ -55,6 +55,13 @@ benchmark's group looks up its coordinator once (a fresh broker may create
   record per Produce request (``linger.ms=0``, ``batch.num.messages=1``), where the per-request
   authorization matters most; ratio on / off (target >= 0.95) and the broker CPU seconds of each.
   ``--authorizer-only`` runs just this section.
+* ``transactions`` - one broker: confluent-kafka's transactional producer (transactions of 1,000
+  records, acks=all) against its idempotent producer, alternating (target >= 0.8); read_committed
+  against read_uncommitted consume of the transactional data (target >= 0.9); the same produce
+  comparison with Odradek's own producer (a quarter of the records).  ``where_the_time_goes``
+  gives each client's median ``commit_transaction`` time and the ratio it would reach if the
+  broker answered in no time (its median AddPartitionsToTxn, Produce and EndTxn times, from its
+  /metrics, taken off each transaction).  ``--transactions-only`` runs just this section.
 * ``--throughput-only`` runs just ``produce`` and ``consume`` (without the machine limits' fractions).
 * ``machine`` - loopback TCP (this process -> a sink process, 1 MiB page-aligned ``sendall``
   / ``recv_into``), and sequential file writes (1 MiB ``os.write``, page cache only and with
@@ -788,6 +795,7 @@ def _txn_produce(bootstrap: str, topic: str, n: int, value: bytes, per_txn: int)
                      "transactional.id": f"bench-{topic}", "on_delivery": on_delivery})
     p.init_transactions(30)
     p.list_topics(topic, timeout=10)
+    commits = []
     t0 = time.perf_counter()
     for start in range(0, n, per_txn):
         p.begin_transaction()
@@ -798,11 +806,68 @@ def _txn_produce(bootstrap: str, topic: str, n: int, value: bytes, per_txn: int)
                     break
                 except BufferError:
                     p.poll(0.0005)
+        c0 = time.perf_counter()
         p.commit_transaction(60)
+        commits.append(time.perf_counter() - c0)
     elapsed = time.perf_counter() - t0
     if state["acked"] != n or state["errors"]:
         raise SystemExit(f"transactional produce to {bootstrap}: {state['acked']} of {n}, {state['errors']} errors")
-    return {"seconds": elapsed, "records_per_s": n / elapsed}
+    return {"seconds": elapsed, "records_per_s": n / elapsed, "commit_ms": median(commits) * 1000}
+
+
+def _odradek_produce(bootstrap: str, topic: str, n: int, value: bytes, per_txn: int | None) -> dict[str, Any]:
+    """Odradek's own producer (acks=all, idempotent, the same linger and batch size as the
+    confluent-kafka runs): ``n`` records to partition 0, in transactions of ``per_txn`` when
+    given; from the first send to the last acknowledgement."""
+    from odradek.client import Producer as OdradekProducer
+
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                            "linger.ms": PRODUCER_CONFIG["linger.ms"], "batch.size": PRODUCER_CONFIG["batch.size"]}
+    if per_txn:
+        conf["transactional.id"] = f"bench-odradek-{topic}"
+    p = OdradekProducer(conf)
+    commits = []
+    try:
+        if per_txn:
+            p.init_transactions(30)
+        else:  # connected, producer id known: outside the window
+            p.send(topic, value, partition=0)
+            if p.flush(30):
+                raise SystemExit(f"odradek produce to {bootstrap}: the first record was not acknowledged")
+        send = p.send
+        t0 = time.perf_counter()
+        for start in range(0, n, per_txn or n):
+            if per_txn:
+                p.begin_transaction()
+            for _ in range(min(per_txn or n, n - start)):
+                send(topic, value, partition=0)
+            if per_txn:
+                c0 = time.perf_counter()
+                p.commit_transaction(60)
+                commits.append(time.perf_counter() - c0)
+        if p.flush(120):
+            raise SystemExit(f"odradek produce to {bootstrap}: records left unacknowledged")
+        elapsed = time.perf_counter() - t0
+    finally:
+        p.close()
+    out: dict[str, Any] = {"seconds": elapsed, "records_per_s": n / elapsed}
+    if commits:
+        out["commit_ms"] = median(commits) * 1000
+    return out
+
+
+def _request_time_medians(metrics_port: int, requests: tuple[str, ...]) -> dict[str, float]:
+    """The broker's own median total time (ms) of each request type, from its /metrics."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for name in requests:
+        m = re.search(rf'kafka_network_requestmetrics_totaltimems{{quantile="0.5",request="{name}"}} (\S+)', text)
+        if m:
+            out[name] = rnd(float(m.group(1)), 3)
+    return out
 
 
 def _count_consume(bootstrap: str, topic: str, n: int, isolation: str) -> dict[str, Any]:
@@ -828,9 +893,19 @@ def _count_consume(bootstrap: str, topic: str, n: int, isolation: str) -> dict[s
 def transaction_runs(directory: Path, value: bytes, n: int, repeats: int) -> dict[str, Any]:
     """Transactional produce (1,000 records a transaction) vs idempotent produce with acks=all,
     and read_committed vs read_uncommitted consume of the transactional data; same broker,
-    alternating."""
-    b = BrokerProcess(directory / "txn", overrides={"transaction.state.log.num.partitions": 3})
-    runs: dict[str, list[float]] = {"idempotent": [], "transactional": [], "read_uncommitted": [], "read_committed": []}
+    alternating.
+
+    The same comparison with Odradek's own producer, the clients' median ``commit_transaction``
+    time and the broker's own median time for the requests of a transaction (its /metrics) say
+    where a transaction's time goes: ``best_ratio_if_the_broker_took_no_time`` takes the broker's
+    three request times off each transaction (they are serial in it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        metrics_port = s.getsockname()[1]
+    b = BrokerProcess(directory / "txn", overrides={"transaction.state.log.num.partitions": 3, "metrics.port": metrics_port})
+    runs: dict[str, list[float]] = {"idempotent": [], "transactional": [], "read_uncommitted": [], "read_committed": [],
+                                    "odradek_idempotent": [], "odradek_transactional": []}
+    commit_ms: dict[str, list[float]] = {"librdkafka": [], "odradek": []}
     try:
         b.start()
         bs = b.bootstrap
@@ -843,12 +918,32 @@ def transaction_runs(directory: Path, value: bytes, n: int, repeats: int) -> dic
                     run = produce_run(bs, topic, n, value, {"acks": "all", "enable.idempotence": True})
                 else:
                     run = _txn_produce(bs, topic, n, value, 1000)
+                    commit_ms["librdkafka"].append(run["commit_ms"])
                 runs[kind].append(run["records_per_s"])
             for iso in (["read_uncommitted", "read_committed"] if r % 2 == 0 else ["read_committed", "read_uncommitted"]):
                 runs[iso].append(_count_consume(bs, f"txn-transactional-{r}", n, iso)["records_per_s"])
+            for kind in order:  # Odradek's producer, fewer records (it is a Python loop)
+                topic = f"txn-odradek-{kind}-{r}"
+                create_topic(bs, topic, 1)
+                run = _odradek_produce(bs, topic, max(n // 4, 1000), value, 1000 if kind == "transactional" else None)
+                runs[f"odradek_{kind}"].append(run["records_per_s"])
+                if "commit_ms" in run:
+                    commit_ms["odradek"].append(run["commit_ms"])
+        broker_ms = _request_time_medians(metrics_port, ("AddPartitionsToTxn", "Produce", "EndTxn"))
     finally:
         b.stop()
     med = {k: median(v) for k, v in runs.items()}
+
+    def breakdown(idem: float, txn: float, commit: list[float]) -> dict[str, Any]:
+        per_1000_idem = 1000 / idem * 1000  # ms
+        per_txn = 1000 / txn * 1000
+        floor = per_txn - sum(broker_ms.values())
+        return {
+            "idempotent_ms_per_1000_records": rnd(per_1000_idem, 3),
+            "transaction_ms": rnd(per_txn, 3),
+            "commit_transaction_ms_median": rnd(median(commit), 3),
+            "best_ratio_if_the_broker_took_no_time": rnd(per_1000_idem / floor, 3) if floor > 0 else None,
+        }
     return {
         "settings": f"{n} records of {len(value)} B, transactions of 1,000, alternating, {repeats} repeats",
         "produce": {
@@ -857,7 +952,18 @@ def transaction_runs(directory: Path, value: bytes, n: int, repeats: int) -> dic
             "ratio": rnd(med["transactional"] / med["idempotent"], 3),
             "target": TARGETS["txn_produce_ratio"],
             "met": med["transactional"] / med["idempotent"] >= TARGETS["txn_produce_ratio"],
+            "where_the_time_goes": breakdown(med["idempotent"], med["transactional"], commit_ms["librdkafka"]),
         },
+        "odradek_client_produce": {
+            "records": max(n // 4, 1000),
+            "idempotent_records_per_s": round(med["odradek_idempotent"]),
+            "transactional_records_per_s": round(med["odradek_transactional"]),
+            "ratio": rnd(med["odradek_transactional"] / med["odradek_idempotent"], 3),
+            "where_the_time_goes": breakdown(
+                med["odradek_idempotent"], med["odradek_transactional"], commit_ms["odradek"]
+            ),
+        },
+        "broker_request_ms_median": broker_ms,
         "consume": {
             "read_uncommitted_records_per_s": round(med["read_uncommitted"]),
             "read_committed_records_per_s": round(med["read_committed"]),
