@@ -57,7 +57,8 @@ __all__ = ["ReplicaFetcherManager"]
 log = logging.getLogger(__name__)
 
 FETCH_VERSION = 12
-#: the first retry of a partition whose leader refused it (see ReplicaFetcher._fetch)
+#: the first retry of a partition whose leader refused it (see ReplicaFetcher._refused), and
+#: the shortest a fetcher with nothing ready waits before it looks again
 _FIRST_RETRY = 0.01
 EPOCH_VERSION = 4
 LIST_OFFSETS_VERSION = 7
