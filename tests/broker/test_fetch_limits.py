@@ -4,13 +4,15 @@ about how many records it holds; a follower's fetch is capped by neither."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from odradek.protocol.messages.fetch import FetchRequest
-from odradek.records import read_batches
+from odradek.protocol.messages.produce import ProduceRequest
+from odradek.records import BatchBuilder, read_batches
 from odradek.testing import BrokerProcess, WireClient
 
 
@@ -92,24 +94,41 @@ def test_a_consumer_fetch_holds_about_fetch_response_max_records(tmp_path: Path)
     assert seen == 40_000 and offsets == [10_000] * 4, (seen, offsets)
 
 
+def _produce_batches(w: WireClient, sizes: list[int]) -> None:
+    """One acks=1 Produce per batch of exactly ``sizes[i]`` records to partition 0 of ``big`` (a
+    client's batching would depend on timing)."""
+    for n in sizes:
+        b = BatchBuilder()
+        for _ in range(n):
+            b.append(int(time.time() * 1000), None, b"v" * 100, [])
+        req = ProduceRequest(acks=1, timeout_ms=10_000, topic_data=[ProduceRequest.TopicProduceData(
+            name="big", partition_data=[ProduceRequest.PartitionProduceData(index=0, records=bytes(b.build()))],
+        )])
+        resp = w.request(req, 9)
+        assert resp.responses[0].partition_responses[0].error_code == 0, resp
+
+
 def test_a_batch_larger_than_the_record_cap_comes_whole(tmp_path: Path) -> None:
     """A cap below one batch's record count never stops a consumer: the first batch goes whole."""
+    sizes = [300, 500, 1, 200, 400]
     with BrokerProcess(tmp_path / "data", overrides={"fetch.response.max.records": 10}) as b:
-        _produce(b.bootstrap, 1, 3000, 1_000_000)
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        admin.create_topics([NewTopic("big", 1, 1)])["big"].result(30)
         w = WireClient(b.host, b.port, "fetch-records")
         try:
+            _produce_batches(w, sizes)
             offset = 0
-            answers = 0
-            while offset < 3000 and answers < 100:
+            answers = []
+            while offset < sum(sizes) and len(answers) < 100:
                 req = _fetch(1, 50 * 1024 * 1024)
                 req.topics[0].partitions[0].fetch_offset = offset
                 (got,) = _records_in(w.request(req, 11))
-                assert got > 10, got  # whole batches of hundreds of records, not cut at the cap
+                answers.append(got)
                 offset += got
-                answers += 1
         finally:
             w.close()
-    assert offset == 3000
+    # each answer is the whole batch at its offset: not cut at the cap, not empty
+    assert answers == sizes, answers
 
 
 def test_no_record_cap_when_it_is_zero(tmp_path: Path) -> None:

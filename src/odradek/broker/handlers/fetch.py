@@ -210,9 +210,10 @@ class _Fetch(DelayedOperation):
                     )
                     region = result.region
                     if region is None and cap is not None and min_one and cap < p.log.high_watermark:
-                        # the first batch holds more records than the cap: it goes whole (KIP-74)
+                        # the first batch holds more records than the cap: it goes whole, and
+                        # alone (one byte asked with min_one is that batch, as in KIP-74)
                         result = read(
-                            p, slot.fetch_offset, max(limit, 0),
+                            p, slot.fetch_offset, 1,
                             isolation_committed=self.committed, replica_id=replica_id, min_one=True,
                         )
                         region = result.region
