@@ -323,6 +323,7 @@ typedef struct {
     histogram_t lat;
     char first_error[256];
     atomic_int producing_done;
+    atomic_int pid_assigned; /* an idempotent producer holds its producer id (from its statistics) */
     pthread_t thr, poller;
 } producer_t;
 
@@ -355,16 +356,46 @@ static void *poller_main(void *arg) {
     return NULL;
 }
 
+static int stats_cb(rd_kafka_t *rk, char *json, size_t len, void *opaque) {
+    (void)rk;
+    (void)len;
+    producer_t *p = opaque;
+    const char *st = strstr(json, "\"idemp_state\":");
+    if (st && strncmp(st + 14 + strspn(st + 14, " "), "\"Assigned\"", 10) == 0) atomic_store(&p->pid_assigned, 1);
+    return 0; /* librdkafka frees json */
+}
+
+/* -X enable.idempotence=true: the producer asks for a producer id before its first send */
+static int idempotent(void) {
+    int on = 0;
+    for (int i = 0; i < O.nconf; i++)
+        if (strcmp(O.conf[i][0], "enable.idempotence") == 0) on = strcmp(O.conf[i][1], "true") == 0;
+    return on;
+}
+
 static producer_t *producer_new(int id, int nparts_wanted, int *nparts_out) {
     producer_t *p = calloc(1, sizeof(*p));
     p->id = id;
     rd_kafka_conf_t *conf = base_conf(1);
     rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
     rd_kafka_conf_set_opaque(conf, p);
+    int idem = idempotent();
+    if (idem) {
+        /* librdkafka asks for the producer id when the handle is made; no broker connection is up
+           then, so it tries again on a 500 ms timer. That start-up is the client's, not the
+           broker's: the window starts once the id is there (the statistics say when). */
+        set_conf(conf, "statistics.interval.ms", "50");
+        rd_kafka_conf_set_stats_cb(conf, stats_cb);
+    }
     char err[512];
     p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
     if (!p->rk) die("rd_kafka_new: %s", err);
     int n = topic_partitions(p->rk); /* connected, metadata known: outside the window */
+    int64_t pid_deadline = now_ns() + (int64_t)(30 * 1e9);
+    while (idem && !atomic_load(&p->pid_assigned)) {
+        if (now_ns() > pid_deadline) die("idempotent producer: no producer id after 30 s");
+        rd_kafka_poll(p->rk, 20);
+    }
     if (nparts_wanted > 0 && nparts_wanted < n) n = nparts_wanted;
     *nparts_out = n;
     p->rkt = rd_kafka_topic_new(p->rk, O.topic, NULL);
