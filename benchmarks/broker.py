@@ -529,8 +529,19 @@ def produce_run(
         if state["acked"] == n:
             state["t_last"] = time.perf_counter()
 
-    p = ck.Producer({"bootstrap.servers": bootstrap, "on_delivery": on_delivery, **PRODUCER_CONFIG, **(extra or {})})
+    conf = {"bootstrap.servers": bootstrap, "on_delivery": on_delivery, **PRODUCER_CONFIG, **(extra or {})}
+    pid: list[str] = []
+    if conf.get("enable.idempotence"):
+        # librdkafka asks for the producer id when the handle is made, before any connection is up,
+        # and tries again on a 500 ms timer: the client's start-up, kept out of the window (the
+        # transactional runs get theirs in init_transactions(), also outside)
+        conf["statistics.interval.ms"] = 50
+        conf["stats_cb"] = lambda j: pid.append(json.loads(j).get("eos", {}).get("idemp_state", ""))
+    p = ck.Producer(conf)
     p.list_topics(topic, timeout=10)  # connected, metadata known: outside the window
+    deadline = time.monotonic() + 30
+    while conf.get("enable.idempotence") and "Assigned" not in pid[-1:] and time.monotonic() < deadline:
+        p.poll(0.02)
     produce = p.produce
     poll = p.poll
     t0 = time.perf_counter()
