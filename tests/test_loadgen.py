@@ -48,3 +48,20 @@ def test_produce_then_consume_counts(loadgen: str, tmp_path: Path) -> None:
         assert consumed["bytes"] == RECORDS * 100
         assert consumed["errors"] == 0
         assert consumed["exit_code"] == 0
+
+
+@pytest.mark.slow
+def test_an_idempotent_producer_sends_once_it_has_its_producer_id(loadgen: str, tmp_path: Path) -> None:
+    """With ``enable.idempotence=true`` the load generator waits, before its window, for the
+    producer id (read from librdkafka's statistics; a wrong reading ends it after 30 s with exit 2)."""
+    with BrokerProcess(tmp_path / "data") as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("idem", 2, 1)])["idem"].result(30)
+        produced = _loadgen.run_produce(
+            broker.bootstrap, "idem", 2000, record_size=100, acks="all", clients=2,
+            config={"enable.idempotence": "true", "linger.ms": 5}, timeout=60,
+        )
+        assert produced["records"] == 2000 and produced["errors"] == 0 and produced["undelivered"] == 0
+        assert produced["exit_code"] == 0
+        consumed = _loadgen.run_consume(broker.bootstrap, "idem", 2000, timeout=60)
+        assert consumed["records"] == 2000
