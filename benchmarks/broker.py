@@ -56,7 +56,9 @@ benchmark's group looks up its coordinator once (a fresh broker may create
   authorization matters most; ratio on / off (target >= 0.95) and the broker CPU seconds of each.
   ``--authorizer-only`` runs just this section.
 * ``transactions`` - one broker: confluent-kafka's transactional producer (transactions of 1,000
-  records, acks=all) against its idempotent producer, alternating (target >= 0.8); read_committed
+  records, acks=all) against its idempotent producer, alternating (target >= 0.8; both windows
+  start once the producer holds its producer id: the transactional one after init_transactions(),
+  the idempotent one once librdkafka's statistics say so); read_committed
   against read_uncommitted consume of the transactional data (target >= 0.9); the same produce
   comparison with Odradek's own producer (a quarter of the records).  ``where_the_time_goes``
   gives each client's median ``commit_transaction`` time and the ratio it would reach if the

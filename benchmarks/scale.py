@@ -37,7 +37,9 @@ Sections (``--only`` takes any of them, comma-separated):
   3 partitions led by different brokers; RF 1 with acks=1 vs RF 3 with acks=all
   (min.insync.replicas=2), with an idempotent producer and without (Kafka's 2014 figure, 0.51, had
   no idempotence), alternating on the same cluster; ratios rf3 / rf1.  An idempotent librdkafka
-  producer has one request in flight per partition, so that figure is one batch per round trip.
+  producer has one request in flight per partition, so that figure is one batch per round trip;
+  its window starts once it holds its producer id (librdkafka asks before any connection is up and
+  tries again 500 ms later).
 * ``latency`` - end-to-end latency (CLOCK_MONOTONIC before produce() to the consumer's
   receipt, producer and consumer in one process) at 50 % of the lower of the two brokers' maximum
   1-partition produce rates with the same producer configuration (linger.ms=1, batch.size=1048576,
