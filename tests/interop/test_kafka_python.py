@@ -92,7 +92,8 @@ def test_negotiated_versions_roundtrip(broker: BrokerProcess, topic: str, codec:
 @pytest.mark.parametrize("codec", [None, "gzip", "snappy", "lz4"])
 def test_message_format_v1(broker: BrokerProcess, topic: str, codec: str | None) -> None:
     records = sample(30, headers=False)
-    meta = kp_send(broker, topic, records, V0_10_1, compression_type=codec, batch_size=1024)
+    # batches close when full (flush() sends the last one), not after linger 0 on a loaded machine
+    meta = kp_send(broker, topic, records, V0_10_1, compression_type=codec, batch_size=1024, linger_ms=1000)
     assert [(m.offset, m.timestamp) for m in meta] == [(i, r["timestamp_ms"]) for i, r in enumerate(records)]
     batches = stored_batches(broker.data_dir, topic)
     assert {b.magic for b in batches} == {1}
@@ -230,8 +231,11 @@ def _uniform_batches(
         {"key": b"k%04d" % i, "value": b"%04d" % i * (value_size // 4), "timestamp": BASE_TS + i}
         for i in range(n)
     ]
+    # a batch goes when it holds per_batch records, long before a 1 s linger (5 ms split a batch
+    # of 20 into 15 + 5 on a loaded machine); n is a multiple of per_batch, so none waits for it
+    assert n % per_batch == 0
     produce_all(
-        producer(broker.bootstrap, **{"batch.num.messages": per_batch, "linger.ms": 5}), topic, records
+        producer(broker.bootstrap, **{"batch.num.messages": per_batch, "linger.ms": 1000}), topic, records
     )
     return records
 
