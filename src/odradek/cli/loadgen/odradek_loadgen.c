@@ -360,8 +360,13 @@ static int stats_cb(rd_kafka_t *rk, char *json, size_t len, void *opaque) {
     (void)rk;
     (void)len;
     producer_t *p = opaque;
-    const char *st = strstr(json, "\"idemp_state\":");
-    if (st && strncmp(st + 14 + strspn(st + 14, " "), "\"Assigned\"", 10) == 0) atomic_store(&p->pid_assigned, 1);
+    static const char key[] = "\"idemp_state\":", assigned[] = "\"Assigned\"";
+    const char *st = strstr(json, key);
+    if (st) {
+        st += sizeof(key) - 1;
+        st += strspn(st, " "); /* librdkafka writes "key": "value" */
+        if (strncmp(st, assigned, sizeof(assigned) - 1) == 0) atomic_store(&p->pid_assigned, 1);
+    }
     return 0; /* librdkafka frees json */
 }
 
