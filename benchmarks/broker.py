@@ -532,17 +532,23 @@ def produce_run(
             state["t_last"] = time.perf_counter()
 
     conf = {"bootstrap.servers": bootstrap, "on_delivery": on_delivery, **PRODUCER_CONFIG, **(extra or {})}
-    pid: list[str] = []
-    if conf.get("enable.idempotence"):
+    idempotent = bool(conf.get("enable.idempotence"))
+    assigned: list[bool] = []
+
+    def on_stats(stats: str) -> None:  # parses only until the id is there: the window runs after
+        if not assigned and json.loads(stats).get("eos", {}).get("idemp_state") == "Assigned":
+            assigned.append(True)
+
+    if idempotent:
         # librdkafka asks for the producer id when the handle is made, before any connection is up,
         # and tries again on a 500 ms timer: the client's start-up, kept out of the window (the
         # transactional runs get theirs in init_transactions(), also outside)
         conf["statistics.interval.ms"] = 50
-        conf["stats_cb"] = lambda j: pid.append(json.loads(j).get("eos", {}).get("idemp_state", ""))
+        conf["stats_cb"] = on_stats
     p = ck.Producer(conf)
     p.list_topics(topic, timeout=10)  # connected, metadata known: outside the window
     deadline = time.monotonic() + 30
-    while conf.get("enable.idempotence") and "Assigned" not in pid[-1:] and time.monotonic() < deadline:
+    while idempotent and not assigned and time.monotonic() < deadline:
         p.poll(0.02)
     produce = p.produce
     poll = p.poll
