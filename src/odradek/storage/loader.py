@@ -60,11 +60,22 @@ class LogLoader:
         return max(self.config.max_message_bytes, self.config.segment_bytes)
 
     def load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> LoadedLog:
+        opened: list[LogSegment] = []
+        try:
+            return self._load(recovery_point, log_start_offset, clean_shutdown, opened)
+        except BaseException:
+            for seg in opened:  # e.g. out of descriptors: what was opened must not stay open
+                seg.abandon()
+            raise
+
+    def _load(
+        self, recovery_point: int, log_start_offset: int, clean_shutdown: bool, opened: list[LogSegment]
+    ) -> LoadedLog:
         now = self.clock.now_ms()
         names = self._clean_leftovers()
         present = set(names)
         dir_dirty = False
-        segments: list[LogSegment] = []
+        segments = opened
         for name in names:
             m = SEGMENT_RE.match(name)
             if m is None:
@@ -76,6 +87,7 @@ class LogLoader:
             seg = LogSegment(
                 self.directory, base, self.config, self.files, now_ms=now, active=False, indexes_exist=not missing
             )
+            segments.append(seg)
             seg.created_ms = int(path.stat().st_mtime * 1000)
             problem = f"missing {' and '.join(missing)}" if missing else seg.index_problem()
             if problem is not None:
@@ -99,7 +111,6 @@ class LogLoader:
                         self.topic, self.partition, path.name, seg.size - seg.scan_stopped_at,
                         seg.scan_stopped_at, seg.next_offset - 1, self.directory,
                     )
-            segments.append(seg)
         if not segments:
             start = max(log_start_offset, recovery_point)
             segments.append(LogSegment(self.directory, start, self.config, self.files, now_ms=now, active=True))

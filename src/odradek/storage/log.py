@@ -190,8 +190,12 @@ class Log:
         self.log_end_offset = loaded.log_end_offset
         self.recovered_bytes = loaded.recovered_bytes
         self._dir_dirty = loaded.dir_dirty
-        self._truncate_epochs_at_load()
-        self._load_producer_state(loaded.names)
+        try:
+            self._truncate_epochs_at_load()
+            self._load_producer_state(loaded.names)
+        except BaseException:
+            self.abandon()
+            raise
         self.last_flush_ms = self.clock.monotonic_ms()
 
     def _truncate_epochs_at_load(self) -> None:
@@ -941,6 +945,16 @@ class Log:
             seg.close()
         self.delete_pending(force=True)
         self.closed = True
+
+    def abandon(self) -> None:
+        """Close every descriptor without flushing or writing anything (a load being undone, e.g.
+        a start-up that ran out of descriptors): the files stay as they are for the next load."""
+        with self._lock:
+            for seg in self._segments:
+                seg.abandon()
+            for _, seg in self._pending_deletes:
+                seg.abandon()
+            self.closed = True
 
     def delete(self) -> None:
         """Close and remove the partition directory with everything in it."""

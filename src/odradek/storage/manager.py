@@ -248,23 +248,43 @@ class LogManager:
                 f"{unclean} after an unclean shutdown: recovering them" if unclean else "clean shutdown",
             )
 
-        def load_chunk(chunk: list[tuple[Path, Path, int, int, int, bool]]) -> list[tuple[Path, Log]]:
-            return [load(job) for job in chunk]
+        def load_chunk(
+            chunk: list[tuple[Path, Path, int, int, int, bool]],
+        ) -> tuple[list[tuple[Path, Log]], Exception | None]:
+            # a failure is returned, not raised: the caller waits for every chunk and closes
+            # what the others opened (a map stops at the first exception while its other
+            # workers go on opening files, and those descriptors would never be closed)
+            loaded: list[tuple[Path, Log]] = []
+            try:
+                for job in chunk:
+                    loaded.append(load(job))
+            except Exception as exc:
+                return loaded, exc
+            return loaded, None
 
         # the workers take chunks of partitions: one task per partition spent more time handing
         # tasks between threads than loading a clean partition takes (10,000 partitions: 1.5 s)
         chunks = [jobs[i : i + _LOAD_CHUNK] for i in range(0, total, _LOAD_CHUNK)]
         step = max(total // 10, 100)  # a progress line per tenth, for starts that take a while
         done = reported = 0
-        for loaded in parallel_map(load_chunk, chunks):
+        failure: Exception | None = None
+        for loaded, error in parallel_map(load_chunk, chunks):
             for d, log in loaded:
                 key = (log.topic, log.partition)
                 self._logs[key] = log
                 self._log_dir[key] = d
+            failure = failure or error
             done += len(loaded)
-            if done - reported >= step and done < total:
+            if failure is None and done - reported >= step and done < total:
                 reported = done
                 _log.info("loaded %d of %d partition logs (%d%%)", done, total, done * 100 // total)
+        if failure is not None:
+            # nothing stays open (the caller may need descriptors to report the failure), and
+            # nothing is written: the files stay as they were for the next start
+            logs, self._logs, self._log_dir = list(self._logs.values()), {}, {}
+            for log in logs:
+                log.abandon()
+            raise failure
         # from now on a crash is an unclean shutdown; the removal must be durable, or a power cut
         # could bring the marker back and the next start would skip recovery of a torn tail
         for d in self.dirs:

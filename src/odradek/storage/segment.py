@@ -180,24 +180,28 @@ class LogSegment:
         self.suffix = suffix
         self.log_path = directory / segment_name(base_offset, ".log" + suffix)
         self.fd = files.open(self.log_path)
-        self.size = files.size(self.fd)
+        try:
+            self.size = files.size(self.fd)
+            self.index = OffsetIndex(
+                directory / segment_name(base_offset, ".index" + suffix),
+                base_offset,
+                config.segment_index_bytes,
+                active,
+                indexes_exist,
+            )
+            self.time_index = TimeIndex(
+                directory / segment_name(base_offset, ".timeindex" + suffix),
+                base_offset,
+                config.segment_index_bytes,
+                active,
+                indexes_exist,
+            )
+        except BaseException:
+            files.close(self.fd)  # e.g. out of descriptors: the .log's must not stay open
+            raise
         #: bytes that were in the file when it was opened and that no one validated since: reads
         #: CRC-check them (appends are validated before they are written, recovery validates)
         self.unchecked_end = self.size
-        self.index = OffsetIndex(
-            directory / segment_name(base_offset, ".index" + suffix),
-            base_offset,
-            config.segment_index_bytes,
-            active,
-            indexes_exist,
-        )
-        self.time_index = TimeIndex(
-            directory / segment_name(base_offset, ".timeindex" + suffix),
-            base_offset,
-            config.segment_index_bytes,
-            active,
-            indexes_exist,
-        )
         self.txn_index = TransactionIndex(directory / segment_name(base_offset, ".txnindex" + suffix), files)
         self.created_ms = now_ms
         self.bytes_since_index_entry = 0
@@ -382,6 +386,17 @@ class LogSegment:
         self.index.close()
         self.time_index.close()
         self.files.close(self.fd)
+        self.closed = True
+
+    def abandon(self) -> None:
+        """Close the descriptors and write nothing (a load being undone): the files stay as they
+        are on disk, for the next load."""
+        if self.closed:
+            return
+        self.files.close(self.fd)
+        for index in (self.index, self.time_index):
+            index.writable = False
+            index.release()
         self.closed = True
 
     def rename_suffix(self, suffix: str) -> None:
