@@ -174,6 +174,24 @@ def test_epoch_cache_assign_and_truncation(tmp_path: Path) -> None:
     assert parse_checkpoint(tmp_path / "leader-epoch-checkpoint") == [["3", "60"]]
 
 
+def test_a_load_fits_the_epoch_cache_to_the_log_with_one_checkpoint_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import odradek.storage.epoch as epoch_module
+
+    writes: list[list[tuple[int, int]]] = []
+    real = epoch_module.write_epochs
+    monkeypatch.setattr(epoch_module, "write_epochs", lambda path, entries: (writes.append(list(entries)), real(path, entries)))
+    cache = _cache(tmp_path, [(1, 0), (3, 50), (6, 80)])
+    writes.clear()
+    cache.truncate_to_log(60, 80)  # both cuts: what truncate_from_end then truncate_from_start give
+    assert cache.entries == [(3, 60)] and writes == [[(3, 60)]]
+    assert LeaderEpochCache(tmp_path).entries == [(3, 60)]
+    cache.truncate_to_log(60, 80)  # already fitted: nothing written
+    cache.truncate_to_log(0, 100)
+    assert writes == [[(3, 60)]]
+
+
 def test_log_keeps_its_epoch_cache_in_step(tmp_path: Path) -> None:
     manager = LogManager([tmp_path], CONFIG, clock=FakeClock(TS0))
     log = manager.get_or_create("f", 0)

@@ -200,8 +200,7 @@ class Log:
 
     def _truncate_epochs_at_load(self) -> None:
         try:
-            self.epochs.truncate_from_end(self.log_end_offset)
-            self.epochs.truncate_from_start(self.log_start_offset)
+            self.epochs.truncate_to_log(self.log_start_offset, self.log_end_offset)
         except OSError as exc:
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
