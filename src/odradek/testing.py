@@ -26,8 +26,9 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from odradek.protocol import NEED_DATA, ClientConnection, Message, ResponseReceived
+from odradek.protocol.messages.produce import ProduceRequest
 
-__all__ = ["BrokerProcess", "WireClient", "cpu_seconds", "wait_for"]
+__all__ = ["BrokerProcess", "WireClient", "cpu_seconds", "produce_request", "wait_for"]
 
 T = TypeVar("T")
 
@@ -250,6 +251,32 @@ class WireClient:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def produce_request(
+    topic: str,
+    records: bytes | Mapping[int, bytes],
+    *,
+    acks: int = 1,
+    timeout_ms: int = 5000,
+    transactional_id: str | None = None,
+) -> ProduceRequest:
+    """A ProduceRequest of already encoded record batches: ``records`` for partition 0, or one
+    entry per partition."""
+    parts = {0: records} if isinstance(records, (bytes, bytearray)) else records
+    return ProduceRequest(
+        transactional_id=transactional_id,
+        acks=acks,
+        timeout_ms=timeout_ms,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name=topic,
+                partition_data=[
+                    ProduceRequest.PartitionProduceData(index=p, records=bytes(data)) for p, data in parts.items()
+                ],
+            )
+        ],
+    )
 
 
 def wait_for(

@@ -11,9 +11,8 @@ import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from odradek.protocol.messages.fetch import FetchRequest
-from odradek.protocol.messages.produce import ProduceRequest
 from odradek.records import BatchBuilder, read_batches
-from odradek.testing import BrokerProcess, WireClient
+from odradek.testing import BrokerProcess, WireClient, produce_request
 
 
 def _fetch(partitions: int, partition_max: int) -> FetchRequest:
@@ -101,10 +100,7 @@ def _produce_batches(w: WireClient, sizes: list[int]) -> None:
         b = BatchBuilder()
         for _ in range(n):
             b.append(int(time.time() * 1000), None, b"v" * 100, [])
-        req = ProduceRequest(acks=1, timeout_ms=10_000, topic_data=[ProduceRequest.TopicProduceData(
-            name="big", partition_data=[ProduceRequest.PartitionProduceData(index=0, records=bytes(b.build()))],
-        )])
-        resp = w.request(req, 9)
+        resp = w.request(produce_request("big", bytes(b.build()), timeout_ms=10_000), 9)
         assert resp.responses[0].partition_responses[0].error_code == 0, resp
 
 

@@ -15,25 +15,17 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from odradek.broker.app import Broker
-from odradek.protocol.messages.produce import ProduceRequest
+from odradek.protocol import Message
 from odradek.records import BatchBuilder
 from odradek.storage import Log
-from odradek.testing import WireClient
+from odradek.testing import WireClient, produce_request
 from tests.broker.inprocess import hosted, running_broker
 
 
-def _produce(topic: str, value: bytes) -> ProduceRequest:
+def _produce(topic: str, value: bytes) -> Message:
     b = BatchBuilder()
     b.append(int(time.time() * 1000), None, value, [])
-    return ProduceRequest(
-        acks=1,
-        timeout_ms=5000,
-        topic_data=[
-            ProduceRequest.TopicProduceData(
-                name=topic, partition_data=[ProduceRequest.PartitionProduceData(index=0, records=bytes(b.build()))]
-            )
-        ],
-    )
+    return produce_request(topic, bytes(b.build()))
 
 
 async def _log(broker: Broker, topic: str, configs: dict[str, str]) -> Log:

@@ -7,9 +7,8 @@ from pathlib import Path
 
 from odradek.errors import ErrorCode
 from odradek.protocol.messages.init_producer_id import InitProducerIdRequest
-from odradek.protocol.messages.produce import ProduceRequest
 from odradek.records import BatchBuilder
-from odradek.testing import BrokerProcess, WireClient
+from odradek.testing import BrokerProcess, WireClient, produce_request
 
 TOPIC = "idem"
 
@@ -22,16 +21,7 @@ def _batch(pid: int, epoch: int, seq: int, n: int = 3, tag: str = "") -> bytes:
 
 
 def _produce(client: WireClient, records: bytes) -> tuple[int, int]:
-    req = ProduceRequest(
-        acks=-1,
-        timeout_ms=5000,
-        topic_data=[
-            ProduceRequest.TopicProduceData(
-                name=TOPIC, partition_data=[ProduceRequest.PartitionProduceData(index=0, records=records)]
-            )
-        ],
-    )
-    resp = client.request(req, 9)
+    resp = client.request(produce_request(TOPIC, records, acks=-1), 9)
     part = resp.responses[0].partition_responses[0]
     return part.error_code, part.base_offset
 

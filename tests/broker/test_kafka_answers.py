@@ -38,10 +38,9 @@ from odradek.protocol.messages.heartbeat import HeartbeatRequest
 from odradek.protocol.messages.join_group import JoinGroupRequest
 from odradek.protocol.messages.leave_group import LeaveGroupRequest
 from odradek.protocol.messages.offset_commit import OffsetCommitRequest
-from odradek.protocol.messages.produce import ProduceRequest
 from odradek.protocol.messages.sync_group import SyncGroupRequest
 from odradek.records import BatchBuilder
-from odradek.testing import BrokerProcess, WireClient, wait_for
+from odradek.testing import BrokerProcess, WireClient, produce_request, wait_for
 
 NO_KEY = "Compacted topic cannot accept message without key in topic partition {}-0"
 
@@ -137,25 +136,13 @@ def _keyed_batch(keys: list[bytes | None]) -> bytes:
     return bytes(b.build())
 
 
-def _produce(topic: str, records: bytes) -> ProduceRequest:
-    return ProduceRequest(
-        acks=1,
-        timeout_ms=5000,
-        topic_data=[
-            ProduceRequest.TopicProduceData(
-                name=topic, partition_data=[ProduceRequest.PartitionProduceData(index=0, records=records)]
-            )
-        ],
-    )
-
-
 def test_produce_response_lists_the_keyless_records_by_batch_index(broker: BrokerProcess) -> None:
     topic = "compacted-raw"
     _create(broker, topic, {"cleanup.policy": "compact"})
     w = _wire(broker)
     try:
         batch = _keyed_batch([b"a", None, b"c", None, None, b"f"])
-        part = w.request(_produce(topic, batch), 9).responses[0].partition_responses[0]
+        part = w.request(produce_request(topic, batch), 9).responses[0].partition_responses[0]
         assert part.error_code == ErrorCode.INVALID_RECORD
         assert part.base_offset == -1
         assert [(e.batch_index, e.batch_index_error_message) for e in part.record_errors] == [
@@ -166,10 +153,10 @@ def test_produce_response_lists_the_keyless_records_by_batch_index(broker: Broke
             "and only showing the first three errors at most: [RecordError(batchIndex=1, message='Compacted topic"
         )
         # Produce v7 has no record_errors: the error code and nothing else
-        old = w.request(_produce(topic, batch), 7).responses[0].partition_responses[0]
+        old = w.request(produce_request(topic, batch), 7).responses[0].partition_responses[0]
         assert old.error_code == ErrorCode.INVALID_RECORD
         # a batch of keyed records is accepted
-        ok = w.request(_produce(topic, _keyed_batch([b"a", b"b"])), 9).responses[0].partition_responses[0]
+        ok = w.request(produce_request(topic, _keyed_batch([b"a", b"b"])), 9).responses[0].partition_responses[0]
         assert (ok.error_code, ok.base_offset, ok.record_errors) == (0, 0, [])
     finally:
         w.close()

@@ -18,9 +18,11 @@ from odradek.broker.logdirs import DirState, LogDirFailureChannel
 from odradek.broker.replica import ReplicaManager
 from odradek.cluster.metadata import PartitionState
 from odradek.errors import ErrorCode, KafkaError
+from odradek.protocol import Message
 from odradek.records import BatchBuilder, read_batches
 from odradek.storage import Log, LogConfig, LogManager
 from odradek.storage.files import FileOps
+from odradek.testing import produce_request
 from tests.broker.inprocess import hosted, running_broker
 
 
@@ -169,7 +171,6 @@ def test_broker_serves_the_other_dir_reports_the_offline_one_and_stops_cleanly(
     from odradek.protocol.messages.describe_log_dirs import DescribeLogDirsRequest
     from odradek.protocol.messages.fetch import FetchRequest
     from odradek.protocol.messages.list_offsets import ListOffsetsRequest
-    from odradek.protocol.messages.produce import ProduceRequest
     from odradek.storage.manager import CLEAN_SHUTDOWN_FILE
 
     from .test_request_pipeline import _Client
@@ -177,9 +178,8 @@ def test_broker_serves_the_other_dir_reports_the_offline_one_and_stops_cleanly(
     dirs = [tmp_path / "a", tmp_path / "b"]
     caplog.set_level(logging.INFO)
 
-    def produce(i: int) -> ProduceRequest:
-        parts = [ProduceRequest.PartitionProduceData(index=p, records=bytes(_batch(i))) for p in (0, 1)]
-        return ProduceRequest(acks=1, timeout_ms=5000, topic_data=[ProduceRequest.TopicProduceData(name="t", partition_data=parts)])
+    def produce(i: int) -> Message:
+        return produce_request("t", {p: bytes(_batch(i)) for p in (0, 1)})
 
     fetch = FetchRequest(
         replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,

@@ -17,8 +17,8 @@ from odradek.broker.app import Broker
 from odradek.protocol import ClientConnection, Message, ResponseReceived
 from odradek.protocol.messages.fetch import FetchRequest
 from odradek.protocol.messages.metadata import MetadataRequest
-from odradek.protocol.messages.produce import ProduceRequest
 from odradek.records import BatchBuilder, read_batches
+from odradek.testing import produce_request
 from tests.broker.inprocess import hosted, running_broker
 
 TOPIC = "pipeline"
@@ -58,16 +58,8 @@ def _batch(value: bytes) -> bytes:
     return bytes(b.build())
 
 
-def _produce(value: bytes, acks: int = 1) -> ProduceRequest:
-    return ProduceRequest(
-        acks=acks,
-        timeout_ms=5000,
-        topic_data=[
-            ProduceRequest.TopicProduceData(
-                name=TOPIC, partition_data=[ProduceRequest.PartitionProduceData(index=0, records=_batch(value))]
-            )
-        ],
-    )
+def _produce(value: bytes, acks: int = 1) -> Message:
+    return produce_request(TOPIC, _batch(value), acks=acks)
 
 
 def _fetch(offset: int, max_wait_ms: int) -> FetchRequest:

@@ -387,17 +387,12 @@ def test_transactions_cli_lists_and_describes(broker: BrokerProcess) -> None:
 
 
 def _txn_produce_request(topic: str, txn_id: str, pid: int, epoch: int, value: bytes) -> Any:
-    from odradek.protocol.messages.produce import ProduceRequest
     from odradek.records import BatchBuilder
+    from odradek.testing import produce_request
 
     b = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=0, is_transactional=True)
     b.append(int(time.time() * 1000), None, value)
-    return ProduceRequest(
-        transactional_id=txn_id, acks=-1, timeout_ms=5000,
-        topic_data=[ProduceRequest.TopicProduceData(
-            name=topic, partition_data=[ProduceRequest.PartitionProduceData(index=0, records=bytes(b.build()))]
-        )],
-    )
+    return produce_request(topic, bytes(b.build()), acks=-1, transactional_id=txn_id)
 
 
 def test_a_batch_outside_any_transaction_is_refused_by_verification(broker: BrokerProcess) -> None:

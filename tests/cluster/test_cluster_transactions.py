@@ -149,9 +149,8 @@ def test_transactions_survive_the_coordinators_death(cluster_factory: Callable[.
     # KIP-890 across brokers: a leader asks the coordinator on another broker (AddPartitionsToTxn
     # verify-only) and refuses a batch of the producer's that is in no ongoing transaction
     from odradek.errors import ErrorCode
-    from odradek.protocol.messages.produce import ProduceRequest
     from odradek.records import BatchBuilder
-    from odradek.testing import WireClient
+    from odradek.testing import WireClient, produce_request
 
     coordinator = cluster.leader("__transaction_state", partition_for(txn_id, TXN_PARTITIONS))
     stray_partition = next(p for p in range(3) if cluster.leader(topic, p) != coordinator)
@@ -164,9 +163,7 @@ def test_transactions_survive_the_coordinators_death(cluster_factory: Callable[.
     b = BatchBuilder(producer_id=state.producer_id, producer_epoch=state.producer_epoch, base_sequence=0,
                      is_transactional=True)
     b.append(int(time.time() * 1000), None, b"stray")
-    request = ProduceRequest(transactional_id=txn_id, acks=-1, timeout_ms=5000, topic_data=[
-        ProduceRequest.TopicProduceData(name=topic, partition_data=[
-            ProduceRequest.PartitionProduceData(index=stray_partition, records=bytes(b.build()))])])
+    request = produce_request(topic, {stray_partition: bytes(b.build())}, acks=-1, transactional_id=txn_id)
     w = WireClient("127.0.0.1", cluster.ports[leader], "kip890-cluster")
     try:
         answer = w.request(request, 9).responses[0].partition_responses[0]
