@@ -21,6 +21,7 @@ import asyncio
 import logging
 import mmap
 import os
+import socket
 import struct
 import time
 from collections import deque
@@ -49,6 +50,7 @@ from odradek.protocol._api import request_header_version, response_header_versio
 from odradek.protocol.connection import FrameBuffers, frame
 from odradek.protocol.messages import RequestHeader, response_class
 from odradek.protocol.messages.api_versions import ApiVersionsResponse
+from odradek.storage.segment import FileRegion
 
 if TYPE_CHECKING:
     from odradek.broker.services import Services
@@ -69,6 +71,12 @@ _OUT_BUFFER = 1 << 20
 _MAX_COALESCED = 64
 # responses up to this size are assembled as bytes rather than in the page-aligned buffer
 _SMALL_RESPONSE = 16 * 1024
+# responses with file regions of this size or more go straight to an idle socket: bytes with one
+# writev per run of them, record data with sendfile (the kernel hands the page-cache pages to the
+# socket: no copy into a buffer, none into the socket); what the socket cannot take goes the
+# buffered way
+_SENDFILE_MIN = 128 * 1024
+_EAGAIN = (BlockingIOError, InterruptedError)
 # page-aligned response buffers a connection keeps for reuse (a fresh one is zero-filled and
 # page-faulted in by the kernel, which costs as much as reading the records into it)
 _KEPT_OUT_BUFFERS = 2
@@ -121,6 +129,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             buffers=_FRAME_BUFFERS,
         )
         self.transport: asyncio.Transport | None = None
+        # the socket, for sendfile: plaintext connections only (TLS encrypts in user space)
+        self._sock: Any = None
         # response buffers handed to the transport, oldest first, each with the count of bytes
         # handed to the transport up to its end: free again once the transport has sent them
         self._outs: deque[tuple[mmap.mmap, int]] = deque()
@@ -166,6 +176,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
             tls = transport.get_extra_info("ssl_object")
             certificate = tls.getpeercert(binary_form=True) if tls is not None else None
             self.session = self.security.session(certificate)
+        elif hasattr(os, "sendfile"):
+            sock = transport.get_extra_info("socket")
+            if sock is not None and sock.fileno() >= 0:
+                self._sock = sock
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.conn.buffer()
@@ -417,6 +431,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
         total = 0
         for p in parts:
             total += len(p) if type(p) is bytes else p.length
+        if total >= _SENDFILE_MIN and self._sock is not None and transport.get_write_buffer_size() == 0:
+            # nothing is queued in the transport, so bytes written to the socket here go out in
+            # order; what it cannot take now follows through the transport
+            parts = self._send_direct(parts)
+            if not parts:
+                return
+            total = 0
+            for p in parts:
+                total += len(p) if type(p) is bytes else p.length
         if total <= _SMALL_RESPONSE:
             # a few KiB (a long-polling consumer's fetch): one pread per region, one join
             chunks = []
@@ -448,6 +471,51 @@ class KafkaConnection(asyncio.BufferedProtocol):
         outs.append((out, self._handed))
         if len(outs) > _KEPT_OUT_BUFFERS:
             outs.popleft()  # the transport keeps its own reference while it still sends from it
+
+    def _send_direct(self, parts: list[Any]) -> list[Any]:
+        """Write ``parts`` to the socket until it would block; returns what is left (the first
+        part cut where the socket stopped).  Corked meanwhile, so that the bytes between file
+        regions do not leave as small segments of their own."""
+        sock = self._sock
+        fd = sock.fileno()
+        count = len(parts)
+        i = 0
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+        try:
+            while i < count:
+                p = parts[i]
+                if type(p) is bytes:
+                    j = i + 1
+                    while j < count and type(parts[j]) is bytes:
+                        j += 1
+                    try:
+                        sent = os.writev(fd, parts[i:j])
+                    except _EAGAIN:
+                        sent = 0
+                    while i < j and sent >= len(parts[i]):
+                        sent -= len(parts[i])
+                        i += 1
+                    if i < j:  # the socket is full
+                        return [parts[i][sent:], *parts[i + 1 :]]
+                    continue
+                position, left = p.position, p.length
+                while left:
+                    try:
+                        sent = os.sendfile(fd, p.fd, position, left)
+                    except _EAGAIN:
+                        return [FileRegion(p.segment, position, left), *parts[i + 1 :]]
+                    if sent == 0:
+                        raise OSError(f"short read of a log segment ({p.length - left} of {p.length} bytes)")
+                    position += sent
+                    left -= sent
+                i += 1
+            return []
+        except (BrokenPipeError, ConnectionResetError):
+            self.close()  # the peer is gone: nothing more to send
+            return []
+        finally:
+            if not self._closing:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
 
     def _close_after_response(self) -> None:
         """The session asked to close once its response is out (a failed or illegal SASL
