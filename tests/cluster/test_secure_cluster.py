@@ -90,8 +90,10 @@ def test_inter_broker_sasl_ssl_replicates_and_fails_over(
     def produce(n: int) -> None:
         p = ck.Producer({**external, "acks": "all", "enable.idempotence": True, "message.timeout.ms": 60000})
         errors: list[Any] = []
-        for i in range(n):
-            v = b"%s-%d" % (uuid.uuid4().hex[:4].encode(), i)
+        for _ in range(n):
+            # numbered across both calls: a random prefix alone repeated about once in 200 runs,
+            # and the read below, which counts distinct values, then never finished
+            v = b"%s-%d" % (uuid.uuid4().hex[:4].encode(), len(sent))
             p.produce(topic, v, key=v, on_delivery=lambda err, _m: errors.append(err))
             sent.append(v)
         assert p.flush(TIMEOUT) == 0
@@ -120,7 +122,7 @@ def test_inter_broker_sasl_ssl_replicates_and_fails_over(
         got: set[bytes] = set()
         deadline = time.monotonic() + TIMEOUT
         while len(got) < len(sent):
-            assert time.monotonic() < deadline, f"read {len(got)} of {len(sent)}"
+            assert time.monotonic() < deadline, f"read {len(got)} of {len(sent)}; missing {sorted(set(sent) - got)[:10]}"
             m = c.poll(0.5)
             if m is not None and m.error() is None:
                 got.add(m.value())
