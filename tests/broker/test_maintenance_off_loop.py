@@ -127,3 +127,44 @@ def test_round_trips_go_on_while_a_large_log_is_compacted_and_expired(tmp_path: 
             assert compacted.size_bytes < size_before / 5, (compacted.size_bytes, size_before)
 
     asyncio.run(body())
+
+
+def test_round_trips_go_on_while_a_topic_of_many_partitions_is_created(tmp_path: Path) -> None:
+    """A new log costs a directory, files and fsyncs (~3 ms): a CreateTopics of 1,000 partitions
+    held the event loop ~2 s.  The logs are made on a worker thread before the image is applied."""
+
+    async def body() -> None:
+        async with running_broker(tmp_path / "data") as broker:
+            await broker.topics.create("live", 1, 1, {})
+            await hosted(broker, "live")
+            trips = _RoundTrips(f"127.0.0.1:{broker.bound['PLAINTEXT'][1]}")
+            driver = asyncio.get_running_loop().create_task(trips.run())
+            loop_thread = threading.current_thread()
+            created: list[tuple[str, int]] = []
+            real = broker.logs.create_unregistered
+
+            def create(topic: str, partition: int, *args: Any) -> Any:
+                assert threading.current_thread() is not loop_thread, "a log was created on the event loop"
+                if not created:  # the first one waits, on its thread, for round trips the loop serves
+                    trips.gate(lambda: None, loop_thread)()
+                created.append((topic, partition))
+                return real(topic, partition, *args)
+
+            broker.logs.create_unregistered = create  # type: ignore[method-assign]
+            try:
+                while trips.done < 3 and not driver.done():  # the client is connected and going
+                    await asyncio.sleep(0.01)
+                assert not trips.errors, trips.errors
+                await broker.topics.create("wide", 40, 1, {"segment.bytes": "123456"})
+            finally:
+                trips.stop = True
+                await asyncio.wait_for(driver, 30)
+            assert not trips.errors, trips.errors
+            assert sorted(created) == [("wide", p) for p in range(40)]
+            # hosted at once (the CreateTopics answer comes after), with the topic's config
+            for p in range(40):
+                part = broker.replicas.get("wide", p)
+                assert part is not None and part.is_leader and part.log.config.segment_bytes == 123456
+                assert part.log.epochs.entries == [(0, 0)]
+
+    asyncio.run(body())

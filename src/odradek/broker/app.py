@@ -243,6 +243,7 @@ class Broker:
                 raise
             self.bound[lst.name] = server.address
             self._servers.append(server)
+        backend.add_preparer(self.replication.prepare_image)
         backend.add_listener(self._apply_image)
         self.connection_quotas.on_image(backend.image)
         backend.add_listener(self.connection_quotas.on_image)

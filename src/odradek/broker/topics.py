@@ -104,6 +104,10 @@ class TopicService:
         if topic not in self._configs:
             self._configs[topic] = self._build(await self.backend.topic_config(topic))
 
+    def config_for(self, overrides: Mapping[str, str]) -> LogConfig:
+        """The LogConfig of a topic with these overrides (of an image not yet applied)."""
+        return self._build(overrides)
+
     def _build(self, overrides: Mapping[str, str]) -> LogConfig:
         merged: dict[str, Any] = self.config.topic_defaults()
         merged.update(overrides)

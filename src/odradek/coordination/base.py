@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 from odradek.cluster.controller import LeaderIsr
 from odradek.cluster.metadata import BrokerInfo, MetadataImage, TopicInfo
@@ -54,6 +54,7 @@ class MetadataBackend(ABC):
 
     def __init__(self) -> None:
         self._listeners: list[Callable[[MetadataImage], None]] = []
+        self._preparers: list[Callable[[MetadataImage], Awaitable[None]]] = []
 
     @property
     @abstractmethod
@@ -61,6 +62,16 @@ class MetadataBackend(ABC):
 
     def add_listener(self, callback: Callable[[MetadataImage], None]) -> None:
         self._listeners.append(callback)
+
+    def add_preparer(self, callback: Callable[[MetadataImage], Awaitable[None]]) -> None:
+        """``callback`` is awaited with each image a change made here, once it is stored and
+        before it is published: slow work the listeners would otherwise do synchronously (the
+        embedded store's new partitions' logs) can be done off the event loop."""
+        self._preparers.append(callback)
+
+    async def _prepare(self, image: MetadataImage) -> None:
+        for cb in list(self._preparers):
+            await cb(image)
 
     def _publish(self, image: MetadataImage) -> None:
         for cb in list(self._listeners):

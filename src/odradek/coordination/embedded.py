@@ -303,8 +303,11 @@ class EmbeddedBackend(MetadataBackend):
                 return
             text = self._serialize(image)
             await asyncio.get_running_loop().run_in_executor(None, self._write, text)
-            self._image = image
-            self._publish(image)
+            try:
+                await self._prepare(image)
+            finally:  # stored: published whatever the preparation did
+                self._image = image
+                self._publish(image)
 
     def _state(self, topic: str, partition: int) -> PartitionState:
         b = self._broker_id

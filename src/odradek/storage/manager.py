@@ -312,20 +312,57 @@ class LogManager:
             if config is not None:
                 log.update_config(cfg)
             return log
+        [target] = self.place([key])
+        log = self.create_unregistered(topic, partition, cfg, topic_id, target)
+        self.register(log, target)
+        return log
+
+    # creating logs in two steps: a caller with an event loop does the file work of many new
+    # partitions on a worker thread (directories, files, fsyncs: milliseconds each) and registers
+    # them on its own thread, where every other reader of the manager runs
+    def place(self, keys: Iterable[tuple[str, int]]) -> list[Path]:
+        """The log dir of each new partition: the one with the fewest partitions, counting the
+        ones placed before it."""
         counts = {d: 0 for d in self.dirs}
         for d in self._log_dir.values():
             counts[d] += 1
-        target = min(self.dirs, key=lambda d: counts[d])
+        targets = []
+        for _key in keys:
+            target = min(self.dirs, key=lambda d: counts[d])
+            counts[target] += 1
+            targets.append(target)
+        return targets
+
+    def create_unregistered(
+        self,
+        topic: str,
+        partition: int,
+        config: Mapping[str, Any] | LogConfig | None,
+        topic_id: uuid.UUID | None,
+        target: Path,
+    ) -> Log:
+        """A new partition's log in ``target``, files and all, not yet known to the manager (see
+        :meth:`register`); safe on any thread while no one else creates the same partition."""
         log = Log(
-            target / f"{topic}-{partition}", cfg, clean_shutdown=True, clock=self.clock, files=self.files,
-            flush_inline=self.flush_inline,
+            target / f"{topic}-{partition}", self._config(config), clean_shutdown=True, clock=self.clock,
+            files=self.files, flush_inline=self.flush_inline,
         )
-        if topic_id is not None:
-            self.set_topic_id(log, topic_id)
-        self.files.sync_dir(target)
+        try:
+            if topic_id is not None:
+                self.set_topic_id(log, topic_id)
+            self.files.sync_dir(target)
+        except BaseException:
+            log.abandon()
+            raise
+        return log
+
+    def register(self, log: Log, target: Path) -> None:
+        """Make a log from :meth:`create_unregistered` one of the manager's."""
+        key = (log.topic, log.partition)
+        if key in self._logs:
+            raise StorageError(f"{log.topic}-{log.partition} has a log already")
         self._logs[key] = log
         self._log_dir[key] = target
-        return log
 
     def _config(self, config: Mapping[str, Any] | LogConfig | None) -> LogConfig:
         if isinstance(config, LogConfig):
