@@ -195,7 +195,11 @@ class LocalReplication(Replication):
             config = None
             for state in topic.partitions.values():
                 key = (topic.name, state.partition)
-                if self.broker_id not in state.replicas or key in self.replicas.partitions or self.logs.get(*key):
+                if (
+                    self.broker_id not in state.replicas
+                    or key in self.replicas.partitions
+                    or self.logs.get(*key) is not None
+                ):
                     continue
                 if not topic.internal and len(new) >= room:
                     break  # apply_image leaves it offline and says why

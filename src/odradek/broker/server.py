@@ -77,6 +77,7 @@ _SMALL_RESPONSE = 16 * 1024
 # buffered way
 _SENDFILE_MIN = 128 * 1024
 _EAGAIN = (BlockingIOError, InterruptedError)
+_CORK = getattr(socket, "TCP_CORK", None)  # Linux
 # page-aligned response buffers a connection keeps for reuse (a fresh one is zero-filled and
 # page-faulted in by the kernel, which costs as much as reading the records into it)
 _KEPT_OUT_BUFFERS = 2
@@ -414,8 +415,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return True
 
     def _write(self, parts: list[Any]) -> None:
-        """Write responses; file regions are read straight into one page-aligned buffer (no
-        Python bytes objects for record data) and the whole buffer goes out in one write."""
+        """Write responses.  A big one with file regions goes straight to an idle plaintext
+        socket (sendfile, :meth:`_send_direct`); otherwise, and for what the socket could not take,
+        file regions are read straight into one page-aligned buffer (no Python bytes objects for
+        record data) and the whole buffer goes out in one write."""
         transport = self.transport
         assert transport is not None
         if self._closing:
@@ -480,7 +483,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         fd = sock.fileno()
         count = len(parts)
         i = 0
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+        if _CORK is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, _CORK, 1)
         try:
             while i < count:
                 p = parts[i]
@@ -514,8 +518,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.close()  # the peer is gone: nothing more to send
             return []
         finally:
-            if not self._closing:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
+            if _CORK is not None and not self._closing:
+                sock.setsockopt(socket.IPPROTO_TCP, _CORK, 0)
 
     def _close_after_response(self) -> None:
         """The session asked to close once its response is out (a failed or illegal SASL
