@@ -33,6 +33,16 @@ def _batch(partition: int, first: int) -> bytes:
     return bytes(b.build())
 
 
+async def _topic(broker: Broker, w: WireClient, batches: int) -> None:
+    """The topic, with ``batches`` batches in each partition, written through ``w``."""
+    await broker.topics.create(TOPIC, PARTITIONS, 1, {})
+    for p in range(PARTITIONS):
+        await hosted(broker, TOPIC, p)
+        for k in range(batches):
+            resp = await asyncio.to_thread(w.request, produce_request(TOPIC, {p: _batch(p, k * RECORDS)}), 9)
+            assert resp.responses[0].partition_responses[0].error_code == 0, resp
+
+
 def _fetch(max_bytes: int) -> FetchRequest:
     return FetchRequest(
         replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=max_bytes,
@@ -85,14 +95,9 @@ def test_a_big_fetch_to_a_slow_reader_arrives_whole_and_in_order(
 
     async def main() -> None:
         async with running_broker(tmp_path / "data") as broker:
-            await broker.topics.create(TOPIC, PARTITIONS, 1, {})
             host, port = broker.bound["PLAINTEXT"]
             producer = await asyncio.to_thread(WireClient, host, port, "producer")
-            for p in range(PARTITIONS):
-                await hosted(broker, TOPIC, p)
-                for k in range(BATCHES):
-                    resp = await asyncio.to_thread(producer.request, produce_request(TOPIC, {p: _batch(p, k * RECORDS)}), 9)
-                    assert resp.responses[0].partition_responses[0].error_code == 0, resp
+            await _topic(broker, producer, BATCHES)
             producer.close()
 
             w = await asyncio.to_thread(_slow_client, broker)
@@ -167,13 +172,9 @@ def test_nothing_goes_around_bytes_the_transport_still_holds(tmp_path: Path, mon
 
     async def main() -> None:
         async with running_broker(tmp_path / "data") as broker:
-            await broker.topics.create(TOPIC, PARTITIONS, 1, {})
             host, port = broker.bound["PLAINTEXT"]
             w = await asyncio.to_thread(WireClient, host, port, "holding")
-            for p in range(PARTITIONS):
-                await hosted(broker, TOPIC, p)
-                resp = await asyncio.to_thread(w.request, produce_request(TOPIC, {p: _batch(p, 0)}), 9)
-                assert resp.responses[0].partition_responses[0].error_code == 0, resp
+            await _topic(broker, w, 1)
             answer = await asyncio.to_thread(w.request, _fetch(8 << 20), 11)
             assert calls, "an idle socket gets a big fetch response with sendfile"
             assert {p: len(v) for p, v in _values(answer).items()} == {p: RECORDS for p in range(PARTITIONS)}
