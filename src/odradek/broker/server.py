@@ -91,6 +91,14 @@ _SASL_AUTHENTICATE = int(ApiKey.SASL_AUTHENTICATE)
 _perf_counter = time.perf_counter
 
 
+def _size(parts: list[Any]) -> int:
+    """Bytes in a response's parts (bytes and file regions)."""
+    total = 0
+    for p in parts:
+        total += len(p) if type(p) is bytes else p.length
+    return total
+
+
 def api_versions_response(error_code: int = 0) -> ApiVersionsResponse:
     return ApiVersionsResponse(
         error_code=error_code,
@@ -431,18 +439,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if self.session.close_after is not None:
                 self._close_after_response()
             return
-        total = 0
-        for p in parts:
-            total += len(p) if type(p) is bytes else p.length
+        total = _size(parts)
         if total >= _SENDFILE_MIN and self._sock is not None and transport.get_write_buffer_size() == 0:
             # nothing is queued in the transport, so bytes written to the socket here go out in
             # order; what it cannot take now follows through the transport
             parts = self._send_direct(parts)
             if not parts:
                 return
-            total = 0
-            for p in parts:
-                total += len(p) if type(p) is bytes else p.length
+            total = _size(parts)
         if total <= _SMALL_RESPONSE:
             # a few KiB (a long-polling consumer's fetch): one pread per region, one join
             chunks = []

@@ -60,17 +60,18 @@ class LeaderEpochCache:
 
     def truncate_from_end(self, end_offset: int) -> None:
         """Forget epochs starting at or after ``end_offset`` (the log was truncated there)."""
-        self._cut(self.entries, end_offset=end_offset)
+        self._cut(end_offset=end_offset)
 
     def truncate_from_start(self, start_offset: int) -> None:
         """The log now starts at ``start_offset``: the epoch covering it starts there."""
-        self._cut(self.entries, start_offset=start_offset)
+        self._cut(start_offset=start_offset)
 
     def truncate_to_log(self, start_offset: int, end_offset: int) -> None:
         """Both truncations (a load fits the cache to the log): the checkpoint is written once."""
-        self._cut(self.entries, start_offset=start_offset, end_offset=end_offset)
+        self._cut(start_offset=start_offset, end_offset=end_offset)
 
-    def _cut(self, entries: list[tuple[int, int]], *, start_offset: int = -1, end_offset: int | None = None) -> None:
+    def _cut(self, *, start_offset: int = -1, end_offset: int | None = None) -> None:
+        entries = self.entries
         if end_offset is not None:
             entries = [(e, s) for e, s in entries if s < end_offset]
         if entries and entries[0][1] < start_offset:

@@ -244,10 +244,14 @@ class _Index:
         self.release()
         self._closed = True
 
-    def delete(self) -> None:
+    def abandon(self) -> None:
+        """Forget the entries and write nothing: the file stays as it is."""
         self.writable = False
         self.release()
         self._closed = True
+
+    def delete(self) -> None:
+        self.abandon()
         self.path.unlink(missing_ok=True)
 
     def rename(self, path: Path) -> None:

@@ -394,9 +394,8 @@ class LogSegment:
         if self.closed:
             return
         self.files.close(self.fd)
-        for index in (self.index, self.time_index):
-            index.writable = False
-            index.release()
+        self.index.abandon()
+        self.time_index.abandon()
         self.closed = True
 
     def rename_suffix(self, suffix: str) -> None:
