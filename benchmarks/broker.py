@@ -63,7 +63,11 @@ benchmark's group looks up its coordinator once (a fresh broker may create
   comparison with Odradek's own producer (a quarter of the records).  ``where_the_time_goes``
   gives each client's median ``commit_transaction`` time and the ratio it would reach if the
   broker answered in no time (its median AddPartitionsToTxn, Produce and EndTxn times, from its
-  /metrics, taken off each transaction).  ``--transactions-only`` runs just this section.
+  /metrics, taken off each transaction).  ``loadgen``: the same produce comparison with the
+  compiled load generator (transactional: ``-x 1000``), with 1 and with 4 producers (one
+  transactional id each, one partition), and the broker's CPU per million records and per
+  transaction: a client whose own loop is not the limit shows what a transaction costs.
+  ``--transactions-only`` runs just this section.
 * ``--throughput-only`` runs just ``produce`` and ``consume`` (without the machine limits' fractions).
 * ``machine`` - loopback TCP (this process -> a sink process, 1 MiB page-aligned ``sendall``
   / ``recv_into``), and sequential file writes (1 MiB ``os.write``, page cache only and with
@@ -924,6 +928,7 @@ def transaction_runs(directory: Path, value: bytes, n: int, repeats: int) -> dic
     b = BrokerProcess(directory / "txn", overrides={"transaction.state.log.num.partitions": 3, "metrics.port": metrics_port})
     runs: dict[str, list[float]] = {"idempotent": [], "transactional": [], "read_uncommitted": [], "read_committed": [],
                                     "odradek_idempotent": [], "odradek_transactional": []}
+    compiled: dict[tuple[int, str], list[dict[str, float]]] = {}
     commit_ms: dict[str, list[float]] = {"librdkafka": [], "odradek": []}
     try:
         b.start()
@@ -948,6 +953,11 @@ def transaction_runs(directory: Path, value: bytes, n: int, repeats: int) -> dic
                 runs[f"odradek_{kind}"].append(run["records_per_s"])
                 if "commit_ms" in run:
                     commit_ms["odradek"].append(run["commit_ms"])
+            for clients in _TXN_LOADGEN_CLIENTS:
+                for kind in order:
+                    compiled.setdefault((clients, kind), []).append(
+                        _loadgen_txn_run(b, f"txn-loadgen-{clients}-{kind}-{r}", n, clients, kind == "transactional")
+                    )
         broker_ms = _request_time_medians(metrics_port, ("AddPartitionsToTxn", "Produce", "EndTxn"))
     finally:
         b.stop()
@@ -990,8 +1000,61 @@ def transaction_runs(directory: Path, value: bytes, n: int, repeats: int) -> dic
             "target": TARGETS["read_committed_ratio"],
             "met": med["read_committed"] / med["read_uncommitted"] >= TARGETS["read_committed_ratio"],
         },
+        "loadgen": _loadgen_txn_summary(compiled),
         "runs": {k: [round(x) for x in v] for k, v in runs.items()},
     }
+
+
+_TXN_LOADGEN_CLIENTS = (1, 4)
+
+
+def _loadgen_txn_run(b: Any, topic: str, n: int, clients: int, transactional: bool) -> dict[str, float]:
+    """One load generator run for :func:`transaction_runs`: ``n`` records of 100 B to one
+    partition from ``clients`` idempotent producers (acks=all), in transactions of 1,000 when
+    ``transactional``; with the broker's CPU seconds over the run."""
+    create_topic(b.bootstrap, topic, 1)
+    c0 = cpu_seconds(b.pid)
+    r = _loadgen.run_produce(
+        b.bootstrap, topic, n, record_size=VALUE_BYTES, acks="all", clients=clients,
+        transaction_records=1000 if transactional else 0,
+        config={"enable.idempotence": True, "linger.ms": PRODUCER_CONFIG["linger.ms"],
+                "batch.size": PRODUCER_CONFIG["batch.size"]},
+    )
+    out = {"records": r["records"], "records_per_s": r["records_per_s"], "broker_cpu_s": cpu_seconds(b.pid) - c0,
+           "client_cpu_s": r["client_cpu_s"], "transactions": r["transactions"]}
+    if transactional:
+        out["commit_p50_ms"] = r["latency_ms"]["commit"]["p50"]
+    return out
+
+
+def _loadgen_txn_summary(compiled: dict[tuple[int, str], list[dict[str, float]]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for clients in _TXN_LOADGEN_CLIENTS:
+        idem, txn = compiled.get((clients, "idempotent"), []), compiled.get((clients, "transactional"), [])
+        if not idem or not txn:
+            continue
+        # the broker's CPU seconds per million records, and what a transaction adds to it
+        per_m = {
+            kind: median([x["broker_cpu_s"] / x["records"] * 1e6 for x in runs])
+            for kind, runs in (("idempotent", idem), ("transactional", txn))
+        }
+        txn_per_m = median([x["transactions"] / x["records"] * 1e6 for x in txn])
+        idem_rate, txn_rate = median([x["records_per_s"] for x in idem]), median([x["records_per_s"] for x in txn])
+        out[f"{clients}_producers"] = {
+            "idempotent_records_per_s": round(idem_rate),
+            "transactional_records_per_s": round(txn_rate),
+            "ratio": rnd(txn_rate / idem_rate, 3),
+            "target": TARGETS["txn_produce_ratio"],
+            "met": txn_rate / idem_rate >= TARGETS["txn_produce_ratio"],
+            "commit_transaction_ms_p50": rnd(median([x["commit_p50_ms"] for x in txn]), 3),
+            "broker_cpu_s_per_million": {k: rnd(v, 3) for k, v in per_m.items()},
+            "broker_cpu_ms_added_per_transaction": rnd((per_m["transactional"] - per_m["idempotent"]) / txn_per_m * 1000, 3),
+            "client_cpu_s_per_million": {
+                kind: rnd(median([x["client_cpu_s"] / x["records"] * 1e6 for x in runs]), 3)
+                for kind, runs in (("idempotent", idem), ("transactional", txn))
+            },
+        }
+    return out
 
 
 def prefetch_wait(n: int) -> float:

@@ -65,3 +65,28 @@ def test_an_idempotent_producer_sends_once_it_has_its_producer_id(loadgen: str, 
         assert produced["exit_code"] == 0
         consumed = _loadgen.run_consume(broker.bootstrap, "idem", 2000, timeout=60)
         assert consumed["records"] == 2000
+
+
+@pytest.mark.slow
+def test_transactional_producers_commit_every_record(loadgen: str, tmp_path: Path) -> None:
+    """With ``transaction_records`` each instance sends transactions of that many records: 2
+    instances x 1,250 records in transactions of 1,000 are 4 commits (the last of each instance
+    is the 250 left over), and a read_committed consumer sees all 2,500 (a transaction left
+    open would hold its partition's last stable offset, and the read would stop short)."""
+    with BrokerProcess(tmp_path / "data", overrides={"transaction.state.log.num.partitions": 2}) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("txn", 2, 1)])["txn"].result(30)
+        produced = _loadgen.run_produce(
+            broker.bootstrap, "txn", 2500, record_size=100, acks="all", clients=2, transaction_records=1000,
+            config={"linger.ms": 5}, timeout=120,
+        )
+        assert produced["records"] == 2500 and produced["errors"] == 0 and produced["undelivered"] == 0
+        assert produced["transaction_records"] == 1000
+        assert produced["transactions"] == 4
+        assert produced["latency_ms"]["commit"]["count"] == 4
+        assert produced["window"] == "first produce() to last commit_transaction()"
+        consumed = _loadgen.run_consume(
+            broker.bootstrap, "txn", 2500, config={"isolation.level": "read_committed"}, idle_timeout=10, timeout=60,
+            check=False,
+        )
+        assert consumed["records"] == 2500

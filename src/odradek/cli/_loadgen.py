@@ -197,6 +197,7 @@ def run_produce(
     random_payload: bool = False,
     perf_test_payload: bool = False,
     partitioner: bool = False,
+    transaction_records: int = 0,
     config: Mapping[str, Any] | None = None,
     timeout: float | None = 300.0,
     check: bool = True,
@@ -206,7 +207,9 @@ def run_produce(
     ``partitions`` partitions (None: all; ``partitioner``: librdkafka's partitioner picks, as for
     records without a key), paced to ``rate`` records/s in total (-1: unpaced). Values: text-like,
     ``random_payload`` random bytes, ``perf_test_payload`` one value of random upper-case letters
-    (kafka-producer-perf-test's). ``config``: librdkafka settings (linger.ms, batch.size, ...).
+    (kafka-producer-perf-test's). ``transaction_records``: each instance is a transactional
+    producer sending transactions of that many records (the window ends at the last commit;
+    ``latency_ms["commit"]`` times the commits). ``config``: librdkafka settings (linger.ms, batch.size, ...).
     ``timeout``: seconds for the whole run (None: no limit; librdkafka's message.timeout.ms
     still fails records that are never acknowledged)."""
     args = ["produce", "-b", bootstrap, "-t", topic, "-n", str(records), "-s", str(record_size)]
@@ -221,6 +224,8 @@ def run_produce(
         args.append("-U")
     if partitioner:
         args.append("-P")
+    if transaction_records:
+        args += ["-x", str(transaction_records)]
     return _run(args + _settings(config), None if timeout is None else timeout + (duration or 0), check)
 
 

@@ -22,6 +22,10 @@
  *   instead (-n -1).
  *   Window: the first produce() call (after every instance is connected and has metadata)
  *   to the last delivery report. Latency: produce() call -> delivery report, per record.
+ *   With -x TXN_RECORDS each instance is a transactional producer (transactional.id
+ *   odradek-loadgen-<pid>-<topic>-<instance>, init_transactions() before the window) that sends
+ *   its records in transactions of TXN_RECORDS: begin, produce, commit_transaction(). The window
+ *   then ends at the last commit; commit_ms times each commit_transaction() call.
  * consume: CLIENTS consumer instances split the partitions (partition p to instance
  *   p mod CLIENTS), assign() them from the beginning (group.id odradek-loadgen, never joined,
  *   no commits) and count records until RECORDS have arrived in total (or, with -i, until no
@@ -174,6 +178,7 @@ typedef struct {
     double idle;        /* consume: stop after this many seconds without a record (0: never) */
     int random_payload; /* 1: random bytes (-R); 2: one value of upper-case letters (-U) */
     int partitioner;    /* -P: RD_KAFKA_PARTITION_UA, librdkafka's partitioner picks */
+    int64_t txn_records; /* -x: records per transaction (0: no transactions) */
     int nconf, nconf2;
     char *conf[MAX_CONF][2];  /* -X */
     char *conf2[MAX_CONF][2]; /* -Y (e2e consumer) */
@@ -199,7 +204,7 @@ static void usage(void) {
             "usage: odradek_loadgen produce|consume|e2e|ping -b HOST:PORT -t TOPIC [-n RECORDS] [-s SIZE]\n"
             "       [-r RATE] [-a ACKS] [-z CODEC] [-p PARTITIONS] [-c CLIENTS] [-d SECONDS]\n"
             "       [-w WARMUP_SECONDS] [-T TIMEOUT_SECONDS] [-i IDLE_SECONDS] [-R | -U] [-P]\n"
-            "       [-X key=value]... [-Y key=value]...\n");
+            "       [-x TXN_RECORDS] [-X key=value]... [-Y key=value]...\n");
     exit(2);
 }
 
@@ -321,6 +326,8 @@ typedef struct {
     atomic_int_fast64_t errors;
     int64_t last_dr_ns;
     histogram_t lat;
+    int64_t transactions, last_commit_ns; /* -x */
+    histogram_t commit;                   /* -x: commit_transaction() durations */
     char first_error[256];
     atomic_int producing_done;
     atomic_int pid_assigned; /* an idempotent producer holds its producer id (from its statistics) */
@@ -347,6 +354,10 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
 
 static void *poller_main(void *arg) {
     producer_t *p = arg;
+    /* -x: the producing thread serves its own delivery reports. commit_transaction() flushes by
+       polling in steps of up to 10 ms; a report taken by this thread would leave each such
+       step to run out, and every commit would wait ~10 ms longer than the broker took. */
+    if (O.txn_records > 0) return NULL;
     for (;;) {
         int done = atomic_load(&p->producing_done);
         if (done && atomic_load(&p->delivered) >= p->sent) break;
@@ -392,10 +403,19 @@ static producer_t *producer_new(int id, int nparts_wanted, int *nparts_out) {
         set_conf(conf, "statistics.interval.ms", "50");
         rd_kafka_conf_set_stats_cb(conf, stats_cb);
     }
+    if (O.txn_records > 0) {
+        char tid[256];
+        snprintf(tid, sizeof(tid), "odradek-loadgen-%d-%s-%d", (int)getpid(), O.topic, id);
+        set_conf(conf, "transactional.id", tid);
+    }
     char err[512];
     p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
     if (!p->rk) die("rd_kafka_new: %s", err);
     int n = topic_partitions(p->rk); /* connected, metadata known: outside the window */
+    if (O.txn_records > 0) { /* the producer id and epoch: outside the window */
+        rd_kafka_error_t *e = rd_kafka_init_transactions(p->rk, 30000);
+        if (e) die("init_transactions: %s", rd_kafka_error_string(e));
+    }
     int64_t pid_deadline = now_ns() + (int64_t)(30 * 1e9);
     while (idem && !atomic_load(&p->pid_assigned)) {
         if (now_ns() > pid_deadline) die("idempotent producer: no producer id after 30 s");
@@ -408,6 +428,27 @@ static producer_t *producer_new(int id, int nparts_wanted, int *nparts_out) {
 }
 
 static int g_nparts;
+
+static void txn_failed(producer_t *p, const char *what, rd_kafka_error_t *e) {
+    if (atomic_fetch_add(&p->errors, 1) == 0)
+        snprintf(p->first_error, sizeof(p->first_error), "%s: %s", what, rd_kafka_error_string(e));
+    rd_kafka_error_destroy(e);
+}
+
+/* -x: commit the open transaction; 0 when it failed (counted as an error) */
+static int commit(producer_t *p) {
+    int64_t c0 = now_ns();
+    rd_kafka_error_t *e = rd_kafka_commit_transaction(p->rk, (int)(O.timeout > 0 ? O.timeout * 1000 : 300000));
+    int64_t c1 = now_ns();
+    if (e) {
+        txn_failed(p, "commit_transaction", e);
+        return 0;
+    }
+    h_add(&p->commit, c1 - c0);
+    p->transactions++;
+    p->last_commit_ns = c1;
+    return 1;
+}
 
 static void *producer_main(void *arg) {
     producer_t *p = arg;
@@ -429,8 +470,16 @@ static void *producer_main(void *arg) {
             }
         }
         if (t >= deadline || atomic_load(&stop_flag)) break;
+        if (O.txn_records > 0 && i % O.txn_records == 0) {
+            if (i > 0 && !commit(p)) goto out;
+            rd_kafka_error_t *e = rd_kafka_begin_transaction(p->rk);
+            if (e) {
+                txn_failed(p, "begin_transaction", e);
+                goto out;
+            }
+        }
         void *payload = pool[(p->id * 7919 + i) % PAYLOAD_POOL];
-        int flags = RD_KAFKA_MSG_F_BLOCK;
+        int flags = O.txn_records > 0 ? 0 : RD_KAFKA_MSG_F_BLOCK; /* -x: nobody else polls */
         if (p->stamp) {
             memcpy(stampbuf, payload, (size_t)O.size);
             memcpy(stampbuf, &t, sizeof(t));
@@ -445,11 +494,13 @@ static void *producer_main(void *arg) {
                 snprintf(p->first_error, sizeof(p->first_error), "produce: %s", rd_kafka_err2str(e));
                 goto out;
             }
-            usleep(100);
+            if (O.txn_records > 0) rd_kafka_poll(p->rk, 1);
+            else usleep(100);
         }
         p->sent++;
         if (!O.partitioner && ++part >= g_nparts) part = 0;
     }
+    if (O.txn_records > 0 && p->sent > 0) commit(p); /* the last transaction is still open */
 out:
     atomic_store(&p->producing_done, 1);
     free(stampbuf);
@@ -516,7 +567,8 @@ static int run_produce(void) {
     pthread_barrier_wait(&start_barrier);
     int64_t deadline = O.timeout > 0 ? deadline_after(window_start_ns, O.duration + O.timeout) : INT64_MAX;
     int64_t outstanding = producers_finish(ps, O.clients, deadline);
-    histogram_t *lat = calloc(1, sizeof(*lat));
+    histogram_t *lat = calloc(1, sizeof(*lat)), *commits = calloc(1, sizeof(*commits));
+    int64_t transactions = 0;
     int64_t sent = 0, delivered = 0, errors = 0, last = window_start_ns;
     const char *first_error = "";
     for (int i = 0; i < O.clients; i++) {
@@ -525,6 +577,9 @@ static int run_produce(void) {
         delivered += atomic_load(&p->delivered);
         errors += atomic_load(&p->errors);
         if (p->last_dr_ns > last) last = p->last_dr_ns;
+        if (p->last_commit_ns > last) last = p->last_commit_ns;
+        transactions += p->transactions;
+        h_merge(commits, &p->commit);
         if (!*first_error && p->first_error[0]) first_error = p->first_error;
         h_merge(lat, &p->lat);
     }
@@ -543,7 +598,13 @@ static int run_produce(void) {
     json_string(first_error);
     printf(", \"client_cpu_s\": %.3f, \"latency_ms\": {", cpu);
     print_latency("produce_to_ack", lat);
-    printf("}, \"window\": \"first produce() to last delivery report\"}\n");
+    if (O.txn_records > 0) {
+        printf(", ");
+        print_latency("commit", commits);
+    }
+    printf("}, \"transaction_records\": %" PRId64 ", \"transactions\": %" PRId64 ", ", O.txn_records, transactions);
+    printf("\"window\": \"first produce() to last %s\"}\n",
+           O.txn_records > 0 ? "commit_transaction()" : "delivery report");
     fflush(stdout);
     for (int i = 0; i < O.clients; i++) {
         rd_kafka_topic_destroy(ps[i]->rkt);
@@ -884,7 +945,7 @@ int main(int argc, char **argv) {
     O.mode = argv[1];
     optind = 2;
     int opt;
-    while ((opt = getopt(argc, argv, "b:t:n:s:r:a:z:p:c:d:w:T:i:RUPX:Y:h")) != -1) {
+    while ((opt = getopt(argc, argv, "b:t:n:s:r:a:z:p:c:d:w:T:i:RUPx:X:Y:h")) != -1) {
         switch (opt) {
         case 'b': O.brokers = optarg; break;
         case 't': O.topic = optarg; break;
@@ -902,6 +963,7 @@ int main(int argc, char **argv) {
         case 'R': O.random_payload = 1; break;
         case 'U': O.random_payload = 2; break;
         case 'P': O.partitioner = 1; break;
+        case 'x': O.txn_records = strtoll(optarg, NULL, 10); break;
         case 'X': add_conf(O.conf, &O.nconf, optarg); break;
         case 'Y': add_conf(O.conf2, &O.nconf2, optarg); break;
         default: usage();
