@@ -3,6 +3,7 @@ subscription and assignment payloads (int16 version followed by the versioned st
 
 from __future__ import annotations
 
+import functools
 import struct
 
 from odradek.protocol import ProtocolError
@@ -30,9 +31,11 @@ def java_string_hash(s: str) -> int:
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
+@functools.lru_cache(maxsize=4096)
 def partition_for(key: str, partitions: int) -> int:
     """Kafka's ``Utils.abs(key.hashCode()) % partitions`` (``abs`` maps Integer.MIN_VALUE to 0),
-    the ``__consumer_offsets`` partition of a group id."""
+    the ``__consumer_offsets`` partition of a group id (or ``__transaction_state`` partition of
+    a transactional id). Cached: the coordinators ask for it on every request of an id."""
     h = java_string_hash(key)
     h = 0 if h == -(1 << 31) else abs(h)
     return h % partitions
