@@ -188,7 +188,7 @@ class ReplicaManager:
         p.state = state
         if p.is_leader:
             try:
-                p.log.epochs.assign(state.leader_epoch, p.log.log_end_offset)
+                p.log.start_epoch(state.leader_epoch)
             except (OSError, StorageError) as exc:
                 # the epoch is kept in memory; its checkpoint is written with the next epoch
                 if not is_io_error(exc):

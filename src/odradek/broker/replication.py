@@ -164,7 +164,7 @@ class Replication:
                 made.append((lg, target))
                 if n.leader_epoch is not None:
                     with contextlib.suppress(OSError):  # written (or reported) when it becomes leader
-                        lg.epochs.assign(n.leader_epoch, lg.log_end_offset)
+                        lg.start_epoch(n.leader_epoch)
             return made
 
         for lg, target in await asyncio.get_running_loop().run_in_executor(None, create):
@@ -400,6 +400,7 @@ class ClusterReplication(Replication):
             for ps in states
             if self.broker_id in ps.replicas and self.replicas.get(ps.topic_name, ps.partition_index) is None
         ])
+        await self._write_new_epochs(states)
         now = self.clock.now_ms()
         for ps in states:
             key = (ps.topic_name, ps.partition_index)
@@ -449,6 +450,40 @@ class ClusterReplication(Replication):
                 results[key] = int(exc.code) if isinstance(exc, KafkaError) else int(ErrorCode.KAFKA_STORAGE_ERROR)
         self.on_hosting_changed(None)
         return results
+
+    async def _write_new_epochs(self, states: list[Any]) -> None:
+        """Write the leader-epoch checkpoints of the followers this LeaderAndIsr makes leaders
+        at a newer epoch, on a worker thread: each is a file write and fsync (~3 ms), done on
+        the event loop by :meth:`ReplicaManager.become_leader` one partition at a time, so a
+        failover moving many partitions here held every client.  Their fetchers are removed
+        first, so no follower append moves a log end offset meanwhile (the new epoch starts
+        there); becoming leader then finds the epoch in place.  A write that fails here is tried
+        again, and reported, by ``become_leader``."""
+        moving: list[tuple[Log, int]] = []
+        for ps in states:
+            p = self.replicas.get(ps.topic_name, ps.partition_index)
+            if (
+                p is None
+                or p.is_leader  # a leader appends meanwhile: its new epoch starts on the loop
+                or ps.leader != self.broker_id
+                or self.broker_id not in ps.replicas
+                or ps.leader_epoch <= p.log.epochs.latest_epoch
+                or ps.leader_epoch < p.leader_epoch
+            ):
+                continue
+            self.fetchers.remove(ps.topic_name, ps.partition_index)
+            moving.append((p.log, ps.leader_epoch))
+        if not moving:
+            return
+
+        def write() -> None:
+            for lg, epoch in moving:
+                if lg.closed:
+                    continue
+                with contextlib.suppress(OSError, StorageError):
+                    lg.start_epoch(epoch)
+
+        await asyncio.get_running_loop().run_in_executor(None, write)
 
     async def apply_update_metadata(self, request: UpdateMetadataRequest) -> None:
         brokers, topics = topic_infos_from_update(request)

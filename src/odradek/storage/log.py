@@ -610,6 +610,13 @@ class Log:
         self.last_flush_ms = self.clock.monotonic_ms()
         return self.recovery_point
 
+    def start_epoch(self, epoch: int) -> None:
+        """A new leader epoch starts at the log end offset (a leader's first step; only a newer
+        epoch is recorded).  Writes the checkpoint, under the log's lock: a worker thread may
+        call it while the event loop reads the cache."""
+        with self._lock:
+            self.epochs.assign(epoch, self.log_end_offset)
+
     # The flush policy, in one place: whoever flushes (this log inline, or a broker from a worker
     # thread and a timer) asks these two rules.
 
