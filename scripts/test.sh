@@ -11,7 +11,8 @@ echo "== install"
 # kcat: a real client for interop tests; zookeeper: the cluster tests; openssl: test certificates;
 # an MIT KDC, its tools and Cyrus SASL's GSSAPI plugin (kcat's Kerberos) for the GSSAPI tests, and
 # libkrb5-dev to build the gssapi package; chromium: the console's browser tests (driven by Playwright)
-apt_install chromium kcat zookeeper openssl krb5-kdc krb5-admin-server krb5-user libkrb5-dev libsasl2-modules-gssapi-mit librdkafka-dev
+# librdkafka-dev (headers) and libjemalloc2: the compiled load generator and its jemalloc runs
+apt_install chromium kcat zookeeper openssl krb5-kdc krb5-admin-server krb5-user libkrb5-dev libsasl2-modules-gssapi-mit librdkafka-dev libjemalloc2
 odradek_setup test,dev,fast,cluster
 
 echo "== codegen --check"

@@ -48,6 +48,12 @@ def test_produce_then_consume_counts(loadgen: str, tmp_path: Path) -> None:
         assert consumed["bytes"] == RECORDS * 100
         assert consumed["errors"] == 0
         assert consumed["exit_code"] == 0
+        assert produced["allocator"] == consumed["allocator"] == "libc"
+
+        # the same read with jemalloc preloaded (scripts/test.sh installs libjemalloc2)
+        again = _loadgen.run_consume(broker.bootstrap, "loadgen", RECORDS, clients=2, timeout=120, allocator="jemalloc")
+        assert again["allocator"] == "jemalloc"
+        assert again["records"] == RECORDS and again["errors"] == 0
 
 
 @pytest.mark.slow

@@ -53,6 +53,7 @@
  * was delivered / consumed without error, 1 otherwise, 2 for a usage error.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -543,8 +544,13 @@ static void json_string(const char *s) {
     putchar('"');
 }
 
+/* jemalloc when it was linked (it has mallctl), else the C library's malloc */
+static const char *allocator(void) {
+    return dlsym(RTLD_DEFAULT, "mallctl") ? "jemalloc" : "libc";
+}
+
 static void print_common(void) {
-    printf("\"librdkafka\": \"%s\", \"topic\": ", rd_kafka_version_str());
+    printf("\"librdkafka\": \"%s\", \"allocator\": \"%s\", \"topic\": ", rd_kafka_version_str(), allocator());
     json_string(O.topic);
     printf(", \"record_bytes\": %d, \"clients\": %d, \"partitions\": %d, ", O.size, O.clients, g_nparts);
 }
