@@ -544,7 +544,7 @@ static void json_string(const char *s) {
     putchar('"');
 }
 
-/* jemalloc when it was linked (it has mallctl), else the C library's malloc */
+/* jemalloc when it is loaded (preloaded: it has mallctl), else the C library's malloc */
 static const char *allocator(void) {
     return dlsym(RTLD_DEFAULT, "mallctl") ? "jemalloc" : "libc";
 }
