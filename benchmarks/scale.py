@@ -312,25 +312,23 @@ def create_topic(
 
 Step = tuple[str, str, Callable[[str], dict[str, Any]]]  # (name, "produce"|"consume", run(bootstrap))
 
-LOADGEN_GROUP = "odradek-loadgen"  # the load generator's consumers' group.id (never joined)
-
-
 def ready_group_coordinator(bootstrap: str, timeout: float = 60.0) -> None:
     """Look up the load generator's group coordinator until it answers.  librdkafka's assign()
     needs a group.id, and a consumer with one looks its coordinator up; on a fresh broker that
     creates the group metadata topic (50 partition logs for Odradek), whose cost would otherwise
     land in the first consume step's broker CPU.  Done before the steps, for both brokers."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
+    group = _loadgen.CONSUMER_GROUP
     deadline = time.monotonic() + timeout
     last: BaseException | None = None
     while time.monotonic() < deadline:
         try:
-            admin.describe_consumer_groups([LOADGEN_GROUP], request_timeout=10)[LOADGEN_GROUP].result(15)
+            admin.describe_consumer_groups([group], request_timeout=10)[group].result(15)
             return
         except KafkaException as exc:
             last = exc
             time.sleep(0.1)
-    raise RuntimeError(f"no coordinator for group {LOADGEN_GROUP} after {timeout} s: {last}")
+    raise RuntimeError(f"no coordinator for group {group} after {timeout} s: {last}")
 
 
 def run_case(brokers: Brokers, kind: str, partitions: int, steps: list[Step]) -> dict[str, Any]:
@@ -395,6 +393,12 @@ def summarize(runs: dict[str, list[dict[str, Any]]], step: str, limits: dict[str
         for name, v in limits.items():
             side[f"fraction_of_{name}"] = rnd(mbps / v, 4)
         out[kind] = side
+    return with_ratios(out)
+
+
+def with_ratios(out: dict[str, Any]) -> dict[str, Any]:
+    """``out`` with ``ratio`` (throughput) and ``cpu_ratio`` (broker CPU per million records),
+    odradek / tansu, when both brokers are in it."""
     if "odradek" in out and "tansu" in out:
         o, t = out["odradek"], out["tansu"]
         out["ratio"] = rnd(o["records_per_s"] / t["records_per_s"]) if t["records_per_s"] else None
@@ -457,16 +461,9 @@ def best_client(libc: dict[str, Any], jemalloc: dict[str, Any]) -> dict[str, Any
         if not sides:
             continue
         side, name = max(sides, key=lambda x: x[0]["records_per_s"])
-        out[kind] = {"allocator": name, **{k: side[k] for k in ("records_per_s", "broker_cpu_s_per_million") if k in side}}
-    if "odradek" in out and "tansu" in out:
-        o, t = out["odradek"], out["tansu"]
-        out["ratio"] = rnd(o["records_per_s"] / t["records_per_s"]) if t["records_per_s"] else None
-        out["cpu_ratio"] = (
-            rnd(o["broker_cpu_s_per_million"] / t["broker_cpu_s_per_million"])
-            if t.get("broker_cpu_s_per_million")
-            else None
-        )
-    return out
+        out[kind] = {"allocator": name, "records_per_s": side["records_per_s"],
+                     "broker_cpu_s_per_million": side["broker_cpu_s_per_million"]}
+    return with_ratios(out)
 
 
 def clients_section(brokers: Brokers, cfg: dict[str, Any], limits: dict[str, float]) -> dict[str, Any]:

@@ -46,9 +46,12 @@ SOURCE = Path(__file__).resolve().parent / "loadgen" / "odradek_loadgen.c"
 HEADER = Path("/usr/include/librdkafka/rdkafka.h")
 INSTALL_HINT = "apt-get install librdkafka-dev gcc (Debian: the librdkafka headers and a C compiler)"
 NAME = "odradek_loadgen"
+#: the consumers' group.id (librdkafka's assign() needs one; never joined, nothing committed)
+CONSUMER_GROUP = "odradek-loadgen"
 
 __all__ = [
     "ALLOCATORS",
+    "CONSUMER_GROUP",
     "HEADER",
     "SOURCE",
     "LoadgenError",
