@@ -74,7 +74,7 @@ benchmark's group looks up its coordinator once (a fresh broker may create
   a final ``fdatasync``) in the directory that holds the data dirs.
 
 Throughput figures also give the CPU the broker process and this client process used per
-record (``/proc/PID/stat``, 10 ms ticks). The machine is a shared 2-core VM: broker, client and
+record (the process CPU-time clock, ``odradek.testing.cpu_seconds``). The machine is a shared 2-core VM: broker, client and
 librdkafka's threads share both cores, so every figure includes the client's own cost; single
 figures move by 10-20 % between runs, the latency tail more.
 """

@@ -32,7 +32,7 @@ run; the ratio is of figures measured in the same run, on the same cluster.
   rf3...; figures are medians, ``ratio`` = rf3 / rf1 of the medians (target >= 0.4; Kafka's
   2014 figure for 3 replicas with acks=all vs. 1 replica was 0.51). After every run the
   partitions' high watermarks must have grown by exactly ``records`` (every acknowledged record
-  is committed, nothing written twice). The brokers' CPU time (all three, ``/proc/PID/stat``) per
+  is committed, nothing written twice). The brokers' CPU time (all three, ``odradek.testing.cpu_seconds``) per
   record is given too.
 * ``failover`` - a 1-partition topic, replication factor 3, ``min.insync.replicas=2``; an
   idempotent producer (``acks=all, linger.ms=0``, other settings at librdkafka's defaults) sends

@@ -63,10 +63,10 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from odradek.testing import BrokerProcess
+    from odradek.testing import BrokerProcess, cpu_seconds
 except ImportError:  # running from a checkout without an install
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from odradek.testing import BrokerProcess
+    from odradek.testing import BrokerProcess, cpu_seconds
 
 TARGET_RATIO = 0.7
 #: issue 24: the offline read (segment files) vs the network batch read of the same run
@@ -131,17 +131,14 @@ def _descendants(root: int) -> list[int]:
 
 def cpu_by_kind() -> dict[str, float]:
     """CPU seconds (user + system) of this process's descendants: jvm, python_workers, broker."""
-    tick = os.sysconf("SC_CLK_TCK")
     out = {"jvm": 0.0, "python_workers": 0.0, "broker": 0.0}
     for pid in _descendants(os.getpid()):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        seconds = (int(fields[11]) + int(fields[12])) / tick
+        seconds = cpu_seconds(pid)
         if "odradek serve" in cmd or "odradek.__main__" in cmd or " -m odradek " in cmd:
             out["broker"] += seconds
         elif cmd.split(" ")[0].endswith("java"):
