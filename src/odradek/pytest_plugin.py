@@ -15,9 +15,9 @@ Installing Odradek registers it (entry point ``pytest11``), so a test only asks 
 Fixtures:
 
 * ``odradek_broker`` — one ``odradek serve`` process for the whole session (``--odradek-scope``
-  or the ini option ``odradek_broker_scope`` change that: ``module``, ``function``...), on an
-  ephemeral port of 127.0.0.1, data in a temporary directory, stopped by PID (SIGTERM, then
-  SIGKILL) at teardown.  It is an :class:`OdradekBroker`: ``bootstrap_servers``,
+  or the ini option ``odradek_broker_scope`` change that: ``module``, ``function``...), on a
+  free port of 127.0.0.1 (kept across restarts), data in a temporary directory, stopped by PID
+  (SIGTERM, then SIGKILL) at teardown.  It is an :class:`OdradekBroker`: ``bootstrap_servers``,
   ``create_topic()``, ``wait_for_group_lag()``, ``admin()``, ``restart()``...
 * ``odradek_broker_per_test`` — a fresh broker for one test, data in its ``tmp_path``; a marker
   gives it settings: ``@pytest.mark.odradek(overrides={"log.retention.ms": 1000})``.
@@ -435,7 +435,7 @@ class OdradekCluster(_Helpers):
 
 @pytest.fixture(scope=_broker_scope)
 def odradek_broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OdradekBroker]:
-    """A real Odradek broker on an ephemeral port (one per session unless configured otherwise)."""
+    """A real Odradek broker on a free port (one per session unless configured otherwise)."""
     broker = _start_broker(
         tmp_path_factory.mktemp("odradek-broker"), _overrides(request.config), _log_level(request.config)
     )

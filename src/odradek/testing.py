@@ -1,7 +1,7 @@
 """Helpers for tests and benchmarks: run ``odradek serve`` as a real process, talk raw protocol to it.
 
-``BrokerProcess`` starts a broker on 127.0.0.1 with an ephemeral port (``--port 0``), waits for
-its ready line, and stops it by PID — SIGTERM for a clean shutdown, SIGKILL for a crash::
+``BrokerProcess`` starts a broker on 127.0.0.1 on a free port (one it can have again after a
+restart), waits for its ready line, and stops it by PID — SIGTERM for a clean shutdown, SIGKILL for a crash::
 
     with BrokerProcess(tmp_path / "data", overrides={"num.partitions": 3}) as broker:
         producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
@@ -25,6 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from odradek.coordination.zkserver import restartable_port
 from odradek.protocol import NEED_DATA, ClientConnection, Message, ResponseReceived
 from odradek.protocol.messages.produce import ProduceRequest
 
@@ -36,6 +37,8 @@ _READY = re.compile(r"ready on (?P<endpoints>\S+://\S+?:\d+(?:, \S+://\S+?:\d+)*
 _ENDPOINT_SPEC = re.compile(r"([^:,\s]+)://([^,\s]*):(\d+)")
 _ENDPOINT = re.compile(r"(?P<name>[^:,\s]+)://(?P<host>\S+?):(?P<port>\d+)")
 _METRICS_URL = re.compile(r"metrics at (?P<url>http://\S+?/metrics)")
+#: first starts on ports chosen here, each attempt on new ones (see BrokerProcess.start)
+_PORT_ATTEMPTS = 5
 
 
 class BrokerProcess:
@@ -55,6 +58,8 @@ class BrokerProcess:
         self.data_dir = Path(data_dir)
         self.overrides = dict(overrides or {})
         self.port = port
+        #: ``port`` was 0: chosen at the first start (see :meth:`start`)
+        self._auto_port = port == 0
         self.broker_id = broker_id
         self.log_level = log_level
         self.extra_args = list(extra_args or [])
@@ -74,6 +79,8 @@ class BrokerProcess:
         self.ready_seconds = 0.0
         self.stderr_lines: list[str] = []
         self._stderr_thread: threading.Thread | None = None
+        #: listener name -> port chosen for the first start (ports given as 0)
+        self._chosen: dict[str, int] = {}
 
     @property
     def bootstrap(self) -> str:
@@ -94,12 +101,12 @@ class BrokerProcess:
         if self.listeners is None:
             cmd += ["--host", "127.0.0.1", "--port", str(self.port)]
         else:
-            listeners = self.listeners
-            if self.endpoints:  # a restart: the ports of the first start
-                listeners = ",".join(
-                    f"{name}://{host}:{self.endpoints[name.upper()][1] if name.upper() in self.endpoints else port}"
-                    for name, host, port in _ENDPOINT_SPEC.findall(listeners)
-                )
+            # a restart: the ports of the first start; a first start: the ports chosen for it
+            ports = {name: port for name, (_host, port) in self.endpoints.items()} or self._chosen
+            listeners = ",".join(
+                f"{name}://{host}:{ports.get(name.upper(), port) if int(port) == 0 else port}"
+                for name, host, port in _ENDPOINT_SPEC.findall(self.listeners)
+            )
             cmd += ["--override", f"listeners={listeners}"]
         cmd += ["--data-dir", str(self.data_dir), "--log-level", self.log_level]
         if self.broker_id is not None:
@@ -109,6 +116,35 @@ class BrokerProcess:
         return cmd + self.extra_args
 
     def start(self, timeout: float = 30.0) -> BrokerProcess:
+        """Start the broker and wait for its ready line.  Ports given as 0 are chosen here on the
+        first start (:func:`~odradek.coordination.zkserver.restartable_port`, so that a restart
+        can have them again; others if the broker finds one taken) and kept for restarts."""
+        if self.endpoints or not self._choose_ports():
+            return self._start_once(timeout)
+        for _ in range(_PORT_ATTEMPTS - 1):
+            try:
+                return self._start_once(timeout)
+            except RuntimeError as exc:
+                if "Address already in use" not in str(exc):
+                    raise
+            self._choose_ports()
+        return self._start_once(timeout)
+
+    def _choose_ports(self) -> bool:
+        """Choose a port for every one given as 0; False when none is."""
+        if self.listeners is None:
+            if not self._auto_port:
+                return False
+            self.port = restartable_port("127.0.0.1")
+            return True
+        self._chosen = {
+            name.upper(): restartable_port(host or "127.0.0.1")
+            for name, host, port in _ENDPOINT_SPEC.findall(self.listeners)
+            if int(port) == 0
+        }
+        return bool(self._chosen)
+
+    def _start_once(self, timeout: float) -> BrokerProcess:
         env = dict(os.environ)
         env.update(self.env)
         t0 = time.monotonic()

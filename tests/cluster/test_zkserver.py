@@ -257,9 +257,9 @@ def test_port_zero_retries_when_the_port_is_taken(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         busy = taken.getsockname()[1]
-        real = zkserver._free_port
+        real = zkserver.restartable_port
         ports = iter([busy])
-        monkeypatch.setattr(zkserver, "_free_port", lambda host: next(ports, None) or real(host))
+        monkeypatch.setattr(zkserver, "restartable_port", lambda host: next(ports, None) or real(host))
         zk = zookeeper_factory()
         assert zk.port != busy
         assert zk.four_letter("ruok") == "imok"

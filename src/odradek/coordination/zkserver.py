@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -36,6 +37,7 @@ __all__ = [
     "ZooKeeperServer",
     "four_letter",
     "process_alive",
+    "restartable_port",
     "zookeeper_available",
 ]
 
@@ -144,6 +146,37 @@ def _free_port(host: str) -> int:
         return int(s.getsockname()[1])
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+    return low, high
+
+
+def restartable_port(host: str, attempts: int = 50) -> int:
+    """A free port for a server that will be started again on it (a test's broker or ZooKeeper).
+
+    Outside the kernel's ephemeral range (``net.ipv4.ip_local_port_range``): a port that bind(0)
+    gave out can become the local port of any outgoing connection while its server is down, and
+    the restart then fails with EADDRINUSE for as long as that connection lives (seen with
+    several test workers at once).  Falls back to bind(0) when the range leaves no room; the
+    caller retries on another port if someone binds this one first."""
+    low, high = _ephemeral_range()
+    spans = [(a, b) for a, b in ((10000, low - 1), (high + 1, 65535)) if b - a >= 1000]
+    rng = random.Random()
+    for _ in range(attempts if spans else 0):
+        a, b = rng.choices(spans, weights=[b - a for a, b in spans])[0]
+        port = rng.randint(a, b)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        return port
+    return _free_port(host)
+
+
 def _tail(path: Path, lines: int = 20) -> str:
     try:
         with open(path, "rb") as f:
@@ -158,8 +191,8 @@ def _tail(path: Path, lines: int = 20) -> str:
 class ZooKeeperServer:
     """One standalone ZooKeeper server, run as ``java ... QuorumPeerMain <data_dir>/zoo.cfg``.
 
-    ``port=0`` picks a free port on the first start (binding 127.0.0.1:0 and closing the socket, and
-    trying another port if ZooKeeper then fails to bind it); later starts reuse that port.
+    ``port=0`` picks a free port on the first start (:func:`restartable_port`, and another one if
+    ZooKeeper then fails to bind it); later starts reuse that port.
     ``extra_config`` adds or overrides ``zoo.cfg`` settings, e.g. ``{"forceSync": "no"}`` for speed in
     tests that do not need durability, or ``{"tickTime": "500"}`` for shorter minimum session timeouts
     (ZooKeeper bounds a session timeout to 2..20 ticks).
@@ -312,7 +345,7 @@ class ZooKeeperServer:
         outcome = "failed"
         for attempt in range(attempts):
             if self._auto_port:
-                self._port = _free_port(self.host)
+                self._port = restartable_port(self.host)
             if self.four_letter("ruok", timeout=1.0):
                 if attempt + 1 < attempts:
                     continue
