@@ -36,11 +36,11 @@ def _topic(bs: str, partitions: int = 1) -> str:
     return name
 
 
-def _read(bs: str, topic: str, isolation: str) -> list[bytes]:
+def _read(bs: str, topic: str, isolation: str, partition: int = 0) -> list[bytes]:
     c = ck.Consumer({"bootstrap.servers": bs, "group.id": f"r-{uuid.uuid4().hex[:6]}", "isolation.level": isolation,
                      "auto.offset.reset": "earliest", "enable.partition.eof": True})
     try:
-        c.assign([ck.TopicPartition(topic, 0, 0)])
+        c.assign([ck.TopicPartition(topic, partition, 0)])
         got: list[bytes] = []
         deadline = time.monotonic() + 30
         while True:
@@ -130,3 +130,31 @@ def test_the_async_producer_commits_transactions(broker: BrokerProcess) -> None:
 
     asyncio.run(main())
     assert _read(bs, topic, "read_committed") == [b"v0", b"v2"]
+
+
+def test_partitions_join_the_transaction_before_their_batches_are_sent(broker: BrokerProcess) -> None:
+    """AddPartitionsToTxn goes out when a partition gets its first record of the transaction
+    (as the Java client does), not when its batch is sent: with linger.ms=5000 the coordinator
+    has the partition long before the batch leaves."""
+    bs = broker.bootstrap
+    topic = _topic(bs, partitions=2)
+    txn_id = f"early-{uuid.uuid4().hex[:6]}"
+    p = Producer({"bootstrap.servers": bs, "transactional.id": txn_id, "linger.ms": 5000})
+    try:
+        p.init_transactions(30)
+        p.begin_transaction()
+        sent_at = time.monotonic()
+        p.send(topic, b"first", partition=1)
+        with Admin({"bootstrap.servers": bs}) as admin:
+            while True:
+                desc = admin.describe_transactions([txn_id], timeout=10)[txn_id]
+                if desc.partitions:
+                    break
+                assert time.monotonic() - sent_at < 3, "the partition joined only with its batch"
+                time.sleep(0.05)
+        assert desc.state == "Ongoing" and desc.partitions == [(topic, 1)]
+        assert _read(bs, topic, "read_uncommitted", partition=1) == []  # the batch itself still lingers
+        p.commit_transaction(30)
+    finally:
+        p.close()
+    assert _read(bs, topic, "read_committed", partition=1) == [b"first"]

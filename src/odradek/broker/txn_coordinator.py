@@ -10,8 +10,13 @@ the transactions it finds prepared (their markers may not all be written).
 
 EndTxn writes PrepareCommit/PrepareAbort and answers; the markers then go to the leaders of the
 transaction's partitions (WriteTxnMarkers; this broker's own partitions directly), retried until
-each is written, and CompleteCommit/CompleteAbort is written last.  A timer aborts transactions
-open longer than their timeout, bumping the producer epoch (the old producer is fenced).
+each is written, and CompleteCommit/CompleteAbort is written last.  A producer's next
+AddPartitionsToTxn usually arrives while that is still going on; rather than answering the
+retriable CONCURRENT_TRANSACTIONS at once (librdkafka and the Java client back off ~20 ms
+before retrying: with eight busy producers a quarter of the transactions paid that, against a
+median commit of ~4 ms), it waits for the completion, up to ``COMPLETION_WAIT_S``.  A timer
+aborts transactions open longer than their timeout, bumping the producer epoch (the old
+producer is fenced).
 """
 
 from __future__ import annotations
@@ -72,6 +77,10 @@ _RETRY_VERIFICATION = frozenset({
     ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT,
     ErrorCode.BROKER_NOT_AVAILABLE,
 })
+#: how long AddPartitionsToTxn waits for the previous transaction of its id to complete before
+#: it answers CONCURRENT_TRANSACTIONS (markers that cannot be written yet: a leader is missing)
+COMPLETION_WAIT_S = 1.0
+
 _KEY_VERSION = 0
 _VALUE_VERSION = 0
 
@@ -312,7 +321,8 @@ class TransactionCoordinator:
                 raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, exc.message) from exc
         if local is None or not local.is_leader:
             raise KafkaError(ErrorCode.NOT_COORDINATOR, f"{transactional_id} is coordinated by another broker")
-        if self.replicas.log_dirs.offline(local.log_dir):
+        failures = self.replicas.log_dirs
+        if failures.any_failed and failures.offline(local.log_dir):
             raise KafkaError(ErrorCode.NOT_COORDINATOR, f"the log dir of {TRANSACTION_TOPIC}-{idx} is offline")
         if idx in self.loading or idx not in self.loaded:
             raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, f"{TRANSACTION_TOPIC}-{idx} is loading")
@@ -381,6 +391,8 @@ class TransactionCoordinator:
     ) -> None:
         self.check(transactional_id)
         wanted = set(partitions)
+        if not verify_only:
+            await self._completed(transactional_id)
         async with self._lock(transactional_id):
             meta = self.txns.get(transactional_id)
             check_producer(meta, producer_id, producer_epoch)
@@ -500,6 +512,8 @@ class TransactionCoordinator:
         builder.append(self.now(), txn_key(transactional_id), txn_value(meta))
         info = self.replicas.append(p, bytearray(builder.build()), -1)
         await self.replicas.wait_durable(p)
+        if p.log.high_watermark > info.last_offset:  # an ISR of one: written everywhere already
+            return
         try:
             await wait_for(p.wait_for_hw(info.last_offset + 1), int(self.config.get("request.timeout.ms")) / 1000)
         except TimeoutError as exc:
@@ -507,6 +521,14 @@ class TransactionCoordinator:
 
     # ------------------------------------------------------------------------------------------
     # markers
+
+    async def _completed(self, transactional_id: str) -> None:
+        """Wait, up to ``COMPLETION_WAIT_S``, for the markers and the Complete state of the
+        previous transaction of ``transactional_id`` if they are being written.  The writing
+        goes on whatever happens to the waiter."""
+        task = self._completing.get(transactional_id)
+        if task is not None and not task.done():
+            await asyncio.wait((task,), timeout=COMPLETION_WAIT_S)
 
     def _complete_later(self, transactional_id: str, prepared: TxnMetadata) -> None:
         old = self._completing.get(transactional_id)
@@ -578,7 +600,15 @@ class TransactionCoordinator:
                 calls.append(self.local_markers(producer_id, epoch, commit, coordinator_epoch, tps))
             else:
                 calls.append(self._remote_markers(leader, producer_id, epoch, commit, coordinator_epoch, tps))
-        for result in await asyncio.gather(*calls, return_exceptions=True):
+        results: list[Any]
+        if len(calls) == 1:  # one leader (a single broker): no tasks for gather to make
+            try:
+                results = [await calls[0]]
+            except Exception as exc:
+                results = [exc]
+        else:
+            results = await asyncio.gather(*calls, return_exceptions=True)
+        for result in results:
             if isinstance(result, BaseException):
                 if isinstance(result, asyncio.CancelledError):
                     raise result
@@ -685,6 +715,8 @@ class MarkerWriter:
     async def write(
         self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, partitions: list[TopicPartition]
     ) -> dict[TopicPartition, ErrorCode]:
+        if len(partitions) == 1:  # no task for gather to make
+            return {partitions[0]: await self._one(partitions[0], producer_id, producer_epoch, commit, coordinator_epoch)}
         results = await asyncio.gather(
             *(self._one(tp, producer_id, producer_epoch, commit, coordinator_epoch) for tp in partitions)
         )
@@ -697,10 +729,11 @@ class MarkerWriter:
             p = self.replicas.leader_partition(*tp)
             info = self.replicas.append_marker(p, producer_id, producer_epoch, commit, coordinator_epoch)
             await self.replicas.wait_durable(p)
-            try:
-                await wait_for(p.wait_for_hw(info.last_offset + 1), self.timeout_ms / 1000)
-            except TimeoutError:
-                return ErrorCode.REQUEST_TIMED_OUT
+            if p.log.high_watermark <= info.last_offset:
+                try:
+                    await wait_for(p.wait_for_hw(info.last_offset + 1), self.timeout_ms / 1000)
+                except TimeoutError:
+                    return ErrorCode.REQUEST_TIMED_OUT
         except KafkaError as exc:
             return exc.code
         if tp[0] == OFFSETS_TOPIC:

@@ -72,6 +72,8 @@ class TxnManager:
         self.offsets_added = False
         self._coordinator: AsyncBrokerConnection | None = None
         self._group_coordinators: dict[str, AsyncBrokerConnection] = {}
+        #: AddPartitionsToTxn started early (:meth:`add_early`), by partition, until it completes
+        self._adding: dict[TopicPartition, asyncio.Task[None]] = {}
 
     # -- state checks (the faces call these before they act) -------------------------------------
     def require(self, *states: TxnState, action: str) -> None:
@@ -179,7 +181,43 @@ class TxnManager:
         self.offsets_added = False
         return self.producer_id, self.producer_epoch
 
+    def add_early(self, tps: Iterable[TopicPartition], timeout: float) -> None:
+        """Start AddPartitionsToTxn for partitions that got their first records of the
+        transaction, as the Java client does: the round trip overlaps the batches filling up
+        instead of delaying their send (:meth:`add_partitions` waits for it).  Its failure is
+        the transaction's (:meth:`fail`), and the batches waiting for it get it."""
+        if self.state is not TxnState.IN_TRANSACTION:
+            return
+        new = [tp for tp in tps if tp not in self.partitions and tp not in self._adding]
+        if not new:
+            return
+        task = asyncio.get_running_loop().create_task(self._add(new, timeout))
+        for tp in new:
+            self._adding[tp] = task
+        task.add_done_callback(lambda t: self._added(new, t))
+
+    def _added(self, tps: list[TopicPartition], task: asyncio.Task[None]) -> None:
+        for tp in tps:
+            if self._adding.get(tp) is task:
+                del self._adding[tp]
+        if not task.cancelled():
+            task.exception()  # retrieved here: whoever needs the partitions awaits the task
+
+    async def settle(self) -> None:
+        """Wait for the AddPartitionsToTxn started early (EndTxn must not overtake them)."""
+        if self._adding:
+            await asyncio.gather(*set(self._adding.values()), return_exceptions=True)
+
     async def add_partitions(self, tps: Iterable[TopicPartition], timeout: float) -> None:
+        """Have the coordinator add ``tps`` to the transaction (before their first batch goes
+        out); waits for those started early, and raises their failure."""
+        tps = set(tps)
+        early = {self._adding[tp] for tp in tps if tp in self._adding}
+        if early:
+            await asyncio.gather(*early)
+        await self._add(tps, timeout)
+
+    async def _add(self, tps: Iterable[TopicPartition], timeout: float) -> None:
         wanted = sorted(set(tps) - self.partitions)
         if not wanted:
             return
@@ -241,6 +279,7 @@ class TxnManager:
             raise
 
     async def end(self, commit: bool, timeout: float) -> None:
+        await self.settle()
         if not self.partitions and not self.offsets_added:  # nothing added: no transaction there
             self.state = TxnState.READY
             self.error = None

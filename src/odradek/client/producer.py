@@ -530,6 +530,12 @@ class _Core:
                     self.fatal = exc
                     self._fail_everything(exc)
                     raise
+            txn = self.txn
+            if txn is not None and txn.state is TxnState.IN_TRANSACTION:
+                with self.lock:
+                    fresh = [tp for tp, b in self.open.items() if b.record_count and tp not in txn.partitions]
+                if fresh:
+                    txn.add_early(fresh, self.delivery_timeout)
             now = time.monotonic()
             batches = self._ready(now)
             if batches:

@@ -15,7 +15,6 @@ written to the log, then *completed* (or dropped if the write failed).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -73,7 +72,16 @@ class TxnMetadata:
     pending: TxnState | None = None
 
     def copy(self, **changes: object) -> TxnMetadata:
-        out = dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+        """A copy with ``changes`` (field names; unknown names raise AttributeError) and a set
+        of partitions of its own.  Built field by field: ``dataclasses.replace`` costs several
+        times as much, and this runs for every state change of every transaction."""
+        out = TxnMetadata(
+            self.transactional_id, self.producer_id, self.producer_epoch, self.timeout_ms, self.state,
+            self.partitions, self.start_ms, self.update_ms, self.last_producer_id, self.last_producer_epoch,
+            self.pending,
+        )
+        for name, value in changes.items():
+            setattr(out, name, value)
         if "partitions" not in changes:
             out.partitions = set(self.partitions)
         return out

@@ -160,7 +160,7 @@ class _Appends:
                 stats.messages_in += info.record_count
                 stats.bytes_in += size
         self.appended.append(p)
-        if self.acks == -1:
+        if self.acks == -1 and p.log.high_watermark <= info.last_offset:  # not yet on every ISR member
             self.pending.append((resp, p.wait_for_hw(info.last_offset + 1), p))
 
     def finish(
