@@ -280,9 +280,11 @@ class ReplicaFetcher:
             return
         wait_ms = self.wait_ms
         now = asyncio.get_running_loop().time()
-        waiting = [s.delayed_until for s in self.parts.values() if s.delayed_until > now]
-        if waiting:  # a partition that waits out a retry delay joins the next poll, not one 500 ms on
-            wait_ms = min(wait_ms, max(int((min(waiting) - now) * 1000), 1))
+        # a partition that waits out a retry delay joins the next poll, not one long poll on; one
+        # still to truncate whose delay ran out while this round truncated others is due now
+        due = [s.delayed_until for s in self.parts.values() if s.delayed_until > now or s.truncating]
+        if due:
+            wait_ms = min(wait_ms, max(int((min(due) - now) * 1000), 0))
         req = FetchRequest(
             replica_id=self.broker_id,
             max_wait_ms=wait_ms,
