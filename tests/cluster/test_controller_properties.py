@@ -119,6 +119,15 @@ class _World:
         if data is not None:
             await self.expire_session(int(data["brokerid"]))
 
+    async def start_with_topic(self, name: str = "t") -> None:
+        """Every broker up, then topic ``name`` with one partition on all of them, settled."""
+        for b in BROKERS:
+            self.start(b)
+        await self.settle()
+        ta = TopicAssignment("00000000-0000-0000-0000-000000000001", {0: BROKERS})
+        self.tree.create(f"/brokers/topics/{name}", _json(ta.to_json()))
+        await self.settle()
+
     # -- admin -------------------------------------------------------------------------------------
     def create_topic(self, rng: random.Random) -> None:
         self.topics += 1

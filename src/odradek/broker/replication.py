@@ -338,6 +338,12 @@ class ClusterReplication(Replication):
         self.controller: Controller | None = None
         self.controller_epoch = 0
         self._full_metadata_seen = False
+        #: set once this broker asks for its controlled shutdown: from then on it follows no
+        #: partition (see :meth:`controlled_shutdown`)
+        self.shutting_down = False
+        #: ISR changes written but not yet announced (the notification failed): retried by the
+        #: ISR check, or the controller would keep the old ISR for good
+        self._unannounced: set[tuple[str, int]] = set()
 
     def offsets_replication_factor(self) -> int:
         return int(self.config.get("offsets.topic.replication.factor"))
@@ -440,7 +446,7 @@ class ClusterReplication(Replication):
                         endpoint = leaders.get(ps.leader)
                         if endpoint is None and ps.leader >= 0:
                             endpoint = self._leader_endpoint(ps.leader)
-                        if ps.leader >= 0 and endpoint is not None:
+                        if ps.leader >= 0 and endpoint is not None and not self.shutting_down:
                             self.fetchers.add(p, ps.leader, endpoint[0], endpoint[1])
                         else:
                             self.fetchers.remove(*key)
@@ -513,7 +519,9 @@ class ClusterReplication(Replication):
     def on_follower_fetch(self, p: Partition, replica: int, fetch_offset: int) -> None:
         """A follower's fetch: its log end offset moves the HW; a caught-up follower rejoins the ISR."""
         super().on_follower_fetch(p, replica, fetch_offset)
-        if not p.isr_pending and p.can_join_isr(replica):
+        # only a registered broker joins (KIP-841's rule): one whose registration is gone is out
+        # of the ISR for good until it registers again, whatever it still fetches
+        if not p.isr_pending and p.can_join_isr(replica) and replica in self.backend.image.brokers:
             new_isr = (*p.state.isr, replica)
             asyncio.get_running_loop().create_task(self.change_isr(p, new_isr))
 
@@ -521,6 +529,7 @@ class ClusterReplication(Replication):
         """Drop followers that have not caught up for ``replica.lag.time.max.ms`` from the ISR."""
         max_lag = int(self.config.get("replica.lag.time.max.ms"))
         now = self.clock.now_ms()
+        await self._announce_isr_changes()
         changes = []
         for p in list(self.replicas.partitions.values()):
             if not p.is_leader or p.isr_pending:
@@ -576,12 +585,25 @@ class ClusterReplication(Replication):
                 else:
                     self.metrics.isr_expands += 1
             self._adopt_isr(p, new_isr, version)
-            with contextlib.suppress(Exception):
-                await self.backend.notify_isr_change([(p.topic, p.index)])
+            self._unannounced.add((p.topic, p.index))
+            await self._announce_isr_changes()
         except Exception:
             log.exception("ISR change of %s-%d failed", p.topic, p.index)
         finally:
             p.isr_pending = False
+
+    async def _announce_isr_changes(self) -> None:
+        """One ISR change notification for every change not yet announced (if any)."""
+        if not self._unannounced:
+            return
+        tps = sorted(self._unannounced)
+        self._unannounced.difference_update(tps)
+        try:
+            await self.backend.notify_isr_change(tps)
+        except Exception as exc:
+            self._unannounced.update(tps)
+            log.warning("could not announce the ISR change of %d partitions to the controller (%s); "
+                        "retrying at the next ISR check", len(tps), exc)
 
     def _adopt_isr(self, p: Partition, isr: tuple[int, ...], version: int) -> None:
         """The leader's ISR is now ``isr`` at partition state version ``version``: the HW may
@@ -603,6 +625,11 @@ class ClusterReplication(Replication):
         disappears, as after a crash."""
         if not self.config.get("controlled.shutdown.enable"):
             return
+        # the controller's answer demotes this broker and takes it out of ISRs, with LeaderAndIsr
+        # requests that make it a follower: were it to fetch, it would catch up and its leader
+        # would take it back into the ISR just before it stops, and acks=all writes would then
+        # wait replica.lag.time.max.ms for it (Kafka sends it StopReplica instead)
+        self.shutting_down = True
         retries = int(self.config.get("controlled.shutdown.max.retries"))
         backoff = int(self.config.get("controlled.shutdown.retry.backoff.ms")) / 1000
         for attempt in range(retries):

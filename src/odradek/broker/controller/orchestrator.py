@@ -109,7 +109,9 @@ class Controller:
         name = config.get("inter.broker.listener.name")
         self.inter_broker_listener = str(name) if name else None
         self.id = broker_id
-        self.active = False
+        self._active = False
+        #: the ZooKeeper session in which this broker won the election (see :attr:`active`)
+        self._session = 0
         self.ctx = ControllerContext()
         self.brokers: dict[int, BrokerInfo] = {}
         self.queues: dict[int, BrokerQueue] = {}
@@ -119,6 +121,15 @@ class Controller:
         self.metrics: BrokerMetrics | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._topic_watched: set[str] = set()
+
+    @property
+    def active(self) -> bool:
+        """This broker is the controller: it won the election in the ZooKeeper session it has now.
+
+        When the session expires, kazoo fires every watch at once, so handlers can run before
+        the resignation queued behind them; a controller acting then (with the new session) would,
+        say, delete the ISR change notifications meant for its successor."""
+        return self._active and self.store.session_id == self._session
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -177,6 +188,7 @@ class Controller:
                         await self.store.delete("/controller", version=stat.version)
                     log.info("broker %d deleted its own /controller node: a new election", self.id)
             return
+        session = self.store.session_id
         try:
             await self.store.create(
                 "/controller",
@@ -188,6 +200,7 @@ class Controller:
             self.controller_id = int(data.get("brokerid", -1)) if data else -1
             return
         self.controller_id = self.id
+        self._session = session
         await self.store.exists("/controller", self._watch(self._controller_changed))
         try:
             await self._become_controller()
@@ -203,7 +216,7 @@ class Controller:
 
     async def _resign(self, *, delete_node: bool) -> None:
         was = self.active
-        self.active = False
+        self._active = False
         for q in self.queues.values():
             await q.close()
         self.queues.clear()
@@ -239,7 +252,7 @@ class Controller:
         names = await self.store.children("/brokers/topics", self._watch(self._topics_changed))
         for name in names:
             await self._read_topic(name)
-        self.active = True
+        self._active = True
         for bid in ctx.live_brokers:
             self._open_queue(bid)
         # state machines from what ZooKeeper holds
@@ -667,6 +680,8 @@ class Controller:
         for child in children:
             path = f"/isr_change_notification/{child}"
             data, _ = await self.store.get_or_none(path)
+            if not self.active:  # the session expired meanwhile: the notifications are our successor's
+                return
             for item in (data or {}).get("partitions", []):
                 tps.add((str(item["topic"]), int(item["partition"])))
             await self.store.delete(path)
@@ -675,7 +690,15 @@ class Controller:
         for tp in tps:
             if tp[0] in self.ctx.topics:
                 await self._read_state(tp)
-        self._send_update_metadata(self.ctx.live_brokers, None)
+        # a leader took a follower back into the ISR just before that broker died, and this
+        # notification came after the broker's death was handled: out of the ISR again, or
+        # acks=all writes would wait replica.lag.time.max.ms for it
+        dead = {r for tp in tps if (st := self.ctx.states.get(tp)) is not None for r in st.isr if not self.ctx.is_live(r)}
+        changed = await self._remove_from_isr(sorted(tps), dead) if dead else []
+        if changed:
+            self._send_leader_and_isr(changed, None)
+        else:
+            self._send_update_metadata(self.ctx.live_brokers, None)
         if any(tp in self.ctx.reassigning for tp in tps):
             await self._resume_reassignments()
 
