@@ -376,4 +376,3 @@ def _cpu_clock(pid: int) -> int | None:
     if getcpuclockid(ctypes.c_int(pid), ctypes.byref(clock)) != 0:
         return None
     return clock.value
-

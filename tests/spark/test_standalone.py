@@ -30,7 +30,8 @@ from .standalone import SparkStandalone, spark_submit
 pytestmark = pytest.mark.slow
 
 JOBS = Path(__file__).resolve().parent / "jobs"
-RECORDS = 3000
+#: the producer stops by itself after this many records (~17 min at its rate): a bound, not a size
+RECORD_LIMIT = 100_000
 
 
 @pytest.fixture
@@ -91,12 +92,17 @@ def _keys(bootstrap: str, topic: str) -> Counter[bytes]:
 
 
 class _Producer(threading.Thread):
-    """Produces keys ``k00000``.. at ~``rate`` records/s with acks=all and idempotence; records
-    what the brokers acknowledged."""
+    """Produces keys ``k00000``.. at ~``rate`` records/s with acks=all and idempotence until
+    :meth:`stop` (or ``limit`` records); records what the brokers acknowledged.
 
-    def __init__(self, bootstrap: str, topic: str, count: int, rate: float) -> None:
+    It runs until told, not for a fixed count: on a loaded machine the query may take longer to
+    copy its first records than a fixed count takes to send, and the broker must die mid-stream."""
+
+    def __init__(self, bootstrap: str, topic: str, rate: float, limit: int = RECORD_LIMIT) -> None:
         super().__init__(daemon=True)
-        self.bootstrap, self.topic, self.count, self.rate = bootstrap, topic, count, rate
+        self.bootstrap, self.topic, self.rate, self.limit = bootstrap, topic, rate, limit
+        self.sent = 0
+        self._halt = threading.Event()
         self.acked: set[bytes] = set()
         self.failed: list[str] = []
 
@@ -120,13 +126,19 @@ class _Producer(threading.Thread):
                 self.failed.append(str(err))
 
         start = time.monotonic()
-        for i in range(self.count):
-            while time.monotonic() - start < i / self.rate:
+        for i in range(self.limit):
+            while time.monotonic() - start < i / self.rate and not self._halt.is_set():
                 p.poll(0.005)
-            key = b"k%05d" % i
+            if self._halt.is_set():
+                break
+            key = b"k%06d" % i
             p.produce(self.topic, key=key, value=b"value of " + key, on_delivery=done)
+            self.sent += 1
             p.poll(0)
         p.flush(150)
+
+    def stop(self) -> None:
+        self._halt.set()
 
 
 def test_a_streaming_copy_survives_a_broker_sigkill_on_a_standalone_cluster(
@@ -139,7 +151,7 @@ def test_a_streaming_copy_survives_a_broker_sigkill_on_a_standalone_cluster(
     log = tmp_path / "driver.log"
     args = [cluster.bootstrap, source, sink, str(tmp_path / "checkpoint"), str(stop_file), "true"]
     driver = spark_submit(spark_standalone.url, JOBS / "copy_stream.py", args, log, conf={"spark.cores.max": "2"})
-    producer = _Producer(cluster.bootstrap, source, RECORDS, rate=100.0)
+    producer = _Producer(cluster.bootstrap, source, rate=100.0)
     try:
         wait_for(lambda: "STARTED" in log.read_text(errors="replace") or driver.poll() is not None, 180, "the query started", 0.5)
         assert driver.poll() is None, log.read_text(errors="replace")[-4000:]
@@ -149,14 +161,19 @@ def test_a_streaming_copy_survives_a_broker_sigkill_on_a_standalone_cluster(
         victim = cluster.leader(source, 0)
         assert victim is not None
         cluster.kill(victim)
-        killed_at = len(producer.acked)
+        killed_at = producer.sent
         wait_for(lambda: cluster.leader(source, 0) not in (None, victim), 60, "a new leader of partition 0")
         time.sleep(5)  # the query runs on with one broker down
         cluster.restart(victim)
+        # records sent after the restart are acknowledged too, then the producer stops
+        restarted_at = producer.sent
+        wait_for(lambda: len(producer.acked) > restarted_at, 120, "a record sent after the restart acknowledged", 0.5)
+        producer.stop()
         producer.join(200)
         assert not producer.is_alive()
         assert not producer.failed, producer.failed[:5]
-        assert len(producer.acked) == RECORDS and killed_at < RECORDS
+        assert len(producer.acked) == producer.sent
+        assert 0 < killed_at < restarted_at < producer.sent < producer.limit
 
         def copied() -> Counter[bytes] | None:
             seen = _keys(cluster.bootstrap, sink)
@@ -177,7 +194,7 @@ def test_a_streaming_copy_survives_a_broker_sigkill_on_a_standalone_cluster(
     assert set(seen) == producer.acked  # nothing lost, nothing that was not produced
     duplicates = sum(n - 1 for n in seen.values())
     print(json.dumps({"acked": len(producer.acked), "copied": sum(seen.values()), "duplicates": duplicates, **result}))
-    assert duplicates < RECORDS  # at least once: a replayed batch at most, never the whole stream twice
+    assert duplicates < producer.sent  # at least once: a replayed batch at most, never the whole stream twice
     # the executors ran in the workers' processes, one application directory on each worker
     apps = [sorted(p.name for p in (spark_standalone.base_dir / f"work-{i}").glob("app-*")) for i in range(2)]
     assert all(apps), apps
