@@ -26,13 +26,16 @@ echo "== mypy"
 echo "== import contracts"
 .venv/bin/lint-imports
 echo "== pytest"
+# free space where the tests write (their tmp_path, brokers' logs): a full disk fails them all
+df -h . "${TMPDIR:-/tmp}" || true
 export HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-ci}
 set +e
 # Two workers (pytest-xdist): most tests wait on brokers, JVMs and clusters rather than on a core.
-# tests/conftest.py groups them by file (Spark as one group). ODRADEK_TEST_WORKERS=0 runs them serially.
-.venv/bin/pytest -p no:cacheprovider -n "${ODRADEK_TEST_WORKERS:-2}" --dist loadgroup --durations=40 "$@"
+# tests/conftest.py puts the longest directories first. ODRADEK_TEST_WORKERS=0 runs them serially.
+.venv/bin/pytest -p no:cacheprovider -n "${ODRADEK_TEST_WORKERS:-2}" --dist load --durations=40 "$@"
 rc=$?
 set -e
+df -h . "${TMPDIR:-/tmp}" || true
 if [ "$rc" -eq 5 ]; then
   echo "pytest ran no tests: failing" >&2
   exit 1

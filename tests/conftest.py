@@ -1,4 +1,4 @@
-"""Test-wide settings: hypothesis profiles (HYPOTHESIS_PROFILE=ci|dev, default dev) and the grouping
+"""Test-wide settings: hypothesis profiles (HYPOTHESIS_PROFILE=ci|dev, default dev) and the order
 of tests for two workers."""
 
 import os
@@ -22,16 +22,14 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
-# -- running on two workers (pytest-xdist, ``-n 2 --dist loadgroup``) ---------------------------------
-# Each test file is one group, so a file's module fixtures start once; the Spark tests form a single
-# group because they share one session's JVMs (local[2] and the standalone cluster). The longest
-# groups are put first so that neither worker is left with a long tail at the end.
+# -- running on two workers (pytest-xdist, ``-n 2 --dist load``) --------------------------------------
+# Tests go to whichever worker is free, in chunks, so a module's fixtures may start on both workers
+# (the Spark tests start one JVM session on each). Grouping by file (``--dist loadgroup`` with an
+# ``xdist_group`` mark per file) did nothing here: pytest-xdist 3.8 tags a grouped test by
+# rewriting ``Item._nodeid``, which pytest 9.2 no longer reads, and this is how every run so far
+# has been scheduled. The longest directories go first so that neither worker is left with a
+# long tail at the end.
 _LONG_FIRST = ("tests/spark/", "tests/cluster/", "tests/security/", "tests/broker/")
-
-
-def _group_of(item: pytest.Item) -> str:
-    path = item.nodeid.split("::", 1)[0]
-    return "tests/spark" if path.startswith("tests/spark/") else path
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -40,5 +38,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return next((i for i, p in enumerate(_LONG_FIRST) if path.startswith(p)), len(_LONG_FIRST))
 
     items.sort(key=rank)  # stable: keeps the order inside each file
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_group_of(item)))

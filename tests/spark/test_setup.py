@@ -118,6 +118,7 @@ def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         env=_clean_env(),
     )
     yield venv
+    shutil.rmtree(root, ignore_errors=True)  # ~700 MB (pyspark): not kept until the session ends
 
 
 def _run_job(python: Path, session: str, env: dict[str, str], args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
