@@ -142,6 +142,50 @@ def _retention(conn: BrokerConnection, topic: str) -> str | None:
     return next(c.value for c in result.configs if c.name == "retention.ms")
 
 
+def test_a_config_alter_goes_by_zookeeper_not_by_the_metadata_this_broker_has(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
+    """Kafka's ZooKeeper mode checks a topic's existence in ZooKeeper and applies an incremental
+    alter to the overrides ZooKeeper holds: a topic whose metadata has not reached the broker yet
+    (here the controller is frozen, so it never does) is altered, and its stored overrides kept."""
+    from odradek.client._network import Cluster as Net
+    from odradek.protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest as Req
+
+    cluster = cluster_factory(3)
+    cluster.wait_for_registered()
+    ctl = cluster.wait_for_controller()
+    net = Net(cluster.bootstrap, timeout=20)
+    try:
+        cluster.wait_for(lambda: len(net.metadata().brokers) == 3, 20, "3 brokers in the metadata")
+        other = next(i for i in cluster.ids if i != ctl)
+        conn = net.node(other)
+        zk = cluster.kazoo()
+        cluster.sigstop(ctl)
+        try:
+            # a topic made as Kafka's tools make one: its config first, then its assignment
+            zk.create("/config/topics/late", json.dumps({"version": 1, "config": {"retention.ms": "3600000"}}).encode())
+            zk.create("/brokers/topics/late", json.dumps({"version": 1, "partitions": {"0": [other]}}).encode())
+            resp = conn.request(
+                Req(
+                    resources=[
+                        Req.AlterConfigsResource(
+                            resource_type=2,
+                            resource_name="late",
+                            configs=[Req.AlterableConfig(name="cleanup.policy", config_operation=0, value="compact")],
+                        )
+                    ],
+                    validate_only=False,
+                ),
+                1,
+            )
+            assert resp.responses[0].error_code == 0, resp
+            assert cluster.zk_json("/config/topics/late")["config"] == {"retention.ms": "3600000", "cleanup.policy": "compact"}
+        finally:
+            cluster.sigcont(ctl)
+    finally:
+        net.close()
+
+
 def test_describe_configs_reads_the_alter_at_once(cluster_factory: Callable[..., Cluster]) -> None:
     """Kafka answers a config alter after writing it to ZooKeeper, and DescribeConfigs (in ZooKeeper
     mode) reads ZooKeeper: the new value is seen at once through the broker that handled the alter

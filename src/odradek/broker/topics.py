@@ -184,6 +184,11 @@ class TopicService:
             log.warning("topic %s: configs not read from the metadata store (%s); reporting the cached ones", name, exc)
             return cached
 
+    async def exists(self, name: str) -> bool:
+        """Topic ``name`` exists in the metadata store (in a cluster, in ZooKeeper: the controller's
+        metadata may not have reached this broker yet)."""
+        return await self.backend.topic_exists(name)
+
     async def set_broker_configs(self, change: Mapping[str, str | None], replace_all: bool) -> None:
         current = dict(self.image.broker_configs) if not replace_all else {}
         for k, v in change.items():

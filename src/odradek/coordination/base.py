@@ -98,6 +98,11 @@ class MetadataBackend(ABC):
         info = self.image.topics.get(name)
         return dict(info.configs) if info is not None else {}
 
+    async def topic_exists(self, name: str) -> bool:
+        """Whether the metadata store holds topic ``name`` now (an alter of its configs may come
+        before the topic reaches this broker's image); here, the image's."""
+        return name in self.image.topics
+
     @property
     def broker_epoch(self) -> int:
         """This broker's registration epoch (the czxid of its ZooKeeper registration), which the

@@ -576,6 +576,11 @@ class ZooKeeperBackend(MetadataBackend):
             self._install(self._image)
         return cfg
 
+    async def topic_exists(self, name: str) -> bool:
+        """``/brokers/topics/<t>`` exists: what Kafka's ZooKeeper mode checks before altering a
+        topic's configs, not the metadata the controller has sent this broker so far."""
+        return name in self._image.topics or await self.store.exists(f"/brokers/topics/{name}") is not None
+
     async def _read_topic_config(self, name: str) -> tuple[dict[str, str], int]:
         """The overrides in ``/config/topics/<t>`` and that znode's mzxid (0: no znode)."""
         data, stat = await self.store.get_or_none(f"/config/topics/{name}")

@@ -219,10 +219,12 @@ async def _apply(
     svc: Services, resource_type: int, name: str, change: dict[str, str | None], replace_all: bool, validate_only: bool
 ) -> None:
     if resource_type == TOPIC:
-        info = svc.image.topics.get(name)
-        if info is None:
+        # the metadata store decides, as Kafka's ZooKeeper mode reads ZooKeeper: a topic created
+        # through another broker may not be in this one's image yet, and an incremental change
+        # applies to the overrides as stored now, not to what this broker last heard
+        if not await svc.topics.exists(name):
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
-        new = {} if replace_all else dict(info.configs)
+        new = {} if replace_all else dict(await svc.topics.current_configs(name))
         for k, v in change.items():
             if v is None:
                 new.pop(k, None)
