@@ -1,7 +1,7 @@
 """The exactly-once streaming sink (``exactlyOnce=true``): one transaction per task, with the
-micro-batch marker committed in it.  The kill test runs a real Spark driver (local[2]) in a
-child process group and SIGKILLs it - JVM, executors and Python workers at once - over ten
-rounds, restarting each time from the checkpoint."""
+micro-batch marker committed in it.  The kill test runs a real Spark driver (local[2,4]: failed
+tasks are retried) in a child process group and SIGKILLs it - JVM, executors and Python workers
+at once - over ten rounds, restarting each time from the checkpoint."""
 
 from __future__ import annotations
 
@@ -168,6 +168,13 @@ def test_killed_drivers_copy_each_record_exactly_once(broker: BrokerProcess, tmp
     def log_text() -> str:
         return log_path.read_text(errors="replace") if log_path.exists() else ""
 
+    def failure() -> str:
+        """The drivers' errors for a failure message: the start of each failed query's exception
+        (the job prints it after FAILED) and of each Java cause, then the log's tail."""
+        text = log_text()
+        heads = [line[:1500] for line in text.splitlines() if line.startswith(("FAILED", "Caused by"))]
+        return "\n".join([*heads[:8], "--- log tail:", text[-2500:]])
+
     def started(driver: subprocess.Popen[bytes], before: int) -> bool:
         return log_text().count("STARTED") > before or driver.poll() is not None
 
@@ -177,7 +184,7 @@ def test_killed_drivers_copy_each_record_exactly_once(broker: BrokerProcess, tmp
         driver = start("run")
         try:
             wait_for(lambda d=driver, b=before: started(d, b), 120, "the queries started")
-            assert driver.poll() is None, log_text()[-4000:]
+            assert driver.poll() is None, failure()
             if round_ % 2 == 0:
                 # while the default sink's batch is written but not yet committed by Spark: the
                 # moment a restart replays it
@@ -197,7 +204,7 @@ def test_killed_drivers_copy_each_record_exactly_once(broker: BrokerProcess, tmp
         kills.append(how)
     drain = start("drain")
     try:
-        assert drain.wait(300) == 0, log_text()[-4000:]
+        assert drain.wait(300) == 0, failure()
     finally:
         if drain.poll() is None:
             os.killpg(drain.pid, signal.SIGKILL)
