@@ -1,7 +1,7 @@
 """The exactly-once streaming sink (``exactlyOnce=true``): one transaction per task, with the
-micro-batch marker committed in it.  The kill test runs a real Spark driver (local[2,4]: failed
-tasks are retried) in a child process group and SIGKILLs it - JVM, executors and Python workers
-at once - over ten rounds, restarting each time from the checkpoint."""
+micro-batch marker committed in it.  The kill test runs a real Spark driver (local[2]) in a
+child process group and SIGKILLs it - JVM, executors and Python workers at once - over ten
+rounds, restarting each time from the checkpoint."""
 
 from __future__ import annotations
 

@@ -106,6 +106,24 @@ def test_batch_read_returns_exactly_the_produced_rows(spark: Any, broker: Broker
     ]
 
 
+def test_the_sources_tasks_share_a_thread_safe_environment_map(spark: Any, broker: BrokerProcess, topic: str) -> None:
+    """PySpark gives every function of a registered Python data source one map of worker
+    environment variables, and a streaming query's driver-side runner adds keys to it as the
+    query starts, on the query's own thread.  A java.util.HashMap there was torn by two queries
+    starting at once (every task of a stage serialized meanwhile, or for the rest of the
+    session, failed with java.io.OptionalDataException): register() makes it a ConcurrentHashMap."""
+    env = spark._jsparkSession.sessionState().dataSourceManager().lookupDataSource("odradek").dataSourceCls().envVars()
+    assert env.getClass().getName() == "java.util.concurrent.ConcurrentHashMap"
+    create_topic(broker.bootstrap, topic, 2)
+    produce(broker.bootstrap, topic, _records(40, 2))
+    query = (
+        _stream(spark, broker, subscribe=topic, startingOffsets="earliest")
+        .writeStream.format("noop").trigger(availableNow=True).start()
+    )
+    assert query.awaitTermination(120) and query.exception() is None
+    assert env.containsKey("SPARK_LOCAL_DIRS")  # added by the query's runner: to this very map
+
+
 def test_log_append_time_topics_report_timestamp_type_1(spark: Any, broker: BrokerProcess, topic: str) -> None:
     create_topic(broker.bootstrap, topic, 1, {"message.timestamp.type": "LogAppendTime"})
     before = int(time.time() * 1000) - 1

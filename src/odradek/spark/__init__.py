@@ -65,6 +65,7 @@ Importing this package does not import pyspark; :func:`register`, :func:`session
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import TYPE_CHECKING, Any
@@ -74,6 +75,8 @@ if TYPE_CHECKING:
 
 __all__ = ["OdradekDataSource", "register", "session"]
 
+log = logging.getLogger(__name__)
+
 
 def register(spark: Any) -> type:
     """Register the ``odradek`` data source with a SparkSession explicitly; returns the class
@@ -82,8 +85,43 @@ def register(spark: Any) -> type:
     from odradek.spark._entry import make_front
 
     front = make_front()
-    spark.dataSource.register(front)
+    if not _register_with_a_concurrent_env(spark, front):
+        spark.dataSource.register(front)
     return front
+
+
+def _register_with_a_concurrent_env(spark: Any, front: Any) -> bool:
+    """Register ``front`` as ``spark.dataSource.register`` does, but with its Python worker
+    environment in a ``java.util.concurrent.ConcurrentHashMap``; False if this PySpark does not
+    allow it (the caller then registers the usual way).
+
+    PySpark hands every task of a registered Python data source the same map of environment
+    variables (``PythonFunction.envVars``), and its runner adds keys to it as tasks start.  In
+    local mode, tasks run in the driver's JVM: two first tasks adding keys at once can leave a
+    ``java.util.HashMap`` with a wrong size, after which every stage that reads or writes the
+    source fails to deserialize (``java.io.OptionalDataException``) for the rest of the session;
+    one task adding keys while another query's stage is serialized tears that stage alone."""
+    try:
+        from pyspark.core.rdd import _prepare_for_python_RDD
+
+        sc = spark.sparkContext
+        jvm = sc._jvm
+        pickled, broadcast_vars, env, includes = _prepare_for_python_RDD(sc, front)
+        func = jvm.SimplePythonFunction(
+            bytearray(pickled),
+            jvm.java.util.concurrent.ConcurrentHashMap(env),
+            includes,
+            sc.pythonExec,
+            sc.pythonVer,
+            broadcast_vars,
+            sc._javaAccumulator,
+        )
+        source = getattr(jvm, "org.apache.spark.sql.execution.datasources.v2.python.UserDefinedPythonDataSource")(func)
+        spark._jsparkSession.dataSource().registerPython(front.name(), source)
+    except Exception as exc:  # a PySpark without these internals: the usual registration
+        log.debug("odradek: registering with a concurrent environment map failed (%s)", exc)
+        return False
+    return True
 
 
 def session(master: str = "local[*]", app_name: str = "odradek", **conf: Any) -> Any:

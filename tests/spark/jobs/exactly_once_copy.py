@@ -15,11 +15,7 @@ import odradek.spark
 
 bootstrap, source, exactly_once_sink, default_sink, checkpoints, mode = sys.argv[1:7]
 spark = (
-    # local[2,4]: a failed task is retried up to 4 times, as on a cluster (spark.task.maxFailures);
-    # plain local mode fails the query on the first one, and a CI run once lost the drain to a
-    # task whose closure the JVM failed to deserialize.  Retried tasks must not duplicate
-    # anything in the exactly-once output either.
-    SparkSession.builder.master("local[2,4]")
+    SparkSession.builder.master("local[2]")
     .appName("odradek-exactly-once")
     .config("spark.ui.enabled", "false")
     .config("spark.ui.showConsoleProgress", "false")
