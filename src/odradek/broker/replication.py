@@ -167,11 +167,23 @@ class Replication:
                         lg.start_epoch(n.leader_epoch)
             return made
 
-        for lg, target in await asyncio.get_running_loop().run_in_executor(None, create):
+        job = asyncio.get_running_loop().run_in_executor(None, create)
+        cancelled: asyncio.CancelledError | None = None
+        while not job.done():
+            try:
+                await asyncio.shield(job)
+            except asyncio.CancelledError as exc:
+                # the caller went away (the controller's connection closed): the thread goes on
+                # making these logs' files, so they are registered before the cancellation goes
+                # on — else the next request would make the same logs again, beside the thread
+                cancelled = exc
+        for lg, target in job.result():
             if self.logs.get(lg.topic, lg.partition) is None:
                 self.logs.register(lg, target)
             else:  # created meanwhile on the event loop: keep that one
                 lg.abandon()
+        if cancelled is not None:
+            raise cancelled
 
 
 class LocalReplication(Replication):

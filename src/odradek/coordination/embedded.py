@@ -68,6 +68,13 @@ def _problem(exc: BaseException) -> str:
     return f"it does not hold Odradek's metadata ({type(exc).__name__}: {exc})"
 
 
+def _report_orphaned_failure(task: asyncio.Task[None]) -> None:
+    """A metadata change whose caller was cancelled has ended: say so if it failed (no one else will)."""
+    exc = None if task.cancelled() else task.exception()
+    if exc is not None:
+        log.warning("a metadata change whose requester went away failed: %s: %s", type(exc).__name__, exc)
+
+
 def read_cluster_id(directory: Path) -> str | None:
     """The cluster id recorded in ``cluster-metadata.json`` (None if absent or unreadable)."""
     try:
@@ -296,7 +303,20 @@ class EmbeddedBackend(MetadataBackend):
     async def _change(self, change: Callable[[MetadataImage], MetadataImage | None]) -> None:
         """Apply ``change`` to the current image (it validates against it, raising KafkaError,
         or returns None for nothing to do), write the result on a worker thread, then publish it.
-        Changes run one at a time, so each sees the one before."""
+        Changes run one at a time, so each sees the one before.
+
+        A change runs to its end in a task of its own: a caller cancelled half-way (its client
+        disconnected) must not leave it written but not published, or published while the
+        preparation is still making its partitions' logs on a worker thread — the broker would
+        then make the same logs again on the event loop, beside that thread."""
+        task = asyncio.get_running_loop().create_task(self._change_now(change))
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(_report_orphaned_failure)
+            raise
+
+    async def _change_now(self, change: Callable[[MetadataImage], MetadataImage | None]) -> None:
         async with self._changing:
             image = change(self._image)
             if image is None:
