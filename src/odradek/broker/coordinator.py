@@ -371,7 +371,7 @@ class GroupCoordinator:
         (commits, rebalances) answer errors until space is freed."""
         local = self.replicas.get(OFFSETS_TOPIC, partition)
         failures = self.replicas.log_dirs
-        if local is not None and failures.any_failed and failures.offline(local.log_dir):
+        if local is not None and failures.offline(local.log_dir):
             raise KafkaError(
                 ErrorCode.COORDINATOR_NOT_AVAILABLE, f"the log dir of {OFFSETS_TOPIC}-{partition} is offline"
             )
@@ -392,8 +392,7 @@ class GroupCoordinator:
                 raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, exc.message) from exc
         if local is None or not local.is_leader:
             raise KafkaError(ErrorCode.NOT_COORDINATOR, f"group {group_id} is coordinated by another broker")
-        failures = self.replicas.log_dirs
-        if failures.any_failed and failures.offline(local.log_dir):
+        if self.replicas.log_dirs.offline(local.log_dir):
             raise KafkaError(ErrorCode.NOT_COORDINATOR, f"the log dir of {OFFSETS_TOPIC}-{p} is offline")
         if p in self.loading or p not in self.loaded:
             raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, f"{OFFSETS_TOPIC}-{p} is loading")

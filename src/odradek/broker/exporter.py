@@ -111,7 +111,7 @@ def take_state(services: Services, connections: Callable[[], Iterable[Any]], lis
     hw = st.hw
     for p in partitions:
         lg = p.log
-        if failures.any_failed and failures.offline(p.log_dir):
+        if failures.offline(p.log_dir):
             st.offline_replicas += 1
             continue
         hw[(p.topic, p.index)] = lg.high_watermark

@@ -94,7 +94,8 @@ class LogDirFailureChannel:
         return self._cause.get(d)
 
     def offline(self, d: Path) -> bool:
-        return self._state.get(d) is DirState.OFFLINE
+        # per request on the coordinators' paths: no Path hash while every dir is online
+        return self.any_failed and self._state.get(d) is DirState.OFFLINE
 
     def error_code(self, d: Path) -> ErrorCode:
         """DescribeLogDirs' error for the dir: KAFKA_STORAGE_ERROR while full or offline; a full

@@ -321,8 +321,7 @@ class TransactionCoordinator:
                 raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, exc.message) from exc
         if local is None or not local.is_leader:
             raise KafkaError(ErrorCode.NOT_COORDINATOR, f"{transactional_id} is coordinated by another broker")
-        failures = self.replicas.log_dirs
-        if failures.any_failed and failures.offline(local.log_dir):
+        if self.replicas.log_dirs.offline(local.log_dir):
             raise KafkaError(ErrorCode.NOT_COORDINATOR, f"the log dir of {TRANSACTION_TOPIC}-{idx} is offline")
         if idx in self.loading or idx not in self.loaded:
             raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, f"{TRANSACTION_TOPIC}-{idx} is loading")

@@ -578,8 +578,9 @@ class ZooKeeperBackend(MetadataBackend):
 
     async def topic_exists(self, name: str) -> bool:
         """``/brokers/topics/<t>`` exists: what Kafka's ZooKeeper mode checks before altering a
-        topic's configs, not the metadata the controller has sent this broker so far."""
-        return name in self._image.topics or await self.store.exists(f"/brokers/topics/{name}") is not None
+        topic's configs, not the metadata the controller has sent this broker so far (which may
+        lack a new topic, or still hold a deleted one)."""
+        return await self.store.exists(f"/brokers/topics/{name}") is not None
 
     async def _read_topic_config(self, name: str) -> tuple[dict[str, str], int]:
         """The overrides in ``/config/topics/<t>`` and that znode's mzxid (0: no znode)."""
