@@ -1,6 +1,7 @@
 """The broker's ``fetch.max.bytes`` caps what one consumer fetch returns, whatever the request
-asks (Kafka: min(request max_bytes, fetch.max.bytes)), and ``fetch.response.max.records`` caps
-about how many records it holds; a follower's fetch is capped by neither."""
+asks (Kafka: min(request max_bytes, fetch.max.bytes)), ``fetch.response.max.records`` caps
+about how many records it holds, and past ``fetch.response.target.bytes`` it takes no further
+partition; a follower's fetch is capped by none of them."""
 
 from __future__ import annotations
 
@@ -128,7 +129,8 @@ def test_a_batch_larger_than_the_record_cap_comes_whole(tmp_path: Path) -> None:
 
 
 def test_no_record_cap_when_it_is_zero(tmp_path: Path) -> None:
-    with BrokerProcess(tmp_path / "data", overrides={"fetch.response.max.records": 0}) as b:
+    overrides = {"fetch.response.max.records": 0, "fetch.response.target.bytes": 0}
+    with BrokerProcess(tmp_path / "data", overrides=overrides) as b:
         _produce(b.bootstrap, 2, 20_000, 50_000)
         w = WireClient(b.host, b.port, "fetch-records")
         try:
@@ -136,3 +138,28 @@ def test_no_record_cap_when_it_is_zero(tmp_path: Path) -> None:
         finally:
             w.close()
     assert counts == [10_000, 10_000]
+
+
+# -- fetch.response.target.bytes: past it, an answer to a consumer takes no further partition --------
+
+
+def test_an_answer_past_the_target_takes_no_further_partition(tmp_path: Path) -> None:
+    """Four partitions of ~2 MB asked for with 10 MB each and no record cap: the first partition
+    comes whole (it crosses the 1 MiB target), the others wait for the next fetch; partitions of
+    ~300 kB all fit below the target and come together."""
+    with BrokerProcess(tmp_path / "data", overrides={"fetch.response.max.records": 0}) as b:
+        _produce(b.bootstrap, 4, 80_000, 50_000)
+        w = WireClient(b.host, b.port, "fetch-target")
+        try:
+            first = _records_in(w.request(_fetch(4, 10 * 1024 * 1024), 11))
+            req = _fetch(4, 10 * 1024 * 1024)
+            req.topics[0].partitions[0].fetch_offset = 20_000  # partition 0 read: the next one's turn
+            second = _records_in(w.request(req, 11))
+            small = _fetch(4, 300_000)
+            third = _records_in(w.request(small, 11))
+        finally:
+            w.close()
+    assert first == [20_000, 0, 0, 0], first
+    assert second[0] == 0 and second[1] == 20_000 and second[2:] == [0, 0], second
+    # four answers of at most 300 kB: 1.2 MB in all, each partition started below the target
+    assert all(n > 2000 for n in third), third

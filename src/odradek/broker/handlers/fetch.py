@@ -83,6 +83,7 @@ class _Fetch(DelayedOperation):
         "served",
         "slots",
         "svc",
+        "target_bytes",
         "throttled",
         "topics",
         "version",
@@ -98,11 +99,16 @@ class _Fetch(DelayedOperation):
         self.max_bytes = request.max_bytes if version >= 3 else INT32_MAX
         # records in one answer to a consumer (None: no cap); followers are not capped
         self.max_records: int | None = None
+        # bytes after which an answer to a consumer takes no further partition (None: no target)
+        self.target_bytes: int | None = None
         if replica_id < 0:  # a consumer's fetch: the broker's fetch.max.bytes caps it, as in Kafka
             self.max_bytes = min(self.max_bytes, svc.config.get("fetch.max.bytes"))
             cap = svc.config.get("fetch.response.max.records")
             if cap > 0:
                 self.max_records = cap
+            target = svc.config.get("fetch.response.target.bytes")
+            if target > 0:
+                self.target_bytes = target
         self.magic = magic_for_fetch_version(version)
         self.committed = version >= 4 and request.isolation_level == 1
         image = svc.image
@@ -175,6 +181,7 @@ class _Fetch(DelayedOperation):
         version, magic, max_bytes, replica_id = self.version, self.magic, self.max_bytes, self.replica_id
         total = 0
         records_left = self.max_records
+        target = self.target_bytes
         throttled = self.throttled
         hold: set[int] = set()
         if throttled:
@@ -191,7 +198,7 @@ class _Fetch(DelayedOperation):
                 pr.log_start_offset = p.log.log_start_offset
                 continue
             budget = max_bytes - total
-            limit = min(slot.max_bytes, budget)
+            limit = min(slot.max_bytes, budget) if target is None or total < target else 0
             min_one = version >= 3 and total == 0
             data: bytes | FileRegion
             cap = None if records_left is None else slot.fetch_offset + max(records_left, 1)
