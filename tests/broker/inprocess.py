@@ -13,11 +13,11 @@ from odradek.config import BrokerConfig
 
 
 @contextlib.asynccontextmanager
-async def running_broker(*log_dirs: Path) -> AsyncIterator[Broker]:
-    """A started broker on 127.0.0.1 with an ephemeral port and these log dirs; stopped on exit."""
-    config = BrokerConfig.load(
-        None, [], {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": ",".join(map(str, log_dirs))}, env={}
-    )
+async def running_broker(*log_dirs: Path, overrides: dict[str, object] | None = None) -> AsyncIterator[Broker]:
+    """A started broker on 127.0.0.1 with an ephemeral port and these log dirs (and ``overrides``
+    of its settings); stopped on exit."""
+    settings = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": ",".join(map(str, log_dirs)), **(overrides or {})}
+    config = BrokerConfig.load(None, [], settings, env={})
     broker = Broker(config)
     await broker.start()
     try:

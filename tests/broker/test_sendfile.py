@@ -94,7 +94,8 @@ def test_a_big_fetch_to_a_slow_reader_arrives_whole_and_in_order(
     monkeypatch.setattr(os, "sendfile", sendfile)
 
     async def main() -> None:
-        async with running_broker(tmp_path / "data") as broker:
+        # every partition in the one answer (no fetch.response.target.bytes): regions of three files
+        async with running_broker(tmp_path / "data", overrides={"fetch.response.target.bytes": 0}) as broker:
             host, port = broker.bound["PLAINTEXT"]
             producer = await asyncio.to_thread(WireClient, host, port, "producer")
             await _topic(broker, producer, BATCHES)
