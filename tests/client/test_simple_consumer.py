@@ -456,3 +456,23 @@ def test_decode_corrupt_data() -> None:
     assert [r.offset for r in good_then_bad] == [0, 1] and good_then_bad.next_offset == 2
     # check.crcs=false: no checking
     assert [r.value for r in _decode(corrupt(0), 0, check_crcs=False)] == [b"0", b"1", b"3"]
+
+
+def test_a_multi_partition_fetch_starts_at_a_different_partition_each_time(tmp_path: Path) -> None:
+    """A broker fills its answer in request order and may stop early (here after the first
+    partition with data: ``fetch.response.target.bytes=1``); asking again from the same offsets,
+    every partition comes first in turn instead of the first one always."""
+    with BrokerProcess(tmp_path / "data", overrides={"fetch.response.target.bytes": 1}) as b:
+        create_topic(b, "turns", 3)
+        p = Producer({"bootstrap.servers": b.bootstrap})
+        for i in range(30):
+            p.produce("turns", b"v%d" % i, partition=i % 3)
+        assert p.flush(15) == 0
+        with SimpleConsumer(bootstrap_servers=b.bootstrap, fetch_max_wait_ms=100) as c:
+            answered = []
+            for _ in range(6):
+                got = c.multi_fetch({("turns", n): 0 for n in range(3)})
+                answered.append(tuple(n for n in range(3) if len(got[("turns", n)])))
+    # one partition an answer (the target), and each of them twice in six answers
+    assert all(len(a) == 1 for a in answered), answered
+    assert sorted(a[0] for a in answered) == [0, 0, 1, 1, 2, 2], answered

@@ -225,6 +225,8 @@ class AsyncSimpleConsumer:
         self.max_wait_ms = int(cfg["fetch.max.wait.ms"])
         self.min_bytes = int(cfg["fetch.min.bytes"])
         self.partition_max_bytes = int(cfg["max.partition.fetch.bytes"])
+        #: which partition goes first in the next multi-partition Fetch (see :meth:`_fetch_from`)
+        self._fetch_turn = 0
         self.fetch_max_bytes = int(cfg["fetch.max.bytes"])
         self.check_crcs = bool(cfg["check.crcs"])
         self.request_timeout_ms = int(cfg["request.timeout.ms"])
@@ -369,6 +371,14 @@ class AsyncSimpleConsumer:
         sizes: Mapping[TopicPartition, int],
         deadline: float,
     ) -> dict[TopicPartition, FetchedRecords | BaseException]:
+        if len(parts) > 1:
+            # a different partition first each time, as librdkafka and the Java client do: a
+            # broker fills its answer in request order and may stop before the last partitions
+            # (fetch.max.bytes; Odradek's fetch.response.target.bytes), which would then wait
+            # for as long as the first ones have data
+            turn = self._fetch_turn % len(parts)
+            self._fetch_turn += 1
+            parts = parts[turn:] + parts[:turn]
         tps = [tp for tp, _id, _epoch in parts]
         try:
             conn = await self._with_deadline(self._cluster.connection(node), deadline)
