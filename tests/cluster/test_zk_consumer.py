@@ -212,7 +212,9 @@ def test_three_zookeeper_consumers_share_rebalance_on_kill_and_join(
     cluster.wait_for_controller()
     topic, group, n = "zk-events", "zk-group", 6
     _topic(cluster, topic, n)
-    _produce(cluster, topic, n, 20, "a")
+    # half of the first records now (consumed while the group forms), half once c3 owns 4 and 5:
+    # c1, started first, may consume all of the first half before c3 is even registered
+    _produce(cluster, topic, n, 10, "a")
     watcher = OwnerWatcher(cluster, group, topic)
     watcher.start()
     try:
@@ -227,6 +229,7 @@ def test_three_zookeeper_consumers_share_rebalance_on_kill_and_join(
         owners = wait_for(shared, WAIT, "a 2/2/2 share")
         # the share is what the range assignment gives: contiguous partitions in consumer order
         assert {p: _short(o) for p, o in owners.items()} == {0: "c1-0", 1: "c1-0", 2: "c2-0", 3: "c2-0", 4: "c3-0", 5: "c3-0"}
+        _produce(cluster, topic, n, 10, "a2")
         wait_for(lambda: any(r[1] in (4, 5) for r in workers[2].records()), WAIT, "c3 consuming")
         _produce(cluster, topic, n, 20, "b")
         workers[2].kill()  # SIGKILL: its nodes go when its session times out
