@@ -88,12 +88,12 @@ from typing import Any, TypeVar
 try:
     from odradek import testing
     from odradek.coordination.zkserver import ZooKeeperServer
-    from odradek.testing import BrokerProcess, cpu_seconds
+    from odradek.testing import BrokerProcess, cpu_seconds, freeze
 except ImportError:  # running from a checkout without an install
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from odradek import testing
     from odradek.coordination.zkserver import ZooKeeperServer
-    from odradek.testing import BrokerProcess, cpu_seconds
+    from odradek.testing import BrokerProcess, cpu_seconds, freeze
 
 import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -766,7 +766,7 @@ def fault_run(cluster: Cluster, log: AckLog, kind: str) -> dict[str, Any]:
         cluster.brokers[victim].start(timeout=60)
     elif kind == "follower_sigstop_12s":
         assert victim is not None
-        os.kill(cluster.brokers[victim].pid, signal.SIGSTOP)
+        freeze(cluster.brokers[victim].pid)
         try:
             time.sleep(12)
         finally:

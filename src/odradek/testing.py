@@ -29,7 +29,7 @@ from odradek.coordination.zkserver import restartable_port
 from odradek.protocol import NEED_DATA, ClientConnection, Message, ResponseReceived
 from odradek.protocol.messages.produce import ProduceRequest
 
-__all__ = ["BrokerProcess", "WireClient", "cpu_seconds", "produce_request", "wait_for"]
+__all__ = ["BrokerProcess", "WireClient", "cpu_seconds", "freeze", "produce_request", "wait_for"]
 
 T = TypeVar("T")
 
@@ -343,6 +343,34 @@ def wait_for(
             detail = f"last error: {failure!r}" if failure is not None else f"last value: {last!r}"
             raise error(f"timed out after {timeout:g}s waiting for {what} ({detail})")
         time.sleep(interval)
+
+
+def freeze(pid: int, timeout: float = 10.0) -> None:
+    """SIGSTOP ``pid`` and wait until every one of its threads has stopped.
+
+    ``kill`` only queues the signal: the kernel wakes one thread to act on it, and until that
+    thread gets a core (seconds on two loaded ones) the others run on -- a JVM or a broker can
+    still answer a request sent after ``kill`` returned.  Raises TimeoutError if the process does
+    not stop within ``timeout`` s (it is then left with the signal pending)."""
+    os.kill(pid, signal.SIGSTOP)
+    wait_for(lambda: _all_threads_stopped(pid), timeout, f"pid {pid} to stop", interval=0.005, error=TimeoutError)
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` is in state T (stopped) or t (traced); True when it is gone."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return True
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:  # the thread ended
+            continue
+        if state not in ("T", "t", "Z", "X"):
+            return False
+    return True
 
 
 def cpu_seconds(pid: int) -> float:

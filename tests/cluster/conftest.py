@@ -31,7 +31,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from odradek.coordination.zkserver import ZooKeeperServer, zookeeper_available
-from odradek.testing import BrokerProcess, wait_for
+from odradek.testing import BrokerProcess, freeze, wait_for
 
 T = TypeVar("T")
 
@@ -237,8 +237,8 @@ class Cluster:
 
     def sigstop(self, i: int) -> None:
         """Freeze broker ``i`` (SIGSTOP): it stops heartbeating to ZooKeeper and answering clients."""
-        os.kill(self.brokers[i].pid, signal.SIGSTOP)
         self.stopped.add(i)
+        freeze(self.brokers[i].pid)
 
     def sigcont(self, i: int) -> None:
         """Let a SIGSTOPped broker run again."""

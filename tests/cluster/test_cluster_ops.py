@@ -16,6 +16,7 @@ import pytest
 
 from odradek.client._network import BrokerConnection
 from odradek.coordination.zkserver import process_alive
+from odradek.testing import freeze
 
 from .conftest import Cluster, require_zookeeper, wait_for
 from .test_cluster_cli import free_port, free_port_range, kill_leftovers, odradek
@@ -51,7 +52,7 @@ def test_broker_stops_within_15s_of_sigterm_when_zookeeper_is_gone(
     if how == "stopped":
         cluster.zk.stop()
     else:
-        os.kill(zk_pid, signal.SIGSTOP)
+        freeze(zk_pid)
     try:
         # the controller itself and (in a cluster) a broker that must ask the controller
         victims = [controller, *[i for i in cluster.ids if i != controller][:1]]
@@ -84,7 +85,7 @@ def test_a_zookeeper_call_in_flight_when_shutdown_begins_gets_the_shutdown_bound
     async def main() -> tuple[float, float]:
         await store.start()
         assert zk.pid is not None
-        os.kill(zk.pid, signal.SIGSTOP)  # the session still looks connected
+        freeze(zk.pid)  # the session still looks connected
         try:
             pending = asyncio.ensure_future(store.get_or_none("/brokers/ids"))
             await asyncio.sleep(1.0)
