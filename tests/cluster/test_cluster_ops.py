@@ -49,11 +49,11 @@ def test_broker_stops_within_15s_of_sigterm_when_zookeeper_is_gone(
     controller = cluster.wait_for_controller()
     zk_pid = cluster.zk.pid
     assert zk_pid is not None
-    if how == "stopped":
-        cluster.zk.stop()
-    else:
-        freeze(zk_pid)
     try:
+        if how == "stopped":
+            cluster.zk.stop()
+        else:
+            freeze(zk_pid)
         # the controller itself and (in a cluster) a broker that must ask the controller
         victims = [controller, *[i for i in cluster.ids if i != controller][:1]]
         for i in victims:
@@ -85,8 +85,8 @@ def test_a_zookeeper_call_in_flight_when_shutdown_begins_gets_the_shutdown_bound
     async def main() -> tuple[float, float]:
         await store.start()
         assert zk.pid is not None
-        freeze(zk.pid)  # the session still looks connected
         try:
+            freeze(zk.pid)  # the session still looks connected
             pending = asyncio.ensure_future(store.get_or_none("/brokers/ids"))
             await asyncio.sleep(1.0)
             assert not pending.done()
