@@ -43,7 +43,10 @@ Sections (``--only`` takes any of them, comma-separated):
   no idempotence), alternating on the same cluster; ratios rf3 / rf1.  An idempotent librdkafka
   producer has one request in flight per partition, so that figure is one batch per round trip;
   its window starts once it holds its producer id (librdkafka asks before any connection is up and
-  tries again 500 ms later).
+  tries again 500 ms later).  ``cores_busy`` is brokers' plus client's CPU over each window;
+  ``cpu_bound`` is the highest ratio the machine's cores allow if replication cost only the
+  two extra appends of every record (see :func:`replication_cpu_bound`): all three brokers and
+  the client share the same two cores here, unlike Kafka's 2014 measurement on separate machines.
 * ``latency`` - end-to-end latency (CLOCK_MONOTONIC before produce() to the consumer's
   receipt, producer and consumer in one process) at 50 % of the lower of the two brokers' maximum
   1-partition produce rates with the same producer configuration (linger.ms=1, batch.size=1048576,
@@ -541,17 +544,40 @@ def replication_section(root: Path, cfg: dict[str, Any]) -> dict[str, Any]:
                      "producer": PRODUCER},
     }
     for kind, rs in runs.items():
+        rate = median([x["records_per_s"] for x in rs])
+        brokers_cpu = median([x["brokers_cpu_s"] / x["records"] * 1e6 for x in rs])
+        client_cpu = median([x["client_cpu_s"] / x["records"] * 1e6 for x in rs])
         out[kind] = {
-            "records_per_s": round(median([x["records_per_s"] for x in rs])),
+            "records_per_s": round(rate),
             "samples": [round(x["records_per_s"]) for x in rs],
-            "brokers_cpu_s_per_million": rnd(median([x["brokers_cpu_s"] / x["records"] * 1e6 for x in rs])),
+            "brokers_cpu_s_per_million": rnd(brokers_cpu),
+            "client_cpu_s_per_million": rnd(client_cpu),
+            # cores busy over the run (brokers and client; ZooKeeper idles): near the machine's
+            # count, the run is CPU-bound and the rate is cores / CPU per record
+            "cores_busy": rnd(rate * (brokers_cpu + client_cpu) / 1e6, 2),
             "ack_latency_ms_p99": rnd(median([x["latency_ms"]["produce_to_ack"]["p99"] for x in rs])),
         }
     ratio = out["rf3"]["records_per_s"] / out["rf1"]["records_per_s"]
     out["ratio_rf3_over_rf1"] = rnd(ratio)
     out["ratio_rf3_non_idempotent_over_rf1"] = rnd(out["rf3_non_idempotent"]["records_per_s"] / out["rf1"]["records_per_s"])
     out["kafka_2014_ratio"] = 0.51
+    out["cpu_bound"] = replication_cpu_bound(out, os.cpu_count() or 1)
     return out
+
+
+def replication_cpu_bound(out: dict[str, Any], cores: int) -> dict[str, Any]:
+    """The most RF 3 could reach on this machine's cores if replication cost nothing but the two
+    extra appends of every record: the RF 3 client's CPU per record (measured) plus three times
+    the RF 1 brokers' CPU per record (one append each, no fetch serving, no high-watermark work),
+    all on ``cores`` cores shared by brokers and client. Its ratio to the RF 1 rate bounds
+    ``ratio_rf3_over_rf1`` from above whatever the brokers do."""
+    rf1 = out["rf1"]
+    res: dict[str, Any] = {"cores": cores}
+    for kind in ("rf3", "rf3_non_idempotent"):
+        per_record = (out[kind]["client_cpu_s_per_million"] + 3 * rf1["brokers_cpu_s_per_million"]) / 1e6
+        best = cores / per_record
+        res[kind] = {"records_per_s_at_most": round(best), "ratio_over_rf1_at_most": rnd(best / rf1["records_per_s"])}
+    return res
 
 
 #: the broker budgets 5 descriptors a partition from ulimit -n (20,000 here, and this container may
@@ -935,6 +961,9 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         plain = result["replication"]["ratio_rf3_non_idempotent_over_rf1"]
         out["replication_ratio_non_idempotent"] = plain
         out["replication_non_idempotent_met"] = plain >= TARGETS["rf3_acks_all_over_rf1_acks_1_min"]
+        bound = result["replication"].get("cpu_bound", {}).get("rf3", {})
+        if bound:
+            out["replication_ratio_at_most_on_these_cores"] = bound["ratio_over_rf1_at_most"]
     startup = result.get("startup", {})
     if "clean_10000_partitions" in startup:
         out["startup_s"] = {k: v["broker_reported_s"]["median"] for k, v in startup.items()}

@@ -26,12 +26,18 @@ source that only yields ready-made ``pyarrow.RecordBatch`` objects with the sour
 columns (100-byte values, 35,000 rows a batch, one task per partition): no broker, no fetching,
 no decoding.  Its ratio to the reference is the most any Python data source can reach in this
 Spark on this machine; ``ratio_to_ceiling`` is odradek's rows/s over it (``ceiling_target``
-0.9).
+0.9).  ``transport_cpu`` reads the topic outside Spark with the executors' code, five times,
+and splits the CPU of the broker and of the reader into user and kernel time per million
+records; ``ceiling_bound`` turns the kernel part (moving the bytes through loopback TCP, which
+no user-space code removes) into the highest ``ratio_to_ceiling`` a network read can reach on
+these CPU-bound cores: the ceiling's CPU per run over that plus the kernel's.
 
 * ``offline_read`` - ``spark.read.format("odradek").option("path", <the broker's data dir>)``
   (issue 24: the segment files read by the executors, no broker and no socket in the path) over
   the same topic with the same aggregate, timed in the same alternation; ``ratio_to_batch_read``
-  is its rows/s over the network batch read's (target >= 1.2), ``ratio`` over the reference's.
+  is its rows/s over the network batch read's (target >= 1.2), ``ratio`` over the reference's;
+  ``ratio_to_batch_read_at_most`` is the ceiling's rows/s over the network read's (an offline
+  read is a Python data source too).
   The broker runs with the default flush settings, so its recovery-point checkpoint does not
   cover the topic: the read takes ``readPastRecoveryPoint=true`` (up to the last complete batch).
 
@@ -273,6 +279,54 @@ def register_stream_ceiling(spark: Any, records: int) -> None:
             return CeilingStream(int(self.options.get("maxOffsetsPerTrigger", 0)))
 
     spark.dataSource.register(CeilingStreamSource)
+
+
+def _proc_times(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process from ``/proc/PID/stat`` (clock ticks)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def transport_cost(bootstrap: str, broker_pid: int, records: int, repeats: int = 5) -> dict[str, Any]:
+    """User and kernel CPU of the network read outside Spark: the topic read ``repeats`` times
+    in this process by the executors' code (``read_range``, compiled decoder), with the
+    broker's CPU split the same way; per million records.  Most of it is the kernel's (the
+    broker's sendfile and this process's receive through loopback TCP), which no user-space
+    code of either side removes."""
+    from odradek.spark._fetch import read_range
+
+    per_partition = records // PARTITIONS
+    b0, me0 = _proc_times(broker_pid), os.times()
+    rows = 0
+    for _ in range(repeats):
+        for p in range(PARTITIONS):
+            for batch in read_range({"bootstrap.servers": bootstrap}, TOPIC, p, 0, per_partition):
+                rows += batch.num_rows
+    b1, me1 = _proc_times(broker_pid), os.times()
+    if rows != repeats * PARTITIONS * per_partition:
+        raise RuntimeError(f"transport_cost read {rows} rows")
+    million = rows / 1e6
+    return {
+        "broker_user_s_per_million": round((b1[0] - b0[0]) / million, 4),
+        "broker_kernel_s_per_million": round((b1[1] - b0[1]) / million, 4),
+        "reader_user_s_per_million": round((me1.user - me0.user) / million, 4),
+        "reader_kernel_s_per_million": round((me1.system - me0.system) / million, 4),
+    }
+
+
+def ceiling_bound(ceiling_cpu: float, records: int, transport: dict[str, Any]) -> dict[str, Any]:
+    """The highest ``ratio_to_ceiling`` a network read can reach here when the run is CPU-bound
+    (both the ceiling's runs and the source's keep the same cores busy): the ceiling's CPU per
+    run against that plus the kernel CPU of moving the records through loopback TCP (broker and
+    reader, from ``transport``), with decoding and all user-space work of the broker free."""
+    kernel = (transport["broker_kernel_s_per_million"] + transport["reader_kernel_s_per_million"]) * records / 1e6
+    return {
+        "ceiling_cpu_s_per_run": round(ceiling_cpu, 3),
+        "kernel_transport_cpu_s_per_run": round(kernel, 3),
+        "ratio_to_ceiling_at_most": round(ceiling_cpu / (ceiling_cpu + kernel), 3) if ceiling_cpu > 0 else None,
+    }
 
 
 def decode_alone(records: int = 1_000_000, repeats: int = 5) -> dict[str, Any]:
@@ -562,6 +616,9 @@ def main() -> None:
 
         latency = end_to_end_latency(spark, broker.bootstrap, work, 10_000, args.latency_seconds, warmup=5.0)
         decode = decode_both()
+        transport = transport_cost(broker.bootstrap, broker.pid, records)
+        ceil_median_run = sorted(ceil_runs, key=lambda r: r[0])[len(ceil_runs) // 2]
+        bound = ceiling_bound(sum(ceil_median_run[2].values()), records, transport)
 
         ref_rps = records / ref_t
         src_rps = records / src_t
@@ -587,6 +644,8 @@ def main() -> None:
                 "ratio_to_ceiling": round(src_rps / ceil_rps, 3),
                 "ceiling_target": CEILING_TARGET,
                 "meets_ceiling_target": src_rps / ceil_rps >= CEILING_TARGET,
+                "transport_cpu": transport,
+                "ceiling_bound": bound,
             },
             "offline_read": {
                 "window": "collect() of sum(length(value)), median of repeats, in the batch_read alternation",
@@ -597,6 +656,8 @@ def main() -> None:
                 "meets_target": off_rps / src_rps >= OFFLINE_TARGET,
                 "ratio": round(off_rps / ref_rps, 3),
                 "ratio_to_ceiling": round(off_rps / ceil_rps, 3),
+                # an offline read is a Python data source too: at the ceiling's rate at best
+                "ratio_to_batch_read_at_most": round(ceil_rps / src_rps, 3),
                 "seconds": [round(r[0], 3) for r in off_runs],
                 "cpu_seconds": sorted(off_runs, key=lambda r: r[0])[len(off_runs) // 2][2],
             },
