@@ -69,10 +69,10 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from odradek.testing import BrokerProcess, cpu_seconds
+    from odradek.testing import BrokerProcess, cpu_seconds, proc_stat
 except ImportError:  # running from a checkout without an install
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from odradek.testing import BrokerProcess, cpu_seconds
+    from odradek.testing import BrokerProcess, cpu_seconds, proc_stat
 
 TARGET_RATIO = 0.7
 #: issue 24: the offline read (segment files) vs the network batch read of the same run
@@ -121,8 +121,7 @@ def _descendants(root: int) -> list[int]:
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            ppid = int(proc_stat(int(name))[1])
         except (OSError, ValueError, IndexError):
             continue
         children.setdefault(ppid, []).append(int(name))
@@ -283,8 +282,7 @@ def register_stream_ceiling(spark: Any, records: int) -> None:
 
 def _proc_times(pid: int) -> tuple[float, float]:
     """(user, system) CPU seconds of a process from ``/proc/PID/stat`` (clock ticks)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
+    fields = proc_stat(pid)
     tick = os.sysconf("SC_CLK_TCK")
     return int(fields[11]) / tick, int(fields[12]) / tick
 

@@ -29,7 +29,7 @@ from odradek.coordination.zkserver import restartable_port
 from odradek.protocol import NEED_DATA, ClientConnection, Message, ResponseReceived
 from odradek.protocol.messages.produce import ProduceRequest
 
-__all__ = ["BrokerProcess", "WireClient", "cpu_seconds", "freeze", "produce_request", "wait_for"]
+__all__ = ["BrokerProcess", "WireClient", "cpu_seconds", "freeze", "proc_stat", "produce_request", "wait_for"]
 
 T = TypeVar("T")
 
@@ -364,8 +364,7 @@ def _all_threads_stopped(pid: int) -> bool:
         return True
     for tid in tids:
         try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
+            state = proc_stat(pid, int(tid))[0]
         except OSError:  # the thread ended
             continue
         if state not in ("T", "t", "Z", "X"):
@@ -385,11 +384,20 @@ def cpu_seconds(pid: int) -> float:
         except OSError:
             pass  # gone, or not ours to read: /proc says which
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
+        fields = proc_stat(pid)
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def proc_stat(pid: int, tid: int | None = None) -> list[str]:
+    """The fields of ``/proc/PID/stat`` (a thread's ``/proc/PID/task/TID/stat`` with ``tid``)
+    after the command name, which may hold spaces and parentheses: ``[0]`` is the state, ``[1]``
+    the parent's pid, ``[11]`` and ``[12]`` user and system time in clock ticks (proc(5)'s
+    fields 3 on).  Raises OSError when the process or thread is gone."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    with open(path) as f:
+        return f.read().rsplit(")", 1)[1].split()
 
 
 def _cpu_clock(pid: int) -> int | None:
