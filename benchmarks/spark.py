@@ -153,6 +153,11 @@ def cpu_by_kind() -> dict[str, float]:
     return out
 
 
+def median_run(runs: list[tuple[float, Any, dict[str, float]]]) -> tuple[float, Any, dict[str, float]]:
+    """The run of median time among ``timed`` results (its CPU split goes with it)."""
+    return sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+
+
 def timed(fn: Any) -> tuple[float, Any, dict[str, float]]:
     c0 = cpu_by_kind()
     t0 = time.perf_counter()
@@ -570,8 +575,8 @@ def main() -> None:
         src_t = statistics.median(r[0] for r in src_runs)
         ceil_t = statistics.median(r[0] for r in ceil_runs)
         off_t = statistics.median(r[0] for r in off_runs)
-        src_median_run = sorted(src_runs, key=lambda r: r[0])[len(src_runs) // 2]
-        ref_median_run = sorted(ref_runs, key=lambda r: r[0])[len(ref_runs) // 2]
+        src_median_run = median_run(src_runs)
+        ref_median_run = median_run(ref_runs)
 
         limit = max(records // 10, 1)
         register_stream_ceiling(spark, records)
@@ -615,7 +620,7 @@ def main() -> None:
         latency = end_to_end_latency(spark, broker.bootstrap, work, 10_000, args.latency_seconds, warmup=5.0)
         decode = decode_both()
         transport = transport_cost(broker.bootstrap, broker.pid, records)
-        ceil_median_run = sorted(ceil_runs, key=lambda r: r[0])[len(ceil_runs) // 2]
+        ceil_median_run = median_run(ceil_runs)
         bound = ceiling_bound(sum(ceil_median_run[2].values()), records, transport)
 
         ref_rps = records / ref_t
@@ -657,13 +662,13 @@ def main() -> None:
                 # an offline read is a Python data source too: at the ceiling's rate at best
                 "ratio_to_batch_read_at_most": round(ceil_rps / src_rps, 3),
                 "seconds": [round(r[0], 3) for r in off_runs],
-                "cpu_seconds": sorted(off_runs, key=lambda r: r[0])[len(off_runs) // 2][2],
+                "cpu_seconds": median_run(off_runs)[2],
             },
             "python_source_ceiling": {
                 "rows_per_s": round(ceil_rps),
                 "ratio_to_reference": round(ceil_rps / ref_rps, 3),
                 "seconds": [round(r[0], 3) for r in ceil_runs],
-                "cpu_seconds": sorted(ceil_runs, key=lambda r: r[0])[len(ceil_runs) // 2][2],
+                "cpu_seconds": ceil_median_run[2],
             },
             "streaming": {
                 "window": "start() to the end of a Trigger.AvailableNow query into the noop sink",
@@ -678,9 +683,9 @@ def main() -> None:
                 "meets_stream_ceiling_target": bool(stream_t) and toy_t / stream_t >= STREAM_CEILING_TARGET,
                 "stream_ceiling_rows_per_s": round(records / toy_t),
                 "stream_ceiling_seconds": [round(r[0], 3) for r in toy_runs],
-                "stream_ceiling_cpu_seconds": sorted(toy_runs, key=lambda r: r[0])[len(toy_runs) // 2][2],
+                "stream_ceiling_cpu_seconds": median_run(toy_runs)[2],
                 "seconds": [round(r[0], 3) for r in stream_runs],
-                "cpu_seconds": sorted(stream_runs, key=lambda r: r[0])[len(stream_runs) // 2][2],
+                "cpu_seconds": median_run(stream_runs)[2],
             },
             "end_to_end_latency": latency,
             "decode_alone": decode,
