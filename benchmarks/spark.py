@@ -69,10 +69,10 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from odradek.testing import BrokerProcess, cpu_seconds, proc_stat
+    from odradek.testing import BrokerProcess, cpu_seconds, proc_cpu_times, proc_stat
 except ImportError:  # running from a checkout without an install
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from odradek.testing import BrokerProcess, cpu_seconds, proc_stat
+    from odradek.testing import BrokerProcess, cpu_seconds, proc_cpu_times, proc_stat
 
 TARGET_RATIO = 0.7
 #: issue 24: the offline read (segment files) vs the network batch read of the same run
@@ -285,13 +285,6 @@ def register_stream_ceiling(spark: Any, records: int) -> None:
     spark.dataSource.register(CeilingStreamSource)
 
 
-def _proc_times(pid: int) -> tuple[float, float]:
-    """(user, system) CPU seconds of a process from ``/proc/PID/stat`` (clock ticks)."""
-    fields = proc_stat(pid)
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
-
-
 def transport_cost(bootstrap: str, broker_pid: int, records: int, repeats: int = 5) -> dict[str, Any]:
     """User and kernel CPU of the network read outside Spark: the topic read ``repeats`` times
     in this process by the executors' code (``read_range``, compiled decoder), with the
@@ -301,13 +294,13 @@ def transport_cost(bootstrap: str, broker_pid: int, records: int, repeats: int =
     from odradek.spark._fetch import read_range
 
     per_partition = records // PARTITIONS
-    b0, me0 = _proc_times(broker_pid), os.times()
+    b0, me0 = proc_cpu_times(broker_pid), os.times()
     rows = 0
     for _ in range(repeats):
         for p in range(PARTITIONS):
             for batch in read_range({"bootstrap.servers": bootstrap}, TOPIC, p, 0, per_partition):
                 rows += batch.num_rows
-    b1, me1 = _proc_times(broker_pid), os.times()
+    b1, me1 = proc_cpu_times(broker_pid), os.times()
     if rows != repeats * PARTITIONS * per_partition:
         raise RuntimeError(f"transport_cost read {rows} rows")
     million = rows / 1e6

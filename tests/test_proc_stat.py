@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from odradek.testing import proc_stat, wait_for
+from odradek.testing import cpu_seconds, proc_cpu_times, proc_stat, wait_for
 
 # renames itself to a name that looks like the end of the command field, then waits
 CHILD = """
@@ -54,7 +54,9 @@ def test_a_thread_of_this_process_and_its_cpu_ticks() -> None:
         assert int(proc_stat(os.getpid(), tids[0])[1]) == os.getppid()  # a thread's parent is its process's
         fields = proc_stat(os.getpid())
         assert int(fields[1]) == os.getppid()
-        assert int(fields[11]) + int(fields[12]) > 0  # user + system ticks of this test process
+        user, system = proc_cpu_times(os.getpid())
+        assert user > 0 and system >= 0  # this test process has run Python code
+        assert abs(user + system - cpu_seconds(os.getpid())) < 0.1  # ticks vs the CPU-time clock
     finally:
         done.set()
         t.join(10)
@@ -67,3 +69,6 @@ def test_a_process_that_does_not_exist_raises_oserror() -> None:
         proc_stat(never)
     with pytest.raises(OSError):
         proc_stat(os.getpid(), never)
+    with pytest.raises(OSError):
+        proc_cpu_times(never)
+    assert cpu_seconds(never) == 0.0
