@@ -33,7 +33,7 @@ from odradek.broker.channel import BrokerChannel
 from odradek.broker.fetcher import ReplicaFetcherManager
 from odradek.broker.replica import Partition, ReplicaManager
 from odradek.broker.scheduler import LogScheduler
-from odradek.broker.topics import TopicService
+from odradek.broker.topics import TopicService, is_internal
 from odradek.cluster.controller import LeaderIsr
 from odradek.cluster.isr import adopt_stored_isr
 from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage, PartitionState, TopicInfo
@@ -745,5 +745,5 @@ def topic_infos_from_update(request: UpdateMetadataRequest) -> tuple[dict[int, B
             )
             for ps in t.partition_states
         }
-        topics[t.topic_name] = TopicInfo(t.topic_name, t.topic_id, parts, {}, t.topic_name == "__consumer_offsets")
+        topics[t.topic_name] = TopicInfo(t.topic_name, t.topic_id, parts, {}, is_internal(t.topic_name))
     return brokers, topics

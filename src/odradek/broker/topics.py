@@ -21,13 +21,31 @@ from odradek.coordination import MetadataBackend
 from odradek.errors import ErrorCode, KafkaError
 from odradek.storage import LogConfig, LogManager, StorageError
 
-__all__ = ["OFFSETS_TOPIC", "TRANSACTION_TOPIC", "TopicService", "internal_topic_configs"]
+__all__ = [
+    "INTERNAL_TOPICS",
+    "OFFSETS_TOPIC",
+    "TRANSACTION_TOPIC",
+    "TopicService",
+    "internal_topic_configs",
+    "is_internal",
+]
 
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_TOPIC = "__transaction_state"
-_INTERNAL = (OFFSETS_TOPIC, TRANSACTION_TOPIC)
+
+#: The topics the broker's coordinators own (Kafka's ``Topic.INTERNAL_TOPICS``): clients may not
+#: create them, produce to them, delete their records, delete them or add them to a transaction.
+#: A coordinator with a topic of its own (the share coordinator's ``__share_group_state``) adds its
+#: name here, and every one of those rules then applies to it.
+INTERNAL_TOPICS: frozenset[str] = frozenset({OFFSETS_TOPIC, TRANSACTION_TOPIC})
+
+
+def is_internal(topic: str) -> bool:
+    """Whether ``topic`` is internal, by its name (as Kafka's ``Topic.isInternal``), so that the
+    answer does not depend on how the topic reached this broker's metadata."""
+    return topic in INTERNAL_TOPICS
 
 
 def internal_topic_configs(config: BrokerConfig) -> dict[str, dict[str, str]]:
@@ -128,7 +146,7 @@ class TopicService:
         *,
         validate_only: bool = False,
     ) -> TopicInfo:
-        if name in _INTERNAL:
+        if is_internal(name):
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"{name} is an internal topic")
         count = len(assignments) if assignments else partitions
         if name not in self.image.topics:
@@ -156,7 +174,9 @@ class TopicService:
         if not self.config.get("delete.topic.enable"):
             raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED, "topic deletion is disabled (delete.topic.enable=false)")
         info = self.image.topics.get(name)
-        if info is not None and info.internal:
+        if is_internal(name) or (info is not None and info.internal):
+            # Kafka accepts this (only kafka-topics --zookeeper refused it, before 3.0); deleting the
+            # coordinators' topic loses every group's offsets and every transaction's state
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"{name} is an internal topic")
         await self.backend.delete_topic(name)
 

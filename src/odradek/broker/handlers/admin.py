@@ -8,6 +8,7 @@ new image to its partitions when the backend publishes it.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import uuid
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 from odradek.broker.dispatch import RequestContext, handles
 from odradek.broker.handlers.configs import topic_config_entries, validate_topic_configs
 from odradek.broker.handlers.metadata import authorized_operations
+from odradek.broker.topics import is_internal
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.create_partitions import CreatePartitionsRequest, CreatePartitionsResponse
@@ -32,6 +34,8 @@ from odradek.protocol.messages.offset_for_leader_epoch import (
 from odradek.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 NO_AUTHORIZED_OPERATIONS = -2147483648
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from odradek.storage.log import Log
@@ -207,6 +211,7 @@ async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> 
     moves: list[tuple[Log, int, DeleteRecordsResponse.DeleteRecordsPartitionResult]] = []
     for t in request.topics:
         parts = []
+        refused_internal: list[int] = []
         allowed = ctx.authorize(Operation.DELETE, ResourceType.TOPIC, t.name)
         for dp in t.partitions:
             res = R.DeleteRecordsPartitionResult(partition_index=dp.partition_index, low_watermark=-1)
@@ -215,6 +220,12 @@ async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> 
                 res.error_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 continue
             try:
+                if is_internal(t.name):
+                    if svc.image.partition(t.name, dp.partition_index) is None:
+                        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    # Kafka's ReplicaManager refuses these before it looks for the partition
+                    refused_internal.append(dp.partition_index)
+                    raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION)
                 p = svc.replicas.leader_partition(t.name, dp.partition_index)
                 offset = p.high_watermark if dp.offset == -1 else dp.offset
                 if offset < 0 or offset > p.high_watermark:
@@ -225,6 +236,12 @@ async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> 
                 moves.append((p.log, offset, res))
             except KafkaError as exc:
                 res.error_code = int(exc.code)
+        if refused_internal:
+            log.warning(
+                "DeleteRecords from %s (client %s, %s) refused: cannot delete records of internal topic %s "
+                "(partitions %s)",
+                ctx.session.principal, ctx.header.client_id, ctx.client_host, t.name, refused_internal,
+            )
         topics.append(R.DeleteRecordsTopicResult(name=t.name, partitions=parts))
     if moves:
 

@@ -9,7 +9,7 @@ coordinators' WriteTxnMarkers, Describe on the TransactionalId to describe or li
 from __future__ import annotations
 
 from odradek.broker.dispatch import RequestContext, handles
-from odradek.broker.topics import OFFSETS_TOPIC
+from odradek.broker.topics import OFFSETS_TOPIC, is_internal
 from odradek.cluster.group import OffsetAndMetadata
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
@@ -61,7 +61,7 @@ async def add_partitions_to_txn(ctx: RequestContext, request: AddPartitionsToTxn
     results = []
     for txn in txns:
         results.append(R.AddPartitionsToTxnResult(
-            transactional_id=txn.transactional_id, topic_results=await _add_one(ctx, txn)
+            transactional_id=txn.transactional_id, topic_results=await _add_one(ctx, txn, from_client=version <= 3)
         ))
     if version <= 3:
         return R(throttle_time_ms=0, results_by_topic_v3_and_below=results[0].topic_results)
@@ -69,7 +69,7 @@ async def add_partitions_to_txn(ctx: RequestContext, request: AddPartitionsToTxn
 
 
 async def _add_one(
-    ctx: RequestContext, txn: AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction
+    ctx: RequestContext, txn: AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction, *, from_client: bool
 ) -> list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult]:
     R = AddPartitionsToTxnResponse
     svc = ctx.services
@@ -78,7 +78,10 @@ async def _add_one(
     try:
         _txn_write_allowed(ctx, txn.transactional_id)
         for topic, p in wanted:
-            if not ctx.authorize(Operation.WRITE, ResourceType.TOPIC, topic):
+            if is_internal(topic) and from_client:
+                # Kafka leaves internal topics out of the ones a client's request may write
+                errors[(topic, p)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif not ctx.authorize(Operation.WRITE, ResourceType.TOPIC, topic):
                 errors[(topic, p)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             else:
                 info = svc.image.topics.get(topic)
