@@ -37,6 +37,14 @@ def _code(exc: BaseException) -> ErrorCode:
     return exc.code if isinstance(exc, KafkaError) else ErrorCode.UNKNOWN_SERVER_ERROR
 
 
+def _fenced_as_known(code: ErrorCode, version: int) -> ErrorCode:
+    """KIP-588: AddPartitionsToTxn, AddOffsetsToTxn and EndTxn before v2 (and InitProducerId
+    before v4) were defined before PRODUCER_FENCED; Kafka answers them INVALID_PRODUCER_EPOCH,
+    which their clients treat as fatal, as they must (librdkafka takes an unknown code from these
+    requests for an abortable error, aiokafka fails on it)."""
+    return ErrorCode.INVALID_PRODUCER_EPOCH if code is ErrorCode.PRODUCER_FENCED and version < 2 else code
+
+
 def _txn_write_allowed(ctx: RequestContext, transactional_id: str) -> None:
     if not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
         raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
@@ -96,7 +104,7 @@ async def _add_one(
                 txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted, verify_only=txn.verify_only
             )
     except KafkaError as exc:
-        errors = dict.fromkeys(wanted, exc.code)
+        errors = dict.fromkeys(wanted, _fenced_as_known(exc.code, ctx.version))
     by_topic: dict[str, list[AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult]] = {}
     for topic, p in wanted:
         by_topic.setdefault(topic, []).append(R.AddPartitionsToTxnPartitionResult(
@@ -117,7 +125,7 @@ async def add_offsets_to_txn(ctx: RequestContext, request: AddOffsetsToTxnReques
         )
         code = ErrorCode.NONE
     except KafkaError as exc:
-        code = exc.code
+        code = _fenced_as_known(exc.code, ctx.version)
     return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=int(code))
 
 
@@ -130,7 +138,7 @@ async def end_txn(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse
         )
         code = ErrorCode.NONE
     except KafkaError as exc:
-        code = exc.code
+        code = _fenced_as_known(exc.code, ctx.version)
     return EndTxnResponse(throttle_time_ms=0, error_code=int(code), producer_id=-1, producer_epoch=-1)
 
 
@@ -150,7 +158,7 @@ async def txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommitRequest
         for t, p in wanted:
             if not ctx.authorize(Operation.READ, ResourceType.TOPIC, t.name):
                 errors[(t.name, p.partition_index)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            elif t.name not in svc.image.topics:
+            elif svc.image.partition(t.name, p.partition_index) is None:
                 errors[(t.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 offsets[(t.name, p.partition_index)] = OffsetAndMetadata(
@@ -167,6 +175,12 @@ async def txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommitRequest
                 errors.update(per)
     except KafkaError as exc:
         errors = {(t.name, p.partition_index): exc.code for t, p in wanted}
+    if ctx.version < 2:
+        # clients before Kafka 2.0 could crash on COORDINATOR_LOAD_IN_PROGRESS here (KAFKA-7296):
+        # Kafka answers them COORDINATOR_NOT_AVAILABLE, which they retry
+        for tp, code in errors.items():
+            if code is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                errors[tp] = ErrorCode.COORDINATOR_NOT_AVAILABLE
     topics = []
     for t in request.topics:
         topics.append(R.TxnOffsetCommitResponseTopic(name=t.name, partitions=[

@@ -1,0 +1,217 @@
+"""Transactions as Kafka answers old request versions:
+
+- KIP-588: a fenced producer is told PRODUCER_FENCED (90) only by the versions defined after it
+  (AddPartitionsToTxn, AddOffsetsToTxn and EndTxn v2+, InitProducerId v4+); earlier ones get
+  INVALID_PRODUCER_EPOCH (47), which their clients take for fatal.  librdkafka (AddOffsetsToTxn
+  v0) took 90 for an abortable error, aiokafka (AddPartitionsToTxn v0) did not know it at all.
+- TxnOffsetCommit v0-1 gets COORDINATOR_NOT_AVAILABLE where a newer one gets
+  COORDINATOR_LOAD_IN_PROGRESS (clients before Kafka 2.0 failed on it, KAFKA-7296).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka as ck
+import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import ProducerFenced
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from odradek.errors import ErrorCode
+from odradek.protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest
+from odradek.protocol.messages.add_partitions_to_txn import AddPartitionsToTxnRequest
+from odradek.protocol.messages.describe_transactions import DescribeTransactionsRequest
+from odradek.protocol.messages.end_txn import EndTxnRequest
+from odradek.protocol.messages.find_coordinator import FindCoordinatorRequest
+from odradek.protocol.messages.init_producer_id import InitProducerIdRequest
+from odradek.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
+from odradek.testing import BrokerProcess, WireClient, wait_for
+from tests.broker.inprocess import running_broker
+
+T = 30.0
+OVERRIDES: dict[str, object] = {
+    "offsets.topic.num.partitions": 1,
+    "transaction.state.log.num.partitions": 1,
+    "group.initial.rebalance.delay.ms": 0,
+    "group.min.session.timeout.ms": 1000,
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": 200,
+}
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    with BrokerProcess(tmp_path_factory.mktemp("txn-deviations") / "data", overrides=OVERRIDES) as b:
+        yield b
+
+
+@pytest.fixture
+def wire(broker: BrokerProcess) -> Iterator[WireClient]:
+    w = WireClient(broker.host, broker.port)
+    try:
+        yield w
+    finally:
+        w.close()
+
+
+def _topic(broker: BrokerProcess, partitions: int = 2) -> str:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)], request_timeout=T)[name].result(T)
+    wait_for(lambda: name in admin.list_topics(timeout=T).topics, T, f"topic {name}")
+    return name
+
+
+def _init(wire: WireClient, txn_id: str, timeout_ms: int = 60000) -> tuple[int, int]:
+    """InitProducerId of ``txn_id`` (retried while its coordinator is not ready)."""
+
+    def init() -> tuple[int, int] | None:
+        if wire.request(FindCoordinatorRequest(key=txn_id, key_type=1), 1).error_code:
+            return None
+        r = wire.request(InitProducerIdRequest(transactional_id=txn_id, transaction_timeout_ms=timeout_ms), 1)
+        return (int(r.producer_id), int(r.producer_epoch)) if r.error_code == 0 else None
+
+    return wait_for(init, T, f"InitProducerId of {txn_id}")
+
+
+def _txn_state(wire: WireClient, txn_id: str) -> str:
+    [state] = wire.request(DescribeTransactionsRequest(transactional_ids=[txn_id]), 0).transaction_states
+    return str(state.transaction_state)
+
+
+# -- KIP-588 ---------------------------------------------------------------------------------------
+
+
+def test_a_fenced_producer_is_told_in_the_codes_its_version_knows(broker: BrokerProcess, wire: WireClient) -> None:
+    topic = _topic(broker)
+    txn = f"fenced-{topic}"
+    pid, stale = _init(wire, txn)
+    _init(wire, txn)
+    _init(wire, txn)  # the stale epoch is neither the current one nor the one before it
+
+    def expected(version: int, first_knowing: int) -> ErrorCode:
+        return ErrorCode.INVALID_PRODUCER_EPOCH if version < first_knowing else ErrorCode.PRODUCER_FENCED
+
+    for v in range(4):
+        r = wire.request(AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=txn, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=stale,
+            v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=topic, partitions=[0])],
+        ), v)
+        [t] = r.results_by_topic_v3_and_below
+        assert [p.partition_error_code for p in t.results_by_partition] == [expected(v, 2)], f"AddPartitionsToTxn v{v}"
+    for v in range(5):
+        r = wire.request(AddOffsetsToTxnRequest(
+            transactional_id=txn, producer_id=pid, producer_epoch=stale, group_id="g"
+        ), v)
+        assert r.error_code == expected(v, 2), f"AddOffsetsToTxn v{v}"
+    for v in range(6):
+        r = wire.request(EndTxnRequest(transactional_id=txn, producer_id=pid, producer_epoch=stale, committed=True), v)
+        assert r.error_code == expected(v, 2), f"EndTxn v{v}"
+    for v in (3, 4):
+        r = wire.request(InitProducerIdRequest(
+            transactional_id=txn, transaction_timeout_ms=60000, producer_id=pid, producer_epoch=stale
+        ), v)
+        assert r.error_code == expected(v, 4), f"InitProducerId v{v}"
+
+
+def _wait_aborted(broker: BrokerProcess, txn_id: str) -> None:
+    w = WireClient(broker.host, broker.port)
+    try:
+        wait_for(lambda: _txn_state(w, txn_id) == "CompleteAbort", T, f"the coordinator to abort {txn_id}")
+    finally:
+        w.close()
+
+
+def test_librdkafka_fenced_after_its_transaction_timed_out_fails_fatally(broker: BrokerProcess) -> None:
+    """The outside finding: AddOffsetsToTxn v0 of a producer whose transaction the coordinator
+    aborted for its timeout (bumping the epoch)."""
+    topic = _topic(broker)
+    txn = f"slow-{topic}"
+    p = ck.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": txn, "transaction.timeout.ms": 1000})
+    p.init_transactions(T)
+    p.begin_transaction()
+    p.produce(topic, b"never", partition=0)
+    p.flush(T)
+    _wait_aborted(broker, txn)
+    c = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"g-{topic}"})
+    try:
+        with pytest.raises(ck.KafkaException) as failed:
+            p.send_offsets_to_transaction([ck.TopicPartition(topic, 0, 1)], c.consumer_group_metadata(), T)
+    finally:
+        c.close()
+    error = failed.value.args[0]
+    assert error.fatal() and not error.txn_requires_abort(), error
+    assert error.code() == ck.KafkaError._FENCED, error
+
+
+def test_aiokafka_fenced_after_its_transaction_timed_out_is_told_fenced(broker: BrokerProcess) -> None:
+    """aiokafka adds a partition with AddPartitionsToTxn v0 and knows code 47, not 90."""
+    topic = _topic(broker)
+    txn = f"slow-aio-{topic}"
+
+    async def scenario() -> None:
+        p = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=txn, transaction_timeout_ms=1000)
+        await p.start()
+        try:
+            await p.begin_transaction()
+            await p.send_and_wait(topic, b"first", partition=0)
+            await asyncio.to_thread(_wait_aborted, broker, txn)
+            with pytest.raises(ProducerFenced):
+                await p.send_and_wait(topic, b"second", partition=1)
+        finally:
+            await p.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+# -- TxnOffsetCommit ------------------------------------------------------------------------------
+
+
+def _txn_commit(wire: WireClient, txn: str, pid: int, epoch: int, group: str, topic: str, offset: int,
+                version: int, **member: Any) -> ErrorCode:
+    R = TxnOffsetCommitRequest
+    r = wire.request(R(
+        transactional_id=txn, group_id=group, producer_id=pid, producer_epoch=epoch, topics=[
+            R.TxnOffsetCommitRequestTopic(name=topic, partitions=[
+                R.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=offset, committed_metadata="")
+            ])
+        ], **member,
+    ), version)
+    [t] = r.topics
+    [part] = t.partitions
+    return ErrorCode(part.error_code)
+
+
+def test_txn_offset_commit_before_v2_is_not_told_the_coordinator_is_loading(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_broker(tmp_path / "data", overrides=dict(OVERRIDES)) as b:
+            port = b.bound["PLAINTEXT"][1]
+            w = await asyncio.to_thread(WireClient, "127.0.0.1", port)
+            try:
+                await b.groups.ensure_topic()
+                for _ in range(500):
+                    if 0 in b.groups.loaded:
+                        break
+                    await asyncio.sleep(0.01)
+                b.groups.loaded.discard(0)
+                b.groups.loading.add(0)  # as while it replays its partition after a leader change
+                codes = {}
+                for version in range(5):
+                    codes[version] = await asyncio.to_thread(
+                        _txn_commit, w, "loading", 1, 0, "g", "__consumer_offsets", 0, version
+                    )
+            finally:
+                w.close()
+        assert codes == {
+            0: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            1: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            2: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+            3: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+            4: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        }
+
+    asyncio.run(scenario())
