@@ -1,4 +1,4 @@
-"""Transactions as Kafka answers old request versions:
+"""Transactions as Kafka answers old request versions and offsets sent without a member:
 
 - KIP-588: a fenced producer is told PRODUCER_FENCED (90) only by the versions defined after it
   (AddPartitionsToTxn, AddOffsetsToTxn and EndTxn v2+, InitProducerId v4+); earlier ones get
@@ -6,11 +6,15 @@
   v0) took 90 for an abortable error, aiokafka (AddPartitionsToTxn v0) did not know it at all.
 - TxnOffsetCommit v0-1 gets COORDINATOR_NOT_AVAILABLE where a newer one gets
   COORDINATOR_LOAD_IN_PROGRESS (clients before Kafka 2.0 failed on it, KAFKA-7296).
+- TxnOffsetCommit checks the member, the generation and the instance id only when it is given
+  any of them: v0-2 cannot give them, and Java's ``sendOffsetsToTransaction(offsets, groupId)``
+  gives none at any version, while the group has active members.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +22,7 @@ from typing import Any
 
 import confluent_kafka as ck
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import ProducerFenced
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -32,6 +36,7 @@ from odradek.protocol.messages.init_producer_id import InitProducerIdRequest
 from odradek.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
 from odradek.testing import BrokerProcess, WireClient, wait_for
 from tests.broker.inprocess import running_broker
+from tests.groups.wire_group import WireMember, all_stable, coordinator_loaded, fetch_offsets, find_coordinator
 
 T = 30.0
 OVERRIDES: dict[str, object] = {
@@ -184,6 +189,91 @@ def _txn_commit(wire: WireClient, txn: str, pid: int, epoch: int, group: str, to
     [t] = r.topics
     [part] = t.partitions
     return ErrorCode(part.error_code)
+
+
+def _in_transaction(wire: WireClient, txn: str, group: str) -> tuple[int, int]:
+    pid, epoch = _init(wire, txn)
+    r = wire.request(AddOffsetsToTxnRequest(transactional_id=txn, producer_id=pid, producer_epoch=epoch, group_id=group), 0)
+    assert r.error_code == 0, r.error_code
+    return pid, epoch
+
+
+def _end(wire: WireClient, txn: str, pid: int, epoch: int, commit: bool) -> None:
+    def ended() -> bool:
+        r = wire.request(EndTxnRequest(transactional_id=txn, producer_id=pid, producer_epoch=epoch, committed=commit), 1)
+        assert r.error_code in (0, ErrorCode.CONCURRENT_TRANSACTIONS), r.error_code
+        return r.error_code == 0
+
+    wait_for(ended, T, f"EndTxn of {txn}")
+
+
+def test_txn_offset_commit_checks_the_member_only_when_one_is_given(broker: BrokerProcess, wire: WireClient) -> None:
+    topic = _topic(broker, 1)
+    group = f"g-{topic}"
+    find_coordinator(wire, group)  # the first one creates __consumer_offsets
+    wait_for(lambda: coordinator_loaded(wire, group), T, "the coordinator to load its offsets partition")
+    member = WireMember(broker.host, broker.port, group, topic, 1, "active", session_timeout_ms=6000)
+    member.start()
+    try:
+        wait_for(lambda: all_stable([member]), T, "the group's member to be stable")
+        generation = member.generation
+        # every version without member and generation (v0-2 have no such fields): accepted
+        for version in range(5):
+            txn = f"anon-{version}-{topic}"
+            pid, epoch = _in_transaction(wire, txn, group)
+            assert _txn_commit(wire, txn, pid, epoch, group, topic, 10 + version, version) is ErrorCode.NONE, version
+            _end(wire, txn, pid, epoch, commit=True)
+            wait_for(lambda v=version: fetch_offsets(wire, group, topic, [0]) == {0: 10 + v}, T, f"the v{version} offset")
+        # when a member or a generation is given, both are checked (v3+)
+        txn = f"named-{topic}"
+        pid, epoch = _in_transaction(wire, txn, group)
+        assert _txn_commit(wire, txn, pid, epoch, group, topic, 50, 3,
+                           member_id="nobody", generation_id=generation) is ErrorCode.UNKNOWN_MEMBER_ID
+        assert _txn_commit(wire, txn, pid, epoch, group, topic, 50, 3,
+                           member_id="", generation_id=generation) is ErrorCode.UNKNOWN_MEMBER_ID
+        assert _txn_commit(wire, txn, pid, epoch, group, topic, 50, 3,
+                           member_id=member.member_id, generation_id=generation + 7) is ErrorCode.ILLEGAL_GENERATION
+        assert _txn_commit(wire, txn, pid, epoch, group, topic, 50, 3,
+                           member_id=member.member_id, generation_id=generation) is ErrorCode.NONE
+        _end(wire, txn, pid, epoch, commit=True)
+        wait_for(lambda: fetch_offsets(wire, group, topic, [0]) == {0: 50}, T, "the member's offset")
+        assert not member.errors, member.errors
+    finally:
+        member.stop.set()
+        member.close()
+
+
+def test_aiokafka_sends_offsets_to_a_transaction_while_the_group_has_members(broker: BrokerProcess) -> None:
+    """aiokafka's ``send_offsets_to_transaction(offsets, group_id)`` (TxnOffsetCommit v0) for a
+    group a consumer is a member of: the offsets are committed with the transaction."""
+    source, sink = _topic(broker, 1), _topic(broker, 1)
+    group = f"g-{source}"
+
+    async def scenario() -> None:
+        consumer = AIOKafkaConsumer(source, bootstrap_servers=broker.bootstrap, group_id=group,
+                                    enable_auto_commit=False, auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            deadline = time.monotonic() + T
+            while not consumer.assignment():  # an active member, with its partition
+                assert time.monotonic() < deadline, "the consumer was never assigned its partition"
+                await consumer.getmany(timeout_ms=200)
+            producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=f"aio-{source}")
+            await producer.start()
+            try:
+                async with producer.transaction():
+                    await producer.send_and_wait(sink, b"out")
+                    await producer.send_offsets_to_transaction({TopicPartition(source, 0): 3}, group)
+            finally:
+                await producer.stop()
+            deadline = time.monotonic() + T
+            while await consumer.committed(TopicPartition(source, 0)) != 3:
+                assert time.monotonic() < deadline, "the transaction's offset was never committed"
+                await asyncio.sleep(0.1)
+        finally:
+            await consumer.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 90))
 
 
 def test_txn_offset_commit_before_v2_is_not_told_the_coordinator_is_loading(tmp_path: Path) -> None:

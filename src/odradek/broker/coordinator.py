@@ -505,11 +505,11 @@ class GroupCoordinator:
         group_instance_id: str | None,
         offsets: dict[tuple[str, int], OffsetAndMetadata],
     ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
-        """TxnOffsetCommit: validated like a commit (KIP-447: the group's generation and
-        member), written as part of the producer's transaction, visible at its COMMIT marker."""
+        """TxnOffsetCommit: validated like a commit (KIP-447: the group's generation and member,
+        when given), written as part of the producer's transaction, visible at its COMMIT marker."""
         error, per, store = self.state.prepare_commit(
             self.now(), group_id=group_id, generation_id=generation_id, member_id=member_id,
-            group_instance_id=group_instance_id, offsets=offsets,
+            group_instance_id=group_instance_id, offsets=offsets, transactional=True,
         )
         if error is not ErrorCode.NONE or store is None:
             return error, per

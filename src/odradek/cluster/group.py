@@ -625,31 +625,40 @@ class GroupCoordinatorState:
 
     # -- offsets ----------------------------------------------------------------------------------
     def commit_check(self, *, group_id: str, generation_id: int, member_id: str,
-                     group_instance_id: str | None) -> ErrorCode:
-        """Whether an OffsetCommit may proceed (Kafka's generation and membership checks)."""
+                     group_instance_id: str | None, transactional: bool = False) -> ErrorCode:
+        """Whether an OffsetCommit (or, ``transactional``, a TxnOffsetCommit) may proceed: Kafka's
+        generation and membership checks.  The member, the generation and the instance id are
+        checked when any of them is given; a commit without them is a standalone consumer's (or
+        an admin's), accepted while the group is empty, and always for a TxnOffsetCommit (v0-2
+        have no such fields, and Java's ``sendOffsetsToTransaction(offsets, groupId)`` sends none),
+        which is also not refused during a rebalance."""
         g = self._group(group_id)
         if g is None:
             return ErrorCode.NONE if generation_id < 0 else ErrorCode.ILLEGAL_GENERATION
         if generation_id < 0 and g.state is GroupState.EMPTY:
             return ErrorCode.NONE  # a standalone consumer's commit
-        error = self._member_error(g, member_id, group_instance_id)
-        if error is not None:
-            return error
-        if generation_id != g.generation_id:
-            return ErrorCode.ILLEGAL_GENERATION
-        if g.state is GroupState.COMPLETING_REBALANCE:
+        if generation_id >= 0 or member_id or group_instance_id is not None:
+            error = self._member_error(g, member_id, group_instance_id)
+            if error is not None:
+                return error
+            if generation_id != g.generation_id:
+                return ErrorCode.ILLEGAL_GENERATION
+        elif not transactional:
+            return ErrorCode.UNKNOWN_MEMBER_ID  # no member named while the group has members
+        if not transactional and g.state is GroupState.COMPLETING_REBALANCE:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 
     def prepare_commit(self, now: int, *, group_id: str, generation_id: int, member_id: str,
                        group_instance_id: str | None,
-                       offsets: dict[tuple[str, int], OffsetAndMetadata]) -> tuple[
+                       offsets: dict[tuple[str, int], OffsetAndMetadata],
+                       transactional: bool = False) -> tuple[
         ErrorCode, dict[tuple[str, int], ErrorCode], StoreOffsets | None
     ]:
         """Validate a commit; returns (group error, per-partition errors, the write to make).
         The offsets enter the cache only through :meth:`apply_commit` once the write succeeded."""
         error = self.commit_check(group_id=group_id, generation_id=generation_id, member_id=member_id,
-                                  group_instance_id=group_instance_id)
+                                  group_instance_id=group_instance_id, transactional=transactional)
         if error is not ErrorCode.NONE:
             return error, {}, None
         g = self._group(group_id)
