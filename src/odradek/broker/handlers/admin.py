@@ -364,29 +364,32 @@ async def init_producer_id(ctx: RequestContext, request: InitProducerIdRequest) 
         return R(
             throttle_time_ms=0, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), producer_id=-1, producer_epoch=-1
         )
-    if request.transactional_id is not None:
-        if not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
-            return R(
-                throttle_time_ms=0,
-                error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
-                producer_id=-1,
-                producer_epoch=-1,
-            )
-        try:
-            pid, epoch = await ctx.services.transactions.init_producer_id(
-                request.transactional_id,
-                request.transaction_timeout_ms,
-                request.producer_id if ctx.version >= 3 else -1,
-                request.producer_epoch if ctx.version >= 3 else -1,
-            )
-        except KafkaError as exc:
-            code = exc.code
-            if ctx.version < 4 and code is ErrorCode.PRODUCER_FENCED:
-                code = ErrorCode.INVALID_PRODUCER_EPOCH  # before KIP-588
-            return R(throttle_time_ms=0, error_code=int(code), producer_id=-1, producer_epoch=-1)
-        return R(throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=epoch)
-    # KIP-360: an idempotent producer bumps its epoch to reset its sequences
-    if ctx.version >= 3 and request.producer_id >= 0 and 0 <= request.producer_epoch < 32766:
-        return R(throttle_time_ms=0, error_code=0, producer_id=request.producer_id, producer_epoch=request.producer_epoch + 1)
-    pid = await ctx.services.producer_ids.allocate()
-    return R(throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=0)
+    if request.transactional_id is not None and not ctx.authorize(
+        Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
+    ):
+        return R(
+            throttle_time_ms=0,
+            error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+    # KIP-360 (v3+): the producer id and epoch the producer has, both or neither
+    expected_pid, expected_epoch = (request.producer_id, request.producer_epoch) if ctx.version >= 3 else (-1, -1)
+    if (expected_pid == -1) != (expected_epoch == -1):
+        return R(throttle_time_ms=0, error_code=int(ErrorCode.INVALID_REQUEST), producer_id=-1, producer_epoch=-1)
+    if request.transactional_id is None:
+        # an idempotent producer: always a new producer id at epoch 0, whatever id and epoch it
+        # gives (only a transactional id's coordinator knows an id to bump; an idempotent
+        # producer bumps its own epoch, and asks for a new id once the epoch is exhausted)
+        pid = await ctx.services.producer_ids.allocate()
+        return R(throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=0)
+    try:
+        pid, epoch = await ctx.services.transactions.init_producer_id(
+            request.transactional_id, request.transaction_timeout_ms, expected_pid, expected_epoch
+        )
+    except KafkaError as exc:
+        code = exc.code
+        if ctx.version < 4 and code is ErrorCode.PRODUCER_FENCED:
+            code = ErrorCode.INVALID_PRODUCER_EPOCH  # before KIP-588
+        return R(throttle_time_ms=0, error_code=int(code), producer_id=-1, producer_epoch=-1)
+    return R(throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=epoch)
