@@ -37,6 +37,8 @@ NO_AUTHORIZED_OPERATIONS = -2147483648
 
 log = logging.getLogger(__name__)
 
+_NO_TOPIC_ID = uuid.UUID(int=0)
+
 if TYPE_CHECKING:
     from odradek.storage.log import Log
 
@@ -148,10 +150,17 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
         res = R.DeletableTopicResult(name=name if name is not None or version >= 6 else "", topic_id=topic_id)
         results.append(res)
         try:
+            if name is not None and topic_id != _NO_TOPIC_ID:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "You may not specify both topic name and topic id.")
             if name is None:
+                if topic_id == _NO_TOPIC_ID:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, "Neither topic name nor id were specified.")
                 found = svc.image.topic_by_id(topic_id)
                 if found is None:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic with id {topic_id}")
+                if not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, found.name):
+                    # asked by id: the name stays unknown to a principal that may not describe it
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
                 name = res.name = found.name
             if not ctx.authorize(Operation.DELETE, ResourceType.TOPIC, name):
                 raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
