@@ -87,24 +87,38 @@ def _num(x: int | float | None) -> str:
     return f"{x:,}"
 
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_LAST_MS = (dt.datetime.max.replace(tzinfo=dt.UTC) - _EPOCH) // dt.timedelta(milliseconds=1)
+
+
 def _ms_text(ms: int) -> str:
-    if ms < 0:
+    """A record's timestamp as UTC time; -1 (Kafka's "no timestamp") as "-".  A producer may set
+    any 64-bit value: one before 1970 or after the year 9999 is shown as the number of
+    milliseconds it is."""
+    if ms == -1:
         return "-"
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+    if not 0 <= ms <= _LAST_MS:
+        return f"{ms} ms"
+    return (_EPOCH + dt.timedelta(milliseconds=ms)).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
 def _parse_time(text: str) -> int:
     """Milliseconds since the epoch from digits (already ms) or an ISO 8601 time (UTC unless it says)."""
     text = text.strip()
     if text.isdigit():
-        return int(text)
-    try:
-        when = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise HttpError(400, f"not a time: {text!r} (use ISO 8601, e.g. 2026-01-31T12:00:00, or ms)") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    return int(when.timestamp() * 1000)
+        ms = int(text)
+    else:
+        try:
+            when = dt.datetime.fromisoformat(text)
+        except ValueError:
+            raise HttpError(400, f"not a time: {text!r} (use ISO 8601, e.g. 2026-01-31T12:00:00, or ms)") from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.UTC)
+        ms = (when - _EPOCH) // dt.timedelta(milliseconds=1)
+    # ListOffsets takes a 64-bit time, and reads the negative ones as "latest", "earliest", ...
+    if not 0 <= ms < 1 << 63:
+        raise HttpError(400, f"not a time Kafka can search for: {text!r} (from 1970 on, in ms below 2^63)")
+    return ms
 
 
 def _int(text: str, what: str, *, minimum: int | None = None) -> int:
