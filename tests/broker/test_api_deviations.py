@@ -5,7 +5,9 @@
   echo any producer id back with its epoch bumped: a client could take over another producer's
   id); a producer id without an epoch, or an epoch without an id, is INVALID_REQUEST;
 - DeleteTopics by topic id does not name the topic to a principal that may not describe it
-  (Kafka nulls the name); one that may describe it but not delete it is told the name.
+  (Kafka nulls the name); one that may describe it but not delete it is told the name;
+- DeleteTopics before v3 is told INVALID_REQUEST when topic deletion is disabled (the code
+  TOPIC_DELETION_DISABLED came with v3).
 """
 
 from __future__ import annotations
@@ -67,6 +69,26 @@ def test_init_producer_id_without_a_transactional_id_always_gives_a_new_id(tmp_p
             assert (code, epoch_back) == (0, 0) and pid_back not in seen
         finally:
             w.close()
+
+
+def test_delete_topics_before_v3_does_not_get_a_code_it_does_not_know(tmp_path: Path) -> None:
+    with BrokerProcess(tmp_path / "data", overrides={"delete.topic.enable": "false"}) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("kept", 1, 1)], request_timeout=T)["kept"].result(T)
+        w = WireClient(broker.host, broker.port)
+        try:
+            codes = {}
+            for version in range(7):
+                request = (
+                    DeleteTopicsRequest(topics=[DeleteTopicsRequest.DeleteTopicState(name="kept")], timeout_ms=5000)
+                    if version >= 6 else DeleteTopicsRequest(topic_names=["kept"], timeout_ms=5000)
+                )
+                [res] = w.request(request, version).responses
+                codes[version] = res.error_code
+        finally:
+            w.close()
+        assert codes == {v: ErrorCode.INVALID_REQUEST if v < 3 else ErrorCode.TOPIC_DELETION_DISABLED for v in range(7)}
+        assert "kept" in admin.list_topics(timeout=T).topics
 
 
 JAAS = (

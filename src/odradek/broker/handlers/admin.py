@@ -174,6 +174,8 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
         except KafkaError as exc:
             res.error_code = int(exc.code)
             res.error_message = exc.message or None
+            if exc.code is ErrorCode.TOPIC_DELETION_DISABLED and version < 3:
+                res.error_code = int(ErrorCode.INVALID_REQUEST)  # the code came with v3, as Kafka answers
     return R(throttle_time_ms=mutations.throttle_ms, responses=results)
 
 
