@@ -36,7 +36,13 @@ from odradek.protocol.messages.init_producer_id import InitProducerIdRequest
 from odradek.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
 from odradek.testing import BrokerProcess, WireClient, wait_for
 from tests.broker.inprocess import running_broker
-from tests.groups.wire_group import WireMember, all_stable, coordinator_loaded, fetch_offsets, find_coordinator
+from tests.groups.wire_group import (
+    WireMember,
+    all_stable,
+    coordinator_loaded,
+    fetch_offsets,
+    find_coordinator,
+)
 
 T = 30.0
 OVERRIDES: dict[str, object] = {
