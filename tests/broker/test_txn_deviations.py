@@ -6,6 +6,8 @@
   v0) took 90 for an abortable error, aiokafka (AddPartitionsToTxn v0) did not know it at all.
 - TxnOffsetCommit v0-1 gets COORDINATOR_NOT_AVAILABLE where a newer one gets
   COORDINATOR_LOAD_IN_PROGRESS (clients before Kafka 2.0 failed on it, KAFKA-7296).
+- TxnOffsetCommit is verified with the transaction coordinator (KIP-890), as Kafka verifies it:
+  a fenced producer's offsets are refused.
 - TxnOffsetCommit checks the member, the generation and the instance id only when it is given
   any of them: v0-2 cannot give them, and Java's ``sendOffsetsToTransaction(offsets, groupId)``
   gives none at any version, while the group has active members.
@@ -33,6 +35,7 @@ from odradek.protocol.messages.describe_transactions import DescribeTransactions
 from odradek.protocol.messages.end_txn import EndTxnRequest
 from odradek.protocol.messages.find_coordinator import FindCoordinatorRequest
 from odradek.protocol.messages.init_producer_id import InitProducerIdRequest
+from odradek.protocol.messages.offset_fetch import OffsetFetchRequest
 from odradek.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
 from odradek.testing import BrokerProcess, WireClient, wait_for
 from tests.broker.inprocess import running_broker
@@ -247,6 +250,38 @@ def test_txn_offset_commit_checks_the_member_only_when_one_is_given(broker: Brok
     finally:
         member.stop.set()
         member.close()
+
+
+def test_txn_offset_commit_is_verified_with_the_transaction_coordinator(
+    broker: BrokerProcess, wire: WireClient
+) -> None:
+    """KIP-890: offsets of a fenced producer, or of one that never added the group's offsets
+    partition to its transaction, are refused; they were written in a transaction no marker would
+    end, and the group's offsets were unstable for good."""
+    topic = _topic(broker, 1)
+    group = f"g-{topic}"
+    find_coordinator(wire, group)
+    wait_for(lambda: coordinator_loaded(wire, group), T, "the coordinator to load its offsets partition")
+    txn = f"zombie-{topic}"
+    pid, epoch = _init(wire, txn, timeout_ms=1000)
+    r = wire.request(AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=txn, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+        v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=topic, partitions=[0])],
+    ), 1)
+    assert r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+    # never AddOffsetsToTxn: its offsets are not part of its transaction
+    for version in (0, 3):
+        assert _txn_commit(wire, txn, pid, epoch, group, topic, 5, version) is ErrorCode.INVALID_TXN_STATE
+    wait_for(lambda: _txn_state(wire, txn) == "CompleteAbort", T, f"the coordinator to abort {txn}")
+    # fenced by the abort of its timed-out transaction
+    for version in (0, 3):
+        assert _txn_commit(wire, txn, pid, epoch, group, topic, 6, version) is ErrorCode.INVALID_PRODUCER_EPOCH
+    R = OffsetFetchRequest
+    r = wire.request(R(groups=[R.OffsetFetchRequestGroup(group_id=group, topics=[
+        R.OffsetFetchRequestTopics(name=topic, partition_indexes=[0])
+    ])], require_stable=True), 8)
+    [g] = r.groups
+    assert g.error_code == 0 and [(p.committed_offset, p.error_code) for p in g.topics[0].partitions] == [(-1, 0)]
 
 
 def test_aiokafka_sends_offsets_to_a_transaction_while_the_group_has_members(broker: BrokerProcess) -> None:

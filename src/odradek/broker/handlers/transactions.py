@@ -164,7 +164,10 @@ async def txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommitRequest
                 offsets[(t.name, p.partition_index)] = OffsetAndMetadata(
                     p.committed_offset, p.committed_leader_epoch, p.committed_metadata or "", now, -1
                 )
-        if offsets:
+        error = await _verified(ctx, request) if offsets else ErrorCode.NONE
+        if error is not ErrorCode.NONE:
+            errors.update(dict.fromkeys(offsets, error))
+        elif offsets:
             error, per = await svc.groups.txn_commit(
                 request.group_id, request.producer_id, request.producer_epoch, request.generation_id,
                 request.member_id, request.group_instance_id, offsets,
@@ -191,6 +194,31 @@ async def txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommitRequest
             for p in t.partitions
         ]))
     return R(throttle_time_ms=0, topics=topics)
+
+
+# a verification's answers as the group coordinator reports them (Kafka's coordinator runtime)
+_VERIFY_AS_COMMIT = {
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,  # the coordinator to retry
+    ErrorCode.NETWORK_EXCEPTION: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+}
+
+
+async def _verified(ctx: RequestContext, request: TxnOffsetCommitRequest) -> ErrorCode:
+    """KIP-890, as Kafka verifies transactional offset commits: the group's offsets partition must
+    be in the producer's ongoing transaction at that epoch, as its transaction coordinator says.
+    A fenced producer (its transaction aborted, say, for its timeout) is refused
+    INVALID_PRODUCER_EPOCH, one that never called AddOffsetsToTxn INVALID_TXN_STATE; without the
+    check their offsets were written in a transaction no marker would ever end, and the group's
+    offsets stayed unstable (KIP-447's OffsetFetch) for good."""
+    svc = ctx.services
+    if not svc.config.get("transaction.partition.verification.enable"):
+        return ErrorCode.NONE
+    tp = (OFFSETS_TOPIC, svc.groups.partition_for(request.group_id))
+    try:
+        code = await svc.transactions.verify(request.transactional_id, request.producer_id, request.producer_epoch, [tp])
+    except KafkaError as exc:
+        code = exc.code
+    return _VERIFY_AS_COMMIT.get(code, code)
 
 
 @handles(ApiKey.WRITE_TXN_MARKERS, versions=(0, 1))
