@@ -40,8 +40,8 @@ def _code(exc: BaseException) -> ErrorCode:
 def _fenced_as_known(code: ErrorCode, version: int) -> ErrorCode:
     """KIP-588: AddPartitionsToTxn, AddOffsetsToTxn and EndTxn before v2 (and InitProducerId
     before v4) were defined before PRODUCER_FENCED; Kafka answers them INVALID_PRODUCER_EPOCH,
-    which their clients treat as fatal, as they must (librdkafka takes an unknown code from these
-    requests for an abortable error, aiokafka fails on it)."""
+    which their clients treat as fatal, as they must (librdkafka's AddOffsetsToTxn v0 takes
+    PRODUCER_FENCED for an abortable error; aiokafka's AddPartitionsToTxn v0 does not know it)."""
     return ErrorCode.INVALID_PRODUCER_EPOCH if code is ErrorCode.PRODUCER_FENCED and version < 2 else code
 
 
