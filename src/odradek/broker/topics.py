@@ -9,6 +9,7 @@ broker's dynamic configs change.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from odradek.broker.limits import PartitionBudget, partition_budget
 from odradek.broker.logdirs import LogDirFailureChannel, is_io_error
 from odradek.cluster.metadata import MetadataImage, TopicInfo
-from odradek.config import BrokerConfig
+from odradek.config import BrokerConfig, ConfigError
 from odradek.coordination import MetadataBackend
 from odradek.errors import ErrorCode, KafkaError
 from odradek.storage import LogConfig, LogManager, StorageError
@@ -63,6 +64,8 @@ class TopicService:
         self.log_dirs = log_dirs
         self._configs: dict[str, LogConfig] = {}
         self._config_keys: dict[str, tuple[Any, Any]] = {}
+        #: the dynamic broker configs of the metadata store last applied to ``config``
+        self._applied: dict[str, str] = {}
 
     @property
     def image(self) -> MetadataImage:
@@ -85,6 +88,7 @@ class TopicService:
 
         Only changed topics are rebuilt: rebuilding all of them for every image made each topic
         creation cost O(topics) on the event loop (half of an auto-create's time at 500 topics)."""
+        self._apply_broker_configs(image.broker_configs)
         reconfigured = set()
         for topic in image.topics.values():
             source = (topic.configs, image.broker_configs)
@@ -97,6 +101,24 @@ class TopicService:
                 del self._configs[name]
                 self._config_keys.pop(name, None)
         return reconfigured
+
+    def _apply_broker_configs(self, stored: Mapping[str, str]) -> None:
+        """The dynamic broker configs the metadata store holds, applied to this broker's
+        configuration: after a restart (the embedded store keeps them) as after AlterConfigs.  A
+        stored value this version refuses is left out with a WARN line (the static value stays)."""
+        if stored == self._applied:
+            return
+        for name in [n for n in self._applied if n not in stored]:
+            with contextlib.suppress(ConfigError):
+                self.config.set_dynamic(name, None)
+        for name, value in stored.items():
+            if self._applied.get(name) == value:
+                continue
+            try:
+                self.config.set_dynamic(name, value)
+            except ConfigError as exc:
+                log.warning("the stored dynamic broker config %s is not applied: %s", name, exc.message)
+        self._applied = dict(stored)
 
     async def load_config(self, topic: str) -> None:
         """Read a topic's overrides from the store when its config is not known yet (a cluster
