@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from odradek.broker.limits import PartitionBudget, partition_budget
@@ -66,6 +66,9 @@ class TopicService:
         self._config_keys: dict[str, tuple[Any, Any]] = {}
         #: the dynamic broker configs of the metadata store last applied to ``config``
         self._applied: dict[str, str] = {}
+        #: registers this broker's endpoints again after advertised.listeners changed (set by the
+        #: broker's composition root); returns whether the metadata store advertises them now
+        self.advertise: Callable[[], Awaitable[bool]] | None = None
 
     @property
     def image(self) -> MetadataImage:
@@ -212,7 +215,10 @@ class TopicService:
         return await self.backend.topic_exists(name)
 
     async def set_broker_configs(self, change: Mapping[str, str | None], replace_all: bool) -> None:
+        before = self.config.get("advertised.listeners")
         current = dict(self.image.broker_configs) if not replace_all else {}
+        for k in [k for k in self.image.broker_configs if replace_all and k not in change]:
+            self.config.set_dynamic(k, None)  # AlterConfigs replaces the whole set
         for k, v in change.items():
             self.config.set_dynamic(k, v)
             if v is None:
@@ -220,6 +226,13 @@ class TopicService:
             else:
                 current[k] = v
         await self.backend.set_broker_configs(current)
+        if self.config.get("advertised.listeners") != before and self.advertise is not None:
+            if await self.advertise():
+                log.info("advertised.listeners changed: Metadata now advertises %s", self.config.get("advertised.listeners"))
+            else:
+                log.warning("advertised.listeners changed to %s: stored and described, not advertised (the "
+                            "ZooKeeper controller does not watch a broker's registration for changes)",
+                            self.config.get("advertised.listeners"))
 
     # -- limits: what a request may add, decided before anything is written -------------------------
 
