@@ -996,7 +996,9 @@ class BrokerConfig:
         d = BROKER_CONFIGS.get(key)
         if d is None:
             if key in TOPIC_KEYS:
-                raise ConfigError(f"{key} is a topic config; set its broker default instead")
+                synonyms = ", ".join(TOPIC_KEYS[key].synonyms) or "none"
+                raise ConfigError(f"{key} {where + ' ' if where else ''}is a topic config; set it per topic, or its "
+                                  f"broker default ({synonyms})")
             message = unknown_name_message("broker configuration", key, BROKER_CONFIGS, where)
             if strict:
                 raise ConfigError(message)
