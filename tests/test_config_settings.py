@@ -5,6 +5,7 @@ wording, and ``advertised.listeners`` is a dynamic per-broker config."""
 
 from __future__ import annotations
 
+import ast
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,6 +137,18 @@ def test_every_kafka_config_has_its_row_and_each_unused_one_a_description() -> N
     assert BROKER_CONFIGS["sasl.kerberos.min.time.before.relogin"].update_mode == "per-broker"
     assert BROKER_CONFIGS["log.cleaner.threads"].update_mode == "cluster-wide"
     assert BROKER_CONFIGS["process.roles"].update_mode == "read-only"
+    # and no code reads one of them: "not used" stays true
+    src = Path(__file__).resolve().parents[1] / "src" / "odradek"
+    read = set()
+    for path in src.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                "get", "for_listener", "is_set", "source"
+            ):
+                read.update(a.value for a in node.args[:2] if isinstance(a, ast.Constant) and isinstance(a.value, str))
+    assert len(read & set(BROKER_CONFIGS)) >= 40
+    assert not {n for n in read if n in BROKER_CONFIGS and not BROKER_CONFIGS[n].used}
+    assert not {n for n in read if n in TOPIC_KEYS and not TOPIC_KEYS[n].used}
 
 
 # -- against a broker ----------------------------------------------------------------------------
