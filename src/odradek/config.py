@@ -534,6 +534,21 @@ KAFKA_BROKER_CONFIGS: dict[str, ConfigDef] = _kafka_defs(
     ("password.encoder.cipher.algorithm", "string", "AES/CBC/PKCS5Padding", _R, "Kafka: cipher of the password encoder."),
     ("password.encoder.key.length", "int", 128, _R, "Kafka: key length of the password encoder."),
     ("password.encoder.iterations", "int", 4096, _R, "Kafka: iterations of the password encoder."),
+    # Kafka's internal configs (accepted by Kafka, not in its documentation)
+    ("unstable.api.versions.enable", "boolean", False, _R, "Kafka (internal): advertise API versions still in development."),
+    ("unstable.feature.versions.enable", "boolean", False, _R, "Kafka (internal): allow feature levels still in development."),
+    ("unclean.leader.election.interval.ms", "long", 300000, _R, "Kafka (internal): interval of the controller's unclean election checks."),
+    ("metadata.log.segment.min.bytes", "int", 8388608, _R, "Kafka (internal, KRaft): smallest metadata log segment."),
+    ("server.max.startup.time.ms", "long", LONG_MAX, _R, "Kafka (internal, KRaft): longest start-up before the broker gives up."),
+    ("zookeeper.metadata.migration.min.batch.size", "int", 200, _R, "Kafka (internal): records per batch of the ZooKeeper migration."),
+    ("group.coordinator.new.enable", "boolean", False, _R, "Kafka 3.x (internal): the new group coordinator (KIP-848)."),
+    ("group.consumer.migration.policy", "string", "bidirectional", _R, "Kafka (internal): when classic groups convert to the consumer protocol and back."),
+    ("group.share.enable", "boolean", False, _R, "Kafka (internal): share groups (KIP-932) before they were generally available."),
+    ("share.fetch.max.fetch.records", "int", INT_MAX, _R, "Kafka (internal): records one share fetch may return."),
+    ("remote.log.manager.task.retry.backoff.ms", "long", 500, _R, "Kafka (internal, tiered storage): first backoff of a failed task."),
+    ("remote.log.manager.task.retry.backoff.max.ms", "long", 30000, _R, "Kafka (internal, tiered storage): largest backoff of a failed task."),
+    ("remote.log.manager.task.retry.jitter", "double", 0.2, _R, "Kafka (internal, tiered storage): jitter of the task backoff."),
+    ("log.initial.task.delay.ms", "long", 30000, _R, "Kafka (internal): delay before the log manager's first background tasks."),
     # Kafka's ZooKeeper-mode AclAuthorizer: ACLs in another ZooKeeper (Odradek keeps them with the
     # rest of its metadata)
     ("authorizer.zookeeper.url", "string", None, _R, "Kafka's AclAuthorizer: a separate ZooKeeper for ACLs."),
