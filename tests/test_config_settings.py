@@ -367,3 +367,34 @@ def test_advertised_listeners_is_altered_per_broker_and_metadata_follows(tmp_pat
                      == [("127.0.0.1", broker.port)], 10, "Metadata advertising the listener again")
         finally:
             client.close()
+
+
+def test_did_you_mean_searches_are_budgeted() -> None:
+    """A search for the nearest name costs milliseconds on the event loop: a flood of unknown
+    names gets Kafka's message without the hint once the budget is spent, and the budget refills."""
+    from odradek._clock import FakeClock
+    from odradek.broker.handlers.configs import _HintBudget
+
+    clock = FakeClock()
+    budget = _HintBudget(3, clock)
+    assert [budget.take() for _ in range(5)] == [True, True, True, False, False]
+    clock.advance(1000)
+    assert [budget.take() for _ in range(4)] == [True, True, True, False]
+
+
+def test_a_request_naming_many_unknown_configs_gets_a_bounded_number_of_hints(broker: BrokerProcess) -> None:
+    R = IncrementalAlterConfigsRequest
+    resources = [R.AlterConfigsResource(resource_type=4, resource_name="0", configs=[
+        R.AlterableConfig(name=f"sasl.kerberos.min.time.before.relogn{i}", config_operation=0, value="1")])
+        for i in range(200)]
+    client = WireClient(broker.host, broker.port)
+    try:
+        answer = client.request(R(resources=resources, validate_only=False), 1)
+        messages = [r.error_message or "" for r in answer.responses]
+        assert all(r.error_code == KafkaError.INVALID_CONFIG for r in answer.responses)
+        assert all(m.startswith("Unknown broker config name: sasl.kerberos.min.time.before.relogn") for m in messages)
+        hinted = sum("(did you mean 'sasl.kerberos.min.time.before.relogin'?)" in m for m in messages)
+        assert hinted < 100, hinted  # the first ones (up to the budget) name the one meant
+        assert client.request(MetadataRequest(topics=[]), 1).brokers  # and the broker serves on
+    finally:
+        client.close()

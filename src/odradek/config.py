@@ -59,6 +59,8 @@ class ConfigError(KafkaError):
 def nearest_name(name: str, known: Iterable[str], *, ignore_case: bool = False) -> str | None:
     """The known name closest to a misspelt ``name`` (edit similarity, difflib's), or None when
     nothing is close enough to be the one meant."""
+    if len(name) > 255:  # no config name is that long; and the search's cost grows with it
+        return None
     fold = str.lower if ignore_case else str
     by_key = {fold(n): n for n in known}
     match = difflib.get_close_matches(fold(name), list(by_key), n=1, cutoff=0.75)
@@ -931,10 +933,10 @@ def _parse_at(name: str, type_: str, value: Any, where: str) -> Any:
         raise ConfigError(exc.message + (f" ({where})" if where else "")) from None
 
 
-def split_per_listener(key: str, where: str = "") -> tuple[str, str, str]:
+def split_per_listener(key: str, where: str = "", *, suggest: bool = True) -> tuple[str, str, str]:
     """``listener.name.<listener>[.<mechanism>].<config>`` as ``(listener, MECHANISM or "",
     config)``; a config (or mechanism) not in the schema is a :class:`ConfigError` naming the
-    nearest valid key."""
+    nearest valid key (unless not ``suggest``: the search costs a few milliseconds)."""
     rest = key[len("listener.name.") :]
     listener, _, tail = rest.partition(".")
     if listener and tail in BROKER_CONFIGS:
@@ -945,7 +947,7 @@ def split_per_listener(key: str, where: str = "") -> tuple[str, str, str]:
     candidates = list(BROKER_CONFIGS) + [
         f"{m.lower()}.{c}" for m in sorted(_SASL_MECHANISM_NAMES) for c in BROKER_CONFIGS if _mechanism_config(c)
     ]
-    near = nearest_name(tail, candidates) if listener and tail else None
+    near = nearest_name(tail, candidates) if suggest and listener and tail else None
     text = f"unknown per-listener configuration {key!r}" + (f" {where}" if where else "")
     text += ": expected listener.name.<listener>.<config> or listener.name.<listener>.<sasl mechanism>.<config>"
     hint = f" (did you mean 'listener.name.{listener}.{near}'?)" if near is not None else ""

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from odradek._clock import Clock, SystemClock
 from odradek.broker.dispatch import RequestContext, handles
 from odradek.config import (
     BROKER_CONFIGS,
@@ -82,10 +83,33 @@ def throttled_replicas_valid(value: str) -> bool:
     return all(re.fullmatch(r"\s*\d+\s*:\s*\d+\s*", item) for item in text.split(","))
 
 
+class _HintBudget:
+    """How many "did you mean" searches the broker makes: one costs up to a few milliseconds on
+    the event loop (edit similarity against every config name), so a request naming thousands of
+    unknown configs, or a flood of them, gets the rest answered without the hint.  A token
+    bucket: ``rate`` searches a second, ``rate`` at once."""
+
+    def __init__(self, rate: int, clock: Clock) -> None:
+        self.rate, self.clock = rate, clock
+        self.tokens, self.at = float(rate), clock.monotonic_ms()
+
+    def take(self) -> bool:
+        now = self.clock.monotonic_ms()
+        self.tokens = min(float(self.rate), self.tokens + (now - self.at) * self.rate / 1000)
+        self.at = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
+
+
+_hints = _HintBudget(25, SystemClock())
+
+
 def _unknown(kind: str, name: str, known: Iterable[str]) -> KafkaError:
     """Kafka's wording (``Unknown topic config name: x``, which clients match), with the valid
-    name meant when one is close."""
-    near = nearest_name(name, known)
+    name meant when one is close (while the hint budget lasts)."""
+    near = nearest_name(name, known) if _hints.take() else None
     hint = f" (did you mean {near!r}?)" if near is not None else ""
     return KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown {kind} config name: {name}{hint}")
 
@@ -165,7 +189,7 @@ def validate_broker_configs(svc: Services, change: Mapping[str, str | None], *, 
             continue
         if k.startswith("listener.name."):
             try:
-                split_per_listener(k)
+                split_per_listener(k, suggest=_hints.take())
             except ConfigError as exc:
                 raise KafkaError(ErrorCode.INVALID_CONFIG, exc.message) from None
             continue
