@@ -13,7 +13,9 @@ each topic config, the broker configs it falls back to, in order, as Kafka does.
 from __future__ import annotations
 
 import difflib
+import logging
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
@@ -22,9 +24,12 @@ from typing import Any
 
 from odradek.errors import ErrorCode, KafkaError
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "BROKER_CONFIGS",
     "DEPRECATED_TOPIC_CONFIGS",
+    "KAFKA_BROKER_CONFIGS",
     "TOPIC_CONFIGS",
     "TOPIC_KEYS",
     "TOPIC_SCHEMA",
@@ -38,6 +43,7 @@ __all__ = [
     "nearest_name",
     "parse_listeners",
     "read_properties",
+    "split_per_listener",
     "unknown_name_message",
 ]
 
@@ -53,6 +59,8 @@ class ConfigError(KafkaError):
 def nearest_name(name: str, known: Iterable[str], *, ignore_case: bool = False) -> str | None:
     """The known name closest to a misspelt ``name`` (edit similarity, difflib's), or None when
     nothing is close enough to be the one meant."""
+    if len(name) > 255:  # no config name is that long; and the search's cost grows with it
+        return None
     fold = str.lower if ignore_case else str
     by_key = {fold(n): n for n in known}
     match = difflib.get_close_matches(fold(name), list(by_key), n=1, cutoff=0.75)
@@ -91,13 +99,28 @@ TYPE_CODES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "doubl
 @dataclass(frozen=True, slots=True)
 class ConfigDef:
     name: str
-    type: str  # boolean, string, int, short, long, double, list, password
+    type: str  # boolean, string, int, short, long, double, list, class, password
     default: Any
     read_only: bool = True  # cannot be changed at run time (AlterConfigs on a broker)
+    #: False: one of Kafka's configs that Odradek accepts, stores and describes but does not act on
+    used: bool = True
+    #: what it is (every config Odradek does not use has one; see docs/configuration.md)
+    doc: str = ""
+    #: a dynamic config that is set for one broker (resource name = its id), never cluster-wide
+    per_broker: bool = False
+
+    @property
+    def update_mode(self) -> str:
+        """Kafka's name for how it may change: read-only, per-broker or cluster-wide."""
+        return "read-only" if self.read_only else "per-broker" if self.per_broker else "cluster-wide"
+
+
+#: dynamic configs that Kafka lets be set only per broker (DynamicBrokerConfig's PerBrokerConfigs)
+_PER_BROKER = frozenset({"advertised.listeners"})
 
 
 def _defs(*rows: tuple[str, str, Any] | tuple[str, str, Any, bool]) -> dict[str, ConfigDef]:
-    return {r[0]: ConfigDef(*r) for r in rows}
+    return {r[0]: ConfigDef(r[0], r[1], r[2], r[3] if len(r) == 4 else True, per_broker=r[0] in _PER_BROKER) for r in rows}
 
 
 BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
@@ -105,7 +128,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("node.id", "int", -1),
     ("broker.rack", "string", None),
     ("listeners", "string", "PLAINTEXT://127.0.0.1:9092"),
-    ("advertised.listeners", "string", None),
+    # per broker at run time too (Kafka's dynamic per-broker config): Metadata then advertises it
+    ("advertised.listeners", "string", None, False),
     ("listener.security.protocol.map", "string", "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"),
     ("inter.broker.listener.name", "string", None),
     ("security.inter.broker.protocol", "string", "PLAINTEXT"),
@@ -125,7 +149,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("ssl.client.auth", "string", "none"),
     ("ssl.protocol", "string", "TLSv1.3"),
     ("ssl.enabled.protocols", "list", "TLSv1.2,TLSv1.3"),
-    ("ssl.cipher.suites", "list", None),
+    ("ssl.cipher.suites", "list", ""),
     ("ssl.endpoint.identification.algorithm", "string", "https"),
     ("ssl.principal.mapping.rules", "string", "DEFAULT"),
     # SASL (SASL_PLAINTEXT and SASL_SSL listeners); sasl.jaas.config also per listener and
@@ -148,7 +172,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("allow.everyone.if.no.acl.found", "boolean", False),
     # OAUTHBEARER: without a JWKS, Kafka's unsecured validator (development only; its options in
     # the mechanism's JAAS config); with one, signed tokens (KIP-768)
-    ("sasl.server.callback.handler.class", "string", None),
+    ("sasl.server.callback.handler.class", "class", None),
     # GSSAPI (Kerberos): the service name clients ask for, and how Kerberos names become principals
     ("sasl.kerberos.service.name", "string", None),
     ("sasl.kerberos.principal.to.local.rules", "list", "DEFAULT"),
@@ -301,6 +325,254 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("max.broker.partitions", "int", -1, False),
 )
 
+_R, _C, _B = "read-only", "cluster-wide", "per-broker"
+
+
+def _kafka_defs(*rows: tuple[str, str, Any, str, str]) -> dict[str, ConfigDef]:
+    return {
+        name: ConfigDef(name, type_, default, mode == _R, used=False, doc=doc, per_broker=mode == _B)
+        for name, type_, default, mode, doc in rows
+    }
+
+
+#: Kafka's broker configs (3.x and 4.0) that Odradek accepts, stores and describes but does not act
+#: on: a server.properties written for Kafka starts Odradek unchanged (with one WARN line naming
+#: them), and AlterConfigs / DescribeConfigs on a broker answer them as Kafka does.  Names, types,
+#: defaults and update modes are Kafka's; the descriptions say what each is for in Kafka.
+KAFKA_BROKER_CONFIGS: dict[str, ConfigDef] = _kafka_defs(
+    # broker identity and registration
+    ("broker.id.generation.enable", "boolean", True, _R, "Kafka (ZooKeeper mode): assign a broker id automatically when broker.id is unset."),
+    ("reserved.broker.max.id", "int", 1000, _R, "Kafka (ZooKeeper mode): the largest broker id a user may configure; generated ids start above it."),
+    ("early.start.listeners", "string", None, _R, "Kafka: listeners started before the authorizer has loaded."),
+    ("control.plane.listener.name", "string", None, _R, "Kafka (ZooKeeper mode): a listener reserved for controller-to-broker requests."),
+    ("socket.listen.backlog.size", "int", 50, _R, "Kafka: the pending-connection queue length of each listening socket."),
+    ("queued.max.request.bytes", "long", -1, _R, "Kafka: bytes of queued requests before reading stops (-1: no limit)."),
+    ("socket.connection.setup.timeout.ms", "long", 10000, _R, "Kafka: first timeout for the broker's own outgoing connections."),
+    ("socket.connection.setup.timeout.max.ms", "long", 30000, _R, "Kafka: largest timeout for the broker's own outgoing connections."),
+    ("max.request.partition.size.limit", "int", 2000, _R, "Kafka: partitions one share-fetch request may name."),
+    # threads and purgatories
+    ("background.threads", "int", 10, _C, "Kafka: threads for background tasks."),
+    ("num.replica.alter.log.dirs.threads", "int", None, _R, "Kafka: threads moving replicas between log directories."),
+    ("fetch.purgatory.purge.interval.requests", "int", 1000, _R, "Kafka: fetch purgatory purge interval, in requests."),
+    ("producer.purgatory.purge.interval.requests", "int", 1000, _R, "Kafka: produce purgatory purge interval, in requests."),
+    ("delete.records.purgatory.purge.interval.requests", "int", 1, _R, "Kafka: delete-records purgatory purge interval, in requests."),
+    # KRaft (Odradek's metadata is embedded or in ZooKeeper)
+    ("process.roles", "list", "", _R, "Kafka (KRaft): whether this node is a broker, a controller or both."),
+    ("controller.listener.names", "string", None, _R, "Kafka (KRaft): the listeners the controllers use."),
+    ("sasl.mechanism.controller.protocol", "string", "GSSAPI", _R, "Kafka (KRaft): the SASL mechanism for talking to controllers."),
+    ("initial.broker.registration.timeout.ms", "int", 60000, _R, "Kafka (KRaft): how long a broker waits for its first registration."),
+    ("broker.heartbeat.interval.ms", "int", 2000, _R, "Kafka (KRaft): interval of broker heartbeats to the controller."),
+    ("broker.session.timeout.ms", "int", 9000, _R, "Kafka (KRaft): how long a broker may miss heartbeats before it is fenced."),
+    ("metadata.log.dir", "string", None, _R, "Kafka (KRaft): the directory of the metadata log."),
+    ("metadata.log.segment.bytes", "int", 1073741824, _R, "Kafka (KRaft): segment size of the metadata log."),
+    ("metadata.log.segment.ms", "long", 604800000, _R, "Kafka (KRaft): segment roll time of the metadata log."),
+    ("metadata.log.max.record.bytes.between.snapshots", "long", 20971520, _R, "Kafka (KRaft): metadata log bytes between two snapshots."),
+    ("metadata.log.max.snapshot.interval.ms", "long", 3600000, _R, "Kafka (KRaft): longest time between two metadata snapshots."),
+    ("metadata.max.retention.bytes", "long", 104857600, _R, "Kafka (KRaft): bytes of metadata log kept."),
+    ("metadata.max.retention.ms", "long", 604800000, _R, "Kafka (KRaft): how long metadata log segments are kept."),
+    ("metadata.max.idle.interval.ms", "int", 500, _R, "Kafka (KRaft): interval of no-op records the active controller appends."),
+    ("zookeeper.metadata.migration.enable", "boolean", False, _R, "Kafka: migrate the metadata from ZooKeeper to KRaft."),
+    ("eligible.leader.replicas.enable", "boolean", False, _R, "Kafka (KRaft): eligible leader replicas (KIP-966)."),
+    ("controller.quorum.voters", "list", "", _R, "Kafka (KRaft): the controller quorum's voters, id@host:port."),
+    ("controller.quorum.bootstrap.servers", "list", "", _R, "Kafka (KRaft): addresses to discover the controller quorum."),
+    ("controller.quorum.election.timeout.ms", "int", 1000, _R, "Kafka (KRaft): time without a leader before an election."),
+    ("controller.quorum.fetch.timeout.ms", "int", 2000, _R, "Kafka (KRaft): time without a fetch from the leader before a voter stands for election."),
+    ("controller.quorum.election.backoff.max.ms", "int", 1000, _R, "Kafka (KRaft): longest wait before a new election."),
+    ("controller.quorum.append.linger.ms", "int", 25, _R, "Kafka (KRaft): how long the leader lingers to batch metadata writes."),
+    ("controller.quorum.request.timeout.ms", "int", 2000, _R, "Kafka (KRaft): request timeout within the controller quorum."),
+    ("controller.quorum.retry.backoff.ms", "int", 20, _R, "Kafka (KRaft): backoff before a failed quorum request is retried."),
+    ("controller.quota.window.num", "int", 11, _R, "Kafka (KRaft): samples kept for controller mutation quotas."),
+    ("controller.quota.window.size.seconds", "int", 1, _R, "Kafka (KRaft): length of one controller-quota sample."),
+    # ZooKeeper client settings Odradek's kazoo client does not take
+    ("zookeeper.set.acl", "boolean", False, _R, "Kafka: write ZooKeeper nodes with secure ACLs."),
+    ("zookeeper.max.in.flight.requests", "int", 10, _R, "Kafka: unacknowledged requests the ZooKeeper client may send."),
+    ("zookeeper.ssl.client.enable", "boolean", False, _R, "Kafka: connect to ZooKeeper over TLS."),
+    ("zookeeper.clientCnxnSocket", "string", None, _R, "Kafka: the ZooKeeper client's socket implementation (Netty for TLS)."),
+    ("zookeeper.ssl.keystore.location", "string", None, _R, "Kafka: keystore for TLS to ZooKeeper."),
+    ("zookeeper.ssl.keystore.password", "password", None, _R, "Kafka: password of the ZooKeeper TLS keystore."),
+    ("zookeeper.ssl.keystore.type", "string", None, _R, "Kafka: format of the ZooKeeper TLS keystore."),
+    ("zookeeper.ssl.truststore.location", "string", None, _R, "Kafka: truststore for TLS to ZooKeeper."),
+    ("zookeeper.ssl.truststore.password", "password", None, _R, "Kafka: password of the ZooKeeper TLS truststore."),
+    ("zookeeper.ssl.truststore.type", "string", None, _R, "Kafka: format of the ZooKeeper TLS truststore."),
+    ("zookeeper.ssl.protocol", "string", "TLSv1.2", _R, "Kafka: TLS protocol for ZooKeeper connections."),
+    ("zookeeper.ssl.enabled.protocols", "list", None, _R, "Kafka: TLS protocols enabled for ZooKeeper connections."),
+    ("zookeeper.ssl.cipher.suites", "list", None, _R, "Kafka: cipher suites enabled for ZooKeeper connections."),
+    ("zookeeper.ssl.endpoint.identification.algorithm", "string", "HTTPS", _R, "Kafka: host name verification of ZooKeeper's certificate."),
+    ("zookeeper.ssl.crl.enable", "boolean", False, _R, "Kafka: check certificate revocation lists for ZooKeeper TLS."),
+    ("zookeeper.ssl.ocsp.enable", "boolean", False, _R, "Kafka: check OCSP for ZooKeeper TLS."),
+    # replication and log
+    ("inter.broker.protocol.version", "string", "3.9-IV0", _R, "Kafka (ZooKeeper mode): the protocol version brokers speak to each other."),
+    ("replica.socket.receive.buffer.bytes", "int", 65536, _R, "Kafka: socket receive buffer of replica fetcher connections."),
+    ("replica.selector.class", "string", None, _R, "Kafka: chooses the replica a consumer fetches from (KIP-392)."),
+    ("log.cleaner.threads", "int", 1, _C, "Kafka: threads compacting logs (Odradek's log scheduler compacts)."),
+    ("log.cleaner.dedupe.buffer.size", "long", 134217728, _C, "Kafka: memory for the compaction key index, over all cleaner threads."),
+    ("log.cleaner.io.buffer.size", "int", 524288, _C, "Kafka: memory for compaction read and write buffers."),
+    ("log.cleaner.io.buffer.load.factor", "double", 0.9, _C, "Kafka: fill ratio of the compaction key index."),
+    ("log.cleaner.io.max.bytes.per.second", "double", 1.7976931348623157e308, _C, "Kafka: I/O throttle of log compaction."),
+    ("log.dir.failure.timeout.ms", "long", 30000, _R, "Kafka (KRaft): how long a failed log directory may stay unreported before shutdown."),
+    ("compression.gzip.level", "int", -1, _C, "Kafka: gzip level for broker-side recompression (-1: the codec's default)."),
+    ("compression.lz4.level", "int", 9, _C, "Kafka: lz4 level for broker-side recompression."),
+    ("compression.zstd.level", "int", 3, _C, "Kafka: zstd level for broker-side recompression."),
+    ("create.topic.policy.class.name", "class", None, _R, "Kafka: a plug-in class that may veto topic creation."),
+    ("alter.config.policy.class.name", "class", None, _R, "Kafka: a plug-in class that may veto config changes."),
+    # tiered storage (not implemented)
+    ("remote.log.storage.system.enable", "boolean", False, _R, "Kafka: tiered storage on this broker."),
+    ("remote.log.storage.manager.class.name", "string", None, _R, "Kafka (tiered storage): the remote storage plug-in."),
+    ("remote.log.storage.manager.class.path", "string", None, _R, "Kafka (tiered storage): class path of the remote storage plug-in."),
+    ("remote.log.storage.manager.impl.prefix", "string", "rsm.config.", _R, "Kafka (tiered storage): prefix of the remote storage plug-in's settings."),
+    ("remote.log.metadata.manager.class.name", "string", "org.apache.kafka.server.log.remote.metadata.storage.TopicBasedRemoteLogMetadataManager", _R, "Kafka (tiered storage): the remote log metadata plug-in."),
+    ("remote.log.metadata.manager.class.path", "string", None, _R, "Kafka (tiered storage): class path of the remote log metadata plug-in."),
+    ("remote.log.metadata.manager.impl.prefix", "string", "rlmm.config.", _R, "Kafka (tiered storage): prefix of the remote log metadata plug-in's settings."),
+    ("remote.log.metadata.manager.listener.name", "string", None, _R, "Kafka (tiered storage): the listener the metadata plug-in's clients use."),
+    ("remote.log.metadata.custom.metadata.max.bytes", "int", 128, _R, "Kafka (tiered storage): largest custom metadata of a remote segment."),
+    ("remote.log.index.file.cache.total.size.bytes", "long", 1073741824, _C, "Kafka (tiered storage): disk cache of remote index files."),
+    ("remote.log.manager.thread.pool.size", "int", 10, _R, "Kafka (tiered storage): threads of the remote log manager."),
+    ("remote.log.manager.copier.thread.pool.size", "int", -1, _R, "Kafka (tiered storage): threads copying segments to remote storage."),
+    ("remote.log.manager.expiration.thread.pool.size", "int", -1, _R, "Kafka (tiered storage): threads deleting expired remote segments."),
+    ("remote.log.manager.task.interval.ms", "long", 30000, _R, "Kafka (tiered storage): interval of the remote log manager's tasks."),
+    ("remote.log.reader.threads", "int", 10, _R, "Kafka (tiered storage): threads reading remote segments."),
+    ("remote.log.reader.max.pending.tasks", "int", 100, _R, "Kafka (tiered storage): queued remote reads."),
+    ("log.local.retention.ms", "long", -2, _C, "Kafka (tiered storage): local retention time of tiered topics (-2: retention.ms)."),
+    ("log.local.retention.bytes", "long", -2, _C, "Kafka (tiered storage): local retention size of tiered topics (-2: retention.bytes)."),
+    ("remote.log.manager.copy.max.bytes.per.second", "long", LONG_MAX, _C, "Kafka (tiered storage): copy throttle."),
+    ("remote.log.manager.copy.quota.window.num", "int", 11, _R, "Kafka (tiered storage): samples kept for the copy throttle."),
+    ("remote.log.manager.copy.quota.window.size.seconds", "int", 1, _R, "Kafka (tiered storage): length of one copy-throttle sample."),
+    ("remote.log.manager.fetch.max.bytes.per.second", "long", LONG_MAX, _C, "Kafka (tiered storage): remote fetch throttle."),
+    ("remote.log.manager.fetch.quota.window.num", "int", 11, _R, "Kafka (tiered storage): samples kept for the fetch throttle."),
+    ("remote.log.manager.fetch.quota.window.size.seconds", "int", 1, _R, "Kafka (tiered storage): length of one fetch-throttle sample."),
+    ("remote.fetch.max.wait.ms", "int", 500, _C, "Kafka (tiered storage): longest wait of a fetch served from remote storage."),
+    ("remote.list.offsets.request.timeout.ms", "long", 30000, _C, "Kafka (tiered storage): timeout of a ListOffsets answered from remote storage."),
+    # quotas
+    ("alter.log.dirs.replication.quota.window.num", "int", 11, _R, "Kafka: samples kept for the log-dir move throttle."),
+    ("alter.log.dirs.replication.quota.window.size.seconds", "int", 1, _R, "Kafka: length of one log-dir move throttle sample."),
+    ("replica.alter.log.dirs.io.max.bytes.per.second", "long", LONG_MAX, _C, "Kafka: throttle of replicas moving between log directories."),
+    ("client.quota.callback.class", "class", None, _R, "Kafka: a plug-in class deciding client quotas."),
+    # groups: the consumer protocol (KIP-848) and share groups, with Odradek's own limits
+    ("group.coordinator.rebalance.protocols", "list", "classic,consumer", _R, "Kafka: the group protocols the coordinator serves."),
+    ("group.coordinator.threads", "int", 1, _R, "Kafka: threads of the group coordinator."),
+    ("group.coordinator.append.linger.ms", "int", 10, _R, "Kafka: how long the group coordinator lingers to batch its writes."),
+    ("group.consumer.session.timeout.ms", "int", 45000, _R, "Kafka: session timeout of consumer-protocol members."),
+    ("group.consumer.min.session.timeout.ms", "int", 45000, _R, "Kafka: smallest session timeout of consumer-protocol members."),
+    ("group.consumer.max.session.timeout.ms", "int", 60000, _R, "Kafka: largest session timeout of consumer-protocol members."),
+    ("group.consumer.heartbeat.interval.ms", "int", 5000, _R, "Kafka: heartbeat interval of consumer-protocol members."),
+    ("group.consumer.min.heartbeat.interval.ms", "int", 5000, _R, "Kafka: smallest heartbeat interval of consumer-protocol members."),
+    ("group.consumer.max.heartbeat.interval.ms", "int", 15000, _R, "Kafka: largest heartbeat interval of consumer-protocol members."),
+    ("group.consumer.max.size", "int", INT_MAX, _R, "Kafka: most members of a consumer-protocol group."),
+    ("group.consumer.assignors", "list", "org.apache.kafka.coordinator.group.assignor.UniformAssignor,org.apache.kafka.coordinator.group.assignor.RangeAssignor", _R, "Kafka: the server-side assignors of consumer-protocol groups, the first the default."),
+    ("group.share.session.timeout.ms", "int", 45000, _R, "Kafka: session timeout of share-group members."),
+    ("group.share.min.session.timeout.ms", "int", 45000, _R, "Kafka: smallest session timeout of share-group members."),
+    ("group.share.max.session.timeout.ms", "int", 60000, _R, "Kafka: largest session timeout of share-group members."),
+    ("group.share.heartbeat.interval.ms", "int", 5000, _R, "Kafka: heartbeat interval of share-group members."),
+    ("group.share.min.heartbeat.interval.ms", "int", 5000, _R, "Kafka: smallest heartbeat interval of share-group members."),
+    ("group.share.max.heartbeat.interval.ms", "int", 15000, _R, "Kafka: largest heartbeat interval of share-group members."),
+    ("group.share.max.size", "int", 200, _R, "Kafka: most members of a share group."),
+    ("group.share.max.groups", "short", 10, _R, "Kafka: most share groups."),
+    ("group.share.delivery.count.limit", "int", 5, _R, "Kafka: deliveries of a share-group record before it is archived."),
+    ("group.share.record.lock.duration.ms", "int", 30000, _R, "Kafka: how long a share-group consumer holds a record."),
+    ("group.share.min.record.lock.duration.ms", "int", 15000, _R, "Kafka: shortest share-group record lock."),
+    ("group.share.max.record.lock.duration.ms", "int", 60000, _R, "Kafka: longest share-group record lock."),
+    ("group.share.partition.max.record.locks", "int", 200, _R, "Kafka: records of one share partition that may be locked at once."),
+    ("share.fetch.purgatory.purge.interval.requests", "int", 1000, _R, "Kafka: share-fetch purgatory purge interval, in requests."),
+    ("share.coordinator.state.topic.num.partitions", "int", 50, _R, "Kafka: partitions of __share_group_state."),
+    ("share.coordinator.state.topic.replication.factor", "short", 3, _R, "Kafka: replication factor of __share_group_state."),
+    ("share.coordinator.state.topic.min.isr", "short", 2, _R, "Kafka: min.insync.replicas of __share_group_state."),
+    ("share.coordinator.state.topic.segment.bytes", "int", 104857600, _R, "Kafka: segment size of __share_group_state."),
+    ("share.coordinator.state.topic.compression.codec", "int", 0, _R, "Kafka: codec of the share coordinator's records."),
+    ("share.coordinator.threads", "int", 1, _R, "Kafka: threads of the share coordinator."),
+    ("share.coordinator.snapshot.update.records.per.snapshot", "int", 500, _R, "Kafka: share-state updates between two snapshots."),
+    ("share.coordinator.load.buffer.size", "int", 5242880, _R, "Kafka: read size when loading __share_group_state."),
+    ("share.coordinator.append.linger.ms", "int", 10, _R, "Kafka: how long the share coordinator lingers to batch its writes."),
+    ("share.coordinator.write.timeout.ms", "int", 5000, _R, "Kafka: timeout of the share coordinator's writes."),
+    ("offsets.topic.compression.codec", "int", 0, _R, "Kafka: codec of the group coordinator's records."),
+    ("transaction.state.log.load.buffer.size", "int", 5242880, _R, "Kafka: read size when loading __transaction_state."),
+    # metrics (Odradek exports Prometheus metrics; see metrics.port)
+    ("metric.reporters", "list", "org.apache.kafka.common.metrics.JmxReporter", _C, "Kafka: classes metrics are reported to."),
+    ("metrics.num.samples", "int", 2, _R, "Kafka: samples kept to compute a metric."),
+    ("metrics.sample.window.ms", "long", 30000, _R, "Kafka: length of one metrics sample."),
+    ("metrics.recording.level", "string", "INFO", _R, "Kafka: the most detailed level of metrics recorded."),
+    ("auto.include.jmx.reporter", "boolean", True, _R, "Kafka 3.x: report metrics over JMX whatever metric.reporters says."),
+    ("kafka.metrics.reporters", "list", "", _R, "Kafka: Yammer metrics reporter classes."),
+    ("kafka.metrics.polling.interval.secs", "int", 10, _R, "Kafka: polling interval of the Yammer metrics reporters."),
+    ("telemetry.max.bytes", "int", 1048576, _R, "Kafka: largest client telemetry push (KIP-714)."),
+    # security: TLS engine details, SASL login (the broker as a SASL client), Kerberos ticket
+    # renewal, delegation tokens, password encoding
+    ("security.providers", "string", None, _R, "Kafka: Java security provider creators."),
+    ("principal.builder.class", "class", "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder", _B, "Kafka: a plug-in class building principals (Odradek: ssl.principal.mapping.rules, sasl.kerberos.principal.to.local.rules)."),
+    ("ssl.provider", "string", None, _B, "Kafka: the Java security provider of TLS."),
+    ("ssl.keymanager.algorithm", "string", "SunX509", _B, "Kafka: the Java key manager factory algorithm."),
+    ("ssl.trustmanager.algorithm", "string", "PKIX", _B, "Kafka: the Java trust manager factory algorithm."),
+    ("ssl.secure.random.implementation", "string", None, _B, "Kafka: the Java SecureRandom implementation for TLS."),
+    ("ssl.engine.factory.class", "class", None, _B, "Kafka: a plug-in class creating TLS engines."),
+    ("ssl.allow.dn.changes", "boolean", False, _R, "Kafka: allow a reloaded keystore to change the certificate's distinguished name."),
+    ("ssl.allow.san.changes", "boolean", False, _R, "Kafka: allow a reloaded keystore to change the certificate's alternative names."),
+    ("sasl.client.callback.handler.class", "class", None, _R, "Kafka: a plug-in class for the broker's SASL client side."),
+    ("sasl.login.class", "class", None, _R, "Kafka: a plug-in class performing the SASL login."),
+    ("sasl.login.callback.handler.class", "class", None, _R, "Kafka: a plug-in class for the SASL login (e.g. fetching OAuth tokens)."),
+    ("sasl.login.connect.timeout.ms", "int", None, _R, "Kafka: connect timeout of the OAuth login's HTTP requests."),
+    ("sasl.login.read.timeout.ms", "int", None, _R, "Kafka: read timeout of the OAuth login's HTTP requests."),
+    ("sasl.login.retry.backoff.ms", "long", 100, _R, "Kafka: first backoff of the OAuth login's retries."),
+    ("sasl.login.retry.backoff.max.ms", "long", 10000, _R, "Kafka: largest backoff of the OAuth login's retries."),
+    ("sasl.login.refresh.window.factor", "double", 0.8, _B, "Kafka: share of a login credential's lifetime after which it is refreshed."),
+    ("sasl.login.refresh.window.jitter", "double", 0.05, _B, "Kafka: random jitter added to the login refresh time."),
+    ("sasl.login.refresh.min.period.seconds", "short", 60, _B, "Kafka: shortest time between two login refreshes."),
+    ("sasl.login.refresh.buffer.seconds", "short", 300, _B, "Kafka: time before expiry to keep when refreshing a login credential."),
+    ("sasl.kerberos.kinit.cmd", "string", "/usr/bin/kinit", _B, "Kafka: path of the kinit command."),
+    ("sasl.kerberos.ticket.renew.window.factor", "double", 0.8, _B, "Kafka: share of a Kerberos ticket's lifetime after which it is renewed."),
+    ("sasl.kerberos.ticket.renew.jitter", "double", 0.05, _B, "Kafka: random jitter added to the Kerberos renewal time."),
+    ("sasl.kerberos.min.time.before.relogin", "long", 60000, _B, "Kafka: shortest time between two Kerberos logins."),
+    ("sasl.oauthbearer.token.endpoint.url", "string", None, _R, "Kafka: the OAuth token endpoint of the broker's own login."),
+    ("sasl.oauthbearer.jwks.endpoint.refresh.ms", "long", 3600000, _R, "Kafka: interval of JWKS refreshes (Odradek reads the JWKS at start-up)."),
+    ("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms", "long", 100, _R, "Kafka: first backoff of JWKS retries."),
+    ("sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms", "long", 10000, _R, "Kafka: largest backoff of JWKS retries."),
+    ("sasl.server.max.receive.size", "int", 524288, _R, "Kafka: largest frame read before SASL authentication completes."),
+    ("delegation.token.secret.key", "password", None, _R, "Kafka: the secret signing delegation tokens."),
+    ("delegation.token.master.key", "password", None, _R, "Kafka 3.x: the former name of delegation.token.secret.key."),
+    ("delegation.token.max.lifetime.ms", "long", 604800000, _R, "Kafka: longest lifetime of a delegation token."),
+    ("delegation.token.expiry.time.ms", "long", 86400000, _R, "Kafka: validity of a delegation token before it must be renewed."),
+    ("delegation.token.expiry.check.interval.ms", "long", 3600000, _R, "Kafka: interval of the expired delegation token scan."),
+    ("password.encoder.secret", "password", None, _R, "Kafka: secret encoding dynamically set passwords."),
+    ("password.encoder.old.secret", "password", None, _R, "Kafka: the previous password.encoder.secret, for rotation."),
+    ("password.encoder.keyfactory.algorithm", "string", None, _R, "Kafka: key factory algorithm of the password encoder."),
+    ("password.encoder.cipher.algorithm", "string", "AES/CBC/PKCS5Padding", _R, "Kafka: cipher of the password encoder."),
+    ("password.encoder.key.length", "int", 128, _R, "Kafka: key length of the password encoder."),
+    ("password.encoder.iterations", "int", 4096, _R, "Kafka: iterations of the password encoder."),
+    # Kafka's internal configs (accepted by Kafka, not in its documentation)
+    ("unstable.api.versions.enable", "boolean", False, _R, "Kafka (internal): advertise API versions still in development."),
+    ("unstable.feature.versions.enable", "boolean", False, _R, "Kafka (internal): allow feature levels still in development."),
+    ("unclean.leader.election.interval.ms", "long", 300000, _R, "Kafka (internal): interval of the controller's unclean election checks."),
+    ("metadata.log.segment.min.bytes", "int", 8388608, _R, "Kafka (internal, KRaft): smallest metadata log segment."),
+    ("server.max.startup.time.ms", "long", LONG_MAX, _R, "Kafka (internal, KRaft): longest start-up before the broker gives up."),
+    ("zookeeper.metadata.migration.min.batch.size", "int", 200, _R, "Kafka (internal): records per batch of the ZooKeeper migration."),
+    ("group.coordinator.new.enable", "boolean", False, _R, "Kafka 3.x (internal): the new group coordinator (KIP-848)."),
+    ("group.consumer.migration.policy", "string", "bidirectional", _R, "Kafka (internal): when classic groups convert to the consumer protocol and back."),
+    ("group.share.enable", "boolean", False, _R, "Kafka (internal): share groups (KIP-932) before they were generally available."),
+    ("share.fetch.max.fetch.records", "int", INT_MAX, _R, "Kafka (internal): records one share fetch may return."),
+    ("remote.log.manager.task.retry.backoff.ms", "long", 500, _R, "Kafka (internal, tiered storage): first backoff of a failed task."),
+    ("remote.log.manager.task.retry.backoff.max.ms", "long", 30000, _R, "Kafka (internal, tiered storage): largest backoff of a failed task."),
+    ("remote.log.manager.task.retry.jitter", "double", 0.2, _R, "Kafka (internal, tiered storage): jitter of the task backoff."),
+    ("log.initial.task.delay.ms", "long", 30000, _R, "Kafka (internal): delay before the log manager's first background tasks."),
+    # Kafka's ZooKeeper-mode AclAuthorizer: ACLs in another ZooKeeper (Odradek keeps them with the
+    # rest of its metadata)
+    ("authorizer.zookeeper.url", "string", None, _R, "Kafka's AclAuthorizer: a separate ZooKeeper for ACLs."),
+    ("authorizer.zookeeper.connection.timeout.ms", "int", None, _R, "Kafka's AclAuthorizer: connection timeout of its ZooKeeper."),
+    ("authorizer.zookeeper.session.timeout.ms", "int", None, _R, "Kafka's AclAuthorizer: session timeout of its ZooKeeper."),
+    ("authorizer.zookeeper.max.in.flight.requests", "int", None, _R, "Kafka's AclAuthorizer: unacknowledged requests to its ZooKeeper."),
+    *(
+        ("authorizer." + name, type_, None, _R, f"Kafka's AclAuthorizer: {name} for its own ZooKeeper.")
+        for name, type_ in (
+            ("zookeeper.ssl.client.enable", "boolean"), ("zookeeper.clientCnxnSocket", "string"),
+            ("zookeeper.ssl.keystore.location", "string"), ("zookeeper.ssl.keystore.password", "password"),
+            ("zookeeper.ssl.keystore.type", "string"), ("zookeeper.ssl.truststore.location", "string"),
+            ("zookeeper.ssl.truststore.password", "password"), ("zookeeper.ssl.truststore.type", "string"),
+            ("zookeeper.ssl.protocol", "string"), ("zookeeper.ssl.enabled.protocols", "list"),
+            ("zookeeper.ssl.cipher.suites", "list"), ("zookeeper.ssl.endpoint.identification.algorithm", "string"),
+            ("zookeeper.ssl.crl.enable", "boolean"), ("zookeeper.ssl.ocsp.enable", "boolean"),
+        )
+    ),
+)
+# a row in BROKER_CONFIGS (a config Odradek acts on) wins over the same name here
+BROKER_CONFIGS.update({name: d for name, d in KAFKA_BROKER_CONFIGS.items() if name not in BROKER_CONFIGS})
+
 @dataclass(frozen=True, slots=True)
 class TopicKey:
     """One topic-level config: the row every use of it reads (validation of CreateTopics and
@@ -317,6 +589,9 @@ class TopicKey:
     #: settable by clients (CreateTopics, AlterConfigs) and reported by DescribeConfigs; the
     #: others are only accepted in stored metadata (written by Kafka's tools), with no effect
     settable: bool = True
+    #: False: one of Kafka's topic configs that Odradek accepts, stores and describes but does not
+    #: act on (a change naming it is accepted with a WARN line)
+    used: bool = True
 
 
 _T = TopicKey
@@ -380,17 +655,31 @@ TOPIC_SCHEMA: tuple[TopicKey, ...] = (
     _T("unclean.leader.election.enable", "boolean", False, ("unclean.leader.election.enable",),
        "Whether a replica outside the ISR may become leader when no in-sync replica is left (records "
        "acknowledged by the old ISR can be lost)."),
-    # accepted in stored metadata for compatibility with Kafka's tools; tiered storage is not
-    # implemented
-    _T("local.retention.ms", "long", -2, (), "Tiered storage (not supported): local retention time.", settable=False),
-    _T("local.retention.bytes", "long", -2, (), "Tiered storage (not supported): local retention size.", settable=False),
-    _T("remote.storage.enable", "boolean", False, (), "Tiered storage (not supported).", settable=False),
     _T("leader.replication.throttled.replicas", "list", "", (),
        "Replicas whose replication the leader throttles to leader.replication.throttled.rate (KIP-73): "
        "partition:broker pairs naming the leader's side, or '*' for every replica."),
     _T("follower.replication.throttled.replicas", "list", "", (),
        "Replicas whose replication the follower throttles to follower.replication.throttled.rate (KIP-73): "
        "partition:broker pairs naming the follower's side, or '*' for every replica."),
+    # Kafka's, accepted and described with no effect here: broker-side recompression levels (KIP-390;
+    # Odradek recompresses at each codec's default level) and tiered storage (not implemented)
+    _T("compression.gzip.level", "int", -1, ("compression.gzip.level",),
+       "Kafka: the gzip level of broker-side recompression (-1: the codec's default).", used=False),
+    _T("compression.lz4.level", "int", 9, ("compression.lz4.level",),
+       "Kafka: the lz4 level of broker-side recompression.", used=False),
+    _T("compression.zstd.level", "int", 3, ("compression.zstd.level",),
+       "Kafka: the zstd level of broker-side recompression.", used=False),
+    _T("local.retention.ms", "long", -2, ("log.local.retention.ms",),
+       "Kafka (tiered storage): how long segments stay on local disk (-2: retention.ms).", used=False),
+    _T("local.retention.bytes", "long", -2, ("log.local.retention.bytes",),
+       "Kafka (tiered storage): how much of a partition stays on local disk (-2: retention.bytes).", used=False),
+    _T("remote.storage.enable", "boolean", False, (),
+       "Kafka (tiered storage): copy the topic's segments to remote storage; only false is accepted here.",
+       used=False),
+    _T("remote.log.copy.disable", "boolean", False, (),
+       "Kafka (tiered storage): stop copying segments to remote storage, keeping what is there.", used=False),
+    _T("remote.log.delete.on.disable", "boolean", False, (),
+       "Kafka (tiered storage): delete the remote segments when tiered storage is turned off.", used=False),
 )
 TOPIC_KEYS: dict[str, TopicKey] = {k.name: k for k in TOPIC_SCHEMA}
 #: the topic configs clients may set, with their types (derived from :data:`TOPIC_SCHEMA`)
@@ -427,56 +716,149 @@ _ENUMS = {
 }
 
 
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_DOUBLE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[dDfF]?|[+-]?Infinity")
+_INT_LIMITS = {"short": 2**15, "int": 2**31, "long": 2**63}
+
+
+def _invalid(name: str, value: Any, reason: str) -> ConfigError:
+    """Kafka's wording (ConfigException): ``Invalid value X for configuration NAME: REASON``."""
+    return ConfigError(f"Invalid value {value} for configuration {name}: {reason}")
+
+
 def parse_value(name: str, type_: str, value: Any) -> Any:
-    """Parse a config value given as text (or already typed) into its Python type."""
+    """Parse a config value given as text (or already typed) into its Python type, as Kafka's
+    ConfigDef does: ASCII decimal numbers within the type's range, ``true``/``false``, and the
+    listed values of an enumerated config; anything else is a :class:`ConfigError`."""
     if value is None:
         return None
-    try:
-        if type_ == "boolean":
-            if isinstance(value, bool):
-                return value
-            text = str(value).strip().lower()
-            if text not in ("true", "false"):
-                raise ValueError(value)
-            return text == "true"
-        if type_ in ("int", "short", "long"):
-            number = int(str(value).strip())
-            limit = {"int": 2**31, "short": 2**15, "long": 2**63}[type_]
-            if not -limit <= number < limit:
-                raise ValueError(value)
-            return number
-        if type_ == "double":
-            return float(str(value).strip())
-        if type_ == "list":
-            return ",".join(p.strip() for p in str(value).split(",") if p.strip())
+    if type_ == "boolean":
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text not in ("true", "false"):
+            raise _invalid(name, value, "Expected value to be either true or false")
+        return text == "true"
+    if type_ in _INT_LIMITS:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise _invalid(name, value, f"Expected value to be a {type_} number")
         text = str(value).strip()
-        allowed = _ENUMS.get(name)
-        if allowed is not None and text not in allowed:
-            raise ValueError(value)
+        # ASCII digits only: Python's int() would also take "1_000" and other scripts' digits
+        if not _INTEGER.fullmatch(text) or len(text) > 40:
+            raise _invalid(name, value, f"Not a number of type {type_.upper()}")
+        number = int(text)
+        limit = _INT_LIMITS[type_]
+        if not -limit <= number < limit:
+            raise _invalid(name, value, f"Not a number of type {type_.upper()}")
+        return number
+    if type_ == "double":
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise _invalid(name, value, "Expected value to be a double number")
+        text = str(value).strip()
+        if isinstance(value, str) and (not _DOUBLE.fullmatch(text) or len(text) > 400):
+            raise _invalid(name, value, "Not a number of type DOUBLE")
+        if text[-1:] in "dDfF" and not text.endswith("Infinity"):
+            text = text[:-1]  # Java's 1.5d / 1.5f
+        real = float(text)
+        if real != real:
+            raise _invalid(name, value, "Not a number of type DOUBLE")
+        return real
+    if type_ == "list":
+        return ",".join(p.strip() for p in str(value).split(",") if p.strip())
+    text = str(value).strip()
+    allowed = _ENUMS.get(name)
+    if allowed is not None and text not in allowed:
+        shown = ", ".join(sorted(allowed)) if len(allowed) <= 10 else "a Kafka release or protocol version"
+        raise _invalid(name, value, f"String must be one of: {shown}")
+    return text
+
+
+def _unescape(text: str, path: str, number: int) -> str:
+    """A ``.properties`` line's escapes: ``\\t \\n \\r \\f``, ``\\uXXXX`` and ``\\`` before any
+    other character (which stands for itself), as Java's Properties.load reads them."""
+    if "\\" not in text:
         return text
-    except ValueError as exc:
-        raise ConfigError(f"invalid value {value!r} for configuration {name}") from exc
+    out, i = [], 0
+    while i < len(text):
+        c = text[i]
+        if c != "\\" or i + 1 == len(text):
+            out.append(c)
+            i += 1
+            continue
+        n = text[i + 1]
+        if n == "u":
+            digits = text[i + 2 : i + 6]
+            if len(digits) != 4 or not all(d in "0123456789abcdefABCDEF" for d in digits):
+                raise ConfigError(f"{path}, line {number}: malformed \\uXXXX escape {text[i:i + 6]!r}")
+            out.append(chr(int(digits, 16)))
+            i += 6
+            continue
+        out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(n, n))
+        i += 2
+    return "".join(out)
+
+
+def _separator(line: str) -> int:
+    """Index of the first unescaped ``=`` or ``:`` (or whitespace) ending a key, -1 if none."""
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c in "=:" or c in " \t\f":
+            return i
+        i += 1
+    return -1
+
+
+#: Java's line terminators (str.splitlines() would also split at \x1c, \x85, \u2028, ...)
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 def read_properties(path: str | Path) -> dict[str, str]:
-    """Read a Java-style ``.properties`` file (``key=value`` or ``key: value``, ``#`` comments,
-    backslash line continuations)."""
+    """Read a Java-style ``.properties`` file as Java's Properties.load does: ``key=value``,
+    ``key: value`` or ``key value``, ``#``/``!`` comments, backslash line continuations and
+    escapes.  The file is read as UTF-8.  A file that cannot be read or a malformed escape is a
+    :class:`ConfigError` naming the file (and the line)."""
+    try:
+        raw_text = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        text = raw_text.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        at = raw_text[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}, line {at}: not UTF-8 text (byte {raw_text[exc.start]:#04x})") from None
+    if "\x00" in text:
+        at = text[: text.index("\x00")].count("\n") + 1
+        raise ConfigError(f"{path}, line {at}: a NUL byte (is this a properties file?)")
     props: dict[str, str] = {}
-    pending = ""
-    for raw in Path(path).read_text().splitlines():
-        line = pending + raw.strip() if pending else raw.strip()
-        pending = ""
-        if not line or line.startswith(("#", "!")):
+    pending, first = "", 0
+    # one more empty line ends a continuation left open on the last line
+    for number, raw in enumerate([*_LINE_BREAK.split(text), ""], 1):
+        stripped = raw.lstrip(" \t\f")
+        if not pending and (not stripped or stripped.startswith(("#", "!"))):
             continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            pending = line[:-1]
+        line = pending + stripped
+        # an odd number of trailing backslashes continues the line
+        if (len(line) - len(line.rstrip("\\"))) % 2 == 1:
+            pending, first = line[:-1], first or number
             continue
-        seps = [i for i in (line.find("="), line.find(":")) if i >= 0]
-        if not seps:
-            props[line] = ""
-            continue
-        i = min(seps)
-        props[line[:i].strip()] = line[i + 1 :].strip()
+        at, pending, first = first or number, "", 0
+        sep = _separator(line)
+        if sep < 0:
+            key, value = line, ""
+        else:
+            key, rest = line[:sep], line[sep:]
+            if rest[0] in " \t\f":
+                rest = rest.lstrip(" \t\f")
+                if rest[:1] in ("=", ":"):
+                    rest = rest[1:]
+            else:
+                rest = rest[1:]
+            value = rest.lstrip(" \t\f")
+        props[_unescape(key, str(path), at)] = _unescape(value, str(path), at).strip()
     return props
 
 
@@ -526,6 +908,8 @@ def parse_listeners(spec: str, protocol_map: str) -> list[Listener]:
 
 _SASL_MECHANISM_NAMES = frozenset({"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI"})
 
+_UNSET = object()
+
 #: ``ODRADEK_*`` environment variables that are not broker configs (``ODRADEK_TEST_*`` neither)
 NON_CONFIG_ENV = frozenset({"ODRADEK_EXAMPLES", "ODRADEK_PURE_PYTHON"})  # examples dir; odradek.records.speedups
 
@@ -533,6 +917,41 @@ NON_CONFIG_ENV = frozenset({"ODRADEK_EXAMPLES", "ODRADEK_PURE_PYTHON"})  # examp
 def env_name(config: str) -> str:
     """The environment variable of a broker config: ``log.dirs`` -> ``ODRADEK_LOG_DIRS``."""
     return "ODRADEK_" + config.upper().replace(".", "_").replace("-", "_")
+
+
+def _mechanism_config(name: str) -> bool:
+    """Whether ``name`` may follow a SASL mechanism in ``listener.name.<l>.<mechanism>.<name>``
+    (Kafka reads the JAAS config, the login and callback classes and the mechanism's options so)."""
+    return name.startswith("sasl.") or name == "connections.max.reauth.ms"
+
+
+def _parse_at(name: str, type_: str, value: Any, where: str) -> Any:
+    """:func:`parse_value`, naming where the value was given when it is refused."""
+    try:
+        return parse_value(name, type_, value)
+    except ConfigError as exc:
+        raise ConfigError(exc.message + (f" ({where})" if where else "")) from None
+
+
+def split_per_listener(key: str, where: str = "", *, suggest: bool = True) -> tuple[str, str, str]:
+    """``listener.name.<listener>[.<mechanism>].<config>`` as ``(listener, MECHANISM or "",
+    config)``; a config (or mechanism) not in the schema is a :class:`ConfigError` naming the
+    nearest valid key (unless not ``suggest``: the search costs a few milliseconds)."""
+    rest = key[len("listener.name.") :]
+    listener, _, tail = rest.partition(".")
+    if listener and tail in BROKER_CONFIGS:
+        return listener, "", tail
+    first, _, after = tail.partition(".")
+    if listener and first.upper() in _SASL_MECHANISM_NAMES and _mechanism_config(after) and after in BROKER_CONFIGS:
+        return listener, first.upper(), after
+    candidates = list(BROKER_CONFIGS) + [
+        f"{m.lower()}.{c}" for m in sorted(_SASL_MECHANISM_NAMES) for c in BROKER_CONFIGS if _mechanism_config(c)
+    ]
+    near = nearest_name(tail, candidates) if suggest and listener and tail else None
+    text = f"unknown per-listener configuration {key!r}" + (f" {where}" if where else "")
+    text += ": expected listener.name.<listener>.<config> or listener.name.<listener>.<sasl mechanism>.<config>"
+    hint = f" (did you mean 'listener.name.{listener}.{near}'?)" if near is not None else ""
+    raise ConfigError(text + hint)
 
 
 class BrokerConfig:
@@ -549,15 +968,23 @@ class BrokerConfig:
     ) -> None:
         self._values: dict[str, Any] = {}
         self._sources: dict[str, ConfigSource] = {}
-        self._extra: dict[str, str] = {}
+        #: the static values that dynamic ones (AlterConfigs) override for now
+        self._static: dict[str, Any] = {}
         #: listener.name.<listener>[.<mechanism>].<config>: {(LISTENER, MECHANISM or "", config): value}
         self._per_listener: dict[tuple[str, str, str], Any] = {}
+        #: the same keys: (the name as given, where it was given)
+        self._per_listener_keys: dict[tuple[str, str, str], tuple[str, str]] = {}
         for key, value in (properties or {}).items():
             self._set(key, value, strict, properties_source)
         for var, (key, value) in self._from_env(env or {}, strict).items():
             self._set(key, value, strict, f"from the environment variable {var}")
         for key, value in (overrides or {}).items():
             self._set(key, value, strict, "in --override")
+        if strict:
+            self._check_listener_names()
+        unused = self.unused_settings()
+        if unused:
+            log.warning("accepted, not used by Odradek (Kafka configs with no effect here): %s", ", ".join(unused))
 
     @staticmethod
     def _from_env(env: Mapping[str, str], strict: bool) -> dict[str, tuple[str, str]]:
@@ -577,40 +1004,35 @@ class BrokerConfig:
         return result
 
     def _set(self, key: str, value: Any, strict: bool, where: str = "") -> None:
+        """One setting from a source (``where`` names it in errors): every name is one of the
+        schema's, prefixed families (``ssl.``, ``sasl.``, ``authorizer.``, ``metric``...) too, so
+        that a misspelt security setting stops the start instead of being ignored."""
         if key.startswith("listener.name."):
             self._set_per_listener(key, value, where)
             return
         d = BROKER_CONFIGS.get(key)
         if d is None:
-            if key in TOPIC_CONFIGS:
-                raise ConfigError(f"{key} is a topic config; set its broker default instead")
-            if strict and not key.startswith(("ssl.", "sasl.", "security.", "authorizer.", "metric", "kafka.")):
-                raise ConfigError(unknown_name_message("broker configuration", key, BROKER_CONFIGS, where))
-            self._extra[key] = str(value)
+            if key in TOPIC_KEYS:
+                synonyms = ", ".join(TOPIC_KEYS[key].synonyms) or "none"
+                raise ConfigError(f"{key} {where + ' ' if where else ''}is a topic config; set it per topic, or its "
+                                  f"broker default ({synonyms})")
+            message = unknown_name_message("broker configuration", key, BROKER_CONFIGS, where)
+            if strict:
+                raise ConfigError(message)
+            log.warning("ignored: %s", message)
             return
-        self._values[key] = parse_value(key, d.type, value)
+        self._values[key] = _parse_at(key, d.type, value, where)
         self._sources[key] = ConfigSource.STATIC_BROKER_CONFIG
 
     def _set_per_listener(self, key: str, value: Any, where: str) -> None:
         """``listener.name.<listener>.<config>`` or ``listener.name.<listener>.<mechanism>.<config>``
         (Kafka's per-listener overrides; the mechanism form for ``sasl.jaas.config`` and the
-        other SASL settings of one mechanism)."""
-        rest = key[len("listener.name.") :]
-        listener, _, name = rest.partition(".")
-        mechanism = ""
-        if name and name not in BROKER_CONFIGS and "." in name:
-            first, _, after = name.partition(".")
-            if first.upper() in _SASL_MECHANISM_NAMES:
-                mechanism, name = first.upper(), after
-        d = BROKER_CONFIGS.get(name)
-        if not listener or d is None:
-            near = nearest_name(name, BROKER_CONFIGS) if name else None
-            hint = f" (did you mean 'listener.name.{listener}.{near}'?)" if near else ""
-            raise ConfigError(
-                f"unknown per-listener configuration {key!r}{(' ' + where) if where else ''}: "
-                f"expected listener.name.<listener>.<config>{hint}"
-            )
-        self._per_listener[(listener.upper(), mechanism, name)] = parse_value(name, d.type, value)
+        other settings of one SASL mechanism).  Whether ``<listener>`` is one of the broker's is
+        checked by :meth:`validate`, when every source has been read."""
+        listener, mechanism, name = split_per_listener(key, where)
+        d = BROKER_CONFIGS[name]
+        self._per_listener[(listener.upper(), mechanism, name)] = _parse_at(key, d.type, value, where)
+        self._per_listener_keys[(listener.upper(), mechanism, name)] = (key, where)
 
     def for_listener(self, listener: str, name: str, mechanism: str = "") -> Any:
         """A config as one listener sees it: ``listener.name.<listener>.<mechanism>.<name>``,
@@ -663,6 +1085,46 @@ class BrokerConfig:
         if port is not None and not -1 <= int(port) <= 65535:
             raise ConfigError(f"metrics.port={port} is out of range: a port is 0-65535 (0 picks a free one; -1: off)")
 
+    def listener_names(self) -> set[str]:
+        """Every listener name the configuration mentions (upper case): those of
+        ``listener.security.protocol.map``, ``listeners``, ``advertised.listeners`` and the
+        settings naming one listener."""
+        names = set()
+        for pair in str(self.get("listener.security.protocol.map") or "").split(","):
+            names.add(pair.partition(":")[0].strip().upper())
+        for spec in ("listeners", "advertised.listeners"):
+            for item in str(self.get(spec) or "").split(","):
+                if "://" in item:
+                    names.add(item.split("://", 1)[0].strip().upper())
+        for one in ("inter.broker.listener.name", "control.plane.listener.name", "controller.listener.names"):
+            names.update(n.strip().upper() for n in str(self.get(one) or "").split(","))
+        names.discard("")
+        return names
+
+    def _check_listener_names(self) -> None:
+        """A per-listener setting names a listener of this broker.  One naming a listener close
+        to one of them is a typo and refused (``listener.name.sasl-ssl.ssl.client.auth`` would
+        leave SASL_SSL without client authentication); one naming another listener has no effect
+        and gets a WARN line (settings kept for a listener that is not configured now)."""
+        known = sorted(n.lower() for n in self.listener_names())
+        for (listener, _mechanism, _name), (key, where) in self._per_listener_keys.items():
+            if listener.lower() in known:
+                continue
+            given = key[len("listener.name.") :].partition(".")[0]
+            text = (f"per-listener configuration {key!r}" + (f" {where}" if where else "")
+                    + f" names listener {given!r}, which is not one of this broker's ({', '.join(known)})")
+            near = nearest_name(given, known, ignore_case=True)
+            if near is None:
+                log.warning("%s: it has no effect", text)
+                continue
+            raise ConfigError(f"{text} (did you mean 'listener.name.{near}.{key.split('.', 3)[3]}'?)")
+
+    def unused_settings(self) -> list[str]:
+        """The settings given that Odradek accepts but does not act on (Kafka's configs), sorted."""
+        names = [n for n in self._values if not BROKER_CONFIGS[n].used]
+        names += [key for (_l, _m, name), (key, _w) in self._per_listener_keys.items() if not BROKER_CONFIGS[name].used]
+        return sorted(names)
+
     # -- access --------------------------------------------------------------------------
     def get(self, name: str) -> Any:
         if name in self._values:
@@ -689,13 +1151,31 @@ class BrokerConfig:
         """A run-time change (AlterConfigs on the broker resource)."""
         d = BROKER_CONFIGS.get(name)
         if d is None:
-            raise ConfigError(f"unknown broker configuration {name}")
-        if value is None:
-            self._values.pop(name, None)
-            self._sources.pop(name, None)
+            raise ConfigError(unknown_name_message("broker configuration", name, BROKER_CONFIGS))
+        if value is None:  # back to the static value (server.properties, ...) or the default
+            static = self._static.pop(name, _UNSET)
+            if static is _UNSET:
+                if self._sources.get(name) == ConfigSource.DYNAMIC_BROKER_CONFIG:
+                    self._values.pop(name, None)
+                    self._sources.pop(name, None)
+            else:
+                self._values[name] = static
+                self._sources[name] = ConfigSource.STATIC_BROKER_CONFIG
             return
-        self._values[name] = parse_value(name, d.type, value)
+        parsed = parse_value(name, d.type, value)
+        if self._sources.get(name) == ConfigSource.STATIC_BROKER_CONFIG:
+            self._static[name] = self._values[name]
+        self._values[name] = parsed
         self._sources[name] = ConfigSource.DYNAMIC_BROKER_CONFIG
+
+    def static_value(self, name: str) -> tuple[bool, Any]:
+        """``(True, value)`` when ``name`` was set at start-up (server.properties, ``ODRADEK_*``,
+        ``--override``), also while a dynamic value overrides it; else ``(False, None)``."""
+        if name in self._static:
+            return True, self._static[name]
+        if self._sources.get(name) == ConfigSource.STATIC_BROKER_CONFIG:
+            return True, self._values[name]
+        return False, None
 
     # -- derived -------------------------------------------------------------------------
     @property
@@ -726,7 +1206,10 @@ class BrokerConfig:
             if value is not None:
                 unit = _UNIT.get(broker_name)
                 return (value * unit if unit else value), broker_name
-        return None, None
+        key = TOPIC_KEYS.get(topic_config)
+        # no broker config gives one (leader.replication.throttled.replicas, remote.storage.enable):
+        # the topic config's own default, as Kafka's LogConfig has it ("" for an empty list)
+        return (key.default if key is not None else None), None
 
     def topic_defaults(self) -> dict[str, Any]:
         """Every topic config's broker-derived default (Kafka names), for new logs."""

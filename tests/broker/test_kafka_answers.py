@@ -210,7 +210,7 @@ def test_message_format_version_is_accepted_with_one_warning(broker: BrokerProce
     p.produce(topic, b"x")
     assert p.flush(30) == 0
     wait_for(lambda: re.search(r"Refused ALTER_CONFIGS from .*: topic=deprecated-configs configs=message\.format\.version: "
-                               r"INVALID_CONFIG \(40\) invalid value 'banana'", _log(broker)), 10, "the refused AlterConfigs' line")
+                               r"INVALID_CONFIG \(40\) Invalid value banana for configuration message\.format\.version", _log(broker)), 10, "the refused AlterConfigs' line")
     log = _log(broker)
     for value in ("0.10.2", "2.8", "3.0-IV1"):
         lines = [ln for ln in log.splitlines() if "WARNING" in ln and f"`{value}` is ignored for `{topic}`" in ln]

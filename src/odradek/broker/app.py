@@ -62,7 +62,7 @@ from odradek.broker.tls import client_context, server_context
 from odradek.broker.topics import TopicService, internal_topic_configs
 from odradek.broker.txn_coordinator import MarkerWriter, TransactionCoordinator
 from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage
-from odradek.config import BrokerConfig, ConfigError, Listener
+from odradek.config import BrokerConfig, ConfigError, ConfigSource, Listener
 from odradek.coordination import EmbeddedBackend, MetadataBackend
 from odradek.coordination.embedded import read_cluster_id
 from odradek.errors import ErrorCode
@@ -168,6 +168,7 @@ class Broker:
         self.backend = backend
         self.replicas = ReplicaManager(self.broker_id, self.logs, lambda topic: self.topics.log_config(topic))
         self.topics = TopicService(self.broker_id, self.config, backend, self.logs, self.replicas.log_dirs)
+        self.topics.advertise = self._advertise
         args = (self.broker_id, self.config, self.topics, self.replicas, backend, self.clock)
         cluster: ClusterReplication | None = None
         if zk is not None:
@@ -260,6 +261,8 @@ class Broker:
                 await zk.stop()
             raise
         self._apply_image(backend.image)
+        if self.config.source("advertised.listeners") == ConfigSource.DYNAMIC_BROKER_CONFIG:
+            await self._advertise()  # a dynamic advertised.listeners the store kept over a restart
         budget = self.topics.partition_budget()
         hosted = self.topics.hosted_count()
         if hosted > budget.partitions:
@@ -400,6 +403,10 @@ class Broker:
                 host = bound[0] if bound and bound[0] not in ("0.0.0.0", "::") else "127.0.0.1"
             endpoints.append(Endpoint(lst.name, lst.security_protocol, host, port))
         return BrokerInfo(self.broker_id, tuple(endpoints), self.config.get("broker.rack"))
+
+    async def _advertise(self) -> bool:
+        """Register this broker's endpoints again (advertised.listeners changed at run time)."""
+        return await self.backend.update_broker(self._broker_info())
 
     def reload_tls(self) -> bool:
         """Read every TLS listener's keystore and truststore again (SIGHUP): new connections use

@@ -9,14 +9,15 @@ broker's dynamic configs change.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from odradek.broker.limits import PartitionBudget, partition_budget
 from odradek.broker.logdirs import LogDirFailureChannel, is_io_error
 from odradek.cluster.metadata import MetadataImage, TopicInfo
-from odradek.config import BrokerConfig
+from odradek.config import BrokerConfig, ConfigError
 from odradek.coordination import MetadataBackend
 from odradek.errors import ErrorCode, KafkaError
 from odradek.storage import LogConfig, LogManager, StorageError
@@ -81,6 +82,11 @@ class TopicService:
         self.log_dirs = log_dirs
         self._configs: dict[str, LogConfig] = {}
         self._config_keys: dict[str, tuple[Any, Any]] = {}
+        #: the dynamic broker configs of the metadata store last applied to ``config``
+        self._applied: dict[str, str] = {}
+        #: registers this broker's endpoints again after advertised.listeners changed (set by the
+        #: broker's composition root); returns whether the metadata store advertises them now
+        self.advertise: Callable[[], Awaitable[bool]] | None = None
 
     @property
     def image(self) -> MetadataImage:
@@ -103,6 +109,7 @@ class TopicService:
 
         Only changed topics are rebuilt: rebuilding all of them for every image made each topic
         creation cost O(topics) on the event loop (half of an auto-create's time at 500 topics)."""
+        self._apply_broker_configs(image.broker_configs)
         reconfigured = set()
         for topic in image.topics.values():
             source = (topic.configs, image.broker_configs)
@@ -115,6 +122,24 @@ class TopicService:
                 del self._configs[name]
                 self._config_keys.pop(name, None)
         return reconfigured
+
+    def _apply_broker_configs(self, stored: Mapping[str, str]) -> None:
+        """The dynamic broker configs the metadata store holds, applied to this broker's
+        configuration: after a restart (the embedded store keeps them) as after AlterConfigs.  A
+        stored value this version refuses is left out with a WARN line (the static value stays)."""
+        if stored == self._applied:
+            return
+        for name in [n for n in self._applied if n not in stored]:
+            with contextlib.suppress(ConfigError):
+                self.config.set_dynamic(name, None)
+        for name, value in stored.items():
+            if self._applied.get(name) == value:
+                continue
+            try:
+                self.config.set_dynamic(name, value)
+            except ConfigError as exc:
+                log.warning("the stored dynamic broker config %s is not applied: %s", name, exc.message)
+        self._applied = dict(stored)
 
     async def load_config(self, topic: str) -> None:
         """Read a topic's overrides from the store when its config is not known yet (a cluster
@@ -210,7 +235,10 @@ class TopicService:
         return await self.backend.topic_exists(name)
 
     async def set_broker_configs(self, change: Mapping[str, str | None], replace_all: bool) -> None:
+        before = self.config.get("advertised.listeners")
         current = dict(self.image.broker_configs) if not replace_all else {}
+        for k in [k for k in self.image.broker_configs if replace_all and k not in change]:
+            self.config.set_dynamic(k, None)  # AlterConfigs replaces the whole set
         for k, v in change.items():
             self.config.set_dynamic(k, v)
             if v is None:
@@ -218,6 +246,13 @@ class TopicService:
             else:
                 current[k] = v
         await self.backend.set_broker_configs(current)
+        if self.config.get("advertised.listeners") != before and self.advertise is not None:
+            if await self.advertise():
+                log.info("advertised.listeners changed: Metadata now advertises %s", self.config.get("advertised.listeners"))
+            else:
+                log.warning("advertised.listeners changed to %s: stored and described, not advertised (the "
+                            "ZooKeeper controller does not watch a broker's registration for changes)",
+                            self.config.get("advertised.listeners"))
 
     # -- limits: what a request may add, decided before anything is written -------------------------
 

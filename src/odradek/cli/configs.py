@@ -30,6 +30,7 @@ from odradek.cli._common import add_output_option, write_json
 from odradek.cli.topics import add_connection_options, parse_pairs, run_admin
 from odradek.client import Admin, AlterConfigOp, ConfigResource
 from odradek.client.admin import SPECIFIED, ClientQuotaEntity, ConfigEntry, ConfigSource
+from odradek.config import BROKER_CONFIGS, TOPIC_KEYS
 
 __all__ = ["add_parser", "run"]
 
@@ -329,7 +330,7 @@ def _synonyms(e: ConfigEntry) -> str:
     )
 
 
-def _configs_json(resource: ConfigResource, shown: list[ConfigEntry]) -> dict[str, Any]:
+def _configs_json(resource: ConfigResource, shown: list[ConfigEntry], kind: str) -> dict[str, Any]:
     return {
         "resource": {"type": resource.type.name.lower(), "name": resource.name},
         "configs": [
@@ -339,6 +340,7 @@ def _configs_json(resource: ConfigResource, shown: list[ConfigEntry]) -> dict[st
                 "source": e.source.name,
                 "sensitive": e.is_sensitive,
                 "read_only": e.read_only,
+                "used": _used(kind, e.name),
                 "synonyms": [
                     {"name": syn.name, "value": syn.value, "source": syn.source.name} for syn in e.synonyms
                 ],
@@ -348,12 +350,21 @@ def _configs_json(resource: ConfigResource, shown: list[ConfigEntry]) -> dict[st
     }
 
 
+def _used(kind: str, name: str) -> bool:
+    """Whether Odradek acts on this config (Kafka's others are accepted, stored and described)."""
+    if kind == "topic":
+        key = TOPIC_KEYS.get(name)
+        return key is None or key.used
+    d = BROKER_CONFIGS.get(name)
+    return d is None or d.used
+
+
 def cmd_describe(admin: Admin, args: argparse.Namespace, out: Any) -> int:
     resource, kind, label = _resource(args)
     entries = admin.describe_configs([resource], timeout=args.timeout)[resource]
     shown = list(entries.values()) if args.all else [e for e in entries.values() if e.source in _DYNAMIC[kind]]
     if getattr(args, "output", "table") == "json":
-        write_json(_configs_json(resource, shown), out)
+        write_json(_configs_json(resource, shown, kind), out)
         return 0
     if args.all:
         out.write(f"All configs for {label} are:\n")
@@ -363,8 +374,9 @@ def cmd_describe(admin: Admin, args: argparse.Namespace, out: Any) -> int:
     for e in sorted(shown, key=lambda e: e.name):
         value = "" if e.value is None else ("<sensitive>" if e.is_sensitive else e.value)
         extra = f" source={e.source.name}" if args.all else ""
+        unused = " (accepted, not used by Odradek)" if not _used(kind, e.name) else ""
         out.write(
-            f"  {e.name}={value} sensitive={str(e.is_sensitive).lower()}{extra} synonyms={_synonyms(e)}\n"
+            f"  {e.name}={value} sensitive={str(e.is_sensitive).lower()}{extra} synonyms={_synonyms(e)}{unused}\n"
         )
     return 0
 

@@ -19,7 +19,10 @@ def add_parser(sub: Any) -> None:
         help="run a broker (default: 127.0.0.1:9092, data in ./odradek-data, no ZooKeeper)",
         description="Run an Odradek broker. Configuration uses Kafka's broker config names: a "
         "server.properties file (--config), ODRADEK_* environment variables (ODRADEK_LOG_DIRS for "
-        "log.dirs), --override key=value, then the short flags, each overriding the previous.",
+        "log.dirs), --override key=value, then the short flags, each overriding the previous. "
+        "Every broker config Kafka defines is accepted; those Odradek does not act on (accepted, not "
+        "used by Odradek: docs/configuration.md) are named in one WARN line at start-up. A name that "
+        "is none of them stops the start, naming the nearest valid one.",
     )
     p.add_argument("--config", "-c", metavar="FILE", help="a server.properties file")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE", help="set a broker config")

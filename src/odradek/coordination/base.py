@@ -83,6 +83,12 @@ class MetadataBackend(ABC):
     @abstractmethod
     async def stop(self) -> None: ...
 
+    async def update_broker(self, broker: BrokerInfo) -> bool:
+        """Advertise this broker's new endpoints (a dynamic ``advertised.listeners``): False when
+        this store cannot yet (a ZooKeeper cluster's controller does not watch a broker's
+        registration for changes)."""
+        return False
+
     def reachable(self) -> bool:
         """Whether the metadata store answers now (an embedded store always does)."""
         return True

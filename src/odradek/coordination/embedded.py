@@ -444,6 +444,10 @@ class EmbeddedBackend(MetadataBackend):
     async def set_broker_configs(self, configs: Mapping[str, str]) -> None:
         await self._change(lambda image: image.with_broker_configs(configs))
 
+    async def update_broker(self, broker: BrokerInfo) -> bool:
+        await self._change(lambda image: None if image.brokers.get(broker.broker_id) == broker else image.with_broker(broker))
+        return True
+
     async def set_user_scram(self, user: str, credentials: Mapping[str, str]) -> None:
         await self._change(lambda image: image.with_user_scram(user, credentials))
 

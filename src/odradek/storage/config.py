@@ -2,7 +2,9 @@
 
 A :class:`LogConfig` is built from a dict keyed by Kafka's topic-level config names
 (``segment.bytes``, ``retention.ms``, ``cleanup.policy``, ...).  Missing keys take Kafka's
-defaults; unknown keys are an error, so typos do not pass silently.
+defaults; unknown keys are an error, so typos do not pass silently.  Kafka's topic configs that
+Odradek does not act on (``compression.gzip.level``, ``remote.log.copy.disable``, ...) are
+accepted and have no field here.
 """
 
 from __future__ import annotations
@@ -11,13 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from odradek.config import TOPIC_SCHEMA
+from odradek.config import TOPIC_KEYS, TOPIC_SCHEMA
 from odradek.storage.errors import InvalidConfigError
 
 __all__ = ["DEFAULTS", "LogConfig"]
 
-#: Kafka's topic-level config names and their defaults (the rows of odradek.config.TOPIC_SCHEMA)
-DEFAULTS: dict[str, Any] = {k.name: k.default for k in TOPIC_SCHEMA}
+#: the topic configs a log acts on, with their defaults (the rows of odradek.config.TOPIC_SCHEMA
+#: that Odradek uses; each is a field of LogConfig)
+DEFAULTS: dict[str, Any] = {k.name: k.default for k in TOPIC_SCHEMA if k.used}
 
 
 def _coerce(name: str, value: Any, default: Any) -> Any:
@@ -67,18 +70,15 @@ class LogConfig:
     preallocate: bool
     message_downconversion_enable: bool
     message_format_version: str
-    local_retention_ms: int
-    local_retention_bytes: int
-    remote_storage_enable: bool
     leader_replication_throttled_replicas: str
     follower_replication_throttled_replicas: str
 
     @classmethod
     def from_dict(cls, config: Mapping[str, Any] | None = None) -> LogConfig:
         config = dict(config or {})
-        unknown = sorted(set(config) - set(DEFAULTS))
+        unknown = sorted(set(config) - set(TOPIC_KEYS))
         if unknown:
-            raise InvalidConfigError(f"unknown topic config: {', '.join(unknown)}")
+            raise InvalidConfigError(f"Unknown topic config name: {', '.join(unknown)}")
         values = {k: _coerce(k, config.get(k, d), d) for k, d in DEFAULTS.items()}
         policy = {p.strip() for p in values["cleanup.policy"].split(",") if p.strip()}
         if not policy or not policy <= {"delete", "compact"}:
@@ -101,3 +101,4 @@ class LogConfig:
     @property
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy
+

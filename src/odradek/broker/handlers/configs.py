@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from odradek._clock import Clock, SystemClock
 from odradek.broker.dispatch import RequestContext, handles
 from odradek.config import (
     BROKER_CONFIGS,
@@ -23,8 +24,12 @@ from odradek.config import (
     TOPIC_KEYS,
     TOPIC_SYNONYMS,
     TYPE_CODES,
+    ConfigError,
     ConfigSource,
+    nearest_name,
+    parse_listeners,
     parse_value,
+    split_per_listener,
 )
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
@@ -78,23 +83,75 @@ def throttled_replicas_valid(value: str) -> bool:
     return all(re.fullmatch(r"\s*\d+\s*:\s*\d+\s*", item) for item in text.split(","))
 
 
+class _HintBudget:
+    """How many "did you mean" searches the broker makes: one costs up to a few milliseconds on
+    the event loop (edit similarity against every config name), so a request naming thousands of
+    unknown configs, or a flood of them, gets the rest answered without the hint.  A token
+    bucket: ``rate`` searches a second, ``rate`` at once."""
+
+    def __init__(self, rate: int, clock: Clock) -> None:
+        self.rate, self.clock = rate, clock
+        self.tokens, self.at = float(rate), clock.monotonic_ms()
+
+    def take(self) -> bool:
+        now = self.clock.monotonic_ms()
+        self.tokens = min(float(self.rate), self.tokens + (now - self.at) * self.rate / 1000)
+        self.at = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
+
+
+_hints = _HintBudget(25, SystemClock())
+
+
+def _unknown(kind: str, name: str, known: Iterable[str]) -> KafkaError:
+    """Kafka's wording (``Unknown topic config name: x``, which clients match), with the valid
+    name meant when one is close (while the hint budget lasts)."""
+    near = nearest_name(name, known) if _hints.take() else None
+    hint = f" (did you mean {near!r}?)" if near is not None else ""
+    return KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown {kind} config name: {name}{hint}")
+
+
+#: Kafka's ranges of the topic configs Odradek accepts without acting on them
+_LEVELS = {"compression.gzip.level": (-1, 9), "compression.lz4.level": (1, 17), "compression.zstd.level": (-131072, 22)}
+
+
+def _check_topic_value(name: str, type_: str, value: str) -> None:
+    parse_value(name, type_, value)
+    if name.endswith(".replication.throttled.replicas") and not throttled_replicas_valid(value):
+        raise KafkaError(
+            ErrorCode.INVALID_CONFIG,
+            f"Invalid value {value} for configuration {name}: must be the literal '*' or a list of replicas in "
+            "the following format: [partitionId]:[brokerId],[partitionId]:[brokerId],...",
+        )
+    if name in _LEVELS:
+        low, high = _LEVELS[name]
+        level = int(value)
+        if not (low <= level <= high) or (name == "compression.gzip.level" and level == 0):
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {name}: "
+                             f"Value must be between {low} and {high}")
+    if name == "remote.storage.enable" and parse_value(name, type_, value):
+        raise KafkaError(
+            ErrorCode.INVALID_CONFIG,
+            "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage.",
+        )
+
+
 def validate_topic_configs(
     configs: Mapping[str, str | None], base: Mapping[str, Any] | None = None, *, topic: str | None = None
 ) -> None:
-    """Refuse unknown names and invalid values (INVALID_CONFIG).  With ``topic`` (a change about
-    to be made to that topic), a deprecated config that Kafka 3.x still accepts is accepted with
-    a WARN line, once per topic, config and value."""
+    """Refuse unknown names and invalid values (INVALID_CONFIG) with Kafka's messages.  With
+    ``topic`` (a change about to be made to that topic), a deprecated config that Kafka 3.x still
+    accepts is accepted with a WARN line, once per topic, config and value, and Kafka's configs
+    that Odradek does not act on with one WARN line naming them."""
     for name, value in configs.items():
         t = TOPIC_CONFIGS.get(name)
         if t is None:
-            raise KafkaError(ErrorCode.INVALID_CONFIG, f"unknown topic config name: {name}")
+            raise _unknown("topic", name, TOPIC_CONFIGS)
         if value is not None:
-            parse_value(name, t, value)
-            if name.endswith(".replication.throttled.replicas") and not throttled_replicas_valid(value):
-                raise KafkaError(
-                    ErrorCode.INVALID_CONFIG,
-                    f"{name} must be '*' or a comma-separated list of partition:broker pairs, not {value!r}",
-                )
+            _check_topic_value(name, t, value)
     merged = dict(base or {})
     merged.update({k: v for k, v in configs.items() if v is not None})
     try:
@@ -104,11 +161,78 @@ def validate_topic_configs(
     if topic is not None:
         for name, value in configs.items():
             why = DEPRECATED_TOPIC_CONFIGS.get(name)
-            if why is None or value is None or (topic, name, value) in _warned:
+            if why is None or value is None or not _first_time((topic, name, value)):
                 continue
-            if len(_warned) < _MAX_WARNED:
-                _warned.add((topic, name, value))
             log.warning("Topic configuration %s with value `%s` is ignored for `%s`: %s", name, value, topic, why)
+        unused = sorted(f"{k}={v}" for k, v in configs.items() if v is not None and not TOPIC_KEYS[k].used)
+        if unused and _first_time((topic, "", ",".join(unused))):
+            log.warning("Topic `%s`: accepted, not used by Odradek (Kafka topic configs with no effect here): %s",
+                        topic, ", ".join(unused))
+
+
+def _first_time(key: tuple[str, str, str]) -> bool:
+    """Whether this warning has not been logged yet (remembered up to _MAX_WARNED of them)."""
+    if key in _warned:
+        return False
+    if len(_warned) < _MAX_WARNED:
+        _warned.add(key)
+    return True
+
+
+def validate_broker_configs(svc: Services, change: Mapping[str, str | None], *, per_broker: bool) -> None:
+    """A change of broker configs (AlterConfigs on a BROKER resource) as Kafka checks it: every
+    name one of the schema's (else INVALID_CONFIG naming the nearest), only dynamic ones
+    (INVALID_REQUEST, ``Cannot update these configs dynamically``), per-broker ones only for a
+    broker id, and every value of its type (INVALID_REQUEST, as Kafka wraps it)."""
+    for k in change:
+        if k in BROKER_CONFIGS:
+            continue
+        if k.startswith("listener.name."):
+            try:
+                split_per_listener(k, suggest=_hints.take())
+            except ConfigError as exc:
+                raise KafkaError(ErrorCode.INVALID_CONFIG, exc.message) from None
+            continue
+        raise _unknown("broker", k, BROKER_CONFIGS)
+    # per-listener settings are read when a listener starts (SIGHUP reloads TLS keystores)
+    fixed = [k for k in change if k.startswith("listener.name.") or BROKER_CONFIGS[k].read_only]
+    if fixed:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: Set({', '.join(fixed)})")
+    if not per_broker:
+        mine = [k for k in change if BROKER_CONFIGS[k].per_broker]
+        if mine:
+            raise KafkaError(
+                ErrorCode.INVALID_REQUEST,
+                f"Cannot update these configs at default cluster level, broker id must be specified: Set({', '.join(mine)})",
+            )
+    for k, v in change.items():
+        if v is None:
+            continue
+        try:
+            parse_value(k, BROKER_CONFIGS[k].type, v)
+        except ConfigError as exc:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, exc.message) from None
+    spec = change.get("advertised.listeners")
+    if spec:
+        _check_advertised(svc, spec)
+
+
+def _check_advertised(svc: Services, spec: str) -> None:
+    """Kafka's DynamicListenerConfig check: parseable, and only listeners this broker has."""
+    try:
+        advertised = parse_listeners(spec, str(svc.config.get("listener.security.protocol.map")))
+    except ConfigError as exc:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Invalid value {spec} for configuration advertised.listeners: "
+                         f"{exc.message}") from None
+    names = {lst.name for lst in svc.config.listeners}
+    if not {lst.name for lst in advertised} <= names:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST,
+            f"Advertised listeners '{spec}' must be a subset of listeners '{svc.config.get('listeners')}'",
+        )
+    if any(lst.port == 0 for lst in advertised):
+        raise KafkaError(ErrorCode.INVALID_REQUEST,
+                         f"Invalid value {spec} for configuration advertised.listeners: an advertised port cannot be 0")
 
 
 def topic_config_entries(svc: Services, topic: str, overrides: Mapping[str, str], version: int) -> list[Entry]:
@@ -138,6 +262,24 @@ def topic_config_entries(svc: Services, topic: str, overrides: Mapping[str, str]
     return entries
 
 
+#: how DescribeConfigs' documentation marks Kafka's configs that Odradek does not act on
+UNUSED = "Accepted, not used by Odradek."
+
+
+def documentation(resource_type: int, name: str) -> str | None:
+    """A config's documentation for DescribeConfigs (v3+, when asked): the schema's line, after
+    :data:`UNUSED` for Kafka's configs that Odradek accepts without acting on them."""
+    if resource_type == TOPIC:
+        key = TOPIC_KEYS.get(name)
+        if key is None:
+            return None
+        return key.doc if key.used else f"{UNUSED} {key.doc}"
+    d = BROKER_CONFIGS.get(name)
+    if d is None:
+        return None
+    return (d.doc or None) if d.used else f"{UNUSED} {d.doc}"
+
+
 def broker_config_entries(svc: Services) -> list[Entry]:
     entries = []
     for name, d in BROKER_CONFIGS.items():
@@ -145,6 +287,11 @@ def broker_config_entries(svc: Services) -> list[Entry]:
         # passwords, keys and JAAS configs are never told: Kafka answers null, is_sensitive
         value = None if d.type == "password" else _text(svc.config.get(name))
         synonyms = [(name, value, int(source))]
+        if source == ConfigSource.DYNAMIC_BROKER_CONFIG:
+            static, static_value = svc.config.static_value(name)
+            if static:
+                shown = None if d.type == "password" else _text(static_value)
+                synonyms.append((name, shown, int(ConfigSource.STATIC_BROKER_CONFIG)))
         if source != ConfigSource.DEFAULT_CONFIG and d.default is not None and d.type != "password":
             synonyms.append((name, _text(d.default), int(ConfigSource.DEFAULT_CONFIG)))
         entries.append(Entry(name, value, d.read_only, int(source), TYPE_CODES.get(d.type, 0), synonyms))
@@ -181,9 +328,8 @@ async def describe_configs(ctx: RequestContext, request: DescribeConfigsRequest)
                 if keys is not None and e.name not in keys:
                     continue
                 doc = None
-                if version >= 3 and request.include_documentation and res.resource_type == TOPIC:
-                    key = TOPIC_KEYS.get(e.name)
-                    doc = key.doc if key is not None else None
+                if version >= 3 and request.include_documentation:
+                    doc = documentation(res.resource_type, e.name)
                 item = R.DescribeConfigsResourceResult(
                     name=e.name,
                     value=e.value,
@@ -237,16 +383,13 @@ async def _apply(
     elif resource_type == BROKER:
         if name not in ("", str(svc.broker_id)):
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"unexpected broker id {name}")
-        for k in change:
-            d = BROKER_CONFIGS.get(k)
-            if d is None:
-                raise KafkaError(ErrorCode.INVALID_CONFIG, f"unknown broker config {k}")
-            if d.read_only:
-                raise KafkaError(ErrorCode.INVALID_REQUEST, f"cannot update {k} dynamically")
-            if change[k] is not None:
-                parse_value(k, d.type, change[k])
+        validate_broker_configs(svc, change, per_broker=name != "")
         if not validate_only:
             await svc.topics.set_broker_configs(change, replace_all)
+            unused = sorted(k for k, v in change.items() if v is not None and not BROKER_CONFIGS[k].used)
+            if unused:
+                log.warning("broker %s: accepted, not used by Odradek (Kafka configs with no effect here): %s",
+                            name or "<default>", ", ".join(unused))
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported resource type {resource_type}")
 
@@ -295,8 +438,20 @@ async def incremental_alter_configs(
                 elif c.config_operation == DELETE:
                     change[c.name] = None
                 elif c.config_operation in (APPEND, SUBTRACT):
-                    if TOPIC_CONFIGS.get(c.name) != "list" and BROKER_CONFIGS.get(c.name, None) is None:
-                        raise KafkaError(ErrorCode.INVALID_CONFIG, f"{c.name} is not a list config")
+                    if res.resource_type == TOPIC:
+                        kind = TOPIC_CONFIGS.get(c.name)
+                        if kind is None:
+                            raise _unknown("topic", c.name, TOPIC_CONFIGS)
+                    else:
+                        d = BROKER_CONFIGS.get(c.name)
+                        if d is None:
+                            raise _unknown("broker", c.name, BROKER_CONFIGS)
+                        kind = d.type
+                    if kind != "list":
+                        verb = "append" if c.config_operation == APPEND else "subtract"
+                        raise KafkaError(
+                            ErrorCode.INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {c.name}"
+                        )
                     # the list to change: an earlier op in this request, else the override, else
                     # the value in effect (Kafka appends to the default when nothing is set)
                     if c.name in change:
