@@ -573,26 +573,35 @@ class KafkaConnection(asyncio.BufferedProtocol):
         """The authentication failed (the session says how long to hold the answer back): from
         now on nothing is read from the connection and nothing it already sent is handled; the
         answer (``parts``; none for a v0 token or a frame too large) goes out when the delay has
-        passed, and the connection closes after it.  With a delay of 0, at once."""
+        passed, and the connection closes the same delay after it (a client that reads the
+        answer and the end of the stream together may drop the answer: kafka-python does), or
+        at once when there is no answer.  With a delay of 0, all at once."""
         delay = self.session.close_after or 0.0
         self.session.close_after = None
         self._auth_failed = True
         self._queue.clear()
         self._pause_reading()
         if delay <= 0:
-            self._answer_and_close(parts)
+            self._answer_and_close(parts, 0.0)
             return
-        call_later = self._call_later or asyncio.get_running_loop().call_later
-        call_later(delay, self._answer_and_close, parts)
+        self._later(delay, self._answer_and_close, parts, delay)
 
-    def _answer_and_close(self, parts: list[Any] | None) -> None:
+    def _later(self, delay: float, fn: Callable[..., Any], *args: Any) -> None:
+        call_later = self._call_later or asyncio.get_running_loop().call_later
+        call_later(delay, fn, *args)
+
+    def _answer_and_close(self, parts: list[Any] | None, linger: float) -> None:
         if self._closing or self.transport is None:
             return
         try:
             if parts:
                 self._write(parts)
-        finally:
-            self.close()  # the transport sends what it holds, then closes
+                if linger > 0:
+                    self._later(linger, self.close)
+                    return
+        except Exception:
+            log.exception("connection %s failed", self.peer)
+        self.close()  # the transport sends what it holds, then closes
 
     def _count_auth_failure(self) -> None:
         m = self._metrics
