@@ -340,3 +340,29 @@ def test_the_failure_log_is_rate_limited_per_listener_but_names_every_new_addres
         "Failed authentication with 10.0.0.1 on listener SASL_PLAINTEXT (again)",
     ]
     assert failures.total == 10_002
+
+
+def test_a_mechanism_that_breaks_on_a_token_fails_the_authentication_not_the_request(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A bug in a mechanism (any exception but AuthenticationFailed) is an authentication failure
+    for the client, delayed as any other; the traceback goes to the broker's log once."""
+    w = _Wire()
+
+    def broken(_mechanism: str) -> SaslServer:
+        class Broken(SaslServer):
+            def evaluate(self, token: bytes) -> bytes:
+                raise OverflowError("cannot convert float infinity to integer")
+
+        return Broken()
+
+    w.security.server = broken  # type: ignore[method-assign]
+    w.feed(_guess(w, "x"))
+    assert [r.error_code for r in w.responses()] == [0]
+    w.timers.advance(0.1)
+    (failed,) = w.responses()
+    assert failed.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+    assert failed.error_message == (
+        "Authentication failed during authentication due to invalid credentials with SASL mechanism PLAIN"
+    )
+    assert any("OverflowError" in (r.exc_text or "") or r.exc_info for r in caplog.records)
