@@ -17,7 +17,8 @@ not enable, a SASL request out of turn, a frame above the limit) is, as in Kafka
 ``connection.failed.authentication.delay.ms`` after it was evaluated: the connection is muted
 meanwhile (nothing more is read from it, nothing it pipelined is evaluated), then the answer
 (SASL_AUTHENTICATION_FAILED with the mechanism's message, UNSUPPORTED_SASL_MECHANISM with the
-list, ILLEGAL_SASL_STATE) goes out and the connection closes.  A client guessing passwords gets
+list, ILLEGAL_SASL_STATE) goes out and the connection closes (the same delay later: a client reading
+the answer and the end of the stream together may lose the answer).  A client guessing passwords gets
 one guess per connection and delay.  The "Failed authentication" lines are rate-limited per
 listener (:class:`FailureLog`); the first failure of every client address is always logged.
 """

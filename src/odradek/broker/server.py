@@ -12,8 +12,9 @@ On a SASL listener a connection that has not authenticated may send frames of at
 ``sasl.server.max.receive.size`` bytes: a larger size prefix fails the authentication before any
 buffer is made for it.  A failed authentication mutes the connection (nothing more is read from
 it, nothing it pipelined is handled), holds its answer back for
-``connection.failed.authentication.delay.ms``, then sends it and closes (Kafka's
-``DelayedResponseAuthenticationException``): see :mod:`odradek.broker.authentication`.
+``connection.failed.authentication.delay.ms``, then sends it and closes the connection the same
+delay later (Kafka's ``DelayedResponseAuthenticationException``): see
+:mod:`odradek.broker.authentication`.
 
 Handlers run as soon as their request is decoded, inside the protocol callback: one that answers
 without waiting (produce with acks=0/1, a fetch with data ready) costs no task, and responses
