@@ -265,5 +265,8 @@ def test_without_settings_the_host_is_still_checked(tmp_path: Path) -> None:
 def test_half_the_basic_auth_settings_stop_the_start(tmp_path: Path) -> None:
     b = BrokerProcess(tmp_path / "d", overrides={"metrics.http.basic.auth.user": USER},
                       extra_args=["--metrics-port", "0"])
-    with pytest.raises(RuntimeError, match="go together"):
-        b.start(timeout=20)
+    try:
+        with pytest.raises(RuntimeError, match="go together"):
+            b.start(timeout=20)
+    finally:
+        b.stop()  # a broker that started after all (the code before the check) is not left behind
