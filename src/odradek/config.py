@@ -159,6 +159,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("sasl.jaas.config", "password", None),
     ("connections.max.reauth.ms", "long", 0),
     ("connection.failed.authentication.delay.ms", "int", 100),
+    # the largest frame a connection of a SASL listener may send before it has authenticated
+    # (ApiVersions, SaslHandshake, SaslAuthenticate, v0 tokens); a larger size prefix fails the
+    # authentication and closes the connection, nothing of it read (Kafka's internal setting)
+    ("sasl.server.max.receive.size", "int", 524288),
     # authorization: empty (none), odradek's own ("odradek.acl"), or Kafka's class names (AclAuthorizer,
     # StandardAuthorizer), which select the same ACL authorizer
     # replication throttles (KIP-73): bytes/s of the replicas the topics' *.replication.throttled.replicas
@@ -311,6 +315,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     # in the broker's ready line.
     ("metrics.port", "int", None),
     ("metrics.host", "string", "127.0.0.1"),
+    # who may read /metrics.  metrics.http.allowed.hosts: the Host header values accepted beside
+    # the bound address, the address a request came in on, localhost and this machine's names
+    # (DNS-rebinding protection; "*" accepts any).  metrics.http.basic.auth.user/.password: when
+    # set, every request needs these HTTP Basic credentials (Prometheus' basic_auth).
+    ("metrics.http.allowed.hosts", "list", None),
+    ("metrics.http.basic.auth.user", "string", None),
+    ("metrics.http.basic.auth.password", "password", None),
     # Limits that bound what one request may ask for (Kafka has none by these names; KIP-578
     # proposed ``max.broker.partitions``).  A CreateTopics / CreatePartitions / auto-creation
     # beyond them is refused with POLICY_VIOLATION and a message, before any work is done.

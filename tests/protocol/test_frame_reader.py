@@ -158,3 +158,27 @@ def test_announcing_a_huge_frame_costs_only_the_bytes_sent(pooled: bool) -> None
         assert len(reader.buffer()) == size - 100  # the frame's own buffer waits for the rest
     grown = _rss() - before
     assert grown < 32 << 20, f"{grown >> 20} MiB committed for 12 frames of which 1,200 bytes arrived"
+
+
+def test_a_lowered_limit_refuses_a_large_frame_before_any_buffer_is_made_and_a_raised_one_reads_it() -> None:
+    """A broker holds unauthenticated connections to a small limit: a declared frame above it is
+    refused on its size prefix (no buffer of that size); raised again, the frame is read."""
+    pool = FrameBuffers()
+    reader = FrameReader(max_frame_size=100 << 20, receive_size=4096, large=1024, buffers=pool)
+    reader.set_max_frame_size(2000)
+    reader.feed(struct.pack(">i", 3) + b"abc" + struct.pack(">i", 50 << 20) + b"z" * 100)
+    assert reader.next_frame() == b"abc"
+    assert pool._spare == [] and reader._frame is None
+    with pytest.raises(FrameTooLarge) as info:
+        reader.next_frame()
+    assert (info.value.size, info.value.limit) == (50 << 20, 2000)
+    # the same stream, the limit raised before the large frame is reached: it is read
+    reader = FrameReader(max_frame_size=100 << 20, receive_size=4096, large=1024)
+    reader.set_max_frame_size(2000)
+    payload = bytes(range(256)) * 20
+    reader.feed(struct.pack(">i", 3) + b"abc" + struct.pack(">i", len(payload)) + payload[:1000])
+    assert reader.next_frame() == b"abc"
+    reader.set_max_frame_size(100 << 20)
+    reader.feed(payload[1000:])
+    frame = reader.next_frame()
+    assert frame is not None and bytes(frame) == payload

@@ -9,21 +9,30 @@ mapping of certificates); each connection gets a :class:`Session`:
 * SSL: the client certificate's subject (mapped by ``ssl.principal.mapping.rules``), or
   ANONYMOUS without one;
 * SASL_PLAINTEXT / SASL_SSL: nothing but ApiVersions, SaslHandshake and SaslAuthenticate until
-  the mechanism (``odradek.security``) has established the user.  A failed authentication is
-  answered SASL_AUTHENTICATION_FAILED with the mechanism's message and the connection closes
-  ``connection.failed.authentication.delay.ms`` later; a handshake naming a mechanism the
-  listener does not enable gets UNSUPPORTED_SASL_MECHANISM and the list, and the connection
-  closes (Kafka's behaviour).
+  the mechanism (``odradek.security``) has established the user, in frames of at most
+  ``sasl.server.max.receive.size`` bytes.
+
+A failed authentication (wrong credentials, a malformed token, a mechanism the listener does
+not enable, a SASL request out of turn, a frame above the limit) is, as in Kafka, answered only
+``connection.failed.authentication.delay.ms`` after it was evaluated: the connection is muted
+meanwhile (nothing more is read from it, nothing it pipelined is evaluated), then the answer
+(SASL_AUTHENTICATION_FAILED with the mechanism's message, UNSUPPORTED_SASL_MECHANISM with the
+list, ILLEGAL_SASL_STATE) goes out and the connection closes (the same delay later: a client reading
+the answer and the end of the stream together may lose the answer).  A client guessing passwords gets
+one guess per connection and delay.  The "Failed authentication" lines are rate-limited per
+listener (:class:`FailureLog`); the first failure of every client address is always logged.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
 import os
 import re
 import time
 import urllib.request
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +61,7 @@ from odradek.security import (
     subject_name,
 )
 
-__all__ = ["SUPPORTED_MECHANISMS", "ListenerSecurity", "SaslOutcome", "Session"]
+__all__ = ["SUPPORTED_MECHANISMS", "FailureLog", "ListenerSecurity", "SaslOutcome", "Session"]
 
 log = logging.getLogger("odradek.authentication")
 
@@ -76,7 +85,14 @@ class ListenerSecurity:
         self.tls = self.protocol in TLS_PROTOCOLS
         self.sasl = self.protocol in SASL_PROTOCOLS
         self.mapper = SslPrincipalMapper(str(config.for_listener(listener.name, "ssl.principal.mapping.rules")))
-        self.failure_delay_s = int(config.for_listener(listener.name, "connection.failed.authentication.delay.ms")) / 1000
+        self.failure_delay_s = max(
+            0, int(config.for_listener(listener.name, "connection.failed.authentication.delay.ms"))
+        ) / 1000
+        #: the largest frame accepted before authentication (SASL listeners)
+        self.max_receive_size = int(config.for_listener(listener.name, "sasl.server.max.receive.size"))
+        if self.max_receive_size < 0:
+            raise ConfigError(f"listener {listener}: sasl.server.max.receive.size={self.max_receive_size} is negative")
+        self.failures = FailureLog(listener.name)
         self.reauth_ms = int(config.for_listener(listener.name, "connections.max.reauth.ms") or 0)
         self._scram_lookup = scram_lookup
         self.mechanisms: list[str] = []
@@ -141,16 +157,91 @@ class ListenerSecurity:
 
 @dataclass(slots=True)
 class SaslOutcome:
-    """A SASL request's answer, and whether the connection closes after it (at once, or after
-    the failed-authentication delay)."""
+    """A SASL request's answer, and whether it fails the authentication (then it is sent only
+    after the failed-authentication delay, and the connection closes after it)."""
 
     error_code: int = 0
     message: str | None = None
     data: bytes = b""
-    close: bool = False
-    delay_close: bool = False
+    failed: bool = False
     #: the exchange completed with this answer (the session lifetime goes with it)
     completed: bool = False
+
+
+#: "Failed authentication" lines per listener in one window (beyond: counted, reported at its end)
+FAILURE_LINES_PER_WINDOW = 10
+FAILURE_WINDOW_SECONDS = 10.0
+#: client addresses whose first failure is remembered as logged (the oldest are forgotten)
+FAILURE_HOSTS = 4096
+
+
+class FailureLog:
+    """The "Failed authentication" lines of one listener, rate-limited: at most ``lines`` in each
+    ``window_s`` window, beyond which failures are counted and the count is reported in one line
+    when the window ends ("N more failed authentications ... were not logged").  The first
+    failure of a client address is always logged, whatever the rate (``max_hosts`` addresses
+    remembered), so a new source of failures is never hidden behind a flood from another."""
+
+    def __init__(
+        self,
+        listener: str,
+        *,
+        lines: int = FAILURE_LINES_PER_WINDOW,
+        window_s: float = FAILURE_WINDOW_SECONDS,
+        max_hosts: int = FAILURE_HOSTS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.listener = listener
+        self.lines = lines
+        self.window_s = window_s
+        self.max_hosts = max_hosts
+        self.clock = clock
+        self._hosts: OrderedDict[str, None] = OrderedDict()
+        self._start = float("-inf")
+        self._logged = 0
+        self._suppressed = 0
+        #: failures seen in all (logged or not): the metrics count them too
+        self.total = 0
+
+    def failed(self, client: str, phase: str, reason: str) -> None:
+        """One failed ``phase`` ("authentication", "re-authentication") of ``client``."""
+        self.total += 1
+        now = self.clock()
+        if now >= self._start + self.window_s:
+            self._report()
+            self._start = now
+            self._logged = 0
+        hosts = self._hosts
+        first = client not in hosts
+        if first:
+            hosts[client] = None
+            if len(hosts) > self.max_hosts:
+                hosts.popitem(last=False)
+        else:
+            hosts.move_to_end(client)
+        if first or self._logged < self.lines:
+            self._logged += 1
+            log.info("Failed %s with %s on listener %s (%s)", phase, client, self.listener, reason)
+            return
+        self._suppressed += 1
+        if self._suppressed == 1:  # report the count when the window ends, even if no failure follows
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return
+            loop.call_later(max(0.0, self._start + self.window_s - now), self._expire, self._start)
+
+    def _expire(self, start: float) -> None:
+        if start == self._start:
+            self._report()
+
+    def _report(self) -> None:
+        if self._suppressed:
+            log.info(
+                "%d more failed authentications on listener %s in the last %gs were not logged",
+                self._suppressed, self.listener, self.window_s,
+            )
+            self._suppressed = 0
 
 
 class Session:
@@ -174,12 +265,13 @@ class Session:
         #: told to the client (SaslAuthenticate's session_lifetime_ms)
         self.expires_at: float | None = None
         self.lifetime_ms = 0
-        #: set when the connection must close after the response it is answering: in how many seconds
+        #: set when the authentication failed: the answer being made is held back this many
+        #: seconds (``connection.failed.authentication.delay.ms``), then the connection closes;
+        #: the connection takes this and clears it
         self.close_after: float | None = None
         #: a SaslHandshake v0 succeeded: the tokens come without Kafka framing from now on (the
         #: connection takes this and clears it)
         self.raw_tokens = False
-
 
     @property
     def principal(self) -> KafkaPrincipal:
@@ -189,6 +281,13 @@ class Session:
     def principal(self, value: KafkaPrincipal) -> None:
         self._principal = value
         self.principal_name = str(value)
+
+    @property
+    def max_receive_size(self) -> int | None:
+        """The largest frame the connection may send now: ``sasl.server.max.receive.size``
+        until it has authenticated on a SASL listener, else None (``socket.request.max.bytes``)."""
+        return None if self.authenticated else self.security.max_receive_size
+
     def allows(self, api_key: int) -> bool:
         """Whether a request of ``api_key`` may be handled now (before SASL authentication only
         ApiVersions 18, SaslHandshake 17 and SaslAuthenticate 36)."""
@@ -198,78 +297,103 @@ class Session:
         """The authenticated session has ended and no re-authentication is under way."""
         return self.expires_at is not None and now >= self.expires_at and self._server is None
 
-    def handshake(self, mechanism: str, version: int = 1) -> SaslOutcome:
-        out = self._handshake(mechanism, version)
-        if out.close:
-            self.close_after = 0.0
+    def handshake(self, mechanism: str, version: int = 1, client: str = "?") -> SaslOutcome:
+        out = self._handshake(mechanism, version, client)
+        if out.failed:
+            self._fail()
         return out
 
     def authenticate(self, token: bytes, client: str) -> SaslOutcome:
         out = self._authenticate(token, client)
-        if out.close:
-            self.close_after = 0.0
-        elif out.delay_close:
-            self.close_after = self.security.failure_delay_s
+        if out.failed:
+            self._fail()
         return out
 
-    def _handshake(self, mechanism: str, version: int) -> SaslOutcome:
+    def invalid_receive(self, size: int, client: str) -> None:
+        """The client sent a size prefix above ``sasl.server.max.receive.size`` before it
+        authenticated: the authentication fails (Kafka's InvalidReceiveException); nothing is
+        answered, the connection closes after the failed-authentication delay."""
+        self.security.failures.failed(
+            client, self._phase(),
+            f"Failing SASL authentication due to invalid receive size: a frame of {size} bytes is larger "
+            f"than sasl.server.max.receive.size={self.security.max_receive_size}",
+        )
+        self._fail()
+
+    def _fail(self) -> None:
+        self._server = None
+        self.close_after = self.security.failure_delay_s
+
+    def _phase(self) -> str:
+        return "re-authentication" if self._reauthenticating else "authentication"
+
+    def _handshake(self, mechanism: str, version: int, client: str) -> SaslOutcome:
         sec = self.security
         if not sec.sasl:
             return SaslOutcome(ErrorCode.ILLEGAL_SASL_STATE, "SASL is not enabled on this listener")
         if self._server is not None:
-            return SaslOutcome(ErrorCode.ILLEGAL_SASL_STATE, "unexpected SaslHandshake", close=True)
+            sec.failures.failed(client, self._phase(), "Unexpected SaslHandshake during the SASL exchange")
+            return SaslOutcome(ErrorCode.ILLEGAL_SASL_STATE, "unexpected SaslHandshake", failed=True)
         if self.authenticated:
             # KIP-368 re-authentication: v1 only, and the mechanism cannot change
             if version < 1 or mechanism != self.mechanism:
-                return SaslOutcome(
-                    ErrorCode.ILLEGAL_SASL_STATE,
-                    f"re-authentication must use SaslHandshake v1 and mechanism {self.mechanism}",
-                    close=True,
-                )
+                self._reauthenticating = True
+                message = f"re-authentication must use SaslHandshake v1 and mechanism {self.mechanism}"
+                sec.failures.failed(client, "re-authentication", message)
+                return SaslOutcome(ErrorCode.ILLEGAL_SASL_STATE, message, failed=True)
             self._reauthenticating = True
         elif mechanism not in sec.mechanisms:
-            log.info("listener %s: a client asked for SASL mechanism %r (enabled: %s)", sec.listener, mechanism,
-                     ", ".join(sec.mechanisms))
-            return SaslOutcome(ErrorCode.UNSUPPORTED_SASL_MECHANISM, None, close=True)
+            sec.failures.failed(
+                client, "authentication",
+                f"Unsupported SASL mechanism {mechanism[:64]!r} (enabled: {', '.join(sec.mechanisms)})",
+            )
+            return SaslOutcome(ErrorCode.UNSUPPORTED_SASL_MECHANISM, None, failed=True)
         self.mechanism = mechanism
         self._server = sec.server(mechanism)
         return SaslOutcome()
 
     def _authenticate(self, token: bytes, client: str) -> SaslOutcome:
         server = self._server
+        sec = self.security
         if server is None:
-            state = "after successful authentication" if self.authenticated else "before SaslHandshake"
+            if self.authenticated:
+                return SaslOutcome(
+                    ErrorCode.ILLEGAL_SASL_STATE, "SaslAuthenticate request received after successful authentication"
+                )
+            sec.failures.failed(client, "authentication", "SaslAuthenticate request received before SaslHandshake")
             return SaslOutcome(
-                ErrorCode.ILLEGAL_SASL_STATE, f"SaslAuthenticate request received {state}", close=not self.authenticated
+                ErrorCode.ILLEGAL_SASL_STATE, "SaslAuthenticate request received before SaslHandshake", failed=True
             )
+        phase = self._phase()
         try:
             reply = server.evaluate(token)
         except AuthenticationFailed as exc:
-            self._server = None
-            phase = "re-authentication" if self._reauthenticating else "authentication"
-            log.info("Failed %s with %s on listener %s (%s)", phase, client, self.security.listener, exc)
+            sec.failures.failed(client, phase, str(exc))
             # as Kafka: PLAIN and OAUTHBEARER say why; SCRAM and GSSAPI failures get one generic
             # message (the reason - an unknown user, say - stays in the broker's log)
-            message = str(exc) if self.mechanism in _EXPLAINED else (
-                f"Authentication failed during {phase} due to invalid credentials with SASL mechanism {self.mechanism}"
-            )
-            return SaslOutcome(ErrorCode.SASL_AUTHENTICATION_FAILED, message, delay_close=True)
+            message = str(exc) if self.mechanism in _EXPLAINED else self._generic(phase)
+            return SaslOutcome(ErrorCode.SASL_AUTHENTICATION_FAILED, message, failed=True)
+        except Exception:
+            # a mechanism must refuse bad tokens with AuthenticationFailed: this is a bug, but the
+            # client gets an authentication failure (not UNKNOWN_SERVER_ERROR) all the same
+            log.exception("the %s mechanism failed on a token from %s on listener %s", self.mechanism, client,
+                          sec.listener)
+            sec.failures.failed(client, phase, "the mechanism could not evaluate the token")
+            return SaslOutcome(ErrorCode.SASL_AUTHENTICATION_FAILED, self._generic(phase), failed=True)
         if server.complete:
             assert server.principal is not None
             self._server = None
             if self._reauthenticating and server.principal != self.principal:
-                log.info("Failed re-authentication with %s on listener %s: %s cannot become %s", client,
-                         self.security.listener, self.principal, server.principal)
+                sec.failures.failed(client, phase, f"{self.principal} cannot become {server.principal}")
                 return SaslOutcome(
-                    ErrorCode.SASL_AUTHENTICATION_FAILED,
-                    "Cannot change principals during re-authentication", delay_close=True,
+                    ErrorCode.SASL_AUTHENTICATION_FAILED, "Cannot change principals during re-authentication", failed=True,
                 )
             log.debug("%s %sauthenticated as %s with %s on listener %s", client,
-                      "re-" if self._reauthenticating else "", server.principal, self.mechanism, self.security.listener)
+                      "re-" if self._reauthenticating else "", server.principal, self.mechanism, sec.listener)
             self.principal = server.principal
             self.authenticated = True
             self._reauthenticating = False
-            lifetime = self.security.reauth_ms
+            lifetime = sec.reauth_ms
             token_expires = getattr(server, "expires_ms", None)
             if lifetime > 0 and token_expires is not None:  # KIP-368: not beyond the token's life
                 lifetime = max(0, min(lifetime, token_expires - int(time.time() * 1000)))
@@ -277,6 +401,9 @@ class Session:
             self.expires_at = time.monotonic() + lifetime / 1000 if lifetime > 0 else None
             return SaslOutcome(data=reply, completed=True)
         return SaslOutcome(data=reply)
+
+    def _generic(self, phase: str) -> str:
+        return f"Authentication failed during {phase} due to invalid credentials with SASL mechanism {self.mechanism}"
 
 
 def _wall_ms() -> int:

@@ -12,19 +12,38 @@ and tuples, then builds the metric families and the text on a worker thread, whi
 shares through the GIL's 1 ms switch interval rather than waiting for it.  The listener answers
 one request per connection (``Connection: close``) and serves only ``GET /metrics`` (and ``/``
 with a link).
+
+Who may read it (the names of topics and groups are in it):
+
+* the ``Host`` header must name this endpoint - the bound address, the address the request came
+  in on, ``localhost`` (and ``*.localhost``), this machine's host names, with the bound port if a
+  port is given - or one of ``metrics.http.allowed.hosts`` (``*``: any).  A web page cannot then
+  read the endpoint through a name of its own that resolves here (DNS rebinding): 403.
+* with ``metrics.http.basic.auth.user`` and ``metrics.http.basic.auth.password`` set, every
+  request needs those HTTP Basic credentials (Prometheus' ``basic_auth``): 401 and a
+  ``WWW-Authenticate`` challenge without them.
+
+The request head is parsed strictly (:func:`parse_request_head`): a malformed one gets 400.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
+import hmac
+import ipaddress
 import logging
-from collections.abc import Callable, Iterable, Iterator
+import re
+import socket
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from odradek._timeouts import wait_for
 from odradek.cluster.group import GroupState
+from odradek.config import ConfigError
 from odradek.metrics import (
     FETCH_FOLLOWER,
     BrokerMetrics,
@@ -42,7 +61,19 @@ if TYPE_CHECKING:
 
     from odradek.broker.services import Services
 
-__all__ = ["BrokerRegistry", "BrokerState", "MetricsServer", "api_name", "request_name", "state_families", "take_state"]
+__all__ = [
+    "BadHttpRequest",
+    "BrokerRegistry",
+    "BrokerState",
+    "HttpRequest",
+    "MetricsAccess",
+    "MetricsServer",
+    "api_name",
+    "parse_request_head",
+    "request_name",
+    "state_families",
+    "take_state",
+]
 
 log = logging.getLogger(__name__)
 
@@ -274,6 +305,11 @@ class BrokerRegistry:
         self._snapshots = _Snapshots(metrics, services, connections, listeners)
         self._registry: CollectorRegistry | None = None
 
+    @property
+    def config(self) -> Any:
+        """The broker's configuration (who may read the endpoint)."""
+        return self._snapshots.services.config
+
     def snapshot(self) -> None:
         self._snapshots.take()
 
@@ -287,15 +323,201 @@ class BrokerRegistry:
         return render(self._registry)
 
 
+# -- the HTTP side ---------------------------------------------------------------------------------
+
+#: the most header lines a request may have
+MAX_HEADERS = 100
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_TARGET = re.compile(r"[\x21-\x7e]+")
+_VERSION = re.compile(r"HTTP/1\.[01]")
+# headers that must not come twice (RFC 9112: a request with two Host headers is a 400)
+_SINGLE = frozenset({"host", "authorization"})
+
+
+class BadHttpRequest(ValueError):
+    """A request head that is not HTTP/1.x: answered 400."""
+
+
+@dataclass(frozen=True, slots=True)
+class HttpRequest:
+    method: str
+    target: str
+    version: str
+    #: header names lower-cased; values without surrounding blanks
+    headers: Mapping[str, str]
+
+    @property
+    def path(self) -> str:
+        return self.target.split("?", 1)[0]
+
+
+def parse_request_head(head: bytes) -> HttpRequest:
+    """The request line and header fields of an HTTP/1.0 or 1.1 request head (up to and with the
+    empty line), read strictly: anything else raises :class:`BadHttpRequest`."""
+    if not head.endswith(b"\r\n\r\n"):
+        raise BadHttpRequest("the request head does not end with an empty line")
+    lines = head[:-4].decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3:
+        raise BadHttpRequest("the request line is not METHOD TARGET VERSION")
+    method, target, version = parts
+    if not _TOKEN.fullmatch(method) or not _TARGET.fullmatch(target) or not _VERSION.fullmatch(version):
+        raise BadHttpRequest("the request line is not METHOD TARGET HTTP/1.x")
+    if len(lines) - 1 > MAX_HEADERS:
+        raise BadHttpRequest(f"more than {MAX_HEADERS} header fields")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep or not _TOKEN.fullmatch(name):  # also line folding: a line starting with a blank
+            raise BadHttpRequest("a header field is not name: value")
+        value = value.strip(" \t")
+        if any(c in value for c in "\x00\r\n"):
+            raise BadHttpRequest("a header value holds a control character")
+        key = name.lower()
+        if key in headers:
+            if key in _SINGLE:
+                raise BadHttpRequest(f"more than one {name} header")
+            headers[key] += ", " + value
+        else:
+            headers[key] = value
+    return HttpRequest(method, target, version, headers)
+
+
+def _split_host(value: str) -> tuple[str, int | None] | None:
+    """``(name, port)`` of a Host header value (``name``, ``name:port``, ``[v6]:port``), the name
+    lower-cased without a trailing dot; None when it is not one."""
+    if value.startswith("["):
+        end = value.find("]")
+        if end < 0:
+            return None
+        name, rest = value[1:end], value[end + 1 :]
+        if rest and not rest.startswith(":"):
+            return None
+        port_text = rest[1:] if rest else None
+    else:
+        name, sep, port_text_ = value.rpartition(":")
+        if not sep:
+            name, port_text = value, None
+        else:
+            port_text = port_text_
+    if port_text is not None and (not port_text.isdigit() or len(port_text) > 5 or int(port_text) > 65535):
+        return None
+    name = name.lower().rstrip(".")
+    if not name or not re.fullmatch(r"[a-z0-9._:\-%]+", name):
+        return None
+    return name, int(port_text) if port_text is not None else None
+
+
+def _same_address(a: str, b: str) -> bool:
+    try:
+        return ipaddress.ip_address(a.split("%")[0]) == ipaddress.ip_address(b.split("%")[0])
+    except ValueError:
+        return False
+
+
+class MetricsAccess:
+    """Who may read ``/metrics``: the Host header check, and HTTP Basic credentials if set."""
+
+    LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "ip6-localhost"})
+
+    def __init__(
+        self,
+        allowed_hosts: Iterable[str] = (),
+        user: str | None = None,
+        password: str | None = None,
+        machine_names: Iterable[str] | None = None,
+    ) -> None:
+        self.any_host = False
+        self.allowed: set[tuple[str, int | None]] = set()
+        for entry in allowed_hosts:
+            entry = entry.strip()
+            if not entry:
+                continue
+            if entry == "*":
+                self.any_host = True
+                continue
+            split = _split_host(entry)
+            if split is None:
+                raise ConfigError(f"metrics.http.allowed.hosts: {entry!r} is not a host name or host:port")
+            self.allowed.add(split)
+        if (user is None) != (password is None):
+            raise ConfigError(
+                "metrics.http.basic.auth.user and metrics.http.basic.auth.password go together: set both or neither"
+            )
+        if user is not None and ":" in user:
+            raise ConfigError("metrics.http.basic.auth.user cannot hold a ':' (HTTP Basic separates it from the password)")
+        self._credentials = None if user is None or password is None else (user.encode(), password.encode())
+        if machine_names is None:
+            machine_names = {socket.gethostname()}  # the FQDN is added by the server (a lookup)
+        self.machine_names = {n.lower().rstrip(".") for n in machine_names if n}
+
+    @classmethod
+    def from_config(cls, config: Any) -> MetricsAccess:
+        allowed = str(config.get("metrics.http.allowed.hosts") or "")
+        user = config.get("metrics.http.basic.auth.user")
+        password = config.get("metrics.http.basic.auth.password")
+        return cls(
+            allowed.split(","),
+            None if user in (None, "") else str(user),
+            None if password in (None, "") else str(password),
+        )
+
+    @property
+    def basic_auth(self) -> bool:
+        return self._credentials is not None
+
+    def host_allowed(self, request: HttpRequest, bound: tuple[str, int], local: str | None) -> bool:
+        """Whether the request's Host names this endpoint (see the module's docstring)."""
+        value = request.headers.get("host")
+        if value is None:
+            return request.version == "HTTP/1.0"  # HTTP/1.1 requires Host; no browser omits it
+        if self.any_host:
+            return True
+        split = _split_host(value)
+        if split is None:
+            return False
+        name, port = split
+        if (name, port) in self.allowed or (name, None) in self.allowed:
+            return True
+        if port is not None and port != bound[1]:
+            return False
+        if name in self.LOCAL_NAMES or name.endswith(".localhost") or name in self.machine_names:
+            return True
+        bound_host = bound[0]
+        if bound_host not in ("", "0.0.0.0", "::") and (name == bound_host.lower() or _same_address(name, bound_host)):
+            return True
+        return local is not None and _same_address(name, local)
+
+    def authorized(self, request: HttpRequest) -> bool:
+        """The request carries the configured Basic credentials (always, when none are set)."""
+        if self._credentials is None:
+            return True
+        scheme, _, encoded = request.headers.get("authorization", "").strip().partition(" ")
+        if scheme.lower() != "basic":
+            return False
+        try:
+            decoded = base64.b64decode(encoded.strip(), validate=True)
+        except (binascii.Error, ValueError):
+            return False
+        user, sep, password = decoded.partition(b":")
+        want_user, want_password = self._credentials
+        # both compared, whatever the first gives: the time taken says nothing about which was wrong
+        ok_user = hmac.compare_digest(user, want_user)
+        ok_password = hmac.compare_digest(password, want_password)
+        return bool(sep) and ok_user and ok_password
+
+
 class MetricsServer:
     """``GET /metrics`` on an asyncio listener of the broker's loop: the registry's snapshot is
     taken on the loop, the text rendered on a worker thread (one scrape at a time)."""
 
-    def __init__(self, registry: BrokerRegistry) -> None:
+    def __init__(self, registry: BrokerRegistry, access: MetricsAccess | None = None) -> None:
         self.registry = registry
+        self.access = access if access is not None else MetricsAccess.from_config(registry.config)
         self._server: asyncio.AbstractServer | None = None
         self._scraping = asyncio.Lock()
         self.address: tuple[str, int] = ("", 0)
+        self._refused_hosts: set[str] = set()  # Host values refused so far (logged once each)
 
     @property
     def url(self) -> str:
@@ -308,6 +530,11 @@ class MetricsServer:
         self._server = await asyncio.start_server(self._serve, host, port, reuse_address=True)
         name = self._server.sockets[0].getsockname()
         self.address = (name[0], name[1])
+        # this machine's fully qualified name is a Host a scraper may use: a DNS lookup, off the loop
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(Exception):
+            fqdn = await wait_for(loop.run_in_executor(None, socket.getfqdn), 5)
+            self.access.machine_names.add(fqdn.lower().rstrip("."))
 
     def close(self) -> None:
         if self._server is not None:
@@ -325,35 +552,51 @@ class MetricsServer:
                 head = await _read_head(reader)
             except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, TimeoutError):
                 return
-            line = head.split(b"\r\n", 1)[0].decode("latin-1")
-            parts = line.split()
-            method, path = (parts[0], parts[1]) if len(parts) >= 2 else ("", "")
-            path = path.split("?", 1)[0]
-            if method not in ("GET", "HEAD"):
-                status, ctype, body = "405 Method Not Allowed", "text/plain", b"only GET\n"
-            elif path == "/metrics":
-                try:
-                    async with self._scraping:
-                        self.registry.snapshot()
-                        body, ctype = await asyncio.get_running_loop().run_in_executor(None, self.registry.render)
-                    status = "200 OK"
-                except Exception:
-                    log.exception("rendering /metrics failed")
-                    status, ctype, body = "500 Internal Server Error", "text/plain", b"metrics failed\n"
-            elif path == "/":
-                status, ctype = "200 OK", "text/html"
-                body = b'<html><body><a href="/metrics">/metrics</a></body></html>\n'
-            else:
-                status, ctype, body = "404 Not Found", "text/plain", b"not found: try /metrics\n"
+            local = writer.get_extra_info("sockname")
+            status, ctype, body, extra, head_only = await self._answer(head, local[0] if local else None)
             header = (
-                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n{extra}"
                 "Connection: close\r\n\r\n"
             ).encode()
-            writer.write(header if method == "HEAD" else header + body)
+            writer.write(header if head_only else header + body)
             with contextlib.suppress(ConnectionError):
                 await writer.drain()
         finally:
             writer.close()
+
+    async def _answer(self, head: bytes, local: str | None) -> tuple[str, str, bytes, str, bool]:
+        """(status, content type, body, extra header lines, HEAD) for one request head."""
+        try:
+            request = parse_request_head(head)
+        except BadHttpRequest as exc:
+            return "400 Bad Request", "text/plain", f"bad request: {exc}\n".encode(), "", False
+        head_only = request.method == "HEAD"
+        if not self.access.host_allowed(request, self.address, local):
+            value = request.headers.get("host", "(none)")[:100]
+            if value not in self._refused_hosts and len(self._refused_hosts) < 100:
+                self._refused_hosts.add(value)
+                log.info("metrics: refused a request with Host %r (allowed: this endpoint's addresses and names, "
+                         "localhost, metrics.http.allowed.hosts)", value)
+            body = b"this Host is not allowed here: add it to metrics.http.allowed.hosts\n"
+            return "403 Forbidden", "text/plain", body, "", head_only
+        if not self.access.authorized(request):
+            return ("401 Unauthorized", "text/plain", b"authentication required\n",
+                    'WWW-Authenticate: Basic realm="odradek metrics", charset="UTF-8"\r\n', head_only)
+        if request.method not in ("GET", "HEAD"):
+            return "405 Method Not Allowed", "text/plain", b"only GET\n", "Allow: GET, HEAD\r\n", head_only
+        path = request.path
+        if path == "/metrics":
+            try:
+                async with self._scraping:
+                    self.registry.snapshot()
+                    body, ctype = await asyncio.get_running_loop().run_in_executor(None, self.registry.render)
+            except Exception:
+                log.exception("rendering /metrics failed")
+                return "500 Internal Server Error", "text/plain", b"metrics failed\n", "", head_only
+            return "200 OK", ctype, body, "", head_only
+        if path == "/":
+            return "200 OK", "text/html", b'<html><body><a href="/metrics">/metrics</a></body></html>\n', "", head_only
+        return "404 Not Found", "text/plain", b"not found: try /metrics\n", "", head_only
 
 
 async def _read_head(reader: asyncio.StreamReader) -> bytes:

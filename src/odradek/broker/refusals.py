@@ -1,7 +1,8 @@
 """A log line for every refused request, rate-limited.
 
 Every produce, config change, admin or group request the broker refuses leaves one INFO line on
-the ``odradek.refusals`` logger: principal, client id, client address, API, resource
+the ``odradek.refusals`` logger: principal (the connection's: ``User:alice`` after SASL, a
+certificate's name over mTLS, ``User:ANONYMOUS`` on PLAINTEXT), client id, client address, API, resource
 (topic/partition, config resource and config names, group/member) and the error's name, code
 and message::
 
@@ -9,7 +10,7 @@ and message::
     INVALID_RECORD (87) One or more records have been rejected ...
 
 So that a misbehaving client cannot flood the log, at most :data:`LINES_PER_WINDOW` lines are
-written per (client address, API, error) in each :data:`WINDOW_SECONDS` window; the refusals
+written per (client address, principal, API, error) in each :data:`WINDOW_SECONDS` window; the refusals
 beyond that are counted and reported in one line when the window ends ("suppressed K similar
 refusals").  The number of keys kept is bounded too (:data:`MAX_KEYS`; beyond it, refusals from
 further addresses share one key).
@@ -34,6 +35,11 @@ from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey, RequestHeader
 
 
+class _Session(Protocol):
+    @property
+    def principal_name(self) -> str: ...
+
+
 class RequestContext(Protocol):
     """What a refusal line names of a request (a dispatch.RequestContext has it)."""
 
@@ -43,13 +49,16 @@ class RequestContext(Protocol):
     @property
     def header(self) -> RequestHeader: ...
 
+    @property
+    def session(self) -> _Session: ...
+
 
 __all__ = ["LOGGED_APIS", "REFUSALS", "RefusalLog", "logged"]
 
 log = logging.getLogger("odradek.refusals")
 
-#: no authentication yet: every client is Kafka's anonymous principal
-PRINCIPAL = "User:ANONYMOUS"
+#: the principal of a connection nobody authenticated (PLAINTEXT)
+ANONYMOUS = "User:ANONYMOUS"
 LINES_PER_WINDOW = 10
 WINDOW_SECONDS = 60.0
 MAX_KEYS = 10_000
@@ -137,13 +146,14 @@ class RefusalLog:
         self.window_seconds = window_seconds
         self.max_keys = max_keys
         self.clock = clock
-        self._windows: dict[tuple[str, str, int], _Window] = {}
+        self._windows: dict[tuple[str, str, int, str], _Window] = {}
 
     def refused(
-        self, client_host: str, client_id: str | None, api: str, resource: str, code: int, message: str | None
+        self, client_host: str, client_id: str | None, api: str, resource: str, code: int, message: str | None,
+        *, principal: str = ANONYMOUS,
     ) -> None:
         now = self.clock()
-        key = (client_host, api, code)
+        key = (client_host, api, code, principal)
         w = self._windows.get(key)
         if w is not None and now >= w.start + self.window_seconds:
             self._end(key, w)
@@ -152,7 +162,7 @@ class RefusalLog:
             if len(self._windows) >= self.max_keys:
                 self._prune(now)
                 if len(self._windows) >= self.max_keys:
-                    key = ("*", api, code)  # too many addresses: they share one budget
+                    key = ("*", api, code, "*")  # too many addresses: they share one budget
                     w = self._windows.get(key)
             if w is None:
                 w = self._windows[key] = _Window(now)
@@ -160,7 +170,7 @@ class RefusalLog:
             w.lines += 1
             log.info(
                 "Refused %s from %s (principal=%s, clientId=%s): %s: %s (%d)%s",
-                api, client_host, PRINCIPAL, client_id, resource or "-", _error_name(code), code,
+                api, client_host, principal, client_id, resource or "-", _error_name(code), code,
                 f" {message}" if message else "",
             )
             return
@@ -174,17 +184,18 @@ class RefusalLog:
             delay = max(0.0, w.start + self.window_seconds - now)
             loop.call_later(delay, self._expire, key, w)
 
-    def _expire(self, key: tuple[str, str, int], w: _Window) -> None:
+    def _expire(self, key: tuple[str, str, int, str], w: _Window) -> None:
         if self._windows.get(key) is w:
             self._end(key, w)
 
-    def _end(self, key: tuple[str, str, int], w: _Window) -> None:
+    def _end(self, key: tuple[str, str, int, str], w: _Window) -> None:
         del self._windows[key]
         if w.suppressed:
-            host, api, code = key
+            host, api, code, principal = key
+            who = host if principal in (ANONYMOUS, "*") else f"{host} (principal={principal})"
             log.info(
                 "Suppressed %d similar refusals of %s from %s (%s (%d)) in the last %gs",
-                w.suppressed, api, host, _error_name(code), code, self.window_seconds,
+                w.suppressed, api, who, _error_name(code), code, self.window_seconds,
             )
 
     def _prune(self, now: float) -> None:
@@ -201,8 +212,14 @@ def produce_refused(ctx: RequestContext, topic: str, partition: int, exc: KafkaE
     """A refused partition of a Produce request."""
     REFUSALS.refused(
         ctx.client_host, ctx.header.client_id, "PRODUCE", f"topic={topic} partition={partition}",
-        int(exc.code), exc.message,
+        int(exc.code), exc.message, principal=_principal(ctx),
     )
+
+
+def _principal(ctx: RequestContext) -> str:
+    """The request's principal as ACLs name it (``User:alice``)."""
+    session = getattr(ctx, "session", None)
+    return str(getattr(session, "principal_name", ANONYMOUS))
 
 
 def _label(obj: Any, attrs: tuple[str, ...]) -> list[str]:
@@ -249,7 +266,7 @@ def report_response(ctx: RequestContext, api: ApiKey, request: Any, response: An
         return
     context = _label(request, _REQUEST_FIELDS)
     configs = _config_names(request) if api in (ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS) else None
-    host, client_id, name = ctx.client_host, ctx.header.client_id, api.name
+    host, client_id, name, principal = ctx.client_host, ctx.header.client_id, api.name, _principal(ctx)
     for where, code, message in _walk(response, context):
         if code in _NOT_REFUSALS:
             continue
@@ -259,14 +276,16 @@ def report_response(ctx: RequestContext, api: ApiKey, request: Any, response: An
                 if f"{_RESOURCE_TYPES.get(rtype, '')}={rname}" in where and names:
                     resource += f" configs={names}"
                     break
-        REFUSALS.refused(host, client_id, name, resource, code, message)
+        REFUSALS.refused(host, client_id, name, resource, code, message, principal=principal)
 
 
 def report_exception(ctx: RequestContext, api: ApiKey, request: Any, exc: KafkaError) -> None:
     if exc.code in _NOT_REFUSALS:
         return
     resource = " ".join(_label(request, _REQUEST_FIELDS))
-    REFUSALS.refused(ctx.client_host, ctx.header.client_id, api.name, resource, int(exc.code), exc.message)
+    REFUSALS.refused(
+        ctx.client_host, ctx.header.client_id, api.name, resource, int(exc.code), exc.message, principal=_principal(ctx)
+    )
 
 
 _Async = Callable[..., Coroutine[Any, Any, Any]]

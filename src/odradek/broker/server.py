@@ -8,6 +8,14 @@ responses leave in order.  A frame above ``socket.request.max.bytes`` or that ca
 closes that connection only.  When the peer stops reading (the transport's write buffer passes
 its high-water mark) the connection stops reading and handling requests until it drains.
 
+On a SASL listener a connection that has not authenticated may send frames of at most
+``sasl.server.max.receive.size`` bytes: a larger size prefix fails the authentication before any
+buffer is made for it.  A failed authentication mutes the connection (nothing more is read from
+it, nothing it pipelined is handled), holds its answer back for
+``connection.failed.authentication.delay.ms``, then sends it and closes the connection the same
+delay later (Kafka's ``DelayedResponseAuthenticationException``): see
+:mod:`odradek.broker.authentication`.
+
 Handlers run as soon as their request is decoded, inside the protocol callback: one that answers
 without waiting (produce with acks=0/1, a fetch with data ready) costs no task, and responses
 made ready by one read leave in one write.  A handler that waits continues in a task (coroutine
@@ -39,6 +47,7 @@ from odradek.protocol import (
     ApiKey,
     BadRequest,
     ConnectionClosed,
+    InvalidFrame,
     Message,
     ProtocolError,
     RequestReceived,
@@ -119,10 +128,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         security: ListenerSecurity,
         *,
         on_close: Callable[[], None] | None = None,
+        call_later: Callable[..., Any] | None = None,
     ) -> None:
         """A connection on ``listener``, registered in ``connections`` while open; at most
         ``max_queued`` of its requests wait to be handled (``queued.max.requests``);
-        ``security`` says who it is and what it must do first (TLS, SASL)."""
+        ``security`` says who it is and what it must do first (TLS, SASL).  ``call_later``
+        (``loop.call_later`` by default; tests give their own clock) schedules the delayed
+        answer of a failed authentication."""
         self.services = services
         self.listener = listener
         self.security = security
@@ -130,13 +142,20 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._on_close = on_close  # the connection quotas' release: called once, when the connection is lost
         self.connections = connections
         self.max_queued = max_queued
+        self._max_frame_size = int(services.config.get("socket.request.max.bytes"))
         self.conn = ServerConnection(
-            max_frame_size=services.config.get("socket.request.max.bytes"),
+            max_frame_size=self._max_frame_size,
             check=partial(check_request_size, int(services.config.get("request.max.topics"))),
             receive_size=_RECV_BUFFER,
             large=_LARGE_FRAME,
             buffers=_FRAME_BUFFERS,
         )
+        # before SASL authentication frames are held to sasl.server.max.receive.size
+        self._pre_auth = False
+        self._limit_receive()
+        self._call_later = call_later
+        # the authentication failed: muted until the delayed answer is sent and the connection closed
+        self._auth_failed = False
         self.transport: asyncio.Transport | None = None
         # the socket, for sendfile: plaintext connections only (TLS encrypts in user space)
         self._sock: Any = None
@@ -199,6 +218,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.conn.filled(nbytes)
             self._pump()
         except ProtocolError as exc:
+            if self._pre_auth and isinstance(exc, InvalidFrame):
+                # Kafka's InvalidReceiveException before authentication: the authentication fails
+                self.session.invalid_receive(getattr(exc, "size", -1), self.client_host)
+                self._count_auth_failure()
+                self._fail_authentication(None)
+                return
             log.warning("closing connection from %s: %s", self.peer, exc)
             self.close()
 
@@ -248,11 +273,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
             and len(self._queue) < self.max_queued
             and self.transport is not None
             and not self._closing
+            and not self._auth_failed
         ):
             self._reading_paused = False
             self.transport.resume_reading()
 
     def _pump(self) -> None:
+        if self._auth_failed:  # muted: whatever else arrived is never looked at
+            return
         queue = self._queue
         next_event = self.conn.next_event
         while True:
@@ -301,6 +329,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 else:
                     bad = self._bad_request(ev)  # type: ignore[arg-type]
                     result = None if bad is None else [bad]
+                if self.session.close_after is not None and not isinstance(result, _Waiting):
+                    # the authentication failed: answer late, nothing more from this connection
+                    if out:
+                        self._write(out)
+                    self._fail_authentication(result)
+                    return
                 if result is None:  # connection must close
                     if out:
                         self._write(out)
@@ -372,6 +406,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 else:
                     bad = self._bad_request(ev)  # type: ignore[arg-type]
                     result = None if bad is None else [bad]
+                if self.session.close_after is not None:
+                    self._fail_authentication(result)
+                    return
                 if not self._respond_parts(result):
                     return
                 if not self._writable.is_set():
@@ -436,8 +473,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 break
         else:
             self._hand(transport, parts[0] if len(parts) == 1 else b"".join(parts))
-            if self.session.close_after is not None:
-                self._close_after_response()
             return
         total = _size(parts)
         if total >= _SENDFILE_MIN and self._sock is not None and transport.get_write_buffer_size() == 0:
@@ -525,17 +560,54 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if _CORK is not None and not self._closing:
                 sock.setsockopt(socket.IPPROTO_TCP, _CORK, 0)
 
-    def _close_after_response(self) -> None:
-        """The session asked to close once its response is out (a failed or illegal SASL
-        exchange): nothing more is read or handled; the close comes after the delay it gave."""
-        delay = self.session.close_after
+    # -- authentication -------------------------------------------------------------------------
+    def _limit_receive(self) -> None:
+        """Hold frames to ``sasl.server.max.receive.size`` while the session is not authenticated,
+        and back to ``socket.request.max.bytes`` once it is."""
+        limit = self.session.max_receive_size
+        pre_auth = limit is not None
+        if pre_auth != self._pre_auth:
+            self._pre_auth = pre_auth
+            self.conn.max_frame_size = self._max_frame_size if limit is None else min(limit, self._max_frame_size)
+
+    def _fail_authentication(self, parts: list[Any] | None) -> None:
+        """The authentication failed (the session says how long to hold the answer back): from
+        now on nothing is read from the connection and nothing it already sent is handled; the
+        answer (``parts``; none for a v0 token or a frame too large) goes out when the delay has
+        passed, and the connection closes the same delay after it (a client that reads the
+        answer and the end of the stream together may drop the answer: kafka-python does), or
+        at once when there is no answer.  With a delay of 0, all at once."""
+        delay = self.session.close_after or 0.0
         self.session.close_after = None
+        self._auth_failed = True
         self._queue.clear()
         self._pause_reading()
-        if not delay:
-            self.close()
-        else:
-            asyncio.get_running_loop().call_later(delay, self.close)
+        if delay <= 0:
+            self._answer_and_close(parts, 0.0)
+            return
+        self._later(delay, self._answer_and_close, parts, delay)
+
+    def _later(self, delay: float, fn: Callable[..., Any], *args: Any) -> None:
+        call_later = self._call_later or asyncio.get_running_loop().call_later
+        call_later(delay, fn, *args)
+
+    def _answer_and_close(self, parts: list[Any] | None, linger: float) -> None:
+        if self._closing or self.transport is None:
+            return
+        try:
+            if parts:
+                self._write(parts)
+                if linger > 0:
+                    self._later(linger, self.close)
+                    return
+        except Exception:
+            log.exception("connection %s failed", self.peer)
+        self.close()  # the transport sends what it holds, then closes
+
+    def _count_auth_failure(self) -> None:
+        m = self._metrics
+        if m is not None:
+            m.count(m.auth_failures, self.listener)
 
     def _hand(self, transport: asyncio.Transport, data: bytes | memoryview) -> None:
         """Write to the transport, counting the bytes handed over (see :meth:`_free_out_buffer`)."""
@@ -555,19 +627,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _sasl_token(self, ev: SaslTokenReceived) -> list[Any] | None:
         """A SASL token without Kafka framing (after SaslHandshake v0): the mechanism's answer
-        goes back the same way; a failure closes the connection (the v0 exchange has no way to
-        say why, as in Kafka)."""
+        goes back the same way; a failure closes the connection after the failed-authentication
+        delay, unanswered (the v0 exchange has no way to say why, as in Kafka)."""
         out = self.session.authenticate(ev.token, self.client_host)
         m = self._metrics
         if out.error_code:
-            if m is not None:
-                m.count(m.auth_failures, self.listener)
-            self.session.close_after = None
-            return None
+            self._count_auth_failure()
+            return []
         if self.session.authenticated:
             if m is not None:
                 m.count(m.auth_successes, self.listener)
             self.conn.raw_tokens = False
+            self._limit_receive()
         return [frame(out.data)]
 
     def _bad_request(self, ev: BadRequest) -> bytes | None:
@@ -632,6 +703,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if self.session.raw_tokens:  # a SaslHandshake v0 succeeded: tokens come unframed now
                 self.session.raw_tokens = False
                 self.conn.raw_tokens = True
+            if self._pre_auth and self.session.authenticated:
+                self._limit_receive()
             if result is None or isinstance(result, Message):
                 return self._response_parts(header, result)
             if isinstance(result, Deferred):

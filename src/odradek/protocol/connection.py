@@ -221,6 +221,16 @@ class FrameReader:
         self._done_bytes = 0
         self._error: ProtocolError | None = None
 
+    def set_max_frame_size(self, limit: int) -> None:
+        """Change the largest frame accepted from now on (a broker accepts less before a client
+        has authenticated).  A frame already refused for its size and not yet reported is
+        looked at again under the new limit."""
+        self.max_frame_size = limit
+        error = self._error
+        if isinstance(error, FrameTooLarge) and error.size <= limit and self._frame is None:
+            self._error = None
+            self._split()
+
     def feed(self, data: Buffer) -> None:
         """Bytes received: copied into :meth:`buffer` as they fit."""
         src = memoryview(data).cast("B")
@@ -332,6 +342,16 @@ class ServerConnection:
         #: frames are SASL tokens, not requests (set by the server after a SaslHandshake v0,
         #: cleared when authentication completes): see :class:`SaslTokenReceived`
         self.raw_tokens = False
+
+    @property
+    def max_frame_size(self) -> int:
+        """The largest frame (size prefix) accepted; a larger one is a :class:`FrameTooLarge`
+        once the frames before it have been taken, and no buffer is made for it."""
+        return self._reader.max_frame_size
+
+    @max_frame_size.setter
+    def max_frame_size(self, limit: int) -> None:
+        self._reader.set_max_frame_size(limit)
 
     def receive_data(self, data: Buffer) -> None:
         """Bytes from the peer; ``b""`` means the peer closed its side."""

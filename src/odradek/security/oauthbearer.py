@@ -12,7 +12,13 @@ Two validators, as in Kafka:
   issuer, ``exp``/``nbf`` within the clock skew (KIP-768's validator).
 
 A refused token gets RFC 7628's error challenge (``{"status":"invalid_token"}``); after the
-client's ``\x01`` the exchange fails with the reason (SASL_AUTHENTICATION_FAILED).  RSA
+client's ``\x01`` the exchange fails with the reason (SASL_AUTHENTICATION_FAILED).  Whatever the
+token holds - bad base64url, bytes that are not UTF-8 JSON, JSON nested deeper than
+:data:`MAX_JSON_DEPTH`, ``NaN``/``Infinity``, numbers out of range (``1e400``), claims of the
+wrong type - it is refused this way, never with an exception of another kind.  Numeric date
+claims (``exp``, ``iat``, ``nbf``) are finite seconds whose milliseconds fit a Java long, as
+Kafka's validators read them; ``sub`` (the principal claim) is a non-blank string; the scope
+claim a string or a list of strings.  RSA
 signatures are checked here with Python's integers (PKCS #1 v1.5: the signature raised to the
 key's exponent must be the padded digest), so no cryptography package is needed.
 """
@@ -23,6 +29,8 @@ import base64
 import hashlib
 import hmac
 import json
+import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,17 +63,54 @@ class ValidToken:
     scope: tuple[str, ...] = ()
 
 
+#: the deepest nesting of arrays and objects a token's JSON may have (claims are flat: an object
+#: of strings, numbers and lists of strings)
+MAX_JSON_DEPTH = 32
+#: the largest magnitude of a numeric date claim: its milliseconds fit a Java long, as in Kafka
+MAX_CLAIM_SECONDS = 9223372036854775807 // 1000
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]*={0,2}")
+
+
 def _b64url(text: str) -> bytes:
+    if not _BASE64URL.fullmatch(text):
+        raise TokenError("a token part is not base64url")
     try:
-        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        return base64.urlsafe_b64decode(text.rstrip("=") + "=" * (-len(text.rstrip("=")) % 4))
     except (ValueError, TypeError):
         raise TokenError("a token part is not base64url") from None
 
 
+def _refuse_constant(name: str) -> Any:
+    raise TokenError(f"{name} is not a JSON number")
+
+
+def _json_depth(text: str) -> int:
+    """How deeply arrays and objects nest in ``text`` (brackets inside strings do not count)."""
+    depth = deepest = 0
+    for c in _JSON_STRING.sub("", text):
+        if c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    return deepest
+
+
 def _json_part(text: str, what: str) -> dict[str, Any]:
+    raw = _b64url(text)
     try:
-        value = json.loads(_b64url(text))
-    except ValueError:
+        doc = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise TokenError(f"the token's {what} is not UTF-8") from None
+    openers = doc.count("[") + doc.count("{")
+    if openers > MAX_JSON_DEPTH and (openers > 1000 or _json_depth(doc) > MAX_JSON_DEPTH):
+        raise TokenError(f"the token's {what} nests JSON deeper than {MAX_JSON_DEPTH}")
+    try:
+        value = json.loads(doc, parse_constant=_refuse_constant)
+    except TokenError as exc:
+        raise TokenError(f"the token's {what} is not JSON: {exc}") from None
+    except (ValueError, RecursionError):
         raise TokenError(f"the token's {what} is not JSON") from None
     if not isinstance(value, dict):
         raise TokenError(f"the token's {what} is not a JSON object")
@@ -80,6 +125,8 @@ def _number(claims: Mapping[str, Any], name: str, required: bool) -> float | Non
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TokenError(f"the token's {name!r} claim is not a number")
+    if (isinstance(value, float) and not math.isfinite(value)) or abs(value) > MAX_CLAIM_SECONDS:
+        raise TokenError(f"the token's {name!r} claim is not a number within range")
     return float(value)
 
 
@@ -110,7 +157,9 @@ def _times(claims: Mapping[str, Any], now_ms: int, skew_ms: int) -> int:
 
 def _principal(claims: Mapping[str, Any], name: str) -> str:
     value = claims.get(name)
-    if not isinstance(value, str) or not value.strip():
+    if value is not None and not isinstance(value, str):
+        raise TokenError(f"the token's principal claim {name!r} is not a string")
+    if value is None or not value.strip():
         raise TokenError(f"the token has no principal claim {name!r}")
     return value
 
@@ -218,9 +267,11 @@ class JwksValidator:
             raise TokenError("a signed token is header.payload.signature")
         header = _json_part(parts[0], "header")
         alg = header.get("alg")
-        if alg not in _HASHES:
-            raise TokenError(f"signature algorithm {alg!r} is not accepted (RS256, RS384, RS512)")
-        kid = str(header.get("kid", ""))
+        if not isinstance(alg, str) or alg not in _HASHES:
+            raise TokenError(f"signature algorithm {str(alg)[:32]!r} is not accepted (RS256, RS384, RS512)")
+        kid = header.get("kid", "")
+        if not isinstance(kid, str):
+            raise TokenError("the token's key id (kid) is not a string")
         key = self.keys.get(kid) or (next(iter(self.keys.values())) if not kid and len(self.keys) == 1 else None)
         if key is None:
             raise TokenError(f"no key {kid!r} in the JWKS")

@@ -1,7 +1,8 @@
 """SaslHandshake (17) v0-1 and SaslAuthenticate (36) v0-2: the SASL exchange of a connection on a
 SASL listener (its :class:`~odradek.broker.authentication.Session` decides; see there; after a
 v0 handshake the tokens come as bare size-prefixed frames, which the connection hands to the
-session itself); and
+session itself).  A failed step is answered late: the connection holds the response back for
+``connection.failed.authentication.delay.ms``, reading nothing meanwhile, then closes; and
 DescribeUserScramCredentials (50) / AlterUserScramCredentials (51), which keep the SCRAM users
 (in ZooKeeper's ``/config/users`` or the embedded store, for every broker).
 """
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 @handles(ApiKey.SASL_HANDSHAKE, versions=(0, 1))
 def sasl_handshake(ctx: RequestContext, request: SaslHandshakeRequest) -> SaslHandshakeResponse:
     session = ctx.session
-    out = session.handshake(request.mechanism, ctx.version)
+    out = session.handshake(request.mechanism, ctx.version, ctx.client_host)
     if ctx.version == 0 and not out.error_code:
         session.raw_tokens = True  # v0: the tokens follow as size-prefixed bytes, not SaslAuthenticate
     return SaslHandshakeResponse(error_code=out.error_code, mechanisms=list(session.security.mechanisms))
