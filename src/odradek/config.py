@@ -535,7 +535,6 @@ KAFKA_BROKER_CONFIGS: dict[str, ConfigDef] = _kafka_defs(
     ("sasl.oauthbearer.jwks.endpoint.refresh.ms", "long", 3600000, _R, "Kafka: interval of JWKS refreshes (Odradek reads the JWKS at start-up)."),
     ("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms", "long", 100, _R, "Kafka: first backoff of JWKS retries."),
     ("sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms", "long", 10000, _R, "Kafka: largest backoff of JWKS retries."),
-    ("sasl.server.max.receive.size", "int", 524288, _R, "Kafka: largest frame read before SASL authentication completes."),
     ("delegation.token.secret.key", "password", None, _R, "Kafka: the secret signing delegation tokens."),
     ("delegation.token.master.key", "password", None, _R, "Kafka 3.x: the former name of delegation.token.secret.key."),
     ("delegation.token.max.lifetime.ms", "long", 604800000, _R, "Kafka: longest lifetime of a delegation token."),
