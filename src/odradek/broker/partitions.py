@@ -9,29 +9,14 @@ partition's (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH).
 
 from __future__ import annotations
 
+from odradek.broker.compat import recompress
 from odradek.broker.replica import Partition, ReplicaManager
 from odradek.broker.replication import Replication
 from odradek.coordination import MetadataBackend
 from odradek.errors import ErrorCode, KafkaError
-from odradek.records import (
-    BatchBuilder,
-    Compression,
-    LegacyBatchBuilder,
-    RecordsError,
-    iter_batch_headers,
-    read_batches,
-)
+from odradek.records import RecordsError
 
 __all__ = ["PartitionService"]
-
-_CODECS = {
-    "uncompressed": Compression.NONE,
-    "none": Compression.NONE,
-    "gzip": Compression.GZIP,
-    "snappy": Compression.SNAPPY,
-    "lz4": Compression.LZ4,
-    "zstd": Compression.ZSTD,
-}
 
 
 class PartitionService:
@@ -80,34 +65,12 @@ class PartitionService:
 
     @staticmethod
     def recompress_for(p: Partition, records: bytes | bytearray | memoryview) -> bytes | bytearray | memoryview:
-        """Apply the topic's ``compression.type``: ``producer`` keeps batches as sent."""
+        """Apply the topic's ``compression.type``: ``producer`` keeps batches as sent (on the
+        caller's thread: a large batch is recompressed by ``compat.prepare_append`` in a worker)."""
         target = p.log.config.compression_type
         if target == "producer":
             return records
-        codec = _CODECS[target]
         try:
-            headers = list(iter_batch_headers(records))
-            if all(h.compression == codec for h in headers):
-                return records
-            out = bytearray()
-            for batch in read_batches(bytes(records)):
-                if batch.magic == 2:
-                    builder = BatchBuilder(
-                        compression=codec,
-                        producer_id=batch.producer_id,
-                        producer_epoch=batch.producer_epoch,
-                        base_sequence=batch.base_sequence,
-                        is_transactional=batch.is_transactional,
-                        is_control=batch.is_control,
-                    )
-                    for r in batch.records:
-                        builder.append(r.timestamp, r.key, r.value, r.headers, offset_delta=r.offset - batch.base_offset)
-                    out += builder.build()
-                else:
-                    legacy = LegacyBatchBuilder(batch.magic, compression=codec if codec != Compression.ZSTD else 0)
-                    for r in batch.records:
-                        legacy.append(r.timestamp, r.key, r.value)
-                    out += legacy.build()
-            return out
+            return recompress(records, target)
         except RecordsError as exc:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from exc
