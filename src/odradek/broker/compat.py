@@ -28,7 +28,9 @@ receiving nothing and fetching the same offset forever.
 
 Recompression and produce preparation
 -------------------------------------
-:func:`recompress` applies a topic's ``compression.type``; :func:`prepare_append` is what a
+:func:`recompress` applies a topic's ``compression.type`` and turns an old producer's message
+set (magic 0/1) into a v2 batch, as Kafka does (it writes format v2 only: a consumer then sees
+magic 0's missing timestamps as -1, and a log-append-time topic's time); :func:`prepare_append` is what a
 produced batch needs before the log appends it, off the loop: the log's validation of the batch
 as sent (framing, CRCs, records, keys of a compacted topic), then the recompression, then the
 validation of what will be written, whose batch headers the append uses.
@@ -45,7 +47,6 @@ from odradek.records import (
     BatchBuilder,
     BatchHeader,
     Compression,
-    LegacyBatchBuilder,
     RecordsError,
     compress,
     crc32,
@@ -241,46 +242,54 @@ def _columns(
 
 
 def recompress(records: bytes | bytearray | memoryview, compression_type: str) -> bytes | bytearray | memoryview:
-    """``records`` with every batch in the codec ``compression_type`` names (``producer``: as
-    they are).  Raises RecordsError for data that cannot be read."""
+    """``records`` as the log writes them: v2 batches, in the codec ``compression_type`` names
+    (``producer``: each batch's own).  A message set of magic 0/1 (Produce v0-2) becomes one v2
+    batch, as Kafka, which writes message format v2 only, converts it: keys and values as they
+    are, magic 0's messages with no timestamp (-1), magic 1's with theirs, in the codec of the
+    set's wrapper unless the topic names one.  Raises RecordsError for data that cannot be read."""
     codec = CODECS[compression_type]
-    if codec is None:
-        return records
     headers = list(iter_batch_headers(records))
-    if all(h.compression == codec for h in headers):
+    legacy = [h for h in headers if h.magic < 2]
+    if not legacy and (codec is None or all(h.compression == codec for h in headers)):
         return records
     out = bytearray()
+    if legacy:
+        if codec is None:  # the producer's codec: that of its wrappers
+            codec = next((h.compression for h in legacy if h.compression), Compression.NONE)
+        builder = BatchBuilder(compression=codec)
+        for batch in read_batches(bytes(records)):
+            if batch.magic == 2:
+                raise RecordsError("a produced message set mixes v2 batches with v0/v1 messages")
+            for r in batch.records:
+                builder.append(r.timestamp if batch.magic == 1 else -1, r.key, r.value)
+        out += builder.build()
+        return out
+    assert codec is not None
     for batch in read_batches(bytes(records)):
-        if batch.magic == 2:
-            builder = BatchBuilder(
-                compression=codec,
-                producer_id=batch.producer_id,
-                producer_epoch=batch.producer_epoch,
-                base_sequence=batch.base_sequence,
-                is_transactional=batch.is_transactional,
-                is_control=batch.is_control,
-            )
-            for r in batch.records:
-                builder.append(r.timestamp, r.key, r.value, r.headers, offset_delta=r.offset - batch.base_offset)
-            out += builder.build()
-        else:
-            legacy = LegacyBatchBuilder(batch.magic, compression=codec if codec != Compression.ZSTD else 0)
-            for r in batch.records:
-                legacy.append(r.timestamp, r.key, r.value)
-            out += legacy.build()
+        builder = BatchBuilder(
+            compression=codec,
+            producer_id=batch.producer_id,
+            producer_epoch=batch.producer_epoch,
+            base_sequence=batch.base_sequence,
+            is_transactional=batch.is_transactional,
+            is_control=batch.is_control,
+        )
+        for r in batch.records:
+            builder.append(r.timestamp, r.key, r.value, r.headers, offset_delta=r.offset - batch.base_offset)
+        out += builder.build()
     return out
 
 
 def prepare_append(
-    data: bytes, config: LogConfig, topic: str, partition: int
+    data: bytes | bytearray | memoryview, config: LogConfig, topic: str, partition: int
 ) -> tuple[bytes | None, list[BatchHeader]]:
     """What the log's append of a produced ``data`` needs first, as a pure function (a worker
-    process runs it): ``data`` validated as sent, recompressed for the topic's
-    ``compression.type``, and the batches to write validated.  Returns (the data to write, None
+    process runs it): ``data`` validated as sent, converted by :func:`recompress` (the topic's
+    ``compression.type``, format v2), and the batches to write validated.  Returns (the data to write, None
     when it is ``data`` itself; their batch headers).  Raises the log's errors for data it
     refuses (CorruptRecordError, InvalidRecordError with per-record errors, ...)."""
     headers = validate_batches(data, config, topic, partition)
-    if CODECS[config.compression_type] is None:
+    if CODECS[config.compression_type] is None and all(h.magic == 2 for h in headers):
         return None, headers
     try:
         out = recompress(data, config.compression_type)

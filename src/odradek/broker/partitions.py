@@ -1,4 +1,4 @@
-"""The partitions a request may use: led here, existing, readable; and the topic's compression.
+"""The partitions a request may use: led here, existing, readable.
 
 Produce and fetch (and ListOffsets, OffsetForLeaderEpoch) ask for a partition here: a missing
 topic or partition is UNKNOWN_TOPIC_OR_PARTITION, one led by another broker
@@ -9,12 +9,10 @@ partition's (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH).
 
 from __future__ import annotations
 
-from odradek.broker.compat import recompress
 from odradek.broker.replica import Partition, ReplicaManager
 from odradek.broker.replication import Replication
 from odradek.coordination import MetadataBackend
 from odradek.errors import ErrorCode, KafkaError
-from odradek.records import RecordsError
 
 __all__ = ["PartitionService"]
 
@@ -62,15 +60,3 @@ class PartitionService:
 
     def on_follower_fetch(self, p: Partition, replica: int, fetch_offset: int) -> None:
         self.replication.on_follower_fetch(p, replica, fetch_offset)
-
-    @staticmethod
-    def recompress_for(p: Partition, records: bytes | bytearray | memoryview) -> bytes | bytearray | memoryview:
-        """Apply the topic's ``compression.type``: ``producer`` keeps batches as sent (on the
-        caller's thread: a large batch is recompressed by ``compat.prepare_append`` in a worker)."""
-        target = p.log.config.compression_type
-        if target == "producer":
-            return records
-        try:
-            return recompress(records, target)
-        except RecordsError as exc:
-            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from exc

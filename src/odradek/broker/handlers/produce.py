@@ -1,7 +1,8 @@
 """Produce (0), v0-11.
 
-Versions 0-2 carry message sets of magic 0/1 (stored as produced, with offsets assigned per
-message); v3+ must carry v2 record batches, whose offsets are assigned by patching each batch's
+Versions 0-2 carry message sets of magic 0/1, which are written as v2 batches (Kafka writes
+message format v2 only: magic 0's messages get no timestamp, -1; a log-append-time topic gives
+them its time); v3+ must carry v2 record batches.  Offsets are assigned by patching each batch's
 base offset.  ``acks=0`` gets no response, ``acks=1`` is answered after the leader's append and
 ``acks=-1`` once the high watermark passes the batch (through the purgatory, bounded by
 ``timeout_ms``).  A topic whose ``compression.type`` is a codec gets its batches recompressed;
@@ -136,27 +137,38 @@ def produce(
     return work.finish(svc, request, response)
 
 
-def _off_loop(p: Partition, records: bytes | bytearray | memoryview) -> bool:
-    """Whether the batch's per-record work is too large for the event loop (see the module)."""
+#: what a batch needs before the log appends it (see _preparation)
+_PLAIN, _CONVERT, _OFF_LOOP = 0, 1, 2
+
+
+def _preparation(p: Partition, records: bytes | bytearray | memoryview) -> int:
+    """_PLAIN: nothing (the log validates it as it appends); _CONVERT: a conversion for the log
+    (the topic's codec, or a message set to format v2), done here; _OFF_LOOP: too much
+    per-record work for the event loop (see the module), done in a worker."""
     cfg = p.log.config
     target = CODECS.get(cfg.compression_type)
     n = len(records)
     if n > 61 and records[16] == 2 and n == _u32.unpack_from(records, 8)[0] + 12:  # one v2 batch
         codec = records[22] & 0x07
         count = _i32.unpack_from(records, 57)[0]
-        per_record = codec != 0 or cfg.compact or (target is not None and codec != target)
-        return count > (INLINE_RECORDS if per_record else INLINE_PLAIN_RECORDS)
-    try:
-        headers = list(iter_batch_headers(records))
-    except RecordsError:
-        return False  # refused by the log's validation, on the loop
-    per_record = cfg.compact
-    count = 0
-    for h in headers:
-        if h.compression != 0 or (target is not None and h.compression != target):
-            per_record = True
-        count += h.record_count if h.record_count >= 0 else h.size // _LEGACY_RECORD_BYTES
-    return count > (INLINE_RECORDS if per_record else INLINE_PLAIN_RECORDS)
+        converts = target is not None and codec != target
+    else:
+        try:
+            headers = list(iter_batch_headers(records))
+        except RecordsError:
+            return _PLAIN  # refused by the log's validation
+        converts = False
+        codec = 0
+        count = 0
+        for h in headers:
+            if h.magic < 2 or (target is not None and h.compression != target):
+                converts = True
+            codec |= h.compression
+            count += h.record_count if h.record_count >= 0 else h.size // _LEGACY_RECORD_BYTES
+    per_record = converts or codec != 0 or cfg.compact
+    if count > (INLINE_RECORDS if per_record else INLINE_PLAIN_RECORDS):
+        return _OFF_LOOP
+    return _CONVERT if converts else _PLAIN
 
 
 class _Appends:
@@ -194,11 +206,16 @@ class _Appends:
             records = raw if isinstance(raw, (bytes, bytearray, memoryview)) else b""
             size = len(records)
             _check_format(records, self.version)
-            if _off_loop(p, records) or (self.deferred and any(d[1] is p for d in self.deferred)):
+            prepare = _preparation(p, records)
+            if prepare == _OFF_LOOP or (self.deferred and any(d[1] is p for d in self.deferred)):
                 self.deferred.append((resp, p, records, stats))
                 return
-            records = svc.partitions.recompress_for(p, records)
-            info = svc.replicas.append(p, records, self.acks)
+            if prepare == _CONVERT:
+                config = p.log.config
+                written, headers = prepare_append(records, config, p.topic, p.index)
+                info = svc.replicas.append(p, records if written is None else written, self.acks, (headers, config))
+            else:
+                info = svc.replicas.append(p, records, self.acks)
         except KafkaError as exc:
             self.refuse(resp, p.topic, p.index, raw, stats, exc)
             return
