@@ -116,6 +116,18 @@ class OffLoop:
     def waiting(self) -> int:
         return len(self._waiting)
 
+    def run_in(self, executor: Executor) -> None:
+        """Run the jobs in ``executor`` from now on (tests: a thread pool, whose jobs a test can
+        hold); the caller shuts it down.  The bounds stay."""
+        self._drop_pool()
+        self._executor = executor
+        self._own = False
+
+    def worker_pids(self) -> list[int]:
+        """The worker processes' ids (none before the first job, or with a thread pool)."""
+        processes = getattr(self._executor, "_processes", None) or {}  # ProcessPoolExecutor's own
+        return [p.pid for p in processes.values() if p.pid is not None]
+
     async def run(self, fn: Callable[..., Any], *args: Any, cost: int) -> Any:
         """``fn(*args)`` in a worker once the bounds allow; its result, or its KafkaError raised
         here.  Cancelling the caller cancels a job still waiting; a running one finishes in its
@@ -239,9 +251,9 @@ class OffLoop:
         pool, self._executor = self._executor, None
         if pool is None or not self._own:
             return
+        processes = list((getattr(pool, "_processes", None) or {}).values())  # ProcessPoolExecutor's own
         pool.shutdown(wait=False, cancel_futures=True)
         if isinstance(pool, ProcessPoolExecutor):
-            processes = list(getattr(pool, "_processes", {}).values())
             try:
                 await wait_for(asyncio.to_thread(pool.shutdown, True), _STOP_WAIT_S)
             except TimeoutError:
