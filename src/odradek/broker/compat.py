@@ -64,7 +64,6 @@ __all__ = [
     "WRAPPER_BYTES",
     "down_convert",
     "magic_for_fetch_version",
-    "needs_conversion",
     "prepare_append",
     "recompress",
     "records_to_convert",
@@ -95,10 +94,6 @@ _NULL = b"\xff\xff\xff\xff"
 
 def magic_for_fetch_version(version: int) -> int:
     return 0 if version <= 1 else 1 if version <= 3 else 2
-
-
-def needs_conversion(headers: Sequence[BatchHeader], magic: int) -> bool:
-    return any(h.magic > magic for h in headers)
 
 
 def records_to_convert(headers: Sequence[BatchHeader], magic: int) -> int:

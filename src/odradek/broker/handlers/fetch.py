@@ -11,10 +11,12 @@ are not kept: every response has session id 0, so clients send full fetch reques
 Down-conversion (:func:`~odradek.broker.compat.down_convert`) happens once the reads are done
 (after the long poll, if any), partition by partition in request order, each converting up to
 the bytes left for it (``partition_max_bytes``, and from v3 ``max_bytes`` less what the
-partitions before it were given; the first partition with data gets at least one message set).
-A read with at most ``INLINE_RECORDS`` records to convert is converted on the loop; a larger one
-is read in a thread and converted in a worker process (:mod:`odradek.broker.offload`), while the
-loop serves everyone else.  A topic with ``message.downconversion.enable=false`` answers such
+partitions before it were given; ``CONVERTED_MAX_BYTES`` at most), and the first partition with
+data at least one message set.
+A small read with at most ``INLINE_RECORDS`` records to convert is converted on the loop; a
+larger one is copied (by the kernel, from a thread) to a worker process and converted there
+(:mod:`odradek.broker.offload`), while the loop serves everyone else, and a large result is
+answered from the file the worker left it in, as log data is (no copy in the broker's memory).  A topic with ``message.downconversion.enable=false`` answers such
 reads UNSUPPORTED_VERSION, as Kafka does.
 """
 
@@ -27,8 +29,9 @@ import uuid
 from collections.abc import Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
-from odradek.broker.compat import down_convert, magic_for_fetch_version, needs_conversion, records_to_convert
+from odradek.broker.compat import down_convert, magic_for_fetch_version, records_to_convert
 from odradek.broker.dispatch import RequestContext, handles
+from odradek.broker.offload import Spool
 from odradek.broker.purgatory import DelayedOperation, Watchable
 from odradek.broker.replica import Partition
 from odradek.errors import ErrorCode, KafkaError
@@ -49,8 +52,13 @@ R = FetchResponse
 INT32_MAX = 2147483647
 #: records a fetch may down-convert on the event loop (about a microsecond each); beyond, a worker
 INLINE_RECORDS = 1000
-#: a read this small is read on the loop to count its records (larger ones go to a thread)
+#: converted bytes one partition of an old fetch gets at most (beyond its first message set): the
+#: client fetches the rest next time, as from Kafka's lazy down-conversion, and neither the
+#: broker's memory nor the write of one answer grows with what the client allows
+CONVERTED_MAX_BYTES = 4 * 1024 * 1024
+#: a read this small is read on the loop to count its records (a larger one goes to a worker)
 _INLINE_READ_BYTES = 64 * 1024
+_MAGIC_AT = 16  # the magic byte of an entry, in every format
 # the tagged fields a partition's response always leaves at their defaults, one instance for all
 # responses (never modified)
 _NO_DIVERGING_EPOCH = R.EpochEndOffset()
@@ -298,7 +306,7 @@ class _Fetch(DelayedOperation):
             pr = slot.response
             # from v3 the response's max_bytes covers the converted data of all its partitions
             left = self.max_bytes - total
-            cap = max(min(limit, left), 0)
+            cap = max(min(limit, left, CONVERTED_MAX_BYTES), 0)
             try:
                 data = await self._convert(p, result, slot.fetch_offset, cap, min_one)
             except KafkaError as exc:
@@ -308,32 +316,35 @@ class _Fetch(DelayedOperation):
             total += len(data)
         return self.response()
 
-    async def _convert(self, p: Partition, result: ReadResult, fetch_offset: int, cap: int, min_one: bool) -> bytes:
+    async def _convert(
+        self, p: Partition, result: ReadResult, fetch_offset: int, cap: int, min_one: bool
+    ) -> bytes | Spool:
         """One partition's read as message format ``self.magic``, at most ``cap`` bytes (at least
-        one message set when ``min_one``, or when nothing else would go)."""
+        one message set when ``min_one``, or when nothing else would go): converted here when it
+        is small, else in a worker, the read copied to it and its result sent from a file."""
         if cap <= 0 and not min_one:
             return b""
         magic = self.magic
         region = result.region
         assert region is not None
-        offload = self.svc.scheduler.offload
         try:
-            if region.length <= _INLINE_READ_BYTES:
-                data = result.to_bytes()
-            else:
-                data = await asyncio.get_running_loop().run_in_executor(None, result.to_bytes)
-            headers = list(iter_batch_headers(data))
-            if not needs_conversion(headers, magic):
-                return down_convert(data, magic, fetch_offset, cap)  # v0/v1 data: as it is
-            if not p.log.config.message_downconversion_enable:
+            if not p.log.config.message_downconversion_enable and region.segment.read_bytes(
+                region.position + _MAGIC_AT, 1
+            )[0] > magic:
                 raise KafkaError(
                     ErrorCode.UNSUPPORTED_VERSION,
                     f"down-conversion of {p.topic}-{p.index} to message format v{magic} is disabled",
                 )
-            if records_to_convert(headers, magic) <= INLINE_RECORDS:
-                return down_convert(data, magic, fetch_offset, cap)
-            converted: bytes = await offload.run(
-                down_convert, data, magic, fetch_offset, cap, cost=len(data) + min(cap, 4 * len(data) + 65536)
+            source: bytes | Spool
+            if region.length <= _INLINE_READ_BYTES:
+                source = result.to_bytes()
+                if records_to_convert(list(iter_batch_headers(source)), magic) <= INLINE_RECORDS:
+                    return down_convert(source, magic, fetch_offset, cap)
+            else:
+                source = await asyncio.to_thread(Spool.copy, region.fd, region.position, region.length)
+            converted: bytes | Spool = await self.svc.scheduler.offload.run(
+                down_convert, source, magic, fetch_offset, cap,
+                cost=region.length + min(cap, 4 * region.length + 65536),
             )
             return converted
         except RecordsError as exc:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.broker.compat import CODECS, prepare_append
 from odradek.broker.dispatch import RequestContext, handles
+from odradek.broker.offload import Spool
 from odradek.broker.refusals import produce_refused
 from odradek.broker.replica import Partition
 from odradek.errors import ErrorCode, KafkaError
@@ -230,12 +231,13 @@ class _Appends:
             size = len(records)
             try:
                 config = p.log.config
-                data = bytes(records)
                 written, headers = await svc.scheduler.offload.run(
-                    prepare_append, data, config, p.topic, p.index, cost=3 * size
+                    prepare_append, records, config, p.topic, p.index, cost=3 * size
                 )
+                if isinstance(written, Spool):
+                    written = await asyncio.to_thread(written.to_bytes)
                 p = svc.partitions.for_produce(p.topic, p.index)  # the leadership may have moved meanwhile
-                info = svc.replicas.append(p, data if written is None else written, self.acks, (headers, config))
+                info = svc.replicas.append(p, records if written is None else written, self.acks, (headers, config))
             except KafkaError as exc:
                 self.refuse(resp, p.topic, p.index, records, stats, exc)
                 continue
