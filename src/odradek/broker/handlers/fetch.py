@@ -16,8 +16,9 @@ data at least one message set.
 A small read with at most ``INLINE_RECORDS`` records to convert is converted on the loop; a
 larger one is copied (by the kernel, from a thread) to a worker process and converted there
 (:mod:`odradek.broker.offload`), while the loop serves everyone else, and a large result is
-answered from the file the worker left it in, as log data is (no copy in the broker's memory).  A topic with ``message.downconversion.enable=false`` answers such
-reads UNSUPPORTED_VERSION, as Kafka does.
+answered from the file the worker left it in, as log data is (no copy in the broker's memory).
+A topic with ``message.downconversion.enable=false`` answers such reads UNSUPPORTED_VERSION, as
+Kafka does; data that cannot be converted (damaged on disk) CORRUPT_MESSAGE, logged.
 """
 
 from __future__ import annotations
@@ -348,7 +349,10 @@ class _Fetch(DelayedOperation):
             )
             return converted
         except RecordsError as exc:
-            log.error("cannot down-convert %s-%d at offset %d: %s", p.topic, p.index, fetch_offset, exc)
+            log.error(
+                "cannot down-convert %s-%d at offset %d (segment %s, position %d): %s",
+                p.topic, p.index, fetch_offset, region.segment.log_path, region.position, exc,
+            )
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from exc
         except OSError as exc:
             raise self.svc.replicas.log_dirs.fail(p.log_dir, exc, f"reading {p.topic}-{p.index}") from exc
