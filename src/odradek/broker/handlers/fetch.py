@@ -51,8 +51,9 @@ log = logging.getLogger(__name__)
 
 R = FetchResponse
 INT32_MAX = 2147483647
-#: records a fetch may down-convert on the event loop (about a microsecond each); beyond, a worker
-INLINE_RECORDS = 1000
+#: records a fetch may down-convert on the event loop (2-5 microseconds each: about a millisecond);
+#: beyond, a worker
+INLINE_RECORDS = 256
 #: converted bytes one partition of an old fetch gets at most (beyond its first message set): the
 #: client fetches the rest next time, as from Kafka's lazy down-conversion, and neither the
 #: broker's memory nor the write of one answer grows with what the client allows
