@@ -335,3 +335,22 @@ def test_a_large_key_check_runs_off_the_loop_and_refuses_keyless_records(
             assert p.log.log_end_offset == RECORDS
 
     asyncio.run(body())
+
+
+def test_down_conversion_disabled_for_a_topic(tmp_path: Path) -> None:
+    """``message.downconversion.enable=false``: an old fetch of its v2 batches is answered
+    UNSUPPORTED_VERSION for that partition, as Kafka does; a fetch of today reads them."""
+
+    async def body() -> None:
+        async with running_broker(tmp_path / "data") as broker:
+            await broker.topics.create("modern-only", 1, 1, {"message.downconversion.enable": "false"})
+            p = await hosted(broker, "modern-only")
+            broker.replicas.append(p, bytearray(_batch(10)), 1)
+            port = broker.bound["PLAINTEXT"][1]
+            old = await _request_in_thread(port, _fetch_v3("modern-only", 0, 1 << 20), 3)
+            assert old.responses[0].partitions[0].error_code == ErrorCode.UNSUPPORTED_VERSION
+            new = await _request_in_thread(port, _fetch_v3("modern-only", 0, 1 << 20), 4)
+            part = new.responses[0].partitions[0]
+            assert part.error_code == 0 and len(list(read_batches(bytes(part.records)))) == 1
+
+    asyncio.run(body())
