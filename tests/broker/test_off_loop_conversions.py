@@ -354,3 +354,43 @@ def test_down_conversion_disabled_for_a_topic(tmp_path: Path) -> None:
             assert part.error_code == 0 and len(list(read_batches(bytes(part.records)))) == 1
 
     asyncio.run(body())
+
+
+def test_conversions_beyond_the_workers_wait_their_turn(
+    tmp_path: Path, threads: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four old fetches needing a large conversion at once: two are converted (the workers),
+    two wait, holding nothing but their request; the loop answers others meanwhile; all four
+    get their records."""
+
+    async def body() -> None:
+        async with running_broker(tmp_path / "data") as broker:
+            await broker.topics.create("old", 1, 1, BIG)
+            await broker.topics.create("live", 1, 1, {})
+            p = await hosted(broker, "old")
+            await hosted(broker, "live")
+            broker.replicas.append(p, bytearray(_batch(RECORDS)), 1)
+            _jobs_in(broker, threads)
+            hold = _Hold(fetch_module.down_convert, threading.current_thread(), lambda *a, **k: True)
+            monkeypatch.setattr(fetch_module, "down_convert", hold)
+            offload = getattr(broker.scheduler, "offload", None)
+            port = broker.bound["PLAINTEXT"][1]
+
+            fetches = [_request_in_thread(port, _fetch_v3("old", 1000 * i, 1 << 20), 3) for i in range(4)]
+            try:
+                await _until(lambda: hold.on_loop or (offload is not None and offload.waiting == 2), "two waiting")
+                assert not hold.on_loop, "the down-conversion ran on the event loop"
+                assert offload is not None and offload.running == 2
+                api, _metadata, produced = await _others_answered(port)
+                assert api.error_code == 0 and produced.responses[0].partition_responses[0].error_code == 0
+                assert not any(f.done() for f in fetches)
+            finally:
+                hold.release.set()
+            for i, f in enumerate(fetches):
+                part = (await f).responses[0].partitions[0]
+                records = [r for b in read_batches(bytes(part.records)) for r in b.records]
+                assert records and records[0].offset == 1000 * i
+                assert [r.value for r in records] == [b"value-%d" % o for o in range(1000 * i, 1000 * i + len(records))]
+            assert offload.running == 0 and offload.bytes_in_flight == 0
+
+    asyncio.run(body())
