@@ -19,17 +19,30 @@ idle phase's p99 measured in the same run.  The phases, in order:
   1 ms when the phase starts (``log.retention.check.interval.ms=500``).
 * ``compaction`` - a ``large_mb`` MiB keyed log (10,000 keys) switched to
   ``cleanup.policy=compact`` when the phase starts (``log.cleaner.backoff.ms=500``).
+* ``down_convert`` - four connections each sending Fetch v3 (message format v1) of a partition
+  holding one 1,000,000-record v2 batch (``down_convert_records``; uncompressed, ~21 MB), with
+  limits that take it whole (the worst case: every record converted, ~44 MB answered), again
+  and again.
+* ``recompress`` - two connections producing uncompressed batches of ``heavy_records`` records,
+  one to a ``compression.type=gzip`` topic, one to an ``lz4`` one, again and again.
+* ``compacted_keys`` - two connections producing keyed uncompressed batches of ``heavy_records``
+  records to a compacted topic, again and again.
 
-Also reported: the count of topics and the broker's peak RSS.  The machine is a shared 2-core
-VM: broker, clients and librdkafka's threads share both cores, so ratios include CPU
+``--phases a,b`` runs only those (and ``idle``, the reference).  Also reported: the count of
+topics, the broker's peak RSS and that of its worker processes (the processes under it), per
+phase the CPU seconds of the broker, its workers and the heavy clients (``cpu_s``), and what
+the heavy clients got done (``heavy_requests``: answers).  The machine is a shared
+2-core VM: broker, clients and librdkafka's threads share both cores, so ratios include CPU
 contention, not only event-loop stalls; the latency tail moves between runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
+import os
 import statistics
 import sys
 import tempfile
@@ -40,16 +53,21 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from odradek.testing import BrokerProcess, WireClient
+    from odradek.testing import BrokerProcess, WireClient, proc_cpu_times
 except ImportError:  # running from a checkout without an install
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from odradek.testing import BrokerProcess, WireClient
+    from odradek.testing import BrokerProcess, WireClient, proc_cpu_times
 
 import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from odradek.protocol.messages.delete_records import DeleteRecordsRequest
+from odradek.protocol.messages.fetch import FetchRequest
 from odradek.protocol.messages.metadata import MetadataRequest
+from odradek.records import BatchBuilder
+from odradek.testing import produce_request
+
+BIG_TOPIC = {"max.message.bytes": str(64 << 20), "segment.bytes": str(1 << 30)}
 
 
 class _PacedProducer(threading.Thread):
@@ -154,25 +172,114 @@ def _delete_records(addr: tuple[str, int], stop: Any) -> None:
     raw.close()
 
 
+def _batch(n: int, keyed: bool) -> bytes:
+    b = BatchBuilder()
+    for i in range(n):
+        b.append(1_700_000_000_000 + i, b"key-%d" % (i % 10_000) if keyed else None, b"value-%04d" % (i % 10_000))
+    return b.build()
+
+
+def _repeat(addr: tuple[str, int], stop: Any, done: Any, connections: int, send: Callable[[WireClient, int], None]) -> None:
+    """``connections`` connections, each sending one request at a time with ``send``, until
+    ``stop``; ``done`` counts the answers."""
+
+    def one(k: int) -> None:
+        raw = WireClient(*addr, client_id=f"heavy-{k}", timeout=300)
+        while not stop.is_set():
+            send(raw, k)
+            raw.receive()
+            with done.get_lock():
+                done.value += 1
+        raw.close()
+
+    threads = [threading.Thread(target=one, args=(k,), daemon=True) for k in range(connections)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+
+
+def _down_convert(addr: tuple[str, int], stop: Any, done: Any) -> None:
+    whole = 100 << 20  # limits that take the whole batch: every record is converted
+    fetch = FetchRequest(
+        replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=whole,
+        topics=[FetchRequest.FetchTopic(topic="old-format", partitions=[
+            FetchRequest.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=whole)
+        ])],
+    )
+    _repeat(addr, stop, done, 4, lambda raw, _k: raw.send(fetch, 3))
+
+
+def _producing(topics: list[str], keyed: bool, records: int) -> Callable[[tuple[str, int], Any, Any], None]:
+    def run(addr: tuple[str, int], stop: Any, done: Any) -> None:
+        batch = _batch(records, keyed)
+        _repeat(addr, stop, done, len(topics), lambda raw, k: raw.send(produce_request(topics[k], batch, timeout_ms=120_000), 9))
+
+    return run
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process under ``pid`` (the broker's worker processes are its fork server's children)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    out: list[int] = []
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [c for c, pp in parents.items() if pp == parent]
+        out += children
+        frontier += children
+    return out
+
+
+def _cpu(pid: int) -> float:
+    """CPU seconds (user + system) of a process so far; 0 for one that is gone."""
+    try:
+        user, system = proc_cpu_times(pid)
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return user + system
+
+
 def _vm_hwm_kb(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:  # gone meanwhile
+        pass
     return 0
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--phases", help="comma-separated phases to run (idle always runs)")
     args = ap.parse_args()
     seconds = 6.0 if args.quick else 15.0
     large_mb = 50 if args.quick else 200
     rate = 200
+    down_convert_records = 1_000_000
+    heavy_records = 200_000
     out: dict[str, Any] = {
         "benchmark": "loop_latency",
-        "config": {"seconds": seconds, "rate": rate, "large_mb": large_mb, "acks": 1},
+        "config": {
+            "seconds": seconds, "rate": rate, "large_mb": large_mb, "acks": 1,
+            "down_convert_records": down_convert_records, "heavy_records": heavy_records,
+        },
     }
+    wanted = None if not args.phases else {"idle", *args.phases.split(",")}
+
+    def runs(name: str) -> bool:
+        return wanted is None or name in wanted
+
     with tempfile.TemporaryDirectory() as tmp, BrokerProcess(
         Path(tmp) / "data",
         overrides={"log.retention.check.interval.ms": 500, "log.cleaner.backoff.ms": 500},
@@ -185,13 +292,25 @@ def main() -> None:
                 NewTopic("victim", 1, 1, config={"segment.bytes": "4096", "file.delete.delay.ms": "0"}),
                 NewTopic("big", 1, 1, config={"segment.bytes": str(1 << 20)}),
                 NewTopic("keyed", 1, 1, config={"segment.bytes": str(1 << 20), "min.cleanable.dirty.ratio": "0.01"}),
+                NewTopic("old-format", 1, 1, config=BIG_TOPIC),
+                NewTopic("gzip-topic", 1, 1, config={**BIG_TOPIC, "compression.type": "gzip"}),
+                NewTopic("lz4-topic", 1, 1, config={**BIG_TOPIC, "compression.type": "lz4"}),
+                NewTopic("compacted", 1, 1, config={**BIG_TOPIC, "cleanup.policy": "compact"}),
             ]
         )
         for f in fs.values():
             f.result(30)
-        _fill(bootstrap, "victim", 20, keyed=False)
-        _fill(bootstrap, "big", large_mb, keyed=False)
-        _fill(bootstrap, "keyed", large_mb, keyed=True)
+        if runs("delete_records"):
+            _fill(bootstrap, "victim", 20, keyed=False)
+        if runs("retention"):
+            _fill(bootstrap, "big", large_mb, keyed=False)
+        if runs("compaction"):
+            _fill(bootstrap, "keyed", large_mb, keyed=True)
+        if runs("down_convert"):
+            raw = WireClient(broker.host, broker.port, client_id="fill", timeout=300)
+            answer = raw.request(produce_request("old-format", _batch(down_convert_records, False), timeout_ms=120_000), 9)
+            assert answer.responses[0].partition_responses[0].error_code == 0, answer
+            raw.close()
 
         prod = _PacedProducer(bootstrap, "latency", rate)
         prod.start()
@@ -222,24 +341,45 @@ def main() -> None:
                     {"segment.bytes": str(1 << 20), "min.cleanable.dirty.ratio": "0.01", "cleanup.policy": "compact"},
                 ),
             ),
+            ("down_convert", _down_convert),
+            ("recompress", _producing(["gzip-topic", "lz4-topic"], False, heavy_records)),
+            ("compacted_keys", _producing(["compacted", "compacted"], True, heavy_records)),
         ]
+        counted = {"down_convert", "recompress", "compacted_keys"}  # their work takes a `done` counter
         results: dict[str, Any] = {}
+        workers_hwm_kb = 0
         for name, work in phases:
+            if not runs(name):
+                continue
             stop.clear()
             proc = None
+            done = multiprocessing.get_context("fork").Value("q", 0)
+            cpu0 = (_cpu(broker.pid), sum(_cpu(c) for c in _descendants(broker.pid)))
+            heavy_cpu = 0.0
             start = time.monotonic()
             if name in ("retention", "compaction"):
                 assert work is not None
                 work()  # a config change; the broker's timers do the rest
             elif work is not None:
-                proc = multiprocessing.get_context("fork").Process(target=work, args=(addr, stop), daemon=True)
+                work_args = (addr, stop, done) if name in counted else (addr, stop)
+                proc = multiprocessing.get_context("fork").Process(target=work, args=work_args, daemon=True)
                 proc.start()
             time.sleep(seconds)
             end = time.monotonic()
             stop.set()
             if proc is not None:
-                proc.join(120)
+                with contextlib.suppress(OSError):
+                    heavy_cpu = _cpu(proc.pid)  # before it ends (a worker that ended has left the process list)
+                proc.join(300)
             results[name] = _stats(prod.samples, start, end)
+            if name in counted:
+                results[name]["heavy_requests"] = done.value
+            results[name]["cpu_s"] = {
+                "broker": round(_cpu(broker.pid) - cpu0[0], 2),
+                "workers": round(sum(_cpu(c) for c in _descendants(broker.pid)) - cpu0[1], 2),
+                "heavy_clients": round(heavy_cpu, 2),
+            }
+            workers_hwm_kb = max(workers_hwm_kb, sum(_vm_hwm_kb(pid) for pid in _descendants(broker.pid)))
             time.sleep(1.0)
         prod.stop.set()
         prod.join(60)
@@ -252,6 +392,7 @@ def main() -> None:
         md = admin.list_topics(timeout=30)
         out["topics"] = len(md.topics)
         out["broker_peak_rss_mb"] = round(_vm_hwm_kb(broker.pid) / 1024, 1)
+        out["workers_peak_rss_mb"] = round(workers_hwm_kb / 1024, 1)  # summed over the worker processes
     print(json.dumps(out, indent=1))
 
 

@@ -235,10 +235,11 @@ def test_legacy_librdkafka_without_api_versions(
     kcat: str, broker: BrokerProcess, topic: str, fallback: str
 ) -> None:
     """librdkafka told not to ask ApiVersions speaks the 0.8/0.9 protocol: Produce/Fetch v0-1 and
-    ListOffsets v0, message format v0; v2 batches are down-converted for it."""
+    ListOffsets v0, message format v0 (written as v2, as Kafka writes it); v2 batches are
+    down-converted for it."""
     legacy = ["-X", "api.version.request=false", "-X", f"broker.version.fallback={fallback}"]
     run_kcat(kcat, broker, *legacy, "-P", "-t", topic, "-p", "0", "-K", ":", stdin=b"a:1\nb:2\n:3\n")
-    assert {b.magic for b in stored_batches(broker.data_dir, topic)} == {0}
+    assert {b.magic for b in stored_batches(broker.data_dir, topic)} == {2}
     records = _confluent_records(6)
     produce_all(
         producer(broker.bootstrap, **{"compression.type": "zstd", "batch.num.messages": 4}), topic, records

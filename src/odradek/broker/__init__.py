@@ -15,7 +15,8 @@ Read it top-down, in the order of the import contracts (``pyproject.toml``):
   ``scheduler`` (flush, retention, compaction and checkpoints on the I/O executor),
   ``single_node`` (the controller's admin answers on one node) and ``fetcher`` (followers).
 * I/O helpers at the bottom: ``replica`` (hosted partitions, appends, reads, the HW),
-  ``channel`` (broker-to-broker connections), ``compat`` (down-conversion), ``limits``,
+  ``channel`` (broker-to-broker connections), ``compat`` (down-conversion, recompression),
+  ``offload`` (their worker processes), ``limits``,
   ``logdirs`` (the log dir failure channel), ``refusals`` (the rate-limited refusal log) and
   ``purgatory`` (delayed operations).
 

@@ -1,4 +1,4 @@
-"""The partitions a request may use: led here, existing, readable; and the topic's compression.
+"""The partitions a request may use: led here, existing, readable.
 
 Produce and fetch (and ListOffsets, OffsetForLeaderEpoch) ask for a partition here: a missing
 topic or partition is UNKNOWN_TOPIC_OR_PARTITION, one led by another broker
@@ -13,25 +13,8 @@ from odradek.broker.replica import Partition, ReplicaManager
 from odradek.broker.replication import Replication
 from odradek.coordination import MetadataBackend
 from odradek.errors import ErrorCode, KafkaError
-from odradek.records import (
-    BatchBuilder,
-    Compression,
-    LegacyBatchBuilder,
-    RecordsError,
-    iter_batch_headers,
-    read_batches,
-)
 
 __all__ = ["PartitionService"]
-
-_CODECS = {
-    "uncompressed": Compression.NONE,
-    "none": Compression.NONE,
-    "gzip": Compression.GZIP,
-    "snappy": Compression.SNAPPY,
-    "lz4": Compression.LZ4,
-    "zstd": Compression.ZSTD,
-}
 
 
 class PartitionService:
@@ -77,37 +60,3 @@ class PartitionService:
 
     def on_follower_fetch(self, p: Partition, replica: int, fetch_offset: int) -> None:
         self.replication.on_follower_fetch(p, replica, fetch_offset)
-
-    @staticmethod
-    def recompress_for(p: Partition, records: bytes | bytearray | memoryview) -> bytes | bytearray | memoryview:
-        """Apply the topic's ``compression.type``: ``producer`` keeps batches as sent."""
-        target = p.log.config.compression_type
-        if target == "producer":
-            return records
-        codec = _CODECS[target]
-        try:
-            headers = list(iter_batch_headers(records))
-            if all(h.compression == codec for h in headers):
-                return records
-            out = bytearray()
-            for batch in read_batches(bytes(records)):
-                if batch.magic == 2:
-                    builder = BatchBuilder(
-                        compression=codec,
-                        producer_id=batch.producer_id,
-                        producer_epoch=batch.producer_epoch,
-                        base_sequence=batch.base_sequence,
-                        is_transactional=batch.is_transactional,
-                        is_control=batch.is_control,
-                    )
-                    for r in batch.records:
-                        builder.append(r.timestamp, r.key, r.value, r.headers, offset_delta=r.offset - batch.base_offset)
-                    out += builder.build()
-                else:
-                    legacy = LegacyBatchBuilder(batch.magic, compression=codec if codec != Compression.ZSTD else 0)
-                    for r in batch.records:
-                        legacy.append(r.timestamp, r.key, r.value)
-                    out += legacy.build()
-            return out
-        except RecordsError as exc:
-            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from exc

@@ -28,6 +28,7 @@ from odradek.cluster import isr
 from odradek.cluster.metadata import PartitionState
 from odradek.errors import ErrorCode, KafkaError
 from odradek.metrics import BrokerMetrics, timed_ms
+from odradek.records import BatchHeader
 from odradek.storage import AppendInfo, Log, LogConfig, LogManager, ReadResult, StorageError
 
 __all__ = ["Partition", "ReplicaManager"]
@@ -261,8 +262,17 @@ class ReplicaManager:
         return p
 
     # -- produce ---------------------------------------------------------------------------------
-    def append(self, p: Partition, records: bytes | bytearray | memoryview, acks: int) -> AppendInfo:
-        """Append as leader (synchronously; page-cache write).  Raises KafkaError subclasses."""
+    def append(
+        self,
+        p: Partition,
+        records: bytes | bytearray | memoryview,
+        acks: int,
+        validated: tuple[list[BatchHeader], LogConfig] | None = None,
+    ) -> AppendInfo:
+        """Append as leader (synchronously; page-cache write).  Raises KafkaError subclasses.
+
+        ``validated``: the batch headers that the log's validation (run elsewhere, off the event
+        loop) found in ``records`` and the log config it used (see ``Log.append_validated``)."""
         if acks == -1:
             min_isr = p.log.config.min_insync_replicas
             if len(p.state.isr) < min_isr:
@@ -274,7 +284,10 @@ class ReplicaManager:
         if failures.any_failed:
             failures.check_write(p.log_dir, len(records))
         try:
-            info = p.log.append(records, leader_epoch=p.leader_epoch)
+            if validated is None:
+                info = p.log.append(records, leader_epoch=p.leader_epoch)
+            else:
+                info = p.log.append_validated(records, validated[0], validated[1], leader_epoch=p.leader_epoch)
         except (OSError, StorageError) as exc:
             if not is_io_error(exc):
                 raise

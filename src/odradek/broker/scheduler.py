@@ -13,6 +13,10 @@ on one I/O executor, never on the event loop:
   and soon after a DeleteRecords), one writer at a time;
 * expiry of idle producer ids (``producer.id.expiration.ms``).
 
+It also owns the worker processes that do a request's per-record work off the loop
+(:attr:`offload`: down-conversion, recompression, validation of large produced batches), and
+stops them with the rest.
+
 An I/O error in a task goes through the log dirs' failure channel, which takes the dir offline
 and logs it once.
 """
@@ -29,6 +33,7 @@ from typing import Any
 from odradek._clock import Clock
 from odradek._timeouts import wait_for
 from odradek.broker.logdirs import LogDirFailureChannel, is_io_error
+from odradek.broker.offload import OffLoop
 from odradek.config import BrokerConfig
 from odradek.errors import KafkaError
 from odradek.metrics import BrokerMetrics, timed_ms
@@ -61,6 +66,8 @@ class LogScheduler:
         self._checkpoint_pending = False
         #: the broker's metric counters (set by the broker; None: off)
         self.metrics: BrokerMetrics | None = None
+        #: a request's per-record work (down-conversion, recompression, large validations)
+        self.offload = OffLoop()
 
     def every(self, interval_ms: int, fn: Callable[[], Awaitable[None]], name: str) -> None:
         """Run ``fn`` every ``interval_ms`` until :meth:`stop`; its I/O errors take the dir offline."""
@@ -94,6 +101,7 @@ class LogScheduler:
         """Cancel the timers and wait for a maintenance job still on a thread (a compaction pass
         is shielded from cancellation: the logs must not close under it)."""
         self._stopping = True
+        await self.offload.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

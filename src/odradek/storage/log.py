@@ -278,6 +278,37 @@ class Log:
             if fields[1] + 12 == n and fields[1] >= 49:
                 return self._append_one_v2(data, fields, leader_epoch, now)
         headers = validate_batches(data, self.config, self.topic, self.partition)
+        return self._append_valid(data, headers, leader_epoch, now, from_coordinator)
+
+    def append_validated(
+        self,
+        data: bytes | bytearray | memoryview,
+        headers: list[BatchHeader],
+        config: LogConfig,
+        *,
+        leader_epoch: int | None = None,
+        now_ms: int | None = None,
+    ) -> AppendInfo:
+        """Append as a leader batches that :func:`~odradek.storage.validator.validate_batches`
+        accepted with ``config`` (``headers``, its result): the per-record validation of a large
+        batch can so run elsewhere (another thread or process) before the append, which does the
+        rest of :meth:`append` (producer state, offsets, timestamps, the write).  Should the log's
+        config have changed meanwhile, the batches are validated again."""
+        if self.closed:
+            self._check_open()
+        if config is not self.config:
+            headers = validate_batches(data, self.config, self.topic, self.partition)
+        now = self.clock.now_ms() if now_ms is None else now_ms
+        return self._append_valid(data, headers, leader_epoch, now, False)
+
+    def _append_valid(
+        self,
+        data: bytes | bytearray | memoryview,
+        headers: list[BatchHeader],
+        leader_epoch: int | None,
+        now: int,
+        from_coordinator: bool,
+    ) -> AppendInfo:
         if not from_coordinator and any(h.is_control for h in headers):
             raise InvalidRecordError("Clients are not allowed to write control records")
         if headers[0].producer_id >= 0 or len(headers) > 1:

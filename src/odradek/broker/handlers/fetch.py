@@ -7,32 +7,60 @@ partition that has data returns its first batch whole even beyond the size limit
 v0-2 have hard limits and the client retries with a larger buffer.  v0-3 get down-converted
 message sets (magic 0 for v0-1, magic 1 for v2-3).  v13+ address topics by id.  Fetch sessions
 are not kept: every response has session id 0, so clients send full fetch requests.
+
+Down-conversion (:func:`~odradek.broker.compat.down_convert`) happens once the reads are done
+(after the long poll, if any), partition by partition in request order, each converting up to
+the bytes left for it (``partition_max_bytes``, and from v3 ``max_bytes`` less what the
+partitions before it were given; ``CONVERTED_MAX_BYTES`` at most), and the first partition with
+data at least one message set.
+A small read with at most ``INLINE_RECORDS`` records to convert is converted on the loop; a
+larger one is copied (by the kernel, from a thread) to a worker process and converted there
+(:mod:`odradek.broker.offload`), while the loop serves everyone else, and a large result is
+answered from the file the worker left it in, as log data is (no copy in the broker's memory).
+A topic with ``message.downconversion.enable=false`` answers such reads UNSUPPORTED_VERSION, as
+Kafka does; data that cannot be converted (damaged on disk) CORRUPT_MESSAGE, logged.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
-from odradek.broker.compat import down_convert, magic_for_fetch_version
+from odradek.broker.compat import down_convert, magic_for_fetch_version, records_to_convert
 from odradek.broker.dispatch import RequestContext, handles
+from odradek.broker.offload import Spool
 from odradek.broker.purgatory import DelayedOperation, Watchable
 from odradek.broker.replica import Partition
 from odradek.errors import ErrorCode, KafkaError
 from odradek.metrics import BrokerMetrics
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.fetch import FetchRequest, FetchResponse
+from odradek.records import RecordsError, iter_batch_headers
 from odradek.security.acl import Operation, ResourceType
-from odradek.storage import FileRegion, OffsetOutOfRangeError
+from odradek.storage import FileRegion, OffsetOutOfRangeError, ReadResult
 
 if TYPE_CHECKING:
     from odradek.broker.services import Services
     from odradek.cluster.metadata import MetadataImage, TopicInfo
 
+log = logging.getLogger(__name__)
+
 R = FetchResponse
 INT32_MAX = 2147483647
+#: records a fetch may down-convert on the event loop (2-5 microseconds each: about a millisecond);
+#: beyond, a worker
+INLINE_RECORDS = 256
+#: converted bytes one partition of an old fetch gets at most (beyond its first message set): the
+#: client fetches the rest next time, as from Kafka's lazy down-conversion, and neither the
+#: broker's memory nor the write of one answer grows with what the client allows
+CONVERTED_MAX_BYTES = 4 * 1024 * 1024
+#: a read this small is read on the loop to count its records (a larger one goes to a worker)
+_INLINE_READ_BYTES = 64 * 1024
+_MAGIC_AT = 16  # the magic byte of an entry, in every format
 # the tagged fields a partition's response always leaves at their defaults, one instance for all
 # responses (never modified)
 _NO_DIVERGING_EPOCH = R.EpochEndOffset()
@@ -57,12 +85,18 @@ class _Slot:
 
 
 @handles(ApiKey.FETCH, versions=(0, 16))
-def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse | _Fetch:
+def fetch(
+    ctx: RequestContext, request: FetchRequest
+) -> FetchResponse | _Fetch | Coroutine[Any, Any, FetchResponse]:
     """Reads now; answers now when that is enough (or the request does not wait), else the
-    fetch itself waits (a Deferred: the fetch purgatory) and answers when it completes."""
+    fetch itself waits (a Deferred: the fetch purgatory) and answers when it completes.  An old
+    version's fetch (v0-3) is a coroutine that answers once its reads are down-converted."""
     op = _Fetch(ctx.services, ctx.header.api_version, request, ctx if ctx.services.authorizer is not None else None)
     total = op.read_all()
-    if request.max_wait_ms > 0 and total < request.min_bytes and op.can_wait():
+    wait = request.max_wait_ms > 0 and total < request.min_bytes and op.can_wait()
+    if op.magic < 2:
+        return op.converted(wait)
+    if wait:
         return op
     return op.response()
 
@@ -75,6 +109,7 @@ class _Fetch(DelayedOperation):
 
     __slots__ = (
         "committed",
+        "converting",
         "magic",
         "max_bytes",
         "max_records",
@@ -110,6 +145,9 @@ class _Fetch(DelayedOperation):
             if target > 0:
                 self.target_bytes = target
         self.magic = magic_for_fetch_version(version)
+        #: old formats: the reads to down-convert before the answer (slot, read, its byte limit,
+        #: whether it is the first with data); None once converted (or for v4+)
+        self.converting: list[tuple[_Slot, Partition, ReadResult, int, bool]] | None = [] if self.magic < 2 else None
         self.committed = version >= 4 and request.isolation_level == 1
         image = svc.image
         topics: list[R.FetchableTopicResponse] = []
@@ -178,11 +216,14 @@ class _Fetch(DelayedOperation):
     def read_all(self) -> int:
         """Read every served partition into its response; the bytes read."""
         read = self.svc.replicas.read
-        version, magic, max_bytes, replica_id = self.version, self.magic, self.max_bytes, self.replica_id
+        version, max_bytes, replica_id = self.version, self.max_bytes, self.replica_id
         total = 0
         records_left = self.max_records
         target = self.target_bytes
         throttled = self.throttled
+        converting = self.converting
+        if converting:
+            converting.clear()  # read again (a long poll's wake-up): converted once, at the end
         hold: set[int] = set()
         if throttled:
             quota = self.svc.leader_quota
@@ -227,8 +268,8 @@ class _Fetch(DelayedOperation):
                     if records_left is not None and region is not None:
                         records_left -= _records_in(region)
                     data = region if region is not None else b""
-                    if magic < 2 and region is not None:
-                        data = down_convert(result.to_bytes(), magic)
+                    if converting is not None and region is not None:
+                        converting.append((slot, p, result, limit, min_one))
                 pr.error_code = 0
             except OffsetOutOfRangeError:
                 pr.error_code = int(ErrorCode.OFFSET_OUT_OF_RANGE)
@@ -255,7 +296,72 @@ class _Fetch(DelayedOperation):
         served = self.served
         return bool(served) and len(served) == len(self.slots) and all(not s.response.error_code for s, _p in served)
 
+    async def converted(self, wait: bool) -> FetchResponse:
+        """The old formats' answer: after the long poll (``wait``), the reads down-converted."""
+        if wait:
+            await _long_poll(self)
+        converting = self.converting
+        assert converting is not None
+        self.converting = None
+        total = 0
+        for slot, p, result, limit, min_one in converting:
+            pr = slot.response
+            # from v3 the response's max_bytes covers the converted data of all its partitions
+            left = self.max_bytes - total
+            cap = max(min(limit, left, CONVERTED_MAX_BYTES), 0)
+            try:
+                data = await self._convert(p, result, slot.fetch_offset, cap, min_one)
+            except KafkaError as exc:
+                pr.error_code = int(exc.code)
+                data = b""
+            pr.records = data
+            total += len(data)
+        return self.response()
+
+    async def _convert(
+        self, p: Partition, result: ReadResult, fetch_offset: int, cap: int, min_one: bool
+    ) -> bytes | Spool:
+        """One partition's read as message format ``self.magic``, at most ``cap`` bytes (at least
+        one message set when ``min_one``, or when nothing else would go): converted here when it
+        is small, else in a worker, the read copied to it and its result sent from a file."""
+        if cap <= 0 and not min_one:
+            return b""
+        magic = self.magic
+        region = result.region
+        assert region is not None
+        try:
+            if not p.log.config.message_downconversion_enable and region.segment.read_bytes(
+                region.position + _MAGIC_AT, 1
+            )[0] > magic:
+                raise KafkaError(
+                    ErrorCode.UNSUPPORTED_VERSION,
+                    f"down-conversion of {p.topic}-{p.index} to message format v{magic} is disabled",
+                )
+            source: bytes | Spool
+            if region.length <= _INLINE_READ_BYTES:
+                source = result.to_bytes()
+                if records_to_convert(list(iter_batch_headers(source)), magic) <= INLINE_RECORDS:
+                    return down_convert(source, magic, fetch_offset, cap)
+            else:
+                source = await asyncio.to_thread(Spool.copy, region.fd, region.position, region.length)
+            converted: bytes | Spool = await self.svc.scheduler.offload.run(
+                down_convert, source, magic, fetch_offset, cap,
+                cost=region.length + min(cap, 4 * region.length + 65536),
+            )
+            return converted
+        except RecordsError as exc:
+            log.error(
+                "cannot down-convert %s-%d at offset %d (segment %s, position %d): %s",
+                p.topic, p.index, fetch_offset, region.segment.log_path, region.position, exc,
+            )
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from exc
+        except OSError as exc:
+            raise self.svc.replicas.log_dirs.fail(p.log_dir, exc, f"reading {p.topic}-{p.index}") from exc
+
     def response(self) -> FetchResponse:
+        if self.converting is not None:
+            # an old format's long poll ended: converted() answers, and counts, once converted
+            return _fetch_response(throttle_time_ms=0, error_code=0, session_id=0, responses=self.topics)
         if self.throttled:
             quota = self.svc.leader_quota
             assert quota is not None
@@ -312,6 +418,25 @@ class _Fetch(DelayedOperation):
 
     def stopping(self) -> bool:
         return self.svc.stopping
+
+
+async def _long_poll(op: _Fetch) -> None:
+    """Wait as the fetch purgatory does (``op`` as a Deferred), its answer left for later."""
+    fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def done(_response: object, exc: BaseException | None) -> None:
+        if not fut.done():
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(None)
+
+    op.start(done)
+    try:
+        await fut
+    except asyncio.CancelledError:
+        op.cancel()
+        raise
 
 
 def _records_in(region: FileRegion) -> int:

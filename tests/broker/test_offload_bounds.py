@@ -1,0 +1,166 @@
+"""OffLoop's bounds: at most ``workers`` jobs run at once and the running jobs hold at most
+``max_bytes``; the others wait in arrival order (a job larger than the whole budget runs alone);
+a job cancelled while it waits never runs, one cancelled while it runs holds its bytes until it
+ends.  And through real worker processes: a job's Kafka error comes back as itself (with its
+per-record errors), and a worker that dies costs its job an error, not the pool."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from odradek.broker.compat import prepare_append
+from odradek.broker.offload import OffLoop
+from odradek.errors import ErrorCode, KafkaError
+from odradek.records import BatchBuilder
+from odradek.storage import InvalidRecordError, LogConfig
+
+
+class _Gate:
+    """Jobs that wait, each on its own event, and say when they started."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.events: dict[str, threading.Event] = {}
+        self.lock = threading.Lock()
+
+    def job(self, name: str) -> str:
+        with self.lock:
+            self.started.append(name)
+            event = self.events.setdefault(name, threading.Event())
+        assert event.wait(30), f"job {name} was never released"
+        return name
+
+    def release(self, name: str) -> None:
+        with self.lock:
+            self.events.setdefault(name, threading.Event()).set()
+
+
+@pytest.fixture
+def threads() -> Iterator[ThreadPoolExecutor]:
+    pool = ThreadPoolExecutor(8)
+    yield pool
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+async def _until(condition: object, what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while not condition():  # type: ignore[operator]
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.005)
+
+
+async def _settled() -> None:
+    """Let every callback that is due run (a job that could start, starts)."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+def test_jobs_beyond_the_workers_wait_in_order(threads: ThreadPoolExecutor) -> None:
+    async def body() -> None:
+        off = OffLoop(workers=2, max_bytes=1 << 30)
+        off.run_in(threads)
+        gate = _Gate()
+        tasks = [asyncio.ensure_future(off.run(gate.job, name, cost=10)) for name in "abcd"]
+        await _until(lambda: len(gate.started) == 2, "two jobs to start")
+        await _settled()
+        assert gate.started == ["a", "b"] and off.running == 2 and off.waiting == 2
+        gate.release("b")
+        await _until(lambda: len(gate.started) == 3, "the third job")
+        assert gate.started == ["a", "b", "c"]
+        for name in "acd":
+            gate.release(name)
+        assert await asyncio.gather(*tasks) == list("abcd")
+        assert off.running == 0 and off.bytes_in_flight == 0
+
+    asyncio.run(body())
+
+
+def test_bytes_in_flight_are_bounded_and_a_huge_job_runs_alone(threads: ThreadPoolExecutor) -> None:
+    async def body() -> None:
+        off = OffLoop(workers=4, max_bytes=100)
+        off.run_in(threads)
+        gate = _Gate()
+        a = asyncio.ensure_future(off.run(gate.job, "a", cost=60))
+        b = asyncio.ensure_future(off.run(gate.job, "b", cost=60))  # 120 > 100: waits for a
+        huge = asyncio.ensure_future(off.run(gate.job, "huge", cost=1000))  # more than the budget
+        small = asyncio.ensure_future(off.run(gate.job, "small", cost=1))  # behind huge: not before it
+        await _until(lambda: gate.started == ["a"], "a")
+        await _settled()
+        assert gate.started == ["a"] and off.bytes_in_flight == 60
+        gate.release("a")
+        await _until(lambda: gate.started == ["a", "b"], "b")
+        await _settled()
+        assert gate.started == ["a", "b"]  # huge waits for b to end, small for huge
+        gate.release("b")
+        await _until(lambda: gate.started == ["a", "b", "huge"], "huge, alone")
+        await _settled()
+        assert off.running == 1 and off.bytes_in_flight == 1000
+        gate.release("huge")
+        gate.release("small")
+        assert await asyncio.gather(a, b, huge, small) == ["a", "b", "huge", "small"]
+        assert off.running == 0 and off.bytes_in_flight == 0
+
+    asyncio.run(body())
+
+
+def test_cancelled_jobs(threads: ThreadPoolExecutor) -> None:
+    async def body() -> None:
+        off = OffLoop(workers=1, max_bytes=1 << 30)
+        off.run_in(threads)
+        gate = _Gate()
+        running = asyncio.ensure_future(off.run(gate.job, "running", cost=7))
+        waiting = asyncio.ensure_future(off.run(gate.job, "waiting", cost=5))
+        after = asyncio.ensure_future(off.run(gate.job, "after", cost=3))
+        await _until(lambda: gate.started == ["running"], "the first job")
+        waiting.cancel()
+        running.cancel()  # its worker goes on: its bytes and its slot stay taken until it ends
+        await _settled()
+        assert off.running == 1 and off.bytes_in_flight == 7 and gate.started == ["running"]
+        gate.release("running")
+        await _until(lambda: gate.started == ["running", "after"], "the job behind the cancelled one")
+        gate.release("after")
+        assert await after == "after"
+        assert "waiting" not in gate.started  # cancelled while it waited: never ran
+        assert off.running == 0 and off.bytes_in_flight == 0
+        for t in (running, waiting):
+            with pytest.raises(asyncio.CancelledError):
+                await t
+
+    asyncio.run(body())
+
+
+def _config(**overrides: object) -> LogConfig:
+    return LogConfig.from_dict(overrides)
+
+
+def _die() -> None:
+    os._exit(3)
+
+
+def test_worker_processes_carry_errors_back_and_survive_a_dead_worker() -> None:
+    async def body() -> None:
+        off = OffLoop(workers=1)
+        try:
+            b = BatchBuilder()
+            for i in range(5):
+                b.append(1, None if i in (1, 3) else b"k", b"v")
+            with pytest.raises(InvalidRecordError) as refused:
+                await off.run(prepare_append, b.build(), _config(**{"cleanup.policy": "compact"}), "t", 0, cost=1)
+            assert [i for i, _m in refused.value.record_errors] == [1, 3]
+            assert off.worker_pids() and os.getpid() not in off.worker_pids()  # a process of its own
+
+            with pytest.raises(KafkaError) as died:
+                await off.run(_die, cost=1)
+            assert died.value.code == ErrorCode.UNKNOWN_SERVER_ERROR
+            assert await off.run(len, b"still here", cost=1) == 10  # a new pool
+        finally:
+            await off.stop()
+
+    asyncio.run(body())
