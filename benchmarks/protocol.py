@@ -1,0 +1,278 @@
+"""Micro-benchmark of the protocol codec: encode and decode of the requests and responses the
+data path and clients exchange most, and the import time of the protocol package.
+
+Run: ``python benchmarks/protocol.py [--compare SRC ...]``. Prints one JSON object. Without
+``--compare`` it measures the ``odradek`` it imports. With ``--compare SRC_A SRC_B ...`` it
+measures each source tree (a directory holding the ``odradek`` package, e.g. a worktree's
+``src``) in its own subprocess, alternating the trees for ``--rounds`` rounds so that both see
+the same machine load, and reports the median of each figure per tree and the ratio of every
+tree to the first (``> 1``: slower than the first).
+
+Cases (ns per call, best of several ~20 ms loops in one process):
+
+* ``produce_req_v{7,9}``: a ProduceRequest with one topic of 3 partitions of 16 KiB records;
+  ``decode`` is the broker's ``decode_request`` (records are views), ``encode`` the client's
+  ``encode_request``.
+* ``produce_resp_v9``: the answer to it, ``encode`` as the broker does
+  (``encode_response_parts``), ``decode`` as a client does (``decode_response``).
+* ``fetch_req_v12`` / ``fetch_req_v15_follower``: a consumer's Fetch of 3 partitions and a
+  follower's of 200 partitions over 20 topics.
+* ``fetch_resp_v12``: 3 partitions with 64 KiB of records each (``encode`` with file regions
+  left as holes, as the broker sends them).
+* ``metadata_req_v12`` (5 topics) and ``metadata_resp_v12`` (3 brokers, 20 topics of 6
+  partitions with 3 replicas).
+* ``import_ms``: ``python -X importtime -c "import odradek.protocol"``, the cumulative time of
+  ``odradek.protocol`` (median of 7 fresh interpreters); ``import_all_messages_ms``: the wall
+  time of importing every request and response module (what a broker loads at start-up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve()
+
+
+def best_time(fn: Callable[[], object], *, repeats: int = 7, window: float = 0.02) -> float:
+    """Nanoseconds per call: best over ``repeats`` loops of about ``window`` seconds each."""
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - t0, 1e-7)
+    loops = max(1, int(window / once))
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(loops):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / loops)
+    return best * 1e9
+
+
+class _Region:
+    """A file region stand-in: what ``encode_response_parts`` leaves as a hole."""
+
+    def __init__(self, n: int) -> None:
+        self.length = n
+
+    def to_bytes(self) -> bytes:
+        return bytes(self.length)
+
+
+def cases() -> dict[str, Callable[[], object]]:
+    import uuid
+
+    from odradek.protocol import RequestHeader, decode_request, decode_response, encode_request
+    from odradek.protocol._api import encode_response_parts
+    from odradek.protocol.messages.fetch import FetchRequest, FetchResponse
+    from odradek.protocol.messages.metadata import MetadataRequest, MetadataResponse
+    from odradek.protocol.messages.produce import ProduceRequest, ProduceResponse
+
+    out: dict[str, Callable[[], object]] = {}
+
+    def header(key: int, version: int) -> RequestHeader:
+        return RequestHeader(api_key=key, api_version=version, correlation_id=42, client_id="rdkafka")
+
+    def request_pair(name: str, msg: Any, key: int, version: int) -> None:
+        h = header(key, version)
+        data = encode_request(h, msg)
+        out[f"{name}.encode"] = lambda: encode_request(h, msg)
+        out[f"{name}.decode"] = lambda: decode_request(data)
+
+    def response_pair(name: str, msg: Any, key: int, version: int) -> None:
+        h = header(key, version)
+        data = bytes(encode_response_parts(h, msg))
+        out[f"{name}.encode"] = lambda: encode_response_parts(h, msg)
+        out[f"{name}.decode"] = lambda: decode_response(h, data)
+
+    records = bytes(16384)
+    P = ProduceRequest
+    for v in (7, 9):
+        produce = P(
+            transactional_id=None,
+            acks=-1,
+            timeout_ms=30000,
+            topic_data=[
+                P.TopicProduceData(
+                    name="events", partition_data=[P.PartitionProduceData(index=i, records=records) for i in range(3)]
+                )
+            ],
+        )
+        request_pair(f"produce_req_v{v}", produce, 0, v)
+    PR = ProduceResponse
+    produce_resp = PR(
+        responses=[
+            PR.TopicProduceResponse(
+                name="events",
+                partition_responses=[
+                    PR.PartitionProduceResponse(index=i, error_code=0, base_offset=1000 * i, log_start_offset=0)
+                    for i in range(3)
+                ],
+            )
+        ]
+    )
+    response_pair("produce_resp_v9", produce_resp, 0, 9)
+
+    F = FetchRequest
+    fetch = F(
+        replica_id=-1,
+        max_wait_ms=500,
+        min_bytes=1,
+        max_bytes=52428800,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            F.FetchTopic(
+                topic="events",
+                partitions=[F.FetchPartition(partition=i, fetch_offset=1000, partition_max_bytes=1048576) for i in range(3)],
+            )
+        ],
+        rack_id="",
+    )
+    request_pair("fetch_req_v12", fetch, 1, 12)
+    follower = F(
+        replica_state=F.ReplicaState(replica_id=2, replica_epoch=5),
+        max_wait_ms=500,
+        min_bytes=1,
+        max_bytes=10485760,
+        topics=[
+            F.FetchTopic(
+                topic_id=uuid.UUID(int=t + 1),
+                partitions=[
+                    F.FetchPartition(partition=i, current_leader_epoch=3, fetch_offset=5000, partition_max_bytes=1048576)
+                    for i in range(10)
+                ],
+            )
+            for t in range(20)
+        ],
+    )
+    request_pair("fetch_req_v15_follower", follower, 1, 15)
+    FR = FetchResponse
+    fetch_resp = FR(
+        responses=[
+            FR.FetchableTopicResponse(
+                topic="events",
+                partitions=[
+                    FR.PartitionData(
+                        partition_index=i, high_watermark=100000, last_stable_offset=100000, records=_Region(65536)
+                    )
+                    for i in range(3)
+                ],
+            )
+        ]
+    )
+    h12 = header(1, 12)
+    out["fetch_resp_v12.encode"] = lambda: encode_response_parts(h12, fetch_resp)
+    fetch_resp_bytes = FR(
+        responses=[
+            FR.FetchableTopicResponse(
+                topic="events",
+                partitions=[
+                    FR.PartitionData(
+                        partition_index=i, high_watermark=100000, last_stable_offset=100000, records=bytes(65536)
+                    )
+                    for i in range(3)
+                ],
+            )
+        ]
+    )
+    data12 = bytes(encode_response_parts(h12, fetch_resp_bytes))
+    out["fetch_resp_v12.decode"] = lambda: decode_response(h12, data12)
+
+    M = MetadataRequest
+    request_pair("metadata_req_v12", M(topics=[M.MetadataRequestTopic(name=f"topic-{i}") for i in range(5)]), 3, 12)
+    MR = MetadataResponse
+    meta = MR(
+        brokers=[MR.MetadataResponseBroker(node_id=i, host="127.0.0.1", port=9092 + i) for i in range(3)],
+        cluster_id="abc",
+        controller_id=0,
+        topics=[
+            MR.MetadataResponseTopic(
+                name=f"topic-{t}",
+                topic_id=uuid.UUID(int=t + 1),
+                partitions=[
+                    MR.MetadataResponsePartition(
+                        partition_index=p, leader_id=p % 3, leader_epoch=1, replica_nodes=[0, 1, 2], isr_nodes=[0, 1, 2]
+                    )
+                    for p in range(6)
+                ],
+            )
+            for t in range(20)
+        ],
+    )
+    response_pair("metadata_resp_v12", meta, 3, 12)
+    return out
+
+
+def import_ms(statement: str, module: str, runs: int = 7) -> float:
+    """Median over fresh interpreters of ``module``'s cumulative import time (ms)."""
+    times = []
+    for _ in range(runs):
+        r = subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", statement], capture_output=True, text=True, check=True
+        )
+        for line in r.stderr.splitlines():
+            m = re.match(r"import time:\s+\d+ \|\s+(\d+) \|\s*(\S+)$", line)
+            if m and m.group(2) == module:
+                times.append(int(m.group(1)) / 1000)
+    return round(statistics.median(times), 2)
+
+
+ALL_MESSAGES = (
+    "import importlib; import odradek.protocol.messages as m; "
+    "[importlib.import_module('odradek.protocol.messages.' + v[0]) for v in m.API_MODULES.values()]"
+)
+
+
+def measure() -> dict[str, float]:
+    result = {name: round(best_time(fn)) for name, fn in sorted(cases().items())}
+    result["import_ms"] = import_ms("import odradek.protocol", "odradek.protocol")
+    # every message module (what a broker imports at start-up), wall time in a fresh interpreter
+    t = []
+    for _ in range(7):
+        r = subprocess.run(
+            [sys.executable, "-c", f"import time; t0 = time.perf_counter(); {ALL_MESSAGES}; "
+             "print((time.perf_counter() - t0) * 1000)"],
+            capture_output=True, text=True, check=True,
+        )
+        t.append(float(r.stdout))
+    result["import_all_messages_ms"] = round(statistics.median(t), 2)
+    return result
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--compare", nargs="+", metavar="SRC", help="source trees to measure, alternating")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if not args.compare:
+        print(json.dumps(measure(), indent=1))
+        return
+    runs: dict[str, list[dict[str, float]]] = {src: [] for src in args.compare}
+    for _ in range(args.rounds):
+        for src in args.compare:
+            env = {**os.environ, "PYTHONPATH": str(Path(src).resolve())}
+            r = subprocess.run([sys.executable, str(HERE)], env=env, capture_output=True, text=True, check=True)
+            runs[src].append(json.loads(r.stdout))
+    medians = {src: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for src, rs in runs.items()}
+    first = medians[args.compare[0]]
+    report: dict[str, Any] = {"rounds": args.rounds, "median": medians, "ratio_to_first": {}}
+    for src in args.compare[1:]:
+        report["ratio_to_first"][src] = {k: round(v / first[k], 3) if first[k] else None for k, v in medians[src].items()}
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
