@@ -4,15 +4,17 @@ data path and clients exchange most, and the import time of the protocol package
 Run: ``python benchmarks/protocol.py [--compare SRC ...]``. Prints one JSON object. Without
 ``--compare`` it measures the ``odradek`` it imports. With ``--compare SRC_A SRC_B ...`` it
 measures each source tree (a directory holding the ``odradek`` package, e.g. a worktree's
-``src``) in its own subprocess, alternating the trees for ``--rounds`` rounds so that both see
-the same machine load, and reports the median of each figure per tree and the ratio of every
-tree to the first (``> 1``: slower than the first).
+``src``) in its own long-lived subprocess, the trees taking turns loop by loop (``--rounds``
+timed loops of ~20 ms per case and tree) so that both see the same machine load, and reports the
+best loop of each case per tree and the ratio of every tree to the first (``> 1``: slower).
 
-Cases (ns per call, best of several ~20 ms loops in one process):
+Cases (CPU ns per call, the best of the timed loops):
 
-* ``produce_req_v{7,9}``: a ProduceRequest with one topic of 3 partitions of 16 KiB records;
+* ``produce_req_v{7,9}``: a ProduceRequest with one topic of 3 partitions of 512-byte records;
   ``decode`` is the broker's ``decode_request`` (records are views), ``encode`` the client's
-  ``encode_request``.
+  ``encode_request``.  (With larger records the encode figure is the copy of the records into a
+  growing ``bytearray``, whose cost depends on where the allocator can grow it: it moves by
+  +-30 % with what else the process allocated, whatever the codec.)
 * ``produce_resp_v9``: the answer to it, ``encode`` as the broker does
   (``encode_response_parts``), ``decode`` as a client does (``decode_response``).
 * ``fetch_req_v12`` / ``fetch_req_v15_follower``: a consumer's Fetch of 3 partitions and a
@@ -43,20 +45,20 @@ from typing import Any
 HERE = Path(__file__).resolve()
 
 
-def best_time(fn: Callable[[], object], *, repeats: int = 7, window: float = 0.02) -> float:
-    """Nanoseconds per call: best over ``repeats`` loops of about ``window`` seconds each."""
+def loop_time(fn: Callable[[], object], loops: int) -> float:
+    """CPU nanoseconds per call over ``loops`` calls (CPU time: on a shared machine, the time
+    the process was not running does not count)."""
+    t0 = time.thread_time_ns()
+    for _ in range(loops):
+        fn()
+    return (time.thread_time_ns() - t0) / loops
+
+
+def loops_for(fn: Callable[[], object], window: float = 0.02) -> int:
     fn()
     t0 = time.perf_counter()
     fn()
-    once = max(time.perf_counter() - t0, 1e-7)
-    loops = max(1, int(window / once))
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(loops):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / loops)
-    return best * 1e9
+    return max(1, int(window / max(time.perf_counter() - t0, 1e-7)))
 
 
 class _Region:
@@ -95,7 +97,7 @@ def cases() -> dict[str, Callable[[], object]]:
         out[f"{name}.encode"] = lambda: encode_response_parts(h, msg)
         out[f"{name}.decode"] = lambda: decode_response(h, data)
 
-    records = bytes(16384)
+    records = bytes(512)
     P = ProduceRequest
     for v in (7, 9):
         produce = P(
@@ -235,9 +237,8 @@ ALL_MESSAGES = (
 )
 
 
-def measure() -> dict[str, float]:
-    result = {name: round(best_time(fn)) for name, fn in sorted(cases().items())}
-    result["import_ms"] = import_ms("import odradek.protocol", "odradek.protocol")
+def imports() -> dict[str, float]:
+    result = {"import_ms": import_ms("import odradek.protocol", "odradek.protocol")}
     # every message module (what a broker imports at start-up), wall time in a fresh interpreter
     t = []
     for _ in range(7):
@@ -251,26 +252,82 @@ def measure() -> dict[str, float]:
     return result
 
 
+def child() -> None:
+    """Serve ``--compare``: for each case name read from stdin, one timed loop (its loop count
+    fixed the first time), the ns per call written back."""
+    table = cases()
+    loops: dict[str, int] = {}
+    for line in sys.stdin:
+        name = line.strip()
+        if name == "?":
+            print(json.dumps(sorted(table)), flush=True)
+            continue
+        if name == "imports":
+            print(json.dumps(imports()), flush=True)
+            continue
+        fn = table[name]
+        if name not in loops:
+            loops[name] = loops_for(fn)
+        print(loop_time(fn, loops[name]), flush=True)
+
+
+def measure(repeats: int = 7) -> dict[str, float]:
+    result = {}
+    for name, fn in sorted(cases().items()):
+        n = loops_for(fn)
+        result[name] = round(min(loop_time(fn, n) for _ in range(repeats)))
+    return {**result, **imports()}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--compare", nargs="+", metavar="SRC", help="source trees to measure, alternating")
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=15, help="timed loops per case and tree (best kept)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.child:
+        child()
+        return
     if not args.compare:
         print(json.dumps(measure(), indent=1))
         return
-    runs: dict[str, list[dict[str, float]]] = {src: [] for src in args.compare}
-    for _ in range(args.rounds):
+    children = {}
+    for src in args.compare:
+        env = {**os.environ, "PYTHONPATH": str(Path(src).resolve())}
+        children[src] = subprocess.Popen(
+            [sys.executable, str(HERE), "--child"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+
+    def ask(src: str, what: str) -> Any:
+        proc = children[src]
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(what + "\n")
+        proc.stdin.flush()
+        return json.loads(proc.stdout.readline())
+
+    try:
+        names = ask(args.compare[0], "?")
+        best: dict[str, dict[str, float]] = {src: {} for src in args.compare}
+        for name in names:
+            for _ in range(args.rounds):  # the trees alternate, loop by loop
+                for src in args.compare:
+                    t = ask(src, name)
+                    best[src][name] = min(best[src].get(name, t), t)
         for src in args.compare:
-            env = {**os.environ, "PYTHONPATH": str(Path(src).resolve())}
-            r = subprocess.run([sys.executable, str(HERE)], env=env, capture_output=True, text=True, check=True)
-            runs[src].append(json.loads(r.stdout))
-    medians = {src: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for src, rs in runs.items()}
-    first = medians[args.compare[0]]
-    report: dict[str, Any] = {"rounds": args.rounds, "median": medians, "ratio_to_first": {}}
+            best[src] = {k: round(v) for k, v in best[src].items()}
+        for _ in range(3):  # import times: medians of 7 fresh interpreters, the trees taking turns
+            for src in args.compare:
+                for k, v in ask(src, "imports").items():
+                    best[src][k] = min(best[src].get(k, v), v)
+    finally:
+        for proc in children.values():
+            assert proc.stdin is not None
+            proc.stdin.close()
+            proc.wait()
+    first = best[args.compare[0]]
+    report: dict[str, Any] = {"rounds": args.rounds, "best": best, "ratio_to_first": {}}
     for src in args.compare[1:]:
-        report["ratio_to_first"][src] = {k: round(v / first[k], 3) if first[k] else None for k, v in medians[src].items()}
+        report["ratio_to_first"][src] = {k: round(v / first[k], 3) if first[k] else None for k, v in best[src].items()}
     print(json.dumps(report, indent=1))
 
 

@@ -5,7 +5,16 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from odradek.protocol._schema import Buffer, DecodeFn, EncodeFn, Holes, Message, Region
+from odradek.protocol._schema import (
+    DECODE_ERRORS,
+    ENCODE_ERRORS,
+    Buffer,
+    DecodeFn,
+    EncodeFn,
+    Holes,
+    Message,
+    Region,
+)
 from odradek.protocol.errors import (
     CorrelationIdMismatch,
     DecodeError,
@@ -94,7 +103,7 @@ def decode_request(data: Buffer) -> tuple[RequestHeader, Any]:
         body, _ = decode_body(buf, pos)
     except DecodeError:
         raise
-    except (struct.error, IndexError, ValueError, UnicodeDecodeError, OverflowError, MemoryError) as exc:
+    except DECODE_ERRORS as exc:
         raise DecodeError(f"cannot decode {cls.NAME} v{api_version}: {exc}") from exc
     return header, body
 
@@ -110,13 +119,8 @@ def _request_decoders(buf: memoryview, api_key: int, api_version: int) -> tuple[
         raise UnsupportedVersion(
             f"{cls.NAME} version {api_version} is outside {lo}-{hi}", _partial(api_key, api_version, correlation_id)
         )
-    flexible = cls.is_flexible(api_version)
-    header_version = 0 if api_key == ApiKey.CONTROLLED_SHUTDOWN and api_version == 0 else 2 if flexible else 1
-    entry = (
-        cls,
-        RequestHeader._plan(header_version, header_version >= 2).decode,
-        cls._plan(api_version, flexible).decode,
-    )
+    header_version = request_header_version(api_key, api_version)
+    entry = (cls, RequestHeader.decoder(header_version), cls.decoder(api_version))
     _REQUEST_DECODERS[api_key * 65536 + api_version] = entry
     return entry
 
@@ -164,7 +168,7 @@ def encode_response_parts(request_header: RequestHeader, message: Message) -> Ho
         out.append(0)  # the response header's empty tagged-field section
     try:
         encode_body(out, message)
-    except (struct.error, TypeError, AttributeError, ValueError, OverflowError) as exc:
+    except ENCODE_ERRORS as exc:
         raise EncodeError(f"cannot encode {message.NAME} v{version}: {exc}") from exc
     return out
 
