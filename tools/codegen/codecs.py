@@ -221,8 +221,8 @@ class CodecModule:
                 continue
             lines.append(f"    if {self.differs(f, 'obj.' + f.attr)}:")
             lines.append(
-                f'        raise UnsupportedVersion("{s.qual}.{f.attr} cannot be sent in this version: '
-                f'{_versions_text(f)}")'
+                f'        raise EncodeError("{s.qual}.{f.attr} cannot be sent in this version: '
+                f'{_versions_text(f)}", UNSUPPORTED_VERSION)'
             )
         for kind, fields in steps:
             if kind == "run":
@@ -598,12 +598,12 @@ class CodecModule:
             "    DEFAULT,",
             "    MINUS_ONE_I16,",
             "    MINUS_ONE_I32,",
+            "    UNSUPPORTED_VERSION,",
             "    ZERO_UUID,",
             "    DecodeError,",
             "    EncodeError,",
             "    Records,",
             "    Struct,",
-            "    UnsupportedVersion,",
             "    new,",
             "    pack_i16,",
             "    pack_i32,",

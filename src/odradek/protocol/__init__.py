@@ -5,7 +5,10 @@ This package never touches a socket (in the style of h11): bytes in, typed messa
 * :func:`encode_request` / :func:`decode_request` and :func:`encode_response` /
   :func:`decode_response` work on whole requests and responses without the 4-byte size prefix.
 * :mod:`odradek.protocol.connection` adds framing and per-connection state
-  (:class:`ServerConnection`, :class:`ClientConnection`).
+  (:class:`ServerConnection`, :class:`ClientConnection`), which moves to
+  :attr:`ConnectionState.ERROR` on any exception.
+* Errors are :class:`LocalProtocolError` (we tried something the protocol forbids) or
+  :class:`RemoteProtocolError` (the peer did), each with the Kafka error code to answer with.
 * :mod:`odradek.protocol.messages` holds one generated class per message (``ProduceRequest``,
   ``FetchResponse``, ...), covering all versions; attributes are the snake_case of Kafka's
   field names.  ``records`` fields decode to zero-copy ``memoryview`` slices.
@@ -25,6 +28,7 @@ from odradek.protocol.connection import (
     BadRequest,
     ClientConnection,
     ConnectionClosed,
+    ConnectionState,
     RequestReceived,
     ResponseReceived,
     SaslTokenReceived,
@@ -36,7 +40,9 @@ from odradek.protocol.errors import (
     EncodeError,
     FrameTooLarge,
     InvalidFrame,
+    LocalProtocolError,
     ProtocolError,
+    RemoteProtocolError,
     UnknownApiKey,
     UnsupportedVersion,
 )
@@ -48,14 +54,17 @@ __all__ = [
     "BadRequest",
     "ClientConnection",
     "ConnectionClosed",
+    "ConnectionState",
     "CorrelationIdMismatch",
     "Data",
     "DecodeError",
     "EncodeError",
     "FrameTooLarge",
     "InvalidFrame",
+    "LocalProtocolError",
     "Message",
     "ProtocolError",
+    "RemoteProtocolError",
     "RequestHeader",
     "RequestReceived",
     "ResponseHeader",

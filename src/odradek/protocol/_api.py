@@ -75,8 +75,8 @@ def response_header_version(api_key: int, api_version: int) -> int:
 def encode_request(header: RequestHeader, message: Message) -> bytes:
     """Encode a request: header (version chosen by the request's version) then body."""
     if header.api_key != message.API_KEY:
-        raise UnsupportedVersion(f"header names API key {header.api_key} but the body is a {message.NAME}")
-    type(message).check_version(header.api_version)
+        raise EncodeError(f"header names API key {header.api_key} but the body is a {message.NAME}")
+    type(message).encoder(header.api_version)  # an EncodeError for a version outside the range
     out = bytearray()
     header.encode_into(out, request_header_version(header.api_key, header.api_version))
     message.encode_into(out, header.api_version)
@@ -133,7 +133,7 @@ def encode_response(request_header: RequestHeader, message: Message) -> bytes:
     """Encode the response to ``request_header``'s request, in that request's version."""
     api_key, version = request_header.api_key, request_header.api_version
     if api_key != message.API_KEY:
-        raise UnsupportedVersion(f"request was API key {api_key} but the response is a {message.NAME}")
+        raise EncodeError(f"request was API key {api_key} but the response is a {message.NAME}")
     out = bytearray()
     ResponseHeader(correlation_id=request_header.correlation_id).encode_into(
         out, response_header_version(api_key, version)
@@ -150,7 +150,7 @@ def encode_response_parts(request_header: RequestHeader, message: Message) -> Ho
     entry = _RESPONSE_ENCODERS.get(api_key * 65536 + version)
     if entry is None or entry[0] is not type(message):
         if api_key != message.API_KEY:
-            raise UnsupportedVersion(f"request was API key {api_key} but the response is a {message.NAME}")
+            raise EncodeError(f"request was API key {api_key} but the response is a {message.NAME}")
         ResponseHeader(correlation_id=request_header.correlation_id).encode_into(
             out, response_header_version(api_key, version)
         )

@@ -16,19 +16,20 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from odradek._varint import decode_uvarint as read_uvarint
 from odradek._varint import write_uvarint
+from odradek.errors import ErrorCode
 from odradek.protocol._schema import DEFAULT, ZERO_UUID, Holes, Records
-from odradek.protocol.errors import DecodeError, EncodeError, UnsupportedVersion
+from odradek.protocol.errors import DecodeError, EncodeError
 
 __all__ = [
     "DEFAULT",
     "MINUS_ONE_I16",
     "MINUS_ONE_I32",
+    "UNSUPPORTED_VERSION",
     "ZERO_UUID",
     "DecodeError",
     "EncodeError",
     "Records",
     "Struct",
-    "UnsupportedVersion",
     "new",
     "pack_i16",
     "pack_i32",
@@ -66,6 +67,7 @@ unpack_i16 = _i16.unpack_from
 unpack_i32 = _i32.unpack_from
 spack = struct.pack
 sunpack = struct.unpack_from
+UNSUPPORTED_VERSION = ErrorCode.UNSUPPORTED_VERSION
 #: a null length or count (-1) in non-flexible versions
 MINUS_ONE_I16 = b"\xff\xff"
 MINUS_ONE_I32 = b"\xff\xff\xff\xff"

@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Protocol, TypeAlias
 
+from odradek.errors import ErrorCode
 from odradek.protocol.errors import DecodeError, EncodeError, UnsupportedVersion
 
 __all__ = [
@@ -292,10 +293,12 @@ class Data(Struct):
     @classmethod
     def encoder(cls, version: int) -> EncodeFn:
         """The body encoder of ``version`` (``encoder(v)(out, message)`` appends the body, with
-        no error wrapping); raises UnsupportedVersion for a version outside the valid range."""
+        no error wrapping); raises EncodeError for a version outside the valid range."""
         enc = cls._encoders_.get(version)
         if enc is None:
-            cls.check_version(version)
+            lo, hi = cls.VALID_VERSIONS
+            if not lo <= version <= hi:
+                raise EncodeError(f"{cls.NAME} has versions {lo}-{hi}, not {version}", ErrorCode.UNSUPPORTED_VERSION)
             if not cls._encoders_:
                 _load_codecs(cls)
             enc = cls._encoders_[version]

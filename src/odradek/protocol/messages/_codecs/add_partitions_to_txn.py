@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -103,7 +103,7 @@ def _dec_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v0(buf: memoryview, p
 # AddPartitionsToTxnRequest v0-2
 def _enc_AddPartitionsToTxnRequest_v0(out: bytearray, obj: AddPartitionsToTxnRequest) -> None:
     if obj.transactions != []:
-        raise UnsupportedVersion("AddPartitionsToTxnRequest.transactions cannot be sent in this version: only in versions 4+")
+        raise EncodeError("AddPartitionsToTxnRequest.transactions cannot be sent in this version: only in versions 4+", UNSUPPORTED_VERSION)
     v1 = obj.v3_and_below_transactional_id
     if v1 is None:
         raise EncodeError("AddPartitionsToTxnRequest.v3_and_below_transactional_id is not nullable in this version")
@@ -233,7 +233,7 @@ def _dec_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v3(buf: memoryview, p
 # AddPartitionsToTxnRequest v3
 def _enc_AddPartitionsToTxnRequest_v3(out: bytearray, obj: AddPartitionsToTxnRequest) -> None:
     if obj.transactions != []:
-        raise UnsupportedVersion("AddPartitionsToTxnRequest.transactions cannot be sent in this version: only in versions 4+")
+        raise EncodeError("AddPartitionsToTxnRequest.transactions cannot be sent in this version: only in versions 4+", UNSUPPORTED_VERSION)
     v1 = obj.v3_and_below_transactional_id
     if v1 is None:
         raise EncodeError("AddPartitionsToTxnRequest.v3_and_below_transactional_id is not nullable in this version")
@@ -392,13 +392,13 @@ def _dec_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction_v4(buf: memoryv
 # AddPartitionsToTxnRequest v4-5
 def _enc_AddPartitionsToTxnRequest_v4(out: bytearray, obj: AddPartitionsToTxnRequest) -> None:
     if obj.v3_and_below_transactional_id != "":
-        raise UnsupportedVersion("AddPartitionsToTxnRequest.v3_and_below_transactional_id cannot be sent in this version: only in versions 0-3")
+        raise EncodeError("AddPartitionsToTxnRequest.v3_and_below_transactional_id cannot be sent in this version: only in versions 0-3", UNSUPPORTED_VERSION)
     if obj.v3_and_below_producer_id != 0:
-        raise UnsupportedVersion("AddPartitionsToTxnRequest.v3_and_below_producer_id cannot be sent in this version: only in versions 0-3")
+        raise EncodeError("AddPartitionsToTxnRequest.v3_and_below_producer_id cannot be sent in this version: only in versions 0-3", UNSUPPORTED_VERSION)
     if obj.v3_and_below_producer_epoch != 0:
-        raise UnsupportedVersion("AddPartitionsToTxnRequest.v3_and_below_producer_epoch cannot be sent in this version: only in versions 0-3")
+        raise EncodeError("AddPartitionsToTxnRequest.v3_and_below_producer_epoch cannot be sent in this version: only in versions 0-3", UNSUPPORTED_VERSION)
     if obj.v3_and_below_topics != []:
-        raise UnsupportedVersion("AddPartitionsToTxnRequest.v3_and_below_topics cannot be sent in this version: only in versions 0-3")
+        raise EncodeError("AddPartitionsToTxnRequest.v3_and_below_topics cannot be sent in this version: only in versions 0-3", UNSUPPORTED_VERSION)
     v1 = obj.transactions
     if v1 is None:
         raise EncodeError("AddPartitionsToTxnRequest.transactions is not nullable in this version")
@@ -516,7 +516,7 @@ def _dec_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v0(buf: memory
 # AddPartitionsToTxnResponse v0-2
 def _enc_AddPartitionsToTxnResponse_v0(out: bytearray, obj: AddPartitionsToTxnResponse) -> None:
     if obj.results_by_transaction != []:
-        raise UnsupportedVersion("AddPartitionsToTxnResponse.results_by_transaction cannot be sent in this version: only in versions 4+")
+        raise EncodeError("AddPartitionsToTxnResponse.results_by_transaction cannot be sent in this version: only in versions 4+", UNSUPPORTED_VERSION)
     out += _pack_i(obj.throttle_time_ms)
     v1 = obj.results_by_topic_v3_and_below
     if v1 is None:
@@ -651,7 +651,7 @@ def _dec_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v3(buf: memory
 # AddPartitionsToTxnResponse v3
 def _enc_AddPartitionsToTxnResponse_v3(out: bytearray, obj: AddPartitionsToTxnResponse) -> None:
     if obj.results_by_transaction != []:
-        raise UnsupportedVersion("AddPartitionsToTxnResponse.results_by_transaction cannot be sent in this version: only in versions 4+")
+        raise EncodeError("AddPartitionsToTxnResponse.results_by_transaction cannot be sent in this version: only in versions 4+", UNSUPPORTED_VERSION)
     out += _pack_i(obj.throttle_time_ms)
     v1 = obj.results_by_topic_v3_and_below
     if v1 is None:
@@ -780,7 +780,7 @@ def _dec_AddPartitionsToTxnResponse_AddPartitionsToTxnResult_v4(buf: memoryview,
 # AddPartitionsToTxnResponse v4-5
 def _enc_AddPartitionsToTxnResponse_v4(out: bytearray, obj: AddPartitionsToTxnResponse) -> None:
     if obj.results_by_topic_v3_and_below != []:
-        raise UnsupportedVersion("AddPartitionsToTxnResponse.results_by_topic_v3_and_below cannot be sent in this version: only in versions 0-3")
+        raise EncodeError("AddPartitionsToTxnResponse.results_by_topic_v3_and_below cannot be sent in this version: only in versions 0-3", UNSUPPORTED_VERSION)
     out += _pack_ih(obj.throttle_time_ms, obj.error_code)
     v1 = obj.results_by_transaction
     if v1 is None:

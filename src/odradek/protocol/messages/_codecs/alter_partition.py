@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -58,9 +58,9 @@ _unpack_iq = Struct(">iq").unpack_from
 # AlterPartitionRequest.PartitionData v0
 def _enc_AlterPartitionRequest_PartitionData_v0(out: bytearray, obj: AlterPartitionRequest.PartitionData) -> None:
     if obj.new_isr_with_epochs != []:
-        raise UnsupportedVersion("AlterPartitionRequest.PartitionData.new_isr_with_epochs cannot be sent in this version: only in versions 3+")
+        raise EncodeError("AlterPartitionRequest.PartitionData.new_isr_with_epochs cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     if obj.leader_recovery_state != 0:
-        raise UnsupportedVersion("AlterPartitionRequest.PartitionData.leader_recovery_state cannot be sent in this version: only in versions 1+")
+        raise EncodeError("AlterPartitionRequest.PartitionData.leader_recovery_state cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
     out += _pack_ii(obj.partition_index, obj.leader_epoch)
     v1 = obj.new_isr
     if v1 is None:
@@ -241,7 +241,7 @@ def _dec_AlterPartitionRequest_v0(buf: memoryview, pos: int) -> tuple[AlterParti
 # AlterPartitionRequest.PartitionData v1-2
 def _enc_AlterPartitionRequest_PartitionData_v1(out: bytearray, obj: AlterPartitionRequest.PartitionData) -> None:
     if obj.new_isr_with_epochs != []:
-        raise UnsupportedVersion("AlterPartitionRequest.PartitionData.new_isr_with_epochs cannot be sent in this version: only in versions 3+")
+        raise EncodeError("AlterPartitionRequest.PartitionData.new_isr_with_epochs cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     out += _pack_ii(obj.partition_index, obj.leader_epoch)
     v1 = obj.new_isr
     if v1 is None:
@@ -543,7 +543,7 @@ def _dec_AlterPartitionRequest_BrokerState_v3(buf: memoryview, pos: int) -> tupl
 # AlterPartitionRequest.PartitionData v3
 def _enc_AlterPartitionRequest_PartitionData_v3(out: bytearray, obj: AlterPartitionRequest.PartitionData) -> None:
     if obj.new_isr != []:
-        raise UnsupportedVersion("AlterPartitionRequest.PartitionData.new_isr cannot be sent in this version: only in versions 0-2")
+        raise EncodeError("AlterPartitionRequest.PartitionData.new_isr cannot be sent in this version: only in versions 0-2", UNSUPPORTED_VERSION)
     out += _pack_ii(obj.partition_index, obj.leader_epoch)
     v1 = obj.new_isr_with_epochs
     if v1 is None:

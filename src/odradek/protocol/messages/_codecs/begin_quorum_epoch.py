@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -533,7 +533,7 @@ def _dec_BeginQuorumEpochResponse_TopicData_v0(buf: memoryview, pos: int) -> tup
 # BeginQuorumEpochResponse v0
 def _enc_BeginQuorumEpochResponse_v0(out: bytearray, obj: BeginQuorumEpochResponse) -> None:
     if obj.node_endpoints != []:
-        raise UnsupportedVersion("BeginQuorumEpochResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("BeginQuorumEpochResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     out += _pack_h(obj.error_code)
     v1 = obj.topics
     if v1 is None:

@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -45,7 +45,7 @@ _unpack_iqqoo = Struct(">iqq??").unpack_from
 # BrokerHeartbeatRequest v0
 def _enc_BrokerHeartbeatRequest_v0(out: bytearray, obj: BrokerHeartbeatRequest) -> None:
     if obj.offline_log_dirs != []:
-        raise UnsupportedVersion("BrokerHeartbeatRequest.offline_log_dirs cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("BrokerHeartbeatRequest.offline_log_dirs cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     out += _pack_iqqoo(obj.broker_id, obj.broker_epoch, obj.current_metadata_offset, obj.want_fence, obj.want_shut_down)
     if obj.unknown_tagged_fields:
         write_tagged(out, [], obj.unknown_tagged_fields)

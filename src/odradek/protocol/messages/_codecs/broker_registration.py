@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -183,7 +183,7 @@ def _dec_BrokerRegistrationRequest_Feature_v0(buf: memoryview, pos: int) -> tupl
 # BrokerRegistrationRequest v0
 def _enc_BrokerRegistrationRequest_v0(out: bytearray, obj: BrokerRegistrationRequest) -> None:
     if obj.is_migrating_zk_broker != False:
-        raise UnsupportedVersion("BrokerRegistrationRequest.is_migrating_zk_broker cannot be sent in this version: only in versions 1+")
+        raise EncodeError("BrokerRegistrationRequest.is_migrating_zk_broker cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
     out += _pack_i(obj.broker_id)
     v1 = obj.cluster_id
     if v1 is None:

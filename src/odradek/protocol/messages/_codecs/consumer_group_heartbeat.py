@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -97,7 +97,7 @@ def _dec_ConsumerGroupHeartbeatRequest_TopicPartitions_v0(buf: memoryview, pos: 
 # ConsumerGroupHeartbeatRequest v0
 def _enc_ConsumerGroupHeartbeatRequest_v0(out: bytearray, obj: ConsumerGroupHeartbeatRequest) -> None:
     if obj.subscribed_topic_regex is not None:
-        raise UnsupportedVersion("ConsumerGroupHeartbeatRequest.subscribed_topic_regex cannot be sent in this version: only in versions 1+")
+        raise EncodeError("ConsumerGroupHeartbeatRequest.subscribed_topic_regex cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
     v1 = obj.group_id
     if v1 is None:
         raise EncodeError("ConsumerGroupHeartbeatRequest.group_id is not nullable in this version")

@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -1609,11 +1609,11 @@ def _dec_TransactionLogValue_PartitionsSchema_v0(buf: memoryview, pos: int) -> t
 # TransactionLogValue v0
 def _enc_TransactionLogValue_v0(out: bytearray, obj: TransactionLogValue) -> None:
     if obj.previous_producer_id != -1:
-        raise UnsupportedVersion("TransactionLogValue.previous_producer_id cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("TransactionLogValue.previous_producer_id cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.next_producer_id != -1:
-        raise UnsupportedVersion("TransactionLogValue.next_producer_id cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("TransactionLogValue.next_producer_id cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.client_transaction_version != 0:
-        raise UnsupportedVersion("TransactionLogValue.client_transaction_version cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("TransactionLogValue.client_transaction_version cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     out += _pack_qhib(obj.producer_id, obj.producer_epoch, obj.transaction_timeout_ms, obj.transaction_status)
     v1 = obj.transaction_partitions
     if v1 is None:

@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -51,7 +51,7 @@ _unpack_i = Struct(">i").unpack_from
 # CreateAclsRequest.AclCreation v0
 def _enc_CreateAclsRequest_AclCreation_v0(out: bytearray, obj: CreateAclsRequest.AclCreation) -> None:
     if obj.resource_pattern_type != 3:
-        raise UnsupportedVersion("CreateAclsRequest.AclCreation.resource_pattern_type cannot be sent in this version: only in versions 1+")
+        raise EncodeError("CreateAclsRequest.AclCreation.resource_pattern_type cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
     out += _pack_b(obj.resource_type)
     v1 = obj.resource_name
     if v1 is None:

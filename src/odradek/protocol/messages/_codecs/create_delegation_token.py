@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -101,9 +101,9 @@ def _dec_CreateDelegationTokenRequest_CreatableRenewers_v0(buf: memoryview, pos:
 # CreateDelegationTokenRequest v0-1
 def _enc_CreateDelegationTokenRequest_v0(out: bytearray, obj: CreateDelegationTokenRequest) -> None:
     if obj.owner_principal_type != "":
-        raise UnsupportedVersion("CreateDelegationTokenRequest.owner_principal_type cannot be sent in this version: only in versions 3+")
+        raise EncodeError("CreateDelegationTokenRequest.owner_principal_type cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     if obj.owner_principal_name != "":
-        raise UnsupportedVersion("CreateDelegationTokenRequest.owner_principal_name cannot be sent in this version: only in versions 3+")
+        raise EncodeError("CreateDelegationTokenRequest.owner_principal_name cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     v1 = obj.renewers
     if v1 is None:
         raise EncodeError("CreateDelegationTokenRequest.renewers is not nullable in this version")
@@ -216,9 +216,9 @@ def _dec_CreateDelegationTokenRequest_CreatableRenewers_v2(buf: memoryview, pos:
 # CreateDelegationTokenRequest v2
 def _enc_CreateDelegationTokenRequest_v2(out: bytearray, obj: CreateDelegationTokenRequest) -> None:
     if obj.owner_principal_type != "":
-        raise UnsupportedVersion("CreateDelegationTokenRequest.owner_principal_type cannot be sent in this version: only in versions 3+")
+        raise EncodeError("CreateDelegationTokenRequest.owner_principal_type cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     if obj.owner_principal_name != "":
-        raise UnsupportedVersion("CreateDelegationTokenRequest.owner_principal_name cannot be sent in this version: only in versions 3+")
+        raise EncodeError("CreateDelegationTokenRequest.owner_principal_name cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     v1 = obj.renewers
     if v1 is None:
         raise EncodeError("CreateDelegationTokenRequest.renewers is not nullable in this version")
@@ -382,9 +382,9 @@ def _dec_CreateDelegationTokenRequest_v3(buf: memoryview, pos: int) -> tuple[Cre
 # CreateDelegationTokenResponse v0-1
 def _enc_CreateDelegationTokenResponse_v0(out: bytearray, obj: CreateDelegationTokenResponse) -> None:
     if obj.token_requester_principal_type != "":
-        raise UnsupportedVersion("CreateDelegationTokenResponse.token_requester_principal_type cannot be sent in this version: only in versions 3+")
+        raise EncodeError("CreateDelegationTokenResponse.token_requester_principal_type cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     if obj.token_requester_principal_name != "":
-        raise UnsupportedVersion("CreateDelegationTokenResponse.token_requester_principal_name cannot be sent in this version: only in versions 3+")
+        raise EncodeError("CreateDelegationTokenResponse.token_requester_principal_name cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     out += _pack_h(obj.error_code)
     v1 = obj.principal_type
     if v1 is None:
@@ -487,9 +487,9 @@ def _dec_CreateDelegationTokenResponse_v0(buf: memoryview, pos: int) -> tuple[Cr
 # CreateDelegationTokenResponse v2
 def _enc_CreateDelegationTokenResponse_v2(out: bytearray, obj: CreateDelegationTokenResponse) -> None:
     if obj.token_requester_principal_type != "":
-        raise UnsupportedVersion("CreateDelegationTokenResponse.token_requester_principal_type cannot be sent in this version: only in versions 3+")
+        raise EncodeError("CreateDelegationTokenResponse.token_requester_principal_type cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     if obj.token_requester_principal_name != "":
-        raise UnsupportedVersion("CreateDelegationTokenResponse.token_requester_principal_name cannot be sent in this version: only in versions 3+")
+        raise EncodeError("CreateDelegationTokenResponse.token_requester_principal_name cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     out += _pack_h(obj.error_code)
     v1 = obj.principal_type
     if v1 is None:

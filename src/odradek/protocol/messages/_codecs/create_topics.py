@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -215,7 +215,7 @@ def _dec_CreateTopicsRequest_CreatableTopic_v0(buf: memoryview, pos: int) -> tup
 # CreateTopicsRequest v0
 def _enc_CreateTopicsRequest_v0(out: bytearray, obj: CreateTopicsRequest) -> None:
     if obj.validate_only != False:
-        raise UnsupportedVersion("CreateTopicsRequest.validate_only cannot be sent in this version: only in versions 1+")
+        raise EncodeError("CreateTopicsRequest.validate_only cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
     v1 = obj.topics
     if v1 is None:
         raise EncodeError("CreateTopicsRequest.topics is not nullable in this version")

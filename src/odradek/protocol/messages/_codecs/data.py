@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -691,7 +691,7 @@ def _dec_KRaftVersionRecord_v0(buf: memoryview, pos: int) -> tuple[KRaftVersionR
 # LeaderChangeMessage.Voter v0
 def _enc_LeaderChangeMessage_Voter_v0(out: bytearray, obj: LeaderChangeMessage.Voter) -> None:
     if obj.voter_directory_id != ZERO_UUID:
-        raise UnsupportedVersion("LeaderChangeMessage.Voter.voter_directory_id cannot be sent in this version: only in versions 1+")
+        raise EncodeError("LeaderChangeMessage.Voter.voter_directory_id cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
     out += _pack_i(obj.voter_id)
     if obj.unknown_tagged_fields:
         write_tagged(out, [], obj.unknown_tagged_fields)

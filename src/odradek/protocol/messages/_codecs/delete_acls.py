@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -52,7 +52,7 @@ _unpack_i = Struct(">i").unpack_from
 # DeleteAclsRequest.DeleteAclsFilter v0
 def _enc_DeleteAclsRequest_DeleteAclsFilter_v0(out: bytearray, obj: DeleteAclsRequest.DeleteAclsFilter) -> None:
     if obj.pattern_type_filter != 3:
-        raise UnsupportedVersion("DeleteAclsRequest.DeleteAclsFilter.pattern_type_filter cannot be sent in this version: only in versions 1+")
+        raise EncodeError("DeleteAclsRequest.DeleteAclsFilter.pattern_type_filter cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
     out += _pack_b(obj.resource_type_filter)
     v1 = obj.resource_name_filter
     if v1 is None:
@@ -451,7 +451,7 @@ def _dec_DeleteAclsRequest_v2(buf: memoryview, pos: int) -> tuple[DeleteAclsRequ
 # DeleteAclsResponse.DeleteAclsMatchingAcl v0
 def _enc_DeleteAclsResponse_DeleteAclsMatchingAcl_v0(out: bytearray, obj: DeleteAclsResponse.DeleteAclsMatchingAcl) -> None:
     if obj.pattern_type != 3:
-        raise UnsupportedVersion("DeleteAclsResponse.DeleteAclsMatchingAcl.pattern_type cannot be sent in this version: only in versions 1+")
+        raise EncodeError("DeleteAclsResponse.DeleteAclsMatchingAcl.pattern_type cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
     out += _pack_h(obj.error_code)
     v1 = obj.error_message
     if v1 is None:

@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -47,7 +47,7 @@ _unpack_i = Struct(">i").unpack_from
 # DeleteTopicsRequest v0-3
 def _enc_DeleteTopicsRequest_v0(out: bytearray, obj: DeleteTopicsRequest) -> None:
     if obj.topics != []:
-        raise UnsupportedVersion("DeleteTopicsRequest.topics cannot be sent in this version: only in versions 6+")
+        raise EncodeError("DeleteTopicsRequest.topics cannot be sent in this version: only in versions 6+", UNSUPPORTED_VERSION)
     v1 = obj.topic_names
     if v1 is None:
         raise EncodeError("DeleteTopicsRequest.topic_names is not nullable in this version")
@@ -102,7 +102,7 @@ def _dec_DeleteTopicsRequest_v0(buf: memoryview, pos: int) -> tuple[DeleteTopics
 # DeleteTopicsRequest v4-5
 def _enc_DeleteTopicsRequest_v4(out: bytearray, obj: DeleteTopicsRequest) -> None:
     if obj.topics != []:
-        raise UnsupportedVersion("DeleteTopicsRequest.topics cannot be sent in this version: only in versions 6+")
+        raise EncodeError("DeleteTopicsRequest.topics cannot be sent in this version: only in versions 6+", UNSUPPORTED_VERSION)
     v1 = obj.topic_names
     if v1 is None:
         raise EncodeError("DeleteTopicsRequest.topic_names is not nullable in this version")

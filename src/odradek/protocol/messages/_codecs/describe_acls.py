@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -49,7 +49,7 @@ _unpack_ih = Struct(">ih").unpack_from
 # DescribeAclsRequest v0
 def _enc_DescribeAclsRequest_v0(out: bytearray, obj: DescribeAclsRequest) -> None:
     if obj.pattern_type_filter != 3:
-        raise UnsupportedVersion("DescribeAclsRequest.pattern_type_filter cannot be sent in this version: only in versions 1+")
+        raise EncodeError("DescribeAclsRequest.pattern_type_filter cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
     out += _pack_b(obj.resource_type_filter)
     v1 = obj.resource_name_filter
     if v1 is None:
@@ -393,7 +393,7 @@ def _dec_DescribeAclsResponse_AclDescription_v0(buf: memoryview, pos: int) -> tu
 # DescribeAclsResponse.DescribeAclsResource v0
 def _enc_DescribeAclsResponse_DescribeAclsResource_v0(out: bytearray, obj: DescribeAclsResponse.DescribeAclsResource) -> None:
     if obj.pattern_type != 3:
-        raise UnsupportedVersion("DescribeAclsResponse.DescribeAclsResource.pattern_type cannot be sent in this version: only in versions 1+")
+        raise EncodeError("DescribeAclsResponse.DescribeAclsResource.pattern_type cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
     out += _pack_b(obj.resource_type)
     v1 = obj.resource_name
     if v1 is None:

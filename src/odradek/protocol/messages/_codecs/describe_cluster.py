@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -52,7 +52,7 @@ _unpack_ih = Struct(">ih").unpack_from
 # DescribeClusterRequest v0
 def _enc_DescribeClusterRequest_v0(out: bytearray, obj: DescribeClusterRequest) -> None:
     if obj.endpoint_type != 1:
-        raise UnsupportedVersion("DescribeClusterRequest.endpoint_type cannot be sent in this version: only in versions 1+")
+        raise EncodeError("DescribeClusterRequest.endpoint_type cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
     out += _pack_o(obj.include_cluster_authorized_operations)
     if obj.unknown_tagged_fields:
         write_tagged(out, [], obj.unknown_tagged_fields)
@@ -182,7 +182,7 @@ def _dec_DescribeClusterResponse_DescribeClusterBroker_v0(buf: memoryview, pos: 
 # DescribeClusterResponse v0
 def _enc_DescribeClusterResponse_v0(out: bytearray, obj: DescribeClusterResponse) -> None:
     if obj.endpoint_type != 1:
-        raise UnsupportedVersion("DescribeClusterResponse.endpoint_type cannot be sent in this version: only in versions 1+")
+        raise EncodeError("DescribeClusterResponse.endpoint_type cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
     out += _pack_ih(obj.throttle_time_ms, obj.error_code)
     v1 = obj.error_message
     if v1 is None:

@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -133,9 +133,9 @@ def _dec_DescribeConfigsRequest_DescribeConfigsResource_v0(buf: memoryview, pos:
 # DescribeConfigsRequest v0
 def _enc_DescribeConfigsRequest_v0(out: bytearray, obj: DescribeConfigsRequest) -> None:
     if obj.include_synonyms != False:
-        raise UnsupportedVersion("DescribeConfigsRequest.include_synonyms cannot be sent in this version: only in versions 1+")
+        raise EncodeError("DescribeConfigsRequest.include_synonyms cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
     if obj.include_documentation != False:
-        raise UnsupportedVersion("DescribeConfigsRequest.include_documentation cannot be sent in this version: only in versions 3+")
+        raise EncodeError("DescribeConfigsRequest.include_documentation cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     v1 = obj.resources
     if v1 is None:
         raise EncodeError("DescribeConfigsRequest.resources is not nullable in this version")
@@ -170,7 +170,7 @@ def _dec_DescribeConfigsRequest_v0(buf: memoryview, pos: int) -> tuple[DescribeC
 # DescribeConfigsRequest v1-2
 def _enc_DescribeConfigsRequest_v1(out: bytearray, obj: DescribeConfigsRequest) -> None:
     if obj.include_documentation != False:
-        raise UnsupportedVersion("DescribeConfigsRequest.include_documentation cannot be sent in this version: only in versions 3+")
+        raise EncodeError("DescribeConfigsRequest.include_documentation cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     v1 = obj.resources
     if v1 is None:
         raise EncodeError("DescribeConfigsRequest.resources is not nullable in this version")
@@ -626,7 +626,7 @@ def _dec_DescribeConfigsResponse_DescribeConfigsSynonym_v1(buf: memoryview, pos:
 # DescribeConfigsResponse.DescribeConfigsResourceResult v1-2
 def _enc_DescribeConfigsResponse_DescribeConfigsResourceResult_v1(out: bytearray, obj: DescribeConfigsResponse.DescribeConfigsResourceResult) -> None:
     if obj.is_default != False:
-        raise UnsupportedVersion("DescribeConfigsResponse.DescribeConfigsResourceResult.is_default cannot be sent in this version: only in versions 0-0")
+        raise EncodeError("DescribeConfigsResponse.DescribeConfigsResourceResult.is_default cannot be sent in this version: only in versions 0-0", UNSUPPORTED_VERSION)
     v1 = obj.name
     if v1 is None:
         raise EncodeError("DescribeConfigsResponse.DescribeConfigsResourceResult.name is not nullable in this version")
@@ -820,7 +820,7 @@ def _dec_DescribeConfigsResponse_v1(buf: memoryview, pos: int) -> tuple[Describe
 # DescribeConfigsResponse.DescribeConfigsResourceResult v3
 def _enc_DescribeConfigsResponse_DescribeConfigsResourceResult_v3(out: bytearray, obj: DescribeConfigsResponse.DescribeConfigsResourceResult) -> None:
     if obj.is_default != False:
-        raise UnsupportedVersion("DescribeConfigsResponse.DescribeConfigsResourceResult.is_default cannot be sent in this version: only in versions 0-0")
+        raise EncodeError("DescribeConfigsResponse.DescribeConfigsResourceResult.is_default cannot be sent in this version: only in versions 0-0", UNSUPPORTED_VERSION)
     v1 = obj.name
     if v1 is None:
         raise EncodeError("DescribeConfigsResponse.DescribeConfigsResourceResult.name is not nullable in this version")
@@ -1117,7 +1117,7 @@ def _dec_DescribeConfigsResponse_DescribeConfigsSynonym_v4(buf: memoryview, pos:
 # DescribeConfigsResponse.DescribeConfigsResourceResult v4
 def _enc_DescribeConfigsResponse_DescribeConfigsResourceResult_v4(out: bytearray, obj: DescribeConfigsResponse.DescribeConfigsResourceResult) -> None:
     if obj.is_default != False:
-        raise UnsupportedVersion("DescribeConfigsResponse.DescribeConfigsResourceResult.is_default cannot be sent in this version: only in versions 0-0")
+        raise EncodeError("DescribeConfigsResponse.DescribeConfigsResourceResult.is_default cannot be sent in this version: only in versions 0-0", UNSUPPORTED_VERSION)
     v1 = obj.name
     if v1 is None:
         raise EncodeError("DescribeConfigsResponse.DescribeConfigsResourceResult.name is not nullable in this version")

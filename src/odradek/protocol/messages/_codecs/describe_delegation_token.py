@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -309,9 +309,9 @@ def _dec_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer_v0(buf:
 # DescribeDelegationTokenResponse.DescribedDelegationToken v0-1
 def _enc_DescribeDelegationTokenResponse_DescribedDelegationToken_v0(out: bytearray, obj: DescribeDelegationTokenResponse.DescribedDelegationToken) -> None:
     if obj.token_requester_principal_type != "":
-        raise UnsupportedVersion("DescribeDelegationTokenResponse.DescribedDelegationToken.token_requester_principal_type cannot be sent in this version: only in versions 3+")
+        raise EncodeError("DescribeDelegationTokenResponse.DescribedDelegationToken.token_requester_principal_type cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     if obj.token_requester_principal_name != "":
-        raise UnsupportedVersion("DescribeDelegationTokenResponse.DescribedDelegationToken.token_requester_principal_name cannot be sent in this version: only in versions 3+")
+        raise EncodeError("DescribeDelegationTokenResponse.DescribedDelegationToken.token_requester_principal_name cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     v1 = obj.principal_type
     if v1 is None:
         raise EncodeError("DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type is not nullable in this version")
@@ -540,9 +540,9 @@ def _dec_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer_v2(buf:
 # DescribeDelegationTokenResponse.DescribedDelegationToken v2
 def _enc_DescribeDelegationTokenResponse_DescribedDelegationToken_v2(out: bytearray, obj: DescribeDelegationTokenResponse.DescribedDelegationToken) -> None:
     if obj.token_requester_principal_type != "":
-        raise UnsupportedVersion("DescribeDelegationTokenResponse.DescribedDelegationToken.token_requester_principal_type cannot be sent in this version: only in versions 3+")
+        raise EncodeError("DescribeDelegationTokenResponse.DescribedDelegationToken.token_requester_principal_type cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     if obj.token_requester_principal_name != "":
-        raise UnsupportedVersion("DescribeDelegationTokenResponse.DescribedDelegationToken.token_requester_principal_name cannot be sent in this version: only in versions 3+")
+        raise EncodeError("DescribeDelegationTokenResponse.DescribedDelegationToken.token_requester_principal_name cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     v1 = obj.principal_type
     if v1 is None:
         raise EncodeError("DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type is not nullable in this version")

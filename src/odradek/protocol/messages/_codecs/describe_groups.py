@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -49,7 +49,7 @@ _unpack_i = Struct(">i").unpack_from
 # DescribeGroupsRequest v0-2
 def _enc_DescribeGroupsRequest_v0(out: bytearray, obj: DescribeGroupsRequest) -> None:
     if obj.include_authorized_operations != False:
-        raise UnsupportedVersion("DescribeGroupsRequest.include_authorized_operations cannot be sent in this version: only in versions 3+")
+        raise EncodeError("DescribeGroupsRequest.include_authorized_operations cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     v1 = obj.groups
     if v1 is None:
         raise EncodeError("DescribeGroupsRequest.groups is not nullable in this version")
@@ -339,7 +339,7 @@ def _dec_DescribeGroupsResponse_DescribedGroupMember_v0(buf: memoryview, pos: in
 # DescribeGroupsResponse.DescribedGroup v0-2
 def _enc_DescribeGroupsResponse_DescribedGroup_v0(out: bytearray, obj: DescribeGroupsResponse.DescribedGroup) -> None:
     if obj.authorized_operations != -2147483648:
-        raise UnsupportedVersion("DescribeGroupsResponse.DescribedGroup.authorized_operations cannot be sent in this version: only in versions 3+")
+        raise EncodeError("DescribeGroupsResponse.DescribedGroup.authorized_operations cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     out += _pack_h(obj.error_code)
     v1 = obj.group_id
     if v1 is None:

@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -210,7 +210,7 @@ def _dec_DescribeQuorumRequest_v0(buf: memoryview, pos: int) -> tuple[DescribeQu
 # DescribeQuorumResponse.ReplicaState v0
 def _enc_DescribeQuorumResponse_ReplicaState_v0(out: bytearray, obj: DescribeQuorumResponse.ReplicaState) -> None:
     if obj.replica_directory_id != ZERO_UUID:
-        raise UnsupportedVersion("DescribeQuorumResponse.ReplicaState.replica_directory_id cannot be sent in this version: only in versions 2+")
+        raise EncodeError("DescribeQuorumResponse.ReplicaState.replica_directory_id cannot be sent in this version: only in versions 2+", UNSUPPORTED_VERSION)
     out += _pack_iq(obj.replica_id, obj.log_end_offset)
     if obj.unknown_tagged_fields:
         write_tagged(out, [], obj.unknown_tagged_fields)
@@ -391,7 +391,7 @@ def _dec_DescribeQuorumResponse_TopicData_v0(buf: memoryview, pos: int) -> tuple
 # DescribeQuorumResponse v0
 def _enc_DescribeQuorumResponse_v0(out: bytearray, obj: DescribeQuorumResponse) -> None:
     if obj.nodes != []:
-        raise UnsupportedVersion("DescribeQuorumResponse.nodes cannot be sent in this version: only in versions 2+")
+        raise EncodeError("DescribeQuorumResponse.nodes cannot be sent in this version: only in versions 2+", UNSUPPORTED_VERSION)
     out += _pack_h(obj.error_code)
     v1 = obj.topics
     if v1 is None:
@@ -445,7 +445,7 @@ def _dec_DescribeQuorumResponse_v0(buf: memoryview, pos: int) -> tuple[DescribeQ
 # DescribeQuorumResponse.ReplicaState v1
 def _enc_DescribeQuorumResponse_ReplicaState_v1(out: bytearray, obj: DescribeQuorumResponse.ReplicaState) -> None:
     if obj.replica_directory_id != ZERO_UUID:
-        raise UnsupportedVersion("DescribeQuorumResponse.ReplicaState.replica_directory_id cannot be sent in this version: only in versions 2+")
+        raise EncodeError("DescribeQuorumResponse.ReplicaState.replica_directory_id cannot be sent in this version: only in versions 2+", UNSUPPORTED_VERSION)
     out += _pack_iqqq(obj.replica_id, obj.log_end_offset, obj.last_fetch_timestamp, obj.last_caught_up_timestamp)
     if obj.unknown_tagged_fields:
         write_tagged(out, [], obj.unknown_tagged_fields)
@@ -624,7 +624,7 @@ def _dec_DescribeQuorumResponse_TopicData_v1(buf: memoryview, pos: int) -> tuple
 # DescribeQuorumResponse v1
 def _enc_DescribeQuorumResponse_v1(out: bytearray, obj: DescribeQuorumResponse) -> None:
     if obj.nodes != []:
-        raise UnsupportedVersion("DescribeQuorumResponse.nodes cannot be sent in this version: only in versions 2+")
+        raise EncodeError("DescribeQuorumResponse.nodes cannot be sent in this version: only in versions 2+", UNSUPPORTED_VERSION)
     out += _pack_h(obj.error_code)
     v1 = obj.topics
     if v1 is None:

@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -99,7 +99,7 @@ def _dec_ElectLeadersRequest_TopicPartitions_v0(buf: memoryview, pos: int) -> tu
 # ElectLeadersRequest v0
 def _enc_ElectLeadersRequest_v0(out: bytearray, obj: ElectLeadersRequest) -> None:
     if obj.election_type != 0:
-        raise UnsupportedVersion("ElectLeadersRequest.election_type cannot be sent in this version: only in versions 1+")
+        raise EncodeError("ElectLeadersRequest.election_type cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
     v1 = obj.topic_partitions
     if v1 is None:
         out += MINUS_ONE_I32
@@ -392,7 +392,7 @@ def _dec_ElectLeadersResponse_ReplicaElectionResult_v0(buf: memoryview, pos: int
 # ElectLeadersResponse v0
 def _enc_ElectLeadersResponse_v0(out: bytearray, obj: ElectLeadersResponse) -> None:
     if obj.error_code != 0:
-        raise UnsupportedVersion("ElectLeadersResponse.error_code cannot be sent in this version: only in versions 1+")
+        raise EncodeError("ElectLeadersResponse.error_code cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
     out += _pack_i(obj.throttle_time_ms)
     v1 = obj.replica_election_results
     if v1 is None:

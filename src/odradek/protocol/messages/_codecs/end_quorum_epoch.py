@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -594,7 +594,7 @@ def _dec_EndQuorumEpochResponse_TopicData_v0(buf: memoryview, pos: int) -> tuple
 # EndQuorumEpochResponse v0
 def _enc_EndQuorumEpochResponse_v0(out: bytearray, obj: EndQuorumEpochResponse) -> None:
     if obj.node_endpoints != []:
-        raise UnsupportedVersion("EndQuorumEpochResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("EndQuorumEpochResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     out += _pack_h(obj.error_code)
     v1 = obj.topics
     if v1 is None:

@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -88,7 +88,7 @@ _unpack_qq = Struct(">qq").unpack_from
 # FetchRequest.FetchPartition v0-4
 def _enc_FetchRequest_FetchPartition_v0(out: bytearray, obj: FetchRequest.FetchPartition) -> None:
     if obj.last_fetched_epoch != -1:
-        raise UnsupportedVersion("FetchRequest.FetchPartition.last_fetched_epoch cannot be sent in this version: only in versions 12+")
+        raise EncodeError("FetchRequest.FetchPartition.last_fetched_epoch cannot be sent in this version: only in versions 12+", UNSUPPORTED_VERSION)
     out += _pack_iqi(obj.partition, obj.fetch_offset, obj.partition_max_bytes)
 
 
@@ -160,9 +160,9 @@ def _dec_FetchRequest_FetchTopic_v0(buf: memoryview, pos: int) -> tuple[FetchReq
 # FetchRequest v0-2
 def _enc_FetchRequest_v0(out: bytearray, obj: FetchRequest) -> None:
     if obj.replica_state != _DEFAULT_FetchRequest_ReplicaState:
-        raise UnsupportedVersion("FetchRequest.replica_state cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchRequest.replica_state cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.forgotten_topics_data != []:
-        raise UnsupportedVersion("FetchRequest.forgotten_topics_data cannot be sent in this version: only in versions 7+")
+        raise EncodeError("FetchRequest.forgotten_topics_data cannot be sent in this version: only in versions 7+", UNSUPPORTED_VERSION)
     out += _pack_iii(obj.replica_id, obj.max_wait_ms, obj.min_bytes)
     v1 = obj.topics
     if v1 is None:
@@ -206,9 +206,9 @@ def _dec_FetchRequest_v0(buf: memoryview, pos: int) -> tuple[FetchRequest, int]:
 # FetchRequest v3
 def _enc_FetchRequest_v3(out: bytearray, obj: FetchRequest) -> None:
     if obj.replica_state != _DEFAULT_FetchRequest_ReplicaState:
-        raise UnsupportedVersion("FetchRequest.replica_state cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchRequest.replica_state cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.forgotten_topics_data != []:
-        raise UnsupportedVersion("FetchRequest.forgotten_topics_data cannot be sent in this version: only in versions 7+")
+        raise EncodeError("FetchRequest.forgotten_topics_data cannot be sent in this version: only in versions 7+", UNSUPPORTED_VERSION)
     out += _pack_iiii(obj.replica_id, obj.max_wait_ms, obj.min_bytes, obj.max_bytes)
     v1 = obj.topics
     if v1 is None:
@@ -251,9 +251,9 @@ def _dec_FetchRequest_v3(buf: memoryview, pos: int) -> tuple[FetchRequest, int]:
 # FetchRequest v4
 def _enc_FetchRequest_v4(out: bytearray, obj: FetchRequest) -> None:
     if obj.replica_state != _DEFAULT_FetchRequest_ReplicaState:
-        raise UnsupportedVersion("FetchRequest.replica_state cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchRequest.replica_state cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.forgotten_topics_data != []:
-        raise UnsupportedVersion("FetchRequest.forgotten_topics_data cannot be sent in this version: only in versions 7+")
+        raise EncodeError("FetchRequest.forgotten_topics_data cannot be sent in this version: only in versions 7+", UNSUPPORTED_VERSION)
     out += _pack_iiiib(obj.replica_id, obj.max_wait_ms, obj.min_bytes, obj.max_bytes, obj.isolation_level)
     v1 = obj.topics
     if v1 is None:
@@ -295,7 +295,7 @@ def _dec_FetchRequest_v4(buf: memoryview, pos: int) -> tuple[FetchRequest, int]:
 # FetchRequest.FetchPartition v5-8
 def _enc_FetchRequest_FetchPartition_v5(out: bytearray, obj: FetchRequest.FetchPartition) -> None:
     if obj.last_fetched_epoch != -1:
-        raise UnsupportedVersion("FetchRequest.FetchPartition.last_fetched_epoch cannot be sent in this version: only in versions 12+")
+        raise EncodeError("FetchRequest.FetchPartition.last_fetched_epoch cannot be sent in this version: only in versions 12+", UNSUPPORTED_VERSION)
     out += _pack_iqqi(obj.partition, obj.fetch_offset, obj.log_start_offset, obj.partition_max_bytes)
 
 
@@ -366,9 +366,9 @@ def _dec_FetchRequest_FetchTopic_v5(buf: memoryview, pos: int) -> tuple[FetchReq
 # FetchRequest v5-6
 def _enc_FetchRequest_v5(out: bytearray, obj: FetchRequest) -> None:
     if obj.replica_state != _DEFAULT_FetchRequest_ReplicaState:
-        raise UnsupportedVersion("FetchRequest.replica_state cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchRequest.replica_state cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.forgotten_topics_data != []:
-        raise UnsupportedVersion("FetchRequest.forgotten_topics_data cannot be sent in this version: only in versions 7+")
+        raise EncodeError("FetchRequest.forgotten_topics_data cannot be sent in this version: only in versions 7+", UNSUPPORTED_VERSION)
     out += _pack_iiiib(obj.replica_id, obj.max_wait_ms, obj.min_bytes, obj.max_bytes, obj.isolation_level)
     v1 = obj.topics
     if v1 is None:
@@ -460,7 +460,7 @@ def _dec_FetchRequest_ForgottenTopic_v7(buf: memoryview, pos: int) -> tuple[Fetc
 # FetchRequest v7-8
 def _enc_FetchRequest_v7(out: bytearray, obj: FetchRequest) -> None:
     if obj.replica_state != _DEFAULT_FetchRequest_ReplicaState:
-        raise UnsupportedVersion("FetchRequest.replica_state cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchRequest.replica_state cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     out += _pack_iiiibii(obj.replica_id, obj.max_wait_ms, obj.min_bytes, obj.max_bytes, obj.isolation_level, obj.session_id, obj.session_epoch)
     v1 = obj.topics
     if v1 is None:
@@ -519,7 +519,7 @@ def _dec_FetchRequest_v7(buf: memoryview, pos: int) -> tuple[FetchRequest, int]:
 # FetchRequest.FetchPartition v9-11
 def _enc_FetchRequest_FetchPartition_v9(out: bytearray, obj: FetchRequest.FetchPartition) -> None:
     if obj.last_fetched_epoch != -1:
-        raise UnsupportedVersion("FetchRequest.FetchPartition.last_fetched_epoch cannot be sent in this version: only in versions 12+")
+        raise EncodeError("FetchRequest.FetchPartition.last_fetched_epoch cannot be sent in this version: only in versions 12+", UNSUPPORTED_VERSION)
     out += _pack_iiqqi(obj.partition, obj.current_leader_epoch, obj.fetch_offset, obj.log_start_offset, obj.partition_max_bytes)
 
 
@@ -589,7 +589,7 @@ def _dec_FetchRequest_FetchTopic_v9(buf: memoryview, pos: int) -> tuple[FetchReq
 # FetchRequest v9-10
 def _enc_FetchRequest_v9(out: bytearray, obj: FetchRequest) -> None:
     if obj.replica_state != _DEFAULT_FetchRequest_ReplicaState:
-        raise UnsupportedVersion("FetchRequest.replica_state cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchRequest.replica_state cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     out += _pack_iiiibii(obj.replica_id, obj.max_wait_ms, obj.min_bytes, obj.max_bytes, obj.isolation_level, obj.session_id, obj.session_epoch)
     v1 = obj.topics
     if v1 is None:
@@ -648,7 +648,7 @@ def _dec_FetchRequest_v9(buf: memoryview, pos: int) -> tuple[FetchRequest, int]:
 # FetchRequest v11
 def _enc_FetchRequest_v11(out: bytearray, obj: FetchRequest) -> None:
     if obj.replica_state != _DEFAULT_FetchRequest_ReplicaState:
-        raise UnsupportedVersion("FetchRequest.replica_state cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchRequest.replica_state cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     out += _pack_iiiibii(obj.replica_id, obj.max_wait_ms, obj.min_bytes, obj.max_bytes, obj.isolation_level, obj.session_id, obj.session_epoch)
     v1 = obj.topics
     if v1 is None:
@@ -899,7 +899,7 @@ def _dec_FetchRequest_ForgottenTopic_v12(buf: memoryview, pos: int) -> tuple[Fet
 # FetchRequest v12
 def _enc_FetchRequest_v12(out: bytearray, obj: FetchRequest) -> None:
     if obj.replica_state != _DEFAULT_FetchRequest_ReplicaState:
-        raise UnsupportedVersion("FetchRequest.replica_state cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchRequest.replica_state cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     out += _pack_iiiibii(obj.replica_id, obj.max_wait_ms, obj.min_bytes, obj.max_bytes, obj.isolation_level, obj.session_id, obj.session_epoch)
     v1 = obj.topics
     if v1 is None:
@@ -1169,7 +1169,7 @@ def _dec_FetchRequest_ForgottenTopic_v13(buf: memoryview, pos: int) -> tuple[Fet
 # FetchRequest v13-14
 def _enc_FetchRequest_v13(out: bytearray, obj: FetchRequest) -> None:
     if obj.replica_state != _DEFAULT_FetchRequest_ReplicaState:
-        raise UnsupportedVersion("FetchRequest.replica_state cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchRequest.replica_state cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     out += _pack_iiiibii(obj.replica_id, obj.max_wait_ms, obj.min_bytes, obj.max_bytes, obj.isolation_level, obj.session_id, obj.session_epoch)
     v1 = obj.topics
     if v1 is None:
@@ -1363,7 +1363,7 @@ def _dec_FetchRequest_ReplicaState_v15(buf: memoryview, pos: int) -> tuple[Fetch
 # FetchRequest v15-16
 def _enc_FetchRequest_v15(out: bytearray, obj: FetchRequest) -> None:
     if obj.replica_id != -1:
-        raise UnsupportedVersion("FetchRequest.replica_id cannot be sent in this version: only in versions 0-14")
+        raise EncodeError("FetchRequest.replica_id cannot be sent in this version: only in versions 0-14", UNSUPPORTED_VERSION)
     out += _pack_iiibii(obj.max_wait_ms, obj.min_bytes, obj.max_bytes, obj.isolation_level, obj.session_id, obj.session_epoch)
     v1 = obj.topics
     if v1 is None:
@@ -1654,7 +1654,7 @@ def _dec_FetchRequest_FetchTopic_v17(buf: memoryview, pos: int) -> tuple[FetchRe
 # FetchRequest v17
 def _enc_FetchRequest_v17(out: bytearray, obj: FetchRequest) -> None:
     if obj.replica_id != -1:
-        raise UnsupportedVersion("FetchRequest.replica_id cannot be sent in this version: only in versions 0-14")
+        raise EncodeError("FetchRequest.replica_id cannot be sent in this version: only in versions 0-14", UNSUPPORTED_VERSION)
     out += _pack_iiibii(obj.max_wait_ms, obj.min_bytes, obj.max_bytes, obj.isolation_level, obj.session_id, obj.session_epoch)
     v1 = obj.topics
     if v1 is None:
@@ -1838,13 +1838,13 @@ def _dec_FetchRequest_v17_tagged(buf: memoryview, pos: int, obj: FetchRequest) -
 # FetchResponse.PartitionData v0-3
 def _enc_FetchResponse_PartitionData_v0(out: bytearray, obj: FetchResponse.PartitionData) -> None:
     if obj.diverging_epoch != _DEFAULT_FetchResponse_EpochEndOffset:
-        raise UnsupportedVersion("FetchResponse.PartitionData.diverging_epoch cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchResponse.PartitionData.diverging_epoch cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.current_leader != _DEFAULT_FetchResponse_LeaderIdAndEpoch:
-        raise UnsupportedVersion("FetchResponse.PartitionData.current_leader cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchResponse.PartitionData.current_leader cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.snapshot_id != _DEFAULT_FetchResponse_SnapshotId:
-        raise UnsupportedVersion("FetchResponse.PartitionData.snapshot_id cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchResponse.PartitionData.snapshot_id cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.preferred_read_replica != -1:
-        raise UnsupportedVersion("FetchResponse.PartitionData.preferred_read_replica cannot be sent in this version: only in versions 11+")
+        raise EncodeError("FetchResponse.PartitionData.preferred_read_replica cannot be sent in this version: only in versions 11+", UNSUPPORTED_VERSION)
     out += _pack_ihq(obj.partition_index, obj.error_code, obj.high_watermark)
     v1 = obj.records
     if v1 is None:
@@ -1940,9 +1940,9 @@ def _dec_FetchResponse_FetchableTopicResponse_v0(buf: memoryview, pos: int) -> t
 # FetchResponse v0
 def _enc_FetchResponse_v0(out: bytearray, obj: FetchResponse) -> None:
     if obj.session_id != 0:
-        raise UnsupportedVersion("FetchResponse.session_id cannot be sent in this version: only in versions 7+")
+        raise EncodeError("FetchResponse.session_id cannot be sent in this version: only in versions 7+", UNSUPPORTED_VERSION)
     if obj.node_endpoints != []:
-        raise UnsupportedVersion("FetchResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     v1 = obj.responses
     if v1 is None:
         raise EncodeError("FetchResponse.responses is not nullable in this version")
@@ -1979,9 +1979,9 @@ def _dec_FetchResponse_v0(buf: memoryview, pos: int) -> tuple[FetchResponse, int
 # FetchResponse v1-3
 def _enc_FetchResponse_v1(out: bytearray, obj: FetchResponse) -> None:
     if obj.session_id != 0:
-        raise UnsupportedVersion("FetchResponse.session_id cannot be sent in this version: only in versions 7+")
+        raise EncodeError("FetchResponse.session_id cannot be sent in this version: only in versions 7+", UNSUPPORTED_VERSION)
     if obj.node_endpoints != []:
-        raise UnsupportedVersion("FetchResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     out += _pack_i(obj.throttle_time_ms)
     v1 = obj.responses
     if v1 is None:
@@ -2034,13 +2034,13 @@ def _dec_FetchResponse_AbortedTransaction_v4(buf: memoryview, pos: int) -> tuple
 # FetchResponse.PartitionData v4
 def _enc_FetchResponse_PartitionData_v4(out: bytearray, obj: FetchResponse.PartitionData) -> None:
     if obj.diverging_epoch != _DEFAULT_FetchResponse_EpochEndOffset:
-        raise UnsupportedVersion("FetchResponse.PartitionData.diverging_epoch cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchResponse.PartitionData.diverging_epoch cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.current_leader != _DEFAULT_FetchResponse_LeaderIdAndEpoch:
-        raise UnsupportedVersion("FetchResponse.PartitionData.current_leader cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchResponse.PartitionData.current_leader cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.snapshot_id != _DEFAULT_FetchResponse_SnapshotId:
-        raise UnsupportedVersion("FetchResponse.PartitionData.snapshot_id cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchResponse.PartitionData.snapshot_id cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.preferred_read_replica != -1:
-        raise UnsupportedVersion("FetchResponse.PartitionData.preferred_read_replica cannot be sent in this version: only in versions 11+")
+        raise EncodeError("FetchResponse.PartitionData.preferred_read_replica cannot be sent in this version: only in versions 11+", UNSUPPORTED_VERSION)
     out += _pack_ihqq(obj.partition_index, obj.error_code, obj.high_watermark, obj.last_stable_offset)
     v1 = obj.aborted_transactions
     if v1 is None:
@@ -2156,9 +2156,9 @@ def _dec_FetchResponse_FetchableTopicResponse_v4(buf: memoryview, pos: int) -> t
 # FetchResponse v4
 def _enc_FetchResponse_v4(out: bytearray, obj: FetchResponse) -> None:
     if obj.session_id != 0:
-        raise UnsupportedVersion("FetchResponse.session_id cannot be sent in this version: only in versions 7+")
+        raise EncodeError("FetchResponse.session_id cannot be sent in this version: only in versions 7+", UNSUPPORTED_VERSION)
     if obj.node_endpoints != []:
-        raise UnsupportedVersion("FetchResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     out += _pack_i(obj.throttle_time_ms)
     v1 = obj.responses
     if v1 is None:
@@ -2197,13 +2197,13 @@ def _dec_FetchResponse_v4(buf: memoryview, pos: int) -> tuple[FetchResponse, int
 # FetchResponse.PartitionData v5-10
 def _enc_FetchResponse_PartitionData_v5(out: bytearray, obj: FetchResponse.PartitionData) -> None:
     if obj.diverging_epoch != _DEFAULT_FetchResponse_EpochEndOffset:
-        raise UnsupportedVersion("FetchResponse.PartitionData.diverging_epoch cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchResponse.PartitionData.diverging_epoch cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.current_leader != _DEFAULT_FetchResponse_LeaderIdAndEpoch:
-        raise UnsupportedVersion("FetchResponse.PartitionData.current_leader cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchResponse.PartitionData.current_leader cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.snapshot_id != _DEFAULT_FetchResponse_SnapshotId:
-        raise UnsupportedVersion("FetchResponse.PartitionData.snapshot_id cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchResponse.PartitionData.snapshot_id cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.preferred_read_replica != -1:
-        raise UnsupportedVersion("FetchResponse.PartitionData.preferred_read_replica cannot be sent in this version: only in versions 11+")
+        raise EncodeError("FetchResponse.PartitionData.preferred_read_replica cannot be sent in this version: only in versions 11+", UNSUPPORTED_VERSION)
     out += _pack_ihqqq(obj.partition_index, obj.error_code, obj.high_watermark, obj.last_stable_offset, obj.log_start_offset)
     v1 = obj.aborted_transactions
     if v1 is None:
@@ -2318,9 +2318,9 @@ def _dec_FetchResponse_FetchableTopicResponse_v5(buf: memoryview, pos: int) -> t
 # FetchResponse v5-6
 def _enc_FetchResponse_v5(out: bytearray, obj: FetchResponse) -> None:
     if obj.session_id != 0:
-        raise UnsupportedVersion("FetchResponse.session_id cannot be sent in this version: only in versions 7+")
+        raise EncodeError("FetchResponse.session_id cannot be sent in this version: only in versions 7+", UNSUPPORTED_VERSION)
     if obj.node_endpoints != []:
-        raise UnsupportedVersion("FetchResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     out += _pack_i(obj.throttle_time_ms)
     v1 = obj.responses
     if v1 is None:
@@ -2359,7 +2359,7 @@ def _dec_FetchResponse_v5(buf: memoryview, pos: int) -> tuple[FetchResponse, int
 # FetchResponse v7-10
 def _enc_FetchResponse_v7(out: bytearray, obj: FetchResponse) -> None:
     if obj.node_endpoints != []:
-        raise UnsupportedVersion("FetchResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     out += _pack_ihi(obj.throttle_time_ms, obj.error_code, obj.session_id)
     v1 = obj.responses
     if v1 is None:
@@ -2396,11 +2396,11 @@ def _dec_FetchResponse_v7(buf: memoryview, pos: int) -> tuple[FetchResponse, int
 # FetchResponse.PartitionData v11
 def _enc_FetchResponse_PartitionData_v11(out: bytearray, obj: FetchResponse.PartitionData) -> None:
     if obj.diverging_epoch != _DEFAULT_FetchResponse_EpochEndOffset:
-        raise UnsupportedVersion("FetchResponse.PartitionData.diverging_epoch cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchResponse.PartitionData.diverging_epoch cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.current_leader != _DEFAULT_FetchResponse_LeaderIdAndEpoch:
-        raise UnsupportedVersion("FetchResponse.PartitionData.current_leader cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchResponse.PartitionData.current_leader cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.snapshot_id != _DEFAULT_FetchResponse_SnapshotId:
-        raise UnsupportedVersion("FetchResponse.PartitionData.snapshot_id cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchResponse.PartitionData.snapshot_id cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     out += _pack_ihqqq(obj.partition_index, obj.error_code, obj.high_watermark, obj.last_stable_offset, obj.log_start_offset)
     v1 = obj.aborted_transactions
     if v1 is None:
@@ -2517,7 +2517,7 @@ def _dec_FetchResponse_FetchableTopicResponse_v11(buf: memoryview, pos: int) -> 
 # FetchResponse v11
 def _enc_FetchResponse_v11(out: bytearray, obj: FetchResponse) -> None:
     if obj.node_endpoints != []:
-        raise UnsupportedVersion("FetchResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     out += _pack_ihi(obj.throttle_time_ms, obj.error_code, obj.session_id)
     v1 = obj.responses
     if v1 is None:
@@ -2867,7 +2867,7 @@ def _dec_FetchResponse_FetchableTopicResponse_v12(buf: memoryview, pos: int) -> 
 # FetchResponse v12
 def _enc_FetchResponse_v12(out: bytearray, obj: FetchResponse) -> None:
     if obj.node_endpoints != []:
-        raise UnsupportedVersion("FetchResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     out += _pack_ihi(obj.throttle_time_ms, obj.error_code, obj.session_id)
     v1 = obj.responses
     if v1 is None:
@@ -2970,7 +2970,7 @@ def _dec_FetchResponse_FetchableTopicResponse_v13(buf: memoryview, pos: int) -> 
 # FetchResponse v13-15
 def _enc_FetchResponse_v13(out: bytearray, obj: FetchResponse) -> None:
     if obj.node_endpoints != []:
-        raise UnsupportedVersion("FetchResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     out += _pack_ihi(obj.throttle_time_ms, obj.error_code, obj.session_id)
     v1 = obj.responses
     if v1 is None:

@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -765,7 +765,7 @@ def _dec_FetchSnapshotResponse_TopicSnapshot_v0(buf: memoryview, pos: int) -> tu
 # FetchSnapshotResponse v0
 def _enc_FetchSnapshotResponse_v0(out: bytearray, obj: FetchSnapshotResponse) -> None:
     if obj.node_endpoints != []:
-        raise UnsupportedVersion("FetchSnapshotResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("FetchSnapshotResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     out += _pack_ih(obj.throttle_time_ms, obj.error_code)
     v1 = obj.topics
     if v1 is None:

@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -50,9 +50,9 @@ _unpack_ih = Struct(">ih").unpack_from
 # FindCoordinatorRequest v0
 def _enc_FindCoordinatorRequest_v0(out: bytearray, obj: FindCoordinatorRequest) -> None:
     if obj.key_type != 0:
-        raise UnsupportedVersion("FindCoordinatorRequest.key_type cannot be sent in this version: only in versions 1+")
+        raise EncodeError("FindCoordinatorRequest.key_type cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
     if obj.coordinator_keys != []:
-        raise UnsupportedVersion("FindCoordinatorRequest.coordinator_keys cannot be sent in this version: only in versions 4+")
+        raise EncodeError("FindCoordinatorRequest.coordinator_keys cannot be sent in this version: only in versions 4+", UNSUPPORTED_VERSION)
     v1 = obj.key
     if v1 is None:
         raise EncodeError("FindCoordinatorRequest.key is not nullable in this version")
@@ -87,7 +87,7 @@ def _dec_FindCoordinatorRequest_v0(buf: memoryview, pos: int) -> tuple[FindCoord
 # FindCoordinatorRequest v1-2
 def _enc_FindCoordinatorRequest_v1(out: bytearray, obj: FindCoordinatorRequest) -> None:
     if obj.coordinator_keys != []:
-        raise UnsupportedVersion("FindCoordinatorRequest.coordinator_keys cannot be sent in this version: only in versions 4+")
+        raise EncodeError("FindCoordinatorRequest.coordinator_keys cannot be sent in this version: only in versions 4+", UNSUPPORTED_VERSION)
     v1 = obj.key
     if v1 is None:
         raise EncodeError("FindCoordinatorRequest.key is not nullable in this version")
@@ -124,7 +124,7 @@ def _dec_FindCoordinatorRequest_v1(buf: memoryview, pos: int) -> tuple[FindCoord
 # FindCoordinatorRequest v3
 def _enc_FindCoordinatorRequest_v3(out: bytearray, obj: FindCoordinatorRequest) -> None:
     if obj.coordinator_keys != []:
-        raise UnsupportedVersion("FindCoordinatorRequest.coordinator_keys cannot be sent in this version: only in versions 4+")
+        raise EncodeError("FindCoordinatorRequest.coordinator_keys cannot be sent in this version: only in versions 4+", UNSUPPORTED_VERSION)
     v1 = obj.key
     if v1 is None:
         raise EncodeError("FindCoordinatorRequest.key is not nullable in this version")
@@ -177,7 +177,7 @@ def _dec_FindCoordinatorRequest_v3(buf: memoryview, pos: int) -> tuple[FindCoord
 # FindCoordinatorRequest v4-6
 def _enc_FindCoordinatorRequest_v4(out: bytearray, obj: FindCoordinatorRequest) -> None:
     if obj.key != "":
-        raise UnsupportedVersion("FindCoordinatorRequest.key cannot be sent in this version: only in versions 0-3")
+        raise EncodeError("FindCoordinatorRequest.key cannot be sent in this version: only in versions 0-3", UNSUPPORTED_VERSION)
     out += _pack_b(obj.key_type)
     v1 = obj.coordinator_keys
     if v1 is None:
@@ -256,7 +256,7 @@ def _dec_FindCoordinatorRequest_v4(buf: memoryview, pos: int) -> tuple[FindCoord
 # FindCoordinatorResponse v0
 def _enc_FindCoordinatorResponse_v0(out: bytearray, obj: FindCoordinatorResponse) -> None:
     if obj.coordinators != []:
-        raise UnsupportedVersion("FindCoordinatorResponse.coordinators cannot be sent in this version: only in versions 4+")
+        raise EncodeError("FindCoordinatorResponse.coordinators cannot be sent in this version: only in versions 4+", UNSUPPORTED_VERSION)
     out += _pack_hi(obj.error_code, obj.node_id)
     v1 = obj.host
     if v1 is None:
@@ -298,7 +298,7 @@ def _dec_FindCoordinatorResponse_v0(buf: memoryview, pos: int) -> tuple[FindCoor
 # FindCoordinatorResponse v1-2
 def _enc_FindCoordinatorResponse_v1(out: bytearray, obj: FindCoordinatorResponse) -> None:
     if obj.coordinators != []:
-        raise UnsupportedVersion("FindCoordinatorResponse.coordinators cannot be sent in this version: only in versions 4+")
+        raise EncodeError("FindCoordinatorResponse.coordinators cannot be sent in this version: only in versions 4+", UNSUPPORTED_VERSION)
     out += _pack_ih(obj.throttle_time_ms, obj.error_code)
     v1 = obj.error_message
     if v1 is None:
@@ -363,7 +363,7 @@ def _dec_FindCoordinatorResponse_v1(buf: memoryview, pos: int) -> tuple[FindCoor
 # FindCoordinatorResponse v3
 def _enc_FindCoordinatorResponse_v3(out: bytearray, obj: FindCoordinatorResponse) -> None:
     if obj.coordinators != []:
-        raise UnsupportedVersion("FindCoordinatorResponse.coordinators cannot be sent in this version: only in versions 4+")
+        raise EncodeError("FindCoordinatorResponse.coordinators cannot be sent in this version: only in versions 4+", UNSUPPORTED_VERSION)
     out += _pack_ih(obj.throttle_time_ms, obj.error_code)
     v1 = obj.error_message
     if v1 is None:
@@ -563,13 +563,13 @@ def _dec_FindCoordinatorResponse_Coordinator_v4(buf: memoryview, pos: int) -> tu
 # FindCoordinatorResponse v4-6
 def _enc_FindCoordinatorResponse_v4(out: bytearray, obj: FindCoordinatorResponse) -> None:
     if obj.error_code != 0:
-        raise UnsupportedVersion("FindCoordinatorResponse.error_code cannot be sent in this version: only in versions 0-3")
+        raise EncodeError("FindCoordinatorResponse.error_code cannot be sent in this version: only in versions 0-3", UNSUPPORTED_VERSION)
     if obj.node_id != 0:
-        raise UnsupportedVersion("FindCoordinatorResponse.node_id cannot be sent in this version: only in versions 0-3")
+        raise EncodeError("FindCoordinatorResponse.node_id cannot be sent in this version: only in versions 0-3", UNSUPPORTED_VERSION)
     if obj.host != "":
-        raise UnsupportedVersion("FindCoordinatorResponse.host cannot be sent in this version: only in versions 0-3")
+        raise EncodeError("FindCoordinatorResponse.host cannot be sent in this version: only in versions 0-3", UNSUPPORTED_VERSION)
     if obj.port != 0:
-        raise UnsupportedVersion("FindCoordinatorResponse.port cannot be sent in this version: only in versions 0-3")
+        raise EncodeError("FindCoordinatorResponse.port cannot be sent in this version: only in versions 0-3", UNSUPPORTED_VERSION)
     out += _pack_i(obj.throttle_time_ms)
     v1 = obj.coordinators
     if v1 is None:

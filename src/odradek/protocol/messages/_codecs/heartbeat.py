@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -47,7 +47,7 @@ _unpack_ih = Struct(">ih").unpack_from
 # HeartbeatRequest v0-2
 def _enc_HeartbeatRequest_v0(out: bytearray, obj: HeartbeatRequest) -> None:
     if obj.group_instance_id is not None:
-        raise UnsupportedVersion("HeartbeatRequest.group_instance_id cannot be sent in this version: only in versions 3+")
+        raise EncodeError("HeartbeatRequest.group_instance_id cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     v1 = obj.group_id
     if v1 is None:
         raise EncodeError("HeartbeatRequest.group_id is not nullable in this version")

@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -47,9 +47,9 @@ _unpack_iqh = Struct(">iqh").unpack_from
 # InitProducerIdRequest v0-1
 def _enc_InitProducerIdRequest_v0(out: bytearray, obj: InitProducerIdRequest) -> None:
     if obj.producer_id != -1:
-        raise UnsupportedVersion("InitProducerIdRequest.producer_id cannot be sent in this version: only in versions 3+")
+        raise EncodeError("InitProducerIdRequest.producer_id cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     if obj.producer_epoch != -1:
-        raise UnsupportedVersion("InitProducerIdRequest.producer_epoch cannot be sent in this version: only in versions 3+")
+        raise EncodeError("InitProducerIdRequest.producer_epoch cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     v1 = obj.transactional_id
     if v1 is None:
         out += MINUS_ONE_I16
@@ -89,9 +89,9 @@ def _dec_InitProducerIdRequest_v0(buf: memoryview, pos: int) -> tuple[InitProduc
 # InitProducerIdRequest v2
 def _enc_InitProducerIdRequest_v2(out: bytearray, obj: InitProducerIdRequest) -> None:
     if obj.producer_id != -1:
-        raise UnsupportedVersion("InitProducerIdRequest.producer_id cannot be sent in this version: only in versions 3+")
+        raise EncodeError("InitProducerIdRequest.producer_id cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     if obj.producer_epoch != -1:
-        raise UnsupportedVersion("InitProducerIdRequest.producer_epoch cannot be sent in this version: only in versions 3+")
+        raise EncodeError("InitProducerIdRequest.producer_epoch cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     v1 = obj.transactional_id
     if v1 is None:
         out.append(0)

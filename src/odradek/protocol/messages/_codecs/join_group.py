@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -103,7 +103,7 @@ def _dec_JoinGroupRequest_JoinGroupRequestProtocol_v0(buf: memoryview, pos: int)
 # JoinGroupRequest v0
 def _enc_JoinGroupRequest_v0(out: bytearray, obj: JoinGroupRequest) -> None:
     if obj.group_instance_id is not None:
-        raise UnsupportedVersion("JoinGroupRequest.group_instance_id cannot be sent in this version: only in versions 5+")
+        raise EncodeError("JoinGroupRequest.group_instance_id cannot be sent in this version: only in versions 5+", UNSUPPORTED_VERSION)
     v1 = obj.group_id
     if v1 is None:
         raise EncodeError("JoinGroupRequest.group_id is not nullable in this version")
@@ -202,7 +202,7 @@ def _dec_JoinGroupRequest_v0(buf: memoryview, pos: int) -> tuple[JoinGroupReques
 # JoinGroupRequest v1-4
 def _enc_JoinGroupRequest_v1(out: bytearray, obj: JoinGroupRequest) -> None:
     if obj.group_instance_id is not None:
-        raise UnsupportedVersion("JoinGroupRequest.group_instance_id cannot be sent in this version: only in versions 5+")
+        raise EncodeError("JoinGroupRequest.group_instance_id cannot be sent in this version: only in versions 5+", UNSUPPORTED_VERSION)
     v1 = obj.group_id
     if v1 is None:
         raise EncodeError("JoinGroupRequest.group_id is not nullable in this version")
@@ -907,7 +907,7 @@ def _dec_JoinGroupResponse_JoinGroupResponseMember_v0(buf: memoryview, pos: int)
 # JoinGroupResponse v0-1
 def _enc_JoinGroupResponse_v0(out: bytearray, obj: JoinGroupResponse) -> None:
     if obj.skip_assignment != False:
-        raise UnsupportedVersion("JoinGroupResponse.skip_assignment cannot be sent in this version: only in versions 9+")
+        raise EncodeError("JoinGroupResponse.skip_assignment cannot be sent in this version: only in versions 9+", UNSUPPORTED_VERSION)
     out += _pack_hi(obj.error_code, obj.generation_id)
     v1 = obj.protocol_name
     if v1 is None:
@@ -1006,7 +1006,7 @@ def _dec_JoinGroupResponse_v0(buf: memoryview, pos: int) -> tuple[JoinGroupRespo
 # JoinGroupResponse v2-4
 def _enc_JoinGroupResponse_v2(out: bytearray, obj: JoinGroupResponse) -> None:
     if obj.skip_assignment != False:
-        raise UnsupportedVersion("JoinGroupResponse.skip_assignment cannot be sent in this version: only in versions 9+")
+        raise EncodeError("JoinGroupResponse.skip_assignment cannot be sent in this version: only in versions 9+", UNSUPPORTED_VERSION)
     out += _pack_ihi(obj.throttle_time_ms, obj.error_code, obj.generation_id)
     v1 = obj.protocol_name
     if v1 is None:
@@ -1176,7 +1176,7 @@ def _dec_JoinGroupResponse_JoinGroupResponseMember_v5(buf: memoryview, pos: int)
 # JoinGroupResponse v5
 def _enc_JoinGroupResponse_v5(out: bytearray, obj: JoinGroupResponse) -> None:
     if obj.skip_assignment != False:
-        raise UnsupportedVersion("JoinGroupResponse.skip_assignment cannot be sent in this version: only in versions 9+")
+        raise EncodeError("JoinGroupResponse.skip_assignment cannot be sent in this version: only in versions 9+", UNSUPPORTED_VERSION)
     out += _pack_ihi(obj.throttle_time_ms, obj.error_code, obj.generation_id)
     v1 = obj.protocol_name
     if v1 is None:
@@ -1384,7 +1384,7 @@ def _dec_JoinGroupResponse_JoinGroupResponseMember_v6(buf: memoryview, pos: int)
 # JoinGroupResponse v6
 def _enc_JoinGroupResponse_v6(out: bytearray, obj: JoinGroupResponse) -> None:
     if obj.skip_assignment != False:
-        raise UnsupportedVersion("JoinGroupResponse.skip_assignment cannot be sent in this version: only in versions 9+")
+        raise EncodeError("JoinGroupResponse.skip_assignment cannot be sent in this version: only in versions 9+", UNSUPPORTED_VERSION)
     out += _pack_ihi(obj.throttle_time_ms, obj.error_code, obj.generation_id)
     v1 = obj.protocol_name
     if v1 is None:
@@ -1522,7 +1522,7 @@ def _dec_JoinGroupResponse_v6(buf: memoryview, pos: int) -> tuple[JoinGroupRespo
 # JoinGroupResponse v7-8
 def _enc_JoinGroupResponse_v7(out: bytearray, obj: JoinGroupResponse) -> None:
     if obj.skip_assignment != False:
-        raise UnsupportedVersion("JoinGroupResponse.skip_assignment cannot be sent in this version: only in versions 9+")
+        raise EncodeError("JoinGroupResponse.skip_assignment cannot be sent in this version: only in versions 9+", UNSUPPORTED_VERSION)
     out += _pack_ihi(obj.throttle_time_ms, obj.error_code, obj.generation_id)
     v1 = obj.protocol_type
     if v1 is None:

@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -66,7 +66,7 @@ _unpack_iiqb = Struct(">iiqb").unpack_from
 # LeaderAndIsrRequest.LeaderAndIsrPartitionState v0
 def _enc_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v0(out: bytearray, obj: LeaderAndIsrRequest.LeaderAndIsrPartitionState) -> None:
     if obj.leader_recovery_state != 0:
-        raise UnsupportedVersion("LeaderAndIsrRequest.LeaderAndIsrPartitionState.leader_recovery_state cannot be sent in this version: only in versions 6+")
+        raise EncodeError("LeaderAndIsrRequest.LeaderAndIsrPartitionState.leader_recovery_state cannot be sent in this version: only in versions 6+", UNSUPPORTED_VERSION)
     v1 = obj.topic_name
     if v1 is None:
         raise EncodeError("LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name is not nullable in this version")
@@ -182,11 +182,11 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrLiveLeader_v0(buf: memoryview, pos: int
 # LeaderAndIsrRequest v0
 def _enc_LeaderAndIsrRequest_v0(out: bytearray, obj: LeaderAndIsrRequest) -> None:
     if obj.is_k_raft_controller != False:
-        raise UnsupportedVersion("LeaderAndIsrRequest.is_k_raft_controller cannot be sent in this version: only in versions 7+")
+        raise EncodeError("LeaderAndIsrRequest.is_k_raft_controller cannot be sent in this version: only in versions 7+", UNSUPPORTED_VERSION)
     if obj.type != 0:
-        raise UnsupportedVersion("LeaderAndIsrRequest.type cannot be sent in this version: only in versions 5+")
+        raise EncodeError("LeaderAndIsrRequest.type cannot be sent in this version: only in versions 5+", UNSUPPORTED_VERSION)
     if obj.topic_states != []:
-        raise UnsupportedVersion("LeaderAndIsrRequest.topic_states cannot be sent in this version: only in versions 2+")
+        raise EncodeError("LeaderAndIsrRequest.topic_states cannot be sent in this version: only in versions 2+", UNSUPPORTED_VERSION)
     out += _pack_ii(obj.controller_id, obj.controller_epoch)
     v1 = obj.ungrouped_partition_states
     if v1 is None:
@@ -246,7 +246,7 @@ def _dec_LeaderAndIsrRequest_v0(buf: memoryview, pos: int) -> tuple[LeaderAndIsr
 # LeaderAndIsrRequest.LeaderAndIsrPartitionState v1
 def _enc_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v1(out: bytearray, obj: LeaderAndIsrRequest.LeaderAndIsrPartitionState) -> None:
     if obj.leader_recovery_state != 0:
-        raise UnsupportedVersion("LeaderAndIsrRequest.LeaderAndIsrPartitionState.leader_recovery_state cannot be sent in this version: only in versions 6+")
+        raise EncodeError("LeaderAndIsrRequest.LeaderAndIsrPartitionState.leader_recovery_state cannot be sent in this version: only in versions 6+", UNSUPPORTED_VERSION)
     v1 = obj.topic_name
     if v1 is None:
         raise EncodeError("LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name is not nullable in this version")
@@ -327,11 +327,11 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v1(buf: memoryview, pos:
 # LeaderAndIsrRequest v1
 def _enc_LeaderAndIsrRequest_v1(out: bytearray, obj: LeaderAndIsrRequest) -> None:
     if obj.is_k_raft_controller != False:
-        raise UnsupportedVersion("LeaderAndIsrRequest.is_k_raft_controller cannot be sent in this version: only in versions 7+")
+        raise EncodeError("LeaderAndIsrRequest.is_k_raft_controller cannot be sent in this version: only in versions 7+", UNSUPPORTED_VERSION)
     if obj.type != 0:
-        raise UnsupportedVersion("LeaderAndIsrRequest.type cannot be sent in this version: only in versions 5+")
+        raise EncodeError("LeaderAndIsrRequest.type cannot be sent in this version: only in versions 5+", UNSUPPORTED_VERSION)
     if obj.topic_states != []:
-        raise UnsupportedVersion("LeaderAndIsrRequest.topic_states cannot be sent in this version: only in versions 2+")
+        raise EncodeError("LeaderAndIsrRequest.topic_states cannot be sent in this version: only in versions 2+", UNSUPPORTED_VERSION)
     out += _pack_ii(obj.controller_id, obj.controller_epoch)
     v1 = obj.ungrouped_partition_states
     if v1 is None:
@@ -391,7 +391,7 @@ def _dec_LeaderAndIsrRequest_v1(buf: memoryview, pos: int) -> tuple[LeaderAndIsr
 # LeaderAndIsrRequest.LeaderAndIsrPartitionState v2
 def _enc_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v2(out: bytearray, obj: LeaderAndIsrRequest.LeaderAndIsrPartitionState) -> None:
     if obj.leader_recovery_state != 0:
-        raise UnsupportedVersion("LeaderAndIsrRequest.LeaderAndIsrPartitionState.leader_recovery_state cannot be sent in this version: only in versions 6+")
+        raise EncodeError("LeaderAndIsrRequest.LeaderAndIsrPartitionState.leader_recovery_state cannot be sent in this version: only in versions 6+", UNSUPPORTED_VERSION)
     out += _pack_iiii(obj.partition_index, obj.controller_epoch, obj.leader, obj.leader_epoch)
     v1 = obj.isr
     if v1 is None:
@@ -505,11 +505,11 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrTopicState_v2(buf: memoryview, pos: int
 # LeaderAndIsrRequest v2
 def _enc_LeaderAndIsrRequest_v2(out: bytearray, obj: LeaderAndIsrRequest) -> None:
     if obj.is_k_raft_controller != False:
-        raise UnsupportedVersion("LeaderAndIsrRequest.is_k_raft_controller cannot be sent in this version: only in versions 7+")
+        raise EncodeError("LeaderAndIsrRequest.is_k_raft_controller cannot be sent in this version: only in versions 7+", UNSUPPORTED_VERSION)
     if obj.type != 0:
-        raise UnsupportedVersion("LeaderAndIsrRequest.type cannot be sent in this version: only in versions 5+")
+        raise EncodeError("LeaderAndIsrRequest.type cannot be sent in this version: only in versions 5+", UNSUPPORTED_VERSION)
     if obj.ungrouped_partition_states != []:
-        raise UnsupportedVersion("LeaderAndIsrRequest.ungrouped_partition_states cannot be sent in this version: only in versions 0-1")
+        raise EncodeError("LeaderAndIsrRequest.ungrouped_partition_states cannot be sent in this version: only in versions 0-1", UNSUPPORTED_VERSION)
     out += _pack_iiq(obj.controller_id, obj.controller_epoch, obj.broker_epoch)
     v1 = obj.topic_states
     if v1 is None:
@@ -568,7 +568,7 @@ def _dec_LeaderAndIsrRequest_v2(buf: memoryview, pos: int) -> tuple[LeaderAndIsr
 # LeaderAndIsrRequest.LeaderAndIsrPartitionState v3
 def _enc_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v3(out: bytearray, obj: LeaderAndIsrRequest.LeaderAndIsrPartitionState) -> None:
     if obj.leader_recovery_state != 0:
-        raise UnsupportedVersion("LeaderAndIsrRequest.LeaderAndIsrPartitionState.leader_recovery_state cannot be sent in this version: only in versions 6+")
+        raise EncodeError("LeaderAndIsrRequest.LeaderAndIsrPartitionState.leader_recovery_state cannot be sent in this version: only in versions 6+", UNSUPPORTED_VERSION)
     out += _pack_iiii(obj.partition_index, obj.controller_epoch, obj.leader, obj.leader_epoch)
     v1 = obj.isr
     if v1 is None:
@@ -716,11 +716,11 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrTopicState_v3(buf: memoryview, pos: int
 # LeaderAndIsrRequest v3
 def _enc_LeaderAndIsrRequest_v3(out: bytearray, obj: LeaderAndIsrRequest) -> None:
     if obj.is_k_raft_controller != False:
-        raise UnsupportedVersion("LeaderAndIsrRequest.is_k_raft_controller cannot be sent in this version: only in versions 7+")
+        raise EncodeError("LeaderAndIsrRequest.is_k_raft_controller cannot be sent in this version: only in versions 7+", UNSUPPORTED_VERSION)
     if obj.type != 0:
-        raise UnsupportedVersion("LeaderAndIsrRequest.type cannot be sent in this version: only in versions 5+")
+        raise EncodeError("LeaderAndIsrRequest.type cannot be sent in this version: only in versions 5+", UNSUPPORTED_VERSION)
     if obj.ungrouped_partition_states != []:
-        raise UnsupportedVersion("LeaderAndIsrRequest.ungrouped_partition_states cannot be sent in this version: only in versions 0-1")
+        raise EncodeError("LeaderAndIsrRequest.ungrouped_partition_states cannot be sent in this version: only in versions 0-1", UNSUPPORTED_VERSION)
     out += _pack_iiq(obj.controller_id, obj.controller_epoch, obj.broker_epoch)
     v1 = obj.topic_states
     if v1 is None:
@@ -779,7 +779,7 @@ def _dec_LeaderAndIsrRequest_v3(buf: memoryview, pos: int) -> tuple[LeaderAndIsr
 # LeaderAndIsrRequest.LeaderAndIsrPartitionState v4-5
 def _enc_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v4(out: bytearray, obj: LeaderAndIsrRequest.LeaderAndIsrPartitionState) -> None:
     if obj.leader_recovery_state != 0:
-        raise UnsupportedVersion("LeaderAndIsrRequest.LeaderAndIsrPartitionState.leader_recovery_state cannot be sent in this version: only in versions 6+")
+        raise EncodeError("LeaderAndIsrRequest.LeaderAndIsrPartitionState.leader_recovery_state cannot be sent in this version: only in versions 6+", UNSUPPORTED_VERSION)
     out += _pack_iiii(obj.partition_index, obj.controller_epoch, obj.leader, obj.leader_epoch)
     v1 = obj.isr
     if v1 is None:
@@ -1044,11 +1044,11 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrLiveLeader_v4(buf: memoryview, pos: int
 # LeaderAndIsrRequest v4
 def _enc_LeaderAndIsrRequest_v4(out: bytearray, obj: LeaderAndIsrRequest) -> None:
     if obj.is_k_raft_controller != False:
-        raise UnsupportedVersion("LeaderAndIsrRequest.is_k_raft_controller cannot be sent in this version: only in versions 7+")
+        raise EncodeError("LeaderAndIsrRequest.is_k_raft_controller cannot be sent in this version: only in versions 7+", UNSUPPORTED_VERSION)
     if obj.type != 0:
-        raise UnsupportedVersion("LeaderAndIsrRequest.type cannot be sent in this version: only in versions 5+")
+        raise EncodeError("LeaderAndIsrRequest.type cannot be sent in this version: only in versions 5+", UNSUPPORTED_VERSION)
     if obj.ungrouped_partition_states != []:
-        raise UnsupportedVersion("LeaderAndIsrRequest.ungrouped_partition_states cannot be sent in this version: only in versions 0-1")
+        raise EncodeError("LeaderAndIsrRequest.ungrouped_partition_states cannot be sent in this version: only in versions 0-1", UNSUPPORTED_VERSION)
     out += _pack_iiq(obj.controller_id, obj.controller_epoch, obj.broker_epoch)
     v1 = obj.topic_states
     if v1 is None:
@@ -1208,9 +1208,9 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrTopicState_v5(buf: memoryview, pos: int
 # LeaderAndIsrRequest v5
 def _enc_LeaderAndIsrRequest_v5(out: bytearray, obj: LeaderAndIsrRequest) -> None:
     if obj.is_k_raft_controller != False:
-        raise UnsupportedVersion("LeaderAndIsrRequest.is_k_raft_controller cannot be sent in this version: only in versions 7+")
+        raise EncodeError("LeaderAndIsrRequest.is_k_raft_controller cannot be sent in this version: only in versions 7+", UNSUPPORTED_VERSION)
     if obj.ungrouped_partition_states != []:
-        raise UnsupportedVersion("LeaderAndIsrRequest.ungrouped_partition_states cannot be sent in this version: only in versions 0-1")
+        raise EncodeError("LeaderAndIsrRequest.ungrouped_partition_states cannot be sent in this version: only in versions 0-1", UNSUPPORTED_VERSION)
     out += _pack_iiqb(obj.controller_id, obj.controller_epoch, obj.broker_epoch, obj.type)
     v1 = obj.topic_states
     if v1 is None:
@@ -1502,9 +1502,9 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrTopicState_v6(buf: memoryview, pos: int
 # LeaderAndIsrRequest v6
 def _enc_LeaderAndIsrRequest_v6(out: bytearray, obj: LeaderAndIsrRequest) -> None:
     if obj.is_k_raft_controller != False:
-        raise UnsupportedVersion("LeaderAndIsrRequest.is_k_raft_controller cannot be sent in this version: only in versions 7+")
+        raise EncodeError("LeaderAndIsrRequest.is_k_raft_controller cannot be sent in this version: only in versions 7+", UNSUPPORTED_VERSION)
     if obj.ungrouped_partition_states != []:
-        raise UnsupportedVersion("LeaderAndIsrRequest.ungrouped_partition_states cannot be sent in this version: only in versions 0-1")
+        raise EncodeError("LeaderAndIsrRequest.ungrouped_partition_states cannot be sent in this version: only in versions 0-1", UNSUPPORTED_VERSION)
     out += _pack_iiqb(obj.controller_id, obj.controller_epoch, obj.broker_epoch, obj.type)
     v1 = obj.topic_states
     if v1 is None:
@@ -1586,7 +1586,7 @@ def _dec_LeaderAndIsrRequest_v6(buf: memoryview, pos: int) -> tuple[LeaderAndIsr
 # LeaderAndIsrRequest v7
 def _enc_LeaderAndIsrRequest_v7(out: bytearray, obj: LeaderAndIsrRequest) -> None:
     if obj.ungrouped_partition_states != []:
-        raise UnsupportedVersion("LeaderAndIsrRequest.ungrouped_partition_states cannot be sent in this version: only in versions 0-1")
+        raise EncodeError("LeaderAndIsrRequest.ungrouped_partition_states cannot be sent in this version: only in versions 0-1", UNSUPPORTED_VERSION)
     out += _pack_ioiqb(obj.controller_id, obj.is_k_raft_controller, obj.controller_epoch, obj.broker_epoch, obj.type)
     v1 = obj.topic_states
     if v1 is None:
@@ -1701,7 +1701,7 @@ def _dec_LeaderAndIsrResponse_LeaderAndIsrPartitionError_v0(buf: memoryview, pos
 # LeaderAndIsrResponse v0-3
 def _enc_LeaderAndIsrResponse_v0(out: bytearray, obj: LeaderAndIsrResponse) -> None:
     if obj.topics != []:
-        raise UnsupportedVersion("LeaderAndIsrResponse.topics cannot be sent in this version: only in versions 5+")
+        raise EncodeError("LeaderAndIsrResponse.topics cannot be sent in this version: only in versions 5+", UNSUPPORTED_VERSION)
     out += _pack_h(obj.error_code)
     v1 = obj.partition_errors
     if v1 is None:
@@ -1788,7 +1788,7 @@ def _dec_LeaderAndIsrResponse_LeaderAndIsrPartitionError_v4(buf: memoryview, pos
 # LeaderAndIsrResponse v4
 def _enc_LeaderAndIsrResponse_v4(out: bytearray, obj: LeaderAndIsrResponse) -> None:
     if obj.topics != []:
-        raise UnsupportedVersion("LeaderAndIsrResponse.topics cannot be sent in this version: only in versions 5+")
+        raise EncodeError("LeaderAndIsrResponse.topics cannot be sent in this version: only in versions 5+", UNSUPPORTED_VERSION)
     out += _pack_h(obj.error_code)
     v1 = obj.partition_errors
     if v1 is None:
@@ -1913,7 +1913,7 @@ def _dec_LeaderAndIsrResponse_LeaderAndIsrTopicError_v5(buf: memoryview, pos: in
 # LeaderAndIsrResponse v5-7
 def _enc_LeaderAndIsrResponse_v5(out: bytearray, obj: LeaderAndIsrResponse) -> None:
     if obj.partition_errors != []:
-        raise UnsupportedVersion("LeaderAndIsrResponse.partition_errors cannot be sent in this version: only in versions 0-4")
+        raise EncodeError("LeaderAndIsrResponse.partition_errors cannot be sent in this version: only in versions 0-4", UNSUPPORTED_VERSION)
     out += _pack_h(obj.error_code)
     v1 = obj.topics
     if v1 is None:

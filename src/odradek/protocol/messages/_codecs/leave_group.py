@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -47,7 +47,7 @@ _unpack_ih = Struct(">ih").unpack_from
 # LeaveGroupRequest v0-2
 def _enc_LeaveGroupRequest_v0(out: bytearray, obj: LeaveGroupRequest) -> None:
     if obj.members != []:
-        raise UnsupportedVersion("LeaveGroupRequest.members cannot be sent in this version: only in versions 3+")
+        raise EncodeError("LeaveGroupRequest.members cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     v1 = obj.group_id
     if v1 is None:
         raise EncodeError("LeaveGroupRequest.group_id is not nullable in this version")
@@ -155,7 +155,7 @@ def _dec_LeaveGroupRequest_MemberIdentity_v3(buf: memoryview, pos: int) -> tuple
 # LeaveGroupRequest v3
 def _enc_LeaveGroupRequest_v3(out: bytearray, obj: LeaveGroupRequest) -> None:
     if obj.member_id != "":
-        raise UnsupportedVersion("LeaveGroupRequest.member_id cannot be sent in this version: only in versions 0-2")
+        raise EncodeError("LeaveGroupRequest.member_id cannot be sent in this version: only in versions 0-2", UNSUPPORTED_VERSION)
     v1 = obj.group_id
     if v1 is None:
         raise EncodeError("LeaveGroupRequest.group_id is not nullable in this version")
@@ -287,7 +287,7 @@ def _dec_LeaveGroupRequest_MemberIdentity_v4(buf: memoryview, pos: int) -> tuple
 # LeaveGroupRequest v4
 def _enc_LeaveGroupRequest_v4(out: bytearray, obj: LeaveGroupRequest) -> None:
     if obj.member_id != "":
-        raise UnsupportedVersion("LeaveGroupRequest.member_id cannot be sent in this version: only in versions 0-2")
+        raise EncodeError("LeaveGroupRequest.member_id cannot be sent in this version: only in versions 0-2", UNSUPPORTED_VERSION)
     v1 = obj.group_id
     if v1 is None:
         raise EncodeError("LeaveGroupRequest.group_id is not nullable in this version")
@@ -472,7 +472,7 @@ def _dec_LeaveGroupRequest_MemberIdentity_v5(buf: memoryview, pos: int) -> tuple
 # LeaveGroupRequest v5
 def _enc_LeaveGroupRequest_v5(out: bytearray, obj: LeaveGroupRequest) -> None:
     if obj.member_id != "":
-        raise UnsupportedVersion("LeaveGroupRequest.member_id cannot be sent in this version: only in versions 0-2")
+        raise EncodeError("LeaveGroupRequest.member_id cannot be sent in this version: only in versions 0-2", UNSUPPORTED_VERSION)
     v1 = obj.group_id
     if v1 is None:
         raise EncodeError("LeaveGroupRequest.group_id is not nullable in this version")
@@ -550,7 +550,7 @@ def _dec_LeaveGroupRequest_v5(buf: memoryview, pos: int) -> tuple[LeaveGroupRequ
 # LeaveGroupResponse v0
 def _enc_LeaveGroupResponse_v0(out: bytearray, obj: LeaveGroupResponse) -> None:
     if obj.members != []:
-        raise UnsupportedVersion("LeaveGroupResponse.members cannot be sent in this version: only in versions 3+")
+        raise EncodeError("LeaveGroupResponse.members cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     out += _pack_h(obj.error_code)
 
 
@@ -568,7 +568,7 @@ def _dec_LeaveGroupResponse_v0(buf: memoryview, pos: int) -> tuple[LeaveGroupRes
 # LeaveGroupResponse v1-2
 def _enc_LeaveGroupResponse_v1(out: bytearray, obj: LeaveGroupResponse) -> None:
     if obj.members != []:
-        raise UnsupportedVersion("LeaveGroupResponse.members cannot be sent in this version: only in versions 3+")
+        raise EncodeError("LeaveGroupResponse.members cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     out += _pack_ih(obj.throttle_time_ms, obj.error_code)
 
 

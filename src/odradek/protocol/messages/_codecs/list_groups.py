@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -46,9 +46,9 @@ _unpack_ih = Struct(">ih").unpack_from
 # ListGroupsRequest v0-2
 def _enc_ListGroupsRequest_v0(out: bytearray, obj: ListGroupsRequest) -> None:
     if obj.states_filter != []:
-        raise UnsupportedVersion("ListGroupsRequest.states_filter cannot be sent in this version: only in versions 4+")
+        raise EncodeError("ListGroupsRequest.states_filter cannot be sent in this version: only in versions 4+", UNSUPPORTED_VERSION)
     if obj.types_filter != []:
-        raise UnsupportedVersion("ListGroupsRequest.types_filter cannot be sent in this version: only in versions 5+")
+        raise EncodeError("ListGroupsRequest.types_filter cannot be sent in this version: only in versions 5+", UNSUPPORTED_VERSION)
 
 
 # ListGroupsRequest v0-2
@@ -63,9 +63,9 @@ def _dec_ListGroupsRequest_v0(buf: memoryview, pos: int) -> tuple[ListGroupsRequ
 # ListGroupsRequest v3
 def _enc_ListGroupsRequest_v3(out: bytearray, obj: ListGroupsRequest) -> None:
     if obj.states_filter != []:
-        raise UnsupportedVersion("ListGroupsRequest.states_filter cannot be sent in this version: only in versions 4+")
+        raise EncodeError("ListGroupsRequest.states_filter cannot be sent in this version: only in versions 4+", UNSUPPORTED_VERSION)
     if obj.types_filter != []:
-        raise UnsupportedVersion("ListGroupsRequest.types_filter cannot be sent in this version: only in versions 5+")
+        raise EncodeError("ListGroupsRequest.types_filter cannot be sent in this version: only in versions 5+", UNSUPPORTED_VERSION)
     if obj.unknown_tagged_fields:
         write_tagged(out, [], obj.unknown_tagged_fields)
     else:
@@ -88,7 +88,7 @@ def _dec_ListGroupsRequest_v3(buf: memoryview, pos: int) -> tuple[ListGroupsRequ
 # ListGroupsRequest v4
 def _enc_ListGroupsRequest_v4(out: bytearray, obj: ListGroupsRequest) -> None:
     if obj.types_filter != []:
-        raise UnsupportedVersion("ListGroupsRequest.types_filter cannot be sent in this version: only in versions 5+")
+        raise EncodeError("ListGroupsRequest.types_filter cannot be sent in this version: only in versions 5+", UNSUPPORTED_VERSION)
     v1 = obj.states_filter
     if v1 is None:
         raise EncodeError("ListGroupsRequest.states_filter is not nullable in this version")

@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -127,7 +127,7 @@ def _dec_ListOffsetsRequest_ListOffsetsTopic_v0(buf: memoryview, pos: int) -> tu
 # ListOffsetsRequest v0
 def _enc_ListOffsetsRequest_v0(out: bytearray, obj: ListOffsetsRequest) -> None:
     if obj.isolation_level != 0:
-        raise UnsupportedVersion("ListOffsetsRequest.isolation_level cannot be sent in this version: only in versions 2+")
+        raise EncodeError("ListOffsetsRequest.isolation_level cannot be sent in this version: only in versions 2+", UNSUPPORTED_VERSION)
     out += _pack_i(obj.replica_id)
     v1 = obj.topics
     if v1 is None:
@@ -165,7 +165,7 @@ def _dec_ListOffsetsRequest_v0(buf: memoryview, pos: int) -> tuple[ListOffsetsRe
 # ListOffsetsRequest.ListOffsetsPartition v1-3
 def _enc_ListOffsetsRequest_ListOffsetsPartition_v1(out: bytearray, obj: ListOffsetsRequest.ListOffsetsPartition) -> None:
     if obj.max_num_offsets != 1:
-        raise UnsupportedVersion("ListOffsetsRequest.ListOffsetsPartition.max_num_offsets cannot be sent in this version: only in versions 0-0")
+        raise EncodeError("ListOffsetsRequest.ListOffsetsPartition.max_num_offsets cannot be sent in this version: only in versions 0-0", UNSUPPORTED_VERSION)
     out += _pack_iq(obj.partition_index, obj.timestamp)
 
 
@@ -234,7 +234,7 @@ def _dec_ListOffsetsRequest_ListOffsetsTopic_v1(buf: memoryview, pos: int) -> tu
 # ListOffsetsRequest v1
 def _enc_ListOffsetsRequest_v1(out: bytearray, obj: ListOffsetsRequest) -> None:
     if obj.isolation_level != 0:
-        raise UnsupportedVersion("ListOffsetsRequest.isolation_level cannot be sent in this version: only in versions 2+")
+        raise EncodeError("ListOffsetsRequest.isolation_level cannot be sent in this version: only in versions 2+", UNSUPPORTED_VERSION)
     out += _pack_i(obj.replica_id)
     v1 = obj.topics
     if v1 is None:
@@ -307,7 +307,7 @@ def _dec_ListOffsetsRequest_v2(buf: memoryview, pos: int) -> tuple[ListOffsetsRe
 # ListOffsetsRequest.ListOffsetsPartition v4-5
 def _enc_ListOffsetsRequest_ListOffsetsPartition_v4(out: bytearray, obj: ListOffsetsRequest.ListOffsetsPartition) -> None:
     if obj.max_num_offsets != 1:
-        raise UnsupportedVersion("ListOffsetsRequest.ListOffsetsPartition.max_num_offsets cannot be sent in this version: only in versions 0-0")
+        raise EncodeError("ListOffsetsRequest.ListOffsetsPartition.max_num_offsets cannot be sent in this version: only in versions 0-0", UNSUPPORTED_VERSION)
     out += _pack_iiq(obj.partition_index, obj.current_leader_epoch, obj.timestamp)
 
 
@@ -410,7 +410,7 @@ def _dec_ListOffsetsRequest_v4(buf: memoryview, pos: int) -> tuple[ListOffsetsRe
 # ListOffsetsRequest.ListOffsetsPartition v6-10
 def _enc_ListOffsetsRequest_ListOffsetsPartition_v6(out: bytearray, obj: ListOffsetsRequest.ListOffsetsPartition) -> None:
     if obj.max_num_offsets != 1:
-        raise UnsupportedVersion("ListOffsetsRequest.ListOffsetsPartition.max_num_offsets cannot be sent in this version: only in versions 0-0")
+        raise EncodeError("ListOffsetsRequest.ListOffsetsPartition.max_num_offsets cannot be sent in this version: only in versions 0-0", UNSUPPORTED_VERSION)
     out += _pack_iiq(obj.partition_index, obj.current_leader_epoch, obj.timestamp)
     if obj.unknown_tagged_fields:
         write_tagged(out, [], obj.unknown_tagged_fields)
@@ -614,11 +614,11 @@ def _dec_ListOffsetsRequest_v10(buf: memoryview, pos: int) -> tuple[ListOffsetsR
 # ListOffsetsResponse.ListOffsetsPartitionResponse v0
 def _enc_ListOffsetsResponse_ListOffsetsPartitionResponse_v0(out: bytearray, obj: ListOffsetsResponse.ListOffsetsPartitionResponse) -> None:
     if obj.timestamp != -1:
-        raise UnsupportedVersion("ListOffsetsResponse.ListOffsetsPartitionResponse.timestamp cannot be sent in this version: only in versions 1+")
+        raise EncodeError("ListOffsetsResponse.ListOffsetsPartitionResponse.timestamp cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
     if obj.offset != -1:
-        raise UnsupportedVersion("ListOffsetsResponse.ListOffsetsPartitionResponse.offset cannot be sent in this version: only in versions 1+")
+        raise EncodeError("ListOffsetsResponse.ListOffsetsPartitionResponse.offset cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
     if obj.leader_epoch != -1:
-        raise UnsupportedVersion("ListOffsetsResponse.ListOffsetsPartitionResponse.leader_epoch cannot be sent in this version: only in versions 4+")
+        raise EncodeError("ListOffsetsResponse.ListOffsetsPartitionResponse.leader_epoch cannot be sent in this version: only in versions 4+", UNSUPPORTED_VERSION)
     out += _pack_ih(obj.partition_index, obj.error_code)
     v1 = obj.old_style_offsets
     if v1 is None:
@@ -738,9 +738,9 @@ def _dec_ListOffsetsResponse_v0(buf: memoryview, pos: int) -> tuple[ListOffsetsR
 # ListOffsetsResponse.ListOffsetsPartitionResponse v1-3
 def _enc_ListOffsetsResponse_ListOffsetsPartitionResponse_v1(out: bytearray, obj: ListOffsetsResponse.ListOffsetsPartitionResponse) -> None:
     if obj.old_style_offsets != []:
-        raise UnsupportedVersion("ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets cannot be sent in this version: only in versions 0-0")
+        raise EncodeError("ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets cannot be sent in this version: only in versions 0-0", UNSUPPORTED_VERSION)
     if obj.leader_epoch != -1:
-        raise UnsupportedVersion("ListOffsetsResponse.ListOffsetsPartitionResponse.leader_epoch cannot be sent in this version: only in versions 4+")
+        raise EncodeError("ListOffsetsResponse.ListOffsetsPartitionResponse.leader_epoch cannot be sent in this version: only in versions 4+", UNSUPPORTED_VERSION)
     out += _pack_ihqq(obj.partition_index, obj.error_code, obj.timestamp, obj.offset)
 
 
@@ -875,7 +875,7 @@ def _dec_ListOffsetsResponse_v2(buf: memoryview, pos: int) -> tuple[ListOffsetsR
 # ListOffsetsResponse.ListOffsetsPartitionResponse v4-5
 def _enc_ListOffsetsResponse_ListOffsetsPartitionResponse_v4(out: bytearray, obj: ListOffsetsResponse.ListOffsetsPartitionResponse) -> None:
     if obj.old_style_offsets != []:
-        raise UnsupportedVersion("ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets cannot be sent in this version: only in versions 0-0")
+        raise EncodeError("ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets cannot be sent in this version: only in versions 0-0", UNSUPPORTED_VERSION)
     out += _pack_ihqqi(obj.partition_index, obj.error_code, obj.timestamp, obj.offset, obj.leader_epoch)
 
 
@@ -977,7 +977,7 @@ def _dec_ListOffsetsResponse_v4(buf: memoryview, pos: int) -> tuple[ListOffsetsR
 # ListOffsetsResponse.ListOffsetsPartitionResponse v6-10
 def _enc_ListOffsetsResponse_ListOffsetsPartitionResponse_v6(out: bytearray, obj: ListOffsetsResponse.ListOffsetsPartitionResponse) -> None:
     if obj.old_style_offsets != []:
-        raise UnsupportedVersion("ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets cannot be sent in this version: only in versions 0-0")
+        raise EncodeError("ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets cannot be sent in this version: only in versions 0-0", UNSUPPORTED_VERSION)
     out += _pack_ihqqi(obj.partition_index, obj.error_code, obj.timestamp, obj.offset, obj.leader_epoch)
     if obj.unknown_tagged_fields:
         write_tagged(out, [], obj.unknown_tagged_fields)

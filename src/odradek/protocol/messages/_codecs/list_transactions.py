@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -46,7 +46,7 @@ _unpack_q = Struct(">q").unpack_from
 # ListTransactionsRequest v0
 def _enc_ListTransactionsRequest_v0(out: bytearray, obj: ListTransactionsRequest) -> None:
     if obj.duration_filter != -1:
-        raise UnsupportedVersion("ListTransactionsRequest.duration_filter cannot be sent in this version: only in versions 1+")
+        raise EncodeError("ListTransactionsRequest.duration_filter cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
     v1 = obj.state_filters
     if v1 is None:
         raise EncodeError("ListTransactionsRequest.state_filters is not nullable in this version")

@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -91,11 +91,11 @@ def _dec_MetadataRequest_MetadataRequestTopic_v0(buf: memoryview, pos: int) -> t
 # MetadataRequest v0
 def _enc_MetadataRequest_v0(out: bytearray, obj: MetadataRequest) -> None:
     if obj.allow_auto_topic_creation != True:
-        raise UnsupportedVersion("MetadataRequest.allow_auto_topic_creation cannot be sent in this version: only in versions 4+")
+        raise EncodeError("MetadataRequest.allow_auto_topic_creation cannot be sent in this version: only in versions 4+", UNSUPPORTED_VERSION)
     if obj.include_cluster_authorized_operations != False:
-        raise UnsupportedVersion("MetadataRequest.include_cluster_authorized_operations cannot be sent in this version: only in versions 8-10")
+        raise EncodeError("MetadataRequest.include_cluster_authorized_operations cannot be sent in this version: only in versions 8-10", UNSUPPORTED_VERSION)
     if obj.include_topic_authorized_operations != False:
-        raise UnsupportedVersion("MetadataRequest.include_topic_authorized_operations cannot be sent in this version: only in versions 8+")
+        raise EncodeError("MetadataRequest.include_topic_authorized_operations cannot be sent in this version: only in versions 8+", UNSUPPORTED_VERSION)
     v1 = obj.topics
     if v1 is None:
         raise EncodeError("MetadataRequest.topics is not nullable in this version")
@@ -131,11 +131,11 @@ def _dec_MetadataRequest_v0(buf: memoryview, pos: int) -> tuple[MetadataRequest,
 # MetadataRequest v1-3
 def _enc_MetadataRequest_v1(out: bytearray, obj: MetadataRequest) -> None:
     if obj.allow_auto_topic_creation != True:
-        raise UnsupportedVersion("MetadataRequest.allow_auto_topic_creation cannot be sent in this version: only in versions 4+")
+        raise EncodeError("MetadataRequest.allow_auto_topic_creation cannot be sent in this version: only in versions 4+", UNSUPPORTED_VERSION)
     if obj.include_cluster_authorized_operations != False:
-        raise UnsupportedVersion("MetadataRequest.include_cluster_authorized_operations cannot be sent in this version: only in versions 8-10")
+        raise EncodeError("MetadataRequest.include_cluster_authorized_operations cannot be sent in this version: only in versions 8-10", UNSUPPORTED_VERSION)
     if obj.include_topic_authorized_operations != False:
-        raise UnsupportedVersion("MetadataRequest.include_topic_authorized_operations cannot be sent in this version: only in versions 8+")
+        raise EncodeError("MetadataRequest.include_topic_authorized_operations cannot be sent in this version: only in versions 8+", UNSUPPORTED_VERSION)
     v1 = obj.topics
     if v1 is None:
         out += MINUS_ONE_I32
@@ -173,9 +173,9 @@ def _dec_MetadataRequest_v1(buf: memoryview, pos: int) -> tuple[MetadataRequest,
 # MetadataRequest v4-7
 def _enc_MetadataRequest_v4(out: bytearray, obj: MetadataRequest) -> None:
     if obj.include_cluster_authorized_operations != False:
-        raise UnsupportedVersion("MetadataRequest.include_cluster_authorized_operations cannot be sent in this version: only in versions 8-10")
+        raise EncodeError("MetadataRequest.include_cluster_authorized_operations cannot be sent in this version: only in versions 8-10", UNSUPPORTED_VERSION)
     if obj.include_topic_authorized_operations != False:
-        raise UnsupportedVersion("MetadataRequest.include_topic_authorized_operations cannot be sent in this version: only in versions 8+")
+        raise EncodeError("MetadataRequest.include_topic_authorized_operations cannot be sent in this version: only in versions 8+", UNSUPPORTED_VERSION)
     v1 = obj.topics
     if v1 is None:
         out += MINUS_ONE_I32
@@ -454,7 +454,7 @@ def _dec_MetadataRequest_v10(buf: memoryview, pos: int) -> tuple[MetadataRequest
 # MetadataRequest v11-12
 def _enc_MetadataRequest_v11(out: bytearray, obj: MetadataRequest) -> None:
     if obj.include_cluster_authorized_operations != False:
-        raise UnsupportedVersion("MetadataRequest.include_cluster_authorized_operations cannot be sent in this version: only in versions 8-10")
+        raise EncodeError("MetadataRequest.include_cluster_authorized_operations cannot be sent in this version: only in versions 8-10", UNSUPPORTED_VERSION)
     v1 = obj.topics
     if v1 is None:
         out.append(0)
@@ -599,7 +599,7 @@ def _dec_MetadataResponse_MetadataResponsePartition_v0(buf: memoryview, pos: int
 # MetadataResponse.MetadataResponseTopic v0
 def _enc_MetadataResponse_MetadataResponseTopic_v0(out: bytearray, obj: MetadataResponse.MetadataResponseTopic) -> None:
     if obj.topic_authorized_operations != -2147483648:
-        raise UnsupportedVersion("MetadataResponse.MetadataResponseTopic.topic_authorized_operations cannot be sent in this version: only in versions 8+")
+        raise EncodeError("MetadataResponse.MetadataResponseTopic.topic_authorized_operations cannot be sent in this version: only in versions 8+", UNSUPPORTED_VERSION)
     out += _pack_h(obj.error_code)
     v1 = obj.name
     if v1 is None:
@@ -658,7 +658,7 @@ def _dec_MetadataResponse_MetadataResponseTopic_v0(buf: memoryview, pos: int) ->
 # MetadataResponse v0
 def _enc_MetadataResponse_v0(out: bytearray, obj: MetadataResponse) -> None:
     if obj.cluster_authorized_operations != -2147483648:
-        raise UnsupportedVersion("MetadataResponse.cluster_authorized_operations cannot be sent in this version: only in versions 8-10")
+        raise EncodeError("MetadataResponse.cluster_authorized_operations cannot be sent in this version: only in versions 8-10", UNSUPPORTED_VERSION)
     v1 = obj.brokers
     if v1 is None:
         raise EncodeError("MetadataResponse.brokers is not nullable in this version")
@@ -774,7 +774,7 @@ def _dec_MetadataResponse_MetadataResponseBroker_v1(buf: memoryview, pos: int) -
 # MetadataResponse.MetadataResponseTopic v1-4
 def _enc_MetadataResponse_MetadataResponseTopic_v1(out: bytearray, obj: MetadataResponse.MetadataResponseTopic) -> None:
     if obj.topic_authorized_operations != -2147483648:
-        raise UnsupportedVersion("MetadataResponse.MetadataResponseTopic.topic_authorized_operations cannot be sent in this version: only in versions 8+")
+        raise EncodeError("MetadataResponse.MetadataResponseTopic.topic_authorized_operations cannot be sent in this version: only in versions 8+", UNSUPPORTED_VERSION)
     out += _pack_h(obj.error_code)
     v1 = obj.name
     if v1 is None:
@@ -835,7 +835,7 @@ def _dec_MetadataResponse_MetadataResponseTopic_v1(buf: memoryview, pos: int) ->
 # MetadataResponse v1
 def _enc_MetadataResponse_v1(out: bytearray, obj: MetadataResponse) -> None:
     if obj.cluster_authorized_operations != -2147483648:
-        raise UnsupportedVersion("MetadataResponse.cluster_authorized_operations cannot be sent in this version: only in versions 8-10")
+        raise EncodeError("MetadataResponse.cluster_authorized_operations cannot be sent in this version: only in versions 8-10", UNSUPPORTED_VERSION)
     v1 = obj.brokers
     if v1 is None:
         raise EncodeError("MetadataResponse.brokers is not nullable in this version")
@@ -894,7 +894,7 @@ def _dec_MetadataResponse_v1(buf: memoryview, pos: int) -> tuple[MetadataRespons
 # MetadataResponse v2
 def _enc_MetadataResponse_v2(out: bytearray, obj: MetadataResponse) -> None:
     if obj.cluster_authorized_operations != -2147483648:
-        raise UnsupportedVersion("MetadataResponse.cluster_authorized_operations cannot be sent in this version: only in versions 8-10")
+        raise EncodeError("MetadataResponse.cluster_authorized_operations cannot be sent in this version: only in versions 8-10", UNSUPPORTED_VERSION)
     v1 = obj.brokers
     if v1 is None:
         raise EncodeError("MetadataResponse.brokers is not nullable in this version")
@@ -974,7 +974,7 @@ def _dec_MetadataResponse_v2(buf: memoryview, pos: int) -> tuple[MetadataRespons
 # MetadataResponse v3-4
 def _enc_MetadataResponse_v3(out: bytearray, obj: MetadataResponse) -> None:
     if obj.cluster_authorized_operations != -2147483648:
-        raise UnsupportedVersion("MetadataResponse.cluster_authorized_operations cannot be sent in this version: only in versions 8-10")
+        raise EncodeError("MetadataResponse.cluster_authorized_operations cannot be sent in this version: only in versions 8-10", UNSUPPORTED_VERSION)
     out += _pack_i(obj.throttle_time_ms)
     v1 = obj.brokers
     if v1 is None:
@@ -1125,7 +1125,7 @@ def _dec_MetadataResponse_MetadataResponsePartition_v5(buf: memoryview, pos: int
 # MetadataResponse.MetadataResponseTopic v5-6
 def _enc_MetadataResponse_MetadataResponseTopic_v5(out: bytearray, obj: MetadataResponse.MetadataResponseTopic) -> None:
     if obj.topic_authorized_operations != -2147483648:
-        raise UnsupportedVersion("MetadataResponse.MetadataResponseTopic.topic_authorized_operations cannot be sent in this version: only in versions 8+")
+        raise EncodeError("MetadataResponse.MetadataResponseTopic.topic_authorized_operations cannot be sent in this version: only in versions 8+", UNSUPPORTED_VERSION)
     out += _pack_h(obj.error_code)
     v1 = obj.name
     if v1 is None:
@@ -1186,7 +1186,7 @@ def _dec_MetadataResponse_MetadataResponseTopic_v5(buf: memoryview, pos: int) ->
 # MetadataResponse v5-6
 def _enc_MetadataResponse_v5(out: bytearray, obj: MetadataResponse) -> None:
     if obj.cluster_authorized_operations != -2147483648:
-        raise UnsupportedVersion("MetadataResponse.cluster_authorized_operations cannot be sent in this version: only in versions 8-10")
+        raise EncodeError("MetadataResponse.cluster_authorized_operations cannot be sent in this version: only in versions 8-10", UNSUPPORTED_VERSION)
     out += _pack_i(obj.throttle_time_ms)
     v1 = obj.brokers
     if v1 is None:
@@ -1336,7 +1336,7 @@ def _dec_MetadataResponse_MetadataResponsePartition_v7(buf: memoryview, pos: int
 # MetadataResponse.MetadataResponseTopic v7
 def _enc_MetadataResponse_MetadataResponseTopic_v7(out: bytearray, obj: MetadataResponse.MetadataResponseTopic) -> None:
     if obj.topic_authorized_operations != -2147483648:
-        raise UnsupportedVersion("MetadataResponse.MetadataResponseTopic.topic_authorized_operations cannot be sent in this version: only in versions 8+")
+        raise EncodeError("MetadataResponse.MetadataResponseTopic.topic_authorized_operations cannot be sent in this version: only in versions 8+", UNSUPPORTED_VERSION)
     out += _pack_h(obj.error_code)
     v1 = obj.name
     if v1 is None:
@@ -1397,7 +1397,7 @@ def _dec_MetadataResponse_MetadataResponseTopic_v7(buf: memoryview, pos: int) ->
 # MetadataResponse v7
 def _enc_MetadataResponse_v7(out: bytearray, obj: MetadataResponse) -> None:
     if obj.cluster_authorized_operations != -2147483648:
-        raise UnsupportedVersion("MetadataResponse.cluster_authorized_operations cannot be sent in this version: only in versions 8-10")
+        raise EncodeError("MetadataResponse.cluster_authorized_operations cannot be sent in this version: only in versions 8-10", UNSUPPORTED_VERSION)
     out += _pack_i(obj.throttle_time_ms)
     v1 = obj.brokers
     if v1 is None:
@@ -2204,7 +2204,7 @@ def _dec_MetadataResponse_v10(buf: memoryview, pos: int) -> tuple[MetadataRespon
 # MetadataResponse v11
 def _enc_MetadataResponse_v11(out: bytearray, obj: MetadataResponse) -> None:
     if obj.cluster_authorized_operations != -2147483648:
-        raise UnsupportedVersion("MetadataResponse.cluster_authorized_operations cannot be sent in this version: only in versions 8-10")
+        raise EncodeError("MetadataResponse.cluster_authorized_operations cannot be sent in this version: only in versions 8-10", UNSUPPORTED_VERSION)
     out += _pack_i(obj.throttle_time_ms)
     v1 = obj.brokers
     if v1 is None:
@@ -2406,7 +2406,7 @@ def _dec_MetadataResponse_MetadataResponseTopic_v12(buf: memoryview, pos: int) -
 # MetadataResponse v12
 def _enc_MetadataResponse_v12(out: bytearray, obj: MetadataResponse) -> None:
     if obj.cluster_authorized_operations != -2147483648:
-        raise UnsupportedVersion("MetadataResponse.cluster_authorized_operations cannot be sent in this version: only in versions 8-10")
+        raise EncodeError("MetadataResponse.cluster_authorized_operations cannot be sent in this version: only in versions 8-10", UNSUPPORTED_VERSION)
     out += _pack_i(obj.throttle_time_ms)
     v1 = obj.brokers
     if v1 is None:

@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -57,7 +57,7 @@ _unpack_q = Struct(">q").unpack_from
 # OffsetCommitRequest.OffsetCommitRequestPartition v0, v2-5
 def _enc_OffsetCommitRequest_OffsetCommitRequestPartition_v0(out: bytearray, obj: OffsetCommitRequest.OffsetCommitRequestPartition) -> None:
     if obj.commit_timestamp != -1:
-        raise UnsupportedVersion("OffsetCommitRequest.OffsetCommitRequestPartition.commit_timestamp cannot be sent in this version: only in versions 1-1")
+        raise EncodeError("OffsetCommitRequest.OffsetCommitRequestPartition.commit_timestamp cannot be sent in this version: only in versions 1-1", UNSUPPORTED_VERSION)
     out += _pack_iq(obj.partition_index, obj.committed_offset)
     v1 = obj.committed_metadata
     if v1 is None:
@@ -148,7 +148,7 @@ def _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v0(buf: memoryview, pos: i
 # OffsetCommitRequest v0
 def _enc_OffsetCommitRequest_v0(out: bytearray, obj: OffsetCommitRequest) -> None:
     if obj.group_instance_id is not None:
-        raise UnsupportedVersion("OffsetCommitRequest.group_instance_id cannot be sent in this version: only in versions 7+")
+        raise EncodeError("OffsetCommitRequest.group_instance_id cannot be sent in this version: only in versions 7+", UNSUPPORTED_VERSION)
     v1 = obj.group_id
     if v1 is None:
         raise EncodeError("OffsetCommitRequest.group_id is not nullable in this version")
@@ -293,7 +293,7 @@ def _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v1(buf: memoryview, pos: i
 # OffsetCommitRequest v1
 def _enc_OffsetCommitRequest_v1(out: bytearray, obj: OffsetCommitRequest) -> None:
     if obj.group_instance_id is not None:
-        raise UnsupportedVersion("OffsetCommitRequest.group_instance_id cannot be sent in this version: only in versions 7+")
+        raise EncodeError("OffsetCommitRequest.group_instance_id cannot be sent in this version: only in versions 7+", UNSUPPORTED_VERSION)
     v1 = obj.group_id
     if v1 is None:
         raise EncodeError("OffsetCommitRequest.group_id is not nullable in this version")
@@ -371,7 +371,7 @@ def _dec_OffsetCommitRequest_v1(buf: memoryview, pos: int) -> tuple[OffsetCommit
 # OffsetCommitRequest v2-4
 def _enc_OffsetCommitRequest_v2(out: bytearray, obj: OffsetCommitRequest) -> None:
     if obj.group_instance_id is not None:
-        raise UnsupportedVersion("OffsetCommitRequest.group_instance_id cannot be sent in this version: only in versions 7+")
+        raise EncodeError("OffsetCommitRequest.group_instance_id cannot be sent in this version: only in versions 7+", UNSUPPORTED_VERSION)
     v1 = obj.group_id
     if v1 is None:
         raise EncodeError("OffsetCommitRequest.group_id is not nullable in this version")
@@ -451,7 +451,7 @@ def _dec_OffsetCommitRequest_v2(buf: memoryview, pos: int) -> tuple[OffsetCommit
 # OffsetCommitRequest v5
 def _enc_OffsetCommitRequest_v5(out: bytearray, obj: OffsetCommitRequest) -> None:
     if obj.group_instance_id is not None:
-        raise UnsupportedVersion("OffsetCommitRequest.group_instance_id cannot be sent in this version: only in versions 7+")
+        raise EncodeError("OffsetCommitRequest.group_instance_id cannot be sent in this version: only in versions 7+", UNSUPPORTED_VERSION)
     v1 = obj.group_id
     if v1 is None:
         raise EncodeError("OffsetCommitRequest.group_id is not nullable in this version")
@@ -529,7 +529,7 @@ def _dec_OffsetCommitRequest_v5(buf: memoryview, pos: int) -> tuple[OffsetCommit
 # OffsetCommitRequest.OffsetCommitRequestPartition v6-7
 def _enc_OffsetCommitRequest_OffsetCommitRequestPartition_v6(out: bytearray, obj: OffsetCommitRequest.OffsetCommitRequestPartition) -> None:
     if obj.commit_timestamp != -1:
-        raise UnsupportedVersion("OffsetCommitRequest.OffsetCommitRequestPartition.commit_timestamp cannot be sent in this version: only in versions 1-1")
+        raise EncodeError("OffsetCommitRequest.OffsetCommitRequestPartition.commit_timestamp cannot be sent in this version: only in versions 1-1", UNSUPPORTED_VERSION)
     out += _pack_iqi(obj.partition_index, obj.committed_offset, obj.committed_leader_epoch)
     v1 = obj.committed_metadata
     if v1 is None:
@@ -619,7 +619,7 @@ def _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v6(buf: memoryview, pos: i
 # OffsetCommitRequest v6
 def _enc_OffsetCommitRequest_v6(out: bytearray, obj: OffsetCommitRequest) -> None:
     if obj.group_instance_id is not None:
-        raise UnsupportedVersion("OffsetCommitRequest.group_instance_id cannot be sent in this version: only in versions 7+")
+        raise EncodeError("OffsetCommitRequest.group_instance_id cannot be sent in this version: only in versions 7+", UNSUPPORTED_VERSION)
     v1 = obj.group_id
     if v1 is None:
         raise EncodeError("OffsetCommitRequest.group_id is not nullable in this version")
@@ -794,7 +794,7 @@ def _dec_OffsetCommitRequest_v7(buf: memoryview, pos: int) -> tuple[OffsetCommit
 # OffsetCommitRequest.OffsetCommitRequestPartition v8-9
 def _enc_OffsetCommitRequest_OffsetCommitRequestPartition_v8(out: bytearray, obj: OffsetCommitRequest.OffsetCommitRequestPartition) -> None:
     if obj.commit_timestamp != -1:
-        raise UnsupportedVersion("OffsetCommitRequest.OffsetCommitRequestPartition.commit_timestamp cannot be sent in this version: only in versions 1-1")
+        raise EncodeError("OffsetCommitRequest.OffsetCommitRequestPartition.commit_timestamp cannot be sent in this version: only in versions 1-1", UNSUPPORTED_VERSION)
     out += _pack_iqi(obj.partition_index, obj.committed_offset, obj.committed_leader_epoch)
     v1 = obj.committed_metadata
     if v1 is None:

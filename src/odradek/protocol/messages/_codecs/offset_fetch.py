@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -108,9 +108,9 @@ def _dec_OffsetFetchRequest_OffsetFetchRequestTopic_v0(buf: memoryview, pos: int
 # OffsetFetchRequest v0-1
 def _enc_OffsetFetchRequest_v0(out: bytearray, obj: OffsetFetchRequest) -> None:
     if obj.groups != []:
-        raise UnsupportedVersion("OffsetFetchRequest.groups cannot be sent in this version: only in versions 8+")
+        raise EncodeError("OffsetFetchRequest.groups cannot be sent in this version: only in versions 8+", UNSUPPORTED_VERSION)
     if obj.require_stable != False:
-        raise UnsupportedVersion("OffsetFetchRequest.require_stable cannot be sent in this version: only in versions 7+")
+        raise EncodeError("OffsetFetchRequest.require_stable cannot be sent in this version: only in versions 7+", UNSUPPORTED_VERSION)
     v1 = obj.group_id
     if v1 is None:
         raise EncodeError("OffsetFetchRequest.group_id is not nullable in this version")
@@ -165,9 +165,9 @@ def _dec_OffsetFetchRequest_v0(buf: memoryview, pos: int) -> tuple[OffsetFetchRe
 # OffsetFetchRequest v2-5
 def _enc_OffsetFetchRequest_v2(out: bytearray, obj: OffsetFetchRequest) -> None:
     if obj.groups != []:
-        raise UnsupportedVersion("OffsetFetchRequest.groups cannot be sent in this version: only in versions 8+")
+        raise EncodeError("OffsetFetchRequest.groups cannot be sent in this version: only in versions 8+", UNSUPPORTED_VERSION)
     if obj.require_stable != False:
-        raise UnsupportedVersion("OffsetFetchRequest.require_stable cannot be sent in this version: only in versions 7+")
+        raise EncodeError("OffsetFetchRequest.require_stable cannot be sent in this version: only in versions 7+", UNSUPPORTED_VERSION)
     v1 = obj.group_id
     if v1 is None:
         raise EncodeError("OffsetFetchRequest.group_id is not nullable in this version")
@@ -297,9 +297,9 @@ def _dec_OffsetFetchRequest_OffsetFetchRequestTopic_v6(buf: memoryview, pos: int
 # OffsetFetchRequest v6
 def _enc_OffsetFetchRequest_v6(out: bytearray, obj: OffsetFetchRequest) -> None:
     if obj.groups != []:
-        raise UnsupportedVersion("OffsetFetchRequest.groups cannot be sent in this version: only in versions 8+")
+        raise EncodeError("OffsetFetchRequest.groups cannot be sent in this version: only in versions 8+", UNSUPPORTED_VERSION)
     if obj.require_stable != False:
-        raise UnsupportedVersion("OffsetFetchRequest.require_stable cannot be sent in this version: only in versions 7+")
+        raise EncodeError("OffsetFetchRequest.require_stable cannot be sent in this version: only in versions 7+", UNSUPPORTED_VERSION)
     v1 = obj.group_id
     if v1 is None:
         raise EncodeError("OffsetFetchRequest.group_id is not nullable in this version")
@@ -380,7 +380,7 @@ def _dec_OffsetFetchRequest_v6(buf: memoryview, pos: int) -> tuple[OffsetFetchRe
 # OffsetFetchRequest v7
 def _enc_OffsetFetchRequest_v7(out: bytearray, obj: OffsetFetchRequest) -> None:
     if obj.groups != []:
-        raise UnsupportedVersion("OffsetFetchRequest.groups cannot be sent in this version: only in versions 8+")
+        raise EncodeError("OffsetFetchRequest.groups cannot be sent in this version: only in versions 8+", UNSUPPORTED_VERSION)
     v1 = obj.group_id
     if v1 is None:
         raise EncodeError("OffsetFetchRequest.group_id is not nullable in this version")
@@ -615,9 +615,9 @@ def _dec_OffsetFetchRequest_OffsetFetchRequestGroup_v8(buf: memoryview, pos: int
 # OffsetFetchRequest v8
 def _enc_OffsetFetchRequest_v8(out: bytearray, obj: OffsetFetchRequest) -> None:
     if obj.group_id != "":
-        raise UnsupportedVersion("OffsetFetchRequest.group_id cannot be sent in this version: only in versions 0-7")
+        raise EncodeError("OffsetFetchRequest.group_id cannot be sent in this version: only in versions 0-7", UNSUPPORTED_VERSION)
     if obj.topics != []:
-        raise UnsupportedVersion("OffsetFetchRequest.topics cannot be sent in this version: only in versions 0-7")
+        raise EncodeError("OffsetFetchRequest.topics cannot be sent in this version: only in versions 0-7", UNSUPPORTED_VERSION)
     v1 = obj.groups
     if v1 is None:
         raise EncodeError("OffsetFetchRequest.groups is not nullable in this version")
@@ -781,9 +781,9 @@ def _dec_OffsetFetchRequest_OffsetFetchRequestGroup_v9(buf: memoryview, pos: int
 # OffsetFetchRequest v9
 def _enc_OffsetFetchRequest_v9(out: bytearray, obj: OffsetFetchRequest) -> None:
     if obj.group_id != "":
-        raise UnsupportedVersion("OffsetFetchRequest.group_id cannot be sent in this version: only in versions 0-7")
+        raise EncodeError("OffsetFetchRequest.group_id cannot be sent in this version: only in versions 0-7", UNSUPPORTED_VERSION)
     if obj.topics != []:
-        raise UnsupportedVersion("OffsetFetchRequest.topics cannot be sent in this version: only in versions 0-7")
+        raise EncodeError("OffsetFetchRequest.topics cannot be sent in this version: only in versions 0-7", UNSUPPORTED_VERSION)
     v1 = obj.groups
     if v1 is None:
         raise EncodeError("OffsetFetchRequest.groups is not nullable in this version")
@@ -928,7 +928,7 @@ def _dec_OffsetFetchResponse_OffsetFetchResponseTopic_v0(buf: memoryview, pos: i
 # OffsetFetchResponse v0-1
 def _enc_OffsetFetchResponse_v0(out: bytearray, obj: OffsetFetchResponse) -> None:
     if obj.groups != []:
-        raise UnsupportedVersion("OffsetFetchResponse.groups cannot be sent in this version: only in versions 8+")
+        raise EncodeError("OffsetFetchResponse.groups cannot be sent in this version: only in versions 8+", UNSUPPORTED_VERSION)
     v1 = obj.topics
     if v1 is None:
         raise EncodeError("OffsetFetchResponse.topics is not nullable in this version")
@@ -964,7 +964,7 @@ def _dec_OffsetFetchResponse_v0(buf: memoryview, pos: int) -> tuple[OffsetFetchR
 # OffsetFetchResponse v2
 def _enc_OffsetFetchResponse_v2(out: bytearray, obj: OffsetFetchResponse) -> None:
     if obj.groups != []:
-        raise UnsupportedVersion("OffsetFetchResponse.groups cannot be sent in this version: only in versions 8+")
+        raise EncodeError("OffsetFetchResponse.groups cannot be sent in this version: only in versions 8+", UNSUPPORTED_VERSION)
     v1 = obj.topics
     if v1 is None:
         raise EncodeError("OffsetFetchResponse.topics is not nullable in this version")
@@ -1002,7 +1002,7 @@ def _dec_OffsetFetchResponse_v2(buf: memoryview, pos: int) -> tuple[OffsetFetchR
 # OffsetFetchResponse v3-4
 def _enc_OffsetFetchResponse_v3(out: bytearray, obj: OffsetFetchResponse) -> None:
     if obj.groups != []:
-        raise UnsupportedVersion("OffsetFetchResponse.groups cannot be sent in this version: only in versions 8+")
+        raise EncodeError("OffsetFetchResponse.groups cannot be sent in this version: only in versions 8+", UNSUPPORTED_VERSION)
     out += _pack_i(obj.throttle_time_ms)
     v1 = obj.topics
     if v1 is None:
@@ -1132,7 +1132,7 @@ def _dec_OffsetFetchResponse_OffsetFetchResponseTopic_v5(buf: memoryview, pos: i
 # OffsetFetchResponse v5
 def _enc_OffsetFetchResponse_v5(out: bytearray, obj: OffsetFetchResponse) -> None:
     if obj.groups != []:
-        raise UnsupportedVersion("OffsetFetchResponse.groups cannot be sent in this version: only in versions 8+")
+        raise EncodeError("OffsetFetchResponse.groups cannot be sent in this version: only in versions 8+", UNSUPPORTED_VERSION)
     out += _pack_i(obj.throttle_time_ms)
     v1 = obj.topics
     if v1 is None:
@@ -1302,7 +1302,7 @@ def _dec_OffsetFetchResponse_OffsetFetchResponseTopic_v6(buf: memoryview, pos: i
 # OffsetFetchResponse v6-7
 def _enc_OffsetFetchResponse_v6(out: bytearray, obj: OffsetFetchResponse) -> None:
     if obj.groups != []:
-        raise UnsupportedVersion("OffsetFetchResponse.groups cannot be sent in this version: only in versions 8+")
+        raise EncodeError("OffsetFetchResponse.groups cannot be sent in this version: only in versions 8+", UNSUPPORTED_VERSION)
     out += _pack_i(obj.throttle_time_ms)
     v1 = obj.topics
     if v1 is None:
@@ -1566,7 +1566,7 @@ def _dec_OffsetFetchResponse_OffsetFetchResponseGroup_v8(buf: memoryview, pos: i
 # OffsetFetchResponse v8-9
 def _enc_OffsetFetchResponse_v8(out: bytearray, obj: OffsetFetchResponse) -> None:
     if obj.topics != []:
-        raise UnsupportedVersion("OffsetFetchResponse.topics cannot be sent in this version: only in versions 0-7")
+        raise EncodeError("OffsetFetchResponse.topics cannot be sent in this version: only in versions 0-7", UNSUPPORTED_VERSION)
     out += _pack_i(obj.throttle_time_ms)
     v1 = obj.groups
     if v1 is None:

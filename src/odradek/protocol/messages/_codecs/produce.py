@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -146,7 +146,7 @@ def _dec_ProduceRequest_TopicProduceData_v0(buf: memoryview, pos: int) -> tuple[
 # ProduceRequest v0-2
 def _enc_ProduceRequest_v0(out: bytearray, obj: ProduceRequest) -> None:
     if obj.transactional_id is not None:
-        raise UnsupportedVersion("ProduceRequest.transactional_id cannot be sent in this version: only in versions 3+")
+        raise EncodeError("ProduceRequest.transactional_id cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     out += _pack_hi(obj.acks, obj.timeout_ms)
     v1 = obj.topic_data
     if v1 is None:
@@ -451,7 +451,7 @@ def _dec_ProduceRequest_v9(buf: memoryview, pos: int) -> tuple[ProduceRequest, i
 # ProduceResponse.PartitionProduceResponse v0-1
 def _enc_ProduceResponse_PartitionProduceResponse_v0(out: bytearray, obj: ProduceResponse.PartitionProduceResponse) -> None:
     if obj.current_leader != _DEFAULT_ProduceResponse_LeaderIdAndEpoch:
-        raise UnsupportedVersion("ProduceResponse.PartitionProduceResponse.current_leader cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("ProduceResponse.PartitionProduceResponse.current_leader cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     out += _pack_ihq(obj.index, obj.error_code, obj.base_offset)
 
 
@@ -523,7 +523,7 @@ def _dec_ProduceResponse_TopicProduceResponse_v0(buf: memoryview, pos: int) -> t
 # ProduceResponse v0
 def _enc_ProduceResponse_v0(out: bytearray, obj: ProduceResponse) -> None:
     if obj.node_endpoints != []:
-        raise UnsupportedVersion("ProduceResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("ProduceResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     v1 = obj.responses
     if v1 is None:
         raise EncodeError("ProduceResponse.responses is not nullable in this version")
@@ -558,7 +558,7 @@ def _dec_ProduceResponse_v0(buf: memoryview, pos: int) -> tuple[ProduceResponse,
 # ProduceResponse v1
 def _enc_ProduceResponse_v1(out: bytearray, obj: ProduceResponse) -> None:
     if obj.node_endpoints != []:
-        raise UnsupportedVersion("ProduceResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("ProduceResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     v1 = obj.responses
     if v1 is None:
         raise EncodeError("ProduceResponse.responses is not nullable in this version")
@@ -595,7 +595,7 @@ def _dec_ProduceResponse_v1(buf: memoryview, pos: int) -> tuple[ProduceResponse,
 # ProduceResponse.PartitionProduceResponse v2-4
 def _enc_ProduceResponse_PartitionProduceResponse_v2(out: bytearray, obj: ProduceResponse.PartitionProduceResponse) -> None:
     if obj.current_leader != _DEFAULT_ProduceResponse_LeaderIdAndEpoch:
-        raise UnsupportedVersion("ProduceResponse.PartitionProduceResponse.current_leader cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("ProduceResponse.PartitionProduceResponse.current_leader cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     out += _pack_ihqq(obj.index, obj.error_code, obj.base_offset, obj.log_append_time_ms)
 
 
@@ -666,7 +666,7 @@ def _dec_ProduceResponse_TopicProduceResponse_v2(buf: memoryview, pos: int) -> t
 # ProduceResponse v2-4
 def _enc_ProduceResponse_v2(out: bytearray, obj: ProduceResponse) -> None:
     if obj.node_endpoints != []:
-        raise UnsupportedVersion("ProduceResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("ProduceResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     v1 = obj.responses
     if v1 is None:
         raise EncodeError("ProduceResponse.responses is not nullable in this version")
@@ -703,7 +703,7 @@ def _dec_ProduceResponse_v2(buf: memoryview, pos: int) -> tuple[ProduceResponse,
 # ProduceResponse.PartitionProduceResponse v5-7
 def _enc_ProduceResponse_PartitionProduceResponse_v5(out: bytearray, obj: ProduceResponse.PartitionProduceResponse) -> None:
     if obj.current_leader != _DEFAULT_ProduceResponse_LeaderIdAndEpoch:
-        raise UnsupportedVersion("ProduceResponse.PartitionProduceResponse.current_leader cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("ProduceResponse.PartitionProduceResponse.current_leader cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     out += _pack_ihqqq(obj.index, obj.error_code, obj.base_offset, obj.log_append_time_ms, obj.log_start_offset)
 
 
@@ -773,7 +773,7 @@ def _dec_ProduceResponse_TopicProduceResponse_v5(buf: memoryview, pos: int) -> t
 # ProduceResponse v5-7
 def _enc_ProduceResponse_v5(out: bytearray, obj: ProduceResponse) -> None:
     if obj.node_endpoints != []:
-        raise UnsupportedVersion("ProduceResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("ProduceResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     v1 = obj.responses
     if v1 is None:
         raise EncodeError("ProduceResponse.responses is not nullable in this version")
@@ -846,7 +846,7 @@ def _dec_ProduceResponse_BatchIndexAndErrorMessage_v8(buf: memoryview, pos: int)
 # ProduceResponse.PartitionProduceResponse v8
 def _enc_ProduceResponse_PartitionProduceResponse_v8(out: bytearray, obj: ProduceResponse.PartitionProduceResponse) -> None:
     if obj.current_leader != _DEFAULT_ProduceResponse_LeaderIdAndEpoch:
-        raise UnsupportedVersion("ProduceResponse.PartitionProduceResponse.current_leader cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("ProduceResponse.PartitionProduceResponse.current_leader cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     out += _pack_ihqqq(obj.index, obj.error_code, obj.base_offset, obj.log_append_time_ms, obj.log_start_offset)
     v1 = obj.record_errors
     if v1 is None:
@@ -956,7 +956,7 @@ def _dec_ProduceResponse_TopicProduceResponse_v8(buf: memoryview, pos: int) -> t
 # ProduceResponse v8
 def _enc_ProduceResponse_v8(out: bytearray, obj: ProduceResponse) -> None:
     if obj.node_endpoints != []:
-        raise UnsupportedVersion("ProduceResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("ProduceResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     v1 = obj.responses
     if v1 is None:
         raise EncodeError("ProduceResponse.responses is not nullable in this version")
@@ -1045,7 +1045,7 @@ def _dec_ProduceResponse_BatchIndexAndErrorMessage_v9(buf: memoryview, pos: int)
 # ProduceResponse.PartitionProduceResponse v9
 def _enc_ProduceResponse_PartitionProduceResponse_v9(out: bytearray, obj: ProduceResponse.PartitionProduceResponse) -> None:
     if obj.current_leader != _DEFAULT_ProduceResponse_LeaderIdAndEpoch:
-        raise UnsupportedVersion("ProduceResponse.PartitionProduceResponse.current_leader cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("ProduceResponse.PartitionProduceResponse.current_leader cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     out += _pack_ihqqq(obj.index, obj.error_code, obj.base_offset, obj.log_append_time_ms, obj.log_start_offset)
     v1 = obj.record_errors
     if v1 is None:
@@ -1203,7 +1203,7 @@ def _dec_ProduceResponse_TopicProduceResponse_v9(buf: memoryview, pos: int) -> t
 # ProduceResponse v9
 def _enc_ProduceResponse_v9(out: bytearray, obj: ProduceResponse) -> None:
     if obj.node_endpoints != []:
-        raise UnsupportedVersion("ProduceResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("ProduceResponse.node_endpoints cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     v1 = obj.responses
     if v1 is None:
         raise EncodeError("ProduceResponse.responses is not nullable in this version")

@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -94,11 +94,11 @@ def _dec_StopReplicaRequest_StopReplicaPartitionV0_v0(buf: memoryview, pos: int)
 # StopReplicaRequest v0
 def _enc_StopReplicaRequest_v0(out: bytearray, obj: StopReplicaRequest) -> None:
     if obj.is_k_raft_controller != False:
-        raise UnsupportedVersion("StopReplicaRequest.is_k_raft_controller cannot be sent in this version: only in versions 4+")
+        raise EncodeError("StopReplicaRequest.is_k_raft_controller cannot be sent in this version: only in versions 4+", UNSUPPORTED_VERSION)
     if obj.topics != []:
-        raise UnsupportedVersion("StopReplicaRequest.topics cannot be sent in this version: only in versions 1-2")
+        raise EncodeError("StopReplicaRequest.topics cannot be sent in this version: only in versions 1-2", UNSUPPORTED_VERSION)
     if obj.topic_states != []:
-        raise UnsupportedVersion("StopReplicaRequest.topic_states cannot be sent in this version: only in versions 3+")
+        raise EncodeError("StopReplicaRequest.topic_states cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     out += _pack_iio(obj.controller_id, obj.controller_epoch, obj.delete_partitions)
     v1 = obj.ungrouped_partitions
     if v1 is None:
@@ -187,11 +187,11 @@ def _dec_StopReplicaRequest_StopReplicaTopicV1_v1(buf: memoryview, pos: int) -> 
 # StopReplicaRequest v1
 def _enc_StopReplicaRequest_v1(out: bytearray, obj: StopReplicaRequest) -> None:
     if obj.is_k_raft_controller != False:
-        raise UnsupportedVersion("StopReplicaRequest.is_k_raft_controller cannot be sent in this version: only in versions 4+")
+        raise EncodeError("StopReplicaRequest.is_k_raft_controller cannot be sent in this version: only in versions 4+", UNSUPPORTED_VERSION)
     if obj.ungrouped_partitions != []:
-        raise UnsupportedVersion("StopReplicaRequest.ungrouped_partitions cannot be sent in this version: only in versions 0-0")
+        raise EncodeError("StopReplicaRequest.ungrouped_partitions cannot be sent in this version: only in versions 0-0", UNSUPPORTED_VERSION)
     if obj.topic_states != []:
-        raise UnsupportedVersion("StopReplicaRequest.topic_states cannot be sent in this version: only in versions 3+")
+        raise EncodeError("StopReplicaRequest.topic_states cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     out += _pack_iiqo(obj.controller_id, obj.controller_epoch, obj.broker_epoch, obj.delete_partitions)
     v1 = obj.topics
     if v1 is None:
@@ -303,11 +303,11 @@ def _dec_StopReplicaRequest_StopReplicaTopicV1_v2(buf: memoryview, pos: int) -> 
 # StopReplicaRequest v2
 def _enc_StopReplicaRequest_v2(out: bytearray, obj: StopReplicaRequest) -> None:
     if obj.is_k_raft_controller != False:
-        raise UnsupportedVersion("StopReplicaRequest.is_k_raft_controller cannot be sent in this version: only in versions 4+")
+        raise EncodeError("StopReplicaRequest.is_k_raft_controller cannot be sent in this version: only in versions 4+", UNSUPPORTED_VERSION)
     if obj.ungrouped_partitions != []:
-        raise UnsupportedVersion("StopReplicaRequest.ungrouped_partitions cannot be sent in this version: only in versions 0-0")
+        raise EncodeError("StopReplicaRequest.ungrouped_partitions cannot be sent in this version: only in versions 0-0", UNSUPPORTED_VERSION)
     if obj.topic_states != []:
-        raise UnsupportedVersion("StopReplicaRequest.topic_states cannot be sent in this version: only in versions 3+")
+        raise EncodeError("StopReplicaRequest.topic_states cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     out += _pack_iiqo(obj.controller_id, obj.controller_epoch, obj.broker_epoch, obj.delete_partitions)
     v1 = obj.topics
     if v1 is None:
@@ -459,13 +459,13 @@ def _dec_StopReplicaRequest_StopReplicaTopicState_v3(buf: memoryview, pos: int) 
 # StopReplicaRequest v3
 def _enc_StopReplicaRequest_v3(out: bytearray, obj: StopReplicaRequest) -> None:
     if obj.is_k_raft_controller != False:
-        raise UnsupportedVersion("StopReplicaRequest.is_k_raft_controller cannot be sent in this version: only in versions 4+")
+        raise EncodeError("StopReplicaRequest.is_k_raft_controller cannot be sent in this version: only in versions 4+", UNSUPPORTED_VERSION)
     if obj.delete_partitions != False:
-        raise UnsupportedVersion("StopReplicaRequest.delete_partitions cannot be sent in this version: only in versions 0-2")
+        raise EncodeError("StopReplicaRequest.delete_partitions cannot be sent in this version: only in versions 0-2", UNSUPPORTED_VERSION)
     if obj.ungrouped_partitions != []:
-        raise UnsupportedVersion("StopReplicaRequest.ungrouped_partitions cannot be sent in this version: only in versions 0-0")
+        raise EncodeError("StopReplicaRequest.ungrouped_partitions cannot be sent in this version: only in versions 0-0", UNSUPPORTED_VERSION)
     if obj.topics != []:
-        raise UnsupportedVersion("StopReplicaRequest.topics cannot be sent in this version: only in versions 1-2")
+        raise EncodeError("StopReplicaRequest.topics cannot be sent in this version: only in versions 1-2", UNSUPPORTED_VERSION)
     out += _pack_iiq(obj.controller_id, obj.controller_epoch, obj.broker_epoch)
     v1 = obj.topic_states
     if v1 is None:
@@ -521,11 +521,11 @@ def _dec_StopReplicaRequest_v3(buf: memoryview, pos: int) -> tuple[StopReplicaRe
 # StopReplicaRequest v4
 def _enc_StopReplicaRequest_v4(out: bytearray, obj: StopReplicaRequest) -> None:
     if obj.delete_partitions != False:
-        raise UnsupportedVersion("StopReplicaRequest.delete_partitions cannot be sent in this version: only in versions 0-2")
+        raise EncodeError("StopReplicaRequest.delete_partitions cannot be sent in this version: only in versions 0-2", UNSUPPORTED_VERSION)
     if obj.ungrouped_partitions != []:
-        raise UnsupportedVersion("StopReplicaRequest.ungrouped_partitions cannot be sent in this version: only in versions 0-0")
+        raise EncodeError("StopReplicaRequest.ungrouped_partitions cannot be sent in this version: only in versions 0-0", UNSUPPORTED_VERSION)
     if obj.topics != []:
-        raise UnsupportedVersion("StopReplicaRequest.topics cannot be sent in this version: only in versions 1-2")
+        raise EncodeError("StopReplicaRequest.topics cannot be sent in this version: only in versions 1-2", UNSUPPORTED_VERSION)
     out += _pack_ioiq(obj.controller_id, obj.is_k_raft_controller, obj.controller_epoch, obj.broker_epoch)
     v1 = obj.topic_states
     if v1 is None:

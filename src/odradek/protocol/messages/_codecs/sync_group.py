@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -98,7 +98,7 @@ def _dec_SyncGroupRequest_SyncGroupRequestAssignment_v0(buf: memoryview, pos: in
 # SyncGroupRequest v0-2
 def _enc_SyncGroupRequest_v0(out: bytearray, obj: SyncGroupRequest) -> None:
     if obj.group_instance_id is not None:
-        raise UnsupportedVersion("SyncGroupRequest.group_instance_id cannot be sent in this version: only in versions 3+")
+        raise EncodeError("SyncGroupRequest.group_instance_id cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     v1 = obj.group_id
     if v1 is None:
         raise EncodeError("SyncGroupRequest.group_id is not nullable in this version")

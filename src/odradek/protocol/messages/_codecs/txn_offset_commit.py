@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -145,11 +145,11 @@ def _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v0(buf: memoryview, 
 # TxnOffsetCommitRequest v0-1
 def _enc_TxnOffsetCommitRequest_v0(out: bytearray, obj: TxnOffsetCommitRequest) -> None:
     if obj.generation_id != -1:
-        raise UnsupportedVersion("TxnOffsetCommitRequest.generation_id cannot be sent in this version: only in versions 3+")
+        raise EncodeError("TxnOffsetCommitRequest.generation_id cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     if obj.member_id != '':
-        raise UnsupportedVersion("TxnOffsetCommitRequest.member_id cannot be sent in this version: only in versions 3+")
+        raise EncodeError("TxnOffsetCommitRequest.member_id cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     if obj.group_instance_id is not None:
-        raise UnsupportedVersion("TxnOffsetCommitRequest.group_instance_id cannot be sent in this version: only in versions 3+")
+        raise EncodeError("TxnOffsetCommitRequest.group_instance_id cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     v1 = obj.transactional_id
     if v1 is None:
         raise EncodeError("TxnOffsetCommitRequest.transactional_id is not nullable in this version")
@@ -315,11 +315,11 @@ def _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v2(buf: memoryview, 
 # TxnOffsetCommitRequest v2
 def _enc_TxnOffsetCommitRequest_v2(out: bytearray, obj: TxnOffsetCommitRequest) -> None:
     if obj.generation_id != -1:
-        raise UnsupportedVersion("TxnOffsetCommitRequest.generation_id cannot be sent in this version: only in versions 3+")
+        raise EncodeError("TxnOffsetCommitRequest.generation_id cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     if obj.member_id != '':
-        raise UnsupportedVersion("TxnOffsetCommitRequest.member_id cannot be sent in this version: only in versions 3+")
+        raise EncodeError("TxnOffsetCommitRequest.member_id cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     if obj.group_instance_id is not None:
-        raise UnsupportedVersion("TxnOffsetCommitRequest.group_instance_id cannot be sent in this version: only in versions 3+")
+        raise EncodeError("TxnOffsetCommitRequest.group_instance_id cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     v1 = obj.transactional_id
     if v1 is None:
         raise EncodeError("TxnOffsetCommitRequest.transactional_id is not nullable in this version")

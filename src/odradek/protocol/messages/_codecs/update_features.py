@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -55,7 +55,7 @@ _unpack_ih = Struct(">ih").unpack_from
 # UpdateFeaturesRequest.FeatureUpdateKey v0
 def _enc_UpdateFeaturesRequest_FeatureUpdateKey_v0(out: bytearray, obj: UpdateFeaturesRequest.FeatureUpdateKey) -> None:
     if obj.upgrade_type != 1:
-        raise UnsupportedVersion("UpdateFeaturesRequest.FeatureUpdateKey.upgrade_type cannot be sent in this version: only in versions 1+")
+        raise EncodeError("UpdateFeaturesRequest.FeatureUpdateKey.upgrade_type cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
     v1 = obj.feature
     if v1 is None:
         raise EncodeError("UpdateFeaturesRequest.FeatureUpdateKey.feature is not nullable in this version")
@@ -108,7 +108,7 @@ def _dec_UpdateFeaturesRequest_FeatureUpdateKey_v0(buf: memoryview, pos: int) ->
 # UpdateFeaturesRequest v0
 def _enc_UpdateFeaturesRequest_v0(out: bytearray, obj: UpdateFeaturesRequest) -> None:
     if obj.validate_only != False:
-        raise UnsupportedVersion("UpdateFeaturesRequest.validate_only cannot be sent in this version: only in versions 1+")
+        raise EncodeError("UpdateFeaturesRequest.validate_only cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
     out += _pack_i(obj.timeout_ms)
     v1 = obj.feature_updates
     if v1 is None:
@@ -161,7 +161,7 @@ def _dec_UpdateFeaturesRequest_v0(buf: memoryview, pos: int) -> tuple[UpdateFeat
 # UpdateFeaturesRequest.FeatureUpdateKey v1-2
 def _enc_UpdateFeaturesRequest_FeatureUpdateKey_v1(out: bytearray, obj: UpdateFeaturesRequest.FeatureUpdateKey) -> None:
     if obj.allow_downgrade != False:
-        raise UnsupportedVersion("UpdateFeaturesRequest.FeatureUpdateKey.allow_downgrade cannot be sent in this version: only in versions 0-0")
+        raise EncodeError("UpdateFeaturesRequest.FeatureUpdateKey.allow_downgrade cannot be sent in this version: only in versions 0-0", UNSUPPORTED_VERSION)
     v1 = obj.feature
     if v1 is None:
         raise EncodeError("UpdateFeaturesRequest.FeatureUpdateKey.feature is not nullable in this version")

@@ -9,12 +9,12 @@ from odradek.protocol._codec import (  # noqa: F401
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
+    UNSUPPORTED_VERSION,
     ZERO_UUID,
     DecodeError,
     EncodeError,
     Records,
     Struct,
-    UnsupportedVersion,
     new,
     pack_i16,
     pack_i32,
@@ -172,11 +172,11 @@ def _dec_UpdateMetadataRequest_UpdateMetadataBroker_v0(buf: memoryview, pos: int
 # UpdateMetadataRequest v0
 def _enc_UpdateMetadataRequest_v0(out: bytearray, obj: UpdateMetadataRequest) -> None:
     if obj.is_k_raft_controller != False:
-        raise UnsupportedVersion("UpdateMetadataRequest.is_k_raft_controller cannot be sent in this version: only in versions 8+")
+        raise EncodeError("UpdateMetadataRequest.is_k_raft_controller cannot be sent in this version: only in versions 8+", UNSUPPORTED_VERSION)
     if obj.type != 0:
-        raise UnsupportedVersion("UpdateMetadataRequest.type cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("UpdateMetadataRequest.type cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.topic_states != []:
-        raise UnsupportedVersion("UpdateMetadataRequest.topic_states cannot be sent in this version: only in versions 5+")
+        raise EncodeError("UpdateMetadataRequest.topic_states cannot be sent in this version: only in versions 5+", UNSUPPORTED_VERSION)
     out += _pack_ii(obj.controller_id, obj.controller_epoch)
     v1 = obj.ungrouped_partition_states
     if v1 is None:
@@ -311,11 +311,11 @@ def _dec_UpdateMetadataRequest_UpdateMetadataBroker_v1(buf: memoryview, pos: int
 # UpdateMetadataRequest v1
 def _enc_UpdateMetadataRequest_v1(out: bytearray, obj: UpdateMetadataRequest) -> None:
     if obj.is_k_raft_controller != False:
-        raise UnsupportedVersion("UpdateMetadataRequest.is_k_raft_controller cannot be sent in this version: only in versions 8+")
+        raise EncodeError("UpdateMetadataRequest.is_k_raft_controller cannot be sent in this version: only in versions 8+", UNSUPPORTED_VERSION)
     if obj.type != 0:
-        raise UnsupportedVersion("UpdateMetadataRequest.type cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("UpdateMetadataRequest.type cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.topic_states != []:
-        raise UnsupportedVersion("UpdateMetadataRequest.topic_states cannot be sent in this version: only in versions 5+")
+        raise EncodeError("UpdateMetadataRequest.topic_states cannot be sent in this version: only in versions 5+", UNSUPPORTED_VERSION)
     out += _pack_ii(obj.controller_id, obj.controller_epoch)
     v1 = obj.ungrouped_partition_states
     if v1 is None:
@@ -433,11 +433,11 @@ def _dec_UpdateMetadataRequest_UpdateMetadataBroker_v2(buf: memoryview, pos: int
 # UpdateMetadataRequest v2
 def _enc_UpdateMetadataRequest_v2(out: bytearray, obj: UpdateMetadataRequest) -> None:
     if obj.is_k_raft_controller != False:
-        raise UnsupportedVersion("UpdateMetadataRequest.is_k_raft_controller cannot be sent in this version: only in versions 8+")
+        raise EncodeError("UpdateMetadataRequest.is_k_raft_controller cannot be sent in this version: only in versions 8+", UNSUPPORTED_VERSION)
     if obj.type != 0:
-        raise UnsupportedVersion("UpdateMetadataRequest.type cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("UpdateMetadataRequest.type cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.topic_states != []:
-        raise UnsupportedVersion("UpdateMetadataRequest.topic_states cannot be sent in this version: only in versions 5+")
+        raise EncodeError("UpdateMetadataRequest.topic_states cannot be sent in this version: only in versions 5+", UNSUPPORTED_VERSION)
     out += _pack_ii(obj.controller_id, obj.controller_epoch)
     v1 = obj.ungrouped_partition_states
     if v1 is None:
@@ -612,11 +612,11 @@ def _dec_UpdateMetadataRequest_UpdateMetadataBroker_v3(buf: memoryview, pos: int
 # UpdateMetadataRequest v3
 def _enc_UpdateMetadataRequest_v3(out: bytearray, obj: UpdateMetadataRequest) -> None:
     if obj.is_k_raft_controller != False:
-        raise UnsupportedVersion("UpdateMetadataRequest.is_k_raft_controller cannot be sent in this version: only in versions 8+")
+        raise EncodeError("UpdateMetadataRequest.is_k_raft_controller cannot be sent in this version: only in versions 8+", UNSUPPORTED_VERSION)
     if obj.type != 0:
-        raise UnsupportedVersion("UpdateMetadataRequest.type cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("UpdateMetadataRequest.type cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.topic_states != []:
-        raise UnsupportedVersion("UpdateMetadataRequest.topic_states cannot be sent in this version: only in versions 5+")
+        raise EncodeError("UpdateMetadataRequest.topic_states cannot be sent in this version: only in versions 5+", UNSUPPORTED_VERSION)
     out += _pack_ii(obj.controller_id, obj.controller_epoch)
     v1 = obj.ungrouped_partition_states
     if v1 is None:
@@ -767,11 +767,11 @@ def _dec_UpdateMetadataRequest_UpdateMetadataPartitionState_v4(buf: memoryview, 
 # UpdateMetadataRequest v4
 def _enc_UpdateMetadataRequest_v4(out: bytearray, obj: UpdateMetadataRequest) -> None:
     if obj.is_k_raft_controller != False:
-        raise UnsupportedVersion("UpdateMetadataRequest.is_k_raft_controller cannot be sent in this version: only in versions 8+")
+        raise EncodeError("UpdateMetadataRequest.is_k_raft_controller cannot be sent in this version: only in versions 8+", UNSUPPORTED_VERSION)
     if obj.type != 0:
-        raise UnsupportedVersion("UpdateMetadataRequest.type cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("UpdateMetadataRequest.type cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.topic_states != []:
-        raise UnsupportedVersion("UpdateMetadataRequest.topic_states cannot be sent in this version: only in versions 5+")
+        raise EncodeError("UpdateMetadataRequest.topic_states cannot be sent in this version: only in versions 5+", UNSUPPORTED_VERSION)
     out += _pack_ii(obj.controller_id, obj.controller_epoch)
     v1 = obj.ungrouped_partition_states
     if v1 is None:
@@ -955,11 +955,11 @@ def _dec_UpdateMetadataRequest_UpdateMetadataTopicState_v5(buf: memoryview, pos:
 # UpdateMetadataRequest v5
 def _enc_UpdateMetadataRequest_v5(out: bytearray, obj: UpdateMetadataRequest) -> None:
     if obj.is_k_raft_controller != False:
-        raise UnsupportedVersion("UpdateMetadataRequest.is_k_raft_controller cannot be sent in this version: only in versions 8+")
+        raise EncodeError("UpdateMetadataRequest.is_k_raft_controller cannot be sent in this version: only in versions 8+", UNSUPPORTED_VERSION)
     if obj.type != 0:
-        raise UnsupportedVersion("UpdateMetadataRequest.type cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("UpdateMetadataRequest.type cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.ungrouped_partition_states != []:
-        raise UnsupportedVersion("UpdateMetadataRequest.ungrouped_partition_states cannot be sent in this version: only in versions 0-4")
+        raise EncodeError("UpdateMetadataRequest.ungrouped_partition_states cannot be sent in this version: only in versions 0-4", UNSUPPORTED_VERSION)
     out += _pack_iiq(obj.controller_id, obj.controller_epoch, obj.broker_epoch)
     v1 = obj.topic_states
     if v1 is None:
@@ -1361,11 +1361,11 @@ def _dec_UpdateMetadataRequest_UpdateMetadataBroker_v6(buf: memoryview, pos: int
 # UpdateMetadataRequest v6
 def _enc_UpdateMetadataRequest_v6(out: bytearray, obj: UpdateMetadataRequest) -> None:
     if obj.is_k_raft_controller != False:
-        raise UnsupportedVersion("UpdateMetadataRequest.is_k_raft_controller cannot be sent in this version: only in versions 8+")
+        raise EncodeError("UpdateMetadataRequest.is_k_raft_controller cannot be sent in this version: only in versions 8+", UNSUPPORTED_VERSION)
     if obj.type != 0:
-        raise UnsupportedVersion("UpdateMetadataRequest.type cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("UpdateMetadataRequest.type cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.ungrouped_partition_states != []:
-        raise UnsupportedVersion("UpdateMetadataRequest.ungrouped_partition_states cannot be sent in this version: only in versions 0-4")
+        raise EncodeError("UpdateMetadataRequest.ungrouped_partition_states cannot be sent in this version: only in versions 0-4", UNSUPPORTED_VERSION)
     out += _pack_iiq(obj.controller_id, obj.controller_epoch, obj.broker_epoch)
     v1 = obj.topic_states
     if v1 is None:
@@ -1525,11 +1525,11 @@ def _dec_UpdateMetadataRequest_UpdateMetadataTopicState_v7(buf: memoryview, pos:
 # UpdateMetadataRequest v7
 def _enc_UpdateMetadataRequest_v7(out: bytearray, obj: UpdateMetadataRequest) -> None:
     if obj.is_k_raft_controller != False:
-        raise UnsupportedVersion("UpdateMetadataRequest.is_k_raft_controller cannot be sent in this version: only in versions 8+")
+        raise EncodeError("UpdateMetadataRequest.is_k_raft_controller cannot be sent in this version: only in versions 8+", UNSUPPORTED_VERSION)
     if obj.type != 0:
-        raise UnsupportedVersion("UpdateMetadataRequest.type cannot be sent in this version: a tagged field, only in flexible versions")
+        raise EncodeError("UpdateMetadataRequest.type cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.ungrouped_partition_states != []:
-        raise UnsupportedVersion("UpdateMetadataRequest.ungrouped_partition_states cannot be sent in this version: only in versions 0-4")
+        raise EncodeError("UpdateMetadataRequest.ungrouped_partition_states cannot be sent in this version: only in versions 0-4", UNSUPPORTED_VERSION)
     out += _pack_iiq(obj.controller_id, obj.controller_epoch, obj.broker_epoch)
     v1 = obj.topic_states
     if v1 is None:
@@ -1612,7 +1612,7 @@ def _dec_UpdateMetadataRequest_v7(buf: memoryview, pos: int) -> tuple[UpdateMeta
 # UpdateMetadataRequest v8
 def _enc_UpdateMetadataRequest_v8(out: bytearray, obj: UpdateMetadataRequest) -> None:
     if obj.ungrouped_partition_states != []:
-        raise UnsupportedVersion("UpdateMetadataRequest.ungrouped_partition_states cannot be sent in this version: only in versions 0-4")
+        raise EncodeError("UpdateMetadataRequest.ungrouped_partition_states cannot be sent in this version: only in versions 0-4", UNSUPPORTED_VERSION)
     out += _pack_ioiq(obj.controller_id, obj.is_k_raft_controller, obj.controller_epoch, obj.broker_epoch)
     v1 = obj.topic_states
     if v1 is None:
