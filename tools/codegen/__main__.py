@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.codegen.codecs import CodecModule
+from tools.codegen.inspection import table_text
 from tools.codegen.model import (
     PRIMITIVES,
     MessageDef,
@@ -225,6 +226,7 @@ def generate(def_dirs: list[Path]) -> dict[str, str]:
         files[f"{CODECS}/{name}.py"] = CodecModule(name, codec_doc, messages).text(HEADER, name)
 
     registry = []
+    files["_inspection.py"] = table_text(HEADER, message_defs([requests[key] for key in sorted(requests)]))
     for key in sorted(requests):
         req, resp = requests[key], responses[key]
         api = req["name"][: -len("Request")]

@@ -42,11 +42,13 @@ from odradek.protocol import (
     Message,
     ProtocolError,
     RequestReceived,
+    RequestTooLarge,
     SaslTokenReceived,
     ServerConnection,
+    TopicLimit,
     UnsupportedVersion,
 )
-from odradek.protocol._api import request_header_version, response_header_version
+from odradek.protocol._api import response_header_version
 from odradek.protocol.connection import FrameBuffers, frame
 from odradek.protocol.messages import RequestHeader, response_class
 from odradek.protocol.messages.api_versions import ApiVersionsResponse
@@ -77,6 +79,7 @@ _SMALL_RESPONSE = 16 * 1024
 # buffered way
 _SENDFILE_MIN = 128 * 1024
 _EAGAIN = (BlockingIOError, InterruptedError)
+_i32 = struct.Struct(">i")
 _CORK = getattr(socket, "TCP_CORK", None)  # Linux
 # page-aligned response buffers a connection keeps for reuse (a fresh one is zero-filled and
 # page-faulted in by the kernel, which costs as much as reading the records into it)
@@ -132,7 +135,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.max_queued = max_queued
         self.conn = ServerConnection(
             max_frame_size=services.config.get("socket.request.max.bytes"),
-            check=partial(check_request_size, int(services.config.get("request.max.topics"))),
+            check=TopicLimit(int(services.config.get("request.max.topics"))),
             receive_size=_RECV_BUFFER,
             large=_LARGE_FRAME,
             buffers=_FRAME_BUFFERS,
@@ -839,83 +842,6 @@ def _charge_for(ev: RequestReceived) -> _Charge | None:
     if api in _EXEMPT_APIS:
         return None
     return _Charge(0, False)
-
-
-class RequestTooLarge(ProtocolError):
-    """A request refused before it is decoded: it names more topics than ``request.max.topics``."""
-
-
-_i16 = struct.Struct(">h")
-_i32 = struct.Struct(">i")
-
-# the APIs whose requests start with an array of topics (after these many fixed bytes in the
-# versions from the given one on): (first version, bytes before the array) in descending order
-_TOPIC_ARRAY_AT: dict[int, tuple[tuple[int, int], ...]] = {
-    ApiKey.METADATA: ((0, 0),),
-    ApiKey.CREATE_TOPICS: ((0, 0),),
-    ApiKey.DELETE_TOPICS: ((0, 0),),
-    ApiKey.DELETE_RECORDS: ((0, 0),),
-    ApiKey.LIST_OFFSETS: ((2, 5), (0, 4)),  # replica_id, then isolation_level from v2
-}
-
-
-def _uvarint(buf: bytearray | memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            raise ValueError("varint too long")
-
-
-def request_topic_count(payload: bytearray | memoryview) -> int | None:
-    """The length of the topic array a request starts with (Metadata, CreateTopics, DeleteTopics,
-    DeleteRecords, ListOffsets), read from the raw frame without decoding it; None for other
-    requests, a null array, or bytes that do not parse (the decoder then reports them)."""
-    try:
-        api_key, version = struct.unpack_from(">hh", payload, 0)
-        offsets = _TOPIC_ARRAY_AT.get(api_key)
-        if offsets is None:
-            return None
-        skip = next((n for first, n in offsets if version >= first), None)
-        if skip is None:
-            return None
-        header_version = request_header_version(api_key, version)
-        pos = 8
-        if header_version >= 1:
-            (n,) = _i16.unpack_from(payload, pos)
-            pos += 2 + max(n, 0)
-        if header_version >= 2:
-            tags, pos = _uvarint(payload, pos)
-            for _ in range(min(tags, 64)):
-                _tag, pos = _uvarint(payload, pos)
-                size, pos = _uvarint(payload, pos)
-                pos += size
-        pos += skip
-        if header_version >= 2:  # a flexible version: a compact array, length + 1 (0 is null)
-            n, pos = _uvarint(payload, pos)
-            return n - 1 if n > 0 else None
-        (n,) = _i32.unpack_from(payload, pos)
-        return n if n >= 0 else None
-    except (struct.error, IndexError, ValueError, KeyError):
-        return None
-
-
-def check_request_size(max_topics: int, payload: bytearray | memoryview) -> None:
-    """Refuse, before decoding it, a request naming more than ``max_topics`` topics: decoding
-    and answering millions of names would hold the event loop (and memory) for seconds.  No
-    answer can carry the refusal (Metadata has no top-level error code): the connection closes."""
-    n = request_topic_count(payload)
-    if n is not None and n > max_topics:
-        api_key, version = struct.unpack_from(">hh", payload, 0)
-        raise RequestTooLarge(
-            f"{ApiKey(api_key).name} v{version} request names {n} topics, more than "
-            f"request.max.topics={max_topics} ({len(payload)} bytes, not decoded)"
-        )
 
 
 class _Resumed:

@@ -7,6 +7,7 @@ This package never touches a socket (in the style of h11): bytes in, typed messa
 * :mod:`odradek.protocol.connection` adds framing and per-connection state
   (:class:`ServerConnection`, :class:`ClientConnection`), which moves to
   :attr:`ConnectionState.ERROR` on any exception.
+* :mod:`odradek.protocol.inspection` reads a request's topic count before decoding it.
 * Errors are :class:`LocalProtocolError` (we tried something the protocol forbids) or
   :class:`RemoteProtocolError` (the peer did), each with the Kafka error code to answer with.
 * :mod:`odradek.protocol.messages` holds one generated class per message (``ProduceRequest``,
@@ -46,6 +47,7 @@ from odradek.protocol.errors import (
     UnknownApiKey,
     UnsupportedVersion,
 )
+from odradek.protocol.inspection import RequestTooLarge, TopicLimit, request_topic_count
 from odradek.protocol.messages import ApiKey, RequestHeader, ResponseHeader, request_class, response_class
 
 __all__ = [
@@ -67,11 +69,13 @@ __all__ = [
     "RemoteProtocolError",
     "RequestHeader",
     "RequestReceived",
+    "RequestTooLarge",
     "ResponseHeader",
     "ResponseReceived",
     "SaslTokenReceived",
     "ServerConnection",
     "Struct",
+    "TopicLimit",
     "UnknownApiKey",
     "UnsupportedVersion",
     "decode_request",
@@ -80,6 +84,7 @@ __all__ = [
     "encode_response",
     "request_class",
     "request_header_version",
+    "request_topic_count",
     "response_class",
     "response_header_version",
 ]
