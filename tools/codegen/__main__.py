@@ -221,9 +221,10 @@ def generate(def_dirs: list[Path]) -> dict[str, str]:
 
     files: dict[str, str] = {}
 
-    def module(name: str, messages: list[MessageDef], doc: str, codec_doc: str) -> None:
+    def module(name: str, messages: list[MessageDef], doc: str, codec_doc: str, api: bool = False) -> None:
         files[f"{name}.py"] = module_text(messages, doc)
-        files[f"{CODECS}/{name}.py"] = CodecModule(name, codec_doc, messages).text(HEADER, name)
+        pair = (messages[0], messages[1]) if api else None
+        files[f"{CODECS}/{name}.py"] = CodecModule(name, codec_doc, messages, pair).text(HEADER, name)
 
     registry = []
     files["_inspection.py"] = table_text(HEADER, message_defs([requests[key] for key in sorted(requests)]))
@@ -231,7 +232,10 @@ def generate(def_dirs: list[Path]) -> dict[str, str]:
         req, resp = requests[key], responses[key]
         api = req["name"][: -len("Request")]
         mod = snake(api).rstrip("_")
-        module(mod, message_defs([req, resp]), f"API key {key}: {api}.", f"Codecs of API key {key}: {api}.")
+        module(
+            mod, message_defs([req, resp]), f"API key {key}: {api}.",
+            f"Codecs of API key {key}: {api}, and the answer to a {api} request that failed.", api=True,
+        )
         registry.append((key, api, mod, req["name"], resp["name"], parse_versions(req["validVersions"])))
     module(
         "headers", message_defs(sorted(headers, key=lambda s: s["name"])), "Request and response headers.",

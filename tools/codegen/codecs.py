@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tools.codegen.error_responses import ErrorResponses
 from tools.codegen.model import (
     PRIMITIVES,
     FieldDef,
@@ -97,10 +98,13 @@ class _Unit:
 class CodecModule:
     """The codec module for the messages of one generated module."""
 
-    def __init__(self, module: str, doc: str, messages: list[MessageDef]) -> None:
+    def __init__(
+        self, module: str, doc: str, messages: list[MessageDef], api: tuple[MessageDef, MessageDef] | None = None
+    ) -> None:
         self.module = module
         self.doc = doc
         self.messages = messages
+        self.api = api  # (request, response): the module also builds the request's error answer
         self.plans: dict[tuple[str, int, bool], Plan] = {}
         self.by_text: dict[tuple[str, str], str] = {}  # (kind, text) -> function name
         self.functions: dict[str, str] = {}  # name -> text, in emission order
@@ -635,6 +639,11 @@ class CodecModule:
             out += ["", "", f"# {_serves_text(served)}", text]
         for s in all_structs:
             out += ["", "", self.builder(s)]
+        if self.api is not None:
+            request, response = self.api
+            alias = {s.qual: self.alias(s) for s in all_structs}
+            out += ["", "", ErrorResponses(request, response, alias).function()]
+            tables.append(f"{request.name}._error_response_ = _error_{request.name}")
         out += ["", ""]
         for const, ident in sorted(self.default_consts.items()):
             out.append(f"{const} = _build_{ident}()  # compared with, never handed out")

@@ -47,10 +47,11 @@ from odradek.protocol import (
     ServerConnection,
     TopicLimit,
     UnsupportedVersion,
+    error_response,
 )
 from odradek.protocol._api import response_header_version
 from odradek.protocol.connection import FrameBuffers, frame
-from odradek.protocol.messages import RequestHeader, response_class
+from odradek.protocol.messages import RequestHeader
 from odradek.protocol.messages.api_versions import ApiVersionsResponse
 from odradek.storage.segment import FileRegion
 
@@ -402,7 +403,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if exc is None:
                 parts = self._response_parts(waiting.header, response)
             elif isinstance(exc, Exception):
-                parts = self._failed(waiting.header, exc)
+                parts = self._failed(waiting.header, waiting.request, exc)
             else:
                 raise exc
             if not self._respond_parts(parts):
@@ -631,14 +632,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
             try:
                 result = entry.handler(ctx, ev.message)
             except Exception as exc:
-                return self._failed(header, exc)
+                return self._failed(header, ev.message, exc)
             if self.session.raw_tokens:  # a SaslHandshake v0 succeeded: tokens come unframed now
                 self.session.raw_tokens = False
                 self.conn.raw_tokens = True
             if result is None or isinstance(result, Message):
                 return self._response_parts(header, result)
             if isinstance(result, Deferred):
-                return self._waits(_Waiting(header, None, result))
+                return self._waits(_Waiting(header, ev.message, None, result))
             coro = result  # the handler must wait: its coroutine goes on below
         else:
             coro = entry.handler(ctx, ev.message)
@@ -649,8 +650,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except StopIteration as stop:
             return self._response_parts(header, stop.value)
         except Exception as exc:
-            return self._failed(header, exc)
-        return self._waits(_Waiting(header, _Resumed(coro, first)))
+            return self._failed(header, ev.message, exc)
+        return self._waits(_Waiting(header, ev.message, _Resumed(coro, first)))
 
     def _waits(self, waiting: _Waiting) -> _Waiting:
         """A handler waits: the time it held the event loop so far is what it costs (request
@@ -669,19 +670,20 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 assert waiting.rest is not None
                 response = await waiting.rest
         except Exception as exc:
-            return self._failed(waiting.header, exc)
+            return self._failed(waiting.header, waiting.request, exc)
         return self._response_parts(waiting.header, response)
 
-    def _failed(self, header: RequestHeader, exc: Exception) -> list[Any] | None:
+    def _failed(self, header: RequestHeader, request: Message, exc: Exception) -> list[Any] | None:
+        """The answer to a request whose handler raised: Kafka's error answer built from the
+        request (every topic, partition, resource or group it named, with the error code; the
+        top-level error code where the response has one).  ``None`` (close) only where Kafka
+        sends no answer: a Produce request with acks=0."""
         if not isinstance(exc, KafkaError) and is_io_error(exc):
             # an I/O error no handler translated: the log dirs' failure channel logs it (once)
             # and the request gets KAFKA_STORAGE_ERROR, not a traceback per request
             exc = self.services.replicas.log_dirs.fail(None, exc, f"handling {ApiKey(header.api_key).name}")
         if isinstance(exc, KafkaError):
-            response = _error_response(header, exc.code)
-            if response is None:
-                log.info("closing connection from %s: %s", self.peer, exc)
-                return None
+            code, message = exc.code, exc.message or None
         else:
             log.error(
                 "error handling %s v%s from %s",
@@ -690,9 +692,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.peer,
                 exc_info=exc,
             )
-            response = _error_response(header, ErrorCode.UNKNOWN_SERVER_ERROR)
-            if response is None:
-                return None
+            code, message = ErrorCode.UNKNOWN_SERVER_ERROR, None
+        response = error_response(header, request, code, message)
+        if response is None:
+            log.info("closing connection from %s: %s", self.peer, exc)
+            return None
         return self._response_parts(header, response)
 
     def _response_parts(self, header: RequestHeader, response: Any) -> list[Any]:
@@ -879,10 +883,13 @@ class _Resumed:
 class _Waiting:
     """A request whose handler waits: for the rest of its coroutine, or for its Deferred."""
 
-    __slots__ = ("deferred", "header", "rest")
+    __slots__ = ("deferred", "header", "request", "rest")
 
-    def __init__(self, header: RequestHeader, rest: _Resumed | None, deferred: Deferred | None = None) -> None:
+    def __init__(
+        self, header: RequestHeader, request: Message, rest: _Resumed | None, deferred: Deferred | None = None
+    ) -> None:
         self.header = header
+        self.request = request  # for the error answer, should the handler raise
         self.rest = rest
         self.deferred = deferred
 
@@ -912,14 +919,3 @@ def _api_name(api_key: int) -> str:
         return ApiKey(api_key).name
     except ValueError:
         return f"API {api_key}"
-
-
-def _error_response(header: RequestHeader, code: ErrorCode) -> Any:
-    """A response carrying ``code`` in its top-level error field, if the API has one."""
-    cls = response_class(header.api_key)
-    attrs = {f.attr for f in cls._fields_ if f.versions is not None and f.versions[0] <= header.api_version <= f.versions[1]}
-    if "error_code" not in attrs:
-        return None
-    resp = cls()
-    resp.error_code = int(code)  # type: ignore[attr-defined]
-    return resp

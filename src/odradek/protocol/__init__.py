@@ -7,7 +7,9 @@ This package never touches a socket (in the style of h11): bytes in, typed messa
 * :mod:`odradek.protocol.connection` adds framing and per-connection state
   (:class:`ServerConnection`, :class:`ClientConnection`), which moves to
   :attr:`ConnectionState.ERROR` on any exception.
-* :mod:`odradek.protocol.inspection` reads a request's topic count before decoding it.
+* :mod:`odradek.protocol.inspection` reads a request's topic count before decoding it, and
+  :func:`error_response` builds the answer Kafka gives to a request that failed (every topic,
+  partition, resource or group it named, with the error code).
 * Errors are :class:`LocalProtocolError` (we tried something the protocol forbids) or
   :class:`RemoteProtocolError` (the peer did), each with the Kafka error code to answer with.
 * :mod:`odradek.protocol.messages` holds one generated class per message (``ProduceRequest``,
@@ -35,6 +37,7 @@ from odradek.protocol.connection import (
     SaslTokenReceived,
     ServerConnection,
 )
+from odradek.protocol.error_responses import error_response
 from odradek.protocol.errors import (
     CorrelationIdMismatch,
     DecodeError,
@@ -82,6 +85,7 @@ __all__ = [
     "decode_response",
     "encode_request",
     "encode_response",
+    "error_response",
     "request_class",
     "request_header_version",
     "request_topic_count",

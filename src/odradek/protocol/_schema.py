@@ -369,6 +369,8 @@ class Message(Data):
 
     API_KEY: ClassVar[int] = -1
     TYPE: ClassVar[str] = ""
+    #: a request's error answer (see odradek.protocol.error_responses); installed by the codec module
+    _error_response_: ClassVar[Callable[[Any, int, int, str | None], Message | None]]
 
 
 def field_names(cls: type[Struct]) -> Sequence[str]:
