@@ -25,18 +25,25 @@ Cases (CPU ns per call, the best of the timed loops):
   partitions with 3 replicas).
 * ``import_ms``: ``python -X importtime -c "import odradek.protocol"``, the cumulative time of
   ``odradek.protocol`` (median of 7 fresh interpreters); ``import_all_messages_ms``: the wall
-  time of importing every request and response module (what a broker loads at start-up).
+  time of importing every request and response module (what a broker loads at start-up);
+  ``first_fetch_ms``: the first decode of a Fetch request and encode of its answer in a fresh
+  interpreter (loading, or building, that API's codec).  With byte-code cached (as an installed
+  package, or a checkout after ``scripts/test.sh``'s compileall) and, ``*_nopyc``, compiled from
+  source (a checkout run with PYTHONDONTWRITEBYTECODE).
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -217,18 +224,48 @@ def cases() -> dict[str, Callable[[], object]]:
     return out
 
 
-def import_ms(statement: str, module: str, runs: int = 7) -> float:
+def _python(statement: str, tree: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    """Run ``statement`` in a fresh interpreter importing ``odradek`` from ``tree``."""
+    env = {**os.environ, "PYTHONPATH": tree, "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("PYTHONPYCACHEPREFIX", None)
+    return subprocess.run([sys.executable, *flags, "-c", statement], env=env, capture_output=True, text=True, check=True)
+
+
+def import_ms(statement: str, module: str, tree: str, runs: int = 7) -> float:
     """Median over fresh interpreters of ``module``'s cumulative import time (ms)."""
     times = []
     for _ in range(runs):
-        r = subprocess.run(
-            [sys.executable, "-X", "importtime", "-c", statement], capture_output=True, text=True, check=True
-        )
+        r = _python(statement, tree, "-X", "importtime")
         for line in r.stderr.splitlines():
             m = re.match(r"import time:\s+\d+ \|\s+(\d+) \|\s*(\S+)$", line)
             if m and m.group(2) == module:
                 times.append(int(m.group(1)) / 1000)
     return round(statistics.median(times), 2)
+
+
+def wall_ms(statement: str, tree: str, runs: int = 7) -> float:
+    """Median over fresh interpreters of the wall time of ``statement`` (ms)."""
+    timed = f"import time; t0 = time.perf_counter(); {statement}; print((time.perf_counter() - t0) * 1000)"
+    return round(statistics.median(float(_python(timed, tree).stdout) for _ in range(runs)), 2)
+
+
+def first_use_ms(tree: str, runs: int = 7) -> float:
+    """Median over fresh interpreters of the first decode of a consumer's Fetch v12 request and
+    encode of its answer, the protocol package already imported (ms): what the first request of
+    an API costs a broker (loading the codec, or building it)."""
+    from odradek.protocol import RequestHeader, encode_request
+    from odradek.protocol.messages.fetch import FetchRequest as F
+
+    h = RequestHeader(api_key=1, api_version=12, correlation_id=1, client_id="c")
+    data = encode_request(h, F(topics=[F.FetchTopic(topic="t", partitions=[F.FetchPartition()])]))
+    statement = (
+        "import time; from odradek.protocol import decode_request, encode_response; "
+        "from odradek.protocol.messages.fetch import FetchResponse; "
+        f"data = bytes.fromhex('{data.hex()}'); t0 = time.perf_counter(); "
+        "header, _ = decode_request(data); encode_response(header, FetchResponse()); "
+        "print((time.perf_counter() - t0) * 1000)"
+    )
+    return round(statistics.median(float(_python(statement, tree).stdout) for _ in range(runs)), 2)
 
 
 ALL_MESSAGES = (
@@ -238,17 +275,27 @@ ALL_MESSAGES = (
 
 
 def imports() -> dict[str, float]:
-    result = {"import_ms": import_ms("import odradek.protocol", "odradek.protocol")}
-    # every message module (what a broker imports at start-up), wall time in a fresh interpreter
-    t = []
-    for _ in range(7):
-        r = subprocess.run(
-            [sys.executable, "-c", f"import time; t0 = time.perf_counter(); {ALL_MESSAGES}; "
-             "print((time.perf_counter() - t0) * 1000)"],
-            capture_output=True, text=True, check=True,
-        )
-        t.append(float(r.stdout))
-    result["import_all_messages_ms"] = round(statistics.median(t), 2)
+    """Import and first-use times, with byte-code compiled beforehand (as an installed package
+    has it, or a checkout after ``scripts/test.sh``'s compileall) and compiled from source at
+    import (``_nopyc``: a checkout run with PYTHONDONTWRITEBYTECODE), each in a copy of the tree."""
+    import odradek
+
+    source = Path(odradek.__path__[0])
+    trees = {}
+    for label in ("", "_nopyc"):  # copies of this tree's odradek, with and without byte-code
+        tree = tempfile.mkdtemp(prefix="bench-tree-")
+        shutil.copytree(source, Path(tree) / "odradek", ignore=shutil.ignore_patterns("__pycache__"))
+        trees[label] = tree
+    compileall.compile_dir(str(Path(trees[""]) / "odradek"), quiet=1)
+    result: dict[str, float] = {}
+    try:
+        for label, tree in trees.items():
+            result["import_ms" + label] = import_ms("import odradek.protocol", "odradek.protocol", tree)
+            result["import_all_messages_ms" + label] = wall_ms(ALL_MESSAGES, tree)
+            result["first_fetch_ms" + label] = first_use_ms(tree)
+    finally:
+        for tree in trees.values():
+            shutil.rmtree(tree, ignore_errors=True)
     return result
 
 
