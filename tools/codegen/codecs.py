@@ -354,7 +354,10 @@ class CodecModule:
             return lines
         if not array:  # bytes, records
             # bytes and bytearrays here; memoryviews and file regions (records) by a helper
-            lines.append(f"{ind}elif type({v}) is bytes or type({v}) is bytearray:")
+            if base == "records":
+                lines.append(f"{ind}elif type({v}) is bytes or type({v}) is bytearray:")
+            else:  # typed bytes (a bytearray is welcome too)
+                lines.append(f"{ind}elif type({v}) in BYTES_TYPES:")
             lines.append(f"{ind}    {n} = len({v})")
             lines += _len_enc(flexible, True, n, out, ind + "    ", two_bytes=True)
             lines.append(f"{ind}    {out} += {v}")
@@ -599,6 +602,7 @@ class CodecModule:
             "import uuid  # noqa: F401",
             "",
             "from odradek.protocol._codec import (  # noqa: F401",
+            "    BYTES_TYPES,",
             "    DEFAULT,",
             "    MINUS_ONE_I16,",
             "    MINUS_ONE_I32,",

@@ -21,6 +21,7 @@ from odradek.protocol._schema import DEFAULT, ZERO_UUID, Holes, Records
 from odradek.protocol.errors import DecodeError, EncodeError
 
 __all__ = [
+    "BYTES_TYPES",
     "DEFAULT",
     "MINUS_ONE_I16",
     "MINUS_ONE_I32",
@@ -68,6 +69,8 @@ unpack_i32 = _i32.unpack_from
 spack = struct.pack
 sunpack = struct.unpack_from
 UNSUPPORTED_VERSION = ErrorCode.UNSUPPORTED_VERSION
+#: the values of a ``bytes`` field written as they are (others by put_bytes)
+BYTES_TYPES = (bytes, bytearray)
 #: a null length or count (-1) in non-flexible versions
 MINUS_ONE_I16 = b"\xff\xff"
 MINUS_ONE_I32 = b"\xff\xff\xff\xff"

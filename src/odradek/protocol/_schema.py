@@ -233,7 +233,7 @@ class Struct:
     def builder(cls) -> Callable[..., Any]:
         """A function that builds an instance the way the class's constructor does (the same
         keyword arguments and defaults) without the cost of calling a class: for hot paths."""
-        build = cls.__dict__.get("_builder_")
+        build: Callable[..., Any] | None = cls.__dict__.get("_builder_")
         if build is None:
             _load_codecs(cls)
             build = cls.__dict__["_builder_"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
+    BYTES_TYPES,
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
@@ -118,7 +119,7 @@ def _enc_AlterUserScramCredentialsRequest_ScramCredentialUpsertion_v0(out: bytea
     v2 = obj.salt
     if v2 is None:
         raise EncodeError("AlterUserScramCredentialsRequest.ScramCredentialUpsertion.salt is not nullable in this version")
-    elif type(v2) is bytes or type(v2) is bytearray:
+    elif type(v2) in BYTES_TYPES:
         n2 = len(v2)
         if n2 < 0x7F:
             out.append(n2 + 1)
@@ -133,7 +134,7 @@ def _enc_AlterUserScramCredentialsRequest_ScramCredentialUpsertion_v0(out: bytea
     v3 = obj.salted_password
     if v3 is None:
         raise EncodeError("AlterUserScramCredentialsRequest.ScramCredentialUpsertion.salted_password is not nullable in this version")
-    elif type(v3) is bytes or type(v3) is bytearray:
+    elif type(v3) in BYTES_TYPES:
         n3 = len(v3)
         if n3 < 0x7F:
             out.append(n3 + 1)

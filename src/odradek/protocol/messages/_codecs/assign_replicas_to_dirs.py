@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
+    BYTES_TYPES,
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
+    BYTES_TYPES,
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
@@ -182,7 +183,7 @@ def _enc_GroupMetadataValue_MemberMetadata_v0(out: bytearray, obj: GroupMetadata
     v4 = obj.subscription
     if v4 is None:
         raise EncodeError("GroupMetadataValue.MemberMetadata.subscription is not nullable in this version")
-    elif type(v4) is bytes or type(v4) is bytearray:
+    elif type(v4) in BYTES_TYPES:
         n4 = len(v4)
         out += pack_i32(n4)
         out += v4
@@ -191,7 +192,7 @@ def _enc_GroupMetadataValue_MemberMetadata_v0(out: bytearray, obj: GroupMetadata
     v5 = obj.assignment
     if v5 is None:
         raise EncodeError("GroupMetadataValue.MemberMetadata.assignment is not nullable in this version")
-    elif type(v5) is bytes or type(v5) is bytearray:
+    elif type(v5) in BYTES_TYPES:
         n5 = len(v5)
         out += pack_i32(n5)
         out += v5
@@ -395,7 +396,7 @@ def _enc_GroupMetadataValue_MemberMetadata_v1(out: bytearray, obj: GroupMetadata
     v4 = obj.subscription
     if v4 is None:
         raise EncodeError("GroupMetadataValue.MemberMetadata.subscription is not nullable in this version")
-    elif type(v4) is bytes or type(v4) is bytearray:
+    elif type(v4) in BYTES_TYPES:
         n4 = len(v4)
         out += pack_i32(n4)
         out += v4
@@ -404,7 +405,7 @@ def _enc_GroupMetadataValue_MemberMetadata_v1(out: bytearray, obj: GroupMetadata
     v5 = obj.assignment
     if v5 is None:
         raise EncodeError("GroupMetadataValue.MemberMetadata.assignment is not nullable in this version")
-    elif type(v5) is bytes or type(v5) is bytearray:
+    elif type(v5) in BYTES_TYPES:
         n5 = len(v5)
         out += pack_i32(n5)
         out += v5
@@ -718,7 +719,7 @@ def _enc_GroupMetadataValue_MemberMetadata_v3(out: bytearray, obj: GroupMetadata
     v5 = obj.subscription
     if v5 is None:
         raise EncodeError("GroupMetadataValue.MemberMetadata.subscription is not nullable in this version")
-    elif type(v5) is bytes or type(v5) is bytearray:
+    elif type(v5) in BYTES_TYPES:
         n5 = len(v5)
         out += pack_i32(n5)
         out += v5
@@ -727,7 +728,7 @@ def _enc_GroupMetadataValue_MemberMetadata_v3(out: bytearray, obj: GroupMetadata
     v6 = obj.assignment
     if v6 is None:
         raise EncodeError("GroupMetadataValue.MemberMetadata.assignment is not nullable in this version")
-    elif type(v6) is bytes or type(v6) is bytearray:
+    elif type(v6) in BYTES_TYPES:
         n6 = len(v6)
         out += pack_i32(n6)
         out += v6
@@ -965,7 +966,7 @@ def _enc_GroupMetadataValue_MemberMetadata_v4(out: bytearray, obj: GroupMetadata
     v5 = obj.subscription
     if v5 is None:
         raise EncodeError("GroupMetadataValue.MemberMetadata.subscription is not nullable in this version")
-    elif type(v5) is bytes or type(v5) is bytearray:
+    elif type(v5) in BYTES_TYPES:
         n5 = len(v5)
         if n5 < 0x7F:
             out.append(n5 + 1)
@@ -980,7 +981,7 @@ def _enc_GroupMetadataValue_MemberMetadata_v4(out: bytearray, obj: GroupMetadata
     v6 = obj.assignment
     if v6 is None:
         raise EncodeError("GroupMetadataValue.MemberMetadata.assignment is not nullable in this version")
-    elif type(v6) is bytes or type(v6) is bytearray:
+    elif type(v6) in BYTES_TYPES:
         n6 = len(v6)
         if n6 < 0x7F:
             out.append(n6 + 1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
+    BYTES_TYPES,
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
@@ -420,7 +421,7 @@ def _enc_CreateDelegationTokenResponse_v0(out: bytearray, obj: CreateDelegationT
     v4 = obj.hmac
     if v4 is None:
         raise EncodeError("CreateDelegationTokenResponse.hmac is not nullable in this version")
-    elif type(v4) is bytes or type(v4) is bytearray:
+    elif type(v4) in BYTES_TYPES:
         n4 = len(v4)
         out += pack_i32(n4)
         out += v4
@@ -534,7 +535,7 @@ def _enc_CreateDelegationTokenResponse_v2(out: bytearray, obj: CreateDelegationT
     v4 = obj.hmac
     if v4 is None:
         raise EncodeError("CreateDelegationTokenResponse.hmac is not nullable in this version")
-    elif type(v4) is bytes or type(v4) is bytearray:
+    elif type(v4) in BYTES_TYPES:
         n4 = len(v4)
         if n4 < 0x7F:
             out.append(n4 + 1)
@@ -707,7 +708,7 @@ def _enc_CreateDelegationTokenResponse_v3(out: bytearray, obj: CreateDelegationT
     v6 = obj.hmac
     if v6 is None:
         raise EncodeError("CreateDelegationTokenResponse.hmac is not nullable in this version")
-    elif type(v6) is bytes or type(v6) is bytearray:
+    elif type(v6) in BYTES_TYPES:
         n6 = len(v6)
         if n6 < 0x7F:
             out.append(n6 + 1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
+    BYTES_TYPES,
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
@@ -126,7 +127,7 @@ def _enc_ConsumerProtocolAssignment_v0(out: bytearray, obj: ConsumerProtocolAssi
     v2 = obj.user_data
     if v2 is None:
         out += MINUS_ONE_I32
-    elif type(v2) is bytes or type(v2) is bytearray:
+    elif type(v2) in BYTES_TYPES:
         n2 = len(v2)
         out += pack_i32(n2)
         out += v2
@@ -187,7 +188,7 @@ def _enc_ConsumerProtocolSubscription_v0(out: bytearray, obj: ConsumerProtocolSu
     v3 = obj.user_data
     if v3 is None:
         out += MINUS_ONE_I32
-    elif type(v3) is bytes or type(v3) is bytearray:
+    elif type(v3) in BYTES_TYPES:
         n3 = len(v3)
         out += pack_i32(n3)
         out += v3
@@ -309,7 +310,7 @@ def _enc_ConsumerProtocolSubscription_v1(out: bytearray, obj: ConsumerProtocolSu
     v3 = obj.user_data
     if v3 is None:
         out += MINUS_ONE_I32
-    elif type(v3) is bytes or type(v3) is bytearray:
+    elif type(v3) in BYTES_TYPES:
         n3 = len(v3)
         out += pack_i32(n3)
         out += v3
@@ -401,7 +402,7 @@ def _enc_ConsumerProtocolSubscription_v2(out: bytearray, obj: ConsumerProtocolSu
     v3 = obj.user_data
     if v3 is None:
         out += MINUS_ONE_I32
-    elif type(v3) is bytes or type(v3) is bytearray:
+    elif type(v3) in BYTES_TYPES:
         n3 = len(v3)
         out += pack_i32(n3)
         out += v3
@@ -495,7 +496,7 @@ def _enc_ConsumerProtocolSubscription_v3(out: bytearray, obj: ConsumerProtocolSu
     v3 = obj.user_data
     if v3 is None:
         out += MINUS_ONE_I32
-    elif type(v3) is bytes or type(v3) is bytearray:
+    elif type(v3) in BYTES_TYPES:
         n3 = len(v3)
         out += pack_i32(n3)
         out += v3

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
+    BYTES_TYPES,
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
@@ -346,7 +347,7 @@ def _enc_DescribeDelegationTokenResponse_DescribedDelegationToken_v0(out: bytear
     v4 = obj.hmac
     if v4 is None:
         raise EncodeError("DescribeDelegationTokenResponse.DescribedDelegationToken.hmac is not nullable in this version")
-    elif type(v4) is bytes or type(v4) is bytearray:
+    elif type(v4) in BYTES_TYPES:
         n4 = len(v4)
         out += pack_i32(n4)
         out += v4
@@ -586,7 +587,7 @@ def _enc_DescribeDelegationTokenResponse_DescribedDelegationToken_v2(out: bytear
     v4 = obj.hmac
     if v4 is None:
         raise EncodeError("DescribeDelegationTokenResponse.DescribedDelegationToken.hmac is not nullable in this version")
-    elif type(v4) is bytes or type(v4) is bytearray:
+    elif type(v4) in BYTES_TYPES:
         n4 = len(v4)
         if n4 < 0x7F:
             out.append(n4 + 1)
@@ -834,7 +835,7 @@ def _enc_DescribeDelegationTokenResponse_DescribedDelegationToken_v3(out: bytear
     v6 = obj.hmac
     if v6 is None:
         raise EncodeError("DescribeDelegationTokenResponse.DescribedDelegationToken.hmac is not nullable in this version")
-    elif type(v6) is bytes or type(v6) is bytearray:
+    elif type(v6) in BYTES_TYPES:
         n6 = len(v6)
         if n6 < 0x7F:
             out.append(n6 + 1)

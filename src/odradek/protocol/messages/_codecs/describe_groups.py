@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
+    BYTES_TYPES,
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
@@ -261,7 +262,7 @@ def _enc_DescribeGroupsResponse_DescribedGroupMember_v0(out: bytearray, obj: Des
     v4 = obj.member_metadata
     if v4 is None:
         raise EncodeError("DescribeGroupsResponse.DescribedGroupMember.member_metadata is not nullable in this version")
-    elif type(v4) is bytes or type(v4) is bytearray:
+    elif type(v4) in BYTES_TYPES:
         n4 = len(v4)
         out += pack_i32(n4)
         out += v4
@@ -270,7 +271,7 @@ def _enc_DescribeGroupsResponse_DescribedGroupMember_v0(out: bytearray, obj: Des
     v5 = obj.member_assignment
     if v5 is None:
         raise EncodeError("DescribeGroupsResponse.DescribedGroupMember.member_assignment is not nullable in this version")
-    elif type(v5) is bytes or type(v5) is bytearray:
+    elif type(v5) in BYTES_TYPES:
         n5 = len(v5)
         out += pack_i32(n5)
         out += v5
@@ -715,7 +716,7 @@ def _enc_DescribeGroupsResponse_DescribedGroupMember_v4(out: bytearray, obj: Des
     v5 = obj.member_metadata
     if v5 is None:
         raise EncodeError("DescribeGroupsResponse.DescribedGroupMember.member_metadata is not nullable in this version")
-    elif type(v5) is bytes or type(v5) is bytearray:
+    elif type(v5) in BYTES_TYPES:
         n5 = len(v5)
         out += pack_i32(n5)
         out += v5
@@ -724,7 +725,7 @@ def _enc_DescribeGroupsResponse_DescribedGroupMember_v4(out: bytearray, obj: Des
     v6 = obj.member_assignment
     if v6 is None:
         raise EncodeError("DescribeGroupsResponse.DescribedGroupMember.member_assignment is not nullable in this version")
-    elif type(v6) is bytes or type(v6) is bytearray:
+    elif type(v6) in BYTES_TYPES:
         n6 = len(v6)
         out += pack_i32(n6)
         out += v6
@@ -1009,7 +1010,7 @@ def _enc_DescribeGroupsResponse_DescribedGroupMember_v5(out: bytearray, obj: Des
     v5 = obj.member_metadata
     if v5 is None:
         raise EncodeError("DescribeGroupsResponse.DescribedGroupMember.member_metadata is not nullable in this version")
-    elif type(v5) is bytes or type(v5) is bytearray:
+    elif type(v5) in BYTES_TYPES:
         n5 = len(v5)
         if n5 < 0x7F:
             out.append(n5 + 1)
@@ -1024,7 +1025,7 @@ def _enc_DescribeGroupsResponse_DescribedGroupMember_v5(out: bytearray, obj: Des
     v6 = obj.member_assignment
     if v6 is None:
         raise EncodeError("DescribeGroupsResponse.DescribedGroupMember.member_assignment is not nullable in this version")
-    elif type(v6) is bytes or type(v6) is bytearray:
+    elif type(v6) in BYTES_TYPES:
         n6 = len(v6)
         if n6 < 0x7F:
             out.append(n6 + 1)

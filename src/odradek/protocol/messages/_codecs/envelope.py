@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
+    BYTES_TYPES,
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
@@ -45,7 +46,7 @@ def _enc_EnvelopeRequest_v0(out: bytearray, obj: EnvelopeRequest) -> None:
     v1 = obj.request_data
     if v1 is None:
         raise EncodeError("EnvelopeRequest.request_data is not nullable in this version")
-    elif type(v1) is bytes or type(v1) is bytearray:
+    elif type(v1) in BYTES_TYPES:
         n1 = len(v1)
         if n1 < 0x7F:
             out.append(n1 + 1)
@@ -60,7 +61,7 @@ def _enc_EnvelopeRequest_v0(out: bytearray, obj: EnvelopeRequest) -> None:
     v2 = obj.request_principal
     if v2 is None:
         out.append(0)
-    elif type(v2) is bytes or type(v2) is bytearray:
+    elif type(v2) in BYTES_TYPES:
         n2 = len(v2)
         if n2 < 0x7F:
             out.append(n2 + 1)
@@ -75,7 +76,7 @@ def _enc_EnvelopeRequest_v0(out: bytearray, obj: EnvelopeRequest) -> None:
     v3 = obj.client_host_address
     if v3 is None:
         raise EncodeError("EnvelopeRequest.client_host_address is not nullable in this version")
-    elif type(v3) is bytes or type(v3) is bytearray:
+    elif type(v3) in BYTES_TYPES:
         n3 = len(v3)
         if n3 < 0x7F:
             out.append(n3 + 1)
@@ -165,7 +166,7 @@ def _enc_EnvelopeResponse_v0(out: bytearray, obj: EnvelopeResponse) -> None:
     v1 = obj.response_data
     if v1 is None:
         out.append(0)
-    elif type(v1) is bytes or type(v1) is bytearray:
+    elif type(v1) in BYTES_TYPES:
         n1 = len(v1)
         if n1 < 0x7F:
             out.append(n1 + 1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
+    BYTES_TYPES,
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
@@ -65,7 +66,7 @@ def _enc_JoinGroupRequest_JoinGroupRequestProtocol_v0(out: bytearray, obj: JoinG
     v2 = obj.metadata
     if v2 is None:
         raise EncodeError("JoinGroupRequest.JoinGroupRequestProtocol.metadata is not nullable in this version")
-    elif type(v2) is bytes or type(v2) is bytearray:
+    elif type(v2) in BYTES_TYPES:
         n2 = len(v2)
         out += pack_i32(n2)
         out += v2
@@ -432,7 +433,7 @@ def _enc_JoinGroupRequest_JoinGroupRequestProtocol_v6(out: bytearray, obj: JoinG
     v2 = obj.metadata
     if v2 is None:
         raise EncodeError("JoinGroupRequest.JoinGroupRequestProtocol.metadata is not nullable in this version")
-    elif type(v2) is bytes or type(v2) is bytearray:
+    elif type(v2) in BYTES_TYPES:
         n2 = len(v2)
         if n2 < 0x7F:
             out.append(n2 + 1)
@@ -868,7 +869,7 @@ def _enc_JoinGroupResponse_JoinGroupResponseMember_v0(out: bytearray, obj: JoinG
     v2 = obj.metadata
     if v2 is None:
         raise EncodeError("JoinGroupResponse.JoinGroupResponseMember.metadata is not nullable in this version")
-    elif type(v2) is bytes or type(v2) is bytearray:
+    elif type(v2) in BYTES_TYPES:
         n2 = len(v2)
         out += pack_i32(n2)
         out += v2
@@ -1126,7 +1127,7 @@ def _enc_JoinGroupResponse_JoinGroupResponseMember_v5(out: bytearray, obj: JoinG
     v3 = obj.metadata
     if v3 is None:
         raise EncodeError("JoinGroupResponse.JoinGroupResponseMember.metadata is not nullable in this version")
-    elif type(v3) is bytes or type(v3) is bytearray:
+    elif type(v3) in BYTES_TYPES:
         n3 = len(v3)
         out += pack_i32(n3)
         out += v3
@@ -1302,7 +1303,7 @@ def _enc_JoinGroupResponse_JoinGroupResponseMember_v6(out: bytearray, obj: JoinG
     v3 = obj.metadata
     if v3 is None:
         raise EncodeError("JoinGroupResponse.JoinGroupResponseMember.metadata is not nullable in this version")
-    elif type(v3) is bytes or type(v3) is bytearray:
+    elif type(v3) in BYTES_TYPES:
         n3 = len(v3)
         if n3 < 0x7F:
             out.append(n3 + 1)

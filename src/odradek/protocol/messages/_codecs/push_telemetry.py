@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
+    BYTES_TYPES,
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
@@ -49,7 +50,7 @@ def _enc_PushTelemetryRequest_v0(out: bytearray, obj: PushTelemetryRequest) -> N
     v2 = obj.metrics
     if v2 is None:
         raise EncodeError("PushTelemetryRequest.metrics is not nullable in this version")
-    elif type(v2) is bytes or type(v2) is bytearray:
+    elif type(v2) in BYTES_TYPES:
         n2 = len(v2)
         if n2 < 0x7F:
             out.append(n2 + 1)

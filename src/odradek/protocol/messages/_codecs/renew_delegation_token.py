@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
+    BYTES_TYPES,
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
@@ -47,7 +48,7 @@ def _enc_RenewDelegationTokenRequest_v0(out: bytearray, obj: RenewDelegationToke
     v1 = obj.hmac
     if v1 is None:
         raise EncodeError("RenewDelegationTokenRequest.hmac is not nullable in this version")
-    elif type(v1) is bytes or type(v1) is bytearray:
+    elif type(v1) in BYTES_TYPES:
         n1 = len(v1)
         out += pack_i32(n1)
         out += v1
@@ -80,7 +81,7 @@ def _enc_RenewDelegationTokenRequest_v2(out: bytearray, obj: RenewDelegationToke
     v1 = obj.hmac
     if v1 is None:
         raise EncodeError("RenewDelegationTokenRequest.hmac is not nullable in this version")
-    elif type(v1) is bytes or type(v1) is bytearray:
+    elif type(v1) in BYTES_TYPES:
         n1 = len(v1)
         if n1 < 0x7F:
             out.append(n1 + 1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
+    BYTES_TYPES,
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
@@ -47,7 +48,7 @@ def _enc_SaslAuthenticateRequest_v0(out: bytearray, obj: SaslAuthenticateRequest
     v1 = obj.auth_bytes
     if v1 is None:
         raise EncodeError("SaslAuthenticateRequest.auth_bytes is not nullable in this version")
-    elif type(v1) is bytes or type(v1) is bytearray:
+    elif type(v1) in BYTES_TYPES:
         n1 = len(v1)
         out += pack_i32(n1)
         out += v1
@@ -77,7 +78,7 @@ def _enc_SaslAuthenticateRequest_v2(out: bytearray, obj: SaslAuthenticateRequest
     v1 = obj.auth_bytes
     if v1 is None:
         raise EncodeError("SaslAuthenticateRequest.auth_bytes is not nullable in this version")
-    elif type(v1) is bytes or type(v1) is bytearray:
+    elif type(v1) in BYTES_TYPES:
         n1 = len(v1)
         if n1 < 0x7F:
             out.append(n1 + 1)
@@ -140,7 +141,7 @@ def _enc_SaslAuthenticateResponse_v0(out: bytearray, obj: SaslAuthenticateRespon
     v2 = obj.auth_bytes
     if v2 is None:
         raise EncodeError("SaslAuthenticateResponse.auth_bytes is not nullable in this version")
-    elif type(v2) is bytes or type(v2) is bytearray:
+    elif type(v2) in BYTES_TYPES:
         n2 = len(v2)
         out += pack_i32(n2)
         out += v2
@@ -196,7 +197,7 @@ def _enc_SaslAuthenticateResponse_v1(out: bytearray, obj: SaslAuthenticateRespon
     v2 = obj.auth_bytes
     if v2 is None:
         raise EncodeError("SaslAuthenticateResponse.auth_bytes is not nullable in this version")
-    elif type(v2) is bytes or type(v2) is bytearray:
+    elif type(v2) in BYTES_TYPES:
         n2 = len(v2)
         out += pack_i32(n2)
         out += v2
@@ -257,7 +258,7 @@ def _enc_SaslAuthenticateResponse_v2(out: bytearray, obj: SaslAuthenticateRespon
     v2 = obj.auth_bytes
     if v2 is None:
         raise EncodeError("SaslAuthenticateResponse.auth_bytes is not nullable in this version")
-    elif type(v2) is bytes or type(v2) is bytearray:
+    elif type(v2) in BYTES_TYPES:
         n2 = len(v2)
         if n2 < 0x7F:
             out.append(n2 + 1)

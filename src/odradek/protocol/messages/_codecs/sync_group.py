@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
+    BYTES_TYPES,
     DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
@@ -60,7 +61,7 @@ def _enc_SyncGroupRequest_SyncGroupRequestAssignment_v0(out: bytearray, obj: Syn
     v2 = obj.assignment
     if v2 is None:
         raise EncodeError("SyncGroupRequest.SyncGroupRequestAssignment.assignment is not nullable in this version")
-    elif type(v2) is bytes or type(v2) is bytearray:
+    elif type(v2) in BYTES_TYPES:
         n2 = len(v2)
         out += pack_i32(n2)
         out += v2
@@ -290,7 +291,7 @@ def _enc_SyncGroupRequest_SyncGroupRequestAssignment_v4(out: bytearray, obj: Syn
     v2 = obj.assignment
     if v2 is None:
         raise EncodeError("SyncGroupRequest.SyncGroupRequestAssignment.assignment is not nullable in this version")
-    elif type(v2) is bytes or type(v2) is bytearray:
+    elif type(v2) in BYTES_TYPES:
         n2 = len(v2)
         if n2 < 0x7F:
             out.append(n2 + 1)
@@ -692,7 +693,7 @@ def _enc_SyncGroupResponse_v0(out: bytearray, obj: SyncGroupResponse) -> None:
     v1 = obj.assignment
     if v1 is None:
         raise EncodeError("SyncGroupResponse.assignment is not nullable in this version")
-    elif type(v1) is bytes or type(v1) is bytearray:
+    elif type(v1) in BYTES_TYPES:
         n1 = len(v1)
         out += pack_i32(n1)
         out += v1
@@ -728,7 +729,7 @@ def _enc_SyncGroupResponse_v1(out: bytearray, obj: SyncGroupResponse) -> None:
     v1 = obj.assignment
     if v1 is None:
         raise EncodeError("SyncGroupResponse.assignment is not nullable in this version")
-    elif type(v1) is bytes or type(v1) is bytearray:
+    elif type(v1) in BYTES_TYPES:
         n1 = len(v1)
         out += pack_i32(n1)
         out += v1
@@ -763,7 +764,7 @@ def _enc_SyncGroupResponse_v4(out: bytearray, obj: SyncGroupResponse) -> None:
     v1 = obj.assignment
     if v1 is None:
         raise EncodeError("SyncGroupResponse.assignment is not nullable in this version")
-    elif type(v1) is bytes or type(v1) is bytearray:
+    elif type(v1) in BYTES_TYPES:
         n1 = len(v1)
         if n1 < 0x7F:
             out.append(n1 + 1)
@@ -846,7 +847,7 @@ def _enc_SyncGroupResponse_v5(out: bytearray, obj: SyncGroupResponse) -> None:
     v3 = obj.assignment
     if v3 is None:
         raise EncodeError("SyncGroupResponse.assignment is not nullable in this version")
-    elif type(v3) is bytes or type(v3) is bytearray:
+    elif type(v3) in BYTES_TYPES:
         n3 = len(v3)
         if n3 < 0x7F:
             out.append(n3 + 1)
