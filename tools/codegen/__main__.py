@@ -9,8 +9,8 @@ Usage (from the repository root)::
 ``../shared/reference/kafka-protocol-4x/``).  The output goes to ``src/odradek/protocol/messages/``:
 one module of classes per API (plus headers, data types and coordinator records), and beside
 each in ``_codecs/`` its codec module (see ``tools/codegen/codecs.py``: an encoder and a decoder
-per struct and version, as straight-line Python that mypy checks, and a builder per struct),
-imported at run time on first use of its classes.  ``--check`` writes nothing and exits 1 when
+per struct and version, as straight-line Python that mypy checks) and in ``_builders/`` its
+builders (one per struct), each imported at run time on first use of its classes.  ``--check`` writes nothing and exits 1 when
 the committed output differs from what the definitions produce.
 
 Definitions are read from the directories (and their subdirectories) in order; a message defined
@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tools.codegen.codecs import CodecModule
+from tools.codegen.codecs import BUILDERS, CodecModule
 from tools.codegen.inspection import table_text
 from tools.codegen.model import (
     PRIMITIVES,
@@ -224,7 +224,11 @@ def generate(def_dirs: list[Path]) -> dict[str, str]:
     def module(name: str, messages: list[MessageDef], doc: str, codec_doc: str, api: bool = False) -> None:
         files[f"{name}.py"] = module_text(messages, doc)
         pair = (messages[0], messages[1]) if api else None
-        files[f"{CODECS}/{name}.py"] = CodecModule(name, codec_doc, messages, pair).text(HEADER, name)
+        codecs = CodecModule(name, codec_doc, messages, pair)
+        files[f"{CODECS}/{name}.py"] = codecs.text(HEADER, name)
+        files[f"{BUILDERS}/{name}.py"] = codecs.builders_text(
+            HEADER, name, f"Builders of the structs of {name}.py: each builds an instance as its constructor does."
+        )
 
     registry = []
     files["_inspection.py"] = table_text(HEADER, message_defs([requests[key] for key in sorted(requests)]))
@@ -252,6 +256,10 @@ def generate(def_dirs: list[Path]) -> dict[str, str]:
         "Versioned data structures carried inside other messages.", "Codecs of the versioned data structures.",
     )
     files["__init__.py"] = registry_text(registry)
+    files[f"{BUILDERS}/__init__.py"] = (
+        HEADER + '"""Generated builders (see ``Struct.builder``), one module per message module, each imported on '
+        'first use."""\n'
+    )
     files[f"{CODECS}/__init__.py"] = (
         HEADER + '"""Generated encoders, decoders and builders, one module per message module, each '
         'imported on first use of its classes."""\n'
@@ -321,7 +329,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     files = generate(def_dirs)
     out: Path = args.out
-    existing = {p.relative_to(out).as_posix() for p in [*out.glob("*.py"), *out.glob(f"{CODECS}/*.py")]}
+    existing = {
+        p.relative_to(out).as_posix() for p in [*out.glob("*.py"), *out.glob(f"{CODECS}/*.py"), *out.glob(f"{BUILDERS}/*.py")]
+    }
     if args.check:
         stale = sorted(n for n, text in files.items() if not (out / n).is_file() or (out / n).read_text() != text)
         extra = sorted(existing - set(files))
@@ -331,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"codegen: {len(files)} generated files are current")
         return 0
     (out / CODECS).mkdir(parents=True, exist_ok=True)
+    (out / BUILDERS).mkdir(parents=True, exist_ok=True)
     for name in existing - set(files):
         (out / name).unlink()
     for name, text in files.items():

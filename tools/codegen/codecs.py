@@ -1,5 +1,6 @@
-"""Emit the codec module of a message module: an encoder and a decoder per struct and version,
-as straight-line Python, and a builder per struct.
+"""Emit the codec module of a message module (an encoder and a decoder per struct and version,
+as straight-line Python) and its builders module (a builder per struct: what ``builder()``
+returns, kept apart so that a handler's builders do not load the codecs).
 
 Wire rules (Kafka's message schema):
 
@@ -32,6 +33,7 @@ above each function lists the versions it serves.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from tools.codegen.error_responses import ErrorResponses
@@ -52,6 +54,7 @@ IDENT = {"b": "b", "h": "h", "H": "H", "i": "i", "I": "I", "q": "q", "d": "d", "
 #: the fewest bytes a value of a variable-size type takes
 MIN_SIZE = {"string": 1, "bytes": 1, "records": 1, "uuid": 16}
 PLACEHOLDER = "@FN@"
+BUILDERS = "_builders"  # the builders' subpackage of the output directory
 ARRAY_SANITY = 1 << 20  # counts above this must fit in the bytes left even for 0-byte elements
 
 
@@ -579,13 +582,20 @@ class CodecModule:
 
     # ------------------------------------------------------------------ module
 
+    def _structs(self) -> list[StructDef]:
+        out: list[StructDef] = []
+        for m in self.messages:
+            assert m.top is not None
+            out += [*m.structs.values(), m.top]
+        return out
+
     def text(self, header: str, class_module: str) -> str:
+        """The codec module: encoders and decoders by version (and the request's error answer)."""
         tables: list[str] = []
-        all_structs: list[StructDef] = []
+        all_structs = self._structs()
         for m in self.messages:
             self.current = m
             assert m.top is not None
-            all_structs += [*m.structs.values(), m.top]
             enc, dec = [], []
             for v in m.versions:
                 plan = self.plan(m.top, v, m.is_flexible(v))
@@ -594,6 +604,20 @@ class CodecModule:
             tables.append(f"{m.name}._encoders_ = {{{', '.join(enc)}}}")
             tables.append(f"{m.name}._decoders_ = {{{', '.join(dec)}}}")
         names = ", ".join(m.name for m in self.messages)
+        body: list[str] = []
+        for name, text in self.functions.items():
+            served = self.serves[name]
+            body += ["", "", f"# {_serves_text(served)}", text]
+        if self.api is not None:
+            request, response = self.api
+            alias = {s.qual: self.alias(s) for s in all_structs}
+            body += ["", "", ErrorResponses(request, response, alias).function()]
+            tables.append(f"{request.name}._error_response_ = _error_{request.name}")
+        body += ["", ""]
+        for const, ident in sorted(self.default_consts.items()):
+            body.append(f"{const} = _build_{ident}()  # compared with, never handed out")
+        body += tables
+        builders = sorted(set(re.findall(r"\b_build_\w+", "\n".join(body))))
         out = [
             header + f'"""{self.doc}"""',
             "",
@@ -603,7 +627,6 @@ class CodecModule:
             "",
             "from odradek.protocol._codec import (  # noqa: F401",
             "    BYTES_TYPES,",
-            "    DEFAULT,",
             "    MINUS_ONE_I16,",
             "    MINUS_ONE_I32,",
             "    UNSUPPORTED_VERSION,",
@@ -629,29 +652,40 @@ class CodecModule:
             "    write_tagged,",
             "    write_uvarint,",
             ")",
-            f"from odradek.protocol.messages.{class_module} import {names}",
-            "",
         ]
+        if builders:
+            out.append(f"from odradek.protocol.messages.{BUILDERS}.{class_module} import (")
+            out += [f"    {b}," for b in builders]
+            out.append(")")
+        out += [f"from odradek.protocol.messages.{class_module} import {names}", ""]
         for s in all_structs:
             out.append(f"{self.alias(s)} = {s.qual}")
         for chars in sorted(self.formats):
             ident = "".join(IDENT[c] for c in chars)
             out.append(f'_pack_{ident} = Struct(">{chars}").pack')
             out.append(f'_unpack_{ident} = Struct(">{chars}").unpack_from')
-        for name, text in self.functions.items():
-            served = self.serves[name]
-            out += ["", "", f"# {_serves_text(served)}", text]
+        return "\n".join(out + body) + "\n"
+
+    def builders_text(self, header: str, class_module: str, doc: str) -> str:
+        """The builders module: one function per struct building it as its constructor does."""
+        all_structs = self._structs()
+        names = ", ".join(m.name for m in self.messages)
+        out = [
+            header + f'"""{doc}"""',
+            "",
+            "from __future__ import annotations",
+            "",
+            "import uuid  # noqa: F401",
+            "",
+            "from odradek.protocol._codec import DEFAULT, ZERO_UUID, Records, new  # noqa: F401",
+            f"from odradek.protocol.messages.{class_module} import {names}",
+            "",
+        ]
+        for s in all_structs:
+            out.append(f"{self.alias(s)} = {s.qual}")
         for s in all_structs:
             out += ["", "", self.builder(s)]
-        if self.api is not None:
-            request, response = self.api
-            alias = {s.qual: self.alias(s) for s in all_structs}
-            out += ["", "", ErrorResponses(request, response, alias).function()]
-            tables.append(f"{request.name}._error_response_ = _error_{request.name}")
         out += ["", ""]
-        for const, ident in sorted(self.default_consts.items()):
-            out.append(f"{const} = _build_{ident}()  # compared with, never handed out")
-        out += tables
         for s in all_structs:
             out.append(f"{self.alias(s)}._builder_ = _build_{s.ident}")
         return "\n".join(out) + "\n"

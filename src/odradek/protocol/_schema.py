@@ -5,9 +5,9 @@ nested classes for its structs) and, for each struct, a tuple of :class:`Field` 
 (name, type, versions, nullable versions, tag, default): facts about the schema, for
 introspection.  Encoding and decoding is done by generated code too: the codec module of each
 message module (``odradek.protocol.messages._codecs.<module>``) holds an encoder and a decoder
-per struct and version, as straight-line Python, and a builder per struct.  It is imported on
-the first encode, decode or ``builder()`` of one of its classes, and installs the functions on
-them (``_encoders_`` / ``_decoders_`` by version, ``_builder_``).
+per struct and version, as straight-line Python; ``_builders.<module>`` a builder per struct.
+Each is imported on the first encode or decode (or ``builder()``) of one of its classes, and
+installs the functions on them (``_encoders_`` / ``_decoders_`` by version, ``_builder_``).
 
 ``records`` fields decode to a :class:`memoryview` of the input, never copied.
 """
@@ -235,15 +235,16 @@ class Struct:
         keyword arguments and defaults) without the cost of calling a class: for hot paths."""
         build: Callable[..., Any] | None = cls.__dict__.get("_builder_")
         if build is None:
-            _load_codecs(cls)
+            _load_codecs(cls, "_builders")
             build = cls.__dict__["_builder_"]
         return build
 
 
-def _load_codecs(cls: type[Struct]) -> None:
-    """Import the codec module of ``cls``'s message module, which installs its functions."""
+def _load_codecs(cls: type[Struct], kind: str = "_codecs") -> None:
+    """Import the codec module (or the builders module) of ``cls``'s message module, which
+    installs its functions on the classes."""
     package, _, module = cls.__module__.rpartition(".")
-    importlib.import_module(f"{package}._codecs.{module}")
+    importlib.import_module(f"{package}.{kind}.{module}")
 
 
 #: struct class -> a function returning the tuple of its field values (for ``__eq__``)

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -211,36 +210,6 @@ def _dec_AddOffsetsToTxnResponse_v3(buf: memoryview, pos: int) -> tuple[AddOffse
     return obj, pos
 
 
-def _build_AddOffsetsToTxnRequest(
-    *,
-    transactional_id: str = "",
-    producer_id: int = 0,
-    producer_epoch: int = 0,
-    group_id: str = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AddOffsetsToTxnRequest:
-    obj = new(_AddOffsetsToTxnRequest)
-    obj.transactional_id = transactional_id
-    obj.producer_id = producer_id
-    obj.producer_epoch = producer_epoch
-    obj.group_id = group_id
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AddOffsetsToTxnResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AddOffsetsToTxnResponse:
-    obj = new(_AddOffsetsToTxnResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_AddOffsetsToTxnRequest(request: AddOffsetsToTxnRequest, version: int, code: int, message: str | None) -> AddOffsetsToTxnResponse | None:
     return _AddOffsetsToTxnResponse(error_code=code)
 
@@ -250,5 +219,3 @@ AddOffsetsToTxnRequest._decoders_ = {0: _dec_AddOffsetsToTxnRequest_v0, 1: _dec_
 AddOffsetsToTxnResponse._encoders_ = {0: _enc_AddOffsetsToTxnResponse_v0, 1: _enc_AddOffsetsToTxnResponse_v0, 2: _enc_AddOffsetsToTxnResponse_v0, 3: _enc_AddOffsetsToTxnResponse_v3, 4: _enc_AddOffsetsToTxnResponse_v3}
 AddOffsetsToTxnResponse._decoders_ = {0: _dec_AddOffsetsToTxnResponse_v0, 1: _dec_AddOffsetsToTxnResponse_v0, 2: _dec_AddOffsetsToTxnResponse_v0, 3: _dec_AddOffsetsToTxnResponse_v3, 4: _dec_AddOffsetsToTxnResponse_v3}
 AddOffsetsToTxnRequest._error_response_ = _error_AddOffsetsToTxnRequest
-_AddOffsetsToTxnRequest._builder_ = _build_AddOffsetsToTxnRequest
-_AddOffsetsToTxnResponse._builder_ = _build_AddOffsetsToTxnResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -831,113 +830,6 @@ def _dec_AddPartitionsToTxnResponse_v4(buf: memoryview, pos: int) -> tuple[AddPa
     return obj, pos
 
 
-def _build_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction(
-    *,
-    transactional_id: str = "",
-    producer_id: int = 0,
-    producer_epoch: int = 0,
-    verify_only: bool = False,
-    topics: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction:
-    obj = new(_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction)
-    obj.transactional_id = transactional_id
-    obj.producer_id = producer_id
-    obj.producer_epoch = producer_epoch
-    obj.verify_only = verify_only
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic(
-    *,
-    name: str = "",
-    partitions: list[int] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AddPartitionsToTxnRequest.AddPartitionsToTxnTopic:
-    obj = new(_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic)
-    obj.name = name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AddPartitionsToTxnRequest(
-    *,
-    transactions: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction] = DEFAULT,
-    v3_and_below_transactional_id: str = "",
-    v3_and_below_producer_id: int = 0,
-    v3_and_below_producer_epoch: int = 0,
-    v3_and_below_topics: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AddPartitionsToTxnRequest:
-    obj = new(_AddPartitionsToTxnRequest)
-    obj.transactions = [] if transactions is DEFAULT else transactions
-    obj.v3_and_below_transactional_id = v3_and_below_transactional_id
-    obj.v3_and_below_producer_id = v3_and_below_producer_id
-    obj.v3_and_below_producer_epoch = v3_and_below_producer_epoch
-    obj.v3_and_below_topics = [] if v3_and_below_topics is DEFAULT else v3_and_below_topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AddPartitionsToTxnResponse_AddPartitionsToTxnResult(
-    *,
-    transactional_id: str = "",
-    topic_results: list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AddPartitionsToTxnResponse.AddPartitionsToTxnResult:
-    obj = new(_AddPartitionsToTxnResponse_AddPartitionsToTxnResult)
-    obj.transactional_id = transactional_id
-    obj.topic_results = [] if topic_results is DEFAULT else topic_results
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult(
-    *,
-    name: str = "",
-    results_by_partition: list[AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult:
-    obj = new(_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult)
-    obj.name = name
-    obj.results_by_partition = [] if results_by_partition is DEFAULT else results_by_partition
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult(
-    *,
-    partition_index: int = 0,
-    partition_error_code: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult:
-    obj = new(_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult)
-    obj.partition_index = partition_index
-    obj.partition_error_code = partition_error_code
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AddPartitionsToTxnResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    results_by_transaction: list[AddPartitionsToTxnResponse.AddPartitionsToTxnResult] = DEFAULT,
-    results_by_topic_v3_and_below: list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AddPartitionsToTxnResponse:
-    obj = new(_AddPartitionsToTxnResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.results_by_transaction = [] if results_by_transaction is DEFAULT else results_by_transaction
-    obj.results_by_topic_v3_and_below = [] if results_by_topic_v3_and_below is DEFAULT else results_by_topic_v3_and_below
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_AddPartitionsToTxnRequest(request: AddPartitionsToTxnRequest, version: int, code: int, message: str | None) -> AddPartitionsToTxnResponse | None:
     if version <= 3:  # v0-3
         return _AddPartitionsToTxnResponse(results_by_topic_v3_and_below=[_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult(name=x0.name, results_by_partition=[_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult(partition_error_code=code, partition_index=x1) for x1 in x0.partitions]) for x0 in request.v3_and_below_topics])
@@ -949,10 +841,3 @@ AddPartitionsToTxnRequest._decoders_ = {0: _dec_AddPartitionsToTxnRequest_v0, 1:
 AddPartitionsToTxnResponse._encoders_ = {0: _enc_AddPartitionsToTxnResponse_v0, 1: _enc_AddPartitionsToTxnResponse_v0, 2: _enc_AddPartitionsToTxnResponse_v0, 3: _enc_AddPartitionsToTxnResponse_v3, 4: _enc_AddPartitionsToTxnResponse_v4, 5: _enc_AddPartitionsToTxnResponse_v4}
 AddPartitionsToTxnResponse._decoders_ = {0: _dec_AddPartitionsToTxnResponse_v0, 1: _dec_AddPartitionsToTxnResponse_v0, 2: _dec_AddPartitionsToTxnResponse_v0, 3: _dec_AddPartitionsToTxnResponse_v3, 4: _dec_AddPartitionsToTxnResponse_v4, 5: _dec_AddPartitionsToTxnResponse_v4}
 AddPartitionsToTxnRequest._error_response_ = _error_AddPartitionsToTxnRequest
-_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction._builder_ = _build_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction
-_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic._builder_ = _build_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic
-_AddPartitionsToTxnRequest._builder_ = _build_AddPartitionsToTxnRequest
-_AddPartitionsToTxnResponse_AddPartitionsToTxnResult._builder_ = _build_AddPartitionsToTxnResponse_AddPartitionsToTxnResult
-_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult._builder_ = _build_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult
-_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult._builder_ = _build_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult
-_AddPartitionsToTxnResponse._builder_ = _build_AddPartitionsToTxnResponse

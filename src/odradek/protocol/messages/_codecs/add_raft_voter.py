@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -258,55 +257,6 @@ def _dec_AddRaftVoterResponse_v0(buf: memoryview, pos: int) -> tuple[AddRaftVote
     return obj, pos
 
 
-def _build_AddRaftVoterRequest_Listener(
-    *,
-    name: str = "",
-    host: str = "",
-    port: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AddRaftVoterRequest.Listener:
-    obj = new(_AddRaftVoterRequest_Listener)
-    obj.name = name
-    obj.host = host
-    obj.port = port
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AddRaftVoterRequest(
-    *,
-    cluster_id: str | None = "",
-    timeout_ms: int = 0,
-    voter_id: int = 0,
-    voter_directory_id: uuid.UUID = ZERO_UUID,
-    listeners: list[AddRaftVoterRequest.Listener] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AddRaftVoterRequest:
-    obj = new(_AddRaftVoterRequest)
-    obj.cluster_id = cluster_id
-    obj.timeout_ms = timeout_ms
-    obj.voter_id = voter_id
-    obj.voter_directory_id = voter_directory_id
-    obj.listeners = [] if listeners is DEFAULT else listeners
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AddRaftVoterResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    error_message: str | None = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AddRaftVoterResponse:
-    obj = new(_AddRaftVoterResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_AddRaftVoterRequest(request: AddRaftVoterRequest, version: int, code: int, message: str | None) -> AddRaftVoterResponse | None:
     return _AddRaftVoterResponse(error_code=code, error_message=message)
 
@@ -316,6 +266,3 @@ AddRaftVoterRequest._decoders_ = {0: _dec_AddRaftVoterRequest_v0}
 AddRaftVoterResponse._encoders_ = {0: _enc_AddRaftVoterResponse_v0}
 AddRaftVoterResponse._decoders_ = {0: _dec_AddRaftVoterResponse_v0}
 AddRaftVoterRequest._error_response_ = _error_AddRaftVoterRequest
-_AddRaftVoterRequest_Listener._builder_ = _build_AddRaftVoterRequest_Listener
-_AddRaftVoterRequest._builder_ = _build_AddRaftVoterRequest
-_AddRaftVoterResponse._builder_ = _build_AddRaftVoterResponse

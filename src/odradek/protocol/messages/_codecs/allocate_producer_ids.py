@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -87,36 +86,6 @@ def _dec_AllocateProducerIdsResponse_v0(buf: memoryview, pos: int) -> tuple[Allo
     return obj, pos
 
 
-def _build_AllocateProducerIdsRequest(
-    *,
-    broker_id: int = 0,
-    broker_epoch: int = -1,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AllocateProducerIdsRequest:
-    obj = new(_AllocateProducerIdsRequest)
-    obj.broker_id = broker_id
-    obj.broker_epoch = broker_epoch
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AllocateProducerIdsResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    producer_id_start: int = 0,
-    producer_id_len: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AllocateProducerIdsResponse:
-    obj = new(_AllocateProducerIdsResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.producer_id_start = producer_id_start
-    obj.producer_id_len = producer_id_len
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_AllocateProducerIdsRequest(request: AllocateProducerIdsRequest, version: int, code: int, message: str | None) -> AllocateProducerIdsResponse | None:
     return _AllocateProducerIdsResponse(error_code=code)
 
@@ -126,5 +95,3 @@ AllocateProducerIdsRequest._decoders_ = {0: _dec_AllocateProducerIdsRequest_v0}
 AllocateProducerIdsResponse._encoders_ = {0: _enc_AllocateProducerIdsResponse_v0}
 AllocateProducerIdsResponse._decoders_ = {0: _dec_AllocateProducerIdsResponse_v0}
 AllocateProducerIdsRequest._error_response_ = _error_AllocateProducerIdsRequest
-_AllocateProducerIdsRequest._builder_ = _build_AllocateProducerIdsRequest
-_AllocateProducerIdsResponse._builder_ = _build_AllocateProducerIdsResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -826,101 +825,6 @@ def _dec_AlterClientQuotasResponse_v1(buf: memoryview, pos: int) -> tuple[AlterC
     return obj, pos
 
 
-def _build_AlterClientQuotasRequest_EntryData(
-    *,
-    entity: list[AlterClientQuotasRequest.EntityData] = DEFAULT,
-    ops: list[AlterClientQuotasRequest.OpData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterClientQuotasRequest.EntryData:
-    obj = new(_AlterClientQuotasRequest_EntryData)
-    obj.entity = [] if entity is DEFAULT else entity
-    obj.ops = [] if ops is DEFAULT else ops
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterClientQuotasRequest_EntityData(
-    *,
-    entity_type: str = "",
-    entity_name: str | None = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterClientQuotasRequest.EntityData:
-    obj = new(_AlterClientQuotasRequest_EntityData)
-    obj.entity_type = entity_type
-    obj.entity_name = entity_name
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterClientQuotasRequest_OpData(
-    *,
-    key: str = "",
-    value: float = 0.0,
-    remove: bool = False,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterClientQuotasRequest.OpData:
-    obj = new(_AlterClientQuotasRequest_OpData)
-    obj.key = key
-    obj.value = value
-    obj.remove = remove
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterClientQuotasRequest(
-    *,
-    entries: list[AlterClientQuotasRequest.EntryData] = DEFAULT,
-    validate_only: bool = False,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterClientQuotasRequest:
-    obj = new(_AlterClientQuotasRequest)
-    obj.entries = [] if entries is DEFAULT else entries
-    obj.validate_only = validate_only
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterClientQuotasResponse_EntryData(
-    *,
-    error_code: int = 0,
-    error_message: str | None = "",
-    entity: list[AlterClientQuotasResponse.EntityData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterClientQuotasResponse.EntryData:
-    obj = new(_AlterClientQuotasResponse_EntryData)
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.entity = [] if entity is DEFAULT else entity
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterClientQuotasResponse_EntityData(
-    *,
-    entity_type: str = "",
-    entity_name: str | None = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterClientQuotasResponse.EntityData:
-    obj = new(_AlterClientQuotasResponse_EntityData)
-    obj.entity_type = entity_type
-    obj.entity_name = entity_name
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterClientQuotasResponse(
-    *,
-    throttle_time_ms: int = 0,
-    entries: list[AlterClientQuotasResponse.EntryData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterClientQuotasResponse:
-    obj = new(_AlterClientQuotasResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.entries = [] if entries is DEFAULT else entries
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_AlterClientQuotasRequest(request: AlterClientQuotasRequest, version: int, code: int, message: str | None) -> AlterClientQuotasResponse | None:
     return _AlterClientQuotasResponse(entries=[_AlterClientQuotasResponse_EntryData(error_code=code, error_message=message, entity=[_AlterClientQuotasResponse_EntityData(entity_type=x1.entity_type, entity_name=x1.entity_name) for x1 in x0.entity]) for x0 in request.entries])
 
@@ -930,10 +834,3 @@ AlterClientQuotasRequest._decoders_ = {0: _dec_AlterClientQuotasRequest_v0, 1: _
 AlterClientQuotasResponse._encoders_ = {0: _enc_AlterClientQuotasResponse_v0, 1: _enc_AlterClientQuotasResponse_v1}
 AlterClientQuotasResponse._decoders_ = {0: _dec_AlterClientQuotasResponse_v0, 1: _dec_AlterClientQuotasResponse_v1}
 AlterClientQuotasRequest._error_response_ = _error_AlterClientQuotasRequest
-_AlterClientQuotasRequest_EntryData._builder_ = _build_AlterClientQuotasRequest_EntryData
-_AlterClientQuotasRequest_EntityData._builder_ = _build_AlterClientQuotasRequest_EntityData
-_AlterClientQuotasRequest_OpData._builder_ = _build_AlterClientQuotasRequest_OpData
-_AlterClientQuotasRequest._builder_ = _build_AlterClientQuotasRequest
-_AlterClientQuotasResponse_EntryData._builder_ = _build_AlterClientQuotasResponse_EntryData
-_AlterClientQuotasResponse_EntityData._builder_ = _build_AlterClientQuotasResponse_EntityData
-_AlterClientQuotasResponse._builder_ = _build_AlterClientQuotasResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -622,77 +621,6 @@ def _dec_AlterConfigsResponse_v2(buf: memoryview, pos: int) -> tuple[AlterConfig
     return obj, pos
 
 
-def _build_AlterConfigsRequest_AlterConfigsResource(
-    *,
-    resource_type: int = 0,
-    resource_name: str = "",
-    configs: list[AlterConfigsRequest.AlterableConfig] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterConfigsRequest.AlterConfigsResource:
-    obj = new(_AlterConfigsRequest_AlterConfigsResource)
-    obj.resource_type = resource_type
-    obj.resource_name = resource_name
-    obj.configs = [] if configs is DEFAULT else configs
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterConfigsRequest_AlterableConfig(
-    *,
-    name: str = "",
-    value: str | None = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterConfigsRequest.AlterableConfig:
-    obj = new(_AlterConfigsRequest_AlterableConfig)
-    obj.name = name
-    obj.value = value
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterConfigsRequest(
-    *,
-    resources: list[AlterConfigsRequest.AlterConfigsResource] = DEFAULT,
-    validate_only: bool = False,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterConfigsRequest:
-    obj = new(_AlterConfigsRequest)
-    obj.resources = [] if resources is DEFAULT else resources
-    obj.validate_only = validate_only
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterConfigsResponse_AlterConfigsResourceResponse(
-    *,
-    error_code: int = 0,
-    error_message: str | None = "",
-    resource_type: int = 0,
-    resource_name: str = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterConfigsResponse.AlterConfigsResourceResponse:
-    obj = new(_AlterConfigsResponse_AlterConfigsResourceResponse)
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.resource_type = resource_type
-    obj.resource_name = resource_name
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterConfigsResponse(
-    *,
-    throttle_time_ms: int = 0,
-    responses: list[AlterConfigsResponse.AlterConfigsResourceResponse] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterConfigsResponse:
-    obj = new(_AlterConfigsResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.responses = [] if responses is DEFAULT else responses
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_AlterConfigsRequest(request: AlterConfigsRequest, version: int, code: int, message: str | None) -> AlterConfigsResponse | None:
     return _AlterConfigsResponse(responses=[_AlterConfigsResponse_AlterConfigsResourceResponse(error_code=code, error_message=message, resource_type=x0.resource_type, resource_name=x0.resource_name) for x0 in request.resources])
 
@@ -702,8 +630,3 @@ AlterConfigsRequest._decoders_ = {0: _dec_AlterConfigsRequest_v0, 1: _dec_AlterC
 AlterConfigsResponse._encoders_ = {0: _enc_AlterConfigsResponse_v0, 1: _enc_AlterConfigsResponse_v0, 2: _enc_AlterConfigsResponse_v2}
 AlterConfigsResponse._decoders_ = {0: _dec_AlterConfigsResponse_v0, 1: _dec_AlterConfigsResponse_v0, 2: _dec_AlterConfigsResponse_v2}
 AlterConfigsRequest._error_response_ = _error_AlterConfigsRequest
-_AlterConfigsRequest_AlterConfigsResource._builder_ = _build_AlterConfigsRequest_AlterConfigsResource
-_AlterConfigsRequest_AlterableConfig._builder_ = _build_AlterConfigsRequest_AlterableConfig
-_AlterConfigsRequest._builder_ = _build_AlterConfigsRequest
-_AlterConfigsResponse_AlterConfigsResourceResponse._builder_ = _build_AlterConfigsResponse_AlterConfigsResourceResponse
-_AlterConfigsResponse._builder_ = _build_AlterConfigsResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -1152,123 +1151,6 @@ def _dec_AlterPartitionResponse_v2(buf: memoryview, pos: int) -> tuple[AlterPart
     return obj, pos
 
 
-def _build_AlterPartitionRequest_TopicData(
-    *,
-    topic_name: str = "",
-    topic_id: uuid.UUID = ZERO_UUID,
-    partitions: list[AlterPartitionRequest.PartitionData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterPartitionRequest.TopicData:
-    obj = new(_AlterPartitionRequest_TopicData)
-    obj.topic_name = topic_name
-    obj.topic_id = topic_id
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterPartitionRequest_PartitionData(
-    *,
-    partition_index: int = 0,
-    leader_epoch: int = 0,
-    new_isr: list[int] = DEFAULT,
-    new_isr_with_epochs: list[AlterPartitionRequest.BrokerState] = DEFAULT,
-    leader_recovery_state: int = 0,
-    partition_epoch: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterPartitionRequest.PartitionData:
-    obj = new(_AlterPartitionRequest_PartitionData)
-    obj.partition_index = partition_index
-    obj.leader_epoch = leader_epoch
-    obj.new_isr = [] if new_isr is DEFAULT else new_isr
-    obj.new_isr_with_epochs = [] if new_isr_with_epochs is DEFAULT else new_isr_with_epochs
-    obj.leader_recovery_state = leader_recovery_state
-    obj.partition_epoch = partition_epoch
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterPartitionRequest_BrokerState(
-    *,
-    broker_id: int = 0,
-    broker_epoch: int = -1,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterPartitionRequest.BrokerState:
-    obj = new(_AlterPartitionRequest_BrokerState)
-    obj.broker_id = broker_id
-    obj.broker_epoch = broker_epoch
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterPartitionRequest(
-    *,
-    broker_id: int = 0,
-    broker_epoch: int = -1,
-    topics: list[AlterPartitionRequest.TopicData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterPartitionRequest:
-    obj = new(_AlterPartitionRequest)
-    obj.broker_id = broker_id
-    obj.broker_epoch = broker_epoch
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterPartitionResponse_TopicData(
-    *,
-    topic_name: str = "",
-    topic_id: uuid.UUID = ZERO_UUID,
-    partitions: list[AlterPartitionResponse.PartitionData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterPartitionResponse.TopicData:
-    obj = new(_AlterPartitionResponse_TopicData)
-    obj.topic_name = topic_name
-    obj.topic_id = topic_id
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterPartitionResponse_PartitionData(
-    *,
-    partition_index: int = 0,
-    error_code: int = 0,
-    leader_id: int = 0,
-    leader_epoch: int = 0,
-    isr: list[int] = DEFAULT,
-    leader_recovery_state: int = 0,
-    partition_epoch: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterPartitionResponse.PartitionData:
-    obj = new(_AlterPartitionResponse_PartitionData)
-    obj.partition_index = partition_index
-    obj.error_code = error_code
-    obj.leader_id = leader_id
-    obj.leader_epoch = leader_epoch
-    obj.isr = [] if isr is DEFAULT else isr
-    obj.leader_recovery_state = leader_recovery_state
-    obj.partition_epoch = partition_epoch
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterPartitionResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    topics: list[AlterPartitionResponse.TopicData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterPartitionResponse:
-    obj = new(_AlterPartitionResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_AlterPartitionRequest(request: AlterPartitionRequest, version: int, code: int, message: str | None) -> AlterPartitionResponse | None:
     return _AlterPartitionResponse(error_code=code)
 
@@ -1278,10 +1160,3 @@ AlterPartitionRequest._decoders_ = {0: _dec_AlterPartitionRequest_v0, 1: _dec_Al
 AlterPartitionResponse._encoders_ = {0: _enc_AlterPartitionResponse_v0, 1: _enc_AlterPartitionResponse_v1, 2: _enc_AlterPartitionResponse_v2, 3: _enc_AlterPartitionResponse_v2}
 AlterPartitionResponse._decoders_ = {0: _dec_AlterPartitionResponse_v0, 1: _dec_AlterPartitionResponse_v1, 2: _dec_AlterPartitionResponse_v2, 3: _dec_AlterPartitionResponse_v2}
 AlterPartitionRequest._error_response_ = _error_AlterPartitionRequest
-_AlterPartitionRequest_TopicData._builder_ = _build_AlterPartitionRequest_TopicData
-_AlterPartitionRequest_PartitionData._builder_ = _build_AlterPartitionRequest_PartitionData
-_AlterPartitionRequest_BrokerState._builder_ = _build_AlterPartitionRequest_BrokerState
-_AlterPartitionRequest._builder_ = _build_AlterPartitionRequest
-_AlterPartitionResponse_TopicData._builder_ = _build_AlterPartitionResponse_TopicData
-_AlterPartitionResponse_PartitionData._builder_ = _build_AlterPartitionResponse_PartitionData
-_AlterPartitionResponse._builder_ = _build_AlterPartitionResponse

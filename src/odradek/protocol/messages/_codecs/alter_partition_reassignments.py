@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -429,90 +428,6 @@ def _dec_AlterPartitionReassignmentsResponse_v0(buf: memoryview, pos: int) -> tu
     return obj, pos
 
 
-def _build_AlterPartitionReassignmentsRequest_ReassignableTopic(
-    *,
-    name: str = "",
-    partitions: list[AlterPartitionReassignmentsRequest.ReassignablePartition] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterPartitionReassignmentsRequest.ReassignableTopic:
-    obj = new(_AlterPartitionReassignmentsRequest_ReassignableTopic)
-    obj.name = name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterPartitionReassignmentsRequest_ReassignablePartition(
-    *,
-    partition_index: int = 0,
-    replicas: list[int] | None = None,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterPartitionReassignmentsRequest.ReassignablePartition:
-    obj = new(_AlterPartitionReassignmentsRequest_ReassignablePartition)
-    obj.partition_index = partition_index
-    obj.replicas = replicas
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterPartitionReassignmentsRequest(
-    *,
-    timeout_ms: int = 60000,
-    topics: list[AlterPartitionReassignmentsRequest.ReassignableTopic] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterPartitionReassignmentsRequest:
-    obj = new(_AlterPartitionReassignmentsRequest)
-    obj.timeout_ms = timeout_ms
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterPartitionReassignmentsResponse_ReassignableTopicResponse(
-    *,
-    name: str = "",
-    partitions: list[AlterPartitionReassignmentsResponse.ReassignablePartitionResponse] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterPartitionReassignmentsResponse.ReassignableTopicResponse:
-    obj = new(_AlterPartitionReassignmentsResponse_ReassignableTopicResponse)
-    obj.name = name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse(
-    *,
-    partition_index: int = 0,
-    error_code: int = 0,
-    error_message: str | None = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterPartitionReassignmentsResponse.ReassignablePartitionResponse:
-    obj = new(_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse)
-    obj.partition_index = partition_index
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterPartitionReassignmentsResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    error_message: str | None = "",
-    responses: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterPartitionReassignmentsResponse:
-    obj = new(_AlterPartitionReassignmentsResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.responses = [] if responses is DEFAULT else responses
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_AlterPartitionReassignmentsRequest(request: AlterPartitionReassignmentsRequest, version: int, code: int, message: str | None) -> AlterPartitionReassignmentsResponse | None:
     return _AlterPartitionReassignmentsResponse(error_code=code, error_message=message)
 
@@ -522,9 +437,3 @@ AlterPartitionReassignmentsRequest._decoders_ = {0: _dec_AlterPartitionReassignm
 AlterPartitionReassignmentsResponse._encoders_ = {0: _enc_AlterPartitionReassignmentsResponse_v0}
 AlterPartitionReassignmentsResponse._decoders_ = {0: _dec_AlterPartitionReassignmentsResponse_v0}
 AlterPartitionReassignmentsRequest._error_response_ = _error_AlterPartitionReassignmentsRequest
-_AlterPartitionReassignmentsRequest_ReassignableTopic._builder_ = _build_AlterPartitionReassignmentsRequest_ReassignableTopic
-_AlterPartitionReassignmentsRequest_ReassignablePartition._builder_ = _build_AlterPartitionReassignmentsRequest_ReassignablePartition
-_AlterPartitionReassignmentsRequest._builder_ = _build_AlterPartitionReassignmentsRequest
-_AlterPartitionReassignmentsResponse_ReassignableTopicResponse._builder_ = _build_AlterPartitionReassignmentsResponse_ReassignableTopicResponse
-_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse._builder_ = _build_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse
-_AlterPartitionReassignmentsResponse._builder_ = _build_AlterPartitionReassignmentsResponse

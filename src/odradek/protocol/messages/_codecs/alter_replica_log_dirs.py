@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -619,82 +618,6 @@ def _dec_AlterReplicaLogDirsResponse_v2(buf: memoryview, pos: int) -> tuple[Alte
     return obj, pos
 
 
-def _build_AlterReplicaLogDirsRequest_AlterReplicaLogDir(
-    *,
-    path: str = "",
-    topics: list[AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterReplicaLogDirsRequest.AlterReplicaLogDir:
-    obj = new(_AlterReplicaLogDirsRequest_AlterReplicaLogDir)
-    obj.path = path
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic(
-    *,
-    name: str = "",
-    partitions: list[int] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic:
-    obj = new(_AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic)
-    obj.name = name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterReplicaLogDirsRequest(
-    *,
-    dirs: list[AlterReplicaLogDirsRequest.AlterReplicaLogDir] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterReplicaLogDirsRequest:
-    obj = new(_AlterReplicaLogDirsRequest)
-    obj.dirs = [] if dirs is DEFAULT else dirs
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult(
-    *,
-    topic_name: str = "",
-    partitions: list[AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult:
-    obj = new(_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult)
-    obj.topic_name = topic_name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult(
-    *,
-    partition_index: int = 0,
-    error_code: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult:
-    obj = new(_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult)
-    obj.partition_index = partition_index
-    obj.error_code = error_code
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterReplicaLogDirsResponse(
-    *,
-    throttle_time_ms: int = 0,
-    results: list[AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterReplicaLogDirsResponse:
-    obj = new(_AlterReplicaLogDirsResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.results = [] if results is DEFAULT else results
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_AlterReplicaLogDirsRequest(request: AlterReplicaLogDirsRequest, version: int, code: int, message: str | None) -> AlterReplicaLogDirsResponse | None:
     return _AlterReplicaLogDirsResponse(results=[_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult(topic_name=x1.name, partitions=[_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult(error_code=code, partition_index=x2) for x2 in x1.partitions]) for x0 in request.dirs for x1 in x0.topics])
 
@@ -704,9 +627,3 @@ AlterReplicaLogDirsRequest._decoders_ = {0: _dec_AlterReplicaLogDirsRequest_v0, 
 AlterReplicaLogDirsResponse._encoders_ = {0: _enc_AlterReplicaLogDirsResponse_v0, 1: _enc_AlterReplicaLogDirsResponse_v0, 2: _enc_AlterReplicaLogDirsResponse_v2}
 AlterReplicaLogDirsResponse._decoders_ = {0: _dec_AlterReplicaLogDirsResponse_v0, 1: _dec_AlterReplicaLogDirsResponse_v0, 2: _dec_AlterReplicaLogDirsResponse_v2}
 AlterReplicaLogDirsRequest._error_response_ = _error_AlterReplicaLogDirsRequest
-_AlterReplicaLogDirsRequest_AlterReplicaLogDir._builder_ = _build_AlterReplicaLogDirsRequest_AlterReplicaLogDir
-_AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic._builder_ = _build_AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic
-_AlterReplicaLogDirsRequest._builder_ = _build_AlterReplicaLogDirsRequest
-_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult._builder_ = _build_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult
-_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult._builder_ = _build_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult
-_AlterReplicaLogDirsResponse._builder_ = _build_AlterReplicaLogDirsResponse

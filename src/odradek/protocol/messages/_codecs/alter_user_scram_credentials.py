@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -421,79 +420,6 @@ def _dec_AlterUserScramCredentialsResponse_v0(buf: memoryview, pos: int) -> tupl
     return obj, pos
 
 
-def _build_AlterUserScramCredentialsRequest_ScramCredentialDeletion(
-    *,
-    name: str = "",
-    mechanism: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterUserScramCredentialsRequest.ScramCredentialDeletion:
-    obj = new(_AlterUserScramCredentialsRequest_ScramCredentialDeletion)
-    obj.name = name
-    obj.mechanism = mechanism
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterUserScramCredentialsRequest_ScramCredentialUpsertion(
-    *,
-    name: str = "",
-    mechanism: int = 0,
-    iterations: int = 0,
-    salt: bytes = b"",
-    salted_password: bytes = b"",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterUserScramCredentialsRequest.ScramCredentialUpsertion:
-    obj = new(_AlterUserScramCredentialsRequest_ScramCredentialUpsertion)
-    obj.name = name
-    obj.mechanism = mechanism
-    obj.iterations = iterations
-    obj.salt = salt
-    obj.salted_password = salted_password
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterUserScramCredentialsRequest(
-    *,
-    deletions: list[AlterUserScramCredentialsRequest.ScramCredentialDeletion] = DEFAULT,
-    upsertions: list[AlterUserScramCredentialsRequest.ScramCredentialUpsertion] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterUserScramCredentialsRequest:
-    obj = new(_AlterUserScramCredentialsRequest)
-    obj.deletions = [] if deletions is DEFAULT else deletions
-    obj.upsertions = [] if upsertions is DEFAULT else upsertions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult(
-    *,
-    user: str = "",
-    error_code: int = 0,
-    error_message: str | None = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult:
-    obj = new(_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult)
-    obj.user = user
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AlterUserScramCredentialsResponse(
-    *,
-    throttle_time_ms: int = 0,
-    results: list[AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AlterUserScramCredentialsResponse:
-    obj = new(_AlterUserScramCredentialsResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.results = [] if results is DEFAULT else results
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_AlterUserScramCredentialsRequest(request: AlterUserScramCredentialsRequest, version: int, code: int, message: str | None) -> AlterUserScramCredentialsResponse | None:
     return _AlterUserScramCredentialsResponse(results=[_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult(error_code=code, error_message=message, user=x0.name) for x0 in request.deletions] + [_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult(error_code=code, error_message=message, user=x0.name) for x0 in request.upsertions])
 
@@ -503,8 +429,3 @@ AlterUserScramCredentialsRequest._decoders_ = {0: _dec_AlterUserScramCredentials
 AlterUserScramCredentialsResponse._encoders_ = {0: _enc_AlterUserScramCredentialsResponse_v0}
 AlterUserScramCredentialsResponse._decoders_ = {0: _dec_AlterUserScramCredentialsResponse_v0}
 AlterUserScramCredentialsRequest._error_response_ = _error_AlterUserScramCredentialsRequest
-_AlterUserScramCredentialsRequest_ScramCredentialDeletion._builder_ = _build_AlterUserScramCredentialsRequest_ScramCredentialDeletion
-_AlterUserScramCredentialsRequest_ScramCredentialUpsertion._builder_ = _build_AlterUserScramCredentialsRequest_ScramCredentialUpsertion
-_AlterUserScramCredentialsRequest._builder_ = _build_AlterUserScramCredentialsRequest
-_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult._builder_ = _build_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult
-_AlterUserScramCredentialsResponse._builder_ = _build_AlterUserScramCredentialsResponse

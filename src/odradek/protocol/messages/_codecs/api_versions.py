@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -537,87 +536,6 @@ def _dec_ApiVersionsResponse_v3_tagged(buf: memoryview, pos: int, obj: ApiVersio
     return pos
 
 
-def _build_ApiVersionsRequest(
-    *,
-    client_software_name: str = "",
-    client_software_version: str = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ApiVersionsRequest:
-    obj = new(_ApiVersionsRequest)
-    obj.client_software_name = client_software_name
-    obj.client_software_version = client_software_version
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ApiVersionsResponse_ApiVersion(
-    *,
-    api_key: int = 0,
-    min_version: int = 0,
-    max_version: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ApiVersionsResponse.ApiVersion:
-    obj = new(_ApiVersionsResponse_ApiVersion)
-    obj.api_key = api_key
-    obj.min_version = min_version
-    obj.max_version = max_version
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ApiVersionsResponse_SupportedFeatureKey(
-    *,
-    name: str = "",
-    min_version: int = 0,
-    max_version: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ApiVersionsResponse.SupportedFeatureKey:
-    obj = new(_ApiVersionsResponse_SupportedFeatureKey)
-    obj.name = name
-    obj.min_version = min_version
-    obj.max_version = max_version
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ApiVersionsResponse_FinalizedFeatureKey(
-    *,
-    name: str = "",
-    max_version_level: int = 0,
-    min_version_level: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ApiVersionsResponse.FinalizedFeatureKey:
-    obj = new(_ApiVersionsResponse_FinalizedFeatureKey)
-    obj.name = name
-    obj.max_version_level = max_version_level
-    obj.min_version_level = min_version_level
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ApiVersionsResponse(
-    *,
-    error_code: int = 0,
-    api_keys: list[ApiVersionsResponse.ApiVersion] = DEFAULT,
-    throttle_time_ms: int = 0,
-    supported_features: list[ApiVersionsResponse.SupportedFeatureKey] = DEFAULT,
-    finalized_features_epoch: int = -1,
-    finalized_features: list[ApiVersionsResponse.FinalizedFeatureKey] = DEFAULT,
-    zk_migration_ready: bool = False,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ApiVersionsResponse:
-    obj = new(_ApiVersionsResponse)
-    obj.error_code = error_code
-    obj.api_keys = [] if api_keys is DEFAULT else api_keys
-    obj.throttle_time_ms = throttle_time_ms
-    obj.supported_features = [] if supported_features is DEFAULT else supported_features
-    obj.finalized_features_epoch = finalized_features_epoch
-    obj.finalized_features = [] if finalized_features is DEFAULT else finalized_features
-    obj.zk_migration_ready = zk_migration_ready
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_ApiVersionsRequest(request: ApiVersionsRequest, version: int, code: int, message: str | None) -> ApiVersionsResponse | None:
     return _ApiVersionsResponse(error_code=code)
 
@@ -627,8 +545,3 @@ ApiVersionsRequest._decoders_ = {0: _dec_ApiVersionsRequest_v0, 1: _dec_ApiVersi
 ApiVersionsResponse._encoders_ = {0: _enc_ApiVersionsResponse_v0, 1: _enc_ApiVersionsResponse_v1, 2: _enc_ApiVersionsResponse_v1, 3: _enc_ApiVersionsResponse_v3, 4: _enc_ApiVersionsResponse_v3}
 ApiVersionsResponse._decoders_ = {0: _dec_ApiVersionsResponse_v0, 1: _dec_ApiVersionsResponse_v1, 2: _dec_ApiVersionsResponse_v1, 3: _dec_ApiVersionsResponse_v3, 4: _dec_ApiVersionsResponse_v3}
 ApiVersionsRequest._error_response_ = _error_ApiVersionsRequest
-_ApiVersionsRequest._builder_ = _build_ApiVersionsRequest
-_ApiVersionsResponse_ApiVersion._builder_ = _build_ApiVersionsResponse_ApiVersion
-_ApiVersionsResponse_SupportedFeatureKey._builder_ = _build_ApiVersionsResponse_SupportedFeatureKey
-_ApiVersionsResponse_FinalizedFeatureKey._builder_ = _build_ApiVersionsResponse_FinalizedFeatureKey
-_ApiVersionsResponse._builder_ = _build_ApiVersionsResponse

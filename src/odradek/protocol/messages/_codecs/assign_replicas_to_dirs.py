@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -391,112 +390,6 @@ def _dec_AssignReplicasToDirsResponse_v0(buf: memoryview, pos: int) -> tuple[Ass
     return obj, pos
 
 
-def _build_AssignReplicasToDirsRequest_DirectoryData(
-    *,
-    id: uuid.UUID = ZERO_UUID,
-    topics: list[AssignReplicasToDirsRequest.TopicData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AssignReplicasToDirsRequest.DirectoryData:
-    obj = new(_AssignReplicasToDirsRequest_DirectoryData)
-    obj.id = id
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AssignReplicasToDirsRequest_TopicData(
-    *,
-    topic_id: uuid.UUID = ZERO_UUID,
-    partitions: list[AssignReplicasToDirsRequest.PartitionData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AssignReplicasToDirsRequest.TopicData:
-    obj = new(_AssignReplicasToDirsRequest_TopicData)
-    obj.topic_id = topic_id
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AssignReplicasToDirsRequest_PartitionData(
-    *,
-    partition_index: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AssignReplicasToDirsRequest.PartitionData:
-    obj = new(_AssignReplicasToDirsRequest_PartitionData)
-    obj.partition_index = partition_index
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AssignReplicasToDirsRequest(
-    *,
-    broker_id: int = 0,
-    broker_epoch: int = -1,
-    directories: list[AssignReplicasToDirsRequest.DirectoryData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AssignReplicasToDirsRequest:
-    obj = new(_AssignReplicasToDirsRequest)
-    obj.broker_id = broker_id
-    obj.broker_epoch = broker_epoch
-    obj.directories = [] if directories is DEFAULT else directories
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AssignReplicasToDirsResponse_DirectoryData(
-    *,
-    id: uuid.UUID = ZERO_UUID,
-    topics: list[AssignReplicasToDirsResponse.TopicData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AssignReplicasToDirsResponse.DirectoryData:
-    obj = new(_AssignReplicasToDirsResponse_DirectoryData)
-    obj.id = id
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AssignReplicasToDirsResponse_TopicData(
-    *,
-    topic_id: uuid.UUID = ZERO_UUID,
-    partitions: list[AssignReplicasToDirsResponse.PartitionData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AssignReplicasToDirsResponse.TopicData:
-    obj = new(_AssignReplicasToDirsResponse_TopicData)
-    obj.topic_id = topic_id
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AssignReplicasToDirsResponse_PartitionData(
-    *,
-    partition_index: int = 0,
-    error_code: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AssignReplicasToDirsResponse.PartitionData:
-    obj = new(_AssignReplicasToDirsResponse_PartitionData)
-    obj.partition_index = partition_index
-    obj.error_code = error_code
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_AssignReplicasToDirsResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    directories: list[AssignReplicasToDirsResponse.DirectoryData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> AssignReplicasToDirsResponse:
-    obj = new(_AssignReplicasToDirsResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.directories = [] if directories is DEFAULT else directories
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_AssignReplicasToDirsRequest(request: AssignReplicasToDirsRequest, version: int, code: int, message: str | None) -> AssignReplicasToDirsResponse | None:
     return _AssignReplicasToDirsResponse(error_code=code)
 
@@ -506,11 +399,3 @@ AssignReplicasToDirsRequest._decoders_ = {0: _dec_AssignReplicasToDirsRequest_v0
 AssignReplicasToDirsResponse._encoders_ = {0: _enc_AssignReplicasToDirsResponse_v0}
 AssignReplicasToDirsResponse._decoders_ = {0: _dec_AssignReplicasToDirsResponse_v0}
 AssignReplicasToDirsRequest._error_response_ = _error_AssignReplicasToDirsRequest
-_AssignReplicasToDirsRequest_DirectoryData._builder_ = _build_AssignReplicasToDirsRequest_DirectoryData
-_AssignReplicasToDirsRequest_TopicData._builder_ = _build_AssignReplicasToDirsRequest_TopicData
-_AssignReplicasToDirsRequest_PartitionData._builder_ = _build_AssignReplicasToDirsRequest_PartitionData
-_AssignReplicasToDirsRequest._builder_ = _build_AssignReplicasToDirsRequest
-_AssignReplicasToDirsResponse_DirectoryData._builder_ = _build_AssignReplicasToDirsResponse_DirectoryData
-_AssignReplicasToDirsResponse_TopicData._builder_ = _build_AssignReplicasToDirsResponse_TopicData
-_AssignReplicasToDirsResponse_PartitionData._builder_ = _build_AssignReplicasToDirsResponse_PartitionData
-_AssignReplicasToDirsResponse._builder_ = _build_AssignReplicasToDirsResponse

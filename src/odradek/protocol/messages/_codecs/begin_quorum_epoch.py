@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -829,128 +828,6 @@ def _dec_BeginQuorumEpochResponse_v1_tagged(buf: memoryview, pos: int, obj: Begi
     return pos
 
 
-def _build_BeginQuorumEpochRequest_TopicData(
-    *,
-    topic_name: str = "",
-    partitions: list[BeginQuorumEpochRequest.PartitionData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> BeginQuorumEpochRequest.TopicData:
-    obj = new(_BeginQuorumEpochRequest_TopicData)
-    obj.topic_name = topic_name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_BeginQuorumEpochRequest_PartitionData(
-    *,
-    partition_index: int = 0,
-    voter_directory_id: uuid.UUID = ZERO_UUID,
-    leader_id: int = 0,
-    leader_epoch: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> BeginQuorumEpochRequest.PartitionData:
-    obj = new(_BeginQuorumEpochRequest_PartitionData)
-    obj.partition_index = partition_index
-    obj.voter_directory_id = voter_directory_id
-    obj.leader_id = leader_id
-    obj.leader_epoch = leader_epoch
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_BeginQuorumEpochRequest_LeaderEndpoint(
-    *,
-    name: str = "",
-    host: str = "",
-    port: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> BeginQuorumEpochRequest.LeaderEndpoint:
-    obj = new(_BeginQuorumEpochRequest_LeaderEndpoint)
-    obj.name = name
-    obj.host = host
-    obj.port = port
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_BeginQuorumEpochRequest(
-    *,
-    cluster_id: str | None = None,
-    voter_id: int = -1,
-    topics: list[BeginQuorumEpochRequest.TopicData] = DEFAULT,
-    leader_endpoints: list[BeginQuorumEpochRequest.LeaderEndpoint] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> BeginQuorumEpochRequest:
-    obj = new(_BeginQuorumEpochRequest)
-    obj.cluster_id = cluster_id
-    obj.voter_id = voter_id
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.leader_endpoints = [] if leader_endpoints is DEFAULT else leader_endpoints
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_BeginQuorumEpochResponse_TopicData(
-    *,
-    topic_name: str = "",
-    partitions: list[BeginQuorumEpochResponse.PartitionData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> BeginQuorumEpochResponse.TopicData:
-    obj = new(_BeginQuorumEpochResponse_TopicData)
-    obj.topic_name = topic_name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_BeginQuorumEpochResponse_PartitionData(
-    *,
-    partition_index: int = 0,
-    error_code: int = 0,
-    leader_id: int = 0,
-    leader_epoch: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> BeginQuorumEpochResponse.PartitionData:
-    obj = new(_BeginQuorumEpochResponse_PartitionData)
-    obj.partition_index = partition_index
-    obj.error_code = error_code
-    obj.leader_id = leader_id
-    obj.leader_epoch = leader_epoch
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_BeginQuorumEpochResponse_NodeEndpoint(
-    *,
-    node_id: int = 0,
-    host: str = "",
-    port: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> BeginQuorumEpochResponse.NodeEndpoint:
-    obj = new(_BeginQuorumEpochResponse_NodeEndpoint)
-    obj.node_id = node_id
-    obj.host = host
-    obj.port = port
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_BeginQuorumEpochResponse(
-    *,
-    error_code: int = 0,
-    topics: list[BeginQuorumEpochResponse.TopicData] = DEFAULT,
-    node_endpoints: list[BeginQuorumEpochResponse.NodeEndpoint] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> BeginQuorumEpochResponse:
-    obj = new(_BeginQuorumEpochResponse)
-    obj.error_code = error_code
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.node_endpoints = [] if node_endpoints is DEFAULT else node_endpoints
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_BeginQuorumEpochRequest(request: BeginQuorumEpochRequest, version: int, code: int, message: str | None) -> BeginQuorumEpochResponse | None:
     return _BeginQuorumEpochResponse(error_code=code)
 
@@ -960,11 +837,3 @@ BeginQuorumEpochRequest._decoders_ = {0: _dec_BeginQuorumEpochRequest_v0, 1: _de
 BeginQuorumEpochResponse._encoders_ = {0: _enc_BeginQuorumEpochResponse_v0, 1: _enc_BeginQuorumEpochResponse_v1}
 BeginQuorumEpochResponse._decoders_ = {0: _dec_BeginQuorumEpochResponse_v0, 1: _dec_BeginQuorumEpochResponse_v1}
 BeginQuorumEpochRequest._error_response_ = _error_BeginQuorumEpochRequest
-_BeginQuorumEpochRequest_TopicData._builder_ = _build_BeginQuorumEpochRequest_TopicData
-_BeginQuorumEpochRequest_PartitionData._builder_ = _build_BeginQuorumEpochRequest_PartitionData
-_BeginQuorumEpochRequest_LeaderEndpoint._builder_ = _build_BeginQuorumEpochRequest_LeaderEndpoint
-_BeginQuorumEpochRequest._builder_ = _build_BeginQuorumEpochRequest
-_BeginQuorumEpochResponse_TopicData._builder_ = _build_BeginQuorumEpochResponse_TopicData
-_BeginQuorumEpochResponse_PartitionData._builder_ = _build_BeginQuorumEpochResponse_PartitionData
-_BeginQuorumEpochResponse_NodeEndpoint._builder_ = _build_BeginQuorumEpochResponse_NodeEndpoint
-_BeginQuorumEpochResponse._builder_ = _build_BeginQuorumEpochResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -173,46 +172,6 @@ def _dec_BrokerHeartbeatResponse_v0(buf: memoryview, pos: int) -> tuple[BrokerHe
     return obj, pos
 
 
-def _build_BrokerHeartbeatRequest(
-    *,
-    broker_id: int = 0,
-    broker_epoch: int = -1,
-    current_metadata_offset: int = 0,
-    want_fence: bool = False,
-    want_shut_down: bool = False,
-    offline_log_dirs: list[uuid.UUID] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> BrokerHeartbeatRequest:
-    obj = new(_BrokerHeartbeatRequest)
-    obj.broker_id = broker_id
-    obj.broker_epoch = broker_epoch
-    obj.current_metadata_offset = current_metadata_offset
-    obj.want_fence = want_fence
-    obj.want_shut_down = want_shut_down
-    obj.offline_log_dirs = [] if offline_log_dirs is DEFAULT else offline_log_dirs
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_BrokerHeartbeatResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    is_caught_up: bool = False,
-    is_fenced: bool = True,
-    should_shut_down: bool = False,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> BrokerHeartbeatResponse:
-    obj = new(_BrokerHeartbeatResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.is_caught_up = is_caught_up
-    obj.is_fenced = is_fenced
-    obj.should_shut_down = should_shut_down
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_BrokerHeartbeatRequest(request: BrokerHeartbeatRequest, version: int, code: int, message: str | None) -> BrokerHeartbeatResponse | None:
     return _BrokerHeartbeatResponse(error_code=code)
 
@@ -222,5 +181,3 @@ BrokerHeartbeatRequest._decoders_ = {0: _dec_BrokerHeartbeatRequest_v0, 1: _dec_
 BrokerHeartbeatResponse._encoders_ = {0: _enc_BrokerHeartbeatResponse_v0, 1: _enc_BrokerHeartbeatResponse_v0}
 BrokerHeartbeatResponse._decoders_ = {0: _dec_BrokerHeartbeatResponse_v0, 1: _dec_BrokerHeartbeatResponse_v0}
 BrokerHeartbeatRequest._error_response_ = _error_BrokerHeartbeatRequest
-_BrokerHeartbeatRequest._builder_ = _build_BrokerHeartbeatRequest
-_BrokerHeartbeatResponse._builder_ = _build_BrokerHeartbeatResponse

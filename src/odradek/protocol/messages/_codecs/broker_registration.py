@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -831,80 +830,6 @@ def _dec_BrokerRegistrationResponse_v0(buf: memoryview, pos: int) -> tuple[Broke
     return obj, pos
 
 
-def _build_BrokerRegistrationRequest_Listener(
-    *,
-    name: str = "",
-    host: str = "",
-    port: int = 0,
-    security_protocol: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> BrokerRegistrationRequest.Listener:
-    obj = new(_BrokerRegistrationRequest_Listener)
-    obj.name = name
-    obj.host = host
-    obj.port = port
-    obj.security_protocol = security_protocol
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_BrokerRegistrationRequest_Feature(
-    *,
-    name: str = "",
-    min_supported_version: int = 0,
-    max_supported_version: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> BrokerRegistrationRequest.Feature:
-    obj = new(_BrokerRegistrationRequest_Feature)
-    obj.name = name
-    obj.min_supported_version = min_supported_version
-    obj.max_supported_version = max_supported_version
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_BrokerRegistrationRequest(
-    *,
-    broker_id: int = 0,
-    cluster_id: str = "",
-    incarnation_id: uuid.UUID = ZERO_UUID,
-    listeners: list[BrokerRegistrationRequest.Listener] = DEFAULT,
-    features: list[BrokerRegistrationRequest.Feature] = DEFAULT,
-    rack: str | None = "",
-    is_migrating_zk_broker: bool = False,
-    log_dirs: list[uuid.UUID] = DEFAULT,
-    previous_broker_epoch: int = -1,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> BrokerRegistrationRequest:
-    obj = new(_BrokerRegistrationRequest)
-    obj.broker_id = broker_id
-    obj.cluster_id = cluster_id
-    obj.incarnation_id = incarnation_id
-    obj.listeners = [] if listeners is DEFAULT else listeners
-    obj.features = [] if features is DEFAULT else features
-    obj.rack = rack
-    obj.is_migrating_zk_broker = is_migrating_zk_broker
-    obj.log_dirs = [] if log_dirs is DEFAULT else log_dirs
-    obj.previous_broker_epoch = previous_broker_epoch
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_BrokerRegistrationResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    broker_epoch: int = -1,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> BrokerRegistrationResponse:
-    obj = new(_BrokerRegistrationResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.broker_epoch = broker_epoch
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_BrokerRegistrationRequest(request: BrokerRegistrationRequest, version: int, code: int, message: str | None) -> BrokerRegistrationResponse | None:
     return _BrokerRegistrationResponse(error_code=code)
 
@@ -914,7 +839,3 @@ BrokerRegistrationRequest._decoders_ = {0: _dec_BrokerRegistrationRequest_v0, 1:
 BrokerRegistrationResponse._encoders_ = {0: _enc_BrokerRegistrationResponse_v0, 1: _enc_BrokerRegistrationResponse_v0, 2: _enc_BrokerRegistrationResponse_v0, 3: _enc_BrokerRegistrationResponse_v0, 4: _enc_BrokerRegistrationResponse_v0}
 BrokerRegistrationResponse._decoders_ = {0: _dec_BrokerRegistrationResponse_v0, 1: _dec_BrokerRegistrationResponse_v0, 2: _dec_BrokerRegistrationResponse_v0, 3: _dec_BrokerRegistrationResponse_v0, 4: _dec_BrokerRegistrationResponse_v0}
 BrokerRegistrationRequest._error_response_ = _error_BrokerRegistrationRequest
-_BrokerRegistrationRequest_Listener._builder_ = _build_BrokerRegistrationRequest_Listener
-_BrokerRegistrationRequest_Feature._builder_ = _build_BrokerRegistrationRequest_Feature
-_BrokerRegistrationRequest._builder_ = _build_BrokerRegistrationRequest
-_BrokerRegistrationResponse._builder_ = _build_BrokerRegistrationResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -723,114 +722,6 @@ def _dec_ConsumerGroupDescribeResponse_v0(buf: memoryview, pos: int) -> tuple[Co
     return obj, pos
 
 
-def _build_ConsumerGroupDescribeRequest(
-    *,
-    group_ids: list[str] = DEFAULT,
-    include_authorized_operations: bool = False,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ConsumerGroupDescribeRequest:
-    obj = new(_ConsumerGroupDescribeRequest)
-    obj.group_ids = [] if group_ids is DEFAULT else group_ids
-    obj.include_authorized_operations = include_authorized_operations
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ConsumerGroupDescribeResponse_DescribedGroup(
-    *,
-    error_code: int = 0,
-    error_message: str | None = None,
-    group_id: str = "",
-    group_state: str = "",
-    group_epoch: int = 0,
-    assignment_epoch: int = 0,
-    assignor_name: str = "",
-    members: list[ConsumerGroupDescribeResponse.Member] = DEFAULT,
-    authorized_operations: int = -2147483648,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ConsumerGroupDescribeResponse.DescribedGroup:
-    obj = new(_ConsumerGroupDescribeResponse_DescribedGroup)
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.group_id = group_id
-    obj.group_state = group_state
-    obj.group_epoch = group_epoch
-    obj.assignment_epoch = assignment_epoch
-    obj.assignor_name = assignor_name
-    obj.members = [] if members is DEFAULT else members
-    obj.authorized_operations = authorized_operations
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ConsumerGroupDescribeResponse_Member(
-    *,
-    member_id: str = "",
-    instance_id: str | None = None,
-    rack_id: str | None = None,
-    member_epoch: int = 0,
-    client_id: str = "",
-    client_host: str = "",
-    subscribed_topic_names: list[str] = DEFAULT,
-    subscribed_topic_regex: str | None = None,
-    assignment: ConsumerGroupDescribeResponse.Assignment = DEFAULT,
-    target_assignment: ConsumerGroupDescribeResponse.Assignment = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ConsumerGroupDescribeResponse.Member:
-    obj = new(_ConsumerGroupDescribeResponse_Member)
-    obj.member_id = member_id
-    obj.instance_id = instance_id
-    obj.rack_id = rack_id
-    obj.member_epoch = member_epoch
-    obj.client_id = client_id
-    obj.client_host = client_host
-    obj.subscribed_topic_names = [] if subscribed_topic_names is DEFAULT else subscribed_topic_names
-    obj.subscribed_topic_regex = subscribed_topic_regex
-    obj.assignment = _build_ConsumerGroupDescribeResponse_Assignment() if assignment is DEFAULT else assignment
-    obj.target_assignment = _build_ConsumerGroupDescribeResponse_Assignment() if target_assignment is DEFAULT else target_assignment
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ConsumerGroupDescribeResponse_Assignment(
-    *,
-    topic_partitions: list[ConsumerGroupDescribeResponse.TopicPartitions] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ConsumerGroupDescribeResponse.Assignment:
-    obj = new(_ConsumerGroupDescribeResponse_Assignment)
-    obj.topic_partitions = [] if topic_partitions is DEFAULT else topic_partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ConsumerGroupDescribeResponse_TopicPartitions(
-    *,
-    topic_id: uuid.UUID = ZERO_UUID,
-    topic_name: str = "",
-    partitions: list[int] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ConsumerGroupDescribeResponse.TopicPartitions:
-    obj = new(_ConsumerGroupDescribeResponse_TopicPartitions)
-    obj.topic_id = topic_id
-    obj.topic_name = topic_name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ConsumerGroupDescribeResponse(
-    *,
-    throttle_time_ms: int = 0,
-    groups: list[ConsumerGroupDescribeResponse.DescribedGroup] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ConsumerGroupDescribeResponse:
-    obj = new(_ConsumerGroupDescribeResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.groups = [] if groups is DEFAULT else groups
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_ConsumerGroupDescribeRequest(request: ConsumerGroupDescribeRequest, version: int, code: int, message: str | None) -> ConsumerGroupDescribeResponse | None:
     return _ConsumerGroupDescribeResponse(groups=[_ConsumerGroupDescribeResponse_DescribedGroup(error_code=code, error_message=message, group_id=x0) for x0 in request.group_ids])
 
@@ -840,9 +731,3 @@ ConsumerGroupDescribeRequest._decoders_ = {0: _dec_ConsumerGroupDescribeRequest_
 ConsumerGroupDescribeResponse._encoders_ = {0: _enc_ConsumerGroupDescribeResponse_v0}
 ConsumerGroupDescribeResponse._decoders_ = {0: _dec_ConsumerGroupDescribeResponse_v0}
 ConsumerGroupDescribeRequest._error_response_ = _error_ConsumerGroupDescribeRequest
-_ConsumerGroupDescribeRequest._builder_ = _build_ConsumerGroupDescribeRequest
-_ConsumerGroupDescribeResponse_DescribedGroup._builder_ = _build_ConsumerGroupDescribeResponse_DescribedGroup
-_ConsumerGroupDescribeResponse_Member._builder_ = _build_ConsumerGroupDescribeResponse_Member
-_ConsumerGroupDescribeResponse_Assignment._builder_ = _build_ConsumerGroupDescribeResponse_Assignment
-_ConsumerGroupDescribeResponse_TopicPartitions._builder_ = _build_ConsumerGroupDescribeResponse_TopicPartitions
-_ConsumerGroupDescribeResponse._builder_ = _build_ConsumerGroupDescribeResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -832,95 +831,6 @@ def _dec_ConsumerGroupHeartbeatResponse_v0(buf: memoryview, pos: int) -> tuple[C
     return obj, pos
 
 
-def _build_ConsumerGroupHeartbeatRequest_TopicPartitions(
-    *,
-    topic_id: uuid.UUID = ZERO_UUID,
-    partitions: list[int] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ConsumerGroupHeartbeatRequest.TopicPartitions:
-    obj = new(_ConsumerGroupHeartbeatRequest_TopicPartitions)
-    obj.topic_id = topic_id
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ConsumerGroupHeartbeatRequest(
-    *,
-    group_id: str = "",
-    member_id: str = "",
-    member_epoch: int = 0,
-    instance_id: str | None = None,
-    rack_id: str | None = None,
-    rebalance_timeout_ms: int = -1,
-    subscribed_topic_names: list[str] | None = None,
-    subscribed_topic_regex: str | None = None,
-    server_assignor: str | None = None,
-    topic_partitions: list[ConsumerGroupHeartbeatRequest.TopicPartitions] | None = None,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ConsumerGroupHeartbeatRequest:
-    obj = new(_ConsumerGroupHeartbeatRequest)
-    obj.group_id = group_id
-    obj.member_id = member_id
-    obj.member_epoch = member_epoch
-    obj.instance_id = instance_id
-    obj.rack_id = rack_id
-    obj.rebalance_timeout_ms = rebalance_timeout_ms
-    obj.subscribed_topic_names = subscribed_topic_names
-    obj.subscribed_topic_regex = subscribed_topic_regex
-    obj.server_assignor = server_assignor
-    obj.topic_partitions = topic_partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ConsumerGroupHeartbeatResponse_Assignment(
-    *,
-    topic_partitions: list[ConsumerGroupHeartbeatResponse.TopicPartitions] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ConsumerGroupHeartbeatResponse.Assignment:
-    obj = new(_ConsumerGroupHeartbeatResponse_Assignment)
-    obj.topic_partitions = [] if topic_partitions is DEFAULT else topic_partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ConsumerGroupHeartbeatResponse_TopicPartitions(
-    *,
-    topic_id: uuid.UUID = ZERO_UUID,
-    partitions: list[int] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ConsumerGroupHeartbeatResponse.TopicPartitions:
-    obj = new(_ConsumerGroupHeartbeatResponse_TopicPartitions)
-    obj.topic_id = topic_id
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ConsumerGroupHeartbeatResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    error_message: str | None = None,
-    member_id: str | None = None,
-    member_epoch: int = 0,
-    heartbeat_interval_ms: int = 0,
-    assignment: ConsumerGroupHeartbeatResponse.Assignment | None = None,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ConsumerGroupHeartbeatResponse:
-    obj = new(_ConsumerGroupHeartbeatResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.member_id = member_id
-    obj.member_epoch = member_epoch
-    obj.heartbeat_interval_ms = heartbeat_interval_ms
-    obj.assignment = assignment
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_ConsumerGroupHeartbeatRequest(request: ConsumerGroupHeartbeatRequest, version: int, code: int, message: str | None) -> ConsumerGroupHeartbeatResponse | None:
     return _ConsumerGroupHeartbeatResponse(error_code=code, error_message=message)
 
@@ -930,8 +840,3 @@ ConsumerGroupHeartbeatRequest._decoders_ = {0: _dec_ConsumerGroupHeartbeatReques
 ConsumerGroupHeartbeatResponse._encoders_ = {0: _enc_ConsumerGroupHeartbeatResponse_v0, 1: _enc_ConsumerGroupHeartbeatResponse_v0}
 ConsumerGroupHeartbeatResponse._decoders_ = {0: _dec_ConsumerGroupHeartbeatResponse_v0, 1: _dec_ConsumerGroupHeartbeatResponse_v0}
 ConsumerGroupHeartbeatRequest._error_response_ = _error_ConsumerGroupHeartbeatRequest
-_ConsumerGroupHeartbeatRequest_TopicPartitions._builder_ = _build_ConsumerGroupHeartbeatRequest_TopicPartitions
-_ConsumerGroupHeartbeatRequest._builder_ = _build_ConsumerGroupHeartbeatRequest
-_ConsumerGroupHeartbeatResponse_Assignment._builder_ = _build_ConsumerGroupHeartbeatResponse_Assignment
-_ConsumerGroupHeartbeatResponse_TopicPartitions._builder_ = _build_ConsumerGroupHeartbeatResponse_TopicPartitions
-_ConsumerGroupHeartbeatResponse._builder_ = _build_ConsumerGroupHeartbeatResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -265,45 +264,6 @@ def _dec_ControlledShutdownResponse_v3(buf: memoryview, pos: int) -> tuple[Contr
     return obj, pos
 
 
-def _build_ControlledShutdownRequest(
-    *,
-    broker_id: int = 0,
-    broker_epoch: int = -1,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ControlledShutdownRequest:
-    obj = new(_ControlledShutdownRequest)
-    obj.broker_id = broker_id
-    obj.broker_epoch = broker_epoch
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ControlledShutdownResponse_RemainingPartition(
-    *,
-    topic_name: str = "",
-    partition_index: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ControlledShutdownResponse.RemainingPartition:
-    obj = new(_ControlledShutdownResponse_RemainingPartition)
-    obj.topic_name = topic_name
-    obj.partition_index = partition_index
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ControlledShutdownResponse(
-    *,
-    error_code: int = 0,
-    remaining_partitions: list[ControlledShutdownResponse.RemainingPartition] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ControlledShutdownResponse:
-    obj = new(_ControlledShutdownResponse)
-    obj.error_code = error_code
-    obj.remaining_partitions = [] if remaining_partitions is DEFAULT else remaining_partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_ControlledShutdownRequest(request: ControlledShutdownRequest, version: int, code: int, message: str | None) -> ControlledShutdownResponse | None:
     return _ControlledShutdownResponse(error_code=code)
 
@@ -313,6 +273,3 @@ ControlledShutdownRequest._decoders_ = {0: _dec_ControlledShutdownRequest_v0, 1:
 ControlledShutdownResponse._encoders_ = {0: _enc_ControlledShutdownResponse_v0, 1: _enc_ControlledShutdownResponse_v0, 2: _enc_ControlledShutdownResponse_v0, 3: _enc_ControlledShutdownResponse_v3}
 ControlledShutdownResponse._decoders_ = {0: _dec_ControlledShutdownResponse_v0, 1: _dec_ControlledShutdownResponse_v0, 2: _dec_ControlledShutdownResponse_v0, 3: _dec_ControlledShutdownResponse_v3}
 ControlledShutdownRequest._error_response_ = _error_ControlledShutdownRequest
-_ControlledShutdownRequest._builder_ = _build_ControlledShutdownRequest
-_ControlledShutdownResponse_RemainingPartition._builder_ = _build_ControlledShutdownResponse_RemainingPartition
-_ControlledShutdownResponse._builder_ = _build_ControlledShutdownResponse

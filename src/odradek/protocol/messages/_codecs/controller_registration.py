@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -314,72 +313,6 @@ def _dec_ControllerRegistrationResponse_v0(buf: memoryview, pos: int) -> tuple[C
     return obj, pos
 
 
-def _build_ControllerRegistrationRequest_Listener(
-    *,
-    name: str = "",
-    host: str = "",
-    port: int = 0,
-    security_protocol: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ControllerRegistrationRequest.Listener:
-    obj = new(_ControllerRegistrationRequest_Listener)
-    obj.name = name
-    obj.host = host
-    obj.port = port
-    obj.security_protocol = security_protocol
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ControllerRegistrationRequest_Feature(
-    *,
-    name: str = "",
-    min_supported_version: int = 0,
-    max_supported_version: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ControllerRegistrationRequest.Feature:
-    obj = new(_ControllerRegistrationRequest_Feature)
-    obj.name = name
-    obj.min_supported_version = min_supported_version
-    obj.max_supported_version = max_supported_version
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ControllerRegistrationRequest(
-    *,
-    controller_id: int = 0,
-    incarnation_id: uuid.UUID = ZERO_UUID,
-    zk_migration_ready: bool = False,
-    listeners: list[ControllerRegistrationRequest.Listener] = DEFAULT,
-    features: list[ControllerRegistrationRequest.Feature] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ControllerRegistrationRequest:
-    obj = new(_ControllerRegistrationRequest)
-    obj.controller_id = controller_id
-    obj.incarnation_id = incarnation_id
-    obj.zk_migration_ready = zk_migration_ready
-    obj.listeners = [] if listeners is DEFAULT else listeners
-    obj.features = [] if features is DEFAULT else features
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ControllerRegistrationResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    error_message: str | None = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ControllerRegistrationResponse:
-    obj = new(_ControllerRegistrationResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_ControllerRegistrationRequest(request: ControllerRegistrationRequest, version: int, code: int, message: str | None) -> ControllerRegistrationResponse | None:
     return _ControllerRegistrationResponse(error_code=code, error_message=message)
 
@@ -389,7 +322,3 @@ ControllerRegistrationRequest._decoders_ = {0: _dec_ControllerRegistrationReques
 ControllerRegistrationResponse._encoders_ = {0: _enc_ControllerRegistrationResponse_v0}
 ControllerRegistrationResponse._decoders_ = {0: _dec_ControllerRegistrationResponse_v0}
 ControllerRegistrationRequest._error_response_ = _error_ControllerRegistrationRequest
-_ControllerRegistrationRequest_Listener._builder_ = _build_ControllerRegistrationRequest_Listener
-_ControllerRegistrationRequest_Feature._builder_ = _build_ControllerRegistrationRequest_Feature
-_ControllerRegistrationRequest._builder_ = _build_ControllerRegistrationRequest
-_ControllerRegistrationResponse._builder_ = _build_ControllerRegistrationResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -602,66 +601,6 @@ def _dec_CreateAclsResponse_v2(buf: memoryview, pos: int) -> tuple[CreateAclsRes
     return obj, pos
 
 
-def _build_CreateAclsRequest_AclCreation(
-    *,
-    resource_type: int = 0,
-    resource_name: str = "",
-    resource_pattern_type: int = 3,
-    principal: str = "",
-    host: str = "",
-    operation: int = 0,
-    permission_type: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> CreateAclsRequest.AclCreation:
-    obj = new(_CreateAclsRequest_AclCreation)
-    obj.resource_type = resource_type
-    obj.resource_name = resource_name
-    obj.resource_pattern_type = resource_pattern_type
-    obj.principal = principal
-    obj.host = host
-    obj.operation = operation
-    obj.permission_type = permission_type
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_CreateAclsRequest(
-    *,
-    creations: list[CreateAclsRequest.AclCreation] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> CreateAclsRequest:
-    obj = new(_CreateAclsRequest)
-    obj.creations = [] if creations is DEFAULT else creations
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_CreateAclsResponse_AclCreationResult(
-    *,
-    error_code: int = 0,
-    error_message: str | None = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> CreateAclsResponse.AclCreationResult:
-    obj = new(_CreateAclsResponse_AclCreationResult)
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_CreateAclsResponse(
-    *,
-    throttle_time_ms: int = 0,
-    results: list[CreateAclsResponse.AclCreationResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> CreateAclsResponse:
-    obj = new(_CreateAclsResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.results = [] if results is DEFAULT else results
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_CreateAclsRequest(request: CreateAclsRequest, version: int, code: int, message: str | None) -> CreateAclsResponse | None:
     return _CreateAclsResponse(results=[_CreateAclsResponse_AclCreationResult(error_code=code, error_message=message) for x0 in request.creations])
 
@@ -671,7 +610,3 @@ CreateAclsRequest._decoders_ = {0: _dec_CreateAclsRequest_v0, 1: _dec_CreateAcls
 CreateAclsResponse._encoders_ = {0: _enc_CreateAclsResponse_v0, 1: _enc_CreateAclsResponse_v0, 2: _enc_CreateAclsResponse_v2, 3: _enc_CreateAclsResponse_v2}
 CreateAclsResponse._decoders_ = {0: _dec_CreateAclsResponse_v0, 1: _dec_CreateAclsResponse_v0, 2: _dec_CreateAclsResponse_v2, 3: _dec_CreateAclsResponse_v2}
 CreateAclsRequest._error_response_ = _error_CreateAclsRequest
-_CreateAclsRequest_AclCreation._builder_ = _build_CreateAclsRequest_AclCreation
-_CreateAclsRequest._builder_ = _build_CreateAclsRequest
-_CreateAclsResponse_AclCreationResult._builder_ = _build_CreateAclsResponse_AclCreationResult
-_CreateAclsResponse._builder_ = _build_CreateAclsResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -837,67 +836,6 @@ def _dec_CreateDelegationTokenResponse_v3(buf: memoryview, pos: int) -> tuple[Cr
     return obj, pos
 
 
-def _build_CreateDelegationTokenRequest_CreatableRenewers(
-    *,
-    principal_type: str = "",
-    principal_name: str = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> CreateDelegationTokenRequest.CreatableRenewers:
-    obj = new(_CreateDelegationTokenRequest_CreatableRenewers)
-    obj.principal_type = principal_type
-    obj.principal_name = principal_name
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_CreateDelegationTokenRequest(
-    *,
-    owner_principal_type: str | None = "",
-    owner_principal_name: str | None = "",
-    renewers: list[CreateDelegationTokenRequest.CreatableRenewers] = DEFAULT,
-    max_lifetime_ms: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> CreateDelegationTokenRequest:
-    obj = new(_CreateDelegationTokenRequest)
-    obj.owner_principal_type = owner_principal_type
-    obj.owner_principal_name = owner_principal_name
-    obj.renewers = [] if renewers is DEFAULT else renewers
-    obj.max_lifetime_ms = max_lifetime_ms
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_CreateDelegationTokenResponse(
-    *,
-    error_code: int = 0,
-    principal_type: str = "",
-    principal_name: str = "",
-    token_requester_principal_type: str = "",
-    token_requester_principal_name: str = "",
-    issue_timestamp_ms: int = 0,
-    expiry_timestamp_ms: int = 0,
-    max_timestamp_ms: int = 0,
-    token_id: str = "",
-    hmac: bytes = b"",
-    throttle_time_ms: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> CreateDelegationTokenResponse:
-    obj = new(_CreateDelegationTokenResponse)
-    obj.error_code = error_code
-    obj.principal_type = principal_type
-    obj.principal_name = principal_name
-    obj.token_requester_principal_type = token_requester_principal_type
-    obj.token_requester_principal_name = token_requester_principal_name
-    obj.issue_timestamp_ms = issue_timestamp_ms
-    obj.expiry_timestamp_ms = expiry_timestamp_ms
-    obj.max_timestamp_ms = max_timestamp_ms
-    obj.token_id = token_id
-    obj.hmac = hmac
-    obj.throttle_time_ms = throttle_time_ms
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_CreateDelegationTokenRequest(request: CreateDelegationTokenRequest, version: int, code: int, message: str | None) -> CreateDelegationTokenResponse | None:
     return _CreateDelegationTokenResponse(error_code=code)
 
@@ -907,6 +845,3 @@ CreateDelegationTokenRequest._decoders_ = {0: _dec_CreateDelegationTokenRequest_
 CreateDelegationTokenResponse._encoders_ = {0: _enc_CreateDelegationTokenResponse_v0, 1: _enc_CreateDelegationTokenResponse_v0, 2: _enc_CreateDelegationTokenResponse_v2, 3: _enc_CreateDelegationTokenResponse_v3}
 CreateDelegationTokenResponse._decoders_ = {0: _dec_CreateDelegationTokenResponse_v0, 1: _dec_CreateDelegationTokenResponse_v0, 2: _dec_CreateDelegationTokenResponse_v2, 3: _dec_CreateDelegationTokenResponse_v3}
 CreateDelegationTokenRequest._error_response_ = _error_CreateDelegationTokenRequest
-_CreateDelegationTokenRequest_CreatableRenewers._builder_ = _build_CreateDelegationTokenRequest_CreatableRenewers
-_CreateDelegationTokenRequest._builder_ = _build_CreateDelegationTokenRequest
-_CreateDelegationTokenResponse._builder_ = _build_CreateDelegationTokenResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -562,75 +561,6 @@ def _dec_CreatePartitionsResponse_v2(buf: memoryview, pos: int) -> tuple[CreateP
     return obj, pos
 
 
-def _build_CreatePartitionsRequest_CreatePartitionsTopic(
-    *,
-    name: str = "",
-    count: int = 0,
-    assignments: list[CreatePartitionsRequest.CreatePartitionsAssignment] | None = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> CreatePartitionsRequest.CreatePartitionsTopic:
-    obj = new(_CreatePartitionsRequest_CreatePartitionsTopic)
-    obj.name = name
-    obj.count = count
-    obj.assignments = [] if assignments is DEFAULT else assignments
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_CreatePartitionsRequest_CreatePartitionsAssignment(
-    *,
-    broker_ids: list[int] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> CreatePartitionsRequest.CreatePartitionsAssignment:
-    obj = new(_CreatePartitionsRequest_CreatePartitionsAssignment)
-    obj.broker_ids = [] if broker_ids is DEFAULT else broker_ids
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_CreatePartitionsRequest(
-    *,
-    topics: list[CreatePartitionsRequest.CreatePartitionsTopic] = DEFAULT,
-    timeout_ms: int = 0,
-    validate_only: bool = False,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> CreatePartitionsRequest:
-    obj = new(_CreatePartitionsRequest)
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.timeout_ms = timeout_ms
-    obj.validate_only = validate_only
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_CreatePartitionsResponse_CreatePartitionsTopicResult(
-    *,
-    name: str = "",
-    error_code: int = 0,
-    error_message: str | None = None,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> CreatePartitionsResponse.CreatePartitionsTopicResult:
-    obj = new(_CreatePartitionsResponse_CreatePartitionsTopicResult)
-    obj.name = name
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_CreatePartitionsResponse(
-    *,
-    throttle_time_ms: int = 0,
-    results: list[CreatePartitionsResponse.CreatePartitionsTopicResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> CreatePartitionsResponse:
-    obj = new(_CreatePartitionsResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.results = [] if results is DEFAULT else results
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_CreatePartitionsRequest(request: CreatePartitionsRequest, version: int, code: int, message: str | None) -> CreatePartitionsResponse | None:
     return _CreatePartitionsResponse(results=[_CreatePartitionsResponse_CreatePartitionsTopicResult(error_code=code, error_message=message, name=x0.name) for x0 in request.topics])
 
@@ -640,8 +570,3 @@ CreatePartitionsRequest._decoders_ = {0: _dec_CreatePartitionsRequest_v0, 1: _de
 CreatePartitionsResponse._encoders_ = {0: _enc_CreatePartitionsResponse_v0, 1: _enc_CreatePartitionsResponse_v0, 2: _enc_CreatePartitionsResponse_v2, 3: _enc_CreatePartitionsResponse_v2}
 CreatePartitionsResponse._decoders_ = {0: _dec_CreatePartitionsResponse_v0, 1: _dec_CreatePartitionsResponse_v0, 2: _dec_CreatePartitionsResponse_v2, 3: _dec_CreatePartitionsResponse_v2}
 CreatePartitionsRequest._error_response_ = _error_CreatePartitionsRequest
-_CreatePartitionsRequest_CreatePartitionsTopic._builder_ = _build_CreatePartitionsRequest_CreatePartitionsTopic
-_CreatePartitionsRequest_CreatePartitionsAssignment._builder_ = _build_CreatePartitionsRequest_CreatePartitionsAssignment
-_CreatePartitionsRequest._builder_ = _build_CreatePartitionsRequest
-_CreatePartitionsResponse_CreatePartitionsTopicResult._builder_ = _build_CreatePartitionsResponse_CreatePartitionsTopicResult
-_CreatePartitionsResponse._builder_ = _build_CreatePartitionsResponse

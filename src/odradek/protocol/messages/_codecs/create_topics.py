@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -1245,123 +1244,6 @@ def _dec_CreateTopicsResponse_v7(buf: memoryview, pos: int) -> tuple[CreateTopic
     return obj, pos
 
 
-def _build_CreateTopicsRequest_CreatableTopic(
-    *,
-    name: str = "",
-    num_partitions: int = 0,
-    replication_factor: int = 0,
-    assignments: list[CreateTopicsRequest.CreatableReplicaAssignment] = DEFAULT,
-    configs: list[CreateTopicsRequest.CreatableTopicConfig] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> CreateTopicsRequest.CreatableTopic:
-    obj = new(_CreateTopicsRequest_CreatableTopic)
-    obj.name = name
-    obj.num_partitions = num_partitions
-    obj.replication_factor = replication_factor
-    obj.assignments = [] if assignments is DEFAULT else assignments
-    obj.configs = [] if configs is DEFAULT else configs
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_CreateTopicsRequest_CreatableReplicaAssignment(
-    *,
-    partition_index: int = 0,
-    broker_ids: list[int] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> CreateTopicsRequest.CreatableReplicaAssignment:
-    obj = new(_CreateTopicsRequest_CreatableReplicaAssignment)
-    obj.partition_index = partition_index
-    obj.broker_ids = [] if broker_ids is DEFAULT else broker_ids
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_CreateTopicsRequest_CreatableTopicConfig(
-    *,
-    name: str = "",
-    value: str | None = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> CreateTopicsRequest.CreatableTopicConfig:
-    obj = new(_CreateTopicsRequest_CreatableTopicConfig)
-    obj.name = name
-    obj.value = value
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_CreateTopicsRequest(
-    *,
-    topics: list[CreateTopicsRequest.CreatableTopic] = DEFAULT,
-    timeout_ms: int = 60000,
-    validate_only: bool = False,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> CreateTopicsRequest:
-    obj = new(_CreateTopicsRequest)
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.timeout_ms = timeout_ms
-    obj.validate_only = validate_only
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_CreateTopicsResponse_CreatableTopicResult(
-    *,
-    name: str = "",
-    topic_id: uuid.UUID = ZERO_UUID,
-    error_code: int = 0,
-    error_message: str | None = "",
-    topic_config_error_code: int = 0,
-    num_partitions: int = -1,
-    replication_factor: int = -1,
-    configs: list[CreateTopicsResponse.CreatableTopicConfigs] | None = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> CreateTopicsResponse.CreatableTopicResult:
-    obj = new(_CreateTopicsResponse_CreatableTopicResult)
-    obj.name = name
-    obj.topic_id = topic_id
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.topic_config_error_code = topic_config_error_code
-    obj.num_partitions = num_partitions
-    obj.replication_factor = replication_factor
-    obj.configs = [] if configs is DEFAULT else configs
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_CreateTopicsResponse_CreatableTopicConfigs(
-    *,
-    name: str = "",
-    value: str | None = "",
-    read_only: bool = False,
-    config_source: int = -1,
-    is_sensitive: bool = False,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> CreateTopicsResponse.CreatableTopicConfigs:
-    obj = new(_CreateTopicsResponse_CreatableTopicConfigs)
-    obj.name = name
-    obj.value = value
-    obj.read_only = read_only
-    obj.config_source = config_source
-    obj.is_sensitive = is_sensitive
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_CreateTopicsResponse(
-    *,
-    throttle_time_ms: int = 0,
-    topics: list[CreateTopicsResponse.CreatableTopicResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> CreateTopicsResponse:
-    obj = new(_CreateTopicsResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_CreateTopicsRequest(request: CreateTopicsRequest, version: int, code: int, message: str | None) -> CreateTopicsResponse | None:
     if version <= 0:  # v0
         return _CreateTopicsResponse(topics=[_CreateTopicsResponse_CreatableTopicResult(error_code=code, name=x0.name) for x0 in request.topics])
@@ -1373,10 +1255,3 @@ CreateTopicsRequest._decoders_ = {0: _dec_CreateTopicsRequest_v0, 1: _dec_Create
 CreateTopicsResponse._encoders_ = {0: _enc_CreateTopicsResponse_v0, 1: _enc_CreateTopicsResponse_v1, 2: _enc_CreateTopicsResponse_v2, 3: _enc_CreateTopicsResponse_v2, 4: _enc_CreateTopicsResponse_v2, 5: _enc_CreateTopicsResponse_v5, 6: _enc_CreateTopicsResponse_v5, 7: _enc_CreateTopicsResponse_v7}
 CreateTopicsResponse._decoders_ = {0: _dec_CreateTopicsResponse_v0, 1: _dec_CreateTopicsResponse_v1, 2: _dec_CreateTopicsResponse_v2, 3: _dec_CreateTopicsResponse_v2, 4: _dec_CreateTopicsResponse_v2, 5: _dec_CreateTopicsResponse_v5, 6: _dec_CreateTopicsResponse_v5, 7: _dec_CreateTopicsResponse_v7}
 CreateTopicsRequest._error_response_ = _error_CreateTopicsRequest
-_CreateTopicsRequest_CreatableTopic._builder_ = _build_CreateTopicsRequest_CreatableTopic
-_CreateTopicsRequest_CreatableReplicaAssignment._builder_ = _build_CreateTopicsRequest_CreatableReplicaAssignment
-_CreateTopicsRequest_CreatableTopicConfig._builder_ = _build_CreateTopicsRequest_CreatableTopicConfig
-_CreateTopicsRequest._builder_ = _build_CreateTopicsRequest
-_CreateTopicsResponse_CreatableTopicResult._builder_ = _build_CreateTopicsResponse_CreatableTopicResult
-_CreateTopicsResponse_CreatableTopicConfigs._builder_ = _build_CreateTopicsResponse_CreatableTopicConfigs
-_CreateTopicsResponse._builder_ = _build_CreateTopicsResponse

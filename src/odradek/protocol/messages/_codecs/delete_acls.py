@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -1114,95 +1113,6 @@ def _dec_DeleteAclsResponse_v2(buf: memoryview, pos: int) -> tuple[DeleteAclsRes
     return obj, pos
 
 
-def _build_DeleteAclsRequest_DeleteAclsFilter(
-    *,
-    resource_type_filter: int = 0,
-    resource_name_filter: str | None = "",
-    pattern_type_filter: int = 3,
-    principal_filter: str | None = "",
-    host_filter: str | None = "",
-    operation: int = 0,
-    permission_type: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DeleteAclsRequest.DeleteAclsFilter:
-    obj = new(_DeleteAclsRequest_DeleteAclsFilter)
-    obj.resource_type_filter = resource_type_filter
-    obj.resource_name_filter = resource_name_filter
-    obj.pattern_type_filter = pattern_type_filter
-    obj.principal_filter = principal_filter
-    obj.host_filter = host_filter
-    obj.operation = operation
-    obj.permission_type = permission_type
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DeleteAclsRequest(
-    *,
-    filters: list[DeleteAclsRequest.DeleteAclsFilter] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DeleteAclsRequest:
-    obj = new(_DeleteAclsRequest)
-    obj.filters = [] if filters is DEFAULT else filters
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DeleteAclsResponse_DeleteAclsFilterResult(
-    *,
-    error_code: int = 0,
-    error_message: str | None = "",
-    matching_acls: list[DeleteAclsResponse.DeleteAclsMatchingAcl] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DeleteAclsResponse.DeleteAclsFilterResult:
-    obj = new(_DeleteAclsResponse_DeleteAclsFilterResult)
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.matching_acls = [] if matching_acls is DEFAULT else matching_acls
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DeleteAclsResponse_DeleteAclsMatchingAcl(
-    *,
-    error_code: int = 0,
-    error_message: str | None = "",
-    resource_type: int = 0,
-    resource_name: str = "",
-    pattern_type: int = 3,
-    principal: str = "",
-    host: str = "",
-    operation: int = 0,
-    permission_type: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DeleteAclsResponse.DeleteAclsMatchingAcl:
-    obj = new(_DeleteAclsResponse_DeleteAclsMatchingAcl)
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.resource_type = resource_type
-    obj.resource_name = resource_name
-    obj.pattern_type = pattern_type
-    obj.principal = principal
-    obj.host = host
-    obj.operation = operation
-    obj.permission_type = permission_type
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DeleteAclsResponse(
-    *,
-    throttle_time_ms: int = 0,
-    filter_results: list[DeleteAclsResponse.DeleteAclsFilterResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DeleteAclsResponse:
-    obj = new(_DeleteAclsResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.filter_results = [] if filter_results is DEFAULT else filter_results
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_DeleteAclsRequest(request: DeleteAclsRequest, version: int, code: int, message: str | None) -> DeleteAclsResponse | None:
     return _DeleteAclsResponse(filter_results=[_DeleteAclsResponse_DeleteAclsFilterResult(error_code=code, error_message=message) for x0 in request.filters])
 
@@ -1212,8 +1122,3 @@ DeleteAclsRequest._decoders_ = {0: _dec_DeleteAclsRequest_v0, 1: _dec_DeleteAcls
 DeleteAclsResponse._encoders_ = {0: _enc_DeleteAclsResponse_v0, 1: _enc_DeleteAclsResponse_v1, 2: _enc_DeleteAclsResponse_v2, 3: _enc_DeleteAclsResponse_v2}
 DeleteAclsResponse._decoders_ = {0: _dec_DeleteAclsResponse_v0, 1: _dec_DeleteAclsResponse_v1, 2: _dec_DeleteAclsResponse_v2, 3: _dec_DeleteAclsResponse_v2}
 DeleteAclsRequest._error_response_ = _error_DeleteAclsRequest
-_DeleteAclsRequest_DeleteAclsFilter._builder_ = _build_DeleteAclsRequest_DeleteAclsFilter
-_DeleteAclsRequest._builder_ = _build_DeleteAclsRequest
-_DeleteAclsResponse_DeleteAclsFilterResult._builder_ = _build_DeleteAclsResponse_DeleteAclsFilterResult
-_DeleteAclsResponse_DeleteAclsMatchingAcl._builder_ = _build_DeleteAclsResponse_DeleteAclsMatchingAcl
-_DeleteAclsResponse._builder_ = _build_DeleteAclsResponse

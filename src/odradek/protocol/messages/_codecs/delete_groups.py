@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -334,43 +333,6 @@ def _dec_DeleteGroupsResponse_v2(buf: memoryview, pos: int) -> tuple[DeleteGroup
     return obj, pos
 
 
-def _build_DeleteGroupsRequest(
-    *,
-    groups_names: list[str] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DeleteGroupsRequest:
-    obj = new(_DeleteGroupsRequest)
-    obj.groups_names = [] if groups_names is DEFAULT else groups_names
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DeleteGroupsResponse_DeletableGroupResult(
-    *,
-    group_id: str = "",
-    error_code: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DeleteGroupsResponse.DeletableGroupResult:
-    obj = new(_DeleteGroupsResponse_DeletableGroupResult)
-    obj.group_id = group_id
-    obj.error_code = error_code
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DeleteGroupsResponse(
-    *,
-    throttle_time_ms: int = 0,
-    results: list[DeleteGroupsResponse.DeletableGroupResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DeleteGroupsResponse:
-    obj = new(_DeleteGroupsResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.results = [] if results is DEFAULT else results
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_DeleteGroupsRequest(request: DeleteGroupsRequest, version: int, code: int, message: str | None) -> DeleteGroupsResponse | None:
     return _DeleteGroupsResponse(results=[_DeleteGroupsResponse_DeletableGroupResult(error_code=code, group_id=x0) for x0 in request.groups_names])
 
@@ -380,6 +342,3 @@ DeleteGroupsRequest._decoders_ = {0: _dec_DeleteGroupsRequest_v0, 1: _dec_Delete
 DeleteGroupsResponse._encoders_ = {0: _enc_DeleteGroupsResponse_v0, 1: _enc_DeleteGroupsResponse_v0, 2: _enc_DeleteGroupsResponse_v2}
 DeleteGroupsResponse._decoders_ = {0: _dec_DeleteGroupsResponse_v0, 1: _dec_DeleteGroupsResponse_v0, 2: _dec_DeleteGroupsResponse_v2}
 DeleteGroupsRequest._error_response_ = _error_DeleteGroupsRequest
-_DeleteGroupsRequest._builder_ = _build_DeleteGroupsRequest
-_DeleteGroupsResponse_DeletableGroupResult._builder_ = _build_DeleteGroupsResponse_DeletableGroupResult
-_DeleteGroupsResponse._builder_ = _build_DeleteGroupsResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -541,86 +540,6 @@ def _dec_DeleteRecordsResponse_v2(buf: memoryview, pos: int) -> tuple[DeleteReco
     return obj, pos
 
 
-def _build_DeleteRecordsRequest_DeleteRecordsTopic(
-    *,
-    name: str = "",
-    partitions: list[DeleteRecordsRequest.DeleteRecordsPartition] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DeleteRecordsRequest.DeleteRecordsTopic:
-    obj = new(_DeleteRecordsRequest_DeleteRecordsTopic)
-    obj.name = name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DeleteRecordsRequest_DeleteRecordsPartition(
-    *,
-    partition_index: int = 0,
-    offset: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DeleteRecordsRequest.DeleteRecordsPartition:
-    obj = new(_DeleteRecordsRequest_DeleteRecordsPartition)
-    obj.partition_index = partition_index
-    obj.offset = offset
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DeleteRecordsRequest(
-    *,
-    topics: list[DeleteRecordsRequest.DeleteRecordsTopic] = DEFAULT,
-    timeout_ms: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DeleteRecordsRequest:
-    obj = new(_DeleteRecordsRequest)
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.timeout_ms = timeout_ms
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DeleteRecordsResponse_DeleteRecordsTopicResult(
-    *,
-    name: str = "",
-    partitions: list[DeleteRecordsResponse.DeleteRecordsPartitionResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DeleteRecordsResponse.DeleteRecordsTopicResult:
-    obj = new(_DeleteRecordsResponse_DeleteRecordsTopicResult)
-    obj.name = name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DeleteRecordsResponse_DeleteRecordsPartitionResult(
-    *,
-    partition_index: int = 0,
-    low_watermark: int = 0,
-    error_code: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DeleteRecordsResponse.DeleteRecordsPartitionResult:
-    obj = new(_DeleteRecordsResponse_DeleteRecordsPartitionResult)
-    obj.partition_index = partition_index
-    obj.low_watermark = low_watermark
-    obj.error_code = error_code
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DeleteRecordsResponse(
-    *,
-    throttle_time_ms: int = 0,
-    topics: list[DeleteRecordsResponse.DeleteRecordsTopicResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DeleteRecordsResponse:
-    obj = new(_DeleteRecordsResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_DeleteRecordsRequest(request: DeleteRecordsRequest, version: int, code: int, message: str | None) -> DeleteRecordsResponse | None:
     return _DeleteRecordsResponse(topics=[_DeleteRecordsResponse_DeleteRecordsTopicResult(name=x0.name, partitions=[_DeleteRecordsResponse_DeleteRecordsPartitionResult(error_code=code, partition_index=x1.partition_index) for x1 in x0.partitions]) for x0 in request.topics])
 
@@ -630,9 +549,3 @@ DeleteRecordsRequest._decoders_ = {0: _dec_DeleteRecordsRequest_v0, 1: _dec_Dele
 DeleteRecordsResponse._encoders_ = {0: _enc_DeleteRecordsResponse_v0, 1: _enc_DeleteRecordsResponse_v0, 2: _enc_DeleteRecordsResponse_v2}
 DeleteRecordsResponse._decoders_ = {0: _dec_DeleteRecordsResponse_v0, 1: _dec_DeleteRecordsResponse_v0, 2: _dec_DeleteRecordsResponse_v2}
 DeleteRecordsRequest._error_response_ = _error_DeleteRecordsRequest
-_DeleteRecordsRequest_DeleteRecordsTopic._builder_ = _build_DeleteRecordsRequest_DeleteRecordsTopic
-_DeleteRecordsRequest_DeleteRecordsPartition._builder_ = _build_DeleteRecordsRequest_DeleteRecordsPartition
-_DeleteRecordsRequest._builder_ = _build_DeleteRecordsRequest
-_DeleteRecordsResponse_DeleteRecordsTopicResult._builder_ = _build_DeleteRecordsResponse_DeleteRecordsTopicResult
-_DeleteRecordsResponse_DeleteRecordsPartitionResult._builder_ = _build_DeleteRecordsResponse_DeleteRecordsPartitionResult
-_DeleteRecordsResponse._builder_ = _build_DeleteRecordsResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -341,82 +340,6 @@ def _dec_DeleteShareGroupStateResponse_v0(buf: memoryview, pos: int) -> tuple[De
     return obj, pos
 
 
-def _build_DeleteShareGroupStateRequest_DeleteStateData(
-    *,
-    topic_id: uuid.UUID = ZERO_UUID,
-    partitions: list[DeleteShareGroupStateRequest.PartitionData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DeleteShareGroupStateRequest.DeleteStateData:
-    obj = new(_DeleteShareGroupStateRequest_DeleteStateData)
-    obj.topic_id = topic_id
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DeleteShareGroupStateRequest_PartitionData(
-    *,
-    partition: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DeleteShareGroupStateRequest.PartitionData:
-    obj = new(_DeleteShareGroupStateRequest_PartitionData)
-    obj.partition = partition
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DeleteShareGroupStateRequest(
-    *,
-    group_id: str = "",
-    topics: list[DeleteShareGroupStateRequest.DeleteStateData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DeleteShareGroupStateRequest:
-    obj = new(_DeleteShareGroupStateRequest)
-    obj.group_id = group_id
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DeleteShareGroupStateResponse_DeleteStateResult(
-    *,
-    topic_id: uuid.UUID = ZERO_UUID,
-    partitions: list[DeleteShareGroupStateResponse.PartitionResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DeleteShareGroupStateResponse.DeleteStateResult:
-    obj = new(_DeleteShareGroupStateResponse_DeleteStateResult)
-    obj.topic_id = topic_id
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DeleteShareGroupStateResponse_PartitionResult(
-    *,
-    partition: int = 0,
-    error_code: int = 0,
-    error_message: str | None = None,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DeleteShareGroupStateResponse.PartitionResult:
-    obj = new(_DeleteShareGroupStateResponse_PartitionResult)
-    obj.partition = partition
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DeleteShareGroupStateResponse(
-    *,
-    results: list[DeleteShareGroupStateResponse.DeleteStateResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DeleteShareGroupStateResponse:
-    obj = new(_DeleteShareGroupStateResponse)
-    obj.results = [] if results is DEFAULT else results
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_DeleteShareGroupStateRequest(request: DeleteShareGroupStateRequest, version: int, code: int, message: str | None) -> DeleteShareGroupStateResponse | None:
     return _DeleteShareGroupStateResponse(results=[_DeleteShareGroupStateResponse_DeleteStateResult(topic_id=x0.topic_id, partitions=[_DeleteShareGroupStateResponse_PartitionResult(error_code=code, error_message=message, partition=x1.partition) for x1 in x0.partitions]) for x0 in request.topics])
 
@@ -426,9 +349,3 @@ DeleteShareGroupStateRequest._decoders_ = {0: _dec_DeleteShareGroupStateRequest_
 DeleteShareGroupStateResponse._encoders_ = {0: _enc_DeleteShareGroupStateResponse_v0}
 DeleteShareGroupStateResponse._decoders_ = {0: _dec_DeleteShareGroupStateResponse_v0}
 DeleteShareGroupStateRequest._error_response_ = _error_DeleteShareGroupStateRequest
-_DeleteShareGroupStateRequest_DeleteStateData._builder_ = _build_DeleteShareGroupStateRequest_DeleteStateData
-_DeleteShareGroupStateRequest_PartitionData._builder_ = _build_DeleteShareGroupStateRequest_PartitionData
-_DeleteShareGroupStateRequest._builder_ = _build_DeleteShareGroupStateRequest
-_DeleteShareGroupStateResponse_DeleteStateResult._builder_ = _build_DeleteShareGroupStateResponse_DeleteStateResult
-_DeleteShareGroupStateResponse_PartitionResult._builder_ = _build_DeleteShareGroupStateResponse_PartitionResult
-_DeleteShareGroupStateResponse._builder_ = _build_DeleteShareGroupStateResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -750,64 +749,6 @@ def _dec_DeleteTopicsResponse_v6(buf: memoryview, pos: int) -> tuple[DeleteTopic
     return obj, pos
 
 
-def _build_DeleteTopicsRequest_DeleteTopicState(
-    *,
-    name: str | None = None,
-    topic_id: uuid.UUID = ZERO_UUID,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DeleteTopicsRequest.DeleteTopicState:
-    obj = new(_DeleteTopicsRequest_DeleteTopicState)
-    obj.name = name
-    obj.topic_id = topic_id
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DeleteTopicsRequest(
-    *,
-    topics: list[DeleteTopicsRequest.DeleteTopicState] = DEFAULT,
-    topic_names: list[str] = DEFAULT,
-    timeout_ms: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DeleteTopicsRequest:
-    obj = new(_DeleteTopicsRequest)
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.topic_names = [] if topic_names is DEFAULT else topic_names
-    obj.timeout_ms = timeout_ms
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DeleteTopicsResponse_DeletableTopicResult(
-    *,
-    name: str | None = "",
-    topic_id: uuid.UUID = ZERO_UUID,
-    error_code: int = 0,
-    error_message: str | None = None,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DeleteTopicsResponse.DeletableTopicResult:
-    obj = new(_DeleteTopicsResponse_DeletableTopicResult)
-    obj.name = name
-    obj.topic_id = topic_id
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DeleteTopicsResponse(
-    *,
-    throttle_time_ms: int = 0,
-    responses: list[DeleteTopicsResponse.DeletableTopicResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DeleteTopicsResponse:
-    obj = new(_DeleteTopicsResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.responses = [] if responses is DEFAULT else responses
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_DeleteTopicsRequest(request: DeleteTopicsRequest, version: int, code: int, message: str | None) -> DeleteTopicsResponse | None:
     if version <= 4:  # v0-4
         return _DeleteTopicsResponse(responses=[_DeleteTopicsResponse_DeletableTopicResult(error_code=code, name=x0) for x0 in request.topic_names])
@@ -821,7 +762,3 @@ DeleteTopicsRequest._decoders_ = {0: _dec_DeleteTopicsRequest_v0, 1: _dec_Delete
 DeleteTopicsResponse._encoders_ = {0: _enc_DeleteTopicsResponse_v0, 1: _enc_DeleteTopicsResponse_v1, 2: _enc_DeleteTopicsResponse_v1, 3: _enc_DeleteTopicsResponse_v1, 4: _enc_DeleteTopicsResponse_v4, 5: _enc_DeleteTopicsResponse_v5, 6: _enc_DeleteTopicsResponse_v6}
 DeleteTopicsResponse._decoders_ = {0: _dec_DeleteTopicsResponse_v0, 1: _dec_DeleteTopicsResponse_v1, 2: _dec_DeleteTopicsResponse_v1, 3: _dec_DeleteTopicsResponse_v1, 4: _dec_DeleteTopicsResponse_v4, 5: _dec_DeleteTopicsResponse_v5, 6: _dec_DeleteTopicsResponse_v6}
 DeleteTopicsRequest._error_response_ = _error_DeleteTopicsRequest
-_DeleteTopicsRequest_DeleteTopicState._builder_ = _build_DeleteTopicsRequest_DeleteTopicState
-_DeleteTopicsRequest._builder_ = _build_DeleteTopicsRequest
-_DeleteTopicsResponse_DeletableTopicResult._builder_ = _build_DeleteTopicsResponse_DeletableTopicResult
-_DeleteTopicsResponse._builder_ = _build_DeleteTopicsResponse

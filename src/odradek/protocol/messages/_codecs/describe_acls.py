@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -856,80 +855,6 @@ def _dec_DescribeAclsResponse_v2(buf: memoryview, pos: int) -> tuple[DescribeAcl
     return obj, pos
 
 
-def _build_DescribeAclsRequest(
-    *,
-    resource_type_filter: int = 0,
-    resource_name_filter: str | None = "",
-    pattern_type_filter: int = 3,
-    principal_filter: str | None = "",
-    host_filter: str | None = "",
-    operation: int = 0,
-    permission_type: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeAclsRequest:
-    obj = new(_DescribeAclsRequest)
-    obj.resource_type_filter = resource_type_filter
-    obj.resource_name_filter = resource_name_filter
-    obj.pattern_type_filter = pattern_type_filter
-    obj.principal_filter = principal_filter
-    obj.host_filter = host_filter
-    obj.operation = operation
-    obj.permission_type = permission_type
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeAclsResponse_DescribeAclsResource(
-    *,
-    resource_type: int = 0,
-    resource_name: str = "",
-    pattern_type: int = 3,
-    acls: list[DescribeAclsResponse.AclDescription] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeAclsResponse.DescribeAclsResource:
-    obj = new(_DescribeAclsResponse_DescribeAclsResource)
-    obj.resource_type = resource_type
-    obj.resource_name = resource_name
-    obj.pattern_type = pattern_type
-    obj.acls = [] if acls is DEFAULT else acls
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeAclsResponse_AclDescription(
-    *,
-    principal: str = "",
-    host: str = "",
-    operation: int = 0,
-    permission_type: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeAclsResponse.AclDescription:
-    obj = new(_DescribeAclsResponse_AclDescription)
-    obj.principal = principal
-    obj.host = host
-    obj.operation = operation
-    obj.permission_type = permission_type
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeAclsResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    error_message: str | None = "",
-    resources: list[DescribeAclsResponse.DescribeAclsResource] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeAclsResponse:
-    obj = new(_DescribeAclsResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.resources = [] if resources is DEFAULT else resources
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_DescribeAclsRequest(request: DescribeAclsRequest, version: int, code: int, message: str | None) -> DescribeAclsResponse | None:
     return _DescribeAclsResponse(error_code=code, error_message=message)
 
@@ -939,7 +864,3 @@ DescribeAclsRequest._decoders_ = {0: _dec_DescribeAclsRequest_v0, 1: _dec_Descri
 DescribeAclsResponse._encoders_ = {0: _enc_DescribeAclsResponse_v0, 1: _enc_DescribeAclsResponse_v1, 2: _enc_DescribeAclsResponse_v2, 3: _enc_DescribeAclsResponse_v2}
 DescribeAclsResponse._decoders_ = {0: _dec_DescribeAclsResponse_v0, 1: _dec_DescribeAclsResponse_v1, 2: _dec_DescribeAclsResponse_v2, 3: _dec_DescribeAclsResponse_v2}
 DescribeAclsRequest._error_response_ = _error_DescribeAclsRequest
-_DescribeAclsRequest._builder_ = _build_DescribeAclsRequest
-_DescribeAclsResponse_DescribeAclsResource._builder_ = _build_DescribeAclsResponse_DescribeAclsResource
-_DescribeAclsResponse_AclDescription._builder_ = _build_DescribeAclsResponse_AclDescription
-_DescribeAclsResponse._builder_ = _build_DescribeAclsResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -751,90 +750,6 @@ def _dec_DescribeClientQuotasResponse_v1(buf: memoryview, pos: int) -> tuple[Des
     return obj, pos
 
 
-def _build_DescribeClientQuotasRequest_ComponentData(
-    *,
-    entity_type: str = "",
-    match_type: int = 0,
-    match: str | None = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeClientQuotasRequest.ComponentData:
-    obj = new(_DescribeClientQuotasRequest_ComponentData)
-    obj.entity_type = entity_type
-    obj.match_type = match_type
-    obj.match = match
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeClientQuotasRequest(
-    *,
-    components: list[DescribeClientQuotasRequest.ComponentData] = DEFAULT,
-    strict: bool = False,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeClientQuotasRequest:
-    obj = new(_DescribeClientQuotasRequest)
-    obj.components = [] if components is DEFAULT else components
-    obj.strict = strict
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeClientQuotasResponse_EntryData(
-    *,
-    entity: list[DescribeClientQuotasResponse.EntityData] = DEFAULT,
-    values: list[DescribeClientQuotasResponse.ValueData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeClientQuotasResponse.EntryData:
-    obj = new(_DescribeClientQuotasResponse_EntryData)
-    obj.entity = [] if entity is DEFAULT else entity
-    obj.values = [] if values is DEFAULT else values
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeClientQuotasResponse_EntityData(
-    *,
-    entity_type: str = "",
-    entity_name: str | None = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeClientQuotasResponse.EntityData:
-    obj = new(_DescribeClientQuotasResponse_EntityData)
-    obj.entity_type = entity_type
-    obj.entity_name = entity_name
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeClientQuotasResponse_ValueData(
-    *,
-    key: str = "",
-    value: float = 0.0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeClientQuotasResponse.ValueData:
-    obj = new(_DescribeClientQuotasResponse_ValueData)
-    obj.key = key
-    obj.value = value
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeClientQuotasResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    error_message: str | None = "",
-    entries: list[DescribeClientQuotasResponse.EntryData] | None = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeClientQuotasResponse:
-    obj = new(_DescribeClientQuotasResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.entries = [] if entries is DEFAULT else entries
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_DescribeClientQuotasRequest(request: DescribeClientQuotasRequest, version: int, code: int, message: str | None) -> DescribeClientQuotasResponse | None:
     return _DescribeClientQuotasResponse(error_code=code, error_message=message)
 
@@ -844,9 +759,3 @@ DescribeClientQuotasRequest._decoders_ = {0: _dec_DescribeClientQuotasRequest_v0
 DescribeClientQuotasResponse._encoders_ = {0: _enc_DescribeClientQuotasResponse_v0, 1: _enc_DescribeClientQuotasResponse_v1}
 DescribeClientQuotasResponse._decoders_ = {0: _dec_DescribeClientQuotasResponse_v0, 1: _dec_DescribeClientQuotasResponse_v1}
 DescribeClientQuotasRequest._error_response_ = _error_DescribeClientQuotasRequest
-_DescribeClientQuotasRequest_ComponentData._builder_ = _build_DescribeClientQuotasRequest_ComponentData
-_DescribeClientQuotasRequest._builder_ = _build_DescribeClientQuotasRequest
-_DescribeClientQuotasResponse_EntryData._builder_ = _build_DescribeClientQuotasResponse_EntryData
-_DescribeClientQuotasResponse_EntityData._builder_ = _build_DescribeClientQuotasResponse_EntityData
-_DescribeClientQuotasResponse_ValueData._builder_ = _build_DescribeClientQuotasResponse_ValueData
-_DescribeClientQuotasResponse._builder_ = _build_DescribeClientQuotasResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -414,61 +413,6 @@ def _dec_DescribeClusterResponse_v1(buf: memoryview, pos: int) -> tuple[Describe
     return obj, pos
 
 
-def _build_DescribeClusterRequest(
-    *,
-    include_cluster_authorized_operations: bool = False,
-    endpoint_type: int = 1,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeClusterRequest:
-    obj = new(_DescribeClusterRequest)
-    obj.include_cluster_authorized_operations = include_cluster_authorized_operations
-    obj.endpoint_type = endpoint_type
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeClusterResponse_DescribeClusterBroker(
-    *,
-    broker_id: int = 0,
-    host: str = "",
-    port: int = 0,
-    rack: str | None = None,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeClusterResponse.DescribeClusterBroker:
-    obj = new(_DescribeClusterResponse_DescribeClusterBroker)
-    obj.broker_id = broker_id
-    obj.host = host
-    obj.port = port
-    obj.rack = rack
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeClusterResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    error_message: str | None = None,
-    endpoint_type: int = 1,
-    cluster_id: str = "",
-    controller_id: int = -1,
-    brokers: list[DescribeClusterResponse.DescribeClusterBroker] = DEFAULT,
-    cluster_authorized_operations: int = -2147483648,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeClusterResponse:
-    obj = new(_DescribeClusterResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.endpoint_type = endpoint_type
-    obj.cluster_id = cluster_id
-    obj.controller_id = controller_id
-    obj.brokers = [] if brokers is DEFAULT else brokers
-    obj.cluster_authorized_operations = cluster_authorized_operations
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_DescribeClusterRequest(request: DescribeClusterRequest, version: int, code: int, message: str | None) -> DescribeClusterResponse | None:
     return _DescribeClusterResponse(error_code=code, error_message=message)
 
@@ -478,6 +422,3 @@ DescribeClusterRequest._decoders_ = {0: _dec_DescribeClusterRequest_v0, 1: _dec_
 DescribeClusterResponse._encoders_ = {0: _enc_DescribeClusterResponse_v0, 1: _enc_DescribeClusterResponse_v1}
 DescribeClusterResponse._decoders_ = {0: _dec_DescribeClusterResponse_v0, 1: _dec_DescribeClusterResponse_v1}
 DescribeClusterRequest._error_response_ = _error_DescribeClusterRequest
-_DescribeClusterRequest._builder_ = _build_DescribeClusterRequest
-_DescribeClusterResponse_DescribeClusterBroker._builder_ = _build_DescribeClusterResponse_DescribeClusterBroker
-_DescribeClusterResponse._builder_ = _build_DescribeClusterResponse

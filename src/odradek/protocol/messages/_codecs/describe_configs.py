@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -1420,110 +1419,6 @@ def _dec_DescribeConfigsResponse_v4(buf: memoryview, pos: int) -> tuple[Describe
     return obj, pos
 
 
-def _build_DescribeConfigsRequest_DescribeConfigsResource(
-    *,
-    resource_type: int = 0,
-    resource_name: str = "",
-    configuration_keys: list[str] | None = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeConfigsRequest.DescribeConfigsResource:
-    obj = new(_DescribeConfigsRequest_DescribeConfigsResource)
-    obj.resource_type = resource_type
-    obj.resource_name = resource_name
-    obj.configuration_keys = [] if configuration_keys is DEFAULT else configuration_keys
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeConfigsRequest(
-    *,
-    resources: list[DescribeConfigsRequest.DescribeConfigsResource] = DEFAULT,
-    include_synonyms: bool = False,
-    include_documentation: bool = False,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeConfigsRequest:
-    obj = new(_DescribeConfigsRequest)
-    obj.resources = [] if resources is DEFAULT else resources
-    obj.include_synonyms = include_synonyms
-    obj.include_documentation = include_documentation
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeConfigsResponse_DescribeConfigsResult(
-    *,
-    error_code: int = 0,
-    error_message: str | None = "",
-    resource_type: int = 0,
-    resource_name: str = "",
-    configs: list[DescribeConfigsResponse.DescribeConfigsResourceResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeConfigsResponse.DescribeConfigsResult:
-    obj = new(_DescribeConfigsResponse_DescribeConfigsResult)
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.resource_type = resource_type
-    obj.resource_name = resource_name
-    obj.configs = [] if configs is DEFAULT else configs
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeConfigsResponse_DescribeConfigsResourceResult(
-    *,
-    name: str = "",
-    value: str | None = "",
-    read_only: bool = False,
-    is_default: bool = False,
-    config_source: int = -1,
-    is_sensitive: bool = False,
-    synonyms: list[DescribeConfigsResponse.DescribeConfigsSynonym] = DEFAULT,
-    config_type: int = 0,
-    documentation: str | None = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeConfigsResponse.DescribeConfigsResourceResult:
-    obj = new(_DescribeConfigsResponse_DescribeConfigsResourceResult)
-    obj.name = name
-    obj.value = value
-    obj.read_only = read_only
-    obj.is_default = is_default
-    obj.config_source = config_source
-    obj.is_sensitive = is_sensitive
-    obj.synonyms = [] if synonyms is DEFAULT else synonyms
-    obj.config_type = config_type
-    obj.documentation = documentation
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeConfigsResponse_DescribeConfigsSynonym(
-    *,
-    name: str = "",
-    value: str | None = "",
-    source: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeConfigsResponse.DescribeConfigsSynonym:
-    obj = new(_DescribeConfigsResponse_DescribeConfigsSynonym)
-    obj.name = name
-    obj.value = value
-    obj.source = source
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeConfigsResponse(
-    *,
-    throttle_time_ms: int = 0,
-    results: list[DescribeConfigsResponse.DescribeConfigsResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeConfigsResponse:
-    obj = new(_DescribeConfigsResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.results = [] if results is DEFAULT else results
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_DescribeConfigsRequest(request: DescribeConfigsRequest, version: int, code: int, message: str | None) -> DescribeConfigsResponse | None:
     return _DescribeConfigsResponse(results=[_DescribeConfigsResponse_DescribeConfigsResult(error_code=code, error_message=message, resource_type=x0.resource_type, resource_name=x0.resource_name) for x0 in request.resources])
 
@@ -1533,9 +1428,3 @@ DescribeConfigsRequest._decoders_ = {0: _dec_DescribeConfigsRequest_v0, 1: _dec_
 DescribeConfigsResponse._encoders_ = {0: _enc_DescribeConfigsResponse_v0, 1: _enc_DescribeConfigsResponse_v1, 2: _enc_DescribeConfigsResponse_v1, 3: _enc_DescribeConfigsResponse_v3, 4: _enc_DescribeConfigsResponse_v4}
 DescribeConfigsResponse._decoders_ = {0: _dec_DescribeConfigsResponse_v0, 1: _dec_DescribeConfigsResponse_v1, 2: _dec_DescribeConfigsResponse_v1, 3: _dec_DescribeConfigsResponse_v3, 4: _dec_DescribeConfigsResponse_v4}
 DescribeConfigsRequest._error_response_ = _error_DescribeConfigsRequest
-_DescribeConfigsRequest_DescribeConfigsResource._builder_ = _build_DescribeConfigsRequest_DescribeConfigsResource
-_DescribeConfigsRequest._builder_ = _build_DescribeConfigsRequest
-_DescribeConfigsResponse_DescribeConfigsResult._builder_ = _build_DescribeConfigsResponse_DescribeConfigsResult
-_DescribeConfigsResponse_DescribeConfigsResourceResult._builder_ = _build_DescribeConfigsResponse_DescribeConfigsResourceResult
-_DescribeConfigsResponse_DescribeConfigsSynonym._builder_ = _build_DescribeConfigsResponse_DescribeConfigsSynonym
-_DescribeConfigsResponse._builder_ = _build_DescribeConfigsResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -1040,87 +1039,6 @@ def _dec_DescribeDelegationTokenResponse_v3(buf: memoryview, pos: int) -> tuple[
     return obj, pos
 
 
-def _build_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner(
-    *,
-    principal_type: str = "",
-    principal_name: str = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeDelegationTokenRequest.DescribeDelegationTokenOwner:
-    obj = new(_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner)
-    obj.principal_type = principal_type
-    obj.principal_name = principal_name
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeDelegationTokenRequest(
-    *,
-    owners: list[DescribeDelegationTokenRequest.DescribeDelegationTokenOwner] | None = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeDelegationTokenRequest:
-    obj = new(_DescribeDelegationTokenRequest)
-    obj.owners = [] if owners is DEFAULT else owners
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeDelegationTokenResponse_DescribedDelegationToken(
-    *,
-    principal_type: str = "",
-    principal_name: str = "",
-    token_requester_principal_type: str = "",
-    token_requester_principal_name: str = "",
-    issue_timestamp: int = 0,
-    expiry_timestamp: int = 0,
-    max_timestamp: int = 0,
-    token_id: str = "",
-    hmac: bytes = b"",
-    renewers: list[DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeDelegationTokenResponse.DescribedDelegationToken:
-    obj = new(_DescribeDelegationTokenResponse_DescribedDelegationToken)
-    obj.principal_type = principal_type
-    obj.principal_name = principal_name
-    obj.token_requester_principal_type = token_requester_principal_type
-    obj.token_requester_principal_name = token_requester_principal_name
-    obj.issue_timestamp = issue_timestamp
-    obj.expiry_timestamp = expiry_timestamp
-    obj.max_timestamp = max_timestamp
-    obj.token_id = token_id
-    obj.hmac = hmac
-    obj.renewers = [] if renewers is DEFAULT else renewers
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer(
-    *,
-    principal_type: str = "",
-    principal_name: str = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer:
-    obj = new(_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer)
-    obj.principal_type = principal_type
-    obj.principal_name = principal_name
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeDelegationTokenResponse(
-    *,
-    error_code: int = 0,
-    tokens: list[DescribeDelegationTokenResponse.DescribedDelegationToken] = DEFAULT,
-    throttle_time_ms: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeDelegationTokenResponse:
-    obj = new(_DescribeDelegationTokenResponse)
-    obj.error_code = error_code
-    obj.tokens = [] if tokens is DEFAULT else tokens
-    obj.throttle_time_ms = throttle_time_ms
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_DescribeDelegationTokenRequest(request: DescribeDelegationTokenRequest, version: int, code: int, message: str | None) -> DescribeDelegationTokenResponse | None:
     return _DescribeDelegationTokenResponse(error_code=code)
 
@@ -1130,8 +1048,3 @@ DescribeDelegationTokenRequest._decoders_ = {0: _dec_DescribeDelegationTokenRequ
 DescribeDelegationTokenResponse._encoders_ = {0: _enc_DescribeDelegationTokenResponse_v0, 1: _enc_DescribeDelegationTokenResponse_v0, 2: _enc_DescribeDelegationTokenResponse_v2, 3: _enc_DescribeDelegationTokenResponse_v3}
 DescribeDelegationTokenResponse._decoders_ = {0: _dec_DescribeDelegationTokenResponse_v0, 1: _dec_DescribeDelegationTokenResponse_v0, 2: _dec_DescribeDelegationTokenResponse_v2, 3: _dec_DescribeDelegationTokenResponse_v3}
 DescribeDelegationTokenRequest._error_response_ = _error_DescribeDelegationTokenRequest
-_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner._builder_ = _build_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner
-_DescribeDelegationTokenRequest._builder_ = _build_DescribeDelegationTokenRequest
-_DescribeDelegationTokenResponse_DescribedDelegationToken._builder_ = _build_DescribeDelegationTokenResponse_DescribedDelegationToken
-_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer._builder_ = _build_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer
-_DescribeDelegationTokenResponse._builder_ = _build_DescribeDelegationTokenResponse

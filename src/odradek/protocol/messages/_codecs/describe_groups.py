@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -1367,76 +1366,6 @@ def _dec_DescribeGroupsResponse_v5(buf: memoryview, pos: int) -> tuple[DescribeG
     return obj, pos
 
 
-def _build_DescribeGroupsRequest(
-    *,
-    groups: list[str] = DEFAULT,
-    include_authorized_operations: bool = False,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeGroupsRequest:
-    obj = new(_DescribeGroupsRequest)
-    obj.groups = [] if groups is DEFAULT else groups
-    obj.include_authorized_operations = include_authorized_operations
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeGroupsResponse_DescribedGroup(
-    *,
-    error_code: int = 0,
-    group_id: str = "",
-    group_state: str = "",
-    protocol_type: str = "",
-    protocol_data: str = "",
-    members: list[DescribeGroupsResponse.DescribedGroupMember] = DEFAULT,
-    authorized_operations: int = -2147483648,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeGroupsResponse.DescribedGroup:
-    obj = new(_DescribeGroupsResponse_DescribedGroup)
-    obj.error_code = error_code
-    obj.group_id = group_id
-    obj.group_state = group_state
-    obj.protocol_type = protocol_type
-    obj.protocol_data = protocol_data
-    obj.members = [] if members is DEFAULT else members
-    obj.authorized_operations = authorized_operations
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeGroupsResponse_DescribedGroupMember(
-    *,
-    member_id: str = "",
-    group_instance_id: str | None = None,
-    client_id: str = "",
-    client_host: str = "",
-    member_metadata: bytes = b"",
-    member_assignment: bytes = b"",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeGroupsResponse.DescribedGroupMember:
-    obj = new(_DescribeGroupsResponse_DescribedGroupMember)
-    obj.member_id = member_id
-    obj.group_instance_id = group_instance_id
-    obj.client_id = client_id
-    obj.client_host = client_host
-    obj.member_metadata = member_metadata
-    obj.member_assignment = member_assignment
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeGroupsResponse(
-    *,
-    throttle_time_ms: int = 0,
-    groups: list[DescribeGroupsResponse.DescribedGroup] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeGroupsResponse:
-    obj = new(_DescribeGroupsResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.groups = [] if groups is DEFAULT else groups
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_DescribeGroupsRequest(request: DescribeGroupsRequest, version: int, code: int, message: str | None) -> DescribeGroupsResponse | None:
     return _DescribeGroupsResponse(groups=[_DescribeGroupsResponse_DescribedGroup(error_code=code, group_id=x0) for x0 in request.groups])
 
@@ -1446,7 +1375,3 @@ DescribeGroupsRequest._decoders_ = {0: _dec_DescribeGroupsRequest_v0, 1: _dec_De
 DescribeGroupsResponse._encoders_ = {0: _enc_DescribeGroupsResponse_v0, 1: _enc_DescribeGroupsResponse_v1, 2: _enc_DescribeGroupsResponse_v1, 3: _enc_DescribeGroupsResponse_v3, 4: _enc_DescribeGroupsResponse_v4, 5: _enc_DescribeGroupsResponse_v5}
 DescribeGroupsResponse._decoders_ = {0: _dec_DescribeGroupsResponse_v0, 1: _dec_DescribeGroupsResponse_v1, 2: _dec_DescribeGroupsResponse_v1, 3: _dec_DescribeGroupsResponse_v3, 4: _dec_DescribeGroupsResponse_v4, 5: _dec_DescribeGroupsResponse_v5}
 DescribeGroupsRequest._error_response_ = _error_DescribeGroupsRequest
-_DescribeGroupsRequest._builder_ = _build_DescribeGroupsRequest
-_DescribeGroupsResponse_DescribedGroup._builder_ = _build_DescribeGroupsResponse_DescribedGroup
-_DescribeGroupsResponse_DescribedGroupMember._builder_ = _build_DescribeGroupsResponse_DescribedGroupMember
-_DescribeGroupsResponse._builder_ = _build_DescribeGroupsResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -822,94 +821,6 @@ def _dec_DescribeLogDirsResponse_v4(buf: memoryview, pos: int) -> tuple[Describe
     return obj, pos
 
 
-def _build_DescribeLogDirsRequest_DescribableLogDirTopic(
-    *,
-    topic: str = "",
-    partitions: list[int] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeLogDirsRequest.DescribableLogDirTopic:
-    obj = new(_DescribeLogDirsRequest_DescribableLogDirTopic)
-    obj.topic = topic
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeLogDirsRequest(
-    *,
-    topics: list[DescribeLogDirsRequest.DescribableLogDirTopic] | None = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeLogDirsRequest:
-    obj = new(_DescribeLogDirsRequest)
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeLogDirsResponse_DescribeLogDirsResult(
-    *,
-    error_code: int = 0,
-    log_dir: str = "",
-    topics: list[DescribeLogDirsResponse.DescribeLogDirsTopic] = DEFAULT,
-    total_bytes: int = -1,
-    usable_bytes: int = -1,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeLogDirsResponse.DescribeLogDirsResult:
-    obj = new(_DescribeLogDirsResponse_DescribeLogDirsResult)
-    obj.error_code = error_code
-    obj.log_dir = log_dir
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.total_bytes = total_bytes
-    obj.usable_bytes = usable_bytes
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeLogDirsResponse_DescribeLogDirsTopic(
-    *,
-    name: str = "",
-    partitions: list[DescribeLogDirsResponse.DescribeLogDirsPartition] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeLogDirsResponse.DescribeLogDirsTopic:
-    obj = new(_DescribeLogDirsResponse_DescribeLogDirsTopic)
-    obj.name = name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeLogDirsResponse_DescribeLogDirsPartition(
-    *,
-    partition_index: int = 0,
-    partition_size: int = 0,
-    offset_lag: int = 0,
-    is_future_key: bool = False,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeLogDirsResponse.DescribeLogDirsPartition:
-    obj = new(_DescribeLogDirsResponse_DescribeLogDirsPartition)
-    obj.partition_index = partition_index
-    obj.partition_size = partition_size
-    obj.offset_lag = offset_lag
-    obj.is_future_key = is_future_key
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeLogDirsResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    results: list[DescribeLogDirsResponse.DescribeLogDirsResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeLogDirsResponse:
-    obj = new(_DescribeLogDirsResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.results = [] if results is DEFAULT else results
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_DescribeLogDirsRequest(request: DescribeLogDirsRequest, version: int, code: int, message: str | None) -> DescribeLogDirsResponse | None:
     if version <= 2:  # v0-2
         return _DescribeLogDirsResponse()
@@ -921,9 +832,3 @@ DescribeLogDirsRequest._decoders_ = {0: _dec_DescribeLogDirsRequest_v0, 1: _dec_
 DescribeLogDirsResponse._encoders_ = {0: _enc_DescribeLogDirsResponse_v0, 1: _enc_DescribeLogDirsResponse_v0, 2: _enc_DescribeLogDirsResponse_v2, 3: _enc_DescribeLogDirsResponse_v3, 4: _enc_DescribeLogDirsResponse_v4}
 DescribeLogDirsResponse._decoders_ = {0: _dec_DescribeLogDirsResponse_v0, 1: _dec_DescribeLogDirsResponse_v0, 2: _dec_DescribeLogDirsResponse_v2, 3: _dec_DescribeLogDirsResponse_v3, 4: _dec_DescribeLogDirsResponse_v4}
 DescribeLogDirsRequest._error_response_ = _error_DescribeLogDirsRequest
-_DescribeLogDirsRequest_DescribableLogDirTopic._builder_ = _build_DescribeLogDirsRequest_DescribableLogDirTopic
-_DescribeLogDirsRequest._builder_ = _build_DescribeLogDirsRequest
-_DescribeLogDirsResponse_DescribeLogDirsResult._builder_ = _build_DescribeLogDirsResponse_DescribeLogDirsResult
-_DescribeLogDirsResponse_DescribeLogDirsTopic._builder_ = _build_DescribeLogDirsResponse_DescribeLogDirsTopic
-_DescribeLogDirsResponse_DescribeLogDirsPartition._builder_ = _build_DescribeLogDirsResponse_DescribeLogDirsPartition
-_DescribeLogDirsResponse._builder_ = _build_DescribeLogDirsResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -396,94 +395,6 @@ def _dec_DescribeProducersResponse_v0(buf: memoryview, pos: int) -> tuple[Descri
     return obj, pos
 
 
-def _build_DescribeProducersRequest_TopicRequest(
-    *,
-    name: str = "",
-    partition_indexes: list[int] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeProducersRequest.TopicRequest:
-    obj = new(_DescribeProducersRequest_TopicRequest)
-    obj.name = name
-    obj.partition_indexes = [] if partition_indexes is DEFAULT else partition_indexes
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeProducersRequest(
-    *,
-    topics: list[DescribeProducersRequest.TopicRequest] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeProducersRequest:
-    obj = new(_DescribeProducersRequest)
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeProducersResponse_TopicResponse(
-    *,
-    name: str = "",
-    partitions: list[DescribeProducersResponse.PartitionResponse] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeProducersResponse.TopicResponse:
-    obj = new(_DescribeProducersResponse_TopicResponse)
-    obj.name = name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeProducersResponse_PartitionResponse(
-    *,
-    partition_index: int = 0,
-    error_code: int = 0,
-    error_message: str | None = None,
-    active_producers: list[DescribeProducersResponse.ProducerState] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeProducersResponse.PartitionResponse:
-    obj = new(_DescribeProducersResponse_PartitionResponse)
-    obj.partition_index = partition_index
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.active_producers = [] if active_producers is DEFAULT else active_producers
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeProducersResponse_ProducerState(
-    *,
-    producer_id: int = 0,
-    producer_epoch: int = 0,
-    last_sequence: int = -1,
-    last_timestamp: int = -1,
-    coordinator_epoch: int = 0,
-    current_txn_start_offset: int = -1,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeProducersResponse.ProducerState:
-    obj = new(_DescribeProducersResponse_ProducerState)
-    obj.producer_id = producer_id
-    obj.producer_epoch = producer_epoch
-    obj.last_sequence = last_sequence
-    obj.last_timestamp = last_timestamp
-    obj.coordinator_epoch = coordinator_epoch
-    obj.current_txn_start_offset = current_txn_start_offset
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeProducersResponse(
-    *,
-    throttle_time_ms: int = 0,
-    topics: list[DescribeProducersResponse.TopicResponse] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeProducersResponse:
-    obj = new(_DescribeProducersResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_DescribeProducersRequest(request: DescribeProducersRequest, version: int, code: int, message: str | None) -> DescribeProducersResponse | None:
     return _DescribeProducersResponse(topics=[_DescribeProducersResponse_TopicResponse(name=x0.name, partitions=[_DescribeProducersResponse_PartitionResponse(error_code=code, error_message=message, partition_index=x1) for x1 in x0.partition_indexes]) for x0 in request.topics])
 
@@ -493,9 +404,3 @@ DescribeProducersRequest._decoders_ = {0: _dec_DescribeProducersRequest_v0}
 DescribeProducersResponse._encoders_ = {0: _enc_DescribeProducersResponse_v0}
 DescribeProducersResponse._decoders_ = {0: _dec_DescribeProducersResponse_v0}
 DescribeProducersRequest._error_response_ = _error_DescribeProducersRequest
-_DescribeProducersRequest_TopicRequest._builder_ = _build_DescribeProducersRequest_TopicRequest
-_DescribeProducersRequest._builder_ = _build_DescribeProducersRequest
-_DescribeProducersResponse_TopicResponse._builder_ = _build_DescribeProducersResponse_TopicResponse
-_DescribeProducersResponse_PartitionResponse._builder_ = _build_DescribeProducersResponse_PartitionResponse
-_DescribeProducersResponse_ProducerState._builder_ = _build_DescribeProducersResponse_ProducerState
-_DescribeProducersResponse._builder_ = _build_DescribeProducersResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -1125,143 +1124,6 @@ def _dec_DescribeQuorumResponse_v2(buf: memoryview, pos: int) -> tuple[DescribeQ
     return obj, pos
 
 
-def _build_DescribeQuorumRequest_TopicData(
-    *,
-    topic_name: str = "",
-    partitions: list[DescribeQuorumRequest.PartitionData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeQuorumRequest.TopicData:
-    obj = new(_DescribeQuorumRequest_TopicData)
-    obj.topic_name = topic_name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeQuorumRequest_PartitionData(
-    *,
-    partition_index: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeQuorumRequest.PartitionData:
-    obj = new(_DescribeQuorumRequest_PartitionData)
-    obj.partition_index = partition_index
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeQuorumRequest(
-    *,
-    topics: list[DescribeQuorumRequest.TopicData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeQuorumRequest:
-    obj = new(_DescribeQuorumRequest)
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeQuorumResponse_TopicData(
-    *,
-    topic_name: str = "",
-    partitions: list[DescribeQuorumResponse.PartitionData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeQuorumResponse.TopicData:
-    obj = new(_DescribeQuorumResponse_TopicData)
-    obj.topic_name = topic_name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeQuorumResponse_PartitionData(
-    *,
-    partition_index: int = 0,
-    error_code: int = 0,
-    error_message: str | None = "",
-    leader_id: int = 0,
-    leader_epoch: int = 0,
-    high_watermark: int = 0,
-    current_voters: list[DescribeQuorumResponse.ReplicaState] = DEFAULT,
-    observers: list[DescribeQuorumResponse.ReplicaState] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeQuorumResponse.PartitionData:
-    obj = new(_DescribeQuorumResponse_PartitionData)
-    obj.partition_index = partition_index
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.leader_id = leader_id
-    obj.leader_epoch = leader_epoch
-    obj.high_watermark = high_watermark
-    obj.current_voters = [] if current_voters is DEFAULT else current_voters
-    obj.observers = [] if observers is DEFAULT else observers
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeQuorumResponse_ReplicaState(
-    *,
-    replica_id: int = 0,
-    replica_directory_id: uuid.UUID = ZERO_UUID,
-    log_end_offset: int = 0,
-    last_fetch_timestamp: int = -1,
-    last_caught_up_timestamp: int = -1,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeQuorumResponse.ReplicaState:
-    obj = new(_DescribeQuorumResponse_ReplicaState)
-    obj.replica_id = replica_id
-    obj.replica_directory_id = replica_directory_id
-    obj.log_end_offset = log_end_offset
-    obj.last_fetch_timestamp = last_fetch_timestamp
-    obj.last_caught_up_timestamp = last_caught_up_timestamp
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeQuorumResponse_Node(
-    *,
-    node_id: int = 0,
-    listeners: list[DescribeQuorumResponse.Listener] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeQuorumResponse.Node:
-    obj = new(_DescribeQuorumResponse_Node)
-    obj.node_id = node_id
-    obj.listeners = [] if listeners is DEFAULT else listeners
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeQuorumResponse_Listener(
-    *,
-    name: str = "",
-    host: str = "",
-    port: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeQuorumResponse.Listener:
-    obj = new(_DescribeQuorumResponse_Listener)
-    obj.name = name
-    obj.host = host
-    obj.port = port
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeQuorumResponse(
-    *,
-    error_code: int = 0,
-    error_message: str | None = "",
-    topics: list[DescribeQuorumResponse.TopicData] = DEFAULT,
-    nodes: list[DescribeQuorumResponse.Node] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeQuorumResponse:
-    obj = new(_DescribeQuorumResponse)
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.nodes = [] if nodes is DEFAULT else nodes
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_DescribeQuorumRequest(request: DescribeQuorumRequest, version: int, code: int, message: str | None) -> DescribeQuorumResponse | None:
     if version <= 1:  # v0-1
         return _DescribeQuorumResponse(error_code=code)
@@ -1273,12 +1135,3 @@ DescribeQuorumRequest._decoders_ = {0: _dec_DescribeQuorumRequest_v0, 1: _dec_De
 DescribeQuorumResponse._encoders_ = {0: _enc_DescribeQuorumResponse_v0, 1: _enc_DescribeQuorumResponse_v1, 2: _enc_DescribeQuorumResponse_v2}
 DescribeQuorumResponse._decoders_ = {0: _dec_DescribeQuorumResponse_v0, 1: _dec_DescribeQuorumResponse_v1, 2: _dec_DescribeQuorumResponse_v2}
 DescribeQuorumRequest._error_response_ = _error_DescribeQuorumRequest
-_DescribeQuorumRequest_TopicData._builder_ = _build_DescribeQuorumRequest_TopicData
-_DescribeQuorumRequest_PartitionData._builder_ = _build_DescribeQuorumRequest_PartitionData
-_DescribeQuorumRequest._builder_ = _build_DescribeQuorumRequest
-_DescribeQuorumResponse_TopicData._builder_ = _build_DescribeQuorumResponse_TopicData
-_DescribeQuorumResponse_PartitionData._builder_ = _build_DescribeQuorumResponse_PartitionData
-_DescribeQuorumResponse_ReplicaState._builder_ = _build_DescribeQuorumResponse_ReplicaState
-_DescribeQuorumResponse_Node._builder_ = _build_DescribeQuorumResponse_Node
-_DescribeQuorumResponse_Listener._builder_ = _build_DescribeQuorumResponse_Listener
-_DescribeQuorumResponse._builder_ = _build_DescribeQuorumResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -565,121 +564,6 @@ def _dec_DescribeTopicPartitionsResponse_v0(buf: memoryview, pos: int) -> tuple[
     return obj, pos
 
 
-def _build_DescribeTopicPartitionsRequest_TopicRequest(
-    *,
-    name: str = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeTopicPartitionsRequest.TopicRequest:
-    obj = new(_DescribeTopicPartitionsRequest_TopicRequest)
-    obj.name = name
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeTopicPartitionsRequest_Cursor(
-    *,
-    topic_name: str = "",
-    partition_index: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeTopicPartitionsRequest.Cursor:
-    obj = new(_DescribeTopicPartitionsRequest_Cursor)
-    obj.topic_name = topic_name
-    obj.partition_index = partition_index
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeTopicPartitionsRequest(
-    *,
-    topics: list[DescribeTopicPartitionsRequest.TopicRequest] = DEFAULT,
-    response_partition_limit: int = 2000,
-    cursor: DescribeTopicPartitionsRequest.Cursor | None = None,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeTopicPartitionsRequest:
-    obj = new(_DescribeTopicPartitionsRequest)
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.response_partition_limit = response_partition_limit
-    obj.cursor = cursor
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic(
-    *,
-    error_code: int = 0,
-    name: str | None = "",
-    topic_id: uuid.UUID = ZERO_UUID,
-    is_internal: bool = False,
-    partitions: list[DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition] = DEFAULT,
-    topic_authorized_operations: int = -2147483648,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic:
-    obj = new(_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic)
-    obj.error_code = error_code
-    obj.name = name
-    obj.topic_id = topic_id
-    obj.is_internal = is_internal
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.topic_authorized_operations = topic_authorized_operations
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponsePartition(
-    *,
-    error_code: int = 0,
-    partition_index: int = 0,
-    leader_id: int = 0,
-    leader_epoch: int = -1,
-    replica_nodes: list[int] = DEFAULT,
-    isr_nodes: list[int] = DEFAULT,
-    eligible_leader_replicas: list[int] | None = None,
-    last_known_elr: list[int] | None = None,
-    offline_replicas: list[int] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition:
-    obj = new(_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponsePartition)
-    obj.error_code = error_code
-    obj.partition_index = partition_index
-    obj.leader_id = leader_id
-    obj.leader_epoch = leader_epoch
-    obj.replica_nodes = [] if replica_nodes is DEFAULT else replica_nodes
-    obj.isr_nodes = [] if isr_nodes is DEFAULT else isr_nodes
-    obj.eligible_leader_replicas = eligible_leader_replicas
-    obj.last_known_elr = last_known_elr
-    obj.offline_replicas = [] if offline_replicas is DEFAULT else offline_replicas
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeTopicPartitionsResponse_Cursor(
-    *,
-    topic_name: str = "",
-    partition_index: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeTopicPartitionsResponse.Cursor:
-    obj = new(_DescribeTopicPartitionsResponse_Cursor)
-    obj.topic_name = topic_name
-    obj.partition_index = partition_index
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeTopicPartitionsResponse(
-    *,
-    throttle_time_ms: int = 0,
-    topics: list[DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic] = DEFAULT,
-    next_cursor: DescribeTopicPartitionsResponse.Cursor | None = None,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeTopicPartitionsResponse:
-    obj = new(_DescribeTopicPartitionsResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.next_cursor = next_cursor
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_DescribeTopicPartitionsRequest(request: DescribeTopicPartitionsRequest, version: int, code: int, message: str | None) -> DescribeTopicPartitionsResponse | None:
     return _DescribeTopicPartitionsResponse(topics=[_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic(error_code=code, name=x0.name) for x0 in request.topics])
 
@@ -689,10 +573,3 @@ DescribeTopicPartitionsRequest._decoders_ = {0: _dec_DescribeTopicPartitionsRequ
 DescribeTopicPartitionsResponse._encoders_ = {0: _enc_DescribeTopicPartitionsResponse_v0}
 DescribeTopicPartitionsResponse._decoders_ = {0: _dec_DescribeTopicPartitionsResponse_v0}
 DescribeTopicPartitionsRequest._error_response_ = _error_DescribeTopicPartitionsRequest
-_DescribeTopicPartitionsRequest_TopicRequest._builder_ = _build_DescribeTopicPartitionsRequest_TopicRequest
-_DescribeTopicPartitionsRequest_Cursor._builder_ = _build_DescribeTopicPartitionsRequest_Cursor
-_DescribeTopicPartitionsRequest._builder_ = _build_DescribeTopicPartitionsRequest
-_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic._builder_ = _build_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic
-_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponsePartition._builder_ = _build_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponsePartition
-_DescribeTopicPartitionsResponse_Cursor._builder_ = _build_DescribeTopicPartitionsResponse_Cursor
-_DescribeTopicPartitionsResponse._builder_ = _build_DescribeTopicPartitionsResponse

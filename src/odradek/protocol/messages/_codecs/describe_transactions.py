@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -352,68 +351,6 @@ def _dec_DescribeTransactionsResponse_v0(buf: memoryview, pos: int) -> tuple[Des
     return obj, pos
 
 
-def _build_DescribeTransactionsRequest(
-    *,
-    transactional_ids: list[str] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeTransactionsRequest:
-    obj = new(_DescribeTransactionsRequest)
-    obj.transactional_ids = [] if transactional_ids is DEFAULT else transactional_ids
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeTransactionsResponse_TransactionState(
-    *,
-    error_code: int = 0,
-    transactional_id: str = "",
-    transaction_state: str = "",
-    transaction_timeout_ms: int = 0,
-    transaction_start_time_ms: int = 0,
-    producer_id: int = 0,
-    producer_epoch: int = 0,
-    topics: list[DescribeTransactionsResponse.TopicData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeTransactionsResponse.TransactionState:
-    obj = new(_DescribeTransactionsResponse_TransactionState)
-    obj.error_code = error_code
-    obj.transactional_id = transactional_id
-    obj.transaction_state = transaction_state
-    obj.transaction_timeout_ms = transaction_timeout_ms
-    obj.transaction_start_time_ms = transaction_start_time_ms
-    obj.producer_id = producer_id
-    obj.producer_epoch = producer_epoch
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeTransactionsResponse_TopicData(
-    *,
-    topic: str = "",
-    partitions: list[int] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeTransactionsResponse.TopicData:
-    obj = new(_DescribeTransactionsResponse_TopicData)
-    obj.topic = topic
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeTransactionsResponse(
-    *,
-    throttle_time_ms: int = 0,
-    transaction_states: list[DescribeTransactionsResponse.TransactionState] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeTransactionsResponse:
-    obj = new(_DescribeTransactionsResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.transaction_states = [] if transaction_states is DEFAULT else transaction_states
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_DescribeTransactionsRequest(request: DescribeTransactionsRequest, version: int, code: int, message: str | None) -> DescribeTransactionsResponse | None:
     return _DescribeTransactionsResponse(transaction_states=[_DescribeTransactionsResponse_TransactionState(error_code=code, transactional_id=x0) for x0 in request.transactional_ids])
 
@@ -423,7 +360,3 @@ DescribeTransactionsRequest._decoders_ = {0: _dec_DescribeTransactionsRequest_v0
 DescribeTransactionsResponse._encoders_ = {0: _enc_DescribeTransactionsResponse_v0}
 DescribeTransactionsResponse._decoders_ = {0: _dec_DescribeTransactionsResponse_v0}
 DescribeTransactionsRequest._error_response_ = _error_DescribeTransactionsRequest
-_DescribeTransactionsRequest._builder_ = _build_DescribeTransactionsRequest
-_DescribeTransactionsResponse_TransactionState._builder_ = _build_DescribeTransactionsResponse_TransactionState
-_DescribeTransactionsResponse_TopicData._builder_ = _build_DescribeTransactionsResponse_TopicData
-_DescribeTransactionsResponse._builder_ = _build_DescribeTransactionsResponse

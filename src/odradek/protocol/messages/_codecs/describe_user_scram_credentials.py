@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -354,75 +353,6 @@ def _dec_DescribeUserScramCredentialsResponse_v0(buf: memoryview, pos: int) -> t
     return obj, pos
 
 
-def _build_DescribeUserScramCredentialsRequest_UserName(
-    *,
-    name: str = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeUserScramCredentialsRequest.UserName:
-    obj = new(_DescribeUserScramCredentialsRequest_UserName)
-    obj.name = name
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeUserScramCredentialsRequest(
-    *,
-    users: list[DescribeUserScramCredentialsRequest.UserName] | None = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeUserScramCredentialsRequest:
-    obj = new(_DescribeUserScramCredentialsRequest)
-    obj.users = [] if users is DEFAULT else users
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult(
-    *,
-    user: str = "",
-    error_code: int = 0,
-    error_message: str | None = "",
-    credential_infos: list[DescribeUserScramCredentialsResponse.CredentialInfo] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult:
-    obj = new(_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult)
-    obj.user = user
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.credential_infos = [] if credential_infos is DEFAULT else credential_infos
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeUserScramCredentialsResponse_CredentialInfo(
-    *,
-    mechanism: int = 0,
-    iterations: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeUserScramCredentialsResponse.CredentialInfo:
-    obj = new(_DescribeUserScramCredentialsResponse_CredentialInfo)
-    obj.mechanism = mechanism
-    obj.iterations = iterations
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_DescribeUserScramCredentialsResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    error_message: str | None = "",
-    results: list[DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> DescribeUserScramCredentialsResponse:
-    obj = new(_DescribeUserScramCredentialsResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.results = [] if results is DEFAULT else results
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_DescribeUserScramCredentialsRequest(request: DescribeUserScramCredentialsRequest, version: int, code: int, message: str | None) -> DescribeUserScramCredentialsResponse | None:
     return _DescribeUserScramCredentialsResponse(error_code=code, error_message=message)
 
@@ -432,8 +362,3 @@ DescribeUserScramCredentialsRequest._decoders_ = {0: _dec_DescribeUserScramCrede
 DescribeUserScramCredentialsResponse._encoders_ = {0: _enc_DescribeUserScramCredentialsResponse_v0}
 DescribeUserScramCredentialsResponse._decoders_ = {0: _dec_DescribeUserScramCredentialsResponse_v0}
 DescribeUserScramCredentialsRequest._error_response_ = _error_DescribeUserScramCredentialsRequest
-_DescribeUserScramCredentialsRequest_UserName._builder_ = _build_DescribeUserScramCredentialsRequest_UserName
-_DescribeUserScramCredentialsRequest._builder_ = _build_DescribeUserScramCredentialsRequest
-_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult._builder_ = _build_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult
-_DescribeUserScramCredentialsResponse_CredentialInfo._builder_ = _build_DescribeUserScramCredentialsResponse_CredentialInfo
-_DescribeUserScramCredentialsResponse._builder_ = _build_DescribeUserScramCredentialsResponse

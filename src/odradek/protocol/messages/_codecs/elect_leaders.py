@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -638,77 +637,6 @@ def _dec_ElectLeadersResponse_v2(buf: memoryview, pos: int) -> tuple[ElectLeader
     return obj, pos
 
 
-def _build_ElectLeadersRequest_TopicPartitions(
-    *,
-    topic: str = "",
-    partitions: list[int] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ElectLeadersRequest.TopicPartitions:
-    obj = new(_ElectLeadersRequest_TopicPartitions)
-    obj.topic = topic
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ElectLeadersRequest(
-    *,
-    election_type: int = 0,
-    topic_partitions: list[ElectLeadersRequest.TopicPartitions] | None = DEFAULT,
-    timeout_ms: int = 60000,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ElectLeadersRequest:
-    obj = new(_ElectLeadersRequest)
-    obj.election_type = election_type
-    obj.topic_partitions = [] if topic_partitions is DEFAULT else topic_partitions
-    obj.timeout_ms = timeout_ms
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ElectLeadersResponse_ReplicaElectionResult(
-    *,
-    topic: str = "",
-    partition_result: list[ElectLeadersResponse.PartitionResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ElectLeadersResponse.ReplicaElectionResult:
-    obj = new(_ElectLeadersResponse_ReplicaElectionResult)
-    obj.topic = topic
-    obj.partition_result = [] if partition_result is DEFAULT else partition_result
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ElectLeadersResponse_PartitionResult(
-    *,
-    partition_id: int = 0,
-    error_code: int = 0,
-    error_message: str | None = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ElectLeadersResponse.PartitionResult:
-    obj = new(_ElectLeadersResponse_PartitionResult)
-    obj.partition_id = partition_id
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ElectLeadersResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    replica_election_results: list[ElectLeadersResponse.ReplicaElectionResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ElectLeadersResponse:
-    obj = new(_ElectLeadersResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.replica_election_results = [] if replica_election_results is DEFAULT else replica_election_results
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_ElectLeadersRequest(request: ElectLeadersRequest, version: int, code: int, message: str | None) -> ElectLeadersResponse | None:
     if version <= 0:  # v0
         return _ElectLeadersResponse(replica_election_results=[_ElectLeadersResponse_ReplicaElectionResult(topic=x0.topic, partition_result=[_ElectLeadersResponse_PartitionResult(error_code=code, error_message=message, partition_id=x1) for x1 in x0.partitions]) for x0 in (request.topic_partitions or ())])
@@ -720,8 +648,3 @@ ElectLeadersRequest._decoders_ = {0: _dec_ElectLeadersRequest_v0, 1: _dec_ElectL
 ElectLeadersResponse._encoders_ = {0: _enc_ElectLeadersResponse_v0, 1: _enc_ElectLeadersResponse_v1, 2: _enc_ElectLeadersResponse_v2}
 ElectLeadersResponse._decoders_ = {0: _dec_ElectLeadersResponse_v0, 1: _dec_ElectLeadersResponse_v1, 2: _dec_ElectLeadersResponse_v2}
 ElectLeadersRequest._error_response_ = _error_ElectLeadersRequest
-_ElectLeadersRequest_TopicPartitions._builder_ = _build_ElectLeadersRequest_TopicPartitions
-_ElectLeadersRequest._builder_ = _build_ElectLeadersRequest
-_ElectLeadersResponse_ReplicaElectionResult._builder_ = _build_ElectLeadersResponse_ReplicaElectionResult
-_ElectLeadersResponse_PartitionResult._builder_ = _build_ElectLeadersResponse_PartitionResult
-_ElectLeadersResponse._builder_ = _build_ElectLeadersResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -890,141 +889,6 @@ def _dec_EndQuorumEpochResponse_v1_tagged(buf: memoryview, pos: int, obj: EndQuo
     return pos
 
 
-def _build_EndQuorumEpochRequest_TopicData(
-    *,
-    topic_name: str = "",
-    partitions: list[EndQuorumEpochRequest.PartitionData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> EndQuorumEpochRequest.TopicData:
-    obj = new(_EndQuorumEpochRequest_TopicData)
-    obj.topic_name = topic_name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_EndQuorumEpochRequest_PartitionData(
-    *,
-    partition_index: int = 0,
-    leader_id: int = 0,
-    leader_epoch: int = 0,
-    preferred_successors: list[int] = DEFAULT,
-    preferred_candidates: list[EndQuorumEpochRequest.ReplicaInfo] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> EndQuorumEpochRequest.PartitionData:
-    obj = new(_EndQuorumEpochRequest_PartitionData)
-    obj.partition_index = partition_index
-    obj.leader_id = leader_id
-    obj.leader_epoch = leader_epoch
-    obj.preferred_successors = [] if preferred_successors is DEFAULT else preferred_successors
-    obj.preferred_candidates = [] if preferred_candidates is DEFAULT else preferred_candidates
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_EndQuorumEpochRequest_ReplicaInfo(
-    *,
-    candidate_id: int = 0,
-    candidate_directory_id: uuid.UUID = ZERO_UUID,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> EndQuorumEpochRequest.ReplicaInfo:
-    obj = new(_EndQuorumEpochRequest_ReplicaInfo)
-    obj.candidate_id = candidate_id
-    obj.candidate_directory_id = candidate_directory_id
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_EndQuorumEpochRequest_LeaderEndpoint(
-    *,
-    name: str = "",
-    host: str = "",
-    port: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> EndQuorumEpochRequest.LeaderEndpoint:
-    obj = new(_EndQuorumEpochRequest_LeaderEndpoint)
-    obj.name = name
-    obj.host = host
-    obj.port = port
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_EndQuorumEpochRequest(
-    *,
-    cluster_id: str | None = None,
-    topics: list[EndQuorumEpochRequest.TopicData] = DEFAULT,
-    leader_endpoints: list[EndQuorumEpochRequest.LeaderEndpoint] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> EndQuorumEpochRequest:
-    obj = new(_EndQuorumEpochRequest)
-    obj.cluster_id = cluster_id
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.leader_endpoints = [] if leader_endpoints is DEFAULT else leader_endpoints
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_EndQuorumEpochResponse_TopicData(
-    *,
-    topic_name: str = "",
-    partitions: list[EndQuorumEpochResponse.PartitionData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> EndQuorumEpochResponse.TopicData:
-    obj = new(_EndQuorumEpochResponse_TopicData)
-    obj.topic_name = topic_name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_EndQuorumEpochResponse_PartitionData(
-    *,
-    partition_index: int = 0,
-    error_code: int = 0,
-    leader_id: int = 0,
-    leader_epoch: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> EndQuorumEpochResponse.PartitionData:
-    obj = new(_EndQuorumEpochResponse_PartitionData)
-    obj.partition_index = partition_index
-    obj.error_code = error_code
-    obj.leader_id = leader_id
-    obj.leader_epoch = leader_epoch
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_EndQuorumEpochResponse_NodeEndpoint(
-    *,
-    node_id: int = 0,
-    host: str = "",
-    port: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> EndQuorumEpochResponse.NodeEndpoint:
-    obj = new(_EndQuorumEpochResponse_NodeEndpoint)
-    obj.node_id = node_id
-    obj.host = host
-    obj.port = port
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_EndQuorumEpochResponse(
-    *,
-    error_code: int = 0,
-    topics: list[EndQuorumEpochResponse.TopicData] = DEFAULT,
-    node_endpoints: list[EndQuorumEpochResponse.NodeEndpoint] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> EndQuorumEpochResponse:
-    obj = new(_EndQuorumEpochResponse)
-    obj.error_code = error_code
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.node_endpoints = [] if node_endpoints is DEFAULT else node_endpoints
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_EndQuorumEpochRequest(request: EndQuorumEpochRequest, version: int, code: int, message: str | None) -> EndQuorumEpochResponse | None:
     return _EndQuorumEpochResponse(error_code=code)
 
@@ -1034,12 +898,3 @@ EndQuorumEpochRequest._decoders_ = {0: _dec_EndQuorumEpochRequest_v0, 1: _dec_En
 EndQuorumEpochResponse._encoders_ = {0: _enc_EndQuorumEpochResponse_v0, 1: _enc_EndQuorumEpochResponse_v1}
 EndQuorumEpochResponse._decoders_ = {0: _dec_EndQuorumEpochResponse_v0, 1: _dec_EndQuorumEpochResponse_v1}
 EndQuorumEpochRequest._error_response_ = _error_EndQuorumEpochRequest
-_EndQuorumEpochRequest_TopicData._builder_ = _build_EndQuorumEpochRequest_TopicData
-_EndQuorumEpochRequest_PartitionData._builder_ = _build_EndQuorumEpochRequest_PartitionData
-_EndQuorumEpochRequest_ReplicaInfo._builder_ = _build_EndQuorumEpochRequest_ReplicaInfo
-_EndQuorumEpochRequest_LeaderEndpoint._builder_ = _build_EndQuorumEpochRequest_LeaderEndpoint
-_EndQuorumEpochRequest._builder_ = _build_EndQuorumEpochRequest
-_EndQuorumEpochResponse_TopicData._builder_ = _build_EndQuorumEpochResponse_TopicData
-_EndQuorumEpochResponse_PartitionData._builder_ = _build_EndQuorumEpochResponse_PartitionData
-_EndQuorumEpochResponse_NodeEndpoint._builder_ = _build_EndQuorumEpochResponse_NodeEndpoint
-_EndQuorumEpochResponse._builder_ = _build_EndQuorumEpochResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -191,40 +190,6 @@ def _dec_EndTxnResponse_v5(buf: memoryview, pos: int) -> tuple[EndTxnResponse, i
     return obj, pos
 
 
-def _build_EndTxnRequest(
-    *,
-    transactional_id: str = "",
-    producer_id: int = 0,
-    producer_epoch: int = 0,
-    committed: bool = False,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> EndTxnRequest:
-    obj = new(_EndTxnRequest)
-    obj.transactional_id = transactional_id
-    obj.producer_id = producer_id
-    obj.producer_epoch = producer_epoch
-    obj.committed = committed
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_EndTxnResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    producer_id: int = -1,
-    producer_epoch: int = -1,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> EndTxnResponse:
-    obj = new(_EndTxnResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.producer_id = producer_id
-    obj.producer_epoch = producer_epoch
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_EndTxnRequest(request: EndTxnRequest, version: int, code: int, message: str | None) -> EndTxnResponse | None:
     return _EndTxnResponse(error_code=code)
 
@@ -234,5 +199,3 @@ EndTxnRequest._decoders_ = {0: _dec_EndTxnRequest_v0, 1: _dec_EndTxnRequest_v0, 
 EndTxnResponse._encoders_ = {0: _enc_EndTxnResponse_v0, 1: _enc_EndTxnResponse_v0, 2: _enc_EndTxnResponse_v0, 3: _enc_EndTxnResponse_v3, 4: _enc_EndTxnResponse_v3, 5: _enc_EndTxnResponse_v5}
 EndTxnResponse._decoders_ = {0: _dec_EndTxnResponse_v0, 1: _dec_EndTxnResponse_v0, 2: _dec_EndTxnResponse_v0, 3: _dec_EndTxnResponse_v3, 4: _dec_EndTxnResponse_v3, 5: _dec_EndTxnResponse_v5}
 EndTxnRequest._error_response_ = _error_EndTxnRequest
-_EndTxnRequest._builder_ = _build_EndTxnRequest
-_EndTxnResponse._builder_ = _build_EndTxnResponse

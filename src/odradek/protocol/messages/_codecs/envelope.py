@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -218,34 +217,6 @@ def _dec_EnvelopeResponse_v0(buf: memoryview, pos: int) -> tuple[EnvelopeRespons
     return obj, pos
 
 
-def _build_EnvelopeRequest(
-    *,
-    request_data: bytes = b"",
-    request_principal: bytes | None = b"",
-    client_host_address: bytes = b"",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> EnvelopeRequest:
-    obj = new(_EnvelopeRequest)
-    obj.request_data = request_data
-    obj.request_principal = request_principal
-    obj.client_host_address = client_host_address
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_EnvelopeResponse(
-    *,
-    response_data: bytes | None = None,
-    error_code: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> EnvelopeResponse:
-    obj = new(_EnvelopeResponse)
-    obj.response_data = response_data
-    obj.error_code = error_code
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_EnvelopeRequest(request: EnvelopeRequest, version: int, code: int, message: str | None) -> EnvelopeResponse | None:
     return _EnvelopeResponse(error_code=code)
 
@@ -255,5 +226,3 @@ EnvelopeRequest._decoders_ = {0: _dec_EnvelopeRequest_v0}
 EnvelopeResponse._encoders_ = {0: _enc_EnvelopeResponse_v0}
 EnvelopeResponse._decoders_ = {0: _dec_EnvelopeResponse_v0}
 EnvelopeRequest._error_response_ = _error_EnvelopeRequest
-_EnvelopeRequest._builder_ = _build_EnvelopeRequest
-_EnvelopeResponse._builder_ = _build_EnvelopeResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -167,34 +166,6 @@ def _dec_ExpireDelegationTokenResponse_v2(buf: memoryview, pos: int) -> tuple[Ex
     return obj, pos
 
 
-def _build_ExpireDelegationTokenRequest(
-    *,
-    hmac: bytes = b"",
-    expiry_time_period_ms: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ExpireDelegationTokenRequest:
-    obj = new(_ExpireDelegationTokenRequest)
-    obj.hmac = hmac
-    obj.expiry_time_period_ms = expiry_time_period_ms
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ExpireDelegationTokenResponse(
-    *,
-    error_code: int = 0,
-    expiry_timestamp_ms: int = 0,
-    throttle_time_ms: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ExpireDelegationTokenResponse:
-    obj = new(_ExpireDelegationTokenResponse)
-    obj.error_code = error_code
-    obj.expiry_timestamp_ms = expiry_timestamp_ms
-    obj.throttle_time_ms = throttle_time_ms
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_ExpireDelegationTokenRequest(request: ExpireDelegationTokenRequest, version: int, code: int, message: str | None) -> ExpireDelegationTokenResponse | None:
     return _ExpireDelegationTokenResponse(error_code=code)
 
@@ -204,5 +175,3 @@ ExpireDelegationTokenRequest._decoders_ = {0: _dec_ExpireDelegationTokenRequest_
 ExpireDelegationTokenResponse._encoders_ = {0: _enc_ExpireDelegationTokenResponse_v0, 1: _enc_ExpireDelegationTokenResponse_v0, 2: _enc_ExpireDelegationTokenResponse_v2}
 ExpireDelegationTokenResponse._decoders_ = {0: _dec_ExpireDelegationTokenResponse_v0, 1: _dec_ExpireDelegationTokenResponse_v0, 2: _dec_ExpireDelegationTokenResponse_v2}
 ExpireDelegationTokenRequest._error_response_ = _error_ExpireDelegationTokenRequest
-_ExpireDelegationTokenRequest._builder_ = _build_ExpireDelegationTokenRequest
-_ExpireDelegationTokenResponse._builder_ = _build_ExpireDelegationTokenResponse

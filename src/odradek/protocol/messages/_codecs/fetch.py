@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -32,6 +31,12 @@ from odradek.protocol._codec import (  # noqa: F401
     unpack_i32,
     write_tagged,
     write_uvarint,
+)
+from odradek.protocol.messages._builders.fetch import (
+    _build_FetchRequest_ReplicaState,
+    _build_FetchResponse_EpochEndOffset,
+    _build_FetchResponse_LeaderIdAndEpoch,
+    _build_FetchResponse_SnapshotId,
 )
 from odradek.protocol.messages.fetch import FetchRequest, FetchResponse
 
@@ -3215,239 +3220,6 @@ def _dec_FetchResponse_v16_tagged(buf: memoryview, pos: int, obj: FetchResponse)
     return pos
 
 
-def _build_FetchRequest_ReplicaState(
-    *,
-    replica_id: int = -1,
-    replica_epoch: int = -1,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> FetchRequest.ReplicaState:
-    obj = new(_FetchRequest_ReplicaState)
-    obj.replica_id = replica_id
-    obj.replica_epoch = replica_epoch
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_FetchRequest_FetchTopic(
-    *,
-    topic: str = "",
-    topic_id: uuid.UUID = ZERO_UUID,
-    partitions: list[FetchRequest.FetchPartition] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> FetchRequest.FetchTopic:
-    obj = new(_FetchRequest_FetchTopic)
-    obj.topic = topic
-    obj.topic_id = topic_id
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_FetchRequest_FetchPartition(
-    *,
-    partition: int = 0,
-    current_leader_epoch: int = -1,
-    fetch_offset: int = 0,
-    last_fetched_epoch: int = -1,
-    log_start_offset: int = -1,
-    partition_max_bytes: int = 0,
-    replica_directory_id: uuid.UUID = ZERO_UUID,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> FetchRequest.FetchPartition:
-    obj = new(_FetchRequest_FetchPartition)
-    obj.partition = partition
-    obj.current_leader_epoch = current_leader_epoch
-    obj.fetch_offset = fetch_offset
-    obj.last_fetched_epoch = last_fetched_epoch
-    obj.log_start_offset = log_start_offset
-    obj.partition_max_bytes = partition_max_bytes
-    obj.replica_directory_id = replica_directory_id
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_FetchRequest_ForgottenTopic(
-    *,
-    topic: str = "",
-    topic_id: uuid.UUID = ZERO_UUID,
-    partitions: list[int] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> FetchRequest.ForgottenTopic:
-    obj = new(_FetchRequest_ForgottenTopic)
-    obj.topic = topic
-    obj.topic_id = topic_id
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_FetchRequest(
-    *,
-    cluster_id: str | None = None,
-    replica_id: int = -1,
-    replica_state: FetchRequest.ReplicaState = DEFAULT,
-    max_wait_ms: int = 0,
-    min_bytes: int = 0,
-    max_bytes: int = 2147483647,
-    isolation_level: int = 0,
-    session_id: int = 0,
-    session_epoch: int = -1,
-    topics: list[FetchRequest.FetchTopic] = DEFAULT,
-    forgotten_topics_data: list[FetchRequest.ForgottenTopic] = DEFAULT,
-    rack_id: str = '',
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> FetchRequest:
-    obj = new(_FetchRequest)
-    obj.cluster_id = cluster_id
-    obj.replica_id = replica_id
-    obj.replica_state = _build_FetchRequest_ReplicaState() if replica_state is DEFAULT else replica_state
-    obj.max_wait_ms = max_wait_ms
-    obj.min_bytes = min_bytes
-    obj.max_bytes = max_bytes
-    obj.isolation_level = isolation_level
-    obj.session_id = session_id
-    obj.session_epoch = session_epoch
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.forgotten_topics_data = [] if forgotten_topics_data is DEFAULT else forgotten_topics_data
-    obj.rack_id = rack_id
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_FetchResponse_FetchableTopicResponse(
-    *,
-    topic: str = "",
-    topic_id: uuid.UUID = ZERO_UUID,
-    partitions: list[FetchResponse.PartitionData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> FetchResponse.FetchableTopicResponse:
-    obj = new(_FetchResponse_FetchableTopicResponse)
-    obj.topic = topic
-    obj.topic_id = topic_id
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_FetchResponse_PartitionData(
-    *,
-    partition_index: int = 0,
-    error_code: int = 0,
-    high_watermark: int = 0,
-    last_stable_offset: int = -1,
-    log_start_offset: int = -1,
-    diverging_epoch: FetchResponse.EpochEndOffset = DEFAULT,
-    current_leader: FetchResponse.LeaderIdAndEpoch = DEFAULT,
-    snapshot_id: FetchResponse.SnapshotId = DEFAULT,
-    aborted_transactions: list[FetchResponse.AbortedTransaction] | None = DEFAULT,
-    preferred_read_replica: int = -1,
-    records: Records | None = None,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> FetchResponse.PartitionData:
-    obj = new(_FetchResponse_PartitionData)
-    obj.partition_index = partition_index
-    obj.error_code = error_code
-    obj.high_watermark = high_watermark
-    obj.last_stable_offset = last_stable_offset
-    obj.log_start_offset = log_start_offset
-    obj.diverging_epoch = _build_FetchResponse_EpochEndOffset() if diverging_epoch is DEFAULT else diverging_epoch
-    obj.current_leader = _build_FetchResponse_LeaderIdAndEpoch() if current_leader is DEFAULT else current_leader
-    obj.snapshot_id = _build_FetchResponse_SnapshotId() if snapshot_id is DEFAULT else snapshot_id
-    obj.aborted_transactions = [] if aborted_transactions is DEFAULT else aborted_transactions
-    obj.preferred_read_replica = preferred_read_replica
-    obj.records = records
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_FetchResponse_EpochEndOffset(
-    *,
-    epoch: int = -1,
-    end_offset: int = -1,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> FetchResponse.EpochEndOffset:
-    obj = new(_FetchResponse_EpochEndOffset)
-    obj.epoch = epoch
-    obj.end_offset = end_offset
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_FetchResponse_LeaderIdAndEpoch(
-    *,
-    leader_id: int = -1,
-    leader_epoch: int = -1,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> FetchResponse.LeaderIdAndEpoch:
-    obj = new(_FetchResponse_LeaderIdAndEpoch)
-    obj.leader_id = leader_id
-    obj.leader_epoch = leader_epoch
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_FetchResponse_SnapshotId(
-    *,
-    end_offset: int = -1,
-    epoch: int = -1,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> FetchResponse.SnapshotId:
-    obj = new(_FetchResponse_SnapshotId)
-    obj.end_offset = end_offset
-    obj.epoch = epoch
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_FetchResponse_AbortedTransaction(
-    *,
-    producer_id: int = 0,
-    first_offset: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> FetchResponse.AbortedTransaction:
-    obj = new(_FetchResponse_AbortedTransaction)
-    obj.producer_id = producer_id
-    obj.first_offset = first_offset
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_FetchResponse_NodeEndpoint(
-    *,
-    node_id: int = 0,
-    host: str = "",
-    port: int = 0,
-    rack: str | None = None,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> FetchResponse.NodeEndpoint:
-    obj = new(_FetchResponse_NodeEndpoint)
-    obj.node_id = node_id
-    obj.host = host
-    obj.port = port
-    obj.rack = rack
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_FetchResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    session_id: int = 0,
-    responses: list[FetchResponse.FetchableTopicResponse] = DEFAULT,
-    node_endpoints: list[FetchResponse.NodeEndpoint] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> FetchResponse:
-    obj = new(_FetchResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.session_id = session_id
-    obj.responses = [] if responses is DEFAULT else responses
-    obj.node_endpoints = [] if node_endpoints is DEFAULT else node_endpoints
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_FetchRequest(request: FetchRequest, version: int, code: int, message: str | None) -> FetchResponse | None:
     if version <= 6:  # v0-6
         return _FetchResponse(responses=[_FetchResponse_FetchableTopicResponse(topic=x0.topic, partitions=[_FetchResponse_PartitionData(error_code=code, partition_index=x1.partition) for x1 in x0.partitions]) for x0 in request.topics])
@@ -3465,16 +3237,3 @@ FetchRequest._decoders_ = {0: _dec_FetchRequest_v0, 1: _dec_FetchRequest_v0, 2: 
 FetchResponse._encoders_ = {0: _enc_FetchResponse_v0, 1: _enc_FetchResponse_v1, 2: _enc_FetchResponse_v1, 3: _enc_FetchResponse_v1, 4: _enc_FetchResponse_v4, 5: _enc_FetchResponse_v5, 6: _enc_FetchResponse_v5, 7: _enc_FetchResponse_v7, 8: _enc_FetchResponse_v7, 9: _enc_FetchResponse_v7, 10: _enc_FetchResponse_v7, 11: _enc_FetchResponse_v11, 12: _enc_FetchResponse_v12, 13: _enc_FetchResponse_v13, 14: _enc_FetchResponse_v13, 15: _enc_FetchResponse_v13, 16: _enc_FetchResponse_v16, 17: _enc_FetchResponse_v16}
 FetchResponse._decoders_ = {0: _dec_FetchResponse_v0, 1: _dec_FetchResponse_v1, 2: _dec_FetchResponse_v1, 3: _dec_FetchResponse_v1, 4: _dec_FetchResponse_v4, 5: _dec_FetchResponse_v5, 6: _dec_FetchResponse_v5, 7: _dec_FetchResponse_v7, 8: _dec_FetchResponse_v7, 9: _dec_FetchResponse_v7, 10: _dec_FetchResponse_v7, 11: _dec_FetchResponse_v11, 12: _dec_FetchResponse_v12, 13: _dec_FetchResponse_v13, 14: _dec_FetchResponse_v13, 15: _dec_FetchResponse_v13, 16: _dec_FetchResponse_v16, 17: _dec_FetchResponse_v16}
 FetchRequest._error_response_ = _error_FetchRequest
-_FetchRequest_ReplicaState._builder_ = _build_FetchRequest_ReplicaState
-_FetchRequest_FetchTopic._builder_ = _build_FetchRequest_FetchTopic
-_FetchRequest_FetchPartition._builder_ = _build_FetchRequest_FetchPartition
-_FetchRequest_ForgottenTopic._builder_ = _build_FetchRequest_ForgottenTopic
-_FetchRequest._builder_ = _build_FetchRequest
-_FetchResponse_FetchableTopicResponse._builder_ = _build_FetchResponse_FetchableTopicResponse
-_FetchResponse_PartitionData._builder_ = _build_FetchResponse_PartitionData
-_FetchResponse_EpochEndOffset._builder_ = _build_FetchResponse_EpochEndOffset
-_FetchResponse_LeaderIdAndEpoch._builder_ = _build_FetchResponse_LeaderIdAndEpoch
-_FetchResponse_SnapshotId._builder_ = _build_FetchResponse_SnapshotId
-_FetchResponse_AbortedTransaction._builder_ = _build_FetchResponse_AbortedTransaction
-_FetchResponse_NodeEndpoint._builder_ = _build_FetchResponse_NodeEndpoint
-_FetchResponse._builder_ = _build_FetchResponse

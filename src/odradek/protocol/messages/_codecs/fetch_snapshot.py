@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -32,6 +31,9 @@ from odradek.protocol._codec import (  # noqa: F401
     unpack_i32,
     write_tagged,
     write_uvarint,
+)
+from odradek.protocol.messages._builders.fetch_snapshot import (
+    _build_FetchSnapshotResponse_LeaderIdAndEpoch,
 )
 from odradek.protocol.messages.fetch_snapshot import FetchSnapshotRequest, FetchSnapshotResponse
 
@@ -980,162 +982,6 @@ def _dec_FetchSnapshotResponse_v1_tagged(buf: memoryview, pos: int, obj: FetchSn
     return pos
 
 
-def _build_FetchSnapshotRequest_TopicSnapshot(
-    *,
-    name: str = "",
-    partitions: list[FetchSnapshotRequest.PartitionSnapshot] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> FetchSnapshotRequest.TopicSnapshot:
-    obj = new(_FetchSnapshotRequest_TopicSnapshot)
-    obj.name = name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_FetchSnapshotRequest_PartitionSnapshot(
-    *,
-    partition: int = 0,
-    current_leader_epoch: int = 0,
-    snapshot_id: FetchSnapshotRequest.SnapshotId = DEFAULT,
-    position: int = 0,
-    replica_directory_id: uuid.UUID = ZERO_UUID,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> FetchSnapshotRequest.PartitionSnapshot:
-    obj = new(_FetchSnapshotRequest_PartitionSnapshot)
-    obj.partition = partition
-    obj.current_leader_epoch = current_leader_epoch
-    obj.snapshot_id = _build_FetchSnapshotRequest_SnapshotId() if snapshot_id is DEFAULT else snapshot_id
-    obj.position = position
-    obj.replica_directory_id = replica_directory_id
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_FetchSnapshotRequest_SnapshotId(
-    *,
-    end_offset: int = 0,
-    epoch: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> FetchSnapshotRequest.SnapshotId:
-    obj = new(_FetchSnapshotRequest_SnapshotId)
-    obj.end_offset = end_offset
-    obj.epoch = epoch
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_FetchSnapshotRequest(
-    *,
-    cluster_id: str | None = None,
-    replica_id: int = -1,
-    max_bytes: int = 2147483647,
-    topics: list[FetchSnapshotRequest.TopicSnapshot] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> FetchSnapshotRequest:
-    obj = new(_FetchSnapshotRequest)
-    obj.cluster_id = cluster_id
-    obj.replica_id = replica_id
-    obj.max_bytes = max_bytes
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_FetchSnapshotResponse_TopicSnapshot(
-    *,
-    name: str = "",
-    partitions: list[FetchSnapshotResponse.PartitionSnapshot] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> FetchSnapshotResponse.TopicSnapshot:
-    obj = new(_FetchSnapshotResponse_TopicSnapshot)
-    obj.name = name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_FetchSnapshotResponse_PartitionSnapshot(
-    *,
-    index: int = 0,
-    error_code: int = 0,
-    snapshot_id: FetchSnapshotResponse.SnapshotId = DEFAULT,
-    current_leader: FetchSnapshotResponse.LeaderIdAndEpoch = DEFAULT,
-    size: int = 0,
-    position: int = 0,
-    unaligned_records: Records | None = None,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> FetchSnapshotResponse.PartitionSnapshot:
-    obj = new(_FetchSnapshotResponse_PartitionSnapshot)
-    obj.index = index
-    obj.error_code = error_code
-    obj.snapshot_id = _build_FetchSnapshotResponse_SnapshotId() if snapshot_id is DEFAULT else snapshot_id
-    obj.current_leader = _build_FetchSnapshotResponse_LeaderIdAndEpoch() if current_leader is DEFAULT else current_leader
-    obj.size = size
-    obj.position = position
-    obj.unaligned_records = unaligned_records
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_FetchSnapshotResponse_SnapshotId(
-    *,
-    end_offset: int = 0,
-    epoch: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> FetchSnapshotResponse.SnapshotId:
-    obj = new(_FetchSnapshotResponse_SnapshotId)
-    obj.end_offset = end_offset
-    obj.epoch = epoch
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_FetchSnapshotResponse_LeaderIdAndEpoch(
-    *,
-    leader_id: int = 0,
-    leader_epoch: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> FetchSnapshotResponse.LeaderIdAndEpoch:
-    obj = new(_FetchSnapshotResponse_LeaderIdAndEpoch)
-    obj.leader_id = leader_id
-    obj.leader_epoch = leader_epoch
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_FetchSnapshotResponse_NodeEndpoint(
-    *,
-    node_id: int = 0,
-    host: str = "",
-    port: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> FetchSnapshotResponse.NodeEndpoint:
-    obj = new(_FetchSnapshotResponse_NodeEndpoint)
-    obj.node_id = node_id
-    obj.host = host
-    obj.port = port
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_FetchSnapshotResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    topics: list[FetchSnapshotResponse.TopicSnapshot] = DEFAULT,
-    node_endpoints: list[FetchSnapshotResponse.NodeEndpoint] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> FetchSnapshotResponse:
-    obj = new(_FetchSnapshotResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.node_endpoints = [] if node_endpoints is DEFAULT else node_endpoints
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_FetchSnapshotRequest(request: FetchSnapshotRequest, version: int, code: int, message: str | None) -> FetchSnapshotResponse | None:
     return _FetchSnapshotResponse(error_code=code)
 
@@ -1146,13 +992,3 @@ FetchSnapshotRequest._decoders_ = {0: _dec_FetchSnapshotRequest_v0, 1: _dec_Fetc
 FetchSnapshotResponse._encoders_ = {0: _enc_FetchSnapshotResponse_v0, 1: _enc_FetchSnapshotResponse_v1}
 FetchSnapshotResponse._decoders_ = {0: _dec_FetchSnapshotResponse_v0, 1: _dec_FetchSnapshotResponse_v1}
 FetchSnapshotRequest._error_response_ = _error_FetchSnapshotRequest
-_FetchSnapshotRequest_TopicSnapshot._builder_ = _build_FetchSnapshotRequest_TopicSnapshot
-_FetchSnapshotRequest_PartitionSnapshot._builder_ = _build_FetchSnapshotRequest_PartitionSnapshot
-_FetchSnapshotRequest_SnapshotId._builder_ = _build_FetchSnapshotRequest_SnapshotId
-_FetchSnapshotRequest._builder_ = _build_FetchSnapshotRequest
-_FetchSnapshotResponse_TopicSnapshot._builder_ = _build_FetchSnapshotResponse_TopicSnapshot
-_FetchSnapshotResponse_PartitionSnapshot._builder_ = _build_FetchSnapshotResponse_PartitionSnapshot
-_FetchSnapshotResponse_SnapshotId._builder_ = _build_FetchSnapshotResponse_SnapshotId
-_FetchSnapshotResponse_LeaderIdAndEpoch._builder_ = _build_FetchSnapshotResponse_LeaderIdAndEpoch
-_FetchSnapshotResponse_NodeEndpoint._builder_ = _build_FetchSnapshotResponse_NodeEndpoint
-_FetchSnapshotResponse._builder_ = _build_FetchSnapshotResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -624,65 +623,6 @@ def _dec_FindCoordinatorResponse_v4(buf: memoryview, pos: int) -> tuple[FindCoor
     return obj, pos
 
 
-def _build_FindCoordinatorRequest(
-    *,
-    key: str = "",
-    key_type: int = 0,
-    coordinator_keys: list[str] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> FindCoordinatorRequest:
-    obj = new(_FindCoordinatorRequest)
-    obj.key = key
-    obj.key_type = key_type
-    obj.coordinator_keys = [] if coordinator_keys is DEFAULT else coordinator_keys
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_FindCoordinatorResponse_Coordinator(
-    *,
-    key: str = "",
-    node_id: int = 0,
-    host: str = "",
-    port: int = 0,
-    error_code: int = 0,
-    error_message: str | None = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> FindCoordinatorResponse.Coordinator:
-    obj = new(_FindCoordinatorResponse_Coordinator)
-    obj.key = key
-    obj.node_id = node_id
-    obj.host = host
-    obj.port = port
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_FindCoordinatorResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    error_message: str | None = "",
-    node_id: int = 0,
-    host: str = "",
-    port: int = 0,
-    coordinators: list[FindCoordinatorResponse.Coordinator] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> FindCoordinatorResponse:
-    obj = new(_FindCoordinatorResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.node_id = node_id
-    obj.host = host
-    obj.port = port
-    obj.coordinators = [] if coordinators is DEFAULT else coordinators
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_FindCoordinatorRequest(request: FindCoordinatorRequest, version: int, code: int, message: str | None) -> FindCoordinatorResponse | None:
     if version <= 0:  # v0
         return _FindCoordinatorResponse(error_code=code)
@@ -696,6 +636,3 @@ FindCoordinatorRequest._decoders_ = {0: _dec_FindCoordinatorRequest_v0, 1: _dec_
 FindCoordinatorResponse._encoders_ = {0: _enc_FindCoordinatorResponse_v0, 1: _enc_FindCoordinatorResponse_v1, 2: _enc_FindCoordinatorResponse_v1, 3: _enc_FindCoordinatorResponse_v3, 4: _enc_FindCoordinatorResponse_v4, 5: _enc_FindCoordinatorResponse_v4, 6: _enc_FindCoordinatorResponse_v4}
 FindCoordinatorResponse._decoders_ = {0: _dec_FindCoordinatorResponse_v0, 1: _dec_FindCoordinatorResponse_v1, 2: _dec_FindCoordinatorResponse_v1, 3: _dec_FindCoordinatorResponse_v3, 4: _dec_FindCoordinatorResponse_v4, 5: _dec_FindCoordinatorResponse_v4, 6: _dec_FindCoordinatorResponse_v4}
 FindCoordinatorRequest._error_response_ = _error_FindCoordinatorRequest
-_FindCoordinatorRequest._builder_ = _build_FindCoordinatorRequest
-_FindCoordinatorResponse_Coordinator._builder_ = _build_FindCoordinatorResponse_Coordinator
-_FindCoordinatorResponse._builder_ = _build_FindCoordinatorResponse

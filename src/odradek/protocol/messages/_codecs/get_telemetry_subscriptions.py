@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -176,44 +175,6 @@ def _dec_GetTelemetrySubscriptionsResponse_v0(buf: memoryview, pos: int) -> tupl
     return obj, pos
 
 
-def _build_GetTelemetrySubscriptionsRequest(
-    *,
-    client_instance_id: uuid.UUID = ZERO_UUID,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> GetTelemetrySubscriptionsRequest:
-    obj = new(_GetTelemetrySubscriptionsRequest)
-    obj.client_instance_id = client_instance_id
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_GetTelemetrySubscriptionsResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    client_instance_id: uuid.UUID = ZERO_UUID,
-    subscription_id: int = 0,
-    accepted_compression_types: list[int] = DEFAULT,
-    push_interval_ms: int = 0,
-    telemetry_max_bytes: int = 0,
-    delta_temporality: bool = False,
-    requested_metrics: list[str] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> GetTelemetrySubscriptionsResponse:
-    obj = new(_GetTelemetrySubscriptionsResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.client_instance_id = client_instance_id
-    obj.subscription_id = subscription_id
-    obj.accepted_compression_types = [] if accepted_compression_types is DEFAULT else accepted_compression_types
-    obj.push_interval_ms = push_interval_ms
-    obj.telemetry_max_bytes = telemetry_max_bytes
-    obj.delta_temporality = delta_temporality
-    obj.requested_metrics = [] if requested_metrics is DEFAULT else requested_metrics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_GetTelemetrySubscriptionsRequest(request: GetTelemetrySubscriptionsRequest, version: int, code: int, message: str | None) -> GetTelemetrySubscriptionsResponse | None:
     return _GetTelemetrySubscriptionsResponse(error_code=code)
 
@@ -223,5 +184,3 @@ GetTelemetrySubscriptionsRequest._decoders_ = {0: _dec_GetTelemetrySubscriptions
 GetTelemetrySubscriptionsResponse._encoders_ = {0: _enc_GetTelemetrySubscriptionsResponse_v0}
 GetTelemetrySubscriptionsResponse._decoders_ = {0: _dec_GetTelemetrySubscriptionsResponse_v0}
 GetTelemetrySubscriptionsRequest._error_response_ = _error_GetTelemetrySubscriptionsRequest
-_GetTelemetrySubscriptionsRequest._builder_ = _build_GetTelemetrySubscriptionsRequest
-_GetTelemetrySubscriptionsResponse._builder_ = _build_GetTelemetrySubscriptionsResponse

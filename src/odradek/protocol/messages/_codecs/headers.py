@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -174,37 +173,7 @@ def _dec_ResponseHeader_v1(buf: memoryview, pos: int) -> tuple[ResponseHeader, i
     return obj, pos
 
 
-def _build_RequestHeader(
-    *,
-    api_key: int = 0,
-    api_version: int = 0,
-    correlation_id: int = 0,
-    client_id: str | None = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> RequestHeader:
-    obj = new(_RequestHeader)
-    obj.api_key = api_key
-    obj.api_version = api_version
-    obj.correlation_id = correlation_id
-    obj.client_id = client_id
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ResponseHeader(
-    *,
-    correlation_id: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ResponseHeader:
-    obj = new(_ResponseHeader)
-    obj.correlation_id = correlation_id
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 RequestHeader._encoders_ = {0: _enc_RequestHeader_v0, 1: _enc_RequestHeader_v1, 2: _enc_RequestHeader_v2}
 RequestHeader._decoders_ = {0: _dec_RequestHeader_v0, 1: _dec_RequestHeader_v1, 2: _dec_RequestHeader_v2}
 ResponseHeader._encoders_ = {0: _enc_ResponseHeader_v0, 1: _enc_ResponseHeader_v1}
 ResponseHeader._decoders_ = {0: _dec_ResponseHeader_v0, 1: _dec_ResponseHeader_v1}
-_RequestHeader._builder_ = _build_RequestHeader
-_ResponseHeader._builder_ = _build_ResponseHeader

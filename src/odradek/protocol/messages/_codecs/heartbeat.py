@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -337,36 +336,6 @@ def _dec_HeartbeatResponse_v4(buf: memoryview, pos: int) -> tuple[HeartbeatRespo
     return obj, pos
 
 
-def _build_HeartbeatRequest(
-    *,
-    group_id: str = "",
-    generation_id: int = 0,
-    member_id: str = "",
-    group_instance_id: str | None = None,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> HeartbeatRequest:
-    obj = new(_HeartbeatRequest)
-    obj.group_id = group_id
-    obj.generation_id = generation_id
-    obj.member_id = member_id
-    obj.group_instance_id = group_instance_id
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_HeartbeatResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> HeartbeatResponse:
-    obj = new(_HeartbeatResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_HeartbeatRequest(request: HeartbeatRequest, version: int, code: int, message: str | None) -> HeartbeatResponse | None:
     return _HeartbeatResponse(error_code=code)
 
@@ -376,5 +345,3 @@ HeartbeatRequest._decoders_ = {0: _dec_HeartbeatRequest_v0, 1: _dec_HeartbeatReq
 HeartbeatResponse._encoders_ = {0: _enc_HeartbeatResponse_v0, 1: _enc_HeartbeatResponse_v1, 2: _enc_HeartbeatResponse_v1, 3: _enc_HeartbeatResponse_v1, 4: _enc_HeartbeatResponse_v4}
 HeartbeatResponse._decoders_ = {0: _dec_HeartbeatResponse_v0, 1: _dec_HeartbeatResponse_v1, 2: _dec_HeartbeatResponse_v1, 3: _dec_HeartbeatResponse_v1, 4: _dec_HeartbeatResponse_v4}
 HeartbeatRequest._error_response_ = _error_HeartbeatRequest
-_HeartbeatRequest._builder_ = _build_HeartbeatRequest
-_HeartbeatResponse._builder_ = _build_HeartbeatResponse

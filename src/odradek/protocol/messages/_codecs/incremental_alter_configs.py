@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -628,79 +627,6 @@ def _dec_IncrementalAlterConfigsResponse_v1(buf: memoryview, pos: int) -> tuple[
     return obj, pos
 
 
-def _build_IncrementalAlterConfigsRequest_AlterConfigsResource(
-    *,
-    resource_type: int = 0,
-    resource_name: str = "",
-    configs: list[IncrementalAlterConfigsRequest.AlterableConfig] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> IncrementalAlterConfigsRequest.AlterConfigsResource:
-    obj = new(_IncrementalAlterConfigsRequest_AlterConfigsResource)
-    obj.resource_type = resource_type
-    obj.resource_name = resource_name
-    obj.configs = [] if configs is DEFAULT else configs
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_IncrementalAlterConfigsRequest_AlterableConfig(
-    *,
-    name: str = "",
-    config_operation: int = 0,
-    value: str | None = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> IncrementalAlterConfigsRequest.AlterableConfig:
-    obj = new(_IncrementalAlterConfigsRequest_AlterableConfig)
-    obj.name = name
-    obj.config_operation = config_operation
-    obj.value = value
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_IncrementalAlterConfigsRequest(
-    *,
-    resources: list[IncrementalAlterConfigsRequest.AlterConfigsResource] = DEFAULT,
-    validate_only: bool = False,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> IncrementalAlterConfigsRequest:
-    obj = new(_IncrementalAlterConfigsRequest)
-    obj.resources = [] if resources is DEFAULT else resources
-    obj.validate_only = validate_only
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse(
-    *,
-    error_code: int = 0,
-    error_message: str | None = "",
-    resource_type: int = 0,
-    resource_name: str = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> IncrementalAlterConfigsResponse.AlterConfigsResourceResponse:
-    obj = new(_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse)
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.resource_type = resource_type
-    obj.resource_name = resource_name
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_IncrementalAlterConfigsResponse(
-    *,
-    throttle_time_ms: int = 0,
-    responses: list[IncrementalAlterConfigsResponse.AlterConfigsResourceResponse] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> IncrementalAlterConfigsResponse:
-    obj = new(_IncrementalAlterConfigsResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.responses = [] if responses is DEFAULT else responses
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_IncrementalAlterConfigsRequest(request: IncrementalAlterConfigsRequest, version: int, code: int, message: str | None) -> IncrementalAlterConfigsResponse | None:
     return _IncrementalAlterConfigsResponse(responses=[_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse(error_code=code, error_message=message, resource_type=x0.resource_type, resource_name=x0.resource_name) for x0 in request.resources])
 
@@ -710,8 +636,3 @@ IncrementalAlterConfigsRequest._decoders_ = {0: _dec_IncrementalAlterConfigsRequ
 IncrementalAlterConfigsResponse._encoders_ = {0: _enc_IncrementalAlterConfigsResponse_v0, 1: _enc_IncrementalAlterConfigsResponse_v1}
 IncrementalAlterConfigsResponse._decoders_ = {0: _dec_IncrementalAlterConfigsResponse_v0, 1: _dec_IncrementalAlterConfigsResponse_v1}
 IncrementalAlterConfigsRequest._error_response_ = _error_IncrementalAlterConfigsRequest
-_IncrementalAlterConfigsRequest_AlterConfigsResource._builder_ = _build_IncrementalAlterConfigsRequest_AlterConfigsResource
-_IncrementalAlterConfigsRequest_AlterableConfig._builder_ = _build_IncrementalAlterConfigsRequest_AlterableConfig
-_IncrementalAlterConfigsRequest._builder_ = _build_IncrementalAlterConfigsRequest
-_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse._builder_ = _build_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse
-_IncrementalAlterConfigsResponse._builder_ = _build_IncrementalAlterConfigsResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -233,40 +232,6 @@ def _dec_InitProducerIdResponse_v2(buf: memoryview, pos: int) -> tuple[InitProdu
     return obj, pos
 
 
-def _build_InitProducerIdRequest(
-    *,
-    transactional_id: str | None = "",
-    transaction_timeout_ms: int = 0,
-    producer_id: int = -1,
-    producer_epoch: int = -1,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> InitProducerIdRequest:
-    obj = new(_InitProducerIdRequest)
-    obj.transactional_id = transactional_id
-    obj.transaction_timeout_ms = transaction_timeout_ms
-    obj.producer_id = producer_id
-    obj.producer_epoch = producer_epoch
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_InitProducerIdResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    producer_id: int = -1,
-    producer_epoch: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> InitProducerIdResponse:
-    obj = new(_InitProducerIdResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.producer_id = producer_id
-    obj.producer_epoch = producer_epoch
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_InitProducerIdRequest(request: InitProducerIdRequest, version: int, code: int, message: str | None) -> InitProducerIdResponse | None:
     return _InitProducerIdResponse(error_code=code)
 
@@ -276,5 +241,3 @@ InitProducerIdRequest._decoders_ = {0: _dec_InitProducerIdRequest_v0, 1: _dec_In
 InitProducerIdResponse._encoders_ = {0: _enc_InitProducerIdResponse_v0, 1: _enc_InitProducerIdResponse_v0, 2: _enc_InitProducerIdResponse_v2, 3: _enc_InitProducerIdResponse_v2, 4: _enc_InitProducerIdResponse_v2, 5: _enc_InitProducerIdResponse_v2}
 InitProducerIdResponse._decoders_ = {0: _dec_InitProducerIdResponse_v0, 1: _dec_InitProducerIdResponse_v0, 2: _dec_InitProducerIdResponse_v2, 3: _dec_InitProducerIdResponse_v2, 4: _dec_InitProducerIdResponse_v2, 5: _dec_InitProducerIdResponse_v2}
 InitProducerIdRequest._error_response_ = _error_InitProducerIdRequest
-_InitProducerIdRequest._builder_ = _build_InitProducerIdRequest
-_InitProducerIdResponse._builder_ = _build_InitProducerIdResponse

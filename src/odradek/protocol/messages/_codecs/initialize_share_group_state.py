@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -341,86 +340,6 @@ def _dec_InitializeShareGroupStateResponse_v0(buf: memoryview, pos: int) -> tupl
     return obj, pos
 
 
-def _build_InitializeShareGroupStateRequest_InitializeStateData(
-    *,
-    topic_id: uuid.UUID = ZERO_UUID,
-    partitions: list[InitializeShareGroupStateRequest.PartitionData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> InitializeShareGroupStateRequest.InitializeStateData:
-    obj = new(_InitializeShareGroupStateRequest_InitializeStateData)
-    obj.topic_id = topic_id
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_InitializeShareGroupStateRequest_PartitionData(
-    *,
-    partition: int = 0,
-    state_epoch: int = 0,
-    start_offset: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> InitializeShareGroupStateRequest.PartitionData:
-    obj = new(_InitializeShareGroupStateRequest_PartitionData)
-    obj.partition = partition
-    obj.state_epoch = state_epoch
-    obj.start_offset = start_offset
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_InitializeShareGroupStateRequest(
-    *,
-    group_id: str = "",
-    topics: list[InitializeShareGroupStateRequest.InitializeStateData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> InitializeShareGroupStateRequest:
-    obj = new(_InitializeShareGroupStateRequest)
-    obj.group_id = group_id
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_InitializeShareGroupStateResponse_InitializeStateResult(
-    *,
-    topic_id: uuid.UUID = ZERO_UUID,
-    partitions: list[InitializeShareGroupStateResponse.PartitionResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> InitializeShareGroupStateResponse.InitializeStateResult:
-    obj = new(_InitializeShareGroupStateResponse_InitializeStateResult)
-    obj.topic_id = topic_id
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_InitializeShareGroupStateResponse_PartitionResult(
-    *,
-    partition: int = 0,
-    error_code: int = 0,
-    error_message: str | None = None,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> InitializeShareGroupStateResponse.PartitionResult:
-    obj = new(_InitializeShareGroupStateResponse_PartitionResult)
-    obj.partition = partition
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_InitializeShareGroupStateResponse(
-    *,
-    results: list[InitializeShareGroupStateResponse.InitializeStateResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> InitializeShareGroupStateResponse:
-    obj = new(_InitializeShareGroupStateResponse)
-    obj.results = [] if results is DEFAULT else results
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_InitializeShareGroupStateRequest(request: InitializeShareGroupStateRequest, version: int, code: int, message: str | None) -> InitializeShareGroupStateResponse | None:
     return _InitializeShareGroupStateResponse(results=[_InitializeShareGroupStateResponse_InitializeStateResult(topic_id=x0.topic_id, partitions=[_InitializeShareGroupStateResponse_PartitionResult(error_code=code, error_message=message, partition=x1.partition) for x1 in x0.partitions]) for x0 in request.topics])
 
@@ -430,9 +349,3 @@ InitializeShareGroupStateRequest._decoders_ = {0: _dec_InitializeShareGroupState
 InitializeShareGroupStateResponse._encoders_ = {0: _enc_InitializeShareGroupStateResponse_v0}
 InitializeShareGroupStateResponse._decoders_ = {0: _dec_InitializeShareGroupStateResponse_v0}
 InitializeShareGroupStateRequest._error_response_ = _error_InitializeShareGroupStateRequest
-_InitializeShareGroupStateRequest_InitializeStateData._builder_ = _build_InitializeShareGroupStateRequest_InitializeStateData
-_InitializeShareGroupStateRequest_PartitionData._builder_ = _build_InitializeShareGroupStateRequest_PartitionData
-_InitializeShareGroupStateRequest._builder_ = _build_InitializeShareGroupStateRequest
-_InitializeShareGroupStateResponse_InitializeStateResult._builder_ = _build_InitializeShareGroupStateResponse_InitializeStateResult
-_InitializeShareGroupStateResponse_PartitionResult._builder_ = _build_InitializeShareGroupStateResponse_PartitionResult
-_InitializeShareGroupStateResponse._builder_ = _build_InitializeShareGroupStateResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -1858,86 +1857,6 @@ def _dec_JoinGroupResponse_v9(buf: memoryview, pos: int) -> tuple[JoinGroupRespo
     return obj, pos
 
 
-def _build_JoinGroupRequest_JoinGroupRequestProtocol(
-    *,
-    name: str = "",
-    metadata: bytes = b"",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> JoinGroupRequest.JoinGroupRequestProtocol:
-    obj = new(_JoinGroupRequest_JoinGroupRequestProtocol)
-    obj.name = name
-    obj.metadata = metadata
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_JoinGroupRequest(
-    *,
-    group_id: str = "",
-    session_timeout_ms: int = 0,
-    rebalance_timeout_ms: int = -1,
-    member_id: str = "",
-    group_instance_id: str | None = None,
-    protocol_type: str = "",
-    protocols: list[JoinGroupRequest.JoinGroupRequestProtocol] = DEFAULT,
-    reason: str | None = None,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> JoinGroupRequest:
-    obj = new(_JoinGroupRequest)
-    obj.group_id = group_id
-    obj.session_timeout_ms = session_timeout_ms
-    obj.rebalance_timeout_ms = rebalance_timeout_ms
-    obj.member_id = member_id
-    obj.group_instance_id = group_instance_id
-    obj.protocol_type = protocol_type
-    obj.protocols = [] if protocols is DEFAULT else protocols
-    obj.reason = reason
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_JoinGroupResponse_JoinGroupResponseMember(
-    *,
-    member_id: str = "",
-    group_instance_id: str | None = None,
-    metadata: bytes = b"",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> JoinGroupResponse.JoinGroupResponseMember:
-    obj = new(_JoinGroupResponse_JoinGroupResponseMember)
-    obj.member_id = member_id
-    obj.group_instance_id = group_instance_id
-    obj.metadata = metadata
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_JoinGroupResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    generation_id: int = -1,
-    protocol_type: str | None = None,
-    protocol_name: str | None = "",
-    leader: str = "",
-    skip_assignment: bool = False,
-    member_id: str = "",
-    members: list[JoinGroupResponse.JoinGroupResponseMember] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> JoinGroupResponse:
-    obj = new(_JoinGroupResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.generation_id = generation_id
-    obj.protocol_type = protocol_type
-    obj.protocol_name = protocol_name
-    obj.leader = leader
-    obj.skip_assignment = skip_assignment
-    obj.member_id = member_id
-    obj.members = [] if members is DEFAULT else members
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_JoinGroupRequest(request: JoinGroupRequest, version: int, code: int, message: str | None) -> JoinGroupResponse | None:
     return _JoinGroupResponse(error_code=code)
 
@@ -1947,7 +1866,3 @@ JoinGroupRequest._decoders_ = {0: _dec_JoinGroupRequest_v0, 1: _dec_JoinGroupReq
 JoinGroupResponse._encoders_ = {0: _enc_JoinGroupResponse_v0, 1: _enc_JoinGroupResponse_v0, 2: _enc_JoinGroupResponse_v2, 3: _enc_JoinGroupResponse_v2, 4: _enc_JoinGroupResponse_v2, 5: _enc_JoinGroupResponse_v5, 6: _enc_JoinGroupResponse_v6, 7: _enc_JoinGroupResponse_v7, 8: _enc_JoinGroupResponse_v7, 9: _enc_JoinGroupResponse_v9}
 JoinGroupResponse._decoders_ = {0: _dec_JoinGroupResponse_v0, 1: _dec_JoinGroupResponse_v0, 2: _dec_JoinGroupResponse_v2, 3: _dec_JoinGroupResponse_v2, 4: _dec_JoinGroupResponse_v2, 5: _dec_JoinGroupResponse_v5, 6: _dec_JoinGroupResponse_v6, 7: _dec_JoinGroupResponse_v7, 8: _dec_JoinGroupResponse_v7, 9: _dec_JoinGroupResponse_v9}
 JoinGroupRequest._error_response_ = _error_JoinGroupRequest
-_JoinGroupRequest_JoinGroupRequestProtocol._builder_ = _build_JoinGroupRequest_JoinGroupRequestProtocol
-_JoinGroupRequest._builder_ = _build_JoinGroupRequest
-_JoinGroupResponse_JoinGroupResponseMember._builder_ = _build_JoinGroupResponse_JoinGroupResponseMember
-_JoinGroupResponse._builder_ = _build_JoinGroupResponse

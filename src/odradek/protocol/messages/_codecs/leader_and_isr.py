@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -1964,137 +1963,6 @@ def _dec_LeaderAndIsrResponse_v5(buf: memoryview, pos: int) -> tuple[LeaderAndIs
     return obj, pos
 
 
-def _build_LeaderAndIsrRequest_LeaderAndIsrPartitionState(
-    *,
-    topic_name: str = "",
-    partition_index: int = 0,
-    controller_epoch: int = 0,
-    leader: int = 0,
-    leader_epoch: int = 0,
-    isr: list[int] = DEFAULT,
-    partition_epoch: int = 0,
-    replicas: list[int] = DEFAULT,
-    adding_replicas: list[int] = DEFAULT,
-    removing_replicas: list[int] = DEFAULT,
-    is_new: bool = False,
-    leader_recovery_state: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> LeaderAndIsrRequest.LeaderAndIsrPartitionState:
-    obj = new(_LeaderAndIsrRequest_LeaderAndIsrPartitionState)
-    obj.topic_name = topic_name
-    obj.partition_index = partition_index
-    obj.controller_epoch = controller_epoch
-    obj.leader = leader
-    obj.leader_epoch = leader_epoch
-    obj.isr = [] if isr is DEFAULT else isr
-    obj.partition_epoch = partition_epoch
-    obj.replicas = [] if replicas is DEFAULT else replicas
-    obj.adding_replicas = [] if adding_replicas is DEFAULT else adding_replicas
-    obj.removing_replicas = [] if removing_replicas is DEFAULT else removing_replicas
-    obj.is_new = is_new
-    obj.leader_recovery_state = leader_recovery_state
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_LeaderAndIsrRequest_LeaderAndIsrTopicState(
-    *,
-    topic_name: str = "",
-    topic_id: uuid.UUID = ZERO_UUID,
-    partition_states: list[LeaderAndIsrRequest.LeaderAndIsrPartitionState] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> LeaderAndIsrRequest.LeaderAndIsrTopicState:
-    obj = new(_LeaderAndIsrRequest_LeaderAndIsrTopicState)
-    obj.topic_name = topic_name
-    obj.topic_id = topic_id
-    obj.partition_states = [] if partition_states is DEFAULT else partition_states
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_LeaderAndIsrRequest_LeaderAndIsrLiveLeader(
-    *,
-    broker_id: int = 0,
-    host_name: str = "",
-    port: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> LeaderAndIsrRequest.LeaderAndIsrLiveLeader:
-    obj = new(_LeaderAndIsrRequest_LeaderAndIsrLiveLeader)
-    obj.broker_id = broker_id
-    obj.host_name = host_name
-    obj.port = port
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_LeaderAndIsrRequest(
-    *,
-    controller_id: int = 0,
-    is_k_raft_controller: bool = False,
-    controller_epoch: int = 0,
-    broker_epoch: int = -1,
-    type: int = 0,
-    ungrouped_partition_states: list[LeaderAndIsrRequest.LeaderAndIsrPartitionState] = DEFAULT,
-    topic_states: list[LeaderAndIsrRequest.LeaderAndIsrTopicState] = DEFAULT,
-    live_leaders: list[LeaderAndIsrRequest.LeaderAndIsrLiveLeader] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> LeaderAndIsrRequest:
-    obj = new(_LeaderAndIsrRequest)
-    obj.controller_id = controller_id
-    obj.is_k_raft_controller = is_k_raft_controller
-    obj.controller_epoch = controller_epoch
-    obj.broker_epoch = broker_epoch
-    obj.type = type
-    obj.ungrouped_partition_states = [] if ungrouped_partition_states is DEFAULT else ungrouped_partition_states
-    obj.topic_states = [] if topic_states is DEFAULT else topic_states
-    obj.live_leaders = [] if live_leaders is DEFAULT else live_leaders
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_LeaderAndIsrResponse_LeaderAndIsrPartitionError(
-    *,
-    topic_name: str = "",
-    partition_index: int = 0,
-    error_code: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> LeaderAndIsrResponse.LeaderAndIsrPartitionError:
-    obj = new(_LeaderAndIsrResponse_LeaderAndIsrPartitionError)
-    obj.topic_name = topic_name
-    obj.partition_index = partition_index
-    obj.error_code = error_code
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_LeaderAndIsrResponse_LeaderAndIsrTopicError(
-    *,
-    topic_id: uuid.UUID = ZERO_UUID,
-    partition_errors: list[LeaderAndIsrResponse.LeaderAndIsrPartitionError] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> LeaderAndIsrResponse.LeaderAndIsrTopicError:
-    obj = new(_LeaderAndIsrResponse_LeaderAndIsrTopicError)
-    obj.topic_id = topic_id
-    obj.partition_errors = [] if partition_errors is DEFAULT else partition_errors
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_LeaderAndIsrResponse(
-    *,
-    error_code: int = 0,
-    partition_errors: list[LeaderAndIsrResponse.LeaderAndIsrPartitionError] = DEFAULT,
-    topics: list[LeaderAndIsrResponse.LeaderAndIsrTopicError] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> LeaderAndIsrResponse:
-    obj = new(_LeaderAndIsrResponse)
-    obj.error_code = error_code
-    obj.partition_errors = [] if partition_errors is DEFAULT else partition_errors
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_LeaderAndIsrRequest(request: LeaderAndIsrRequest, version: int, code: int, message: str | None) -> LeaderAndIsrResponse | None:
     return _LeaderAndIsrResponse(error_code=code)
 
@@ -2104,10 +1972,3 @@ LeaderAndIsrRequest._decoders_ = {0: _dec_LeaderAndIsrRequest_v0, 1: _dec_Leader
 LeaderAndIsrResponse._encoders_ = {0: _enc_LeaderAndIsrResponse_v0, 1: _enc_LeaderAndIsrResponse_v0, 2: _enc_LeaderAndIsrResponse_v0, 3: _enc_LeaderAndIsrResponse_v0, 4: _enc_LeaderAndIsrResponse_v4, 5: _enc_LeaderAndIsrResponse_v5, 6: _enc_LeaderAndIsrResponse_v5, 7: _enc_LeaderAndIsrResponse_v5}
 LeaderAndIsrResponse._decoders_ = {0: _dec_LeaderAndIsrResponse_v0, 1: _dec_LeaderAndIsrResponse_v0, 2: _dec_LeaderAndIsrResponse_v0, 3: _dec_LeaderAndIsrResponse_v0, 4: _dec_LeaderAndIsrResponse_v4, 5: _dec_LeaderAndIsrResponse_v5, 6: _dec_LeaderAndIsrResponse_v5, 7: _dec_LeaderAndIsrResponse_v5}
 LeaderAndIsrRequest._error_response_ = _error_LeaderAndIsrRequest
-_LeaderAndIsrRequest_LeaderAndIsrPartitionState._builder_ = _build_LeaderAndIsrRequest_LeaderAndIsrPartitionState
-_LeaderAndIsrRequest_LeaderAndIsrTopicState._builder_ = _build_LeaderAndIsrRequest_LeaderAndIsrTopicState
-_LeaderAndIsrRequest_LeaderAndIsrLiveLeader._builder_ = _build_LeaderAndIsrRequest_LeaderAndIsrLiveLeader
-_LeaderAndIsrRequest._builder_ = _build_LeaderAndIsrRequest
-_LeaderAndIsrResponse_LeaderAndIsrPartitionError._builder_ = _build_LeaderAndIsrResponse_LeaderAndIsrPartitionError
-_LeaderAndIsrResponse_LeaderAndIsrTopicError._builder_ = _build_LeaderAndIsrResponse_LeaderAndIsrTopicError
-_LeaderAndIsrResponse._builder_ = _build_LeaderAndIsrResponse

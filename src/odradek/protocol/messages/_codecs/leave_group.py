@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -803,66 +802,6 @@ def _dec_LeaveGroupResponse_v4(buf: memoryview, pos: int) -> tuple[LeaveGroupRes
     return obj, pos
 
 
-def _build_LeaveGroupRequest_MemberIdentity(
-    *,
-    member_id: str = "",
-    group_instance_id: str | None = None,
-    reason: str | None = None,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> LeaveGroupRequest.MemberIdentity:
-    obj = new(_LeaveGroupRequest_MemberIdentity)
-    obj.member_id = member_id
-    obj.group_instance_id = group_instance_id
-    obj.reason = reason
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_LeaveGroupRequest(
-    *,
-    group_id: str = "",
-    member_id: str = "",
-    members: list[LeaveGroupRequest.MemberIdentity] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> LeaveGroupRequest:
-    obj = new(_LeaveGroupRequest)
-    obj.group_id = group_id
-    obj.member_id = member_id
-    obj.members = [] if members is DEFAULT else members
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_LeaveGroupResponse_MemberResponse(
-    *,
-    member_id: str = "",
-    group_instance_id: str | None = "",
-    error_code: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> LeaveGroupResponse.MemberResponse:
-    obj = new(_LeaveGroupResponse_MemberResponse)
-    obj.member_id = member_id
-    obj.group_instance_id = group_instance_id
-    obj.error_code = error_code
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_LeaveGroupResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    members: list[LeaveGroupResponse.MemberResponse] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> LeaveGroupResponse:
-    obj = new(_LeaveGroupResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.members = [] if members is DEFAULT else members
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_LeaveGroupRequest(request: LeaveGroupRequest, version: int, code: int, message: str | None) -> LeaveGroupResponse | None:
     return _LeaveGroupResponse(error_code=code)
 
@@ -872,7 +811,3 @@ LeaveGroupRequest._decoders_ = {0: _dec_LeaveGroupRequest_v0, 1: _dec_LeaveGroup
 LeaveGroupResponse._encoders_ = {0: _enc_LeaveGroupResponse_v0, 1: _enc_LeaveGroupResponse_v1, 2: _enc_LeaveGroupResponse_v1, 3: _enc_LeaveGroupResponse_v3, 4: _enc_LeaveGroupResponse_v4, 5: _enc_LeaveGroupResponse_v4}
 LeaveGroupResponse._decoders_ = {0: _dec_LeaveGroupResponse_v0, 1: _dec_LeaveGroupResponse_v1, 2: _dec_LeaveGroupResponse_v1, 3: _dec_LeaveGroupResponse_v3, 4: _dec_LeaveGroupResponse_v4, 5: _dec_LeaveGroupResponse_v4}
 LeaveGroupRequest._error_response_ = _error_LeaveGroupRequest
-_LeaveGroupRequest_MemberIdentity._builder_ = _build_LeaveGroupRequest_MemberIdentity
-_LeaveGroupRequest._builder_ = _build_LeaveGroupRequest
-_LeaveGroupResponse_MemberResponse._builder_ = _build_LeaveGroupResponse_MemberResponse
-_LeaveGroupResponse._builder_ = _build_LeaveGroupResponse

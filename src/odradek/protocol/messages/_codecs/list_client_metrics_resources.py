@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -158,41 +157,6 @@ def _dec_ListClientMetricsResourcesResponse_v0(buf: memoryview, pos: int) -> tup
     return obj, pos
 
 
-def _build_ListClientMetricsResourcesRequest(
-    *,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ListClientMetricsResourcesRequest:
-    obj = new(_ListClientMetricsResourcesRequest)
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ListClientMetricsResourcesResponse_ClientMetricsResource(
-    *,
-    name: str = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ListClientMetricsResourcesResponse.ClientMetricsResource:
-    obj = new(_ListClientMetricsResourcesResponse_ClientMetricsResource)
-    obj.name = name
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ListClientMetricsResourcesResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    client_metrics_resources: list[ListClientMetricsResourcesResponse.ClientMetricsResource] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ListClientMetricsResourcesResponse:
-    obj = new(_ListClientMetricsResourcesResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.client_metrics_resources = [] if client_metrics_resources is DEFAULT else client_metrics_resources
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_ListClientMetricsResourcesRequest(request: ListClientMetricsResourcesRequest, version: int, code: int, message: str | None) -> ListClientMetricsResourcesResponse | None:
     return _ListClientMetricsResourcesResponse(error_code=code)
 
@@ -202,6 +166,3 @@ ListClientMetricsResourcesRequest._decoders_ = {0: _dec_ListClientMetricsResourc
 ListClientMetricsResourcesResponse._encoders_ = {0: _enc_ListClientMetricsResourcesResponse_v0}
 ListClientMetricsResourcesResponse._decoders_ = {0: _dec_ListClientMetricsResourcesResponse_v0}
 ListClientMetricsResourcesRequest._error_response_ = _error_ListClientMetricsResourcesRequest
-_ListClientMetricsResourcesRequest._builder_ = _build_ListClientMetricsResourcesRequest
-_ListClientMetricsResourcesResponse_ClientMetricsResource._builder_ = _build_ListClientMetricsResourcesResponse_ClientMetricsResource
-_ListClientMetricsResourcesResponse._builder_ = _build_ListClientMetricsResourcesResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -873,51 +872,6 @@ def _dec_ListGroupsResponse_v5(buf: memoryview, pos: int) -> tuple[ListGroupsRes
     return obj, pos
 
 
-def _build_ListGroupsRequest(
-    *,
-    states_filter: list[str] = DEFAULT,
-    types_filter: list[str] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ListGroupsRequest:
-    obj = new(_ListGroupsRequest)
-    obj.states_filter = [] if states_filter is DEFAULT else states_filter
-    obj.types_filter = [] if types_filter is DEFAULT else types_filter
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ListGroupsResponse_ListedGroup(
-    *,
-    group_id: str = "",
-    protocol_type: str = "",
-    group_state: str = "",
-    group_type: str = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ListGroupsResponse.ListedGroup:
-    obj = new(_ListGroupsResponse_ListedGroup)
-    obj.group_id = group_id
-    obj.protocol_type = protocol_type
-    obj.group_state = group_state
-    obj.group_type = group_type
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ListGroupsResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    groups: list[ListGroupsResponse.ListedGroup] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ListGroupsResponse:
-    obj = new(_ListGroupsResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.groups = [] if groups is DEFAULT else groups
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_ListGroupsRequest(request: ListGroupsRequest, version: int, code: int, message: str | None) -> ListGroupsResponse | None:
     return _ListGroupsResponse(error_code=code)
 
@@ -927,6 +881,3 @@ ListGroupsRequest._decoders_ = {0: _dec_ListGroupsRequest_v0, 1: _dec_ListGroups
 ListGroupsResponse._encoders_ = {0: _enc_ListGroupsResponse_v0, 1: _enc_ListGroupsResponse_v1, 2: _enc_ListGroupsResponse_v1, 3: _enc_ListGroupsResponse_v3, 4: _enc_ListGroupsResponse_v4, 5: _enc_ListGroupsResponse_v5}
 ListGroupsResponse._decoders_ = {0: _dec_ListGroupsResponse_v0, 1: _dec_ListGroupsResponse_v1, 2: _dec_ListGroupsResponse_v1, 3: _dec_ListGroupsResponse_v3, 4: _dec_ListGroupsResponse_v4, 5: _dec_ListGroupsResponse_v5}
 ListGroupsRequest._error_response_ = _error_ListGroupsRequest
-_ListGroupsRequest._builder_ = _build_ListGroupsRequest
-_ListGroupsResponse_ListedGroup._builder_ = _build_ListGroupsResponse_ListedGroup
-_ListGroupsResponse._builder_ = _build_ListGroupsResponse

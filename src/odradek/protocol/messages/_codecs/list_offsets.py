@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -1125,100 +1124,6 @@ def _dec_ListOffsetsResponse_v6(buf: memoryview, pos: int) -> tuple[ListOffsetsR
     return obj, pos
 
 
-def _build_ListOffsetsRequest_ListOffsetsTopic(
-    *,
-    name: str = "",
-    partitions: list[ListOffsetsRequest.ListOffsetsPartition] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ListOffsetsRequest.ListOffsetsTopic:
-    obj = new(_ListOffsetsRequest_ListOffsetsTopic)
-    obj.name = name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ListOffsetsRequest_ListOffsetsPartition(
-    *,
-    partition_index: int = 0,
-    current_leader_epoch: int = -1,
-    timestamp: int = 0,
-    max_num_offsets: int = 1,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ListOffsetsRequest.ListOffsetsPartition:
-    obj = new(_ListOffsetsRequest_ListOffsetsPartition)
-    obj.partition_index = partition_index
-    obj.current_leader_epoch = current_leader_epoch
-    obj.timestamp = timestamp
-    obj.max_num_offsets = max_num_offsets
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ListOffsetsRequest(
-    *,
-    replica_id: int = 0,
-    isolation_level: int = 0,
-    topics: list[ListOffsetsRequest.ListOffsetsTopic] = DEFAULT,
-    timeout_ms: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ListOffsetsRequest:
-    obj = new(_ListOffsetsRequest)
-    obj.replica_id = replica_id
-    obj.isolation_level = isolation_level
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.timeout_ms = timeout_ms
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ListOffsetsResponse_ListOffsetsTopicResponse(
-    *,
-    name: str = "",
-    partitions: list[ListOffsetsResponse.ListOffsetsPartitionResponse] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ListOffsetsResponse.ListOffsetsTopicResponse:
-    obj = new(_ListOffsetsResponse_ListOffsetsTopicResponse)
-    obj.name = name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ListOffsetsResponse_ListOffsetsPartitionResponse(
-    *,
-    partition_index: int = 0,
-    error_code: int = 0,
-    old_style_offsets: list[int] = DEFAULT,
-    timestamp: int = -1,
-    offset: int = -1,
-    leader_epoch: int = -1,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ListOffsetsResponse.ListOffsetsPartitionResponse:
-    obj = new(_ListOffsetsResponse_ListOffsetsPartitionResponse)
-    obj.partition_index = partition_index
-    obj.error_code = error_code
-    obj.old_style_offsets = [] if old_style_offsets is DEFAULT else old_style_offsets
-    obj.timestamp = timestamp
-    obj.offset = offset
-    obj.leader_epoch = leader_epoch
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ListOffsetsResponse(
-    *,
-    throttle_time_ms: int = 0,
-    topics: list[ListOffsetsResponse.ListOffsetsTopicResponse] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ListOffsetsResponse:
-    obj = new(_ListOffsetsResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_ListOffsetsRequest(request: ListOffsetsRequest, version: int, code: int, message: str | None) -> ListOffsetsResponse | None:
     return _ListOffsetsResponse(topics=[_ListOffsetsResponse_ListOffsetsTopicResponse(name=x0.name, partitions=[_ListOffsetsResponse_ListOffsetsPartitionResponse(error_code=code, partition_index=x1.partition_index) for x1 in x0.partitions]) for x0 in request.topics])
 
@@ -1228,9 +1133,3 @@ ListOffsetsRequest._decoders_ = {0: _dec_ListOffsetsRequest_v0, 1: _dec_ListOffs
 ListOffsetsResponse._encoders_ = {0: _enc_ListOffsetsResponse_v0, 1: _enc_ListOffsetsResponse_v1, 2: _enc_ListOffsetsResponse_v2, 3: _enc_ListOffsetsResponse_v2, 4: _enc_ListOffsetsResponse_v4, 5: _enc_ListOffsetsResponse_v4, 6: _enc_ListOffsetsResponse_v6, 7: _enc_ListOffsetsResponse_v6, 8: _enc_ListOffsetsResponse_v6, 9: _enc_ListOffsetsResponse_v6, 10: _enc_ListOffsetsResponse_v6}
 ListOffsetsResponse._decoders_ = {0: _dec_ListOffsetsResponse_v0, 1: _dec_ListOffsetsResponse_v1, 2: _dec_ListOffsetsResponse_v2, 3: _dec_ListOffsetsResponse_v2, 4: _dec_ListOffsetsResponse_v4, 5: _dec_ListOffsetsResponse_v4, 6: _dec_ListOffsetsResponse_v6, 7: _dec_ListOffsetsResponse_v6, 8: _dec_ListOffsetsResponse_v6, 9: _dec_ListOffsetsResponse_v6, 10: _dec_ListOffsetsResponse_v6}
 ListOffsetsRequest._error_response_ = _error_ListOffsetsRequest
-_ListOffsetsRequest_ListOffsetsTopic._builder_ = _build_ListOffsetsRequest_ListOffsetsTopic
-_ListOffsetsRequest_ListOffsetsPartition._builder_ = _build_ListOffsetsRequest_ListOffsetsPartition
-_ListOffsetsRequest._builder_ = _build_ListOffsetsRequest
-_ListOffsetsResponse_ListOffsetsTopicResponse._builder_ = _build_ListOffsetsResponse_ListOffsetsTopicResponse
-_ListOffsetsResponse_ListOffsetsPartitionResponse._builder_ = _build_ListOffsetsResponse_ListOffsetsPartitionResponse
-_ListOffsetsResponse._builder_ = _build_ListOffsetsResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -426,79 +425,6 @@ def _dec_ListPartitionReassignmentsResponse_v0(buf: memoryview, pos: int) -> tup
     return obj, pos
 
 
-def _build_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics(
-    *,
-    name: str = "",
-    partition_indexes: list[int] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics:
-    obj = new(_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics)
-    obj.name = name
-    obj.partition_indexes = [] if partition_indexes is DEFAULT else partition_indexes
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ListPartitionReassignmentsRequest(
-    *,
-    timeout_ms: int = 60000,
-    topics: list[ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics] | None = None,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ListPartitionReassignmentsRequest:
-    obj = new(_ListPartitionReassignmentsRequest)
-    obj.timeout_ms = timeout_ms
-    obj.topics = topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ListPartitionReassignmentsResponse_OngoingTopicReassignment(
-    *,
-    name: str = "",
-    partitions: list[ListPartitionReassignmentsResponse.OngoingPartitionReassignment] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ListPartitionReassignmentsResponse.OngoingTopicReassignment:
-    obj = new(_ListPartitionReassignmentsResponse_OngoingTopicReassignment)
-    obj.name = name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ListPartitionReassignmentsResponse_OngoingPartitionReassignment(
-    *,
-    partition_index: int = 0,
-    replicas: list[int] = DEFAULT,
-    adding_replicas: list[int] = DEFAULT,
-    removing_replicas: list[int] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ListPartitionReassignmentsResponse.OngoingPartitionReassignment:
-    obj = new(_ListPartitionReassignmentsResponse_OngoingPartitionReassignment)
-    obj.partition_index = partition_index
-    obj.replicas = [] if replicas is DEFAULT else replicas
-    obj.adding_replicas = [] if adding_replicas is DEFAULT else adding_replicas
-    obj.removing_replicas = [] if removing_replicas is DEFAULT else removing_replicas
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ListPartitionReassignmentsResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    error_message: str | None = "",
-    topics: list[ListPartitionReassignmentsResponse.OngoingTopicReassignment] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ListPartitionReassignmentsResponse:
-    obj = new(_ListPartitionReassignmentsResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_ListPartitionReassignmentsRequest(request: ListPartitionReassignmentsRequest, version: int, code: int, message: str | None) -> ListPartitionReassignmentsResponse | None:
     return _ListPartitionReassignmentsResponse(error_code=code, error_message=message)
 
@@ -508,8 +434,3 @@ ListPartitionReassignmentsRequest._decoders_ = {0: _dec_ListPartitionReassignmen
 ListPartitionReassignmentsResponse._encoders_ = {0: _enc_ListPartitionReassignmentsResponse_v0}
 ListPartitionReassignmentsResponse._decoders_ = {0: _dec_ListPartitionReassignmentsResponse_v0}
 ListPartitionReassignmentsRequest._error_response_ = _error_ListPartitionReassignmentsRequest
-_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics._builder_ = _build_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics
-_ListPartitionReassignmentsRequest._builder_ = _build_ListPartitionReassignmentsRequest
-_ListPartitionReassignmentsResponse_OngoingTopicReassignment._builder_ = _build_ListPartitionReassignmentsResponse_OngoingTopicReassignment
-_ListPartitionReassignmentsResponse_OngoingPartitionReassignment._builder_ = _build_ListPartitionReassignmentsResponse_OngoingPartitionReassignment
-_ListPartitionReassignmentsResponse._builder_ = _build_ListPartitionReassignmentsResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -430,53 +429,6 @@ def _dec_ListTransactionsResponse_v0(buf: memoryview, pos: int) -> tuple[ListTra
     return obj, pos
 
 
-def _build_ListTransactionsRequest(
-    *,
-    state_filters: list[str] = DEFAULT,
-    producer_id_filters: list[int] = DEFAULT,
-    duration_filter: int = -1,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ListTransactionsRequest:
-    obj = new(_ListTransactionsRequest)
-    obj.state_filters = [] if state_filters is DEFAULT else state_filters
-    obj.producer_id_filters = [] if producer_id_filters is DEFAULT else producer_id_filters
-    obj.duration_filter = duration_filter
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ListTransactionsResponse_TransactionState(
-    *,
-    transactional_id: str = "",
-    producer_id: int = 0,
-    transaction_state: str = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ListTransactionsResponse.TransactionState:
-    obj = new(_ListTransactionsResponse_TransactionState)
-    obj.transactional_id = transactional_id
-    obj.producer_id = producer_id
-    obj.transaction_state = transaction_state
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ListTransactionsResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    unknown_state_filters: list[str] = DEFAULT,
-    transaction_states: list[ListTransactionsResponse.TransactionState] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ListTransactionsResponse:
-    obj = new(_ListTransactionsResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.unknown_state_filters = [] if unknown_state_filters is DEFAULT else unknown_state_filters
-    obj.transaction_states = [] if transaction_states is DEFAULT else transaction_states
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_ListTransactionsRequest(request: ListTransactionsRequest, version: int, code: int, message: str | None) -> ListTransactionsResponse | None:
     return _ListTransactionsResponse(error_code=code)
 
@@ -486,6 +438,3 @@ ListTransactionsRequest._decoders_ = {0: _dec_ListTransactionsRequest_v0, 1: _de
 ListTransactionsResponse._encoders_ = {0: _enc_ListTransactionsResponse_v0, 1: _enc_ListTransactionsResponse_v0}
 ListTransactionsResponse._decoders_ = {0: _dec_ListTransactionsResponse_v0, 1: _dec_ListTransactionsResponse_v0}
 ListTransactionsRequest._error_response_ = _error_ListTransactionsRequest
-_ListTransactionsRequest._builder_ = _build_ListTransactionsRequest
-_ListTransactionsResponse_TransactionState._builder_ = _build_ListTransactionsResponse_TransactionState
-_ListTransactionsResponse._builder_ = _build_ListTransactionsResponse

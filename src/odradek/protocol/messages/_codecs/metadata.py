@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -2518,118 +2517,6 @@ def _dec_MetadataResponse_v12(buf: memoryview, pos: int) -> tuple[MetadataRespon
     return obj, pos
 
 
-def _build_MetadataRequest_MetadataRequestTopic(
-    *,
-    topic_id: uuid.UUID = ZERO_UUID,
-    name: str | None = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> MetadataRequest.MetadataRequestTopic:
-    obj = new(_MetadataRequest_MetadataRequestTopic)
-    obj.topic_id = topic_id
-    obj.name = name
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_MetadataRequest(
-    *,
-    topics: list[MetadataRequest.MetadataRequestTopic] | None = DEFAULT,
-    allow_auto_topic_creation: bool = True,
-    include_cluster_authorized_operations: bool = False,
-    include_topic_authorized_operations: bool = False,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> MetadataRequest:
-    obj = new(_MetadataRequest)
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.allow_auto_topic_creation = allow_auto_topic_creation
-    obj.include_cluster_authorized_operations = include_cluster_authorized_operations
-    obj.include_topic_authorized_operations = include_topic_authorized_operations
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_MetadataResponse_MetadataResponseBroker(
-    *,
-    node_id: int = 0,
-    host: str = "",
-    port: int = 0,
-    rack: str | None = None,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> MetadataResponse.MetadataResponseBroker:
-    obj = new(_MetadataResponse_MetadataResponseBroker)
-    obj.node_id = node_id
-    obj.host = host
-    obj.port = port
-    obj.rack = rack
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_MetadataResponse_MetadataResponseTopic(
-    *,
-    error_code: int = 0,
-    name: str | None = "",
-    topic_id: uuid.UUID = ZERO_UUID,
-    is_internal: bool = False,
-    partitions: list[MetadataResponse.MetadataResponsePartition] = DEFAULT,
-    topic_authorized_operations: int = -2147483648,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> MetadataResponse.MetadataResponseTopic:
-    obj = new(_MetadataResponse_MetadataResponseTopic)
-    obj.error_code = error_code
-    obj.name = name
-    obj.topic_id = topic_id
-    obj.is_internal = is_internal
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.topic_authorized_operations = topic_authorized_operations
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_MetadataResponse_MetadataResponsePartition(
-    *,
-    error_code: int = 0,
-    partition_index: int = 0,
-    leader_id: int = 0,
-    leader_epoch: int = -1,
-    replica_nodes: list[int] = DEFAULT,
-    isr_nodes: list[int] = DEFAULT,
-    offline_replicas: list[int] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> MetadataResponse.MetadataResponsePartition:
-    obj = new(_MetadataResponse_MetadataResponsePartition)
-    obj.error_code = error_code
-    obj.partition_index = partition_index
-    obj.leader_id = leader_id
-    obj.leader_epoch = leader_epoch
-    obj.replica_nodes = [] if replica_nodes is DEFAULT else replica_nodes
-    obj.isr_nodes = [] if isr_nodes is DEFAULT else isr_nodes
-    obj.offline_replicas = [] if offline_replicas is DEFAULT else offline_replicas
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_MetadataResponse(
-    *,
-    throttle_time_ms: int = 0,
-    brokers: list[MetadataResponse.MetadataResponseBroker] = DEFAULT,
-    cluster_id: str | None = None,
-    controller_id: int = -1,
-    topics: list[MetadataResponse.MetadataResponseTopic] = DEFAULT,
-    cluster_authorized_operations: int = -2147483648,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> MetadataResponse:
-    obj = new(_MetadataResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.brokers = [] if brokers is DEFAULT else brokers
-    obj.cluster_id = cluster_id
-    obj.controller_id = controller_id
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.cluster_authorized_operations = cluster_authorized_operations
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_MetadataRequest(request: MetadataRequest, version: int, code: int, message: str | None) -> MetadataResponse | None:
     if version <= 9:  # v0-9
         return _MetadataResponse(topics=[_MetadataResponse_MetadataResponseTopic(error_code=code, name=x0.name) for x0 in (request.topics or ())])
@@ -2643,9 +2530,3 @@ MetadataRequest._decoders_ = {0: _dec_MetadataRequest_v0, 1: _dec_MetadataReques
 MetadataResponse._encoders_ = {0: _enc_MetadataResponse_v0, 1: _enc_MetadataResponse_v1, 2: _enc_MetadataResponse_v2, 3: _enc_MetadataResponse_v3, 4: _enc_MetadataResponse_v3, 5: _enc_MetadataResponse_v5, 6: _enc_MetadataResponse_v5, 7: _enc_MetadataResponse_v7, 8: _enc_MetadataResponse_v8, 9: _enc_MetadataResponse_v9, 10: _enc_MetadataResponse_v10, 11: _enc_MetadataResponse_v11, 12: _enc_MetadataResponse_v12}
 MetadataResponse._decoders_ = {0: _dec_MetadataResponse_v0, 1: _dec_MetadataResponse_v1, 2: _dec_MetadataResponse_v2, 3: _dec_MetadataResponse_v3, 4: _dec_MetadataResponse_v3, 5: _dec_MetadataResponse_v5, 6: _dec_MetadataResponse_v5, 7: _dec_MetadataResponse_v7, 8: _dec_MetadataResponse_v8, 9: _dec_MetadataResponse_v9, 10: _dec_MetadataResponse_v10, 11: _dec_MetadataResponse_v11, 12: _dec_MetadataResponse_v12}
 MetadataRequest._error_response_ = _error_MetadataRequest
-_MetadataRequest_MetadataRequestTopic._builder_ = _build_MetadataRequest_MetadataRequestTopic
-_MetadataRequest._builder_ = _build_MetadataRequest
-_MetadataResponse_MetadataResponseBroker._builder_ = _build_MetadataResponse_MetadataResponseBroker
-_MetadataResponse_MetadataResponseTopic._builder_ = _build_MetadataResponse_MetadataResponseTopic
-_MetadataResponse_MetadataResponsePartition._builder_ = _build_MetadataResponse_MetadataResponsePartition
-_MetadataResponse._builder_ = _build_MetadataResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -1337,98 +1336,6 @@ def _dec_OffsetCommitResponse_v8(buf: memoryview, pos: int) -> tuple[OffsetCommi
     return obj, pos
 
 
-def _build_OffsetCommitRequest_OffsetCommitRequestTopic(
-    *,
-    name: str = "",
-    partitions: list[OffsetCommitRequest.OffsetCommitRequestPartition] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> OffsetCommitRequest.OffsetCommitRequestTopic:
-    obj = new(_OffsetCommitRequest_OffsetCommitRequestTopic)
-    obj.name = name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_OffsetCommitRequest_OffsetCommitRequestPartition(
-    *,
-    partition_index: int = 0,
-    committed_offset: int = 0,
-    committed_leader_epoch: int = -1,
-    commit_timestamp: int = -1,
-    committed_metadata: str | None = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> OffsetCommitRequest.OffsetCommitRequestPartition:
-    obj = new(_OffsetCommitRequest_OffsetCommitRequestPartition)
-    obj.partition_index = partition_index
-    obj.committed_offset = committed_offset
-    obj.committed_leader_epoch = committed_leader_epoch
-    obj.commit_timestamp = commit_timestamp
-    obj.committed_metadata = committed_metadata
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_OffsetCommitRequest(
-    *,
-    group_id: str = "",
-    generation_id_or_member_epoch: int = -1,
-    member_id: str = "",
-    group_instance_id: str | None = None,
-    retention_time_ms: int = -1,
-    topics: list[OffsetCommitRequest.OffsetCommitRequestTopic] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> OffsetCommitRequest:
-    obj = new(_OffsetCommitRequest)
-    obj.group_id = group_id
-    obj.generation_id_or_member_epoch = generation_id_or_member_epoch
-    obj.member_id = member_id
-    obj.group_instance_id = group_instance_id
-    obj.retention_time_ms = retention_time_ms
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_OffsetCommitResponse_OffsetCommitResponseTopic(
-    *,
-    name: str = "",
-    partitions: list[OffsetCommitResponse.OffsetCommitResponsePartition] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> OffsetCommitResponse.OffsetCommitResponseTopic:
-    obj = new(_OffsetCommitResponse_OffsetCommitResponseTopic)
-    obj.name = name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_OffsetCommitResponse_OffsetCommitResponsePartition(
-    *,
-    partition_index: int = 0,
-    error_code: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> OffsetCommitResponse.OffsetCommitResponsePartition:
-    obj = new(_OffsetCommitResponse_OffsetCommitResponsePartition)
-    obj.partition_index = partition_index
-    obj.error_code = error_code
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_OffsetCommitResponse(
-    *,
-    throttle_time_ms: int = 0,
-    topics: list[OffsetCommitResponse.OffsetCommitResponseTopic] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> OffsetCommitResponse:
-    obj = new(_OffsetCommitResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_OffsetCommitRequest(request: OffsetCommitRequest, version: int, code: int, message: str | None) -> OffsetCommitResponse | None:
     return _OffsetCommitResponse(topics=[_OffsetCommitResponse_OffsetCommitResponseTopic(name=x0.name, partitions=[_OffsetCommitResponse_OffsetCommitResponsePartition(error_code=code, partition_index=x1.partition_index) for x1 in x0.partitions]) for x0 in request.topics])
 
@@ -1438,9 +1345,3 @@ OffsetCommitRequest._decoders_ = {0: _dec_OffsetCommitRequest_v0, 1: _dec_Offset
 OffsetCommitResponse._encoders_ = {0: _enc_OffsetCommitResponse_v0, 1: _enc_OffsetCommitResponse_v0, 2: _enc_OffsetCommitResponse_v0, 3: _enc_OffsetCommitResponse_v3, 4: _enc_OffsetCommitResponse_v3, 5: _enc_OffsetCommitResponse_v3, 6: _enc_OffsetCommitResponse_v3, 7: _enc_OffsetCommitResponse_v3, 8: _enc_OffsetCommitResponse_v8, 9: _enc_OffsetCommitResponse_v8}
 OffsetCommitResponse._decoders_ = {0: _dec_OffsetCommitResponse_v0, 1: _dec_OffsetCommitResponse_v0, 2: _dec_OffsetCommitResponse_v0, 3: _dec_OffsetCommitResponse_v3, 4: _dec_OffsetCommitResponse_v3, 5: _dec_OffsetCommitResponse_v3, 6: _dec_OffsetCommitResponse_v3, 7: _dec_OffsetCommitResponse_v3, 8: _dec_OffsetCommitResponse_v8, 9: _dec_OffsetCommitResponse_v8}
 OffsetCommitRequest._error_response_ = _error_OffsetCommitRequest
-_OffsetCommitRequest_OffsetCommitRequestTopic._builder_ = _build_OffsetCommitRequest_OffsetCommitRequestTopic
-_OffsetCommitRequest_OffsetCommitRequestPartition._builder_ = _build_OffsetCommitRequest_OffsetCommitRequestPartition
-_OffsetCommitRequest._builder_ = _build_OffsetCommitRequest
-_OffsetCommitResponse_OffsetCommitResponseTopic._builder_ = _build_OffsetCommitResponse_OffsetCommitResponseTopic
-_OffsetCommitResponse_OffsetCommitResponsePartition._builder_ = _build_OffsetCommitResponse_OffsetCommitResponsePartition
-_OffsetCommitResponse._builder_ = _build_OffsetCommitResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -264,84 +263,6 @@ def _dec_OffsetDeleteResponse_v0(buf: memoryview, pos: int) -> tuple[OffsetDelet
     return obj, pos
 
 
-def _build_OffsetDeleteRequest_OffsetDeleteRequestTopic(
-    *,
-    name: str = "",
-    partitions: list[OffsetDeleteRequest.OffsetDeleteRequestPartition] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> OffsetDeleteRequest.OffsetDeleteRequestTopic:
-    obj = new(_OffsetDeleteRequest_OffsetDeleteRequestTopic)
-    obj.name = name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_OffsetDeleteRequest_OffsetDeleteRequestPartition(
-    *,
-    partition_index: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> OffsetDeleteRequest.OffsetDeleteRequestPartition:
-    obj = new(_OffsetDeleteRequest_OffsetDeleteRequestPartition)
-    obj.partition_index = partition_index
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_OffsetDeleteRequest(
-    *,
-    group_id: str = "",
-    topics: list[OffsetDeleteRequest.OffsetDeleteRequestTopic] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> OffsetDeleteRequest:
-    obj = new(_OffsetDeleteRequest)
-    obj.group_id = group_id
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_OffsetDeleteResponse_OffsetDeleteResponseTopic(
-    *,
-    name: str = "",
-    partitions: list[OffsetDeleteResponse.OffsetDeleteResponsePartition] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> OffsetDeleteResponse.OffsetDeleteResponseTopic:
-    obj = new(_OffsetDeleteResponse_OffsetDeleteResponseTopic)
-    obj.name = name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_OffsetDeleteResponse_OffsetDeleteResponsePartition(
-    *,
-    partition_index: int = 0,
-    error_code: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> OffsetDeleteResponse.OffsetDeleteResponsePartition:
-    obj = new(_OffsetDeleteResponse_OffsetDeleteResponsePartition)
-    obj.partition_index = partition_index
-    obj.error_code = error_code
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_OffsetDeleteResponse(
-    *,
-    error_code: int = 0,
-    throttle_time_ms: int = 0,
-    topics: list[OffsetDeleteResponse.OffsetDeleteResponseTopic] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> OffsetDeleteResponse:
-    obj = new(_OffsetDeleteResponse)
-    obj.error_code = error_code
-    obj.throttle_time_ms = throttle_time_ms
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_OffsetDeleteRequest(request: OffsetDeleteRequest, version: int, code: int, message: str | None) -> OffsetDeleteResponse | None:
     return _OffsetDeleteResponse(error_code=code)
 
@@ -351,9 +272,3 @@ OffsetDeleteRequest._decoders_ = {0: _dec_OffsetDeleteRequest_v0}
 OffsetDeleteResponse._encoders_ = {0: _enc_OffsetDeleteResponse_v0}
 OffsetDeleteResponse._decoders_ = {0: _dec_OffsetDeleteResponse_v0}
 OffsetDeleteRequest._error_response_ = _error_OffsetDeleteRequest
-_OffsetDeleteRequest_OffsetDeleteRequestTopic._builder_ = _build_OffsetDeleteRequest_OffsetDeleteRequestTopic
-_OffsetDeleteRequest_OffsetDeleteRequestPartition._builder_ = _build_OffsetDeleteRequest_OffsetDeleteRequestPartition
-_OffsetDeleteRequest._builder_ = _build_OffsetDeleteRequest
-_OffsetDeleteResponse_OffsetDeleteResponseTopic._builder_ = _build_OffsetDeleteResponse_OffsetDeleteResponseTopic
-_OffsetDeleteResponse_OffsetDeleteResponsePartition._builder_ = _build_OffsetDeleteResponse_OffsetDeleteResponsePartition
-_OffsetDeleteResponse._builder_ = _build_OffsetDeleteResponse

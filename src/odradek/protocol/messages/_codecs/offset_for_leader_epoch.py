@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -805,90 +804,6 @@ def _dec_OffsetForLeaderEpochResponse_v4(buf: memoryview, pos: int) -> tuple[Off
     return obj, pos
 
 
-def _build_OffsetForLeaderEpochRequest_OffsetForLeaderTopic(
-    *,
-    topic: str = "",
-    partitions: list[OffsetForLeaderEpochRequest.OffsetForLeaderPartition] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> OffsetForLeaderEpochRequest.OffsetForLeaderTopic:
-    obj = new(_OffsetForLeaderEpochRequest_OffsetForLeaderTopic)
-    obj.topic = topic
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_OffsetForLeaderEpochRequest_OffsetForLeaderPartition(
-    *,
-    partition: int = 0,
-    current_leader_epoch: int = -1,
-    leader_epoch: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> OffsetForLeaderEpochRequest.OffsetForLeaderPartition:
-    obj = new(_OffsetForLeaderEpochRequest_OffsetForLeaderPartition)
-    obj.partition = partition
-    obj.current_leader_epoch = current_leader_epoch
-    obj.leader_epoch = leader_epoch
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_OffsetForLeaderEpochRequest(
-    *,
-    replica_id: int = -2,
-    topics: list[OffsetForLeaderEpochRequest.OffsetForLeaderTopic] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> OffsetForLeaderEpochRequest:
-    obj = new(_OffsetForLeaderEpochRequest)
-    obj.replica_id = replica_id
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(
-    *,
-    topic: str = "",
-    partitions: list[OffsetForLeaderEpochResponse.EpochEndOffset] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult:
-    obj = new(_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult)
-    obj.topic = topic
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_OffsetForLeaderEpochResponse_EpochEndOffset(
-    *,
-    error_code: int = 0,
-    partition: int = 0,
-    leader_epoch: int = -1,
-    end_offset: int = -1,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> OffsetForLeaderEpochResponse.EpochEndOffset:
-    obj = new(_OffsetForLeaderEpochResponse_EpochEndOffset)
-    obj.error_code = error_code
-    obj.partition = partition
-    obj.leader_epoch = leader_epoch
-    obj.end_offset = end_offset
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_OffsetForLeaderEpochResponse(
-    *,
-    throttle_time_ms: int = 0,
-    topics: list[OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> OffsetForLeaderEpochResponse:
-    obj = new(_OffsetForLeaderEpochResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_OffsetForLeaderEpochRequest(request: OffsetForLeaderEpochRequest, version: int, code: int, message: str | None) -> OffsetForLeaderEpochResponse | None:
     return _OffsetForLeaderEpochResponse(topics=[_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(topic=x0.topic, partitions=[_OffsetForLeaderEpochResponse_EpochEndOffset(error_code=code, partition=x1.partition) for x1 in x0.partitions]) for x0 in request.topics])
 
@@ -898,9 +813,3 @@ OffsetForLeaderEpochRequest._decoders_ = {0: _dec_OffsetForLeaderEpochRequest_v0
 OffsetForLeaderEpochResponse._encoders_ = {0: _enc_OffsetForLeaderEpochResponse_v0, 1: _enc_OffsetForLeaderEpochResponse_v1, 2: _enc_OffsetForLeaderEpochResponse_v2, 3: _enc_OffsetForLeaderEpochResponse_v2, 4: _enc_OffsetForLeaderEpochResponse_v4}
 OffsetForLeaderEpochResponse._decoders_ = {0: _dec_OffsetForLeaderEpochResponse_v0, 1: _dec_OffsetForLeaderEpochResponse_v1, 2: _dec_OffsetForLeaderEpochResponse_v2, 3: _dec_OffsetForLeaderEpochResponse_v2, 4: _dec_OffsetForLeaderEpochResponse_v4}
 OffsetForLeaderEpochRequest._error_response_ = _error_OffsetForLeaderEpochRequest
-_OffsetForLeaderEpochRequest_OffsetForLeaderTopic._builder_ = _build_OffsetForLeaderEpochRequest_OffsetForLeaderTopic
-_OffsetForLeaderEpochRequest_OffsetForLeaderPartition._builder_ = _build_OffsetForLeaderEpochRequest_OffsetForLeaderPartition
-_OffsetForLeaderEpochRequest._builder_ = _build_OffsetForLeaderEpochRequest
-_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult._builder_ = _build_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult
-_OffsetForLeaderEpochResponse_EpochEndOffset._builder_ = _build_OffsetForLeaderEpochResponse_EpochEndOffset
-_OffsetForLeaderEpochResponse._builder_ = _build_OffsetForLeaderEpochResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -32,6 +31,9 @@ from odradek.protocol._codec import (  # noqa: F401
     unpack_i32,
     write_tagged,
     write_uvarint,
+)
+from odradek.protocol.messages._builders.produce import (
+    _build_ProduceResponse_LeaderIdAndEpoch,
 )
 from odradek.protocol.messages.produce import ProduceRequest, ProduceResponse
 
@@ -1660,145 +1662,6 @@ def _dec_ProduceResponse_v10_tagged(buf: memoryview, pos: int, obj: ProduceRespo
     return pos
 
 
-def _build_ProduceRequest_TopicProduceData(
-    *,
-    name: str = "",
-    partition_data: list[ProduceRequest.PartitionProduceData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ProduceRequest.TopicProduceData:
-    obj = new(_ProduceRequest_TopicProduceData)
-    obj.name = name
-    obj.partition_data = [] if partition_data is DEFAULT else partition_data
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ProduceRequest_PartitionProduceData(
-    *,
-    index: int = 0,
-    records: Records | None = None,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ProduceRequest.PartitionProduceData:
-    obj = new(_ProduceRequest_PartitionProduceData)
-    obj.index = index
-    obj.records = records
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ProduceRequest(
-    *,
-    transactional_id: str | None = None,
-    acks: int = 0,
-    timeout_ms: int = 0,
-    topic_data: list[ProduceRequest.TopicProduceData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ProduceRequest:
-    obj = new(_ProduceRequest)
-    obj.transactional_id = transactional_id
-    obj.acks = acks
-    obj.timeout_ms = timeout_ms
-    obj.topic_data = [] if topic_data is DEFAULT else topic_data
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ProduceResponse_TopicProduceResponse(
-    *,
-    name: str = "",
-    partition_responses: list[ProduceResponse.PartitionProduceResponse] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ProduceResponse.TopicProduceResponse:
-    obj = new(_ProduceResponse_TopicProduceResponse)
-    obj.name = name
-    obj.partition_responses = [] if partition_responses is DEFAULT else partition_responses
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ProduceResponse_PartitionProduceResponse(
-    *,
-    index: int = 0,
-    error_code: int = 0,
-    base_offset: int = 0,
-    log_append_time_ms: int = -1,
-    log_start_offset: int = -1,
-    record_errors: list[ProduceResponse.BatchIndexAndErrorMessage] = DEFAULT,
-    error_message: str | None = None,
-    current_leader: ProduceResponse.LeaderIdAndEpoch = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ProduceResponse.PartitionProduceResponse:
-    obj = new(_ProduceResponse_PartitionProduceResponse)
-    obj.index = index
-    obj.error_code = error_code
-    obj.base_offset = base_offset
-    obj.log_append_time_ms = log_append_time_ms
-    obj.log_start_offset = log_start_offset
-    obj.record_errors = [] if record_errors is DEFAULT else record_errors
-    obj.error_message = error_message
-    obj.current_leader = _build_ProduceResponse_LeaderIdAndEpoch() if current_leader is DEFAULT else current_leader
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ProduceResponse_BatchIndexAndErrorMessage(
-    *,
-    batch_index: int = 0,
-    batch_index_error_message: str | None = None,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ProduceResponse.BatchIndexAndErrorMessage:
-    obj = new(_ProduceResponse_BatchIndexAndErrorMessage)
-    obj.batch_index = batch_index
-    obj.batch_index_error_message = batch_index_error_message
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ProduceResponse_LeaderIdAndEpoch(
-    *,
-    leader_id: int = -1,
-    leader_epoch: int = -1,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ProduceResponse.LeaderIdAndEpoch:
-    obj = new(_ProduceResponse_LeaderIdAndEpoch)
-    obj.leader_id = leader_id
-    obj.leader_epoch = leader_epoch
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ProduceResponse_NodeEndpoint(
-    *,
-    node_id: int = 0,
-    host: str = "",
-    port: int = 0,
-    rack: str | None = None,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ProduceResponse.NodeEndpoint:
-    obj = new(_ProduceResponse_NodeEndpoint)
-    obj.node_id = node_id
-    obj.host = host
-    obj.port = port
-    obj.rack = rack
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ProduceResponse(
-    *,
-    responses: list[ProduceResponse.TopicProduceResponse] = DEFAULT,
-    throttle_time_ms: int = 0,
-    node_endpoints: list[ProduceResponse.NodeEndpoint] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ProduceResponse:
-    obj = new(_ProduceResponse)
-    obj.responses = [] if responses is DEFAULT else responses
-    obj.throttle_time_ms = throttle_time_ms
-    obj.node_endpoints = [] if node_endpoints is DEFAULT else node_endpoints
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_ProduceRequest(request: ProduceRequest, version: int, code: int, message: str | None) -> ProduceResponse | None:
     if request.acks == 0:
         return None
@@ -1813,12 +1676,3 @@ ProduceRequest._decoders_ = {0: _dec_ProduceRequest_v0, 1: _dec_ProduceRequest_v
 ProduceResponse._encoders_ = {0: _enc_ProduceResponse_v0, 1: _enc_ProduceResponse_v1, 2: _enc_ProduceResponse_v2, 3: _enc_ProduceResponse_v2, 4: _enc_ProduceResponse_v2, 5: _enc_ProduceResponse_v5, 6: _enc_ProduceResponse_v5, 7: _enc_ProduceResponse_v5, 8: _enc_ProduceResponse_v8, 9: _enc_ProduceResponse_v9, 10: _enc_ProduceResponse_v10, 11: _enc_ProduceResponse_v10}
 ProduceResponse._decoders_ = {0: _dec_ProduceResponse_v0, 1: _dec_ProduceResponse_v1, 2: _dec_ProduceResponse_v2, 3: _dec_ProduceResponse_v2, 4: _dec_ProduceResponse_v2, 5: _dec_ProduceResponse_v5, 6: _dec_ProduceResponse_v5, 7: _dec_ProduceResponse_v5, 8: _dec_ProduceResponse_v8, 9: _dec_ProduceResponse_v9, 10: _dec_ProduceResponse_v10, 11: _dec_ProduceResponse_v10}
 ProduceRequest._error_response_ = _error_ProduceRequest
-_ProduceRequest_TopicProduceData._builder_ = _build_ProduceRequest_TopicProduceData
-_ProduceRequest_PartitionProduceData._builder_ = _build_ProduceRequest_PartitionProduceData
-_ProduceRequest._builder_ = _build_ProduceRequest
-_ProduceResponse_TopicProduceResponse._builder_ = _build_ProduceResponse_TopicProduceResponse
-_ProduceResponse_PartitionProduceResponse._builder_ = _build_ProduceResponse_PartitionProduceResponse
-_ProduceResponse_BatchIndexAndErrorMessage._builder_ = _build_ProduceResponse_BatchIndexAndErrorMessage
-_ProduceResponse_LeaderIdAndEpoch._builder_ = _build_ProduceResponse_LeaderIdAndEpoch
-_ProduceResponse_NodeEndpoint._builder_ = _build_ProduceResponse_NodeEndpoint
-_ProduceResponse._builder_ = _build_ProduceResponse

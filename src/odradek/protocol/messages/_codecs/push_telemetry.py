@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -122,38 +121,6 @@ def _dec_PushTelemetryResponse_v0(buf: memoryview, pos: int) -> tuple[PushTeleme
     return obj, pos
 
 
-def _build_PushTelemetryRequest(
-    *,
-    client_instance_id: uuid.UUID = ZERO_UUID,
-    subscription_id: int = 0,
-    terminating: bool = False,
-    compression_type: int = 0,
-    metrics: bytes = b"",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> PushTelemetryRequest:
-    obj = new(_PushTelemetryRequest)
-    obj.client_instance_id = client_instance_id
-    obj.subscription_id = subscription_id
-    obj.terminating = terminating
-    obj.compression_type = compression_type
-    obj.metrics = metrics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_PushTelemetryResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> PushTelemetryResponse:
-    obj = new(_PushTelemetryResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_PushTelemetryRequest(request: PushTelemetryRequest, version: int, code: int, message: str | None) -> PushTelemetryResponse | None:
     return _PushTelemetryResponse(error_code=code)
 
@@ -163,5 +130,3 @@ PushTelemetryRequest._decoders_ = {0: _dec_PushTelemetryRequest_v0}
 PushTelemetryResponse._encoders_ = {0: _enc_PushTelemetryResponse_v0}
 PushTelemetryResponse._decoders_ = {0: _dec_PushTelemetryResponse_v0}
 PushTelemetryRequest._error_response_ = _error_PushTelemetryRequest
-_PushTelemetryRequest._builder_ = _build_PushTelemetryRequest
-_PushTelemetryResponse._builder_ = _build_PushTelemetryResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -399,107 +398,6 @@ def _dec_ReadShareGroupStateResponse_v0(buf: memoryview, pos: int) -> tuple[Read
     return obj, pos
 
 
-def _build_ReadShareGroupStateRequest_ReadStateData(
-    *,
-    topic_id: uuid.UUID = ZERO_UUID,
-    partitions: list[ReadShareGroupStateRequest.PartitionData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ReadShareGroupStateRequest.ReadStateData:
-    obj = new(_ReadShareGroupStateRequest_ReadStateData)
-    obj.topic_id = topic_id
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ReadShareGroupStateRequest_PartitionData(
-    *,
-    partition: int = 0,
-    leader_epoch: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ReadShareGroupStateRequest.PartitionData:
-    obj = new(_ReadShareGroupStateRequest_PartitionData)
-    obj.partition = partition
-    obj.leader_epoch = leader_epoch
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ReadShareGroupStateRequest(
-    *,
-    group_id: str = "",
-    topics: list[ReadShareGroupStateRequest.ReadStateData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ReadShareGroupStateRequest:
-    obj = new(_ReadShareGroupStateRequest)
-    obj.group_id = group_id
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ReadShareGroupStateResponse_ReadStateResult(
-    *,
-    topic_id: uuid.UUID = ZERO_UUID,
-    partitions: list[ReadShareGroupStateResponse.PartitionResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ReadShareGroupStateResponse.ReadStateResult:
-    obj = new(_ReadShareGroupStateResponse_ReadStateResult)
-    obj.topic_id = topic_id
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ReadShareGroupStateResponse_PartitionResult(
-    *,
-    partition: int = 0,
-    error_code: int = 0,
-    error_message: str | None = None,
-    state_epoch: int = 0,
-    start_offset: int = 0,
-    state_batches: list[ReadShareGroupStateResponse.StateBatch] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ReadShareGroupStateResponse.PartitionResult:
-    obj = new(_ReadShareGroupStateResponse_PartitionResult)
-    obj.partition = partition
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.state_epoch = state_epoch
-    obj.start_offset = start_offset
-    obj.state_batches = [] if state_batches is DEFAULT else state_batches
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ReadShareGroupStateResponse_StateBatch(
-    *,
-    first_offset: int = 0,
-    last_offset: int = 0,
-    delivery_state: int = 0,
-    delivery_count: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ReadShareGroupStateResponse.StateBatch:
-    obj = new(_ReadShareGroupStateResponse_StateBatch)
-    obj.first_offset = first_offset
-    obj.last_offset = last_offset
-    obj.delivery_state = delivery_state
-    obj.delivery_count = delivery_count
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ReadShareGroupStateResponse(
-    *,
-    results: list[ReadShareGroupStateResponse.ReadStateResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ReadShareGroupStateResponse:
-    obj = new(_ReadShareGroupStateResponse)
-    obj.results = [] if results is DEFAULT else results
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_ReadShareGroupStateRequest(request: ReadShareGroupStateRequest, version: int, code: int, message: str | None) -> ReadShareGroupStateResponse | None:
     return _ReadShareGroupStateResponse(results=[_ReadShareGroupStateResponse_ReadStateResult(topic_id=x0.topic_id, partitions=[_ReadShareGroupStateResponse_PartitionResult(error_code=code, error_message=message, partition=x1.partition) for x1 in x0.partitions]) for x0 in request.topics])
 
@@ -509,10 +407,3 @@ ReadShareGroupStateRequest._decoders_ = {0: _dec_ReadShareGroupStateRequest_v0}
 ReadShareGroupStateResponse._encoders_ = {0: _enc_ReadShareGroupStateResponse_v0}
 ReadShareGroupStateResponse._decoders_ = {0: _dec_ReadShareGroupStateResponse_v0}
 ReadShareGroupStateRequest._error_response_ = _error_ReadShareGroupStateRequest
-_ReadShareGroupStateRequest_ReadStateData._builder_ = _build_ReadShareGroupStateRequest_ReadStateData
-_ReadShareGroupStateRequest_PartitionData._builder_ = _build_ReadShareGroupStateRequest_PartitionData
-_ReadShareGroupStateRequest._builder_ = _build_ReadShareGroupStateRequest
-_ReadShareGroupStateResponse_ReadStateResult._builder_ = _build_ReadShareGroupStateResponse_ReadStateResult
-_ReadShareGroupStateResponse_PartitionResult._builder_ = _build_ReadShareGroupStateResponse_PartitionResult
-_ReadShareGroupStateResponse_StateBatch._builder_ = _build_ReadShareGroupStateResponse_StateBatch
-_ReadShareGroupStateResponse._builder_ = _build_ReadShareGroupStateResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -346,88 +345,6 @@ def _dec_ReadShareGroupStateSummaryResponse_v0(buf: memoryview, pos: int) -> tup
     return obj, pos
 
 
-def _build_ReadShareGroupStateSummaryRequest_ReadStateSummaryData(
-    *,
-    topic_id: uuid.UUID = ZERO_UUID,
-    partitions: list[ReadShareGroupStateSummaryRequest.PartitionData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ReadShareGroupStateSummaryRequest.ReadStateSummaryData:
-    obj = new(_ReadShareGroupStateSummaryRequest_ReadStateSummaryData)
-    obj.topic_id = topic_id
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ReadShareGroupStateSummaryRequest_PartitionData(
-    *,
-    partition: int = 0,
-    leader_epoch: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ReadShareGroupStateSummaryRequest.PartitionData:
-    obj = new(_ReadShareGroupStateSummaryRequest_PartitionData)
-    obj.partition = partition
-    obj.leader_epoch = leader_epoch
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ReadShareGroupStateSummaryRequest(
-    *,
-    group_id: str = "",
-    topics: list[ReadShareGroupStateSummaryRequest.ReadStateSummaryData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ReadShareGroupStateSummaryRequest:
-    obj = new(_ReadShareGroupStateSummaryRequest)
-    obj.group_id = group_id
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult(
-    *,
-    topic_id: uuid.UUID = ZERO_UUID,
-    partitions: list[ReadShareGroupStateSummaryResponse.PartitionResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ReadShareGroupStateSummaryResponse.ReadStateSummaryResult:
-    obj = new(_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult)
-    obj.topic_id = topic_id
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ReadShareGroupStateSummaryResponse_PartitionResult(
-    *,
-    partition: int = 0,
-    error_code: int = 0,
-    error_message: str | None = None,
-    state_epoch: int = 0,
-    start_offset: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ReadShareGroupStateSummaryResponse.PartitionResult:
-    obj = new(_ReadShareGroupStateSummaryResponse_PartitionResult)
-    obj.partition = partition
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.state_epoch = state_epoch
-    obj.start_offset = start_offset
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ReadShareGroupStateSummaryResponse(
-    *,
-    results: list[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ReadShareGroupStateSummaryResponse:
-    obj = new(_ReadShareGroupStateSummaryResponse)
-    obj.results = [] if results is DEFAULT else results
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_ReadShareGroupStateSummaryRequest(request: ReadShareGroupStateSummaryRequest, version: int, code: int, message: str | None) -> ReadShareGroupStateSummaryResponse | None:
     return _ReadShareGroupStateSummaryResponse(results=[_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult(topic_id=x0.topic_id, partitions=[_ReadShareGroupStateSummaryResponse_PartitionResult(error_code=code, error_message=message, partition=x1.partition) for x1 in x0.partitions]) for x0 in request.topics])
 
@@ -437,9 +354,3 @@ ReadShareGroupStateSummaryRequest._decoders_ = {0: _dec_ReadShareGroupStateSumma
 ReadShareGroupStateSummaryResponse._encoders_ = {0: _enc_ReadShareGroupStateSummaryResponse_v0}
 ReadShareGroupStateSummaryResponse._decoders_ = {0: _dec_ReadShareGroupStateSummaryResponse_v0}
 ReadShareGroupStateSummaryRequest._error_response_ = _error_ReadShareGroupStateSummaryRequest
-_ReadShareGroupStateSummaryRequest_ReadStateSummaryData._builder_ = _build_ReadShareGroupStateSummaryRequest_ReadStateSummaryData
-_ReadShareGroupStateSummaryRequest_PartitionData._builder_ = _build_ReadShareGroupStateSummaryRequest_PartitionData
-_ReadShareGroupStateSummaryRequest._builder_ = _build_ReadShareGroupStateSummaryRequest
-_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult._builder_ = _build_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult
-_ReadShareGroupStateSummaryResponse_PartitionResult._builder_ = _build_ReadShareGroupStateSummaryResponse_PartitionResult
-_ReadShareGroupStateSummaryResponse._builder_ = _build_ReadShareGroupStateSummaryResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -149,36 +148,6 @@ def _dec_RemoveRaftVoterResponse_v0(buf: memoryview, pos: int) -> tuple[RemoveRa
     return obj, pos
 
 
-def _build_RemoveRaftVoterRequest(
-    *,
-    cluster_id: str | None = "",
-    voter_id: int = 0,
-    voter_directory_id: uuid.UUID = ZERO_UUID,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> RemoveRaftVoterRequest:
-    obj = new(_RemoveRaftVoterRequest)
-    obj.cluster_id = cluster_id
-    obj.voter_id = voter_id
-    obj.voter_directory_id = voter_directory_id
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_RemoveRaftVoterResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    error_message: str | None = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> RemoveRaftVoterResponse:
-    obj = new(_RemoveRaftVoterResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_RemoveRaftVoterRequest(request: RemoveRaftVoterRequest, version: int, code: int, message: str | None) -> RemoveRaftVoterResponse | None:
     return _RemoveRaftVoterResponse(error_code=code, error_message=message)
 
@@ -188,5 +157,3 @@ RemoveRaftVoterRequest._decoders_ = {0: _dec_RemoveRaftVoterRequest_v0}
 RemoveRaftVoterResponse._encoders_ = {0: _enc_RemoveRaftVoterResponse_v0}
 RemoveRaftVoterResponse._decoders_ = {0: _dec_RemoveRaftVoterResponse_v0}
 RemoveRaftVoterRequest._error_response_ = _error_RemoveRaftVoterRequest
-_RemoveRaftVoterRequest._builder_ = _build_RemoveRaftVoterRequest
-_RemoveRaftVoterResponse._builder_ = _build_RemoveRaftVoterResponse

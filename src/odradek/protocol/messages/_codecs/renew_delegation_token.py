@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -167,34 +166,6 @@ def _dec_RenewDelegationTokenResponse_v2(buf: memoryview, pos: int) -> tuple[Ren
     return obj, pos
 
 
-def _build_RenewDelegationTokenRequest(
-    *,
-    hmac: bytes = b"",
-    renew_period_ms: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> RenewDelegationTokenRequest:
-    obj = new(_RenewDelegationTokenRequest)
-    obj.hmac = hmac
-    obj.renew_period_ms = renew_period_ms
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_RenewDelegationTokenResponse(
-    *,
-    error_code: int = 0,
-    expiry_timestamp_ms: int = 0,
-    throttle_time_ms: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> RenewDelegationTokenResponse:
-    obj = new(_RenewDelegationTokenResponse)
-    obj.error_code = error_code
-    obj.expiry_timestamp_ms = expiry_timestamp_ms
-    obj.throttle_time_ms = throttle_time_ms
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_RenewDelegationTokenRequest(request: RenewDelegationTokenRequest, version: int, code: int, message: str | None) -> RenewDelegationTokenResponse | None:
     return _RenewDelegationTokenResponse(error_code=code)
 
@@ -204,5 +175,3 @@ RenewDelegationTokenRequest._decoders_ = {0: _dec_RenewDelegationTokenRequest_v0
 RenewDelegationTokenResponse._encoders_ = {0: _enc_RenewDelegationTokenResponse_v0, 1: _enc_RenewDelegationTokenResponse_v0, 2: _enc_RenewDelegationTokenResponse_v2}
 RenewDelegationTokenResponse._decoders_ = {0: _dec_RenewDelegationTokenResponse_v0, 1: _dec_RenewDelegationTokenResponse_v0, 2: _dec_RenewDelegationTokenResponse_v2}
 RenewDelegationTokenRequest._error_response_ = _error_RenewDelegationTokenRequest
-_RenewDelegationTokenRequest._builder_ = _build_RenewDelegationTokenRequest
-_RenewDelegationTokenResponse._builder_ = _build_RenewDelegationTokenResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -327,34 +326,6 @@ def _dec_SaslAuthenticateResponse_v2(buf: memoryview, pos: int) -> tuple[SaslAut
     return obj, pos
 
 
-def _build_SaslAuthenticateRequest(
-    *,
-    auth_bytes: bytes = b"",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> SaslAuthenticateRequest:
-    obj = new(_SaslAuthenticateRequest)
-    obj.auth_bytes = auth_bytes
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_SaslAuthenticateResponse(
-    *,
-    error_code: int = 0,
-    error_message: str | None = "",
-    auth_bytes: bytes = b"",
-    session_lifetime_ms: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> SaslAuthenticateResponse:
-    obj = new(_SaslAuthenticateResponse)
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.auth_bytes = auth_bytes
-    obj.session_lifetime_ms = session_lifetime_ms
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_SaslAuthenticateRequest(request: SaslAuthenticateRequest, version: int, code: int, message: str | None) -> SaslAuthenticateResponse | None:
     return _SaslAuthenticateResponse(error_code=code, error_message=message)
 
@@ -364,5 +335,3 @@ SaslAuthenticateRequest._decoders_ = {0: _dec_SaslAuthenticateRequest_v0, 1: _de
 SaslAuthenticateResponse._encoders_ = {0: _enc_SaslAuthenticateResponse_v0, 1: _enc_SaslAuthenticateResponse_v1, 2: _enc_SaslAuthenticateResponse_v2}
 SaslAuthenticateResponse._decoders_ = {0: _dec_SaslAuthenticateResponse_v0, 1: _dec_SaslAuthenticateResponse_v1, 2: _dec_SaslAuthenticateResponse_v2}
 SaslAuthenticateRequest._error_response_ = _error_SaslAuthenticateRequest
-_SaslAuthenticateRequest._builder_ = _build_SaslAuthenticateRequest
-_SaslAuthenticateResponse._builder_ = _build_SaslAuthenticateResponse

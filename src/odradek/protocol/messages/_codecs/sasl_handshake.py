@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -124,30 +123,6 @@ def _dec_SaslHandshakeResponse_v0(buf: memoryview, pos: int) -> tuple[SaslHandsh
     return obj, pos
 
 
-def _build_SaslHandshakeRequest(
-    *,
-    mechanism: str = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> SaslHandshakeRequest:
-    obj = new(_SaslHandshakeRequest)
-    obj.mechanism = mechanism
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_SaslHandshakeResponse(
-    *,
-    error_code: int = 0,
-    mechanisms: list[str] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> SaslHandshakeResponse:
-    obj = new(_SaslHandshakeResponse)
-    obj.error_code = error_code
-    obj.mechanisms = [] if mechanisms is DEFAULT else mechanisms
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_SaslHandshakeRequest(request: SaslHandshakeRequest, version: int, code: int, message: str | None) -> SaslHandshakeResponse | None:
     return _SaslHandshakeResponse(error_code=code)
 
@@ -157,5 +132,3 @@ SaslHandshakeRequest._decoders_ = {0: _dec_SaslHandshakeRequest_v0, 1: _dec_Sasl
 SaslHandshakeResponse._encoders_ = {0: _enc_SaslHandshakeResponse_v0, 1: _enc_SaslHandshakeResponse_v0}
 SaslHandshakeResponse._decoders_ = {0: _dec_SaslHandshakeResponse_v0, 1: _dec_SaslHandshakeResponse_v0}
 SaslHandshakeRequest._error_response_ = _error_SaslHandshakeRequest
-_SaslHandshakeRequest._builder_ = _build_SaslHandshakeRequest
-_SaslHandshakeResponse._builder_ = _build_SaslHandshakeResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -627,143 +626,6 @@ def _dec_ShareAcknowledgeResponse_v0(buf: memoryview, pos: int) -> tuple[ShareAc
     return obj, pos
 
 
-def _build_ShareAcknowledgeRequest_AcknowledgeTopic(
-    *,
-    topic_id: uuid.UUID = ZERO_UUID,
-    partitions: list[ShareAcknowledgeRequest.AcknowledgePartition] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ShareAcknowledgeRequest.AcknowledgeTopic:
-    obj = new(_ShareAcknowledgeRequest_AcknowledgeTopic)
-    obj.topic_id = topic_id
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ShareAcknowledgeRequest_AcknowledgePartition(
-    *,
-    partition_index: int = 0,
-    acknowledgement_batches: list[ShareAcknowledgeRequest.AcknowledgementBatch] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ShareAcknowledgeRequest.AcknowledgePartition:
-    obj = new(_ShareAcknowledgeRequest_AcknowledgePartition)
-    obj.partition_index = partition_index
-    obj.acknowledgement_batches = [] if acknowledgement_batches is DEFAULT else acknowledgement_batches
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ShareAcknowledgeRequest_AcknowledgementBatch(
-    *,
-    first_offset: int = 0,
-    last_offset: int = 0,
-    acknowledge_types: list[int] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ShareAcknowledgeRequest.AcknowledgementBatch:
-    obj = new(_ShareAcknowledgeRequest_AcknowledgementBatch)
-    obj.first_offset = first_offset
-    obj.last_offset = last_offset
-    obj.acknowledge_types = [] if acknowledge_types is DEFAULT else acknowledge_types
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ShareAcknowledgeRequest(
-    *,
-    group_id: str | None = None,
-    member_id: str | None = "",
-    share_session_epoch: int = 0,
-    topics: list[ShareAcknowledgeRequest.AcknowledgeTopic] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ShareAcknowledgeRequest:
-    obj = new(_ShareAcknowledgeRequest)
-    obj.group_id = group_id
-    obj.member_id = member_id
-    obj.share_session_epoch = share_session_epoch
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse(
-    *,
-    topic_id: uuid.UUID = ZERO_UUID,
-    partitions: list[ShareAcknowledgeResponse.PartitionData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse:
-    obj = new(_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse)
-    obj.topic_id = topic_id
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ShareAcknowledgeResponse_PartitionData(
-    *,
-    partition_index: int = 0,
-    error_code: int = 0,
-    error_message: str | None = None,
-    current_leader: ShareAcknowledgeResponse.LeaderIdAndEpoch = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ShareAcknowledgeResponse.PartitionData:
-    obj = new(_ShareAcknowledgeResponse_PartitionData)
-    obj.partition_index = partition_index
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.current_leader = _build_ShareAcknowledgeResponse_LeaderIdAndEpoch() if current_leader is DEFAULT else current_leader
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ShareAcknowledgeResponse_LeaderIdAndEpoch(
-    *,
-    leader_id: int = 0,
-    leader_epoch: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ShareAcknowledgeResponse.LeaderIdAndEpoch:
-    obj = new(_ShareAcknowledgeResponse_LeaderIdAndEpoch)
-    obj.leader_id = leader_id
-    obj.leader_epoch = leader_epoch
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ShareAcknowledgeResponse_NodeEndpoint(
-    *,
-    node_id: int = 0,
-    host: str = "",
-    port: int = 0,
-    rack: str | None = None,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ShareAcknowledgeResponse.NodeEndpoint:
-    obj = new(_ShareAcknowledgeResponse_NodeEndpoint)
-    obj.node_id = node_id
-    obj.host = host
-    obj.port = port
-    obj.rack = rack
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ShareAcknowledgeResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    error_message: str | None = None,
-    responses: list[ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse] = DEFAULT,
-    node_endpoints: list[ShareAcknowledgeResponse.NodeEndpoint] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ShareAcknowledgeResponse:
-    obj = new(_ShareAcknowledgeResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.responses = [] if responses is DEFAULT else responses
-    obj.node_endpoints = [] if node_endpoints is DEFAULT else node_endpoints
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_ShareAcknowledgeRequest(request: ShareAcknowledgeRequest, version: int, code: int, message: str | None) -> ShareAcknowledgeResponse | None:
     return _ShareAcknowledgeResponse(error_code=code, error_message=message)
 
@@ -773,12 +635,3 @@ ShareAcknowledgeRequest._decoders_ = {0: _dec_ShareAcknowledgeRequest_v0}
 ShareAcknowledgeResponse._encoders_ = {0: _enc_ShareAcknowledgeResponse_v0}
 ShareAcknowledgeResponse._decoders_ = {0: _dec_ShareAcknowledgeResponse_v0}
 ShareAcknowledgeRequest._error_response_ = _error_ShareAcknowledgeRequest
-_ShareAcknowledgeRequest_AcknowledgeTopic._builder_ = _build_ShareAcknowledgeRequest_AcknowledgeTopic
-_ShareAcknowledgeRequest_AcknowledgePartition._builder_ = _build_ShareAcknowledgeRequest_AcknowledgePartition
-_ShareAcknowledgeRequest_AcknowledgementBatch._builder_ = _build_ShareAcknowledgeRequest_AcknowledgementBatch
-_ShareAcknowledgeRequest._builder_ = _build_ShareAcknowledgeRequest
-_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse._builder_ = _build_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse
-_ShareAcknowledgeResponse_PartitionData._builder_ = _build_ShareAcknowledgeResponse_PartitionData
-_ShareAcknowledgeResponse_LeaderIdAndEpoch._builder_ = _build_ShareAcknowledgeResponse_LeaderIdAndEpoch
-_ShareAcknowledgeResponse_NodeEndpoint._builder_ = _build_ShareAcknowledgeResponse_NodeEndpoint
-_ShareAcknowledgeResponse._builder_ = _build_ShareAcknowledgeResponse

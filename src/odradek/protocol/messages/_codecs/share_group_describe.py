@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -661,108 +660,6 @@ def _dec_ShareGroupDescribeResponse_v0(buf: memoryview, pos: int) -> tuple[Share
     return obj, pos
 
 
-def _build_ShareGroupDescribeRequest(
-    *,
-    group_ids: list[str] = DEFAULT,
-    include_authorized_operations: bool = False,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ShareGroupDescribeRequest:
-    obj = new(_ShareGroupDescribeRequest)
-    obj.group_ids = [] if group_ids is DEFAULT else group_ids
-    obj.include_authorized_operations = include_authorized_operations
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ShareGroupDescribeResponse_DescribedGroup(
-    *,
-    error_code: int = 0,
-    error_message: str | None = None,
-    group_id: str = "",
-    group_state: str = "",
-    group_epoch: int = 0,
-    assignment_epoch: int = 0,
-    assignor_name: str = "",
-    members: list[ShareGroupDescribeResponse.Member] = DEFAULT,
-    authorized_operations: int = -2147483648,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ShareGroupDescribeResponse.DescribedGroup:
-    obj = new(_ShareGroupDescribeResponse_DescribedGroup)
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.group_id = group_id
-    obj.group_state = group_state
-    obj.group_epoch = group_epoch
-    obj.assignment_epoch = assignment_epoch
-    obj.assignor_name = assignor_name
-    obj.members = [] if members is DEFAULT else members
-    obj.authorized_operations = authorized_operations
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ShareGroupDescribeResponse_Member(
-    *,
-    member_id: str = "",
-    rack_id: str | None = None,
-    member_epoch: int = 0,
-    client_id: str = "",
-    client_host: str = "",
-    subscribed_topic_names: list[str] = DEFAULT,
-    assignment: ShareGroupDescribeResponse.Assignment = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ShareGroupDescribeResponse.Member:
-    obj = new(_ShareGroupDescribeResponse_Member)
-    obj.member_id = member_id
-    obj.rack_id = rack_id
-    obj.member_epoch = member_epoch
-    obj.client_id = client_id
-    obj.client_host = client_host
-    obj.subscribed_topic_names = [] if subscribed_topic_names is DEFAULT else subscribed_topic_names
-    obj.assignment = _build_ShareGroupDescribeResponse_Assignment() if assignment is DEFAULT else assignment
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ShareGroupDescribeResponse_Assignment(
-    *,
-    topic_partitions: list[ShareGroupDescribeResponse.TopicPartitions] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ShareGroupDescribeResponse.Assignment:
-    obj = new(_ShareGroupDescribeResponse_Assignment)
-    obj.topic_partitions = [] if topic_partitions is DEFAULT else topic_partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ShareGroupDescribeResponse_TopicPartitions(
-    *,
-    topic_id: uuid.UUID = ZERO_UUID,
-    topic_name: str = "",
-    partitions: list[int] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ShareGroupDescribeResponse.TopicPartitions:
-    obj = new(_ShareGroupDescribeResponse_TopicPartitions)
-    obj.topic_id = topic_id
-    obj.topic_name = topic_name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ShareGroupDescribeResponse(
-    *,
-    throttle_time_ms: int = 0,
-    groups: list[ShareGroupDescribeResponse.DescribedGroup] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ShareGroupDescribeResponse:
-    obj = new(_ShareGroupDescribeResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.groups = [] if groups is DEFAULT else groups
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_ShareGroupDescribeRequest(request: ShareGroupDescribeRequest, version: int, code: int, message: str | None) -> ShareGroupDescribeResponse | None:
     return _ShareGroupDescribeResponse(groups=[_ShareGroupDescribeResponse_DescribedGroup(error_code=code, error_message=message, group_id=x0) for x0 in request.group_ids])
 
@@ -772,9 +669,3 @@ ShareGroupDescribeRequest._decoders_ = {0: _dec_ShareGroupDescribeRequest_v0}
 ShareGroupDescribeResponse._encoders_ = {0: _enc_ShareGroupDescribeResponse_v0}
 ShareGroupDescribeResponse._decoders_ = {0: _dec_ShareGroupDescribeResponse_v0}
 ShareGroupDescribeRequest._error_response_ = _error_ShareGroupDescribeRequest
-_ShareGroupDescribeRequest._builder_ = _build_ShareGroupDescribeRequest
-_ShareGroupDescribeResponse_DescribedGroup._builder_ = _build_ShareGroupDescribeResponse_DescribedGroup
-_ShareGroupDescribeResponse_Member._builder_ = _build_ShareGroupDescribeResponse_Member
-_ShareGroupDescribeResponse_Assignment._builder_ = _build_ShareGroupDescribeResponse_Assignment
-_ShareGroupDescribeResponse_TopicPartitions._builder_ = _build_ShareGroupDescribeResponse_TopicPartitions
-_ShareGroupDescribeResponse._builder_ = _build_ShareGroupDescribeResponse

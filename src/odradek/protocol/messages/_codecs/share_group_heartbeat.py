@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -401,72 +400,6 @@ def _dec_ShareGroupHeartbeatResponse_v0(buf: memoryview, pos: int) -> tuple[Shar
     return obj, pos
 
 
-def _build_ShareGroupHeartbeatRequest(
-    *,
-    group_id: str = "",
-    member_id: str = "",
-    member_epoch: int = 0,
-    rack_id: str | None = None,
-    subscribed_topic_names: list[str] | None = None,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ShareGroupHeartbeatRequest:
-    obj = new(_ShareGroupHeartbeatRequest)
-    obj.group_id = group_id
-    obj.member_id = member_id
-    obj.member_epoch = member_epoch
-    obj.rack_id = rack_id
-    obj.subscribed_topic_names = subscribed_topic_names
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ShareGroupHeartbeatResponse_Assignment(
-    *,
-    topic_partitions: list[ShareGroupHeartbeatResponse.TopicPartitions] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ShareGroupHeartbeatResponse.Assignment:
-    obj = new(_ShareGroupHeartbeatResponse_Assignment)
-    obj.topic_partitions = [] if topic_partitions is DEFAULT else topic_partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ShareGroupHeartbeatResponse_TopicPartitions(
-    *,
-    topic_id: uuid.UUID = ZERO_UUID,
-    partitions: list[int] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ShareGroupHeartbeatResponse.TopicPartitions:
-    obj = new(_ShareGroupHeartbeatResponse_TopicPartitions)
-    obj.topic_id = topic_id
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_ShareGroupHeartbeatResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    error_message: str | None = None,
-    member_id: str | None = None,
-    member_epoch: int = 0,
-    heartbeat_interval_ms: int = 0,
-    assignment: ShareGroupHeartbeatResponse.Assignment | None = None,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> ShareGroupHeartbeatResponse:
-    obj = new(_ShareGroupHeartbeatResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.member_id = member_id
-    obj.member_epoch = member_epoch
-    obj.heartbeat_interval_ms = heartbeat_interval_ms
-    obj.assignment = assignment
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_ShareGroupHeartbeatRequest(request: ShareGroupHeartbeatRequest, version: int, code: int, message: str | None) -> ShareGroupHeartbeatResponse | None:
     return _ShareGroupHeartbeatResponse(error_code=code, error_message=message)
 
@@ -476,7 +409,3 @@ ShareGroupHeartbeatRequest._decoders_ = {0: _dec_ShareGroupHeartbeatRequest_v0}
 ShareGroupHeartbeatResponse._encoders_ = {0: _enc_ShareGroupHeartbeatResponse_v0}
 ShareGroupHeartbeatResponse._decoders_ = {0: _dec_ShareGroupHeartbeatResponse_v0}
 ShareGroupHeartbeatRequest._error_response_ = _error_ShareGroupHeartbeatRequest
-_ShareGroupHeartbeatRequest._builder_ = _build_ShareGroupHeartbeatRequest
-_ShareGroupHeartbeatResponse_Assignment._builder_ = _build_ShareGroupHeartbeatResponse_Assignment
-_ShareGroupHeartbeatResponse_TopicPartitions._builder_ = _build_ShareGroupHeartbeatResponse_TopicPartitions
-_ShareGroupHeartbeatResponse._builder_ = _build_ShareGroupHeartbeatResponse

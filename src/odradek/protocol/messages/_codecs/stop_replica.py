@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -746,113 +745,6 @@ def _dec_StopReplicaResponse_v2(buf: memoryview, pos: int) -> tuple[StopReplicaR
     return obj, pos
 
 
-def _build_StopReplicaRequest_StopReplicaPartitionV0(
-    *,
-    topic_name: str = "",
-    partition_index: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> StopReplicaRequest.StopReplicaPartitionV0:
-    obj = new(_StopReplicaRequest_StopReplicaPartitionV0)
-    obj.topic_name = topic_name
-    obj.partition_index = partition_index
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_StopReplicaRequest_StopReplicaTopicV1(
-    *,
-    name: str = "",
-    partition_indexes: list[int] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> StopReplicaRequest.StopReplicaTopicV1:
-    obj = new(_StopReplicaRequest_StopReplicaTopicV1)
-    obj.name = name
-    obj.partition_indexes = [] if partition_indexes is DEFAULT else partition_indexes
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_StopReplicaRequest_StopReplicaTopicState(
-    *,
-    topic_name: str = "",
-    partition_states: list[StopReplicaRequest.StopReplicaPartitionState] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> StopReplicaRequest.StopReplicaTopicState:
-    obj = new(_StopReplicaRequest_StopReplicaTopicState)
-    obj.topic_name = topic_name
-    obj.partition_states = [] if partition_states is DEFAULT else partition_states
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_StopReplicaRequest_StopReplicaPartitionState(
-    *,
-    partition_index: int = 0,
-    leader_epoch: int = -1,
-    delete_partition: bool = False,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> StopReplicaRequest.StopReplicaPartitionState:
-    obj = new(_StopReplicaRequest_StopReplicaPartitionState)
-    obj.partition_index = partition_index
-    obj.leader_epoch = leader_epoch
-    obj.delete_partition = delete_partition
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_StopReplicaRequest(
-    *,
-    controller_id: int = 0,
-    is_k_raft_controller: bool = False,
-    controller_epoch: int = 0,
-    broker_epoch: int = -1,
-    delete_partitions: bool = False,
-    ungrouped_partitions: list[StopReplicaRequest.StopReplicaPartitionV0] = DEFAULT,
-    topics: list[StopReplicaRequest.StopReplicaTopicV1] = DEFAULT,
-    topic_states: list[StopReplicaRequest.StopReplicaTopicState] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> StopReplicaRequest:
-    obj = new(_StopReplicaRequest)
-    obj.controller_id = controller_id
-    obj.is_k_raft_controller = is_k_raft_controller
-    obj.controller_epoch = controller_epoch
-    obj.broker_epoch = broker_epoch
-    obj.delete_partitions = delete_partitions
-    obj.ungrouped_partitions = [] if ungrouped_partitions is DEFAULT else ungrouped_partitions
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.topic_states = [] if topic_states is DEFAULT else topic_states
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_StopReplicaResponse_StopReplicaPartitionError(
-    *,
-    topic_name: str = "",
-    partition_index: int = 0,
-    error_code: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> StopReplicaResponse.StopReplicaPartitionError:
-    obj = new(_StopReplicaResponse_StopReplicaPartitionError)
-    obj.topic_name = topic_name
-    obj.partition_index = partition_index
-    obj.error_code = error_code
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_StopReplicaResponse(
-    *,
-    error_code: int = 0,
-    partition_errors: list[StopReplicaResponse.StopReplicaPartitionError] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> StopReplicaResponse:
-    obj = new(_StopReplicaResponse)
-    obj.error_code = error_code
-    obj.partition_errors = [] if partition_errors is DEFAULT else partition_errors
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_StopReplicaRequest(request: StopReplicaRequest, version: int, code: int, message: str | None) -> StopReplicaResponse | None:
     return _StopReplicaResponse(error_code=code)
 
@@ -862,10 +754,3 @@ StopReplicaRequest._decoders_ = {0: _dec_StopReplicaRequest_v0, 1: _dec_StopRepl
 StopReplicaResponse._encoders_ = {0: _enc_StopReplicaResponse_v0, 1: _enc_StopReplicaResponse_v0, 2: _enc_StopReplicaResponse_v2, 3: _enc_StopReplicaResponse_v2, 4: _enc_StopReplicaResponse_v2}
 StopReplicaResponse._decoders_ = {0: _dec_StopReplicaResponse_v0, 1: _dec_StopReplicaResponse_v0, 2: _dec_StopReplicaResponse_v2, 3: _dec_StopReplicaResponse_v2, 4: _dec_StopReplicaResponse_v2}
 StopReplicaRequest._error_response_ = _error_StopReplicaRequest
-_StopReplicaRequest_StopReplicaPartitionV0._builder_ = _build_StopReplicaRequest_StopReplicaPartitionV0
-_StopReplicaRequest_StopReplicaTopicV1._builder_ = _build_StopReplicaRequest_StopReplicaTopicV1
-_StopReplicaRequest_StopReplicaTopicState._builder_ = _build_StopReplicaRequest_StopReplicaTopicState
-_StopReplicaRequest_StopReplicaPartitionState._builder_ = _build_StopReplicaRequest_StopReplicaPartitionState
-_StopReplicaRequest._builder_ = _build_StopReplicaRequest
-_StopReplicaResponse_StopReplicaPartitionError._builder_ = _build_StopReplicaResponse_StopReplicaPartitionError
-_StopReplicaResponse._builder_ = _build_StopReplicaResponse

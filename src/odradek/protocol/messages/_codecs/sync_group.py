@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -930,61 +929,6 @@ def _dec_SyncGroupResponse_v5(buf: memoryview, pos: int) -> tuple[SyncGroupRespo
     return obj, pos
 
 
-def _build_SyncGroupRequest_SyncGroupRequestAssignment(
-    *,
-    member_id: str = "",
-    assignment: bytes = b"",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> SyncGroupRequest.SyncGroupRequestAssignment:
-    obj = new(_SyncGroupRequest_SyncGroupRequestAssignment)
-    obj.member_id = member_id
-    obj.assignment = assignment
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_SyncGroupRequest(
-    *,
-    group_id: str = "",
-    generation_id: int = 0,
-    member_id: str = "",
-    group_instance_id: str | None = None,
-    protocol_type: str | None = None,
-    protocol_name: str | None = None,
-    assignments: list[SyncGroupRequest.SyncGroupRequestAssignment] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> SyncGroupRequest:
-    obj = new(_SyncGroupRequest)
-    obj.group_id = group_id
-    obj.generation_id = generation_id
-    obj.member_id = member_id
-    obj.group_instance_id = group_instance_id
-    obj.protocol_type = protocol_type
-    obj.protocol_name = protocol_name
-    obj.assignments = [] if assignments is DEFAULT else assignments
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_SyncGroupResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    protocol_type: str | None = None,
-    protocol_name: str | None = None,
-    assignment: bytes = b"",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> SyncGroupResponse:
-    obj = new(_SyncGroupResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.protocol_type = protocol_type
-    obj.protocol_name = protocol_name
-    obj.assignment = assignment
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_SyncGroupRequest(request: SyncGroupRequest, version: int, code: int, message: str | None) -> SyncGroupResponse | None:
     return _SyncGroupResponse(error_code=code)
 
@@ -994,6 +938,3 @@ SyncGroupRequest._decoders_ = {0: _dec_SyncGroupRequest_v0, 1: _dec_SyncGroupReq
 SyncGroupResponse._encoders_ = {0: _enc_SyncGroupResponse_v0, 1: _enc_SyncGroupResponse_v1, 2: _enc_SyncGroupResponse_v1, 3: _enc_SyncGroupResponse_v1, 4: _enc_SyncGroupResponse_v4, 5: _enc_SyncGroupResponse_v5}
 SyncGroupResponse._decoders_ = {0: _dec_SyncGroupResponse_v0, 1: _dec_SyncGroupResponse_v1, 2: _dec_SyncGroupResponse_v1, 3: _dec_SyncGroupResponse_v1, 4: _dec_SyncGroupResponse_v4, 5: _dec_SyncGroupResponse_v5}
 SyncGroupRequest._error_response_ = _error_SyncGroupRequest
-_SyncGroupRequest_SyncGroupRequestAssignment._builder_ = _build_SyncGroupRequest_SyncGroupRequestAssignment
-_SyncGroupRequest._builder_ = _build_SyncGroupRequest
-_SyncGroupResponse._builder_ = _build_SyncGroupResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -933,100 +932,6 @@ def _dec_TxnOffsetCommitResponse_v3(buf: memoryview, pos: int) -> tuple[TxnOffse
     return obj, pos
 
 
-def _build_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(
-    *,
-    name: str = "",
-    partitions: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic:
-    obj = new(_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic)
-    obj.name = name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition(
-    *,
-    partition_index: int = 0,
-    committed_offset: int = 0,
-    committed_leader_epoch: int = -1,
-    committed_metadata: str | None = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition:
-    obj = new(_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition)
-    obj.partition_index = partition_index
-    obj.committed_offset = committed_offset
-    obj.committed_leader_epoch = committed_leader_epoch
-    obj.committed_metadata = committed_metadata
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_TxnOffsetCommitRequest(
-    *,
-    transactional_id: str = "",
-    group_id: str = "",
-    producer_id: int = 0,
-    producer_epoch: int = 0,
-    generation_id: int = -1,
-    member_id: str = '',
-    group_instance_id: str | None = None,
-    topics: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> TxnOffsetCommitRequest:
-    obj = new(_TxnOffsetCommitRequest)
-    obj.transactional_id = transactional_id
-    obj.group_id = group_id
-    obj.producer_id = producer_id
-    obj.producer_epoch = producer_epoch
-    obj.generation_id = generation_id
-    obj.member_id = member_id
-    obj.group_instance_id = group_instance_id
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic(
-    *,
-    name: str = "",
-    partitions: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic:
-    obj = new(_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic)
-    obj.name = name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition(
-    *,
-    partition_index: int = 0,
-    error_code: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition:
-    obj = new(_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition)
-    obj.partition_index = partition_index
-    obj.error_code = error_code
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_TxnOffsetCommitResponse(
-    *,
-    throttle_time_ms: int = 0,
-    topics: list[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> TxnOffsetCommitResponse:
-    obj = new(_TxnOffsetCommitResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_TxnOffsetCommitRequest(request: TxnOffsetCommitRequest, version: int, code: int, message: str | None) -> TxnOffsetCommitResponse | None:
     return _TxnOffsetCommitResponse(topics=[_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic(name=x0.name, partitions=[_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition(error_code=code, partition_index=x1.partition_index) for x1 in x0.partitions]) for x0 in request.topics])
 
@@ -1036,9 +941,3 @@ TxnOffsetCommitRequest._decoders_ = {0: _dec_TxnOffsetCommitRequest_v0, 1: _dec_
 TxnOffsetCommitResponse._encoders_ = {0: _enc_TxnOffsetCommitResponse_v0, 1: _enc_TxnOffsetCommitResponse_v0, 2: _enc_TxnOffsetCommitResponse_v0, 3: _enc_TxnOffsetCommitResponse_v3, 4: _enc_TxnOffsetCommitResponse_v3}
 TxnOffsetCommitResponse._decoders_ = {0: _dec_TxnOffsetCommitResponse_v0, 1: _dec_TxnOffsetCommitResponse_v0, 2: _dec_TxnOffsetCommitResponse_v0, 3: _dec_TxnOffsetCommitResponse_v3, 4: _dec_TxnOffsetCommitResponse_v3}
 TxnOffsetCommitRequest._error_response_ = _error_TxnOffsetCommitRequest
-_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic._builder_ = _build_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic
-_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition._builder_ = _build_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition
-_TxnOffsetCommitRequest._builder_ = _build_TxnOffsetCommitRequest
-_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic._builder_ = _build_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic
-_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition._builder_ = _build_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition
-_TxnOffsetCommitResponse._builder_ = _build_TxnOffsetCommitResponse

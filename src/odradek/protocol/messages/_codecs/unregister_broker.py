@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -117,32 +116,6 @@ def _dec_UnregisterBrokerResponse_v0(buf: memoryview, pos: int) -> tuple[Unregis
     return obj, pos
 
 
-def _build_UnregisterBrokerRequest(
-    *,
-    broker_id: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> UnregisterBrokerRequest:
-    obj = new(_UnregisterBrokerRequest)
-    obj.broker_id = broker_id
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_UnregisterBrokerResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    error_message: str | None = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> UnregisterBrokerResponse:
-    obj = new(_UnregisterBrokerResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_UnregisterBrokerRequest(request: UnregisterBrokerRequest, version: int, code: int, message: str | None) -> UnregisterBrokerResponse | None:
     return _UnregisterBrokerResponse(error_code=code, error_message=message)
 
@@ -152,5 +125,3 @@ UnregisterBrokerRequest._decoders_ = {0: _dec_UnregisterBrokerRequest_v0}
 UnregisterBrokerResponse._encoders_ = {0: _enc_UnregisterBrokerResponse_v0}
 UnregisterBrokerResponse._decoders_ = {0: _dec_UnregisterBrokerResponse_v0}
 UnregisterBrokerRequest._error_response_ = _error_UnregisterBrokerRequest
-_UnregisterBrokerRequest._builder_ = _build_UnregisterBrokerRequest
-_UnregisterBrokerResponse._builder_ = _build_UnregisterBrokerResponse

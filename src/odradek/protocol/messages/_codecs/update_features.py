@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -478,70 +477,6 @@ def _dec_UpdateFeaturesResponse_v2(buf: memoryview, pos: int) -> tuple[UpdateFea
     return obj, pos
 
 
-def _build_UpdateFeaturesRequest_FeatureUpdateKey(
-    *,
-    feature: str = "",
-    max_version_level: int = 0,
-    allow_downgrade: bool = False,
-    upgrade_type: int = 1,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> UpdateFeaturesRequest.FeatureUpdateKey:
-    obj = new(_UpdateFeaturesRequest_FeatureUpdateKey)
-    obj.feature = feature
-    obj.max_version_level = max_version_level
-    obj.allow_downgrade = allow_downgrade
-    obj.upgrade_type = upgrade_type
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_UpdateFeaturesRequest(
-    *,
-    timeout_ms: int = 60000,
-    feature_updates: list[UpdateFeaturesRequest.FeatureUpdateKey] = DEFAULT,
-    validate_only: bool = False,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> UpdateFeaturesRequest:
-    obj = new(_UpdateFeaturesRequest)
-    obj.timeout_ms = timeout_ms
-    obj.feature_updates = [] if feature_updates is DEFAULT else feature_updates
-    obj.validate_only = validate_only
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_UpdateFeaturesResponse_UpdatableFeatureResult(
-    *,
-    feature: str = "",
-    error_code: int = 0,
-    error_message: str | None = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> UpdateFeaturesResponse.UpdatableFeatureResult:
-    obj = new(_UpdateFeaturesResponse_UpdatableFeatureResult)
-    obj.feature = feature
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_UpdateFeaturesResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    error_message: str | None = "",
-    results: list[UpdateFeaturesResponse.UpdatableFeatureResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> UpdateFeaturesResponse:
-    obj = new(_UpdateFeaturesResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.results = [] if results is DEFAULT else results
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_UpdateFeaturesRequest(request: UpdateFeaturesRequest, version: int, code: int, message: str | None) -> UpdateFeaturesResponse | None:
     return _UpdateFeaturesResponse(error_code=code, error_message=message)
 
@@ -551,7 +486,3 @@ UpdateFeaturesRequest._decoders_ = {0: _dec_UpdateFeaturesRequest_v0, 1: _dec_Up
 UpdateFeaturesResponse._encoders_ = {0: _enc_UpdateFeaturesResponse_v0, 1: _enc_UpdateFeaturesResponse_v0, 2: _enc_UpdateFeaturesResponse_v2}
 UpdateFeaturesResponse._decoders_ = {0: _dec_UpdateFeaturesResponse_v0, 1: _dec_UpdateFeaturesResponse_v0, 2: _dec_UpdateFeaturesResponse_v2}
 UpdateFeaturesRequest._error_response_ = _error_UpdateFeaturesRequest
-_UpdateFeaturesRequest_FeatureUpdateKey._builder_ = _build_UpdateFeaturesRequest_FeatureUpdateKey
-_UpdateFeaturesRequest._builder_ = _build_UpdateFeaturesRequest
-_UpdateFeaturesResponse_UpdatableFeatureResult._builder_ = _build_UpdateFeaturesResponse_UpdatableFeatureResult
-_UpdateFeaturesResponse._builder_ = _build_UpdateFeaturesResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -1763,120 +1762,6 @@ def _dec_UpdateMetadataResponse_v6(buf: memoryview, pos: int) -> tuple[UpdateMet
     return obj, pos
 
 
-def _build_UpdateMetadataRequest_UpdateMetadataPartitionState(
-    *,
-    topic_name: str = "",
-    partition_index: int = 0,
-    controller_epoch: int = 0,
-    leader: int = 0,
-    leader_epoch: int = 0,
-    isr: list[int] = DEFAULT,
-    zk_version: int = 0,
-    replicas: list[int] = DEFAULT,
-    offline_replicas: list[int] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> UpdateMetadataRequest.UpdateMetadataPartitionState:
-    obj = new(_UpdateMetadataRequest_UpdateMetadataPartitionState)
-    obj.topic_name = topic_name
-    obj.partition_index = partition_index
-    obj.controller_epoch = controller_epoch
-    obj.leader = leader
-    obj.leader_epoch = leader_epoch
-    obj.isr = [] if isr is DEFAULT else isr
-    obj.zk_version = zk_version
-    obj.replicas = [] if replicas is DEFAULT else replicas
-    obj.offline_replicas = [] if offline_replicas is DEFAULT else offline_replicas
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_UpdateMetadataRequest_UpdateMetadataTopicState(
-    *,
-    topic_name: str = "",
-    topic_id: uuid.UUID = ZERO_UUID,
-    partition_states: list[UpdateMetadataRequest.UpdateMetadataPartitionState] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> UpdateMetadataRequest.UpdateMetadataTopicState:
-    obj = new(_UpdateMetadataRequest_UpdateMetadataTopicState)
-    obj.topic_name = topic_name
-    obj.topic_id = topic_id
-    obj.partition_states = [] if partition_states is DEFAULT else partition_states
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_UpdateMetadataRequest_UpdateMetadataBroker(
-    *,
-    id: int = 0,
-    v0_host: str = "",
-    v0_port: int = 0,
-    endpoints: list[UpdateMetadataRequest.UpdateMetadataEndpoint] = DEFAULT,
-    rack: str | None = "",
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> UpdateMetadataRequest.UpdateMetadataBroker:
-    obj = new(_UpdateMetadataRequest_UpdateMetadataBroker)
-    obj.id = id
-    obj.v0_host = v0_host
-    obj.v0_port = v0_port
-    obj.endpoints = [] if endpoints is DEFAULT else endpoints
-    obj.rack = rack
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_UpdateMetadataRequest_UpdateMetadataEndpoint(
-    *,
-    port: int = 0,
-    host: str = "",
-    listener: str = "",
-    security_protocol: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> UpdateMetadataRequest.UpdateMetadataEndpoint:
-    obj = new(_UpdateMetadataRequest_UpdateMetadataEndpoint)
-    obj.port = port
-    obj.host = host
-    obj.listener = listener
-    obj.security_protocol = security_protocol
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_UpdateMetadataRequest(
-    *,
-    controller_id: int = 0,
-    is_k_raft_controller: bool = False,
-    type: int = 0,
-    controller_epoch: int = 0,
-    broker_epoch: int = -1,
-    ungrouped_partition_states: list[UpdateMetadataRequest.UpdateMetadataPartitionState] = DEFAULT,
-    topic_states: list[UpdateMetadataRequest.UpdateMetadataTopicState] = DEFAULT,
-    live_brokers: list[UpdateMetadataRequest.UpdateMetadataBroker] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> UpdateMetadataRequest:
-    obj = new(_UpdateMetadataRequest)
-    obj.controller_id = controller_id
-    obj.is_k_raft_controller = is_k_raft_controller
-    obj.type = type
-    obj.controller_epoch = controller_epoch
-    obj.broker_epoch = broker_epoch
-    obj.ungrouped_partition_states = [] if ungrouped_partition_states is DEFAULT else ungrouped_partition_states
-    obj.topic_states = [] if topic_states is DEFAULT else topic_states
-    obj.live_brokers = [] if live_brokers is DEFAULT else live_brokers
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_UpdateMetadataResponse(
-    *,
-    error_code: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> UpdateMetadataResponse:
-    obj = new(_UpdateMetadataResponse)
-    obj.error_code = error_code
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_UpdateMetadataRequest(request: UpdateMetadataRequest, version: int, code: int, message: str | None) -> UpdateMetadataResponse | None:
     return _UpdateMetadataResponse(error_code=code)
 
@@ -1886,9 +1771,3 @@ UpdateMetadataRequest._decoders_ = {0: _dec_UpdateMetadataRequest_v0, 1: _dec_Up
 UpdateMetadataResponse._encoders_ = {0: _enc_UpdateMetadataResponse_v0, 1: _enc_UpdateMetadataResponse_v0, 2: _enc_UpdateMetadataResponse_v0, 3: _enc_UpdateMetadataResponse_v0, 4: _enc_UpdateMetadataResponse_v0, 5: _enc_UpdateMetadataResponse_v0, 6: _enc_UpdateMetadataResponse_v6, 7: _enc_UpdateMetadataResponse_v6, 8: _enc_UpdateMetadataResponse_v6}
 UpdateMetadataResponse._decoders_ = {0: _dec_UpdateMetadataResponse_v0, 1: _dec_UpdateMetadataResponse_v0, 2: _dec_UpdateMetadataResponse_v0, 3: _dec_UpdateMetadataResponse_v0, 4: _dec_UpdateMetadataResponse_v0, 5: _dec_UpdateMetadataResponse_v0, 6: _dec_UpdateMetadataResponse_v6, 7: _dec_UpdateMetadataResponse_v6, 8: _dec_UpdateMetadataResponse_v6}
 UpdateMetadataRequest._error_response_ = _error_UpdateMetadataRequest
-_UpdateMetadataRequest_UpdateMetadataPartitionState._builder_ = _build_UpdateMetadataRequest_UpdateMetadataPartitionState
-_UpdateMetadataRequest_UpdateMetadataTopicState._builder_ = _build_UpdateMetadataRequest_UpdateMetadataTopicState
-_UpdateMetadataRequest_UpdateMetadataBroker._builder_ = _build_UpdateMetadataRequest_UpdateMetadataBroker
-_UpdateMetadataRequest_UpdateMetadataEndpoint._builder_ = _build_UpdateMetadataRequest_UpdateMetadataEndpoint
-_UpdateMetadataRequest._builder_ = _build_UpdateMetadataRequest
-_UpdateMetadataResponse._builder_ = _build_UpdateMetadataResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -32,6 +31,9 @@ from odradek.protocol._codec import (  # noqa: F401
     unpack_i32,
     write_tagged,
     write_uvarint,
+)
+from odradek.protocol.messages._builders.update_raft_voter import (
+    _build_UpdateRaftVoterResponse_CurrentLeader,
 )
 from odradek.protocol.messages.update_raft_voter import UpdateRaftVoterRequest, UpdateRaftVoterResponse
 
@@ -346,87 +348,6 @@ def _dec_UpdateRaftVoterResponse_v0_tagged(buf: memoryview, pos: int, obj: Updat
     return pos
 
 
-def _build_UpdateRaftVoterRequest_Listener(
-    *,
-    name: str = "",
-    host: str = "",
-    port: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> UpdateRaftVoterRequest.Listener:
-    obj = new(_UpdateRaftVoterRequest_Listener)
-    obj.name = name
-    obj.host = host
-    obj.port = port
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_UpdateRaftVoterRequest_KRaftVersionFeature(
-    *,
-    min_supported_version: int = 0,
-    max_supported_version: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> UpdateRaftVoterRequest.KRaftVersionFeature:
-    obj = new(_UpdateRaftVoterRequest_KRaftVersionFeature)
-    obj.min_supported_version = min_supported_version
-    obj.max_supported_version = max_supported_version
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_UpdateRaftVoterRequest(
-    *,
-    cluster_id: str | None = "",
-    current_leader_epoch: int = 0,
-    voter_id: int = 0,
-    voter_directory_id: uuid.UUID = ZERO_UUID,
-    listeners: list[UpdateRaftVoterRequest.Listener] = DEFAULT,
-    k_raft_version_feature: UpdateRaftVoterRequest.KRaftVersionFeature = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> UpdateRaftVoterRequest:
-    obj = new(_UpdateRaftVoterRequest)
-    obj.cluster_id = cluster_id
-    obj.current_leader_epoch = current_leader_epoch
-    obj.voter_id = voter_id
-    obj.voter_directory_id = voter_directory_id
-    obj.listeners = [] if listeners is DEFAULT else listeners
-    obj.k_raft_version_feature = _build_UpdateRaftVoterRequest_KRaftVersionFeature() if k_raft_version_feature is DEFAULT else k_raft_version_feature
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_UpdateRaftVoterResponse_CurrentLeader(
-    *,
-    leader_id: int = -1,
-    leader_epoch: int = -1,
-    host: str = "",
-    port: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> UpdateRaftVoterResponse.CurrentLeader:
-    obj = new(_UpdateRaftVoterResponse_CurrentLeader)
-    obj.leader_id = leader_id
-    obj.leader_epoch = leader_epoch
-    obj.host = host
-    obj.port = port
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_UpdateRaftVoterResponse(
-    *,
-    throttle_time_ms: int = 0,
-    error_code: int = 0,
-    current_leader: UpdateRaftVoterResponse.CurrentLeader = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> UpdateRaftVoterResponse:
-    obj = new(_UpdateRaftVoterResponse)
-    obj.throttle_time_ms = throttle_time_ms
-    obj.error_code = error_code
-    obj.current_leader = _build_UpdateRaftVoterResponse_CurrentLeader() if current_leader is DEFAULT else current_leader
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_UpdateRaftVoterRequest(request: UpdateRaftVoterRequest, version: int, code: int, message: str | None) -> UpdateRaftVoterResponse | None:
     return _UpdateRaftVoterResponse(error_code=code)
 
@@ -437,8 +358,3 @@ UpdateRaftVoterRequest._decoders_ = {0: _dec_UpdateRaftVoterRequest_v0}
 UpdateRaftVoterResponse._encoders_ = {0: _enc_UpdateRaftVoterResponse_v0}
 UpdateRaftVoterResponse._decoders_ = {0: _dec_UpdateRaftVoterResponse_v0}
 UpdateRaftVoterRequest._error_response_ = _error_UpdateRaftVoterRequest
-_UpdateRaftVoterRequest_Listener._builder_ = _build_UpdateRaftVoterRequest_Listener
-_UpdateRaftVoterRequest_KRaftVersionFeature._builder_ = _build_UpdateRaftVoterRequest_KRaftVersionFeature
-_UpdateRaftVoterRequest._builder_ = _build_UpdateRaftVoterRequest
-_UpdateRaftVoterResponse_CurrentLeader._builder_ = _build_UpdateRaftVoterResponse_CurrentLeader
-_UpdateRaftVoterResponse._builder_ = _build_UpdateRaftVoterResponse

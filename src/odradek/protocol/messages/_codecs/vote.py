@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -733,119 +732,6 @@ def _dec_VoteResponse_v1_tagged(buf: memoryview, pos: int, obj: VoteResponse) ->
     return pos
 
 
-def _build_VoteRequest_TopicData(
-    *,
-    topic_name: str = "",
-    partitions: list[VoteRequest.PartitionData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> VoteRequest.TopicData:
-    obj = new(_VoteRequest_TopicData)
-    obj.topic_name = topic_name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_VoteRequest_PartitionData(
-    *,
-    partition_index: int = 0,
-    candidate_epoch: int = 0,
-    candidate_id: int = 0,
-    candidate_directory_id: uuid.UUID = ZERO_UUID,
-    voter_directory_id: uuid.UUID = ZERO_UUID,
-    last_offset_epoch: int = 0,
-    last_offset: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> VoteRequest.PartitionData:
-    obj = new(_VoteRequest_PartitionData)
-    obj.partition_index = partition_index
-    obj.candidate_epoch = candidate_epoch
-    obj.candidate_id = candidate_id
-    obj.candidate_directory_id = candidate_directory_id
-    obj.voter_directory_id = voter_directory_id
-    obj.last_offset_epoch = last_offset_epoch
-    obj.last_offset = last_offset
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_VoteRequest(
-    *,
-    cluster_id: str | None = None,
-    voter_id: int = -1,
-    topics: list[VoteRequest.TopicData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> VoteRequest:
-    obj = new(_VoteRequest)
-    obj.cluster_id = cluster_id
-    obj.voter_id = voter_id
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_VoteResponse_TopicData(
-    *,
-    topic_name: str = "",
-    partitions: list[VoteResponse.PartitionData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> VoteResponse.TopicData:
-    obj = new(_VoteResponse_TopicData)
-    obj.topic_name = topic_name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_VoteResponse_PartitionData(
-    *,
-    partition_index: int = 0,
-    error_code: int = 0,
-    leader_id: int = 0,
-    leader_epoch: int = 0,
-    vote_granted: bool = False,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> VoteResponse.PartitionData:
-    obj = new(_VoteResponse_PartitionData)
-    obj.partition_index = partition_index
-    obj.error_code = error_code
-    obj.leader_id = leader_id
-    obj.leader_epoch = leader_epoch
-    obj.vote_granted = vote_granted
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_VoteResponse_NodeEndpoint(
-    *,
-    node_id: int = 0,
-    host: str = "",
-    port: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> VoteResponse.NodeEndpoint:
-    obj = new(_VoteResponse_NodeEndpoint)
-    obj.node_id = node_id
-    obj.host = host
-    obj.port = port
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_VoteResponse(
-    *,
-    error_code: int = 0,
-    topics: list[VoteResponse.TopicData] = DEFAULT,
-    node_endpoints: list[VoteResponse.NodeEndpoint] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> VoteResponse:
-    obj = new(_VoteResponse)
-    obj.error_code = error_code
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.node_endpoints = [] if node_endpoints is DEFAULT else node_endpoints
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_VoteRequest(request: VoteRequest, version: int, code: int, message: str | None) -> VoteResponse | None:
     return _VoteResponse(error_code=code)
 
@@ -855,10 +741,3 @@ VoteRequest._decoders_ = {0: _dec_VoteRequest_v0, 1: _dec_VoteRequest_v1}
 VoteResponse._encoders_ = {0: _enc_VoteResponse_v0, 1: _enc_VoteResponse_v1}
 VoteResponse._decoders_ = {0: _dec_VoteResponse_v0, 1: _dec_VoteResponse_v1}
 VoteRequest._error_response_ = _error_VoteRequest
-_VoteRequest_TopicData._builder_ = _build_VoteRequest_TopicData
-_VoteRequest_PartitionData._builder_ = _build_VoteRequest_PartitionData
-_VoteRequest._builder_ = _build_VoteRequest
-_VoteResponse_TopicData._builder_ = _build_VoteResponse_TopicData
-_VoteResponse_PartitionData._builder_ = _build_VoteResponse_PartitionData
-_VoteResponse_NodeEndpoint._builder_ = _build_VoteResponse_NodeEndpoint
-_VoteResponse._builder_ = _build_VoteResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -394,107 +393,6 @@ def _dec_WriteShareGroupStateResponse_v0(buf: memoryview, pos: int) -> tuple[Wri
     return obj, pos
 
 
-def _build_WriteShareGroupStateRequest_WriteStateData(
-    *,
-    topic_id: uuid.UUID = ZERO_UUID,
-    partitions: list[WriteShareGroupStateRequest.PartitionData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> WriteShareGroupStateRequest.WriteStateData:
-    obj = new(_WriteShareGroupStateRequest_WriteStateData)
-    obj.topic_id = topic_id
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_WriteShareGroupStateRequest_PartitionData(
-    *,
-    partition: int = 0,
-    state_epoch: int = 0,
-    leader_epoch: int = 0,
-    start_offset: int = 0,
-    state_batches: list[WriteShareGroupStateRequest.StateBatch] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> WriteShareGroupStateRequest.PartitionData:
-    obj = new(_WriteShareGroupStateRequest_PartitionData)
-    obj.partition = partition
-    obj.state_epoch = state_epoch
-    obj.leader_epoch = leader_epoch
-    obj.start_offset = start_offset
-    obj.state_batches = [] if state_batches is DEFAULT else state_batches
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_WriteShareGroupStateRequest_StateBatch(
-    *,
-    first_offset: int = 0,
-    last_offset: int = 0,
-    delivery_state: int = 0,
-    delivery_count: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> WriteShareGroupStateRequest.StateBatch:
-    obj = new(_WriteShareGroupStateRequest_StateBatch)
-    obj.first_offset = first_offset
-    obj.last_offset = last_offset
-    obj.delivery_state = delivery_state
-    obj.delivery_count = delivery_count
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_WriteShareGroupStateRequest(
-    *,
-    group_id: str = "",
-    topics: list[WriteShareGroupStateRequest.WriteStateData] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> WriteShareGroupStateRequest:
-    obj = new(_WriteShareGroupStateRequest)
-    obj.group_id = group_id
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_WriteShareGroupStateResponse_WriteStateResult(
-    *,
-    topic_id: uuid.UUID = ZERO_UUID,
-    partitions: list[WriteShareGroupStateResponse.PartitionResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> WriteShareGroupStateResponse.WriteStateResult:
-    obj = new(_WriteShareGroupStateResponse_WriteStateResult)
-    obj.topic_id = topic_id
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_WriteShareGroupStateResponse_PartitionResult(
-    *,
-    partition: int = 0,
-    error_code: int = 0,
-    error_message: str | None = None,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> WriteShareGroupStateResponse.PartitionResult:
-    obj = new(_WriteShareGroupStateResponse_PartitionResult)
-    obj.partition = partition
-    obj.error_code = error_code
-    obj.error_message = error_message
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_WriteShareGroupStateResponse(
-    *,
-    results: list[WriteShareGroupStateResponse.WriteStateResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> WriteShareGroupStateResponse:
-    obj = new(_WriteShareGroupStateResponse)
-    obj.results = [] if results is DEFAULT else results
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_WriteShareGroupStateRequest(request: WriteShareGroupStateRequest, version: int, code: int, message: str | None) -> WriteShareGroupStateResponse | None:
     return _WriteShareGroupStateResponse(results=[_WriteShareGroupStateResponse_WriteStateResult(topic_id=x0.topic_id, partitions=[_WriteShareGroupStateResponse_PartitionResult(error_code=code, error_message=message, partition=x1.partition) for x1 in x0.partitions]) for x0 in request.topics])
 
@@ -504,10 +402,3 @@ WriteShareGroupStateRequest._decoders_ = {0: _dec_WriteShareGroupStateRequest_v0
 WriteShareGroupStateResponse._encoders_ = {0: _enc_WriteShareGroupStateResponse_v0}
 WriteShareGroupStateResponse._decoders_ = {0: _dec_WriteShareGroupStateResponse_v0}
 WriteShareGroupStateRequest._error_response_ = _error_WriteShareGroupStateRequest
-_WriteShareGroupStateRequest_WriteStateData._builder_ = _build_WriteShareGroupStateRequest_WriteStateData
-_WriteShareGroupStateRequest_PartitionData._builder_ = _build_WriteShareGroupStateRequest_PartitionData
-_WriteShareGroupStateRequest_StateBatch._builder_ = _build_WriteShareGroupStateRequest_StateBatch
-_WriteShareGroupStateRequest._builder_ = _build_WriteShareGroupStateRequest
-_WriteShareGroupStateResponse_WriteStateResult._builder_ = _build_WriteShareGroupStateResponse_WriteStateResult
-_WriteShareGroupStateResponse_PartitionResult._builder_ = _build_WriteShareGroupStateResponse_PartitionResult
-_WriteShareGroupStateResponse._builder_ = _build_WriteShareGroupStateResponse

@@ -7,7 +7,6 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
-    DEFAULT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -666,99 +665,6 @@ def _dec_WriteTxnMarkersResponse_v1(buf: memoryview, pos: int) -> tuple[WriteTxn
     return obj, pos
 
 
-def _build_WriteTxnMarkersRequest_WritableTxnMarker(
-    *,
-    producer_id: int = 0,
-    producer_epoch: int = 0,
-    transaction_result: bool = False,
-    topics: list[WriteTxnMarkersRequest.WritableTxnMarkerTopic] = DEFAULT,
-    coordinator_epoch: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> WriteTxnMarkersRequest.WritableTxnMarker:
-    obj = new(_WriteTxnMarkersRequest_WritableTxnMarker)
-    obj.producer_id = producer_id
-    obj.producer_epoch = producer_epoch
-    obj.transaction_result = transaction_result
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.coordinator_epoch = coordinator_epoch
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_WriteTxnMarkersRequest_WritableTxnMarkerTopic(
-    *,
-    name: str = "",
-    partition_indexes: list[int] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> WriteTxnMarkersRequest.WritableTxnMarkerTopic:
-    obj = new(_WriteTxnMarkersRequest_WritableTxnMarkerTopic)
-    obj.name = name
-    obj.partition_indexes = [] if partition_indexes is DEFAULT else partition_indexes
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_WriteTxnMarkersRequest(
-    *,
-    markers: list[WriteTxnMarkersRequest.WritableTxnMarker] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> WriteTxnMarkersRequest:
-    obj = new(_WriteTxnMarkersRequest)
-    obj.markers = [] if markers is DEFAULT else markers
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_WriteTxnMarkersResponse_WritableTxnMarkerResult(
-    *,
-    producer_id: int = 0,
-    topics: list[WriteTxnMarkersResponse.WritableTxnMarkerTopicResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> WriteTxnMarkersResponse.WritableTxnMarkerResult:
-    obj = new(_WriteTxnMarkersResponse_WritableTxnMarkerResult)
-    obj.producer_id = producer_id
-    obj.topics = [] if topics is DEFAULT else topics
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult(
-    *,
-    name: str = "",
-    partitions: list[WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> WriteTxnMarkersResponse.WritableTxnMarkerTopicResult:
-    obj = new(_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult)
-    obj.name = name
-    obj.partitions = [] if partitions is DEFAULT else partitions
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult(
-    *,
-    partition_index: int = 0,
-    error_code: int = 0,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult:
-    obj = new(_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult)
-    obj.partition_index = partition_index
-    obj.error_code = error_code
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
-def _build_WriteTxnMarkersResponse(
-    *,
-    markers: list[WriteTxnMarkersResponse.WritableTxnMarkerResult] = DEFAULT,
-    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
-) -> WriteTxnMarkersResponse:
-    obj = new(_WriteTxnMarkersResponse)
-    obj.markers = [] if markers is DEFAULT else markers
-    obj.unknown_tagged_fields = unknown_tagged_fields
-    return obj
-
-
 def _error_WriteTxnMarkersRequest(request: WriteTxnMarkersRequest, version: int, code: int, message: str | None) -> WriteTxnMarkersResponse | None:
     return _WriteTxnMarkersResponse(markers=[_WriteTxnMarkersResponse_WritableTxnMarkerResult(producer_id=x0.producer_id, topics=[_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult(name=x1.name, partitions=[_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult(error_code=code, partition_index=x2) for x2 in x1.partition_indexes]) for x1 in x0.topics]) for x0 in request.markers])
 
@@ -768,10 +674,3 @@ WriteTxnMarkersRequest._decoders_ = {0: _dec_WriteTxnMarkersRequest_v0, 1: _dec_
 WriteTxnMarkersResponse._encoders_ = {0: _enc_WriteTxnMarkersResponse_v0, 1: _enc_WriteTxnMarkersResponse_v1}
 WriteTxnMarkersResponse._decoders_ = {0: _dec_WriteTxnMarkersResponse_v0, 1: _dec_WriteTxnMarkersResponse_v1}
 WriteTxnMarkersRequest._error_response_ = _error_WriteTxnMarkersRequest
-_WriteTxnMarkersRequest_WritableTxnMarker._builder_ = _build_WriteTxnMarkersRequest_WritableTxnMarker
-_WriteTxnMarkersRequest_WritableTxnMarkerTopic._builder_ = _build_WriteTxnMarkersRequest_WritableTxnMarkerTopic
-_WriteTxnMarkersRequest._builder_ = _build_WriteTxnMarkersRequest
-_WriteTxnMarkersResponse_WritableTxnMarkerResult._builder_ = _build_WriteTxnMarkersResponse_WritableTxnMarkerResult
-_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult._builder_ = _build_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult
-_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult._builder_ = _build_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult
-_WriteTxnMarkersResponse._builder_ = _build_WriteTxnMarkersResponse
