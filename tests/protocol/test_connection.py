@@ -224,12 +224,14 @@ def test_the_client_refuses_to_go_on_after_a_response_to_no_request() -> None:
         client.send_request(MetadataRequest(topics=None), 1)
 
 
-def test_a_request_the_client_cannot_encode_is_its_own_fault() -> None:
+def test_a_request_the_client_cannot_encode_is_its_own_fault_and_changes_nothing() -> None:
     client = ClientConnection()
     with pytest.raises(EncodeError) as info:
         client.send_request(MetadataRequest(topics=None), 99)
     assert isinstance(info.value, LocalProtocolError) and info.value.code == ErrorCode.UNSUPPORTED_VERSION
-    assert client.state is ConnectionState.ERROR
+    # refused before anything changed: the connection goes on, with the next correlation id
+    assert client.state is ConnectionState.OPEN and client.in_flight == 0
+    assert client.send_request(MetadataRequest(topics=None), 1)[0] == 0
 
 
 def test_protocol_error_itself_cannot_be_raised() -> None:

@@ -12,7 +12,8 @@ zero cannot be recovered from: :class:`~odradek.protocol.errors.FrameTooLarge` /
 
 Any exception raised by a connection's method moves it to :attr:`ConnectionState.ERROR` (as h11
 does: no half-corrupted state); every later call then raises a
-:class:`~odradek.protocol.errors.LocalProtocolError`, and the caller closes the connection.
+:class:`~odradek.protocol.errors.LocalProtocolError`, and the caller closes the connection.  The
+one exception: a request the client cannot encode is refused before anything changed.
 Requests that do not decode are not exceptions: they are :class:`BadRequest` events, and the
 connection stays in sync.
 
@@ -535,17 +536,18 @@ class ClientConnection:
         """Encode a request; returns ``(correlation id, framed bytes)``.
 
         ``expect_response=False`` is for requests the server does not answer (``acks=0``).
+        A message that cannot be encoded (an :class:`~odradek.protocol.errors.EncodeError`) is
+        refused before anything changes: the connection stays usable, nothing was sent.
         """
         if self.state is not _OPEN:
             raise _unusable(self)
+        correlation_id = self._next_id
+        header = RequestHeader(
+            api_key=message.API_KEY, api_version=api_version, correlation_id=correlation_id, client_id=self.client_id
+        )
+        data = frame(encode_request(header, message))
         try:
-            correlation_id = self._next_id
-            self._next_id = (self._next_id + 1) & 0x7FFFFFFF
-            header = RequestHeader(
-                api_key=message.API_KEY, api_version=api_version, correlation_id=correlation_id,
-                client_id=self.client_id,
-            )
-            data = frame(encode_request(header, message))
+            self._next_id = (correlation_id + 1) & 0x7FFFFFFF
             if expect_response:
                 self._in_flight.append((header, message))
             return correlation_id, data
