@@ -108,4 +108,3 @@ def test_overlong_final_byte_is_truncated_like_kafka() -> None:
     assert pos == 5
     assert INT32[0] <= value <= INT32[1]
     assert value == v.decode_varint(b"\xff\xff\xff\xff\x0f", 0)[0]
-
