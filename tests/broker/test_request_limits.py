@@ -1,4 +1,5 @@
-"""Bounds on one request's cost: topic counts read before decoding, auto-creation per request."""
+"""Bounds on one request's cost: topic counts read before decoding (the reading itself is tested
+in tests/protocol/test_inspection.py), auto-creation per request."""
 
 from __future__ import annotations
 
@@ -6,59 +7,8 @@ import socket
 import struct
 from pathlib import Path
 
-import pytest
-
-from odradek.broker.server import RequestTooLarge, check_request_size, request_topic_count
-from odradek.protocol import RequestHeader, encode_request
-from odradek.protocol.messages.create_topics import CreateTopicsRequest
-from odradek.protocol.messages.delete_records import DeleteRecordsRequest
-from odradek.protocol.messages.delete_topics import DeleteTopicsRequest
-from odradek.protocol.messages.list_offsets import ListOffsetsRequest
 from odradek.protocol.messages.metadata import MetadataRequest
 from odradek.testing import BrokerProcess, WireClient
-
-
-def _encoded(message: object, version: int, client_id: str | None = "a-client") -> bytearray:
-    header = RequestHeader(api_key=message.API_KEY, api_version=version, correlation_id=7, client_id=client_id)  # type: ignore[attr-defined]
-    return bytearray(encode_request(header, message))  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize("version", range(0, 13))
-@pytest.mark.parametrize("count", [0, 1, 3, 200])
-def test_metadata_topic_count_is_read_from_the_raw_frame(version: int, count: int) -> None:
-    if version == 0 and count == 0:
-        return  # v0: an empty list means every topic (same bytes as any empty array)
-    topics = [MetadataRequest.MetadataRequestTopic(name=f"t{i}") for i in range(count)]
-    assert request_topic_count(_encoded(MetadataRequest(topics=topics), version)) == count
-    assert request_topic_count(_encoded(MetadataRequest(topics=topics), version, client_id=None)) == count
-
-
-@pytest.mark.parametrize("version", range(1, 13))
-def test_a_null_metadata_topic_list_has_no_count(version: int) -> None:
-    assert request_topic_count(_encoded(MetadataRequest(topics=None), version)) is None
-
-
-def test_other_apis_with_a_leading_topic_array() -> None:
-    for v in range(0, 8):
-        t = [CreateTopicsRequest.CreatableTopic(name=f"t{i}", num_partitions=1, replication_factor=1) for i in range(4)]
-        assert request_topic_count(_encoded(CreateTopicsRequest(topics=t), v)) == 4
-    for v in range(0, 3):
-        d = [DeleteRecordsRequest.DeleteRecordsTopic(name=f"t{i}") for i in range(5)]
-        assert request_topic_count(_encoded(DeleteRecordsRequest(topics=d), v)) == 5
-    for v in range(0, 6):
-        assert request_topic_count(_encoded(DeleteTopicsRequest(topic_names=["a", "b"]), v)) == 2
-    for v in range(0, 9):
-        lo = [ListOffsetsRequest.ListOffsetsTopic(name=f"t{i}") for i in range(6)]
-        assert request_topic_count(_encoded(ListOffsetsRequest(replica_id=-1, topics=lo), v)) == 6
-
-
-def test_garbage_has_no_count_and_the_check_refuses_only_above_the_limit() -> None:
-    assert request_topic_count(bytearray(b"\x00\x03")) is None
-    assert request_topic_count(bytearray(b"\xff\xff\x00\x01" + b"\x00" * 20)) is None
-    frame = _encoded(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="x")] * 11), 1)
-    check_request_size(11, frame)
-    with pytest.raises(RequestTooLarge, match="11 topics"):
-        check_request_size(10, frame)
 
 
 def test_a_request_naming_too_many_topics_closes_only_its_connection(tmp_path: Path) -> None:

@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from odradek.errors import ErrorCode
 from odradek.protocol import (
     DecodeError,
+    EncodeError,
+    LocalProtocolError,
     ProtocolError,
     RequestHeader,
     UnknownApiKey,
@@ -74,9 +76,10 @@ def test_unsupported_version_keeps_the_header() -> None:
     assert (info.value.header.api_key, info.value.header.api_version, info.value.header.correlation_id) == (18, 99, 7)
 
 
-def test_encoding_a_version_outside_the_range_fails() -> None:
-    with pytest.raises(UnsupportedVersion):
+def test_encoding_a_version_outside_the_range_is_a_local_error() -> None:
+    with pytest.raises(EncodeError) as info:
         ApiVersionsRequest().encode(5)
+    assert isinstance(info.value, LocalProtocolError) and info.value.code == ErrorCode.UNSUPPORTED_VERSION
 
 
 def test_non_ignorable_field_that_a_version_cannot_carry_fails() -> None:
@@ -84,8 +87,9 @@ def test_non_ignorable_field_that_a_version_cannot_carry_fails() -> None:
     part = FetchRequest.FetchPartition(partition=0, fetch_offset=5, last_fetched_epoch=3)
     msg = FetchRequest(topics=[FetchRequest.FetchTopic(topic="t", partitions=[part])])
     assert msg.encode(12)
-    with pytest.raises(UnsupportedVersion):
+    with pytest.raises(EncodeError, match="last_fetched_epoch cannot be sent in this version") as info:
         msg.encode(11)
+    assert info.value.code == ErrorCode.UNSUPPORTED_VERSION
     part.last_fetched_epoch = -1  # the default can be "sent" by leaving it out
     assert msg.encode(11)
 

@@ -36,3 +36,51 @@ def test_output_carries_no_prose_from_the_definitions() -> None:
     text = (ROOT / "src" / "odradek" / "protocol" / "messages" / "produce.py").read_text()
     assert "The transactional ID" not in text
     assert "Licensed to the Apache" not in text
+
+
+def test_check_fails_on_a_stale_codec_module(tmp_path: Path) -> None:
+    out = tmp_path / "messages"
+    shutil.copytree(ROOT / "src" / "odradek" / "protocol" / "messages", out)
+    defs = [str(DEFS / "messages"), str(DEFS / "coordinator-records")]
+    target = out / "_codecs" / "fetch.py"
+    target.write_text(target.read_text().replace("pos += 4", "pos += 5", 1))
+    result = _run(*defs, "--out", str(out), "--check")
+    assert result.returncode == 1
+    assert "_codecs/fetch.py" in result.stderr
+
+
+def test_the_protocol_package_compiles_no_code_at_run_time() -> None:
+    # the codecs are checked-in source: nothing in the package builds code with exec/compile/eval
+    package = ROOT / "src" / "odradek" / "protocol"
+    offenders = [
+        str(p.relative_to(package))
+        for p in package.rglob("*.py")
+        if any(call in p.read_text() for call in ("exec(", "compile(", "eval("))
+    ]
+    assert not offenders
+
+
+def test_every_codec_version_has_a_function_and_identical_versions_share_one() -> None:
+    from odradek.protocol.messages.fetch import FetchRequest, FetchResponse
+
+    for cls in (FetchRequest, FetchResponse):
+        lo, hi = cls.VALID_VERSIONS
+        assert {v: cls.encoder(v) for v in range(lo, hi + 1)}.keys() == set(range(lo, hi + 1))
+        assert all(callable(cls.decoder(v)) for v in range(lo, hi + 1))
+    # FetchRequest v0-2 have the same layout: one function serves them
+    assert FetchRequest.encoder(0) is FetchRequest.encoder(2)
+    assert FetchRequest.encoder(2) is not FetchRequest.encoder(3)
+
+
+def test_kafka_4_definitions_replace_earlier_ones_but_not_with_removed_apis(tmp_path: Path) -> None:
+    kafka4 = ROOT.parent / "shared" / "reference" / "kafka-protocol-4x"
+    out = tmp_path / "messages"
+    defs = [str(DEFS / "messages"), str(DEFS / "coordinator-records"), str(kafka4 / "messages"),
+            str(kafka4 / "coordinator-records")]
+    result = _run(*defs, "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    produce = (out / "produce.py").read_text()
+    assert "ProduceRequest.VALID_VERSIONS = (3, 13)" in produce  # Kafka 4's range
+    # StopReplica is "validVersions": "none" in Kafka 4: the 3.x definition stays
+    assert "StopReplicaRequest.VALID_VERSIONS = (0, 4)" in (out / "stop_replica.py").read_text()
+    assert (out / "_codecs" / "stop_replica.py").is_file()

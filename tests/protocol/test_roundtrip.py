@@ -30,6 +30,8 @@ EXAMPLES = 4 if os.environ.get("HYPOTHESIS_PROFILE") == "ci" else 15
 def _all_classes() -> list[type[Data]]:
     classes: list[type[Data]] = []
     for info in pkgutil.iter_modules(messages_pkg.__path__):
+        if info.name.startswith("_"):  # the codecs and the inspection table
+            continue
         module = importlib.import_module(f"odradek.protocol.messages.{info.name}")
         for name in getattr(module, "__all__", []):
             classes.append(getattr(module, name))

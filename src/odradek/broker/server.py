@@ -51,13 +51,16 @@ from odradek.protocol import (
     Message,
     ProtocolError,
     RequestReceived,
+    RequestTooLarge,
     SaslTokenReceived,
     ServerConnection,
+    TopicLimit,
     UnsupportedVersion,
+    error_response,
 )
-from odradek.protocol._api import request_header_version, response_header_version
+from odradek.protocol._api import response_header_version
 from odradek.protocol.connection import FrameBuffers, frame
-from odradek.protocol.messages import RequestHeader, response_class
+from odradek.protocol.messages import RequestHeader
 from odradek.protocol.messages.api_versions import ApiVersionsResponse
 from odradek.storage.segment import FileRegion
 
@@ -86,6 +89,7 @@ _SMALL_RESPONSE = 16 * 1024
 # buffered way
 _SENDFILE_MIN = 128 * 1024
 _EAGAIN = (BlockingIOError, InterruptedError)
+_i32 = struct.Struct(">i")
 _CORK = getattr(socket, "TCP_CORK", None)  # Linux
 # page-aligned response buffers a connection keeps for reuse (a fresh one is zero-filled and
 # page-faulted in by the kernel, which costs as much as reading the records into it)
@@ -145,7 +149,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._max_frame_size = int(services.config.get("socket.request.max.bytes"))
         self.conn = ServerConnection(
             max_frame_size=self._max_frame_size,
-            check=partial(check_request_size, int(services.config.get("request.max.topics"))),
+            check=TopicLimit(int(services.config.get("request.max.topics"))),
             receive_size=_RECV_BUFFER,
             large=_LARGE_FRAME,
             buffers=_FRAME_BUFFERS,
@@ -436,7 +440,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if exc is None:
                 parts = self._response_parts(waiting.header, response)
             elif isinstance(exc, Exception):
-                parts = self._failed(waiting.header, exc)
+                parts = self._failed(waiting.header, waiting.request, exc)
             else:
                 raise exc
             if not self._respond_parts(parts):
@@ -699,7 +703,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             try:
                 result = entry.handler(ctx, ev.message)
             except Exception as exc:
-                return self._failed(header, exc)
+                return self._failed(header, ev.message, exc)
             if self.session.raw_tokens:  # a SaslHandshake v0 succeeded: tokens come unframed now
                 self.session.raw_tokens = False
                 self.conn.raw_tokens = True
@@ -708,7 +712,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if result is None or isinstance(result, Message):
                 return self._response_parts(header, result)
             if isinstance(result, Deferred):
-                return self._waits(_Waiting(header, None, result))
+                return self._waits(_Waiting(header, ev.message, None, result))
             coro = result  # the handler must wait: its coroutine goes on below
         else:
             coro = entry.handler(ctx, ev.message)
@@ -719,8 +723,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except StopIteration as stop:
             return self._response_parts(header, stop.value)
         except Exception as exc:
-            return self._failed(header, exc)
-        return self._waits(_Waiting(header, _Resumed(coro, first)))
+            return self._failed(header, ev.message, exc)
+        return self._waits(_Waiting(header, ev.message, _Resumed(coro, first)))
 
     def _waits(self, waiting: _Waiting) -> _Waiting:
         """A handler waits: the time it held the event loop so far is what it costs (request
@@ -739,19 +743,20 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 assert waiting.rest is not None
                 response = await waiting.rest
         except Exception as exc:
-            return self._failed(waiting.header, exc)
+            return self._failed(waiting.header, waiting.request, exc)
         return self._response_parts(waiting.header, response)
 
-    def _failed(self, header: RequestHeader, exc: Exception) -> list[Any] | None:
+    def _failed(self, header: RequestHeader, request: Message, exc: Exception) -> list[Any] | None:
+        """The answer to a request whose handler raised: Kafka's error answer built from the
+        request (every topic, partition, resource or group it named, with the error code; the
+        top-level error code where the response has one).  ``None`` (close) only where Kafka
+        sends no answer: a Produce request with acks=0."""
         if not isinstance(exc, KafkaError) and is_io_error(exc):
             # an I/O error no handler translated: the log dirs' failure channel logs it (once)
             # and the request gets KAFKA_STORAGE_ERROR, not a traceback per request
             exc = self.services.replicas.log_dirs.fail(None, exc, f"handling {ApiKey(header.api_key).name}")
         if isinstance(exc, KafkaError):
-            response = _error_response(header, exc.code)
-            if response is None:
-                log.info("closing connection from %s: %s", self.peer, exc)
-                return None
+            code, message = exc.code, exc.message or None
         else:
             log.error(
                 "error handling %s v%s from %s",
@@ -760,9 +765,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.peer,
                 exc_info=exc,
             )
-            response = _error_response(header, ErrorCode.UNKNOWN_SERVER_ERROR)
-            if response is None:
-                return None
+            code, message = ErrorCode.UNKNOWN_SERVER_ERROR, None
+        response = error_response(header, request, code, message)
+        if response is None:
+            log.info("closing connection from %s: %s", self.peer, exc)
+            return None
         return self._response_parts(header, response)
 
     def _response_parts(self, header: RequestHeader, response: Any) -> list[Any]:
@@ -914,83 +921,6 @@ def _charge_for(ev: RequestReceived) -> _Charge | None:
     return _Charge(0, False)
 
 
-class RequestTooLarge(ProtocolError):
-    """A request refused before it is decoded: it names more topics than ``request.max.topics``."""
-
-
-_i16 = struct.Struct(">h")
-_i32 = struct.Struct(">i")
-
-# the APIs whose requests start with an array of topics (after these many fixed bytes in the
-# versions from the given one on): (first version, bytes before the array) in descending order
-_TOPIC_ARRAY_AT: dict[int, tuple[tuple[int, int], ...]] = {
-    ApiKey.METADATA: ((0, 0),),
-    ApiKey.CREATE_TOPICS: ((0, 0),),
-    ApiKey.DELETE_TOPICS: ((0, 0),),
-    ApiKey.DELETE_RECORDS: ((0, 0),),
-    ApiKey.LIST_OFFSETS: ((2, 5), (0, 4)),  # replica_id, then isolation_level from v2
-}
-
-
-def _uvarint(buf: bytearray | memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            raise ValueError("varint too long")
-
-
-def request_topic_count(payload: bytearray | memoryview) -> int | None:
-    """The length of the topic array a request starts with (Metadata, CreateTopics, DeleteTopics,
-    DeleteRecords, ListOffsets), read from the raw frame without decoding it; None for other
-    requests, a null array, or bytes that do not parse (the decoder then reports them)."""
-    try:
-        api_key, version = struct.unpack_from(">hh", payload, 0)
-        offsets = _TOPIC_ARRAY_AT.get(api_key)
-        if offsets is None:
-            return None
-        skip = next((n for first, n in offsets if version >= first), None)
-        if skip is None:
-            return None
-        header_version = request_header_version(api_key, version)
-        pos = 8
-        if header_version >= 1:
-            (n,) = _i16.unpack_from(payload, pos)
-            pos += 2 + max(n, 0)
-        if header_version >= 2:
-            tags, pos = _uvarint(payload, pos)
-            for _ in range(min(tags, 64)):
-                _tag, pos = _uvarint(payload, pos)
-                size, pos = _uvarint(payload, pos)
-                pos += size
-        pos += skip
-        if header_version >= 2:  # a flexible version: a compact array, length + 1 (0 is null)
-            n, pos = _uvarint(payload, pos)
-            return n - 1 if n > 0 else None
-        (n,) = _i32.unpack_from(payload, pos)
-        return n if n >= 0 else None
-    except (struct.error, IndexError, ValueError, KeyError):
-        return None
-
-
-def check_request_size(max_topics: int, payload: bytearray | memoryview) -> None:
-    """Refuse, before decoding it, a request naming more than ``max_topics`` topics: decoding
-    and answering millions of names would hold the event loop (and memory) for seconds.  No
-    answer can carry the refusal (Metadata has no top-level error code): the connection closes."""
-    n = request_topic_count(payload)
-    if n is not None and n > max_topics:
-        api_key, version = struct.unpack_from(">hh", payload, 0)
-        raise RequestTooLarge(
-            f"{ApiKey(api_key).name} v{version} request names {n} topics, more than "
-            f"request.max.topics={max_topics} ({len(payload)} bytes, not decoded)"
-        )
-
-
 class _Resumed:
     """The rest of a coroutine that was started by hand (``coro.send(None)``) and yielded
     ``first``: awaiting this in a task continues it exactly as if the task had started it — the
@@ -1026,10 +956,13 @@ class _Resumed:
 class _Waiting:
     """A request whose handler waits: for the rest of its coroutine, or for its Deferred."""
 
-    __slots__ = ("deferred", "header", "rest")
+    __slots__ = ("deferred", "header", "request", "rest")
 
-    def __init__(self, header: RequestHeader, rest: _Resumed | None, deferred: Deferred | None = None) -> None:
+    def __init__(
+        self, header: RequestHeader, request: Message, rest: _Resumed | None, deferred: Deferred | None = None
+    ) -> None:
         self.header = header
+        self.request = request  # for the error answer, should the handler raise
         self.rest = rest
         self.deferred = deferred
 
@@ -1059,14 +992,3 @@ def _api_name(api_key: int) -> str:
         return ApiKey(api_key).name
     except ValueError:
         return f"API {api_key}"
-
-
-def _error_response(header: RequestHeader, code: ErrorCode) -> Any:
-    """A response carrying ``code`` in its top-level error field, if the API has one."""
-    cls = response_class(header.api_key)
-    attrs = {f.attr for f in cls._fields_ if f.versions is not None and f.versions[0] <= header.api_version <= f.versions[1]}
-    if "error_code" not in attrs:
-        return None
-    resp = cls()
-    resp.error_code = int(code)  # type: ignore[attr-defined]
-    return resp

@@ -5,7 +5,16 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from odradek.protocol._schema import Buffer, DecodeFn, EncodeFn, Holes, Message, Region
+from odradek.protocol._schema import (
+    DECODE_ERRORS,
+    ENCODE_ERRORS,
+    Buffer,
+    DecodeFn,
+    EncodeFn,
+    Holes,
+    Message,
+    Region,
+)
 from odradek.protocol.errors import (
     CorrelationIdMismatch,
     DecodeError,
@@ -66,8 +75,8 @@ def response_header_version(api_key: int, api_version: int) -> int:
 def encode_request(header: RequestHeader, message: Message) -> bytes:
     """Encode a request: header (version chosen by the request's version) then body."""
     if header.api_key != message.API_KEY:
-        raise UnsupportedVersion(f"header names API key {header.api_key} but the body is a {message.NAME}")
-    type(message).check_version(header.api_version)
+        raise EncodeError(f"header names API key {header.api_key} but the body is a {message.NAME}")
+    type(message).encoder(header.api_version)  # an EncodeError for a version outside the range
     out = bytearray()
     header.encode_into(out, request_header_version(header.api_key, header.api_version))
     message.encode_into(out, header.api_version)
@@ -94,7 +103,7 @@ def decode_request(data: Buffer) -> tuple[RequestHeader, Any]:
         body, _ = decode_body(buf, pos)
     except DecodeError:
         raise
-    except (struct.error, IndexError, ValueError, UnicodeDecodeError, OverflowError, MemoryError) as exc:
+    except DECODE_ERRORS as exc:
         raise DecodeError(f"cannot decode {cls.NAME} v{api_version}: {exc}") from exc
     return header, body
 
@@ -110,13 +119,8 @@ def _request_decoders(buf: memoryview, api_key: int, api_version: int) -> tuple[
         raise UnsupportedVersion(
             f"{cls.NAME} version {api_version} is outside {lo}-{hi}", _partial(api_key, api_version, correlation_id)
         )
-    flexible = cls.is_flexible(api_version)
-    header_version = 0 if api_key == ApiKey.CONTROLLED_SHUTDOWN and api_version == 0 else 2 if flexible else 1
-    entry = (
-        cls,
-        RequestHeader._plan(header_version, header_version >= 2).decode,
-        cls._plan(api_version, flexible).decode,
-    )
+    header_version = request_header_version(api_key, api_version)
+    entry = (cls, RequestHeader.decoder(header_version), cls.decoder(api_version))
     _REQUEST_DECODERS[api_key * 65536 + api_version] = entry
     return entry
 
@@ -129,7 +133,7 @@ def encode_response(request_header: RequestHeader, message: Message) -> bytes:
     """Encode the response to ``request_header``'s request, in that request's version."""
     api_key, version = request_header.api_key, request_header.api_version
     if api_key != message.API_KEY:
-        raise UnsupportedVersion(f"request was API key {api_key} but the response is a {message.NAME}")
+        raise EncodeError(f"request was API key {api_key} but the response is a {message.NAME}")
     out = bytearray()
     ResponseHeader(correlation_id=request_header.correlation_id).encode_into(
         out, response_header_version(api_key, version)
@@ -146,7 +150,7 @@ def encode_response_parts(request_header: RequestHeader, message: Message) -> Ho
     entry = _RESPONSE_ENCODERS.get(api_key * 65536 + version)
     if entry is None or entry[0] is not type(message):
         if api_key != message.API_KEY:
-            raise UnsupportedVersion(f"request was API key {api_key} but the response is a {message.NAME}")
+            raise EncodeError(f"request was API key {api_key} but the response is a {message.NAME}")
         ResponseHeader(correlation_id=request_header.correlation_id).encode_into(
             out, response_header_version(api_key, version)
         )
@@ -164,7 +168,7 @@ def encode_response_parts(request_header: RequestHeader, message: Message) -> Ho
         out.append(0)  # the response header's empty tagged-field section
     try:
         encode_body(out, message)
-    except (struct.error, TypeError, AttributeError, ValueError, OverflowError) as exc:
+    except ENCODE_ERRORS as exc:
         raise EncodeError(f"cannot encode {message.NAME} v{version}: {exc}") from exc
     return out
 

@@ -10,6 +10,13 @@ follows.  A size above ``max_frame_size`` (the broker's ``socket.request.max.byt
 zero cannot be recovered from: :class:`~odradek.protocol.errors.FrameTooLarge` /
 :class:`~odradek.protocol.errors.InvalidFrame` are raised and the connection must be closed.
 
+Any exception raised by a connection's method moves it to :attr:`ConnectionState.ERROR` (as h11
+does: no half-corrupted state); every later call then raises a
+:class:`~odradek.protocol.errors.LocalProtocolError`, and the caller closes the connection.  The
+one exception: a request the client cannot encode is refused before anything changed.
+Requests that do not decode are not exceptions: they are :class:`BadRequest` events, and the
+connection stays in sync.
+
 Kafka answers the requests of one connection in the order they arrived.  The server side keeps
 that order for the caller: responses may be handed to :meth:`ServerConnection.send_response` in
 any order, and bytes are released only once every earlier request has been answered (or marked
@@ -18,6 +25,7 @@ as needing no answer, as ``acks=0`` produce requests are).
 
 from __future__ import annotations
 
+import enum
 import mmap
 import struct
 import sys
@@ -38,6 +46,7 @@ from odradek.protocol.errors import (
     CorrelationIdMismatch,
     FrameTooLarge,
     InvalidFrame,
+    LocalProtocolError,
     ProtocolError,
     UnknownApiKey,
     UnsupportedVersion,
@@ -50,6 +59,7 @@ __all__ = [
     "BadRequest",
     "ClientConnection",
     "ConnectionClosed",
+    "ConnectionState",
     "FrameBuffers",
     "FrameReader",
     "RequestReceived",
@@ -78,6 +88,21 @@ class _Sentinel:
 
 #: ``next_event`` has nothing more until more bytes are received
 NEED_DATA: Final = _Sentinel("NEED_DATA")
+
+
+class ConnectionState(enum.Enum):
+    """A connection is ``OPEN`` until one of its methods raises; then ``ERROR`` for good."""
+
+    OPEN = "OPEN"
+    ERROR = "ERROR"
+
+
+_OPEN: Final = ConnectionState.OPEN
+_ERROR: Final = ConnectionState.ERROR
+
+
+def _unusable(conn: object) -> LocalProtocolError:
+    return LocalProtocolError(f"{type(conn).__name__} is in the ERROR state after an earlier error: it cannot be used")
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,6 +367,8 @@ class ServerConnection:
         #: frames are SASL tokens, not requests (set by the server after a SaslHandshake v0,
         #: cleared when authentication completes): see :class:`SaslTokenReceived`
         self.raw_tokens = False
+        #: OPEN, or ERROR once a method raised (then every method raises)
+        self.state = _OPEN
 
     @property
     def max_frame_size(self) -> int:
@@ -355,38 +382,64 @@ class ServerConnection:
 
     def receive_data(self, data: Buffer) -> None:
         """Bytes from the peer; ``b""`` means the peer closed its side."""
-        if not data:
-            self._closed = ConnectionClosed(clean=self._reader.buffered == 0)
-        else:
-            self._reader.feed(data)
+        if self.state is not _OPEN:
+            raise _unusable(self)
+        try:
+            if not data:
+                self._closed = ConnectionClosed(clean=self._reader.buffered == 0)
+            else:
+                self._reader.feed(data)
+        except BaseException:
+            self.state = _ERROR
+            raise
 
     def buffer(self) -> memoryview:
         """Where to receive the next bytes from the peer, for a caller that receives into
         buffers (then :meth:`filled`): see :meth:`FrameReader.buffer`."""
-        return self._reader.buffer()
+        if self.state is not _OPEN:
+            raise _unusable(self)
+        try:
+            return self._reader.buffer()
+        except BaseException:
+            self.state = _ERROR
+            raise
 
     def filled(self, n: int) -> None:
         """``n`` bytes from the peer were received into the last :meth:`buffer`."""
-        self._reader.filled(n)
+        if self.state is not _OPEN:
+            raise _unusable(self)
+        try:
+            self._reader.filled(n)
+        except BaseException:
+            self.state = _ERROR
+            raise
 
     def next_event(self) -> RequestReceived | BadRequest | SaslTokenReceived | ConnectionClosed | _Sentinel:
-        payload = self._reader.next_frame()
-        if payload is None:
-            return self._closed if self._closed is not None else NEED_DATA
-        if self.raw_tokens:
-            return SaslTokenReceived(bytes(payload))
+        """The next event; a bad frame size raises (a RemoteProtocolError) and moves the
+        connection to ERROR."""
+        if self.state is not _OPEN:
+            raise _unusable(self)
         try:
-            if self._check is not None:
-                self._check(payload)
-            header, message = decode_request(payload)
-        except (UnknownApiKey, UnsupportedVersion) as exc:
-            if exc.header is not None:
-                self._pending.append([exc.header.correlation_id, None, False])
-            return BadRequest(exc.header, exc, len(payload))
-        except ProtocolError as exc:
-            return BadRequest(None, exc, len(payload))
-        self._pending.append([header.correlation_id, None, False])
-        return RequestReceived(header, message, len(payload))
+            payload = self._reader.next_frame()
+            if payload is None:
+                return self._closed if self._closed is not None else NEED_DATA
+            if self.raw_tokens:
+                return SaslTokenReceived(bytes(payload))
+            try:
+                if self._check is not None:
+                    self._check(payload)
+                header, message = decode_request(payload)
+            except (UnknownApiKey, UnsupportedVersion) as exc:
+                if exc.header is not None:
+                    self._pending.append([exc.header.correlation_id, None, False])
+                return BadRequest(exc.header, exc, len(payload))
+            except ProtocolError as exc:
+                return BadRequest(None, exc, len(payload))
+            self._pending.append([header.correlation_id, None, False])
+            return RequestReceived(header, message, len(payload))
+        except BaseException:
+            self.state = _ERROR
+            raise
 
     @property
     def in_flight(self) -> int:
@@ -406,31 +459,47 @@ class ServerConnection:
         """Like :meth:`send_response`, but file regions given as ``records`` values are not read:
         the result is a list of ``bytes`` and regions (``length``, ``to_bytes()``, and whatever the
         caller's region type offers, e.g. a file descriptor and position) to write in order."""
-        buf = encode_response_parts(request_header, message)
-        if not buf.holes:
-            return self._complete(request_header.correlation_id, [frame(buf)])
-        total = len(buf) + sum(r.length for _pos, r in buf.holes)
-        parts: list[bytes | Region] = []
-        prev = 0
-        head = _size.pack(total)
-        for pos, region in buf.holes:
-            parts.append(head + bytes(buf[prev:pos]))
-            head = b""
-            parts.append(region)
-            prev = pos
-        parts.append(bytes(buf[prev:]))
-        return self._complete(request_header.correlation_id, parts)
+        if self.state is not _OPEN:
+            raise _unusable(self)
+        try:
+            buf = encode_response_parts(request_header, message)
+            if not buf.holes:
+                return self._complete(request_header.correlation_id, [frame(buf)])
+            total = len(buf) + sum(r.length for _pos, r in buf.holes)
+            parts: list[bytes | Region] = []
+            prev = 0
+            head = _size.pack(total)
+            for pos, region in buf.holes:
+                parts.append(head + bytes(buf[prev:pos]))
+                head = b""
+                parts.append(region)
+                prev = pos
+            parts.append(bytes(buf[prev:]))
+            return self._complete(request_header.correlation_id, parts)
+        except BaseException:
+            self.state = _ERROR
+            raise
 
     def send_raw_response(self, request_header: RequestHeader, payload: Buffer) -> bytes:
         """Queue an already encoded response (header + body, no size prefix)."""
-        return _join(self._complete(request_header.correlation_id, [frame(payload)]))
+        return _join(self._completed(request_header.correlation_id, [frame(payload)]))
 
     def no_response(self, request_header: RequestHeader) -> bytes:
         """Mark a request that gets no response (produce with ``acks=0``)."""
-        return _join(self._complete(request_header.correlation_id, []))
+        return _join(self._completed(request_header.correlation_id, []))
 
     def no_response_parts(self, request_header: RequestHeader) -> list[bytes | Region]:
-        return self._complete(request_header.correlation_id, [])
+        return self._completed(request_header.correlation_id, [])
+
+    def _completed(self, correlation_id: int, parts: list[bytes | Region]) -> list[bytes | Region]:
+        """:meth:`_complete`, guarded by the connection's state."""
+        if self.state is not _OPEN:
+            raise _unusable(self)
+        try:
+            return self._complete(correlation_id, parts)
+        except BaseException:
+            self.state = _ERROR
+            raise
 
     def _complete(self, correlation_id: int, parts: list[bytes | Region]) -> list[bytes | Region]:
         pending = self._pending
@@ -451,7 +520,7 @@ class ServerConnection:
                 slot[2] = True
                 break
         else:
-            raise CorrelationIdMismatch(f"no request with correlation id {correlation_id} awaits a response")
+            raise LocalProtocolError(f"no request with correlation id {correlation_id} awaits a response")
         ready: list[bytes | Region] = []
         while pending and pending[0][2]:
             ready.extend(pending.popleft()[1])
@@ -480,42 +549,76 @@ class ClientConnection:
         self._next_id = 0
         self._closed: ConnectionClosed | None = None
         self._in_flight: deque[tuple[RequestHeader, Message]] = deque()
+        #: OPEN, or ERROR once a method raised (then every method raises)
+        self.state = _OPEN
 
     def send_request(self, message: Message, api_version: int, expect_response: bool = True) -> tuple[int, bytes]:
         """Encode a request; returns ``(correlation id, framed bytes)``.
 
         ``expect_response=False`` is for requests the server does not answer (``acks=0``).
+        A message that cannot be encoded (an :class:`~odradek.protocol.errors.EncodeError`) is
+        refused before anything changes: the connection stays usable, nothing was sent.
         """
+        if self.state is not _OPEN:
+            raise _unusable(self)
         correlation_id = self._next_id
-        self._next_id = (self._next_id + 1) & 0x7FFFFFFF
         header = RequestHeader(
             api_key=message.API_KEY, api_version=api_version, correlation_id=correlation_id, client_id=self.client_id
         )
         data = frame(encode_request(header, message))
-        if expect_response:
-            self._in_flight.append((header, message))
-        return correlation_id, data
+        try:
+            self._next_id = (correlation_id + 1) & 0x7FFFFFFF
+            if expect_response:
+                self._in_flight.append((header, message))
+            return correlation_id, data
+        except BaseException:
+            self.state = _ERROR
+            raise
 
     @property
     def in_flight(self) -> int:
         return len(self._in_flight)
 
     def receive_data(self, data: Buffer) -> None:
-        if not data:
-            self._closed = ConnectionClosed(clean=self._reader.buffered == 0 and not self._in_flight)
-        else:
-            self._reader.feed(data)
+        if self.state is not _OPEN:
+            raise _unusable(self)
+        try:
+            if not data:
+                self._closed = ConnectionClosed(clean=self._reader.buffered == 0 and not self._in_flight)
+            else:
+                self._reader.feed(data)
+        except BaseException:
+            self.state = _ERROR
+            raise
 
     def buffer(self) -> memoryview:
         """Where to receive the next bytes (then :meth:`filled`): see :meth:`FrameReader.buffer`."""
-        return self._reader.buffer()
+        if self.state is not _OPEN:
+            raise _unusable(self)
+        try:
+            return self._reader.buffer()
+        except BaseException:
+            self.state = _ERROR
+            raise
 
     def filled(self, n: int) -> None:
         """``n`` bytes were received into the last :meth:`buffer`."""
-        self._reader.filled(n)
+        if self.state is not _OPEN:
+            raise _unusable(self)
+        try:
+            self._reader.filled(n)
+        except BaseException:
+            self.state = _ERROR
+            raise
 
     def next_event(self) -> ResponseReceived | ConnectionClosed | _Sentinel:
-        payload = self._reader.next_frame()
+        if self.state is not _OPEN:
+            raise _unusable(self)
+        try:
+            payload = self._reader.next_frame()
+        except BaseException:
+            self.state = _ERROR
+            raise
         if payload is None:
             return self._closed if self._closed is not None else NEED_DATA
         return self.receive_frame(payload)
@@ -523,9 +626,14 @@ class ClientConnection:
     def receive_frame(self, payload: Buffer) -> ResponseReceived:
         """A whole response (the frame without its size), for a caller that reads the frames
         itself: decoded as the answer to the oldest request in flight."""
-        if not self._in_flight:
-            raise CorrelationIdMismatch("received a response while no request is in flight")
-        header, request = self._in_flight.popleft()
-        response = decode_response(header, payload)
-        return ResponseReceived(header.correlation_id, header, request, response)
-
+        if self.state is not _OPEN:
+            raise _unusable(self)
+        try:
+            if not self._in_flight:
+                raise CorrelationIdMismatch("received a response while no request is in flight")
+            header, request = self._in_flight.popleft()
+            response = decode_response(header, payload)
+            return ResponseReceived(header.correlation_id, header, request, response)
+        except BaseException:
+            self.state = _ERROR
+            raise

@@ -16,11 +16,17 @@ The hot paths avoid per-byte loops with precomputed tables:
   2-byte varint);
 * :data:`ENCODED_NONNEG` and :data:`ENCODED_SIGNED` hold the encoded bytes of
   every value that fits in one or two bytes.
+
+The varint loop itself is :mod:`odradek._varint`'s (Odradek's one implementation, shared with
+the wire protocol's unsigned varints); this module adds the zig-zag mapping, the tables and the
+records layer's errors.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+from odradek._varint import VarintError, append_unsigned, read_unsigned
 
 from .errors import CorruptRecordError, TruncatedBatchError
 
@@ -57,10 +63,7 @@ ZIGZAG2: tuple[int | None, ...] = _build_zigzag2()
 
 def _encode_unsigned(u: int) -> bytes:
     out = bytearray()
-    while u > 0x7F:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
+    append_unsigned(out, u)
     return bytes(out)
 
 
@@ -108,21 +111,11 @@ def decode_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, i
         b = buf[pos]
         if b < 0x80:
             return (b >> 1) ^ -(b & 1), pos + 1
-        result = b & 0x7F
-        shift = 7
-        pos += 1
-        while True:
-            b = buf[pos]
-            pos += 1
-            if b < 0x80:
-                result |= b << shift
-                break
-            result |= (b & 0x7F) << shift
-            shift += 7
-            if shift > 28:
-                raise CorruptRecordError("varint is longer than 5 bytes")
+        result, pos = read_unsigned(buf, pos, 28)
     except IndexError:
         raise TruncatedBatchError("data ends inside a varint") from None
+    except VarintError:
+        raise CorruptRecordError("varint is longer than 5 bytes") from None
     result &= 0xFFFFFFFF
     return (result >> 1) ^ -(result & 1), pos
 
@@ -133,20 +126,10 @@ def decode_varlong(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, 
         b = buf[pos]
         if b < 0x80:
             return (b >> 1) ^ -(b & 1), pos + 1
-        result = b & 0x7F
-        shift = 7
-        pos += 1
-        while True:
-            b = buf[pos]
-            pos += 1
-            if b < 0x80:
-                result |= b << shift
-                break
-            result |= (b & 0x7F) << shift
-            shift += 7
-            if shift > 63:
-                raise CorruptRecordError("varlong is longer than 10 bytes")
+        result, pos = read_unsigned(buf, pos, 63)
     except IndexError:
         raise TruncatedBatchError("data ends inside a varlong") from None
+    except VarintError:
+        raise CorruptRecordError("varlong is longer than 10 bytes") from None
     result &= 0xFFFFFFFFFFFFFFFF
     return (result >> 1) ^ -(result & 1), pos

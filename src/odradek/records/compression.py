@@ -36,6 +36,8 @@ import cramjam
 import lz4.frame
 import zstandard
 
+from odradek._varint import VarintError, decode_uvarint
+
 from ._xxh32 import xxh32
 from .errors import (
     DecompressionError,
@@ -142,15 +144,10 @@ def snappy_compress_xerial(data: Buffer, block_size: int = _XERIAL_BLOCK) -> byt
 
 def _snappy_declared_length(block: Buffer) -> int:
     """Uncompressed length stored as an unsigned varint at the start of a raw block."""
-    result = 0
-    shift = 0
-    for i in range(min(len(block), 5)):
-        b = block[i]
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result
-        shift += 7
-    raise DecompressionError("raw snappy block has no valid length preamble")
+    try:
+        return decode_uvarint(block, 0)[0]
+    except (IndexError, VarintError):
+        raise DecompressionError("raw snappy block has no valid length preamble") from None
 
 
 def _snappy_raw_block(block: Buffer, budget: int, max_size: int) -> bytes:
