@@ -58,11 +58,13 @@ from odradek.storage.segment import FileRegion, LogSegment
 from odradek.storage.txn_index import AbortedTxn
 from odradek.storage.validator import (
     V2_HEADER,
-    check_keys,
+    check_batch_header,
     check_timestamps,
+    fix_max_timestamps,
     new_header,
     timestamp_limits,
     validate_batches,
+    validate_records,
 )
 
 __all__ = ["AppendInfo", "Log", "ReadResult", "parse_partition_dir"]
@@ -73,6 +75,7 @@ _i64 = struct.Struct(">q")
 _V2_HEADER = V2_HEADER
 _new_header = new_header
 _i32 = struct.Struct(">i")
+_u32 = struct.Struct(">I")
 _RECENT_BATCHES = 32
 
 _DIR_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
@@ -277,7 +280,7 @@ class Log:
             fields = _V2_HEADER.unpack_from(data, 0)
             if fields[1] + 12 == n and fields[1] >= 49:
                 return self._append_one_v2(data, fields, leader_epoch, now)
-        headers = validate_batches(data, self.config, self.topic, self.partition)
+        headers = validate_batches(data, self.config, self.topic, self.partition, now_ms=now)
         if not from_coordinator and any(h.is_control for h in headers):
             raise InvalidRecordError("Clients are not allowed to write control records")
         if headers[0].producer_id >= 0 or len(headers) > 1:
@@ -322,6 +325,7 @@ class Log:
             # v2 only: patch base offset and leader epoch (neither is covered by the CRC)
             writable = isinstance(data, bytearray) or (isinstance(data, memoryview) and not data.readonly)
             out = data if writable else bytearray(data)
+            headers = fix_max_timestamps(out, headers)
             epoch = leader_epoch if leader_epoch is not None and leader_epoch >= 0 else None
             offset = first
             shifted = []
@@ -425,17 +429,18 @@ class Log:
         cfg = self.config
         if crc32c(memoryview(data)[21:]) != crc:
             raise CorruptRecordError(f"CRC mismatch in the batch at offset {_base}")
-        if count <= 0 or count != lod + 1:
-            raise CorruptRecordError(f"batch has {count} records but last offset delta {lod}")
+        given = _new_header((0, size, 2, _base, _base + lod, crc, attrs, bts, mts, pid, pep, bseq, count, ple))
+        check_batch_header(given, 2, self.topic, self.partition)
         if size > cfg.max_message_bytes:
             raise RecordBatchTooLargeError(f"batch of {size} bytes exceeds max.message.bytes={cfg.max_message_bytes}")
         if size > cfg.segment_bytes:
             raise RecordBatchTooLargeError(f"batch of {size} bytes exceeds segment.bytes={cfg.segment_bytes}")
-        if cfg.compact:
-            check_keys(data, self.topic, self.partition)
+        # every record read against the header (Kafka's LogValidator); the batch's max timestamp
+        # is its records'
+        records_max = validate_records(data, given, cfg, self.topic, self.partition, now)
         producers = self.producers
         if pid >= 0:
-            dup = producers.check(_new_header((0, size, 2, _base, _base + lod, crc, attrs, bts, mts, pid, pep, bseq, count, ple)))
+            dup = producers.check(given)
             if dup is not None:
                 return AppendInfo(
                     dup.first_offset, dup.last_offset, -1, -1, -1, self.log_start_offset,
@@ -446,6 +451,11 @@ class Log:
         first = self.log_end_offset
         last = first + lod
         _i64.pack_into(data, 0, first)
+        if records_max != mts:
+            mts = records_max
+            _i64.pack_into(data, 35, mts)
+            crc = crc32c(memoryview(data)[21:])
+            _u32.pack_into(data, 17, crc)
         if leader_epoch is not None and leader_epoch >= 0:
             _i32.pack_into(data, 12, leader_epoch)
             ple = leader_epoch
