@@ -12,7 +12,14 @@ from hypothesis import HealthCheck, given, settings
 
 from odradek._clock import FakeClock
 from odradek.errors import ErrorCode
-from odradek.records import BatchBuilder, Compression, LegacyBatchBuilder, compress, iter_batch_headers, legacy
+from odradek.records import (
+    BatchBuilder,
+    Compression,
+    LegacyBatchBuilder,
+    compress,
+    iter_batch_headers,
+    legacy,
+)
 from odradek.records.v2 import assemble_batch
 from odradek.storage import (
     CorruptRecordError,
@@ -63,7 +70,7 @@ def test_the_count_is_checked_against_the_offsets_with_kafkas_answer(tmp_path: P
         "count 0": (assemble_batch(b"", 0, 0, TS0, TS0), "Invalid reported count for record batch: 0"),
         "negative range": (assemble_batch(records, 3, -2, TS0, TS0 + 2), "Batch has an invalid offset range: [0, -2]"),
     }
-    for name, (data, message) in cases.items():
+    for _name, (data, message) in cases.items():
         for buf in (data, data + v2_batch(1)):  # the fast path of one batch, and the general one
             with pytest.raises(InvalidRecordError, match=message.replace("[", r"\[").replace("]", r"\]")):
                 log.append(buf)

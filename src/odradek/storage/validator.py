@@ -53,6 +53,7 @@ __all__ = [
     "check_timestamps",
     "fix_max_timestamps",
     "new_header",
+    "records_problem",
     "timestamp_limits",
     "validate_batches",
     "validate_records",
@@ -293,40 +294,40 @@ def _check_legacy(
     messages (their CRCs: CORRUPT_MESSAGE; a magic other than the wrapper's or a codec of their
     own: record errors, INVALID_RECORD), keys on a compacted topic, timestamps within
     ``bounds`` (magic 1)."""
-    tp = f"{topic}-{partition}"
+    where = f" in topic partition {topic}-{partition}" if topic else ""  # no topic: a log read offline
     try:
         [(offset, magic, attributes, timestamp, key, value)] = legacy.parse_message_set(
             bytes(data[h.position : h.position + h.size]), verify_crc=False
         )
     except RecordsError as exc:
-        raise InvalidRecordError(f"{exc} in topic partition {tp}") from exc
+        raise InvalidRecordError(f"{exc}{where}") from exc
     if not attributes & 0x07:
         inner = [(offset, magic, attributes, timestamp, key, value)]
     else:
         if value is None:
-            raise InvalidRecordError(f"Compressed wrapper message has a null value in topic partition {tp}")
+            raise InvalidRecordError(f"Compressed wrapper message has a null value{where}")
         try:
             payload = decompress(attributes & 0x07, value, magic=magic)
         except DecompressionLimitExceeded as exc:
             raise RecordBatchTooLargeError(str(exc)) from exc
         except (UnsupportedCodecError, UnsupportedMagicError, RecordsError) as exc:
-            raise CorruptRecordError(f"{exc} in topic partition {tp}") from exc
+            raise CorruptRecordError(f"{exc}{where}") from exc
         try:
             inner = legacy.parse_message_set(payload, verify_crc=True)
         except CrcMismatchError as exc:
-            raise CorruptRecordError(f"{exc} in topic partition {tp}") from exc
+            raise CorruptRecordError(f"{exc}{where}") from exc
         except RecordsError as exc:
-            raise InvalidRecordError(f"{exc} in topic partition {tp}") from exc
+            raise InvalidRecordError(f"{exc}{where}") from exc
         if not inner:
-            raise InvalidRecordError(f"Compressed wrapper message holds no messages in topic partition {tp}")
+            raise InvalidRecordError(f"Compressed wrapper message holds no messages{where}")
         errors = []
         for i, (i_offset, i_magic, i_attributes, *_rest) in enumerate(inner):
             if i_attributes & 0x07:
                 errors.append((i, "Compressed outer record should not have an inner record with a compression "
                                   f"attribute set: offset {i_offset}"))
             elif i_magic != magic:
-                errors.append((i, f"Record at offset {i_offset}'s magic does not match outer magic {magic} in "
-                                  f"topic partition {tp}"))
+                errors.append((i, f"Record at offset {i_offset}'s magic does not match outer magic {magic} "
+                                  f"{where}"))
         if errors:
             shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
             raise InvalidRecordError(
@@ -373,6 +374,27 @@ def check_keys(data: bytes | bytearray | memoryview, topic: str, partition: int)
                 _refuse_records(buf, start, stop, h, topic, partition, keys=True, bounds=None)
         else:
             _check_legacy(data, h, topic, partition, True, None)
+
+
+def records_problem(data: bytes | bytearray | memoryview, h: BatchHeader) -> str | None:
+    """What is wrong with the records of the entry ``h`` of ``data`` as a log holds it (its frame
+    and CRC already found sound), or None: every record of a v2 batch read against its header
+    (offsets increasing up to the last offset delta: what compaction leaves), a v0/v1 message's
+    framing and a compressed wrapper's inner messages (framing, CRCs, magic, no codec of their
+    own); compressed data decompressed within the usual bound.  For ``dump-log --verify``."""
+    try:
+        if h.magic == 2:
+            buf, start, stop = _records_span(data, h)
+            c = check_records(
+                buf, start, stop, h.record_count, h.base_timestamp, h.last_offset - h.base_offset, sequential=False
+            )
+            return None if c.ok else problem_text(c, h.record_count)
+        _check_legacy(data, h, "", 0, False, None)
+    except (InvalidRecordError, CorruptRecordError, RecordBatchTooLargeError) as exc:
+        return exc.message
+    except RecordsError as exc:
+        return str(exc)
+    return None
 
 
 def timestamp_limits(config: LogConfig) -> tuple[int, int] | None:
