@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from odradek.errors import ErrorCode, KafkaError
 
 __all__ = [
@@ -44,7 +46,13 @@ class CorruptRecordError(StorageError):
 class CorruptSegmentError(CorruptRecordError):
     """Data on disk that cannot be what was written: an impossible entry header (length, magic,
     offsets) in a segment file, found by a read.  Answered as CORRUPT_MESSAGE for the partition;
-    the log dir stays online (the rest of the log and the other partitions are readable)."""
+    the log dir stays online (the rest of the log and the other partitions are readable).
+    ``segment`` and ``position``: where (when known)."""
+
+    def __init__(self, message: str, segment: Path | None = None, position: int | None = None) -> None:
+        super().__init__(message)
+        self.segment = segment
+        self.position = position
 
 
 class InvalidRecordError(StorageError):

@@ -44,6 +44,7 @@ from odradek.storage.config import LogConfig
 from odradek.storage.epoch import LeaderEpochCache
 from odradek.storage.errors import (
     CorruptRecordError,
+    CorruptSegmentError,
     InvalidRecordError,
     LogClosedError,
     OffsetOutOfRangeError,
@@ -77,6 +78,8 @@ _new_header = new_header
 _i32 = struct.Struct(">i")
 _u32 = struct.Struct(">I")
 _RECENT_BATCHES = 32
+#: reads that meet damage on disk are logged at most once per partition in this time
+CORRUPT_READ_LOG_INTERVAL_MS = 60_000
 
 _DIR_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 
@@ -148,6 +151,7 @@ class Log:
         clock: Clock | None = None,
         files: FileOps = OS_FILES,
         flush_inline: bool = True,
+        cleaned_to: int = 0,
     ) -> None:
         parsed = parse_partition_dir(directory.name)
         if parsed is None:
@@ -183,9 +187,11 @@ class Log:
         self.auto_flush = flush_inline
         self._limits: tuple[int, int] | None = None
         self._limits_for: LogConfig | None = None
+        self._corrupt_logged_ms: int | None = None  # see _report_corrupt_read
+        self._corrupt_unlogged = 0
         self.producers = ProducerStateManager(directory)
         loaded = LogLoader(directory, self.topic, self.partition, config, files, self.clock).load(
-            recovery_point, log_start_offset, clean_shutdown
+            recovery_point, log_start_offset, clean_shutdown, cleaned_to
         )
         self._set_segments(loaded.segments)
         self.recovery_point = loaded.recovery_point
@@ -680,18 +686,43 @@ class Log:
             if region is None or isinstance(region, FileRegion):
                 return ReadResult(region, offset, start, end)
         i = self._segment_for(offset, segments, bases)
-        while i < len(segments):
-            seg = segments[i]
-            if seg.closed:
+        try:
+            while i < len(segments):
+                seg = segments[i]
+                if seg.closed:
+                    i += 1
+                    continue
+                size = seg.size  # before next_offset, which an append raises first
+                max_position = size if limit >= seg.next_offset else seg.position_of(limit)
+                region = seg.read(offset, max_bytes, max_position, min_one_message)
+                if region is not None:
+                    return ReadResult(region, offset, start, end)
                 i += 1
-                continue
-            size = seg.size  # before next_offset, which an append raises first
-            max_position = size if limit >= seg.next_offset else seg.position_of(limit)
-            region = seg.read(offset, max_bytes, max_position, min_one_message)
-            if region is not None:
-                return ReadResult(region, offset, start, end)
-            i += 1
+        except CorruptSegmentError as exc:
+            self._report_corrupt_read(exc, offset)
+            raise
         return ReadResult(None, offset, start, end)
+
+    def _report_corrupt_read(self, exc: CorruptSegmentError, offset: int) -> None:
+        """An ERROR line for a read that met damage on disk (the reader is answered CORRUPT_MESSAGE):
+        the partition, the segment file, the position and the offset read.  At most one line per
+        partition every :data:`CORRUPT_READ_LOG_INTERVAL_MS`, counting the reads not logged, so a
+        consumer polling the damaged offset does not flood the log."""
+        now = self.clock.monotonic_ms()
+        last = self._corrupt_logged_ms
+        if last is not None and now - last < CORRUPT_READ_LOG_INTERVAL_MS:
+            self._corrupt_unlogged += 1
+            return
+        unlogged, self._corrupt_unlogged = self._corrupt_unlogged, 0
+        self._corrupt_logged_ms = now
+        segment = exc.segment.name if exc.segment is not None else "?"
+        _log.error(
+            "partition %s-%d: a read at offset %d met a corrupt entry in segment %s at position %s and was "
+            "answered CORRUPT_MESSAGE (%s)%s",
+            self.topic, self.partition, offset, segment, "?" if exc.position is None else exc.position,
+            exc.message,
+            f"; {unlogged} more reads met corrupt entries of this partition since the last such line" if unlogged else "",
+        )
 
     @staticmethod
     def _read_recent(

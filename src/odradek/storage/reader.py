@@ -67,7 +67,7 @@ class SegmentDamageError(CorruptSegmentError):
         self.offset = offset
         self.problem = problem
         message = f"corrupt segment {path} at byte position {position} (after offset {offset - 1}): {problem}"
-        super().__init__(message + (f"; {hint}" if hint else ""))
+        super().__init__(message + (f"; {hint}" if hint else ""), path, position)
 
 
 @dataclass(frozen=True, slots=True)
