@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -129,3 +130,33 @@ def test_every_reader_refuses_a_lying_batch(
     with pytest.raises(KafkaError) as err:
         _consume(fetched, 2)
     assert err.value.code == ErrorCode.CORRUPT_MESSAGE, kind
+
+
+def test_a_lie_on_disk_reaches_odradeks_consumer_as_an_error(tmp_path: Path) -> None:
+    """A log holding a lie (written before the broker read records, or by hand): the broker serves
+    the batch (its CRC is right), and Odradek's consumer hands out the good records before it and
+    then raises CORRUPT_MESSAGE, instead of two records at one offset or a silent stop."""
+    from odradek.client.consumer_simple import SimpleConsumer
+
+    data_dir = tmp_path
+    with BrokerProcess(data_dir) as b:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})  # kept while its future is pending
+        admin.create_topics([NewTopic("disk", 1, 1)])["disk"].result(30)
+        w = WireClient(b.host, b.port)
+        assert _produce_to(w, "disk", _good(3)).error_code == 0
+        w.close()
+    segment = next((data_dir / "disk-0").glob("*.log"))
+    # two records, both with offset delta 0: a consumer reading it blindly hands out two records at offset 3
+    lie = lying.batch([lying.Rec(0, b"a", b"x"), lying.Rec(1, b"b", b"y", od=0)])
+    segment.write_bytes(segment.read_bytes() + _stored(lie, 3))
+    with BrokerProcess(data_dir) as b, SimpleConsumer(bootstrap_servers=b.bootstrap) as consumer:
+        got = consumer.fetch("disk", 0, 0)
+        assert [r.offset for r in got] == [0, 1, 2] and got.next_offset == 3
+        with pytest.raises(KafkaError) as err:
+            consumer.fetch("disk", 0, 3)
+        assert err.value.code == ErrorCode.CORRUPT_MESSAGE
+        assert "offsets do not increase" in str(err.value)
+
+
+def _produce_to(client: WireClient, topic: str, batch: bytes) -> Any:
+    return client.request(produce_request(topic, batch), PRODUCE_VERSION).responses[0].partition_responses[0]
