@@ -191,3 +191,28 @@ def test_the_decoders_refuse_every_lie(lie_kind: str, drawn: st.DataObject) -> N
         batch.record_columns()
     with pytest.raises(odr.RecordsError):
         _ = next(iter(odr.read_batches(stored))).records
+
+
+@given(st.data())
+@PROFILE
+def test_long_batches_of_one_shape_agree(data: st.DataObject) -> None:
+    """The compiled pass reads records of the usual shape in a loop of its own (varints of up to three
+    bytes, no headers) and hands anything else to the general parse: both agree with Python on long
+    batches with a record of another shape or damage anywhere."""
+    n = data.draw(st.sampled_from([300, 9000, 20_000]))
+    b = BatchBuilder()
+    odd = data.draw(st.integers(0, n - 1))
+    for i in range(n):
+        headers = [("h", b"x")] if i == odd else []
+        b.append(lying.TS0 + (i // 7) * data.draw(st.sampled_from([1, 1000])) if i == 0 else lying.TS0 + i // 7,
+                 None if i % 3 else b"key", b"v" * (i % 150), headers)
+    buf = bytearray(b.build())
+    if data.draw(st.booleans()):
+        at = data.draw(st.integers(61, len(buf) - 1))
+        buf[at] = data.draw(st.sampled_from([0x00, 0x01, 0x7F, 0x80, 0xFF, buf[at] ^ 0x02]))
+    h = next(iter(odr.iter_batch_headers(bytes(buf))))
+    for sequential in (True, False):
+        args = (bytes(buf), 61, len(buf), h.record_count, h.base_timestamp, h.last_offset - h.base_offset)
+        py = check_records_python(*args, sequential=sequential)
+        if speedups.compiled is not None:
+            assert RecordsCheck._make(speedups.compiled.check_records(*args, sequential)) == py

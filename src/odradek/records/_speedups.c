@@ -36,8 +36,24 @@ typedef struct {
  * bits beyond the type's width in the last byte are dropped.  0, or -1 when the data ends inside
  * it, -2 when it is longer than its type allows. */
 static inline int read_varlong(reader *r, int max_bytes, int64_t *out) {
-    if (r->pos < r->n && !(r->p[r->pos] & 0x80)) { /* one byte: nearly every length and delta */
-        uint64_t b = r->p[r->pos++];
+    Py_ssize_t pos = r->pos;
+    if (pos + 1 < r->n) { /* one or two bytes: nearly every length and delta */
+        uint64_t b0 = r->p[pos];
+        if (!(b0 & 0x80)) {
+            r->pos = pos + 1;
+            *out = (int64_t)((b0 >> 1) ^ (~(b0 & 1) + 1));
+            return 0;
+        }
+        uint64_t b1 = r->p[pos + 1];
+        if (!(b1 & 0x80)) {
+            uint64_t v = (b0 & 0x7F) | (b1 << 7);
+            r->pos = pos + 2;
+            *out = (int64_t)((v >> 1) ^ (~(v & 1) + 1));
+            return 0;
+        }
+    } else if (pos < r->n && !(r->p[pos] & 0x80)) {
+        uint64_t b = r->p[pos];
+        r->pos = pos + 1;
         *out = (int64_t)((b >> 1) ^ (~(b & 1) + 1));
         return 0;
     }
@@ -356,6 +372,78 @@ fail:
     return NULL;
 }
 
+/* A zig-zag varint of one to three bytes at q, before bend, into out; anything else (longer, cut
+ * by bend) makes the calling function stop: the general parse_record then reads that record. */
+#define SHORT_VARINT(out)                                                                           \
+    do {                                                                                            \
+        if (q >= bend) goto stop;                                                                   \
+        uint64_t b0_ = *q, v_;                                                                      \
+        if (!(b0_ & 0x80)) {                                                                        \
+            v_ = b0_;                                                                               \
+            q++;                                                                                    \
+        } else {                                                                                    \
+            if (bend - q < 2) goto stop;                                                            \
+            uint64_t b1_ = q[1];                                                                    \
+            if (!(b1_ & 0x80)) {                                                                    \
+                v_ = (b0_ & 0x7F) | (b1_ << 7);                                                     \
+                q += 2;                                                                             \
+            } else {                                                                                \
+                if (bend - q < 3 || (q[2] & 0x80)) goto stop;                                       \
+                v_ = (b0_ & 0x7F) | ((b1_ & 0x7F) << 7) | ((uint64_t)q[2] << 14);                   \
+                q += 3;                                                                             \
+            }                                                                                       \
+        }                                                                                           \
+        (out) = (int64_t)(v_ >> 1) ^ -(int64_t)(v_ & 1);                                            \
+    } while (0)
+
+typedef struct {
+    int64_t max_ts, min_ts, prev;
+    Py_ssize_t keyless;
+} tally;
+
+/* check_records' loop over records of the usual shape (every varint of one to three bytes, no
+ * headers, offsets and timestamps as they must be), from record i at *pp: the index of the first
+ * record it leaves to the general parse (count when none), *pp at it.  Whatever it accepts, the
+ * general parse accepts with the same numbers; it only keeps the common case out of the general
+ * parse's bookkeeping. */
+static inline long long short_records(const uint8_t **pp, const uint8_t *end, long long i, long long count,
+                                      int sequential, int64_t lod, int64_t base_ts, tally *t) {
+    const uint8_t *p = *pp;
+    int64_t max_ts = t->max_ts, min_ts = t->min_ts, prev = t->prev;
+    Py_ssize_t keyless = t->keyless;
+    for (; i < count; i++) {
+        const uint8_t *q = p, *bend = end;
+        int64_t length, tsd, od, kl, vl, stamp;
+        SHORT_VARINT(length);
+        if (length < 1 || length > bend - q) goto stop;
+        bend = q + length;
+        q++; /* attributes */
+        SHORT_VARINT(tsd);
+        SHORT_VARINT(od);
+        SHORT_VARINT(kl);
+        if (kl < -1 || kl > bend - q) goto stop;
+        if (kl > 0) q += kl;
+        SHORT_VARINT(vl);
+        if (vl < -1 || vl > bend - q) goto stop;
+        if (vl > 0) q += vl;
+        if (bend - q != 1 || *q != 0) goto stop; /* a header count of 0, the record's last byte */
+        if (sequential ? od != i : (od <= prev || od > lod)) goto stop;
+        if (__builtin_add_overflow(base_ts, tsd, &stamp)) goto stop;
+        prev = od;
+        if (stamp > max_ts) max_ts = stamp;
+        if (stamp != -1 && stamp < min_ts) min_ts = stamp;
+        keyless += kl < 0;
+        p = bend;
+    }
+stop:
+    *pp = p;
+    t->max_ts = max_ts;
+    t->min_ts = min_ts;
+    t->prev = prev;
+    t->keyless = keyless;
+    return i;
+}
+
 /* check_records(buf, start, stop, count, base_timestamp, last_offset_delta, sequential)
  *     -> (problem, index, position, value, extra, max_timestamp, min_timestamp, keyless)
  *
@@ -366,7 +454,8 @@ fail:
  * 0, 1, ... as a producer writes them; else strictly increasing up to ``last_offset_delta``, as
  * compaction leaves them) and timestamps within int64.  ``problem`` is 0 or what is wrong (the P_
  * codes above; odradek.records.check names them), found at record ``index`` starting at byte
- * ``position`` of ``buf``, with its numbers ``value`` and ``extra``; ``max_timestamp`` (-1 when no
+ * ``position`` of ``buf`` (without a problem: the end of the records), with its numbers
+ * ``value`` and ``extra``; ``max_timestamp`` (-1 when no
  * record has a larger one, as Kafka starts from NO_TIMESTAMP) and ``min_timestamp`` (over records
  * whose timestamp is not -1; INT64_MAX when none) and ``keyless`` (records with a null key) sum up
  * the records read.  The GIL is released while it runs over large data. */
@@ -397,42 +486,49 @@ static PyObject *check_records(PyObject *self, PyObject *const *args, Py_ssize_t
     long long i = 0;
     Py_ssize_t at = start;
     detail d = {0, 0};
-    int64_t max_ts = -1, min_ts = INT64_MAX, prev = -1;
-    Py_ssize_t keyless = 0;
-    reader r = {(const uint8_t *)view.buf, stop, start};
+    tally t = {-1, INT64_MAX, -1, 0};
+    const uint8_t *base = (const uint8_t *)view.buf, *end = base + stop, *p = base + start;
     PyThreadState *ts_state = stop - start >= 65536 ? PyEval_SaveThread() : NULL;
-    for (i = 0; i < count; i++) {
+    while (1) {
+        i = short_records(&p, end, i, count, sequential, lod, base_ts, &t);
+        if (i >= count) break;
+        /* a record of another shape, or a problem: the general parse says which */
+        reader r = {base, stop, p - base};
         record rec;
         at = r.pos;
         problem = parse_record(&r, &rec, 0, &d);
         if (problem != P_OK) break;
         int64_t od = rec.offset_delta;
-        if (sequential ? od != i : (od <= prev || od > lod)) {
+        if (sequential ? od != i : (od <= t.prev || od > lod)) {
             problem = P_OFFSET_DELTA;
             d.value = od;
-            d.extra = sequential ? i : prev;
+            d.extra = sequential ? i : t.prev;
             break;
         }
-        prev = od;
+        t.prev = od;
         int64_t stamp;
         if (__builtin_add_overflow((int64_t)base_ts, rec.timestamp_delta, &stamp)) {
             problem = P_TIMESTAMP;
             d.value = rec.timestamp_delta;
             break;
         }
-        if (stamp > max_ts) max_ts = stamp;
-        if (stamp != -1 && stamp < min_ts) min_ts = stamp;
-        if (rec.key_len < 0) keyless++;
+        if (stamp > t.max_ts) t.max_ts = stamp;
+        if (stamp != -1 && stamp < t.min_ts) t.min_ts = stamp;
+        if (rec.key_len < 0) t.keyless++;
+        p = base + r.pos;
+        i++;
     }
-    if (problem == P_OK && r.pos != stop) {
-        problem = P_TRAILING;
-        at = r.pos;
-        d.value = stop - r.pos;
+    if (problem == P_OK) {
+        at = p - base; /* the end of the records, or where bytes are left after them */
+        if (p != end) {
+            problem = P_TRAILING;
+            d.value = end - p;
+        }
     }
     if (ts_state != NULL) PyEval_RestoreThread(ts_state);
     PyBuffer_Release(&view);
-    return Py_BuildValue("(iLnLLLLn)", problem, i, at, (long long)d.value, (long long)d.extra, (long long)max_ts,
-                         (long long)min_ts, keyless);
+    return Py_BuildValue("(iLnLLLLn)", problem, i, at, (long long)d.value, (long long)d.extra, (long long)t.max_ts,
+                         (long long)t.min_ts, t.keyless);
 }
 
 /* A growable-free Arrow binary column: int32 offsets, data, validity bitmap. */

@@ -24,7 +24,7 @@ What is checked, in this order for each record (the first problem found is repor
 
 and after the last declared record, nothing is left.  :func:`check_records` returns the first
 problem (``problem``, the index of the ``record``, its byte ``position``, the numbers ``value`` and
-``extra``) and, when there is none, what the broker needs next: the records' largest timestamp,
+``extra``; without a problem, the record count and the end position) and, when there is none, what the broker needs next: the records' largest timestamp,
 their smallest (records with timestamp -1 left out), and how many have a null key.
 :func:`problem_text` words a problem as Kafka's exceptions do where Kafka has one.
 
@@ -251,7 +251,7 @@ def check_records_python(
         i += 1
     if pos != stop:
         return RecordsCheck(P_TRAILING, i, pos, stop - pos, 0, max_ts, min_ts, keyless)
-    return RecordsCheck(P_OK, i, at, 0, 0, max_ts, min_ts, keyless)
+    return RecordsCheck(P_OK, i, pos, 0, 0, max_ts, min_ts, keyless)
 
 
 def problem_text(check: RecordsCheck, count: int) -> str:
