@@ -29,8 +29,15 @@ from odradek.records import (
     decompress,
     iter_batch_headers,
     legacy,
+    speedups,
 )
-from odradek.records.check import NO_MIN_TIMESTAMP, check_records, problem_text
+from odradek.records.check import (
+    NO_MIN_TIMESTAMP,
+    RecordsCheck,
+    check_records,
+    check_records_python,
+    problem_text,
+)
 from odradek.records.errors import (
     CrcMismatchError,
     DecompressionLimitExceeded,
@@ -68,6 +75,16 @@ _U32 = struct.Struct(">I")
 _HEADER_SIZE = 61
 _ATTR_LOG_APPEND_TIME = 0x08
 _ATTR_CONTROL = 0x20
+
+
+def _check_python(
+    buf: bytes | bytearray | memoryview, start: int, stop: int, count: int, base_ts: int, lod: int, sequential: bool
+) -> tuple[int, ...]:
+    return check_records_python(buf, start, stop, count, base_ts, lod, sequential=sequential)
+
+
+#: check_records as a plain function returning a plain tuple: the compiled one when it is there
+_check = getattr(speedups.compiled, "check_records", None) or _check_python
 
 
 def new_header(fields: tuple[int, ...]) -> BatchHeader:
@@ -134,24 +151,27 @@ def validate_batches(
 def check_batch_header(h: BatchHeader, magic: int, topic: str, partition: int) -> None:
     """Kafka's LogValidator.validateBatch for a produced batch (INVALID_RECORD): the magic of
     the first batch, and a v2 batch's offset range and record count."""
-    tp = f"{topic}-{partition}"
     if h.magic != magic:
         raise InvalidRecordError(
-            f"Batch magic {h.magic} is not the same as the first batch's magic byte {magic} in topic partition {tp}"
+            f"Batch magic {h.magic} is not the same as the first batch's magic byte {magic} in topic partition "
+            f"{topic}-{partition}"
         )
     if h.magic < 2:
         return
+    count = h.record_count
+    if count > 0 and count == h.last_offset - h.base_offset + 1:
+        return
     if h.last_offset - h.base_offset + 1 <= 0:
         raise InvalidRecordError(
-            f"Batch has an invalid offset range: [{h.base_offset}, {h.last_offset}] in topic partition {tp}"
+            f"Batch has an invalid offset range: [{h.base_offset}, {h.last_offset}] in topic partition "
+            f"{topic}-{partition}"
         )
-    if h.record_count <= 0:
-        raise InvalidRecordError(f"Invalid reported count for record batch: {h.record_count} in topic partition {tp}")
-    if h.record_count != h.last_offset - h.base_offset + 1:
-        raise InvalidRecordError(
-            f"Inconsistent batch offset range [{h.base_offset}, {h.last_offset}] and count of records "
-            f"{h.record_count} in topic partition {tp}"
-        )
+    if count <= 0:
+        raise InvalidRecordError(f"Invalid reported count for record batch: {count} in topic partition {topic}-{partition}")
+    raise InvalidRecordError(
+        f"Inconsistent batch offset range [{h.base_offset}, {h.last_offset}] and count of records "
+        f"{count} in topic partition {topic}-{partition}"
+    )
 
 
 def _records_span(
@@ -187,23 +207,28 @@ def validate_records(
     docstring).  Returns the max timestamp the batch is to carry: its records' (Kafka sets it
     from them), or the header's for a log-append-time batch or topic.  ``sequential``: offset
     deltas must be 0..n-1 (a producer's batch); else only increasing (data after compaction)."""
-    buf, start, stop = _records_span(data, h)
+    attributes = h.attributes
     count = h.record_count
-    c = check_records(buf, start, stop, count, h.base_timestamp, h.last_offset - h.base_offset, sequential=sequential)
-    if c.problem:
-        raise InvalidRecordError(f"{problem_text(c, count)} in topic partition {topic}-{partition}")
-    keyless = bool(config.compact and c.keyless and not h.attributes & _ATTR_CONTROL)
-    create_time = config.message_timestamp_type == "CreateTime" and not h.attributes & _ATTR_LOG_APPEND_TIME
+    if attributes & 0x07:
+        buf, start, stop = _records_span(data, h)
+    else:  # the common case, read where it lies
+        buf, start, stop = data, h.position + _HEADER_SIZE, h.position + h.size
+    # problem, record, position, value, extra, max timestamp, min timestamp, keyless records
+    c = _check(buf, start, stop, count, h.base_timestamp, h.last_offset - h.base_offset, sequential)
+    if c[0]:
+        raise InvalidRecordError(f"{problem_text(RecordsCheck._make(c), count)} in topic partition {topic}-{partition}")
+    create_time = not attributes & _ATTR_LOG_APPEND_TIME and config.message_timestamp_type == "CreateTime"
+    keyless = bool(c[7] and config.compact and not attributes & _ATTR_CONTROL)
     bounds = None
     if create_time and now_ms is not None:
         limits = timestamp_limits(config)
         if limits is not None:
             low, high = now_ms - limits[0], now_ms + limits[1]
-            if (c.min_timestamp != NO_MIN_TIMESTAMP and c.min_timestamp < low) or c.max_timestamp > high:
+            if (c[6] != NO_MIN_TIMESTAMP and c[6] < low) or c[5] > high:
                 bounds = (low, high)
     if keyless or bounds is not None:
         _refuse_records(buf, start, stop, h, topic, partition, keys=keyless, bounds=bounds)
-    return c.max_timestamp if create_time else h.max_timestamp
+    return c[5] if create_time else h.max_timestamp
 
 
 def _v2_header(
