@@ -112,7 +112,7 @@ def one_run(src: Path, scratch: Path, partitions: int, codec: str, records: int,
     broker = BrokerProcess(data_dir, env={"PYTHONPATH": str(src)})
     broker.start()
     try:
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
         admin.create_topics([NewTopic("bench", partitions, 1)])["bench"].result(timeout=30)
         common: dict[str, Any] = {"record_size": VALUE_BYTES, "acks": 1, "compression": codec, "config": PRODUCER}
         if warmup:

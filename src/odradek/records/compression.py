@@ -50,10 +50,13 @@ __all__ = [
     "Compression",
     "compress",
     "decompress",
+    "decompress_scratch",
+    "give_scratch",
     "lz4_compress",
     "lz4_decompress",
     "snappy_compress_xerial",
     "snappy_decompress",
+    "take_scratch",
 ]
 
 #: Default cap on the size of one decompressed payload (64 MiB).
@@ -372,3 +375,50 @@ def decompress(
     except Exception as exc:  # any codec library failure is a property of the data
         raise DecompressionError(f"cannot decompress codec {codec} payload: {exc}") from None
     raise UnsupportedCodecError(f"compression codec {codec} is not valid with magic {magic}")
+
+
+
+#: the largest buffer :func:`take_scratch` keeps for reuse
+SCRATCH_MAX = 8 << 20
+_SCRATCH_KEPT = 4
+#: buffers given back, for the next taker (list.pop and list.append are atomic: no lock needed)
+_free_scratch: list[bytearray] = []
+
+
+def take_scratch() -> bytearray:
+    """A buffer for :func:`decompress_scratch`, to be given back with :func:`give_scratch` once
+    its content is no longer needed (each is used by one caller at a time)."""
+    try:
+        return _free_scratch.pop()
+    except IndexError:
+        return bytearray(1 << 20)
+
+
+def give_scratch(buf: bytearray) -> None:
+    if len(buf) <= SCRATCH_MAX and len(_free_scratch) < _SCRATCH_KEPT:
+        _free_scratch.append(buf)
+
+
+def decompress_scratch(
+    codec: int, data: Buffer, scratch: bytearray, *, magic: int = 2, max_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE
+) -> Buffer:
+    """:func:`decompress` for a reader that looks at the result once and drops it (a broker
+    validating a produced batch): lz4 (magic 1 and 2) is decompressed into ``scratch`` (see
+    :func:`take_scratch`), so that a batch costs no fresh memory from the kernel (the page faults
+    of a new megabyte each time cost more than the decompression).  The result may be a view of
+    ``scratch``.  Anything the fast path does not take (another codec, a frame that does not fit
+    ``scratch``, any error) goes to :func:`decompress`, which says what is wrong; what it takes,
+    :func:`decompress` gives alike.  A result that did not fit grows ``scratch`` for the next
+    time (up to :data:`SCRATCH_MAX`)."""
+    if codec == Compression.LZ4 and magic >= 1 and len(scratch) <= max_size:
+        try:
+            n = cramjam.lz4.decompress_into(data, scratch)
+        except Exception:  # too large for the buffer, or bad: the general path says which
+            pass
+        else:
+            return memoryview(scratch)[:n]
+        out = decompress(codec, data, magic=magic, max_size=max_size)
+        if len(scratch) < len(out) <= SCRATCH_MAX:
+            scratch.extend(bytes(len(out) - len(scratch)))  # larger batches come: the next one fits
+        return out
+    return decompress(codec, data, magic=magic, max_size=max_size)

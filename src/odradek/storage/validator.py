@@ -38,6 +38,7 @@ from odradek.records.check import (
     check_records_python,
     problem_text,
 )
+from odradek.records.compression import decompress_scratch, give_scratch, take_scratch
 from odradek.records.errors import (
     CrcMismatchError,
     DecompressionLimitExceeded,
@@ -175,16 +176,18 @@ def check_batch_header(h: BatchHeader, magic: int, topic: str, partition: int) -
 
 
 def _records_span(
-    data: bytes | bytearray | memoryview, h: BatchHeader
+    data: bytes | bytearray | memoryview, h: BatchHeader, scratch: bytearray | None = None
 ) -> tuple[bytes | bytearray | memoryview, int, int]:
     """Where a v2 batch's records lie: in ``data`` itself, or decompressed (within the usual
-    bound: DecompressionLimitExceeded is MESSAGE_TOO_LARGE, a bad payload CORRUPT_MESSAGE)."""
+    bound: DecompressionLimitExceeded is MESSAGE_TOO_LARGE, a bad payload CORRUPT_MESSAGE),
+    perhaps into ``scratch`` (see :func:`odradek.records.compression.take_scratch`)."""
     start = h.position + _HEADER_SIZE
     codec = h.attributes & 0x07
     if not codec:
         return data, start, h.position + h.size
     try:
-        buf = decompress(codec, memoryview(data)[start : h.position + h.size], magic=2)
+        payload = memoryview(data)[start : h.position + h.size]
+        buf = decompress(codec, payload, magic=2) if scratch is None else decompress_scratch(codec, payload, scratch)
     except DecompressionLimitExceeded as exc:
         raise RecordBatchTooLargeError(str(exc)) from exc
     except RecordsError as exc:
@@ -207,12 +210,31 @@ def validate_records(
     docstring).  Returns the max timestamp the batch is to carry: its records' (Kafka sets it
     from them), or the header's for a log-append-time batch or topic.  ``sequential``: offset
     deltas must be 0..n-1 (a producer's batch); else only increasing (data after compaction)."""
+    if h.attributes & 0x07:
+        scratch = take_scratch()
+        try:
+            return _validate_span(*_records_span(data, h, scratch), h, config, topic, partition, now_ms, sequential)
+        finally:
+            give_scratch(scratch)
+    # the common case: the records read where they lie
+    return _validate_span(
+        data, h.position + _HEADER_SIZE, h.position + h.size, h, config, topic, partition, now_ms, sequential
+    )
+
+
+def _validate_span(
+    buf: bytes | bytearray | memoryview,
+    start: int,
+    stop: int,
+    h: BatchHeader,
+    config: LogConfig,
+    topic: str,
+    partition: int,
+    now_ms: int | None,
+    sequential: bool,
+) -> int:
     attributes = h.attributes
     count = h.record_count
-    if attributes & 0x07:
-        buf, start, stop = _records_span(data, h)
-    else:  # the common case, read where it lies
-        buf, start, stop = data, h.position + _HEADER_SIZE, h.position + h.size
     # problem, record, position, value, extra, max timestamp, min timestamp, keyless records
     c = _check(buf, start, stop, count, h.base_timestamp, h.last_offset - h.base_offset, sequential)
     if c[0]:
