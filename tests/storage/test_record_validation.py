@@ -20,6 +20,7 @@ from odradek.records import (
     compress,
     iter_batch_headers,
     legacy,
+    speedups,
 )
 from odradek.records.v2 import assemble_batch
 from odradek.storage import (
@@ -29,6 +30,7 @@ from odradek.storage import (
     Log,
     LogConfig,
     RecordBatchTooLargeError,
+    validator,
 )
 
 from ..records import lying
@@ -46,10 +48,22 @@ def shared_log(tmp_path_factory: pytest.TempPathFactory) -> Log:
     return log
 
 
+@pytest.fixture(params=["compiled", "python"])
+def check_pass(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The append's record check: the compiled one (when built) and the pure-Python one."""
+    if request.param == "python":
+        monkeypatch.setattr(validator, "_check", validator._check_python)
+    elif speedups.compiled is None:
+        pytest.skip("the compiled module is turned off")
+    return str(request.param)
+
+
 @pytest.mark.parametrize("lie_kind", lying.KINDS)
 @given(drawn=st.data())
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
-def test_lying_batches_are_refused_and_nothing_is_written(shared_log: Log, lie_kind: str, drawn: st.DataObject) -> None:
+def test_lying_batches_are_refused_and_nothing_is_written(
+    shared_log: Log, check_pass: str, lie_kind: str, drawn: st.DataObject
+) -> None:
     kind, data = drawn.draw(lying.lies(kinds=(lie_kind,)))
     end, size = shared_log.log_end_offset, shared_log.active.size
     for buf in (data, bytearray(data)):  # read-only, and the writable buffer appended in place
