@@ -276,14 +276,15 @@ def recompress(records: bytes | bytearray | memoryview, compression_type: str) -
 
 
 def prepare_append(
-    data: bytes | bytearray | memoryview, config: LogConfig, topic: str, partition: int
+    data: bytes | bytearray | memoryview, config: LogConfig, topic: str, partition: int, now_ms: int | None = None
 ) -> tuple[bytes | None, list[BatchHeader]]:
     """What the log's append of a produced ``data`` needs first, as a pure function (a worker
     process runs it): ``data`` validated as sent, converted by :func:`recompress` (the topic's
     ``compression.type``, format v2), and the batches to write validated.  Returns (the data to write, None
     when it is ``data`` itself; their batch headers).  Raises the log's errors for data it
-    refuses (CorruptRecordError, InvalidRecordError with per-record errors, ...)."""
-    headers = validate_batches(data, config, topic, partition)
+    refuses (CorruptRecordError, InvalidRecordError with per-record errors, ...).  ``now_ms``: the
+    broker's clock, for the per-record timestamp limits."""
+    headers = validate_batches(data, config, topic, partition, now_ms=now_ms)
     if CODECS[config.compression_type] is None and all(h.magic == 2 for h in headers):
         return None, headers
     try:
@@ -293,4 +294,4 @@ def prepare_append(
     if out is data:
         return None, headers
     written = bytes(out)
-    return written, validate_batches(written, config, topic, partition)
+    return written, validate_batches(written, config, topic, partition, now_ms=now_ms)

@@ -1,9 +1,13 @@
 """``odradek dump-log``: print segments and check indexes, like Kafka's dump-log tool.
 
 ``--verify`` checks a partition without a broker: every entry's length, magic, offsets and CRC,
-offsets across segments, torn tails, and index entries against the batches they point at.
+every record against its batch header (a batch whose records lie under a valid CRC), offsets
+across segments (gaps no compaction explains, overlaps), a log ending before its recovery point
+(a segment file deleted), torn tails, and index entries against the batches they point at.
 Entries are checked by :func:`odradek.storage.reader.check_entries`, as Spark's offline read
-(``spark.read.format("odradek").option("path", ...)``) checks them.
+(``spark.read.format("odradek").option("path", ...)``) checks them.  Printing
+(``--print-data-log``) never stops on bad data: a batch whose records cannot all be read is
+reported, with the records before the bad one printed.
 """
 
 from __future__ import annotations
@@ -15,7 +19,20 @@ from pathlib import Path
 from typing import TextIO
 
 from odradek.cli._progress import Progress
-from odradek.records import BatchHeader, Compression, RecordsError, read_batches
+from odradek.records import (
+    BatchHeader,
+    Compression,
+    Record,
+    RecordsError,
+    TimestampType,
+    decompress,
+    read_batches,
+    v2,
+)
+from odradek.records.check import check_records, problem_text
+from odradek.storage.checkpoint import CLEANER_OFFSET, RECOVERY_POINT, read_offsets
+from odradek.storage.errors import StorageError
+from odradek.storage.log import parse_partition_dir
 from odradek.storage.reader import LARGEST_ENTRY, check_entries, find_next_entry
 
 __all__ = ["dump_paths", "verify_paths"]
@@ -69,7 +86,7 @@ def dump_log(
     out.write(f"Dumping {path}\nLog starting offset: {base}\n")
     entries = problems = 0
     size = path.stat().st_size
-    for c in check_entries(data, base_offset=base, expected=base, file_size=size):
+    for c in check_entries(data, base_offset=base, expected=base, file_size=size, check_records=True):
         h = c.header
         if h is None:
             problems += 1
@@ -87,19 +104,51 @@ def dump_log(
             if not str(c.problem).startswith("CRC"):
                 out.write(f"Invalid entry at position {c.position}: {c.problem}\n")
         out.write(_batch_line(h, valid) + "\n")
-        if deep and valid:
-            for batch in read_batches(data[h.position : h.end]):
-                for r in batch.records:
-                    line = f"| offset: {r.offset} {_TS_TYPE.get(int(batch.timestamp_type), '?')}: {r.timestamp}"
-                    line += f" keySize: {-1 if r.key is None else len(r.key)}"
-                    line += f" valueSize: {-1 if r.value is None else len(r.value)}"
-                    line += f" headerKeys: [{','.join(k for k, _ in r.headers)}]"
-                    if batch.is_control:
-                        line += " " + _control_text(r.key, r.value)
-                    elif print_data:
-                        line += f" key: {_show(r.key)} payload: {_show(r.value)}"
-                    out.write(line + "\n")
+        if deep and (valid or c.records_only):
+            entry = memoryview(data)[h.position : h.end]
+            records, problem = _readable_records(entry, h._replace(position=0))
+            ts_type = _TS_TYPE.get(int(h.timestamp_type), "?")
+            for r in records:
+                line = f"| offset: {r.offset} {ts_type}: {r.timestamp}"
+                line += f" keySize: {-1 if r.key is None else len(r.key)}"
+                line += f" valueSize: {-1 if r.value is None else len(r.value)}"
+                line += f" headerKeys: [{','.join(k for k, _ in r.headers)}]"
+                if h.is_control:
+                    line += " " + _control_text(r.key, r.value)
+                elif print_data:
+                    line += f" key: {_show(r.key)} payload: {_show(r.value)}"
+                out.write(line + "\n")
+            if problem is not None and valid:  # not found by the check above: say it all the same
+                problems += 1
+            if problem is not None:
+                out.write(f"| the records of the batch at position {c.position} (offset {_first_offset(h)}) "
+                          f"could not all be read: {problem}\n")
     return entries, problems
+
+
+def _first_offset(h: BatchHeader) -> int:
+    return h.base_offset if h.base_offset >= 0 else h.last_offset
+
+
+def _readable_records(entry: memoryview, h: BatchHeader) -> tuple[list[Record], str | None]:
+    """The records of one entry that can be read, and what stopped the reading (None: nothing):
+    a v2 batch's records up to the first one that contradicts the batch header."""
+    try:
+        if h.magic < 2:
+            return list(next(iter(read_batches(entry))).records), None
+        buf: bytes | memoryview = entry
+        start, stop = v2.HEADER_SIZE, len(entry)
+        if h.compression:
+            buf = decompress(h.compression, entry[start:stop], magic=2)
+            start, stop = 0, len(buf)
+        c = check_records(buf, start, stop, h.record_count, h.base_timestamp, h.last_offset - h.base_offset,
+                          sequential=False)
+        lat = h.max_timestamp if h.timestamp_type == TimestampType.LOG_APPEND_TIME else None
+        readable = bytes(buf[start : c.position if not c.ok else stop])
+        records = v2.decode_records(readable, c.record, h.base_offset, h.base_timestamp, lat)
+        return records, None if c.ok else problem_text(c, h.record_count)
+    except (RecordsError, ValueError, StopIteration) as exc:
+        return [], str(exc) or type(exc).__name__
 
 
 def _control_text(key: bytes | None, value: bytes | None) -> str:
@@ -213,19 +262,30 @@ def dump_paths(
         if not f.exists():
             out.write(f"{f}: no such file\n")
             problems += 1
-        elif f.suffix == ".log":
-            problems += dump_log(f, out, print_data=print_data, deep=deep, max_bytes=max_bytes, tick=tick)[1]
-            done += f.stat().st_size
-            tick(0)
-        elif f.suffix == ".index":
-            problems += dump_index(f, out)
-        elif f.suffix == ".timeindex":
-            problems += dump_time_index(f, out)
-        elif f.suffix == ".txnindex":
-            problems += dump_txn_index(f, out)
-        else:
+        elif f.suffix not in (".log", ".index", ".timeindex", ".txnindex"):
             out.write(f"{f}: not a .log, .index, .timeindex or .txnindex file\n")
             problems += 1
+        elif f.suffix != ".txnindex" and not f.stem.isdigit():
+            out.write(f"{f}: not a segment file (its name is not a base offset)\n")
+            problems += 1
+        else:
+            try:
+                if f.suffix == ".log":
+                    problems += dump_log(f, out, print_data=print_data, deep=deep, max_bytes=max_bytes, tick=tick)[1]
+                    done += f.stat().st_size
+                    tick(0)
+                elif f.suffix == ".index":
+                    problems += dump_index(f, out)
+                elif f.suffix == ".timeindex":
+                    problems += dump_time_index(f, out)
+                else:
+                    problems += dump_txn_index(f, out)
+            except OSError as exc:
+                out.write(f"{f}: could not be read: {exc}\n")
+                problems += 1
+            except Exception as exc:  # bad bytes must not stop the dump of the other files
+                out.write(f"{f}: dump stopped by {type(exc).__name__}: {exc}\n")
+                problems += 1
     if problems:
         out.write(f"{problems} problem(s) found\n")
     return 1 if problems else 0
@@ -261,7 +321,9 @@ def verify_segment(
         # garbage, a smaller one that runs past the end of the file is a torn tail
         stopped: tuple[int, str] | None = None
         view = memoryview(data)[pos:]
-        for c in check_entries(view, base_offset=base, expected=expected, position=pos, max_size=LARGEST_ENTRY):
+        for c in check_entries(
+            view, base_offset=base, expected=expected, position=pos, max_size=LARGEST_ENTRY, check_records=True
+        ):
             h = c.header
             if h is not None:
                 ends[c.position] = h.last_offset
@@ -276,6 +338,8 @@ def verify_segment(
             out.write(f"{path}: position {c.position} offset {offset} (after offset {expected - 1}): {c.problem}\n")
             if h is not None:
                 entries += 1  # the entry's frame is sound: go on after it
+                if c.records_only:
+                    expected = h.last_offset + 1  # its header (offsets, CRC) is sound
                 continue
             stopped = (c.position, str(c.problem))
         del view
@@ -345,6 +409,21 @@ def verify_time_index(path: Path, out: TextIO) -> int:
     return problems
 
 
+def _checkpoints(partition_dir: Path) -> tuple[int, int]:
+    """(cleaner checkpoint, recovery point) of a partition directory, from the checkpoint files of
+    its log dir (0 when absent or unreadable)."""
+    parsed = parse_partition_dir(partition_dir.name)
+    if parsed is None:
+        return 0, 0
+    found = []
+    for name in (CLEANER_OFFSET, RECOVERY_POINT):
+        try:
+            found.append(read_offsets(partition_dir.parent / name).get(parsed, 0))
+        except (OSError, ValueError, StorageError):
+            found.append(0)
+    return found[0], found[1]
+
+
 def verify_paths(paths: list[str], *, out: TextIO, progress: Progress | None = None) -> int:
     """``dump-log --verify``: check every batch of the log dirs, partition dirs or segment files
     given, without a broker; one line per problem; exit status 1 when any was found.
@@ -383,23 +462,40 @@ def verify_paths(paths: list[str], *, out: TextIO, progress: Progress | None = N
             problems += 1
             continue
         expected = 0
+        cleaned, recovery_point = _checkpoints(p) if p.is_dir() else (0, 0)
         # per segment: the .log first, then its indexes (checked against the entries found)
         bases = sorted({f.stem for f in files if f.stem.isdigit()})
+        previous: Path | None = None
         for stem in bases:
             folder = files[0].parent
             log_file, index, time_index = (folder / (stem + sfx) for sfx in (".log", ".index", ".timeindex"))
             ends: dict[int, int] = {}
             if log_file in files:
+                base = int(stem)
+                # offsets no segment holds: damage, unless compaction removed them (below the
+                # partition's cleaner checkpoint, its first dirty offset)
+                missing_from = max(expected, cleaned)
+                if previous is not None and base > missing_from:
+                    out.write(f"{log_file}: offsets {missing_from} to {base - 1} are in no segment "
+                              f"(between {previous.name} and {log_file.name}: a segment file deleted?)\n")
+                    problems += 1
                 e, bad, expected = verify_segment(log_file, expected, out, ends, tick)
                 entries += e
                 problems += bad
                 segments += 1
+                previous = log_file
                 done += log_file.stat().st_size
                 tick(0)
             if index in files:
                 problems += verify_index(index, out, ends)
             if time_index in files:
                 problems += verify_time_index(time_index, out)
+        if p.is_dir() and recovery_point > expected:
+            last = f"the last segment {previous.name} ends" if previous is not None else "there is no .log file: it ends"
+            out.write(f"{p}: the log was flushed up to offset {recovery_point} (recovery-point-offset-checkpoint), "
+                      f"but {last} at offset {expected}: offsets {expected} to {recovery_point - 1} are in no "
+                      "segment (a segment file deleted, or a truncation since the checkpoint)\n")
+            problems += 1
     if problems:
         out.write(f"{problems} problem(s) found in {segments} segment(s) ({entries} entries)\n")
         return 1

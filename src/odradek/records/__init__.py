@@ -42,6 +42,11 @@ Header-only path (broker and storage: no per-record work)
 ``validate(data, header, *, produce=False)``
     Bounds plus CRC-32C (v2) or CRC-32 (v0/v1); ``produce`` adds Kafka's
     produce-request checks on the record count.
+``check.check_records(buf, start, stop, count, base_timestamp, last_offset_delta, *, sequential)``
+    Every record of a v2 batch read against its header in one pass with no object
+    per record (compiled, or in Python: the same answers), as Kafka's LogValidator
+    does on append: a :class:`~odradek.records.check.RecordsCheck` with the first
+    problem, or the records' max and min timestamps and their null keys.
 ``patch_base_offset(buf, pos, base_offset)`` / ``patch_partition_leader_epoch(buf, pos, epoch)``
     In-place writes into a v2 batch; neither field is covered by the CRC.
 ``set_log_append_time(buf, header, timestamp)``

@@ -8,6 +8,8 @@
  *       -> list of record_type tuples (offset, timestamp, key, value, headers), as v2.decode_records
  *   decode_columns(batches, with_headers[, alloc])
  *       -> the Arrow buffers of the columns of several batches' records (see decode_columns below)
+ *   check_records(buf, start, stop, count, base_timestamp, last_offset_delta, sequential)
+ *       -> what is wrong with a batch's records, in one pass with no object per record (see below)
  *   encode_record_body(timestamp_delta, offset_delta, key, value)
  *       -> one record without headers, as BatchBuilder stores it
  *   Pool, Receipt, Appender
@@ -30,10 +32,28 @@ typedef struct {
     Py_ssize_t pos;
 } reader;
 
-/* Kafka's varint / varlong: zigzag-encoded LEB128, at most 5 / 10 bytes. */
+/* Kafka's varint / varlong: zigzag-encoded LEB128, at most 5 / 10 bytes.  As in Kafka's reader,
+ * bits beyond the type's width in the last byte are dropped.  0, or -1 when the data ends inside
+ * it, -2 when it is longer than its type allows. */
 static inline int read_varlong(reader *r, int max_bytes, int64_t *out) {
-    if (r->pos < r->n && !(r->p[r->pos] & 0x80)) { /* one byte: nearly every length and delta */
-        uint64_t b = r->p[r->pos++];
+    Py_ssize_t pos = r->pos;
+    if (pos + 1 < r->n) { /* one or two bytes: nearly every length and delta */
+        uint64_t b0 = r->p[pos];
+        if (!(b0 & 0x80)) {
+            r->pos = pos + 1;
+            *out = (int64_t)((b0 >> 1) ^ (~(b0 & 1) + 1));
+            return 0;
+        }
+        uint64_t b1 = r->p[pos + 1];
+        if (!(b1 & 0x80)) {
+            uint64_t v = (b0 & 0x7F) | (b1 << 7);
+            r->pos = pos + 2;
+            *out = (int64_t)((v >> 1) ^ (~(v & 1) + 1));
+            return 0;
+        }
+    } else if (pos < r->n && !(r->p[pos] & 0x80)) {
+        uint64_t b = r->p[pos];
+        r->pos = pos + 1;
         *out = (int64_t)((b >> 1) ^ (~(b & 1) + 1));
         return 0;
     }
@@ -44,19 +64,16 @@ static inline int read_varlong(reader *r, int max_bytes, int64_t *out) {
         uint8_t b = r->p[r->pos++];
         v |= (uint64_t)(b & 0x7F) << shift;
         if (!(b & 0x80)) {
+            if (max_bytes == 5) v &= 0xFFFFFFFFu;
             *out = (int64_t)((v >> 1) ^ (~(v & 1) + 1));
             return 0;
         }
         shift += 7;
     }
-    return -1;
+    return -2;
 }
 
-static inline int read_varint(reader *r, int64_t *out) {
-    if (read_varlong(r, 5, out) < 0) return -1;
-    if (*out < INT32_MIN || *out > INT32_MAX) return -1;
-    return 0;
-}
+static inline int read_varint(reader *r, int64_t *out) { return read_varlong(r, 5, out); }
 
 typedef struct {
     int64_t offset_delta;
@@ -67,58 +84,120 @@ typedef struct {
     int64_t header_null_values;
 } record;
 
-/* Parse the record at r->pos; leaves r->pos after it. */
-static inline int parse_record(reader *r, record *rec, int check_utf8) {
+/* What is wrong with the records of a batch (odradek.records.check names them; keep in step). */
+enum {
+    P_OK = 0,
+    P_EOF = 1,                   /* the records end before the declared count */
+    P_VARINT = 2,                /* a varint longer than its type allows */
+    P_RECORD_SIZE = 3,           /* a record length negative or past the end: value, extra = bytes left */
+    P_STRUCTURE = 4,             /* a field runs past the end of its record */
+    P_KEY_LENGTH = 5,            /* key length below -1: value */
+    P_VALUE_LENGTH = 6,          /* value length below -1: value */
+    P_HEADER_COUNT = 7,          /* negative header count: value */
+    P_HEADER_COUNT_LARGE = 8,    /* more headers than bytes left in the record: value, extra */
+    P_HEADER_KEY_LENGTH = 9,     /* negative header key length: value */
+    P_HEADER_VALUE_LENGTH = 10,  /* header value length below -1: value */
+    P_SIZE_MISMATCH = 11,        /* the fields end before the record length: value = length, extra = read */
+    P_OFFSET_DELTA = 12,         /* offset delta out of order: value, extra = expected / previous */
+    P_TIMESTAMP = 13,            /* base timestamp + delta beyond int64: value = delta */
+    P_TRAILING = 14,             /* bytes after the last record: value */
+    P_HEADER_KEY_UTF8 = 15,      /* a header key that is not UTF-8 (decoders only) */
+};
+
+typedef struct {
+    int64_t value, extra;
+} detail;
+
+#define FIELD_FAIL(rc) ((rc) == -2 ? P_VARINT : P_STRUCTURE)
+
+/* Parse the record at r->pos; leaves r->pos after it.  0, or what is wrong (P_*), with the
+ * numbers of the problem in *d. */
+static inline int parse_record(reader *r, record *rec, int check_utf8, detail *d) {
     int64_t length;
-    if (read_varint(r, &length) < 0 || length < 0) return -1;
+    int rc = read_varint(r, &length);
+    if (rc < 0) return rc == -2 ? P_VARINT : P_EOF;
     Py_ssize_t start = r->pos;
-    if (length > r->n - start) return -1;
+    if (length < 0 || length > r->n - start) {
+        d->value = length;
+        d->extra = r->n - start;
+        return P_RECORD_SIZE;
+    }
     reader body = {r->p, start + (Py_ssize_t)length, start};
-    if (body.pos >= body.n) return -1;
+    if (body.pos >= body.n) return P_STRUCTURE;
     body.pos++; /* attributes: unused */
-    if (read_varlong(&body, 10, &rec->timestamp_delta) < 0) return -1;
-    if (read_varint(&body, &rec->offset_delta) < 0) return -1;
-    if (read_varint(&body, &rec->key_len) < 0) return -1;
+    if ((rc = read_varlong(&body, 10, &rec->timestamp_delta)) < 0) return FIELD_FAIL(rc);
+    if ((rc = read_varint(&body, &rec->offset_delta)) < 0) return FIELD_FAIL(rc);
+    if ((rc = read_varint(&body, &rec->key_len)) < 0) return FIELD_FAIL(rc);
+    if (rec->key_len < -1) {
+        d->value = rec->key_len;
+        return P_KEY_LENGTH;
+    }
     rec->key_at = body.pos;
     if (rec->key_len >= 0) {
-        if (rec->key_len > body.n - body.pos) return -1;
+        if (rec->key_len > body.n - body.pos) return P_STRUCTURE;
         body.pos += (Py_ssize_t)rec->key_len;
     }
-    if (read_varint(&body, &rec->value_len) < 0) return -1;
+    if ((rc = read_varint(&body, &rec->value_len)) < 0) return FIELD_FAIL(rc);
+    if (rec->value_len < -1) {
+        d->value = rec->value_len;
+        return P_VALUE_LENGTH;
+    }
     rec->value_at = body.pos;
     if (rec->value_len >= 0) {
-        if (rec->value_len > body.n - body.pos) return -1;
+        if (rec->value_len > body.n - body.pos) return P_STRUCTURE;
         body.pos += (Py_ssize_t)rec->value_len;
     }
-    if (read_varint(&body, &rec->header_count) < 0 || rec->header_count < 0) return -1;
+    if ((rc = read_varint(&body, &rec->header_count)) < 0) return FIELD_FAIL(rc);
+    if (rec->header_count < 0) {
+        d->value = rec->header_count;
+        return P_HEADER_COUNT;
+    }
+    if (rec->header_count > body.n - body.pos) {
+        d->value = rec->header_count;
+        d->extra = body.n - body.pos;
+        return P_HEADER_COUNT_LARGE;
+    }
     rec->headers_at = body.pos;
     rec->header_bytes[0] = rec->header_bytes[1] = 0;
     rec->header_null_values = 0;
     for (int64_t h = 0; h < rec->header_count; h++) {
         int64_t kl, vl;
-        if (read_varint(&body, &kl) < 0 || kl < 0 || kl > body.n - body.pos) return -1;
+        if ((rc = read_varint(&body, &kl)) < 0) return FIELD_FAIL(rc);
+        if (kl < 0) {
+            d->value = kl;
+            return P_HEADER_KEY_LENGTH;
+        }
+        if (kl > body.n - body.pos) return P_STRUCTURE;
         if (check_utf8) {
             PyObject *s = PyUnicode_DecodeUTF8((const char *)body.p + body.pos, (Py_ssize_t)kl, NULL);
             if (s == NULL) {
                 PyErr_Clear();
-                return -1;
+                return P_HEADER_KEY_UTF8;
             }
             Py_DECREF(s);
         }
         body.pos += (Py_ssize_t)kl;
         rec->header_bytes[0] += (Py_ssize_t)kl;
-        if (read_varint(&body, &vl) < 0) return -1;
+        if ((rc = read_varint(&body, &vl)) < 0) return FIELD_FAIL(rc);
+        if (vl < -1) {
+            d->value = vl;
+            return P_HEADER_VALUE_LENGTH;
+        }
         if (vl >= 0) {
-            if (vl > body.n - body.pos) return -1;
+            if (vl > body.n - body.pos) return P_STRUCTURE;
             body.pos += (Py_ssize_t)vl;
             rec->header_bytes[1] += (Py_ssize_t)vl;
         } else {
             rec->header_null_values++;
         }
     }
-    if (body.pos != body.n) return -1; /* the length says more than the fields hold */
+    if (body.pos != body.n) { /* the length says more than the fields hold */
+        d->value = length;
+        d->extra = body.pos - start;
+        return P_SIZE_MISMATCH;
+    }
     r->pos = body.n;
-    return 0;
+    return P_OK;
 }
 
 static PyObject *corrupt(const char *what) {
@@ -182,10 +261,23 @@ static PyObject *decode_records(PyObject *self, PyObject *const *args, Py_ssize_
     PyObject *out = PyList_New(a.count);
     if (out == NULL) goto fail;
     reader r = {(const uint8_t *)a.view.buf, a.stop, a.start};
+    int64_t prev_delta = -1;
     for (Py_ssize_t i = 0; i < a.count; i++) {
         record rec;
-        if (parse_record(&r, &rec, 0) < 0) {
+        detail d;
+        if (parse_record(&r, &rec, 0, &d) != P_OK) {
             corrupt("corrupt record");
+            goto fail;
+        }
+        /* offsets strictly increase within a batch (compaction leaves gaps, never repeats) */
+        if (rec.offset_delta <= prev_delta) {
+            corrupt("record offsets do not increase");
+            goto fail;
+        }
+        prev_delta = rec.offset_delta;
+        int64_t stamp;
+        if (!a.has_log_append_time && __builtin_add_overflow((int64_t)a.base_timestamp, rec.timestamp_delta, &stamp)) {
+            corrupt("record timestamp out of range");
             goto fail;
         }
         PyObject *headers = PyList_New((Py_ssize_t)rec.header_count);
@@ -278,6 +370,165 @@ fail:
     Py_XDECREF(out);
     PyBuffer_Release(&a.view);
     return NULL;
+}
+
+/* A zig-zag varint of one to three bytes at q, before bend, into out; anything else (longer, cut
+ * by bend) makes the calling function stop: the general parse_record then reads that record. */
+#define SHORT_VARINT(out)                                                                           \
+    do {                                                                                            \
+        if (q >= bend) goto stop;                                                                   \
+        uint64_t b0_ = *q, v_;                                                                      \
+        if (!(b0_ & 0x80)) {                                                                        \
+            v_ = b0_;                                                                               \
+            q++;                                                                                    \
+        } else {                                                                                    \
+            if (bend - q < 2) goto stop;                                                            \
+            uint64_t b1_ = q[1];                                                                    \
+            if (!(b1_ & 0x80)) {                                                                    \
+                v_ = (b0_ & 0x7F) | (b1_ << 7);                                                     \
+                q += 2;                                                                             \
+            } else {                                                                                \
+                if (bend - q < 3 || (q[2] & 0x80)) goto stop;                                       \
+                v_ = (b0_ & 0x7F) | ((b1_ & 0x7F) << 7) | ((uint64_t)q[2] << 14);                   \
+                q += 3;                                                                             \
+            }                                                                                       \
+        }                                                                                           \
+        (out) = (int64_t)(v_ >> 1) ^ -(int64_t)(v_ & 1);                                            \
+    } while (0)
+
+typedef struct {
+    int64_t max_ts, min_ts, prev;
+    Py_ssize_t keyless;
+} tally;
+
+/* check_records' loop over records of the usual shape (every varint of one to three bytes, no
+ * headers, offsets and timestamps as they must be), from record i at *pp: the index of the first
+ * record it leaves to the general parse (count when none), *pp at it.  Whatever it accepts, the
+ * general parse accepts with the same numbers; it only keeps the common case out of the general
+ * parse's bookkeeping. */
+static inline long long short_records(const uint8_t **pp, const uint8_t *end, long long i, long long count,
+                                      int sequential, int64_t lod, int64_t base_ts, tally *t) {
+    const uint8_t *p = *pp;
+    int64_t max_ts = t->max_ts, min_ts = t->min_ts, prev = t->prev;
+    Py_ssize_t keyless = t->keyless;
+    for (; i < count; i++) {
+        const uint8_t *q = p, *bend = end;
+        int64_t length, tsd, od, kl, vl, stamp;
+        SHORT_VARINT(length);
+        if (length < 1 || length > bend - q) goto stop;
+        bend = q + length;
+        q++; /* attributes */
+        SHORT_VARINT(tsd);
+        SHORT_VARINT(od);
+        SHORT_VARINT(kl);
+        if (kl < -1 || kl > bend - q) goto stop;
+        if (kl > 0) q += kl;
+        SHORT_VARINT(vl);
+        if (vl < -1 || vl > bend - q) goto stop;
+        if (vl > 0) q += vl;
+        if (bend - q != 1 || *q != 0) goto stop; /* a header count of 0, the record's last byte */
+        if (sequential ? od != i : (od <= prev || od > lod)) goto stop;
+        if (__builtin_add_overflow(base_ts, tsd, &stamp)) goto stop;
+        prev = od;
+        if (stamp > max_ts) max_ts = stamp;
+        if (stamp != -1 && stamp < min_ts) min_ts = stamp;
+        keyless += kl < 0;
+        p = bend;
+    }
+stop:
+    *pp = p;
+    t->max_ts = max_ts;
+    t->min_ts = min_ts;
+    t->prev = prev;
+    t->keyless = keyless;
+    return i;
+}
+
+/* check_records(buf, start, stop, count, base_timestamp, last_offset_delta, sequential)
+ *     -> (problem, index, position, value, extra, max_timestamp, min_timestamp, keyless)
+ *
+ * One pass over the records of a v2 batch (buf[start:stop], uncompressed) against its header,
+ * as Kafka's LogValidator iterates them, creating no Python object per record: every record's
+ * framing (lengths, varints, key, value and header lengths, header count), the declared count
+ * against the records there (no fewer, no bytes after the last), offset deltas (``sequential``:
+ * 0, 1, ... as a producer writes them; else strictly increasing up to ``last_offset_delta``, as
+ * compaction leaves them) and timestamps within int64.  ``problem`` is 0 or what is wrong (the P_
+ * codes above; odradek.records.check names them), found at record ``index`` starting at byte
+ * ``position`` of ``buf`` (without a problem: the end of the records), with its numbers
+ * ``value`` and ``extra``; ``max_timestamp`` (-1 when no
+ * record has a larger one, as Kafka starts from NO_TIMESTAMP) and ``min_timestamp`` (over records
+ * whose timestamp is not -1; INT64_MAX when none) and ``keyless`` (records with a null key) sum up
+ * the records read.  The GIL is released while it runs over large data. */
+static PyObject *check_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "check_records(buf, start, stop, count, base_timestamp, last_offset_delta, sequential)");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t stop = PyLong_AsSsize_t(args[2]);
+    long long count = PyLong_AsLongLong(args[3]);
+    long long base_ts = PyLong_AsLongLong(args[4]);
+    long long lod = PyLong_AsLongLong(args[5]);
+    int sequential = PyObject_IsTrue(args[6]);
+    if (PyErr_Occurred() || sequential < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    if (start < 0 || stop > view.len || start > stop) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "bad range");
+        return NULL;
+    }
+    int problem = P_OK;
+    long long i = 0;
+    Py_ssize_t at = start;
+    detail d = {0, 0};
+    tally t = {-1, INT64_MAX, -1, 0};
+    const uint8_t *base = (const uint8_t *)view.buf, *end = base + stop, *p = base + start;
+    PyThreadState *ts_state = stop - start >= 65536 ? PyEval_SaveThread() : NULL;
+    while (1) {
+        i = short_records(&p, end, i, count, sequential, lod, base_ts, &t);
+        if (i >= count) break;
+        /* a record of another shape, or a problem: the general parse says which */
+        reader r = {base, stop, p - base};
+        record rec;
+        at = r.pos;
+        problem = parse_record(&r, &rec, 0, &d);
+        if (problem != P_OK) break;
+        int64_t od = rec.offset_delta;
+        if (sequential ? od != i : (od <= t.prev || od > lod)) {
+            problem = P_OFFSET_DELTA;
+            d.value = od;
+            d.extra = sequential ? i : t.prev;
+            break;
+        }
+        t.prev = od;
+        int64_t stamp;
+        if (__builtin_add_overflow((int64_t)base_ts, rec.timestamp_delta, &stamp)) {
+            problem = P_TIMESTAMP;
+            d.value = rec.timestamp_delta;
+            break;
+        }
+        if (stamp > t.max_ts) t.max_ts = stamp;
+        if (stamp != -1 && stamp < t.min_ts) t.min_ts = stamp;
+        if (rec.key_len < 0) t.keyless++;
+        p = base + r.pos;
+        i++;
+    }
+    if (problem == P_OK) {
+        at = p - base; /* the end of the records, or where bytes are left after them */
+        if (p != end) {
+            problem = P_TRAILING;
+            d.value = end - p;
+        }
+    }
+    if (ts_state != NULL) PyEval_RestoreThread(ts_state);
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(iLnLLLLn)", problem, i, at, (long long)d.value, (long long)d.extra, (long long)t.max_ts,
+                         (long long)t.min_ts, t.keyless);
 }
 
 /* A growable-free Arrow binary column: int32 offsets, data, validity bitmap. */
@@ -434,7 +685,8 @@ static PyObject *decode_columns(PyObject *self, PyObject *const *args, Py_ssize_
             reader r = {(const uint8_t *)specs[b].view.buf, specs[b].stop, specs[b].start};
             for (Py_ssize_t i = 0; i < specs[b].count; i++) {
                 record rec;
-                if (parse_record(&r, &rec, 1) < 0) {
+                detail d;
+                if (parse_record(&r, &rec, 1, &d) != P_OK) {
                     corrupt("corrupt record");
                     goto done;
                 }
@@ -485,12 +737,19 @@ static PyObject *decode_columns(PyObject *self, PyObject *const *args, Py_ssize_
     for (Py_ssize_t b = 0; b < m; b++) {
         spec_t *sp = &specs[b];
         reader r = {(const uint8_t *)sp->view.buf, sp->stop, sp->start};
+        int64_t prev_delta = -1;
         for (Py_ssize_t j = 0; j < sp->count; j++, i++) {
             record rec;
-            if (parse_record(&r, &rec, 0) < 0) { /* only possible without pass 1 */
+            detail d;
+            if (parse_record(&r, &rec, 0, &d) != P_OK) { /* only possible without pass 1 */
                 corrupt("corrupt record");
                 goto done;
             }
+            if (rec.offset_delta <= prev_delta) { /* offsets strictly increase within a batch */
+                corrupt("record offsets do not increase");
+                goto done;
+            }
+            prev_delta = rec.offset_delta;
             off[i] = (int64_t)((uint64_t)sp->base_offset + (uint64_t)rec.offset_delta);
             uint64_t ms = sp->has_log_append_time ? (uint64_t)sp->log_append_time
                                                   : (uint64_t)sp->base_timestamp + (uint64_t)rec.timestamp_delta;
@@ -1037,6 +1296,9 @@ static PyTypeObject AppenderType = {
 static PyMethodDef methods[] = {
     {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL,
      "decode_records(buf, start, stop, count, base_offset, base_timestamp, log_append_time, record_type)"},
+    {"check_records", (PyCFunction)(void (*)(void))check_records, METH_FASTCALL,
+     "check_records(buf, start, stop, count, base_timestamp, last_offset_delta, sequential) -> (problem, index, "
+     "position, value, extra, max_timestamp, min_timestamp, keyless)"},
     {"decode_columns", (PyCFunction)(void (*)(void))decode_columns, METH_FASTCALL,
      "decode_columns(batches, with_headers[, alloc]): batches are (buf, start, stop, count, base_offset, base_timestamp, lat)"},
     {"encode_record_body", (PyCFunction)(void (*)(void))encode_record_body, METH_FASTCALL,

@@ -52,10 +52,13 @@ __all__ = [
     "Compression",
     "compress",
     "decompress",
+    "decompress_scratch",
+    "give_scratch",
     "lz4_compress",
     "lz4_decompress",
     "snappy_compress_xerial",
     "snappy_decompress",
+    "take_scratch",
 ]
 
 #: Default cap on the size of one decompressed payload (64 MiB).
@@ -193,6 +196,9 @@ def snappy_decompress(data: Buffer, max_size: int = DEFAULT_MAX_DECOMPRESSED_SIZ
 # ---------------------------------------------------------------------------- lz4
 
 _LZ4_MAGIC = b"\x04\x22\x4d\x18"
+_LZ4_MAX_RATIO = 256  # an lz4 byte yields at most ~255
+_LZ4_MIN_STEP = 64
+_LZ4_MAX_STEP = 1 << 16
 
 
 def _lz4_header_checksum_pos(frame: Buffer) -> int:
@@ -255,18 +261,30 @@ def lz4_decompress(
             raise DecompressionLimitExceeded(
                 f"lz4 payload declares {declared} bytes, more than {max_size}", limit=max_size
             )
+    # Fed in steps small enough that one cannot yield much beyond what is left of the budget (an
+    # lz4 byte expands to ~255 at most); no max_length: with it the decompressor sets up an output
+    # of that size for every call, which took twice the time of the decompression itself.
     d = lz4.frame.LZ4FrameDecompressor()
+    view = memoryview(frame)
+    parts: list[bytes] = []
+    total = pos = 0
+    end = len(view)
     try:
-        out = d.decompress(bytes(frame), max_length=max_size + 1)
+        while pos < end and not d.eof:
+            step = max(_LZ4_MIN_STEP, min(_LZ4_MAX_STEP, (max_size - total) // _LZ4_MAX_RATIO))
+            part = d.decompress(view[pos : pos + step])
+            pos += step
+            total += len(part)
+            if total > max_size:
+                raise DecompressionLimitExceeded(
+                    f"lz4 payload decompresses to more than {max_size} bytes", limit=max_size
+                )
+            parts.append(part)
     except RuntimeError as exc:
         raise DecompressionError(f"invalid lz4 data: {exc}") from None
-    if len(out) > max_size:
-        raise DecompressionLimitExceeded(
-            f"lz4 payload decompresses to more than {max_size} bytes", limit=max_size
-        )
     if not d.eof:
         raise DecompressionError("lz4 frame is truncated")
-    return bytes(out)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 # --------------------------------------------------------------------------- zstd
@@ -354,3 +372,50 @@ def decompress(
     except Exception as exc:  # any codec library failure is a property of the data
         raise DecompressionError(f"cannot decompress codec {codec} payload: {exc}") from None
     raise UnsupportedCodecError(f"compression codec {codec} is not valid with magic {magic}")
+
+
+
+#: the largest buffer :func:`take_scratch` keeps for reuse
+SCRATCH_MAX = 8 << 20
+_SCRATCH_KEPT = 4
+#: buffers given back, for the next taker (list.pop and list.append are atomic: no lock needed)
+_free_scratch: list[bytearray] = []
+
+
+def take_scratch() -> bytearray:
+    """A buffer for :func:`decompress_scratch`, to be given back with :func:`give_scratch` once
+    its content is no longer needed (each is used by one caller at a time)."""
+    try:
+        return _free_scratch.pop()
+    except IndexError:
+        return bytearray(1 << 20)
+
+
+def give_scratch(buf: bytearray) -> None:
+    if len(buf) <= SCRATCH_MAX and len(_free_scratch) < _SCRATCH_KEPT:
+        _free_scratch.append(buf)
+
+
+def decompress_scratch(
+    codec: int, data: Buffer, scratch: bytearray, *, magic: int = 2, max_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE
+) -> Buffer:
+    """:func:`decompress` for a reader that looks at the result once and drops it (a broker
+    validating a produced batch): lz4 (magic 1 and 2) is decompressed into ``scratch`` (see
+    :func:`take_scratch`), so that a batch costs no fresh memory from the kernel (the page faults
+    of a new megabyte each time cost more than the decompression).  The result may be a view of
+    ``scratch``.  Anything the fast path does not take (another codec, a frame that does not fit
+    ``scratch``, any error) goes to :func:`decompress`, which says what is wrong; what it takes,
+    :func:`decompress` gives alike.  A result that did not fit grows ``scratch`` for the next
+    time (up to :data:`SCRATCH_MAX`)."""
+    if codec == Compression.LZ4 and magic >= 1 and len(scratch) <= max_size:
+        try:
+            n = cramjam.lz4.decompress_into(data, scratch)
+        except Exception:  # too large for the buffer, or bad: the general path says which
+            pass
+        else:
+            return memoryview(scratch)[:n]
+        out = decompress(codec, data, magic=magic, max_size=max_size)
+        if len(scratch) < len(out) <= SCRATCH_MAX:
+            scratch.extend(bytes(len(out) - len(scratch)))  # larger batches come: the next one fits
+        return out
+    return decompress(codec, data, magic=magic, max_size=max_size)

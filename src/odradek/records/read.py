@@ -159,7 +159,8 @@ class Batch:
         records = self._records
         h = self.header
         if records is None and h.magic >= 2:
-            return v2.decode_record_columns(*self._v2_args())
+            buf, count, base, base_ts, lat, lod = self._v2_args()
+            return v2.decode_record_columns(buf, count, base, base_ts, lat, last_offset_delta=lod)
         if records is None:
             records = self.records
         if not records:
@@ -184,6 +185,8 @@ class Batch:
             )
         except (ValueError, RecordsError):
             return None
+        if records and records[-1][2] > h.last_offset:
+            return None  # a record beyond the batch's last offset: record_columns says so
         return records
 
     def _records_span(self) -> tuple[Any, int, int, int | None]:
@@ -197,12 +200,12 @@ class Batch:
             start, stop = 0, len(buf)
         return buf, start, stop, h.max_timestamp if h.attributes & v2.ATTR_TIMESTAMP_TYPE else None
 
-    def _v2_args(self) -> tuple[bytes, int, int, int, int | None]:
+    def _v2_args(self) -> tuple[bytes, int, int, int, int | None, int]:
         h = self.header
         buf, start, stop, lat = self._records_span()
         if not h.compression:
             buf = bytes(buf[start:stop])
-        return (buf, h.record_count, h.base_offset, h.base_timestamp, lat)
+        return (buf, h.record_count, h.base_offset, h.base_timestamp, lat, h.last_offset - h.base_offset)
 
     def _decode(self) -> list[Record]:
         h = self.header

@@ -4,8 +4,8 @@
 (``setup.py``; optional).  When it is importable, :func:`~odradek.records.decode_records` (the
 clients' consumers) and the Spark source's column decoder use it for the records of each v2
 batch; data it finds anything wrong with is decoded again by the pure-Python decoder, which
-raises the precise error.  The producer's open batches (:mod:`odradek.records.appender`) are
-compiled too.  ``ODRADEK_PURE_PYTHON=1`` in the environment (read at import) turns
+raises the precise error.  The producer's open batches (:mod:`odradek.records.appender`) and the
+broker's check of every record on append (:mod:`odradek.records.check`) are compiled too.  ``ODRADEK_PURE_PYTHON=1`` in the environment (read at import) turns
 it off, for comparison or when in doubt.
 """
 

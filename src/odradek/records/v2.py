@@ -119,6 +119,8 @@ Buffer = bytes | bytearray | memoryview
 _join = b"".join
 _ENC_NONNEG = ENCODED_NONNEG
 _ENC_SIGNED = ENCODED_SIGNED
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
 
 # ----------------------------------------------------------------------- decoding
 
@@ -159,8 +161,10 @@ def _read_headers(buf: Buffer, pos: int) -> tuple[list[Header], int]:
         if hvl >= 0:
             app((hkey, bytes(buf[pos : pos + hvl])))
             pos += hvl
-        else:
+        elif hvl == -1:
             app((hkey, None))
+        else:
+            raise CorruptRecordError(f"invalid record header value length {hvl}")
     return headers, pos
 
 
@@ -469,6 +473,21 @@ def _run_columns(
     return RecordColumns(k, offsets, timestamps, keys, values, map(list, repeat(_EMPTY, k)), run)
 
 
+def _increasing(run: RecordColumns, base_offset: int) -> tuple[RecordColumns, int]:
+    """``run`` with its offsets checked to increase (consecutive ones, a ``range``, nearly
+    always do; others are read into a list and compared), and the offset delta of its last
+    record (its first record's delta was checked against what came before it)."""
+    offsets = run.offsets
+    if isinstance(offsets, range):
+        return run, offsets[-1] - base_offset
+    values = list(offsets)
+    if any(map(int.__ge__, values, values[1:])):
+        j = next(j for j in range(1, len(values)) if values[j] <= values[j - 1])
+        od, prev = values[j] - base_offset, values[j - 1] - base_offset
+        raise CorruptRecordError(f"record offset delta {od} after {prev}: offsets do not increase")
+    return run._replace(offsets=values), values[-1] - base_offset
+
+
 def _decode_segments(
     buf: Buffer,
     count: int,
@@ -477,6 +496,7 @@ def _decode_segments(
     log_append_time: int | None,
     start: int = 0,
     stop: int | None = None,
+    last_offset_delta: int | None = None,
 ) -> list[list[Record] | RecordColumns]:
     """The records of ``buf[start:stop]`` in order: lists of :class:`Record` (decoded one by one)
     and :class:`RecordColumns` (runs of one layout).  Everything is checked before it returns.
@@ -501,6 +521,7 @@ def _decode_segments(
     end = len(buf) if stop is None else stop
     pos = start
     i = 0
+    prev_od = od = -1  # offsets strictly increase within a batch (compaction leaves gaps only)
     skip = 0
     backoff = 0
     key: Any
@@ -527,6 +548,8 @@ def _decode_segments(
                 tsd = z2[(b << 8) | buf[pos + 2]]
                 if tsd is None:
                     tsd, pos = decode_varlong(buf, pos + 1)
+                    if not _INT64_MIN <= base_ts + tsd <= _INT64_MAX:
+                        raise CorruptRecordError(f"record timestamp delta {tsd} is beyond the int64 range")
                 else:
                     pos += 3
             b = buf[pos]
@@ -554,8 +577,10 @@ def _decode_segments(
                 if copy:
                     key = bytes(key)
                 pos += r_kl
-            else:
+            elif r_kl == -1:
                 key = None
+            else:
+                raise CorruptRecordError(f"invalid record key length {r_kl}")
             b = buf[pos]
             if b < 0x80:
                 r_vl = z1[b]
@@ -571,8 +596,10 @@ def _decode_segments(
                 if copy:
                     value = bytes(value)
                 pos += r_vl
-            else:
+            elif r_vl == -1:
                 value = None
+            else:
+                raise CorruptRecordError(f"invalid record value length {r_vl}")
             if buf[pos] == 0:
                 headers: list[Header] = []
                 pos += 1
@@ -580,6 +607,9 @@ def _decode_segments(
                 headers, pos = _read_headers(buf, pos)
             if pos - start != r_len:
                 raise CorruptRecordError(f"record length says {r_len} bytes but the record has {pos - start}")
+            if od <= prev_od:
+                raise CorruptRecordError(f"record offset delta {od} after {prev_od}: offsets do not increase")
+            prev_od = od
             app(tnew(rec_cls, (base_offset + od, base_ts + tsd, key, value, headers)))
             i += 1
             if skip:
@@ -603,7 +633,10 @@ def _decode_segments(
                 segments.append(out)
                 out = []
                 app = out.append
-            segments.append(_run_columns(buf, rec_start, k + 1, layout, base_offset, base_ts, log_append_time))
+            run, prev_od = _increasing(
+                _run_columns(buf, rec_start, k + 1, layout, base_offset, base_ts, log_append_time), base_offset
+            )
+            segments.append(run)
             pos += k * layout[0]
             i += k
     except IndexError:
@@ -614,6 +647,8 @@ def _decode_segments(
         raise TruncatedBatchError("data ends inside a record")
     if pos != end:
         raise CorruptRecordError(f"{end - pos} bytes left after the last of {count} records")
+    if last_offset_delta is not None and prev_od > last_offset_delta:
+        raise CorruptRecordError(f"record offset delta {prev_od} is beyond the batch's last offset delta {last_offset_delta}")
     if out:
         segments.append(out)
     if log_append_time is not None:
@@ -630,23 +665,28 @@ def decode_records(
     base_offset: int,
     base_timestamp: int,
     log_append_time: int | None = None,
+    last_offset_delta: int | None = None,
 ) -> list[Record]:
     """Decode ``count`` records filling all of ``buf`` (the uncompressed records).
 
     ``log_append_time`` (the batch's max timestamp for log-append-time batches)
     replaces every record timestamp, as Kafka's readers do.  Records are decoded one
     by one, and runs of records with one layout column-wise (see
-    :func:`_decode_segments`); both give identical results.
+    :func:`_decode_segments`); both give identical results.  Record offsets must increase;
+    with ``last_offset_delta`` (the batch header's) none may be beyond it.
     """
     if _compiled is not None:
         try:
             records: list[Record] = _compiled.decode_records(
                 buf, 0, None, count, base_offset, base_timestamp, log_append_time, Record
             )
-            return records
+            if last_offset_delta is None or not records or records[-1][0] - base_offset <= last_offset_delta:
+                return records
         except ValueError:
             pass  # something is wrong with the data: the pure-Python decoder says what
-    segments = _decode_segments(buf, count, base_offset, base_timestamp, log_append_time)
+    segments = _decode_segments(
+        buf, count, base_offset, base_timestamp, log_append_time, last_offset_delta=last_offset_delta
+    )
     if len(segments) == 1 and isinstance(segments[0], list):
         return segments[0]
     out: list[Record] = []
@@ -668,6 +708,7 @@ def decode_record_columns(
     *,
     start: int = 0,
     stop: int | None = None,
+    last_offset_delta: int | None = None,
 ) -> list[RecordColumns]:
     """Like :func:`decode_records`, as columns: consecutive stretches of the records in order.
 
@@ -680,7 +721,7 @@ def decode_record_columns(
     batches of a fetch response can share one ``bytes`` object.
     """
     out: list[RecordColumns] = []
-    for s in _decode_segments(buf, count, base_offset, base_timestamp, log_append_time, start, stop):
+    for s in _decode_segments(buf, count, base_offset, base_timestamp, log_append_time, start, stop, last_offset_delta):
         if isinstance(s, list):
             offsets, timestamps, keys, values, headers = zip(*s)
             out.append(RecordColumns(len(s), offsets, timestamps, keys, values, headers))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from odradek.errors import ErrorCode, KafkaError
 
 __all__ = [
@@ -44,7 +46,13 @@ class CorruptRecordError(StorageError):
 class CorruptSegmentError(CorruptRecordError):
     """Data on disk that cannot be what was written: an impossible entry header (length, magic,
     offsets) in a segment file, found by a read.  Answered as CORRUPT_MESSAGE for the partition;
-    the log dir stays online (the rest of the log and the other partitions are readable)."""
+    the log dir stays online (the rest of the log and the other partitions are readable).
+    ``segment`` and ``position``: where (when known)."""
+
+    def __init__(self, message: str, segment: Path | None = None, position: int | None = None) -> None:
+        super().__init__(message)
+        self.segment = segment
+        self.position = position
 
 
 class InvalidRecordError(StorageError):
@@ -54,14 +62,20 @@ class InvalidRecordError(StorageError):
     message)`` (Kafka's KIP-467 RecordError): the whole batch is refused, and a Produce v8+
     response names these records so that a client fails just their deliveries."""
 
-    def __init__(self, message: str, record_errors: list[tuple[int, str]] | None = None) -> None:
-        super().__init__(message, ErrorCode.INVALID_RECORD)
+    def __init__(
+        self, message: str, record_errors: list[tuple[int, str]] | None = None, code: ErrorCode = ErrorCode.INVALID_RECORD
+    ) -> None:
+        super().__init__(message, code)
         self.record_errors = record_errors or []
 
 
-class InvalidTimestampError(StorageError):
-    def __init__(self, message: str) -> None:
-        super().__init__(message, ErrorCode.INVALID_TIMESTAMP)
+class InvalidTimestampError(InvalidRecordError):
+    """Record timestamps out of ``message.timestamp.*.max.ms`` of the broker's clock: refused
+    with INVALID_TIMESTAMP and, as Kafka's LogValidator does, a record error (KIP-467) per record
+    out of range (an InvalidRecordError for that reason: the produce answer lists them)."""
+
+    def __init__(self, message: str, record_errors: list[tuple[int, str]] | None = None) -> None:
+        super().__init__(message, record_errors, ErrorCode.INVALID_TIMESTAMP)
 
 
 class RecordBatchTooLargeError(StorageError):

@@ -3,12 +3,18 @@ finished or undone, the segments are opened, their indexes checked (rebuilt when
 damaged), and after an unclean shutdown every segment from the recovery point on is validated
 and cut at its first invalid entry, with a WARN line saying where, why and how much.
 
+Offsets that no segment holds are reported with a WARN line naming the partition and the offsets
+(the log goes on without them; nothing is made up): a gap between two segments that compaction
+does not explain (the cleaner checkpoint), a log ending before the offset it was flushed up to
+(the recovery point: its last segment deleted), or no segment at all where data was flushed.
+
 The result is a :class:`LoadedLog`: the segments and the offsets the log starts from.  Nothing
 here keeps state beyond one load.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
@@ -55,21 +61,30 @@ class LogLoader:
         self.files = files
         self.clock = clock
         self.recovered_bytes = 0
+        #: base offsets of segments whose index files were found without their .log (and removed)
+        self.orphaned_indexes: set[int] = set()
 
     def _max_batch_size(self) -> int:
         return max(self.config.max_message_bytes, self.config.segment_bytes)
 
-    def load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> LoadedLog:
+    def load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool, cleaned_to: int = 0) -> LoadedLog:
+        """``cleaned_to``: the partition's cleaner checkpoint (its first dirty offset): offsets
+        missing below it were removed by compaction, not lost."""
         opened: list[LogSegment] = []
         try:
-            return self._load(recovery_point, log_start_offset, clean_shutdown, opened)
+            return self._load(recovery_point, log_start_offset, clean_shutdown, opened, cleaned_to)
         except BaseException:
             for seg in opened:  # e.g. out of descriptors: what was opened must not stay open
                 seg.abandon()
             raise
 
     def _load(
-        self, recovery_point: int, log_start_offset: int, clean_shutdown: bool, opened: list[LogSegment]
+        self,
+        recovery_point: int,
+        log_start_offset: int,
+        clean_shutdown: bool,
+        opened: list[LogSegment],
+        cleaned_to: int = 0,
     ) -> LoadedLog:
         now = self.clock.now_ms()
         names = self._clean_leftovers()
@@ -113,9 +128,17 @@ class LogLoader:
                     )
         if not segments:
             start = max(log_start_offset, recovery_point)
+            if recovery_point > log_start_offset:
+                _log.warning(
+                    "partition %s-%d: no segment file, but the log was flushed up to offset %d "
+                    "(recovery-point-offset-checkpoint): offsets %d to %d are in no segment (its .log files "
+                    "deleted?); the log starts empty at offset %d",
+                    self.topic, self.partition, recovery_point, log_start_offset, recovery_point - 1, start,
+                )
             segments.append(LogSegment(self.directory, start, self.config, self.files, now_ms=now, active=True))
             dir_dirty = True
         else:
+            self._warn_gaps(segments, cleaned_to)
             for sealed in segments[:-1]:
                 sealed.release_indexes()  # loaded again on first use
             last = segments[-1]
@@ -125,6 +148,14 @@ class LogLoader:
         if not clean_shutdown:
             segments = self._recover(segments, recovery_point)
         log_end_offset = segments[-1].next_offset
+        if recovery_point > log_end_offset and not self.recovered_bytes:
+            _log.warning(
+                "partition %s-%d: the log was flushed up to offset %d (recovery-point-offset-checkpoint) but its "
+                "last segment %s ends at offset %d: offsets %d to %d are in no segment (a segment file deleted, "
+                "or a truncation since the checkpoint); the log now ends at offset %d",
+                self.topic, self.partition, recovery_point, segments[-1].log_path.name, log_end_offset,
+                log_end_offset, recovery_point - 1, log_end_offset,
+            )
         recovery_point = min(max(recovery_point, segments[0].base_offset), log_end_offset)
         if clean_shutdown:
             recovery_point = log_end_offset
@@ -132,6 +163,27 @@ class LogLoader:
         return LoadedLog(
             segments, recovery_point, log_start_offset, log_end_offset, self.recovered_bytes, dir_dirty, names
         )
+
+    def _warn_gaps(self, segments: Sequence[LogSegment], cleaned_to: int) -> None:
+        """A WARN line for offsets between two segments that neither holds, where compaction does
+        not explain them (below the cleaner checkpoint it removes whole stretches of offsets)."""
+        for before, after in itertools.pairwise(segments):
+            missing_from = max(before.next_offset, cleaned_to)
+            if after.base_offset <= missing_from:
+                continue
+            orphans = sorted(b for b in self.orphaned_indexes if missing_from <= b < after.base_offset)
+            evidence = (
+                f"; the index files of segment(s) {', '.join(map(str, orphans))} were there without their .log "
+                "and were removed"
+                if orphans
+                else "; a follower's log of a compacted topic can also hold such a gap"
+            )
+            _log.warning(
+                "partition %s-%d: offsets %d to %d are in no segment: %s ends at offset %d and %s starts at %d "
+                "(a segment file deleted?)%s; reads of those offsets go on at offset %d",
+                self.topic, self.partition, missing_from, after.base_offset - 1, before.log_path.name,
+                before.next_offset, after.log_path.name, after.base_offset, evidence, after.base_offset,
+            )
 
     def _clean_leftovers(self) -> list[str]:
         """Finish or undo what a crash interrupted: deletions, cleaning, swaps; returns the
@@ -176,6 +228,7 @@ class LogLoader:
         logs = {p.name[:20] for p in self.directory.iterdir() if SEGMENT_RE.match(p.name)}
         for path in self.directory.iterdir():
             if _INDEX_RE.match(path.name) and path.name[:20] not in logs:
+                self.orphaned_indexes.add(int(path.name[:20]))
                 path.unlink()
         return sorted(os.listdir(self.directory))
 

@@ -44,6 +44,7 @@ from odradek.storage.config import LogConfig
 from odradek.storage.epoch import LeaderEpochCache
 from odradek.storage.errors import (
     CorruptRecordError,
+    CorruptSegmentError,
     InvalidRecordError,
     LogClosedError,
     OffsetOutOfRangeError,
@@ -58,11 +59,13 @@ from odradek.storage.segment import FileRegion, LogSegment
 from odradek.storage.txn_index import AbortedTxn
 from odradek.storage.validator import (
     V2_HEADER,
-    check_keys,
+    check_batch_header,
     check_timestamps,
+    fix_max_timestamps,
     new_header,
     timestamp_limits,
     validate_batches,
+    validate_records,
 )
 
 __all__ = ["AppendInfo", "Log", "ReadResult", "parse_partition_dir"]
@@ -73,7 +76,10 @@ _i64 = struct.Struct(">q")
 _V2_HEADER = V2_HEADER
 _new_header = new_header
 _i32 = struct.Struct(">i")
+_u32 = struct.Struct(">I")
 _RECENT_BATCHES = 32
+#: reads that meet damage on disk are logged at most once per partition in this time
+CORRUPT_READ_LOG_INTERVAL_MS = 60_000
 
 _DIR_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 
@@ -145,6 +151,7 @@ class Log:
         clock: Clock | None = None,
         files: FileOps = OS_FILES,
         flush_inline: bool = True,
+        cleaned_to: int = 0,
     ) -> None:
         parsed = parse_partition_dir(directory.name)
         if parsed is None:
@@ -180,9 +187,11 @@ class Log:
         self.auto_flush = flush_inline
         self._limits: tuple[int, int] | None = None
         self._limits_for: LogConfig | None = None
+        self._corrupt_logged_ms: int | None = None  # see _report_corrupt_read
+        self._corrupt_unlogged = 0
         self.producers = ProducerStateManager(directory)
         loaded = LogLoader(directory, self.topic, self.partition, config, files, self.clock).load(
-            recovery_point, log_start_offset, clean_shutdown
+            recovery_point, log_start_offset, clean_shutdown, cleaned_to
         )
         self._set_segments(loaded.segments)
         self.recovery_point = loaded.recovery_point
@@ -277,7 +286,7 @@ class Log:
             fields = _V2_HEADER.unpack_from(data, 0)
             if fields[1] + 12 == n and fields[1] >= 49:
                 return self._append_one_v2(data, fields, leader_epoch, now)
-        headers = validate_batches(data, self.config, self.topic, self.partition)
+        headers = validate_batches(data, self.config, self.topic, self.partition, now_ms=now)
         return self._append_valid(data, headers, leader_epoch, now, from_coordinator)
 
     def append_validated(
@@ -296,9 +305,9 @@ class Log:
         config have changed meanwhile, the batches are validated again."""
         if self.closed:
             self._check_open()
-        if config is not self.config:
-            headers = validate_batches(data, self.config, self.topic, self.partition)
         now = self.clock.now_ms() if now_ms is None else now_ms
+        if config is not self.config:
+            headers = validate_batches(data, self.config, self.topic, self.partition, now_ms=now)
         return self._append_valid(data, headers, leader_epoch, now, False)
 
     def _append_valid(
@@ -353,6 +362,7 @@ class Log:
             # v2 only: patch base offset and leader epoch (neither is covered by the CRC)
             writable = isinstance(data, bytearray) or (isinstance(data, memoryview) and not data.readonly)
             out = data if writable else bytearray(data)
+            headers = fix_max_timestamps(out, headers)
             epoch = leader_epoch if leader_epoch is not None and leader_epoch >= 0 else None
             offset = first
             shifted = []
@@ -456,17 +466,18 @@ class Log:
         cfg = self.config
         if crc32c(memoryview(data)[21:]) != crc:
             raise CorruptRecordError(f"CRC mismatch in the batch at offset {_base}")
-        if count <= 0 or count != lod + 1:
-            raise CorruptRecordError(f"batch has {count} records but last offset delta {lod}")
+        given = _new_header((0, size, 2, _base, _base + lod, crc, attrs, bts, mts, pid, pep, bseq, count, ple))
+        check_batch_header(given, 2, self.topic, self.partition)
         if size > cfg.max_message_bytes:
             raise RecordBatchTooLargeError(f"batch of {size} bytes exceeds max.message.bytes={cfg.max_message_bytes}")
         if size > cfg.segment_bytes:
             raise RecordBatchTooLargeError(f"batch of {size} bytes exceeds segment.bytes={cfg.segment_bytes}")
-        if cfg.compact:
-            check_keys(data, self.topic, self.partition)
+        # every record read against the header (Kafka's LogValidator); the batch's max timestamp
+        # is its records'
+        records_max = validate_records(data, given, cfg, self.topic, self.partition, now)
         producers = self.producers
         if pid >= 0:
-            dup = producers.check(_new_header((0, size, 2, _base, _base + lod, crc, attrs, bts, mts, pid, pep, bseq, count, ple)))
+            dup = producers.check(given)
             if dup is not None:
                 return AppendInfo(
                     dup.first_offset, dup.last_offset, -1, -1, -1, self.log_start_offset,
@@ -477,6 +488,11 @@ class Log:
         first = self.log_end_offset
         last = first + lod
         _i64.pack_into(data, 0, first)
+        if records_max != mts:
+            mts = records_max
+            _i64.pack_into(data, 35, mts)
+            crc = crc32c(memoryview(data)[21:])
+            _u32.pack_into(data, 17, crc)
         if leader_epoch is not None and leader_epoch >= 0:
             _i32.pack_into(data, 12, leader_epoch)
             ple = leader_epoch
@@ -701,18 +717,43 @@ class Log:
             if region is None or isinstance(region, FileRegion):
                 return ReadResult(region, offset, start, end)
         i = self._segment_for(offset, segments, bases)
-        while i < len(segments):
-            seg = segments[i]
-            if seg.closed:
+        try:
+            while i < len(segments):
+                seg = segments[i]
+                if seg.closed:
+                    i += 1
+                    continue
+                size = seg.size  # before next_offset, which an append raises first
+                max_position = size if limit >= seg.next_offset else seg.position_of(limit)
+                region = seg.read(offset, max_bytes, max_position, min_one_message)
+                if region is not None:
+                    return ReadResult(region, offset, start, end)
                 i += 1
-                continue
-            size = seg.size  # before next_offset, which an append raises first
-            max_position = size if limit >= seg.next_offset else seg.position_of(limit)
-            region = seg.read(offset, max_bytes, max_position, min_one_message)
-            if region is not None:
-                return ReadResult(region, offset, start, end)
-            i += 1
+        except CorruptSegmentError as exc:
+            self._report_corrupt_read(exc, offset)
+            raise
         return ReadResult(None, offset, start, end)
+
+    def _report_corrupt_read(self, exc: CorruptSegmentError, offset: int) -> None:
+        """An ERROR line for a read that met damage on disk (the reader is answered CORRUPT_MESSAGE):
+        the partition, the segment file, the position and the offset read.  At most one line per
+        partition every :data:`CORRUPT_READ_LOG_INTERVAL_MS`, counting the reads not logged, so a
+        consumer polling the damaged offset does not flood the log."""
+        now = self.clock.monotonic_ms()
+        last = self._corrupt_logged_ms
+        if last is not None and now - last < CORRUPT_READ_LOG_INTERVAL_MS:
+            self._corrupt_unlogged += 1
+            return
+        unlogged, self._corrupt_unlogged = self._corrupt_unlogged, 0
+        self._corrupt_logged_ms = now
+        segment = exc.segment.name if exc.segment is not None else "?"
+        _log.error(
+            "partition %s-%d: a read at offset %d met a corrupt entry in segment %s at position %s and was "
+            "answered CORRUPT_MESSAGE (%s)%s",
+            self.topic, self.partition, offset, segment, "?" if exc.position is None else exc.position,
+            exc.message,
+            f"; {unlogged} more reads met corrupt entries of this partition since the last such line" if unlogged else "",
+        )
 
     @staticmethod
     def _read_recent(

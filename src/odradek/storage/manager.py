@@ -236,6 +236,7 @@ class LogManager:
                 clock=self.clock,
                 files=self.files,
                 flush_inline=self.flush_inline,
+                cleaned_to=self.cleaner_offsets.get(parse_partition_dir(child.name) or ("", -1), 0),
             )
             log.high_watermark = min(hw, log.log_end_offset)
             return d, log

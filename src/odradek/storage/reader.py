@@ -28,6 +28,7 @@ from odradek.records import BatchHeader, RecordsError, peek_header, read_batches
 from odradek.storage.errors import CorruptSegmentError
 from odradek.storage.index import last_entry_at_or_below
 from odradek.storage.segment import entry_problem
+from odradek.storage.validator import records_problem
 
 __all__ = [
     "LARGEST_ENTRY",
@@ -66,7 +67,7 @@ class SegmentDamageError(CorruptSegmentError):
         self.offset = offset
         self.problem = problem
         message = f"corrupt segment {path} at byte position {position} (after offset {offset - 1}): {problem}"
-        super().__init__(message + (f"; {hint}" if hint else ""))
+        super().__init__(message + (f"; {hint}" if hint else ""), path, position)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,8 @@ class EntryCheck:
     position: int
     header: BatchHeader | None
     problem: str | None
+    #: the problem is in the records only: the header (offsets, CRC) is sound
+    records_only: bool = False
 
 
 def check_entries(
@@ -88,6 +91,7 @@ def check_entries(
     file_size: int | None = None,
     check_crc: bool = True,
     max_size: int = LARGEST_ENTRY,
+    check_records: bool = False,
 ) -> Iterator[EntryCheck]:
     """Check the entries of ``data``: the bytes of a ``.log`` file from ``position`` on, of a
     segment with base offset ``base_offset``, the first entry's offsets being ``expected`` or
@@ -99,7 +103,10 @@ def check_entries(
     ``file_size`` (default: the end of ``data``) says whether the file goes on after ``data``:
     then an entry that ``data`` holds only the beginning of ends the walk without a problem, for
     the caller to read on from there.  Entry lengths above ``max_size`` (and past the end of the
-    file) are garbage, shorter ones past the end a torn tail.
+    file) are garbage, shorter ones past the end a torn tail.  ``check_records`` (with
+    ``check_crc``): the records of each entry whose CRC is right are read against its header too
+    (:func:`~odradek.storage.validator.records_problem`: a batch that lies about its records
+    under a valid CRC); such an entry is reported and the walk goes on after it.
     """
     n = len(data)
     view = memoryview(data)
@@ -129,8 +136,14 @@ def check_entries(
                             max_size=remaining,
                         )
                         problem = problem or "invalid entry"
-                yield EntryCheck(position + pos, h._replace(position=position + pos), problem)
-                if problem is None:
+                    trusted = problem is None  # the header's offsets: its CRC is right
+                    if trusted and check_records:
+                        lie = records_problem(view[pos : pos + h.size], h._replace(position=0))
+                        problem = None if lie is None else f"records do not match the batch header: {lie}"
+                else:
+                    trusted = True
+                yield EntryCheck(position + pos, h._replace(position=position + pos), problem, trusted and bool(problem))
+                if trusted:
                     expected = h.last_offset + 1
                 pos += h.size
                 continue

@@ -300,7 +300,9 @@ class LogSegment:
             )
             raise CorruptSegmentError(
                 f"corrupt entry in {self.log_path} at position {pos}: {problem or 'invalid entry'}; "
-                "run `odradek dump-log --verify` on the partition directory"
+                "run `odradek dump-log --verify` on the partition directory",
+                self.log_path,
+                pos,
             )
 
     # -- writes --------------------------------------------------------------------------
@@ -482,7 +484,9 @@ class LogSegment:
             _h, problem = entry_problem(rest, remaining, base_offset=base, expected=expected, max_size=remaining)
             raise CorruptSegmentError(
                 f"corrupt entry in {self.log_path} at position {position}: {problem or 'invalid entry'}; "
-                "run `odradek dump-log --verify` on the partition directory"
+                "run `odradek dump-log --verify` on the partition directory",
+                self.log_path,
+                position,
             )
         if good:
             self._verified = _add_range(self._verified, position, position + good)

@@ -215,7 +215,7 @@ class _Appends:
                 return
             if prepare == _CONVERT:
                 config = p.log.config
-                written, headers = prepare_append(records, config, p.topic, p.index)
+                written, headers = prepare_append(records, config, p.topic, p.index, p.log.clock.now_ms())
                 info = svc.replicas.append(p, records if written is None else written, self.acks, (headers, config))
             else:
                 info = svc.replicas.append(p, records, self.acks)
@@ -234,7 +234,7 @@ class _Appends:
             try:
                 config = p.log.config
                 written, headers = await svc.scheduler.offload.run(
-                    prepare_append, records, config, p.topic, p.index, cost=3 * size
+                    prepare_append, records, config, p.topic, p.index, p.log.clock.now_ms(), cost=3 * size
                 )
                 if isinstance(written, Spool):
                     written = await asyncio.to_thread(written.to_bytes)
