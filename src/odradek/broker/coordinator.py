@@ -32,7 +32,6 @@ from odradek.cluster.group import (
     Group,
     GroupCoordinatorState,
     GroupLimits,
-    GroupState,
     JoinResult,
     Member,
     OffsetAndMetadata,
@@ -330,7 +329,6 @@ class GroupCoordinator:
                 g.members[m.member_id] = m
                 if m.group_instance_id is not None:
                     g.static_members[m.group_instance_id] = m.member_id
-            g.state = GroupState.STABLE if g.members else GroupState.EMPTY
             groups[gk.group] = g
 
     # ------------------------------------------------------------------------------------------

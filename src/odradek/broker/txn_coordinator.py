@@ -40,11 +40,17 @@ from odradek.cluster.transactions import (
     MAX_EPOCH,
     TxnMetadata,
     TxnState,
+    begin_transition,
     bumped,
     check_producer,
     completed,
+    end_transition,
+    new_transactional_id,
     prepare_add_partitions,
     prepare_end,
+    prepare_fenced_abort,
+    prepare_init,
+    restored,
 )
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.add_partitions_to_txn import AddPartitionsToTxnRequest
@@ -131,7 +137,7 @@ def decode_txn(key: bytes, value: bytes | None) -> tuple[str, TxnMetadata | None
     (vv,) = _version.unpack_from(value, 0)
     v = TransactionLogValue.decode_from(value, 2, min(vv, TransactionLogValue.VALID_VERSIONS[1]))[0]
     partitions = {(t.topic, p) for t in (v.transaction_partitions or []) for p in t.partition_ids}
-    meta = TxnMetadata(
+    meta = restored(
         txn_id, v.producer_id, v.producer_epoch, v.transaction_timeout_ms, TxnState(v.transaction_status),
         partitions, v.transaction_start_timestamp_ms, v.transaction_last_update_timestamp_ms,
     )
@@ -352,7 +358,7 @@ class TransactionCoordinator:
             now = self.now()
             if meta is None or meta.state is TxnState.DEAD:
                 pid = await self.producer_ids.allocate()
-                meta = TxnMetadata(transactional_id, pid, -1, timeout_ms, TxnState.EMPTY, set(), -1, now)
+                meta = new_transactional_id(transactional_id, pid, timeout_ms, now)
                 self.txns[transactional_id] = meta
             if meta.pending is not None:
                 raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, f"a change to {meta.pending.title} is being written")
@@ -369,13 +375,11 @@ class TransactionCoordinator:
                 raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "the transaction's markers are being written")
             if meta.state is TxnState.ONGOING:
                 # fence the current producer and abort its transaction; the caller retries
-                fenced = await self._bump(meta)
-                aborting = fenced.copy(state=TxnState.PREPARE_ABORT, update_ms=now)
+                aborting = prepare_fenced_abort(await self._bump(meta), now)
                 await self._transition(transactional_id, meta, aborting)
                 self._complete_later(transactional_id, aborting)
                 raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "an open transaction of this id is being aborted")
-            fresh = await self._bump(meta)
-            fresh = fresh.copy(state=TxnState.EMPTY, partitions=set(), timeout_ms=timeout_ms, start_ms=-1, update_ms=now)
+            fresh = prepare_init(await self._bump(meta), timeout_ms, now)
             await self._transition(transactional_id, meta, fresh)
             return fresh.producer_id, fresh.producer_epoch
 
@@ -493,15 +497,14 @@ class TransactionCoordinator:
 
     async def _transition(self, transactional_id: str, current: TxnMetadata, target: TxnMetadata) -> None:
         """Write ``target`` to the transaction log, then make it the state (acks=all)."""
-        current.pending = target.state
+        begin_transition(current, target)
         try:
             await self._write(transactional_id, target)
         except KafkaError as exc:
             code = _WRITE_ERRORS.get(exc.code, exc.code)
             raise KafkaError(code, f"the transaction log write failed: {exc.message or exc.code.name}") from exc
         finally:
-            current.pending = None
-        target.pending = None
+            end_transition(current, target)
         if self.txns.get(transactional_id) is current:
             self.txns[transactional_id] = target
 
@@ -692,8 +695,7 @@ class TransactionCoordinator:
                 "transaction %s of producer %d (epoch %d) is open longer than its timeout of %d ms: aborting it",
                 transactional_id, meta.producer_id, meta.producer_epoch, meta.timeout_ms,
             )
-            fenced = await self._bump(meta)
-            aborting = fenced.copy(state=TxnState.PREPARE_ABORT, update_ms=self.now())
+            aborting = prepare_fenced_abort(await self._bump(meta), self.now())
             await self._transition(transactional_id, meta, aborting)
         self._complete_later(transactional_id, aborting)
 
