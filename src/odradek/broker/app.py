@@ -46,7 +46,7 @@ from odradek.broker.authentication import SUPPORTED_MECHANISMS, ListenerSecurity
 from odradek.broker.authorizer import authorizer_for
 from odradek.broker.channel import BrokerChannel, ChannelSecurity
 from odradek.broker.connections import ConnectionQuotas
-from odradek.broker.coordinator import GroupCoordinator
+from odradek.broker.coordinators import CoordinatorPorts, GroupCoordinator
 from odradek.broker.exporter import BrokerRegistry, MetricsServer
 from odradek.broker.limits import FDS_PER_PARTITION, partition_budget
 from odradek.broker.partitions import PartitionService
@@ -184,7 +184,8 @@ class Broker:
         else:
             self.replication = LocalReplication(*args)
         self.scheduler = LogScheduler(self.config, self.logs, self.replicas.log_dirs, executor, self.clock)
-        self.groups = GroupCoordinator(self.config, self.clock, self.replicas, self.topics, self.replication)
+        ports = CoordinatorPorts(self.clock, self.replicas, self.topics, self.replication, self.scheduler)
+        self.groups = GroupCoordinator(self.config, ports)
         producer_ids = ProducerIdManager(backend)
         self.txn_markers = MarkerWriter(
             self.replicas, int(self.config.get("request.timeout.ms")), self.groups.complete_txn

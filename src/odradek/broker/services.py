@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from odradek._clock import Clock
 from odradek.broker.authorizer import Authorizer
-from odradek.broker.coordinator import GroupCoordinator
+from odradek.broker.coordinators import GroupCoordinator
 from odradek.broker.partitions import PartitionService
 from odradek.broker.producer_ids import ProducerIdManager
 from odradek.broker.quotas import QuotaManager, ReplicationQuota

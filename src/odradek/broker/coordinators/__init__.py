@@ -1,6 +1,8 @@
-"""The broker's coordinators, on one runtime (:mod:`.runtime`), each supplying only its record
-handling and its state machine from :mod:`odradek.cluster`."""
+"""The broker's coordinators, on one runtime (:mod:`.runtime`): the group coordinator
+(``__consumer_offsets``, :mod:`.groups`), each supplying only its record handling and its state
+machine from :mod:`odradek.cluster`."""
 
+from odradek.broker.coordinators.groups import GroupCoordinator, GroupShard
 from odradek.broker.coordinators.runtime import (
     CoordinatorPorts,
     CoordinatorRecord,
@@ -16,5 +18,7 @@ __all__ = [
     "CoordinatorRuntime",
     "CoordinatorShard",
     "CoordinatorTopic",
+    "GroupCoordinator",
+    "GroupShard",
     "Written",
 ]
