@@ -1,6 +1,7 @@
 """The broker's coordinators, on one runtime (:mod:`.runtime`): the group coordinator
-(``__consumer_offsets``, :mod:`.groups`), each supplying only its record handling and its state
-machine from :mod:`odradek.cluster`."""
+(``__consumer_offsets``, :mod:`.groups`) and the transaction coordinator
+(``__transaction_state``, :mod:`.transactions`), each supplying only its record handling and its
+state machine from :mod:`odradek.cluster`."""
 
 from odradek.broker.coordinators.groups import GroupCoordinator, GroupShard
 from odradek.broker.coordinators.runtime import (
@@ -11,6 +12,12 @@ from odradek.broker.coordinators.runtime import (
     CoordinatorTopic,
     Written,
 )
+from odradek.broker.coordinators.transactions import (
+    MarkerWriter,
+    TransactionCoordinator,
+    TxnDescription,
+    TxnShard,
+)
 
 __all__ = [
     "CoordinatorPorts",
@@ -20,5 +27,9 @@ __all__ = [
     "CoordinatorTopic",
     "GroupCoordinator",
     "GroupShard",
+    "MarkerWriter",
+    "TransactionCoordinator",
+    "TxnDescription",
+    "TxnShard",
     "Written",
 ]
