@@ -11,7 +11,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -101,7 +101,8 @@ class Replication:
         return 3
 
 
-def _setup(tmp_path: Path, *, exists: bool = True, hosted_on: str = "leader", write_timeout_ms: int = 5000,
+def _setup(tmp_path: Path, *, exists: bool = True, hosted_on: Literal["leader", "replicas"] = "leader",
+           write_timeout_ms: int = 5000,
            clock: FakeClock | None = None) -> tuple[CoordinatorRuntime[KV], ReplicaManager, Topics, FakeClock]:
     rm = ReplicaManager(ME, LogManager([tmp_path / "a", tmp_path / "b"]), lambda _t: LogConfig.from_dict({}))
     topics = Topics(exists)

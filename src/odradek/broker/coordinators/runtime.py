@@ -30,8 +30,23 @@ so that a coordinator supplies only its record handling and its state machine (a
 * **timers**: periodic jobs and deadline-driven ones on the runtime's :class:`~odradek._clock.Clock`,
   so that tests move time by hand (:meth:`~CoordinatorRuntime.run_due`).
 
-Nothing here knows a record format or a state machine: a fourth coordinator is a shard class
-and a :class:`CoordinatorTopic`, with its topic's configs in the broker's internal-topic table.
+Nothing here knows a record format or a state machine: a new coordinator is a shard class and a
+:class:`CoordinatorTopic`, with its topic's configs in the broker's internal-topic table.  The
+ones to come, none needing a change here:
+
+* the KIP-848 group coordinator writes its record types (``ConsumerGroup*``, key versions 3 and
+  up) into the same ``__consumer_offsets`` partitions, so the group shard grows their handling,
+  as Kafka's GroupCoordinatorShard holds both kinds of group (each shard already skips the key
+  versions it does not know);
+* the share coordinator: ``__share_group_state`` and a shard replaying ShareSnapshot records (a
+  checkpoint: the state replaced) and ShareUpdate records (a delta); a periodic timer writes a
+  new snapshot, and :meth:`~CoordinatorRuntime.delete_records_before` drops the records it
+  makes useless;
+* a schema registry's store: ``_schemas``, one partition, ``hosted_on="replicas"``: a view on
+  every broker hosting a replica, brought up to the high watermark before a read
+  (:meth:`~CoordinatorRuntime.catch_up`); the partition's leader is the one elected writer
+  (only there does :meth:`~CoordinatorRuntime.shard` answer and
+  :meth:`~CoordinatorRuntime.append` write).
 """
 
 from __future__ import annotations
@@ -41,7 +56,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Literal, NamedTuple, Protocol, TypeVar
 
 from odradek._timeouts import wait_for
 from odradek.broker.logdirs import is_io_error
@@ -147,7 +162,7 @@ class CoordinatorTopic:
     #: where a shard is kept: ``"leader"`` (coordinators: the leader alone serves, writes and
     #: keeps state) or ``"replicas"`` (a materialized view on every broker hosting a replica,
     #: kept current with :meth:`CoordinatorRuntime.catch_up`; writes still go to the leader)
-    hosted_on: str = "leader"
+    hosted_on: Literal["leader", "replicas"] = "leader"
 
 
 @dataclass(frozen=True, slots=True)
