@@ -173,7 +173,9 @@ def test_a_led_partition_is_replayed_into_a_new_shard_markers_decide_transaction
         assert shard.replayed == [0, 1, 2, 3, 4, 5, 8]  # markers (6, 7) go to replay_marker
         assert runtime.loaded() == {1} and not runtime.loading
         await runtime.stop()
-        assert shard.unloads == 1
+        assert shard.unloads == 1 and runtime.loaded() == set()
+        runtime.on_hosting_changed(None)  # a hosting change while the broker stops loads nothing
+        assert not runtime.loading and runtime.loaded() == set()
 
     run(scenario)
 

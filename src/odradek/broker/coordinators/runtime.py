@@ -221,6 +221,7 @@ class CoordinatorRuntime(Generic[S]):
         self._tasks: list[asyncio.Task[None]] = []
         self._create_lock = asyncio.Lock()
         self._started = False
+        self._stopped = False
 
     # ------------------------------------------------------------------------------------------
     # lifecycle
@@ -237,7 +238,9 @@ class CoordinatorRuntime(Generic[S]):
         self.refresh()
 
     async def stop(self) -> None:
-        """Stop the timers and loads; every shard is unloaded (its waiters answered)."""
+        """Stop the timers and loads; every shard is unloaded (its waiters answered), and no
+        hosting change loads one again."""
+        self._stopped = True
         tasks = [*self._tasks, *self._loads]
         for t in tasks:
             t.cancel()
@@ -343,6 +346,8 @@ class CoordinatorRuntime(Generic[S]):
 
     def refresh(self) -> None:
         """Load the partitions this broker serves now; unload the others."""
+        if self._stopped:
+            return
         served = {
             idx
             for (topic, idx), part in list(self.replicas.partitions.items())
@@ -546,8 +551,13 @@ class CoordinatorRuntime(Generic[S]):
         while True:
             t.wake.clear()
             await self._fire_if_due(t)
+            try:
+                wait = self._wait_s(t)
+            except Exception:  # a deadline that cannot be computed: logged, looked at again soon
+                log.exception("the %s timer of %s failed", t.name, self.topic.name)
+                wait = MAX_TIMER_WAIT_S
             with contextlib.suppress(TimeoutError):
-                await wait_for(t.wake.wait(), self._wait_s(t))
+                await wait_for(t.wake.wait(), wait)
 
 
 def _is_commit(batch: Batch) -> bool:
