@@ -1,11 +1,13 @@
-"""Structural rules the import contracts cannot state: the controller's state machines are written
-only through their transition tables, the broker has no ZooKeeper-mode branches, and the sans-I/O
-layers never configure logging."""
+"""Structural rules the import contracts cannot state: the controller's, the groups' and the
+transactions' state machines are written only through their transition tables, the broker has no
+ZooKeeper-mode branches, and the sans-I/O layers never configure logging."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import pytest
 
 import odradek
 from odradek.cluster.controller import (
@@ -14,6 +16,8 @@ from odradek.cluster.controller import (
     PartitionStateName,
     ReplicaStateName,
 )
+from odradek.cluster.group import Group, GroupCoordinatorState, GroupLimits, GroupState
+from odradek.cluster.transactions import TxnState
 
 SRC = Path(odradek.__file__).parent
 PS, RS = PartitionStateName, ReplicaStateName
@@ -64,6 +68,140 @@ def test_the_context_methods_refuse_an_illegal_step() -> None:
     ctx.new_partition(tp)
     ctx.partition_led(tp, 1)
     assert ctx.partition_state(tp) is PS.ONLINE
+
+
+# -- the coordinators' state machines: groups (cluster/group.py) and transactions (cluster/transactions.py)
+
+_MACHINES = ("odradek.cluster.group", "odradek.cluster.transactions")
+#: the only functions that write a group's or a transaction's state: the transitions (checked
+#: against the tables) and the restoring of a state read back from the log
+_STATE_WRITERS = {
+    "cluster/group.py": {"_transition", "load_group"},
+    "cluster/transactions.py": {"begin_transition", "end_transition"},
+}
+_STATE_ATTRS = {"state", "_state", "pending"}
+#: calls that could make a group or a transaction with a state of the caller's choosing
+_BUILDERS = {"copy", "replace", "TxnMetadata", "Group"}
+
+
+def _deals_with_the_machines(rel: str, tree: ast.Module) -> bool:
+    """Modules that hold groups or transactions: the state machines' own, the coordinators, the
+    handlers, and every module importing the machines (another object's ``.state`` elsewhere,
+    a partition's or the client's transaction manager's, is not theirs)."""
+    if rel in _STATE_WRITERS or rel.startswith(("broker/coordinator", "broker/handlers/")):
+        return True
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in _MACHINES:
+            return True
+        if isinstance(node, ast.Import) and any(a.name in _MACHINES for a in node.names):
+            return True
+    return False
+
+
+def _state_writes(path: Path) -> tuple[list[str], int]:
+    """(writes of a group's or transaction's state outside the transition functions, writes inside)."""
+    rel = path.relative_to(SRC).as_posix()
+    tree = ast.parse(path.read_text(), str(path))
+    if not _deals_with_the_machines(rel, tree):
+        return [], 0
+    machine_module = rel in _STATE_WRITERS
+    allowed = _STATE_WRITERS.get(rel, set())
+    function: dict[int, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for child in ast.walk(node):
+                function[id(child)] = node.name  # the innermost function wins (walked last)
+    outside: list[str] = []
+    inside = 0
+
+    def write(node: ast.AST, what: str) -> None:
+        nonlocal inside
+        if function.get(id(node)) in allowed:
+            inside += 1
+        else:
+            outside.append(f"{rel}:{getattr(node, 'lineno', '?')} {what}")
+
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        for target in targets:
+            for t in ast.walk(target):
+                if isinstance(t, ast.Attribute) and t.attr in _STATE_ATTRS:
+                    own = isinstance(t.value, ast.Name) and t.value.id == "self" and not machine_module
+                    if not own:  # a coordinator's or the exporter's own attribute named so is not a state
+                        write(t, f"assigns .{t.attr}")
+        if isinstance(node, ast.Call):
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+            if name == "setattr" and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) \
+                    and node.args[1].value in _STATE_ATTRS:
+                write(node, f"setattr(..., {node.args[1].value!r})")
+            elif name in _BUILDERS and not machine_module and (
+                any(k.arg in _STATE_ATTRS for k in node.keywords) or (name == "TxnMetadata" and len(node.args) > 4)
+            ):
+                outside.append(f"{rel}:{node.lineno} {name}(...) with a state")
+    return outside, inside
+
+
+def test_group_and_transaction_states_change_only_through_their_transition_tables() -> None:
+    """As the controller's: a group's state is written only by GroupCoordinatorState._transition
+    (and restored by load_group), a transaction's only by begin/end_transition; the states a
+    transition moves to are made in cluster/transactions.py, never by the broker's code."""
+    outside: list[str] = []
+    inside = 0
+    for path in _modules(SRC):
+        found, count = _state_writes(path)
+        outside += found
+        inside += count
+    assert not outside, f"group or transaction state written around the transition tables at {outside}"
+    assert inside >= 4  # the scan sees the transition functions' own writes
+
+
+def test_a_group_state_is_not_assignable() -> None:
+    g = Group("g")
+    with pytest.raises(AttributeError):
+        g.state = GroupState.STABLE  # type: ignore[misc]
+    assert g.state is GroupState.EMPTY
+
+
+def test_an_illegal_group_step_raises_the_controllers_illegal_transition() -> None:
+    state = GroupCoordinatorState(GroupLimits())
+    g = state.groups["g"] = Group("g")
+    with pytest.raises(IllegalTransition):
+        state._transition(g, GroupState.STABLE, 5)  # Empty -> Stable skips the rebalance
+    assert g.state is GroupState.EMPTY and g.state_timestamp == -1 and state.completed_rebalances == 0
+    state._transition(g, GroupState.PREPARING_REBALANCE, 6)
+    assert g.state is GroupState.PREPARING_REBALANCE
+
+
+def test_an_illegal_transaction_step_raises_and_leaves_nothing_pending() -> None:
+    from odradek.cluster.transactions import begin_transition, completed, end_transition, new_transactional_id
+
+    meta = new_transactional_id("t", 1, 60_000, 0)
+    with pytest.raises(IllegalTransition):
+        begin_transition(meta, completed(meta, 1))  # Empty -> CompleteAbort: no transaction to complete
+    assert meta.pending is None and meta.state is TxnState.EMPTY
+    target = meta.copy(state=TxnState.ONGOING, partitions={("t", 0)})
+    begin_transition(meta, target)
+    assert meta.pending is TxnState.ONGOING
+    end_transition(meta, target)
+    assert meta.pending is None and target.pending is None
+
+
+def test_the_tables_name_every_state() -> None:
+    from odradek.cluster.group import GROUP_TRANSITIONS
+    from odradek.cluster.transactions import TXN_TRANSITIONS
+
+    for table, states in ((GROUP_TRANSITIONS, GroupState), (TXN_TRANSITIONS, TxnState)):
+        for target in states:
+            assert table.previous(target) <= set(states), target
+    # a few of Kafka's edges, and their absence the other way
+    assert GROUP_TRANSITIONS.allows(GroupState.COMPLETING_REBALANCE, GroupState.STABLE)
+    assert not GROUP_TRANSITIONS.allows(GroupState.STABLE, GroupState.EMPTY)
+    assert TXN_TRANSITIONS.allows(TxnState.PREPARE_EPOCH_FENCE, TxnState.PREPARE_ABORT)
+    assert not TXN_TRANSITIONS.allows(TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
 
 
 def test_no_zookeeper_mode_branch_or_downcast_in_the_broker() -> None:

@@ -5,13 +5,15 @@ and still answers it when the markers take longer than the coordinator waits."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from odradek.broker import txn_coordinator
 from odradek.broker.app import Broker
+from odradek.broker.coordinators import transactions as txn_coordinator
+from odradek.broker.topics import TRANSACTION_TOPIC
 from odradek.client import Admin, NewTopic
 from odradek.cluster.transactions import TxnState
 from odradek.errors import ErrorCode, KafkaError
@@ -63,7 +65,7 @@ async def _committing(broker: Broker) -> tuple[int, int, asyncio.Event]:
     await coordinator.add_partitions(TXN, pid, epoch, [(TOPIC, 0)])
     gate = _gate_markers(broker)
     await coordinator.end_txn(TXN, pid, epoch, commit=True)
-    assert coordinator.txns[TXN].state is TxnState.PREPARE_COMMIT
+    assert coordinator.metadata(TXN).state is TxnState.PREPARE_COMMIT
     return pid, epoch, gate
 
 
@@ -78,7 +80,7 @@ def test_add_partitions_waits_for_the_previous_transaction_to_complete(tmp_path:
             assert not nxt.done(), "answered while the markers were still unwritten"
             gate.set()
             await asyncio.wait_for(nxt, 10)  # no CONCURRENT_TRANSACTIONS
-            meta = coordinator.txns[TXN]
+            meta = coordinator.metadata(TXN)
             assert meta.state is TxnState.ONGOING and meta.partitions == {(TOPIC, 0)}
 
     asyncio.run(scenario())
@@ -100,11 +102,38 @@ def test_markers_slower_than_the_wait_still_get_concurrent_transactions(
             # the waiter gave up; the completion did not: once the markers go out it finishes
             gate.set()
             for _ in range(500):
-                if coordinator.txns[TXN].state is TxnState.COMPLETE_COMMIT:
+                if coordinator.metadata(TXN).state is TxnState.COMPLETE_COMMIT:
                     break
                 await asyncio.sleep(0.01)
-            assert coordinator.txns[TXN].state is TxnState.COMPLETE_COMMIT
+            assert coordinator.metadata(TXN).state is TxnState.COMPLETE_COMMIT
             await coordinator.add_partitions(TXN, pid, epoch, [(TOPIC, 0)])
-            assert coordinator.txns[TXN].state is TxnState.ONGOING
+            assert coordinator.metadata(TXN).state is TxnState.ONGOING
+
+    asyncio.run(scenario())
+
+
+def test_a_request_waiting_for_the_markers_is_told_not_coordinator_when_the_partition_moves(tmp_path: Path) -> None:
+    """The transaction log partition moves away while AddPartitionsToTxn waits for the previous
+    transaction's markers: the producer is told NOT_COORDINATOR (it finds the new coordinator),
+    not INVALID_PRODUCER_ID_MAPPING (fatal for it) from the state this broker just dropped."""
+
+    async def scenario() -> None:
+        async with running_broker(tmp_path / "data") as broker:
+            await _ready(broker)
+            coordinator = broker.txns
+            pid, epoch, _gate = await _committing(broker)
+            nxt = asyncio.ensure_future(coordinator.add_partitions(TXN, pid, epoch, [(TOPIC, 0)]))
+            await asyncio.sleep(0)  # it runs up to its wait for the markers
+            assert not nxt.done()
+            p = broker.replicas.get(TRANSACTION_TOPIC, coordinator.partition_for(TXN))
+            assert p is not None
+            me = broker.broker_id
+            broker.replicas.make_follower(dataclasses.replace(
+                p.state, replicas=(me, me + 1), isr=(me, me + 1), leader=me + 1, leader_epoch=p.state.leader_epoch + 1,
+            ), None)
+            coordinator.on_hosting_changed(None)
+            with pytest.raises(KafkaError) as caught:
+                await asyncio.wait_for(nxt, 10)
+            assert caught.value.code is ErrorCode.NOT_COORDINATOR
 
     asyncio.run(scenario())

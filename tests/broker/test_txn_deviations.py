@@ -325,11 +325,10 @@ def test_txn_offset_commit_before_v2_is_not_told_the_coordinator_is_loading(tmp_
             try:
                 await b.groups.ensure_topic()
                 for _ in range(500):
-                    if 0 in b.groups.loaded:
+                    if 0 in b.groups.runtime.loaded():
                         break
                     await asyncio.sleep(0.01)
-                b.groups.loaded.discard(0)
-                b.groups.loading.add(0)  # as while it replays its partition after a leader change
+                b.groups.runtime.loading.add(0)  # as while it replays its partition after a leader change
                 codes = {}
                 for version in range(5):
                     codes[version] = await asyncio.to_thread(

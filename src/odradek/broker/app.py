@@ -46,7 +46,12 @@ from odradek.broker.authentication import SUPPORTED_MECHANISMS, ListenerSecurity
 from odradek.broker.authorizer import authorizer_for
 from odradek.broker.channel import BrokerChannel, ChannelSecurity
 from odradek.broker.connections import ConnectionQuotas
-from odradek.broker.coordinator import GroupCoordinator
+from odradek.broker.coordinators import (
+    CoordinatorPorts,
+    GroupCoordinator,
+    MarkerWriter,
+    TransactionCoordinator,
+)
 from odradek.broker.exporter import BrokerRegistry, MetricsServer
 from odradek.broker.limits import FDS_PER_PARTITION, partition_budget
 from odradek.broker.partitions import PartitionService
@@ -60,7 +65,6 @@ from odradek.broker.services import Services
 from odradek.broker.single_node import SingleNodeController
 from odradek.broker.tls import client_context, server_context
 from odradek.broker.topics import TopicService, internal_topic_configs
-from odradek.broker.txn_coordinator import MarkerWriter, TransactionCoordinator
 from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage
 from odradek.config import BrokerConfig, ConfigError, ConfigSource, Listener
 from odradek.coordination import EmbeddedBackend, MetadataBackend
@@ -185,15 +189,16 @@ class Broker:
         else:
             self.replication = LocalReplication(*args)
         self.scheduler = LogScheduler(self.config, self.logs, self.replicas.log_dirs, executor, self.clock)
-        self.groups = GroupCoordinator(self.config, self.clock, self.replicas, self.topics, self.replication)
+        ports = CoordinatorPorts(self.clock, self.replicas, self.topics, self.replication, self.scheduler)
+        self.groups = GroupCoordinator(self.config, ports)
         producer_ids = ProducerIdManager(backend)
         self.txn_markers = MarkerWriter(
             self.replicas, int(self.config.get("request.timeout.ms")), self.groups.complete_txn
         )
         inter_broker = self.config.get("inter.broker.listener.name") if zk is not None else None
         self.txns = TransactionCoordinator(
-            self.broker_id, self.config, self.clock, self.replicas, self.topics, self.replication, producer_ids,
-            self.txn_markers.write, channel_factory=self._channel_factory if zk is not None else None,
+            self.broker_id, self.config, ports, producer_ids, self.txn_markers.write,
+            channel_factory=self._channel_factory if zk is not None else None,
             inter_broker_listener=str(inter_broker) if inter_broker else None,
         )
 

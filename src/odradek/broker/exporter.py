@@ -180,8 +180,8 @@ def take_state(services: Services, connections: Callable[[], Iterable[Any]], lis
     st.stopping = svc.stopping
     coordinator = svc.coordinator
     if coordinator is not None:
-        st.completed_rebalances = coordinator.state.completed_rebalances
-        for g in list(coordinator.state.groups.values()):
+        st.completed_rebalances = coordinator.completed_rebalances
+        for g in coordinator.all_groups():
             offsets = [(t, i, om.offset) for (t, i), om in g.offsets.items()]
             st.groups.append((g.group_id, g.state, len(g.members), offsets))
     counts = dict.fromkeys(listeners, 0)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from odradek._clock import Clock
 from odradek.broker.authorizer import Authorizer
-from odradek.broker.coordinator import GroupCoordinator
+from odradek.broker.coordinators import GroupCoordinator, MarkerWriter, TransactionCoordinator
 from odradek.broker.partitions import PartitionService
 from odradek.broker.producer_ids import ProducerIdManager
 from odradek.broker.quotas import QuotaManager, ReplicationQuota
@@ -23,7 +23,6 @@ from odradek.broker.replication import Replication
 from odradek.broker.scheduler import LogScheduler
 from odradek.broker.single_node import SingleNodeController
 from odradek.broker.topics import TopicService
-from odradek.broker.txn_coordinator import MarkerWriter, TransactionCoordinator
 from odradek.cluster.metadata import MetadataImage
 from odradek.config import BrokerConfig
 from odradek.coordination import MetadataBackend

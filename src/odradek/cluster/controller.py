@@ -19,7 +19,7 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from odradek.errors import OdradekError
+from odradek.cluster.transitions import IllegalTransition
 
 __all__ = [
     "ControllerContext",
@@ -300,10 +300,6 @@ class ControllerContext:
 
 
 _DELETING = frozenset({ReplicaStateName.DELETION_STARTED, ReplicaStateName.DELETION_SUCCESSFUL})
-
-
-class IllegalTransition(OdradekError, ValueError):
-    """A state change the controller's transition tables do not allow."""
 
 
 # -- leader election -------------------------------------------------------------------------------

@@ -9,6 +9,9 @@ A group moves through the states the seeds describe::
       +-- last member --+--------- join / leave / session expiry -- Stable
     Dead: deleted (or unloaded); answers as if the group did not exist.
 
+The edges are data (:data:`GROUP_TRANSITIONS`, Kafka's valid previous states); every change goes
+through :meth:`GroupCoordinatorState._transition`, which refuses any other (IllegalTransition).
+
 Members join (the first becomes leader), the coordinator picks the protocol all members support,
 completes the join when every known member has rejoined or the rebalance timeout passes, hands the
 leader every member's metadata, and delivers the leader's assignment to each member on SyncGroup.
@@ -29,9 +32,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
+from odradek.cluster.transitions import TransitionTable
 from odradek.errors import ErrorCode
 
 __all__ = [
+    "GROUP_TRANSITIONS",
     "Effect",
     "Group",
     "GroupCoordinatorState",
@@ -41,6 +46,7 @@ __all__ = [
     "Member",
     "OffsetAndMetadata",
     "StoreGroup",
+    "StoreOffsets",
     "SyncResult",
 ]
 
@@ -53,6 +59,18 @@ class GroupState(Enum):
     COMPLETING_REBALANCE = "CompletingRebalance"
     STABLE = "Stable"
     DEAD = "Dead"
+
+
+_G = GroupState
+#: Kafka's valid previous states of each group state (``ClassicGroupState``): a group's state
+#: changes only along these edges (:meth:`GroupCoordinatorState._transition`)
+GROUP_TRANSITIONS = TransitionTable[GroupState]("group", {
+    _G.EMPTY: {_G.PREPARING_REBALANCE},
+    _G.PREPARING_REBALANCE: {_G.EMPTY, _G.STABLE, _G.COMPLETING_REBALANCE},
+    _G.COMPLETING_REBALANCE: {_G.PREPARING_REBALANCE},
+    _G.STABLE: {_G.COMPLETING_REBALANCE},
+    _G.DEAD: {_G.EMPTY, _G.PREPARING_REBALANCE, _G.COMPLETING_REBALANCE, _G.STABLE, _G.DEAD},
+})
 
 
 @dataclass(slots=True)
@@ -90,7 +108,8 @@ class OffsetAndMetadata:
 @dataclass(slots=True)
 class Group:
     group_id: str
-    state: GroupState = GroupState.EMPTY
+    #: read through ``state``; changed only by the coordinator state's transition (the table)
+    _state: GroupState = field(default=GroupState.EMPTY, init=False)
     protocol_type: str | None = None
     protocol_name: str | None = None
     generation_id: int = 0
@@ -105,6 +124,10 @@ class Group:
     initial_joined: int = 0
     rebalance_started: int = 0
     state_timestamp: int = -1
+
+    @property
+    def state(self) -> GroupState:
+        return self._state
 
     @property
     def is_empty(self) -> bool:
@@ -235,9 +258,12 @@ class GroupCoordinatorState:
         return None if g is None or g.state is GroupState.DEAD else g
 
     def _transition(self, g: Group, state: GroupState, now: int) -> None:
+        """The one place a group's state changes: along :data:`GROUP_TRANSITIONS` only
+        (IllegalTransition otherwise, the group unchanged)."""
+        GROUP_TRANSITIONS.check(g.state, state, f"group {g.group_id}")
         if state is GroupState.STABLE and g.state is GroupState.COMPLETING_REBALANCE:
             self.completed_rebalances += 1
-        g.state = state
+        g._state = state
         g.state_timestamp = now
 
     def _heartbeat(self, m: Member, now: int) -> None:
@@ -771,7 +797,9 @@ class GroupCoordinatorState:
 
     # -- loading from __consumer_offsets ----------------------------------------------------------
     def load_group(self, group: Group, now: int) -> None:
-        """A group read back from its metadata record: members get a fresh session."""
+        """A group read back from its metadata record: Stable with members, else Empty (Kafka's
+        loadGroup: a state restored, not a transition); members get a fresh session."""
+        group._state = GroupState.STABLE if group.members else GroupState.EMPTY
         existing = self.groups.get(group.group_id)
         if existing is not None:
             group.offsets = existing.offsets

@@ -9,8 +9,12 @@ States (their ids are those of Kafka's ``__transaction_state`` records)::
     Empty/Complete* --InitProducerId--> Empty (epoch + 1)
     Ongoing --InitProducerId--> PrepareEpochFence, then PrepareAbort with the epoch bumped
 
-A transition is first *prepared* (``pending`` set: other requests answer CONCURRENT_TRANSACTIONS),
-written to the log, then *completed* (or dropped if the write failed).
+A transition is first *prepared* (:func:`begin_transition` checks it against
+:data:`TXN_TRANSITIONS`, Kafka's valid previous states, and sets ``pending``: other requests answer
+CONCURRENT_TRANSACTIONS), written to the log, then *completed* or dropped if the write failed
+(:func:`end_transition`).  The states a transition moves to are made here, by the ``prepare_*``
+functions; nothing else builds a metadata with a state, except :func:`restored` for one read
+back from the log.
 """
 
 from __future__ import annotations
@@ -18,15 +22,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from odradek.cluster.transitions import TransitionTable
 from odradek.errors import ErrorCode, KafkaError
 
 __all__ = [
     "MAX_EPOCH",
+    "TXN_TRANSITIONS",
     "TxnMetadata",
     "TxnState",
+    "begin_transition",
+    "bumped",
     "check_producer",
+    "completed",
+    "end_transition",
+    "new_transactional_id",
     "prepare_add_partitions",
     "prepare_end",
+    "prepare_fenced_abort",
+    "prepare_init",
+    "restored",
 ]
 
 #: producer epochs are int16; Kafka bumps to a new producer id before reaching the maximum
@@ -53,6 +67,20 @@ class TxnState(IntEnum):
     @property
     def completed(self) -> bool:
         return self in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+
+
+_T = TxnState
+#: Kafka's valid previous states of each transaction state (``TransactionState``)
+TXN_TRANSITIONS = TransitionTable[TxnState]("transaction", {
+    _T.EMPTY: {_T.EMPTY, _T.COMPLETE_COMMIT, _T.COMPLETE_ABORT},
+    _T.ONGOING: {_T.ONGOING, _T.EMPTY, _T.COMPLETE_COMMIT, _T.COMPLETE_ABORT},
+    _T.PREPARE_COMMIT: {_T.ONGOING},
+    _T.PREPARE_ABORT: {_T.ONGOING, _T.PREPARE_EPOCH_FENCE},
+    _T.COMPLETE_COMMIT: {_T.PREPARE_COMMIT},
+    _T.COMPLETE_ABORT: {_T.PREPARE_ABORT},
+    _T.DEAD: {_T.EMPTY, _T.COMPLETE_COMMIT, _T.COMPLETE_ABORT},
+    _T.PREPARE_EPOCH_FENCE: {_T.ONGOING},
+})
 
 
 @dataclass(slots=True)
@@ -85,6 +113,38 @@ class TxnMetadata:
         if "partitions" not in changes:
             out.partitions = set(self.partitions)
         return out
+
+
+def new_transactional_id(transactional_id: str, producer_id: int, timeout_ms: int, now_ms: int) -> TxnMetadata:
+    """The metadata of an id seen for the first time (InitProducerId): Empty, without an epoch
+    yet (the first bump gives it 0)."""
+    return TxnMetadata(transactional_id, producer_id, -1, timeout_ms, TxnState.EMPTY, set(), -1, now_ms)
+
+
+def restored(
+    transactional_id: str, producer_id: int, producer_epoch: int, timeout_ms: int, state: TxnState,
+    partitions: set[TopicPartition], start_ms: int, update_ms: int,
+) -> TxnMetadata:
+    """The metadata a ``__transaction_state`` record holds, as the coordinator reads it back
+    when it loads the partition: a state restored, not a transition."""
+    return TxnMetadata(transactional_id, producer_id, producer_epoch, timeout_ms, state, partitions, start_ms, update_ms)
+
+
+def begin_transition(current: TxnMetadata, target: TxnMetadata) -> None:
+    """Prepare the change from ``current`` to ``target`` (Kafka's prepareTransitionTo): allowed
+    by :data:`TXN_TRANSITIONS` (IllegalTransition otherwise), and one at a time (``pending``
+    set until :func:`end_transition`; CONCURRENT_TRANSACTIONS for a second)."""
+    TXN_TRANSITIONS.check(current.state, target.state, f"transactional id {current.transactional_id}")
+    if current.pending is not None:
+        raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, f"a change to {current.pending.title} is being written")
+    current.pending = target.state
+
+
+def end_transition(current: TxnMetadata, target: TxnMetadata) -> None:
+    """The write of ``target`` is over (written, and ``target`` replaces ``current``; or failed,
+    and ``current`` stays): neither is pending any more."""
+    current.pending = None
+    target.pending = None
 
 
 def check_producer(meta: TxnMetadata | None, producer_id: int, producer_epoch: int) -> None:
@@ -131,6 +191,19 @@ def prepare_end(meta: TxnMetadata, commit: bool, now_ms: int) -> TxnMetadata | N
         ErrorCode.INVALID_TXN_STATE,
         f"cannot {'commit' if commit else 'abort'} a transaction in state {state.title}",
     )
+
+
+def prepare_init(meta: TxnMetadata, timeout_ms: int, now_ms: int) -> TxnMetadata:
+    """InitProducerId's state for ``meta`` (its epoch already bumped): Empty, no partitions, the
+    producer's transaction timeout."""
+    return meta.copy(state=TxnState.EMPTY, partitions=set(), timeout_ms=timeout_ms, start_ms=-1, update_ms=now_ms)
+
+
+def prepare_fenced_abort(meta: TxnMetadata, now_ms: int) -> TxnMetadata:
+    """An open transaction aborted with its producer fenced (``meta``'s epoch already bumped): by
+    the InitProducerId of a newer producer of the id, or for its timeout.  Kafka passes through
+    PrepareEpochFence on the way; the record written is the same PrepareAbort."""
+    return meta.copy(state=TxnState.PREPARE_ABORT, update_ms=now_ms)
 
 
 def completed(meta: TxnMetadata, now_ms: int) -> TxnMetadata:

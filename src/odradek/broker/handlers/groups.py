@@ -1,4 +1,4 @@
-"""Consumer-group APIs, served by the group coordinator (odradek.broker.coordinator).
+"""Consumer-group APIs, served by the group coordinator (odradek.broker.coordinators.groups).
 
 FindCoordinator (10) v0-4, JoinGroup (11) v0-9, SyncGroup (14) v0-5, Heartbeat (12) v0-4,
 LeaveGroup (13) v0-5 (batched members from v3), OffsetCommit (8) v0-8 (generation -1 is a
@@ -307,7 +307,7 @@ async def _fetch_group(
         stored = await ctx.services.backend.fetch_v0_offsets(group_id, partitions or [])
         found = {tp: (OffsetAndMetadata(o, -1, "", -1, -1) if o >= 0 else None) for tp, o in stored.items()}
     else:
-        found = groups.state.fetch_offsets(group_id, partitions)
+        found = groups.fetch_offsets(group_id, partitions)
     by_topic: dict[str, list[tuple[int, int, int, str | None, ErrorCode]]] = {}
     for t in sorted(denied):
         by_topic[t] = [(p, -1, -1, "", ErrorCode.TOPIC_AUTHORIZATION_FAILED) for p in dict(wanted or [])[t]]
@@ -391,7 +391,7 @@ async def describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -
         except KafkaError as exc:
             out.append(R.DescribedGroup(error_code=int(exc.code), group_id=gid, group_state="", protocol_type="", protocol_data=""))
             continue
-        g = ctx.services.groups.state.describe(gid)
+        g = ctx.services.groups.describe(gid)
         if g is None:
             out.append(R.DescribedGroup(error_code=0, group_id=gid, group_state="Dead", protocol_type="", protocol_data=""))
             continue
@@ -435,9 +435,8 @@ async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGr
             protocol_type=g.protocol_type or "",
             group_state=g.state.value if ctx.version >= 4 else "",
         )
-        for g in groups.state.list_groups(states)
-        if groups.partition_for(g.group_id) in groups.loaded
-        and (every or ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, g.group_id, log_denied=False))
+        for g in groups.list_groups(states)
+        if every or ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, g.group_id, log_denied=False)
     ]
     error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if groups.loading else ErrorCode.NONE
     return R(throttle_time_ms=0, error_code=int(error), groups=sorted(listed, key=lambda g: g.group_id))

@@ -1,12 +1,13 @@
-"""The transaction coordinator (KIP-98): runs :mod:`odradek.cluster.transactions` and carries
-out what it decides.
+"""The transaction coordinator (KIP-98) on the coordinator runtime: runs
+:mod:`odradek.cluster.transactions` and carries out what it decides.
 
 A transactional id belongs to partition ``abs(javaHash(id)) % transaction.state.log.num.partitions``
 of ``__transaction_state`` (compacted; created on the first FindCoordinator for a transaction) and
 is served by that partition's leader.  Every state change is a record there (Kafka's
 ``TransactionLogKey``/``TransactionLogValue``) written with acks=all before the change takes
-effect; when this broker becomes leader of a partition it reads the partition back, and finishes
-the transactions it finds prepared (their markers may not all be written).
+effect; what this module supplies to the runtime is the record handling of one partition
+(:class:`TxnShard`): when this broker becomes leader of a partition the runtime replays it into a
+shard, which finishes the transactions it finds prepared (their markers may not all be written).
 
 EndTxn writes PrepareCommit/PrepareAbort and answers; the markers then go to the leaders of the
 transaction's partitions (WriteTxnMarkers; this broker's own partitions directly), retried until
@@ -31,37 +32,51 @@ from typing import TYPE_CHECKING, Any
 
 from odradek._timeouts import wait_for
 from odradek.broker.channel import BrokerChannel
-from odradek.broker.logdirs import is_io_error
+from odradek.broker.coordinators.runtime import (
+    CoordinatorPorts,
+    CoordinatorRecord,
+    CoordinatorRuntime,
+    CoordinatorTopic,
+)
 from odradek.broker.producer_ids import ProducerIdManager
-from odradek.broker.replica import Partition
 from odradek.broker.topics import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from odradek.cluster.assignment import partition_for
 from odradek.cluster.transactions import (
     MAX_EPOCH,
     TxnMetadata,
     TxnState,
+    begin_transition,
     bumped,
     check_producer,
     completed,
+    end_transition,
+    new_transactional_id,
     prepare_add_partitions,
     prepare_end,
+    prepare_fenced_abort,
+    prepare_init,
+    restored,
 )
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.add_partitions_to_txn import AddPartitionsToTxnRequest
 from odradek.protocol.messages.coordinator import TransactionLogKey, TransactionLogValue
 from odradek.protocol.messages.write_txn_markers import WriteTxnMarkersRequest
-from odradek.records import BatchBuilder, RecordsError, read_batches
-from odradek.storage import StorageError
 
 if TYPE_CHECKING:
-    from odradek._clock import Clock
     from odradek.broker.replica import ReplicaManager
     from odradek.broker.replication import Replication
-    from odradek.broker.topics import TopicService
     from odradek.cluster.metadata import MetadataImage
     from odradek.config import BrokerConfig
 
-__all__ = ["TRANSACTION_TOPIC", "WRITE_TXN_MARKERS_VERSION", "MarkerWriter", "TopicPartition", "TransactionCoordinator", "TxnDescription"]
+__all__ = [
+    "WRITE_TXN_MARKERS_VERSION",
+    "MarkerWriter",
+    "TopicPartition",
+    "TransactionCoordinator",
+    "TxnDescription",
+    "TxnShard",
+    "transaction_topic",
+]
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +114,18 @@ _WRITE_ERRORS = {
 LocalMarkers = Callable[[int, int, bool, int, list[TopicPartition]], Awaitable[dict[TopicPartition, ErrorCode]]]
 
 
+def transaction_topic(config: BrokerConfig, replication: Replication) -> CoordinatorTopic:
+    """``__transaction_state`` as the transaction coordinator writes it: every state change
+    with acks=all, within ``request.timeout.ms``."""
+    return CoordinatorTopic(
+        TRANSACTION_TOPIC,
+        int(config.get("transaction.state.log.num.partitions")),
+        replication.transaction_log_replication_factor,
+        acks=-1,
+        write_timeout_ms=int(config.get("request.timeout.ms")),
+    )
+
+
 def txn_key(transactional_id: str) -> bytes:
     return _version.pack(_KEY_VERSION) + TransactionLogKey(transactional_id=transactional_id).encode(_KEY_VERSION)
 
@@ -131,7 +158,7 @@ def decode_txn(key: bytes, value: bytes | None) -> tuple[str, TxnMetadata | None
     (vv,) = _version.unpack_from(value, 0)
     v = TransactionLogValue.decode_from(value, 2, min(vv, TransactionLogValue.VALID_VERSIONS[1]))[0]
     partitions = {(t.topic, p) for t in (v.transaction_partitions or []) for p in t.partition_ids}
-    meta = TxnMetadata(
+    meta = restored(
         txn_id, v.producer_id, v.producer_epoch, v.transaction_timeout_ms, TxnState(v.transaction_status),
         partitions, v.transaction_start_timestamp_ms, v.transaction_last_update_timestamp_ms,
     )
@@ -151,15 +178,50 @@ class TxnDescription:
     partitions: tuple[TopicPartition, ...]
 
 
+class TxnShard:
+    """The transactional ids of one ``__transaction_state`` partition, and the tasks writing
+    the markers of their prepared transactions."""
+
+    def __init__(self, partition: int, complete_later: Callable[[TxnShard, str, TxnMetadata], None]) -> None:
+        self.partition = partition
+        self.txns: dict[str, TxnMetadata] = {}
+        self.completing: dict[str, asyncio.Task[None]] = {}
+        self._complete_later = complete_later
+
+    def replay(self, record: CoordinatorRecord) -> None:
+        if record.key is None:
+            return
+        decoded = decode_txn(record.key, record.value)
+        if decoded is None:
+            return
+        txn_id, meta = decoded
+        if meta is None:
+            self.txns.pop(txn_id, None)
+        else:
+            self.txns[txn_id] = meta
+
+    def replay_marker(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        return None  # the transaction log is not written in transactions
+
+    def loaded(self, now_ms: int) -> None:
+        # prepared transactions whose markers may be missing: finish them (Kafka does the same)
+        for txn_id, meta in list(self.txns.items()):
+            if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                self._complete_later(self, txn_id, meta)
+
+    def unloaded(self) -> None:
+        """Another broker coordinates these ids now: it finishes their transactions."""
+        for task in self.completing.values():
+            task.cancel()
+        self.txns.clear()
+
+
 class TransactionCoordinator:
     def __init__(
         self,
         broker_id: int,
         config: BrokerConfig,
-        clock: Clock,
-        replicas: ReplicaManager,
-        topics: TopicService,
-        replication: Replication,
+        ports: CoordinatorPorts,
         producer_ids: ProducerIdManager,
         local_markers: LocalMarkers,
         channel_factory: Callable[..., BrokerChannel] | None = None,
@@ -167,38 +229,37 @@ class TransactionCoordinator:
     ) -> None:
         self.broker_id = broker_id
         self.config = config
-        self.clock = clock
-        self.replicas = replicas
-        self.topics = topics
-        self.replication = replication
+        self.clock = ports.clock
+        self.replicas = ports.replicas
+        self.topics = ports.topics
         self.producer_ids = producer_ids
         self.local_markers = local_markers
         self.channel_factory = channel_factory
         self.inter_broker_listener = inter_broker_listener
-        self.partitions = int(config.get("transaction.state.log.num.partitions"))
         self.max_timeout_ms = int(config.get("transaction.max.timeout.ms"))
-        self.txns: dict[str, TxnMetadata] = {}
-        self.loaded: set[int] = set()
-        self.loading: set[int] = set()
+        self.offsets_partitions = int(config.get("offsets.topic.num.partitions"))
+        self.runtime = CoordinatorRuntime(transaction_topic(config, ports.replication), self._new_shard, ports)
+        self.runtime.every(
+            "txn-timeouts",
+            int(config.get("transaction.abort.timed.out.transaction.cleanup.interval.ms")),
+            self._abort_timed_out,
+        )
         self._channels: dict[int, BrokerChannel] = {}
-        self._completing: dict[str, asyncio.Task[None]] = {}
-        self._tasks: list[asyncio.Task[None]] = []
-        self._create_lock = asyncio.Lock()
         self._locks: dict[str, asyncio.Lock] = {}
+
+    def _new_shard(self, partition: int) -> TxnShard:
+        return TxnShard(partition, self._complete_later)
 
     # ------------------------------------------------------------------------------------------
     # lifecycle
 
     def start(self) -> None:
-        interval = int(self.config.get("transaction.abort.timed.out.transaction.cleanup.interval.ms"))
-        self._tasks.append(asyncio.get_running_loop().create_task(self._abort_timed_out(interval), name="txn-timeouts"))
-        self.on_image()
+        self.runtime.start()
 
     async def stop(self) -> None:
-        tasks = [*self._tasks, *self._completing.values()]
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
+        completing = [t for shard in self.runtime.shards() for t in shard.completing.values()]
+        await self.runtime.stop()  # unloads every shard: the marker tasks are cancelled
+        for t in completing:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         for ch in self._channels.values():
@@ -209,123 +270,28 @@ class TransactionCoordinator:
         return self.clock.now_ms()
 
     def on_hosting_changed(self, image: MetadataImage | None) -> None:
-        if image is None or self.loaded or TRANSACTION_TOPIC in image.topics:
-            self.on_image()
-
-    def on_image(self) -> None:
-        """Load the transaction-log partitions this broker now leads; unload the others."""
-        led = {
-            idx
-            for (topic, idx), part in list(self.replicas.partitions.items())
-            if topic == TRANSACTION_TOPIC and part.is_leader
-        }
-        for p in sorted(self.loaded - led):
-            self._unload(p)
-        for p in sorted(led - self.loaded - self.loading):
-            self.loading.add(p)
-            asyncio.get_running_loop().create_task(self._load(p))
-
-    def _unload(self, partition: int) -> None:
-        self.loaded.discard(partition)
-        for txn_id in [t for t in self.txns if self.partition_for(t) == partition]:
-            del self.txns[txn_id]
-            task = self._completing.pop(txn_id, None)
-            if task is not None:
-                task.cancel()
-
-    async def _load(self, partition: int) -> None:
-        try:
-            p = self.replicas.get(TRANSACTION_TOPIC, partition)
-            if p is not None:
-                for txn_id, meta in self._replay(p).items():
-                    if meta is None:
-                        self.txns.pop(txn_id, None)
-                    else:
-                        self.txns[txn_id] = meta
-            self.loaded.add(partition)
-        except (RecordsError, StorageError, KafkaError):
-            log.exception("could not load %s-%d", TRANSACTION_TOPIC, partition)
-            return
-        finally:
-            self.loading.discard(partition)
-        # prepared transactions whose markers may be missing: finish them (Kafka does the same)
-        for txn_id, meta in list(self.txns.items()):
-            if self.partition_for(txn_id) == partition and meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-                self._complete_later(txn_id, meta)
-
-    def _replay(self, p: Partition) -> dict[str, TxnMetadata | None]:
-        lg = p.log
-        offset = lg.log_start_offset
-        found: dict[str, TxnMetadata | None] = {}
-        while offset < lg.log_end_offset:
-            data = lg.read(offset, 1 << 20).to_bytes()
-            if not data:
-                break
-            last = offset - 1
-            for batch in read_batches(data):
-                last = batch.last_offset
-                if batch.is_control:
-                    continue
-                for rec in batch.records:
-                    if rec.key is None:
-                        continue
-                    decoded = decode_txn(rec.key, rec.value)
-                    if decoded is not None:
-                        found[decoded[0]] = decoded[1]
-            if last < offset:
-                break
-            offset = last + 1
-        return found
+        self.runtime.on_hosting_changed(image)
 
     # ------------------------------------------------------------------------------------------
     # routing
 
     def partition_for(self, transactional_id: str) -> int:
-        return partition_for(transactional_id, self.partitions)
+        return self.runtime.partition_for(transactional_id)
 
     async def ensure_topic(self) -> None:
         """Create ``__transaction_state`` on first use (Kafka does it on the first FindCoordinator)."""
-        if TRANSACTION_TOPIC in self.topics.image.topics:
-            return
-        async with self._create_lock:
-            if TRANSACTION_TOPIC in self.topics.image.topics:
-                return
-            try:
-                await self.topics.create_internal(
-                    TRANSACTION_TOPIC, self.partitions, self.replication.transaction_log_replication_factor()
-                )
-            except KafkaError as exc:
-                if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
-                    return
-                if exc.code in (ErrorCode.INVALID_REPLICATION_FACTOR, ErrorCode.KAFKA_STORAGE_ERROR):
-                    raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, exc.message) from exc
-                raise
-            except (OSError, StorageError) as exc:
-                if not is_io_error(exc):
-                    raise
-                failure = self.replicas.log_dirs.fail(None, exc, f"creating {TRANSACTION_TOPIC}")
-                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, failure.message) from exc
+        await self.runtime.ensure_topic()
 
-    def check(self, transactional_id: str) -> Partition:
-        """The transaction-log partition of ``transactional_id``, if this broker serves it now."""
+    def check(self, transactional_id: str) -> TxnShard:
+        """The shard of ``transactional_id``, if this broker serves it now."""
         if not transactional_id:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "empty transactional id")
-        if TRANSACTION_TOPIC not in self.topics.image.topics:
-            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{TRANSACTION_TOPIC} does not exist yet")
-        idx = self.partition_for(transactional_id)
-        local = self.replicas.get(TRANSACTION_TOPIC, idx)
-        if local is None:
-            try:
-                local = self.replication.rehost(TRANSACTION_TOPIC, idx)
-            except KafkaError as exc:
-                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, exc.message) from exc
-        if local is None or not local.is_leader:
-            raise KafkaError(ErrorCode.NOT_COORDINATOR, f"{transactional_id} is coordinated by another broker")
-        if self.replicas.log_dirs.offline(local.log_dir):
-            raise KafkaError(ErrorCode.NOT_COORDINATOR, f"the log dir of {TRANSACTION_TOPIC}-{idx} is offline")
-        if idx in self.loading or idx not in self.loaded:
-            raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, f"{TRANSACTION_TOPIC}-{idx} is loading")
-        return local
+        return self.runtime.shard(transactional_id, transactional_id)
+
+    def metadata(self, transactional_id: str) -> TxnMetadata | None:
+        """The current metadata of ``transactional_id`` if its partition is loaded here."""
+        shard = self.runtime.shard_at(self.partition_for(transactional_id))
+        return None if shard is None else shard.txns.get(transactional_id)
 
     def _lock(self, transactional_id: str) -> asyncio.Lock:
         lock = self._locks.get(transactional_id)
@@ -346,14 +312,15 @@ class TransactionCoordinator:
                 ErrorCode.INVALID_TRANSACTION_TIMEOUT,
                 f"transaction.timeout.ms {timeout_ms} is not in (0, transaction.max.timeout.ms={self.max_timeout_ms}]",
             )
-        self.check(transactional_id)
+        shard = self.check(transactional_id)
         async with self._lock(transactional_id):
-            meta = self.txns.get(transactional_id)
+            shard = self._current(shard, transactional_id)
+            meta = shard.txns.get(transactional_id)
             now = self.now()
             if meta is None or meta.state is TxnState.DEAD:
                 pid = await self.producer_ids.allocate()
-                meta = TxnMetadata(transactional_id, pid, -1, timeout_ms, TxnState.EMPTY, set(), -1, now)
-                self.txns[transactional_id] = meta
+                meta = new_transactional_id(transactional_id, pid, timeout_ms, now)
+                shard.txns[transactional_id] = meta
             if meta.pending is not None:
                 raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, f"a change to {meta.pending.title} is being written")
             if producer_id >= 0:
@@ -369,14 +336,12 @@ class TransactionCoordinator:
                 raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "the transaction's markers are being written")
             if meta.state is TxnState.ONGOING:
                 # fence the current producer and abort its transaction; the caller retries
-                fenced = await self._bump(meta)
-                aborting = fenced.copy(state=TxnState.PREPARE_ABORT, update_ms=now)
-                await self._transition(transactional_id, meta, aborting)
-                self._complete_later(transactional_id, aborting)
+                aborting = prepare_fenced_abort(await self._bump(meta), now)
+                await self._transition(shard, transactional_id, meta, aborting)
+                self._complete_later(shard, transactional_id, aborting)
                 raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "an open transaction of this id is being aborted")
-            fresh = await self._bump(meta)
-            fresh = fresh.copy(state=TxnState.EMPTY, partitions=set(), timeout_ms=timeout_ms, start_ms=-1, update_ms=now)
-            await self._transition(transactional_id, meta, fresh)
+            fresh = prepare_init(await self._bump(meta), timeout_ms, now)
+            await self._transition(shard, transactional_id, meta, fresh)
             return fresh.producer_id, fresh.producer_epoch
 
     async def _bump(self, meta: TxnMetadata) -> TxnMetadata:
@@ -388,12 +353,13 @@ class TransactionCoordinator:
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[TopicPartition],
         *, verify_only: bool = False,
     ) -> None:
-        self.check(transactional_id)
+        shard = self.check(transactional_id)
         wanted = set(partitions)
         if not verify_only:
-            await self._completed(transactional_id)
+            await self._completed(shard, transactional_id)
         async with self._lock(transactional_id):
-            meta = self.txns.get(transactional_id)
+            shard = self._current(shard, transactional_id)
+            meta = shard.txns.get(transactional_id)
             check_producer(meta, producer_id, producer_epoch)
             assert meta is not None
             if verify_only:
@@ -402,7 +368,7 @@ class TransactionCoordinator:
                 return
             target = prepare_add_partitions(meta, wanted, self.now())
             if target is not None:
-                await self._transition(transactional_id, meta, target)
+                await self._transition(shard, transactional_id, meta, target)
 
     async def verify(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[TopicPartition]
@@ -461,92 +427,82 @@ class TransactionCoordinator:
         return ErrorCode.NONE
 
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None:
-        offsets_partitions = int(self.config.get("offsets.topic.num.partitions"))
         await self.add_partitions(
-            transactional_id, producer_id, producer_epoch, [(OFFSETS_TOPIC, partition_for(group_id, offsets_partitions))]
+            transactional_id, producer_id, producer_epoch, [(OFFSETS_TOPIC, partition_for(group_id, self.offsets_partitions))]
         )
 
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
-        self.check(transactional_id)
+        shard = self.check(transactional_id)
         async with self._lock(transactional_id):
-            meta = self.txns.get(transactional_id)
+            shard = self._current(shard, transactional_id)
+            meta = shard.txns.get(transactional_id)
             check_producer(meta, producer_id, producer_epoch)
             assert meta is not None
             target = prepare_end(meta, commit, self.now())
             if target is None:
                 return
-            await self._transition(transactional_id, meta, target)
-        self._complete_later(transactional_id, target)
+            await self._transition(shard, transactional_id, meta, target)
+        self._complete_later(shard, transactional_id, target)
 
     def describe(self, transactional_id: str) -> TxnDescription:
-        self.check(transactional_id)
-        meta = self.txns.get(transactional_id)
+        meta = self.check(transactional_id).txns.get(transactional_id)
         if meta is None:
             raise KafkaError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, f"no transactional id {transactional_id}")
         return _describe(meta)
 
     def list_all(self) -> list[TxnDescription]:
-        return [_describe(m) for m in list(self.txns.values())]
+        """Every transactional id of the partitions loaded here."""
+        return [_describe(m) for shard in self.runtime.shards() for m in list(shard.txns.values())]
 
     # ------------------------------------------------------------------------------------------
     # writing the log
 
-    async def _transition(self, transactional_id: str, current: TxnMetadata, target: TxnMetadata) -> None:
-        """Write ``target`` to the transaction log, then make it the state (acks=all)."""
-        current.pending = target.state
+    def _current(self, shard: TxnShard, transactional_id: str) -> TxnShard:
+        """``shard`` if it is still the one loaded (checked again after waiting for the id's
+        lock: the partition may have moved meanwhile), else what :meth:`check` says now."""
+        return shard if self.runtime.shard_at(shard.partition) is shard else self.check(transactional_id)
+
+    async def _transition(self, shard: TxnShard, transactional_id: str, current: TxnMetadata, target: TxnMetadata) -> None:
+        """Write ``target`` to the transaction log (acks=all), then make it the state."""
+        begin_transition(current, target)
         try:
-            await self._write(transactional_id, target)
+            await self.runtime.append(shard.partition, [(txn_key(transactional_id), txn_value(target))])
         except KafkaError as exc:
             code = _WRITE_ERRORS.get(exc.code, exc.code)
             raise KafkaError(code, f"the transaction log write failed: {exc.message or exc.code.name}") from exc
         finally:
-            current.pending = None
-        target.pending = None
-        if self.txns.get(transactional_id) is current:
-            self.txns[transactional_id] = target
-
-    async def _write(self, transactional_id: str, meta: TxnMetadata) -> None:
-        p = self.replicas.leader_partition(TRANSACTION_TOPIC, self.partition_for(transactional_id))
-        builder = BatchBuilder()
-        builder.append(self.now(), txn_key(transactional_id), txn_value(meta))
-        info = self.replicas.append(p, bytearray(builder.build()), -1)
-        await self.replicas.wait_durable(p)
-        if p.log.high_watermark > info.last_offset:  # an ISR of one: written everywhere already
-            return
-        try:
-            await wait_for(p.wait_for_hw(info.last_offset + 1), int(self.config.get("request.timeout.ms")) / 1000)
-        except TimeoutError as exc:
-            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the transaction log write timed out") from exc
+            end_transition(current, target)
+        if shard.txns.get(transactional_id) is current:
+            shard.txns[transactional_id] = target
 
     # ------------------------------------------------------------------------------------------
     # markers
 
-    async def _completed(self, transactional_id: str) -> None:
+    async def _completed(self, shard: TxnShard, transactional_id: str) -> None:
         """Wait, up to ``COMPLETION_WAIT_S``, for the markers and the Complete state of the
         previous transaction of ``transactional_id`` if they are being written.  The writing
         goes on whatever happens to the waiter."""
-        task = self._completing.get(transactional_id)
+        task = shard.completing.get(transactional_id)
         if task is not None and not task.done():
             await asyncio.wait((task,), timeout=COMPLETION_WAIT_S)
 
-    def _complete_later(self, transactional_id: str, prepared: TxnMetadata) -> None:
-        old = self._completing.get(transactional_id)
+    def _complete_later(self, shard: TxnShard, transactional_id: str, prepared: TxnMetadata) -> None:
+        old = shard.completing.get(transactional_id)
         if old is not None and not old.done():
             return
-        self._completing[transactional_id] = asyncio.get_running_loop().create_task(
-            self._complete(transactional_id, prepared), name=f"txn-markers-{transactional_id}"
+        shard.completing[transactional_id] = asyncio.get_running_loop().create_task(
+            self._complete(shard, transactional_id, prepared), name=f"txn-markers-{transactional_id}"
         )
 
-    async def _complete(self, transactional_id: str, prepared: TxnMetadata) -> None:
+    async def _complete(self, shard: TxnShard, transactional_id: str, prepared: TxnMetadata) -> None:
         """Write the markers of a prepared transaction, then its Complete state."""
         commit = prepared.state is TxnState.PREPARE_COMMIT
         backoff = 0.05
         remaining = sorted(prepared.partitions)
         try:
             while remaining:
-                idx = self.partition_for(transactional_id)
-                local = self.replicas.get(TRANSACTION_TOPIC, idx)
-                if local is None or not local.is_leader:
+                local = self.runtime.leader(shard.partition)
+                if local is None:
                     return  # another broker coordinates it now; it finishes the transaction
                 errors = await self._send_markers(
                     prepared.producer_id, prepared.producer_epoch, commit, local.leader_epoch, remaining
@@ -563,12 +519,12 @@ class TransactionCoordinator:
                     backoff = min(backoff * 2, 1.0)
                 remaining = failed
             async with self._lock(transactional_id):
-                meta = self.txns.get(transactional_id)
+                meta = shard.txns.get(transactional_id)
                 if meta is None or meta.state is not prepared.state or meta.producer_epoch != prepared.producer_epoch:
                     return
                 while True:
                     try:
-                        await self._transition(transactional_id, meta, completed(meta, self.now()))
+                        await self._transition(shard, transactional_id, meta, completed(meta, self.now()))
                         return
                     except KafkaError as exc:
                         if exc.code is ErrorCode.NOT_COORDINATOR:
@@ -576,8 +532,8 @@ class TransactionCoordinator:
                         log.warning("transaction %s: completing failed (%s); retrying", transactional_id, exc)
                         await asyncio.sleep(1.0)
         finally:
-            if self._completing.get(transactional_id) is asyncio.current_task():
-                self._completing.pop(transactional_id, None)
+            if shard.completing.get(transactional_id) is asyncio.current_task():
+                shard.completing.pop(transactional_id, None)
 
     async def _send_markers(
         self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int, partitions: list[TopicPartition]
@@ -666,36 +622,39 @@ class TransactionCoordinator:
     # ------------------------------------------------------------------------------------------
     # timeouts
 
-    async def _abort_timed_out(self, interval_ms: int) -> None:
-        while True:
-            await asyncio.sleep(interval_ms / 1000)
-            now = self.now()
-            for txn_id, meta in list(self.txns.items()):
-                if meta.state is not TxnState.ONGOING or meta.pending is not None:
-                    continue
-                if meta.start_ms < 0 or now - meta.start_ms <= meta.timeout_ms:
-                    continue
-                try:
-                    await self._abort_expired(txn_id)
-                except KafkaError as exc:
-                    log.warning("transaction %s timed out but could not be aborted yet: %s", txn_id, exc)
-                except Exception:
-                    log.exception("aborting the timed-out transaction %s failed", txn_id)
+    async def _abort_timed_out(self) -> None:
+        """Abort the transactions open longer than their timeout (every
+        ``transaction.abort.timed.out.transaction.cleanup.interval.ms``)."""
+        now = self.now()
+        expired = [
+            txn_id
+            for shard in self.runtime.shards()
+            for txn_id, meta in list(shard.txns.items())
+            if meta.state is TxnState.ONGOING and meta.pending is None
+            and meta.start_ms >= 0 and now - meta.start_ms > meta.timeout_ms
+        ]
+        for txn_id in expired:
+            try:
+                await self._abort_expired(txn_id)
+            except KafkaError as exc:
+                log.warning("transaction %s timed out but could not be aborted yet: %s", txn_id, exc)
+            except Exception:
+                log.exception("aborting the timed-out transaction %s failed", txn_id)
 
     async def _abort_expired(self, transactional_id: str) -> None:
-        self.check(transactional_id)
+        shard = self.check(transactional_id)
         async with self._lock(transactional_id):
-            meta = self.txns.get(transactional_id)
+            shard = self._current(shard, transactional_id)
+            meta = shard.txns.get(transactional_id)
             if meta is None or meta.state is not TxnState.ONGOING or meta.pending is not None:
                 return
             log.info(
                 "transaction %s of producer %d (epoch %d) is open longer than its timeout of %d ms: aborting it",
                 transactional_id, meta.producer_id, meta.producer_epoch, meta.timeout_ms,
             )
-            fenced = await self._bump(meta)
-            aborting = fenced.copy(state=TxnState.PREPARE_ABORT, update_ms=self.now())
-            await self._transition(transactional_id, meta, aborting)
-        self._complete_later(transactional_id, aborting)
+            aborting = prepare_fenced_abort(await self._bump(meta), self.now())
+            await self._transition(shard, transactional_id, meta, aborting)
+        self._complete_later(shard, transactional_id, aborting)
 
 
 class MarkerWriter:
