@@ -6,8 +6,9 @@ restart), waits for its ready line, and stops it by PID — SIGTERM for a clean 
     with BrokerProcess(tmp_path / "data", overrides={"num.partitions": 3}) as broker:
         producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
 
-``WireClient`` is a minimal blocking client over the sans-I/O ``ClientConnection`` for requests no
-real client would send (hostile, malformed or pipelined ones).
+``WireClient`` is the transport's blocking connection without a handshake, for requests no real
+client would send (hostile, malformed or pipelined ones).  ``MockCluster`` is the in-memory
+transport: scripted brokers under the real client stack, without sockets.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import asyncio
 import os
 import re
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -37,7 +37,6 @@ from odradek.protocol import (
     ClientConnection,
     Message,
     RequestReceived,
-    ResponseReceived,
     ServerConnection,
 )
 from odradek.protocol.messages import ApiKey, RequestHeader, request_class
@@ -49,7 +48,7 @@ from odradek.protocol.messages.list_offsets import ListOffsetsResponse
 from odradek.protocol.messages.metadata import MetadataResponse
 from odradek.protocol.messages.produce import ProduceRequest, ProduceResponse
 from odradek.records import iter_batch_headers
-from odradek.transport import add_endpoint, remove_endpoint
+from odradek.transport import BrokerConnection, add_endpoint, remove_endpoint
 
 __all__ = [
     "DISCONNECT",
@@ -289,41 +288,35 @@ class BrokerProcess:
         self.stop()
 
 
-class WireClient:
-    """One blocking connection speaking raw requests; ``send``/``receive`` pipeline them (answers in order)."""
+class WireClient(BrokerConnection):
+    """One blocking connection speaking raw requests; ``send``/``receive`` pipeline them (answers
+    in order).  The transport's blocking connection without its handshake (no ApiVersions, no
+    SASL: the test sends what it wants, at the versions it names); ``conn`` is its codec, ``sock``
+    its socket, for tests that frame or write bytes themselves."""
 
     def __init__(self, host: str, port: int, client_id: str = "wire-test", timeout: float = 10.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.conn = ClientConnection(client_id=client_id)
+        super().__init__(host, port, client_id=client_id, timeout=timeout, handshake=False)
         self.in_flight = 0
 
-    def send(self, message: Message, version: int) -> None:
-        _cid, data = self.conn.send_request(message, version)
-        self.sock.sendall(data)
+    @property
+    def conn(self) -> ClientConnection:
+        return self.codec
+
+    def send(self, message: Message, version: int | None = None) -> int:
+        cid = super().send(message, version)
         self.in_flight += 1
+        return cid
 
-    def receive(self) -> Any:
+    def receive(self, timeout: float | None = None) -> Any:
         """The answer to the oldest request in flight."""
-        while True:
-            ev = self.conn.next_event()
-            if isinstance(ev, ResponseReceived):
-                self.in_flight -= 1
-                return ev.response
-            if ev is not NEED_DATA:
-                raise ConnectionError(f"unexpected event {ev!r}")
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise ConnectionError("broker closed the connection")
-            self.conn.receive_data(chunk)
+        response = super().receive(timeout)
+        self.in_flight -= 1
+        return response
 
-    def request(self, message: Message, version: int) -> Any:
+    def request(self, message: Message, version: int | None = None, timeout: float | None = None) -> Any:
         """Send one request and wait for its answer (nothing else may be in flight)."""
         assert self.in_flight == 0, f"{self.in_flight} requests still in flight"
-        self.send(message, version)
-        return self.receive()
-
-    def close(self) -> None:
-        self.sock.close()
+        return super().request(message, version, timeout)
 
 
 # -- the in-memory transport -----------------------------------------------------------------------
