@@ -398,8 +398,9 @@ class MockBroker:
     ``respond(RequestClass, answer, times=1)`` scripts the next ``times`` answers to that API
     (``times=None``: every one): ``answer`` is a response message, :data:`NO_ANSWER`,
     :data:`DISCONNECT`, :class:`Delayed`, or a :data:`Handler`.  ``requests`` lists what arrived;
-    ``up = False`` refuses new connections; :meth:`drop_connections` closes the open ones (a
-    restart)."""
+    ``up = False`` refuses new connections, ``refusing = n`` the next ``n`` of them (a broker
+    that comes up after a while, without waiting on the clock); :meth:`drop_connections` closes
+    the open ones (a restart).  ``connections_made`` and ``connections_refused`` count attempts."""
 
     def __init__(self, cluster: MockCluster, node_id: int, host: str, port: int) -> None:
         self.cluster = cluster
@@ -407,6 +408,7 @@ class MockBroker:
         self.host, self.port = host, port
         self.requests: list[ReceivedRequest] = []
         self.up = True
+        self.refusing = 0
         #: api key -> (min, max) versions offered (the codec's by default)
         self.api_versions: dict[int, tuple[int, int]] = {}
         for key in ApiKey:
@@ -415,6 +417,7 @@ class MockBroker:
             except (KeyError, ValueError):
                 continue
         self.connections_made = 0
+        self.connections_refused = 0
         self._scripts: dict[int, deque[list[Any]]] = {}
         self._pipes: list[_MockPipe] = []
 
@@ -451,7 +454,9 @@ class MockBroker:
 
     def _new_pipe(self, kind: type[_MockPipe]) -> _MockPipe:
         with self.cluster.lock:
-            if not self.up:
+            if not self.up or self.refusing > 0:
+                self.refusing = max(self.refusing - 1, 0)
+                self.connections_refused += 1
                 raise ConnectionRefusedError(111, f"mock broker {self.node_id} is down")
             pipe = kind(self)
             self._pipes.append(pipe)
@@ -506,31 +511,34 @@ class _MockPipe:
                     self.broken = True
                     out.append((0.0, None))
                     return out
+                delay = 0.0
                 try:
                     answer = self.broker._answer(ev.header, ev.message)
-                except Exception as exc:  # a model without an answer: the test should script one
+                    if isinstance(answer, Delayed):
+                        answer, delay = answer.response, answer.seconds
+                    data = self._encode(ev.header, answer)
+                except Exception as exc:  # no answer in the model, or one that does not encode
                     self.broker.cluster.errors.append(f"{type(ev.message).__name__}: {exc!r}")
-                    answer = DISCONNECT
-                delay = 0.0
-                if isinstance(answer, Delayed):
-                    answer, delay = answer.response, answer.seconds
+                    answer, data = DISCONNECT, b""
                 if answer is DISCONNECT:
                     self.broken = True
                     out.append((delay, None))
                     return out
-                if answer is NO_ANSWER:
-                    continue
-                if answer is _NO_RESPONSE:
-                    data = self.codec.no_response(ev.header)
-                elif isinstance(answer, ApiVersionsResponse) and answer.error_code == ErrorCode.UNSUPPORTED_VERSION:
-                    # KIP-511: a version the broker does not know is answered with a v0 body
-                    h = ev.header
-                    v0 = RequestHeader(api_key=h.api_key, api_version=0, correlation_id=h.correlation_id, client_id=h.client_id)
-                    data = self.codec.send_response(v0, answer)
-                else:
-                    data = self.codec.send_response(ev.header, answer)
                 if data:
                     out.append((delay, data))
+
+    def _encode(self, header: RequestHeader, answer: Any) -> bytes:
+        if answer is DISCONNECT or answer is NO_ANSWER:
+            return b""
+        if answer is _NO_RESPONSE:
+            return self.codec.no_response(header)
+        if isinstance(answer, ApiVersionsResponse) and answer.error_code == ErrorCode.UNSUPPORTED_VERSION:
+            # KIP-511: a version the broker does not know is answered with a v0 body
+            v0 = RequestHeader(
+                api_key=header.api_key, api_version=0, correlation_id=header.correlation_id, client_id=header.client_id
+            )
+            return self.codec.send_response(v0, answer)
+        return self.codec.send_response(header, answer)
 
     def peer_close(self) -> None:
         raise NotImplementedError
@@ -760,8 +768,10 @@ class MockCluster:
             self._registered = True
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         self.close()
+        if exc_type is None and self.errors:
+            raise AssertionError(f"the mock brokers could not answer: {self.errors}")
 
     def close(self) -> None:
         if self._registered:

@@ -116,7 +116,7 @@ def test_sasl_plain_exchange_and_its_failure(mock: MockCluster, face_of: Callabl
     broker = mock.broker(1)
     broker.respond(SaslHandshakeRequest, SaslHandshakeResponse(error_code=0, mechanisms=["PLAIN"]), times=None)
     broker.respond(SaslAuthenticateRequest, SaslAuthenticateResponse(error_code=0, auth_bytes=b""))
-    face = face_of(mock.bootstrap, security=Plain())
+    face = face_of(broker.bootstrap, security=Plain())
     face("any_connection")
     assert [r.mechanism for r in broker.received(SaslHandshakeRequest)] == ["PLAIN"]
     assert bytes(broker.received(SaslAuthenticateRequest)[0].auth_bytes) == b"\0alice\0secret"
