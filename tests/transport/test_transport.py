@@ -375,3 +375,32 @@ def test_channel_authentication_failure_is_a_connection_error(mock: MockCluster)
         await ch.close()
 
     asyncio.run(main())
+
+
+def test_the_blocking_cluster_serves_several_threads(mock: MockCluster) -> None:
+    """Spark tasks read in threads: the blocking face's operations go one at a time over its
+    shared connections, so concurrent callers each get their own answers."""
+    import threading
+
+    for n in range(4):
+        mock.create_topic(f"t{n}", partitions=n + 1)
+    for b in mock.brokers.values():  # answers that take a while: the threads' requests overlap
+        b.respond(MetadataRequest, lambda req, v: Delayed(_metadata_of(mock, req, v), 0.002), times=None)
+    cluster = Cluster(mock.bootstrap, client_id="threads", timeout=5)
+    failures: list[BaseException] = []
+
+    def ask(n: int) -> None:
+        try:
+            for _ in range(25):
+                md = cluster.metadata([f"t{n}"])
+                assert [t.name for t in md.topics] == [f"t{n}"] and len(md.topics[0].partitions) == n + 1
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=ask, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    cluster.close()
+    assert not failures, failures[:3]
