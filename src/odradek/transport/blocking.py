@@ -103,7 +103,7 @@ class BrokerConnection(Session):
             return self.receive_frame(payload).response
         except TimeoutError as exc:
             self._fail(exc)
-            raise TimeoutError(f"no response from {self.host}:{self.port} within {wait:.0f}s") from None
+            raise TimeoutError(f"no response from {self.host}:{self.port} within {wait:g} s") from None
         except ProtocolError as exc:
             self._fail(exc)
             raise ConnectionError(f"bad response from {self.host}:{self.port}: {exc}") from exc
