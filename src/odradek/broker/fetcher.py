@@ -47,6 +47,7 @@ from odradek.protocol.messages.offset_for_leader_epoch import (
     OffsetForLeaderEpochResponse,
 )
 from odradek.records import RecordsError
+from odradek.transport import Channel
 
 if TYPE_CHECKING:
     from odradek.broker.replica import ReplicaManager
@@ -81,7 +82,7 @@ class ReplicaFetcherManager:
         broker_id: int,
         config: BrokerConfig,
         replicas: ReplicaManager,
-        channel_factory: Callable[..., BrokerChannel] = BrokerChannel,
+        channel_factory: Callable[..., Channel] = BrokerChannel,
     ) -> None:
         self.broker_id = broker_id
         self.channel_factory = channel_factory

@@ -17,14 +17,13 @@ from collections.abc import Iterable
 from enum import Enum
 from typing import Any
 
-from odradek.client._aio import AsyncBrokerConnection, AsyncCluster
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest
 from odradek.protocol.messages.add_partitions_to_txn import AddPartitionsToTxnRequest
 from odradek.protocol.messages.end_txn import EndTxnRequest
-from odradek.protocol.messages.find_coordinator import FindCoordinatorRequest
 from odradek.protocol.messages.init_producer_id import InitProducerIdRequest
 from odradek.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
+from odradek.transport import GROUP, TRANSACTION, AsyncBrokerConnection, AsyncCluster
 
 __all__ = ["TxnManager", "TxnState"]
 
@@ -93,21 +92,8 @@ class TxnManager:
         self.state = TxnState.FATAL if exc.code in _FATAL else TxnState.ABORTABLE_ERROR
 
     # -- coordinator ------------------------------------------------------------------------------
-    async def _find(self, key: str, key_type: int) -> AsyncBrokerConnection:
-        conn = await self.cluster.any_connection()
-        v = conn.version_for(FindCoordinatorRequest)
-        req = (FindCoordinatorRequest(key_type=key_type, coordinator_keys=[key]) if v >= 4
-               else FindCoordinatorRequest(key=key, key_type=key_type))
-        resp = await conn.request(req, v)
-        if v >= 4:
-            c = resp.coordinators[0]
-            code, node, host, port = c.error_code, c.node_id, c.host, c.port
-        else:
-            code, node, host, port = resp.error_code, resp.node_id, resp.host, resp.port
-        if code:
-            raise KafkaError(ErrorCode.of(code), f"finding the coordinator of {key}")
-        self.cluster.brokers.setdefault(node, (host, port))
-        return await self.cluster.connection(node)
+    async def _find(self, key: str, key_type: int, deadline: float) -> AsyncBrokerConnection:
+        return await self.cluster.coordinator(key, key_type, deadline=deadline)
 
     async def _call(self, build: Any, *, group: str | None = None, deadline: float) -> Any:
         """Send a request to the transaction (or ``group``'s) coordinator, retrying what is
@@ -117,12 +103,12 @@ class TxnManager:
             try:
                 if group is None:
                     if self._coordinator is None or self._coordinator.closed:
-                        self._coordinator = await self._find(self.transactional_id, 1)
+                        self._coordinator = await self._find(self.transactional_id, TRANSACTION, deadline)
                     conn = self._coordinator
                 else:
                     conn = self._group_coordinators.get(group)  # type: ignore[assignment]
                     if conn is None or conn.closed:
-                        conn = self._group_coordinators[group] = await self._find(group, 0)
+                        conn = self._group_coordinators[group] = await self._find(group, GROUP, deadline)
                 request = build(None)
                 v = conn.version_for(type(request))
                 if isinstance(request, AddPartitionsToTxnRequest):

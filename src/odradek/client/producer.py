@@ -29,7 +29,6 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, NamedTuple
 
 from odradek._timeouts import wait_for
-from odradek.client._aio import AsyncCluster
 from odradek.client._config import PRODUCER_DEFAULTS, ClientConfigError, merge_config
 from odradek.client._runner import LoopThread
 from odradek.client._security import ClientSecurity
@@ -43,6 +42,7 @@ from odradek.records import Compression, crc32c
 from odradek.records.appender import Appender, Pool, Receipt
 from odradek.records.appender import build as build_batch
 from odradek.records.v2 import encode_headers
+from odradek.transport import AsyncCluster
 
 __all__ = ["AsyncProducer", "Producer", "RecordMetadata"]
 

@@ -1,5 +1,7 @@
 """The controller's connection to each broker: requests sent in order over one channel per
-broker (Kafka's RequestSendThread), each retried until it is answered or the broker leaves."""
+broker (Kafka's RequestSendThread; a :class:`~odradek.transport.Channel`, the broker's
+:class:`~odradek.broker.channel.BrokerChannel` in a running broker), each retried until it is
+answered or the broker leaves."""
 
 from __future__ import annotations
 
@@ -10,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from odradek.broker.channel import BrokerChannel
 from odradek.errors import ErrorCode
 from odradek.protocol import Message
+from odradek.transport import Channel
 
 __all__ = ["BrokerQueue"]
 
@@ -30,7 +32,7 @@ class BrokerQueue:
     """Requests to one broker, sent in order and retried until answered or the broker leaves."""
 
     def __init__(
-        self, channel_factory: Callable[..., BrokerChannel], broker_id: int, host: str, port: int, *,
+        self, channel_factory: Callable[..., Channel], broker_id: int, host: str, port: int, *,
         client_id: str, timeout: float,
     ) -> None:
         self.broker_id = broker_id

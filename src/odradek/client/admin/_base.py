@@ -10,7 +10,6 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Generic, Self, TypeVar
 
 from odradek._timeouts import wait_for
-from odradek.client._aio import AsyncBrokerConnection, AsyncCluster
 from odradek.client._config import ADMIN_DEFAULTS, merge_config
 from odradek.client._security import ClientSecurity
 from odradek.client.admin.types import (
@@ -26,7 +25,8 @@ from odradek.cluster.assignment import decode_assignment
 from odradek.config import TYPE_CODES, ConfigSource
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.describe_groups import DescribeGroupsResponse
-from odradek.protocol.messages.metadata import MetadataRequest, MetadataResponse
+from odradek.protocol.messages.metadata import MetadataResponse
+from odradek.transport import AsyncBrokerConnection, AsyncCluster
 
 log = logging.getLogger("odradek.client.admin")
 
@@ -217,27 +217,20 @@ class AdminBase:
         return await wait_for(aw, max(dl.remaining(), 0.001))
 
     async def _request(self, conn: AsyncBrokerConnection, message: Any, version: int, dl: _Deadline) -> Any:
-        return await conn.request(message, version, timeout=max(min(self._request_timeout, dl.remaining()), 0.001))
+        return await conn.request(message, version, timeout=self._request_time(dl))
+
+    def _request_time(self, dl: _Deadline) -> float:
+        """How long one request may take: the request timeout, within the operation's time."""
+        return max(min(self._request_timeout, dl.remaining()), 0.001)
 
     async def _metadata(self, topics: Iterable[str] | None, dl: _Deadline) -> MetadataResponse:
         """Fresh metadata for ``topics`` (None: every topic); updates the cluster's broker list.
 
         Admin asks Metadata directly instead of going through the cluster's cache of wanted
         topics: it never auto-creates and never keeps topics it was asked about."""
-        cluster = self._cluster
-        conn = await self._bounded(cluster.any_connection(), dl)
         names = None if topics is None else sorted(set(topics))
-        req = MetadataRequest(
-            topics=None if names is None else [MetadataRequest.MetadataRequestTopic(name=n) for n in names],
-            allow_auto_topic_creation=False,
-        )
-        v = conn.version_for(MetadataRequest)
-        if names is not None:
-            v = max(v, 1)  # v0 reads an empty list as "all topics"
-        resp: MetadataResponse = await self._request(conn, req, v, dl)
-        cluster.brokers = {b.node_id: (b.host, b.port) for b in resp.brokers}
-        cluster.cluster_id = resp.cluster_id
-        cluster.controller_id = resp.controller_id
+        metadata = self._cluster.metadata(names, allow_auto_create=False, timeout=self._request_time(dl))
+        resp = await self._bounded(metadata, dl)
         self._controller_stale = False
         return resp
 

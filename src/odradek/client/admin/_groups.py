@@ -6,7 +6,6 @@ import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from odradek.client._aio import AsyncBrokerConnection
 from odradek.client.admin._base import (
     _GROUP_MESSAGES,
     _GROUP_STATES,
@@ -36,11 +35,11 @@ from odradek.client.admin.types import (
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
 from odradek.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
-from odradek.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from odradek.protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
 from odradek.protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
 from odradek.protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
 from odradek.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
+from odradek.transport import AsyncBrokerConnection
 
 
 class GroupAdmin(RecordAdmin):
@@ -53,33 +52,18 @@ class GroupAdmin(RecordAdmin):
         asked of any broker: one FindCoordinator for all of them from v4, one per key before."""
         what = "group" if key_type == 0 else "transactional id"
         conn = await self._node(None, dl)
-        Q = FindCoordinatorRequest
-        v = conn.version_for(Q)
-        answers: list[tuple[str, int, str | None, int, str, int]] = []
-        if v >= 4:
-            resp: FindCoordinatorResponse = await self._request(
-                conn, Q(key_type=key_type, coordinator_keys=groups), v, dl
-            )
-            answers = [(c.key, c.error_code, c.error_message, c.node_id, c.host, c.port) for c in resp.coordinators]
-        else:
-            resps: list[FindCoordinatorResponse] = await asyncio.gather(
-                *(self._request(conn, Q(key=g, key_type=key_type), v, dl) for g in groups)
-            )
-            answers = [
-                (g, r.error_code, r.error_message if v >= 1 else None, r.node_id, r.host, r.port)
-                for g, r in zip(groups, resps)
-            ]
+        answers = await self._cluster.find_coordinators(conn, groups, key_type, self._request_time(dl))
         found: dict[str, Node | KafkaError] = {}
-        for key, code, message, node_id, host, port in answers:
-            if key not in groups:
+        for a in answers:
+            if a.key not in groups:
                 continue
-            if code:
-                found[key] = _error(code, f"find the coordinator of {what} '{key}'", message)
+            if a.error_code:
+                found[a.key] = _error(a.error_code, f"find the coordinator of {what} '{a.key}'", a.error_message)
             else:
                 # the coordinator is a broker of the metadata; remember its address in case the
                 # cached broker list is older than the answer
-                self._cluster.brokers.setdefault(node_id, (host, port))
-                found[key] = Node(node_id, host, port)
+                self._cluster.brokers.setdefault(a.node_id, (a.host, a.port))
+                found[a.key] = Node(a.node_id, a.host, a.port)
         for g in groups:
             if g not in found:
                 found[g] = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"find the coordinator of {what} '{g}': no answer")
