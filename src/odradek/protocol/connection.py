@@ -44,6 +44,7 @@ from odradek.protocol._api import (
 from odradek.protocol._schema import Buffer, Message
 from odradek.protocol.errors import (
     CorrelationIdMismatch,
+    DecodeError,
     FrameTooLarge,
     InvalidFrame,
     LocalProtocolError,
@@ -99,6 +100,8 @@ class ConnectionState(enum.Enum):
 
 _OPEN: Final = ConnectionState.OPEN
 _ERROR: Final = ConnectionState.ERROR
+_API_VERSIONS: Final = 18  # ApiVersions' api key
+_UNSUPPORTED_VERSION: Final = 35  # the error code of KIP-511's v0 answer
 
 
 def _unusable(conn: object) -> LocalProtocolError:
@@ -632,7 +635,20 @@ class ClientConnection:
             if not self._in_flight:
                 raise CorrelationIdMismatch("received a response while no request is in flight")
             header, request = self._in_flight.popleft()
-            response = decode_response(header, payload)
+            try:
+                response = decode_response(header, payload)
+            except DecodeError:
+                if header.api_key != _API_VERSIONS or header.api_version == 0:
+                    raise
+                # KIP-511: a broker that does not know the ApiVersions version asked for answers
+                # with a v0 body and UNSUPPORTED_VERSION, as Kafka's clients read it
+                header = RequestHeader(
+                    api_key=header.api_key, api_version=0, correlation_id=header.correlation_id,
+                    client_id=header.client_id,
+                )
+                response = decode_response(header, payload)
+                if getattr(response, "error_code", 0) != _UNSUPPORTED_VERSION:
+                    raise
             return ResponseReceived(header.correlation_id, header, request, response)
         except BaseException:
             self.state = _ERROR

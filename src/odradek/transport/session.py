@@ -23,7 +23,6 @@ test's business).
 from __future__ import annotations
 
 import ssl
-import struct
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -31,14 +30,10 @@ from odradek import __version__
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import (
     ClientConnection,
-    DecodeError,
     Message,
-    RequestHeader,
     ResponseReceived,
-    decode_response,
 )
 from odradek.protocol.connection import DEFAULT_MAX_FRAME_SIZE
-from odradek.protocol.messages import ApiKey
 from odradek.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from odradek.security import OAuthBearerClient, PlainClient, ScramClient, sasl_exchange
 
@@ -114,7 +109,6 @@ class Session:
         #: api key -> (min, max) version the broker offers
         self.versions: dict[int, tuple[int, int]] = dict(versions or {})
         self._negotiate = handshake and versions is None
-        self._negotiating = False  # the first ApiVersions is in flight
         self._authenticate = handshake
         #: correlation ids and the requests in flight
         self.codec = ClientConnection(client_id=client_id)
@@ -138,31 +132,16 @@ class Session:
 
     def receive_frame(self, payload: bytearray | memoryview) -> ResponseReceived:
         """The response in ``payload`` (a frame without its size prefix), answering the oldest
-        request in flight."""
-        try:
-            return self.codec.receive_frame(payload)
-        except DecodeError:
-            if not self._negotiating:
-                raise
-        # the first ApiVersions (nothing else is in flight): a broker that does not know the
-        # version answers in v0 (KIP-511), which does not decode as the version asked
-        (correlation_id,) = struct.unpack_from(">i", payload, 0)
-        header = RequestHeader(
-            api_key=ApiKey.API_VERSIONS, api_version=0, correlation_id=correlation_id, client_id=self.client_id
-        )
-        return ResponseReceived(correlation_id, header, ApiVersionsRequest(), decode_response(header, payload))
+        request in flight (an ApiVersions answered in v0, KIP-511, is read as v0 by the codec)."""
+        return self.codec.receive_frame(payload)
 
     def handshake(self) -> Procedure[None]:
         """ApiVersions (unless the versions are known) and the SASL exchange (on a SASL listener)."""
         if self._negotiate:
-            self._negotiating = True
-            try:
-                resp: ApiVersionsResponse = yield Call(
-                    ApiVersionsRequest(client_software_name="odradek", client_software_version=__version__),
-                    ApiVersionsRequest.VALID_VERSIONS[1],
-                )
-            finally:
-                self._negotiating = False
+            resp: ApiVersionsResponse = yield Call(
+                ApiVersionsRequest(client_software_name="odradek", client_software_version=__version__),
+                ApiVersionsRequest.VALID_VERSIONS[1],
+            )
             if resp.error_code == ErrorCode.UNSUPPORTED_VERSION:
                 resp = yield Call(ApiVersionsRequest(), 0)
             if resp.error_code:
