@@ -286,6 +286,9 @@ class _Snapshots:
         self.listeners = listeners
         self.counters = BrokerMetrics()
         self.state = BrokerState()
+        #: more families (the schema registry's), each called at a scrape on the loop
+        self.sources: list[Callable[[], list[Metric]]] = []
+        self.extra: list[Metric] = []
 
     def take(self) -> None:
         # a deleted topic's meters go, as Kafka removes them (and those of names that never existed)
@@ -295,6 +298,7 @@ class _Snapshots:
             del counted[name]
         self.counters = self.metrics.snapshot()
         self.state = take_state(self.services, self.connections, self.listeners)
+        self.extra = [family for source in self.sources for family in source()]
 
 
 class BrokerRegistry:
@@ -312,6 +316,11 @@ class BrokerRegistry:
         """The broker's configuration (who may read the endpoint)."""
         return self._snapshots.services.config
 
+    def add_source(self, families: Callable[[], list[Metric]]) -> None:
+        """Families to show beside the broker's: ``families`` is called on the loop at each scrape
+        and gives copies, rendered with the rest."""
+        self._snapshots.sources.append(families)
+
     def snapshot(self) -> None:
         self._snapshots.take()
 
@@ -320,7 +329,7 @@ class BrokerRegistry:
             snaps = self._snapshots
             self._registry = make_registry(
                 MetricsCollector(lambda: snaps.counters, request_name, api_name),
-                [lambda: state_families(snaps.state)],
+                [lambda: state_families(snaps.state), lambda: iter(snaps.extra)],
             )
         return render(self._registry)
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from odradek.config import BrokerConfig, ConfigError
 
-__all__ = ["client_context", "server_context"]
+__all__ = ["client_context", "prefixed_client_context", "prefixed_server_context", "server_context"]
 
 _VERSIONS = {
     "TLSv1": ssl.TLSVersion.TLSv1,
@@ -110,8 +110,24 @@ def _store_type(declared: Any, path: Path, what: str) -> str:
 
 def server_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
     """The TLS context of ``listener`` (raises ConfigError naming the setting at fault)."""
-    get: Callable[[str], Any] = lambda name: config.for_listener(listener, name)  # noqa: E731
-    where = f"listener {listener}"
+    return _server_context(lambda name: config.for_listener(listener, name), f"listener {listener}")
+
+
+def prefixed_server_context(config: BrokerConfig, prefix: str, where: str) -> ssl.SSLContext:
+    """A TLS server context from the ``ssl.*`` configs under ``prefix`` (the schema registry's
+    ``schema.registry.ssl.*``); ``where`` names it in errors."""
+    return _server_context(lambda name: config.get(prefix + name) if name.startswith("ssl.") else config.get(name),
+                           where)
+
+
+def prefixed_client_context(config: BrokerConfig, prefix: str) -> ssl.SSLContext:
+    """The TLS client context matching :func:`prefixed_server_context`: it trusts that truststore
+    (the system's CAs without one), presents that keystore, and checks host names unless
+    ``<prefix>ssl.endpoint.identification.algorithm`` is empty."""
+    return _client_context(lambda name: config.get(prefix + name), prefix.rstrip("."))
+
+
+def _server_context(get: Callable[[str], Any], where: str) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     protocols = [p for p in str(get("ssl.enabled.protocols") or "").split(",") if p]
     unknown = [p for p in protocols if p not in _VERSIONS]
@@ -181,7 +197,10 @@ def client_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
     the listener's truststore (the system's CAs without one), checks host names when
     ``ssl.endpoint.identification.algorithm=https``, and presents the broker's own keystore
     (for listeners that ask for client certificates)."""
-    get: Callable[[str], Any] = lambda name: config.for_listener(listener, name)  # noqa: E731
+    return _client_context(lambda name: config.for_listener(listener, name), f"inter-broker listener {listener}")
+
+
+def _client_context(get: Callable[[str], Any], where: str) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     protocols = sorted(_VERSIONS[p] for p in str(get("ssl.enabled.protocols") or "").split(",") if p in _VERSIONS)
     if protocols:
@@ -201,6 +220,6 @@ def client_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
         if location and _store_type(get("ssl.keystore.type"), Path(location), "ssl.keystore.location") == "PEM":
             ctx.load_cert_chain(str(location), password=get("ssl.key.password") or get("ssl.keystore.password"))
     except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"inter-broker listener {listener}: cannot load the TLS files: {exc}") from None
+        raise ConfigError(f"{where}: cannot load the TLS files: {exc}") from None
     ctx.check_hostname = str(get("ssl.endpoint.identification.algorithm") or "").lower() == "https"
     return ctx

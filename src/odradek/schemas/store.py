@@ -130,8 +130,9 @@ def delete_subject_record(subject: str, version: int) -> tuple[bytes, bytes]:
     return _subject_key("DELETE_SUBJECT", subject), _dumps({"subject": subject, "version": version})
 
 
-def clear_subject_record(subject: str) -> tuple[bytes, bytes]:
-    return _subject_key("CLEAR_SUBJECT", subject), _dumps({"subject": subject})
+def clear_subject_record(subject: str | None) -> tuple[bytes, bytes]:
+    """Forget the deleted versions of ``subject`` (None: of every subject)."""
+    return _subject_key("CLEAR_SUBJECT", subject), _dumps({} if subject is None else {"subject": subject})
 
 
 def noop_record() -> tuple[bytes, None]:
