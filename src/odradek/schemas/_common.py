@@ -3,8 +3,10 @@ compatibility messages take."""
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from odradek.errors import OdradekError
 
@@ -18,6 +20,7 @@ __all__ = [
     "ParsedSchema",
     "Reference",
     "SchemaError",
+    "loads",
 ]
 
 AVRO = "AVRO"
@@ -73,6 +76,23 @@ class Incompatibility:
 
 #: a schema of another type than the one it is compared with
 DIFFERENT_TYPE = Incompatibility("SCHEMA_TYPE_CHANGED", "Incompatible because of different schema type", style="plain")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} is out of range")
+    return value
+
+
+def loads(text: str | bytes) -> Any:
+    """Standard JSON only (no ``NaN``/``Infinity``, no number beyond a double): ValueError or
+    RecursionError otherwise."""
+    return json.loads(text, parse_constant=_reject_constant, parse_float=_finite)
 
 
 def _fill(template: str, reader: str, writer: str) -> str:

@@ -32,7 +32,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from odradek.schemas._common import AVRO, DIFFERENT_TYPE, Incompatibility, Reference, SchemaError, escape
+from odradek.schemas._common import (
+    AVRO,
+    DIFFERENT_TYPE,
+    Incompatibility,
+    Reference,
+    SchemaError,
+    escape,
+    loads,
+)
 
 __all__ = [
     "Array",
@@ -787,13 +795,13 @@ def parse_avro(
     schema may use by name.  Raises :class:`SchemaError`."""
     refs = list(references)
     try:
-        node = json.loads(text)
+        node = loads(text)
     except (ValueError, RecursionError) as exc:
         raise SchemaError(f"Invalid schema: not JSON: {exc}") from None
     ref_docs = []
     for ref, ref_text in refs:
         try:
-            ref_docs.append((ref, json.loads(ref_text)))
+            ref_docs.append((ref, loads(ref_text)))
         except (ValueError, RecursionError) as exc:
             raise SchemaError(f"Invalid schema: the reference {ref.name} is not JSON: {exc}") from None
     _check_fastavro(node, [d for _r, d in ref_docs])

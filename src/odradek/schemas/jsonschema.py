@@ -34,7 +34,15 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import unquote, urldefrag, urljoin
 
-from odradek.schemas._common import DIFFERENT_TYPE, JSON, Incompatibility, Reference, SchemaError, escape
+from odradek.schemas._common import (
+    DIFFERENT_TYPE,
+    JSON,
+    Incompatibility,
+    Reference,
+    SchemaError,
+    escape,
+    loads,
+)
 
 __all__ = ["COMPATIBLE_CHANGES", "JsonSchema", "parse_json_schema"]
 
@@ -1205,7 +1213,7 @@ def parse_json_schema(text: str, references: Iterable[tuple[Reference, str]] = (
     """Parse a JSON Schema; ``references`` are the referenced schemas' texts, each found by a
     ``$ref`` to its reference name.  Raises :class:`SchemaError`."""
     try:
-        document = json.loads(text)
+        document = loads(text)
     except (ValueError, RecursionError) as exc:
         raise SchemaError(f"Invalid JSON: {exc}") from None
     if not isinstance(document, (dict, bool)):
@@ -1217,7 +1225,7 @@ def parse_json_schema(text: str, references: Iterable[tuple[Reference, str]] = (
         docs: dict[str, _Document] = {}
         for ref, ref_text in refs:
             try:
-                ref_doc = json.loads(ref_text)
+                ref_doc = loads(ref_text)
             except (ValueError, RecursionError) as exc:
                 raise SchemaError(f"the reference {ref.name} is not JSON: {exc}") from None
             docs[ref.name] = _Document(ref.name, ref_doc)

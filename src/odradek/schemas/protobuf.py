@@ -762,16 +762,19 @@ def _check_pool(fd: Any, deps: dict[str, tuple[Any, Reference | None]]) -> None:
 
 
 def _well_known(name: str) -> Any:
-    """The descriptor of one of ``google/protobuf``'s files."""
+    """The descriptor of one of ``google/protobuf``'s files (the protobuf package ships them)."""
+    import importlib
+
     from google.protobuf import descriptor_pool
 
     pb = _pb()
     fd = pb.FileDescriptorProto()
+    stem = name[len("google/protobuf/"):-len(".proto")]
     try:
+        importlib.import_module(f"google.protobuf.{stem}_pb2")
         descriptor_pool.Default().FindFileByName(name).CopyToProto(fd)
-    except KeyError:
-        files = {name: ""}
-        raise SchemaError(f"{name} is not one of the well-known files ({files})") from None
+    except (ImportError, KeyError):
+        raise SchemaError(f"{name} is not one of the well-known files protobuf ships") from None
     return fd
 
 
