@@ -151,7 +151,7 @@ def test_serializers_with_basic_auth(secured: BrokerProcess) -> None:
     assert AvroDeserializer(client)(data, ctx) == {"name": "x", "n": 3}
     assert client.lookup_schema("orders-value", Schema(schema, "AVRO")).version >= 1
     anonymous = SchemaRegistryClient({"url": registry(secured)})
-    with pytest.raises(Exception, match="401|Unauthorized"):
+    with pytest.raises(Exception, match=r"401|Unauthorized"):
         anonymous.get_subjects()
 
 
