@@ -593,13 +593,13 @@ class RegistryCore:
         return Plan([mode_record(subject, None)], {"mode": own})
 
 
-def _config_answer(config: Mapping[str, Any]) -> dict[str, Any]:
+def _config_answer(settings: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    level = config.get("compatibilityLevel")
+    level = settings.get("compatibilityLevel")
     if level in LEVELS:
         out["compatibilityLevel"] = level
-    if isinstance(config.get("normalize"), bool):
-        out["normalize"] = config["normalize"]
+    if isinstance(settings.get("normalize"), bool):
+        out["normalize"] = settings["normalize"]
     return out
 
 
