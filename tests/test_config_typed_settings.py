@@ -4,6 +4,7 @@ checked against Kafka's ranges at start-up and on every run-time change, with pe
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,32 @@ def test_a_refused_dynamic_change_changes_nothing() -> None:
     assert config.get("log.retention.ms") is None and config.get("num.partitions") == 1
     with pytest.raises(ConfigError):
         live.check({"num.partitions": "zero"})
+
+
+def test_a_running_broker_refuses_an_out_of_range_dynamic_change_and_applies_a_valid_one(tmp_path: Path) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    from odradek.testing import BrokerProcess
+
+    with BrokerProcess(tmp_path / "data") as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+        def alter(value: str) -> None:
+            change = ConfigResource(ConfigResource.Type.BROKER, "0", incremental_configs=[
+                ConfigEntry("num.partitions", value, incremental_operation=AlterConfigOpType.SET)])
+            admin.incremental_alter_configs([change])[change].result(timeout=30)
+
+        with pytest.raises(KafkaException) as failure:
+            alter("0")
+        error = failure.value.args[0]
+        assert error.code() == KafkaError.INVALID_REQUEST
+        assert error.str() == "Invalid value 0 for configuration num.partitions: Value must be at least 1"
+        alter("3")  # the settings are replaced: auto-creation now makes 3 partitions
+        deadline = time.monotonic() + 30
+        while True:  # Metadata auto-creates it; asked again until its partitions are listed
+            topic = admin.list_topics("after-the-change", timeout=30).topics["after-the-change"]
+            if topic.partitions or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert len(topic.partitions) == 3
