@@ -101,6 +101,10 @@ TYPE_CODES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "doubl
 
 @dataclass(frozen=True, slots=True)
 class ConfigDef:
+    """One row of a configuration table: the broker's (:data:`BROKER_CONFIGS`), the clients'
+    (``odradek.client``: producer, consumer, admin) and the Spark source's and sink's options
+    all use it -- name, type, default, documentation and valid values."""
+
     name: str
     type: str  # boolean, string, int, short, long, double, list, class, password
     default: Any
@@ -111,6 +115,8 @@ class ConfigDef:
     doc: str = ""
     #: a dynamic config that is set for one broker (resource name = its id), never cluster-wide
     per_broker: bool = False
+    #: the values it may take, when they are a fixed set (empty: any value of its type)
+    valid: tuple[str, ...] = ()
 
     @property
     def update_mode(self) -> str:
