@@ -197,3 +197,19 @@ def test_a_running_broker_refuses_an_out_of_range_dynamic_change_and_applies_a_v
                 break
             time.sleep(0.05)
         assert len(topic.partitions) == 3
+
+
+def test_every_view_of_one_configuration_sees_a_dynamic_change() -> None:
+    """The replica fetchers' throttle is built from the configuration itself (not the broker's
+    holder): a change made through the broker's holder reaches it all the same."""
+    from odradek.broker.quotas import ReplicationQuota
+
+    config = BrokerConfig({})
+    broker = LiveSettings(config)
+    follower = ReplicationQuota(config, "follower")
+    leader = ReplicationQuota(broker, "leader")
+    assert not follower.limited() and not leader.limited()
+    broker.apply({"follower.replication.throttled.rate": "1000", "leader.replication.throttled.rate": "2000"})
+    assert (follower.bound, leader.bound) == (1000.0, 2000.0)
+    broker.apply({"follower.replication.throttled.rate": None})
+    assert not follower.limited() and leader.limited()
