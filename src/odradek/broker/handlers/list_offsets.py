@@ -10,7 +10,7 @@ after the one given (-1 when there is none).
 from __future__ import annotations
 
 from odradek.broker.dispatch import RequestContext, handles
-from odradek.broker.replica import Partition
+from odradek.broker.ports import Partition
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
