@@ -16,7 +16,7 @@ import difflib
 import logging
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
@@ -30,6 +30,7 @@ __all__ = [
     "BROKER_CONFIGS",
     "DEPRECATED_TOPIC_CONFIGS",
     "KAFKA_BROKER_CONFIGS",
+    "SYNONYM_UNITS",
     "TOPIC_CONFIGS",
     "TOPIC_KEYS",
     "TOPIC_SCHEMA",
@@ -44,6 +45,8 @@ __all__ = [
     "parse_listeners",
     "read_properties",
     "split_per_listener",
+    "topic_default",
+    "topic_defaults",
     "unknown_name_message",
 ]
 
@@ -98,6 +101,10 @@ TYPE_CODES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "doubl
 
 @dataclass(frozen=True, slots=True)
 class ConfigDef:
+    """One row of a configuration table: the broker's (:data:`BROKER_CONFIGS`), the clients'
+    (``odradek.client``: producer, consumer, admin) and the Spark source's and sink's options
+    all use it -- name, type, default, documentation and valid values."""
+
     name: str
     type: str  # boolean, string, int, short, long, double, list, class, password
     default: Any
@@ -108,6 +115,8 @@ class ConfigDef:
     doc: str = ""
     #: a dynamic config that is set for one broker (resource name = its id), never cluster-wide
     per_broker: bool = False
+    #: the values it may take, when they are a fixed set (empty: any value of its type)
+    valid: tuple[str, ...] = ()
 
     @property
     def update_mode(self) -> str:
@@ -713,7 +722,11 @@ def _metadata_versions() -> frozenset[str]:
 
 
 _METADATA_VERSIONS = _metadata_versions()
-_UNIT = {"log.retention.minutes": 60000, "log.retention.hours": 3600000, "log.roll.hours": 3600000, "log.roll.jitter.hours": 3600000}
+#: the broker configs given in a coarser unit than their topic config's milliseconds, with the factor
+SYNONYM_UNITS = {
+    "log.retention.minutes": 60000, "log.retention.hours": 3600000, "log.roll.hours": 3600000,
+    "log.roll.jitter.hours": 3600000,
+}
 _ENUMS = {
     "compression.type": {"producer", "uncompressed", "none", "gzip", "snappy", "lz4", "zstd"},
     # Kafka's MetadataVersionValidator: a release ("0.10.0", "2.8", "3.0") or one of its
@@ -984,6 +997,9 @@ class BrokerConfig:
         self._per_listener: dict[tuple[str, str, str], Any] = {}
         #: the same keys: (the name as given, where it was given)
         self._per_listener_keys: dict[tuple[str, str, str], tuple[str, str]] = {}
+        #: counts the run-time changes (:meth:`set_dynamic`): a typed view built from this
+        #: configuration (odradek.settings) knows it must be built again
+        self.changes = 0
         for key, value in (properties or {}).items():
             self._set(key, value, strict, properties_source)
         for var, (key, value) in self._from_env(env or {}, strict).items():
@@ -1054,6 +1070,10 @@ class BrokerConfig:
                 return value
         value = self._per_listener.get((key, "", name))
         return value if value is not None else self.get(name)
+
+    def listener_overrides(self) -> dict[tuple[str, str, str], Any]:
+        """The per-listener settings given: ``{(LISTENER, MECHANISM or "", config): value}``."""
+        return dict(self._per_listener)
 
     @classmethod
     def load(
@@ -1162,6 +1182,7 @@ class BrokerConfig:
         d = BROKER_CONFIGS.get(name)
         if d is None:
             raise ConfigError(unknown_name_message("broker configuration", name, BROKER_CONFIGS))
+        self.changes += 1
         if value is None:  # back to the static value (server.properties, ...) or the default
             static = self._static.pop(name, _UNSET)
             if static is _UNSET:
@@ -1211,21 +1232,33 @@ class BrokerConfig:
 
     def topic_default(self, topic_config: str) -> tuple[Any, str | None]:
         """Default of a topic config from the broker configs: ``(value, broker name it came from)``."""
-        for broker_name in TOPIC_SYNONYMS.get(topic_config, ()):
-            value = self.get(broker_name)
-            if value is not None:
-                unit = _UNIT.get(broker_name)
-                return (value * unit if unit else value), broker_name
-        key = TOPIC_KEYS.get(topic_config)
-        # no broker config gives one (leader.replication.throttled.replicas, remote.storage.enable):
-        # the topic config's own default, as Kafka's LogConfig has it ("" for an empty list)
-        return (key.default if key is not None else None), None
+        return topic_default(self.get, topic_config)
 
     def topic_defaults(self) -> dict[str, Any]:
         """Every topic config's broker-derived default (Kafka names), for new logs."""
-        out = {}
-        for name in TOPIC_SYNONYMS:
-            value, _src = self.topic_default(name)
-            if value is not None:
-                out[name] = value
-        return out
+        return topic_defaults(self.get)
+
+
+def topic_default(get: Callable[[str], Any], topic_config: str) -> tuple[Any, str | None]:
+    """Default of a topic config from the broker configs ``get`` gives: ``(value, broker name it
+    came from)`` -- the first of its broker synonyms that is set, in milliseconds for the ones
+    given in minutes or hours, as Kafka resolves them."""
+    for broker_name in TOPIC_SYNONYMS.get(topic_config, ()):
+        value = get(broker_name)
+        if value is not None:
+            unit = SYNONYM_UNITS.get(broker_name)
+            return (value * unit if unit else value), broker_name
+    key = TOPIC_KEYS.get(topic_config)
+    # no broker config gives one (leader.replication.throttled.replicas, remote.storage.enable):
+    # the topic config's own default, as Kafka's LogConfig has it ("" for an empty list)
+    return (key.default if key is not None else None), None
+
+
+def topic_defaults(get: Callable[[str], Any]) -> dict[str, Any]:
+    """Every topic config's broker-derived default (Kafka names), for new logs."""
+    out = {}
+    for name in TOPIC_SYNONYMS:
+        value, _src = topic_default(get, name)
+        if value is not None:
+            out[name] = value
+    return out

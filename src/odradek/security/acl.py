@@ -35,6 +35,7 @@ __all__ = [
     "WILDCARD_PRINCIPAL",
     "AclBinding",
     "AclBindingFilter",
+    "AclEntry",
     "AclError",
     "AclIndex",
     "Operation",
@@ -43,6 +44,9 @@ __all__ = [
     "ResourceType",
     "authorized_operations",
 ]
+
+#: one stored ACL entry of a resource: (principal, permission type, operation, host) in Kafka's names
+AclEntry = tuple[str, str, str, str]
 
 #: the one Cluster resource's name
 CLUSTER_NAME = "kafka-cluster"

@@ -61,7 +61,7 @@ from odradek.errors import ErrorCode, KafkaError
 from odradek.metrics import BrokerMetrics
 
 if TYPE_CHECKING:
-    from odradek.config import BrokerConfig
+    from odradek.settings import Settings
     from odradek.storage import LogConfig
 
 __all__ = ["Controller", "ControllerMoved"]
@@ -92,22 +92,22 @@ class Controller:
     def __init__(
         self,
         broker_id: int,
-        config: BrokerConfig,
+        settings: Settings,
         backend: ZooKeeperBackend,
         topic_config: Callable[[str], LogConfig],
         *,
         channel_factory: Callable[..., BrokerChannel] = BrokerChannel,
     ) -> None:
         """``channel_factory(host, port, client_id=, timeout=)`` opens the connection a broker's
-        requests go over (a :class:`~odradek.broker.channel.BrokerChannel`)."""
-        self.config = config
+        requests go over (a :class:`~odradek.broker.channel.BrokerChannel`); ``settings``: the
+        broker's (the controller's read-only ones: fixed at start-up)."""
+        self.settings = settings.replication
         self.channel_factory = channel_factory
         self.backend = backend
         self.store = backend.store
         self.fenced = EpochFencedStore(backend.store)
         self.topic_config = topic_config
-        name = config.get("inter.broker.listener.name")
-        self.inter_broker_listener = str(name) if name else None
+        self.inter_broker_listener = settings.socket.inter_broker_listener_name or None
         self.id = broker_id
         self._active = False
         #: the ZooKeeper session in which this broker won the election (see :attr:`active`)
@@ -361,7 +361,7 @@ class Controller:
         ep = info.endpoint(self.inter_broker_listener) or info.endpoint()
         if ep is None:
             return
-        timeout = int(self.config.get("controller.socket.timeout.ms")) / 1000
+        timeout = self.settings.controller_socket_timeout_ms / 1000
         self.queues[bid] = BrokerQueue(
             self.channel_factory, bid, ep.host, ep.port, client_id=f"controller-{self.id}", timeout=timeout
         )
@@ -737,17 +737,17 @@ class Controller:
 
     # -- preferred replicas ------------------------------------------------------------------------
     async def _rebalance_timer(self) -> None:
-        cfg = self.config
-        interval = max(1.0, float(cfg.get("leader.imbalance.check.interval.seconds")))
+        settings = self.settings
+        interval = max(1.0, float(settings.leader_imbalance_check_interval_seconds))
         while True:
             await asyncio.sleep(interval)
-            if self.active and cfg.get("auto.leader.rebalance.enable"):
+            if self.active and settings.auto_leader_rebalance_enable:
                 self.put(self._auto_rebalance)
 
     async def _auto_rebalance(self) -> None:
         if not self.active:
             return
-        pct = int(self.config.get("leader.imbalance.per.broker.percentage"))
+        pct = self.settings.leader_imbalance_per_broker_percentage
         tps = imbalanced_partitions(self.ctx, pct)
         if tps:
             log.info("preferred replica election for %d imbalanced partitions", len(tps))

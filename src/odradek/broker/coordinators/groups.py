@@ -55,8 +55,8 @@ from odradek.protocol.messages.coordinator import (
 if TYPE_CHECKING:
     from odradek.broker.replication import Replication
     from odradek.cluster.metadata import MetadataImage
-    from odradek.config import BrokerConfig
     from odradek.metrics import BrokerMetrics
+    from odradek.settings import GroupSettings
 
 __all__ = ["GroupCoordinator", "GroupShard", "offsets_topic"]
 
@@ -83,15 +83,15 @@ _COMMIT_ERRORS = {
 }
 
 
-def offsets_topic(config: BrokerConfig, replication: Replication) -> CoordinatorTopic:
+def offsets_topic(settings: GroupSettings, replication: Replication) -> CoordinatorTopic:
     """``__consumer_offsets`` as the group coordinator writes it (``offsets.topic.*``,
     ``offsets.commit.*``)."""
     return CoordinatorTopic(
         OFFSETS_TOPIC,
-        int(config.get("offsets.topic.num.partitions")),
+        settings.offsets_topic_num_partitions,
         replication.offsets_replication_factor,
-        acks=int(config.get("offsets.commit.required.acks")),
-        write_timeout_ms=int(config.get("offsets.commit.timeout.ms")),
+        acks=settings.offsets_commit_required_acks,
+        write_timeout_ms=settings.offsets_commit_timeout_ms,
     )
 
 
@@ -274,22 +274,21 @@ class GroupShard:
 
 
 class GroupCoordinator:
-    def __init__(self, config: BrokerConfig, ports: CoordinatorPorts) -> None:
-        cfg = config
-        self.config = config
+    def __init__(self, settings: GroupSettings, ports: CoordinatorPorts) -> None:
+        self.settings = settings
         self.clock = ports.clock
         self.limits = GroupLimits(
-            min_session_timeout_ms=int(cfg.get("group.min.session.timeout.ms")),
-            max_session_timeout_ms=int(cfg.get("group.max.session.timeout.ms")),
-            max_size=int(cfg.get("group.max.size")),
-            initial_rebalance_delay_ms=int(cfg.get("group.initial.rebalance.delay.ms")),
-            offset_metadata_max_bytes=int(cfg.get("offset.metadata.max.bytes")),
-            offsets_retention_ms=int(cfg.get("offsets.retention.minutes")) * 60000,
+            min_session_timeout_ms=settings.min_session_timeout_ms,
+            max_session_timeout_ms=settings.max_session_timeout_ms,
+            max_size=settings.max_size,
+            initial_rebalance_delay_ms=settings.initial_rebalance_delay_ms,
+            offset_metadata_max_bytes=settings.offset_metadata_max_bytes,
+            offsets_retention_ms=settings.offsets_retention_ms,
         )
         self._retired = _Retired()
-        self.runtime = CoordinatorRuntime(offsets_topic(config, ports.replication), self._new_shard, ports)
+        self.runtime = CoordinatorRuntime(offsets_topic(settings, ports.replication), self._new_shard, ports)
         self.runtime.deadline("group-timer", self._next_deadline, self._tick)
-        self.runtime.every("offsets-expiry", int(cfg.get("offsets.retention.check.interval.ms")), self._expire)
+        self.runtime.every("offsets-expiry", settings.offsets_retention_check_interval_ms, self._expire)
         #: the broker's metric counters (set by the broker; None: off)
         self.metrics: BrokerMetrics | None = None
 

@@ -42,7 +42,7 @@ def _check(ctx: RequestContext, group_id: str, op: Operation) -> None:
     is this coordinator's and loaded."""
     if not ctx.authorize(op, ResourceType.GROUP, group_id):
         raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
-    ctx.services.groups.check(group_id)
+    ctx.ports.groups.groups.check(group_id)
 
 
 def _error_of(exc: BaseException) -> ErrorCode:
@@ -52,7 +52,7 @@ def _error_of(exc: BaseException) -> ErrorCode:
 @handles(ApiKey.FIND_COORDINATOR, versions=(0, 4))
 async def find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     R = FindCoordinatorResponse
-    svc = ctx.services
+    port = ctx.ports.groups
     keys = request.coordinator_keys if ctx.version >= 4 else [request.key]
     key_type = request.key_type if ctx.version >= 1 else GROUP_KEY
     results: list[FindCoordinatorResponse.Coordinator] = []
@@ -65,8 +65,8 @@ async def find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest)
                     raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
                 if not key:
                     raise KafkaError(ErrorCode.INVALID_REQUEST, "empty transactional id")
-                await svc.transactions.ensure_topic()
-                topic, p = TRANSACTION_TOPIC, svc.transactions.partition_for(key)
+                await port.transactions.ensure_topic()
+                topic, p = TRANSACTION_TOPIC, port.transactions.partition_for(key)
             elif key_type != GROUP_KEY:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}")
             else:
@@ -74,11 +74,11 @@ async def find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest)
                     raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
                 if not key:
                     raise KafkaError(ErrorCode.INVALID_GROUP_ID, "empty group id")
-                await svc.groups.ensure_topic()
-                topic, p = "__consumer_offsets", svc.groups.partition_for(key)
-                svc.groups.check_storage(p)
-            state = svc.image.partition(topic, p)
-            leader = svc.image.brokers.get(state.leader) if state is not None else None
+                await port.groups.ensure_topic()
+                topic, p = "__consumer_offsets", port.groups.partition_for(key)
+                port.groups.check_storage(p)
+            state = port.metadata.image.partition(topic, p)
+            leader = port.metadata.image.brokers.get(state.leader) if state is not None else None
             endpoint = (leader.endpoint(ctx.listener) or leader.endpoint()) if leader is not None else None
             if endpoint is None:
                 raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator is not available")
@@ -106,7 +106,7 @@ async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGrou
     empty_name = None if version >= 7 else ""
     try:
         _check(ctx, request.group_id, Operation.READ)
-        result = await ctx.services.groups.join(
+        result = await ctx.ports.groups.groups.join(
             group_id=request.group_id,
             member_id=request.member_id,
             group_instance_id=request.group_instance_id,
@@ -150,7 +150,7 @@ async def sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGrou
     R = SyncGroupResponse
     try:
         _check(ctx, request.group_id, Operation.READ)
-        result = await ctx.services.groups.sync(
+        result = await ctx.ports.groups.groups.sync(
             group_id=request.group_id,
             generation_id=request.generation_id,
             member_id=request.member_id,
@@ -175,7 +175,7 @@ async def sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGrou
 async def heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
     try:
         _check(ctx, request.group_id, Operation.READ)
-        code = ctx.services.groups.heartbeat(
+        code = ctx.ports.groups.groups.heartbeat(
             group_id=request.group_id,
             member_id=request.member_id,
             group_instance_id=request.group_instance_id,
@@ -195,7 +195,7 @@ async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveG
         members = [(request.member_id, None)]
     try:
         _check(ctx, request.group_id, Operation.READ)
-        errors = await ctx.services.groups.leave(request.group_id, members)
+        errors = await ctx.ports.groups.groups.leave(request.group_id, members)
     except KafkaError as exc:
         return R(throttle_time_ms=0, error_code=int(exc.code))
     if ctx.version < 3:
@@ -213,8 +213,8 @@ async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveG
 @handles(ApiKey.OFFSET_COMMIT, versions=(0, 8))
 async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
     R = OffsetCommitResponse
-    svc = ctx.services
-    now = svc.clock.now_ms()
+    port = ctx.ports.groups
+    now = port.now_ms()
     version = ctx.version
     offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
     expire = -1
@@ -223,7 +223,7 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
     unknown: dict[tuple[str, int], ErrorCode] = {}
     group_allowed = ctx.authorize(Operation.READ, ResourceType.GROUP, request.group_id)
     for t in request.topics:
-        info = svc.image.topics.get(t.name)
+        info = port.metadata.image.topics.get(t.name)
         topic_allowed = not group_allowed or ctx.authorize(Operation.READ, ResourceType.TOPIC, t.name)
         for p in t.partitions:
             tp = (t.name, p.partition_index)
@@ -238,19 +238,19 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
                 p.committed_offset, p.committed_leader_epoch, p.committed_metadata or "", ts, expire
             )
     # v0 in a ZooKeeper cluster: /consumers/<group>/offsets, on any broker (Kafka 0.8.2-0.10)
-    in_zookeeper = version == 0 and svc.backend.stores_v0_offsets
+    in_zookeeper = version == 0 and port.v0_offsets.stores_v0_offsets
     try:
         if not group_allowed:
             raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
         if not in_zookeeper:
-            svc.groups.check(request.group_id)
+            port.groups.check(request.group_id)
         if not offsets and unknown:
             raise _NothingToCommit
         if in_zookeeper:
-            await svc.backend.commit_v0_offsets(request.group_id, {tp: om.offset for tp, om in offsets.items()})
+            await port.v0_offsets.commit_v0_offsets(request.group_id, {tp: om.offset for tp, om in offsets.items()})
             error, per = ErrorCode.NONE, dict[tuple[str, int], ErrorCode]()
         else:
-            error, per = await svc.groups.commit(
+            error, per = await port.groups.commit(
                 request.group_id,
                 request.generation_id_or_member_epoch,
                 request.member_id,
@@ -287,7 +287,7 @@ async def _fetch_group(
     """(group error, [(topic, [(partition, offset, leader epoch, metadata, error)])]).
     ``in_zookeeper``: the offsets the 0.8 way, from /consumers/<group>/offsets (OffsetFetch v0
     in a ZooKeeper cluster, on any broker)."""
-    groups = ctx.services.groups
+    groups = ctx.ports.groups.groups
     try:
         if in_zookeeper:
             if not ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, group_id):
@@ -300,11 +300,11 @@ async def _fetch_group(
         ]
         return exc.code, failed
     denied: set[str] = set()
-    if wanted is not None and ctx.services.authorizer is not None:
+    if wanted is not None and ctx.ports.groups.authorizer is not None:
         denied = {t for t, _ps in wanted if not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, t)}
     partitions = None if wanted is None else [(t, p) for t, ps in wanted for p in ps if t not in denied]
     if in_zookeeper:
-        stored = await ctx.services.backend.fetch_v0_offsets(group_id, partitions or [])
+        stored = await ctx.ports.groups.v0_offsets.fetch_v0_offsets(group_id, partitions or [])
         found = {tp: (OffsetAndMetadata(o, -1, "", -1, -1) if o >= 0 else None) for tp, o in stored.items()}
     else:
         found = groups.fetch_offsets(group_id, partitions)
@@ -357,7 +357,7 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
             )
         return R(throttle_time_ms=0, groups=groups)
     wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
-    in_zookeeper = version == 0 and ctx.services.backend.stores_v0_offsets
+    in_zookeeper = version == 0 and ctx.ports.groups.v0_offsets.stores_v0_offsets
     stable = version >= 7 and request.require_stable
     error, topics = await _fetch_group(ctx, request.group_id, wanted, in_zookeeper, require_stable=stable)
     resp = R(
@@ -391,7 +391,7 @@ async def describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -
         except KafkaError as exc:
             out.append(R.DescribedGroup(error_code=int(exc.code), group_id=gid, group_state="", protocol_type="", protocol_data=""))
             continue
-        g = ctx.services.groups.describe(gid)
+        g = ctx.ports.groups.groups.describe(gid)
         if g is None:
             out.append(R.DescribedGroup(error_code=0, group_id=gid, group_state="Dead", protocol_type="", protocol_data=""))
             continue
@@ -427,7 +427,7 @@ async def describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -
 async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
     R = ListGroupsResponse
     states = set(request.states_filter) if ctx.version >= 4 else set()
-    groups = ctx.services.groups
+    groups = ctx.ports.groups.groups
     every = ctx.authorize_cluster(Operation.DESCRIBE, log_denied=False)
     listed = [
         R.ListedGroup(
@@ -446,7 +446,7 @@ async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGr
 async def delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     R = DeleteGroupsResponse
     allowed = [g for g in request.groups_names if ctx.authorize(Operation.DELETE, ResourceType.GROUP, g)]
-    result = await ctx.services.groups.delete_groups(allowed) if allowed else {}
+    result = await ctx.ports.groups.groups.delete_groups(allowed) if allowed else {}
     for g in request.groups_names:
         result.setdefault(g, ErrorCode.GROUP_AUTHORIZATION_FAILED)
     return R(
@@ -462,7 +462,7 @@ async def offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> Of
     partitions = [(t.name, p.partition_index) for t in request.topics for p in t.partitions if t.name in readable]
     try:
         _check(ctx, request.group_id, Operation.DELETE)
-        error, per = await ctx.services.groups.delete_offsets(request.group_id, partitions)
+        error, per = await ctx.ports.groups.groups.delete_offsets(request.group_id, partitions)
     except KafkaError as exc:
         return R(throttle_time_ms=0, error_code=int(exc.code))
     for t in request.topics:
