@@ -110,12 +110,20 @@ class LeaderIsr:
         isr = data.get("isr", [])
         assert isinstance(isr, list)
         return cls(
-            int(data["leader"]),  # type: ignore[call-overload]
-            int(data["leader_epoch"]),  # type: ignore[call-overload]
-            tuple(int(r) for r in isr),
-            int(data.get("controller_epoch", 0)),  # type: ignore[call-overload]
+            _json_int(data["leader"]),
+            _json_int(data["leader_epoch"]),
+            tuple(_json_int(r) for r in isr),
+            _json_int(data.get("controller_epoch", 0)),
             zk_version,
         )
+
+
+def _json_int(value: object) -> int:
+    """A number of a partition state read from the metadata store (JSON: an int; a float or a
+    numeric string are taken as ``int()`` takes them)."""
+    if not isinstance(value, (int, float, str)):
+        raise TypeError(f"{value!r} is not a number")
+    return int(value)
 
 
 @dataclass(slots=True)
