@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from odradek.cluster.transitions import IllegalTransition
 
@@ -178,6 +178,13 @@ class ControllerContext:
     _replica_states: dict[tuple[str, int, int], ReplicaStateName] = field(default_factory=dict)
     deleting: set[str] = field(default_factory=set)
     reassigning: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
+
+    def reset(self, epoch: int = 0, epoch_zk_version: int = -1) -> None:
+        """Forget everything, for a resignation or a new term at ``epoch`` (Kafka's
+        resetContext): the same object, so those holding it see the new term."""
+        fresh = ControllerContext(epoch=epoch, epoch_zk_version=epoch_zk_version)
+        for f in fields(self):
+            setattr(self, f.name, getattr(fresh, f.name))
 
     def replicas(self, topic: str, partition: int) -> tuple[int, ...]:
         t = self.topics.get(topic)
