@@ -218,6 +218,7 @@ class MetadataImage:
             ],
         }
 
+    # Any: JSON read back from the metadata store (written by to_json)
     @classmethod
     def from_json(cls, data: Mapping[str, Any], controller_id: int = -1) -> MetadataImage:
         topics = {}

@@ -19,6 +19,7 @@ import asyncio
 import random
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -54,7 +55,7 @@ class PartitionInfo:
 @dataclass(slots=True)
 class TopicInfo:
     name: str
-    topic_id: Any
+    topic_id: uuid.UUID
     partitions: dict[int, PartitionInfo] = field(default_factory=dict)
     internal: bool = False
     error_code: int = 0
@@ -96,7 +97,7 @@ class ClusterView(Generic[C]):
         self._bootstrap_conn: C | None = None
         self._opened: list[C] = []
         #: connections being opened, by node id (the asyncio face opens one for all who ask)
-        self._connecting: dict[int, Any] = {}
+        self._connecting: dict[int, asyncio.Future[C]] = {}
         self._last_refresh = 0.0
 
     # -- state ---------------------------------------------------------------------------------
