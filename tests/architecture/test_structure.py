@@ -72,11 +72,15 @@ def test_the_context_methods_refuse_an_illegal_step() -> None:
 
 # -- the coordinators' state machines: groups (cluster/group.py) and transactions (cluster/transactions.py)
 
-_MACHINES = ("odradek.cluster.group", "odradek.cluster.transactions")
+_MACHINES = ("odradek.cluster.group", "odradek.cluster.consumer_group", "odradek.cluster.transactions")
 #: the only functions that write a group's or a transaction's state: the transitions (checked
 #: against the tables) and the restoring of a state read back from the log
 _STATE_WRITERS = {
     "cluster/group.py": {"_transition", "load_group"},
+    # a consumer group's state follows from its epochs: set by _transition after each operation,
+    # restored when loaded; a member's state changes in its reconciliation (checked against
+    # MEMBER_TRANSITIONS) and is restored from its records
+    "cluster/consumer_group.py": {"_transition", "loaded"},
     "cluster/transactions.py": {"begin_transition", "end_transition"},
 }
 _STATE_ATTRS = {"state", "_state", "pending"}

@@ -1648,17 +1648,22 @@ class ConsumerGroups:
             else:
                 self.replay(r)
         for gid, before in touched.items():
-            g = self.groups.get(gid)
-            after = ConsumerGroupState.DEAD if g is None else g.computed_state()
-            if after is before:
-                continue
-            CONSUMER_GROUP_TRANSITIONS.check(before, after, f"consumer group {gid}")
-            if after is ConsumerGroupState.STABLE and before in (ConsumerGroupState.ASSIGNING,
-                                                                 ConsumerGroupState.RECONCILING):
-                self.completed_rebalances += 1
-            if g is not None:
-                g._state = after
-                g.state_timestamp = now
+            self._transition(gid, before, now)
+
+    def _transition(self, group_id: str, before: ConsumerGroupState, now: int) -> None:
+        """The one place a group's state changes after an operation: to the state its epochs now
+        say, along :data:`CONSUMER_GROUP_TRANSITIONS` only (IllegalTransition otherwise)."""
+        g = self.groups.get(group_id)
+        after = ConsumerGroupState.DEAD if g is None else g.computed_state()
+        if after is before:
+            return
+        CONSUMER_GROUP_TRANSITIONS.check(before, after, f"consumer group {group_id}")
+        if after is ConsumerGroupState.STABLE and before in (ConsumerGroupState.ASSIGNING,
+                                                             ConsumerGroupState.RECONCILING):
+            self.completed_rebalances += 1
+        if g is not None:
+            g._state = after
+            g.state_timestamp = now
 
     def _replay_classic(self, now: int, r: ClassicGroupRecord, outcome: Outcome, rebalance: bool) -> None:
         if r.group is None:
@@ -1680,9 +1685,7 @@ class ConsumerGroups:
             raise TypeError("classic group records are replayed by the classic state")
         if isinstance(r, GroupEpochRecord):
             if r.epoch is None:
-                if g is not None:
-                    self.groups.pop(gid, None)
-                    g._state = ConsumerGroupState.DEAD
+                self.groups.pop(gid, None)
                 return
             g = self._materialize(gid)
             g.group_epoch = r.epoch
