@@ -99,7 +99,7 @@ def test_range_gives_each_topics_subscribers_consecutive_ranges(
     members, topics = group
     result = range_assign(members, topics)
     _check_complete(members, topics, result)
-    for t, spec in topics.items():
+    for t in topics:
         subscribers = [m for m in members if t in members[m].topics]
         sizes = [len(result[m].get(t, ())) for m in subscribers]
         if subscribers:

@@ -114,7 +114,7 @@ def test_session_and_rebalance_timeouts_fence_members() -> None:
         sim.heartbeat(mid, lose=True)
     (first,) = [mid for mid in ids if g.members[mid].state is MemberState.UNREVOKED_PARTITIONS]
     (second,) = [mid for mid in ids if mid != first]
-    epoch, deadline = g.rebalance_deadline[first]
+    _epoch, deadline = g.rebalance_deadline[first]
     assert sim.cg.next_deadline() is not None and sim.cg.next_deadline() <= deadline
     for outcome in sim.cg.tick(deadline, sim.image):
         sim.records.extend(outcome.records)
@@ -131,7 +131,7 @@ def test_a_regular_expression_is_resolved_against_the_topics_and_again_when_they
     cg = sim.cg
     out = cg.heartbeat(sim.now, HeartbeatRequest(GROUP, "m", 0, rebalance_timeout_ms=1000,
                                                  subscribed_topic_regex="orders-.*", owned={}), sim.image)
-    assert sorted(sum((sorted(ps) for ps in out.response.assignment.values()), [])) == [0, 0, 1]  # type: ignore[union-attr]
+    assert sorted(p for ps in out.response.assignment.values() for p in ps) == [0, 0, 1]  # type: ignore[union-attr]
     g = cg.groups[GROUP]
     assert g.resolved["orders-.*"].topics == {"orders-1", "orders-2"}
     sim.grow("orders-3", 2)
