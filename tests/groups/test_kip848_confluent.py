@@ -65,9 +65,11 @@ def test_three_members_one_leaves_one_joins_every_record_once_owned(broker: Brok
         assert sorted(len(parts) for _e, parts, _t, _i in third.members.values()) == [2, 2, 2]
 
         end = ends(produced)
-        wait_until(lambda: all(max((o for p2, o, _v in sum((m.delivered for m in members), []) if p2 == p),
-                                   default=-1) + 1 >= end[p] for p in end),
-                   what="every record consumed", step=step)
+        def consumed() -> bool:
+            got = {(p, o) for m in members for p, o, _v in m.delivered}
+            return all((p, o) in got for p, o in produced)
+
+        wait_until(consumed, what="every record consumed", step=step)
         wait_until(lambda: committed_offsets(bs, group, topic, PARTITIONS) == end, what="commits of every record",
                    step=step)
 
