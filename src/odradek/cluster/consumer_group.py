@@ -1774,18 +1774,22 @@ def _consumer_protocol_version(metadata: bytes) -> int:
     return min(max(version, 0), 3)
 
 
+_JAVA_TRIMMED = "".join(chr(c) for c in range(0x21))
+
+
 def validate_heartbeat(req: HeartbeatRequest, assignors: Iterable[str]) -> None:
     """Kafka's checks of a ConsumerGroupHeartbeat before it reaches a group: INVALID_REQUEST or
     UNSUPPORTED_ASSIGNOR with Kafka's message."""
 
     def blank(value: str | None) -> bool:
-        return value is not None and not value.strip()
+        """Java's ``value.trim().isEmpty()``: trim drops every character up to U+0020."""
+        return value is not None and not value.strip(_JAVA_TRIMMED)
 
     if (req.version >= 1 or req.member_epoch > 0 or req.member_epoch == LEAVE_GROUP_MEMBER_EPOCH) and (
-        not req.member_id.strip()
+        blank(req.member_id)
     ):
         raise KafkaError(ErrorCode.INVALID_REQUEST, "MemberId can't be empty.")
-    if blank(req.group_id) or not req.group_id:
+    if blank(req.group_id):
         raise KafkaError(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
     if blank(req.instance_id):
         raise KafkaError(ErrorCode.INVALID_REQUEST, "InstanceId can't be empty.")
@@ -1794,7 +1798,7 @@ def validate_heartbeat(req: HeartbeatRequest, assignors: Iterable[str]) -> None:
     if req.member_epoch == 0:
         if req.rebalance_timeout_ms == -1:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request.")
-        if req.owned is None or any(req.owned.values()):
+        if req.owned is None or req.owned:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining.")
         if not req.subscribed_topic_names and not req.subscribed_topic_regex:
             raise KafkaError(ErrorCode.INVALID_REQUEST,
