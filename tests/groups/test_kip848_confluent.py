@@ -13,11 +13,15 @@ with the partitions it had, nobody else's assignment changes, and the group epoc
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import ConsumerGroupType
 
+from odradek.client import Admin
 from odradek.testing import BrokerProcess
 from tests.groups.group_helpers import admin, committed_offsets, create_topic, ends, produce, wait_until
 from tests.groups.kip848_helpers import KIP848_OVERRIDES, ConsumerMember, Watcher, wait_settled
@@ -125,3 +129,50 @@ def test_a_static_member_restarts_within_its_session_without_a_reassignment(brok
         for m in members:
             m.close()
         watcher.stop()
+
+
+def test_groups_describe_shows_the_protocol_member_epochs_and_target_assignments(
+    broker: BrokerProcess, name: str
+) -> None:
+    """``odradek groups describe`` (and the admin client under it) describe a consumer group with
+    ConsumerGroupDescribe: the protocol, the epochs, each member's partitions and target."""
+    topic = group = name
+    bs = broker.bootstrap
+    create_topic(bs, topic, PARTITIONS)
+    watcher = Watcher(broker.host, broker.port, group, topic)
+    members = [ConsumerMember.start(bs, group, topic, f"cli-{i}") for i in range(2)]
+
+    def step() -> None:
+        for m in members:
+            m.step()
+
+    try:
+        snap = wait_settled(watcher, 2, PARTITIONS, step)
+        with Admin({"bootstrap.servers": bs}) as a:
+            g = a.describe_groups([group])[group]
+        assert (g.group_type, g.protocol_type, g.state) == ("consumer", "consumer", "Stable")
+        assert g.group_epoch == snap.group_epoch and g.assignment_epoch == snap.assignment_epoch
+        assert {m.member_id: (m.member_epoch, {p for _t, p in m.assignment}, {p for _t, p in m.target_assignment or []})
+                for m in g.members} == {mid: (e, set(parts), set(target))
+                                         for mid, (e, parts, target, _i) in snap.members.items()}
+        table = _cli(bs, "describe", group)
+        assert table.returncode == 0, table.stderr
+        assert f"Consumer group '{group}' (consumer protocol, KIP-848) is Stable with 2 member(s)" in table.stdout
+        assert "TARGET-ASSIGNMENT" in table.stdout and "EPOCH" in table.stdout
+        for mid, (epoch, parts, _t, _i) in snap.members.items():
+            row = next(line.split() for line in table.stdout.splitlines() if line.startswith(mid))
+            assert row[1] == str(epoch)
+            assert row[-1] == row[-2] == f"{topic}:{','.join(map(str, sorted(parts)))}"
+        doc = json.loads(_cli(bs, "describe", group, "--output", "json").stdout)
+        assert doc["group_type"] == "consumer" and doc["group_epoch"] == snap.group_epoch
+        assert {m["member_id"]: m["member_epoch"] for m in doc["members"]} == {
+            mid: e for mid, (e, _p, _t, _i) in snap.members.items()}
+    finally:
+        for m in members:
+            m.close()
+        watcher.stop()
+
+
+def _cli(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "odradek", "groups", "--bootstrap-server", bootstrap, *args],
+                          capture_output=True, text=True, timeout=60)
