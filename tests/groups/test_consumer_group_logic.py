@@ -53,6 +53,21 @@ def test_a_lost_revocation_keeps_the_partition_from_others_until_the_member_repo
     sim.owned_by_clients()
 
 
+def test_a_member_waiting_for_partitions_heartbeats_sooner() -> None:
+    sim = Sim({"a": 4})
+    (first,) = _join(sim, 1)
+    interval = sim.config.heartbeat_interval_ms
+    second = sim.join(("a",))
+    waiting = sim.heartbeat(second)
+    assert sim.cg.groups[GROUP].members[second].state is MemberState.UNRELEASED_PARTITIONS
+    assert waiting.heartbeat_interval_ms == interval // 10  # type: ignore[union-attr]
+    sim.heartbeat(first)
+    sim.heartbeat(first)
+    done = sim.heartbeat(second)
+    assert sim.cg.groups[GROUP].members[second].state is MemberState.STABLE
+    assert done.heartbeat_interval_ms == interval  # type: ignore[union-attr]
+
+
 def test_epochs_the_coordinator_does_not_know_are_fenced() -> None:
     sim = Sim({"a": 2})
     (m,) = _join(sim, 1)
