@@ -176,3 +176,24 @@ def test_groups_describe_shows_the_protocol_member_epochs_and_target_assignments
 def _cli(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "odradek", "groups", "--bootstrap-server", bootstrap, *args],
                           capture_output=True, text=True, timeout=60)
+
+
+def test_a_regular_expression_subscription_takes_topics_as_they_appear(broker: BrokerProcess, name: str) -> None:
+    """A ``^prefix.*`` subscription is resolved by the broker (KIP-848's SubscribedTopicRegex, RE2):
+    the member gets the matching topics' partitions, and those of a matching topic created later."""
+    first, later, other = f"{name}-a", f"{name}-b", f"x{name}"
+    bs = broker.bootstrap
+    for t in (first, other):
+        create_topic(bs, t, 2)
+    member = ConsumerMember.start(bs, name, first, "regex")
+    member.consumer.subscribe([f"^{name}-.*"], on_assign=lambda _c, ps: member.current.update(
+        (tp.topic, tp.partition) for tp in ps), on_revoke=lambda _c, ps: member.current.difference_update(
+        (tp.topic, tp.partition) for tp in ps))
+    try:
+        wait_until(lambda: member.current == {(first, 0), (first, 1)}, what="the matching topic assigned",
+                   step=member.step)
+        create_topic(bs, later, 2)
+        wait_until(lambda: member.current == {(t, p) for t in (first, later) for p in (0, 1)},
+                   what="the topic created later assigned too", step=member.step)
+    finally:
+        member.close()

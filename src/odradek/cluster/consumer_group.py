@@ -383,6 +383,7 @@ class TopicsView:
     def __init__(self, image: MetadataImage) -> None:
         self.image = image
         self._by_id = {t.topic_id: t for t in image.topics.values()}
+        self._metadata: dict[str, TopicMetadata | None] = {}
         names = sorted(image.topics)
         #: changes when topics appear or go (regular expressions are resolved again then)
         self.version = zlib.crc32("\0".join(names).encode()) | (len(names) << 32)
@@ -399,6 +400,12 @@ class TopicsView:
         return None if t is None else t.name
 
     def metadata(self, name: str) -> TopicMetadata | None:
+        """The topic as a subscription sees it (computed once per image: every heartbeat asks)."""
+        if name not in self._metadata:
+            self._metadata[name] = self._compute_metadata(name)
+        return self._metadata[name]
+
+    def _compute_metadata(self, name: str) -> TopicMetadata | None:
         t = self.image.topics.get(name)
         if t is None:
             return None
