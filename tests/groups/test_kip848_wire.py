@@ -227,3 +227,34 @@ def test_the_groups_records_are_kafkas_and_survive_a_sigkill(broker: BrokerProce
 def member_heartbeat(member: Member, w: WireClient) -> ErrorCode:
     member.w = w
     return member.heartbeat()
+
+
+def test_an_empty_consumer_group_makes_way_for_a_classic_one_and_back(broker: BrokerProcess) -> None:
+    """A group id moves between the protocols when its group is empty: a classic JoinGroup to an
+    empty consumer group replaces it (its offsets stay), and a ConsumerGroupHeartbeat to an empty
+    classic group replaces that."""
+    create_topic(broker.bootstrap, "t", PARTITIONS)
+    w, member = _join(broker, "shifting", "t")
+    try:
+        assert _commit(w, "shifting", "t", member.epoch, member.member_id, 7) is ErrorCode.NONE
+        assert member.leave() is ErrorCode.NONE
+        classic = WireMember(broker.host, broker.port, "shifting", "t", PARTITIONS, "classic")
+        classic.start()
+        try:
+            wait_until(lambda: all_stable([classic]) is not None, what="a classic group in its place")
+            assert w.request(ConsumerGroupDescribeRequest(group_ids=["shifting"]), 0).groups[0].error_code == (
+                ErrorCode.GROUP_ID_NOT_FOUND)
+            assert [g.group_state for g in w.request(DescribeGroupsRequest(groups=["shifting"]), 5).groups] == [
+                "Stable"]
+            assert _fetch(w, "shifting", "t", None, -1)[1] == dict.fromkeys(range(PARTITIONS), 7)
+        finally:
+            classic.close()
+        wait_until(lambda: w.request(DescribeGroupsRequest(groups=["shifting"]), 5).groups[0].group_state == "Empty",
+                   what="the classic group empty")
+        again = Member(w, "shifting", "t")
+        wait_until(lambda: again.heartbeat() is ErrorCode.NONE and len(again.partitions()) == PARTITIONS,
+                   what="a consumer group again")
+        assert _fetch(w, "shifting", "t", again.member_id, again.epoch) == (
+            ErrorCode.NONE, dict.fromkeys(range(PARTITIONS), 7))
+    finally:
+        w.close()
