@@ -288,6 +288,24 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("group.min.session.timeout.ms", "int", 6000),
     ("group.max.session.timeout.ms", "int", 1800000),
     ("group.max.size", "int", INT_MAX),
+    # KIP-848 consumer groups (ConsumerGroupHeartbeat): the protocols served ("consumer" enables
+    # them), the session timeout and heartbeat interval the coordinator gives their members (each
+    # within its min/max bounds, the interval below the session timeout: checked at start-up), the
+    # largest group, the server-side assignors (uniform, range, or Kafka's class names of them; the
+    # first the default, a member may choose another with group.remote.assignor) and when a live
+    # group converts between the classic and the consumer protocol (disabled, upgrade, downgrade,
+    # bidirectional)
+    ("group.coordinator.rebalance.protocols", "list", "classic,consumer"),
+    ("group.consumer.session.timeout.ms", "int", 45000),
+    ("group.consumer.min.session.timeout.ms", "int", 45000),
+    ("group.consumer.max.session.timeout.ms", "int", 60000),
+    ("group.consumer.heartbeat.interval.ms", "int", 5000),
+    ("group.consumer.min.heartbeat.interval.ms", "int", 5000),
+    ("group.consumer.max.heartbeat.interval.ms", "int", 15000),
+    ("group.consumer.max.size", "int", INT_MAX),
+    ("group.consumer.assignors", "list",
+     "org.apache.kafka.coordinator.group.assignor.UniformAssignor,org.apache.kafka.coordinator.group.assignor.RangeAssignor"),
+    ("group.consumer.migration.policy", "string", "bidirectional"),
     ("transactional.id.expiration.ms", "int", 604800000),
     ("transaction.max.timeout.ms", "int", 900000),
     ("transaction.state.log.num.partitions", "int", 50),
@@ -468,17 +486,8 @@ KAFKA_BROKER_CONFIGS: dict[str, ConfigDef] = _kafka_defs(
     ("replica.alter.log.dirs.io.max.bytes.per.second", "long", LONG_MAX, _C, "Kafka: throttle of replicas moving between log directories."),
     ("client.quota.callback.class", "class", None, _R, "Kafka: a plug-in class deciding client quotas."),
     # groups: the consumer protocol (KIP-848) and share groups, with Odradek's own limits
-    ("group.coordinator.rebalance.protocols", "list", "classic,consumer", _R, "Kafka: the group protocols the coordinator serves."),
     ("group.coordinator.threads", "int", 1, _R, "Kafka: threads of the group coordinator."),
     ("group.coordinator.append.linger.ms", "int", 10, _R, "Kafka: how long the group coordinator lingers to batch its writes."),
-    ("group.consumer.session.timeout.ms", "int", 45000, _R, "Kafka: session timeout of consumer-protocol members."),
-    ("group.consumer.min.session.timeout.ms", "int", 45000, _R, "Kafka: smallest session timeout of consumer-protocol members."),
-    ("group.consumer.max.session.timeout.ms", "int", 60000, _R, "Kafka: largest session timeout of consumer-protocol members."),
-    ("group.consumer.heartbeat.interval.ms", "int", 5000, _R, "Kafka: heartbeat interval of consumer-protocol members."),
-    ("group.consumer.min.heartbeat.interval.ms", "int", 5000, _R, "Kafka: smallest heartbeat interval of consumer-protocol members."),
-    ("group.consumer.max.heartbeat.interval.ms", "int", 15000, _R, "Kafka: largest heartbeat interval of consumer-protocol members."),
-    ("group.consumer.max.size", "int", INT_MAX, _R, "Kafka: most members of a consumer-protocol group."),
-    ("group.consumer.assignors", "list", "org.apache.kafka.coordinator.group.assignor.UniformAssignor,org.apache.kafka.coordinator.group.assignor.RangeAssignor", _R, "Kafka: the server-side assignors of consumer-protocol groups, the first the default."),
     ("group.share.session.timeout.ms", "int", 45000, _R, "Kafka: session timeout of share-group members."),
     ("group.share.min.session.timeout.ms", "int", 45000, _R, "Kafka: smallest session timeout of share-group members."),
     ("group.share.max.session.timeout.ms", "int", 60000, _R, "Kafka: largest session timeout of share-group members."),
@@ -563,7 +572,6 @@ KAFKA_BROKER_CONFIGS: dict[str, ConfigDef] = _kafka_defs(
     ("server.max.startup.time.ms", "long", LONG_MAX, _R, "Kafka (internal, KRaft): longest start-up before the broker gives up."),
     ("zookeeper.metadata.migration.min.batch.size", "int", 200, _R, "Kafka (internal): records per batch of the ZooKeeper migration."),
     ("group.coordinator.new.enable", "boolean", False, _R, "Kafka 3.x (internal): the new group coordinator (KIP-848)."),
-    ("group.consumer.migration.policy", "string", "bidirectional", _R, "Kafka (internal): when classic groups convert to the consumer protocol and back."),
     ("group.share.enable", "boolean", False, _R, "Kafka (internal): share groups (KIP-932) before they were generally available."),
     ("share.fetch.max.fetch.records", "int", INT_MAX, _R, "Kafka (internal): records one share fetch may return."),
     ("remote.log.manager.task.retry.backoff.ms", "long", 500, _R, "Kafka (internal, tiered storage): first backoff of a failed task."),

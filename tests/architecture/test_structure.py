@@ -72,11 +72,15 @@ def test_the_context_methods_refuse_an_illegal_step() -> None:
 
 # -- the coordinators' state machines: groups (cluster/group.py) and transactions (cluster/transactions.py)
 
-_MACHINES = ("odradek.cluster.group", "odradek.cluster.transactions")
+_MACHINES = ("odradek.cluster.group", "odradek.cluster.consumer_group", "odradek.cluster.transactions")
 #: the only functions that write a group's or a transaction's state: the transitions (checked
 #: against the tables) and the restoring of a state read back from the log
 _STATE_WRITERS = {
     "cluster/group.py": {"_transition", "load_group"},
+    # a consumer group's state follows from its epochs: set by _transition after each operation,
+    # restored when loaded; a member's state changes in its reconciliation (checked against
+    # MEMBER_TRANSITIONS) and is restored from its records
+    "cluster/consumer_group.py": {"_transition", "loaded"},
     "cluster/transactions.py": {"begin_transition", "end_transition"},
 }
 _STATE_ATTRS = {"state", "_state", "pending"}
@@ -339,7 +343,7 @@ def test_no_component_reads_a_broker_setting_by_name() -> None:
 #: the ports each handler module may use (ctx.ports.<area>); the authorizer is the request's
 HANDLER_PORTS = {
     "acls": {"acls"}, "admin": {"admin"}, "api_versions": set(), "cluster": {"cluster"}, "configs": {"configs"},
-    "fetch": {"fetch"}, "groups": {"groups"}, "list_offsets": {"list_offsets"}, "metadata": {"metadata"},
+    "consumer_groups": {"groups"}, "fetch": {"fetch"}, "groups": {"groups"}, "list_offsets": {"list_offsets"}, "metadata": {"metadata"},
     "produce": {"produce"}, "quotas": {"quotas"}, "sasl": {"sasl"}, "transactions": {"transactions"},
 }
 

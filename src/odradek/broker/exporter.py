@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from odradek._timeouts import wait_for
 from odradek.cluster.group import GroupState
 from odradek.config import ConfigError
+from odradek.errors import OdradekError
 from odradek.metrics import (
     FETCH_FOLLOWER,
     BrokerMetrics,
@@ -330,7 +331,7 @@ _VERSION = re.compile(r"HTTP/1\.[01]")
 _SINGLE = frozenset({"host", "authorization"})
 
 
-class BadHttpRequest(ValueError):
+class BadHttpRequest(OdradekError, ValueError):
     """A request head that is not HTTP/1.x: answered 400."""
 
 

@@ -46,6 +46,8 @@ from odradek.storage import (
 )
 
 if TYPE_CHECKING:
+    from odradek.broker.coordinators.consumer_groups import ConsumerGroupService
+    from odradek.broker.coordinators.groups import GroupShard
     from odradek.broker.coordinators.transactions import TxnDescription
     from odradek.cluster.group import JoinResult, SyncResult
     from odradek.protocol.messages.update_metadata import UpdateMetadataRequest
@@ -239,10 +241,20 @@ class GroupCoordinator(Protocol):
     def describe(self, group_id: str) -> Group | None: ...
 
     def fetch_offsets(
-        self, group_id: str, partitions: list[tuple[str, int]] | None
+        self, group_id: str, partitions: list[tuple[str, int]] | None, *,
+        member_id: str | None = None, member_epoch: int = -1,
     ) -> dict[tuple[str, int], OffsetAndMetadata | None]: ...
 
     def list_groups(self, states: set[str] | None = None) -> list[Group]: ...
+
+    def list_all(
+        self, states: set[str] | None = None, types: set[str] | None = None
+    ) -> list[tuple[str, str, str, str]]: ...
+
+    @property
+    def consumer(self) -> ConsumerGroupService: ...
+
+    def shard(self, group_id: str) -> GroupShard: ...
 
     async def ensure_topic(self) -> None: ...
 
@@ -265,6 +277,8 @@ class GroupCoordinator(Protocol):
         member_id: str,
         group_instance_id: str | None,
         offsets: dict[tuple[str, int], OffsetAndMetadata],
+        *,
+        api_version: int = 9,
     ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]: ...
 
     async def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]: ...

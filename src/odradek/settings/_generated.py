@@ -371,6 +371,26 @@ class GroupSettings:
     offsets_load_buffer_size: int
     #: ``offset.metadata.max.bytes`` (int, default 4096)
     offset_metadata_max_bytes: int
+    #: ``group.coordinator.rebalance.protocols`` (list, default 'classic,consumer')
+    coordinator_rebalance_protocols: tuple[str, ...]
+    #: ``group.consumer.session.timeout.ms`` (int, default 45000)
+    consumer_session_timeout_ms: int
+    #: ``group.consumer.min.session.timeout.ms`` (int, default 45000)
+    consumer_min_session_timeout_ms: int
+    #: ``group.consumer.max.session.timeout.ms`` (int, default 60000)
+    consumer_max_session_timeout_ms: int
+    #: ``group.consumer.heartbeat.interval.ms`` (int, default 5000)
+    consumer_heartbeat_interval_ms: int
+    #: ``group.consumer.min.heartbeat.interval.ms`` (int, default 5000)
+    consumer_min_heartbeat_interval_ms: int
+    #: ``group.consumer.max.heartbeat.interval.ms`` (int, default 15000)
+    consumer_max_heartbeat_interval_ms: int
+    #: ``group.consumer.max.size`` (int, default 2147483647)
+    consumer_max_size: int
+    #: ``group.consumer.assignors`` (list, default 'org.apache.kafka.coordinator.group.assignor.UniformAssignor,org.apache.kafka.coordinator.group.assignor.RangeAssignor')
+    consumer_assignors: tuple[str, ...]
+    #: ``group.consumer.migration.policy`` (string, default 'bidirectional')
+    consumer_migration_policy: str
     #: milliseconds: offsets.retention.minutes (the first one set, as Kafka resolves them)
     offsets_retention_ms: int
 
@@ -389,6 +409,16 @@ def _groups(src: Source) -> GroupSettings:
         offsets_commit_required_acks=src.integer("offsets.commit.required.acks"),
         offsets_load_buffer_size=src.integer("offsets.load.buffer.size", 1),
         offset_metadata_max_bytes=src.integer("offset.metadata.max.bytes"),
+        coordinator_rebalance_protocols=src.items("group.coordinator.rebalance.protocols"),
+        consumer_session_timeout_ms=src.integer("group.consumer.session.timeout.ms"),
+        consumer_min_session_timeout_ms=src.integer("group.consumer.min.session.timeout.ms"),
+        consumer_max_session_timeout_ms=src.integer("group.consumer.max.session.timeout.ms"),
+        consumer_heartbeat_interval_ms=src.integer("group.consumer.heartbeat.interval.ms"),
+        consumer_min_heartbeat_interval_ms=src.integer("group.consumer.min.heartbeat.interval.ms"),
+        consumer_max_heartbeat_interval_ms=src.integer("group.consumer.max.heartbeat.interval.ms"),
+        consumer_max_size=src.integer("group.consumer.max.size"),
+        consumer_assignors=src.items("group.consumer.assignors"),
+        consumer_migration_policy=src.text("group.consumer.migration.policy"),
         offsets_retention_ms=src.millis(("offsets.retention.minutes", 60000)),
     )
 

@@ -206,7 +206,8 @@ class ClusterView(Generic[C]):
         self._last_refresh = time.monotonic()
         gone = [self._conns.pop(n) for n in list(self._conns) if n not in self.brokers]
         for conn in gone:
-            self._opened.remove(conn)
+            if conn in self._opened:  # close() may have emptied the list meanwhile
+                self._opened.remove(conn)
         if gone:
             yield Close(tuple(gone))
         return resp
@@ -266,7 +267,8 @@ class AsyncCluster(ClusterView[AsyncBrokerConnection]):
             await conn.connect(self.connect_timeout)
         except BaseException:
             await conn.close()
-            self._opened.remove(conn)
+            if conn in self._opened:  # close() may have emptied the list meanwhile
+                self._opened.remove(conn)
             raise
         return conn
 

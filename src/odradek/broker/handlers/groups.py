@@ -1,9 +1,11 @@
 """Consumer-group APIs, served by the group coordinator (odradek.broker.coordinators.groups).
 
 FindCoordinator (10) v0-4, JoinGroup (11) v0-9, SyncGroup (14) v0-5, Heartbeat (12) v0-4,
-LeaveGroup (13) v0-5 (batched members from v3), OffsetCommit (8) v0-8 (generation -1 is a
-standalone consumer's commit), OffsetFetch (9) v0-8 (null topics = every committed partition;
-several groups from v8), DescribeGroups (15) v0-5, ListGroups (16) v0-4 (state filter),
+LeaveGroup (13) v0-5 (batched members from v3), OffsetCommit (8) v0-9 (generation -1 is a
+standalone consumer's commit; a consumer group's generation is the member epoch, v9 for its
+members using the consumer protocol), OffsetFetch (9) v0-9 (null topics = every committed
+partition; several groups from v8; the member and its epoch checked from v9), DescribeGroups (15)
+v0-5 (classic groups), ListGroups (16) v0-5 (state filter, type filter from v5),
 DeleteGroups (42) v0-2, OffsetDelete (47) v0.  Transaction coordinator keys are answered with
 COORDINATOR_NOT_AVAILABLE until transactions exist.
 """
@@ -210,7 +212,7 @@ async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveG
     )
 
 
-@handles(ApiKey.OFFSET_COMMIT, versions=(0, 8))
+@handles(ApiKey.OFFSET_COMMIT, versions=(0, 9))
 async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
     R = OffsetCommitResponse
     port = ctx.ports.groups
@@ -256,6 +258,7 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
                 request.member_id,
                 request.group_instance_id,
                 offsets,
+                api_version=version,
             )
     except KafkaError as exc:
         error, per = exc.code, {}
@@ -282,7 +285,7 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
 
 async def _fetch_group(
     ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None, in_zookeeper: bool = False,
-    require_stable: bool = False,
+    require_stable: bool = False, member: tuple[str | None, int] = (None, -1),
 ) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, int, int, str | None, ErrorCode]]]]]:
     """(group error, [(topic, [(partition, offset, leader epoch, metadata, error)])]).
     ``in_zookeeper``: the offsets the 0.8 way, from /consumers/<group>/offsets (OffsetFetch v0
@@ -307,7 +310,10 @@ async def _fetch_group(
         stored = await ctx.ports.groups.v0_offsets.fetch_v0_offsets(group_id, partitions or [])
         found = {tp: (OffsetAndMetadata(o, -1, "", -1, -1) if o >= 0 else None) for tp, o in stored.items()}
     else:
-        found = groups.fetch_offsets(group_id, partitions)
+        try:
+            found = groups.fetch_offsets(group_id, partitions, member_id=member[0], member_epoch=member[1])
+        except KafkaError as exc:  # a consumer group's member or epoch that is not the group's
+            return exc.code, [(t, [(p, -1, -1, "", exc.code) for p in ps]) for t, ps in (wanted or [])]
     by_topic: dict[str, list[tuple[int, int, int, str | None, ErrorCode]]] = {}
     for t in sorted(denied):
         by_topic[t] = [(p, -1, -1, "", ErrorCode.TOPIC_AUTHORIZATION_FAILED) for p in dict(wanted or [])[t]]
@@ -327,7 +333,7 @@ async def _fetch_group(
     return ErrorCode.NONE, sorted(by_topic.items())
 
 
-@handles(ApiKey.OFFSET_FETCH, versions=(0, 8))
+@handles(ApiKey.OFFSET_FETCH, versions=(0, 9))
 async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
     R = OffsetFetchResponse
     version = ctx.version
@@ -335,7 +341,9 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
         groups = []
         for g in request.groups:
             wanted = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
-            error, topics = await _fetch_group(ctx, g.group_id, wanted, require_stable=request.require_stable)
+            member = (g.member_id, g.member_epoch) if version >= 9 else (None, -1)
+            error, topics = await _fetch_group(ctx, g.group_id, wanted, require_stable=request.require_stable,
+                                               member=member)
             groups.append(
                 R.OffsetFetchResponseGroup(
                     group_id=g.group_id,
@@ -423,20 +431,22 @@ async def describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -
     return R(throttle_time_ms=0, groups=out)
 
 
-@handles(ApiKey.LIST_GROUPS, versions=(0, 4))
+@handles(ApiKey.LIST_GROUPS, versions=(0, 5))
 async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
     R = ListGroupsResponse
     states = set(request.states_filter) if ctx.version >= 4 else set()
+    types = set(request.types_filter) if ctx.version >= 5 else set()
     groups = ctx.ports.groups.groups
     every = ctx.authorize_cluster(Operation.DESCRIBE, log_denied=False)
     listed = [
         R.ListedGroup(
-            group_id=g.group_id,
-            protocol_type=g.protocol_type or "",
-            group_state=g.state.value if ctx.version >= 4 else "",
+            group_id=gid,
+            protocol_type=protocol_type,
+            group_state=state if ctx.version >= 4 else "",
+            group_type=group_type if ctx.version >= 5 else "",
         )
-        for g in groups.list_groups(states)
-        if every or ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, g.group_id, log_denied=False)
+        for gid, protocol_type, state, group_type in groups.list_all(states, types)
+        if every or ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, gid, log_denied=False)
     ]
     error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if groups.loading else ErrorCode.NONE
     return R(throttle_time_ms=0, error_code=int(error), groups=sorted(listed, key=lambda g: g.group_id))
