@@ -7,6 +7,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from odradek.errors import OdradekError
+
 __all__ = ["MAX_HEADERS", "BadHttpRequest", "HttpRequest", "parse_request_head"]
 
 #: the most header lines a request may have
@@ -19,7 +21,7 @@ _VERSION = re.compile(r"HTTP/1\.[01]")
 _SINGLE = frozenset({"host", "authorization", "content-length", "content-type"})
 
 
-class BadHttpRequest(ValueError):
+class BadHttpRequest(OdradekError, ValueError):
     """A request head that is not HTTP/1.x: answered 400."""
 
 

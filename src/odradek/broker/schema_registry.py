@@ -33,9 +33,9 @@ from odradek.broker.coordinators import (
     CoordinatorRuntime,
     CoordinatorTopic,
 )
-from odradek.broker.tls import prefixed_client_context, prefixed_server_context
+from odradek.broker.tls import registry_client_context, registry_server_context
 from odradek.broker.topics import SCHEMAS_TOPIC
-from odradek.config import BrokerConfig, ConfigError
+from odradek.config import ConfigError
 from odradek.errors import ErrorCode, KafkaError
 from odradek.registry.errors import RestError
 from odradek.registry.metrics import RegistryMetrics
@@ -44,6 +44,7 @@ from odradek.registry.service import NotWriter, RegistryService, RegistrySetting
 from odradek.schemas.store import RegistryState
 from odradek.security import SCRAM_MECHANISMS, ScramCredential
 from odradek.security.acl import Operation, ResourceType
+from odradek.settings import Settings
 
 if TYPE_CHECKING:
     from odradek.broker.authentication import ListenerSecurity
@@ -244,7 +245,7 @@ class BrokerSchemaRegistry:
     def __init__(
         self,
         broker_id: int,
-        config: BrokerConfig,
+        settings: Settings,
         ports: CoordinatorPorts,
         backend: MetadataBackend,
         *,
@@ -256,34 +257,33 @@ class BrokerSchemaRegistry:
         authorizer: Authorizer | None,
         secured: bool,
     ) -> None:
-        self.config = config
         self.scheme, self.host, self.port = _parse_listener(listener)
         self.fallback_port = fallback_port
-        timeout_ms = int(config.get("schema.registry.timeout.ms"))
+        own = settings.schema_registry
+        timeout_ms = own.timeout_ms
         topic = CoordinatorTopic(SCHEMAS_TOPIC, 1, replication_factor, acks=-1, write_timeout_ms=timeout_ms,
                                  hosted_on="replicas")
         self.runtime: CoordinatorRuntime[RegistryShard] = CoordinatorRuntime(topic, lambda _p: RegistryShard(), ports)
         self.store = _Store(broker_id, self.runtime, backend)
-        method = config.get("schema.registry.authentication.method")
-        method = str(method).upper() if method else ("BASIC" if secured else "NONE")
-        self.tls = prefixed_server_context(config, "schema.registry.", "schema.registry.listeners") \
-            if self.scheme == "https" else None
-        forward_tls = prefixed_client_context(config, "schema.registry.") if self.scheme == "https" else None
+        method = own.authentication_method.upper() if own.authentication_method else ("BASIC" if secured else "NONE")
+        https = self.scheme == "https"
+        self.tls = registry_server_context(settings.schema_registry_ssl) if https else None
+        forward_tls = registry_client_context(settings.schema_registry_ssl) if https else None
         security = RegistrySecurity(
             method, _Credentials(listeners, scram) if method == "BASIC" else None,
             _Authorizer(authorizer) if authorizer is not None else None,
-            failure_delay_s=max(0, int(config.get("connection.failed.authentication.delay.ms"))) / 1000,
+            failure_delay_s=max(0, settings.security.connection_failed_authentication_delay_ms) / 1000,
         )
         self.metrics = RegistryMetrics()
-        max_record = int(config.get("message.max.bytes")) - _BATCH_OVERHEAD
-        settings = RegistrySettings(
-            compatibility_level=str(config.get("schema.registry.compatibility.level")),
-            mode_mutability=bool(config.get("schema.registry.mode.mutability")),
-            max_body=int(config.get("schema.registry.request.max.bytes")),
+        max_record = settings.log.message_max_bytes - _BATCH_OVERHEAD
+        registry_settings = RegistrySettings(
+            compatibility_level=own.compatibility_level,
+            mode_mutability=own.mode_mutability,
+            max_body=own.request_max_bytes,
             timeout_s=timeout_ms / 1000,
             max_record_bytes=max_record,
         )
-        self.service = RegistryService(settings, self.store, security, forward_tls=forward_tls, metrics=self.metrics)
+        self.service = RegistryService(registry_settings, self.store, security, forward_tls=forward_tls, metrics=self.metrics)
         self.metrics.gauges = self._gauges
         self.advertised_host = self.host
         if method == "NONE" and secured:
@@ -336,7 +336,7 @@ class BrokerSchemaRegistry:
 
 def schema_registry_for(
     broker_id: int,
-    config: BrokerConfig,
+    settings: Settings,
     ports: CoordinatorPorts,
     backend: MetadataBackend,
     *,
@@ -346,22 +346,22 @@ def schema_registry_for(
     authorizer: Authorizer | None,
 ) -> BrokerSchemaRegistry | None:
     """The broker's registry as ``schema.registry.listeners`` asks (None: off)."""
-    configured = config.get("schema.registry.listeners")
-    if configured is None:
+    own = settings.schema_registry
+    if not own.listeners_set:
         if not embedded:
             return None
         spec, fallback = DEFAULT_URL, True
     else:
-        specs = [s for s in str(configured).split(",") if s.strip()]
+        specs = list(own.listeners)
         if not specs:
             return None
         if len(specs) > 1:
             raise ConfigError("schema.registry.listeners: the registry takes one listener")
         spec, fallback = specs[0], False
     secured = authorizer is not None or any(sec.sasl for sec in listeners.values())
-    rf = int(config.get("schema.registry.topic.replication.factor"))
+    rf = own.topic_replication_factor
     return BrokerSchemaRegistry(
-        broker_id, config, ports, backend, listener=spec, fallback_port=fallback,
+        broker_id, settings, ports, backend, listener=spec, fallback_port=fallback,
         replication_factor=(lambda: 1) if embedded else (lambda: rf), listeners=listeners, scram=scram,
         authorizer=authorizer, secured=secured,
     )

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Iterable
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest
@@ -25,7 +25,11 @@ from odradek.protocol.messages.init_producer_id import InitProducerIdRequest
 from odradek.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
 from odradek.transport import GROUP, TRANSACTION, AsyncBrokerConnection, AsyncCluster
 
-__all__ = ["TxnManager", "TxnState"]
+if TYPE_CHECKING:
+    from odradek.client._accumulator import RecordAccumulator
+    from odradek.client._sender import Sender
+
+__all__ = ["ProducerTransactions", "TxnManager", "TxnState"]
 
 log = logging.getLogger(__name__)
 
@@ -285,3 +289,65 @@ class TxnManager:
         self.offsets_added = False
         self.state = TxnState.READY
         self.error = None
+
+
+class ProducerTransactions:
+    """The transaction calls of Producer and AsyncProducer (``init_transactions``, ``begin``,
+    ``send_offsets``, ``commit`` and ``abort``), checked against the state of ``txn`` (None: the
+    producer has no ``transactional.id``, and every call is INVALID_TXN_STATE)."""
+
+    def __init__(self, txn: TxnManager | None, sender: Sender, acc: RecordAccumulator) -> None:
+        self.txn = txn
+        self.sender = sender
+        self.acc = acc
+
+    def manager(self) -> TxnManager:
+        if self.txn is None:
+            raise KafkaError(ErrorCode.INVALID_TXN_STATE, "the producer has no transactional.id")
+        return self.txn
+
+    async def init(self, timeout: float) -> None:
+        txn = self.manager()
+        txn.require(TxnState.UNINITIALIZED, TxnState.READY, action="init_transactions")
+        pid, epoch = await txn.init(timeout)
+        with self.acc.lock:
+            self.sender.producer_id, self.sender.producer_epoch = pid, epoch
+            self.sender.sequences.clear()
+
+    def begin(self) -> None:
+        txn = self.manager()
+        txn.require(TxnState.READY, action="begin_transaction")
+        txn.state = TxnState.IN_TRANSACTION
+
+    async def send_offsets(self, offsets: dict[TopicPartition, int], group: Any, timeout: float) -> None:
+        txn = self.manager()
+        txn.require(TxnState.IN_TRANSACTION, action="send_offsets_to_transaction")
+        if isinstance(group, str):
+            gid, generation, member, instance = group, -1, "", None
+        else:  # the group metadata of Odradek's Consumer, or confluent-kafka's shape
+            gid = group.group_id
+            generation = getattr(group, "generation_id", -1)
+            member = getattr(group, "member_id", "")
+            instance = getattr(group, "group_instance_id", None)
+        await txn.send_offsets(offsets, gid, generation, member, instance, timeout)
+
+    async def end(self, commit: bool, timeout: float) -> None:
+        txn = self.manager()
+        if commit:
+            txn.require(TxnState.IN_TRANSACTION, action="commit_transaction")
+            txn.state = TxnState.COMMITTING
+        else:
+            txn.require(TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR, TxnState.ABORTING, action="abort_transaction")
+            txn.state = TxnState.ABORTING
+            txn.error = None
+        try:
+            await txn.end(commit, timeout)
+        except BaseException:
+            if txn.state in (TxnState.COMMITTING, TxnState.ABORTING):
+                txn.state = TxnState.IN_TRANSACTION if commit else TxnState.ABORTING
+            raise
+
+    def drop_unsent(self, cause: KafkaError) -> None:
+        """abort_transaction: batches not yet sent fail instead (they must not be written)."""
+        for b in self.acc.take_all(fast_too=True):
+            self.sender.complete(b, -1, -1, cause)

@@ -44,6 +44,9 @@ class Call:
     message: Message
     version: int | None = None
     timeout: float | None = None
+    #: Any: a procedure is written once for both faces, so this is an asynchronous connection
+    #: under :func:`drive` and a blocking one under :func:`drive_blocking` (likewise ``conn`` and
+    #: ``cluster`` of the drivers, and the connections of :class:`Close`)
     conn: Any = None
 
 
@@ -88,7 +91,8 @@ class Sleep:
 
 
 Step = Call | Calls | Connect | Open | Close | Sleep
-#: an operation of several steps, returning ``R``
+#: an operation of several steps, returning ``R`` (what each step gives back depends on the step:
+#: a response, whose class depends on the request, a list of them, a connection, or None)
 Procedure = Generator[Step, Any, R]
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from odradek._timeouts import wait_for
 from odradek.protocol import Message, ProtocolError
@@ -26,6 +26,16 @@ from .connect import open_stream
 from .session import Security, Session
 
 __all__ = ["AsyncBrokerConnection"]
+
+
+@runtime_checkable
+class _Writable(Protocol):
+    """What a connection does with its transport (uvloop's transports are not subclasses of
+    asyncio.Transport, so they are checked by what they have)."""
+
+    def write(self, data: bytes | bytearray | memoryview) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class _FrameStream(asyncio.BufferedProtocol):
@@ -40,15 +50,15 @@ class _FrameStream(asyncio.BufferedProtocol):
 
     def __init__(self, conn: AsyncBrokerConnection, reader: FrameReader) -> None:
         self.conn = conn
-        self.transport: asyncio.Transport | None = None
+        self.transport: _Writable | None = None
         self._reader = reader
         self._paused = False
         self._lost = False
         self._drain_waiters: list[asyncio.Future[None]] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # duck-typed: uvloop's transports are not subclasses of asyncio.Transport
-        self.transport = transport  # type: ignore[assignment]
+        assert isinstance(transport, _Writable)
+        self.transport = transport
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._reader.buffer()
@@ -169,6 +179,7 @@ class AsyncBrokerConnection(Session):
             fut.set_result(None)
         return fut
 
+    # the response is Any: its class depends on the request's (every request class has one)
     async def request(self, message: Message, version: int | None = None, timeout: float | None = None) -> Any:
         """Send ``message`` and wait up to ``timeout`` s (default: the request timeout) for its
         response.  On a timeout the connection is closed (the answers after this one cannot be

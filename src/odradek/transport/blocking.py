@@ -70,7 +70,8 @@ class BrokerConnection(Session):
 
     def request(self, message: Message, version: int | None = None, timeout: float | None = None) -> Any:
         """Send ``message`` (at the highest common version unless given) and return the response
-        (waiting up to ``timeout`` s, default the connection's)."""
+        (waiting up to ``timeout`` s, default the connection's); Any: the response's class depends
+        on the request's."""
         self.send(message, version)
         return self.receive(timeout)
 

@@ -85,7 +85,8 @@ class Channel:
             return conn
 
     async def request(self, message: Message, version: int, timeout: float | None = None) -> Any:
-        """Send one request and wait for its response; raises ConnectionError / TimeoutError."""
+        """Send one request and wait for its response (Any: its class depends on the request's);
+        raises ConnectionError / TimeoutError."""
         conn = self.conn
         if conn is None or conn.closed:
             conn = await self._connect()

@@ -19,6 +19,7 @@ import asyncio
 import random
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -54,7 +55,7 @@ class PartitionInfo:
 @dataclass(slots=True)
 class TopicInfo:
     name: str
-    topic_id: Any
+    topic_id: uuid.UUID
     partitions: dict[int, PartitionInfo] = field(default_factory=dict)
     internal: bool = False
     error_code: int = 0
@@ -96,7 +97,7 @@ class ClusterView(Generic[C]):
         self._bootstrap_conn: C | None = None
         self._opened: list[C] = []
         #: connections being opened, by node id (the asyncio face opens one for all who ask)
-        self._connecting: dict[int, Any] = {}
+        self._connecting: dict[int, asyncio.Future[C]] = {}
         self._last_refresh = 0.0
 
     # -- state ---------------------------------------------------------------------------------
@@ -205,7 +206,8 @@ class ClusterView(Generic[C]):
         self._last_refresh = time.monotonic()
         gone = [self._conns.pop(n) for n in list(self._conns) if n not in self.brokers]
         for conn in gone:
-            self._opened.remove(conn)
+            if conn in self._opened:  # close() may have emptied the list meanwhile
+                self._opened.remove(conn)
         if gone:
             yield Close(tuple(gone))
         return resp
@@ -265,7 +267,8 @@ class AsyncCluster(ClusterView[AsyncBrokerConnection]):
             await conn.connect(self.connect_timeout)
         except BaseException:
             await conn.close()
-            self._opened.remove(conn)
+            if conn in self._opened:  # close() may have emptied the list meanwhile
+                self._opened.remove(conn)
             raise
         return conn
 

@@ -51,6 +51,7 @@ class CoordinatorAnswer:
     port: int
 
 
+# conn: either face's connection (Any: see Call.conn)
 def find_coordinators(
     conn: Any, keys: Sequence[str], key_type: int = GROUP, timeout: float | None = None
 ) -> Procedure[list[CoordinatorAnswer]]:

@@ -153,7 +153,7 @@ class Session:
         try:
             step = next(steps)
             while True:
-                response: Any = yield Call(*step)
+                response: Any = yield Call(*step)  # the response to the exchange's request
                 step = steps.send(response)
         except StopIteration:
             pass

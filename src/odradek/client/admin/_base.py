@@ -24,6 +24,7 @@ from odradek.client.errors import worse_error
 from odradek.cluster.assignment import decode_assignment
 from odradek.config import TYPE_CODES, ConfigSource
 from odradek.errors import ErrorCode, KafkaError
+from odradek.protocol.messages.consumer_group_describe import ConsumerGroupDescribeResponse
 from odradek.protocol.messages.describe_groups import DescribeGroupsResponse
 from odradek.protocol.messages.metadata import MetadataResponse
 from odradek.transport import AsyncBrokerConnection, AsyncCluster
@@ -350,6 +351,24 @@ def _group_description(g: DescribeGroupsResponse.DescribedGroup, coordinator: No
                 assignment = sorted((tp.topic, p) for tp in decoded.assigned_partitions for p in tp.partitions)
         members.append(MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host, assignment))
     return GroupDescription(g.group_id, g.group_state, g.protocol_type, g.protocol_data, members, coordinator)
+
+
+def _consumer_group_description(
+    g: ConsumerGroupDescribeResponse.DescribedGroup, coordinator: Node | None
+) -> GroupDescription:
+    """A KIP-848 consumer group (ConsumerGroupDescribe): its members' epochs, their partitions and
+    their target partitions."""
+
+    def parts(a: ConsumerGroupDescribeResponse.Assignment) -> list[TopicPartition]:
+        return sorted((tp.topic_name, p) for tp in a.topic_partitions for p in tp.partitions)
+
+    members = [
+        MemberDescription(m.member_id, m.instance_id, m.client_id, m.client_host, parts(m.assignment),
+                          m.member_epoch, parts(m.target_assignment))
+        for m in g.members
+    ]
+    return GroupDescription(g.group_id, g.group_state, "consumer", g.assignor_name, members, coordinator,
+                            "consumer", g.group_epoch, g.assignment_epoch)
 
 
 def _cluster(cluster_id: str | None, controller_id: int, brokers: list[Node]) -> ClusterDescription:

@@ -12,6 +12,7 @@ from odradek.client.admin._base import (
     K,
     T,
     _check,
+    _consumer_group_description,
     _Deadline,
     _error,
     _group_description,
@@ -33,6 +34,7 @@ from odradek.client.admin.types import (
     TopicPartition,
 )
 from odradek.errors import ErrorCode, KafkaError
+from odradek.protocol.messages.consumer_group_describe import ConsumerGroupDescribeRequest
 from odradek.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
 from odradek.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
 from odradek.protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
@@ -148,8 +150,10 @@ class GroupAdmin(RecordAdmin):
         """State, protocol type, assignor, coordinator and members of each group; a member's
         ``assignment`` is the list of its ``(topic, partition)`` (decoded from the consumer
         protocol; empty while the group rebalances).  As in Kafka, a group that does not exist is
-        described as ``Dead`` with no members.  For committed offsets see
-        :meth:`list_group_offsets`, for the lag :meth:`group_lag`."""
+        described as ``Dead`` with no members.  A group of the consumer protocol (KIP-848), which
+        DescribeGroups does not describe, is described by ConsumerGroupDescribe: ``group_type``
+        ``consumer``, its epochs, and each member's epoch and target assignment.  For committed
+        offsets see :meth:`list_group_offsets`, for the lag :meth:`group_lag`."""
         dl = self._deadline(timeout)
         wanted = list(dict.fromkeys([group_ids] if isinstance(group_ids, str) else group_ids))
         state: _Pending[str, GroupDescription] = _Pending({g: None for g in wanted}, lambda g: f"describe group '{g}'")
@@ -165,8 +169,24 @@ class GroupAdmin(RecordAdmin):
                     continue
                 if g.error_code:
                     state.fail(g.group_id, g.error_code, _GROUP_MESSAGES.get(ErrorCode.of(g.error_code)))
+                elif g.group_state == "Dead" and conn.versions.get(ConsumerGroupDescribeRequest.API_KEY):
+                    await consumer_groups(conn, g.group_id, g)
                 else:
                     state.done(g.group_id, _group_description(g, coordinators.get(g.group_id)))
+
+        async def consumer_groups(conn: AsyncBrokerConnection, gid: str, dead: Any) -> None:
+            """A group DescribeGroups calls Dead may be a consumer group (KIP-848)."""
+            C = ConsumerGroupDescribeRequest
+            resp = await self._request(conn, C(group_ids=[gid]), conn.version_for(C), dl)
+            for cg in resp.groups:
+                if cg.group_id != gid or gid not in state.todo:
+                    continue
+                if cg.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+                    state.done(gid, _group_description(dead, coordinators.get(gid)))
+                elif cg.error_code:
+                    state.fail(gid, cg.error_code, cg.error_message or _GROUP_MESSAGES.get(ErrorCode.of(cg.error_code)))
+                else:
+                    state.done(gid, _consumer_group_description(cg, coordinators.get(gid)))
 
         async def attempt() -> None:
             await self._per_node(state, await self._coordinators(state, lambda g: g, dl, coordinators), send, dl)
