@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from odradek.cli._common import EXIT_FAILURE, EXIT_OK, add_output_option, fail, print_table, write_json
+from odradek.errors import OdradekError
 
 __all__ = ["add_parser", "run"]
 
@@ -95,7 +96,7 @@ def add_parser(sub: Any) -> None:
         add_output_option(c)
 
 
-class RegistryError(Exception):
+class RegistryError(OdradekError):
     def __init__(self, status: int, code: int | None, message: str) -> None:
         super().__init__(message)
         self.status = status

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import unquote
 
+from odradek.errors import OdradekError
 from odradek.registry.core import Plan, RegistryCore, parse_version, valid_subject
 from odradek.registry.errors import RestError
 from odradek.registry.http import MEDIA_TYPE, HttpServer, Request, Response, forward, json_response
@@ -81,7 +82,7 @@ class SchemaStore(Protocol):
         ...
 
 
-class NotWriter(Exception):
+class NotWriter(OdradekError):
     """This broker stopped writing ``_schemas`` (leadership moved): the write goes to the new one."""
 
 

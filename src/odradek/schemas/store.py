@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from odradek.errors import OdradekError
 from odradek.schemas._common import AVRO, SCHEMA_TYPES, Reference
 
 __all__ = [
@@ -59,7 +60,7 @@ def _dumps(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-class RecordError(ValueError):
+class RecordError(OdradekError, ValueError):
     """A ``_schemas`` record that is not one of the registry's."""
 
 
