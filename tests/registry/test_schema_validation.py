@@ -311,3 +311,28 @@ def test_nothing_of_the_fuzzed_batches_was_stored(
     while watermarks(registry_broker, topic, 0) != (0, stored[0]) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert watermarks(registry_broker, topic, 0) == (0, stored[0])
+
+
+def test_a_broker_without_a_registry_refuses_validating_topics(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """No view of _schemas to check against: the batch is refused, saying why (never let through)."""
+    broker = BrokerProcess(tmp_path_factory.mktemp("no-registry") / "data",
+                           overrides={"schema.registry.listeners": ""})
+    broker.start()
+    try:
+        assert broker.registry_url is None
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        topic = create(admin, VALIDATE_VALUES)
+        plain = create(admin, {})
+        port = int(broker.bootstrap.rsplit(":", 1)[1])
+        wire = WireClient("127.0.0.1", port)
+        try:
+            resp = wire.request(produce_request(topic, batch([(None, framed(1))])), PRODUCE_V9)
+            part = resp.responses[0].partition_responses[0]
+            assert part.error_code == ErrorCode.INVALID_RECORD
+            assert part.error_message and "no view of the schema registry" in part.error_message
+            ok = wire.request(produce_request(plain, batch([(None, b"x")])), PRODUCE_V9)
+            assert ok.responses[0].partition_responses[0].error_code == 0
+        finally:
+            wire.close()
+    finally:
+        broker.stop()
