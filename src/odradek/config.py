@@ -723,6 +723,19 @@ TOPIC_SCHEMA: tuple[TopicKey, ...] = (
     _T("follower.replication.throttled.replicas", "list", "", (),
        "Replicas whose replication the follower throttles to follower.replication.throttled.rate (KIP-73): "
        "partition:broker pairs naming the follower's side, or '*' for every replica."),
+    # Confluent Server's broker-side schema validation (odradek.schemas.validation)
+    _T("confluent.key.schema.validation", "boolean", False, (),
+       "Refuse (INVALID_RECORD) a produced batch whose record keys are not framed for the schema registry "
+       "(magic byte 0 and a 4-byte schema id) with an id registered under the key subject."),
+    _T("confluent.value.schema.validation", "boolean", False, (),
+       "Refuse (INVALID_RECORD) a produced batch whose record values are not framed for the schema registry "
+       "(magic byte 0 and a 4-byte schema id) with an id registered under the value subject."),
+    _T("confluent.key.subject.name.strategy", "string", "io.confluent.kafka.serializers.subject.TopicNameStrategy",
+       (), "How key validation names the subject: TopicNameStrategy (TOPIC-key), RecordNameStrategy (the "
+       "schema's record name) or TopicRecordNameStrategy (TOPIC-RECORDNAME), as Confluent's class names."),
+    _T("confluent.value.subject.name.strategy", "string", "io.confluent.kafka.serializers.subject.TopicNameStrategy",
+       (), "How value validation names the subject: TopicNameStrategy (TOPIC-value), RecordNameStrategy (the "
+       "schema's record name) or TopicRecordNameStrategy (TOPIC-RECORDNAME), as Confluent's class names."),
     # Kafka's, accepted and described with no effect here: broker-side recompression levels (KIP-390;
     # Odradek recompresses at each codec's default level) and tiered storage (not implemented)
     _T("compression.gzip.level", "int", -1, ("compression.gzip.level",),
@@ -765,6 +778,11 @@ def _metadata_versions() -> frozenset[str]:
 
 
 _METADATA_VERSIONS = _metadata_versions()
+#: Confluent's subject name strategies, by class name or its last part
+_SUBJECT_NAME_STRATEGIES = frozenset(
+    prefix + name for prefix in ("", "io.confluent.kafka.serializers.subject.")
+    for name in ("TopicNameStrategy", "RecordNameStrategy", "TopicRecordNameStrategy")
+)
 #: the broker configs given in a coarser unit than their topic config's milliseconds, with the factor
 SYNONYM_UNITS = {
     "log.retention.minutes": 60000, "log.retention.hours": 3600000, "log.roll.hours": 3600000,
@@ -784,6 +802,8 @@ _ENUMS = {
         "NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE",
     },
     "schema.registry.authentication.method": {"NONE", "BASIC"},
+    "confluent.key.subject.name.strategy": _SUBJECT_NAME_STRATEGIES,
+    "confluent.value.subject.name.strategy": _SUBJECT_NAME_STRATEGIES,
 }
 
 

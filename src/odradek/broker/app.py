@@ -77,6 +77,7 @@ from odradek.broker.replica import ReplicaManager
 from odradek.broker.replication import ClusterReplication, LocalReplication, Replication
 from odradek.broker.scheduler import LogScheduler
 from odradek.broker.schema_registry import BrokerSchemaRegistry, schema_registry_for
+from odradek.broker.schema_validation import SchemaValidation
 from odradek.broker.server import KafkaConnection
 from odradek.broker.services import Services
 from odradek.broker.single_node import SingleNodeController
@@ -259,6 +260,7 @@ class Broker:
             authorizer=authorizer,
             leader_quota=ReplicationQuota(self.settings, "leader"),
             quotas=QuotaManager(settings.quotas, backend.image),
+            schema_view=self.schema_registry,
         )
         assert self.services.quotas is not None
         await self._start_metrics(embedded=zk is None)
@@ -852,7 +854,8 @@ def handler_ports(svc: Services, config: BrokerConfig, live: LiveSettings) -> Po
         authorizer=svc.authorizer,
         connection=ConnectionPort(settings, svc.quotas, svc.metrics, svc.replicas.log_dirs),
         produce=ProducePort(
-            svc.partitions, svc.replicas, transactions, offload, svc.authorizer, svc.metrics, verify_transactions
+            svc.partitions, svc.replicas, transactions, offload, svc.authorizer, svc.metrics, verify_transactions,
+            SchemaValidation(svc.schema_view, offload),
         ),
         fetch=FetchPort(
             svc.broker_id, image_source, svc.partitions, svc.replicas, offload, svc.leader_quota, svc.authorizer,

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from odradek.broker.coordinators.consumer_groups import ConsumerGroupService
     from odradek.broker.coordinators.groups import GroupShard
     from odradek.broker.coordinators.transactions import TxnDescription
+    from odradek.broker.schema_validation import SchemaValidation
     from odradek.cluster.group import JoinResult, SyncResult
     from odradek.protocol.messages.update_metadata import UpdateMetadataRequest
     from odradek.records import BatchHeader
@@ -414,6 +415,8 @@ class ProducePort:
     metrics: BrokerMetrics | None
     #: transaction.partition.verification.enable (KIP-890)
     verify_transactions: bool
+    #: broker-side schema validation of the topics that ask for it (None: every such batch refused)
+    schemas: SchemaValidation | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -290,6 +290,15 @@ class BrokerSchemaRegistry:
             log.warning("schema registry: schema.registry.authentication.method=NONE on a secured broker: anyone "
                         "reaching %s may read and register schemas", listener)
 
+    def current(self) -> RegistryState | None:
+        """This broker's view of ``_schemas`` as it is (a RegistryView, for schema validation)."""
+        shard = self.runtime.shard_at(0)
+        return shard.state if shard is not None and shard.ready else None
+
+    async def synced(self, timeout: float) -> RegistryState | None:
+        """The view once it holds every acknowledged write (None: not in time, or no view)."""
+        return await self.store.sync(timeout)
+
     def _gauges(self) -> tuple[int, int, bool]:
         shard = self.runtime.shard_at(0)
         if shard is None:

@@ -33,6 +33,7 @@ from odradek.storage import LogManager
 
 if TYPE_CHECKING:
     from odradek.broker.controller import Controller
+    from odradek.broker.schema_validation import RegistryView
 
 __all__ = ["Services"]
 
@@ -66,6 +67,8 @@ class Services:
     txn_coordinator: TransactionCoordinator | None = None
     txn_markers: MarkerWriter | None = None
     #: where the broker is in its life (stopping: long polls answer at once)
+    #: this broker's view of the schema registry's ``_schemas`` (None: it has no registry)
+    schema_view: RegistryView | None = None
     run: RunState = field(default_factory=RunState)
 
     @property

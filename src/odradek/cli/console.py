@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 from typing import Any
@@ -17,7 +18,7 @@ __all__ = ["add_parser", "run"]
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "console",
-        help="serve the web console (topics, partitions, messages, groups and lag, throughput)",
+        help="serve the web console (topics, partitions, messages, groups and lag, schemas, throughput)",
         description="Serve a web console for a Kafka-protocol cluster: overview, topics, partitions, a message "
         "browser, consumer groups with lag and offset resets, and a throughput chart.",
     )
@@ -34,6 +35,10 @@ def add_parser(sub: Any) -> None:
         metavar="FILE",
         help="client configs (security.protocol, ssl.*, sasl.*...) in a properties file, as Kafka's tools take",
     )
+    p.add_argument(
+        "--schema-registry-url", metavar="URL", default=None,
+        help="the schema registry the Schemas page reads (default $SCHEMA_REGISTRY_URL, else http://127.0.0.1:8081)",
+    )
     p.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
 
 
@@ -47,6 +52,7 @@ async def _serve(args: argparse.Namespace, config: dict[str, Any]) -> int:
         read_only=args.read_only,
         timeout=args.timeout,
         sample_interval=args.sample_interval,
+        schema_registry_url=args.schema_registry_url or os.environ.get("SCHEMA_REGISTRY_URL") or "http://127.0.0.1:8081",
     )
     try:
         await server.start()

@@ -7,8 +7,10 @@ Pages: overview (brokers, controller, cluster id, partition counts, under-replic
 partitions), topics (list, create, configs view and edit, delete after typing the name), a
 topic's partitions (leader, replicas, ISR, log start and end), a message browser (by partition
 and offset or time; JSON, text or hex; a search filter), consumer groups (state, members,
-lag per partition with totals, offset reset with a dry-run preview) and a throughput chart
-(messages in per second over the last 15 minutes, sampled from log end offsets).
+lag per partition with totals, offset reset with a dry-run preview), schemas (the schema
+registry's subjects, their versions and schemas, and the topics that use them; the registry at
+``schema_registry_url``) and a throughput chart (messages in per second over the last 15
+minutes, sampled from log end offsets).
 
 Server-rendered HTML on a small asyncio HTTP server; the CSS and the chart's script are package
 data.  Every change is a POST carrying the console's CSRF token from a same-origin page;
@@ -43,6 +45,7 @@ class ConsoleServer:
         read_only: bool = False,
         timeout: float = 15.0,
         sample_interval: float = 5.0,
+        schema_registry_url: str = "http://127.0.0.1:8081",
     ) -> None:
         self.app = ConsoleApp(
             client_config,
@@ -50,6 +53,7 @@ class ConsoleServer:
             timeout=timeout,
             sample_interval=sample_interval,
             loopback_only=host in ("127.0.0.1", "localhost", "::1"),
+            schema_registry_url=schema_registry_url,
         )
         self.http = HttpServer(self.app, host, port)
 

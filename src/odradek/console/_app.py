@@ -1,7 +1,7 @@
 """The console's application: the routes from a path to a page, and the guards around them
 (loopback-only Host names, POST only with this console's CSRF token from a same-origin page,
 read-only mode), the error pages and the static files.  The pages are in ``_overview``,
-``_topics``, ``_browser`` and ``_groups``; what they ask the cluster in ``_data``."""
+``_topics``, ``_browser``, ``_groups`` and ``_schemas``; what they ask the cluster in ``_data``."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from odradek.console._html import Page, link
 from odradek.console._http import HttpError, Request, Response
 from odradek.console._overview import OverviewPages
 from odradek.console._pages import Pages
+from odradek.console._schemas import RegistryReader, SchemaPages
 from odradek.console._topics import TopicPages
 from odradek.errors import ErrorCode, KafkaError, OdradekError
 
@@ -57,6 +58,7 @@ class ConsoleApp:
         timeout: float = 15.0,
         sample_interval: float = 5.0,
         loopback_only: bool = False,
+        schema_registry_url: str = "http://127.0.0.1:8081",
     ) -> None:
         cfg = dict(client_config)
         #: served on a loopback address: only loopback names in the Host header (no DNS rebinding)
@@ -73,6 +75,8 @@ class ConsoleApp:
             return cls(self.data, self.page, read_only=read_only, csrf_token=self.csrf_token, bootstrap=self.bootstrap)
 
         overview, topics, browser, groups = pages(OverviewPages), pages(TopicPages), pages(MessageBrowser), pages(GroupPages)
+        schemas = SchemaPages(self.data, self.page, read_only=read_only, csrf_token=self.csrf_token,
+                              bootstrap=self.bootstrap, registry=RegistryReader(schema_registry_url, timeout))
         self._routes: list[tuple[str, re.Pattern[str], Callable[..., Awaitable[Response]]]] = [
             ("GET", re.compile(r"/"), overview.overview),
             ("GET", re.compile(r"/topics"), topics.topics),
@@ -86,6 +90,8 @@ class ConsoleApp:
             ("GET", re.compile(r"/groups"), groups.groups),
             ("GET", re.compile(r"/groups/([^/]+)"), groups.group),
             ("POST", re.compile(r"/groups/([^/]+)/reset"), groups.reset_offsets),
+            ("GET", re.compile(r"/schemas"), schemas.schemas),
+            ("GET", re.compile(r"/schemas/([^/]+)"), schemas.subject),
             ("GET", re.compile(r"/throughput"), overview.throughput),
             ("GET", re.compile(r"/api/throughput"), overview.api_throughput),
             ("GET", re.compile(r"/api/overview"), overview.api_overview),

@@ -73,7 +73,10 @@ def form_hidden(**fields: object) -> str:
 class Page:
     """The frame around a page's content: navigation, notices, the read-only badge."""
 
-    NAV = (("/", "Overview"), ("/topics", "Topics"), ("/groups", "Consumer groups"), ("/throughput", "Throughput"))
+    NAV = (
+        ("/", "Overview"), ("/topics", "Topics"), ("/groups", "Consumer groups"), ("/schemas", "Schemas"),
+        ("/throughput", "Throughput"),
+    )
 
     def __init__(self, *, bootstrap: str, read_only: bool, version: str) -> None:
         self.bootstrap = bootstrap

@@ -73,6 +73,10 @@ class LogConfig:
     message_format_version: str
     leader_replication_throttled_replicas: str
     follower_replication_throttled_replicas: str
+    confluent_key_schema_validation: bool
+    confluent_value_schema_validation: bool
+    confluent_key_subject_name_strategy: str
+    confluent_value_subject_name_strategy: str
 
     @classmethod
     def from_dict(cls, config: Mapping[str, Any] | None = None) -> LogConfig:
@@ -98,6 +102,11 @@ class LogConfig:
     @property
     def compact(self) -> bool:
         return "compact" in self.cleanup_policy
+
+    @property
+    def schema_validation(self) -> bool:
+        """Whether produced records' keys or values are checked against the schema registry."""
+        return self.confluent_key_schema_validation or self.confluent_value_schema_validation
 
     @property
     def delete(self) -> bool:

@@ -30,6 +30,7 @@ from odradek.broker.dispatch import RequestContext, handles
 from odradek.broker.offload import Spool
 from odradek.broker.ports import AppendInfo, InvalidRecordError, Partition, ProducePort
 from odradek.broker.refusals import produce_refused
+from odradek.broker.schema_validation import SchemaValidation
 from odradek.errors import ErrorCode, KafkaError
 from odradek.metrics import BrokerMetrics, TopicStats
 from odradek.protocol import ApiKey
@@ -201,35 +202,47 @@ class _Appends:
     def append(self, resp: R.PartitionProduceResponse, p: Partition, raw: Any, stats: TopicStats | None) -> None:
         """Append now, or (a batch with much per-record work, or one behind such a batch of the
         same partition in this request) leave it to :meth:`append_deferred`."""
-        port = self.port
         try:
             records = raw if isinstance(raw, (bytes, bytearray, memoryview)) else b""
             size = len(records)
             _check_format(records, self.version)
             prepare = _preparation(p, records)
-            if prepare == _OFF_LOOP or (self.deferred and any(d[1] is p for d in self.deferred)):
+            if (
+                prepare == _OFF_LOOP or p.log.config.schema_validation
+                or (self.deferred and any(d[1] is p for d in self.deferred))
+            ):
                 self.deferred.append((resp, p, records, stats))
                 return
-            if prepare == _CONVERT:
-                config = p.log.config
-                written, headers = prepare_append(records, config, p.topic, p.index, p.log.clock.now_ms())
-                info = port.replicas.append(p, records if written is None else written, self.acks, (headers, config))
-            else:
-                info = port.replicas.append(p, records, self.acks)
+            info = self._append_now(p, records, prepare)
         except KafkaError as exc:
             self.refuse(resp, p.topic, p.index, raw, stats, exc)
             return
         self._appended(resp, p, info, size, stats)
 
+    def _append_now(self, p: Partition, records: bytes | bytearray | memoryview, prepare: int) -> AppendInfo:
+        if prepare == _CONVERT:
+            config = p.log.config
+            written, headers = prepare_append(records, config, p.topic, p.index, p.log.clock.now_ms())
+            return self.port.replicas.append(p, records if written is None else written, self.acks, (headers, config))
+        return self.port.replicas.append(p, records, self.acks)
+
     async def append_deferred(self) -> None:
-        """The deferred batches, in order: each validated and recompressed in a worker, then
-        appended here, on the loop, if its partition is still led here."""
+        """The deferred batches, in order: each validated and recompressed in a worker (a
+        topic's schema validation first), then appended here, on the loop, if its partition is
+        still led here."""
         port = self.port
         deferred, self.deferred = self.deferred, []
         for resp, p, records, stats in deferred:
             size = len(records)
             try:
                 config = p.log.config
+                if config.schema_validation:  # broker/schema_validation.py (no validator: none passes)
+                    await (port.schemas or SchemaValidation(None, port.offload)).check(p.topic, config, records)
+                    p = port.partitions.for_produce(p.topic, p.index)
+                    config = p.log.config
+                    if (prepare := _preparation(p, records)) != _OFF_LOOP:
+                        self._appended(resp, p, self._append_now(p, records, prepare), size, stats)
+                        continue
                 written, headers = await port.offload.run(
                     prepare_append, records, config, p.topic, p.index, p.log.clock.now_ms(), cost=3 * size
                 )
