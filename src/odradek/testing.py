@@ -8,10 +8,26 @@ restart), waits for its ready line, and stops it by PID — SIGTERM for a clean 
 
 ``WireClient`` is a minimal blocking client over the sans-I/O ``ClientConnection`` for requests no
 real client would send (hostile, malformed or pipelined ones).
+
+``running_broker`` runs a broker in the test's own process and event loop, where the test can look
+at its internals; with a :class:`FakeScheduler` its timed rules (session timeouts, expiries, flush
+and retention timers, quota windows, delayed operations) wait on fake time, which the test moves
+with :meth:`FakeScheduler.advance`::
+
+    async def test_a_silent_member_is_expelled(tmp_path):
+        fake = FakeScheduler()
+        async with running_broker(tmp_path, timers=fake) as broker:
+            ...  # a member joins a group with session.timeout.ms=10000, then stays silent
+            await fake.advance(10_000)  # no wait: the session timer runs now
+            ...  # the group is empty
+
+:class:`FakeClock` is the clock alone (``advance(ms)`` moves it and runs nothing), for the
+storage and cluster code that takes a clock.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -20,16 +36,24 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from odradek._clock import FakeClock
+from odradek._scheduler import FakeScheduler, Scheduler
 from odradek.coordination.zkserver import restartable_port
 from odradek.protocol import NEED_DATA, ClientConnection, Message, ResponseReceived
 from odradek.protocol.messages.produce import ProduceRequest
 
-__all__ = ["BrokerProcess", "WireClient", "cpu_seconds", "freeze", "proc_cpu_times", "proc_stat", "produce_request", "wait_for"]
+if TYPE_CHECKING:
+    from odradek.broker.app import Broker
+
+__all__ = [
+    "BrokerProcess", "FakeClock", "FakeScheduler", "WireClient", "cpu_seconds", "freeze", "proc_cpu_times", "proc_stat",
+    "produce_request", "running_broker", "wait_for",
+]
 
 T = TypeVar("T")
 
@@ -313,6 +337,25 @@ def produce_request(
             )
         ],
     )
+
+
+@contextlib.asynccontextmanager
+async def running_broker(
+    *log_dirs: Path, overrides: Mapping[str, object] | None = None, timers: Scheduler | None = None
+) -> AsyncIterator[Broker]:
+    """A broker started in this process, on the running event loop, listening on 127.0.0.1 on an
+    ephemeral port (``broker.bound``) with these log dirs and ``overrides`` of its settings, on
+    ``timers`` (a :class:`FakeScheduler`: fake time; None: real time); stopped on exit."""
+    from odradek.broker.app import Broker
+    from odradek.config import BrokerConfig
+
+    settings = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": ",".join(map(str, log_dirs)), **(overrides or {})}
+    broker = Broker(BrokerConfig.load(None, [], settings, env={}), timers=timers)
+    await broker.start()
+    try:
+        yield broker
+    finally:
+        await broker.stop()
 
 
 def wait_for(

@@ -41,7 +41,9 @@ from typing import TYPE_CHECKING
 
 import odradek.broker.handlers  # noqa: F401  (registers the API handlers)
 from odradek._clock import Clock, SystemClock
+from odradek._scheduler import LoopScheduler, Scheduler
 from odradek._timeouts import wait_for
+from odradek.broker import refusals
 from odradek.broker.authentication import SUPPORTED_MECHANISMS, ListenerSecurity
 from odradek.broker.authorizer import authorizer_for
 from odradek.broker.channel import BrokerChannel, ChannelSecurity
@@ -99,10 +101,14 @@ def new_cluster_id() -> str:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, *, clock: Clock | None = None) -> None:
+    def __init__(self, config: BrokerConfig, *, clock: Clock | None = None, timers: Scheduler | None = None) -> None:
+        """``timers``: where the broker's timed rules wait (a FakeScheduler in tests: the broker
+        on fake time); ``clock``: the time they read (by default the scheduler's)."""
         self.config = config
         self.broker_id = config.broker_id
-        self.clock = clock or SystemClock()
+        self.clock = clock or (timers.clock if timers is not None else SystemClock())
+        self.timers: Scheduler = timers or LoopScheduler(self.clock)
+        refusals.REFUSALS.timers = self.timers  # the process's refusal log: on its last broker's time
         self.connections: set[KafkaConnection] = set()
         self.max_queued = max(1, int(config.get("queued.max.requests")))
         self.stopping = False
@@ -144,13 +150,13 @@ class Broker:
         # what each listener asks of its connections, and its TLS context: configuration errors
         # stop the start before anything is opened
         self._security = {
-            lst.name: ListenerSecurity(self.config, lst, self._scram_credential) for lst in self.listeners
+            lst.name: ListenerSecurity(self.config, lst, self._scram_credential, self.timers) for lst in self.listeners
         }
         self._tls = {lst.name: server_context(self.config, lst.name) for lst in self.listeners if self._security[lst.name].tls}
         _warn_plaintext_beyond_loopback(self.listeners)
         inter = self.config.get("inter.broker.listener.name")
         self.connection_quotas = ConnectionQuotas(
-            self.config, [lst.name for lst in self.listeners], str(inter).upper() if inter else None
+            self.config, [lst.name for lst in self.listeners], str(inter).upper() if inter else None, self.timers
         )
         _raise_fd_limit()
         dirs = self.config.log_dirs
@@ -188,8 +194,8 @@ class Broker:
             )
         else:
             self.replication = LocalReplication(*args)
-        self.scheduler = LogScheduler(self.config, self.logs, self.replicas.log_dirs, executor, self.clock)
-        ports = CoordinatorPorts(self.clock, self.replicas, self.topics, self.replication, self.scheduler)
+        self.scheduler = LogScheduler(self.config, self.logs, self.replicas.log_dirs, executor, self.timers)
+        ports = CoordinatorPorts(self.clock, self.replicas, self.topics, self.replication, self.scheduler, self.timers)
         self.groups = GroupCoordinator(self.config, ports)
         producer_ids = ProducerIdManager(backend)
         self.txn_markers = MarkerWriter(
@@ -212,6 +218,7 @@ class Broker:
             cluster_id=self.cluster_id,
             config=self.config,
             clock=self.clock,
+            timers=self.timers,
             backend=backend,
             logs=self.logs,
             replicas=self.replicas,
@@ -538,11 +545,11 @@ class Broker:
 
     async def _reap_idle(self) -> None:
         """Close connections idle for ``connections.max.idle.ms`` with nothing in flight."""
-        limit = int(self.config.get("connections.max.idle.ms")) / 1000
-        interval = max(1000, min(30000, int(self.config.get("connections.max.idle.ms")) // 2)) / 1000
+        limit = int(self.config.get("connections.max.idle.ms"))
+        interval = max(1000, min(30000, int(self.config.get("connections.max.idle.ms")) // 2))
         while True:
-            await asyncio.sleep(interval)
-            now = time.monotonic()
+            await self.timers.sleep(interval)
+            now = self.clock.monotonic_ms()
             for conn in list(self.connections):
                 if now - conn.last_active > limit and conn.conn.in_flight == 0:
                     log.info("closing idle connection from %s", conn.peer)

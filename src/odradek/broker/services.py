@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from odradek._clock import Clock
+from odradek._scheduler import Scheduler
 from odradek.broker.authorizer import Authorizer
 from odradek.broker.coordinators import GroupCoordinator, MarkerWriter, TransactionCoordinator
 from odradek.broker.partitions import PartitionService
@@ -42,6 +43,8 @@ class Services:
     cluster_id: str
     config: BrokerConfig
     clock: Clock
+    #: where timed rules wait (delayed operations, mutes), on ``clock``
+    timers: Scheduler
     backend: MetadataBackend
     logs: LogManager
     replicas: ReplicaManager
