@@ -403,13 +403,13 @@ def test_a_view_on_every_replica_follows_the_high_watermark(tmp_path: Path) -> N
             b = BatchBuilder()
             b.append(1, key, b"v" + key[1:])
             p.log.append(bytearray(b.build()), leader_epoch=1)  # as the replica fetcher appends
-        p.log.high_watermark = 1  # the leader's high watermark: only k1 is committed
+        p.log.advance_high_watermark(1)  # the leader's high watermark: only k1 is committed
         runtime.start()
         await _until(lambda: 0 in runtime.loaded(), "the view loaded on a follower")
         shard = runtime.shard_at(0)
         assert shard is not None and shard.values == {b"k1": b"v1"}
         assert _code(lambda: runtime.shard(_key_in(runtime, 0), "key")) is ErrorCode.NOT_COORDINATOR  # no writes here
-        p.log.high_watermark = 2
+        p.log.advance_high_watermark(2)
         assert runtime.catch_up(0) == 1 and shard.values == {b"k1": b"v1", b"k2": b"v2"}
         assert runtime.catch_up(0) == 0
         await runtime.stop()
