@@ -99,3 +99,74 @@ def test_the_attributes_are_read_only_and_the_log_keeps_them_in_order(tmp_path: 
     assert not fresh.advance_high_watermark(2)  # never below the log start
     assert fresh.high_watermark == 4
     fresh.close()
+
+
+# -- time --------------------------------------------------------------------------------------------
+
+TIME_FUNCS = {"time", "monotonic", "time_ns", "monotonic_ns", "perf_counter", "perf_counter_ns"}
+#: the reads of the system's clocks left in broker/ and coordination/, at most this many per module,
+#: none of them a rule's time: the rules (timeouts, expiries, windows, intervals) read the broker's
+#: Clock and wait on its Scheduler, so that tests can run them on fake time
+REAL_TIME_READS = {
+    # how long the start and the log loading took (log lines, ready_after)
+    "broker/app.py": 4,
+    # how long a leader election took (a metric)
+    "broker/controller/orchestrator.py": 3,
+    # the event loop's fairness budget per connection and the request-time metrics and CPU charge
+    # (time the handlers really took, including the request_percentage quota's charge; 8 calls and
+    # the module's ``_perf_counter`` reference)
+    "broker/server.py": 9,
+    # the replica fetcher's retry delays and its follower-side replication throttle (being moved
+    # onto the transport layer: left as it is here)
+    "broker/fetcher.py": 9,
+    # controlled shutdown waiting for ZooKeeper and for the controller's LeaderAndIsr (I/O)
+    "broker/replication.py": 4,
+    # ZooKeeper request timeouts and the wait for a dead session's registration to go (I/O)
+    "coordination/zookeeper.py": 5,
+    # starting and stopping a ZooKeeper JVM process
+    "coordination/zkserver.py": 9,
+}
+
+
+def _time_reads(tree: ast.AST) -> list[tuple[int, str]]:
+    found = []
+    aliases = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "time"
+               for a in n.names if a.name in TIME_FUNCS}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Attribute):
+                if isinstance(f.value, ast.Name) and f.value.id == "time" and f.attr in TIME_FUNCS:
+                    found.append((node.lineno, f"time.{f.attr}"))
+                elif f.attr == "time" and not node.args and "loop" in ast.unparse(f.value):
+                    found.append((node.lineno, "loop.time"))
+            elif isinstance(f, ast.Name) and f.id in aliases:
+                found.append((node.lineno, f.id))
+    return found
+
+
+def test_broker_and_coordination_read_time_through_the_clock() -> None:
+    """No new read of the system clock in the broker or the coordination layer: rules take the
+    broker's Clock (``time.monotonic()`` in a timeout makes its test wait real time)."""
+    over: list[str] = []
+    seen = 0
+    for sub in ("broker", "coordination"):
+        for path in sorted((SRC / sub).rglob("*.py")):
+            rel = path.relative_to(SRC).as_posix()
+            text = path.read_text()
+            reads = _time_reads(ast.parse(text, str(path)))
+            # a reference kept for later calls (``_perf_counter = time.perf_counter``) counts as one
+            refs = len(re.findall(r"=\s*time\.(?:monotonic|time|perf_counter)\b(?!\()", text))
+            seen += len(reads)
+            if len(reads) + refs > REAL_TIME_READS.get(rel, 0):
+                over.append(f"{rel}: {len(reads) + refs} > {REAL_TIME_READS.get(rel, 0)} ({reads})")
+    assert seen >= 10  # the scan finds the reads that are left (a broken scan would pass vacuously)
+    assert not over, f"system clock read outside the broker's Clock: {over}"
+
+
+def test_the_time_scan_finds_each_kind_of_read() -> None:
+    tree = ast.parse(
+        "import time\nfrom time import monotonic as mono\nt = time.monotonic()\nw = time.time()\n"
+        "l = loop.time()\nm = mono()\nasyncio.get_running_loop().time()\nclock.now_ms()\n"
+    )
+    assert [kind for _line, kind in _time_reads(tree)] == ["time.monotonic", "time.time", "loop.time", "mono", "loop.time"]

@@ -289,7 +289,8 @@ class Broker:
             from odradek.broker.controller import Controller
 
             self.controller = Controller(
-                self.broker_id, self.config, zk, self.topics.log_config, channel_factory=self._channel_factory
+                self.broker_id, self.config, zk, self.topics.log_config, channel_factory=self._channel_factory,
+                timers=self.timers,
             )
             self.services.controller = cluster.controller = self.controller
             self.controller.metrics = self.metrics
@@ -341,6 +342,7 @@ class Broker:
             str(self.config.get("zookeeper.connect")),
             int(self.config.get("zookeeper.session.timeout.ms")),
             int(timeout) if timeout is not None else None,
+            clock=self.clock,
         )
         existing = next((_read_meta(d).get("cluster.id") for d in dirs if _read_meta(d)), None)
         zk_cluster = await zk.connect(existing)

@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from odradek._scheduler import LoopScheduler, Scheduler
 from odradek.broker.channel import BrokerChannel
 from odradek.broker.controller.channel import BrokerQueue
 from odradek.broker.controller.events import Event, EventQueue
@@ -97,10 +98,13 @@ class Controller:
         topic_config: Callable[[str], LogConfig],
         *,
         channel_factory: Callable[..., BrokerChannel] = BrokerChannel,
+        timers: Scheduler | None = None,
     ) -> None:
         """``channel_factory(host, port, client_id=, timeout=)`` opens the connection a broker's
-        requests go over (a :class:`~odradek.broker.channel.BrokerChannel`)."""
+        requests go over (a :class:`~odradek.broker.channel.BrokerChannel`); ``timers``: the
+        broker's scheduler (the preferred-replica timer, and the clock of the times it writes)."""
         self.config = config
+        self.timers: Scheduler = timers or LoopScheduler()
         self.channel_factory = channel_factory
         self.backend = backend
         self.store = backend.store
@@ -192,7 +196,7 @@ class Controller:
         try:
             await self.store.create(
                 "/controller",
-                {"version": 1, "brokerid": self.id, "timestamp": str(int(time.time() * 1000))},
+                {"version": 1, "brokerid": self.id, "timestamp": str(self.timers.clock.now_ms())},
                 ephemeral=True,
             )
         except NodeExistsError:
@@ -740,7 +744,7 @@ class Controller:
         cfg = self.config
         interval = max(1.0, float(cfg.get("leader.imbalance.check.interval.seconds")))
         while True:
-            await asyncio.sleep(interval)
+            await self.timers.sleep(interval * 1000.0)
             if self.active and cfg.get("auto.leader.rebalance.enable"):
                 self.put(self._auto_rebalance)
 
