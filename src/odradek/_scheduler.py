@@ -121,11 +121,11 @@ class FakeScheduler:
         from odradek.testing import FakeScheduler, running_broker
 
         async def test_an_idle_producer_id_expires(tmp_path):
-            time = FakeScheduler()
+            fake = FakeScheduler()
             overrides = {"producer.id.expiration.ms": 60_000}
-            async with running_broker(tmp_path, overrides=overrides, scheduler=time) as broker:
+            async with running_broker(tmp_path, overrides=overrides, timers=fake) as broker:
                 ...  # produce with an idempotent producer
-                await time.advance(61_000)  # the expiry timer runs, on fake time
+                await fake.advance(61_000)  # the expiry timer runs, on fake time
                 ...  # the producer id is gone
 
     Time read by the broker's rules (``broker.clock``) is this scheduler's :attr:`clock`; the
