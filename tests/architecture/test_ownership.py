@@ -111,7 +111,7 @@ REAL_TIME_READS = {
     # how long the start and the log loading took (log lines, ready_after)
     "broker/app.py": 4,
     # how long a leader election took (a metric)
-    "broker/controller/orchestrator.py": 3,
+    "broker/controller/partitions.py": 3,
     # the event loop's fairness budget per connection and the request-time metrics and CPU charge
     # (time the handlers really took, including the request_percentage quota's charge; 8 calls and
     # the module's ``_perf_counter`` reference)

@@ -66,7 +66,7 @@ from odradek.protocol.messages.api_versions import ApiVersionsResponse
 from odradek.storage.segment import FileRegion
 
 if TYPE_CHECKING:
-    from odradek.broker.services import Services
+    from odradek.broker.ports import Ports
 
 __all__ = ["KafkaConnection", "api_versions_response"]
 
@@ -126,7 +126,7 @@ def api_versions_response(error_code: int = 0) -> ApiVersionsResponse:
 class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(
         self,
-        services: Services,
+        ports: Ports,
         listener: str,
         connections: set[KafkaConnection],
         max_queued: int,
@@ -138,19 +138,20 @@ class KafkaConnection(asyncio.BufferedProtocol):
         """A connection on ``listener``, registered in ``connections`` while open; at most
         ``max_queued`` of its requests wait to be handled (``queued.max.requests``);
         ``security`` says who it is and what it must do first (TLS, SASL).  ``timers`` (the
-        services' by default) schedules the delayed answer of a failed authentication and the
-        end of a quota's mute, on its clock."""
-        self.services = services
+        broker's; the event loop's by default) schedules the delayed answer of a failed
+        authentication and the end of a quota's mute, on its clock."""
+        self.ports = ports
         self.listener = listener
         self.security = security
         self.session: Session = security.session(None)
         self._on_close = on_close  # the connection quotas' release: called once, when the connection is lost
         self.connections = connections
         self.max_queued = max_queued
-        self._max_frame_size = int(services.config.get("socket.request.max.bytes"))
+        settings = ports.connection.settings
+        self._max_frame_size = settings.socket.request_max_bytes
         self.conn = ServerConnection(
             max_frame_size=self._max_frame_size,
-            check=TopicLimit(int(services.config.get("request.max.topics"))),
+            check=TopicLimit(settings.server.request_max_topics),
             receive_size=_RECV_BUFFER,
             large=_LARGE_FRAME,
             buffers=_FRAME_BUFFERS,
@@ -158,7 +159,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # before SASL authentication frames are held to sasl.server.max.receive.size
         self._pre_auth = False
         self._limit_receive()
-        self._timers: Scheduler = timers or getattr(services, "timers", None) or LoopScheduler()
+        self._timers: Scheduler = timers or LoopScheduler()
         self._clock = self._timers.clock
         # the authentication failed: muted until the delayed answer is sent and the connection closed
         self._auth_failed = False
@@ -185,7 +186,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # client quotas: what the request being handled is charged (None: nothing, or no quota
         # configured); a throttled connection is muted (reads and handles nothing) until
         # _mute_until, and a response to an old request version waits in _delayed till then
-        self._quotas = getattr(services, "quotas", None)
+        self._quotas = ports.connection.quotas
         self._charge: _Charge | None = None
         self._muted = False
         self._write_paused = False
@@ -193,7 +194,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._delayed: list[Any] = []
         # metrics (None: off): the request being handled — its metric key (the API key, or
         # FETCH_FOLLOWER) and when its handling began (one request at a time per connection)
-        self._metrics = getattr(services, "metrics", None)
+        self._metrics = ports.connection.metrics
         self._req_key = 0
         self._req_t0 = 0.0
 
@@ -699,7 +700,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     key = FETCH_FOLLOWER
             self._req_key = key
             self._req_t0 = _perf_counter()
-        ctx = RequestContext(self.services, header, self.client_host, self.listener, self.session)
+        ctx = RequestContext(self.ports, header, self.client_host, self.listener, self.session)
         if entry.sync:
             try:
                 result = entry.handler(ctx, ev.message)
@@ -755,7 +756,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if not isinstance(exc, KafkaError) and is_io_error(exc):
             # an I/O error no handler translated: the log dirs' failure channel logs it (once)
             # and the request gets KAFKA_STORAGE_ERROR, not a traceback per request
-            exc = self.services.replicas.log_dirs.fail(None, exc, f"handling {ApiKey(header.api_key).name}")
+            exc = self.ports.connection.log_dirs.fail(None, exc, f"handling {ApiKey(header.api_key).name}")
         if isinstance(exc, KafkaError):
             code, message = exc.code, exc.message or None
         else:

@@ -10,7 +10,7 @@ after the one given (-1 when there is none).
 from __future__ import annotations
 
 from odradek.broker.dispatch import RequestContext, handles
-from odradek.broker.replica import Partition
+from odradek.broker.ports import Partition
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
@@ -60,7 +60,7 @@ def _lookup(p: Partition, timestamp: int, replica_id: int, version: int, committ
 
 @handles(ApiKey.LIST_OFFSETS, versions=(0, 8))
 async def list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
-    svc = ctx.services
+    port = ctx.ports.list_offsets
     version = ctx.version
     topics = []
     for t in request.topics:
@@ -73,7 +73,7 @@ async def list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> List
                 pr.error_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 continue
             try:
-                p = svc.partitions.for_fetch(t.name, lp.partition_index, lp.current_leader_epoch, -1)
+                p = port.partitions.for_fetch(t.name, lp.partition_index, lp.current_leader_epoch, -1)
                 if version == 0:
                     offsets = p.log.offsets_before(lp.timestamp, lp.max_num_offsets)
                     if lp.timestamp == LATEST:
