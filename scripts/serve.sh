@@ -5,5 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_setup.sh
-odradek_setup fast
+odradek_setup fast,registry
 exec .venv/bin/odradek serve "$@"

@@ -349,6 +349,41 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("metrics.http.allowed.hosts", "list", None),
     ("metrics.http.basic.auth.user", "string", None),
     ("metrics.http.basic.auth.password", "password", None),
+    # The schema registry (odradek.registry): Confluent's Schema Registry REST API on an HTTP
+    # listener of its own, schemas kept in the compacted _schemas topic (see README, Schema
+    # registry).  schema.registry.listeners: http://HOST:PORT or https://HOST:PORT (the
+    # schema.registry.ssl.* keystore); unset: on at http://127.0.0.1:8081 in the embedded
+    # (single-node) mode (a free port when 8081 is taken), off in a cluster; empty: off.
+    ("schema.registry.listeners", "list", None),
+    # the replication factor _schemas is created with (Confluent's kafkastore.topic.replication.factor;
+    # a single node's is 1); its min.insync.replicas is 2 when the factor allows it
+    ("schema.registry.topic.replication.factor", "short", 3),
+    # the compatibility level of subjects without one (GET /config), and whether PUT /mode may change modes
+    ("schema.registry.compatibility.level", "string", "BACKWARD"),
+    ("schema.registry.mode.mutability", "boolean", True),
+    # NONE or BASIC (HTTP Basic against the broker's SASL PLAIN users and SCRAM credentials).
+    # Unset: BASIC on a broker with a SASL listener or an authorizer, NONE otherwise
+    ("schema.registry.authentication.method", "string", None),
+    # the largest request body (a schema with its references), and how long a request may wait
+    # for the writer (the _schemas leader: forwarding, an election, the ISR) before it is answered
+    # 50002/50003
+    ("schema.registry.request.max.bytes", "int", 2097152),
+    ("schema.registry.timeout.ms", "int", 10000),
+    # TLS of an https listener, as the broker's ssl.* configs
+    ("schema.registry.ssl.keystore.type", "string", None),
+    ("schema.registry.ssl.keystore.location", "string", None),
+    ("schema.registry.ssl.keystore.password", "password", None),
+    ("schema.registry.ssl.key.password", "password", None),
+    ("schema.registry.ssl.keystore.certificate.chain", "password", None),
+    ("schema.registry.ssl.keystore.key", "password", None),
+    ("schema.registry.ssl.truststore.type", "string", None),
+    ("schema.registry.ssl.truststore.location", "string", None),
+    ("schema.registry.ssl.truststore.password", "password", None),
+    ("schema.registry.ssl.truststore.certificates", "password", None),
+    ("schema.registry.ssl.client.auth", "string", "none"),
+    ("schema.registry.ssl.enabled.protocols", "list", "TLSv1.2,TLSv1.3"),
+    ("schema.registry.ssl.cipher.suites", "list", ""),
+    ("schema.registry.ssl.endpoint.identification.algorithm", "string", "https"),
     # Limits that bound what one request may ask for (Kafka has none by these names; KIP-578
     # proposed ``max.broker.partitions``).  A CreateTopics / CreatePartitions / auto-creation
     # beyond them is refused with POLICY_VIOLATION and a message, before any work is done.
@@ -744,6 +779,11 @@ _ENUMS = {
     "message.timestamp.type": {"CreateTime", "LogAppendTime"},
     "ssl.client.auth": {"none", "requested", "required"},
     "security.inter.broker.protocol": {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"},
+    "schema.registry.ssl.client.auth": {"none", "requested", "required"},
+    "schema.registry.compatibility.level": {
+        "NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE",
+    },
+    "schema.registry.authentication.method": {"NONE", "BASIC"},
 }
 
 

@@ -97,6 +97,7 @@ _READY = re.compile(r"ready on (?P<endpoints>\S+://\S+?:\d+(?:, \S+://\S+?:\d+)*
 _ENDPOINT_SPEC = re.compile(r"([^:,\s]+)://([^,\s]*):(\d+)")
 _ENDPOINT = re.compile(r"(?P<name>[^:,\s]+)://(?P<host>\S+?):(?P<port>\d+)")
 _METRICS_URL = re.compile(r"metrics at (?P<url>http://\S+?/metrics)")
+_REGISTRY_URL = re.compile(r"schema registry at (?P<url>https?://[^\s,()]+)")
 #: first starts on ports chosen here, each attempt on new ones (see BrokerProcess.start)
 _PORT_ATTEMPTS = 5
 
@@ -136,6 +137,8 @@ class BrokerProcess:
         self.ready_line = ""
         #: the broker's Prometheus endpoint, from the ready line (None: metrics are off)
         self.metrics_url: str | None = None
+        #: the broker's schema registry, from the ready line (None: off)
+        self.registry_url: str | None = None
         self.ready_seconds = 0.0
         self.stderr_lines: list[str] = []
         self._stderr_thread: threading.Thread | None = None
@@ -239,6 +242,8 @@ class BrokerProcess:
                 self.host, self.port = self.endpoints.get("PLAINTEXT", next(iter(self.endpoints.values())))
                 metrics = _METRICS_URL.search(line)
                 self.metrics_url = metrics.group("url") if metrics else None
+                registry = _REGISTRY_URL.search(line)
+                self.registry_url = registry.group("url") if registry else None
                 return self
         self.kill()
         raise RuntimeError(f"broker did not become ready: {''.join(self.stderr_lines[-30:])}")

@@ -121,6 +121,9 @@ REAL_TIME_READS = {
     "broker/fetcher.py": 9,
     # controlled shutdown waiting for ZooKeeper and for the controller's LeaderAndIsr (I/O)
     "broker/replication.py": 4,
+    # a schema registry request on a follower waiting for _schemas' high watermark to reach its
+    # log end (replication I/O, bounded by the HTTP request's timeout)
+    "broker/schema_registry.py": 2,
     # ZooKeeper request timeouts and the wait for a dead session's registration to go (I/O)
     "coordination/zookeeper.py": 5,
     # starting and stopping a ZooKeeper JVM process

@@ -315,4 +315,34 @@ GROUPS: tuple[Group, ...] = (
             "metrics.http.basic.auth.password",
         ),
     ),
+    Group(
+        "schema_registry", "SchemaRegistrySettings",
+        "The schema registry's listener, store and defaults (Odradek's own; Confluent's names where it has them).",
+        "schema.registry.",
+        (
+            "schema.registry.listeners", "schema.registry.topic.replication.factor",
+            "schema.registry.compatibility.level", "schema.registry.mode.mutability",
+            "schema.registry.authentication.method", "schema.registry.request.max.bytes",
+            "schema.registry.timeout.ms",
+        ),
+        derived=(
+            Derived("listeners_set", "bool", 'src.value("schema.registry.listeners") is not None',
+                    "Whether schema.registry.listeners was set (unset: on by default on a single node; "
+                    "set empty: off)."),
+        ),
+    ),
+    Group(
+        "schema_registry_ssl", "SchemaRegistrySslSettings",
+        "TLS of an https schema registry listener and of forwarding to the writer's, as the broker's ssl.* configs.",
+        "schema.registry.ssl.",
+        (
+            "schema.registry.ssl.keystore.type", "schema.registry.ssl.keystore.location",
+            "schema.registry.ssl.keystore.password", "schema.registry.ssl.key.password",
+            "schema.registry.ssl.keystore.certificate.chain", "schema.registry.ssl.keystore.key",
+            "schema.registry.ssl.truststore.type", "schema.registry.ssl.truststore.location",
+            "schema.registry.ssl.truststore.password", "schema.registry.ssl.truststore.certificates",
+            "schema.registry.ssl.client.auth", "schema.registry.ssl.enabled.protocols",
+            "schema.registry.ssl.cipher.suites", "schema.registry.ssl.endpoint.identification.algorithm",
+        ),
+    ),
 )

@@ -78,6 +78,7 @@ from odradek.broker.quotas import QuotaManager, ReplicationQuota
 from odradek.broker.replica import ReplicaManager
 from odradek.broker.replication import ClusterReplication, LocalReplication, Replication
 from odradek.broker.scheduler import LogScheduler
+from odradek.broker.schema_registry import BrokerSchemaRegistry, schema_registry_for
 from odradek.broker.server import KafkaConnection
 from odradek.broker.services import Services
 from odradek.broker.single_node import SingleNodeController
@@ -161,6 +162,8 @@ class Broker:
         #: the counters /metrics exports and its HTTP listener (None: metrics are off)
         self.metrics: BrokerMetrics | None = None
         self.metrics_server: MetricsServer | None = None
+        #: the schema registry (None: off)
+        self.schema_registry: BrokerSchemaRegistry | None = None
 
     # ------------------------------------------------------------------------------------------
     # start / stop
@@ -219,6 +222,7 @@ class Broker:
             self.replication = LocalReplication(*args)
         self.scheduler = LogScheduler(self.settings, self.logs, self.replicas.log_dirs, executor, self.timers)
         ports = CoordinatorPorts(self.clock, self.replicas, self.topics, self.replication, self.scheduler, self.timers)
+        authorizer = authorizer_for(settings.security, backend.image)
         self.groups = GroupCoordinator(settings.groups, ports)
         producer_ids = ProducerIdManager(backend)
         self.txn_markers = MarkerWriter(self.replicas, settings.server.request_timeout_ms, self.groups.complete_txn)
@@ -230,9 +234,16 @@ class Broker:
             offsets_partitions=settings.groups.offsets_topic_num_partitions,
         )
 
+        self.schema_registry = schema_registry_for(
+            self.broker_id, settings, ports, backend, embedded=zk is None, listeners=self._security,
+            scram=self._scram_credential, authorizer=authorizer,
+        )
+
         def on_hosting_changed(image: MetadataImage | None) -> None:
             self.groups.on_hosting_changed(image)
             self.txns.on_hosting_changed(image)
+            if self.schema_registry is not None:
+                self.schema_registry.on_hosting_changed(image)
 
         self.replication.on_hosting_changed = on_hosting_changed
         self.services = Services(
@@ -252,7 +263,7 @@ class Broker:
             txn_coordinator=self.txns,
             txn_markers=self.txn_markers,
             controller=SingleNodeController(self.broker_id, backend) if zk is None else None,
-            authorizer=authorizer_for(settings.security, backend.image),
+            authorizer=authorizer,
             leader_quota=ReplicationQuota(self.settings, "leader"),
             quotas=QuotaManager(settings.quotas, backend.image),
         )
@@ -280,6 +291,8 @@ class Broker:
                 raise
             self.bound[lst.name] = server.address
             self._servers.append(server)
+        if self.schema_registry is not None:  # bound before this broker registers: its URL is in the registration
+            await self.schema_registry.bind(self._broker_info().endpoints[0].host)
         backend.add_preparer(self.replication.prepare_image)
         backend.add_listener(self._apply_image)
         self.connection_quotas.on_image(backend.image)
@@ -309,6 +322,8 @@ class Broker:
             )
         self.groups.start()
         self.txns.start()
+        if self.schema_registry is not None:
+            self.schema_registry.start()
         if zk is not None and cluster is not None:
             from odradek.broker.controller import Controller
 
@@ -342,6 +357,8 @@ class Broker:
         for part in (self.replicas, self.replication, self.scheduler, self.groups):
             part.metrics = metrics
         registry = BrokerRegistry(metrics, self.services, lambda: self.connections, [lst.name for lst in self.listeners])
+        if self.schema_registry is not None:
+            registry.add_source(self.schema_registry.metrics.families)
         server = MetricsServer(registry, MetricsAccess.from_settings(metrics_settings))
         host = metrics_settings.host or "127.0.0.1"
         try:
@@ -353,6 +370,11 @@ class Broker:
             await server.start(host, 0)
         self.metrics_server = server
         log.info("metrics at %s", server.url)
+
+    @property
+    def schema_registry_url(self) -> str | None:
+        """The URL of the schema registry listener (None: off)."""
+        return self.schema_registry.url if self.schema_registry is not None else None
 
     @property
     def metrics_url(self) -> str | None:
@@ -438,7 +460,8 @@ class Broker:
             if host in ("0.0.0.0", "::", ""):
                 host = bound[0] if bound and bound[0] not in ("0.0.0.0", "::") else "127.0.0.1"
             endpoints.append(Endpoint(lst.name, lst.security_protocol, host, port))
-        return BrokerInfo(self.broker_id, tuple(endpoints), self.settings.current.server.broker_rack)
+        registry = self.schema_registry.url if self.schema_registry is not None and self.schema_registry.bound_port else None
+        return BrokerInfo(self.broker_id, tuple(endpoints), self.settings.current.server.broker_rack, registry_url=registry)
 
     async def _advertise(self) -> bool:
         """Register this broker's endpoints again (advertised.listeners changed at run time)."""
@@ -516,6 +539,8 @@ class Broker:
             with contextlib.suppress(Exception):
                 await wait_for(server.wait_closed(), 2)
         self._servers = []
+        if self.schema_registry is not None:
+            await self.schema_registry.stop()
         await self.groups.stop()
         await self.txns.stop()
         for p in self.replicas.partitions.values():

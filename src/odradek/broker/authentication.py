@@ -141,6 +141,14 @@ class ListenerSecurity:
         if "GSSAPI" in self.mechanisms:
             self._kerberos = _kerberos(settings.for_listener(listener.name, "GSSAPI").sasl, listener)
 
+    def check_plain(self, user: str, password: str) -> bool:
+        """Whether ``user`` and ``password`` are a SASL/PLAIN user of this listener (False when it
+        does not enable PLAIN): the schema registry's HTTP Basic authentication."""
+        if "PLAIN" not in self.mechanisms:
+            return False
+        verify = self._plain_callback or plain_verifier(self._plain_users)
+        return bool(verify(user, password))
+
     def session(self, peer_certificate: bytes | None) -> Session:
         """A new connection's session; ``peer_certificate`` is the client's DER certificate (TLS)."""
         principal = ANONYMOUS

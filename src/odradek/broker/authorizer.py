@@ -67,15 +67,17 @@ class Authorizer:
         *,
         log_denied: bool = True,
         log_allowed: bool = True,
+        request: str | None = None,
     ) -> bool:
         """Whether ``principal`` ("User:alice") connecting from ``host`` may do ``op`` on the
-        resource, for a request of API key ``api`` (named in the audit line)."""
+        resource, for a request of API key ``api`` (named in the audit line; ``request``: a name
+        instead, for the schema registry's HTTP requests)."""
         allowed = self.index.authorize(principal, host, op, rtype, name)
         if allowed:
             if log_allowed and audit.isEnabledFor(logging.DEBUG):
-                audit.debug(_LINE, principal, "Allowed", op.title, host, rtype.title, name, api_title(api))
+                audit.debug(_LINE, principal, "Allowed", op.title, host, rtype.title, name, request or api_title(api))
         elif log_denied and audit.isEnabledFor(logging.INFO):
-            audit.info(_LINE, principal, "Denied", op.title, host, rtype.title, name, api_title(api))
+            audit.info(_LINE, principal, "Denied", op.title, host, rtype.title, name, request or api_title(api))
         return allowed
 
     def authorize_any(self, principal: str, host: str, op: Operation, rtype: ResourceType) -> bool:

@@ -37,14 +37,14 @@ import ipaddress
 import logging
 import re
 import socket
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from odradek._http import MAX_HEADERS, BadHttpRequest, HttpRequest, parse_request_head
 from odradek._timeouts import wait_for
 from odradek.cluster.group import GroupState
 from odradek.config import ConfigError
-from odradek.errors import OdradekError
 from odradek.metrics import (
     FETCH_FOLLOWER,
     BrokerMetrics,
@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from odradek.broker.services import Services
 
 __all__ = [
+    "MAX_HEADERS",
     "BadHttpRequest",
     "BrokerRegistry",
     "BrokerState",
@@ -286,6 +287,9 @@ class _Snapshots:
         self.listeners = listeners
         self.counters = BrokerMetrics()
         self.state = BrokerState()
+        #: more families (the schema registry's), each called at a scrape on the loop
+        self.sources: list[Callable[[], list[Metric]]] = []
+        self.extra: list[Metric] = []
 
     def take(self) -> None:
         # a deleted topic's meters go, as Kafka removes them (and those of names that never existed)
@@ -295,6 +299,7 @@ class _Snapshots:
             del counted[name]
         self.counters = self.metrics.snapshot()
         self.state = take_state(self.services, self.connections, self.listeners)
+        self.extra = [family for source in self.sources for family in source()]
 
 
 class BrokerRegistry:
@@ -307,6 +312,11 @@ class BrokerRegistry:
         self._snapshots = _Snapshots(metrics, services, connections, listeners)
         self._registry: CollectorRegistry | None = None
 
+    def add_source(self, families: Callable[[], list[Metric]]) -> None:
+        """Families to show beside the broker's: ``families`` is called on the loop at each scrape
+        and gives copies, rendered with the rest."""
+        self._snapshots.sources.append(families)
+
     def snapshot(self) -> None:
         self._snapshots.take()
 
@@ -315,70 +325,12 @@ class BrokerRegistry:
             snaps = self._snapshots
             self._registry = make_registry(
                 MetricsCollector(lambda: snaps.counters, request_name, api_name),
-                [lambda: state_families(snaps.state)],
+                [lambda: state_families(snaps.state), lambda: iter(snaps.extra)],
             )
         return render(self._registry)
 
 
 # -- the HTTP side ---------------------------------------------------------------------------------
-
-#: the most header lines a request may have
-MAX_HEADERS = 100
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_TARGET = re.compile(r"[\x21-\x7e]+")
-_VERSION = re.compile(r"HTTP/1\.[01]")
-# headers that must not come twice (RFC 9112: a request with two Host headers is a 400)
-_SINGLE = frozenset({"host", "authorization"})
-
-
-class BadHttpRequest(OdradekError, ValueError):
-    """A request head that is not HTTP/1.x: answered 400."""
-
-
-@dataclass(frozen=True, slots=True)
-class HttpRequest:
-    method: str
-    target: str
-    version: str
-    #: header names lower-cased; values without surrounding blanks
-    headers: Mapping[str, str]
-
-    @property
-    def path(self) -> str:
-        return self.target.split("?", 1)[0]
-
-
-def parse_request_head(head: bytes) -> HttpRequest:
-    """The request line and header fields of an HTTP/1.0 or 1.1 request head (up to and with the
-    empty line), read strictly: anything else raises :class:`BadHttpRequest`."""
-    if not head.endswith(b"\r\n\r\n"):
-        raise BadHttpRequest("the request head does not end with an empty line")
-    lines = head[:-4].decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3:
-        raise BadHttpRequest("the request line is not METHOD TARGET VERSION")
-    method, target, version = parts
-    if not _TOKEN.fullmatch(method) or not _TARGET.fullmatch(target) or not _VERSION.fullmatch(version):
-        raise BadHttpRequest("the request line is not METHOD TARGET HTTP/1.x")
-    if len(lines) - 1 > MAX_HEADERS:
-        raise BadHttpRequest(f"more than {MAX_HEADERS} header fields")
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if not sep or not _TOKEN.fullmatch(name):  # also line folding: a line starting with a blank
-            raise BadHttpRequest("a header field is not name: value")
-        value = value.strip(" \t")
-        if any(c in value for c in "\x00\r\n"):
-            raise BadHttpRequest("a header value holds a control character")
-        key = name.lower()
-        if key in headers:
-            if key in _SINGLE:
-                raise BadHttpRequest(f"more than one {name} header")
-            headers[key] += ", " + value
-        else:
-            headers[key] = value
-    return HttpRequest(method, target, version, headers)
-
 
 def _split_host(value: str) -> tuple[str, int | None] | None:
     """``(name, port)`` of a Host header value (``name``, ``name:port``, ``[v6]:port``), the name

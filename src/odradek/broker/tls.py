@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from odradek.config import ConfigError
-from odradek.settings import Settings
+from odradek.settings import SchemaRegistrySslSettings, Settings, SslSettings
 
-__all__ = ["client_context", "server_context"]
+__all__ = ["client_context", "registry_client_context", "registry_server_context", "server_context"]
 
 _VERSIONS = {
     "TLSv1": ssl.TLSVersion.TLSv1,
@@ -111,8 +111,22 @@ def _store_type(declared: Any, path: Path, what: str) -> str:
 
 def server_context(settings: Settings, listener: str) -> ssl.SSLContext:
     """The TLS context of ``listener`` (raises ConfigError naming the setting at fault)."""
-    tls = settings.for_listener(listener).ssl
-    where = f"listener {listener}"
+    return _server_context(settings.for_listener(listener).ssl, f"listener {listener}")
+
+
+def registry_server_context(tls: SchemaRegistrySslSettings) -> ssl.SSLContext:
+    """The TLS context of an https schema registry listener (``schema.registry.ssl.*``)."""
+    return _server_context(tls, "schema.registry.listeners")
+
+
+def registry_client_context(tls: SchemaRegistrySslSettings) -> ssl.SSLContext:
+    """The TLS context of a registry forwarding a write to the writer's https listener: it
+    trusts ``schema.registry.ssl.truststore.*`` (the system's CAs without one), presents that
+    keystore, and checks host names unless the endpoint identification algorithm is empty."""
+    return _client_context(tls, "schema.registry")
+
+
+def _server_context(tls: SslSettings | SchemaRegistrySslSettings, where: str) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     protocols = list(tls.enabled_protocols)
     unknown = [p for p in protocols if p not in _VERSIONS]
@@ -182,7 +196,10 @@ def client_context(settings: Settings, listener: str) -> ssl.SSLContext:
     the listener's truststore (the system's CAs without one), checks host names when
     ``ssl.endpoint.identification.algorithm=https``, and presents the broker's own keystore
     (for listeners that ask for client certificates)."""
-    tls = settings.for_listener(listener).ssl
+    return _client_context(settings.for_listener(listener).ssl, f"inter-broker listener {listener}")
+
+
+def _client_context(tls: SslSettings | SchemaRegistrySslSettings, where: str) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     protocols = sorted(_VERSIONS[p] for p in tls.enabled_protocols if p in _VERSIONS)
     if protocols:
@@ -202,6 +219,6 @@ def client_context(settings: Settings, listener: str) -> ssl.SSLContext:
         if location and _store_type(tls.keystore_type, Path(location), "ssl.keystore.location") == "PEM":
             ctx.load_cert_chain(str(location), password=tls.key_password or tls.keystore_password)
     except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"inter-broker listener {listener}: cannot load the TLS files: {exc}") from None
+        raise ConfigError(f"{where}: cannot load the TLS files: {exc}") from None
     ctx.check_hostname = tls.endpoint_identification_algorithm.lower() == "https"
     return ctx

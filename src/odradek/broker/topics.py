@@ -26,6 +26,7 @@ from odradek.storage import LogConfig, LogManager, StorageError
 __all__ = [
     "INTERNAL_TOPICS",
     "OFFSETS_TOPIC",
+    "SCHEMAS_TOPIC",
     "TRANSACTION_TOPIC",
     "TopicService",
     "internal_topic_configs",
@@ -36,6 +37,9 @@ log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_TOPIC = "__transaction_state"
+#: the schema registry's store (Confluent's ``_schemas``): created as the coordinators' topics are,
+#: but not internal (as in Kafka: clients may read it, and a Confluent registry may use it)
+SCHEMAS_TOPIC = "_schemas"
 
 #: The topics the broker's coordinators own (Kafka's ``Topic.INTERNAL_TOPICS``): clients may not
 #: create them, produce to them, delete their records, delete them or add them to a transaction.
@@ -65,6 +69,10 @@ def internal_topic_configs(settings: Settings) -> dict[str, dict[str, str]]:
             "min.insync.replicas": str(settings.transactions.state_log_min_isr),
         },
     }
+
+
+#: ``_schemas``: compacted, and an acknowledged registration on two replicas when it has them
+_SCHEMAS_CONFIGS = {"cleanup.policy": "compact", "min.insync.replicas": "2"}
 
 
 class TopicService:
@@ -190,13 +198,14 @@ class TopicService:
             raise self.log_dirs.fail(None, exc, f"creating topic {name}") from exc
 
     async def create_internal(self, name: str, partitions: int, replication_factor: int) -> None:
-        """Create an internal topic (``__consumer_offsets``, ``__transaction_state``) with its
-        fixed configs (min.insync.replicas at most the replication factor: a single node's
-        transaction log, replicated once, must accept its writes)."""
-        configs = dict(internal_topic_configs(self.settings.current)[name])
+        """Create an internal topic (``__consumer_offsets``, ``__transaction_state``), or the
+        schema registry's ``_schemas``, with its fixed configs (min.insync.replicas at most the
+        replication factor: a single node's transaction log, replicated once, must accept its
+        writes)."""
+        configs = dict(_SCHEMAS_CONFIGS) if name == SCHEMAS_TOPIC else dict(internal_topic_configs(self.settings.current)[name])
         if "min.insync.replicas" in configs:
             configs["min.insync.replicas"] = str(min(int(configs["min.insync.replicas"]), replication_factor))
-        await self.backend.create_topic(name, partitions, replication_factor, configs, internal=True)
+        await self.backend.create_topic(name, partitions, replication_factor, configs, internal=name in INTERNAL_TOPICS)
 
     async def delete(self, name: str) -> None:
         if not self.settings.current.server.delete_topic_enable:

@@ -65,8 +65,9 @@ def _parser() -> argparse.ArgumentParser:
     from odradek.cli import console
 
     console.add_parser(sub)
-    from odradek.cli import completion, delete_records, metadata
+    from odradek.cli import completion, delete_records, metadata, schemas
 
+    schemas.add_parser(sub)
     metadata.add_parser(sub)
     delete_records.add_parser(sub)
     completion.add_parser(sub)
@@ -87,6 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from odradek.cli import completion
 
         return completion.run(args, parser)
+    if args.command == "schemas":
+        from odradek.cli import schemas
+
+        return schemas.run(args)
     if args.command == "metadata":
         from odradek.cli import metadata
 

@@ -98,6 +98,8 @@ async def _serve(config: Any) -> int:
     endpoints = ", ".join(f"{e.listener}://{e.host}:{e.port}" for e in broker.advertised)
     dirs = ",".join(str(d) for d in config.log_dirs)
     metrics = f", metrics at {broker.metrics_url}" if broker.metrics_url else ""
+    if broker.schema_registry_url:
+        metrics += f", schema registry at {broker.schema_registry_url}"
     print(
         f"odradek broker {broker.broker_id} ready on {endpoints} "
         f"(cluster {broker.cluster_id}, data in {dirs}{metrics}, started in {broker.ready_after:.2f}s)",

@@ -51,6 +51,9 @@ class BrokerInfo:
     endpoints: tuple[Endpoint, ...]
     rack: str | None = None
     epoch: int = 0
+    #: the URL of the broker's schema registry listener (None: it has none), in its registration
+    #: only: brokers find the ``_schemas`` writer's listener there
+    registry_url: str | None = None
 
     def endpoint(self, listener: str | None = None) -> Endpoint | None:
         for e in self.endpoints:

@@ -72,6 +72,12 @@ class MetadataBackend(ABC):
         registration for changes)."""
         return False
 
+    async def broker_registration(self, broker_id: int) -> BrokerInfo | None:
+        """Broker ``broker_id``'s registration as it wrote it (``/brokers/ids/<id>``), with what
+        only the registration holds (its schema registry URL); None: not registered (a single
+        node has only its own)."""
+        return None
+
     def reachable(self) -> bool:
         """Whether the metadata store answers now (an embedded store always does)."""
         return True

@@ -152,7 +152,9 @@ def broker_json(broker: BrokerInfo, now_ms: int | None = None) -> dict[str, Any]
     # "host" and "port" are the PLAINTEXT endpoint's (for 0.8-era readers), null and -1 without
     # one, as Kafka writes them
     plain = next((e for e in broker.endpoints if e.security_protocol == "PLAINTEXT"), None)
+    extra = {"schema_registry_url": broker.registry_url} if broker.registry_url else {}
     return {
+        **extra,
         "listener_security_protocol_map": {e.listener: e.security_protocol for e in broker.endpoints},
         "endpoints": [f"{e.listener}://{e.host}:{e.port}" for e in broker.endpoints],
         "rack": broker.rack,
@@ -172,7 +174,8 @@ def broker_from_json(broker_id: int, data: Mapping[str, Any], epoch: int) -> Bro
         name, _, rest = ep.partition("://")
         host, _, port = rest.rpartition(":")
         endpoints.append(Endpoint(name, protocols.get(name, name), host.strip("[]"), int(port)))
-    return BrokerInfo(broker_id, tuple(endpoints), data.get("rack"), epoch)
+    url = data.get("schema_registry_url")
+    return BrokerInfo(broker_id, tuple(endpoints), data.get("rack"), epoch, url if isinstance(url, str) else None)
 
 
 class ZkStore:
@@ -624,6 +627,15 @@ class ZooKeeperBackend(MetadataBackend):
                 self._install(self._image)
 
     # -- admin writes -----------------------------------------------------------------------------
+    async def broker_registration(self, broker_id: int) -> BrokerInfo | None:
+        data, stat = await self.store.get_or_none(f"/brokers/ids/{broker_id}")
+        if not isinstance(data, dict) or stat is None:
+            return None
+        try:
+            return broker_from_json(broker_id, data, stat.czxid)
+        except (ValueError, TypeError, AttributeError):
+            return None
+
     async def live_brokers(self) -> dict[int, str | None]:
         out: dict[int, str | None] = {}
         for child in await self.store.children("/brokers/ids"):

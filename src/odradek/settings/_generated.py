@@ -21,6 +21,8 @@ __all__ = [
     "QuotaSettings",
     "ReplicationSettings",
     "SaslSettings",
+    "SchemaRegistrySettings",
+    "SchemaRegistrySslSettings",
     "SecuritySettings",
     "ServerSettings",
     "Settings",
@@ -678,6 +680,94 @@ def _metrics(src: Source) -> MetricsSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class SchemaRegistrySettings:
+    """The schema registry's listener, store and defaults (Odradek's own; Confluent's names where it has them)."""
+
+    #: ``schema.registry.listeners`` (list, default none)
+    listeners: tuple[str, ...]
+    #: ``schema.registry.topic.replication.factor`` (short, default 3)
+    topic_replication_factor: int
+    #: ``schema.registry.compatibility.level`` (string, default 'BACKWARD')
+    compatibility_level: str
+    #: ``schema.registry.mode.mutability`` (boolean, default true)
+    mode_mutability: bool
+    #: ``schema.registry.authentication.method`` (string, default none)
+    authentication_method: str | None
+    #: ``schema.registry.request.max.bytes`` (int, default 2097152)
+    request_max_bytes: int
+    #: ``schema.registry.timeout.ms`` (int, default 10000)
+    timeout_ms: int
+    #: Whether schema.registry.listeners was set (unset: on by default on a single node; set empty: off).
+    listeners_set: bool
+
+
+def _schema_registry(src: Source) -> SchemaRegistrySettings:
+    return SchemaRegistrySettings(
+        listeners=src.items("schema.registry.listeners"),
+        topic_replication_factor=src.integer("schema.registry.topic.replication.factor"),
+        compatibility_level=src.text("schema.registry.compatibility.level"),
+        mode_mutability=src.flag("schema.registry.mode.mutability"),
+        authentication_method=src.opt_text("schema.registry.authentication.method"),
+        request_max_bytes=src.integer("schema.registry.request.max.bytes"),
+        timeout_ms=src.integer("schema.registry.timeout.ms"),
+        listeners_set=src.value("schema.registry.listeners") is not None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaRegistrySslSettings:
+    """TLS of an https schema registry listener and of forwarding to the writer's, as the broker's ssl.* configs."""
+
+    #: ``schema.registry.ssl.keystore.type`` (string, default none)
+    keystore_type: str | None
+    #: ``schema.registry.ssl.keystore.location`` (string, default none)
+    keystore_location: str | None
+    #: ``schema.registry.ssl.keystore.password`` (password, default none)
+    keystore_password: str | None = field(repr=False)
+    #: ``schema.registry.ssl.key.password`` (password, default none)
+    key_password: str | None = field(repr=False)
+    #: ``schema.registry.ssl.keystore.certificate.chain`` (password, default none)
+    keystore_certificate_chain: str | None = field(repr=False)
+    #: ``schema.registry.ssl.keystore.key`` (password, default none)
+    keystore_key: str | None = field(repr=False)
+    #: ``schema.registry.ssl.truststore.type`` (string, default none)
+    truststore_type: str | None
+    #: ``schema.registry.ssl.truststore.location`` (string, default none)
+    truststore_location: str | None
+    #: ``schema.registry.ssl.truststore.password`` (password, default none)
+    truststore_password: str | None = field(repr=False)
+    #: ``schema.registry.ssl.truststore.certificates`` (password, default none)
+    truststore_certificates: str | None = field(repr=False)
+    #: ``schema.registry.ssl.client.auth`` (string, default 'none')
+    client_auth: str
+    #: ``schema.registry.ssl.enabled.protocols`` (list, default 'TLSv1.2,TLSv1.3')
+    enabled_protocols: tuple[str, ...]
+    #: ``schema.registry.ssl.cipher.suites`` (list, default '')
+    cipher_suites: tuple[str, ...]
+    #: ``schema.registry.ssl.endpoint.identification.algorithm`` (string, default 'https')
+    endpoint_identification_algorithm: str
+
+
+def _schema_registry_ssl(src: Source) -> SchemaRegistrySslSettings:
+    return SchemaRegistrySslSettings(
+        keystore_type=src.opt_text("schema.registry.ssl.keystore.type"),
+        keystore_location=src.opt_text("schema.registry.ssl.keystore.location"),
+        keystore_password=src.opt_text("schema.registry.ssl.keystore.password"),
+        key_password=src.opt_text("schema.registry.ssl.key.password"),
+        keystore_certificate_chain=src.opt_text("schema.registry.ssl.keystore.certificate.chain"),
+        keystore_key=src.opt_text("schema.registry.ssl.keystore.key"),
+        truststore_type=src.opt_text("schema.registry.ssl.truststore.type"),
+        truststore_location=src.opt_text("schema.registry.ssl.truststore.location"),
+        truststore_password=src.opt_text("schema.registry.ssl.truststore.password"),
+        truststore_certificates=src.opt_text("schema.registry.ssl.truststore.certificates"),
+        client_auth=src.text("schema.registry.ssl.client.auth"),
+        enabled_protocols=src.items("schema.registry.ssl.enabled.protocols"),
+        cipher_suites=src.items("schema.registry.ssl.cipher.suites"),
+        endpoint_identification_algorithm=src.text("schema.registry.ssl.endpoint.identification.algorithm"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """Every setting of the broker, typed, one group per component (built, and so checked,
     by :func:`odradek.settings.settings_from`; replaced whole when a dynamic config changes,
@@ -695,6 +785,8 @@ class Settings:
     security: SecuritySettings
     zookeeper: ZooKeeperSettings
     metrics: MetricsSettings
+    schema_registry: SchemaRegistrySettings
+    schema_registry_ssl: SchemaRegistrySslSettings
     _source: Source = field(repr=False, compare=False)
     _views: dict[tuple[str, str], Settings] = field(default_factory=dict, repr=False, compare=False)
 
@@ -724,5 +816,7 @@ def build(src: Source) -> Settings:
         security=_security(src),
         zookeeper=_zookeeper(src),
         metrics=_metrics(src),
+        schema_registry=_schema_registry(src),
+        schema_registry_ssl=_schema_registry_ssl(src),
         _source=src,
     )
