@@ -27,7 +27,22 @@ class SystemClock:
 
 
 class FakeClock:
-    """A clock that moves only when told to (tests)."""
+    """A clock that moves only when told to (tests): the wall clock starts at ``now_ms``, the
+    monotonic one at 0, and :meth:`advance` moves both.  For the code that takes a clock and
+    schedules nothing (storage, the cluster rules)::
+
+        from odradek.storage import Log, LogConfig
+        from odradek.testing import FakeClock
+
+        clock = FakeClock()
+        log = Log(tmp_path / "t-0", LogConfig.from_dict({"segment.ms": 60_000}), clock=clock)
+        log.append(batch)
+        clock.advance(60_001)
+        assert log.maybe_roll_for_time()  # the active segment is over a minute old: a new one
+
+    A broker's timers wait on a scheduler: give it a :class:`odradek.testing.FakeScheduler`
+    (which holds a FakeClock and runs the timers that fall due as it advances).
+    """
 
     def __init__(self, now_ms: int = 1_700_000_000_000) -> None:
         self._now = now_ms

@@ -9,11 +9,27 @@ restart), waits for its ready line, and stops it by PID — SIGTERM for a clean 
 ``WireClient`` is the transport's blocking connection without a handshake, for requests no real
 client would send (hostile, malformed or pipelined ones).  ``MockCluster`` is the in-memory
 transport: scripted brokers under the real client stack, without sockets.
+
+``running_broker`` runs a broker in the test's own process and event loop, where the test can look
+at its internals; with a :class:`FakeScheduler` its timed rules (session timeouts, expiries, flush
+and retention timers, quota windows, delayed operations) wait on fake time, which the test moves
+with :meth:`FakeScheduler.advance`::
+
+    async def test_a_silent_member_is_expelled(tmp_path):
+        fake = FakeScheduler()
+        async with running_broker(tmp_path, timers=fake) as broker:
+            ...  # a member joins a group with session.timeout.ms=10000, then stays silent
+            await fake.advance(10_000)  # no wait: the session timer runs now
+            ...  # the group is empty
+
+:class:`FakeClock` is the clock alone (``advance(ms)`` moves it and runs nothing), for the
+storage and cluster code that takes a clock.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -24,12 +40,14 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from odradek._clock import FakeClock
+from odradek._scheduler import FakeScheduler, Scheduler
 from odradek.coordination.zkserver import restartable_port
 from odradek.errors import ErrorCode
 from odradek.protocol import (
@@ -50,11 +68,16 @@ from odradek.protocol.messages.produce import ProduceRequest, ProduceResponse
 from odradek.records import iter_batch_headers
 from odradek.transport import BrokerConnection, add_endpoint, remove_endpoint
 
+if TYPE_CHECKING:
+    from odradek.broker.app import Broker
+
 __all__ = [
     "DISCONNECT",
     "NO_ANSWER",
     "BrokerProcess",
     "Delayed",
+    "FakeClock",
+    "FakeScheduler",
     "MockBroker",
     "MockCluster",
     "ReceivedRequest",
@@ -64,6 +87,7 @@ __all__ = [
     "proc_cpu_times",
     "proc_stat",
     "produce_request",
+    "running_broker",
     "wait_for",
 ]
 
@@ -984,6 +1008,25 @@ def produce_request(
             )
         ],
     )
+
+
+@contextlib.asynccontextmanager
+async def running_broker(
+    *log_dirs: Path, overrides: Mapping[str, object] | None = None, timers: Scheduler | None = None
+) -> AsyncIterator[Broker]:
+    """A broker started in this process, on the running event loop, listening on 127.0.0.1 on an
+    ephemeral port (``broker.bound``) with these log dirs and ``overrides`` of its settings, on
+    ``timers`` (a :class:`FakeScheduler`: fake time; None: real time); stopped on exit."""
+    from odradek.broker.app import Broker
+    from odradek.config import BrokerConfig
+
+    settings = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": ",".join(map(str, log_dirs)), **(overrides or {})}
+    broker = Broker(BrokerConfig.load(None, [], settings, env={}), timers=timers)
+    await broker.start()
+    try:
+        yield broker
+    finally:
+        await broker.stop()
 
 
 def wait_for(

@@ -58,6 +58,7 @@ ANSWERED: dict[int, Callable[[int], int]] = {
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: lambda v: 4,  # deletions + upsertions
     ApiKey.DESCRIBE_PRODUCERS: lambda v: 4,
     ApiKey.DESCRIBE_TRANSACTIONS: lambda v: 2,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: lambda v: 2,  # groups (KIP-848)
 }
 
 

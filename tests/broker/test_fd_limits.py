@@ -15,6 +15,9 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from odradek.testing import BrokerProcess, wait_for
 
+#: a group's first join is not held back 3 s for members yet to come (group.initial.rebalance.delay.ms):
+#: nothing here is about rebalancing
+QUICK_JOIN = {"group.initial.rebalance.delay.ms": 0}
 FD_LIMIT = 512  # budget: (512 - 128 reserved) / 5 per partition = 76 partitions
 
 
@@ -60,7 +63,7 @@ def _policy_violation(future: object) -> str:
 def test_a_huge_create_topics_is_refused_and_the_broker_restarts_under_the_same_fd_limit(tmp_path: Path) -> None:
     data = tmp_path / "data"
     first = [f"r{i}".encode() for i in range(20)]
-    with BrokerProcess(data, fd_limit=FD_LIMIT) as broker:
+    with BrokerProcess(data, fd_limit=FD_LIMIT, overrides=QUICK_JOIN) as broker:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         for f in admin.create_topics([NewTopic("small", 2, 1)]).values():
             f.result(15)
@@ -82,7 +85,7 @@ def test_a_huge_create_topics_is_refused_and_the_broker_restarts_under_the_same_
         assert "huge" not in md.topics and len(md.topics["fits"].partitions) == 3
     assert broker.proc is not None and broker.proc.returncode == 0
 
-    with BrokerProcess(data, fd_limit=FD_LIMIT) as broker:
+    with BrokerProcess(data, fd_limit=FD_LIMIT, overrides=QUICK_JOIN) as broker:
         got = _consume(broker.bootstrap, "small", "g3", len(first) + 1)
         assert sorted(got) == sorted([*first, b"after"])
         c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g", "enable.auto.commit": False})
@@ -149,7 +152,7 @@ def test_metadata_with_more_partitions_than_descriptors_still_starts(tmp_path: P
     import uuid
 
     data = tmp_path / "data"
-    with BrokerProcess(data, fd_limit=FD_LIMIT) as broker:
+    with BrokerProcess(data, fd_limit=FD_LIMIT, overrides=QUICK_JOIN) as broker:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         for f in admin.create_topics([NewTopic("small", 1, 1)]).values():
             f.result(15)
@@ -170,7 +173,7 @@ def test_metadata_with_more_partitions_than_descriptors_still_starts(tmp_path: P
     )
     store.write_text(json.dumps(image))
     for run in range(2):  # and again: the state it leaves is startable too
-        with BrokerProcess(data, fd_limit=FD_LIMIT) as broker:
+        with BrokerProcess(data, fd_limit=FD_LIMIT, overrides=QUICK_JOIN) as broker:
             broker.wait_for_log("stay offline")
             assert _consume(broker.bootstrap, "small", f"g{run}", 1) == [b"kept"]
             admin = AdminClient({"bootstrap.servers": broker.bootstrap})

@@ -3,8 +3,9 @@
 ``flush.messages``: a produce that brings the unflushed records to the limit is answered once they
 are on disk (recovery point moved), one below the limit is not flushed. ``flush.ms``: the broker's
 timer flushes a log whose records waited that long, and leaves a log with the default (never)
-alone. Both decisions are :meth:`Log.flush_messages_due` / :meth:`Log.flush_time_due`; the logs
-the broker creates or loads never flush inline (``LogManager(flush_inline=False)``).
+alone (on fake time: the timer's ticks are moved by hand). Both decisions are
+:meth:`Log.flush_messages_due` / :meth:`Log.flush_time_due`; the logs the broker creates or loads
+never flush inline (``LogManager(flush_inline=False)``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from odradek.broker.app import Broker
 from odradek.protocol import Message
 from odradek.records import BatchBuilder
 from odradek.storage import Log
-from odradek.testing import WireClient, produce_request
+from odradek.testing import FakeScheduler, WireClient, produce_request
 from tests.broker.inprocess import hosted, running_broker
 
 
@@ -45,9 +46,12 @@ async def _send(broker: Broker, topic: str, value: bytes) -> None:
     assert resp.responses[0].partition_responses[0].error_code == 0, resp
 
 
-def _run(tmp_path: Path, body: Callable[[Broker], Awaitable[None]]) -> None:
+def _run(
+    tmp_path: Path, body: Callable[[Broker], Awaitable[None]], timers: FakeScheduler | None = None,
+    overrides: dict[str, object] | None = None,
+) -> None:
     async def main() -> None:
-        async with running_broker(tmp_path / "data") as broker:
+        async with running_broker(tmp_path / "data", overrides=overrides, timers=timers) as broker:
             await body(broker)
 
     asyncio.run(main())
@@ -71,17 +75,27 @@ def test_flush_messages_is_answered_once_flushed(tmp_path: Path) -> None:
 
 
 def test_flush_ms_is_flushed_by_the_timer(tmp_path: Path) -> None:
+    fake = FakeScheduler()
+
+    async def flushes_done(broker: Broker) -> None:
+        """Until the flushes the timer handed to the I/O executor have run (one thread: what it
+        was handed before runs before this)."""
+        await broker.scheduler.run_io(lambda: None)
+
     async def body(broker: Broker) -> None:
         timed = await _log(broker, "timed", {"flush.ms": "100"})
         never = await _log(broker, "never", {})
         await _send(broker, "never", b"a")
         await _send(broker, "timed", b"b")
-        deadline = time.monotonic() + 30
-        while timed.recovery_point < 1 and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        await fake.advance(999)  # the flush timer ticks every second (log.flush.scheduler.interval.ms, at most 1 s)
+        await flushes_done(broker)
+        assert timed.recovery_point == 0, "flushed before the timer's tick"
+        await fake.advance(1)
+        await flushes_done(broker)
         assert timed.recovery_point == 1, "the flush timer never flushed a log past its flush.ms"
-        await asyncio.sleep(1.5)  # at least one more tick of the (<= 1 s) flush timer
+        await fake.advance(1000)  # one more tick of the flush timer
+        await flushes_done(broker)
         assert (never.log_end_offset, never.recovery_point) == (1, 0), "a log without flush.ms was flushed"
         assert not never.flush_time_due(broker.clock.monotonic_ms())
 
-    _run(tmp_path, body)
+    _run(tmp_path, body, fake, {"num.recovery.threads.per.data.dir": 1})  # the I/O executor's one thread

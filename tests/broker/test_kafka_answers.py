@@ -40,7 +40,7 @@ from odradek.protocol.messages.leave_group import LeaveGroupRequest
 from odradek.protocol.messages.offset_commit import OffsetCommitRequest
 from odradek.protocol.messages.sync_group import SyncGroupRequest
 from odradek.records import BatchBuilder
-from odradek.testing import BrokerProcess, WireClient, produce_request, wait_for
+from odradek.testing import BrokerProcess, FakeScheduler, WireClient, produce_request, wait_for
 
 NO_KEY = "Compacted topic cannot accept message without key in topic partition {}-0"
 
@@ -384,14 +384,14 @@ def test_a_flood_of_refused_requests_leaves_a_bounded_number_of_lines(broker: Br
 
 
 def test_refusal_log_reports_what_it_suppressed(caplog: pytest.LogCaptureFixture) -> None:
-    now = [0.0]
-    rl = refusals.RefusalLog(lines_per_window=3, window_seconds=10, max_keys=2, clock=lambda: now[0])
+    fake = FakeScheduler()
+    rl = refusals.RefusalLog(lines_per_window=3, window_seconds=10, max_keys=2, timers=fake)
     with caplog.at_level(logging.INFO, logger="odradek.refusals"):
         for _ in range(100):
             rl.refused("10.0.0.1", "c", "PRODUCE", "topic=t partition=0", 87, "bad")
         rl.refused("10.0.0.2", "c", "PRODUCE", "topic=t partition=0", 87, "bad")  # another address: its own budget
         assert len(caplog.records) == 4
-        now[0] = 10.0
+        fake.clock.advance(10_000)  # no event loop, so no timer ended the window: the next refusal does
         rl.refused("10.0.0.1", "c", "PRODUCE", "topic=t partition=0", 87, "bad")
     messages = [r.getMessage() for r in caplog.records]
     assert messages[4] == (
@@ -423,11 +423,13 @@ def test_suppressed_count_is_reported_when_the_window_ends_without_another_refus
     import asyncio
 
     async def flood() -> None:
-        rl = refusals.RefusalLog(lines_per_window=2, window_seconds=0.05)
+        fake = FakeScheduler()
+        rl = refusals.RefusalLog(lines_per_window=2, window_seconds=0.05, timers=fake)
         for _ in range(50):
             rl.refused("10.0.0.1", "c", "CREATE_TOPICS", "topic=x", 38, None)
-        # the loop's timers run in deadline order: the window's end comes before this sleep's
-        await asyncio.sleep(0.1)
+        await fake.advance(49)
+        assert rl._windows  # the window is still open
+        await fake.advance(1)  # its end, on fake time
         assert not rl._windows
 
     with caplog.at_level(logging.INFO, logger="odradek.refusals"):

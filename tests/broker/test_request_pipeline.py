@@ -1,6 +1,7 @@
 """The connection's request pipeline, in process: requests handled right away while their
-handlers do not wait, in order behind one that waits, long-poll fetches woken by produces, and
-nothing left behind by a connection that goes away while its fetch waits."""
+handlers do not wait, in order behind one that waits, long-poll fetches woken by produces (the
+purgatory's deadlines on fake time), and nothing left behind by a connection that goes away while
+its fetch waits."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from odradek.protocol import ClientConnection, Message, ResponseReceived
 from odradek.protocol.messages.fetch import FetchRequest
 from odradek.protocol.messages.metadata import MetadataRequest
 from odradek.records import BatchBuilder, read_batches
-from odradek.testing import produce_request
+from odradek.testing import FakeScheduler, produce_request
 from tests.broker.inprocess import hosted, running_broker
 
 TOPIC = "pipeline"
@@ -83,9 +84,11 @@ def _values(response: Any) -> list[bytes | None]:
     return [r.value for b in read_batches(bytes(records or b"")) for r in b.records]
 
 
-def _run(tmp_path: Path, body: Callable[[Broker], Awaitable[None]], loop: str = "asyncio") -> None:
+def _run(
+    tmp_path: Path, body: Callable[[Broker], Awaitable[None]], loop: str = "asyncio", timers: FakeScheduler | None = None
+) -> None:
     async def main() -> None:
-        async with running_broker(tmp_path / "data") as broker:
+        async with running_broker(tmp_path / "data", timers=timers) as broker:
             await broker.topics.create(TOPIC, 1, 1, {})
             await hosted(broker, TOPIC)
             await body(broker)
@@ -113,44 +116,65 @@ def test_pipelined_requests_are_answered_in_order(tmp_path: Path) -> None:
     _run(tmp_path, body)
 
 
+async def _waiting(broker: Broker, count: int = 1) -> None:
+    """Until ``count`` fetches wait in the partition's purgatory."""
+    p = broker.replicas.get(TOPIC, 0)
+    assert p is not None
+    for _ in range(1000):
+        if len(p.data_waiters) == count:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"{len(p.data_waiters)} fetches wait, not {count}")
+
+
 def test_long_poll_fetch_is_woken_by_a_produce(tmp_path: Path) -> None:
+    fake = FakeScheduler()
+
     async def body(broker: Broker) -> None:
         consumer, producer = await _Client.connect(broker), await _Client.connect(broker)
         consumer.send(_fetch(0, 5000), 11)
-        await asyncio.sleep(0.1)
-        t0 = time.monotonic()
+        await _waiting(broker)
+        start = fake.clock.monotonic_ms()
         producer.send(_produce(b"wake up"), 9)
         await producer.receive()
         fetched = await consumer.receive()
-        assert time.monotonic() - t0 < 2
+        assert fake.clock.monotonic_ms() == start  # woken by the produce, not by its deadline
         assert _values(fetched.response) == [b"wake up"]
         # nothing visible at the next offset: the fetch waits out max_wait_ms and comes back empty
-        t0 = time.monotonic()
-        consumer.send(_fetch(1, 300), 11)
+        consumer.send(_fetch(1, 60_000), 11)  # a deadline no real wait reaches in this test
+        await _waiting(broker)
+        await fake.advance(59_999)
+        await _waiting(broker)  # still waiting 1 ms before its deadline
+        await fake.advance(1)
         empty = await consumer.receive()
-        assert 0.25 < time.monotonic() - t0 < 3
         assert empty.response.responses[0].partitions[0].error_code == 0
         assert _values(empty.response) == []
         consumer.close()
         producer.close()
 
-    _run(tmp_path, body)
+    _run(tmp_path, body, timers=fake)
 
 
 def test_requests_behind_a_waiting_fetch_keep_their_order(tmp_path: Path) -> None:
+    fake = FakeScheduler()
+
     async def body(broker: Broker) -> None:
         c = await _Client.connect(broker)
-        first = c.send(_fetch(0, 300), 11)
+        first = c.send(_fetch(0, 60_000), 11)
         second = c.send(_produce(b"queued"), 9)  # waits behind the fetch, which cannot see it
-        t0 = time.monotonic()
+        await _waiting(broker)
+        await fake.advance(59_999)
+        await _waiting(broker)
+        lg = broker.logs.get(TOPIC, 0)
+        assert lg is not None and lg.log_end_offset == 0, "the produce was handled before the fetch ahead of it"
+        await fake.advance(1)
         a, b = await c.receive(), await c.receive()
-        assert time.monotonic() - t0 >= 0.25
         assert (a.correlation_id, b.correlation_id) == (first, second)
         assert _values(a.response) == []
         assert b.response.responses[0].partition_responses[0].base_offset == 0
         c.close()
 
-    _run(tmp_path, body)
+    _run(tmp_path, body, timers=fake)
 
 
 def test_a_fetch_left_waiting_by_a_closed_connection_leaves_nothing_behind(tmp_path: Path) -> None:

@@ -19,6 +19,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from odradek.testing import BrokerProcess, wait_for
 
+#: a group's first join is not held back 3 s for members yet to come (group.initial.rebalance.delay.ms):
+#: nothing here is about rebalancing
+QUICK_JOIN = {"group.initial.rebalance.delay.ms": 0}
 TOPIC = "keep"
 GROUP = "keepers"
 
@@ -96,7 +99,7 @@ def test_a_missing_metadata_file_is_rebuilt_from_the_log_dirs_and_nothing_is_del
     data = tmp_path / "data"
     partition_metadata, offset = _populate(data)
     (data / "cluster-metadata.json").unlink()
-    with BrokerProcess(data) as broker:
+    with BrokerProcess(data, overrides=QUICK_JOIN) as broker:
         # every partition directory is still there (the old code deleted them all at start)
         assert all((data / f"{TOPIC}-{p}").is_dir() for p in range(3))
         assert len(list(data.glob("__consumer_offsets-*"))) == 50

@@ -30,7 +30,7 @@ from odradek.client import AsyncProducer, ClientConfigError, Producer, RecordMet
 from odradek.client.producer import FutureRecordMetadata
 from odradek.errors import ErrorCode, KafkaError
 from odradek.records import Compression
-from odradek.testing import BrokerProcess
+from odradek.testing import BrokerProcess, FakeScheduler, running_broker
 from tests.interop.interop_helpers import create_topic, stored_batches
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -681,29 +681,43 @@ def test_broker_restart_loses_and_duplicates_nothing(tmp_path: Path) -> None:
 def test_broker_forgets_the_producer_id(tmp_path: Path) -> None:
     """The broker expires the producer's state (producer.id.expiration.ms): the next batch gets
     UNKNOWN_PRODUCER_ID, the producer takes a new producer id, renumbers the batch from 0 and
-    resends it: every record is written once."""
+    resends it: every record is written once.  The broker runs in this process on fake time: the
+    producer's idle time passes without being waited out (the producer, on threads of its own,
+    talks to it over the loopback as to any broker)."""
+    fake = FakeScheduler()
     overrides = {"producer.id.expiration.ms": 300, "producer.id.expiration.check.interval.ms": 50}
-    b = BrokerProcess(tmp_path / "data", overrides=overrides).start()
-    try:
-        with Producer(bootstrap_servers=b.bootstrap, linger_ms=0, **FAST) as p:
-            first = [p.send("expiry", b"a%d" % i).result(TIMEOUT) for i in range(3)]
-            old_id = p._core.producer_id
-            # not a synchronisation: the scenario is a producer idle for longer than the
-            # broker's producer.id.expiration.ms
-            time.sleep(1.0)
-            later = [p.send("expiry", b"b%d" % i) for i in range(50)]
-            assert p.flush(TIMEOUT) == 0
-            metas = first + [f.result(0) for f in later]
-            assert p._core.producer_id != old_id
-            assert later[0]._batch.attempts == 2  # refused once, then resent renumbered
-        assert [md.offset for md in metas] == list(range(53))
-        got = read_back(b.bootstrap, "expiry", 1, 53)
-        assert [got[(0, i)].value() for i in range(53)] == [b"a%d" % i for i in range(3)] + [b"b%d" % i for i in range(50)]
-        batches = stored_batches(b.data_dir, "expiry")
-        assert {bt.producer_id for bt in batches} == {old_id, p._core.producer_id}
-        assert min(bt.base_sequence for bt in batches if bt.producer_id != old_id) == 0
-    finally:
-        b.kill()
+
+    async def main() -> None:
+        async with running_broker(tmp_path / "data", overrides=overrides, timers=fake) as b:
+            host, port = b.bound["PLAINTEXT"]
+            bootstrap = f"{host}:{port}"
+            p = await asyncio.to_thread(Producer, bootstrap_servers=bootstrap, linger_ms=0, **FAST)
+            try:
+                first = await asyncio.to_thread(lambda: [p.send("expiry", b"a%d" % i).result(TIMEOUT) for i in range(3)])
+                old_id = p._core.producer_id
+                # the scenario: a producer idle for longer than the broker's producer.id.expiration.ms
+                await fake.advance(1000)
+                expired = await asyncio.to_thread(
+                    lambda: not b.logs.get("expiry", 0).producers.entries  # type: ignore[union-attr]
+                )
+                assert expired, "the broker kept the idle producer's state"
+                later = [await asyncio.to_thread(p.send, "expiry", b"b%d" % i) for i in range(50)]
+                assert await asyncio.to_thread(p.flush, TIMEOUT) == 0
+                metas = first + [f.result(0) for f in later]
+                assert p._core.producer_id != old_id
+                assert later[0]._batch.attempts == 2  # refused once, then resent renumbered
+            finally:
+                await asyncio.to_thread(p.close)
+            assert [md.offset for md in metas] == list(range(53))
+            got = await asyncio.to_thread(read_back, bootstrap, "expiry", 1, 53)
+            assert [got[(0, i)].value() for i in range(53)] == (
+                [b"a%d" % i for i in range(3)] + [b"b%d" % i for i in range(50)]
+            )
+            batches = stored_batches(tmp_path / "data", "expiry")
+            assert {bt.producer_id for bt in batches} == {old_id, p._core.producer_id}
+            assert min(bt.base_sequence for bt in batches if bt.producer_id != old_id) == 0
+
+    asyncio.run(asyncio.wait_for(main(), 120))
 
 
 def test_unreachable_broker_gives_a_clear_timeout() -> None:

@@ -39,6 +39,9 @@ def secure_overrides(pki: Pki) -> dict[str, object]:
         "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
         "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
+        # a group's first join is not held back for members yet to come (Kafka's 3 s): these
+        # tests are about who may connect, not about rebalancing
+        "group.initial.rebalance.delay.ms": 0,
     }
 
 

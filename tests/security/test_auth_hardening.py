@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -29,6 +28,7 @@ from odradek.protocol.messages.sasl_authenticate import SaslAuthenticateRequest,
 from odradek.protocol.messages.sasl_handshake import SaslHandshakeRequest, SaslHandshakeResponse
 from odradek.security import SaslServer
 from odradek.settings import settings_from
+from odradek.testing import FakeScheduler
 
 JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret";'
 MAX_FRAME = 100 << 20
@@ -62,24 +62,6 @@ class _Transport:
         return ("127.0.0.1", 40000) if name == "peername" else default
 
 
-class _Timers:
-    """``call_later`` on a clock that moves only when told to."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.pending: list[tuple[float, Callable[..., Any], tuple[Any, ...]]] = []
-
-    def call_later(self, delay: float, fn: Callable[..., Any], *args: Any) -> None:
-        self.pending.append((self.now + delay, fn, args))
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-        due = [t for t in self.pending if t[0] <= self.now]
-        self.pending = [t for t in self.pending if t[0] > self.now]
-        for _when, fn, args in due:
-            fn(*args)
-
-
 def _Services() -> Any:
     settings = settings_from(BrokerConfig({"socket.request.max.bytes": MAX_FRAME}))
     connection = SimpleNamespace(settings=settings, quotas=None, metrics=None, log_dirs=None)
@@ -89,7 +71,7 @@ def _Services() -> Any:
 class _Wire:
     """One connection on a SASL_PLAINTEXT listener with PLAIN, and a client codec for it."""
 
-    def __init__(self, delay_ms: int = 100, max_receive: int | None = None) -> None:
+    def __init__(self, delay_ms: int = 100, max_receive: int | None = None, timers: FakeScheduler | None = None) -> None:
         settings: dict[str, Any] = {
             "sasl.enabled.mechanisms": "PLAIN",
             "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
@@ -115,11 +97,11 @@ class _Wire:
             return inner
 
         self.security.server = server  # type: ignore[method-assign]
-        self.timers = _Timers()
+        self.timers = timers or FakeScheduler()
         try:
             self.conn = KafkaConnection(
                 _Services(), "SASL_PLAINTEXT", set(), 500, self.security,  # type: ignore[arg-type]
-                call_later=self.timers.call_later,
+                timers=self.timers,
             )
         except TypeError:  # the code before the delayed answer (wt-base): no scheduler to give
             self.conn = KafkaConnection(_Services(), "SASL_PLAINTEXT", set(), 500, self.security)  # type: ignore[arg-type]
@@ -182,9 +164,9 @@ def test_a_failed_authentication_is_answered_only_after_the_delay_and_nothing_pi
     assert w.transport.paused and not w.transport.closed
     # the client sends more while muted: none of it is read or evaluated
     w.feed(_guess(w, "alice-secret"))
-    w.timers.advance(0.099)
+    w.timers.tick(99)
     assert w.responses() == [] and not w.transport.closed
-    w.timers.advance(0.001)
+    w.timers.tick(1)
     (failed,) = w.responses()
     assert isinstance(failed, SaslAuthenticateResponse)
     assert failed.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
@@ -192,7 +174,7 @@ def test_a_failed_authentication_is_answered_only_after_the_delay_and_nothing_pi
     # closed the delay after the answer (not with it: kafka-python drops an answer it reads
     # together with the end of the stream)
     assert w.transport.paused and not w.transport.closed
-    w.timers.advance(0.1)
+    w.timers.tick(100)
     assert w.transport.closed
     assert w.evaluated == [b"\x00alice\x00guess-1"]
     assert not w.conn.session.authenticated
@@ -203,7 +185,7 @@ def test_with_no_delay_the_failure_is_answered_at_once() -> None:
     w.feed(_guess(w, "wrong") + _guess(w, "alice-secret"))
     handshake, failed = w.responses()
     assert handshake.error_code == 0 and failed.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
-    assert w.transport.closed and w.timers.pending == []
+    assert w.transport.closed and w.timers.pending() == 0
     assert w.evaluated == [b"\x00alice\x00wrong"]
 
 
@@ -212,22 +194,22 @@ def test_guessing_is_held_to_one_attempt_per_delay() -> None:
     least the delay after the guess (10 s of the injectable clock: at most 10 per second)."""
     answered = 0
     evaluated = 0
-    clock = 0.0
+    timers = FakeScheduler()  # one clock for every connection
+    clock = 0
     for _connection in range(200):  # bounded: a broker that answers at once never moves the clock
-        if clock >= 10.0:
+        if clock >= 10_000:
             break
-        w = _Wire(delay_ms=100)
-        w.timers.now = clock
+        w = _Wire(delay_ms=100, timers=timers)
         w.feed(b"".join(_guess(w, f"guess-{i}") for i in range(200)))
         for _ in range(100):  # at most a second of the clock per connection (answer, then close)
             if w.transport.closed:
                 break
-            w.timers.advance(0.01)
+            w.timers.tick(10)
         assert w.transport.closed, "the connection stays open after a failed authentication"
-        clock = w.timers.now
+        clock = timers.clock.monotonic_ms()
         evaluated += len(w.evaluated)
         answered += sum(1 for r in w.responses() if isinstance(r, SaslAuthenticateResponse))
-    assert clock >= 10.0 and answered == evaluated <= 10 * 10
+    assert clock >= 10_000 and answered == evaluated <= 10 * 10
 
 
 def test_refusals_of_the_sasl_state_machine_are_delayed_too() -> None:
@@ -236,17 +218,17 @@ def test_refusals_of_the_sasl_state_machine_are_delayed_too() -> None:
     w = _Wire()
     w.feed(w.request(SaslHandshakeRequest(mechanism="GSSAPI"), 1) + _guess(w, "alice-secret"))
     assert w.responses() == [] and w.transport.paused
-    w.timers.advance(0.1)
+    w.timers.tick(100)
     (r,) = w.responses()
     assert r.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM and r.mechanisms == ["PLAIN"]
-    w.timers.advance(0.1)
+    w.timers.tick(100)
     assert w.transport.closed and w.evaluated == []
     w = _Wire()
     w.feed(w.request(SaslAuthenticateRequest(auth_bytes=b"\x00alice\x00alice-secret"), 2))
     assert w.responses() == []
-    w.timers.advance(0.1)
+    w.timers.tick(100)
     (r,) = w.responses()
-    w.timers.advance(0.1)
+    w.timers.tick(100)
     assert r.error_code == ErrorCode.ILLEGAL_SASL_STATE and w.transport.closed
 
 
@@ -255,7 +237,7 @@ def test_the_right_password_is_answered_at_once_and_lifts_the_limit() -> None:
     w.feed(w.request(ApiVersionsRequest(), 3) + _guess(w, "alice-secret"))
     versions, handshake, ok = w.responses()
     assert versions.error_code == 0 and handshake.error_code == 0 and ok.error_code == 0
-    assert w.conn.session.authenticated and w.timers.pending == []
+    assert w.conn.session.authenticated and w.timers.pending() == 0
     # authenticated: frames up to socket.request.max.bytes again
     big = w.request(ApiVersionsRequest(client_software_name="x" * 20_000, client_software_version="1"), 3)
     assert len(big) > 4096
@@ -288,7 +270,7 @@ def test_a_frame_above_the_limit_before_authentication_fails_it_unread(stage: st
     assert reader._frame is None, "a buffer was made for the declared frame"
     assert w.transport.paused and not w.transport.closed
     w.feed(b"\x00" * 100_000)  # muted: nothing more is taken
-    w.timers.advance(0.1)
+    w.timers.tick(100)
     assert w.transport.closed and w.responses() == [] and w.evaluated == []
 
 
@@ -319,11 +301,12 @@ def test_the_failure_log_is_rate_limited_per_listener_but_names_every_new_addres
 ) -> None:
     from odradek.broker.authentication import FailureLog
 
-    now = [0.0]
-    failures = FailureLog("SASL_PLAINTEXT", lines=10, window_s=10.0, clock=lambda: now[0])
+    timers = FakeScheduler()
+    failures = FailureLog("SASL_PLAINTEXT", lines=10, window_s=10.0, timers=timers)
     caplog.set_level(logging.INFO, logger="odradek.authentication")
     for i in range(10_000):
-        now[0] = i * 0.0001  # 10,000 failures in one second from one address
+        if i % 10 == 0:
+            timers.clock.advance(1)  # 10,000 failures in one second from one address
         failures.failed("10.0.0.1", "authentication", "Authentication failed: Invalid username or password")
     failures.failed("10.0.0.2", "authentication", "from a second address")
     lines = [r.getMessage() for r in caplog.records]
@@ -331,7 +314,9 @@ def test_the_failure_log_is_rate_limited_per_listener_but_names_every_new_addres
     assert all(line.startswith("Failed authentication with 10.0.0.1 on listener SASL_PLAINTEXT") for line in lines[:10])
     assert lines[10] == "Failed authentication with 10.0.0.2 on listener SASL_PLAINTEXT (from a second address)"
     caplog.clear()
-    now[0] = 10.5  # the next window: the count of what was not logged comes first
+    # the next window (no event loop, so no timer ended this one): the count of what was not
+    # logged comes first
+    timers.clock.advance(10_500 - timers.clock.monotonic_ms())
     failures.failed("10.0.0.1", "authentication", "again")
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [
@@ -358,7 +343,7 @@ def test_a_mechanism_that_breaks_on_a_token_fails_the_authentication_not_the_req
     w.security.server = broken  # type: ignore[method-assign]
     w.feed(_guess(w, "x"))
     assert [r.error_code for r in w.responses()] == [0]
-    w.timers.advance(0.1)
+    w.timers.tick(100)
     (failed,) = w.responses()
     assert failed.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
     assert failed.error_message == (

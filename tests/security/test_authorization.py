@@ -55,6 +55,7 @@ def _broker(path: Path, **extra: object) -> BrokerProcess:
             "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
             "super.users": "User:admin",
             "offsets.topic.num.partitions": 1,
+            "group.initial.rebalance.delay.ms": 0,  # a group's first join is not held back 3 s
             **extra,
         },
         log_level="INFO,odradek.authorizer=DEBUG",

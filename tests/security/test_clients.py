@@ -172,8 +172,11 @@ def test_kafka_python_wrong_password(broker: BrokerProcess, pki: Pki, caplog: py
     from kafka.errors import KafkaError
 
     with pytest.raises(KafkaError):
-        KafkaProducer(**_kafka_python_conf(broker, pki, "sasl-plain", password="wrong"), max_block_ms=3000)
-    # kafka-python retries the bootstrap until max_block_ms, logging each refusal with the broker's words
+        KafkaProducer(
+            **_kafka_python_conf(broker, pki, "sasl-plain", password="wrong"), max_block_ms=3000, bootstrap_timeout_ms=3000
+        )
+    # kafka-python retries the bootstrap until bootstrap_timeout_ms (30 s by default), logging each
+    # refusal with the broker's words
     assert "SaslAuthenticationFailedError" in caplog.text and "Invalid username or password" in caplog.text
 
 

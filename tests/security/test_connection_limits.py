@@ -3,15 +3,17 @@ rate - each as Kafka applies it, while connected clients carry on."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import socket
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from odradek.testing import BrokerProcess
+from odradek.testing import BrokerProcess, FakeScheduler, running_broker
 
 TIMEOUT = 30.0
 # ApiVersions v0, correlation id 1, client id "t"
@@ -90,27 +92,58 @@ def test_max_connections_makes_new_clients_wait_until_one_leaves(broker_with) ->
         s.close()
 
 
-def test_the_creation_rate_spreads_a_connect_storm_and_connected_clients_carry_on(broker_with) -> None:  # type: ignore[no-untyped-def]
-    b = broker_with(**{"max.connection.creation.rate": 5})
-    old = _connect(b)
-    assert _answered(old)
-    time.sleep(1.1)  # the rate window is clear
-    t0 = time.monotonic()
-    storm = [_connect(b) for _ in range(16)]
-    for s in storm:
-        s.sendall(API_VERSIONS)
-    # an established client is answered while the storm is still being let in
-    assert _answered(old)
-    served_old = time.monotonic()
-    answers = []
-    for s in storm:
-        s.settimeout(TIMEOUT)
-        assert len(s.recv(4)) == 4
-        answers.append(time.monotonic())
-    # 16 connections at 5 per second take at least 2 s to be let in (a lower bound: load only
-    # makes it longer), and the old client was not held behind them
-    assert answers[-1] - t0 >= 2.0
-    assert served_old <= answers[-1]
-    b.wait_for_log("max.connection.creation.rate reached")
-    for s in [old, *storm]:
-        s.close()
+def test_the_creation_rate_spreads_a_connect_storm_and_connected_clients_carry_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """16 connections at ``max.connection.creation.rate=5`` are let in five a second, on a broker
+    in this process on fake time: each second's worth exactly when the test moves the clock past
+    it, while the connected client is answered throughout."""
+    caplog.set_level(logging.INFO, logger="odradek.connections")
+    fake = FakeScheduler()
+
+    async def answered(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        writer.write(API_VERSIONS)
+        return len(await reader.readexactly(4)) == 4
+
+    async def until(what: str, check: Callable[[], bool]) -> None:
+        for _ in range(2000):  # real time: the broker's own I/O, not its timers
+            if check():
+                return
+            await asyncio.sleep(0.005)
+        raise AssertionError(f"never: {what}")
+
+    async def main() -> None:
+        overrides = {"max.connection.creation.rate": 5}
+        async with running_broker(tmp_path / "data", overrides=overrides, timers=fake) as broker:
+            host, port = broker.bound["PLAINTEXT"]
+            old = await asyncio.open_connection(host, port)
+            assert await asyncio.wait_for(answered(*old), TIMEOUT)
+            # the accept loop takes the next connection's place in the rate before it comes (so
+            # 1 + 5 are let in in the first window); then the rate window is clear
+            await fake.advance(0)
+            await fake.advance(1000)
+            start = fake.clock.monotonic_ms()
+            storm = [await asyncio.open_connection(host, port) for _ in range(16)]
+            answers = [asyncio.ensure_future(answered(*c)) for c in storm]
+            # an established client is answered while the storm is still being let in
+            assert await asyncio.wait_for(answered(*old), TIMEOUT)
+            let_in = []
+            for window, expected in enumerate((6, 11, 16)):
+                await until(f"{expected} of the storm answered", lambda n=expected: sum(a.done() for a in answers) >= n)
+                let_in.append(fake.clock.monotonic_ms() - start)
+                if expected < 16:  # the accept loop waits for the next window (one line each time)
+                    await until("the accept loop waits", lambda n=window: caplog.text.count("rate reached") > n)
+                    assert broker.connection_quotas.by_listener["PLAINTEXT"] == 1 + expected
+                    await fake.advance(999)
+                    assert broker.connection_quotas.by_listener["PLAINTEXT"] == 1 + expected
+                    await fake.advance(1)
+            assert all(a.result() for a in answers)
+            # 16 connections at 5 per second take at least 2 s to be let in (exactly the windows'
+            # worth here), and the old client was not held behind them
+            assert let_in == [0, 1000, 2000]
+            assert let_in[-1] >= 2000
+            assert "max.connection.creation.rate reached" in caplog.text
+            for _reader, writer in [old, *storm]:
+                writer.close()
+
+    asyncio.run(asyncio.wait_for(main(), 120))

@@ -252,7 +252,9 @@ def test_wrong_passwords_from_kafka_python_and_aiokafka(broker: BrokerProcess, c
     bootstrap = broker.bootstrap_of("SASL_PLAINTEXT")
     sasl = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN", "sasl_plain_username": "alice"}
     with pytest.raises(Exception, match="bootstrap"):
-        KafkaProducer(bootstrap_servers=bootstrap, sasl_plain_password="nope", max_block_ms=3000, **sasl)
+        # (kafka-python retries the bootstrap for bootstrap_timeout_ms, 30 s by default)
+        KafkaProducer(bootstrap_servers=bootstrap, sasl_plain_password="nope", max_block_ms=3000,
+                      bootstrap_timeout_ms=3000, **sasl)
     kp = [r.getMessage() for r in caplog.records if r.name.startswith("kafka.")]
     assert any("SaslAuthenticationFailedError" in m and "Invalid username or password" in m for m in kp), kp
     caplog.clear()

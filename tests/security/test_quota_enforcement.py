@@ -48,6 +48,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
             "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
             "quota.window.num": WINDOWS,
             "quota.window.size.seconds": WINDOW_S,
+            "group.initial.rebalance.delay.ms": 0,  # a group's first join is not held back 3 s
         },
     ).start()
     try:

@@ -45,7 +45,7 @@ def _write(data_dir: Path, stop: str) -> None:
     log = manager.get_or_create(TOPIC, 0)
     for i in range(BATCHES):
         log.append(v2_batch(PER_BATCH, ts=TS0 + i, value=b"v" * 40, tag=f"{i}-"), leader_epoch=i // 100)
-    log.high_watermark = log.log_end_offset
+    log.advance_high_watermark(log.log_end_offset)
     assert len(log.segments) >= 6
     if stop == "clean":
         manager.shutdown()

@@ -94,7 +94,7 @@ def test_truncate_inside_a_batch_removes_the_whole_batch(tmp_path: Path) -> None
 def test_truncate_fully_and_start_at(tmp_path: Path) -> None:
     log = _log(tmp_path)
     _fill(log, 30)
-    log.high_watermark = 20
+    log.advance_high_watermark(20)
     log.truncate_fully_and_start_at(1000)
     pdir = tmp_path / "f-0"
     assert base_offsets(pdir) == [1000]

@@ -190,8 +190,8 @@ def test_offset_checkpoints_use_kafkas_text_format(tmp_path: Path) -> None:
     for i in range(5):
         a1.append(v2_batch(3, tag=str(i)))
     a0.maybe_increment_log_start_offset(31)
-    a0.high_watermark = 70
-    a1.high_watermark = 15
+    a0.advance_high_watermark(70)
+    a1.advance_high_watermark(15)
     manager.shutdown()
 
     def rows(name: str) -> dict[tuple[str, int], int]:

@@ -33,7 +33,7 @@ def _txn_batch(pid: int, seq: int, n: int = 2, *, epoch: int = 0, tag: str = "")
 
 
 def _advance(log: Log) -> None:
-    log.high_watermark = log.log_end_offset  # a single replica: everything written is replicated
+    log.advance_high_watermark(log.log_end_offset)  # a single replica: everything written is replicated
 
 
 def _txnindex_entries(path: Path) -> list[tuple[int, int, int, int, int]]:

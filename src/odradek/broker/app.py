@@ -41,7 +41,9 @@ from typing import TYPE_CHECKING
 
 import odradek.broker.handlers  # noqa: F401  (registers the API handlers)
 from odradek._clock import Clock, SystemClock
+from odradek._scheduler import LoopScheduler, Scheduler
 from odradek._timeouts import wait_for
+from odradek.broker import refusals
 from odradek.broker.authentication import SUPPORTED_MECHANISMS, ListenerSecurity
 from odradek.broker.authorizer import authorizer_for
 from odradek.broker.channel import BrokerChannel, ChannelSecurity
@@ -118,14 +120,18 @@ def new_cluster_id() -> str:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, *, clock: Clock | None = None) -> None:
+    def __init__(self, config: BrokerConfig, *, clock: Clock | None = None, timers: Scheduler | None = None) -> None:
+        """``timers``: where the broker's timed rules wait (a FakeScheduler in tests: the broker
+        on fake time); ``clock``: the time they read (by default the scheduler's)."""
         self.config = config
         #: the typed settings (checked here: an invalid one stops the broker before it starts),
         #: replaced whole when a dynamic config changes
         self.settings = LiveSettings(config)
         settings = self.settings.current
         self.broker_id = settings.server.id
-        self.clock = clock or SystemClock()
+        self.clock = clock or (timers.clock if timers is not None else SystemClock())
+        self.timers: Scheduler = timers or LoopScheduler(self.clock)
+        refusals.REFUSALS.timers = self.timers  # the process's refusal log: on its last broker's time
         self.connections: set[KafkaConnection] = set()
         self.max_queued = max(1, settings.socket.queued_max_requests)
         self.stopping = False
@@ -171,13 +177,13 @@ class Broker:
         # what each listener asks of its connections, and its TLS context: configuration errors
         # stop the start before anything is opened
         self._security = {
-            lst.name: ListenerSecurity(settings, lst, self._scram_credential) for lst in self.listeners
+            lst.name: ListenerSecurity(settings, lst, self._scram_credential, self.timers) for lst in self.listeners
         }
         self._tls = {lst.name: server_context(settings, lst.name) for lst in self.listeners if self._security[lst.name].tls}
         _warn_plaintext_beyond_loopback(self.listeners)
         inter = settings.socket.inter_broker_listener_name
         self.connection_quotas = ConnectionQuotas(
-            settings, [lst.name for lst in self.listeners], inter.upper() if inter else None
+            settings, [lst.name for lst in self.listeners], inter.upper() if inter else None, self.timers
         )
         _raise_fd_limit()
         dirs = list(settings.log.directories)
@@ -215,8 +221,8 @@ class Broker:
             )
         else:
             self.replication = LocalReplication(*args)
-        self.scheduler = LogScheduler(self.settings, self.logs, self.replicas.log_dirs, executor, self.clock)
-        ports = CoordinatorPorts(self.clock, self.replicas, self.topics, self.replication, self.scheduler)
+        self.scheduler = LogScheduler(self.settings, self.logs, self.replicas.log_dirs, executor, self.timers)
+        ports = CoordinatorPorts(self.clock, self.replicas, self.topics, self.replication, self.scheduler, self.timers)
         authorizer = authorizer_for(settings.security, backend.image)
         self.groups = GroupCoordinator(settings.groups, ports)
         producer_ids = ProducerIdManager(backend)
@@ -245,6 +251,7 @@ class Broker:
             broker_id=self.broker_id,
             cluster_id=self.cluster_id,
             clock=self.clock,
+            timers=self.timers,
             backend=backend,
             logs=self.logs,
             replicas=self.replicas,
@@ -272,7 +279,8 @@ class Broker:
         # listen first so that port 0 resolves to the real port before it is advertised
         for lst in self.listeners:
             factory = functools.partial(
-                KafkaConnection, self.ports, lst.name, self.connections, self.max_queued, self._security[lst.name]
+                KafkaConnection, self.ports, lst.name, self.connections, self.max_queued, self._security[lst.name],
+                timers=self.timers,
             )
             server = _AcceptLoop(lst.name, factory, self._tls.get(lst.name), self.connection_quotas)
             server.metrics = self.metrics
@@ -322,7 +330,8 @@ class Broker:
             from odradek.broker.controller import Controller
 
             self.controller = Controller(
-                self.broker_id, settings, zk, self.topics.log_config, channel_factory=self._channel_factory
+                self.broker_id, settings, zk, self.topics.log_config, channel_factory=self._channel_factory,
+                timers=self.timers,
             )
             self.services.controller = cluster.controller = self.controller
             self.controller.metrics = self.metrics
@@ -378,7 +387,9 @@ class Broker:
         from odradek.coordination.zookeeper import ZooKeeperBackend
 
         zk_settings = self.settings.current.zookeeper
-        zk = ZooKeeperBackend(str(zk_settings.connect), zk_settings.session_timeout_ms, zk_settings.connection_timeout_ms)
+        zk = ZooKeeperBackend(
+            str(zk_settings.connect), zk_settings.session_timeout_ms, zk_settings.connection_timeout_ms, clock=self.clock
+        )
         existing = next((_read_meta(d).get("cluster.id") for d in dirs if _read_meta(d)), None)
         zk_cluster = await zk.connect(existing)
         if existing is not None and existing != zk_cluster:
@@ -586,11 +597,11 @@ class Broker:
     async def _reap_idle(self) -> None:
         """Close connections idle for ``connections.max.idle.ms`` with nothing in flight."""
         idle_ms = self.settings.current.socket.connections_max_idle_ms
-        limit = idle_ms / 1000
-        interval = max(1000, min(30000, idle_ms // 2)) / 1000
+        limit = idle_ms
+        interval = max(1000, min(30000, idle_ms // 2))
         while True:
-            await asyncio.sleep(interval)
-            now = time.monotonic()
+            await self.timers.sleep(interval)
+            now = self.clock.monotonic_ms()
             for conn in list(self.connections):
                 if now - conn.last_active > limit and conn.conn.in_flight == 0:
                     log.info("closing idle connection from %s", conn.peer)
@@ -855,11 +866,12 @@ def handler_ports(svc: Services, config: BrokerConfig, live: LiveSettings) -> Po
         connection=ConnectionPort(settings, svc.quotas, svc.metrics, svc.replicas.log_dirs),
         produce=ProducePort(
             svc.partitions, svc.replicas, transactions, offload, svc.authorizer, svc.metrics, verify_transactions,
+            svc.timers,
             SchemaValidation(svc.schema_view, offload),
         ),
         fetch=FetchPort(
             svc.broker_id, image_source, svc.partitions, svc.replicas, offload, svc.leader_quota, svc.authorizer,
-            svc.metrics, settings.server, svc.run,
+            svc.metrics, settings.server, svc.run, svc.timers,
         ),
         list_offsets=ListOffsetsPort(svc.partitions),
         metadata=MetadataPort(image_source, svc.backend.metadata_known, svc.topics, svc.authorizer, settings.server),
@@ -869,7 +881,7 @@ def handler_ports(svc: Services, config: BrokerConfig, live: LiveSettings) -> Po
         ),
         admin=AdminPort(
             image_source, svc.topics, svc.partitions, svc.replicas, svc.logs, svc.scheduler, svc.producer_ids,
-            transactions, svc.quotas, configs, lambda: live.current.server,
+            transactions, svc.quotas, configs, lambda: live.current.server, svc.clock,
         ),
         configs=configs,
         acls=AclPort(svc.authorizer, svc.backend),

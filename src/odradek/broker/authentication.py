@@ -25,12 +25,10 @@ listener (:class:`FailureLog`); the first failure of every client address is alw
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import logging
 import os
 import re
-import time
 import urllib.request
 from collections import OrderedDict
 from collections.abc import Callable
@@ -38,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from odradek._scheduler import LoopScheduler, Scheduler
 from odradek.broker.kerberos import GssapiServer, KerberosShortNamer, acceptor_credentials
 from odradek.config import ConfigError, Listener
 from odradek.errors import ErrorCode
@@ -80,10 +79,15 @@ ScramLookup = Callable[[str, str], "ScramCredential | None"]
 class ListenerSecurity:
     """What one listener asks of its connections."""
 
-    def __init__(self, settings: Settings, listener: Listener, scram_lookup: ScramLookup) -> None:
+    def __init__(
+        self, settings: Settings, listener: Listener, scram_lookup: ScramLookup, timers: Scheduler | None = None
+    ) -> None:
         """``settings``: the broker's; this listener's view of them is read (its
-        ``listener.name.<listener>[.<mechanism>].*`` settings over the broker's)."""
+        ``listener.name.<listener>[.<mechanism>].*`` settings over the broker's). ``timers``: the
+        broker's scheduler (the failure log's windows, session lifetimes and token expiries are
+        on its clock)."""
         self.listener = listener.name
+        self.timers: Scheduler = timers or LoopScheduler()
         self.protocol = listener.security_protocol
         self.tls = self.protocol in TLS_PROTOCOLS
         self.sasl = self.protocol in SASL_PROTOCOLS
@@ -94,7 +98,7 @@ class ListenerSecurity:
         self.max_receive_size = mine.sasl.server_max_receive_size
         if self.max_receive_size < 0:
             raise ConfigError(f"listener {listener}: sasl.server.max.receive.size={self.max_receive_size} is negative")
-        self.failures = FailureLog(listener.name)
+        self.failures = FailureLog(listener.name, timers=self.timers)
         self.reauth_ms = mine.security.connections_max_reauth_ms
         self._scram_lookup = scram_lookup
         self.mechanisms: list[str] = []
@@ -130,7 +134,9 @@ class ListenerSecurity:
             self._plain_users = {k[len("user_") :]: v for k, v in options.items() if k.startswith("user_")}
         self._oauth: UnsecuredValidator | JwksValidator | None = None
         if "OAUTHBEARER" in self.mechanisms:
-            self._oauth = _oauth_validator(settings.for_listener(listener.name, "OAUTHBEARER").sasl, listener)
+            self._oauth = _oauth_validator(
+                settings.for_listener(listener.name, "OAUTHBEARER").sasl, listener, self.timers.clock.now_ms
+            )
         self._kerberos: tuple[Any, KerberosShortNamer] | None = None
         if "GSSAPI" in self.mechanisms:
             self._kerberos = _kerberos(settings.for_listener(listener.name, "GSSAPI").sasl, listener)
@@ -199,13 +205,13 @@ class FailureLog:
         lines: int = FAILURE_LINES_PER_WINDOW,
         window_s: float = FAILURE_WINDOW_SECONDS,
         max_hosts: int = FAILURE_HOSTS,
-        clock: Callable[[], float] = time.monotonic,
+        timers: Scheduler | None = None,
     ) -> None:
         self.listener = listener
         self.lines = lines
         self.window_s = window_s
         self.max_hosts = max_hosts
-        self.clock = clock
+        self.timers: Scheduler = timers or LoopScheduler()
         self._hosts: OrderedDict[str, None] = OrderedDict()
         self._start = float("-inf")
         self._logged = 0
@@ -216,7 +222,7 @@ class FailureLog:
     def failed(self, client: str, phase: str, reason: str) -> None:
         """One failed ``phase`` ("authentication", "re-authentication") of ``client``."""
         self.total += 1
-        now = self.clock()
+        now = self.timers.clock.monotonic_ms() / 1000.0
         if now >= self._start + self.window_s:
             self._report()
             self._start = now
@@ -236,10 +242,9 @@ class FailureLog:
         self._suppressed += 1
         if self._suppressed == 1:  # report the count when the window ends, even if no failure follows
             try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
+                self.timers.call_later((self._start + self.window_s - now) * 1000.0, self._expire, self._start)
+            except RuntimeError:  # no event loop: reported with the next failure after the window
                 return
-            loop.call_later(max(0.0, self._start + self.window_s - now), self._expire, self._start)
 
     def _expire(self, start: float) -> None:
         if start == self._start:
@@ -271,7 +276,7 @@ class Session:
         self.mechanism: str | None = None
         self._server: SaslServer | None = None
         self._reauthenticating = False
-        #: when the authenticated session ends (time.monotonic), None: never; and its length as
+        #: when the authenticated session ends (ms of the monotonic clock), None: never; and its length as
         #: told to the client (SaslAuthenticate's session_lifetime_ms)
         self.expires_at: float | None = None
         self.lifetime_ms = 0
@@ -406,9 +411,9 @@ class Session:
             lifetime = sec.reauth_ms
             token_expires = getattr(server, "expires_ms", None)
             if lifetime > 0 and token_expires is not None:  # KIP-368: not beyond the token's life
-                lifetime = max(0, min(lifetime, token_expires - int(time.time() * 1000)))
+                lifetime = max(0, min(lifetime, token_expires - sec.timers.clock.now_ms()))
             self.lifetime_ms = lifetime
-            self.expires_at = time.monotonic() + lifetime / 1000 if lifetime > 0 else None
+            self.expires_at = sec.timers.clock.monotonic_ms() + lifetime if lifetime > 0 else None
             return SaslOutcome(data=reply, completed=True)
         return SaslOutcome(data=reply)
 
@@ -416,15 +421,13 @@ class Session:
         return f"Authentication failed during {phase} due to invalid credentials with SASL mechanism {self.mechanism}"
 
 
-def _wall_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def _oauth_validator(sasl: SaslSettings, listener: Listener) -> UnsecuredValidator | JwksValidator:
-    """The listener's OAUTHBEARER validator (``sasl``: the listener's settings for the mechanism):
-    signed tokens against a JWKS when ``sasl.oauthbearer.jwks.endpoint.url`` is set (a file
-    path, file: or http(s): URL, read at start), else Kafka's unsecured validator with the
-    options of the mechanism's JAAS config."""
+def _oauth_validator(
+    sasl: SaslSettings, listener: Listener, wall_ms: Callable[[], int]
+) -> UnsecuredValidator | JwksValidator:
+    """The listener's OAUTHBEARER validator (``sasl``: the listener's settings for the mechanism;
+    ``wall_ms``: the broker's wall clock): signed tokens against a JWKS when
+    ``sasl.oauthbearer.jwks.endpoint.url`` is set (a file path, file: or http(s): URL, read at
+    start), else Kafka's unsecured validator with the options of the mechanism's JAAS config."""
     url = sasl.oauthbearer_jwks_endpoint_url
     if url:
         text = str(url)
@@ -440,7 +443,7 @@ def _oauth_validator(sasl: SaslSettings, listener: Listener) -> UnsecuredValidat
         if not keys:
             raise ConfigError(f"listener {listener}: the JWKS at {text} has no RSA signing key")
         return JwksValidator(
-            keys, _wall_ms, audience=list(sasl.oauthbearer_expected_audience), issuer=sasl.oauthbearer_expected_issuer,
+            keys, wall_ms, audience=list(sasl.oauthbearer_expected_audience), issuer=sasl.oauthbearer_expected_issuer,
             principal_claim=sasl.oauthbearer_sub_claim_name or "sub",
             scope_claim=sasl.oauthbearer_scope_claim_name or "scope",
             clock_skew_ms=sasl.oauthbearer_clock_skew_seconds * 1000,
@@ -457,7 +460,7 @@ def _oauth_validator(sasl: SaslSettings, listener: Listener) -> UnsecuredValidat
         "set sasl.oauthbearer.jwks.endpoint.url to check signed tokens", listener,
     )
     return UnsecuredValidator(
-        _wall_ms,
+        wall_ms,
         principal_claim=options.get("unsecuredValidatorPrincipalClaimName", "sub"),
         scope_claim=options.get("unsecuredValidatorScopeClaimName", "scope"),
         required_scope=options.get("unsecuredValidatorRequiredScope", "").replace(",", " ").split(),

@@ -21,10 +21,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
+from odradek._scheduler import LoopScheduler, Scheduler
 from odradek.cluster.metadata import MetadataImage
 from odradek.config import ConfigError
 from odradek.security.quota import CONNECTION_CREATION_RATE, DEFAULT, Sensor
@@ -58,10 +58,11 @@ def parse_overrides(text: str | None) -> dict[str, int]:
 
 class ConnectionQuotas:
     def __init__(
-        self, settings: Settings, listeners: list[str], inter_broker: str | None, clock: Callable[[], float] = time.monotonic
+        self, settings: Settings, listeners: list[str], inter_broker: str | None, timers: Scheduler | None = None
     ) -> None:
         """``settings``: the broker's (max.connections and max.connection.creation.rate are read
-        per listener too, as ``listener.name.<listener>.max.connections``)."""
+        per listener too, as ``listener.name.<listener>.max.connections``); ``timers``: the
+        broker's scheduler (the creation-rate windows are on its clock)."""
         socket_settings = settings.socket
         self.per_ip = socket_settings.max_connections_per_ip
         self.overrides: Mapping[str, int] = parse_overrides(socket_settings.max_connections_per_ip_overrides)
@@ -70,7 +71,8 @@ class ConnectionQuotas:
         self.listener_max = {name: settings.for_listener(name).socket.max_connections for name in listeners}
         self.listener_rate = {name: settings.for_listener(name).socket.max_connection_creation_rate for name in listeners}
         self.inter_broker = inter_broker
-        self.clock = clock
+        self.timers: Scheduler = timers or LoopScheduler()
+        self.clock = self.timers.clock
         self.by_ip: dict[str, int] = defaultdict(int)
         self.by_listener: dict[str, int] = defaultdict(int)
         self.total = 0  # broker-wide count (without the inter-broker listener)
@@ -79,8 +81,8 @@ class ConnectionQuotas:
         self._quota_source: Mapping[str, Mapping[str, float]] | None = None
         quotas = settings.quotas
         self._window = (max(2, quotas.quota_window_num), float(quotas.quota_window_size_seconds) * 1000)
-        self._created: dict[str, deque[float]] = defaultdict(deque)
-        self._created_all: deque[float] = deque()
+        self._created: dict[str, deque[int]] = defaultdict(deque)
+        self._created_all: deque[int] = deque()
         self._freed = asyncio.Condition()
 
     def ip_limit(self, ip: str) -> int:
@@ -113,20 +115,21 @@ class ConnectionQuotas:
             limits.append((self._created_all, self.broker_rate))
         warned = False
         while True:
-            now = self.clock()
-            wait = 0.0
+            now = self.clock.monotonic_ms()
+            wait = 0
             for window, rate in limits:
-                while window and window[0] <= now - 1.0:
+                while window and window[0] <= now - 1000:
                     window.popleft()
                 if rate < UNLIMITED and len(window) >= rate:
-                    wait = max(wait, window[0] + 1.0 - now)
+                    wait = max(wait, window[0] + 1000 - now)
             if wait <= 0:
                 break
             if not warned:
                 warned = True
-                log.info("listener %s: max.connection.creation.rate reached, new connections wait %.3f s", listener, wait)
-            await asyncio.sleep(wait)
-        now = self.clock()
+                log.info("listener %s: max.connection.creation.rate reached, new connections wait %.3f s", listener,
+                         wait / 1000)
+            await self.timers.sleep(wait)
+        now = self.clock.monotonic_ms()
         for window, _rate in limits:
             window.append(now)
 
@@ -156,7 +159,7 @@ class ConnectionQuotas:
             if len(self._ip_sensors) > 100_000:
                 self._ip_sensors.clear()
             sensor = self._ip_sensors[ip] = Sensor(*self._window)
-        now = self.clock() * 1000.0
+        now = float(self.clock.monotonic_ms())
         rate = sensor.rate
         if rate.measure(now) >= bound:  # this one would go over: refused, and not counted
             return bound

@@ -400,9 +400,7 @@ class ReplicaFetcher:
                 s.truncating = True
                 return
         s.caught_up = lg.log_end_offset >= r.high_watermark
-        hw = min(r.high_watermark, lg.log_end_offset)
-        if hw > lg.high_watermark:
-            lg.high_watermark = hw
+        lg.advance_high_watermark(r.high_watermark)
         if r.log_start_offset > lg.log_start_offset:
             lg.maybe_increment_log_start_offset(min(r.log_start_offset, lg.high_watermark))
 

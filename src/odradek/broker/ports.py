@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from odradek._clock import Clock
+from odradek._scheduler import Scheduler
 from odradek.broker.authorizer import Authorizer
 from odradek.broker.logdirs import LogDirFailureChannel
 from odradek.broker.offload import OffLoop
@@ -415,6 +417,8 @@ class ProducePort:
     metrics: BrokerMetrics | None
     #: transaction.partition.verification.enable (KIP-890)
     verify_transactions: bool
+    #: the broker's scheduler: where acks=all waits time out
+    timers: Scheduler
     #: broker-side schema validation of the topics that ask for it (None: every such batch refused)
     schemas: SchemaValidation | None = None
 
@@ -433,6 +437,8 @@ class FetchPort:
     #: fetch.max.bytes, fetch.response.max.records, fetch.response.target.bytes (read-only)
     settings: ServerSettings
     run: RunState
+    #: the broker's scheduler: the long poll's deadline and the throttle's clock
+    timers: Scheduler
 
 
 @dataclass(frozen=True, slots=True)
@@ -501,6 +507,8 @@ class AdminPort:
     configs: ConfigsPort
     #: num.partitions, default.replication.factor, max.partitions.per.request (dynamic)
     settings: Callable[[], ServerSettings]
+    #: the broker's clock (the mutation quota's windows)
+    clock: Clock
 
 
 @dataclass(frozen=True, slots=True)

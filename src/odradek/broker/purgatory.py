@@ -18,7 +18,9 @@ import asyncio
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-__all__ = ["Deferred", "DelayedOperation", "Watchable"]
+from odradek._scheduler import LoopScheduler, Scheduler, TimerHandle
+
+__all__ = ["Deferred", "DelayedOperation", "Watchable", "wait_all"]
 
 Done = Callable[[Any, BaseException | None], None]
 
@@ -48,16 +50,17 @@ class Watchable(Protocol):
 
 
 class DelayedOperation(Deferred):
-    """Waits until :meth:`try_complete` says it can answer, :meth:`max_wait_s` passed or
-    :meth:`stopping`; then answers :meth:`response`."""
+    """Waits until :meth:`try_complete` says it can answer, :meth:`max_wait_s` passed (on
+    ``timers``, the broker's scheduler) or :meth:`stopping`; then answers :meth:`response`."""
 
-    __slots__ = ("_deadline", "_done", "_timer", "_waiter")
+    __slots__ = ("_deadline", "_done", "_timer", "_timers", "_waiter")
 
-    def __init__(self) -> None:
+    def __init__(self, timers: Scheduler | None = None) -> None:
         self._done: Done | None = None
         self._waiter: asyncio.Future[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._deadline = 0.0
+        self._timer: TimerHandle | None = None
+        self._timers = timers or _LOOP
+        self._deadline = 0.0  # ms of the scheduler's monotonic clock
 
     # -- what an operation says ----------------------------------------------------------------------
     def watched(self) -> Iterable[tuple[Watchable, bool]]:
@@ -82,8 +85,8 @@ class DelayedOperation(Deferred):
     def start(self, done: Done) -> None:
         self._done = done
         loop = asyncio.get_running_loop()
-        wait = self.max_wait_s()
-        self._deadline = loop.time() + wait
+        wait = self.max_wait_s() * 1000.0
+        self._deadline = self._timers.clock.monotonic_ms() + wait
         if self.stopping():
             waiter: asyncio.Future[None] = loop.create_future()  # answer at once, not from start()
             waiter.add_done_callback(self._woken)
@@ -98,7 +101,7 @@ class DelayedOperation(Deferred):
             p.watch(waiter, follower)
         waiter.add_done_callback(self._woken)
         self._waiter = waiter
-        self._timer = loop.call_later(remaining, _wake, waiter)
+        self._timer = self._timers.call_later(remaining, _wake, waiter)
 
     def _disarm(self) -> None:
         if self._timer is not None:
@@ -116,10 +119,9 @@ class DelayedOperation(Deferred):
         self._disarm()
         try:
             if not self.try_complete():
-                loop = asyncio.get_running_loop()
-                remaining = self._deadline - loop.time()
+                remaining = self._deadline - self._timers.clock.monotonic_ms()
                 if remaining > 0 and not self.stopping():
-                    self._arm(loop, remaining)
+                    self._arm(asyncio.get_running_loop(), remaining)
                     return
             response = self.response()
         except Exception as exc:
@@ -137,6 +139,29 @@ class DelayedOperation(Deferred):
         if self._waiter is not None:
             self._waiter.remove_done_callback(self._woken)
             self._waiter.cancel()
+
+
+async def wait_all(timers: Scheduler, futures: Iterable[asyncio.Future[Any]], timeout_ms: float) -> set[asyncio.Future[Any]]:
+    """Wait until every one of ``futures`` is done or ``timeout_ms`` passed on ``timers`` (the
+    ``acks=all`` produce's wait for the high watermark); returns those not done."""
+    pending = {f for f in futures if not f.done()}
+    if not pending:
+        return set()
+    expired: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    timer = timers.call_later(timeout_ms, _wake, expired)
+    try:
+        while pending and not expired.done():
+            _done, pending = await asyncio.wait({*pending, expired}, return_when=asyncio.FIRST_COMPLETED)
+            pending.discard(expired)
+    finally:
+        timer.cancel()
+        if not expired.done():
+            expired.cancel()
+    return {f for f in pending if not f.done()}
+
+
+#: the scheduler of operations given none (asyncio's timers on the system clock)
+_LOOP = LoopScheduler()
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:

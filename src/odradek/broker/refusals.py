@@ -24,13 +24,12 @@ before the server turns it into an error response.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
-import time
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, Protocol
 
+from odradek._scheduler import LoopScheduler, Scheduler
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey, RequestHeader
 
@@ -133,26 +132,27 @@ class _Window:
 
 
 class RefusalLog:
-    """Rate-limited refusal lines, per (client address, API, error)."""
+    """Rate-limited refusal lines, per (client address, API, error); the windows on ``timers``
+    (the broker's scheduler: the broker sets the process's :data:`REFUSALS` on its own)."""
 
     def __init__(
         self,
         lines_per_window: int = LINES_PER_WINDOW,
         window_seconds: float = WINDOW_SECONDS,
         max_keys: int = MAX_KEYS,
-        clock: Callable[[], float] = time.monotonic,
+        timers: Scheduler | None = None,
     ) -> None:
         self.lines_per_window = lines_per_window
         self.window_seconds = window_seconds
         self.max_keys = max_keys
-        self.clock = clock
+        self.timers: Scheduler = timers or LoopScheduler()
         self._windows: dict[tuple[str, str, int, str], _Window] = {}
 
     def refused(
         self, client_host: str, client_id: str | None, api: str, resource: str, code: int, message: str | None,
         *, principal: str = ANONYMOUS,
     ) -> None:
-        now = self.clock()
+        now = self.timers.clock.monotonic_ms() / 1000.0
         key = (client_host, api, code, principal)
         w = self._windows.get(key)
         if w is not None and now >= w.start + self.window_seconds:
@@ -178,11 +178,9 @@ class RefusalLog:
         if w.suppressed == 1:
             # the count is reported when the window ends, even if no refusal follows
             try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
+                self.timers.call_later((w.start + self.window_seconds - now) * 1000.0, self._expire, key, w)
+            except RuntimeError:  # no event loop: reported with the next refusal after the window
                 return
-            delay = max(0.0, w.start + self.window_seconds - now)
-            loop.call_later(delay, self._expire, key, w)
 
     def _expire(self, key: tuple[str, str, int, str], w: _Window) -> None:
         if self._windows.get(key) is w:

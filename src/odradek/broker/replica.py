@@ -73,10 +73,11 @@ class Partition:
 
     def update_high_watermark(self) -> bool:
         """HW = the smallest log end offset in the ISR; wakes waiters when it moves."""
-        new_hw = isr.high_watermark(self.broker_id, self.log.log_end_offset, self.state.isr, self.follower_leo)
-        if new_hw <= self.log.high_watermark:
+        if not self.log.advance_high_watermark(
+            isr.high_watermark(self.broker_id, self.log.log_end_offset, self.state.isr, self.follower_leo)
+        ):
             return False
-        self.log.high_watermark = new_hw
+        new_hw = self.log.high_watermark
         if self.hw_waiters:
             still = []
             for offset, fut in self.hw_waiters:
@@ -213,7 +214,6 @@ class ReplicaManager:
                     None, exc, f"creating the log of {state.topic}-{state.partition}"
                 ) from exc
             p = Partition(state.topic, state.partition, lg, state, self.broker_id)
-            p.log.high_watermark = min(max(p.log.high_watermark, 0), p.log.log_end_offset)
             self.partitions[key] = p
         else:
             p.log.update_config(cfg)

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from odradek._clock import Clock
+from odradek._scheduler import Scheduler
 from odradek._timeouts import wait_for
 from odradek.broker.logdirs import LogDirFailureChannel, is_io_error
 from odradek.broker.offload import OffLoop
@@ -51,13 +51,15 @@ class LogScheduler:
         logs: LogManager,
         log_dirs: LogDirFailureChannel,
         executor: ThreadPoolExecutor,
-        clock: Clock,
+        timers: Scheduler,
     ) -> None:
+        """``timers``: where the timers wait, and the clock the rules read."""
         self.settings = settings
         self.logs = logs
         self.log_dirs = log_dirs
         self.executor = executor
-        self.clock = clock
+        self.timers = timers
+        self.clock = timers.clock
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self._maintenance = asyncio.Lock()
@@ -74,7 +76,7 @@ class LogScheduler:
 
         async def run() -> None:
             while not self._stopping:
-                await asyncio.sleep(interval_ms / 1000)
+                await self.timers.sleep(interval_ms)
                 try:
                     await fn()
                 except asyncio.CancelledError:

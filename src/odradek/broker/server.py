@@ -37,6 +37,7 @@ from collections.abc import Callable, Coroutine, Generator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from odradek._scheduler import LoopScheduler, Scheduler
 from odradek.broker.authentication import ListenerSecurity, Session
 from odradek.broker.dispatch import HANDLERS, Deferred, RequestContext, supported_versions
 from odradek.broker.logdirs import is_io_error
@@ -132,13 +133,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         security: ListenerSecurity,
         *,
         on_close: Callable[[], None] | None = None,
-        call_later: Callable[..., Any] | None = None,
+        timers: Scheduler | None = None,
     ) -> None:
         """A connection on ``listener``, registered in ``connections`` while open; at most
         ``max_queued`` of its requests wait to be handled (``queued.max.requests``);
-        ``security`` says who it is and what it must do first (TLS, SASL).  ``call_later``
-        (``loop.call_later`` by default; tests give their own clock) schedules the delayed
-        answer of a failed authentication."""
+        ``security`` says who it is and what it must do first (TLS, SASL).  ``timers`` (the
+        broker's; the event loop's by default) schedules the delayed answer of a failed
+        authentication and the end of a quota's mute, on its clock."""
         self.ports = ports
         self.listener = listener
         self.security = security
@@ -158,7 +159,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # before SASL authentication frames are held to sasl.server.max.receive.size
         self._pre_auth = False
         self._limit_receive()
-        self._call_later = call_later
+        self._timers: Scheduler = timers or LoopScheduler()
+        self._clock = self._timers.clock
         # the authentication failed: muted until the delayed answer is sent and the connection closed
         self._auth_failed = False
         self.transport: asyncio.Transport | None = None
@@ -180,7 +182,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._run_scheduled = False
         self.peer = "?"
         self.client_host = "?"
-        self.last_active = time.monotonic()
+        self.last_active = self._clock.monotonic_ms()
         # client quotas: what the request being handled is charged (None: nothing, or no quota
         # configured); a throttled connection is muted (reads and handles nothing) until
         # _mute_until, and a response to an old request version waits in _delayed till then
@@ -218,7 +220,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return self.conn.buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.last_active = time.monotonic()
+        self.last_active = self._clock.monotonic_ms()
         try:
             self.conn.filled(nbytes)
             self._pump()
@@ -593,8 +595,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._later(delay, self._answer_and_close, parts, delay)
 
     def _later(self, delay: float, fn: Callable[..., Any], *args: Any) -> None:
-        call_later = self._call_later or asyncio.get_running_loop().call_later
-        call_later(delay, fn, *args)
+        self._timers.call_later(delay * 1000.0, fn, *args)
 
     def _answer_and_close(self, parts: list[Any] | None, linger: float) -> None:
         if self._closing or self.transport is None:
@@ -676,7 +677,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 "closing connection from %s: unsupported API %s v%s", self.peer, header.api_key, header.api_version
             )
             return None
-        if self.session.expired(time.monotonic()) and header.api_key not in (17, 36):
+        if self.session.expired(self._clock.monotonic_ms()) and header.api_key not in (17, 36):
             log.info(
                 "closing connection from %s on listener %s: its SASL session expired (connections.max.reauth.ms) "
                 "and the client did not re-authenticate", self.peer, self.listener,
@@ -816,7 +817,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._charge = None
         quotas = self._quotas
         assert charge is not None and quotas is not None
-        now = time.monotonic() * 1000.0
+        now = float(self._clock.monotonic_ms())
         user = self.session.principal.name
         client_id = header.client_id or ""
         throttle = 0
@@ -857,20 +858,20 @@ class KafkaConnection(asyncio.BufferedProtocol):
         """Read and handle nothing on this connection for ``ms`` (then write ``delayed``)."""
         if delayed:
             self._delayed.extend(delayed)
-        until = time.monotonic() + ms / 1000.0
+        until = self._clock.monotonic_ms() + ms
         self._mute_until = max(self._mute_until, until)
         if not self._muted:
             self._muted = True
             self._writable.clear()
             self._pause_reading()
-            asyncio.get_running_loop().call_later(ms / 1000.0, self._unmute)
+            self._timers.call_later(ms, self._unmute)
 
     def _unmute(self) -> None:
         if self._closing:
             return
-        remaining = self._mute_until - time.monotonic()
-        if remaining > 0.001:
-            asyncio.get_running_loop().call_later(remaining, self._unmute)
+        remaining = self._mute_until - self._clock.monotonic_ms()
+        if remaining >= 1:
+            self._timers.call_later(remaining, self._unmute)
             return
         self._muted = False
         delayed, self._delayed = self._delayed, []

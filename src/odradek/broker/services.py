@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from odradek._clock import Clock
+from odradek._scheduler import Scheduler
 from odradek.broker.authorizer import Authorizer
 from odradek.broker.coordinators import GroupCoordinator, MarkerWriter, TransactionCoordinator
 from odradek.broker.partitions import PartitionService
@@ -43,6 +44,8 @@ class Services:
     broker_id: int
     cluster_id: str
     clock: Clock
+    #: where timed rules wait (delayed operations, mutes), on ``clock``
+    timers: Scheduler
     backend: MetadataBackend
     logs: LogManager
     replicas: ReplicaManager

@@ -48,6 +48,7 @@ from kazoo.exceptions import (
 )
 from kazoo.retry import KazooRetry
 
+from odradek._clock import Clock, SystemClock
 from odradek._timeouts import wait_for
 from odradek.cluster.controller import LeaderIsr, TopicAssignment, place_replicas
 from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage, PartitionState, TopicInfo
@@ -146,7 +147,8 @@ def loads(raw: bytes | None) -> Any:
     return json.loads(raw) if raw else None
 
 
-def broker_json(broker: BrokerInfo) -> dict[str, Any]:
+def broker_json(broker: BrokerInfo, now_ms: int | None = None) -> dict[str, Any]:
+    """The JSON of ``/brokers/ids/<id>`` (``now_ms``: its timestamp, the system clock's by default)."""
     # "host" and "port" are the PLAINTEXT endpoint's (for 0.8-era readers), null and -1 without
     # one, as Kafka writes them
     plain = next((e for e in broker.endpoints if e.security_protocol == "PLAINTEXT"), None)
@@ -159,7 +161,7 @@ def broker_json(broker: BrokerInfo) -> dict[str, Any]:
         "jmx_port": -1,
         "features": {},
         "host": plain.host if plain is not None else None,
-        "timestamp": str(int(time.time() * 1000)),
+        "timestamp": str(SystemClock().now_ms() if now_ms is None else now_ms),
         "port": plain.port if plain is not None else -1,
         "version": 5,
     }
@@ -396,8 +398,12 @@ class ZooKeeperBackend(MetadataBackend):
 
     hosts_all_partitions = False
 
-    def __init__(self, connect: str, session_timeout_ms: int, connection_timeout_ms: int | None = None) -> None:
+    def __init__(
+        self, connect: str, session_timeout_ms: int, connection_timeout_ms: int | None = None, clock: Clock | None = None
+    ) -> None:
+        """``clock``: the broker's (the registration's timestamp)."""
         super().__init__()
+        self.clock: Clock = clock or SystemClock()
         self.store = ZkStore(connect, session_timeout_ms, connection_timeout_ms)
         self.cluster_id = ""
         self.broker: BrokerInfo | None = None
@@ -481,7 +487,7 @@ class ZooKeeperBackend(MetadataBackend):
             try:
                 # "pid": an extra field (only brokers and tools read /brokers/ids, and Kafka's
                 # parser ignores unknown fields) for `odradek cluster` to find the process
-                await self.store.create(path, {**broker_json(broker), "pid": os.getpid()}, ephemeral=True)
+                await self.store.create(path, {**broker_json(broker, self.clock.now_ms()), "pid": os.getpid()}, ephemeral=True)
                 break
             except NodeExistsError:
                 _, stat = await self.store.get_or_none(path)

@@ -180,7 +180,10 @@ class Log:
         # replaced segment's files stay open until its delayed deletion).
         self._lock = _lock_factory()
         self._dir_dirty = False
-        self.high_watermark = 0
+        # written only through the methods below (advance_high_watermark, the log start offset's
+        # moves, truncation), each keeping Kafka's rule: log start <= HW <= log end
+        self._high_watermark = 0
+        self._log_start_offset = 0
         self.recovered_bytes = 0
         #: flush inline when :meth:`flush_messages_due`; a broker turns this off (``flush_inline``)
         #: and flushes from a worker thread instead, by the same rule
@@ -195,8 +198,9 @@ class Log:
         )
         self._set_segments(loaded.segments)
         self.recovery_point = loaded.recovery_point
-        self.log_start_offset = loaded.log_start_offset
         self.log_end_offset = loaded.log_end_offset
+        self._log_start_offset = loaded.log_start_offset
+        self._high_watermark = loaded.log_start_offset
         self.recovered_bytes = loaded.recovered_bytes
         self._dir_dirty = loaded.dir_dirty
         try:
@@ -605,7 +609,7 @@ class Log:
             old.delete_files()
             segments = list(self._segments[:-1])
             if not segments:  # the log held nothing: it now starts at the new segment
-                self.log_start_offset = max(self.log_start_offset, base_offset)
+                self._raise_log_start(base_offset)
         else:
             segments = list(self._segments)
         try:
@@ -843,6 +847,39 @@ class Log:
         return result[:max_num]
 
     # ------------------------------------------------------------------------------------
+    # high watermark and log start offset: written only here
+
+    @property
+    def high_watermark(self) -> int:
+        """The offset below which records are replicated to the ISR (consumers read up to it).
+        Always between the log start offset and the log end offset; it moves back only when the
+        log is truncated."""
+        return self._high_watermark
+
+    @property
+    def log_start_offset(self) -> int:
+        """The first offset of the log (retention, DeleteRecords and the leader move it forward)."""
+        return self._log_start_offset
+
+    def advance_high_watermark(self, offset: int) -> bool:
+        """Move the high watermark up to ``offset`` (a leader's: the smallest log end offset in
+        the ISR; a follower's: its leader's; at load: the checkpointed one), clamped to the log
+        (never below the log start offset nor above the log end offset) and never backwards
+        (only truncation lowers it).  True when it moved."""
+        new = min(max(offset, self._log_start_offset), self.log_end_offset)
+        if new <= self._high_watermark:
+            return False
+        self._high_watermark = new
+        return True
+
+    def _raise_log_start(self, offset: int) -> None:
+        """The log start offset moves up to ``offset`` (under the lock); a high watermark below
+        it follows (Kafka's rule: nothing below the log start is readable)."""
+        self._log_start_offset = offset
+        if self._high_watermark < offset:
+            self._high_watermark = min(offset, self.log_end_offset)
+
+    # ------------------------------------------------------------------------------------
     # retention and log start offset
 
     def maybe_increment_log_start_offset(self, offset: int) -> bool:
@@ -851,9 +888,9 @@ class Log:
         if offset > self.log_end_offset:
             raise OffsetOutOfRangeError(f"log start offset {offset} is beyond the log end {self.log_end_offset}")
         with self._lock:
-            if offset <= self.log_start_offset:
+            if offset <= self._log_start_offset:
                 return False
-            self.log_start_offset = offset
+            self._raise_log_start(offset)
             self.epochs.truncate_from_start(offset)
         return True
 
@@ -889,8 +926,8 @@ class Log:
             # the start offset moves before the segments leave the list: a concurrent reader never
             # passes the range check for an offset its snapshot no longer holds
             new_start = self._segments[len(doomed)].base_offset
-            if new_start > self.log_start_offset:
-                self.log_start_offset = new_start
+            if new_start > self._log_start_offset:
+                self._raise_log_start(new_start)
                 self.epochs.truncate_from_start(new_start)
             self._remove_segments(doomed)
         self.delete_pending()
@@ -977,8 +1014,9 @@ class Log:
         last.truncate_to(offset)
         self.log_end_offset = last.next_offset
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
-        self.high_watermark = min(self.high_watermark, self.log_end_offset)
-        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+        # truncation is the one move of the HW (and the log start) downwards
+        self._high_watermark = min(self._high_watermark, self.log_end_offset)
+        self._log_start_offset = min(self._log_start_offset, self.log_end_offset)
         self.epochs.truncate_from_end(self.log_end_offset)
         self._load_producer_state()
         return True
@@ -996,9 +1034,9 @@ class Log:
         self._set_segments([LogSegment(self.directory, offset, self.config, self.files, now_ms=now, active=True)])
         self.files.sync_dir(self.directory)  # the old segments must not come back after a power cut
         self.log_end_offset = offset
-        self.log_start_offset = offset
+        self._log_start_offset = offset
         self.recovery_point = offset
-        self.high_watermark = offset
+        self._high_watermark = offset
         self.epochs.clear()
         self.producers.clear()
 

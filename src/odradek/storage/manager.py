@@ -238,7 +238,7 @@ class LogManager:
                 flush_inline=self.flush_inline,
                 cleaned_to=self.cleaner_offsets.get(parse_partition_dir(child.name) or ("", -1), 0),
             )
-            log.high_watermark = min(hw, log.log_end_offset)
+            log.advance_high_watermark(hw)
             return d, log
 
         total = len(jobs)

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import pytest
 
 from odradek._clock import FakeClock
+from odradek._scheduler import FakeScheduler
 from odradek.broker.coordinators.runtime import (
     CoordinatorPorts,
     CoordinatorRecord,
@@ -403,13 +404,13 @@ def test_a_view_on_every_replica_follows_the_high_watermark(tmp_path: Path) -> N
             b = BatchBuilder()
             b.append(1, key, b"v" + key[1:])
             p.log.append(bytearray(b.build()), leader_epoch=1)  # as the replica fetcher appends
-        p.log.high_watermark = 1  # the leader's high watermark: only k1 is committed
+        p.log.advance_high_watermark(1)  # the leader's high watermark: only k1 is committed
         runtime.start()
         await _until(lambda: 0 in runtime.loaded(), "the view loaded on a follower")
         shard = runtime.shard_at(0)
         assert shard is not None and shard.values == {b"k1": b"v1"}
         assert _code(lambda: runtime.shard(_key_in(runtime, 0), "key")) is ErrorCode.NOT_COORDINATOR  # no writes here
-        p.log.high_watermark = 2
+        p.log.advance_high_watermark(2)
         assert runtime.catch_up(0) == 1 and shard.values == {b"k1": b"v1", b"k2": b"v2"}
         assert runtime.catch_up(0) == 0
         await runtime.stop()
@@ -464,3 +465,46 @@ def test_timers_run_on_the_runtimes_clock(tmp_path: Path, caplog: pytest.LogCapt
     with caplog.at_level(logging.ERROR, "odradek.broker.coordinators.runtime"):
         run(scenario)
     assert any(f"the job timer of {TOPIC} failed" in r.getMessage() for r in caplog.records)
+
+
+def test_timers_wait_on_the_brokers_scheduler(tmp_path: Path) -> None:
+    """On a FakeScheduler the timers' own tasks run them as the test moves the time: periodic
+    jobs every interval, a deadline job at its deadline (woken when it is set), nothing early."""
+
+    async def scenario() -> None:
+        fake = FakeScheduler()
+        rm = ReplicaManager(ME, LogManager([tmp_path / "a"]), lambda _t: LogConfig.from_dict({}))
+        ports = CoordinatorPorts(fake.clock, rm, Topics(True), Replication(), timers=fake)  # type: ignore[arg-type]
+        topic = CoordinatorTopic(TOPIC, PARTITIONS, Replication().replication_factor)
+        runtime = CoordinatorRuntime(topic, KV, ports)
+        periodic: list[int] = []
+        fired: list[int] = []
+        due: list[int | None] = [None]
+
+        async def every() -> None:
+            periodic.append(fake.clock.monotonic_ms())
+
+        async def fire(now: int) -> None:
+            fired.append(now)
+            due[0] = None
+
+        runtime.every("job", 1000, every)
+        runtime.deadline("deadline", lambda: due[0], fire)
+        runtime.start()
+        await fake.advance(999)
+        assert periodic == []
+        await fake.advance(1)
+        assert periodic == [1000]
+        await fake.advance(2000)
+        assert periodic == [1000, 2000, 3000]
+        due[0] = fake.clock.now_ms() + 500
+        runtime.wake()
+        await fake.advance(499)
+        assert fired == []
+        await fake.advance(1)
+        assert fired == [fake.clock.now_ms()]
+        await fake.advance(60_000)  # nothing due: the deadline timer sleeps until woken
+        assert len(fired) == 1 and len(periodic) == 63
+        await runtime.stop()
+
+    run(scenario)

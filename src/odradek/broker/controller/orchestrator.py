@@ -26,10 +26,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from odradek._scheduler import LoopScheduler, Scheduler
 from odradek.broker.channel import BrokerChannel
 from odradek.broker.controller.channel import BrokerQueue, ControllerChannels
 from odradek.broker.controller.deletion import TopicDeletion
@@ -90,11 +90,14 @@ class Controller:
         topic_config: Callable[[str], LogConfig],
         *,
         channel_factory: Callable[..., BrokerChannel] = BrokerChannel,
+        timers: Scheduler | None = None,
     ) -> None:
         """``channel_factory(host, port, client_id=, timeout=)`` opens the connection a broker's
         requests go over (a :class:`~odradek.broker.channel.BrokerChannel`); ``settings``: the
-        broker's (the controller's read-only ones: fixed at start-up)."""
+        broker's (the controller's read-only ones: fixed at start-up); ``timers``: the broker's
+        scheduler (the preferred-replica timer, and the clock of the times it writes)."""
         self.settings = settings.replication
+        self.timers: Scheduler = timers or LoopScheduler()
         self.backend = backend
         self.store = backend.store
         self.inter_broker_listener = settings.socket.inter_broker_listener_name or None
@@ -202,7 +205,7 @@ class Controller:
         try:
             await self.store.create(
                 "/controller",
-                {"version": 1, "brokerid": self.id, "timestamp": str(int(time.time() * 1000))},
+                {"version": 1, "brokerid": self.id, "timestamp": str(self.timers.clock.now_ms())},
                 ephemeral=True,
             )
         except NodeExistsError:
@@ -440,7 +443,7 @@ class Controller:
         settings = self.settings
         interval = max(1.0, float(settings.leader_imbalance_check_interval_seconds))
         while True:
-            await asyncio.sleep(interval)
+            await self.timers.sleep(interval * 1000.0)
             if self.active and settings.auto_leader_rebalance_enable:
                 self.put(self._auto_rebalance)
 

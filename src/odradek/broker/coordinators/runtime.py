@@ -27,8 +27,9 @@ so that a coordinator supplies only its record handling and its state machine (a
   or found so on a request) is unloaded: another broker must take it over (a full dir, which
   Odradek keeps apart from a failed one, keeps its partitions: reads go on and writes resume
   once space is freed);
-* **timers**: periodic jobs and deadline-driven ones on the runtime's :class:`~odradek._clock.Clock`,
-  so that tests move time by hand (:meth:`~CoordinatorRuntime.run_due`).
+* **timers**: periodic jobs and deadline-driven ones on the broker's
+  :class:`~odradek._scheduler.Scheduler` and its clock, so that tests move time by hand (a
+  :class:`~odradek._scheduler.FakeScheduler`'s ``advance``, or :meth:`~CoordinatorRuntime.run_due`).
 
 Nothing here knows a record format or a state machine: a new coordinator is a shard class and a
 :class:`CoordinatorTopic`, with its topic's configs in the broker's internal-topic table.  The
@@ -58,6 +59,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, Literal, NamedTuple, Protocol, TypeVar
 
+from odradek._scheduler import LoopScheduler, Scheduler
 from odradek._timeouts import wait_for
 from odradek.broker.logdirs import is_io_error
 from odradek.cluster.assignment import partition_for
@@ -74,7 +76,6 @@ if TYPE_CHECKING:
     from odradek.cluster.metadata import MetadataImage
 
 __all__ = [
-    "MAX_TIMER_WAIT_S",
     "CoordinatorPorts",
     "CoordinatorRecord",
     "CoordinatorRuntime",
@@ -85,9 +86,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: the longest a timer sleeps before it looks at the clock again (a deadline brought forward
-#: without :meth:`CoordinatorRuntime.wake`, a wall clock that jumps)
-MAX_TIMER_WAIT_S = 1.0
+#: how soon a timer whose deadline could not be computed looks again
+_RETRY_MS = 1000
 #: how much of the log one read gets while a partition loads
 LOAD_READ_BYTES = 1 << 20
 
@@ -175,6 +175,8 @@ class CoordinatorPorts:
     replication: Replication
     #: the log scheduler's I/O executor (:meth:`CoordinatorRuntime.delete_records_before`)
     scheduler: LogScheduler | None = None
+    #: where the timers wait (None: asyncio's timers, on ``clock``)
+    timers: Scheduler | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +209,7 @@ class CoordinatorRuntime(Generic[S]):
         self.topic = topic
         self.new_shard = new_shard
         self.clock = ports.clock
+        self.timers: Scheduler = ports.timers if ports.timers is not None else LoopScheduler(ports.clock)
         self.replicas = ports.replicas
         self.topics = ports.topics
         self.replication = ports.replication
@@ -530,13 +533,17 @@ class CoordinatorRuntime(Generic[S]):
         for t in self._timers:
             await self._fire_if_due(t)
 
-    def _wait_s(self, t: _Timer) -> float:
-        if t.due is not None:
-            due = t.due()
-            if due is None:
-                return MAX_TIMER_WAIT_S
-            return max(0.0, min(MAX_TIMER_WAIT_S, (due - self.clock.now_ms()) / 1000))
-        return max(0.0, min(MAX_TIMER_WAIT_S, (t.next_at - self.clock.monotonic_ms()) / 1000))
+    def _wait_ms(self, t: _Timer) -> int | None:
+        """How long the timer may sleep (None: until woken).  A wall-clock deadline is looked at
+        again every ``wall_recheck_ms`` of the scheduler (a real wall clock may jump)."""
+        if t.due is None:
+            return max(0, t.next_at - self.clock.monotonic_ms())
+        recheck = self.timers.wall_recheck_ms
+        due = t.due()
+        if due is None:
+            return recheck
+        wait = max(0, due - self.clock.now_ms())
+        return wait if recheck is None else min(wait, recheck)
 
     async def _fire_if_due(self, t: _Timer) -> None:
         async with t.running:
@@ -561,12 +568,12 @@ class CoordinatorRuntime(Generic[S]):
             t.wake.clear()
             await self._fire_if_due(t)
             try:
-                wait = self._wait_s(t)
+                wait = self._wait_ms(t)
             except Exception:  # a deadline that cannot be computed: logged, looked at again soon
                 log.exception("the %s timer of %s failed", t.name, self.topic.name)
-                wait = MAX_TIMER_WAIT_S
+                wait = _RETRY_MS
             with contextlib.suppress(TimeoutError):
-                await wait_for(t.wake.wait(), wait)
+                await self.timers.wait_for(t.wake.wait(), wait)
 
 
 def _is_commit(batch: Batch) -> bool:

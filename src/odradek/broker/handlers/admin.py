@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 import uuid
 
 from odradek.broker.dispatch import RequestContext, handles
@@ -50,6 +49,7 @@ class _Mutations:
     def __init__(self, ctx: RequestContext, strict_from: int) -> None:
         quotas = ctx.ports.admin.quotas
         self.quotas = quotas if quotas is not None and quotas.mutation.index else None
+        self.clock = ctx.ports.admin.clock
         self.user = ctx.session.principal.name
         self.client_id = ctx.header.client_id or ""
         self.strict = ctx.version >= strict_from
@@ -60,7 +60,7 @@ class _Mutations:
         q = self.quotas
         if q is None or not self.strict:
             return
-        over = q.over(q.mutation, self.user, self.client_id, time.monotonic() * 1000.0)
+        over = q.over(q.mutation, self.user, self.client_id, float(self.clock.monotonic_ms()))
         if over:
             self.throttle_ms = max(self.throttle_ms, over)
             raise KafkaError(ErrorCode.THROTTLING_QUOTA_EXCEEDED, "The throttling quota has been exceeded.")
@@ -69,7 +69,7 @@ class _Mutations:
         q = self.quotas
         if q is None or partitions <= 0:
             return
-        throttle = q.record(q.mutation, self.user, self.client_id, float(partitions), time.monotonic() * 1000.0)
+        throttle = q.record(q.mutation, self.user, self.client_id, float(partitions), float(self.clock.monotonic_ms()))
         self.throttle_ms = max(self.throttle_ms, throttle)
 
 

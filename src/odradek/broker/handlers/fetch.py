@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
@@ -124,7 +123,7 @@ class _Fetch(DelayedOperation):
     )
     def __init__(self, port: FetchPort, version: int, request: FetchRequest, auth: RequestContext | None) -> None:
         """``auth``: the request's context when an authorizer decides what it may read."""
-        super().__init__()
+        super().__init__(port.timers)
         self.port = port
         self.version = version
         self.request = request
@@ -228,7 +227,7 @@ class _Fetch(DelayedOperation):
         if throttled:
             quota = self.port.leader_quota
             assert quota is not None
-            if quota.exceeded(time.monotonic() * 1000.0):  # over the rate: no data for them this time
+            if quota.exceeded(float(self.port.timers.clock.monotonic_ms())):  # over the rate: no data for them this time
                 hold = {id(slot) for slot in throttled}
         for slot, p in self.served:
             pr = slot.response
@@ -372,7 +371,7 @@ class _Fetch(DelayedOperation):
                     sent += len(records)
                 elif records is not None:
                     sent += int(getattr(records, "length", 0))
-            quota.record(sent, time.monotonic() * 1000.0)
+            quota.record(sent, float(self.port.timers.clock.monotonic_ms()))
         metrics = self.port.metrics
         if metrics is not None:
             self._count(metrics)

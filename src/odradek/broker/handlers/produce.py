@@ -29,6 +29,7 @@ from odradek.broker.compat import CODECS, prepare_append
 from odradek.broker.dispatch import RequestContext, handles
 from odradek.broker.offload import Spool
 from odradek.broker.ports import AppendInfo, InvalidRecordError, Partition, ProducePort
+from odradek.broker.purgatory import wait_all
 from odradek.broker.refusals import produce_refused
 from odradek.broker.schema_validation import SchemaValidation
 from odradek.errors import ErrorCode, KafkaError
@@ -381,9 +382,7 @@ async def _after_append(
             # partition's batches are not known to be durable
             _fail_partition(response, p, exc)
     if pending:
-        timeout = max(request.timeout_ms, 0) / 1000
-        futures = [f for _r, f, _p in pending]
-        _done, not_done = await asyncio.wait(futures, timeout=timeout)
+        not_done = await wait_all(port.timers, [f for _r, f, _p in pending], max(request.timeout_ms, 0))
         for resp, fut, p in pending:
             if fut in not_done:
                 fut.cancel()
