@@ -24,7 +24,8 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from odradek.client import Consumer, Producer
+from odradek.client import AsyncConsumer, AsyncProducer, Consumer, Producer
+from odradek.client._config import ClientConfigError
 from odradek.client.serde import (
     AsyncAvroDeserializer,
     AsyncAvroSerializer,
@@ -305,6 +306,59 @@ def test_the_asyncio_api(url: str, confluent: ConfluentRegistry) -> None:
             await reader.deserialize(topic, b"\x00\x7f\xff\xff\xf0{}")
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_asyncio_serializers_in_asyncproducer_and_asyncconsumer(registry_broker: BrokerProcess, url: str,
+                                                                confluent: ConfluentRegistry) -> None:
+    """AsyncProducer awaits an asyncio serializer given as value.serializer; AsyncConsumer an
+    asyncio deserializer; a record that does not deserialize is not skipped: the records before
+    it come, then its error, with the position back at it, until the application seeks past."""
+    topic = topic_name("aio")
+    bs = registry_broker.bootstrap
+
+    async def main() -> None:
+        client = AsyncSchemaRegistryClient(url)
+        producer = AsyncProducer(bootstrap_servers=bs, key_serializer=AsyncAvroSerializer(client, '"string"', is_key=True),
+                                 value_serializer=AsyncAvroSerializer(client, json.dumps(V1)))
+        await producer.start()
+        try:
+            await (await producer.send(topic, {"id": "a", "qty": 1}, key="k1"))
+        finally:
+            await producer.close()
+        # an unframed value, then a good one, written by a plain producer
+        plain = AsyncProducer(bootstrap_servers=bs)
+        await plain.start()
+        try:
+            await (await plain.send(topic, b"not framed"))
+            theirs = CAvroSerializer(confluent, json.dumps(V1))({"id": "c", "qty": 3}, ctx(topic))
+            await (await plain.send(topic, theirs))
+        finally:
+            await plain.close()
+        got: list[Any] = []
+        async with AsyncConsumer(bootstrap_servers=bs, group_id=f"g-{uuid.uuid4().hex[:8]}",
+                                 auto_offset_reset="earliest", enable_auto_commit=False,
+                                 key_deserializer=AsyncAvroDeserializer(client, is_key=True),
+                                 value_deserializer=AsyncAvroDeserializer(client)) as consumer:
+            consumer.subscribe([topic])
+            deadline = time.monotonic() + 30
+            error: BaseException | None = None
+            while time.monotonic() < deadline and len(got) < 2:
+                try:
+                    got.extend(await consumer.poll(0.5))
+                except SerializationError as exc:
+                    error = exc
+                    assert await consumer.position((topic, 0)) == 1
+                    consumer.seek((topic, 0), 2)
+            assert error is not None and "offset 1" in "".join(getattr(error, "__notes__", []))
+        assert [(r.offset, r.key, r.value) for r in got] == [(0, "k1", {"id": "a", "qty": 1}),
+                                                              (2, None, {"id": "c", "qty": 3})]
+
+    asyncio.run(asyncio.wait_for(main(), 90))
+
+
+def test_blocking_producer_refuses_an_asyncio_serializer(url: str) -> None:
+    with pytest.raises(ClientConfigError):
+        Producer(bootstrap_servers="127.0.0.1:1", value_serializer=AsyncAvroSerializer(url, json.dumps(V1)))
 
 
 # -- malformed frames ---------------------------------------------------------------------------

@@ -20,12 +20,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import inspect
 import logging
 import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from odradek.client._config import CONSUMER_DEFAULTS, ClientConfigError, merge_config
@@ -69,6 +70,11 @@ class ConsumerRebalanceListener(Protocol):
     def on_partitions_assigned(self, partitions: list[TopicPartition]) -> Any: ...
 
 
+def _async_deserializer(d: Any) -> Callable[[str, bytes], Awaitable[Any]] | None:
+    method = getattr(d, "deserialize", None)
+    return method if inspect.iscoroutinefunction(method) else None
+
+
 class AsyncConsumer:
     """The asyncio group consumer (``await consumer.poll(1.0)``)."""
 
@@ -84,6 +90,13 @@ class AsyncConsumer:
         self.auto_commit_interval = int(cfg["auto.commit.interval.ms"]) / 1000
         self.timeout_ms = int(cfg["default.api.timeout.ms"])
         self.exclude_internal = bool(cfg["exclude.internal.topics"])
+        #: asyncio deserializers (``async def deserialize(topic, data)``, such as odradek.client.serde's
+        #: Async* classes) are awaited by poll(); the fetcher decodes with the blocking ones only
+        self._async_kd = _async_deserializer(cfg["key.deserializer"])
+        self._async_vd = _async_deserializer(cfg["value.deserializer"])
+        if self._async_kd is not None or self._async_vd is not None:
+            cfg = {**cfg, "key.deserializer": None if self._async_kd else cfg["key.deserializer"],
+                   "value.deserializer": None if self._async_vd else cfg["value.deserializer"]}
         self.fetcher = AsyncSimpleConsumer(cfg)
         self.cluster = self.fetcher._cluster
         self.group: GroupMembership | None = None
@@ -288,13 +301,41 @@ class AsyncConsumer:
         self._hold_rejoin = False
         self._in_poll.set()
         try:
-            return await self._poll(limit, deadline)
+            records = await self._poll(limit, deadline)
+            if records and (self._async_kd is not None or self._async_vd is not None):
+                records = await self._deserialize(records)
+            return records
         except Exception:
             if self.closed:
                 return []  # closed from another thread while this poll was under way
             raise
         finally:
             self._in_poll.clear()
+
+    async def _deserialize(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
+        """The asyncio deserializers over a poll's records.  A record that does not deserialize is
+        not consumed: the positions go back to it (and to the records after it), the records
+        before it are returned, and the next poll raises its error (as Kafka's consumer does with
+        a RecordDeserializationException) until the application seeks past it."""
+        kd, vd = self._async_kd, self._async_vd
+        out: list[ConsumerRecord] = []
+        for i, r in enumerate(records):
+            try:
+                key = r.key if kd is None or r.key is None else await kd(r.topic, r.key)
+                value = r.value if vd is None or r.value is None else await vd(r.topic, r.value)
+            except Exception as exc:
+                back: dict[TopicPartition, int] = {}
+                for rest in records[i:]:
+                    back.setdefault((rest.topic, rest.partition), rest.offset)
+                for tp, offset in back.items():
+                    self.seek(tp, offset)
+                if out:
+                    return out
+                exc.add_note(f"record {r.topic}-{r.partition} at offset {r.offset} did not deserialize; "
+                             "the consumer's position is back at it")
+                raise
+            out.append(r._replace(key=key, value=value))
+        return out
 
     async def _poll(self, limit: int, deadline: float) -> list[ConsumerRecord]:
         while True:
