@@ -16,9 +16,12 @@ Blocking (for :class:`odradek.client.Producer` / :class:`~odradek.client.Consume
                         value_deserializer=AvroDeserializer(registry, reader_schema_str))
 
 asyncio: the ``Async*`` classes over an :class:`AsyncSchemaRegistryClient` have
-``await serialize(topic, value)`` / ``await deserialize(topic, data)``; call them around
-:class:`~odradek.client.AsyncProducer` and :class:`~odradek.client.AsyncConsumer` (which take
-bytes)::
+``await serialize(topic, value)`` / ``await deserialize(topic, data)``.
+:class:`~odradek.client.AsyncProducer` awaits them when they are its ``key.serializer`` /
+``value.serializer``, :class:`~odradek.client.AsyncConsumer` (and the blocking
+:class:`~odradek.client.Consumer`, on its own loop) when they are its deserializers; a record
+that does not deserialize is not consumed (the records before it are returned, then its error is
+raised with the position back at it).  They can also be called directly::
 
     await producer.send(topic, await serializer.serialize(topic, order))
 
