@@ -402,3 +402,34 @@ def test_malformed_frames_raise_serialization_error(known: tuple[SchemaRegistryC
             assert isinstance(exc, OdradekError) and str(exc)
         # a garbage payload may still decode (Avro and Protobuf have no checksum); anything else
         # than SerializationError fails the test
+
+
+# -- the wire format without a registry ------------------------------------------------------------
+
+
+@given(st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=8))
+def test_message_indexes_as_confluent_writes_them(indexes: list[int]) -> None:
+    import io
+
+    from odradek.client.serde._wire import decode_message_indexes, encode_message_indexes
+
+    theirs = io.BytesIO()
+    CProtobufSerializer._encode_varints(theirs, indexes)
+    assert encode_message_indexes(indexes) == theirs.getvalue()
+    assert decode_message_indexes(theirs.getvalue(), 0) == (indexes, len(theirs.getvalue()))
+
+
+@given(st.binary(max_size=64))
+def test_message_index_reader_takes_any_bytes(data: bytes) -> None:
+    from odradek.client.serde._wire import decode_message_indexes, read_header
+
+    try:
+        indexes, pos = decode_message_indexes(data, 0)
+    except SerializationError:
+        pass
+    else:
+        assert 0 < pos <= len(data) and indexes and all(i >= 0 for i in indexes)
+    try:
+        read_header(data)
+    except SerializationError as exc:
+        assert len(data) < 5 or data[0] != 0, exc
