@@ -11,6 +11,7 @@ import uuid
 from typing import Any
 
 import pytest
+from confluent_kafka.schema_registry import Schema as CSchema
 from confluent_kafka.schema_registry import SchemaRegistryClient as ConfluentRegistry
 from confluent_kafka.schema_registry import record_subject_name_strategy, topic_record_subject_name_strategy
 from confluent_kafka.schema_registry.avro import AvroDeserializer as CAvroDeserializer
@@ -433,3 +434,31 @@ def test_message_index_reader_takes_any_bytes(data: bytes) -> None:
         read_header(data)
     except SerializationError as exc:
         assert len(data) < 5 or data[0] != 0, exc
+
+
+def test_latest_version_is_asked_again_after_its_ttl(registry: SchemaRegistryClient,
+                                                     confluent: ConfluentRegistry) -> None:
+    from odradek._clock import FakeClock
+
+    topic = topic_name()
+    clock = FakeClock()
+    CAvroSerializer(confluent, json.dumps(V1))({"id": "a", "qty": 1}, ctx(topic))
+    conf = {"use.latest.version": True, "auto.register.schemas": False, "latest.cache.ttl.secs": 60}
+    ser = AvroSerializer(registry, None, conf, clock=clock)
+    forever = AvroSerializer(registry, None, {"use.latest.version": True, "auto.register.schemas": False})
+    record = {"id": "b", "qty": 2, "note": "n", "tags": []}
+    v1_id = int.from_bytes((ser.serialize(topic, {"id": "a", "qty": 1}) or b"")[1:5], "big")
+    assert forever.serialize(topic, {"id": "a", "qty": 1}) is not None
+    old = CAvroSerializer(confluent, json.dumps(V1))({"id": "a", "qty": 1}, ctx(topic))
+    reader = AvroDeserializer(registry, conf={"use.latest.version": True, "latest.cache.ttl.secs": 60}, clock=clock)
+    assert reader.deserialize(topic, old) == {"id": "a", "qty": 1}
+    v2_id = confluent.register_schema(f"{topic}-value", CSchema(json.dumps(V2), "AVRO"))
+    clock.advance(59_000)
+    assert int.from_bytes((ser.serialize(topic, {"id": "a", "qty": 1}) or b"")[1:5], "big") == v1_id
+    assert reader.deserialize(topic, old) == {"id": "a", "qty": 1}
+    clock.advance(1_000)
+    # the TTL is over: the latest version (v2) is asked for and used, to write and as the reader
+    assert int.from_bytes((ser.serialize(topic, record) or b"")[1:5], "big") == v2_id
+    assert reader.deserialize(topic, old) == {"id": "a", "qty": 1, "note": "none", "tags": []}
+    # without a TTL, the first answer stays
+    assert int.from_bytes((forever.serialize(topic, {"id": "a", "qty": 1}) or b"")[1:5], "big") == v1_id

@@ -15,6 +15,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from odradek._clock import Clock, SystemClock
 from odradek.client._config import ClientConfigError
 from odradek.client.serde._registry import (
     AsyncSchemaRegistryClient,
@@ -52,8 +53,32 @@ __all__ = [
 ]
 
 _SERIALIZER_CONF = {"auto.register.schemas": True, "normalize.schemas": False, "use.latest.version": False,
-                    "use.schema.id": None, "subject.name.strategy": topic_name_strategy}
-_DESERIALIZER_CONF = {"use.latest.version": False, "subject.name.strategy": topic_name_strategy}
+                    "use.schema.id": None, "subject.name.strategy": topic_name_strategy,
+                    "latest.cache.ttl.secs": -1}
+_DESERIALIZER_CONF = {"use.latest.version": False, "subject.name.strategy": topic_name_strategy,
+                      "latest.cache.ttl.secs": -1}
+
+
+class _Expiry:
+    """``latest.cache.ttl.secs``: how long a subject's latest version, once asked, is used (-1:
+    for the life of the serializer, Confluent's default)."""
+
+    def __init__(self, conf: Mapping[str, Any], clock: Clock | None) -> None:
+        ttl = conf["latest.cache.ttl.secs"]
+        if not isinstance(ttl, (int, float)) or isinstance(ttl, bool):
+            raise ClientConfigError(f"latest.cache.ttl.secs must be a number, not {ttl!r}")
+        #: whether cached states expire at all (only the latest version's do)
+        self.active = bool(conf["use.latest.version"]) and ttl >= 0
+        self._ttl_ms = int(ttl * 1000)
+        self._clock = clock or SystemClock()
+        self._until: dict[Any, int] = {}
+
+    def start(self, key: Any) -> None:
+        if self.active:
+            self._until[key] = self._clock.monotonic_ms() + self._ttl_ms
+
+    def expired(self, key: Any) -> bool:
+        return self._clock.monotonic_ms() >= self._until.get(key, 0)
 
 
 def _conf(given: Mapping[str, Any] | None, defaults: Mapping[str, Any], what: str) -> dict[str, Any]:
@@ -88,13 +113,15 @@ class _SerializerBase:
     _schema_type = "AVRO"
     _extra_conf: Mapping[str, Any] = {}
 
-    def __init__(self, client: _Registry, conf: Mapping[str, Any] | None, is_key: bool) -> None:
+    def __init__(self, client: _Registry, conf: Mapping[str, Any] | None, is_key: bool,
+                 clock: Clock | None = None) -> None:
         self._client = client
         self._conf = _conf(conf, {**_SERIALIZER_CONF, **self._extra_conf}, type(self).__name__)
         self._strategy: SubjectNameStrategy = self._conf["subject.name.strategy"]
         self.is_key = is_key
         #: topic -> (header, writer): what the first record of a topic resolved
         self._states: dict[str, tuple[bytes, Any]] = {}
+        self._expiry = _Expiry(self._conf, clock)
 
     @property
     def record_name(self) -> str | None:
@@ -143,6 +170,7 @@ class _SerializerBase:
             raise _registry_error(exc, f"finding the schema of subject {subject!r}") from exc
         state = (frame_header(sid) + self._header_extra(), writer)
         self._states[topic] = state
+        self._expiry.start(topic)
         return state
 
     def _serialize(self, state: tuple[bytes, Any], topic: str, value: Any) -> bytes:
@@ -165,7 +193,7 @@ class _SyncSerializer(_SerializerBase):
         if value is None:
             return None
         state = self._states.get(topic)
-        if state is None:
+        if state is None or (self._expiry.active and self._expiry.expired(topic)):
             state = self._client._run(self._resolve(topic))
         return self._serialize(state, topic, value)
 
@@ -179,7 +207,7 @@ class _AsyncSerializer(_SerializerBase):
         if value is None:
             return None
         state = self._states.get(topic)
-        if state is None:
+        if state is None or (self._expiry.active and self._expiry.expired(topic)):
             state = await self._client._run(self._resolve(topic))
         return self._serialize(state, topic, value)
 
@@ -191,13 +219,15 @@ class _DeserializerBase:
     _schema_type = "AVRO"
     _extra_conf: Mapping[str, Any] = {}
 
-    def __init__(self, client: _Registry, conf: Mapping[str, Any] | None, is_key: bool) -> None:
+    def __init__(self, client: _Registry, conf: Mapping[str, Any] | None, is_key: bool,
+                 clock: Clock | None = None) -> None:
         self._client = client
         self._conf = _conf(conf, {**_DESERIALIZER_CONF, **self._extra_conf}, type(self).__name__)
         self._strategy: SubjectNameStrategy = self._conf["subject.name.strategy"]
         self._use_latest = bool(self._conf["use.latest.version"])
         self.is_key = is_key
         self._states: dict[Any, Any] = {}
+        self._expiry = _Expiry(self._conf, clock)
 
     def _parse(self, schema: Schema) -> Plan[Any]:
         raise NotImplementedError
@@ -237,7 +267,9 @@ class _DeserializerBase:
             raise _registry_error(exc, f"resolving the reader schema of {topic}") from exc
         except Exception as exc:
             raise SerializationError(f"schema id {schema_id} cannot be used: {type(exc).__name__}: {exc}") from exc
-        self._states[(topic, schema_id) if self._use_latest else schema_id] = state
+        key = (topic, schema_id) if self._use_latest else schema_id
+        self._states[key] = state
+        self._expiry.start(key)
         return state
 
     def _deserialize(self, state: Any, schema_id: int, data: bytes) -> Any:
@@ -261,8 +293,9 @@ class _SyncDeserializer(_DeserializerBase):
         if data is None:
             return None
         sid = read_header(data)
-        state = self._states.get((topic, sid) if self._use_latest else sid)
-        if state is None:
+        key = (topic, sid) if self._use_latest else sid
+        state = self._states.get(key)
+        if state is None or (self._expiry.active and self._expiry.expired(key)):
             state = self._client._run(self._resolve(topic, sid))
         return self._deserialize(state, sid, data)
 
@@ -276,8 +309,9 @@ class _AsyncDeserializer(_DeserializerBase):
         if data is None:
             return None
         sid = read_header(data)
-        state = self._states.get((topic, sid) if self._use_latest else sid)
-        if state is None:
+        key = (topic, sid) if self._use_latest else sid
+        state = self._states.get(key)
+        if state is None or (self._expiry.active and self._expiry.expired(key)):
             state = await self._client._run(self._resolve(topic, sid))
         return self._deserialize(state, sid, data)
 
@@ -385,8 +419,11 @@ class AvroSerializer(_AvroWriting, _SyncSerializer):
     ``auto.register.schemas`` (default true: register the schema; false: look it up, a schema not
     registered is a :class:`SerializationError`), ``normalize.schemas``, ``use.latest.version``
     (write with the subject's latest schema instead), ``use.schema.id`` (write with that id's
-    schema), ``subject.name.strategy`` (``TopicNameStrategy`` default, ``RecordNameStrategy``,
-    ``TopicRecordNameStrategy``, or a callable ``(topic, is_key, record_name) -> subject``).
+    schema), ``latest.cache.ttl.secs`` (how long the latest version is used before it is asked
+    again; -1, the default: for the serializer's life), ``subject.name.strategy``
+    (``TopicNameStrategy`` default, ``RecordNameStrategy``, ``TopicRecordNameStrategy``, or a
+    callable ``(topic, is_key, record_name) -> subject``).  ``clock``: the time that TTL is read on
+    (:mod:`odradek._clock`; tests give a ``FakeClock``).
 
     Give it to Odradek's producer as ``value.serializer`` (or ``key.serializer`` with
     ``is_key=True``): the producer calls ``serialize(topic, value)``.
@@ -394,8 +431,9 @@ class AvroSerializer(_AvroWriting, _SyncSerializer):
 
     def __init__(self, client: SchemaRegistryClient | str | Mapping[str, Any],
                  schema_str: str | Mapping[str, Any] | None = None, conf: Mapping[str, Any] | None = None, *,
-                 is_key: bool = False, to_dict: Callable[[Any], Any] | None = None) -> None:
-        super().__init__(_sync_client(client), conf, is_key)
+                 is_key: bool = False, to_dict: Callable[[Any], Any] | None = None,
+                 clock: Clock | None = None) -> None:
+        super().__init__(_sync_client(client), conf, is_key, clock)
         self._init_avro(schema_str, to_dict)
         self._write = _fastavro().schemaless_writer
 
@@ -406,8 +444,9 @@ class AsyncAvroSerializer(_AvroWriting, _AsyncSerializer):
 
     def __init__(self, client: AsyncSchemaRegistryClient | str | Mapping[str, Any],
                  schema_str: str | Mapping[str, Any] | None = None, conf: Mapping[str, Any] | None = None, *,
-                 is_key: bool = False, to_dict: Callable[[Any], Any] | None = None) -> None:
-        super().__init__(_async_client(client), conf, is_key)
+                 is_key: bool = False, to_dict: Callable[[Any], Any] | None = None,
+                 clock: Clock | None = None) -> None:
+        super().__init__(_async_client(client), conf, is_key, clock)
         self._init_avro(schema_str, to_dict)
         self._write = _fastavro().schemaless_writer
 
@@ -483,7 +522,8 @@ class AvroDeserializer(_AvroReading, _SyncDeserializer):
     names (fetched once per id); with ``schema_str`` (or ``use.latest.version``: the subject's
     latest schema) the record is resolved to that reader schema by Avro's rules (fields added with
     defaults filled in, removed fields dropped, promotions), so data written with older versions
-    reads as the newest.
+    reads as the newest.  ``conf``: ``use.latest.version``, ``latest.cache.ttl.secs``,
+    ``subject.name.strategy``, as :class:`AvroSerializer`.
 
     ``AvroDeserializer(client, schema_str=None, conf=None, is_key=False, from_dict=None)``.  Give it
     to Odradek's consumers as ``value.deserializer`` (``key.deserializer`` with ``is_key=True``).
@@ -491,8 +531,9 @@ class AvroDeserializer(_AvroReading, _SyncDeserializer):
 
     def __init__(self, client: SchemaRegistryClient | str | Mapping[str, Any],
                  schema_str: str | Mapping[str, Any] | None = None, conf: Mapping[str, Any] | None = None, *,
-                 is_key: bool = False, from_dict: Callable[[Any], Any] | None = None) -> None:
-        super().__init__(_sync_client(client), conf, is_key)
+                 is_key: bool = False, from_dict: Callable[[Any], Any] | None = None,
+                 clock: Clock | None = None) -> None:
+        super().__init__(_sync_client(client), conf, is_key, clock)
         self._init_avro(schema_str, from_dict)
 
 
@@ -501,8 +542,9 @@ class AsyncAvroDeserializer(_AvroReading, _AsyncDeserializer):
 
     def __init__(self, client: AsyncSchemaRegistryClient | str | Mapping[str, Any],
                  schema_str: str | Mapping[str, Any] | None = None, conf: Mapping[str, Any] | None = None, *,
-                 is_key: bool = False, from_dict: Callable[[Any], Any] | None = None) -> None:
-        super().__init__(_async_client(client), conf, is_key)
+                 is_key: bool = False, from_dict: Callable[[Any], Any] | None = None,
+                 clock: Clock | None = None) -> None:
+        super().__init__(_async_client(client), conf, is_key, clock)
         self._init_avro(schema_str, from_dict)
 
 
@@ -611,8 +653,9 @@ class JSONSerializer(_JsonWriting, _SyncSerializer):
 
     def __init__(self, schema_str: str | Mapping[str, Any] | None,
                  client: SchemaRegistryClient | str | Mapping[str, Any], conf: Mapping[str, Any] | None = None, *,
-                 is_key: bool = False, to_dict: Callable[[Any], Any] | None = None) -> None:
-        super().__init__(_sync_client(client), conf, is_key)
+                 is_key: bool = False, to_dict: Callable[[Any], Any] | None = None,
+                 clock: Clock | None = None) -> None:
+        super().__init__(_sync_client(client), conf, is_key, clock)
         self._init_json(schema_str, to_dict)
 
 
@@ -621,8 +664,9 @@ class AsyncJSONSerializer(_JsonWriting, _AsyncSerializer):
 
     def __init__(self, schema_str: str | Mapping[str, Any] | None,
                  client: AsyncSchemaRegistryClient | str | Mapping[str, Any], conf: Mapping[str, Any] | None = None,
-                 *, is_key: bool = False, to_dict: Callable[[Any], Any] | None = None) -> None:
-        super().__init__(_async_client(client), conf, is_key)
+                 *, is_key: bool = False, to_dict: Callable[[Any], Any] | None = None,
+                 clock: Clock | None = None) -> None:
+        super().__init__(_async_client(client), conf, is_key, clock)
         self._init_json(schema_str, to_dict)
 
 
@@ -674,8 +718,9 @@ class JSONDeserializer(_JsonReading, _SyncDeserializer):
 
     def __init__(self, schema_str: str | Mapping[str, Any] | None,
                  client: SchemaRegistryClient | str | Mapping[str, Any], conf: Mapping[str, Any] | None = None, *,
-                 is_key: bool = False, from_dict: Callable[[Any], Any] | None = None) -> None:
-        super().__init__(_sync_client(client), conf, is_key)
+                 is_key: bool = False, from_dict: Callable[[Any], Any] | None = None,
+                 clock: Clock | None = None) -> None:
+        super().__init__(_sync_client(client), conf, is_key, clock)
         self._init_json(schema_str, from_dict)
 
 
@@ -684,8 +729,9 @@ class AsyncJSONDeserializer(_JsonReading, _AsyncDeserializer):
 
     def __init__(self, schema_str: str | Mapping[str, Any] | None,
                  client: AsyncSchemaRegistryClient | str | Mapping[str, Any], conf: Mapping[str, Any] | None = None,
-                 *, is_key: bool = False, from_dict: Callable[[Any], Any] | None = None) -> None:
-        super().__init__(_async_client(client), conf, is_key)
+                 *, is_key: bool = False, from_dict: Callable[[Any], Any] | None = None,
+                 clock: Clock | None = None) -> None:
+        super().__init__(_async_client(client), conf, is_key, clock)
         self._init_json(schema_str, from_dict)
 
 
@@ -772,8 +818,9 @@ class ProtobufSerializer(_ProtobufWriting, _SyncSerializer):
     """
 
     def __init__(self, message_type: Any, client: SchemaRegistryClient | str | Mapping[str, Any],
-                 conf: Mapping[str, Any] | None = None, *, is_key: bool = False) -> None:
-        super().__init__(_sync_client(client), conf, is_key)
+                 conf: Mapping[str, Any] | None = None, *, is_key: bool = False,
+                 clock: Clock | None = None) -> None:
+        super().__init__(_sync_client(client), conf, is_key, clock)
         self._init_protobuf(message_type)
 
 
@@ -781,8 +828,9 @@ class AsyncProtobufSerializer(_ProtobufWriting, _AsyncSerializer):
     """The asyncio twin of :class:`ProtobufSerializer`."""
 
     def __init__(self, message_type: Any, client: AsyncSchemaRegistryClient | str | Mapping[str, Any],
-                 conf: Mapping[str, Any] | None = None, *, is_key: bool = False) -> None:
-        super().__init__(_async_client(client), conf, is_key)
+                 conf: Mapping[str, Any] | None = None, *, is_key: bool = False,
+                 clock: Clock | None = None) -> None:
+        super().__init__(_async_client(client), conf, is_key, clock)
         self._init_protobuf(message_type)
 
 
@@ -815,8 +863,9 @@ class ProtobufDeserializer(_ProtobufReading, _SyncDeserializer):
     """
 
     def __init__(self, message_type: Any, client: SchemaRegistryClient | str | Mapping[str, Any],
-                 conf: Mapping[str, Any] | None = None, *, is_key: bool = False) -> None:
-        super().__init__(_sync_client(client), conf, is_key)
+                 conf: Mapping[str, Any] | None = None, *, is_key: bool = False,
+                 clock: Clock | None = None) -> None:
+        super().__init__(_sync_client(client), conf, is_key, clock)
         self._init_protobuf(message_type)
 
 
@@ -824,7 +873,8 @@ class AsyncProtobufDeserializer(_ProtobufReading, _AsyncDeserializer):
     """The asyncio twin of :class:`ProtobufDeserializer`."""
 
     def __init__(self, message_type: Any, client: AsyncSchemaRegistryClient | str | Mapping[str, Any],
-                 conf: Mapping[str, Any] | None = None, *, is_key: bool = False) -> None:
-        super().__init__(_async_client(client), conf, is_key)
+                 conf: Mapping[str, Any] | None = None, *, is_key: bool = False,
+                 clock: Clock | None = None) -> None:
+        super().__init__(_async_client(client), conf, is_key, clock)
         self._init_protobuf(message_type)
 
