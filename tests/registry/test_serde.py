@@ -276,6 +276,40 @@ def test_protobuf_same_bytes_and_read_both_ways(registry: SchemaRegistryClient, 
         ProtobufSerializer(order, registry).serialize(topic_name(), first(x=1))
 
 
+def test_protobuf_imports_registered_as_references_like_confluents(url: str, registry: SchemaRegistryClient,
+                                                                   confluent: ConfluentRegistry) -> None:
+    """A message whose file imports another .proto: the import is registered first under its file
+    name and referenced, as confluent-kafka does; google/protobuf/... imports are skipped."""
+    package = f"p{uuid.uuid4().hex[:8]}"
+    common = descriptor_pb2.FileDescriptorProto(name=f"{package}/common.proto", package=package, syntax="proto3")
+    common.message_type.add(name="Money").field.add(name="cents", number=1, type=INT64, label=1, json_name="cents")
+    main = descriptor_pb2.FileDescriptorProto(name=f"{package}/order.proto", package=package, syntax="proto3",
+                                              dependency=[f"{package}/common.proto", "google/protobuf/timestamp.proto"])
+    order = main.message_type.add(name="Order")
+    order.field.add(name="price", number=1, type=MESSAGE, type_name=f".{package}.Money", label=1, json_name="price")
+    order.field.add(name="at", number=2, type=MESSAGE, type_name=".google.protobuf.Timestamp", label=1, json_name="at")
+    pool = descriptor_pool.DescriptorPool()
+    from google.protobuf import timestamp_pb2
+
+    pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
+    pool.Add(common)
+    pool.Add(main)
+    cls = message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.Order"))
+    value = cls()
+    value.price.cents = 250
+    value.at.seconds = 1_700_000_000
+    topic = topic_name("proto")
+    mine = ProtobufSerializer(cls, registry).serialize(topic, value)
+    assert f"{package}/common.proto" in subjects(url)
+    assert not any(s.startswith("google/") for s in subjects(url))
+    latest = call("GET", f"{url}/subjects/{topic}-value/versions/latest").json
+    assert latest["references"] == [{"name": f"{package}/common.proto", "subject": f"{package}/common.proto",
+                                     "version": 1}]
+    theirs = CProtobufSerializer(cls, confluent, {"use.deprecated.format": False})(value, ctx(topic))
+    assert mine == theirs
+    assert ProtobufDeserializer(cls, registry).deserialize(topic, theirs) == value
+
+
 # -- asyncio -------------------------------------------------------------------------------------
 
 
