@@ -391,6 +391,42 @@ def test_asyncio_serializers_in_asyncproducer_and_asyncconsumer(registry_broker:
     asyncio.run(asyncio.wait_for(main(), 90))
 
 
+def test_consumer_stops_at_a_record_that_does_not_deserialize(registry_broker: BrokerProcess,
+                                                               registry: SchemaRegistryClient) -> None:
+    """The blocking Consumer with a blocking deserializer: the records before an unframed one are
+    delivered, then its SerializationError, again on every poll with the position at it (never
+    skipped, never a consumer stuck returning nothing), until the application seeks past it."""
+    topic = topic_name()
+    ser = AvroSerializer(registry, json.dumps(V1))
+    producer = Producer(bootstrap_servers=registry_broker.bootstrap)
+    try:
+        for value in [ser.serialize(topic, {"id": "a", "qty": 1}), b"\x01junk", ser.serialize(topic, {"id": "c", "qty": 3})]:
+            producer.send(topic, value)
+        producer.flush(30)
+    finally:
+        producer.close()
+    consumer = Consumer(bootstrap_servers=registry_broker.bootstrap, group_id=f"g-{uuid.uuid4().hex[:8]}",
+                        auto_offset_reset="earliest", enable_auto_commit=False,
+                        value_deserializer=AvroDeserializer(registry))
+    got: list[Any] = []
+    errors: list[BaseException] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(got) < 2:
+            try:
+                got.extend(consumer.poll(0.5))
+            except SerializationError as exc:
+                errors.append(exc)
+                assert consumer.position((topic, 0)) == 1
+                if len(errors) == 2:  # raised again: the record was not skipped
+                    consumer.seek((topic, 0), 2)
+    finally:
+        consumer.close()
+    assert len(errors) == 2 and "magic byte 1" in str(errors[0])
+    assert [(r.offset, r.value) for r in got] == [(0, {"id": "a", "qty": 1}), (2, {"id": "c", "qty": 3})]
+
+
 def test_blocking_producer_refuses_an_asyncio_serializer(url: str) -> None:
     with pytest.raises(ClientConfigError):
         Producer(bootstrap_servers="127.0.0.1:1", value_serializer=AsyncAvroSerializer(url, json.dumps(V1)))

@@ -26,7 +26,7 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from odradek.client._config import CONSUMER_DEFAULTS, ClientConfigError, merge_config
@@ -70,9 +70,15 @@ class ConsumerRebalanceListener(Protocol):
     def on_partitions_assigned(self, partitions: list[TopicPartition]) -> Any: ...
 
 
-def _async_deserializer(d: Any) -> Callable[[str, bytes], Awaitable[Any]] | None:
+def _deserializer(d: Any) -> tuple[Callable[[str, bytes], Any], bool] | None:
+    """A configured deserializer as ``(call(topic, data), is_async)``: an object's
+    ``deserialize(topic, data)`` (awaited when it is ``async def``), or a callable of the bytes."""
+    if d is None:
+        return None
     method = getattr(d, "deserialize", None)
-    return method if inspect.iscoroutinefunction(method) else None
+    if method is not None:
+        return method, inspect.iscoroutinefunction(method)
+    return (lambda _topic, data: d(data)), False
 
 
 class AsyncConsumer:
@@ -90,13 +96,15 @@ class AsyncConsumer:
         self.auto_commit_interval = int(cfg["auto.commit.interval.ms"]) / 1000
         self.timeout_ms = int(cfg["default.api.timeout.ms"])
         self.exclude_internal = bool(cfg["exclude.internal.topics"])
-        #: asyncio deserializers (``async def deserialize(topic, data)``, such as odradek.client.serde's
-        #: Async* classes) are awaited by poll(); the fetcher decodes with the blocking ones only
-        self._async_kd = _async_deserializer(cfg["key.deserializer"])
-        self._async_vd = _async_deserializer(cfg["value.deserializer"])
-        if self._async_kd is not None or self._async_vd is not None:
-            cfg = {**cfg, "key.deserializer": None if self._async_kd else cfg["key.deserializer"],
-                   "value.deserializer": None if self._async_vd else cfg["value.deserializer"]}
+        #: the deserializers run in poll(), over the records it hands out, not in the fetcher: a
+        #: record that does not deserialize then stays unconsumed, with the records of the same
+        #: fetch before it delivered (in the fetcher, its error would lose the whole fetch).  An
+        #: asyncio deserializer (``async def deserialize(topic, data)``, such as
+        #: odradek.client.serde's Async* classes) is awaited.
+        self._kd = _deserializer(cfg["key.deserializer"])
+        self._vd = _deserializer(cfg["value.deserializer"])
+        if self._kd is not None or self._vd is not None:
+            cfg = {**cfg, "key.deserializer": None, "value.deserializer": None}
         self.fetcher = AsyncSimpleConsumer(cfg)
         self.cluster = self.fetcher._cluster
         self.group: GroupMembership | None = None
@@ -302,7 +310,7 @@ class AsyncConsumer:
         self._in_poll.set()
         try:
             records = await self._poll(limit, deadline)
-            if records and (self._async_kd is not None or self._async_vd is not None):
+            if records and (self._kd is not None or self._vd is not None):
                 records = await self._deserialize(records)
             return records
         except Exception:
@@ -313,16 +321,22 @@ class AsyncConsumer:
             self._in_poll.clear()
 
     async def _deserialize(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
-        """The asyncio deserializers over a poll's records.  A record that does not deserialize is
-        not consumed: the positions go back to it (and to the records after it), the records
-        before it are returned, and the next poll raises its error (as Kafka's consumer does with
-        a RecordDeserializationException) until the application seeks past it."""
-        kd, vd = self._async_kd, self._async_vd
+        """The deserializers over a poll's records.  A record that does not deserialize is not
+        consumed: the positions go back to it (and to the records after it), the records before
+        it are returned, and the next poll raises its error (as Kafka's consumer does with a
+        RecordDeserializationException) until the application seeks past it."""
+        kd, vd = self._kd, self._vd
+        k_async = kd is not None and kd[1]
+        v_async = vd is not None and vd[1]
+        new = tuple.__new__
         out: list[ConsumerRecord] = []
         for i, r in enumerate(records):
             try:
-                key = r.key if kd is None or r.key is None else await kd(r.topic, r.key)
-                value = r.value if vd is None or r.value is None else await vd(r.topic, r.value)
+                key, value = r.key, r.value
+                if kd is not None and key is not None:
+                    key = (await kd[0](r.topic, key)) if k_async else kd[0](r.topic, key)
+                if vd is not None and value is not None:
+                    value = (await vd[0](r.topic, value)) if v_async else vd[0](r.topic, value)
             except Exception as exc:
                 back: dict[TopicPartition, int] = {}
                 for rest in records[i:]:
@@ -334,7 +348,8 @@ class AsyncConsumer:
                 exc.add_note(f"record {r.topic}-{r.partition} at offset {r.offset} did not deserialize; "
                              "the consumer's position is back at it")
                 raise
-            out.append(r._replace(key=key, value=value))
+            out.append(new(ConsumerRecord, (r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type, key, value,
+                                            r.headers)))
         return out
 
     async def _poll(self, limit: int, deadline: float) -> list[ConsumerRecord]:
