@@ -532,3 +532,29 @@ def test_latest_version_is_asked_again_after_its_ttl(registry: SchemaRegistryCli
     assert reader.deserialize(topic, old) == {"id": "a", "qty": 1, "note": "none", "tags": []}
     # without a TTL, the first answer stays
     assert int.from_bytes((forever.serialize(topic, {"id": "a", "qty": 1}) or b"")[1:5], "big") == v1_id
+
+
+_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5)
+                       | st.binary(max_size=5), lambda inner: st.lists(inner, max_size=3)
+                       | st.dictionaries(st.sampled_from(["id", "qty", "x"]), inner, max_size=3), max_leaves=8)
+
+
+@settings(max_examples=60)
+@given(value=_VALUES)
+def test_values_that_do_not_fit_the_schema_raise_serialization_error(known: tuple[SchemaRegistryClient, bytes, bytes],
+                                                                    value: Any) -> None:
+    registry, _, _ = known
+    for ser in (AvroSerializer(registry, json.dumps(V1)), JSONSerializer(json.dumps(JSON_SCHEMA), registry)):
+        try:
+            framed = ser.serialize("fit", value)
+        except SerializationError:
+            continue
+        # what was written reads back as the value (Avro: the schema's fields of it)
+        if value is None:
+            assert framed is None  # a null stays null (a tombstone)
+        elif isinstance(ser, AvroSerializer):
+            assert framed is not None
+            assert AvroDeserializer(registry).deserialize("fit", framed) == {"id": value["id"], "qty": value["qty"]}
+        else:
+            assert framed is not None
+            assert JSONDeserializer(None, registry).deserialize("fit", framed) == value
