@@ -168,6 +168,11 @@ class _SerializerBase:
                 writer = self._own_writer()
         except SchemaRegistryError as exc:
             raise _registry_error(exc, f"finding the schema of subject {subject!r}") from exc
+        except SerializationError:
+            raise
+        except Exception as exc:  # a registry schema the format's library does not take
+            raise SerializationError(f"the schema of subject {subject!r} cannot be used: "
+                                     f"{type(exc).__name__}: {exc}") from exc
         state = (frame_header(sid) + self._header_extra(), writer)
         self._states[topic] = state
         self._expiry.start(topic)
