@@ -155,6 +155,34 @@ def test_serializers_with_basic_auth(secured: BrokerProcess) -> None:
         anonymous.get_subjects()
 
 
+def test_odradeks_serializers_with_basic_auth(secured: BrokerProcess) -> None:
+    """odradek.client.serde's clients, blocking and asyncio, send the user's credentials; without
+    them the registry's 401 is a SerializationError naming it."""
+    import asyncio
+
+    from odradek.client import serde
+
+    url = registry(secured)
+    user_info = f"alice:{PASSWORDS['alice']}"
+    schema = avro_user({"name": "m", "type": "long", "default": 0})
+    blocking = serde.SchemaRegistryClient({"url": url, "basic.auth.user.info": user_info})
+    framed = serde.AvroSerializer(blocking, schema).serialize("orders", {"name": "x", "m": 5})
+    assert framed is not None
+    assert serde.AvroDeserializer(blocking).deserialize("orders", framed) == {"name": "x", "m": 5}
+    with pytest.raises(serde.SerializationError, match="401") as refused:
+        serde.AvroDeserializer(serde.SchemaRegistryClient(url)).deserialize("orders", framed)
+    assert isinstance(refused.value.__cause__, serde.SchemaRegistryError)
+    assert refused.value.__cause__.http_status == 401
+
+    async def main() -> None:
+        client = serde.AsyncSchemaRegistryClient({"url": url, "basic.auth.user.info": user_info})
+        assert await serde.AsyncAvroDeserializer(client).deserialize("orders", framed) == {"name": "x", "m": 5}
+        with pytest.raises(serde.SerializationError, match="401"):
+            await serde.AsyncAvroDeserializer(serde.AsyncSchemaRegistryClient(url)).deserialize("orders", framed)
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
 def test_passwords_never_reach_the_log(secured: BrokerProcess) -> None:
     url = registry(secured)
     call("GET", url + "/subjects", auth=("alice", WRONG_PASSWORD))

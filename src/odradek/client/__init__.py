@@ -9,6 +9,8 @@ and ``ADMIN_DEFAULTS`` list the names each accepts with their defaults, ``PRODUC
 ``CONSUMER_CONFIGS`` and ``ADMIN_CONFIGS`` the same as rows (type, default, documentation, valid
 values: :class:`odradek.config.ConfigDef`, the broker's row type).  The modules named with
 a leading underscore are private to this package (an import-linter contract says so).
+Serializers for schema-registry-framed Avro, JSON Schema and Protobuf are in
+:mod:`odradek.client.serde`.
 """
 
 from typing import Any

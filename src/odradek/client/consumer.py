@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import inspect
 import logging
 import re
 import threading
@@ -69,6 +70,17 @@ class ConsumerRebalanceListener(Protocol):
     def on_partitions_assigned(self, partitions: list[TopicPartition]) -> Any: ...
 
 
+def _deserializer(d: Any) -> tuple[Callable[[str, bytes], Any], bool] | None:
+    """A configured deserializer as ``(call(topic, data), is_async)``: an object's
+    ``deserialize(topic, data)`` (awaited when it is ``async def``), or a callable of the bytes."""
+    if d is None:
+        return None
+    method = getattr(d, "deserialize", None)
+    if method is not None:
+        return method, inspect.iscoroutinefunction(method)
+    return (lambda _topic, data: d(data)), False
+
+
 class AsyncConsumer:
     """The asyncio group consumer (``await consumer.poll(1.0)``)."""
 
@@ -84,6 +96,15 @@ class AsyncConsumer:
         self.auto_commit_interval = int(cfg["auto.commit.interval.ms"]) / 1000
         self.timeout_ms = int(cfg["default.api.timeout.ms"])
         self.exclude_internal = bool(cfg["exclude.internal.topics"])
+        #: the deserializers run in poll(), over the records it hands out, not in the fetcher: a
+        #: record that does not deserialize then stays unconsumed, with the records of the same
+        #: fetch before it delivered (in the fetcher, its error would lose the whole fetch).  An
+        #: asyncio deserializer (``async def deserialize(topic, data)``, such as
+        #: odradek.client.serde's Async* classes) is awaited.
+        self._kd = _deserializer(cfg["key.deserializer"])
+        self._vd = _deserializer(cfg["value.deserializer"])
+        if self._kd is not None or self._vd is not None:
+            cfg = {**cfg, "key.deserializer": None, "value.deserializer": None}
         self.fetcher = AsyncSimpleConsumer(cfg)
         self.cluster = self.fetcher._cluster
         self.group: GroupMembership | None = None
@@ -288,13 +309,48 @@ class AsyncConsumer:
         self._hold_rejoin = False
         self._in_poll.set()
         try:
-            return await self._poll(limit, deadline)
+            records = await self._poll(limit, deadline)
+            if records and (self._kd is not None or self._vd is not None):
+                records = await self._deserialize(records)
+            return records
         except Exception:
             if self.closed:
                 return []  # closed from another thread while this poll was under way
             raise
         finally:
             self._in_poll.clear()
+
+    async def _deserialize(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
+        """The deserializers over a poll's records.  A record that does not deserialize is not
+        consumed: the positions go back to it (and to the records after it), the records before
+        it are returned, and the next poll raises its error (as Kafka's consumer does with a
+        RecordDeserializationException) until the application seeks past it."""
+        kd, vd = self._kd, self._vd
+        k_async = kd is not None and kd[1]
+        v_async = vd is not None and vd[1]
+        new = tuple.__new__
+        out: list[ConsumerRecord] = []
+        for i, r in enumerate(records):
+            try:
+                key, value = r.key, r.value
+                if kd is not None and key is not None:
+                    key = (await kd[0](r.topic, key)) if k_async else kd[0](r.topic, key)
+                if vd is not None and value is not None:
+                    value = (await vd[0](r.topic, value)) if v_async else vd[0](r.topic, value)
+            except Exception as exc:
+                back: dict[TopicPartition, int] = {}
+                for rest in records[i:]:
+                    back.setdefault((rest.topic, rest.partition), rest.offset)
+                for tp, offset in back.items():
+                    self.seek(tp, offset)
+                if out:
+                    return out
+                exc.add_note(f"record {r.topic}-{r.partition} at offset {r.offset} did not deserialize; "
+                             "the consumer's position is back at it")
+                raise
+            out.append(new(ConsumerRecord, (r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type, key, value,
+                                            r.headers)))
+        return out
 
     async def _poll(self, limit: int, deadline: float) -> list[ConsumerRecord]:
         while True:

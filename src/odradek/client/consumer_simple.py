@@ -48,6 +48,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import gc
+import inspect
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
@@ -200,6 +201,9 @@ def _deserializer(d: Any) -> Callable[[str, bytes], Any] | None:
     if d is None:
         return None
     method: Callable[[str, bytes], Any] | None = getattr(d, "deserialize", None)
+    if inspect.iscoroutinefunction(method):
+        raise ClientConfigError("an asyncio deserializer (async def deserialize) is awaited by the group "
+                                "consumers (AsyncConsumer, Consumer); the simple consumers take blocking ones")
     if method is not None:
         return method
     return lambda _topic, data: d(data)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -77,6 +78,10 @@ class _Core:
         request_timeout_ms = int(config["request.timeout.ms"])
         self.key_serializer = config["key.serializer"]
         self.value_serializer = config["value.serializer"]
+        #: an asyncio serializer (``async def serialize(topic, value)``, such as
+        #: odradek.client.serde's Async* classes) is awaited by AsyncProducer.send before the rest
+        self.async_key = _is_async_serializer(self.key_serializer)
+        self.async_value = _is_async_serializer(self.value_serializer)
         self.interceptors = list(config["interceptors"] or ())
         self.partitioner = config["partitioner"] or DefaultPartitioner()
         default_partitioner = type(self.partitioner) is DefaultPartitioner
@@ -144,10 +149,25 @@ class _Core:
     def producer_epoch(self) -> int:
         return self.sender.producer_epoch
 
+    def intercept(self, topic: str, key: Any, value: Any) -> tuple[str, Any, Any]:
+        for interceptor in self.interceptors:
+            on_send = getattr(interceptor, "on_send", None)
+            if on_send is not None:
+                topic, value, key = on_send(topic, value, key) or (topic, value, key)
+        return topic, key, value
+
+    async def serialize_async(self, topic: str, key: Any, value: Any) -> tuple[Any, Any]:
+        """The asyncio serializers' part of :meth:`serialize` (the blocking ones run after)."""
+        if self.async_key and key is not None:
+            key = await self.key_serializer.serialize(topic, key)
+        if self.async_value and value is not None:
+            value = await self.value_serializer.serialize(topic, value)
+        return key, value
+
     def serialize(self, topic: str, key: Any, value: Any) -> tuple[bytes | None, bytes | None]:
-        if self.key_serializer is not None and key is not None:
+        if self.key_serializer is not None and key is not None and not self.async_key:
             key = self.key_serializer(key) if not hasattr(self.key_serializer, "serialize") else self.key_serializer.serialize(topic, key)
-        if self.value_serializer is not None and value is not None:
+        if self.value_serializer is not None and value is not None and not self.async_value:
             value = (
                 self.value_serializer(value)
                 if not hasattr(self.value_serializer, "serialize")
@@ -167,6 +187,10 @@ class _Core:
 
 
 _time_ns = time.time_ns
+
+
+def _is_async_serializer(serializer: Any) -> bool:
+    return inspect.iscoroutinefunction(getattr(serializer, "serialize", None))
 
 
 class _Face:
@@ -239,9 +263,11 @@ class _Face:
         key: Any,
         headers: Sequence[tuple[str, Any]] | Mapping[str, Any] | None,
         timestamp: int | None,
+        intercepted: bool = False,
     ) -> tuple[str, int, bytes | None, bytes | None, list[tuple[str, bytes | None]] | None, int, int]:
         """Interceptors, serializers, headers and timestamp of one record:
-        ``(topic, timestamp, key, value, headers, key size, value size)``, sizes -1 for null."""
+        ``(topic, timestamp, key, value, headers, key size, value size)``, sizes -1 for null.
+        ``intercepted``: the interceptors ran already (before asyncio serializers)."""
         core = self._core
         if core.acc.closed:
             raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the producer is closed")
@@ -250,10 +276,8 @@ class _Face:
         if core.plain and (key is None or type(key) is bytes) and (value is None or type(value) is bytes):
             kb, vb = key, value  # the common case: bytes in, nothing to call
         else:
-            for interceptor in core.interceptors:
-                on_send = getattr(interceptor, "on_send", None)
-                if on_send is not None:
-                    topic, value, key = on_send(topic, value, key) or (topic, value, key)
+            if not intercepted:
+                topic, key, value = core.intercept(topic, key, value)
             kb, vb = core.serialize(topic, key, value)
         hs: list[tuple[str, bytes | None]] | None = None
         if headers:
@@ -290,7 +314,11 @@ class Producer(_Face):
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
-        self._core = _Core(merge_config(PRODUCER_DEFAULTS, config, kwargs))
+        cfg = merge_config(PRODUCER_DEFAULTS, config, kwargs)
+        if _is_async_serializer(cfg["key.serializer"]) or _is_async_serializer(cfg["value.serializer"]):
+            raise ClientConfigError("an asyncio serializer (async def serialize) needs AsyncProducer; "
+                                    "Producer takes blocking ones")
+        self._core = _Core(cfg)
         self._core.acc.blocking_waits = True
         self._runner = LoopThread("odradek-producer")
         self._runner.start(self._main)
@@ -547,7 +575,12 @@ class AsyncProducer(_Face):
                 return fut
         else:
             await self.start()
-        topic, ts, kb, vb, hs, ks, vs = self._prepare(topic, value, key, headers, timestamp)
+        intercepted = False
+        if self._core.async_key or self._core.async_value:
+            topic, key, value = self._core.intercept(topic, key, value)
+            key, value = await self._core.serialize_async(topic, key, value)
+            intercepted = True
+        topic, ts, kb, vb, hs, ks, vs = self._prepare(topic, value, key, headers, timestamp, intercepted)
         core = self._core
         if topic not in core.partition_counts:
             await self._metadata(topic)
