@@ -22,10 +22,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from odradek._timeouts import wait_for
-from odradek.client._network import _SMALL_FRAME, FRAMES, negotiate_version, parse_bootstrap
+from odradek.client._network import (
+    _SMALL_FRAME,
+    CLIENT_MAX_VERSIONS,
+    FRAMES,
+    negotiate_version,
+    parse_bootstrap,
+)
 from odradek.client._security import ClientSecurity
 from odradek.errors import ErrorCode, KafkaError
-from odradek.protocol import ClientConnection, Message, ProtocolError
+from odradek.protocol import ApiKey, ClientConnection, Message, ProtocolError
 from odradek.protocol.connection import DEFAULT_MAX_FRAME_SIZE, FrameReader
 from odradek.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from odradek.protocol.messages.metadata import MetadataRequest, MetadataResponse
@@ -164,7 +170,7 @@ class AsyncBrokerConnection:
             raise ConnectionError(f"connection to broker {self.node_id} is closed")
         resp: ApiVersionsResponse = await self.request(
             ApiVersionsRequest(client_software_name="odradek", client_software_version="0.1.0"),
-            ApiVersionsRequest.VALID_VERSIONS[1],
+            CLIENT_MAX_VERSIONS[ApiKey.API_VERSIONS],
         )
         if resp.error_code == ErrorCode.UNSUPPORTED_VERSION:
             resp = await self.request(ApiVersionsRequest(), 0)

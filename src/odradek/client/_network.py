@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from odradek.client._security import ClientSecurity
 from odradek.errors import ErrorCode, KafkaError
-from odradek.protocol import ClientConnection, Message, ProtocolError
+from odradek.protocol import ApiKey, ClientConnection, Message, ProtocolError
 from odradek.protocol.connection import DEFAULT_MAX_FRAME_SIZE, FrameBuffers, frame_size_at
 from odradek.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from odradek.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
@@ -70,16 +70,43 @@ def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
     return result
 
 
+#: The highest version of each API this client speaks, where the message classes (generated from
+#: Kafka 4.x's definitions) go further: newer versions change what a request means (topic ids in
+#: Produce v13, transactions v2 in Produce v12 / EndTxn v5 / TxnOffsetCommit v5, member epochs in
+#: OffsetCommit v9+...), which the client does not do.
+CLIENT_MAX_VERSIONS: dict[int, int] = {
+    ApiKey.PRODUCE: 11,
+    ApiKey.FETCH: 17,
+    ApiKey.LIST_OFFSETS: 10,
+    ApiKey.METADATA: 12,
+    ApiKey.OFFSET_COMMIT: 9,
+    ApiKey.OFFSET_FETCH: 9,
+    ApiKey.API_VERSIONS: 4,
+    ApiKey.INIT_PRODUCER_ID: 5,
+    ApiKey.TXN_OFFSET_COMMIT: 4,
+    ApiKey.END_TXN: 4,
+    ApiKey.WRITE_TXN_MARKERS: 1,
+    ApiKey.DESCRIBE_GROUPS: 5,
+    ApiKey.DELETE_GROUPS: 2,
+    ApiKey.DESCRIBE_CLUSTER: 1,
+    ApiKey.DESCRIBE_LOG_DIRS: 4,
+    ApiKey.LIST_TRANSACTIONS: 1,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: 0,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: 0,
+}
+
+
 def negotiate_version(
     versions: dict[int, tuple[int, int]], cls: type[Message], maximum: int | None, who: str
 ) -> int:
     """The highest version of ``cls`` both sides support (from the broker's ApiVersions answer),
-    capped at ``maximum``; UNSUPPORTED_VERSION when there is none."""
+    capped at ``maximum`` and at :data:`CLIENT_MAX_VERSIONS`; UNSUPPORTED_VERSION when there is none."""
     broker = versions.get(cls.API_KEY)
     if broker is None:
         raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"{who} does not support {cls.NAME}")
     lo = max(broker[0], cls.VALID_VERSIONS[0])
-    hi = min(broker[1], cls.VALID_VERSIONS[1], maximum if maximum is not None else 1 << 15)
+    ours = CLIENT_MAX_VERSIONS.get(cls.API_KEY, cls.VALID_VERSIONS[1])
+    hi = min(broker[1], ours, maximum if maximum is not None else 1 << 15)
     if lo > hi:
         raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"no {cls.NAME} version in common with {who}")
     return hi
@@ -126,7 +153,7 @@ class BrokerConnection:
             raise
 
     def _negotiate(self) -> None:
-        ours = ApiVersionsRequest.VALID_VERSIONS[1]
+        ours = CLIENT_MAX_VERSIONS[ApiKey.API_VERSIONS]
         resp: ApiVersionsResponse = self._roundtrip(
             ApiVersionsRequest(client_software_name="odradek", client_software_version="0.1.0"), ours
         )

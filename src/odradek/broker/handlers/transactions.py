@@ -169,7 +169,7 @@ async def txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommitRequest
             errors.update(dict.fromkeys(offsets, error))
         elif offsets:
             error, per = await svc.groups.txn_commit(
-                request.group_id, request.producer_id, request.producer_epoch, request.generation_id,
+                request.group_id, request.producer_id, request.producer_epoch, request.generation_id_or_member_epoch,
                 request.member_id, request.group_instance_id, offsets,
             )
             if error is not ErrorCode.NONE:

@@ -63,6 +63,8 @@ def _dec_ApiVersionsRequest_v0(buf: memoryview, pos: int) -> tuple[ApiVersionsRe
     obj = new(_ApiVersionsRequest)
     obj.client_software_name = ""
     obj.client_software_version = ""
+    obj.cluster_id = None
+    obj.node_id = -1
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -134,6 +136,116 @@ def _dec_ApiVersionsRequest_v3(buf: memoryview, pos: int) -> tuple[ApiVersionsRe
             raise DecodeError("ApiVersionsRequest.client_software_version: string runs past the end of the data")
         obj.client_software_version = str(buf[pos:end2], "utf-8")
         pos = end2
+    obj.cluster_id = None
+    obj.node_id = -1
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ApiVersionsRequest v5
+def _enc_ApiVersionsRequest_v5(out: bytearray, obj: ApiVersionsRequest) -> None:
+    v1 = obj.client_software_name
+    if v1 is None:
+        raise EncodeError("ApiVersionsRequest.client_software_name is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ApiVersionsRequest.client_software_name is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    v2 = obj.client_software_version
+    if v2 is None:
+        raise EncodeError("ApiVersionsRequest.client_software_version is not nullable in this version")
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("ApiVersionsRequest.client_software_version is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    v3 = obj.cluster_id
+    if v3 is None:
+        out.append(0)
+    else:
+        data3 = v3.encode("utf-8")
+        n3 = len(data3)
+        if n3 > 0x7FFF:
+            raise EncodeError("ApiVersionsRequest.cluster_id is longer than 32767 bytes")
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        out += data3
+    out += _pack_i(obj.node_id)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ApiVersionsRequest v5
+def _dec_ApiVersionsRequest_v5(buf: memoryview, pos: int) -> tuple[ApiVersionsRequest, int]:
+    obj = new(_ApiVersionsRequest)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"ApiVersionsRequest.client_software_name: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ApiVersionsRequest.client_software_name: string runs past the end of the data")
+        obj.client_software_name = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"ApiVersionsRequest.client_software_version: invalid string length {n2}")
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("ApiVersionsRequest.client_software_version: string runs past the end of the data")
+        obj.client_software_version = str(buf[pos:end2], "utf-8")
+        pos = end2
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        if n3 != -1:
+            raise DecodeError(f"ApiVersionsRequest.cluster_id: invalid string length {n3}")
+        obj.cluster_id = None
+    else:
+        end3 = pos + n3
+        if end3 > len(buf):
+            raise DecodeError("ApiVersionsRequest.cluster_id: string runs past the end of the data")
+        obj.cluster_id = str(buf[pos:end3], "utf-8")
+        pos = end3
+    (obj.node_id,) = _unpack_i(buf, pos)
+    pos += 4
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -236,7 +348,7 @@ def _dec_ApiVersionsResponse_v1(buf: memoryview, pos: int) -> tuple[ApiVersionsR
     return obj, pos
 
 
-# ApiVersionsResponse.ApiVersion v3-4
+# ApiVersionsResponse.ApiVersion v3-5
 def _enc_ApiVersionsResponse_ApiVersion_v3(out: bytearray, obj: ApiVersionsResponse.ApiVersion) -> None:
     out += _pack_hhh(obj.api_key, obj.min_version, obj.max_version)
     if obj.unknown_tagged_fields:
@@ -245,7 +357,7 @@ def _enc_ApiVersionsResponse_ApiVersion_v3(out: bytearray, obj: ApiVersionsRespo
         out.append(0)
 
 
-# ApiVersionsResponse.ApiVersion v3-4
+# ApiVersionsResponse.ApiVersion v3-5
 def _dec_ApiVersionsResponse_ApiVersion_v3(buf: memoryview, pos: int) -> tuple[ApiVersionsResponse.ApiVersion, int]:
     obj = new(_ApiVersionsResponse_ApiVersion)
     obj.api_key, obj.min_version, obj.max_version = _unpack_hhh(buf, pos)
@@ -258,7 +370,7 @@ def _dec_ApiVersionsResponse_ApiVersion_v3(buf: memoryview, pos: int) -> tuple[A
     return obj, pos
 
 
-# ApiVersionsResponse.SupportedFeatureKey v3-4
+# ApiVersionsResponse.SupportedFeatureKey v3-5
 def _enc_ApiVersionsResponse_SupportedFeatureKey_v3(out: bytearray, obj: ApiVersionsResponse.SupportedFeatureKey) -> None:
     v1 = obj.name
     if v1 is None:
@@ -280,7 +392,7 @@ def _enc_ApiVersionsResponse_SupportedFeatureKey_v3(out: bytearray, obj: ApiVers
         out.append(0)
 
 
-# ApiVersionsResponse.SupportedFeatureKey v3-4
+# ApiVersionsResponse.SupportedFeatureKey v3-5
 def _dec_ApiVersionsResponse_SupportedFeatureKey_v3(buf: memoryview, pos: int) -> tuple[ApiVersionsResponse.SupportedFeatureKey, int]:
     obj = new(_ApiVersionsResponse_SupportedFeatureKey)
     n1 = buf[pos]
@@ -308,7 +420,7 @@ def _dec_ApiVersionsResponse_SupportedFeatureKey_v3(buf: memoryview, pos: int) -
     return obj, pos
 
 
-# ApiVersionsResponse.FinalizedFeatureKey v3-4
+# ApiVersionsResponse.FinalizedFeatureKey v3-5
 def _enc_ApiVersionsResponse_FinalizedFeatureKey_v3(out: bytearray, obj: ApiVersionsResponse.FinalizedFeatureKey) -> None:
     v1 = obj.name
     if v1 is None:
@@ -330,7 +442,7 @@ def _enc_ApiVersionsResponse_FinalizedFeatureKey_v3(out: bytearray, obj: ApiVers
         out.append(0)
 
 
-# ApiVersionsResponse.FinalizedFeatureKey v3-4
+# ApiVersionsResponse.FinalizedFeatureKey v3-5
 def _dec_ApiVersionsResponse_FinalizedFeatureKey_v3(buf: memoryview, pos: int) -> tuple[ApiVersionsResponse.FinalizedFeatureKey, int]:
     obj = new(_ApiVersionsResponse_FinalizedFeatureKey)
     n1 = buf[pos]
@@ -358,7 +470,7 @@ def _dec_ApiVersionsResponse_FinalizedFeatureKey_v3(buf: memoryview, pos: int) -
     return obj, pos
 
 
-# ApiVersionsResponse v3-4
+# ApiVersionsResponse v3-5
 def _enc_ApiVersionsResponse_v3(out: bytearray, obj: ApiVersionsResponse) -> None:
     out += _pack_h(obj.error_code)
     v1 = obj.api_keys
@@ -420,7 +532,7 @@ def _enc_ApiVersionsResponse_v3_tagged(out: bytearray, obj: ApiVersionsResponse)
     write_tagged(out, fields, obj.unknown_tagged_fields)
 
 
-# ApiVersionsResponse v3-4
+# ApiVersionsResponse v3-5
 def _dec_ApiVersionsResponse_v3(buf: memoryview, pos: int) -> tuple[ApiVersionsResponse, int]:
     obj = new(_ApiVersionsResponse)
     (obj.error_code,) = _unpack_h(buf, pos)
@@ -540,8 +652,8 @@ def _error_ApiVersionsRequest(request: ApiVersionsRequest, version: int, code: i
     return _ApiVersionsResponse(error_code=code)
 
 
-ApiVersionsRequest._encoders_ = {0: _enc_ApiVersionsRequest_v0, 1: _enc_ApiVersionsRequest_v0, 2: _enc_ApiVersionsRequest_v0, 3: _enc_ApiVersionsRequest_v3, 4: _enc_ApiVersionsRequest_v3}
-ApiVersionsRequest._decoders_ = {0: _dec_ApiVersionsRequest_v0, 1: _dec_ApiVersionsRequest_v0, 2: _dec_ApiVersionsRequest_v0, 3: _dec_ApiVersionsRequest_v3, 4: _dec_ApiVersionsRequest_v3}
-ApiVersionsResponse._encoders_ = {0: _enc_ApiVersionsResponse_v0, 1: _enc_ApiVersionsResponse_v1, 2: _enc_ApiVersionsResponse_v1, 3: _enc_ApiVersionsResponse_v3, 4: _enc_ApiVersionsResponse_v3}
-ApiVersionsResponse._decoders_ = {0: _dec_ApiVersionsResponse_v0, 1: _dec_ApiVersionsResponse_v1, 2: _dec_ApiVersionsResponse_v1, 3: _dec_ApiVersionsResponse_v3, 4: _dec_ApiVersionsResponse_v3}
+ApiVersionsRequest._encoders_ = {0: _enc_ApiVersionsRequest_v0, 1: _enc_ApiVersionsRequest_v0, 2: _enc_ApiVersionsRequest_v0, 3: _enc_ApiVersionsRequest_v3, 4: _enc_ApiVersionsRequest_v3, 5: _enc_ApiVersionsRequest_v5}
+ApiVersionsRequest._decoders_ = {0: _dec_ApiVersionsRequest_v0, 1: _dec_ApiVersionsRequest_v0, 2: _dec_ApiVersionsRequest_v0, 3: _dec_ApiVersionsRequest_v3, 4: _dec_ApiVersionsRequest_v3, 5: _dec_ApiVersionsRequest_v5}
+ApiVersionsResponse._encoders_ = {0: _enc_ApiVersionsResponse_v0, 1: _enc_ApiVersionsResponse_v1, 2: _enc_ApiVersionsResponse_v1, 3: _enc_ApiVersionsResponse_v3, 4: _enc_ApiVersionsResponse_v3, 5: _enc_ApiVersionsResponse_v3}
+ApiVersionsResponse._decoders_ = {0: _dec_ApiVersionsResponse_v0, 1: _dec_ApiVersionsResponse_v1, 2: _dec_ApiVersionsResponse_v1, 3: _dec_ApiVersionsResponse_v3, 4: _dec_ApiVersionsResponse_v3, 5: _dec_ApiVersionsResponse_v3}
 ApiVersionsRequest._error_response_ = _error_ApiVersionsRequest

@@ -32,13 +32,16 @@ from odradek.protocol._codec import (  # noqa: F401
     write_tagged,
     write_uvarint,
 )
-from odradek.protocol.messages.data import ConsumerProtocolAssignment, ConsumerProtocolSubscription, DefaultPrincipalData, KRaftVersionRecord, LeaderChangeMessage, SnapshotFooterRecord, SnapshotHeaderRecord, VotersRecord
+from odradek.protocol.messages.data import AbortedTxn, ConsumerProtocolAssignment, ConsumerProtocolSubscription, ControlRecordTypeSchema, DefaultPrincipalData, EndTxnMarker, KRaftVersionRecord, LeaderChangeMessage, SnapshotFooterRecord, SnapshotHeaderRecord, VotersRecord
 
+_AbortedTxn = AbortedTxn
 _ConsumerProtocolAssignment_TopicPartition = ConsumerProtocolAssignment.TopicPartition
 _ConsumerProtocolAssignment = ConsumerProtocolAssignment
 _ConsumerProtocolSubscription_TopicPartition = ConsumerProtocolSubscription.TopicPartition
 _ConsumerProtocolSubscription = ConsumerProtocolSubscription
+_ControlRecordTypeSchema = ControlRecordTypeSchema
 _DefaultPrincipalData = DefaultPrincipalData
+_EndTxnMarker = EndTxnMarker
 _KRaftVersionRecord = KRaftVersionRecord
 _LeaderChangeMessage_Voter = LeaderChangeMessage.Voter
 _LeaderChangeMessage = LeaderChangeMessage
@@ -62,6 +65,22 @@ _pack_hq = Struct(">hq").pack
 _unpack_hq = Struct(">hq").unpack_from
 _pack_i = Struct(">i").pack
 _unpack_i = Struct(">i").unpack_from
+_pack_qqqq = Struct(">qqqq").pack
+_unpack_qqqq = Struct(">qqqq").unpack_from
+
+
+# AbortedTxn v0
+def _enc_AbortedTxn_v0(out: bytearray, obj: AbortedTxn) -> None:
+    out += _pack_qqqq(obj.producer_id, obj.first_offset, obj.last_offset, obj.last_stable_offset)
+
+
+# AbortedTxn v0
+def _dec_AbortedTxn_v0(buf: memoryview, pos: int) -> tuple[AbortedTxn, int]:
+    obj = new(_AbortedTxn)
+    obj.producer_id, obj.first_offset, obj.last_offset, obj.last_stable_offset = _unpack_qqqq(buf, pos)
+    pos += 32
+    obj.unknown_tagged_fields = None
+    return obj, pos
 
 
 # ConsumerProtocolAssignment.TopicPartition v0-3
@@ -588,6 +607,20 @@ def _dec_ConsumerProtocolSubscription_v3(buf: memoryview, pos: int) -> tuple[Con
     return obj, pos
 
 
+# ControlRecordTypeSchema v0
+def _enc_ControlRecordTypeSchema_v0(out: bytearray, obj: ControlRecordTypeSchema) -> None:
+    out += _pack_h(obj.type)
+
+
+# ControlRecordTypeSchema v0
+def _dec_ControlRecordTypeSchema_v0(buf: memoryview, pos: int) -> tuple[ControlRecordTypeSchema, int]:
+    obj = new(_ControlRecordTypeSchema)
+    (obj.type,) = _unpack_h(buf, pos)
+    pos += 2
+    obj.unknown_tagged_fields = None
+    return obj, pos
+
+
 # DefaultPrincipalData v0
 def _enc_DefaultPrincipalData_v0(out: bytearray, obj: DefaultPrincipalData) -> None:
     v1 = obj.type
@@ -663,6 +696,20 @@ def _dec_DefaultPrincipalData_v0(buf: memoryview, pos: int) -> tuple[DefaultPrin
         pos += 1
     else:
         obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# EndTxnMarker v0
+def _enc_EndTxnMarker_v0(out: bytearray, obj: EndTxnMarker) -> None:
+    out += _pack_i(obj.coordinator_epoch)
+
+
+# EndTxnMarker v0
+def _dec_EndTxnMarker_v0(buf: memoryview, pos: int) -> tuple[EndTxnMarker, int]:
+    obj = new(_EndTxnMarker)
+    (obj.coordinator_epoch,) = _unpack_i(buf, pos)
+    pos += 4
+    obj.unknown_tagged_fields = None
     return obj, pos
 
 
@@ -1141,12 +1188,18 @@ def _dec_VotersRecord_v0(buf: memoryview, pos: int) -> tuple[VotersRecord, int]:
     return obj, pos
 
 
+AbortedTxn._encoders_ = {0: _enc_AbortedTxn_v0}
+AbortedTxn._decoders_ = {0: _dec_AbortedTxn_v0}
 ConsumerProtocolAssignment._encoders_ = {0: _enc_ConsumerProtocolAssignment_v0, 1: _enc_ConsumerProtocolAssignment_v0, 2: _enc_ConsumerProtocolAssignment_v0, 3: _enc_ConsumerProtocolAssignment_v0}
 ConsumerProtocolAssignment._decoders_ = {0: _dec_ConsumerProtocolAssignment_v0, 1: _dec_ConsumerProtocolAssignment_v0, 2: _dec_ConsumerProtocolAssignment_v0, 3: _dec_ConsumerProtocolAssignment_v0}
 ConsumerProtocolSubscription._encoders_ = {0: _enc_ConsumerProtocolSubscription_v0, 1: _enc_ConsumerProtocolSubscription_v1, 2: _enc_ConsumerProtocolSubscription_v2, 3: _enc_ConsumerProtocolSubscription_v3}
 ConsumerProtocolSubscription._decoders_ = {0: _dec_ConsumerProtocolSubscription_v0, 1: _dec_ConsumerProtocolSubscription_v1, 2: _dec_ConsumerProtocolSubscription_v2, 3: _dec_ConsumerProtocolSubscription_v3}
+ControlRecordTypeSchema._encoders_ = {0: _enc_ControlRecordTypeSchema_v0}
+ControlRecordTypeSchema._decoders_ = {0: _dec_ControlRecordTypeSchema_v0}
 DefaultPrincipalData._encoders_ = {0: _enc_DefaultPrincipalData_v0}
 DefaultPrincipalData._decoders_ = {0: _dec_DefaultPrincipalData_v0}
+EndTxnMarker._encoders_ = {0: _enc_EndTxnMarker_v0}
+EndTxnMarker._decoders_ = {0: _dec_EndTxnMarker_v0}
 KRaftVersionRecord._encoders_ = {0: _enc_KRaftVersionRecord_v0}
 KRaftVersionRecord._decoders_ = {0: _dec_KRaftVersionRecord_v0}
 LeaderChangeMessage._encoders_ = {0: _enc_LeaderChangeMessage_v0, 1: _enc_LeaderChangeMessage_v1}

@@ -44,6 +44,8 @@ _unpack_i = Struct(">i").unpack_from
 
 # RequestHeader v0
 def _enc_RequestHeader_v0(out: bytearray, obj: RequestHeader) -> None:
+    if obj.client_id != "":
+        raise EncodeError("RequestHeader.client_id cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
     out += _pack_hhi(obj.api_key, obj.api_version, obj.correlation_id)
 
 

@@ -407,7 +407,7 @@ def _dec_ListOffsetsRequest_v4(buf: memoryview, pos: int) -> tuple[ListOffsetsRe
     return obj, pos
 
 
-# ListOffsetsRequest.ListOffsetsPartition v6-10
+# ListOffsetsRequest.ListOffsetsPartition v6-11
 def _enc_ListOffsetsRequest_ListOffsetsPartition_v6(out: bytearray, obj: ListOffsetsRequest.ListOffsetsPartition) -> None:
     if obj.max_num_offsets != 1:
         raise EncodeError("ListOffsetsRequest.ListOffsetsPartition.max_num_offsets cannot be sent in this version: only in versions 0-0", UNSUPPORTED_VERSION)
@@ -418,7 +418,7 @@ def _enc_ListOffsetsRequest_ListOffsetsPartition_v6(out: bytearray, obj: ListOff
         out.append(0)
 
 
-# ListOffsetsRequest.ListOffsetsPartition v6-10
+# ListOffsetsRequest.ListOffsetsPartition v6-11
 def _dec_ListOffsetsRequest_ListOffsetsPartition_v6(buf: memoryview, pos: int) -> tuple[ListOffsetsRequest.ListOffsetsPartition, int]:
     obj = new(_ListOffsetsRequest_ListOffsetsPartition)
     obj.partition_index, obj.current_leader_epoch, obj.timestamp = _unpack_iiq(buf, pos)
@@ -432,7 +432,7 @@ def _dec_ListOffsetsRequest_ListOffsetsPartition_v6(buf: memoryview, pos: int) -
     return obj, pos
 
 
-# ListOffsetsRequest.ListOffsetsTopic v6-10
+# ListOffsetsRequest.ListOffsetsTopic v6-11
 def _enc_ListOffsetsRequest_ListOffsetsTopic_v6(out: bytearray, obj: ListOffsetsRequest.ListOffsetsTopic) -> None:
     v1 = obj.name
     if v1 is None:
@@ -464,7 +464,7 @@ def _enc_ListOffsetsRequest_ListOffsetsTopic_v6(out: bytearray, obj: ListOffsets
         out.append(0)
 
 
-# ListOffsetsRequest.ListOffsetsTopic v6-10
+# ListOffsetsRequest.ListOffsetsTopic v6-11
 def _dec_ListOffsetsRequest_ListOffsetsTopic_v6(buf: memoryview, pos: int) -> tuple[ListOffsetsRequest.ListOffsetsTopic, int]:
     obj = new(_ListOffsetsRequest_ListOffsetsTopic)
     n1 = buf[pos]
@@ -558,7 +558,7 @@ def _dec_ListOffsetsRequest_v6(buf: memoryview, pos: int) -> tuple[ListOffsetsRe
     return obj, pos
 
 
-# ListOffsetsRequest v10
+# ListOffsetsRequest v10-11
 def _enc_ListOffsetsRequest_v10(out: bytearray, obj: ListOffsetsRequest) -> None:
     out += _pack_ib(obj.replica_id, obj.isolation_level)
     v1 = obj.topics
@@ -579,7 +579,7 @@ def _enc_ListOffsetsRequest_v10(out: bytearray, obj: ListOffsetsRequest) -> None
         out.append(0)
 
 
-# ListOffsetsRequest v10
+# ListOffsetsRequest v10-11
 def _dec_ListOffsetsRequest_v10(buf: memoryview, pos: int) -> tuple[ListOffsetsRequest, int]:
     obj = new(_ListOffsetsRequest)
     obj.replica_id, obj.isolation_level = _unpack_ib(buf, pos)
@@ -974,7 +974,7 @@ def _dec_ListOffsetsResponse_v4(buf: memoryview, pos: int) -> tuple[ListOffsetsR
     return obj, pos
 
 
-# ListOffsetsResponse.ListOffsetsPartitionResponse v6-10
+# ListOffsetsResponse.ListOffsetsPartitionResponse v6-11
 def _enc_ListOffsetsResponse_ListOffsetsPartitionResponse_v6(out: bytearray, obj: ListOffsetsResponse.ListOffsetsPartitionResponse) -> None:
     if obj.old_style_offsets != []:
         raise EncodeError("ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets cannot be sent in this version: only in versions 0-0", UNSUPPORTED_VERSION)
@@ -985,7 +985,7 @@ def _enc_ListOffsetsResponse_ListOffsetsPartitionResponse_v6(out: bytearray, obj
         out.append(0)
 
 
-# ListOffsetsResponse.ListOffsetsPartitionResponse v6-10
+# ListOffsetsResponse.ListOffsetsPartitionResponse v6-11
 def _dec_ListOffsetsResponse_ListOffsetsPartitionResponse_v6(buf: memoryview, pos: int) -> tuple[ListOffsetsResponse.ListOffsetsPartitionResponse, int]:
     obj = new(_ListOffsetsResponse_ListOffsetsPartitionResponse)
     obj.partition_index, obj.error_code, obj.timestamp, obj.offset, obj.leader_epoch = _unpack_ihqqi(buf, pos)
@@ -999,7 +999,7 @@ def _dec_ListOffsetsResponse_ListOffsetsPartitionResponse_v6(buf: memoryview, po
     return obj, pos
 
 
-# ListOffsetsResponse.ListOffsetsTopicResponse v6-10
+# ListOffsetsResponse.ListOffsetsTopicResponse v6-11
 def _enc_ListOffsetsResponse_ListOffsetsTopicResponse_v6(out: bytearray, obj: ListOffsetsResponse.ListOffsetsTopicResponse) -> None:
     v1 = obj.name
     if v1 is None:
@@ -1031,7 +1031,7 @@ def _enc_ListOffsetsResponse_ListOffsetsTopicResponse_v6(out: bytearray, obj: Li
         out.append(0)
 
 
-# ListOffsetsResponse.ListOffsetsTopicResponse v6-10
+# ListOffsetsResponse.ListOffsetsTopicResponse v6-11
 def _dec_ListOffsetsResponse_ListOffsetsTopicResponse_v6(buf: memoryview, pos: int) -> tuple[ListOffsetsResponse.ListOffsetsTopicResponse, int]:
     obj = new(_ListOffsetsResponse_ListOffsetsTopicResponse)
     n1 = buf[pos]
@@ -1074,7 +1074,7 @@ def _dec_ListOffsetsResponse_ListOffsetsTopicResponse_v6(buf: memoryview, pos: i
     return obj, pos
 
 
-# ListOffsetsResponse v6-10
+# ListOffsetsResponse v6-11
 def _enc_ListOffsetsResponse_v6(out: bytearray, obj: ListOffsetsResponse) -> None:
     out += _pack_i(obj.throttle_time_ms)
     v1 = obj.topics
@@ -1094,7 +1094,7 @@ def _enc_ListOffsetsResponse_v6(out: bytearray, obj: ListOffsetsResponse) -> Non
         out.append(0)
 
 
-# ListOffsetsResponse v6-10
+# ListOffsetsResponse v6-11
 def _dec_ListOffsetsResponse_v6(buf: memoryview, pos: int) -> tuple[ListOffsetsResponse, int]:
     obj = new(_ListOffsetsResponse)
     (obj.throttle_time_ms,) = _unpack_i(buf, pos)
@@ -1128,8 +1128,8 @@ def _error_ListOffsetsRequest(request: ListOffsetsRequest, version: int, code: i
     return _ListOffsetsResponse(topics=[_ListOffsetsResponse_ListOffsetsTopicResponse(name=x0.name, partitions=[_ListOffsetsResponse_ListOffsetsPartitionResponse(error_code=code, partition_index=x1.partition_index) for x1 in x0.partitions]) for x0 in request.topics])
 
 
-ListOffsetsRequest._encoders_ = {0: _enc_ListOffsetsRequest_v0, 1: _enc_ListOffsetsRequest_v1, 2: _enc_ListOffsetsRequest_v2, 3: _enc_ListOffsetsRequest_v2, 4: _enc_ListOffsetsRequest_v4, 5: _enc_ListOffsetsRequest_v4, 6: _enc_ListOffsetsRequest_v6, 7: _enc_ListOffsetsRequest_v6, 8: _enc_ListOffsetsRequest_v6, 9: _enc_ListOffsetsRequest_v6, 10: _enc_ListOffsetsRequest_v10}
-ListOffsetsRequest._decoders_ = {0: _dec_ListOffsetsRequest_v0, 1: _dec_ListOffsetsRequest_v1, 2: _dec_ListOffsetsRequest_v2, 3: _dec_ListOffsetsRequest_v2, 4: _dec_ListOffsetsRequest_v4, 5: _dec_ListOffsetsRequest_v4, 6: _dec_ListOffsetsRequest_v6, 7: _dec_ListOffsetsRequest_v6, 8: _dec_ListOffsetsRequest_v6, 9: _dec_ListOffsetsRequest_v6, 10: _dec_ListOffsetsRequest_v10}
-ListOffsetsResponse._encoders_ = {0: _enc_ListOffsetsResponse_v0, 1: _enc_ListOffsetsResponse_v1, 2: _enc_ListOffsetsResponse_v2, 3: _enc_ListOffsetsResponse_v2, 4: _enc_ListOffsetsResponse_v4, 5: _enc_ListOffsetsResponse_v4, 6: _enc_ListOffsetsResponse_v6, 7: _enc_ListOffsetsResponse_v6, 8: _enc_ListOffsetsResponse_v6, 9: _enc_ListOffsetsResponse_v6, 10: _enc_ListOffsetsResponse_v6}
-ListOffsetsResponse._decoders_ = {0: _dec_ListOffsetsResponse_v0, 1: _dec_ListOffsetsResponse_v1, 2: _dec_ListOffsetsResponse_v2, 3: _dec_ListOffsetsResponse_v2, 4: _dec_ListOffsetsResponse_v4, 5: _dec_ListOffsetsResponse_v4, 6: _dec_ListOffsetsResponse_v6, 7: _dec_ListOffsetsResponse_v6, 8: _dec_ListOffsetsResponse_v6, 9: _dec_ListOffsetsResponse_v6, 10: _dec_ListOffsetsResponse_v6}
+ListOffsetsRequest._encoders_ = {0: _enc_ListOffsetsRequest_v0, 1: _enc_ListOffsetsRequest_v1, 2: _enc_ListOffsetsRequest_v2, 3: _enc_ListOffsetsRequest_v2, 4: _enc_ListOffsetsRequest_v4, 5: _enc_ListOffsetsRequest_v4, 6: _enc_ListOffsetsRequest_v6, 7: _enc_ListOffsetsRequest_v6, 8: _enc_ListOffsetsRequest_v6, 9: _enc_ListOffsetsRequest_v6, 10: _enc_ListOffsetsRequest_v10, 11: _enc_ListOffsetsRequest_v10}
+ListOffsetsRequest._decoders_ = {0: _dec_ListOffsetsRequest_v0, 1: _dec_ListOffsetsRequest_v1, 2: _dec_ListOffsetsRequest_v2, 3: _dec_ListOffsetsRequest_v2, 4: _dec_ListOffsetsRequest_v4, 5: _dec_ListOffsetsRequest_v4, 6: _dec_ListOffsetsRequest_v6, 7: _dec_ListOffsetsRequest_v6, 8: _dec_ListOffsetsRequest_v6, 9: _dec_ListOffsetsRequest_v6, 10: _dec_ListOffsetsRequest_v10, 11: _dec_ListOffsetsRequest_v10}
+ListOffsetsResponse._encoders_ = {0: _enc_ListOffsetsResponse_v0, 1: _enc_ListOffsetsResponse_v1, 2: _enc_ListOffsetsResponse_v2, 3: _enc_ListOffsetsResponse_v2, 4: _enc_ListOffsetsResponse_v4, 5: _enc_ListOffsetsResponse_v4, 6: _enc_ListOffsetsResponse_v6, 7: _enc_ListOffsetsResponse_v6, 8: _enc_ListOffsetsResponse_v6, 9: _enc_ListOffsetsResponse_v6, 10: _enc_ListOffsetsResponse_v6, 11: _enc_ListOffsetsResponse_v6}
+ListOffsetsResponse._decoders_ = {0: _dec_ListOffsetsResponse_v0, 1: _dec_ListOffsetsResponse_v1, 2: _dec_ListOffsetsResponse_v2, 3: _dec_ListOffsetsResponse_v2, 4: _dec_ListOffsetsResponse_v4, 5: _dec_ListOffsetsResponse_v4, 6: _dec_ListOffsetsResponse_v6, 7: _dec_ListOffsetsResponse_v6, 8: _dec_ListOffsetsResponse_v6, 9: _dec_ListOffsetsResponse_v6, 10: _dec_ListOffsetsResponse_v6, 11: _dec_ListOffsetsResponse_v6}
 ListOffsetsRequest._error_response_ = _error_ListOffsetsRequest

@@ -348,7 +348,7 @@ def _dec_MetadataRequest_v9(buf: memoryview, pos: int) -> tuple[MetadataRequest,
     return obj, pos
 
 
-# MetadataRequest.MetadataRequestTopic v10-12
+# MetadataRequest.MetadataRequestTopic v10-13
 def _enc_MetadataRequest_MetadataRequestTopic_v10(out: bytearray, obj: MetadataRequest.MetadataRequestTopic) -> None:
     out += obj.topic_id.bytes
     v2 = obj.name
@@ -370,7 +370,7 @@ def _enc_MetadataRequest_MetadataRequestTopic_v10(out: bytearray, obj: MetadataR
         out.append(0)
 
 
-# MetadataRequest.MetadataRequestTopic v10-12
+# MetadataRequest.MetadataRequestTopic v10-13
 def _dec_MetadataRequest_MetadataRequestTopic_v10(buf: memoryview, pos: int) -> tuple[MetadataRequest.MetadataRequestTopic, int]:
     obj = new(_MetadataRequest_MetadataRequestTopic)
     obj.topic_id, pos = read_uuid(buf, pos)
@@ -451,7 +451,7 @@ def _dec_MetadataRequest_v10(buf: memoryview, pos: int) -> tuple[MetadataRequest
     return obj, pos
 
 
-# MetadataRequest v11-12
+# MetadataRequest v11-13
 def _enc_MetadataRequest_v11(out: bytearray, obj: MetadataRequest) -> None:
     if obj.include_cluster_authorized_operations != False:
         raise EncodeError("MetadataRequest.include_cluster_authorized_operations cannot be sent in this version: only in versions 8-10", UNSUPPORTED_VERSION)
@@ -473,7 +473,7 @@ def _enc_MetadataRequest_v11(out: bytearray, obj: MetadataRequest) -> None:
         out.append(0)
 
 
-# MetadataRequest v11-12
+# MetadataRequest v11-13
 def _dec_MetadataRequest_v11(buf: memoryview, pos: int) -> tuple[MetadataRequest, int]:
     obj = new(_MetadataRequest)
     n1 = buf[pos]
@@ -708,6 +708,7 @@ def _dec_MetadataResponse_v0(buf: memoryview, pos: int) -> tuple[MetadataRespons
     obj.cluster_id = None
     obj.controller_id = -1
     obj.cluster_authorized_operations = -2147483648
+    obj.error_code = 0
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -887,6 +888,7 @@ def _dec_MetadataResponse_v1(buf: memoryview, pos: int) -> tuple[MetadataRespons
     obj.throttle_time_ms = 0
     obj.cluster_id = None
     obj.cluster_authorized_operations = -2147483648
+    obj.error_code = 0
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -967,6 +969,7 @@ def _dec_MetadataResponse_v2(buf: memoryview, pos: int) -> tuple[MetadataRespons
         obj.topics = items3
     obj.throttle_time_ms = 0
     obj.cluster_authorized_operations = -2147483648
+    obj.error_code = 0
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -1049,6 +1052,7 @@ def _dec_MetadataResponse_v3(buf: memoryview, pos: int) -> tuple[MetadataRespons
             items3.append(item3)
         obj.topics = items3
     obj.cluster_authorized_operations = -2147483648
+    obj.error_code = 0
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -1261,6 +1265,7 @@ def _dec_MetadataResponse_v5(buf: memoryview, pos: int) -> tuple[MetadataRespons
             items3.append(item3)
         obj.topics = items3
     obj.cluster_authorized_operations = -2147483648
+    obj.error_code = 0
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -1472,6 +1477,7 @@ def _dec_MetadataResponse_v7(buf: memoryview, pos: int) -> tuple[MetadataRespons
             items3.append(item3)
         obj.topics = items3
     obj.cluster_authorized_operations = -2147483648
+    obj.error_code = 0
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -1615,11 +1621,12 @@ def _dec_MetadataResponse_v8(buf: memoryview, pos: int) -> tuple[MetadataRespons
         obj.topics = items3
     (obj.cluster_authorized_operations,) = _unpack_i(buf, pos)
     pos += 4
+    obj.error_code = 0
     obj.unknown_tagged_fields = None
     return obj, pos
 
 
-# MetadataResponse.MetadataResponseBroker v9-12
+# MetadataResponse.MetadataResponseBroker v9-13
 def _enc_MetadataResponse_MetadataResponseBroker_v9(out: bytearray, obj: MetadataResponse.MetadataResponseBroker) -> None:
     out += _pack_i(obj.node_id)
     v1 = obj.host
@@ -1655,7 +1662,7 @@ def _enc_MetadataResponse_MetadataResponseBroker_v9(out: bytearray, obj: Metadat
         out.append(0)
 
 
-# MetadataResponse.MetadataResponseBroker v9-12
+# MetadataResponse.MetadataResponseBroker v9-13
 def _dec_MetadataResponse_MetadataResponseBroker_v9(buf: memoryview, pos: int) -> tuple[MetadataResponse.MetadataResponseBroker, int]:
     obj = new(_MetadataResponse_MetadataResponseBroker)
     (obj.node_id,) = _unpack_i(buf, pos)
@@ -1702,7 +1709,7 @@ def _dec_MetadataResponse_MetadataResponseBroker_v9(buf: memoryview, pos: int) -
     return obj, pos
 
 
-# MetadataResponse.MetadataResponsePartition v9-12
+# MetadataResponse.MetadataResponsePartition v9-13
 def _enc_MetadataResponse_MetadataResponsePartition_v9(out: bytearray, obj: MetadataResponse.MetadataResponsePartition) -> None:
     out += _pack_hiii(obj.error_code, obj.partition_index, obj.leader_id, obj.leader_epoch)
     v1 = obj.replica_nodes
@@ -1744,7 +1751,7 @@ def _enc_MetadataResponse_MetadataResponsePartition_v9(out: bytearray, obj: Meta
         out.append(0)
 
 
-# MetadataResponse.MetadataResponsePartition v9-12
+# MetadataResponse.MetadataResponsePartition v9-13
 def _dec_MetadataResponse_MetadataResponsePartition_v9(buf: memoryview, pos: int) -> tuple[MetadataResponse.MetadataResponsePartition, int]:
     obj = new(_MetadataResponse_MetadataResponsePartition)
     obj.error_code, obj.partition_index, obj.leader_id, obj.leader_epoch = _unpack_hiii(buf, pos)
@@ -1993,6 +2000,7 @@ def _dec_MetadataResponse_v9(buf: memoryview, pos: int) -> tuple[MetadataRespons
         obj.topics = items3
     (obj.cluster_authorized_operations,) = _unpack_i(buf, pos)
     pos += 4
+    obj.error_code = 0
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -2193,6 +2201,7 @@ def _dec_MetadataResponse_v10(buf: memoryview, pos: int) -> tuple[MetadataRespon
         obj.topics = items3
     (obj.cluster_authorized_operations,) = _unpack_i(buf, pos)
     pos += 4
+    obj.error_code = 0
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -2307,6 +2316,7 @@ def _dec_MetadataResponse_v11(buf: memoryview, pos: int) -> tuple[MetadataRespon
             items3.append(item3)
         obj.topics = items3
     obj.cluster_authorized_operations = -2147483648
+    obj.error_code = 0
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -2315,7 +2325,7 @@ def _dec_MetadataResponse_v11(buf: memoryview, pos: int) -> tuple[MetadataRespon
     return obj, pos
 
 
-# MetadataResponse.MetadataResponseTopic v12
+# MetadataResponse.MetadataResponseTopic v12-13
 def _enc_MetadataResponse_MetadataResponseTopic_v12(out: bytearray, obj: MetadataResponse.MetadataResponseTopic) -> None:
     out += _pack_h(obj.error_code)
     v1 = obj.name
@@ -2351,7 +2361,7 @@ def _enc_MetadataResponse_MetadataResponseTopic_v12(out: bytearray, obj: Metadat
         out.append(0)
 
 
-# MetadataResponse.MetadataResponseTopic v12
+# MetadataResponse.MetadataResponseTopic v12-13
 def _dec_MetadataResponse_MetadataResponseTopic_v12(buf: memoryview, pos: int) -> tuple[MetadataResponse.MetadataResponseTopic, int]:
     obj = new(_MetadataResponse_MetadataResponseTopic)
     (obj.error_code,) = _unpack_h(buf, pos)
@@ -2509,6 +2519,124 @@ def _dec_MetadataResponse_v12(buf: memoryview, pos: int) -> tuple[MetadataRespon
             items3.append(item3)
         obj.topics = items3
     obj.cluster_authorized_operations = -2147483648
+    obj.error_code = 0
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# MetadataResponse v13
+def _enc_MetadataResponse_v13(out: bytearray, obj: MetadataResponse) -> None:
+    if obj.cluster_authorized_operations != -2147483648:
+        raise EncodeError("MetadataResponse.cluster_authorized_operations cannot be sent in this version: only in versions 8-10", UNSUPPORTED_VERSION)
+    out += _pack_i(obj.throttle_time_ms)
+    v1 = obj.brokers
+    if v1 is None:
+        raise EncodeError("MetadataResponse.brokers is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_MetadataResponse_MetadataResponseBroker_v9(out, item1)
+    v2 = obj.cluster_id
+    if v2 is None:
+        out.append(0)
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("MetadataResponse.cluster_id is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    out += _pack_i(obj.controller_id)
+    v3 = obj.topics
+    if v3 is None:
+        raise EncodeError("MetadataResponse.topics is not nullable in this version")
+    else:
+        n3 = len(v3)
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        for item3 in v3:
+            _enc_MetadataResponse_MetadataResponseTopic_v12(out, item3)
+    out += _pack_h(obj.error_code)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# MetadataResponse v13
+def _dec_MetadataResponse_v13(buf: memoryview, pos: int) -> tuple[MetadataResponse, int]:
+    obj = new(_MetadataResponse)
+    (obj.throttle_time_ms,) = _unpack_i(buf, pos)
+    pos += 4
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"MetadataResponse.brokers: invalid array length {n1}")
+    else:
+        if n1 * 11 > len(buf) - pos:
+            raise DecodeError(f"MetadataResponse.brokers: array of {n1} elements runs past the end of the data")
+        items1: list[MetadataResponse.MetadataResponseBroker] = []
+        for _ in range(n1):
+            item1, pos = _dec_MetadataResponse_MetadataResponseBroker_v9(buf, pos)
+            items1.append(item1)
+        obj.brokers = items1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        if n2 != -1:
+            raise DecodeError(f"MetadataResponse.cluster_id: invalid string length {n2}")
+        obj.cluster_id = None
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("MetadataResponse.cluster_id: string runs past the end of the data")
+        obj.cluster_id = str(buf[pos:end2], "utf-8")
+        pos = end2
+    (obj.controller_id,) = _unpack_i(buf, pos)
+    pos += 4
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        raise DecodeError(f"MetadataResponse.topics: invalid array length {n3}")
+    else:
+        if n3 * 26 > len(buf) - pos:
+            raise DecodeError(f"MetadataResponse.topics: array of {n3} elements runs past the end of the data")
+        items3: list[MetadataResponse.MetadataResponseTopic] = []
+        for _ in range(n3):
+            item3, pos = _dec_MetadataResponse_MetadataResponseTopic_v12(buf, pos)
+            items3.append(item3)
+        obj.topics = items3
+    (obj.error_code,) = _unpack_h(buf, pos)
+    pos += 2
+    obj.cluster_authorized_operations = -2147483648
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -2522,11 +2650,13 @@ def _error_MetadataRequest(request: MetadataRequest, version: int, code: int, me
         return _MetadataResponse(topics=[_MetadataResponse_MetadataResponseTopic(error_code=code, name=x0.name) for x0 in (request.topics or ())])
     elif version <= 11:  # v10-11
         return _MetadataResponse(topics=[_MetadataResponse_MetadataResponseTopic(error_code=code, name=x0.name or "", topic_id=x0.topic_id) for x0 in (request.topics or ())])
-    return _MetadataResponse(topics=[_MetadataResponse_MetadataResponseTopic(error_code=code, name=x0.name, topic_id=x0.topic_id) for x0 in (request.topics or ())])
+    elif version <= 12:  # v12
+        return _MetadataResponse(topics=[_MetadataResponse_MetadataResponseTopic(error_code=code, name=x0.name, topic_id=x0.topic_id) for x0 in (request.topics or ())])
+    return _MetadataResponse(error_code=code)
 
 
-MetadataRequest._encoders_ = {0: _enc_MetadataRequest_v0, 1: _enc_MetadataRequest_v1, 2: _enc_MetadataRequest_v1, 3: _enc_MetadataRequest_v1, 4: _enc_MetadataRequest_v4, 5: _enc_MetadataRequest_v4, 6: _enc_MetadataRequest_v4, 7: _enc_MetadataRequest_v4, 8: _enc_MetadataRequest_v8, 9: _enc_MetadataRequest_v9, 10: _enc_MetadataRequest_v10, 11: _enc_MetadataRequest_v11, 12: _enc_MetadataRequest_v11}
-MetadataRequest._decoders_ = {0: _dec_MetadataRequest_v0, 1: _dec_MetadataRequest_v1, 2: _dec_MetadataRequest_v1, 3: _dec_MetadataRequest_v1, 4: _dec_MetadataRequest_v4, 5: _dec_MetadataRequest_v4, 6: _dec_MetadataRequest_v4, 7: _dec_MetadataRequest_v4, 8: _dec_MetadataRequest_v8, 9: _dec_MetadataRequest_v9, 10: _dec_MetadataRequest_v10, 11: _dec_MetadataRequest_v11, 12: _dec_MetadataRequest_v11}
-MetadataResponse._encoders_ = {0: _enc_MetadataResponse_v0, 1: _enc_MetadataResponse_v1, 2: _enc_MetadataResponse_v2, 3: _enc_MetadataResponse_v3, 4: _enc_MetadataResponse_v3, 5: _enc_MetadataResponse_v5, 6: _enc_MetadataResponse_v5, 7: _enc_MetadataResponse_v7, 8: _enc_MetadataResponse_v8, 9: _enc_MetadataResponse_v9, 10: _enc_MetadataResponse_v10, 11: _enc_MetadataResponse_v11, 12: _enc_MetadataResponse_v12}
-MetadataResponse._decoders_ = {0: _dec_MetadataResponse_v0, 1: _dec_MetadataResponse_v1, 2: _dec_MetadataResponse_v2, 3: _dec_MetadataResponse_v3, 4: _dec_MetadataResponse_v3, 5: _dec_MetadataResponse_v5, 6: _dec_MetadataResponse_v5, 7: _dec_MetadataResponse_v7, 8: _dec_MetadataResponse_v8, 9: _dec_MetadataResponse_v9, 10: _dec_MetadataResponse_v10, 11: _dec_MetadataResponse_v11, 12: _dec_MetadataResponse_v12}
+MetadataRequest._encoders_ = {0: _enc_MetadataRequest_v0, 1: _enc_MetadataRequest_v1, 2: _enc_MetadataRequest_v1, 3: _enc_MetadataRequest_v1, 4: _enc_MetadataRequest_v4, 5: _enc_MetadataRequest_v4, 6: _enc_MetadataRequest_v4, 7: _enc_MetadataRequest_v4, 8: _enc_MetadataRequest_v8, 9: _enc_MetadataRequest_v9, 10: _enc_MetadataRequest_v10, 11: _enc_MetadataRequest_v11, 12: _enc_MetadataRequest_v11, 13: _enc_MetadataRequest_v11}
+MetadataRequest._decoders_ = {0: _dec_MetadataRequest_v0, 1: _dec_MetadataRequest_v1, 2: _dec_MetadataRequest_v1, 3: _dec_MetadataRequest_v1, 4: _dec_MetadataRequest_v4, 5: _dec_MetadataRequest_v4, 6: _dec_MetadataRequest_v4, 7: _dec_MetadataRequest_v4, 8: _dec_MetadataRequest_v8, 9: _dec_MetadataRequest_v9, 10: _dec_MetadataRequest_v10, 11: _dec_MetadataRequest_v11, 12: _dec_MetadataRequest_v11, 13: _dec_MetadataRequest_v11}
+MetadataResponse._encoders_ = {0: _enc_MetadataResponse_v0, 1: _enc_MetadataResponse_v1, 2: _enc_MetadataResponse_v2, 3: _enc_MetadataResponse_v3, 4: _enc_MetadataResponse_v3, 5: _enc_MetadataResponse_v5, 6: _enc_MetadataResponse_v5, 7: _enc_MetadataResponse_v7, 8: _enc_MetadataResponse_v8, 9: _enc_MetadataResponse_v9, 10: _enc_MetadataResponse_v10, 11: _enc_MetadataResponse_v11, 12: _enc_MetadataResponse_v12, 13: _enc_MetadataResponse_v13}
+MetadataResponse._decoders_ = {0: _dec_MetadataResponse_v0, 1: _dec_MetadataResponse_v1, 2: _dec_MetadataResponse_v2, 3: _dec_MetadataResponse_v3, 4: _dec_MetadataResponse_v3, 5: _dec_MetadataResponse_v5, 6: _dec_MetadataResponse_v5, 7: _dec_MetadataResponse_v7, 8: _dec_MetadataResponse_v8, 9: _dec_MetadataResponse_v9, 10: _dec_MetadataResponse_v10, 11: _dec_MetadataResponse_v11, 12: _dec_MetadataResponse_v12, 13: _dec_MetadataResponse_v13}
 MetadataRequest._error_response_ = _error_MetadataRequest

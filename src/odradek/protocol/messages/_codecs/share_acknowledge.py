@@ -45,6 +45,8 @@ _ShareAcknowledgeResponse_NodeEndpoint = ShareAcknowledgeResponse.NodeEndpoint
 _ShareAcknowledgeResponse = ShareAcknowledgeResponse
 _pack_i = Struct(">i").pack
 _unpack_i = Struct(">i").unpack_from
+_pack_io = Struct(">i?").pack
+_unpack_io = Struct(">i?").unpack_from
 _pack_ih = Struct(">ih").pack
 _unpack_ih = Struct(">ih").unpack_from
 _pack_ii = Struct(">ii").pack
@@ -53,7 +55,7 @@ _pack_qq = Struct(">qq").pack
 _unpack_qq = Struct(">qq").unpack_from
 
 
-# ShareAcknowledgeRequest.AcknowledgementBatch v0
+# ShareAcknowledgeRequest.AcknowledgementBatch v0-2
 def _enc_ShareAcknowledgeRequest_AcknowledgementBatch_v0(out: bytearray, obj: ShareAcknowledgeRequest.AcknowledgementBatch) -> None:
     out += _pack_qq(obj.first_offset, obj.last_offset)
     v1 = obj.acknowledge_types
@@ -73,7 +75,7 @@ def _enc_ShareAcknowledgeRequest_AcknowledgementBatch_v0(out: bytearray, obj: Sh
         out.append(0)
 
 
-# ShareAcknowledgeRequest.AcknowledgementBatch v0
+# ShareAcknowledgeRequest.AcknowledgementBatch v0-2
 def _dec_ShareAcknowledgeRequest_AcknowledgementBatch_v0(buf: memoryview, pos: int) -> tuple[ShareAcknowledgeRequest.AcknowledgementBatch, int]:
     obj = new(_ShareAcknowledgeRequest_AcknowledgementBatch)
     obj.first_offset, obj.last_offset = _unpack_qq(buf, pos)
@@ -101,7 +103,7 @@ def _dec_ShareAcknowledgeRequest_AcknowledgementBatch_v0(buf: memoryview, pos: i
     return obj, pos
 
 
-# ShareAcknowledgeRequest.AcknowledgePartition v0
+# ShareAcknowledgeRequest.AcknowledgePartition v0-2
 def _enc_ShareAcknowledgeRequest_AcknowledgePartition_v0(out: bytearray, obj: ShareAcknowledgeRequest.AcknowledgePartition) -> None:
     out += _pack_i(obj.partition_index)
     v1 = obj.acknowledgement_batches
@@ -121,7 +123,7 @@ def _enc_ShareAcknowledgeRequest_AcknowledgePartition_v0(out: bytearray, obj: Sh
         out.append(0)
 
 
-# ShareAcknowledgeRequest.AcknowledgePartition v0
+# ShareAcknowledgeRequest.AcknowledgePartition v0-2
 def _dec_ShareAcknowledgeRequest_AcknowledgePartition_v0(buf: memoryview, pos: int) -> tuple[ShareAcknowledgeRequest.AcknowledgePartition, int]:
     obj = new(_ShareAcknowledgeRequest_AcknowledgePartition)
     (obj.partition_index,) = _unpack_i(buf, pos)
@@ -151,7 +153,7 @@ def _dec_ShareAcknowledgeRequest_AcknowledgePartition_v0(buf: memoryview, pos: i
     return obj, pos
 
 
-# ShareAcknowledgeRequest.AcknowledgeTopic v0
+# ShareAcknowledgeRequest.AcknowledgeTopic v0-2
 def _enc_ShareAcknowledgeRequest_AcknowledgeTopic_v0(out: bytearray, obj: ShareAcknowledgeRequest.AcknowledgeTopic) -> None:
     out += obj.topic_id.bytes
     v2 = obj.partitions
@@ -171,7 +173,7 @@ def _enc_ShareAcknowledgeRequest_AcknowledgeTopic_v0(out: bytearray, obj: ShareA
         out.append(0)
 
 
-# ShareAcknowledgeRequest.AcknowledgeTopic v0
+# ShareAcknowledgeRequest.AcknowledgeTopic v0-2
 def _dec_ShareAcknowledgeRequest_AcknowledgeTopic_v0(buf: memoryview, pos: int) -> tuple[ShareAcknowledgeRequest.AcknowledgeTopic, int]:
     obj = new(_ShareAcknowledgeRequest_AcknowledgeTopic)
     obj.topic_id, pos = read_uuid(buf, pos)
@@ -200,8 +202,10 @@ def _dec_ShareAcknowledgeRequest_AcknowledgeTopic_v0(buf: memoryview, pos: int) 
     return obj, pos
 
 
-# ShareAcknowledgeRequest v0
+# ShareAcknowledgeRequest v0-1
 def _enc_ShareAcknowledgeRequest_v0(out: bytearray, obj: ShareAcknowledgeRequest) -> None:
+    if obj.is_renew_ack != False:
+        raise EncodeError("ShareAcknowledgeRequest.is_renew_ack cannot be sent in this version: only in versions 2+", UNSUPPORTED_VERSION)
     v1 = obj.group_id
     if v1 is None:
         out.append(0)
@@ -246,7 +250,7 @@ def _enc_ShareAcknowledgeRequest_v0(out: bytearray, obj: ShareAcknowledgeRequest
         out.append(0)
 
 
-# ShareAcknowledgeRequest v0
+# ShareAcknowledgeRequest v0-1
 def _dec_ShareAcknowledgeRequest_v0(buf: memoryview, pos: int) -> tuple[ShareAcknowledgeRequest, int]:
     obj = new(_ShareAcknowledgeRequest)
     n1 = buf[pos]
@@ -302,6 +306,7 @@ def _dec_ShareAcknowledgeRequest_v0(buf: memoryview, pos: int) -> tuple[ShareAck
             item3, pos = _dec_ShareAcknowledgeRequest_AcknowledgeTopic_v0(buf, pos)
             items3.append(item3)
         obj.topics = items3
+    obj.is_renew_ack = False
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -310,7 +315,117 @@ def _dec_ShareAcknowledgeRequest_v0(buf: memoryview, pos: int) -> tuple[ShareAck
     return obj, pos
 
 
-# ShareAcknowledgeResponse.LeaderIdAndEpoch v0
+# ShareAcknowledgeRequest v2
+def _enc_ShareAcknowledgeRequest_v2(out: bytearray, obj: ShareAcknowledgeRequest) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        out.append(0)
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ShareAcknowledgeRequest.group_id is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    v2 = obj.member_id
+    if v2 is None:
+        out.append(0)
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("ShareAcknowledgeRequest.member_id is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    out += _pack_io(obj.share_session_epoch, obj.is_renew_ack)
+    v3 = obj.topics
+    if v3 is None:
+        raise EncodeError("ShareAcknowledgeRequest.topics is not nullable in this version")
+    else:
+        n3 = len(v3)
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        for item3 in v3:
+            _enc_ShareAcknowledgeRequest_AcknowledgeTopic_v0(out, item3)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ShareAcknowledgeRequest v2
+def _dec_ShareAcknowledgeRequest_v2(buf: memoryview, pos: int) -> tuple[ShareAcknowledgeRequest, int]:
+    obj = new(_ShareAcknowledgeRequest)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        if n1 != -1:
+            raise DecodeError(f"ShareAcknowledgeRequest.group_id: invalid string length {n1}")
+        obj.group_id = None
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ShareAcknowledgeRequest.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        if n2 != -1:
+            raise DecodeError(f"ShareAcknowledgeRequest.member_id: invalid string length {n2}")
+        obj.member_id = None
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("ShareAcknowledgeRequest.member_id: string runs past the end of the data")
+        obj.member_id = str(buf[pos:end2], "utf-8")
+        pos = end2
+    obj.share_session_epoch, obj.is_renew_ack = _unpack_io(buf, pos)
+    pos += 5
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        raise DecodeError(f"ShareAcknowledgeRequest.topics: invalid array length {n3}")
+    else:
+        if n3 * 18 > len(buf) - pos:
+            raise DecodeError(f"ShareAcknowledgeRequest.topics: array of {n3} elements runs past the end of the data")
+        items3: list[ShareAcknowledgeRequest.AcknowledgeTopic] = []
+        for _ in range(n3):
+            item3, pos = _dec_ShareAcknowledgeRequest_AcknowledgeTopic_v0(buf, pos)
+            items3.append(item3)
+        obj.topics = items3
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ShareAcknowledgeResponse.LeaderIdAndEpoch v0-2
 def _enc_ShareAcknowledgeResponse_LeaderIdAndEpoch_v0(out: bytearray, obj: ShareAcknowledgeResponse.LeaderIdAndEpoch) -> None:
     out += _pack_ii(obj.leader_id, obj.leader_epoch)
     if obj.unknown_tagged_fields:
@@ -319,7 +434,7 @@ def _enc_ShareAcknowledgeResponse_LeaderIdAndEpoch_v0(out: bytearray, obj: Share
         out.append(0)
 
 
-# ShareAcknowledgeResponse.LeaderIdAndEpoch v0
+# ShareAcknowledgeResponse.LeaderIdAndEpoch v0-2
 def _dec_ShareAcknowledgeResponse_LeaderIdAndEpoch_v0(buf: memoryview, pos: int) -> tuple[ShareAcknowledgeResponse.LeaderIdAndEpoch, int]:
     obj = new(_ShareAcknowledgeResponse_LeaderIdAndEpoch)
     obj.leader_id, obj.leader_epoch = _unpack_ii(buf, pos)
@@ -332,7 +447,7 @@ def _dec_ShareAcknowledgeResponse_LeaderIdAndEpoch_v0(buf: memoryview, pos: int)
     return obj, pos
 
 
-# ShareAcknowledgeResponse.PartitionData v0
+# ShareAcknowledgeResponse.PartitionData v0-2
 def _enc_ShareAcknowledgeResponse_PartitionData_v0(out: bytearray, obj: ShareAcknowledgeResponse.PartitionData) -> None:
     out += _pack_ih(obj.partition_index, obj.error_code)
     v1 = obj.error_message
@@ -355,7 +470,7 @@ def _enc_ShareAcknowledgeResponse_PartitionData_v0(out: bytearray, obj: ShareAck
         out.append(0)
 
 
-# ShareAcknowledgeResponse.PartitionData v0
+# ShareAcknowledgeResponse.PartitionData v0-2
 def _dec_ShareAcknowledgeResponse_PartitionData_v0(buf: memoryview, pos: int) -> tuple[ShareAcknowledgeResponse.PartitionData, int]:
     obj = new(_ShareAcknowledgeResponse_PartitionData)
     obj.partition_index, obj.error_code = _unpack_ih(buf, pos)
@@ -386,7 +501,7 @@ def _dec_ShareAcknowledgeResponse_PartitionData_v0(buf: memoryview, pos: int) ->
     return obj, pos
 
 
-# ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse v0
+# ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse v0-2
 def _enc_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v0(out: bytearray, obj: ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse) -> None:
     out += obj.topic_id.bytes
     v2 = obj.partitions
@@ -406,7 +521,7 @@ def _enc_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v0(out: bytearra
         out.append(0)
 
 
-# ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse v0
+# ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse v0-2
 def _dec_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v0(buf: memoryview, pos: int) -> tuple[ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse, int]:
     obj = new(_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse)
     obj.topic_id, pos = read_uuid(buf, pos)
@@ -435,7 +550,7 @@ def _dec_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v0(buf: memoryvi
     return obj, pos
 
 
-# ShareAcknowledgeResponse.NodeEndpoint v0
+# ShareAcknowledgeResponse.NodeEndpoint v0-2
 def _enc_ShareAcknowledgeResponse_NodeEndpoint_v0(out: bytearray, obj: ShareAcknowledgeResponse.NodeEndpoint) -> None:
     out += _pack_i(obj.node_id)
     v1 = obj.host
@@ -471,7 +586,7 @@ def _enc_ShareAcknowledgeResponse_NodeEndpoint_v0(out: bytearray, obj: ShareAckn
         out.append(0)
 
 
-# ShareAcknowledgeResponse.NodeEndpoint v0
+# ShareAcknowledgeResponse.NodeEndpoint v0-2
 def _dec_ShareAcknowledgeResponse_NodeEndpoint_v0(buf: memoryview, pos: int) -> tuple[ShareAcknowledgeResponse.NodeEndpoint, int]:
     obj = new(_ShareAcknowledgeResponse_NodeEndpoint)
     (obj.node_id,) = _unpack_i(buf, pos)
@@ -518,7 +633,7 @@ def _dec_ShareAcknowledgeResponse_NodeEndpoint_v0(buf: memoryview, pos: int) -> 
     return obj, pos
 
 
-# ShareAcknowledgeResponse v0
+# ShareAcknowledgeResponse v0-1
 def _enc_ShareAcknowledgeResponse_v0(out: bytearray, obj: ShareAcknowledgeResponse) -> None:
     out += _pack_ih(obj.throttle_time_ms, obj.error_code)
     v1 = obj.error_message
@@ -562,7 +677,7 @@ def _enc_ShareAcknowledgeResponse_v0(out: bytearray, obj: ShareAcknowledgeRespon
         out.append(0)
 
 
-# ShareAcknowledgeResponse v0
+# ShareAcknowledgeResponse v0-1
 def _dec_ShareAcknowledgeResponse_v0(buf: memoryview, pos: int) -> tuple[ShareAcknowledgeResponse, int]:
     obj = new(_ShareAcknowledgeResponse)
     obj.throttle_time_ms, obj.error_code = _unpack_ih(buf, pos)
@@ -618,6 +733,118 @@ def _dec_ShareAcknowledgeResponse_v0(buf: memoryview, pos: int) -> tuple[ShareAc
             item3, pos = _dec_ShareAcknowledgeResponse_NodeEndpoint_v0(buf, pos)
             items3.append(item3)
         obj.node_endpoints = items3
+    obj.acquisition_lock_timeout_ms = 0
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ShareAcknowledgeResponse v2
+def _enc_ShareAcknowledgeResponse_v2(out: bytearray, obj: ShareAcknowledgeResponse) -> None:
+    out += _pack_ih(obj.throttle_time_ms, obj.error_code)
+    v1 = obj.error_message
+    if v1 is None:
+        out.append(0)
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ShareAcknowledgeResponse.error_message is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    out += _pack_i(obj.acquisition_lock_timeout_ms)
+    v2 = obj.responses
+    if v2 is None:
+        raise EncodeError("ShareAcknowledgeResponse.responses is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v0(out, item2)
+    v3 = obj.node_endpoints
+    if v3 is None:
+        raise EncodeError("ShareAcknowledgeResponse.node_endpoints is not nullable in this version")
+    else:
+        n3 = len(v3)
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        for item3 in v3:
+            _enc_ShareAcknowledgeResponse_NodeEndpoint_v0(out, item3)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ShareAcknowledgeResponse v2
+def _dec_ShareAcknowledgeResponse_v2(buf: memoryview, pos: int) -> tuple[ShareAcknowledgeResponse, int]:
+    obj = new(_ShareAcknowledgeResponse)
+    obj.throttle_time_ms, obj.error_code = _unpack_ih(buf, pos)
+    pos += 6
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        if n1 != -1:
+            raise DecodeError(f"ShareAcknowledgeResponse.error_message: invalid string length {n1}")
+        obj.error_message = None
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ShareAcknowledgeResponse.error_message: string runs past the end of the data")
+        obj.error_message = str(buf[pos:end1], "utf-8")
+        pos = end1
+    (obj.acquisition_lock_timeout_ms,) = _unpack_i(buf, pos)
+    pos += 4
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"ShareAcknowledgeResponse.responses: invalid array length {n2}")
+    else:
+        if n2 * 18 > len(buf) - pos:
+            raise DecodeError(f"ShareAcknowledgeResponse.responses: array of {n2} elements runs past the end of the data")
+        items2: list[ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse] = []
+        for _ in range(n2):
+            item2, pos = _dec_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v0(buf, pos)
+            items2.append(item2)
+        obj.responses = items2
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        raise DecodeError(f"ShareAcknowledgeResponse.node_endpoints: invalid array length {n3}")
+    else:
+        if n3 * 11 > len(buf) - pos:
+            raise DecodeError(f"ShareAcknowledgeResponse.node_endpoints: array of {n3} elements runs past the end of the data")
+        items3: list[ShareAcknowledgeResponse.NodeEndpoint] = []
+        for _ in range(n3):
+            item3, pos = _dec_ShareAcknowledgeResponse_NodeEndpoint_v0(buf, pos)
+            items3.append(item3)
+        obj.node_endpoints = items3
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -630,8 +857,8 @@ def _error_ShareAcknowledgeRequest(request: ShareAcknowledgeRequest, version: in
     return _ShareAcknowledgeResponse(error_code=code, error_message=message)
 
 
-ShareAcknowledgeRequest._encoders_ = {0: _enc_ShareAcknowledgeRequest_v0}
-ShareAcknowledgeRequest._decoders_ = {0: _dec_ShareAcknowledgeRequest_v0}
-ShareAcknowledgeResponse._encoders_ = {0: _enc_ShareAcknowledgeResponse_v0}
-ShareAcknowledgeResponse._decoders_ = {0: _dec_ShareAcknowledgeResponse_v0}
+ShareAcknowledgeRequest._encoders_ = {0: _enc_ShareAcknowledgeRequest_v0, 1: _enc_ShareAcknowledgeRequest_v0, 2: _enc_ShareAcknowledgeRequest_v2}
+ShareAcknowledgeRequest._decoders_ = {0: _dec_ShareAcknowledgeRequest_v0, 1: _dec_ShareAcknowledgeRequest_v0, 2: _dec_ShareAcknowledgeRequest_v2}
+ShareAcknowledgeResponse._encoders_ = {0: _enc_ShareAcknowledgeResponse_v0, 1: _enc_ShareAcknowledgeResponse_v0, 2: _enc_ShareAcknowledgeResponse_v2}
+ShareAcknowledgeResponse._decoders_ = {0: _dec_ShareAcknowledgeResponse_v0, 1: _dec_ShareAcknowledgeResponse_v0, 2: _dec_ShareAcknowledgeResponse_v2}
 ShareAcknowledgeRequest._error_response_ = _error_ShareAcknowledgeRequest

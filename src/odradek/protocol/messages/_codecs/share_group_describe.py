@@ -50,7 +50,7 @@ _pack_ii = Struct(">ii").pack
 _unpack_ii = Struct(">ii").unpack_from
 
 
-# ShareGroupDescribeRequest v0
+# ShareGroupDescribeRequest v0-1
 def _enc_ShareGroupDescribeRequest_v0(out: bytearray, obj: ShareGroupDescribeRequest) -> None:
     v1 = obj.group_ids
     if v1 is None:
@@ -82,7 +82,7 @@ def _enc_ShareGroupDescribeRequest_v0(out: bytearray, obj: ShareGroupDescribeReq
         out.append(0)
 
 
-# ShareGroupDescribeRequest v0
+# ShareGroupDescribeRequest v0-1
 def _dec_ShareGroupDescribeRequest_v0(buf: memoryview, pos: int) -> tuple[ShareGroupDescribeRequest, int]:
     obj = new(_ShareGroupDescribeRequest)
     n1 = buf[pos]
@@ -126,7 +126,7 @@ def _dec_ShareGroupDescribeRequest_v0(buf: memoryview, pos: int) -> tuple[ShareG
     return obj, pos
 
 
-# ShareGroupDescribeResponse.TopicPartitions v0
+# ShareGroupDescribeResponse.TopicPartitions v0-1
 def _enc_ShareGroupDescribeResponse_TopicPartitions_v0(out: bytearray, obj: ShareGroupDescribeResponse.TopicPartitions) -> None:
     out += obj.topic_id.bytes
     v2 = obj.topic_name
@@ -159,7 +159,7 @@ def _enc_ShareGroupDescribeResponse_TopicPartitions_v0(out: bytearray, obj: Shar
         out.append(0)
 
 
-# ShareGroupDescribeResponse.TopicPartitions v0
+# ShareGroupDescribeResponse.TopicPartitions v0-1
 def _dec_ShareGroupDescribeResponse_TopicPartitions_v0(buf: memoryview, pos: int) -> tuple[ShareGroupDescribeResponse.TopicPartitions, int]:
     obj = new(_ShareGroupDescribeResponse_TopicPartitions)
     obj.topic_id, pos = read_uuid(buf, pos)
@@ -201,7 +201,7 @@ def _dec_ShareGroupDescribeResponse_TopicPartitions_v0(buf: memoryview, pos: int
     return obj, pos
 
 
-# ShareGroupDescribeResponse.Assignment v0
+# ShareGroupDescribeResponse.Assignment v0-1
 def _enc_ShareGroupDescribeResponse_Assignment_v0(out: bytearray, obj: ShareGroupDescribeResponse.Assignment) -> None:
     v1 = obj.topic_partitions
     if v1 is None:
@@ -220,7 +220,7 @@ def _enc_ShareGroupDescribeResponse_Assignment_v0(out: bytearray, obj: ShareGrou
         out.append(0)
 
 
-# ShareGroupDescribeResponse.Assignment v0
+# ShareGroupDescribeResponse.Assignment v0-1
 def _dec_ShareGroupDescribeResponse_Assignment_v0(buf: memoryview, pos: int) -> tuple[ShareGroupDescribeResponse.Assignment, int]:
     obj = new(_ShareGroupDescribeResponse_Assignment)
     n1 = buf[pos]
@@ -248,7 +248,7 @@ def _dec_ShareGroupDescribeResponse_Assignment_v0(buf: memoryview, pos: int) -> 
     return obj, pos
 
 
-# ShareGroupDescribeResponse.Member v0
+# ShareGroupDescribeResponse.Member v0-1
 def _enc_ShareGroupDescribeResponse_Member_v0(out: bytearray, obj: ShareGroupDescribeResponse.Member) -> None:
     v1 = obj.member_id
     if v1 is None:
@@ -333,7 +333,7 @@ def _enc_ShareGroupDescribeResponse_Member_v0(out: bytearray, obj: ShareGroupDes
         out.append(0)
 
 
-# ShareGroupDescribeResponse.Member v0
+# ShareGroupDescribeResponse.Member v0-1
 def _dec_ShareGroupDescribeResponse_Member_v0(buf: memoryview, pos: int) -> tuple[ShareGroupDescribeResponse.Member, int]:
     obj = new(_ShareGroupDescribeResponse_Member)
     n1 = buf[pos]
@@ -440,7 +440,7 @@ def _dec_ShareGroupDescribeResponse_Member_v0(buf: memoryview, pos: int) -> tupl
     return obj, pos
 
 
-# ShareGroupDescribeResponse.DescribedGroup v0
+# ShareGroupDescribeResponse.DescribedGroup v0-1
 def _enc_ShareGroupDescribeResponse_DescribedGroup_v0(out: bytearray, obj: ShareGroupDescribeResponse.DescribedGroup) -> None:
     out += _pack_h(obj.error_code)
     v1 = obj.error_message
@@ -514,7 +514,7 @@ def _enc_ShareGroupDescribeResponse_DescribedGroup_v0(out: bytearray, obj: Share
         out.append(0)
 
 
-# ShareGroupDescribeResponse.DescribedGroup v0
+# ShareGroupDescribeResponse.DescribedGroup v0-1
 def _dec_ShareGroupDescribeResponse_DescribedGroup_v0(buf: memoryview, pos: int) -> tuple[ShareGroupDescribeResponse.DescribedGroup, int]:
     obj = new(_ShareGroupDescribeResponse_DescribedGroup)
     (obj.error_code,) = _unpack_h(buf, pos)
@@ -610,7 +610,7 @@ def _dec_ShareGroupDescribeResponse_DescribedGroup_v0(buf: memoryview, pos: int)
     return obj, pos
 
 
-# ShareGroupDescribeResponse v0
+# ShareGroupDescribeResponse v0-1
 def _enc_ShareGroupDescribeResponse_v0(out: bytearray, obj: ShareGroupDescribeResponse) -> None:
     out += _pack_i(obj.throttle_time_ms)
     v1 = obj.groups
@@ -630,7 +630,7 @@ def _enc_ShareGroupDescribeResponse_v0(out: bytearray, obj: ShareGroupDescribeRe
         out.append(0)
 
 
-# ShareGroupDescribeResponse v0
+# ShareGroupDescribeResponse v0-1
 def _dec_ShareGroupDescribeResponse_v0(buf: memoryview, pos: int) -> tuple[ShareGroupDescribeResponse, int]:
     obj = new(_ShareGroupDescribeResponse)
     (obj.throttle_time_ms,) = _unpack_i(buf, pos)
@@ -664,8 +664,8 @@ def _error_ShareGroupDescribeRequest(request: ShareGroupDescribeRequest, version
     return _ShareGroupDescribeResponse(groups=[_ShareGroupDescribeResponse_DescribedGroup(error_code=code, error_message=message, group_id=x0) for x0 in request.group_ids])
 
 
-ShareGroupDescribeRequest._encoders_ = {0: _enc_ShareGroupDescribeRequest_v0}
-ShareGroupDescribeRequest._decoders_ = {0: _dec_ShareGroupDescribeRequest_v0}
-ShareGroupDescribeResponse._encoders_ = {0: _enc_ShareGroupDescribeResponse_v0}
-ShareGroupDescribeResponse._decoders_ = {0: _dec_ShareGroupDescribeResponse_v0}
+ShareGroupDescribeRequest._encoders_ = {0: _enc_ShareGroupDescribeRequest_v0, 1: _enc_ShareGroupDescribeRequest_v0}
+ShareGroupDescribeRequest._decoders_ = {0: _dec_ShareGroupDescribeRequest_v0, 1: _dec_ShareGroupDescribeRequest_v0}
+ShareGroupDescribeResponse._encoders_ = {0: _enc_ShareGroupDescribeResponse_v0, 1: _enc_ShareGroupDescribeResponse_v0}
+ShareGroupDescribeResponse._decoders_ = {0: _dec_ShareGroupDescribeResponse_v0, 1: _dec_ShareGroupDescribeResponse_v0}
 ShareGroupDescribeRequest._error_response_ = _error_ShareGroupDescribeRequest

@@ -46,7 +46,7 @@ _pack_ii = Struct(">ii").pack
 _unpack_ii = Struct(">ii").unpack_from
 
 
-# ShareGroupHeartbeatRequest v0
+# ShareGroupHeartbeatRequest v0-1
 def _enc_ShareGroupHeartbeatRequest_v0(out: bytearray, obj: ShareGroupHeartbeatRequest) -> None:
     v1 = obj.group_id
     if v1 is None:
@@ -117,7 +117,7 @@ def _enc_ShareGroupHeartbeatRequest_v0(out: bytearray, obj: ShareGroupHeartbeatR
         out.append(0)
 
 
-# ShareGroupHeartbeatRequest v0
+# ShareGroupHeartbeatRequest v0-1
 def _dec_ShareGroupHeartbeatRequest_v0(buf: memoryview, pos: int) -> tuple[ShareGroupHeartbeatRequest, int]:
     obj = new(_ShareGroupHeartbeatRequest)
     n1 = buf[pos]
@@ -210,7 +210,7 @@ def _dec_ShareGroupHeartbeatRequest_v0(buf: memoryview, pos: int) -> tuple[Share
     return obj, pos
 
 
-# ShareGroupHeartbeatResponse.TopicPartitions v0
+# ShareGroupHeartbeatResponse.TopicPartitions v0-1
 def _enc_ShareGroupHeartbeatResponse_TopicPartitions_v0(out: bytearray, obj: ShareGroupHeartbeatResponse.TopicPartitions) -> None:
     out += obj.topic_id.bytes
     v2 = obj.partitions
@@ -230,7 +230,7 @@ def _enc_ShareGroupHeartbeatResponse_TopicPartitions_v0(out: bytearray, obj: Sha
         out.append(0)
 
 
-# ShareGroupHeartbeatResponse.TopicPartitions v0
+# ShareGroupHeartbeatResponse.TopicPartitions v0-1
 def _dec_ShareGroupHeartbeatResponse_TopicPartitions_v0(buf: memoryview, pos: int) -> tuple[ShareGroupHeartbeatResponse.TopicPartitions, int]:
     obj = new(_ShareGroupHeartbeatResponse_TopicPartitions)
     obj.topic_id, pos = read_uuid(buf, pos)
@@ -257,7 +257,7 @@ def _dec_ShareGroupHeartbeatResponse_TopicPartitions_v0(buf: memoryview, pos: in
     return obj, pos
 
 
-# ShareGroupHeartbeatResponse.Assignment v0
+# ShareGroupHeartbeatResponse.Assignment v0-1
 def _enc_ShareGroupHeartbeatResponse_Assignment_v0(out: bytearray, obj: ShareGroupHeartbeatResponse.Assignment) -> None:
     v1 = obj.topic_partitions
     if v1 is None:
@@ -276,7 +276,7 @@ def _enc_ShareGroupHeartbeatResponse_Assignment_v0(out: bytearray, obj: ShareGro
         out.append(0)
 
 
-# ShareGroupHeartbeatResponse.Assignment v0
+# ShareGroupHeartbeatResponse.Assignment v0-1
 def _dec_ShareGroupHeartbeatResponse_Assignment_v0(buf: memoryview, pos: int) -> tuple[ShareGroupHeartbeatResponse.Assignment, int]:
     obj = new(_ShareGroupHeartbeatResponse_Assignment)
     n1 = buf[pos]
@@ -304,7 +304,7 @@ def _dec_ShareGroupHeartbeatResponse_Assignment_v0(buf: memoryview, pos: int) ->
     return obj, pos
 
 
-# ShareGroupHeartbeatResponse v0
+# ShareGroupHeartbeatResponse v0-1
 def _enc_ShareGroupHeartbeatResponse_v0(out: bytearray, obj: ShareGroupHeartbeatResponse) -> None:
     out += _pack_ih(obj.throttle_time_ms, obj.error_code)
     v1 = obj.error_message
@@ -346,7 +346,7 @@ def _enc_ShareGroupHeartbeatResponse_v0(out: bytearray, obj: ShareGroupHeartbeat
         out.append(0)
 
 
-# ShareGroupHeartbeatResponse v0
+# ShareGroupHeartbeatResponse v0-1
 def _dec_ShareGroupHeartbeatResponse_v0(buf: memoryview, pos: int) -> tuple[ShareGroupHeartbeatResponse, int]:
     obj = new(_ShareGroupHeartbeatResponse)
     obj.throttle_time_ms, obj.error_code = _unpack_ih(buf, pos)
@@ -404,8 +404,8 @@ def _error_ShareGroupHeartbeatRequest(request: ShareGroupHeartbeatRequest, versi
     return _ShareGroupHeartbeatResponse(error_code=code, error_message=message)
 
 
-ShareGroupHeartbeatRequest._encoders_ = {0: _enc_ShareGroupHeartbeatRequest_v0}
-ShareGroupHeartbeatRequest._decoders_ = {0: _dec_ShareGroupHeartbeatRequest_v0}
-ShareGroupHeartbeatResponse._encoders_ = {0: _enc_ShareGroupHeartbeatResponse_v0}
-ShareGroupHeartbeatResponse._decoders_ = {0: _dec_ShareGroupHeartbeatResponse_v0}
+ShareGroupHeartbeatRequest._encoders_ = {0: _enc_ShareGroupHeartbeatRequest_v0, 1: _enc_ShareGroupHeartbeatRequest_v0}
+ShareGroupHeartbeatRequest._decoders_ = {0: _dec_ShareGroupHeartbeatRequest_v0, 1: _dec_ShareGroupHeartbeatRequest_v0}
+ShareGroupHeartbeatResponse._encoders_ = {0: _enc_ShareGroupHeartbeatResponse_v0, 1: _enc_ShareGroupHeartbeatResponse_v0}
+ShareGroupHeartbeatResponse._decoders_ = {0: _dec_ShareGroupHeartbeatResponse_v0, 1: _dec_ShareGroupHeartbeatResponse_v0}
 ShareGroupHeartbeatRequest._error_response_ = _error_ShareGroupHeartbeatRequest

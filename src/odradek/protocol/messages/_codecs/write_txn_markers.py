@@ -43,6 +43,8 @@ _WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult = WriteTxnMarkersRespo
 _WriteTxnMarkersResponse = WriteTxnMarkersResponse
 _pack_i = Struct(">i").pack
 _unpack_i = Struct(">i").unpack_from
+_pack_ib = Struct(">ib").pack
+_unpack_ib = Struct(">ib").unpack_from
 _pack_ih = Struct(">ih").pack
 _unpack_ih = Struct(">ih").unpack_from
 _pack_q = Struct(">q").pack
@@ -133,6 +135,7 @@ def _dec_WriteTxnMarkersRequest_WritableTxnMarker_v0(buf: memoryview, pos: int) 
         obj.topics = items1
     (obj.coordinator_epoch,) = _unpack_i(buf, pos)
     pos += 4
+    obj.transaction_version = 0
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -168,7 +171,7 @@ def _dec_WriteTxnMarkersRequest_v0(buf: memoryview, pos: int) -> tuple[WriteTxnM
     return obj, pos
 
 
-# WriteTxnMarkersRequest.WritableTxnMarkerTopic v1
+# WriteTxnMarkersRequest.WritableTxnMarkerTopic v1-2
 def _enc_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v1(out: bytearray, obj: WriteTxnMarkersRequest.WritableTxnMarkerTopic) -> None:
     v1 = obj.name
     if v1 is None:
@@ -200,7 +203,7 @@ def _enc_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v1(out: bytearray, obj: W
         out.append(0)
 
 
-# WriteTxnMarkersRequest.WritableTxnMarkerTopic v1
+# WriteTxnMarkersRequest.WritableTxnMarkerTopic v1-2
 def _dec_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v1(buf: memoryview, pos: int) -> tuple[WriteTxnMarkersRequest.WritableTxnMarkerTopic, int]:
     obj = new(_WriteTxnMarkersRequest_WritableTxnMarkerTopic)
     n1 = buf[pos]
@@ -286,6 +289,7 @@ def _dec_WriteTxnMarkersRequest_WritableTxnMarker_v1(buf: memoryview, pos: int) 
         obj.topics = items1
     (obj.coordinator_epoch,) = _unpack_i(buf, pos)
     pos += 4
+    obj.transaction_version = 0
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -331,6 +335,106 @@ def _dec_WriteTxnMarkersRequest_v1(buf: memoryview, pos: int) -> tuple[WriteTxnM
         items1: list[WriteTxnMarkersRequest.WritableTxnMarker] = []
         for _ in range(n1):
             item1, pos = _dec_WriteTxnMarkersRequest_WritableTxnMarker_v1(buf, pos)
+            items1.append(item1)
+        obj.markers = items1
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# WriteTxnMarkersRequest.WritableTxnMarker v2
+def _enc_WriteTxnMarkersRequest_WritableTxnMarker_v2(out: bytearray, obj: WriteTxnMarkersRequest.WritableTxnMarker) -> None:
+    out += _pack_qho(obj.producer_id, obj.producer_epoch, obj.transaction_result)
+    v1 = obj.topics
+    if v1 is None:
+        raise EncodeError("WriteTxnMarkersRequest.WritableTxnMarker.topics is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v1(out, item1)
+    out += _pack_ib(obj.coordinator_epoch, obj.transaction_version)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# WriteTxnMarkersRequest.WritableTxnMarker v2
+def _dec_WriteTxnMarkersRequest_WritableTxnMarker_v2(buf: memoryview, pos: int) -> tuple[WriteTxnMarkersRequest.WritableTxnMarker, int]:
+    obj = new(_WriteTxnMarkersRequest_WritableTxnMarker)
+    obj.producer_id, obj.producer_epoch, obj.transaction_result = _unpack_qho(buf, pos)
+    pos += 11
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"WriteTxnMarkersRequest.WritableTxnMarker.topics: invalid array length {n1}")
+    else:
+        if n1 * 3 > len(buf) - pos:
+            raise DecodeError(f"WriteTxnMarkersRequest.WritableTxnMarker.topics: array of {n1} elements runs past the end of the data")
+        items1: list[WriteTxnMarkersRequest.WritableTxnMarkerTopic] = []
+        for _ in range(n1):
+            item1, pos = _dec_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v1(buf, pos)
+            items1.append(item1)
+        obj.topics = items1
+    obj.coordinator_epoch, obj.transaction_version = _unpack_ib(buf, pos)
+    pos += 5
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# WriteTxnMarkersRequest v2
+def _enc_WriteTxnMarkersRequest_v2(out: bytearray, obj: WriteTxnMarkersRequest) -> None:
+    v1 = obj.markers
+    if v1 is None:
+        raise EncodeError("WriteTxnMarkersRequest.markers is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_WriteTxnMarkersRequest_WritableTxnMarker_v2(out, item1)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# WriteTxnMarkersRequest v2
+def _dec_WriteTxnMarkersRequest_v2(buf: memoryview, pos: int) -> tuple[WriteTxnMarkersRequest, int]:
+    obj = new(_WriteTxnMarkersRequest)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"WriteTxnMarkersRequest.markers: invalid array length {n1}")
+    else:
+        if n1 * 18 > len(buf) - pos:
+            raise DecodeError(f"WriteTxnMarkersRequest.markers: array of {n1} elements runs past the end of the data")
+        items1: list[WriteTxnMarkersRequest.WritableTxnMarker] = []
+        for _ in range(n1):
+            item1, pos = _dec_WriteTxnMarkersRequest_WritableTxnMarker_v2(buf, pos)
             items1.append(item1)
         obj.markers = items1
     if buf[pos] == 0:
@@ -471,7 +575,7 @@ def _dec_WriteTxnMarkersResponse_v0(buf: memoryview, pos: int) -> tuple[WriteTxn
     return obj, pos
 
 
-# WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult v1
+# WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult v1-2
 def _enc_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult_v1(out: bytearray, obj: WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult) -> None:
     out += _pack_ih(obj.partition_index, obj.error_code)
     if obj.unknown_tagged_fields:
@@ -480,7 +584,7 @@ def _enc_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult_v1(out: bytear
         out.append(0)
 
 
-# WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult v1
+# WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult v1-2
 def _dec_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult_v1(buf: memoryview, pos: int) -> tuple[WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult, int]:
     obj = new(_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult)
     obj.partition_index, obj.error_code = _unpack_ih(buf, pos)
@@ -493,7 +597,7 @@ def _dec_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult_v1(buf: memory
     return obj, pos
 
 
-# WriteTxnMarkersResponse.WritableTxnMarkerTopicResult v1
+# WriteTxnMarkersResponse.WritableTxnMarkerTopicResult v1-2
 def _enc_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_v1(out: bytearray, obj: WriteTxnMarkersResponse.WritableTxnMarkerTopicResult) -> None:
     v1 = obj.name
     if v1 is None:
@@ -525,7 +629,7 @@ def _enc_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_v1(out: bytearray,
         out.append(0)
 
 
-# WriteTxnMarkersResponse.WritableTxnMarkerTopicResult v1
+# WriteTxnMarkersResponse.WritableTxnMarkerTopicResult v1-2
 def _dec_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_v1(buf: memoryview, pos: int) -> tuple[WriteTxnMarkersResponse.WritableTxnMarkerTopicResult, int]:
     obj = new(_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult)
     n1 = buf[pos]
@@ -568,7 +672,7 @@ def _dec_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_v1(buf: memoryview
     return obj, pos
 
 
-# WriteTxnMarkersResponse.WritableTxnMarkerResult v1
+# WriteTxnMarkersResponse.WritableTxnMarkerResult v1-2
 def _enc_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1(out: bytearray, obj: WriteTxnMarkersResponse.WritableTxnMarkerResult) -> None:
     out += _pack_q(obj.producer_id)
     v1 = obj.topics
@@ -588,7 +692,7 @@ def _enc_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1(out: bytearray, obj:
         out.append(0)
 
 
-# WriteTxnMarkersResponse.WritableTxnMarkerResult v1
+# WriteTxnMarkersResponse.WritableTxnMarkerResult v1-2
 def _dec_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1(buf: memoryview, pos: int) -> tuple[WriteTxnMarkersResponse.WritableTxnMarkerResult, int]:
     obj = new(_WriteTxnMarkersResponse_WritableTxnMarkerResult)
     (obj.producer_id,) = _unpack_q(buf, pos)
@@ -618,7 +722,7 @@ def _dec_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1(buf: memoryview, pos
     return obj, pos
 
 
-# WriteTxnMarkersResponse v1
+# WriteTxnMarkersResponse v1-2
 def _enc_WriteTxnMarkersResponse_v1(out: bytearray, obj: WriteTxnMarkersResponse) -> None:
     v1 = obj.markers
     if v1 is None:
@@ -637,7 +741,7 @@ def _enc_WriteTxnMarkersResponse_v1(out: bytearray, obj: WriteTxnMarkersResponse
         out.append(0)
 
 
-# WriteTxnMarkersResponse v1
+# WriteTxnMarkersResponse v1-2
 def _dec_WriteTxnMarkersResponse_v1(buf: memoryview, pos: int) -> tuple[WriteTxnMarkersResponse, int]:
     obj = new(_WriteTxnMarkersResponse)
     n1 = buf[pos]
@@ -669,8 +773,8 @@ def _error_WriteTxnMarkersRequest(request: WriteTxnMarkersRequest, version: int,
     return _WriteTxnMarkersResponse(markers=[_WriteTxnMarkersResponse_WritableTxnMarkerResult(producer_id=x0.producer_id, topics=[_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult(name=x1.name, partitions=[_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult(error_code=code, partition_index=x2) for x2 in x1.partition_indexes]) for x1 in x0.topics]) for x0 in request.markers])
 
 
-WriteTxnMarkersRequest._encoders_ = {0: _enc_WriteTxnMarkersRequest_v0, 1: _enc_WriteTxnMarkersRequest_v1}
-WriteTxnMarkersRequest._decoders_ = {0: _dec_WriteTxnMarkersRequest_v0, 1: _dec_WriteTxnMarkersRequest_v1}
-WriteTxnMarkersResponse._encoders_ = {0: _enc_WriteTxnMarkersResponse_v0, 1: _enc_WriteTxnMarkersResponse_v1}
-WriteTxnMarkersResponse._decoders_ = {0: _dec_WriteTxnMarkersResponse_v0, 1: _dec_WriteTxnMarkersResponse_v1}
+WriteTxnMarkersRequest._encoders_ = {0: _enc_WriteTxnMarkersRequest_v0, 1: _enc_WriteTxnMarkersRequest_v1, 2: _enc_WriteTxnMarkersRequest_v2}
+WriteTxnMarkersRequest._decoders_ = {0: _dec_WriteTxnMarkersRequest_v0, 1: _dec_WriteTxnMarkersRequest_v1, 2: _dec_WriteTxnMarkersRequest_v2}
+WriteTxnMarkersResponse._encoders_ = {0: _enc_WriteTxnMarkersResponse_v0, 1: _enc_WriteTxnMarkersResponse_v1, 2: _enc_WriteTxnMarkersResponse_v1}
+WriteTxnMarkersResponse._decoders_ = {0: _dec_WriteTxnMarkersResponse_v0, 1: _dec_WriteTxnMarkersResponse_v1, 2: _dec_WriteTxnMarkersResponse_v1}
 WriteTxnMarkersRequest._error_response_ = _error_WriteTxnMarkersRequest
