@@ -85,7 +85,9 @@ PERSISTENT_PATHS = (
     "/config/users",
     "/config/clients",
     "/config/ips",
+    "/config/client-metrics",
 )
+FEATURE_PATH = "/feature"
 _SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 ACL_LITERAL = "/kafka-acl"
 ACL_PREFIXED = "/kafka-acl-extended/prefixed"
@@ -409,6 +411,11 @@ class ZooKeeperBackend(MetadataBackend):
         self._users: dict[str, dict[str, str]] = {}
         #: client quotas from /config/users|clients|ips (entity path -> quota -> value)
         self._quotas: dict[str, dict[str, float]] = {}
+        #: finalized features from /feature (None: no such znode) and its version (the epoch)
+        self._features: dict[str, int] | None = None
+        self._features_epoch = 0
+        #: client-metrics subscriptions from /config/client-metrics/<name>
+        self._client_metrics: dict[str, dict[str, str]] = {}
         #: ACLs from /kafka-acl and /kafka-acl-extended, and the last change notification applied
         self._acls: dict[tuple[str, str, str], frozenset[AclEntry]] = {}
         self._acl_seen: dict[str, int] = {}
@@ -447,6 +454,8 @@ class ZooKeeperBackend(MetadataBackend):
         self._image = self._image.with_broker(replace(broker, epoch=self._broker_epoch))
         await self.store.children("/config/changes", self._config_changed)
         changed = await self._load_users()
+        changed |= await self._load_client_metrics()
+        changed |= await self._load_features()
         if await self._load_quotas() or changed:
             self._install(self._image)
 
@@ -505,6 +514,9 @@ class ZooKeeperBackend(MetadataBackend):
             return
         await self._reload_configs()  # re-arms the watch; changes made while the session was gone
         with contextlib.suppress(Exception):
+            if await self._load_features():  # its watch too
+                self._install(self._image)
+        with contextlib.suppress(Exception):
             await self.load_acls()
         for cb in self.on_registered:
             await cb()
@@ -542,7 +554,8 @@ class ZooKeeperBackend(MetadataBackend):
                 self._config_zxids.pop(name, None)
         self._image = replace(
             image, topics=topics, cluster_id=self.cluster_id, user_scram=dict(self._users), acls=self._acls,
-            client_quotas=self._quotas,
+            client_quotas=self._quotas, features=self._features, features_epoch=self._features_epoch,
+            client_metrics=self._client_metrics,
         )
         self._publish(self._image)
         still = []
@@ -612,6 +625,7 @@ class ZooKeeperBackend(MetadataBackend):
             await self.store.children("/config/changes", self._config_changed)
             changed = await self._load_users()
             changed |= await self._load_quotas()
+            changed |= await self._load_client_metrics()
             for name in list(self._image.topics):
                 changed |= self._hold_config(name, *await self._read_topic_config(name))
             if changed:
@@ -891,6 +905,95 @@ class ZooKeeperBackend(MetadataBackend):
         self._install(self._image)
         return after
 
+    # -- finalized features: /feature, Kafka's FeatureZNode v2 ------------------------------------
+    async def _load_features(self) -> bool:
+        """Read ``/feature`` (watched: every broker follows a change); True when it changed."""
+        data, stat = await self.store.get_or_none(FEATURE_PATH, self._feature_changed)
+        features = _feature_levels(data)
+        epoch = stat.version if stat is not None else 0
+        if (features, epoch) == (self._features, self._features_epoch):
+            return False
+        self._features, self._features_epoch = features, epoch
+        return True
+
+    def _feature_changed(self) -> None:
+        async def reload() -> None:
+            with contextlib.suppress(Exception):
+                if await self._load_features():
+                    self._install(self._image)
+
+        asyncio.get_running_loop().create_task(reload())
+
+    async def update_features(
+        self, change: Callable[[Mapping[str, int] | None], Mapping[str, int] | None]
+    ) -> tuple[Mapping[str, int] | None, int]:
+        while True:
+            data, stat = await self.store.get_or_none(FEATURE_PATH)
+            before = _feature_levels(data)
+            after = change(before)
+            if after is None or (before is not None and dict(after) == before):
+                return before, stat.version if stat is not None else 0
+            value = {
+                "version": 2, "status": 1,
+                "features": {k: {"max_version_level": int(v)} for k, v in sorted(after.items()) if v > 0},
+            }
+            try:
+                if stat is None:
+                    await self.store.create(FEATURE_PATH, value)
+                else:
+                    await self.store.set(FEATURE_PATH, value, stat.version)
+            except (BadVersionError, NodeExistsError):
+                continue  # changed meanwhile (another broker): again on what it holds now
+            break
+        await self._load_features()
+        self._install(self._image)
+        return self._features, self._features_epoch
+
+    # -- client-metrics subscriptions (KIP-714): /config/client-metrics/<name> -----------------
+    async def _load_client_metrics(self) -> bool:
+        found: dict[str, dict[str, str]] = {}
+        for name in await self.store.children("/config/client-metrics"):
+            data, _ = await self.store.get_or_none(f"/config/client-metrics/{name}")
+            config = (data or {}).get("config", {}) if isinstance(data, dict) else {}
+            if config:
+                found[name] = {str(k): str(v) for k, v in config.items()}
+        if found == self._client_metrics:
+            return False
+        self._client_metrics = found
+        return True
+
+    async def alter_client_metrics(
+        self, name: str, change: Callable[[dict[str, str]], dict[str, str]]
+    ) -> dict[str, str]:
+        node = f"/config/client-metrics/{name}"
+        while True:
+            data, stat = await self.store.get_or_none(node)
+            config = (data or {}).get("config", {}) if isinstance(data, dict) else {}
+            before = {str(k): str(v) for k, v in config.items()}
+            after = dict(change(dict(before)))
+            if after == before:
+                return after
+            try:
+                if not after:
+                    if stat is not None:
+                        await self.store.delete(node, version=stat.version)
+                elif stat is None:
+                    await self.store.create(node, {"version": 1, "config": after})
+                else:
+                    await self.store.set(node, {"version": 1, "config": after}, stat.version)
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                continue
+            break
+        await self.store.create(
+            "/config/changes/config_change_", {"version": 2, "entity_path": f"client-metrics/{name}"}, sequence=True
+        )
+        metrics = {k: v for k, v in self._client_metrics.items() if k != name}
+        if after:
+            metrics[name] = after
+        self._client_metrics = metrics
+        self._install(self._image)
+        return after
+
     async def set_broker_configs(self, configs: Mapping[str, str]) -> None:
         assert self.broker is not None
         await self.store.upsert(f"/config/brokers/{self.broker.broker_id}", {"version": 1, "config": dict(configs)})
@@ -1128,3 +1231,17 @@ async def zk_alter_acls(
         return {resource: await write_acls(store, resource, change) for resource, change in changes.items()}
     finally:
         await store.close()
+
+
+def _feature_levels(data: Any) -> dict[str, int] | None:
+    """The finalized levels of a FeatureZNode (v1 or v2; a disabled one has none); None when there
+    is none."""
+    if not isinstance(data, dict):
+        return None
+    if data.get("status") != 1:
+        return {}
+    out = {}
+    for name, levels in (data.get("features") or {}).items():
+        if isinstance(levels, dict) and "max_version_level" in levels:
+            out[str(name)] = int(levels["max_version_level"])
+    return out

@@ -270,7 +270,7 @@ async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> 
     return R(throttle_time_ms=0, topics=topics)
 
 
-@handles(ApiKey.DESCRIBE_CLUSTER, versions=(0, 1))
+@handles(ApiKey.DESCRIBE_CLUSTER, versions=(0, 2))
 async def describe_cluster(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClusterResponse:
     R = DescribeClusterResponse
     image = ctx.services.image
