@@ -288,6 +288,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000),
     ("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000),
     ("transaction.partition.verification.enable", "boolean", True),
+    # the most partitions one DescribeTopicPartitions answer carries (a request may ask fewer)
+    ("max.request.partition.size.limit", "int", 2000),
+    # the largest client telemetry push (PushTelemetry, KIP-714) taken
+    ("telemetry.max.bytes", "int", 1048576),
     ("zookeeper.connect", "string", None),
     ("zookeeper.session.timeout.ms", "int", 18000),
     ("zookeeper.connection.timeout.ms", "int", None),
@@ -360,7 +364,6 @@ KAFKA_BROKER_CONFIGS: dict[str, ConfigDef] = _kafka_defs(
     ("queued.max.request.bytes", "long", -1, _R, "Kafka: bytes of queued requests before reading stops (-1: no limit)."),
     ("socket.connection.setup.timeout.ms", "long", 10000, _R, "Kafka: first timeout for the broker's own outgoing connections."),
     ("socket.connection.setup.timeout.max.ms", "long", 30000, _R, "Kafka: largest timeout for the broker's own outgoing connections."),
-    ("max.request.partition.size.limit", "int", 2000, _R, "Kafka: partitions one share-fetch request may name."),
     # threads and purgatories
     ("background.threads", "int", 10, _C, "Kafka: threads for background tasks."),
     ("num.replica.alter.log.dirs.threads", "int", None, _R, "Kafka: threads moving replicas between log directories."),
@@ -504,7 +507,6 @@ KAFKA_BROKER_CONFIGS: dict[str, ConfigDef] = _kafka_defs(
     ("auto.include.jmx.reporter", "boolean", True, _R, "Kafka 3.x: report metrics over JMX whatever metric.reporters says."),
     ("kafka.metrics.reporters", "list", "", _R, "Kafka: Yammer metrics reporter classes."),
     ("kafka.metrics.polling.interval.secs", "int", 10, _R, "Kafka: polling interval of the Yammer metrics reporters."),
-    ("telemetry.max.bytes", "int", 1048576, _R, "Kafka: largest client telemetry push (KIP-714)."),
     # security: TLS engine details, SASL login (the broker as a SASL client), Kerberos ticket
     # renewal, delegation tokens, password encoding
     ("security.providers", "string", None, _R, "Kafka: Java security provider creators."),

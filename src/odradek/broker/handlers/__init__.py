@@ -14,5 +14,6 @@ from odradek.broker.handlers import (  # noqa: F401
     produce,
     quotas,
     sasl,
+    topic_partitions,
     transactions,
 )
