@@ -183,3 +183,27 @@ def test_produce_v13_by_topic_id_and_the_newest_fetch_and_metadata(broker: Broke
     assert f.responses[0].topic_id == tid and f.responses[0].partitions[0].high_watermark == 1
     m = wire.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(topic_id=tid, name=None)]), 13)
     assert (m.error_code, m.topics[0].name) == (0, topic)
+
+
+def test_a_request_over_the_decoding_limits_closes_its_connection_only(broker: BrokerProcess) -> None:
+    """Kafka 4.4 refuses a request declaring more than 1,000,000 array elements (the frame is
+    2 MB, well under socket.request.max.bytes): the connection is closed, others go on."""
+    import socket
+    import struct
+
+    body = struct.pack(">i", 1_000_001) + b"\x00\x00" * 1_000_001  # DescribeGroups v0: empty group ids
+    header = struct.pack(">hhih", 15, 0, 1, 1) + b"x"
+    frame = struct.pack(">i", len(header) + len(body)) + header + body
+    s = socket.create_connection((broker.host, broker.port), timeout=T)
+    try:
+        s.sendall(frame)
+        s.settimeout(T)
+        assert s.recv(4) == b""  # closed, unanswered
+    finally:
+        s.close()
+    w = WireClient(broker.host, broker.port, "after")
+    try:
+        r = w.request(MetadataRequest(topics=[]), 12)
+        assert r.topics == []
+    finally:
+        w.close()

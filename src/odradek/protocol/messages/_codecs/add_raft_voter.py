@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -194,8 +197,8 @@ def _dec_AddRaftVoterRequest_v0(buf: memoryview, pos: int) -> tuple[AddRaftVoter
     if n3 < 0:
         raise DecodeError(f"AddRaftVoterRequest.listeners: invalid array length {n3}")
     else:
-        if n3 * 5 > len(buf) - pos:
-            raise DecodeError(f"AddRaftVoterRequest.listeners: array of {n3} elements runs past the end of the data")
+        if n3 * 5 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("AddRaftVoterRequest.listeners", n3, len(buf) - pos)
         items3: list[AddRaftVoterRequest.Listener] = []
         for _ in range(n3):
             item3, pos = _dec_AddRaftVoterRequest_Listener_v0(buf, pos)
@@ -278,8 +281,8 @@ def _dec_AddRaftVoterRequest_v1(buf: memoryview, pos: int) -> tuple[AddRaftVoter
     if n3 < 0:
         raise DecodeError(f"AddRaftVoterRequest.listeners: invalid array length {n3}")
     else:
-        if n3 * 5 > len(buf) - pos:
-            raise DecodeError(f"AddRaftVoterRequest.listeners: array of {n3} elements runs past the end of the data")
+        if n3 * 5 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("AddRaftVoterRequest.listeners", n3, len(buf) - pos)
         items3: list[AddRaftVoterRequest.Listener] = []
         for _ in range(n3):
             item3, pos = _dec_AddRaftVoterRequest_Listener_v0(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -88,8 +91,8 @@ def _dec_AlterPartitionReassignmentsRequest_ReassignablePartition_v0(buf: memory
         obj.replicas = None
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"AlterPartitionReassignmentsRequest.ReassignablePartition.replicas: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("AlterPartitionReassignmentsRequest.ReassignablePartition.replicas", n1, len(buf) - pos)
         obj.replicas = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     if buf[pos] == 0:
@@ -160,8 +163,8 @@ def _dec_AlterPartitionReassignmentsRequest_ReassignableTopic_v0(buf: memoryview
     if n2 < 0:
         raise DecodeError(f"AlterPartitionReassignmentsRequest.ReassignableTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 6 > len(buf) - pos:
-            raise DecodeError(f"AlterPartitionReassignmentsRequest.ReassignableTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 6 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterPartitionReassignmentsRequest.ReassignableTopic.partitions", n2, len(buf) - pos)
         items2: list[AlterPartitionReassignmentsRequest.ReassignablePartition] = []
         for _ in range(n2):
             item2, pos = _dec_AlterPartitionReassignmentsRequest_ReassignablePartition_v0(buf, pos)
@@ -212,8 +215,8 @@ def _dec_AlterPartitionReassignmentsRequest_v0(buf: memoryview, pos: int) -> tup
     if n1 < 0:
         raise DecodeError(f"AlterPartitionReassignmentsRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"AlterPartitionReassignmentsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterPartitionReassignmentsRequest.topics", n1, len(buf) - pos)
         items1: list[AlterPartitionReassignmentsRequest.ReassignableTopic] = []
         for _ in range(n1):
             item1, pos = _dec_AlterPartitionReassignmentsRequest_ReassignableTopic_v0(buf, pos)
@@ -263,8 +266,8 @@ def _dec_AlterPartitionReassignmentsRequest_v1(buf: memoryview, pos: int) -> tup
     if n1 < 0:
         raise DecodeError(f"AlterPartitionReassignmentsRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"AlterPartitionReassignmentsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterPartitionReassignmentsRequest.topics", n1, len(buf) - pos)
         items1: list[AlterPartitionReassignmentsRequest.ReassignableTopic] = []
         for _ in range(n1):
             item1, pos = _dec_AlterPartitionReassignmentsRequest_ReassignableTopic_v0(buf, pos)
@@ -390,8 +393,8 @@ def _dec_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_v0(buf: m
     if n2 < 0:
         raise DecodeError(f"AlterPartitionReassignmentsResponse.ReassignableTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 8 > len(buf) - pos:
-            raise DecodeError(f"AlterPartitionReassignmentsResponse.ReassignableTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 8 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterPartitionReassignmentsResponse.ReassignableTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[AlterPartitionReassignmentsResponse.ReassignablePartitionResponse] = []
         for _ in range(n2):
             item2, pos = _dec_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse_v0(buf, pos)
@@ -470,8 +473,8 @@ def _dec_AlterPartitionReassignmentsResponse_v0(buf: memoryview, pos: int) -> tu
     if n2 < 0:
         raise DecodeError(f"AlterPartitionReassignmentsResponse.responses: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"AlterPartitionReassignmentsResponse.responses: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterPartitionReassignmentsResponse.responses", n2, len(buf) - pos)
         items2: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse] = []
         for _ in range(n2):
             item2, pos = _dec_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_v0(buf, pos)
@@ -551,8 +554,8 @@ def _dec_AlterPartitionReassignmentsResponse_v1(buf: memoryview, pos: int) -> tu
     if n2 < 0:
         raise DecodeError(f"AlterPartitionReassignmentsResponse.responses: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"AlterPartitionReassignmentsResponse.responses: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterPartitionReassignmentsResponse.responses", n2, len(buf) - pos)
         items2: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse] = []
         for _ in range(n2):
             item2, pos = _dec_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_v0(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -128,8 +131,8 @@ def _dec_AlterShareGroupOffsetsRequest_AlterShareGroupOffsetsRequestTopic_v0(buf
     if n2 < 0:
         raise DecodeError(f"AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 13 > len(buf) - pos:
-            raise DecodeError(f"AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 13 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestTopic.partitions", n2, len(buf) - pos)
         items2: list[AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestPartition] = []
         for _ in range(n2):
             item2, pos = _dec_AlterShareGroupOffsetsRequest_AlterShareGroupOffsetsRequestPartition_v0(buf, pos)
@@ -203,8 +206,8 @@ def _dec_AlterShareGroupOffsetsRequest_v0(buf: memoryview, pos: int) -> tuple[Al
     if n2 < 0:
         raise DecodeError(f"AlterShareGroupOffsetsRequest.topics: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"AlterShareGroupOffsetsRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterShareGroupOffsetsRequest.topics", n2, len(buf) - pos)
         items2: list[AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestTopic] = []
         for _ in range(n2):
             item2, pos = _dec_AlterShareGroupOffsetsRequest_AlterShareGroupOffsetsRequestTopic_v0(buf, pos)
@@ -332,8 +335,8 @@ def _dec_AlterShareGroupOffsetsResponse_AlterShareGroupOffsetsResponseTopic_v0(b
     if n3 < 0:
         raise DecodeError(f"AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponseTopic.partitions: invalid array length {n3}")
     else:
-        if n3 * 8 > len(buf) - pos:
-            raise DecodeError(f"AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponseTopic.partitions: array of {n3} elements runs past the end of the data")
+        if n3 * 8 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponseTopic.partitions", n3, len(buf) - pos)
         items3: list[AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponsePartition] = []
         for _ in range(n3):
             item3, pos = _dec_AlterShareGroupOffsetsResponse_AlterShareGroupOffsetsResponsePartition_v0(buf, pos)
@@ -412,8 +415,8 @@ def _dec_AlterShareGroupOffsetsResponse_v0(buf: memoryview, pos: int) -> tuple[A
     if n2 < 0:
         raise DecodeError(f"AlterShareGroupOffsetsResponse.responses: invalid array length {n2}")
     else:
-        if n2 * 19 > len(buf) - pos:
-            raise DecodeError(f"AlterShareGroupOffsetsResponse.responses: array of {n2} elements runs past the end of the data")
+        if n2 * 19 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterShareGroupOffsetsResponse.responses", n2, len(buf) - pos)
         items2: list[AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponseTopic] = []
         for _ in range(n2):
             item2, pos = _dec_AlterShareGroupOffsetsResponse_AlterShareGroupOffsetsResponseTopic_v0(buf, pos)

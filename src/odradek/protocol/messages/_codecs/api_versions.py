@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -291,8 +294,8 @@ def _dec_ApiVersionsResponse_v0(buf: memoryview, pos: int) -> tuple[ApiVersionsR
     if n1 < 0:
         raise DecodeError(f"ApiVersionsResponse.api_keys: invalid array length {n1}")
     else:
-        if n1 * 6 > len(buf) - pos:
-            raise DecodeError(f"ApiVersionsResponse.api_keys: array of {n1} elements runs past the end of the data")
+        if n1 * 6 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ApiVersionsResponse.api_keys", n1, len(buf) - pos)
         items1: list[ApiVersionsResponse.ApiVersion] = []
         for _ in range(n1):
             item1, pos = _dec_ApiVersionsResponse_ApiVersion_v0(buf, pos)
@@ -331,8 +334,8 @@ def _dec_ApiVersionsResponse_v1(buf: memoryview, pos: int) -> tuple[ApiVersionsR
     if n1 < 0:
         raise DecodeError(f"ApiVersionsResponse.api_keys: invalid array length {n1}")
     else:
-        if n1 * 6 > len(buf) - pos:
-            raise DecodeError(f"ApiVersionsResponse.api_keys: array of {n1} elements runs past the end of the data")
+        if n1 * 6 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ApiVersionsResponse.api_keys", n1, len(buf) - pos)
         items1: list[ApiVersionsResponse.ApiVersion] = []
         for _ in range(n1):
             item1, pos = _dec_ApiVersionsResponse_ApiVersion_v0(buf, pos)
@@ -547,8 +550,8 @@ def _dec_ApiVersionsResponse_v3(buf: memoryview, pos: int) -> tuple[ApiVersionsR
     if n1 < 0:
         raise DecodeError(f"ApiVersionsResponse.api_keys: invalid array length {n1}")
     else:
-        if n1 * 7 > len(buf) - pos:
-            raise DecodeError(f"ApiVersionsResponse.api_keys: array of {n1} elements runs past the end of the data")
+        if n1 * 7 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ApiVersionsResponse.api_keys", n1, len(buf) - pos)
         items1: list[ApiVersionsResponse.ApiVersion] = []
         for _ in range(n1):
             item1, pos = _dec_ApiVersionsResponse_ApiVersion_v3(buf, pos)
@@ -570,6 +573,8 @@ def _dec_ApiVersionsResponse_v3(buf: memoryview, pos: int) -> tuple[ApiVersionsR
 
 def _dec_ApiVersionsResponse_v3_tagged(buf: memoryview, pos: int, obj: ApiVersionsResponse) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.supported_features = []
     obj.finalized_features_epoch = -1
     obj.finalized_features = []
@@ -594,8 +599,8 @@ def _dec_ApiVersionsResponse_v3_tagged(buf: memoryview, pos: int, obj: ApiVersio
             if n2 < 0:
                 raise DecodeError(f"ApiVersionsResponse.supported_features: invalid array length {n2}")
             else:
-                if n2 * 6 > len(sub) - pos:
-                    raise DecodeError(f"ApiVersionsResponse.supported_features: array of {n2} elements runs past the end of the data")
+                if n2 * 6 > len(sub) - pos or n2 > 1000000:
+                    raise array_refused("ApiVersionsResponse.supported_features", n2, len(sub) - pos)
                 items2: list[ApiVersionsResponse.SupportedFeatureKey] = []
                 for _ in range(n2):
                     item2, pos = _dec_ApiVersionsResponse_SupportedFeatureKey_v3(sub, pos)
@@ -623,8 +628,8 @@ def _dec_ApiVersionsResponse_v3_tagged(buf: memoryview, pos: int, obj: ApiVersio
             if n4 < 0:
                 raise DecodeError(f"ApiVersionsResponse.finalized_features: invalid array length {n4}")
             else:
-                if n4 * 6 > len(sub) - pos:
-                    raise DecodeError(f"ApiVersionsResponse.finalized_features: array of {n4} elements runs past the end of the data")
+                if n4 * 6 > len(sub) - pos or n4 > 1000000:
+                    raise array_refused("ApiVersionsResponse.finalized_features", n4, len(sub) - pos)
                 items4: list[ApiVersionsResponse.FinalizedFeatureKey] = []
                 for _ in range(n4):
                     item4, pos = _dec_ApiVersionsResponse_FinalizedFeatureKey_v3(sub, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -117,6 +120,8 @@ def _dec_BrokerHeartbeatRequest_v1(buf: memoryview, pos: int) -> tuple[BrokerHea
 
 def _dec_BrokerHeartbeatRequest_v1_tagged(buf: memoryview, pos: int, obj: BrokerHeartbeatRequest) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.offline_log_dirs = []
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -138,8 +143,8 @@ def _dec_BrokerHeartbeatRequest_v1_tagged(buf: memoryview, pos: int, obj: Broker
             if n1 < 0:
                 raise DecodeError(f"BrokerHeartbeatRequest.offline_log_dirs: invalid array length {n1}")
             else:
-                if n1 * 16 > len(sub) - pos:
-                    raise DecodeError(f"BrokerHeartbeatRequest.offline_log_dirs: array of {n1} elements runs past the end of the data")
+                if n1 * 16 > len(sub) - pos or n1 > 1000000:
+                    raise array_refused("BrokerHeartbeatRequest.offline_log_dirs", n1, len(sub) - pos)
                 items1: list[uuid.UUID] = []
                 for _ in range(n1):
                     item1, pos = read_uuid(sub, pos)
@@ -215,6 +220,8 @@ def _dec_BrokerHeartbeatRequest_v2(buf: memoryview, pos: int) -> tuple[BrokerHea
 
 def _dec_BrokerHeartbeatRequest_v2_tagged(buf: memoryview, pos: int, obj: BrokerHeartbeatRequest) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.offline_log_dirs = []
     obj.cordoned_log_dirs = None
     unknown: list[tuple[int, bytes]] | None = None
@@ -237,8 +244,8 @@ def _dec_BrokerHeartbeatRequest_v2_tagged(buf: memoryview, pos: int, obj: Broker
             if n1 < 0:
                 raise DecodeError(f"BrokerHeartbeatRequest.offline_log_dirs: invalid array length {n1}")
             else:
-                if n1 * 16 > len(sub) - pos:
-                    raise DecodeError(f"BrokerHeartbeatRequest.offline_log_dirs: array of {n1} elements runs past the end of the data")
+                if n1 * 16 > len(sub) - pos or n1 > 1000000:
+                    raise array_refused("BrokerHeartbeatRequest.offline_log_dirs", n1, len(sub) - pos)
                 items1: list[uuid.UUID] = []
                 for _ in range(n1):
                     item1, pos = read_uuid(sub, pos)
@@ -261,8 +268,8 @@ def _dec_BrokerHeartbeatRequest_v2_tagged(buf: memoryview, pos: int, obj: Broker
                     raise DecodeError(f"BrokerHeartbeatRequest.cordoned_log_dirs: invalid array length {n3}")
                 obj.cordoned_log_dirs = None
             else:
-                if n3 * 16 > len(sub) - pos:
-                    raise DecodeError(f"BrokerHeartbeatRequest.cordoned_log_dirs: array of {n3} elements runs past the end of the data")
+                if n3 * 16 > len(sub) - pos or n3 > 1000000:
+                    raise array_refused("BrokerHeartbeatRequest.cordoned_log_dirs", n3, len(sub) - pos)
                 items3: list[uuid.UUID] = []
                 for _ in range(n3):
                     item3, pos = read_uuid(sub, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -97,8 +100,8 @@ def _dec_ConsumerGroupDescribeRequest_v0(buf: memoryview, pos: int) -> tuple[Con
     if n1 < 0:
         raise DecodeError(f"ConsumerGroupDescribeRequest.group_ids: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupDescribeRequest.group_ids: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerGroupDescribeRequest.group_ids", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = buf[pos]
@@ -191,8 +194,8 @@ def _dec_ConsumerGroupDescribeResponse_TopicPartitions_v0(buf: memoryview, pos: 
         raise DecodeError(f"ConsumerGroupDescribeResponse.TopicPartitions.partitions: invalid array length {n3}")
     else:
         end3 = pos + n3 * 4
-        if end3 > len(buf):
-            raise DecodeError(f"ConsumerGroupDescribeResponse.TopicPartitions.partitions: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("ConsumerGroupDescribeResponse.TopicPartitions.partitions", n3, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n3}i", buf, pos)) if n3 else []
         pos = end3
     if buf[pos] == 0:
@@ -235,8 +238,8 @@ def _dec_ConsumerGroupDescribeResponse_Assignment_v0(buf: memoryview, pos: int) 
     if n1 < 0:
         raise DecodeError(f"ConsumerGroupDescribeResponse.Assignment.topic_partitions: invalid array length {n1}")
     else:
-        if n1 * 19 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupDescribeResponse.Assignment.topic_partitions: array of {n1} elements runs past the end of the data")
+        if n1 * 19 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerGroupDescribeResponse.Assignment.topic_partitions", n1, len(buf) - pos)
         items1: list[ConsumerGroupDescribeResponse.TopicPartitions] = []
         for _ in range(n1):
             item1, pos = _dec_ConsumerGroupDescribeResponse_TopicPartitions_v0(buf, pos)
@@ -456,8 +459,8 @@ def _dec_ConsumerGroupDescribeResponse_Member_v0(buf: memoryview, pos: int) -> t
     if n6 < 0:
         raise DecodeError(f"ConsumerGroupDescribeResponse.Member.subscribed_topic_names: invalid array length {n6}")
     else:
-        if n6 * 1 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupDescribeResponse.Member.subscribed_topic_names: array of {n6} elements runs past the end of the data")
+        if n6 * 1 > len(buf) - pos or n6 > 1000000:
+            raise array_refused("ConsumerGroupDescribeResponse.Member.subscribed_topic_names", n6, len(buf) - pos)
         items6: list[str] = []
         for _ in range(n6):
             n7 = buf[pos]
@@ -658,8 +661,8 @@ def _dec_ConsumerGroupDescribeResponse_DescribedGroup_v0(buf: memoryview, pos: i
     if n5 < 0:
         raise DecodeError(f"ConsumerGroupDescribeResponse.DescribedGroup.members: invalid array length {n5}")
     else:
-        if n5 * 14 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupDescribeResponse.DescribedGroup.members: array of {n5} elements runs past the end of the data")
+        if n5 * 14 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("ConsumerGroupDescribeResponse.DescribedGroup.members", n5, len(buf) - pos)
         items5: list[ConsumerGroupDescribeResponse.Member] = []
         for _ in range(n5):
             item5, pos = _dec_ConsumerGroupDescribeResponse_Member_v0(buf, pos)
@@ -710,8 +713,8 @@ def _dec_ConsumerGroupDescribeResponse_v0(buf: memoryview, pos: int) -> tuple[Co
     if n1 < 0:
         raise DecodeError(f"ConsumerGroupDescribeResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 20 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupDescribeResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 20 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerGroupDescribeResponse.groups", n1, len(buf) - pos)
         items1: list[ConsumerGroupDescribeResponse.DescribedGroup] = []
         for _ in range(n1):
             item1, pos = _dec_ConsumerGroupDescribeResponse_DescribedGroup_v0(buf, pos)
@@ -932,8 +935,8 @@ def _dec_ConsumerGroupDescribeResponse_Member_v1(buf: memoryview, pos: int) -> t
     if n6 < 0:
         raise DecodeError(f"ConsumerGroupDescribeResponse.Member.subscribed_topic_names: invalid array length {n6}")
     else:
-        if n6 * 1 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupDescribeResponse.Member.subscribed_topic_names: array of {n6} elements runs past the end of the data")
+        if n6 * 1 > len(buf) - pos or n6 > 1000000:
+            raise array_refused("ConsumerGroupDescribeResponse.Member.subscribed_topic_names", n6, len(buf) - pos)
         items6: list[str] = []
         for _ in range(n6):
             n7 = buf[pos]
@@ -1135,8 +1138,8 @@ def _dec_ConsumerGroupDescribeResponse_DescribedGroup_v1(buf: memoryview, pos: i
     if n5 < 0:
         raise DecodeError(f"ConsumerGroupDescribeResponse.DescribedGroup.members: invalid array length {n5}")
     else:
-        if n5 * 15 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupDescribeResponse.DescribedGroup.members: array of {n5} elements runs past the end of the data")
+        if n5 * 15 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("ConsumerGroupDescribeResponse.DescribedGroup.members", n5, len(buf) - pos)
         items5: list[ConsumerGroupDescribeResponse.Member] = []
         for _ in range(n5):
             item5, pos = _dec_ConsumerGroupDescribeResponse_Member_v1(buf, pos)
@@ -1187,8 +1190,8 @@ def _dec_ConsumerGroupDescribeResponse_v1(buf: memoryview, pos: int) -> tuple[Co
     if n1 < 0:
         raise DecodeError(f"ConsumerGroupDescribeResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 20 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupDescribeResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 20 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerGroupDescribeResponse.groups", n1, len(buf) - pos)
         items1: list[ConsumerGroupDescribeResponse.DescribedGroup] = []
         for _ in range(n1):
             item1, pos = _dec_ConsumerGroupDescribeResponse_DescribedGroup_v1(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -245,8 +248,8 @@ def _dec_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions_v0(buf: memor
         raise DecodeError(f"ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -260,6 +263,8 @@ def _dec_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions_v0(buf: memor
 
 def _dec_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions_v0_tagged(buf: memoryview, pos: int, obj: ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.assignment_epochs = []
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -284,8 +289,8 @@ def _dec_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions_v0_tagged(buf
                 obj.assignment_epochs = None
             else:
                 end3 = pos + n3 * 4
-                if end3 > len(sub):
-                    raise DecodeError(f"ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.assignment_epochs: array of {n3} elements runs past the end of the data")
+                if end3 > len(sub) or n3 > 1000000:
+                    raise array_refused("ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.assignment_epochs", n3, len(sub) - pos)
                 obj.assignment_epochs = list(sunpack(f">{n3}i", sub, pos)) if n3 else []
                 pos = end3
             if pos != end:
@@ -345,8 +350,8 @@ def _dec_ConsumerGroupCurrentMemberAssignmentValue_v0(buf: memoryview, pos: int)
     if n1 < 0:
         raise DecodeError(f"ConsumerGroupCurrentMemberAssignmentValue.assigned_partitions: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupCurrentMemberAssignmentValue.assigned_partitions: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerGroupCurrentMemberAssignmentValue.assigned_partitions", n1, len(buf) - pos)
         items1: list[ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions] = []
         for _ in range(n1):
             item1, pos = _dec_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions_v0(buf, pos)
@@ -362,8 +367,8 @@ def _dec_ConsumerGroupCurrentMemberAssignmentValue_v0(buf: memoryview, pos: int)
     if n2 < 0:
         raise DecodeError(f"ConsumerGroupCurrentMemberAssignmentValue.partitions_pending_revocation: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupCurrentMemberAssignmentValue.partitions_pending_revocation: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ConsumerGroupCurrentMemberAssignmentValue.partitions_pending_revocation", n2, len(buf) - pos)
         items2: list[ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions] = []
         for _ in range(n2):
             item2, pos = _dec_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions_v0(buf, pos)
@@ -543,8 +548,8 @@ def _dec_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata_v0(buf: memoryvi
     if n1 < 0:
         raise DecodeError(f"ConsumerGroupMemberMetadataValue.ClassicMemberMetadata.supported_protocols: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupMemberMetadataValue.ClassicMemberMetadata.supported_protocols: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerGroupMemberMetadataValue.ClassicMemberMetadata.supported_protocols", n1, len(buf) - pos)
         items1: list[ConsumerGroupMemberMetadataValue.ClassicProtocol] = []
         for _ in range(n1):
             item1, pos = _dec_ConsumerGroupMemberMetadataValue_ClassicProtocol_v0(buf, pos)
@@ -759,8 +764,8 @@ def _dec_ConsumerGroupMemberMetadataValue_v0(buf: memoryview, pos: int) -> tuple
     if n5 < 0:
         raise DecodeError(f"ConsumerGroupMemberMetadataValue.subscribed_topic_names: invalid array length {n5}")
     else:
-        if n5 * 1 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupMemberMetadataValue.subscribed_topic_names: array of {n5} elements runs past the end of the data")
+        if n5 * 1 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("ConsumerGroupMemberMetadataValue.subscribed_topic_names", n5, len(buf) - pos)
         items5: list[str] = []
         for _ in range(n5):
             n6 = buf[pos]
@@ -827,6 +832,8 @@ def _dec_ConsumerGroupMemberMetadataValue_v0(buf: memoryview, pos: int) -> tuple
 
 def _dec_ConsumerGroupMemberMetadataValue_v0_tagged(buf: memoryview, pos: int, obj: ConsumerGroupMemberMetadataValue) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.classic_member_metadata = _build_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata()
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -919,6 +926,8 @@ def _dec_ConsumerGroupMetadataValue_v0(buf: memoryview, pos: int) -> tuple[Consu
 
 def _dec_ConsumerGroupMetadataValue_v0_tagged(buf: memoryview, pos: int, obj: ConsumerGroupMetadataValue) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.metadata_hash = 0
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -1021,8 +1030,8 @@ def _dec_ConsumerGroupPartitionMetadataValue_PartitionMetadata_v0(buf: memoryvie
     if n1 < 0:
         raise DecodeError(f"ConsumerGroupPartitionMetadataValue.PartitionMetadata.racks: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupPartitionMetadataValue.PartitionMetadata.racks: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerGroupPartitionMetadataValue.PartitionMetadata.racks", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = buf[pos]
@@ -1115,8 +1124,8 @@ def _dec_ConsumerGroupPartitionMetadataValue_TopicMetadata_v0(buf: memoryview, p
     if n3 < 0:
         raise DecodeError(f"ConsumerGroupPartitionMetadataValue.TopicMetadata.partition_metadata: invalid array length {n3}")
     else:
-        if n3 * 6 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupPartitionMetadataValue.TopicMetadata.partition_metadata: array of {n3} elements runs past the end of the data")
+        if n3 * 6 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("ConsumerGroupPartitionMetadataValue.TopicMetadata.partition_metadata", n3, len(buf) - pos)
         items3: list[ConsumerGroupPartitionMetadataValue.PartitionMetadata] = []
         for _ in range(n3):
             item3, pos = _dec_ConsumerGroupPartitionMetadataValue_PartitionMetadata_v0(buf, pos)
@@ -1162,8 +1171,8 @@ def _dec_ConsumerGroupPartitionMetadataValue_v0(buf: memoryview, pos: int) -> tu
     if n1 < 0:
         raise DecodeError(f"ConsumerGroupPartitionMetadataValue.topics: invalid array length {n1}")
     else:
-        if n1 * 23 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupPartitionMetadataValue.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 23 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerGroupPartitionMetadataValue.topics", n1, len(buf) - pos)
         items1: list[ConsumerGroupPartitionMetadataValue.TopicMetadata] = []
         for _ in range(n1):
             item1, pos = _dec_ConsumerGroupPartitionMetadataValue_TopicMetadata_v0(buf, pos)
@@ -1273,8 +1282,8 @@ def _dec_ConsumerGroupRegularExpressionValue_v0(buf: memoryview, pos: int) -> tu
     if n1 < 0:
         raise DecodeError(f"ConsumerGroupRegularExpressionValue.topics: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupRegularExpressionValue.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerGroupRegularExpressionValue.topics", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = buf[pos]
@@ -1390,8 +1399,8 @@ def _dec_ConsumerGroupTargetAssignmentMemberValue_TopicPartition_v0(buf: memoryv
         raise DecodeError(f"ConsumerGroupTargetAssignmentMemberValue.TopicPartition.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"ConsumerGroupTargetAssignmentMemberValue.TopicPartition.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("ConsumerGroupTargetAssignmentMemberValue.TopicPartition.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -1434,8 +1443,8 @@ def _dec_ConsumerGroupTargetAssignmentMemberValue_v0(buf: memoryview, pos: int) 
     if n1 < 0:
         raise DecodeError(f"ConsumerGroupTargetAssignmentMemberValue.topic_partitions: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupTargetAssignmentMemberValue.topic_partitions: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerGroupTargetAssignmentMemberValue.topic_partitions", n1, len(buf) - pos)
         items1: list[ConsumerGroupTargetAssignmentMemberValue.TopicPartition] = []
         for _ in range(n1):
             item1, pos = _dec_ConsumerGroupTargetAssignmentMemberValue_TopicPartition_v0(buf, pos)
@@ -1514,6 +1523,8 @@ def _dec_ConsumerGroupTargetAssignmentMetadataValue_v0(buf: memoryview, pos: int
 
 def _dec_ConsumerGroupTargetAssignmentMetadataValue_v0_tagged(buf: memoryview, pos: int, obj: ConsumerGroupTargetAssignmentMetadataValue) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.assignment_timestamp = 0
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -1770,8 +1781,8 @@ def _dec_GroupMetadataValue_v0(buf: memoryview, pos: int) -> tuple[GroupMetadata
     if n4 < 0:
         raise DecodeError(f"GroupMetadataValue.members: invalid array length {n4}")
     else:
-        if n4 * 9 > len(buf) - pos:
-            raise DecodeError(f"GroupMetadataValue.members: array of {n4} elements runs past the end of the data")
+        if n4 * 9 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("GroupMetadataValue.members", n4, len(buf) - pos)
         items4: list[GroupMetadataValue.MemberMetadata] = []
         for _ in range(n4):
             item4, pos = _dec_GroupMetadataValue_MemberMetadata_v0(buf, pos)
@@ -1982,8 +1993,8 @@ def _dec_GroupMetadataValue_v1(buf: memoryview, pos: int) -> tuple[GroupMetadata
     if n4 < 0:
         raise DecodeError(f"GroupMetadataValue.members: invalid array length {n4}")
     else:
-        if n4 * 13 > len(buf) - pos:
-            raise DecodeError(f"GroupMetadataValue.members: array of {n4} elements runs past the end of the data")
+        if n4 * 13 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("GroupMetadataValue.members", n4, len(buf) - pos)
         items4: list[GroupMetadataValue.MemberMetadata] = []
         for _ in range(n4):
             item4, pos = _dec_GroupMetadataValue_MemberMetadata_v1(buf, pos)
@@ -2084,8 +2095,8 @@ def _dec_GroupMetadataValue_v2(buf: memoryview, pos: int) -> tuple[GroupMetadata
     if n4 < 0:
         raise DecodeError(f"GroupMetadataValue.members: invalid array length {n4}")
     else:
-        if n4 * 13 > len(buf) - pos:
-            raise DecodeError(f"GroupMetadataValue.members: array of {n4} elements runs past the end of the data")
+        if n4 * 13 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("GroupMetadataValue.members", n4, len(buf) - pos)
         items4: list[GroupMetadataValue.MemberMetadata] = []
         for _ in range(n4):
             item4, pos = _dec_GroupMetadataValue_MemberMetadata_v1(buf, pos)
@@ -2319,8 +2330,8 @@ def _dec_GroupMetadataValue_v3(buf: memoryview, pos: int) -> tuple[GroupMetadata
     if n4 < 0:
         raise DecodeError(f"GroupMetadataValue.members: invalid array length {n4}")
     else:
-        if n4 * 14 > len(buf) - pos:
-            raise DecodeError(f"GroupMetadataValue.members: array of {n4} elements runs past the end of the data")
+        if n4 * 14 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("GroupMetadataValue.members", n4, len(buf) - pos)
         items4: list[GroupMetadataValue.MemberMetadata] = []
         for _ in range(n4):
             item4, pos = _dec_GroupMetadataValue_MemberMetadata_v3(buf, pos)
@@ -2658,8 +2669,8 @@ def _dec_GroupMetadataValue_v4(buf: memoryview, pos: int) -> tuple[GroupMetadata
     if n4 < 0:
         raise DecodeError(f"GroupMetadataValue.members: invalid array length {n4}")
     else:
-        if n4 * 15 > len(buf) - pos:
-            raise DecodeError(f"GroupMetadataValue.members: array of {n4} elements runs past the end of the data")
+        if n4 * 15 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("GroupMetadataValue.members", n4, len(buf) - pos)
         items4: list[GroupMetadataValue.MemberMetadata] = []
         for _ in range(n4):
             item4, pos = _dec_GroupMetadataValue_MemberMetadata_v4(buf, pos)
@@ -3002,6 +3013,8 @@ def _dec_OffsetCommitValue_v4(buf: memoryview, pos: int) -> tuple[OffsetCommitVa
 
 def _dec_OffsetCommitValue_v4_tagged(buf: memoryview, pos: int, obj: OffsetCommitValue) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.topic_id = ZERO_UUID
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -3111,8 +3124,8 @@ def _dec_ShareGroupCurrentMemberAssignmentValue_TopicPartitions_v0(buf: memoryvi
         raise DecodeError(f"ShareGroupCurrentMemberAssignmentValue.TopicPartitions.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"ShareGroupCurrentMemberAssignmentValue.TopicPartitions.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("ShareGroupCurrentMemberAssignmentValue.TopicPartitions.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -3158,8 +3171,8 @@ def _dec_ShareGroupCurrentMemberAssignmentValue_v0(buf: memoryview, pos: int) ->
     if n1 < 0:
         raise DecodeError(f"ShareGroupCurrentMemberAssignmentValue.assigned_partitions: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareGroupCurrentMemberAssignmentValue.assigned_partitions: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ShareGroupCurrentMemberAssignmentValue.assigned_partitions", n1, len(buf) - pos)
         items1: list[ShareGroupCurrentMemberAssignmentValue.TopicPartitions] = []
         for _ in range(n1):
             item1, pos = _dec_ShareGroupCurrentMemberAssignmentValue_TopicPartitions_v0(buf, pos)
@@ -3354,8 +3367,8 @@ def _dec_ShareGroupMemberMetadataValue_v0(buf: memoryview, pos: int) -> tuple[Sh
     if n4 < 0:
         raise DecodeError(f"ShareGroupMemberMetadataValue.subscribed_topic_names: invalid array length {n4}")
     else:
-        if n4 * 1 > len(buf) - pos:
-            raise DecodeError(f"ShareGroupMemberMetadataValue.subscribed_topic_names: array of {n4} elements runs past the end of the data")
+        if n4 * 1 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("ShareGroupMemberMetadataValue.subscribed_topic_names", n4, len(buf) - pos)
         items4: list[str] = []
         for _ in range(n4):
             n5 = buf[pos]
@@ -3530,8 +3543,8 @@ def _dec_ShareGroupStatePartitionMetadataValue_TopicPartitionsInfo_v0(buf: memor
         raise DecodeError(f"ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.partitions: invalid array length {n3}")
     else:
         end3 = pos + n3 * 4
-        if end3 > len(buf):
-            raise DecodeError(f"ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.partitions: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.partitions", n3, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n3}i", buf, pos)) if n3 else []
         pos = end3
     if buf[pos] == 0:
@@ -3645,8 +3658,8 @@ def _dec_ShareGroupStatePartitionMetadataValue_v0(buf: memoryview, pos: int) -> 
     if n1 < 0:
         raise DecodeError(f"ShareGroupStatePartitionMetadataValue.initializing_topics: invalid array length {n1}")
     else:
-        if n1 * 19 > len(buf) - pos:
-            raise DecodeError(f"ShareGroupStatePartitionMetadataValue.initializing_topics: array of {n1} elements runs past the end of the data")
+        if n1 * 19 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ShareGroupStatePartitionMetadataValue.initializing_topics", n1, len(buf) - pos)
         items1: list[ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo] = []
         for _ in range(n1):
             item1, pos = _dec_ShareGroupStatePartitionMetadataValue_TopicPartitionsInfo_v0(buf, pos)
@@ -3662,8 +3675,8 @@ def _dec_ShareGroupStatePartitionMetadataValue_v0(buf: memoryview, pos: int) -> 
     if n2 < 0:
         raise DecodeError(f"ShareGroupStatePartitionMetadataValue.initialized_topics: invalid array length {n2}")
     else:
-        if n2 * 19 > len(buf) - pos:
-            raise DecodeError(f"ShareGroupStatePartitionMetadataValue.initialized_topics: array of {n2} elements runs past the end of the data")
+        if n2 * 19 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ShareGroupStatePartitionMetadataValue.initialized_topics", n2, len(buf) - pos)
         items2: list[ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo] = []
         for _ in range(n2):
             item2, pos = _dec_ShareGroupStatePartitionMetadataValue_TopicPartitionsInfo_v0(buf, pos)
@@ -3679,8 +3692,8 @@ def _dec_ShareGroupStatePartitionMetadataValue_v0(buf: memoryview, pos: int) -> 
     if n3 < 0:
         raise DecodeError(f"ShareGroupStatePartitionMetadataValue.deleting_topics: invalid array length {n3}")
     else:
-        if n3 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareGroupStatePartitionMetadataValue.deleting_topics: array of {n3} elements runs past the end of the data")
+        if n3 * 18 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("ShareGroupStatePartitionMetadataValue.deleting_topics", n3, len(buf) - pos)
         items3: list[ShareGroupStatePartitionMetadataValue.TopicInfo] = []
         for _ in range(n3):
             item3, pos = _dec_ShareGroupStatePartitionMetadataValue_TopicInfo_v0(buf, pos)
@@ -3780,8 +3793,8 @@ def _dec_ShareGroupTargetAssignmentMemberValue_TopicPartition_v0(buf: memoryview
         raise DecodeError(f"ShareGroupTargetAssignmentMemberValue.TopicPartition.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"ShareGroupTargetAssignmentMemberValue.TopicPartition.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("ShareGroupTargetAssignmentMemberValue.TopicPartition.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -3824,8 +3837,8 @@ def _dec_ShareGroupTargetAssignmentMemberValue_v0(buf: memoryview, pos: int) -> 
     if n1 < 0:
         raise DecodeError(f"ShareGroupTargetAssignmentMemberValue.topic_partitions: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareGroupTargetAssignmentMemberValue.topic_partitions: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ShareGroupTargetAssignmentMemberValue.topic_partitions", n1, len(buf) - pos)
         items1: list[ShareGroupTargetAssignmentMemberValue.TopicPartition] = []
         for _ in range(n1):
             item1, pos = _dec_ShareGroupTargetAssignmentMemberValue_TopicPartition_v0(buf, pos)
@@ -3904,6 +3917,8 @@ def _dec_ShareGroupTargetAssignmentMetadataValue_v0(buf: memoryview, pos: int) -
 
 def _dec_ShareGroupTargetAssignmentMetadataValue_v0_tagged(buf: memoryview, pos: int, obj: ShareGroupTargetAssignmentMetadataValue) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.assignment_timestamp = 0
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -4030,8 +4045,8 @@ def _dec_ShareSnapshotValue_v0(buf: memoryview, pos: int) -> tuple[ShareSnapshot
     if n1 < 0:
         raise DecodeError(f"ShareSnapshotValue.state_batches: invalid array length {n1}")
     else:
-        if n1 * 20 > len(buf) - pos:
-            raise DecodeError(f"ShareSnapshotValue.state_batches: array of {n1} elements runs past the end of the data")
+        if n1 * 20 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ShareSnapshotValue.state_batches", n1, len(buf) - pos)
         items1: list[ShareSnapshotValue.StateBatch] = []
         for _ in range(n1):
             item1, pos = _dec_ShareSnapshotValue_StateBatch_v0(buf, pos)
@@ -4048,6 +4063,8 @@ def _dec_ShareSnapshotValue_v0(buf: memoryview, pos: int) -> tuple[ShareSnapshot
 
 def _dec_ShareSnapshotValue_v0_tagged(buf: memoryview, pos: int, obj: ShareSnapshotValue) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.delivery_complete_count = -1
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -4174,8 +4191,8 @@ def _dec_ShareUpdateValue_v0(buf: memoryview, pos: int) -> tuple[ShareUpdateValu
     if n1 < 0:
         raise DecodeError(f"ShareUpdateValue.state_batches: invalid array length {n1}")
     else:
-        if n1 * 20 > len(buf) - pos:
-            raise DecodeError(f"ShareUpdateValue.state_batches: array of {n1} elements runs past the end of the data")
+        if n1 * 20 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ShareUpdateValue.state_batches", n1, len(buf) - pos)
         items1: list[ShareUpdateValue.StateBatch] = []
         for _ in range(n1):
             item1, pos = _dec_ShareUpdateValue_StateBatch_v0(buf, pos)
@@ -4192,6 +4209,8 @@ def _dec_ShareUpdateValue_v0(buf: memoryview, pos: int) -> tuple[ShareUpdateValu
 
 def _dec_ShareUpdateValue_v0_tagged(buf: memoryview, pos: int, obj: ShareUpdateValue) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.delivery_complete_count = -1
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -4347,8 +4366,8 @@ def _dec_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0(buf: memoryview, po
         raise DecodeError(f"StreamsGroupCurrentMemberAssignmentValue.TaskIds.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"StreamsGroupCurrentMemberAssignmentValue.TaskIds.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("StreamsGroupCurrentMemberAssignmentValue.TaskIds.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -4362,6 +4381,8 @@ def _dec_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0(buf: memoryview, po
 
 def _dec_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0_tagged(buf: memoryview, pos: int, obj: StreamsGroupCurrentMemberAssignmentValue.TaskIds) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.assignment_epochs = []
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -4386,8 +4407,8 @@ def _dec_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0_tagged(buf: memoryv
                 obj.assignment_epochs = None
             else:
                 end3 = pos + n3 * 4
-                if end3 > len(sub):
-                    raise DecodeError(f"StreamsGroupCurrentMemberAssignmentValue.TaskIds.assignment_epochs: array of {n3} elements runs past the end of the data")
+                if end3 > len(sub) or n3 > 1000000:
+                    raise array_refused("StreamsGroupCurrentMemberAssignmentValue.TaskIds.assignment_epochs", n3, len(sub) - pos)
                 obj.assignment_epochs = list(sunpack(f">{n3}i", sub, pos)) if n3 else []
                 pos = end3
             if pos != end:
@@ -4491,8 +4512,8 @@ def _dec_StreamsGroupCurrentMemberAssignmentValue_v0(buf: memoryview, pos: int) 
     if n1 < 0:
         raise DecodeError(f"StreamsGroupCurrentMemberAssignmentValue.active_tasks: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupCurrentMemberAssignmentValue.active_tasks: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("StreamsGroupCurrentMemberAssignmentValue.active_tasks", n1, len(buf) - pos)
         items1: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = []
         for _ in range(n1):
             item1, pos = _dec_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0(buf, pos)
@@ -4508,8 +4529,8 @@ def _dec_StreamsGroupCurrentMemberAssignmentValue_v0(buf: memoryview, pos: int) 
     if n2 < 0:
         raise DecodeError(f"StreamsGroupCurrentMemberAssignmentValue.standby_tasks: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupCurrentMemberAssignmentValue.standby_tasks: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("StreamsGroupCurrentMemberAssignmentValue.standby_tasks", n2, len(buf) - pos)
         items2: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = []
         for _ in range(n2):
             item2, pos = _dec_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0(buf, pos)
@@ -4525,8 +4546,8 @@ def _dec_StreamsGroupCurrentMemberAssignmentValue_v0(buf: memoryview, pos: int) 
     if n3 < 0:
         raise DecodeError(f"StreamsGroupCurrentMemberAssignmentValue.warmup_tasks: invalid array length {n3}")
     else:
-        if n3 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupCurrentMemberAssignmentValue.warmup_tasks: array of {n3} elements runs past the end of the data")
+        if n3 * 3 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("StreamsGroupCurrentMemberAssignmentValue.warmup_tasks", n3, len(buf) - pos)
         items3: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = []
         for _ in range(n3):
             item3, pos = _dec_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0(buf, pos)
@@ -4542,8 +4563,8 @@ def _dec_StreamsGroupCurrentMemberAssignmentValue_v0(buf: memoryview, pos: int) 
     if n4 < 0:
         raise DecodeError(f"StreamsGroupCurrentMemberAssignmentValue.active_tasks_pending_revocation: invalid array length {n4}")
     else:
-        if n4 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupCurrentMemberAssignmentValue.active_tasks_pending_revocation: array of {n4} elements runs past the end of the data")
+        if n4 * 3 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("StreamsGroupCurrentMemberAssignmentValue.active_tasks_pending_revocation", n4, len(buf) - pos)
         items4: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = []
         for _ in range(n4):
             item4, pos = _dec_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0(buf, pos)
@@ -4559,8 +4580,8 @@ def _dec_StreamsGroupCurrentMemberAssignmentValue_v0(buf: memoryview, pos: int) 
     if n5 < 0:
         raise DecodeError(f"StreamsGroupCurrentMemberAssignmentValue.standby_tasks_pending_revocation: invalid array length {n5}")
     else:
-        if n5 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupCurrentMemberAssignmentValue.standby_tasks_pending_revocation: array of {n5} elements runs past the end of the data")
+        if n5 * 3 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("StreamsGroupCurrentMemberAssignmentValue.standby_tasks_pending_revocation", n5, len(buf) - pos)
         items5: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = []
         for _ in range(n5):
             item5, pos = _dec_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0(buf, pos)
@@ -4576,8 +4597,8 @@ def _dec_StreamsGroupCurrentMemberAssignmentValue_v0(buf: memoryview, pos: int) 
     if n6 < 0:
         raise DecodeError(f"StreamsGroupCurrentMemberAssignmentValue.warmup_tasks_pending_revocation: invalid array length {n6}")
     else:
-        if n6 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupCurrentMemberAssignmentValue.warmup_tasks_pending_revocation: array of {n6} elements runs past the end of the data")
+        if n6 * 3 > len(buf) - pos or n6 > 1000000:
+            raise array_refused("StreamsGroupCurrentMemberAssignmentValue.warmup_tasks_pending_revocation", n6, len(buf) - pos)
         items6: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = []
         for _ in range(n6):
             item6, pos = _dec_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0(buf, pos)
@@ -4957,8 +4978,8 @@ def _dec_StreamsGroupMemberMetadataValue_v0(buf: memoryview, pos: int) -> tuple[
     if n7 < 0:
         raise DecodeError(f"StreamsGroupMemberMetadataValue.client_tags: invalid array length {n7}")
     else:
-        if n7 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupMemberMetadataValue.client_tags: array of {n7} elements runs past the end of the data")
+        if n7 * 3 > len(buf) - pos or n7 > 1000000:
+            raise array_refused("StreamsGroupMemberMetadataValue.client_tags", n7, len(buf) - pos)
         items7: list[StreamsGroupMemberMetadataValue.KeyValue] = []
         for _ in range(n7):
             item7, pos = _dec_StreamsGroupMemberMetadataValue_KeyValue_v0(buf, pos)
@@ -5137,6 +5158,8 @@ def _dec_StreamsGroupMetadataValue_v0(buf: memoryview, pos: int) -> tuple[Stream
 
 def _dec_StreamsGroupMetadataValue_v0_tagged(buf: memoryview, pos: int, obj: StreamsGroupMetadataValue) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.validated_topology_epoch = -1
     obj.last_assignment_configs = []
     obj.stored_description_topology_epoch = -1
@@ -5170,8 +5193,8 @@ def _dec_StreamsGroupMetadataValue_v0_tagged(buf: memoryview, pos: int, obj: Str
                     raise DecodeError(f"StreamsGroupMetadataValue.last_assignment_configs: invalid array length {n2}")
                 obj.last_assignment_configs = None
             else:
-                if n2 * 3 > len(sub) - pos:
-                    raise DecodeError(f"StreamsGroupMetadataValue.last_assignment_configs: array of {n2} elements runs past the end of the data")
+                if n2 * 3 > len(sub) - pos or n2 > 1000000:
+                    raise array_refused("StreamsGroupMetadataValue.last_assignment_configs", n2, len(sub) - pos)
                 items2: list[StreamsGroupMetadataValue.LastAssignmentConfig] = []
                 for _ in range(n2):
                     item2, pos = _dec_StreamsGroupMetadataValue_LastAssignmentConfig_v0(sub, pos)
@@ -5314,8 +5337,8 @@ def _dec_StreamsGroupTargetAssignmentMemberValue_TaskIds_v0(buf: memoryview, pos
         raise DecodeError(f"StreamsGroupTargetAssignmentMemberValue.TaskIds.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"StreamsGroupTargetAssignmentMemberValue.TaskIds.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("StreamsGroupTargetAssignmentMemberValue.TaskIds.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -5380,8 +5403,8 @@ def _dec_StreamsGroupTargetAssignmentMemberValue_v0(buf: memoryview, pos: int) -
     if n1 < 0:
         raise DecodeError(f"StreamsGroupTargetAssignmentMemberValue.active_tasks: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupTargetAssignmentMemberValue.active_tasks: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("StreamsGroupTargetAssignmentMemberValue.active_tasks", n1, len(buf) - pos)
         items1: list[StreamsGroupTargetAssignmentMemberValue.TaskIds] = []
         for _ in range(n1):
             item1, pos = _dec_StreamsGroupTargetAssignmentMemberValue_TaskIds_v0(buf, pos)
@@ -5397,8 +5420,8 @@ def _dec_StreamsGroupTargetAssignmentMemberValue_v0(buf: memoryview, pos: int) -
     if n2 < 0:
         raise DecodeError(f"StreamsGroupTargetAssignmentMemberValue.standby_tasks: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupTargetAssignmentMemberValue.standby_tasks: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("StreamsGroupTargetAssignmentMemberValue.standby_tasks", n2, len(buf) - pos)
         items2: list[StreamsGroupTargetAssignmentMemberValue.TaskIds] = []
         for _ in range(n2):
             item2, pos = _dec_StreamsGroupTargetAssignmentMemberValue_TaskIds_v0(buf, pos)
@@ -5414,8 +5437,8 @@ def _dec_StreamsGroupTargetAssignmentMemberValue_v0(buf: memoryview, pos: int) -
     if n3 < 0:
         raise DecodeError(f"StreamsGroupTargetAssignmentMemberValue.warmup_tasks: invalid array length {n3}")
     else:
-        if n3 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupTargetAssignmentMemberValue.warmup_tasks: array of {n3} elements runs past the end of the data")
+        if n3 * 3 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("StreamsGroupTargetAssignmentMemberValue.warmup_tasks", n3, len(buf) - pos)
         items3: list[StreamsGroupTargetAssignmentMemberValue.TaskIds] = []
         for _ in range(n3):
             item3, pos = _dec_StreamsGroupTargetAssignmentMemberValue_TaskIds_v0(buf, pos)
@@ -5494,6 +5517,8 @@ def _dec_StreamsGroupTargetAssignmentMetadataValue_v0(buf: memoryview, pos: int)
 
 def _dec_StreamsGroupTargetAssignmentMetadataValue_v0_tagged(buf: memoryview, pos: int, obj: StreamsGroupTargetAssignmentMetadataValue) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.assignment_timestamp = 0
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -5687,8 +5712,8 @@ def _dec_StreamsGroupTopologyValue_TopicInfo_v0(buf: memoryview, pos: int) -> tu
     if n2 < 0:
         raise DecodeError(f"StreamsGroupTopologyValue.TopicInfo.topic_configs: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupTopologyValue.TopicInfo.topic_configs: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("StreamsGroupTopologyValue.TopicInfo.topic_configs", n2, len(buf) - pos)
         items2: list[StreamsGroupTopologyValue.TopicConfig] = []
         for _ in range(n2):
             item2, pos = _dec_StreamsGroupTopologyValue_TopicConfig_v0(buf, pos)
@@ -5757,8 +5782,8 @@ def _dec_StreamsGroupTopologyValue_CopartitionGroup_v0(buf: memoryview, pos: int
         raise DecodeError(f"StreamsGroupTopologyValue.CopartitionGroup.source_topics: invalid array length {n1}")
     else:
         end1 = pos + n1 * 2
-        if end1 > len(buf):
-            raise DecodeError(f"StreamsGroupTopologyValue.CopartitionGroup.source_topics: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("StreamsGroupTopologyValue.CopartitionGroup.source_topics", n1, len(buf) - pos)
         obj.source_topics = list(sunpack(f">{n1}h", buf, pos)) if n1 else []
         pos = end1
     n2 = buf[pos]
@@ -5772,8 +5797,8 @@ def _dec_StreamsGroupTopologyValue_CopartitionGroup_v0(buf: memoryview, pos: int
         raise DecodeError(f"StreamsGroupTopologyValue.CopartitionGroup.source_topic_regex: invalid array length {n2}")
     else:
         end2 = pos + n2 * 2
-        if end2 > len(buf):
-            raise DecodeError(f"StreamsGroupTopologyValue.CopartitionGroup.source_topic_regex: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("StreamsGroupTopologyValue.CopartitionGroup.source_topic_regex", n2, len(buf) - pos)
         obj.source_topic_regex = list(sunpack(f">{n2}h", buf, pos)) if n2 else []
         pos = end2
     n3 = buf[pos]
@@ -5787,8 +5812,8 @@ def _dec_StreamsGroupTopologyValue_CopartitionGroup_v0(buf: memoryview, pos: int
         raise DecodeError(f"StreamsGroupTopologyValue.CopartitionGroup.repartition_source_topics: invalid array length {n3}")
     else:
         end3 = pos + n3 * 2
-        if end3 > len(buf):
-            raise DecodeError(f"StreamsGroupTopologyValue.CopartitionGroup.repartition_source_topics: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("StreamsGroupTopologyValue.CopartitionGroup.repartition_source_topics", n3, len(buf) - pos)
         obj.repartition_source_topics = list(sunpack(f">{n3}h", buf, pos)) if n3 else []
         pos = end3
     if buf[pos] == 0:
@@ -5950,8 +5975,8 @@ def _dec_StreamsGroupTopologyValue_Subtopology_v0(buf: memoryview, pos: int) -> 
     if n2 < 0:
         raise DecodeError(f"StreamsGroupTopologyValue.Subtopology.source_topics: invalid array length {n2}")
     else:
-        if n2 * 1 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupTopologyValue.Subtopology.source_topics: array of {n2} elements runs past the end of the data")
+        if n2 * 1 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("StreamsGroupTopologyValue.Subtopology.source_topics", n2, len(buf) - pos)
         items2: list[str] = []
         for _ in range(n2):
             n3 = buf[pos]
@@ -5981,8 +6006,8 @@ def _dec_StreamsGroupTopologyValue_Subtopology_v0(buf: memoryview, pos: int) -> 
     if n4 < 0:
         raise DecodeError(f"StreamsGroupTopologyValue.Subtopology.source_topic_regex: invalid array length {n4}")
     else:
-        if n4 * 1 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupTopologyValue.Subtopology.source_topic_regex: array of {n4} elements runs past the end of the data")
+        if n4 * 1 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("StreamsGroupTopologyValue.Subtopology.source_topic_regex", n4, len(buf) - pos)
         items4: list[str] = []
         for _ in range(n4):
             n5 = buf[pos]
@@ -6012,8 +6037,8 @@ def _dec_StreamsGroupTopologyValue_Subtopology_v0(buf: memoryview, pos: int) -> 
     if n6 < 0:
         raise DecodeError(f"StreamsGroupTopologyValue.Subtopology.state_changelog_topics: invalid array length {n6}")
     else:
-        if n6 * 9 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupTopologyValue.Subtopology.state_changelog_topics: array of {n6} elements runs past the end of the data")
+        if n6 * 9 > len(buf) - pos or n6 > 1000000:
+            raise array_refused("StreamsGroupTopologyValue.Subtopology.state_changelog_topics", n6, len(buf) - pos)
         items6: list[StreamsGroupTopologyValue.TopicInfo] = []
         for _ in range(n6):
             item6, pos = _dec_StreamsGroupTopologyValue_TopicInfo_v0(buf, pos)
@@ -6029,8 +6054,8 @@ def _dec_StreamsGroupTopologyValue_Subtopology_v0(buf: memoryview, pos: int) -> 
     if n7 < 0:
         raise DecodeError(f"StreamsGroupTopologyValue.Subtopology.repartition_sink_topics: invalid array length {n7}")
     else:
-        if n7 * 1 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupTopologyValue.Subtopology.repartition_sink_topics: array of {n7} elements runs past the end of the data")
+        if n7 * 1 > len(buf) - pos or n7 > 1000000:
+            raise array_refused("StreamsGroupTopologyValue.Subtopology.repartition_sink_topics", n7, len(buf) - pos)
         items7: list[str] = []
         for _ in range(n7):
             n8 = buf[pos]
@@ -6060,8 +6085,8 @@ def _dec_StreamsGroupTopologyValue_Subtopology_v0(buf: memoryview, pos: int) -> 
     if n9 < 0:
         raise DecodeError(f"StreamsGroupTopologyValue.Subtopology.repartition_source_topics: invalid array length {n9}")
     else:
-        if n9 * 9 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupTopologyValue.Subtopology.repartition_source_topics: array of {n9} elements runs past the end of the data")
+        if n9 * 9 > len(buf) - pos or n9 > 1000000:
+            raise array_refused("StreamsGroupTopologyValue.Subtopology.repartition_source_topics", n9, len(buf) - pos)
         items9: list[StreamsGroupTopologyValue.TopicInfo] = []
         for _ in range(n9):
             item9, pos = _dec_StreamsGroupTopologyValue_TopicInfo_v0(buf, pos)
@@ -6077,8 +6102,8 @@ def _dec_StreamsGroupTopologyValue_Subtopology_v0(buf: memoryview, pos: int) -> 
     if n10 < 0:
         raise DecodeError(f"StreamsGroupTopologyValue.Subtopology.copartition_groups: invalid array length {n10}")
     else:
-        if n10 * 4 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupTopologyValue.Subtopology.copartition_groups: array of {n10} elements runs past the end of the data")
+        if n10 * 4 > len(buf) - pos or n10 > 1000000:
+            raise array_refused("StreamsGroupTopologyValue.Subtopology.copartition_groups", n10, len(buf) - pos)
         items10: list[StreamsGroupTopologyValue.CopartitionGroup] = []
         for _ in range(n10):
             item10, pos = _dec_StreamsGroupTopologyValue_CopartitionGroup_v0(buf, pos)
@@ -6127,8 +6152,8 @@ def _dec_StreamsGroupTopologyValue_v0(buf: memoryview, pos: int) -> tuple[Stream
     if n1 < 0:
         raise DecodeError(f"StreamsGroupTopologyValue.subtopologies: invalid array length {n1}")
     else:
-        if n1 * 8 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupTopologyValue.subtopologies: array of {n1} elements runs past the end of the data")
+        if n1 * 8 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("StreamsGroupTopologyValue.subtopologies", n1, len(buf) - pos)
         items1: list[StreamsGroupTopologyValue.Subtopology] = []
         for _ in range(n1):
             item1, pos = _dec_StreamsGroupTopologyValue_Subtopology_v0(buf, pos)
@@ -6214,8 +6239,8 @@ def _dec_TransactionLogValue_PartitionsSchema_v0(buf: memoryview, pos: int) -> t
         raise DecodeError(f"TransactionLogValue.PartitionsSchema.partition_ids: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"TransactionLogValue.PartitionsSchema.partition_ids: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("TransactionLogValue.PartitionsSchema.partition_ids", n2, len(buf) - pos)
         obj.partition_ids = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     obj.unknown_tagged_fields = None
@@ -6256,8 +6281,8 @@ def _dec_TransactionLogValue_v0(buf: memoryview, pos: int) -> tuple[TransactionL
             raise DecodeError(f"TransactionLogValue.transaction_partitions: invalid array length {n1}")
         obj.transaction_partitions = None
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"TransactionLogValue.transaction_partitions: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("TransactionLogValue.transaction_partitions", n1, len(buf) - pos)
         items1: list[TransactionLogValue.PartitionsSchema] = []
         for _ in range(n1):
             item1, pos = _dec_TransactionLogValue_PartitionsSchema_v0(buf, pos)
@@ -6334,8 +6359,8 @@ def _dec_TransactionLogValue_PartitionsSchema_v1(buf: memoryview, pos: int) -> t
         raise DecodeError(f"TransactionLogValue.PartitionsSchema.partition_ids: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"TransactionLogValue.PartitionsSchema.partition_ids: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("TransactionLogValue.PartitionsSchema.partition_ids", n2, len(buf) - pos)
         obj.partition_ids = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -6405,8 +6430,8 @@ def _dec_TransactionLogValue_v1(buf: memoryview, pos: int) -> tuple[TransactionL
             raise DecodeError(f"TransactionLogValue.transaction_partitions: invalid array length {n1}")
         obj.transaction_partitions = None
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"TransactionLogValue.transaction_partitions: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("TransactionLogValue.transaction_partitions", n1, len(buf) - pos)
         items1: list[TransactionLogValue.PartitionsSchema] = []
         for _ in range(n1):
             item1, pos = _dec_TransactionLogValue_PartitionsSchema_v1(buf, pos)
@@ -6428,6 +6453,8 @@ def _dec_TransactionLogValue_v1(buf: memoryview, pos: int) -> tuple[TransactionL
 
 def _dec_TransactionLogValue_v1_tagged(buf: memoryview, pos: int, obj: TransactionLogValue) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.previous_producer_id = -1
     obj.next_producer_id = -1
     obj.client_transaction_version = 0

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -124,8 +127,8 @@ def _dec_ConsumerProtocolAssignment_TopicPartition_v0(buf: memoryview, pos: int)
         raise DecodeError(f"ConsumerProtocolAssignment.TopicPartition.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"ConsumerProtocolAssignment.TopicPartition.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("ConsumerProtocolAssignment.TopicPartition.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     obj.unknown_tagged_fields = None
@@ -161,8 +164,8 @@ def _dec_ConsumerProtocolAssignment_v0(buf: memoryview, pos: int) -> tuple[Consu
     if n1 < 0:
         raise DecodeError(f"ConsumerProtocolAssignment.assigned_partitions: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ConsumerProtocolAssignment.assigned_partitions: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerProtocolAssignment.assigned_partitions", n1, len(buf) - pos)
         items1: list[ConsumerProtocolAssignment.TopicPartition] = []
         for _ in range(n1):
             item1, pos = _dec_ConsumerProtocolAssignment_TopicPartition_v0(buf, pos)
@@ -222,8 +225,8 @@ def _dec_ConsumerProtocolSubscription_v0(buf: memoryview, pos: int) -> tuple[Con
     if n1 < 0:
         raise DecodeError(f"ConsumerProtocolSubscription.topics: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"ConsumerProtocolSubscription.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerProtocolSubscription.topics", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = unpack_i16(buf, pos)[0]
@@ -298,8 +301,8 @@ def _dec_ConsumerProtocolSubscription_TopicPartition_v1(buf: memoryview, pos: in
         raise DecodeError(f"ConsumerProtocolSubscription.TopicPartition.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"ConsumerProtocolSubscription.TopicPartition.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("ConsumerProtocolSubscription.TopicPartition.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     obj.unknown_tagged_fields = None
@@ -352,8 +355,8 @@ def _dec_ConsumerProtocolSubscription_v1(buf: memoryview, pos: int) -> tuple[Con
     if n1 < 0:
         raise DecodeError(f"ConsumerProtocolSubscription.topics: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"ConsumerProtocolSubscription.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerProtocolSubscription.topics", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = unpack_i16(buf, pos)[0]
@@ -385,8 +388,8 @@ def _dec_ConsumerProtocolSubscription_v1(buf: memoryview, pos: int) -> tuple[Con
     if n4 < 0:
         raise DecodeError(f"ConsumerProtocolSubscription.owned_partitions: invalid array length {n4}")
     else:
-        if n4 * 2 > len(buf) - pos:
-            raise DecodeError(f"ConsumerProtocolSubscription.owned_partitions: array of {n4} elements runs past the end of the data")
+        if n4 * 2 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("ConsumerProtocolSubscription.owned_partitions", n4, len(buf) - pos)
         items4: list[ConsumerProtocolSubscription.TopicPartition] = []
         for _ in range(n4):
             item4, pos = _dec_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos)
@@ -445,8 +448,8 @@ def _dec_ConsumerProtocolSubscription_v2(buf: memoryview, pos: int) -> tuple[Con
     if n1 < 0:
         raise DecodeError(f"ConsumerProtocolSubscription.topics: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"ConsumerProtocolSubscription.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerProtocolSubscription.topics", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = unpack_i16(buf, pos)[0]
@@ -478,8 +481,8 @@ def _dec_ConsumerProtocolSubscription_v2(buf: memoryview, pos: int) -> tuple[Con
     if n4 < 0:
         raise DecodeError(f"ConsumerProtocolSubscription.owned_partitions: invalid array length {n4}")
     else:
-        if n4 * 2 > len(buf) - pos:
-            raise DecodeError(f"ConsumerProtocolSubscription.owned_partitions: array of {n4} elements runs past the end of the data")
+        if n4 * 2 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("ConsumerProtocolSubscription.owned_partitions", n4, len(buf) - pos)
         items4: list[ConsumerProtocolSubscription.TopicPartition] = []
         for _ in range(n4):
             item4, pos = _dec_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos)
@@ -549,8 +552,8 @@ def _dec_ConsumerProtocolSubscription_v3(buf: memoryview, pos: int) -> tuple[Con
     if n1 < 0:
         raise DecodeError(f"ConsumerProtocolSubscription.topics: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"ConsumerProtocolSubscription.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerProtocolSubscription.topics", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = unpack_i16(buf, pos)[0]
@@ -582,8 +585,8 @@ def _dec_ConsumerProtocolSubscription_v3(buf: memoryview, pos: int) -> tuple[Con
     if n4 < 0:
         raise DecodeError(f"ConsumerProtocolSubscription.owned_partitions: invalid array length {n4}")
     else:
-        if n4 * 2 > len(buf) - pos:
-            raise DecodeError(f"ConsumerProtocolSubscription.owned_partitions: array of {n4} elements runs past the end of the data")
+        if n4 * 2 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("ConsumerProtocolSubscription.owned_partitions", n4, len(buf) - pos)
         items4: list[ConsumerProtocolSubscription.TopicPartition] = []
         for _ in range(n4):
             item4, pos = _dec_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos)
@@ -806,8 +809,8 @@ def _dec_LeaderChangeMessage_v0(buf: memoryview, pos: int) -> tuple[LeaderChange
     if n1 < 0:
         raise DecodeError(f"LeaderChangeMessage.voters: invalid array length {n1}")
     else:
-        if n1 * 5 > len(buf) - pos:
-            raise DecodeError(f"LeaderChangeMessage.voters: array of {n1} elements runs past the end of the data")
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("LeaderChangeMessage.voters", n1, len(buf) - pos)
         items1: list[LeaderChangeMessage.Voter] = []
         for _ in range(n1):
             item1, pos = _dec_LeaderChangeMessage_Voter_v0(buf, pos)
@@ -823,8 +826,8 @@ def _dec_LeaderChangeMessage_v0(buf: memoryview, pos: int) -> tuple[LeaderChange
     if n2 < 0:
         raise DecodeError(f"LeaderChangeMessage.granting_voters: invalid array length {n2}")
     else:
-        if n2 * 5 > len(buf) - pos:
-            raise DecodeError(f"LeaderChangeMessage.granting_voters: array of {n2} elements runs past the end of the data")
+        if n2 * 5 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("LeaderChangeMessage.granting_voters", n2, len(buf) - pos)
         items2: list[LeaderChangeMessage.Voter] = []
         for _ in range(n2):
             item2, pos = _dec_LeaderChangeMessage_Voter_v0(buf, pos)
@@ -908,8 +911,8 @@ def _dec_LeaderChangeMessage_v1(buf: memoryview, pos: int) -> tuple[LeaderChange
     if n1 < 0:
         raise DecodeError(f"LeaderChangeMessage.voters: invalid array length {n1}")
     else:
-        if n1 * 21 > len(buf) - pos:
-            raise DecodeError(f"LeaderChangeMessage.voters: array of {n1} elements runs past the end of the data")
+        if n1 * 21 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("LeaderChangeMessage.voters", n1, len(buf) - pos)
         items1: list[LeaderChangeMessage.Voter] = []
         for _ in range(n1):
             item1, pos = _dec_LeaderChangeMessage_Voter_v1(buf, pos)
@@ -925,8 +928,8 @@ def _dec_LeaderChangeMessage_v1(buf: memoryview, pos: int) -> tuple[LeaderChange
     if n2 < 0:
         raise DecodeError(f"LeaderChangeMessage.granting_voters: invalid array length {n2}")
     else:
-        if n2 * 21 > len(buf) - pos:
-            raise DecodeError(f"LeaderChangeMessage.granting_voters: array of {n2} elements runs past the end of the data")
+        if n2 * 21 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("LeaderChangeMessage.granting_voters", n2, len(buf) - pos)
         items2: list[LeaderChangeMessage.Voter] = []
         for _ in range(n2):
             item2, pos = _dec_LeaderChangeMessage_Voter_v1(buf, pos)
@@ -1122,8 +1125,8 @@ def _dec_VotersRecord_Voter_v0(buf: memoryview, pos: int) -> tuple[VotersRecord.
     if n2 < 0:
         raise DecodeError(f"VotersRecord.Voter.endpoints: invalid array length {n2}")
     else:
-        if n2 * 5 > len(buf) - pos:
-            raise DecodeError(f"VotersRecord.Voter.endpoints: array of {n2} elements runs past the end of the data")
+        if n2 * 5 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("VotersRecord.Voter.endpoints", n2, len(buf) - pos)
         items2: list[VotersRecord.Endpoint] = []
         for _ in range(n2):
             item2, pos = _dec_VotersRecord_Endpoint_v0(buf, pos)
@@ -1173,8 +1176,8 @@ def _dec_VotersRecord_v0(buf: memoryview, pos: int) -> tuple[VotersRecord, int]:
     if n1 < 0:
         raise DecodeError(f"VotersRecord.voters: invalid array length {n1}")
     else:
-        if n1 * 23 > len(buf) - pos:
-            raise DecodeError(f"VotersRecord.voters: array of {n1} elements runs past the end of the data")
+        if n1 * 23 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("VotersRecord.voters", n1, len(buf) - pos)
         items1: list[VotersRecord.Voter] = []
         for _ in range(n1):
             item1, pos = _dec_VotersRecord_Voter_v0(buf, pos)

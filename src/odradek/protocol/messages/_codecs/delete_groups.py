@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -72,8 +75,8 @@ def _dec_DeleteGroupsRequest_v0(buf: memoryview, pos: int) -> tuple[DeleteGroups
     if n1 < 0:
         raise DecodeError(f"DeleteGroupsRequest.groups_names: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"DeleteGroupsRequest.groups_names: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteGroupsRequest.groups_names", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = unpack_i16(buf, pos)[0]
@@ -136,8 +139,8 @@ def _dec_DeleteGroupsRequest_v2(buf: memoryview, pos: int) -> tuple[DeleteGroups
     if n1 < 0:
         raise DecodeError(f"DeleteGroupsRequest.groups_names: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"DeleteGroupsRequest.groups_names: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteGroupsRequest.groups_names", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = buf[pos]
@@ -223,8 +226,8 @@ def _dec_DeleteGroupsResponse_v0(buf: memoryview, pos: int) -> tuple[DeleteGroup
     if n1 < 0:
         raise DecodeError(f"DeleteGroupsResponse.results: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"DeleteGroupsResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteGroupsResponse.results", n1, len(buf) - pos)
         items1: list[DeleteGroupsResponse.DeletableGroupResult] = []
         for _ in range(n1):
             item1, pos = _dec_DeleteGroupsResponse_DeletableGroupResult_v0(buf, pos)
@@ -320,8 +323,8 @@ def _dec_DeleteGroupsResponse_v2(buf: memoryview, pos: int) -> tuple[DeleteGroup
     if n1 < 0:
         raise DecodeError(f"DeleteGroupsResponse.results: invalid array length {n1}")
     else:
-        if n1 * 4 > len(buf) - pos:
-            raise DecodeError(f"DeleteGroupsResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 4 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteGroupsResponse.results", n1, len(buf) - pos)
         items1: list[DeleteGroupsResponse.DeletableGroupResult] = []
         for _ in range(n1):
             item1, pos = _dec_DeleteGroupsResponse_DeletableGroupResult_v2(buf, pos)
@@ -450,8 +453,8 @@ def _dec_DeleteGroupsResponse_v3(buf: memoryview, pos: int) -> tuple[DeleteGroup
     if n1 < 0:
         raise DecodeError(f"DeleteGroupsResponse.results: invalid array length {n1}")
     else:
-        if n1 * 5 > len(buf) - pos:
-            raise DecodeError(f"DeleteGroupsResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteGroupsResponse.results", n1, len(buf) - pos)
         items1: list[DeleteGroupsResponse.DeletableGroupResult] = []
         for _ in range(n1):
             item1, pos = _dec_DeleteGroupsResponse_DeletableGroupResult_v3(buf, pos)

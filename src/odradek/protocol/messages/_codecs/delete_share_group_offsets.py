@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -151,8 +154,8 @@ def _dec_DeleteShareGroupOffsetsRequest_v0(buf: memoryview, pos: int) -> tuple[D
     if n2 < 0:
         raise DecodeError(f"DeleteShareGroupOffsetsRequest.topics: invalid array length {n2}")
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"DeleteShareGroupOffsetsRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DeleteShareGroupOffsetsRequest.topics", n2, len(buf) - pos)
         items2: list[DeleteShareGroupOffsetsRequest.DeleteShareGroupOffsetsRequestTopic] = []
         for _ in range(n2):
             item2, pos = _dec_DeleteShareGroupOffsetsRequest_DeleteShareGroupOffsetsRequestTopic_v0(buf, pos)
@@ -313,8 +316,8 @@ def _dec_DeleteShareGroupOffsetsResponse_v0(buf: memoryview, pos: int) -> tuple[
     if n2 < 0:
         raise DecodeError(f"DeleteShareGroupOffsetsResponse.responses: invalid array length {n2}")
     else:
-        if n2 * 21 > len(buf) - pos:
-            raise DecodeError(f"DeleteShareGroupOffsetsResponse.responses: array of {n2} elements runs past the end of the data")
+        if n2 * 21 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DeleteShareGroupOffsetsResponse.responses", n2, len(buf) - pos)
         items2: list[DeleteShareGroupOffsetsResponse.DeleteShareGroupOffsetsResponseTopic] = []
         for _ in range(n2):
             item2, pos = _dec_DeleteShareGroupOffsetsResponse_DeleteShareGroupOffsetsResponseTopic_v0(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -311,8 +314,8 @@ def _dec_DescribeClusterResponse_v0(buf: memoryview, pos: int) -> tuple[Describe
     if n3 < 0:
         raise DecodeError(f"DescribeClusterResponse.brokers: invalid array length {n3}")
     else:
-        if n3 * 11 > len(buf) - pos:
-            raise DecodeError(f"DescribeClusterResponse.brokers: array of {n3} elements runs past the end of the data")
+        if n3 * 11 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("DescribeClusterResponse.brokers", n3, len(buf) - pos)
         items3: list[DescribeClusterResponse.DescribeClusterBroker] = []
         for _ in range(n3):
             item3, pos = _dec_DescribeClusterResponse_DescribeClusterBroker_v0(buf, pos)
@@ -429,8 +432,8 @@ def _dec_DescribeClusterResponse_v1(buf: memoryview, pos: int) -> tuple[Describe
     if n3 < 0:
         raise DecodeError(f"DescribeClusterResponse.brokers: invalid array length {n3}")
     else:
-        if n3 * 11 > len(buf) - pos:
-            raise DecodeError(f"DescribeClusterResponse.brokers: array of {n3} elements runs past the end of the data")
+        if n3 * 11 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("DescribeClusterResponse.brokers", n3, len(buf) - pos)
         items3: list[DescribeClusterResponse.DescribeClusterBroker] = []
         for _ in range(n3):
             item3, pos = _dec_DescribeClusterResponse_DescribeClusterBroker_v0(buf, pos)
@@ -632,8 +635,8 @@ def _dec_DescribeClusterResponse_v2(buf: memoryview, pos: int) -> tuple[Describe
     if n3 < 0:
         raise DecodeError(f"DescribeClusterResponse.brokers: invalid array length {n3}")
     else:
-        if n3 * 12 > len(buf) - pos:
-            raise DecodeError(f"DescribeClusterResponse.brokers: array of {n3} elements runs past the end of the data")
+        if n3 * 12 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("DescribeClusterResponse.brokers", n3, len(buf) - pos)
         items3: list[DescribeClusterResponse.DescribeClusterBroker] = []
         for _ in range(n3):
             item3, pos = _dec_DescribeClusterResponse_DescribeClusterBroker_v2(buf, pos)

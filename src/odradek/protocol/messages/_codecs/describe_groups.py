@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -77,8 +80,8 @@ def _dec_DescribeGroupsRequest_v0(buf: memoryview, pos: int) -> tuple[DescribeGr
     if n1 < 0:
         raise DecodeError(f"DescribeGroupsRequest.groups: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"DescribeGroupsRequest.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeGroupsRequest.groups", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = unpack_i16(buf, pos)[0]
@@ -128,8 +131,8 @@ def _dec_DescribeGroupsRequest_v3(buf: memoryview, pos: int) -> tuple[DescribeGr
     if n1 < 0:
         raise DecodeError(f"DescribeGroupsRequest.groups: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"DescribeGroupsRequest.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeGroupsRequest.groups", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = unpack_i16(buf, pos)[0]
@@ -195,8 +198,8 @@ def _dec_DescribeGroupsRequest_v5(buf: memoryview, pos: int) -> tuple[DescribeGr
     if n1 < 0:
         raise DecodeError(f"DescribeGroupsRequest.groups: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"DescribeGroupsRequest.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeGroupsRequest.groups", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = buf[pos]
@@ -443,8 +446,8 @@ def _dec_DescribeGroupsResponse_DescribedGroup_v0(buf: memoryview, pos: int) -> 
     if n5 < 0:
         raise DecodeError(f"DescribeGroupsResponse.DescribedGroup.members: invalid array length {n5}")
     else:
-        if n5 * 5 > len(buf) - pos:
-            raise DecodeError(f"DescribeGroupsResponse.DescribedGroup.members: array of {n5} elements runs past the end of the data")
+        if n5 * 5 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("DescribeGroupsResponse.DescribedGroup.members", n5, len(buf) - pos)
         items5: list[DescribeGroupsResponse.DescribedGroupMember] = []
         for _ in range(n5):
             item5, pos = _dec_DescribeGroupsResponse_DescribedGroupMember_v0(buf, pos)
@@ -476,8 +479,8 @@ def _dec_DescribeGroupsResponse_v0(buf: memoryview, pos: int) -> tuple[DescribeG
     if n1 < 0:
         raise DecodeError(f"DescribeGroupsResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 7 > len(buf) - pos:
-            raise DecodeError(f"DescribeGroupsResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 7 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeGroupsResponse.groups", n1, len(buf) - pos)
         items1: list[DescribeGroupsResponse.DescribedGroup] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeGroupsResponse_DescribedGroup_v0(buf, pos)
@@ -511,8 +514,8 @@ def _dec_DescribeGroupsResponse_v1(buf: memoryview, pos: int) -> tuple[DescribeG
     if n1 < 0:
         raise DecodeError(f"DescribeGroupsResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 7 > len(buf) - pos:
-            raise DecodeError(f"DescribeGroupsResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 7 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeGroupsResponse.groups", n1, len(buf) - pos)
         items1: list[DescribeGroupsResponse.DescribedGroup] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeGroupsResponse_DescribedGroup_v0(buf, pos)
@@ -628,8 +631,8 @@ def _dec_DescribeGroupsResponse_DescribedGroup_v3(buf: memoryview, pos: int) -> 
     if n5 < 0:
         raise DecodeError(f"DescribeGroupsResponse.DescribedGroup.members: invalid array length {n5}")
     else:
-        if n5 * 5 > len(buf) - pos:
-            raise DecodeError(f"DescribeGroupsResponse.DescribedGroup.members: array of {n5} elements runs past the end of the data")
+        if n5 * 5 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("DescribeGroupsResponse.DescribedGroup.members", n5, len(buf) - pos)
         items5: list[DescribeGroupsResponse.DescribedGroupMember] = []
         for _ in range(n5):
             item5, pos = _dec_DescribeGroupsResponse_DescribedGroupMember_v0(buf, pos)
@@ -665,8 +668,8 @@ def _dec_DescribeGroupsResponse_v3(buf: memoryview, pos: int) -> tuple[DescribeG
     if n1 < 0:
         raise DecodeError(f"DescribeGroupsResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 11 > len(buf) - pos:
-            raise DecodeError(f"DescribeGroupsResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 11 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeGroupsResponse.groups", n1, len(buf) - pos)
         items1: list[DescribeGroupsResponse.DescribedGroup] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeGroupsResponse_DescribedGroup_v3(buf, pos)
@@ -913,8 +916,8 @@ def _dec_DescribeGroupsResponse_DescribedGroup_v4(buf: memoryview, pos: int) -> 
     if n5 < 0:
         raise DecodeError(f"DescribeGroupsResponse.DescribedGroup.members: invalid array length {n5}")
     else:
-        if n5 * 6 > len(buf) - pos:
-            raise DecodeError(f"DescribeGroupsResponse.DescribedGroup.members: array of {n5} elements runs past the end of the data")
+        if n5 * 6 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("DescribeGroupsResponse.DescribedGroup.members", n5, len(buf) - pos)
         items5: list[DescribeGroupsResponse.DescribedGroupMember] = []
         for _ in range(n5):
             item5, pos = _dec_DescribeGroupsResponse_DescribedGroupMember_v4(buf, pos)
@@ -950,8 +953,8 @@ def _dec_DescribeGroupsResponse_v4(buf: memoryview, pos: int) -> tuple[DescribeG
     if n1 < 0:
         raise DecodeError(f"DescribeGroupsResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 11 > len(buf) - pos:
-            raise DecodeError(f"DescribeGroupsResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 11 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeGroupsResponse.groups", n1, len(buf) - pos)
         items1: list[DescribeGroupsResponse.DescribedGroup] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeGroupsResponse_DescribedGroup_v4(buf, pos)
@@ -1310,8 +1313,8 @@ def _dec_DescribeGroupsResponse_DescribedGroup_v5(buf: memoryview, pos: int) -> 
     if n5 < 0:
         raise DecodeError(f"DescribeGroupsResponse.DescribedGroup.members: invalid array length {n5}")
     else:
-        if n5 * 7 > len(buf) - pos:
-            raise DecodeError(f"DescribeGroupsResponse.DescribedGroup.members: array of {n5} elements runs past the end of the data")
+        if n5 * 7 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("DescribeGroupsResponse.DescribedGroup.members", n5, len(buf) - pos)
         items5: list[DescribeGroupsResponse.DescribedGroupMember] = []
         for _ in range(n5):
             item5, pos = _dec_DescribeGroupsResponse_DescribedGroupMember_v5(buf, pos)
@@ -1363,8 +1366,8 @@ def _dec_DescribeGroupsResponse_v5(buf: memoryview, pos: int) -> tuple[DescribeG
     if n1 < 0:
         raise DecodeError(f"DescribeGroupsResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 12 > len(buf) - pos:
-            raise DecodeError(f"DescribeGroupsResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 12 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeGroupsResponse.groups", n1, len(buf) - pos)
         items1: list[DescribeGroupsResponse.DescribedGroup] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeGroupsResponse_DescribedGroup_v5(buf, pos)
@@ -1556,8 +1559,8 @@ def _dec_DescribeGroupsResponse_DescribedGroup_v6(buf: memoryview, pos: int) -> 
     if n6 < 0:
         raise DecodeError(f"DescribeGroupsResponse.DescribedGroup.members: invalid array length {n6}")
     else:
-        if n6 * 7 > len(buf) - pos:
-            raise DecodeError(f"DescribeGroupsResponse.DescribedGroup.members: array of {n6} elements runs past the end of the data")
+        if n6 * 7 > len(buf) - pos or n6 > 1000000:
+            raise array_refused("DescribeGroupsResponse.DescribedGroup.members", n6, len(buf) - pos)
         items6: list[DescribeGroupsResponse.DescribedGroupMember] = []
         for _ in range(n6):
             item6, pos = _dec_DescribeGroupsResponse_DescribedGroupMember_v5(buf, pos)
@@ -1608,8 +1611,8 @@ def _dec_DescribeGroupsResponse_v6(buf: memoryview, pos: int) -> tuple[DescribeG
     if n1 < 0:
         raise DecodeError(f"DescribeGroupsResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 13 > len(buf) - pos:
-            raise DecodeError(f"DescribeGroupsResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 13 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeGroupsResponse.groups", n1, len(buf) - pos)
         items1: list[DescribeGroupsResponse.DescribedGroup] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeGroupsResponse_DescribedGroup_v6(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -95,8 +98,8 @@ def _dec_DescribeLogDirsRequest_DescribableLogDirTopic_v0(buf: memoryview, pos: 
         raise DecodeError(f"DescribeLogDirsRequest.DescribableLogDirTopic.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"DescribeLogDirsRequest.DescribableLogDirTopic.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("DescribeLogDirsRequest.DescribableLogDirTopic.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     obj.unknown_tagged_fields = None
@@ -125,8 +128,8 @@ def _dec_DescribeLogDirsRequest_v0(buf: memoryview, pos: int) -> tuple[DescribeL
             raise DecodeError(f"DescribeLogDirsRequest.topics: invalid array length {n1}")
         obj.topics = None
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"DescribeLogDirsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeLogDirsRequest.topics", n1, len(buf) - pos)
         items1: list[DescribeLogDirsRequest.DescribableLogDirTopic] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeLogDirsRequest_DescribableLogDirTopic_v0(buf, pos)
@@ -197,8 +200,8 @@ def _dec_DescribeLogDirsRequest_DescribableLogDirTopic_v2(buf: memoryview, pos: 
         raise DecodeError(f"DescribeLogDirsRequest.DescribableLogDirTopic.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"DescribeLogDirsRequest.DescribableLogDirTopic.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("DescribeLogDirsRequest.DescribableLogDirTopic.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -243,8 +246,8 @@ def _dec_DescribeLogDirsRequest_v2(buf: memoryview, pos: int) -> tuple[DescribeL
             raise DecodeError(f"DescribeLogDirsRequest.topics: invalid array length {n1}")
         obj.topics = None
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeLogDirsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeLogDirsRequest.topics", n1, len(buf) - pos)
         items1: list[DescribeLogDirsRequest.DescribableLogDirTopic] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeLogDirsRequest_DescribableLogDirTopic_v2(buf, pos)
@@ -312,8 +315,8 @@ def _dec_DescribeLogDirsResponse_DescribeLogDirsTopic_v0(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"DescribeLogDirsResponse.DescribeLogDirsTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 21 > len(buf) - pos:
-            raise DecodeError(f"DescribeLogDirsResponse.DescribeLogDirsTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 21 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeLogDirsResponse.DescribeLogDirsTopic.partitions", n2, len(buf) - pos)
         items2: list[DescribeLogDirsResponse.DescribeLogDirsPartition] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeLogDirsResponse_DescribeLogDirsPartition_v0(buf, pos)
@@ -366,8 +369,8 @@ def _dec_DescribeLogDirsResponse_DescribeLogDirsResult_v0(buf: memoryview, pos: 
     if n2 < 0:
         raise DecodeError(f"DescribeLogDirsResponse.DescribeLogDirsResult.topics: invalid array length {n2}")
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"DescribeLogDirsResponse.DescribeLogDirsResult.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeLogDirsResponse.DescribeLogDirsResult.topics", n2, len(buf) - pos)
         items2: list[DescribeLogDirsResponse.DescribeLogDirsTopic] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeLogDirsResponse_DescribeLogDirsTopic_v0(buf, pos)
@@ -403,8 +406,8 @@ def _dec_DescribeLogDirsResponse_v0(buf: memoryview, pos: int) -> tuple[Describe
     if n1 < 0:
         raise DecodeError(f"DescribeLogDirsResponse.results: invalid array length {n1}")
     else:
-        if n1 * 4 > len(buf) - pos:
-            raise DecodeError(f"DescribeLogDirsResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 4 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeLogDirsResponse.results", n1, len(buf) - pos)
         items1: list[DescribeLogDirsResponse.DescribeLogDirsResult] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeLogDirsResponse_DescribeLogDirsResult_v0(buf, pos)
@@ -497,8 +500,8 @@ def _dec_DescribeLogDirsResponse_DescribeLogDirsTopic_v2(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"DescribeLogDirsResponse.DescribeLogDirsTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 22 > len(buf) - pos:
-            raise DecodeError(f"DescribeLogDirsResponse.DescribeLogDirsTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 22 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeLogDirsResponse.DescribeLogDirsTopic.partitions", n2, len(buf) - pos)
         items2: list[DescribeLogDirsResponse.DescribeLogDirsPartition] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeLogDirsResponse_DescribeLogDirsPartition_v2(buf, pos)
@@ -575,8 +578,8 @@ def _dec_DescribeLogDirsResponse_DescribeLogDirsResult_v2(buf: memoryview, pos: 
     if n2 < 0:
         raise DecodeError(f"DescribeLogDirsResponse.DescribeLogDirsResult.topics: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeLogDirsResponse.DescribeLogDirsResult.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeLogDirsResponse.DescribeLogDirsResult.topics", n2, len(buf) - pos)
         items2: list[DescribeLogDirsResponse.DescribeLogDirsTopic] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeLogDirsResponse_DescribeLogDirsTopic_v2(buf, pos)
@@ -628,8 +631,8 @@ def _dec_DescribeLogDirsResponse_v2(buf: memoryview, pos: int) -> tuple[Describe
     if n1 < 0:
         raise DecodeError(f"DescribeLogDirsResponse.results: invalid array length {n1}")
     else:
-        if n1 * 5 > len(buf) - pos:
-            raise DecodeError(f"DescribeLogDirsResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeLogDirsResponse.results", n1, len(buf) - pos)
         items1: list[DescribeLogDirsResponse.DescribeLogDirsResult] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeLogDirsResponse_DescribeLogDirsResult_v2(buf, pos)
@@ -679,8 +682,8 @@ def _dec_DescribeLogDirsResponse_v3(buf: memoryview, pos: int) -> tuple[Describe
     if n1 < 0:
         raise DecodeError(f"DescribeLogDirsResponse.results: invalid array length {n1}")
     else:
-        if n1 * 5 > len(buf) - pos:
-            raise DecodeError(f"DescribeLogDirsResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeLogDirsResponse.results", n1, len(buf) - pos)
         items1: list[DescribeLogDirsResponse.DescribeLogDirsResult] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeLogDirsResponse_DescribeLogDirsResult_v2(buf, pos)
@@ -758,8 +761,8 @@ def _dec_DescribeLogDirsResponse_DescribeLogDirsResult_v4(buf: memoryview, pos: 
     if n2 < 0:
         raise DecodeError(f"DescribeLogDirsResponse.DescribeLogDirsResult.topics: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeLogDirsResponse.DescribeLogDirsResult.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeLogDirsResponse.DescribeLogDirsResult.topics", n2, len(buf) - pos)
         items2: list[DescribeLogDirsResponse.DescribeLogDirsTopic] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeLogDirsResponse_DescribeLogDirsTopic_v2(buf, pos)
@@ -811,8 +814,8 @@ def _dec_DescribeLogDirsResponse_v4(buf: memoryview, pos: int) -> tuple[Describe
     if n1 < 0:
         raise DecodeError(f"DescribeLogDirsResponse.results: invalid array length {n1}")
     else:
-        if n1 * 21 > len(buf) - pos:
-            raise DecodeError(f"DescribeLogDirsResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 21 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeLogDirsResponse.results", n1, len(buf) - pos)
         items1: list[DescribeLogDirsResponse.DescribeLogDirsResult] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeLogDirsResponse_DescribeLogDirsResult_v4(buf, pos)
@@ -890,8 +893,8 @@ def _dec_DescribeLogDirsResponse_DescribeLogDirsResult_v5(buf: memoryview, pos: 
     if n2 < 0:
         raise DecodeError(f"DescribeLogDirsResponse.DescribeLogDirsResult.topics: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeLogDirsResponse.DescribeLogDirsResult.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeLogDirsResponse.DescribeLogDirsResult.topics", n2, len(buf) - pos)
         items2: list[DescribeLogDirsResponse.DescribeLogDirsTopic] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeLogDirsResponse_DescribeLogDirsTopic_v2(buf, pos)
@@ -942,8 +945,8 @@ def _dec_DescribeLogDirsResponse_v5(buf: memoryview, pos: int) -> tuple[Describe
     if n1 < 0:
         raise DecodeError(f"DescribeLogDirsResponse.results: invalid array length {n1}")
     else:
-        if n1 * 22 > len(buf) - pos:
-            raise DecodeError(f"DescribeLogDirsResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 22 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeLogDirsResponse.results", n1, len(buf) - pos)
         items1: list[DescribeLogDirsResponse.DescribeLogDirsResult] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeLogDirsResponse_DescribeLogDirsResult_v5(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -112,8 +115,8 @@ def _dec_DescribeShareGroupOffsetsRequest_DescribeShareGroupOffsetsRequestTopic_
         raise DecodeError(f"DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestTopic.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestTopic.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestTopic.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -186,8 +189,8 @@ def _dec_DescribeShareGroupOffsetsRequest_DescribeShareGroupOffsetsRequestGroup_
             raise DecodeError(f"DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup.topics: invalid array length {n2}")
         obj.topics = None
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup.topics", n2, len(buf) - pos)
         items2: list[DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestTopic] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeShareGroupOffsetsRequest_DescribeShareGroupOffsetsRequestTopic_v0(buf, pos)
@@ -233,8 +236,8 @@ def _dec_DescribeShareGroupOffsetsRequest_v0(buf: memoryview, pos: int) -> tuple
     if n1 < 0:
         raise DecodeError(f"DescribeShareGroupOffsetsRequest.groups: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeShareGroupOffsetsRequest.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeShareGroupOffsetsRequest.groups", n1, len(buf) - pos)
         items1: list[DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeShareGroupOffsetsRequest_DescribeShareGroupOffsetsRequestGroup_v0(buf, pos)
@@ -363,8 +366,8 @@ def _dec_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseTopi
     if n3 < 0:
         raise DecodeError(f"DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseTopic.partitions: invalid array length {n3}")
     else:
-        if n3 * 20 > len(buf) - pos:
-            raise DecodeError(f"DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseTopic.partitions: array of {n3} elements runs past the end of the data")
+        if n3 * 20 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseTopic.partitions", n3, len(buf) - pos)
         items3: list[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponsePartition] = []
         for _ in range(n3):
             item3, pos = _dec_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponsePartition_v0(buf, pos)
@@ -452,8 +455,8 @@ def _dec_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseGrou
     if n2 < 0:
         raise DecodeError(f"DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseGroup.topics: invalid array length {n2}")
     else:
-        if n2 * 19 > len(buf) - pos:
-            raise DecodeError(f"DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseGroup.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 19 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseGroup.topics", n2, len(buf) - pos)
         items2: list[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseTopic] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseTopic_v0(buf, pos)
@@ -521,8 +524,8 @@ def _dec_DescribeShareGroupOffsetsResponse_v0(buf: memoryview, pos: int) -> tupl
     if n1 < 0:
         raise DecodeError(f"DescribeShareGroupOffsetsResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 6 > len(buf) - pos:
-            raise DecodeError(f"DescribeShareGroupOffsetsResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 6 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeShareGroupOffsetsResponse.groups", n1, len(buf) - pos)
         items1: list[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseGroup] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseGroup_v0(buf, pos)
@@ -650,8 +653,8 @@ def _dec_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseTopi
     if n3 < 0:
         raise DecodeError(f"DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseTopic.partitions: invalid array length {n3}")
     else:
-        if n3 * 28 > len(buf) - pos:
-            raise DecodeError(f"DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseTopic.partitions: array of {n3} elements runs past the end of the data")
+        if n3 * 28 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseTopic.partitions", n3, len(buf) - pos)
         items3: list[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponsePartition] = []
         for _ in range(n3):
             item3, pos = _dec_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponsePartition_v1(buf, pos)
@@ -739,8 +742,8 @@ def _dec_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseGrou
     if n2 < 0:
         raise DecodeError(f"DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseGroup.topics: invalid array length {n2}")
     else:
-        if n2 * 19 > len(buf) - pos:
-            raise DecodeError(f"DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseGroup.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 19 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseGroup.topics", n2, len(buf) - pos)
         items2: list[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseTopic] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseTopic_v1(buf, pos)
@@ -808,8 +811,8 @@ def _dec_DescribeShareGroupOffsetsResponse_v1(buf: memoryview, pos: int) -> tupl
     if n1 < 0:
         raise DecodeError(f"DescribeShareGroupOffsetsResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 6 > len(buf) - pos:
-            raise DecodeError(f"DescribeShareGroupOffsetsResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 6 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeShareGroupOffsetsResponse.groups", n1, len(buf) - pos)
         items1: list[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseGroup] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeShareGroupOffsetsResponse_DescribeShareGroupOffsetsResponseGroup_v1(buf, pos)

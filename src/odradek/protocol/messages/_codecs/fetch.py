@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -154,8 +157,8 @@ def _dec_FetchRequest_FetchTopic_v0(buf: memoryview, pos: int) -> tuple[FetchReq
     if n2 < 0:
         raise DecodeError(f"FetchRequest.FetchTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 16 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.FetchTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 16 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.FetchTopic.partitions", n2, len(buf) - pos)
         items2: list[FetchRequest.FetchPartition] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_FetchPartition_v0(buf, pos)
@@ -193,8 +196,8 @@ def _dec_FetchRequest_v0(buf: memoryview, pos: int) -> tuple[FetchRequest, int]:
     if n1 < 0:
         raise DecodeError(f"FetchRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchRequest.topics", n1, len(buf) - pos)
         items1: list[FetchRequest.FetchTopic] = []
         for _ in range(n1):
             item1, pos = _dec_FetchRequest_FetchTopic_v0(buf, pos)
@@ -239,8 +242,8 @@ def _dec_FetchRequest_v3(buf: memoryview, pos: int) -> tuple[FetchRequest, int]:
     if n1 < 0:
         raise DecodeError(f"FetchRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchRequest.topics", n1, len(buf) - pos)
         items1: list[FetchRequest.FetchTopic] = []
         for _ in range(n1):
             item1, pos = _dec_FetchRequest_FetchTopic_v0(buf, pos)
@@ -284,8 +287,8 @@ def _dec_FetchRequest_v4(buf: memoryview, pos: int) -> tuple[FetchRequest, int]:
     if n1 < 0:
         raise DecodeError(f"FetchRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchRequest.topics", n1, len(buf) - pos)
         items1: list[FetchRequest.FetchTopic] = []
         for _ in range(n1):
             item1, pos = _dec_FetchRequest_FetchTopic_v0(buf, pos)
@@ -361,8 +364,8 @@ def _dec_FetchRequest_FetchTopic_v5(buf: memoryview, pos: int) -> tuple[FetchReq
     if n2 < 0:
         raise DecodeError(f"FetchRequest.FetchTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 24 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.FetchTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 24 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.FetchTopic.partitions", n2, len(buf) - pos)
         items2: list[FetchRequest.FetchPartition] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_FetchPartition_v5(buf, pos)
@@ -400,8 +403,8 @@ def _dec_FetchRequest_v5(buf: memoryview, pos: int) -> tuple[FetchRequest, int]:
     if n1 < 0:
         raise DecodeError(f"FetchRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchRequest.topics", n1, len(buf) - pos)
         items1: list[FetchRequest.FetchTopic] = []
         for _ in range(n1):
             item1, pos = _dec_FetchRequest_FetchTopic_v5(buf, pos)
@@ -458,8 +461,8 @@ def _dec_FetchRequest_ForgottenTopic_v7(buf: memoryview, pos: int) -> tuple[Fetc
         raise DecodeError(f"FetchRequest.ForgottenTopic.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"FetchRequest.ForgottenTopic.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("FetchRequest.ForgottenTopic.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     obj.topic_id = ZERO_UUID
@@ -500,8 +503,8 @@ def _dec_FetchRequest_v7(buf: memoryview, pos: int) -> tuple[FetchRequest, int]:
     if n1 < 0:
         raise DecodeError(f"FetchRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchRequest.topics", n1, len(buf) - pos)
         items1: list[FetchRequest.FetchTopic] = []
         for _ in range(n1):
             item1, pos = _dec_FetchRequest_FetchTopic_v5(buf, pos)
@@ -512,8 +515,8 @@ def _dec_FetchRequest_v7(buf: memoryview, pos: int) -> tuple[FetchRequest, int]:
     if n2 < 0:
         raise DecodeError(f"FetchRequest.forgotten_topics_data: invalid array length {n2}")
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.forgotten_topics_data: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.forgotten_topics_data", n2, len(buf) - pos)
         items2: list[FetchRequest.ForgottenTopic] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_ForgottenTopic_v7(buf, pos)
@@ -585,8 +588,8 @@ def _dec_FetchRequest_FetchTopic_v9(buf: memoryview, pos: int) -> tuple[FetchReq
     if n2 < 0:
         raise DecodeError(f"FetchRequest.FetchTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 28 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.FetchTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 28 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.FetchTopic.partitions", n2, len(buf) - pos)
         items2: list[FetchRequest.FetchPartition] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_FetchPartition_v9(buf, pos)
@@ -630,8 +633,8 @@ def _dec_FetchRequest_v9(buf: memoryview, pos: int) -> tuple[FetchRequest, int]:
     if n1 < 0:
         raise DecodeError(f"FetchRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchRequest.topics", n1, len(buf) - pos)
         items1: list[FetchRequest.FetchTopic] = []
         for _ in range(n1):
             item1, pos = _dec_FetchRequest_FetchTopic_v9(buf, pos)
@@ -642,8 +645,8 @@ def _dec_FetchRequest_v9(buf: memoryview, pos: int) -> tuple[FetchRequest, int]:
     if n2 < 0:
         raise DecodeError(f"FetchRequest.forgotten_topics_data: invalid array length {n2}")
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.forgotten_topics_data: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.forgotten_topics_data", n2, len(buf) - pos)
         items2: list[FetchRequest.ForgottenTopic] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_ForgottenTopic_v7(buf, pos)
@@ -699,8 +702,8 @@ def _dec_FetchRequest_v11(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
     if n1 < 0:
         raise DecodeError(f"FetchRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchRequest.topics", n1, len(buf) - pos)
         items1: list[FetchRequest.FetchTopic] = []
         for _ in range(n1):
             item1, pos = _dec_FetchRequest_FetchTopic_v9(buf, pos)
@@ -711,8 +714,8 @@ def _dec_FetchRequest_v11(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
     if n2 < 0:
         raise DecodeError(f"FetchRequest.forgotten_topics_data: invalid array length {n2}")
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.forgotten_topics_data: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.forgotten_topics_data", n2, len(buf) - pos)
         items2: list[FetchRequest.ForgottenTopic] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_ForgottenTopic_v7(buf, pos)
@@ -818,8 +821,8 @@ def _dec_FetchRequest_FetchTopic_v12(buf: memoryview, pos: int) -> tuple[FetchRe
     if n2 < 0:
         raise DecodeError(f"FetchRequest.FetchTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 33 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.FetchTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 33 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.FetchTopic.partitions", n2, len(buf) - pos)
         items2: list[FetchRequest.FetchPartition] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_FetchPartition_v12(buf, pos)
@@ -895,8 +898,8 @@ def _dec_FetchRequest_ForgottenTopic_v12(buf: memoryview, pos: int) -> tuple[Fet
         raise DecodeError(f"FetchRequest.ForgottenTopic.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"FetchRequest.ForgottenTopic.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("FetchRequest.ForgottenTopic.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     obj.topic_id = ZERO_UUID
@@ -990,8 +993,8 @@ def _dec_FetchRequest_v12(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
     if n1 < 0:
         raise DecodeError(f"FetchRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchRequest.topics", n1, len(buf) - pos)
         items1: list[FetchRequest.FetchTopic] = []
         for _ in range(n1):
             item1, pos = _dec_FetchRequest_FetchTopic_v12(buf, pos)
@@ -1007,8 +1010,8 @@ def _dec_FetchRequest_v12(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
     if n2 < 0:
         raise DecodeError(f"FetchRequest.forgotten_topics_data: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.forgotten_topics_data: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.forgotten_topics_data", n2, len(buf) - pos)
         items2: list[FetchRequest.ForgottenTopic] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_ForgottenTopic_v12(buf, pos)
@@ -1041,6 +1044,8 @@ def _dec_FetchRequest_v12(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
 
 def _dec_FetchRequest_v12_tagged(buf: memoryview, pos: int, obj: FetchRequest) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.cluster_id = None
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -1114,8 +1119,8 @@ def _dec_FetchRequest_FetchTopic_v13(buf: memoryview, pos: int) -> tuple[FetchRe
     if n2 < 0:
         raise DecodeError(f"FetchRequest.FetchTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 33 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.FetchTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 33 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.FetchTopic.partitions", n2, len(buf) - pos)
         items2: list[FetchRequest.FetchPartition] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_FetchPartition_v12(buf, pos)
@@ -1165,8 +1170,8 @@ def _dec_FetchRequest_ForgottenTopic_v13(buf: memoryview, pos: int) -> tuple[Fet
         raise DecodeError(f"FetchRequest.ForgottenTopic.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"FetchRequest.ForgottenTopic.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("FetchRequest.ForgottenTopic.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     obj.topic = ""
@@ -1260,8 +1265,8 @@ def _dec_FetchRequest_v13(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
     if n1 < 0:
         raise DecodeError(f"FetchRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchRequest.topics", n1, len(buf) - pos)
         items1: list[FetchRequest.FetchTopic] = []
         for _ in range(n1):
             item1, pos = _dec_FetchRequest_FetchTopic_v13(buf, pos)
@@ -1277,8 +1282,8 @@ def _dec_FetchRequest_v13(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
     if n2 < 0:
         raise DecodeError(f"FetchRequest.forgotten_topics_data: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.forgotten_topics_data: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.forgotten_topics_data", n2, len(buf) - pos)
         items2: list[FetchRequest.ForgottenTopic] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_ForgottenTopic_v13(buf, pos)
@@ -1311,6 +1316,8 @@ def _dec_FetchRequest_v13(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
 
 def _dec_FetchRequest_v13_tagged(buf: memoryview, pos: int, obj: FetchRequest) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.cluster_id = None
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -1458,8 +1465,8 @@ def _dec_FetchRequest_v15(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
     if n1 < 0:
         raise DecodeError(f"FetchRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchRequest.topics", n1, len(buf) - pos)
         items1: list[FetchRequest.FetchTopic] = []
         for _ in range(n1):
             item1, pos = _dec_FetchRequest_FetchTopic_v13(buf, pos)
@@ -1475,8 +1482,8 @@ def _dec_FetchRequest_v15(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
     if n2 < 0:
         raise DecodeError(f"FetchRequest.forgotten_topics_data: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.forgotten_topics_data: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.forgotten_topics_data", n2, len(buf) - pos)
         items2: list[FetchRequest.ForgottenTopic] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_ForgottenTopic_v13(buf, pos)
@@ -1510,6 +1517,8 @@ def _dec_FetchRequest_v15(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
 
 def _dec_FetchRequest_v15_tagged(buf: memoryview, pos: int, obj: FetchRequest) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.cluster_id = None
     obj.replica_state = _build_FetchRequest_ReplicaState()
     unknown: list[tuple[int, bytes]] | None = None
@@ -1591,6 +1600,8 @@ def _dec_FetchRequest_FetchPartition_v17(buf: memoryview, pos: int) -> tuple[Fet
 
 def _dec_FetchRequest_FetchPartition_v17_tagged(buf: memoryview, pos: int, obj: FetchRequest.FetchPartition) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.replica_directory_id = ZERO_UUID
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -1648,8 +1659,8 @@ def _dec_FetchRequest_FetchTopic_v17(buf: memoryview, pos: int) -> tuple[FetchRe
     if n2 < 0:
         raise DecodeError(f"FetchRequest.FetchTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 33 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.FetchTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 33 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.FetchTopic.partitions", n2, len(buf) - pos)
         items2: list[FetchRequest.FetchPartition] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_FetchPartition_v17(buf, pos)
@@ -1750,8 +1761,8 @@ def _dec_FetchRequest_v17(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
     if n1 < 0:
         raise DecodeError(f"FetchRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchRequest.topics", n1, len(buf) - pos)
         items1: list[FetchRequest.FetchTopic] = []
         for _ in range(n1):
             item1, pos = _dec_FetchRequest_FetchTopic_v17(buf, pos)
@@ -1767,8 +1778,8 @@ def _dec_FetchRequest_v17(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
     if n2 < 0:
         raise DecodeError(f"FetchRequest.forgotten_topics_data: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.forgotten_topics_data: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.forgotten_topics_data", n2, len(buf) - pos)
         items2: list[FetchRequest.ForgottenTopic] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_ForgottenTopic_v13(buf, pos)
@@ -1802,6 +1813,8 @@ def _dec_FetchRequest_v17(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
 
 def _dec_FetchRequest_v17_tagged(buf: memoryview, pos: int, obj: FetchRequest) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.cluster_id = None
     obj.replica_state = _build_FetchRequest_ReplicaState()
     unknown: list[tuple[int, bytes]] | None = None
@@ -1887,6 +1900,8 @@ def _dec_FetchRequest_FetchPartition_v18(buf: memoryview, pos: int) -> tuple[Fet
 
 def _dec_FetchRequest_FetchPartition_v18_tagged(buf: memoryview, pos: int, obj: FetchRequest.FetchPartition) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.replica_directory_id = ZERO_UUID
     obj.high_watermark = 9223372036854775807
     unknown: list[tuple[int, bytes]] | None = None
@@ -1952,8 +1967,8 @@ def _dec_FetchRequest_FetchTopic_v18(buf: memoryview, pos: int) -> tuple[FetchRe
     if n2 < 0:
         raise DecodeError(f"FetchRequest.FetchTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 33 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.FetchTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 33 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.FetchTopic.partitions", n2, len(buf) - pos)
         items2: list[FetchRequest.FetchPartition] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_FetchPartition_v18(buf, pos)
@@ -2054,8 +2069,8 @@ def _dec_FetchRequest_v18(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
     if n1 < 0:
         raise DecodeError(f"FetchRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchRequest.topics", n1, len(buf) - pos)
         items1: list[FetchRequest.FetchTopic] = []
         for _ in range(n1):
             item1, pos = _dec_FetchRequest_FetchTopic_v18(buf, pos)
@@ -2071,8 +2086,8 @@ def _dec_FetchRequest_v18(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
     if n2 < 0:
         raise DecodeError(f"FetchRequest.forgotten_topics_data: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.forgotten_topics_data: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.forgotten_topics_data", n2, len(buf) - pos)
         items2: list[FetchRequest.ForgottenTopic] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_ForgottenTopic_v13(buf, pos)
@@ -2106,6 +2121,8 @@ def _dec_FetchRequest_v18(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
 
 def _dec_FetchRequest_v18_tagged(buf: memoryview, pos: int, obj: FetchRequest) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.cluster_id = None
     obj.replica_state = _build_FetchRequest_ReplicaState()
     unknown: list[tuple[int, bytes]] | None = None
@@ -2242,8 +2259,8 @@ def _dec_FetchResponse_FetchableTopicResponse_v0(buf: memoryview, pos: int) -> t
     if n2 < 0:
         raise DecodeError(f"FetchResponse.FetchableTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 15 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.FetchableTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 15 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchResponse.FetchableTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[FetchResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_FetchResponse_PartitionData_v0(buf, pos)
@@ -2278,8 +2295,8 @@ def _dec_FetchResponse_v0(buf: memoryview, pos: int) -> tuple[FetchResponse, int
     if n1 < 0:
         raise DecodeError(f"FetchResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchResponse.responses", n1, len(buf) - pos)
         items1: list[FetchResponse.FetchableTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_FetchResponse_FetchableTopicResponse_v0(buf, pos)
@@ -2320,8 +2337,8 @@ def _dec_FetchResponse_v1(buf: memoryview, pos: int) -> tuple[FetchResponse, int
     if n1 < 0:
         raise DecodeError(f"FetchResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchResponse.responses", n1, len(buf) - pos)
         items1: list[FetchResponse.FetchableTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_FetchResponse_FetchableTopicResponse_v0(buf, pos)
@@ -2390,8 +2407,8 @@ def _dec_FetchResponse_PartitionData_v4(buf: memoryview, pos: int) -> tuple[Fetc
             raise DecodeError(f"FetchResponse.PartitionData.aborted_transactions: invalid array length {n1}")
         obj.aborted_transactions = None
     else:
-        if n1 * 16 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.PartitionData.aborted_transactions: array of {n1} elements runs past the end of the data")
+        if n1 * 16 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchResponse.PartitionData.aborted_transactions", n1, len(buf) - pos)
         items1: list[FetchResponse.AbortedTransaction] = []
         for _ in range(n1):
             item1, pos = _dec_FetchResponse_AbortedTransaction_v4(buf, pos)
@@ -2458,8 +2475,8 @@ def _dec_FetchResponse_FetchableTopicResponse_v4(buf: memoryview, pos: int) -> t
     if n2 < 0:
         raise DecodeError(f"FetchResponse.FetchableTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 24 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.FetchableTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 24 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchResponse.FetchableTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[FetchResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_FetchResponse_PartitionData_v4(buf, pos)
@@ -2497,8 +2514,8 @@ def _dec_FetchResponse_v4(buf: memoryview, pos: int) -> tuple[FetchResponse, int
     if n1 < 0:
         raise DecodeError(f"FetchResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchResponse.responses", n1, len(buf) - pos)
         items1: list[FetchResponse.FetchableTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_FetchResponse_FetchableTopicResponse_v4(buf, pos)
@@ -2553,8 +2570,8 @@ def _dec_FetchResponse_PartitionData_v5(buf: memoryview, pos: int) -> tuple[Fetc
             raise DecodeError(f"FetchResponse.PartitionData.aborted_transactions: invalid array length {n1}")
         obj.aborted_transactions = None
     else:
-        if n1 * 16 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.PartitionData.aborted_transactions: array of {n1} elements runs past the end of the data")
+        if n1 * 16 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchResponse.PartitionData.aborted_transactions", n1, len(buf) - pos)
         items1: list[FetchResponse.AbortedTransaction] = []
         for _ in range(n1):
             item1, pos = _dec_FetchResponse_AbortedTransaction_v4(buf, pos)
@@ -2620,8 +2637,8 @@ def _dec_FetchResponse_FetchableTopicResponse_v5(buf: memoryview, pos: int) -> t
     if n2 < 0:
         raise DecodeError(f"FetchResponse.FetchableTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 32 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.FetchableTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 32 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchResponse.FetchableTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[FetchResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_FetchResponse_PartitionData_v5(buf, pos)
@@ -2659,8 +2676,8 @@ def _dec_FetchResponse_v5(buf: memoryview, pos: int) -> tuple[FetchResponse, int
     if n1 < 0:
         raise DecodeError(f"FetchResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchResponse.responses", n1, len(buf) - pos)
         items1: list[FetchResponse.FetchableTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_FetchResponse_FetchableTopicResponse_v5(buf, pos)
@@ -2698,8 +2715,8 @@ def _dec_FetchResponse_v7(buf: memoryview, pos: int) -> tuple[FetchResponse, int
     if n1 < 0:
         raise DecodeError(f"FetchResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchResponse.responses", n1, len(buf) - pos)
         items1: list[FetchResponse.FetchableTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_FetchResponse_FetchableTopicResponse_v5(buf, pos)
@@ -2751,8 +2768,8 @@ def _dec_FetchResponse_PartitionData_v11(buf: memoryview, pos: int) -> tuple[Fet
             raise DecodeError(f"FetchResponse.PartitionData.aborted_transactions: invalid array length {n1}")
         obj.aborted_transactions = None
     else:
-        if n1 * 16 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.PartitionData.aborted_transactions: array of {n1} elements runs past the end of the data")
+        if n1 * 16 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchResponse.PartitionData.aborted_transactions", n1, len(buf) - pos)
         items1: list[FetchResponse.AbortedTransaction] = []
         for _ in range(n1):
             item1, pos = _dec_FetchResponse_AbortedTransaction_v4(buf, pos)
@@ -2819,8 +2836,8 @@ def _dec_FetchResponse_FetchableTopicResponse_v11(buf: memoryview, pos: int) -> 
     if n2 < 0:
         raise DecodeError(f"FetchResponse.FetchableTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 36 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.FetchableTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 36 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchResponse.FetchableTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[FetchResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_FetchResponse_PartitionData_v11(buf, pos)
@@ -2856,8 +2873,8 @@ def _dec_FetchResponse_v11(buf: memoryview, pos: int) -> tuple[FetchResponse, in
     if n1 < 0:
         raise DecodeError(f"FetchResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchResponse.responses", n1, len(buf) - pos)
         items1: list[FetchResponse.FetchableTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_FetchResponse_FetchableTopicResponse_v11(buf, pos)
@@ -3026,8 +3043,8 @@ def _dec_FetchResponse_PartitionData_v12(buf: memoryview, pos: int) -> tuple[Fet
             raise DecodeError(f"FetchResponse.PartitionData.aborted_transactions: invalid array length {n1}")
         obj.aborted_transactions = None
     else:
-        if n1 * 17 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.PartitionData.aborted_transactions: array of {n1} elements runs past the end of the data")
+        if n1 * 17 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchResponse.PartitionData.aborted_transactions", n1, len(buf) - pos)
         items1: list[FetchResponse.AbortedTransaction] = []
         for _ in range(n1):
             item1, pos = _dec_FetchResponse_AbortedTransaction_v12(buf, pos)
@@ -3068,6 +3085,8 @@ def _dec_FetchResponse_PartitionData_v12(buf: memoryview, pos: int) -> tuple[Fet
 
 def _dec_FetchResponse_PartitionData_v12_tagged(buf: memoryview, pos: int, obj: FetchResponse.PartitionData) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.diverging_epoch = _build_FetchResponse_EpochEndOffset()
     obj.current_leader = _build_FetchResponse_LeaderIdAndEpoch()
     obj.snapshot_id = _build_FetchResponse_SnapshotId()
@@ -3165,8 +3184,8 @@ def _dec_FetchResponse_FetchableTopicResponse_v12(buf: memoryview, pos: int) -> 
     if n2 < 0:
         raise DecodeError(f"FetchResponse.FetchableTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 37 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.FetchableTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 37 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchResponse.FetchableTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[FetchResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_FetchResponse_PartitionData_v12(buf, pos)
@@ -3218,8 +3237,8 @@ def _dec_FetchResponse_v12(buf: memoryview, pos: int) -> tuple[FetchResponse, in
     if n1 < 0:
         raise DecodeError(f"FetchResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchResponse.responses", n1, len(buf) - pos)
         items1: list[FetchResponse.FetchableTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_FetchResponse_FetchableTopicResponse_v12(buf, pos)
@@ -3268,8 +3287,8 @@ def _dec_FetchResponse_FetchableTopicResponse_v13(buf: memoryview, pos: int) -> 
     if n2 < 0:
         raise DecodeError(f"FetchResponse.FetchableTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 37 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.FetchableTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 37 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchResponse.FetchableTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[FetchResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_FetchResponse_PartitionData_v12(buf, pos)
@@ -3321,8 +3340,8 @@ def _dec_FetchResponse_v13(buf: memoryview, pos: int) -> tuple[FetchResponse, in
     if n1 < 0:
         raise DecodeError(f"FetchResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchResponse.responses", n1, len(buf) - pos)
         items1: list[FetchResponse.FetchableTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_FetchResponse_FetchableTopicResponse_v13(buf, pos)
@@ -3474,8 +3493,8 @@ def _dec_FetchResponse_v16(buf: memoryview, pos: int) -> tuple[FetchResponse, in
     if n1 < 0:
         raise DecodeError(f"FetchResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchResponse.responses", n1, len(buf) - pos)
         items1: list[FetchResponse.FetchableTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_FetchResponse_FetchableTopicResponse_v13(buf, pos)
@@ -3492,6 +3511,8 @@ def _dec_FetchResponse_v16(buf: memoryview, pos: int) -> tuple[FetchResponse, in
 
 def _dec_FetchResponse_v16_tagged(buf: memoryview, pos: int, obj: FetchResponse) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.node_endpoints = []
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -3513,8 +3534,8 @@ def _dec_FetchResponse_v16_tagged(buf: memoryview, pos: int, obj: FetchResponse)
             if n2 < 0:
                 raise DecodeError(f"FetchResponse.node_endpoints: invalid array length {n2}")
             else:
-                if n2 * 11 > len(sub) - pos:
-                    raise DecodeError(f"FetchResponse.node_endpoints: array of {n2} elements runs past the end of the data")
+                if n2 * 11 > len(sub) - pos or n2 > 1000000:
+                    raise array_refused("FetchResponse.node_endpoints", n2, len(sub) - pos)
                 items2: list[FetchResponse.NodeEndpoint] = []
                 for _ in range(n2):
                     item2, pos = _dec_FetchResponse_NodeEndpoint_v16(sub, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -98,8 +101,8 @@ def _dec_ListConfigResourcesRequest_v1(buf: memoryview, pos: int) -> tuple[ListC
         raise DecodeError(f"ListConfigResourcesRequest.resource_types: invalid array length {n1}")
     else:
         end1 = pos + n1 * 1
-        if end1 > len(buf):
-            raise DecodeError(f"ListConfigResourcesRequest.resource_types: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("ListConfigResourcesRequest.resource_types", n1, len(buf) - pos)
         obj.resource_types = list(sunpack(f">{n1}b", buf, pos)) if n1 else []
         pos = end1
     if buf[pos] == 0:
@@ -193,8 +196,8 @@ def _dec_ListConfigResourcesResponse_v0(buf: memoryview, pos: int) -> tuple[List
     if n1 < 0:
         raise DecodeError(f"ListConfigResourcesResponse.config_resources: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ListConfigResourcesResponse.config_resources: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListConfigResourcesResponse.config_resources", n1, len(buf) - pos)
         items1: list[ListConfigResourcesResponse.ConfigResource] = []
         for _ in range(n1):
             item1, pos = _dec_ListConfigResourcesResponse_ConfigResource_v0(buf, pos)
@@ -293,8 +296,8 @@ def _dec_ListConfigResourcesResponse_v1(buf: memoryview, pos: int) -> tuple[List
     if n1 < 0:
         raise DecodeError(f"ListConfigResourcesResponse.config_resources: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"ListConfigResourcesResponse.config_resources: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListConfigResourcesResponse.config_resources", n1, len(buf) - pos)
         items1: list[ListConfigResourcesResponse.ConfigResource] = []
         for _ in range(n1):
             item1, pos = _dec_ListConfigResourcesResponse_ConfigResource_v1(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -113,8 +116,8 @@ def _dec_ListOffsetsRequest_ListOffsetsTopic_v0(buf: memoryview, pos: int) -> tu
     if n2 < 0:
         raise DecodeError(f"ListOffsetsRequest.ListOffsetsTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 16 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsRequest.ListOffsetsTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 16 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ListOffsetsRequest.ListOffsetsTopic.partitions", n2, len(buf) - pos)
         items2: list[ListOffsetsRequest.ListOffsetsPartition] = []
         for _ in range(n2):
             item2, pos = _dec_ListOffsetsRequest_ListOffsetsPartition_v0(buf, pos)
@@ -149,8 +152,8 @@ def _dec_ListOffsetsRequest_v0(buf: memoryview, pos: int) -> tuple[ListOffsetsRe
     if n1 < 0:
         raise DecodeError(f"ListOffsetsRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListOffsetsRequest.topics", n1, len(buf) - pos)
         items1: list[ListOffsetsRequest.ListOffsetsTopic] = []
         for _ in range(n1):
             item1, pos = _dec_ListOffsetsRequest_ListOffsetsTopic_v0(buf, pos)
@@ -220,8 +223,8 @@ def _dec_ListOffsetsRequest_ListOffsetsTopic_v1(buf: memoryview, pos: int) -> tu
     if n2 < 0:
         raise DecodeError(f"ListOffsetsRequest.ListOffsetsTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 12 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsRequest.ListOffsetsTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 12 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ListOffsetsRequest.ListOffsetsTopic.partitions", n2, len(buf) - pos)
         items2: list[ListOffsetsRequest.ListOffsetsPartition] = []
         for _ in range(n2):
             item2, pos = _dec_ListOffsetsRequest_ListOffsetsPartition_v1(buf, pos)
@@ -256,8 +259,8 @@ def _dec_ListOffsetsRequest_v1(buf: memoryview, pos: int) -> tuple[ListOffsetsRe
     if n1 < 0:
         raise DecodeError(f"ListOffsetsRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListOffsetsRequest.topics", n1, len(buf) - pos)
         items1: list[ListOffsetsRequest.ListOffsetsTopic] = []
         for _ in range(n1):
             item1, pos = _dec_ListOffsetsRequest_ListOffsetsTopic_v1(buf, pos)
@@ -292,8 +295,8 @@ def _dec_ListOffsetsRequest_v2(buf: memoryview, pos: int) -> tuple[ListOffsetsRe
     if n1 < 0:
         raise DecodeError(f"ListOffsetsRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListOffsetsRequest.topics", n1, len(buf) - pos)
         items1: list[ListOffsetsRequest.ListOffsetsTopic] = []
         for _ in range(n1):
             item1, pos = _dec_ListOffsetsRequest_ListOffsetsTopic_v1(buf, pos)
@@ -361,8 +364,8 @@ def _dec_ListOffsetsRequest_ListOffsetsTopic_v4(buf: memoryview, pos: int) -> tu
     if n2 < 0:
         raise DecodeError(f"ListOffsetsRequest.ListOffsetsTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 16 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsRequest.ListOffsetsTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 16 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ListOffsetsRequest.ListOffsetsTopic.partitions", n2, len(buf) - pos)
         items2: list[ListOffsetsRequest.ListOffsetsPartition] = []
         for _ in range(n2):
             item2, pos = _dec_ListOffsetsRequest_ListOffsetsPartition_v4(buf, pos)
@@ -395,8 +398,8 @@ def _dec_ListOffsetsRequest_v4(buf: memoryview, pos: int) -> tuple[ListOffsetsRe
     if n1 < 0:
         raise DecodeError(f"ListOffsetsRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListOffsetsRequest.topics", n1, len(buf) - pos)
         items1: list[ListOffsetsRequest.ListOffsetsTopic] = []
         for _ in range(n1):
             item1, pos = _dec_ListOffsetsRequest_ListOffsetsTopic_v4(buf, pos)
@@ -492,8 +495,8 @@ def _dec_ListOffsetsRequest_ListOffsetsTopic_v6(buf: memoryview, pos: int) -> tu
     if n2 < 0:
         raise DecodeError(f"ListOffsetsRequest.ListOffsetsTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 17 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsRequest.ListOffsetsTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 17 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ListOffsetsRequest.ListOffsetsTopic.partitions", n2, len(buf) - pos)
         items2: list[ListOffsetsRequest.ListOffsetsPartition] = []
         for _ in range(n2):
             item2, pos = _dec_ListOffsetsRequest_ListOffsetsPartition_v6(buf, pos)
@@ -542,8 +545,8 @@ def _dec_ListOffsetsRequest_v6(buf: memoryview, pos: int) -> tuple[ListOffsetsRe
     if n1 < 0:
         raise DecodeError(f"ListOffsetsRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListOffsetsRequest.topics", n1, len(buf) - pos)
         items1: list[ListOffsetsRequest.ListOffsetsTopic] = []
         for _ in range(n1):
             item1, pos = _dec_ListOffsetsRequest_ListOffsetsTopic_v6(buf, pos)
@@ -594,8 +597,8 @@ def _dec_ListOffsetsRequest_v10(buf: memoryview, pos: int) -> tuple[ListOffsetsR
     if n1 < 0:
         raise DecodeError(f"ListOffsetsRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListOffsetsRequest.topics", n1, len(buf) - pos)
         items1: list[ListOffsetsRequest.ListOffsetsTopic] = []
         for _ in range(n1):
             item1, pos = _dec_ListOffsetsRequest_ListOffsetsTopic_v6(buf, pos)
@@ -641,8 +644,8 @@ def _dec_ListOffsetsResponse_ListOffsetsPartitionResponse_v0(buf: memoryview, po
         raise DecodeError(f"ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets: invalid array length {n1}")
     else:
         end1 = pos + n1 * 8
-        if end1 > len(buf):
-            raise DecodeError(f"ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets", n1, len(buf) - pos)
         obj.old_style_offsets = list(sunpack(f">{n1}q", buf, pos)) if n1 else []
         pos = end1
     obj.timestamp = -1
@@ -692,8 +695,8 @@ def _dec_ListOffsetsResponse_ListOffsetsTopicResponse_v0(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"ListOffsetsResponse.ListOffsetsTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 7 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsResponse.ListOffsetsTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 7 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ListOffsetsResponse.ListOffsetsTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[ListOffsetsResponse.ListOffsetsPartitionResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ListOffsetsResponse_ListOffsetsPartitionResponse_v0(buf, pos)
@@ -723,8 +726,8 @@ def _dec_ListOffsetsResponse_v0(buf: memoryview, pos: int) -> tuple[ListOffsetsR
     if n1 < 0:
         raise DecodeError(f"ListOffsetsResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListOffsetsResponse.topics", n1, len(buf) - pos)
         items1: list[ListOffsetsResponse.ListOffsetsTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_ListOffsetsResponse_ListOffsetsTopicResponse_v0(buf, pos)
@@ -795,8 +798,8 @@ def _dec_ListOffsetsResponse_ListOffsetsTopicResponse_v1(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"ListOffsetsResponse.ListOffsetsTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 22 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsResponse.ListOffsetsTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 22 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ListOffsetsResponse.ListOffsetsTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[ListOffsetsResponse.ListOffsetsPartitionResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ListOffsetsResponse_ListOffsetsPartitionResponse_v1(buf, pos)
@@ -826,8 +829,8 @@ def _dec_ListOffsetsResponse_v1(buf: memoryview, pos: int) -> tuple[ListOffsetsR
     if n1 < 0:
         raise DecodeError(f"ListOffsetsResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListOffsetsResponse.topics", n1, len(buf) - pos)
         items1: list[ListOffsetsResponse.ListOffsetsTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_ListOffsetsResponse_ListOffsetsTopicResponse_v1(buf, pos)
@@ -861,8 +864,8 @@ def _dec_ListOffsetsResponse_v2(buf: memoryview, pos: int) -> tuple[ListOffsetsR
     if n1 < 0:
         raise DecodeError(f"ListOffsetsResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListOffsetsResponse.topics", n1, len(buf) - pos)
         items1: list[ListOffsetsResponse.ListOffsetsTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_ListOffsetsResponse_ListOffsetsTopicResponse_v1(buf, pos)
@@ -929,8 +932,8 @@ def _dec_ListOffsetsResponse_ListOffsetsTopicResponse_v4(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"ListOffsetsResponse.ListOffsetsTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 26 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsResponse.ListOffsetsTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 26 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ListOffsetsResponse.ListOffsetsTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[ListOffsetsResponse.ListOffsetsPartitionResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ListOffsetsResponse_ListOffsetsPartitionResponse_v4(buf, pos)
@@ -963,8 +966,8 @@ def _dec_ListOffsetsResponse_v4(buf: memoryview, pos: int) -> tuple[ListOffsetsR
     if n1 < 0:
         raise DecodeError(f"ListOffsetsResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListOffsetsResponse.topics", n1, len(buf) - pos)
         items1: list[ListOffsetsResponse.ListOffsetsTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_ListOffsetsResponse_ListOffsetsTopicResponse_v4(buf, pos)
@@ -1059,8 +1062,8 @@ def _dec_ListOffsetsResponse_ListOffsetsTopicResponse_v6(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"ListOffsetsResponse.ListOffsetsTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 27 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsResponse.ListOffsetsTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 27 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ListOffsetsResponse.ListOffsetsTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[ListOffsetsResponse.ListOffsetsPartitionResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ListOffsetsResponse_ListOffsetsPartitionResponse_v6(buf, pos)
@@ -1109,8 +1112,8 @@ def _dec_ListOffsetsResponse_v6(buf: memoryview, pos: int) -> tuple[ListOffsetsR
     if n1 < 0:
         raise DecodeError(f"ListOffsetsResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListOffsetsResponse.topics", n1, len(buf) - pos)
         items1: list[ListOffsetsResponse.ListOffsetsTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_ListOffsetsResponse_ListOffsetsTopicResponse_v6(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -102,8 +105,8 @@ def _dec_ListTransactionsRequest_v0(buf: memoryview, pos: int) -> tuple[ListTran
     if n1 < 0:
         raise DecodeError(f"ListTransactionsRequest.state_filters: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"ListTransactionsRequest.state_filters: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListTransactionsRequest.state_filters", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = buf[pos]
@@ -134,8 +137,8 @@ def _dec_ListTransactionsRequest_v0(buf: memoryview, pos: int) -> tuple[ListTran
         raise DecodeError(f"ListTransactionsRequest.producer_id_filters: invalid array length {n3}")
     else:
         end3 = pos + n3 * 8
-        if end3 > len(buf):
-            raise DecodeError(f"ListTransactionsRequest.producer_id_filters: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("ListTransactionsRequest.producer_id_filters", n3, len(buf) - pos)
         obj.producer_id_filters = list(sunpack(f">{n3}q", buf, pos)) if n3 else []
         pos = end3
     obj.duration_filter = -1
@@ -206,8 +209,8 @@ def _dec_ListTransactionsRequest_v1(buf: memoryview, pos: int) -> tuple[ListTran
     if n1 < 0:
         raise DecodeError(f"ListTransactionsRequest.state_filters: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"ListTransactionsRequest.state_filters: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListTransactionsRequest.state_filters", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = buf[pos]
@@ -238,8 +241,8 @@ def _dec_ListTransactionsRequest_v1(buf: memoryview, pos: int) -> tuple[ListTran
         raise DecodeError(f"ListTransactionsRequest.producer_id_filters: invalid array length {n3}")
     else:
         end3 = pos + n3 * 8
-        if end3 > len(buf):
-            raise DecodeError(f"ListTransactionsRequest.producer_id_filters: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("ListTransactionsRequest.producer_id_filters", n3, len(buf) - pos)
         obj.producer_id_filters = list(sunpack(f">{n3}q", buf, pos)) if n3 else []
         pos = end3
     (obj.duration_filter,) = _unpack_q(buf, pos)
@@ -322,8 +325,8 @@ def _dec_ListTransactionsRequest_v2(buf: memoryview, pos: int) -> tuple[ListTran
     if n1 < 0:
         raise DecodeError(f"ListTransactionsRequest.state_filters: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"ListTransactionsRequest.state_filters: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListTransactionsRequest.state_filters", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = buf[pos]
@@ -354,8 +357,8 @@ def _dec_ListTransactionsRequest_v2(buf: memoryview, pos: int) -> tuple[ListTran
         raise DecodeError(f"ListTransactionsRequest.producer_id_filters: invalid array length {n3}")
     else:
         end3 = pos + n3 * 8
-        if end3 > len(buf):
-            raise DecodeError(f"ListTransactionsRequest.producer_id_filters: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("ListTransactionsRequest.producer_id_filters", n3, len(buf) - pos)
         obj.producer_id_filters = list(sunpack(f">{n3}q", buf, pos)) if n3 else []
         pos = end3
     (obj.duration_filter,) = _unpack_q(buf, pos)
@@ -521,8 +524,8 @@ def _dec_ListTransactionsResponse_v0(buf: memoryview, pos: int) -> tuple[ListTra
     if n1 < 0:
         raise DecodeError(f"ListTransactionsResponse.unknown_state_filters: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"ListTransactionsResponse.unknown_state_filters: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListTransactionsResponse.unknown_state_filters", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = buf[pos]
@@ -552,8 +555,8 @@ def _dec_ListTransactionsResponse_v0(buf: memoryview, pos: int) -> tuple[ListTra
     if n3 < 0:
         raise DecodeError(f"ListTransactionsResponse.transaction_states: invalid array length {n3}")
     else:
-        if n3 * 11 > len(buf) - pos:
-            raise DecodeError(f"ListTransactionsResponse.transaction_states: array of {n3} elements runs past the end of the data")
+        if n3 * 11 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("ListTransactionsResponse.transaction_states", n3, len(buf) - pos)
         items3: list[ListTransactionsResponse.TransactionState] = []
         for _ in range(n3):
             item3, pos = _dec_ListTransactionsResponse_TransactionState_v0(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -114,8 +117,8 @@ def _dec_MetadataRequest_v0(buf: memoryview, pos: int) -> tuple[MetadataRequest,
     if n1 < 0:
         raise DecodeError(f"MetadataRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"MetadataRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataRequest.topics", n1, len(buf) - pos)
         items1: list[MetadataRequest.MetadataRequestTopic] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataRequest_MetadataRequestTopic_v0(buf, pos)
@@ -156,8 +159,8 @@ def _dec_MetadataRequest_v1(buf: memoryview, pos: int) -> tuple[MetadataRequest,
             raise DecodeError(f"MetadataRequest.topics: invalid array length {n1}")
         obj.topics = None
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"MetadataRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataRequest.topics", n1, len(buf) - pos)
         items1: list[MetadataRequest.MetadataRequestTopic] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataRequest_MetadataRequestTopic_v0(buf, pos)
@@ -197,8 +200,8 @@ def _dec_MetadataRequest_v4(buf: memoryview, pos: int) -> tuple[MetadataRequest,
             raise DecodeError(f"MetadataRequest.topics: invalid array length {n1}")
         obj.topics = None
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"MetadataRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataRequest.topics", n1, len(buf) - pos)
         items1: list[MetadataRequest.MetadataRequestTopic] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataRequest_MetadataRequestTopic_v0(buf, pos)
@@ -235,8 +238,8 @@ def _dec_MetadataRequest_v8(buf: memoryview, pos: int) -> tuple[MetadataRequest,
             raise DecodeError(f"MetadataRequest.topics: invalid array length {n1}")
         obj.topics = None
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"MetadataRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataRequest.topics", n1, len(buf) - pos)
         items1: list[MetadataRequest.MetadataRequestTopic] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataRequest_MetadataRequestTopic_v0(buf, pos)
@@ -331,8 +334,8 @@ def _dec_MetadataRequest_v9(buf: memoryview, pos: int) -> tuple[MetadataRequest,
             raise DecodeError(f"MetadataRequest.topics: invalid array length {n1}")
         obj.topics = None
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"MetadataRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataRequest.topics", n1, len(buf) - pos)
         items1: list[MetadataRequest.MetadataRequestTopic] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataRequest_MetadataRequestTopic_v9(buf, pos)
@@ -434,8 +437,8 @@ def _dec_MetadataRequest_v10(buf: memoryview, pos: int) -> tuple[MetadataRequest
             raise DecodeError(f"MetadataRequest.topics: invalid array length {n1}")
         obj.topics = None
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"MetadataRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataRequest.topics", n1, len(buf) - pos)
         items1: list[MetadataRequest.MetadataRequestTopic] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataRequest_MetadataRequestTopic_v10(buf, pos)
@@ -488,8 +491,8 @@ def _dec_MetadataRequest_v11(buf: memoryview, pos: int) -> tuple[MetadataRequest
             raise DecodeError(f"MetadataRequest.topics: invalid array length {n1}")
         obj.topics = None
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"MetadataRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataRequest.topics", n1, len(buf) - pos)
         items1: list[MetadataRequest.MetadataRequestTopic] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataRequest_MetadataRequestTopic_v10(buf, pos)
@@ -576,8 +579,8 @@ def _dec_MetadataResponse_MetadataResponsePartition_v0(buf: memoryview, pos: int
         raise DecodeError(f"MetadataResponse.MetadataResponsePartition.replica_nodes: invalid array length {n1}")
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"MetadataResponse.MetadataResponsePartition.replica_nodes: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponsePartition.replica_nodes", n1, len(buf) - pos)
         obj.replica_nodes = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     n2 = unpack_i32(buf, pos)[0]
@@ -586,8 +589,8 @@ def _dec_MetadataResponse_MetadataResponsePartition_v0(buf: memoryview, pos: int
         raise DecodeError(f"MetadataResponse.MetadataResponsePartition.isr_nodes: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"MetadataResponse.MetadataResponsePartition.isr_nodes: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponsePartition.isr_nodes", n2, len(buf) - pos)
         obj.isr_nodes = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     obj.leader_epoch = -1
@@ -641,8 +644,8 @@ def _dec_MetadataResponse_MetadataResponseTopic_v0(buf: memoryview, pos: int) ->
     if n2 < 0:
         raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 12 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 12 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[MetadataResponse.MetadataResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_MetadataResponse_MetadataResponsePartition_v0(buf, pos)
@@ -685,8 +688,8 @@ def _dec_MetadataResponse_v0(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n1 < 0:
         raise DecodeError(f"MetadataResponse.brokers: invalid array length {n1}")
     else:
-        if n1 * 9 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.brokers: array of {n1} elements runs past the end of the data")
+        if n1 * 9 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataResponse.brokers", n1, len(buf) - pos)
         items1: list[MetadataResponse.MetadataResponseBroker] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataResponse_MetadataResponseBroker_v0(buf, pos)
@@ -697,8 +700,8 @@ def _dec_MetadataResponse_v0(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n2 < 0:
         raise DecodeError(f"MetadataResponse.topics: invalid array length {n2}")
     else:
-        if n2 * 4 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 4 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("MetadataResponse.topics", n2, len(buf) - pos)
         items2: list[MetadataResponse.MetadataResponseTopic] = []
         for _ in range(n2):
             item2, pos = _dec_MetadataResponse_MetadataResponseTopic_v0(buf, pos)
@@ -820,8 +823,8 @@ def _dec_MetadataResponse_MetadataResponseTopic_v1(buf: memoryview, pos: int) ->
     if n2 < 0:
         raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 12 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 12 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[MetadataResponse.MetadataResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_MetadataResponse_MetadataResponsePartition_v0(buf, pos)
@@ -864,8 +867,8 @@ def _dec_MetadataResponse_v1(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n1 < 0:
         raise DecodeError(f"MetadataResponse.brokers: invalid array length {n1}")
     else:
-        if n1 * 10 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.brokers: array of {n1} elements runs past the end of the data")
+        if n1 * 10 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataResponse.brokers", n1, len(buf) - pos)
         items1: list[MetadataResponse.MetadataResponseBroker] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataResponse_MetadataResponseBroker_v1(buf, pos)
@@ -878,8 +881,8 @@ def _dec_MetadataResponse_v1(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n2 < 0:
         raise DecodeError(f"MetadataResponse.topics: invalid array length {n2}")
     else:
-        if n2 * 5 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 5 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("MetadataResponse.topics", n2, len(buf) - pos)
         items2: list[MetadataResponse.MetadataResponseTopic] = []
         for _ in range(n2):
             item2, pos = _dec_MetadataResponse_MetadataResponseTopic_v1(buf, pos)
@@ -934,8 +937,8 @@ def _dec_MetadataResponse_v2(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n1 < 0:
         raise DecodeError(f"MetadataResponse.brokers: invalid array length {n1}")
     else:
-        if n1 * 10 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.brokers: array of {n1} elements runs past the end of the data")
+        if n1 * 10 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataResponse.brokers", n1, len(buf) - pos)
         items1: list[MetadataResponse.MetadataResponseBroker] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataResponse_MetadataResponseBroker_v1(buf, pos)
@@ -960,8 +963,8 @@ def _dec_MetadataResponse_v2(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n3 < 0:
         raise DecodeError(f"MetadataResponse.topics: invalid array length {n3}")
     else:
-        if n3 * 5 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 5 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("MetadataResponse.topics", n3, len(buf) - pos)
         items3: list[MetadataResponse.MetadataResponseTopic] = []
         for _ in range(n3):
             item3, pos = _dec_MetadataResponse_MetadataResponseTopic_v1(buf, pos)
@@ -1018,8 +1021,8 @@ def _dec_MetadataResponse_v3(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n1 < 0:
         raise DecodeError(f"MetadataResponse.brokers: invalid array length {n1}")
     else:
-        if n1 * 10 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.brokers: array of {n1} elements runs past the end of the data")
+        if n1 * 10 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataResponse.brokers", n1, len(buf) - pos)
         items1: list[MetadataResponse.MetadataResponseBroker] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataResponse_MetadataResponseBroker_v1(buf, pos)
@@ -1044,8 +1047,8 @@ def _dec_MetadataResponse_v3(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n3 < 0:
         raise DecodeError(f"MetadataResponse.topics: invalid array length {n3}")
     else:
-        if n3 * 5 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 5 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("MetadataResponse.topics", n3, len(buf) - pos)
         items3: list[MetadataResponse.MetadataResponseTopic] = []
         for _ in range(n3):
             item3, pos = _dec_MetadataResponse_MetadataResponseTopic_v1(buf, pos)
@@ -1097,8 +1100,8 @@ def _dec_MetadataResponse_MetadataResponsePartition_v5(buf: memoryview, pos: int
         raise DecodeError(f"MetadataResponse.MetadataResponsePartition.replica_nodes: invalid array length {n1}")
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"MetadataResponse.MetadataResponsePartition.replica_nodes: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponsePartition.replica_nodes", n1, len(buf) - pos)
         obj.replica_nodes = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     n2 = unpack_i32(buf, pos)[0]
@@ -1107,8 +1110,8 @@ def _dec_MetadataResponse_MetadataResponsePartition_v5(buf: memoryview, pos: int
         raise DecodeError(f"MetadataResponse.MetadataResponsePartition.isr_nodes: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"MetadataResponse.MetadataResponsePartition.isr_nodes: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponsePartition.isr_nodes", n2, len(buf) - pos)
         obj.isr_nodes = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     n3 = unpack_i32(buf, pos)[0]
@@ -1117,8 +1120,8 @@ def _dec_MetadataResponse_MetadataResponsePartition_v5(buf: memoryview, pos: int
         raise DecodeError(f"MetadataResponse.MetadataResponsePartition.offline_replicas: invalid array length {n3}")
     else:
         end3 = pos + n3 * 4
-        if end3 > len(buf):
-            raise DecodeError(f"MetadataResponse.MetadataResponsePartition.offline_replicas: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponsePartition.offline_replicas", n3, len(buf) - pos)
         obj.offline_replicas = list(sunpack(f">{n3}i", buf, pos)) if n3 else []
         pos = end3
     obj.leader_epoch = -1
@@ -1174,8 +1177,8 @@ def _dec_MetadataResponse_MetadataResponseTopic_v5(buf: memoryview, pos: int) ->
     if n2 < 0:
         raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 13 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 13 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[MetadataResponse.MetadataResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_MetadataResponse_MetadataResponsePartition_v5(buf, pos)
@@ -1231,8 +1234,8 @@ def _dec_MetadataResponse_v5(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n1 < 0:
         raise DecodeError(f"MetadataResponse.brokers: invalid array length {n1}")
     else:
-        if n1 * 10 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.brokers: array of {n1} elements runs past the end of the data")
+        if n1 * 10 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataResponse.brokers", n1, len(buf) - pos)
         items1: list[MetadataResponse.MetadataResponseBroker] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataResponse_MetadataResponseBroker_v1(buf, pos)
@@ -1257,8 +1260,8 @@ def _dec_MetadataResponse_v5(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n3 < 0:
         raise DecodeError(f"MetadataResponse.topics: invalid array length {n3}")
     else:
-        if n3 * 5 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 5 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("MetadataResponse.topics", n3, len(buf) - pos)
         items3: list[MetadataResponse.MetadataResponseTopic] = []
         for _ in range(n3):
             item3, pos = _dec_MetadataResponse_MetadataResponseTopic_v5(buf, pos)
@@ -1310,8 +1313,8 @@ def _dec_MetadataResponse_MetadataResponsePartition_v7(buf: memoryview, pos: int
         raise DecodeError(f"MetadataResponse.MetadataResponsePartition.replica_nodes: invalid array length {n1}")
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"MetadataResponse.MetadataResponsePartition.replica_nodes: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponsePartition.replica_nodes", n1, len(buf) - pos)
         obj.replica_nodes = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     n2 = unpack_i32(buf, pos)[0]
@@ -1320,8 +1323,8 @@ def _dec_MetadataResponse_MetadataResponsePartition_v7(buf: memoryview, pos: int
         raise DecodeError(f"MetadataResponse.MetadataResponsePartition.isr_nodes: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"MetadataResponse.MetadataResponsePartition.isr_nodes: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponsePartition.isr_nodes", n2, len(buf) - pos)
         obj.isr_nodes = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     n3 = unpack_i32(buf, pos)[0]
@@ -1330,8 +1333,8 @@ def _dec_MetadataResponse_MetadataResponsePartition_v7(buf: memoryview, pos: int
         raise DecodeError(f"MetadataResponse.MetadataResponsePartition.offline_replicas: invalid array length {n3}")
     else:
         end3 = pos + n3 * 4
-        if end3 > len(buf):
-            raise DecodeError(f"MetadataResponse.MetadataResponsePartition.offline_replicas: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponsePartition.offline_replicas", n3, len(buf) - pos)
         obj.offline_replicas = list(sunpack(f">{n3}i", buf, pos)) if n3 else []
         pos = end3
     obj.unknown_tagged_fields = None
@@ -1386,8 +1389,8 @@ def _dec_MetadataResponse_MetadataResponseTopic_v7(buf: memoryview, pos: int) ->
     if n2 < 0:
         raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 17 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 17 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[MetadataResponse.MetadataResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_MetadataResponse_MetadataResponsePartition_v7(buf, pos)
@@ -1443,8 +1446,8 @@ def _dec_MetadataResponse_v7(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n1 < 0:
         raise DecodeError(f"MetadataResponse.brokers: invalid array length {n1}")
     else:
-        if n1 * 10 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.brokers: array of {n1} elements runs past the end of the data")
+        if n1 * 10 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataResponse.brokers", n1, len(buf) - pos)
         items1: list[MetadataResponse.MetadataResponseBroker] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataResponse_MetadataResponseBroker_v1(buf, pos)
@@ -1469,8 +1472,8 @@ def _dec_MetadataResponse_v7(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n3 < 0:
         raise DecodeError(f"MetadataResponse.topics: invalid array length {n3}")
     else:
-        if n3 * 5 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 5 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("MetadataResponse.topics", n3, len(buf) - pos)
         items3: list[MetadataResponse.MetadataResponseTopic] = []
         for _ in range(n3):
             item3, pos = _dec_MetadataResponse_MetadataResponseTopic_v7(buf, pos)
@@ -1529,8 +1532,8 @@ def _dec_MetadataResponse_MetadataResponseTopic_v8(buf: memoryview, pos: int) ->
     if n2 < 0:
         raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 17 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 17 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[MetadataResponse.MetadataResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_MetadataResponse_MetadataResponsePartition_v7(buf, pos)
@@ -1586,8 +1589,8 @@ def _dec_MetadataResponse_v8(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n1 < 0:
         raise DecodeError(f"MetadataResponse.brokers: invalid array length {n1}")
     else:
-        if n1 * 10 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.brokers: array of {n1} elements runs past the end of the data")
+        if n1 * 10 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataResponse.brokers", n1, len(buf) - pos)
         items1: list[MetadataResponse.MetadataResponseBroker] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataResponse_MetadataResponseBroker_v1(buf, pos)
@@ -1612,8 +1615,8 @@ def _dec_MetadataResponse_v8(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n3 < 0:
         raise DecodeError(f"MetadataResponse.topics: invalid array length {n3}")
     else:
-        if n3 * 9 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 9 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("MetadataResponse.topics", n3, len(buf) - pos)
         items3: list[MetadataResponse.MetadataResponseTopic] = []
         for _ in range(n3):
             item3, pos = _dec_MetadataResponse_MetadataResponseTopic_v8(buf, pos)
@@ -1767,8 +1770,8 @@ def _dec_MetadataResponse_MetadataResponsePartition_v9(buf: memoryview, pos: int
         raise DecodeError(f"MetadataResponse.MetadataResponsePartition.replica_nodes: invalid array length {n1}")
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"MetadataResponse.MetadataResponsePartition.replica_nodes: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponsePartition.replica_nodes", n1, len(buf) - pos)
         obj.replica_nodes = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     n2 = buf[pos]
@@ -1782,8 +1785,8 @@ def _dec_MetadataResponse_MetadataResponsePartition_v9(buf: memoryview, pos: int
         raise DecodeError(f"MetadataResponse.MetadataResponsePartition.isr_nodes: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"MetadataResponse.MetadataResponsePartition.isr_nodes: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponsePartition.isr_nodes", n2, len(buf) - pos)
         obj.isr_nodes = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     n3 = buf[pos]
@@ -1797,8 +1800,8 @@ def _dec_MetadataResponse_MetadataResponsePartition_v9(buf: memoryview, pos: int
         raise DecodeError(f"MetadataResponse.MetadataResponsePartition.offline_replicas: invalid array length {n3}")
     else:
         end3 = pos + n3 * 4
-        if end3 > len(buf):
-            raise DecodeError(f"MetadataResponse.MetadataResponsePartition.offline_replicas: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponsePartition.offline_replicas", n3, len(buf) - pos)
         obj.offline_replicas = list(sunpack(f">{n3}i", buf, pos)) if n3 else []
         pos = end3
     if buf[pos] == 0:
@@ -1876,8 +1879,8 @@ def _dec_MetadataResponse_MetadataResponseTopic_v9(buf: memoryview, pos: int) ->
     if n2 < 0:
         raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[MetadataResponse.MetadataResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_MetadataResponse_MetadataResponsePartition_v9(buf, pos)
@@ -1955,8 +1958,8 @@ def _dec_MetadataResponse_v9(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n1 < 0:
         raise DecodeError(f"MetadataResponse.brokers: invalid array length {n1}")
     else:
-        if n1 * 11 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.brokers: array of {n1} elements runs past the end of the data")
+        if n1 * 11 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataResponse.brokers", n1, len(buf) - pos)
         items1: list[MetadataResponse.MetadataResponseBroker] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataResponse_MetadataResponseBroker_v9(buf, pos)
@@ -1991,8 +1994,8 @@ def _dec_MetadataResponse_v9(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n3 < 0:
         raise DecodeError(f"MetadataResponse.topics: invalid array length {n3}")
     else:
-        if n3 * 10 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 10 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("MetadataResponse.topics", n3, len(buf) - pos)
         items3: list[MetadataResponse.MetadataResponseTopic] = []
         for _ in range(n3):
             item3, pos = _dec_MetadataResponse_MetadataResponseTopic_v9(buf, pos)
@@ -2078,8 +2081,8 @@ def _dec_MetadataResponse_MetadataResponseTopic_v10(buf: memoryview, pos: int) -
     if n3 < 0:
         raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: invalid array length {n3}")
     else:
-        if n3 * 18 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: array of {n3} elements runs past the end of the data")
+        if n3 * 18 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponseTopic.partitions", n3, len(buf) - pos)
         items3: list[MetadataResponse.MetadataResponsePartition] = []
         for _ in range(n3):
             item3, pos = _dec_MetadataResponse_MetadataResponsePartition_v9(buf, pos)
@@ -2156,8 +2159,8 @@ def _dec_MetadataResponse_v10(buf: memoryview, pos: int) -> tuple[MetadataRespon
     if n1 < 0:
         raise DecodeError(f"MetadataResponse.brokers: invalid array length {n1}")
     else:
-        if n1 * 11 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.brokers: array of {n1} elements runs past the end of the data")
+        if n1 * 11 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataResponse.brokers", n1, len(buf) - pos)
         items1: list[MetadataResponse.MetadataResponseBroker] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataResponse_MetadataResponseBroker_v9(buf, pos)
@@ -2192,8 +2195,8 @@ def _dec_MetadataResponse_v10(buf: memoryview, pos: int) -> tuple[MetadataRespon
     if n3 < 0:
         raise DecodeError(f"MetadataResponse.topics: invalid array length {n3}")
     else:
-        if n3 * 26 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 26 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("MetadataResponse.topics", n3, len(buf) - pos)
         items3: list[MetadataResponse.MetadataResponseTopic] = []
         for _ in range(n3):
             item3, pos = _dec_MetadataResponse_MetadataResponseTopic_v10(buf, pos)
@@ -2272,8 +2275,8 @@ def _dec_MetadataResponse_v11(buf: memoryview, pos: int) -> tuple[MetadataRespon
     if n1 < 0:
         raise DecodeError(f"MetadataResponse.brokers: invalid array length {n1}")
     else:
-        if n1 * 11 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.brokers: array of {n1} elements runs past the end of the data")
+        if n1 * 11 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataResponse.brokers", n1, len(buf) - pos)
         items1: list[MetadataResponse.MetadataResponseBroker] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataResponse_MetadataResponseBroker_v9(buf, pos)
@@ -2308,8 +2311,8 @@ def _dec_MetadataResponse_v11(buf: memoryview, pos: int) -> tuple[MetadataRespon
     if n3 < 0:
         raise DecodeError(f"MetadataResponse.topics: invalid array length {n3}")
     else:
-        if n3 * 26 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 26 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("MetadataResponse.topics", n3, len(buf) - pos)
         items3: list[MetadataResponse.MetadataResponseTopic] = []
         for _ in range(n3):
             item3, pos = _dec_MetadataResponse_MetadataResponseTopic_v10(buf, pos)
@@ -2396,8 +2399,8 @@ def _dec_MetadataResponse_MetadataResponseTopic_v12(buf: memoryview, pos: int) -
     if n3 < 0:
         raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: invalid array length {n3}")
     else:
-        if n3 * 18 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: array of {n3} elements runs past the end of the data")
+        if n3 * 18 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponseTopic.partitions", n3, len(buf) - pos)
         items3: list[MetadataResponse.MetadataResponsePartition] = []
         for _ in range(n3):
             item3, pos = _dec_MetadataResponse_MetadataResponsePartition_v9(buf, pos)
@@ -2475,8 +2478,8 @@ def _dec_MetadataResponse_v12(buf: memoryview, pos: int) -> tuple[MetadataRespon
     if n1 < 0:
         raise DecodeError(f"MetadataResponse.brokers: invalid array length {n1}")
     else:
-        if n1 * 11 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.brokers: array of {n1} elements runs past the end of the data")
+        if n1 * 11 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataResponse.brokers", n1, len(buf) - pos)
         items1: list[MetadataResponse.MetadataResponseBroker] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataResponse_MetadataResponseBroker_v9(buf, pos)
@@ -2511,8 +2514,8 @@ def _dec_MetadataResponse_v12(buf: memoryview, pos: int) -> tuple[MetadataRespon
     if n3 < 0:
         raise DecodeError(f"MetadataResponse.topics: invalid array length {n3}")
     else:
-        if n3 * 26 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 26 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("MetadataResponse.topics", n3, len(buf) - pos)
         items3: list[MetadataResponse.MetadataResponseTopic] = []
         for _ in range(n3):
             item3, pos = _dec_MetadataResponse_MetadataResponseTopic_v12(buf, pos)
@@ -2591,8 +2594,8 @@ def _dec_MetadataResponse_v13(buf: memoryview, pos: int) -> tuple[MetadataRespon
     if n1 < 0:
         raise DecodeError(f"MetadataResponse.brokers: invalid array length {n1}")
     else:
-        if n1 * 11 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.brokers: array of {n1} elements runs past the end of the data")
+        if n1 * 11 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataResponse.brokers", n1, len(buf) - pos)
         items1: list[MetadataResponse.MetadataResponseBroker] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataResponse_MetadataResponseBroker_v9(buf, pos)
@@ -2627,8 +2630,8 @@ def _dec_MetadataResponse_v13(buf: memoryview, pos: int) -> tuple[MetadataRespon
     if n3 < 0:
         raise DecodeError(f"MetadataResponse.topics: invalid array length {n3}")
     else:
-        if n3 * 26 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 26 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("MetadataResponse.topics", n3, len(buf) - pos)
         items3: list[MetadataResponse.MetadataResponseTopic] = []
         for _ in range(n3):
             item3, pos = _dec_MetadataResponse_MetadataResponseTopic_v12(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -134,8 +137,8 @@ def _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v0(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"OffsetCommitRequest.OffsetCommitRequestTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 13 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitRequest.OffsetCommitRequestTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 13 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetCommitRequest.OffsetCommitRequestTopic.partitions", n2, len(buf) - pos)
         items2: list[OffsetCommitRequest.OffsetCommitRequestPartition] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetCommitRequest_OffsetCommitRequestPartition_v0(buf, pos)
@@ -188,8 +191,8 @@ def _dec_OffsetCommitRequest_v0(buf: memoryview, pos: int) -> tuple[OffsetCommit
     if n2 < 0:
         raise DecodeError(f"OffsetCommitRequest.topics: invalid array length {n2}")
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetCommitRequest.topics", n2, len(buf) - pos)
         items2: list[OffsetCommitRequest.OffsetCommitRequestTopic] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v0(buf, pos)
@@ -280,8 +283,8 @@ def _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v1(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"OffsetCommitRequest.OffsetCommitRequestTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 21 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitRequest.OffsetCommitRequestTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 21 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetCommitRequest.OffsetCommitRequestTopic.partitions", n2, len(buf) - pos)
         items2: list[OffsetCommitRequest.OffsetCommitRequestPartition] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetCommitRequest_OffsetCommitRequestPartition_v1(buf, pos)
@@ -357,8 +360,8 @@ def _dec_OffsetCommitRequest_v1(buf: memoryview, pos: int) -> tuple[OffsetCommit
     if n3 < 0:
         raise DecodeError(f"OffsetCommitRequest.topics: invalid array length {n3}")
     else:
-        if n3 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitRequest.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 2 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("OffsetCommitRequest.topics", n3, len(buf) - pos)
         items3: list[OffsetCommitRequest.OffsetCommitRequestTopic] = []
         for _ in range(n3):
             item3, pos = _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v1(buf, pos)
@@ -438,8 +441,8 @@ def _dec_OffsetCommitRequest_v2(buf: memoryview, pos: int) -> tuple[OffsetCommit
     if n3 < 0:
         raise DecodeError(f"OffsetCommitRequest.topics: invalid array length {n3}")
     else:
-        if n3 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitRequest.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 2 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("OffsetCommitRequest.topics", n3, len(buf) - pos)
         items3: list[OffsetCommitRequest.OffsetCommitRequestTopic] = []
         for _ in range(n3):
             item3, pos = _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v0(buf, pos)
@@ -515,8 +518,8 @@ def _dec_OffsetCommitRequest_v5(buf: memoryview, pos: int) -> tuple[OffsetCommit
     if n3 < 0:
         raise DecodeError(f"OffsetCommitRequest.topics: invalid array length {n3}")
     else:
-        if n3 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitRequest.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 2 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("OffsetCommitRequest.topics", n3, len(buf) - pos)
         items3: list[OffsetCommitRequest.OffsetCommitRequestTopic] = []
         for _ in range(n3):
             item3, pos = _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v0(buf, pos)
@@ -607,8 +610,8 @@ def _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v6(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"OffsetCommitRequest.OffsetCommitRequestTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 17 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitRequest.OffsetCommitRequestTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 17 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetCommitRequest.OffsetCommitRequestTopic.partitions", n2, len(buf) - pos)
         items2: list[OffsetCommitRequest.OffsetCommitRequestPartition] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetCommitRequest_OffsetCommitRequestPartition_v6(buf, pos)
@@ -684,8 +687,8 @@ def _dec_OffsetCommitRequest_v6(buf: memoryview, pos: int) -> tuple[OffsetCommit
     if n3 < 0:
         raise DecodeError(f"OffsetCommitRequest.topics: invalid array length {n3}")
     else:
-        if n3 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitRequest.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 2 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("OffsetCommitRequest.topics", n3, len(buf) - pos)
         items3: list[OffsetCommitRequest.OffsetCommitRequestTopic] = []
         for _ in range(n3):
             item3, pos = _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v6(buf, pos)
@@ -782,8 +785,8 @@ def _dec_OffsetCommitRequest_v7(buf: memoryview, pos: int) -> tuple[OffsetCommit
     if n4 < 0:
         raise DecodeError(f"OffsetCommitRequest.topics: invalid array length {n4}")
     else:
-        if n4 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitRequest.topics: array of {n4} elements runs past the end of the data")
+        if n4 * 2 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("OffsetCommitRequest.topics", n4, len(buf) - pos)
         items4: list[OffsetCommitRequest.OffsetCommitRequestTopic] = []
         for _ in range(n4):
             item4, pos = _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v6(buf, pos)
@@ -909,8 +912,8 @@ def _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v8(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"OffsetCommitRequest.OffsetCommitRequestTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitRequest.OffsetCommitRequestTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetCommitRequest.OffsetCommitRequestTopic.partitions", n2, len(buf) - pos)
         items2: list[OffsetCommitRequest.OffsetCommitRequestPartition] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetCommitRequest_OffsetCommitRequestPartition_v8(buf, pos)
@@ -1046,8 +1049,8 @@ def _dec_OffsetCommitRequest_v8(buf: memoryview, pos: int) -> tuple[OffsetCommit
     if n4 < 0:
         raise DecodeError(f"OffsetCommitRequest.topics: invalid array length {n4}")
     else:
-        if n4 * 3 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitRequest.topics: array of {n4} elements runs past the end of the data")
+        if n4 * 3 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("OffsetCommitRequest.topics", n4, len(buf) - pos)
         items4: list[OffsetCommitRequest.OffsetCommitRequestTopic] = []
         for _ in range(n4):
             item4, pos = _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v8(buf, pos)
@@ -1096,8 +1099,8 @@ def _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v10(buf: memoryview, pos: 
     if n2 < 0:
         raise DecodeError(f"OffsetCommitRequest.OffsetCommitRequestTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitRequest.OffsetCommitRequestTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetCommitRequest.OffsetCommitRequestTopic.partitions", n2, len(buf) - pos)
         items2: list[OffsetCommitRequest.OffsetCommitRequestPartition] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetCommitRequest_OffsetCommitRequestPartition_v8(buf, pos)
@@ -1233,8 +1236,8 @@ def _dec_OffsetCommitRequest_v10(buf: memoryview, pos: int) -> tuple[OffsetCommi
     if n4 < 0:
         raise DecodeError(f"OffsetCommitRequest.topics: invalid array length {n4}")
     else:
-        if n4 * 18 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitRequest.topics: array of {n4} elements runs past the end of the data")
+        if n4 * 18 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("OffsetCommitRequest.topics", n4, len(buf) - pos)
         items4: list[OffsetCommitRequest.OffsetCommitRequestTopic] = []
         for _ in range(n4):
             item4, pos = _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v10(buf, pos)
@@ -1303,8 +1306,8 @@ def _dec_OffsetCommitResponse_OffsetCommitResponseTopic_v0(buf: memoryview, pos:
     if n2 < 0:
         raise DecodeError(f"OffsetCommitResponse.OffsetCommitResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 6 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitResponse.OffsetCommitResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 6 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetCommitResponse.OffsetCommitResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[OffsetCommitResponse.OffsetCommitResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetCommitResponse_OffsetCommitResponsePartition_v0(buf, pos)
@@ -1335,8 +1338,8 @@ def _dec_OffsetCommitResponse_v0(buf: memoryview, pos: int) -> tuple[OffsetCommi
     if n1 < 0:
         raise DecodeError(f"OffsetCommitResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetCommitResponse.topics", n1, len(buf) - pos)
         items1: list[OffsetCommitResponse.OffsetCommitResponseTopic] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetCommitResponse_OffsetCommitResponseTopic_v0(buf, pos)
@@ -1370,8 +1373,8 @@ def _dec_OffsetCommitResponse_v3(buf: memoryview, pos: int) -> tuple[OffsetCommi
     if n1 < 0:
         raise DecodeError(f"OffsetCommitResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetCommitResponse.topics", n1, len(buf) - pos)
         items1: list[OffsetCommitResponse.OffsetCommitResponseTopic] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetCommitResponse_OffsetCommitResponseTopic_v0(buf, pos)
@@ -1463,8 +1466,8 @@ def _dec_OffsetCommitResponse_OffsetCommitResponseTopic_v8(buf: memoryview, pos:
     if n2 < 0:
         raise DecodeError(f"OffsetCommitResponse.OffsetCommitResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 7 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitResponse.OffsetCommitResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 7 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetCommitResponse.OffsetCommitResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[OffsetCommitResponse.OffsetCommitResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetCommitResponse_OffsetCommitResponsePartition_v8(buf, pos)
@@ -1514,8 +1517,8 @@ def _dec_OffsetCommitResponse_v8(buf: memoryview, pos: int) -> tuple[OffsetCommi
     if n1 < 0:
         raise DecodeError(f"OffsetCommitResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetCommitResponse.topics", n1, len(buf) - pos)
         items1: list[OffsetCommitResponse.OffsetCommitResponseTopic] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetCommitResponse_OffsetCommitResponseTopic_v8(buf, pos)
@@ -1563,8 +1566,8 @@ def _dec_OffsetCommitResponse_OffsetCommitResponseTopic_v10(buf: memoryview, pos
     if n2 < 0:
         raise DecodeError(f"OffsetCommitResponse.OffsetCommitResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 7 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitResponse.OffsetCommitResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 7 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetCommitResponse.OffsetCommitResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[OffsetCommitResponse.OffsetCommitResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetCommitResponse_OffsetCommitResponsePartition_v8(buf, pos)
@@ -1614,8 +1617,8 @@ def _dec_OffsetCommitResponse_v10(buf: memoryview, pos: int) -> tuple[OffsetComm
     if n1 < 0:
         raise DecodeError(f"OffsetCommitResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetCommitResponse.topics", n1, len(buf) - pos)
         items1: list[OffsetCommitResponse.OffsetCommitResponseTopic] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetCommitResponse_OffsetCommitResponseTopic_v10(buf, pos)

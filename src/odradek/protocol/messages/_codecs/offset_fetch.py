@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -97,8 +100,8 @@ def _dec_OffsetFetchRequest_OffsetFetchRequestTopic_v0(buf: memoryview, pos: int
         raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes", n2, len(buf) - pos)
         obj.partition_indexes = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     obj.unknown_tagged_fields = None
@@ -149,8 +152,8 @@ def _dec_OffsetFetchRequest_v0(buf: memoryview, pos: int) -> tuple[OffsetFetchRe
     if n2 < 0:
         raise DecodeError(f"OffsetFetchRequest.topics: invalid array length {n2}")
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetFetchRequest.topics", n2, len(buf) - pos)
         items2: list[OffsetFetchRequest.OffsetFetchRequestTopic] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetFetchRequest_OffsetFetchRequestTopic_v0(buf, pos)
@@ -208,8 +211,8 @@ def _dec_OffsetFetchRequest_v2(buf: memoryview, pos: int) -> tuple[OffsetFetchRe
             raise DecodeError(f"OffsetFetchRequest.topics: invalid array length {n2}")
         obj.topics = None
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetFetchRequest.topics", n2, len(buf) - pos)
         items2: list[OffsetFetchRequest.OffsetFetchRequestTopic] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetFetchRequest_OffsetFetchRequestTopic_v0(buf, pos)
@@ -282,8 +285,8 @@ def _dec_OffsetFetchRequest_OffsetFetchRequestTopic_v6(buf: memoryview, pos: int
         raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes", n2, len(buf) - pos)
         obj.partition_indexes = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -360,8 +363,8 @@ def _dec_OffsetFetchRequest_v6(buf: memoryview, pos: int) -> tuple[OffsetFetchRe
             raise DecodeError(f"OffsetFetchRequest.topics: invalid array length {n2}")
         obj.topics = None
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetFetchRequest.topics", n2, len(buf) - pos)
         items2: list[OffsetFetchRequest.OffsetFetchRequestTopic] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetFetchRequest_OffsetFetchRequestTopic_v6(buf, pos)
@@ -442,8 +445,8 @@ def _dec_OffsetFetchRequest_v7(buf: memoryview, pos: int) -> tuple[OffsetFetchRe
             raise DecodeError(f"OffsetFetchRequest.topics: invalid array length {n2}")
         obj.topics = None
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetFetchRequest.topics", n2, len(buf) - pos)
         items2: list[OffsetFetchRequest.OffsetFetchRequestTopic] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetFetchRequest_OffsetFetchRequestTopic_v6(buf, pos)
@@ -521,8 +524,8 @@ def _dec_OffsetFetchRequest_OffsetFetchRequestTopics_v8(buf: memoryview, pos: in
         raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes", n2, len(buf) - pos)
         obj.partition_indexes = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     obj.topic_id = ZERO_UUID
@@ -596,8 +599,8 @@ def _dec_OffsetFetchRequest_OffsetFetchRequestGroup_v8(buf: memoryview, pos: int
             raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestGroup.topics: invalid array length {n2}")
         obj.topics = None
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestGroup.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetFetchRequest.OffsetFetchRequestGroup.topics", n2, len(buf) - pos)
         items2: list[OffsetFetchRequest.OffsetFetchRequestTopics] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetFetchRequest_OffsetFetchRequestTopics_v8(buf, pos)
@@ -650,8 +653,8 @@ def _dec_OffsetFetchRequest_v8(buf: memoryview, pos: int) -> tuple[OffsetFetchRe
     if n1 < 0:
         raise DecodeError(f"OffsetFetchRequest.groups: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchRequest.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetFetchRequest.groups", n1, len(buf) - pos)
         items1: list[OffsetFetchRequest.OffsetFetchRequestGroup] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetFetchRequest_OffsetFetchRequestGroup_v8(buf, pos)
@@ -764,8 +767,8 @@ def _dec_OffsetFetchRequest_OffsetFetchRequestGroup_v9(buf: memoryview, pos: int
             raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestGroup.topics: invalid array length {n3}")
         obj.topics = None
     else:
-        if n3 * 3 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestGroup.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 3 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("OffsetFetchRequest.OffsetFetchRequestGroup.topics", n3, len(buf) - pos)
         items3: list[OffsetFetchRequest.OffsetFetchRequestTopics] = []
         for _ in range(n3):
             item3, pos = _dec_OffsetFetchRequest_OffsetFetchRequestTopics_v8(buf, pos)
@@ -816,8 +819,8 @@ def _dec_OffsetFetchRequest_v9(buf: memoryview, pos: int) -> tuple[OffsetFetchRe
     if n1 < 0:
         raise DecodeError(f"OffsetFetchRequest.groups: invalid array length {n1}")
     else:
-        if n1 * 8 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchRequest.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 8 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetFetchRequest.groups", n1, len(buf) - pos)
         items1: list[OffsetFetchRequest.OffsetFetchRequestGroup] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetFetchRequest_OffsetFetchRequestGroup_v9(buf, pos)
@@ -870,8 +873,8 @@ def _dec_OffsetFetchRequest_OffsetFetchRequestTopics_v10(buf: memoryview, pos: i
         raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes", n2, len(buf) - pos)
         obj.partition_indexes = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     obj.name = ""
@@ -978,8 +981,8 @@ def _dec_OffsetFetchRequest_OffsetFetchRequestGroup_v10(buf: memoryview, pos: in
             raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestGroup.topics: invalid array length {n3}")
         obj.topics = None
     else:
-        if n3 * 18 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestGroup.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 18 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("OffsetFetchRequest.OffsetFetchRequestGroup.topics", n3, len(buf) - pos)
         items3: list[OffsetFetchRequest.OffsetFetchRequestTopics] = []
         for _ in range(n3):
             item3, pos = _dec_OffsetFetchRequest_OffsetFetchRequestTopics_v10(buf, pos)
@@ -1030,8 +1033,8 @@ def _dec_OffsetFetchRequest_v10(buf: memoryview, pos: int) -> tuple[OffsetFetchR
     if n1 < 0:
         raise DecodeError(f"OffsetFetchRequest.groups: invalid array length {n1}")
     else:
-        if n1 * 8 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchRequest.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 8 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetFetchRequest.groups", n1, len(buf) - pos)
         items1: list[OffsetFetchRequest.OffsetFetchRequestGroup] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetFetchRequest_OffsetFetchRequestGroup_v10(buf, pos)
@@ -1129,8 +1132,8 @@ def _dec_OffsetFetchResponse_OffsetFetchResponseTopic_v0(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 15 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 15 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetFetchResponse.OffsetFetchResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[OffsetFetchResponse.OffsetFetchResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetFetchResponse_OffsetFetchResponsePartition_v0(buf, pos)
@@ -1162,8 +1165,8 @@ def _dec_OffsetFetchResponse_v0(buf: memoryview, pos: int) -> tuple[OffsetFetchR
     if n1 < 0:
         raise DecodeError(f"OffsetFetchResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetFetchResponse.topics", n1, len(buf) - pos)
         items1: list[OffsetFetchResponse.OffsetFetchResponseTopic] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetFetchResponse_OffsetFetchResponseTopic_v0(buf, pos)
@@ -1199,8 +1202,8 @@ def _dec_OffsetFetchResponse_v2(buf: memoryview, pos: int) -> tuple[OffsetFetchR
     if n1 < 0:
         raise DecodeError(f"OffsetFetchResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetFetchResponse.topics", n1, len(buf) - pos)
         items1: list[OffsetFetchResponse.OffsetFetchResponseTopic] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetFetchResponse_OffsetFetchResponseTopic_v0(buf, pos)
@@ -1240,8 +1243,8 @@ def _dec_OffsetFetchResponse_v3(buf: memoryview, pos: int) -> tuple[OffsetFetchR
     if n1 < 0:
         raise DecodeError(f"OffsetFetchResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetFetchResponse.topics", n1, len(buf) - pos)
         items1: list[OffsetFetchResponse.OffsetFetchResponseTopic] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetFetchResponse_OffsetFetchResponseTopic_v0(buf, pos)
@@ -1333,8 +1336,8 @@ def _dec_OffsetFetchResponse_OffsetFetchResponseTopic_v5(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 19 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 19 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetFetchResponse.OffsetFetchResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[OffsetFetchResponse.OffsetFetchResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetFetchResponse_OffsetFetchResponsePartition_v5(buf, pos)
@@ -1370,8 +1373,8 @@ def _dec_OffsetFetchResponse_v5(buf: memoryview, pos: int) -> tuple[OffsetFetchR
     if n1 < 0:
         raise DecodeError(f"OffsetFetchResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetFetchResponse.topics", n1, len(buf) - pos)
         items1: list[OffsetFetchResponse.OffsetFetchResponseTopic] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetFetchResponse_OffsetFetchResponseTopic_v5(buf, pos)
@@ -1499,8 +1502,8 @@ def _dec_OffsetFetchResponse_OffsetFetchResponseTopic_v6(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 20 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 20 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetFetchResponse.OffsetFetchResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[OffsetFetchResponse.OffsetFetchResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetFetchResponse_OffsetFetchResponsePartition_v6(buf, pos)
@@ -1552,8 +1555,8 @@ def _dec_OffsetFetchResponse_v6(buf: memoryview, pos: int) -> tuple[OffsetFetchR
     if n1 < 0:
         raise DecodeError(f"OffsetFetchResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetFetchResponse.topics", n1, len(buf) - pos)
         items1: list[OffsetFetchResponse.OffsetFetchResponseTopic] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetFetchResponse_OffsetFetchResponseTopic_v6(buf, pos)
@@ -1685,8 +1688,8 @@ def _dec_OffsetFetchResponse_OffsetFetchResponseTopics_v8(buf: memoryview, pos: 
     if n2 < 0:
         raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseTopics.partitions: invalid array length {n2}")
     else:
-        if n2 * 20 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseTopics.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 20 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetFetchResponse.OffsetFetchResponseTopics.partitions", n2, len(buf) - pos)
         items2: list[OffsetFetchResponse.OffsetFetchResponsePartitions] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetFetchResponse_OffsetFetchResponsePartitions_v8(buf, pos)
@@ -1762,8 +1765,8 @@ def _dec_OffsetFetchResponse_OffsetFetchResponseGroup_v8(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseGroup.topics: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseGroup.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetFetchResponse.OffsetFetchResponseGroup.topics", n2, len(buf) - pos)
         items2: list[OffsetFetchResponse.OffsetFetchResponseTopics] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetFetchResponse_OffsetFetchResponseTopics_v8(buf, pos)
@@ -1816,8 +1819,8 @@ def _dec_OffsetFetchResponse_v8(buf: memoryview, pos: int) -> tuple[OffsetFetchR
     if n1 < 0:
         raise DecodeError(f"OffsetFetchResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 5 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetFetchResponse.groups", n1, len(buf) - pos)
         items1: list[OffsetFetchResponse.OffsetFetchResponseGroup] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetFetchResponse_OffsetFetchResponseGroup_v8(buf, pos)
@@ -1867,8 +1870,8 @@ def _dec_OffsetFetchResponse_OffsetFetchResponseTopics_v10(buf: memoryview, pos:
     if n2 < 0:
         raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseTopics.partitions: invalid array length {n2}")
     else:
-        if n2 * 20 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseTopics.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 20 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetFetchResponse.OffsetFetchResponseTopics.partitions", n2, len(buf) - pos)
         items2: list[OffsetFetchResponse.OffsetFetchResponsePartitions] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetFetchResponse_OffsetFetchResponsePartitions_v8(buf, pos)
@@ -1944,8 +1947,8 @@ def _dec_OffsetFetchResponse_OffsetFetchResponseGroup_v10(buf: memoryview, pos: 
     if n2 < 0:
         raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseGroup.topics: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseGroup.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetFetchResponse.OffsetFetchResponseGroup.topics", n2, len(buf) - pos)
         items2: list[OffsetFetchResponse.OffsetFetchResponseTopics] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetFetchResponse_OffsetFetchResponseTopics_v10(buf, pos)
@@ -1998,8 +2001,8 @@ def _dec_OffsetFetchResponse_v10(buf: memoryview, pos: int) -> tuple[OffsetFetch
     if n1 < 0:
         raise DecodeError(f"OffsetFetchResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 5 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetFetchResponse.groups", n1, len(buf) - pos)
         items1: list[OffsetFetchResponse.OffsetFetchResponseGroup] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetFetchResponse_OffsetFetchResponseGroup_v10(buf, pos)

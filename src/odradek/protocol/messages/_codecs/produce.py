@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -135,8 +138,8 @@ def _dec_ProduceRequest_TopicProduceData_v0(buf: memoryview, pos: int) -> tuple[
     if n2 < 0:
         raise DecodeError(f"ProduceRequest.TopicProduceData.partition_data: invalid array length {n2}")
     else:
-        if n2 * 5 > len(buf) - pos:
-            raise DecodeError(f"ProduceRequest.TopicProduceData.partition_data: array of {n2} elements runs past the end of the data")
+        if n2 * 5 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ProduceRequest.TopicProduceData.partition_data", n2, len(buf) - pos)
         items2: list[ProduceRequest.PartitionProduceData] = []
         for _ in range(n2):
             item2, pos = _dec_ProduceRequest_PartitionProduceData_v0(buf, pos)
@@ -172,8 +175,8 @@ def _dec_ProduceRequest_v0(buf: memoryview, pos: int) -> tuple[ProduceRequest, i
     if n1 < 0:
         raise DecodeError(f"ProduceRequest.topic_data: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ProduceRequest.topic_data: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ProduceRequest.topic_data", n1, len(buf) - pos)
         items1: list[ProduceRequest.TopicProduceData] = []
         for _ in range(n1):
             item1, pos = _dec_ProduceRequest_TopicProduceData_v0(buf, pos)
@@ -229,8 +232,8 @@ def _dec_ProduceRequest_v3(buf: memoryview, pos: int) -> tuple[ProduceRequest, i
     if n2 < 0:
         raise DecodeError(f"ProduceRequest.topic_data: invalid array length {n2}")
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"ProduceRequest.topic_data: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ProduceRequest.topic_data", n2, len(buf) - pos)
         items2: list[ProduceRequest.TopicProduceData] = []
         for _ in range(n2):
             item2, pos = _dec_ProduceRequest_TopicProduceData_v0(buf, pos)
@@ -357,8 +360,8 @@ def _dec_ProduceRequest_TopicProduceData_v9(buf: memoryview, pos: int) -> tuple[
     if n2 < 0:
         raise DecodeError(f"ProduceRequest.TopicProduceData.partition_data: invalid array length {n2}")
     else:
-        if n2 * 6 > len(buf) - pos:
-            raise DecodeError(f"ProduceRequest.TopicProduceData.partition_data: array of {n2} elements runs past the end of the data")
+        if n2 * 6 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ProduceRequest.TopicProduceData.partition_data", n2, len(buf) - pos)
         items2: list[ProduceRequest.PartitionProduceData] = []
         for _ in range(n2):
             item2, pos = _dec_ProduceRequest_PartitionProduceData_v9(buf, pos)
@@ -438,8 +441,8 @@ def _dec_ProduceRequest_v9(buf: memoryview, pos: int) -> tuple[ProduceRequest, i
     if n2 < 0:
         raise DecodeError(f"ProduceRequest.topic_data: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"ProduceRequest.topic_data: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ProduceRequest.topic_data", n2, len(buf) - pos)
         items2: list[ProduceRequest.TopicProduceData] = []
         for _ in range(n2):
             item2, pos = _dec_ProduceRequest_TopicProduceData_v9(buf, pos)
@@ -487,8 +490,8 @@ def _dec_ProduceRequest_TopicProduceData_v13(buf: memoryview, pos: int) -> tuple
     if n2 < 0:
         raise DecodeError(f"ProduceRequest.TopicProduceData.partition_data: invalid array length {n2}")
     else:
-        if n2 * 6 > len(buf) - pos:
-            raise DecodeError(f"ProduceRequest.TopicProduceData.partition_data: array of {n2} elements runs past the end of the data")
+        if n2 * 6 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ProduceRequest.TopicProduceData.partition_data", n2, len(buf) - pos)
         items2: list[ProduceRequest.PartitionProduceData] = []
         for _ in range(n2):
             item2, pos = _dec_ProduceRequest_PartitionProduceData_v9(buf, pos)
@@ -568,8 +571,8 @@ def _dec_ProduceRequest_v13(buf: memoryview, pos: int) -> tuple[ProduceRequest, 
     if n2 < 0:
         raise DecodeError(f"ProduceRequest.topic_data: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"ProduceRequest.topic_data: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ProduceRequest.topic_data", n2, len(buf) - pos)
         items2: list[ProduceRequest.TopicProduceData] = []
         for _ in range(n2):
             item2, pos = _dec_ProduceRequest_TopicProduceData_v13(buf, pos)
@@ -644,8 +647,8 @@ def _dec_ProduceResponse_TopicProduceResponse_v0(buf: memoryview, pos: int) -> t
     if n2 < 0:
         raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: invalid array length {n2}")
     else:
-        if n2 * 14 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: array of {n2} elements runs past the end of the data")
+        if n2 * 14 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ProduceResponse.TopicProduceResponse.partition_responses", n2, len(buf) - pos)
         items2: list[ProduceResponse.PartitionProduceResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ProduceResponse_PartitionProduceResponse_v0(buf, pos)
@@ -678,8 +681,8 @@ def _dec_ProduceResponse_v0(buf: memoryview, pos: int) -> tuple[ProduceResponse,
     if n1 < 0:
         raise DecodeError(f"ProduceResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ProduceResponse.responses", n1, len(buf) - pos)
         items1: list[ProduceResponse.TopicProduceResponse] = []
         for _ in range(n1):
             item1, pos = _dec_ProduceResponse_TopicProduceResponse_v0(buf, pos)
@@ -714,8 +717,8 @@ def _dec_ProduceResponse_v1(buf: memoryview, pos: int) -> tuple[ProduceResponse,
     if n1 < 0:
         raise DecodeError(f"ProduceResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ProduceResponse.responses", n1, len(buf) - pos)
         items1: list[ProduceResponse.TopicProduceResponse] = []
         for _ in range(n1):
             item1, pos = _dec_ProduceResponse_TopicProduceResponse_v0(buf, pos)
@@ -788,8 +791,8 @@ def _dec_ProduceResponse_TopicProduceResponse_v2(buf: memoryview, pos: int) -> t
     if n2 < 0:
         raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: invalid array length {n2}")
     else:
-        if n2 * 22 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: array of {n2} elements runs past the end of the data")
+        if n2 * 22 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ProduceResponse.TopicProduceResponse.partition_responses", n2, len(buf) - pos)
         items2: list[ProduceResponse.PartitionProduceResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ProduceResponse_PartitionProduceResponse_v2(buf, pos)
@@ -823,8 +826,8 @@ def _dec_ProduceResponse_v2(buf: memoryview, pos: int) -> tuple[ProduceResponse,
     if n1 < 0:
         raise DecodeError(f"ProduceResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ProduceResponse.responses", n1, len(buf) - pos)
         items1: list[ProduceResponse.TopicProduceResponse] = []
         for _ in range(n1):
             item1, pos = _dec_ProduceResponse_TopicProduceResponse_v2(buf, pos)
@@ -896,8 +899,8 @@ def _dec_ProduceResponse_TopicProduceResponse_v5(buf: memoryview, pos: int) -> t
     if n2 < 0:
         raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: invalid array length {n2}")
     else:
-        if n2 * 30 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: array of {n2} elements runs past the end of the data")
+        if n2 * 30 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ProduceResponse.TopicProduceResponse.partition_responses", n2, len(buf) - pos)
         items2: list[ProduceResponse.PartitionProduceResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ProduceResponse_PartitionProduceResponse_v5(buf, pos)
@@ -931,8 +934,8 @@ def _dec_ProduceResponse_v5(buf: memoryview, pos: int) -> tuple[ProduceResponse,
     if n1 < 0:
         raise DecodeError(f"ProduceResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ProduceResponse.responses", n1, len(buf) - pos)
         items1: list[ProduceResponse.TopicProduceResponse] = []
         for _ in range(n1):
             item1, pos = _dec_ProduceResponse_TopicProduceResponse_v5(buf, pos)
@@ -1016,8 +1019,8 @@ def _dec_ProduceResponse_PartitionProduceResponse_v8(buf: memoryview, pos: int) 
     if n1 < 0:
         raise DecodeError(f"ProduceResponse.PartitionProduceResponse.record_errors: invalid array length {n1}")
     else:
-        if n1 * 5 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.PartitionProduceResponse.record_errors: array of {n1} elements runs past the end of the data")
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ProduceResponse.PartitionProduceResponse.record_errors", n1, len(buf) - pos)
         items1: list[ProduceResponse.BatchIndexAndErrorMessage] = []
         for _ in range(n1):
             item1, pos = _dec_ProduceResponse_BatchIndexAndErrorMessage_v8(buf, pos)
@@ -1080,8 +1083,8 @@ def _dec_ProduceResponse_TopicProduceResponse_v8(buf: memoryview, pos: int) -> t
     if n2 < 0:
         raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: invalid array length {n2}")
     else:
-        if n2 * 32 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: array of {n2} elements runs past the end of the data")
+        if n2 * 32 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ProduceResponse.TopicProduceResponse.partition_responses", n2, len(buf) - pos)
         items2: list[ProduceResponse.PartitionProduceResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ProduceResponse_PartitionProduceResponse_v8(buf, pos)
@@ -1115,8 +1118,8 @@ def _dec_ProduceResponse_v8(buf: memoryview, pos: int) -> tuple[ProduceResponse,
     if n1 < 0:
         raise DecodeError(f"ProduceResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ProduceResponse.responses", n1, len(buf) - pos)
         items1: list[ProduceResponse.TopicProduceResponse] = []
         for _ in range(n1):
             item1, pos = _dec_ProduceResponse_TopicProduceResponse_v8(buf, pos)
@@ -1231,8 +1234,8 @@ def _dec_ProduceResponse_PartitionProduceResponse_v9(buf: memoryview, pos: int) 
     if n1 < 0:
         raise DecodeError(f"ProduceResponse.PartitionProduceResponse.record_errors: invalid array length {n1}")
     else:
-        if n1 * 6 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.PartitionProduceResponse.record_errors: array of {n1} elements runs past the end of the data")
+        if n1 * 6 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ProduceResponse.PartitionProduceResponse.record_errors", n1, len(buf) - pos)
         items1: list[ProduceResponse.BatchIndexAndErrorMessage] = []
         for _ in range(n1):
             item1, pos = _dec_ProduceResponse_BatchIndexAndErrorMessage_v9(buf, pos)
@@ -1324,8 +1327,8 @@ def _dec_ProduceResponse_TopicProduceResponse_v9(buf: memoryview, pos: int) -> t
     if n2 < 0:
         raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: invalid array length {n2}")
     else:
-        if n2 * 33 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: array of {n2} elements runs past the end of the data")
+        if n2 * 33 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ProduceResponse.TopicProduceResponse.partition_responses", n2, len(buf) - pos)
         items2: list[ProduceResponse.PartitionProduceResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ProduceResponse_PartitionProduceResponse_v9(buf, pos)
@@ -1375,8 +1378,8 @@ def _dec_ProduceResponse_v9(buf: memoryview, pos: int) -> tuple[ProduceResponse,
     if n1 < 0:
         raise DecodeError(f"ProduceResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ProduceResponse.responses", n1, len(buf) - pos)
         items1: list[ProduceResponse.TopicProduceResponse] = []
         for _ in range(n1):
             item1, pos = _dec_ProduceResponse_TopicProduceResponse_v9(buf, pos)
@@ -1472,8 +1475,8 @@ def _dec_ProduceResponse_PartitionProduceResponse_v10(buf: memoryview, pos: int)
     if n1 < 0:
         raise DecodeError(f"ProduceResponse.PartitionProduceResponse.record_errors: invalid array length {n1}")
     else:
-        if n1 * 6 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.PartitionProduceResponse.record_errors: array of {n1} elements runs past the end of the data")
+        if n1 * 6 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ProduceResponse.PartitionProduceResponse.record_errors", n1, len(buf) - pos)
         items1: list[ProduceResponse.BatchIndexAndErrorMessage] = []
         for _ in range(n1):
             item1, pos = _dec_ProduceResponse_BatchIndexAndErrorMessage_v9(buf, pos)
@@ -1507,6 +1510,8 @@ def _dec_ProduceResponse_PartitionProduceResponse_v10(buf: memoryview, pos: int)
 
 def _dec_ProduceResponse_PartitionProduceResponse_v10_tagged(buf: memoryview, pos: int, obj: ProduceResponse.PartitionProduceResponse) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.current_leader = _build_ProduceResponse_LeaderIdAndEpoch()
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -1590,8 +1595,8 @@ def _dec_ProduceResponse_TopicProduceResponse_v10(buf: memoryview, pos: int) -> 
     if n2 < 0:
         raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: invalid array length {n2}")
     else:
-        if n2 * 33 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: array of {n2} elements runs past the end of the data")
+        if n2 * 33 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ProduceResponse.TopicProduceResponse.partition_responses", n2, len(buf) - pos)
         items2: list[ProduceResponse.PartitionProduceResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ProduceResponse_PartitionProduceResponse_v10(buf, pos)
@@ -1741,8 +1746,8 @@ def _dec_ProduceResponse_v10(buf: memoryview, pos: int) -> tuple[ProduceResponse
     if n1 < 0:
         raise DecodeError(f"ProduceResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ProduceResponse.responses", n1, len(buf) - pos)
         items1: list[ProduceResponse.TopicProduceResponse] = []
         for _ in range(n1):
             item1, pos = _dec_ProduceResponse_TopicProduceResponse_v10(buf, pos)
@@ -1761,6 +1766,8 @@ def _dec_ProduceResponse_v10(buf: memoryview, pos: int) -> tuple[ProduceResponse
 
 def _dec_ProduceResponse_v10_tagged(buf: memoryview, pos: int, obj: ProduceResponse) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.node_endpoints = []
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -1782,8 +1789,8 @@ def _dec_ProduceResponse_v10_tagged(buf: memoryview, pos: int, obj: ProduceRespo
             if n2 < 0:
                 raise DecodeError(f"ProduceResponse.node_endpoints: invalid array length {n2}")
             else:
-                if n2 * 11 > len(sub) - pos:
-                    raise DecodeError(f"ProduceResponse.node_endpoints: array of {n2} elements runs past the end of the data")
+                if n2 * 11 > len(sub) - pos or n2 > 1000000:
+                    raise array_refused("ProduceResponse.node_endpoints", n2, len(sub) - pos)
                 items2: list[ProduceResponse.NodeEndpoint] = []
                 for _ in range(n2):
                     item2, pos = _dec_ProduceResponse_NodeEndpoint_v10(sub, pos)
@@ -1834,8 +1841,8 @@ def _dec_ProduceResponse_TopicProduceResponse_v13(buf: memoryview, pos: int) -> 
     if n2 < 0:
         raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: invalid array length {n2}")
     else:
-        if n2 * 33 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: array of {n2} elements runs past the end of the data")
+        if n2 * 33 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ProduceResponse.TopicProduceResponse.partition_responses", n2, len(buf) - pos)
         items2: list[ProduceResponse.PartitionProduceResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ProduceResponse_PartitionProduceResponse_v10(buf, pos)
@@ -1902,8 +1909,8 @@ def _dec_ProduceResponse_v13(buf: memoryview, pos: int) -> tuple[ProduceResponse
     if n1 < 0:
         raise DecodeError(f"ProduceResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ProduceResponse.responses", n1, len(buf) - pos)
         items1: list[ProduceResponse.TopicProduceResponse] = []
         for _ in range(n1):
             item1, pos = _dec_ProduceResponse_TopicProduceResponse_v13(buf, pos)
@@ -1922,6 +1929,8 @@ def _dec_ProduceResponse_v13(buf: memoryview, pos: int) -> tuple[ProduceResponse
 
 def _dec_ProduceResponse_v13_tagged(buf: memoryview, pos: int, obj: ProduceResponse) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.node_endpoints = []
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -1943,8 +1952,8 @@ def _dec_ProduceResponse_v13_tagged(buf: memoryview, pos: int, obj: ProduceRespo
             if n2 < 0:
                 raise DecodeError(f"ProduceResponse.node_endpoints: invalid array length {n2}")
             else:
-                if n2 * 11 > len(sub) - pos:
-                    raise DecodeError(f"ProduceResponse.node_endpoints: array of {n2} elements runs past the end of the data")
+                if n2 * 11 > len(sub) - pos or n2 > 1000000:
+                    raise array_refused("ProduceResponse.node_endpoints", n2, len(sub) - pos)
                 items2: list[ProduceResponse.NodeEndpoint] = []
                 for _ in range(n2):
                     item2, pos = _dec_ProduceResponse_NodeEndpoint_v10(sub, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -106,8 +109,8 @@ def _dec_ReadShareGroupStateSummaryRequest_ReadStateSummaryData_v0(buf: memoryvi
     if n2 < 0:
         raise DecodeError(f"ReadShareGroupStateSummaryRequest.ReadStateSummaryData.partitions: invalid array length {n2}")
     else:
-        if n2 * 9 > len(buf) - pos:
-            raise DecodeError(f"ReadShareGroupStateSummaryRequest.ReadStateSummaryData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 9 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ReadShareGroupStateSummaryRequest.ReadStateSummaryData.partitions", n2, len(buf) - pos)
         items2: list[ReadShareGroupStateSummaryRequest.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_ReadShareGroupStateSummaryRequest_PartitionData_v0(buf, pos)
@@ -181,8 +184,8 @@ def _dec_ReadShareGroupStateSummaryRequest_v0(buf: memoryview, pos: int) -> tupl
     if n2 < 0:
         raise DecodeError(f"ReadShareGroupStateSummaryRequest.topics: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"ReadShareGroupStateSummaryRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ReadShareGroupStateSummaryRequest.topics", n2, len(buf) - pos)
         items2: list[ReadShareGroupStateSummaryRequest.ReadStateSummaryData] = []
         for _ in range(n2):
             item2, pos = _dec_ReadShareGroupStateSummaryRequest_ReadStateSummaryData_v0(buf, pos)
@@ -286,8 +289,8 @@ def _dec_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult_v0(buf: memor
     if n2 < 0:
         raise DecodeError(f"ReadShareGroupStateSummaryResponse.ReadStateSummaryResult.partitions: invalid array length {n2}")
     else:
-        if n2 * 24 > len(buf) - pos:
-            raise DecodeError(f"ReadShareGroupStateSummaryResponse.ReadStateSummaryResult.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 24 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ReadShareGroupStateSummaryResponse.ReadStateSummaryResult.partitions", n2, len(buf) - pos)
         items2: list[ReadShareGroupStateSummaryResponse.PartitionResult] = []
         for _ in range(n2):
             item2, pos = _dec_ReadShareGroupStateSummaryResponse_PartitionResult_v0(buf, pos)
@@ -333,8 +336,8 @@ def _dec_ReadShareGroupStateSummaryResponse_v0(buf: memoryview, pos: int) -> tup
     if n1 < 0:
         raise DecodeError(f"ReadShareGroupStateSummaryResponse.results: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"ReadShareGroupStateSummaryResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ReadShareGroupStateSummaryResponse.results", n1, len(buf) - pos)
         items1: list[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult] = []
         for _ in range(n1):
             item1, pos = _dec_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult_v0(buf, pos)
@@ -437,8 +440,8 @@ def _dec_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult_v1(buf: memor
     if n2 < 0:
         raise DecodeError(f"ReadShareGroupStateSummaryResponse.ReadStateSummaryResult.partitions: invalid array length {n2}")
     else:
-        if n2 * 28 > len(buf) - pos:
-            raise DecodeError(f"ReadShareGroupStateSummaryResponse.ReadStateSummaryResult.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 28 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ReadShareGroupStateSummaryResponse.ReadStateSummaryResult.partitions", n2, len(buf) - pos)
         items2: list[ReadShareGroupStateSummaryResponse.PartitionResult] = []
         for _ in range(n2):
             item2, pos = _dec_ReadShareGroupStateSummaryResponse_PartitionResult_v1(buf, pos)
@@ -484,8 +487,8 @@ def _dec_ReadShareGroupStateSummaryResponse_v1(buf: memoryview, pos: int) -> tup
     if n1 < 0:
         raise DecodeError(f"ReadShareGroupStateSummaryResponse.results: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"ReadShareGroupStateSummaryResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ReadShareGroupStateSummaryResponse.results", n1, len(buf) - pos)
         items1: list[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult] = []
         for _ in range(n1):
             item1, pos = _dec_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult_v1(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -91,8 +94,8 @@ def _dec_ShareAcknowledgeRequest_AcknowledgementBatch_v0(buf: memoryview, pos: i
         raise DecodeError(f"ShareAcknowledgeRequest.AcknowledgementBatch.acknowledge_types: invalid array length {n1}")
     else:
         end1 = pos + n1 * 1
-        if end1 > len(buf):
-            raise DecodeError(f"ShareAcknowledgeRequest.AcknowledgementBatch.acknowledge_types: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("ShareAcknowledgeRequest.AcknowledgementBatch.acknowledge_types", n1, len(buf) - pos)
         obj.acknowledge_types = list(sunpack(f">{n1}b", buf, pos)) if n1 else []
         pos = end1
     if buf[pos] == 0:
@@ -138,8 +141,8 @@ def _dec_ShareAcknowledgeRequest_AcknowledgePartition_v0(buf: memoryview, pos: i
     if n1 < 0:
         raise DecodeError(f"ShareAcknowledgeRequest.AcknowledgePartition.acknowledgement_batches: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareAcknowledgeRequest.AcknowledgePartition.acknowledgement_batches: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ShareAcknowledgeRequest.AcknowledgePartition.acknowledgement_batches", n1, len(buf) - pos)
         items1: list[ShareAcknowledgeRequest.AcknowledgementBatch] = []
         for _ in range(n1):
             item1, pos = _dec_ShareAcknowledgeRequest_AcknowledgementBatch_v0(buf, pos)
@@ -187,8 +190,8 @@ def _dec_ShareAcknowledgeRequest_AcknowledgeTopic_v0(buf: memoryview, pos: int) 
     if n2 < 0:
         raise DecodeError(f"ShareAcknowledgeRequest.AcknowledgeTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 6 > len(buf) - pos:
-            raise DecodeError(f"ShareAcknowledgeRequest.AcknowledgeTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 6 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ShareAcknowledgeRequest.AcknowledgeTopic.partitions", n2, len(buf) - pos)
         items2: list[ShareAcknowledgeRequest.AcknowledgePartition] = []
         for _ in range(n2):
             item2, pos = _dec_ShareAcknowledgeRequest_AcknowledgePartition_v0(buf, pos)
@@ -299,8 +302,8 @@ def _dec_ShareAcknowledgeRequest_v0(buf: memoryview, pos: int) -> tuple[ShareAck
     if n3 < 0:
         raise DecodeError(f"ShareAcknowledgeRequest.topics: invalid array length {n3}")
     else:
-        if n3 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareAcknowledgeRequest.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 18 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("ShareAcknowledgeRequest.topics", n3, len(buf) - pos)
         items3: list[ShareAcknowledgeRequest.AcknowledgeTopic] = []
         for _ in range(n3):
             item3, pos = _dec_ShareAcknowledgeRequest_AcknowledgeTopic_v0(buf, pos)
@@ -410,8 +413,8 @@ def _dec_ShareAcknowledgeRequest_v2(buf: memoryview, pos: int) -> tuple[ShareAck
     if n3 < 0:
         raise DecodeError(f"ShareAcknowledgeRequest.topics: invalid array length {n3}")
     else:
-        if n3 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareAcknowledgeRequest.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 18 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("ShareAcknowledgeRequest.topics", n3, len(buf) - pos)
         items3: list[ShareAcknowledgeRequest.AcknowledgeTopic] = []
         for _ in range(n3):
             item3, pos = _dec_ShareAcknowledgeRequest_AcknowledgeTopic_v0(buf, pos)
@@ -535,8 +538,8 @@ def _dec_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v0(buf: memoryvi
     if n2 < 0:
         raise DecodeError(f"ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 9 > len(buf) - pos:
-            raise DecodeError(f"ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 9 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[ShareAcknowledgeResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_ShareAcknowledgeResponse_PartitionData_v0(buf, pos)
@@ -709,8 +712,8 @@ def _dec_ShareAcknowledgeResponse_v0(buf: memoryview, pos: int) -> tuple[ShareAc
     if n2 < 0:
         raise DecodeError(f"ShareAcknowledgeResponse.responses: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareAcknowledgeResponse.responses: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ShareAcknowledgeResponse.responses", n2, len(buf) - pos)
         items2: list[ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v0(buf, pos)
@@ -726,8 +729,8 @@ def _dec_ShareAcknowledgeResponse_v0(buf: memoryview, pos: int) -> tuple[ShareAc
     if n3 < 0:
         raise DecodeError(f"ShareAcknowledgeResponse.node_endpoints: invalid array length {n3}")
     else:
-        if n3 * 11 > len(buf) - pos:
-            raise DecodeError(f"ShareAcknowledgeResponse.node_endpoints: array of {n3} elements runs past the end of the data")
+        if n3 * 11 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("ShareAcknowledgeResponse.node_endpoints", n3, len(buf) - pos)
         items3: list[ShareAcknowledgeResponse.NodeEndpoint] = []
         for _ in range(n3):
             item3, pos = _dec_ShareAcknowledgeResponse_NodeEndpoint_v0(buf, pos)
@@ -821,8 +824,8 @@ def _dec_ShareAcknowledgeResponse_v2(buf: memoryview, pos: int) -> tuple[ShareAc
     if n2 < 0:
         raise DecodeError(f"ShareAcknowledgeResponse.responses: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareAcknowledgeResponse.responses: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ShareAcknowledgeResponse.responses", n2, len(buf) - pos)
         items2: list[ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v0(buf, pos)
@@ -838,8 +841,8 @@ def _dec_ShareAcknowledgeResponse_v2(buf: memoryview, pos: int) -> tuple[ShareAc
     if n3 < 0:
         raise DecodeError(f"ShareAcknowledgeResponse.node_endpoints: invalid array length {n3}")
     else:
-        if n3 * 11 > len(buf) - pos:
-            raise DecodeError(f"ShareAcknowledgeResponse.node_endpoints: array of {n3} elements runs past the end of the data")
+        if n3 * 11 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("ShareAcknowledgeResponse.node_endpoints", n3, len(buf) - pos)
         items3: list[ShareAcknowledgeResponse.NodeEndpoint] = []
         for _ in range(n3):
             item3, pos = _dec_ShareAcknowledgeResponse_NodeEndpoint_v0(buf, pos)

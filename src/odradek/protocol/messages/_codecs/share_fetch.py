@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -101,8 +104,8 @@ def _dec_ShareFetchRequest_AcknowledgementBatch_v0(buf: memoryview, pos: int) ->
         raise DecodeError(f"ShareFetchRequest.AcknowledgementBatch.acknowledge_types: invalid array length {n1}")
     else:
         end1 = pos + n1 * 1
-        if end1 > len(buf):
-            raise DecodeError(f"ShareFetchRequest.AcknowledgementBatch.acknowledge_types: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("ShareFetchRequest.AcknowledgementBatch.acknowledge_types", n1, len(buf) - pos)
         obj.acknowledge_types = list(sunpack(f">{n1}b", buf, pos)) if n1 else []
         pos = end1
     if buf[pos] == 0:
@@ -148,8 +151,8 @@ def _dec_ShareFetchRequest_FetchPartition_v0(buf: memoryview, pos: int) -> tuple
     if n1 < 0:
         raise DecodeError(f"ShareFetchRequest.FetchPartition.acknowledgement_batches: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareFetchRequest.FetchPartition.acknowledgement_batches: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ShareFetchRequest.FetchPartition.acknowledgement_batches", n1, len(buf) - pos)
         items1: list[ShareFetchRequest.AcknowledgementBatch] = []
         for _ in range(n1):
             item1, pos = _dec_ShareFetchRequest_AcknowledgementBatch_v0(buf, pos)
@@ -197,8 +200,8 @@ def _dec_ShareFetchRequest_FetchTopic_v0(buf: memoryview, pos: int) -> tuple[Sha
     if n2 < 0:
         raise DecodeError(f"ShareFetchRequest.FetchTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 10 > len(buf) - pos:
-            raise DecodeError(f"ShareFetchRequest.FetchTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 10 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ShareFetchRequest.FetchTopic.partitions", n2, len(buf) - pos)
         items2: list[ShareFetchRequest.FetchPartition] = []
         for _ in range(n2):
             item2, pos = _dec_ShareFetchRequest_FetchPartition_v0(buf, pos)
@@ -247,8 +250,8 @@ def _dec_ShareFetchRequest_ForgottenTopic_v0(buf: memoryview, pos: int) -> tuple
         raise DecodeError(f"ShareFetchRequest.ForgottenTopic.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"ShareFetchRequest.ForgottenTopic.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("ShareFetchRequest.ForgottenTopic.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -371,8 +374,8 @@ def _dec_ShareFetchRequest_v0(buf: memoryview, pos: int) -> tuple[ShareFetchRequ
     if n3 < 0:
         raise DecodeError(f"ShareFetchRequest.topics: invalid array length {n3}")
     else:
-        if n3 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareFetchRequest.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 18 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("ShareFetchRequest.topics", n3, len(buf) - pos)
         items3: list[ShareFetchRequest.FetchTopic] = []
         for _ in range(n3):
             item3, pos = _dec_ShareFetchRequest_FetchTopic_v0(buf, pos)
@@ -388,8 +391,8 @@ def _dec_ShareFetchRequest_v0(buf: memoryview, pos: int) -> tuple[ShareFetchRequ
     if n4 < 0:
         raise DecodeError(f"ShareFetchRequest.forgotten_topics_data: invalid array length {n4}")
     else:
-        if n4 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareFetchRequest.forgotten_topics_data: array of {n4} elements runs past the end of the data")
+        if n4 * 18 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("ShareFetchRequest.forgotten_topics_data", n4, len(buf) - pos)
         items4: list[ShareFetchRequest.ForgottenTopic] = []
         for _ in range(n4):
             item4, pos = _dec_ShareFetchRequest_ForgottenTopic_v0(buf, pos)
@@ -444,8 +447,8 @@ def _dec_ShareFetchRequest_FetchPartition_v1(buf: memoryview, pos: int) -> tuple
     if n1 < 0:
         raise DecodeError(f"ShareFetchRequest.FetchPartition.acknowledgement_batches: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareFetchRequest.FetchPartition.acknowledgement_batches: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ShareFetchRequest.FetchPartition.acknowledgement_batches", n1, len(buf) - pos)
         items1: list[ShareFetchRequest.AcknowledgementBatch] = []
         for _ in range(n1):
             item1, pos = _dec_ShareFetchRequest_AcknowledgementBatch_v0(buf, pos)
@@ -494,8 +497,8 @@ def _dec_ShareFetchRequest_FetchTopic_v1(buf: memoryview, pos: int) -> tuple[Sha
     if n2 < 0:
         raise DecodeError(f"ShareFetchRequest.FetchTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 6 > len(buf) - pos:
-            raise DecodeError(f"ShareFetchRequest.FetchTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 6 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ShareFetchRequest.FetchTopic.partitions", n2, len(buf) - pos)
         items2: list[ShareFetchRequest.FetchPartition] = []
         for _ in range(n2):
             item2, pos = _dec_ShareFetchRequest_FetchPartition_v1(buf, pos)
@@ -617,8 +620,8 @@ def _dec_ShareFetchRequest_v1(buf: memoryview, pos: int) -> tuple[ShareFetchRequ
     if n3 < 0:
         raise DecodeError(f"ShareFetchRequest.topics: invalid array length {n3}")
     else:
-        if n3 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareFetchRequest.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 18 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("ShareFetchRequest.topics", n3, len(buf) - pos)
         items3: list[ShareFetchRequest.FetchTopic] = []
         for _ in range(n3):
             item3, pos = _dec_ShareFetchRequest_FetchTopic_v1(buf, pos)
@@ -634,8 +637,8 @@ def _dec_ShareFetchRequest_v1(buf: memoryview, pos: int) -> tuple[ShareFetchRequ
     if n4 < 0:
         raise DecodeError(f"ShareFetchRequest.forgotten_topics_data: invalid array length {n4}")
     else:
-        if n4 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareFetchRequest.forgotten_topics_data: array of {n4} elements runs past the end of the data")
+        if n4 * 18 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("ShareFetchRequest.forgotten_topics_data", n4, len(buf) - pos)
         items4: list[ShareFetchRequest.ForgottenTopic] = []
         for _ in range(n4):
             item4, pos = _dec_ShareFetchRequest_ForgottenTopic_v0(buf, pos)
@@ -757,8 +760,8 @@ def _dec_ShareFetchRequest_v2(buf: memoryview, pos: int) -> tuple[ShareFetchRequ
     if n3 < 0:
         raise DecodeError(f"ShareFetchRequest.topics: invalid array length {n3}")
     else:
-        if n3 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareFetchRequest.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 18 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("ShareFetchRequest.topics", n3, len(buf) - pos)
         items3: list[ShareFetchRequest.FetchTopic] = []
         for _ in range(n3):
             item3, pos = _dec_ShareFetchRequest_FetchTopic_v1(buf, pos)
@@ -774,8 +777,8 @@ def _dec_ShareFetchRequest_v2(buf: memoryview, pos: int) -> tuple[ShareFetchRequ
     if n4 < 0:
         raise DecodeError(f"ShareFetchRequest.forgotten_topics_data: invalid array length {n4}")
     else:
-        if n4 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareFetchRequest.forgotten_topics_data: array of {n4} elements runs past the end of the data")
+        if n4 * 18 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("ShareFetchRequest.forgotten_topics_data", n4, len(buf) - pos)
         items4: list[ShareFetchRequest.ForgottenTopic] = []
         for _ in range(n4):
             item4, pos = _dec_ShareFetchRequest_ForgottenTopic_v0(buf, pos)
@@ -968,8 +971,8 @@ def _dec_ShareFetchResponse_PartitionData_v0(buf: memoryview, pos: int) -> tuple
     if n5 < 0:
         raise DecodeError(f"ShareFetchResponse.PartitionData.acquired_records: invalid array length {n5}")
     else:
-        if n5 * 19 > len(buf) - pos:
-            raise DecodeError(f"ShareFetchResponse.PartitionData.acquired_records: array of {n5} elements runs past the end of the data")
+        if n5 * 19 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("ShareFetchResponse.PartitionData.acquired_records", n5, len(buf) - pos)
         items5: list[ShareFetchResponse.AcquiredRecords] = []
         for _ in range(n5):
             item5, pos = _dec_ShareFetchResponse_AcquiredRecords_v0(buf, pos)
@@ -1017,8 +1020,8 @@ def _dec_ShareFetchResponse_ShareFetchableTopicResponse_v0(buf: memoryview, pos:
     if n2 < 0:
         raise DecodeError(f"ShareFetchResponse.ShareFetchableTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 14 > len(buf) - pos:
-            raise DecodeError(f"ShareFetchResponse.ShareFetchableTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 14 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ShareFetchResponse.ShareFetchableTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[ShareFetchResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_ShareFetchResponse_PartitionData_v0(buf, pos)
@@ -1193,8 +1196,8 @@ def _dec_ShareFetchResponse_v0(buf: memoryview, pos: int) -> tuple[ShareFetchRes
     if n2 < 0:
         raise DecodeError(f"ShareFetchResponse.responses: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareFetchResponse.responses: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ShareFetchResponse.responses", n2, len(buf) - pos)
         items2: list[ShareFetchResponse.ShareFetchableTopicResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ShareFetchResponse_ShareFetchableTopicResponse_v0(buf, pos)
@@ -1210,8 +1213,8 @@ def _dec_ShareFetchResponse_v0(buf: memoryview, pos: int) -> tuple[ShareFetchRes
     if n3 < 0:
         raise DecodeError(f"ShareFetchResponse.node_endpoints: invalid array length {n3}")
     else:
-        if n3 * 11 > len(buf) - pos:
-            raise DecodeError(f"ShareFetchResponse.node_endpoints: array of {n3} elements runs past the end of the data")
+        if n3 * 11 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("ShareFetchResponse.node_endpoints", n3, len(buf) - pos)
         items3: list[ShareFetchResponse.NodeEndpoint] = []
         for _ in range(n3):
             item3, pos = _dec_ShareFetchResponse_NodeEndpoint_v0(buf, pos)
@@ -1359,8 +1362,8 @@ def _dec_ShareFetchResponse_PartitionData_v1(buf: memoryview, pos: int) -> tuple
     if n5 < 0:
         raise DecodeError(f"ShareFetchResponse.PartitionData.acquired_records: invalid array length {n5}")
     else:
-        if n5 * 19 > len(buf) - pos:
-            raise DecodeError(f"ShareFetchResponse.PartitionData.acquired_records: array of {n5} elements runs past the end of the data")
+        if n5 * 19 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("ShareFetchResponse.PartitionData.acquired_records", n5, len(buf) - pos)
         items5: list[ShareFetchResponse.AcquiredRecords] = []
         for _ in range(n5):
             item5, pos = _dec_ShareFetchResponse_AcquiredRecords_v0(buf, pos)
@@ -1408,8 +1411,8 @@ def _dec_ShareFetchResponse_ShareFetchableTopicResponse_v1(buf: memoryview, pos:
     if n2 < 0:
         raise DecodeError(f"ShareFetchResponse.ShareFetchableTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 14 > len(buf) - pos:
-            raise DecodeError(f"ShareFetchResponse.ShareFetchableTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 14 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ShareFetchResponse.ShareFetchableTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[ShareFetchResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_ShareFetchResponse_PartitionData_v1(buf, pos)
@@ -1502,8 +1505,8 @@ def _dec_ShareFetchResponse_v1(buf: memoryview, pos: int) -> tuple[ShareFetchRes
     if n2 < 0:
         raise DecodeError(f"ShareFetchResponse.responses: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareFetchResponse.responses: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ShareFetchResponse.responses", n2, len(buf) - pos)
         items2: list[ShareFetchResponse.ShareFetchableTopicResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ShareFetchResponse_ShareFetchableTopicResponse_v1(buf, pos)
@@ -1519,8 +1522,8 @@ def _dec_ShareFetchResponse_v1(buf: memoryview, pos: int) -> tuple[ShareFetchRes
     if n3 < 0:
         raise DecodeError(f"ShareFetchResponse.node_endpoints: invalid array length {n3}")
     else:
-        if n3 * 11 > len(buf) - pos:
-            raise DecodeError(f"ShareFetchResponse.node_endpoints: array of {n3} elements runs past the end of the data")
+        if n3 * 11 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("ShareFetchResponse.node_endpoints", n3, len(buf) - pos)
         items3: list[ShareFetchResponse.NodeEndpoint] = []
         for _ in range(n3):
             item3, pos = _dec_ShareFetchResponse_NodeEndpoint_v0(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -95,8 +98,8 @@ def _dec_ShareGroupDescribeRequest_v0(buf: memoryview, pos: int) -> tuple[ShareG
     if n1 < 0:
         raise DecodeError(f"ShareGroupDescribeRequest.group_ids: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"ShareGroupDescribeRequest.group_ids: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ShareGroupDescribeRequest.group_ids", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = buf[pos]
@@ -189,8 +192,8 @@ def _dec_ShareGroupDescribeResponse_TopicPartitions_v0(buf: memoryview, pos: int
         raise DecodeError(f"ShareGroupDescribeResponse.TopicPartitions.partitions: invalid array length {n3}")
     else:
         end3 = pos + n3 * 4
-        if end3 > len(buf):
-            raise DecodeError(f"ShareGroupDescribeResponse.TopicPartitions.partitions: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("ShareGroupDescribeResponse.TopicPartitions.partitions", n3, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n3}i", buf, pos)) if n3 else []
         pos = end3
     if buf[pos] == 0:
@@ -233,8 +236,8 @@ def _dec_ShareGroupDescribeResponse_Assignment_v0(buf: memoryview, pos: int) -> 
     if n1 < 0:
         raise DecodeError(f"ShareGroupDescribeResponse.Assignment.topic_partitions: invalid array length {n1}")
     else:
-        if n1 * 19 > len(buf) - pos:
-            raise DecodeError(f"ShareGroupDescribeResponse.Assignment.topic_partitions: array of {n1} elements runs past the end of the data")
+        if n1 * 19 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ShareGroupDescribeResponse.Assignment.topic_partitions", n1, len(buf) - pos)
         items1: list[ShareGroupDescribeResponse.TopicPartitions] = []
         for _ in range(n1):
             item1, pos = _dec_ShareGroupDescribeResponse_TopicPartitions_v0(buf, pos)
@@ -410,8 +413,8 @@ def _dec_ShareGroupDescribeResponse_Member_v0(buf: memoryview, pos: int) -> tupl
     if n5 < 0:
         raise DecodeError(f"ShareGroupDescribeResponse.Member.subscribed_topic_names: invalid array length {n5}")
     else:
-        if n5 * 1 > len(buf) - pos:
-            raise DecodeError(f"ShareGroupDescribeResponse.Member.subscribed_topic_names: array of {n5} elements runs past the end of the data")
+        if n5 * 1 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("ShareGroupDescribeResponse.Member.subscribed_topic_names", n5, len(buf) - pos)
         items5: list[str] = []
         for _ in range(n5):
             n6 = buf[pos]
@@ -593,8 +596,8 @@ def _dec_ShareGroupDescribeResponse_DescribedGroup_v0(buf: memoryview, pos: int)
     if n5 < 0:
         raise DecodeError(f"ShareGroupDescribeResponse.DescribedGroup.members: invalid array length {n5}")
     else:
-        if n5 * 11 > len(buf) - pos:
-            raise DecodeError(f"ShareGroupDescribeResponse.DescribedGroup.members: array of {n5} elements runs past the end of the data")
+        if n5 * 11 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("ShareGroupDescribeResponse.DescribedGroup.members", n5, len(buf) - pos)
         items5: list[ShareGroupDescribeResponse.Member] = []
         for _ in range(n5):
             item5, pos = _dec_ShareGroupDescribeResponse_Member_v0(buf, pos)
@@ -645,8 +648,8 @@ def _dec_ShareGroupDescribeResponse_v0(buf: memoryview, pos: int) -> tuple[Share
     if n1 < 0:
         raise DecodeError(f"ShareGroupDescribeResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 20 > len(buf) - pos:
-            raise DecodeError(f"ShareGroupDescribeResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 20 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ShareGroupDescribeResponse.groups", n1, len(buf) - pos)
         items1: list[ShareGroupDescribeResponse.DescribedGroup] = []
         for _ in range(n1):
             item1, pos = _dec_ShareGroupDescribeResponse_DescribedGroup_v0(buf, pos)

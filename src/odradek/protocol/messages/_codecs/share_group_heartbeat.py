@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -181,8 +184,8 @@ def _dec_ShareGroupHeartbeatRequest_v0(buf: memoryview, pos: int) -> tuple[Share
             raise DecodeError(f"ShareGroupHeartbeatRequest.subscribed_topic_names: invalid array length {n4}")
         obj.subscribed_topic_names = None
     else:
-        if n4 * 1 > len(buf) - pos:
-            raise DecodeError(f"ShareGroupHeartbeatRequest.subscribed_topic_names: array of {n4} elements runs past the end of the data")
+        if n4 * 1 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("ShareGroupHeartbeatRequest.subscribed_topic_names", n4, len(buf) - pos)
         items4: list[str] = []
         for _ in range(n4):
             n5 = buf[pos]
@@ -245,8 +248,8 @@ def _dec_ShareGroupHeartbeatResponse_TopicPartitions_v0(buf: memoryview, pos: in
         raise DecodeError(f"ShareGroupHeartbeatResponse.TopicPartitions.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"ShareGroupHeartbeatResponse.TopicPartitions.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("ShareGroupHeartbeatResponse.TopicPartitions.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -289,8 +292,8 @@ def _dec_ShareGroupHeartbeatResponse_Assignment_v0(buf: memoryview, pos: int) ->
     if n1 < 0:
         raise DecodeError(f"ShareGroupHeartbeatResponse.Assignment.topic_partitions: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareGroupHeartbeatResponse.Assignment.topic_partitions: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ShareGroupHeartbeatResponse.Assignment.topic_partitions", n1, len(buf) - pos)
         items1: list[ShareGroupHeartbeatResponse.TopicPartitions] = []
         for _ in range(n1):
             item1, pos = _dec_ShareGroupHeartbeatResponse_TopicPartitions_v0(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -117,8 +120,8 @@ def _dec_StreamsGroupDescribeRequest_v0(buf: memoryview, pos: int) -> tuple[Stre
     if n1 < 0:
         raise DecodeError(f"StreamsGroupDescribeRequest.group_ids: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupDescribeRequest.group_ids: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("StreamsGroupDescribeRequest.group_ids", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = buf[pos]
@@ -194,8 +197,8 @@ def _dec_StreamsGroupDescribeRequest_v1(buf: memoryview, pos: int) -> tuple[Stre
     if n1 < 0:
         raise DecodeError(f"StreamsGroupDescribeRequest.group_ids: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupDescribeRequest.group_ids: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("StreamsGroupDescribeRequest.group_ids", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = buf[pos]
@@ -363,8 +366,8 @@ def _dec_StreamsGroupDescribeResponse_TopicInfo_v0(buf: memoryview, pos: int) ->
     if n2 < 0:
         raise DecodeError(f"StreamsGroupDescribeResponse.TopicInfo.topic_configs: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupDescribeResponse.TopicInfo.topic_configs: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("StreamsGroupDescribeResponse.TopicInfo.topic_configs", n2, len(buf) - pos)
         items2: list[StreamsGroupDescribeResponse.KeyValue] = []
         for _ in range(n2):
             item2, pos = _dec_StreamsGroupDescribeResponse_KeyValue_v0(buf, pos)
@@ -495,8 +498,8 @@ def _dec_StreamsGroupDescribeResponse_Subtopology_v0(buf: memoryview, pos: int) 
     if n2 < 0:
         raise DecodeError(f"StreamsGroupDescribeResponse.Subtopology.source_topics: invalid array length {n2}")
     else:
-        if n2 * 1 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupDescribeResponse.Subtopology.source_topics: array of {n2} elements runs past the end of the data")
+        if n2 * 1 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("StreamsGroupDescribeResponse.Subtopology.source_topics", n2, len(buf) - pos)
         items2: list[str] = []
         for _ in range(n2):
             n3 = buf[pos]
@@ -526,8 +529,8 @@ def _dec_StreamsGroupDescribeResponse_Subtopology_v0(buf: memoryview, pos: int) 
     if n4 < 0:
         raise DecodeError(f"StreamsGroupDescribeResponse.Subtopology.repartition_sink_topics: invalid array length {n4}")
     else:
-        if n4 * 1 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupDescribeResponse.Subtopology.repartition_sink_topics: array of {n4} elements runs past the end of the data")
+        if n4 * 1 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("StreamsGroupDescribeResponse.Subtopology.repartition_sink_topics", n4, len(buf) - pos)
         items4: list[str] = []
         for _ in range(n4):
             n5 = buf[pos]
@@ -557,8 +560,8 @@ def _dec_StreamsGroupDescribeResponse_Subtopology_v0(buf: memoryview, pos: int) 
     if n6 < 0:
         raise DecodeError(f"StreamsGroupDescribeResponse.Subtopology.state_changelog_topics: invalid array length {n6}")
     else:
-        if n6 * 9 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupDescribeResponse.Subtopology.state_changelog_topics: array of {n6} elements runs past the end of the data")
+        if n6 * 9 > len(buf) - pos or n6 > 1000000:
+            raise array_refused("StreamsGroupDescribeResponse.Subtopology.state_changelog_topics", n6, len(buf) - pos)
         items6: list[StreamsGroupDescribeResponse.TopicInfo] = []
         for _ in range(n6):
             item6, pos = _dec_StreamsGroupDescribeResponse_TopicInfo_v0(buf, pos)
@@ -574,8 +577,8 @@ def _dec_StreamsGroupDescribeResponse_Subtopology_v0(buf: memoryview, pos: int) 
     if n7 < 0:
         raise DecodeError(f"StreamsGroupDescribeResponse.Subtopology.repartition_source_topics: invalid array length {n7}")
     else:
-        if n7 * 9 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupDescribeResponse.Subtopology.repartition_source_topics: array of {n7} elements runs past the end of the data")
+        if n7 * 9 > len(buf) - pos or n7 > 1000000:
+            raise array_refused("StreamsGroupDescribeResponse.Subtopology.repartition_source_topics", n7, len(buf) - pos)
         items7: list[StreamsGroupDescribeResponse.TopicInfo] = []
         for _ in range(n7):
             item7, pos = _dec_StreamsGroupDescribeResponse_TopicInfo_v0(buf, pos)
@@ -626,8 +629,8 @@ def _dec_StreamsGroupDescribeResponse_Topology_v0(buf: memoryview, pos: int) -> 
             raise DecodeError(f"StreamsGroupDescribeResponse.Topology.subtopologies: invalid array length {n1}")
         obj.subtopologies = None
     else:
-        if n1 * 6 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupDescribeResponse.Topology.subtopologies: array of {n1} elements runs past the end of the data")
+        if n1 * 6 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("StreamsGroupDescribeResponse.Topology.subtopologies", n1, len(buf) - pos)
         items1: list[StreamsGroupDescribeResponse.Subtopology] = []
         for _ in range(n1):
             item1, pos = _dec_StreamsGroupDescribeResponse_Subtopology_v0(buf, pos)
@@ -802,8 +805,8 @@ def _dec_StreamsGroupDescribeResponse_TaskIds_v0(buf: memoryview, pos: int) -> t
         raise DecodeError(f"StreamsGroupDescribeResponse.TaskIds.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"StreamsGroupDescribeResponse.TaskIds.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("StreamsGroupDescribeResponse.TaskIds.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -868,8 +871,8 @@ def _dec_StreamsGroupDescribeResponse_Assignment_v0(buf: memoryview, pos: int) -
     if n1 < 0:
         raise DecodeError(f"StreamsGroupDescribeResponse.Assignment.active_tasks: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupDescribeResponse.Assignment.active_tasks: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("StreamsGroupDescribeResponse.Assignment.active_tasks", n1, len(buf) - pos)
         items1: list[StreamsGroupDescribeResponse.TaskIds] = []
         for _ in range(n1):
             item1, pos = _dec_StreamsGroupDescribeResponse_TaskIds_v0(buf, pos)
@@ -885,8 +888,8 @@ def _dec_StreamsGroupDescribeResponse_Assignment_v0(buf: memoryview, pos: int) -
     if n2 < 0:
         raise DecodeError(f"StreamsGroupDescribeResponse.Assignment.standby_tasks: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupDescribeResponse.Assignment.standby_tasks: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("StreamsGroupDescribeResponse.Assignment.standby_tasks", n2, len(buf) - pos)
         items2: list[StreamsGroupDescribeResponse.TaskIds] = []
         for _ in range(n2):
             item2, pos = _dec_StreamsGroupDescribeResponse_TaskIds_v0(buf, pos)
@@ -902,8 +905,8 @@ def _dec_StreamsGroupDescribeResponse_Assignment_v0(buf: memoryview, pos: int) -
     if n3 < 0:
         raise DecodeError(f"StreamsGroupDescribeResponse.Assignment.warmup_tasks: invalid array length {n3}")
     else:
-        if n3 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupDescribeResponse.Assignment.warmup_tasks: array of {n3} elements runs past the end of the data")
+        if n3 * 3 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("StreamsGroupDescribeResponse.Assignment.warmup_tasks", n3, len(buf) - pos)
         items3: list[StreamsGroupDescribeResponse.TaskIds] = []
         for _ in range(n3):
             item3, pos = _dec_StreamsGroupDescribeResponse_TaskIds_v0(buf, pos)
@@ -1163,8 +1166,8 @@ def _dec_StreamsGroupDescribeResponse_Member_v0(buf: memoryview, pos: int) -> tu
     if n8 < 0:
         raise DecodeError(f"StreamsGroupDescribeResponse.Member.client_tags: invalid array length {n8}")
     else:
-        if n8 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupDescribeResponse.Member.client_tags: array of {n8} elements runs past the end of the data")
+        if n8 * 3 > len(buf) - pos or n8 > 1000000:
+            raise array_refused("StreamsGroupDescribeResponse.Member.client_tags", n8, len(buf) - pos)
         items8: list[StreamsGroupDescribeResponse.KeyValue] = []
         for _ in range(n8):
             item8, pos = _dec_StreamsGroupDescribeResponse_KeyValue_v0(buf, pos)
@@ -1180,8 +1183,8 @@ def _dec_StreamsGroupDescribeResponse_Member_v0(buf: memoryview, pos: int) -> tu
     if n9 < 0:
         raise DecodeError(f"StreamsGroupDescribeResponse.Member.task_offsets: invalid array length {n9}")
     else:
-        if n9 * 14 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupDescribeResponse.Member.task_offsets: array of {n9} elements runs past the end of the data")
+        if n9 * 14 > len(buf) - pos or n9 > 1000000:
+            raise array_refused("StreamsGroupDescribeResponse.Member.task_offsets", n9, len(buf) - pos)
         items9: list[StreamsGroupDescribeResponse.TaskOffset] = []
         for _ in range(n9):
             item9, pos = _dec_StreamsGroupDescribeResponse_TaskOffset_v0(buf, pos)
@@ -1197,8 +1200,8 @@ def _dec_StreamsGroupDescribeResponse_Member_v0(buf: memoryview, pos: int) -> tu
     if n10 < 0:
         raise DecodeError(f"StreamsGroupDescribeResponse.Member.task_end_offsets: invalid array length {n10}")
     else:
-        if n10 * 14 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupDescribeResponse.Member.task_end_offsets: array of {n10} elements runs past the end of the data")
+        if n10 * 14 > len(buf) - pos or n10 > 1000000:
+            raise array_refused("StreamsGroupDescribeResponse.Member.task_end_offsets", n10, len(buf) - pos)
         items10: list[StreamsGroupDescribeResponse.TaskOffset] = []
         for _ in range(n10):
             item10, pos = _dec_StreamsGroupDescribeResponse_TaskOffset_v0(buf, pos)
@@ -1356,8 +1359,8 @@ def _dec_StreamsGroupDescribeResponse_DescribedGroup_v0(buf: memoryview, pos: in
     if n5 < 0:
         raise DecodeError(f"StreamsGroupDescribeResponse.DescribedGroup.members: invalid array length {n5}")
     else:
-        if n5 * 22 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupDescribeResponse.DescribedGroup.members: array of {n5} elements runs past the end of the data")
+        if n5 * 22 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("StreamsGroupDescribeResponse.DescribedGroup.members", n5, len(buf) - pos)
         items5: list[StreamsGroupDescribeResponse.Member] = []
         for _ in range(n5):
             item5, pos = _dec_StreamsGroupDescribeResponse_Member_v0(buf, pos)
@@ -1411,8 +1414,8 @@ def _dec_StreamsGroupDescribeResponse_v0(buf: memoryview, pos: int) -> tuple[Str
     if n1 < 0:
         raise DecodeError(f"StreamsGroupDescribeResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 20 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupDescribeResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 20 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("StreamsGroupDescribeResponse.groups", n1, len(buf) - pos)
         items1: list[StreamsGroupDescribeResponse.DescribedGroup] = []
         for _ in range(n1):
             item1, pos = _dec_StreamsGroupDescribeResponse_DescribedGroup_v0(buf, pos)
@@ -1560,8 +1563,8 @@ def _dec_StreamsGroupDescribeResponse_TopologyDescriptionNode_v1(buf: memoryview
     if n2 < 0:
         raise DecodeError(f"StreamsGroupDescribeResponse.TopologyDescriptionNode.source_topics: invalid array length {n2}")
     else:
-        if n2 * 1 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupDescribeResponse.TopologyDescriptionNode.source_topics: array of {n2} elements runs past the end of the data")
+        if n2 * 1 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("StreamsGroupDescribeResponse.TopologyDescriptionNode.source_topics", n2, len(buf) - pos)
         items2: list[str] = []
         for _ in range(n2):
             n3 = buf[pos]
@@ -1608,8 +1611,8 @@ def _dec_StreamsGroupDescribeResponse_TopologyDescriptionNode_v1(buf: memoryview
     if n5 < 0:
         raise DecodeError(f"StreamsGroupDescribeResponse.TopologyDescriptionNode.stores: invalid array length {n5}")
     else:
-        if n5 * 1 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupDescribeResponse.TopologyDescriptionNode.stores: array of {n5} elements runs past the end of the data")
+        if n5 * 1 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("StreamsGroupDescribeResponse.TopologyDescriptionNode.stores", n5, len(buf) - pos)
         items5: list[str] = []
         for _ in range(n5):
             n6 = buf[pos]
@@ -1639,8 +1642,8 @@ def _dec_StreamsGroupDescribeResponse_TopologyDescriptionNode_v1(buf: memoryview
     if n7 < 0:
         raise DecodeError(f"StreamsGroupDescribeResponse.TopologyDescriptionNode.successors: invalid array length {n7}")
     else:
-        if n7 * 1 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupDescribeResponse.TopologyDescriptionNode.successors: array of {n7} elements runs past the end of the data")
+        if n7 * 1 > len(buf) - pos or n7 > 1000000:
+            raise array_refused("StreamsGroupDescribeResponse.TopologyDescriptionNode.successors", n7, len(buf) - pos)
         items7: list[str] = []
         for _ in range(n7):
             n8 = buf[pos]
@@ -1728,8 +1731,8 @@ def _dec_StreamsGroupDescribeResponse_TopologyDescriptionSubtopology_v1(buf: mem
     if n2 < 0:
         raise DecodeError(f"StreamsGroupDescribeResponse.TopologyDescriptionSubtopology.nodes: invalid array length {n2}")
     else:
-        if n2 * 7 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupDescribeResponse.TopologyDescriptionSubtopology.nodes: array of {n2} elements runs past the end of the data")
+        if n2 * 7 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("StreamsGroupDescribeResponse.TopologyDescriptionSubtopology.nodes", n2, len(buf) - pos)
         items2: list[StreamsGroupDescribeResponse.TopologyDescriptionNode] = []
         for _ in range(n2):
             item2, pos = _dec_StreamsGroupDescribeResponse_TopologyDescriptionNode_v1(buf, pos)
@@ -1809,8 +1812,8 @@ def _dec_StreamsGroupDescribeResponse_TopologyDescription_v1(buf: memoryview, po
     if n1 < 0:
         raise DecodeError(f"StreamsGroupDescribeResponse.TopologyDescription.subtopologies: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupDescribeResponse.TopologyDescription.subtopologies: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("StreamsGroupDescribeResponse.TopologyDescription.subtopologies", n1, len(buf) - pos)
         items1: list[StreamsGroupDescribeResponse.TopologyDescriptionSubtopology] = []
         for _ in range(n1):
             item1, pos = _dec_StreamsGroupDescribeResponse_TopologyDescriptionSubtopology_v1(buf, pos)
@@ -1826,8 +1829,8 @@ def _dec_StreamsGroupDescribeResponse_TopologyDescription_v1(buf: memoryview, po
     if n2 < 0:
         raise DecodeError(f"StreamsGroupDescribeResponse.TopologyDescription.global_stores: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupDescribeResponse.TopologyDescription.global_stores: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("StreamsGroupDescribeResponse.TopologyDescription.global_stores", n2, len(buf) - pos)
         items2: list[StreamsGroupDescribeResponse.TopologyDescriptionGlobalStore] = []
         for _ in range(n2):
             item2, pos = _dec_StreamsGroupDescribeResponse_TopologyDescriptionGlobalStore_v1(buf, pos)
@@ -1997,8 +2000,8 @@ def _dec_StreamsGroupDescribeResponse_DescribedGroup_v1(buf: memoryview, pos: in
     if n5 < 0:
         raise DecodeError(f"StreamsGroupDescribeResponse.DescribedGroup.members: invalid array length {n5}")
     else:
-        if n5 * 22 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupDescribeResponse.DescribedGroup.members: array of {n5} elements runs past the end of the data")
+        if n5 * 22 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("StreamsGroupDescribeResponse.DescribedGroup.members", n5, len(buf) - pos)
         items5: list[StreamsGroupDescribeResponse.Member] = []
         for _ in range(n5):
             item5, pos = _dec_StreamsGroupDescribeResponse_Member_v0(buf, pos)
@@ -2073,8 +2076,8 @@ def _dec_StreamsGroupDescribeResponse_v1(buf: memoryview, pos: int) -> tuple[Str
     if n1 < 0:
         raise DecodeError(f"StreamsGroupDescribeResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 23 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupDescribeResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 23 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("StreamsGroupDescribeResponse.groups", n1, len(buf) - pos)
         items1: list[StreamsGroupDescribeResponse.DescribedGroup] = []
         for _ in range(n1):
             item1, pos = _dec_StreamsGroupDescribeResponse_DescribedGroup_v1(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -209,8 +212,8 @@ def _dec_StreamsGroupHeartbeatRequest_TopicInfo_v0(buf: memoryview, pos: int) ->
     if n2 < 0:
         raise DecodeError(f"StreamsGroupHeartbeatRequest.TopicInfo.topic_configs: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupHeartbeatRequest.TopicInfo.topic_configs: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatRequest.TopicInfo.topic_configs", n2, len(buf) - pos)
         items2: list[StreamsGroupHeartbeatRequest.KeyValue] = []
         for _ in range(n2):
             item2, pos = _dec_StreamsGroupHeartbeatRequest_KeyValue_v0(buf, pos)
@@ -279,8 +282,8 @@ def _dec_StreamsGroupHeartbeatRequest_CopartitionGroup_v0(buf: memoryview, pos: 
         raise DecodeError(f"StreamsGroupHeartbeatRequest.CopartitionGroup.source_topics: invalid array length {n1}")
     else:
         end1 = pos + n1 * 2
-        if end1 > len(buf):
-            raise DecodeError(f"StreamsGroupHeartbeatRequest.CopartitionGroup.source_topics: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatRequest.CopartitionGroup.source_topics", n1, len(buf) - pos)
         obj.source_topics = list(sunpack(f">{n1}h", buf, pos)) if n1 else []
         pos = end1
     n2 = buf[pos]
@@ -294,8 +297,8 @@ def _dec_StreamsGroupHeartbeatRequest_CopartitionGroup_v0(buf: memoryview, pos: 
         raise DecodeError(f"StreamsGroupHeartbeatRequest.CopartitionGroup.source_topic_regex: invalid array length {n2}")
     else:
         end2 = pos + n2 * 2
-        if end2 > len(buf):
-            raise DecodeError(f"StreamsGroupHeartbeatRequest.CopartitionGroup.source_topic_regex: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatRequest.CopartitionGroup.source_topic_regex", n2, len(buf) - pos)
         obj.source_topic_regex = list(sunpack(f">{n2}h", buf, pos)) if n2 else []
         pos = end2
     n3 = buf[pos]
@@ -309,8 +312,8 @@ def _dec_StreamsGroupHeartbeatRequest_CopartitionGroup_v0(buf: memoryview, pos: 
         raise DecodeError(f"StreamsGroupHeartbeatRequest.CopartitionGroup.repartition_source_topics: invalid array length {n3}")
     else:
         end3 = pos + n3 * 2
-        if end3 > len(buf):
-            raise DecodeError(f"StreamsGroupHeartbeatRequest.CopartitionGroup.repartition_source_topics: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatRequest.CopartitionGroup.repartition_source_topics", n3, len(buf) - pos)
         obj.repartition_source_topics = list(sunpack(f">{n3}h", buf, pos)) if n3 else []
         pos = end3
     if buf[pos] == 0:
@@ -472,8 +475,8 @@ def _dec_StreamsGroupHeartbeatRequest_Subtopology_v0(buf: memoryview, pos: int) 
     if n2 < 0:
         raise DecodeError(f"StreamsGroupHeartbeatRequest.Subtopology.source_topics: invalid array length {n2}")
     else:
-        if n2 * 1 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupHeartbeatRequest.Subtopology.source_topics: array of {n2} elements runs past the end of the data")
+        if n2 * 1 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatRequest.Subtopology.source_topics", n2, len(buf) - pos)
         items2: list[str] = []
         for _ in range(n2):
             n3 = buf[pos]
@@ -503,8 +506,8 @@ def _dec_StreamsGroupHeartbeatRequest_Subtopology_v0(buf: memoryview, pos: int) 
     if n4 < 0:
         raise DecodeError(f"StreamsGroupHeartbeatRequest.Subtopology.source_topic_regex: invalid array length {n4}")
     else:
-        if n4 * 1 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupHeartbeatRequest.Subtopology.source_topic_regex: array of {n4} elements runs past the end of the data")
+        if n4 * 1 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatRequest.Subtopology.source_topic_regex", n4, len(buf) - pos)
         items4: list[str] = []
         for _ in range(n4):
             n5 = buf[pos]
@@ -534,8 +537,8 @@ def _dec_StreamsGroupHeartbeatRequest_Subtopology_v0(buf: memoryview, pos: int) 
     if n6 < 0:
         raise DecodeError(f"StreamsGroupHeartbeatRequest.Subtopology.state_changelog_topics: invalid array length {n6}")
     else:
-        if n6 * 9 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupHeartbeatRequest.Subtopology.state_changelog_topics: array of {n6} elements runs past the end of the data")
+        if n6 * 9 > len(buf) - pos or n6 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatRequest.Subtopology.state_changelog_topics", n6, len(buf) - pos)
         items6: list[StreamsGroupHeartbeatRequest.TopicInfo] = []
         for _ in range(n6):
             item6, pos = _dec_StreamsGroupHeartbeatRequest_TopicInfo_v0(buf, pos)
@@ -551,8 +554,8 @@ def _dec_StreamsGroupHeartbeatRequest_Subtopology_v0(buf: memoryview, pos: int) 
     if n7 < 0:
         raise DecodeError(f"StreamsGroupHeartbeatRequest.Subtopology.repartition_sink_topics: invalid array length {n7}")
     else:
-        if n7 * 1 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupHeartbeatRequest.Subtopology.repartition_sink_topics: array of {n7} elements runs past the end of the data")
+        if n7 * 1 > len(buf) - pos or n7 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatRequest.Subtopology.repartition_sink_topics", n7, len(buf) - pos)
         items7: list[str] = []
         for _ in range(n7):
             n8 = buf[pos]
@@ -582,8 +585,8 @@ def _dec_StreamsGroupHeartbeatRequest_Subtopology_v0(buf: memoryview, pos: int) 
     if n9 < 0:
         raise DecodeError(f"StreamsGroupHeartbeatRequest.Subtopology.repartition_source_topics: invalid array length {n9}")
     else:
-        if n9 * 9 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupHeartbeatRequest.Subtopology.repartition_source_topics: array of {n9} elements runs past the end of the data")
+        if n9 * 9 > len(buf) - pos or n9 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatRequest.Subtopology.repartition_source_topics", n9, len(buf) - pos)
         items9: list[StreamsGroupHeartbeatRequest.TopicInfo] = []
         for _ in range(n9):
             item9, pos = _dec_StreamsGroupHeartbeatRequest_TopicInfo_v0(buf, pos)
@@ -599,8 +602,8 @@ def _dec_StreamsGroupHeartbeatRequest_Subtopology_v0(buf: memoryview, pos: int) 
     if n10 < 0:
         raise DecodeError(f"StreamsGroupHeartbeatRequest.Subtopology.copartition_groups: invalid array length {n10}")
     else:
-        if n10 * 4 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupHeartbeatRequest.Subtopology.copartition_groups: array of {n10} elements runs past the end of the data")
+        if n10 * 4 > len(buf) - pos or n10 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatRequest.Subtopology.copartition_groups", n10, len(buf) - pos)
         items10: list[StreamsGroupHeartbeatRequest.CopartitionGroup] = []
         for _ in range(n10):
             item10, pos = _dec_StreamsGroupHeartbeatRequest_CopartitionGroup_v0(buf, pos)
@@ -649,8 +652,8 @@ def _dec_StreamsGroupHeartbeatRequest_Topology_v0(buf: memoryview, pos: int) -> 
     if n1 < 0:
         raise DecodeError(f"StreamsGroupHeartbeatRequest.Topology.subtopologies: invalid array length {n1}")
     else:
-        if n1 * 8 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupHeartbeatRequest.Topology.subtopologies: array of {n1} elements runs past the end of the data")
+        if n1 * 8 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatRequest.Topology.subtopologies", n1, len(buf) - pos)
         items1: list[StreamsGroupHeartbeatRequest.Subtopology] = []
         for _ in range(n1):
             item1, pos = _dec_StreamsGroupHeartbeatRequest_Subtopology_v0(buf, pos)
@@ -725,8 +728,8 @@ def _dec_StreamsGroupHeartbeatRequest_TaskIds_v0(buf: memoryview, pos: int) -> t
         raise DecodeError(f"StreamsGroupHeartbeatRequest.TaskIds.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"StreamsGroupHeartbeatRequest.TaskIds.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatRequest.TaskIds.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -1079,8 +1082,8 @@ def _dec_StreamsGroupHeartbeatRequest_v0(buf: memoryview, pos: int) -> tuple[Str
             raise DecodeError(f"StreamsGroupHeartbeatRequest.active_tasks: invalid array length {n6}")
         obj.active_tasks = None
     else:
-        if n6 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupHeartbeatRequest.active_tasks: array of {n6} elements runs past the end of the data")
+        if n6 * 3 > len(buf) - pos or n6 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatRequest.active_tasks", n6, len(buf) - pos)
         items6: list[StreamsGroupHeartbeatRequest.TaskIds] = []
         for _ in range(n6):
             item6, pos = _dec_StreamsGroupHeartbeatRequest_TaskIds_v0(buf, pos)
@@ -1098,8 +1101,8 @@ def _dec_StreamsGroupHeartbeatRequest_v0(buf: memoryview, pos: int) -> tuple[Str
             raise DecodeError(f"StreamsGroupHeartbeatRequest.standby_tasks: invalid array length {n7}")
         obj.standby_tasks = None
     else:
-        if n7 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupHeartbeatRequest.standby_tasks: array of {n7} elements runs past the end of the data")
+        if n7 * 3 > len(buf) - pos or n7 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatRequest.standby_tasks", n7, len(buf) - pos)
         items7: list[StreamsGroupHeartbeatRequest.TaskIds] = []
         for _ in range(n7):
             item7, pos = _dec_StreamsGroupHeartbeatRequest_TaskIds_v0(buf, pos)
@@ -1117,8 +1120,8 @@ def _dec_StreamsGroupHeartbeatRequest_v0(buf: memoryview, pos: int) -> tuple[Str
             raise DecodeError(f"StreamsGroupHeartbeatRequest.warmup_tasks: invalid array length {n8}")
         obj.warmup_tasks = None
     else:
-        if n8 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupHeartbeatRequest.warmup_tasks: array of {n8} elements runs past the end of the data")
+        if n8 * 3 > len(buf) - pos or n8 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatRequest.warmup_tasks", n8, len(buf) - pos)
         items8: list[StreamsGroupHeartbeatRequest.TaskIds] = []
         for _ in range(n8):
             item8, pos = _dec_StreamsGroupHeartbeatRequest_TaskIds_v0(buf, pos)
@@ -1158,8 +1161,8 @@ def _dec_StreamsGroupHeartbeatRequest_v0(buf: memoryview, pos: int) -> tuple[Str
             raise DecodeError(f"StreamsGroupHeartbeatRequest.client_tags: invalid array length {n11}")
         obj.client_tags = None
     else:
-        if n11 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupHeartbeatRequest.client_tags: array of {n11} elements runs past the end of the data")
+        if n11 * 3 > len(buf) - pos or n11 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatRequest.client_tags", n11, len(buf) - pos)
         items11: list[StreamsGroupHeartbeatRequest.KeyValue] = []
         for _ in range(n11):
             item11, pos = _dec_StreamsGroupHeartbeatRequest_KeyValue_v0(buf, pos)
@@ -1177,8 +1180,8 @@ def _dec_StreamsGroupHeartbeatRequest_v0(buf: memoryview, pos: int) -> tuple[Str
             raise DecodeError(f"StreamsGroupHeartbeatRequest.task_offsets: invalid array length {n12}")
         obj.task_offsets = None
     else:
-        if n12 * 14 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupHeartbeatRequest.task_offsets: array of {n12} elements runs past the end of the data")
+        if n12 * 14 > len(buf) - pos or n12 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatRequest.task_offsets", n12, len(buf) - pos)
         items12: list[StreamsGroupHeartbeatRequest.TaskOffset] = []
         for _ in range(n12):
             item12, pos = _dec_StreamsGroupHeartbeatRequest_TaskOffset_v0(buf, pos)
@@ -1196,8 +1199,8 @@ def _dec_StreamsGroupHeartbeatRequest_v0(buf: memoryview, pos: int) -> tuple[Str
             raise DecodeError(f"StreamsGroupHeartbeatRequest.task_end_offsets: invalid array length {n13}")
         obj.task_end_offsets = None
     else:
-        if n13 * 14 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupHeartbeatRequest.task_end_offsets: array of {n13} elements runs past the end of the data")
+        if n13 * 14 > len(buf) - pos or n13 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatRequest.task_end_offsets", n13, len(buf) - pos)
         items13: list[StreamsGroupHeartbeatRequest.TaskOffset] = []
         for _ in range(n13):
             item13, pos = _dec_StreamsGroupHeartbeatRequest_TaskOffset_v0(buf, pos)
@@ -1324,8 +1327,8 @@ def _dec_StreamsGroupHeartbeatResponse_TaskIds_v0(buf: memoryview, pos: int) -> 
         raise DecodeError(f"StreamsGroupHeartbeatResponse.TaskIds.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"StreamsGroupHeartbeatResponse.TaskIds.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatResponse.TaskIds.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -1447,8 +1450,8 @@ def _dec_StreamsGroupHeartbeatResponse_TopicPartition_v0(buf: memoryview, pos: i
         raise DecodeError(f"StreamsGroupHeartbeatResponse.TopicPartition.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"StreamsGroupHeartbeatResponse.TopicPartition.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatResponse.TopicPartition.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -1504,8 +1507,8 @@ def _dec_StreamsGroupHeartbeatResponse_EndpointToPartitions_v0(buf: memoryview, 
     if n2 < 0:
         raise DecodeError(f"StreamsGroupHeartbeatResponse.EndpointToPartitions.active_partitions: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupHeartbeatResponse.EndpointToPartitions.active_partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatResponse.EndpointToPartitions.active_partitions", n2, len(buf) - pos)
         items2: list[StreamsGroupHeartbeatResponse.TopicPartition] = []
         for _ in range(n2):
             item2, pos = _dec_StreamsGroupHeartbeatResponse_TopicPartition_v0(buf, pos)
@@ -1521,8 +1524,8 @@ def _dec_StreamsGroupHeartbeatResponse_EndpointToPartitions_v0(buf: memoryview, 
     if n3 < 0:
         raise DecodeError(f"StreamsGroupHeartbeatResponse.EndpointToPartitions.standby_partitions: invalid array length {n3}")
     else:
-        if n3 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupHeartbeatResponse.EndpointToPartitions.standby_partitions: array of {n3} elements runs past the end of the data")
+        if n3 * 3 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatResponse.EndpointToPartitions.standby_partitions", n3, len(buf) - pos)
         items3: list[StreamsGroupHeartbeatResponse.TopicPartition] = []
         for _ in range(n3):
             item3, pos = _dec_StreamsGroupHeartbeatResponse_TopicPartition_v0(buf, pos)
@@ -1681,8 +1684,8 @@ def _dec_StreamsGroupHeartbeatResponse_v0(buf: memoryview, pos: int) -> tuple[St
             raise DecodeError(f"StreamsGroupHeartbeatResponse.status: invalid array length {n3}")
         obj.status = None
     else:
-        if n3 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupHeartbeatResponse.status: array of {n3} elements runs past the end of the data")
+        if n3 * 3 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatResponse.status", n3, len(buf) - pos)
         items3: list[StreamsGroupHeartbeatResponse.Status] = []
         for _ in range(n3):
             item3, pos = _dec_StreamsGroupHeartbeatResponse_Status_v0(buf, pos)
@@ -1700,8 +1703,8 @@ def _dec_StreamsGroupHeartbeatResponse_v0(buf: memoryview, pos: int) -> tuple[St
             raise DecodeError(f"StreamsGroupHeartbeatResponse.active_tasks: invalid array length {n4}")
         obj.active_tasks = None
     else:
-        if n4 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupHeartbeatResponse.active_tasks: array of {n4} elements runs past the end of the data")
+        if n4 * 3 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatResponse.active_tasks", n4, len(buf) - pos)
         items4: list[StreamsGroupHeartbeatResponse.TaskIds] = []
         for _ in range(n4):
             item4, pos = _dec_StreamsGroupHeartbeatResponse_TaskIds_v0(buf, pos)
@@ -1719,8 +1722,8 @@ def _dec_StreamsGroupHeartbeatResponse_v0(buf: memoryview, pos: int) -> tuple[St
             raise DecodeError(f"StreamsGroupHeartbeatResponse.standby_tasks: invalid array length {n5}")
         obj.standby_tasks = None
     else:
-        if n5 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupHeartbeatResponse.standby_tasks: array of {n5} elements runs past the end of the data")
+        if n5 * 3 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatResponse.standby_tasks", n5, len(buf) - pos)
         items5: list[StreamsGroupHeartbeatResponse.TaskIds] = []
         for _ in range(n5):
             item5, pos = _dec_StreamsGroupHeartbeatResponse_TaskIds_v0(buf, pos)
@@ -1738,8 +1741,8 @@ def _dec_StreamsGroupHeartbeatResponse_v0(buf: memoryview, pos: int) -> tuple[St
             raise DecodeError(f"StreamsGroupHeartbeatResponse.warmup_tasks: invalid array length {n6}")
         obj.warmup_tasks = None
     else:
-        if n6 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupHeartbeatResponse.warmup_tasks: array of {n6} elements runs past the end of the data")
+        if n6 * 3 > len(buf) - pos or n6 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatResponse.warmup_tasks", n6, len(buf) - pos)
         items6: list[StreamsGroupHeartbeatResponse.TaskIds] = []
         for _ in range(n6):
             item6, pos = _dec_StreamsGroupHeartbeatResponse_TaskIds_v0(buf, pos)
@@ -1759,8 +1762,8 @@ def _dec_StreamsGroupHeartbeatResponse_v0(buf: memoryview, pos: int) -> tuple[St
             raise DecodeError(f"StreamsGroupHeartbeatResponse.partitions_by_user_endpoint: invalid array length {n7}")
         obj.partitions_by_user_endpoint = None
     else:
-        if n7 * 4 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupHeartbeatResponse.partitions_by_user_endpoint: array of {n7} elements runs past the end of the data")
+        if n7 * 4 > len(buf) - pos or n7 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatResponse.partitions_by_user_endpoint", n7, len(buf) - pos)
         items7: list[StreamsGroupHeartbeatResponse.EndpointToPartitions] = []
         for _ in range(n7):
             item7, pos = _dec_StreamsGroupHeartbeatResponse_EndpointToPartitions_v0(buf, pos)
@@ -1921,8 +1924,8 @@ def _dec_StreamsGroupHeartbeatResponse_v1(buf: memoryview, pos: int) -> tuple[St
             raise DecodeError(f"StreamsGroupHeartbeatResponse.status: invalid array length {n3}")
         obj.status = None
     else:
-        if n3 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupHeartbeatResponse.status: array of {n3} elements runs past the end of the data")
+        if n3 * 3 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatResponse.status", n3, len(buf) - pos)
         items3: list[StreamsGroupHeartbeatResponse.Status] = []
         for _ in range(n3):
             item3, pos = _dec_StreamsGroupHeartbeatResponse_Status_v0(buf, pos)
@@ -1940,8 +1943,8 @@ def _dec_StreamsGroupHeartbeatResponse_v1(buf: memoryview, pos: int) -> tuple[St
             raise DecodeError(f"StreamsGroupHeartbeatResponse.active_tasks: invalid array length {n4}")
         obj.active_tasks = None
     else:
-        if n4 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupHeartbeatResponse.active_tasks: array of {n4} elements runs past the end of the data")
+        if n4 * 3 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatResponse.active_tasks", n4, len(buf) - pos)
         items4: list[StreamsGroupHeartbeatResponse.TaskIds] = []
         for _ in range(n4):
             item4, pos = _dec_StreamsGroupHeartbeatResponse_TaskIds_v0(buf, pos)
@@ -1959,8 +1962,8 @@ def _dec_StreamsGroupHeartbeatResponse_v1(buf: memoryview, pos: int) -> tuple[St
             raise DecodeError(f"StreamsGroupHeartbeatResponse.standby_tasks: invalid array length {n5}")
         obj.standby_tasks = None
     else:
-        if n5 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupHeartbeatResponse.standby_tasks: array of {n5} elements runs past the end of the data")
+        if n5 * 3 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatResponse.standby_tasks", n5, len(buf) - pos)
         items5: list[StreamsGroupHeartbeatResponse.TaskIds] = []
         for _ in range(n5):
             item5, pos = _dec_StreamsGroupHeartbeatResponse_TaskIds_v0(buf, pos)
@@ -1978,8 +1981,8 @@ def _dec_StreamsGroupHeartbeatResponse_v1(buf: memoryview, pos: int) -> tuple[St
             raise DecodeError(f"StreamsGroupHeartbeatResponse.warmup_tasks: invalid array length {n6}")
         obj.warmup_tasks = None
     else:
-        if n6 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupHeartbeatResponse.warmup_tasks: array of {n6} elements runs past the end of the data")
+        if n6 * 3 > len(buf) - pos or n6 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatResponse.warmup_tasks", n6, len(buf) - pos)
         items6: list[StreamsGroupHeartbeatResponse.TaskIds] = []
         for _ in range(n6):
             item6, pos = _dec_StreamsGroupHeartbeatResponse_TaskIds_v0(buf, pos)
@@ -1999,8 +2002,8 @@ def _dec_StreamsGroupHeartbeatResponse_v1(buf: memoryview, pos: int) -> tuple[St
             raise DecodeError(f"StreamsGroupHeartbeatResponse.partitions_by_user_endpoint: invalid array length {n7}")
         obj.partitions_by_user_endpoint = None
     else:
-        if n7 * 4 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupHeartbeatResponse.partitions_by_user_endpoint: array of {n7} elements runs past the end of the data")
+        if n7 * 4 > len(buf) - pos or n7 > 1000000:
+            raise array_refused("StreamsGroupHeartbeatResponse.partitions_by_user_endpoint", n7, len(buf) - pos)
         items7: list[StreamsGroupHeartbeatResponse.EndpointToPartitions] = []
         for _ in range(n7):
             item7, pos = _dec_StreamsGroupHeartbeatResponse_EndpointToPartitions_v0(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -182,8 +185,8 @@ def _dec_StreamsGroupTopologyDescriptionUpdateRequest_TopologyDescriptionNode_v0
     if n2 < 0:
         raise DecodeError(f"StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionNode.source_topics: invalid array length {n2}")
     else:
-        if n2 * 1 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionNode.source_topics: array of {n2} elements runs past the end of the data")
+        if n2 * 1 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionNode.source_topics", n2, len(buf) - pos)
         items2: list[str] = []
         for _ in range(n2):
             n3 = buf[pos]
@@ -230,8 +233,8 @@ def _dec_StreamsGroupTopologyDescriptionUpdateRequest_TopologyDescriptionNode_v0
     if n5 < 0:
         raise DecodeError(f"StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionNode.stores: invalid array length {n5}")
     else:
-        if n5 * 1 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionNode.stores: array of {n5} elements runs past the end of the data")
+        if n5 * 1 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionNode.stores", n5, len(buf) - pos)
         items5: list[str] = []
         for _ in range(n5):
             n6 = buf[pos]
@@ -261,8 +264,8 @@ def _dec_StreamsGroupTopologyDescriptionUpdateRequest_TopologyDescriptionNode_v0
     if n7 < 0:
         raise DecodeError(f"StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionNode.successors: invalid array length {n7}")
     else:
-        if n7 * 1 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionNode.successors: array of {n7} elements runs past the end of the data")
+        if n7 * 1 > len(buf) - pos or n7 > 1000000:
+            raise array_refused("StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionNode.successors", n7, len(buf) - pos)
         items7: list[str] = []
         for _ in range(n7):
             n8 = buf[pos]
@@ -350,8 +353,8 @@ def _dec_StreamsGroupTopologyDescriptionUpdateRequest_TopologyDescriptionSubtopo
     if n2 < 0:
         raise DecodeError(f"StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionSubtopology.nodes: invalid array length {n2}")
     else:
-        if n2 * 7 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionSubtopology.nodes: array of {n2} elements runs past the end of the data")
+        if n2 * 7 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionSubtopology.nodes", n2, len(buf) - pos)
         items2: list[StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionNode] = []
         for _ in range(n2):
             item2, pos = _dec_StreamsGroupTopologyDescriptionUpdateRequest_TopologyDescriptionNode_v0(buf, pos)
@@ -431,8 +434,8 @@ def _dec_StreamsGroupTopologyDescriptionUpdateRequest_TopologyDescription_v0(buf
     if n1 < 0:
         raise DecodeError(f"StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescription.subtopologies: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescription.subtopologies: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescription.subtopologies", n1, len(buf) - pos)
         items1: list[StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionSubtopology] = []
         for _ in range(n1):
             item1, pos = _dec_StreamsGroupTopologyDescriptionUpdateRequest_TopologyDescriptionSubtopology_v0(buf, pos)
@@ -448,8 +451,8 @@ def _dec_StreamsGroupTopologyDescriptionUpdateRequest_TopologyDescription_v0(buf
     if n2 < 0:
         raise DecodeError(f"StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescription.global_stores: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescription.global_stores: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescription.global_stores", n2, len(buf) - pos)
         items2: list[StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionGlobalStore] = []
         for _ in range(n2):
             item2, pos = _dec_StreamsGroupTopologyDescriptionUpdateRequest_TopologyDescriptionGlobalStore_v0(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -131,8 +134,8 @@ def _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v0(buf: memoryview, 
     if n2 < 0:
         raise DecodeError(f"TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 13 > len(buf) - pos:
-            raise DecodeError(f"TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 13 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions", n2, len(buf) - pos)
         items2: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition] = []
         for _ in range(n2):
             item2, pos = _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v0(buf, pos)
@@ -212,8 +215,8 @@ def _dec_TxnOffsetCommitRequest_v0(buf: memoryview, pos: int) -> tuple[TxnOffset
     if n3 < 0:
         raise DecodeError(f"TxnOffsetCommitRequest.topics: invalid array length {n3}")
     else:
-        if n3 * 2 > len(buf) - pos:
-            raise DecodeError(f"TxnOffsetCommitRequest.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 2 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("TxnOffsetCommitRequest.topics", n3, len(buf) - pos)
         items3: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic] = []
         for _ in range(n3):
             item3, pos = _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v0(buf, pos)
@@ -302,8 +305,8 @@ def _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v2(buf: memoryview, 
     if n2 < 0:
         raise DecodeError(f"TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 17 > len(buf) - pos:
-            raise DecodeError(f"TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 17 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions", n2, len(buf) - pos)
         items2: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition] = []
         for _ in range(n2):
             item2, pos = _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v2(buf, pos)
@@ -383,8 +386,8 @@ def _dec_TxnOffsetCommitRequest_v2(buf: memoryview, pos: int) -> tuple[TxnOffset
     if n3 < 0:
         raise DecodeError(f"TxnOffsetCommitRequest.topics: invalid array length {n3}")
     else:
-        if n3 * 2 > len(buf) - pos:
-            raise DecodeError(f"TxnOffsetCommitRequest.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 2 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("TxnOffsetCommitRequest.topics", n3, len(buf) - pos)
         items3: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic] = []
         for _ in range(n3):
             item3, pos = _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v2(buf, pos)
@@ -509,8 +512,8 @@ def _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v3(buf: memoryview, 
     if n2 < 0:
         raise DecodeError(f"TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions", n2, len(buf) - pos)
         items2: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition] = []
         for _ in range(n2):
             item2, pos = _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v3(buf, pos)
@@ -674,8 +677,8 @@ def _dec_TxnOffsetCommitRequest_v3(buf: memoryview, pos: int) -> tuple[TxnOffset
     if n5 < 0:
         raise DecodeError(f"TxnOffsetCommitRequest.topics: invalid array length {n5}")
     else:
-        if n5 * 3 > len(buf) - pos:
-            raise DecodeError(f"TxnOffsetCommitRequest.topics: array of {n5} elements runs past the end of the data")
+        if n5 * 3 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("TxnOffsetCommitRequest.topics", n5, len(buf) - pos)
         items5: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic] = []
         for _ in range(n5):
             item5, pos = _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v3(buf, pos)
@@ -723,8 +726,8 @@ def _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v6(buf: memoryview, 
     if n2 < 0:
         raise DecodeError(f"TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions", n2, len(buf) - pos)
         items2: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition] = []
         for _ in range(n2):
             item2, pos = _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v3(buf, pos)
@@ -888,8 +891,8 @@ def _dec_TxnOffsetCommitRequest_v6(buf: memoryview, pos: int) -> tuple[TxnOffset
     if n5 < 0:
         raise DecodeError(f"TxnOffsetCommitRequest.topics: invalid array length {n5}")
     else:
-        if n5 * 18 > len(buf) - pos:
-            raise DecodeError(f"TxnOffsetCommitRequest.topics: array of {n5} elements runs past the end of the data")
+        if n5 * 18 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("TxnOffsetCommitRequest.topics", n5, len(buf) - pos)
         items5: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic] = []
         for _ in range(n5):
             item5, pos = _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v6(buf, pos)
@@ -957,8 +960,8 @@ def _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v0(buf: memoryview
     if n2 < 0:
         raise DecodeError(f"TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 6 > len(buf) - pos:
-            raise DecodeError(f"TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 6 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_v0(buf, pos)
@@ -992,8 +995,8 @@ def _dec_TxnOffsetCommitResponse_v0(buf: memoryview, pos: int) -> tuple[TxnOffse
     if n1 < 0:
         raise DecodeError(f"TxnOffsetCommitResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"TxnOffsetCommitResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("TxnOffsetCommitResponse.topics", n1, len(buf) - pos)
         items1: list[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic] = []
         for _ in range(n1):
             item1, pos = _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v0(buf, pos)
@@ -1085,8 +1088,8 @@ def _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v3(buf: memoryview
     if n2 < 0:
         raise DecodeError(f"TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 7 > len(buf) - pos:
-            raise DecodeError(f"TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 7 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_v3(buf, pos)
@@ -1136,8 +1139,8 @@ def _dec_TxnOffsetCommitResponse_v3(buf: memoryview, pos: int) -> tuple[TxnOffse
     if n1 < 0:
         raise DecodeError(f"TxnOffsetCommitResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"TxnOffsetCommitResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("TxnOffsetCommitResponse.topics", n1, len(buf) - pos)
         items1: list[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic] = []
         for _ in range(n1):
             item1, pos = _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v3(buf, pos)
@@ -1185,8 +1188,8 @@ def _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v6(buf: memoryview
     if n2 < 0:
         raise DecodeError(f"TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 7 > len(buf) - pos:
-            raise DecodeError(f"TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 7 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_v3(buf, pos)
@@ -1236,8 +1239,8 @@ def _dec_TxnOffsetCommitResponse_v6(buf: memoryview, pos: int) -> tuple[TxnOffse
     if n1 < 0:
         raise DecodeError(f"TxnOffsetCommitResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"TxnOffsetCommitResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("TxnOffsetCommitResponse.topics", n1, len(buf) - pos)
         items1: list[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic] = []
         for _ in range(n1):
             item1, pos = _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v6(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -146,8 +149,8 @@ def _dec_VoteRequest_TopicData_v0(buf: memoryview, pos: int) -> tuple[VoteReques
     if n2 < 0:
         raise DecodeError(f"VoteRequest.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 25 > len(buf) - pos:
-            raise DecodeError(f"VoteRequest.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 25 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("VoteRequest.TopicData.partitions", n2, len(buf) - pos)
         items2: list[VoteRequest.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_VoteRequest_PartitionData_v0(buf, pos)
@@ -223,8 +226,8 @@ def _dec_VoteRequest_v0(buf: memoryview, pos: int) -> tuple[VoteRequest, int]:
     if n2 < 0:
         raise DecodeError(f"VoteRequest.topics: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"VoteRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("VoteRequest.topics", n2, len(buf) - pos)
         items2: list[VoteRequest.TopicData] = []
         for _ in range(n2):
             item2, pos = _dec_VoteRequest_TopicData_v0(buf, pos)
@@ -331,8 +334,8 @@ def _dec_VoteRequest_TopicData_v1(buf: memoryview, pos: int) -> tuple[VoteReques
     if n2 < 0:
         raise DecodeError(f"VoteRequest.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 57 > len(buf) - pos:
-            raise DecodeError(f"VoteRequest.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 57 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("VoteRequest.TopicData.partitions", n2, len(buf) - pos)
         items2: list[VoteRequest.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_VoteRequest_PartitionData_v1(buf, pos)
@@ -411,8 +414,8 @@ def _dec_VoteRequest_v1(buf: memoryview, pos: int) -> tuple[VoteRequest, int]:
     if n2 < 0:
         raise DecodeError(f"VoteRequest.topics: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"VoteRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("VoteRequest.topics", n2, len(buf) - pos)
         items2: list[VoteRequest.TopicData] = []
         for _ in range(n2):
             item2, pos = _dec_VoteRequest_TopicData_v1(buf, pos)
@@ -515,8 +518,8 @@ def _dec_VoteRequest_TopicData_v2(buf: memoryview, pos: int) -> tuple[VoteReques
     if n2 < 0:
         raise DecodeError(f"VoteRequest.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 58 > len(buf) - pos:
-            raise DecodeError(f"VoteRequest.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 58 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("VoteRequest.TopicData.partitions", n2, len(buf) - pos)
         items2: list[VoteRequest.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_VoteRequest_PartitionData_v2(buf, pos)
@@ -595,8 +598,8 @@ def _dec_VoteRequest_v2(buf: memoryview, pos: int) -> tuple[VoteRequest, int]:
     if n2 < 0:
         raise DecodeError(f"VoteRequest.topics: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"VoteRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("VoteRequest.topics", n2, len(buf) - pos)
         items2: list[VoteRequest.TopicData] = []
         for _ in range(n2):
             item2, pos = _dec_VoteRequest_TopicData_v2(buf, pos)
@@ -692,8 +695,8 @@ def _dec_VoteResponse_TopicData_v0(buf: memoryview, pos: int) -> tuple[VoteRespo
     if n2 < 0:
         raise DecodeError(f"VoteResponse.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 16 > len(buf) - pos:
-            raise DecodeError(f"VoteResponse.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 16 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("VoteResponse.TopicData.partitions", n2, len(buf) - pos)
         items2: list[VoteResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_VoteResponse_PartitionData_v0(buf, pos)
@@ -744,8 +747,8 @@ def _dec_VoteResponse_v0(buf: memoryview, pos: int) -> tuple[VoteResponse, int]:
     if n1 < 0:
         raise DecodeError(f"VoteResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"VoteResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("VoteResponse.topics", n1, len(buf) - pos)
         items1: list[VoteResponse.TopicData] = []
         for _ in range(n1):
             item1, pos = _dec_VoteResponse_TopicData_v0(buf, pos)
@@ -867,8 +870,8 @@ def _dec_VoteResponse_v1(buf: memoryview, pos: int) -> tuple[VoteResponse, int]:
     if n1 < 0:
         raise DecodeError(f"VoteResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"VoteResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("VoteResponse.topics", n1, len(buf) - pos)
         items1: list[VoteResponse.TopicData] = []
         for _ in range(n1):
             item1, pos = _dec_VoteResponse_TopicData_v0(buf, pos)
@@ -885,6 +888,8 @@ def _dec_VoteResponse_v1(buf: memoryview, pos: int) -> tuple[VoteResponse, int]:
 
 def _dec_VoteResponse_v1_tagged(buf: memoryview, pos: int, obj: VoteResponse) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.node_endpoints = []
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -906,8 +911,8 @@ def _dec_VoteResponse_v1_tagged(buf: memoryview, pos: int, obj: VoteResponse) ->
             if n2 < 0:
                 raise DecodeError(f"VoteResponse.node_endpoints: invalid array length {n2}")
             else:
-                if n2 * 8 > len(sub) - pos:
-                    raise DecodeError(f"VoteResponse.node_endpoints: array of {n2} elements runs past the end of the data")
+                if n2 * 8 > len(sub) - pos or n2 > 1000000:
+                    raise array_refused("VoteResponse.node_endpoints", n2, len(sub) - pos)
                 items2: list[VoteResponse.NodeEndpoint] = []
                 for _ in range(n2):
                     item2, pos = _dec_VoteResponse_NodeEndpoint_v1(sub, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -108,8 +111,8 @@ def _dec_WriteShareGroupStateRequest_PartitionData_v0(buf: memoryview, pos: int)
     if n1 < 0:
         raise DecodeError(f"WriteShareGroupStateRequest.PartitionData.state_batches: invalid array length {n1}")
     else:
-        if n1 * 20 > len(buf) - pos:
-            raise DecodeError(f"WriteShareGroupStateRequest.PartitionData.state_batches: array of {n1} elements runs past the end of the data")
+        if n1 * 20 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("WriteShareGroupStateRequest.PartitionData.state_batches", n1, len(buf) - pos)
         items1: list[WriteShareGroupStateRequest.StateBatch] = []
         for _ in range(n1):
             item1, pos = _dec_WriteShareGroupStateRequest_StateBatch_v0(buf, pos)
@@ -158,8 +161,8 @@ def _dec_WriteShareGroupStateRequest_WriteStateData_v0(buf: memoryview, pos: int
     if n2 < 0:
         raise DecodeError(f"WriteShareGroupStateRequest.WriteStateData.partitions: invalid array length {n2}")
     else:
-        if n2 * 22 > len(buf) - pos:
-            raise DecodeError(f"WriteShareGroupStateRequest.WriteStateData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 22 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("WriteShareGroupStateRequest.WriteStateData.partitions", n2, len(buf) - pos)
         items2: list[WriteShareGroupStateRequest.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_WriteShareGroupStateRequest_PartitionData_v0(buf, pos)
@@ -233,8 +236,8 @@ def _dec_WriteShareGroupStateRequest_v0(buf: memoryview, pos: int) -> tuple[Writ
     if n2 < 0:
         raise DecodeError(f"WriteShareGroupStateRequest.topics: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"WriteShareGroupStateRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("WriteShareGroupStateRequest.topics", n2, len(buf) - pos)
         items2: list[WriteShareGroupStateRequest.WriteStateData] = []
         for _ in range(n2):
             item2, pos = _dec_WriteShareGroupStateRequest_WriteStateData_v0(buf, pos)
@@ -283,8 +286,8 @@ def _dec_WriteShareGroupStateRequest_PartitionData_v1(buf: memoryview, pos: int)
     if n1 < 0:
         raise DecodeError(f"WriteShareGroupStateRequest.PartitionData.state_batches: invalid array length {n1}")
     else:
-        if n1 * 20 > len(buf) - pos:
-            raise DecodeError(f"WriteShareGroupStateRequest.PartitionData.state_batches: array of {n1} elements runs past the end of the data")
+        if n1 * 20 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("WriteShareGroupStateRequest.PartitionData.state_batches", n1, len(buf) - pos)
         items1: list[WriteShareGroupStateRequest.StateBatch] = []
         for _ in range(n1):
             item1, pos = _dec_WriteShareGroupStateRequest_StateBatch_v0(buf, pos)
@@ -332,8 +335,8 @@ def _dec_WriteShareGroupStateRequest_WriteStateData_v1(buf: memoryview, pos: int
     if n2 < 0:
         raise DecodeError(f"WriteShareGroupStateRequest.WriteStateData.partitions: invalid array length {n2}")
     else:
-        if n2 * 26 > len(buf) - pos:
-            raise DecodeError(f"WriteShareGroupStateRequest.WriteStateData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 26 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("WriteShareGroupStateRequest.WriteStateData.partitions", n2, len(buf) - pos)
         items2: list[WriteShareGroupStateRequest.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_WriteShareGroupStateRequest_PartitionData_v1(buf, pos)
@@ -407,8 +410,8 @@ def _dec_WriteShareGroupStateRequest_v1(buf: memoryview, pos: int) -> tuple[Writ
     if n2 < 0:
         raise DecodeError(f"WriteShareGroupStateRequest.topics: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"WriteShareGroupStateRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("WriteShareGroupStateRequest.topics", n2, len(buf) - pos)
         items2: list[WriteShareGroupStateRequest.WriteStateData] = []
         for _ in range(n2):
             item2, pos = _dec_WriteShareGroupStateRequest_WriteStateData_v1(buf, pos)
@@ -508,8 +511,8 @@ def _dec_WriteShareGroupStateResponse_WriteStateResult_v0(buf: memoryview, pos: 
     if n2 < 0:
         raise DecodeError(f"WriteShareGroupStateResponse.WriteStateResult.partitions: invalid array length {n2}")
     else:
-        if n2 * 8 > len(buf) - pos:
-            raise DecodeError(f"WriteShareGroupStateResponse.WriteStateResult.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 8 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("WriteShareGroupStateResponse.WriteStateResult.partitions", n2, len(buf) - pos)
         items2: list[WriteShareGroupStateResponse.PartitionResult] = []
         for _ in range(n2):
             item2, pos = _dec_WriteShareGroupStateResponse_PartitionResult_v0(buf, pos)
@@ -555,8 +558,8 @@ def _dec_WriteShareGroupStateResponse_v0(buf: memoryview, pos: int) -> tuple[Wri
     if n1 < 0:
         raise DecodeError(f"WriteShareGroupStateResponse.results: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"WriteShareGroupStateResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("WriteShareGroupStateResponse.results", n1, len(buf) - pos)
         items1: list[WriteShareGroupStateResponse.WriteStateResult] = []
         for _ in range(n1):
             item1, pos = _dec_WriteShareGroupStateResponse_WriteStateResult_v0(buf, pos)

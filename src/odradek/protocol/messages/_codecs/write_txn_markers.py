@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -94,8 +97,8 @@ def _dec_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v0(buf: memoryview, pos: 
         raise DecodeError(f"WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes", n2, len(buf) - pos)
         obj.partition_indexes = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     obj.unknown_tagged_fields = None
@@ -126,8 +129,8 @@ def _dec_WriteTxnMarkersRequest_WritableTxnMarker_v0(buf: memoryview, pos: int) 
     if n1 < 0:
         raise DecodeError(f"WriteTxnMarkersRequest.WritableTxnMarker.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"WriteTxnMarkersRequest.WritableTxnMarker.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("WriteTxnMarkersRequest.WritableTxnMarker.topics", n1, len(buf) - pos)
         items1: list[WriteTxnMarkersRequest.WritableTxnMarkerTopic] = []
         for _ in range(n1):
             item1, pos = _dec_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v0(buf, pos)
@@ -160,8 +163,8 @@ def _dec_WriteTxnMarkersRequest_v0(buf: memoryview, pos: int) -> tuple[WriteTxnM
     if n1 < 0:
         raise DecodeError(f"WriteTxnMarkersRequest.markers: invalid array length {n1}")
     else:
-        if n1 * 16 > len(buf) - pos:
-            raise DecodeError(f"WriteTxnMarkersRequest.markers: array of {n1} elements runs past the end of the data")
+        if n1 * 16 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("WriteTxnMarkersRequest.markers", n1, len(buf) - pos)
         items1: list[WriteTxnMarkersRequest.WritableTxnMarker] = []
         for _ in range(n1):
             item1, pos = _dec_WriteTxnMarkersRequest_WritableTxnMarker_v0(buf, pos)
@@ -232,8 +235,8 @@ def _dec_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v1(buf: memoryview, pos: 
         raise DecodeError(f"WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes", n2, len(buf) - pos)
         obj.partition_indexes = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -280,8 +283,8 @@ def _dec_WriteTxnMarkersRequest_WritableTxnMarker_v1(buf: memoryview, pos: int) 
     if n1 < 0:
         raise DecodeError(f"WriteTxnMarkersRequest.WritableTxnMarker.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"WriteTxnMarkersRequest.WritableTxnMarker.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("WriteTxnMarkersRequest.WritableTxnMarker.topics", n1, len(buf) - pos)
         items1: list[WriteTxnMarkersRequest.WritableTxnMarkerTopic] = []
         for _ in range(n1):
             item1, pos = _dec_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v1(buf, pos)
@@ -330,8 +333,8 @@ def _dec_WriteTxnMarkersRequest_v1(buf: memoryview, pos: int) -> tuple[WriteTxnM
     if n1 < 0:
         raise DecodeError(f"WriteTxnMarkersRequest.markers: invalid array length {n1}")
     else:
-        if n1 * 17 > len(buf) - pos:
-            raise DecodeError(f"WriteTxnMarkersRequest.markers: array of {n1} elements runs past the end of the data")
+        if n1 * 17 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("WriteTxnMarkersRequest.markers", n1, len(buf) - pos)
         items1: list[WriteTxnMarkersRequest.WritableTxnMarker] = []
         for _ in range(n1):
             item1, pos = _dec_WriteTxnMarkersRequest_WritableTxnMarker_v1(buf, pos)
@@ -381,8 +384,8 @@ def _dec_WriteTxnMarkersRequest_WritableTxnMarker_v2(buf: memoryview, pos: int) 
     if n1 < 0:
         raise DecodeError(f"WriteTxnMarkersRequest.WritableTxnMarker.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"WriteTxnMarkersRequest.WritableTxnMarker.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("WriteTxnMarkersRequest.WritableTxnMarker.topics", n1, len(buf) - pos)
         items1: list[WriteTxnMarkersRequest.WritableTxnMarkerTopic] = []
         for _ in range(n1):
             item1, pos = _dec_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v1(buf, pos)
@@ -430,8 +433,8 @@ def _dec_WriteTxnMarkersRequest_v2(buf: memoryview, pos: int) -> tuple[WriteTxnM
     if n1 < 0:
         raise DecodeError(f"WriteTxnMarkersRequest.markers: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"WriteTxnMarkersRequest.markers: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("WriteTxnMarkersRequest.markers", n1, len(buf) - pos)
         items1: list[WriteTxnMarkersRequest.WritableTxnMarker] = []
         for _ in range(n1):
             item1, pos = _dec_WriteTxnMarkersRequest_WritableTxnMarker_v2(buf, pos)
@@ -499,8 +502,8 @@ def _dec_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_v0(buf: memoryview
     if n2 < 0:
         raise DecodeError(f"WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions: invalid array length {n2}")
     else:
-        if n2 * 6 > len(buf) - pos:
-            raise DecodeError(f"WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 6 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions", n2, len(buf) - pos)
         items2: list[WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult] = []
         for _ in range(n2):
             item2, pos = _dec_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult_v0(buf, pos)
@@ -533,8 +536,8 @@ def _dec_WriteTxnMarkersResponse_WritableTxnMarkerResult_v0(buf: memoryview, pos
     if n1 < 0:
         raise DecodeError(f"WriteTxnMarkersResponse.WritableTxnMarkerResult.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"WriteTxnMarkersResponse.WritableTxnMarkerResult.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("WriteTxnMarkersResponse.WritableTxnMarkerResult.topics", n1, len(buf) - pos)
         items1: list[WriteTxnMarkersResponse.WritableTxnMarkerTopicResult] = []
         for _ in range(n1):
             item1, pos = _dec_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_v0(buf, pos)
@@ -564,8 +567,8 @@ def _dec_WriteTxnMarkersResponse_v0(buf: memoryview, pos: int) -> tuple[WriteTxn
     if n1 < 0:
         raise DecodeError(f"WriteTxnMarkersResponse.markers: invalid array length {n1}")
     else:
-        if n1 * 9 > len(buf) - pos:
-            raise DecodeError(f"WriteTxnMarkersResponse.markers: array of {n1} elements runs past the end of the data")
+        if n1 * 9 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("WriteTxnMarkersResponse.markers", n1, len(buf) - pos)
         items1: list[WriteTxnMarkersResponse.WritableTxnMarkerResult] = []
         for _ in range(n1):
             item1, pos = _dec_WriteTxnMarkersResponse_WritableTxnMarkerResult_v0(buf, pos)
@@ -657,8 +660,8 @@ def _dec_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_v1(buf: memoryview
     if n2 < 0:
         raise DecodeError(f"WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions: invalid array length {n2}")
     else:
-        if n2 * 7 > len(buf) - pos:
-            raise DecodeError(f"WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 7 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions", n2, len(buf) - pos)
         items2: list[WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult] = []
         for _ in range(n2):
             item2, pos = _dec_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult_v1(buf, pos)
@@ -707,8 +710,8 @@ def _dec_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1(buf: memoryview, pos
     if n1 < 0:
         raise DecodeError(f"WriteTxnMarkersResponse.WritableTxnMarkerResult.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"WriteTxnMarkersResponse.WritableTxnMarkerResult.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("WriteTxnMarkersResponse.WritableTxnMarkerResult.topics", n1, len(buf) - pos)
         items1: list[WriteTxnMarkersResponse.WritableTxnMarkerTopicResult] = []
         for _ in range(n1):
             item1, pos = _dec_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_v1(buf, pos)
@@ -754,8 +757,8 @@ def _dec_WriteTxnMarkersResponse_v1(buf: memoryview, pos: int) -> tuple[WriteTxn
     if n1 < 0:
         raise DecodeError(f"WriteTxnMarkersResponse.markers: invalid array length {n1}")
     else:
-        if n1 * 10 > len(buf) - pos:
-            raise DecodeError(f"WriteTxnMarkersResponse.markers: array of {n1} elements runs past the end of the data")
+        if n1 * 10 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("WriteTxnMarkersResponse.markers", n1, len(buf) - pos)
         items1: list[WriteTxnMarkersResponse.WritableTxnMarkerResult] = []
         for _ in range(n1):
             item1, pos = _dec_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1(buf, pos)
