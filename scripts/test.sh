@@ -17,6 +17,8 @@ odradek_setup test,dev,fast,cluster
 
 echo "== codegen --check"
 .venv/bin/python -m tools.codegen --check
+echo "== settingsgen --check"
+.venv/bin/python -m tools.settingsgen --check
 echo "== configdocs --check"
 .venv/bin/python -m tools.configdocs --check
 echo "== ruff"

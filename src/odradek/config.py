@@ -16,7 +16,7 @@ import difflib
 import logging
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
@@ -30,6 +30,7 @@ __all__ = [
     "BROKER_CONFIGS",
     "DEPRECATED_TOPIC_CONFIGS",
     "KAFKA_BROKER_CONFIGS",
+    "SYNONYM_UNITS",
     "TOPIC_CONFIGS",
     "TOPIC_KEYS",
     "TOPIC_SCHEMA",
@@ -44,6 +45,8 @@ __all__ = [
     "parse_listeners",
     "read_properties",
     "split_per_listener",
+    "topic_default",
+    "topic_defaults",
     "unknown_name_message",
 ]
 
@@ -98,6 +101,10 @@ TYPE_CODES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "doubl
 
 @dataclass(frozen=True, slots=True)
 class ConfigDef:
+    """One row of a configuration table: the broker's (:data:`BROKER_CONFIGS`), the clients'
+    (``odradek.client``: producer, consumer, admin) and the Spark source's and sink's options
+    all use it -- name, type, default, documentation and valid values."""
+
     name: str
     type: str  # boolean, string, int, short, long, double, list, class, password
     default: Any
@@ -108,6 +115,8 @@ class ConfigDef:
     doc: str = ""
     #: a dynamic config that is set for one broker (resource name = its id), never cluster-wide
     per_broker: bool = False
+    #: the values it may take, when they are a fixed set (empty: any value of its type)
+    valid: tuple[str, ...] = ()
 
     @property
     def update_mode(self) -> str:
@@ -279,6 +288,24 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("group.min.session.timeout.ms", "int", 6000),
     ("group.max.session.timeout.ms", "int", 1800000),
     ("group.max.size", "int", INT_MAX),
+    # KIP-848 consumer groups (ConsumerGroupHeartbeat): the protocols served ("consumer" enables
+    # them), the session timeout and heartbeat interval the coordinator gives their members (each
+    # within its min/max bounds, the interval below the session timeout: checked at start-up), the
+    # largest group, the server-side assignors (uniform, range, or Kafka's class names of them; the
+    # first the default, a member may choose another with group.remote.assignor) and when a live
+    # group converts between the classic and the consumer protocol (disabled, upgrade, downgrade,
+    # bidirectional)
+    ("group.coordinator.rebalance.protocols", "list", "classic,consumer"),
+    ("group.consumer.session.timeout.ms", "int", 45000),
+    ("group.consumer.min.session.timeout.ms", "int", 45000),
+    ("group.consumer.max.session.timeout.ms", "int", 60000),
+    ("group.consumer.heartbeat.interval.ms", "int", 5000),
+    ("group.consumer.min.heartbeat.interval.ms", "int", 5000),
+    ("group.consumer.max.heartbeat.interval.ms", "int", 15000),
+    ("group.consumer.max.size", "int", INT_MAX),
+    ("group.consumer.assignors", "list",
+     "org.apache.kafka.coordinator.group.assignor.UniformAssignor,org.apache.kafka.coordinator.group.assignor.RangeAssignor"),
+    ("group.consumer.migration.policy", "string", "bidirectional"),
     ("transactional.id.expiration.ms", "int", 604800000),
     ("transaction.max.timeout.ms", "int", 900000),
     ("transaction.state.log.num.partitions", "int", 50),
@@ -290,8 +317,6 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("transaction.partition.verification.enable", "boolean", True),
     # the most partitions one DescribeTopicPartitions answer carries (a request may ask fewer)
     ("max.request.partition.size.limit", "int", 2000),
-    # the largest client telemetry push (PushTelemetry, KIP-714) taken
-    ("telemetry.max.bytes", "int", 1048576),
     ("zookeeper.connect", "string", None),
     ("zookeeper.session.timeout.ms", "int", 18000),
     ("zookeeper.connection.timeout.ms", "int", None),
@@ -462,17 +487,8 @@ KAFKA_BROKER_CONFIGS: dict[str, ConfigDef] = _kafka_defs(
     ("replica.alter.log.dirs.io.max.bytes.per.second", "long", LONG_MAX, _C, "Kafka: throttle of replicas moving between log directories."),
     ("client.quota.callback.class", "class", None, _R, "Kafka: a plug-in class deciding client quotas."),
     # groups: the consumer protocol (KIP-848) and share groups, with Odradek's own limits
-    ("group.coordinator.rebalance.protocols", "list", "classic,consumer", _R, "Kafka: the group protocols the coordinator serves."),
     ("group.coordinator.threads", "int", 1, _R, "Kafka: threads of the group coordinator."),
     ("group.coordinator.append.linger.ms", "int", 10, _R, "Kafka: how long the group coordinator lingers to batch its writes."),
-    ("group.consumer.session.timeout.ms", "int", 45000, _R, "Kafka: session timeout of consumer-protocol members."),
-    ("group.consumer.min.session.timeout.ms", "int", 45000, _R, "Kafka: smallest session timeout of consumer-protocol members."),
-    ("group.consumer.max.session.timeout.ms", "int", 60000, _R, "Kafka: largest session timeout of consumer-protocol members."),
-    ("group.consumer.heartbeat.interval.ms", "int", 5000, _R, "Kafka: heartbeat interval of consumer-protocol members."),
-    ("group.consumer.min.heartbeat.interval.ms", "int", 5000, _R, "Kafka: smallest heartbeat interval of consumer-protocol members."),
-    ("group.consumer.max.heartbeat.interval.ms", "int", 15000, _R, "Kafka: largest heartbeat interval of consumer-protocol members."),
-    ("group.consumer.max.size", "int", INT_MAX, _R, "Kafka: most members of a consumer-protocol group."),
-    ("group.consumer.assignors", "list", "org.apache.kafka.coordinator.group.assignor.UniformAssignor,org.apache.kafka.coordinator.group.assignor.RangeAssignor", _R, "Kafka: the server-side assignors of consumer-protocol groups, the first the default."),
     ("group.share.session.timeout.ms", "int", 45000, _R, "Kafka: session timeout of share-group members."),
     ("group.share.min.session.timeout.ms", "int", 45000, _R, "Kafka: smallest session timeout of share-group members."),
     ("group.share.max.session.timeout.ms", "int", 60000, _R, "Kafka: largest session timeout of share-group members."),
@@ -507,6 +523,7 @@ KAFKA_BROKER_CONFIGS: dict[str, ConfigDef] = _kafka_defs(
     ("auto.include.jmx.reporter", "boolean", True, _R, "Kafka 3.x: report metrics over JMX whatever metric.reporters says."),
     ("kafka.metrics.reporters", "list", "", _R, "Kafka: Yammer metrics reporter classes."),
     ("kafka.metrics.polling.interval.secs", "int", 10, _R, "Kafka: polling interval of the Yammer metrics reporters."),
+    ("telemetry.max.bytes", "int", 1048576, _R, "Kafka: largest client telemetry push (KIP-714)."),
     # security: TLS engine details, SASL login (the broker as a SASL client), Kerberos ticket
     # renewal, delegation tokens, password encoding
     ("security.providers", "string", None, _R, "Kafka: Java security provider creators."),
@@ -556,7 +573,6 @@ KAFKA_BROKER_CONFIGS: dict[str, ConfigDef] = _kafka_defs(
     ("server.max.startup.time.ms", "long", LONG_MAX, _R, "Kafka (internal, KRaft): longest start-up before the broker gives up."),
     ("zookeeper.metadata.migration.min.batch.size", "int", 200, _R, "Kafka (internal): records per batch of the ZooKeeper migration."),
     ("group.coordinator.new.enable", "boolean", False, _R, "Kafka 3.x (internal): the new group coordinator (KIP-848)."),
-    ("group.consumer.migration.policy", "string", "bidirectional", _R, "Kafka (internal): when classic groups convert to the consumer protocol and back."),
     ("group.share.enable", "boolean", False, _R, "Kafka (internal): share groups (KIP-932) before they were generally available."),
     ("share.fetch.max.fetch.records", "int", INT_MAX, _R, "Kafka (internal): records one share fetch may return."),
     ("remote.log.manager.task.retry.backoff.ms", "long", 500, _R, "Kafka (internal, tiered storage): first backoff of a failed task."),
@@ -715,7 +731,11 @@ def _metadata_versions() -> frozenset[str]:
 
 
 _METADATA_VERSIONS = _metadata_versions()
-_UNIT = {"log.retention.minutes": 60000, "log.retention.hours": 3600000, "log.roll.hours": 3600000, "log.roll.jitter.hours": 3600000}
+#: the broker configs given in a coarser unit than their topic config's milliseconds, with the factor
+SYNONYM_UNITS = {
+    "log.retention.minutes": 60000, "log.retention.hours": 3600000, "log.roll.hours": 3600000,
+    "log.roll.jitter.hours": 3600000,
+}
 _ENUMS = {
     "compression.type": {"producer", "uncompressed", "none", "gzip", "snappy", "lz4", "zstd"},
     # Kafka's MetadataVersionValidator: a release ("0.10.0", "2.8", "3.0") or one of its
@@ -986,6 +1006,9 @@ class BrokerConfig:
         self._per_listener: dict[tuple[str, str, str], Any] = {}
         #: the same keys: (the name as given, where it was given)
         self._per_listener_keys: dict[tuple[str, str, str], tuple[str, str]] = {}
+        #: counts the run-time changes (:meth:`set_dynamic`): a typed view built from this
+        #: configuration (odradek.settings) knows it must be built again
+        self.changes = 0
         for key, value in (properties or {}).items():
             self._set(key, value, strict, properties_source)
         for var, (key, value) in self._from_env(env or {}, strict).items():
@@ -1056,6 +1079,10 @@ class BrokerConfig:
                 return value
         value = self._per_listener.get((key, "", name))
         return value if value is not None else self.get(name)
+
+    def listener_overrides(self) -> dict[tuple[str, str, str], Any]:
+        """The per-listener settings given: ``{(LISTENER, MECHANISM or "", config): value}``."""
+        return dict(self._per_listener)
 
     @classmethod
     def load(
@@ -1164,6 +1191,7 @@ class BrokerConfig:
         d = BROKER_CONFIGS.get(name)
         if d is None:
             raise ConfigError(unknown_name_message("broker configuration", name, BROKER_CONFIGS))
+        self.changes += 1
         if value is None:  # back to the static value (server.properties, ...) or the default
             static = self._static.pop(name, _UNSET)
             if static is _UNSET:
@@ -1213,21 +1241,33 @@ class BrokerConfig:
 
     def topic_default(self, topic_config: str) -> tuple[Any, str | None]:
         """Default of a topic config from the broker configs: ``(value, broker name it came from)``."""
-        for broker_name in TOPIC_SYNONYMS.get(topic_config, ()):
-            value = self.get(broker_name)
-            if value is not None:
-                unit = _UNIT.get(broker_name)
-                return (value * unit if unit else value), broker_name
-        key = TOPIC_KEYS.get(topic_config)
-        # no broker config gives one (leader.replication.throttled.replicas, remote.storage.enable):
-        # the topic config's own default, as Kafka's LogConfig has it ("" for an empty list)
-        return (key.default if key is not None else None), None
+        return topic_default(self.get, topic_config)
 
     def topic_defaults(self) -> dict[str, Any]:
         """Every topic config's broker-derived default (Kafka names), for new logs."""
-        out = {}
-        for name in TOPIC_SYNONYMS:
-            value, _src = self.topic_default(name)
-            if value is not None:
-                out[name] = value
-        return out
+        return topic_defaults(self.get)
+
+
+def topic_default(get: Callable[[str], Any], topic_config: str) -> tuple[Any, str | None]:
+    """Default of a topic config from the broker configs ``get`` gives: ``(value, broker name it
+    came from)`` -- the first of its broker synonyms that is set, in milliseconds for the ones
+    given in minutes or hours, as Kafka resolves them."""
+    for broker_name in TOPIC_SYNONYMS.get(topic_config, ()):
+        value = get(broker_name)
+        if value is not None:
+            unit = SYNONYM_UNITS.get(broker_name)
+            return (value * unit if unit else value), broker_name
+    key = TOPIC_KEYS.get(topic_config)
+    # no broker config gives one (leader.replication.throttled.replicas, remote.storage.enable):
+    # the topic config's own default, as Kafka's LogConfig has it ("" for an empty list)
+    return (key.default if key is not None else None), None
+
+
+def topic_defaults(get: Callable[[str], Any]) -> dict[str, Any]:
+    """Every topic config's broker-derived default (Kafka names), for new logs."""
+    out = {}
+    for name in TOPIC_SYNONYMS:
+        value, _src = topic_default(get, name)
+        if value is not None:
+            out[name] = value
+    return out

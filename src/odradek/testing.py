@@ -6,30 +6,66 @@ restart), waits for its ready line, and stops it by PID — SIGTERM for a clean 
     with BrokerProcess(tmp_path / "data", overrides={"num.partitions": 3}) as broker:
         producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
 
-``WireClient`` is a minimal blocking client over the sans-I/O ``ClientConnection`` for requests no
-real client would send (hostile, malformed or pipelined ones).
+``WireClient`` is the transport's blocking connection without a handshake, for requests no real
+client would send (hostile, malformed or pipelined ones).  ``MockCluster`` is the in-memory
+transport: scripted brokers under the real client stack, without sockets.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
-import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
+import uuid
+from collections import deque
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from odradek.coordination.zkserver import restartable_port
-from odradek.protocol import NEED_DATA, ClientConnection, Message, ResponseReceived
-from odradek.protocol.messages.produce import ProduceRequest
+from odradek.errors import ErrorCode
+from odradek.protocol import (
+    NEED_DATA,
+    ClientConnection,
+    Message,
+    RequestReceived,
+    ServerConnection,
+)
+from odradek.protocol.messages import ApiKey, RequestHeader, request_class
+from odradek.protocol.messages.api_versions import ApiVersionsResponse
+from odradek.protocol.messages.fetch import FetchResponse
+from odradek.protocol.messages.find_coordinator import FindCoordinatorResponse
+from odradek.protocol.messages.init_producer_id import InitProducerIdResponse
+from odradek.protocol.messages.list_offsets import ListOffsetsResponse
+from odradek.protocol.messages.metadata import MetadataResponse
+from odradek.protocol.messages.produce import ProduceRequest, ProduceResponse
+from odradek.records import iter_batch_headers
+from odradek.transport import BrokerConnection, add_endpoint, remove_endpoint
 
-__all__ = ["BrokerProcess", "WireClient", "cpu_seconds", "freeze", "proc_cpu_times", "proc_stat", "produce_request", "wait_for"]
+__all__ = [
+    "DISCONNECT",
+    "NO_ANSWER",
+    "BrokerProcess",
+    "Delayed",
+    "MockBroker",
+    "MockCluster",
+    "ReceivedRequest",
+    "WireClient",
+    "cpu_seconds",
+    "freeze",
+    "proc_cpu_times",
+    "proc_stat",
+    "produce_request",
+    "wait_for",
+]
 
 T = TypeVar("T")
 
@@ -252,41 +288,671 @@ class BrokerProcess:
         self.stop()
 
 
-class WireClient:
-    """One blocking connection speaking raw requests; ``send``/``receive`` pipeline them (answers in order)."""
+class WireClient(BrokerConnection):
+    """One blocking connection speaking raw requests; ``send``/``receive`` pipeline them (answers
+    in order).  The transport's blocking connection without its handshake (no ApiVersions, no
+    SASL: the test sends what it wants, at the versions it names); ``conn`` is its codec, ``sock``
+    its socket, for tests that frame or write bytes themselves."""
 
     def __init__(self, host: str, port: int, client_id: str = "wire-test", timeout: float = 10.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.conn = ClientConnection(client_id=client_id)
+        super().__init__(host, port, client_id=client_id, timeout=timeout, handshake=False)
         self.in_flight = 0
 
-    def send(self, message: Message, version: int) -> None:
-        _cid, data = self.conn.send_request(message, version)
-        self.sock.sendall(data)
+    @property
+    def conn(self) -> ClientConnection:
+        return self.codec
+
+    def send(self, message: Message, version: int | None = None) -> int:
+        cid = super().send(message, version)
         self.in_flight += 1
+        return cid
 
-    def receive(self) -> Any:
+    def receive(self, timeout: float | None = None) -> Any:
         """The answer to the oldest request in flight."""
-        while True:
-            ev = self.conn.next_event()
-            if isinstance(ev, ResponseReceived):
-                self.in_flight -= 1
-                return ev.response
-            if ev is not NEED_DATA:
-                raise ConnectionError(f"unexpected event {ev!r}")
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise ConnectionError("broker closed the connection")
-            self.conn.receive_data(chunk)
+        response = super().receive(timeout)
+        self.in_flight -= 1
+        return response
 
-    def request(self, message: Message, version: int) -> Any:
+    def request(self, message: Message, version: int | None = None, timeout: float | None = None) -> Any:
         """Send one request and wait for its answer (nothing else may be in flight)."""
         assert self.in_flight == 0, f"{self.in_flight} requests still in flight"
-        self.send(message, version)
-        return self.receive()
+        return super().request(message, version, timeout)
+
+
+# -- the in-memory transport -----------------------------------------------------------------------
+#
+# MockCluster puts scripted brokers under the real client stack: each broker is an endpoint of the
+# transport (odradek.transport.add_endpoint) at an address that exists nowhere else, and every
+# connection to it is a pair of in-memory pipes into a protocol.ServerConnection.  The brokers
+# answer ApiVersions, Metadata, FindCoordinator, Produce, Fetch, ListOffsets and InitProducerId from
+# a small in-memory model (topics, partition leaders, logs of record batches); a test scripts any
+# other answer, an error, a delay, silence or a dropped connection per API with MockBroker.respond.
+
+
+class _Action:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+#: an answer that never comes: the broker holds the request (and, answering in order, every
+#: later one on that connection) until the client gives up
+NO_ANSWER: Final = _Action("NO_ANSWER")
+#: the broker closes the connection instead of answering
+DISCONNECT: Final = _Action("DISCONNECT")
+
+
+@dataclass(frozen=True, slots=True)
+class Delayed:
+    """An answer sent ``seconds`` after the request arrived (answers stay in request order)."""
+
+    response: Any
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedRequest:
+    """A request as a mock broker received it."""
+
+    api_key: int
+    version: int
+    message: Any
+    client_id: str | None
+
+    @property
+    def name(self) -> str:
+        return str(self.message.NAME)
+
+
+#: a scripted answer: ``handler(request, version)`` returns a response message, :data:`NO_ANSWER`,
+#: :data:`DISCONNECT` or :class:`Delayed`; ``None`` falls through to the model's answer
+Handler = Callable[[Any, int], Any]
+
+
+@dataclass(slots=True)
+class MockPartition:
+    index: int
+    leader: int
+    replicas: list[int]
+    leader_epoch: int = 0
+    #: record batches with their offsets assigned, in offset order: (base offset, bytes)
+    batches: list[tuple[int, bytes]] = field(default_factory=list)
+    log_start: int = 0
+    log_end: int = 0
+
+
+@dataclass(slots=True)
+class MockTopic:
+    name: str
+    topic_id: uuid.UUID
+    partitions: list[MockPartition]
+
+
+class MockBroker:
+    """One broker of a :class:`MockCluster`, at ``host:port``.
+
+    ``respond(RequestClass, answer, times=1)`` scripts the next ``times`` answers to that API
+    (``times=None``: every one): ``answer`` is a response message, :data:`NO_ANSWER`,
+    :data:`DISCONNECT`, :class:`Delayed`, or a :data:`Handler`.  ``requests`` lists what arrived;
+    ``up = False`` refuses new connections, ``refusing = n`` the next ``n`` of them (a broker
+    that comes up after a while, without waiting on the clock); :meth:`drop_connections` closes
+    the open ones (a restart).  ``connections_made`` and ``connections_refused`` count attempts."""
+
+    def __init__(self, cluster: MockCluster, node_id: int, host: str, port: int) -> None:
+        self.cluster = cluster
+        self.node_id = node_id
+        self.host, self.port = host, port
+        self.requests: list[ReceivedRequest] = []
+        self.up = True
+        self.refusing = 0
+        #: api key -> (min, max) versions offered (the codec's by default)
+        self.api_versions: dict[int, tuple[int, int]] = {}
+        for key in ApiKey:
+            try:
+                self.api_versions[int(key)] = tuple(request_class(key).VALID_VERSIONS)  # type: ignore[assignment]
+            except (KeyError, ValueError):
+                continue
+        self.connections_made = 0
+        self.connections_refused = 0
+        self._scripts: dict[int, deque[list[Any]]] = {}
+        self._pipes: list[_MockPipe] = []
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def respond(self, request_cls: type[Message], answer: Any, *, times: int | None = 1) -> None:
+        with self.cluster.lock:
+            self._scripts.setdefault(request_cls.API_KEY, deque()).append([answer, times])
+
+    def received(self, request_cls: type[Message]) -> list[Any]:
+        """The requests of ``request_cls``'s API received so far."""
+        with self.cluster.lock:
+            return [r.message for r in self.requests if r.api_key == request_cls.API_KEY]
+
+    def drop_connections(self) -> None:
+        """Close every open connection (as a broker that restarts)."""
+        with self.cluster.lock:
+            pipes, self._pipes = self._pipes, []
+        for pipe in pipes:
+            pipe.peer_close()
+
+    # -- the transport's Endpoint --------------------------------------------------------------
+    def connect(self, protocol: asyncio.BufferedProtocol) -> None:
+        pipe = self._new_pipe(_AsyncPipe)
+        assert isinstance(pipe, _AsyncPipe)
+        pipe.attach(protocol, asyncio.get_running_loop())
+
+    def connect_blocking(self) -> _BlockingPipe:
+        pipe = self._new_pipe(_BlockingPipe)
+        assert isinstance(pipe, _BlockingPipe)
+        return pipe
+
+    def _new_pipe(self, kind: type[_MockPipe]) -> _MockPipe:
+        with self.cluster.lock:
+            if not self.up or self.refusing > 0:
+                self.refusing = max(self.refusing - 1, 0)
+                self.connections_refused += 1
+                raise ConnectionRefusedError(111, f"mock broker {self.node_id} is down")
+            pipe = kind(self)
+            self._pipes.append(pipe)
+            self.connections_made += 1
+            return pipe
+
+    def _closed(self, pipe: _MockPipe) -> None:
+        with self.cluster.lock:
+            if pipe in self._pipes:
+                self._pipes.remove(pipe)
+
+    # -- answers -------------------------------------------------------------------------------
+    def _answer(self, header: RequestHeader, request: Any) -> Any:
+        """The answer to one request (under the cluster's lock)."""
+        self.requests.append(ReceivedRequest(header.api_key, header.api_version, request, header.client_id))
+        scripts = self._scripts.get(header.api_key)
+        while scripts:
+            slot = scripts[0]
+            answer, times = slot
+            if times is not None:
+                slot[1] = times - 1
+                if slot[1] <= 0:
+                    scripts.popleft()
+            if callable(answer) and not isinstance(answer, Message):
+                answer = answer(request, header.api_version)
+                if answer is None:
+                    break  # the handler let the model answer
+            return answer
+        return self.cluster._model_answer(self, header.api_version, request)
+
+
+class _MockPipe:
+    """The broker's side of one in-memory connection: a ServerConnection fed by the client's writes."""
+
+    def __init__(self, broker: MockBroker) -> None:
+        self.broker = broker
+        self.codec = ServerConnection()
+        self.broken = False
+
+    def _receive(self, data: bytes) -> list[tuple[float, bytes | None]]:
+        """What the broker sends back for ``data``: ``(delay, bytes)``, ``(delay, None)`` to close."""
+        out: list[tuple[float, bytes | None]] = []
+        if self.broken:
+            return out
+        with self.broker.cluster.lock:
+            self.codec.receive_data(bytes(data))
+            while True:
+                ev = self.codec.next_event()
+                if ev is NEED_DATA:
+                    return out
+                if not isinstance(ev, RequestReceived):
+                    self.broken = True
+                    out.append((0.0, None))
+                    return out
+                delay = 0.0
+                try:
+                    answer = self.broker._answer(ev.header, ev.message)
+                    if isinstance(answer, Delayed):
+                        answer, delay = answer.response, answer.seconds
+                    data = self._encode(ev.header, answer)
+                except Exception as exc:  # no answer in the model, or one that does not encode
+                    self.broker.cluster.errors.append(f"{type(ev.message).__name__}: {exc!r}")
+                    answer, data = DISCONNECT, b""
+                if answer is DISCONNECT:
+                    self.broken = True
+                    out.append((delay, None))
+                    return out
+                if data:
+                    out.append((delay, data))
+
+    def _encode(self, header: RequestHeader, answer: Any) -> bytes:
+        if answer is DISCONNECT or answer is NO_ANSWER:
+            return b""
+        if answer is _NO_RESPONSE:
+            return self.codec.no_response(header)
+        if isinstance(answer, ApiVersionsResponse) and answer.error_code == ErrorCode.UNSUPPORTED_VERSION:
+            # KIP-511: a version the broker does not know is answered with a v0 body
+            v0 = RequestHeader(
+                api_key=header.api_key, api_version=0, correlation_id=header.correlation_id, client_id=header.client_id
+            )
+            return self.codec.send_response(v0, answer)
+        return self.codec.send_response(header, answer)
+
+    def peer_close(self) -> None:
+        raise NotImplementedError
+
+
+class _AsyncPipe(_MockPipe):
+    """The client's asyncio transport of an in-memory connection."""
+
+    def __init__(self, broker: MockBroker) -> None:
+        super().__init__(broker)
+        self.protocol: asyncio.BufferedProtocol | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._closing = False
+        self._outgoing: deque[tuple[float, bytes | None]] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def attach(self, protocol: asyncio.BufferedProtocol, loop: asyncio.AbstractEventLoop) -> None:
+        self.protocol, self.loop = protocol, loop
+        protocol.connection_made(self)  # type: ignore[arg-type]
+
+    # asyncio.Transport, as far as the client uses it
+    def write(self, data: bytes) -> None:
+        if self._closing:
+            return
+        assert self.loop is not None
+        now = self.loop.time()
+        last = self._outgoing[-1][0] if self._outgoing else now
+        for delay, chunk in self._receive(data):
+            last = max(last, now + delay)
+            self._outgoing.append((last, chunk))
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if self._timer is not None or not self._outgoing or self.loop is None:
+            return
+        self._timer = self.loop.call_at(self._outgoing[0][0], self._pump)
+
+    def _pump(self) -> None:
+        self._timer = None
+        assert self.loop is not None
+        while self._outgoing and self._outgoing[0][0] <= self.loop.time():
+            _at, chunk = self._outgoing.popleft()
+            if self._closing:
+                return
+            if chunk is None:
+                self._lost()
+                return
+            self._deliver(chunk)
+        self._schedule()
+
+    def _deliver(self, chunk: bytes) -> None:
+        protocol = self.protocol
+        assert protocol is not None
+        view = memoryview(chunk)
+        while view and not self._closing:
+            buf = memoryview(protocol.get_buffer(len(view)))
+            n = min(len(buf), len(view))
+            buf[:n] = view[:n]
+            view = view[n:]
+            protocol.buffer_updated(n)
+
+    def _lost(self) -> None:
+        if not self._closing:
+            self._closing = True
+            self.broker._closed(self)
+            if self.protocol is not None:
+                self.protocol.connection_lost(None)
+
+    def peer_close(self) -> None:
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self._lost)
 
     def close(self) -> None:
-        self.sock.close()
+        if not self._closing:
+            self._closing = True
+            self.broker._closed(self)
+            if self.loop is not None and self.protocol is not None:
+                self.loop.call_soon(self.protocol.connection_lost, None)
+
+    def abort(self) -> None:
+        self.close()
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+class _BlockingPipe(_MockPipe):
+    """The client's socket of an in-memory blocking connection (a BlockingStream)."""
+
+    def __init__(self, broker: MockBroker) -> None:
+        super().__init__(broker)
+        self._cond = threading.Condition()
+        self._incoming: deque[tuple[float, bytes | None]] = deque()
+        self._pending = memoryview(b"")
+        self._timeout: float | None = None
+        self._closed = False
+        self._eof = False
+
+    def settimeout(self, value: float | None) -> None:
+        self._timeout = value
+
+    def sendall(self, data: bytes) -> None:
+        if self._closed:
+            raise OSError(9, "Bad file descriptor")
+        if self._eof or self.broken:
+            raise BrokenPipeError(32, "Broken pipe")
+        now = time.monotonic()
+        with self._cond:
+            last = self._incoming[-1][0] if self._incoming else now
+            for delay, chunk in self._receive(data):
+                last = max(last, now + delay)
+                self._incoming.append((last, chunk))
+            self._cond.notify_all()
+
+    def recv_into(self, buffer: memoryview) -> int:
+        if self._closed:
+            raise OSError(9, "Bad file descriptor")
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        with self._cond:
+            while not self._pending:
+                if self._eof:
+                    return 0
+                now = time.monotonic()
+                if self._incoming and self._incoming[0][0] <= now:
+                    _at, chunk = self._incoming.popleft()
+                    if chunk is None:
+                        self._eof = True
+                        self.broker._closed(self)
+                        return 0
+                    self._pending = memoryview(chunk)
+                    break
+                wake = self._incoming[0][0] if self._incoming else None
+                if deadline is not None:
+                    if now >= deadline:
+                        raise TimeoutError("timed out")
+                    wake = deadline if wake is None else min(wake, deadline)
+                self._cond.wait(None if wake is None else max(wake - now, 0.0))
+            n = min(len(buffer), len(self._pending))
+            buffer[:n] = self._pending[:n]
+            self._pending = self._pending[n:]
+            return n
+
+    def peer_close(self) -> None:
+        with self._cond:
+            self._incoming.append((time.monotonic(), None))
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        self._closed = True
+        self.broker._closed(self)
+
+
+#: the model's answer to an ``acks=0`` produce: none
+_NO_RESPONSE: Final = _Action("NO_RESPONSE")
+
+
+class MockCluster:
+    """Scripted brokers for client tests without sockets (see the comment above :data:`NO_ANSWER`)::
+
+        with MockCluster(brokers=2) as cluster:
+            cluster.create_topic("events", partitions=2)
+            cluster.broker(1).respond(FetchRequest, DISCONNECT)
+            with SimpleConsumer(bootstrap_servers=cluster.bootstrap) as c:
+                ...
+
+    ``coordinators`` maps ``(key_type, key)`` to the node answering FindCoordinator (default:
+    the first broker); ``auto_create`` lets Metadata create topics it is asked about."""
+
+    def __init__(self, brokers: int = 1, *, cluster_id: str = "mock-cluster", auto_create: bool = False) -> None:
+        self.id = uuid.uuid4().hex[:8]
+        self.cluster_id = cluster_id
+        self.auto_create = auto_create
+        self.lock = threading.RLock()
+        self.brokers: dict[int, MockBroker] = {
+            n: MockBroker(self, n, f"mock-{self.id}-{n}.invalid", 9092) for n in range(1, brokers + 1)
+        }
+        self.controller_id = 1
+        self.topics: dict[str, MockTopic] = {}
+        self.coordinators: dict[tuple[int, str], int] = {}
+        #: answers the model could not give (the connection was closed instead)
+        self.errors: list[str] = []
+        self._next_producer_id = 1000
+        self._registered = False
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values())
+
+    def broker(self, node_id: int) -> MockBroker:
+        return self.brokers[node_id]
+
+    def create_topic(self, name: str, partitions: int = 1, *, leaders: list[int] | None = None) -> MockTopic:
+        """A topic whose partitions are led round-robin by the brokers (or by ``leaders``)."""
+        ids = sorted(self.brokers)
+        with self.lock:
+            topic = MockTopic(name, uuid.uuid4(), [
+                MockPartition(p, leaders[p] if leaders else ids[p % len(ids)], list(ids)) for p in range(partitions)
+            ])
+            self.topics[name] = topic
+            return topic
+
+    def set_leader(self, topic: str, partition: int, node_id: int) -> None:
+        """Move a partition's leadership (its leader epoch goes up)."""
+        with self.lock:
+            p = self.topics[topic].partitions[partition]
+            p.leader = node_id
+            p.leader_epoch += 1
+
+    def append(self, topic: str, partition: int, batches: bytes) -> int:
+        """Append record batches (v2) to a partition's log, as a produce would; their base offset."""
+        with self.lock:
+            return _append(self.topics[topic].partitions[partition], batches)
+
+    def __enter__(self) -> MockCluster:
+        if not self._registered:
+            for b in self.brokers.values():
+                add_endpoint(b.host, b.port, b)
+            self._registered = True
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        self.close()
+        if exc_type is None and self.errors:
+            raise AssertionError(f"the mock brokers could not answer: {self.errors}")
+
+    def close(self) -> None:
+        if self._registered:
+            for b in self.brokers.values():
+                remove_endpoint(b.host, b.port)
+                b.drop_connections()
+            self._registered = False
+
+    # -- the model ------------------------------------------------------------------------------
+    def _model_answer(self, broker: MockBroker, version: int, request: Any) -> Any:
+        handler = _MODEL.get(type(request).API_KEY)
+        if handler is None:
+            raise NotImplementedError(f"mock broker {broker.node_id} has no answer to {type(request).__name__}: script one")
+        return handler(self, broker, version, request)
+
+
+def _append(p: MockPartition, batches: bytes) -> int:
+    base = p.log_end
+    for h in iter_batch_headers(batches, strict=True):
+        data = bytearray(batches[h.position : h.end])
+        delta = h.last_offset - h.base_offset
+        struct.pack_into(">q", data, 0, p.log_end)
+        p.batches.append((p.log_end, bytes(data)))
+        p.log_end += delta + 1
+    return base
+
+
+def _api_versions(cluster: MockCluster, broker: MockBroker, version: int, request: Any) -> Any:
+    R = ApiVersionsResponse
+    _lo, hi = broker.api_versions.get(ApiKey.API_VERSIONS, (0, 0))
+    keys = [R.ApiVersion(api_key=k, min_version=a, max_version=b) for k, (a, b) in sorted(broker.api_versions.items())]
+    if version > hi:
+        return R(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=keys)
+    return R(error_code=0, api_keys=keys)
+
+
+def _metadata(cluster: MockCluster, broker: MockBroker, version: int, request: Any) -> Any:
+    R = MetadataResponse
+    names = None if request.topics is None else [t.name for t in request.topics]
+    if names == [] and version == 0:
+        names = None
+    topics = []
+    for name in sorted(cluster.topics) if names is None else names:
+        t = cluster.topics.get(name)
+        if t is None and cluster.auto_create and request.allow_auto_topic_creation:
+            t = cluster.create_topic(name)
+        if t is None:
+            topics.append(R.MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name))
+            continue
+        topics.append(R.MetadataResponseTopic(error_code=0, name=t.name, topic_id=t.topic_id, partitions=[
+            R.MetadataResponsePartition(
+                error_code=0 if p.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE, partition_index=p.index,
+                leader_id=p.leader, leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas), isr_nodes=list(p.replicas),
+            ) for p in t.partitions
+        ]))
+    return R(
+        brokers=[R.MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port) for b in cluster.brokers.values()],
+        cluster_id=cluster.cluster_id, controller_id=cluster.controller_id, topics=topics,
+    )
+
+
+def _find_coordinator(cluster: MockCluster, broker: MockBroker, version: int, request: Any) -> Any:
+    R = FindCoordinatorResponse
+    keys = list(request.coordinator_keys) if version >= 4 else [request.key]
+    found = []
+    for key in keys:
+        node = cluster.coordinators.get((request.key_type, key), min(cluster.brokers))
+        b = cluster.brokers[node]
+        found.append(R.Coordinator(key=key, node_id=b.node_id, host=b.host, port=b.port, error_code=0))
+    if version >= 4:
+        return R(coordinators=found)
+    c = found[0]
+    return R(error_code=0, node_id=c.node_id, host=c.host, port=c.port)
+
+
+def _partition(cluster: MockCluster, broker: MockBroker, topic: str | None, index: int) -> MockPartition | ErrorCode:
+    t = cluster.topics.get(topic or "")
+    if t is None or not 0 <= index < len(t.partitions):
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    p = t.partitions[index]
+    if p.leader != broker.node_id:
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+    return p
+
+
+def _produce(cluster: MockCluster, broker: MockBroker, version: int, request: Any) -> Any:
+    R = ProduceResponse
+    topics = []
+    for t in request.topic_data:
+        parts = []
+        for pd in t.partition_data:
+            p = _partition(cluster, broker, t.name, pd.index)
+            if isinstance(p, ErrorCode):
+                parts.append(R.PartitionProduceResponse(index=pd.index, error_code=p, base_offset=-1))
+                continue
+            base = _append(p, bytes(pd.records or b""))
+            parts.append(R.PartitionProduceResponse(index=pd.index, error_code=0, base_offset=base, log_start_offset=p.log_start))
+        topics.append(R.TopicProduceResponse(name=t.name, partition_responses=parts))
+    if request.acks == 0:
+        return _NO_RESPONSE
+    return R(responses=topics)
+
+
+def _fetch(cluster: MockCluster, broker: MockBroker, version: int, request: Any) -> Any:
+    R = FetchResponse
+    by_id = {t.topic_id: t.name for t in cluster.topics.values()}
+    topics = []
+    for ft in request.topics:
+        name = ft.topic if version < 13 else by_id.get(ft.topic_id)
+        parts = []
+        for fp in ft.partitions:
+            p = _partition(cluster, broker, name, fp.partition)
+            if isinstance(p, ErrorCode):
+                code = ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 and name is None else p
+                parts.append(R.PartitionData(partition_index=fp.partition, error_code=code, high_watermark=-1))
+                continue
+            if not p.log_start <= fp.fetch_offset <= p.log_end:
+                parts.append(R.PartitionData(
+                    partition_index=fp.partition, error_code=ErrorCode.OFFSET_OUT_OF_RANGE, high_watermark=p.log_end,
+                    log_start_offset=p.log_start,
+                ))
+                continue
+            data = bytearray()
+            for base, batch in p.batches:
+                last = base + _last_delta(batch)
+                if last < fp.fetch_offset:
+                    continue
+                if data and len(data) + len(batch) > fp.partition_max_bytes:
+                    break
+                data += batch
+            parts.append(R.PartitionData(
+                partition_index=fp.partition, error_code=0, high_watermark=p.log_end, last_stable_offset=p.log_end,
+                log_start_offset=p.log_start, records=bytes(data),
+            ))
+        topics.append(R.FetchableTopicResponse(topic=name or "", topic_id=ft.topic_id, partitions=parts))
+    return R(error_code=0, responses=topics)
+
+
+def _last_delta(batch: bytes) -> int:
+    return int(struct.unpack_from(">i", batch, 23)[0])
+
+
+def _list_offsets(cluster: MockCluster, broker: MockBroker, version: int, request: Any) -> Any:
+    R = ListOffsetsResponse
+    topics = []
+    for t in request.topics:
+        parts = []
+        for lp in t.partitions:
+            p = _partition(cluster, broker, t.name, lp.partition_index)
+            if isinstance(p, ErrorCode):
+                parts.append(R.ListOffsetsPartitionResponse(partition_index=lp.partition_index, error_code=p))
+                continue
+            offset = p.log_start if lp.timestamp == -2 else p.log_end
+            if lp.timestamp >= 0:
+                offset = next((b for b, batch in p.batches if _max_timestamp(batch) >= lp.timestamp), -1)
+            parts.append(R.ListOffsetsPartitionResponse(
+                partition_index=lp.partition_index, error_code=0, old_style_offsets=[offset] if version == 0 else [],
+                timestamp=-1, offset=offset, leader_epoch=p.leader_epoch,
+            ))
+        topics.append(R.ListOffsetsTopicResponse(name=t.name, partitions=parts))
+    return R(topics=topics)
+
+
+def _max_timestamp(batch: bytes) -> int:
+    return int(struct.unpack_from(">q", batch, 35)[0])
+
+
+def _init_producer_id(cluster: MockCluster, broker: MockBroker, version: int, request: Any) -> Any:
+    cluster._next_producer_id += 1
+    return InitProducerIdResponse(error_code=0, producer_id=cluster._next_producer_id, producer_epoch=0)
+
+
+_MODEL: dict[int, Callable[[MockCluster, MockBroker, int, Any], Any]] = {
+    ApiKey.API_VERSIONS: _api_versions,
+    ApiKey.METADATA: _metadata,
+    ApiKey.FIND_COORDINATOR: _find_coordinator,
+    ApiKey.PRODUCE: _produce,
+    ApiKey.FETCH: _fetch,
+    ApiKey.LIST_OFFSETS: _list_offsets,
+    ApiKey.INIT_PRODUCER_ID: _init_producer_id,
+}
 
 
 def produce_request(

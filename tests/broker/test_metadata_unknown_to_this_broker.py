@@ -16,9 +16,12 @@ from types import SimpleNamespace
 from typing import Any
 
 from odradek.broker.handlers.metadata import metadata
+from odradek.broker.ports import MetadataPort
 from odradek.cluster.metadata import MetadataImage
+from odradek.config import BrokerConfig
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.metadata import MetadataRequest
+from odradek.settings import settings_from
 
 
 class _RestartedBroker:
@@ -26,14 +29,15 @@ class _RestartedBroker:
     metadata store does (creating it again is refused)."""
 
     def __init__(self, *, known: bool, auto_create: bool = True) -> None:
-        self.image = MetadataImage.empty("cluster", controller_id=1)
-        self.backend = SimpleNamespace(metadata_known=lambda: known)
         self.created: list[str] = []
-        self._config = {"auto.create.topics.enable": auto_create, "auto.create.topics.max.per.request": 5}
-        self.config = SimpleNamespace(get=self._config.__getitem__)
-
-        self.topics = SimpleNamespace(auto_create=self._auto_create)
-        self.authorizer = None  # no ACLs: every request is allowed
+        config = BrokerConfig({"auto.create.topics.enable": auto_create, "auto.create.topics.max.per.request": 5})
+        self.port = MetadataPort(
+            metadata=SimpleNamespace(image=MetadataImage.empty("cluster", controller_id=1)),
+            metadata_known=lambda: known,
+            topics=SimpleNamespace(auto_create=self._auto_create),  # type: ignore[arg-type]
+            authorizer=None,  # no ACLs: every request is allowed
+            settings=settings_from(config).server,
+        )
 
     async def _auto_create(self, name: str) -> Any:
         self.created.append(name)
@@ -42,7 +46,7 @@ class _RestartedBroker:
 
 def _ask(broker: _RestartedBroker, version: int, allow: bool, name: str = "history") -> Any:
     ctx = SimpleNamespace(
-        services=broker,
+        ports=SimpleNamespace(metadata=broker.port, authorizer=None),
         version=version,
         listener="PLAINTEXT",
         client_host="127.0.0.1",

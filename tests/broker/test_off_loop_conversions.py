@@ -295,10 +295,11 @@ def test_a_retry_appended_while_the_first_is_prepared_is_a_duplicate(
 
 
 def _key_check_held(monkeypatch: pytest.MonkeyPatch, loop_thread: threading.Thread) -> _Hold:
-    """The key check, wherever the log calls it from (its fast path and the validator)."""
-    hold = _Hold(validator_module.check_keys, loop_thread, lambda data, *a: len(data) > 100_000)
-    monkeypatch.setattr(validator_module, "check_keys", hold)
-    monkeypatch.setattr(log_module, "check_keys", hold)
+    """The key check: part of the pass over a batch's records (validate_records), wherever it is
+    called from (the log's fast path and the validator)."""
+    hold = _Hold(validator_module.validate_records, loop_thread, lambda data, *a, **k: len(data) > 100_000)
+    monkeypatch.setattr(validator_module, "validate_records", hold)
+    monkeypatch.setattr(log_module, "validate_records", hold)
     return hold
 
 

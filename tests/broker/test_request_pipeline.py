@@ -9,6 +9,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -239,19 +240,18 @@ def test_response_buffers_are_reused_only_once_sent(tmp_path: Path) -> None:
     fd = os.open(segment, os.O_RDONLY)
     try:
 
-        class _Config:
-            def get(self, name: str) -> Any:
-                assert name in ("socket.request.max.bytes", "request.max.topics")
-                return 100 << 20
-
-        class _Services:
-            config = _Config()
-
         from odradek.broker.authentication import ListenerSecurity
         from odradek.config import BrokerConfig, Listener
+        from odradek.settings import settings_from
 
-        security = ListenerSecurity(BrokerConfig({}), Listener("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 0), lambda u, m: None)
-        conn = KafkaConnection(_Services(), "PLAINTEXT", set(), 500, security)  # type: ignore[arg-type]
+        class _Ports:
+            connection = SimpleNamespace(
+                settings=settings_from(BrokerConfig({"socket.request.max.bytes": 100 << 20})),
+                quotas=None, metrics=None, log_dirs=None,
+            )
+
+        security = ListenerSecurity(settings_from(BrokerConfig({})), Listener("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 0), lambda u, m: None)
+        conn = KafkaConnection(_Ports(), "PLAINTEXT", set(), 500, security)  # type: ignore[arg-type]
         transport = _HoldingTransport()
         conn.transport = transport  # type: ignore[assignment]
 

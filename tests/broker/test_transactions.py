@@ -246,10 +246,10 @@ def test_a_restart_keeps_open_transactions_and_the_aborted_index(tmp_path: Path)
 
 
 def test_describe_and_list_transactions_and_producers(broker: BrokerProcess) -> None:
-    from odradek.client._network import BrokerConnection
     from odradek.protocol.messages.describe_producers import DescribeProducersRequest as DP
     from odradek.protocol.messages.describe_transactions import DescribeTransactionsRequest as DT
     from odradek.protocol.messages.list_transactions import ListTransactionsRequest as LT
+    from odradek.transport import BrokerConnection
 
     bs = broker.bootstrap
     topic = _topic(bs)

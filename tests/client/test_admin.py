@@ -9,11 +9,9 @@ import asyncio
 import base64
 import re
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicCollection, TopicPartition
@@ -562,27 +560,6 @@ def test_unreachable_cluster_times_out() -> None:
     assert exc.value.code == ErrorCode.REQUEST_TIMED_OUT
     assert "timed out after 1 s" in str(exc.value) and "cannot connect" in str(exc.value)
     assert 0.9 < elapsed < 5
-
-
-def test_retries_until_the_broker_is_up(tmp_path: Path, topic: str) -> None:
-    """Connection failures are retried within the timeout: the broker starts while we wait."""
-    port = _free_port()
-    late = BrokerProcess(tmp_path / "data", port=port)
-    starter = threading.Timer(1.0, late.start)
-    with Admin(bootstrap_servers=f"127.0.0.1:{port}", retry_backoff_ms=50, retry_backoff_max_ms=200) as admin:
-        starter.start()
-        try:
-            t0 = time.monotonic()
-            admin.create_topics([NewTopic(topic, 1, 1)], timeout=30)
-            assert time.monotonic() - t0 >= 0.9
-            assert topic in admin.list_topics()
-            # the broker restarts: the admin reconnects on its own
-            late.stop()
-            late.start()
-            assert admin.describe_topics([topic], timeout=30)[topic].partitions[0].leader == 0
-        finally:
-            starter.join()
-            late.stop()
 
 
 def test_deadline_cut_attempt_keeps_the_earlier_error() -> None:

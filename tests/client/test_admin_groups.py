@@ -31,9 +31,6 @@ from odradek.client import (
     OffsetAndMetadata,
 )
 from odradek.errors import ErrorCode, KafkaError
-from odradek.protocol.messages.describe_groups import DescribeGroupsRequest
-from odradek.protocol.messages.offset_commit import OffsetCommitRequest
-from odradek.protocol.messages.offset_fetch import OffsetFetchRequest
 from odradek.testing import BrokerProcess
 
 T = TypeVar("T")
@@ -406,75 +403,6 @@ def test_async_admin_groups(broker: BrokerProcess, name: str) -> None:
 
 
 # -- coordinator retries, a fresh broker, an unreachable one -------------------------------------
-
-
-class _FlakyAdmin(AsyncAdmin):
-    """A real AsyncAdmin whose coordinator lookups and coordinator answers fail at first, the
-    way a coordinator moving or loading makes them fail."""
-
-    def __init__(self, *args: Any, unavailable: int, spoil: dict[type, ErrorCode], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.finds = 0
-        self.unavailable = unavailable  # how many lookups answer COORDINATOR_NOT_AVAILABLE
-        self.spoil = dict(spoil)  # the first response of these request types gets this error
-
-    async def _find_coordinators(self, groups: list[str], dl: Any, key_type: int = 0) -> dict[str, Any]:
-        self.finds += 1
-        if self.finds <= self.unavailable:
-            return {g: KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "loading") for g in groups}
-        return await super()._find_coordinators(groups, dl, key_type)
-
-    async def _request(self, conn: Any, message: Any, version: int, dl: Any) -> Any:
-        resp = await super()._request(conn, message, version, dl)
-        code = self.spoil.pop(type(message), None)
-        if code is not None:
-            if isinstance(message, DescribeGroupsRequest):
-                for g in resp.groups:
-                    g.error_code = int(code)
-            elif isinstance(message, OffsetCommitRequest):
-                for t in resp.topics:
-                    for p in t.partitions:
-                        p.error_code = int(code)
-            elif isinstance(message, OffsetFetchRequest):
-                if version >= 8:
-                    resp.groups[0].error_code = int(code)
-                else:
-                    resp.error_code = int(code)
-        return resp
-
-
-def test_coordinator_errors_are_retried(broker: BrokerProcess, name: str) -> None:
-    topic, group = name, f"{name}-g"
-
-    async def main() -> None:
-        async with AsyncAdmin(bootstrap_servers=broker.bootstrap) as plain:
-            await plain.create_topics([NewTopic(topic, 1, 1)])
-        spoil = {
-            DescribeGroupsRequest: ErrorCode.NOT_COORDINATOR,
-            OffsetCommitRequest: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-            OffsetFetchRequest: ErrorCode.NOT_COORDINATOR,
-        }
-        config = {"bootstrap.servers": broker.bootstrap, "retry.backoff.ms": 10}
-        async with _FlakyAdmin(config, unavailable=2, spoil=spoil) as admin:
-            # two lookups fail, the commit answers COORDINATOR_LOAD_IN_PROGRESS, the fourth lookup works
-            await admin.alter_group_offsets(group, {(topic, 0): 0})
-            assert admin.finds == 4
-            # the coordinator says it is not the coordinator: found again, asked again
-            assert (await admin.describe_groups([group]))[group].state == "Empty"
-            assert admin.finds == 6
-            assert await admin.list_group_offsets(group) == {(topic, 0): OffsetAndMetadata(0, "", -1)}
-            assert admin.finds == 8
-            await admin.delete_groups([group])
-        async with _FlakyAdmin(config, unavailable=10**6, spoil={}) as admin:
-            t0 = time.monotonic()
-            with pytest.raises(KafkaError) as exc:
-                await admin.describe_groups([group], timeout=0.5)
-            assert exc.value.code == ErrorCode.COORDINATOR_NOT_AVAILABLE
-            assert "still failing after 0.5 s" in str(exc.value)
-            assert 0.4 < time.monotonic() - t0 < 3 and admin.finds > 3
-
-    asyncio.run(main())
-
 
 
 def test_first_group_operation_on_a_fresh_broker(tmp_path: Path) -> None:

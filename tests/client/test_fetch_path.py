@@ -1,11 +1,10 @@
-"""The consumer's fetch path: response framing (``_FrameStream``), column-wise record building
-in ``AsyncSimpleConsumer._decode``, and ``SimpleConsumer``'s fetch ahead."""
+"""The consumer's fetch path: column-wise record building in ``AsyncSimpleConsumer._decode``,
+``SimpleConsumer``'s fetch ahead, the blocking connection's pipelining (the response framing is
+tested in tests/transport/test_frames.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import random
-import struct
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -13,81 +12,10 @@ from typing import Any
 import pytest
 
 from odradek.client import AsyncSimpleConsumer, ConsumerRecord, SimpleConsumer
-from odradek.client._aio import _SCRATCH, _FrameStream
-from odradek.client._network import _frame_buffer
 from odradek.records import BatchBuilder, TimestampType
 from odradek.testing import BrokerProcess
 
 T0 = 1_700_000_000_000
-
-
-# -- framing ----------------------------------------------------------------------------------------
-class _Conn:
-    """What ``_FrameStream`` calls back: frames received, failure."""
-
-    def __init__(self) -> None:
-        self.node_id = 1
-        self.max_frame_size = 1 << 26
-        self.frames: list[bytes] = []
-        self.closed = False
-        self.error: BaseException | None = None
-
-    def _on_frame(self, payload: bytearray | memoryview) -> None:
-        assert isinstance(payload, bytearray | memoryview) and not memoryview(payload).readonly
-        self.frames.append(bytes(payload))
-
-    def _fail(self, exc: BaseException) -> None:
-        self.closed = True
-        self.error = exc
-
-
-def _feed(stream: _FrameStream, data: bytes, rng: random.Random) -> None:
-    """Deliver ``data`` as the transport would: into the buffers it hands out, in random chunks."""
-    pos = 0
-    while pos < len(data):
-        buf = stream.get_buffer(-1)
-        assert len(buf) > 0
-        n = min(len(buf), len(data) - pos, rng.choice([1, 3, 4, 5, 100, 4096, 1 << 16, 1 << 22]))
-        buf[:n] = data[pos : pos + n]
-        stream.buffer_updated(n)
-        pos += n
-
-
-@pytest.mark.parametrize("seed", range(8))
-def test_frames_of_every_size_in_any_chunking(seed: int) -> None:
-    rng = random.Random(seed)
-    sizes = [rng.choice([0, 1, 7, 100, _SCRATCH - 5, _SCRATCH - 4, _SCRATCH, _SCRATCH + 1, 3 * _SCRATCH, 1 << 21])
-             for _ in range(25)]
-    payloads = [rng.randbytes(n) for n in sizes]
-    conn = _Conn()
-    stream = _FrameStream(conn)  # type: ignore[arg-type]
-    _feed(stream, b"".join(struct.pack(">i", len(p)) + p for p in payloads), rng)
-    assert conn.frames == payloads and not conn.closed
-
-
-@pytest.mark.parametrize("size", [-1, (1 << 26) + 1])
-def test_bad_frame_sizes_fail_the_connection(size: int) -> None:
-    conn = _Conn()
-    stream = _FrameStream(conn)  # type: ignore[arg-type]
-    _feed(stream, struct.pack(">i", 3) + b"abc" + struct.pack(">i", size) + b"x" * 10, random.Random(0))
-    assert conn.frames == [b"abc"] and conn.closed and isinstance(conn.error, ConnectionError)
-
-
-def test_buffers_of_large_frames_are_reused_once_unreferenced() -> None:
-    size = (1 << 20) + 12345
-    first = _frame_buffer(size)
-    first[:3] = b"abc"
-    owner = id(first.obj)
-    second = _frame_buffer(size)  # ``first`` is still referred to: another buffer
-    assert id(second.obj) != owner and bytes(first[:3]) == b"abc"
-    held = first[10:20]  # a view of a view keeps it too
-    del first
-    assert id(_frame_buffer(size - 100).obj) != owner
-    del held
-    again = _frame_buffer(size - 100)  # nothing refers to it now; a little smaller fits
-    assert id(again.obj) == owner and len(again) == size - 100 and not again.readonly
-    del again
-    assert id(_frame_buffer(3 * size).obj) != owner  # too small for that
 
 
 # -- decoding into ConsumerRecord ---------------------------------------------------------------------

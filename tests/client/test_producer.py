@@ -3,7 +3,8 @@ confluent-kafka (librdkafka) as the oracle.
 
 Every record is checked byte for byte at the (partition, offset) the producer's RecordMetadata
 reported: key, value, headers and timestamp.  One broker per module for the ordinary tests;
-the failure tests (stopped, restarted, unreachable brokers) start brokers of their own.
+the failure tests (restarted, unreachable brokers, producer-id expiry) start brokers of their
+own.  Broker errors and stopped brokers are tested on scripted brokers (test_edge_cases.py).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from odradek.client.producer import FutureRecordMetadata
 from odradek.errors import ErrorCode, KafkaError
 from odradek.records import Compression
 from odradek.testing import BrokerProcess
-from tests.interop.interop_helpers import create_topic, stored_batches, wait_until
+from tests.interop.interop_helpers import create_topic, stored_batches
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 TIMEOUT = 30.0
@@ -317,30 +318,6 @@ def test_interceptors_see_sends_and_acknowledgements(broker: BrokerProcess, topi
     assert ack_only.count == 5
 
 
-def test_errors_reach_future_callback_and_interceptor(broker: BrokerProcess, topic: str) -> None:
-    """A broker-side non-retriable error (record larger than the topic's max.message.bytes)."""
-    create_topic(broker.bootstrap, topic, partitions=1, config={"max.message.bytes": "2000"})
-    icpt = RecordingInterceptor(b"")
-    errors: list[BaseException | None] = []
-    with Producer(bootstrap_servers=broker.bootstrap, interceptors=[icpt], **FAST) as p:
-        ok = p.send(topic, b"small").result(TIMEOUT)
-        p.flush(TIMEOUT)
-        fut = p.send(topic, b"x" * 10_000, on_delivery=lambda e, md: errors.append(e))
-        with pytest.raises(KafkaError) as info:
-            fut.result(TIMEOUT)
-        assert info.value.code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE)
-        assert isinstance(fut.exception(TIMEOUT), KafkaError)
-        # the producer carries on after a failed batch
-        again = p.send(topic, b"small again").result(TIMEOUT)
-    assert ok.offset == 0 and again.offset == 1
-    assert len(errors) == 1 and isinstance(errors[0], KafkaError)
-    assert [(md is None, type(err).__name__ if err else None) for md, err in icpt.acks] == [
-        (False, None),
-        (True, "KafkaError"),
-        (False, None),
-    ]
-
-
 def test_custom_partitioner(broker: BrokerProcess, topic: str) -> None:
     create_topic(broker.bootstrap, topic, partitions=4)
     calls: list[tuple[str, bytes | None, int, list[int]]] = []
@@ -481,39 +458,6 @@ def test_lone_records_go_after_linger_ms(broker: BrokerProcess, topic: str) -> N
         for i in range(20):
             assert p.send(topic, b"v%d" % i).result(TIMEOUT).offset == i + 1
         assert time.monotonic() - t0 < 4  # 20 round trips; a 1 s wake-up each would be 20 s
-
-
-def test_buffer_full_with_a_stopped_broker_raises_after_max_block(tmp_path: Path) -> None:
-    b = BrokerProcess(tmp_path / "data").start()
-    try:
-        p = Producer(
-            bootstrap_servers=b.bootstrap,
-            buffer_memory=4096,
-            batch_size=1024,
-            linger_ms=0,
-            max_block_ms=1500,
-            delivery_timeout_ms=60_000,
-            **FAST,
-        )
-        p.send("t", b"known").result(TIMEOUT)  # metadata and a connection
-        b.stop()
-        futures = []
-        t0 = time.monotonic()
-        with pytest.raises(KafkaError) as info:
-            for _ in range(1000):
-                futures.append(p.send("t", b"x" * 100))
-        waited = time.monotonic() - t0
-        assert info.value.code == ErrorCode.REQUEST_TIMED_OUT
-        assert "buffer.memory" in str(info.value)
-        assert 1.4 <= waited < 10
-        assert 0 < len(futures) < 60  # it blocked when the buffer was full, not before
-        p.close(0.5)
-        # close() gave up on them: every future is failed, none is left hanging
-        assert all(f.done() for f in futures)
-        assert all(isinstance(f.exception(0), KafkaError) for f in futures)
-        assert "closed before" in str(futures[-1].exception(0))
-    finally:
-        b.kill()
 
 
 def test_unknown_and_invalid_configuration_raise() -> None:
@@ -796,41 +740,3 @@ def test_unreachable_broker_gives_a_clear_timeout() -> None:
     asyncio.run(main())
 
 
-def test_records_expire_after_delivery_timeout(tmp_path: Path) -> None:
-    """The broker goes away after metadata is known: records fail after delivery.timeout.ms."""
-    b = BrokerProcess(tmp_path / "data").start()
-    try:
-        p = Producer(bootstrap_servers=b.bootstrap, delivery_timeout_ms=1500, linger_ms=0, **FAST)
-        p.send("t", b"first").result(TIMEOUT)
-        b.kill()
-        errors: list[BaseException | None] = []
-        t0 = time.monotonic()
-        fut = p.send("t", b"lost", on_delivery=lambda e, md: errors.append(e))
-        with pytest.raises(KafkaError) as info:
-            fut.result(20)
-        assert info.value.code == ErrorCode.REQUEST_TIMED_OUT
-        assert "expiring 1 record(s)" in str(info.value)
-        assert 1.4 <= time.monotonic() - t0 < 10
-        wait_until(lambda: errors, 5, "the delivery callback")
-        assert isinstance(errors[0], KafkaError)
-        p.close(1)
-    finally:
-        b.kill()
-
-
-def test_producer_started_before_the_broker(tmp_path: Path) -> None:
-    """An idempotent producer created while its broker is down gets its producer id once the
-    broker is up (it does not give up after max.block.ms)."""
-    port = free_port()
-    p = Producer(bootstrap_servers=f"127.0.0.1:{port}", max_block_ms=300, **FAST)
-    b = BrokerProcess(tmp_path / "data", port=port)
-    try:
-        # not a synchronisation: the scenario is a broker that is down for longer than
-        # max.block.ms while the sender keeps asking for a producer id
-        time.sleep(0.6)
-        b.start()
-        md = p.send("late", b"v").result(TIMEOUT)
-        assert md.offset == 0
-        p.close()
-    finally:
-        b.kill()

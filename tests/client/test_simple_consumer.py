@@ -9,7 +9,6 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +19,6 @@ from odradek.client import (
     AsyncSimpleConsumer,
     ConsumerRecord,
     FetchedRecords,
-    OffsetOutOfRangeError,
     RawFetched,
     SimpleConsumer,
 )
@@ -315,34 +313,6 @@ def test_offsets_before_matches_log_segments(broker: BrokerProcess, consumer: Si
     assert consumer.offsets_before(topic, 0, T0 + 3000, 5) == [12]
 
 
-def test_offset_out_of_range(broker: BrokerProcess, consumer: SimpleConsumer, topic: str) -> None:
-    produce(broker, topic, [{"partition": 0, "value": b"x"} for _ in range(3)])
-    assert list(consumer.fetch(topic, 0, 3)) == []  # the log end: nothing yet, not an error
-    with pytest.raises(OffsetOutOfRangeError) as info:
-        consumer.fetch(topic, 0, 50)
-    err = info.value
-    assert isinstance(err, KafkaError) and err.code == ErrorCode.OFFSET_OUT_OF_RANGE
-    assert (err.topic, err.partition, err.offset, err.earliest, err.latest) == (topic, 0, 50, 0, 3)
-    assert "valid offsets are 0..3" in str(err)
-    with pytest.raises(OffsetOutOfRangeError):
-        consumer.multi_fetch({(topic, 0): 99})
-    with pytest.raises(ValueError):
-        consumer.fetch(topic, 0, -1)
-
-
-def test_unknown_topic_and_partition(broker: BrokerProcess) -> None:
-    with SimpleConsumer(bootstrap_servers=broker.bootstrap, request_timeout_ms=800) as c:
-        t0 = time.monotonic()
-        with pytest.raises(KafkaError) as info:
-            c.fetch("no-such-topic", 0, 0)
-        assert info.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        assert time.monotonic() - t0 < 5
-        produce(broker, "has-one-partition", [{"partition": 0, "value": b"x"}])
-        with pytest.raises(KafkaError) as info:
-            c.fetch("has-one-partition", 5, 0)
-        assert info.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-
-
 # -- unreachable brokers --------------------------------------------------------------------------
 def _free_port() -> int:
     with socket.socket() as s:
@@ -359,35 +329,6 @@ def test_unreachable_broker_fails_fast() -> None:
         assert time.monotonic() - t0 < 3
         with pytest.raises(ConnectionError):
             c.earliest_offset("t", 0)
-
-
-def test_silent_broker_times_out(tmp_path: Path) -> None:
-    with socket.socket() as server:  # accepts connections (backlog) and never answers
-        server.bind(("127.0.0.1", 0))
-        server.listen(8)
-        port = server.getsockname()[1]
-        with SimpleConsumer(bootstrap_servers=f"127.0.0.1:{port}", request_timeout_ms=400) as c:
-            t0 = time.monotonic()
-            # the bootstrap connection never completes ApiVersions: reported as unreachable
-            with pytest.raises((TimeoutError, ConnectionError), match=f"no response from .*127.0.0.1:{port}"):
-                c.fetch("t", 0, 0)
-            assert time.monotonic() - t0 < 3
-
-
-def test_broker_restart_is_retried(tmp_path: Path) -> None:
-    broker = BrokerProcess(tmp_path / "data", overrides={"num.partitions": 1})
-    broker.start()
-    try:
-        produce(broker, "survivor", [{"partition": 0, "value": b"a"}])
-        with SimpleConsumer(bootstrap_servers=broker.bootstrap, request_timeout_ms=20000, fetch_max_wait_ms=50) as c:
-            assert [r.value for r in c.fetch("survivor", 0, 0)] == [b"a"]
-            port = broker.port
-            broker.stop()
-            broker = BrokerProcess(tmp_path / "data", overrides={"num.partitions": 1}, port=port)
-            broker.start()
-            assert [r.value for r in c.fetch("survivor", 0, 0)] == [b"a"]
-    finally:
-        broker.stop()
 
 
 # -- decoding details (no broker: crafted fetch responses) ------------------------------------------
@@ -458,21 +399,3 @@ def test_decode_corrupt_data() -> None:
     assert [r.value for r in _decode(corrupt(0), 0, check_crcs=False)] == [b"0", b"1", b"3"]
 
 
-def test_a_multi_partition_fetch_starts_at_a_different_partition_each_time(tmp_path: Path) -> None:
-    """A broker fills its answer in request order and may stop early (here after the first
-    partition with data: ``fetch.response.target.bytes=1``); asking again from the same offsets,
-    every partition comes first in turn instead of the first one always."""
-    with BrokerProcess(tmp_path / "data", overrides={"fetch.response.target.bytes": 1}) as b:
-        create_topic(b, "turns", 3)
-        p = Producer({"bootstrap.servers": b.bootstrap})
-        for i in range(30):
-            p.produce("turns", b"v%d" % i, partition=i % 3)
-        assert p.flush(15) == 0
-        with SimpleConsumer(bootstrap_servers=b.bootstrap, fetch_max_wait_ms=100) as c:
-            answered = []
-            for _ in range(6):
-                got = c.multi_fetch({("turns", n): 0 for n in range(3)})
-                answered.append(tuple(n for n in range(3) if len(got[("turns", n)])))
-    # one partition an answer (the target), and each of them twice in six answers
-    assert all(len(a) == 1 for a in answered), answered
-    assert sorted(a[0] for a in answered) == [0, 0, 1, 1, 2, 2], answered

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from odradek.client._network import BrokerConnection
 from odradek.coordination.zkserver import process_alive
 from odradek.testing import freeze
+from odradek.transport import BrokerConnection
 
 from .conftest import Cluster, require_zookeeper, wait_for
 from .test_cluster_cli import free_port, free_port_range, kill_leftovers, odradek
@@ -149,8 +149,8 @@ def test_a_config_alter_goes_by_zookeeper_not_by_the_metadata_this_broker_has(
     """Kafka's ZooKeeper mode checks a topic's existence in ZooKeeper and applies an incremental
     alter to the overrides ZooKeeper holds: a topic whose metadata has not reached the broker yet
     (here the controller is frozen, so it never does) is altered, and its stored overrides kept."""
-    from odradek.client._network import Cluster as Net
     from odradek.protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest as Req
+    from odradek.transport import Cluster as Net
 
     cluster = cluster_factory(3)
     cluster.wait_for_registered()
@@ -191,7 +191,7 @@ def test_describe_configs_reads_the_alter_at_once(cluster_factory: Callable[...,
     """Kafka answers a config alter after writing it to ZooKeeper, and DescribeConfigs (in ZooKeeper
     mode) reads ZooKeeper: the new value is seen at once through the broker that handled the alter
     and through any other broker."""
-    from odradek.client._network import Cluster as Net
+    from odradek.transport import Cluster as Net
 
     cluster = cluster_factory(3)
     cluster.wait_for_registered()

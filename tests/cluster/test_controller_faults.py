@@ -256,8 +256,10 @@ def _leader(tmp_path: Path) -> tuple[Any, Any, _FakeStore]:
     from odradek.broker.replica import ReplicaManager
     from odradek.broker.replication import ClusterReplication
     from odradek.cluster.metadata import PartitionState
+    from odradek.config import BrokerConfig
     from odradek.coordination.zookeeper import ZooKeeperBackend
     from odradek.records import BatchBuilder
+    from odradek.settings import settings_from
     from odradek.storage import LogConfig, LogManager
 
     rm = ReplicaManager(2, LogManager([tmp_path]), lambda _t: LogConfig.from_dict({}))
@@ -275,8 +277,9 @@ def _leader(tmp_path: Path) -> tuple[Any, Any, _FakeStore]:
     zk = ZooKeeperBackend("127.0.0.1:1", 6000)  # never connected: its store is the fake
     zk.store = store  # type: ignore[assignment]
     fake = ClusterReplication(
-        2, types.SimpleNamespace(), types.SimpleNamespace(), rm, zk, types.SimpleNamespace(now_ms=lambda: 10),  # type: ignore[arg-type]
-        cluster_id="c", inter_broker_listener=None,
+        2, settings_from(BrokerConfig({})), types.SimpleNamespace(), rm, zk,  # type: ignore[arg-type]
+        types.SimpleNamespace(now_ms=lambda: 10),  # type: ignore[arg-type]
+        cluster_id="c", inter_broker_listener=None, fetcher_settings=BrokerConfig({}),
     )
     fake.controller_epoch = 2
     return fake, p, store

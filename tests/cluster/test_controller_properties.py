@@ -33,6 +33,7 @@ from odradek.coordination.zookeeper import broker_json
 from odradek.protocol.messages.leader_and_isr import LeaderAndIsrRequest, LeaderAndIsrResponse
 from odradek.protocol.messages.stop_replica import StopReplicaRequest, StopReplicaResponse
 from odradek.protocol.messages.update_metadata import UpdateMetadataRequest, UpdateMetadataResponse
+from odradek.settings import settings_from
 from odradek.storage import LogConfig
 from tests.cluster.fake_zookeeper import FakeTree, FakeZkStore
 
@@ -89,7 +90,7 @@ class _World:
         self.stores[b] = FakeZkStore(self.tree)
         self._register(b)
         ctl = Controller(
-            b, self.config, types.SimpleNamespace(store=self.stores[b]),  # type: ignore[arg-type]
+            b, settings_from(self.config), types.SimpleNamespace(store=self.stores[b]),  # type: ignore[arg-type]
             lambda _topic: LogConfig.from_dict({}), channel_factory=functools.partial(_Channel, self),
         )
         self.controllers[b] = ctl

@@ -18,7 +18,9 @@ import pytest
 from odradek.broker.replica import ReplicaManager
 from odradek.broker.replication import ClusterReplication
 from odradek.cluster.metadata import PartitionState
+from odradek.config import BrokerConfig
 from odradek.records import BatchBuilder
+from odradek.settings import settings_from
 from odradek.storage import LogConfig, LogManager
 from odradek.storage import epoch as epoch_module
 from odradek.storage.checkpoint import read_epochs
@@ -54,8 +56,9 @@ def _replication(tmp_path: Path) -> tuple[ClusterReplication, ReplicaManager]:
 
     topics = types.SimpleNamespace(load_config=load_config, log_config=lambda _name: LogConfig.from_dict({}))
     replication = ClusterReplication(
-        2, types.SimpleNamespace(), topics, rm, types.SimpleNamespace(),  # type: ignore[arg-type]
+        2, settings_from(BrokerConfig({})), topics, rm, types.SimpleNamespace(),  # type: ignore[arg-type]
         types.SimpleNamespace(now_ms=lambda: 10), cluster_id="c", inter_broker_listener=None,
+        fetcher_settings=BrokerConfig({}),
     )
     return replication, rm
 

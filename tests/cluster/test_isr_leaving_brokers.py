@@ -30,6 +30,7 @@ from odradek.cluster.controller import LeaderIsr
 from odradek.cluster.metadata import PartitionState
 from odradek.config import BrokerConfig
 from odradek.records import BatchBuilder
+from odradek.settings import settings_from
 from odradek.storage import LogConfig, LogManager
 from tests.cluster.test_controller_properties import BROKERS, _World
 
@@ -43,9 +44,9 @@ def _replication(tmp_path: Path, broker_id: int, registered: set[int]) -> tuple[
     topics = types.SimpleNamespace(load_config=load_config, log_config=lambda _name: LogConfig.from_dict({}))
     backend = types.SimpleNamespace(image=types.SimpleNamespace(brokers={b: object() for b in registered}))
     replication = ClusterReplication(
-        broker_id, BrokerConfig({}), topics, rm, backend,  # type: ignore[arg-type]
+        broker_id, settings_from(BrokerConfig({})), topics, rm, backend,  # type: ignore[arg-type]
         types.SimpleNamespace(now_ms=lambda: 10),  # type: ignore[arg-type]
-        cluster_id="c", inter_broker_listener=None,
+        cluster_id="c", inter_broker_listener=None, fetcher_settings=BrokerConfig({}),
     )
     return replication, rm
 

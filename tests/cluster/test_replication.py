@@ -324,11 +324,11 @@ def test_partition_with_whole_isr_down(cluster_factory: Callable[..., Cluster], 
 
 @pytest.mark.parametrize("security", ["plaintext", "sasl_ssl"])
 def test_reassignment_while_producing(cluster_factory: Callable[..., Cluster], security: str) -> None:
-    from odradek.client._network import BrokerConnection
     from odradek.protocol.messages.alter_partition_reassignments import (
         AlterPartitionReassignmentsRequest as A,
     )
     from odradek.protocol.messages.list_partition_reassignments import ListPartitionReassignmentsRequest as L
+    from odradek.transport import BrokerConnection
 
     cluster = cluster_factory(3, OVERRIDES, security=security)
     topic = "moving"
@@ -505,10 +505,10 @@ def test_elect_leaders_on_demand(cluster_factory: Callable[..., Cluster], capsys
 
 
 def _reassign(cluster: Cluster, topic: str, targets: dict[int, list[int]]) -> None:
-    from odradek.client._network import BrokerConnection
     from odradek.protocol.messages.alter_partition_reassignments import (
         AlterPartitionReassignmentsRequest as A,
     )
+    from odradek.transport import BrokerConnection
 
     controller = cluster.wait_for_controller()
     conn = BrokerConnection("127.0.0.1", cluster.broker(controller).port, client_id="test", timeout=30)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -27,6 +28,7 @@ from odradek.protocol.messages.api_versions import ApiVersionsRequest
 from odradek.protocol.messages.sasl_authenticate import SaslAuthenticateRequest, SaslAuthenticateResponse
 from odradek.protocol.messages.sasl_handshake import SaslHandshakeRequest, SaslHandshakeResponse
 from odradek.security import SaslServer
+from odradek.settings import settings_from
 
 JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret";'
 MAX_FRAME = 100 << 20
@@ -78,13 +80,10 @@ class _Timers:
             fn(*args)
 
 
-class _Config:
-    def get(self, name: str) -> Any:
-        return {"socket.request.max.bytes": MAX_FRAME, "request.max.topics": 10000}[name]
-
-
-class _Services:
-    config = _Config()
+def _Services() -> Any:
+    settings = settings_from(BrokerConfig({"socket.request.max.bytes": MAX_FRAME}))
+    connection = SimpleNamespace(settings=settings, quotas=None, metrics=None, log_dirs=None)
+    return SimpleNamespace(authorizer=None, connection=connection)
 
 
 class _Wire:
@@ -99,7 +98,7 @@ class _Wire:
         if max_receive is not None:
             settings["sasl.server.max.receive.size"] = max_receive
         self.security = ListenerSecurity(
-            BrokerConfig(settings), Listener("SASL_PLAINTEXT", "SASL_PLAINTEXT", "127.0.0.1", 0), lambda u, m: None
+            settings_from(BrokerConfig(settings)), Listener("SASL_PLAINTEXT", "SASL_PLAINTEXT", "127.0.0.1", 0), lambda u, m: None
         )
         self.evaluated: list[bytes] = []  # every token a mechanism was asked to evaluate
         make = self.security.server
@@ -307,7 +306,7 @@ def test_the_limit_is_per_listener_and_kafkas_default() -> None:
     w = _Wire()
     assert w.security.max_receive_size == 524288
     assert w.conn.conn.max_frame_size == 524288
-    plain = ListenerSecurity(BrokerConfig({}), Listener("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 0), lambda u, m: None)
+    plain = ListenerSecurity(settings_from(BrokerConfig({})), Listener("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 0), lambda u, m: None)
     conn = KafkaConnection(_Services(), "PLAINTEXT", set(), 500, plain)  # type: ignore[arg-type]
     assert conn.conn.max_frame_size == MAX_FRAME  # no SASL: socket.request.max.bytes from the start
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from odradek.config import BROKER_CONFIGS, LONG_MAX, TOPIC_SCHEMA, TopicKey
+from tools.settingsgen.spec import RANGES
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
@@ -20,6 +21,15 @@ def _value(v: Any) -> str:
     if isinstance(v, bool):
         return str(v).lower()
     return f"`{v}`" if v != "" else '""'
+
+
+def _range(name: str) -> str:
+    """Kafka's range of a broker config (checked at start-up and on a dynamic change)."""
+    r = RANGES.get(name)
+    if r is None:
+        return ""
+    low = "" if r.low is None else f"{r.low:g}"
+    return f"at least {low}" if r.high is None else f"{low} to {r.high:g}"
 
 
 def _escape(text: str) -> str:
@@ -77,15 +87,17 @@ def render() -> str:
         "SASL settings per listener and mechanism as `listener.name.<listener>.<mechanism>.<config>`",
         "(`listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config`). A misspelt name, prefixed families",
         "(`ssl.`, `sasl.`, `authorizer.`, `metric`...) and per-listener forms included, is an error",
-        "naming the nearest valid one, wherever it is given.",
+        "naming the nearest valid one, wherever it is given. A value outside Kafka's range (the Range",
+        "column) stops the start, and a dynamic change to one is refused, with Kafka's message",
+        "(`Invalid value 0 for configuration num.partitions: Value must be at least 1`).",
         "",
-        "| Name | Type | Default | Update |",
-        "|---|---|---|---|",
+        "| Name | Type | Default | Range | Update |",
+        "|---|---|---|---|---|",
     ]
     for name in sorted(BROKER_CONFIGS):
         d = BROKER_CONFIGS[name]
         if d.used:
-            lines.append(f"| `{name}` | {d.type} | {_value(d.default)} | {d.update_mode} |")
+            lines.append(f"| `{name}` | {d.type} | {_value(d.default)} | {_range(name)} | {d.update_mode} |")
     lines += [
         "",
         "### Broker configs accepted, not used by Odradek",

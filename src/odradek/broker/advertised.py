@@ -27,8 +27,8 @@ from odradek.protocol import ApiKey
 from odradek.protocol.messages.api_versions import ApiVersionsResponse
 
 if TYPE_CHECKING:
-    from odradek.broker.services import Services
-    from odradek.config import BrokerConfig
+    from odradek.broker.ports import FeaturesPort
+    from odradek.settings import Settings
 
 __all__ = ["RESTRICTED_APIS", "api_versions_response", "inter_broker_listener", "served"]
 
@@ -37,50 +37,46 @@ _TELEMETRY = frozenset({ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, ApiKey.PUSH_TELEMETR
 RESTRICTED_APIS = frozenset({*INTER_BROKER_APIS, *GATED_APIS, *_TELEMETRY})
 
 
-def inter_broker_listener(config: BrokerConfig) -> str | None:
+def inter_broker_listener(settings: Settings) -> str | None:
     """The listener other brokers (and the controller) reach this one on."""
-    name = config.get("inter.broker.listener.name")
+    name = settings.socket.inter_broker_listener_name
     if name:
-        return str(name).upper()
-    listeners = config.listeners
+        return name.upper()
+    listeners = settings.socket.listener_endpoints
     return listeners[0].name.upper() if listeners else None
 
 
-def served(services: Services | None, listener: str | None, api_key: int) -> bool:
+def served(port: FeaturesPort | None, listener: str | None, api_key: int) -> bool:
     """Whether a request of ``api_key`` (one with a handler) is served on ``listener`` now."""
-    if api_key not in RESTRICTED_APIS or services is None:
+    if api_key not in RESTRICTED_APIS or port is None:
         return True
     if api_key in INTER_BROKER_APIS:
-        return listener is None or listener.upper() == inter_broker_listener(services.config)
+        return listener is None or listener.upper() == port.inter_broker_listener
     if api_key in _TELEMETRY:
-        return services.metrics is not None
+        return port.telemetry
     feature, level = GATED_APIS[api_key]
-    return finalized_levels_of(services).get(feature, 0) >= level
-
-
-def finalized_levels_of(services: Services) -> dict[str, int]:
-    return finalized_levels(services.image.features)
+    return finalized_levels(port.metadata.image.features).get(feature, 0) >= level
 
 
 def api_versions_response(
-    error_code: int = 0, services: Services | None = None, listener: str | None = None, version: int = 0
+    error_code: int = 0, port: FeaturesPort | None = None, listener: str | None = None, version: int = 0
 ) -> ApiVersionsResponse:
-    """The ApiVersions answer on ``listener`` at ``version`` (without ``services``: every API
-    with a handler, no features)."""
+    """The ApiVersions answer on ``listener`` at ``version`` (without ``port``: every API with a
+    handler, no features)."""
     R = ApiVersionsResponse
     keys = [
         R.ApiVersion(api_key=k, min_version=lo, max_version=hi)
         for k, (lo, hi) in supported_versions().items()
-        if served(services, listener, k)
+        if served(port, listener, k)
     ]
     response = R(error_code=error_code, api_keys=keys)
-    if services is not None and version >= 3:
+    if port is not None and version >= 3:
         response.supported_features = [
             R.SupportedFeatureKey(name=f.name, min_version=f.min_level, max_version=f.max_level)
             for f in sorted(FEATURES.values(), key=lambda f: f.name)
             if version >= 4 or f.min_level > 0
         ]
-        image = services.image
+        image = port.metadata.image
         response.finalized_features = [
             R.FinalizedFeatureKey(name=name, max_version_level=level, min_version_level=level)
             for name, level in finalized_levels(image.features).items()

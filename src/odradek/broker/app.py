@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 import odradek.broker.handlers  # noqa: F401  (registers the API handlers)
 from odradek._clock import Clock, SystemClock
 from odradek._timeouts import wait_for
+from odradek.broker.advertised import inter_broker_listener
 from odradek.broker.authentication import SUPPORTED_MECHANISMS, ListenerSecurity
 from odradek.broker.authorizer import authorizer_for
 from odradek.broker.channel import BrokerChannel, ChannelSecurity
@@ -52,9 +53,26 @@ from odradek.broker.coordinators import (
     MarkerWriter,
     TransactionCoordinator,
 )
-from odradek.broker.exporter import BrokerRegistry, MetricsServer
+from odradek.broker.exporter import BrokerRegistry, MetricsAccess, MetricsServer
 from odradek.broker.limits import FDS_PER_PARTITION, partition_budget
 from odradek.broker.partitions import PartitionService
+from odradek.broker.ports import (
+    AclPort,
+    AdminPort,
+    ClusterPort,
+    ConfigsPort,
+    ConnectionPort,
+    FeaturesPort,
+    FetchPort,
+    GroupsPort,
+    ListOffsetsPort,
+    MetadataPort,
+    Ports,
+    ProducePort,
+    QuotasPort,
+    SaslPort,
+    TransactionsPort,
+)
 from odradek.broker.producer_ids import ProducerIdManager
 from odradek.broker.quotas import QuotaManager, ReplicationQuota
 from odradek.broker.replica import ReplicaManager
@@ -66,12 +84,13 @@ from odradek.broker.single_node import SingleNodeController
 from odradek.broker.tls import client_context, server_context
 from odradek.broker.topics import TopicService, internal_topic_configs
 from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage
-from odradek.config import BrokerConfig, ConfigError, ConfigSource, Listener
+from odradek.config import BrokerConfig, ConfigError, Listener
 from odradek.coordination import EmbeddedBackend, MetadataBackend
 from odradek.coordination.embedded import read_cluster_id
 from odradek.errors import ErrorCode
 from odradek.metrics import BrokerMetrics
 from odradek.security import PlainClient, ScramClient, ScramCredential, parse_jaas
+from odradek.settings import LiveSettings, Settings
 from odradek.storage import Log, LogManager, StorageError
 from odradek.storage.log import set_lock_factory
 from odradek.storage.manager import (
@@ -101,10 +120,14 @@ def new_cluster_id() -> str:
 class Broker:
     def __init__(self, config: BrokerConfig, *, clock: Clock | None = None) -> None:
         self.config = config
-        self.broker_id = config.broker_id
+        #: the typed settings (checked here: an invalid one stops the broker before it starts),
+        #: replaced whole when a dynamic config changes
+        self.settings = LiveSettings(config)
+        settings = self.settings.current
+        self.broker_id = settings.server.id
         self.clock = clock or SystemClock()
         self.connections: set[KafkaConnection] = set()
-        self.max_queued = max(1, int(config.get("queued.max.requests")))
+        self.max_queued = max(1, settings.socket.queued_max_requests)
         self.stopping = False
         self.cluster_id = ""
         self.listeners: list[Listener] = []
@@ -128,6 +151,7 @@ class Broker:
         self.replication: Replication
         self.scheduler: LogScheduler
         self.services: Services
+        self.ports: Ports
         self.groups: GroupCoordinator
         self.controller: Controller | None = None
         #: the counters /metrics exports and its HTTP listener (None: metrics are off)
@@ -140,66 +164,66 @@ class Broker:
     async def start(self) -> None:
         t0 = time.monotonic()
         loop = asyncio.get_running_loop()
-        self.listeners = self.config.listeners
+        settings = self.settings.current
+        self.listeners = list(settings.socket.listener_endpoints)
         # what each listener asks of its connections, and its TLS context: configuration errors
         # stop the start before anything is opened
         self._security = {
-            lst.name: ListenerSecurity(self.config, lst, self._scram_credential) for lst in self.listeners
+            lst.name: ListenerSecurity(settings, lst, self._scram_credential) for lst in self.listeners
         }
-        self._tls = {lst.name: server_context(self.config, lst.name) for lst in self.listeners if self._security[lst.name].tls}
+        self._tls = {lst.name: server_context(settings, lst.name) for lst in self.listeners if self._security[lst.name].tls}
         _warn_plaintext_beyond_loopback(self.listeners)
-        inter = self.config.get("inter.broker.listener.name")
+        inter = settings.socket.inter_broker_listener_name
         self.connection_quotas = ConnectionQuotas(
-            self.config, [lst.name for lst in self.listeners], str(inter).upper() if inter else None
+            settings, [lst.name for lst in self.listeners], inter.upper() if inter else None
         )
         _raise_fd_limit()
-        dirs = self.config.log_dirs
+        dirs = list(settings.log.directories)
         for d in dirs:
             d.mkdir(parents=True, exist_ok=True)
         # the one choice between a cluster and a single node
         zk: ZooKeeperBackend | None = None
-        if self.config.get("zookeeper.connect"):
+        if settings.zookeeper.connect:
             zk = await self._connect_zookeeper(dirs)
         self.cluster_id = self._identity(dirs, zk.cluster_id if zk is not None else None, embedded=zk is None)
-        workers = max(1, int(self.config.get("num.recovery.threads.per.data.dir")) * len(dirs))
+        workers = max(1, settings.log.num_recovery_threads_per_data_dir * len(dirs))
         self._executor = executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="odradek-io")
         self.logs = await self._load_logs(dirs, executor)
         logs = self.logs
         backend: MetadataBackend = zk or EmbeddedBackend(
-            dirs[0], self.cluster_id, on_disk=self._logs_on_disk, internal_topics=_single_node_internal(self.config),
+            dirs[0], self.cluster_id, on_disk=self._logs_on_disk, internal_topics=_single_node_internal(settings),
             clean_shutdown=lambda: all(logs.clean_shutdown.values()),
         )
         self.backend = backend
         self.replicas = ReplicaManager(self.broker_id, self.logs, lambda topic: self.topics.log_config(topic))
-        self.topics = TopicService(self.broker_id, self.config, backend, self.logs, self.replicas.log_dirs)
+        self.topics = TopicService(self.broker_id, self.settings, backend, self.logs, self.replicas.log_dirs)
         self.topics.advertise = self._advertise
-        args = (self.broker_id, self.config, self.topics, self.replicas, backend, self.clock)
+        args = (self.broker_id, settings, self.topics, self.replicas, backend, self.clock)
         cluster: ClusterReplication | None = None
         if zk is not None:
-            listener = self.config.get("inter.broker.listener.name")
             self._channel_factory = functools.partial(
-                BrokerChannel, security=_inter_broker_security(self.config, self.listeners)
+                BrokerChannel, security=_inter_broker_security(settings, self.listeners)
             )
             self.replication = cluster = ClusterReplication(
                 *args,
                 cluster_id=self.cluster_id,
-                inter_broker_listener=str(listener) if listener else None,
+                inter_broker_listener=inter or None,
                 channel_factory=self._channel_factory,
+                fetcher_settings=self.settings,
             )
         else:
             self.replication = LocalReplication(*args)
-        self.scheduler = LogScheduler(self.config, self.logs, self.replicas.log_dirs, executor, self.clock)
+        self.scheduler = LogScheduler(self.settings, self.logs, self.replicas.log_dirs, executor, self.clock)
         ports = CoordinatorPorts(self.clock, self.replicas, self.topics, self.replication, self.scheduler)
-        self.groups = GroupCoordinator(self.config, ports)
+        self.groups = GroupCoordinator(settings.groups, ports)
         producer_ids = ProducerIdManager(backend)
-        self.txn_markers = MarkerWriter(
-            self.replicas, int(self.config.get("request.timeout.ms")), self.groups.complete_txn
-        )
-        inter_broker = self.config.get("inter.broker.listener.name") if zk is not None else None
+        self.txn_markers = MarkerWriter(self.replicas, settings.server.request_timeout_ms, self.groups.complete_txn)
         self.txns = TransactionCoordinator(
-            self.broker_id, self.config, ports, producer_ids, self.txn_markers.write,
+            self.broker_id, settings.transactions, ports, producer_ids, self.txn_markers.write,
             channel_factory=self._channel_factory if zk is not None else None,
-            inter_broker_listener=str(inter_broker) if inter_broker else None,
+            inter_broker_listener=(inter or None) if zk is not None else None,
+            request_timeout_ms=settings.server.request_timeout_ms,
+            offsets_partitions=settings.groups.offsets_topic_num_partitions,
         )
 
         def on_hosting_changed(image: MetadataImage | None) -> None:
@@ -210,7 +234,6 @@ class Broker:
         self.services = Services(
             broker_id=self.broker_id,
             cluster_id=self.cluster_id,
-            config=self.config,
             clock=self.clock,
             backend=backend,
             logs=self.logs,
@@ -224,19 +247,21 @@ class Broker:
             txn_coordinator=self.txns,
             txn_markers=self.txn_markers,
             controller=SingleNodeController(self.broker_id, backend) if zk is None else None,
-            authorizer=authorizer_for(self.config, backend.image),
-            leader_quota=ReplicationQuota(self.config, "leader"),
-            quotas=QuotaManager(self.config, backend.image),
+            authorizer=authorizer_for(settings.security, backend.image),
+            leader_quota=ReplicationQuota(self.settings, "leader"),
+            quotas=QuotaManager(settings.quotas, backend.image),
         )
         assert self.services.quotas is not None
         await self._start_metrics(embedded=zk is None)
+        # what each group of handlers may use (after the metrics: the ports count with them)
+        self.ports = handler_ports(self.services, self.config, self.settings)
         backend.add_listener(self.services.quotas.on_image)
         if self.services.authorizer is not None:
             backend.add_listener(self.services.authorizer.on_image)
         # listen first so that port 0 resolves to the real port before it is advertised
         for lst in self.listeners:
             factory = functools.partial(
-                KafkaConnection, self.services, lst.name, self.connections, self.max_queued, self._security[lst.name]
+                KafkaConnection, self.ports, lst.name, self.connections, self.max_queued, self._security[lst.name]
             )
             server = _AcceptLoop(lst.name, factory, self._tls.get(lst.name), self.connection_quotas)
             server.metrics = self.metrics
@@ -266,7 +291,7 @@ class Broker:
                 await zk.stop()
             raise
         self._apply_image(backend.image)
-        if self.config.source("advertised.listeners") == ConfigSource.DYNAMIC_BROKER_CONFIG:
+        if self.settings.current.socket.advertised_listeners != settings.socket.advertised_listeners:
             await self._advertise()  # a dynamic advertised.listeners the store kept over a restart
         budget = self.topics.partition_budget()
         hosted = self.topics.hosted_count()
@@ -282,7 +307,7 @@ class Broker:
             from odradek.broker.controller import Controller
 
             self.controller = Controller(
-                self.broker_id, self.config, zk, self.topics.log_config, channel_factory=self._channel_factory
+                self.broker_id, settings, zk, self.topics.log_config, channel_factory=self._channel_factory
             )
             self.services.controller = cluster.controller = self.controller
             self.controller.metrics = self.metrics
@@ -299,8 +324,9 @@ class Broker:
     async def _start_metrics(self, *, embedded: bool) -> None:
         """The Prometheus endpoint (``metrics.host``/``metrics.port``): unset, on at 127.0.0.1:9404
         in the embedded mode (a free port when that one is taken), off in a cluster; -1: off."""
-        configured = self.config.get("metrics.port")
-        port = int(configured) if configured is not None else (DEFAULT_METRICS_PORT if embedded else -1)
+        metrics_settings = self.settings.current.metrics
+        configured = metrics_settings.port
+        port = configured if configured is not None else (DEFAULT_METRICS_PORT if embedded else -1)
         if port < 0:
             return
         metrics = self.metrics = self.services.metrics = BrokerMetrics()
@@ -309,8 +335,8 @@ class Broker:
         for part in (self.replicas, self.replication, self.scheduler, self.groups):
             part.metrics = metrics
         registry = BrokerRegistry(metrics, self.services, lambda: self.connections, [lst.name for lst in self.listeners])
-        server = MetricsServer(registry)
-        host = str(self.config.get("metrics.host") or "127.0.0.1")
+        server = MetricsServer(registry, MetricsAccess.from_settings(metrics_settings))
+        host = metrics_settings.host or "127.0.0.1"
         try:
             await server.start(host, port)
         except OSError as exc:
@@ -329,12 +355,8 @@ class Broker:
     async def _connect_zookeeper(self, dirs: list[Path]) -> ZooKeeperBackend:
         from odradek.coordination.zookeeper import ZooKeeperBackend
 
-        timeout = self.config.get("zookeeper.connection.timeout.ms")
-        zk = ZooKeeperBackend(
-            str(self.config.get("zookeeper.connect")),
-            int(self.config.get("zookeeper.session.timeout.ms")),
-            int(timeout) if timeout is not None else None,
-        )
+        zk_settings = self.settings.current.zookeeper
+        zk = ZooKeeperBackend(str(zk_settings.connect), zk_settings.session_timeout_ms, zk_settings.connection_timeout_ms)
         existing = next((_read_meta(d).get("cluster.id") for d in dirs if _read_meta(d)), None)
         zk_cluster = await zk.connect(existing)
         if existing is not None and existing != zk_cluster:
@@ -346,7 +368,7 @@ class Broker:
         return zk
 
     async def _load_logs(self, dirs: list[Path], executor: ThreadPoolExecutor) -> LogManager:
-        defaults = self.config.topic_defaults()
+        defaults = dict(self.settings.current.log.topic_defaults)
         # counted before loading: once the descriptors run out, not even the directory can be listed
         on_disk = sum(1 for d in dirs for c in d.iterdir() if c.is_dir())
         t0 = time.monotonic()
@@ -398,7 +420,7 @@ class Broker:
 
     def _broker_info(self) -> BrokerInfo:
         endpoints = []
-        advertised = self.config.advertised_listeners
+        advertised = self.settings.current.socket.advertised_endpoints  # dynamic
         for lst in advertised:
             host, port = lst.host, lst.port
             bound = self.bound.get(lst.name)
@@ -407,7 +429,7 @@ class Broker:
             if host in ("0.0.0.0", "::", ""):
                 host = bound[0] if bound and bound[0] not in ("0.0.0.0", "::") else "127.0.0.1"
             endpoints.append(Endpoint(lst.name, lst.security_protocol, host, port))
-        return BrokerInfo(self.broker_id, tuple(endpoints), self.config.get("broker.rack"))
+        return BrokerInfo(self.broker_id, tuple(endpoints), self.settings.current.server.broker_rack)
 
     async def _advertise(self) -> bool:
         """Register this broker's endpoints again (advertised.listeners changed at run time)."""
@@ -422,7 +444,7 @@ class Broker:
             if server.tls is None:
                 continue
             try:
-                server.tls = server_context(self.config, server.name)
+                server.tls = server_context(self.settings.current, server.name)
             except ConfigError as exc:
                 ok = False
                 log.error("listener %s keeps its TLS certificates: %s", server.name, exc)
@@ -466,7 +488,7 @@ class Broker:
         self.backend.begin_shutdown()
         with contextlib.suppress(Exception):
             await self.replication.controlled_shutdown()
-        self.stopping = self.services.stopping = True
+        self.stopping = self.services.run.stopping = True
         await self.replication.stop()
         if self.controller is not None:
             await self.controller.stop()
@@ -538,8 +560,9 @@ class Broker:
 
     async def _reap_idle(self) -> None:
         """Close connections idle for ``connections.max.idle.ms`` with nothing in flight."""
-        limit = int(self.config.get("connections.max.idle.ms")) / 1000
-        interval = max(1000, min(30000, int(self.config.get("connections.max.idle.ms")) // 2)) / 1000
+        idle_ms = self.settings.current.socket.connections_max_idle_ms
+        limit = idle_ms / 1000
+        interval = max(1000, min(30000, idle_ms // 2)) / 1000
         while True:
             await asyncio.sleep(interval)
             now = time.monotonic()
@@ -758,28 +781,28 @@ def _warn_plaintext_beyond_loopback(listeners: list[Listener]) -> None:
             )
 
 
-def _inter_broker_security(config: BrokerConfig, listeners: list[Listener]) -> ChannelSecurity | None:
+def _inter_broker_security(settings: Settings, listeners: list[Listener]) -> ChannelSecurity | None:
     """How this broker's own connections (followers, the controller, controlled shutdown) reach
     the other brokers: the inter-broker listener's protocol (``inter.broker.listener.name``, or
     the first listener), with the broker's truststore and keystore for TLS and, for SASL, the
     mechanism ``sasl.mechanism.inter.broker.protocol`` with the ``username`` and ``password``
     of that listener's JAAS config for the mechanism (Kafka's way)."""
-    name = config.get("inter.broker.listener.name")
-    chosen = next((lst for lst in listeners if name and lst.name == str(name).upper()), None)
+    name = settings.socket.inter_broker_listener_name
+    chosen = next((lst for lst in listeners if name and lst.name == name.upper()), None)
     if chosen is None and listeners:
         chosen = listeners[0]
     if chosen is None or chosen.security_protocol == "PLAINTEXT":
         return None
-    tls = client_context(config, chosen.name) if chosen.security_protocol in ("SSL", "SASL_SSL") else None
+    tls = client_context(settings, chosen.name) if chosen.security_protocol in ("SSL", "SASL_SSL") else None
     if chosen.security_protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
         return ChannelSecurity(tls)
-    mechanism = str(config.get("sasl.mechanism.inter.broker.protocol") or "").upper()
+    mechanism = settings.sasl.mechanism_inter_broker_protocol.upper()
     if mechanism not in SUPPORTED_MECHANISMS:
         raise ConfigError(
             f"inter-broker listener {chosen}: sasl.mechanism.inter.broker.protocol={mechanism} is not supported "
             f"(one of {', '.join(SUPPORTED_MECHANISMS)})"
         )
-    jaas = config.for_listener(chosen.name, "sasl.jaas.config", mechanism)
+    jaas = settings.for_listener(chosen.name, mechanism).sasl.jaas_config
     options = parse_jaas(str(jaas))[1] if jaas else {}
     user, password = options.get("username"), options.get("password")
     if not user or password is None:
@@ -792,6 +815,48 @@ def _inter_broker_security(config: BrokerConfig, listeners: list[Listener]) -> C
     return ChannelSecurity(tls, functools.partial(ScramClient, mechanism, user, password))
 
 
+def handler_ports(svc: Services, config: BrokerConfig, live: LiveSettings) -> Ports:
+    """Each handler area's port, from the services the broker built: what that area uses and
+    nothing more (the concrete services satisfy the ports' protocols as they are).  Settings a
+    port reads are fixed values when read-only, a getter of the current group when dynamic."""
+    settings = live.current
+    image_source = svc.backend
+    offload = svc.scheduler.offload
+    groups, transactions = svc.groups, svc.transactions
+    verify_transactions = settings.transactions.partition_verification_enable
+    configs = ConfigsPort(svc.broker_id, image_source, svc.topics, config, live)
+    return Ports(
+        authorizer=svc.authorizer,
+        connection=ConnectionPort(settings, svc.quotas, svc.metrics, svc.replicas.log_dirs),
+        produce=ProducePort(
+            image_source, svc.partitions, svc.replicas, transactions, offload, svc.authorizer, svc.metrics, verify_transactions
+        ),
+        fetch=FetchPort(
+            svc.broker_id, image_source, svc.partitions, svc.replicas, offload, svc.leader_quota, svc.authorizer,
+            svc.metrics, settings.server, svc.run,
+        ),
+        list_offsets=ListOffsetsPort(svc.partitions),
+        metadata=MetadataPort(image_source, svc.backend.metadata_known, svc.topics, svc.authorizer, settings.server),
+        groups=GroupsPort(image_source, groups, transactions, svc.backend, svc.clock.now_ms, svc.authorizer),
+        transactions=TransactionsPort(
+            image_source, transactions, groups, svc.markers, svc.replicas, svc.clock.now_ms, verify_transactions
+        ),
+        admin=AdminPort(
+            image_source, svc.topics, svc.partitions, svc.replicas, svc.logs, svc.scheduler, svc.producer_ids,
+            transactions, svc.quotas, configs, lambda: live.current.server,
+        ),
+        configs=configs,
+        acls=AclPort(svc.authorizer, svc.backend),
+        quotas=QuotasPort(image_source, svc.backend),
+        sasl=SaslPort(image_source, svc.backend),
+        # the cluster's controller exists once this broker has registered: looked up per request
+        cluster=ClusterPort(svc.replication, lambda: svc.controller),
+        features=FeaturesPort(
+            image_source, svc.backend, inter_broker_listener(settings), svc.metrics is not None
+        ),
+    )
+
+
 def _raise_fd_limit() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = hard if hard != resource.RLIM_INFINITY else 1 << 20
@@ -800,9 +865,9 @@ def _raise_fd_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
-def _single_node_internal(config: BrokerConfig) -> dict[str, dict[str, str]]:
+def _single_node_internal(settings: Settings) -> dict[str, dict[str, str]]:
     """The internal topics' configs on a single node: replicated once, so min.insync.replicas 1."""
     out = {}
-    for name, configs in internal_topic_configs(config).items():
+    for name, configs in internal_topic_configs(settings).items():
         out[name] = {**configs, "min.insync.replicas": "1"} if "min.insync.replicas" in configs else configs
     return out

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from odradek.broker.kerberos import GssapiServer, KerberosShortNamer, acceptor_credentials
-from odradek.config import BrokerConfig, ConfigError, Listener
+from odradek.config import ConfigError, Listener
 from odradek.errors import ErrorCode
 from odradek.security import (
     ANONYMOUS,
@@ -60,6 +60,7 @@ from odradek.security import (
     plain_verifier,
     subject_name,
 )
+from odradek.settings import SaslSettings, Settings
 
 __all__ = ["SUPPORTED_MECHANISMS", "FailureLog", "ListenerSecurity", "SaslOutcome", "Session"]
 
@@ -79,28 +80,29 @@ ScramLookup = Callable[[str, str], "ScramCredential | None"]
 class ListenerSecurity:
     """What one listener asks of its connections."""
 
-    def __init__(self, config: BrokerConfig, listener: Listener, scram_lookup: ScramLookup) -> None:
+    def __init__(self, settings: Settings, listener: Listener, scram_lookup: ScramLookup) -> None:
+        """``settings``: the broker's; this listener's view of them is read (its
+        ``listener.name.<listener>[.<mechanism>].*`` settings over the broker's)."""
         self.listener = listener.name
         self.protocol = listener.security_protocol
         self.tls = self.protocol in TLS_PROTOCOLS
         self.sasl = self.protocol in SASL_PROTOCOLS
-        self.mapper = SslPrincipalMapper(str(config.for_listener(listener.name, "ssl.principal.mapping.rules")))
-        self.failure_delay_s = max(
-            0, int(config.for_listener(listener.name, "connection.failed.authentication.delay.ms"))
-        ) / 1000
+        mine = settings.for_listener(listener.name)
+        self.mapper = SslPrincipalMapper(mine.ssl.principal_mapping_rules)
+        self.failure_delay_s = max(0, mine.security.connection_failed_authentication_delay_ms) / 1000
         #: the largest frame accepted before authentication (SASL listeners)
-        self.max_receive_size = int(config.for_listener(listener.name, "sasl.server.max.receive.size"))
+        self.max_receive_size = mine.sasl.server_max_receive_size
         if self.max_receive_size < 0:
             raise ConfigError(f"listener {listener}: sasl.server.max.receive.size={self.max_receive_size} is negative")
         self.failures = FailureLog(listener.name)
-        self.reauth_ms = int(config.for_listener(listener.name, "connections.max.reauth.ms") or 0)
+        self.reauth_ms = mine.security.connections_max_reauth_ms
         self._scram_lookup = scram_lookup
         self.mechanisms: list[str] = []
         self._plain_users: dict[str, str] = {}
         if not self.sasl:
             return
-        enabled = str(config.for_listener(listener.name, "sasl.enabled.mechanisms") or "")
-        self.mechanisms = [m.strip().upper() for m in enabled.split(",") if m.strip()]
+        enabled = ",".join(mine.sasl.enabled_mechanisms)
+        self.mechanisms = [m.upper() for m in mine.sasl.enabled_mechanisms]
         unsupported = [m for m in self.mechanisms if m not in SUPPORTED_MECHANISMS]
         if unsupported or not self.mechanisms:
             raise ConfigError(
@@ -109,8 +111,8 @@ class ListenerSecurity:
             )
         self._plain_callback: Callable[[str, str], bool] | None = None
         if "PLAIN" in self.mechanisms:
-            handler = config.for_listener(listener.name, "sasl.server.callback.handler.class", "PLAIN")
-            jaas = config.for_listener(listener.name, "sasl.jaas.config", "PLAIN")
+            plain = settings.for_listener(listener.name, "PLAIN").sasl
+            handler, jaas = plain.server_callback_handler_class, plain.jaas_config
             if handler:
                 self._plain_callback = _callback(str(handler), listener)
             elif not jaas:
@@ -128,10 +130,10 @@ class ListenerSecurity:
             self._plain_users = {k[len("user_") :]: v for k, v in options.items() if k.startswith("user_")}
         self._oauth: UnsecuredValidator | JwksValidator | None = None
         if "OAUTHBEARER" in self.mechanisms:
-            self._oauth = _oauth_validator(config, listener)
+            self._oauth = _oauth_validator(settings.for_listener(listener.name, "OAUTHBEARER").sasl, listener)
         self._kerberos: tuple[Any, KerberosShortNamer] | None = None
         if "GSSAPI" in self.mechanisms:
-            self._kerberos = _kerberos(config, listener)
+            self._kerberos = _kerberos(settings.for_listener(listener.name, "GSSAPI").sasl, listener)
 
     def session(self, peer_certificate: bytes | None) -> Session:
         """A new connection's session; ``peer_certificate`` is the client's DER certificate (TLS)."""
@@ -410,14 +412,12 @@ def _wall_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _oauth_validator(config: BrokerConfig, listener: Listener) -> UnsecuredValidator | JwksValidator:
-    """The listener's OAUTHBEARER validator: signed tokens against a JWKS when
-    ``sasl.oauthbearer.jwks.endpoint.url`` is set (a file path, file: or http(s): URL, read at
-    start), else Kafka's unsecured validator with the options of the mechanism's JAAS config."""
-    def get(name: str) -> Any:
-        return config.for_listener(listener.name, name, "OAUTHBEARER")
-
-    url = get("sasl.oauthbearer.jwks.endpoint.url")
+def _oauth_validator(sasl: SaslSettings, listener: Listener) -> UnsecuredValidator | JwksValidator:
+    """The listener's OAUTHBEARER validator (``sasl``: the listener's settings for the mechanism):
+    signed tokens against a JWKS when ``sasl.oauthbearer.jwks.endpoint.url`` is set (a file
+    path, file: or http(s): URL, read at start), else Kafka's unsecured validator with the
+    options of the mechanism's JAAS config."""
+    url = sasl.oauthbearer_jwks_endpoint_url
     if url:
         text = str(url)
         try:
@@ -431,15 +431,14 @@ def _oauth_validator(config: BrokerConfig, listener: Listener) -> UnsecuredValid
             raise ConfigError(f"listener {listener}: sasl.oauthbearer.jwks.endpoint.url {text}: {exc}") from None
         if not keys:
             raise ConfigError(f"listener {listener}: the JWKS at {text} has no RSA signing key")
-        audience = [a for a in str(get("sasl.oauthbearer.expected.audience") or "").split(",") if a]
         return JwksValidator(
-            keys, _wall_ms, audience=audience, issuer=get("sasl.oauthbearer.expected.issuer"),
-            principal_claim=str(get("sasl.oauthbearer.sub.claim.name") or "sub"),
-            scope_claim=str(get("sasl.oauthbearer.scope.claim.name") or "scope"),
-            clock_skew_ms=int(get("sasl.oauthbearer.clock.skew.seconds")) * 1000,
+            keys, _wall_ms, audience=list(sasl.oauthbearer_expected_audience), issuer=sasl.oauthbearer_expected_issuer,
+            principal_claim=sasl.oauthbearer_sub_claim_name or "sub",
+            scope_claim=sasl.oauthbearer_scope_claim_name or "scope",
+            clock_skew_ms=sasl.oauthbearer_clock_skew_seconds * 1000,
         )
     options: dict[str, str] = {}
-    jaas = get("sasl.jaas.config")
+    jaas = sasl.jaas_config
     if jaas:
         try:
             _module, options = parse_jaas(str(jaas))
@@ -469,12 +468,13 @@ def _default_realm() -> str:
     return m.group(1) if m else ""
 
 
-def _kerberos(config: BrokerConfig, listener: Listener) -> tuple[Any, KerberosShortNamer]:
-    """The listener's GSSAPI acceptor: the service key named by its Krb5LoginModule JAAS entry."""
-    service = config.for_listener(listener.name, "sasl.kerberos.service.name", "GSSAPI")
+def _kerberos(sasl: SaslSettings, listener: Listener) -> tuple[Any, KerberosShortNamer]:
+    """The listener's GSSAPI acceptor (``sasl``: the listener's settings for the mechanism): the
+    service key named by its Krb5LoginModule JAAS entry."""
+    service = sasl.kerberos_service_name
     if not service:
         raise ConfigError(f"listener {listener} enables GSSAPI: set sasl.kerberos.service.name (e.g. kafka)")
-    jaas = config.for_listener(listener.name, "sasl.jaas.config", "GSSAPI")
+    jaas = sasl.jaas_config
     options: dict[str, str] = {}
     if jaas:
         try:
@@ -489,7 +489,7 @@ def _kerberos(config: BrokerConfig, listener: Listener) -> tuple[Any, KerberosSh
         )
     credentials = acceptor_credentials(options.get("keyTab"), principal)
     realm = _default_realm() or (principal.rpartition("@")[2] if principal and "@" in principal else "")
-    rules = str(config.for_listener(listener.name, "sasl.kerberos.principal.to.local.rules", "GSSAPI") or "DEFAULT")
+    rules = ",".join(sasl.kerberos_principal_to_local_rules) or "DEFAULT"
     return credentials, KerberosShortNamer(rules, realm)
 
 

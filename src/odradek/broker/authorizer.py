@@ -19,9 +19,10 @@ import logging
 from collections.abc import Iterable
 
 from odradek.cluster.metadata import MetadataImage
-from odradek.config import BrokerConfig, ConfigError
+from odradek.config import ConfigError
 from odradek.protocol import ApiKey
 from odradek.security.acl import AclIndex, Operation, ResourceType
+from odradek.settings import SecuritySettings
 
 __all__ = ["AUTHORIZER_CLASSES", "Authorizer", "authorizer_for"]
 
@@ -92,20 +93,20 @@ def api_title(api_key: int) -> str:
 _LINE = "Principal = %s is %s Operation = %s from host = %s on resource = %s:LITERAL:%s for request = %s"
 
 
-def authorizer_for(config: BrokerConfig, image: MetadataImage) -> Authorizer | None:
+def authorizer_for(settings: SecuritySettings, image: MetadataImage) -> Authorizer | None:
     """The authorizer ``authorizer.class.name`` asks for, or None."""
-    name = str(config.get("authorizer.class.name") or "").strip()
+    name = settings.authorizer_class_name.strip()
     if not name:
         return None
     if name not in AUTHORIZER_CLASSES:
         raise ConfigError(
             f"authorizer.class.name={name!r} is not an authorizer Odradek has: use one of {sorted(AUTHORIZER_CLASSES)}"
         )
-    supers = [s.strip() for s in str(config.get("super.users") or "").split(";") if s.strip()]
+    supers = [s.strip() for s in settings.super_users.split(";") if s.strip()]
     for s in supers:
         if ":" not in s:
             raise ConfigError(f"super.users entry {s!r} is not a principal of the form User:name")
-    allow = bool(config.get("allow.everyone.if.no.acl.found"))
+    allow = settings.allow_everyone_if_no_acl_found
     log.info(
         "ACL authorizer on: %d ACL bindings, super users %s, allow.everyone.if.no.acl.found=%s",
         sum(len(v) for v in image.acls.values()), supers or "none", str(allow).lower(),

@@ -26,8 +26,9 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
 
 from odradek.cluster.metadata import MetadataImage
-from odradek.config import BrokerConfig, ConfigError
+from odradek.config import ConfigError
 from odradek.security.quota import CONNECTION_CREATION_RATE, DEFAULT, Sensor
+from odradek.settings import Settings
 
 __all__ = ["ConnectionQuotas"]
 
@@ -57,14 +58,17 @@ def parse_overrides(text: str | None) -> dict[str, int]:
 
 class ConnectionQuotas:
     def __init__(
-        self, config: BrokerConfig, listeners: list[str], inter_broker: str | None, clock: Callable[[], float] = time.monotonic
+        self, settings: Settings, listeners: list[str], inter_broker: str | None, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self.per_ip = int(config.get("max.connections.per.ip"))
-        self.overrides: Mapping[str, int] = parse_overrides(config.get("max.connections.per.ip.overrides"))
-        self.broker_max = int(config.get("max.connections"))
-        self.broker_rate = int(config.get("max.connection.creation.rate"))
-        self.listener_max = {name: int(config.for_listener(name, "max.connections")) for name in listeners}
-        self.listener_rate = {name: int(config.for_listener(name, "max.connection.creation.rate")) for name in listeners}
+        """``settings``: the broker's (max.connections and max.connection.creation.rate are read
+        per listener too, as ``listener.name.<listener>.max.connections``)."""
+        socket_settings = settings.socket
+        self.per_ip = socket_settings.max_connections_per_ip
+        self.overrides: Mapping[str, int] = parse_overrides(socket_settings.max_connections_per_ip_overrides)
+        self.broker_max = socket_settings.max_connections
+        self.broker_rate = socket_settings.max_connection_creation_rate
+        self.listener_max = {name: settings.for_listener(name).socket.max_connections for name in listeners}
+        self.listener_rate = {name: settings.for_listener(name).socket.max_connection_creation_rate for name in listeners}
         self.inter_broker = inter_broker
         self.clock = clock
         self.by_ip: dict[str, int] = defaultdict(int)
@@ -73,7 +77,8 @@ class ConnectionQuotas:
         self._ip_rates: dict[str, float] = {}  # ip (or "<default>") -> connection_creation_rate
         self._ip_sensors: dict[str, Sensor] = {}
         self._quota_source: Mapping[str, Mapping[str, float]] | None = None
-        self._window = (max(2, int(config.get("quota.window.num"))), float(config.get("quota.window.size.seconds")) * 1000)
+        quotas = settings.quotas
+        self._window = (max(2, quotas.quota_window_num), float(quotas.quota_window_size_seconds) * 1000)
         self._created: dict[str, deque[float]] = defaultdict(deque)
         self._created_all: deque[float] = deque()
         self._freed = asyncio.Condition()

@@ -25,7 +25,7 @@ from odradek.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 if TYPE_CHECKING:
     from odradek.broker.authentication import Session
-    from odradek.broker.services import Services
+    from odradek.broker.ports import Ports
 
 __all__ = [
     "HANDLERS", "Deferred", "Handler", "RequestContext", "SyncHandler", "handles", "require_cluster", "supported_versions",
@@ -34,9 +34,10 @@ __all__ = [
 
 @dataclass(slots=True)
 class RequestContext:
-    """One request: its header, where it came from, and the broker's services."""
+    """One request: its header, where it came from, and the ports of the handlers (each handler
+    uses its own area's: ``ctx.ports.produce``, ``ctx.ports.groups``...)."""
 
-    services: Services
+    ports: Ports
     header: RequestHeader
     client_host: str
     listener: str
@@ -52,7 +53,7 @@ class RequestContext:
     ) -> bool:
         """Whether this request's principal may do ``op`` on the resource (always, without an
         authorizer); the decision goes to the audit log."""
-        authorizer = self.services.authorizer
+        authorizer = self.ports.authorizer
         if authorizer is None:
             return True
         return authorizer.authorize(
@@ -66,7 +67,7 @@ class RequestContext:
     def authorize_any(self, op: Operation, rtype: ResourceType) -> bool:
         """Whether the principal may do ``op`` on some resource of ``rtype`` (Kafka's
         ``authorizeByResourceType``)."""
-        authorizer = self.services.authorizer
+        authorizer = self.ports.authorizer
         return authorizer is None or authorizer.authorize_any(self.session.principal_name, self.client_host, op, rtype)
 
 

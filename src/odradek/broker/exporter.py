@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from odradek._timeouts import wait_for
 from odradek.cluster.group import GroupState
 from odradek.config import ConfigError
+from odradek.errors import OdradekError
 from odradek.metrics import (
     FETCH_FOLLOWER,
     BrokerMetrics,
@@ -54,6 +55,7 @@ from odradek.metrics import (
     render,
 )
 from odradek.protocol import ApiKey
+from odradek.settings import MetricsSettings
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -177,7 +179,7 @@ def take_state(services: Services, connections: Callable[[], Iterable[Any]], lis
                 st.global_partitions += 1
                 if ps.leader < 0:
                     st.offline_partitions += 1
-    st.stopping = svc.stopping
+    st.stopping = svc.run.stopping
     coordinator = svc.coordinator
     if coordinator is not None:
         st.completed_rebalances = coordinator.completed_rebalances
@@ -305,11 +307,6 @@ class BrokerRegistry:
         self._snapshots = _Snapshots(metrics, services, connections, listeners)
         self._registry: CollectorRegistry | None = None
 
-    @property
-    def config(self) -> Any:
-        """The broker's configuration (who may read the endpoint)."""
-        return self._snapshots.services.config
-
     def snapshot(self) -> None:
         self._snapshots.take()
 
@@ -334,7 +331,7 @@ _VERSION = re.compile(r"HTTP/1\.[01]")
 _SINGLE = frozenset({"host", "authorization"})
 
 
-class BadHttpRequest(ValueError):
+class BadHttpRequest(OdradekError, ValueError):
     """A request head that is not HTTP/1.x: answered 400."""
 
 
@@ -452,15 +449,9 @@ class MetricsAccess:
         self.machine_names = {n.lower().rstrip(".") for n in machine_names if n}
 
     @classmethod
-    def from_config(cls, config: Any) -> MetricsAccess:
-        allowed = str(config.get("metrics.http.allowed.hosts") or "")
-        user = config.get("metrics.http.basic.auth.user")
-        password = config.get("metrics.http.basic.auth.password")
-        return cls(
-            allowed.split(","),
-            None if user in (None, "") else str(user),
-            None if password in (None, "") else str(password),
-        )
+    def from_settings(cls, settings: MetricsSettings) -> MetricsAccess:
+        user, password = settings.http_basic_auth_user, settings.http_basic_auth_password
+        return cls(list(settings.http_allowed_hosts), user or None, password or None)
 
     @property
     def basic_auth(self) -> bool:
@@ -511,9 +502,10 @@ class MetricsServer:
     """``GET /metrics`` on an asyncio listener of the broker's loop: the registry's snapshot is
     taken on the loop, the text rendered on a worker thread (one scrape at a time)."""
 
-    def __init__(self, registry: BrokerRegistry, access: MetricsAccess | None = None) -> None:
+    def __init__(self, registry: BrokerRegistry, access: MetricsAccess) -> None:
+        """``access``: who may read it (``MetricsAccess.from_settings(settings.metrics)``)."""
         self.registry = registry
-        self.access = access if access is not None else MetricsAccess.from_config(registry.config)
+        self.access = access
         self._server: asyncio.AbstractServer | None = None
         self._scraping = asyncio.Lock()
         self.address: tuple[str, int] = ("", 0)

@@ -47,6 +47,8 @@ from odradek.protocol.messages.offset_for_leader_epoch import (
     OffsetForLeaderEpochResponse,
 )
 from odradek.records import RecordsError
+from odradek.settings import LiveSettings
+from odradek.transport import Channel
 
 if TYPE_CHECKING:
     from odradek.broker.replica import ReplicaManager
@@ -79,20 +81,22 @@ class ReplicaFetcherManager:
     def __init__(
         self,
         broker_id: int,
-        config: BrokerConfig,
+        settings: LiveSettings | BrokerConfig,
         replicas: ReplicaManager,
-        channel_factory: Callable[..., BrokerChannel] = BrokerChannel,
+        channel_factory: Callable[..., Channel] = BrokerChannel,
     ) -> None:
+        """``settings``: the broker's (``replica.*``, ``num.replica.fetchers``; a BrokerConfig is
+        read as its settings)."""
         self.broker_id = broker_id
         self.channel_factory = channel_factory
-        self.config = config
+        self.settings = settings if isinstance(settings, LiveSettings) else LiveSettings(settings)
         self.replicas = replicas
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         #: KIP-73: the follower side's replication throttle, shared by every fetcher
-        self.quota = ReplicationQuota(config, "follower")
+        self.quota = ReplicationQuota(self.settings, "follower")
 
     def fetcher_index(self, topic: str, partition: int) -> int:
-        n = max(1, int(self.config.get("num.replica.fetchers")))
+        n = max(1, self.settings.current.replication.num_replica_fetchers)
         return abs(31 * java_string_hash(topic) + partition) % n
 
     def add(self, p: Partition, leader: int, host: str, port: int) -> None:
@@ -133,13 +137,13 @@ class ReplicaFetcher:
         self.quota = manager.quota
         self.leader = leader
         self.host, self.port = host, port
-        cfg = manager.config
-        self.wait_ms = int(cfg.get("replica.fetch.wait.max.ms"))
-        self.min_bytes = int(cfg.get("replica.fetch.min.bytes"))
-        self.max_bytes = int(cfg.get("replica.fetch.response.max.bytes"))
-        self.partition_max_bytes = int(cfg.get("replica.fetch.max.bytes"))
-        self.backoff = int(cfg.get("replica.fetch.backoff.ms")) / 1000
-        timeout = int(cfg.get("replica.socket.timeout.ms")) / 1000
+        cfg = manager.settings.current.replication
+        self.wait_ms = cfg.replica_fetch_wait_max_ms
+        self.min_bytes = cfg.replica_fetch_min_bytes
+        self.max_bytes = cfg.replica_fetch_response_max_bytes
+        self.partition_max_bytes = cfg.replica_fetch_max_bytes
+        self.backoff = cfg.replica_fetch_backoff_ms / 1000
+        timeout = cfg.replica_socket_timeout_ms / 1000
         self.channel = manager.channel_factory(
             host, port, client_id=f"broker-{self.broker_id}-fetcher-{index}", timeout=max(timeout, self.wait_ms / 1000 + 5)
         )

@@ -52,7 +52,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
 from odradek._timeouts import wait_for
-from odradek.errors import ErrorCode, KafkaError
+from odradek.errors import ErrorCode, KafkaError, OdradekError
 from odradek.storage.errors import InvalidRecordError
 
 __all__ = ["MAX_BYTES_IN_FLIGHT", "SPOOL_BYTES", "WORKERS", "OffLoop", "Spool"]
@@ -72,7 +72,7 @@ _STOP_WAIT_S = 5.0
 _FRAME = struct.Struct(">I")
 
 
-class WorkerDied(Exception):
+class WorkerDied(OdradekError):
     """A worker process ended during a job."""
 
 

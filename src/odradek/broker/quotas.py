@@ -27,6 +27,7 @@ from odradek.security.quota import (
     Sensor,
     sanitize,
 )
+from odradek.settings import LiveSettings, QuotaSettings
 
 __all__ = ["QuotaManager", "ReplicationQuota"]
 
@@ -51,9 +52,9 @@ class _Kind:
 
 
 class QuotaManager:
-    def __init__(self, config: BrokerConfig, image: MetadataImage | None = None) -> None:
-        self.num = max(2, int(config.get("quota.window.num")))
-        self.window_ms = float(config.get("quota.window.size.seconds")) * 1000.0
+    def __init__(self, settings: QuotaSettings, image: MetadataImage | None = None) -> None:
+        self.num = max(2, settings.quota_window_num)
+        self.window_ms = float(settings.quota_window_size_seconds) * 1000.0
         self._source: Mapping[str, Mapping[str, float]] | None = None
         self.produce = _Kind(PRODUCER_BYTE_RATE)
         self.fetch = _Kind(CONSUMER_BYTE_RATE)
@@ -166,25 +167,28 @@ class ReplicationQuota:
     over ``replication.quota.window.num`` windows of ``replication.quota.window.size.seconds``,
     is back under the bound.  Bytes are counted per fetch, never per record."""
 
-    def __init__(self, config: BrokerConfig, side: str) -> None:
-        self.config = config
+    def __init__(self, settings: LiveSettings | BrokerConfig, side: str) -> None:
+        """``settings``: the broker's, whose ``<side>.replication.throttled.rate`` may change at
+        run time (a BrokerConfig: the replica fetcher's, until it takes typed settings too)."""
+        self.settings = settings if isinstance(settings, LiveSettings) else LiveSettings(settings)
         self.side = side
-        self._rate_name = f"{side}.replication.throttled.rate"
+        self._leader = side == "leader"
         self._sensor: Sensor | None = None  # made when a rate is first set
         self._parsed: dict[str, frozenset[tuple[int, int]] | None] = {}
 
     @property
     def sensor(self) -> Sensor:
         if self._sensor is None:
+            quotas = self.settings.current.quotas
             self._sensor = Sensor(
-                int(self.config.get("replication.quota.window.num")),
-                int(self.config.get("replication.quota.window.size.seconds")) * 1000.0,
+                quotas.replication_quota_window_num, quotas.replication_quota_window_size_seconds * 1000.0
             )
         return self._sensor
 
     @property
     def bound(self) -> float:
-        return float(self.config.get(self._rate_name))
+        quotas = self.settings.current.quotas  # dynamic
+        return float(quotas.leader_replication_throttled_rate if self._leader else quotas.follower_replication_throttled_rate)
 
     def limited(self) -> bool:
         """Whether a rate is set at all (else nothing needs looking at)."""

@@ -45,6 +45,7 @@ from odradek.errors import ErrorCode, KafkaError
 from odradek.metrics import BrokerMetrics
 from odradek.protocol.messages.controlled_shutdown import ControlledShutdownRequest
 from odradek.protocol.messages.update_metadata import UpdateMetadataRequest
+from odradek.settings import LiveSettings, Settings
 from odradek.storage import Log, LogConfig, LogManager, StorageError
 
 if TYPE_CHECKING:
@@ -75,14 +76,14 @@ class Replication:
     def __init__(
         self,
         broker_id: int,
-        config: BrokerConfig,
+        settings: Settings,
         topics: TopicService,
         replicas: ReplicaManager,
         backend: MetadataBackend,
         clock: Clock,
     ) -> None:
         self.broker_id = broker_id
-        self.config = config
+        self.settings = settings
         self.topics = topics
         self.replicas = replicas
         self.logs: LogManager = replicas.logs
@@ -340,13 +341,16 @@ class ClusterReplication(Replication):
         cluster_id: str,
         inter_broker_listener: str | None,
         channel_factory: Callable[..., BrokerChannel] = BrokerChannel,
+        fetcher_settings: LiveSettings | BrokerConfig,
         **kwargs: Any,
     ) -> None:
+        """``fetcher_settings``: the settings the replica fetchers read (live: a dynamic change
+        of ``num.replica.fetchers`` or the throttle applies)."""
         super().__init__(*args, **kwargs)
         self.cluster_id = cluster_id
         self.inter_broker_listener = inter_broker_listener
         self.channel_factory = channel_factory
-        self.fetchers = ReplicaFetcherManager(self.broker_id, self.config, self.replicas, channel_factory)
+        self.fetchers = ReplicaFetcherManager(self.broker_id, fetcher_settings, self.replicas, channel_factory)
         self.controller: Controller | None = None
         self.controller_epoch = 0
         self._full_metadata_seen = False
@@ -358,13 +362,13 @@ class ClusterReplication(Replication):
         self._unannounced: set[tuple[str, int]] = set()
 
     def offsets_replication_factor(self) -> int:
-        return int(self.config.get("offsets.topic.replication.factor"))
+        return self.settings.groups.offsets_topic_replication_factor
 
     def transaction_log_replication_factor(self) -> int:
-        return int(self.config.get("transaction.state.log.replication.factor"))
+        return self.settings.transactions.state_log_replication_factor
 
     def start(self, scheduler: LogScheduler) -> None:
-        interval = max(100, int(self.config.get("replica.lag.time.max.ms")) // 2)
+        interval = max(100, self.settings.replication.replica_lag_time_max_ms // 2)
         scheduler.every(interval, self._isr_check, "isr-shrink")
 
     async def stop(self) -> None:
@@ -539,7 +543,7 @@ class ClusterReplication(Replication):
 
     async def _isr_check(self) -> None:
         """Drop followers that have not caught up for ``replica.lag.time.max.ms`` from the ISR."""
-        max_lag = int(self.config.get("replica.lag.time.max.ms"))
+        max_lag = self.settings.replication.replica_lag_time_max_ms
         now = self.clock.now_ms()
         await self._announce_isr_changes()
         changes = []
@@ -635,15 +639,16 @@ class ClusterReplication(Replication):
         from here (after a short grace for a reconnect) there is nothing to ask: the broker shuts
         down at once and the controller moves leadership when this broker's registration
         disappears, as after a crash."""
-        if not self.config.get("controlled.shutdown.enable"):
+        replication = self.settings.replication
+        if not replication.controlled_shutdown_enable:
             return
         # the controller's answer demotes this broker and takes it out of ISRs, with LeaderAndIsr
         # requests that make it a follower: were it to fetch, it would catch up and its leader
         # would take it back into the ISR just before it stops, and acks=all writes would then
         # wait replica.lag.time.max.ms for it (Kafka sends it StopReplica instead)
         self.shutting_down = True
-        retries = int(self.config.get("controlled.shutdown.max.retries"))
-        backoff = int(self.config.get("controlled.shutdown.retry.backoff.ms")) / 1000
+        retries = replication.controlled_shutdown_max_retries
+        backoff = replication.controlled_shutdown_retry_backoff_ms / 1000
         for attempt in range(retries):
             if attempt:
                 await asyncio.sleep(backoff)

@@ -34,9 +34,9 @@ from odradek._clock import Clock
 from odradek._timeouts import wait_for
 from odradek.broker.logdirs import LogDirFailureChannel, is_io_error
 from odradek.broker.offload import OffLoop
-from odradek.config import BrokerConfig
 from odradek.errors import KafkaError
 from odradek.metrics import BrokerMetrics, timed_ms
+from odradek.settings import LiveSettings
 from odradek.storage import LogManager, StorageError
 
 __all__ = ["LogScheduler"]
@@ -47,13 +47,13 @@ log = logging.getLogger(__name__)
 class LogScheduler:
     def __init__(
         self,
-        config: BrokerConfig,
+        settings: LiveSettings,
         logs: LogManager,
         log_dirs: LogDirFailureChannel,
         executor: ThreadPoolExecutor,
         clock: Clock,
     ) -> None:
-        self.config = config
+        self.settings = settings
         self.logs = logs
         self.log_dirs = log_dirs
         self.executor = executor
@@ -89,13 +89,14 @@ class LogScheduler:
         self._tasks.append(asyncio.get_running_loop().create_task(run(), name=name))
 
     def start(self) -> None:
-        cfg = self.config
-        self.every(min(int(cfg.get("log.retention.check.interval.ms")), 2**31), self._retention, "retention")
-        self.every(min(int(cfg.get("log.flush.scheduler.interval.ms")), 1000), self._flush_due, "flush")
-        self.every(int(cfg.get("replica.high.watermark.checkpoint.interval.ms")), self.checkpoint, "checkpoint")
-        if cfg.get("log.cleaner.enable"):
-            self.every(int(cfg.get("log.cleaner.backoff.ms")), self._clean, "cleaner")
-        self.every(int(cfg.get("producer.id.expiration.check.interval.ms")), self._expire_producers, "producers")
+        settings = self.settings.current
+        log_settings = settings.log
+        self.every(min(log_settings.retention_check_interval_ms, 2**31), self._retention, "retention")
+        self.every(min(log_settings.flush_scheduler_interval_ms, 1000), self._flush_due, "flush")
+        self.every(settings.replication.replica_high_watermark_checkpoint_interval_ms, self.checkpoint, "checkpoint")
+        if log_settings.cleaner_enable:
+            self.every(log_settings.cleaner_backoff_ms, self._clean, "cleaner")
+        self.every(settings.transactions.producer_id_expiration_check_interval_ms, self._expire_producers, "producers")
 
     async def stop(self) -> None:
         """Cancel the timers and wait for a maintenance job still on a thread (a compaction pass
@@ -164,7 +165,7 @@ class LogScheduler:
         asyncio.get_running_loop().create_task(run())
 
     async def _expire_producers(self) -> None:
-        expiration = int(self.config.get("producer.id.expiration.ms"))
+        expiration = self.settings.current.transactions.producer_id_expiration_ms  # dynamic
         now = self.clock.now_ms()
         for lg in self.logs.logs():
             lg.producers.remove_expired(now, expiration)

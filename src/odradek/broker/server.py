@@ -65,7 +65,7 @@ from odradek.protocol.messages import RequestHeader
 from odradek.storage.segment import FileRegion
 
 if TYPE_CHECKING:
-    from odradek.broker.services import Services
+    from odradek.broker.ports import Ports
 
 __all__ = ["KafkaConnection", "api_versions_response"]
 
@@ -117,7 +117,7 @@ def _size(parts: list[Any]) -> int:
 class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(
         self,
-        services: Services,
+        ports: Ports,
         listener: str,
         connections: set[KafkaConnection],
         max_queued: int,
@@ -131,17 +131,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
         ``security`` says who it is and what it must do first (TLS, SASL).  ``call_later``
         (``loop.call_later`` by default; tests give their own clock) schedules the delayed
         answer of a failed authentication."""
-        self.services = services
+        self.ports = ports
         self.listener = listener
         self.security = security
         self.session: Session = security.session(None)
         self._on_close = on_close  # the connection quotas' release: called once, when the connection is lost
         self.connections = connections
         self.max_queued = max_queued
-        self._max_frame_size = int(services.config.get("socket.request.max.bytes"))
+        settings = ports.connection.settings
+        self._max_frame_size = settings.socket.request_max_bytes
         self.conn = ServerConnection(
             max_frame_size=self._max_frame_size,
-            check=TopicLimit(int(services.config.get("request.max.topics"))),
+            check=TopicLimit(settings.server.request_max_topics),
             receive_size=_RECV_BUFFER,
             large=_LARGE_FRAME,
             buffers=_FRAME_BUFFERS,
@@ -175,7 +176,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # client quotas: what the request being handled is charged (None: nothing, or no quota
         # configured); a throttled connection is muted (reads and handles nothing) until
         # _mute_until, and a response to an old request version waits in _delayed till then
-        self._quotas = getattr(services, "quotas", None)
+        self._quotas = ports.connection.quotas
         self._charge: _Charge | None = None
         self._muted = False
         self._write_paused = False
@@ -183,7 +184,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._delayed: list[Any] = []
         # metrics (None: off): the request being handled — its metric key (the API key, or
         # FETCH_FOLLOWER) and when its handling began (one request at a time per connection)
-        self._metrics = getattr(services, "metrics", None)
+        self._metrics = ports.connection.metrics
         self._req_key = 0
         self._req_t0 = 0.0
 
@@ -645,7 +646,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 api_key=header.api_key, api_version=0, correlation_id=header.correlation_id, client_id=None
             )
             return self.conn.send_response(
-                v0, api_versions_response(ErrorCode.UNSUPPORTED_VERSION, self.services, self.listener)
+                v0, api_versions_response(ErrorCode.UNSUPPORTED_VERSION, self.ports.features, self.listener)
             )
         if isinstance(ev.error, RequestTooLarge):
             log.warning("closing connection from %s: %s", self.peer, ev.error)
@@ -661,14 +662,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         entry = HANDLERS.get(header.api_key)
         if (
             entry is None or not entry.min_version <= header.api_version <= entry.max_version
-            or (header.api_key in RESTRICTED_APIS and not served(self.services, self.listener, header.api_key))
+            or (header.api_key in RESTRICTED_APIS and not served(self.ports.features, self.listener, header.api_key))
         ):
             if header.api_key == ApiKey.API_VERSIONS:
                 v0 = RequestHeader(
                     api_key=header.api_key, api_version=0, correlation_id=header.correlation_id, client_id=None
                 )
                 return [self.conn.send_response(
-                    v0, api_versions_response(ErrorCode.UNSUPPORTED_VERSION, self.services, self.listener)
+                    v0, api_versions_response(ErrorCode.UNSUPPORTED_VERSION, self.ports.features, self.listener)
                 )]
             log.info(
                 "closing connection from %s: unsupported API %s v%s", self.peer, header.api_key, header.api_version
@@ -697,7 +698,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     key = FETCH_FOLLOWER
             self._req_key = key
             self._req_t0 = _perf_counter()
-        ctx = RequestContext(self.services, header, self.client_host, self.listener, self.session)
+        ctx = RequestContext(self.ports, header, self.client_host, self.listener, self.session)
         if entry.sync:
             try:
                 result = entry.handler(ctx, ev.message)
@@ -753,7 +754,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if not isinstance(exc, KafkaError) and is_io_error(exc):
             # an I/O error no handler translated: the log dirs' failure channel logs it (once)
             # and the request gets KAFKA_STORAGE_ERROR, not a traceback per request
-            exc = self.services.replicas.log_dirs.fail(None, exc, f"handling {ApiKey(header.api_key).name}")
+            exc = self.ports.connection.log_dirs.fail(None, exc, f"handling {ApiKey(header.api_key).name}")
         if isinstance(exc, KafkaError):
             code, message = exc.code, exc.message or None
         else:

@@ -1,21 +1,23 @@
-"""The services a request handler may use, as one object the broker builds once.
+"""The services the broker built, as one record of the composition root.
 
-A handler receives a :class:`~odradek.broker.dispatch.RequestContext` whose ``services`` is this
-bundle: topics, partitions, replication, producer ids, the group coordinator, the controller (the
-cluster's, or a single node's own answers), the log scheduler, and the read-only facts (broker
-id, cluster id, config, clock, the metadata image).  It is not the broker: nothing here starts,
-stops or wires anything.  A later service (a transaction coordinator...) becomes one more field here, built in :mod:`odradek.broker.app`.
+The broker's composition root (:mod:`odradek.broker.app`) keeps what it built here -- topics,
+partitions, replication, producer ids, the coordinators, the controller (the cluster's, or a
+single node's own answers), the log scheduler and the read-only facts (broker id, cluster id,
+clock, the metadata image) -- and the metrics exporter reads the broker's state from it.  Request
+handlers never see it: they get the narrow ports of :mod:`odradek.broker.ports`, built from these
+services (the import contracts keep it so).  Nothing here starts, stops or wires anything.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from odradek._clock import Clock
 from odradek.broker.authorizer import Authorizer
 from odradek.broker.coordinators import GroupCoordinator, MarkerWriter, TransactionCoordinator
 from odradek.broker.partitions import PartitionService
+from odradek.broker.ports import RunState
 from odradek.broker.producer_ids import ProducerIdManager
 from odradek.broker.quotas import QuotaManager, ReplicationQuota
 from odradek.broker.replica import ReplicaManager
@@ -24,7 +26,6 @@ from odradek.broker.scheduler import LogScheduler
 from odradek.broker.single_node import SingleNodeController
 from odradek.broker.topics import TopicService
 from odradek.cluster.metadata import MetadataImage
-from odradek.config import BrokerConfig
 from odradek.coordination import MetadataBackend
 from odradek.errors import ErrorCode, KafkaError
 from odradek.metrics import BrokerMetrics
@@ -40,7 +41,6 @@ __all__ = ["Services"]
 class Services:
     broker_id: int
     cluster_id: str
-    config: BrokerConfig
     clock: Clock
     backend: MetadataBackend
     logs: LogManager
@@ -65,8 +65,8 @@ class Services:
     #: the transaction coordinator, and the writer of the markers it sends (None: starting)
     txn_coordinator: TransactionCoordinator | None = None
     txn_markers: MarkerWriter | None = None
-    #: set when the broker begins to stop: long polls answer at once
-    stopping: bool = False
+    #: where the broker is in its life (stopping: long polls answer at once)
+    run: RunState = field(default_factory=RunState)
 
     @property
     def image(self) -> MetadataImage:

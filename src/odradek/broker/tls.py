@@ -17,11 +17,12 @@ import contextlib
 import os
 import ssl
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from odradek.config import BrokerConfig, ConfigError
+from odradek.config import ConfigError
+from odradek.settings import Settings
 
 __all__ = ["client_context", "server_context"]
 
@@ -108,21 +109,21 @@ def _store_type(declared: Any, path: Path, what: str) -> str:
     return kind
 
 
-def server_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
+def server_context(settings: Settings, listener: str) -> ssl.SSLContext:
     """The TLS context of ``listener`` (raises ConfigError naming the setting at fault)."""
-    get: Callable[[str], Any] = lambda name: config.for_listener(listener, name)  # noqa: E731
+    tls = settings.for_listener(listener).ssl
     where = f"listener {listener}"
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    protocols = [p for p in str(get("ssl.enabled.protocols") or "").split(",") if p]
+    protocols = list(tls.enabled_protocols)
     unknown = [p for p in protocols if p not in _VERSIONS]
     if unknown or not protocols:
         raise ConfigError(f"{where}: ssl.enabled.protocols {protocols} (valid: {', '.join(_VERSIONS)})")
     versions = sorted(_VERSIONS[p] for p in protocols)
     ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
     # keystore
-    key_password = get("ssl.key.password")
-    chain, inline_key = get("ssl.keystore.certificate.chain"), get("ssl.keystore.key")
-    location = get("ssl.keystore.location")
+    key_password = tls.key_password
+    chain, inline_key = tls.keystore_certificate_chain, tls.keystore_key
+    location = tls.keystore_location
     try:
         if chain and inline_key:
             with _pem_files(chain, inline_key) as (cert_file, key_file):
@@ -131,10 +132,10 @@ def server_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
             path = Path(location)
             if not path.is_file():
                 raise ConfigError(f"{where}: ssl.keystore.location {path} is not a file")
-            if _store_type(get("ssl.keystore.type"), path, "ssl.keystore.location") == "PEM":
-                ctx.load_cert_chain(str(path), password=key_password or get("ssl.keystore.password"))
+            if _store_type(tls.keystore_type, path, "ssl.keystore.location") == "PEM":
+                ctx.load_cert_chain(str(path), password=key_password or tls.keystore_password)
             else:
-                certs, key = _pkcs12_to_pem(path, get("ssl.keystore.password"), "ssl.keystore.location")
+                certs, key = _pkcs12_to_pem(path, tls.keystore_password, "ssl.keystore.location")
                 if key is None:
                     raise ConfigError(f"{where}: ssl.keystore.location {path} holds no private key")
                 with _pem_files(certs, key) as (cert_file, key_file):
@@ -147,7 +148,7 @@ def server_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
     except ssl.SSLError as exc:
         raise ConfigError(f"{where}: cannot load the keystore: {exc.reason or exc} (wrong ssl.key.password?)") from None
     # truststore: whom client certificates may come from
-    certificates, trust = get("ssl.truststore.certificates"), get("ssl.truststore.location")
+    certificates, trust = tls.truststore_certificates, tls.truststore_location
     try:
         if certificates:
             ctx.load_verify_locations(cadata=certificates)
@@ -155,17 +156,17 @@ def server_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
             tpath = Path(trust)
             if not tpath.is_file():
                 raise ConfigError(f"{where}: ssl.truststore.location {tpath} is not a file")
-            if _store_type(get("ssl.truststore.type"), tpath, "ssl.truststore.location") == "PEM":
+            if _store_type(tls.truststore_type, tpath, "ssl.truststore.location") == "PEM":
                 ctx.load_verify_locations(cafile=str(tpath))
             else:
-                ctx.load_verify_locations(cadata=_pkcs12_to_pem(tpath, get("ssl.truststore.password"), "ssl.truststore")[0])
+                ctx.load_verify_locations(cadata=_pkcs12_to_pem(tpath, tls.truststore_password, "ssl.truststore")[0])
     except ssl.SSLError as exc:
         raise ConfigError(f"{where}: cannot load the truststore: {exc.reason or exc}") from None
-    auth = str(get("ssl.client.auth") or "none").lower()
+    auth = tls.client_auth.lower()
     ctx.verify_mode = {"required": ssl.CERT_REQUIRED, "requested": ssl.CERT_OPTIONAL}.get(auth, ssl.CERT_NONE)
     if ctx.verify_mode != ssl.CERT_NONE and not (certificates or trust):
         raise ConfigError(f"{where}: ssl.client.auth={auth} needs ssl.truststore.location to check client certificates")
-    suites = [s for s in str(get("ssl.cipher.suites") or "").split(",") if s]
+    suites = list(tls.cipher_suites)
     tls12 = [_IANA_TO_OPENSSL.get(s, s) for s in suites if s not in _TLS13_SUITES]
     if tls12:
         try:
@@ -176,31 +177,31 @@ def server_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
     return ctx
 
 
-def client_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
+def client_context(settings: Settings, listener: str) -> ssl.SSLContext:
     """The TLS context of this broker's connections to other brokers' ``listener``: it trusts
     the listener's truststore (the system's CAs without one), checks host names when
     ``ssl.endpoint.identification.algorithm=https``, and presents the broker's own keystore
     (for listeners that ask for client certificates)."""
-    get: Callable[[str], Any] = lambda name: config.for_listener(listener, name)  # noqa: E731
+    tls = settings.for_listener(listener).ssl
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    protocols = sorted(_VERSIONS[p] for p in str(get("ssl.enabled.protocols") or "").split(",") if p in _VERSIONS)
+    protocols = sorted(_VERSIONS[p] for p in tls.enabled_protocols if p in _VERSIONS)
     if protocols:
         ctx.minimum_version, ctx.maximum_version = protocols[0], protocols[-1]
-    trust, certificates = get("ssl.truststore.location"), get("ssl.truststore.certificates")
+    trust, certificates = tls.truststore_location, tls.truststore_certificates
     try:
         if certificates:
             ctx.load_verify_locations(cadata=certificates)
         if trust:
-            if _store_type(get("ssl.truststore.type"), Path(trust), "ssl.truststore.location") == "PEM":
+            if _store_type(tls.truststore_type, Path(trust), "ssl.truststore.location") == "PEM":
                 ctx.load_verify_locations(cafile=str(trust))
             else:
-                ctx.load_verify_locations(cadata=_pkcs12_to_pem(Path(trust), get("ssl.truststore.password"), "ssl.truststore")[0])
+                ctx.load_verify_locations(cadata=_pkcs12_to_pem(Path(trust), tls.truststore_password, "ssl.truststore")[0])
         if not (trust or certificates):
             ctx.load_default_certs()
-        location = get("ssl.keystore.location")
-        if location and _store_type(get("ssl.keystore.type"), Path(location), "ssl.keystore.location") == "PEM":
-            ctx.load_cert_chain(str(location), password=get("ssl.key.password") or get("ssl.keystore.password"))
+        location = tls.keystore_location
+        if location and _store_type(tls.keystore_type, Path(location), "ssl.keystore.location") == "PEM":
+            ctx.load_cert_chain(str(location), password=tls.key_password or tls.keystore_password)
     except (OSError, ssl.SSLError) as exc:
         raise ConfigError(f"inter-broker listener {listener}: cannot load the TLS files: {exc}") from None
-    ctx.check_hostname = str(get("ssl.endpoint.identification.algorithm") or "").lower() == "https"
+    ctx.check_hostname = tls.endpoint_identification_algorithm.lower() == "https"
     return ctx

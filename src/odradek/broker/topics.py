@@ -17,9 +17,10 @@ from typing import Any
 from odradek.broker.limits import PartitionBudget, partition_budget
 from odradek.broker.logdirs import LogDirFailureChannel, is_io_error
 from odradek.cluster.metadata import MetadataImage, TopicInfo
-from odradek.config import BrokerConfig, ConfigError
+from odradek.config import ConfigError
 from odradek.coordination import MetadataBackend
 from odradek.errors import ErrorCode, KafkaError
+from odradek.settings import LiveSettings, Settings
 from odradek.storage import LogConfig, LogManager, StorageError
 
 __all__ = [
@@ -49,19 +50,19 @@ def is_internal(topic: str) -> bool:
     return topic in INTERNAL_TOPICS
 
 
-def internal_topic_configs(config: BrokerConfig) -> dict[str, dict[str, str]]:
+def internal_topic_configs(settings: Settings) -> dict[str, dict[str, str]]:
     """The configs the internal topics are created with (also when rebuilt from the log dirs)."""
     return {
         OFFSETS_TOPIC: {
             "cleanup.policy": "compact",
             "compression.type": "producer",
-            "segment.bytes": str(config.get("offsets.topic.segment.bytes")),
+            "segment.bytes": str(settings.groups.offsets_topic_segment_bytes),
         },
         TRANSACTION_TOPIC: {
             "cleanup.policy": "compact",
             "compression.type": "uncompressed",
-            "segment.bytes": str(config.get("transaction.state.log.segment.bytes")),
-            "min.insync.replicas": str(config.get("transaction.state.log.min.isr")),
+            "segment.bytes": str(settings.transactions.state_log_segment_bytes),
+            "min.insync.replicas": str(settings.transactions.state_log_min_isr),
         },
     }
 
@@ -70,19 +71,20 @@ class TopicService:
     def __init__(
         self,
         broker_id: int,
-        config: BrokerConfig,
+        settings: LiveSettings,
         backend: MetadataBackend,
         logs: LogManager,
         log_dirs: LogDirFailureChannel,
     ) -> None:
         self.broker_id = broker_id
-        self.config = config
+        #: the broker's settings now; the dynamic broker configs are applied through it
+        self.settings = settings
         self.backend = backend
         self.logs = logs
         self.log_dirs = log_dirs
         self._configs: dict[str, LogConfig] = {}
         self._config_keys: dict[str, tuple[Any, Any]] = {}
-        #: the dynamic broker configs of the metadata store last applied to ``config``
+        #: the dynamic broker configs of the metadata store last applied to ``settings``
         self._applied: dict[str, str] = {}
         #: registers this broker's endpoints again after advertised.listeners changed (set by the
         #: broker's composition root); returns whether the metadata store advertises them now
@@ -131,12 +133,12 @@ class TopicService:
             return
         for name in [n for n in self._applied if n not in stored]:
             with contextlib.suppress(ConfigError):
-                self.config.set_dynamic(name, None)
+                self.settings.apply({name: None})
         for name, value in stored.items():
             if self._applied.get(name) == value:
                 continue
             try:
-                self.config.set_dynamic(name, value)
+                self.settings.apply({name: value})
             except ConfigError as exc:
                 log.warning("the stored dynamic broker config %s is not applied: %s", name, exc.message)
         self._applied = dict(stored)
@@ -152,14 +154,15 @@ class TopicService:
         return self._build(overrides)
 
     def _build(self, overrides: Mapping[str, str]) -> LogConfig:
-        merged: dict[str, Any] = self.config.topic_defaults()
+        merged: dict[str, Any] = dict(self.settings.current.log.topic_defaults)
         merged.update(overrides)
         return LogConfig.from_dict(merged)
 
     # -- changes -----------------------------------------------------------------------------------
 
     async def auto_create(self, name: str) -> TopicInfo:
-        return await self.create(name, self.config.get("num.partitions"), self.config.get("default.replication.factor"), {})
+        server = self.settings.current.server
+        return await self.create(name, server.num_partitions, server.default_replication_factor, {})
 
     async def create(
         self,
@@ -190,13 +193,13 @@ class TopicService:
         """Create an internal topic (``__consumer_offsets``, ``__transaction_state``) with its
         fixed configs (min.insync.replicas at most the replication factor: a single node's
         transaction log, replicated once, must accept its writes)."""
-        configs = dict(internal_topic_configs(self.config)[name])
+        configs = dict(internal_topic_configs(self.settings.current)[name])
         if "min.insync.replicas" in configs:
             configs["min.insync.replicas"] = str(min(int(configs["min.insync.replicas"]), replication_factor))
         await self.backend.create_topic(name, partitions, replication_factor, configs, internal=True)
 
     async def delete(self, name: str) -> None:
-        if not self.config.get("delete.topic.enable"):
+        if not self.settings.current.server.delete_topic_enable:
             raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED, "topic deletion is disabled (delete.topic.enable=false)")
         info = self.image.topics.get(name)
         if is_internal(name) or (info is not None and info.internal):
@@ -235,29 +238,29 @@ class TopicService:
         return await self.backend.topic_exists(name)
 
     async def set_broker_configs(self, change: Mapping[str, str | None], replace_all: bool) -> None:
-        before = self.config.get("advertised.listeners")
+        before = self.settings.current.socket.advertised_listeners
         current = dict(self.image.broker_configs) if not replace_all else {}
-        for k in [k for k in self.image.broker_configs if replace_all and k not in change]:
-            self.config.set_dynamic(k, None)  # AlterConfigs replaces the whole set
+        # AlterConfigs replaces the whole set: the names it leaves out go back to their static values
+        dropped: dict[str, str | None] = {k: None for k in self.image.broker_configs if replace_all and k not in change}
+        self.settings.apply({**dropped, **change})
         for k, v in change.items():
-            self.config.set_dynamic(k, v)
             if v is None:
                 current.pop(k, None)
             else:
                 current[k] = v
         await self.backend.set_broker_configs(current)
-        if self.config.get("advertised.listeners") != before and self.advertise is not None:
+        advertised = self.settings.current.socket.advertised_listeners
+        if advertised != before and self.advertise is not None:
             if await self.advertise():
-                log.info("advertised.listeners changed: Metadata now advertises %s", self.config.get("advertised.listeners"))
+                log.info("advertised.listeners changed: Metadata now advertises %s", advertised)
             else:
                 log.warning("advertised.listeners changed to %s: stored and described, not advertised (the "
-                            "ZooKeeper controller does not watch a broker's registration for changes)",
-                            self.config.get("advertised.listeners"))
+                            "ZooKeeper controller does not watch a broker's registration for changes)", advertised)
 
     # -- limits: what a request may add, decided before anything is written -------------------------
 
     def partition_budget(self) -> PartitionBudget:
-        return partition_budget(int(self.config.get("max.broker.partitions")))
+        return partition_budget(self.settings.current.server.max_broker_partitions)
 
     def hosted_count(self) -> int:
         image_count = sum(
@@ -270,7 +273,7 @@ class TopicService:
         created on the first group request and groups need all of its partitions)."""
         if OFFSETS_TOPIC in image.topics:
             return 0
-        return int(self.config.get("offsets.topic.num.partitions"))
+        return self.settings.current.groups.offsets_topic_num_partitions
 
     def check_partition_limits(self, topic: str, current: int, adding: int) -> None:
         """POLICY_VIOLATION unless ``topic`` may grow from ``current`` by ``adding`` partitions:
@@ -278,7 +281,7 @@ class TopicService:
         a cluster the partitions spread over brokers whose limits this one does not know)."""
         if adding <= 0:
             return
-        per_topic = int(self.config.get("max.partitions.per.topic"))
+        per_topic = self.settings.current.server.max_partitions_per_topic
         if current + adding > per_topic:
             raise KafkaError(
                 ErrorCode.POLICY_VIOLATION,

@@ -98,7 +98,7 @@ def _resources(args: argparse.Namespace) -> list[tuple[ResourceType, str]]:
 
 
 def _pattern(args: argparse.Namespace, default: str) -> PatternType:
-    return PatternType.parse(args.resource_pattern_type or default)  # type: ignore[return-value]
+    return PatternType.parse(args.resource_pattern_type or default)
 
 
 def _entries(args: argparse.Namespace) -> list[tuple[str, str, PermissionType]]:
@@ -117,7 +117,7 @@ def _entries(args: argparse.Namespace) -> list[tuple[str, str, PermissionType]]:
 
 def _operations(args: argparse.Namespace, rtype: ResourceType) -> list[Operation]:
     """The operations asked for on a resource of ``rtype`` (shortcuts included)."""
-    ops: list[Operation] = [Operation.parse(o) for o in args.operation]  # type: ignore[misc]
+    ops: list[Operation] = [Operation.parse(o) for o in args.operation]
     if args.producer:
         if rtype is ResourceType.TOPIC:
             ops += [Operation.WRITE, Operation.DESCRIBE, Operation.CREATE]

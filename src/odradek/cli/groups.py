@@ -224,6 +224,7 @@ def cmd_describe(admin: Admin, args: argparse.Namespace, out: Any) -> int:
         out.write(f"Consumer group '{group}' does not exist.\n")
         return 1
     lags = admin.group_lag(group)
+    consumer = g.group_type == "consumer"
     if args.output == "json":
         members = [
             {
@@ -232,6 +233,9 @@ def cmd_describe(admin: Admin, args: argparse.Namespace, out: Any) -> int:
                 "client_id": m.client_id,
                 "host": m.host,
                 "assignment": [{"topic": t, "partition": p} for t, p in sorted(m.assignment)],
+                **({"member_epoch": m.member_epoch,
+                    "target_assignment": [{"topic": t, "partition": p} for t, p in sorted(m.target_assignment or [])]}
+                   if consumer else {}),
             }
             for m in g.members
         ]
@@ -241,9 +245,20 @@ def cmd_describe(admin: Admin, args: argparse.Namespace, out: Any) -> int:
             for tp, lag in sorted(lags.items())
         ]  # fmt: skip
         coordinator = None if g.coordinator is None else g.coordinator.id
-        write_json(_group_json(group, g.state, g.protocol_type, g.protocol, coordinator, members, offsets), out)
+        doc = _group_json(group, g.state, g.protocol_type, g.protocol, coordinator, members, offsets)
+        doc["group_type"] = g.group_type
+        if consumer:
+            doc["group_epoch"], doc["assignment_epoch"] = g.group_epoch, g.assignment_epoch
+        write_json(doc, out)
         return 0
-    out.write(f"Consumer group '{group}' is {g.state} with {len(g.members)} member(s).\n\n")
+    if consumer:
+        out.write(f"Consumer group '{group}' (consumer protocol, KIP-848) is {g.state} with {len(g.members)} "
+                  f"member(s): group epoch {g.group_epoch}, target assignment epoch {g.assignment_epoch}, "
+                  f"assignor {g.protocol}.\n\n")
+        _members_table(g.members, out)
+    else:
+        kind = f"classic protocol, {g.protocol_type or 'offsets only'}" + (f", {g.protocol}" if g.protocol else "")
+        out.write(f"Consumer group '{group}' ({kind}) is {g.state} with {len(g.members)} member(s).\n\n")
     rows = [["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"]]
     for (topic, partition), lag in sorted(lags.items()):
         m = lag.member
@@ -260,6 +275,24 @@ def cmd_describe(admin: Admin, args: argparse.Namespace, out: Any) -> int:
     else:
         _table(rows, out)
     return 0
+
+
+def _members_table(members: list[Any], out: Any) -> None:
+    """A consumer group's members: each one's epoch, the partitions it owns and those it is to own
+    (the target assignment it reconciles to)."""
+
+    def parts(tps: list[tuple[str, int]] | None) -> str:
+        by_topic: dict[str, list[int]] = {}
+        for t, p in sorted(tps or []):
+            by_topic.setdefault(t, []).append(p)
+        return ";".join(f"{t}:{','.join(map(str, ps))}" for t, ps in by_topic.items()) or "-"
+
+    rows = [["MEMBER-ID", "EPOCH", "CLIENT-ID", "HOST", "INSTANCE-ID", "ASSIGNMENT", "TARGET-ASSIGNMENT"]]
+    for m in sorted(members, key=lambda m: m.member_id):
+        rows.append([m.member_id, str(m.member_epoch), m.client_id, m.host, m.group_instance_id or "-",
+                     parts(m.assignment), parts(m.target_assignment)])
+    _table(rows, out)
+    out.write("\n")
 
 
 def _offset_json(

@@ -121,6 +121,7 @@ def _message(exc: BaseException) -> str:
 def run(args: argparse.Namespace) -> int:
     from odradek.config import BrokerConfig, ConfigError
     from odradek.errors import KafkaError
+    from odradek.settings import settings_from
 
     configure_logging(args.log_level)
     metrics_port = getattr(args, "metrics_port", None)
@@ -139,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         config = BrokerConfig.load(args.config, args.override, _flags(args))
+        settings_from(config)  # every setting typed and within Kafka's ranges, before anything starts
     except (ConfigError, OSError) as exc:
         print(f"odradek serve: {_message(exc)}", file=sys.stderr)
         return 2

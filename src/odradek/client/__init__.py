@@ -1,17 +1,27 @@
 """Odradek's Python client: Producer, group Consumer, SimpleConsumer and Admin, each with an
-asyncio twin, over one connection layer (:class:`Cluster`, :class:`BrokerConnection`).
+asyncio twin, over the transport layer (:mod:`odradek.transport`; its blocking face is
+re-exported here as :class:`Cluster` and :class:`BrokerConnection`).
 
 Configuration takes Kafka's client config names, as a dict or as keyword arguments with
 underscores: ``Producer({"bootstrap.servers": "127.0.0.1:9092"})`` or
 ``Producer(bootstrap_servers="127.0.0.1:9092")``; ``PRODUCER_DEFAULTS``, ``CONSUMER_DEFAULTS``
-and ``ADMIN_DEFAULTS`` list the names each accepts with their defaults.  The modules named with
+and ``ADMIN_DEFAULTS`` list the names each accepts with their defaults, ``PRODUCER_CONFIGS``,
+``CONSUMER_CONFIGS`` and ``ADMIN_CONFIGS`` the same as rows (type, default, documentation, valid
+values: :class:`odradek.config.ConfigDef`, the broker's row type).  The modules named with
 a leading underscore are private to this package (an import-linter contract says so).
 """
 
 from typing import Any
 
-from odradek.client._config import ADMIN_DEFAULTS, CONSUMER_DEFAULTS, PRODUCER_DEFAULTS, ClientConfigError
-from odradek.client._network import BrokerConnection, Cluster, parse_bootstrap
+from odradek.client._config import (
+    ADMIN_CONFIGS,
+    ADMIN_DEFAULTS,
+    CONSUMER_CONFIGS,
+    CONSUMER_DEFAULTS,
+    PRODUCER_CONFIGS,
+    PRODUCER_DEFAULTS,
+    ClientConfigError,
+)
 from odradek.client._security import ClientSecurity
 from odradek.client.admin import (
     Admin,
@@ -49,10 +59,14 @@ from odradek.client.consumer_simple import (
 from odradek.client.errors import OffsetOutOfRangeError
 from odradek.client.partitioner import DefaultPartitioner, murmur2, murmur2_partition
 from odradek.client.producer import AsyncProducer, Producer, RecordMetadata
+from odradek.transport import BrokerConnection, Cluster, parse_bootstrap
 
 __all__ = [
+    "ADMIN_CONFIGS",
     "ADMIN_DEFAULTS",
+    "CONSUMER_CONFIGS",
     "CONSUMER_DEFAULTS",
+    "PRODUCER_CONFIGS",
     "PRODUCER_DEFAULTS",
     "Admin",
     "AdminError",

@@ -10,101 +10,132 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from odradek.config import unknown_name_message
+from odradek.config import ConfigDef, unknown_name_message
 from odradek.errors import OdradekError
 
-__all__ = ["ADMIN_DEFAULTS", "CONSUMER_DEFAULTS", "PRODUCER_DEFAULTS", "ClientConfigError", "merge_config"]
+__all__ = [
+    "ADMIN_CONFIGS", "ADMIN_DEFAULTS", "COMMON_CONFIGS", "CONSUMER_CONFIGS", "CONSUMER_DEFAULTS", "PRODUCER_CONFIGS",
+    "PRODUCER_DEFAULTS", "ClientConfigError", "defaults", "merge_config",
+]
 
-_COMMON: dict[str, Any] = {
-    "bootstrap.servers": "127.0.0.1:9092",
-    "client.id": "odradek",
-    "request.timeout.ms": 30000,
-    "metadata.max.age.ms": 300000,
-    "retry.backoff.ms": 100,
-    "retry.backoff.max.ms": 1000,
-    "reconnect.backoff.ms": 50,
-    "reconnect.backoff.max.ms": 1000,
-    "socket.connection.setup.timeout.ms": 10000,
-    "connections.max.idle.ms": 540000,
-    "security.protocol": "PLAINTEXT",
+_C = ConfigDef
+
+
+def _rows(*rows: ConfigDef) -> tuple[ConfigDef, ...]:
+    return rows
+
+
+def defaults(rows: tuple[ConfigDef, ...]) -> dict[str, Any]:
+    """A table's names and defaults (what a client starts from)."""
+    return {r.name: r.default for r in rows}
+
+
+_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+
+#: what every client takes (Kafka's CommonClientConfigs, with librdkafka's TLS names)
+COMMON_CONFIGS = _rows(
+    _C("bootstrap.servers", "list", "127.0.0.1:9092", doc="host:port of the brokers to ask for the cluster's metadata"),
+    _C("client.id", "string", "odradek", doc="the name the client gives in every request (logs, quotas)"),
+    _C("request.timeout.ms", "int", 30000, doc="how long a request waits for its answer"),
+    _C("metadata.max.age.ms", "long", 300000, doc="metadata older than this is refreshed"),
+    _C("retry.backoff.ms", "long", 100, doc="first wait before a failed request is retried"),
+    _C("retry.backoff.max.ms", "long", 1000, doc="longest wait between retries"),
+    _C("reconnect.backoff.ms", "long", 50, doc="first wait before a lost connection is opened again"),
+    _C("reconnect.backoff.max.ms", "long", 1000, doc="longest wait before reconnecting"),
+    _C("socket.connection.setup.timeout.ms", "long", 10000, doc="how long opening a connection may take"),
+    _C("connections.max.idle.ms", "long", 540000, doc="idle connections are closed after this"),
+    _C("security.protocol", "string", "PLAINTEXT", doc="how connections are secured", valid=_PROTOCOLS),
     # TLS and SASL: see odradek.client._security
-    "ssl.truststore.location": None,
-    "ssl.truststore.type": None,
-    "ssl.truststore.certificates": None,
-    "ssl.keystore.location": None,
-    "ssl.keystore.type": None,
-    "ssl.keystore.certificate.chain": None,
-    "ssl.keystore.key": None,
-    "ssl.key.password": None,
-    "ssl.endpoint.identification.algorithm": "https",
-    "ssl.enabled.protocols": "TLSv1.2,TLSv1.3",
-    "ssl.ca.location": None,
-    "ssl.certificate.location": None,
-    "ssl.key.location": None,
-    "sasl.mechanism": "GSSAPI",
-    "sasl.jaas.config": None,
-    "sasl.username": None,
-    "sasl.password": None,
+    _C("ssl.truststore.location", "string", None, doc="the CA certificates (PEM) the brokers' are checked against"),
+    _C("ssl.truststore.type", "string", None, doc="the truststore's format (PEM)"),
+    _C("ssl.truststore.certificates", "password", None, doc="the CA certificates inline (PEM)"),
+    _C("ssl.keystore.location", "string", None, doc="the client's certificate chain and key (PEM), for mutual TLS"),
+    _C("ssl.keystore.type", "string", None, doc="the keystore's format (PEM)"),
+    _C("ssl.keystore.certificate.chain", "password", None, doc="the client's certificate chain inline (not supported yet)"),
+    _C("ssl.keystore.key", "password", None, doc="the client's key inline (not supported yet)"),
+    _C("ssl.key.password", "password", None, doc="the password of the client's key"),
+    _C("ssl.endpoint.identification.algorithm", "string", "https",
+       doc="https: the broker's certificate must name the host connected to; empty: not checked"),
+    _C("ssl.enabled.protocols", "list", "TLSv1.2,TLSv1.3", doc="the TLS versions the client offers"),
+    _C("ssl.ca.location", "string", None, doc="librdkafka's name of ssl.truststore.location"),
+    _C("ssl.certificate.location", "string", None, doc="librdkafka's: the client's certificate (PEM)"),
+    _C("ssl.key.location", "string", None, doc="librdkafka's: the client's key (PEM)"),
+    _C("sasl.mechanism", "string", "GSSAPI", doc="the SASL mechanism",
+       valid=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")),
+    _C("sasl.jaas.config", "password", None, doc="Kafka's JAAS line with the user name and password"),
+    _C("sasl.username", "string", None, doc="librdkafka's: the SASL user"),
+    _C("sasl.password", "password", None, doc="librdkafka's: the SASL password"),
     # OAUTHBEARER: oauth_cb() gives the token (a str, or (token, expiry, ...) as confluent-kafka's
     # oauth_cb); sasl.oauthbearer.config "principal=NAME [scope=A B] [lifeSeconds=N]" makes an
     # unsecured one (development only), as librdkafka does
-    "oauth_cb": None,
-    "sasl.oauthbearer.config": None,
-}
+    _C("oauth_cb", "class", None, doc="a callable giving OAUTHBEARER tokens (confluent-kafka's)"),
+    _C("sasl.oauthbearer.config", "string", None, doc="librdkafka's: an unsecured token's principal=NAME (development)"),
+)
 
-PRODUCER_DEFAULTS: dict[str, Any] = {
-    **_COMMON,
-    "acks": "all",
-    "linger.ms": 5,
-    "batch.size": 16384,
-    "buffer.memory": 33554432,
-    "max.block.ms": 60000,
-    "retries": 2147483647,
-    "delivery.timeout.ms": 120000,
-    "enable.idempotence": True,
-    "max.in.flight.requests.per.connection": 5,
-    "compression.type": "none",
-    "compression.level": None,
-    "max.request.size": 1048576,
-    "key.serializer": None,
-    "value.serializer": None,
-    "partitioner": None,
-    "partitioner.ignore.keys": False,
-    "interceptors": (),
-    "transactional.id": None,
-    "transaction.timeout.ms": 60000,
-    "allow.auto.create.topics": True,
-}
+#: the producer's (Kafka's ProducerConfig names and defaults)
+PRODUCER_CONFIGS = _rows(
+    *COMMON_CONFIGS,
+    _C("acks", "string", "all", doc="which replicas must have a batch before it is acknowledged",
+       valid=("all", "-1", "0", "1")),
+    _C("linger.ms", "long", 5, doc="how long a batch waits for more records"),
+    _C("batch.size", "int", 16384, doc="the size at which a partition's batch is sent"),
+    _C("buffer.memory", "long", 33554432, doc="bytes of records waiting to be sent before send() blocks"),
+    _C("max.block.ms", "long", 60000, doc="how long send() may block for room or metadata"),
+    _C("retries", "int", 2147483647, doc="how often a failed batch is sent again"),
+    _C("delivery.timeout.ms", "int", 120000, doc="the time a record has to be acknowledged, retries included"),
+    _C("enable.idempotence", "boolean", True, doc="no duplicates or reordering from retries (a producer id)"),
+    _C("max.in.flight.requests.per.connection", "int", 5, doc="unacknowledged produce requests per broker"),
+    _C("compression.type", "string", "none", doc="the codec batches are compressed with", valid=_CODECS),
+    _C("compression.level", "int", None, doc="the codec's level (none: its default)"),
+    _C("max.request.size", "int", 1048576, doc="the largest produce request"),
+    _C("key.serializer", "class", None, doc="a callable turning keys into bytes"),
+    _C("value.serializer", "class", None, doc="a callable turning values into bytes"),
+    _C("partitioner", "class", None, doc="a callable choosing a record's partition (default: murmur2 of the key)"),
+    _C("partitioner.ignore.keys", "boolean", False, doc="spread keyed records as unkeyed ones"),
+    _C("interceptors", "list", (), doc="callables that see every record sent and acknowledged"),
+    _C("transactional.id", "string", None, doc="the producer's transactional id (transactions)"),
+    _C("transaction.timeout.ms", "int", 60000, doc="the longest a transaction may stay open"),
+    _C("allow.auto.create.topics", "boolean", True, doc="whether a broker may create a topic the producer names"),
+)
 
-CONSUMER_DEFAULTS: dict[str, Any] = {
-    **_COMMON,
-    "fetch.min.bytes": 1,
-    "fetch.max.bytes": 52428800,
-    "fetch.max.wait.ms": 500,
-    "max.partition.fetch.bytes": 1048576,
-    "isolation.level": "read_uncommitted",
-    "check.crcs": True,
-    "key.deserializer": None,
-    "value.deserializer": None,
-    "group.id": None,
-    "group.instance.id": None,
-    "enable.auto.commit": True,
-    "auto.commit.interval.ms": 5000,
-    "auto.offset.reset": "latest",
-    "session.timeout.ms": 45000,
-    "heartbeat.interval.ms": 3000,
-    "max.poll.interval.ms": 300000,
-    "max.poll.records": 500,
-    "partition.assignment.strategy": "range,cooperative-sticky",
-    "exclude.internal.topics": True,
-    "allow.auto.create.topics": False,
-    "default.api.timeout.ms": 60000,
-}
+#: the consumer's (Kafka's ConsumerConfig names and defaults)
+CONSUMER_CONFIGS = _rows(
+    *COMMON_CONFIGS,
+    _C("fetch.min.bytes", "int", 1, doc="bytes a fetch waits for"),
+    _C("fetch.max.bytes", "int", 52428800, doc="the most a fetch answer holds"),
+    _C("fetch.max.wait.ms", "int", 500, doc="how long a fetch waits for fetch.min.bytes"),
+    _C("max.partition.fetch.bytes", "int", 1048576, doc="the most a fetch answer holds of one partition"),
+    _C("isolation.level", "string", "read_uncommitted", doc="read_committed: no records of open or aborted transactions",
+       valid=("read_uncommitted", "read_committed")),
+    _C("check.crcs", "boolean", True, doc="check every batch's CRC"),
+    _C("key.deserializer", "class", None, doc="a callable turning key bytes into keys"),
+    _C("value.deserializer", "class", None, doc="a callable turning value bytes into values"),
+    _C("group.id", "string", None, doc="the consumer group (none: no group, no commits)"),
+    _C("group.instance.id", "string", None, doc="a static member's id (KIP-345)"),
+    _C("enable.auto.commit", "boolean", True, doc="commit the positions in the background"),
+    _C("auto.commit.interval.ms", "int", 5000, doc="how often positions are committed"),
+    _C("auto.offset.reset", "string", "latest", doc="where to start without a committed offset",
+       valid=("earliest", "latest", "none")),
+    _C("session.timeout.ms", "int", 45000, doc="a member missing heartbeats this long leaves the group"),
+    _C("heartbeat.interval.ms", "int", 3000, doc="how often a member heartbeats"),
+    _C("max.poll.interval.ms", "int", 300000, doc="the longest gap between polls before the member leaves"),
+    _C("max.poll.records", "int", 500, doc="the most records one poll returns"),
+    _C("partition.assignment.strategy", "list", "range,cooperative-sticky", doc="the assignors offered, in order"),
+    _C("exclude.internal.topics", "boolean", True, doc="a pattern subscription skips internal topics"),
+    _C("allow.auto.create.topics", "boolean", False, doc="whether subscribing may create a topic"),
+    _C("default.api.timeout.ms", "int", 60000, doc="the timeout of calls that take none"),
+)
 
-ADMIN_DEFAULTS: dict[str, Any] = {
-    **_COMMON,
-    "default.api.timeout.ms": 60000,
-}
+#: the admin client's
+ADMIN_CONFIGS = _rows(
+    *COMMON_CONFIGS,
+    _C("default.api.timeout.ms", "int", 60000, doc="the timeout of calls that take none"),
+)
+
+PRODUCER_DEFAULTS: dict[str, Any] = defaults(PRODUCER_CONFIGS)
+CONSUMER_DEFAULTS: dict[str, Any] = defaults(CONSUMER_CONFIGS)
+ADMIN_DEFAULTS: dict[str, Any] = defaults(ADMIN_CONFIGS)
 
 
 class ClientConfigError(OdradekError, ValueError):

@@ -14,7 +14,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from odradek.client._aio import AsyncBrokerConnection, AsyncCluster
 from odradek.cluster.assignment import (
     decode_assignment,
     decode_subscription,
@@ -24,13 +23,13 @@ from odradek.cluster.assignment import (
 from odradek.cluster.assignors import ASSIGNORS, Subscription
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.data import ConsumerProtocolAssignment, ConsumerProtocolSubscription
-from odradek.protocol.messages.find_coordinator import FindCoordinatorRequest
 from odradek.protocol.messages.heartbeat import HeartbeatRequest
 from odradek.protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
 from odradek.protocol.messages.leave_group import LeaveGroupRequest
 from odradek.protocol.messages.offset_commit import OffsetCommitRequest
 from odradek.protocol.messages.offset_fetch import OffsetFetchRequest
 from odradek.protocol.messages.sync_group import SyncGroupRequest
+from odradek.transport import GROUP, AsyncBrokerConnection, AsyncCluster
 
 __all__ = ["CommitFailed", "GroupMembership"]
 
@@ -91,35 +90,11 @@ class GroupMembership:
 
     # -- coordinator ---------------------------------------------------------------------------
     async def coordinator_connection(self, deadline: float) -> AsyncBrokerConnection:
+        """The group coordinator's connection, found again (until ``deadline``) when it is lost."""
         if self.coordinator is not None and not self.coordinator.closed:
             return self.coordinator
-        while True:
-            try:
-                conn = await self.cluster.any_connection()
-                v = conn.version_for(FindCoordinatorRequest)
-                req = (
-                    FindCoordinatorRequest(key_type=0, coordinator_keys=[self.group_id])
-                    if v >= 4
-                    else FindCoordinatorRequest(key=self.group_id, key_type=0)
-                )
-                resp = await conn.request(req, v)
-                if v >= 4:
-                    c = resp.coordinators[0]
-                    code, node, host, port = c.error_code, c.node_id, c.host, c.port
-                else:
-                    code, node, host, port = resp.error_code, resp.node_id, resp.host, resp.port
-                if code == 0:
-                    self.cluster.brokers.setdefault(node, (host, port))
-                    self.coordinator = await self.cluster.connection(node)
-                    return self.coordinator
-                err = ErrorCode.of(code)
-                if not err.retriable:
-                    raise KafkaError(err, f"finding the coordinator of group {self.group_id}")
-            except (ConnectionError, TimeoutError) as exc:
-                log.debug("coordinator lookup failed: %s", exc)
-            if time.monotonic() > deadline:
-                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no coordinator for group {self.group_id}")
-            await asyncio.sleep(self.retry_backoff)
+        self.coordinator = await self.cluster.coordinator(self.group_id, GROUP, deadline=deadline)
+        return self.coordinator
 
     def _coordinator_lost(self) -> None:
         self.coordinator = None

@@ -1,5 +1,5 @@
 """The client's side of TLS and SASL: what ``security.protocol``, ``ssl.*`` and ``sasl.*`` ask
-of every connection a client opens (the blocking and the asyncio transport share it).
+of every connection a client opens (a :class:`~odradek.transport.Security` for the transport).
 
 Kafka's Java names (``ssl.truststore.location``, ``ssl.keystore.location`` with a PEM key and
 chain, ``ssl.key.password``, ``sasl.jaas.config``) and librdkafka's (``ssl.ca.location``,

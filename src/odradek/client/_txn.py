@@ -15,18 +15,21 @@ import logging
 import time
 from collections.abc import Iterable
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from odradek.client._aio import AsyncBrokerConnection, AsyncCluster
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest
 from odradek.protocol.messages.add_partitions_to_txn import AddPartitionsToTxnRequest
 from odradek.protocol.messages.end_txn import EndTxnRequest
-from odradek.protocol.messages.find_coordinator import FindCoordinatorRequest
 from odradek.protocol.messages.init_producer_id import InitProducerIdRequest
 from odradek.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
+from odradek.transport import GROUP, TRANSACTION, AsyncBrokerConnection, AsyncCluster
 
-__all__ = ["TxnManager", "TxnState"]
+if TYPE_CHECKING:
+    from odradek.client._accumulator import RecordAccumulator
+    from odradek.client._sender import Sender
+
+__all__ = ["ProducerTransactions", "TxnManager", "TxnState"]
 
 log = logging.getLogger(__name__)
 
@@ -93,21 +96,8 @@ class TxnManager:
         self.state = TxnState.FATAL if exc.code in _FATAL else TxnState.ABORTABLE_ERROR
 
     # -- coordinator ------------------------------------------------------------------------------
-    async def _find(self, key: str, key_type: int) -> AsyncBrokerConnection:
-        conn = await self.cluster.any_connection()
-        v = conn.version_for(FindCoordinatorRequest)
-        req = (FindCoordinatorRequest(key_type=key_type, coordinator_keys=[key]) if v >= 4
-               else FindCoordinatorRequest(key=key, key_type=key_type))
-        resp = await conn.request(req, v)
-        if v >= 4:
-            c = resp.coordinators[0]
-            code, node, host, port = c.error_code, c.node_id, c.host, c.port
-        else:
-            code, node, host, port = resp.error_code, resp.node_id, resp.host, resp.port
-        if code:
-            raise KafkaError(ErrorCode.of(code), f"finding the coordinator of {key}")
-        self.cluster.brokers.setdefault(node, (host, port))
-        return await self.cluster.connection(node)
+    async def _find(self, key: str, key_type: int, deadline: float) -> AsyncBrokerConnection:
+        return await self.cluster.coordinator(key, key_type, deadline=deadline)
 
     async def _call(self, build: Any, *, group: str | None = None, deadline: float) -> Any:
         """Send a request to the transaction (or ``group``'s) coordinator, retrying what is
@@ -117,12 +107,12 @@ class TxnManager:
             try:
                 if group is None:
                     if self._coordinator is None or self._coordinator.closed:
-                        self._coordinator = await self._find(self.transactional_id, 1)
+                        self._coordinator = await self._find(self.transactional_id, TRANSACTION, deadline)
                     conn = self._coordinator
                 else:
                     conn = self._group_coordinators.get(group)  # type: ignore[assignment]
                     if conn is None or conn.closed:
-                        conn = self._group_coordinators[group] = await self._find(group, 0)
+                        conn = self._group_coordinators[group] = await self._find(group, GROUP, deadline)
                 request = build(None)
                 v = conn.version_for(type(request))
                 if isinstance(request, AddPartitionsToTxnRequest):
@@ -299,3 +289,65 @@ class TxnManager:
         self.offsets_added = False
         self.state = TxnState.READY
         self.error = None
+
+
+class ProducerTransactions:
+    """The transaction calls of Producer and AsyncProducer (``init_transactions``, ``begin``,
+    ``send_offsets``, ``commit`` and ``abort``), checked against the state of ``txn`` (None: the
+    producer has no ``transactional.id``, and every call is INVALID_TXN_STATE)."""
+
+    def __init__(self, txn: TxnManager | None, sender: Sender, acc: RecordAccumulator) -> None:
+        self.txn = txn
+        self.sender = sender
+        self.acc = acc
+
+    def manager(self) -> TxnManager:
+        if self.txn is None:
+            raise KafkaError(ErrorCode.INVALID_TXN_STATE, "the producer has no transactional.id")
+        return self.txn
+
+    async def init(self, timeout: float) -> None:
+        txn = self.manager()
+        txn.require(TxnState.UNINITIALIZED, TxnState.READY, action="init_transactions")
+        pid, epoch = await txn.init(timeout)
+        with self.acc.lock:
+            self.sender.producer_id, self.sender.producer_epoch = pid, epoch
+            self.sender.sequences.clear()
+
+    def begin(self) -> None:
+        txn = self.manager()
+        txn.require(TxnState.READY, action="begin_transaction")
+        txn.state = TxnState.IN_TRANSACTION
+
+    async def send_offsets(self, offsets: dict[TopicPartition, int], group: Any, timeout: float) -> None:
+        txn = self.manager()
+        txn.require(TxnState.IN_TRANSACTION, action="send_offsets_to_transaction")
+        if isinstance(group, str):
+            gid, generation, member, instance = group, -1, "", None
+        else:  # the group metadata of Odradek's Consumer, or confluent-kafka's shape
+            gid = group.group_id
+            generation = getattr(group, "generation_id", -1)
+            member = getattr(group, "member_id", "")
+            instance = getattr(group, "group_instance_id", None)
+        await txn.send_offsets(offsets, gid, generation, member, instance, timeout)
+
+    async def end(self, commit: bool, timeout: float) -> None:
+        txn = self.manager()
+        if commit:
+            txn.require(TxnState.IN_TRANSACTION, action="commit_transaction")
+            txn.state = TxnState.COMMITTING
+        else:
+            txn.require(TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR, TxnState.ABORTING, action="abort_transaction")
+            txn.state = TxnState.ABORTING
+            txn.error = None
+        try:
+            await txn.end(commit, timeout)
+        except BaseException:
+            if txn.state in (TxnState.COMMITTING, TxnState.ABORTING):
+                txn.state = TxnState.IN_TRANSACTION if commit else TxnState.ABORTING
+            raise
+
+    def drop_unsent(self, cause: KafkaError) -> None:
+        """abort_transaction: batches not yet sent fail instead (they must not be written)."""
+        for b in self.acc.take_all(fast_too=True):
+            self.sender.complete(b, -1, -1, cause)

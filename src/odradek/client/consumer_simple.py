@@ -55,7 +55,6 @@ from itertools import repeat
 from typing import Any, NamedTuple, TypeVar
 
 from odradek._timeouts import wait_for
-from odradek.client._aio import AsyncBrokerConnection, AsyncCluster, TopicInfo
 from odradek.client._config import CONSUMER_DEFAULTS, ClientConfigError, merge_config
 from odradek.client._runner import LoopThread
 from odradek.client._security import ClientSecurity
@@ -64,6 +63,7 @@ from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.fetch import FetchRequest, FetchResponse
 from odradek.protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
 from odradek.records import Header, RecordsError, TimestampType, parse_control_key, read_batches
+from odradek.transport import AsyncBrokerConnection, AsyncCluster, TopicInfo
 
 __all__ = ["AsyncSimpleConsumer", "ConsumerRecord", "FetchedRecords", "SimpleConsumer"]
 

@@ -49,9 +49,9 @@ import asyncio
 import contextlib
 import json
 import logging
+import platform
 import queue
 import re
-import socket
 import threading
 import time
 import uuid
@@ -243,7 +243,7 @@ class ZookeeperConsumer:
         self._exclude_internal = _bool(cfg["exclude.internal.topics"])
         # Kafka's: "<group>_<consumer.id>", or "<group>_<host>-<ms>-<8 hex digits>" without one
         given_id = str(cfg["consumer.id"] or "")
-        suffix = given_id or f"{socket.gethostname()}-{int(time.time() * 1000)}-{uuid.uuid4().hex[:8]}"
+        suffix = given_id or f"{platform.node()}-{int(time.time() * 1000)}-{uuid.uuid4().hex[:8]}"
         self.consumer_id = f"{self.group}_{suffix}"
         self._dir = f"/consumers/{self.group}"
         self.zk = KazooClient(hosts=str(cfg["zookeeper.connect"]), timeout=int(cfg["zookeeper.session.timeout.ms"]) / 1000)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import struct
+from typing import TypeVar
 
 from odradek.protocol import ProtocolError
 from odradek.protocol.messages.data import ConsumerProtocolAssignment, ConsumerProtocolSubscription
@@ -20,6 +21,7 @@ __all__ = [
 ]
 
 _version = struct.Struct(">h")
+_P = TypeVar("_P", ConsumerProtocolSubscription, ConsumerProtocolAssignment)
 
 
 def java_string_hash(s: str) -> int:
@@ -41,22 +43,22 @@ def partition_for(key: str, partitions: int) -> int:
     return h % partitions
 
 
-def _decode(cls: type, data: bytes) -> tuple[int, object] | None:
+def _decode(cls: type[_P], data: bytes) -> tuple[int, _P] | None:
     if len(data) < 2:
         return None
     (version,) = _version.unpack_from(data, 0)
     if version < 0:
         return None
-    lo, hi = cls.VALID_VERSIONS  # type: ignore[attr-defined]
+    lo, hi = cls.VALID_VERSIONS
     try:
-        return version, cls.decode_from(data, 2, min(max(version, lo), hi))[0]  # type: ignore[attr-defined]
+        return version, cls.decode_from(data, 2, min(max(version, lo), hi))[0]
     except ProtocolError:
         return None
 
 
 def decode_subscription(data: bytes) -> ConsumerProtocolSubscription | None:
     found = _decode(ConsumerProtocolSubscription, data)
-    return None if found is None else found[1]  # type: ignore[return-value]
+    return None if found is None else found[1]
 
 
 def decode_subscription_topics(data: bytes) -> set[str] | None:
@@ -70,7 +72,7 @@ def encode_subscription(sub: ConsumerProtocolSubscription, version: int = 3) -> 
 
 def decode_assignment(data: bytes) -> ConsumerProtocolAssignment | None:
     found = _decode(ConsumerProtocolAssignment, data)
-    return None if found is None else found[1]  # type: ignore[return-value]
+    return None if found is None else found[1]
 
 
 def encode_assignment(assignment: ConsumerProtocolAssignment, version: int = 3) -> bytes:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from odradek.cluster.transitions import IllegalTransition
 
@@ -110,12 +110,20 @@ class LeaderIsr:
         isr = data.get("isr", [])
         assert isinstance(isr, list)
         return cls(
-            int(data["leader"]),  # type: ignore[call-overload]
-            int(data["leader_epoch"]),  # type: ignore[call-overload]
-            tuple(int(r) for r in isr),
-            int(data.get("controller_epoch", 0)),  # type: ignore[call-overload]
+            _json_int(data["leader"]),
+            _json_int(data["leader_epoch"]),
+            tuple(_json_int(r) for r in isr),
+            _json_int(data.get("controller_epoch", 0)),
             zk_version,
         )
+
+
+def _json_int(value: object) -> int:
+    """A number of a partition state read from the metadata store (JSON: an int; a float or a
+    numeric string are taken as ``int()`` takes them)."""
+    if not isinstance(value, (int, float, str)):
+        raise TypeError(f"{value!r} is not a number")
+    return int(value)
 
 
 @dataclass(slots=True)
@@ -170,6 +178,13 @@ class ControllerContext:
     _replica_states: dict[tuple[str, int, int], ReplicaStateName] = field(default_factory=dict)
     deleting: set[str] = field(default_factory=set)
     reassigning: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
+
+    def reset(self, epoch: int = 0, epoch_zk_version: int = -1) -> None:
+        """Forget everything, for a resignation or a new term at ``epoch`` (Kafka's
+        resetContext): the same object, so those holding it see the new term."""
+        fresh = ControllerContext(epoch=epoch, epoch_zk_version=epoch_zk_version)
+        for f in fields(self):
+            setattr(self, f.name, getattr(fresh, f.name))
 
     def replicas(self, topic: str, partition: int) -> tuple[int, ...]:
         t = self.topics.get(topic)

@@ -28,7 +28,7 @@ sent later (join and sync responses owed to other members, records to write to
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -725,13 +725,14 @@ class GroupCoordinatorState:
             return dict(stored)
         return {tp: stored.get(tp) for tp in partitions}
 
-    def expire_offsets(self, now: int) -> list[Effect]:
+    def expire_offsets(self, now: int, keep: Callable[[str], bool] | None = None) -> list[Effect]:
         """Offsets of groups without members expire ``offsets.retention.minutes`` after their
-        commit (or explicit expire timestamp); tombstones are written for them."""
+        commit (or explicit expire timestamp); tombstones are written for them.  ``keep``: groups
+        whose offsets are kept whatever (consumer groups with members, whose offsets are here)."""
         effects: list[Effect] = []
         retention = self.limits.offsets_retention_ms
         for g in list(self.groups.values()):
-            if g.state is GroupState.DEAD or g.members:
+            if g.state is GroupState.DEAD or g.members or (keep is not None and keep(g.group_id)):
                 continue
             base = max(g.state_timestamp, 0)
             expired = {
@@ -818,3 +819,25 @@ class GroupCoordinatorState:
 
     def unload_group(self, group_id: str) -> None:
         self.groups.pop(group_id, None)
+
+    # -- the consumer protocol (KIP-848) taking a group over, and giving it back ------------------
+    def hand_over(self, group_id: str) -> None:
+        """The group became a consumer group: its classic state goes, its offsets stay here
+        (an Empty group holding them, as for a standalone consumer's)."""
+        g = self.groups.get(group_id)
+        if g is None:
+            return
+        kept = Group(group_id, state_timestamp=g.state_timestamp)
+        kept.offsets = g.offsets
+        self.groups[group_id] = kept
+
+    def rebalance(self, now: int, group_id: str, reason: str) -> list[Effect]:
+        """Start a rebalance of a Stable group (one converted back from the consumer protocol
+        after a member left): its members are asked to join again."""
+        g = self._group(group_id)
+        effects: list[Effect] = []
+        if g is None or g.state is not GroupState.STABLE:
+            return effects
+        self._prepare_rebalance(g, now, effects)
+        self._try_complete_join(g, now, effects)
+        return effects

@@ -7,12 +7,34 @@ a request handler and replace it under it without locks.  Backends in ``odradek.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["BrokerInfo", "Endpoint", "MetadataImage", "PartitionState", "TopicInfo", "assign_replicas"]
+from odradek.errors import ErrorCode, KafkaError
+
+__all__ = [
+    "MAX_TOPIC_NAME", "BrokerInfo", "Endpoint", "MetadataImage", "PartitionState", "TopicInfo", "assign_replicas",
+    "validate_topic_name",
+]
+
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME = 249
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's topic-name rules; raises INVALID_TOPIC_EXCEPTION."""
+    if not name or name in (".", ".."):
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic name {name!r} is illegal")
+    if len(name) > MAX_TOPIC_NAME:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic name is longer than {MAX_TOPIC_NAME} characters")
+    if not _LEGAL.match(name):
+        raise KafkaError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"topic name {name!r} contains characters other than ASCII alphanumerics, '.', '_' and '-'",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +240,7 @@ class MetadataImage:
             ],
         }
 
+    # Any: JSON read back from the metadata store (written by to_json)
     @classmethod
     def from_json(cls, data: Mapping[str, Any], controller_id: int = -1) -> MetadataImage:
         topics = {}

@@ -18,14 +18,23 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from odradek._timeouts import wait_for
+from odradek.errors import OdradekError
 
-__all__ = ["MAX_BODY", "MAX_HEAD", "HttpServer", "Request", "Response"]
+__all__ = ["MAX_BODY", "MAX_HEAD", "HttpError", "HttpServer", "Request", "Response"]
 
 log = logging.getLogger("odradek.console")
 
 MAX_HEAD = 16 * 1024
 MAX_BODY = 1024 * 1024
 READ_TIMEOUT = 30.0
+
+
+class HttpError(OdradekError):
+    """A page's answer is an error page with this HTTP status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(slots=True)

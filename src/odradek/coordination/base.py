@@ -2,35 +2,18 @@
 
 from __future__ import annotations
 
-import re
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 from odradek.cluster.controller import LeaderIsr
-from odradek.cluster.metadata import BrokerInfo, MetadataImage, TopicInfo
+from odradek.cluster.metadata import BrokerInfo, MetadataImage, TopicInfo, validate_topic_name
 from odradek.errors import ErrorCode, KafkaError, OdradekError
+from odradek.security.acl import AclEntry
 
 __all__ = ["AclEntry", "MetadataBackend", "StaleVersion", "validate_topic_name"]
 
-#: one ACL entry: (principal, permission type, operation, host) in Kafka's names
-AclEntry = tuple[str, str, str, str]
-
-_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
-MAX_TOPIC_NAME = 249
-
-
-def validate_topic_name(name: str) -> None:
-    """Kafka's topic-name rules; raises INVALID_TOPIC_EXCEPTION."""
-    if not name or name in (".", ".."):
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic name {name!r} is illegal")
-    if len(name) > MAX_TOPIC_NAME:
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic name is longer than {MAX_TOPIC_NAME} characters")
-    if not _LEGAL.match(name):
-        raise KafkaError(
-            ErrorCode.INVALID_TOPIC_EXCEPTION,
-            f"topic name {name!r} contains characters other than ASCII alphanumerics, '.', '_' and '-'",
-        )
+# the ACL entry and the topic-name rules are the security and cluster models' (named here too)
 
 
 class StaleVersion(OdradekError):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import struct
-from typing import Any
 
 from odradek.protocol._schema import (
     DECODE_ERRORS,
@@ -83,7 +82,7 @@ def encode_request(header: RequestHeader, message: Message) -> bytes:
     return bytes(out)
 
 
-def decode_request(data: Buffer) -> tuple[RequestHeader, Any]:
+def decode_request(data: Buffer) -> tuple[RequestHeader, Message]:
     """Decode a request into ``(header, body)``; ``records`` fields are views of ``data``.
 
     An unknown API key raises :class:`UnknownApiKey` and a version outside the API's range
@@ -173,7 +172,7 @@ def encode_response_parts(request_header: RequestHeader, message: Message) -> Ho
     return out
 
 
-def decode_response(request_header: RequestHeader, data: Buffer) -> Any:
+def decode_response(request_header: RequestHeader, data: Buffer) -> Message:
     """Decode the response to ``request_header``'s request; its correlation id must match."""
     api_key, version = request_header.api_key, request_header.api_version
     header, pos = ResponseHeader.decode_from(data, 0, response_header_version(api_key, version))

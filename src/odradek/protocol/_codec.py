@@ -12,12 +12,12 @@ from __future__ import annotations
 import struct
 import uuid
 from struct import Struct
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from odradek._varint import decode_uvarint as read_uvarint
 from odradek._varint import write_uvarint
 from odradek.errors import ErrorCode
-from odradek.protocol._schema import DEFAULT, ZERO_UUID, Holes, Records
+from odradek.protocol._schema import DEFAULT, ZERO_UUID, Holes, Records, Region
 from odradek.protocol.errors import DecodeError, EncodeError
 
 __all__ = [
@@ -131,20 +131,20 @@ def _compact_len(out: bytearray, n: int) -> None:
         write_uvarint(out, n + 1)
 
 
-def put_bytes(out: bytearray, v: Any) -> None:
+def put_bytes(out: bytearray, v: bytes | bytearray | memoryview) -> None:
     """A ``bytes`` value that is not ``bytes`` or ``bytearray`` (a view), int32 length first."""
     n = memoryview(v).nbytes
     out += _i32.pack(n)
     out += v
 
 
-def put_compact_bytes(out: bytearray, v: Any) -> None:
+def put_compact_bytes(out: bytearray, v: bytes | bytearray | memoryview) -> None:
     n = memoryview(v).nbytes
     _compact_len(out, n)
     out += v
 
 
-def put_records(out: bytearray, v: Any) -> None:
+def put_records(out: bytearray, v: Records) -> None:
     """A ``records`` value that is a view, or a file region (anything with ``length`` and
     ``to_bytes()``): left as a hole when ``out`` is :class:`Holes`, copied otherwise."""
     if isinstance(v, (bytes, bytearray, memoryview)):
@@ -155,7 +155,7 @@ def put_records(out: bytearray, v: Any) -> None:
     _region(out, v)
 
 
-def put_compact_records(out: bytearray, v: Any) -> None:
+def put_compact_records(out: bytearray, v: Records) -> None:
     if isinstance(v, (bytes, bytearray, memoryview)):
         _compact_len(out, memoryview(v).nbytes)
         out += v
@@ -164,7 +164,7 @@ def put_compact_records(out: bytearray, v: Any) -> None:
     _region(out, v)
 
 
-def _region(out: bytearray, v: Any) -> None:
+def _region(out: bytearray, v: Region) -> None:
     if isinstance(out, Holes):
         out.add_hole(len(out), v)
     else:

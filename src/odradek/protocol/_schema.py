@@ -19,7 +19,7 @@ import operator
 import struct
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, Protocol, TypeAlias
+from typing import Any, ClassVar, Protocol, Self, TypeAlias
 
 from odradek.errors import ErrorCode
 from odradek.protocol.errors import DecodeError, EncodeError, UnsupportedVersion
@@ -78,6 +78,8 @@ class Holes(bytearray):
 #: what a ``records`` field holds: the bytes, or a region of a file
 Records: TypeAlias = "bytes | bytearray | memoryview | Region"
 Versions: TypeAlias = tuple[int, int] | None
+# Any for the message: each struct class's functions take or make that class, which the type of a
+# table shared by all classes cannot say (its methods below put the class back: Self)
 EncodeFn: TypeAlias = Callable[[bytearray, Any], None]
 DecodeFn: TypeAlias = Callable[[memoryview, int], tuple[Any, int]]
 
@@ -168,10 +170,14 @@ class Field:
         self.default = default
 
     def default_value(self) -> Any:
-        """A fresh default value (a new list or struct where the default is mutable)."""
+        """A fresh default value (a new list or struct where the default is mutable); Any: its
+        type is the field's, which varies."""
         d = self.default
         if d is _FRESH:
-            return [] if isinstance(self.type, Array) else self.type()  # type: ignore[operator]
+            if isinstance(self.type, Array):
+                return []
+            assert isinstance(self.type, type)  # a primitive's default is its own, never _FRESH
+            return self.type()
         return d
 
 
@@ -185,7 +191,8 @@ class _Fresh:
 
 
 _FRESH: Any = _Fresh()
-#: Parameter default of generated ``__init__`` methods: "use the field's default".
+#: Parameter default of generated ``__init__`` methods: "use the field's default". Any, as the
+#: default of parameters of every type.
 DEFAULT: Any = _FRESH
 
 #: what generated decoders raise on bad bytes (besides DecodeError; a bad varint is a
@@ -208,7 +215,7 @@ class Struct:
     __slots__ = ("unknown_tagged_fields",)
 
     _fields_: ClassVar[tuple[Field, ...]] = ()
-    #: see :meth:`builder`; installed by the class's codec module
+    #: see :meth:`builder`; installed by the class's codec module (Any: a ClassVar cannot say Self)
     _builder_: ClassVar[Callable[..., Any]]
 
     unknown_tagged_fields: list[tuple[int, bytes]] | None
@@ -221,6 +228,8 @@ class Struct:
             return False
         return (self.unknown_tagged_fields or []) == (other.unknown_tagged_fields or [])
 
+    # mutable and compared by value, so unhashable (typeshed declares object.__hash__ a method,
+    # hence the ignore: the usual spelling of this)
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
@@ -230,7 +239,7 @@ class Struct:
         return f"{type(self).__qualname__}({', '.join(parts)})"
 
     @classmethod
-    def builder(cls) -> Callable[..., Any]:
+    def builder(cls) -> Callable[..., Self]:
         """A function that builds an instance the way the class's constructor does (the same
         keyword arguments and defaults) without the cost of calling a class: for hot paths."""
         build: Callable[..., Any] | None = cls.__dict__.get("_builder_")
@@ -248,10 +257,10 @@ def _load_codecs(cls: type[Struct], kind: str = "_codecs") -> None:
 
 
 #: struct class -> a function returning the tuple of its field values (for ``__eq__``)
-_VALUE_GETTERS: dict[type[Struct], Callable[[Any], tuple[Any, ...]]] = {}
+_VALUE_GETTERS: dict[type[Struct], Callable[[Struct], tuple[object, ...]]] = {}
 
 
-def _values_getter(cls: type[Struct]) -> Callable[[Any], tuple[Any, ...]]:
+def _values_getter(cls: type[Struct]) -> Callable[[Struct], tuple[object, ...]]:
     getter = _VALUE_GETTERS.get(cls)
     if getter is None:
         attrs = [f.attr for f in cls._fields_]
@@ -260,11 +269,11 @@ def _values_getter(cls: type[Struct]) -> Callable[[Any], tuple[Any, ...]]:
         elif attrs:
             single = operator.attrgetter(attrs[0])
 
-            def getter(obj: Any) -> tuple[Any, ...]:
+            def getter(obj: Struct) -> tuple[object, ...]:
                 return (single(obj),)
         else:
 
-            def getter(obj: Any) -> tuple[Any, ...]:
+            def getter(obj: Struct) -> tuple[object, ...]:
                 return ()
 
         _VALUE_GETTERS[cls] = getter
@@ -286,7 +295,7 @@ class Data(Struct):
     _encoders_: ClassVar[dict[int, EncodeFn]]
     _decoders_: ClassVar[dict[int, DecodeFn]]
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, **kwargs: Any) -> None:  # Any: passed on to object's
         super().__init_subclass__(**kwargs)
         cls._encoders_ = {}
         cls._decoders_ = {}
@@ -346,7 +355,7 @@ class Data(Struct):
         return bytes(out)
 
     @classmethod
-    def decode_from(cls, data: Buffer, pos: int, version: int) -> tuple[Any, int]:
+    def decode_from(cls, data: Buffer, pos: int, version: int) -> tuple[Self, int]:
         """Decode a body at ``version`` starting at ``pos``; returns ``(message, end position)``."""
         decode = cls.decoder(version)
         buf = data if isinstance(data, memoryview) else memoryview(data)
@@ -358,7 +367,7 @@ class Data(Struct):
             raise DecodeError(f"cannot decode {cls.NAME} v{version}: {exc}") from exc
 
     @classmethod
-    def decode(cls, data: Buffer, version: int) -> Any:
+    def decode(cls, data: Buffer, version: int) -> Self:
         """Decode a whole body at ``version``; ``records`` fields become views of ``data``."""
         return cls.decode_from(data, 0, version)[0]
 
@@ -370,7 +379,8 @@ class Message(Data):
 
     API_KEY: ClassVar[int] = -1
     TYPE: ClassVar[str] = ""
-    #: a request's error answer (see odradek.protocol.error_responses); installed by the codec module
+    #: a request's error answer (see odradek.protocol.error_responses); installed by the codec
+    #: module (Any: the request, of the class it is installed on, as for EncodeFn)
     _error_response_: ClassVar[Callable[[Any, int, int, str | None], Message | None]]
 
 

@@ -44,6 +44,7 @@ from odradek.protocol._api import (
 from odradek.protocol._schema import Buffer, Message
 from odradek.protocol.errors import (
     CorrelationIdMismatch,
+    DecodeError,
     FrameTooLarge,
     InvalidFrame,
     LocalProtocolError,
@@ -99,6 +100,8 @@ class ConnectionState(enum.Enum):
 
 _OPEN: Final = ConnectionState.OPEN
 _ERROR: Final = ConnectionState.ERROR
+_API_VERSIONS: Final = 18  # ApiVersions' api key
+_UNSUPPORTED_VERSION: Final = 35  # the error code of KIP-511's v0 answer
 
 
 def _unusable(conn: object) -> LocalProtocolError:
@@ -117,6 +120,8 @@ class RequestReceived:
     """A complete, decoded request."""
 
     header: RequestHeader
+    #: a :class:`Message`, typed Any on purpose: its class depends on ``header.api_key``, and the
+    #: server hands it to the handler registered for that key, which declares the precise class
     message: Any
     size: int
 
@@ -150,13 +155,13 @@ class ResponseReceived:
     correlation_id: int
     request_header: RequestHeader
     request: Message
-    response: Any
+    response: Message
 
 
 def frame_size_at(buf: Buffer, pos: int, max_frame_size: int) -> int:
     """The size prefix at ``pos`` of ``buf``, checked: a negative size is an
     :class:`InvalidFrame`, one above ``max_frame_size`` a :class:`FrameTooLarge`."""
-    (size,) = _size.unpack_from(buf, pos)
+    size: int = _size.unpack_from(buf, pos)[0]
     if size < 0:
         raise InvalidFrame(f"negative frame size {size}")
     if size > max_frame_size:
@@ -362,8 +367,8 @@ class ServerConnection:
         # BadRequest without header): a bound on what decoding the frame would cost
         self._check = check
         self._closed: ConnectionClosed | None = None
-        # requests in arrival order: [correlation id, response bytes or None, answered]
-        self._pending: deque[list[Any]] = deque()
+        # requests in arrival order, answered or not
+        self._pending: deque[_Pending] = deque()
         #: frames are SASL tokens, not requests (set by the server after a SaslHandshake v0,
         #: cleared when authentication completes): see :class:`SaslTokenReceived`
         self.raw_tokens = False
@@ -431,11 +436,11 @@ class ServerConnection:
                 header, message = decode_request(payload)
             except (UnknownApiKey, UnsupportedVersion) as exc:
                 if exc.header is not None:
-                    self._pending.append([exc.header.correlation_id, None, False])
+                    self._pending.append(_Pending(exc.header.correlation_id))
                 return BadRequest(exc.header, exc, len(payload))
             except ProtocolError as exc:
                 return BadRequest(None, exc, len(payload))
-            self._pending.append([header.correlation_id, None, False])
+            self._pending.append(_Pending(header.correlation_id))
             return RequestReceived(header, message, len(payload))
         except BaseException:
             self.state = _ERROR
@@ -505,26 +510,38 @@ class ServerConnection:
         pending = self._pending
         if pending:
             first = pending[0]
-            if first[0] == correlation_id and not first[2]:
+            if first.correlation_id == correlation_id and not first.answered:
                 # the oldest request, as when requests are answered in order
                 pending.popleft()
-                if not pending or not pending[0][2]:
+                if not pending or not pending[0].answered:
                     return parts
                 following = list(parts)
-                while pending and pending[0][2]:
-                    following.extend(pending.popleft()[1])
+                while pending and pending[0].answered:
+                    following.extend(pending.popleft().parts)
                 return following
         for slot in pending:
-            if slot[0] == correlation_id and not slot[2]:
-                slot[1] = parts
-                slot[2] = True
+            if slot.correlation_id == correlation_id and not slot.answered:
+                slot.parts = parts
+                slot.answered = True
                 break
         else:
             raise LocalProtocolError(f"no request with correlation id {correlation_id} awaits a response")
         ready: list[bytes | Region] = []
-        while pending and pending[0][2]:
-            ready.extend(pending.popleft()[1])
+        while pending and pending[0].answered:
+            ready.extend(pending.popleft().parts)
         return ready
+
+
+class _Pending:
+    """A request a server connection has received: its response, once answered, waits here for
+    the responses to the requests received before it."""
+
+    __slots__ = ("answered", "correlation_id", "parts")
+
+    def __init__(self, correlation_id: int) -> None:
+        self.correlation_id = correlation_id
+        self.parts: list[bytes | Region] = []
+        self.answered = False
 
 
 def _join(parts: list[bytes | Region]) -> bytes:
@@ -632,7 +649,20 @@ class ClientConnection:
             if not self._in_flight:
                 raise CorrelationIdMismatch("received a response while no request is in flight")
             header, request = self._in_flight.popleft()
-            response = decode_response(header, payload)
+            try:
+                response = decode_response(header, payload)
+            except DecodeError:
+                if header.api_key != _API_VERSIONS or header.api_version == 0:
+                    raise
+                # KIP-511: a broker that does not know the ApiVersions version asked for answers
+                # with a v0 body and UNSUPPORTED_VERSION, as Kafka's clients read it
+                header = RequestHeader(
+                    api_key=header.api_key, api_version=0, correlation_id=header.correlation_id,
+                    client_id=header.client_id,
+                )
+                response = decode_response(header, payload)
+                if getattr(response, "error_code", 0) != _UNSUPPORTED_VERSION:
+                    raise
             return ResponseReceived(header.correlation_id, header, request, response)
         except BaseException:
             self.state = _ERROR

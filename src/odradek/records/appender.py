@@ -27,7 +27,7 @@ not turned off, pure Python otherwise, with the same interface:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from . import speedups
 from ._types import NO_TIMESTAMP
@@ -58,7 +58,8 @@ class PyReceipt:
 
     __slots__ = ("_batch", "_index", "_ksize", "_timestamp", "_vsize")
 
-    def __init__(self, batch: Any, index: int, timestamp: int, ksize: int, vsize: int) -> None:
+    def __init__(self, batch: object, index: int, timestamp: int, ksize: int, vsize: int) -> None:
+        #: the producer's batch: opaque here (a producer's subclass declares its type)
         self._batch = batch
         self._index = index
         self._timestamp = timestamp
@@ -66,12 +67,15 @@ class PyReceipt:
         self._vsize = vsize
 
 
-class PyAppender:
+_R = TypeVar("_R", bound=PyReceipt)
+
+
+class PyAppender(Generic[_R]):
     """Pure-Python :class:`Appender` (``try_append`` always declines)."""
 
     __slots__ = ("_bodies", "_pool", "closed", "first_timestamp", "max_timestamp", "record_count", "size")
 
-    def __init__(self, capacity: int, max_record: int, pool: Any, batch: Any, receipt_type: type) -> None:
+    def __init__(self, capacity: int, max_record: int, pool: PyPool, batch: object, receipt_type: type[_R]) -> None:
         self._pool = pool
         self._bodies: list[bytes] = []
         self.closed = False
@@ -108,7 +112,7 @@ class PyAppender:
         self._pool.add(size)
         return od
 
-    def try_append(self, value: Any) -> None:
+    def try_append(self, value: bytes) -> _R | None:
         return None
 
     def close(self) -> None:
@@ -127,14 +131,18 @@ class PyAppender:
         self._bodies = []
 
 
-_compiled = speedups.compiled
-Pool: Any = PyPool if _compiled is None else _compiled.Pool
-Receipt: Any = PyReceipt if _compiled is None else _compiled.Receipt
-Appender: Any = PyAppender if _compiled is None else _compiled.Appender
+if TYPE_CHECKING or speedups.compiled is None:
+    # the compiled classes have the same interface (``_speedups.pyi``; the tests run both), so
+    # they are typed as the pure-Python ones
+    Pool = PyPool
+    Receipt = PyReceipt
+    Appender = PyAppender
+else:
+    from ._speedups import Appender, Pool, Receipt
 
 
 def build(
-    appender: Any,
+    appender: PyAppender[_R],
     compression: Compression | int = Compression.NONE,
     compression_level: int | None = None,
     producer_id: int = -1,

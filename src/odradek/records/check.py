@@ -34,7 +34,8 @@ them for null: librdkafka's consumer fails on such a record and stops at its bat
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple
 
 from . import speedups, v2
 from .errors import RecordsError
@@ -193,7 +194,7 @@ def _summary(
     low = NO_MIN_TIMESTAMP
     keyless = 0
     for s in segments:
-        offsets: Any
+        offsets: Iterable[int]
         if isinstance(s, list):
             n = len(s)
             offsets = [r[0] for r in s]

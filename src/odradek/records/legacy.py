@@ -74,7 +74,7 @@ LegacyMessage = tuple[int, int, int, int, bytes | None, bytes | None]
 
 
 def _parse_one(
-    buf: bytes, pos: int, end: int, verify_crc: bool
+    buf: bytes | bytearray | memoryview, pos: int, end: int, verify_crc: bool
 ) -> tuple[int, int, int, int, bytes | None, bytes | None, int]:
     """Parse the complete entry at ``pos``; return its fields and the next position."""
     if end - pos < LOG_OVERHEAD + MESSAGE_OVERHEAD_V0:
@@ -137,7 +137,7 @@ def parse_message_set(data: bytes, *, verify_crc: bool = True) -> list[LegacyMes
 
 
 def unwrap(
-    buf: bytes | memoryview,
+    buf: bytes | bytearray | memoryview,
     pos: int,
     end: int,
     *,
@@ -149,7 +149,7 @@ def unwrap(
     For an uncompressed message the inner list is empty. The top-level CRC is
     left to the caller; inner CRCs are checked when ``verify_crc`` is set.
     """
-    offset, magic, attributes, timestamp, key, value, _ = _parse_one(buf, pos, end, False)  # type: ignore[arg-type]
+    offset, magic, attributes, timestamp, key, value, _ = _parse_one(buf, pos, end, False)
     wrapper = (offset, magic, attributes, timestamp, key, value)
     codec = codec_from_attributes(attributes, magic)
     if codec == Compression.NONE:
@@ -170,7 +170,7 @@ def unwrap(
 
 
 def decode_wrapper(
-    buf: bytes | memoryview,
+    buf: bytes | bytearray | memoryview,
     pos: int,
     end: int,
     *,

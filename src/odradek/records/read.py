@@ -172,7 +172,8 @@ class Batch:
         """The records as ``record_type(topic, partition, offset, timestamp, timestamp_type, key,
         value, headers)`` tuples, made by the compiled decoder (:mod:`odradek.records.speedups`)
         in one pass; None when it is not there, for magic 0/1 data, or when it finds anything
-        wrong (then :meth:`record_columns` decodes and raises the precise error)."""
+        wrong (then :meth:`record_columns` decodes and raises the precise error).  Any: the
+        caller's record type (the clients' ConsumerRecord), whose third item is the offset."""
         compiled = speedups.compiled
         h = self.header
         if compiled is None or h.magic < 2 or self._records is not None:
@@ -189,12 +190,12 @@ class Batch:
             return None  # a record beyond the batch's last offset: record_columns says so
         return records
 
-    def _records_span(self) -> tuple[Any, int, int, int | None]:
+    def _records_span(self) -> tuple[Buffer, int, int, int | None]:
         """``(buf, start, stop, log_append_time)``: where this v2 batch's records lie, in the
         batch's own data (uncompressed: no copy) or in the decompressed bytes."""
         h = self.header
         start, stop = h.position + v2.HEADER_SIZE, h.position + h.size
-        buf: Any = self._data
+        buf = self._data
         if h.compression:
             buf = decompress(h.compression, buf[start:stop], magic=2, max_size=self._max_decompressed_size)
             start, stop = 0, len(buf)
@@ -203,15 +204,15 @@ class Batch:
     def _v2_args(self) -> tuple[bytes, int, int, int, int | None, int]:
         h = self.header
         buf, start, stop, lat = self._records_span()
-        if not h.compression:
-            buf = bytes(buf[start:stop])
-        return (buf, h.record_count, h.base_offset, h.base_timestamp, lat, h.last_offset - h.base_offset)
+        # decompressed: all of the new bytes; else a copy of the records out of the batch's data
+        records = buf if h.compression and isinstance(buf, bytes) else bytes(buf[start:stop])
+        return (records, h.record_count, h.base_offset, h.base_timestamp, lat, h.last_offset - h.base_offset)
 
     def _decode(self) -> list[Record]:
         h = self.header
         if h.magic < 2:
             return legacy.decode_wrapper(
-                self._data,  # type: ignore[arg-type]
+                self._data,
                 h.position,
                 h.position + h.size,
                 verify_crc=self._verify_crc,

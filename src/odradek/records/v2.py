@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import struct
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from enum import IntEnum
 from itertools import chain, islice, repeat
 from operator import itemgetter
@@ -127,6 +127,9 @@ _INT64_MAX = (1 << 63) - 1
 
 def _read_headers(buf: Buffer, pos: int) -> tuple[list[Header], int]:
     """Read a record's header count and headers at ``pos``."""
+    # The zig-zag tables hold None for bytes that do not end a varint; where a byte below 0x80
+    # indexes ZIGZAG1, or a word whose first byte is a continuation byte ZIGZAG2, the entry is an
+    # int. Typed Any rather than narrowed, as each ``is None`` test would cost in this loop.
     z1: tuple[Any, ...] = ZIGZAG1
     b = buf[pos]
     if b < 0x80:
@@ -223,9 +226,12 @@ _BLOCK = 64
 #: Maps every non-zero byte to 1.
 _NONZERO = bytes([0] + [1] * 255)
 _EMPTY: tuple[()] = ()
-_Layout = tuple  # (record size, checks, o_ts, ts width, o_od, od width, o_key, key len, o_value, value len)
+#: (record size, checks, o_ts, ts width, o_od, od width, o_key, key len, o_value, value len)
+_Layout = tuple[int, tuple[tuple[int, int, bytes], ...], int, int, int, int, int, int, int, int]
 _LAYOUTS: dict[tuple[int, ...], _Layout] = {}
-_FIELDS: dict[tuple[int, int, int], tuple[Any, Any]] = {}
+#: ``Struct.iter_unpack`` of :data:`_BLOCK` records and of one record (each item: the field's bytes)
+_Unpack = Callable[[Buffer], Iterator[tuple[Any, ...]]]
+_FIELDS: dict[tuple[int, int, int], tuple[_Unpack, _Unpack]] = {}
 
 
 class RecordRun(NamedTuple):
@@ -352,7 +358,7 @@ def _field(region: memoryview, at: int, length: int, size: int, k: int) -> Itera
     return whole if split == len(region) else chain(whole, map(_first, one(region[split:])))
 
 
-def _words(buf: Buffer, at: int, stop: int, size: int) -> Any:
+def _words(buf: Buffer, at: int, stop: int, size: int) -> memoryview:
     """The big-endian 16-bit words of the two bytes at ``at`` of each record (an iterable)."""
     first, second = bytes(buf[at:stop:size]), bytes(buf[at + 1 : stop : size])
     pairs = bytearray(2 * len(first))
@@ -363,11 +369,14 @@ def _words(buf: Buffer, at: int, stop: int, size: int) -> Any:
     return memoryview(pairs).cast("H")
 
 
-def _varint_column(buf: Buffer, at: int, stop: int, size: int, width: int) -> Any:
+def _varint_column(buf: Buffer, at: int, stop: int, size: int, width: int) -> Iterator[int]:
     """The zig-zag varints (checked to be ``width`` bytes) at ``at`` of each record."""
+    # their bytes were checked to be ``width`` long, so no table entry met is None (see _read_headers)
+    z1: tuple[Any, ...] = ZIGZAG1
+    z2: tuple[Any, ...] = ZIGZAG2
     if width == 1:
-        return map(ZIGZAG1.__getitem__, bytes(buf[at:stop:size]))
-    return map(ZIGZAG2.__getitem__, _words(buf, at, stop, size))
+        return map(z1.__getitem__, bytes(buf[at:stop:size]))
+    return map(z2.__getitem__, _words(buf, at, stop, size))
 
 
 def _timestamp_runs(buf: Buffer, at: int, stop: int, size: int, width: int, k: int, base_ts: int) -> list[tuple[int, int]] | None:
@@ -387,7 +396,7 @@ def _timestamp_runs(buf: Buffer, at: int, stop: int, size: int, width: int, k: i
     last = n - width  # marks[j] for j < last: byte j differs from byte j + width
     if marks.count(1, 0, last) > k >> 4:
         return None
-    z: tuple[Any, ...] = ZIGZAG1 if width == 1 else ZIGZAG2
+    z: tuple[Any, ...] = ZIGZAG1 if width == 1 else ZIGZAG2  # Any: see _read_headers
     runs = []
     s = 0  # first record of the current run
     while True:
@@ -515,7 +524,7 @@ def _decode_segments(
     tnew = _tuple_new
     rec_cls = Record
     base_ts = base_timestamp
-    z1: tuple[Any, ...] = ZIGZAG1
+    z1: tuple[Any, ...] = ZIGZAG1  # Any: see _read_headers
     z2: tuple[Any, ...] = ZIGZAG2
     copy = type(buf) is not bytes  # slices of a memoryview or bytearray become bytes
     end = len(buf) if stop is None else stop
@@ -524,6 +533,8 @@ def _decode_segments(
     prev_od = od = -1  # offsets strictly increase within a batch (compaction leaves gaps only)
     skip = 0
     backoff = 0
+    # bytes or None in the end; Any as they are first slices of ``buf`` (bytes, or a view made
+    # bytes when ``copy``): a union would need narrowing in this loop
     key: Any
     value: Any
     try:

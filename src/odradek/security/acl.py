@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Self
 
 from odradek.errors import OdradekError
 
@@ -35,6 +36,7 @@ __all__ = [
     "WILDCARD_PRINCIPAL",
     "AclBinding",
     "AclBindingFilter",
+    "AclEntry",
     "AclError",
     "AclIndex",
     "Operation",
@@ -43,6 +45,9 @@ __all__ = [
     "ResourceType",
     "authorized_operations",
 ]
+
+#: one stored ACL entry of a resource: (principal, permission type, operation, host) in Kafka's names
+AclEntry = tuple[str, str, str, str]
 
 #: the one Cluster resource's name
 CLUSTER_NAME = "kafka-cluster"
@@ -64,7 +69,7 @@ class _Named(enum.IntEnum):
         return _TITLES.get(self.name) or "".join(w.capitalize() for w in self.name.split("_"))
 
     @classmethod
-    def parse(cls, text: str | int) -> _Named:
+    def parse(cls, text: str | int) -> Self:
         if isinstance(text, int):
             return cls(text)
         key = text.strip().replace("-", "").replace("_", "").replace(" ", "").upper()
@@ -175,13 +180,13 @@ class AclBinding:
     @classmethod
     def from_stored(cls, resource: tuple[str, str, str], entry: tuple[str, str, str, str]) -> AclBinding:
         return cls(
-            ResourceType.parse(resource[0]),  # type: ignore[arg-type]
+            ResourceType.parse(resource[0]),
             resource[2],
-            PatternType.parse(resource[1]),  # type: ignore[arg-type]
+            PatternType.parse(resource[1]),
             entry[0],
             entry[3],
-            Operation.parse(entry[2]),  # type: ignore[arg-type]
-            PermissionType.parse(entry[1]),  # type: ignore[arg-type]
+            Operation.parse(entry[2]),
+            PermissionType.parse(entry[1]),
         )
 
     def validate(self) -> None:

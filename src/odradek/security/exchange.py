@@ -20,6 +20,8 @@ __all__ = ["Step", "sasl_exchange"]
 Step = tuple[Message, int]
 
 
+# Any: the exchange is sent back the response to each request it yields (a SaslHandshake or a
+# SaslAuthenticate response, of the version the caller chose)
 def sasl_exchange(client: PlainClient | ScramClient | OAuthBearerClient | None, version_for: Callable[..., int]) -> Generator[Step, Any, None]:
     """The SASL exchange of one new connection with ``client`` (a fresh mechanism; None: no
     SASL), as requests to send (sans I/O): SaslHandshake v1, then SaslAuthenticate until the

@@ -33,7 +33,7 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from odradek.errors import OdradekError
 
@@ -81,7 +81,7 @@ def _b64url(text: str) -> bytes:
         raise TokenError("a token part is not base64url") from None
 
 
-def _refuse_constant(name: str) -> Any:
+def _refuse_constant(name: str) -> NoReturn:
     raise TokenError(f"{name} is not a JSON number")
 
 
@@ -97,6 +97,7 @@ def _json_depth(text: str) -> int:
     return deepest
 
 
+# Any: the values of a JWT's JSON, of whatever type its issuer wrote (checked where read)
 def _json_part(text: str, what: str) -> dict[str, Any]:
     raw = _b64url(text)
     try:

@@ -4,12 +4,12 @@
 the executors.  It is stateless: everything it needs comes in the (pickled) input partition.
 
 A range is first read directly (:func:`_read_direct`): one blocking connection to the
-partition's leader, in the task's own thread, each fetch sent before the previous response is
-decoded so that the broker sends while this thread decodes (measured here: ~8 % more rows/s in
-Spark than the same work split between this thread and an event loop's, which competed for the
-GIL and the two cores).  It stops at the first thing that is not plain records (an error, an
-empty or truncated response, a connection or timeout problem) and hands the rest of the range
-to the general path.
+partition's leader (the transport's blocking face), in the task's own thread, each fetch sent
+before the previous response is decoded so that the broker sends while this thread decodes
+(measured here: ~8 % more rows/s in Spark than the same work split between this thread and an
+event loop's, which competed for the GIL and the two cores).  It stops at the first thing that
+is not plain records (an error, an empty or truncated response, a connection or timeout problem)
+and hands the rest of the range to the general path.
 
 The general path fetches through :class:`odradek.client.AsyncSimpleConsumer` (connections,
 metadata, leader changes, retries, version negotiation), run on a private event loop in a
@@ -35,10 +35,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from odradek.client import AsyncSimpleConsumer, ClientSecurity, Cluster, OffsetOutOfRangeError, RawFetched
+from odradek.client import AsyncSimpleConsumer, ClientSecurity, OffsetOutOfRangeError, RawFetched
 from odradek.errors import KafkaError, OdradekError
 from odradek.protocol.messages.fetch import FetchRequest
 from odradek.records import iter_batch_headers
+from odradek.transport import Cluster
 
 from ._arrow import Decoded, decode_partition_data
 from ._options import DEFAULT_FETCH_BYTES
@@ -265,7 +266,7 @@ def _read_direct(
         security=ClientSecurity.from_config(consumer.config),
     )
     try:
-        conn = cluster.leader_of(topic, partition)
+        conn = cluster.leader_connection(topic, partition)
         version = conn.version_for(FetchRequest, maximum=_FETCH_BY_NAME)
     except (KafkaError, ConnectionError, TimeoutError, OSError):
         cluster.close()

@@ -17,8 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from odradek.client import ADMIN_DEFAULTS, CONSUMER_DEFAULTS, PRODUCER_DEFAULTS
-from odradek.config import nearest_name, unknown_name_message
+from odradek.client import (
+    ADMIN_DEFAULTS,
+    CONSUMER_CONFIGS,
+    CONSUMER_DEFAULTS,
+    PRODUCER_CONFIGS,
+    PRODUCER_DEFAULTS,
+)
+from odradek.config import ConfigDef, nearest_name, unknown_name_message
 
 __all__ = [
     "EARLIEST",
@@ -94,21 +100,57 @@ class SinkOptions:
     transactional_id_prefix: str | None = None
 
 
-#: The source's own options (Spark's Kafka source's names), the sink's, and options Spark itself
-#: may pass along with them; anything else is either a typo of one of these (an error naming it)
-#: or left alone (Spark's Kafka source ignores options it does not know).
-SOURCE_OPTIONS = (
-    "subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets", "startingTimestamp",
-    "endingTimestamp", "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
-    "startingOffsetsByTimestampStrategy", "failOnDataLoss", "includeHeaders", "maxOffsetsPerTrigger",
-    "minOffsetsPerTrigger", "maxTriggerDelay", "minPartitions", "maxRecordsPerPartition",
-    "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "groupIdPrefix",
-    "logDirs", "stopAtCorruption", "readPastRecoveryPoint", "maxBytesPerPartition",
+_O = ConfigDef
+#: The source's own options (Spark's Kafka source's names), as rows of the same kind as the
+#: broker's and the clients' configs (type, default, documentation, valid values); their values
+#: are parsed by parse_source_options, with Spark's messages.
+SOURCE_OPTION_ROWS = (
+    _O("subscribe", "list", None, doc="the topics to read (one of subscribe, subscribePattern, assign)"),
+    _O("subscribePattern", "string", None, doc="a regular expression of the topics to read"),
+    _O("assign", "string", None, doc='the partitions to read, as JSON: {"topicA":[0,1]}'),
+    _O("startingOffsets", "string", None, doc="earliest, latest (streaming's default) or JSON offsets per partition"),
+    _O("endingOffsets", "string", "latest", doc="batch queries: latest or JSON offsets per partition"),
+    _O("startingTimestamp", "long", None, doc="start at the first record at or after this time, every partition"),
+    _O("endingTimestamp", "long", None, doc="batch queries: end at this time, every partition"),
+    _O("startingOffsetsByTimestamp", "string", None, doc="JSON start timestamps per partition"),
+    _O("endingOffsetsByTimestamp", "string", None, doc="JSON end timestamps per partition"),
+    _O("startingOffsetsByTimestampStrategy", "string", "error",
+       doc="a partition without a record at the timestamp: fail, or start at its end", valid=("error", "latest")),
+    _O("failOnDataLoss", "boolean", True, doc="fail when records between two micro-batches are gone"),
+    _O("includeHeaders", "boolean", False, doc="a headers column"),
+    _O("maxOffsetsPerTrigger", "long", None, doc="streaming: the most records one micro-batch reads"),
+    _O("minOffsetsPerTrigger", "long", None, doc="streaming: the fewest records that start a micro-batch"),
+    _O("maxTriggerDelay", "string", "15m", doc="streaming: the longest a micro-batch waits for minOffsetsPerTrigger"),
+    _O("minPartitions", "int", None, doc="split partitions to make at least this many Spark partitions"),
+    _O("maxRecordsPerPartition", "long", None, doc="split partitions so that none holds more records"),
+    _O("kafkaConsumer.pollTimeoutMs", "long", 120000, doc="how long an executor's fetch may wait"),
+    _O("fetchOffset.numRetries", "int", 3, doc="accepted for Spark's Kafka source's options, not used"),
+    _O("fetchOffset.retryIntervalMs", "long", 10, doc="accepted for Spark's Kafka source's options, not used"),
+    _O("groupIdPrefix", "string", None, doc="accepted for Spark's Kafka source's options, not used"),
+    _O("logDirs", "list", None, doc="read segment files from these log dirs, no broker (the offline read)"),
+    _O("stopAtCorruption", "boolean", False, doc="offline read: stop at a damaged batch instead of failing"),
+    _O("readPastRecoveryPoint", "boolean", False, doc="offline read: also read what was not flushed"),
+    _O("maxBytesPerPartition", "long", None, doc="offline read: split partitions into Spark partitions of this size"),
 )
+#: the sink's own options
+SINK_OPTION_ROWS = (
+    _O("topic", "string", None, doc="the topic to write to (else each row's topic column)"),
+    _O("exactlyOnce", "boolean", False, doc="streaming: one transaction per task and micro-batch"),
+    _O("transactionalIdPrefix", "string", None, doc="exactlyOnce: the prefix of the tasks' transactional ids"),
+)
+#: options Spark itself may pass along with the source's and the sink's
+SPARK_OPTION_ROWS = (
+    _O("path", "string", None, doc="the offline read's log dir (a load(path))"),
+    _O("checkpointLocation", "string", None, doc="the query's checkpoint"),
+    _O("queryName", "string", None, doc="the query's name"),
+)
+#: The names: anything else is either a typo of one of these (an error naming it) or left alone
+#: (Spark's Kafka source ignores options it does not know).
+SOURCE_OPTIONS = tuple(r.name for r in SOURCE_OPTION_ROWS)
 #: options of the offline read (segment files, no broker: ``path`` or ``logDirs``) only
 OFFLINE_OPTIONS = ("stopAtCorruption", "readPastRecoveryPoint", "maxBytesPerPartition")
-SINK_OPTIONS = ("topic", "exactlyOnce", "transactionalIdPrefix")
-SPARK_OPTIONS = ("path", "checkpointLocation", "queryName")
+SINK_OPTIONS = tuple(r.name for r in SINK_OPTION_ROWS)
+SPARK_OPTIONS = tuple(r.name for r in SPARK_OPTION_ROWS)
 #: Kafka client options that Spark's Kafka source and sink accept and handle themselves
 _IGNORED_KAFKA_OPTIONS = ("group.id", "key.serializer", "value.serializer", "key.deserializer", "value.deserializer")
 
@@ -134,10 +176,12 @@ def _lower(options: Mapping[str, Any]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
 
 
-def _client_config(opts: Mapping[str, str], defaults: Mapping[str, Any], what: str) -> dict[str, Any]:
-    """``kafka.*`` options (and a bare ``bootstrap.servers``) that the client knows."""
+def _client_config(opts: Mapping[str, str], rows: tuple[ConfigDef, ...], what: str) -> dict[str, Any]:
+    """``kafka.*`` options (and a bare ``bootstrap.servers``) that the client knows, each parsed
+    by its row's type."""
     out: dict[str, Any] = {}
-    known = {k.lower(): k for k in defaults}
+    by_name = {r.name: r for r in rows}
+    known = {k.lower(): k for k in by_name}
     for key, value in opts.items():
         if key.startswith("kafka."):
             name = key[len("kafka.") :]
@@ -146,16 +190,18 @@ def _client_config(opts: Mapping[str, str], defaults: Mapping[str, Any], what: s
         else:
             continue
         if name in known:
-            out[known[name]] = _coerce(value, defaults[known[name]])
+            out[known[name]] = _coerce(value, by_name[known[name]])
         elif name not in _IGNORED_KAFKA_OPTIONS:
             log.warning("Kafka option '%s' is not used by the %s", name, what)
     return out
 
 
-def _coerce(value: str, default: Any) -> Any:
-    if isinstance(default, bool):
+def _coerce(value: str, row: ConfigDef) -> Any:
+    """A client option's text as its row's type: true/false for a boolean, a number for an
+    integer (text that is not one is left for the client to refuse); anything else as given."""
+    if row.type == "boolean":
         return _bool(value, "kafka option")
-    if isinstance(default, int):
+    if row.type in ("int", "short", "long"):
         try:
             return int(value)
         except ValueError:
@@ -407,7 +453,7 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool | None, 
             if key in opts:
                 log.warning("%s option ignored in batch queries", name)
 
-    consumer = _client_config(opts, CONSUMER_DEFAULTS, "odradek source")
+    consumer = _client_config(opts, CONSUMER_CONFIGS, "odradek source")
     if "bootstrap.servers" not in consumer and not offline:
         consumer["bootstrap.servers"] = opts.get("kafka.bootstrap.servers", opts.get("bootstrap.servers"))
     isolation = str(consumer.get("isolation.level", "read_uncommitted")).lower()
@@ -465,7 +511,7 @@ def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
             )
     if "kafka.bootstrap.servers" not in opts and "bootstrap.servers" not in opts:
         raise ValueError("Option 'kafka.bootstrap.servers' must be specified for configuring Kafka producer")
-    producer = _client_config(opts, PRODUCER_DEFAULTS, "odradek sink")
+    producer = _client_config(opts, PRODUCER_CONFIGS, "odradek sink")
     if "bootstrap.servers" not in producer:
         producer["bootstrap.servers"] = opts.get("kafka.bootstrap.servers", opts.get("bootstrap.servers"))
     topic = opts.get("topic")

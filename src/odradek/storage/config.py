@@ -20,6 +20,7 @@ __all__ = ["DEFAULTS", "LogConfig"]
 
 #: the topic configs a log acts on, with their defaults (the rows of odradek.config.TOPIC_SCHEMA
 #: that Odradek uses; each is a field of LogConfig)
+# Any: each config's value has its row's type (int, float, bool or str)
 DEFAULTS: dict[str, Any] = {k.name: k.default for k in TOPIC_SCHEMA if k.used}
 
 

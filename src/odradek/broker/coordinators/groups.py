@@ -1,4 +1,5 @@
-"""The group coordinator: Kafka's classic rebalance protocol on the coordinator runtime.
+"""The group coordinator: Kafka's classic rebalance protocol and KIP-848 consumer groups on the
+coordinator runtime.
 
 Groups live in ``__consumer_offsets`` (``offsets.topic.num.partitions`` partitions, created on
 the first FindCoordinator); a group belongs to partition ``abs(javaHash(group id)) % partitions``
@@ -15,6 +16,12 @@ with NOT_COORDINATOR when the partition is unloaded); a deadline timer calls ``t
 next session expiry, rebalance timeout or initial delay comes, and a periodic one expires offsets
 (``offsets.retention.check.interval.ms``).  A transaction's offsets (TxnOffsetCommit) wait for
 its marker in the shard, applied or dropped when the marker is written (or read back).
+
+The shard also holds the partition's KIP-848 consumer groups (:mod:`.consumer_groups`, their
+records :mod:`.consumer_records`); a group id is either a classic or a consumer group, and the
+classic APIs reaching a consumer group (its members that use the classic protocol, commits,
+deletion) go to :attr:`GroupCoordinator.consumer`.  Every group's offsets are kept by the classic
+state machine.
 """
 
 from __future__ import annotations
@@ -25,6 +32,12 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from odradek.broker.coordinators.consumer_groups import (
+    ConsumerGroupService,
+    consumer_group_config,
+    consumer_protocol_enabled,
+)
+from odradek.broker.coordinators.consumer_records import CONSUMER_GROUP_RECORD_TYPES, decode_record
 from odradek.broker.coordinators.runtime import (
     CoordinatorPorts,
     CoordinatorRecord,
@@ -32,6 +45,7 @@ from odradek.broker.coordinators.runtime import (
     CoordinatorTopic,
 )
 from odradek.broker.topics import OFFSETS_TOPIC
+from odradek.cluster.consumer_group import ConsumerGroupConfig, ConsumerGroups
 from odradek.cluster.group import (
     Effect,
     Group,
@@ -55,8 +69,8 @@ from odradek.protocol.messages.coordinator import (
 if TYPE_CHECKING:
     from odradek.broker.replication import Replication
     from odradek.cluster.metadata import MetadataImage
-    from odradek.config import BrokerConfig
     from odradek.metrics import BrokerMetrics
+    from odradek.settings import GroupSettings
 
 __all__ = ["GroupCoordinator", "GroupShard", "offsets_topic"]
 
@@ -83,15 +97,15 @@ _COMMIT_ERRORS = {
 }
 
 
-def offsets_topic(config: BrokerConfig, replication: Replication) -> CoordinatorTopic:
+def offsets_topic(settings: GroupSettings, replication: Replication) -> CoordinatorTopic:
     """``__consumer_offsets`` as the group coordinator writes it (``offsets.topic.*``,
     ``offsets.commit.*``)."""
     return CoordinatorTopic(
         OFFSETS_TOPIC,
-        int(config.get("offsets.topic.num.partitions")),
+        settings.offsets_topic_num_partitions,
         replication.offsets_replication_factor,
-        acks=int(config.get("offsets.commit.required.acks")),
-        write_timeout_ms=int(config.get("offsets.commit.timeout.ms")),
+        acks=settings.offsets_commit_required_acks,
+        write_timeout_ms=settings.offsets_commit_timeout_ms,
     )
 
 
@@ -156,6 +170,16 @@ def _offset_records(store: StoreOffsets) -> list[tuple[bytes | None, bytes | Non
     ]
 
 
+def _classic_record(group: Group | None, group_id: str) -> tuple[bytes, bytes | None]:
+    """A classic group's metadata record (a consumer group converted back), or its tombstone."""
+    return group_key(group_id), None if group is None else group_value(group)
+
+
+def _has_members(shard: GroupShard, group_id: str) -> bool:
+    group = shard.consumer.group(group_id)
+    return group is not None and bool(group.members)
+
+
 def _decode_offset(key: bytes, version: int, value: bytes | None) -> tuple[str, TopicPartition, OffsetAndMetadata | None]:
     k = OffsetCommitKey.decode_from(key, 2, version)[0]
     if value is None:
@@ -201,9 +225,14 @@ class GroupShard:
     transactions committed that wait for their markers, and the JoinGroup/SyncGroup responses
     owed to members."""
 
-    def __init__(self, partition: int, limits: GroupLimits, retired: _Retired) -> None:
+    def __init__(self, partition: int, limits: GroupLimits, retired: _Retired,
+                 consumer_config: ConsumerGroupConfig | None = None) -> None:
         self.partition = partition
         self.state = GroupCoordinatorState(limits)
+        #: the partition's KIP-848 consumer groups (their offsets are in ``state``)
+        self.consumer = ConsumerGroups(self.state, consumer_config)
+        #: completes once the last consumer-group write made here is durable
+        self.consumer_tail: asyncio.Future[None] | None = None
         #: transactional offset commits waiting for their transaction's marker:
         #: producer id -> group -> offsets (TxnOffsetCommit, KIP-98)
         self.txn_offsets: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata | None]]] = {}
@@ -228,7 +257,11 @@ class GroupShard:
         elif version == 2:
             gid, group = _decode_group(key, version, record.value)
             self._read_groups[gid] = group
-        # other key versions: the records of other group types (KIP-848...), not this shard's
+        elif version in CONSUMER_GROUP_RECORD_TYPES:
+            found = decode_record(key, record.value)
+            if found is not None:
+                self.consumer.replay(found)
+        # other key versions: the records of other group types (share, streams), not this shard's
 
     def replay_marker(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
         self.complete_txn(producer_id, commit)
@@ -244,6 +277,7 @@ class GroupShard:
             else:
                 self.state.load_group(g, now_ms)
         self._read_groups = {}
+        self.consumer.loaded(now_ms)
 
     def unloaded(self) -> None:
         """Another broker coordinates these groups now: members waiting on a rebalance are told
@@ -256,8 +290,9 @@ class GroupShard:
                 sfut.set_result(SyncResult(member_id, ErrorCode.NOT_COORDINATOR))
         self.join_waiters.clear()
         self.sync_waiters.clear()
-        self._retired.completed_rebalances += self.state.completed_rebalances
+        self._retired.completed_rebalances += self.state.completed_rebalances + self.consumer.completed_rebalances
         self.state.completed_rebalances = 0
+        self.consumer.completed_rebalances = 0
 
     # -- transactions -----------------------------------------------------------------------------
     def complete_txn(self, producer_id: int, commit: bool) -> None:
@@ -274,27 +309,37 @@ class GroupShard:
 
 
 class GroupCoordinator:
-    def __init__(self, config: BrokerConfig, ports: CoordinatorPorts) -> None:
-        cfg = config
-        self.config = config
+    def __init__(self, settings: GroupSettings, ports: CoordinatorPorts) -> None:
+        self.settings = settings
         self.clock = ports.clock
         self.limits = GroupLimits(
-            min_session_timeout_ms=int(cfg.get("group.min.session.timeout.ms")),
-            max_session_timeout_ms=int(cfg.get("group.max.session.timeout.ms")),
-            max_size=int(cfg.get("group.max.size")),
-            initial_rebalance_delay_ms=int(cfg.get("group.initial.rebalance.delay.ms")),
-            offset_metadata_max_bytes=int(cfg.get("offset.metadata.max.bytes")),
-            offsets_retention_ms=int(cfg.get("offsets.retention.minutes")) * 60000,
+            min_session_timeout_ms=settings.min_session_timeout_ms,
+            max_session_timeout_ms=settings.max_session_timeout_ms,
+            max_size=settings.max_size,
+            initial_rebalance_delay_ms=settings.initial_rebalance_delay_ms,
+            offset_metadata_max_bytes=settings.offset_metadata_max_bytes,
+            offsets_retention_ms=settings.offsets_retention_ms,
         )
         self._retired = _Retired()
-        self.runtime = CoordinatorRuntime(offsets_topic(config, ports.replication), self._new_shard, ports)
+        self.consumer_config = consumer_group_config(settings)
+        self.runtime = CoordinatorRuntime(offsets_topic(settings, ports.replication), self._new_shard, ports)
         self.runtime.deadline("group-timer", self._next_deadline, self._tick)
-        self.runtime.every("offsets-expiry", int(cfg.get("offsets.retention.check.interval.ms")), self._expire)
+        self.runtime.every("offsets-expiry", settings.offsets_retention_check_interval_ms, self._expire)
+        #: KIP-848 consumer groups (ConsumerGroupHeartbeat, ConsumerGroupDescribe, and the classic
+        #: APIs reaching a consumer group)
+        self.consumer = ConsumerGroupService(
+            self.runtime, self.consumer_config, self.clock, enabled=consumer_protocol_enabled(settings),
+            encode_classic=_classic_record, deliver=self._apply,
+        )
         #: the broker's metric counters (set by the broker; None: off)
         self.metrics: BrokerMetrics | None = None
 
     def _new_shard(self, partition: int) -> GroupShard:
-        return GroupShard(partition, self.limits, self._retired)
+        return GroupShard(partition, self.limits, self._retired, self.consumer_config)
+
+    def shard(self, group_id: str) -> GroupShard:
+        """The shard serving ``group_id`` (the errors of :meth:`check` otherwise)."""
+        return self._shard(group_id)
 
     # ------------------------------------------------------------------------------------------
     # lifecycle and routing
@@ -339,16 +384,51 @@ class GroupCoordinator:
     # reading groups
 
     def describe(self, group_id: str) -> Group | None:
-        return self._shard(group_id).state.describe(group_id)
+        """A classic group (DescribeGroups): None for a consumer group, as Kafka's DescribeGroups
+        does not describe those (ConsumerGroupDescribe does)."""
+        shard = self._shard(group_id)
+        if shard.consumer.has(group_id):
+            return None
+        return shard.state.describe(group_id)
 
-    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None) -> dict[
+    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None, *,
+                      member_id: str | None = None, member_epoch: int = -1) -> dict[
         TopicPartition, OffsetAndMetadata | None
     ]:
-        return self._shard(group_id).state.fetch_offsets(group_id, partitions)
+        """The group's committed offsets; for a consumer group with a member id or epoch given
+        (OffsetFetch v9), the member must be the group's at that epoch (UNKNOWN_MEMBER_ID,
+        STALE_MEMBER_EPOCH)."""
+        shard = self._shard(group_id)
+        if shard.consumer.has(group_id):
+            shard.consumer.validate_offset_fetch(group_id, member_id, member_epoch)
+        return shard.state.fetch_offsets(group_id, partitions)
 
     def list_groups(self, states: set[str] | None = None) -> list[Group]:
-        """The groups of every partition loaded here (``states``: only those in these states)."""
-        return [g for shard in self.runtime.shards() for g in shard.state.list_groups(states)]
+        """The classic groups of every partition loaded here (``states``: only those in these
+        states)."""
+        return [g for shard in self.runtime.shards() for g in shard.state.list_groups(states)
+                if not shard.consumer.has(g.group_id)]
+
+    def list_all(self, states: set[str] | None = None, types: set[str] | None = None) -> list[
+        tuple[str, str, str, str]
+    ]:
+        """Every group loaded here as ListGroups shows it: ``(group id, protocol type, state,
+        type)``, the type ``classic`` or ``consumer``; ``states`` and ``types`` filter (matched
+        without regard to case, as Kafka does)."""
+        wanted_states = {s.strip().lower() for s in states or ()}
+        wanted_types = {t.strip().lower() for t in types or ()}
+        out = []
+        for shard in self.runtime.shards():
+            if not wanted_types or "classic" in wanted_types:
+                for g in shard.state.list_groups(None):
+                    if shard.consumer.has(g.group_id):
+                        continue
+                    if not wanted_states or g.state.value.lower() in wanted_states:
+                        out.append((g.group_id, g.protocol_type or "", g.state.value, "classic"))
+            if not wanted_types or "consumer" in wanted_types:
+                for cg in shard.consumer.list_groups(wanted_states or None):
+                    out.append((cg.group_id, "consumer", cg.state.value, "consumer"))
+        return out
 
     def all_groups(self) -> list[Group]:
         """Every group of the loaded partitions, Dead ones too (the metrics' view)."""
@@ -357,13 +437,25 @@ class GroupCoordinator:
     @property
     def completed_rebalances(self) -> int:
         """Rebalances that ended with the group stable, since the broker started."""
-        return self._retired.completed_rebalances + sum(s.state.completed_rebalances for s in self.runtime.shards())
+        return self._retired.completed_rebalances + sum(
+            s.state.completed_rebalances + s.consumer.completed_rebalances for s in self.runtime.shards()
+        )
 
     # ------------------------------------------------------------------------------------------
     # group operations
 
     async def join(self, **kwargs: object) -> JoinResult:
-        shard = self._shard(str(kwargs["group_id"]))
+        gid = str(kwargs["group_id"])
+        shard = self._shard(gid)
+        consumer_group = shard.consumer.group(gid)
+        if consumer_group is not None:
+            if consumer_group.members:
+                return await self.consumer.classic_join(shard, kwargs)
+            # an empty consumer group makes way for a classic one
+            code = await self.consumer.delete(shard, gid)
+            if code is not ErrorCode.NONE:
+                return JoinResult(str(kwargs["member_id"]), code)
+            shard = self._shard(gid)
         result, effects, member_id = shard.state.join(self.now(), **kwargs)  # type: ignore[arg-type]
         fut: asyncio.Future[JoinResult] | None = None
         if result is None:
@@ -380,6 +472,8 @@ class GroupCoordinator:
 
     async def sync(self, **kwargs: object) -> SyncResult:
         shard = self._shard(str(kwargs["group_id"]))
+        if shard.consumer.has(str(kwargs["group_id"])):
+            return await self.consumer.classic_sync(shard, kwargs)
         result, effects = shard.state.sync(self.now(), **kwargs)  # type: ignore[arg-type]
         member_id = str(kwargs["member_id"])
         fut: asyncio.Future[SyncResult] | None = None
@@ -394,12 +488,16 @@ class GroupCoordinator:
 
     def heartbeat(self, **kwargs: object) -> ErrorCode:
         shard = self._shard(str(kwargs["group_id"]))
+        if shard.consumer.has(str(kwargs["group_id"])):
+            return self.consumer.classic_heartbeat(shard, kwargs)
         code = shard.state.heartbeat(self.now(), **kwargs)  # type: ignore[arg-type]
         self.runtime.wake()
         return code
 
     async def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> list[ErrorCode]:
         shard = self._shard(group_id)
+        if shard.consumer.has(group_id):
+            return await self.consumer.classic_leave(shard, group_id, members)
         errors, effects = shard.state.leave(self.now(), group_id=group_id, members=members)
         await self._apply(shard, effects)
         self.runtime.wake()
@@ -412,8 +510,16 @@ class GroupCoordinator:
         member_id: str,
         group_instance_id: str | None,
         offsets: dict[TopicPartition, OffsetAndMetadata],
+        *,
+        api_version: int = 9,
     ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        """OffsetCommit; for a consumer group the generation is the member epoch (STALE_MEMBER_EPOCH
+        for another, and members using the consumer protocol must commit with v9+)."""
         shard = self._shard(group_id)
+        if shard.consumer.has(group_id):
+            shard.consumer.validate_offset_commit(group_id, member_id, group_instance_id, generation_id,
+                                                  False, api_version)
+            generation_id, member_id, group_instance_id = -1, "", None  # checked: stored as the group's
         error, per, store = shard.state.prepare_commit(
             self.now(),
             group_id=group_id,
@@ -442,6 +548,14 @@ class GroupCoordinator:
             except KafkaError as exc:
                 result[gid] = exc.code
                 continue
+            if shard.consumer.has(gid):
+                code = await self.consumer.delete(shard, gid)
+                if code is not ErrorCode.NONE:
+                    result[gid] = code
+                    continue
+                if shard.state.describe(gid) is None:
+                    result[gid] = ErrorCode.NONE  # no offsets to delete
+                    continue
             code, effects = shard.state.delete_group(self.now(), gid)
             try:
                 await self._apply(shard, effects)
@@ -454,7 +568,19 @@ class GroupCoordinator:
         ErrorCode, dict[TopicPartition, ErrorCode]
     ]:
         shard = self._shard(group_id)
-        error, per, store = shard.state.delete_offsets(self.now(), group_id, partitions)
+        if shard.consumer.has(group_id):
+            # a consumer group: offsets of the topics it subscribes to stay (Kafka's check)
+            group = shard.consumer.group(group_id)
+            busy = {tp for tp in partitions if group is not None and group.members
+                    and shard.consumer.subscribed_to(group_id, tp[0])}
+            if shard.state.describe(group_id) is None:
+                return ErrorCode.NONE, {tp: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if tp in busy else ErrorCode.NONE
+                                        for tp in partitions}
+            error, per, store = shard.state.delete_offsets(self.now(), group_id, [tp for tp in partitions
+                                                                                   if tp not in busy])
+            per.update(dict.fromkeys(busy, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC))
+        else:
+            error, per, store = shard.state.delete_offsets(self.now(), group_id, partitions)
         if store is not None:
             await self.runtime.append(shard.partition, _offset_records(store))
             shard.state.apply_commit(store)
@@ -476,6 +602,11 @@ class GroupCoordinator:
         """TxnOffsetCommit: validated like a commit (KIP-447: the group's generation and member,
         when given), written as part of the producer's transaction, visible at its COMMIT marker."""
         shard = self._shard(group_id)
+        if shard.consumer.has(group_id):
+            if generation_id >= 0 or member_id:
+                shard.consumer.validate_offset_commit(group_id, member_id, group_instance_id, generation_id,
+                                                      True, 9)
+            generation_id, member_id, group_instance_id = -1, "", None
         error, per, store = shard.state.prepare_commit(
             self.now(), group_id=group_id, generation_id=generation_id, member_id=member_id,
             group_instance_id=group_instance_id, offsets=offsets, transactional=True,
@@ -562,10 +693,18 @@ class GroupCoordinator:
     async def _expire(self) -> None:
         """Offsets past their retention: tombstones, and groups left without offsets deleted."""
         now = self.now()
-        decided = [(shard, shard.state.expire_offsets(now)) for shard in self.runtime.shards()]
+        decided = [
+            (shard, shard.state.expire_offsets(now, keep=lambda gid, s=shard: _has_members(s, gid)))  # type: ignore[misc]
+            for shard in self.runtime.shards()
+        ]
         for shard, effects in decided:
             if effects:
                 try:
                     await self._apply(shard, effects)
                 except Exception:
                     log.exception("offset expiration failed")
+        # an empty consumer group whose offsets are all gone is deleted, as Kafka does
+        for shard in self.runtime.shards():
+            for cg in list(shard.consumer.groups.values()):
+                if not cg.members and shard.state.describe(cg.group_id) is None:
+                    await self.consumer.delete(shard, cg.group_id)

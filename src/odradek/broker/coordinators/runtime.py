@@ -426,6 +426,15 @@ class CoordinatorRuntime(Generic[S]):
         self._replayed[partition] = end
         return count
 
+    def reload(self, partition: int, reason: str) -> None:
+        """Drop the partition's shard and load it again from its log: for a coordinator that
+        applied a change to its shard before its append failed (the log is the truth; what
+        waits on the shard is answered NOT_COORDINATOR, and its keys are loading meanwhile)."""
+        if partition not in self._shards:
+            return
+        self._unload(partition, reason)
+        self.refresh()
+
     def _unload(self, partition: int, reason: str | None) -> None:
         shard = self._shards.pop(partition, None)
         self._replayed.pop(partition, None)

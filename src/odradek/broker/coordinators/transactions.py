@@ -69,7 +69,7 @@ if TYPE_CHECKING:
     from odradek.broker.replica import ReplicaManager
     from odradek.broker.replication import Replication
     from odradek.cluster.metadata import MetadataImage
-    from odradek.config import BrokerConfig
+    from odradek.settings import TransactionSettings
 
 __all__ = [
     "WRITE_TXN_MARKERS_VERSION",
@@ -118,15 +118,15 @@ _WRITE_ERRORS = {
 LocalMarkers = Callable[[int, int, bool, int, list[TopicPartition]], Awaitable[dict[TopicPartition, ErrorCode]]]
 
 
-def transaction_topic(config: BrokerConfig, replication: Replication) -> CoordinatorTopic:
+def transaction_topic(settings: TransactionSettings, request_timeout_ms: int, replication: Replication) -> CoordinatorTopic:
     """``__transaction_state`` as the transaction coordinator writes it: every state change
     with acks=all, within ``request.timeout.ms``."""
     return CoordinatorTopic(
         TRANSACTION_TOPIC,
-        int(config.get("transaction.state.log.num.partitions")),
+        settings.state_log_num_partitions,
         replication.transaction_log_replication_factor,
         acks=-1,
-        write_timeout_ms=int(config.get("request.timeout.ms")),
+        write_timeout_ms=request_timeout_ms,
     )
 
 
@@ -234,15 +234,19 @@ class TransactionCoordinator:
     def __init__(
         self,
         broker_id: int,
-        config: BrokerConfig,
+        settings: TransactionSettings,
         ports: CoordinatorPorts,
         producer_ids: ProducerIdManager,
         local_markers: LocalMarkers,
         channel_factory: Callable[..., BrokerChannel] | None = None,
         inter_broker_listener: str | None = None,
+        *,
+        request_timeout_ms: int,
+        offsets_partitions: int,
     ) -> None:
         self.broker_id = broker_id
-        self.config = config
+        self.settings = settings
+        self.request_timeout_ms = request_timeout_ms
         self.clock = ports.clock
         self.replicas = ports.replicas
         self.topics = ports.topics
@@ -250,13 +254,13 @@ class TransactionCoordinator:
         self.local_markers = local_markers
         self.channel_factory = channel_factory
         self.inter_broker_listener = inter_broker_listener
-        self.max_timeout_ms = int(config.get("transaction.max.timeout.ms"))
-        self.offsets_partitions = int(config.get("offsets.topic.num.partitions"))
-        self.runtime = CoordinatorRuntime(transaction_topic(config, ports.replication), self._new_shard, ports)
+        self.max_timeout_ms = settings.max_timeout_ms
+        self.offsets_partitions = offsets_partitions
+        self.runtime = CoordinatorRuntime(
+            transaction_topic(settings, request_timeout_ms, ports.replication), self._new_shard, ports
+        )
         self.runtime.every(
-            "txn-timeouts",
-            int(config.get("transaction.abort.timed.out.transaction.cleanup.interval.ms")),
-            self._abort_timed_out,
+            "txn-timeouts", settings.abort_timed_out_transaction_cleanup_interval_ms, self._abort_timed_out
         )
         self._channels: dict[int, BrokerChannel] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -678,7 +682,7 @@ class TransactionCoordinator:
             ep = (info.endpoint(self.inter_broker_listener) if self.inter_broker_listener else None) or info.endpoint()
         if ep is None:
             return None
-        timeout = int(self.config.get("request.timeout.ms")) / 1000
+        timeout = self.request_timeout_ms / 1000
         ch = self._channels[broker_id] = self.channel_factory(
             ep.host, ep.port, client_id=f"txn-coordinator-{self.broker_id}", timeout=timeout
         )

@@ -14,7 +14,6 @@ import logging
 from collections import defaultdict
 
 from odradek.broker.dispatch import RequestContext, handles
-from odradek.coordination.base import AclEntry
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.create_acls import CreateAclsRequest, CreateAclsResponse
@@ -23,6 +22,7 @@ from odradek.protocol.messages.describe_acls import DescribeAclsRequest, Describ
 from odradek.security.acl import (
     AclBinding,
     AclBindingFilter,
+    AclEntry,
     AclError,
     Operation,
     PatternType,
@@ -66,7 +66,7 @@ def _filter(
 async def create_acls(ctx: RequestContext, request: CreateAclsRequest) -> CreateAclsResponse:
     R = CreateAclsResponse
     results = [R.AclCreationResult(error_code=0, error_message=None) for _ in request.creations]
-    if ctx.services.authorizer is None:
+    if ctx.ports.acls.authorizer is None:
         for r in results:
             r.error_code, r.error_message = int(ErrorCode.SECURITY_DISABLED), _DISABLED
         return R(throttle_time_ms=0, results=results)
@@ -86,7 +86,7 @@ async def create_acls(ctx: RequestContext, request: CreateAclsRequest) -> Create
     for resource, items in by_resource.items():
         new = frozenset(e for _, e in items)
         try:
-            await ctx.services.backend.alter_acls(resource, lambda before, new=new: before | new)  # type: ignore[misc]
+            await ctx.ports.acls.acls.alter_acls(resource, lambda before, new=new: before | new)  # type: ignore[misc]
         except KafkaError as exc:
             for i, _ in items:
                 results[i].error_code, results[i].error_message = int(exc.code), exc.message
@@ -98,7 +98,7 @@ async def create_acls(ctx: RequestContext, request: CreateAclsRequest) -> Create
 @handles(ApiKey.DESCRIBE_ACLS, versions=(0, 3))
 def describe_acls(ctx: RequestContext, request: DescribeAclsRequest) -> DescribeAclsResponse:
     R = DescribeAclsResponse
-    authorizer = ctx.services.authorizer
+    authorizer = ctx.ports.acls.authorizer
     if authorizer is None:
         return R(throttle_time_ms=0, error_code=int(ErrorCode.SECURITY_DISABLED), error_message=_DISABLED, resources=[])
     if not ctx.authorize_cluster(Operation.DESCRIBE):
@@ -147,7 +147,7 @@ def _remove_matching(
 @handles(ApiKey.DELETE_ACLS, versions=(0, 3))
 async def delete_acls(ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsResponse:
     R = DeleteAclsResponse
-    authorizer = ctx.services.authorizer
+    authorizer = ctx.ports.acls.authorizer
     results = [R.DeleteAclsFilterResult(error_code=0, error_message=None, matching_acls=[]) for _ in request.filters]
     if authorizer is None:
         for r in results:
@@ -174,7 +174,7 @@ async def delete_acls(ctx: RequestContext, request: DeleteAclsRequest) -> Delete
             removed: list[AclBinding] = []
             remove = functools.partial(_remove_matching, flt, resource, removed)
             try:
-                await ctx.services.backend.alter_acls(resource, remove)
+                await ctx.ports.acls.acls.alter_acls(resource, remove)
             except KafkaError as exc:
                 result.error_code, result.error_message = int(exc.code), exc.message
                 break

@@ -12,11 +12,11 @@ import logging
 import os
 import time
 import uuid
-from typing import TYPE_CHECKING
 
 from odradek.broker.dispatch import RequestContext, handles
 from odradek.broker.handlers.configs import topic_config_entries, validate_topic_configs
 from odradek.broker.handlers.metadata import authorized_operations
+from odradek.broker.ports import Partition
 from odradek.broker.topics import is_internal
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
@@ -39,9 +39,6 @@ log = logging.getLogger(__name__)
 
 _NO_TOPIC_ID = uuid.UUID(int=0)
 
-if TYPE_CHECKING:
-    from odradek.storage.log import Log
-
 
 class _Mutations:
     """KIP-599's controller mutation quota for one request: partitions created or deleted are
@@ -51,7 +48,7 @@ class _Mutations:
     told to wait (``throttle_time_ms``)."""
 
     def __init__(self, ctx: RequestContext, strict_from: int) -> None:
-        quotas = ctx.services.quotas
+        quotas = ctx.ports.admin.quotas
         self.quotas = quotas if quotas is not None and quotas.mutation.index else None
         self.user = ctx.session.principal.name
         self.client_id = ctx.header.client_id or ""
@@ -79,10 +76,11 @@ class _Mutations:
 @handles(ApiKey.CREATE_TOPICS, versions=(0, 7))
 async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
     R = CreateTopicsResponse
-    svc = ctx.services
+    port = ctx.ports.admin
     version = ctx.version
     names = [t.name for t in request.topics]
-    per_request = int(svc.config.get("max.partitions.per.request"))
+    settings = port.settings()
+    per_request = settings.max_partitions_per_request
     requested = 0
     results = []
     mutations = _Mutations(ctx, strict_from=6)
@@ -103,8 +101,8 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
                     ErrorCode.INVALID_REQUEST,
                     "num_partitions and replication_factor must be -1 when assignments are given",
                 )
-            partitions = t.num_partitions if t.num_partitions != -1 else svc.config.get("num.partitions")
-            rf = t.replication_factor if t.replication_factor != -1 else svc.config.get("default.replication.factor")
+            partitions = t.num_partitions if t.num_partitions != -1 else settings.num_partitions
+            rf = t.replication_factor if t.replication_factor != -1 else settings.default_replication_factor
             if assignments:
                 partitions, rf = len(assignments), len(next(iter(assignments.values())))
             if partitions > 0 and requested + partitions > per_request:
@@ -115,7 +113,7 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
                 )
             requested += max(partitions, 0)
             mutations.check()
-            info = await svc.topics.create(
+            info = await port.topics.create(
                 t.name, partitions, rf, configs, assignments, validate_only=request.validate_only
             )
             if not request.validate_only:
@@ -128,7 +126,7 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
                     R.CreatableTopicConfigs(
                         name=e.name, value=e.value, read_only=e.read_only, config_source=e.config_source, is_sensitive=False
                     )
-                    for e in topic_config_entries(svc, info.name, info.configs, version=1)
+                    for e in topic_config_entries(port.configs, info.name, info.configs, version=1)
                 ]
         except KafkaError as exc:
             res.error_code = int(exc.code)
@@ -139,7 +137,7 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
 @handles(ApiKey.DELETE_TOPICS, versions=(0, 6))
 async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
     R = DeleteTopicsResponse
-    svc = ctx.services
+    port = ctx.ports.admin
     version = ctx.version
     wanted: list[tuple[str | None, uuid.UUID]] = (
         [(t.name, t.topic_id) for t in request.topics] if version >= 6 else [(n, uuid.UUID(int=0)) for n in request.topic_names]
@@ -155,7 +153,7 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
             if name is None:
                 if topic_id == _NO_TOPIC_ID:
                     raise KafkaError(ErrorCode.INVALID_REQUEST, "Neither topic name nor id were specified.")
-                found = svc.image.topic_by_id(topic_id)
+                found = port.metadata.image.topic_by_id(topic_id)
                 if found is None:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic with id {topic_id}")
                 if not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, found.name):
@@ -164,12 +162,12 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
                 name = res.name = found.name
             if not ctx.authorize(Operation.DELETE, ResourceType.TOPIC, name):
                 raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
-            info = svc.image.topics.get(name)
+            info = port.metadata.image.topics.get(name)
             if info is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
             res.topic_id = info.topic_id
             mutations.check()
-            await svc.topics.delete(name)
+            await port.topics.delete(name)
             mutations.charge(info.partition_count)
         except KafkaError as exc:
             res.error_code = int(exc.code)
@@ -182,7 +180,8 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
 @handles(ApiKey.CREATE_PARTITIONS, versions=(0, 3))
 async def create_partitions(ctx: RequestContext, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
     R = CreatePartitionsResponse
-    per_request = int(ctx.services.config.get("max.partitions.per.request"))
+    port = ctx.ports.admin
+    per_request = port.settings().max_partitions_per_request
     requested = 0
     results = []
     mutations = _Mutations(ctx, strict_from=3)
@@ -192,7 +191,7 @@ async def create_partitions(ctx: RequestContext, request: CreatePartitionsReques
         try:
             if not ctx.authorize(Operation.ALTER, ResourceType.TOPIC, t.name):
                 raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
-            info = ctx.services.image.topics.get(t.name)
+            info = port.metadata.image.topics.get(t.name)
             adding = t.count - info.partition_count if info is not None else 0
             if adding > 0 and requested + adding > per_request:
                 raise KafkaError(
@@ -203,7 +202,7 @@ async def create_partitions(ctx: RequestContext, request: CreatePartitionsReques
             requested += max(adding, 0)
             assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments is not None else None
             mutations.check()
-            await ctx.services.topics.create_partitions(t.name, t.count, assignments, validate_only=request.validate_only)
+            await port.topics.create_partitions(t.name, t.count, assignments, validate_only=request.validate_only)
             if not request.validate_only:
                 mutations.charge(adding)
         except KafkaError as exc:
@@ -217,9 +216,9 @@ async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> 
     """Offsets are checked here; moving the log start offset (which rewrites the leader-epoch
     checkpoint) and removing the segments below it run on a worker thread."""
     R = DeleteRecordsResponse
-    svc = ctx.services
+    port = ctx.ports.admin
     topics = []
-    moves: list[tuple[Log, int, DeleteRecordsResponse.DeleteRecordsPartitionResult]] = []
+    moves: list[tuple[Partition, int, DeleteRecordsResponse.DeleteRecordsPartitionResult]] = []
     for t in request.topics:
         parts = []
         refused_internal: list[int] = []
@@ -232,19 +231,19 @@ async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> 
                 continue
             try:
                 if is_internal(t.name):
-                    if svc.image.partition(t.name, dp.partition_index) is None:
+                    if port.metadata.image.partition(t.name, dp.partition_index) is None:
                         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                     # Kafka's ReplicaManager refuses these before it looks for the partition
                     refused_internal.append(dp.partition_index)
                     raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION)
-                p = svc.replicas.leader_partition(t.name, dp.partition_index)
+                p = port.replicas.leader_partition(t.name, dp.partition_index)
                 offset = p.high_watermark if dp.offset == -1 else dp.offset
                 if offset < 0 or offset > p.high_watermark:
                     raise KafkaError(
                         ErrorCode.OFFSET_OUT_OF_RANGE,
                         f"offset {dp.offset} is not in [0, high watermark {p.high_watermark}]",
                     )
-                moves.append((p.log, offset, res))
+                moves.append((p, offset, res))
             except KafkaError as exc:
                 res.error_code = int(exc.code)
         if refused_internal:
@@ -257,7 +256,8 @@ async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> 
     if moves:
 
         def move() -> None:
-            for lg, offset, res in moves:
+            for p, offset, res in moves:
+                lg = p.log
                 try:
                     lg.maybe_increment_log_start_offset(offset)
                     lg.delete_old_segments()
@@ -265,15 +265,15 @@ async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> 
                 except KafkaError as exc:
                     res.error_code = int(exc.code)
 
-        await svc.scheduler.run_io(move)
-        svc.scheduler.checkpoint_soon()
+        await port.files.run_io(move)
+        port.files.checkpoint_soon()
     return R(throttle_time_ms=0, topics=topics)
 
 
 @handles(ApiKey.DESCRIBE_CLUSTER, versions=(0, 2))
 async def describe_cluster(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClusterResponse:
     R = DescribeClusterResponse
-    image = ctx.services.image
+    image = ctx.ports.admin.metadata.image
     brokers = []
     for b in sorted(image.brokers.values(), key=lambda b: b.broker_id):
         e = b.endpoint(ctx.listener) or b.endpoint()
@@ -296,13 +296,13 @@ async def describe_cluster(ctx: RequestContext, request: DescribeClusterRequest)
 @handles(ApiKey.DESCRIBE_LOG_DIRS, versions=(0, 4))
 async def describe_log_dirs(ctx: RequestContext, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
     R = DescribeLogDirsResponse
-    svc = ctx.services
+    port = ctx.ports.admin
     wanted = None if request.topics is None else {(t.topic, p) for t in request.topics for p in t.partitions}
     if not ctx.authorize_cluster(Operation.DESCRIBE):
         return R(throttle_time_ms=0, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), results=[])
     results = []
-    failures = svc.replicas.log_dirs
-    for d in svc.logs.dirs:
+    failures = port.replicas.log_dirs
+    for d in port.logs.dirs:
         # KAFKA_STORAGE_ERROR for a dir the failure channel took offline (as Kafka), with no
         # partitions, and for one that is full (its partitions still listed: they serve reads)
         code = failures.error_code(d)
@@ -310,10 +310,10 @@ async def describe_log_dirs(ctx: RequestContext, request: DescribeLogDirsRequest
             results.append(R.DescribeLogDirsResult(error_code=int(code), log_dir=str(d.resolve()), topics=[]))
             continue
         by_topic: dict[str, list[DescribeLogDirsResponse.DescribeLogDirsPartition]] = {}
-        for lg in svc.logs.logs():
+        for lg in port.logs.logs():
             if lg.directory.parent != d or (wanted is not None and (lg.topic, lg.partition) not in wanted):
                 continue
-            p = svc.replicas.get(lg.topic, lg.partition)
+            p = port.replicas.get(lg.topic, lg.partition)
             lag = 0 if p is None or p.is_leader else max(0, p.high_watermark - lg.log_end_offset)
             by_topic.setdefault(lg.topic, []).append(
                 R.DescribeLogDirsPartition(partition_index=lg.partition, partition_size=lg.size_bytes, offset_lag=lag)
@@ -340,7 +340,7 @@ async def offset_for_leader_epoch(
     ctx: RequestContext, request: OffsetForLeaderEpochRequest
 ) -> OffsetForLeaderEpochResponse:
     R = OffsetForLeaderEpochResponse
-    svc = ctx.services
+    port = ctx.ports.admin
     topics = []
     # inter-broker at first, consumers too since KIP-320: ClusterAction, or Describe on the topic
     cluster_action = ctx.authorize_cluster(Operation.CLUSTER_ACTION, log_denied=False)
@@ -354,7 +354,7 @@ async def offset_for_leader_epoch(
                 res.error_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 continue
             try:
-                p = svc.partitions.for_fetch(t.topic, op.partition, op.current_leader_epoch, request.replica_id)
+                p = port.partitions.for_fetch(t.topic, op.partition, op.current_leader_epoch, request.replica_id)
                 epoch, end = p.log.epochs.end_offset_for(op.leader_epoch, p.log.log_end_offset)
                 res.leader_epoch, res.end_offset = epoch, end
             except KafkaError as exc:
@@ -392,10 +392,10 @@ async def init_producer_id(ctx: RequestContext, request: InitProducerIdRequest) 
         # an idempotent producer: always a new producer id at epoch 0, whatever id and epoch it
         # gives (only a transactional id's coordinator knows an id to bump; an idempotent
         # producer bumps its own epoch, and asks for a new id once the epoch is exhausted)
-        pid = await ctx.services.producer_ids.allocate()
+        pid = await ctx.ports.admin.producer_ids.allocate()
         return R(throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=0)
     try:
-        pid, epoch = await ctx.services.transactions.init_producer_id(
+        pid, epoch = await ctx.ports.admin.transactions.init_producer_id(
             request.transactional_id, request.transaction_timeout_ms, expected_pid, expected_epoch
         )
     except KafkaError as exc:

@@ -15,4 +15,4 @@ from odradek.protocol.messages.api_versions import ApiVersionsRequest, ApiVersio
 
 @handles(ApiKey.API_VERSIONS, versions=(0, 4))
 async def api_versions(ctx: RequestContext, request: ApiVersionsRequest) -> ApiVersionsResponse:
-    return api_versions_response(0, ctx.services, ctx.listener, ctx.version)
+    return api_versions_response(0, ctx.ports.features, ctx.listener, ctx.version)

@@ -42,8 +42,7 @@ from odradek.protocol.messages.update_metadata import UpdateMetadataRequest, Upd
 from odradek.security.acl import Operation
 
 if TYPE_CHECKING:
-    from odradek.broker.controller import Controller
-    from odradek.broker.single_node import SingleNodeController
+    from odradek.broker.ports import ActiveController
 
 TP = tuple[str, int]
 _NOT_NEEDED = "Leader election not needed for topic partition"
@@ -53,8 +52,8 @@ _NOT_NEEDED = "Leader election not needed for topic partition"
 async def leader_and_isr(ctx: RequestContext, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
     require_cluster(ctx, Operation.CLUSTER_ACTION)
     R = LeaderAndIsrResponse
-    svc = ctx.services
-    err = svc.replication.check_controller_request(request.controller_epoch, request.broker_epoch if ctx.version >= 2 else -1)
+    port = ctx.ports.cluster
+    err = port.replication.check_controller_request(request.controller_epoch, request.broker_epoch if ctx.version >= 2 else -1)
     states = list(request.ungrouped_partition_states)
     for t in request.topic_states:
         for ps in t.partition_states:
@@ -63,7 +62,7 @@ async def leader_and_isr(ctx: RequestContext, request: LeaderAndIsrRequest) -> L
     ids = {t.topic_name: t.topic_id for t in request.topic_states}
     results: dict[tuple[str, int], int] = {}
     if err is None:
-        results = await svc.replication.apply_leader_and_isr(states, ids, {(lead.broker_id): (lead.host_name, lead.port) for lead in request.live_leaders})
+        results = await port.replication.apply_leader_and_isr(states, ids, {(lead.broker_id): (lead.host_name, lead.port) for lead in request.live_leaders})
     code = int(err) if err is not None else 0
     if ctx.version >= 5:
         by_topic: dict[str, list[LeaderAndIsrResponse.LeaderAndIsrPartitionError]] = {}
@@ -87,8 +86,8 @@ async def leader_and_isr(ctx: RequestContext, request: LeaderAndIsrRequest) -> L
 @handles(ApiKey.UPDATE_METADATA, versions=(0, 8))
 async def update_metadata(ctx: RequestContext, request: UpdateMetadataRequest) -> UpdateMetadataResponse:
     require_cluster(ctx, Operation.CLUSTER_ACTION)
-    svc = ctx.services
-    err = svc.replication.check_controller_request(request.controller_epoch, request.broker_epoch if ctx.version >= 5 else -1)
+    port = ctx.ports.cluster
+    err = port.replication.check_controller_request(request.controller_epoch, request.broker_epoch if ctx.version >= 5 else -1)
     if err is None:
         for ps in request.ungrouped_partition_states:
             topic = next((t for t in request.topic_states if t.topic_name == ps.topic_name), None)
@@ -96,7 +95,7 @@ async def update_metadata(ctx: RequestContext, request: UpdateMetadataRequest) -
                 topic = UpdateMetadataRequest.UpdateMetadataTopicState(topic_name=ps.topic_name)
                 request.topic_states.append(topic)
             topic.partition_states.append(ps)
-        await svc.replication.apply_update_metadata(request)
+        await port.replication.apply_update_metadata(request)
     return UpdateMetadataResponse(error_code=int(err) if err is not None else 0)
 
 
@@ -104,8 +103,8 @@ async def update_metadata(ctx: RequestContext, request: UpdateMetadataRequest) -
 async def stop_replica(ctx: RequestContext, request: StopReplicaRequest) -> StopReplicaResponse:
     require_cluster(ctx, Operation.CLUSTER_ACTION)
     R = StopReplicaResponse
-    svc = ctx.services
-    err = svc.replication.check_controller_request(request.controller_epoch, request.broker_epoch if ctx.version >= 1 else -1)
+    port = ctx.ports.cluster
+    err = port.replication.check_controller_request(request.controller_epoch, request.broker_epoch if ctx.version >= 1 else -1)
     if err is not None:
         return R(error_code=int(err))
     items: list[tuple[str, int, bool]] = []
@@ -120,7 +119,7 @@ async def stop_replica(ctx: RequestContext, request: StopReplicaRequest) -> Stop
     else:
         for up in request.ungrouped_partitions:
             items.append((up.topic_name, up.partition_index, request.delete_partitions))
-    errors = await svc.replication.stop_replicas(items)
+    errors = await port.replication.stop_replicas(items)
     return R(
         error_code=0,
         partition_errors=[R.StopReplicaPartitionError(topic_name=t, partition_index=p, error_code=e) for (t, p), e in errors.items()],
@@ -131,7 +130,7 @@ async def stop_replica(ctx: RequestContext, request: StopReplicaRequest) -> Stop
 async def controlled_shutdown(ctx: RequestContext, request: ControlledShutdownRequest) -> ControlledShutdownResponse:
     require_cluster(ctx, Operation.CLUSTER_ACTION)
     R = ControlledShutdownResponse
-    controller = ctx.services.controller
+    controller = ctx.ports.cluster.controller()
     if controller is None or not controller.active:
         return R(error_code=int(ErrorCode.NOT_CONTROLLER))
     epoch = request.broker_epoch if ctx.version >= 2 else -1
@@ -153,7 +152,7 @@ async def elect_leaders(ctx: RequestContext, request: ElectLeadersRequest) -> El
     tps = None
     if request.topic_partitions is not None:
         tps = [(t.topic, p) for t in request.topic_partitions for p in t.partitions]
-    controller = ctx.services.controller
+    controller = ctx.ports.cluster.controller()
     if controller is None or not controller.active:
         return R(throttle_time_ms=0, error_code=int(ErrorCode.NOT_CONTROLLER), replica_election_results=[])
     else:
@@ -182,7 +181,7 @@ async def alter_partition_reassignments(
 ) -> AlterPartitionReassignmentsResponse:
     require_cluster(ctx, Operation.ALTER)
     R = AlterPartitionReassignmentsResponse
-    controller = ctx.services.controller
+    controller = ctx.ports.cluster.controller()
     changes = {
         (t.name, p.partition_index): (None if p.replicas is None else tuple(p.replicas))
         for t in request.topics
@@ -214,7 +213,7 @@ async def list_partition_reassignments(
 ) -> ListPartitionReassignmentsResponse:
     require_cluster(ctx, Operation.DESCRIBE)
     R = ListPartitionReassignmentsResponse
-    controller = ctx.services.controller
+    controller = ctx.ports.cluster.controller()
     if controller is None or not controller.active:
         return R(throttle_time_ms=0, error_code=int(ErrorCode.NOT_CONTROLLER), error_message="not the controller")
     tps = None
@@ -235,5 +234,5 @@ async def list_partition_reassignments(
     )
 
 
-async def _list(controller: Controller | SingleNodeController, tps: list[tuple[str, int]] | None) -> dict[Any, Any]:
-    return controller.list_reassignments(tps)
+async def _list(controller: ActiveController, tps: list[tuple[str, int]] | None) -> dict[Any, Any]:
+    return dict(controller.list_reassignments(tps))

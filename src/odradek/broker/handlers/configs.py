@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from odradek._clock import Clock, SystemClock
 from odradek.broker.dispatch import RequestContext, handles
+from odradek.broker.ports import check_log_config
 from odradek.config import (
     BROKER_CONFIGS,
     DEPRECATED_TOPIC_CONFIGS,
@@ -40,10 +41,9 @@ from odradek.protocol.messages.incremental_alter_configs import (
     IncrementalAlterConfigsResponse,
 )
 from odradek.security.acl import Operation, ResourceType
-from odradek.storage import LogConfig, StorageError
 
 if TYPE_CHECKING:
-    from odradek.broker.services import Services
+    from odradek.broker.ports import ConfigsPort, ConfigStore
 
 log = logging.getLogger(__name__)
 
@@ -154,10 +154,7 @@ def validate_topic_configs(
             _check_topic_value(name, t, value)
     merged = dict(base or {})
     merged.update({k: v for k, v in configs.items() if v is not None})
-    try:
-        LogConfig.from_dict(merged)
-    except StorageError as exc:
-        raise KafkaError(ErrorCode.INVALID_CONFIG, exc.message) from exc
+    check_log_config(merged)
     if topic is not None:
         for name, value in configs.items():
             why = DEPRECATED_TOPIC_CONFIGS.get(name)
@@ -179,7 +176,7 @@ def _first_time(key: tuple[str, str, str]) -> bool:
     return True
 
 
-def validate_broker_configs(svc: Services, change: Mapping[str, str | None], *, per_broker: bool) -> None:
+def validate_broker_configs(port: ConfigsPort, change: Mapping[str, str | None], *, per_broker: bool) -> None:
     """A change of broker configs (AlterConfigs on a BROKER resource) as Kafka checks it: every
     name one of the schema's (else INVALID_CONFIG naming the nearest), only dynamic ones
     (INVALID_REQUEST, ``Cannot update these configs dynamically``), per-broker ones only for a
@@ -212,43 +209,49 @@ def validate_broker_configs(svc: Services, change: Mapping[str, str | None], *, 
             parse_value(k, BROKER_CONFIGS[k].type, v)
         except ConfigError as exc:
             raise KafkaError(ErrorCode.INVALID_REQUEST, exc.message) from None
+    try:
+        port.settings.check(change)  # Kafka's ranges (num.partitions at least 1, ...)
+    except ConfigError as exc:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, exc.message) from None
     spec = change.get("advertised.listeners")
     if spec:
-        _check_advertised(svc, spec)
+        _check_advertised(port, spec)
 
 
-def _check_advertised(svc: Services, spec: str) -> None:
+def _check_advertised(port: ConfigsPort, spec: str) -> None:
     """Kafka's DynamicListenerConfig check: parseable, and only listeners this broker has."""
     try:
-        advertised = parse_listeners(spec, str(svc.config.get("listener.security.protocol.map")))
+        advertised = parse_listeners(spec, port.settings.current.socket.listener_security_protocol_map)
     except ConfigError as exc:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Invalid value {spec} for configuration advertised.listeners: "
                          f"{exc.message}") from None
-    names = {lst.name for lst in svc.config.listeners}
+    socket_settings = port.settings.current.socket
+    names = {lst.name for lst in socket_settings.listener_endpoints}
     if not {lst.name for lst in advertised} <= names:
         raise KafkaError(
             ErrorCode.INVALID_REQUEST,
-            f"Advertised listeners '{spec}' must be a subset of listeners '{svc.config.get('listeners')}'",
+            f"Advertised listeners '{spec}' must be a subset of listeners '{socket_settings.listeners}'",
         )
     if any(lst.port == 0 for lst in advertised):
         raise KafkaError(ErrorCode.INVALID_REQUEST,
                          f"Invalid value {spec} for configuration advertised.listeners: an advertised port cannot be 0")
 
 
-def topic_config_entries(svc: Services, topic: str, overrides: Mapping[str, str], version: int) -> list[Entry]:
+def topic_config_entries(port: ConfigsPort, topic: str, overrides: Mapping[str, str], version: int) -> list[Entry]:
+    store = port.store
     entries = []
     for name in sorted(TOPIC_CONFIGS):
         synonyms: list[tuple[str, str | None, int]] = []
         if name in overrides:
             synonyms.append((name, overrides[name], ConfigSource.DYNAMIC_TOPIC_CONFIG))
         for broker_name in TOPIC_SYNONYMS.get(name, ()):
-            if svc.config.is_set(broker_name):
-                synonyms.append((broker_name, _text(svc.config.get(broker_name)), svc.config.source(broker_name)))
-        value, _from = svc.config.topic_default(name)
+            if store.is_set(broker_name):
+                synonyms.append((broker_name, _text(store.get(broker_name)), store.source(broker_name)))
+        value, _from = store.topic_default(name)
         default_text = _text(value)
         for broker_name in TOPIC_SYNONYMS.get(name, ()):
             d = BROKER_CONFIGS[broker_name]
-            if d.default is not None and not svc.config.is_set(broker_name):
+            if d.default is not None and not store.is_set(broker_name):
                 synonyms.append((broker_name, _text(d.default), ConfigSource.DEFAULT_CONFIG))
                 break
         value_text: str | None
@@ -280,15 +283,15 @@ def documentation(resource_type: int, name: str) -> str | None:
     return (d.doc or None) if d.used else f"{UNUSED} {d.doc}"
 
 
-def broker_config_entries(svc: Services) -> list[Entry]:
+def broker_config_entries(store: ConfigStore) -> list[Entry]:
     entries = []
     for name, d in BROKER_CONFIGS.items():
-        source = svc.config.source(name)
+        source = store.source(name)
         # passwords, keys and JAAS configs are never told: Kafka answers null, is_sensitive
-        value = None if d.type == "password" else _text(svc.config.get(name))
+        value = None if d.type == "password" else _text(store.get(name))
         synonyms = [(name, value, int(source))]
         if source == ConfigSource.DYNAMIC_BROKER_CONFIG:
-            static, static_value = svc.config.static_value(name)
+            static, static_value = store.static_value(name)
             if static:
                 shown = None if d.type == "password" else _text(static_value)
                 synonyms.append((name, shown, int(ConfigSource.STATIC_BROKER_CONFIG)))
@@ -301,7 +304,7 @@ def broker_config_entries(svc: Services) -> list[Entry]:
 @handles(ApiKey.DESCRIBE_CONFIGS, versions=(0, 4))
 async def describe_configs(ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     R = DescribeConfigsResponse
-    svc = ctx.services
+    port = ctx.ports.configs
     version = ctx.version
     results = []
     for res in request.resources:
@@ -310,15 +313,15 @@ async def describe_configs(ctx: RequestContext, request: DescribeConfigsRequest)
         try:
             _authorize(ctx, res.resource_type, res.resource_name, Operation.DESCRIBE_CONFIGS)
             if res.resource_type == TOPIC:
-                info = svc.image.topics.get(res.resource_name)
+                info = port.metadata.image.topics.get(res.resource_name)
                 if info is None:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{res.resource_name}' does not exist")
-                overrides = await svc.topics.current_configs(info.name)
-                entries = topic_config_entries(svc, info.name, overrides, version)
+                overrides = await port.topics.current_configs(info.name)
+                entries = topic_config_entries(port, info.name, overrides, version)
             elif res.resource_type == BROKER:
-                if res.resource_name not in ("", str(svc.broker_id)):
+                if res.resource_name not in ("", str(port.broker_id)):
                     raise KafkaError(ErrorCode.INVALID_REQUEST, f"unexpected broker id {res.resource_name}")
-                entries = broker_config_entries(svc)
+                entries = broker_config_entries(port.store)
             elif res.resource_type == BROKER_LOGGER:
                 entries = []
             else:
@@ -362,30 +365,30 @@ def _authorize(ctx: RequestContext, resource_type: int, name: str, op: Operation
 
 
 async def _apply(
-    svc: Services, resource_type: int, name: str, change: dict[str, str | None], replace_all: bool, validate_only: bool
+    port: ConfigsPort, resource_type: int, name: str, change: dict[str, str | None], replace_all: bool, validate_only: bool
 ) -> None:
     if resource_type == TOPIC:
         # the metadata store decides, as Kafka's ZooKeeper mode reads ZooKeeper: a topic created
         # through another broker may not be in this one's image yet, and an incremental change
         # applies to the overrides as stored now, not to what this broker last heard
-        if not await svc.topics.exists(name):
+        if not await port.topics.exists(name):
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{name}' does not exist")
-        new = {} if replace_all else dict(await svc.topics.current_configs(name))
+        new = {} if replace_all else dict(await port.topics.current_configs(name))
         for k, v in change.items():
             if v is None:
                 new.pop(k, None)
             else:
                 new[k] = v
         validate_topic_configs(change, topic=None if validate_only else name)
-        validate_topic_configs(new, svc.config.topic_defaults())
+        validate_topic_configs(new, port.settings.current.log.topic_defaults)
         if not validate_only:
-            await svc.topics.set_configs(name, new)
+            await port.topics.set_configs(name, new)
     elif resource_type == BROKER:
-        if name not in ("", str(svc.broker_id)):
+        if name not in ("", str(port.broker_id)):
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"unexpected broker id {name}")
-        validate_broker_configs(svc, change, per_broker=name != "")
+        validate_broker_configs(port, change, per_broker=name != "")
         if not validate_only:
-            await svc.topics.set_broker_configs(change, replace_all)
+            await port.topics.set_broker_configs(change, replace_all)
             unused = sorted(k for k, v in change.items() if v is not None and not BROKER_CONFIGS[k].used)
             if unused:
                 log.warning("broker %s: accepted, not used by Odradek (Kafka configs with no effect here): %s",
@@ -406,7 +409,7 @@ async def alter_configs(ctx: RequestContext, request: AlterConfigsRequest) -> Al
         try:
             _authorize(ctx, res.resource_type, res.resource_name, Operation.ALTER_CONFIGS)
             change = {c.name: c.value for c in res.configs}
-            await _apply(ctx.services, res.resource_type, res.resource_name, change, True, request.validate_only)
+            await _apply(ctx.ports.configs, res.resource_type, res.resource_name, change, True, request.validate_only)
         except KafkaError as exc:
             out.error_code = int(exc.code)
             out.error_message = exc.message or None
@@ -418,7 +421,7 @@ async def incremental_alter_configs(
     ctx: RequestContext, request: IncrementalAlterConfigsRequest
 ) -> IncrementalAlterConfigsResponse:
     R = IncrementalAlterConfigsResponse
-    svc = ctx.services
+    port = ctx.ports.configs
     results = []
     for res in request.resources:
         out = R.AlterConfigsResourceResponse(
@@ -429,7 +432,7 @@ async def incremental_alter_configs(
             _authorize(ctx, res.resource_type, res.resource_name, Operation.ALTER_CONFIGS)
             current: Mapping[str, str] = {}
             if res.resource_type == TOPIC:
-                info = svc.image.topics.get(res.resource_name)
+                info = port.metadata.image.topics.get(res.resource_name)
                 current = info.configs if info is not None else {}
             change: dict[str, str | None] = {}
             for c in res.configs:
@@ -459,9 +462,9 @@ async def incremental_alter_configs(
                     elif c.name in current:
                         base = current[c.name]
                     elif res.resource_type == TOPIC:
-                        base = _text(svc.config.topic_default(c.name)[0])
+                        base = _text(port.store.topic_default(c.name)[0])
                     else:
-                        base = _text(svc.config.get(c.name)) if c.name in BROKER_CONFIGS else None
+                        base = _text(port.store.get(c.name)) if c.name in BROKER_CONFIGS else None
                     items = [x for x in (base or "").split(",") if x]
                     values = [x for x in (c.value or "").split(",") if x]
                     if c.config_operation == APPEND:
@@ -471,7 +474,7 @@ async def incremental_alter_configs(
                     change[c.name] = ",".join(items)
                 else:
                     raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown config operation {c.config_operation}")
-            await _apply(svc, res.resource_type, res.resource_name, change, False, request.validate_only)
+            await _apply(port, res.resource_type, res.resource_name, change, False, request.validate_only)
         except KafkaError as exc:
             out.error_code = int(exc.code)
             out.error_message = exc.message or None

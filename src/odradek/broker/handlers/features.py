@@ -71,7 +71,7 @@ async def update_features(ctx: RequestContext, request: UpdateFeaturesRequest) -
         return {name: level for name, level in after.items() if level > 0}
 
     try:
-        _levels, epoch = await ctx.services.backend.update_features(change)
+        _levels, epoch = await ctx.ports.features.features.update_features(change)
     except _Validated:
         return answer(ErrorCode.NONE, None)
     except KafkaError as exc:

@@ -34,18 +34,16 @@ from typing import TYPE_CHECKING, Any
 from odradek.broker.compat import down_convert, magic_for_fetch_version, records_to_convert
 from odradek.broker.dispatch import RequestContext, handles
 from odradek.broker.offload import Spool
+from odradek.broker.ports import FetchPort, FileRegion, OffsetOutOfRangeError, Partition, ReadResult
 from odradek.broker.purgatory import DelayedOperation, Watchable
-from odradek.broker.replica import Partition
 from odradek.errors import ErrorCode, KafkaError
 from odradek.metrics import BrokerMetrics
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.fetch import FetchRequest, FetchResponse
 from odradek.records import RecordsError, iter_batch_headers
 from odradek.security.acl import Operation, ResourceType
-from odradek.storage import FileRegion, OffsetOutOfRangeError, ReadResult
 
 if TYPE_CHECKING:
-    from odradek.broker.services import Services
     from odradek.cluster.metadata import MetadataImage, TopicInfo
 
 log = logging.getLogger(__name__)
@@ -92,7 +90,8 @@ def fetch(
     """Reads now; answers now when that is enough (or the request does not wait), else the
     fetch itself waits (a Deferred: the fetch purgatory) and answers when it completes.  An old
     version's fetch (v0-3) is a coroutine that answers once its reads are down-converted."""
-    op = _Fetch(ctx.services, ctx.header.api_version, request, ctx if ctx.services.authorizer is not None else None)
+    port = ctx.ports.fetch
+    op = _Fetch(port, ctx.header.api_version, request, ctx if port.authorizer is not None else None)
     total = op.read_all()
     wait = request.max_wait_ms > 0 and total < request.min_bytes and op.can_wait()
     if op.magic < 2:
@@ -114,20 +113,20 @@ class _Fetch(DelayedOperation):
         "magic",
         "max_bytes",
         "max_records",
+        "port",
         "replica_id",
         "request",
         "served",
         "slots",
-        "svc",
         "target_bytes",
         "throttled",
         "topics",
         "version",
     )
-    def __init__(self, svc: Services, version: int, request: FetchRequest, auth: RequestContext | None) -> None:
+    def __init__(self, port: FetchPort, version: int, request: FetchRequest, auth: RequestContext | None) -> None:
         """``auth``: the request's context when an authorizer decides what it may read."""
         super().__init__()
-        self.svc = svc
+        self.port = port
         self.version = version
         self.request = request
         replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
@@ -138,11 +137,12 @@ class _Fetch(DelayedOperation):
         # bytes after which an answer to a consumer takes no further partition (None: no target)
         self.target_bytes: int | None = None
         if replica_id < 0:  # a consumer's fetch: the broker's fetch.max.bytes caps it, as in Kafka
-            self.max_bytes = min(self.max_bytes, svc.config.get("fetch.max.bytes"))
-            cap = svc.config.get("fetch.response.max.records")
+            server = port.settings
+            self.max_bytes = min(self.max_bytes, server.fetch_max_bytes)
+            cap = server.fetch_response_max_records
             if cap > 0:
                 self.max_records = cap
-            target = svc.config.get("fetch.response.target.bytes")
+            target = server.fetch_response_target_bytes
             if target > 0:
                 self.target_bytes = target
         self.magic = magic_for_fetch_version(version)
@@ -150,7 +150,7 @@ class _Fetch(DelayedOperation):
         #: whether it is the first with data); None once converted (or for v4+)
         self.converting: list[tuple[_Slot, Partition, ReadResult, int, bool]] | None = [] if self.magic < 2 else None
         self.committed = version >= 4 and request.isolation_level == 1
-        image = svc.image
+        image = port.metadata.image
         topics: list[R.FetchableTopicResponse] = []
         slots: list[_Slot] = []
         # a follower needs ClusterAction on the cluster, a consumer Read on each topic
@@ -194,11 +194,11 @@ class _Fetch(DelayedOperation):
         for slot in slots:
             try:
                 assert slot.name is not None
-                p = svc.partitions.for_fetch(
+                p = port.partitions.for_fetch(
                     slot.name, slot.partition.partition, slot.partition.current_leader_epoch, replica_id
                 )
                 if replica_id >= 0:
-                    svc.partitions.on_follower_fetch(p, replica_id, slot.fetch_offset)
+                    port.partitions.on_follower_fetch(p, replica_id, slot.fetch_offset)
                 served.append((slot, p))
             except KafkaError as exc:
                 slot.response.error_code = int(exc.code)
@@ -206,17 +206,17 @@ class _Fetch(DelayedOperation):
         # KIP-73: the partitions of a follower's fetch that count against the leader's
         # replication throttle (None: no throttle applies to this fetch)
         self.throttled: list[_Slot] | None = None
-        quota = svc.leader_quota
+        quota = port.leader_quota
         if replica_id >= 0 and quota is not None and quota.limited():
             self.throttled = [
                 slot for slot, p in served
                 if replica_id not in p.state.isr
-                and quota.throttled(p.log.config.leader_replication_throttled_replicas, p.index, svc.broker_id)
+                and quota.throttled(p.log.config.leader_replication_throttled_replicas, p.index, port.broker_id)
             ]
 
     def read_all(self) -> int:
         """Read every served partition into its response; the bytes read."""
-        read = self.svc.replicas.read
+        read = self.port.replicas.read
         version, max_bytes, replica_id = self.version, self.max_bytes, self.replica_id
         total = 0
         records_left = self.max_records
@@ -227,7 +227,7 @@ class _Fetch(DelayedOperation):
             converting.clear()  # read again (a long poll's wake-up): converted once, at the end
         hold: set[int] = set()
         if throttled:
-            quota = self.svc.leader_quota
+            quota = self.port.leader_quota
             assert quota is not None
             if quota.exceeded(time.monotonic() * 1000.0):  # over the rate: no data for them this time
                 hold = {id(slot) for slot in throttled}
@@ -345,7 +345,7 @@ class _Fetch(DelayedOperation):
                     return down_convert(source, magic, fetch_offset, cap)
             else:
                 source = await asyncio.to_thread(Spool.copy, region.fd, region.position, region.length)
-            converted: bytes | Spool = await self.svc.scheduler.offload.run(
+            converted: bytes | Spool = await self.port.offload.run(
                 down_convert, source, magic, fetch_offset, cap,
                 cost=region.length + min(cap, 4 * region.length + 65536),
             )
@@ -357,14 +357,14 @@ class _Fetch(DelayedOperation):
             )
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from exc
         except OSError as exc:
-            raise self.svc.replicas.log_dirs.fail(p.log_dir, exc, f"reading {p.topic}-{p.index}") from exc
+            raise self.port.replicas.log_dirs.fail(p.log_dir, exc, f"reading {p.topic}-{p.index}") from exc
 
     def response(self) -> FetchResponse:
         if self.converting is not None:
             # an old format's long poll ended: converted() answers, and counts, once converted
             return _fetch_response(throttle_time_ms=0, error_code=0, session_id=0, responses=self.topics)
         if self.throttled:
-            quota = self.svc.leader_quota
+            quota = self.port.leader_quota
             assert quota is not None
             sent = 0
             for slot in self.throttled:
@@ -374,7 +374,7 @@ class _Fetch(DelayedOperation):
                 elif records is not None:
                     sent += int(getattr(records, "length", 0))
             quota.record(sent, time.monotonic() * 1000.0)
-        metrics = self.svc.metrics
+        metrics = self.port.metrics
         if metrics is not None:
             self._count(metrics)
         return _fetch_response(throttle_time_ms=0, error_code=0, session_id=0, responses=self.topics)
@@ -418,7 +418,7 @@ class _Fetch(DelayedOperation):
         return self.request.max_wait_ms / 1000
 
     def stopping(self) -> bool:
-        return self.svc.stopping
+        return self.port.run.stopping
 
 
 async def _long_poll(op: _Fetch) -> None:

@@ -1,9 +1,11 @@
 """Consumer-group APIs, served by the group coordinator (odradek.broker.coordinators.groups).
 
 FindCoordinator (10) v0-4, JoinGroup (11) v0-9, SyncGroup (14) v0-5, Heartbeat (12) v0-4,
-LeaveGroup (13) v0-5 (batched members from v3), OffsetCommit (8) v0-8 (generation -1 is a
-standalone consumer's commit), OffsetFetch (9) v0-8 (null topics = every committed partition;
-several groups from v8), DescribeGroups (15) v0-5, ListGroups (16) v0-4 (state filter),
+LeaveGroup (13) v0-5 (batched members from v3), OffsetCommit (8) v0-9 (generation -1 is a
+standalone consumer's commit; a consumer group's generation is the member epoch, v9 for its
+members using the consumer protocol), OffsetFetch (9) v0-9 (null topics = every committed
+partition; several groups from v8; the member and its epoch checked from v9), DescribeGroups (15)
+v0-5 (classic groups), ListGroups (16) v0-5 (state filter, type filter from v5),
 DeleteGroups (42) v0-2, OffsetDelete (47) v0.  Transaction coordinator keys are answered with
 COORDINATOR_NOT_AVAILABLE until transactions exist.
 """
@@ -42,7 +44,7 @@ def _check(ctx: RequestContext, group_id: str, op: Operation) -> None:
     is this coordinator's and loaded."""
     if not ctx.authorize(op, ResourceType.GROUP, group_id):
         raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
-    ctx.services.groups.check(group_id)
+    ctx.ports.groups.groups.check(group_id)
 
 
 def _error_of(exc: BaseException) -> ErrorCode:
@@ -52,7 +54,7 @@ def _error_of(exc: BaseException) -> ErrorCode:
 @handles(ApiKey.FIND_COORDINATOR, versions=(0, 4))
 async def find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     R = FindCoordinatorResponse
-    svc = ctx.services
+    port = ctx.ports.groups
     keys = request.coordinator_keys if ctx.version >= 4 else [request.key]
     key_type = request.key_type if ctx.version >= 1 else GROUP_KEY
     results: list[FindCoordinatorResponse.Coordinator] = []
@@ -65,8 +67,8 @@ async def find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest)
                     raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
                 if not key:
                     raise KafkaError(ErrorCode.INVALID_REQUEST, "empty transactional id")
-                await svc.transactions.ensure_topic()
-                topic, p = TRANSACTION_TOPIC, svc.transactions.partition_for(key)
+                await port.transactions.ensure_topic()
+                topic, p = TRANSACTION_TOPIC, port.transactions.partition_for(key)
             elif key_type != GROUP_KEY:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}")
             else:
@@ -74,11 +76,11 @@ async def find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest)
                     raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
                 if not key:
                     raise KafkaError(ErrorCode.INVALID_GROUP_ID, "empty group id")
-                await svc.groups.ensure_topic()
-                topic, p = "__consumer_offsets", svc.groups.partition_for(key)
-                svc.groups.check_storage(p)
-            state = svc.image.partition(topic, p)
-            leader = svc.image.brokers.get(state.leader) if state is not None else None
+                await port.groups.ensure_topic()
+                topic, p = "__consumer_offsets", port.groups.partition_for(key)
+                port.groups.check_storage(p)
+            state = port.metadata.image.partition(topic, p)
+            leader = port.metadata.image.brokers.get(state.leader) if state is not None else None
             endpoint = (leader.endpoint(ctx.listener) or leader.endpoint()) if leader is not None else None
             if endpoint is None:
                 raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator is not available")
@@ -106,7 +108,7 @@ async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGrou
     empty_name = None if version >= 7 else ""
     try:
         _check(ctx, request.group_id, Operation.READ)
-        result = await ctx.services.groups.join(
+        result = await ctx.ports.groups.groups.join(
             group_id=request.group_id,
             member_id=request.member_id,
             group_instance_id=request.group_instance_id,
@@ -150,7 +152,7 @@ async def sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGrou
     R = SyncGroupResponse
     try:
         _check(ctx, request.group_id, Operation.READ)
-        result = await ctx.services.groups.sync(
+        result = await ctx.ports.groups.groups.sync(
             group_id=request.group_id,
             generation_id=request.generation_id,
             member_id=request.member_id,
@@ -175,7 +177,7 @@ async def sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGrou
 async def heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
     try:
         _check(ctx, request.group_id, Operation.READ)
-        code = ctx.services.groups.heartbeat(
+        code = ctx.ports.groups.groups.heartbeat(
             group_id=request.group_id,
             member_id=request.member_id,
             group_instance_id=request.group_instance_id,
@@ -195,7 +197,7 @@ async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveG
         members = [(request.member_id, None)]
     try:
         _check(ctx, request.group_id, Operation.READ)
-        errors = await ctx.services.groups.leave(request.group_id, members)
+        errors = await ctx.ports.groups.groups.leave(request.group_id, members)
     except KafkaError as exc:
         return R(throttle_time_ms=0, error_code=int(exc.code))
     if ctx.version < 3:
@@ -210,11 +212,11 @@ async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveG
     )
 
 
-@handles(ApiKey.OFFSET_COMMIT, versions=(0, 8))
+@handles(ApiKey.OFFSET_COMMIT, versions=(0, 9))
 async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
     R = OffsetCommitResponse
-    svc = ctx.services
-    now = svc.clock.now_ms()
+    port = ctx.ports.groups
+    now = port.now_ms()
     version = ctx.version
     offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
     expire = -1
@@ -223,7 +225,7 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
     unknown: dict[tuple[str, int], ErrorCode] = {}
     group_allowed = ctx.authorize(Operation.READ, ResourceType.GROUP, request.group_id)
     for t in request.topics:
-        info = svc.image.topics.get(t.name)
+        info = port.metadata.image.topics.get(t.name)
         topic_allowed = not group_allowed or ctx.authorize(Operation.READ, ResourceType.TOPIC, t.name)
         for p in t.partitions:
             tp = (t.name, p.partition_index)
@@ -238,24 +240,25 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
                 p.committed_offset, p.committed_leader_epoch, p.committed_metadata or "", ts, expire
             )
     # v0 in a ZooKeeper cluster: /consumers/<group>/offsets, on any broker (Kafka 0.8.2-0.10)
-    in_zookeeper = version == 0 and svc.backend.stores_v0_offsets
+    in_zookeeper = version == 0 and port.v0_offsets.stores_v0_offsets
     try:
         if not group_allowed:
             raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
         if not in_zookeeper:
-            svc.groups.check(request.group_id)
+            port.groups.check(request.group_id)
         if not offsets and unknown:
             raise _NothingToCommit
         if in_zookeeper:
-            await svc.backend.commit_v0_offsets(request.group_id, {tp: om.offset for tp, om in offsets.items()})
+            await port.v0_offsets.commit_v0_offsets(request.group_id, {tp: om.offset for tp, om in offsets.items()})
             error, per = ErrorCode.NONE, dict[tuple[str, int], ErrorCode]()
         else:
-            error, per = await svc.groups.commit(
+            error, per = await port.groups.commit(
                 request.group_id,
                 request.generation_id_or_member_epoch,
                 request.member_id,
                 request.group_instance_id,
                 offsets,
+                api_version=version,
             )
     except KafkaError as exc:
         error, per = exc.code, {}
@@ -282,12 +285,12 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
 
 async def _fetch_group(
     ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None, in_zookeeper: bool = False,
-    require_stable: bool = False,
+    require_stable: bool = False, member: tuple[str | None, int] = (None, -1),
 ) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, int, int, str | None, ErrorCode]]]]]:
     """(group error, [(topic, [(partition, offset, leader epoch, metadata, error)])]).
     ``in_zookeeper``: the offsets the 0.8 way, from /consumers/<group>/offsets (OffsetFetch v0
     in a ZooKeeper cluster, on any broker)."""
-    groups = ctx.services.groups
+    groups = ctx.ports.groups.groups
     try:
         if in_zookeeper:
             if not ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, group_id):
@@ -300,14 +303,17 @@ async def _fetch_group(
         ]
         return exc.code, failed
     denied: set[str] = set()
-    if wanted is not None and ctx.services.authorizer is not None:
+    if wanted is not None and ctx.ports.groups.authorizer is not None:
         denied = {t for t, _ps in wanted if not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, t)}
     partitions = None if wanted is None else [(t, p) for t, ps in wanted for p in ps if t not in denied]
     if in_zookeeper:
-        stored = await ctx.services.backend.fetch_v0_offsets(group_id, partitions or [])
+        stored = await ctx.ports.groups.v0_offsets.fetch_v0_offsets(group_id, partitions or [])
         found = {tp: (OffsetAndMetadata(o, -1, "", -1, -1) if o >= 0 else None) for tp, o in stored.items()}
     else:
-        found = groups.fetch_offsets(group_id, partitions)
+        try:
+            found = groups.fetch_offsets(group_id, partitions, member_id=member[0], member_epoch=member[1])
+        except KafkaError as exc:  # a consumer group's member or epoch that is not the group's
+            return exc.code, [(t, [(p, -1, -1, "", exc.code) for p in ps]) for t, ps in (wanted or [])]
     by_topic: dict[str, list[tuple[int, int, int, str | None, ErrorCode]]] = {}
     for t in sorted(denied):
         by_topic[t] = [(p, -1, -1, "", ErrorCode.TOPIC_AUTHORIZATION_FAILED) for p in dict(wanted or [])[t]]
@@ -327,7 +333,7 @@ async def _fetch_group(
     return ErrorCode.NONE, sorted(by_topic.items())
 
 
-@handles(ApiKey.OFFSET_FETCH, versions=(0, 8))
+@handles(ApiKey.OFFSET_FETCH, versions=(0, 9))
 async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
     R = OffsetFetchResponse
     version = ctx.version
@@ -335,7 +341,9 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
         groups = []
         for g in request.groups:
             wanted = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
-            error, topics = await _fetch_group(ctx, g.group_id, wanted, require_stable=request.require_stable)
+            member = (g.member_id, g.member_epoch) if version >= 9 else (None, -1)
+            error, topics = await _fetch_group(ctx, g.group_id, wanted, require_stable=request.require_stable,
+                                               member=member)
             groups.append(
                 R.OffsetFetchResponseGroup(
                     group_id=g.group_id,
@@ -357,7 +365,7 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
             )
         return R(throttle_time_ms=0, groups=groups)
     wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
-    in_zookeeper = version == 0 and ctx.services.backend.stores_v0_offsets
+    in_zookeeper = version == 0 and ctx.ports.groups.v0_offsets.stores_v0_offsets
     stable = version >= 7 and request.require_stable
     error, topics = await _fetch_group(ctx, request.group_id, wanted, in_zookeeper, require_stable=stable)
     resp = R(
@@ -391,7 +399,7 @@ async def describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -
         except KafkaError as exc:
             out.append(R.DescribedGroup(error_code=int(exc.code), group_id=gid, group_state="", protocol_type="", protocol_data=""))
             continue
-        g = ctx.services.groups.describe(gid)
+        g = ctx.ports.groups.groups.describe(gid)
         if g is None:
             out.append(R.DescribedGroup(error_code=0, group_id=gid, group_state="Dead", protocol_type="", protocol_data=""))
             continue
@@ -423,20 +431,22 @@ async def describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -
     return R(throttle_time_ms=0, groups=out)
 
 
-@handles(ApiKey.LIST_GROUPS, versions=(0, 4))
+@handles(ApiKey.LIST_GROUPS, versions=(0, 5))
 async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
     R = ListGroupsResponse
     states = set(request.states_filter) if ctx.version >= 4 else set()
-    groups = ctx.services.groups
+    types = set(request.types_filter) if ctx.version >= 5 else set()
+    groups = ctx.ports.groups.groups
     every = ctx.authorize_cluster(Operation.DESCRIBE, log_denied=False)
     listed = [
         R.ListedGroup(
-            group_id=g.group_id,
-            protocol_type=g.protocol_type or "",
-            group_state=g.state.value if ctx.version >= 4 else "",
+            group_id=gid,
+            protocol_type=protocol_type,
+            group_state=state if ctx.version >= 4 else "",
+            group_type=group_type if ctx.version >= 5 else "",
         )
-        for g in groups.list_groups(states)
-        if every or ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, g.group_id, log_denied=False)
+        for gid, protocol_type, state, group_type in groups.list_all(states, types)
+        if every or ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, gid, log_denied=False)
     ]
     error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if groups.loading else ErrorCode.NONE
     return R(throttle_time_ms=0, error_code=int(error), groups=sorted(listed, key=lambda g: g.group_id))
@@ -446,7 +456,7 @@ async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGr
 async def delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     R = DeleteGroupsResponse
     allowed = [g for g in request.groups_names if ctx.authorize(Operation.DELETE, ResourceType.GROUP, g)]
-    result = await ctx.services.groups.delete_groups(allowed) if allowed else {}
+    result = await ctx.ports.groups.groups.delete_groups(allowed) if allowed else {}
     for g in request.groups_names:
         result.setdefault(g, ErrorCode.GROUP_AUTHORIZATION_FAILED)
     return R(
@@ -462,7 +472,7 @@ async def offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> Of
     partitions = [(t.name, p.partition_index) for t in request.topics for p in t.partitions if t.name in readable]
     try:
         _check(ctx, request.group_id, Operation.DELETE)
-        error, per = await ctx.services.groups.delete_offsets(request.group_id, partitions)
+        error, per = await ctx.ports.groups.groups.delete_offsets(request.group_id, partitions)
     except KafkaError as exc:
         return R(throttle_time_ms=0, error_code=int(exc.code))
     for t in request.topics:

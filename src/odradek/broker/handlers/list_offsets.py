@@ -15,7 +15,7 @@ are none here.
 from __future__ import annotations
 
 from odradek.broker.dispatch import RequestContext, handles
-from odradek.broker.replica import Partition
+from odradek.broker.ports import Partition
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
@@ -70,7 +70,7 @@ def _lookup(p: Partition, timestamp: int, replica_id: int, version: int, committ
 
 @handles(ApiKey.LIST_OFFSETS, versions=(0, 11))
 async def list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
-    svc = ctx.services
+    port = ctx.ports.list_offsets
     version = ctx.version
     topics = []
     for t in request.topics:
@@ -87,7 +87,7 @@ async def list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> List
                 pr.timestamp = pr.offset = -1
                 continue
             try:
-                p = svc.partitions.for_fetch(t.name, lp.partition_index, lp.current_leader_epoch, -1)
+                p = port.partitions.for_fetch(t.name, lp.partition_index, lp.current_leader_epoch, -1)
                 if version == 0:
                     offsets = p.log.offsets_before(lp.timestamp, lp.max_num_offsets)
                     if lp.timestamp == LATEST:

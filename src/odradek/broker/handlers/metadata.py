@@ -25,8 +25,7 @@ import logging
 import uuid
 
 from odradek.broker.dispatch import RequestContext, handles
-from odradek.cluster.metadata import MetadataImage, TopicInfo
-from odradek.coordination import validate_topic_name
+from odradek.cluster.metadata import MetadataImage, TopicInfo, validate_topic_name
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.metadata import MetadataRequest, MetadataResponse
@@ -65,18 +64,16 @@ def topic_response(t: TopicInfo, version: int) -> MetadataResponse.MetadataRespo
 
 @handles(ApiKey.METADATA, versions=(0, 13))
 async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
-    svc = ctx.services
+    port = ctx.ports.metadata
     version = ctx.version
     requested = request.topics
     if version == 0 and requested == []:
         requested = None
-    allow_create = svc.config.get("auto.create.topics.enable") and (
-        version < 4 or request.allow_auto_topic_creation
-    )
-    create_budget = int(svc.config.get("auto.create.topics.max.per.request"))
+    allow_create = port.settings.auto_create_topics_enable and (version < 4 or request.allow_auto_topic_creation)
+    create_budget = port.settings.auto_create_topics_max_per_request
     refused = 0
-    known = svc.backend.metadata_known()
-    image = svc.image
+    known = port.metadata_known()
+    image = port.metadata.image
     topics: list[R.MetadataResponseTopic] = []
     if requested is None:
         # every topic: built once per metadata image and version (images are immutable; the
@@ -149,15 +146,15 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
                 if allow_create:
                     create_budget -= 1
                     await asyncio.sleep(0)  # let other clients in between creations
-                    t = svc.image.topics.get(name)
+                    t = port.metadata.image.topics.get(name)
                     try:
                         if t is None:
-                            t = await svc.topics.auto_create(name)
+                            t = await port.topics.auto_create(name)
                     except KafkaError as exc:
                         if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                             topics.append(R.MetadataResponseTopic(error_code=exc.code, name=name, is_internal=False))
                             continue
-                        t = svc.image.topics.get(name)
+                        t = port.metadata.image.topics.get(name)
                         if t is None:
                             # it exists in the cluster but not yet in this broker's image (a
                             # broker just restarted, before the controller's metadata reached
@@ -183,9 +180,9 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
             ctx.client_host,
             ctx.header.client_id,
             refused,
-            int(svc.config.get("auto.create.topics.max.per.request")),
+            port.settings.auto_create_topics_max_per_request,
         )
-    authorizer = svc.authorizer
+    authorizer = port.authorizer
     if requested is None and authorizer is not None:
         # every topic: those the principal may Describe, silently
         topics = [
@@ -197,7 +194,7 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
     cluster_ops = NO_AUTHORIZED_OPERATIONS
     if 8 <= version <= 10 and request.include_cluster_authorized_operations:
         cluster_ops = authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
-    image = svc.image
+    image = port.metadata.image
     brokers = []
     for b in sorted(image.brokers.values(), key=lambda b: b.broker_id):
         e = b.endpoint(ctx.listener) or b.endpoint()
@@ -220,7 +217,7 @@ def _denied(name: str) -> MetadataResponse.MetadataResponseTopic:
 def authorized_operations(ctx: RequestContext, rtype: ResourceType, name: str) -> int:
     """KIP-430's bit set of the operations the principal may do on the resource (all of the
     resource type's without an authorizer)."""
-    authorizer = ctx.services.authorizer
+    authorizer = ctx.ports.authorizer
     if authorizer is None:
         return sum(1 << op.value for op in RESOURCE_OPERATIONS[rtype])
     return acl_operations(authorizer.index, ctx.session.principal_name, ctx.client_host, rtype, name)

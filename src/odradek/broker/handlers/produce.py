@@ -29,24 +29,20 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from odradek.broker.compat import CODECS, prepare_append
 from odradek.broker.dispatch import RequestContext, handles
 from odradek.broker.handlers.fetch import _topic_by_id
 from odradek.broker.offload import Spool
+from odradek.broker.ports import AppendInfo, InvalidRecordError, Partition, ProducePort
 from odradek.broker.refusals import produce_refused
-from odradek.broker.replica import Partition
 from odradek.errors import ErrorCode, KafkaError
 from odradek.metrics import BrokerMetrics, TopicStats
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.produce import ProduceRequest, ProduceResponse
 from odradek.records import RecordsError, iter_batch_headers, speedups
 from odradek.security.acl import Operation, ResourceType
-from odradek.storage import AppendInfo, InvalidRecordError
-
-if TYPE_CHECKING:
-    from odradek.broker.services import Services
 
 R = ProduceResponse
 _NO_LEADER = R.LeaderIdAndEpoch()  # one instance for all responses (never modified)
@@ -97,7 +93,7 @@ def produce(
     """Appends now; the response now too unless a flush (flush.messages) or acks=all makes it
     wait, or a batch that opens a transaction on a partition must first be verified with its
     transaction coordinator (KIP-890), then a coroutine that gives it."""
-    svc = ctx.services
+    port = ctx.ports.produce
     version = ctx.header.api_version
     acks = request.acks
     refused: KafkaError | None = None
@@ -108,20 +104,18 @@ def produce(
     ):
         refused = KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     # v12+: transactions v2, the partitions join the transaction through the leader (always)
-    verifying = request.transactional_id is not None and (
-        version >= 12 or svc.config.get("transaction.partition.verification.enable")
-    )
-    work = _Appends(ctx, acks, version)
+    verifying = request.transactional_id is not None and (version >= 12 or port.verify_transactions)
+    work = _Appends(ctx, port, acks, version)
     unverified: list[tuple[R.PartitionProduceResponse, Partition, Any, TopicStats | None]] = []
     responses: list[R.TopicProduceResponse] = []
-    authorizer = svc.authorizer
-    metrics = svc.metrics
+    authorizer = port.authorizer
+    metrics = port.metrics
     for topic in request.topic_data:
         parts: list[R.PartitionProduceResponse] = []
         name = topic.name
         topic_refused = refused
         if version >= 13:
-            info = _topic_by_id(svc.image, topic.topic_id)
+            info = _topic_by_id(port.metadata.image, topic.topic_id)
             name = info.name if info is not None else ""
             if info is None and topic_refused is None:
                 topic_refused = _UNKNOWN_TOPIC_ID
@@ -141,7 +135,7 @@ def produce(
                 work.refuse(resp, name, data.index, data.records, stats, topic_refused)
                 continue
             try:
-                p = svc.partitions.for_produce(name, data.index)
+                p = port.partitions.for_produce(name, data.index)
             except KafkaError as exc:
                 work.refuse(resp, name, data.index, data.records, stats, exc)
                 continue
@@ -154,10 +148,10 @@ def produce(
     response = _produce_response(responses=responses, throttle_time_ms=0)
     if unverified:
         assert request.transactional_id is not None
-        return _verify_then_append(svc, work, request, request.transactional_id, response, unverified)
+        return _verify_then_append(port, work, request, request.transactional_id, response, unverified)
     if work.deferred:
-        return _prepare_then_append(svc, work, request, response)
-    return work.finish(svc, request, response)
+        return _prepare_then_append(work, request, response)
+    return work.finish(request, response)
 
 
 #: what a batch needs before the log appends it (see _preparation)
@@ -197,10 +191,11 @@ def _preparation(p: Partition, records: bytes | bytearray | memoryview) -> int:
 class _Appends:
     """The appends of one produce request, and what the response must wait for."""
 
-    __slots__ = ("acks", "appended", "ctx", "deferred", "pending", "version")
+    __slots__ = ("acks", "appended", "ctx", "deferred", "pending", "port", "version")
 
-    def __init__(self, ctx: RequestContext, acks: int, version: int) -> None:
+    def __init__(self, ctx: RequestContext, port: ProducePort, acks: int, version: int) -> None:
         self.ctx = ctx
+        self.port = port
         self.acks = acks
         self.version = version
         self.appended: list[Partition] = []
@@ -219,12 +214,12 @@ class _Appends:
             resp.record_errors = [_record_error(batch_index=i, batch_index_error_message=m) for i, m in exc.record_errors]
         produce_refused(self.ctx, topic, index, exc)
         if stats is not None:
-            _count_failed(self.ctx.services.metrics, stats, records, exc)
+            _count_failed(self.port.metrics, stats, records, exc)
 
     def append(self, resp: R.PartitionProduceResponse, p: Partition, raw: Any, stats: TopicStats | None) -> None:
         """Append now, or (a batch with much per-record work, or one behind such a batch of the
         same partition in this request) leave it to :meth:`append_deferred`."""
-        svc = self.ctx.services
+        port = self.port
         try:
             records = raw if isinstance(raw, (bytes, bytearray, memoryview)) else b""
             size = len(records)
@@ -236,9 +231,9 @@ class _Appends:
             if prepare == _CONVERT:
                 config = p.log.config
                 written, headers = prepare_append(records, config, p.topic, p.index, p.log.clock.now_ms())
-                info = svc.replicas.append(p, records if written is None else written, self.acks, (headers, config))
+                info = port.replicas.append(p, records if written is None else written, self.acks, (headers, config))
             else:
-                info = svc.replicas.append(p, records, self.acks)
+                info = port.replicas.append(p, records, self.acks)
         except KafkaError as exc:
             self.refuse(resp, p.topic, p.index, raw, stats, exc)
             return
@@ -247,19 +242,19 @@ class _Appends:
     async def append_deferred(self) -> None:
         """The deferred batches, in order: each validated and recompressed in a worker, then
         appended here, on the loop, if its partition is still led here."""
-        svc = self.ctx.services
+        port = self.port
         deferred, self.deferred = self.deferred, []
         for resp, p, records, stats in deferred:
             size = len(records)
             try:
                 config = p.log.config
-                written, headers = await svc.scheduler.offload.run(
+                written, headers = await port.offload.run(
                     prepare_append, records, config, p.topic, p.index, p.log.clock.now_ms(), cost=3 * size
                 )
                 if isinstance(written, Spool):
                     written = await asyncio.to_thread(written.to_bytes)
-                p = svc.partitions.for_produce(p.topic, p.index)  # the leadership may have moved meanwhile
-                info = svc.replicas.append(p, records if written is None else written, self.acks, (headers, config))
+                p = port.partitions.for_produce(p.topic, p.index)  # the leadership may have moved meanwhile
+                info = port.replicas.append(p, records if written is None else written, self.acks, (headers, config))
             except KafkaError as exc:
                 self.refuse(resp, p.topic, p.index, records, stats, exc)
                 continue
@@ -281,7 +276,7 @@ class _Appends:
             self.pending.append((resp, p.wait_for_hw(info.last_offset + 1), p))
 
     def finish(
-        self, svc: Services, request: ProduceRequest, response: ProduceResponse
+        self, request: ProduceRequest, response: ProduceResponse
     ) -> ProduceResponse | Coroutine[Any, Any, ProduceResponse]:
         flushes: list[Partition] | None = None
         for p in self.appended:
@@ -290,7 +285,7 @@ class _Appends:
                     flushes = []
                 flushes.append(p)
         if flushes is not None or self.pending:
-            return _after_append(svc, request, response, flushes or [], self.pending)
+            return _after_append(self.port, request, response, flushes or [], self.pending)
         return response
 
 
@@ -311,7 +306,7 @@ def _opens_transaction(p: Partition, records: Any) -> bool:
 
 
 async def _verify_then_append(
-    svc: Services,
+    port: ProducePort,
     work: _Appends,
     request: ProduceRequest,
     transactional_id: str,
@@ -329,7 +324,7 @@ async def _verify_then_append(
     for (producer_id, epoch), indexes in by_producer.items():
         tps = [(unverified[i][1].topic, unverified[i][1].index) for i in indexes]
         try:
-            code = await svc.transactions.verify(transactional_id, producer_id, epoch, tps, add=add)
+            code = await port.transactions.verify(transactional_id, producer_id, epoch, tps, add=add)
         except KafkaError as exc:
             code = ErrorCode.NOT_ENOUGH_REPLICAS if exc.code == ErrorCode.COORDINATOR_NOT_AVAILABLE else exc.code
         answers.update(dict.fromkeys(indexes, code))
@@ -347,20 +342,18 @@ async def _verify_then_append(
         await work.append_deferred()
     if work.acks == 0:
         return None
-    done = work.finish(svc, request, response)
+    done = work.finish(request, response)
     if isinstance(done, ProduceResponse):
         return done
     return await done
 
 
-async def _prepare_then_append(
-    svc: Services, work: _Appends, request: ProduceRequest, response: ProduceResponse
-) -> ProduceResponse | None:
+async def _prepare_then_append(work: _Appends, request: ProduceRequest, response: ProduceResponse) -> ProduceResponse | None:
     """The batches left to a worker (the others are appended already), then the answer."""
     await work.append_deferred()
     if work.acks == 0:
         return None
-    done = work.finish(svc, request, response)
+    done = work.finish(request, response)
     if isinstance(done, ProduceResponse):
         return done
     return await done
@@ -378,7 +371,7 @@ def _count_failed(metrics: BrokerMetrics | None, stats: TopicStats, records: obj
 
 
 async def _after_append(
-    svc: Services,
+    port: ProducePort,
     request: ProduceRequest,
     response: ProduceResponse,
     flushes: list[Partition],
@@ -388,7 +381,7 @@ async def _after_append(
     the high watermark passing every batch, bounded by the request's timeout."""
     for p in flushes:
         try:
-            await svc.replicas.wait_durable(p)
+            await port.replicas.wait_durable(p)
         except KafkaError as exc:
             # the flush failed (the log dir went offline through the failure channel): the
             # partition's batches are not known to be durable

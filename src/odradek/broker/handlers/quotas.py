@@ -120,7 +120,7 @@ def describe_client_quotas(
     except KafkaError as exc:
         return R(throttle_time_ms=0, error_code=int(exc.code), error_message=exc.message, entries=None)
     entries = []
-    for path, values in sorted(ctx.services.image.client_quotas.items()):
+    for path, values in sorted(ctx.ports.quotas.metadata.image.client_quotas.items()):
         try:
             entity = parse_entity_path(path)
         except QuotaError:
@@ -185,7 +185,7 @@ async def alter_client_quotas(
                 entity = _entity(data)
                 ops = _ops(entity, data)
                 if not request.validate_only:
-                    await ctx.services.backend.alter_client_quota(entity_path(entity), _apply(ops))
+                    await ctx.ports.quotas.quotas.alter_client_quota(entity_path(entity), _apply(ops))
                     log.info("client quotas of %s altered: %s", entity_path(entity), ops)
             except QuotaError as exc:
                 code, message = int(ErrorCode.INVALID_REQUEST), str(exc)

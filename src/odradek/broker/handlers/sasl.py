@@ -67,7 +67,7 @@ def describe_user_scram_credentials(
     R = DescribeUserScramCredentialsResponse
     if not ctx.authorize_cluster(Operation.DESCRIBE):
         return R(error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), error_message=None, results=[])
-    stored = ctx.services.image.user_scram
+    stored = ctx.ports.sasl.metadata.image.user_scram
     names = [u.name for u in request.users or ()]
     results = []
     if not names:
@@ -109,8 +109,8 @@ async def alter_user_scram_credentials(
                 user=u, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), error_message=None
             ) for u in users
         ])
-    svc = ctx.services
-    stored = svc.image.user_scram
+    port = ctx.ports.sasl
+    stored = port.metadata.image.user_scram
     errors: dict[str, tuple[int, str]] = {}
     seen: Counter[tuple[str, int]] = Counter(
         [(d.name, d.mechanism) for d in request.deletions] + [(u.name, u.mechanism) for u in request.upsertions]
@@ -159,7 +159,7 @@ async def alter_user_scram_credentials(
                 cred = ScramCredential.from_salted_password(mech, bytes(u.salted_password), bytes(u.salt), u.iterations)
                 creds[mech] = cred.to_text()
         try:
-            await svc.backend.set_user_scram(user, creds)
+            await port.credentials.set_user_scram(user, creds)
         except KafkaError as exc:
             results.append(R.AlterUserScramCredentialsResult(user=user, error_code=exc.code, error_message=exc.message))
             continue

@@ -18,7 +18,7 @@ import uuid
 
 from odradek.broker.dispatch import RequestContext, handles
 from odradek.broker.handlers.metadata import authorized_operations
-from odradek.coordination import validate_topic_name
+from odradek.cluster.metadata import validate_topic_name
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.describe_topic_partitions import (
@@ -35,8 +35,8 @@ _ZERO_UUID = uuid.UUID(int=0)
 async def describe_topic_partitions(
     ctx: RequestContext, request: DescribeTopicPartitionsRequest
 ) -> DescribeTopicPartitionsResponse:
-    svc = ctx.services
-    image = svc.image
+    port = ctx.ports.metadata
+    image = port.metadata.image
     all_topics = not request.topics
     cursor = request.cursor
     cursor_topic = cursor.topic_name if cursor is not None else ""
@@ -60,7 +60,7 @@ async def describe_topic_partitions(
             denied.append(R.DescribeTopicPartitionsResponseTopic(
                 error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED), name=name, topic_id=_ZERO_UUID,
             ))
-    limit = max(min(int(svc.config.get("max.request.partition.size.limit")), request.response_partition_limit), 1)
+    limit = max(min(port.settings.max_request_partition_size_limit, request.response_partition_limit), 1)
     remaining = limit
     response = R(throttle_time_ms=0)
     for name in allowed:

@@ -85,7 +85,7 @@ async def _add_one(
     ctx: RequestContext, txn: AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction, *, from_client: bool
 ) -> list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult]:
     R = AddPartitionsToTxnResponse
-    svc = ctx.services
+    port = ctx.ports.transactions
     wanted = [(t.name, p) for t in txn.topics for p in t.partitions]
     errors: dict[tuple[str, int], ErrorCode] = {}
     try:
@@ -97,7 +97,7 @@ async def _add_one(
             elif not ctx.authorize(Operation.WRITE, ResourceType.TOPIC, topic):
                 errors[(topic, p)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             else:
-                info = svc.image.topics.get(topic)
+                info = port.metadata.image.topics.get(topic)
                 if info is None or not 0 <= p < info.partition_count:
                     errors[(topic, p)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if errors:
@@ -105,7 +105,7 @@ async def _add_one(
             for tp in wanted:
                 errors.setdefault(tp, ErrorCode.OPERATION_NOT_ATTEMPTED)
         else:
-            await svc.transactions.add_partitions(
+            await port.transactions.add_partitions(
                 txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted, verify_only=txn.verify_only,
                 client_tv=2 if ctx.version > 3 and not txn.verify_only else 0,
             )
@@ -125,8 +125,8 @@ async def add_offsets_to_txn(ctx: RequestContext, request: AddOffsetsToTxnReques
         _txn_write_allowed(ctx, request.transactional_id)
         if not ctx.authorize(Operation.READ, ResourceType.GROUP, request.group_id):
             raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
-        await ctx.services.groups.ensure_topic()
-        await ctx.services.transactions.add_offsets(
+        await ctx.ports.transactions.groups.ensure_topic()
+        await ctx.ports.transactions.transactions.add_offsets(
             request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
         )
         code = ErrorCode.NONE
@@ -140,7 +140,7 @@ async def end_txn(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse
     pid, epoch = -1, -1
     try:
         _txn_write_allowed(ctx, request.transactional_id)
-        pid, epoch = await ctx.services.transactions.end_txn(
+        pid, epoch = await ctx.ports.transactions.transactions.end_txn(
             request.transactional_id, request.producer_id, request.producer_epoch, request.committed,
             client_tv=2 if ctx.version >= 5 else 0,
         )
@@ -153,20 +153,20 @@ async def end_txn(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse
 @handles(ApiKey.TXN_OFFSET_COMMIT, versions=(0, 5))
 async def txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
     R = TxnOffsetCommitResponse
-    svc = ctx.services
+    port = ctx.ports.transactions
     wanted = [(t, p) for t in request.topics for p in t.partitions]
     errors: dict[tuple[str, int], ErrorCode] = {}
     try:
         _txn_write_allowed(ctx, request.transactional_id)
         if not ctx.authorize(Operation.READ, ResourceType.GROUP, request.group_id):
             raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
-        svc.groups.check(request.group_id)
-        now = svc.clock.now_ms()
+        port.groups.check(request.group_id)
+        now = port.now_ms()
         offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
         for t, p in wanted:
             if not ctx.authorize(Operation.READ, ResourceType.TOPIC, t.name):
                 errors[(t.name, p.partition_index)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            elif svc.image.partition(t.name, p.partition_index) is None:
+            elif port.metadata.image.partition(t.name, p.partition_index) is None:
                 errors[(t.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 offsets[(t.name, p.partition_index)] = OffsetAndMetadata(
@@ -176,7 +176,7 @@ async def txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommitRequest
         if error is not ErrorCode.NONE:
             errors.update(dict.fromkeys(offsets, error))
         elif offsets:
-            error, per = await svc.groups.txn_commit(
+            error, per = await port.groups.txn_commit(
                 request.group_id, request.producer_id, request.producer_epoch, request.generation_id_or_member_epoch,
                 request.member_id, request.group_instance_id, offsets,
             )
@@ -218,15 +218,15 @@ async def _verified(ctx: RequestContext, request: TxnOffsetCommitRequest) -> Err
     INVALID_PRODUCER_EPOCH, one that never called AddOffsetsToTxn INVALID_TXN_STATE; without the
     check their offsets were written in a transaction no marker would ever end, and the group's
     offsets stayed unstable (KIP-447's OffsetFetch) for good."""
-    svc = ctx.services
+    port = ctx.ports.transactions
     add = ctx.version >= 5  # transactions v2: the commit adds the group to the transaction itself
-    if not add and not svc.config.get("transaction.partition.verification.enable"):
+    if not add and not port.verify_transactions:
         return ErrorCode.NONE
-    tp = (OFFSETS_TOPIC, svc.groups.partition_for(request.group_id))
+    tp = (OFFSETS_TOPIC, port.groups.partition_for(request.group_id))
     try:
         if add:
-            await svc.groups.ensure_topic()
-        code = await svc.transactions.verify(
+            await port.groups.ensure_topic()
+        code = await port.transactions.verify(
             request.transactional_id, request.producer_id, request.producer_epoch, [tp], add=add
         )
     except KafkaError as exc:
@@ -244,7 +244,7 @@ async def write_txn_markers(ctx: RequestContext, request: WriteTxnMarkersRequest
         if not allowed:
             errors = dict.fromkeys(tps, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
         else:
-            errors = await ctx.services.markers.write(
+            errors = await ctx.ports.transactions.markers.write(
                 marker.producer_id, marker.producer_epoch, marker.transaction_result, marker.coordinator_epoch, tps
             )
         results.append(R.WritableTxnMarkerResult(producer_id=marker.producer_id, topics=[
@@ -269,7 +269,7 @@ async def describe_transactions(
         try:
             if not ctx.authorize(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id):
                 raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-            d = ctx.services.transactions.describe(txn_id)
+            d = ctx.ports.transactions.transactions.describe(txn_id)
         except KafkaError as exc:
             st.error_code = int(exc.code)
             continue
@@ -291,10 +291,10 @@ async def list_transactions(ctx: RequestContext, request: ListTransactionsReques
     wanted_states = set(request.state_filters)
     unknown = [s for s in request.state_filters if s not in _STATES]
     pids = set(request.producer_id_filters)
-    now = ctx.services.clock.now_ms()
+    now = ctx.ports.transactions.now_ms()
     duration = request.duration_filter if ctx.version >= 1 else -1
     out = []
-    for d in ctx.services.transactions.list_all():
+    for d in ctx.ports.transactions.transactions.list_all():
         if wanted_states and d.state not in wanted_states:
             continue
         if pids and d.producer_id not in pids:
@@ -313,7 +313,7 @@ async def describe_producers(ctx: RequestContext, request: DescribeProducersRequ
     """KIP-664: the idempotent and transactional producers a partition leader knows (Read on
     the topic), with the start of each one's open transaction."""
     R = DescribeProducersResponse
-    svc = ctx.services
+    port = ctx.ports.transactions
     topics = []
     for t in request.topics:
         parts = []
@@ -324,7 +324,7 @@ async def describe_producers(ctx: RequestContext, request: DescribeProducersRequ
             try:
                 if not allowed:
                     raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-                p = svc.replicas.leader_partition(t.name, idx)
+                p = port.replicas.leader_partition(t.name, idx)
             except KafkaError as exc:
                 pr.error_code, pr.error_message = int(exc.code), exc.message or None
                 continue

@@ -10,7 +10,6 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Generic, Self, TypeVar
 
 from odradek._timeouts import wait_for
-from odradek.client._aio import AsyncBrokerConnection, AsyncCluster
 from odradek.client._config import ADMIN_DEFAULTS, merge_config
 from odradek.client._security import ClientSecurity
 from odradek.client.admin.types import (
@@ -25,8 +24,10 @@ from odradek.client.errors import worse_error
 from odradek.cluster.assignment import decode_assignment
 from odradek.config import TYPE_CODES, ConfigSource
 from odradek.errors import ErrorCode, KafkaError
+from odradek.protocol.messages.consumer_group_describe import ConsumerGroupDescribeResponse
 from odradek.protocol.messages.describe_groups import DescribeGroupsResponse
-from odradek.protocol.messages.metadata import MetadataRequest, MetadataResponse
+from odradek.protocol.messages.metadata import MetadataResponse
+from odradek.transport import AsyncBrokerConnection, AsyncCluster
 
 log = logging.getLogger("odradek.client.admin")
 
@@ -217,27 +218,20 @@ class AdminBase:
         return await wait_for(aw, max(dl.remaining(), 0.001))
 
     async def _request(self, conn: AsyncBrokerConnection, message: Any, version: int, dl: _Deadline) -> Any:
-        return await conn.request(message, version, timeout=max(min(self._request_timeout, dl.remaining()), 0.001))
+        return await conn.request(message, version, timeout=self._request_time(dl))
+
+    def _request_time(self, dl: _Deadline) -> float:
+        """How long one request may take: the request timeout, within the operation's time."""
+        return max(min(self._request_timeout, dl.remaining()), 0.001)
 
     async def _metadata(self, topics: Iterable[str] | None, dl: _Deadline) -> MetadataResponse:
         """Fresh metadata for ``topics`` (None: every topic); updates the cluster's broker list.
 
         Admin asks Metadata directly instead of going through the cluster's cache of wanted
         topics: it never auto-creates and never keeps topics it was asked about."""
-        cluster = self._cluster
-        conn = await self._bounded(cluster.any_connection(), dl)
         names = None if topics is None else sorted(set(topics))
-        req = MetadataRequest(
-            topics=None if names is None else [MetadataRequest.MetadataRequestTopic(name=n) for n in names],
-            allow_auto_topic_creation=False,
-        )
-        v = conn.version_for(MetadataRequest)
-        if names is not None:
-            v = max(v, 1)  # v0 reads an empty list as "all topics"
-        resp: MetadataResponse = await self._request(conn, req, v, dl)
-        cluster.brokers = {b.node_id: (b.host, b.port) for b in resp.brokers}
-        cluster.cluster_id = resp.cluster_id
-        cluster.controller_id = resp.controller_id
+        metadata = self._cluster.metadata(names, allow_auto_create=False, timeout=self._request_time(dl))
+        resp = await self._bounded(metadata, dl)
         self._controller_stale = False
         return resp
 
@@ -357,6 +351,24 @@ def _group_description(g: DescribeGroupsResponse.DescribedGroup, coordinator: No
                 assignment = sorted((tp.topic, p) for tp in decoded.assigned_partitions for p in tp.partitions)
         members.append(MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host, assignment))
     return GroupDescription(g.group_id, g.group_state, g.protocol_type, g.protocol_data, members, coordinator)
+
+
+def _consumer_group_description(
+    g: ConsumerGroupDescribeResponse.DescribedGroup, coordinator: Node | None
+) -> GroupDescription:
+    """A KIP-848 consumer group (ConsumerGroupDescribe): its members' epochs, their partitions and
+    their target partitions."""
+
+    def parts(a: ConsumerGroupDescribeResponse.Assignment) -> list[TopicPartition]:
+        return sorted((tp.topic_name, p) for tp in a.topic_partitions for p in tp.partitions)
+
+    members = [
+        MemberDescription(m.member_id, m.instance_id, m.client_id, m.client_host, parts(m.assignment),
+                          m.member_epoch, parts(m.target_assignment))
+        for m in g.members
+    ]
+    return GroupDescription(g.group_id, g.group_state, "consumer", g.assignor_name, members, coordinator,
+                            "consumer", g.group_epoch, g.assignment_epoch)
 
 
 def _cluster(cluster_id: str | None, controller_id: int, brokers: list[Node]) -> ClusterDescription:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from odradek.client._aio import AsyncBrokerConnection
 from odradek.client.admin._base import (
     _TYPE_NAMES,
     AdminBase,
@@ -28,6 +27,7 @@ from odradek.protocol.messages.incremental_alter_configs import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
+from odradek.transport import AsyncBrokerConnection
 
 
 class ConfigAdmin(AdminBase):

@@ -6,13 +6,13 @@ import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from odradek.client._aio import AsyncBrokerConnection
 from odradek.client.admin._base import (
     _GROUP_MESSAGES,
     _GROUP_STATES,
     K,
     T,
     _check,
+    _consumer_group_description,
     _Deadline,
     _error,
     _group_description,
@@ -34,13 +34,14 @@ from odradek.client.admin.types import (
     TopicPartition,
 )
 from odradek.errors import ErrorCode, KafkaError
+from odradek.protocol.messages.consumer_group_describe import ConsumerGroupDescribeRequest
 from odradek.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
 from odradek.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
-from odradek.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from odradek.protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
 from odradek.protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
 from odradek.protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
 from odradek.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
+from odradek.transport import AsyncBrokerConnection
 
 
 class GroupAdmin(RecordAdmin):
@@ -53,33 +54,18 @@ class GroupAdmin(RecordAdmin):
         asked of any broker: one FindCoordinator for all of them from v4, one per key before."""
         what = "group" if key_type == 0 else "transactional id"
         conn = await self._node(None, dl)
-        Q = FindCoordinatorRequest
-        v = conn.version_for(Q)
-        answers: list[tuple[str, int, str | None, int, str, int]] = []
-        if v >= 4:
-            resp: FindCoordinatorResponse = await self._request(
-                conn, Q(key_type=key_type, coordinator_keys=groups), v, dl
-            )
-            answers = [(c.key, c.error_code, c.error_message, c.node_id, c.host, c.port) for c in resp.coordinators]
-        else:
-            resps: list[FindCoordinatorResponse] = await asyncio.gather(
-                *(self._request(conn, Q(key=g, key_type=key_type), v, dl) for g in groups)
-            )
-            answers = [
-                (g, r.error_code, r.error_message if v >= 1 else None, r.node_id, r.host, r.port)
-                for g, r in zip(groups, resps)
-            ]
+        answers = await self._cluster.find_coordinators(conn, groups, key_type, self._request_time(dl))
         found: dict[str, Node | KafkaError] = {}
-        for key, code, message, node_id, host, port in answers:
-            if key not in groups:
+        for a in answers:
+            if a.key not in groups:
                 continue
-            if code:
-                found[key] = _error(code, f"find the coordinator of {what} '{key}'", message)
+            if a.error_code:
+                found[a.key] = _error(a.error_code, f"find the coordinator of {what} '{a.key}'", a.error_message)
             else:
                 # the coordinator is a broker of the metadata; remember its address in case the
                 # cached broker list is older than the answer
-                self._cluster.brokers.setdefault(node_id, (host, port))
-                found[key] = Node(node_id, host, port)
+                self._cluster.brokers.setdefault(a.node_id, (a.host, a.port))
+                found[a.key] = Node(a.node_id, a.host, a.port)
         for g in groups:
             if g not in found:
                 found[g] = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"find the coordinator of {what} '{g}': no answer")
@@ -164,8 +150,10 @@ class GroupAdmin(RecordAdmin):
         """State, protocol type, assignor, coordinator and members of each group; a member's
         ``assignment`` is the list of its ``(topic, partition)`` (decoded from the consumer
         protocol; empty while the group rebalances).  As in Kafka, a group that does not exist is
-        described as ``Dead`` with no members.  For committed offsets see
-        :meth:`list_group_offsets`, for the lag :meth:`group_lag`."""
+        described as ``Dead`` with no members.  A group of the consumer protocol (KIP-848), which
+        DescribeGroups does not describe, is described by ConsumerGroupDescribe: ``group_type``
+        ``consumer``, its epochs, and each member's epoch and target assignment.  For committed
+        offsets see :meth:`list_group_offsets`, for the lag :meth:`group_lag`."""
         dl = self._deadline(timeout)
         wanted = list(dict.fromkeys([group_ids] if isinstance(group_ids, str) else group_ids))
         state: _Pending[str, GroupDescription] = _Pending({g: None for g in wanted}, lambda g: f"describe group '{g}'")
@@ -181,8 +169,24 @@ class GroupAdmin(RecordAdmin):
                     continue
                 if g.error_code:
                     state.fail(g.group_id, g.error_code, _GROUP_MESSAGES.get(ErrorCode.of(g.error_code)))
+                elif g.group_state == "Dead" and conn.versions.get(ConsumerGroupDescribeRequest.API_KEY):
+                    await consumer_groups(conn, g.group_id, g)
                 else:
                     state.done(g.group_id, _group_description(g, coordinators.get(g.group_id)))
+
+        async def consumer_groups(conn: AsyncBrokerConnection, gid: str, dead: Any) -> None:
+            """A group DescribeGroups calls Dead may be a consumer group (KIP-848)."""
+            C = ConsumerGroupDescribeRequest
+            resp = await self._request(conn, C(group_ids=[gid]), conn.version_for(C), dl)
+            for cg in resp.groups:
+                if cg.group_id != gid or gid not in state.todo:
+                    continue
+                if cg.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+                    state.done(gid, _group_description(dead, coordinators.get(gid)))
+                elif cg.error_code:
+                    state.fail(gid, cg.error_code, cg.error_message or _GROUP_MESSAGES.get(ErrorCode.of(cg.error_code)))
+                else:
+                    state.done(gid, _consumer_group_description(cg, coordinators.get(gid)))
 
         async def attempt() -> None:
             await self._per_node(state, await self._coordinators(state, lambda g: g, dl, coordinators), send, dl)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from odradek.client._aio import AsyncBrokerConnection
 from odradek.client.admin._base import (
     _OFFSET_SPECS,
     MAX_TIMESTAMP,
@@ -20,6 +19,7 @@ from odradek.client.admin.types import (
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.delete_records import DeleteRecordsRequest, DeleteRecordsResponse
 from odradek.protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
+from odradek.transport import AsyncBrokerConnection
 
 
 class RecordAdmin(AdminBase):

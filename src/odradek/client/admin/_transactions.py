@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from odradek.client._aio import AsyncBrokerConnection
 from odradek.client.admin._base import _check, _Pending
 from odradek.client.admin._groups import GroupAdmin
 from odradek.client.admin.types import (
@@ -23,6 +22,7 @@ from odradek.protocol.messages.describe_transactions import (
 )
 from odradek.protocol.messages.list_transactions import ListTransactionsRequest, ListTransactionsResponse
 from odradek.protocol.messages.write_txn_markers import WriteTxnMarkersRequest, WriteTxnMarkersResponse
+from odradek.transport import AsyncBrokerConnection
 
 
 class TransactionAdmin(GroupAdmin):

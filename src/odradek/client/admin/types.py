@@ -254,6 +254,9 @@ class MemberDescription:
     client_id: str
     host: str  # the member's address as the coordinator sees it ("/127.0.0.1")
     assignment: list[TopicPartition]  # decoded when the group uses the consumer protocol and is Stable
+    #: a consumer group's (KIP-848) member: its epoch, and the partitions it is to own
+    member_epoch: int | None = None
+    target_assignment: list[TopicPartition] | None = None
 
 
 @dataclass(slots=True)
@@ -264,6 +267,11 @@ class GroupDescription:
     protocol: str  # the partition assignor chosen ("range", "cooperative-sticky", ...)
     members: list[MemberDescription]
     coordinator: Node | None
+    #: "classic", or "consumer" for a group of the consumer protocol (KIP-848, ConsumerGroupDescribe)
+    group_type: str = "classic"
+    #: a consumer group's epoch and its target assignment's epoch
+    group_epoch: int | None = None
+    assignment_epoch: int | None = None
 
     @property
     def is_simple_consumer_group(self) -> bool:
