@@ -58,9 +58,10 @@ def test_finalized_features_as_kafka_python_reads_them(tmp_path: Path) -> None:
     assert features["metadata.version"]["supported"] == (7, 25)
     assert features["metadata.version"]["finalized"] == (25, 25)  # 4.0-IV3
     assert features["metadata.version"]["finalized_epoch"] == 0
+    assert features["group.version"]["supported"] == (0, 1)  # KIP-848's consumer groups
+    assert features["group.version"]["finalized"] == (1, 1)
     # not implemented here yet: supported at level 0 only, not finalized
     assert features["share.version"] == {"supported": (0, 0)}
-    assert "finalized" not in features.get("group.version", {})
 
 
 def test_api_versions_v3_leaves_out_features_whose_lowest_level_is_0(tmp_path: Path) -> None:
@@ -73,7 +74,7 @@ def test_api_versions_v3_leaves_out_features_whose_lowest_level_is_0(tmp_path: P
     }
     for r in (v3, v4):
         assert {f.name: f.max_version_level for f in r.finalized_features} == {  # type: ignore[attr-defined]
-            "metadata.version": 25, "transaction.version": 2,
+            "group.version": 1, "metadata.version": 25, "transaction.version": 2,
         }
         assert r.finalized_features_epoch == 0  # type: ignore[attr-defined]
 

@@ -73,13 +73,14 @@ class Feature:
 #: Odradek's features.  metadata.version: Odradek answers as a Kafka 4.0 broker at 4.0-IV3 (the
 #: level that makes transaction.version 2 and group.version 1 the bootstrap levels); it has no
 #: metadata log of its own, the level only names the protocol generation.  kraft.version is
-#: absent: there is no KRaft quorum.  ELR, share and streams groups are not implemented (0 only).
+#: absent: there is no KRaft quorum.  group.version 1 is the consumer group protocol (KIP-848);
+#: ELR, share and streams groups are not implemented (0 only).
 FEATURES: Mapping[str, Feature] = {
     f.name: f
     for f in (
         Feature(METADATA_VERSION, 7, 25, 25),
         Feature(TRANSACTION_VERSION, 0, 2, 2),
-        Feature(GROUP_VERSION, 0, 0, 0),  # KIP-848 raises it to 1 when the consumer protocol is served
+        Feature(GROUP_VERSION, 0, 1, 1),  # KIP-848: the consumer group protocol
         Feature("eligible.leader.replicas.version", 0, 0, 0),
         Feature("share.version", 0, 0, 0),
         Feature("streams.version", 0, 0, 0),
