@@ -98,6 +98,14 @@ def _end(wire: WireClient, txn_id: str, pid: int, epoch: int, commit: bool) -> A
     return wire.request(EndTxnRequest(transactional_id=txn_id, producer_id=pid, producer_epoch=epoch, committed=commit), 5)
 
 
+def _end_retried(wire: WireClient, txn_id: str, pid: int, epoch: int, commit: bool) -> Any:
+    def ended() -> Any:
+        r = _end(wire, txn_id, pid, epoch, commit)
+        return None if r.error_code == ErrorCode.CONCURRENT_TRANSACTIONS else r
+
+    return wait_for(ended, T, f"EndTxn of {txn_id} past CONCURRENT_TRANSACTIONS")
+
+
 def _state(wire: WireClient, txn_id: str) -> Any:
     [state] = wire.request(DescribeTransactionsRequest(transactional_ids=[txn_id]), 0).transaction_states
     return state
@@ -150,8 +158,10 @@ def test_produce_v12_adds_partitions_and_end_txn_v5_bumps_the_epoch(broker: Brok
 
     r = _end(wire, txn_id, pid, e, commit=True)
     assert (r.error_code, r.producer_id, r.producer_epoch) == (0, pid, e + 1)
-    # a retry of that end (the client did not get the answer): the same answer, nothing written
-    r = _end(wire, txn_id, pid, e, commit=True)
+    # a retry of that end (the client did not get the answer): the same answer, nothing written;
+    # while the markers are being written it is CONCURRENT_TRANSACTIONS, as in Kafka, which the
+    # client retries
+    r = _end_retried(wire, txn_id, pid, e, commit=True)
     assert (r.error_code, r.producer_id, r.producer_epoch) == (0, pid, e + 1)
     _complete(wire, txn_id, "CompleteCommit")
     # the same epoch again is a new end, of no transaction: committing nothing is invalid
@@ -184,6 +194,9 @@ def test_txn_offset_commit_v5_adds_the_group_itself(broker: BrokerProcess, wire:
     Q = TxnOffsetCommitRequest
 
     def commit() -> bool:
+        # a client finds the group's coordinator first (which creates __consumer_offsets)
+        if wire.request(FindCoordinatorRequest(key=group, key_type=0), 3).error_code:
+            return False
         r = wire.request(Q(transactional_id=txn_id, group_id=group, producer_id=pid, producer_epoch=e, topics=[
             Q.TxnOffsetCommitRequestTopic(name=topic, partitions=[
                 Q.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=42, committed_metadata="m")

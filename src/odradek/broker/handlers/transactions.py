@@ -224,8 +224,6 @@ async def _verified(ctx: RequestContext, request: TxnOffsetCommitRequest) -> Err
         return ErrorCode.NONE
     tp = (OFFSETS_TOPIC, port.groups.partition_for(request.group_id))
     try:
-        if add:
-            await port.groups.ensure_topic()
         code = await port.transactions.verify(
             request.transactional_id, request.producer_id, request.producer_epoch, [tp], add=add
         )
