@@ -2,6 +2,7 @@
 of tests for two workers."""
 
 import os
+import sys
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -20,6 +21,27 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+# -- the package's own modules are not assertion-rewritten ---------------------------------------------
+# pytest marks every module of a distribution with a pytest11 entry point (odradek.pytest_plugin)
+# for assertion rewriting, so each codec module (protocol/messages/_codecs, imported on the first
+# use of its messages) was parsed with ast.parse in whichever thread encoded first. CPython 3.11's
+# ast.parse is not thread-safe (gh-106905: "SystemError: AST constructor recursion depth
+# mismatch" when two threads parse at once): a test whose threads first encoded two kinds of
+# message at the same moment failed, more often on a loaded machine. The package is not test code:
+# its modules are imported as Python imports them.
+def _package_not_rewritten() -> None:
+    for finder in sys.meta_path:
+        marked = getattr(finder, "_must_rewrite", None)
+        if isinstance(marked, set):
+            marked.discard("odradek")
+            cache = getattr(finder, "_marked_for_rewrite_cache", None)
+            if isinstance(cache, dict):
+                cache.clear()
+
+
+_package_not_rewritten()
 
 
 # -- running on two workers (pytest-xdist, ``-n 2 --dist load --maxschedchunk 2``) ---------------------

@@ -315,6 +315,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000),
     ("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000),
     ("transaction.partition.verification.enable", "boolean", True),
+    # the most partitions one DescribeTopicPartitions answer carries (a request may ask fewer)
+    ("max.request.partition.size.limit", "int", 2000),
     ("zookeeper.connect", "string", None),
     ("zookeeper.session.timeout.ms", "int", 18000),
     ("zookeeper.connection.timeout.ms", "int", None),
@@ -422,7 +424,6 @@ KAFKA_BROKER_CONFIGS: dict[str, ConfigDef] = _kafka_defs(
     ("queued.max.request.bytes", "long", -1, _R, "Kafka: bytes of queued requests before reading stops (-1: no limit)."),
     ("socket.connection.setup.timeout.ms", "long", 10000, _R, "Kafka: first timeout for the broker's own outgoing connections."),
     ("socket.connection.setup.timeout.max.ms", "long", 30000, _R, "Kafka: largest timeout for the broker's own outgoing connections."),
-    ("max.request.partition.size.limit", "int", 2000, _R, "Kafka: partitions one share-fetch request may name."),
     # threads and purgatories
     ("background.threads", "int", 10, _C, "Kafka: threads for background tasks."),
     ("num.replica.alter.log.dirs.threads", "int", None, _R, "Kafka: threads moving replicas between log directories."),

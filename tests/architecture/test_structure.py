@@ -342,7 +342,8 @@ def test_no_component_reads_a_broker_setting_by_name() -> None:
 
 #: the ports each handler module may use (ctx.ports.<area>); the authorizer is the request's
 HANDLER_PORTS = {
-    "acls": {"acls"}, "admin": {"admin"}, "api_versions": set(), "cluster": {"cluster"}, "configs": {"configs"},
+    "acls": {"acls"}, "admin": {"admin"}, "api_versions": {"features"}, "cluster": {"cluster"}, "configs": {"configs"},
+    "features": {"features"}, "topic_partitions": {"metadata"},
     "consumer_groups": {"groups"}, "fetch": {"fetch"}, "groups": {"groups"}, "list_offsets": {"list_offsets"}, "metadata": {"metadata"},
     "produce": {"produce"}, "quotas": {"quotas"}, "sasl": {"sasl"}, "transactions": {"transactions"},
 }

@@ -237,13 +237,13 @@ def test_txn_offset_commit_checks_the_member_only_when_one_is_given(broker: Brok
         txn = f"named-{topic}"
         pid, epoch = _in_transaction(wire, txn, group)
         assert _txn_commit(wire, txn, pid, epoch, group, topic, 50, 3,
-                           member_id="nobody", generation_id=generation) is ErrorCode.UNKNOWN_MEMBER_ID
+                           member_id="nobody", generation_id_or_member_epoch=generation) is ErrorCode.UNKNOWN_MEMBER_ID
         assert _txn_commit(wire, txn, pid, epoch, group, topic, 50, 3,
-                           member_id="", generation_id=generation) is ErrorCode.UNKNOWN_MEMBER_ID
+                           member_id="", generation_id_or_member_epoch=generation) is ErrorCode.UNKNOWN_MEMBER_ID
         assert _txn_commit(wire, txn, pid, epoch, group, topic, 50, 3,
-                           member_id=member.member_id, generation_id=generation + 7) is ErrorCode.ILLEGAL_GENERATION
+                           member_id=member.member_id, generation_id_or_member_epoch=generation + 7) is ErrorCode.ILLEGAL_GENERATION
         assert _txn_commit(wire, txn, pid, epoch, group, topic, 50, 3,
-                           member_id=member.member_id, generation_id=generation) is ErrorCode.NONE
+                           member_id=member.member_id, generation_id_or_member_epoch=generation) is ErrorCode.NONE
         _end(wire, txn, pid, epoch, commit=True)
         wait_for(lambda: fetch_offsets(wire, group, topic, [0]) == {0: 50}, T, "the member's offset")
         assert not member.errors, member.errors

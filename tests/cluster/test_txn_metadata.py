@@ -13,7 +13,7 @@ from odradek.cluster.transactions import TxnMetadata, TxnState
 def _full() -> TxnMetadata:
     """Metadata whose every field differs from its default."""
     return TxnMetadata(
-        "id-1", 7, 3, 60_000, TxnState.ONGOING, {("t", 0), ("t", 1)}, 11, 12, 5, 2, TxnState.PREPARE_COMMIT
+        "id-1", 7, 3, 60_000, TxnState.ONGOING, {("t", 0), ("t", 1)}, 11, 12, 5, 2, TxnState.PREPARE_COMMIT, 2, 9
     )
 
 

@@ -119,12 +119,11 @@ def _kp_struct_of(kp_field: Any) -> Any:
     return kp_field.array_of if kp_field.is_struct_array() else kp_field
 
 
-#: Fields renamed in Kafka's JSON between Odradek's copy and kafka-python's, wire layout unchanged:
-#: (Odradek struct qualname, Odradek attr) -> kafka-python name.  KIP-1142 turned
-#: ListClientMetricsResources (API 74) into ListConfigResources; its v0 is the same message.
+#: Fields renamed in Kafka's JSON between Odradek's copy (Kafka 4.x's names) and kafka-python's,
+#: wire layout unchanged: (Odradek struct qualname, Odradek attr) -> kafka-python name.  KIP-848
+#: renamed TxnOffsetCommit's GenerationId to GenerationIdOrMemberEpoch.
 RENAMES: dict[tuple[str, str], str] = {
-    ("ListClientMetricsResourcesResponse", "client_metrics_resources"): "config_resources",
-    ("ListClientMetricsResourcesResponse.ClientMetricsResource", "name"): "resource_name",
+    ("TxnOffsetCommitRequest", "generation_id_or_member_epoch"): "generation_id",
 }
 
 

@@ -24,12 +24,12 @@ def _in(version: int, versions: tuple[int, int] | None) -> bool:
     return versions is not None and versions[0] <= version <= versions[1]
 
 
-def value_of(t: Any, version: int, flexible: bool, nullable: bool) -> st.SearchStrategy[Any]:
+def value_of(t: Any, version: int, flexible: bool, nullable: bool, unknown_from: int = 0) -> st.SearchStrategy[Any]:
     if isinstance(t, Array):
-        items = st.lists(value_of(t.element, version, flexible, False), max_size=3)
+        items = st.lists(value_of(t.element, version, flexible, False, unknown_from), max_size=3)
         return st.one_of(st.none(), items) if nullable else items
     if isinstance(t, type) and issubclass(t, Struct):
-        strat = struct_of(t, version, flexible)
+        strat = struct_of(t, version, flexible, unknown_from)
         return st.one_of(st.none(), strat) if nullable else strat
     if t in _INT_RANGES:
         lo, hi = _INT_RANGES[t]
@@ -51,34 +51,39 @@ def value_of(t: Any, version: int, flexible: bool, nullable: bool) -> st.SearchS
     return st.one_of(st.none(), v) if nullable else v
 
 
-def _field_strategy(f: Field, version: int, flexible: bool) -> st.SearchStrategy[Any] | None:
+def _field_strategy(f: Field, version: int, flexible: bool, unknown_from: int) -> st.SearchStrategy[Any] | None:
     if not _in(version, f.versions):
         return None
     if f.tag is not None and _in(version, f.tagged):
         if not flexible:
             return None
         # tagged fields: sometimes left at their default (then not written at all)
-        return st.one_of(st.just(f.default_value()), value_of(f.type, version, True, _in(version, f.nullable)))
-    return value_of(f.type, version, flexible and f.flexible, _in(version, f.nullable))
+        value = value_of(f.type, version, True, _in(version, f.nullable), unknown_from)
+        return st.one_of(st.just(f.default_value()), value)
+    return value_of(f.type, version, flexible and f.flexible, _in(version, f.nullable), unknown_from)
 
 
-def unknown_tags(cls: type[Struct], version: int) -> st.SearchStrategy[list[tuple[int, bytes]] | None]:
+def unknown_tags(
+    cls: type[Struct], version: int, unknown_from: int = 0
+) -> st.SearchStrategy[list[tuple[int, bytes]] | None]:
+    """Tagged fields ``cls`` does not know, with tags from ``unknown_from`` up."""
     known = {f.tag for f in cls._fields_ if f.tag is not None}
-    tags = st.integers(0, 300).filter(lambda t: t not in known)
+    tags = st.integers(unknown_from, unknown_from + 300).filter(lambda t: t not in known)
     pairs = st.lists(st.tuples(tags, st.binary(max_size=8)), max_size=2, unique_by=lambda p: p[0])
     return st.one_of(st.none(), pairs.map(lambda p: sorted(p) or None))
 
 
-def struct_of(cls: type[Struct], version: int, flexible: bool) -> st.SearchStrategy[Any]:
+def struct_of(cls: type[Struct], version: int, flexible: bool, unknown_from: int = 0) -> st.SearchStrategy[Any]:
     kwargs: dict[str, st.SearchStrategy[Any]] = {}
     for f in cls._fields_:
-        strat = _field_strategy(f, version, flexible)
+        strat = _field_strategy(f, version, flexible, unknown_from)
         if strat is not None:
             kwargs[f.attr] = strat
     if flexible:
-        kwargs["unknown_tagged_fields"] = unknown_tags(cls, version)
+        kwargs["unknown_tagged_fields"] = unknown_tags(cls, version, unknown_from)
     return st.fixed_dictionaries(kwargs).map(lambda kw: cls(**kw))
 
 
-def message_of(cls: type[s.Data], version: int) -> st.SearchStrategy[Any]:
-    return struct_of(cls, version, cls.is_flexible(version))
+def message_of(cls: type[s.Data], version: int, unknown_from: int = 0) -> st.SearchStrategy[Any]:
+    """Any ``cls`` message at ``version``; unknown tagged fields get tags from ``unknown_from`` up."""
+    return struct_of(cls, version, cls.is_flexible(version), unknown_from)

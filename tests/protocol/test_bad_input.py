@@ -78,7 +78,7 @@ def test_unsupported_version_keeps_the_header() -> None:
 
 def test_encoding_a_version_outside_the_range_is_a_local_error() -> None:
     with pytest.raises(EncodeError) as info:
-        ApiVersionsRequest().encode(5)
+        ApiVersionsRequest().encode(ApiVersionsRequest.VALID_VERSIONS[1] + 1)
     assert isinstance(info.value, LocalProtocolError) and info.value.code == ErrorCode.UNSUPPORTED_VERSION
 
 

@@ -8,7 +8,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFS = ROOT.parent / "shared" / "reference" / "kafka-protocol"
+REFERENCE = ROOT.parent / "shared" / "reference"
+#: the default inputs: Kafka 3.x's definitions, then Kafka 4.x's merged into them
+DEFS = [
+    str(REFERENCE / version / kind)
+    for version in ("kafka-protocol", "kafka-protocol-4x")
+    for kind in ("messages", "coordinator-records")
+]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -23,11 +29,10 @@ def test_committed_output_is_current() -> None:
 def test_check_fails_on_stale_output(tmp_path: Path) -> None:
     out = tmp_path / "messages"
     shutil.copytree(ROOT / "src" / "odradek" / "protocol" / "messages", out)
-    defs = [str(DEFS / "messages"), str(DEFS / "coordinator-records")]
-    assert _run(*defs, "--out", str(out), "--check").returncode == 0
+    assert _run(*DEFS, "--out", str(out), "--check").returncode == 0
     target = out / "produce.py"
-    target.write_text(target.read_text().replace("(0, 11)", "(0, 12)"))
-    result = _run(*defs, "--out", str(out), "--check")
+    target.write_text(target.read_text().replace("(0, 13)", "(0, 14)"))
+    result = _run(*DEFS, "--out", str(out), "--check")
     assert result.returncode == 1
     assert "produce.py" in result.stderr
 
@@ -41,10 +46,9 @@ def test_output_carries_no_prose_from_the_definitions() -> None:
 def test_check_fails_on_a_stale_codec_module(tmp_path: Path) -> None:
     out = tmp_path / "messages"
     shutil.copytree(ROOT / "src" / "odradek" / "protocol" / "messages", out)
-    defs = [str(DEFS / "messages"), str(DEFS / "coordinator-records")]
     target = out / "_codecs" / "fetch.py"
     target.write_text(target.read_text().replace("pos += 4", "pos += 5", 1))
-    result = _run(*defs, "--out", str(out), "--check")
+    result = _run(*DEFS, "--out", str(out), "--check")
     assert result.returncode == 1
     assert "_codecs/fetch.py" in result.stderr
 
@@ -72,15 +76,14 @@ def test_every_codec_version_has_a_function_and_identical_versions_share_one() -
     assert FetchRequest.encoder(2) is not FetchRequest.encoder(3)
 
 
-def test_kafka_4_definitions_replace_earlier_ones_but_not_with_removed_apis(tmp_path: Path) -> None:
-    kafka4 = ROOT.parent / "shared" / "reference" / "kafka-protocol-4x"
+def test_kafka_4_definitions_merge_into_earlier_ones_and_removed_apis_stay(tmp_path: Path) -> None:
     out = tmp_path / "messages"
-    defs = [str(DEFS / "messages"), str(DEFS / "coordinator-records"), str(kafka4 / "messages"),
-            str(kafka4 / "coordinator-records")]
-    result = _run(*defs, "--out", str(out))
+    result = _run(*DEFS, "--out", str(out))
     assert result.returncode == 0, result.stderr
     produce = (out / "produce.py").read_text()
-    assert "ProduceRequest.VALID_VERSIONS = (3, 13)" in produce  # Kafka 4's range
+    assert "ProduceRequest.VALID_VERSIONS = (0, 13)" in produce  # Kafka 3's v0-2 and Kafka 4's v13
     # StopReplica is "validVersions": "none" in Kafka 4: the 3.x definition stays
     assert "StopReplicaRequest.VALID_VERSIONS = (0, 4)" in (out / "stop_replica.py").read_text()
     assert (out / "_codecs" / "stop_replica.py").is_file()
+    # the default inputs are these
+    assert _run("--out", str(out), "--check").returncode == 0

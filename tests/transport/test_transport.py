@@ -26,6 +26,7 @@ from odradek.security import PlainClient
 from odradek.testing import DISCONNECT, NO_ANSWER, Delayed, MockCluster
 from odradek.transport import FRAMES, AsyncCluster, Channel, Cluster
 from odradek.transport.coordinator import TRANSACTION
+from odradek.transport.session import CLIENT_MAX_VERSIONS
 
 FACES = ["async", "blocking"]
 
@@ -98,11 +99,14 @@ def test_api_versions_falls_back_to_v0_on_unsupported_version(mock: MockCluster,
     broker.api_versions[ApiKey.API_VERSIONS] = (0, 2)
     face = face_of(broker.bootstrap)
     conn = face("any_connection")
+    # the client's highest ApiVersions first (the classes may know a newer one it does not speak)
     assert [r.version for r in broker.requests if r.api_key == ApiKey.API_VERSIONS] == [
-        ApiVersionsRequest.VALID_VERSIONS[1], 0
+        CLIENT_MAX_VERSIONS[ApiKey.API_VERSIONS], 0
     ]
     assert conn.versions[ApiKey.API_VERSIONS] == (0, 2)
-    assert conn.version_for(MetadataRequest) == MetadataRequest.VALID_VERSIONS[1]
+    assert conn.version_for(MetadataRequest) == min(
+        MetadataRequest.VALID_VERSIONS[1], CLIENT_MAX_VERSIONS[ApiKey.METADATA]
+    )
 
 
 def test_sasl_plain_exchange_and_its_failure(mock: MockCluster, face_of: Callable[..., Face]) -> None:

@@ -4,9 +4,9 @@ Usage (from the repository root)::
 
     python -m tools.codegen [DEFINITIONS_DIR ...] [--out DIR] [--check]
 
-``DEFINITIONS_DIR`` defaults to ``../shared/reference/kafka-protocol/messages`` and
-``../shared/reference/kafka-protocol/coordinator-records`` (Kafka 4's are in
-``../shared/reference/kafka-protocol-4x/``).  The output goes to ``src/odradek/protocol/messages/``:
+``DEFINITIONS_DIR`` defaults to Kafka 3's definitions, ``../shared/reference/kafka-protocol/messages``
+and ``.../coordinator-records``, followed by Kafka 4's, ``../shared/reference/kafka-protocol-4x/messages``
+and ``.../coordinator-records``.  The output goes to ``src/odradek/protocol/messages/``:
 one module of classes per API (plus headers, data types and coordinator records), and beside
 each in ``_codecs/`` its codec module (see ``tools/codegen/codecs.py``: an encoder and a decoder
 per struct and version, as straight-line Python that mypy checks) and in ``_builders/`` its
@@ -14,10 +14,11 @@ builders (one per struct), each imported at run time on first use of its classes
 the committed output differs from what the definitions produce.
 
 Definitions are read from the directories (and their subdirectories) in order; a message defined
-again in a later directory replaces the earlier definition, unless the later one has
-``"validVersions": "none"`` (an API that version of Kafka removed): so
-``python -m tools.codegen 3.x/messages 4.x/messages`` takes Kafka 4's definitions and keeps the
-removed inter-broker APIs from 3.x.
+again in a later directory is merged into the earlier definition (``tools/codegen/merge.py``):
+one class covers the versions of both, each version encoded as the definition that has it says
+(the later one where both do), so Kafka 4's versions come with the classic ones Kafka 4 removed
+(KIP-896); a later ``"validVersions": "none"`` (an API that version of Kafka removed: the
+ZooKeeper-era inter-broker requests) leaves the earlier definition in place.
 
 Only facts from the definitions reach the output: names, types, versions, tags, defaults.
 """
@@ -31,6 +32,7 @@ from typing import Any
 
 from tools.codegen.codecs import BUILDERS, CodecModule
 from tools.codegen.inspection import table_text
+from tools.codegen.merge import key_of, merge, renumber_coordinator_key
 from tools.codegen.model import (
     PRIMITIVES,
     MessageDef,
@@ -48,6 +50,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DEFS = [
     ROOT.parent / "shared" / "reference" / "kafka-protocol" / "messages",
     ROOT.parent / "shared" / "reference" / "kafka-protocol" / "coordinator-records",
+    ROOT.parent / "shared" / "reference" / "kafka-protocol-4x" / "messages",
+    ROOT.parent / "shared" / "reference" / "kafka-protocol-4x" / "coordinator-records",
 ]
 DEFAULT_OUT = ROOT / "src" / "odradek" / "protocol" / "messages"
 CODECS = "_codecs"  # the codec modules' subpackage of the output directory
@@ -190,16 +194,17 @@ def module_text(messages: list[MessageDef], doc: str) -> str:
 
 def generate(def_dirs: list[Path]) -> dict[str, str]:
     """Map of output file name -> text."""
-    # by name: a later directory's definition replaces an earlier one's, except that one with
-    # ``"validVersions": "none"`` (an API Kafka removed) leaves the earlier one in place
-    by_name: dict[str, dict[str, Any]] = {}
+    # a later directory's definition of a message merges into an earlier one's (see merge.py)
+    by_key: dict[tuple[str, Any], dict[str, Any]] = {}
     for d in def_dirs:
         for path in sorted(d.rglob("*.json")):
-            spec = load(path)
-            if parse_versions(spec.get("validVersions")) is None:
-                continue
-            by_name[spec["name"]] = spec
-    specs = list(by_name.values())
+            spec = renumber_coordinator_key(load(path))
+            ident = key_of(spec)
+            if ident in by_key:
+                by_key[ident] = merge(by_key[ident], spec)
+            elif parse_versions(spec.get("validVersions")) is not None:
+                by_key[ident] = spec
+    specs = list(by_key.values())
     requests: dict[int, dict[str, Any]] = {}
     responses: dict[int, dict[str, Any]] = {}
     headers: list[dict[str, Any]] = []

@@ -24,6 +24,9 @@ What the emitted code does, per struct and version:
   common case) is checked for inline; otherwise a helper function reads or writes the section;
 * a field the version cannot carry must hold its default when encoding (unless ignorable), and
   gets its default when decoding;
+* an array count above the bytes left (times its elements' least size) or above 1,000,000, and a
+  tagged-field count above the bytes left or above 10,000, refuse the message (Kafka 4.4's
+  limits, with its messages);
 * ``records`` fields decode to a ``memoryview`` of the input; a ``records`` value that is a file
   region (anything with ``length`` and ``to_bytes()``) is left as a hole of a ``Holes`` buffer.
 
@@ -55,7 +58,9 @@ IDENT = {"b": "b", "h": "h", "H": "H", "i": "i", "I": "I", "q": "q", "d": "d", "
 MIN_SIZE = {"string": 1, "bytes": 1, "records": 1, "uuid": 16}
 PLACEHOLDER = "@FN@"
 BUILDERS = "_builders"  # the builders' subpackage of the output directory
-ARRAY_SANITY = 1 << 20  # counts above this must fit in the bytes left even for 0-byte elements
+#: Kafka 4.4's limits (MessageUtil): the most elements an array may declare, the most tagged
+#: fields a struct may; a count above them, or above the bytes left, refuses the message
+MAX_ARRAY_LENGTH = 1_000_000
 
 
 def py_type(f: FieldDef) -> str:
@@ -437,6 +442,8 @@ class CodecModule:
         lines = [
             f"def {PLACEHOLDER}_tagged(buf: memoryview, pos: int, obj: {s.qual}) -> int:",
             "    count, pos = read_uvarint(buf, pos)",
+            "    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:",
+            "        raise tagged_count_refused(count, len(buf) - pos)",
         ]
         for f in tagged:
             lines.append(f"    obj.{f.attr} = {self.default_expr(f)}")
@@ -531,20 +538,18 @@ class CodecModule:
                 "bytes": f"bytes({buf}[pos:{end}])",
             }[base]
             return [*lines, f"{i2}{end} = pos + {n}", f"{i2}if {end} > len({buf}):", f'{i2}    raise DecodeError("{what}: {runs} past the end of the data")', f"{i2}{dst} = {value}", f"{i2}pos = {end}"]
-        too_many = f'raise DecodeError(f"{what}: array of {{{n}}} elements runs past the end of the data")'
+        too_many = f'raise array_refused("{what}", {n}, len({buf}) - pos)'
         if base in FIXED and base != "bool":
             c = FIXED[base]
-            return [*lines, f"{i2}{end} = pos + {n} * {SIZE[c]}", f"{i2}if {end} > len({buf}):", f"{i2}    {too_many}", f'{i2}{dst} = list(sunpack(f">{{{n}}}{c}", {buf}, pos)) if {n} else []', f"{i2}pos = {end}"]
+            return [*lines, f"{i2}{end} = pos + {n} * {SIZE[c]}", f"{i2}if {end} > len({buf}) or {n} > {MAX_ARRAY_LENGTH}:", f"{i2}    {too_many}", f'{i2}{dst} = list(sunpack(f">{{{n}}}{c}", {buf}, pos)) if {n} else []', f"{i2}pos = {end}"]
         if base in PRIMITIVES:
             least = SIZE[FIXED[base]] if base in FIXED else MIN_SIZE[base]
         else:
             assert f.struct is not None
             least = self.plan(f.struct, version, flexible).min_size
         # every element takes at least ``least`` bytes: refuse counts the data cannot hold
-        if least > 0:
-            lines.append(f"{i2}if {n} * {least} > len({buf}) - pos:")
-        else:
-            lines.append(f"{i2}if {n} > {ARRAY_SANITY} and {n} > len({buf}) - pos:")
+        # (and Kafka's: a count above the bytes left, or above MAX_ARRAY_LENGTH)
+        lines.append(f"{i2}if {n} * {max(least, 1)} > len({buf}) - pos or {n} > {MAX_ARRAY_LENGTH}:")
         lines.append(f"{i2}    {too_many}")
         items, item = f"items{k}", f"item{k}"
         lines.append(f"{i2}{items}: list[{element_type(f)}] = []")
@@ -627,6 +632,7 @@ class CodecModule:
             "",
             "from odradek.protocol._codec import (  # noqa: F401",
             "    BYTES_TYPES,",
+            "    MAX_TAGGED_FIELD_COUNT,",
             "    MINUS_ONE_I16,",
             "    MINUS_ONE_I32,",
             "    UNSUPPORTED_VERSION,",
@@ -635,6 +641,7 @@ class CodecModule:
             "    EncodeError,",
             "    Records,",
             "    Struct,",
+            "    array_refused,",
             "    new,",
             "    pack_i16,",
             "    pack_i32,",
@@ -643,6 +650,7 @@ class CodecModule:
             "    put_compact_records,",
             "    put_records,",
             "    read_unknown_tagged,",
+            "    tagged_count_refused,",
             "    read_uuid,",
             "    read_uvarint,",
             "    spack,",

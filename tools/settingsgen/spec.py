@@ -75,6 +75,7 @@ RANGES: dict[str, Range] = {
     "message.max.bytes": at_least(0),
     "num.io.threads": at_least(1),
     "max.incremental.fetch.session.cache.slots": at_least(0),
+    "max.request.partition.size.limit": at_least(1),
     "fetch.max.bytes": at_least(1024),
     "socket.request.max.bytes": at_least(1),
     "max.connections.per.ip": at_least(0),
@@ -151,7 +152,7 @@ GROUPS: tuple[Group, ...] = (
             "num.partitions", "default.replication.factor", "request.max.topics",
             "max.partitions.per.request", "max.partitions.per.topic", "max.broker.partitions",
             "fetch.max.bytes", "fetch.response.max.records", "fetch.response.target.bytes",
-            "max.incremental.fetch.session.cache.slots",
+            "max.incremental.fetch.session.cache.slots", "max.request.partition.size.limit",
         ),
         derived=(
             Derived("id", "int", "broker_id(src)",

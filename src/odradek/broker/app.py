@@ -44,6 +44,7 @@ from odradek._clock import Clock, SystemClock
 from odradek._scheduler import LoopScheduler, Scheduler
 from odradek._timeouts import wait_for
 from odradek.broker import refusals
+from odradek.broker.advertised import inter_broker_listener
 from odradek.broker.authentication import SUPPORTED_MECHANISMS, ListenerSecurity
 from odradek.broker.authorizer import authorizer_for
 from odradek.broker.channel import BrokerChannel, ChannelSecurity
@@ -63,6 +64,7 @@ from odradek.broker.ports import (
     ClusterPort,
     ConfigsPort,
     ConnectionPort,
+    FeaturesPort,
     FetchPort,
     GroupsPort,
     ListOffsetsPort,
@@ -865,9 +867,8 @@ def handler_ports(svc: Services, config: BrokerConfig, live: LiveSettings) -> Po
         authorizer=svc.authorizer,
         connection=ConnectionPort(settings, svc.quotas, svc.metrics, svc.replicas.log_dirs),
         produce=ProducePort(
-            svc.partitions, svc.replicas, transactions, offload, svc.authorizer, svc.metrics, verify_transactions,
-            svc.timers,
-            SchemaValidation(svc.schema_view, offload),
+            image_source, svc.partitions, svc.replicas, transactions, offload, svc.authorizer, svc.metrics,
+            verify_transactions, svc.timers, SchemaValidation(svc.schema_view, offload),
         ),
         fetch=FetchPort(
             svc.broker_id, image_source, svc.partitions, svc.replicas, offload, svc.leader_quota, svc.authorizer,
@@ -889,6 +890,9 @@ def handler_ports(svc: Services, config: BrokerConfig, live: LiveSettings) -> Po
         sasl=SaslPort(image_source, svc.backend),
         # the cluster's controller exists once this broker has registered: looked up per request
         cluster=ClusterPort(svc.replication, lambda: svc.controller),
+        features=FeaturesPort(
+            image_source, svc.backend, inter_broker_listener(settings), svc.metrics is not None
+        ),
     )
 
 

@@ -323,17 +323,30 @@ class TransactionCoordinator(Protocol):
         partitions: Iterable[TP],
         *,
         verify_only: bool = False,
+        client_tv: int = 0,
     ) -> None: ...
 
-    async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[TP]) -> ErrorCode: ...
+    async def verify(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[TP], *, add: bool = False
+    ) -> ErrorCode: ...
 
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None: ...
 
-    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None: ...
+    async def end_txn(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool, *, client_tv: int = 0
+    ) -> tuple[int, int]: ...
 
     def describe(self, transactional_id: str) -> TxnDescription: ...
 
     def list_all(self) -> list[TxnDescription]: ...
+
+
+class FeatureStore(Protocol):
+    """The cluster's finalized feature levels, changed by UpdateFeatures (KIP-584)."""
+
+    async def update_features(
+        self, change: Callable[[Mapping[str, int] | None], Mapping[str, int] | None]
+    ) -> tuple[Mapping[str, int] | None, int]: ...
 
 
 class MarkerWrites(Protocol):
@@ -409,6 +422,8 @@ class ActiveController(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ProducePort:
+    #: Produce v13 names topics by id
+    metadata: ImageSource
     partitions: ProducePartitions
     replicas: ReplicaWrites
     transactions: TransactionCoordinator
@@ -453,7 +468,8 @@ class MetadataPort:
     metadata_known: Callable[[], bool]
     topics: TopicCreation
     authorizer: Authorizer | None
-    #: auto.create.topics.enable, auto.create.topics.max.per.request (read-only)
+    #: auto.create.topics.enable, auto.create.topics.max.per.request,
+    #: max.request.partition.size.limit (read-only)
     settings: ServerSettings
 
 
@@ -537,6 +553,19 @@ class ClusterPort:
 
 
 @dataclass(frozen=True, slots=True)
+class FeaturesPort:
+    """What ApiVersions advertises and which restricted APIs a listener serves (the cluster's
+    finalized features, the inter-broker listener, whether telemetry is on), and UpdateFeatures."""
+
+    metadata: ImageSource
+    features: FeatureStore
+    #: the listener other brokers and the controller reach this one on (upper case)
+    inter_broker_listener: str | None
+    #: whether GetTelemetrySubscriptions / PushTelemetry are served (metrics exported)
+    telemetry: bool
+
+
+@dataclass(frozen=True, slots=True)
 class ConnectionPort:
     """What a connection itself uses: its limits, the client quotas, the request metrics and
     the log dirs' failure channel (a handler's I/O error takes its dir offline)."""
@@ -565,3 +594,4 @@ class Ports:
     quotas: QuotasPort
     sasl: SaslPort
     cluster: ClusterPort
+    features: FeaturesPort

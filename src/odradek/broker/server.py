@@ -38,8 +38,9 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from odradek._scheduler import LoopScheduler, Scheduler
+from odradek.broker.advertised import RESTRICTED_APIS, api_versions_response, served
 from odradek.broker.authentication import ListenerSecurity, Session
-from odradek.broker.dispatch import HANDLERS, Deferred, RequestContext, supported_versions
+from odradek.broker.dispatch import HANDLERS, Deferred, RequestContext
 from odradek.broker.logdirs import is_io_error
 from odradek.errors import ErrorCode, KafkaError
 from odradek.metrics import FETCH_FOLLOWER, BrokerMetrics
@@ -62,7 +63,6 @@ from odradek.protocol import (
 from odradek.protocol._api import response_header_version
 from odradek.protocol.connection import FrameBuffers, frame
 from odradek.protocol.messages import RequestHeader
-from odradek.protocol.messages.api_versions import ApiVersionsResponse
 from odradek.storage.segment import FileRegion
 
 if TYPE_CHECKING:
@@ -113,14 +113,6 @@ def _size(parts: list[Any]) -> int:
     return total
 
 
-def api_versions_response(error_code: int = 0) -> ApiVersionsResponse:
-    return ApiVersionsResponse(
-        error_code=error_code,
-        api_keys=[
-            ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-            for k, (lo, hi) in supported_versions().items()
-        ],
-    )
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
@@ -654,7 +646,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             v0 = RequestHeader(
                 api_key=header.api_key, api_version=0, correlation_id=header.correlation_id, client_id=None
             )
-            return self.conn.send_response(v0, api_versions_response(ErrorCode.UNSUPPORTED_VERSION))
+            return self.conn.send_response(
+                v0, api_versions_response(ErrorCode.UNSUPPORTED_VERSION, self.ports.features, self.listener)
+            )
         if isinstance(ev.error, RequestTooLarge):
             log.warning("closing connection from %s: %s", self.peer, ev.error)
         else:
@@ -667,12 +661,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
         :class:`_Waiting` for :meth:`_finish` when the handler waits for something."""
         header = ev.header
         entry = HANDLERS.get(header.api_key)
-        if entry is None or not entry.min_version <= header.api_version <= entry.max_version:
+        if (
+            entry is None or not entry.min_version <= header.api_version <= entry.max_version
+            or (header.api_key in RESTRICTED_APIS and not served(self.ports.features, self.listener, header.api_key))
+        ):
             if header.api_key == ApiKey.API_VERSIONS:
                 v0 = RequestHeader(
                     api_key=header.api_key, api_version=0, correlation_id=header.correlation_id, client_id=None
                 )
-                return [self.conn.send_response(v0, api_versions_response(ErrorCode.UNSUPPORTED_VERSION))]
+                return [self.conn.send_response(
+                    v0, api_versions_response(ErrorCode.UNSUPPORTED_VERSION, self.ports.features, self.listener)
+                )]
             log.info(
                 "closing connection from %s: unsupported API %s v%s", self.peer, header.api_key, header.api_version
             )

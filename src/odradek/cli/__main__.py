@@ -50,12 +50,13 @@ def _parser() -> argparse.ArgumentParser:
     groups.add_parser(sub)
     configs.add_parser(sub)
 
-    from odradek.cli import acls, certs, transactions, users
+    from odradek.cli import acls, certs, features, transactions, users
 
     users.add_parser(sub)
     acls.add_parser(sub)
     certs.add_parser(sub)
     transactions.add_parser(sub)
+    features.add_parser(sub)
 
     from odradek.cli import bench, cluster, pipeline
 
@@ -144,6 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from odradek.cli import users
 
         return users.run(args)
+    if args.command == "features":
+        from odradek.cli import features
+
+        return features.run(args)
     if args.command == "consume":
         from odradek.cli import consume
 

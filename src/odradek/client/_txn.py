@@ -251,7 +251,7 @@ class TxnManager:
 
         def commit(_v: int | None) -> TxnOffsetCommitRequest:
             return T(transactional_id=self.transactional_id, group_id=group_id, producer_id=self.producer_id,
-                     producer_epoch=self.producer_epoch, generation_id=generation_id, member_id=member_id,
+                     producer_epoch=self.producer_epoch, generation_id_or_member_epoch=generation_id, member_id=member_id,
                      group_instance_id=group_instance_id,
                      topics=[T.TxnOffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
 

@@ -125,6 +125,14 @@ class MetadataImage:
     #: client quotas: Kafka's entity path under /config ("users/alice", "users/<default>/clients/c1",
     #: "clients/c1"; names sanitized as Kafka does) -> quota name -> value
     client_quotas: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    #: finalized feature levels (KIP-584) as last set by UpdateFeatures, every feature listed;
+    #: None: never set, the defaults of :mod:`odradek.cluster.features` apply
+    features: Mapping[str, int] | None = None
+    #: the epoch of the finalized features: incremented by every change (ZooKeeper: the version
+    #: of ``/feature``), 0 while never set
+    features_epoch: int = 0
+    #: client-metrics subscriptions (KIP-714): name -> config (``metrics``, ``interval.ms``, ``match``)
+    client_metrics: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @classmethod
     def empty(cls, cluster_id: str, controller_id: int = -1) -> MetadataImage:
@@ -202,6 +210,16 @@ class MetadataImage:
             out[entity_path] = dict(quotas)
         return replace(self, client_quotas=out)
 
+    def with_features(self, levels: Mapping[str, int], epoch: int) -> MetadataImage:
+        return replace(self, features=dict(levels), features_epoch=epoch)
+
+    def with_client_metrics(self, name: str, configs: Mapping[str, str]) -> MetadataImage:
+        """One client-metrics subscription; no configs: it is removed."""
+        out = {k: v for k, v in self.client_metrics.items() if k != name}
+        if configs:
+            out[name] = dict(configs)
+        return replace(self, client_metrics=out)
+
     # -- serialisation (embedded backend) ---------------------------------------------------
     def to_json(self, *, topics: bool = True) -> dict[str, Any]:
         """The image as the embedded backend stores it; ``topics=False`` leaves the topic list
@@ -215,6 +233,10 @@ class MetadataImage:
                 for r, es in sorted(self.acls.items())
             ],
             "client_quotas": {k: dict(v) for k, v in sorted(self.client_quotas.items())},
+            **({} if self.features is None else {
+                "features": dict(sorted(self.features.items())), "features_epoch": self.features_epoch,
+            }),
+            "client_metrics": {k: dict(v) for k, v in sorted(self.client_metrics.items())},
             "topics": [t.to_json() for t in sorted(self.topics.values(), key=lambda t: t.name)] if topics else [],
             "deleted_topics": [
                 {"name": name, "topic_id": str(tid)} for tid, name in sorted(self.deleted_topics.items(), key=str)
@@ -250,9 +272,12 @@ class MetadataImage:
             for a in data.get("acls", [])
         }
         quotas = {str(k): {str(q): float(v) for q, v in c.items()} for k, c in data.get("client_quotas", {}).items()}
+        raw_features = data.get("features")
+        features = None if raw_features is None else {str(k): int(v) for k, v in raw_features.items()}
+        metrics = {str(k): {str(n): str(v) for n, v in c.items()} for k, c in data.get("client_metrics", {}).items()}
         return cls(
             data["cluster_id"], controller_id, {}, topics, dict(data.get("broker_configs", {})), deleted, users,
-            acls, quotas,
+            acls, quotas, features, int(data.get("features_epoch", 0)), metrics,
         )
 
 

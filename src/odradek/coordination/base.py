@@ -200,3 +200,19 @@ class MetadataBackend(ABC):
         """Apply ``change`` to the quotas of one client-quota entity (Kafka's path under
         ``/config``: ``users/alice``, ``users/<default>/clients/c1``, ``clients/c1``), for every
         broker of the cluster; returns the new quotas (empty: the entity has none left)."""
+
+    @abstractmethod
+    async def update_features(
+        self, change: Callable[[Mapping[str, int] | None], Mapping[str, int] | None]
+    ) -> tuple[Mapping[str, int] | None, int]:
+        """Apply ``change`` to the finalized feature levels as the store holds them now (None:
+        never set; ``change`` may raise to refuse, or return what it was given to change
+        nothing), for every broker of the cluster; returns the levels and their epoch."""
+
+    @abstractmethod
+    async def alter_client_metrics(
+        self, name: str, change: Callable[[dict[str, str]], dict[str, str]]
+    ) -> dict[str, str]:
+        """Apply ``change`` to the config of client-metrics subscription ``name`` (KIP-714) as the
+        store holds it now, for every broker of the cluster; returns the new config (empty: the
+        subscription is gone)."""

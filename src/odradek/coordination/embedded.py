@@ -482,3 +482,31 @@ class EmbeddedBackend(MetadataBackend):
 
         await self._change(apply)
         return result[0]
+
+    async def update_features(
+        self, change: Callable[[Mapping[str, int] | None], Mapping[str, int] | None]
+    ) -> tuple[Mapping[str, int] | None, int]:
+        def apply(image: MetadataImage) -> MetadataImage | None:
+            after = change(image.features)
+            if after is None or (image.features is not None and dict(after) == dict(image.features)):
+                return None
+            return image.with_features(after, image.features_epoch + 1)
+
+        await self._change(apply)
+        return self.image.features, self.image.features_epoch
+
+    async def alter_client_metrics(
+        self, name: str, change: Callable[[dict[str, str]], dict[str, str]]
+    ) -> dict[str, str]:
+        result: list[dict[str, str]] = []
+
+        def apply(image: MetadataImage) -> MetadataImage | None:
+            before = dict(image.client_metrics.get(name, {}))
+            after = dict(change(dict(before)))
+            result.append(after)
+            if after == before:
+                return None
+            return image.with_client_metrics(name, after)
+
+        await self._change(apply)
+        return result[0]

@@ -86,7 +86,9 @@ PERSISTENT_PATHS = (
     "/config/users",
     "/config/clients",
     "/config/ips",
+    "/config/client-metrics",
 )
+FEATURE_PATH = "/feature"
 _SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 ACL_LITERAL = "/kafka-acl"
 ACL_PREFIXED = "/kafka-acl-extended/prefixed"
@@ -418,6 +420,8 @@ class ZooKeeperBackend(MetadataBackend):
         self._users: dict[str, dict[str, str]] = {}
         #: client quotas from /config/users|clients|ips (entity path -> quota -> value)
         self._quotas: dict[str, dict[str, float]] = {}
+        #: the finalized features and the client-metrics subscriptions
+        self._extras = ZkFeaturesAndMetrics(self.store, lambda: self._install(self._image))
         #: ACLs from /kafka-acl and /kafka-acl-extended, and the last change notification applied
         self._acls: dict[tuple[str, str, str], frozenset[AclEntry]] = {}
         self._acl_seen: dict[str, int] = {}
@@ -456,6 +460,8 @@ class ZooKeeperBackend(MetadataBackend):
         self._image = self._image.with_broker(replace(broker, epoch=self._broker_epoch))
         await self.store.children("/config/changes", self._config_changed)
         changed = await self._load_users()
+        changed |= await self._extras.load_client_metrics()
+        changed |= await self._extras.load_features()
         if await self._load_quotas() or changed:
             self._install(self._image)
 
@@ -513,6 +519,7 @@ class ZooKeeperBackend(MetadataBackend):
             log.exception("could not re-register broker %d after session expiry", self.broker.broker_id)
             return
         await self._reload_configs()  # re-arms the watch; changes made while the session was gone
+        await self._extras.reload_features()  # its watch too
         with contextlib.suppress(Exception):
             await self.load_acls()
         for cb in self.on_registered:
@@ -551,7 +558,8 @@ class ZooKeeperBackend(MetadataBackend):
                 self._config_zxids.pop(name, None)
         self._image = replace(
             image, topics=topics, cluster_id=self.cluster_id, user_scram=dict(self._users), acls=self._acls,
-            client_quotas=self._quotas,
+            client_quotas=self._quotas, features=self._extras.features,
+            features_epoch=self._extras.features_epoch, client_metrics=self._extras.client_metrics,
         )
         self._publish(self._image)
         still = []
@@ -621,6 +629,7 @@ class ZooKeeperBackend(MetadataBackend):
             await self.store.children("/config/changes", self._config_changed)
             changed = await self._load_users()
             changed |= await self._load_quotas()
+            changed |= await self._extras.load_client_metrics()
             for name in list(self._image.topics):
                 changed |= self._hold_config(name, *await self._read_topic_config(name))
             if changed:
@@ -909,6 +918,12 @@ class ZooKeeperBackend(MetadataBackend):
         self._install(self._image)
         return after
 
+    async def update_features(self, change: FeatureChange) -> tuple[Mapping[str, int] | None, int]:
+        return await self._extras.update_features(change)
+
+    async def alter_client_metrics(self, name: str, change: MetricsChange) -> dict[str, str]:
+        return await self._extras.alter_client_metrics(name, change)
+
     async def set_broker_configs(self, configs: Mapping[str, str]) -> None:
         assert self.broker is not None
         await self.store.upsert(f"/config/brokers/{self.broker.broker_id}", {"version": 1, "config": dict(configs)})
@@ -1146,3 +1161,154 @@ async def zk_alter_acls(
         return {resource: await write_acls(store, resource, change) for resource, change in changes.items()}
     finally:
         await store.close()
+
+
+#: a change of the finalized feature levels, of a client-metrics subscription's config
+FeatureChange = Callable[[Mapping[str, int] | None], Mapping[str, int] | None]
+MetricsChange = Callable[[dict[str, str]], dict[str, str]]
+
+
+class ZkFeaturesAndMetrics:
+    """The finalized features (``/feature``, watched: every broker follows a change) and the
+    client-metrics subscriptions (``/config/client-metrics``) as the backend holds them;
+    ``changed`` installs the backend's image again after a change."""
+
+    def __init__(self, store: ZkStore, changed: Callable[[], None]) -> None:
+        self.store = store
+        self._changed = changed
+        #: the finalized levels (None: no /feature znode) and the znode's version (the epoch)
+        self.features: dict[str, int] | None = None
+        self.features_epoch = 0
+        self.client_metrics: dict[str, dict[str, str]] = {}
+
+    async def load_features(self) -> bool:
+        """Read ``/feature`` and watch it; True when it changed."""
+        features, epoch = await zk_read_features(self.store, self._feature_changed)
+        if (features, epoch) == (self.features, self.features_epoch):
+            return False
+        self.features, self.features_epoch = features, epoch
+        return True
+
+    async def reload_features(self) -> None:
+        """Read ``/feature`` again (a watch fired, the session was re-established)."""
+        with contextlib.suppress(Exception):
+            if await self.load_features():
+                self._changed()
+
+    def _feature_changed(self) -> None:
+        asyncio.get_running_loop().create_task(self.reload_features())
+
+    async def update_features(
+        self, change: Callable[[Mapping[str, int] | None], Mapping[str, int] | None]
+    ) -> tuple[Mapping[str, int] | None, int]:
+        unchanged = await zk_update_features(self.store, change)
+        if unchanged is not None:
+            return unchanged
+        await self.load_features()
+        self._changed()
+        return self.features, self.features_epoch
+
+    async def load_client_metrics(self) -> bool:
+        found = await zk_read_client_metrics(self.store)
+        if found == self.client_metrics:
+            return False
+        self.client_metrics = found
+        return True
+
+    async def alter_client_metrics(
+        self, name: str, change: Callable[[dict[str, str]], dict[str, str]]
+    ) -> dict[str, str]:
+        after = await zk_alter_client_metrics(self.store, name, change)
+        metrics = {k: v for k, v in self.client_metrics.items() if k != name}
+        if after:
+            metrics[name] = after
+        self.client_metrics = metrics
+        self._changed()
+        return after
+
+
+async def zk_read_features(store: ZkStore, watch: Callable[[], None] | None = None) -> tuple[dict[str, int] | None, int]:
+    """The finalized levels in ``/feature`` (None: no such znode) and its version (the epoch)."""
+    data, stat = await store.get_or_none(FEATURE_PATH, watch)
+    return _feature_levels(data), stat.version if stat is not None else 0
+
+
+async def zk_update_features(
+    store: ZkStore, change: Callable[[Mapping[str, int] | None], Mapping[str, int] | None]
+) -> tuple[dict[str, int] | None, int] | None:
+    """Apply ``change`` to ``/feature`` with a compare-and-set (Kafka's FeatureZNode v2), again
+    on what it holds when another broker changed it meanwhile; None once written, the levels and
+    epoch as they are when nothing changed."""
+    while True:
+        data, stat = await store.get_or_none(FEATURE_PATH)
+        before = _feature_levels(data)
+        after = change(before)
+        if after is None or (before is not None and dict(after) == before):
+            return before, stat.version if stat is not None else 0
+        value = {
+            "version": 2, "status": 1,
+            "features": {k: {"max_version_level": int(v)} for k, v in sorted(after.items()) if v > 0},
+        }
+        try:
+            if stat is None:
+                await store.create(FEATURE_PATH, value)
+            else:
+                await store.set(FEATURE_PATH, value, stat.version)
+        except (BadVersionError, NodeExistsError):
+            continue
+        return None
+
+
+async def zk_read_client_metrics(store: ZkStore) -> dict[str, dict[str, str]]:
+    """The client-metrics subscriptions (KIP-714) in ``/config/client-metrics/<name>``."""
+    found: dict[str, dict[str, str]] = {}
+    for name in await store.children("/config/client-metrics"):
+        data, _ = await store.get_or_none(f"/config/client-metrics/{name}")
+        config = (data or {}).get("config", {}) if isinstance(data, dict) else {}
+        if config:
+            found[name] = {str(k): str(v) for k, v in config.items()}
+    return found
+
+
+async def zk_alter_client_metrics(
+    store: ZkStore, name: str, change: Callable[[dict[str, str]], dict[str, str]]
+) -> dict[str, str]:
+    """Apply ``change`` to subscription ``name`` (compare-and-set; empty deletes it) and notify
+    the brokers through ``/config/changes``; returns its new config."""
+    node = f"/config/client-metrics/{name}"
+    while True:
+        data, stat = await store.get_or_none(node)
+        config = (data or {}).get("config", {}) if isinstance(data, dict) else {}
+        before = {str(k): str(v) for k, v in config.items()}
+        after = dict(change(dict(before)))
+        if after == before:
+            return after
+        try:
+            if not after:
+                if stat is not None:
+                    await store.delete(node, version=stat.version)
+            elif stat is None:
+                await store.create(node, {"version": 1, "config": after})
+            else:
+                await store.set(node, {"version": 1, "config": after}, stat.version)
+        except (BadVersionError, NodeExistsError, NoNodeError):
+            continue
+        break
+    await store.create(
+        "/config/changes/config_change_", {"version": 2, "entity_path": f"client-metrics/{name}"}, sequence=True
+    )
+    return after
+
+
+def _feature_levels(data: Any) -> dict[str, int] | None:
+    """The finalized levels of a FeatureZNode (v1 or v2; a disabled one has none); None when there
+    is none."""
+    if not isinstance(data, dict):
+        return None
+    if data.get("status") != 1:
+        return {}
+    out = {}
+    for name, levels in (data.get("features") or {}).items():
+        if isinstance(levels, dict) and "max_version_level" in levels:
+            out[str(name)] = int(levels["max_version_level"])
+    return out

@@ -23,6 +23,8 @@ from odradek.protocol.errors import DecodeError, EncodeError
 __all__ = [
     "BYTES_TYPES",
     "DEFAULT",
+    "MAX_ARRAY_LENGTH",
+    "MAX_TAGGED_FIELD_COUNT",
     "MINUS_ONE_I16",
     "MINUS_ONE_I32",
     "UNSUPPORTED_VERSION",
@@ -31,6 +33,7 @@ __all__ = [
     "EncodeError",
     "Records",
     "Struct",
+    "array_refused",
     "new",
     "pack_i16",
     "pack_i32",
@@ -43,6 +46,7 @@ __all__ = [
     "read_uvarint",
     "spack",
     "sunpack",
+    "tagged_count_refused",
     "unpack_i16",
     "unpack_i32",
     "write_tagged",
@@ -74,6 +78,34 @@ BYTES_TYPES = (bytes, bytearray)
 #: a null length or count (-1) in non-flexible versions
 MINUS_ONE_I16 = b"\xff\xff"
 MINUS_ONE_I32 = b"\xff\xff\xff\xff"
+
+#: Kafka 4.4's decoding limits (MessageUtil.MAX_ARRAY_LENGTH, MAX_TAGGED_FIELD_COUNT): a message
+#: declaring more array elements or tagged fields is refused, as is one declaring more than the
+#: bytes left could hold
+MAX_ARRAY_LENGTH = 1_000_000
+MAX_TAGGED_FIELD_COUNT = 10_000
+
+
+def array_refused(what: str, count: int, remaining: int) -> DecodeError:
+    """The error for an array count a message cannot have (Kafka's messages)."""
+    if count > remaining:
+        return DecodeError(f"{what}: Tried to allocate a collection of size {count}, but there are only {remaining} bytes remaining.")
+    if count > MAX_ARRAY_LENGTH:
+        return DecodeError(
+            f"{what}: Tried to read a collection of size {count}, which exceeds the maximum allowed size of "
+            f"{MAX_ARRAY_LENGTH}."
+        )
+    return DecodeError(f"{what}: array of {count} elements runs past the end of the data")
+
+
+def tagged_count_refused(count: int, remaining: int) -> DecodeError:
+    """The error for a tagged-field count a struct cannot have (Kafka's messages)."""
+    if count > remaining:
+        return DecodeError(f"Tried to read {count} tagged fields, but there are only {remaining} bytes remaining.")
+    return DecodeError(
+        f"Tried to read {count} tagged fields, which exceeds the maximum allowed count of {MAX_TAGGED_FIELD_COUNT}."
+    )
+
 
 #: recently decoded UUIDs by their bytes (topic ids repeat in every request that names a topic)
 _UUIDS: dict[bytes, uuid.UUID] = {}
@@ -161,6 +193,8 @@ def read_unknown_tagged(buf: memoryview, pos: int) -> tuple[list[tuple[int, byte
     """A tagged-field section of a struct that knows no tags at this version: every field is kept
     as ``(tag, raw bytes)``."""
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
         tag, pos = read_uvarint(buf, pos)

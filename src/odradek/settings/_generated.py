@@ -74,6 +74,8 @@ class ServerSettings:
     fetch_response_target_bytes: int
     #: ``max.incremental.fetch.session.cache.slots`` (int, at least 0, default 1000)
     max_incremental_fetch_session_cache_slots: int
+    #: ``max.request.partition.size.limit`` (int, at least 1, default 2000)
+    max_request_partition_size_limit: int
     #: This broker's id: node.id when it alone is set, else broker.id.
     id: int
 
@@ -98,6 +100,7 @@ def _server(src: Source) -> ServerSettings:
         fetch_response_max_records=src.integer("fetch.response.max.records"),
         fetch_response_target_bytes=src.integer("fetch.response.target.bytes"),
         max_incremental_fetch_session_cache_slots=src.integer("max.incremental.fetch.session.cache.slots", 0),
+        max_request_partition_size_limit=src.integer("max.request.partition.size.limit", 1),
         id=broker_id(src),
     )
 

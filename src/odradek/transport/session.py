@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from odradek import __version__
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import (
+    ApiKey,
     ClientConnection,
     Message,
     ResponseReceived,
@@ -67,16 +68,44 @@ def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
     return result
 
 
+#: The highest version of each API Odradek's clients speak, where the message classes (generated
+#: from Kafka 4.x's definitions) go further: newer versions change what a request means (topic ids
+#: in Produce v13, transactions v2 in Produce v12 / EndTxn v5 / TxnOffsetCommit v5, ...), which
+#: the clients do not do.  A caller that means a newer version passes it explicitly.
+CLIENT_MAX_VERSIONS: dict[int, int] = {
+    ApiKey.PRODUCE: 11,
+    ApiKey.FETCH: 17,
+    ApiKey.LIST_OFFSETS: 10,
+    ApiKey.METADATA: 12,
+    ApiKey.OFFSET_COMMIT: 9,
+    ApiKey.OFFSET_FETCH: 9,
+    ApiKey.API_VERSIONS: 4,
+    ApiKey.INIT_PRODUCER_ID: 5,
+    ApiKey.TXN_OFFSET_COMMIT: 4,
+    ApiKey.END_TXN: 4,
+    ApiKey.WRITE_TXN_MARKERS: 1,
+    ApiKey.DESCRIBE_GROUPS: 5,
+    ApiKey.DELETE_GROUPS: 2,
+    ApiKey.DESCRIBE_CLUSTER: 1,
+    ApiKey.DESCRIBE_LOG_DIRS: 4,
+    ApiKey.LIST_TRANSACTIONS: 1,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: 0,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: 0,
+}
+
+
 def negotiate_version(
     versions: Mapping[int, tuple[int, int]], cls: type[Message], maximum: int | None, who: str
 ) -> int:
     """The highest version of ``cls`` both sides support (from the broker's ApiVersions answer),
-    capped at ``maximum``; UNSUPPORTED_VERSION when there is none."""
+    capped at ``maximum`` and at :data:`CLIENT_MAX_VERSIONS`; UNSUPPORTED_VERSION when there is
+    none."""
     broker = versions.get(cls.API_KEY)
     if broker is None:
         raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"{who} does not support {cls.NAME}")
     lo = max(broker[0], cls.VALID_VERSIONS[0])
-    hi = min(broker[1], cls.VALID_VERSIONS[1], maximum if maximum is not None else 1 << 15)
+    ours = CLIENT_MAX_VERSIONS.get(cls.API_KEY, cls.VALID_VERSIONS[1])
+    hi = min(broker[1], ours, maximum if maximum is not None else 1 << 15)
     if lo > hi:
         raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"no {cls.NAME} version in common with {who}")
     return hi
@@ -140,7 +169,7 @@ class Session:
         if self._negotiate:
             resp: ApiVersionsResponse = yield Call(
                 ApiVersionsRequest(client_software_name="odradek", client_software_version=__version__),
-                ApiVersionsRequest.VALID_VERSIONS[1],
+                CLIENT_MAX_VERSIONS[ApiKey.API_VERSIONS],
             )
             if resp.error_code == ErrorCode.UNSUPPORTED_VERSION:
                 resp = yield Call(ApiVersionsRequest(), 0)

@@ -41,6 +41,7 @@ from odradek.broker.coordinators.runtime import (
 from odradek.broker.producer_ids import ProducerIdManager
 from odradek.broker.topics import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from odradek.cluster.assignment import partition_for
+from odradek.cluster.features import TRANSACTION_VERSION, finalized_levels
 from odradek.cluster.transactions import (
     MAX_EPOCH,
     TxnMetadata,
@@ -50,9 +51,11 @@ from odradek.cluster.transactions import (
     check_producer,
     completed,
     end_transition,
+    end_v2,
     new_transactional_id,
     prepare_add_partitions,
     prepare_end,
+    prepare_end_bumped,
     prepare_fenced_abort,
     prepare_init,
     restored,
@@ -85,6 +88,8 @@ _version = struct.Struct(">h")
 WRITE_TXN_MARKERS_VERSION = 1
 #: the batched, verify-only form of AddPartitionsToTxn (KIP-890), broker to coordinator
 ADD_PARTITIONS_VERIFY_VERSION = 4
+#: the implicit add of transactions v2 (KIP-890 part 2): version 5 tells the coordinator so
+ADD_PARTITIONS_IMPLICIT_VERSION = 5
 #: verification answers that say "not now" rather than "not in the transaction": the partition
 #: leader answers NOT_ENOUGH_REPLICAS for them, which every producer retries (as Kafka does)
 _RETRY_VERIFICATION = frozenset({
@@ -97,7 +102,6 @@ _RETRY_VERIFICATION = frozenset({
 COMPLETION_WAIT_S = 1.0
 
 _KEY_VERSION = 0
-_VALUE_VERSION = 0
 
 # append errors of the transaction log, as the coordinator answers them (Kafka's mapping)
 _WRITE_ERRORS = {
@@ -130,11 +134,15 @@ def txn_key(transactional_id: str) -> bytes:
     return _version.pack(_KEY_VERSION) + TransactionLogKey(transactional_id=transactional_id).encode(_KEY_VERSION)
 
 
-def txn_value(m: TxnMetadata) -> bytes:
+def txn_value(m: TxnMetadata, server_tv: int = 0) -> bytes:
+    """The record of ``m``: TransactionLogValue v1 (flexible, with the client's transaction
+    version, the previous and next producer ids) once the cluster finalized transaction.version
+    1 or more, v0 before, as Kafka writes it."""
     by_topic: dict[str, list[int]] = {}
     for t, p in sorted(m.partitions):
         by_topic.setdefault(t, []).append(p)
     V = TransactionLogValue
+    version = 1 if server_tv >= 1 else 0
     value = V(
         producer_id=m.producer_id,
         producer_epoch=m.producer_epoch,
@@ -144,7 +152,11 @@ def txn_value(m: TxnMetadata) -> bytes:
         transaction_last_update_timestamp_ms=m.update_ms,
         transaction_start_timestamp_ms=m.start_ms,
     )
-    return _version.pack(_VALUE_VERSION) + value.encode(_VALUE_VERSION)
+    if version >= 1:
+        value.client_transaction_version = m.client_tv
+        value.previous_producer_id = m.last_producer_id
+        value.next_producer_id = m.next_producer_id
+    return _version.pack(version) + value.encode(version)
 
 
 def decode_txn(key: bytes, value: bytes | None) -> tuple[str, TxnMetadata | None] | None:
@@ -161,6 +173,8 @@ def decode_txn(key: bytes, value: bytes | None) -> tuple[str, TxnMetadata | None
     meta = restored(
         txn_id, v.producer_id, v.producer_epoch, v.transaction_timeout_ms, TxnState(v.transaction_status),
         partitions, v.transaction_start_timestamp_ms, v.transaction_last_update_timestamp_ms,
+        previous_producer_id=v.previous_producer_id, next_producer_id=v.next_producer_id,
+        client_tv=v.client_transaction_version,
     )
     return txn_id, meta
 
@@ -273,6 +287,11 @@ class TransactionCoordinator:
     def now(self) -> int:
         return self.clock.now_ms()
 
+    def _server_tv(self) -> int:
+        """The cluster's finalized transaction.version: the record version written (v1 from 1),
+        and how a fenced transaction is aborted (2: the epoch bumped again, as a v2 end does)."""
+        return finalized_levels(self.topics.image.features).get(TRANSACTION_VERSION, 0)
+
     def on_hosting_changed(self, image: MetadataImage | None) -> None:
         self.runtime.on_hosting_changed(image)
 
@@ -340,7 +359,7 @@ class TransactionCoordinator:
                 raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "the transaction's markers are being written")
             if meta.state is TxnState.ONGOING:
                 # fence the current producer and abort its transaction; the caller retries
-                aborting = prepare_fenced_abort(await self._bump(meta), now)
+                aborting = prepare_fenced_abort(await self._fence(meta), now)
                 await self._transition(shard, transactional_id, meta, aborting)
                 self._complete_later(shard, transactional_id, aborting)
                 raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "an open transaction of this id is being aborted")
@@ -353,10 +372,24 @@ class TransactionCoordinator:
             return bumped(meta, await self.producer_ids.allocate())
         return bumped(meta, None)
 
+    async def _fence(self, meta: TxnMetadata) -> TxnMetadata:
+        """The epoch an open transaction is aborted with when its producer is fenced (a newer
+        producer's InitProducerId, or its timeout): bumped, and with transactions v2 bumped again
+        (Kafka's fence then v2 abort), so that the fenced producer's own end, one epoch below,
+        is not taken for a retry of this abort."""
+        fenced = await self._bump(meta)
+        if self._server_tv() >= 2:
+            fenced = await self._bump(fenced)
+        return fenced
+
     async def add_partitions(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[TopicPartition],
-        *, verify_only: bool = False,
+        *, verify_only: bool = False, client_tv: int = 0,
     ) -> None:
+        """AddPartitionsToTxn: ``partitions`` join the producer's transaction (which starts if
+        none is open), or, ``verify_only`` (KIP-890's check), must already be in it.
+        ``client_tv`` 2: the implicit add of transactions v2 (a partition leader's, for a
+        Produce v12+ or a TxnOffsetCommit v5+)."""
         shard = self.check(transactional_id)
         wanted = set(partitions)
         if not verify_only:
@@ -370,30 +403,40 @@ class TransactionCoordinator:
                 if meta.state is not TxnState.ONGOING or not wanted <= meta.partitions:
                     raise KafkaError(ErrorCode.INVALID_TXN_STATE, "the partitions are not in the ongoing transaction")
                 return
-            target = prepare_add_partitions(meta, wanted, self.now())
+            target = prepare_add_partitions(meta, wanted, self.now(), client_tv)
             if target is not None:
                 await self._transition(shard, transactional_id, meta, target)
 
     async def verify(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[TopicPartition]
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[TopicPartition],
+        *, add: bool = False,
     ) -> ErrorCode:
         """KIP-890's server-side defence, for a partition leader about to append a transactional
         batch that would open a transaction on its partitions: whether the coordinator of
         ``transactional_id`` (this broker, or the leader of its ``__transaction_state``
         partition, asked with AddPartitionsToTxn verify-only) has them in that producer's
         ongoing transaction.  A late batch of an aborted or timed-out transaction is refused
-        (INVALID_TXN_STATE, or the fencing error) instead of hanging the partition's LSO."""
+        (INVALID_TXN_STATE, or the fencing error) instead of hanging the partition's LSO.
+
+        ``add``: transactions v2 (KIP-890 part 2) instead: the coordinator adds the partitions to
+        the producer's transaction (AddPartitionsToTxn v5 with verify_only false, broker to
+        broker), starting one if none is open."""
         state = self.topics.image.partition(TRANSACTION_TOPIC, self.partition_for(transactional_id))
         if state is None or state.leader < 0:
             code = ErrorCode.COORDINATOR_NOT_AVAILABLE
         elif state.leader == self.broker_id:
             try:
-                await self.add_partitions(transactional_id, producer_id, producer_epoch, partitions, verify_only=True)
+                await self.add_partitions(
+                    transactional_id, producer_id, producer_epoch, partitions, verify_only=not add,
+                    client_tv=2 if add else 0,
+                )
                 code = ErrorCode.NONE
             except KafkaError as exc:
                 code = exc.code
         else:
-            code = await self._remote_verify(state.leader, transactional_id, producer_id, producer_epoch, partitions)
+            code = await self._remote_verify(
+                state.leader, transactional_id, producer_id, producer_epoch, partitions, add=add
+            )
         if code in _RETRY_VERIFICATION:
             return ErrorCode.NOT_ENOUGH_REPLICAS
         if code == ErrorCode.PRODUCER_FENCED:  # what a partition answers a produce of an old epoch
@@ -402,7 +445,7 @@ class TransactionCoordinator:
 
     async def _remote_verify(
         self, coordinator: int, transactional_id: str, producer_id: int, producer_epoch: int,
-        partitions: list[TopicPartition],
+        partitions: list[TopicPartition], *, add: bool = False,
     ) -> ErrorCode:
         channel = self._channel(coordinator)
         if channel is None:
@@ -413,10 +456,10 @@ class TransactionCoordinator:
         Q = AddPartitionsToTxnRequest
         request = Q(transactions=[Q.AddPartitionsToTxnTransaction(
             transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
-            verify_only=True, topics=[Q.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
+            verify_only=not add, topics=[Q.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
         )])
         try:
-            response: Any = await channel.request(request, ADD_PARTITIONS_VERIFY_VERSION)
+            response: Any = await channel.request(request, ADD_PARTITIONS_IMPLICIT_VERSION if add else ADD_PARTITIONS_VERIFY_VERSION)
         except TimeoutError:
             return ErrorCode.REQUEST_TIMED_OUT
         except (ConnectionError, OSError):
@@ -435,18 +478,38 @@ class TransactionCoordinator:
             transactional_id, producer_id, producer_epoch, [(OFFSETS_TOPIC, partition_for(group_id, self.offsets_partitions))]
         )
 
-    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
+    async def end_txn(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool, *, client_tv: int = 0
+    ) -> tuple[int, int]:
+        """EndTxn: the transaction's Prepare state is written (its markers follow).  Returns the
+        producer id and epoch the producer continues with: with transactions v2 (``client_tv``
+        2, EndTxn v5) the epoch is bumped by every end (a new producer id at epoch 0 once it is
+        used up); before, (-1, -1) as Kafka answers."""
         shard = self.check(transactional_id)
         async with self._lock(transactional_id):
             shard = self._current(shard, transactional_id)
             meta = shard.txns.get(transactional_id)
-            check_producer(meta, producer_id, producer_epoch)
-            assert meta is not None
-            target = prepare_end(meta, commit, self.now())
-            if target is None:
-                return
+            if client_tv >= 2:
+                decision = end_v2(meta, producer_id, producer_epoch, commit)
+                assert meta is not None
+                if decision is None:  # a retry of an end already made
+                    return meta.producer_id, meta.producer_epoch
+                next_pid = await self.producer_ids.allocate() if meta.producer_epoch >= MAX_EPOCH else -1
+                target = prepare_end_bumped(meta, commit, self.now(), next_pid, partitions_added=decision)
+            else:
+                check_producer(meta, producer_id, producer_epoch)
+                assert meta is not None
+                prepared = prepare_end(meta, commit, self.now())
+                if prepared is None:
+                    return -1, -1
+                target = prepared
             await self._transition(shard, transactional_id, meta, target)
         self._complete_later(shard, transactional_id, target)
+        if client_tv < 2:
+            return -1, -1
+        if target.next_producer_id >= 0:
+            return target.next_producer_id, 0
+        return target.producer_id, target.producer_epoch
 
     def describe(self, transactional_id: str) -> TxnDescription:
         meta = self.check(transactional_id).txns.get(transactional_id)
@@ -470,7 +533,9 @@ class TransactionCoordinator:
         """Write ``target`` to the transaction log (acks=all), then make it the state."""
         begin_transition(current, target)
         try:
-            await self.runtime.append(shard.partition, [(txn_key(transactional_id), txn_value(target))])
+            await self.runtime.append(
+                shard.partition, [(txn_key(transactional_id), txn_value(target, self._server_tv()))]
+            )
         except KafkaError as exc:
             code = _WRITE_ERRORS.get(exc.code, exc.code)
             raise KafkaError(code, f"the transaction log write failed: {exc.message or exc.code.name}") from exc
@@ -656,7 +721,7 @@ class TransactionCoordinator:
                 "transaction %s of producer %d (epoch %d) is open longer than its timeout of %d ms: aborting it",
                 transactional_id, meta.producer_id, meta.producer_epoch, meta.timeout_ms,
             )
-            aborting = prepare_fenced_abort(await self._bump(meta), self.now())
+            aborting = prepare_fenced_abort(await self._fence(meta), self.now())
             await self._transition(shard, transactional_id, meta, aborting)
         self._complete_later(shard, transactional_id, aborting)
 

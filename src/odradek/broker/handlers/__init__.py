@@ -7,6 +7,7 @@ from odradek.broker.handlers import (  # noqa: F401
     cluster,
     configs,
     consumer_groups,
+    features,
     fetch,
     groups,
     list_offsets,
@@ -14,5 +15,6 @@ from odradek.broker.handlers import (  # noqa: F401
     produce,
     quotas,
     sasl,
+    topic_partitions,
     transactions,
 )

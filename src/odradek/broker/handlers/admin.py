@@ -270,7 +270,7 @@ async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> 
     return R(throttle_time_ms=0, topics=topics)
 
 
-@handles(ApiKey.DESCRIBE_CLUSTER, versions=(0, 1))
+@handles(ApiKey.DESCRIBE_CLUSTER, versions=(0, 2))
 async def describe_cluster(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClusterResponse:
     R = DescribeClusterResponse
     image = ctx.ports.admin.metadata.image
@@ -363,7 +363,7 @@ async def offset_for_leader_epoch(
     return R(throttle_time_ms=0, topics=topics)
 
 
-@handles(ApiKey.INIT_PRODUCER_ID, versions=(0, 4))
+@handles(ApiKey.INIT_PRODUCER_ID, versions=(0, 5))
 async def init_producer_id(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
     R = InitProducerIdResponse
     if request.transactional_id is None and not (

@@ -1,4 +1,5 @@
-"""Fetch (1), v0-16.
+"""Fetch (1), v0-18 (v17 and v18 add only followers' tagged fields: their directory id, KIP-853,
+and their high watermark, KIP-1166; consumers' fetches are the same).
 
 Consumers (replica id -1) read up to the high watermark; followers (replica id >= 0) up to the
 log end, and their fetch offset tells the leader their log end offset (ISR, high watermark).  ``max_wait_ms`` + ``min_bytes`` are served by waiting on the partitions' data futures
@@ -81,7 +82,7 @@ class _Slot:
         self.response = response
 
 
-@handles(ApiKey.FETCH, versions=(0, 16))
+@handles(ApiKey.FETCH, versions=(0, 18))
 def fetch(
     ctx: RequestContext, request: FetchRequest
 ) -> FetchResponse | _Fetch | Coroutine[Any, Any, FetchResponse]:

@@ -1,10 +1,15 @@
-"""ListOffsets (2), v0-8.
+"""ListOffsets (2), v0-11.
 
 v0 is the seeds' getOffsetsBefore: up to ``max_num_offsets`` segment start offsets at or before a
 time, newest first (-1 latest, -2 earliest).  v1+: one offset per partition — -1 latest (the
 high watermark for consumers), -2 earliest (log start), -3 the record with the largest
-timestamp (v7+), -4 earliest local (v8+), otherwise the first offset whose timestamp is at or
-after the one given (-1 when there is none).
+timestamp (v7+), -4 earliest local (v8+: the log start, all of a log being local here),
+-5 latest tiered (v9+, KIP-1005) and -6 earliest pending upload (v11+, KIP-1023) answered as
+Kafka answers them without tiered storage (offset -1, timestamp -1, leader epoch -1), otherwise
+the first offset whose timestamp is at or after the one given (-1 when there is none).  As in
+Kafka, a special timestamp the request's version does not know (or an unknown negative one) is
+UNSUPPORTED_VERSION for its partition.  v10's ``timeout_ms`` bounds remote reads, of which there
+are none here.
 """
 
 from __future__ import annotations
@@ -17,7 +22,10 @@ from odradek.protocol.messages.list_offsets import ListOffsetsRequest, ListOffse
 from odradek.security.acl import Operation, ResourceType
 
 R = ListOffsetsResponse
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
+#: the first version that may ask for each special timestamp (Kafka's timestampMinSupportedVersion)
+_SPECIAL_SINCE = {LATEST: 0, EARLIEST: 0, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9,
+                  EARLIEST_PENDING_UPLOAD: 11}
 
 
 def _epoch_at(p: Partition, offset: int) -> int:
@@ -40,6 +48,8 @@ def _lookup(p: Partition, timestamp: int, replica_id: int, version: int, committ
         return -1, visible, p.leader_epoch
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return -1, lg.log_start_offset, _epoch_at(p, lg.log_start_offset)
+    if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+        return -1, -1, -1  # nothing is tiered
     if timestamp == MAX_TIMESTAMP and version >= 7:
         ts, offset = lg.max_timestamp_and_offset()
         # storage keeps the last offset of the batch holding the largest timestamp; Kafka (since
@@ -58,7 +68,7 @@ def _lookup(p: Partition, timestamp: int, replica_id: int, version: int, committ
     return found[1], found[0], _epoch_at(p, found[0])
 
 
-@handles(ApiKey.LIST_OFFSETS, versions=(0, 8))
+@handles(ApiKey.LIST_OFFSETS, versions=(0, 11))
 async def list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
     port = ctx.ports.list_offsets
     version = ctx.version
@@ -71,6 +81,10 @@ async def list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> List
             parts.append(pr)
             if not allowed:
                 pr.error_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                continue
+            if version >= 1 and lp.timestamp < 0 and _SPECIAL_SINCE.get(lp.timestamp, 1 << 15) > version:
+                pr.error_code = int(ErrorCode.UNSUPPORTED_VERSION)
+                pr.timestamp = pr.offset = -1
                 continue
             try:
                 p = port.partitions.for_fetch(t.name, lp.partition_index, lp.current_leader_epoch, -1)

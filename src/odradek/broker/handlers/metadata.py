@@ -1,4 +1,4 @@
-"""Metadata (3), v0-12.
+"""Metadata (3), v0-13 (v13: a top-level error code, KIP-1102, always 0 here).
 
 v0: an empty topic list means every topic; v1+: null means every topic and an empty list none.
 v4+ carries ``allow_auto_topic_creation``; below it, auto-creation follows the broker's
@@ -62,7 +62,7 @@ def topic_response(t: TopicInfo, version: int) -> MetadataResponse.MetadataRespo
     )
 
 
-@handles(ApiKey.METADATA, versions=(0, 12))
+@handles(ApiKey.METADATA, versions=(0, 13))
 async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
     port = ctx.ports.metadata
     version = ctx.version

@@ -1,4 +1,4 @@
-"""Produce (0), v0-11.
+"""Produce (0), v0-13.
 
 Versions 0-2 carry message sets of magic 0/1, which are written as v2 batches (Kafka writes
 message format v2 only: magic 0's messages get no timestamp, -1; a log-append-time topic gives
@@ -16,6 +16,12 @@ back on the loop, the partition is looked up again (still led here?) and the log
 prepared batch: its producer-state (idempotence, sequence) and timestamp checks are made at that
 moment, as for any append.  A batch refused by the worker writes nothing.  Other batches take the
 synchronous path with no executor hop.
+
+Produce v12+ is transactions v2 (KIP-890 part 2): a transactional batch that opens a transaction
+on its partition has the transaction coordinator *add* the partition to the producer's
+transaction (the producer sent no AddPartitionsToTxn), where before v12 it only verifies it is
+there (``transaction.partition.verification.enable``).  Produce v13 names topics by id
+(UNKNOWN_TOPIC_ID for an id no topic has); its answers carry the ids.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Any
 
 from odradek.broker.compat import CODECS, prepare_append
 from odradek.broker.dispatch import RequestContext, handles
+from odradek.broker.handlers.fetch import _topic_by_id
 from odradek.broker.offload import Spool
 from odradek.broker.ports import AppendInfo, InvalidRecordError, Partition, ProducePort
 from odradek.broker.purgatory import wait_all
@@ -49,6 +56,7 @@ _record_error = R.BatchIndexAndErrorMessage
 _u32 = struct.Struct(">I")
 _i32 = struct.Struct(">i")
 _TOPIC_DENIED = KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+_UNKNOWN_TOPIC_ID = KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, "no topic has this id")
 
 #: records of a batch that the loop may recompress, decompress and validate, or key-check for a
 #: compacted topic (2-5 microseconds of Python each, measured on this 2-core VM under load: about
@@ -80,7 +88,7 @@ def _check_format(records: bytes | bytearray | memoryview, version: int) -> None
         raise KafkaError(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, f"produce v{version} cannot carry v2 record batches")
 
 
-@handles(ApiKey.PRODUCE, versions=(0, 11))
+@handles(ApiKey.PRODUCE, versions=(0, 13))
 def produce(
     ctx: RequestContext, request: ProduceRequest
 ) -> ProduceResponse | Coroutine[Any, Any, ProduceResponse | None] | None:
@@ -97,7 +105,8 @@ def produce(
         Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
     ):
         refused = KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    verifying = request.transactional_id is not None and port.verify_transactions
+    # v12+: transactions v2, the partitions join the transaction through the leader (always)
+    verifying = request.transactional_id is not None and (version >= 12 or port.verify_transactions)
     work = _Appends(ctx, port, acks, version)
     unverified: list[tuple[R.PartitionProduceResponse, Partition, Any, TopicStats | None]] = []
     responses: list[R.TopicProduceResponse] = []
@@ -105,23 +114,32 @@ def produce(
     metrics = port.metrics
     for topic in request.topic_data:
         parts: list[R.PartitionProduceResponse] = []
-        responses.append(_topic_response(name=topic.name, partition_responses=parts))
-        stats = metrics.topic(topic.name) if metrics is not None else None
+        name = topic.name
         topic_refused = refused
+        if version >= 13:
+            info = _topic_by_id(port.metadata.image, topic.topic_id)
+            name = info.name if info is not None else ""
+            if info is None and topic_refused is None:
+                topic_refused = _UNKNOWN_TOPIC_ID
+            # the name is not sent (v13 has none: ignorable) but finds the partitions again below
+            responses.append(_topic_response(name=name, topic_id=topic.topic_id, partition_responses=parts))
+        else:
+            responses.append(_topic_response(name=name, partition_responses=parts))
+        stats = metrics.topic(name) if metrics is not None and name else None
         if authorizer is not None and topic_refused is None and not authorizer.authorize(
-            ctx.session.principal_name, ctx.client_host, Operation.WRITE, ResourceType.TOPIC, topic.name, 0
+            ctx.session.principal_name, ctx.client_host, Operation.WRITE, ResourceType.TOPIC, name, 0
         ):
             topic_refused = _TOPIC_DENIED
         for data in topic.partition_data:
             resp = _partition_response(index=data.index, base_offset=-1, current_leader=_NO_LEADER)
             parts.append(resp)
             if topic_refused is not None:
-                work.refuse(resp, topic.name, data.index, data.records, stats, topic_refused)
+                work.refuse(resp, name, data.index, data.records, stats, topic_refused)
                 continue
             try:
-                p = port.partitions.for_produce(topic.name, data.index)
+                p = port.partitions.for_produce(name, data.index)
             except KafkaError as exc:
-                work.refuse(resp, topic.name, data.index, data.records, stats, exc)
+                work.refuse(resp, name, data.index, data.records, stats, exc)
                 continue
             if verifying and _opens_transaction(p, data.records):
                 unverified.append((resp, p, data.records, stats))
@@ -316,10 +334,11 @@ async def _verify_then_append(
         _attributes, producer_id, epoch = _v2_producer.unpack_from(records, 0)
         by_producer.setdefault((producer_id, epoch), []).append(i)
     answers: dict[int, ErrorCode] = {}
+    add = work.version >= 12  # transactions v2: the coordinator adds the partitions
     for (producer_id, epoch), indexes in by_producer.items():
         tps = [(unverified[i][1].topic, unverified[i][1].index) for i in indexes]
         try:
-            code = await port.transactions.verify(transactional_id, producer_id, epoch, tps)
+            code = await port.transactions.verify(transactional_id, producer_id, epoch, tps, add=add)
         except KafkaError as exc:
             code = ErrorCode.NOT_ENOUGH_REPLICAS if exc.code == ErrorCode.COORDINATOR_NOT_AVAILABLE else exc.code
         answers.update(dict.fromkeys(indexes, code))

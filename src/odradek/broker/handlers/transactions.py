@@ -1,6 +1,11 @@
 """Transactions (KIP-98, KIP-447, KIP-664): AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
 TxnOffsetCommit, WriteTxnMarkers, DescribeTransactions, ListTransactions, DescribeProducers.
 
+Transactions v2 (KIP-890 part 2) come with the request versions, as Kafka infers them: EndTxn v5
+bumps the producer epoch and answers the new id and epoch; TxnOffsetCommit v5 adds the group's
+offsets partition to the transaction (no AddOffsetsToTxn before it); AddPartitionsToTxn v5
+without verify_only is a partition leader's implicit add for a Produce v12+.
+
 Authorization as Kafka's KafkaApis checks it: Write on the TransactionalId for the producer's
 requests, Write on each topic added, Read on the group for offsets, ClusterAction for the
 coordinators' WriteTxnMarkers, Describe on the TransactionalId to describe or list one.
@@ -101,7 +106,8 @@ async def _add_one(
                 errors.setdefault(tp, ErrorCode.OPERATION_NOT_ATTEMPTED)
         else:
             await port.transactions.add_partitions(
-                txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted, verify_only=txn.verify_only
+                txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted, verify_only=txn.verify_only,
+                client_tv=2 if ctx.version > 3 and not txn.verify_only else 0,
             )
     except KafkaError as exc:
         errors = dict.fromkeys(wanted, _fenced_as_known(exc.code, ctx.version))
@@ -131,18 +137,20 @@ async def add_offsets_to_txn(ctx: RequestContext, request: AddOffsetsToTxnReques
 
 @handles(ApiKey.END_TXN, versions=(0, 5))
 async def end_txn(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
+    pid, epoch = -1, -1
     try:
         _txn_write_allowed(ctx, request.transactional_id)
-        await ctx.ports.transactions.transactions.end_txn(
-            request.transactional_id, request.producer_id, request.producer_epoch, request.committed
+        pid, epoch = await ctx.ports.transactions.transactions.end_txn(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.committed,
+            client_tv=2 if ctx.version >= 5 else 0,
         )
         code = ErrorCode.NONE
     except KafkaError as exc:
         code = _fenced_as_known(exc.code, ctx.version)
-    return EndTxnResponse(throttle_time_ms=0, error_code=int(code), producer_id=-1, producer_epoch=-1)
+    return EndTxnResponse(throttle_time_ms=0, error_code=int(code), producer_id=pid, producer_epoch=epoch)
 
 
-@handles(ApiKey.TXN_OFFSET_COMMIT, versions=(0, 4))
+@handles(ApiKey.TXN_OFFSET_COMMIT, versions=(0, 5))
 async def txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
     R = TxnOffsetCommitResponse
     port = ctx.ports.transactions
@@ -169,7 +177,7 @@ async def txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommitRequest
             errors.update(dict.fromkeys(offsets, error))
         elif offsets:
             error, per = await port.groups.txn_commit(
-                request.group_id, request.producer_id, request.producer_epoch, request.generation_id,
+                request.group_id, request.producer_id, request.producer_epoch, request.generation_id_or_member_epoch,
                 request.member_id, request.group_instance_id, offsets,
             )
             if error is not ErrorCode.NONE:
@@ -211,17 +219,20 @@ async def _verified(ctx: RequestContext, request: TxnOffsetCommitRequest) -> Err
     check their offsets were written in a transaction no marker would ever end, and the group's
     offsets stayed unstable (KIP-447's OffsetFetch) for good."""
     port = ctx.ports.transactions
-    if not port.verify_transactions:
+    add = ctx.version >= 5  # transactions v2: the commit adds the group to the transaction itself
+    if not add and not port.verify_transactions:
         return ErrorCode.NONE
     tp = (OFFSETS_TOPIC, port.groups.partition_for(request.group_id))
     try:
-        code = await port.transactions.verify(request.transactional_id, request.producer_id, request.producer_epoch, [tp])
+        code = await port.transactions.verify(
+            request.transactional_id, request.producer_id, request.producer_epoch, [tp], add=add
+        )
     except KafkaError as exc:
         code = exc.code
     return _VERIFY_AS_COMMIT.get(code, code)
 
 
-@handles(ApiKey.WRITE_TXN_MARKERS, versions=(0, 1))
+@handles(ApiKey.WRITE_TXN_MARKERS, versions=(0, 2))
 async def write_txn_markers(ctx: RequestContext, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
     R = WriteTxnMarkersResponse
     allowed = ctx.authorize_cluster(Operation.CLUSTER_ACTION)

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from odradek.client._runner import LoopThread
 from odradek.client.admin._acls import AclAdmin
 from odradek.client.admin._configs import ConfigAdmin
+from odradek.client.admin._features import FeatureAdmin, FeatureMetadata
 from odradek.client.admin._groups import GroupAdmin
 from odradek.client.admin._quotas import SPECIFIED, ClientQuotaEntity, QuotaAdmin
 from odradek.client.admin._records import RecordAdmin
@@ -96,6 +97,7 @@ __all__ = [
     "ConfigSource",
     "ConfigSynonym",
     "CreateTopicResult",
+    "FeatureMetadata",
     "GroupDescription",
     "GroupListing",
     "ListOffsetsResultInfo",
@@ -118,7 +120,9 @@ __all__ = [
 ]
 
 
-class AsyncAdmin(TopicAdmin, ConfigAdmin, TransactionAdmin, GroupAdmin, RecordAdmin, UserAdmin, AclAdmin, QuotaAdmin):
+class AsyncAdmin(
+    TopicAdmin, ConfigAdmin, TransactionAdmin, GroupAdmin, RecordAdmin, UserAdmin, AclAdmin, QuotaAdmin, FeatureAdmin
+):
     """The asyncio admin client.  ``async with AsyncAdmin(bootstrap_servers=...) as admin: ...``
 
     Its operations come by resource: :class:`TopicAdmin` (cluster and topics),
@@ -173,6 +177,14 @@ class Admin:
         self, users: Iterable[str] | None = None, *, timeout: float | None = None
     ) -> dict[str, dict[str, int]]:
         return self._call(self._async.describe_user_scram_credentials(users, timeout=timeout))
+
+    def describe_features(self, *, timeout: float | None = None) -> FeatureMetadata:
+        return self._call(self._async.describe_features(timeout=timeout))
+
+    def update_features(
+        self, updates: Mapping[str, tuple[int, int]], *, validate_only: bool = False, timeout: float | None = None
+    ) -> None:
+        self._call(self._async.update_features(updates, validate_only=validate_only, timeout=timeout))
 
     def describe_client_quotas(
         self, components: Mapping[str, Any] | None = None, *, strict: bool = False, timeout: float | None = None

@@ -87,7 +87,7 @@ class ApiKey(enum.IntEnum):
     GET_TELEMETRY_SUBSCRIPTIONS = 71
     PUSH_TELEMETRY = 72
     ASSIGN_REPLICAS_TO_DIRS = 73
-    LIST_CLIENT_METRICS_RESOURCES = 74
+    LIST_CONFIG_RESOURCES = 74
     DESCRIBE_TOPIC_PARTITIONS = 75
     SHARE_GROUP_HEARTBEAT = 76
     SHARE_GROUP_DESCRIBE = 77
@@ -101,6 +101,13 @@ class ApiKey(enum.IntEnum):
     WRITE_SHARE_GROUP_STATE = 85
     DELETE_SHARE_GROUP_STATE = 86
     READ_SHARE_GROUP_STATE_SUMMARY = 87
+    STREAMS_GROUP_HEARTBEAT = 88
+    STREAMS_GROUP_DESCRIBE = 89
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90
+    ALTER_SHARE_GROUP_OFFSETS = 91
+    DELETE_SHARE_GROUP_OFFSETS = 92
+    STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE = 93
+    UNREGISTER_CONTROLLER = 94
 
 
 #: api key -> (module, request class, response class)
@@ -179,7 +186,7 @@ API_MODULES: dict[int, tuple[str, str, str]] = {
     71: ('get_telemetry_subscriptions', 'GetTelemetrySubscriptionsRequest', 'GetTelemetrySubscriptionsResponse'),
     72: ('push_telemetry', 'PushTelemetryRequest', 'PushTelemetryResponse'),
     73: ('assign_replicas_to_dirs', 'AssignReplicasToDirsRequest', 'AssignReplicasToDirsResponse'),
-    74: ('list_client_metrics_resources', 'ListClientMetricsResourcesRequest', 'ListClientMetricsResourcesResponse'),
+    74: ('list_config_resources', 'ListConfigResourcesRequest', 'ListConfigResourcesResponse'),
     75: ('describe_topic_partitions', 'DescribeTopicPartitionsRequest', 'DescribeTopicPartitionsResponse'),
     76: ('share_group_heartbeat', 'ShareGroupHeartbeatRequest', 'ShareGroupHeartbeatResponse'),
     77: ('share_group_describe', 'ShareGroupDescribeRequest', 'ShareGroupDescribeResponse'),
@@ -193,6 +200,13 @@ API_MODULES: dict[int, tuple[str, str, str]] = {
     85: ('write_share_group_state', 'WriteShareGroupStateRequest', 'WriteShareGroupStateResponse'),
     86: ('delete_share_group_state', 'DeleteShareGroupStateRequest', 'DeleteShareGroupStateResponse'),
     87: ('read_share_group_state_summary', 'ReadShareGroupStateSummaryRequest', 'ReadShareGroupStateSummaryResponse'),
+    88: ('streams_group_heartbeat', 'StreamsGroupHeartbeatRequest', 'StreamsGroupHeartbeatResponse'),
+    89: ('streams_group_describe', 'StreamsGroupDescribeRequest', 'StreamsGroupDescribeResponse'),
+    90: ('describe_share_group_offsets', 'DescribeShareGroupOffsetsRequest', 'DescribeShareGroupOffsetsResponse'),
+    91: ('alter_share_group_offsets', 'AlterShareGroupOffsetsRequest', 'AlterShareGroupOffsetsResponse'),
+    92: ('delete_share_group_offsets', 'DeleteShareGroupOffsetsRequest', 'DeleteShareGroupOffsetsResponse'),
+    93: ('streams_group_topology_description_update', 'StreamsGroupTopologyDescriptionUpdateRequest', 'StreamsGroupTopologyDescriptionUpdateResponse'),
+    94: ('unregister_controller', 'UnregisterControllerRequest', 'UnregisterControllerResponse'),
 }
 
 _cache: dict[int, tuple[type[Message], type[Message]]] = {}

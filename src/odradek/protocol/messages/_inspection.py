@@ -9,28 +9,28 @@ __all__ = ["TOPIC_ARRAYS"]
 #: the topic array), ...) for the versions whose topic array is reached by skipping fields
 #: of fixed or simple types (see odradek.protocol.inspection)
 TOPIC_ARRAYS: dict[int, tuple[tuple[int, int, bool, tuple[str, ...]], ...]] = {
-    0: ((0, 2, False, ('int16', 'int32')), (3, 8, False, ('string', 'int16', 'int32')), (9, 11, True, ('string', 'int16', 'int32'))),  # ProduceRequest
-    1: ((0, 2, False, ('int32', 'int32', 'int32')), (3, 3, False, ('int32', 'int32', 'int32', 'int32')), (4, 6, False, ('int32', 'int32', 'int32', 'int32', 'int8')), (7, 11, False, ('int32', 'int32', 'int32', 'int32', 'int8', 'int32', 'int32')), (12, 14, True, ('int32', 'int32', 'int32', 'int32', 'int8', 'int32', 'int32')), (15, 17, True, ('int32', 'int32', 'int32', 'int8', 'int32', 'int32'))),  # FetchRequest
-    2: ((0, 1, False, ('int32',)), (2, 5, False, ('int32', 'int8')), (6, 10, True, ('int32', 'int8'))),  # ListOffsetsRequest
-    3: ((0, 8, False, ()), (9, 12, True, ())),  # MetadataRequest
+    0: ((0, 2, False, ('int16', 'int32')), (3, 8, False, ('string', 'int16', 'int32')), (9, 13, True, ('string', 'int16', 'int32'))),  # ProduceRequest
+    1: ((0, 2, False, ('int32', 'int32', 'int32')), (3, 3, False, ('int32', 'int32', 'int32', 'int32')), (4, 6, False, ('int32', 'int32', 'int32', 'int32', 'int8')), (7, 11, False, ('int32', 'int32', 'int32', 'int32', 'int8', 'int32', 'int32')), (12, 14, True, ('int32', 'int32', 'int32', 'int32', 'int8', 'int32', 'int32')), (15, 18, True, ('int32', 'int32', 'int32', 'int8', 'int32', 'int32'))),  # FetchRequest
+    2: ((0, 1, False, ('int32',)), (2, 5, False, ('int32', 'int8')), (6, 11, True, ('int32', 'int8'))),  # ListOffsetsRequest
+    3: ((0, 8, False, ()), (9, 13, True, ())),  # MetadataRequest
     4: ((0, 1, False, ('int32', 'int32')), (2, 3, False, ('int32', 'int32', 'int64')), (4, 4, True, ('int32', 'int32', 'int64')), (5, 6, True, ('int32', 'int32', 'int64', 'int8')), (7, 7, True, ('int32', 'bool', 'int32', 'int64', 'int8'))),  # LeaderAndIsrRequest
     5: ((0, 0, False, ('int32', 'int32', 'bool')), (1, 1, False, ('int32', 'int32', 'int64', 'bool')), (2, 2, True, ('int32', 'int32', 'int64', 'bool')), (3, 3, True, ('int32', 'int32', 'int64')), (4, 4, True, ('int32', 'bool', 'int32', 'int64'))),  # StopReplicaRequest
     6: ((0, 4, False, ('int32', 'int32')), (5, 5, False, ('int32', 'int32', 'int64')), (6, 7, True, ('int32', 'int32', 'int64')), (8, 8, True, ('int32', 'bool', 'int32', 'int64'))),  # UpdateMetadataRequest
-    8: ((0, 0, False, ('string',)), (1, 1, False, ('string', 'int32', 'string')), (2, 4, False, ('string', 'int32', 'string', 'int64')), (5, 6, False, ('string', 'int32', 'string')), (7, 7, False, ('string', 'int32', 'string', 'string')), (8, 9, True, ('string', 'int32', 'string', 'string'))),  # OffsetCommitRequest
+    8: ((0, 0, False, ('string',)), (1, 1, False, ('string', 'int32', 'string')), (2, 4, False, ('string', 'int32', 'string', 'int64')), (5, 6, False, ('string', 'int32', 'string')), (7, 7, False, ('string', 'int32', 'string', 'string')), (8, 10, True, ('string', 'int32', 'string', 'string'))),  # OffsetCommitRequest
     9: ((0, 5, False, ('string',)), (6, 7, True, ('string',))),  # OffsetFetchRequest
     19: ((0, 4, False, ()), (5, 7, True, ())),  # CreateTopicsRequest
     20: ((0, 3, False, ()), (4, 6, True, ())),  # DeleteTopicsRequest
     21: ((0, 1, False, ()), (2, 2, True, ())),  # DeleteRecordsRequest
     23: ((0, 2, False, ()), (3, 3, False, ('int32',)), (4, 4, True, ('int32',))),  # OffsetForLeaderEpochRequest
     24: ((0, 2, False, ('string', 'int64', 'int16')), (3, 3, True, ('string', 'int64', 'int16'))),  # AddPartitionsToTxnRequest
-    28: ((0, 2, False, ('string', 'string', 'int64', 'int16')), (3, 4, True, ('string', 'string', 'int64', 'int16', 'int32', 'string', 'string'))),  # TxnOffsetCommitRequest
-    35: ((0, 1, False, ()), (2, 4, True, ())),  # DescribeLogDirsRequest
+    28: ((0, 2, False, ('string', 'string', 'int64', 'int16')), (3, 6, True, ('string', 'string', 'int64', 'int16', 'int32', 'string', 'string'))),  # TxnOffsetCommitRequest
+    35: ((0, 1, False, ()), (2, 5, True, ())),  # DescribeLogDirsRequest
     37: ((0, 1, False, ()), (2, 3, True, ())),  # CreatePartitionsRequest
     43: ((0, 0, False, ()), (1, 1, False, ('int8',)), (2, 2, True, ('int8',))),  # ElectLeadersRequest
-    45: ((0, 0, True, ('int32',)),),  # AlterPartitionReassignmentsRequest
+    45: ((0, 0, True, ('int32',)), (1, 1, True, ('int32', 'bool'))),  # AlterPartitionReassignmentsRequest
     46: ((0, 0, True, ('int32',)),),  # ListPartitionReassignmentsRequest
     47: ((0, 0, False, ('string',)),),  # OffsetDeleteRequest
-    52: ((0, 0, True, ('string',)), (1, 1, True, ('string', 'int32'))),  # VoteRequest
+    52: ((0, 0, True, ('string',)), (1, 2, True, ('string', 'int32'))),  # VoteRequest
     53: ((0, 0, False, ('string',)), (1, 1, True, ('string', 'int32'))),  # BeginQuorumEpochRequest
     54: ((0, 0, False, ('string',)), (1, 1, True, ('string',))),  # EndQuorumEpochRequest
     55: ((0, 2, True, ()),),  # DescribeQuorumRequest
@@ -39,11 +39,14 @@ TOPIC_ARRAYS: dict[int, tuple[tuple[int, int, bool, tuple[str, ...]], ...]] = {
     61: ((0, 0, True, ()),),  # DescribeProducersRequest
     68: ((0, 1, True, ('string', 'string', 'int32', 'string', 'string', 'int32')),),  # ConsumerGroupHeartbeatRequest
     75: ((0, 0, True, ()),),  # DescribeTopicPartitionsRequest
-    78: ((0, 0, True, ('string', 'string', 'int32', 'int32', 'int32', 'int32')),),  # ShareFetchRequest
-    79: ((0, 0, True, ('string', 'string', 'int32')),),  # ShareAcknowledgeRequest
+    76: ((0, 1, True, ('string', 'string', 'int32', 'string')),),  # ShareGroupHeartbeatRequest
+    78: ((0, 0, True, ('string', 'string', 'int32', 'int32', 'int32', 'int32')), (1, 1, True, ('string', 'string', 'int32', 'int32', 'int32', 'int32', 'int32', 'int32')), (2, 2, True, ('string', 'string', 'int32', 'int32', 'int32', 'int32', 'int32', 'int32', 'int8', 'bool'))),  # ShareFetchRequest
+    79: ((0, 1, True, ('string', 'string', 'int32')), (2, 2, True, ('string', 'string', 'int32', 'bool'))),  # ShareAcknowledgeRequest
     83: ((0, 0, True, ('string',)),),  # InitializeShareGroupStateRequest
     84: ((0, 0, True, ('string',)),),  # ReadShareGroupStateRequest
-    85: ((0, 0, True, ('string',)),),  # WriteShareGroupStateRequest
+    85: ((0, 1, True, ('string',)),),  # WriteShareGroupStateRequest
     86: ((0, 0, True, ('string',)),),  # DeleteShareGroupStateRequest
-    87: ((0, 0, True, ('string',)),),  # ReadShareGroupStateSummaryRequest
+    87: ((0, 1, True, ('string',)),),  # ReadShareGroupStateSummaryRequest
+    91: ((0, 0, True, ('string',)),),  # AlterShareGroupOffsetsRequest
+    92: ((0, 0, True, ('string',)),),  # DeleteShareGroupOffsetsRequest
 }

@@ -33,13 +33,14 @@ class AddRaftVoterRequest(Message):
             self.port = port
             self.unknown_tagged_fields = unknown_tagged_fields
 
-    __slots__ = ('cluster_id', 'timeout_ms', 'voter_id', 'voter_directory_id', 'listeners', )
+    __slots__ = ('cluster_id', 'timeout_ms', 'voter_id', 'voter_directory_id', 'listeners', 'ack_when_committed', )
 
     cluster_id: str | None
     timeout_ms: int
     voter_id: int
     voter_directory_id: uuid.UUID
     listeners: list[AddRaftVoterRequest.Listener]
+    ack_when_committed: bool
 
     def __init__(
         self,
@@ -49,6 +50,7 @@ class AddRaftVoterRequest(Message):
         voter_id: int = 0,
         voter_directory_id: uuid.UUID = ZERO_UUID,
         listeners: list[AddRaftVoterRequest.Listener] = DEFAULT,
+        ack_when_committed: bool = True,
         unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
     ) -> None:
         self.cluster_id = cluster_id
@@ -56,13 +58,14 @@ class AddRaftVoterRequest(Message):
         self.voter_id = voter_id
         self.voter_directory_id = voter_directory_id
         self.listeners = [] if listeners is DEFAULT else listeners
+        self.ack_when_committed = ack_when_committed
         self.unknown_tagged_fields = unknown_tagged_fields
 
 
 AddRaftVoterRequest.API_KEY = 80
 AddRaftVoterRequest.TYPE = 'request'
 AddRaftVoterRequest.NAME = 'AddRaftVoterRequest'
-AddRaftVoterRequest.VALID_VERSIONS = (0, 0)
+AddRaftVoterRequest.VALID_VERSIONS = (0, 1)
 AddRaftVoterRequest.FLEXIBLE_VERSIONS = (0, MAX)
 AddRaftVoterRequest.Listener._fields_ = (
     Field('name', STRING, (0, MAX)),
@@ -75,6 +78,7 @@ AddRaftVoterRequest._fields_ = (
     Field('voter_id', INT32, (0, MAX)),
     Field('voter_directory_id', UUID, (0, MAX)),
     Field('listeners', Array(AddRaftVoterRequest.Listener), (0, MAX)),
+    Field('ack_when_committed', BOOL, (1, MAX), default=True),
 )
 
 
@@ -104,7 +108,7 @@ class AddRaftVoterResponse(Message):
 AddRaftVoterResponse.API_KEY = 80
 AddRaftVoterResponse.TYPE = 'response'
 AddRaftVoterResponse.NAME = 'AddRaftVoterResponse'
-AddRaftVoterResponse.VALID_VERSIONS = (0, 0)
+AddRaftVoterResponse.VALID_VERSIONS = (0, 1)
 AddRaftVoterResponse.FLEXIBLE_VERSIONS = (0, MAX)
 AddRaftVoterResponse._fields_ = (
     Field('throttle_time_ms', INT32, (0, MAX)),

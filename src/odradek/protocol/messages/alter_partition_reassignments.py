@@ -47,19 +47,22 @@ class AlterPartitionReassignmentsRequest(Message):
             self.replicas = replicas
             self.unknown_tagged_fields = unknown_tagged_fields
 
-    __slots__ = ('timeout_ms', 'topics', )
+    __slots__ = ('timeout_ms', 'allow_replication_factor_change', 'topics', )
 
     timeout_ms: int
+    allow_replication_factor_change: bool
     topics: list[AlterPartitionReassignmentsRequest.ReassignableTopic]
 
     def __init__(
         self,
         *,
         timeout_ms: int = 60000,
+        allow_replication_factor_change: bool = True,
         topics: list[AlterPartitionReassignmentsRequest.ReassignableTopic] = DEFAULT,
         unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
     ) -> None:
         self.timeout_ms = timeout_ms
+        self.allow_replication_factor_change = allow_replication_factor_change
         self.topics = [] if topics is DEFAULT else topics
         self.unknown_tagged_fields = unknown_tagged_fields
 
@@ -67,7 +70,7 @@ class AlterPartitionReassignmentsRequest(Message):
 AlterPartitionReassignmentsRequest.API_KEY = 45
 AlterPartitionReassignmentsRequest.TYPE = 'request'
 AlterPartitionReassignmentsRequest.NAME = 'AlterPartitionReassignmentsRequest'
-AlterPartitionReassignmentsRequest.VALID_VERSIONS = (0, 0)
+AlterPartitionReassignmentsRequest.VALID_VERSIONS = (0, 1)
 AlterPartitionReassignmentsRequest.FLEXIBLE_VERSIONS = (0, MAX)
 AlterPartitionReassignmentsRequest.ReassignableTopic._fields_ = (
     Field('name', STRING, (0, MAX)),
@@ -79,6 +82,7 @@ AlterPartitionReassignmentsRequest.ReassignablePartition._fields_ = (
 )
 AlterPartitionReassignmentsRequest._fields_ = (
     Field('timeout_ms', INT32, (0, MAX), default=60000),
+    Field('allow_replication_factor_change', BOOL, (1, MAX), default=True),
     Field('topics', Array(AlterPartitionReassignmentsRequest.ReassignableTopic), (0, MAX)),
 )
 
@@ -123,9 +127,10 @@ class AlterPartitionReassignmentsResponse(Message):
             self.error_message = error_message
             self.unknown_tagged_fields = unknown_tagged_fields
 
-    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'responses', )
+    __slots__ = ('throttle_time_ms', 'allow_replication_factor_change', 'error_code', 'error_message', 'responses', )
 
     throttle_time_ms: int
+    allow_replication_factor_change: bool
     error_code: int
     error_message: str | None
     responses: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse]
@@ -134,12 +139,14 @@ class AlterPartitionReassignmentsResponse(Message):
         self,
         *,
         throttle_time_ms: int = 0,
+        allow_replication_factor_change: bool = True,
         error_code: int = 0,
         error_message: str | None = "",
         responses: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse] = DEFAULT,
         unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
+        self.allow_replication_factor_change = allow_replication_factor_change
         self.error_code = error_code
         self.error_message = error_message
         self.responses = [] if responses is DEFAULT else responses
@@ -149,7 +156,7 @@ class AlterPartitionReassignmentsResponse(Message):
 AlterPartitionReassignmentsResponse.API_KEY = 45
 AlterPartitionReassignmentsResponse.TYPE = 'response'
 AlterPartitionReassignmentsResponse.NAME = 'AlterPartitionReassignmentsResponse'
-AlterPartitionReassignmentsResponse.VALID_VERSIONS = (0, 0)
+AlterPartitionReassignmentsResponse.VALID_VERSIONS = (0, 1)
 AlterPartitionReassignmentsResponse.FLEXIBLE_VERSIONS = (0, MAX)
 AlterPartitionReassignmentsResponse.ReassignableTopicResponse._fields_ = (
     Field('name', STRING, (0, MAX)),
@@ -162,6 +169,7 @@ AlterPartitionReassignmentsResponse.ReassignablePartitionResponse._fields_ = (
 )
 AlterPartitionReassignmentsResponse._fields_ = (
     Field('throttle_time_ms', INT32, (0, MAX)),
+    Field('allow_replication_factor_change', BOOL, (1, MAX), default=True, ignorable=True),
     Field('error_code', INT16, (0, MAX)),
     Field('error_message', STRING, (0, MAX), nullable=(0, MAX)),
     Field('responses', Array(AlterPartitionReassignmentsResponse.ReassignableTopicResponse), (0, MAX)),

@@ -13,31 +13,39 @@ __all__ = ['ApiVersionsRequest', 'ApiVersionsResponse']
 class ApiVersionsRequest(Message):
     """Request body of API key 18 (ApiVersions)."""
 
-    __slots__ = ('client_software_name', 'client_software_version', )
+    __slots__ = ('client_software_name', 'client_software_version', 'cluster_id', 'node_id', )
 
     client_software_name: str
     client_software_version: str
+    cluster_id: str | None
+    node_id: int
 
     def __init__(
         self,
         *,
         client_software_name: str = "",
         client_software_version: str = "",
+        cluster_id: str | None = None,
+        node_id: int = -1,
         unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
     ) -> None:
         self.client_software_name = client_software_name
         self.client_software_version = client_software_version
+        self.cluster_id = cluster_id
+        self.node_id = node_id
         self.unknown_tagged_fields = unknown_tagged_fields
 
 
 ApiVersionsRequest.API_KEY = 18
 ApiVersionsRequest.TYPE = 'request'
 ApiVersionsRequest.NAME = 'ApiVersionsRequest'
-ApiVersionsRequest.VALID_VERSIONS = (0, 4)
+ApiVersionsRequest.VALID_VERSIONS = (0, 5)
 ApiVersionsRequest.FLEXIBLE_VERSIONS = (3, MAX)
 ApiVersionsRequest._fields_ = (
     Field('client_software_name', STRING, (3, MAX), ignorable=True),
     Field('client_software_version', STRING, (3, MAX), ignorable=True),
+    Field('cluster_id', STRING, (5, MAX), nullable=(5, MAX), default=None, ignorable=True),
+    Field('node_id', INT32, (5, MAX), default=-1, ignorable=True),
 )
 
 
@@ -139,7 +147,7 @@ class ApiVersionsResponse(Message):
 ApiVersionsResponse.API_KEY = 18
 ApiVersionsResponse.TYPE = 'response'
 ApiVersionsResponse.NAME = 'ApiVersionsResponse'
-ApiVersionsResponse.VALID_VERSIONS = (0, 4)
+ApiVersionsResponse.VALID_VERSIONS = (0, 5)
 ApiVersionsResponse.FLEXIBLE_VERSIONS = (3, MAX)
 ApiVersionsResponse.ApiVersion._fields_ = (
     Field('api_key', INT16, (0, MAX)),

@@ -13,7 +13,7 @@ __all__ = ['BrokerHeartbeatRequest', 'BrokerHeartbeatResponse']
 class BrokerHeartbeatRequest(Message):
     """Request body of API key 63 (BrokerHeartbeat)."""
 
-    __slots__ = ('broker_id', 'broker_epoch', 'current_metadata_offset', 'want_fence', 'want_shut_down', 'offline_log_dirs', )
+    __slots__ = ('broker_id', 'broker_epoch', 'current_metadata_offset', 'want_fence', 'want_shut_down', 'offline_log_dirs', 'cordoned_log_dirs', )
 
     broker_id: int
     broker_epoch: int
@@ -21,6 +21,7 @@ class BrokerHeartbeatRequest(Message):
     want_fence: bool
     want_shut_down: bool
     offline_log_dirs: list[uuid.UUID]
+    cordoned_log_dirs: list[uuid.UUID] | None
 
     def __init__(
         self,
@@ -31,6 +32,7 @@ class BrokerHeartbeatRequest(Message):
         want_fence: bool = False,
         want_shut_down: bool = False,
         offline_log_dirs: list[uuid.UUID] = DEFAULT,
+        cordoned_log_dirs: list[uuid.UUID] | None = None,
         unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
     ) -> None:
         self.broker_id = broker_id
@@ -39,13 +41,14 @@ class BrokerHeartbeatRequest(Message):
         self.want_fence = want_fence
         self.want_shut_down = want_shut_down
         self.offline_log_dirs = [] if offline_log_dirs is DEFAULT else offline_log_dirs
+        self.cordoned_log_dirs = cordoned_log_dirs
         self.unknown_tagged_fields = unknown_tagged_fields
 
 
 BrokerHeartbeatRequest.API_KEY = 63
 BrokerHeartbeatRequest.TYPE = 'request'
 BrokerHeartbeatRequest.NAME = 'BrokerHeartbeatRequest'
-BrokerHeartbeatRequest.VALID_VERSIONS = (0, 1)
+BrokerHeartbeatRequest.VALID_VERSIONS = (0, 2)
 BrokerHeartbeatRequest.FLEXIBLE_VERSIONS = (0, MAX)
 BrokerHeartbeatRequest._fields_ = (
     Field('broker_id', INT32, (0, MAX)),
@@ -54,6 +57,7 @@ BrokerHeartbeatRequest._fields_ = (
     Field('want_fence', BOOL, (0, MAX)),
     Field('want_shut_down', BOOL, (0, MAX)),
     Field('offline_log_dirs', Array(UUID), (1, MAX), tag=0, tagged=(1, MAX)),
+    Field('cordoned_log_dirs', Array(UUID), (2, MAX), nullable=(2, MAX), tag=1, tagged=(2, MAX), default=None),
 )
 
 
@@ -89,7 +93,7 @@ class BrokerHeartbeatResponse(Message):
 BrokerHeartbeatResponse.API_KEY = 63
 BrokerHeartbeatResponse.TYPE = 'response'
 BrokerHeartbeatResponse.NAME = 'BrokerHeartbeatResponse'
-BrokerHeartbeatResponse.VALID_VERSIONS = (0, 1)
+BrokerHeartbeatResponse.VALID_VERSIONS = (0, 2)
 BrokerHeartbeatResponse.FLEXIBLE_VERSIONS = (0, MAX)
 BrokerHeartbeatResponse._fields_ = (
     Field('throttle_time_ms', INT32, (0, MAX)),

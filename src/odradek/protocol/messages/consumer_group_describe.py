@@ -33,7 +33,7 @@ class ConsumerGroupDescribeRequest(Message):
 ConsumerGroupDescribeRequest.API_KEY = 69
 ConsumerGroupDescribeRequest.TYPE = 'request'
 ConsumerGroupDescribeRequest.NAME = 'ConsumerGroupDescribeRequest'
-ConsumerGroupDescribeRequest.VALID_VERSIONS = (0, 0)
+ConsumerGroupDescribeRequest.VALID_VERSIONS = (0, 1)
 ConsumerGroupDescribeRequest.FLEXIBLE_VERSIONS = (0, MAX)
 ConsumerGroupDescribeRequest._fields_ = (
     Field('group_ids', Array(STRING), (0, MAX)),
@@ -83,7 +83,7 @@ class ConsumerGroupDescribeResponse(Message):
             self.unknown_tagged_fields = unknown_tagged_fields
 
     class Member(Struct):
-        __slots__ = ('member_id', 'instance_id', 'rack_id', 'member_epoch', 'client_id', 'client_host', 'subscribed_topic_names', 'subscribed_topic_regex', 'assignment', 'target_assignment', )
+        __slots__ = ('member_id', 'instance_id', 'rack_id', 'member_epoch', 'client_id', 'client_host', 'subscribed_topic_names', 'subscribed_topic_regex', 'assignment', 'target_assignment', 'member_type', )
 
         member_id: str
         instance_id: str | None
@@ -95,6 +95,7 @@ class ConsumerGroupDescribeResponse(Message):
         subscribed_topic_regex: str | None
         assignment: ConsumerGroupDescribeResponse.Assignment
         target_assignment: ConsumerGroupDescribeResponse.Assignment
+        member_type: int
 
         def __init__(
             self,
@@ -109,6 +110,7 @@ class ConsumerGroupDescribeResponse(Message):
             subscribed_topic_regex: str | None = None,
             assignment: ConsumerGroupDescribeResponse.Assignment = DEFAULT,
             target_assignment: ConsumerGroupDescribeResponse.Assignment = DEFAULT,
+            member_type: int = -1,
             unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
         ) -> None:
             self.member_id = member_id
@@ -121,6 +123,7 @@ class ConsumerGroupDescribeResponse(Message):
             self.subscribed_topic_regex = subscribed_topic_regex
             self.assignment = ConsumerGroupDescribeResponse.Assignment() if assignment is DEFAULT else assignment
             self.target_assignment = ConsumerGroupDescribeResponse.Assignment() if target_assignment is DEFAULT else target_assignment
+            self.member_type = member_type
             self.unknown_tagged_fields = unknown_tagged_fields
 
     class Assignment(Struct):
@@ -177,7 +180,7 @@ class ConsumerGroupDescribeResponse(Message):
 ConsumerGroupDescribeResponse.API_KEY = 69
 ConsumerGroupDescribeResponse.TYPE = 'response'
 ConsumerGroupDescribeResponse.NAME = 'ConsumerGroupDescribeResponse'
-ConsumerGroupDescribeResponse.VALID_VERSIONS = (0, 0)
+ConsumerGroupDescribeResponse.VALID_VERSIONS = (0, 1)
 ConsumerGroupDescribeResponse.FLEXIBLE_VERSIONS = (0, MAX)
 ConsumerGroupDescribeResponse.DescribedGroup._fields_ = (
     Field('error_code', INT16, (0, MAX)),
@@ -201,6 +204,7 @@ ConsumerGroupDescribeResponse.Member._fields_ = (
     Field('subscribed_topic_regex', STRING, (0, MAX), nullable=(0, MAX), default=None),
     Field('assignment', ConsumerGroupDescribeResponse.Assignment, (0, MAX)),
     Field('target_assignment', ConsumerGroupDescribeResponse.Assignment, (0, MAX)),
+    Field('member_type', INT8, (1, MAX), default=-1, ignorable=True),
 )
 ConsumerGroupDescribeResponse.Assignment._fields_ = (
     Field('topic_partitions', Array(ConsumerGroupDescribeResponse.TopicPartitions), (0, MAX)),

@@ -7,11 +7,234 @@ import uuid  # noqa: F401
 
 from odradek.protocol._schema import Data, Array, Buffer, DEFAULT, Field, MAX, Records, Struct, ZERO_UUID, BOOL, BYTES, FLOAT64, INT8, INT16, INT32, INT64, RECORDS, STRING, UINT16, UINT32, UUID  # noqa: F401
 
-__all__ = ['ConsumerGroupMetadataKey', 'ConsumerGroupMetadataValue', 'GroupMetadataKey', 'GroupMetadataValue', 'OffsetCommitKey', 'OffsetCommitValue', 'ShareGroupMetadataKey', 'ShareGroupMetadataValue', 'TransactionLogKey', 'TransactionLogValue']
+__all__ = ['ConsumerGroupCurrentMemberAssignmentKey', 'ConsumerGroupCurrentMemberAssignmentValue', 'ConsumerGroupMemberMetadataKey', 'ConsumerGroupMemberMetadataValue', 'ConsumerGroupMetadataKey', 'ConsumerGroupMetadataValue', 'ConsumerGroupPartitionMetadataKey', 'ConsumerGroupPartitionMetadataValue', 'ConsumerGroupRegularExpressionKey', 'ConsumerGroupRegularExpressionValue', 'ConsumerGroupTargetAssignmentMemberKey', 'ConsumerGroupTargetAssignmentMemberValue', 'ConsumerGroupTargetAssignmentMetadataKey', 'ConsumerGroupTargetAssignmentMetadataValue', 'GroupMetadataKey', 'GroupMetadataValue', 'LegacyOffsetCommitKey', 'LegacyOffsetCommitValue', 'OffsetCommitKey', 'OffsetCommitValue', 'ShareGroupCurrentMemberAssignmentKey', 'ShareGroupCurrentMemberAssignmentValue', 'ShareGroupMemberMetadataKey', 'ShareGroupMemberMetadataValue', 'ShareGroupMetadataKey', 'ShareGroupMetadataValue', 'ShareGroupStatePartitionMetadataKey', 'ShareGroupStatePartitionMetadataValue', 'ShareGroupTargetAssignmentMemberKey', 'ShareGroupTargetAssignmentMemberValue', 'ShareGroupTargetAssignmentMetadataKey', 'ShareGroupTargetAssignmentMetadataValue', 'ShareSnapshotKey', 'ShareSnapshotValue', 'ShareUpdateKey', 'ShareUpdateValue', 'StreamsGroupCurrentMemberAssignmentKey', 'StreamsGroupCurrentMemberAssignmentValue', 'StreamsGroupMemberMetadataKey', 'StreamsGroupMemberMetadataValue', 'StreamsGroupMetadataKey', 'StreamsGroupMetadataValue', 'StreamsGroupTargetAssignmentMemberKey', 'StreamsGroupTargetAssignmentMemberValue', 'StreamsGroupTargetAssignmentMetadataKey', 'StreamsGroupTargetAssignmentMetadataValue', 'StreamsGroupTopologyKey', 'StreamsGroupTopologyValue', 'TransactionLogKey', 'TransactionLogValue']
+
+
+class ConsumerGroupCurrentMemberAssignmentKey(Data):
+    """ConsumerGroupCurrentMemberAssignmentKey: a versioned coordinator-key structure."""
+
+    __slots__ = ('group_id', 'member_id', )
+
+    group_id: str
+    member_id: str
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        member_id: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ConsumerGroupCurrentMemberAssignmentKey.NAME = 'ConsumerGroupCurrentMemberAssignmentKey'
+ConsumerGroupCurrentMemberAssignmentKey.VALID_VERSIONS = (8, 8)
+ConsumerGroupCurrentMemberAssignmentKey.FLEXIBLE_VERSIONS = None
+ConsumerGroupCurrentMemberAssignmentKey._fields_ = (
+    Field('group_id', STRING, (8, 8)),
+    Field('member_id', STRING, (8, 8)),
+)
+
+
+class ConsumerGroupCurrentMemberAssignmentValue(Data):
+    """ConsumerGroupCurrentMemberAssignmentValue: a versioned coordinator-value structure."""
+
+    class TopicPartitions(Struct):
+        __slots__ = ('topic_id', 'partitions', 'assignment_epochs', )
+
+        topic_id: uuid.UUID
+        partitions: list[int]
+        assignment_epochs: list[int] | None
+
+        def __init__(
+            self,
+            *,
+            topic_id: uuid.UUID = ZERO_UUID,
+            partitions: list[int] = DEFAULT,
+            assignment_epochs: list[int] | None = DEFAULT,
+            unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+        ) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is DEFAULT else partitions
+            self.assignment_epochs = [] if assignment_epochs is DEFAULT else assignment_epochs
+            self.unknown_tagged_fields = unknown_tagged_fields
+
+    __slots__ = ('member_epoch', 'previous_member_epoch', 'state', 'assigned_partitions', 'partitions_pending_revocation', )
+
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    assigned_partitions: list[ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions]
+    partitions_pending_revocation: list[ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions]
+
+    def __init__(
+        self,
+        *,
+        member_epoch: int = 0,
+        previous_member_epoch: int = 0,
+        state: int = 0,
+        assigned_partitions: list[ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions] = DEFAULT,
+        partitions_pending_revocation: list[ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions] = DEFAULT,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.member_epoch = member_epoch
+        self.previous_member_epoch = previous_member_epoch
+        self.state = state
+        self.assigned_partitions = [] if assigned_partitions is DEFAULT else assigned_partitions
+        self.partitions_pending_revocation = [] if partitions_pending_revocation is DEFAULT else partitions_pending_revocation
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ConsumerGroupCurrentMemberAssignmentValue.NAME = 'ConsumerGroupCurrentMemberAssignmentValue'
+ConsumerGroupCurrentMemberAssignmentValue.VALID_VERSIONS = (0, 0)
+ConsumerGroupCurrentMemberAssignmentValue.FLEXIBLE_VERSIONS = (0, MAX)
+ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions._fields_ = (
+    Field('topic_id', UUID, (0, MAX)),
+    Field('partitions', Array(INT32), (0, MAX)),
+    Field('assignment_epochs', Array(INT32), (0, MAX), nullable=(0, MAX), tag=0, tagged=(0, MAX)),
+)
+ConsumerGroupCurrentMemberAssignmentValue._fields_ = (
+    Field('member_epoch', INT32, (0, MAX)),
+    Field('previous_member_epoch', INT32, (0, MAX)),
+    Field('state', INT8, (0, MAX)),
+    Field('assigned_partitions', Array(ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions), (0, MAX)),
+    Field('partitions_pending_revocation', Array(ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions), (0, MAX)),
+)
+
+
+class ConsumerGroupMemberMetadataKey(Data):
+    """ConsumerGroupMemberMetadataKey: a versioned coordinator-key structure."""
+
+    __slots__ = ('group_id', 'member_id', )
+
+    group_id: str
+    member_id: str
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        member_id: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ConsumerGroupMemberMetadataKey.NAME = 'ConsumerGroupMemberMetadataKey'
+ConsumerGroupMemberMetadataKey.VALID_VERSIONS = (5, 5)
+ConsumerGroupMemberMetadataKey.FLEXIBLE_VERSIONS = None
+ConsumerGroupMemberMetadataKey._fields_ = (
+    Field('group_id', STRING, (5, 5)),
+    Field('member_id', STRING, (5, 5)),
+)
+
+
+class ConsumerGroupMemberMetadataValue(Data):
+    """ConsumerGroupMemberMetadataValue: a versioned coordinator-value structure."""
+
+    class ClassicMemberMetadata(Struct):
+        __slots__ = ('session_timeout_ms', 'supported_protocols', )
+
+        session_timeout_ms: int
+        supported_protocols: list[ConsumerGroupMemberMetadataValue.ClassicProtocol]
+
+        def __init__(
+            self,
+            *,
+            session_timeout_ms: int = 0,
+            supported_protocols: list[ConsumerGroupMemberMetadataValue.ClassicProtocol] = DEFAULT,
+            unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+        ) -> None:
+            self.session_timeout_ms = session_timeout_ms
+            self.supported_protocols = [] if supported_protocols is DEFAULT else supported_protocols
+            self.unknown_tagged_fields = unknown_tagged_fields
+
+    class ClassicProtocol(Struct):
+        __slots__ = ('name', 'metadata', )
+
+        name: str
+        metadata: bytes
+
+        def __init__(
+            self,
+            *,
+            name: str = "",
+            metadata: bytes = b"",
+            unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+        ) -> None:
+            self.name = name
+            self.metadata = metadata
+            self.unknown_tagged_fields = unknown_tagged_fields
+
+    __slots__ = ('instance_id', 'rack_id', 'client_id', 'client_host', 'subscribed_topic_names', 'subscribed_topic_regex', 'rebalance_timeout_ms', 'server_assignor', 'classic_member_metadata', )
+
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: list[str]
+    subscribed_topic_regex: str | None
+    rebalance_timeout_ms: int
+    server_assignor: str | None
+    classic_member_metadata: ConsumerGroupMemberMetadataValue.ClassicMemberMetadata | None
+
+    def __init__(
+        self,
+        *,
+        instance_id: str | None = "",
+        rack_id: str | None = "",
+        client_id: str = "",
+        client_host: str = "",
+        subscribed_topic_names: list[str] = DEFAULT,
+        subscribed_topic_regex: str | None = "",
+        rebalance_timeout_ms: int = -1,
+        server_assignor: str | None = "",
+        classic_member_metadata: ConsumerGroupMemberMetadataValue.ClassicMemberMetadata | None = DEFAULT,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.instance_id = instance_id
+        self.rack_id = rack_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.subscribed_topic_names = [] if subscribed_topic_names is DEFAULT else subscribed_topic_names
+        self.subscribed_topic_regex = subscribed_topic_regex
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.server_assignor = server_assignor
+        self.classic_member_metadata = ConsumerGroupMemberMetadataValue.ClassicMemberMetadata() if classic_member_metadata is DEFAULT else classic_member_metadata
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ConsumerGroupMemberMetadataValue.NAME = 'ConsumerGroupMemberMetadataValue'
+ConsumerGroupMemberMetadataValue.VALID_VERSIONS = (0, 0)
+ConsumerGroupMemberMetadataValue.FLEXIBLE_VERSIONS = (0, MAX)
+ConsumerGroupMemberMetadataValue.ClassicMemberMetadata._fields_ = (
+    Field('session_timeout_ms', INT32, (0, MAX)),
+    Field('supported_protocols', Array(ConsumerGroupMemberMetadataValue.ClassicProtocol), (0, MAX)),
+)
+ConsumerGroupMemberMetadataValue.ClassicProtocol._fields_ = (
+    Field('name', STRING, (0, MAX)),
+    Field('metadata', BYTES, (0, MAX)),
+)
+ConsumerGroupMemberMetadataValue._fields_ = (
+    Field('instance_id', STRING, (0, MAX), nullable=(0, MAX)),
+    Field('rack_id', STRING, (0, MAX), nullable=(0, MAX)),
+    Field('client_id', STRING, (0, MAX)),
+    Field('client_host', STRING, (0, MAX)),
+    Field('subscribed_topic_names', Array(STRING), (0, MAX)),
+    Field('subscribed_topic_regex', STRING, (0, MAX), nullable=(0, MAX)),
+    Field('rebalance_timeout_ms', INT32, (0, MAX), default=-1),
+    Field('server_assignor', STRING, (0, MAX), nullable=(0, MAX)),
+    Field('classic_member_metadata', ConsumerGroupMemberMetadataValue.ClassicMemberMetadata, (0, MAX), nullable=(0, MAX), tag=0, tagged=(0, MAX)),
+)
 
 
 class ConsumerGroupMetadataKey(Data):
-    """ConsumerGroupMetadataKey: a versioned data structure."""
+    """ConsumerGroupMetadataKey: a versioned coordinator-key structure."""
 
     __slots__ = ('group_id', )
 
@@ -36,19 +259,22 @@ ConsumerGroupMetadataKey._fields_ = (
 
 
 class ConsumerGroupMetadataValue(Data):
-    """ConsumerGroupMetadataValue: a versioned data structure."""
+    """ConsumerGroupMetadataValue: a versioned coordinator-value structure."""
 
-    __slots__ = ('epoch', )
+    __slots__ = ('epoch', 'metadata_hash', )
 
     epoch: int
+    metadata_hash: int
 
     def __init__(
         self,
         *,
         epoch: int = 0,
+        metadata_hash: int = 0,
         unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
     ) -> None:
         self.epoch = epoch
+        self.metadata_hash = metadata_hash
         self.unknown_tagged_fields = unknown_tagged_fields
 
 
@@ -57,11 +283,303 @@ ConsumerGroupMetadataValue.VALID_VERSIONS = (0, 0)
 ConsumerGroupMetadataValue.FLEXIBLE_VERSIONS = (0, MAX)
 ConsumerGroupMetadataValue._fields_ = (
     Field('epoch', INT32, (0, MAX)),
+    Field('metadata_hash', INT64, (0, MAX), tag=0, tagged=(0, MAX)),
+)
+
+
+class ConsumerGroupPartitionMetadataKey(Data):
+    """ConsumerGroupPartitionMetadataKey: a versioned coordinator-key structure."""
+
+    __slots__ = ('group_id', )
+
+    group_id: str
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ConsumerGroupPartitionMetadataKey.NAME = 'ConsumerGroupPartitionMetadataKey'
+ConsumerGroupPartitionMetadataKey.VALID_VERSIONS = (4, 4)
+ConsumerGroupPartitionMetadataKey.FLEXIBLE_VERSIONS = None
+ConsumerGroupPartitionMetadataKey._fields_ = (
+    Field('group_id', STRING, (4, 4)),
+)
+
+
+class ConsumerGroupPartitionMetadataValue(Data):
+    """ConsumerGroupPartitionMetadataValue: a versioned coordinator-value structure."""
+
+    class TopicMetadata(Struct):
+        __slots__ = ('topic_id', 'topic_name', 'num_partitions', 'partition_metadata', )
+
+        topic_id: uuid.UUID
+        topic_name: str
+        num_partitions: int
+        partition_metadata: list[ConsumerGroupPartitionMetadataValue.PartitionMetadata]
+
+        def __init__(
+            self,
+            *,
+            topic_id: uuid.UUID = ZERO_UUID,
+            topic_name: str = "",
+            num_partitions: int = 0,
+            partition_metadata: list[ConsumerGroupPartitionMetadataValue.PartitionMetadata] = DEFAULT,
+            unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+        ) -> None:
+            self.topic_id = topic_id
+            self.topic_name = topic_name
+            self.num_partitions = num_partitions
+            self.partition_metadata = [] if partition_metadata is DEFAULT else partition_metadata
+            self.unknown_tagged_fields = unknown_tagged_fields
+
+    class PartitionMetadata(Struct):
+        __slots__ = ('partition', 'racks', )
+
+        partition: int
+        racks: list[str]
+
+        def __init__(
+            self,
+            *,
+            partition: int = 0,
+            racks: list[str] = DEFAULT,
+            unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+        ) -> None:
+            self.partition = partition
+            self.racks = [] if racks is DEFAULT else racks
+            self.unknown_tagged_fields = unknown_tagged_fields
+
+    __slots__ = ('topics', )
+
+    topics: list[ConsumerGroupPartitionMetadataValue.TopicMetadata]
+
+    def __init__(
+        self,
+        *,
+        topics: list[ConsumerGroupPartitionMetadataValue.TopicMetadata] = DEFAULT,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topics = [] if topics is DEFAULT else topics
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ConsumerGroupPartitionMetadataValue.NAME = 'ConsumerGroupPartitionMetadataValue'
+ConsumerGroupPartitionMetadataValue.VALID_VERSIONS = (0, 0)
+ConsumerGroupPartitionMetadataValue.FLEXIBLE_VERSIONS = (0, MAX)
+ConsumerGroupPartitionMetadataValue.TopicMetadata._fields_ = (
+    Field('topic_id', UUID, (0, MAX)),
+    Field('topic_name', STRING, (0, MAX)),
+    Field('num_partitions', INT32, (0, MAX)),
+    Field('partition_metadata', Array(ConsumerGroupPartitionMetadataValue.PartitionMetadata), (0, MAX)),
+)
+ConsumerGroupPartitionMetadataValue.PartitionMetadata._fields_ = (
+    Field('partition', INT32, (0, MAX)),
+    Field('racks', Array(STRING), (0, MAX)),
+)
+ConsumerGroupPartitionMetadataValue._fields_ = (
+    Field('topics', Array(ConsumerGroupPartitionMetadataValue.TopicMetadata), (0, MAX)),
+)
+
+
+class ConsumerGroupRegularExpressionKey(Data):
+    """ConsumerGroupRegularExpressionKey: a versioned coordinator-key structure."""
+
+    __slots__ = ('group_id', 'regular_expression', )
+
+    group_id: str
+    regular_expression: str
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        regular_expression: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.regular_expression = regular_expression
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ConsumerGroupRegularExpressionKey.NAME = 'ConsumerGroupRegularExpressionKey'
+ConsumerGroupRegularExpressionKey.VALID_VERSIONS = (16, 16)
+ConsumerGroupRegularExpressionKey.FLEXIBLE_VERSIONS = None
+ConsumerGroupRegularExpressionKey._fields_ = (
+    Field('group_id', STRING, (16, 16)),
+    Field('regular_expression', STRING, (16, 16)),
+)
+
+
+class ConsumerGroupRegularExpressionValue(Data):
+    """ConsumerGroupRegularExpressionValue: a versioned coordinator-value structure."""
+
+    __slots__ = ('topics', 'version', 'timestamp', )
+
+    topics: list[str]
+    version: int
+    timestamp: int
+
+    def __init__(
+        self,
+        *,
+        topics: list[str] = DEFAULT,
+        version: int = 0,
+        timestamp: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topics = [] if topics is DEFAULT else topics
+        self.version = version
+        self.timestamp = timestamp
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ConsumerGroupRegularExpressionValue.NAME = 'ConsumerGroupRegularExpressionValue'
+ConsumerGroupRegularExpressionValue.VALID_VERSIONS = (0, 0)
+ConsumerGroupRegularExpressionValue.FLEXIBLE_VERSIONS = (0, MAX)
+ConsumerGroupRegularExpressionValue._fields_ = (
+    Field('topics', Array(STRING), (0, MAX)),
+    Field('version', INT64, (0, MAX)),
+    Field('timestamp', INT64, (0, MAX)),
+)
+
+
+class ConsumerGroupTargetAssignmentMemberKey(Data):
+    """ConsumerGroupTargetAssignmentMemberKey: a versioned coordinator-key structure."""
+
+    __slots__ = ('group_id', 'member_id', )
+
+    group_id: str
+    member_id: str
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        member_id: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ConsumerGroupTargetAssignmentMemberKey.NAME = 'ConsumerGroupTargetAssignmentMemberKey'
+ConsumerGroupTargetAssignmentMemberKey.VALID_VERSIONS = (7, 7)
+ConsumerGroupTargetAssignmentMemberKey.FLEXIBLE_VERSIONS = None
+ConsumerGroupTargetAssignmentMemberKey._fields_ = (
+    Field('group_id', STRING, (7, 7)),
+    Field('member_id', STRING, (7, 7)),
+)
+
+
+class ConsumerGroupTargetAssignmentMemberValue(Data):
+    """ConsumerGroupTargetAssignmentMemberValue: a versioned coordinator-value structure."""
+
+    class TopicPartition(Struct):
+        __slots__ = ('topic_id', 'partitions', )
+
+        topic_id: uuid.UUID
+        partitions: list[int]
+
+        def __init__(
+            self,
+            *,
+            topic_id: uuid.UUID = ZERO_UUID,
+            partitions: list[int] = DEFAULT,
+            unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+        ) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is DEFAULT else partitions
+            self.unknown_tagged_fields = unknown_tagged_fields
+
+    __slots__ = ('topic_partitions', )
+
+    topic_partitions: list[ConsumerGroupTargetAssignmentMemberValue.TopicPartition]
+
+    def __init__(
+        self,
+        *,
+        topic_partitions: list[ConsumerGroupTargetAssignmentMemberValue.TopicPartition] = DEFAULT,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_partitions = [] if topic_partitions is DEFAULT else topic_partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ConsumerGroupTargetAssignmentMemberValue.NAME = 'ConsumerGroupTargetAssignmentMemberValue'
+ConsumerGroupTargetAssignmentMemberValue.VALID_VERSIONS = (0, 0)
+ConsumerGroupTargetAssignmentMemberValue.FLEXIBLE_VERSIONS = (0, MAX)
+ConsumerGroupTargetAssignmentMemberValue.TopicPartition._fields_ = (
+    Field('topic_id', UUID, (0, MAX)),
+    Field('partitions', Array(INT32), (0, MAX)),
+)
+ConsumerGroupTargetAssignmentMemberValue._fields_ = (
+    Field('topic_partitions', Array(ConsumerGroupTargetAssignmentMemberValue.TopicPartition), (0, MAX)),
+)
+
+
+class ConsumerGroupTargetAssignmentMetadataKey(Data):
+    """ConsumerGroupTargetAssignmentMetadataKey: a versioned coordinator-key structure."""
+
+    __slots__ = ('group_id', )
+
+    group_id: str
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ConsumerGroupTargetAssignmentMetadataKey.NAME = 'ConsumerGroupTargetAssignmentMetadataKey'
+ConsumerGroupTargetAssignmentMetadataKey.VALID_VERSIONS = (6, 6)
+ConsumerGroupTargetAssignmentMetadataKey.FLEXIBLE_VERSIONS = None
+ConsumerGroupTargetAssignmentMetadataKey._fields_ = (
+    Field('group_id', STRING, (6, 6)),
+)
+
+
+class ConsumerGroupTargetAssignmentMetadataValue(Data):
+    """ConsumerGroupTargetAssignmentMetadataValue: a versioned coordinator-value structure."""
+
+    __slots__ = ('assignment_epoch', 'assignment_timestamp', )
+
+    assignment_epoch: int
+    assignment_timestamp: int
+
+    def __init__(
+        self,
+        *,
+        assignment_epoch: int = 0,
+        assignment_timestamp: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.assignment_epoch = assignment_epoch
+        self.assignment_timestamp = assignment_timestamp
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ConsumerGroupTargetAssignmentMetadataValue.NAME = 'ConsumerGroupTargetAssignmentMetadataValue'
+ConsumerGroupTargetAssignmentMetadataValue.VALID_VERSIONS = (0, 0)
+ConsumerGroupTargetAssignmentMetadataValue.FLEXIBLE_VERSIONS = (0, MAX)
+ConsumerGroupTargetAssignmentMetadataValue._fields_ = (
+    Field('assignment_epoch', INT32, (0, MAX)),
+    Field('assignment_timestamp', INT64, (0, MAX), tag=0, tagged=(0, MAX), ignorable=True),
 )
 
 
 class GroupMetadataKey(Data):
-    """GroupMetadataKey: a versioned data structure."""
+    """GroupMetadataKey: a versioned coordinator-key structure."""
 
     __slots__ = ('group', )
 
@@ -86,7 +604,7 @@ GroupMetadataKey._fields_ = (
 
 
 class GroupMetadataValue(Data):
-    """GroupMetadataValue: a versioned data structure."""
+    """GroupMetadataValue: a versioned coordinator-value structure."""
 
     class MemberMetadata(Struct):
         __slots__ = ('member_id', 'group_instance_id', 'client_id', 'client_host', 'rebalance_timeout', 'session_timeout', 'subscription', 'assignment', )
@@ -175,8 +693,74 @@ GroupMetadataValue._fields_ = (
 )
 
 
+class LegacyOffsetCommitKey(Data):
+    """LegacyOffsetCommitKey: a versioned coordinator-key structure."""
+
+    __slots__ = ('group', 'topic', 'partition', )
+
+    group: str
+    topic: str
+    partition: int
+
+    def __init__(
+        self,
+        *,
+        group: str = "",
+        topic: str = "",
+        partition: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group = group
+        self.topic = topic
+        self.partition = partition
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+LegacyOffsetCommitKey.NAME = 'LegacyOffsetCommitKey'
+LegacyOffsetCommitKey.VALID_VERSIONS = (0, 0)
+LegacyOffsetCommitKey.FLEXIBLE_VERSIONS = None
+LegacyOffsetCommitKey._fields_ = (
+    Field('group', STRING, (0, 0)),
+    Field('topic', STRING, (0, 0)),
+    Field('partition', INT32, (0, 0)),
+)
+
+
+class LegacyOffsetCommitValue(Data):
+    """LegacyOffsetCommitValue: a versioned coordinator-value structure."""
+
+    __slots__ = ('offset', 'metadata', 'commit_timestamp', )
+
+    offset: int
+    metadata: str
+    commit_timestamp: int
+
+    def __init__(
+        self,
+        *,
+        offset: int = 0,
+        metadata: str = "",
+        commit_timestamp: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.offset = offset
+        self.metadata = metadata
+        self.commit_timestamp = commit_timestamp
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+LegacyOffsetCommitValue.NAME = 'LegacyOffsetCommitValue'
+LegacyOffsetCommitValue.VALID_VERSIONS = (0, 0)
+LegacyOffsetCommitValue.FLEXIBLE_VERSIONS = None
+LegacyOffsetCommitValue._fields_ = (
+    Field('offset', INT64, (0, 0)),
+    Field('metadata', STRING, (0, 0)),
+    Field('commit_timestamp', INT64, (0, 0)),
+)
+
+
 class OffsetCommitKey(Data):
-    """OffsetCommitKey: a versioned data structure."""
+    """OffsetCommitKey: a versioned coordinator-key structure."""
 
     __slots__ = ('group', 'topic', 'partition', )
 
@@ -209,15 +793,16 @@ OffsetCommitKey._fields_ = (
 
 
 class OffsetCommitValue(Data):
-    """OffsetCommitValue: a versioned data structure."""
+    """OffsetCommitValue: a versioned coordinator-value structure."""
 
-    __slots__ = ('offset', 'leader_epoch', 'metadata', 'commit_timestamp', 'expire_timestamp', )
+    __slots__ = ('offset', 'leader_epoch', 'metadata', 'commit_timestamp', 'expire_timestamp', 'topic_id', )
 
     offset: int
     leader_epoch: int
     metadata: str
     commit_timestamp: int
     expire_timestamp: int
+    topic_id: uuid.UUID
 
     def __init__(
         self,
@@ -227,6 +812,7 @@ class OffsetCommitValue(Data):
         metadata: str = "",
         commit_timestamp: int = 0,
         expire_timestamp: int = -1,
+        topic_id: uuid.UUID = ZERO_UUID,
         unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
     ) -> None:
         self.offset = offset
@@ -234,6 +820,7 @@ class OffsetCommitValue(Data):
         self.metadata = metadata
         self.commit_timestamp = commit_timestamp
         self.expire_timestamp = expire_timestamp
+        self.topic_id = topic_id
         self.unknown_tagged_fields = unknown_tagged_fields
 
 
@@ -246,11 +833,165 @@ OffsetCommitValue._fields_ = (
     Field('metadata', STRING, (0, MAX)),
     Field('commit_timestamp', INT64, (0, MAX)),
     Field('expire_timestamp', INT64, (1, 1), default=-1, ignorable=True),
+    Field('topic_id', UUID, (4, MAX), tag=0, tagged=(4, MAX), ignorable=True),
+)
+
+
+class ShareGroupCurrentMemberAssignmentKey(Data):
+    """ShareGroupCurrentMemberAssignmentKey: a versioned coordinator-key structure."""
+
+    __slots__ = ('group_id', 'member_id', )
+
+    group_id: str
+    member_id: str
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        member_id: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ShareGroupCurrentMemberAssignmentKey.NAME = 'ShareGroupCurrentMemberAssignmentKey'
+ShareGroupCurrentMemberAssignmentKey.VALID_VERSIONS = (14, 14)
+ShareGroupCurrentMemberAssignmentKey.FLEXIBLE_VERSIONS = None
+ShareGroupCurrentMemberAssignmentKey._fields_ = (
+    Field('group_id', STRING, (14, 14)),
+    Field('member_id', STRING, (14, 14)),
+)
+
+
+class ShareGroupCurrentMemberAssignmentValue(Data):
+    """ShareGroupCurrentMemberAssignmentValue: a versioned coordinator-value structure."""
+
+    class TopicPartitions(Struct):
+        __slots__ = ('topic_id', 'partitions', )
+
+        topic_id: uuid.UUID
+        partitions: list[int]
+
+        def __init__(
+            self,
+            *,
+            topic_id: uuid.UUID = ZERO_UUID,
+            partitions: list[int] = DEFAULT,
+            unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+        ) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is DEFAULT else partitions
+            self.unknown_tagged_fields = unknown_tagged_fields
+
+    __slots__ = ('member_epoch', 'previous_member_epoch', 'state', 'assigned_partitions', )
+
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    assigned_partitions: list[ShareGroupCurrentMemberAssignmentValue.TopicPartitions]
+
+    def __init__(
+        self,
+        *,
+        member_epoch: int = 0,
+        previous_member_epoch: int = 0,
+        state: int = 0,
+        assigned_partitions: list[ShareGroupCurrentMemberAssignmentValue.TopicPartitions] = DEFAULT,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.member_epoch = member_epoch
+        self.previous_member_epoch = previous_member_epoch
+        self.state = state
+        self.assigned_partitions = [] if assigned_partitions is DEFAULT else assigned_partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ShareGroupCurrentMemberAssignmentValue.NAME = 'ShareGroupCurrentMemberAssignmentValue'
+ShareGroupCurrentMemberAssignmentValue.VALID_VERSIONS = (0, 0)
+ShareGroupCurrentMemberAssignmentValue.FLEXIBLE_VERSIONS = (0, MAX)
+ShareGroupCurrentMemberAssignmentValue.TopicPartitions._fields_ = (
+    Field('topic_id', UUID, (0, MAX)),
+    Field('partitions', Array(INT32), (0, MAX)),
+)
+ShareGroupCurrentMemberAssignmentValue._fields_ = (
+    Field('member_epoch', INT32, (0, MAX)),
+    Field('previous_member_epoch', INT32, (0, MAX)),
+    Field('state', INT8, (0, MAX)),
+    Field('assigned_partitions', Array(ShareGroupCurrentMemberAssignmentValue.TopicPartitions), (0, MAX)),
+)
+
+
+class ShareGroupMemberMetadataKey(Data):
+    """ShareGroupMemberMetadataKey: a versioned coordinator-key structure."""
+
+    __slots__ = ('group_id', 'member_id', )
+
+    group_id: str
+    member_id: str
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        member_id: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ShareGroupMemberMetadataKey.NAME = 'ShareGroupMemberMetadataKey'
+ShareGroupMemberMetadataKey.VALID_VERSIONS = (10, 10)
+ShareGroupMemberMetadataKey.FLEXIBLE_VERSIONS = None
+ShareGroupMemberMetadataKey._fields_ = (
+    Field('group_id', STRING, (10, 10)),
+    Field('member_id', STRING, (10, 10)),
+)
+
+
+class ShareGroupMemberMetadataValue(Data):
+    """ShareGroupMemberMetadataValue: a versioned coordinator-value structure."""
+
+    __slots__ = ('rack_id', 'client_id', 'client_host', 'subscribed_topic_names', )
+
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: list[str]
+
+    def __init__(
+        self,
+        *,
+        rack_id: str | None = "",
+        client_id: str = "",
+        client_host: str = "",
+        subscribed_topic_names: list[str] = DEFAULT,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.rack_id = rack_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.subscribed_topic_names = [] if subscribed_topic_names is DEFAULT else subscribed_topic_names
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ShareGroupMemberMetadataValue.NAME = 'ShareGroupMemberMetadataValue'
+ShareGroupMemberMetadataValue.VALID_VERSIONS = (0, 0)
+ShareGroupMemberMetadataValue.FLEXIBLE_VERSIONS = (0, MAX)
+ShareGroupMemberMetadataValue._fields_ = (
+    Field('rack_id', STRING, (0, MAX), nullable=(0, MAX)),
+    Field('client_id', STRING, (0, MAX)),
+    Field('client_host', STRING, (0, MAX)),
+    Field('subscribed_topic_names', Array(STRING), (0, MAX)),
 )
 
 
 class ShareGroupMetadataKey(Data):
-    """ShareGroupMetadataKey: a versioned data structure."""
+    """ShareGroupMetadataKey: a versioned coordinator-key structure."""
 
     __slots__ = ('group_id', )
 
@@ -275,19 +1016,22 @@ ShareGroupMetadataKey._fields_ = (
 
 
 class ShareGroupMetadataValue(Data):
-    """ShareGroupMetadataValue: a versioned data structure."""
+    """ShareGroupMetadataValue: a versioned coordinator-value structure."""
 
-    __slots__ = ('epoch', )
+    __slots__ = ('epoch', 'metadata_hash', )
 
     epoch: int
+    metadata_hash: int
 
     def __init__(
         self,
         *,
         epoch: int = 0,
+        metadata_hash: int = 0,
         unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
     ) -> None:
         self.epoch = epoch
+        self.metadata_hash = metadata_hash
         self.unknown_tagged_fields = unknown_tagged_fields
 
 
@@ -296,11 +1040,1100 @@ ShareGroupMetadataValue.VALID_VERSIONS = (0, 0)
 ShareGroupMetadataValue.FLEXIBLE_VERSIONS = (0, MAX)
 ShareGroupMetadataValue._fields_ = (
     Field('epoch', INT32, (0, MAX)),
+    Field('metadata_hash', INT64, (0, MAX)),
+)
+
+
+class ShareGroupStatePartitionMetadataKey(Data):
+    """ShareGroupStatePartitionMetadataKey: a versioned coordinator-key structure."""
+
+    __slots__ = ('group_id', )
+
+    group_id: str
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ShareGroupStatePartitionMetadataKey.NAME = 'ShareGroupStatePartitionMetadataKey'
+ShareGroupStatePartitionMetadataKey.VALID_VERSIONS = (15, 15)
+ShareGroupStatePartitionMetadataKey.FLEXIBLE_VERSIONS = None
+ShareGroupStatePartitionMetadataKey._fields_ = (
+    Field('group_id', STRING, (15, 15)),
+)
+
+
+class ShareGroupStatePartitionMetadataValue(Data):
+    """ShareGroupStatePartitionMetadataValue: a versioned coordinator-value structure."""
+
+    class TopicPartitionsInfo(Struct):
+        __slots__ = ('topic_id', 'topic_name', 'partitions', )
+
+        topic_id: uuid.UUID
+        topic_name: str
+        partitions: list[int]
+
+        def __init__(
+            self,
+            *,
+            topic_id: uuid.UUID = ZERO_UUID,
+            topic_name: str = "",
+            partitions: list[int] = DEFAULT,
+            unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+        ) -> None:
+            self.topic_id = topic_id
+            self.topic_name = topic_name
+            self.partitions = [] if partitions is DEFAULT else partitions
+            self.unknown_tagged_fields = unknown_tagged_fields
+
+    class TopicInfo(Struct):
+        __slots__ = ('topic_id', 'topic_name', )
+
+        topic_id: uuid.UUID
+        topic_name: str
+
+        def __init__(
+            self,
+            *,
+            topic_id: uuid.UUID = ZERO_UUID,
+            topic_name: str = "",
+            unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+        ) -> None:
+            self.topic_id = topic_id
+            self.topic_name = topic_name
+            self.unknown_tagged_fields = unknown_tagged_fields
+
+    __slots__ = ('initializing_topics', 'initialized_topics', 'deleting_topics', )
+
+    initializing_topics: list[ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo]
+    initialized_topics: list[ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo]
+    deleting_topics: list[ShareGroupStatePartitionMetadataValue.TopicInfo]
+
+    def __init__(
+        self,
+        *,
+        initializing_topics: list[ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo] = DEFAULT,
+        initialized_topics: list[ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo] = DEFAULT,
+        deleting_topics: list[ShareGroupStatePartitionMetadataValue.TopicInfo] = DEFAULT,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.initializing_topics = [] if initializing_topics is DEFAULT else initializing_topics
+        self.initialized_topics = [] if initialized_topics is DEFAULT else initialized_topics
+        self.deleting_topics = [] if deleting_topics is DEFAULT else deleting_topics
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ShareGroupStatePartitionMetadataValue.NAME = 'ShareGroupStatePartitionMetadataValue'
+ShareGroupStatePartitionMetadataValue.VALID_VERSIONS = (0, 0)
+ShareGroupStatePartitionMetadataValue.FLEXIBLE_VERSIONS = (0, MAX)
+ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo._fields_ = (
+    Field('topic_id', UUID, (0, MAX)),
+    Field('topic_name', STRING, (0, MAX)),
+    Field('partitions', Array(INT32), (0, MAX)),
+)
+ShareGroupStatePartitionMetadataValue.TopicInfo._fields_ = (
+    Field('topic_id', UUID, (0, MAX)),
+    Field('topic_name', STRING, (0, MAX)),
+)
+ShareGroupStatePartitionMetadataValue._fields_ = (
+    Field('initializing_topics', Array(ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo), (0, MAX)),
+    Field('initialized_topics', Array(ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo), (0, MAX)),
+    Field('deleting_topics', Array(ShareGroupStatePartitionMetadataValue.TopicInfo), (0, MAX)),
+)
+
+
+class ShareGroupTargetAssignmentMemberKey(Data):
+    """ShareGroupTargetAssignmentMemberKey: a versioned coordinator-key structure."""
+
+    __slots__ = ('group_id', 'member_id', )
+
+    group_id: str
+    member_id: str
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        member_id: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ShareGroupTargetAssignmentMemberKey.NAME = 'ShareGroupTargetAssignmentMemberKey'
+ShareGroupTargetAssignmentMemberKey.VALID_VERSIONS = (13, 13)
+ShareGroupTargetAssignmentMemberKey.FLEXIBLE_VERSIONS = None
+ShareGroupTargetAssignmentMemberKey._fields_ = (
+    Field('group_id', STRING, (13, 13)),
+    Field('member_id', STRING, (13, 13)),
+)
+
+
+class ShareGroupTargetAssignmentMemberValue(Data):
+    """ShareGroupTargetAssignmentMemberValue: a versioned coordinator-value structure."""
+
+    class TopicPartition(Struct):
+        __slots__ = ('topic_id', 'partitions', )
+
+        topic_id: uuid.UUID
+        partitions: list[int]
+
+        def __init__(
+            self,
+            *,
+            topic_id: uuid.UUID = ZERO_UUID,
+            partitions: list[int] = DEFAULT,
+            unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+        ) -> None:
+            self.topic_id = topic_id
+            self.partitions = [] if partitions is DEFAULT else partitions
+            self.unknown_tagged_fields = unknown_tagged_fields
+
+    __slots__ = ('topic_partitions', )
+
+    topic_partitions: list[ShareGroupTargetAssignmentMemberValue.TopicPartition]
+
+    def __init__(
+        self,
+        *,
+        topic_partitions: list[ShareGroupTargetAssignmentMemberValue.TopicPartition] = DEFAULT,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.topic_partitions = [] if topic_partitions is DEFAULT else topic_partitions
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ShareGroupTargetAssignmentMemberValue.NAME = 'ShareGroupTargetAssignmentMemberValue'
+ShareGroupTargetAssignmentMemberValue.VALID_VERSIONS = (0, 0)
+ShareGroupTargetAssignmentMemberValue.FLEXIBLE_VERSIONS = (0, MAX)
+ShareGroupTargetAssignmentMemberValue.TopicPartition._fields_ = (
+    Field('topic_id', UUID, (0, MAX)),
+    Field('partitions', Array(INT32), (0, MAX)),
+)
+ShareGroupTargetAssignmentMemberValue._fields_ = (
+    Field('topic_partitions', Array(ShareGroupTargetAssignmentMemberValue.TopicPartition), (0, MAX)),
+)
+
+
+class ShareGroupTargetAssignmentMetadataKey(Data):
+    """ShareGroupTargetAssignmentMetadataKey: a versioned coordinator-key structure."""
+
+    __slots__ = ('group_id', )
+
+    group_id: str
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ShareGroupTargetAssignmentMetadataKey.NAME = 'ShareGroupTargetAssignmentMetadataKey'
+ShareGroupTargetAssignmentMetadataKey.VALID_VERSIONS = (12, 12)
+ShareGroupTargetAssignmentMetadataKey.FLEXIBLE_VERSIONS = None
+ShareGroupTargetAssignmentMetadataKey._fields_ = (
+    Field('group_id', STRING, (12, 12)),
+)
+
+
+class ShareGroupTargetAssignmentMetadataValue(Data):
+    """ShareGroupTargetAssignmentMetadataValue: a versioned coordinator-value structure."""
+
+    __slots__ = ('assignment_epoch', 'assignment_timestamp', )
+
+    assignment_epoch: int
+    assignment_timestamp: int
+
+    def __init__(
+        self,
+        *,
+        assignment_epoch: int = 0,
+        assignment_timestamp: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.assignment_epoch = assignment_epoch
+        self.assignment_timestamp = assignment_timestamp
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ShareGroupTargetAssignmentMetadataValue.NAME = 'ShareGroupTargetAssignmentMetadataValue'
+ShareGroupTargetAssignmentMetadataValue.VALID_VERSIONS = (0, 0)
+ShareGroupTargetAssignmentMetadataValue.FLEXIBLE_VERSIONS = (0, MAX)
+ShareGroupTargetAssignmentMetadataValue._fields_ = (
+    Field('assignment_epoch', INT32, (0, MAX)),
+    Field('assignment_timestamp', INT64, (0, MAX), tag=0, tagged=(0, MAX), ignorable=True),
+)
+
+
+class ShareSnapshotKey(Data):
+    """ShareSnapshotKey: a versioned coordinator-key structure."""
+
+    __slots__ = ('group_id', 'topic_id', 'partition', )
+
+    group_id: str
+    topic_id: uuid.UUID
+    partition: int
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        topic_id: uuid.UUID = ZERO_UUID,
+        partition: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.topic_id = topic_id
+        self.partition = partition
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ShareSnapshotKey.NAME = 'ShareSnapshotKey'
+ShareSnapshotKey.VALID_VERSIONS = (0, 0)
+ShareSnapshotKey.FLEXIBLE_VERSIONS = None
+ShareSnapshotKey._fields_ = (
+    Field('group_id', STRING, (0, 0)),
+    Field('topic_id', UUID, (0, 0)),
+    Field('partition', INT32, (0, 0)),
+)
+
+
+class ShareSnapshotValue(Data):
+    """ShareSnapshotValue: a versioned coordinator-value structure."""
+
+    class StateBatch(Struct):
+        __slots__ = ('first_offset', 'last_offset', 'delivery_state', 'delivery_count', )
+
+        first_offset: int
+        last_offset: int
+        delivery_state: int
+        delivery_count: int
+
+        def __init__(
+            self,
+            *,
+            first_offset: int = 0,
+            last_offset: int = 0,
+            delivery_state: int = 0,
+            delivery_count: int = 0,
+            unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+        ) -> None:
+            self.first_offset = first_offset
+            self.last_offset = last_offset
+            self.delivery_state = delivery_state
+            self.delivery_count = delivery_count
+            self.unknown_tagged_fields = unknown_tagged_fields
+
+    __slots__ = ('snapshot_epoch', 'state_epoch', 'leader_epoch', 'start_offset', 'delivery_complete_count', 'create_timestamp', 'write_timestamp', 'state_batches', )
+
+    snapshot_epoch: int
+    state_epoch: int
+    leader_epoch: int
+    start_offset: int
+    delivery_complete_count: int
+    create_timestamp: int
+    write_timestamp: int
+    state_batches: list[ShareSnapshotValue.StateBatch]
+
+    def __init__(
+        self,
+        *,
+        snapshot_epoch: int = 0,
+        state_epoch: int = 0,
+        leader_epoch: int = 0,
+        start_offset: int = 0,
+        delivery_complete_count: int = -1,
+        create_timestamp: int = 0,
+        write_timestamp: int = 0,
+        state_batches: list[ShareSnapshotValue.StateBatch] = DEFAULT,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.snapshot_epoch = snapshot_epoch
+        self.state_epoch = state_epoch
+        self.leader_epoch = leader_epoch
+        self.start_offset = start_offset
+        self.delivery_complete_count = delivery_complete_count
+        self.create_timestamp = create_timestamp
+        self.write_timestamp = write_timestamp
+        self.state_batches = [] if state_batches is DEFAULT else state_batches
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ShareSnapshotValue.NAME = 'ShareSnapshotValue'
+ShareSnapshotValue.VALID_VERSIONS = (0, 0)
+ShareSnapshotValue.FLEXIBLE_VERSIONS = (0, MAX)
+ShareSnapshotValue.StateBatch._fields_ = (
+    Field('first_offset', INT64, (0, MAX)),
+    Field('last_offset', INT64, (0, MAX)),
+    Field('delivery_state', INT8, (0, MAX)),
+    Field('delivery_count', INT16, (0, MAX)),
+)
+ShareSnapshotValue._fields_ = (
+    Field('snapshot_epoch', INT32, (0, MAX)),
+    Field('state_epoch', INT32, (0, MAX)),
+    Field('leader_epoch', INT32, (0, MAX)),
+    Field('start_offset', INT64, (0, MAX)),
+    Field('delivery_complete_count', INT32, (0, MAX), tag=0, tagged=(0, MAX), default=-1),
+    Field('create_timestamp', INT64, (0, MAX)),
+    Field('write_timestamp', INT64, (0, MAX)),
+    Field('state_batches', Array(ShareSnapshotValue.StateBatch), (0, MAX)),
+)
+
+
+class ShareUpdateKey(Data):
+    """ShareUpdateKey: a versioned coordinator-key structure."""
+
+    __slots__ = ('group_id', 'topic_id', 'partition', )
+
+    group_id: str
+    topic_id: uuid.UUID
+    partition: int
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        topic_id: uuid.UUID = ZERO_UUID,
+        partition: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.topic_id = topic_id
+        self.partition = partition
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ShareUpdateKey.NAME = 'ShareUpdateKey'
+ShareUpdateKey.VALID_VERSIONS = (1, 1)
+ShareUpdateKey.FLEXIBLE_VERSIONS = None
+ShareUpdateKey._fields_ = (
+    Field('group_id', STRING, (1, 1)),
+    Field('topic_id', UUID, (1, 1)),
+    Field('partition', INT32, (1, 1)),
+)
+
+
+class ShareUpdateValue(Data):
+    """ShareUpdateValue: a versioned coordinator-value structure."""
+
+    class StateBatch(Struct):
+        __slots__ = ('first_offset', 'last_offset', 'delivery_state', 'delivery_count', )
+
+        first_offset: int
+        last_offset: int
+        delivery_state: int
+        delivery_count: int
+
+        def __init__(
+            self,
+            *,
+            first_offset: int = 0,
+            last_offset: int = 0,
+            delivery_state: int = 0,
+            delivery_count: int = 0,
+            unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+        ) -> None:
+            self.first_offset = first_offset
+            self.last_offset = last_offset
+            self.delivery_state = delivery_state
+            self.delivery_count = delivery_count
+            self.unknown_tagged_fields = unknown_tagged_fields
+
+    __slots__ = ('snapshot_epoch', 'leader_epoch', 'start_offset', 'delivery_complete_count', 'state_batches', )
+
+    snapshot_epoch: int
+    leader_epoch: int
+    start_offset: int
+    delivery_complete_count: int
+    state_batches: list[ShareUpdateValue.StateBatch]
+
+    def __init__(
+        self,
+        *,
+        snapshot_epoch: int = 0,
+        leader_epoch: int = 0,
+        start_offset: int = 0,
+        delivery_complete_count: int = -1,
+        state_batches: list[ShareUpdateValue.StateBatch] = DEFAULT,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.snapshot_epoch = snapshot_epoch
+        self.leader_epoch = leader_epoch
+        self.start_offset = start_offset
+        self.delivery_complete_count = delivery_complete_count
+        self.state_batches = [] if state_batches is DEFAULT else state_batches
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ShareUpdateValue.NAME = 'ShareUpdateValue'
+ShareUpdateValue.VALID_VERSIONS = (0, 0)
+ShareUpdateValue.FLEXIBLE_VERSIONS = (0, MAX)
+ShareUpdateValue.StateBatch._fields_ = (
+    Field('first_offset', INT64, (0, MAX)),
+    Field('last_offset', INT64, (0, MAX)),
+    Field('delivery_state', INT8, (0, MAX)),
+    Field('delivery_count', INT16, (0, MAX)),
+)
+ShareUpdateValue._fields_ = (
+    Field('snapshot_epoch', INT32, (0, MAX)),
+    Field('leader_epoch', INT32, (0, MAX)),
+    Field('start_offset', INT64, (0, MAX)),
+    Field('delivery_complete_count', INT32, (0, MAX), tag=0, tagged=(0, MAX), default=-1),
+    Field('state_batches', Array(ShareUpdateValue.StateBatch), (0, MAX)),
+)
+
+
+class StreamsGroupCurrentMemberAssignmentKey(Data):
+    """StreamsGroupCurrentMemberAssignmentKey: a versioned coordinator-key structure."""
+
+    __slots__ = ('group_id', 'member_id', )
+
+    group_id: str
+    member_id: str
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        member_id: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+StreamsGroupCurrentMemberAssignmentKey.NAME = 'StreamsGroupCurrentMemberAssignmentKey'
+StreamsGroupCurrentMemberAssignmentKey.VALID_VERSIONS = (22, 22)
+StreamsGroupCurrentMemberAssignmentKey.FLEXIBLE_VERSIONS = None
+StreamsGroupCurrentMemberAssignmentKey._fields_ = (
+    Field('group_id', STRING, (22, 22)),
+    Field('member_id', STRING, (22, 22)),
+)
+
+
+class StreamsGroupCurrentMemberAssignmentValue(Data):
+    """StreamsGroupCurrentMemberAssignmentValue: a versioned coordinator-value structure."""
+
+    class TaskIds(Struct):
+        __slots__ = ('subtopology_id', 'partitions', 'assignment_epochs', )
+
+        subtopology_id: str
+        partitions: list[int]
+        assignment_epochs: list[int] | None
+
+        def __init__(
+            self,
+            *,
+            subtopology_id: str = "",
+            partitions: list[int] = DEFAULT,
+            assignment_epochs: list[int] | None = DEFAULT,
+            unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+        ) -> None:
+            self.subtopology_id = subtopology_id
+            self.partitions = [] if partitions is DEFAULT else partitions
+            self.assignment_epochs = [] if assignment_epochs is DEFAULT else assignment_epochs
+            self.unknown_tagged_fields = unknown_tagged_fields
+
+    __slots__ = ('member_epoch', 'previous_member_epoch', 'state', 'active_tasks', 'standby_tasks', 'warmup_tasks', 'active_tasks_pending_revocation', 'standby_tasks_pending_revocation', 'warmup_tasks_pending_revocation', )
+
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    active_tasks: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds]
+    standby_tasks: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds]
+    warmup_tasks: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds]
+    active_tasks_pending_revocation: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds]
+    standby_tasks_pending_revocation: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds]
+    warmup_tasks_pending_revocation: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds]
+
+    def __init__(
+        self,
+        *,
+        member_epoch: int = 0,
+        previous_member_epoch: int = 0,
+        state: int = 0,
+        active_tasks: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = DEFAULT,
+        standby_tasks: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = DEFAULT,
+        warmup_tasks: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = DEFAULT,
+        active_tasks_pending_revocation: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = DEFAULT,
+        standby_tasks_pending_revocation: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = DEFAULT,
+        warmup_tasks_pending_revocation: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = DEFAULT,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.member_epoch = member_epoch
+        self.previous_member_epoch = previous_member_epoch
+        self.state = state
+        self.active_tasks = [] if active_tasks is DEFAULT else active_tasks
+        self.standby_tasks = [] if standby_tasks is DEFAULT else standby_tasks
+        self.warmup_tasks = [] if warmup_tasks is DEFAULT else warmup_tasks
+        self.active_tasks_pending_revocation = [] if active_tasks_pending_revocation is DEFAULT else active_tasks_pending_revocation
+        self.standby_tasks_pending_revocation = [] if standby_tasks_pending_revocation is DEFAULT else standby_tasks_pending_revocation
+        self.warmup_tasks_pending_revocation = [] if warmup_tasks_pending_revocation is DEFAULT else warmup_tasks_pending_revocation
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+StreamsGroupCurrentMemberAssignmentValue.NAME = 'StreamsGroupCurrentMemberAssignmentValue'
+StreamsGroupCurrentMemberAssignmentValue.VALID_VERSIONS = (0, 0)
+StreamsGroupCurrentMemberAssignmentValue.FLEXIBLE_VERSIONS = (0, MAX)
+StreamsGroupCurrentMemberAssignmentValue.TaskIds._fields_ = (
+    Field('subtopology_id', STRING, (0, MAX)),
+    Field('partitions', Array(INT32), (0, MAX)),
+    Field('assignment_epochs', Array(INT32), (0, MAX), nullable=(0, MAX), tag=0, tagged=(0, MAX)),
+)
+StreamsGroupCurrentMemberAssignmentValue._fields_ = (
+    Field('member_epoch', INT32, (0, MAX)),
+    Field('previous_member_epoch', INT32, (0, MAX)),
+    Field('state', INT8, (0, MAX)),
+    Field('active_tasks', Array(StreamsGroupCurrentMemberAssignmentValue.TaskIds), (0, MAX)),
+    Field('standby_tasks', Array(StreamsGroupCurrentMemberAssignmentValue.TaskIds), (0, MAX)),
+    Field('warmup_tasks', Array(StreamsGroupCurrentMemberAssignmentValue.TaskIds), (0, MAX)),
+    Field('active_tasks_pending_revocation', Array(StreamsGroupCurrentMemberAssignmentValue.TaskIds), (0, MAX)),
+    Field('standby_tasks_pending_revocation', Array(StreamsGroupCurrentMemberAssignmentValue.TaskIds), (0, MAX)),
+    Field('warmup_tasks_pending_revocation', Array(StreamsGroupCurrentMemberAssignmentValue.TaskIds), (0, MAX)),
+)
+
+
+class StreamsGroupMemberMetadataKey(Data):
+    """StreamsGroupMemberMetadataKey: a versioned coordinator-key structure."""
+
+    __slots__ = ('group_id', 'member_id', )
+
+    group_id: str
+    member_id: str
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        member_id: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+StreamsGroupMemberMetadataKey.NAME = 'StreamsGroupMemberMetadataKey'
+StreamsGroupMemberMetadataKey.VALID_VERSIONS = (19, 19)
+StreamsGroupMemberMetadataKey.FLEXIBLE_VERSIONS = None
+StreamsGroupMemberMetadataKey._fields_ = (
+    Field('group_id', STRING, (19, 19)),
+    Field('member_id', STRING, (19, 19)),
+)
+
+
+class StreamsGroupMemberMetadataValue(Data):
+    """StreamsGroupMemberMetadataValue: a versioned coordinator-value structure."""
+
+    class Endpoint(Struct):
+        __slots__ = ('host', 'port', )
+
+        host: str
+        port: int
+
+        def __init__(
+            self,
+            *,
+            host: str = "",
+            port: int = 0,
+            unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+        ) -> None:
+            self.host = host
+            self.port = port
+            self.unknown_tagged_fields = unknown_tagged_fields
+
+    class KeyValue(Struct):
+        __slots__ = ('key', 'value', )
+
+        key: str
+        value: str
+
+        def __init__(
+            self,
+            *,
+            key: str = "",
+            value: str = "",
+            unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+        ) -> None:
+            self.key = key
+            self.value = value
+            self.unknown_tagged_fields = unknown_tagged_fields
+
+    __slots__ = ('instance_id', 'rack_id', 'client_id', 'client_host', 'rebalance_timeout_ms', 'topology_epoch', 'process_id', 'user_endpoint', 'client_tags', )
+
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    topology_epoch: int
+    process_id: str
+    user_endpoint: StreamsGroupMemberMetadataValue.Endpoint | None
+    client_tags: list[StreamsGroupMemberMetadataValue.KeyValue]
+
+    def __init__(
+        self,
+        *,
+        instance_id: str | None = "",
+        rack_id: str | None = "",
+        client_id: str = "",
+        client_host: str = "",
+        rebalance_timeout_ms: int = -1,
+        topology_epoch: int = 0,
+        process_id: str = "",
+        user_endpoint: StreamsGroupMemberMetadataValue.Endpoint | None = None,
+        client_tags: list[StreamsGroupMemberMetadataValue.KeyValue] = DEFAULT,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.instance_id = instance_id
+        self.rack_id = rack_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.topology_epoch = topology_epoch
+        self.process_id = process_id
+        self.user_endpoint = user_endpoint
+        self.client_tags = [] if client_tags is DEFAULT else client_tags
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+StreamsGroupMemberMetadataValue.NAME = 'StreamsGroupMemberMetadataValue'
+StreamsGroupMemberMetadataValue.VALID_VERSIONS = (0, 0)
+StreamsGroupMemberMetadataValue.FLEXIBLE_VERSIONS = (0, MAX)
+StreamsGroupMemberMetadataValue.Endpoint._fields_ = (
+    Field('host', STRING, (0, MAX)),
+    Field('port', UINT16, (0, MAX)),
+)
+StreamsGroupMemberMetadataValue.KeyValue._fields_ = (
+    Field('key', STRING, (0, MAX)),
+    Field('value', STRING, (0, MAX)),
+)
+StreamsGroupMemberMetadataValue._fields_ = (
+    Field('instance_id', STRING, (0, MAX), nullable=(0, MAX)),
+    Field('rack_id', STRING, (0, MAX), nullable=(0, MAX)),
+    Field('client_id', STRING, (0, MAX)),
+    Field('client_host', STRING, (0, MAX)),
+    Field('rebalance_timeout_ms', INT32, (0, MAX), default=-1),
+    Field('topology_epoch', INT32, (0, MAX)),
+    Field('process_id', STRING, (0, MAX)),
+    Field('user_endpoint', StreamsGroupMemberMetadataValue.Endpoint, (0, MAX), nullable=(0, MAX), default=None),
+    Field('client_tags', Array(StreamsGroupMemberMetadataValue.KeyValue), (0, MAX)),
+)
+
+
+class StreamsGroupMetadataKey(Data):
+    """StreamsGroupMetadataKey: a versioned coordinator-key structure."""
+
+    __slots__ = ('group_id', )
+
+    group_id: str
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+StreamsGroupMetadataKey.NAME = 'StreamsGroupMetadataKey'
+StreamsGroupMetadataKey.VALID_VERSIONS = (17, 17)
+StreamsGroupMetadataKey.FLEXIBLE_VERSIONS = None
+StreamsGroupMetadataKey._fields_ = (
+    Field('group_id', STRING, (17, 17)),
+)
+
+
+class StreamsGroupMetadataValue(Data):
+    """StreamsGroupMetadataValue: a versioned coordinator-value structure."""
+
+    class LastAssignmentConfig(Struct):
+        __slots__ = ('key', 'value', )
+
+        key: str
+        value: str
+
+        def __init__(
+            self,
+            *,
+            key: str = "",
+            value: str = "",
+            unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+        ) -> None:
+            self.key = key
+            self.value = value
+            self.unknown_tagged_fields = unknown_tagged_fields
+
+    __slots__ = ('epoch', 'metadata_hash', 'validated_topology_epoch', 'last_assignment_configs', 'stored_description_topology_epoch', 'failed_description_topology_epoch', )
+
+    epoch: int
+    metadata_hash: int
+    validated_topology_epoch: int
+    last_assignment_configs: list[StreamsGroupMetadataValue.LastAssignmentConfig] | None
+    stored_description_topology_epoch: int
+    failed_description_topology_epoch: int
+
+    def __init__(
+        self,
+        *,
+        epoch: int = 0,
+        metadata_hash: int = 0,
+        validated_topology_epoch: int = -1,
+        last_assignment_configs: list[StreamsGroupMetadataValue.LastAssignmentConfig] | None = DEFAULT,
+        stored_description_topology_epoch: int = -1,
+        failed_description_topology_epoch: int = -1,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.epoch = epoch
+        self.metadata_hash = metadata_hash
+        self.validated_topology_epoch = validated_topology_epoch
+        self.last_assignment_configs = [] if last_assignment_configs is DEFAULT else last_assignment_configs
+        self.stored_description_topology_epoch = stored_description_topology_epoch
+        self.failed_description_topology_epoch = failed_description_topology_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+StreamsGroupMetadataValue.NAME = 'StreamsGroupMetadataValue'
+StreamsGroupMetadataValue.VALID_VERSIONS = (0, 0)
+StreamsGroupMetadataValue.FLEXIBLE_VERSIONS = (0, MAX)
+StreamsGroupMetadataValue.LastAssignmentConfig._fields_ = (
+    Field('key', STRING, (0, MAX)),
+    Field('value', STRING, (0, MAX)),
+)
+StreamsGroupMetadataValue._fields_ = (
+    Field('epoch', INT32, (0, MAX)),
+    Field('metadata_hash', INT64, (0, MAX)),
+    Field('validated_topology_epoch', INT32, (0, MAX), tag=0, tagged=(0, MAX), default=-1),
+    Field('last_assignment_configs', Array(StreamsGroupMetadataValue.LastAssignmentConfig), (0, MAX), nullable=(0, MAX), tag=1, tagged=(0, MAX)),
+    Field('stored_description_topology_epoch', INT32, (0, MAX), tag=2, tagged=(0, MAX), default=-1),
+    Field('failed_description_topology_epoch', INT32, (0, MAX), tag=3, tagged=(0, MAX), default=-1),
+)
+
+
+class StreamsGroupTargetAssignmentMemberKey(Data):
+    """StreamsGroupTargetAssignmentMemberKey: a versioned coordinator-key structure."""
+
+    __slots__ = ('group_id', 'member_id', )
+
+    group_id: str
+    member_id: str
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        member_id: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+StreamsGroupTargetAssignmentMemberKey.NAME = 'StreamsGroupTargetAssignmentMemberKey'
+StreamsGroupTargetAssignmentMemberKey.VALID_VERSIONS = (21, 21)
+StreamsGroupTargetAssignmentMemberKey.FLEXIBLE_VERSIONS = None
+StreamsGroupTargetAssignmentMemberKey._fields_ = (
+    Field('group_id', STRING, (21, 21)),
+    Field('member_id', STRING, (21, 21)),
+)
+
+
+class StreamsGroupTargetAssignmentMemberValue(Data):
+    """StreamsGroupTargetAssignmentMemberValue: a versioned coordinator-value structure."""
+
+    class TaskIds(Struct):
+        __slots__ = ('subtopology_id', 'partitions', )
+
+        subtopology_id: str
+        partitions: list[int]
+
+        def __init__(
+            self,
+            *,
+            subtopology_id: str = "",
+            partitions: list[int] = DEFAULT,
+            unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+        ) -> None:
+            self.subtopology_id = subtopology_id
+            self.partitions = [] if partitions is DEFAULT else partitions
+            self.unknown_tagged_fields = unknown_tagged_fields
+
+    __slots__ = ('active_tasks', 'standby_tasks', 'warmup_tasks', )
+
+    active_tasks: list[StreamsGroupTargetAssignmentMemberValue.TaskIds]
+    standby_tasks: list[StreamsGroupTargetAssignmentMemberValue.TaskIds]
+    warmup_tasks: list[StreamsGroupTargetAssignmentMemberValue.TaskIds]
+
+    def __init__(
+        self,
+        *,
+        active_tasks: list[StreamsGroupTargetAssignmentMemberValue.TaskIds] = DEFAULT,
+        standby_tasks: list[StreamsGroupTargetAssignmentMemberValue.TaskIds] = DEFAULT,
+        warmup_tasks: list[StreamsGroupTargetAssignmentMemberValue.TaskIds] = DEFAULT,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.active_tasks = [] if active_tasks is DEFAULT else active_tasks
+        self.standby_tasks = [] if standby_tasks is DEFAULT else standby_tasks
+        self.warmup_tasks = [] if warmup_tasks is DEFAULT else warmup_tasks
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+StreamsGroupTargetAssignmentMemberValue.NAME = 'StreamsGroupTargetAssignmentMemberValue'
+StreamsGroupTargetAssignmentMemberValue.VALID_VERSIONS = (0, 0)
+StreamsGroupTargetAssignmentMemberValue.FLEXIBLE_VERSIONS = (0, MAX)
+StreamsGroupTargetAssignmentMemberValue.TaskIds._fields_ = (
+    Field('subtopology_id', STRING, (0, MAX)),
+    Field('partitions', Array(INT32), (0, MAX)),
+)
+StreamsGroupTargetAssignmentMemberValue._fields_ = (
+    Field('active_tasks', Array(StreamsGroupTargetAssignmentMemberValue.TaskIds), (0, MAX)),
+    Field('standby_tasks', Array(StreamsGroupTargetAssignmentMemberValue.TaskIds), (0, MAX)),
+    Field('warmup_tasks', Array(StreamsGroupTargetAssignmentMemberValue.TaskIds), (0, MAX)),
+)
+
+
+class StreamsGroupTargetAssignmentMetadataKey(Data):
+    """StreamsGroupTargetAssignmentMetadataKey: a versioned coordinator-key structure."""
+
+    __slots__ = ('group_id', )
+
+    group_id: str
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+StreamsGroupTargetAssignmentMetadataKey.NAME = 'StreamsGroupTargetAssignmentMetadataKey'
+StreamsGroupTargetAssignmentMetadataKey.VALID_VERSIONS = (20, 20)
+StreamsGroupTargetAssignmentMetadataKey.FLEXIBLE_VERSIONS = None
+StreamsGroupTargetAssignmentMetadataKey._fields_ = (
+    Field('group_id', STRING, (20, 20)),
+)
+
+
+class StreamsGroupTargetAssignmentMetadataValue(Data):
+    """StreamsGroupTargetAssignmentMetadataValue: a versioned coordinator-value structure."""
+
+    __slots__ = ('assignment_epoch', 'assignment_timestamp', )
+
+    assignment_epoch: int
+    assignment_timestamp: int
+
+    def __init__(
+        self,
+        *,
+        assignment_epoch: int = 0,
+        assignment_timestamp: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.assignment_epoch = assignment_epoch
+        self.assignment_timestamp = assignment_timestamp
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+StreamsGroupTargetAssignmentMetadataValue.NAME = 'StreamsGroupTargetAssignmentMetadataValue'
+StreamsGroupTargetAssignmentMetadataValue.VALID_VERSIONS = (0, 0)
+StreamsGroupTargetAssignmentMetadataValue.FLEXIBLE_VERSIONS = (0, MAX)
+StreamsGroupTargetAssignmentMetadataValue._fields_ = (
+    Field('assignment_epoch', INT32, (0, MAX)),
+    Field('assignment_timestamp', INT64, (0, MAX), tag=0, tagged=(0, MAX), ignorable=True),
+)
+
+
+class StreamsGroupTopologyKey(Data):
+    """StreamsGroupTopologyKey: a versioned coordinator-key structure."""
+
+    __slots__ = ('group_id', )
+
+    group_id: str
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+StreamsGroupTopologyKey.NAME = 'StreamsGroupTopologyKey'
+StreamsGroupTopologyKey.VALID_VERSIONS = (23, 23)
+StreamsGroupTopologyKey.FLEXIBLE_VERSIONS = None
+StreamsGroupTopologyKey._fields_ = (
+    Field('group_id', STRING, (23, 23)),
+)
+
+
+class StreamsGroupTopologyValue(Data):
+    """StreamsGroupTopologyValue: a versioned coordinator-value structure."""
+
+    class Subtopology(Struct):
+        __slots__ = ('subtopology_id', 'source_topics', 'source_topic_regex', 'state_changelog_topics', 'repartition_sink_topics', 'repartition_source_topics', 'copartition_groups', )
+
+        subtopology_id: str
+        source_topics: list[str]
+        source_topic_regex: list[str]
+        state_changelog_topics: list[StreamsGroupTopologyValue.TopicInfo]
+        repartition_sink_topics: list[str]
+        repartition_source_topics: list[StreamsGroupTopologyValue.TopicInfo]
+        copartition_groups: list[StreamsGroupTopologyValue.CopartitionGroup]
+
+        def __init__(
+            self,
+            *,
+            subtopology_id: str = "",
+            source_topics: list[str] = DEFAULT,
+            source_topic_regex: list[str] = DEFAULT,
+            state_changelog_topics: list[StreamsGroupTopologyValue.TopicInfo] = DEFAULT,
+            repartition_sink_topics: list[str] = DEFAULT,
+            repartition_source_topics: list[StreamsGroupTopologyValue.TopicInfo] = DEFAULT,
+            copartition_groups: list[StreamsGroupTopologyValue.CopartitionGroup] = DEFAULT,
+            unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+        ) -> None:
+            self.subtopology_id = subtopology_id
+            self.source_topics = [] if source_topics is DEFAULT else source_topics
+            self.source_topic_regex = [] if source_topic_regex is DEFAULT else source_topic_regex
+            self.state_changelog_topics = [] if state_changelog_topics is DEFAULT else state_changelog_topics
+            self.repartition_sink_topics = [] if repartition_sink_topics is DEFAULT else repartition_sink_topics
+            self.repartition_source_topics = [] if repartition_source_topics is DEFAULT else repartition_source_topics
+            self.copartition_groups = [] if copartition_groups is DEFAULT else copartition_groups
+            self.unknown_tagged_fields = unknown_tagged_fields
+
+    class TopicInfo(Struct):
+        __slots__ = ('name', 'partitions', 'replication_factor', 'topic_configs', )
+
+        name: str
+        partitions: int
+        replication_factor: int
+        topic_configs: list[StreamsGroupTopologyValue.TopicConfig]
+
+        def __init__(
+            self,
+            *,
+            name: str = "",
+            partitions: int = 0,
+            replication_factor: int = 0,
+            topic_configs: list[StreamsGroupTopologyValue.TopicConfig] = DEFAULT,
+            unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+        ) -> None:
+            self.name = name
+            self.partitions = partitions
+            self.replication_factor = replication_factor
+            self.topic_configs = [] if topic_configs is DEFAULT else topic_configs
+            self.unknown_tagged_fields = unknown_tagged_fields
+
+    class TopicConfig(Struct):
+        __slots__ = ('key', 'value', )
+
+        key: str
+        value: str
+
+        def __init__(
+            self,
+            *,
+            key: str = "",
+            value: str = "",
+            unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+        ) -> None:
+            self.key = key
+            self.value = value
+            self.unknown_tagged_fields = unknown_tagged_fields
+
+    class CopartitionGroup(Struct):
+        __slots__ = ('source_topics', 'source_topic_regex', 'repartition_source_topics', )
+
+        source_topics: list[int]
+        source_topic_regex: list[int]
+        repartition_source_topics: list[int]
+
+        def __init__(
+            self,
+            *,
+            source_topics: list[int] = DEFAULT,
+            source_topic_regex: list[int] = DEFAULT,
+            repartition_source_topics: list[int] = DEFAULT,
+            unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+        ) -> None:
+            self.source_topics = [] if source_topics is DEFAULT else source_topics
+            self.source_topic_regex = [] if source_topic_regex is DEFAULT else source_topic_regex
+            self.repartition_source_topics = [] if repartition_source_topics is DEFAULT else repartition_source_topics
+            self.unknown_tagged_fields = unknown_tagged_fields
+
+    __slots__ = ('epoch', 'subtopologies', )
+
+    epoch: int
+    subtopologies: list[StreamsGroupTopologyValue.Subtopology]
+
+    def __init__(
+        self,
+        *,
+        epoch: int = 0,
+        subtopologies: list[StreamsGroupTopologyValue.Subtopology] = DEFAULT,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.epoch = epoch
+        self.subtopologies = [] if subtopologies is DEFAULT else subtopologies
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+StreamsGroupTopologyValue.NAME = 'StreamsGroupTopologyValue'
+StreamsGroupTopologyValue.VALID_VERSIONS = (0, 0)
+StreamsGroupTopologyValue.FLEXIBLE_VERSIONS = (0, MAX)
+StreamsGroupTopologyValue.Subtopology._fields_ = (
+    Field('subtopology_id', STRING, (0, MAX)),
+    Field('source_topics', Array(STRING), (0, MAX)),
+    Field('source_topic_regex', Array(STRING), (0, MAX)),
+    Field('state_changelog_topics', Array(StreamsGroupTopologyValue.TopicInfo), (0, MAX)),
+    Field('repartition_sink_topics', Array(STRING), (0, MAX)),
+    Field('repartition_source_topics', Array(StreamsGroupTopologyValue.TopicInfo), (0, MAX)),
+    Field('copartition_groups', Array(StreamsGroupTopologyValue.CopartitionGroup), (0, MAX)),
+)
+StreamsGroupTopologyValue.TopicInfo._fields_ = (
+    Field('name', STRING, (0, MAX)),
+    Field('partitions', INT32, (0, MAX)),
+    Field('replication_factor', INT16, (0, MAX)),
+    Field('topic_configs', Array(StreamsGroupTopologyValue.TopicConfig), (0, MAX)),
+)
+StreamsGroupTopologyValue.TopicConfig._fields_ = (
+    Field('key', STRING, (0, MAX)),
+    Field('value', STRING, (0, MAX)),
+)
+StreamsGroupTopologyValue.CopartitionGroup._fields_ = (
+    Field('source_topics', Array(INT16), (0, MAX)),
+    Field('source_topic_regex', Array(INT16), (0, MAX)),
+    Field('repartition_source_topics', Array(INT16), (0, MAX)),
+)
+StreamsGroupTopologyValue._fields_ = (
+    Field('epoch', INT32, (0, MAX)),
+    Field('subtopologies', Array(StreamsGroupTopologyValue.Subtopology), (0, MAX)),
 )
 
 
 class TransactionLogKey(Data):
-    """TransactionLogKey: a versioned data structure."""
+    """TransactionLogKey: a versioned coordinator-key structure."""
 
     __slots__ = ('transactional_id', )
 
@@ -325,7 +2158,7 @@ TransactionLogKey._fields_ = (
 
 
 class TransactionLogValue(Data):
-    """TransactionLogValue: a versioned data structure."""
+    """TransactionLogValue: a versioned coordinator-value structure."""
 
     class PartitionsSchema(Struct):
         __slots__ = ('topic', 'partition_ids', )
@@ -344,12 +2177,13 @@ class TransactionLogValue(Data):
             self.partition_ids = [] if partition_ids is DEFAULT else partition_ids
             self.unknown_tagged_fields = unknown_tagged_fields
 
-    __slots__ = ('producer_id', 'previous_producer_id', 'next_producer_id', 'producer_epoch', 'transaction_timeout_ms', 'transaction_status', 'transaction_partitions', 'transaction_last_update_timestamp_ms', 'transaction_start_timestamp_ms', 'client_transaction_version', )
+    __slots__ = ('producer_id', 'previous_producer_id', 'next_producer_id', 'producer_epoch', 'next_producer_epoch', 'transaction_timeout_ms', 'transaction_status', 'transaction_partitions', 'transaction_last_update_timestamp_ms', 'transaction_start_timestamp_ms', 'client_transaction_version', )
 
     producer_id: int
     previous_producer_id: int
     next_producer_id: int
     producer_epoch: int
+    next_producer_epoch: int
     transaction_timeout_ms: int
     transaction_status: int
     transaction_partitions: list[TransactionLogValue.PartitionsSchema] | None
@@ -364,6 +2198,7 @@ class TransactionLogValue(Data):
         previous_producer_id: int = -1,
         next_producer_id: int = -1,
         producer_epoch: int = 0,
+        next_producer_epoch: int = -1,
         transaction_timeout_ms: int = 0,
         transaction_status: int = 0,
         transaction_partitions: list[TransactionLogValue.PartitionsSchema] | None = DEFAULT,
@@ -376,6 +2211,7 @@ class TransactionLogValue(Data):
         self.previous_producer_id = previous_producer_id
         self.next_producer_id = next_producer_id
         self.producer_epoch = producer_epoch
+        self.next_producer_epoch = next_producer_epoch
         self.transaction_timeout_ms = transaction_timeout_ms
         self.transaction_status = transaction_status
         self.transaction_partitions = [] if transaction_partitions is DEFAULT else transaction_partitions
@@ -397,6 +2233,7 @@ TransactionLogValue._fields_ = (
     Field('previous_producer_id', INT64, (1, MAX), tag=0, tagged=(1, MAX), default=-1),
     Field('next_producer_id', INT64, (1, MAX), tag=1, tagged=(1, MAX), default=-1),
     Field('producer_epoch', INT16, (0, MAX)),
+    Field('next_producer_epoch', INT16, (1, MAX), tag=3, tagged=(1, MAX), default=-1),
     Field('transaction_timeout_ms', INT32, (0, MAX)),
     Field('transaction_status', INT8, (0, MAX)),
     Field('transaction_partitions', Array(TransactionLogValue.PartitionsSchema), (0, MAX), nullable=(0, MAX)),

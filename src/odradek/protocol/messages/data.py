@@ -7,7 +7,44 @@ import uuid  # noqa: F401
 
 from odradek.protocol._schema import Data, Array, Buffer, DEFAULT, Field, MAX, Records, Struct, ZERO_UUID, BOOL, BYTES, FLOAT64, INT8, INT16, INT32, INT64, RECORDS, STRING, UINT16, UINT32, UUID  # noqa: F401
 
-__all__ = ['ConsumerProtocolAssignment', 'ConsumerProtocolSubscription', 'DefaultPrincipalData', 'KRaftVersionRecord', 'LeaderChangeMessage', 'SnapshotFooterRecord', 'SnapshotHeaderRecord', 'VotersRecord']
+__all__ = ['AbortedTxn', 'ConsumerProtocolAssignment', 'ConsumerProtocolSubscription', 'ControlRecordTypeSchema', 'DefaultPrincipalData', 'EndTxnMarker', 'KRaftVersionRecord', 'LeaderChangeMessage', 'SnapshotFooterRecord', 'SnapshotHeaderRecord', 'VotersRecord']
+
+
+class AbortedTxn(Data):
+    """AbortedTxn: a versioned data structure."""
+
+    __slots__ = ('producer_id', 'first_offset', 'last_offset', 'last_stable_offset', )
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+    def __init__(
+        self,
+        *,
+        producer_id: int = 0,
+        first_offset: int = 0,
+        last_offset: int = 0,
+        last_stable_offset: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.producer_id = producer_id
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.last_stable_offset = last_stable_offset
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+AbortedTxn.NAME = 'AbortedTxn'
+AbortedTxn.VALID_VERSIONS = (0, 0)
+AbortedTxn.FLEXIBLE_VERSIONS = None
+AbortedTxn._fields_ = (
+    Field('producer_id', INT64, (0, MAX)),
+    Field('first_offset', INT64, (0, MAX)),
+    Field('last_offset', INT64, (0, MAX)),
+    Field('last_stable_offset', INT64, (0, MAX)),
+)
 
 
 class ConsumerProtocolAssignment(Data):
@@ -122,6 +159,31 @@ ConsumerProtocolSubscription._fields_ = (
 )
 
 
+class ControlRecordTypeSchema(Data):
+    """ControlRecordTypeSchema: a versioned data structure."""
+
+    __slots__ = ('type', )
+
+    type: int
+
+    def __init__(
+        self,
+        *,
+        type: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.type = type
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+ControlRecordTypeSchema.NAME = 'ControlRecordTypeSchema'
+ControlRecordTypeSchema.VALID_VERSIONS = (0, 0)
+ControlRecordTypeSchema.FLEXIBLE_VERSIONS = None
+ControlRecordTypeSchema._fields_ = (
+    Field('type', INT16, (0, MAX)),
+)
+
+
 class DefaultPrincipalData(Data):
     """DefaultPrincipalData: a versioned data structure."""
 
@@ -152,6 +214,31 @@ DefaultPrincipalData._fields_ = (
     Field('type', STRING, (0, MAX)),
     Field('name', STRING, (0, MAX)),
     Field('token_authenticated', BOOL, (0, MAX)),
+)
+
+
+class EndTxnMarker(Data):
+    """EndTxnMarker: a versioned data structure."""
+
+    __slots__ = ('coordinator_epoch', )
+
+    coordinator_epoch: int
+
+    def __init__(
+        self,
+        *,
+        coordinator_epoch: int = 0,
+        unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.coordinator_epoch = coordinator_epoch
+        self.unknown_tagged_fields = unknown_tagged_fields
+
+
+EndTxnMarker.NAME = 'EndTxnMarker'
+EndTxnMarker.VALID_VERSIONS = (0, 0)
+EndTxnMarker.FLEXIBLE_VERSIONS = None
+EndTxnMarker._fields_ = (
+    Field('coordinator_epoch', INT32, (0, MAX)),
 )
 
 

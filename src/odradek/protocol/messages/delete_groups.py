@@ -30,7 +30,7 @@ class DeleteGroupsRequest(Message):
 DeleteGroupsRequest.API_KEY = 42
 DeleteGroupsRequest.TYPE = 'request'
 DeleteGroupsRequest.NAME = 'DeleteGroupsRequest'
-DeleteGroupsRequest.VALID_VERSIONS = (0, 2)
+DeleteGroupsRequest.VALID_VERSIONS = (0, 3)
 DeleteGroupsRequest.FLEXIBLE_VERSIONS = (2, MAX)
 DeleteGroupsRequest._fields_ = (
     Field('groups_names', Array(STRING), (0, MAX)),
@@ -41,20 +41,23 @@ class DeleteGroupsResponse(Message):
     """Response body of API key 42 (DeleteGroups)."""
 
     class DeletableGroupResult(Struct):
-        __slots__ = ('group_id', 'error_code', )
+        __slots__ = ('group_id', 'error_code', 'error_message', )
 
         group_id: str
         error_code: int
+        error_message: str | None
 
         def __init__(
             self,
             *,
             group_id: str = "",
             error_code: int = 0,
+            error_message: str | None = None,
             unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
         ) -> None:
             self.group_id = group_id
             self.error_code = error_code
+            self.error_message = error_message
             self.unknown_tagged_fields = unknown_tagged_fields
 
     __slots__ = ('throttle_time_ms', 'results', )
@@ -77,11 +80,12 @@ class DeleteGroupsResponse(Message):
 DeleteGroupsResponse.API_KEY = 42
 DeleteGroupsResponse.TYPE = 'response'
 DeleteGroupsResponse.NAME = 'DeleteGroupsResponse'
-DeleteGroupsResponse.VALID_VERSIONS = (0, 2)
+DeleteGroupsResponse.VALID_VERSIONS = (0, 3)
 DeleteGroupsResponse.FLEXIBLE_VERSIONS = (2, MAX)
 DeleteGroupsResponse.DeletableGroupResult._fields_ = (
     Field('group_id', STRING, (0, MAX)),
     Field('error_code', INT16, (0, MAX)),
+    Field('error_message', STRING, (3, MAX), nullable=(3, MAX), default=None, ignorable=True),
 )
 DeleteGroupsResponse._fields_ = (
     Field('throttle_time_ms', INT32, (0, MAX)),

@@ -13,31 +13,35 @@ __all__ = ['DescribeClusterRequest', 'DescribeClusterResponse']
 class DescribeClusterRequest(Message):
     """Request body of API key 60 (DescribeCluster)."""
 
-    __slots__ = ('include_cluster_authorized_operations', 'endpoint_type', )
+    __slots__ = ('include_cluster_authorized_operations', 'endpoint_type', 'include_fenced_brokers', )
 
     include_cluster_authorized_operations: bool
     endpoint_type: int
+    include_fenced_brokers: bool
 
     def __init__(
         self,
         *,
         include_cluster_authorized_operations: bool = False,
         endpoint_type: int = 1,
+        include_fenced_brokers: bool = False,
         unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
     ) -> None:
         self.include_cluster_authorized_operations = include_cluster_authorized_operations
         self.endpoint_type = endpoint_type
+        self.include_fenced_brokers = include_fenced_brokers
         self.unknown_tagged_fields = unknown_tagged_fields
 
 
 DescribeClusterRequest.API_KEY = 60
 DescribeClusterRequest.TYPE = 'request'
 DescribeClusterRequest.NAME = 'DescribeClusterRequest'
-DescribeClusterRequest.VALID_VERSIONS = (0, 1)
+DescribeClusterRequest.VALID_VERSIONS = (0, 2)
 DescribeClusterRequest.FLEXIBLE_VERSIONS = (0, MAX)
 DescribeClusterRequest._fields_ = (
     Field('include_cluster_authorized_operations', BOOL, (0, MAX)),
     Field('endpoint_type', INT8, (1, MAX), default=1),
+    Field('include_fenced_brokers', BOOL, (2, MAX)),
 )
 
 
@@ -45,12 +49,13 @@ class DescribeClusterResponse(Message):
     """Response body of API key 60 (DescribeCluster)."""
 
     class DescribeClusterBroker(Struct):
-        __slots__ = ('broker_id', 'host', 'port', 'rack', )
+        __slots__ = ('broker_id', 'host', 'port', 'rack', 'is_fenced', )
 
         broker_id: int
         host: str
         port: int
         rack: str | None
+        is_fenced: bool
 
         def __init__(
             self,
@@ -59,12 +64,14 @@ class DescribeClusterResponse(Message):
             host: str = "",
             port: int = 0,
             rack: str | None = None,
+            is_fenced: bool = False,
             unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
         ) -> None:
             self.broker_id = broker_id
             self.host = host
             self.port = port
             self.rack = rack
+            self.is_fenced = is_fenced
             self.unknown_tagged_fields = unknown_tagged_fields
 
     __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'endpoint_type', 'cluster_id', 'controller_id', 'brokers', 'cluster_authorized_operations', )
@@ -105,13 +112,14 @@ class DescribeClusterResponse(Message):
 DescribeClusterResponse.API_KEY = 60
 DescribeClusterResponse.TYPE = 'response'
 DescribeClusterResponse.NAME = 'DescribeClusterResponse'
-DescribeClusterResponse.VALID_VERSIONS = (0, 1)
+DescribeClusterResponse.VALID_VERSIONS = (0, 2)
 DescribeClusterResponse.FLEXIBLE_VERSIONS = (0, MAX)
 DescribeClusterResponse.DescribeClusterBroker._fields_ = (
     Field('broker_id', INT32, (0, MAX)),
     Field('host', STRING, (0, MAX)),
     Field('port', INT32, (0, MAX)),
     Field('rack', STRING, (0, MAX), nullable=(0, MAX), default=None),
+    Field('is_fenced', BOOL, (2, MAX)),
 )
 DescribeClusterResponse._fields_ = (
     Field('throttle_time_ms', INT32, (0, MAX)),

@@ -195,11 +195,11 @@ DescribeConfigsResponse.DescribeConfigsResourceResult._fields_ = (
     Field('is_sensitive', BOOL, (0, MAX)),
     Field('synonyms', Array(DescribeConfigsResponse.DescribeConfigsSynonym), (1, MAX), ignorable=True),
     Field('config_type', INT8, (3, MAX), ignorable=True),
-    Field('documentation', STRING, (3, MAX), nullable=(0, MAX), ignorable=True),
+    Field('documentation', STRING, (3, MAX), nullable=(1, MAX), ignorable=True),
 )
 DescribeConfigsResponse.DescribeConfigsSynonym._fields_ = (
     Field('name', STRING, (1, MAX)),
-    Field('value', STRING, (1, MAX), nullable=(0, MAX)),
+    Field('value', STRING, (1, MAX), nullable=(1, MAX)),
     Field('source', INT8, (1, MAX)),
 )
 DescribeConfigsResponse._fields_ = (

@@ -33,7 +33,7 @@ class DescribeGroupsRequest(Message):
 DescribeGroupsRequest.API_KEY = 15
 DescribeGroupsRequest.TYPE = 'request'
 DescribeGroupsRequest.NAME = 'DescribeGroupsRequest'
-DescribeGroupsRequest.VALID_VERSIONS = (0, 5)
+DescribeGroupsRequest.VALID_VERSIONS = (0, 6)
 DescribeGroupsRequest.FLEXIBLE_VERSIONS = (5, MAX)
 DescribeGroupsRequest._fields_ = (
     Field('groups', Array(STRING), (0, MAX)),
@@ -45,9 +45,10 @@ class DescribeGroupsResponse(Message):
     """Response body of API key 15 (DescribeGroups)."""
 
     class DescribedGroup(Struct):
-        __slots__ = ('error_code', 'group_id', 'group_state', 'protocol_type', 'protocol_data', 'members', 'authorized_operations', )
+        __slots__ = ('error_code', 'error_message', 'group_id', 'group_state', 'protocol_type', 'protocol_data', 'members', 'authorized_operations', )
 
         error_code: int
+        error_message: str | None
         group_id: str
         group_state: str
         protocol_type: str
@@ -59,6 +60,7 @@ class DescribeGroupsResponse(Message):
             self,
             *,
             error_code: int = 0,
+            error_message: str | None = None,
             group_id: str = "",
             group_state: str = "",
             protocol_type: str = "",
@@ -68,6 +70,7 @@ class DescribeGroupsResponse(Message):
             unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
         ) -> None:
             self.error_code = error_code
+            self.error_message = error_message
             self.group_id = group_id
             self.group_state = group_state
             self.protocol_type = protocol_type
@@ -125,10 +128,11 @@ class DescribeGroupsResponse(Message):
 DescribeGroupsResponse.API_KEY = 15
 DescribeGroupsResponse.TYPE = 'response'
 DescribeGroupsResponse.NAME = 'DescribeGroupsResponse'
-DescribeGroupsResponse.VALID_VERSIONS = (0, 5)
+DescribeGroupsResponse.VALID_VERSIONS = (0, 6)
 DescribeGroupsResponse.FLEXIBLE_VERSIONS = (5, MAX)
 DescribeGroupsResponse.DescribedGroup._fields_ = (
     Field('error_code', INT16, (0, MAX)),
+    Field('error_message', STRING, (6, MAX), nullable=(6, MAX), default=None),
     Field('group_id', STRING, (0, MAX)),
     Field('group_state', STRING, (0, MAX)),
     Field('protocol_type', STRING, (0, MAX)),

@@ -47,7 +47,7 @@ class DescribeLogDirsRequest(Message):
 DescribeLogDirsRequest.API_KEY = 35
 DescribeLogDirsRequest.TYPE = 'request'
 DescribeLogDirsRequest.NAME = 'DescribeLogDirsRequest'
-DescribeLogDirsRequest.VALID_VERSIONS = (0, 4)
+DescribeLogDirsRequest.VALID_VERSIONS = (0, 5)
 DescribeLogDirsRequest.FLEXIBLE_VERSIONS = (2, MAX)
 DescribeLogDirsRequest.DescribableLogDirTopic._fields_ = (
     Field('topic', STRING, (0, MAX)),
@@ -62,13 +62,14 @@ class DescribeLogDirsResponse(Message):
     """Response body of API key 35 (DescribeLogDirs)."""
 
     class DescribeLogDirsResult(Struct):
-        __slots__ = ('error_code', 'log_dir', 'topics', 'total_bytes', 'usable_bytes', )
+        __slots__ = ('error_code', 'log_dir', 'topics', 'total_bytes', 'usable_bytes', 'is_cordoned', )
 
         error_code: int
         log_dir: str
         topics: list[DescribeLogDirsResponse.DescribeLogDirsTopic]
         total_bytes: int
         usable_bytes: int
+        is_cordoned: bool
 
         def __init__(
             self,
@@ -78,6 +79,7 @@ class DescribeLogDirsResponse(Message):
             topics: list[DescribeLogDirsResponse.DescribeLogDirsTopic] = DEFAULT,
             total_bytes: int = -1,
             usable_bytes: int = -1,
+            is_cordoned: bool = False,
             unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
         ) -> None:
             self.error_code = error_code
@@ -85,6 +87,7 @@ class DescribeLogDirsResponse(Message):
             self.topics = [] if topics is DEFAULT else topics
             self.total_bytes = total_bytes
             self.usable_bytes = usable_bytes
+            self.is_cordoned = is_cordoned
             self.unknown_tagged_fields = unknown_tagged_fields
 
     class DescribeLogDirsTopic(Struct):
@@ -150,7 +153,7 @@ class DescribeLogDirsResponse(Message):
 DescribeLogDirsResponse.API_KEY = 35
 DescribeLogDirsResponse.TYPE = 'response'
 DescribeLogDirsResponse.NAME = 'DescribeLogDirsResponse'
-DescribeLogDirsResponse.VALID_VERSIONS = (0, 4)
+DescribeLogDirsResponse.VALID_VERSIONS = (0, 5)
 DescribeLogDirsResponse.FLEXIBLE_VERSIONS = (2, MAX)
 DescribeLogDirsResponse.DescribeLogDirsResult._fields_ = (
     Field('error_code', INT16, (0, MAX)),
@@ -158,6 +161,7 @@ DescribeLogDirsResponse.DescribeLogDirsResult._fields_ = (
     Field('topics', Array(DescribeLogDirsResponse.DescribeLogDirsTopic), (0, MAX)),
     Field('total_bytes', INT64, (4, MAX), default=-1, ignorable=True),
     Field('usable_bytes', INT64, (4, MAX), default=-1, ignorable=True),
+    Field('is_cordoned', BOOL, (5, MAX), ignorable=True),
 )
 DescribeLogDirsResponse.DescribeLogDirsTopic._fields_ = (
     Field('name', STRING, (0, MAX)),

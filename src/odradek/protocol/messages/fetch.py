@@ -51,7 +51,7 @@ class FetchRequest(Message):
             self.unknown_tagged_fields = unknown_tagged_fields
 
     class FetchPartition(Struct):
-        __slots__ = ('partition', 'current_leader_epoch', 'fetch_offset', 'last_fetched_epoch', 'log_start_offset', 'partition_max_bytes', 'replica_directory_id', )
+        __slots__ = ('partition', 'current_leader_epoch', 'fetch_offset', 'last_fetched_epoch', 'log_start_offset', 'partition_max_bytes', 'replica_directory_id', 'high_watermark', )
 
         partition: int
         current_leader_epoch: int
@@ -60,6 +60,7 @@ class FetchRequest(Message):
         log_start_offset: int
         partition_max_bytes: int
         replica_directory_id: uuid.UUID
+        high_watermark: int
 
         def __init__(
             self,
@@ -71,6 +72,7 @@ class FetchRequest(Message):
             log_start_offset: int = -1,
             partition_max_bytes: int = 0,
             replica_directory_id: uuid.UUID = ZERO_UUID,
+            high_watermark: int = 9223372036854775807,
             unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
         ) -> None:
             self.partition = partition
@@ -80,6 +82,7 @@ class FetchRequest(Message):
             self.log_start_offset = log_start_offset
             self.partition_max_bytes = partition_max_bytes
             self.replica_directory_id = replica_directory_id
+            self.high_watermark = high_watermark
             self.unknown_tagged_fields = unknown_tagged_fields
 
     class ForgottenTopic(Struct):
@@ -152,7 +155,7 @@ class FetchRequest(Message):
 FetchRequest.API_KEY = 1
 FetchRequest.TYPE = 'request'
 FetchRequest.NAME = 'FetchRequest'
-FetchRequest.VALID_VERSIONS = (0, 17)
+FetchRequest.VALID_VERSIONS = (0, 18)
 FetchRequest.FLEXIBLE_VERSIONS = (12, MAX)
 FetchRequest.ReplicaState._fields_ = (
     Field('replica_id', INT32, (15, MAX), default=-1),
@@ -171,6 +174,7 @@ FetchRequest.FetchPartition._fields_ = (
     Field('log_start_offset', INT64, (5, MAX), default=-1, ignorable=True),
     Field('partition_max_bytes', INT32, (0, MAX)),
     Field('replica_directory_id', UUID, (17, MAX), tag=0, tagged=(17, MAX), ignorable=True),
+    Field('high_watermark', INT64, (18, MAX), tag=1, tagged=(18, MAX), default=9223372036854775807, ignorable=True),
 )
 FetchRequest.ForgottenTopic._fields_ = (
     Field('topic', STRING, (7, 12), ignorable=True),
@@ -380,7 +384,7 @@ class FetchResponse(Message):
 FetchResponse.API_KEY = 1
 FetchResponse.TYPE = 'response'
 FetchResponse.NAME = 'FetchResponse'
-FetchResponse.VALID_VERSIONS = (0, 17)
+FetchResponse.VALID_VERSIONS = (0, 18)
 FetchResponse.FLEXIBLE_VERSIONS = (12, MAX)
 FetchResponse.FetchableTopicResponse._fields_ = (
     Field('topic', STRING, (0, 12), ignorable=True),
@@ -409,8 +413,8 @@ FetchResponse.LeaderIdAndEpoch._fields_ = (
     Field('leader_epoch', INT32, (12, MAX), default=-1),
 )
 FetchResponse.SnapshotId._fields_ = (
-    Field('end_offset', INT64, (0, MAX), default=-1),
-    Field('epoch', INT32, (0, MAX), default=-1),
+    Field('end_offset', INT64, (4, MAX), default=-1),
+    Field('epoch', INT32, (4, MAX), default=-1),
 )
 FetchResponse.AbortedTransaction._fields_ = (
     Field('producer_id', INT64, (4, MAX)),

@@ -43,7 +43,7 @@ RequestHeader._fields_ = (
     Field('api_key', INT16, (0, MAX)),
     Field('api_version', INT16, (0, MAX)),
     Field('correlation_id', INT32, (0, MAX)),
-    Field('client_id', STRING, (1, MAX), nullable=(1, MAX), ignorable=True, flexible=False),
+    Field('client_id', STRING, (1, MAX), nullable=(1, MAX), flexible=False),
 )
 
 

@@ -13,12 +13,14 @@ __all__ = ['InitProducerIdRequest', 'InitProducerIdResponse']
 class InitProducerIdRequest(Message):
     """Request body of API key 22 (InitProducerId)."""
 
-    __slots__ = ('transactional_id', 'transaction_timeout_ms', 'producer_id', 'producer_epoch', )
+    __slots__ = ('transactional_id', 'transaction_timeout_ms', 'producer_id', 'producer_epoch', 'enable2_pc', 'keep_prepared_txn', )
 
     transactional_id: str | None
     transaction_timeout_ms: int
     producer_id: int
     producer_epoch: int
+    enable2_pc: bool
+    keep_prepared_txn: bool
 
     def __init__(
         self,
@@ -27,37 +29,45 @@ class InitProducerIdRequest(Message):
         transaction_timeout_ms: int = 0,
         producer_id: int = -1,
         producer_epoch: int = -1,
+        enable2_pc: bool = False,
+        keep_prepared_txn: bool = False,
         unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
     ) -> None:
         self.transactional_id = transactional_id
         self.transaction_timeout_ms = transaction_timeout_ms
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
+        self.enable2_pc = enable2_pc
+        self.keep_prepared_txn = keep_prepared_txn
         self.unknown_tagged_fields = unknown_tagged_fields
 
 
 InitProducerIdRequest.API_KEY = 22
 InitProducerIdRequest.TYPE = 'request'
 InitProducerIdRequest.NAME = 'InitProducerIdRequest'
-InitProducerIdRequest.VALID_VERSIONS = (0, 5)
+InitProducerIdRequest.VALID_VERSIONS = (0, 6)
 InitProducerIdRequest.FLEXIBLE_VERSIONS = (2, MAX)
 InitProducerIdRequest._fields_ = (
     Field('transactional_id', STRING, (0, MAX), nullable=(0, MAX)),
     Field('transaction_timeout_ms', INT32, (0, MAX)),
     Field('producer_id', INT64, (3, MAX), default=-1),
     Field('producer_epoch', INT16, (3, MAX), default=-1),
+    Field('enable2_pc', BOOL, (6, MAX)),
+    Field('keep_prepared_txn', BOOL, (6, MAX)),
 )
 
 
 class InitProducerIdResponse(Message):
     """Response body of API key 22 (InitProducerId)."""
 
-    __slots__ = ('throttle_time_ms', 'error_code', 'producer_id', 'producer_epoch', )
+    __slots__ = ('throttle_time_ms', 'error_code', 'producer_id', 'producer_epoch', 'ongoing_txn_producer_id', 'ongoing_txn_producer_epoch', )
 
     throttle_time_ms: int
     error_code: int
     producer_id: int
     producer_epoch: int
+    ongoing_txn_producer_id: int
+    ongoing_txn_producer_epoch: int
 
     def __init__(
         self,
@@ -66,23 +76,29 @@ class InitProducerIdResponse(Message):
         error_code: int = 0,
         producer_id: int = -1,
         producer_epoch: int = 0,
+        ongoing_txn_producer_id: int = -1,
+        ongoing_txn_producer_epoch: int = -1,
         unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
+        self.ongoing_txn_producer_id = ongoing_txn_producer_id
+        self.ongoing_txn_producer_epoch = ongoing_txn_producer_epoch
         self.unknown_tagged_fields = unknown_tagged_fields
 
 
 InitProducerIdResponse.API_KEY = 22
 InitProducerIdResponse.TYPE = 'response'
 InitProducerIdResponse.NAME = 'InitProducerIdResponse'
-InitProducerIdResponse.VALID_VERSIONS = (0, 5)
+InitProducerIdResponse.VALID_VERSIONS = (0, 6)
 InitProducerIdResponse.FLEXIBLE_VERSIONS = (2, MAX)
 InitProducerIdResponse._fields_ = (
     Field('throttle_time_ms', INT32, (0, MAX), ignorable=True),
     Field('error_code', INT16, (0, MAX)),
     Field('producer_id', INT64, (0, MAX), default=-1),
     Field('producer_epoch', INT16, (0, MAX)),
+    Field('ongoing_txn_producer_id', INT64, (6, MAX), default=-1),
+    Field('ongoing_txn_producer_epoch', INT16, (6, MAX), default=-1),
 )

@@ -79,7 +79,7 @@ class ListOffsetsRequest(Message):
 ListOffsetsRequest.API_KEY = 2
 ListOffsetsRequest.TYPE = 'request'
 ListOffsetsRequest.NAME = 'ListOffsetsRequest'
-ListOffsetsRequest.VALID_VERSIONS = (0, 10)
+ListOffsetsRequest.VALID_VERSIONS = (0, 11)
 ListOffsetsRequest.FLEXIBLE_VERSIONS = (6, MAX)
 ListOffsetsRequest.ListOffsetsTopic._fields_ = (
     Field('name', STRING, (0, MAX)),
@@ -168,7 +168,7 @@ class ListOffsetsResponse(Message):
 ListOffsetsResponse.API_KEY = 2
 ListOffsetsResponse.TYPE = 'response'
 ListOffsetsResponse.NAME = 'ListOffsetsResponse'
-ListOffsetsResponse.VALID_VERSIONS = (0, 10)
+ListOffsetsResponse.VALID_VERSIONS = (0, 11)
 ListOffsetsResponse.FLEXIBLE_VERSIONS = (6, MAX)
 ListOffsetsResponse.ListOffsetsTopicResponse._fields_ = (
     Field('name', STRING, (0, MAX)),

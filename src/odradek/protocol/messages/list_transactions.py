@@ -13,11 +13,12 @@ __all__ = ['ListTransactionsRequest', 'ListTransactionsResponse']
 class ListTransactionsRequest(Message):
     """Request body of API key 66 (ListTransactions)."""
 
-    __slots__ = ('state_filters', 'producer_id_filters', 'duration_filter', )
+    __slots__ = ('state_filters', 'producer_id_filters', 'duration_filter', 'transactional_id_pattern', )
 
     state_filters: list[str]
     producer_id_filters: list[int]
     duration_filter: int
+    transactional_id_pattern: str | None
 
     def __init__(
         self,
@@ -25,23 +26,26 @@ class ListTransactionsRequest(Message):
         state_filters: list[str] = DEFAULT,
         producer_id_filters: list[int] = DEFAULT,
         duration_filter: int = -1,
+        transactional_id_pattern: str | None = None,
         unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
     ) -> None:
         self.state_filters = [] if state_filters is DEFAULT else state_filters
         self.producer_id_filters = [] if producer_id_filters is DEFAULT else producer_id_filters
         self.duration_filter = duration_filter
+        self.transactional_id_pattern = transactional_id_pattern
         self.unknown_tagged_fields = unknown_tagged_fields
 
 
 ListTransactionsRequest.API_KEY = 66
 ListTransactionsRequest.TYPE = 'request'
 ListTransactionsRequest.NAME = 'ListTransactionsRequest'
-ListTransactionsRequest.VALID_VERSIONS = (0, 1)
+ListTransactionsRequest.VALID_VERSIONS = (0, 2)
 ListTransactionsRequest.FLEXIBLE_VERSIONS = (0, MAX)
 ListTransactionsRequest._fields_ = (
     Field('state_filters', Array(STRING), (0, MAX)),
     Field('producer_id_filters', Array(INT64), (0, MAX)),
     Field('duration_filter', INT64, (1, MAX), default=-1),
+    Field('transactional_id_pattern', STRING, (2, MAX), nullable=(2, MAX), default=None),
 )
 
 
@@ -94,7 +98,7 @@ class ListTransactionsResponse(Message):
 ListTransactionsResponse.API_KEY = 66
 ListTransactionsResponse.TYPE = 'response'
 ListTransactionsResponse.NAME = 'ListTransactionsResponse'
-ListTransactionsResponse.VALID_VERSIONS = (0, 1)
+ListTransactionsResponse.VALID_VERSIONS = (0, 2)
 ListTransactionsResponse.FLEXIBLE_VERSIONS = (0, MAX)
 ListTransactionsResponse.TransactionState._fields_ = (
     Field('transactional_id', STRING, (0, MAX)),

@@ -56,7 +56,7 @@ class MetadataRequest(Message):
 MetadataRequest.API_KEY = 3
 MetadataRequest.TYPE = 'request'
 MetadataRequest.NAME = 'MetadataRequest'
-MetadataRequest.VALID_VERSIONS = (0, 12)
+MetadataRequest.VALID_VERSIONS = (0, 13)
 MetadataRequest.FLEXIBLE_VERSIONS = (9, MAX)
 MetadataRequest.MetadataRequestTopic._fields_ = (
     Field('topic_id', UUID, (10, MAX), ignorable=True),
@@ -157,7 +157,7 @@ class MetadataResponse(Message):
             self.offline_replicas = [] if offline_replicas is DEFAULT else offline_replicas
             self.unknown_tagged_fields = unknown_tagged_fields
 
-    __slots__ = ('throttle_time_ms', 'brokers', 'cluster_id', 'controller_id', 'topics', 'cluster_authorized_operations', )
+    __slots__ = ('throttle_time_ms', 'brokers', 'cluster_id', 'controller_id', 'topics', 'cluster_authorized_operations', 'error_code', )
 
     throttle_time_ms: int
     brokers: list[MetadataResponse.MetadataResponseBroker]
@@ -165,6 +165,7 @@ class MetadataResponse(Message):
     controller_id: int
     topics: list[MetadataResponse.MetadataResponseTopic]
     cluster_authorized_operations: int
+    error_code: int
 
     def __init__(
         self,
@@ -175,6 +176,7 @@ class MetadataResponse(Message):
         controller_id: int = -1,
         topics: list[MetadataResponse.MetadataResponseTopic] = DEFAULT,
         cluster_authorized_operations: int = -2147483648,
+        error_code: int = 0,
         unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -183,13 +185,14 @@ class MetadataResponse(Message):
         self.controller_id = controller_id
         self.topics = [] if topics is DEFAULT else topics
         self.cluster_authorized_operations = cluster_authorized_operations
+        self.error_code = error_code
         self.unknown_tagged_fields = unknown_tagged_fields
 
 
 MetadataResponse.API_KEY = 3
 MetadataResponse.TYPE = 'response'
 MetadataResponse.NAME = 'MetadataResponse'
-MetadataResponse.VALID_VERSIONS = (0, 12)
+MetadataResponse.VALID_VERSIONS = (0, 13)
 MetadataResponse.FLEXIBLE_VERSIONS = (9, MAX)
 MetadataResponse.MetadataResponseBroker._fields_ = (
     Field('node_id', INT32, (0, MAX)),
@@ -221,4 +224,5 @@ MetadataResponse._fields_ = (
     Field('controller_id', INT32, (1, MAX), default=-1, ignorable=True),
     Field('topics', Array(MetadataResponse.MetadataResponseTopic), (0, MAX)),
     Field('cluster_authorized_operations', INT32, (8, 10), default=-2147483648),
+    Field('error_code', INT16, (13, MAX), ignorable=True),
 )

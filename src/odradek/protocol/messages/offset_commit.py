@@ -14,19 +14,22 @@ class OffsetCommitRequest(Message):
     """Request body of API key 8 (OffsetCommit)."""
 
     class OffsetCommitRequestTopic(Struct):
-        __slots__ = ('name', 'partitions', )
+        __slots__ = ('name', 'topic_id', 'partitions', )
 
         name: str
+        topic_id: uuid.UUID
         partitions: list[OffsetCommitRequest.OffsetCommitRequestPartition]
 
         def __init__(
             self,
             *,
             name: str = "",
+            topic_id: uuid.UUID = ZERO_UUID,
             partitions: list[OffsetCommitRequest.OffsetCommitRequestPartition] = DEFAULT,
             unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
         ) -> None:
             self.name = name
+            self.topic_id = topic_id
             self.partitions = [] if partitions is DEFAULT else partitions
             self.unknown_tagged_fields = unknown_tagged_fields
 
@@ -88,10 +91,11 @@ class OffsetCommitRequest(Message):
 OffsetCommitRequest.API_KEY = 8
 OffsetCommitRequest.TYPE = 'request'
 OffsetCommitRequest.NAME = 'OffsetCommitRequest'
-OffsetCommitRequest.VALID_VERSIONS = (0, 9)
+OffsetCommitRequest.VALID_VERSIONS = (0, 10)
 OffsetCommitRequest.FLEXIBLE_VERSIONS = (8, MAX)
 OffsetCommitRequest.OffsetCommitRequestTopic._fields_ = (
-    Field('name', STRING, (0, MAX)),
+    Field('name', STRING, (0, 9), ignorable=True),
+    Field('topic_id', UUID, (10, MAX), ignorable=True),
     Field('partitions', Array(OffsetCommitRequest.OffsetCommitRequestPartition), (0, MAX)),
 )
 OffsetCommitRequest.OffsetCommitRequestPartition._fields_ = (
@@ -115,19 +119,22 @@ class OffsetCommitResponse(Message):
     """Response body of API key 8 (OffsetCommit)."""
 
     class OffsetCommitResponseTopic(Struct):
-        __slots__ = ('name', 'partitions', )
+        __slots__ = ('name', 'topic_id', 'partitions', )
 
         name: str
+        topic_id: uuid.UUID
         partitions: list[OffsetCommitResponse.OffsetCommitResponsePartition]
 
         def __init__(
             self,
             *,
             name: str = "",
+            topic_id: uuid.UUID = ZERO_UUID,
             partitions: list[OffsetCommitResponse.OffsetCommitResponsePartition] = DEFAULT,
             unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
         ) -> None:
             self.name = name
+            self.topic_id = topic_id
             self.partitions = [] if partitions is DEFAULT else partitions
             self.unknown_tagged_fields = unknown_tagged_fields
 
@@ -168,10 +175,11 @@ class OffsetCommitResponse(Message):
 OffsetCommitResponse.API_KEY = 8
 OffsetCommitResponse.TYPE = 'response'
 OffsetCommitResponse.NAME = 'OffsetCommitResponse'
-OffsetCommitResponse.VALID_VERSIONS = (0, 9)
+OffsetCommitResponse.VALID_VERSIONS = (0, 10)
 OffsetCommitResponse.FLEXIBLE_VERSIONS = (8, MAX)
 OffsetCommitResponse.OffsetCommitResponseTopic._fields_ = (
-    Field('name', STRING, (0, MAX)),
+    Field('name', STRING, (0, 9), ignorable=True),
+    Field('topic_id', UUID, (10, MAX), ignorable=True),
     Field('partitions', Array(OffsetCommitResponse.OffsetCommitResponsePartition), (0, MAX)),
 )
 OffsetCommitResponse.OffsetCommitResponsePartition._fields_ = (

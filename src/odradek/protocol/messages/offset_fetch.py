@@ -54,19 +54,22 @@ class OffsetFetchRequest(Message):
             self.unknown_tagged_fields = unknown_tagged_fields
 
     class OffsetFetchRequestTopics(Struct):
-        __slots__ = ('name', 'partition_indexes', )
+        __slots__ = ('name', 'topic_id', 'partition_indexes', )
 
         name: str
+        topic_id: uuid.UUID
         partition_indexes: list[int]
 
         def __init__(
             self,
             *,
             name: str = "",
+            topic_id: uuid.UUID = ZERO_UUID,
             partition_indexes: list[int] = DEFAULT,
             unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
         ) -> None:
             self.name = name
+            self.topic_id = topic_id
             self.partition_indexes = [] if partition_indexes is DEFAULT else partition_indexes
             self.unknown_tagged_fields = unknown_tagged_fields
 
@@ -96,7 +99,7 @@ class OffsetFetchRequest(Message):
 OffsetFetchRequest.API_KEY = 9
 OffsetFetchRequest.TYPE = 'request'
 OffsetFetchRequest.NAME = 'OffsetFetchRequest'
-OffsetFetchRequest.VALID_VERSIONS = (0, 9)
+OffsetFetchRequest.VALID_VERSIONS = (0, 10)
 OffsetFetchRequest.FLEXIBLE_VERSIONS = (6, MAX)
 OffsetFetchRequest.OffsetFetchRequestTopic._fields_ = (
     Field('name', STRING, (0, 7)),
@@ -109,7 +112,8 @@ OffsetFetchRequest.OffsetFetchRequestGroup._fields_ = (
     Field('topics', Array(OffsetFetchRequest.OffsetFetchRequestTopics), (8, MAX), nullable=(8, MAX)),
 )
 OffsetFetchRequest.OffsetFetchRequestTopics._fields_ = (
-    Field('name', STRING, (8, MAX)),
+    Field('name', STRING, (8, 9), ignorable=True),
+    Field('topic_id', UUID, (10, MAX), ignorable=True),
     Field('partition_indexes', Array(INT32), (8, MAX)),
 )
 OffsetFetchRequest._fields_ = (
@@ -187,19 +191,22 @@ class OffsetFetchResponse(Message):
             self.unknown_tagged_fields = unknown_tagged_fields
 
     class OffsetFetchResponseTopics(Struct):
-        __slots__ = ('name', 'partitions', )
+        __slots__ = ('name', 'topic_id', 'partitions', )
 
         name: str
+        topic_id: uuid.UUID
         partitions: list[OffsetFetchResponse.OffsetFetchResponsePartitions]
 
         def __init__(
             self,
             *,
             name: str = "",
+            topic_id: uuid.UUID = ZERO_UUID,
             partitions: list[OffsetFetchResponse.OffsetFetchResponsePartitions] = DEFAULT,
             unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
         ) -> None:
             self.name = name
+            self.topic_id = topic_id
             self.partitions = [] if partitions is DEFAULT else partitions
             self.unknown_tagged_fields = unknown_tagged_fields
 
@@ -255,7 +262,7 @@ class OffsetFetchResponse(Message):
 OffsetFetchResponse.API_KEY = 9
 OffsetFetchResponse.TYPE = 'response'
 OffsetFetchResponse.NAME = 'OffsetFetchResponse'
-OffsetFetchResponse.VALID_VERSIONS = (0, 9)
+OffsetFetchResponse.VALID_VERSIONS = (0, 10)
 OffsetFetchResponse.FLEXIBLE_VERSIONS = (6, MAX)
 OffsetFetchResponse.OffsetFetchResponseTopic._fields_ = (
     Field('name', STRING, (0, 7)),
@@ -274,7 +281,8 @@ OffsetFetchResponse.OffsetFetchResponseGroup._fields_ = (
     Field('error_code', INT16, (8, MAX)),
 )
 OffsetFetchResponse.OffsetFetchResponseTopics._fields_ = (
-    Field('name', STRING, (8, MAX)),
+    Field('name', STRING, (8, 9), ignorable=True),
+    Field('topic_id', UUID, (10, MAX), ignorable=True),
     Field('partitions', Array(OffsetFetchResponse.OffsetFetchResponsePartitions), (8, MAX)),
 )
 OffsetFetchResponse.OffsetFetchResponsePartitions._fields_ = (

@@ -14,19 +14,22 @@ class ProduceRequest(Message):
     """Request body of API key 0 (Produce)."""
 
     class TopicProduceData(Struct):
-        __slots__ = ('name', 'partition_data', )
+        __slots__ = ('name', 'topic_id', 'partition_data', )
 
         name: str
+        topic_id: uuid.UUID
         partition_data: list[ProduceRequest.PartitionProduceData]
 
         def __init__(
             self,
             *,
             name: str = "",
+            topic_id: uuid.UUID = ZERO_UUID,
             partition_data: list[ProduceRequest.PartitionProduceData] = DEFAULT,
             unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
         ) -> None:
             self.name = name
+            self.topic_id = topic_id
             self.partition_data = [] if partition_data is DEFAULT else partition_data
             self.unknown_tagged_fields = unknown_tagged_fields
 
@@ -73,10 +76,11 @@ class ProduceRequest(Message):
 ProduceRequest.API_KEY = 0
 ProduceRequest.TYPE = 'request'
 ProduceRequest.NAME = 'ProduceRequest'
-ProduceRequest.VALID_VERSIONS = (0, 11)
+ProduceRequest.VALID_VERSIONS = (0, 13)
 ProduceRequest.FLEXIBLE_VERSIONS = (9, MAX)
 ProduceRequest.TopicProduceData._fields_ = (
-    Field('name', STRING, (0, MAX)),
+    Field('name', STRING, (0, 12), ignorable=True),
+    Field('topic_id', UUID, (13, MAX), ignorable=True),
     Field('partition_data', Array(ProduceRequest.PartitionProduceData), (0, MAX)),
 )
 ProduceRequest.PartitionProduceData._fields_ = (
@@ -95,19 +99,22 @@ class ProduceResponse(Message):
     """Response body of API key 0 (Produce)."""
 
     class TopicProduceResponse(Struct):
-        __slots__ = ('name', 'partition_responses', )
+        __slots__ = ('name', 'topic_id', 'partition_responses', )
 
         name: str
+        topic_id: uuid.UUID
         partition_responses: list[ProduceResponse.PartitionProduceResponse]
 
         def __init__(
             self,
             *,
             name: str = "",
+            topic_id: uuid.UUID = ZERO_UUID,
             partition_responses: list[ProduceResponse.PartitionProduceResponse] = DEFAULT,
             unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
         ) -> None:
             self.name = name
+            self.topic_id = topic_id
             self.partition_responses = [] if partition_responses is DEFAULT else partition_responses
             self.unknown_tagged_fields = unknown_tagged_fields
 
@@ -226,10 +233,11 @@ class ProduceResponse(Message):
 ProduceResponse.API_KEY = 0
 ProduceResponse.TYPE = 'response'
 ProduceResponse.NAME = 'ProduceResponse'
-ProduceResponse.VALID_VERSIONS = (0, 11)
+ProduceResponse.VALID_VERSIONS = (0, 13)
 ProduceResponse.FLEXIBLE_VERSIONS = (9, MAX)
 ProduceResponse.TopicProduceResponse._fields_ = (
-    Field('name', STRING, (0, MAX)),
+    Field('name', STRING, (0, 12), ignorable=True),
+    Field('topic_id', UUID, (13, MAX), ignorable=True),
     Field('partition_responses', Array(ProduceResponse.PartitionProduceResponse), (0, MAX)),
 )
 ProduceResponse.PartitionProduceResponse._fields_ = (

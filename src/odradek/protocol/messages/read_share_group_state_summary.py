@@ -67,7 +67,7 @@ class ReadShareGroupStateSummaryRequest(Message):
 ReadShareGroupStateSummaryRequest.API_KEY = 87
 ReadShareGroupStateSummaryRequest.TYPE = 'request'
 ReadShareGroupStateSummaryRequest.NAME = 'ReadShareGroupStateSummaryRequest'
-ReadShareGroupStateSummaryRequest.VALID_VERSIONS = (0, 0)
+ReadShareGroupStateSummaryRequest.VALID_VERSIONS = (0, 1)
 ReadShareGroupStateSummaryRequest.FLEXIBLE_VERSIONS = (0, MAX)
 ReadShareGroupStateSummaryRequest.ReadStateSummaryData._fields_ = (
     Field('topic_id', UUID, (0, MAX)),
@@ -104,13 +104,15 @@ class ReadShareGroupStateSummaryResponse(Message):
             self.unknown_tagged_fields = unknown_tagged_fields
 
     class PartitionResult(Struct):
-        __slots__ = ('partition', 'error_code', 'error_message', 'state_epoch', 'start_offset', )
+        __slots__ = ('partition', 'error_code', 'error_message', 'state_epoch', 'leader_epoch', 'start_offset', 'delivery_complete_count', )
 
         partition: int
         error_code: int
         error_message: str | None
         state_epoch: int
+        leader_epoch: int
         start_offset: int
+        delivery_complete_count: int
 
         def __init__(
             self,
@@ -119,14 +121,18 @@ class ReadShareGroupStateSummaryResponse(Message):
             error_code: int = 0,
             error_message: str | None = None,
             state_epoch: int = 0,
+            leader_epoch: int = 0,
             start_offset: int = 0,
+            delivery_complete_count: int = -1,
             unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
         ) -> None:
             self.partition = partition
             self.error_code = error_code
             self.error_message = error_message
             self.state_epoch = state_epoch
+            self.leader_epoch = leader_epoch
             self.start_offset = start_offset
+            self.delivery_complete_count = delivery_complete_count
             self.unknown_tagged_fields = unknown_tagged_fields
 
     __slots__ = ('results', )
@@ -146,7 +152,7 @@ class ReadShareGroupStateSummaryResponse(Message):
 ReadShareGroupStateSummaryResponse.API_KEY = 87
 ReadShareGroupStateSummaryResponse.TYPE = 'response'
 ReadShareGroupStateSummaryResponse.NAME = 'ReadShareGroupStateSummaryResponse'
-ReadShareGroupStateSummaryResponse.VALID_VERSIONS = (0, 0)
+ReadShareGroupStateSummaryResponse.VALID_VERSIONS = (0, 1)
 ReadShareGroupStateSummaryResponse.FLEXIBLE_VERSIONS = (0, MAX)
 ReadShareGroupStateSummaryResponse.ReadStateSummaryResult._fields_ = (
     Field('topic_id', UUID, (0, MAX)),
@@ -157,7 +163,9 @@ ReadShareGroupStateSummaryResponse.PartitionResult._fields_ = (
     Field('error_code', INT16, (0, MAX)),
     Field('error_message', STRING, (0, MAX), nullable=(0, MAX), default=None),
     Field('state_epoch', INT32, (0, MAX)),
+    Field('leader_epoch', INT32, (0, MAX)),
     Field('start_offset', INT64, (0, MAX)),
+    Field('delivery_complete_count', INT32, (1, MAX), default=-1, ignorable=True),
 )
 ReadShareGroupStateSummaryResponse._fields_ = (
     Field('results', Array(ReadShareGroupStateSummaryResponse.ReadStateSummaryResult), (0, MAX)),

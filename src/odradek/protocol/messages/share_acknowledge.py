@@ -67,11 +67,12 @@ class ShareAcknowledgeRequest(Message):
             self.acknowledge_types = [] if acknowledge_types is DEFAULT else acknowledge_types
             self.unknown_tagged_fields = unknown_tagged_fields
 
-    __slots__ = ('group_id', 'member_id', 'share_session_epoch', 'topics', )
+    __slots__ = ('group_id', 'member_id', 'share_session_epoch', 'is_renew_ack', 'topics', )
 
     group_id: str | None
     member_id: str | None
     share_session_epoch: int
+    is_renew_ack: bool
     topics: list[ShareAcknowledgeRequest.AcknowledgeTopic]
 
     def __init__(
@@ -80,12 +81,14 @@ class ShareAcknowledgeRequest(Message):
         group_id: str | None = None,
         member_id: str | None = "",
         share_session_epoch: int = 0,
+        is_renew_ack: bool = False,
         topics: list[ShareAcknowledgeRequest.AcknowledgeTopic] = DEFAULT,
         unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
     ) -> None:
         self.group_id = group_id
         self.member_id = member_id
         self.share_session_epoch = share_session_epoch
+        self.is_renew_ack = is_renew_ack
         self.topics = [] if topics is DEFAULT else topics
         self.unknown_tagged_fields = unknown_tagged_fields
 
@@ -93,7 +96,7 @@ class ShareAcknowledgeRequest(Message):
 ShareAcknowledgeRequest.API_KEY = 79
 ShareAcknowledgeRequest.TYPE = 'request'
 ShareAcknowledgeRequest.NAME = 'ShareAcknowledgeRequest'
-ShareAcknowledgeRequest.VALID_VERSIONS = (0, 0)
+ShareAcknowledgeRequest.VALID_VERSIONS = (0, 2)
 ShareAcknowledgeRequest.FLEXIBLE_VERSIONS = (0, MAX)
 ShareAcknowledgeRequest.AcknowledgeTopic._fields_ = (
     Field('topic_id', UUID, (0, MAX)),
@@ -112,6 +115,7 @@ ShareAcknowledgeRequest._fields_ = (
     Field('group_id', STRING, (0, MAX), nullable=(0, MAX), default=None),
     Field('member_id', STRING, (0, MAX), nullable=(0, MAX)),
     Field('share_session_epoch', INT32, (0, MAX)),
+    Field('is_renew_ack', BOOL, (2, MAX)),
     Field('topics', Array(ShareAcknowledgeRequest.AcknowledgeTopic), (0, MAX)),
 )
 
@@ -199,11 +203,12 @@ class ShareAcknowledgeResponse(Message):
             self.rack = rack
             self.unknown_tagged_fields = unknown_tagged_fields
 
-    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'responses', 'node_endpoints', )
+    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'acquisition_lock_timeout_ms', 'responses', 'node_endpoints', )
 
     throttle_time_ms: int
     error_code: int
     error_message: str | None
+    acquisition_lock_timeout_ms: int
     responses: list[ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse]
     node_endpoints: list[ShareAcknowledgeResponse.NodeEndpoint]
 
@@ -213,6 +218,7 @@ class ShareAcknowledgeResponse(Message):
         throttle_time_ms: int = 0,
         error_code: int = 0,
         error_message: str | None = None,
+        acquisition_lock_timeout_ms: int = 0,
         responses: list[ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse] = DEFAULT,
         node_endpoints: list[ShareAcknowledgeResponse.NodeEndpoint] = DEFAULT,
         unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
@@ -220,6 +226,7 @@ class ShareAcknowledgeResponse(Message):
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.error_message = error_message
+        self.acquisition_lock_timeout_ms = acquisition_lock_timeout_ms
         self.responses = [] if responses is DEFAULT else responses
         self.node_endpoints = [] if node_endpoints is DEFAULT else node_endpoints
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -228,7 +235,7 @@ class ShareAcknowledgeResponse(Message):
 ShareAcknowledgeResponse.API_KEY = 79
 ShareAcknowledgeResponse.TYPE = 'response'
 ShareAcknowledgeResponse.NAME = 'ShareAcknowledgeResponse'
-ShareAcknowledgeResponse.VALID_VERSIONS = (0, 0)
+ShareAcknowledgeResponse.VALID_VERSIONS = (0, 2)
 ShareAcknowledgeResponse.FLEXIBLE_VERSIONS = (0, MAX)
 ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse._fields_ = (
     Field('topic_id', UUID, (0, MAX), ignorable=True),
@@ -254,6 +261,7 @@ ShareAcknowledgeResponse._fields_ = (
     Field('throttle_time_ms', INT32, (0, MAX), ignorable=True),
     Field('error_code', INT16, (0, MAX), ignorable=True),
     Field('error_message', STRING, (0, MAX), nullable=(0, MAX), default=None),
+    Field('acquisition_lock_timeout_ms', INT32, (2, MAX), ignorable=True),
     Field('responses', Array(ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse), (0, MAX)),
     Field('node_endpoints', Array(ShareAcknowledgeResponse.NodeEndpoint), (0, MAX)),
 )

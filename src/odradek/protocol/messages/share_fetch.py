@@ -87,7 +87,7 @@ class ShareFetchRequest(Message):
             self.partitions = [] if partitions is DEFAULT else partitions
             self.unknown_tagged_fields = unknown_tagged_fields
 
-    __slots__ = ('group_id', 'member_id', 'share_session_epoch', 'max_wait_ms', 'min_bytes', 'max_bytes', 'topics', 'forgotten_topics_data', )
+    __slots__ = ('group_id', 'member_id', 'share_session_epoch', 'max_wait_ms', 'min_bytes', 'max_bytes', 'max_records', 'batch_size', 'share_acquire_mode', 'is_renew_ack', 'topics', 'forgotten_topics_data', )
 
     group_id: str | None
     member_id: str | None
@@ -95,6 +95,10 @@ class ShareFetchRequest(Message):
     max_wait_ms: int
     min_bytes: int
     max_bytes: int
+    max_records: int
+    batch_size: int
+    share_acquire_mode: int
+    is_renew_ack: bool
     topics: list[ShareFetchRequest.FetchTopic]
     forgotten_topics_data: list[ShareFetchRequest.ForgottenTopic]
 
@@ -107,6 +111,10 @@ class ShareFetchRequest(Message):
         max_wait_ms: int = 0,
         min_bytes: int = 0,
         max_bytes: int = 2147483647,
+        max_records: int = 0,
+        batch_size: int = 0,
+        share_acquire_mode: int = 0,
+        is_renew_ack: bool = False,
         topics: list[ShareFetchRequest.FetchTopic] = DEFAULT,
         forgotten_topics_data: list[ShareFetchRequest.ForgottenTopic] = DEFAULT,
         unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
@@ -117,6 +125,10 @@ class ShareFetchRequest(Message):
         self.max_wait_ms = max_wait_ms
         self.min_bytes = min_bytes
         self.max_bytes = max_bytes
+        self.max_records = max_records
+        self.batch_size = batch_size
+        self.share_acquire_mode = share_acquire_mode
+        self.is_renew_ack = is_renew_ack
         self.topics = [] if topics is DEFAULT else topics
         self.forgotten_topics_data = [] if forgotten_topics_data is DEFAULT else forgotten_topics_data
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -125,7 +137,7 @@ class ShareFetchRequest(Message):
 ShareFetchRequest.API_KEY = 78
 ShareFetchRequest.TYPE = 'request'
 ShareFetchRequest.NAME = 'ShareFetchRequest'
-ShareFetchRequest.VALID_VERSIONS = (0, 0)
+ShareFetchRequest.VALID_VERSIONS = (0, 2)
 ShareFetchRequest.FLEXIBLE_VERSIONS = (0, MAX)
 ShareFetchRequest.FetchTopic._fields_ = (
     Field('topic_id', UUID, (0, MAX)),
@@ -133,7 +145,7 @@ ShareFetchRequest.FetchTopic._fields_ = (
 )
 ShareFetchRequest.FetchPartition._fields_ = (
     Field('partition_index', INT32, (0, MAX)),
-    Field('partition_max_bytes', INT32, (0, MAX)),
+    Field('partition_max_bytes', INT32, (0, 0)),
     Field('acknowledgement_batches', Array(ShareFetchRequest.AcknowledgementBatch), (0, MAX)),
 )
 ShareFetchRequest.AcknowledgementBatch._fields_ = (
@@ -152,6 +164,10 @@ ShareFetchRequest._fields_ = (
     Field('max_wait_ms', INT32, (0, MAX)),
     Field('min_bytes', INT32, (0, MAX)),
     Field('max_bytes', INT32, (0, MAX), default=2147483647),
+    Field('max_records', INT32, (1, MAX)),
+    Field('batch_size', INT32, (1, MAX)),
+    Field('share_acquire_mode', INT8, (2, MAX), ignorable=True),
+    Field('is_renew_ack', BOOL, (2, MAX)),
     Field('topics', Array(ShareFetchRequest.FetchTopic), (0, MAX)),
     Field('forgotten_topics_data', Array(ShareFetchRequest.ForgottenTopic), (0, MAX)),
 )
@@ -272,11 +288,12 @@ class ShareFetchResponse(Message):
             self.rack = rack
             self.unknown_tagged_fields = unknown_tagged_fields
 
-    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'responses', 'node_endpoints', )
+    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'acquisition_lock_timeout_ms', 'responses', 'node_endpoints', )
 
     throttle_time_ms: int
     error_code: int
     error_message: str | None
+    acquisition_lock_timeout_ms: int
     responses: list[ShareFetchResponse.ShareFetchableTopicResponse]
     node_endpoints: list[ShareFetchResponse.NodeEndpoint]
 
@@ -286,6 +303,7 @@ class ShareFetchResponse(Message):
         throttle_time_ms: int = 0,
         error_code: int = 0,
         error_message: str | None = None,
+        acquisition_lock_timeout_ms: int = 0,
         responses: list[ShareFetchResponse.ShareFetchableTopicResponse] = DEFAULT,
         node_endpoints: list[ShareFetchResponse.NodeEndpoint] = DEFAULT,
         unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
@@ -293,6 +311,7 @@ class ShareFetchResponse(Message):
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.error_message = error_message
+        self.acquisition_lock_timeout_ms = acquisition_lock_timeout_ms
         self.responses = [] if responses is DEFAULT else responses
         self.node_endpoints = [] if node_endpoints is DEFAULT else node_endpoints
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -301,7 +320,7 @@ class ShareFetchResponse(Message):
 ShareFetchResponse.API_KEY = 78
 ShareFetchResponse.TYPE = 'response'
 ShareFetchResponse.NAME = 'ShareFetchResponse'
-ShareFetchResponse.VALID_VERSIONS = (0, 0)
+ShareFetchResponse.VALID_VERSIONS = (0, 2)
 ShareFetchResponse.FLEXIBLE_VERSIONS = (0, MAX)
 ShareFetchResponse.ShareFetchableTopicResponse._fields_ = (
     Field('topic_id', UUID, (0, MAX)),
@@ -314,7 +333,7 @@ ShareFetchResponse.PartitionData._fields_ = (
     Field('acknowledge_error_code', INT16, (0, MAX)),
     Field('acknowledge_error_message', STRING, (0, MAX), nullable=(0, MAX), default=None),
     Field('current_leader', ShareFetchResponse.LeaderIdAndEpoch, (0, MAX)),
-    Field('records', RECORDS, (0, MAX), nullable=(0, MAX), default=None),
+    Field('records', RECORDS, (0, MAX), nullable=(0, 0), default=None),
     Field('acquired_records', Array(ShareFetchResponse.AcquiredRecords), (0, MAX)),
 )
 ShareFetchResponse.LeaderIdAndEpoch._fields_ = (
@@ -336,6 +355,7 @@ ShareFetchResponse._fields_ = (
     Field('throttle_time_ms', INT32, (0, MAX)),
     Field('error_code', INT16, (0, MAX)),
     Field('error_message', STRING, (0, MAX), nullable=(0, MAX), default=None),
+    Field('acquisition_lock_timeout_ms', INT32, (1, MAX)),
     Field('responses', Array(ShareFetchResponse.ShareFetchableTopicResponse), (0, MAX)),
     Field('node_endpoints', Array(ShareFetchResponse.NodeEndpoint), (0, MAX)),
 )

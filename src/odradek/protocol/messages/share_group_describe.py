@@ -33,7 +33,7 @@ class ShareGroupDescribeRequest(Message):
 ShareGroupDescribeRequest.API_KEY = 77
 ShareGroupDescribeRequest.TYPE = 'request'
 ShareGroupDescribeRequest.NAME = 'ShareGroupDescribeRequest'
-ShareGroupDescribeRequest.VALID_VERSIONS = (0, 0)
+ShareGroupDescribeRequest.VALID_VERSIONS = (0, 1)
 ShareGroupDescribeRequest.FLEXIBLE_VERSIONS = (0, MAX)
 ShareGroupDescribeRequest._fields_ = (
     Field('group_ids', Array(STRING), (0, MAX)),
@@ -168,7 +168,7 @@ class ShareGroupDescribeResponse(Message):
 ShareGroupDescribeResponse.API_KEY = 77
 ShareGroupDescribeResponse.TYPE = 'response'
 ShareGroupDescribeResponse.NAME = 'ShareGroupDescribeResponse'
-ShareGroupDescribeResponse.VALID_VERSIONS = (0, 0)
+ShareGroupDescribeResponse.VALID_VERSIONS = (0, 1)
 ShareGroupDescribeResponse.FLEXIBLE_VERSIONS = (0, MAX)
 ShareGroupDescribeResponse.DescribedGroup._fields_ = (
     Field('error_code', INT16, (0, MAX)),

@@ -42,7 +42,7 @@ class ShareGroupHeartbeatRequest(Message):
 ShareGroupHeartbeatRequest.API_KEY = 76
 ShareGroupHeartbeatRequest.TYPE = 'request'
 ShareGroupHeartbeatRequest.NAME = 'ShareGroupHeartbeatRequest'
-ShareGroupHeartbeatRequest.VALID_VERSIONS = (0, 0)
+ShareGroupHeartbeatRequest.VALID_VERSIONS = (0, 1)
 ShareGroupHeartbeatRequest.FLEXIBLE_VERSIONS = (0, MAX)
 ShareGroupHeartbeatRequest._fields_ = (
     Field('group_id', STRING, (0, MAX)),
@@ -122,7 +122,7 @@ class ShareGroupHeartbeatResponse(Message):
 ShareGroupHeartbeatResponse.API_KEY = 76
 ShareGroupHeartbeatResponse.TYPE = 'response'
 ShareGroupHeartbeatResponse.NAME = 'ShareGroupHeartbeatResponse'
-ShareGroupHeartbeatResponse.VALID_VERSIONS = (0, 0)
+ShareGroupHeartbeatResponse.VALID_VERSIONS = (0, 1)
 ShareGroupHeartbeatResponse.FLEXIBLE_VERSIONS = (0, MAX)
 ShareGroupHeartbeatResponse.Assignment._fields_ = (
     Field('topic_partitions', Array(ShareGroupHeartbeatResponse.TopicPartitions), (0, MAX)),

@@ -14,19 +14,22 @@ class TxnOffsetCommitRequest(Message):
     """Request body of API key 28 (TxnOffsetCommit)."""
 
     class TxnOffsetCommitRequestTopic(Struct):
-        __slots__ = ('name', 'partitions', )
+        __slots__ = ('name', 'topic_id', 'partitions', )
 
         name: str
+        topic_id: uuid.UUID
         partitions: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition]
 
         def __init__(
             self,
             *,
             name: str = "",
+            topic_id: uuid.UUID = ZERO_UUID,
             partitions: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition] = DEFAULT,
             unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
         ) -> None:
             self.name = name
+            self.topic_id = topic_id
             self.partitions = [] if partitions is DEFAULT else partitions
             self.unknown_tagged_fields = unknown_tagged_fields
 
@@ -53,13 +56,13 @@ class TxnOffsetCommitRequest(Message):
             self.committed_metadata = committed_metadata
             self.unknown_tagged_fields = unknown_tagged_fields
 
-    __slots__ = ('transactional_id', 'group_id', 'producer_id', 'producer_epoch', 'generation_id', 'member_id', 'group_instance_id', 'topics', )
+    __slots__ = ('transactional_id', 'group_id', 'producer_id', 'producer_epoch', 'generation_id_or_member_epoch', 'member_id', 'group_instance_id', 'topics', )
 
     transactional_id: str
     group_id: str
     producer_id: int
     producer_epoch: int
-    generation_id: int
+    generation_id_or_member_epoch: int
     member_id: str
     group_instance_id: str | None
     topics: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic]
@@ -71,7 +74,7 @@ class TxnOffsetCommitRequest(Message):
         group_id: str = "",
         producer_id: int = 0,
         producer_epoch: int = 0,
-        generation_id: int = -1,
+        generation_id_or_member_epoch: int = -1,
         member_id: str = '',
         group_instance_id: str | None = None,
         topics: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic] = DEFAULT,
@@ -81,7 +84,7 @@ class TxnOffsetCommitRequest(Message):
         self.group_id = group_id
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
-        self.generation_id = generation_id
+        self.generation_id_or_member_epoch = generation_id_or_member_epoch
         self.member_id = member_id
         self.group_instance_id = group_instance_id
         self.topics = [] if topics is DEFAULT else topics
@@ -91,10 +94,11 @@ class TxnOffsetCommitRequest(Message):
 TxnOffsetCommitRequest.API_KEY = 28
 TxnOffsetCommitRequest.TYPE = 'request'
 TxnOffsetCommitRequest.NAME = 'TxnOffsetCommitRequest'
-TxnOffsetCommitRequest.VALID_VERSIONS = (0, 4)
+TxnOffsetCommitRequest.VALID_VERSIONS = (0, 6)
 TxnOffsetCommitRequest.FLEXIBLE_VERSIONS = (3, MAX)
 TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic._fields_ = (
-    Field('name', STRING, (0, MAX)),
+    Field('name', STRING, (0, 5), ignorable=True),
+    Field('topic_id', UUID, (6, MAX), ignorable=True),
     Field('partitions', Array(TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition), (0, MAX)),
 )
 TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition._fields_ = (
@@ -108,7 +112,7 @@ TxnOffsetCommitRequest._fields_ = (
     Field('group_id', STRING, (0, MAX)),
     Field('producer_id', INT64, (0, MAX)),
     Field('producer_epoch', INT16, (0, MAX)),
-    Field('generation_id', INT32, (3, MAX), default=-1),
+    Field('generation_id_or_member_epoch', INT32, (3, MAX), default=-1),
     Field('member_id', STRING, (3, MAX), default=''),
     Field('group_instance_id', STRING, (3, MAX), nullable=(3, MAX), default=None),
     Field('topics', Array(TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic), (0, MAX)),
@@ -119,19 +123,22 @@ class TxnOffsetCommitResponse(Message):
     """Response body of API key 28 (TxnOffsetCommit)."""
 
     class TxnOffsetCommitResponseTopic(Struct):
-        __slots__ = ('name', 'partitions', )
+        __slots__ = ('name', 'topic_id', 'partitions', )
 
         name: str
+        topic_id: uuid.UUID
         partitions: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition]
 
         def __init__(
             self,
             *,
             name: str = "",
+            topic_id: uuid.UUID = ZERO_UUID,
             partitions: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition] = DEFAULT,
             unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
         ) -> None:
             self.name = name
+            self.topic_id = topic_id
             self.partitions = [] if partitions is DEFAULT else partitions
             self.unknown_tagged_fields = unknown_tagged_fields
 
@@ -172,10 +179,11 @@ class TxnOffsetCommitResponse(Message):
 TxnOffsetCommitResponse.API_KEY = 28
 TxnOffsetCommitResponse.TYPE = 'response'
 TxnOffsetCommitResponse.NAME = 'TxnOffsetCommitResponse'
-TxnOffsetCommitResponse.VALID_VERSIONS = (0, 4)
+TxnOffsetCommitResponse.VALID_VERSIONS = (0, 6)
 TxnOffsetCommitResponse.FLEXIBLE_VERSIONS = (3, MAX)
 TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic._fields_ = (
-    Field('name', STRING, (0, MAX)),
+    Field('name', STRING, (0, 5), ignorable=True),
+    Field('topic_id', UUID, (6, MAX), ignorable=True),
     Field('partitions', Array(TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition), (0, MAX)),
 )
 TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition._fields_ = (

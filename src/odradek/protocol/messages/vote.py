@@ -31,35 +31,38 @@ class VoteRequest(Message):
             self.unknown_tagged_fields = unknown_tagged_fields
 
     class PartitionData(Struct):
-        __slots__ = ('partition_index', 'candidate_epoch', 'candidate_id', 'candidate_directory_id', 'voter_directory_id', 'last_offset_epoch', 'last_offset', )
+        __slots__ = ('partition_index', 'replica_epoch', 'replica_id', 'replica_directory_id', 'voter_directory_id', 'last_offset_epoch', 'last_offset', 'pre_vote', )
 
         partition_index: int
-        candidate_epoch: int
-        candidate_id: int
-        candidate_directory_id: uuid.UUID
+        replica_epoch: int
+        replica_id: int
+        replica_directory_id: uuid.UUID
         voter_directory_id: uuid.UUID
         last_offset_epoch: int
         last_offset: int
+        pre_vote: bool
 
         def __init__(
             self,
             *,
             partition_index: int = 0,
-            candidate_epoch: int = 0,
-            candidate_id: int = 0,
-            candidate_directory_id: uuid.UUID = ZERO_UUID,
+            replica_epoch: int = 0,
+            replica_id: int = 0,
+            replica_directory_id: uuid.UUID = ZERO_UUID,
             voter_directory_id: uuid.UUID = ZERO_UUID,
             last_offset_epoch: int = 0,
             last_offset: int = 0,
+            pre_vote: bool = False,
             unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
         ) -> None:
             self.partition_index = partition_index
-            self.candidate_epoch = candidate_epoch
-            self.candidate_id = candidate_id
-            self.candidate_directory_id = candidate_directory_id
+            self.replica_epoch = replica_epoch
+            self.replica_id = replica_id
+            self.replica_directory_id = replica_directory_id
             self.voter_directory_id = voter_directory_id
             self.last_offset_epoch = last_offset_epoch
             self.last_offset = last_offset
+            self.pre_vote = pre_vote
             self.unknown_tagged_fields = unknown_tagged_fields
 
     __slots__ = ('cluster_id', 'voter_id', 'topics', )
@@ -85,7 +88,7 @@ class VoteRequest(Message):
 VoteRequest.API_KEY = 52
 VoteRequest.TYPE = 'request'
 VoteRequest.NAME = 'VoteRequest'
-VoteRequest.VALID_VERSIONS = (0, 1)
+VoteRequest.VALID_VERSIONS = (0, 2)
 VoteRequest.FLEXIBLE_VERSIONS = (0, MAX)
 VoteRequest.TopicData._fields_ = (
     Field('topic_name', STRING, (0, MAX)),
@@ -93,12 +96,13 @@ VoteRequest.TopicData._fields_ = (
 )
 VoteRequest.PartitionData._fields_ = (
     Field('partition_index', INT32, (0, MAX)),
-    Field('candidate_epoch', INT32, (0, MAX)),
-    Field('candidate_id', INT32, (0, MAX)),
-    Field('candidate_directory_id', UUID, (1, MAX), ignorable=True),
+    Field('replica_epoch', INT32, (0, MAX)),
+    Field('replica_id', INT32, (0, MAX)),
+    Field('replica_directory_id', UUID, (1, MAX), ignorable=True),
     Field('voter_directory_id', UUID, (1, MAX), ignorable=True),
     Field('last_offset_epoch', INT32, (0, MAX)),
     Field('last_offset', INT64, (0, MAX)),
+    Field('pre_vote', BOOL, (2, MAX)),
 )
 VoteRequest._fields_ = (
     Field('cluster_id', STRING, (0, MAX), nullable=(0, MAX), default=None),
@@ -196,7 +200,7 @@ class VoteResponse(Message):
 VoteResponse.API_KEY = 52
 VoteResponse.TYPE = 'response'
 VoteResponse.NAME = 'VoteResponse'
-VoteResponse.VALID_VERSIONS = (0, 1)
+VoteResponse.VALID_VERSIONS = (0, 2)
 VoteResponse.FLEXIBLE_VERSIONS = (0, MAX)
 VoteResponse.TopicData._fields_ = (
     Field('topic_name', STRING, (0, MAX)),

@@ -31,12 +31,13 @@ class WriteShareGroupStateRequest(Message):
             self.unknown_tagged_fields = unknown_tagged_fields
 
     class PartitionData(Struct):
-        __slots__ = ('partition', 'state_epoch', 'leader_epoch', 'start_offset', 'state_batches', )
+        __slots__ = ('partition', 'state_epoch', 'leader_epoch', 'start_offset', 'delivery_complete_count', 'state_batches', )
 
         partition: int
         state_epoch: int
         leader_epoch: int
         start_offset: int
+        delivery_complete_count: int
         state_batches: list[WriteShareGroupStateRequest.StateBatch]
 
         def __init__(
@@ -46,6 +47,7 @@ class WriteShareGroupStateRequest(Message):
             state_epoch: int = 0,
             leader_epoch: int = 0,
             start_offset: int = 0,
+            delivery_complete_count: int = -1,
             state_batches: list[WriteShareGroupStateRequest.StateBatch] = DEFAULT,
             unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
         ) -> None:
@@ -53,6 +55,7 @@ class WriteShareGroupStateRequest(Message):
             self.state_epoch = state_epoch
             self.leader_epoch = leader_epoch
             self.start_offset = start_offset
+            self.delivery_complete_count = delivery_complete_count
             self.state_batches = [] if state_batches is DEFAULT else state_batches
             self.unknown_tagged_fields = unknown_tagged_fields
 
@@ -99,7 +102,7 @@ class WriteShareGroupStateRequest(Message):
 WriteShareGroupStateRequest.API_KEY = 85
 WriteShareGroupStateRequest.TYPE = 'request'
 WriteShareGroupStateRequest.NAME = 'WriteShareGroupStateRequest'
-WriteShareGroupStateRequest.VALID_VERSIONS = (0, 0)
+WriteShareGroupStateRequest.VALID_VERSIONS = (0, 1)
 WriteShareGroupStateRequest.FLEXIBLE_VERSIONS = (0, MAX)
 WriteShareGroupStateRequest.WriteStateData._fields_ = (
     Field('topic_id', UUID, (0, MAX)),
@@ -110,6 +113,7 @@ WriteShareGroupStateRequest.PartitionData._fields_ = (
     Field('state_epoch', INT32, (0, MAX)),
     Field('leader_epoch', INT32, (0, MAX)),
     Field('start_offset', INT64, (0, MAX)),
+    Field('delivery_complete_count', INT32, (1, MAX), default=-1, ignorable=True),
     Field('state_batches', Array(WriteShareGroupStateRequest.StateBatch), (0, MAX)),
 )
 WriteShareGroupStateRequest.StateBatch._fields_ = (
@@ -181,7 +185,7 @@ class WriteShareGroupStateResponse(Message):
 WriteShareGroupStateResponse.API_KEY = 85
 WriteShareGroupStateResponse.TYPE = 'response'
 WriteShareGroupStateResponse.NAME = 'WriteShareGroupStateResponse'
-WriteShareGroupStateResponse.VALID_VERSIONS = (0, 0)
+WriteShareGroupStateResponse.VALID_VERSIONS = (0, 1)
 WriteShareGroupStateResponse.FLEXIBLE_VERSIONS = (0, MAX)
 WriteShareGroupStateResponse.WriteStateResult._fields_ = (
     Field('topic_id', UUID, (0, MAX)),

@@ -14,13 +14,14 @@ class WriteTxnMarkersRequest(Message):
     """Request body of API key 27 (WriteTxnMarkers)."""
 
     class WritableTxnMarker(Struct):
-        __slots__ = ('producer_id', 'producer_epoch', 'transaction_result', 'topics', 'coordinator_epoch', )
+        __slots__ = ('producer_id', 'producer_epoch', 'transaction_result', 'topics', 'coordinator_epoch', 'transaction_version', )
 
         producer_id: int
         producer_epoch: int
         transaction_result: bool
         topics: list[WriteTxnMarkersRequest.WritableTxnMarkerTopic]
         coordinator_epoch: int
+        transaction_version: int
 
         def __init__(
             self,
@@ -30,6 +31,7 @@ class WriteTxnMarkersRequest(Message):
             transaction_result: bool = False,
             topics: list[WriteTxnMarkersRequest.WritableTxnMarkerTopic] = DEFAULT,
             coordinator_epoch: int = 0,
+            transaction_version: int = 0,
             unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
         ) -> None:
             self.producer_id = producer_id
@@ -37,6 +39,7 @@ class WriteTxnMarkersRequest(Message):
             self.transaction_result = transaction_result
             self.topics = [] if topics is DEFAULT else topics
             self.coordinator_epoch = coordinator_epoch
+            self.transaction_version = transaction_version
             self.unknown_tagged_fields = unknown_tagged_fields
 
     class WritableTxnMarkerTopic(Struct):
@@ -73,7 +76,7 @@ class WriteTxnMarkersRequest(Message):
 WriteTxnMarkersRequest.API_KEY = 27
 WriteTxnMarkersRequest.TYPE = 'request'
 WriteTxnMarkersRequest.NAME = 'WriteTxnMarkersRequest'
-WriteTxnMarkersRequest.VALID_VERSIONS = (0, 1)
+WriteTxnMarkersRequest.VALID_VERSIONS = (0, 2)
 WriteTxnMarkersRequest.FLEXIBLE_VERSIONS = (1, MAX)
 WriteTxnMarkersRequest.WritableTxnMarker._fields_ = (
     Field('producer_id', INT64, (0, MAX)),
@@ -81,6 +84,7 @@ WriteTxnMarkersRequest.WritableTxnMarker._fields_ = (
     Field('transaction_result', BOOL, (0, MAX)),
     Field('topics', Array(WriteTxnMarkersRequest.WritableTxnMarkerTopic), (0, MAX)),
     Field('coordinator_epoch', INT32, (0, MAX)),
+    Field('transaction_version', INT8, (2, MAX), ignorable=True),
 )
 WriteTxnMarkersRequest.WritableTxnMarkerTopic._fields_ = (
     Field('name', STRING, (0, MAX)),
@@ -162,7 +166,7 @@ class WriteTxnMarkersResponse(Message):
 WriteTxnMarkersResponse.API_KEY = 27
 WriteTxnMarkersResponse.TYPE = 'response'
 WriteTxnMarkersResponse.NAME = 'WriteTxnMarkersResponse'
-WriteTxnMarkersResponse.VALID_VERSIONS = (0, 1)
+WriteTxnMarkersResponse.VALID_VERSIONS = (0, 2)
 WriteTxnMarkersResponse.FLEXIBLE_VERSIONS = (1, MAX)
 WriteTxnMarkersResponse.WritableTxnMarkerResult._fields_ = (
     Field('producer_id', INT64, (0, MAX)),

@@ -35,6 +35,7 @@ def _build_AddRaftVoterRequest(
     voter_id: int = 0,
     voter_directory_id: uuid.UUID = ZERO_UUID,
     listeners: list[AddRaftVoterRequest.Listener] = DEFAULT,
+    ack_when_committed: bool = True,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> AddRaftVoterRequest:
     obj = new(_AddRaftVoterRequest)
@@ -43,6 +44,7 @@ def _build_AddRaftVoterRequest(
     obj.voter_id = voter_id
     obj.voter_directory_id = voter_directory_id
     obj.listeners = [] if listeners is DEFAULT else listeners
+    obj.ack_when_committed = ack_when_committed
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj
 

@@ -45,11 +45,13 @@ def _build_AlterPartitionReassignmentsRequest_ReassignablePartition(
 def _build_AlterPartitionReassignmentsRequest(
     *,
     timeout_ms: int = 60000,
+    allow_replication_factor_change: bool = True,
     topics: list[AlterPartitionReassignmentsRequest.ReassignableTopic] = DEFAULT,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> AlterPartitionReassignmentsRequest:
     obj = new(_AlterPartitionReassignmentsRequest)
     obj.timeout_ms = timeout_ms
+    obj.allow_replication_factor_change = allow_replication_factor_change
     obj.topics = [] if topics is DEFAULT else topics
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj
@@ -86,6 +88,7 @@ def _build_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse(
 def _build_AlterPartitionReassignmentsResponse(
     *,
     throttle_time_ms: int = 0,
+    allow_replication_factor_change: bool = True,
     error_code: int = 0,
     error_message: str | None = "",
     responses: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse] = DEFAULT,
@@ -93,6 +96,7 @@ def _build_AlterPartitionReassignmentsResponse(
 ) -> AlterPartitionReassignmentsResponse:
     obj = new(_AlterPartitionReassignmentsResponse)
     obj.throttle_time_ms = throttle_time_ms
+    obj.allow_replication_factor_change = allow_replication_factor_change
     obj.error_code = error_code
     obj.error_message = error_message
     obj.responses = [] if responses is DEFAULT else responses

@@ -19,11 +19,15 @@ def _build_ApiVersionsRequest(
     *,
     client_software_name: str = "",
     client_software_version: str = "",
+    cluster_id: str | None = None,
+    node_id: int = -1,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> ApiVersionsRequest:
     obj = new(_ApiVersionsRequest)
     obj.client_software_name = client_software_name
     obj.client_software_version = client_software_version
+    obj.cluster_id = cluster_id
+    obj.node_id = node_id
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj
 

@@ -20,6 +20,7 @@ def _build_BrokerHeartbeatRequest(
     want_fence: bool = False,
     want_shut_down: bool = False,
     offline_log_dirs: list[uuid.UUID] = DEFAULT,
+    cordoned_log_dirs: list[uuid.UUID] | None = None,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> BrokerHeartbeatRequest:
     obj = new(_BrokerHeartbeatRequest)
@@ -29,6 +30,7 @@ def _build_BrokerHeartbeatRequest(
     obj.want_fence = want_fence
     obj.want_shut_down = want_shut_down
     obj.offline_log_dirs = [] if offline_log_dirs is DEFAULT else offline_log_dirs
+    obj.cordoned_log_dirs = cordoned_log_dirs
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj
 

@@ -68,6 +68,7 @@ def _build_ConsumerGroupDescribeResponse_Member(
     subscribed_topic_regex: str | None = None,
     assignment: ConsumerGroupDescribeResponse.Assignment = DEFAULT,
     target_assignment: ConsumerGroupDescribeResponse.Assignment = DEFAULT,
+    member_type: int = -1,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> ConsumerGroupDescribeResponse.Member:
     obj = new(_ConsumerGroupDescribeResponse_Member)
@@ -81,6 +82,7 @@ def _build_ConsumerGroupDescribeResponse_Member(
     obj.subscribed_topic_regex = subscribed_topic_regex
     obj.assignment = _build_ConsumerGroupDescribeResponse_Assignment() if assignment is DEFAULT else assignment
     obj.target_assignment = _build_ConsumerGroupDescribeResponse_Assignment() if target_assignment is DEFAULT else target_assignment
+    obj.member_type = member_type
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj
 

@@ -6,20 +6,194 @@ from __future__ import annotations
 import uuid  # noqa: F401
 
 from odradek.protocol._codec import DEFAULT, ZERO_UUID, Records, new  # noqa: F401
-from odradek.protocol.messages.coordinator import ConsumerGroupMetadataKey, ConsumerGroupMetadataValue, GroupMetadataKey, GroupMetadataValue, OffsetCommitKey, OffsetCommitValue, ShareGroupMetadataKey, ShareGroupMetadataValue, TransactionLogKey, TransactionLogValue
+from odradek.protocol.messages.coordinator import ConsumerGroupCurrentMemberAssignmentKey, ConsumerGroupCurrentMemberAssignmentValue, ConsumerGroupMemberMetadataKey, ConsumerGroupMemberMetadataValue, ConsumerGroupMetadataKey, ConsumerGroupMetadataValue, ConsumerGroupPartitionMetadataKey, ConsumerGroupPartitionMetadataValue, ConsumerGroupRegularExpressionKey, ConsumerGroupRegularExpressionValue, ConsumerGroupTargetAssignmentMemberKey, ConsumerGroupTargetAssignmentMemberValue, ConsumerGroupTargetAssignmentMetadataKey, ConsumerGroupTargetAssignmentMetadataValue, GroupMetadataKey, GroupMetadataValue, LegacyOffsetCommitKey, LegacyOffsetCommitValue, OffsetCommitKey, OffsetCommitValue, ShareGroupCurrentMemberAssignmentKey, ShareGroupCurrentMemberAssignmentValue, ShareGroupMemberMetadataKey, ShareGroupMemberMetadataValue, ShareGroupMetadataKey, ShareGroupMetadataValue, ShareGroupStatePartitionMetadataKey, ShareGroupStatePartitionMetadataValue, ShareGroupTargetAssignmentMemberKey, ShareGroupTargetAssignmentMemberValue, ShareGroupTargetAssignmentMetadataKey, ShareGroupTargetAssignmentMetadataValue, ShareSnapshotKey, ShareSnapshotValue, ShareUpdateKey, ShareUpdateValue, StreamsGroupCurrentMemberAssignmentKey, StreamsGroupCurrentMemberAssignmentValue, StreamsGroupMemberMetadataKey, StreamsGroupMemberMetadataValue, StreamsGroupMetadataKey, StreamsGroupMetadataValue, StreamsGroupTargetAssignmentMemberKey, StreamsGroupTargetAssignmentMemberValue, StreamsGroupTargetAssignmentMetadataKey, StreamsGroupTargetAssignmentMetadataValue, StreamsGroupTopologyKey, StreamsGroupTopologyValue, TransactionLogKey, TransactionLogValue
 
+_ConsumerGroupCurrentMemberAssignmentKey = ConsumerGroupCurrentMemberAssignmentKey
+_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions = ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions
+_ConsumerGroupCurrentMemberAssignmentValue = ConsumerGroupCurrentMemberAssignmentValue
+_ConsumerGroupMemberMetadataKey = ConsumerGroupMemberMetadataKey
+_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata = ConsumerGroupMemberMetadataValue.ClassicMemberMetadata
+_ConsumerGroupMemberMetadataValue_ClassicProtocol = ConsumerGroupMemberMetadataValue.ClassicProtocol
+_ConsumerGroupMemberMetadataValue = ConsumerGroupMemberMetadataValue
 _ConsumerGroupMetadataKey = ConsumerGroupMetadataKey
 _ConsumerGroupMetadataValue = ConsumerGroupMetadataValue
+_ConsumerGroupPartitionMetadataKey = ConsumerGroupPartitionMetadataKey
+_ConsumerGroupPartitionMetadataValue_TopicMetadata = ConsumerGroupPartitionMetadataValue.TopicMetadata
+_ConsumerGroupPartitionMetadataValue_PartitionMetadata = ConsumerGroupPartitionMetadataValue.PartitionMetadata
+_ConsumerGroupPartitionMetadataValue = ConsumerGroupPartitionMetadataValue
+_ConsumerGroupRegularExpressionKey = ConsumerGroupRegularExpressionKey
+_ConsumerGroupRegularExpressionValue = ConsumerGroupRegularExpressionValue
+_ConsumerGroupTargetAssignmentMemberKey = ConsumerGroupTargetAssignmentMemberKey
+_ConsumerGroupTargetAssignmentMemberValue_TopicPartition = ConsumerGroupTargetAssignmentMemberValue.TopicPartition
+_ConsumerGroupTargetAssignmentMemberValue = ConsumerGroupTargetAssignmentMemberValue
+_ConsumerGroupTargetAssignmentMetadataKey = ConsumerGroupTargetAssignmentMetadataKey
+_ConsumerGroupTargetAssignmentMetadataValue = ConsumerGroupTargetAssignmentMetadataValue
 _GroupMetadataKey = GroupMetadataKey
 _GroupMetadataValue_MemberMetadata = GroupMetadataValue.MemberMetadata
 _GroupMetadataValue = GroupMetadataValue
+_LegacyOffsetCommitKey = LegacyOffsetCommitKey
+_LegacyOffsetCommitValue = LegacyOffsetCommitValue
 _OffsetCommitKey = OffsetCommitKey
 _OffsetCommitValue = OffsetCommitValue
+_ShareGroupCurrentMemberAssignmentKey = ShareGroupCurrentMemberAssignmentKey
+_ShareGroupCurrentMemberAssignmentValue_TopicPartitions = ShareGroupCurrentMemberAssignmentValue.TopicPartitions
+_ShareGroupCurrentMemberAssignmentValue = ShareGroupCurrentMemberAssignmentValue
+_ShareGroupMemberMetadataKey = ShareGroupMemberMetadataKey
+_ShareGroupMemberMetadataValue = ShareGroupMemberMetadataValue
 _ShareGroupMetadataKey = ShareGroupMetadataKey
 _ShareGroupMetadataValue = ShareGroupMetadataValue
+_ShareGroupStatePartitionMetadataKey = ShareGroupStatePartitionMetadataKey
+_ShareGroupStatePartitionMetadataValue_TopicPartitionsInfo = ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo
+_ShareGroupStatePartitionMetadataValue_TopicInfo = ShareGroupStatePartitionMetadataValue.TopicInfo
+_ShareGroupStatePartitionMetadataValue = ShareGroupStatePartitionMetadataValue
+_ShareGroupTargetAssignmentMemberKey = ShareGroupTargetAssignmentMemberKey
+_ShareGroupTargetAssignmentMemberValue_TopicPartition = ShareGroupTargetAssignmentMemberValue.TopicPartition
+_ShareGroupTargetAssignmentMemberValue = ShareGroupTargetAssignmentMemberValue
+_ShareGroupTargetAssignmentMetadataKey = ShareGroupTargetAssignmentMetadataKey
+_ShareGroupTargetAssignmentMetadataValue = ShareGroupTargetAssignmentMetadataValue
+_ShareSnapshotKey = ShareSnapshotKey
+_ShareSnapshotValue_StateBatch = ShareSnapshotValue.StateBatch
+_ShareSnapshotValue = ShareSnapshotValue
+_ShareUpdateKey = ShareUpdateKey
+_ShareUpdateValue_StateBatch = ShareUpdateValue.StateBatch
+_ShareUpdateValue = ShareUpdateValue
+_StreamsGroupCurrentMemberAssignmentKey = StreamsGroupCurrentMemberAssignmentKey
+_StreamsGroupCurrentMemberAssignmentValue_TaskIds = StreamsGroupCurrentMemberAssignmentValue.TaskIds
+_StreamsGroupCurrentMemberAssignmentValue = StreamsGroupCurrentMemberAssignmentValue
+_StreamsGroupMemberMetadataKey = StreamsGroupMemberMetadataKey
+_StreamsGroupMemberMetadataValue_Endpoint = StreamsGroupMemberMetadataValue.Endpoint
+_StreamsGroupMemberMetadataValue_KeyValue = StreamsGroupMemberMetadataValue.KeyValue
+_StreamsGroupMemberMetadataValue = StreamsGroupMemberMetadataValue
+_StreamsGroupMetadataKey = StreamsGroupMetadataKey
+_StreamsGroupMetadataValue_LastAssignmentConfig = StreamsGroupMetadataValue.LastAssignmentConfig
+_StreamsGroupMetadataValue = StreamsGroupMetadataValue
+_StreamsGroupTargetAssignmentMemberKey = StreamsGroupTargetAssignmentMemberKey
+_StreamsGroupTargetAssignmentMemberValue_TaskIds = StreamsGroupTargetAssignmentMemberValue.TaskIds
+_StreamsGroupTargetAssignmentMemberValue = StreamsGroupTargetAssignmentMemberValue
+_StreamsGroupTargetAssignmentMetadataKey = StreamsGroupTargetAssignmentMetadataKey
+_StreamsGroupTargetAssignmentMetadataValue = StreamsGroupTargetAssignmentMetadataValue
+_StreamsGroupTopologyKey = StreamsGroupTopologyKey
+_StreamsGroupTopologyValue_Subtopology = StreamsGroupTopologyValue.Subtopology
+_StreamsGroupTopologyValue_TopicInfo = StreamsGroupTopologyValue.TopicInfo
+_StreamsGroupTopologyValue_TopicConfig = StreamsGroupTopologyValue.TopicConfig
+_StreamsGroupTopologyValue_CopartitionGroup = StreamsGroupTopologyValue.CopartitionGroup
+_StreamsGroupTopologyValue = StreamsGroupTopologyValue
 _TransactionLogKey = TransactionLogKey
 _TransactionLogValue_PartitionsSchema = TransactionLogValue.PartitionsSchema
 _TransactionLogValue = TransactionLogValue
+
+
+def _build_ConsumerGroupCurrentMemberAssignmentKey(
+    *,
+    group_id: str = "",
+    member_id: str = "",
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ConsumerGroupCurrentMemberAssignmentKey:
+    obj = new(_ConsumerGroupCurrentMemberAssignmentKey)
+    obj.group_id = group_id
+    obj.member_id = member_id
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions(
+    *,
+    topic_id: uuid.UUID = ZERO_UUID,
+    partitions: list[int] = DEFAULT,
+    assignment_epochs: list[int] | None = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions:
+    obj = new(_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions)
+    obj.topic_id = topic_id
+    obj.partitions = [] if partitions is DEFAULT else partitions
+    obj.assignment_epochs = [] if assignment_epochs is DEFAULT else assignment_epochs
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ConsumerGroupCurrentMemberAssignmentValue(
+    *,
+    member_epoch: int = 0,
+    previous_member_epoch: int = 0,
+    state: int = 0,
+    assigned_partitions: list[ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions] = DEFAULT,
+    partitions_pending_revocation: list[ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions] = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ConsumerGroupCurrentMemberAssignmentValue:
+    obj = new(_ConsumerGroupCurrentMemberAssignmentValue)
+    obj.member_epoch = member_epoch
+    obj.previous_member_epoch = previous_member_epoch
+    obj.state = state
+    obj.assigned_partitions = [] if assigned_partitions is DEFAULT else assigned_partitions
+    obj.partitions_pending_revocation = [] if partitions_pending_revocation is DEFAULT else partitions_pending_revocation
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ConsumerGroupMemberMetadataKey(
+    *,
+    group_id: str = "",
+    member_id: str = "",
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ConsumerGroupMemberMetadataKey:
+    obj = new(_ConsumerGroupMemberMetadataKey)
+    obj.group_id = group_id
+    obj.member_id = member_id
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata(
+    *,
+    session_timeout_ms: int = 0,
+    supported_protocols: list[ConsumerGroupMemberMetadataValue.ClassicProtocol] = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ConsumerGroupMemberMetadataValue.ClassicMemberMetadata:
+    obj = new(_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata)
+    obj.session_timeout_ms = session_timeout_ms
+    obj.supported_protocols = [] if supported_protocols is DEFAULT else supported_protocols
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ConsumerGroupMemberMetadataValue_ClassicProtocol(
+    *,
+    name: str = "",
+    metadata: bytes = b"",
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ConsumerGroupMemberMetadataValue.ClassicProtocol:
+    obj = new(_ConsumerGroupMemberMetadataValue_ClassicProtocol)
+    obj.name = name
+    obj.metadata = metadata
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ConsumerGroupMemberMetadataValue(
+    *,
+    instance_id: str | None = "",
+    rack_id: str | None = "",
+    client_id: str = "",
+    client_host: str = "",
+    subscribed_topic_names: list[str] = DEFAULT,
+    subscribed_topic_regex: str | None = "",
+    rebalance_timeout_ms: int = -1,
+    server_assignor: str | None = "",
+    classic_member_metadata: ConsumerGroupMemberMetadataValue.ClassicMemberMetadata | None = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ConsumerGroupMemberMetadataValue:
+    obj = new(_ConsumerGroupMemberMetadataValue)
+    obj.instance_id = instance_id
+    obj.rack_id = rack_id
+    obj.client_id = client_id
+    obj.client_host = client_host
+    obj.subscribed_topic_names = [] if subscribed_topic_names is DEFAULT else subscribed_topic_names
+    obj.subscribed_topic_regex = subscribed_topic_regex
+    obj.rebalance_timeout_ms = rebalance_timeout_ms
+    obj.server_assignor = server_assignor
+    obj.classic_member_metadata = _build_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata() if classic_member_metadata is DEFAULT else classic_member_metadata
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
 
 
 def _build_ConsumerGroupMetadataKey(
@@ -36,10 +210,153 @@ def _build_ConsumerGroupMetadataKey(
 def _build_ConsumerGroupMetadataValue(
     *,
     epoch: int = 0,
+    metadata_hash: int = 0,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> ConsumerGroupMetadataValue:
     obj = new(_ConsumerGroupMetadataValue)
     obj.epoch = epoch
+    obj.metadata_hash = metadata_hash
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ConsumerGroupPartitionMetadataKey(
+    *,
+    group_id: str = "",
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ConsumerGroupPartitionMetadataKey:
+    obj = new(_ConsumerGroupPartitionMetadataKey)
+    obj.group_id = group_id
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ConsumerGroupPartitionMetadataValue_TopicMetadata(
+    *,
+    topic_id: uuid.UUID = ZERO_UUID,
+    topic_name: str = "",
+    num_partitions: int = 0,
+    partition_metadata: list[ConsumerGroupPartitionMetadataValue.PartitionMetadata] = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ConsumerGroupPartitionMetadataValue.TopicMetadata:
+    obj = new(_ConsumerGroupPartitionMetadataValue_TopicMetadata)
+    obj.topic_id = topic_id
+    obj.topic_name = topic_name
+    obj.num_partitions = num_partitions
+    obj.partition_metadata = [] if partition_metadata is DEFAULT else partition_metadata
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ConsumerGroupPartitionMetadataValue_PartitionMetadata(
+    *,
+    partition: int = 0,
+    racks: list[str] = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ConsumerGroupPartitionMetadataValue.PartitionMetadata:
+    obj = new(_ConsumerGroupPartitionMetadataValue_PartitionMetadata)
+    obj.partition = partition
+    obj.racks = [] if racks is DEFAULT else racks
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ConsumerGroupPartitionMetadataValue(
+    *,
+    topics: list[ConsumerGroupPartitionMetadataValue.TopicMetadata] = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ConsumerGroupPartitionMetadataValue:
+    obj = new(_ConsumerGroupPartitionMetadataValue)
+    obj.topics = [] if topics is DEFAULT else topics
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ConsumerGroupRegularExpressionKey(
+    *,
+    group_id: str = "",
+    regular_expression: str = "",
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ConsumerGroupRegularExpressionKey:
+    obj = new(_ConsumerGroupRegularExpressionKey)
+    obj.group_id = group_id
+    obj.regular_expression = regular_expression
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ConsumerGroupRegularExpressionValue(
+    *,
+    topics: list[str] = DEFAULT,
+    version: int = 0,
+    timestamp: int = 0,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ConsumerGroupRegularExpressionValue:
+    obj = new(_ConsumerGroupRegularExpressionValue)
+    obj.topics = [] if topics is DEFAULT else topics
+    obj.version = version
+    obj.timestamp = timestamp
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ConsumerGroupTargetAssignmentMemberKey(
+    *,
+    group_id: str = "",
+    member_id: str = "",
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ConsumerGroupTargetAssignmentMemberKey:
+    obj = new(_ConsumerGroupTargetAssignmentMemberKey)
+    obj.group_id = group_id
+    obj.member_id = member_id
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ConsumerGroupTargetAssignmentMemberValue_TopicPartition(
+    *,
+    topic_id: uuid.UUID = ZERO_UUID,
+    partitions: list[int] = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ConsumerGroupTargetAssignmentMemberValue.TopicPartition:
+    obj = new(_ConsumerGroupTargetAssignmentMemberValue_TopicPartition)
+    obj.topic_id = topic_id
+    obj.partitions = [] if partitions is DEFAULT else partitions
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ConsumerGroupTargetAssignmentMemberValue(
+    *,
+    topic_partitions: list[ConsumerGroupTargetAssignmentMemberValue.TopicPartition] = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ConsumerGroupTargetAssignmentMemberValue:
+    obj = new(_ConsumerGroupTargetAssignmentMemberValue)
+    obj.topic_partitions = [] if topic_partitions is DEFAULT else topic_partitions
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ConsumerGroupTargetAssignmentMetadataKey(
+    *,
+    group_id: str = "",
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ConsumerGroupTargetAssignmentMetadataKey:
+    obj = new(_ConsumerGroupTargetAssignmentMetadataKey)
+    obj.group_id = group_id
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ConsumerGroupTargetAssignmentMetadataValue(
+    *,
+    assignment_epoch: int = 0,
+    assignment_timestamp: int = 0,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ConsumerGroupTargetAssignmentMetadataValue:
+    obj = new(_ConsumerGroupTargetAssignmentMetadataValue)
+    obj.assignment_epoch = assignment_epoch
+    obj.assignment_timestamp = assignment_timestamp
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj
 
@@ -101,6 +418,36 @@ def _build_GroupMetadataValue(
     return obj
 
 
+def _build_LegacyOffsetCommitKey(
+    *,
+    group: str = "",
+    topic: str = "",
+    partition: int = 0,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> LegacyOffsetCommitKey:
+    obj = new(_LegacyOffsetCommitKey)
+    obj.group = group
+    obj.topic = topic
+    obj.partition = partition
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_LegacyOffsetCommitValue(
+    *,
+    offset: int = 0,
+    metadata: str = "",
+    commit_timestamp: int = 0,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> LegacyOffsetCommitValue:
+    obj = new(_LegacyOffsetCommitValue)
+    obj.offset = offset
+    obj.metadata = metadata
+    obj.commit_timestamp = commit_timestamp
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
 def _build_OffsetCommitKey(
     *,
     group: str = "",
@@ -123,6 +470,7 @@ def _build_OffsetCommitValue(
     metadata: str = "",
     commit_timestamp: int = 0,
     expire_timestamp: int = -1,
+    topic_id: uuid.UUID = ZERO_UUID,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> OffsetCommitValue:
     obj = new(_OffsetCommitValue)
@@ -131,6 +479,80 @@ def _build_OffsetCommitValue(
     obj.metadata = metadata
     obj.commit_timestamp = commit_timestamp
     obj.expire_timestamp = expire_timestamp
+    obj.topic_id = topic_id
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ShareGroupCurrentMemberAssignmentKey(
+    *,
+    group_id: str = "",
+    member_id: str = "",
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ShareGroupCurrentMemberAssignmentKey:
+    obj = new(_ShareGroupCurrentMemberAssignmentKey)
+    obj.group_id = group_id
+    obj.member_id = member_id
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ShareGroupCurrentMemberAssignmentValue_TopicPartitions(
+    *,
+    topic_id: uuid.UUID = ZERO_UUID,
+    partitions: list[int] = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ShareGroupCurrentMemberAssignmentValue.TopicPartitions:
+    obj = new(_ShareGroupCurrentMemberAssignmentValue_TopicPartitions)
+    obj.topic_id = topic_id
+    obj.partitions = [] if partitions is DEFAULT else partitions
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ShareGroupCurrentMemberAssignmentValue(
+    *,
+    member_epoch: int = 0,
+    previous_member_epoch: int = 0,
+    state: int = 0,
+    assigned_partitions: list[ShareGroupCurrentMemberAssignmentValue.TopicPartitions] = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ShareGroupCurrentMemberAssignmentValue:
+    obj = new(_ShareGroupCurrentMemberAssignmentValue)
+    obj.member_epoch = member_epoch
+    obj.previous_member_epoch = previous_member_epoch
+    obj.state = state
+    obj.assigned_partitions = [] if assigned_partitions is DEFAULT else assigned_partitions
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ShareGroupMemberMetadataKey(
+    *,
+    group_id: str = "",
+    member_id: str = "",
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ShareGroupMemberMetadataKey:
+    obj = new(_ShareGroupMemberMetadataKey)
+    obj.group_id = group_id
+    obj.member_id = member_id
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ShareGroupMemberMetadataValue(
+    *,
+    rack_id: str | None = "",
+    client_id: str = "",
+    client_host: str = "",
+    subscribed_topic_names: list[str] = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ShareGroupMemberMetadataValue:
+    obj = new(_ShareGroupMemberMetadataValue)
+    obj.rack_id = rack_id
+    obj.client_id = client_id
+    obj.client_host = client_host
+    obj.subscribed_topic_names = [] if subscribed_topic_names is DEFAULT else subscribed_topic_names
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj
 
@@ -149,10 +571,558 @@ def _build_ShareGroupMetadataKey(
 def _build_ShareGroupMetadataValue(
     *,
     epoch: int = 0,
+    metadata_hash: int = 0,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> ShareGroupMetadataValue:
     obj = new(_ShareGroupMetadataValue)
     obj.epoch = epoch
+    obj.metadata_hash = metadata_hash
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ShareGroupStatePartitionMetadataKey(
+    *,
+    group_id: str = "",
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ShareGroupStatePartitionMetadataKey:
+    obj = new(_ShareGroupStatePartitionMetadataKey)
+    obj.group_id = group_id
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ShareGroupStatePartitionMetadataValue_TopicPartitionsInfo(
+    *,
+    topic_id: uuid.UUID = ZERO_UUID,
+    topic_name: str = "",
+    partitions: list[int] = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo:
+    obj = new(_ShareGroupStatePartitionMetadataValue_TopicPartitionsInfo)
+    obj.topic_id = topic_id
+    obj.topic_name = topic_name
+    obj.partitions = [] if partitions is DEFAULT else partitions
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ShareGroupStatePartitionMetadataValue_TopicInfo(
+    *,
+    topic_id: uuid.UUID = ZERO_UUID,
+    topic_name: str = "",
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ShareGroupStatePartitionMetadataValue.TopicInfo:
+    obj = new(_ShareGroupStatePartitionMetadataValue_TopicInfo)
+    obj.topic_id = topic_id
+    obj.topic_name = topic_name
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ShareGroupStatePartitionMetadataValue(
+    *,
+    initializing_topics: list[ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo] = DEFAULT,
+    initialized_topics: list[ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo] = DEFAULT,
+    deleting_topics: list[ShareGroupStatePartitionMetadataValue.TopicInfo] = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ShareGroupStatePartitionMetadataValue:
+    obj = new(_ShareGroupStatePartitionMetadataValue)
+    obj.initializing_topics = [] if initializing_topics is DEFAULT else initializing_topics
+    obj.initialized_topics = [] if initialized_topics is DEFAULT else initialized_topics
+    obj.deleting_topics = [] if deleting_topics is DEFAULT else deleting_topics
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ShareGroupTargetAssignmentMemberKey(
+    *,
+    group_id: str = "",
+    member_id: str = "",
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ShareGroupTargetAssignmentMemberKey:
+    obj = new(_ShareGroupTargetAssignmentMemberKey)
+    obj.group_id = group_id
+    obj.member_id = member_id
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ShareGroupTargetAssignmentMemberValue_TopicPartition(
+    *,
+    topic_id: uuid.UUID = ZERO_UUID,
+    partitions: list[int] = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ShareGroupTargetAssignmentMemberValue.TopicPartition:
+    obj = new(_ShareGroupTargetAssignmentMemberValue_TopicPartition)
+    obj.topic_id = topic_id
+    obj.partitions = [] if partitions is DEFAULT else partitions
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ShareGroupTargetAssignmentMemberValue(
+    *,
+    topic_partitions: list[ShareGroupTargetAssignmentMemberValue.TopicPartition] = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ShareGroupTargetAssignmentMemberValue:
+    obj = new(_ShareGroupTargetAssignmentMemberValue)
+    obj.topic_partitions = [] if topic_partitions is DEFAULT else topic_partitions
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ShareGroupTargetAssignmentMetadataKey(
+    *,
+    group_id: str = "",
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ShareGroupTargetAssignmentMetadataKey:
+    obj = new(_ShareGroupTargetAssignmentMetadataKey)
+    obj.group_id = group_id
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ShareGroupTargetAssignmentMetadataValue(
+    *,
+    assignment_epoch: int = 0,
+    assignment_timestamp: int = 0,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ShareGroupTargetAssignmentMetadataValue:
+    obj = new(_ShareGroupTargetAssignmentMetadataValue)
+    obj.assignment_epoch = assignment_epoch
+    obj.assignment_timestamp = assignment_timestamp
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ShareSnapshotKey(
+    *,
+    group_id: str = "",
+    topic_id: uuid.UUID = ZERO_UUID,
+    partition: int = 0,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ShareSnapshotKey:
+    obj = new(_ShareSnapshotKey)
+    obj.group_id = group_id
+    obj.topic_id = topic_id
+    obj.partition = partition
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ShareSnapshotValue_StateBatch(
+    *,
+    first_offset: int = 0,
+    last_offset: int = 0,
+    delivery_state: int = 0,
+    delivery_count: int = 0,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ShareSnapshotValue.StateBatch:
+    obj = new(_ShareSnapshotValue_StateBatch)
+    obj.first_offset = first_offset
+    obj.last_offset = last_offset
+    obj.delivery_state = delivery_state
+    obj.delivery_count = delivery_count
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ShareSnapshotValue(
+    *,
+    snapshot_epoch: int = 0,
+    state_epoch: int = 0,
+    leader_epoch: int = 0,
+    start_offset: int = 0,
+    delivery_complete_count: int = -1,
+    create_timestamp: int = 0,
+    write_timestamp: int = 0,
+    state_batches: list[ShareSnapshotValue.StateBatch] = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ShareSnapshotValue:
+    obj = new(_ShareSnapshotValue)
+    obj.snapshot_epoch = snapshot_epoch
+    obj.state_epoch = state_epoch
+    obj.leader_epoch = leader_epoch
+    obj.start_offset = start_offset
+    obj.delivery_complete_count = delivery_complete_count
+    obj.create_timestamp = create_timestamp
+    obj.write_timestamp = write_timestamp
+    obj.state_batches = [] if state_batches is DEFAULT else state_batches
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ShareUpdateKey(
+    *,
+    group_id: str = "",
+    topic_id: uuid.UUID = ZERO_UUID,
+    partition: int = 0,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ShareUpdateKey:
+    obj = new(_ShareUpdateKey)
+    obj.group_id = group_id
+    obj.topic_id = topic_id
+    obj.partition = partition
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ShareUpdateValue_StateBatch(
+    *,
+    first_offset: int = 0,
+    last_offset: int = 0,
+    delivery_state: int = 0,
+    delivery_count: int = 0,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ShareUpdateValue.StateBatch:
+    obj = new(_ShareUpdateValue_StateBatch)
+    obj.first_offset = first_offset
+    obj.last_offset = last_offset
+    obj.delivery_state = delivery_state
+    obj.delivery_count = delivery_count
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_ShareUpdateValue(
+    *,
+    snapshot_epoch: int = 0,
+    leader_epoch: int = 0,
+    start_offset: int = 0,
+    delivery_complete_count: int = -1,
+    state_batches: list[ShareUpdateValue.StateBatch] = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ShareUpdateValue:
+    obj = new(_ShareUpdateValue)
+    obj.snapshot_epoch = snapshot_epoch
+    obj.leader_epoch = leader_epoch
+    obj.start_offset = start_offset
+    obj.delivery_complete_count = delivery_complete_count
+    obj.state_batches = [] if state_batches is DEFAULT else state_batches
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_StreamsGroupCurrentMemberAssignmentKey(
+    *,
+    group_id: str = "",
+    member_id: str = "",
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> StreamsGroupCurrentMemberAssignmentKey:
+    obj = new(_StreamsGroupCurrentMemberAssignmentKey)
+    obj.group_id = group_id
+    obj.member_id = member_id
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_StreamsGroupCurrentMemberAssignmentValue_TaskIds(
+    *,
+    subtopology_id: str = "",
+    partitions: list[int] = DEFAULT,
+    assignment_epochs: list[int] | None = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> StreamsGroupCurrentMemberAssignmentValue.TaskIds:
+    obj = new(_StreamsGroupCurrentMemberAssignmentValue_TaskIds)
+    obj.subtopology_id = subtopology_id
+    obj.partitions = [] if partitions is DEFAULT else partitions
+    obj.assignment_epochs = [] if assignment_epochs is DEFAULT else assignment_epochs
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_StreamsGroupCurrentMemberAssignmentValue(
+    *,
+    member_epoch: int = 0,
+    previous_member_epoch: int = 0,
+    state: int = 0,
+    active_tasks: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = DEFAULT,
+    standby_tasks: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = DEFAULT,
+    warmup_tasks: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = DEFAULT,
+    active_tasks_pending_revocation: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = DEFAULT,
+    standby_tasks_pending_revocation: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = DEFAULT,
+    warmup_tasks_pending_revocation: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> StreamsGroupCurrentMemberAssignmentValue:
+    obj = new(_StreamsGroupCurrentMemberAssignmentValue)
+    obj.member_epoch = member_epoch
+    obj.previous_member_epoch = previous_member_epoch
+    obj.state = state
+    obj.active_tasks = [] if active_tasks is DEFAULT else active_tasks
+    obj.standby_tasks = [] if standby_tasks is DEFAULT else standby_tasks
+    obj.warmup_tasks = [] if warmup_tasks is DEFAULT else warmup_tasks
+    obj.active_tasks_pending_revocation = [] if active_tasks_pending_revocation is DEFAULT else active_tasks_pending_revocation
+    obj.standby_tasks_pending_revocation = [] if standby_tasks_pending_revocation is DEFAULT else standby_tasks_pending_revocation
+    obj.warmup_tasks_pending_revocation = [] if warmup_tasks_pending_revocation is DEFAULT else warmup_tasks_pending_revocation
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_StreamsGroupMemberMetadataKey(
+    *,
+    group_id: str = "",
+    member_id: str = "",
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> StreamsGroupMemberMetadataKey:
+    obj = new(_StreamsGroupMemberMetadataKey)
+    obj.group_id = group_id
+    obj.member_id = member_id
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_StreamsGroupMemberMetadataValue_Endpoint(
+    *,
+    host: str = "",
+    port: int = 0,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> StreamsGroupMemberMetadataValue.Endpoint:
+    obj = new(_StreamsGroupMemberMetadataValue_Endpoint)
+    obj.host = host
+    obj.port = port
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_StreamsGroupMemberMetadataValue_KeyValue(
+    *,
+    key: str = "",
+    value: str = "",
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> StreamsGroupMemberMetadataValue.KeyValue:
+    obj = new(_StreamsGroupMemberMetadataValue_KeyValue)
+    obj.key = key
+    obj.value = value
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_StreamsGroupMemberMetadataValue(
+    *,
+    instance_id: str | None = "",
+    rack_id: str | None = "",
+    client_id: str = "",
+    client_host: str = "",
+    rebalance_timeout_ms: int = -1,
+    topology_epoch: int = 0,
+    process_id: str = "",
+    user_endpoint: StreamsGroupMemberMetadataValue.Endpoint | None = None,
+    client_tags: list[StreamsGroupMemberMetadataValue.KeyValue] = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> StreamsGroupMemberMetadataValue:
+    obj = new(_StreamsGroupMemberMetadataValue)
+    obj.instance_id = instance_id
+    obj.rack_id = rack_id
+    obj.client_id = client_id
+    obj.client_host = client_host
+    obj.rebalance_timeout_ms = rebalance_timeout_ms
+    obj.topology_epoch = topology_epoch
+    obj.process_id = process_id
+    obj.user_endpoint = user_endpoint
+    obj.client_tags = [] if client_tags is DEFAULT else client_tags
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_StreamsGroupMetadataKey(
+    *,
+    group_id: str = "",
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> StreamsGroupMetadataKey:
+    obj = new(_StreamsGroupMetadataKey)
+    obj.group_id = group_id
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_StreamsGroupMetadataValue_LastAssignmentConfig(
+    *,
+    key: str = "",
+    value: str = "",
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> StreamsGroupMetadataValue.LastAssignmentConfig:
+    obj = new(_StreamsGroupMetadataValue_LastAssignmentConfig)
+    obj.key = key
+    obj.value = value
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_StreamsGroupMetadataValue(
+    *,
+    epoch: int = 0,
+    metadata_hash: int = 0,
+    validated_topology_epoch: int = -1,
+    last_assignment_configs: list[StreamsGroupMetadataValue.LastAssignmentConfig] | None = DEFAULT,
+    stored_description_topology_epoch: int = -1,
+    failed_description_topology_epoch: int = -1,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> StreamsGroupMetadataValue:
+    obj = new(_StreamsGroupMetadataValue)
+    obj.epoch = epoch
+    obj.metadata_hash = metadata_hash
+    obj.validated_topology_epoch = validated_topology_epoch
+    obj.last_assignment_configs = [] if last_assignment_configs is DEFAULT else last_assignment_configs
+    obj.stored_description_topology_epoch = stored_description_topology_epoch
+    obj.failed_description_topology_epoch = failed_description_topology_epoch
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_StreamsGroupTargetAssignmentMemberKey(
+    *,
+    group_id: str = "",
+    member_id: str = "",
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> StreamsGroupTargetAssignmentMemberKey:
+    obj = new(_StreamsGroupTargetAssignmentMemberKey)
+    obj.group_id = group_id
+    obj.member_id = member_id
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_StreamsGroupTargetAssignmentMemberValue_TaskIds(
+    *,
+    subtopology_id: str = "",
+    partitions: list[int] = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> StreamsGroupTargetAssignmentMemberValue.TaskIds:
+    obj = new(_StreamsGroupTargetAssignmentMemberValue_TaskIds)
+    obj.subtopology_id = subtopology_id
+    obj.partitions = [] if partitions is DEFAULT else partitions
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_StreamsGroupTargetAssignmentMemberValue(
+    *,
+    active_tasks: list[StreamsGroupTargetAssignmentMemberValue.TaskIds] = DEFAULT,
+    standby_tasks: list[StreamsGroupTargetAssignmentMemberValue.TaskIds] = DEFAULT,
+    warmup_tasks: list[StreamsGroupTargetAssignmentMemberValue.TaskIds] = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> StreamsGroupTargetAssignmentMemberValue:
+    obj = new(_StreamsGroupTargetAssignmentMemberValue)
+    obj.active_tasks = [] if active_tasks is DEFAULT else active_tasks
+    obj.standby_tasks = [] if standby_tasks is DEFAULT else standby_tasks
+    obj.warmup_tasks = [] if warmup_tasks is DEFAULT else warmup_tasks
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_StreamsGroupTargetAssignmentMetadataKey(
+    *,
+    group_id: str = "",
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> StreamsGroupTargetAssignmentMetadataKey:
+    obj = new(_StreamsGroupTargetAssignmentMetadataKey)
+    obj.group_id = group_id
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_StreamsGroupTargetAssignmentMetadataValue(
+    *,
+    assignment_epoch: int = 0,
+    assignment_timestamp: int = 0,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> StreamsGroupTargetAssignmentMetadataValue:
+    obj = new(_StreamsGroupTargetAssignmentMetadataValue)
+    obj.assignment_epoch = assignment_epoch
+    obj.assignment_timestamp = assignment_timestamp
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_StreamsGroupTopologyKey(
+    *,
+    group_id: str = "",
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> StreamsGroupTopologyKey:
+    obj = new(_StreamsGroupTopologyKey)
+    obj.group_id = group_id
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_StreamsGroupTopologyValue_Subtopology(
+    *,
+    subtopology_id: str = "",
+    source_topics: list[str] = DEFAULT,
+    source_topic_regex: list[str] = DEFAULT,
+    state_changelog_topics: list[StreamsGroupTopologyValue.TopicInfo] = DEFAULT,
+    repartition_sink_topics: list[str] = DEFAULT,
+    repartition_source_topics: list[StreamsGroupTopologyValue.TopicInfo] = DEFAULT,
+    copartition_groups: list[StreamsGroupTopologyValue.CopartitionGroup] = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> StreamsGroupTopologyValue.Subtopology:
+    obj = new(_StreamsGroupTopologyValue_Subtopology)
+    obj.subtopology_id = subtopology_id
+    obj.source_topics = [] if source_topics is DEFAULT else source_topics
+    obj.source_topic_regex = [] if source_topic_regex is DEFAULT else source_topic_regex
+    obj.state_changelog_topics = [] if state_changelog_topics is DEFAULT else state_changelog_topics
+    obj.repartition_sink_topics = [] if repartition_sink_topics is DEFAULT else repartition_sink_topics
+    obj.repartition_source_topics = [] if repartition_source_topics is DEFAULT else repartition_source_topics
+    obj.copartition_groups = [] if copartition_groups is DEFAULT else copartition_groups
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_StreamsGroupTopologyValue_TopicInfo(
+    *,
+    name: str = "",
+    partitions: int = 0,
+    replication_factor: int = 0,
+    topic_configs: list[StreamsGroupTopologyValue.TopicConfig] = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> StreamsGroupTopologyValue.TopicInfo:
+    obj = new(_StreamsGroupTopologyValue_TopicInfo)
+    obj.name = name
+    obj.partitions = partitions
+    obj.replication_factor = replication_factor
+    obj.topic_configs = [] if topic_configs is DEFAULT else topic_configs
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_StreamsGroupTopologyValue_TopicConfig(
+    *,
+    key: str = "",
+    value: str = "",
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> StreamsGroupTopologyValue.TopicConfig:
+    obj = new(_StreamsGroupTopologyValue_TopicConfig)
+    obj.key = key
+    obj.value = value
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_StreamsGroupTopologyValue_CopartitionGroup(
+    *,
+    source_topics: list[int] = DEFAULT,
+    source_topic_regex: list[int] = DEFAULT,
+    repartition_source_topics: list[int] = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> StreamsGroupTopologyValue.CopartitionGroup:
+    obj = new(_StreamsGroupTopologyValue_CopartitionGroup)
+    obj.source_topics = [] if source_topics is DEFAULT else source_topics
+    obj.source_topic_regex = [] if source_topic_regex is DEFAULT else source_topic_regex
+    obj.repartition_source_topics = [] if repartition_source_topics is DEFAULT else repartition_source_topics
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_StreamsGroupTopologyValue(
+    *,
+    epoch: int = 0,
+    subtopologies: list[StreamsGroupTopologyValue.Subtopology] = DEFAULT,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> StreamsGroupTopologyValue:
+    obj = new(_StreamsGroupTopologyValue)
+    obj.epoch = epoch
+    obj.subtopologies = [] if subtopologies is DEFAULT else subtopologies
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj
 
@@ -187,6 +1157,7 @@ def _build_TransactionLogValue(
     previous_producer_id: int = -1,
     next_producer_id: int = -1,
     producer_epoch: int = 0,
+    next_producer_epoch: int = -1,
     transaction_timeout_ms: int = 0,
     transaction_status: int = 0,
     transaction_partitions: list[TransactionLogValue.PartitionsSchema] | None = DEFAULT,
@@ -200,6 +1171,7 @@ def _build_TransactionLogValue(
     obj.previous_producer_id = previous_producer_id
     obj.next_producer_id = next_producer_id
     obj.producer_epoch = producer_epoch
+    obj.next_producer_epoch = next_producer_epoch
     obj.transaction_timeout_ms = transaction_timeout_ms
     obj.transaction_status = transaction_status
     obj.transaction_partitions = [] if transaction_partitions is DEFAULT else transaction_partitions
@@ -210,15 +1182,76 @@ def _build_TransactionLogValue(
     return obj
 
 
+_ConsumerGroupCurrentMemberAssignmentKey._builder_ = _build_ConsumerGroupCurrentMemberAssignmentKey
+_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions._builder_ = _build_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions
+_ConsumerGroupCurrentMemberAssignmentValue._builder_ = _build_ConsumerGroupCurrentMemberAssignmentValue
+_ConsumerGroupMemberMetadataKey._builder_ = _build_ConsumerGroupMemberMetadataKey
+_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata._builder_ = _build_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata
+_ConsumerGroupMemberMetadataValue_ClassicProtocol._builder_ = _build_ConsumerGroupMemberMetadataValue_ClassicProtocol
+_ConsumerGroupMemberMetadataValue._builder_ = _build_ConsumerGroupMemberMetadataValue
 _ConsumerGroupMetadataKey._builder_ = _build_ConsumerGroupMetadataKey
 _ConsumerGroupMetadataValue._builder_ = _build_ConsumerGroupMetadataValue
+_ConsumerGroupPartitionMetadataKey._builder_ = _build_ConsumerGroupPartitionMetadataKey
+_ConsumerGroupPartitionMetadataValue_TopicMetadata._builder_ = _build_ConsumerGroupPartitionMetadataValue_TopicMetadata
+_ConsumerGroupPartitionMetadataValue_PartitionMetadata._builder_ = _build_ConsumerGroupPartitionMetadataValue_PartitionMetadata
+_ConsumerGroupPartitionMetadataValue._builder_ = _build_ConsumerGroupPartitionMetadataValue
+_ConsumerGroupRegularExpressionKey._builder_ = _build_ConsumerGroupRegularExpressionKey
+_ConsumerGroupRegularExpressionValue._builder_ = _build_ConsumerGroupRegularExpressionValue
+_ConsumerGroupTargetAssignmentMemberKey._builder_ = _build_ConsumerGroupTargetAssignmentMemberKey
+_ConsumerGroupTargetAssignmentMemberValue_TopicPartition._builder_ = _build_ConsumerGroupTargetAssignmentMemberValue_TopicPartition
+_ConsumerGroupTargetAssignmentMemberValue._builder_ = _build_ConsumerGroupTargetAssignmentMemberValue
+_ConsumerGroupTargetAssignmentMetadataKey._builder_ = _build_ConsumerGroupTargetAssignmentMetadataKey
+_ConsumerGroupTargetAssignmentMetadataValue._builder_ = _build_ConsumerGroupTargetAssignmentMetadataValue
 _GroupMetadataKey._builder_ = _build_GroupMetadataKey
 _GroupMetadataValue_MemberMetadata._builder_ = _build_GroupMetadataValue_MemberMetadata
 _GroupMetadataValue._builder_ = _build_GroupMetadataValue
+_LegacyOffsetCommitKey._builder_ = _build_LegacyOffsetCommitKey
+_LegacyOffsetCommitValue._builder_ = _build_LegacyOffsetCommitValue
 _OffsetCommitKey._builder_ = _build_OffsetCommitKey
 _OffsetCommitValue._builder_ = _build_OffsetCommitValue
+_ShareGroupCurrentMemberAssignmentKey._builder_ = _build_ShareGroupCurrentMemberAssignmentKey
+_ShareGroupCurrentMemberAssignmentValue_TopicPartitions._builder_ = _build_ShareGroupCurrentMemberAssignmentValue_TopicPartitions
+_ShareGroupCurrentMemberAssignmentValue._builder_ = _build_ShareGroupCurrentMemberAssignmentValue
+_ShareGroupMemberMetadataKey._builder_ = _build_ShareGroupMemberMetadataKey
+_ShareGroupMemberMetadataValue._builder_ = _build_ShareGroupMemberMetadataValue
 _ShareGroupMetadataKey._builder_ = _build_ShareGroupMetadataKey
 _ShareGroupMetadataValue._builder_ = _build_ShareGroupMetadataValue
+_ShareGroupStatePartitionMetadataKey._builder_ = _build_ShareGroupStatePartitionMetadataKey
+_ShareGroupStatePartitionMetadataValue_TopicPartitionsInfo._builder_ = _build_ShareGroupStatePartitionMetadataValue_TopicPartitionsInfo
+_ShareGroupStatePartitionMetadataValue_TopicInfo._builder_ = _build_ShareGroupStatePartitionMetadataValue_TopicInfo
+_ShareGroupStatePartitionMetadataValue._builder_ = _build_ShareGroupStatePartitionMetadataValue
+_ShareGroupTargetAssignmentMemberKey._builder_ = _build_ShareGroupTargetAssignmentMemberKey
+_ShareGroupTargetAssignmentMemberValue_TopicPartition._builder_ = _build_ShareGroupTargetAssignmentMemberValue_TopicPartition
+_ShareGroupTargetAssignmentMemberValue._builder_ = _build_ShareGroupTargetAssignmentMemberValue
+_ShareGroupTargetAssignmentMetadataKey._builder_ = _build_ShareGroupTargetAssignmentMetadataKey
+_ShareGroupTargetAssignmentMetadataValue._builder_ = _build_ShareGroupTargetAssignmentMetadataValue
+_ShareSnapshotKey._builder_ = _build_ShareSnapshotKey
+_ShareSnapshotValue_StateBatch._builder_ = _build_ShareSnapshotValue_StateBatch
+_ShareSnapshotValue._builder_ = _build_ShareSnapshotValue
+_ShareUpdateKey._builder_ = _build_ShareUpdateKey
+_ShareUpdateValue_StateBatch._builder_ = _build_ShareUpdateValue_StateBatch
+_ShareUpdateValue._builder_ = _build_ShareUpdateValue
+_StreamsGroupCurrentMemberAssignmentKey._builder_ = _build_StreamsGroupCurrentMemberAssignmentKey
+_StreamsGroupCurrentMemberAssignmentValue_TaskIds._builder_ = _build_StreamsGroupCurrentMemberAssignmentValue_TaskIds
+_StreamsGroupCurrentMemberAssignmentValue._builder_ = _build_StreamsGroupCurrentMemberAssignmentValue
+_StreamsGroupMemberMetadataKey._builder_ = _build_StreamsGroupMemberMetadataKey
+_StreamsGroupMemberMetadataValue_Endpoint._builder_ = _build_StreamsGroupMemberMetadataValue_Endpoint
+_StreamsGroupMemberMetadataValue_KeyValue._builder_ = _build_StreamsGroupMemberMetadataValue_KeyValue
+_StreamsGroupMemberMetadataValue._builder_ = _build_StreamsGroupMemberMetadataValue
+_StreamsGroupMetadataKey._builder_ = _build_StreamsGroupMetadataKey
+_StreamsGroupMetadataValue_LastAssignmentConfig._builder_ = _build_StreamsGroupMetadataValue_LastAssignmentConfig
+_StreamsGroupMetadataValue._builder_ = _build_StreamsGroupMetadataValue
+_StreamsGroupTargetAssignmentMemberKey._builder_ = _build_StreamsGroupTargetAssignmentMemberKey
+_StreamsGroupTargetAssignmentMemberValue_TaskIds._builder_ = _build_StreamsGroupTargetAssignmentMemberValue_TaskIds
+_StreamsGroupTargetAssignmentMemberValue._builder_ = _build_StreamsGroupTargetAssignmentMemberValue
+_StreamsGroupTargetAssignmentMetadataKey._builder_ = _build_StreamsGroupTargetAssignmentMetadataKey
+_StreamsGroupTargetAssignmentMetadataValue._builder_ = _build_StreamsGroupTargetAssignmentMetadataValue
+_StreamsGroupTopologyKey._builder_ = _build_StreamsGroupTopologyKey
+_StreamsGroupTopologyValue_Subtopology._builder_ = _build_StreamsGroupTopologyValue_Subtopology
+_StreamsGroupTopologyValue_TopicInfo._builder_ = _build_StreamsGroupTopologyValue_TopicInfo
+_StreamsGroupTopologyValue_TopicConfig._builder_ = _build_StreamsGroupTopologyValue_TopicConfig
+_StreamsGroupTopologyValue_CopartitionGroup._builder_ = _build_StreamsGroupTopologyValue_CopartitionGroup
+_StreamsGroupTopologyValue._builder_ = _build_StreamsGroupTopologyValue
 _TransactionLogKey._builder_ = _build_TransactionLogKey
 _TransactionLogValue_PartitionsSchema._builder_ = _build_TransactionLogValue_PartitionsSchema
 _TransactionLogValue._builder_ = _build_TransactionLogValue

@@ -6,13 +6,16 @@ from __future__ import annotations
 import uuid  # noqa: F401
 
 from odradek.protocol._codec import DEFAULT, ZERO_UUID, Records, new  # noqa: F401
-from odradek.protocol.messages.data import ConsumerProtocolAssignment, ConsumerProtocolSubscription, DefaultPrincipalData, KRaftVersionRecord, LeaderChangeMessage, SnapshotFooterRecord, SnapshotHeaderRecord, VotersRecord
+from odradek.protocol.messages.data import AbortedTxn, ConsumerProtocolAssignment, ConsumerProtocolSubscription, ControlRecordTypeSchema, DefaultPrincipalData, EndTxnMarker, KRaftVersionRecord, LeaderChangeMessage, SnapshotFooterRecord, SnapshotHeaderRecord, VotersRecord
 
+_AbortedTxn = AbortedTxn
 _ConsumerProtocolAssignment_TopicPartition = ConsumerProtocolAssignment.TopicPartition
 _ConsumerProtocolAssignment = ConsumerProtocolAssignment
 _ConsumerProtocolSubscription_TopicPartition = ConsumerProtocolSubscription.TopicPartition
 _ConsumerProtocolSubscription = ConsumerProtocolSubscription
+_ControlRecordTypeSchema = ControlRecordTypeSchema
 _DefaultPrincipalData = DefaultPrincipalData
+_EndTxnMarker = EndTxnMarker
 _KRaftVersionRecord = KRaftVersionRecord
 _LeaderChangeMessage_Voter = LeaderChangeMessage.Voter
 _LeaderChangeMessage = LeaderChangeMessage
@@ -22,6 +25,23 @@ _VotersRecord_Voter = VotersRecord.Voter
 _VotersRecord_Endpoint = VotersRecord.Endpoint
 _VotersRecord_KRaftVersionFeature = VotersRecord.KRaftVersionFeature
 _VotersRecord = VotersRecord
+
+
+def _build_AbortedTxn(
+    *,
+    producer_id: int = 0,
+    first_offset: int = 0,
+    last_offset: int = 0,
+    last_stable_offset: int = 0,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> AbortedTxn:
+    obj = new(_AbortedTxn)
+    obj.producer_id = producer_id
+    obj.first_offset = first_offset
+    obj.last_offset = last_offset
+    obj.last_stable_offset = last_stable_offset
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
 
 
 def _build_ConsumerProtocolAssignment_TopicPartition(
@@ -82,6 +102,17 @@ def _build_ConsumerProtocolSubscription(
     return obj
 
 
+def _build_ControlRecordTypeSchema(
+    *,
+    type: int = 0,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> ControlRecordTypeSchema:
+    obj = new(_ControlRecordTypeSchema)
+    obj.type = type
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
 def _build_DefaultPrincipalData(
     *,
     type: str = "",
@@ -93,6 +124,17 @@ def _build_DefaultPrincipalData(
     obj.type = type
     obj.name = name
     obj.token_authenticated = token_authenticated
+    obj.unknown_tagged_fields = unknown_tagged_fields
+    return obj
+
+
+def _build_EndTxnMarker(
+    *,
+    coordinator_epoch: int = 0,
+    unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
+) -> EndTxnMarker:
+    obj = new(_EndTxnMarker)
+    obj.coordinator_epoch = coordinator_epoch
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj
 
@@ -222,11 +264,14 @@ def _build_VotersRecord(
     return obj
 
 
+_AbortedTxn._builder_ = _build_AbortedTxn
 _ConsumerProtocolAssignment_TopicPartition._builder_ = _build_ConsumerProtocolAssignment_TopicPartition
 _ConsumerProtocolAssignment._builder_ = _build_ConsumerProtocolAssignment
 _ConsumerProtocolSubscription_TopicPartition._builder_ = _build_ConsumerProtocolSubscription_TopicPartition
 _ConsumerProtocolSubscription._builder_ = _build_ConsumerProtocolSubscription
+_ControlRecordTypeSchema._builder_ = _build_ControlRecordTypeSchema
 _DefaultPrincipalData._builder_ = _build_DefaultPrincipalData
+_EndTxnMarker._builder_ = _build_EndTxnMarker
 _KRaftVersionRecord._builder_ = _build_KRaftVersionRecord
 _LeaderChangeMessage_Voter._builder_ = _build_LeaderChangeMessage_Voter
 _LeaderChangeMessage._builder_ = _build_LeaderChangeMessage

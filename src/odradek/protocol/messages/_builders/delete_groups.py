@@ -28,11 +28,13 @@ def _build_DeleteGroupsResponse_DeletableGroupResult(
     *,
     group_id: str = "",
     error_code: int = 0,
+    error_message: str | None = None,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> DeleteGroupsResponse.DeletableGroupResult:
     obj = new(_DeleteGroupsResponse_DeletableGroupResult)
     obj.group_id = group_id
     obj.error_code = error_code
+    obj.error_message = error_message
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj
 

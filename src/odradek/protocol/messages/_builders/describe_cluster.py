@@ -17,11 +17,13 @@ def _build_DescribeClusterRequest(
     *,
     include_cluster_authorized_operations: bool = False,
     endpoint_type: int = 1,
+    include_fenced_brokers: bool = False,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> DescribeClusterRequest:
     obj = new(_DescribeClusterRequest)
     obj.include_cluster_authorized_operations = include_cluster_authorized_operations
     obj.endpoint_type = endpoint_type
+    obj.include_fenced_brokers = include_fenced_brokers
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj
 
@@ -32,6 +34,7 @@ def _build_DescribeClusterResponse_DescribeClusterBroker(
     host: str = "",
     port: int = 0,
     rack: str | None = None,
+    is_fenced: bool = False,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> DescribeClusterResponse.DescribeClusterBroker:
     obj = new(_DescribeClusterResponse_DescribeClusterBroker)
@@ -39,6 +42,7 @@ def _build_DescribeClusterResponse_DescribeClusterBroker(
     obj.host = host
     obj.port = port
     obj.rack = rack
+    obj.is_fenced = is_fenced
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj
 

@@ -30,6 +30,7 @@ def _build_DescribeGroupsRequest(
 def _build_DescribeGroupsResponse_DescribedGroup(
     *,
     error_code: int = 0,
+    error_message: str | None = None,
     group_id: str = "",
     group_state: str = "",
     protocol_type: str = "",
@@ -40,6 +41,7 @@ def _build_DescribeGroupsResponse_DescribedGroup(
 ) -> DescribeGroupsResponse.DescribedGroup:
     obj = new(_DescribeGroupsResponse_DescribedGroup)
     obj.error_code = error_code
+    obj.error_message = error_message
     obj.group_id = group_id
     obj.group_state = group_state
     obj.protocol_type = protocol_type

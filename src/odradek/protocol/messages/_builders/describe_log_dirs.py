@@ -47,6 +47,7 @@ def _build_DescribeLogDirsResponse_DescribeLogDirsResult(
     topics: list[DescribeLogDirsResponse.DescribeLogDirsTopic] = DEFAULT,
     total_bytes: int = -1,
     usable_bytes: int = -1,
+    is_cordoned: bool = False,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> DescribeLogDirsResponse.DescribeLogDirsResult:
     obj = new(_DescribeLogDirsResponse_DescribeLogDirsResult)
@@ -55,6 +56,7 @@ def _build_DescribeLogDirsResponse_DescribeLogDirsResult(
     obj.topics = [] if topics is DEFAULT else topics
     obj.total_bytes = total_bytes
     obj.usable_bytes = usable_bytes
+    obj.is_cordoned = is_cordoned
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj
 

@@ -60,6 +60,7 @@ def _build_FetchRequest_FetchPartition(
     log_start_offset: int = -1,
     partition_max_bytes: int = 0,
     replica_directory_id: uuid.UUID = ZERO_UUID,
+    high_watermark: int = 9223372036854775807,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> FetchRequest.FetchPartition:
     obj = new(_FetchRequest_FetchPartition)
@@ -70,6 +71,7 @@ def _build_FetchRequest_FetchPartition(
     obj.log_start_offset = log_start_offset
     obj.partition_max_bytes = partition_max_bytes
     obj.replica_directory_id = replica_directory_id
+    obj.high_watermark = high_watermark
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj
 

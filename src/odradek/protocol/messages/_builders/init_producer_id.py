@@ -18,6 +18,8 @@ def _build_InitProducerIdRequest(
     transaction_timeout_ms: int = 0,
     producer_id: int = -1,
     producer_epoch: int = -1,
+    enable2_pc: bool = False,
+    keep_prepared_txn: bool = False,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> InitProducerIdRequest:
     obj = new(_InitProducerIdRequest)
@@ -25,6 +27,8 @@ def _build_InitProducerIdRequest(
     obj.transaction_timeout_ms = transaction_timeout_ms
     obj.producer_id = producer_id
     obj.producer_epoch = producer_epoch
+    obj.enable2_pc = enable2_pc
+    obj.keep_prepared_txn = keep_prepared_txn
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj
 
@@ -35,6 +39,8 @@ def _build_InitProducerIdResponse(
     error_code: int = 0,
     producer_id: int = -1,
     producer_epoch: int = 0,
+    ongoing_txn_producer_id: int = -1,
+    ongoing_txn_producer_epoch: int = -1,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> InitProducerIdResponse:
     obj = new(_InitProducerIdResponse)
@@ -42,6 +48,8 @@ def _build_InitProducerIdResponse(
     obj.error_code = error_code
     obj.producer_id = producer_id
     obj.producer_epoch = producer_epoch
+    obj.ongoing_txn_producer_id = ongoing_txn_producer_id
+    obj.ongoing_txn_producer_epoch = ongoing_txn_producer_epoch
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj
 

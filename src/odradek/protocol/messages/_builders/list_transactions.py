@@ -18,12 +18,14 @@ def _build_ListTransactionsRequest(
     state_filters: list[str] = DEFAULT,
     producer_id_filters: list[int] = DEFAULT,
     duration_filter: int = -1,
+    transactional_id_pattern: str | None = None,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> ListTransactionsRequest:
     obj = new(_ListTransactionsRequest)
     obj.state_filters = [] if state_filters is DEFAULT else state_filters
     obj.producer_id_filters = [] if producer_id_filters is DEFAULT else producer_id_filters
     obj.duration_filter = duration_filter
+    obj.transactional_id_pattern = transactional_id_pattern
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj
 

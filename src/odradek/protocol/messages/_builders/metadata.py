@@ -115,6 +115,7 @@ def _build_MetadataResponse(
     controller_id: int = -1,
     topics: list[MetadataResponse.MetadataResponseTopic] = DEFAULT,
     cluster_authorized_operations: int = -2147483648,
+    error_code: int = 0,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> MetadataResponse:
     obj = new(_MetadataResponse)
@@ -124,6 +125,7 @@ def _build_MetadataResponse(
     obj.controller_id = controller_id
     obj.topics = [] if topics is DEFAULT else topics
     obj.cluster_authorized_operations = cluster_authorized_operations
+    obj.error_code = error_code
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj
 

@@ -19,11 +19,13 @@ _OffsetCommitResponse = OffsetCommitResponse
 def _build_OffsetCommitRequest_OffsetCommitRequestTopic(
     *,
     name: str = "",
+    topic_id: uuid.UUID = ZERO_UUID,
     partitions: list[OffsetCommitRequest.OffsetCommitRequestPartition] = DEFAULT,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> OffsetCommitRequest.OffsetCommitRequestTopic:
     obj = new(_OffsetCommitRequest_OffsetCommitRequestTopic)
     obj.name = name
+    obj.topic_id = topic_id
     obj.partitions = [] if partitions is DEFAULT else partitions
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj
@@ -72,11 +74,13 @@ def _build_OffsetCommitRequest(
 def _build_OffsetCommitResponse_OffsetCommitResponseTopic(
     *,
     name: str = "",
+    topic_id: uuid.UUID = ZERO_UUID,
     partitions: list[OffsetCommitResponse.OffsetCommitResponsePartition] = DEFAULT,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> OffsetCommitResponse.OffsetCommitResponseTopic:
     obj = new(_OffsetCommitResponse_OffsetCommitResponseTopic)
     obj.name = name
+    obj.topic_id = topic_id
     obj.partitions = [] if partitions is DEFAULT else partitions
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj

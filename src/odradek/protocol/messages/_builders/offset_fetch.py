@@ -53,11 +53,13 @@ def _build_OffsetFetchRequest_OffsetFetchRequestGroup(
 def _build_OffsetFetchRequest_OffsetFetchRequestTopics(
     *,
     name: str = "",
+    topic_id: uuid.UUID = ZERO_UUID,
     partition_indexes: list[int] = DEFAULT,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> OffsetFetchRequest.OffsetFetchRequestTopics:
     obj = new(_OffsetFetchRequest_OffsetFetchRequestTopics)
     obj.name = name
+    obj.topic_id = topic_id
     obj.partition_indexes = [] if partition_indexes is DEFAULT else partition_indexes
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj
@@ -130,11 +132,13 @@ def _build_OffsetFetchResponse_OffsetFetchResponseGroup(
 def _build_OffsetFetchResponse_OffsetFetchResponseTopics(
     *,
     name: str = "",
+    topic_id: uuid.UUID = ZERO_UUID,
     partitions: list[OffsetFetchResponse.OffsetFetchResponsePartitions] = DEFAULT,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> OffsetFetchResponse.OffsetFetchResponseTopics:
     obj = new(_OffsetFetchResponse_OffsetFetchResponseTopics)
     obj.name = name
+    obj.topic_id = topic_id
     obj.partitions = [] if partitions is DEFAULT else partitions
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj

@@ -22,11 +22,13 @@ _ProduceResponse = ProduceResponse
 def _build_ProduceRequest_TopicProduceData(
     *,
     name: str = "",
+    topic_id: uuid.UUID = ZERO_UUID,
     partition_data: list[ProduceRequest.PartitionProduceData] = DEFAULT,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> ProduceRequest.TopicProduceData:
     obj = new(_ProduceRequest_TopicProduceData)
     obj.name = name
+    obj.topic_id = topic_id
     obj.partition_data = [] if partition_data is DEFAULT else partition_data
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj
@@ -65,11 +67,13 @@ def _build_ProduceRequest(
 def _build_ProduceResponse_TopicProduceResponse(
     *,
     name: str = "",
+    topic_id: uuid.UUID = ZERO_UUID,
     partition_responses: list[ProduceResponse.PartitionProduceResponse] = DEFAULT,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> ProduceResponse.TopicProduceResponse:
     obj = new(_ProduceResponse_TopicProduceResponse)
     obj.name = name
+    obj.topic_id = topic_id
     obj.partition_responses = [] if partition_responses is DEFAULT else partition_responses
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj

@@ -74,7 +74,9 @@ def _build_ReadShareGroupStateSummaryResponse_PartitionResult(
     error_code: int = 0,
     error_message: str | None = None,
     state_epoch: int = 0,
+    leader_epoch: int = 0,
     start_offset: int = 0,
+    delivery_complete_count: int = -1,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> ReadShareGroupStateSummaryResponse.PartitionResult:
     obj = new(_ReadShareGroupStateSummaryResponse_PartitionResult)
@@ -82,7 +84,9 @@ def _build_ReadShareGroupStateSummaryResponse_PartitionResult(
     obj.error_code = error_code
     obj.error_message = error_message
     obj.state_epoch = state_epoch
+    obj.leader_epoch = leader_epoch
     obj.start_offset = start_offset
+    obj.delivery_complete_count = delivery_complete_count
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj
 

@@ -65,6 +65,7 @@ def _build_ShareAcknowledgeRequest(
     group_id: str | None = None,
     member_id: str | None = "",
     share_session_epoch: int = 0,
+    is_renew_ack: bool = False,
     topics: list[ShareAcknowledgeRequest.AcknowledgeTopic] = DEFAULT,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> ShareAcknowledgeRequest:
@@ -72,6 +73,7 @@ def _build_ShareAcknowledgeRequest(
     obj.group_id = group_id
     obj.member_id = member_id
     obj.share_session_epoch = share_session_epoch
+    obj.is_renew_ack = is_renew_ack
     obj.topics = [] if topics is DEFAULT else topics
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj
@@ -142,6 +144,7 @@ def _build_ShareAcknowledgeResponse(
     throttle_time_ms: int = 0,
     error_code: int = 0,
     error_message: str | None = None,
+    acquisition_lock_timeout_ms: int = 0,
     responses: list[ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse] = DEFAULT,
     node_endpoints: list[ShareAcknowledgeResponse.NodeEndpoint] = DEFAULT,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
@@ -150,6 +153,7 @@ def _build_ShareAcknowledgeResponse(
     obj.throttle_time_ms = throttle_time_ms
     obj.error_code = error_code
     obj.error_message = error_message
+    obj.acquisition_lock_timeout_ms = acquisition_lock_timeout_ms
     obj.responses = [] if responses is DEFAULT else responses
     obj.node_endpoints = [] if node_endpoints is DEFAULT else node_endpoints
     obj.unknown_tagged_fields = unknown_tagged_fields

@@ -85,6 +85,10 @@ def _build_ShareFetchRequest(
     max_wait_ms: int = 0,
     min_bytes: int = 0,
     max_bytes: int = 2147483647,
+    max_records: int = 0,
+    batch_size: int = 0,
+    share_acquire_mode: int = 0,
+    is_renew_ack: bool = False,
     topics: list[ShareFetchRequest.FetchTopic] = DEFAULT,
     forgotten_topics_data: list[ShareFetchRequest.ForgottenTopic] = DEFAULT,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
@@ -96,6 +100,10 @@ def _build_ShareFetchRequest(
     obj.max_wait_ms = max_wait_ms
     obj.min_bytes = min_bytes
     obj.max_bytes = max_bytes
+    obj.max_records = max_records
+    obj.batch_size = batch_size
+    obj.share_acquire_mode = share_acquire_mode
+    obj.is_renew_ack = is_renew_ack
     obj.topics = [] if topics is DEFAULT else topics
     obj.forgotten_topics_data = [] if forgotten_topics_data is DEFAULT else forgotten_topics_data
     obj.unknown_tagged_fields = unknown_tagged_fields
@@ -190,6 +198,7 @@ def _build_ShareFetchResponse(
     throttle_time_ms: int = 0,
     error_code: int = 0,
     error_message: str | None = None,
+    acquisition_lock_timeout_ms: int = 0,
     responses: list[ShareFetchResponse.ShareFetchableTopicResponse] = DEFAULT,
     node_endpoints: list[ShareFetchResponse.NodeEndpoint] = DEFAULT,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
@@ -198,6 +207,7 @@ def _build_ShareFetchResponse(
     obj.throttle_time_ms = throttle_time_ms
     obj.error_code = error_code
     obj.error_message = error_message
+    obj.acquisition_lock_timeout_ms = acquisition_lock_timeout_ms
     obj.responses = [] if responses is DEFAULT else responses
     obj.node_endpoints = [] if node_endpoints is DEFAULT else node_endpoints
     obj.unknown_tagged_fields = unknown_tagged_fields

@@ -19,11 +19,13 @@ _TxnOffsetCommitResponse = TxnOffsetCommitResponse
 def _build_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(
     *,
     name: str = "",
+    topic_id: uuid.UUID = ZERO_UUID,
     partitions: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition] = DEFAULT,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic:
     obj = new(_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic)
     obj.name = name
+    obj.topic_id = topic_id
     obj.partitions = [] if partitions is DEFAULT else partitions
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj
@@ -52,7 +54,7 @@ def _build_TxnOffsetCommitRequest(
     group_id: str = "",
     producer_id: int = 0,
     producer_epoch: int = 0,
-    generation_id: int = -1,
+    generation_id_or_member_epoch: int = -1,
     member_id: str = '',
     group_instance_id: str | None = None,
     topics: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic] = DEFAULT,
@@ -63,7 +65,7 @@ def _build_TxnOffsetCommitRequest(
     obj.group_id = group_id
     obj.producer_id = producer_id
     obj.producer_epoch = producer_epoch
-    obj.generation_id = generation_id
+    obj.generation_id_or_member_epoch = generation_id_or_member_epoch
     obj.member_id = member_id
     obj.group_instance_id = group_instance_id
     obj.topics = [] if topics is DEFAULT else topics
@@ -74,11 +76,13 @@ def _build_TxnOffsetCommitRequest(
 def _build_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic(
     *,
     name: str = "",
+    topic_id: uuid.UUID = ZERO_UUID,
     partitions: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition] = DEFAULT,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic:
     obj = new(_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic)
     obj.name = name
+    obj.topic_id = topic_id
     obj.partitions = [] if partitions is DEFAULT else partitions
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj

@@ -33,22 +33,24 @@ def _build_VoteRequest_TopicData(
 def _build_VoteRequest_PartitionData(
     *,
     partition_index: int = 0,
-    candidate_epoch: int = 0,
-    candidate_id: int = 0,
-    candidate_directory_id: uuid.UUID = ZERO_UUID,
+    replica_epoch: int = 0,
+    replica_id: int = 0,
+    replica_directory_id: uuid.UUID = ZERO_UUID,
     voter_directory_id: uuid.UUID = ZERO_UUID,
     last_offset_epoch: int = 0,
     last_offset: int = 0,
+    pre_vote: bool = False,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> VoteRequest.PartitionData:
     obj = new(_VoteRequest_PartitionData)
     obj.partition_index = partition_index
-    obj.candidate_epoch = candidate_epoch
-    obj.candidate_id = candidate_id
-    obj.candidate_directory_id = candidate_directory_id
+    obj.replica_epoch = replica_epoch
+    obj.replica_id = replica_id
+    obj.replica_directory_id = replica_directory_id
     obj.voter_directory_id = voter_directory_id
     obj.last_offset_epoch = last_offset_epoch
     obj.last_offset = last_offset
+    obj.pre_vote = pre_vote
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj
 

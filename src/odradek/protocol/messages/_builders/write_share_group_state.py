@@ -36,6 +36,7 @@ def _build_WriteShareGroupStateRequest_PartitionData(
     state_epoch: int = 0,
     leader_epoch: int = 0,
     start_offset: int = 0,
+    delivery_complete_count: int = -1,
     state_batches: list[WriteShareGroupStateRequest.StateBatch] = DEFAULT,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> WriteShareGroupStateRequest.PartitionData:
@@ -44,6 +45,7 @@ def _build_WriteShareGroupStateRequest_PartitionData(
     obj.state_epoch = state_epoch
     obj.leader_epoch = leader_epoch
     obj.start_offset = start_offset
+    obj.delivery_complete_count = delivery_complete_count
     obj.state_batches = [] if state_batches is DEFAULT else state_batches
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj

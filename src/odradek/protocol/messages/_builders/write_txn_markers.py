@@ -24,6 +24,7 @@ def _build_WriteTxnMarkersRequest_WritableTxnMarker(
     transaction_result: bool = False,
     topics: list[WriteTxnMarkersRequest.WritableTxnMarkerTopic] = DEFAULT,
     coordinator_epoch: int = 0,
+    transaction_version: int = 0,
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None,
 ) -> WriteTxnMarkersRequest.WritableTxnMarker:
     obj = new(_WriteTxnMarkersRequest_WritableTxnMarker)
@@ -32,6 +33,7 @@ def _build_WriteTxnMarkersRequest_WritableTxnMarker(
     obj.transaction_result = transaction_result
     obj.topics = [] if topics is DEFAULT else topics
     obj.coordinator_epoch = coordinator_epoch
+    obj.transaction_version = transaction_version
     obj.unknown_tagged_fields = unknown_tagged_fields
     return obj
 

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -92,8 +95,8 @@ def _dec_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v0(buf: memoryview, p
         raise DecodeError(f"AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     obj.unknown_tagged_fields = None
@@ -145,8 +148,8 @@ def _dec_AddPartitionsToTxnRequest_v0(buf: memoryview, pos: int) -> tuple[AddPar
     if n2 < 0:
         raise DecodeError(f"AddPartitionsToTxnRequest.v3_and_below_topics: invalid array length {n2}")
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"AddPartitionsToTxnRequest.v3_and_below_topics: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AddPartitionsToTxnRequest.v3_and_below_topics", n2, len(buf) - pos)
         items2: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic] = []
         for _ in range(n2):
             item2, pos = _dec_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v0(buf, pos)
@@ -218,8 +221,8 @@ def _dec_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v3(buf: memoryview, p
         raise DecodeError(f"AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -295,8 +298,8 @@ def _dec_AddPartitionsToTxnRequest_v3(buf: memoryview, pos: int) -> tuple[AddPar
     if n2 < 0:
         raise DecodeError(f"AddPartitionsToTxnRequest.v3_and_below_topics: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"AddPartitionsToTxnRequest.v3_and_below_topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AddPartitionsToTxnRequest.v3_and_below_topics", n2, len(buf) - pos)
         items2: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic] = []
         for _ in range(n2):
             item2, pos = _dec_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v3(buf, pos)
@@ -374,8 +377,8 @@ def _dec_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction_v4(buf: memoryv
     if n2 < 0:
         raise DecodeError(f"AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.topics: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.topics", n2, len(buf) - pos)
         items2: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic] = []
         for _ in range(n2):
             item2, pos = _dec_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v3(buf, pos)
@@ -429,8 +432,8 @@ def _dec_AddPartitionsToTxnRequest_v4(buf: memoryview, pos: int) -> tuple[AddPar
     if n1 < 0:
         raise DecodeError(f"AddPartitionsToTxnRequest.transactions: invalid array length {n1}")
     else:
-        if n1 * 14 > len(buf) - pos:
-            raise DecodeError(f"AddPartitionsToTxnRequest.transactions: array of {n1} elements runs past the end of the data")
+        if n1 * 14 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AddPartitionsToTxnRequest.transactions", n1, len(buf) - pos)
         items1: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction] = []
         for _ in range(n1):
             item1, pos = _dec_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction_v4(buf, pos)
@@ -502,8 +505,8 @@ def _dec_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v0(buf: memory
     if n2 < 0:
         raise DecodeError(f"AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.results_by_partition: invalid array length {n2}")
     else:
-        if n2 * 6 > len(buf) - pos:
-            raise DecodeError(f"AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.results_by_partition: array of {n2} elements runs past the end of the data")
+        if n2 * 6 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.results_by_partition", n2, len(buf) - pos)
         items2: list[AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult] = []
         for _ in range(n2):
             item2, pos = _dec_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v0(buf, pos)
@@ -538,8 +541,8 @@ def _dec_AddPartitionsToTxnResponse_v0(buf: memoryview, pos: int) -> tuple[AddPa
     if n1 < 0:
         raise DecodeError(f"AddPartitionsToTxnResponse.results_by_topic_v3_and_below: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"AddPartitionsToTxnResponse.results_by_topic_v3_and_below: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AddPartitionsToTxnResponse.results_by_topic_v3_and_below", n1, len(buf) - pos)
         items1: list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult] = []
         for _ in range(n1):
             item1, pos = _dec_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v0(buf, pos)
@@ -633,8 +636,8 @@ def _dec_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v3(buf: memory
     if n2 < 0:
         raise DecodeError(f"AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.results_by_partition: invalid array length {n2}")
     else:
-        if n2 * 7 > len(buf) - pos:
-            raise DecodeError(f"AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.results_by_partition: array of {n2} elements runs past the end of the data")
+        if n2 * 7 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.results_by_partition", n2, len(buf) - pos)
         items2: list[AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult] = []
         for _ in range(n2):
             item2, pos = _dec_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v3(buf, pos)
@@ -685,8 +688,8 @@ def _dec_AddPartitionsToTxnResponse_v3(buf: memoryview, pos: int) -> tuple[AddPa
     if n1 < 0:
         raise DecodeError(f"AddPartitionsToTxnResponse.results_by_topic_v3_and_below: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"AddPartitionsToTxnResponse.results_by_topic_v3_and_below: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AddPartitionsToTxnResponse.results_by_topic_v3_and_below", n1, len(buf) - pos)
         items1: list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult] = []
         for _ in range(n1):
             item1, pos = _dec_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v3(buf, pos)
@@ -762,8 +765,8 @@ def _dec_AddPartitionsToTxnResponse_AddPartitionsToTxnResult_v4(buf: memoryview,
     if n2 < 0:
         raise DecodeError(f"AddPartitionsToTxnResponse.AddPartitionsToTxnResult.topic_results: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"AddPartitionsToTxnResponse.AddPartitionsToTxnResult.topic_results: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AddPartitionsToTxnResponse.AddPartitionsToTxnResult.topic_results", n2, len(buf) - pos)
         items2: list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult] = []
         for _ in range(n2):
             item2, pos = _dec_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v3(buf, pos)
@@ -814,8 +817,8 @@ def _dec_AddPartitionsToTxnResponse_v4(buf: memoryview, pos: int) -> tuple[AddPa
     if n1 < 0:
         raise DecodeError(f"AddPartitionsToTxnResponse.results_by_transaction: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"AddPartitionsToTxnResponse.results_by_transaction: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AddPartitionsToTxnResponse.results_by_transaction", n1, len(buf) - pos)
         items1: list[AddPartitionsToTxnResponse.AddPartitionsToTxnResult] = []
         for _ in range(n1):
             item1, pos = _dec_AddPartitionsToTxnResponse_AddPartitionsToTxnResult_v4(buf, pos)

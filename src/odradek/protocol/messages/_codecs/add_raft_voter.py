@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -37,6 +40,8 @@ from odradek.protocol.messages.add_raft_voter import AddRaftVoterRequest, AddRaf
 _AddRaftVoterRequest_Listener = AddRaftVoterRequest.Listener
 _AddRaftVoterRequest = AddRaftVoterRequest
 _AddRaftVoterResponse = AddRaftVoterResponse
+_pack_o = Struct(">?").pack
+_unpack_o = Struct(">?").unpack_from
 _pack_H = Struct(">H").pack
 _unpack_H = Struct(">H").unpack_from
 _pack_ih = Struct(">ih").pack
@@ -45,7 +50,7 @@ _pack_ii = Struct(">ii").pack
 _unpack_ii = Struct(">ii").unpack_from
 
 
-# AddRaftVoterRequest.Listener v0
+# AddRaftVoterRequest.Listener v0-1
 def _enc_AddRaftVoterRequest_Listener_v0(out: bytearray, obj: AddRaftVoterRequest.Listener) -> None:
     v1 = obj.name
     if v1 is None:
@@ -80,7 +85,7 @@ def _enc_AddRaftVoterRequest_Listener_v0(out: bytearray, obj: AddRaftVoterReques
         out.append(0)
 
 
-# AddRaftVoterRequest.Listener v0
+# AddRaftVoterRequest.Listener v0-1
 def _dec_AddRaftVoterRequest_Listener_v0(buf: memoryview, pos: int) -> tuple[AddRaftVoterRequest.Listener, int]:
     obj = new(_AddRaftVoterRequest_Listener)
     n1 = buf[pos]
@@ -125,6 +130,8 @@ def _dec_AddRaftVoterRequest_Listener_v0(buf: memoryview, pos: int) -> tuple[Add
 
 # AddRaftVoterRequest v0
 def _enc_AddRaftVoterRequest_v0(out: bytearray, obj: AddRaftVoterRequest) -> None:
+    if obj.ack_when_committed != True:
+        raise EncodeError("AddRaftVoterRequest.ack_when_committed cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
     v1 = obj.cluster_id
     if v1 is None:
         out.append(0)
@@ -190,13 +197,14 @@ def _dec_AddRaftVoterRequest_v0(buf: memoryview, pos: int) -> tuple[AddRaftVoter
     if n3 < 0:
         raise DecodeError(f"AddRaftVoterRequest.listeners: invalid array length {n3}")
     else:
-        if n3 * 5 > len(buf) - pos:
-            raise DecodeError(f"AddRaftVoterRequest.listeners: array of {n3} elements runs past the end of the data")
+        if n3 * 5 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("AddRaftVoterRequest.listeners", n3, len(buf) - pos)
         items3: list[AddRaftVoterRequest.Listener] = []
         for _ in range(n3):
             item3, pos = _dec_AddRaftVoterRequest_Listener_v0(buf, pos)
             items3.append(item3)
         obj.listeners = items3
+    obj.ack_when_committed = True
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -205,7 +213,92 @@ def _dec_AddRaftVoterRequest_v0(buf: memoryview, pos: int) -> tuple[AddRaftVoter
     return obj, pos
 
 
-# AddRaftVoterResponse v0
+# AddRaftVoterRequest v1
+def _enc_AddRaftVoterRequest_v1(out: bytearray, obj: AddRaftVoterRequest) -> None:
+    v1 = obj.cluster_id
+    if v1 is None:
+        out.append(0)
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("AddRaftVoterRequest.cluster_id is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    out += _pack_ii(obj.timeout_ms, obj.voter_id)
+    out += obj.voter_directory_id.bytes
+    v3 = obj.listeners
+    if v3 is None:
+        raise EncodeError("AddRaftVoterRequest.listeners is not nullable in this version")
+    else:
+        n3 = len(v3)
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        for item3 in v3:
+            _enc_AddRaftVoterRequest_Listener_v0(out, item3)
+    out += _pack_o(obj.ack_when_committed)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# AddRaftVoterRequest v1
+def _dec_AddRaftVoterRequest_v1(buf: memoryview, pos: int) -> tuple[AddRaftVoterRequest, int]:
+    obj = new(_AddRaftVoterRequest)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        if n1 != -1:
+            raise DecodeError(f"AddRaftVoterRequest.cluster_id: invalid string length {n1}")
+        obj.cluster_id = None
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("AddRaftVoterRequest.cluster_id: string runs past the end of the data")
+        obj.cluster_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    obj.timeout_ms, obj.voter_id = _unpack_ii(buf, pos)
+    pos += 8
+    obj.voter_directory_id, pos = read_uuid(buf, pos)
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        raise DecodeError(f"AddRaftVoterRequest.listeners: invalid array length {n3}")
+    else:
+        if n3 * 5 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("AddRaftVoterRequest.listeners", n3, len(buf) - pos)
+        items3: list[AddRaftVoterRequest.Listener] = []
+        for _ in range(n3):
+            item3, pos = _dec_AddRaftVoterRequest_Listener_v0(buf, pos)
+            items3.append(item3)
+        obj.listeners = items3
+    (obj.ack_when_committed,) = _unpack_o(buf, pos)
+    pos += 1
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# AddRaftVoterResponse v0-1
 def _enc_AddRaftVoterResponse_v0(out: bytearray, obj: AddRaftVoterResponse) -> None:
     out += _pack_ih(obj.throttle_time_ms, obj.error_code)
     v1 = obj.error_message
@@ -227,7 +320,7 @@ def _enc_AddRaftVoterResponse_v0(out: bytearray, obj: AddRaftVoterResponse) -> N
         out.append(0)
 
 
-# AddRaftVoterResponse v0
+# AddRaftVoterResponse v0-1
 def _dec_AddRaftVoterResponse_v0(buf: memoryview, pos: int) -> tuple[AddRaftVoterResponse, int]:
     obj = new(_AddRaftVoterResponse)
     obj.throttle_time_ms, obj.error_code = _unpack_ih(buf, pos)
@@ -261,8 +354,8 @@ def _error_AddRaftVoterRequest(request: AddRaftVoterRequest, version: int, code:
     return _AddRaftVoterResponse(error_code=code, error_message=message)
 
 
-AddRaftVoterRequest._encoders_ = {0: _enc_AddRaftVoterRequest_v0}
-AddRaftVoterRequest._decoders_ = {0: _dec_AddRaftVoterRequest_v0}
-AddRaftVoterResponse._encoders_ = {0: _enc_AddRaftVoterResponse_v0}
-AddRaftVoterResponse._decoders_ = {0: _dec_AddRaftVoterResponse_v0}
+AddRaftVoterRequest._encoders_ = {0: _enc_AddRaftVoterRequest_v0, 1: _enc_AddRaftVoterRequest_v1}
+AddRaftVoterRequest._decoders_ = {0: _dec_AddRaftVoterRequest_v0, 1: _dec_AddRaftVoterRequest_v1}
+AddRaftVoterResponse._encoders_ = {0: _enc_AddRaftVoterResponse_v0, 1: _enc_AddRaftVoterResponse_v0}
+AddRaftVoterResponse._decoders_ = {0: _dec_AddRaftVoterResponse_v0, 1: _dec_AddRaftVoterResponse_v0}
 AddRaftVoterRequest._error_response_ = _error_AddRaftVoterRequest

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -166,8 +169,8 @@ def _dec_AlterClientQuotasRequest_EntryData_v0(buf: memoryview, pos: int) -> tup
     if n1 < 0:
         raise DecodeError(f"AlterClientQuotasRequest.EntryData.entity: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"AlterClientQuotasRequest.EntryData.entity: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterClientQuotasRequest.EntryData.entity", n1, len(buf) - pos)
         items1: list[AlterClientQuotasRequest.EntityData] = []
         for _ in range(n1):
             item1, pos = _dec_AlterClientQuotasRequest_EntityData_v0(buf, pos)
@@ -178,8 +181,8 @@ def _dec_AlterClientQuotasRequest_EntryData_v0(buf: memoryview, pos: int) -> tup
     if n2 < 0:
         raise DecodeError(f"AlterClientQuotasRequest.EntryData.ops: invalid array length {n2}")
     else:
-        if n2 * 10 > len(buf) - pos:
-            raise DecodeError(f"AlterClientQuotasRequest.EntryData.ops: array of {n2} elements runs past the end of the data")
+        if n2 * 10 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterClientQuotasRequest.EntryData.ops", n2, len(buf) - pos)
         items2: list[AlterClientQuotasRequest.OpData] = []
         for _ in range(n2):
             item2, pos = _dec_AlterClientQuotasRequest_OpData_v0(buf, pos)
@@ -210,8 +213,8 @@ def _dec_AlterClientQuotasRequest_v0(buf: memoryview, pos: int) -> tuple[AlterCl
     if n1 < 0:
         raise DecodeError(f"AlterClientQuotasRequest.entries: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"AlterClientQuotasRequest.entries: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterClientQuotasRequest.entries", n1, len(buf) - pos)
         items1: list[AlterClientQuotasRequest.EntryData] = []
         for _ in range(n1):
             item1, pos = _dec_AlterClientQuotasRequest_EntryData_v0(buf, pos)
@@ -393,8 +396,8 @@ def _dec_AlterClientQuotasRequest_EntryData_v1(buf: memoryview, pos: int) -> tup
     if n1 < 0:
         raise DecodeError(f"AlterClientQuotasRequest.EntryData.entity: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"AlterClientQuotasRequest.EntryData.entity: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterClientQuotasRequest.EntryData.entity", n1, len(buf) - pos)
         items1: list[AlterClientQuotasRequest.EntityData] = []
         for _ in range(n1):
             item1, pos = _dec_AlterClientQuotasRequest_EntityData_v1(buf, pos)
@@ -410,8 +413,8 @@ def _dec_AlterClientQuotasRequest_EntryData_v1(buf: memoryview, pos: int) -> tup
     if n2 < 0:
         raise DecodeError(f"AlterClientQuotasRequest.EntryData.ops: invalid array length {n2}")
     else:
-        if n2 * 11 > len(buf) - pos:
-            raise DecodeError(f"AlterClientQuotasRequest.EntryData.ops: array of {n2} elements runs past the end of the data")
+        if n2 * 11 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterClientQuotasRequest.EntryData.ops", n2, len(buf) - pos)
         items2: list[AlterClientQuotasRequest.OpData] = []
         for _ in range(n2):
             item2, pos = _dec_AlterClientQuotasRequest_OpData_v1(buf, pos)
@@ -458,8 +461,8 @@ def _dec_AlterClientQuotasRequest_v1(buf: memoryview, pos: int) -> tuple[AlterCl
     if n1 < 0:
         raise DecodeError(f"AlterClientQuotasRequest.entries: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"AlterClientQuotasRequest.entries: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterClientQuotasRequest.entries", n1, len(buf) - pos)
         items1: list[AlterClientQuotasRequest.EntryData] = []
         for _ in range(n1):
             item1, pos = _dec_AlterClientQuotasRequest_EntryData_v1(buf, pos)
@@ -573,8 +576,8 @@ def _dec_AlterClientQuotasResponse_EntryData_v0(buf: memoryview, pos: int) -> tu
     if n2 < 0:
         raise DecodeError(f"AlterClientQuotasResponse.EntryData.entity: invalid array length {n2}")
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"AlterClientQuotasResponse.EntryData.entity: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterClientQuotasResponse.EntryData.entity", n2, len(buf) - pos)
         items2: list[AlterClientQuotasResponse.EntityData] = []
         for _ in range(n2):
             item2, pos = _dec_AlterClientQuotasResponse_EntityData_v0(buf, pos)
@@ -607,8 +610,8 @@ def _dec_AlterClientQuotasResponse_v0(buf: memoryview, pos: int) -> tuple[AlterC
     if n1 < 0:
         raise DecodeError(f"AlterClientQuotasResponse.entries: invalid array length {n1}")
     else:
-        if n1 * 4 > len(buf) - pos:
-            raise DecodeError(f"AlterClientQuotasResponse.entries: array of {n1} elements runs past the end of the data")
+        if n1 * 4 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterClientQuotasResponse.entries", n1, len(buf) - pos)
         items1: list[AlterClientQuotasResponse.EntryData] = []
         for _ in range(n1):
             item1, pos = _dec_AlterClientQuotasResponse_EntryData_v0(buf, pos)
@@ -760,8 +763,8 @@ def _dec_AlterClientQuotasResponse_EntryData_v1(buf: memoryview, pos: int) -> tu
     if n2 < 0:
         raise DecodeError(f"AlterClientQuotasResponse.EntryData.entity: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"AlterClientQuotasResponse.EntryData.entity: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterClientQuotasResponse.EntryData.entity", n2, len(buf) - pos)
         items2: list[AlterClientQuotasResponse.EntityData] = []
         for _ in range(n2):
             item2, pos = _dec_AlterClientQuotasResponse_EntityData_v1(buf, pos)
@@ -810,8 +813,8 @@ def _dec_AlterClientQuotasResponse_v1(buf: memoryview, pos: int) -> tuple[AlterC
     if n1 < 0:
         raise DecodeError(f"AlterClientQuotasResponse.entries: invalid array length {n1}")
     else:
-        if n1 * 5 > len(buf) - pos:
-            raise DecodeError(f"AlterClientQuotasResponse.entries: array of {n1} elements runs past the end of the data")
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterClientQuotasResponse.entries", n1, len(buf) - pos)
         items1: list[AlterClientQuotasResponse.EntryData] = []
         for _ in range(n1):
             item1, pos = _dec_AlterClientQuotasResponse_EntryData_v1(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -145,8 +148,8 @@ def _dec_AlterConfigsRequest_AlterConfigsResource_v0(buf: memoryview, pos: int) 
     if n2 < 0:
         raise DecodeError(f"AlterConfigsRequest.AlterConfigsResource.configs: invalid array length {n2}")
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"AlterConfigsRequest.AlterConfigsResource.configs: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterConfigsRequest.AlterConfigsResource.configs", n2, len(buf) - pos)
         items2: list[AlterConfigsRequest.AlterableConfig] = []
         for _ in range(n2):
             item2, pos = _dec_AlterConfigsRequest_AlterableConfig_v0(buf, pos)
@@ -177,8 +180,8 @@ def _dec_AlterConfigsRequest_v0(buf: memoryview, pos: int) -> tuple[AlterConfigs
     if n1 < 0:
         raise DecodeError(f"AlterConfigsRequest.resources: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"AlterConfigsRequest.resources: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterConfigsRequest.resources", n1, len(buf) - pos)
         items1: list[AlterConfigsRequest.AlterConfigsResource] = []
         for _ in range(n1):
             item1, pos = _dec_AlterConfigsRequest_AlterConfigsResource_v0(buf, pos)
@@ -330,8 +333,8 @@ def _dec_AlterConfigsRequest_AlterConfigsResource_v2(buf: memoryview, pos: int) 
     if n2 < 0:
         raise DecodeError(f"AlterConfigsRequest.AlterConfigsResource.configs: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"AlterConfigsRequest.AlterConfigsResource.configs: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterConfigsRequest.AlterConfigsResource.configs", n2, len(buf) - pos)
         items2: list[AlterConfigsRequest.AlterableConfig] = []
         for _ in range(n2):
             item2, pos = _dec_AlterConfigsRequest_AlterableConfig_v2(buf, pos)
@@ -378,8 +381,8 @@ def _dec_AlterConfigsRequest_v2(buf: memoryview, pos: int) -> tuple[AlterConfigs
     if n1 < 0:
         raise DecodeError(f"AlterConfigsRequest.resources: invalid array length {n1}")
     else:
-        if n1 * 4 > len(buf) - pos:
-            raise DecodeError(f"AlterConfigsRequest.resources: array of {n1} elements runs past the end of the data")
+        if n1 * 4 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterConfigsRequest.resources", n1, len(buf) - pos)
         items1: list[AlterConfigsRequest.AlterConfigsResource] = []
         for _ in range(n1):
             item1, pos = _dec_AlterConfigsRequest_AlterConfigsResource_v2(buf, pos)
@@ -477,8 +480,8 @@ def _dec_AlterConfigsResponse_v0(buf: memoryview, pos: int) -> tuple[AlterConfig
     if n1 < 0:
         raise DecodeError(f"AlterConfigsResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 5 > len(buf) - pos:
-            raise DecodeError(f"AlterConfigsResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterConfigsResponse.responses", n1, len(buf) - pos)
         items1: list[AlterConfigsResponse.AlterConfigsResourceResponse] = []
         for _ in range(n1):
             item1, pos = _dec_AlterConfigsResponse_AlterConfigsResourceResponse_v0(buf, pos)
@@ -606,8 +609,8 @@ def _dec_AlterConfigsResponse_v2(buf: memoryview, pos: int) -> tuple[AlterConfig
     if n1 < 0:
         raise DecodeError(f"AlterConfigsResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 6 > len(buf) - pos:
-            raise DecodeError(f"AlterConfigsResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 6 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterConfigsResponse.responses", n1, len(buf) - pos)
         items1: list[AlterConfigsResponse.AlterConfigsResourceResponse] = []
         for _ in range(n1):
             item1, pos = _dec_AlterConfigsResponse_AlterConfigsResourceResponse_v2(buf, pos)

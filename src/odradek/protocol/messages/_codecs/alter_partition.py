@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -96,8 +99,8 @@ def _dec_AlterPartitionRequest_PartitionData_v0(buf: memoryview, pos: int) -> tu
         raise DecodeError(f"AlterPartitionRequest.PartitionData.new_isr: invalid array length {n1}")
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"AlterPartitionRequest.PartitionData.new_isr: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("AlterPartitionRequest.PartitionData.new_isr", n1, len(buf) - pos)
         obj.new_isr = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     (obj.partition_epoch,) = _unpack_i(buf, pos)
@@ -172,8 +175,8 @@ def _dec_AlterPartitionRequest_TopicData_v0(buf: memoryview, pos: int) -> tuple[
     if n2 < 0:
         raise DecodeError(f"AlterPartitionRequest.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 14 > len(buf) - pos:
-            raise DecodeError(f"AlterPartitionRequest.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 14 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterPartitionRequest.TopicData.partitions", n2, len(buf) - pos)
         items2: list[AlterPartitionRequest.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_AlterPartitionRequest_PartitionData_v0(buf, pos)
@@ -223,8 +226,8 @@ def _dec_AlterPartitionRequest_v0(buf: memoryview, pos: int) -> tuple[AlterParti
     if n1 < 0:
         raise DecodeError(f"AlterPartitionRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"AlterPartitionRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterPartitionRequest.topics", n1, len(buf) - pos)
         items1: list[AlterPartitionRequest.TopicData] = []
         for _ in range(n1):
             item1, pos = _dec_AlterPartitionRequest_TopicData_v0(buf, pos)
@@ -277,8 +280,8 @@ def _dec_AlterPartitionRequest_PartitionData_v1(buf: memoryview, pos: int) -> tu
         raise DecodeError(f"AlterPartitionRequest.PartitionData.new_isr: invalid array length {n1}")
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"AlterPartitionRequest.PartitionData.new_isr: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("AlterPartitionRequest.PartitionData.new_isr", n1, len(buf) - pos)
         obj.new_isr = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     obj.leader_recovery_state, obj.partition_epoch = _unpack_bi(buf, pos)
@@ -352,8 +355,8 @@ def _dec_AlterPartitionRequest_TopicData_v1(buf: memoryview, pos: int) -> tuple[
     if n2 < 0:
         raise DecodeError(f"AlterPartitionRequest.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 15 > len(buf) - pos:
-            raise DecodeError(f"AlterPartitionRequest.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 15 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterPartitionRequest.TopicData.partitions", n2, len(buf) - pos)
         items2: list[AlterPartitionRequest.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_AlterPartitionRequest_PartitionData_v1(buf, pos)
@@ -403,8 +406,8 @@ def _dec_AlterPartitionRequest_v1(buf: memoryview, pos: int) -> tuple[AlterParti
     if n1 < 0:
         raise DecodeError(f"AlterPartitionRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"AlterPartitionRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterPartitionRequest.topics", n1, len(buf) - pos)
         items1: list[AlterPartitionRequest.TopicData] = []
         for _ in range(n1):
             item1, pos = _dec_AlterPartitionRequest_TopicData_v1(buf, pos)
@@ -452,8 +455,8 @@ def _dec_AlterPartitionRequest_TopicData_v2(buf: memoryview, pos: int) -> tuple[
     if n2 < 0:
         raise DecodeError(f"AlterPartitionRequest.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 15 > len(buf) - pos:
-            raise DecodeError(f"AlterPartitionRequest.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 15 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterPartitionRequest.TopicData.partitions", n2, len(buf) - pos)
         items2: list[AlterPartitionRequest.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_AlterPartitionRequest_PartitionData_v1(buf, pos)
@@ -503,8 +506,8 @@ def _dec_AlterPartitionRequest_v2(buf: memoryview, pos: int) -> tuple[AlterParti
     if n1 < 0:
         raise DecodeError(f"AlterPartitionRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"AlterPartitionRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterPartitionRequest.topics", n1, len(buf) - pos)
         items1: list[AlterPartitionRequest.TopicData] = []
         for _ in range(n1):
             item1, pos = _dec_AlterPartitionRequest_TopicData_v2(buf, pos)
@@ -578,8 +581,8 @@ def _dec_AlterPartitionRequest_PartitionData_v3(buf: memoryview, pos: int) -> tu
     if n1 < 0:
         raise DecodeError(f"AlterPartitionRequest.PartitionData.new_isr_with_epochs: invalid array length {n1}")
     else:
-        if n1 * 13 > len(buf) - pos:
-            raise DecodeError(f"AlterPartitionRequest.PartitionData.new_isr_with_epochs: array of {n1} elements runs past the end of the data")
+        if n1 * 13 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterPartitionRequest.PartitionData.new_isr_with_epochs", n1, len(buf) - pos)
         items1: list[AlterPartitionRequest.BrokerState] = []
         for _ in range(n1):
             item1, pos = _dec_AlterPartitionRequest_BrokerState_v3(buf, pos)
@@ -630,8 +633,8 @@ def _dec_AlterPartitionRequest_TopicData_v3(buf: memoryview, pos: int) -> tuple[
     if n2 < 0:
         raise DecodeError(f"AlterPartitionRequest.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 15 > len(buf) - pos:
-            raise DecodeError(f"AlterPartitionRequest.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 15 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterPartitionRequest.TopicData.partitions", n2, len(buf) - pos)
         items2: list[AlterPartitionRequest.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_AlterPartitionRequest_PartitionData_v3(buf, pos)
@@ -681,8 +684,8 @@ def _dec_AlterPartitionRequest_v3(buf: memoryview, pos: int) -> tuple[AlterParti
     if n1 < 0:
         raise DecodeError(f"AlterPartitionRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"AlterPartitionRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterPartitionRequest.topics", n1, len(buf) - pos)
         items1: list[AlterPartitionRequest.TopicData] = []
         for _ in range(n1):
             item1, pos = _dec_AlterPartitionRequest_TopicData_v3(buf, pos)
@@ -733,8 +736,8 @@ def _dec_AlterPartitionResponse_PartitionData_v0(buf: memoryview, pos: int) -> t
         raise DecodeError(f"AlterPartitionResponse.PartitionData.isr: invalid array length {n1}")
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"AlterPartitionResponse.PartitionData.isr: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("AlterPartitionResponse.PartitionData.isr", n1, len(buf) - pos)
         obj.isr = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     (obj.partition_epoch,) = _unpack_i(buf, pos)
@@ -808,8 +811,8 @@ def _dec_AlterPartitionResponse_TopicData_v0(buf: memoryview, pos: int) -> tuple
     if n2 < 0:
         raise DecodeError(f"AlterPartitionResponse.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 20 > len(buf) - pos:
-            raise DecodeError(f"AlterPartitionResponse.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 20 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterPartitionResponse.TopicData.partitions", n2, len(buf) - pos)
         items2: list[AlterPartitionResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_AlterPartitionResponse_PartitionData_v0(buf, pos)
@@ -859,8 +862,8 @@ def _dec_AlterPartitionResponse_v0(buf: memoryview, pos: int) -> tuple[AlterPart
     if n1 < 0:
         raise DecodeError(f"AlterPartitionResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"AlterPartitionResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterPartitionResponse.topics", n1, len(buf) - pos)
         items1: list[AlterPartitionResponse.TopicData] = []
         for _ in range(n1):
             item1, pos = _dec_AlterPartitionResponse_TopicData_v0(buf, pos)
@@ -911,8 +914,8 @@ def _dec_AlterPartitionResponse_PartitionData_v1(buf: memoryview, pos: int) -> t
         raise DecodeError(f"AlterPartitionResponse.PartitionData.isr: invalid array length {n1}")
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"AlterPartitionResponse.PartitionData.isr: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("AlterPartitionResponse.PartitionData.isr", n1, len(buf) - pos)
         obj.isr = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     obj.leader_recovery_state, obj.partition_epoch = _unpack_bi(buf, pos)
@@ -985,8 +988,8 @@ def _dec_AlterPartitionResponse_TopicData_v1(buf: memoryview, pos: int) -> tuple
     if n2 < 0:
         raise DecodeError(f"AlterPartitionResponse.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 21 > len(buf) - pos:
-            raise DecodeError(f"AlterPartitionResponse.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 21 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterPartitionResponse.TopicData.partitions", n2, len(buf) - pos)
         items2: list[AlterPartitionResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_AlterPartitionResponse_PartitionData_v1(buf, pos)
@@ -1036,8 +1039,8 @@ def _dec_AlterPartitionResponse_v1(buf: memoryview, pos: int) -> tuple[AlterPart
     if n1 < 0:
         raise DecodeError(f"AlterPartitionResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"AlterPartitionResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterPartitionResponse.topics", n1, len(buf) - pos)
         items1: list[AlterPartitionResponse.TopicData] = []
         for _ in range(n1):
             item1, pos = _dec_AlterPartitionResponse_TopicData_v1(buf, pos)
@@ -1085,8 +1088,8 @@ def _dec_AlterPartitionResponse_TopicData_v2(buf: memoryview, pos: int) -> tuple
     if n2 < 0:
         raise DecodeError(f"AlterPartitionResponse.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 21 > len(buf) - pos:
-            raise DecodeError(f"AlterPartitionResponse.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 21 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterPartitionResponse.TopicData.partitions", n2, len(buf) - pos)
         items2: list[AlterPartitionResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_AlterPartitionResponse_PartitionData_v1(buf, pos)
@@ -1136,8 +1139,8 @@ def _dec_AlterPartitionResponse_v2(buf: memoryview, pos: int) -> tuple[AlterPart
     if n1 < 0:
         raise DecodeError(f"AlterPartitionResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"AlterPartitionResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterPartitionResponse.topics", n1, len(buf) - pos)
         items1: list[AlterPartitionResponse.TopicData] = []
         for _ in range(n1):
             item1, pos = _dec_AlterPartitionResponse_TopicData_v2(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -42,11 +45,15 @@ _AlterPartitionReassignmentsResponse_ReassignablePartitionResponse = AlterPartit
 _AlterPartitionReassignmentsResponse = AlterPartitionReassignmentsResponse
 _pack_i = Struct(">i").pack
 _unpack_i = Struct(">i").unpack_from
+_pack_io = Struct(">i?").pack
+_unpack_io = Struct(">i?").unpack_from
+_pack_ioh = Struct(">i?h").pack
+_unpack_ioh = Struct(">i?h").unpack_from
 _pack_ih = Struct(">ih").pack
 _unpack_ih = Struct(">ih").unpack_from
 
 
-# AlterPartitionReassignmentsRequest.ReassignablePartition v0
+# AlterPartitionReassignmentsRequest.ReassignablePartition v0-1
 def _enc_AlterPartitionReassignmentsRequest_ReassignablePartition_v0(out: bytearray, obj: AlterPartitionReassignmentsRequest.ReassignablePartition) -> None:
     out += _pack_i(obj.partition_index)
     v1 = obj.replicas
@@ -66,7 +73,7 @@ def _enc_AlterPartitionReassignmentsRequest_ReassignablePartition_v0(out: bytear
         out.append(0)
 
 
-# AlterPartitionReassignmentsRequest.ReassignablePartition v0
+# AlterPartitionReassignmentsRequest.ReassignablePartition v0-1
 def _dec_AlterPartitionReassignmentsRequest_ReassignablePartition_v0(buf: memoryview, pos: int) -> tuple[AlterPartitionReassignmentsRequest.ReassignablePartition, int]:
     obj = new(_AlterPartitionReassignmentsRequest_ReassignablePartition)
     (obj.partition_index,) = _unpack_i(buf, pos)
@@ -84,8 +91,8 @@ def _dec_AlterPartitionReassignmentsRequest_ReassignablePartition_v0(buf: memory
         obj.replicas = None
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"AlterPartitionReassignmentsRequest.ReassignablePartition.replicas: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("AlterPartitionReassignmentsRequest.ReassignablePartition.replicas", n1, len(buf) - pos)
         obj.replicas = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     if buf[pos] == 0:
@@ -96,7 +103,7 @@ def _dec_AlterPartitionReassignmentsRequest_ReassignablePartition_v0(buf: memory
     return obj, pos
 
 
-# AlterPartitionReassignmentsRequest.ReassignableTopic v0
+# AlterPartitionReassignmentsRequest.ReassignableTopic v0-1
 def _enc_AlterPartitionReassignmentsRequest_ReassignableTopic_v0(out: bytearray, obj: AlterPartitionReassignmentsRequest.ReassignableTopic) -> None:
     v1 = obj.name
     if v1 is None:
@@ -128,7 +135,7 @@ def _enc_AlterPartitionReassignmentsRequest_ReassignableTopic_v0(out: bytearray,
         out.append(0)
 
 
-# AlterPartitionReassignmentsRequest.ReassignableTopic v0
+# AlterPartitionReassignmentsRequest.ReassignableTopic v0-1
 def _dec_AlterPartitionReassignmentsRequest_ReassignableTopic_v0(buf: memoryview, pos: int) -> tuple[AlterPartitionReassignmentsRequest.ReassignableTopic, int]:
     obj = new(_AlterPartitionReassignmentsRequest_ReassignableTopic)
     n1 = buf[pos]
@@ -156,8 +163,8 @@ def _dec_AlterPartitionReassignmentsRequest_ReassignableTopic_v0(buf: memoryview
     if n2 < 0:
         raise DecodeError(f"AlterPartitionReassignmentsRequest.ReassignableTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 6 > len(buf) - pos:
-            raise DecodeError(f"AlterPartitionReassignmentsRequest.ReassignableTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 6 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterPartitionReassignmentsRequest.ReassignableTopic.partitions", n2, len(buf) - pos)
         items2: list[AlterPartitionReassignmentsRequest.ReassignablePartition] = []
         for _ in range(n2):
             item2, pos = _dec_AlterPartitionReassignmentsRequest_ReassignablePartition_v0(buf, pos)
@@ -173,6 +180,8 @@ def _dec_AlterPartitionReassignmentsRequest_ReassignableTopic_v0(buf: memoryview
 
 # AlterPartitionReassignmentsRequest v0
 def _enc_AlterPartitionReassignmentsRequest_v0(out: bytearray, obj: AlterPartitionReassignmentsRequest) -> None:
+    if obj.allow_replication_factor_change != True:
+        raise EncodeError("AlterPartitionReassignmentsRequest.allow_replication_factor_change cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
     out += _pack_i(obj.timeout_ms)
     v1 = obj.topics
     if v1 is None:
@@ -206,8 +215,59 @@ def _dec_AlterPartitionReassignmentsRequest_v0(buf: memoryview, pos: int) -> tup
     if n1 < 0:
         raise DecodeError(f"AlterPartitionReassignmentsRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"AlterPartitionReassignmentsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterPartitionReassignmentsRequest.topics", n1, len(buf) - pos)
+        items1: list[AlterPartitionReassignmentsRequest.ReassignableTopic] = []
+        for _ in range(n1):
+            item1, pos = _dec_AlterPartitionReassignmentsRequest_ReassignableTopic_v0(buf, pos)
+            items1.append(item1)
+        obj.topics = items1
+    obj.allow_replication_factor_change = True
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# AlterPartitionReassignmentsRequest v1
+def _enc_AlterPartitionReassignmentsRequest_v1(out: bytearray, obj: AlterPartitionReassignmentsRequest) -> None:
+    out += _pack_io(obj.timeout_ms, obj.allow_replication_factor_change)
+    v1 = obj.topics
+    if v1 is None:
+        raise EncodeError("AlterPartitionReassignmentsRequest.topics is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_AlterPartitionReassignmentsRequest_ReassignableTopic_v0(out, item1)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# AlterPartitionReassignmentsRequest v1
+def _dec_AlterPartitionReassignmentsRequest_v1(buf: memoryview, pos: int) -> tuple[AlterPartitionReassignmentsRequest, int]:
+    obj = new(_AlterPartitionReassignmentsRequest)
+    obj.timeout_ms, obj.allow_replication_factor_change = _unpack_io(buf, pos)
+    pos += 5
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"AlterPartitionReassignmentsRequest.topics: invalid array length {n1}")
+    else:
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterPartitionReassignmentsRequest.topics", n1, len(buf) - pos)
         items1: list[AlterPartitionReassignmentsRequest.ReassignableTopic] = []
         for _ in range(n1):
             item1, pos = _dec_AlterPartitionReassignmentsRequest_ReassignableTopic_v0(buf, pos)
@@ -221,7 +281,7 @@ def _dec_AlterPartitionReassignmentsRequest_v0(buf: memoryview, pos: int) -> tup
     return obj, pos
 
 
-# AlterPartitionReassignmentsResponse.ReassignablePartitionResponse v0
+# AlterPartitionReassignmentsResponse.ReassignablePartitionResponse v0-1
 def _enc_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse_v0(out: bytearray, obj: AlterPartitionReassignmentsResponse.ReassignablePartitionResponse) -> None:
     out += _pack_ih(obj.partition_index, obj.error_code)
     v1 = obj.error_message
@@ -243,7 +303,7 @@ def _enc_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse_v0(ou
         out.append(0)
 
 
-# AlterPartitionReassignmentsResponse.ReassignablePartitionResponse v0
+# AlterPartitionReassignmentsResponse.ReassignablePartitionResponse v0-1
 def _dec_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse_v0(buf: memoryview, pos: int) -> tuple[AlterPartitionReassignmentsResponse.ReassignablePartitionResponse, int]:
     obj = new(_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse)
     obj.partition_index, obj.error_code = _unpack_ih(buf, pos)
@@ -273,7 +333,7 @@ def _dec_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse_v0(bu
     return obj, pos
 
 
-# AlterPartitionReassignmentsResponse.ReassignableTopicResponse v0
+# AlterPartitionReassignmentsResponse.ReassignableTopicResponse v0-1
 def _enc_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_v0(out: bytearray, obj: AlterPartitionReassignmentsResponse.ReassignableTopicResponse) -> None:
     v1 = obj.name
     if v1 is None:
@@ -305,7 +365,7 @@ def _enc_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_v0(out: b
         out.append(0)
 
 
-# AlterPartitionReassignmentsResponse.ReassignableTopicResponse v0
+# AlterPartitionReassignmentsResponse.ReassignableTopicResponse v0-1
 def _dec_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_v0(buf: memoryview, pos: int) -> tuple[AlterPartitionReassignmentsResponse.ReassignableTopicResponse, int]:
     obj = new(_AlterPartitionReassignmentsResponse_ReassignableTopicResponse)
     n1 = buf[pos]
@@ -333,8 +393,8 @@ def _dec_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_v0(buf: m
     if n2 < 0:
         raise DecodeError(f"AlterPartitionReassignmentsResponse.ReassignableTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 8 > len(buf) - pos:
-            raise DecodeError(f"AlterPartitionReassignmentsResponse.ReassignableTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 8 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterPartitionReassignmentsResponse.ReassignableTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[AlterPartitionReassignmentsResponse.ReassignablePartitionResponse] = []
         for _ in range(n2):
             item2, pos = _dec_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse_v0(buf, pos)
@@ -413,8 +473,89 @@ def _dec_AlterPartitionReassignmentsResponse_v0(buf: memoryview, pos: int) -> tu
     if n2 < 0:
         raise DecodeError(f"AlterPartitionReassignmentsResponse.responses: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"AlterPartitionReassignmentsResponse.responses: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterPartitionReassignmentsResponse.responses", n2, len(buf) - pos)
+        items2: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse] = []
+        for _ in range(n2):
+            item2, pos = _dec_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_v0(buf, pos)
+            items2.append(item2)
+        obj.responses = items2
+    obj.allow_replication_factor_change = True
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# AlterPartitionReassignmentsResponse v1
+def _enc_AlterPartitionReassignmentsResponse_v1(out: bytearray, obj: AlterPartitionReassignmentsResponse) -> None:
+    out += _pack_ioh(obj.throttle_time_ms, obj.allow_replication_factor_change, obj.error_code)
+    v1 = obj.error_message
+    if v1 is None:
+        out.append(0)
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("AlterPartitionReassignmentsResponse.error_message is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    v2 = obj.responses
+    if v2 is None:
+        raise EncodeError("AlterPartitionReassignmentsResponse.responses is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_v0(out, item2)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# AlterPartitionReassignmentsResponse v1
+def _dec_AlterPartitionReassignmentsResponse_v1(buf: memoryview, pos: int) -> tuple[AlterPartitionReassignmentsResponse, int]:
+    obj = new(_AlterPartitionReassignmentsResponse)
+    obj.throttle_time_ms, obj.allow_replication_factor_change, obj.error_code = _unpack_ioh(buf, pos)
+    pos += 7
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        if n1 != -1:
+            raise DecodeError(f"AlterPartitionReassignmentsResponse.error_message: invalid string length {n1}")
+        obj.error_message = None
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("AlterPartitionReassignmentsResponse.error_message: string runs past the end of the data")
+        obj.error_message = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"AlterPartitionReassignmentsResponse.responses: invalid array length {n2}")
+    else:
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterPartitionReassignmentsResponse.responses", n2, len(buf) - pos)
         items2: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse] = []
         for _ in range(n2):
             item2, pos = _dec_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_v0(buf, pos)
@@ -432,8 +573,8 @@ def _error_AlterPartitionReassignmentsRequest(request: AlterPartitionReassignmen
     return _AlterPartitionReassignmentsResponse(error_code=code, error_message=message)
 
 
-AlterPartitionReassignmentsRequest._encoders_ = {0: _enc_AlterPartitionReassignmentsRequest_v0}
-AlterPartitionReassignmentsRequest._decoders_ = {0: _dec_AlterPartitionReassignmentsRequest_v0}
-AlterPartitionReassignmentsResponse._encoders_ = {0: _enc_AlterPartitionReassignmentsResponse_v0}
-AlterPartitionReassignmentsResponse._decoders_ = {0: _dec_AlterPartitionReassignmentsResponse_v0}
+AlterPartitionReassignmentsRequest._encoders_ = {0: _enc_AlterPartitionReassignmentsRequest_v0, 1: _enc_AlterPartitionReassignmentsRequest_v1}
+AlterPartitionReassignmentsRequest._decoders_ = {0: _dec_AlterPartitionReassignmentsRequest_v0, 1: _dec_AlterPartitionReassignmentsRequest_v1}
+AlterPartitionReassignmentsResponse._encoders_ = {0: _enc_AlterPartitionReassignmentsResponse_v0, 1: _enc_AlterPartitionReassignmentsResponse_v1}
+AlterPartitionReassignmentsResponse._decoders_ = {0: _dec_AlterPartitionReassignmentsResponse_v0, 1: _dec_AlterPartitionReassignmentsResponse_v1}
 AlterPartitionReassignmentsRequest._error_response_ = _error_AlterPartitionReassignmentsRequest

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -87,8 +90,8 @@ def _dec_AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic_v0(buf: memoryview, 
         raise DecodeError(f"AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     obj.unknown_tagged_fields = None
@@ -135,8 +138,8 @@ def _dec_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v0(buf: memoryview, pos: 
     if n2 < 0:
         raise DecodeError(f"AlterReplicaLogDirsRequest.AlterReplicaLogDir.topics: invalid array length {n2}")
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"AlterReplicaLogDirsRequest.AlterReplicaLogDir.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterReplicaLogDirsRequest.AlterReplicaLogDir.topics", n2, len(buf) - pos)
         items2: list[AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic] = []
         for _ in range(n2):
             item2, pos = _dec_AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic_v0(buf, pos)
@@ -166,8 +169,8 @@ def _dec_AlterReplicaLogDirsRequest_v0(buf: memoryview, pos: int) -> tuple[Alter
     if n1 < 0:
         raise DecodeError(f"AlterReplicaLogDirsRequest.dirs: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"AlterReplicaLogDirsRequest.dirs: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterReplicaLogDirsRequest.dirs", n1, len(buf) - pos)
         items1: list[AlterReplicaLogDirsRequest.AlterReplicaLogDir] = []
         for _ in range(n1):
             item1, pos = _dec_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v0(buf, pos)
@@ -238,8 +241,8 @@ def _dec_AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic_v2(buf: memoryview, 
         raise DecodeError(f"AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -310,8 +313,8 @@ def _dec_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v2(buf: memoryview, pos: 
     if n2 < 0:
         raise DecodeError(f"AlterReplicaLogDirsRequest.AlterReplicaLogDir.topics: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"AlterReplicaLogDirsRequest.AlterReplicaLogDir.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterReplicaLogDirsRequest.AlterReplicaLogDir.topics", n2, len(buf) - pos)
         items2: list[AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic] = []
         for _ in range(n2):
             item2, pos = _dec_AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic_v2(buf, pos)
@@ -357,8 +360,8 @@ def _dec_AlterReplicaLogDirsRequest_v2(buf: memoryview, pos: int) -> tuple[Alter
     if n1 < 0:
         raise DecodeError(f"AlterReplicaLogDirsRequest.dirs: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"AlterReplicaLogDirsRequest.dirs: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterReplicaLogDirsRequest.dirs", n1, len(buf) - pos)
         items1: list[AlterReplicaLogDirsRequest.AlterReplicaLogDir] = []
         for _ in range(n1):
             item1, pos = _dec_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v2(buf, pos)
@@ -426,8 +429,8 @@ def _dec_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v0(buf: memor
     if n2 < 0:
         raise DecodeError(f"AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult.partitions: invalid array length {n2}")
     else:
-        if n2 * 6 > len(buf) - pos:
-            raise DecodeError(f"AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 6 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult.partitions", n2, len(buf) - pos)
         items2: list[AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult] = []
         for _ in range(n2):
             item2, pos = _dec_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult_v0(buf, pos)
@@ -460,8 +463,8 @@ def _dec_AlterReplicaLogDirsResponse_v0(buf: memoryview, pos: int) -> tuple[Alte
     if n1 < 0:
         raise DecodeError(f"AlterReplicaLogDirsResponse.results: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"AlterReplicaLogDirsResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterReplicaLogDirsResponse.results", n1, len(buf) - pos)
         items1: list[AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult] = []
         for _ in range(n1):
             item1, pos = _dec_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v0(buf, pos)
@@ -553,8 +556,8 @@ def _dec_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v2(buf: memor
     if n2 < 0:
         raise DecodeError(f"AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult.partitions: invalid array length {n2}")
     else:
-        if n2 * 7 > len(buf) - pos:
-            raise DecodeError(f"AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 7 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult.partitions", n2, len(buf) - pos)
         items2: list[AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult] = []
         for _ in range(n2):
             item2, pos = _dec_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult_v2(buf, pos)
@@ -603,8 +606,8 @@ def _dec_AlterReplicaLogDirsResponse_v2(buf: memoryview, pos: int) -> tuple[Alte
     if n1 < 0:
         raise DecodeError(f"AlterReplicaLogDirsResponse.results: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"AlterReplicaLogDirsResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterReplicaLogDirsResponse.results", n1, len(buf) - pos)
         items1: list[AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult] = []
         for _ in range(n1):
             item1, pos = _dec_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v2(buf, pos)

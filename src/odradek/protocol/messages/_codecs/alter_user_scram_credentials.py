@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -258,8 +261,8 @@ def _dec_AlterUserScramCredentialsRequest_v0(buf: memoryview, pos: int) -> tuple
     if n1 < 0:
         raise DecodeError(f"AlterUserScramCredentialsRequest.deletions: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"AlterUserScramCredentialsRequest.deletions: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterUserScramCredentialsRequest.deletions", n1, len(buf) - pos)
         items1: list[AlterUserScramCredentialsRequest.ScramCredentialDeletion] = []
         for _ in range(n1):
             item1, pos = _dec_AlterUserScramCredentialsRequest_ScramCredentialDeletion_v0(buf, pos)
@@ -275,8 +278,8 @@ def _dec_AlterUserScramCredentialsRequest_v0(buf: memoryview, pos: int) -> tuple
     if n2 < 0:
         raise DecodeError(f"AlterUserScramCredentialsRequest.upsertions: invalid array length {n2}")
     else:
-        if n2 * 9 > len(buf) - pos:
-            raise DecodeError(f"AlterUserScramCredentialsRequest.upsertions: array of {n2} elements runs past the end of the data")
+        if n2 * 9 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AlterUserScramCredentialsRequest.upsertions", n2, len(buf) - pos)
         items2: list[AlterUserScramCredentialsRequest.ScramCredentialUpsertion] = []
         for _ in range(n2):
             item2, pos = _dec_AlterUserScramCredentialsRequest_ScramCredentialUpsertion_v0(buf, pos)
@@ -405,8 +408,8 @@ def _dec_AlterUserScramCredentialsResponse_v0(buf: memoryview, pos: int) -> tupl
     if n1 < 0:
         raise DecodeError(f"AlterUserScramCredentialsResponse.results: invalid array length {n1}")
     else:
-        if n1 * 5 > len(buf) - pos:
-            raise DecodeError(f"AlterUserScramCredentialsResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AlterUserScramCredentialsResponse.results", n1, len(buf) - pos)
         items1: list[AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult] = []
         for _ in range(n1):
             item1, pos = _dec_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult_v0(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -63,6 +66,8 @@ def _dec_ApiVersionsRequest_v0(buf: memoryview, pos: int) -> tuple[ApiVersionsRe
     obj = new(_ApiVersionsRequest)
     obj.client_software_name = ""
     obj.client_software_version = ""
+    obj.cluster_id = None
+    obj.node_id = -1
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -134,6 +139,116 @@ def _dec_ApiVersionsRequest_v3(buf: memoryview, pos: int) -> tuple[ApiVersionsRe
             raise DecodeError("ApiVersionsRequest.client_software_version: string runs past the end of the data")
         obj.client_software_version = str(buf[pos:end2], "utf-8")
         pos = end2
+    obj.cluster_id = None
+    obj.node_id = -1
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ApiVersionsRequest v5
+def _enc_ApiVersionsRequest_v5(out: bytearray, obj: ApiVersionsRequest) -> None:
+    v1 = obj.client_software_name
+    if v1 is None:
+        raise EncodeError("ApiVersionsRequest.client_software_name is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ApiVersionsRequest.client_software_name is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    v2 = obj.client_software_version
+    if v2 is None:
+        raise EncodeError("ApiVersionsRequest.client_software_version is not nullable in this version")
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("ApiVersionsRequest.client_software_version is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    v3 = obj.cluster_id
+    if v3 is None:
+        out.append(0)
+    else:
+        data3 = v3.encode("utf-8")
+        n3 = len(data3)
+        if n3 > 0x7FFF:
+            raise EncodeError("ApiVersionsRequest.cluster_id is longer than 32767 bytes")
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        out += data3
+    out += _pack_i(obj.node_id)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ApiVersionsRequest v5
+def _dec_ApiVersionsRequest_v5(buf: memoryview, pos: int) -> tuple[ApiVersionsRequest, int]:
+    obj = new(_ApiVersionsRequest)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"ApiVersionsRequest.client_software_name: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ApiVersionsRequest.client_software_name: string runs past the end of the data")
+        obj.client_software_name = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"ApiVersionsRequest.client_software_version: invalid string length {n2}")
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("ApiVersionsRequest.client_software_version: string runs past the end of the data")
+        obj.client_software_version = str(buf[pos:end2], "utf-8")
+        pos = end2
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        if n3 != -1:
+            raise DecodeError(f"ApiVersionsRequest.cluster_id: invalid string length {n3}")
+        obj.cluster_id = None
+    else:
+        end3 = pos + n3
+        if end3 > len(buf):
+            raise DecodeError("ApiVersionsRequest.cluster_id: string runs past the end of the data")
+        obj.cluster_id = str(buf[pos:end3], "utf-8")
+        pos = end3
+    (obj.node_id,) = _unpack_i(buf, pos)
+    pos += 4
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -179,8 +294,8 @@ def _dec_ApiVersionsResponse_v0(buf: memoryview, pos: int) -> tuple[ApiVersionsR
     if n1 < 0:
         raise DecodeError(f"ApiVersionsResponse.api_keys: invalid array length {n1}")
     else:
-        if n1 * 6 > len(buf) - pos:
-            raise DecodeError(f"ApiVersionsResponse.api_keys: array of {n1} elements runs past the end of the data")
+        if n1 * 6 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ApiVersionsResponse.api_keys", n1, len(buf) - pos)
         items1: list[ApiVersionsResponse.ApiVersion] = []
         for _ in range(n1):
             item1, pos = _dec_ApiVersionsResponse_ApiVersion_v0(buf, pos)
@@ -219,8 +334,8 @@ def _dec_ApiVersionsResponse_v1(buf: memoryview, pos: int) -> tuple[ApiVersionsR
     if n1 < 0:
         raise DecodeError(f"ApiVersionsResponse.api_keys: invalid array length {n1}")
     else:
-        if n1 * 6 > len(buf) - pos:
-            raise DecodeError(f"ApiVersionsResponse.api_keys: array of {n1} elements runs past the end of the data")
+        if n1 * 6 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ApiVersionsResponse.api_keys", n1, len(buf) - pos)
         items1: list[ApiVersionsResponse.ApiVersion] = []
         for _ in range(n1):
             item1, pos = _dec_ApiVersionsResponse_ApiVersion_v0(buf, pos)
@@ -236,7 +351,7 @@ def _dec_ApiVersionsResponse_v1(buf: memoryview, pos: int) -> tuple[ApiVersionsR
     return obj, pos
 
 
-# ApiVersionsResponse.ApiVersion v3-4
+# ApiVersionsResponse.ApiVersion v3-5
 def _enc_ApiVersionsResponse_ApiVersion_v3(out: bytearray, obj: ApiVersionsResponse.ApiVersion) -> None:
     out += _pack_hhh(obj.api_key, obj.min_version, obj.max_version)
     if obj.unknown_tagged_fields:
@@ -245,7 +360,7 @@ def _enc_ApiVersionsResponse_ApiVersion_v3(out: bytearray, obj: ApiVersionsRespo
         out.append(0)
 
 
-# ApiVersionsResponse.ApiVersion v3-4
+# ApiVersionsResponse.ApiVersion v3-5
 def _dec_ApiVersionsResponse_ApiVersion_v3(buf: memoryview, pos: int) -> tuple[ApiVersionsResponse.ApiVersion, int]:
     obj = new(_ApiVersionsResponse_ApiVersion)
     obj.api_key, obj.min_version, obj.max_version = _unpack_hhh(buf, pos)
@@ -258,7 +373,7 @@ def _dec_ApiVersionsResponse_ApiVersion_v3(buf: memoryview, pos: int) -> tuple[A
     return obj, pos
 
 
-# ApiVersionsResponse.SupportedFeatureKey v3-4
+# ApiVersionsResponse.SupportedFeatureKey v3-5
 def _enc_ApiVersionsResponse_SupportedFeatureKey_v3(out: bytearray, obj: ApiVersionsResponse.SupportedFeatureKey) -> None:
     v1 = obj.name
     if v1 is None:
@@ -280,7 +395,7 @@ def _enc_ApiVersionsResponse_SupportedFeatureKey_v3(out: bytearray, obj: ApiVers
         out.append(0)
 
 
-# ApiVersionsResponse.SupportedFeatureKey v3-4
+# ApiVersionsResponse.SupportedFeatureKey v3-5
 def _dec_ApiVersionsResponse_SupportedFeatureKey_v3(buf: memoryview, pos: int) -> tuple[ApiVersionsResponse.SupportedFeatureKey, int]:
     obj = new(_ApiVersionsResponse_SupportedFeatureKey)
     n1 = buf[pos]
@@ -308,7 +423,7 @@ def _dec_ApiVersionsResponse_SupportedFeatureKey_v3(buf: memoryview, pos: int) -
     return obj, pos
 
 
-# ApiVersionsResponse.FinalizedFeatureKey v3-4
+# ApiVersionsResponse.FinalizedFeatureKey v3-5
 def _enc_ApiVersionsResponse_FinalizedFeatureKey_v3(out: bytearray, obj: ApiVersionsResponse.FinalizedFeatureKey) -> None:
     v1 = obj.name
     if v1 is None:
@@ -330,7 +445,7 @@ def _enc_ApiVersionsResponse_FinalizedFeatureKey_v3(out: bytearray, obj: ApiVers
         out.append(0)
 
 
-# ApiVersionsResponse.FinalizedFeatureKey v3-4
+# ApiVersionsResponse.FinalizedFeatureKey v3-5
 def _dec_ApiVersionsResponse_FinalizedFeatureKey_v3(buf: memoryview, pos: int) -> tuple[ApiVersionsResponse.FinalizedFeatureKey, int]:
     obj = new(_ApiVersionsResponse_FinalizedFeatureKey)
     n1 = buf[pos]
@@ -358,7 +473,7 @@ def _dec_ApiVersionsResponse_FinalizedFeatureKey_v3(buf: memoryview, pos: int) -
     return obj, pos
 
 
-# ApiVersionsResponse v3-4
+# ApiVersionsResponse v3-5
 def _enc_ApiVersionsResponse_v3(out: bytearray, obj: ApiVersionsResponse) -> None:
     out += _pack_h(obj.error_code)
     v1 = obj.api_keys
@@ -420,7 +535,7 @@ def _enc_ApiVersionsResponse_v3_tagged(out: bytearray, obj: ApiVersionsResponse)
     write_tagged(out, fields, obj.unknown_tagged_fields)
 
 
-# ApiVersionsResponse v3-4
+# ApiVersionsResponse v3-5
 def _dec_ApiVersionsResponse_v3(buf: memoryview, pos: int) -> tuple[ApiVersionsResponse, int]:
     obj = new(_ApiVersionsResponse)
     (obj.error_code,) = _unpack_h(buf, pos)
@@ -435,8 +550,8 @@ def _dec_ApiVersionsResponse_v3(buf: memoryview, pos: int) -> tuple[ApiVersionsR
     if n1 < 0:
         raise DecodeError(f"ApiVersionsResponse.api_keys: invalid array length {n1}")
     else:
-        if n1 * 7 > len(buf) - pos:
-            raise DecodeError(f"ApiVersionsResponse.api_keys: array of {n1} elements runs past the end of the data")
+        if n1 * 7 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ApiVersionsResponse.api_keys", n1, len(buf) - pos)
         items1: list[ApiVersionsResponse.ApiVersion] = []
         for _ in range(n1):
             item1, pos = _dec_ApiVersionsResponse_ApiVersion_v3(buf, pos)
@@ -458,6 +573,8 @@ def _dec_ApiVersionsResponse_v3(buf: memoryview, pos: int) -> tuple[ApiVersionsR
 
 def _dec_ApiVersionsResponse_v3_tagged(buf: memoryview, pos: int, obj: ApiVersionsResponse) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.supported_features = []
     obj.finalized_features_epoch = -1
     obj.finalized_features = []
@@ -482,8 +599,8 @@ def _dec_ApiVersionsResponse_v3_tagged(buf: memoryview, pos: int, obj: ApiVersio
             if n2 < 0:
                 raise DecodeError(f"ApiVersionsResponse.supported_features: invalid array length {n2}")
             else:
-                if n2 * 6 > len(sub) - pos:
-                    raise DecodeError(f"ApiVersionsResponse.supported_features: array of {n2} elements runs past the end of the data")
+                if n2 * 6 > len(sub) - pos or n2 > 1000000:
+                    raise array_refused("ApiVersionsResponse.supported_features", n2, len(sub) - pos)
                 items2: list[ApiVersionsResponse.SupportedFeatureKey] = []
                 for _ in range(n2):
                     item2, pos = _dec_ApiVersionsResponse_SupportedFeatureKey_v3(sub, pos)
@@ -511,8 +628,8 @@ def _dec_ApiVersionsResponse_v3_tagged(buf: memoryview, pos: int, obj: ApiVersio
             if n4 < 0:
                 raise DecodeError(f"ApiVersionsResponse.finalized_features: invalid array length {n4}")
             else:
-                if n4 * 6 > len(sub) - pos:
-                    raise DecodeError(f"ApiVersionsResponse.finalized_features: array of {n4} elements runs past the end of the data")
+                if n4 * 6 > len(sub) - pos or n4 > 1000000:
+                    raise array_refused("ApiVersionsResponse.finalized_features", n4, len(sub) - pos)
                 items4: list[ApiVersionsResponse.FinalizedFeatureKey] = []
                 for _ in range(n4):
                     item4, pos = _dec_ApiVersionsResponse_FinalizedFeatureKey_v3(sub, pos)
@@ -540,8 +657,8 @@ def _error_ApiVersionsRequest(request: ApiVersionsRequest, version: int, code: i
     return _ApiVersionsResponse(error_code=code)
 
 
-ApiVersionsRequest._encoders_ = {0: _enc_ApiVersionsRequest_v0, 1: _enc_ApiVersionsRequest_v0, 2: _enc_ApiVersionsRequest_v0, 3: _enc_ApiVersionsRequest_v3, 4: _enc_ApiVersionsRequest_v3}
-ApiVersionsRequest._decoders_ = {0: _dec_ApiVersionsRequest_v0, 1: _dec_ApiVersionsRequest_v0, 2: _dec_ApiVersionsRequest_v0, 3: _dec_ApiVersionsRequest_v3, 4: _dec_ApiVersionsRequest_v3}
-ApiVersionsResponse._encoders_ = {0: _enc_ApiVersionsResponse_v0, 1: _enc_ApiVersionsResponse_v1, 2: _enc_ApiVersionsResponse_v1, 3: _enc_ApiVersionsResponse_v3, 4: _enc_ApiVersionsResponse_v3}
-ApiVersionsResponse._decoders_ = {0: _dec_ApiVersionsResponse_v0, 1: _dec_ApiVersionsResponse_v1, 2: _dec_ApiVersionsResponse_v1, 3: _dec_ApiVersionsResponse_v3, 4: _dec_ApiVersionsResponse_v3}
+ApiVersionsRequest._encoders_ = {0: _enc_ApiVersionsRequest_v0, 1: _enc_ApiVersionsRequest_v0, 2: _enc_ApiVersionsRequest_v0, 3: _enc_ApiVersionsRequest_v3, 4: _enc_ApiVersionsRequest_v3, 5: _enc_ApiVersionsRequest_v5}
+ApiVersionsRequest._decoders_ = {0: _dec_ApiVersionsRequest_v0, 1: _dec_ApiVersionsRequest_v0, 2: _dec_ApiVersionsRequest_v0, 3: _dec_ApiVersionsRequest_v3, 4: _dec_ApiVersionsRequest_v3, 5: _dec_ApiVersionsRequest_v5}
+ApiVersionsResponse._encoders_ = {0: _enc_ApiVersionsResponse_v0, 1: _enc_ApiVersionsResponse_v1, 2: _enc_ApiVersionsResponse_v1, 3: _enc_ApiVersionsResponse_v3, 4: _enc_ApiVersionsResponse_v3, 5: _enc_ApiVersionsResponse_v3}
+ApiVersionsResponse._decoders_ = {0: _dec_ApiVersionsResponse_v0, 1: _dec_ApiVersionsResponse_v1, 2: _dec_ApiVersionsResponse_v1, 3: _dec_ApiVersionsResponse_v3, 4: _dec_ApiVersionsResponse_v3, 5: _dec_ApiVersionsResponse_v3}
 ApiVersionsRequest._error_response_ = _error_ApiVersionsRequest

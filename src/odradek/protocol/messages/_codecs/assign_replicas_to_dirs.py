@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -106,8 +109,8 @@ def _dec_AssignReplicasToDirsRequest_TopicData_v0(buf: memoryview, pos: int) -> 
     if n2 < 0:
         raise DecodeError(f"AssignReplicasToDirsRequest.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 5 > len(buf) - pos:
-            raise DecodeError(f"AssignReplicasToDirsRequest.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 5 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AssignReplicasToDirsRequest.TopicData.partitions", n2, len(buf) - pos)
         items2: list[AssignReplicasToDirsRequest.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_AssignReplicasToDirsRequest_PartitionData_v0(buf, pos)
@@ -155,8 +158,8 @@ def _dec_AssignReplicasToDirsRequest_DirectoryData_v0(buf: memoryview, pos: int)
     if n2 < 0:
         raise DecodeError(f"AssignReplicasToDirsRequest.DirectoryData.topics: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"AssignReplicasToDirsRequest.DirectoryData.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AssignReplicasToDirsRequest.DirectoryData.topics", n2, len(buf) - pos)
         items2: list[AssignReplicasToDirsRequest.TopicData] = []
         for _ in range(n2):
             item2, pos = _dec_AssignReplicasToDirsRequest_TopicData_v0(buf, pos)
@@ -205,8 +208,8 @@ def _dec_AssignReplicasToDirsRequest_v0(buf: memoryview, pos: int) -> tuple[Assi
     if n1 < 0:
         raise DecodeError(f"AssignReplicasToDirsRequest.directories: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"AssignReplicasToDirsRequest.directories: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AssignReplicasToDirsRequest.directories", n1, len(buf) - pos)
         items1: list[AssignReplicasToDirsRequest.DirectoryData] = []
         for _ in range(n1):
             item1, pos = _dec_AssignReplicasToDirsRequest_DirectoryData_v0(buf, pos)
@@ -276,8 +279,8 @@ def _dec_AssignReplicasToDirsResponse_TopicData_v0(buf: memoryview, pos: int) ->
     if n2 < 0:
         raise DecodeError(f"AssignReplicasToDirsResponse.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 7 > len(buf) - pos:
-            raise DecodeError(f"AssignReplicasToDirsResponse.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 7 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AssignReplicasToDirsResponse.TopicData.partitions", n2, len(buf) - pos)
         items2: list[AssignReplicasToDirsResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_AssignReplicasToDirsResponse_PartitionData_v0(buf, pos)
@@ -325,8 +328,8 @@ def _dec_AssignReplicasToDirsResponse_DirectoryData_v0(buf: memoryview, pos: int
     if n2 < 0:
         raise DecodeError(f"AssignReplicasToDirsResponse.DirectoryData.topics: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"AssignReplicasToDirsResponse.DirectoryData.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("AssignReplicasToDirsResponse.DirectoryData.topics", n2, len(buf) - pos)
         items2: list[AssignReplicasToDirsResponse.TopicData] = []
         for _ in range(n2):
             item2, pos = _dec_AssignReplicasToDirsResponse_TopicData_v0(buf, pos)
@@ -375,8 +378,8 @@ def _dec_AssignReplicasToDirsResponse_v0(buf: memoryview, pos: int) -> tuple[Ass
     if n1 < 0:
         raise DecodeError(f"AssignReplicasToDirsResponse.directories: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"AssignReplicasToDirsResponse.directories: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("AssignReplicasToDirsResponse.directories", n1, len(buf) - pos)
         items1: list[AssignReplicasToDirsResponse.DirectoryData] = []
         for _ in range(n1):
             item1, pos = _dec_AssignReplicasToDirsResponse_DirectoryData_v0(buf, pos)

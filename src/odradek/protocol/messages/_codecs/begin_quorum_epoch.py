@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -111,8 +114,8 @@ def _dec_BeginQuorumEpochRequest_TopicData_v0(buf: memoryview, pos: int) -> tupl
     if n2 < 0:
         raise DecodeError(f"BeginQuorumEpochRequest.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 12 > len(buf) - pos:
-            raise DecodeError(f"BeginQuorumEpochRequest.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 12 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("BeginQuorumEpochRequest.TopicData.partitions", n2, len(buf) - pos)
         items2: list[BeginQuorumEpochRequest.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_BeginQuorumEpochRequest_PartitionData_v0(buf, pos)
@@ -164,8 +167,8 @@ def _dec_BeginQuorumEpochRequest_v0(buf: memoryview, pos: int) -> tuple[BeginQuo
     if n2 < 0:
         raise DecodeError(f"BeginQuorumEpochRequest.topics: invalid array length {n2}")
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"BeginQuorumEpochRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("BeginQuorumEpochRequest.topics", n2, len(buf) - pos)
         items2: list[BeginQuorumEpochRequest.TopicData] = []
         for _ in range(n2):
             item2, pos = _dec_BeginQuorumEpochRequest_TopicData_v0(buf, pos)
@@ -264,8 +267,8 @@ def _dec_BeginQuorumEpochRequest_TopicData_v1(buf: memoryview, pos: int) -> tupl
     if n2 < 0:
         raise DecodeError(f"BeginQuorumEpochRequest.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 29 > len(buf) - pos:
-            raise DecodeError(f"BeginQuorumEpochRequest.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 29 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("BeginQuorumEpochRequest.TopicData.partitions", n2, len(buf) - pos)
         items2: list[BeginQuorumEpochRequest.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_BeginQuorumEpochRequest_PartitionData_v1(buf, pos)
@@ -433,8 +436,8 @@ def _dec_BeginQuorumEpochRequest_v1(buf: memoryview, pos: int) -> tuple[BeginQuo
     if n2 < 0:
         raise DecodeError(f"BeginQuorumEpochRequest.topics: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"BeginQuorumEpochRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("BeginQuorumEpochRequest.topics", n2, len(buf) - pos)
         items2: list[BeginQuorumEpochRequest.TopicData] = []
         for _ in range(n2):
             item2, pos = _dec_BeginQuorumEpochRequest_TopicData_v1(buf, pos)
@@ -450,8 +453,8 @@ def _dec_BeginQuorumEpochRequest_v1(buf: memoryview, pos: int) -> tuple[BeginQuo
     if n3 < 0:
         raise DecodeError(f"BeginQuorumEpochRequest.leader_endpoints: invalid array length {n3}")
     else:
-        if n3 * 5 > len(buf) - pos:
-            raise DecodeError(f"BeginQuorumEpochRequest.leader_endpoints: array of {n3} elements runs past the end of the data")
+        if n3 * 5 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("BeginQuorumEpochRequest.leader_endpoints", n3, len(buf) - pos)
         items3: list[BeginQuorumEpochRequest.LeaderEndpoint] = []
         for _ in range(n3):
             item3, pos = _dec_BeginQuorumEpochRequest_LeaderEndpoint_v1(buf, pos)
@@ -519,8 +522,8 @@ def _dec_BeginQuorumEpochResponse_TopicData_v0(buf: memoryview, pos: int) -> tup
     if n2 < 0:
         raise DecodeError(f"BeginQuorumEpochResponse.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 14 > len(buf) - pos:
-            raise DecodeError(f"BeginQuorumEpochResponse.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 14 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("BeginQuorumEpochResponse.TopicData.partitions", n2, len(buf) - pos)
         items2: list[BeginQuorumEpochResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_BeginQuorumEpochResponse_PartitionData_v0(buf, pos)
@@ -555,8 +558,8 @@ def _dec_BeginQuorumEpochResponse_v0(buf: memoryview, pos: int) -> tuple[BeginQu
     if n1 < 0:
         raise DecodeError(f"BeginQuorumEpochResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"BeginQuorumEpochResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("BeginQuorumEpochResponse.topics", n1, len(buf) - pos)
         items1: list[BeginQuorumEpochResponse.TopicData] = []
         for _ in range(n1):
             item1, pos = _dec_BeginQuorumEpochResponse_TopicData_v0(buf, pos)
@@ -649,8 +652,8 @@ def _dec_BeginQuorumEpochResponse_TopicData_v1(buf: memoryview, pos: int) -> tup
     if n2 < 0:
         raise DecodeError(f"BeginQuorumEpochResponse.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 15 > len(buf) - pos:
-            raise DecodeError(f"BeginQuorumEpochResponse.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 15 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("BeginQuorumEpochResponse.TopicData.partitions", n2, len(buf) - pos)
         items2: list[BeginQuorumEpochResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_BeginQuorumEpochResponse_PartitionData_v1(buf, pos)
@@ -771,8 +774,8 @@ def _dec_BeginQuorumEpochResponse_v1(buf: memoryview, pos: int) -> tuple[BeginQu
     if n1 < 0:
         raise DecodeError(f"BeginQuorumEpochResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"BeginQuorumEpochResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("BeginQuorumEpochResponse.topics", n1, len(buf) - pos)
         items1: list[BeginQuorumEpochResponse.TopicData] = []
         for _ in range(n1):
             item1, pos = _dec_BeginQuorumEpochResponse_TopicData_v1(buf, pos)
@@ -789,6 +792,8 @@ def _dec_BeginQuorumEpochResponse_v1(buf: memoryview, pos: int) -> tuple[BeginQu
 
 def _dec_BeginQuorumEpochResponse_v1_tagged(buf: memoryview, pos: int, obj: BeginQuorumEpochResponse) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.node_endpoints = []
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -810,8 +815,8 @@ def _dec_BeginQuorumEpochResponse_v1_tagged(buf: memoryview, pos: int, obj: Begi
             if n2 < 0:
                 raise DecodeError(f"BeginQuorumEpochResponse.node_endpoints: invalid array length {n2}")
             else:
-                if n2 * 8 > len(sub) - pos:
-                    raise DecodeError(f"BeginQuorumEpochResponse.node_endpoints: array of {n2} elements runs past the end of the data")
+                if n2 * 8 > len(sub) - pos or n2 > 1000000:
+                    raise array_refused("BeginQuorumEpochResponse.node_endpoints", n2, len(sub) - pos)
                 items2: list[BeginQuorumEpochResponse.NodeEndpoint] = []
                 for _ in range(n2):
                     item2, pos = _dec_BeginQuorumEpochResponse_NodeEndpoint_v1(sub, pos)

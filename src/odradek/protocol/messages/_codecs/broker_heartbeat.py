@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -46,6 +49,8 @@ _unpack_iqqoo = Struct(">iqq??").unpack_from
 def _enc_BrokerHeartbeatRequest_v0(out: bytearray, obj: BrokerHeartbeatRequest) -> None:
     if obj.offline_log_dirs != []:
         raise EncodeError("BrokerHeartbeatRequest.offline_log_dirs cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
+    if obj.cordoned_log_dirs is not None:
+        raise EncodeError("BrokerHeartbeatRequest.cordoned_log_dirs cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     out += _pack_iqqoo(obj.broker_id, obj.broker_epoch, obj.current_metadata_offset, obj.want_fence, obj.want_shut_down)
     if obj.unknown_tagged_fields:
         write_tagged(out, [], obj.unknown_tagged_fields)
@@ -59,6 +64,7 @@ def _dec_BrokerHeartbeatRequest_v0(buf: memoryview, pos: int) -> tuple[BrokerHea
     obj.broker_id, obj.broker_epoch, obj.current_metadata_offset, obj.want_fence, obj.want_shut_down = _unpack_iqqoo(buf, pos)
     pos += 22
     obj.offline_log_dirs = []
+    obj.cordoned_log_dirs = None
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -69,6 +75,8 @@ def _dec_BrokerHeartbeatRequest_v0(buf: memoryview, pos: int) -> tuple[BrokerHea
 
 # BrokerHeartbeatRequest v1
 def _enc_BrokerHeartbeatRequest_v1(out: bytearray, obj: BrokerHeartbeatRequest) -> None:
+    if obj.cordoned_log_dirs is not None:
+        raise EncodeError("BrokerHeartbeatRequest.cordoned_log_dirs cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     out += _pack_iqqoo(obj.broker_id, obj.broker_epoch, obj.current_metadata_offset, obj.want_fence, obj.want_shut_down)
     if obj.unknown_tagged_fields or obj.offline_log_dirs != []:
         _enc_BrokerHeartbeatRequest_v1_tagged(out, obj)
@@ -100,6 +108,7 @@ def _dec_BrokerHeartbeatRequest_v1(buf: memoryview, pos: int) -> tuple[BrokerHea
     obj = new(_BrokerHeartbeatRequest)
     obj.broker_id, obj.broker_epoch, obj.current_metadata_offset, obj.want_fence, obj.want_shut_down = _unpack_iqqoo(buf, pos)
     pos += 22
+    obj.cordoned_log_dirs = None
     if buf[pos] == 0:
         obj.offline_log_dirs = []
         obj.unknown_tagged_fields = None
@@ -111,6 +120,8 @@ def _dec_BrokerHeartbeatRequest_v1(buf: memoryview, pos: int) -> tuple[BrokerHea
 
 def _dec_BrokerHeartbeatRequest_v1_tagged(buf: memoryview, pos: int, obj: BrokerHeartbeatRequest) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.offline_log_dirs = []
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -132,8 +143,8 @@ def _dec_BrokerHeartbeatRequest_v1_tagged(buf: memoryview, pos: int, obj: Broker
             if n1 < 0:
                 raise DecodeError(f"BrokerHeartbeatRequest.offline_log_dirs: invalid array length {n1}")
             else:
-                if n1 * 16 > len(sub) - pos:
-                    raise DecodeError(f"BrokerHeartbeatRequest.offline_log_dirs: array of {n1} elements runs past the end of the data")
+                if n1 * 16 > len(sub) - pos or n1 > 1000000:
+                    raise array_refused("BrokerHeartbeatRequest.offline_log_dirs", n1, len(sub) - pos)
                 items1: list[uuid.UUID] = []
                 for _ in range(n1):
                     item1, pos = read_uuid(sub, pos)
@@ -150,7 +161,132 @@ def _dec_BrokerHeartbeatRequest_v1_tagged(buf: memoryview, pos: int, obj: Broker
     return pos
 
 
-# BrokerHeartbeatResponse v0-1
+# BrokerHeartbeatRequest v2
+def _enc_BrokerHeartbeatRequest_v2(out: bytearray, obj: BrokerHeartbeatRequest) -> None:
+    out += _pack_iqqoo(obj.broker_id, obj.broker_epoch, obj.current_metadata_offset, obj.want_fence, obj.want_shut_down)
+    if obj.unknown_tagged_fields or obj.offline_log_dirs != [] or obj.cordoned_log_dirs is not None:
+        _enc_BrokerHeartbeatRequest_v2_tagged(out, obj)
+    else:
+        out.append(0)
+
+
+def _enc_BrokerHeartbeatRequest_v2_tagged(out: bytearray, obj: BrokerHeartbeatRequest) -> None:
+    fields: list[tuple[int, bytes | bytearray]] = []
+    if obj.offline_log_dirs != []:
+        body = bytearray()
+        v1 = obj.offline_log_dirs
+        if v1 is None:
+            raise EncodeError("BrokerHeartbeatRequest.offline_log_dirs is not nullable in this version")
+        else:
+            n1 = len(v1)
+            if n1 < 0x7F:
+                body.append(n1 + 1)
+            else:
+                write_uvarint(body, n1 + 1)
+            for item1 in v1:
+                body += item1.bytes
+        fields.append((0, body))
+    if obj.cordoned_log_dirs is not None:
+        body = bytearray()
+        v3 = obj.cordoned_log_dirs
+        if v3 is None:
+            body.append(0)
+        else:
+            n3 = len(v3)
+            if n3 < 0x7F:
+                body.append(n3 + 1)
+            else:
+                write_uvarint(body, n3 + 1)
+            for item3 in v3:
+                body += item3.bytes
+        fields.append((1, body))
+    write_tagged(out, fields, obj.unknown_tagged_fields)
+
+
+# BrokerHeartbeatRequest v2
+def _dec_BrokerHeartbeatRequest_v2(buf: memoryview, pos: int) -> tuple[BrokerHeartbeatRequest, int]:
+    obj = new(_BrokerHeartbeatRequest)
+    obj.broker_id, obj.broker_epoch, obj.current_metadata_offset, obj.want_fence, obj.want_shut_down = _unpack_iqqoo(buf, pos)
+    pos += 22
+    if buf[pos] == 0:
+        obj.offline_log_dirs = []
+        obj.cordoned_log_dirs = None
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        pos = _dec_BrokerHeartbeatRequest_v2_tagged(buf, pos, obj)
+    return obj, pos
+
+
+def _dec_BrokerHeartbeatRequest_v2_tagged(buf: memoryview, pos: int, obj: BrokerHeartbeatRequest) -> int:
+    count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
+    obj.offline_log_dirs = []
+    obj.cordoned_log_dirs = None
+    unknown: list[tuple[int, bytes]] | None = None
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        end = pos + size
+        if end > len(buf):
+            raise DecodeError(f"tagged field {tag} runs past the end of the data")
+        if tag == 0:
+            sub = buf[:end]
+            start = pos
+            n1 = sub[pos]
+            if n1 < 0x80:
+                n1 -= 1
+                pos += 1
+            else:
+                n1, pos = read_uvarint(sub, pos)
+                n1 -= 1
+            if n1 < 0:
+                raise DecodeError(f"BrokerHeartbeatRequest.offline_log_dirs: invalid array length {n1}")
+            else:
+                if n1 * 16 > len(sub) - pos or n1 > 1000000:
+                    raise array_refused("BrokerHeartbeatRequest.offline_log_dirs", n1, len(sub) - pos)
+                items1: list[uuid.UUID] = []
+                for _ in range(n1):
+                    item1, pos = read_uuid(sub, pos)
+                    items1.append(item1)
+                obj.offline_log_dirs = items1
+            if pos != end:
+                raise DecodeError(f"tagged field {tag} has size {size} but its value took {pos - start} bytes")
+        elif tag == 1:
+            sub = buf[:end]
+            start = pos
+            n3 = sub[pos]
+            if n3 < 0x80:
+                n3 -= 1
+                pos += 1
+            else:
+                n3, pos = read_uvarint(sub, pos)
+                n3 -= 1
+            if n3 < 0:
+                if n3 != -1:
+                    raise DecodeError(f"BrokerHeartbeatRequest.cordoned_log_dirs: invalid array length {n3}")
+                obj.cordoned_log_dirs = None
+            else:
+                if n3 * 16 > len(sub) - pos or n3 > 1000000:
+                    raise array_refused("BrokerHeartbeatRequest.cordoned_log_dirs", n3, len(sub) - pos)
+                items3: list[uuid.UUID] = []
+                for _ in range(n3):
+                    item3, pos = read_uuid(sub, pos)
+                    items3.append(item3)
+                obj.cordoned_log_dirs = items3
+            if pos != end:
+                raise DecodeError(f"tagged field {tag} has size {size} but its value took {pos - start} bytes")
+        else:
+            if unknown is None:
+                unknown = []
+            unknown.append((tag, bytes(buf[pos:end])))
+        pos = end
+    obj.unknown_tagged_fields = unknown
+    return pos
+
+
+# BrokerHeartbeatResponse v0-2
 def _enc_BrokerHeartbeatResponse_v0(out: bytearray, obj: BrokerHeartbeatResponse) -> None:
     out += _pack_ihooo(obj.throttle_time_ms, obj.error_code, obj.is_caught_up, obj.is_fenced, obj.should_shut_down)
     if obj.unknown_tagged_fields:
@@ -159,7 +295,7 @@ def _enc_BrokerHeartbeatResponse_v0(out: bytearray, obj: BrokerHeartbeatResponse
         out.append(0)
 
 
-# BrokerHeartbeatResponse v0-1
+# BrokerHeartbeatResponse v0-2
 def _dec_BrokerHeartbeatResponse_v0(buf: memoryview, pos: int) -> tuple[BrokerHeartbeatResponse, int]:
     obj = new(_BrokerHeartbeatResponse)
     obj.throttle_time_ms, obj.error_code, obj.is_caught_up, obj.is_fenced, obj.should_shut_down = _unpack_ihooo(buf, pos)
@@ -176,8 +312,8 @@ def _error_BrokerHeartbeatRequest(request: BrokerHeartbeatRequest, version: int,
     return _BrokerHeartbeatResponse(error_code=code)
 
 
-BrokerHeartbeatRequest._encoders_ = {0: _enc_BrokerHeartbeatRequest_v0, 1: _enc_BrokerHeartbeatRequest_v1}
-BrokerHeartbeatRequest._decoders_ = {0: _dec_BrokerHeartbeatRequest_v0, 1: _dec_BrokerHeartbeatRequest_v1}
-BrokerHeartbeatResponse._encoders_ = {0: _enc_BrokerHeartbeatResponse_v0, 1: _enc_BrokerHeartbeatResponse_v0}
-BrokerHeartbeatResponse._decoders_ = {0: _dec_BrokerHeartbeatResponse_v0, 1: _dec_BrokerHeartbeatResponse_v0}
+BrokerHeartbeatRequest._encoders_ = {0: _enc_BrokerHeartbeatRequest_v0, 1: _enc_BrokerHeartbeatRequest_v1, 2: _enc_BrokerHeartbeatRequest_v2}
+BrokerHeartbeatRequest._decoders_ = {0: _dec_BrokerHeartbeatRequest_v0, 1: _dec_BrokerHeartbeatRequest_v1, 2: _dec_BrokerHeartbeatRequest_v2}
+BrokerHeartbeatResponse._encoders_ = {0: _enc_BrokerHeartbeatResponse_v0, 1: _enc_BrokerHeartbeatResponse_v0, 2: _enc_BrokerHeartbeatResponse_v0}
+BrokerHeartbeatResponse._decoders_ = {0: _dec_BrokerHeartbeatResponse_v0, 1: _dec_BrokerHeartbeatResponse_v0, 2: _dec_BrokerHeartbeatResponse_v0}
 BrokerHeartbeatRequest._error_response_ = _error_BrokerHeartbeatRequest

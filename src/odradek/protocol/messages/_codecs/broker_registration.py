@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -271,8 +274,8 @@ def _dec_BrokerRegistrationRequest_v0(buf: memoryview, pos: int) -> tuple[Broker
     if n3 < 0:
         raise DecodeError(f"BrokerRegistrationRequest.listeners: invalid array length {n3}")
     else:
-        if n3 * 7 > len(buf) - pos:
-            raise DecodeError(f"BrokerRegistrationRequest.listeners: array of {n3} elements runs past the end of the data")
+        if n3 * 7 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("BrokerRegistrationRequest.listeners", n3, len(buf) - pos)
         items3: list[BrokerRegistrationRequest.Listener] = []
         for _ in range(n3):
             item3, pos = _dec_BrokerRegistrationRequest_Listener_v0(buf, pos)
@@ -288,8 +291,8 @@ def _dec_BrokerRegistrationRequest_v0(buf: memoryview, pos: int) -> tuple[Broker
     if n4 < 0:
         raise DecodeError(f"BrokerRegistrationRequest.features: invalid array length {n4}")
     else:
-        if n4 * 6 > len(buf) - pos:
-            raise DecodeError(f"BrokerRegistrationRequest.features: array of {n4} elements runs past the end of the data")
+        if n4 * 6 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("BrokerRegistrationRequest.features", n4, len(buf) - pos)
         items4: list[BrokerRegistrationRequest.Feature] = []
         for _ in range(n4):
             item4, pos = _dec_BrokerRegistrationRequest_Feature_v0(buf, pos)
@@ -413,8 +416,8 @@ def _dec_BrokerRegistrationRequest_v1(buf: memoryview, pos: int) -> tuple[Broker
     if n3 < 0:
         raise DecodeError(f"BrokerRegistrationRequest.listeners: invalid array length {n3}")
     else:
-        if n3 * 7 > len(buf) - pos:
-            raise DecodeError(f"BrokerRegistrationRequest.listeners: array of {n3} elements runs past the end of the data")
+        if n3 * 7 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("BrokerRegistrationRequest.listeners", n3, len(buf) - pos)
         items3: list[BrokerRegistrationRequest.Listener] = []
         for _ in range(n3):
             item3, pos = _dec_BrokerRegistrationRequest_Listener_v0(buf, pos)
@@ -430,8 +433,8 @@ def _dec_BrokerRegistrationRequest_v1(buf: memoryview, pos: int) -> tuple[Broker
     if n4 < 0:
         raise DecodeError(f"BrokerRegistrationRequest.features: invalid array length {n4}")
     else:
-        if n4 * 6 > len(buf) - pos:
-            raise DecodeError(f"BrokerRegistrationRequest.features: array of {n4} elements runs past the end of the data")
+        if n4 * 6 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("BrokerRegistrationRequest.features", n4, len(buf) - pos)
         items4: list[BrokerRegistrationRequest.Feature] = []
         for _ in range(n4):
             item4, pos = _dec_BrokerRegistrationRequest_Feature_v0(buf, pos)
@@ -567,8 +570,8 @@ def _dec_BrokerRegistrationRequest_v2(buf: memoryview, pos: int) -> tuple[Broker
     if n3 < 0:
         raise DecodeError(f"BrokerRegistrationRequest.listeners: invalid array length {n3}")
     else:
-        if n3 * 7 > len(buf) - pos:
-            raise DecodeError(f"BrokerRegistrationRequest.listeners: array of {n3} elements runs past the end of the data")
+        if n3 * 7 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("BrokerRegistrationRequest.listeners", n3, len(buf) - pos)
         items3: list[BrokerRegistrationRequest.Listener] = []
         for _ in range(n3):
             item3, pos = _dec_BrokerRegistrationRequest_Listener_v0(buf, pos)
@@ -584,8 +587,8 @@ def _dec_BrokerRegistrationRequest_v2(buf: memoryview, pos: int) -> tuple[Broker
     if n4 < 0:
         raise DecodeError(f"BrokerRegistrationRequest.features: invalid array length {n4}")
     else:
-        if n4 * 6 > len(buf) - pos:
-            raise DecodeError(f"BrokerRegistrationRequest.features: array of {n4} elements runs past the end of the data")
+        if n4 * 6 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("BrokerRegistrationRequest.features", n4, len(buf) - pos)
         items4: list[BrokerRegistrationRequest.Feature] = []
         for _ in range(n4):
             item4, pos = _dec_BrokerRegistrationRequest_Feature_v0(buf, pos)
@@ -620,8 +623,8 @@ def _dec_BrokerRegistrationRequest_v2(buf: memoryview, pos: int) -> tuple[Broker
     if n6 < 0:
         raise DecodeError(f"BrokerRegistrationRequest.log_dirs: invalid array length {n6}")
     else:
-        if n6 * 16 > len(buf) - pos:
-            raise DecodeError(f"BrokerRegistrationRequest.log_dirs: array of {n6} elements runs past the end of the data")
+        if n6 * 16 > len(buf) - pos or n6 > 1000000:
+            raise array_refused("BrokerRegistrationRequest.log_dirs", n6, len(buf) - pos)
         items6: list[uuid.UUID] = []
         for _ in range(n6):
             item6, pos = read_uuid(buf, pos)
@@ -738,8 +741,8 @@ def _dec_BrokerRegistrationRequest_v3(buf: memoryview, pos: int) -> tuple[Broker
     if n3 < 0:
         raise DecodeError(f"BrokerRegistrationRequest.listeners: invalid array length {n3}")
     else:
-        if n3 * 7 > len(buf) - pos:
-            raise DecodeError(f"BrokerRegistrationRequest.listeners: array of {n3} elements runs past the end of the data")
+        if n3 * 7 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("BrokerRegistrationRequest.listeners", n3, len(buf) - pos)
         items3: list[BrokerRegistrationRequest.Listener] = []
         for _ in range(n3):
             item3, pos = _dec_BrokerRegistrationRequest_Listener_v0(buf, pos)
@@ -755,8 +758,8 @@ def _dec_BrokerRegistrationRequest_v3(buf: memoryview, pos: int) -> tuple[Broker
     if n4 < 0:
         raise DecodeError(f"BrokerRegistrationRequest.features: invalid array length {n4}")
     else:
-        if n4 * 6 > len(buf) - pos:
-            raise DecodeError(f"BrokerRegistrationRequest.features: array of {n4} elements runs past the end of the data")
+        if n4 * 6 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("BrokerRegistrationRequest.features", n4, len(buf) - pos)
         items4: list[BrokerRegistrationRequest.Feature] = []
         for _ in range(n4):
             item4, pos = _dec_BrokerRegistrationRequest_Feature_v0(buf, pos)
@@ -791,8 +794,8 @@ def _dec_BrokerRegistrationRequest_v3(buf: memoryview, pos: int) -> tuple[Broker
     if n6 < 0:
         raise DecodeError(f"BrokerRegistrationRequest.log_dirs: invalid array length {n6}")
     else:
-        if n6 * 16 > len(buf) - pos:
-            raise DecodeError(f"BrokerRegistrationRequest.log_dirs: array of {n6} elements runs past the end of the data")
+        if n6 * 16 > len(buf) - pos or n6 > 1000000:
+            raise array_refused("BrokerRegistrationRequest.log_dirs", n6, len(buf) - pos)
         items6: list[uuid.UUID] = []
         for _ in range(n6):
             item6, pos = read_uuid(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -42,6 +45,8 @@ _ConsumerGroupDescribeResponse_TopicPartitions = ConsumerGroupDescribeResponse.T
 _ConsumerGroupDescribeResponse = ConsumerGroupDescribeResponse
 _pack_o = Struct(">?").pack
 _unpack_o = Struct(">?").unpack_from
+_pack_b = Struct(">b").pack
+_unpack_b = Struct(">b").unpack_from
 _pack_h = Struct(">h").pack
 _unpack_h = Struct(">h").unpack_from
 _pack_i = Struct(">i").pack
@@ -50,7 +55,7 @@ _pack_ii = Struct(">ii").pack
 _unpack_ii = Struct(">ii").unpack_from
 
 
-# ConsumerGroupDescribeRequest v0
+# ConsumerGroupDescribeRequest v0-1
 def _enc_ConsumerGroupDescribeRequest_v0(out: bytearray, obj: ConsumerGroupDescribeRequest) -> None:
     v1 = obj.group_ids
     if v1 is None:
@@ -82,7 +87,7 @@ def _enc_ConsumerGroupDescribeRequest_v0(out: bytearray, obj: ConsumerGroupDescr
         out.append(0)
 
 
-# ConsumerGroupDescribeRequest v0
+# ConsumerGroupDescribeRequest v0-1
 def _dec_ConsumerGroupDescribeRequest_v0(buf: memoryview, pos: int) -> tuple[ConsumerGroupDescribeRequest, int]:
     obj = new(_ConsumerGroupDescribeRequest)
     n1 = buf[pos]
@@ -95,8 +100,8 @@ def _dec_ConsumerGroupDescribeRequest_v0(buf: memoryview, pos: int) -> tuple[Con
     if n1 < 0:
         raise DecodeError(f"ConsumerGroupDescribeRequest.group_ids: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupDescribeRequest.group_ids: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerGroupDescribeRequest.group_ids", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = buf[pos]
@@ -126,7 +131,7 @@ def _dec_ConsumerGroupDescribeRequest_v0(buf: memoryview, pos: int) -> tuple[Con
     return obj, pos
 
 
-# ConsumerGroupDescribeResponse.TopicPartitions v0
+# ConsumerGroupDescribeResponse.TopicPartitions v0-1
 def _enc_ConsumerGroupDescribeResponse_TopicPartitions_v0(out: bytearray, obj: ConsumerGroupDescribeResponse.TopicPartitions) -> None:
     out += obj.topic_id.bytes
     v2 = obj.topic_name
@@ -159,7 +164,7 @@ def _enc_ConsumerGroupDescribeResponse_TopicPartitions_v0(out: bytearray, obj: C
         out.append(0)
 
 
-# ConsumerGroupDescribeResponse.TopicPartitions v0
+# ConsumerGroupDescribeResponse.TopicPartitions v0-1
 def _dec_ConsumerGroupDescribeResponse_TopicPartitions_v0(buf: memoryview, pos: int) -> tuple[ConsumerGroupDescribeResponse.TopicPartitions, int]:
     obj = new(_ConsumerGroupDescribeResponse_TopicPartitions)
     obj.topic_id, pos = read_uuid(buf, pos)
@@ -189,8 +194,8 @@ def _dec_ConsumerGroupDescribeResponse_TopicPartitions_v0(buf: memoryview, pos: 
         raise DecodeError(f"ConsumerGroupDescribeResponse.TopicPartitions.partitions: invalid array length {n3}")
     else:
         end3 = pos + n3 * 4
-        if end3 > len(buf):
-            raise DecodeError(f"ConsumerGroupDescribeResponse.TopicPartitions.partitions: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("ConsumerGroupDescribeResponse.TopicPartitions.partitions", n3, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n3}i", buf, pos)) if n3 else []
         pos = end3
     if buf[pos] == 0:
@@ -201,7 +206,7 @@ def _dec_ConsumerGroupDescribeResponse_TopicPartitions_v0(buf: memoryview, pos: 
     return obj, pos
 
 
-# ConsumerGroupDescribeResponse.Assignment v0
+# ConsumerGroupDescribeResponse.Assignment v0-1
 def _enc_ConsumerGroupDescribeResponse_Assignment_v0(out: bytearray, obj: ConsumerGroupDescribeResponse.Assignment) -> None:
     v1 = obj.topic_partitions
     if v1 is None:
@@ -220,7 +225,7 @@ def _enc_ConsumerGroupDescribeResponse_Assignment_v0(out: bytearray, obj: Consum
         out.append(0)
 
 
-# ConsumerGroupDescribeResponse.Assignment v0
+# ConsumerGroupDescribeResponse.Assignment v0-1
 def _dec_ConsumerGroupDescribeResponse_Assignment_v0(buf: memoryview, pos: int) -> tuple[ConsumerGroupDescribeResponse.Assignment, int]:
     obj = new(_ConsumerGroupDescribeResponse_Assignment)
     n1 = buf[pos]
@@ -233,8 +238,8 @@ def _dec_ConsumerGroupDescribeResponse_Assignment_v0(buf: memoryview, pos: int) 
     if n1 < 0:
         raise DecodeError(f"ConsumerGroupDescribeResponse.Assignment.topic_partitions: invalid array length {n1}")
     else:
-        if n1 * 19 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupDescribeResponse.Assignment.topic_partitions: array of {n1} elements runs past the end of the data")
+        if n1 * 19 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerGroupDescribeResponse.Assignment.topic_partitions", n1, len(buf) - pos)
         items1: list[ConsumerGroupDescribeResponse.TopicPartitions] = []
         for _ in range(n1):
             item1, pos = _dec_ConsumerGroupDescribeResponse_TopicPartitions_v0(buf, pos)
@@ -454,8 +459,8 @@ def _dec_ConsumerGroupDescribeResponse_Member_v0(buf: memoryview, pos: int) -> t
     if n6 < 0:
         raise DecodeError(f"ConsumerGroupDescribeResponse.Member.subscribed_topic_names: invalid array length {n6}")
     else:
-        if n6 * 1 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupDescribeResponse.Member.subscribed_topic_names: array of {n6} elements runs past the end of the data")
+        if n6 * 1 > len(buf) - pos or n6 > 1000000:
+            raise array_refused("ConsumerGroupDescribeResponse.Member.subscribed_topic_names", n6, len(buf) - pos)
         items6: list[str] = []
         for _ in range(n6):
             n7 = buf[pos]
@@ -494,6 +499,7 @@ def _dec_ConsumerGroupDescribeResponse_Member_v0(buf: memoryview, pos: int) -> t
         pos = end8
     obj.assignment, pos = _dec_ConsumerGroupDescribeResponse_Assignment_v0(buf, pos)
     obj.target_assignment, pos = _dec_ConsumerGroupDescribeResponse_Assignment_v0(buf, pos)
+    obj.member_type = -1
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -655,8 +661,8 @@ def _dec_ConsumerGroupDescribeResponse_DescribedGroup_v0(buf: memoryview, pos: i
     if n5 < 0:
         raise DecodeError(f"ConsumerGroupDescribeResponse.DescribedGroup.members: invalid array length {n5}")
     else:
-        if n5 * 14 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupDescribeResponse.DescribedGroup.members: array of {n5} elements runs past the end of the data")
+        if n5 * 14 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("ConsumerGroupDescribeResponse.DescribedGroup.members", n5, len(buf) - pos)
         items5: list[ConsumerGroupDescribeResponse.Member] = []
         for _ in range(n5):
             item5, pos = _dec_ConsumerGroupDescribeResponse_Member_v0(buf, pos)
@@ -707,11 +713,488 @@ def _dec_ConsumerGroupDescribeResponse_v0(buf: memoryview, pos: int) -> tuple[Co
     if n1 < 0:
         raise DecodeError(f"ConsumerGroupDescribeResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 20 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupDescribeResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 20 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerGroupDescribeResponse.groups", n1, len(buf) - pos)
         items1: list[ConsumerGroupDescribeResponse.DescribedGroup] = []
         for _ in range(n1):
             item1, pos = _dec_ConsumerGroupDescribeResponse_DescribedGroup_v0(buf, pos)
+            items1.append(item1)
+        obj.groups = items1
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ConsumerGroupDescribeResponse.Member v1
+def _enc_ConsumerGroupDescribeResponse_Member_v1(out: bytearray, obj: ConsumerGroupDescribeResponse.Member) -> None:
+    v1 = obj.member_id
+    if v1 is None:
+        raise EncodeError("ConsumerGroupDescribeResponse.Member.member_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ConsumerGroupDescribeResponse.Member.member_id is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    v2 = obj.instance_id
+    if v2 is None:
+        out.append(0)
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("ConsumerGroupDescribeResponse.Member.instance_id is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    v3 = obj.rack_id
+    if v3 is None:
+        out.append(0)
+    else:
+        data3 = v3.encode("utf-8")
+        n3 = len(data3)
+        if n3 > 0x7FFF:
+            raise EncodeError("ConsumerGroupDescribeResponse.Member.rack_id is longer than 32767 bytes")
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        out += data3
+    out += _pack_i(obj.member_epoch)
+    v4 = obj.client_id
+    if v4 is None:
+        raise EncodeError("ConsumerGroupDescribeResponse.Member.client_id is not nullable in this version")
+    else:
+        data4 = v4.encode("utf-8")
+        n4 = len(data4)
+        if n4 > 0x7FFF:
+            raise EncodeError("ConsumerGroupDescribeResponse.Member.client_id is longer than 32767 bytes")
+        if n4 < 0x7F:
+            out.append(n4 + 1)
+        else:
+            write_uvarint(out, n4 + 1)
+        out += data4
+    v5 = obj.client_host
+    if v5 is None:
+        raise EncodeError("ConsumerGroupDescribeResponse.Member.client_host is not nullable in this version")
+    else:
+        data5 = v5.encode("utf-8")
+        n5 = len(data5)
+        if n5 > 0x7FFF:
+            raise EncodeError("ConsumerGroupDescribeResponse.Member.client_host is longer than 32767 bytes")
+        if n5 < 0x7F:
+            out.append(n5 + 1)
+        else:
+            write_uvarint(out, n5 + 1)
+        out += data5
+    v6 = obj.subscribed_topic_names
+    if v6 is None:
+        raise EncodeError("ConsumerGroupDescribeResponse.Member.subscribed_topic_names is not nullable in this version")
+    else:
+        n6 = len(v6)
+        if n6 < 0x7F:
+            out.append(n6 + 1)
+        else:
+            write_uvarint(out, n6 + 1)
+        for item6 in v6:
+            v7 = item6
+            if v7 is None:
+                raise EncodeError("ConsumerGroupDescribeResponse.Member.subscribed_topic_names[] is not nullable in this version")
+            else:
+                data7 = v7.encode("utf-8")
+                n7 = len(data7)
+                if n7 > 0x7FFF:
+                    raise EncodeError("ConsumerGroupDescribeResponse.Member.subscribed_topic_names[] is longer than 32767 bytes")
+                if n7 < 0x7F:
+                    out.append(n7 + 1)
+                else:
+                    write_uvarint(out, n7 + 1)
+                out += data7
+    v8 = obj.subscribed_topic_regex
+    if v8 is None:
+        out.append(0)
+    else:
+        data8 = v8.encode("utf-8")
+        n8 = len(data8)
+        if n8 > 0x7FFF:
+            raise EncodeError("ConsumerGroupDescribeResponse.Member.subscribed_topic_regex is longer than 32767 bytes")
+        if n8 < 0x7F:
+            out.append(n8 + 1)
+        else:
+            write_uvarint(out, n8 + 1)
+        out += data8
+    _enc_ConsumerGroupDescribeResponse_Assignment_v0(out, obj.assignment)
+    _enc_ConsumerGroupDescribeResponse_Assignment_v0(out, obj.target_assignment)
+    out += _pack_b(obj.member_type)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ConsumerGroupDescribeResponse.Member v1
+def _dec_ConsumerGroupDescribeResponse_Member_v1(buf: memoryview, pos: int) -> tuple[ConsumerGroupDescribeResponse.Member, int]:
+    obj = new(_ConsumerGroupDescribeResponse_Member)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"ConsumerGroupDescribeResponse.Member.member_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ConsumerGroupDescribeResponse.Member.member_id: string runs past the end of the data")
+        obj.member_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        if n2 != -1:
+            raise DecodeError(f"ConsumerGroupDescribeResponse.Member.instance_id: invalid string length {n2}")
+        obj.instance_id = None
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("ConsumerGroupDescribeResponse.Member.instance_id: string runs past the end of the data")
+        obj.instance_id = str(buf[pos:end2], "utf-8")
+        pos = end2
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        if n3 != -1:
+            raise DecodeError(f"ConsumerGroupDescribeResponse.Member.rack_id: invalid string length {n3}")
+        obj.rack_id = None
+    else:
+        end3 = pos + n3
+        if end3 > len(buf):
+            raise DecodeError("ConsumerGroupDescribeResponse.Member.rack_id: string runs past the end of the data")
+        obj.rack_id = str(buf[pos:end3], "utf-8")
+        pos = end3
+    (obj.member_epoch,) = _unpack_i(buf, pos)
+    pos += 4
+    n4 = buf[pos]
+    if n4 < 0x80:
+        n4 -= 1
+        pos += 1
+    else:
+        n4, pos = read_uvarint(buf, pos)
+        n4 -= 1
+    if n4 < 0:
+        raise DecodeError(f"ConsumerGroupDescribeResponse.Member.client_id: invalid string length {n4}")
+    else:
+        end4 = pos + n4
+        if end4 > len(buf):
+            raise DecodeError("ConsumerGroupDescribeResponse.Member.client_id: string runs past the end of the data")
+        obj.client_id = str(buf[pos:end4], "utf-8")
+        pos = end4
+    n5 = buf[pos]
+    if n5 < 0x80:
+        n5 -= 1
+        pos += 1
+    else:
+        n5, pos = read_uvarint(buf, pos)
+        n5 -= 1
+    if n5 < 0:
+        raise DecodeError(f"ConsumerGroupDescribeResponse.Member.client_host: invalid string length {n5}")
+    else:
+        end5 = pos + n5
+        if end5 > len(buf):
+            raise DecodeError("ConsumerGroupDescribeResponse.Member.client_host: string runs past the end of the data")
+        obj.client_host = str(buf[pos:end5], "utf-8")
+        pos = end5
+    n6 = buf[pos]
+    if n6 < 0x80:
+        n6 -= 1
+        pos += 1
+    else:
+        n6, pos = read_uvarint(buf, pos)
+        n6 -= 1
+    if n6 < 0:
+        raise DecodeError(f"ConsumerGroupDescribeResponse.Member.subscribed_topic_names: invalid array length {n6}")
+    else:
+        if n6 * 1 > len(buf) - pos or n6 > 1000000:
+            raise array_refused("ConsumerGroupDescribeResponse.Member.subscribed_topic_names", n6, len(buf) - pos)
+        items6: list[str] = []
+        for _ in range(n6):
+            n7 = buf[pos]
+            if n7 < 0x80:
+                n7 -= 1
+                pos += 1
+            else:
+                n7, pos = read_uvarint(buf, pos)
+                n7 -= 1
+            if n7 < 0:
+                raise DecodeError(f"ConsumerGroupDescribeResponse.Member.subscribed_topic_names[]: invalid string length {n7}")
+            else:
+                end7 = pos + n7
+                if end7 > len(buf):
+                    raise DecodeError("ConsumerGroupDescribeResponse.Member.subscribed_topic_names[]: string runs past the end of the data")
+                item6 = str(buf[pos:end7], "utf-8")
+                pos = end7
+            items6.append(item6)
+        obj.subscribed_topic_names = items6
+    n8 = buf[pos]
+    if n8 < 0x80:
+        n8 -= 1
+        pos += 1
+    else:
+        n8, pos = read_uvarint(buf, pos)
+        n8 -= 1
+    if n8 < 0:
+        if n8 != -1:
+            raise DecodeError(f"ConsumerGroupDescribeResponse.Member.subscribed_topic_regex: invalid string length {n8}")
+        obj.subscribed_topic_regex = None
+    else:
+        end8 = pos + n8
+        if end8 > len(buf):
+            raise DecodeError("ConsumerGroupDescribeResponse.Member.subscribed_topic_regex: string runs past the end of the data")
+        obj.subscribed_topic_regex = str(buf[pos:end8], "utf-8")
+        pos = end8
+    obj.assignment, pos = _dec_ConsumerGroupDescribeResponse_Assignment_v0(buf, pos)
+    obj.target_assignment, pos = _dec_ConsumerGroupDescribeResponse_Assignment_v0(buf, pos)
+    (obj.member_type,) = _unpack_b(buf, pos)
+    pos += 1
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ConsumerGroupDescribeResponse.DescribedGroup v1
+def _enc_ConsumerGroupDescribeResponse_DescribedGroup_v1(out: bytearray, obj: ConsumerGroupDescribeResponse.DescribedGroup) -> None:
+    out += _pack_h(obj.error_code)
+    v1 = obj.error_message
+    if v1 is None:
+        out.append(0)
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ConsumerGroupDescribeResponse.DescribedGroup.error_message is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    v2 = obj.group_id
+    if v2 is None:
+        raise EncodeError("ConsumerGroupDescribeResponse.DescribedGroup.group_id is not nullable in this version")
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("ConsumerGroupDescribeResponse.DescribedGroup.group_id is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    v3 = obj.group_state
+    if v3 is None:
+        raise EncodeError("ConsumerGroupDescribeResponse.DescribedGroup.group_state is not nullable in this version")
+    else:
+        data3 = v3.encode("utf-8")
+        n3 = len(data3)
+        if n3 > 0x7FFF:
+            raise EncodeError("ConsumerGroupDescribeResponse.DescribedGroup.group_state is longer than 32767 bytes")
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        out += data3
+    out += _pack_ii(obj.group_epoch, obj.assignment_epoch)
+    v4 = obj.assignor_name
+    if v4 is None:
+        raise EncodeError("ConsumerGroupDescribeResponse.DescribedGroup.assignor_name is not nullable in this version")
+    else:
+        data4 = v4.encode("utf-8")
+        n4 = len(data4)
+        if n4 > 0x7FFF:
+            raise EncodeError("ConsumerGroupDescribeResponse.DescribedGroup.assignor_name is longer than 32767 bytes")
+        if n4 < 0x7F:
+            out.append(n4 + 1)
+        else:
+            write_uvarint(out, n4 + 1)
+        out += data4
+    v5 = obj.members
+    if v5 is None:
+        raise EncodeError("ConsumerGroupDescribeResponse.DescribedGroup.members is not nullable in this version")
+    else:
+        n5 = len(v5)
+        if n5 < 0x7F:
+            out.append(n5 + 1)
+        else:
+            write_uvarint(out, n5 + 1)
+        for item5 in v5:
+            _enc_ConsumerGroupDescribeResponse_Member_v1(out, item5)
+    out += _pack_i(obj.authorized_operations)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ConsumerGroupDescribeResponse.DescribedGroup v1
+def _dec_ConsumerGroupDescribeResponse_DescribedGroup_v1(buf: memoryview, pos: int) -> tuple[ConsumerGroupDescribeResponse.DescribedGroup, int]:
+    obj = new(_ConsumerGroupDescribeResponse_DescribedGroup)
+    (obj.error_code,) = _unpack_h(buf, pos)
+    pos += 2
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        if n1 != -1:
+            raise DecodeError(f"ConsumerGroupDescribeResponse.DescribedGroup.error_message: invalid string length {n1}")
+        obj.error_message = None
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ConsumerGroupDescribeResponse.DescribedGroup.error_message: string runs past the end of the data")
+        obj.error_message = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"ConsumerGroupDescribeResponse.DescribedGroup.group_id: invalid string length {n2}")
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("ConsumerGroupDescribeResponse.DescribedGroup.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end2], "utf-8")
+        pos = end2
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        raise DecodeError(f"ConsumerGroupDescribeResponse.DescribedGroup.group_state: invalid string length {n3}")
+    else:
+        end3 = pos + n3
+        if end3 > len(buf):
+            raise DecodeError("ConsumerGroupDescribeResponse.DescribedGroup.group_state: string runs past the end of the data")
+        obj.group_state = str(buf[pos:end3], "utf-8")
+        pos = end3
+    obj.group_epoch, obj.assignment_epoch = _unpack_ii(buf, pos)
+    pos += 8
+    n4 = buf[pos]
+    if n4 < 0x80:
+        n4 -= 1
+        pos += 1
+    else:
+        n4, pos = read_uvarint(buf, pos)
+        n4 -= 1
+    if n4 < 0:
+        raise DecodeError(f"ConsumerGroupDescribeResponse.DescribedGroup.assignor_name: invalid string length {n4}")
+    else:
+        end4 = pos + n4
+        if end4 > len(buf):
+            raise DecodeError("ConsumerGroupDescribeResponse.DescribedGroup.assignor_name: string runs past the end of the data")
+        obj.assignor_name = str(buf[pos:end4], "utf-8")
+        pos = end4
+    n5 = buf[pos]
+    if n5 < 0x80:
+        n5 -= 1
+        pos += 1
+    else:
+        n5, pos = read_uvarint(buf, pos)
+        n5 -= 1
+    if n5 < 0:
+        raise DecodeError(f"ConsumerGroupDescribeResponse.DescribedGroup.members: invalid array length {n5}")
+    else:
+        if n5 * 15 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("ConsumerGroupDescribeResponse.DescribedGroup.members", n5, len(buf) - pos)
+        items5: list[ConsumerGroupDescribeResponse.Member] = []
+        for _ in range(n5):
+            item5, pos = _dec_ConsumerGroupDescribeResponse_Member_v1(buf, pos)
+            items5.append(item5)
+        obj.members = items5
+    (obj.authorized_operations,) = _unpack_i(buf, pos)
+    pos += 4
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ConsumerGroupDescribeResponse v1
+def _enc_ConsumerGroupDescribeResponse_v1(out: bytearray, obj: ConsumerGroupDescribeResponse) -> None:
+    out += _pack_i(obj.throttle_time_ms)
+    v1 = obj.groups
+    if v1 is None:
+        raise EncodeError("ConsumerGroupDescribeResponse.groups is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_ConsumerGroupDescribeResponse_DescribedGroup_v1(out, item1)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ConsumerGroupDescribeResponse v1
+def _dec_ConsumerGroupDescribeResponse_v1(buf: memoryview, pos: int) -> tuple[ConsumerGroupDescribeResponse, int]:
+    obj = new(_ConsumerGroupDescribeResponse)
+    (obj.throttle_time_ms,) = _unpack_i(buf, pos)
+    pos += 4
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"ConsumerGroupDescribeResponse.groups: invalid array length {n1}")
+    else:
+        if n1 * 20 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerGroupDescribeResponse.groups", n1, len(buf) - pos)
+        items1: list[ConsumerGroupDescribeResponse.DescribedGroup] = []
+        for _ in range(n1):
+            item1, pos = _dec_ConsumerGroupDescribeResponse_DescribedGroup_v1(buf, pos)
             items1.append(item1)
         obj.groups = items1
     if buf[pos] == 0:
@@ -726,8 +1209,8 @@ def _error_ConsumerGroupDescribeRequest(request: ConsumerGroupDescribeRequest, v
     return _ConsumerGroupDescribeResponse(groups=[_ConsumerGroupDescribeResponse_DescribedGroup(error_code=code, error_message=message, group_id=x0) for x0 in request.group_ids])
 
 
-ConsumerGroupDescribeRequest._encoders_ = {0: _enc_ConsumerGroupDescribeRequest_v0}
-ConsumerGroupDescribeRequest._decoders_ = {0: _dec_ConsumerGroupDescribeRequest_v0}
-ConsumerGroupDescribeResponse._encoders_ = {0: _enc_ConsumerGroupDescribeResponse_v0}
-ConsumerGroupDescribeResponse._decoders_ = {0: _dec_ConsumerGroupDescribeResponse_v0}
+ConsumerGroupDescribeRequest._encoders_ = {0: _enc_ConsumerGroupDescribeRequest_v0, 1: _enc_ConsumerGroupDescribeRequest_v0}
+ConsumerGroupDescribeRequest._decoders_ = {0: _dec_ConsumerGroupDescribeRequest_v0, 1: _dec_ConsumerGroupDescribeRequest_v0}
+ConsumerGroupDescribeResponse._encoders_ = {0: _enc_ConsumerGroupDescribeResponse_v0, 1: _enc_ConsumerGroupDescribeResponse_v1}
+ConsumerGroupDescribeResponse._decoders_ = {0: _dec_ConsumerGroupDescribeResponse_v0, 1: _dec_ConsumerGroupDescribeResponse_v1}
 ConsumerGroupDescribeRequest._error_response_ = _error_ConsumerGroupDescribeRequest

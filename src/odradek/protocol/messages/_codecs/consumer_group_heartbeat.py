@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -82,8 +85,8 @@ def _dec_ConsumerGroupHeartbeatRequest_TopicPartitions_v0(buf: memoryview, pos: 
         raise DecodeError(f"ConsumerGroupHeartbeatRequest.TopicPartitions.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"ConsumerGroupHeartbeatRequest.TopicPartitions.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("ConsumerGroupHeartbeatRequest.TopicPartitions.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -288,8 +291,8 @@ def _dec_ConsumerGroupHeartbeatRequest_v0(buf: memoryview, pos: int) -> tuple[Co
             raise DecodeError(f"ConsumerGroupHeartbeatRequest.subscribed_topic_names: invalid array length {n5}")
         obj.subscribed_topic_names = None
     else:
-        if n5 * 1 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupHeartbeatRequest.subscribed_topic_names: array of {n5} elements runs past the end of the data")
+        if n5 * 1 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("ConsumerGroupHeartbeatRequest.subscribed_topic_names", n5, len(buf) - pos)
         items5: list[str] = []
         for _ in range(n5):
             n6 = buf[pos]
@@ -338,8 +341,8 @@ def _dec_ConsumerGroupHeartbeatRequest_v0(buf: memoryview, pos: int) -> tuple[Co
             raise DecodeError(f"ConsumerGroupHeartbeatRequest.topic_partitions: invalid array length {n8}")
         obj.topic_partitions = None
     else:
-        if n8 * 18 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupHeartbeatRequest.topic_partitions: array of {n8} elements runs past the end of the data")
+        if n8 * 18 > len(buf) - pos or n8 > 1000000:
+            raise array_refused("ConsumerGroupHeartbeatRequest.topic_partitions", n8, len(buf) - pos)
         items8: list[ConsumerGroupHeartbeatRequest.TopicPartitions] = []
         for _ in range(n8):
             item8, pos = _dec_ConsumerGroupHeartbeatRequest_TopicPartitions_v0(buf, pos)
@@ -559,8 +562,8 @@ def _dec_ConsumerGroupHeartbeatRequest_v1(buf: memoryview, pos: int) -> tuple[Co
             raise DecodeError(f"ConsumerGroupHeartbeatRequest.subscribed_topic_names: invalid array length {n5}")
         obj.subscribed_topic_names = None
     else:
-        if n5 * 1 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupHeartbeatRequest.subscribed_topic_names: array of {n5} elements runs past the end of the data")
+        if n5 * 1 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("ConsumerGroupHeartbeatRequest.subscribed_topic_names", n5, len(buf) - pos)
         items5: list[str] = []
         for _ in range(n5):
             n6 = buf[pos]
@@ -626,8 +629,8 @@ def _dec_ConsumerGroupHeartbeatRequest_v1(buf: memoryview, pos: int) -> tuple[Co
             raise DecodeError(f"ConsumerGroupHeartbeatRequest.topic_partitions: invalid array length {n9}")
         obj.topic_partitions = None
     else:
-        if n9 * 18 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupHeartbeatRequest.topic_partitions: array of {n9} elements runs past the end of the data")
+        if n9 * 18 > len(buf) - pos or n9 > 1000000:
+            raise array_refused("ConsumerGroupHeartbeatRequest.topic_partitions", n9, len(buf) - pos)
         items9: list[ConsumerGroupHeartbeatRequest.TopicPartitions] = []
         for _ in range(n9):
             item9, pos = _dec_ConsumerGroupHeartbeatRequest_TopicPartitions_v0(buf, pos)
@@ -676,8 +679,8 @@ def _dec_ConsumerGroupHeartbeatResponse_TopicPartitions_v0(buf: memoryview, pos:
         raise DecodeError(f"ConsumerGroupHeartbeatResponse.TopicPartitions.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"ConsumerGroupHeartbeatResponse.TopicPartitions.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("ConsumerGroupHeartbeatResponse.TopicPartitions.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -720,8 +723,8 @@ def _dec_ConsumerGroupHeartbeatResponse_Assignment_v0(buf: memoryview, pos: int)
     if n1 < 0:
         raise DecodeError(f"ConsumerGroupHeartbeatResponse.Assignment.topic_partitions: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"ConsumerGroupHeartbeatResponse.Assignment.topic_partitions: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerGroupHeartbeatResponse.Assignment.topic_partitions", n1, len(buf) - pos)
         items1: list[ConsumerGroupHeartbeatResponse.TopicPartitions] = []
         for _ in range(n1):
             item1, pos = _dec_ConsumerGroupHeartbeatResponse_TopicPartitions_v0(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -153,8 +156,8 @@ def _dec_ControlledShutdownResponse_v0(buf: memoryview, pos: int) -> tuple[Contr
     if n1 < 0:
         raise DecodeError(f"ControlledShutdownResponse.remaining_partitions: invalid array length {n1}")
     else:
-        if n1 * 5 > len(buf) - pos:
-            raise DecodeError(f"ControlledShutdownResponse.remaining_partitions: array of {n1} elements runs past the end of the data")
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ControlledShutdownResponse.remaining_partitions", n1, len(buf) - pos)
         items1: list[ControlledShutdownResponse.RemainingPartition] = []
         for _ in range(n1):
             item1, pos = _dec_ControlledShutdownResponse_RemainingPartition_v0(buf, pos)
@@ -249,8 +252,8 @@ def _dec_ControlledShutdownResponse_v3(buf: memoryview, pos: int) -> tuple[Contr
     if n1 < 0:
         raise DecodeError(f"ControlledShutdownResponse.remaining_partitions: invalid array length {n1}")
     else:
-        if n1 * 6 > len(buf) - pos:
-            raise DecodeError(f"ControlledShutdownResponse.remaining_partitions: array of {n1} elements runs past the end of the data")
+        if n1 * 6 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ControlledShutdownResponse.remaining_partitions", n1, len(buf) - pos)
         items1: list[ControlledShutdownResponse.RemainingPartition] = []
         for _ in range(n1):
             item1, pos = _dec_ControlledShutdownResponse_RemainingPartition_v3(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -229,8 +232,8 @@ def _dec_ControllerRegistrationRequest_v0(buf: memoryview, pos: int) -> tuple[Co
     if n2 < 0:
         raise DecodeError(f"ControllerRegistrationRequest.listeners: invalid array length {n2}")
     else:
-        if n2 * 7 > len(buf) - pos:
-            raise DecodeError(f"ControllerRegistrationRequest.listeners: array of {n2} elements runs past the end of the data")
+        if n2 * 7 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ControllerRegistrationRequest.listeners", n2, len(buf) - pos)
         items2: list[ControllerRegistrationRequest.Listener] = []
         for _ in range(n2):
             item2, pos = _dec_ControllerRegistrationRequest_Listener_v0(buf, pos)
@@ -246,8 +249,8 @@ def _dec_ControllerRegistrationRequest_v0(buf: memoryview, pos: int) -> tuple[Co
     if n3 < 0:
         raise DecodeError(f"ControllerRegistrationRequest.features: invalid array length {n3}")
     else:
-        if n3 * 6 > len(buf) - pos:
-            raise DecodeError(f"ControllerRegistrationRequest.features: array of {n3} elements runs past the end of the data")
+        if n3 * 6 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("ControllerRegistrationRequest.features", n3, len(buf) - pos)
         items3: list[ControllerRegistrationRequest.Feature] = []
         for _ in range(n3):
             item3, pos = _dec_ControllerRegistrationRequest_Feature_v0(buf, pos)

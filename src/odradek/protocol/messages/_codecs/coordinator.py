@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -32,26 +35,102 @@ from odradek.protocol._codec import (  # noqa: F401
     write_tagged,
     write_uvarint,
 )
-from odradek.protocol.messages.coordinator import ConsumerGroupMetadataKey, ConsumerGroupMetadataValue, GroupMetadataKey, GroupMetadataValue, OffsetCommitKey, OffsetCommitValue, ShareGroupMetadataKey, ShareGroupMetadataValue, TransactionLogKey, TransactionLogValue
+from odradek.protocol.messages._builders.coordinator import (
+    _build_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata,
+)
+from odradek.protocol.messages.coordinator import ConsumerGroupCurrentMemberAssignmentKey, ConsumerGroupCurrentMemberAssignmentValue, ConsumerGroupMemberMetadataKey, ConsumerGroupMemberMetadataValue, ConsumerGroupMetadataKey, ConsumerGroupMetadataValue, ConsumerGroupPartitionMetadataKey, ConsumerGroupPartitionMetadataValue, ConsumerGroupRegularExpressionKey, ConsumerGroupRegularExpressionValue, ConsumerGroupTargetAssignmentMemberKey, ConsumerGroupTargetAssignmentMemberValue, ConsumerGroupTargetAssignmentMetadataKey, ConsumerGroupTargetAssignmentMetadataValue, GroupMetadataKey, GroupMetadataValue, LegacyOffsetCommitKey, LegacyOffsetCommitValue, OffsetCommitKey, OffsetCommitValue, ShareGroupCurrentMemberAssignmentKey, ShareGroupCurrentMemberAssignmentValue, ShareGroupMemberMetadataKey, ShareGroupMemberMetadataValue, ShareGroupMetadataKey, ShareGroupMetadataValue, ShareGroupStatePartitionMetadataKey, ShareGroupStatePartitionMetadataValue, ShareGroupTargetAssignmentMemberKey, ShareGroupTargetAssignmentMemberValue, ShareGroupTargetAssignmentMetadataKey, ShareGroupTargetAssignmentMetadataValue, ShareSnapshotKey, ShareSnapshotValue, ShareUpdateKey, ShareUpdateValue, StreamsGroupCurrentMemberAssignmentKey, StreamsGroupCurrentMemberAssignmentValue, StreamsGroupMemberMetadataKey, StreamsGroupMemberMetadataValue, StreamsGroupMetadataKey, StreamsGroupMetadataValue, StreamsGroupTargetAssignmentMemberKey, StreamsGroupTargetAssignmentMemberValue, StreamsGroupTargetAssignmentMetadataKey, StreamsGroupTargetAssignmentMetadataValue, StreamsGroupTopologyKey, StreamsGroupTopologyValue, TransactionLogKey, TransactionLogValue
 
+_ConsumerGroupCurrentMemberAssignmentKey = ConsumerGroupCurrentMemberAssignmentKey
+_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions = ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions
+_ConsumerGroupCurrentMemberAssignmentValue = ConsumerGroupCurrentMemberAssignmentValue
+_ConsumerGroupMemberMetadataKey = ConsumerGroupMemberMetadataKey
+_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata = ConsumerGroupMemberMetadataValue.ClassicMemberMetadata
+_ConsumerGroupMemberMetadataValue_ClassicProtocol = ConsumerGroupMemberMetadataValue.ClassicProtocol
+_ConsumerGroupMemberMetadataValue = ConsumerGroupMemberMetadataValue
 _ConsumerGroupMetadataKey = ConsumerGroupMetadataKey
 _ConsumerGroupMetadataValue = ConsumerGroupMetadataValue
+_ConsumerGroupPartitionMetadataKey = ConsumerGroupPartitionMetadataKey
+_ConsumerGroupPartitionMetadataValue_TopicMetadata = ConsumerGroupPartitionMetadataValue.TopicMetadata
+_ConsumerGroupPartitionMetadataValue_PartitionMetadata = ConsumerGroupPartitionMetadataValue.PartitionMetadata
+_ConsumerGroupPartitionMetadataValue = ConsumerGroupPartitionMetadataValue
+_ConsumerGroupRegularExpressionKey = ConsumerGroupRegularExpressionKey
+_ConsumerGroupRegularExpressionValue = ConsumerGroupRegularExpressionValue
+_ConsumerGroupTargetAssignmentMemberKey = ConsumerGroupTargetAssignmentMemberKey
+_ConsumerGroupTargetAssignmentMemberValue_TopicPartition = ConsumerGroupTargetAssignmentMemberValue.TopicPartition
+_ConsumerGroupTargetAssignmentMemberValue = ConsumerGroupTargetAssignmentMemberValue
+_ConsumerGroupTargetAssignmentMetadataKey = ConsumerGroupTargetAssignmentMetadataKey
+_ConsumerGroupTargetAssignmentMetadataValue = ConsumerGroupTargetAssignmentMetadataValue
 _GroupMetadataKey = GroupMetadataKey
 _GroupMetadataValue_MemberMetadata = GroupMetadataValue.MemberMetadata
 _GroupMetadataValue = GroupMetadataValue
+_LegacyOffsetCommitKey = LegacyOffsetCommitKey
+_LegacyOffsetCommitValue = LegacyOffsetCommitValue
 _OffsetCommitKey = OffsetCommitKey
 _OffsetCommitValue = OffsetCommitValue
+_ShareGroupCurrentMemberAssignmentKey = ShareGroupCurrentMemberAssignmentKey
+_ShareGroupCurrentMemberAssignmentValue_TopicPartitions = ShareGroupCurrentMemberAssignmentValue.TopicPartitions
+_ShareGroupCurrentMemberAssignmentValue = ShareGroupCurrentMemberAssignmentValue
+_ShareGroupMemberMetadataKey = ShareGroupMemberMetadataKey
+_ShareGroupMemberMetadataValue = ShareGroupMemberMetadataValue
 _ShareGroupMetadataKey = ShareGroupMetadataKey
 _ShareGroupMetadataValue = ShareGroupMetadataValue
+_ShareGroupStatePartitionMetadataKey = ShareGroupStatePartitionMetadataKey
+_ShareGroupStatePartitionMetadataValue_TopicPartitionsInfo = ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo
+_ShareGroupStatePartitionMetadataValue_TopicInfo = ShareGroupStatePartitionMetadataValue.TopicInfo
+_ShareGroupStatePartitionMetadataValue = ShareGroupStatePartitionMetadataValue
+_ShareGroupTargetAssignmentMemberKey = ShareGroupTargetAssignmentMemberKey
+_ShareGroupTargetAssignmentMemberValue_TopicPartition = ShareGroupTargetAssignmentMemberValue.TopicPartition
+_ShareGroupTargetAssignmentMemberValue = ShareGroupTargetAssignmentMemberValue
+_ShareGroupTargetAssignmentMetadataKey = ShareGroupTargetAssignmentMetadataKey
+_ShareGroupTargetAssignmentMetadataValue = ShareGroupTargetAssignmentMetadataValue
+_ShareSnapshotKey = ShareSnapshotKey
+_ShareSnapshotValue_StateBatch = ShareSnapshotValue.StateBatch
+_ShareSnapshotValue = ShareSnapshotValue
+_ShareUpdateKey = ShareUpdateKey
+_ShareUpdateValue_StateBatch = ShareUpdateValue.StateBatch
+_ShareUpdateValue = ShareUpdateValue
+_StreamsGroupCurrentMemberAssignmentKey = StreamsGroupCurrentMemberAssignmentKey
+_StreamsGroupCurrentMemberAssignmentValue_TaskIds = StreamsGroupCurrentMemberAssignmentValue.TaskIds
+_StreamsGroupCurrentMemberAssignmentValue = StreamsGroupCurrentMemberAssignmentValue
+_StreamsGroupMemberMetadataKey = StreamsGroupMemberMetadataKey
+_StreamsGroupMemberMetadataValue_Endpoint = StreamsGroupMemberMetadataValue.Endpoint
+_StreamsGroupMemberMetadataValue_KeyValue = StreamsGroupMemberMetadataValue.KeyValue
+_StreamsGroupMemberMetadataValue = StreamsGroupMemberMetadataValue
+_StreamsGroupMetadataKey = StreamsGroupMetadataKey
+_StreamsGroupMetadataValue_LastAssignmentConfig = StreamsGroupMetadataValue.LastAssignmentConfig
+_StreamsGroupMetadataValue = StreamsGroupMetadataValue
+_StreamsGroupTargetAssignmentMemberKey = StreamsGroupTargetAssignmentMemberKey
+_StreamsGroupTargetAssignmentMemberValue_TaskIds = StreamsGroupTargetAssignmentMemberValue.TaskIds
+_StreamsGroupTargetAssignmentMemberValue = StreamsGroupTargetAssignmentMemberValue
+_StreamsGroupTargetAssignmentMetadataKey = StreamsGroupTargetAssignmentMetadataKey
+_StreamsGroupTargetAssignmentMetadataValue = StreamsGroupTargetAssignmentMetadataValue
+_StreamsGroupTopologyKey = StreamsGroupTopologyKey
+_StreamsGroupTopologyValue_Subtopology = StreamsGroupTopologyValue.Subtopology
+_StreamsGroupTopologyValue_TopicInfo = StreamsGroupTopologyValue.TopicInfo
+_StreamsGroupTopologyValue_TopicConfig = StreamsGroupTopologyValue.TopicConfig
+_StreamsGroupTopologyValue_CopartitionGroup = StreamsGroupTopologyValue.CopartitionGroup
+_StreamsGroupTopologyValue = StreamsGroupTopologyValue
 _TransactionLogKey = TransactionLogKey
 _TransactionLogValue_PartitionsSchema = TransactionLogValue.PartitionsSchema
 _TransactionLogValue = TransactionLogValue
+_pack_H = Struct(">H").pack
+_unpack_H = Struct(">H").unpack_from
 _pack_h = Struct(">h").pack
 _unpack_h = Struct(">h").unpack_from
 _pack_i = Struct(">i").pack
 _unpack_i = Struct(">i").unpack_from
+_pack_ih = Struct(">ih").pack
+_unpack_ih = Struct(">ih").unpack_from
 _pack_ii = Struct(">ii").pack
 _unpack_ii = Struct(">ii").unpack_from
+_pack_iib = Struct(">iib").pack
+_unpack_iib = Struct(">iib").unpack_from
+_pack_iiiqqq = Struct(">iiiqqq").pack
+_unpack_iiiqqq = Struct(">iiiqqq").unpack_from
+_pack_iiq = Struct(">iiq").pack
+_unpack_iiq = Struct(">iiq").unpack_from
+_pack_iq = Struct(">iq").pack
+_unpack_iq = Struct(">iq").unpack_from
 _pack_q = Struct(">q").pack
 _unpack_q = Struct(">q").unpack_from
 _pack_qhib = Struct(">qhib").pack
@@ -60,6 +139,726 @@ _pack_qi = Struct(">qi").pack
 _unpack_qi = Struct(">qi").unpack_from
 _pack_qq = Struct(">qq").pack
 _unpack_qq = Struct(">qq").unpack_from
+_pack_qqbh = Struct(">qqbh").pack
+_unpack_qqbh = Struct(">qqbh").unpack_from
+
+
+# ConsumerGroupCurrentMemberAssignmentKey v8
+def _enc_ConsumerGroupCurrentMemberAssignmentKey_v8(out: bytearray, obj: ConsumerGroupCurrentMemberAssignmentKey) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        raise EncodeError("ConsumerGroupCurrentMemberAssignmentKey.group_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ConsumerGroupCurrentMemberAssignmentKey.group_id is longer than 32767 bytes")
+        out += pack_i16(n1)
+        out += data1
+    v2 = obj.member_id
+    if v2 is None:
+        raise EncodeError("ConsumerGroupCurrentMemberAssignmentKey.member_id is not nullable in this version")
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("ConsumerGroupCurrentMemberAssignmentKey.member_id is longer than 32767 bytes")
+        out += pack_i16(n2)
+        out += data2
+
+
+# ConsumerGroupCurrentMemberAssignmentKey v8
+def _dec_ConsumerGroupCurrentMemberAssignmentKey_v8(buf: memoryview, pos: int) -> tuple[ConsumerGroupCurrentMemberAssignmentKey, int]:
+    obj = new(_ConsumerGroupCurrentMemberAssignmentKey)
+    n1 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        raise DecodeError(f"ConsumerGroupCurrentMemberAssignmentKey.group_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ConsumerGroupCurrentMemberAssignmentKey.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n2 < 0:
+        raise DecodeError(f"ConsumerGroupCurrentMemberAssignmentKey.member_id: invalid string length {n2}")
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("ConsumerGroupCurrentMemberAssignmentKey.member_id: string runs past the end of the data")
+        obj.member_id = str(buf[pos:end2], "utf-8")
+        pos = end2
+    obj.unknown_tagged_fields = None
+    return obj, pos
+
+
+# ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions v0
+def _enc_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions_v0(out: bytearray, obj: ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions) -> None:
+    out += obj.topic_id.bytes
+    v2 = obj.partitions
+    if v2 is None:
+        raise EncodeError("ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.partitions is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        if n2:
+            out += spack(f">{n2}i", *v2)
+    if obj.unknown_tagged_fields or obj.assignment_epochs != []:
+        _enc_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions_v0_tagged(out, obj)
+    else:
+        out.append(0)
+
+
+def _enc_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions_v0_tagged(out: bytearray, obj: ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions) -> None:
+    fields: list[tuple[int, bytes | bytearray]] = []
+    if obj.assignment_epochs != []:
+        body = bytearray()
+        v3 = obj.assignment_epochs
+        if v3 is None:
+            body.append(0)
+        else:
+            n3 = len(v3)
+            if n3 < 0x7F:
+                body.append(n3 + 1)
+            else:
+                write_uvarint(body, n3 + 1)
+            if n3:
+                body += spack(f">{n3}i", *v3)
+        fields.append((0, body))
+    write_tagged(out, fields, obj.unknown_tagged_fields)
+
+
+# ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions v0
+def _dec_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions_v0(buf: memoryview, pos: int) -> tuple[ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions, int]:
+    obj = new(_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions)
+    obj.topic_id, pos = read_uuid(buf, pos)
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.partitions: invalid array length {n2}")
+    else:
+        end2 = pos + n2 * 4
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.partitions", n2, len(buf) - pos)
+        obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
+        pos = end2
+    if buf[pos] == 0:
+        obj.assignment_epochs = []
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        pos = _dec_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions_v0_tagged(buf, pos, obj)
+    return obj, pos
+
+
+def _dec_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions_v0_tagged(buf: memoryview, pos: int, obj: ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions) -> int:
+    count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
+    obj.assignment_epochs = []
+    unknown: list[tuple[int, bytes]] | None = None
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        end = pos + size
+        if end > len(buf):
+            raise DecodeError(f"tagged field {tag} runs past the end of the data")
+        if tag == 0:
+            sub = buf[:end]
+            start = pos
+            n3 = sub[pos]
+            if n3 < 0x80:
+                n3 -= 1
+                pos += 1
+            else:
+                n3, pos = read_uvarint(sub, pos)
+                n3 -= 1
+            if n3 < 0:
+                if n3 != -1:
+                    raise DecodeError(f"ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.assignment_epochs: invalid array length {n3}")
+                obj.assignment_epochs = None
+            else:
+                end3 = pos + n3 * 4
+                if end3 > len(sub) or n3 > 1000000:
+                    raise array_refused("ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.assignment_epochs", n3, len(sub) - pos)
+                obj.assignment_epochs = list(sunpack(f">{n3}i", sub, pos)) if n3 else []
+                pos = end3
+            if pos != end:
+                raise DecodeError(f"tagged field {tag} has size {size} but its value took {pos - start} bytes")
+        else:
+            if unknown is None:
+                unknown = []
+            unknown.append((tag, bytes(buf[pos:end])))
+        pos = end
+    obj.unknown_tagged_fields = unknown
+    return pos
+
+
+# ConsumerGroupCurrentMemberAssignmentValue v0
+def _enc_ConsumerGroupCurrentMemberAssignmentValue_v0(out: bytearray, obj: ConsumerGroupCurrentMemberAssignmentValue) -> None:
+    out += _pack_iib(obj.member_epoch, obj.previous_member_epoch, obj.state)
+    v1 = obj.assigned_partitions
+    if v1 is None:
+        raise EncodeError("ConsumerGroupCurrentMemberAssignmentValue.assigned_partitions is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions_v0(out, item1)
+    v2 = obj.partitions_pending_revocation
+    if v2 is None:
+        raise EncodeError("ConsumerGroupCurrentMemberAssignmentValue.partitions_pending_revocation is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions_v0(out, item2)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ConsumerGroupCurrentMemberAssignmentValue v0
+def _dec_ConsumerGroupCurrentMemberAssignmentValue_v0(buf: memoryview, pos: int) -> tuple[ConsumerGroupCurrentMemberAssignmentValue, int]:
+    obj = new(_ConsumerGroupCurrentMemberAssignmentValue)
+    obj.member_epoch, obj.previous_member_epoch, obj.state = _unpack_iib(buf, pos)
+    pos += 9
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"ConsumerGroupCurrentMemberAssignmentValue.assigned_partitions: invalid array length {n1}")
+    else:
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerGroupCurrentMemberAssignmentValue.assigned_partitions", n1, len(buf) - pos)
+        items1: list[ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions] = []
+        for _ in range(n1):
+            item1, pos = _dec_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions_v0(buf, pos)
+            items1.append(item1)
+        obj.assigned_partitions = items1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"ConsumerGroupCurrentMemberAssignmentValue.partitions_pending_revocation: invalid array length {n2}")
+    else:
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ConsumerGroupCurrentMemberAssignmentValue.partitions_pending_revocation", n2, len(buf) - pos)
+        items2: list[ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions] = []
+        for _ in range(n2):
+            item2, pos = _dec_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions_v0(buf, pos)
+            items2.append(item2)
+        obj.partitions_pending_revocation = items2
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ConsumerGroupMemberMetadataKey v5
+def _enc_ConsumerGroupMemberMetadataKey_v5(out: bytearray, obj: ConsumerGroupMemberMetadataKey) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        raise EncodeError("ConsumerGroupMemberMetadataKey.group_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ConsumerGroupMemberMetadataKey.group_id is longer than 32767 bytes")
+        out += pack_i16(n1)
+        out += data1
+    v2 = obj.member_id
+    if v2 is None:
+        raise EncodeError("ConsumerGroupMemberMetadataKey.member_id is not nullable in this version")
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("ConsumerGroupMemberMetadataKey.member_id is longer than 32767 bytes")
+        out += pack_i16(n2)
+        out += data2
+
+
+# ConsumerGroupMemberMetadataKey v5
+def _dec_ConsumerGroupMemberMetadataKey_v5(buf: memoryview, pos: int) -> tuple[ConsumerGroupMemberMetadataKey, int]:
+    obj = new(_ConsumerGroupMemberMetadataKey)
+    n1 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        raise DecodeError(f"ConsumerGroupMemberMetadataKey.group_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ConsumerGroupMemberMetadataKey.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n2 < 0:
+        raise DecodeError(f"ConsumerGroupMemberMetadataKey.member_id: invalid string length {n2}")
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("ConsumerGroupMemberMetadataKey.member_id: string runs past the end of the data")
+        obj.member_id = str(buf[pos:end2], "utf-8")
+        pos = end2
+    obj.unknown_tagged_fields = None
+    return obj, pos
+
+
+# ConsumerGroupMemberMetadataValue.ClassicProtocol v0
+def _enc_ConsumerGroupMemberMetadataValue_ClassicProtocol_v0(out: bytearray, obj: ConsumerGroupMemberMetadataValue.ClassicProtocol) -> None:
+    v1 = obj.name
+    if v1 is None:
+        raise EncodeError("ConsumerGroupMemberMetadataValue.ClassicProtocol.name is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ConsumerGroupMemberMetadataValue.ClassicProtocol.name is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    v2 = obj.metadata
+    if v2 is None:
+        raise EncodeError("ConsumerGroupMemberMetadataValue.ClassicProtocol.metadata is not nullable in this version")
+    elif type(v2) in BYTES_TYPES:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        elif n2 < 0x3FFF:
+            out.append((n2 + 1) & 0x7F | 0x80)
+            out.append((n2 + 1) >> 7)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += v2
+    else:
+        put_compact_bytes(out, v2)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ConsumerGroupMemberMetadataValue.ClassicProtocol v0
+def _dec_ConsumerGroupMemberMetadataValue_ClassicProtocol_v0(buf: memoryview, pos: int) -> tuple[ConsumerGroupMemberMetadataValue.ClassicProtocol, int]:
+    obj = new(_ConsumerGroupMemberMetadataValue_ClassicProtocol)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"ConsumerGroupMemberMetadataValue.ClassicProtocol.name: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ConsumerGroupMemberMetadataValue.ClassicProtocol.name: string runs past the end of the data")
+        obj.name = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    elif buf[pos + 1] < 0x80:
+        n2 = (n2 & 0x7F | buf[pos + 1] << 7) - 1
+        pos += 2
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"ConsumerGroupMemberMetadataValue.ClassicProtocol.metadata: invalid bytes length {n2}")
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("ConsumerGroupMemberMetadataValue.ClassicProtocol.metadata: bytes run past the end of the data")
+        obj.metadata = bytes(buf[pos:end2])
+        pos = end2
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ConsumerGroupMemberMetadataValue.ClassicMemberMetadata v0
+def _enc_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata_v0(out: bytearray, obj: ConsumerGroupMemberMetadataValue.ClassicMemberMetadata) -> None:
+    out += _pack_i(obj.session_timeout_ms)
+    v1 = obj.supported_protocols
+    if v1 is None:
+        raise EncodeError("ConsumerGroupMemberMetadataValue.ClassicMemberMetadata.supported_protocols is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_ConsumerGroupMemberMetadataValue_ClassicProtocol_v0(out, item1)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ConsumerGroupMemberMetadataValue.ClassicMemberMetadata v0
+def _dec_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata_v0(buf: memoryview, pos: int) -> tuple[ConsumerGroupMemberMetadataValue.ClassicMemberMetadata, int]:
+    obj = new(_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata)
+    (obj.session_timeout_ms,) = _unpack_i(buf, pos)
+    pos += 4
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"ConsumerGroupMemberMetadataValue.ClassicMemberMetadata.supported_protocols: invalid array length {n1}")
+    else:
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerGroupMemberMetadataValue.ClassicMemberMetadata.supported_protocols", n1, len(buf) - pos)
+        items1: list[ConsumerGroupMemberMetadataValue.ClassicProtocol] = []
+        for _ in range(n1):
+            item1, pos = _dec_ConsumerGroupMemberMetadataValue_ClassicProtocol_v0(buf, pos)
+            items1.append(item1)
+        obj.supported_protocols = items1
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ConsumerGroupMemberMetadataValue v0
+def _enc_ConsumerGroupMemberMetadataValue_v0(out: bytearray, obj: ConsumerGroupMemberMetadataValue) -> None:
+    v1 = obj.instance_id
+    if v1 is None:
+        out.append(0)
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ConsumerGroupMemberMetadataValue.instance_id is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    v2 = obj.rack_id
+    if v2 is None:
+        out.append(0)
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("ConsumerGroupMemberMetadataValue.rack_id is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    v3 = obj.client_id
+    if v3 is None:
+        raise EncodeError("ConsumerGroupMemberMetadataValue.client_id is not nullable in this version")
+    else:
+        data3 = v3.encode("utf-8")
+        n3 = len(data3)
+        if n3 > 0x7FFF:
+            raise EncodeError("ConsumerGroupMemberMetadataValue.client_id is longer than 32767 bytes")
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        out += data3
+    v4 = obj.client_host
+    if v4 is None:
+        raise EncodeError("ConsumerGroupMemberMetadataValue.client_host is not nullable in this version")
+    else:
+        data4 = v4.encode("utf-8")
+        n4 = len(data4)
+        if n4 > 0x7FFF:
+            raise EncodeError("ConsumerGroupMemberMetadataValue.client_host is longer than 32767 bytes")
+        if n4 < 0x7F:
+            out.append(n4 + 1)
+        else:
+            write_uvarint(out, n4 + 1)
+        out += data4
+    v5 = obj.subscribed_topic_names
+    if v5 is None:
+        raise EncodeError("ConsumerGroupMemberMetadataValue.subscribed_topic_names is not nullable in this version")
+    else:
+        n5 = len(v5)
+        if n5 < 0x7F:
+            out.append(n5 + 1)
+        else:
+            write_uvarint(out, n5 + 1)
+        for item5 in v5:
+            v6 = item5
+            if v6 is None:
+                raise EncodeError("ConsumerGroupMemberMetadataValue.subscribed_topic_names[] is not nullable in this version")
+            else:
+                data6 = v6.encode("utf-8")
+                n6 = len(data6)
+                if n6 > 0x7FFF:
+                    raise EncodeError("ConsumerGroupMemberMetadataValue.subscribed_topic_names[] is longer than 32767 bytes")
+                if n6 < 0x7F:
+                    out.append(n6 + 1)
+                else:
+                    write_uvarint(out, n6 + 1)
+                out += data6
+    v7 = obj.subscribed_topic_regex
+    if v7 is None:
+        out.append(0)
+    else:
+        data7 = v7.encode("utf-8")
+        n7 = len(data7)
+        if n7 > 0x7FFF:
+            raise EncodeError("ConsumerGroupMemberMetadataValue.subscribed_topic_regex is longer than 32767 bytes")
+        if n7 < 0x7F:
+            out.append(n7 + 1)
+        else:
+            write_uvarint(out, n7 + 1)
+        out += data7
+    out += _pack_i(obj.rebalance_timeout_ms)
+    v8 = obj.server_assignor
+    if v8 is None:
+        out.append(0)
+    else:
+        data8 = v8.encode("utf-8")
+        n8 = len(data8)
+        if n8 > 0x7FFF:
+            raise EncodeError("ConsumerGroupMemberMetadataValue.server_assignor is longer than 32767 bytes")
+        if n8 < 0x7F:
+            out.append(n8 + 1)
+        else:
+            write_uvarint(out, n8 + 1)
+        out += data8
+    if obj.unknown_tagged_fields or obj.classic_member_metadata != _DEFAULT_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata:
+        _enc_ConsumerGroupMemberMetadataValue_v0_tagged(out, obj)
+    else:
+        out.append(0)
+
+
+def _enc_ConsumerGroupMemberMetadataValue_v0_tagged(out: bytearray, obj: ConsumerGroupMemberMetadataValue) -> None:
+    fields: list[tuple[int, bytes | bytearray]] = []
+    if obj.classic_member_metadata != _DEFAULT_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata:
+        body = bytearray()
+        v9 = obj.classic_member_metadata
+        if v9 is None:
+            body.append(0xFF)
+        else:
+            body.append(1)
+            _enc_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata_v0(body, v9)
+        fields.append((0, body))
+    write_tagged(out, fields, obj.unknown_tagged_fields)
+
+
+# ConsumerGroupMemberMetadataValue v0
+def _dec_ConsumerGroupMemberMetadataValue_v0(buf: memoryview, pos: int) -> tuple[ConsumerGroupMemberMetadataValue, int]:
+    obj = new(_ConsumerGroupMemberMetadataValue)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        if n1 != -1:
+            raise DecodeError(f"ConsumerGroupMemberMetadataValue.instance_id: invalid string length {n1}")
+        obj.instance_id = None
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ConsumerGroupMemberMetadataValue.instance_id: string runs past the end of the data")
+        obj.instance_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        if n2 != -1:
+            raise DecodeError(f"ConsumerGroupMemberMetadataValue.rack_id: invalid string length {n2}")
+        obj.rack_id = None
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("ConsumerGroupMemberMetadataValue.rack_id: string runs past the end of the data")
+        obj.rack_id = str(buf[pos:end2], "utf-8")
+        pos = end2
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        raise DecodeError(f"ConsumerGroupMemberMetadataValue.client_id: invalid string length {n3}")
+    else:
+        end3 = pos + n3
+        if end3 > len(buf):
+            raise DecodeError("ConsumerGroupMemberMetadataValue.client_id: string runs past the end of the data")
+        obj.client_id = str(buf[pos:end3], "utf-8")
+        pos = end3
+    n4 = buf[pos]
+    if n4 < 0x80:
+        n4 -= 1
+        pos += 1
+    else:
+        n4, pos = read_uvarint(buf, pos)
+        n4 -= 1
+    if n4 < 0:
+        raise DecodeError(f"ConsumerGroupMemberMetadataValue.client_host: invalid string length {n4}")
+    else:
+        end4 = pos + n4
+        if end4 > len(buf):
+            raise DecodeError("ConsumerGroupMemberMetadataValue.client_host: string runs past the end of the data")
+        obj.client_host = str(buf[pos:end4], "utf-8")
+        pos = end4
+    n5 = buf[pos]
+    if n5 < 0x80:
+        n5 -= 1
+        pos += 1
+    else:
+        n5, pos = read_uvarint(buf, pos)
+        n5 -= 1
+    if n5 < 0:
+        raise DecodeError(f"ConsumerGroupMemberMetadataValue.subscribed_topic_names: invalid array length {n5}")
+    else:
+        if n5 * 1 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("ConsumerGroupMemberMetadataValue.subscribed_topic_names", n5, len(buf) - pos)
+        items5: list[str] = []
+        for _ in range(n5):
+            n6 = buf[pos]
+            if n6 < 0x80:
+                n6 -= 1
+                pos += 1
+            else:
+                n6, pos = read_uvarint(buf, pos)
+                n6 -= 1
+            if n6 < 0:
+                raise DecodeError(f"ConsumerGroupMemberMetadataValue.subscribed_topic_names[]: invalid string length {n6}")
+            else:
+                end6 = pos + n6
+                if end6 > len(buf):
+                    raise DecodeError("ConsumerGroupMemberMetadataValue.subscribed_topic_names[]: string runs past the end of the data")
+                item5 = str(buf[pos:end6], "utf-8")
+                pos = end6
+            items5.append(item5)
+        obj.subscribed_topic_names = items5
+    n7 = buf[pos]
+    if n7 < 0x80:
+        n7 -= 1
+        pos += 1
+    else:
+        n7, pos = read_uvarint(buf, pos)
+        n7 -= 1
+    if n7 < 0:
+        if n7 != -1:
+            raise DecodeError(f"ConsumerGroupMemberMetadataValue.subscribed_topic_regex: invalid string length {n7}")
+        obj.subscribed_topic_regex = None
+    else:
+        end7 = pos + n7
+        if end7 > len(buf):
+            raise DecodeError("ConsumerGroupMemberMetadataValue.subscribed_topic_regex: string runs past the end of the data")
+        obj.subscribed_topic_regex = str(buf[pos:end7], "utf-8")
+        pos = end7
+    (obj.rebalance_timeout_ms,) = _unpack_i(buf, pos)
+    pos += 4
+    n8 = buf[pos]
+    if n8 < 0x80:
+        n8 -= 1
+        pos += 1
+    else:
+        n8, pos = read_uvarint(buf, pos)
+        n8 -= 1
+    if n8 < 0:
+        if n8 != -1:
+            raise DecodeError(f"ConsumerGroupMemberMetadataValue.server_assignor: invalid string length {n8}")
+        obj.server_assignor = None
+    else:
+        end8 = pos + n8
+        if end8 > len(buf):
+            raise DecodeError("ConsumerGroupMemberMetadataValue.server_assignor: string runs past the end of the data")
+        obj.server_assignor = str(buf[pos:end8], "utf-8")
+        pos = end8
+    if buf[pos] == 0:
+        obj.classic_member_metadata = _build_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata()
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        pos = _dec_ConsumerGroupMemberMetadataValue_v0_tagged(buf, pos, obj)
+    return obj, pos
+
+
+def _dec_ConsumerGroupMemberMetadataValue_v0_tagged(buf: memoryview, pos: int, obj: ConsumerGroupMemberMetadataValue) -> int:
+    count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
+    obj.classic_member_metadata = _build_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata()
+    unknown: list[tuple[int, bytes]] | None = None
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        end = pos + size
+        if end > len(buf):
+            raise DecodeError(f"tagged field {tag} runs past the end of the data")
+        if tag == 0:
+            sub = buf[:end]
+            start = pos
+            if sub[pos] >= 0x80:
+                obj.classic_member_metadata = None
+                pos += 1
+            else:
+                obj.classic_member_metadata, pos = _dec_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata_v0(sub, pos + 1)
+            if pos != end:
+                raise DecodeError(f"tagged field {tag} has size {size} but its value took {pos - start} bytes")
+        else:
+            if unknown is None:
+                unknown = []
+            unknown.append((tag, bytes(buf[pos:end])))
+        pos = end
+    obj.unknown_tagged_fields = unknown
+    return pos
 
 
 # ConsumerGroupMetadataKey v3
@@ -96,10 +895,19 @@ def _dec_ConsumerGroupMetadataKey_v3(buf: memoryview, pos: int) -> tuple[Consume
 # ConsumerGroupMetadataValue v0
 def _enc_ConsumerGroupMetadataValue_v0(out: bytearray, obj: ConsumerGroupMetadataValue) -> None:
     out += _pack_i(obj.epoch)
-    if obj.unknown_tagged_fields:
-        write_tagged(out, [], obj.unknown_tagged_fields)
+    if obj.unknown_tagged_fields or obj.metadata_hash != 0:
+        _enc_ConsumerGroupMetadataValue_v0_tagged(out, obj)
     else:
         out.append(0)
+
+
+def _enc_ConsumerGroupMetadataValue_v0_tagged(out: bytearray, obj: ConsumerGroupMetadataValue) -> None:
+    fields: list[tuple[int, bytes | bytearray]] = []
+    if obj.metadata_hash != 0:
+        body = bytearray()
+        body += _pack_q(obj.metadata_hash)
+        fields.append((0, body))
+    write_tagged(out, fields, obj.unknown_tagged_fields)
 
 
 # ConsumerGroupMetadataValue v0
@@ -108,11 +916,637 @@ def _dec_ConsumerGroupMetadataValue_v0(buf: memoryview, pos: int) -> tuple[Consu
     (obj.epoch,) = _unpack_i(buf, pos)
     pos += 4
     if buf[pos] == 0:
+        obj.metadata_hash = 0
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        pos = _dec_ConsumerGroupMetadataValue_v0_tagged(buf, pos, obj)
+    return obj, pos
+
+
+def _dec_ConsumerGroupMetadataValue_v0_tagged(buf: memoryview, pos: int, obj: ConsumerGroupMetadataValue) -> int:
+    count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
+    obj.metadata_hash = 0
+    unknown: list[tuple[int, bytes]] | None = None
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        end = pos + size
+        if end > len(buf):
+            raise DecodeError(f"tagged field {tag} runs past the end of the data")
+        if tag == 0:
+            sub = buf[:end]
+            start = pos
+            (obj.metadata_hash,) = _unpack_q(sub, pos)
+            pos += 8
+            if pos != end:
+                raise DecodeError(f"tagged field {tag} has size {size} but its value took {pos - start} bytes")
+        else:
+            if unknown is None:
+                unknown = []
+            unknown.append((tag, bytes(buf[pos:end])))
+        pos = end
+    obj.unknown_tagged_fields = unknown
+    return pos
+
+
+# ConsumerGroupPartitionMetadataKey v4
+def _enc_ConsumerGroupPartitionMetadataKey_v4(out: bytearray, obj: ConsumerGroupPartitionMetadataKey) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        raise EncodeError("ConsumerGroupPartitionMetadataKey.group_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ConsumerGroupPartitionMetadataKey.group_id is longer than 32767 bytes")
+        out += pack_i16(n1)
+        out += data1
+
+
+# ConsumerGroupPartitionMetadataKey v4
+def _dec_ConsumerGroupPartitionMetadataKey_v4(buf: memoryview, pos: int) -> tuple[ConsumerGroupPartitionMetadataKey, int]:
+    obj = new(_ConsumerGroupPartitionMetadataKey)
+    n1 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        raise DecodeError(f"ConsumerGroupPartitionMetadataKey.group_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ConsumerGroupPartitionMetadataKey.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    obj.unknown_tagged_fields = None
+    return obj, pos
+
+
+# ConsumerGroupPartitionMetadataValue.PartitionMetadata v0
+def _enc_ConsumerGroupPartitionMetadataValue_PartitionMetadata_v0(out: bytearray, obj: ConsumerGroupPartitionMetadataValue.PartitionMetadata) -> None:
+    out += _pack_i(obj.partition)
+    v1 = obj.racks
+    if v1 is None:
+        raise EncodeError("ConsumerGroupPartitionMetadataValue.PartitionMetadata.racks is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            v2 = item1
+            if v2 is None:
+                raise EncodeError("ConsumerGroupPartitionMetadataValue.PartitionMetadata.racks[] is not nullable in this version")
+            else:
+                data2 = v2.encode("utf-8")
+                n2 = len(data2)
+                if n2 > 0x7FFF:
+                    raise EncodeError("ConsumerGroupPartitionMetadataValue.PartitionMetadata.racks[] is longer than 32767 bytes")
+                if n2 < 0x7F:
+                    out.append(n2 + 1)
+                else:
+                    write_uvarint(out, n2 + 1)
+                out += data2
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ConsumerGroupPartitionMetadataValue.PartitionMetadata v0
+def _dec_ConsumerGroupPartitionMetadataValue_PartitionMetadata_v0(buf: memoryview, pos: int) -> tuple[ConsumerGroupPartitionMetadataValue.PartitionMetadata, int]:
+    obj = new(_ConsumerGroupPartitionMetadataValue_PartitionMetadata)
+    (obj.partition,) = _unpack_i(buf, pos)
+    pos += 4
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"ConsumerGroupPartitionMetadataValue.PartitionMetadata.racks: invalid array length {n1}")
+    else:
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerGroupPartitionMetadataValue.PartitionMetadata.racks", n1, len(buf) - pos)
+        items1: list[str] = []
+        for _ in range(n1):
+            n2 = buf[pos]
+            if n2 < 0x80:
+                n2 -= 1
+                pos += 1
+            else:
+                n2, pos = read_uvarint(buf, pos)
+                n2 -= 1
+            if n2 < 0:
+                raise DecodeError(f"ConsumerGroupPartitionMetadataValue.PartitionMetadata.racks[]: invalid string length {n2}")
+            else:
+                end2 = pos + n2
+                if end2 > len(buf):
+                    raise DecodeError("ConsumerGroupPartitionMetadataValue.PartitionMetadata.racks[]: string runs past the end of the data")
+                item1 = str(buf[pos:end2], "utf-8")
+                pos = end2
+            items1.append(item1)
+        obj.racks = items1
+    if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
     else:
         obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
     return obj, pos
+
+
+# ConsumerGroupPartitionMetadataValue.TopicMetadata v0
+def _enc_ConsumerGroupPartitionMetadataValue_TopicMetadata_v0(out: bytearray, obj: ConsumerGroupPartitionMetadataValue.TopicMetadata) -> None:
+    out += obj.topic_id.bytes
+    v2 = obj.topic_name
+    if v2 is None:
+        raise EncodeError("ConsumerGroupPartitionMetadataValue.TopicMetadata.topic_name is not nullable in this version")
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("ConsumerGroupPartitionMetadataValue.TopicMetadata.topic_name is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    out += _pack_i(obj.num_partitions)
+    v3 = obj.partition_metadata
+    if v3 is None:
+        raise EncodeError("ConsumerGroupPartitionMetadataValue.TopicMetadata.partition_metadata is not nullable in this version")
+    else:
+        n3 = len(v3)
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        for item3 in v3:
+            _enc_ConsumerGroupPartitionMetadataValue_PartitionMetadata_v0(out, item3)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ConsumerGroupPartitionMetadataValue.TopicMetadata v0
+def _dec_ConsumerGroupPartitionMetadataValue_TopicMetadata_v0(buf: memoryview, pos: int) -> tuple[ConsumerGroupPartitionMetadataValue.TopicMetadata, int]:
+    obj = new(_ConsumerGroupPartitionMetadataValue_TopicMetadata)
+    obj.topic_id, pos = read_uuid(buf, pos)
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"ConsumerGroupPartitionMetadataValue.TopicMetadata.topic_name: invalid string length {n2}")
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("ConsumerGroupPartitionMetadataValue.TopicMetadata.topic_name: string runs past the end of the data")
+        obj.topic_name = str(buf[pos:end2], "utf-8")
+        pos = end2
+    (obj.num_partitions,) = _unpack_i(buf, pos)
+    pos += 4
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        raise DecodeError(f"ConsumerGroupPartitionMetadataValue.TopicMetadata.partition_metadata: invalid array length {n3}")
+    else:
+        if n3 * 6 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("ConsumerGroupPartitionMetadataValue.TopicMetadata.partition_metadata", n3, len(buf) - pos)
+        items3: list[ConsumerGroupPartitionMetadataValue.PartitionMetadata] = []
+        for _ in range(n3):
+            item3, pos = _dec_ConsumerGroupPartitionMetadataValue_PartitionMetadata_v0(buf, pos)
+            items3.append(item3)
+        obj.partition_metadata = items3
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ConsumerGroupPartitionMetadataValue v0
+def _enc_ConsumerGroupPartitionMetadataValue_v0(out: bytearray, obj: ConsumerGroupPartitionMetadataValue) -> None:
+    v1 = obj.topics
+    if v1 is None:
+        raise EncodeError("ConsumerGroupPartitionMetadataValue.topics is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_ConsumerGroupPartitionMetadataValue_TopicMetadata_v0(out, item1)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ConsumerGroupPartitionMetadataValue v0
+def _dec_ConsumerGroupPartitionMetadataValue_v0(buf: memoryview, pos: int) -> tuple[ConsumerGroupPartitionMetadataValue, int]:
+    obj = new(_ConsumerGroupPartitionMetadataValue)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"ConsumerGroupPartitionMetadataValue.topics: invalid array length {n1}")
+    else:
+        if n1 * 23 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerGroupPartitionMetadataValue.topics", n1, len(buf) - pos)
+        items1: list[ConsumerGroupPartitionMetadataValue.TopicMetadata] = []
+        for _ in range(n1):
+            item1, pos = _dec_ConsumerGroupPartitionMetadataValue_TopicMetadata_v0(buf, pos)
+            items1.append(item1)
+        obj.topics = items1
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ConsumerGroupRegularExpressionKey v16
+def _enc_ConsumerGroupRegularExpressionKey_v16(out: bytearray, obj: ConsumerGroupRegularExpressionKey) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        raise EncodeError("ConsumerGroupRegularExpressionKey.group_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ConsumerGroupRegularExpressionKey.group_id is longer than 32767 bytes")
+        out += pack_i16(n1)
+        out += data1
+    v2 = obj.regular_expression
+    if v2 is None:
+        raise EncodeError("ConsumerGroupRegularExpressionKey.regular_expression is not nullable in this version")
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("ConsumerGroupRegularExpressionKey.regular_expression is longer than 32767 bytes")
+        out += pack_i16(n2)
+        out += data2
+
+
+# ConsumerGroupRegularExpressionKey v16
+def _dec_ConsumerGroupRegularExpressionKey_v16(buf: memoryview, pos: int) -> tuple[ConsumerGroupRegularExpressionKey, int]:
+    obj = new(_ConsumerGroupRegularExpressionKey)
+    n1 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        raise DecodeError(f"ConsumerGroupRegularExpressionKey.group_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ConsumerGroupRegularExpressionKey.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n2 < 0:
+        raise DecodeError(f"ConsumerGroupRegularExpressionKey.regular_expression: invalid string length {n2}")
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("ConsumerGroupRegularExpressionKey.regular_expression: string runs past the end of the data")
+        obj.regular_expression = str(buf[pos:end2], "utf-8")
+        pos = end2
+    obj.unknown_tagged_fields = None
+    return obj, pos
+
+
+# ConsumerGroupRegularExpressionValue v0
+def _enc_ConsumerGroupRegularExpressionValue_v0(out: bytearray, obj: ConsumerGroupRegularExpressionValue) -> None:
+    v1 = obj.topics
+    if v1 is None:
+        raise EncodeError("ConsumerGroupRegularExpressionValue.topics is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            v2 = item1
+            if v2 is None:
+                raise EncodeError("ConsumerGroupRegularExpressionValue.topics[] is not nullable in this version")
+            else:
+                data2 = v2.encode("utf-8")
+                n2 = len(data2)
+                if n2 > 0x7FFF:
+                    raise EncodeError("ConsumerGroupRegularExpressionValue.topics[] is longer than 32767 bytes")
+                if n2 < 0x7F:
+                    out.append(n2 + 1)
+                else:
+                    write_uvarint(out, n2 + 1)
+                out += data2
+    out += _pack_qq(obj.version, obj.timestamp)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ConsumerGroupRegularExpressionValue v0
+def _dec_ConsumerGroupRegularExpressionValue_v0(buf: memoryview, pos: int) -> tuple[ConsumerGroupRegularExpressionValue, int]:
+    obj = new(_ConsumerGroupRegularExpressionValue)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"ConsumerGroupRegularExpressionValue.topics: invalid array length {n1}")
+    else:
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerGroupRegularExpressionValue.topics", n1, len(buf) - pos)
+        items1: list[str] = []
+        for _ in range(n1):
+            n2 = buf[pos]
+            if n2 < 0x80:
+                n2 -= 1
+                pos += 1
+            else:
+                n2, pos = read_uvarint(buf, pos)
+                n2 -= 1
+            if n2 < 0:
+                raise DecodeError(f"ConsumerGroupRegularExpressionValue.topics[]: invalid string length {n2}")
+            else:
+                end2 = pos + n2
+                if end2 > len(buf):
+                    raise DecodeError("ConsumerGroupRegularExpressionValue.topics[]: string runs past the end of the data")
+                item1 = str(buf[pos:end2], "utf-8")
+                pos = end2
+            items1.append(item1)
+        obj.topics = items1
+    obj.version, obj.timestamp = _unpack_qq(buf, pos)
+    pos += 16
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ConsumerGroupTargetAssignmentMemberKey v7
+def _enc_ConsumerGroupTargetAssignmentMemberKey_v7(out: bytearray, obj: ConsumerGroupTargetAssignmentMemberKey) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        raise EncodeError("ConsumerGroupTargetAssignmentMemberKey.group_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ConsumerGroupTargetAssignmentMemberKey.group_id is longer than 32767 bytes")
+        out += pack_i16(n1)
+        out += data1
+    v2 = obj.member_id
+    if v2 is None:
+        raise EncodeError("ConsumerGroupTargetAssignmentMemberKey.member_id is not nullable in this version")
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("ConsumerGroupTargetAssignmentMemberKey.member_id is longer than 32767 bytes")
+        out += pack_i16(n2)
+        out += data2
+
+
+# ConsumerGroupTargetAssignmentMemberKey v7
+def _dec_ConsumerGroupTargetAssignmentMemberKey_v7(buf: memoryview, pos: int) -> tuple[ConsumerGroupTargetAssignmentMemberKey, int]:
+    obj = new(_ConsumerGroupTargetAssignmentMemberKey)
+    n1 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        raise DecodeError(f"ConsumerGroupTargetAssignmentMemberKey.group_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ConsumerGroupTargetAssignmentMemberKey.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n2 < 0:
+        raise DecodeError(f"ConsumerGroupTargetAssignmentMemberKey.member_id: invalid string length {n2}")
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("ConsumerGroupTargetAssignmentMemberKey.member_id: string runs past the end of the data")
+        obj.member_id = str(buf[pos:end2], "utf-8")
+        pos = end2
+    obj.unknown_tagged_fields = None
+    return obj, pos
+
+
+# ConsumerGroupTargetAssignmentMemberValue.TopicPartition v0
+def _enc_ConsumerGroupTargetAssignmentMemberValue_TopicPartition_v0(out: bytearray, obj: ConsumerGroupTargetAssignmentMemberValue.TopicPartition) -> None:
+    out += obj.topic_id.bytes
+    v2 = obj.partitions
+    if v2 is None:
+        raise EncodeError("ConsumerGroupTargetAssignmentMemberValue.TopicPartition.partitions is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        if n2:
+            out += spack(f">{n2}i", *v2)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ConsumerGroupTargetAssignmentMemberValue.TopicPartition v0
+def _dec_ConsumerGroupTargetAssignmentMemberValue_TopicPartition_v0(buf: memoryview, pos: int) -> tuple[ConsumerGroupTargetAssignmentMemberValue.TopicPartition, int]:
+    obj = new(_ConsumerGroupTargetAssignmentMemberValue_TopicPartition)
+    obj.topic_id, pos = read_uuid(buf, pos)
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"ConsumerGroupTargetAssignmentMemberValue.TopicPartition.partitions: invalid array length {n2}")
+    else:
+        end2 = pos + n2 * 4
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("ConsumerGroupTargetAssignmentMemberValue.TopicPartition.partitions", n2, len(buf) - pos)
+        obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
+        pos = end2
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ConsumerGroupTargetAssignmentMemberValue v0
+def _enc_ConsumerGroupTargetAssignmentMemberValue_v0(out: bytearray, obj: ConsumerGroupTargetAssignmentMemberValue) -> None:
+    v1 = obj.topic_partitions
+    if v1 is None:
+        raise EncodeError("ConsumerGroupTargetAssignmentMemberValue.topic_partitions is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_ConsumerGroupTargetAssignmentMemberValue_TopicPartition_v0(out, item1)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ConsumerGroupTargetAssignmentMemberValue v0
+def _dec_ConsumerGroupTargetAssignmentMemberValue_v0(buf: memoryview, pos: int) -> tuple[ConsumerGroupTargetAssignmentMemberValue, int]:
+    obj = new(_ConsumerGroupTargetAssignmentMemberValue)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"ConsumerGroupTargetAssignmentMemberValue.topic_partitions: invalid array length {n1}")
+    else:
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerGroupTargetAssignmentMemberValue.topic_partitions", n1, len(buf) - pos)
+        items1: list[ConsumerGroupTargetAssignmentMemberValue.TopicPartition] = []
+        for _ in range(n1):
+            item1, pos = _dec_ConsumerGroupTargetAssignmentMemberValue_TopicPartition_v0(buf, pos)
+            items1.append(item1)
+        obj.topic_partitions = items1
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ConsumerGroupTargetAssignmentMetadataKey v6
+def _enc_ConsumerGroupTargetAssignmentMetadataKey_v6(out: bytearray, obj: ConsumerGroupTargetAssignmentMetadataKey) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        raise EncodeError("ConsumerGroupTargetAssignmentMetadataKey.group_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ConsumerGroupTargetAssignmentMetadataKey.group_id is longer than 32767 bytes")
+        out += pack_i16(n1)
+        out += data1
+
+
+# ConsumerGroupTargetAssignmentMetadataKey v6
+def _dec_ConsumerGroupTargetAssignmentMetadataKey_v6(buf: memoryview, pos: int) -> tuple[ConsumerGroupTargetAssignmentMetadataKey, int]:
+    obj = new(_ConsumerGroupTargetAssignmentMetadataKey)
+    n1 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        raise DecodeError(f"ConsumerGroupTargetAssignmentMetadataKey.group_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ConsumerGroupTargetAssignmentMetadataKey.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    obj.unknown_tagged_fields = None
+    return obj, pos
+
+
+# ConsumerGroupTargetAssignmentMetadataValue v0
+def _enc_ConsumerGroupTargetAssignmentMetadataValue_v0(out: bytearray, obj: ConsumerGroupTargetAssignmentMetadataValue) -> None:
+    out += _pack_i(obj.assignment_epoch)
+    if obj.unknown_tagged_fields or obj.assignment_timestamp != 0:
+        _enc_ConsumerGroupTargetAssignmentMetadataValue_v0_tagged(out, obj)
+    else:
+        out.append(0)
+
+
+def _enc_ConsumerGroupTargetAssignmentMetadataValue_v0_tagged(out: bytearray, obj: ConsumerGroupTargetAssignmentMetadataValue) -> None:
+    fields: list[tuple[int, bytes | bytearray]] = []
+    if obj.assignment_timestamp != 0:
+        body = bytearray()
+        body += _pack_q(obj.assignment_timestamp)
+        fields.append((0, body))
+    write_tagged(out, fields, obj.unknown_tagged_fields)
+
+
+# ConsumerGroupTargetAssignmentMetadataValue v0
+def _dec_ConsumerGroupTargetAssignmentMetadataValue_v0(buf: memoryview, pos: int) -> tuple[ConsumerGroupTargetAssignmentMetadataValue, int]:
+    obj = new(_ConsumerGroupTargetAssignmentMetadataValue)
+    (obj.assignment_epoch,) = _unpack_i(buf, pos)
+    pos += 4
+    if buf[pos] == 0:
+        obj.assignment_timestamp = 0
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        pos = _dec_ConsumerGroupTargetAssignmentMetadataValue_v0_tagged(buf, pos, obj)
+    return obj, pos
+
+
+def _dec_ConsumerGroupTargetAssignmentMetadataValue_v0_tagged(buf: memoryview, pos: int, obj: ConsumerGroupTargetAssignmentMetadataValue) -> int:
+    count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
+    obj.assignment_timestamp = 0
+    unknown: list[tuple[int, bytes]] | None = None
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        end = pos + size
+        if end > len(buf):
+            raise DecodeError(f"tagged field {tag} runs past the end of the data")
+        if tag == 0:
+            sub = buf[:end]
+            start = pos
+            (obj.assignment_timestamp,) = _unpack_q(sub, pos)
+            pos += 8
+            if pos != end:
+                raise DecodeError(f"tagged field {tag} has size {size} but its value took {pos - start} bytes")
+        else:
+            if unknown is None:
+                unknown = []
+            unknown.append((tag, bytes(buf[pos:end])))
+        pos = end
+    obj.unknown_tagged_fields = unknown
+    return pos
 
 
 # GroupMetadataKey v2
@@ -347,8 +1781,8 @@ def _dec_GroupMetadataValue_v0(buf: memoryview, pos: int) -> tuple[GroupMetadata
     if n4 < 0:
         raise DecodeError(f"GroupMetadataValue.members: invalid array length {n4}")
     else:
-        if n4 * 9 > len(buf) - pos:
-            raise DecodeError(f"GroupMetadataValue.members: array of {n4} elements runs past the end of the data")
+        if n4 * 9 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("GroupMetadataValue.members", n4, len(buf) - pos)
         items4: list[GroupMetadataValue.MemberMetadata] = []
         for _ in range(n4):
             item4, pos = _dec_GroupMetadataValue_MemberMetadata_v0(buf, pos)
@@ -559,8 +1993,8 @@ def _dec_GroupMetadataValue_v1(buf: memoryview, pos: int) -> tuple[GroupMetadata
     if n4 < 0:
         raise DecodeError(f"GroupMetadataValue.members: invalid array length {n4}")
     else:
-        if n4 * 13 > len(buf) - pos:
-            raise DecodeError(f"GroupMetadataValue.members: array of {n4} elements runs past the end of the data")
+        if n4 * 13 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("GroupMetadataValue.members", n4, len(buf) - pos)
         items4: list[GroupMetadataValue.MemberMetadata] = []
         for _ in range(n4):
             item4, pos = _dec_GroupMetadataValue_MemberMetadata_v1(buf, pos)
@@ -661,8 +2095,8 @@ def _dec_GroupMetadataValue_v2(buf: memoryview, pos: int) -> tuple[GroupMetadata
     if n4 < 0:
         raise DecodeError(f"GroupMetadataValue.members: invalid array length {n4}")
     else:
-        if n4 * 13 > len(buf) - pos:
-            raise DecodeError(f"GroupMetadataValue.members: array of {n4} elements runs past the end of the data")
+        if n4 * 13 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("GroupMetadataValue.members", n4, len(buf) - pos)
         items4: list[GroupMetadataValue.MemberMetadata] = []
         for _ in range(n4):
             item4, pos = _dec_GroupMetadataValue_MemberMetadata_v1(buf, pos)
@@ -896,8 +2330,8 @@ def _dec_GroupMetadataValue_v3(buf: memoryview, pos: int) -> tuple[GroupMetadata
     if n4 < 0:
         raise DecodeError(f"GroupMetadataValue.members: invalid array length {n4}")
     else:
-        if n4 * 14 > len(buf) - pos:
-            raise DecodeError(f"GroupMetadataValue.members: array of {n4} elements runs past the end of the data")
+        if n4 * 14 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("GroupMetadataValue.members", n4, len(buf) - pos)
         items4: list[GroupMetadataValue.MemberMetadata] = []
         for _ in range(n4):
             item4, pos = _dec_GroupMetadataValue_MemberMetadata_v3(buf, pos)
@@ -1235,8 +2669,8 @@ def _dec_GroupMetadataValue_v4(buf: memoryview, pos: int) -> tuple[GroupMetadata
     if n4 < 0:
         raise DecodeError(f"GroupMetadataValue.members: invalid array length {n4}")
     else:
-        if n4 * 15 > len(buf) - pos:
-            raise DecodeError(f"GroupMetadataValue.members: array of {n4} elements runs past the end of the data")
+        if n4 * 15 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("GroupMetadataValue.members", n4, len(buf) - pos)
         items4: list[GroupMetadataValue.MemberMetadata] = []
         for _ in range(n4):
             item4, pos = _dec_GroupMetadataValue_MemberMetadata_v4(buf, pos)
@@ -1247,6 +2681,97 @@ def _dec_GroupMetadataValue_v4(buf: memoryview, pos: int) -> tuple[GroupMetadata
         pos += 1
     else:
         obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# LegacyOffsetCommitKey v0
+def _enc_LegacyOffsetCommitKey_v0(out: bytearray, obj: LegacyOffsetCommitKey) -> None:
+    v1 = obj.group
+    if v1 is None:
+        raise EncodeError("LegacyOffsetCommitKey.group is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("LegacyOffsetCommitKey.group is longer than 32767 bytes")
+        out += pack_i16(n1)
+        out += data1
+    v2 = obj.topic
+    if v2 is None:
+        raise EncodeError("LegacyOffsetCommitKey.topic is not nullable in this version")
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("LegacyOffsetCommitKey.topic is longer than 32767 bytes")
+        out += pack_i16(n2)
+        out += data2
+    out += _pack_i(obj.partition)
+
+
+# LegacyOffsetCommitKey v0
+def _dec_LegacyOffsetCommitKey_v0(buf: memoryview, pos: int) -> tuple[LegacyOffsetCommitKey, int]:
+    obj = new(_LegacyOffsetCommitKey)
+    n1 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        raise DecodeError(f"LegacyOffsetCommitKey.group: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("LegacyOffsetCommitKey.group: string runs past the end of the data")
+        obj.group = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n2 < 0:
+        raise DecodeError(f"LegacyOffsetCommitKey.topic: invalid string length {n2}")
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("LegacyOffsetCommitKey.topic: string runs past the end of the data")
+        obj.topic = str(buf[pos:end2], "utf-8")
+        pos = end2
+    (obj.partition,) = _unpack_i(buf, pos)
+    pos += 4
+    obj.unknown_tagged_fields = None
+    return obj, pos
+
+
+# LegacyOffsetCommitValue v0
+def _enc_LegacyOffsetCommitValue_v0(out: bytearray, obj: LegacyOffsetCommitValue) -> None:
+    out += _pack_q(obj.offset)
+    v1 = obj.metadata
+    if v1 is None:
+        raise EncodeError("LegacyOffsetCommitValue.metadata is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("LegacyOffsetCommitValue.metadata is longer than 32767 bytes")
+        out += pack_i16(n1)
+        out += data1
+    out += _pack_q(obj.commit_timestamp)
+
+
+# LegacyOffsetCommitValue v0
+def _dec_LegacyOffsetCommitValue_v0(buf: memoryview, pos: int) -> tuple[LegacyOffsetCommitValue, int]:
+    obj = new(_LegacyOffsetCommitValue)
+    (obj.offset,) = _unpack_q(buf, pos)
+    pos += 8
+    n1 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        raise DecodeError(f"LegacyOffsetCommitValue.metadata: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("LegacyOffsetCommitValue.metadata: string runs past the end of the data")
+        obj.metadata = str(buf[pos:end1], "utf-8")
+        pos = end1
+    (obj.commit_timestamp,) = _unpack_q(buf, pos)
+    pos += 8
+    obj.unknown_tagged_fields = None
     return obj, pos
 
 
@@ -1339,6 +2864,7 @@ def _dec_OffsetCommitValue_v0(buf: memoryview, pos: int) -> tuple[OffsetCommitVa
     pos += 8
     obj.leader_epoch = -1
     obj.expire_timestamp = -1
+    obj.topic_id = ZERO_UUID
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -1377,6 +2903,7 @@ def _dec_OffsetCommitValue_v1(buf: memoryview, pos: int) -> tuple[OffsetCommitVa
     obj.commit_timestamp, obj.expire_timestamp = _unpack_qq(buf, pos)
     pos += 16
     obj.leader_epoch = -1
+    obj.topic_id = ZERO_UUID
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -1415,6 +2942,7 @@ def _dec_OffsetCommitValue_v3(buf: memoryview, pos: int) -> tuple[OffsetCommitVa
     (obj.commit_timestamp,) = _unpack_q(buf, pos)
     pos += 8
     obj.expire_timestamp = -1
+    obj.topic_id = ZERO_UUID
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -1436,10 +2964,19 @@ def _enc_OffsetCommitValue_v4(out: bytearray, obj: OffsetCommitValue) -> None:
             write_uvarint(out, n1 + 1)
         out += data1
     out += _pack_q(obj.commit_timestamp)
-    if obj.unknown_tagged_fields:
-        write_tagged(out, [], obj.unknown_tagged_fields)
+    if obj.unknown_tagged_fields or obj.topic_id != ZERO_UUID:
+        _enc_OffsetCommitValue_v4_tagged(out, obj)
     else:
         out.append(0)
+
+
+def _enc_OffsetCommitValue_v4_tagged(out: bytearray, obj: OffsetCommitValue) -> None:
+    fields: list[tuple[int, bytes | bytearray]] = []
+    if obj.topic_id != ZERO_UUID:
+        body = bytearray()
+        body += obj.topic_id.bytes
+        fields.append((0, body))
+    write_tagged(out, fields, obj.unknown_tagged_fields)
 
 
 # OffsetCommitValue v4
@@ -1465,6 +3002,392 @@ def _dec_OffsetCommitValue_v4(buf: memoryview, pos: int) -> tuple[OffsetCommitVa
     (obj.commit_timestamp,) = _unpack_q(buf, pos)
     pos += 8
     obj.expire_timestamp = -1
+    if buf[pos] == 0:
+        obj.topic_id = ZERO_UUID
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        pos = _dec_OffsetCommitValue_v4_tagged(buf, pos, obj)
+    return obj, pos
+
+
+def _dec_OffsetCommitValue_v4_tagged(buf: memoryview, pos: int, obj: OffsetCommitValue) -> int:
+    count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
+    obj.topic_id = ZERO_UUID
+    unknown: list[tuple[int, bytes]] | None = None
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        end = pos + size
+        if end > len(buf):
+            raise DecodeError(f"tagged field {tag} runs past the end of the data")
+        if tag == 0:
+            sub = buf[:end]
+            start = pos
+            obj.topic_id, pos = read_uuid(sub, pos)
+            if pos != end:
+                raise DecodeError(f"tagged field {tag} has size {size} but its value took {pos - start} bytes")
+        else:
+            if unknown is None:
+                unknown = []
+            unknown.append((tag, bytes(buf[pos:end])))
+        pos = end
+    obj.unknown_tagged_fields = unknown
+    return pos
+
+
+# ShareGroupCurrentMemberAssignmentKey v14
+def _enc_ShareGroupCurrentMemberAssignmentKey_v14(out: bytearray, obj: ShareGroupCurrentMemberAssignmentKey) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        raise EncodeError("ShareGroupCurrentMemberAssignmentKey.group_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ShareGroupCurrentMemberAssignmentKey.group_id is longer than 32767 bytes")
+        out += pack_i16(n1)
+        out += data1
+    v2 = obj.member_id
+    if v2 is None:
+        raise EncodeError("ShareGroupCurrentMemberAssignmentKey.member_id is not nullable in this version")
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("ShareGroupCurrentMemberAssignmentKey.member_id is longer than 32767 bytes")
+        out += pack_i16(n2)
+        out += data2
+
+
+# ShareGroupCurrentMemberAssignmentKey v14
+def _dec_ShareGroupCurrentMemberAssignmentKey_v14(buf: memoryview, pos: int) -> tuple[ShareGroupCurrentMemberAssignmentKey, int]:
+    obj = new(_ShareGroupCurrentMemberAssignmentKey)
+    n1 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        raise DecodeError(f"ShareGroupCurrentMemberAssignmentKey.group_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ShareGroupCurrentMemberAssignmentKey.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n2 < 0:
+        raise DecodeError(f"ShareGroupCurrentMemberAssignmentKey.member_id: invalid string length {n2}")
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("ShareGroupCurrentMemberAssignmentKey.member_id: string runs past the end of the data")
+        obj.member_id = str(buf[pos:end2], "utf-8")
+        pos = end2
+    obj.unknown_tagged_fields = None
+    return obj, pos
+
+
+# ShareGroupCurrentMemberAssignmentValue.TopicPartitions v0
+def _enc_ShareGroupCurrentMemberAssignmentValue_TopicPartitions_v0(out: bytearray, obj: ShareGroupCurrentMemberAssignmentValue.TopicPartitions) -> None:
+    out += obj.topic_id.bytes
+    v2 = obj.partitions
+    if v2 is None:
+        raise EncodeError("ShareGroupCurrentMemberAssignmentValue.TopicPartitions.partitions is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        if n2:
+            out += spack(f">{n2}i", *v2)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ShareGroupCurrentMemberAssignmentValue.TopicPartitions v0
+def _dec_ShareGroupCurrentMemberAssignmentValue_TopicPartitions_v0(buf: memoryview, pos: int) -> tuple[ShareGroupCurrentMemberAssignmentValue.TopicPartitions, int]:
+    obj = new(_ShareGroupCurrentMemberAssignmentValue_TopicPartitions)
+    obj.topic_id, pos = read_uuid(buf, pos)
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"ShareGroupCurrentMemberAssignmentValue.TopicPartitions.partitions: invalid array length {n2}")
+    else:
+        end2 = pos + n2 * 4
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("ShareGroupCurrentMemberAssignmentValue.TopicPartitions.partitions", n2, len(buf) - pos)
+        obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
+        pos = end2
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ShareGroupCurrentMemberAssignmentValue v0
+def _enc_ShareGroupCurrentMemberAssignmentValue_v0(out: bytearray, obj: ShareGroupCurrentMemberAssignmentValue) -> None:
+    out += _pack_iib(obj.member_epoch, obj.previous_member_epoch, obj.state)
+    v1 = obj.assigned_partitions
+    if v1 is None:
+        raise EncodeError("ShareGroupCurrentMemberAssignmentValue.assigned_partitions is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_ShareGroupCurrentMemberAssignmentValue_TopicPartitions_v0(out, item1)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ShareGroupCurrentMemberAssignmentValue v0
+def _dec_ShareGroupCurrentMemberAssignmentValue_v0(buf: memoryview, pos: int) -> tuple[ShareGroupCurrentMemberAssignmentValue, int]:
+    obj = new(_ShareGroupCurrentMemberAssignmentValue)
+    obj.member_epoch, obj.previous_member_epoch, obj.state = _unpack_iib(buf, pos)
+    pos += 9
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"ShareGroupCurrentMemberAssignmentValue.assigned_partitions: invalid array length {n1}")
+    else:
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ShareGroupCurrentMemberAssignmentValue.assigned_partitions", n1, len(buf) - pos)
+        items1: list[ShareGroupCurrentMemberAssignmentValue.TopicPartitions] = []
+        for _ in range(n1):
+            item1, pos = _dec_ShareGroupCurrentMemberAssignmentValue_TopicPartitions_v0(buf, pos)
+            items1.append(item1)
+        obj.assigned_partitions = items1
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ShareGroupMemberMetadataKey v10
+def _enc_ShareGroupMemberMetadataKey_v10(out: bytearray, obj: ShareGroupMemberMetadataKey) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        raise EncodeError("ShareGroupMemberMetadataKey.group_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ShareGroupMemberMetadataKey.group_id is longer than 32767 bytes")
+        out += pack_i16(n1)
+        out += data1
+    v2 = obj.member_id
+    if v2 is None:
+        raise EncodeError("ShareGroupMemberMetadataKey.member_id is not nullable in this version")
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("ShareGroupMemberMetadataKey.member_id is longer than 32767 bytes")
+        out += pack_i16(n2)
+        out += data2
+
+
+# ShareGroupMemberMetadataKey v10
+def _dec_ShareGroupMemberMetadataKey_v10(buf: memoryview, pos: int) -> tuple[ShareGroupMemberMetadataKey, int]:
+    obj = new(_ShareGroupMemberMetadataKey)
+    n1 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        raise DecodeError(f"ShareGroupMemberMetadataKey.group_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ShareGroupMemberMetadataKey.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n2 < 0:
+        raise DecodeError(f"ShareGroupMemberMetadataKey.member_id: invalid string length {n2}")
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("ShareGroupMemberMetadataKey.member_id: string runs past the end of the data")
+        obj.member_id = str(buf[pos:end2], "utf-8")
+        pos = end2
+    obj.unknown_tagged_fields = None
+    return obj, pos
+
+
+# ShareGroupMemberMetadataValue v0
+def _enc_ShareGroupMemberMetadataValue_v0(out: bytearray, obj: ShareGroupMemberMetadataValue) -> None:
+    v1 = obj.rack_id
+    if v1 is None:
+        out.append(0)
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ShareGroupMemberMetadataValue.rack_id is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    v2 = obj.client_id
+    if v2 is None:
+        raise EncodeError("ShareGroupMemberMetadataValue.client_id is not nullable in this version")
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("ShareGroupMemberMetadataValue.client_id is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    v3 = obj.client_host
+    if v3 is None:
+        raise EncodeError("ShareGroupMemberMetadataValue.client_host is not nullable in this version")
+    else:
+        data3 = v3.encode("utf-8")
+        n3 = len(data3)
+        if n3 > 0x7FFF:
+            raise EncodeError("ShareGroupMemberMetadataValue.client_host is longer than 32767 bytes")
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        out += data3
+    v4 = obj.subscribed_topic_names
+    if v4 is None:
+        raise EncodeError("ShareGroupMemberMetadataValue.subscribed_topic_names is not nullable in this version")
+    else:
+        n4 = len(v4)
+        if n4 < 0x7F:
+            out.append(n4 + 1)
+        else:
+            write_uvarint(out, n4 + 1)
+        for item4 in v4:
+            v5 = item4
+            if v5 is None:
+                raise EncodeError("ShareGroupMemberMetadataValue.subscribed_topic_names[] is not nullable in this version")
+            else:
+                data5 = v5.encode("utf-8")
+                n5 = len(data5)
+                if n5 > 0x7FFF:
+                    raise EncodeError("ShareGroupMemberMetadataValue.subscribed_topic_names[] is longer than 32767 bytes")
+                if n5 < 0x7F:
+                    out.append(n5 + 1)
+                else:
+                    write_uvarint(out, n5 + 1)
+                out += data5
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ShareGroupMemberMetadataValue v0
+def _dec_ShareGroupMemberMetadataValue_v0(buf: memoryview, pos: int) -> tuple[ShareGroupMemberMetadataValue, int]:
+    obj = new(_ShareGroupMemberMetadataValue)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        if n1 != -1:
+            raise DecodeError(f"ShareGroupMemberMetadataValue.rack_id: invalid string length {n1}")
+        obj.rack_id = None
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ShareGroupMemberMetadataValue.rack_id: string runs past the end of the data")
+        obj.rack_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"ShareGroupMemberMetadataValue.client_id: invalid string length {n2}")
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("ShareGroupMemberMetadataValue.client_id: string runs past the end of the data")
+        obj.client_id = str(buf[pos:end2], "utf-8")
+        pos = end2
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        raise DecodeError(f"ShareGroupMemberMetadataValue.client_host: invalid string length {n3}")
+    else:
+        end3 = pos + n3
+        if end3 > len(buf):
+            raise DecodeError("ShareGroupMemberMetadataValue.client_host: string runs past the end of the data")
+        obj.client_host = str(buf[pos:end3], "utf-8")
+        pos = end3
+    n4 = buf[pos]
+    if n4 < 0x80:
+        n4 -= 1
+        pos += 1
+    else:
+        n4, pos = read_uvarint(buf, pos)
+        n4 -= 1
+    if n4 < 0:
+        raise DecodeError(f"ShareGroupMemberMetadataValue.subscribed_topic_names: invalid array length {n4}")
+    else:
+        if n4 * 1 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("ShareGroupMemberMetadataValue.subscribed_topic_names", n4, len(buf) - pos)
+        items4: list[str] = []
+        for _ in range(n4):
+            n5 = buf[pos]
+            if n5 < 0x80:
+                n5 -= 1
+                pos += 1
+            else:
+                n5, pos = read_uvarint(buf, pos)
+                n5 -= 1
+            if n5 < 0:
+                raise DecodeError(f"ShareGroupMemberMetadataValue.subscribed_topic_names[]: invalid string length {n5}")
+            else:
+                end5 = pos + n5
+                if end5 > len(buf):
+                    raise DecodeError("ShareGroupMemberMetadataValue.subscribed_topic_names[]: string runs past the end of the data")
+                item4 = str(buf[pos:end5], "utf-8")
+                pos = end5
+            items4.append(item4)
+        obj.subscribed_topic_names = items4
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -1506,7 +3429,7 @@ def _dec_ShareGroupMetadataKey_v11(buf: memoryview, pos: int) -> tuple[ShareGrou
 
 # ShareGroupMetadataValue v0
 def _enc_ShareGroupMetadataValue_v0(out: bytearray, obj: ShareGroupMetadataValue) -> None:
-    out += _pack_i(obj.epoch)
+    out += _pack_iq(obj.epoch, obj.metadata_hash)
     if obj.unknown_tagged_fields:
         write_tagged(out, [], obj.unknown_tagged_fields)
     else:
@@ -1516,8 +3439,2726 @@ def _enc_ShareGroupMetadataValue_v0(out: bytearray, obj: ShareGroupMetadataValue
 # ShareGroupMetadataValue v0
 def _dec_ShareGroupMetadataValue_v0(buf: memoryview, pos: int) -> tuple[ShareGroupMetadataValue, int]:
     obj = new(_ShareGroupMetadataValue)
+    obj.epoch, obj.metadata_hash = _unpack_iq(buf, pos)
+    pos += 12
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ShareGroupStatePartitionMetadataKey v15
+def _enc_ShareGroupStatePartitionMetadataKey_v15(out: bytearray, obj: ShareGroupStatePartitionMetadataKey) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        raise EncodeError("ShareGroupStatePartitionMetadataKey.group_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ShareGroupStatePartitionMetadataKey.group_id is longer than 32767 bytes")
+        out += pack_i16(n1)
+        out += data1
+
+
+# ShareGroupStatePartitionMetadataKey v15
+def _dec_ShareGroupStatePartitionMetadataKey_v15(buf: memoryview, pos: int) -> tuple[ShareGroupStatePartitionMetadataKey, int]:
+    obj = new(_ShareGroupStatePartitionMetadataKey)
+    n1 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        raise DecodeError(f"ShareGroupStatePartitionMetadataKey.group_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ShareGroupStatePartitionMetadataKey.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    obj.unknown_tagged_fields = None
+    return obj, pos
+
+
+# ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo v0
+def _enc_ShareGroupStatePartitionMetadataValue_TopicPartitionsInfo_v0(out: bytearray, obj: ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo) -> None:
+    out += obj.topic_id.bytes
+    v2 = obj.topic_name
+    if v2 is None:
+        raise EncodeError("ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.topic_name is not nullable in this version")
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.topic_name is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    v3 = obj.partitions
+    if v3 is None:
+        raise EncodeError("ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.partitions is not nullable in this version")
+    else:
+        n3 = len(v3)
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        if n3:
+            out += spack(f">{n3}i", *v3)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo v0
+def _dec_ShareGroupStatePartitionMetadataValue_TopicPartitionsInfo_v0(buf: memoryview, pos: int) -> tuple[ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo, int]:
+    obj = new(_ShareGroupStatePartitionMetadataValue_TopicPartitionsInfo)
+    obj.topic_id, pos = read_uuid(buf, pos)
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.topic_name: invalid string length {n2}")
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.topic_name: string runs past the end of the data")
+        obj.topic_name = str(buf[pos:end2], "utf-8")
+        pos = end2
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        raise DecodeError(f"ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.partitions: invalid array length {n3}")
+    else:
+        end3 = pos + n3 * 4
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.partitions", n3, len(buf) - pos)
+        obj.partitions = list(sunpack(f">{n3}i", buf, pos)) if n3 else []
+        pos = end3
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ShareGroupStatePartitionMetadataValue.TopicInfo v0
+def _enc_ShareGroupStatePartitionMetadataValue_TopicInfo_v0(out: bytearray, obj: ShareGroupStatePartitionMetadataValue.TopicInfo) -> None:
+    out += obj.topic_id.bytes
+    v2 = obj.topic_name
+    if v2 is None:
+        raise EncodeError("ShareGroupStatePartitionMetadataValue.TopicInfo.topic_name is not nullable in this version")
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("ShareGroupStatePartitionMetadataValue.TopicInfo.topic_name is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ShareGroupStatePartitionMetadataValue.TopicInfo v0
+def _dec_ShareGroupStatePartitionMetadataValue_TopicInfo_v0(buf: memoryview, pos: int) -> tuple[ShareGroupStatePartitionMetadataValue.TopicInfo, int]:
+    obj = new(_ShareGroupStatePartitionMetadataValue_TopicInfo)
+    obj.topic_id, pos = read_uuid(buf, pos)
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"ShareGroupStatePartitionMetadataValue.TopicInfo.topic_name: invalid string length {n2}")
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("ShareGroupStatePartitionMetadataValue.TopicInfo.topic_name: string runs past the end of the data")
+        obj.topic_name = str(buf[pos:end2], "utf-8")
+        pos = end2
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ShareGroupStatePartitionMetadataValue v0
+def _enc_ShareGroupStatePartitionMetadataValue_v0(out: bytearray, obj: ShareGroupStatePartitionMetadataValue) -> None:
+    v1 = obj.initializing_topics
+    if v1 is None:
+        raise EncodeError("ShareGroupStatePartitionMetadataValue.initializing_topics is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_ShareGroupStatePartitionMetadataValue_TopicPartitionsInfo_v0(out, item1)
+    v2 = obj.initialized_topics
+    if v2 is None:
+        raise EncodeError("ShareGroupStatePartitionMetadataValue.initialized_topics is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_ShareGroupStatePartitionMetadataValue_TopicPartitionsInfo_v0(out, item2)
+    v3 = obj.deleting_topics
+    if v3 is None:
+        raise EncodeError("ShareGroupStatePartitionMetadataValue.deleting_topics is not nullable in this version")
+    else:
+        n3 = len(v3)
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        for item3 in v3:
+            _enc_ShareGroupStatePartitionMetadataValue_TopicInfo_v0(out, item3)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ShareGroupStatePartitionMetadataValue v0
+def _dec_ShareGroupStatePartitionMetadataValue_v0(buf: memoryview, pos: int) -> tuple[ShareGroupStatePartitionMetadataValue, int]:
+    obj = new(_ShareGroupStatePartitionMetadataValue)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"ShareGroupStatePartitionMetadataValue.initializing_topics: invalid array length {n1}")
+    else:
+        if n1 * 19 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ShareGroupStatePartitionMetadataValue.initializing_topics", n1, len(buf) - pos)
+        items1: list[ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo] = []
+        for _ in range(n1):
+            item1, pos = _dec_ShareGroupStatePartitionMetadataValue_TopicPartitionsInfo_v0(buf, pos)
+            items1.append(item1)
+        obj.initializing_topics = items1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"ShareGroupStatePartitionMetadataValue.initialized_topics: invalid array length {n2}")
+    else:
+        if n2 * 19 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ShareGroupStatePartitionMetadataValue.initialized_topics", n2, len(buf) - pos)
+        items2: list[ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo] = []
+        for _ in range(n2):
+            item2, pos = _dec_ShareGroupStatePartitionMetadataValue_TopicPartitionsInfo_v0(buf, pos)
+            items2.append(item2)
+        obj.initialized_topics = items2
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        raise DecodeError(f"ShareGroupStatePartitionMetadataValue.deleting_topics: invalid array length {n3}")
+    else:
+        if n3 * 18 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("ShareGroupStatePartitionMetadataValue.deleting_topics", n3, len(buf) - pos)
+        items3: list[ShareGroupStatePartitionMetadataValue.TopicInfo] = []
+        for _ in range(n3):
+            item3, pos = _dec_ShareGroupStatePartitionMetadataValue_TopicInfo_v0(buf, pos)
+            items3.append(item3)
+        obj.deleting_topics = items3
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ShareGroupTargetAssignmentMemberKey v13
+def _enc_ShareGroupTargetAssignmentMemberKey_v13(out: bytearray, obj: ShareGroupTargetAssignmentMemberKey) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        raise EncodeError("ShareGroupTargetAssignmentMemberKey.group_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ShareGroupTargetAssignmentMemberKey.group_id is longer than 32767 bytes")
+        out += pack_i16(n1)
+        out += data1
+    v2 = obj.member_id
+    if v2 is None:
+        raise EncodeError("ShareGroupTargetAssignmentMemberKey.member_id is not nullable in this version")
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("ShareGroupTargetAssignmentMemberKey.member_id is longer than 32767 bytes")
+        out += pack_i16(n2)
+        out += data2
+
+
+# ShareGroupTargetAssignmentMemberKey v13
+def _dec_ShareGroupTargetAssignmentMemberKey_v13(buf: memoryview, pos: int) -> tuple[ShareGroupTargetAssignmentMemberKey, int]:
+    obj = new(_ShareGroupTargetAssignmentMemberKey)
+    n1 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        raise DecodeError(f"ShareGroupTargetAssignmentMemberKey.group_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ShareGroupTargetAssignmentMemberKey.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n2 < 0:
+        raise DecodeError(f"ShareGroupTargetAssignmentMemberKey.member_id: invalid string length {n2}")
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("ShareGroupTargetAssignmentMemberKey.member_id: string runs past the end of the data")
+        obj.member_id = str(buf[pos:end2], "utf-8")
+        pos = end2
+    obj.unknown_tagged_fields = None
+    return obj, pos
+
+
+# ShareGroupTargetAssignmentMemberValue.TopicPartition v0
+def _enc_ShareGroupTargetAssignmentMemberValue_TopicPartition_v0(out: bytearray, obj: ShareGroupTargetAssignmentMemberValue.TopicPartition) -> None:
+    out += obj.topic_id.bytes
+    v2 = obj.partitions
+    if v2 is None:
+        raise EncodeError("ShareGroupTargetAssignmentMemberValue.TopicPartition.partitions is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        if n2:
+            out += spack(f">{n2}i", *v2)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ShareGroupTargetAssignmentMemberValue.TopicPartition v0
+def _dec_ShareGroupTargetAssignmentMemberValue_TopicPartition_v0(buf: memoryview, pos: int) -> tuple[ShareGroupTargetAssignmentMemberValue.TopicPartition, int]:
+    obj = new(_ShareGroupTargetAssignmentMemberValue_TopicPartition)
+    obj.topic_id, pos = read_uuid(buf, pos)
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"ShareGroupTargetAssignmentMemberValue.TopicPartition.partitions: invalid array length {n2}")
+    else:
+        end2 = pos + n2 * 4
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("ShareGroupTargetAssignmentMemberValue.TopicPartition.partitions", n2, len(buf) - pos)
+        obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
+        pos = end2
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ShareGroupTargetAssignmentMemberValue v0
+def _enc_ShareGroupTargetAssignmentMemberValue_v0(out: bytearray, obj: ShareGroupTargetAssignmentMemberValue) -> None:
+    v1 = obj.topic_partitions
+    if v1 is None:
+        raise EncodeError("ShareGroupTargetAssignmentMemberValue.topic_partitions is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_ShareGroupTargetAssignmentMemberValue_TopicPartition_v0(out, item1)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ShareGroupTargetAssignmentMemberValue v0
+def _dec_ShareGroupTargetAssignmentMemberValue_v0(buf: memoryview, pos: int) -> tuple[ShareGroupTargetAssignmentMemberValue, int]:
+    obj = new(_ShareGroupTargetAssignmentMemberValue)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"ShareGroupTargetAssignmentMemberValue.topic_partitions: invalid array length {n1}")
+    else:
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ShareGroupTargetAssignmentMemberValue.topic_partitions", n1, len(buf) - pos)
+        items1: list[ShareGroupTargetAssignmentMemberValue.TopicPartition] = []
+        for _ in range(n1):
+            item1, pos = _dec_ShareGroupTargetAssignmentMemberValue_TopicPartition_v0(buf, pos)
+            items1.append(item1)
+        obj.topic_partitions = items1
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ShareGroupTargetAssignmentMetadataKey v12
+def _enc_ShareGroupTargetAssignmentMetadataKey_v12(out: bytearray, obj: ShareGroupTargetAssignmentMetadataKey) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        raise EncodeError("ShareGroupTargetAssignmentMetadataKey.group_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ShareGroupTargetAssignmentMetadataKey.group_id is longer than 32767 bytes")
+        out += pack_i16(n1)
+        out += data1
+
+
+# ShareGroupTargetAssignmentMetadataKey v12
+def _dec_ShareGroupTargetAssignmentMetadataKey_v12(buf: memoryview, pos: int) -> tuple[ShareGroupTargetAssignmentMetadataKey, int]:
+    obj = new(_ShareGroupTargetAssignmentMetadataKey)
+    n1 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        raise DecodeError(f"ShareGroupTargetAssignmentMetadataKey.group_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ShareGroupTargetAssignmentMetadataKey.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    obj.unknown_tagged_fields = None
+    return obj, pos
+
+
+# ShareGroupTargetAssignmentMetadataValue v0
+def _enc_ShareGroupTargetAssignmentMetadataValue_v0(out: bytearray, obj: ShareGroupTargetAssignmentMetadataValue) -> None:
+    out += _pack_i(obj.assignment_epoch)
+    if obj.unknown_tagged_fields or obj.assignment_timestamp != 0:
+        _enc_ShareGroupTargetAssignmentMetadataValue_v0_tagged(out, obj)
+    else:
+        out.append(0)
+
+
+def _enc_ShareGroupTargetAssignmentMetadataValue_v0_tagged(out: bytearray, obj: ShareGroupTargetAssignmentMetadataValue) -> None:
+    fields: list[tuple[int, bytes | bytearray]] = []
+    if obj.assignment_timestamp != 0:
+        body = bytearray()
+        body += _pack_q(obj.assignment_timestamp)
+        fields.append((0, body))
+    write_tagged(out, fields, obj.unknown_tagged_fields)
+
+
+# ShareGroupTargetAssignmentMetadataValue v0
+def _dec_ShareGroupTargetAssignmentMetadataValue_v0(buf: memoryview, pos: int) -> tuple[ShareGroupTargetAssignmentMetadataValue, int]:
+    obj = new(_ShareGroupTargetAssignmentMetadataValue)
+    (obj.assignment_epoch,) = _unpack_i(buf, pos)
+    pos += 4
+    if buf[pos] == 0:
+        obj.assignment_timestamp = 0
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        pos = _dec_ShareGroupTargetAssignmentMetadataValue_v0_tagged(buf, pos, obj)
+    return obj, pos
+
+
+def _dec_ShareGroupTargetAssignmentMetadataValue_v0_tagged(buf: memoryview, pos: int, obj: ShareGroupTargetAssignmentMetadataValue) -> int:
+    count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
+    obj.assignment_timestamp = 0
+    unknown: list[tuple[int, bytes]] | None = None
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        end = pos + size
+        if end > len(buf):
+            raise DecodeError(f"tagged field {tag} runs past the end of the data")
+        if tag == 0:
+            sub = buf[:end]
+            start = pos
+            (obj.assignment_timestamp,) = _unpack_q(sub, pos)
+            pos += 8
+            if pos != end:
+                raise DecodeError(f"tagged field {tag} has size {size} but its value took {pos - start} bytes")
+        else:
+            if unknown is None:
+                unknown = []
+            unknown.append((tag, bytes(buf[pos:end])))
+        pos = end
+    obj.unknown_tagged_fields = unknown
+    return pos
+
+
+# ShareSnapshotKey v0
+def _enc_ShareSnapshotKey_v0(out: bytearray, obj: ShareSnapshotKey) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        raise EncodeError("ShareSnapshotKey.group_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ShareSnapshotKey.group_id is longer than 32767 bytes")
+        out += pack_i16(n1)
+        out += data1
+    out += obj.topic_id.bytes
+    out += _pack_i(obj.partition)
+
+
+# ShareSnapshotKey v0
+def _dec_ShareSnapshotKey_v0(buf: memoryview, pos: int) -> tuple[ShareSnapshotKey, int]:
+    obj = new(_ShareSnapshotKey)
+    n1 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        raise DecodeError(f"ShareSnapshotKey.group_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ShareSnapshotKey.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    obj.topic_id, pos = read_uuid(buf, pos)
+    (obj.partition,) = _unpack_i(buf, pos)
+    pos += 4
+    obj.unknown_tagged_fields = None
+    return obj, pos
+
+
+# ShareSnapshotValue.StateBatch v0
+def _enc_ShareSnapshotValue_StateBatch_v0(out: bytearray, obj: ShareSnapshotValue.StateBatch) -> None:
+    out += _pack_qqbh(obj.first_offset, obj.last_offset, obj.delivery_state, obj.delivery_count)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ShareSnapshotValue.StateBatch v0
+def _dec_ShareSnapshotValue_StateBatch_v0(buf: memoryview, pos: int) -> tuple[ShareSnapshotValue.StateBatch, int]:
+    obj = new(_ShareSnapshotValue_StateBatch)
+    obj.first_offset, obj.last_offset, obj.delivery_state, obj.delivery_count = _unpack_qqbh(buf, pos)
+    pos += 19
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ShareSnapshotValue v0
+def _enc_ShareSnapshotValue_v0(out: bytearray, obj: ShareSnapshotValue) -> None:
+    out += _pack_iiiqqq(obj.snapshot_epoch, obj.state_epoch, obj.leader_epoch, obj.start_offset, obj.create_timestamp, obj.write_timestamp)
+    v1 = obj.state_batches
+    if v1 is None:
+        raise EncodeError("ShareSnapshotValue.state_batches is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_ShareSnapshotValue_StateBatch_v0(out, item1)
+    if obj.unknown_tagged_fields or obj.delivery_complete_count != -1:
+        _enc_ShareSnapshotValue_v0_tagged(out, obj)
+    else:
+        out.append(0)
+
+
+def _enc_ShareSnapshotValue_v0_tagged(out: bytearray, obj: ShareSnapshotValue) -> None:
+    fields: list[tuple[int, bytes | bytearray]] = []
+    if obj.delivery_complete_count != -1:
+        body = bytearray()
+        body += _pack_i(obj.delivery_complete_count)
+        fields.append((0, body))
+    write_tagged(out, fields, obj.unknown_tagged_fields)
+
+
+# ShareSnapshotValue v0
+def _dec_ShareSnapshotValue_v0(buf: memoryview, pos: int) -> tuple[ShareSnapshotValue, int]:
+    obj = new(_ShareSnapshotValue)
+    obj.snapshot_epoch, obj.state_epoch, obj.leader_epoch, obj.start_offset, obj.create_timestamp, obj.write_timestamp = _unpack_iiiqqq(buf, pos)
+    pos += 36
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"ShareSnapshotValue.state_batches: invalid array length {n1}")
+    else:
+        if n1 * 20 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ShareSnapshotValue.state_batches", n1, len(buf) - pos)
+        items1: list[ShareSnapshotValue.StateBatch] = []
+        for _ in range(n1):
+            item1, pos = _dec_ShareSnapshotValue_StateBatch_v0(buf, pos)
+            items1.append(item1)
+        obj.state_batches = items1
+    if buf[pos] == 0:
+        obj.delivery_complete_count = -1
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        pos = _dec_ShareSnapshotValue_v0_tagged(buf, pos, obj)
+    return obj, pos
+
+
+def _dec_ShareSnapshotValue_v0_tagged(buf: memoryview, pos: int, obj: ShareSnapshotValue) -> int:
+    count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
+    obj.delivery_complete_count = -1
+    unknown: list[tuple[int, bytes]] | None = None
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        end = pos + size
+        if end > len(buf):
+            raise DecodeError(f"tagged field {tag} runs past the end of the data")
+        if tag == 0:
+            sub = buf[:end]
+            start = pos
+            (obj.delivery_complete_count,) = _unpack_i(sub, pos)
+            pos += 4
+            if pos != end:
+                raise DecodeError(f"tagged field {tag} has size {size} but its value took {pos - start} bytes")
+        else:
+            if unknown is None:
+                unknown = []
+            unknown.append((tag, bytes(buf[pos:end])))
+        pos = end
+    obj.unknown_tagged_fields = unknown
+    return pos
+
+
+# ShareUpdateKey v1
+def _enc_ShareUpdateKey_v1(out: bytearray, obj: ShareUpdateKey) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        raise EncodeError("ShareUpdateKey.group_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ShareUpdateKey.group_id is longer than 32767 bytes")
+        out += pack_i16(n1)
+        out += data1
+    out += obj.topic_id.bytes
+    out += _pack_i(obj.partition)
+
+
+# ShareUpdateKey v1
+def _dec_ShareUpdateKey_v1(buf: memoryview, pos: int) -> tuple[ShareUpdateKey, int]:
+    obj = new(_ShareUpdateKey)
+    n1 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        raise DecodeError(f"ShareUpdateKey.group_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ShareUpdateKey.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    obj.topic_id, pos = read_uuid(buf, pos)
+    (obj.partition,) = _unpack_i(buf, pos)
+    pos += 4
+    obj.unknown_tagged_fields = None
+    return obj, pos
+
+
+# ShareUpdateValue.StateBatch v0
+def _enc_ShareUpdateValue_StateBatch_v0(out: bytearray, obj: ShareUpdateValue.StateBatch) -> None:
+    out += _pack_qqbh(obj.first_offset, obj.last_offset, obj.delivery_state, obj.delivery_count)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ShareUpdateValue.StateBatch v0
+def _dec_ShareUpdateValue_StateBatch_v0(buf: memoryview, pos: int) -> tuple[ShareUpdateValue.StateBatch, int]:
+    obj = new(_ShareUpdateValue_StateBatch)
+    obj.first_offset, obj.last_offset, obj.delivery_state, obj.delivery_count = _unpack_qqbh(buf, pos)
+    pos += 19
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ShareUpdateValue v0
+def _enc_ShareUpdateValue_v0(out: bytearray, obj: ShareUpdateValue) -> None:
+    out += _pack_iiq(obj.snapshot_epoch, obj.leader_epoch, obj.start_offset)
+    v1 = obj.state_batches
+    if v1 is None:
+        raise EncodeError("ShareUpdateValue.state_batches is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_ShareUpdateValue_StateBatch_v0(out, item1)
+    if obj.unknown_tagged_fields or obj.delivery_complete_count != -1:
+        _enc_ShareUpdateValue_v0_tagged(out, obj)
+    else:
+        out.append(0)
+
+
+def _enc_ShareUpdateValue_v0_tagged(out: bytearray, obj: ShareUpdateValue) -> None:
+    fields: list[tuple[int, bytes | bytearray]] = []
+    if obj.delivery_complete_count != -1:
+        body = bytearray()
+        body += _pack_i(obj.delivery_complete_count)
+        fields.append((0, body))
+    write_tagged(out, fields, obj.unknown_tagged_fields)
+
+
+# ShareUpdateValue v0
+def _dec_ShareUpdateValue_v0(buf: memoryview, pos: int) -> tuple[ShareUpdateValue, int]:
+    obj = new(_ShareUpdateValue)
+    obj.snapshot_epoch, obj.leader_epoch, obj.start_offset = _unpack_iiq(buf, pos)
+    pos += 16
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"ShareUpdateValue.state_batches: invalid array length {n1}")
+    else:
+        if n1 * 20 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ShareUpdateValue.state_batches", n1, len(buf) - pos)
+        items1: list[ShareUpdateValue.StateBatch] = []
+        for _ in range(n1):
+            item1, pos = _dec_ShareUpdateValue_StateBatch_v0(buf, pos)
+            items1.append(item1)
+        obj.state_batches = items1
+    if buf[pos] == 0:
+        obj.delivery_complete_count = -1
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        pos = _dec_ShareUpdateValue_v0_tagged(buf, pos, obj)
+    return obj, pos
+
+
+def _dec_ShareUpdateValue_v0_tagged(buf: memoryview, pos: int, obj: ShareUpdateValue) -> int:
+    count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
+    obj.delivery_complete_count = -1
+    unknown: list[tuple[int, bytes]] | None = None
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        end = pos + size
+        if end > len(buf):
+            raise DecodeError(f"tagged field {tag} runs past the end of the data")
+        if tag == 0:
+            sub = buf[:end]
+            start = pos
+            (obj.delivery_complete_count,) = _unpack_i(sub, pos)
+            pos += 4
+            if pos != end:
+                raise DecodeError(f"tagged field {tag} has size {size} but its value took {pos - start} bytes")
+        else:
+            if unknown is None:
+                unknown = []
+            unknown.append((tag, bytes(buf[pos:end])))
+        pos = end
+    obj.unknown_tagged_fields = unknown
+    return pos
+
+
+# StreamsGroupCurrentMemberAssignmentKey v22
+def _enc_StreamsGroupCurrentMemberAssignmentKey_v22(out: bytearray, obj: StreamsGroupCurrentMemberAssignmentKey) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        raise EncodeError("StreamsGroupCurrentMemberAssignmentKey.group_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("StreamsGroupCurrentMemberAssignmentKey.group_id is longer than 32767 bytes")
+        out += pack_i16(n1)
+        out += data1
+    v2 = obj.member_id
+    if v2 is None:
+        raise EncodeError("StreamsGroupCurrentMemberAssignmentKey.member_id is not nullable in this version")
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("StreamsGroupCurrentMemberAssignmentKey.member_id is longer than 32767 bytes")
+        out += pack_i16(n2)
+        out += data2
+
+
+# StreamsGroupCurrentMemberAssignmentKey v22
+def _dec_StreamsGroupCurrentMemberAssignmentKey_v22(buf: memoryview, pos: int) -> tuple[StreamsGroupCurrentMemberAssignmentKey, int]:
+    obj = new(_StreamsGroupCurrentMemberAssignmentKey)
+    n1 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        raise DecodeError(f"StreamsGroupCurrentMemberAssignmentKey.group_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("StreamsGroupCurrentMemberAssignmentKey.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n2 < 0:
+        raise DecodeError(f"StreamsGroupCurrentMemberAssignmentKey.member_id: invalid string length {n2}")
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("StreamsGroupCurrentMemberAssignmentKey.member_id: string runs past the end of the data")
+        obj.member_id = str(buf[pos:end2], "utf-8")
+        pos = end2
+    obj.unknown_tagged_fields = None
+    return obj, pos
+
+
+# StreamsGroupCurrentMemberAssignmentValue.TaskIds v0
+def _enc_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0(out: bytearray, obj: StreamsGroupCurrentMemberAssignmentValue.TaskIds) -> None:
+    v1 = obj.subtopology_id
+    if v1 is None:
+        raise EncodeError("StreamsGroupCurrentMemberAssignmentValue.TaskIds.subtopology_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("StreamsGroupCurrentMemberAssignmentValue.TaskIds.subtopology_id is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    v2 = obj.partitions
+    if v2 is None:
+        raise EncodeError("StreamsGroupCurrentMemberAssignmentValue.TaskIds.partitions is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        if n2:
+            out += spack(f">{n2}i", *v2)
+    if obj.unknown_tagged_fields or obj.assignment_epochs != []:
+        _enc_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0_tagged(out, obj)
+    else:
+        out.append(0)
+
+
+def _enc_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0_tagged(out: bytearray, obj: StreamsGroupCurrentMemberAssignmentValue.TaskIds) -> None:
+    fields: list[tuple[int, bytes | bytearray]] = []
+    if obj.assignment_epochs != []:
+        body = bytearray()
+        v3 = obj.assignment_epochs
+        if v3 is None:
+            body.append(0)
+        else:
+            n3 = len(v3)
+            if n3 < 0x7F:
+                body.append(n3 + 1)
+            else:
+                write_uvarint(body, n3 + 1)
+            if n3:
+                body += spack(f">{n3}i", *v3)
+        fields.append((0, body))
+    write_tagged(out, fields, obj.unknown_tagged_fields)
+
+
+# StreamsGroupCurrentMemberAssignmentValue.TaskIds v0
+def _dec_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0(buf: memoryview, pos: int) -> tuple[StreamsGroupCurrentMemberAssignmentValue.TaskIds, int]:
+    obj = new(_StreamsGroupCurrentMemberAssignmentValue_TaskIds)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"StreamsGroupCurrentMemberAssignmentValue.TaskIds.subtopology_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("StreamsGroupCurrentMemberAssignmentValue.TaskIds.subtopology_id: string runs past the end of the data")
+        obj.subtopology_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"StreamsGroupCurrentMemberAssignmentValue.TaskIds.partitions: invalid array length {n2}")
+    else:
+        end2 = pos + n2 * 4
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("StreamsGroupCurrentMemberAssignmentValue.TaskIds.partitions", n2, len(buf) - pos)
+        obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
+        pos = end2
+    if buf[pos] == 0:
+        obj.assignment_epochs = []
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        pos = _dec_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0_tagged(buf, pos, obj)
+    return obj, pos
+
+
+def _dec_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0_tagged(buf: memoryview, pos: int, obj: StreamsGroupCurrentMemberAssignmentValue.TaskIds) -> int:
+    count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
+    obj.assignment_epochs = []
+    unknown: list[tuple[int, bytes]] | None = None
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        end = pos + size
+        if end > len(buf):
+            raise DecodeError(f"tagged field {tag} runs past the end of the data")
+        if tag == 0:
+            sub = buf[:end]
+            start = pos
+            n3 = sub[pos]
+            if n3 < 0x80:
+                n3 -= 1
+                pos += 1
+            else:
+                n3, pos = read_uvarint(sub, pos)
+                n3 -= 1
+            if n3 < 0:
+                if n3 != -1:
+                    raise DecodeError(f"StreamsGroupCurrentMemberAssignmentValue.TaskIds.assignment_epochs: invalid array length {n3}")
+                obj.assignment_epochs = None
+            else:
+                end3 = pos + n3 * 4
+                if end3 > len(sub) or n3 > 1000000:
+                    raise array_refused("StreamsGroupCurrentMemberAssignmentValue.TaskIds.assignment_epochs", n3, len(sub) - pos)
+                obj.assignment_epochs = list(sunpack(f">{n3}i", sub, pos)) if n3 else []
+                pos = end3
+            if pos != end:
+                raise DecodeError(f"tagged field {tag} has size {size} but its value took {pos - start} bytes")
+        else:
+            if unknown is None:
+                unknown = []
+            unknown.append((tag, bytes(buf[pos:end])))
+        pos = end
+    obj.unknown_tagged_fields = unknown
+    return pos
+
+
+# StreamsGroupCurrentMemberAssignmentValue v0
+def _enc_StreamsGroupCurrentMemberAssignmentValue_v0(out: bytearray, obj: StreamsGroupCurrentMemberAssignmentValue) -> None:
+    out += _pack_iib(obj.member_epoch, obj.previous_member_epoch, obj.state)
+    v1 = obj.active_tasks
+    if v1 is None:
+        raise EncodeError("StreamsGroupCurrentMemberAssignmentValue.active_tasks is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0(out, item1)
+    v2 = obj.standby_tasks
+    if v2 is None:
+        raise EncodeError("StreamsGroupCurrentMemberAssignmentValue.standby_tasks is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0(out, item2)
+    v3 = obj.warmup_tasks
+    if v3 is None:
+        raise EncodeError("StreamsGroupCurrentMemberAssignmentValue.warmup_tasks is not nullable in this version")
+    else:
+        n3 = len(v3)
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        for item3 in v3:
+            _enc_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0(out, item3)
+    v4 = obj.active_tasks_pending_revocation
+    if v4 is None:
+        raise EncodeError("StreamsGroupCurrentMemberAssignmentValue.active_tasks_pending_revocation is not nullable in this version")
+    else:
+        n4 = len(v4)
+        if n4 < 0x7F:
+            out.append(n4 + 1)
+        else:
+            write_uvarint(out, n4 + 1)
+        for item4 in v4:
+            _enc_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0(out, item4)
+    v5 = obj.standby_tasks_pending_revocation
+    if v5 is None:
+        raise EncodeError("StreamsGroupCurrentMemberAssignmentValue.standby_tasks_pending_revocation is not nullable in this version")
+    else:
+        n5 = len(v5)
+        if n5 < 0x7F:
+            out.append(n5 + 1)
+        else:
+            write_uvarint(out, n5 + 1)
+        for item5 in v5:
+            _enc_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0(out, item5)
+    v6 = obj.warmup_tasks_pending_revocation
+    if v6 is None:
+        raise EncodeError("StreamsGroupCurrentMemberAssignmentValue.warmup_tasks_pending_revocation is not nullable in this version")
+    else:
+        n6 = len(v6)
+        if n6 < 0x7F:
+            out.append(n6 + 1)
+        else:
+            write_uvarint(out, n6 + 1)
+        for item6 in v6:
+            _enc_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0(out, item6)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# StreamsGroupCurrentMemberAssignmentValue v0
+def _dec_StreamsGroupCurrentMemberAssignmentValue_v0(buf: memoryview, pos: int) -> tuple[StreamsGroupCurrentMemberAssignmentValue, int]:
+    obj = new(_StreamsGroupCurrentMemberAssignmentValue)
+    obj.member_epoch, obj.previous_member_epoch, obj.state = _unpack_iib(buf, pos)
+    pos += 9
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"StreamsGroupCurrentMemberAssignmentValue.active_tasks: invalid array length {n1}")
+    else:
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("StreamsGroupCurrentMemberAssignmentValue.active_tasks", n1, len(buf) - pos)
+        items1: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = []
+        for _ in range(n1):
+            item1, pos = _dec_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0(buf, pos)
+            items1.append(item1)
+        obj.active_tasks = items1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"StreamsGroupCurrentMemberAssignmentValue.standby_tasks: invalid array length {n2}")
+    else:
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("StreamsGroupCurrentMemberAssignmentValue.standby_tasks", n2, len(buf) - pos)
+        items2: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = []
+        for _ in range(n2):
+            item2, pos = _dec_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0(buf, pos)
+            items2.append(item2)
+        obj.standby_tasks = items2
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        raise DecodeError(f"StreamsGroupCurrentMemberAssignmentValue.warmup_tasks: invalid array length {n3}")
+    else:
+        if n3 * 3 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("StreamsGroupCurrentMemberAssignmentValue.warmup_tasks", n3, len(buf) - pos)
+        items3: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = []
+        for _ in range(n3):
+            item3, pos = _dec_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0(buf, pos)
+            items3.append(item3)
+        obj.warmup_tasks = items3
+    n4 = buf[pos]
+    if n4 < 0x80:
+        n4 -= 1
+        pos += 1
+    else:
+        n4, pos = read_uvarint(buf, pos)
+        n4 -= 1
+    if n4 < 0:
+        raise DecodeError(f"StreamsGroupCurrentMemberAssignmentValue.active_tasks_pending_revocation: invalid array length {n4}")
+    else:
+        if n4 * 3 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("StreamsGroupCurrentMemberAssignmentValue.active_tasks_pending_revocation", n4, len(buf) - pos)
+        items4: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = []
+        for _ in range(n4):
+            item4, pos = _dec_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0(buf, pos)
+            items4.append(item4)
+        obj.active_tasks_pending_revocation = items4
+    n5 = buf[pos]
+    if n5 < 0x80:
+        n5 -= 1
+        pos += 1
+    else:
+        n5, pos = read_uvarint(buf, pos)
+        n5 -= 1
+    if n5 < 0:
+        raise DecodeError(f"StreamsGroupCurrentMemberAssignmentValue.standby_tasks_pending_revocation: invalid array length {n5}")
+    else:
+        if n5 * 3 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("StreamsGroupCurrentMemberAssignmentValue.standby_tasks_pending_revocation", n5, len(buf) - pos)
+        items5: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = []
+        for _ in range(n5):
+            item5, pos = _dec_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0(buf, pos)
+            items5.append(item5)
+        obj.standby_tasks_pending_revocation = items5
+    n6 = buf[pos]
+    if n6 < 0x80:
+        n6 -= 1
+        pos += 1
+    else:
+        n6, pos = read_uvarint(buf, pos)
+        n6 -= 1
+    if n6 < 0:
+        raise DecodeError(f"StreamsGroupCurrentMemberAssignmentValue.warmup_tasks_pending_revocation: invalid array length {n6}")
+    else:
+        if n6 * 3 > len(buf) - pos or n6 > 1000000:
+            raise array_refused("StreamsGroupCurrentMemberAssignmentValue.warmup_tasks_pending_revocation", n6, len(buf) - pos)
+        items6: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = []
+        for _ in range(n6):
+            item6, pos = _dec_StreamsGroupCurrentMemberAssignmentValue_TaskIds_v0(buf, pos)
+            items6.append(item6)
+        obj.warmup_tasks_pending_revocation = items6
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# StreamsGroupMemberMetadataKey v19
+def _enc_StreamsGroupMemberMetadataKey_v19(out: bytearray, obj: StreamsGroupMemberMetadataKey) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        raise EncodeError("StreamsGroupMemberMetadataKey.group_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("StreamsGroupMemberMetadataKey.group_id is longer than 32767 bytes")
+        out += pack_i16(n1)
+        out += data1
+    v2 = obj.member_id
+    if v2 is None:
+        raise EncodeError("StreamsGroupMemberMetadataKey.member_id is not nullable in this version")
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("StreamsGroupMemberMetadataKey.member_id is longer than 32767 bytes")
+        out += pack_i16(n2)
+        out += data2
+
+
+# StreamsGroupMemberMetadataKey v19
+def _dec_StreamsGroupMemberMetadataKey_v19(buf: memoryview, pos: int) -> tuple[StreamsGroupMemberMetadataKey, int]:
+    obj = new(_StreamsGroupMemberMetadataKey)
+    n1 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        raise DecodeError(f"StreamsGroupMemberMetadataKey.group_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("StreamsGroupMemberMetadataKey.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n2 < 0:
+        raise DecodeError(f"StreamsGroupMemberMetadataKey.member_id: invalid string length {n2}")
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("StreamsGroupMemberMetadataKey.member_id: string runs past the end of the data")
+        obj.member_id = str(buf[pos:end2], "utf-8")
+        pos = end2
+    obj.unknown_tagged_fields = None
+    return obj, pos
+
+
+# StreamsGroupMemberMetadataValue.Endpoint v0
+def _enc_StreamsGroupMemberMetadataValue_Endpoint_v0(out: bytearray, obj: StreamsGroupMemberMetadataValue.Endpoint) -> None:
+    v1 = obj.host
+    if v1 is None:
+        raise EncodeError("StreamsGroupMemberMetadataValue.Endpoint.host is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("StreamsGroupMemberMetadataValue.Endpoint.host is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    out += _pack_H(obj.port)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# StreamsGroupMemberMetadataValue.Endpoint v0
+def _dec_StreamsGroupMemberMetadataValue_Endpoint_v0(buf: memoryview, pos: int) -> tuple[StreamsGroupMemberMetadataValue.Endpoint, int]:
+    obj = new(_StreamsGroupMemberMetadataValue_Endpoint)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"StreamsGroupMemberMetadataValue.Endpoint.host: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("StreamsGroupMemberMetadataValue.Endpoint.host: string runs past the end of the data")
+        obj.host = str(buf[pos:end1], "utf-8")
+        pos = end1
+    (obj.port,) = _unpack_H(buf, pos)
+    pos += 2
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# StreamsGroupMemberMetadataValue.KeyValue v0
+def _enc_StreamsGroupMemberMetadataValue_KeyValue_v0(out: bytearray, obj: StreamsGroupMemberMetadataValue.KeyValue) -> None:
+    v1 = obj.key
+    if v1 is None:
+        raise EncodeError("StreamsGroupMemberMetadataValue.KeyValue.key is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("StreamsGroupMemberMetadataValue.KeyValue.key is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    v2 = obj.value
+    if v2 is None:
+        raise EncodeError("StreamsGroupMemberMetadataValue.KeyValue.value is not nullable in this version")
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("StreamsGroupMemberMetadataValue.KeyValue.value is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# StreamsGroupMemberMetadataValue.KeyValue v0
+def _dec_StreamsGroupMemberMetadataValue_KeyValue_v0(buf: memoryview, pos: int) -> tuple[StreamsGroupMemberMetadataValue.KeyValue, int]:
+    obj = new(_StreamsGroupMemberMetadataValue_KeyValue)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"StreamsGroupMemberMetadataValue.KeyValue.key: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("StreamsGroupMemberMetadataValue.KeyValue.key: string runs past the end of the data")
+        obj.key = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"StreamsGroupMemberMetadataValue.KeyValue.value: invalid string length {n2}")
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("StreamsGroupMemberMetadataValue.KeyValue.value: string runs past the end of the data")
+        obj.value = str(buf[pos:end2], "utf-8")
+        pos = end2
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# StreamsGroupMemberMetadataValue v0
+def _enc_StreamsGroupMemberMetadataValue_v0(out: bytearray, obj: StreamsGroupMemberMetadataValue) -> None:
+    v1 = obj.instance_id
+    if v1 is None:
+        out.append(0)
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("StreamsGroupMemberMetadataValue.instance_id is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    v2 = obj.rack_id
+    if v2 is None:
+        out.append(0)
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("StreamsGroupMemberMetadataValue.rack_id is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    v3 = obj.client_id
+    if v3 is None:
+        raise EncodeError("StreamsGroupMemberMetadataValue.client_id is not nullable in this version")
+    else:
+        data3 = v3.encode("utf-8")
+        n3 = len(data3)
+        if n3 > 0x7FFF:
+            raise EncodeError("StreamsGroupMemberMetadataValue.client_id is longer than 32767 bytes")
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        out += data3
+    v4 = obj.client_host
+    if v4 is None:
+        raise EncodeError("StreamsGroupMemberMetadataValue.client_host is not nullable in this version")
+    else:
+        data4 = v4.encode("utf-8")
+        n4 = len(data4)
+        if n4 > 0x7FFF:
+            raise EncodeError("StreamsGroupMemberMetadataValue.client_host is longer than 32767 bytes")
+        if n4 < 0x7F:
+            out.append(n4 + 1)
+        else:
+            write_uvarint(out, n4 + 1)
+        out += data4
+    out += _pack_ii(obj.rebalance_timeout_ms, obj.topology_epoch)
+    v5 = obj.process_id
+    if v5 is None:
+        raise EncodeError("StreamsGroupMemberMetadataValue.process_id is not nullable in this version")
+    else:
+        data5 = v5.encode("utf-8")
+        n5 = len(data5)
+        if n5 > 0x7FFF:
+            raise EncodeError("StreamsGroupMemberMetadataValue.process_id is longer than 32767 bytes")
+        if n5 < 0x7F:
+            out.append(n5 + 1)
+        else:
+            write_uvarint(out, n5 + 1)
+        out += data5
+    v6 = obj.user_endpoint
+    if v6 is None:
+        out.append(0xFF)
+    else:
+        out.append(1)
+        _enc_StreamsGroupMemberMetadataValue_Endpoint_v0(out, v6)
+    v7 = obj.client_tags
+    if v7 is None:
+        raise EncodeError("StreamsGroupMemberMetadataValue.client_tags is not nullable in this version")
+    else:
+        n7 = len(v7)
+        if n7 < 0x7F:
+            out.append(n7 + 1)
+        else:
+            write_uvarint(out, n7 + 1)
+        for item7 in v7:
+            _enc_StreamsGroupMemberMetadataValue_KeyValue_v0(out, item7)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# StreamsGroupMemberMetadataValue v0
+def _dec_StreamsGroupMemberMetadataValue_v0(buf: memoryview, pos: int) -> tuple[StreamsGroupMemberMetadataValue, int]:
+    obj = new(_StreamsGroupMemberMetadataValue)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        if n1 != -1:
+            raise DecodeError(f"StreamsGroupMemberMetadataValue.instance_id: invalid string length {n1}")
+        obj.instance_id = None
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("StreamsGroupMemberMetadataValue.instance_id: string runs past the end of the data")
+        obj.instance_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        if n2 != -1:
+            raise DecodeError(f"StreamsGroupMemberMetadataValue.rack_id: invalid string length {n2}")
+        obj.rack_id = None
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("StreamsGroupMemberMetadataValue.rack_id: string runs past the end of the data")
+        obj.rack_id = str(buf[pos:end2], "utf-8")
+        pos = end2
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        raise DecodeError(f"StreamsGroupMemberMetadataValue.client_id: invalid string length {n3}")
+    else:
+        end3 = pos + n3
+        if end3 > len(buf):
+            raise DecodeError("StreamsGroupMemberMetadataValue.client_id: string runs past the end of the data")
+        obj.client_id = str(buf[pos:end3], "utf-8")
+        pos = end3
+    n4 = buf[pos]
+    if n4 < 0x80:
+        n4 -= 1
+        pos += 1
+    else:
+        n4, pos = read_uvarint(buf, pos)
+        n4 -= 1
+    if n4 < 0:
+        raise DecodeError(f"StreamsGroupMemberMetadataValue.client_host: invalid string length {n4}")
+    else:
+        end4 = pos + n4
+        if end4 > len(buf):
+            raise DecodeError("StreamsGroupMemberMetadataValue.client_host: string runs past the end of the data")
+        obj.client_host = str(buf[pos:end4], "utf-8")
+        pos = end4
+    obj.rebalance_timeout_ms, obj.topology_epoch = _unpack_ii(buf, pos)
+    pos += 8
+    n5 = buf[pos]
+    if n5 < 0x80:
+        n5 -= 1
+        pos += 1
+    else:
+        n5, pos = read_uvarint(buf, pos)
+        n5 -= 1
+    if n5 < 0:
+        raise DecodeError(f"StreamsGroupMemberMetadataValue.process_id: invalid string length {n5}")
+    else:
+        end5 = pos + n5
+        if end5 > len(buf):
+            raise DecodeError("StreamsGroupMemberMetadataValue.process_id: string runs past the end of the data")
+        obj.process_id = str(buf[pos:end5], "utf-8")
+        pos = end5
+    if buf[pos] >= 0x80:
+        obj.user_endpoint = None
+        pos += 1
+    else:
+        obj.user_endpoint, pos = _dec_StreamsGroupMemberMetadataValue_Endpoint_v0(buf, pos + 1)
+    n7 = buf[pos]
+    if n7 < 0x80:
+        n7 -= 1
+        pos += 1
+    else:
+        n7, pos = read_uvarint(buf, pos)
+        n7 -= 1
+    if n7 < 0:
+        raise DecodeError(f"StreamsGroupMemberMetadataValue.client_tags: invalid array length {n7}")
+    else:
+        if n7 * 3 > len(buf) - pos or n7 > 1000000:
+            raise array_refused("StreamsGroupMemberMetadataValue.client_tags", n7, len(buf) - pos)
+        items7: list[StreamsGroupMemberMetadataValue.KeyValue] = []
+        for _ in range(n7):
+            item7, pos = _dec_StreamsGroupMemberMetadataValue_KeyValue_v0(buf, pos)
+            items7.append(item7)
+        obj.client_tags = items7
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# StreamsGroupMetadataKey v17
+def _enc_StreamsGroupMetadataKey_v17(out: bytearray, obj: StreamsGroupMetadataKey) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        raise EncodeError("StreamsGroupMetadataKey.group_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("StreamsGroupMetadataKey.group_id is longer than 32767 bytes")
+        out += pack_i16(n1)
+        out += data1
+
+
+# StreamsGroupMetadataKey v17
+def _dec_StreamsGroupMetadataKey_v17(buf: memoryview, pos: int) -> tuple[StreamsGroupMetadataKey, int]:
+    obj = new(_StreamsGroupMetadataKey)
+    n1 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        raise DecodeError(f"StreamsGroupMetadataKey.group_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("StreamsGroupMetadataKey.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    obj.unknown_tagged_fields = None
+    return obj, pos
+
+
+# StreamsGroupMetadataValue.LastAssignmentConfig v0
+def _enc_StreamsGroupMetadataValue_LastAssignmentConfig_v0(out: bytearray, obj: StreamsGroupMetadataValue.LastAssignmentConfig) -> None:
+    v1 = obj.key
+    if v1 is None:
+        raise EncodeError("StreamsGroupMetadataValue.LastAssignmentConfig.key is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("StreamsGroupMetadataValue.LastAssignmentConfig.key is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    v2 = obj.value
+    if v2 is None:
+        raise EncodeError("StreamsGroupMetadataValue.LastAssignmentConfig.value is not nullable in this version")
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("StreamsGroupMetadataValue.LastAssignmentConfig.value is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# StreamsGroupMetadataValue.LastAssignmentConfig v0
+def _dec_StreamsGroupMetadataValue_LastAssignmentConfig_v0(buf: memoryview, pos: int) -> tuple[StreamsGroupMetadataValue.LastAssignmentConfig, int]:
+    obj = new(_StreamsGroupMetadataValue_LastAssignmentConfig)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"StreamsGroupMetadataValue.LastAssignmentConfig.key: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("StreamsGroupMetadataValue.LastAssignmentConfig.key: string runs past the end of the data")
+        obj.key = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"StreamsGroupMetadataValue.LastAssignmentConfig.value: invalid string length {n2}")
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("StreamsGroupMetadataValue.LastAssignmentConfig.value: string runs past the end of the data")
+        obj.value = str(buf[pos:end2], "utf-8")
+        pos = end2
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# StreamsGroupMetadataValue v0
+def _enc_StreamsGroupMetadataValue_v0(out: bytearray, obj: StreamsGroupMetadataValue) -> None:
+    out += _pack_iq(obj.epoch, obj.metadata_hash)
+    if obj.unknown_tagged_fields or obj.validated_topology_epoch != -1 or obj.last_assignment_configs != [] or obj.stored_description_topology_epoch != -1 or obj.failed_description_topology_epoch != -1:
+        _enc_StreamsGroupMetadataValue_v0_tagged(out, obj)
+    else:
+        out.append(0)
+
+
+def _enc_StreamsGroupMetadataValue_v0_tagged(out: bytearray, obj: StreamsGroupMetadataValue) -> None:
+    fields: list[tuple[int, bytes | bytearray]] = []
+    if obj.validated_topology_epoch != -1:
+        body = bytearray()
+        body += _pack_i(obj.validated_topology_epoch)
+        fields.append((0, body))
+    if obj.last_assignment_configs != []:
+        body = bytearray()
+        v2 = obj.last_assignment_configs
+        if v2 is None:
+            body.append(0)
+        else:
+            n2 = len(v2)
+            if n2 < 0x7F:
+                body.append(n2 + 1)
+            else:
+                write_uvarint(body, n2 + 1)
+            for item2 in v2:
+                _enc_StreamsGroupMetadataValue_LastAssignmentConfig_v0(body, item2)
+        fields.append((1, body))
+    if obj.stored_description_topology_epoch != -1:
+        body = bytearray()
+        body += _pack_i(obj.stored_description_topology_epoch)
+        fields.append((2, body))
+    if obj.failed_description_topology_epoch != -1:
+        body = bytearray()
+        body += _pack_i(obj.failed_description_topology_epoch)
+        fields.append((3, body))
+    write_tagged(out, fields, obj.unknown_tagged_fields)
+
+
+# StreamsGroupMetadataValue v0
+def _dec_StreamsGroupMetadataValue_v0(buf: memoryview, pos: int) -> tuple[StreamsGroupMetadataValue, int]:
+    obj = new(_StreamsGroupMetadataValue)
+    obj.epoch, obj.metadata_hash = _unpack_iq(buf, pos)
+    pos += 12
+    if buf[pos] == 0:
+        obj.validated_topology_epoch = -1
+        obj.last_assignment_configs = []
+        obj.stored_description_topology_epoch = -1
+        obj.failed_description_topology_epoch = -1
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        pos = _dec_StreamsGroupMetadataValue_v0_tagged(buf, pos, obj)
+    return obj, pos
+
+
+def _dec_StreamsGroupMetadataValue_v0_tagged(buf: memoryview, pos: int, obj: StreamsGroupMetadataValue) -> int:
+    count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
+    obj.validated_topology_epoch = -1
+    obj.last_assignment_configs = []
+    obj.stored_description_topology_epoch = -1
+    obj.failed_description_topology_epoch = -1
+    unknown: list[tuple[int, bytes]] | None = None
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        end = pos + size
+        if end > len(buf):
+            raise DecodeError(f"tagged field {tag} runs past the end of the data")
+        if tag == 0:
+            sub = buf[:end]
+            start = pos
+            (obj.validated_topology_epoch,) = _unpack_i(sub, pos)
+            pos += 4
+            if pos != end:
+                raise DecodeError(f"tagged field {tag} has size {size} but its value took {pos - start} bytes")
+        elif tag == 1:
+            sub = buf[:end]
+            start = pos
+            n2 = sub[pos]
+            if n2 < 0x80:
+                n2 -= 1
+                pos += 1
+            else:
+                n2, pos = read_uvarint(sub, pos)
+                n2 -= 1
+            if n2 < 0:
+                if n2 != -1:
+                    raise DecodeError(f"StreamsGroupMetadataValue.last_assignment_configs: invalid array length {n2}")
+                obj.last_assignment_configs = None
+            else:
+                if n2 * 3 > len(sub) - pos or n2 > 1000000:
+                    raise array_refused("StreamsGroupMetadataValue.last_assignment_configs", n2, len(sub) - pos)
+                items2: list[StreamsGroupMetadataValue.LastAssignmentConfig] = []
+                for _ in range(n2):
+                    item2, pos = _dec_StreamsGroupMetadataValue_LastAssignmentConfig_v0(sub, pos)
+                    items2.append(item2)
+                obj.last_assignment_configs = items2
+            if pos != end:
+                raise DecodeError(f"tagged field {tag} has size {size} but its value took {pos - start} bytes")
+        elif tag == 2:
+            sub = buf[:end]
+            start = pos
+            (obj.stored_description_topology_epoch,) = _unpack_i(sub, pos)
+            pos += 4
+            if pos != end:
+                raise DecodeError(f"tagged field {tag} has size {size} but its value took {pos - start} bytes")
+        elif tag == 3:
+            sub = buf[:end]
+            start = pos
+            (obj.failed_description_topology_epoch,) = _unpack_i(sub, pos)
+            pos += 4
+            if pos != end:
+                raise DecodeError(f"tagged field {tag} has size {size} but its value took {pos - start} bytes")
+        else:
+            if unknown is None:
+                unknown = []
+            unknown.append((tag, bytes(buf[pos:end])))
+        pos = end
+    obj.unknown_tagged_fields = unknown
+    return pos
+
+
+# StreamsGroupTargetAssignmentMemberKey v21
+def _enc_StreamsGroupTargetAssignmentMemberKey_v21(out: bytearray, obj: StreamsGroupTargetAssignmentMemberKey) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        raise EncodeError("StreamsGroupTargetAssignmentMemberKey.group_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("StreamsGroupTargetAssignmentMemberKey.group_id is longer than 32767 bytes")
+        out += pack_i16(n1)
+        out += data1
+    v2 = obj.member_id
+    if v2 is None:
+        raise EncodeError("StreamsGroupTargetAssignmentMemberKey.member_id is not nullable in this version")
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("StreamsGroupTargetAssignmentMemberKey.member_id is longer than 32767 bytes")
+        out += pack_i16(n2)
+        out += data2
+
+
+# StreamsGroupTargetAssignmentMemberKey v21
+def _dec_StreamsGroupTargetAssignmentMemberKey_v21(buf: memoryview, pos: int) -> tuple[StreamsGroupTargetAssignmentMemberKey, int]:
+    obj = new(_StreamsGroupTargetAssignmentMemberKey)
+    n1 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        raise DecodeError(f"StreamsGroupTargetAssignmentMemberKey.group_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("StreamsGroupTargetAssignmentMemberKey.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n2 < 0:
+        raise DecodeError(f"StreamsGroupTargetAssignmentMemberKey.member_id: invalid string length {n2}")
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("StreamsGroupTargetAssignmentMemberKey.member_id: string runs past the end of the data")
+        obj.member_id = str(buf[pos:end2], "utf-8")
+        pos = end2
+    obj.unknown_tagged_fields = None
+    return obj, pos
+
+
+# StreamsGroupTargetAssignmentMemberValue.TaskIds v0
+def _enc_StreamsGroupTargetAssignmentMemberValue_TaskIds_v0(out: bytearray, obj: StreamsGroupTargetAssignmentMemberValue.TaskIds) -> None:
+    v1 = obj.subtopology_id
+    if v1 is None:
+        raise EncodeError("StreamsGroupTargetAssignmentMemberValue.TaskIds.subtopology_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("StreamsGroupTargetAssignmentMemberValue.TaskIds.subtopology_id is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    v2 = obj.partitions
+    if v2 is None:
+        raise EncodeError("StreamsGroupTargetAssignmentMemberValue.TaskIds.partitions is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        if n2:
+            out += spack(f">{n2}i", *v2)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# StreamsGroupTargetAssignmentMemberValue.TaskIds v0
+def _dec_StreamsGroupTargetAssignmentMemberValue_TaskIds_v0(buf: memoryview, pos: int) -> tuple[StreamsGroupTargetAssignmentMemberValue.TaskIds, int]:
+    obj = new(_StreamsGroupTargetAssignmentMemberValue_TaskIds)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"StreamsGroupTargetAssignmentMemberValue.TaskIds.subtopology_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("StreamsGroupTargetAssignmentMemberValue.TaskIds.subtopology_id: string runs past the end of the data")
+        obj.subtopology_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"StreamsGroupTargetAssignmentMemberValue.TaskIds.partitions: invalid array length {n2}")
+    else:
+        end2 = pos + n2 * 4
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("StreamsGroupTargetAssignmentMemberValue.TaskIds.partitions", n2, len(buf) - pos)
+        obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
+        pos = end2
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# StreamsGroupTargetAssignmentMemberValue v0
+def _enc_StreamsGroupTargetAssignmentMemberValue_v0(out: bytearray, obj: StreamsGroupTargetAssignmentMemberValue) -> None:
+    v1 = obj.active_tasks
+    if v1 is None:
+        raise EncodeError("StreamsGroupTargetAssignmentMemberValue.active_tasks is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_StreamsGroupTargetAssignmentMemberValue_TaskIds_v0(out, item1)
+    v2 = obj.standby_tasks
+    if v2 is None:
+        raise EncodeError("StreamsGroupTargetAssignmentMemberValue.standby_tasks is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_StreamsGroupTargetAssignmentMemberValue_TaskIds_v0(out, item2)
+    v3 = obj.warmup_tasks
+    if v3 is None:
+        raise EncodeError("StreamsGroupTargetAssignmentMemberValue.warmup_tasks is not nullable in this version")
+    else:
+        n3 = len(v3)
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        for item3 in v3:
+            _enc_StreamsGroupTargetAssignmentMemberValue_TaskIds_v0(out, item3)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# StreamsGroupTargetAssignmentMemberValue v0
+def _dec_StreamsGroupTargetAssignmentMemberValue_v0(buf: memoryview, pos: int) -> tuple[StreamsGroupTargetAssignmentMemberValue, int]:
+    obj = new(_StreamsGroupTargetAssignmentMemberValue)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"StreamsGroupTargetAssignmentMemberValue.active_tasks: invalid array length {n1}")
+    else:
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("StreamsGroupTargetAssignmentMemberValue.active_tasks", n1, len(buf) - pos)
+        items1: list[StreamsGroupTargetAssignmentMemberValue.TaskIds] = []
+        for _ in range(n1):
+            item1, pos = _dec_StreamsGroupTargetAssignmentMemberValue_TaskIds_v0(buf, pos)
+            items1.append(item1)
+        obj.active_tasks = items1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"StreamsGroupTargetAssignmentMemberValue.standby_tasks: invalid array length {n2}")
+    else:
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("StreamsGroupTargetAssignmentMemberValue.standby_tasks", n2, len(buf) - pos)
+        items2: list[StreamsGroupTargetAssignmentMemberValue.TaskIds] = []
+        for _ in range(n2):
+            item2, pos = _dec_StreamsGroupTargetAssignmentMemberValue_TaskIds_v0(buf, pos)
+            items2.append(item2)
+        obj.standby_tasks = items2
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        raise DecodeError(f"StreamsGroupTargetAssignmentMemberValue.warmup_tasks: invalid array length {n3}")
+    else:
+        if n3 * 3 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("StreamsGroupTargetAssignmentMemberValue.warmup_tasks", n3, len(buf) - pos)
+        items3: list[StreamsGroupTargetAssignmentMemberValue.TaskIds] = []
+        for _ in range(n3):
+            item3, pos = _dec_StreamsGroupTargetAssignmentMemberValue_TaskIds_v0(buf, pos)
+            items3.append(item3)
+        obj.warmup_tasks = items3
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# StreamsGroupTargetAssignmentMetadataKey v20
+def _enc_StreamsGroupTargetAssignmentMetadataKey_v20(out: bytearray, obj: StreamsGroupTargetAssignmentMetadataKey) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        raise EncodeError("StreamsGroupTargetAssignmentMetadataKey.group_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("StreamsGroupTargetAssignmentMetadataKey.group_id is longer than 32767 bytes")
+        out += pack_i16(n1)
+        out += data1
+
+
+# StreamsGroupTargetAssignmentMetadataKey v20
+def _dec_StreamsGroupTargetAssignmentMetadataKey_v20(buf: memoryview, pos: int) -> tuple[StreamsGroupTargetAssignmentMetadataKey, int]:
+    obj = new(_StreamsGroupTargetAssignmentMetadataKey)
+    n1 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        raise DecodeError(f"StreamsGroupTargetAssignmentMetadataKey.group_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("StreamsGroupTargetAssignmentMetadataKey.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    obj.unknown_tagged_fields = None
+    return obj, pos
+
+
+# StreamsGroupTargetAssignmentMetadataValue v0
+def _enc_StreamsGroupTargetAssignmentMetadataValue_v0(out: bytearray, obj: StreamsGroupTargetAssignmentMetadataValue) -> None:
+    out += _pack_i(obj.assignment_epoch)
+    if obj.unknown_tagged_fields or obj.assignment_timestamp != 0:
+        _enc_StreamsGroupTargetAssignmentMetadataValue_v0_tagged(out, obj)
+    else:
+        out.append(0)
+
+
+def _enc_StreamsGroupTargetAssignmentMetadataValue_v0_tagged(out: bytearray, obj: StreamsGroupTargetAssignmentMetadataValue) -> None:
+    fields: list[tuple[int, bytes | bytearray]] = []
+    if obj.assignment_timestamp != 0:
+        body = bytearray()
+        body += _pack_q(obj.assignment_timestamp)
+        fields.append((0, body))
+    write_tagged(out, fields, obj.unknown_tagged_fields)
+
+
+# StreamsGroupTargetAssignmentMetadataValue v0
+def _dec_StreamsGroupTargetAssignmentMetadataValue_v0(buf: memoryview, pos: int) -> tuple[StreamsGroupTargetAssignmentMetadataValue, int]:
+    obj = new(_StreamsGroupTargetAssignmentMetadataValue)
+    (obj.assignment_epoch,) = _unpack_i(buf, pos)
+    pos += 4
+    if buf[pos] == 0:
+        obj.assignment_timestamp = 0
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        pos = _dec_StreamsGroupTargetAssignmentMetadataValue_v0_tagged(buf, pos, obj)
+    return obj, pos
+
+
+def _dec_StreamsGroupTargetAssignmentMetadataValue_v0_tagged(buf: memoryview, pos: int, obj: StreamsGroupTargetAssignmentMetadataValue) -> int:
+    count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
+    obj.assignment_timestamp = 0
+    unknown: list[tuple[int, bytes]] | None = None
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        end = pos + size
+        if end > len(buf):
+            raise DecodeError(f"tagged field {tag} runs past the end of the data")
+        if tag == 0:
+            sub = buf[:end]
+            start = pos
+            (obj.assignment_timestamp,) = _unpack_q(sub, pos)
+            pos += 8
+            if pos != end:
+                raise DecodeError(f"tagged field {tag} has size {size} but its value took {pos - start} bytes")
+        else:
+            if unknown is None:
+                unknown = []
+            unknown.append((tag, bytes(buf[pos:end])))
+        pos = end
+    obj.unknown_tagged_fields = unknown
+    return pos
+
+
+# StreamsGroupTopologyKey v23
+def _enc_StreamsGroupTopologyKey_v23(out: bytearray, obj: StreamsGroupTopologyKey) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        raise EncodeError("StreamsGroupTopologyKey.group_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("StreamsGroupTopologyKey.group_id is longer than 32767 bytes")
+        out += pack_i16(n1)
+        out += data1
+
+
+# StreamsGroupTopologyKey v23
+def _dec_StreamsGroupTopologyKey_v23(buf: memoryview, pos: int) -> tuple[StreamsGroupTopologyKey, int]:
+    obj = new(_StreamsGroupTopologyKey)
+    n1 = unpack_i16(buf, pos)[0]
+    pos += 2
+    if n1 < 0:
+        raise DecodeError(f"StreamsGroupTopologyKey.group_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("StreamsGroupTopologyKey.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    obj.unknown_tagged_fields = None
+    return obj, pos
+
+
+# StreamsGroupTopologyValue.TopicConfig v0
+def _enc_StreamsGroupTopologyValue_TopicConfig_v0(out: bytearray, obj: StreamsGroupTopologyValue.TopicConfig) -> None:
+    v1 = obj.key
+    if v1 is None:
+        raise EncodeError("StreamsGroupTopologyValue.TopicConfig.key is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("StreamsGroupTopologyValue.TopicConfig.key is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    v2 = obj.value
+    if v2 is None:
+        raise EncodeError("StreamsGroupTopologyValue.TopicConfig.value is not nullable in this version")
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("StreamsGroupTopologyValue.TopicConfig.value is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# StreamsGroupTopologyValue.TopicConfig v0
+def _dec_StreamsGroupTopologyValue_TopicConfig_v0(buf: memoryview, pos: int) -> tuple[StreamsGroupTopologyValue.TopicConfig, int]:
+    obj = new(_StreamsGroupTopologyValue_TopicConfig)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"StreamsGroupTopologyValue.TopicConfig.key: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("StreamsGroupTopologyValue.TopicConfig.key: string runs past the end of the data")
+        obj.key = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"StreamsGroupTopologyValue.TopicConfig.value: invalid string length {n2}")
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("StreamsGroupTopologyValue.TopicConfig.value: string runs past the end of the data")
+        obj.value = str(buf[pos:end2], "utf-8")
+        pos = end2
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# StreamsGroupTopologyValue.TopicInfo v0
+def _enc_StreamsGroupTopologyValue_TopicInfo_v0(out: bytearray, obj: StreamsGroupTopologyValue.TopicInfo) -> None:
+    v1 = obj.name
+    if v1 is None:
+        raise EncodeError("StreamsGroupTopologyValue.TopicInfo.name is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("StreamsGroupTopologyValue.TopicInfo.name is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    out += _pack_ih(obj.partitions, obj.replication_factor)
+    v2 = obj.topic_configs
+    if v2 is None:
+        raise EncodeError("StreamsGroupTopologyValue.TopicInfo.topic_configs is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_StreamsGroupTopologyValue_TopicConfig_v0(out, item2)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# StreamsGroupTopologyValue.TopicInfo v0
+def _dec_StreamsGroupTopologyValue_TopicInfo_v0(buf: memoryview, pos: int) -> tuple[StreamsGroupTopologyValue.TopicInfo, int]:
+    obj = new(_StreamsGroupTopologyValue_TopicInfo)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"StreamsGroupTopologyValue.TopicInfo.name: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("StreamsGroupTopologyValue.TopicInfo.name: string runs past the end of the data")
+        obj.name = str(buf[pos:end1], "utf-8")
+        pos = end1
+    obj.partitions, obj.replication_factor = _unpack_ih(buf, pos)
+    pos += 6
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"StreamsGroupTopologyValue.TopicInfo.topic_configs: invalid array length {n2}")
+    else:
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("StreamsGroupTopologyValue.TopicInfo.topic_configs", n2, len(buf) - pos)
+        items2: list[StreamsGroupTopologyValue.TopicConfig] = []
+        for _ in range(n2):
+            item2, pos = _dec_StreamsGroupTopologyValue_TopicConfig_v0(buf, pos)
+            items2.append(item2)
+        obj.topic_configs = items2
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# StreamsGroupTopologyValue.CopartitionGroup v0
+def _enc_StreamsGroupTopologyValue_CopartitionGroup_v0(out: bytearray, obj: StreamsGroupTopologyValue.CopartitionGroup) -> None:
+    v1 = obj.source_topics
+    if v1 is None:
+        raise EncodeError("StreamsGroupTopologyValue.CopartitionGroup.source_topics is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        if n1:
+            out += spack(f">{n1}h", *v1)
+    v2 = obj.source_topic_regex
+    if v2 is None:
+        raise EncodeError("StreamsGroupTopologyValue.CopartitionGroup.source_topic_regex is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        if n2:
+            out += spack(f">{n2}h", *v2)
+    v3 = obj.repartition_source_topics
+    if v3 is None:
+        raise EncodeError("StreamsGroupTopologyValue.CopartitionGroup.repartition_source_topics is not nullable in this version")
+    else:
+        n3 = len(v3)
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        if n3:
+            out += spack(f">{n3}h", *v3)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# StreamsGroupTopologyValue.CopartitionGroup v0
+def _dec_StreamsGroupTopologyValue_CopartitionGroup_v0(buf: memoryview, pos: int) -> tuple[StreamsGroupTopologyValue.CopartitionGroup, int]:
+    obj = new(_StreamsGroupTopologyValue_CopartitionGroup)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"StreamsGroupTopologyValue.CopartitionGroup.source_topics: invalid array length {n1}")
+    else:
+        end1 = pos + n1 * 2
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("StreamsGroupTopologyValue.CopartitionGroup.source_topics", n1, len(buf) - pos)
+        obj.source_topics = list(sunpack(f">{n1}h", buf, pos)) if n1 else []
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"StreamsGroupTopologyValue.CopartitionGroup.source_topic_regex: invalid array length {n2}")
+    else:
+        end2 = pos + n2 * 2
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("StreamsGroupTopologyValue.CopartitionGroup.source_topic_regex", n2, len(buf) - pos)
+        obj.source_topic_regex = list(sunpack(f">{n2}h", buf, pos)) if n2 else []
+        pos = end2
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        raise DecodeError(f"StreamsGroupTopologyValue.CopartitionGroup.repartition_source_topics: invalid array length {n3}")
+    else:
+        end3 = pos + n3 * 2
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("StreamsGroupTopologyValue.CopartitionGroup.repartition_source_topics", n3, len(buf) - pos)
+        obj.repartition_source_topics = list(sunpack(f">{n3}h", buf, pos)) if n3 else []
+        pos = end3
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# StreamsGroupTopologyValue.Subtopology v0
+def _enc_StreamsGroupTopologyValue_Subtopology_v0(out: bytearray, obj: StreamsGroupTopologyValue.Subtopology) -> None:
+    v1 = obj.subtopology_id
+    if v1 is None:
+        raise EncodeError("StreamsGroupTopologyValue.Subtopology.subtopology_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("StreamsGroupTopologyValue.Subtopology.subtopology_id is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    v2 = obj.source_topics
+    if v2 is None:
+        raise EncodeError("StreamsGroupTopologyValue.Subtopology.source_topics is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            v3 = item2
+            if v3 is None:
+                raise EncodeError("StreamsGroupTopologyValue.Subtopology.source_topics[] is not nullable in this version")
+            else:
+                data3 = v3.encode("utf-8")
+                n3 = len(data3)
+                if n3 > 0x7FFF:
+                    raise EncodeError("StreamsGroupTopologyValue.Subtopology.source_topics[] is longer than 32767 bytes")
+                if n3 < 0x7F:
+                    out.append(n3 + 1)
+                else:
+                    write_uvarint(out, n3 + 1)
+                out += data3
+    v4 = obj.source_topic_regex
+    if v4 is None:
+        raise EncodeError("StreamsGroupTopologyValue.Subtopology.source_topic_regex is not nullable in this version")
+    else:
+        n4 = len(v4)
+        if n4 < 0x7F:
+            out.append(n4 + 1)
+        else:
+            write_uvarint(out, n4 + 1)
+        for item4 in v4:
+            v5 = item4
+            if v5 is None:
+                raise EncodeError("StreamsGroupTopologyValue.Subtopology.source_topic_regex[] is not nullable in this version")
+            else:
+                data5 = v5.encode("utf-8")
+                n5 = len(data5)
+                if n5 > 0x7FFF:
+                    raise EncodeError("StreamsGroupTopologyValue.Subtopology.source_topic_regex[] is longer than 32767 bytes")
+                if n5 < 0x7F:
+                    out.append(n5 + 1)
+                else:
+                    write_uvarint(out, n5 + 1)
+                out += data5
+    v6 = obj.state_changelog_topics
+    if v6 is None:
+        raise EncodeError("StreamsGroupTopologyValue.Subtopology.state_changelog_topics is not nullable in this version")
+    else:
+        n6 = len(v6)
+        if n6 < 0x7F:
+            out.append(n6 + 1)
+        else:
+            write_uvarint(out, n6 + 1)
+        for item6 in v6:
+            _enc_StreamsGroupTopologyValue_TopicInfo_v0(out, item6)
+    v7 = obj.repartition_sink_topics
+    if v7 is None:
+        raise EncodeError("StreamsGroupTopologyValue.Subtopology.repartition_sink_topics is not nullable in this version")
+    else:
+        n7 = len(v7)
+        if n7 < 0x7F:
+            out.append(n7 + 1)
+        else:
+            write_uvarint(out, n7 + 1)
+        for item7 in v7:
+            v8 = item7
+            if v8 is None:
+                raise EncodeError("StreamsGroupTopologyValue.Subtopology.repartition_sink_topics[] is not nullable in this version")
+            else:
+                data8 = v8.encode("utf-8")
+                n8 = len(data8)
+                if n8 > 0x7FFF:
+                    raise EncodeError("StreamsGroupTopologyValue.Subtopology.repartition_sink_topics[] is longer than 32767 bytes")
+                if n8 < 0x7F:
+                    out.append(n8 + 1)
+                else:
+                    write_uvarint(out, n8 + 1)
+                out += data8
+    v9 = obj.repartition_source_topics
+    if v9 is None:
+        raise EncodeError("StreamsGroupTopologyValue.Subtopology.repartition_source_topics is not nullable in this version")
+    else:
+        n9 = len(v9)
+        if n9 < 0x7F:
+            out.append(n9 + 1)
+        else:
+            write_uvarint(out, n9 + 1)
+        for item9 in v9:
+            _enc_StreamsGroupTopologyValue_TopicInfo_v0(out, item9)
+    v10 = obj.copartition_groups
+    if v10 is None:
+        raise EncodeError("StreamsGroupTopologyValue.Subtopology.copartition_groups is not nullable in this version")
+    else:
+        n10 = len(v10)
+        if n10 < 0x7F:
+            out.append(n10 + 1)
+        else:
+            write_uvarint(out, n10 + 1)
+        for item10 in v10:
+            _enc_StreamsGroupTopologyValue_CopartitionGroup_v0(out, item10)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# StreamsGroupTopologyValue.Subtopology v0
+def _dec_StreamsGroupTopologyValue_Subtopology_v0(buf: memoryview, pos: int) -> tuple[StreamsGroupTopologyValue.Subtopology, int]:
+    obj = new(_StreamsGroupTopologyValue_Subtopology)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"StreamsGroupTopologyValue.Subtopology.subtopology_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("StreamsGroupTopologyValue.Subtopology.subtopology_id: string runs past the end of the data")
+        obj.subtopology_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"StreamsGroupTopologyValue.Subtopology.source_topics: invalid array length {n2}")
+    else:
+        if n2 * 1 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("StreamsGroupTopologyValue.Subtopology.source_topics", n2, len(buf) - pos)
+        items2: list[str] = []
+        for _ in range(n2):
+            n3 = buf[pos]
+            if n3 < 0x80:
+                n3 -= 1
+                pos += 1
+            else:
+                n3, pos = read_uvarint(buf, pos)
+                n3 -= 1
+            if n3 < 0:
+                raise DecodeError(f"StreamsGroupTopologyValue.Subtopology.source_topics[]: invalid string length {n3}")
+            else:
+                end3 = pos + n3
+                if end3 > len(buf):
+                    raise DecodeError("StreamsGroupTopologyValue.Subtopology.source_topics[]: string runs past the end of the data")
+                item2 = str(buf[pos:end3], "utf-8")
+                pos = end3
+            items2.append(item2)
+        obj.source_topics = items2
+    n4 = buf[pos]
+    if n4 < 0x80:
+        n4 -= 1
+        pos += 1
+    else:
+        n4, pos = read_uvarint(buf, pos)
+        n4 -= 1
+    if n4 < 0:
+        raise DecodeError(f"StreamsGroupTopologyValue.Subtopology.source_topic_regex: invalid array length {n4}")
+    else:
+        if n4 * 1 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("StreamsGroupTopologyValue.Subtopology.source_topic_regex", n4, len(buf) - pos)
+        items4: list[str] = []
+        for _ in range(n4):
+            n5 = buf[pos]
+            if n5 < 0x80:
+                n5 -= 1
+                pos += 1
+            else:
+                n5, pos = read_uvarint(buf, pos)
+                n5 -= 1
+            if n5 < 0:
+                raise DecodeError(f"StreamsGroupTopologyValue.Subtopology.source_topic_regex[]: invalid string length {n5}")
+            else:
+                end5 = pos + n5
+                if end5 > len(buf):
+                    raise DecodeError("StreamsGroupTopologyValue.Subtopology.source_topic_regex[]: string runs past the end of the data")
+                item4 = str(buf[pos:end5], "utf-8")
+                pos = end5
+            items4.append(item4)
+        obj.source_topic_regex = items4
+    n6 = buf[pos]
+    if n6 < 0x80:
+        n6 -= 1
+        pos += 1
+    else:
+        n6, pos = read_uvarint(buf, pos)
+        n6 -= 1
+    if n6 < 0:
+        raise DecodeError(f"StreamsGroupTopologyValue.Subtopology.state_changelog_topics: invalid array length {n6}")
+    else:
+        if n6 * 9 > len(buf) - pos or n6 > 1000000:
+            raise array_refused("StreamsGroupTopologyValue.Subtopology.state_changelog_topics", n6, len(buf) - pos)
+        items6: list[StreamsGroupTopologyValue.TopicInfo] = []
+        for _ in range(n6):
+            item6, pos = _dec_StreamsGroupTopologyValue_TopicInfo_v0(buf, pos)
+            items6.append(item6)
+        obj.state_changelog_topics = items6
+    n7 = buf[pos]
+    if n7 < 0x80:
+        n7 -= 1
+        pos += 1
+    else:
+        n7, pos = read_uvarint(buf, pos)
+        n7 -= 1
+    if n7 < 0:
+        raise DecodeError(f"StreamsGroupTopologyValue.Subtopology.repartition_sink_topics: invalid array length {n7}")
+    else:
+        if n7 * 1 > len(buf) - pos or n7 > 1000000:
+            raise array_refused("StreamsGroupTopologyValue.Subtopology.repartition_sink_topics", n7, len(buf) - pos)
+        items7: list[str] = []
+        for _ in range(n7):
+            n8 = buf[pos]
+            if n8 < 0x80:
+                n8 -= 1
+                pos += 1
+            else:
+                n8, pos = read_uvarint(buf, pos)
+                n8 -= 1
+            if n8 < 0:
+                raise DecodeError(f"StreamsGroupTopologyValue.Subtopology.repartition_sink_topics[]: invalid string length {n8}")
+            else:
+                end8 = pos + n8
+                if end8 > len(buf):
+                    raise DecodeError("StreamsGroupTopologyValue.Subtopology.repartition_sink_topics[]: string runs past the end of the data")
+                item7 = str(buf[pos:end8], "utf-8")
+                pos = end8
+            items7.append(item7)
+        obj.repartition_sink_topics = items7
+    n9 = buf[pos]
+    if n9 < 0x80:
+        n9 -= 1
+        pos += 1
+    else:
+        n9, pos = read_uvarint(buf, pos)
+        n9 -= 1
+    if n9 < 0:
+        raise DecodeError(f"StreamsGroupTopologyValue.Subtopology.repartition_source_topics: invalid array length {n9}")
+    else:
+        if n9 * 9 > len(buf) - pos or n9 > 1000000:
+            raise array_refused("StreamsGroupTopologyValue.Subtopology.repartition_source_topics", n9, len(buf) - pos)
+        items9: list[StreamsGroupTopologyValue.TopicInfo] = []
+        for _ in range(n9):
+            item9, pos = _dec_StreamsGroupTopologyValue_TopicInfo_v0(buf, pos)
+            items9.append(item9)
+        obj.repartition_source_topics = items9
+    n10 = buf[pos]
+    if n10 < 0x80:
+        n10 -= 1
+        pos += 1
+    else:
+        n10, pos = read_uvarint(buf, pos)
+        n10 -= 1
+    if n10 < 0:
+        raise DecodeError(f"StreamsGroupTopologyValue.Subtopology.copartition_groups: invalid array length {n10}")
+    else:
+        if n10 * 4 > len(buf) - pos or n10 > 1000000:
+            raise array_refused("StreamsGroupTopologyValue.Subtopology.copartition_groups", n10, len(buf) - pos)
+        items10: list[StreamsGroupTopologyValue.CopartitionGroup] = []
+        for _ in range(n10):
+            item10, pos = _dec_StreamsGroupTopologyValue_CopartitionGroup_v0(buf, pos)
+            items10.append(item10)
+        obj.copartition_groups = items10
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# StreamsGroupTopologyValue v0
+def _enc_StreamsGroupTopologyValue_v0(out: bytearray, obj: StreamsGroupTopologyValue) -> None:
+    out += _pack_i(obj.epoch)
+    v1 = obj.subtopologies
+    if v1 is None:
+        raise EncodeError("StreamsGroupTopologyValue.subtopologies is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_StreamsGroupTopologyValue_Subtopology_v0(out, item1)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# StreamsGroupTopologyValue v0
+def _dec_StreamsGroupTopologyValue_v0(buf: memoryview, pos: int) -> tuple[StreamsGroupTopologyValue, int]:
+    obj = new(_StreamsGroupTopologyValue)
     (obj.epoch,) = _unpack_i(buf, pos)
     pos += 4
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"StreamsGroupTopologyValue.subtopologies: invalid array length {n1}")
+    else:
+        if n1 * 8 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("StreamsGroupTopologyValue.subtopologies", n1, len(buf) - pos)
+        items1: list[StreamsGroupTopologyValue.Subtopology] = []
+        for _ in range(n1):
+            item1, pos = _dec_StreamsGroupTopologyValue_Subtopology_v0(buf, pos)
+            items1.append(item1)
+        obj.subtopologies = items1
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -1598,8 +6239,8 @@ def _dec_TransactionLogValue_PartitionsSchema_v0(buf: memoryview, pos: int) -> t
         raise DecodeError(f"TransactionLogValue.PartitionsSchema.partition_ids: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"TransactionLogValue.PartitionsSchema.partition_ids: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("TransactionLogValue.PartitionsSchema.partition_ids", n2, len(buf) - pos)
         obj.partition_ids = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     obj.unknown_tagged_fields = None
@@ -1612,6 +6253,8 @@ def _enc_TransactionLogValue_v0(out: bytearray, obj: TransactionLogValue) -> Non
         raise EncodeError("TransactionLogValue.previous_producer_id cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.next_producer_id != -1:
         raise EncodeError("TransactionLogValue.next_producer_id cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
+    if obj.next_producer_epoch != -1:
+        raise EncodeError("TransactionLogValue.next_producer_epoch cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     if obj.client_transaction_version != 0:
         raise EncodeError("TransactionLogValue.client_transaction_version cannot be sent in this version: a tagged field, only in flexible versions", UNSUPPORTED_VERSION)
     out += _pack_qhib(obj.producer_id, obj.producer_epoch, obj.transaction_timeout_ms, obj.transaction_status)
@@ -1638,8 +6281,8 @@ def _dec_TransactionLogValue_v0(buf: memoryview, pos: int) -> tuple[TransactionL
             raise DecodeError(f"TransactionLogValue.transaction_partitions: invalid array length {n1}")
         obj.transaction_partitions = None
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"TransactionLogValue.transaction_partitions: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("TransactionLogValue.transaction_partitions", n1, len(buf) - pos)
         items1: list[TransactionLogValue.PartitionsSchema] = []
         for _ in range(n1):
             item1, pos = _dec_TransactionLogValue_PartitionsSchema_v0(buf, pos)
@@ -1649,6 +6292,7 @@ def _dec_TransactionLogValue_v0(buf: memoryview, pos: int) -> tuple[TransactionL
     pos += 16
     obj.previous_producer_id = -1
     obj.next_producer_id = -1
+    obj.next_producer_epoch = -1
     obj.client_transaction_version = 0
     obj.unknown_tagged_fields = None
     return obj, pos
@@ -1715,8 +6359,8 @@ def _dec_TransactionLogValue_PartitionsSchema_v1(buf: memoryview, pos: int) -> t
         raise DecodeError(f"TransactionLogValue.PartitionsSchema.partition_ids: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"TransactionLogValue.PartitionsSchema.partition_ids: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("TransactionLogValue.PartitionsSchema.partition_ids", n2, len(buf) - pos)
         obj.partition_ids = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -1742,7 +6386,7 @@ def _enc_TransactionLogValue_v1(out: bytearray, obj: TransactionLogValue) -> Non
         for item1 in v1:
             _enc_TransactionLogValue_PartitionsSchema_v1(out, item1)
     out += _pack_qq(obj.transaction_last_update_timestamp_ms, obj.transaction_start_timestamp_ms)
-    if obj.unknown_tagged_fields or obj.previous_producer_id != -1 or obj.next_producer_id != -1 or obj.client_transaction_version != 0:
+    if obj.unknown_tagged_fields or obj.previous_producer_id != -1 or obj.next_producer_id != -1 or obj.client_transaction_version != 0 or obj.next_producer_epoch != -1:
         _enc_TransactionLogValue_v1_tagged(out, obj)
     else:
         out.append(0)
@@ -1762,6 +6406,10 @@ def _enc_TransactionLogValue_v1_tagged(out: bytearray, obj: TransactionLogValue)
         body = bytearray()
         body += _pack_h(obj.client_transaction_version)
         fields.append((2, body))
+    if obj.next_producer_epoch != -1:
+        body = bytearray()
+        body += _pack_h(obj.next_producer_epoch)
+        fields.append((3, body))
     write_tagged(out, fields, obj.unknown_tagged_fields)
 
 
@@ -1782,8 +6430,8 @@ def _dec_TransactionLogValue_v1(buf: memoryview, pos: int) -> tuple[TransactionL
             raise DecodeError(f"TransactionLogValue.transaction_partitions: invalid array length {n1}")
         obj.transaction_partitions = None
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"TransactionLogValue.transaction_partitions: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("TransactionLogValue.transaction_partitions", n1, len(buf) - pos)
         items1: list[TransactionLogValue.PartitionsSchema] = []
         for _ in range(n1):
             item1, pos = _dec_TransactionLogValue_PartitionsSchema_v1(buf, pos)
@@ -1795,6 +6443,7 @@ def _dec_TransactionLogValue_v1(buf: memoryview, pos: int) -> tuple[TransactionL
         obj.previous_producer_id = -1
         obj.next_producer_id = -1
         obj.client_transaction_version = 0
+        obj.next_producer_epoch = -1
         obj.unknown_tagged_fields = None
         pos += 1
     else:
@@ -1804,9 +6453,12 @@ def _dec_TransactionLogValue_v1(buf: memoryview, pos: int) -> tuple[TransactionL
 
 def _dec_TransactionLogValue_v1_tagged(buf: memoryview, pos: int, obj: TransactionLogValue) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.previous_producer_id = -1
     obj.next_producer_id = -1
     obj.client_transaction_version = 0
+    obj.next_producer_epoch = -1
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
         tag, pos = read_uvarint(buf, pos)
@@ -1835,6 +6487,13 @@ def _dec_TransactionLogValue_v1_tagged(buf: memoryview, pos: int, obj: Transacti
             pos += 2
             if pos != end:
                 raise DecodeError(f"tagged field {tag} has size {size} but its value took {pos - start} bytes")
+        elif tag == 3:
+            sub = buf[:end]
+            start = pos
+            (obj.next_producer_epoch,) = _unpack_h(sub, pos)
+            pos += 2
+            if pos != end:
+                raise DecodeError(f"tagged field {tag} has size {size} but its value took {pos - start} bytes")
         else:
             if unknown is None:
                 unknown = []
@@ -1844,22 +6503,103 @@ def _dec_TransactionLogValue_v1_tagged(buf: memoryview, pos: int, obj: Transacti
     return pos
 
 
+_DEFAULT_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata = _build_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata()  # compared with, never handed out
+ConsumerGroupCurrentMemberAssignmentKey._encoders_ = {8: _enc_ConsumerGroupCurrentMemberAssignmentKey_v8}
+ConsumerGroupCurrentMemberAssignmentKey._decoders_ = {8: _dec_ConsumerGroupCurrentMemberAssignmentKey_v8}
+ConsumerGroupCurrentMemberAssignmentValue._encoders_ = {0: _enc_ConsumerGroupCurrentMemberAssignmentValue_v0}
+ConsumerGroupCurrentMemberAssignmentValue._decoders_ = {0: _dec_ConsumerGroupCurrentMemberAssignmentValue_v0}
+ConsumerGroupMemberMetadataKey._encoders_ = {5: _enc_ConsumerGroupMemberMetadataKey_v5}
+ConsumerGroupMemberMetadataKey._decoders_ = {5: _dec_ConsumerGroupMemberMetadataKey_v5}
+ConsumerGroupMemberMetadataValue._encoders_ = {0: _enc_ConsumerGroupMemberMetadataValue_v0}
+ConsumerGroupMemberMetadataValue._decoders_ = {0: _dec_ConsumerGroupMemberMetadataValue_v0}
 ConsumerGroupMetadataKey._encoders_ = {3: _enc_ConsumerGroupMetadataKey_v3}
 ConsumerGroupMetadataKey._decoders_ = {3: _dec_ConsumerGroupMetadataKey_v3}
 ConsumerGroupMetadataValue._encoders_ = {0: _enc_ConsumerGroupMetadataValue_v0}
 ConsumerGroupMetadataValue._decoders_ = {0: _dec_ConsumerGroupMetadataValue_v0}
+ConsumerGroupPartitionMetadataKey._encoders_ = {4: _enc_ConsumerGroupPartitionMetadataKey_v4}
+ConsumerGroupPartitionMetadataKey._decoders_ = {4: _dec_ConsumerGroupPartitionMetadataKey_v4}
+ConsumerGroupPartitionMetadataValue._encoders_ = {0: _enc_ConsumerGroupPartitionMetadataValue_v0}
+ConsumerGroupPartitionMetadataValue._decoders_ = {0: _dec_ConsumerGroupPartitionMetadataValue_v0}
+ConsumerGroupRegularExpressionKey._encoders_ = {16: _enc_ConsumerGroupRegularExpressionKey_v16}
+ConsumerGroupRegularExpressionKey._decoders_ = {16: _dec_ConsumerGroupRegularExpressionKey_v16}
+ConsumerGroupRegularExpressionValue._encoders_ = {0: _enc_ConsumerGroupRegularExpressionValue_v0}
+ConsumerGroupRegularExpressionValue._decoders_ = {0: _dec_ConsumerGroupRegularExpressionValue_v0}
+ConsumerGroupTargetAssignmentMemberKey._encoders_ = {7: _enc_ConsumerGroupTargetAssignmentMemberKey_v7}
+ConsumerGroupTargetAssignmentMemberKey._decoders_ = {7: _dec_ConsumerGroupTargetAssignmentMemberKey_v7}
+ConsumerGroupTargetAssignmentMemberValue._encoders_ = {0: _enc_ConsumerGroupTargetAssignmentMemberValue_v0}
+ConsumerGroupTargetAssignmentMemberValue._decoders_ = {0: _dec_ConsumerGroupTargetAssignmentMemberValue_v0}
+ConsumerGroupTargetAssignmentMetadataKey._encoders_ = {6: _enc_ConsumerGroupTargetAssignmentMetadataKey_v6}
+ConsumerGroupTargetAssignmentMetadataKey._decoders_ = {6: _dec_ConsumerGroupTargetAssignmentMetadataKey_v6}
+ConsumerGroupTargetAssignmentMetadataValue._encoders_ = {0: _enc_ConsumerGroupTargetAssignmentMetadataValue_v0}
+ConsumerGroupTargetAssignmentMetadataValue._decoders_ = {0: _dec_ConsumerGroupTargetAssignmentMetadataValue_v0}
 GroupMetadataKey._encoders_ = {2: _enc_GroupMetadataKey_v2}
 GroupMetadataKey._decoders_ = {2: _dec_GroupMetadataKey_v2}
 GroupMetadataValue._encoders_ = {0: _enc_GroupMetadataValue_v0, 1: _enc_GroupMetadataValue_v1, 2: _enc_GroupMetadataValue_v2, 3: _enc_GroupMetadataValue_v3, 4: _enc_GroupMetadataValue_v4}
 GroupMetadataValue._decoders_ = {0: _dec_GroupMetadataValue_v0, 1: _dec_GroupMetadataValue_v1, 2: _dec_GroupMetadataValue_v2, 3: _dec_GroupMetadataValue_v3, 4: _dec_GroupMetadataValue_v4}
+LegacyOffsetCommitKey._encoders_ = {0: _enc_LegacyOffsetCommitKey_v0}
+LegacyOffsetCommitKey._decoders_ = {0: _dec_LegacyOffsetCommitKey_v0}
+LegacyOffsetCommitValue._encoders_ = {0: _enc_LegacyOffsetCommitValue_v0}
+LegacyOffsetCommitValue._decoders_ = {0: _dec_LegacyOffsetCommitValue_v0}
 OffsetCommitKey._encoders_ = {0: _enc_OffsetCommitKey_v0, 1: _enc_OffsetCommitKey_v0}
 OffsetCommitKey._decoders_ = {0: _dec_OffsetCommitKey_v0, 1: _dec_OffsetCommitKey_v0}
 OffsetCommitValue._encoders_ = {0: _enc_OffsetCommitValue_v0, 1: _enc_OffsetCommitValue_v1, 2: _enc_OffsetCommitValue_v0, 3: _enc_OffsetCommitValue_v3, 4: _enc_OffsetCommitValue_v4}
 OffsetCommitValue._decoders_ = {0: _dec_OffsetCommitValue_v0, 1: _dec_OffsetCommitValue_v1, 2: _dec_OffsetCommitValue_v0, 3: _dec_OffsetCommitValue_v3, 4: _dec_OffsetCommitValue_v4}
+ShareGroupCurrentMemberAssignmentKey._encoders_ = {14: _enc_ShareGroupCurrentMemberAssignmentKey_v14}
+ShareGroupCurrentMemberAssignmentKey._decoders_ = {14: _dec_ShareGroupCurrentMemberAssignmentKey_v14}
+ShareGroupCurrentMemberAssignmentValue._encoders_ = {0: _enc_ShareGroupCurrentMemberAssignmentValue_v0}
+ShareGroupCurrentMemberAssignmentValue._decoders_ = {0: _dec_ShareGroupCurrentMemberAssignmentValue_v0}
+ShareGroupMemberMetadataKey._encoders_ = {10: _enc_ShareGroupMemberMetadataKey_v10}
+ShareGroupMemberMetadataKey._decoders_ = {10: _dec_ShareGroupMemberMetadataKey_v10}
+ShareGroupMemberMetadataValue._encoders_ = {0: _enc_ShareGroupMemberMetadataValue_v0}
+ShareGroupMemberMetadataValue._decoders_ = {0: _dec_ShareGroupMemberMetadataValue_v0}
 ShareGroupMetadataKey._encoders_ = {11: _enc_ShareGroupMetadataKey_v11}
 ShareGroupMetadataKey._decoders_ = {11: _dec_ShareGroupMetadataKey_v11}
 ShareGroupMetadataValue._encoders_ = {0: _enc_ShareGroupMetadataValue_v0}
 ShareGroupMetadataValue._decoders_ = {0: _dec_ShareGroupMetadataValue_v0}
+ShareGroupStatePartitionMetadataKey._encoders_ = {15: _enc_ShareGroupStatePartitionMetadataKey_v15}
+ShareGroupStatePartitionMetadataKey._decoders_ = {15: _dec_ShareGroupStatePartitionMetadataKey_v15}
+ShareGroupStatePartitionMetadataValue._encoders_ = {0: _enc_ShareGroupStatePartitionMetadataValue_v0}
+ShareGroupStatePartitionMetadataValue._decoders_ = {0: _dec_ShareGroupStatePartitionMetadataValue_v0}
+ShareGroupTargetAssignmentMemberKey._encoders_ = {13: _enc_ShareGroupTargetAssignmentMemberKey_v13}
+ShareGroupTargetAssignmentMemberKey._decoders_ = {13: _dec_ShareGroupTargetAssignmentMemberKey_v13}
+ShareGroupTargetAssignmentMemberValue._encoders_ = {0: _enc_ShareGroupTargetAssignmentMemberValue_v0}
+ShareGroupTargetAssignmentMemberValue._decoders_ = {0: _dec_ShareGroupTargetAssignmentMemberValue_v0}
+ShareGroupTargetAssignmentMetadataKey._encoders_ = {12: _enc_ShareGroupTargetAssignmentMetadataKey_v12}
+ShareGroupTargetAssignmentMetadataKey._decoders_ = {12: _dec_ShareGroupTargetAssignmentMetadataKey_v12}
+ShareGroupTargetAssignmentMetadataValue._encoders_ = {0: _enc_ShareGroupTargetAssignmentMetadataValue_v0}
+ShareGroupTargetAssignmentMetadataValue._decoders_ = {0: _dec_ShareGroupTargetAssignmentMetadataValue_v0}
+ShareSnapshotKey._encoders_ = {0: _enc_ShareSnapshotKey_v0}
+ShareSnapshotKey._decoders_ = {0: _dec_ShareSnapshotKey_v0}
+ShareSnapshotValue._encoders_ = {0: _enc_ShareSnapshotValue_v0}
+ShareSnapshotValue._decoders_ = {0: _dec_ShareSnapshotValue_v0}
+ShareUpdateKey._encoders_ = {1: _enc_ShareUpdateKey_v1}
+ShareUpdateKey._decoders_ = {1: _dec_ShareUpdateKey_v1}
+ShareUpdateValue._encoders_ = {0: _enc_ShareUpdateValue_v0}
+ShareUpdateValue._decoders_ = {0: _dec_ShareUpdateValue_v0}
+StreamsGroupCurrentMemberAssignmentKey._encoders_ = {22: _enc_StreamsGroupCurrentMemberAssignmentKey_v22}
+StreamsGroupCurrentMemberAssignmentKey._decoders_ = {22: _dec_StreamsGroupCurrentMemberAssignmentKey_v22}
+StreamsGroupCurrentMemberAssignmentValue._encoders_ = {0: _enc_StreamsGroupCurrentMemberAssignmentValue_v0}
+StreamsGroupCurrentMemberAssignmentValue._decoders_ = {0: _dec_StreamsGroupCurrentMemberAssignmentValue_v0}
+StreamsGroupMemberMetadataKey._encoders_ = {19: _enc_StreamsGroupMemberMetadataKey_v19}
+StreamsGroupMemberMetadataKey._decoders_ = {19: _dec_StreamsGroupMemberMetadataKey_v19}
+StreamsGroupMemberMetadataValue._encoders_ = {0: _enc_StreamsGroupMemberMetadataValue_v0}
+StreamsGroupMemberMetadataValue._decoders_ = {0: _dec_StreamsGroupMemberMetadataValue_v0}
+StreamsGroupMetadataKey._encoders_ = {17: _enc_StreamsGroupMetadataKey_v17}
+StreamsGroupMetadataKey._decoders_ = {17: _dec_StreamsGroupMetadataKey_v17}
+StreamsGroupMetadataValue._encoders_ = {0: _enc_StreamsGroupMetadataValue_v0}
+StreamsGroupMetadataValue._decoders_ = {0: _dec_StreamsGroupMetadataValue_v0}
+StreamsGroupTargetAssignmentMemberKey._encoders_ = {21: _enc_StreamsGroupTargetAssignmentMemberKey_v21}
+StreamsGroupTargetAssignmentMemberKey._decoders_ = {21: _dec_StreamsGroupTargetAssignmentMemberKey_v21}
+StreamsGroupTargetAssignmentMemberValue._encoders_ = {0: _enc_StreamsGroupTargetAssignmentMemberValue_v0}
+StreamsGroupTargetAssignmentMemberValue._decoders_ = {0: _dec_StreamsGroupTargetAssignmentMemberValue_v0}
+StreamsGroupTargetAssignmentMetadataKey._encoders_ = {20: _enc_StreamsGroupTargetAssignmentMetadataKey_v20}
+StreamsGroupTargetAssignmentMetadataKey._decoders_ = {20: _dec_StreamsGroupTargetAssignmentMetadataKey_v20}
+StreamsGroupTargetAssignmentMetadataValue._encoders_ = {0: _enc_StreamsGroupTargetAssignmentMetadataValue_v0}
+StreamsGroupTargetAssignmentMetadataValue._decoders_ = {0: _dec_StreamsGroupTargetAssignmentMetadataValue_v0}
+StreamsGroupTopologyKey._encoders_ = {23: _enc_StreamsGroupTopologyKey_v23}
+StreamsGroupTopologyKey._decoders_ = {23: _dec_StreamsGroupTopologyKey_v23}
+StreamsGroupTopologyValue._encoders_ = {0: _enc_StreamsGroupTopologyValue_v0}
+StreamsGroupTopologyValue._decoders_ = {0: _dec_StreamsGroupTopologyValue_v0}
 TransactionLogKey._encoders_ = {0: _enc_TransactionLogKey_v0}
 TransactionLogKey._decoders_ = {0: _dec_TransactionLogKey_v0}
 TransactionLogValue._encoders_ = {0: _enc_TransactionLogValue_v0, 1: _enc_TransactionLogValue_v1}

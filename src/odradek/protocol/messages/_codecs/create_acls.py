@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -148,8 +151,8 @@ def _dec_CreateAclsRequest_v0(buf: memoryview, pos: int) -> tuple[CreateAclsRequ
     if n1 < 0:
         raise DecodeError(f"CreateAclsRequest.creations: invalid array length {n1}")
     else:
-        if n1 * 6 > len(buf) - pos:
-            raise DecodeError(f"CreateAclsRequest.creations: array of {n1} elements runs past the end of the data")
+        if n1 * 6 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("CreateAclsRequest.creations", n1, len(buf) - pos)
         items1: list[CreateAclsRequest.AclCreation] = []
         for _ in range(n1):
             item1, pos = _dec_CreateAclsRequest_AclCreation_v0(buf, pos)
@@ -259,8 +262,8 @@ def _dec_CreateAclsRequest_v1(buf: memoryview, pos: int) -> tuple[CreateAclsRequ
     if n1 < 0:
         raise DecodeError(f"CreateAclsRequest.creations: invalid array length {n1}")
     else:
-        if n1 * 7 > len(buf) - pos:
-            raise DecodeError(f"CreateAclsRequest.creations: array of {n1} elements runs past the end of the data")
+        if n1 * 7 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("CreateAclsRequest.creations", n1, len(buf) - pos)
         items1: list[CreateAclsRequest.AclCreation] = []
         for _ in range(n1):
             item1, pos = _dec_CreateAclsRequest_AclCreation_v1(buf, pos)
@@ -414,8 +417,8 @@ def _dec_CreateAclsRequest_v2(buf: memoryview, pos: int) -> tuple[CreateAclsRequ
     if n1 < 0:
         raise DecodeError(f"CreateAclsRequest.creations: invalid array length {n1}")
     else:
-        if n1 * 8 > len(buf) - pos:
-            raise DecodeError(f"CreateAclsRequest.creations: array of {n1} elements runs past the end of the data")
+        if n1 * 8 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("CreateAclsRequest.creations", n1, len(buf) - pos)
         items1: list[CreateAclsRequest.AclCreation] = []
         for _ in range(n1):
             item1, pos = _dec_CreateAclsRequest_AclCreation_v2(buf, pos)
@@ -488,8 +491,8 @@ def _dec_CreateAclsResponse_v0(buf: memoryview, pos: int) -> tuple[CreateAclsRes
     if n1 < 0:
         raise DecodeError(f"CreateAclsResponse.results: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"CreateAclsResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("CreateAclsResponse.results", n1, len(buf) - pos)
         items1: list[CreateAclsResponse.AclCreationResult] = []
         for _ in range(n1):
             item1, pos = _dec_CreateAclsResponse_AclCreationResult_v0(buf, pos)
@@ -586,8 +589,8 @@ def _dec_CreateAclsResponse_v2(buf: memoryview, pos: int) -> tuple[CreateAclsRes
     if n1 < 0:
         raise DecodeError(f"CreateAclsResponse.results: invalid array length {n1}")
     else:
-        if n1 * 4 > len(buf) - pos:
-            raise DecodeError(f"CreateAclsResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 4 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("CreateAclsResponse.results", n1, len(buf) - pos)
         items1: list[CreateAclsResponse.AclCreationResult] = []
         for _ in range(n1):
             item1, pos = _dec_CreateAclsResponse_AclCreationResult_v2(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -123,8 +126,8 @@ def _dec_CreateDelegationTokenRequest_v0(buf: memoryview, pos: int) -> tuple[Cre
     if n1 < 0:
         raise DecodeError(f"CreateDelegationTokenRequest.renewers: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"CreateDelegationTokenRequest.renewers: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("CreateDelegationTokenRequest.renewers", n1, len(buf) - pos)
         items1: list[CreateDelegationTokenRequest.CreatableRenewers] = []
         for _ in range(n1):
             item1, pos = _dec_CreateDelegationTokenRequest_CreatableRenewers_v0(buf, pos)
@@ -250,8 +253,8 @@ def _dec_CreateDelegationTokenRequest_v2(buf: memoryview, pos: int) -> tuple[Cre
     if n1 < 0:
         raise DecodeError(f"CreateDelegationTokenRequest.renewers: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"CreateDelegationTokenRequest.renewers: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("CreateDelegationTokenRequest.renewers", n1, len(buf) - pos)
         items1: list[CreateDelegationTokenRequest.CreatableRenewers] = []
         for _ in range(n1):
             item1, pos = _dec_CreateDelegationTokenRequest_CreatableRenewers_v2(buf, pos)
@@ -362,8 +365,8 @@ def _dec_CreateDelegationTokenRequest_v3(buf: memoryview, pos: int) -> tuple[Cre
     if n3 < 0:
         raise DecodeError(f"CreateDelegationTokenRequest.renewers: invalid array length {n3}")
     else:
-        if n3 * 3 > len(buf) - pos:
-            raise DecodeError(f"CreateDelegationTokenRequest.renewers: array of {n3} elements runs past the end of the data")
+        if n3 * 3 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("CreateDelegationTokenRequest.renewers", n3, len(buf) - pos)
         items3: list[CreateDelegationTokenRequest.CreatableRenewers] = []
         for _ in range(n3):
             item3, pos = _dec_CreateDelegationTokenRequest_CreatableRenewers_v2(buf, pos)

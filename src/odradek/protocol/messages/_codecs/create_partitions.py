@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -68,8 +71,8 @@ def _dec_CreatePartitionsRequest_CreatePartitionsAssignment_v0(buf: memoryview, 
         raise DecodeError(f"CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids: invalid array length {n1}")
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids", n1, len(buf) - pos)
         obj.broker_ids = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     obj.unknown_tagged_fields = None
@@ -121,8 +124,8 @@ def _dec_CreatePartitionsRequest_CreatePartitionsTopic_v0(buf: memoryview, pos: 
             raise DecodeError(f"CreatePartitionsRequest.CreatePartitionsTopic.assignments: invalid array length {n2}")
         obj.assignments = None
     else:
-        if n2 * 1 > len(buf) - pos:
-            raise DecodeError(f"CreatePartitionsRequest.CreatePartitionsTopic.assignments: array of {n2} elements runs past the end of the data")
+        if n2 * 1 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("CreatePartitionsRequest.CreatePartitionsTopic.assignments", n2, len(buf) - pos)
         items2: list[CreatePartitionsRequest.CreatePartitionsAssignment] = []
         for _ in range(n2):
             item2, pos = _dec_CreatePartitionsRequest_CreatePartitionsAssignment_v0(buf, pos)
@@ -153,8 +156,8 @@ def _dec_CreatePartitionsRequest_v0(buf: memoryview, pos: int) -> tuple[CreatePa
     if n1 < 0:
         raise DecodeError(f"CreatePartitionsRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 6 > len(buf) - pos:
-            raise DecodeError(f"CreatePartitionsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 6 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("CreatePartitionsRequest.topics", n1, len(buf) - pos)
         items1: list[CreatePartitionsRequest.CreatePartitionsTopic] = []
         for _ in range(n1):
             item1, pos = _dec_CreatePartitionsRequest_CreatePartitionsTopic_v0(buf, pos)
@@ -199,8 +202,8 @@ def _dec_CreatePartitionsRequest_CreatePartitionsAssignment_v2(buf: memoryview, 
         raise DecodeError(f"CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids: invalid array length {n1}")
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids", n1, len(buf) - pos)
         obj.broker_ids = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     if buf[pos] == 0:
@@ -276,8 +279,8 @@ def _dec_CreatePartitionsRequest_CreatePartitionsTopic_v2(buf: memoryview, pos: 
             raise DecodeError(f"CreatePartitionsRequest.CreatePartitionsTopic.assignments: invalid array length {n2}")
         obj.assignments = None
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"CreatePartitionsRequest.CreatePartitionsTopic.assignments: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("CreatePartitionsRequest.CreatePartitionsTopic.assignments", n2, len(buf) - pos)
         items2: list[CreatePartitionsRequest.CreatePartitionsAssignment] = []
         for _ in range(n2):
             item2, pos = _dec_CreatePartitionsRequest_CreatePartitionsAssignment_v2(buf, pos)
@@ -324,8 +327,8 @@ def _dec_CreatePartitionsRequest_v2(buf: memoryview, pos: int) -> tuple[CreatePa
     if n1 < 0:
         raise DecodeError(f"CreatePartitionsRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 7 > len(buf) - pos:
-            raise DecodeError(f"CreatePartitionsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 7 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("CreatePartitionsRequest.topics", n1, len(buf) - pos)
         items1: list[CreatePartitionsRequest.CreatePartitionsTopic] = []
         for _ in range(n1):
             item1, pos = _dec_CreatePartitionsRequest_CreatePartitionsTopic_v2(buf, pos)
@@ -420,8 +423,8 @@ def _dec_CreatePartitionsResponse_v0(buf: memoryview, pos: int) -> tuple[CreateP
     if n1 < 0:
         raise DecodeError(f"CreatePartitionsResponse.results: invalid array length {n1}")
     else:
-        if n1 * 4 > len(buf) - pos:
-            raise DecodeError(f"CreatePartitionsResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 4 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("CreatePartitionsResponse.results", n1, len(buf) - pos)
         items1: list[CreatePartitionsResponse.CreatePartitionsTopicResult] = []
         for _ in range(n1):
             item1, pos = _dec_CreatePartitionsResponse_CreatePartitionsTopicResult_v0(buf, pos)
@@ -546,8 +549,8 @@ def _dec_CreatePartitionsResponse_v2(buf: memoryview, pos: int) -> tuple[CreateP
     if n1 < 0:
         raise DecodeError(f"CreatePartitionsResponse.results: invalid array length {n1}")
     else:
-        if n1 * 5 > len(buf) - pos:
-            raise DecodeError(f"CreatePartitionsResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("CreatePartitionsResponse.results", n1, len(buf) - pos)
         items1: list[CreatePartitionsResponse.CreatePartitionsTopicResult] = []
         for _ in range(n1):
             item1, pos = _dec_CreatePartitionsResponse_CreatePartitionsTopicResult_v2(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -77,8 +80,8 @@ def _dec_CreateTopicsRequest_CreatableReplicaAssignment_v0(buf: memoryview, pos:
         raise DecodeError(f"CreateTopicsRequest.CreatableReplicaAssignment.broker_ids: invalid array length {n1}")
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"CreateTopicsRequest.CreatableReplicaAssignment.broker_ids: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("CreateTopicsRequest.CreatableReplicaAssignment.broker_ids", n1, len(buf) - pos)
         obj.broker_ids = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     obj.unknown_tagged_fields = None
@@ -189,8 +192,8 @@ def _dec_CreateTopicsRequest_CreatableTopic_v0(buf: memoryview, pos: int) -> tup
     if n2 < 0:
         raise DecodeError(f"CreateTopicsRequest.CreatableTopic.assignments: invalid array length {n2}")
     else:
-        if n2 * 5 > len(buf) - pos:
-            raise DecodeError(f"CreateTopicsRequest.CreatableTopic.assignments: array of {n2} elements runs past the end of the data")
+        if n2 * 5 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("CreateTopicsRequest.CreatableTopic.assignments", n2, len(buf) - pos)
         items2: list[CreateTopicsRequest.CreatableReplicaAssignment] = []
         for _ in range(n2):
             item2, pos = _dec_CreateTopicsRequest_CreatableReplicaAssignment_v0(buf, pos)
@@ -201,8 +204,8 @@ def _dec_CreateTopicsRequest_CreatableTopic_v0(buf: memoryview, pos: int) -> tup
     if n3 < 0:
         raise DecodeError(f"CreateTopicsRequest.CreatableTopic.configs: invalid array length {n3}")
     else:
-        if n3 * 2 > len(buf) - pos:
-            raise DecodeError(f"CreateTopicsRequest.CreatableTopic.configs: array of {n3} elements runs past the end of the data")
+        if n3 * 2 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("CreateTopicsRequest.CreatableTopic.configs", n3, len(buf) - pos)
         items3: list[CreateTopicsRequest.CreatableTopicConfig] = []
         for _ in range(n3):
             item3, pos = _dec_CreateTopicsRequest_CreatableTopicConfig_v0(buf, pos)
@@ -235,8 +238,8 @@ def _dec_CreateTopicsRequest_v0(buf: memoryview, pos: int) -> tuple[CreateTopics
     if n1 < 0:
         raise DecodeError(f"CreateTopicsRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 9 > len(buf) - pos:
-            raise DecodeError(f"CreateTopicsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 9 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("CreateTopicsRequest.topics", n1, len(buf) - pos)
         items1: list[CreateTopicsRequest.CreatableTopic] = []
         for _ in range(n1):
             item1, pos = _dec_CreateTopicsRequest_CreatableTopic_v0(buf, pos)
@@ -270,8 +273,8 @@ def _dec_CreateTopicsRequest_v1(buf: memoryview, pos: int) -> tuple[CreateTopics
     if n1 < 0:
         raise DecodeError(f"CreateTopicsRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 9 > len(buf) - pos:
-            raise DecodeError(f"CreateTopicsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 9 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("CreateTopicsRequest.topics", n1, len(buf) - pos)
         items1: list[CreateTopicsRequest.CreatableTopic] = []
         for _ in range(n1):
             item1, pos = _dec_CreateTopicsRequest_CreatableTopic_v0(buf, pos)
@@ -319,8 +322,8 @@ def _dec_CreateTopicsRequest_CreatableReplicaAssignment_v5(buf: memoryview, pos:
         raise DecodeError(f"CreateTopicsRequest.CreatableReplicaAssignment.broker_ids: invalid array length {n1}")
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"CreateTopicsRequest.CreatableReplicaAssignment.broker_ids: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("CreateTopicsRequest.CreatableReplicaAssignment.broker_ids", n1, len(buf) - pos)
         obj.broker_ids = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     if buf[pos] == 0:
@@ -482,8 +485,8 @@ def _dec_CreateTopicsRequest_CreatableTopic_v5(buf: memoryview, pos: int) -> tup
     if n2 < 0:
         raise DecodeError(f"CreateTopicsRequest.CreatableTopic.assignments: invalid array length {n2}")
     else:
-        if n2 * 6 > len(buf) - pos:
-            raise DecodeError(f"CreateTopicsRequest.CreatableTopic.assignments: array of {n2} elements runs past the end of the data")
+        if n2 * 6 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("CreateTopicsRequest.CreatableTopic.assignments", n2, len(buf) - pos)
         items2: list[CreateTopicsRequest.CreatableReplicaAssignment] = []
         for _ in range(n2):
             item2, pos = _dec_CreateTopicsRequest_CreatableReplicaAssignment_v5(buf, pos)
@@ -499,8 +502,8 @@ def _dec_CreateTopicsRequest_CreatableTopic_v5(buf: memoryview, pos: int) -> tup
     if n3 < 0:
         raise DecodeError(f"CreateTopicsRequest.CreatableTopic.configs: invalid array length {n3}")
     else:
-        if n3 * 3 > len(buf) - pos:
-            raise DecodeError(f"CreateTopicsRequest.CreatableTopic.configs: array of {n3} elements runs past the end of the data")
+        if n3 * 3 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("CreateTopicsRequest.CreatableTopic.configs", n3, len(buf) - pos)
         items3: list[CreateTopicsRequest.CreatableTopicConfig] = []
         for _ in range(n3):
             item3, pos = _dec_CreateTopicsRequest_CreatableTopicConfig_v5(buf, pos)
@@ -547,8 +550,8 @@ def _dec_CreateTopicsRequest_v5(buf: memoryview, pos: int) -> tuple[CreateTopics
     if n1 < 0:
         raise DecodeError(f"CreateTopicsRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 10 > len(buf) - pos:
-            raise DecodeError(f"CreateTopicsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 10 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("CreateTopicsRequest.topics", n1, len(buf) - pos)
         items1: list[CreateTopicsRequest.CreatableTopic] = []
         for _ in range(n1):
             item1, pos = _dec_CreateTopicsRequest_CreatableTopic_v5(buf, pos)
@@ -624,8 +627,8 @@ def _dec_CreateTopicsResponse_v0(buf: memoryview, pos: int) -> tuple[CreateTopic
     if n1 < 0:
         raise DecodeError(f"CreateTopicsResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"CreateTopicsResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("CreateTopicsResponse.topics", n1, len(buf) - pos)
         items1: list[CreateTopicsResponse.CreatableTopicResult] = []
         for _ in range(n1):
             item1, pos = _dec_CreateTopicsResponse_CreatableTopicResult_v0(buf, pos)
@@ -717,8 +720,8 @@ def _dec_CreateTopicsResponse_v1(buf: memoryview, pos: int) -> tuple[CreateTopic
     if n1 < 0:
         raise DecodeError(f"CreateTopicsResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 4 > len(buf) - pos:
-            raise DecodeError(f"CreateTopicsResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 4 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("CreateTopicsResponse.topics", n1, len(buf) - pos)
         items1: list[CreateTopicsResponse.CreatableTopicResult] = []
         for _ in range(n1):
             item1, pos = _dec_CreateTopicsResponse_CreatableTopicResult_v1(buf, pos)
@@ -752,8 +755,8 @@ def _dec_CreateTopicsResponse_v2(buf: memoryview, pos: int) -> tuple[CreateTopic
     if n1 < 0:
         raise DecodeError(f"CreateTopicsResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 4 > len(buf) - pos:
-            raise DecodeError(f"CreateTopicsResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 4 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("CreateTopicsResponse.topics", n1, len(buf) - pos)
         items1: list[CreateTopicsResponse.CreatableTopicResult] = []
         for _ in range(n1):
             item1, pos = _dec_CreateTopicsResponse_CreatableTopicResult_v1(buf, pos)
@@ -950,8 +953,8 @@ def _dec_CreateTopicsResponse_CreatableTopicResult_v5(buf: memoryview, pos: int)
             raise DecodeError(f"CreateTopicsResponse.CreatableTopicResult.configs: invalid array length {n3}")
         obj.configs = None
     else:
-        if n3 * 6 > len(buf) - pos:
-            raise DecodeError(f"CreateTopicsResponse.CreatableTopicResult.configs: array of {n3} elements runs past the end of the data")
+        if n3 * 6 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("CreateTopicsResponse.CreatableTopicResult.configs", n3, len(buf) - pos)
         items3: list[CreateTopicsResponse.CreatableTopicConfigs] = []
         for _ in range(n3):
             item3, pos = _dec_CreateTopicsResponse_CreatableTopicConfigs_v5(buf, pos)
@@ -969,6 +972,8 @@ def _dec_CreateTopicsResponse_CreatableTopicResult_v5(buf: memoryview, pos: int)
 
 def _dec_CreateTopicsResponse_CreatableTopicResult_v5_tagged(buf: memoryview, pos: int, obj: CreateTopicsResponse.CreatableTopicResult) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.topic_config_error_code = 0
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -1028,8 +1033,8 @@ def _dec_CreateTopicsResponse_v5(buf: memoryview, pos: int) -> tuple[CreateTopic
     if n1 < 0:
         raise DecodeError(f"CreateTopicsResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 12 > len(buf) - pos:
-            raise DecodeError(f"CreateTopicsResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 12 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("CreateTopicsResponse.topics", n1, len(buf) - pos)
         items1: list[CreateTopicsResponse.CreatableTopicResult] = []
         for _ in range(n1):
             item1, pos = _dec_CreateTopicsResponse_CreatableTopicResult_v5(buf, pos)
@@ -1152,8 +1157,8 @@ def _dec_CreateTopicsResponse_CreatableTopicResult_v7(buf: memoryview, pos: int)
             raise DecodeError(f"CreateTopicsResponse.CreatableTopicResult.configs: invalid array length {n4}")
         obj.configs = None
     else:
-        if n4 * 6 > len(buf) - pos:
-            raise DecodeError(f"CreateTopicsResponse.CreatableTopicResult.configs: array of {n4} elements runs past the end of the data")
+        if n4 * 6 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("CreateTopicsResponse.CreatableTopicResult.configs", n4, len(buf) - pos)
         items4: list[CreateTopicsResponse.CreatableTopicConfigs] = []
         for _ in range(n4):
             item4, pos = _dec_CreateTopicsResponse_CreatableTopicConfigs_v5(buf, pos)
@@ -1170,6 +1175,8 @@ def _dec_CreateTopicsResponse_CreatableTopicResult_v7(buf: memoryview, pos: int)
 
 def _dec_CreateTopicsResponse_CreatableTopicResult_v7_tagged(buf: memoryview, pos: int, obj: CreateTopicsResponse.CreatableTopicResult) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.topic_config_error_code = 0
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -1229,8 +1236,8 @@ def _dec_CreateTopicsResponse_v7(buf: memoryview, pos: int) -> tuple[CreateTopic
     if n1 < 0:
         raise DecodeError(f"CreateTopicsResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 28 > len(buf) - pos:
-            raise DecodeError(f"CreateTopicsResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 28 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("CreateTopicsResponse.topics", n1, len(buf) - pos)
         items1: list[CreateTopicsResponse.CreatableTopicResult] = []
         for _ in range(n1):
             item1, pos = _dec_CreateTopicsResponse_CreatableTopicResult_v7(buf, pos)

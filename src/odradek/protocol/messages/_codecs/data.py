@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -32,13 +35,16 @@ from odradek.protocol._codec import (  # noqa: F401
     write_tagged,
     write_uvarint,
 )
-from odradek.protocol.messages.data import ConsumerProtocolAssignment, ConsumerProtocolSubscription, DefaultPrincipalData, KRaftVersionRecord, LeaderChangeMessage, SnapshotFooterRecord, SnapshotHeaderRecord, VotersRecord
+from odradek.protocol.messages.data import AbortedTxn, ConsumerProtocolAssignment, ConsumerProtocolSubscription, ControlRecordTypeSchema, DefaultPrincipalData, EndTxnMarker, KRaftVersionRecord, LeaderChangeMessage, SnapshotFooterRecord, SnapshotHeaderRecord, VotersRecord
 
+_AbortedTxn = AbortedTxn
 _ConsumerProtocolAssignment_TopicPartition = ConsumerProtocolAssignment.TopicPartition
 _ConsumerProtocolAssignment = ConsumerProtocolAssignment
 _ConsumerProtocolSubscription_TopicPartition = ConsumerProtocolSubscription.TopicPartition
 _ConsumerProtocolSubscription = ConsumerProtocolSubscription
+_ControlRecordTypeSchema = ControlRecordTypeSchema
 _DefaultPrincipalData = DefaultPrincipalData
+_EndTxnMarker = EndTxnMarker
 _KRaftVersionRecord = KRaftVersionRecord
 _LeaderChangeMessage_Voter = LeaderChangeMessage.Voter
 _LeaderChangeMessage = LeaderChangeMessage
@@ -62,6 +68,22 @@ _pack_hq = Struct(">hq").pack
 _unpack_hq = Struct(">hq").unpack_from
 _pack_i = Struct(">i").pack
 _unpack_i = Struct(">i").unpack_from
+_pack_qqqq = Struct(">qqqq").pack
+_unpack_qqqq = Struct(">qqqq").unpack_from
+
+
+# AbortedTxn v0
+def _enc_AbortedTxn_v0(out: bytearray, obj: AbortedTxn) -> None:
+    out += _pack_qqqq(obj.producer_id, obj.first_offset, obj.last_offset, obj.last_stable_offset)
+
+
+# AbortedTxn v0
+def _dec_AbortedTxn_v0(buf: memoryview, pos: int) -> tuple[AbortedTxn, int]:
+    obj = new(_AbortedTxn)
+    obj.producer_id, obj.first_offset, obj.last_offset, obj.last_stable_offset = _unpack_qqqq(buf, pos)
+    pos += 32
+    obj.unknown_tagged_fields = None
+    return obj, pos
 
 
 # ConsumerProtocolAssignment.TopicPartition v0-3
@@ -105,8 +127,8 @@ def _dec_ConsumerProtocolAssignment_TopicPartition_v0(buf: memoryview, pos: int)
         raise DecodeError(f"ConsumerProtocolAssignment.TopicPartition.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"ConsumerProtocolAssignment.TopicPartition.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("ConsumerProtocolAssignment.TopicPartition.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     obj.unknown_tagged_fields = None
@@ -142,8 +164,8 @@ def _dec_ConsumerProtocolAssignment_v0(buf: memoryview, pos: int) -> tuple[Consu
     if n1 < 0:
         raise DecodeError(f"ConsumerProtocolAssignment.assigned_partitions: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ConsumerProtocolAssignment.assigned_partitions: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerProtocolAssignment.assigned_partitions", n1, len(buf) - pos)
         items1: list[ConsumerProtocolAssignment.TopicPartition] = []
         for _ in range(n1):
             item1, pos = _dec_ConsumerProtocolAssignment_TopicPartition_v0(buf, pos)
@@ -203,8 +225,8 @@ def _dec_ConsumerProtocolSubscription_v0(buf: memoryview, pos: int) -> tuple[Con
     if n1 < 0:
         raise DecodeError(f"ConsumerProtocolSubscription.topics: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"ConsumerProtocolSubscription.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerProtocolSubscription.topics", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = unpack_i16(buf, pos)[0]
@@ -279,8 +301,8 @@ def _dec_ConsumerProtocolSubscription_TopicPartition_v1(buf: memoryview, pos: in
         raise DecodeError(f"ConsumerProtocolSubscription.TopicPartition.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"ConsumerProtocolSubscription.TopicPartition.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("ConsumerProtocolSubscription.TopicPartition.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     obj.unknown_tagged_fields = None
@@ -333,8 +355,8 @@ def _dec_ConsumerProtocolSubscription_v1(buf: memoryview, pos: int) -> tuple[Con
     if n1 < 0:
         raise DecodeError(f"ConsumerProtocolSubscription.topics: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"ConsumerProtocolSubscription.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerProtocolSubscription.topics", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = unpack_i16(buf, pos)[0]
@@ -366,8 +388,8 @@ def _dec_ConsumerProtocolSubscription_v1(buf: memoryview, pos: int) -> tuple[Con
     if n4 < 0:
         raise DecodeError(f"ConsumerProtocolSubscription.owned_partitions: invalid array length {n4}")
     else:
-        if n4 * 2 > len(buf) - pos:
-            raise DecodeError(f"ConsumerProtocolSubscription.owned_partitions: array of {n4} elements runs past the end of the data")
+        if n4 * 2 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("ConsumerProtocolSubscription.owned_partitions", n4, len(buf) - pos)
         items4: list[ConsumerProtocolSubscription.TopicPartition] = []
         for _ in range(n4):
             item4, pos = _dec_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos)
@@ -426,8 +448,8 @@ def _dec_ConsumerProtocolSubscription_v2(buf: memoryview, pos: int) -> tuple[Con
     if n1 < 0:
         raise DecodeError(f"ConsumerProtocolSubscription.topics: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"ConsumerProtocolSubscription.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerProtocolSubscription.topics", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = unpack_i16(buf, pos)[0]
@@ -459,8 +481,8 @@ def _dec_ConsumerProtocolSubscription_v2(buf: memoryview, pos: int) -> tuple[Con
     if n4 < 0:
         raise DecodeError(f"ConsumerProtocolSubscription.owned_partitions: invalid array length {n4}")
     else:
-        if n4 * 2 > len(buf) - pos:
-            raise DecodeError(f"ConsumerProtocolSubscription.owned_partitions: array of {n4} elements runs past the end of the data")
+        if n4 * 2 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("ConsumerProtocolSubscription.owned_partitions", n4, len(buf) - pos)
         items4: list[ConsumerProtocolSubscription.TopicPartition] = []
         for _ in range(n4):
             item4, pos = _dec_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos)
@@ -530,8 +552,8 @@ def _dec_ConsumerProtocolSubscription_v3(buf: memoryview, pos: int) -> tuple[Con
     if n1 < 0:
         raise DecodeError(f"ConsumerProtocolSubscription.topics: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"ConsumerProtocolSubscription.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ConsumerProtocolSubscription.topics", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = unpack_i16(buf, pos)[0]
@@ -563,8 +585,8 @@ def _dec_ConsumerProtocolSubscription_v3(buf: memoryview, pos: int) -> tuple[Con
     if n4 < 0:
         raise DecodeError(f"ConsumerProtocolSubscription.owned_partitions: invalid array length {n4}")
     else:
-        if n4 * 2 > len(buf) - pos:
-            raise DecodeError(f"ConsumerProtocolSubscription.owned_partitions: array of {n4} elements runs past the end of the data")
+        if n4 * 2 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("ConsumerProtocolSubscription.owned_partitions", n4, len(buf) - pos)
         items4: list[ConsumerProtocolSubscription.TopicPartition] = []
         for _ in range(n4):
             item4, pos = _dec_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos)
@@ -584,6 +606,20 @@ def _dec_ConsumerProtocolSubscription_v3(buf: memoryview, pos: int) -> tuple[Con
             raise DecodeError("ConsumerProtocolSubscription.rack_id: string runs past the end of the data")
         obj.rack_id = str(buf[pos:end5], "utf-8")
         pos = end5
+    obj.unknown_tagged_fields = None
+    return obj, pos
+
+
+# ControlRecordTypeSchema v0
+def _enc_ControlRecordTypeSchema_v0(out: bytearray, obj: ControlRecordTypeSchema) -> None:
+    out += _pack_h(obj.type)
+
+
+# ControlRecordTypeSchema v0
+def _dec_ControlRecordTypeSchema_v0(buf: memoryview, pos: int) -> tuple[ControlRecordTypeSchema, int]:
+    obj = new(_ControlRecordTypeSchema)
+    (obj.type,) = _unpack_h(buf, pos)
+    pos += 2
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -663,6 +699,20 @@ def _dec_DefaultPrincipalData_v0(buf: memoryview, pos: int) -> tuple[DefaultPrin
         pos += 1
     else:
         obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# EndTxnMarker v0
+def _enc_EndTxnMarker_v0(out: bytearray, obj: EndTxnMarker) -> None:
+    out += _pack_i(obj.coordinator_epoch)
+
+
+# EndTxnMarker v0
+def _dec_EndTxnMarker_v0(buf: memoryview, pos: int) -> tuple[EndTxnMarker, int]:
+    obj = new(_EndTxnMarker)
+    (obj.coordinator_epoch,) = _unpack_i(buf, pos)
+    pos += 4
+    obj.unknown_tagged_fields = None
     return obj, pos
 
 
@@ -759,8 +809,8 @@ def _dec_LeaderChangeMessage_v0(buf: memoryview, pos: int) -> tuple[LeaderChange
     if n1 < 0:
         raise DecodeError(f"LeaderChangeMessage.voters: invalid array length {n1}")
     else:
-        if n1 * 5 > len(buf) - pos:
-            raise DecodeError(f"LeaderChangeMessage.voters: array of {n1} elements runs past the end of the data")
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("LeaderChangeMessage.voters", n1, len(buf) - pos)
         items1: list[LeaderChangeMessage.Voter] = []
         for _ in range(n1):
             item1, pos = _dec_LeaderChangeMessage_Voter_v0(buf, pos)
@@ -776,8 +826,8 @@ def _dec_LeaderChangeMessage_v0(buf: memoryview, pos: int) -> tuple[LeaderChange
     if n2 < 0:
         raise DecodeError(f"LeaderChangeMessage.granting_voters: invalid array length {n2}")
     else:
-        if n2 * 5 > len(buf) - pos:
-            raise DecodeError(f"LeaderChangeMessage.granting_voters: array of {n2} elements runs past the end of the data")
+        if n2 * 5 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("LeaderChangeMessage.granting_voters", n2, len(buf) - pos)
         items2: list[LeaderChangeMessage.Voter] = []
         for _ in range(n2):
             item2, pos = _dec_LeaderChangeMessage_Voter_v0(buf, pos)
@@ -861,8 +911,8 @@ def _dec_LeaderChangeMessage_v1(buf: memoryview, pos: int) -> tuple[LeaderChange
     if n1 < 0:
         raise DecodeError(f"LeaderChangeMessage.voters: invalid array length {n1}")
     else:
-        if n1 * 21 > len(buf) - pos:
-            raise DecodeError(f"LeaderChangeMessage.voters: array of {n1} elements runs past the end of the data")
+        if n1 * 21 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("LeaderChangeMessage.voters", n1, len(buf) - pos)
         items1: list[LeaderChangeMessage.Voter] = []
         for _ in range(n1):
             item1, pos = _dec_LeaderChangeMessage_Voter_v1(buf, pos)
@@ -878,8 +928,8 @@ def _dec_LeaderChangeMessage_v1(buf: memoryview, pos: int) -> tuple[LeaderChange
     if n2 < 0:
         raise DecodeError(f"LeaderChangeMessage.granting_voters: invalid array length {n2}")
     else:
-        if n2 * 21 > len(buf) - pos:
-            raise DecodeError(f"LeaderChangeMessage.granting_voters: array of {n2} elements runs past the end of the data")
+        if n2 * 21 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("LeaderChangeMessage.granting_voters", n2, len(buf) - pos)
         items2: list[LeaderChangeMessage.Voter] = []
         for _ in range(n2):
             item2, pos = _dec_LeaderChangeMessage_Voter_v1(buf, pos)
@@ -1075,8 +1125,8 @@ def _dec_VotersRecord_Voter_v0(buf: memoryview, pos: int) -> tuple[VotersRecord.
     if n2 < 0:
         raise DecodeError(f"VotersRecord.Voter.endpoints: invalid array length {n2}")
     else:
-        if n2 * 5 > len(buf) - pos:
-            raise DecodeError(f"VotersRecord.Voter.endpoints: array of {n2} elements runs past the end of the data")
+        if n2 * 5 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("VotersRecord.Voter.endpoints", n2, len(buf) - pos)
         items2: list[VotersRecord.Endpoint] = []
         for _ in range(n2):
             item2, pos = _dec_VotersRecord_Endpoint_v0(buf, pos)
@@ -1126,8 +1176,8 @@ def _dec_VotersRecord_v0(buf: memoryview, pos: int) -> tuple[VotersRecord, int]:
     if n1 < 0:
         raise DecodeError(f"VotersRecord.voters: invalid array length {n1}")
     else:
-        if n1 * 23 > len(buf) - pos:
-            raise DecodeError(f"VotersRecord.voters: array of {n1} elements runs past the end of the data")
+        if n1 * 23 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("VotersRecord.voters", n1, len(buf) - pos)
         items1: list[VotersRecord.Voter] = []
         for _ in range(n1):
             item1, pos = _dec_VotersRecord_Voter_v0(buf, pos)
@@ -1141,12 +1191,18 @@ def _dec_VotersRecord_v0(buf: memoryview, pos: int) -> tuple[VotersRecord, int]:
     return obj, pos
 
 
+AbortedTxn._encoders_ = {0: _enc_AbortedTxn_v0}
+AbortedTxn._decoders_ = {0: _dec_AbortedTxn_v0}
 ConsumerProtocolAssignment._encoders_ = {0: _enc_ConsumerProtocolAssignment_v0, 1: _enc_ConsumerProtocolAssignment_v0, 2: _enc_ConsumerProtocolAssignment_v0, 3: _enc_ConsumerProtocolAssignment_v0}
 ConsumerProtocolAssignment._decoders_ = {0: _dec_ConsumerProtocolAssignment_v0, 1: _dec_ConsumerProtocolAssignment_v0, 2: _dec_ConsumerProtocolAssignment_v0, 3: _dec_ConsumerProtocolAssignment_v0}
 ConsumerProtocolSubscription._encoders_ = {0: _enc_ConsumerProtocolSubscription_v0, 1: _enc_ConsumerProtocolSubscription_v1, 2: _enc_ConsumerProtocolSubscription_v2, 3: _enc_ConsumerProtocolSubscription_v3}
 ConsumerProtocolSubscription._decoders_ = {0: _dec_ConsumerProtocolSubscription_v0, 1: _dec_ConsumerProtocolSubscription_v1, 2: _dec_ConsumerProtocolSubscription_v2, 3: _dec_ConsumerProtocolSubscription_v3}
+ControlRecordTypeSchema._encoders_ = {0: _enc_ControlRecordTypeSchema_v0}
+ControlRecordTypeSchema._decoders_ = {0: _dec_ControlRecordTypeSchema_v0}
 DefaultPrincipalData._encoders_ = {0: _enc_DefaultPrincipalData_v0}
 DefaultPrincipalData._decoders_ = {0: _dec_DefaultPrincipalData_v0}
+EndTxnMarker._encoders_ = {0: _enc_EndTxnMarker_v0}
+EndTxnMarker._decoders_ = {0: _dec_EndTxnMarker_v0}
 KRaftVersionRecord._encoders_ = {0: _enc_KRaftVersionRecord_v0}
 KRaftVersionRecord._decoders_ = {0: _dec_KRaftVersionRecord_v0}
 LeaderChangeMessage._encoders_ = {0: _enc_LeaderChangeMessage_v0, 1: _enc_LeaderChangeMessage_v1}

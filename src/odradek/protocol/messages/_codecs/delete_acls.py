@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -155,8 +158,8 @@ def _dec_DeleteAclsRequest_v0(buf: memoryview, pos: int) -> tuple[DeleteAclsRequ
     if n1 < 0:
         raise DecodeError(f"DeleteAclsRequest.filters: invalid array length {n1}")
     else:
-        if n1 * 6 > len(buf) - pos:
-            raise DecodeError(f"DeleteAclsRequest.filters: array of {n1} elements runs past the end of the data")
+        if n1 * 6 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteAclsRequest.filters", n1, len(buf) - pos)
         items1: list[DeleteAclsRequest.DeleteAclsFilter] = []
         for _ in range(n1):
             item1, pos = _dec_DeleteAclsRequest_DeleteAclsFilter_v0(buf, pos)
@@ -272,8 +275,8 @@ def _dec_DeleteAclsRequest_v1(buf: memoryview, pos: int) -> tuple[DeleteAclsRequ
     if n1 < 0:
         raise DecodeError(f"DeleteAclsRequest.filters: invalid array length {n1}")
     else:
-        if n1 * 7 > len(buf) - pos:
-            raise DecodeError(f"DeleteAclsRequest.filters: array of {n1} elements runs past the end of the data")
+        if n1 * 7 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteAclsRequest.filters", n1, len(buf) - pos)
         items1: list[DeleteAclsRequest.DeleteAclsFilter] = []
         for _ in range(n1):
             item1, pos = _dec_DeleteAclsRequest_DeleteAclsFilter_v1(buf, pos)
@@ -433,8 +436,8 @@ def _dec_DeleteAclsRequest_v2(buf: memoryview, pos: int) -> tuple[DeleteAclsRequ
     if n1 < 0:
         raise DecodeError(f"DeleteAclsRequest.filters: invalid array length {n1}")
     else:
-        if n1 * 8 > len(buf) - pos:
-            raise DecodeError(f"DeleteAclsRequest.filters: array of {n1} elements runs past the end of the data")
+        if n1 * 8 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteAclsRequest.filters", n1, len(buf) - pos)
         items1: list[DeleteAclsRequest.DeleteAclsFilter] = []
         for _ in range(n1):
             item1, pos = _dec_DeleteAclsRequest_DeleteAclsFilter_v2(buf, pos)
@@ -598,8 +601,8 @@ def _dec_DeleteAclsResponse_DeleteAclsFilterResult_v0(buf: memoryview, pos: int)
     if n2 < 0:
         raise DecodeError(f"DeleteAclsResponse.DeleteAclsFilterResult.matching_acls: invalid array length {n2}")
     else:
-        if n2 * 9 > len(buf) - pos:
-            raise DecodeError(f"DeleteAclsResponse.DeleteAclsFilterResult.matching_acls: array of {n2} elements runs past the end of the data")
+        if n2 * 9 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DeleteAclsResponse.DeleteAclsFilterResult.matching_acls", n2, len(buf) - pos)
         items2: list[DeleteAclsResponse.DeleteAclsMatchingAcl] = []
         for _ in range(n2):
             item2, pos = _dec_DeleteAclsResponse_DeleteAclsMatchingAcl_v0(buf, pos)
@@ -632,8 +635,8 @@ def _dec_DeleteAclsResponse_v0(buf: memoryview, pos: int) -> tuple[DeleteAclsRes
     if n1 < 0:
         raise DecodeError(f"DeleteAclsResponse.filter_results: invalid array length {n1}")
     else:
-        if n1 * 4 > len(buf) - pos:
-            raise DecodeError(f"DeleteAclsResponse.filter_results: array of {n1} elements runs past the end of the data")
+        if n1 * 4 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteAclsResponse.filter_results", n1, len(buf) - pos)
         items1: list[DeleteAclsResponse.DeleteAclsFilterResult] = []
         for _ in range(n1):
             item1, pos = _dec_DeleteAclsResponse_DeleteAclsFilterResult_v0(buf, pos)
@@ -793,8 +796,8 @@ def _dec_DeleteAclsResponse_DeleteAclsFilterResult_v1(buf: memoryview, pos: int)
     if n2 < 0:
         raise DecodeError(f"DeleteAclsResponse.DeleteAclsFilterResult.matching_acls: invalid array length {n2}")
     else:
-        if n2 * 10 > len(buf) - pos:
-            raise DecodeError(f"DeleteAclsResponse.DeleteAclsFilterResult.matching_acls: array of {n2} elements runs past the end of the data")
+        if n2 * 10 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DeleteAclsResponse.DeleteAclsFilterResult.matching_acls", n2, len(buf) - pos)
         items2: list[DeleteAclsResponse.DeleteAclsMatchingAcl] = []
         for _ in range(n2):
             item2, pos = _dec_DeleteAclsResponse_DeleteAclsMatchingAcl_v1(buf, pos)
@@ -827,8 +830,8 @@ def _dec_DeleteAclsResponse_v1(buf: memoryview, pos: int) -> tuple[DeleteAclsRes
     if n1 < 0:
         raise DecodeError(f"DeleteAclsResponse.filter_results: invalid array length {n1}")
     else:
-        if n1 * 4 > len(buf) - pos:
-            raise DecodeError(f"DeleteAclsResponse.filter_results: array of {n1} elements runs past the end of the data")
+        if n1 * 4 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteAclsResponse.filter_results", n1, len(buf) - pos)
         items1: list[DeleteAclsResponse.DeleteAclsFilterResult] = []
         for _ in range(n1):
             item1, pos = _dec_DeleteAclsResponse_DeleteAclsFilterResult_v1(buf, pos)
@@ -1048,8 +1051,8 @@ def _dec_DeleteAclsResponse_DeleteAclsFilterResult_v2(buf: memoryview, pos: int)
     if n2 < 0:
         raise DecodeError(f"DeleteAclsResponse.DeleteAclsFilterResult.matching_acls: invalid array length {n2}")
     else:
-        if n2 * 11 > len(buf) - pos:
-            raise DecodeError(f"DeleteAclsResponse.DeleteAclsFilterResult.matching_acls: array of {n2} elements runs past the end of the data")
+        if n2 * 11 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DeleteAclsResponse.DeleteAclsFilterResult.matching_acls", n2, len(buf) - pos)
         items2: list[DeleteAclsResponse.DeleteAclsMatchingAcl] = []
         for _ in range(n2):
             item2, pos = _dec_DeleteAclsResponse_DeleteAclsMatchingAcl_v2(buf, pos)
@@ -1098,8 +1101,8 @@ def _dec_DeleteAclsResponse_v2(buf: memoryview, pos: int) -> tuple[DeleteAclsRes
     if n1 < 0:
         raise DecodeError(f"DeleteAclsResponse.filter_results: invalid array length {n1}")
     else:
-        if n1 * 5 > len(buf) - pos:
-            raise DecodeError(f"DeleteAclsResponse.filter_results: array of {n1} elements runs past the end of the data")
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteAclsResponse.filter_results", n1, len(buf) - pos)
         items1: list[DeleteAclsResponse.DeleteAclsFilterResult] = []
         for _ in range(n1):
             item1, pos = _dec_DeleteAclsResponse_DeleteAclsFilterResult_v2(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -72,8 +75,8 @@ def _dec_DeleteGroupsRequest_v0(buf: memoryview, pos: int) -> tuple[DeleteGroups
     if n1 < 0:
         raise DecodeError(f"DeleteGroupsRequest.groups_names: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"DeleteGroupsRequest.groups_names: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteGroupsRequest.groups_names", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = unpack_i16(buf, pos)[0]
@@ -92,7 +95,7 @@ def _dec_DeleteGroupsRequest_v0(buf: memoryview, pos: int) -> tuple[DeleteGroups
     return obj, pos
 
 
-# DeleteGroupsRequest v2
+# DeleteGroupsRequest v2-3
 def _enc_DeleteGroupsRequest_v2(out: bytearray, obj: DeleteGroupsRequest) -> None:
     v1 = obj.groups_names
     if v1 is None:
@@ -123,7 +126,7 @@ def _enc_DeleteGroupsRequest_v2(out: bytearray, obj: DeleteGroupsRequest) -> Non
         out.append(0)
 
 
-# DeleteGroupsRequest v2
+# DeleteGroupsRequest v2-3
 def _dec_DeleteGroupsRequest_v2(buf: memoryview, pos: int) -> tuple[DeleteGroupsRequest, int]:
     obj = new(_DeleteGroupsRequest)
     n1 = buf[pos]
@@ -136,8 +139,8 @@ def _dec_DeleteGroupsRequest_v2(buf: memoryview, pos: int) -> tuple[DeleteGroups
     if n1 < 0:
         raise DecodeError(f"DeleteGroupsRequest.groups_names: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"DeleteGroupsRequest.groups_names: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteGroupsRequest.groups_names", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = buf[pos]
@@ -195,6 +198,7 @@ def _dec_DeleteGroupsResponse_DeletableGroupResult_v0(buf: memoryview, pos: int)
         pos = end1
     (obj.error_code,) = _unpack_h(buf, pos)
     pos += 2
+    obj.error_message = None
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -222,8 +226,8 @@ def _dec_DeleteGroupsResponse_v0(buf: memoryview, pos: int) -> tuple[DeleteGroup
     if n1 < 0:
         raise DecodeError(f"DeleteGroupsResponse.results: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"DeleteGroupsResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteGroupsResponse.results", n1, len(buf) - pos)
         items1: list[DeleteGroupsResponse.DeletableGroupResult] = []
         for _ in range(n1):
             item1, pos = _dec_DeleteGroupsResponse_DeletableGroupResult_v0(buf, pos)
@@ -275,6 +279,7 @@ def _dec_DeleteGroupsResponse_DeletableGroupResult_v2(buf: memoryview, pos: int)
         pos = end1
     (obj.error_code,) = _unpack_h(buf, pos)
     pos += 2
+    obj.error_message = None
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -318,8 +323,8 @@ def _dec_DeleteGroupsResponse_v2(buf: memoryview, pos: int) -> tuple[DeleteGroup
     if n1 < 0:
         raise DecodeError(f"DeleteGroupsResponse.results: invalid array length {n1}")
     else:
-        if n1 * 4 > len(buf) - pos:
-            raise DecodeError(f"DeleteGroupsResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 4 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteGroupsResponse.results", n1, len(buf) - pos)
         items1: list[DeleteGroupsResponse.DeletableGroupResult] = []
         for _ in range(n1):
             item1, pos = _dec_DeleteGroupsResponse_DeletableGroupResult_v2(buf, pos)
@@ -333,12 +338,144 @@ def _dec_DeleteGroupsResponse_v2(buf: memoryview, pos: int) -> tuple[DeleteGroup
     return obj, pos
 
 
+# DeleteGroupsResponse.DeletableGroupResult v3
+def _enc_DeleteGroupsResponse_DeletableGroupResult_v3(out: bytearray, obj: DeleteGroupsResponse.DeletableGroupResult) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        raise EncodeError("DeleteGroupsResponse.DeletableGroupResult.group_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("DeleteGroupsResponse.DeletableGroupResult.group_id is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    out += _pack_h(obj.error_code)
+    v2 = obj.error_message
+    if v2 is None:
+        out.append(0)
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("DeleteGroupsResponse.DeletableGroupResult.error_message is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# DeleteGroupsResponse.DeletableGroupResult v3
+def _dec_DeleteGroupsResponse_DeletableGroupResult_v3(buf: memoryview, pos: int) -> tuple[DeleteGroupsResponse.DeletableGroupResult, int]:
+    obj = new(_DeleteGroupsResponse_DeletableGroupResult)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"DeleteGroupsResponse.DeletableGroupResult.group_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("DeleteGroupsResponse.DeletableGroupResult.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    (obj.error_code,) = _unpack_h(buf, pos)
+    pos += 2
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        if n2 != -1:
+            raise DecodeError(f"DeleteGroupsResponse.DeletableGroupResult.error_message: invalid string length {n2}")
+        obj.error_message = None
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("DeleteGroupsResponse.DeletableGroupResult.error_message: string runs past the end of the data")
+        obj.error_message = str(buf[pos:end2], "utf-8")
+        pos = end2
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# DeleteGroupsResponse v3
+def _enc_DeleteGroupsResponse_v3(out: bytearray, obj: DeleteGroupsResponse) -> None:
+    out += _pack_i(obj.throttle_time_ms)
+    v1 = obj.results
+    if v1 is None:
+        raise EncodeError("DeleteGroupsResponse.results is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_DeleteGroupsResponse_DeletableGroupResult_v3(out, item1)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# DeleteGroupsResponse v3
+def _dec_DeleteGroupsResponse_v3(buf: memoryview, pos: int) -> tuple[DeleteGroupsResponse, int]:
+    obj = new(_DeleteGroupsResponse)
+    (obj.throttle_time_ms,) = _unpack_i(buf, pos)
+    pos += 4
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"DeleteGroupsResponse.results: invalid array length {n1}")
+    else:
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteGroupsResponse.results", n1, len(buf) - pos)
+        items1: list[DeleteGroupsResponse.DeletableGroupResult] = []
+        for _ in range(n1):
+            item1, pos = _dec_DeleteGroupsResponse_DeletableGroupResult_v3(buf, pos)
+            items1.append(item1)
+        obj.results = items1
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
 def _error_DeleteGroupsRequest(request: DeleteGroupsRequest, version: int, code: int, message: str | None) -> DeleteGroupsResponse | None:
-    return _DeleteGroupsResponse(results=[_DeleteGroupsResponse_DeletableGroupResult(error_code=code, group_id=x0) for x0 in request.groups_names])
+    if version <= 2:  # v0-2
+        return _DeleteGroupsResponse(results=[_DeleteGroupsResponse_DeletableGroupResult(error_code=code, group_id=x0) for x0 in request.groups_names])
+    return _DeleteGroupsResponse(results=[_DeleteGroupsResponse_DeletableGroupResult(error_code=code, error_message=message, group_id=x0) for x0 in request.groups_names])
 
 
-DeleteGroupsRequest._encoders_ = {0: _enc_DeleteGroupsRequest_v0, 1: _enc_DeleteGroupsRequest_v0, 2: _enc_DeleteGroupsRequest_v2}
-DeleteGroupsRequest._decoders_ = {0: _dec_DeleteGroupsRequest_v0, 1: _dec_DeleteGroupsRequest_v0, 2: _dec_DeleteGroupsRequest_v2}
-DeleteGroupsResponse._encoders_ = {0: _enc_DeleteGroupsResponse_v0, 1: _enc_DeleteGroupsResponse_v0, 2: _enc_DeleteGroupsResponse_v2}
-DeleteGroupsResponse._decoders_ = {0: _dec_DeleteGroupsResponse_v0, 1: _dec_DeleteGroupsResponse_v0, 2: _dec_DeleteGroupsResponse_v2}
+DeleteGroupsRequest._encoders_ = {0: _enc_DeleteGroupsRequest_v0, 1: _enc_DeleteGroupsRequest_v0, 2: _enc_DeleteGroupsRequest_v2, 3: _enc_DeleteGroupsRequest_v2}
+DeleteGroupsRequest._decoders_ = {0: _dec_DeleteGroupsRequest_v0, 1: _dec_DeleteGroupsRequest_v0, 2: _dec_DeleteGroupsRequest_v2, 3: _dec_DeleteGroupsRequest_v2}
+DeleteGroupsResponse._encoders_ = {0: _enc_DeleteGroupsResponse_v0, 1: _enc_DeleteGroupsResponse_v0, 2: _enc_DeleteGroupsResponse_v2, 3: _enc_DeleteGroupsResponse_v3}
+DeleteGroupsResponse._decoders_ = {0: _dec_DeleteGroupsResponse_v0, 1: _dec_DeleteGroupsResponse_v0, 2: _dec_DeleteGroupsResponse_v2, 3: _dec_DeleteGroupsResponse_v3}
 DeleteGroupsRequest._error_response_ = _error_DeleteGroupsRequest

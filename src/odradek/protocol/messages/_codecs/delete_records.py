@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -102,8 +105,8 @@ def _dec_DeleteRecordsRequest_DeleteRecordsTopic_v0(buf: memoryview, pos: int) -
     if n2 < 0:
         raise DecodeError(f"DeleteRecordsRequest.DeleteRecordsTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 12 > len(buf) - pos:
-            raise DecodeError(f"DeleteRecordsRequest.DeleteRecordsTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 12 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DeleteRecordsRequest.DeleteRecordsTopic.partitions", n2, len(buf) - pos)
         items2: list[DeleteRecordsRequest.DeleteRecordsPartition] = []
         for _ in range(n2):
             item2, pos = _dec_DeleteRecordsRequest_DeleteRecordsPartition_v0(buf, pos)
@@ -134,8 +137,8 @@ def _dec_DeleteRecordsRequest_v0(buf: memoryview, pos: int) -> tuple[DeleteRecor
     if n1 < 0:
         raise DecodeError(f"DeleteRecordsRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"DeleteRecordsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteRecordsRequest.topics", n1, len(buf) - pos)
         items1: list[DeleteRecordsRequest.DeleteRecordsTopic] = []
         for _ in range(n1):
             item1, pos = _dec_DeleteRecordsRequest_DeleteRecordsTopic_v0(buf, pos)
@@ -229,8 +232,8 @@ def _dec_DeleteRecordsRequest_DeleteRecordsTopic_v2(buf: memoryview, pos: int) -
     if n2 < 0:
         raise DecodeError(f"DeleteRecordsRequest.DeleteRecordsTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 13 > len(buf) - pos:
-            raise DecodeError(f"DeleteRecordsRequest.DeleteRecordsTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 13 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DeleteRecordsRequest.DeleteRecordsTopic.partitions", n2, len(buf) - pos)
         items2: list[DeleteRecordsRequest.DeleteRecordsPartition] = []
         for _ in range(n2):
             item2, pos = _dec_DeleteRecordsRequest_DeleteRecordsPartition_v2(buf, pos)
@@ -277,8 +280,8 @@ def _dec_DeleteRecordsRequest_v2(buf: memoryview, pos: int) -> tuple[DeleteRecor
     if n1 < 0:
         raise DecodeError(f"DeleteRecordsRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"DeleteRecordsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteRecordsRequest.topics", n1, len(buf) - pos)
         items1: list[DeleteRecordsRequest.DeleteRecordsTopic] = []
         for _ in range(n1):
             item1, pos = _dec_DeleteRecordsRequest_DeleteRecordsTopic_v2(buf, pos)
@@ -348,8 +351,8 @@ def _dec_DeleteRecordsResponse_DeleteRecordsTopicResult_v0(buf: memoryview, pos:
     if n2 < 0:
         raise DecodeError(f"DeleteRecordsResponse.DeleteRecordsTopicResult.partitions: invalid array length {n2}")
     else:
-        if n2 * 14 > len(buf) - pos:
-            raise DecodeError(f"DeleteRecordsResponse.DeleteRecordsTopicResult.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 14 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DeleteRecordsResponse.DeleteRecordsTopicResult.partitions", n2, len(buf) - pos)
         items2: list[DeleteRecordsResponse.DeleteRecordsPartitionResult] = []
         for _ in range(n2):
             item2, pos = _dec_DeleteRecordsResponse_DeleteRecordsPartitionResult_v0(buf, pos)
@@ -382,8 +385,8 @@ def _dec_DeleteRecordsResponse_v0(buf: memoryview, pos: int) -> tuple[DeleteReco
     if n1 < 0:
         raise DecodeError(f"DeleteRecordsResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"DeleteRecordsResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteRecordsResponse.topics", n1, len(buf) - pos)
         items1: list[DeleteRecordsResponse.DeleteRecordsTopicResult] = []
         for _ in range(n1):
             item1, pos = _dec_DeleteRecordsResponse_DeleteRecordsTopicResult_v0(buf, pos)
@@ -475,8 +478,8 @@ def _dec_DeleteRecordsResponse_DeleteRecordsTopicResult_v2(buf: memoryview, pos:
     if n2 < 0:
         raise DecodeError(f"DeleteRecordsResponse.DeleteRecordsTopicResult.partitions: invalid array length {n2}")
     else:
-        if n2 * 15 > len(buf) - pos:
-            raise DecodeError(f"DeleteRecordsResponse.DeleteRecordsTopicResult.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 15 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DeleteRecordsResponse.DeleteRecordsTopicResult.partitions", n2, len(buf) - pos)
         items2: list[DeleteRecordsResponse.DeleteRecordsPartitionResult] = []
         for _ in range(n2):
             item2, pos = _dec_DeleteRecordsResponse_DeleteRecordsPartitionResult_v2(buf, pos)
@@ -525,8 +528,8 @@ def _dec_DeleteRecordsResponse_v2(buf: memoryview, pos: int) -> tuple[DeleteReco
     if n1 < 0:
         raise DecodeError(f"DeleteRecordsResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"DeleteRecordsResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteRecordsResponse.topics", n1, len(buf) - pos)
         items1: list[DeleteRecordsResponse.DeleteRecordsTopicResult] = []
         for _ in range(n1):
             item1, pos = _dec_DeleteRecordsResponse_DeleteRecordsTopicResult_v2(buf, pos)

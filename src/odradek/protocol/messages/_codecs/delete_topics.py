@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -76,8 +79,8 @@ def _dec_DeleteTopicsRequest_v0(buf: memoryview, pos: int) -> tuple[DeleteTopics
     if n1 < 0:
         raise DecodeError(f"DeleteTopicsRequest.topic_names: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"DeleteTopicsRequest.topic_names: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteTopicsRequest.topic_names", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = unpack_i16(buf, pos)[0]
@@ -146,8 +149,8 @@ def _dec_DeleteTopicsRequest_v4(buf: memoryview, pos: int) -> tuple[DeleteTopics
     if n1 < 0:
         raise DecodeError(f"DeleteTopicsRequest.topic_names: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"DeleteTopicsRequest.topic_names: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteTopicsRequest.topic_names", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = buf[pos]
@@ -262,8 +265,8 @@ def _dec_DeleteTopicsRequest_v6(buf: memoryview, pos: int) -> tuple[DeleteTopics
     if n1 < 0:
         raise DecodeError(f"DeleteTopicsRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"DeleteTopicsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteTopicsRequest.topics", n1, len(buf) - pos)
         items1: list[DeleteTopicsRequest.DeleteTopicState] = []
         for _ in range(n1):
             item1, pos = _dec_DeleteTopicsRequest_DeleteTopicState_v6(buf, pos)
@@ -336,8 +339,8 @@ def _dec_DeleteTopicsResponse_v0(buf: memoryview, pos: int) -> tuple[DeleteTopic
     if n1 < 0:
         raise DecodeError(f"DeleteTopicsResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"DeleteTopicsResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteTopicsResponse.responses", n1, len(buf) - pos)
         items1: list[DeleteTopicsResponse.DeletableTopicResult] = []
         for _ in range(n1):
             item1, pos = _dec_DeleteTopicsResponse_DeletableTopicResult_v0(buf, pos)
@@ -371,8 +374,8 @@ def _dec_DeleteTopicsResponse_v1(buf: memoryview, pos: int) -> tuple[DeleteTopic
     if n1 < 0:
         raise DecodeError(f"DeleteTopicsResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"DeleteTopicsResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteTopicsResponse.responses", n1, len(buf) - pos)
         items1: list[DeleteTopicsResponse.DeletableTopicResult] = []
         for _ in range(n1):
             item1, pos = _dec_DeleteTopicsResponse_DeletableTopicResult_v0(buf, pos)
@@ -469,8 +472,8 @@ def _dec_DeleteTopicsResponse_v4(buf: memoryview, pos: int) -> tuple[DeleteTopic
     if n1 < 0:
         raise DecodeError(f"DeleteTopicsResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 4 > len(buf) - pos:
-            raise DecodeError(f"DeleteTopicsResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 4 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteTopicsResponse.responses", n1, len(buf) - pos)
         items1: list[DeleteTopicsResponse.DeletableTopicResult] = []
         for _ in range(n1):
             item1, pos = _dec_DeleteTopicsResponse_DeletableTopicResult_v4(buf, pos)
@@ -600,8 +603,8 @@ def _dec_DeleteTopicsResponse_v5(buf: memoryview, pos: int) -> tuple[DeleteTopic
     if n1 < 0:
         raise DecodeError(f"DeleteTopicsResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 5 > len(buf) - pos:
-            raise DecodeError(f"DeleteTopicsResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteTopicsResponse.responses", n1, len(buf) - pos)
         items1: list[DeleteTopicsResponse.DeletableTopicResult] = []
         for _ in range(n1):
             item1, pos = _dec_DeleteTopicsResponse_DeletableTopicResult_v5(buf, pos)
@@ -734,8 +737,8 @@ def _dec_DeleteTopicsResponse_v6(buf: memoryview, pos: int) -> tuple[DeleteTopic
     if n1 < 0:
         raise DecodeError(f"DeleteTopicsResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 21 > len(buf) - pos:
-            raise DecodeError(f"DeleteTopicsResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 21 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DeleteTopicsResponse.responses", n1, len(buf) - pos)
         items1: list[DeleteTopicsResponse.DeletableTopicResult] = []
         for _ in range(n1):
             item1, pos = _dec_DeleteTopicsResponse_DeletableTopicResult_v6(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -435,8 +438,8 @@ def _dec_DescribeAclsResponse_DescribeAclsResource_v0(buf: memoryview, pos: int)
     if n2 < 0:
         raise DecodeError(f"DescribeAclsResponse.DescribeAclsResource.acls: invalid array length {n2}")
     else:
-        if n2 * 4 > len(buf) - pos:
-            raise DecodeError(f"DescribeAclsResponse.DescribeAclsResource.acls: array of {n2} elements runs past the end of the data")
+        if n2 * 4 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeAclsResponse.DescribeAclsResource.acls", n2, len(buf) - pos)
         items2: list[DescribeAclsResponse.AclDescription] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeAclsResponse_AclDescription_v0(buf, pos)
@@ -492,8 +495,8 @@ def _dec_DescribeAclsResponse_v0(buf: memoryview, pos: int) -> tuple[DescribeAcl
     if n2 < 0:
         raise DecodeError(f"DescribeAclsResponse.resources: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeAclsResponse.resources: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeAclsResponse.resources", n2, len(buf) - pos)
         items2: list[DescribeAclsResponse.DescribeAclsResource] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeAclsResponse_DescribeAclsResource_v0(buf, pos)
@@ -549,8 +552,8 @@ def _dec_DescribeAclsResponse_DescribeAclsResource_v1(buf: memoryview, pos: int)
     if n2 < 0:
         raise DecodeError(f"DescribeAclsResponse.DescribeAclsResource.acls: invalid array length {n2}")
     else:
-        if n2 * 4 > len(buf) - pos:
-            raise DecodeError(f"DescribeAclsResponse.DescribeAclsResource.acls: array of {n2} elements runs past the end of the data")
+        if n2 * 4 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeAclsResponse.DescribeAclsResource.acls", n2, len(buf) - pos)
         items2: list[DescribeAclsResponse.AclDescription] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeAclsResponse_AclDescription_v0(buf, pos)
@@ -605,8 +608,8 @@ def _dec_DescribeAclsResponse_v1(buf: memoryview, pos: int) -> tuple[DescribeAcl
     if n2 < 0:
         raise DecodeError(f"DescribeAclsResponse.resources: invalid array length {n2}")
     else:
-        if n2 * 4 > len(buf) - pos:
-            raise DecodeError(f"DescribeAclsResponse.resources: array of {n2} elements runs past the end of the data")
+        if n2 * 4 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeAclsResponse.resources", n2, len(buf) - pos)
         items2: list[DescribeAclsResponse.DescribeAclsResource] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeAclsResponse_DescribeAclsResource_v1(buf, pos)
@@ -760,8 +763,8 @@ def _dec_DescribeAclsResponse_DescribeAclsResource_v2(buf: memoryview, pos: int)
     if n2 < 0:
         raise DecodeError(f"DescribeAclsResponse.DescribeAclsResource.acls: invalid array length {n2}")
     else:
-        if n2 * 5 > len(buf) - pos:
-            raise DecodeError(f"DescribeAclsResponse.DescribeAclsResource.acls: array of {n2} elements runs past the end of the data")
+        if n2 * 5 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeAclsResponse.DescribeAclsResource.acls", n2, len(buf) - pos)
         items2: list[DescribeAclsResponse.AclDescription] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeAclsResponse_AclDescription_v2(buf, pos)
@@ -840,8 +843,8 @@ def _dec_DescribeAclsResponse_v2(buf: memoryview, pos: int) -> tuple[DescribeAcl
     if n2 < 0:
         raise DecodeError(f"DescribeAclsResponse.resources: invalid array length {n2}")
     else:
-        if n2 * 5 > len(buf) - pos:
-            raise DecodeError(f"DescribeAclsResponse.resources: array of {n2} elements runs past the end of the data")
+        if n2 * 5 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeAclsResponse.resources", n2, len(buf) - pos)
         items2: list[DescribeAclsResponse.DescribeAclsResource] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeAclsResponse_DescribeAclsResource_v2(buf, pos)

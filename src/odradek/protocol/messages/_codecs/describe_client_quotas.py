@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -127,8 +130,8 @@ def _dec_DescribeClientQuotasRequest_v0(buf: memoryview, pos: int) -> tuple[Desc
     if n1 < 0:
         raise DecodeError(f"DescribeClientQuotasRequest.components: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeClientQuotasRequest.components: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeClientQuotasRequest.components", n1, len(buf) - pos)
         items1: list[DescribeClientQuotasRequest.ComponentData] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeClientQuotasRequest_ComponentData_v0(buf, pos)
@@ -253,8 +256,8 @@ def _dec_DescribeClientQuotasRequest_v1(buf: memoryview, pos: int) -> tuple[Desc
     if n1 < 0:
         raise DecodeError(f"DescribeClientQuotasRequest.components: invalid array length {n1}")
     else:
-        if n1 * 4 > len(buf) - pos:
-            raise DecodeError(f"DescribeClientQuotasRequest.components: array of {n1} elements runs past the end of the data")
+        if n1 * 4 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeClientQuotasRequest.components", n1, len(buf) - pos)
         items1: list[DescribeClientQuotasRequest.ComponentData] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeClientQuotasRequest_ComponentData_v1(buf, pos)
@@ -385,8 +388,8 @@ def _dec_DescribeClientQuotasResponse_EntryData_v0(buf: memoryview, pos: int) ->
     if n1 < 0:
         raise DecodeError(f"DescribeClientQuotasResponse.EntryData.entity: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"DescribeClientQuotasResponse.EntryData.entity: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeClientQuotasResponse.EntryData.entity", n1, len(buf) - pos)
         items1: list[DescribeClientQuotasResponse.EntityData] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeClientQuotasResponse_EntityData_v0(buf, pos)
@@ -397,8 +400,8 @@ def _dec_DescribeClientQuotasResponse_EntryData_v0(buf: memoryview, pos: int) ->
     if n2 < 0:
         raise DecodeError(f"DescribeClientQuotasResponse.EntryData.values: invalid array length {n2}")
     else:
-        if n2 * 9 > len(buf) - pos:
-            raise DecodeError(f"DescribeClientQuotasResponse.EntryData.values: array of {n2} elements runs past the end of the data")
+        if n2 * 9 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeClientQuotasResponse.EntryData.values", n2, len(buf) - pos)
         items2: list[DescribeClientQuotasResponse.ValueData] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeClientQuotasResponse_ValueData_v0(buf, pos)
@@ -455,8 +458,8 @@ def _dec_DescribeClientQuotasResponse_v0(buf: memoryview, pos: int) -> tuple[Des
             raise DecodeError(f"DescribeClientQuotasResponse.entries: invalid array length {n2}")
         obj.entries = None
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"DescribeClientQuotasResponse.entries: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeClientQuotasResponse.entries", n2, len(buf) - pos)
         items2: list[DescribeClientQuotasResponse.EntryData] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeClientQuotasResponse_EntryData_v0(buf, pos)
@@ -636,8 +639,8 @@ def _dec_DescribeClientQuotasResponse_EntryData_v1(buf: memoryview, pos: int) ->
     if n1 < 0:
         raise DecodeError(f"DescribeClientQuotasResponse.EntryData.entity: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeClientQuotasResponse.EntryData.entity: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeClientQuotasResponse.EntryData.entity", n1, len(buf) - pos)
         items1: list[DescribeClientQuotasResponse.EntityData] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeClientQuotasResponse_EntityData_v1(buf, pos)
@@ -653,8 +656,8 @@ def _dec_DescribeClientQuotasResponse_EntryData_v1(buf: memoryview, pos: int) ->
     if n2 < 0:
         raise DecodeError(f"DescribeClientQuotasResponse.EntryData.values: invalid array length {n2}")
     else:
-        if n2 * 10 > len(buf) - pos:
-            raise DecodeError(f"DescribeClientQuotasResponse.EntryData.values: array of {n2} elements runs past the end of the data")
+        if n2 * 10 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeClientQuotasResponse.EntryData.values", n2, len(buf) - pos)
         items2: list[DescribeClientQuotasResponse.ValueData] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeClientQuotasResponse_ValueData_v1(buf, pos)
@@ -735,8 +738,8 @@ def _dec_DescribeClientQuotasResponse_v1(buf: memoryview, pos: int) -> tuple[Des
             raise DecodeError(f"DescribeClientQuotasResponse.entries: invalid array length {n2}")
         obj.entries = None
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeClientQuotasResponse.entries: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeClientQuotasResponse.entries", n2, len(buf) - pos)
         items2: list[DescribeClientQuotasResponse.EntryData] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeClientQuotasResponse_EntryData_v1(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -41,6 +44,8 @@ _pack_o = Struct(">?").pack
 _unpack_o = Struct(">?").unpack_from
 _pack_ob = Struct(">?b").pack
 _unpack_ob = Struct(">?b").unpack_from
+_pack_obo = Struct(">?b?").pack
+_unpack_obo = Struct(">?b?").unpack_from
 _pack_b = Struct(">b").pack
 _unpack_b = Struct(">b").unpack_from
 _pack_i = Struct(">i").pack
@@ -53,6 +58,8 @@ _unpack_ih = Struct(">ih").unpack_from
 def _enc_DescribeClusterRequest_v0(out: bytearray, obj: DescribeClusterRequest) -> None:
     if obj.endpoint_type != 1:
         raise EncodeError("DescribeClusterRequest.endpoint_type cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
+    if obj.include_fenced_brokers != False:
+        raise EncodeError("DescribeClusterRequest.include_fenced_brokers cannot be sent in this version: only in versions 2+", UNSUPPORTED_VERSION)
     out += _pack_o(obj.include_cluster_authorized_operations)
     if obj.unknown_tagged_fields:
         write_tagged(out, [], obj.unknown_tagged_fields)
@@ -66,6 +73,7 @@ def _dec_DescribeClusterRequest_v0(buf: memoryview, pos: int) -> tuple[DescribeC
     (obj.include_cluster_authorized_operations,) = _unpack_o(buf, pos)
     pos += 1
     obj.endpoint_type = 1
+    obj.include_fenced_brokers = False
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -76,6 +84,8 @@ def _dec_DescribeClusterRequest_v0(buf: memoryview, pos: int) -> tuple[DescribeC
 
 # DescribeClusterRequest v1
 def _enc_DescribeClusterRequest_v1(out: bytearray, obj: DescribeClusterRequest) -> None:
+    if obj.include_fenced_brokers != False:
+        raise EncodeError("DescribeClusterRequest.include_fenced_brokers cannot be sent in this version: only in versions 2+", UNSUPPORTED_VERSION)
     out += _pack_ob(obj.include_cluster_authorized_operations, obj.endpoint_type)
     if obj.unknown_tagged_fields:
         write_tagged(out, [], obj.unknown_tagged_fields)
@@ -88,6 +98,29 @@ def _dec_DescribeClusterRequest_v1(buf: memoryview, pos: int) -> tuple[DescribeC
     obj = new(_DescribeClusterRequest)
     obj.include_cluster_authorized_operations, obj.endpoint_type = _unpack_ob(buf, pos)
     pos += 2
+    obj.include_fenced_brokers = False
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# DescribeClusterRequest v2
+def _enc_DescribeClusterRequest_v2(out: bytearray, obj: DescribeClusterRequest) -> None:
+    out += _pack_obo(obj.include_cluster_authorized_operations, obj.endpoint_type, obj.include_fenced_brokers)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# DescribeClusterRequest v2
+def _dec_DescribeClusterRequest_v2(buf: memoryview, pos: int) -> tuple[DescribeClusterRequest, int]:
+    obj = new(_DescribeClusterRequest)
+    obj.include_cluster_authorized_operations, obj.endpoint_type, obj.include_fenced_brokers = _unpack_obo(buf, pos)
+    pos += 3
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -98,6 +131,8 @@ def _dec_DescribeClusterRequest_v1(buf: memoryview, pos: int) -> tuple[DescribeC
 
 # DescribeClusterResponse.DescribeClusterBroker v0-1
 def _enc_DescribeClusterResponse_DescribeClusterBroker_v0(out: bytearray, obj: DescribeClusterResponse.DescribeClusterBroker) -> None:
+    if obj.is_fenced != False:
+        raise EncodeError("DescribeClusterResponse.DescribeClusterBroker.is_fenced cannot be sent in this version: only in versions 2+", UNSUPPORTED_VERSION)
     out += _pack_i(obj.broker_id)
     v1 = obj.host
     if v1 is None:
@@ -171,6 +206,7 @@ def _dec_DescribeClusterResponse_DescribeClusterBroker_v0(buf: memoryview, pos: 
             raise DecodeError("DescribeClusterResponse.DescribeClusterBroker.rack: string runs past the end of the data")
         obj.rack = str(buf[pos:end2], "utf-8")
         pos = end2
+    obj.is_fenced = False
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -278,8 +314,8 @@ def _dec_DescribeClusterResponse_v0(buf: memoryview, pos: int) -> tuple[Describe
     if n3 < 0:
         raise DecodeError(f"DescribeClusterResponse.brokers: invalid array length {n3}")
     else:
-        if n3 * 11 > len(buf) - pos:
-            raise DecodeError(f"DescribeClusterResponse.brokers: array of {n3} elements runs past the end of the data")
+        if n3 * 11 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("DescribeClusterResponse.brokers", n3, len(buf) - pos)
         items3: list[DescribeClusterResponse.DescribeClusterBroker] = []
         for _ in range(n3):
             item3, pos = _dec_DescribeClusterResponse_DescribeClusterBroker_v0(buf, pos)
@@ -396,11 +432,214 @@ def _dec_DescribeClusterResponse_v1(buf: memoryview, pos: int) -> tuple[Describe
     if n3 < 0:
         raise DecodeError(f"DescribeClusterResponse.brokers: invalid array length {n3}")
     else:
-        if n3 * 11 > len(buf) - pos:
-            raise DecodeError(f"DescribeClusterResponse.brokers: array of {n3} elements runs past the end of the data")
+        if n3 * 11 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("DescribeClusterResponse.brokers", n3, len(buf) - pos)
         items3: list[DescribeClusterResponse.DescribeClusterBroker] = []
         for _ in range(n3):
             item3, pos = _dec_DescribeClusterResponse_DescribeClusterBroker_v0(buf, pos)
+            items3.append(item3)
+        obj.brokers = items3
+    (obj.cluster_authorized_operations,) = _unpack_i(buf, pos)
+    pos += 4
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# DescribeClusterResponse.DescribeClusterBroker v2
+def _enc_DescribeClusterResponse_DescribeClusterBroker_v2(out: bytearray, obj: DescribeClusterResponse.DescribeClusterBroker) -> None:
+    out += _pack_i(obj.broker_id)
+    v1 = obj.host
+    if v1 is None:
+        raise EncodeError("DescribeClusterResponse.DescribeClusterBroker.host is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("DescribeClusterResponse.DescribeClusterBroker.host is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    out += _pack_i(obj.port)
+    v2 = obj.rack
+    if v2 is None:
+        out.append(0)
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("DescribeClusterResponse.DescribeClusterBroker.rack is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    out += _pack_o(obj.is_fenced)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# DescribeClusterResponse.DescribeClusterBroker v2
+def _dec_DescribeClusterResponse_DescribeClusterBroker_v2(buf: memoryview, pos: int) -> tuple[DescribeClusterResponse.DescribeClusterBroker, int]:
+    obj = new(_DescribeClusterResponse_DescribeClusterBroker)
+    (obj.broker_id,) = _unpack_i(buf, pos)
+    pos += 4
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"DescribeClusterResponse.DescribeClusterBroker.host: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("DescribeClusterResponse.DescribeClusterBroker.host: string runs past the end of the data")
+        obj.host = str(buf[pos:end1], "utf-8")
+        pos = end1
+    (obj.port,) = _unpack_i(buf, pos)
+    pos += 4
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        if n2 != -1:
+            raise DecodeError(f"DescribeClusterResponse.DescribeClusterBroker.rack: invalid string length {n2}")
+        obj.rack = None
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("DescribeClusterResponse.DescribeClusterBroker.rack: string runs past the end of the data")
+        obj.rack = str(buf[pos:end2], "utf-8")
+        pos = end2
+    (obj.is_fenced,) = _unpack_o(buf, pos)
+    pos += 1
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# DescribeClusterResponse v2
+def _enc_DescribeClusterResponse_v2(out: bytearray, obj: DescribeClusterResponse) -> None:
+    out += _pack_ih(obj.throttle_time_ms, obj.error_code)
+    v1 = obj.error_message
+    if v1 is None:
+        out.append(0)
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("DescribeClusterResponse.error_message is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    out += _pack_b(obj.endpoint_type)
+    v2 = obj.cluster_id
+    if v2 is None:
+        raise EncodeError("DescribeClusterResponse.cluster_id is not nullable in this version")
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("DescribeClusterResponse.cluster_id is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    out += _pack_i(obj.controller_id)
+    v3 = obj.brokers
+    if v3 is None:
+        raise EncodeError("DescribeClusterResponse.brokers is not nullable in this version")
+    else:
+        n3 = len(v3)
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        for item3 in v3:
+            _enc_DescribeClusterResponse_DescribeClusterBroker_v2(out, item3)
+    out += _pack_i(obj.cluster_authorized_operations)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# DescribeClusterResponse v2
+def _dec_DescribeClusterResponse_v2(buf: memoryview, pos: int) -> tuple[DescribeClusterResponse, int]:
+    obj = new(_DescribeClusterResponse)
+    obj.throttle_time_ms, obj.error_code = _unpack_ih(buf, pos)
+    pos += 6
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        if n1 != -1:
+            raise DecodeError(f"DescribeClusterResponse.error_message: invalid string length {n1}")
+        obj.error_message = None
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("DescribeClusterResponse.error_message: string runs past the end of the data")
+        obj.error_message = str(buf[pos:end1], "utf-8")
+        pos = end1
+    (obj.endpoint_type,) = _unpack_b(buf, pos)
+    pos += 1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"DescribeClusterResponse.cluster_id: invalid string length {n2}")
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("DescribeClusterResponse.cluster_id: string runs past the end of the data")
+        obj.cluster_id = str(buf[pos:end2], "utf-8")
+        pos = end2
+    (obj.controller_id,) = _unpack_i(buf, pos)
+    pos += 4
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        raise DecodeError(f"DescribeClusterResponse.brokers: invalid array length {n3}")
+    else:
+        if n3 * 12 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("DescribeClusterResponse.brokers", n3, len(buf) - pos)
+        items3: list[DescribeClusterResponse.DescribeClusterBroker] = []
+        for _ in range(n3):
+            item3, pos = _dec_DescribeClusterResponse_DescribeClusterBroker_v2(buf, pos)
             items3.append(item3)
         obj.brokers = items3
     (obj.cluster_authorized_operations,) = _unpack_i(buf, pos)
@@ -417,8 +656,8 @@ def _error_DescribeClusterRequest(request: DescribeClusterRequest, version: int,
     return _DescribeClusterResponse(error_code=code, error_message=message)
 
 
-DescribeClusterRequest._encoders_ = {0: _enc_DescribeClusterRequest_v0, 1: _enc_DescribeClusterRequest_v1}
-DescribeClusterRequest._decoders_ = {0: _dec_DescribeClusterRequest_v0, 1: _dec_DescribeClusterRequest_v1}
-DescribeClusterResponse._encoders_ = {0: _enc_DescribeClusterResponse_v0, 1: _enc_DescribeClusterResponse_v1}
-DescribeClusterResponse._decoders_ = {0: _dec_DescribeClusterResponse_v0, 1: _dec_DescribeClusterResponse_v1}
+DescribeClusterRequest._encoders_ = {0: _enc_DescribeClusterRequest_v0, 1: _enc_DescribeClusterRequest_v1, 2: _enc_DescribeClusterRequest_v2}
+DescribeClusterRequest._decoders_ = {0: _dec_DescribeClusterRequest_v0, 1: _dec_DescribeClusterRequest_v1, 2: _dec_DescribeClusterRequest_v2}
+DescribeClusterResponse._encoders_ = {0: _enc_DescribeClusterResponse_v0, 1: _enc_DescribeClusterResponse_v1, 2: _enc_DescribeClusterResponse_v2}
+DescribeClusterResponse._decoders_ = {0: _dec_DescribeClusterResponse_v0, 1: _dec_DescribeClusterResponse_v1, 2: _dec_DescribeClusterResponse_v2}
 DescribeClusterRequest._error_response_ = _error_DescribeClusterRequest

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -110,8 +113,8 @@ def _dec_DescribeConfigsRequest_DescribeConfigsResource_v0(buf: memoryview, pos:
             raise DecodeError(f"DescribeConfigsRequest.DescribeConfigsResource.configuration_keys: invalid array length {n2}")
         obj.configuration_keys = None
     else:
-        if n2 * 1 > len(buf) - pos:
-            raise DecodeError(f"DescribeConfigsRequest.DescribeConfigsResource.configuration_keys: array of {n2} elements runs past the end of the data")
+        if n2 * 1 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeConfigsRequest.DescribeConfigsResource.configuration_keys", n2, len(buf) - pos)
         items2: list[str] = []
         for _ in range(n2):
             n3 = unpack_i16(buf, pos)[0]
@@ -154,8 +157,8 @@ def _dec_DescribeConfigsRequest_v0(buf: memoryview, pos: int) -> tuple[DescribeC
     if n1 < 0:
         raise DecodeError(f"DescribeConfigsRequest.resources: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeConfigsRequest.resources: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeConfigsRequest.resources", n1, len(buf) - pos)
         items1: list[DescribeConfigsRequest.DescribeConfigsResource] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeConfigsRequest_DescribeConfigsResource_v0(buf, pos)
@@ -190,8 +193,8 @@ def _dec_DescribeConfigsRequest_v1(buf: memoryview, pos: int) -> tuple[DescribeC
     if n1 < 0:
         raise DecodeError(f"DescribeConfigsRequest.resources: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeConfigsRequest.resources: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeConfigsRequest.resources", n1, len(buf) - pos)
         items1: list[DescribeConfigsRequest.DescribeConfigsResource] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeConfigsRequest_DescribeConfigsResource_v0(buf, pos)
@@ -225,8 +228,8 @@ def _dec_DescribeConfigsRequest_v3(buf: memoryview, pos: int) -> tuple[DescribeC
     if n1 < 0:
         raise DecodeError(f"DescribeConfigsRequest.resources: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeConfigsRequest.resources: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeConfigsRequest.resources", n1, len(buf) - pos)
         items1: list[DescribeConfigsRequest.DescribeConfigsResource] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeConfigsRequest_DescribeConfigsResource_v0(buf, pos)
@@ -315,8 +318,8 @@ def _dec_DescribeConfigsRequest_DescribeConfigsResource_v4(buf: memoryview, pos:
             raise DecodeError(f"DescribeConfigsRequest.DescribeConfigsResource.configuration_keys: invalid array length {n2}")
         obj.configuration_keys = None
     else:
-        if n2 * 1 > len(buf) - pos:
-            raise DecodeError(f"DescribeConfigsRequest.DescribeConfigsResource.configuration_keys: array of {n2} elements runs past the end of the data")
+        if n2 * 1 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeConfigsRequest.DescribeConfigsResource.configuration_keys", n2, len(buf) - pos)
         items2: list[str] = []
         for _ in range(n2):
             n3 = buf[pos]
@@ -377,8 +380,8 @@ def _dec_DescribeConfigsRequest_v4(buf: memoryview, pos: int) -> tuple[DescribeC
     if n1 < 0:
         raise DecodeError(f"DescribeConfigsRequest.resources: invalid array length {n1}")
     else:
-        if n1 * 4 > len(buf) - pos:
-            raise DecodeError(f"DescribeConfigsRequest.resources: array of {n1} elements runs past the end of the data")
+        if n1 * 4 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeConfigsRequest.resources", n1, len(buf) - pos)
         items1: list[DescribeConfigsRequest.DescribeConfigsResource] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeConfigsRequest_DescribeConfigsResource_v4(buf, pos)
@@ -522,8 +525,8 @@ def _dec_DescribeConfigsResponse_DescribeConfigsResult_v0(buf: memoryview, pos: 
     if n3 < 0:
         raise DecodeError(f"DescribeConfigsResponse.DescribeConfigsResult.configs: invalid array length {n3}")
     else:
-        if n3 * 5 > len(buf) - pos:
-            raise DecodeError(f"DescribeConfigsResponse.DescribeConfigsResult.configs: array of {n3} elements runs past the end of the data")
+        if n3 * 5 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("DescribeConfigsResponse.DescribeConfigsResult.configs", n3, len(buf) - pos)
         items3: list[DescribeConfigsResponse.DescribeConfigsResourceResult] = []
         for _ in range(n3):
             item3, pos = _dec_DescribeConfigsResponse_DescribeConfigsResourceResult_v0(buf, pos)
@@ -556,8 +559,8 @@ def _dec_DescribeConfigsResponse_v0(buf: memoryview, pos: int) -> tuple[Describe
     if n1 < 0:
         raise DecodeError(f"DescribeConfigsResponse.results: invalid array length {n1}")
     else:
-        if n1 * 6 > len(buf) - pos:
-            raise DecodeError(f"DescribeConfigsResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 6 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeConfigsResponse.results", n1, len(buf) - pos)
         items1: list[DescribeConfigsResponse.DescribeConfigsResult] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeConfigsResponse_DescribeConfigsResult_v0(buf, pos)
@@ -690,8 +693,8 @@ def _dec_DescribeConfigsResponse_DescribeConfigsResourceResult_v1(buf: memoryvie
     if n3 < 0:
         raise DecodeError(f"DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms: invalid array length {n3}")
     else:
-        if n3 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms: array of {n3} elements runs past the end of the data")
+        if n3 * 3 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms", n3, len(buf) - pos)
         items3: list[DescribeConfigsResponse.DescribeConfigsSynonym] = []
         for _ in range(n3):
             item3, pos = _dec_DescribeConfigsResponse_DescribeConfigsSynonym_v1(buf, pos)
@@ -772,8 +775,8 @@ def _dec_DescribeConfigsResponse_DescribeConfigsResult_v1(buf: memoryview, pos: 
     if n3 < 0:
         raise DecodeError(f"DescribeConfigsResponse.DescribeConfigsResult.configs: invalid array length {n3}")
     else:
-        if n3 * 6 > len(buf) - pos:
-            raise DecodeError(f"DescribeConfigsResponse.DescribeConfigsResult.configs: array of {n3} elements runs past the end of the data")
+        if n3 * 6 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("DescribeConfigsResponse.DescribeConfigsResult.configs", n3, len(buf) - pos)
         items3: list[DescribeConfigsResponse.DescribeConfigsResourceResult] = []
         for _ in range(n3):
             item3, pos = _dec_DescribeConfigsResponse_DescribeConfigsResourceResult_v1(buf, pos)
@@ -806,8 +809,8 @@ def _dec_DescribeConfigsResponse_v1(buf: memoryview, pos: int) -> tuple[Describe
     if n1 < 0:
         raise DecodeError(f"DescribeConfigsResponse.results: invalid array length {n1}")
     else:
-        if n1 * 6 > len(buf) - pos:
-            raise DecodeError(f"DescribeConfigsResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 6 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeConfigsResponse.results", n1, len(buf) - pos)
         items1: list[DescribeConfigsResponse.DescribeConfigsResult] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeConfigsResponse_DescribeConfigsResult_v1(buf, pos)
@@ -895,8 +898,8 @@ def _dec_DescribeConfigsResponse_DescribeConfigsResourceResult_v3(buf: memoryvie
     if n3 < 0:
         raise DecodeError(f"DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms: invalid array length {n3}")
     else:
-        if n3 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms: array of {n3} elements runs past the end of the data")
+        if n3 * 3 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms", n3, len(buf) - pos)
         items3: list[DescribeConfigsResponse.DescribeConfigsSynonym] = []
         for _ in range(n3):
             item3, pos = _dec_DescribeConfigsResponse_DescribeConfigsSynonym_v1(buf, pos)
@@ -989,8 +992,8 @@ def _dec_DescribeConfigsResponse_DescribeConfigsResult_v3(buf: memoryview, pos: 
     if n3 < 0:
         raise DecodeError(f"DescribeConfigsResponse.DescribeConfigsResult.configs: invalid array length {n3}")
     else:
-        if n3 * 8 > len(buf) - pos:
-            raise DecodeError(f"DescribeConfigsResponse.DescribeConfigsResult.configs: array of {n3} elements runs past the end of the data")
+        if n3 * 8 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("DescribeConfigsResponse.DescribeConfigsResult.configs", n3, len(buf) - pos)
         items3: list[DescribeConfigsResponse.DescribeConfigsResourceResult] = []
         for _ in range(n3):
             item3, pos = _dec_DescribeConfigsResponse_DescribeConfigsResourceResult_v3(buf, pos)
@@ -1023,8 +1026,8 @@ def _dec_DescribeConfigsResponse_v3(buf: memoryview, pos: int) -> tuple[Describe
     if n1 < 0:
         raise DecodeError(f"DescribeConfigsResponse.results: invalid array length {n1}")
     else:
-        if n1 * 6 > len(buf) - pos:
-            raise DecodeError(f"DescribeConfigsResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 6 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeConfigsResponse.results", n1, len(buf) - pos)
         items1: list[DescribeConfigsResponse.DescribeConfigsResult] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeConfigsResponse_DescribeConfigsResult_v3(buf, pos)
@@ -1223,8 +1226,8 @@ def _dec_DescribeConfigsResponse_DescribeConfigsResourceResult_v4(buf: memoryvie
     if n3 < 0:
         raise DecodeError(f"DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms: invalid array length {n3}")
     else:
-        if n3 * 4 > len(buf) - pos:
-            raise DecodeError(f"DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms: array of {n3} elements runs past the end of the data")
+        if n3 * 4 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms", n3, len(buf) - pos)
         items3: list[DescribeConfigsResponse.DescribeConfigsSynonym] = []
         for _ in range(n3):
             item3, pos = _dec_DescribeConfigsResponse_DescribeConfigsSynonym_v4(buf, pos)
@@ -1354,8 +1357,8 @@ def _dec_DescribeConfigsResponse_DescribeConfigsResult_v4(buf: memoryview, pos: 
     if n3 < 0:
         raise DecodeError(f"DescribeConfigsResponse.DescribeConfigsResult.configs: invalid array length {n3}")
     else:
-        if n3 * 9 > len(buf) - pos:
-            raise DecodeError(f"DescribeConfigsResponse.DescribeConfigsResult.configs: array of {n3} elements runs past the end of the data")
+        if n3 * 9 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("DescribeConfigsResponse.DescribeConfigsResult.configs", n3, len(buf) - pos)
         items3: list[DescribeConfigsResponse.DescribeConfigsResourceResult] = []
         for _ in range(n3):
             item3, pos = _dec_DescribeConfigsResponse_DescribeConfigsResourceResult_v4(buf, pos)
@@ -1404,8 +1407,8 @@ def _dec_DescribeConfigsResponse_v4(buf: memoryview, pos: int) -> tuple[Describe
     if n1 < 0:
         raise DecodeError(f"DescribeConfigsResponse.results: invalid array length {n1}")
     else:
-        if n1 * 7 > len(buf) - pos:
-            raise DecodeError(f"DescribeConfigsResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 7 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeConfigsResponse.results", n1, len(buf) - pos)
         items1: list[DescribeConfigsResponse.DescribeConfigsResult] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeConfigsResponse_DescribeConfigsResult_v4(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -120,8 +123,8 @@ def _dec_DescribeDelegationTokenRequest_v0(buf: memoryview, pos: int) -> tuple[D
             raise DecodeError(f"DescribeDelegationTokenRequest.owners: invalid array length {n1}")
         obj.owners = None
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"DescribeDelegationTokenRequest.owners: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeDelegationTokenRequest.owners", n1, len(buf) - pos)
         items1: list[DescribeDelegationTokenRequest.DescribeDelegationTokenOwner] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner_v0(buf, pos)
@@ -240,8 +243,8 @@ def _dec_DescribeDelegationTokenRequest_v2(buf: memoryview, pos: int) -> tuple[D
             raise DecodeError(f"DescribeDelegationTokenRequest.owners: invalid array length {n1}")
         obj.owners = None
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeDelegationTokenRequest.owners: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeDelegationTokenRequest.owners", n1, len(buf) - pos)
         items1: list[DescribeDelegationTokenRequest.DescribeDelegationTokenOwner] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner_v2(buf, pos)
@@ -412,8 +415,8 @@ def _dec_DescribeDelegationTokenResponse_DescribedDelegationToken_v0(buf: memory
     if n5 < 0:
         raise DecodeError(f"DescribeDelegationTokenResponse.DescribedDelegationToken.renewers: invalid array length {n5}")
     else:
-        if n5 * 2 > len(buf) - pos:
-            raise DecodeError(f"DescribeDelegationTokenResponse.DescribedDelegationToken.renewers: array of {n5} elements runs past the end of the data")
+        if n5 * 2 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("DescribeDelegationTokenResponse.DescribedDelegationToken.renewers", n5, len(buf) - pos)
         items5: list[DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer] = []
         for _ in range(n5):
             item5, pos = _dec_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer_v0(buf, pos)
@@ -449,8 +452,8 @@ def _dec_DescribeDelegationTokenResponse_v0(buf: memoryview, pos: int) -> tuple[
     if n1 < 0:
         raise DecodeError(f"DescribeDelegationTokenResponse.tokens: invalid array length {n1}")
     else:
-        if n1 * 29 > len(buf) - pos:
-            raise DecodeError(f"DescribeDelegationTokenResponse.tokens: array of {n1} elements runs past the end of the data")
+        if n1 * 29 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeDelegationTokenResponse.tokens", n1, len(buf) - pos)
         items1: list[DescribeDelegationTokenResponse.DescribedDelegationToken] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeDelegationTokenResponse_DescribedDelegationToken_v0(buf, pos)
@@ -693,8 +696,8 @@ def _dec_DescribeDelegationTokenResponse_DescribedDelegationToken_v2(buf: memory
     if n5 < 0:
         raise DecodeError(f"DescribeDelegationTokenResponse.DescribedDelegationToken.renewers: invalid array length {n5}")
     else:
-        if n5 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeDelegationTokenResponse.DescribedDelegationToken.renewers: array of {n5} elements runs past the end of the data")
+        if n5 * 3 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("DescribeDelegationTokenResponse.DescribedDelegationToken.renewers", n5, len(buf) - pos)
         items5: list[DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer] = []
         for _ in range(n5):
             item5, pos = _dec_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer_v2(buf, pos)
@@ -746,8 +749,8 @@ def _dec_DescribeDelegationTokenResponse_v2(buf: memoryview, pos: int) -> tuple[
     if n1 < 0:
         raise DecodeError(f"DescribeDelegationTokenResponse.tokens: invalid array length {n1}")
     else:
-        if n1 * 30 > len(buf) - pos:
-            raise DecodeError(f"DescribeDelegationTokenResponse.tokens: array of {n1} elements runs past the end of the data")
+        if n1 * 30 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeDelegationTokenResponse.tokens", n1, len(buf) - pos)
         items1: list[DescribeDelegationTokenResponse.DescribedDelegationToken] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeDelegationTokenResponse_DescribedDelegationToken_v2(buf, pos)
@@ -971,8 +974,8 @@ def _dec_DescribeDelegationTokenResponse_DescribedDelegationToken_v3(buf: memory
     if n7 < 0:
         raise DecodeError(f"DescribeDelegationTokenResponse.DescribedDelegationToken.renewers: invalid array length {n7}")
     else:
-        if n7 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeDelegationTokenResponse.DescribedDelegationToken.renewers: array of {n7} elements runs past the end of the data")
+        if n7 * 3 > len(buf) - pos or n7 > 1000000:
+            raise array_refused("DescribeDelegationTokenResponse.DescribedDelegationToken.renewers", n7, len(buf) - pos)
         items7: list[DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer] = []
         for _ in range(n7):
             item7, pos = _dec_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer_v2(buf, pos)
@@ -1022,8 +1025,8 @@ def _dec_DescribeDelegationTokenResponse_v3(buf: memoryview, pos: int) -> tuple[
     if n1 < 0:
         raise DecodeError(f"DescribeDelegationTokenResponse.tokens: invalid array length {n1}")
     else:
-        if n1 * 32 > len(buf) - pos:
-            raise DecodeError(f"DescribeDelegationTokenResponse.tokens: array of {n1} elements runs past the end of the data")
+        if n1 * 32 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeDelegationTokenResponse.tokens", n1, len(buf) - pos)
         items1: list[DescribeDelegationTokenResponse.DescribedDelegationToken] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeDelegationTokenResponse_DescribedDelegationToken_v3(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -77,8 +80,8 @@ def _dec_DescribeGroupsRequest_v0(buf: memoryview, pos: int) -> tuple[DescribeGr
     if n1 < 0:
         raise DecodeError(f"DescribeGroupsRequest.groups: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"DescribeGroupsRequest.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeGroupsRequest.groups", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = unpack_i16(buf, pos)[0]
@@ -128,8 +131,8 @@ def _dec_DescribeGroupsRequest_v3(buf: memoryview, pos: int) -> tuple[DescribeGr
     if n1 < 0:
         raise DecodeError(f"DescribeGroupsRequest.groups: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"DescribeGroupsRequest.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeGroupsRequest.groups", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = unpack_i16(buf, pos)[0]
@@ -150,7 +153,7 @@ def _dec_DescribeGroupsRequest_v3(buf: memoryview, pos: int) -> tuple[DescribeGr
     return obj, pos
 
 
-# DescribeGroupsRequest v5
+# DescribeGroupsRequest v5-6
 def _enc_DescribeGroupsRequest_v5(out: bytearray, obj: DescribeGroupsRequest) -> None:
     v1 = obj.groups
     if v1 is None:
@@ -182,7 +185,7 @@ def _enc_DescribeGroupsRequest_v5(out: bytearray, obj: DescribeGroupsRequest) ->
         out.append(0)
 
 
-# DescribeGroupsRequest v5
+# DescribeGroupsRequest v5-6
 def _dec_DescribeGroupsRequest_v5(buf: memoryview, pos: int) -> tuple[DescribeGroupsRequest, int]:
     obj = new(_DescribeGroupsRequest)
     n1 = buf[pos]
@@ -195,8 +198,8 @@ def _dec_DescribeGroupsRequest_v5(buf: memoryview, pos: int) -> tuple[DescribeGr
     if n1 < 0:
         raise DecodeError(f"DescribeGroupsRequest.groups: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"DescribeGroupsRequest.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeGroupsRequest.groups", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = buf[pos]
@@ -338,6 +341,8 @@ def _dec_DescribeGroupsResponse_DescribedGroupMember_v0(buf: memoryview, pos: in
 
 # DescribeGroupsResponse.DescribedGroup v0-2
 def _enc_DescribeGroupsResponse_DescribedGroup_v0(out: bytearray, obj: DescribeGroupsResponse.DescribedGroup) -> None:
+    if obj.error_message is not None:
+        raise EncodeError("DescribeGroupsResponse.DescribedGroup.error_message cannot be sent in this version: only in versions 6+", UNSUPPORTED_VERSION)
     if obj.authorized_operations != -2147483648:
         raise EncodeError("DescribeGroupsResponse.DescribedGroup.authorized_operations cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     out += _pack_h(obj.error_code)
@@ -441,13 +446,14 @@ def _dec_DescribeGroupsResponse_DescribedGroup_v0(buf: memoryview, pos: int) -> 
     if n5 < 0:
         raise DecodeError(f"DescribeGroupsResponse.DescribedGroup.members: invalid array length {n5}")
     else:
-        if n5 * 5 > len(buf) - pos:
-            raise DecodeError(f"DescribeGroupsResponse.DescribedGroup.members: array of {n5} elements runs past the end of the data")
+        if n5 * 5 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("DescribeGroupsResponse.DescribedGroup.members", n5, len(buf) - pos)
         items5: list[DescribeGroupsResponse.DescribedGroupMember] = []
         for _ in range(n5):
             item5, pos = _dec_DescribeGroupsResponse_DescribedGroupMember_v0(buf, pos)
             items5.append(item5)
         obj.members = items5
+    obj.error_message = None
     obj.authorized_operations = -2147483648
     obj.unknown_tagged_fields = None
     return obj, pos
@@ -473,8 +479,8 @@ def _dec_DescribeGroupsResponse_v0(buf: memoryview, pos: int) -> tuple[DescribeG
     if n1 < 0:
         raise DecodeError(f"DescribeGroupsResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 7 > len(buf) - pos:
-            raise DecodeError(f"DescribeGroupsResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 7 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeGroupsResponse.groups", n1, len(buf) - pos)
         items1: list[DescribeGroupsResponse.DescribedGroup] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeGroupsResponse_DescribedGroup_v0(buf, pos)
@@ -508,8 +514,8 @@ def _dec_DescribeGroupsResponse_v1(buf: memoryview, pos: int) -> tuple[DescribeG
     if n1 < 0:
         raise DecodeError(f"DescribeGroupsResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 7 > len(buf) - pos:
-            raise DecodeError(f"DescribeGroupsResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 7 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeGroupsResponse.groups", n1, len(buf) - pos)
         items1: list[DescribeGroupsResponse.DescribedGroup] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeGroupsResponse_DescribedGroup_v0(buf, pos)
@@ -521,6 +527,8 @@ def _dec_DescribeGroupsResponse_v1(buf: memoryview, pos: int) -> tuple[DescribeG
 
 # DescribeGroupsResponse.DescribedGroup v3
 def _enc_DescribeGroupsResponse_DescribedGroup_v3(out: bytearray, obj: DescribeGroupsResponse.DescribedGroup) -> None:
+    if obj.error_message is not None:
+        raise EncodeError("DescribeGroupsResponse.DescribedGroup.error_message cannot be sent in this version: only in versions 6+", UNSUPPORTED_VERSION)
     out += _pack_h(obj.error_code)
     v1 = obj.group_id
     if v1 is None:
@@ -623,8 +631,8 @@ def _dec_DescribeGroupsResponse_DescribedGroup_v3(buf: memoryview, pos: int) -> 
     if n5 < 0:
         raise DecodeError(f"DescribeGroupsResponse.DescribedGroup.members: invalid array length {n5}")
     else:
-        if n5 * 5 > len(buf) - pos:
-            raise DecodeError(f"DescribeGroupsResponse.DescribedGroup.members: array of {n5} elements runs past the end of the data")
+        if n5 * 5 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("DescribeGroupsResponse.DescribedGroup.members", n5, len(buf) - pos)
         items5: list[DescribeGroupsResponse.DescribedGroupMember] = []
         for _ in range(n5):
             item5, pos = _dec_DescribeGroupsResponse_DescribedGroupMember_v0(buf, pos)
@@ -632,6 +640,7 @@ def _dec_DescribeGroupsResponse_DescribedGroup_v3(buf: memoryview, pos: int) -> 
         obj.members = items5
     (obj.authorized_operations,) = _unpack_i(buf, pos)
     pos += 4
+    obj.error_message = None
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -659,8 +668,8 @@ def _dec_DescribeGroupsResponse_v3(buf: memoryview, pos: int) -> tuple[DescribeG
     if n1 < 0:
         raise DecodeError(f"DescribeGroupsResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 11 > len(buf) - pos:
-            raise DecodeError(f"DescribeGroupsResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 11 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeGroupsResponse.groups", n1, len(buf) - pos)
         items1: list[DescribeGroupsResponse.DescribedGroup] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeGroupsResponse_DescribedGroup_v3(buf, pos)
@@ -803,6 +812,8 @@ def _dec_DescribeGroupsResponse_DescribedGroupMember_v4(buf: memoryview, pos: in
 
 # DescribeGroupsResponse.DescribedGroup v4
 def _enc_DescribeGroupsResponse_DescribedGroup_v4(out: bytearray, obj: DescribeGroupsResponse.DescribedGroup) -> None:
+    if obj.error_message is not None:
+        raise EncodeError("DescribeGroupsResponse.DescribedGroup.error_message cannot be sent in this version: only in versions 6+", UNSUPPORTED_VERSION)
     out += _pack_h(obj.error_code)
     v1 = obj.group_id
     if v1 is None:
@@ -905,8 +916,8 @@ def _dec_DescribeGroupsResponse_DescribedGroup_v4(buf: memoryview, pos: int) -> 
     if n5 < 0:
         raise DecodeError(f"DescribeGroupsResponse.DescribedGroup.members: invalid array length {n5}")
     else:
-        if n5 * 6 > len(buf) - pos:
-            raise DecodeError(f"DescribeGroupsResponse.DescribedGroup.members: array of {n5} elements runs past the end of the data")
+        if n5 * 6 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("DescribeGroupsResponse.DescribedGroup.members", n5, len(buf) - pos)
         items5: list[DescribeGroupsResponse.DescribedGroupMember] = []
         for _ in range(n5):
             item5, pos = _dec_DescribeGroupsResponse_DescribedGroupMember_v4(buf, pos)
@@ -914,6 +925,7 @@ def _dec_DescribeGroupsResponse_DescribedGroup_v4(buf: memoryview, pos: int) -> 
         obj.members = items5
     (obj.authorized_operations,) = _unpack_i(buf, pos)
     pos += 4
+    obj.error_message = None
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -941,8 +953,8 @@ def _dec_DescribeGroupsResponse_v4(buf: memoryview, pos: int) -> tuple[DescribeG
     if n1 < 0:
         raise DecodeError(f"DescribeGroupsResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 11 > len(buf) - pos:
-            raise DecodeError(f"DescribeGroupsResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 11 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeGroupsResponse.groups", n1, len(buf) - pos)
         items1: list[DescribeGroupsResponse.DescribedGroup] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeGroupsResponse_DescribedGroup_v4(buf, pos)
@@ -952,7 +964,7 @@ def _dec_DescribeGroupsResponse_v4(buf: memoryview, pos: int) -> tuple[DescribeG
     return obj, pos
 
 
-# DescribeGroupsResponse.DescribedGroupMember v5
+# DescribeGroupsResponse.DescribedGroupMember v5-6
 def _enc_DescribeGroupsResponse_DescribedGroupMember_v5(out: bytearray, obj: DescribeGroupsResponse.DescribedGroupMember) -> None:
     v1 = obj.member_id
     if v1 is None:
@@ -1042,7 +1054,7 @@ def _enc_DescribeGroupsResponse_DescribedGroupMember_v5(out: bytearray, obj: Des
         out.append(0)
 
 
-# DescribeGroupsResponse.DescribedGroupMember v5
+# DescribeGroupsResponse.DescribedGroupMember v5-6
 def _dec_DescribeGroupsResponse_DescribedGroupMember_v5(buf: memoryview, pos: int) -> tuple[DescribeGroupsResponse.DescribedGroupMember, int]:
     obj = new(_DescribeGroupsResponse_DescribedGroupMember)
     n1 = buf[pos]
@@ -1153,6 +1165,8 @@ def _dec_DescribeGroupsResponse_DescribedGroupMember_v5(buf: memoryview, pos: in
 
 # DescribeGroupsResponse.DescribedGroup v5
 def _enc_DescribeGroupsResponse_DescribedGroup_v5(out: bytearray, obj: DescribeGroupsResponse.DescribedGroup) -> None:
+    if obj.error_message is not None:
+        raise EncodeError("DescribeGroupsResponse.DescribedGroup.error_message cannot be sent in this version: only in versions 6+", UNSUPPORTED_VERSION)
     out += _pack_h(obj.error_code)
     v1 = obj.group_id
     if v1 is None:
@@ -1299,8 +1313,8 @@ def _dec_DescribeGroupsResponse_DescribedGroup_v5(buf: memoryview, pos: int) -> 
     if n5 < 0:
         raise DecodeError(f"DescribeGroupsResponse.DescribedGroup.members: invalid array length {n5}")
     else:
-        if n5 * 7 > len(buf) - pos:
-            raise DecodeError(f"DescribeGroupsResponse.DescribedGroup.members: array of {n5} elements runs past the end of the data")
+        if n5 * 7 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("DescribeGroupsResponse.DescribedGroup.members", n5, len(buf) - pos)
         items5: list[DescribeGroupsResponse.DescribedGroupMember] = []
         for _ in range(n5):
             item5, pos = _dec_DescribeGroupsResponse_DescribedGroupMember_v5(buf, pos)
@@ -1308,6 +1322,7 @@ def _dec_DescribeGroupsResponse_DescribedGroup_v5(buf: memoryview, pos: int) -> 
         obj.members = items5
     (obj.authorized_operations,) = _unpack_i(buf, pos)
     pos += 4
+    obj.error_message = None
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -1351,8 +1366,8 @@ def _dec_DescribeGroupsResponse_v5(buf: memoryview, pos: int) -> tuple[DescribeG
     if n1 < 0:
         raise DecodeError(f"DescribeGroupsResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 12 > len(buf) - pos:
-            raise DecodeError(f"DescribeGroupsResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 12 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeGroupsResponse.groups", n1, len(buf) - pos)
         items1: list[DescribeGroupsResponse.DescribedGroup] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeGroupsResponse_DescribedGroup_v5(buf, pos)
@@ -1366,12 +1381,259 @@ def _dec_DescribeGroupsResponse_v5(buf: memoryview, pos: int) -> tuple[DescribeG
     return obj, pos
 
 
+# DescribeGroupsResponse.DescribedGroup v6
+def _enc_DescribeGroupsResponse_DescribedGroup_v6(out: bytearray, obj: DescribeGroupsResponse.DescribedGroup) -> None:
+    out += _pack_h(obj.error_code)
+    v1 = obj.error_message
+    if v1 is None:
+        out.append(0)
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("DescribeGroupsResponse.DescribedGroup.error_message is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    v2 = obj.group_id
+    if v2 is None:
+        raise EncodeError("DescribeGroupsResponse.DescribedGroup.group_id is not nullable in this version")
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("DescribeGroupsResponse.DescribedGroup.group_id is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    v3 = obj.group_state
+    if v3 is None:
+        raise EncodeError("DescribeGroupsResponse.DescribedGroup.group_state is not nullable in this version")
+    else:
+        data3 = v3.encode("utf-8")
+        n3 = len(data3)
+        if n3 > 0x7FFF:
+            raise EncodeError("DescribeGroupsResponse.DescribedGroup.group_state is longer than 32767 bytes")
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        out += data3
+    v4 = obj.protocol_type
+    if v4 is None:
+        raise EncodeError("DescribeGroupsResponse.DescribedGroup.protocol_type is not nullable in this version")
+    else:
+        data4 = v4.encode("utf-8")
+        n4 = len(data4)
+        if n4 > 0x7FFF:
+            raise EncodeError("DescribeGroupsResponse.DescribedGroup.protocol_type is longer than 32767 bytes")
+        if n4 < 0x7F:
+            out.append(n4 + 1)
+        else:
+            write_uvarint(out, n4 + 1)
+        out += data4
+    v5 = obj.protocol_data
+    if v5 is None:
+        raise EncodeError("DescribeGroupsResponse.DescribedGroup.protocol_data is not nullable in this version")
+    else:
+        data5 = v5.encode("utf-8")
+        n5 = len(data5)
+        if n5 > 0x7FFF:
+            raise EncodeError("DescribeGroupsResponse.DescribedGroup.protocol_data is longer than 32767 bytes")
+        if n5 < 0x7F:
+            out.append(n5 + 1)
+        else:
+            write_uvarint(out, n5 + 1)
+        out += data5
+    v6 = obj.members
+    if v6 is None:
+        raise EncodeError("DescribeGroupsResponse.DescribedGroup.members is not nullable in this version")
+    else:
+        n6 = len(v6)
+        if n6 < 0x7F:
+            out.append(n6 + 1)
+        else:
+            write_uvarint(out, n6 + 1)
+        for item6 in v6:
+            _enc_DescribeGroupsResponse_DescribedGroupMember_v5(out, item6)
+    out += _pack_i(obj.authorized_operations)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# DescribeGroupsResponse.DescribedGroup v6
+def _dec_DescribeGroupsResponse_DescribedGroup_v6(buf: memoryview, pos: int) -> tuple[DescribeGroupsResponse.DescribedGroup, int]:
+    obj = new(_DescribeGroupsResponse_DescribedGroup)
+    (obj.error_code,) = _unpack_h(buf, pos)
+    pos += 2
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        if n1 != -1:
+            raise DecodeError(f"DescribeGroupsResponse.DescribedGroup.error_message: invalid string length {n1}")
+        obj.error_message = None
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("DescribeGroupsResponse.DescribedGroup.error_message: string runs past the end of the data")
+        obj.error_message = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"DescribeGroupsResponse.DescribedGroup.group_id: invalid string length {n2}")
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("DescribeGroupsResponse.DescribedGroup.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end2], "utf-8")
+        pos = end2
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        raise DecodeError(f"DescribeGroupsResponse.DescribedGroup.group_state: invalid string length {n3}")
+    else:
+        end3 = pos + n3
+        if end3 > len(buf):
+            raise DecodeError("DescribeGroupsResponse.DescribedGroup.group_state: string runs past the end of the data")
+        obj.group_state = str(buf[pos:end3], "utf-8")
+        pos = end3
+    n4 = buf[pos]
+    if n4 < 0x80:
+        n4 -= 1
+        pos += 1
+    else:
+        n4, pos = read_uvarint(buf, pos)
+        n4 -= 1
+    if n4 < 0:
+        raise DecodeError(f"DescribeGroupsResponse.DescribedGroup.protocol_type: invalid string length {n4}")
+    else:
+        end4 = pos + n4
+        if end4 > len(buf):
+            raise DecodeError("DescribeGroupsResponse.DescribedGroup.protocol_type: string runs past the end of the data")
+        obj.protocol_type = str(buf[pos:end4], "utf-8")
+        pos = end4
+    n5 = buf[pos]
+    if n5 < 0x80:
+        n5 -= 1
+        pos += 1
+    else:
+        n5, pos = read_uvarint(buf, pos)
+        n5 -= 1
+    if n5 < 0:
+        raise DecodeError(f"DescribeGroupsResponse.DescribedGroup.protocol_data: invalid string length {n5}")
+    else:
+        end5 = pos + n5
+        if end5 > len(buf):
+            raise DecodeError("DescribeGroupsResponse.DescribedGroup.protocol_data: string runs past the end of the data")
+        obj.protocol_data = str(buf[pos:end5], "utf-8")
+        pos = end5
+    n6 = buf[pos]
+    if n6 < 0x80:
+        n6 -= 1
+        pos += 1
+    else:
+        n6, pos = read_uvarint(buf, pos)
+        n6 -= 1
+    if n6 < 0:
+        raise DecodeError(f"DescribeGroupsResponse.DescribedGroup.members: invalid array length {n6}")
+    else:
+        if n6 * 7 > len(buf) - pos or n6 > 1000000:
+            raise array_refused("DescribeGroupsResponse.DescribedGroup.members", n6, len(buf) - pos)
+        items6: list[DescribeGroupsResponse.DescribedGroupMember] = []
+        for _ in range(n6):
+            item6, pos = _dec_DescribeGroupsResponse_DescribedGroupMember_v5(buf, pos)
+            items6.append(item6)
+        obj.members = items6
+    (obj.authorized_operations,) = _unpack_i(buf, pos)
+    pos += 4
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# DescribeGroupsResponse v6
+def _enc_DescribeGroupsResponse_v6(out: bytearray, obj: DescribeGroupsResponse) -> None:
+    out += _pack_i(obj.throttle_time_ms)
+    v1 = obj.groups
+    if v1 is None:
+        raise EncodeError("DescribeGroupsResponse.groups is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_DescribeGroupsResponse_DescribedGroup_v6(out, item1)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# DescribeGroupsResponse v6
+def _dec_DescribeGroupsResponse_v6(buf: memoryview, pos: int) -> tuple[DescribeGroupsResponse, int]:
+    obj = new(_DescribeGroupsResponse)
+    (obj.throttle_time_ms,) = _unpack_i(buf, pos)
+    pos += 4
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"DescribeGroupsResponse.groups: invalid array length {n1}")
+    else:
+        if n1 * 13 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeGroupsResponse.groups", n1, len(buf) - pos)
+        items1: list[DescribeGroupsResponse.DescribedGroup] = []
+        for _ in range(n1):
+            item1, pos = _dec_DescribeGroupsResponse_DescribedGroup_v6(buf, pos)
+            items1.append(item1)
+        obj.groups = items1
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
 def _error_DescribeGroupsRequest(request: DescribeGroupsRequest, version: int, code: int, message: str | None) -> DescribeGroupsResponse | None:
-    return _DescribeGroupsResponse(groups=[_DescribeGroupsResponse_DescribedGroup(error_code=code, group_id=x0) for x0 in request.groups])
+    if version <= 5:  # v0-5
+        return _DescribeGroupsResponse(groups=[_DescribeGroupsResponse_DescribedGroup(error_code=code, group_id=x0) for x0 in request.groups])
+    return _DescribeGroupsResponse(groups=[_DescribeGroupsResponse_DescribedGroup(error_code=code, error_message=message, group_id=x0) for x0 in request.groups])
 
 
-DescribeGroupsRequest._encoders_ = {0: _enc_DescribeGroupsRequest_v0, 1: _enc_DescribeGroupsRequest_v0, 2: _enc_DescribeGroupsRequest_v0, 3: _enc_DescribeGroupsRequest_v3, 4: _enc_DescribeGroupsRequest_v3, 5: _enc_DescribeGroupsRequest_v5}
-DescribeGroupsRequest._decoders_ = {0: _dec_DescribeGroupsRequest_v0, 1: _dec_DescribeGroupsRequest_v0, 2: _dec_DescribeGroupsRequest_v0, 3: _dec_DescribeGroupsRequest_v3, 4: _dec_DescribeGroupsRequest_v3, 5: _dec_DescribeGroupsRequest_v5}
-DescribeGroupsResponse._encoders_ = {0: _enc_DescribeGroupsResponse_v0, 1: _enc_DescribeGroupsResponse_v1, 2: _enc_DescribeGroupsResponse_v1, 3: _enc_DescribeGroupsResponse_v3, 4: _enc_DescribeGroupsResponse_v4, 5: _enc_DescribeGroupsResponse_v5}
-DescribeGroupsResponse._decoders_ = {0: _dec_DescribeGroupsResponse_v0, 1: _dec_DescribeGroupsResponse_v1, 2: _dec_DescribeGroupsResponse_v1, 3: _dec_DescribeGroupsResponse_v3, 4: _dec_DescribeGroupsResponse_v4, 5: _dec_DescribeGroupsResponse_v5}
+DescribeGroupsRequest._encoders_ = {0: _enc_DescribeGroupsRequest_v0, 1: _enc_DescribeGroupsRequest_v0, 2: _enc_DescribeGroupsRequest_v0, 3: _enc_DescribeGroupsRequest_v3, 4: _enc_DescribeGroupsRequest_v3, 5: _enc_DescribeGroupsRequest_v5, 6: _enc_DescribeGroupsRequest_v5}
+DescribeGroupsRequest._decoders_ = {0: _dec_DescribeGroupsRequest_v0, 1: _dec_DescribeGroupsRequest_v0, 2: _dec_DescribeGroupsRequest_v0, 3: _dec_DescribeGroupsRequest_v3, 4: _dec_DescribeGroupsRequest_v3, 5: _dec_DescribeGroupsRequest_v5, 6: _dec_DescribeGroupsRequest_v5}
+DescribeGroupsResponse._encoders_ = {0: _enc_DescribeGroupsResponse_v0, 1: _enc_DescribeGroupsResponse_v1, 2: _enc_DescribeGroupsResponse_v1, 3: _enc_DescribeGroupsResponse_v3, 4: _enc_DescribeGroupsResponse_v4, 5: _enc_DescribeGroupsResponse_v5, 6: _enc_DescribeGroupsResponse_v6}
+DescribeGroupsResponse._decoders_ = {0: _dec_DescribeGroupsResponse_v0, 1: _dec_DescribeGroupsResponse_v1, 2: _dec_DescribeGroupsResponse_v1, 3: _dec_DescribeGroupsResponse_v3, 4: _dec_DescribeGroupsResponse_v4, 5: _dec_DescribeGroupsResponse_v5, 6: _dec_DescribeGroupsResponse_v6}
 DescribeGroupsRequest._error_response_ = _error_DescribeGroupsRequest

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -50,6 +53,8 @@ _pack_iqqo = Struct(">iqq?").pack
 _unpack_iqqo = Struct(">iqq?").unpack_from
 _pack_qq = Struct(">qq").pack
 _unpack_qq = Struct(">qq").unpack_from
+_pack_qqo = Struct(">qq?").pack
+_unpack_qqo = Struct(">qq?").unpack_from
 
 
 # DescribeLogDirsRequest.DescribableLogDirTopic v0-1
@@ -93,8 +98,8 @@ def _dec_DescribeLogDirsRequest_DescribableLogDirTopic_v0(buf: memoryview, pos: 
         raise DecodeError(f"DescribeLogDirsRequest.DescribableLogDirTopic.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"DescribeLogDirsRequest.DescribableLogDirTopic.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("DescribeLogDirsRequest.DescribableLogDirTopic.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     obj.unknown_tagged_fields = None
@@ -123,8 +128,8 @@ def _dec_DescribeLogDirsRequest_v0(buf: memoryview, pos: int) -> tuple[DescribeL
             raise DecodeError(f"DescribeLogDirsRequest.topics: invalid array length {n1}")
         obj.topics = None
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"DescribeLogDirsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeLogDirsRequest.topics", n1, len(buf) - pos)
         items1: list[DescribeLogDirsRequest.DescribableLogDirTopic] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeLogDirsRequest_DescribableLogDirTopic_v0(buf, pos)
@@ -134,7 +139,7 @@ def _dec_DescribeLogDirsRequest_v0(buf: memoryview, pos: int) -> tuple[DescribeL
     return obj, pos
 
 
-# DescribeLogDirsRequest.DescribableLogDirTopic v2-4
+# DescribeLogDirsRequest.DescribableLogDirTopic v2-5
 def _enc_DescribeLogDirsRequest_DescribableLogDirTopic_v2(out: bytearray, obj: DescribeLogDirsRequest.DescribableLogDirTopic) -> None:
     v1 = obj.topic
     if v1 is None:
@@ -166,7 +171,7 @@ def _enc_DescribeLogDirsRequest_DescribableLogDirTopic_v2(out: bytearray, obj: D
         out.append(0)
 
 
-# DescribeLogDirsRequest.DescribableLogDirTopic v2-4
+# DescribeLogDirsRequest.DescribableLogDirTopic v2-5
 def _dec_DescribeLogDirsRequest_DescribableLogDirTopic_v2(buf: memoryview, pos: int) -> tuple[DescribeLogDirsRequest.DescribableLogDirTopic, int]:
     obj = new(_DescribeLogDirsRequest_DescribableLogDirTopic)
     n1 = buf[pos]
@@ -195,8 +200,8 @@ def _dec_DescribeLogDirsRequest_DescribableLogDirTopic_v2(buf: memoryview, pos: 
         raise DecodeError(f"DescribeLogDirsRequest.DescribableLogDirTopic.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"DescribeLogDirsRequest.DescribableLogDirTopic.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("DescribeLogDirsRequest.DescribableLogDirTopic.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -207,7 +212,7 @@ def _dec_DescribeLogDirsRequest_DescribableLogDirTopic_v2(buf: memoryview, pos: 
     return obj, pos
 
 
-# DescribeLogDirsRequest v2-4
+# DescribeLogDirsRequest v2-5
 def _enc_DescribeLogDirsRequest_v2(out: bytearray, obj: DescribeLogDirsRequest) -> None:
     v1 = obj.topics
     if v1 is None:
@@ -226,7 +231,7 @@ def _enc_DescribeLogDirsRequest_v2(out: bytearray, obj: DescribeLogDirsRequest) 
         out.append(0)
 
 
-# DescribeLogDirsRequest v2-4
+# DescribeLogDirsRequest v2-5
 def _dec_DescribeLogDirsRequest_v2(buf: memoryview, pos: int) -> tuple[DescribeLogDirsRequest, int]:
     obj = new(_DescribeLogDirsRequest)
     n1 = buf[pos]
@@ -241,8 +246,8 @@ def _dec_DescribeLogDirsRequest_v2(buf: memoryview, pos: int) -> tuple[DescribeL
             raise DecodeError(f"DescribeLogDirsRequest.topics: invalid array length {n1}")
         obj.topics = None
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeLogDirsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeLogDirsRequest.topics", n1, len(buf) - pos)
         items1: list[DescribeLogDirsRequest.DescribableLogDirTopic] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeLogDirsRequest_DescribableLogDirTopic_v2(buf, pos)
@@ -310,8 +315,8 @@ def _dec_DescribeLogDirsResponse_DescribeLogDirsTopic_v0(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"DescribeLogDirsResponse.DescribeLogDirsTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 21 > len(buf) - pos:
-            raise DecodeError(f"DescribeLogDirsResponse.DescribeLogDirsTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 21 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeLogDirsResponse.DescribeLogDirsTopic.partitions", n2, len(buf) - pos)
         items2: list[DescribeLogDirsResponse.DescribeLogDirsPartition] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeLogDirsResponse_DescribeLogDirsPartition_v0(buf, pos)
@@ -364,8 +369,8 @@ def _dec_DescribeLogDirsResponse_DescribeLogDirsResult_v0(buf: memoryview, pos: 
     if n2 < 0:
         raise DecodeError(f"DescribeLogDirsResponse.DescribeLogDirsResult.topics: invalid array length {n2}")
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"DescribeLogDirsResponse.DescribeLogDirsResult.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeLogDirsResponse.DescribeLogDirsResult.topics", n2, len(buf) - pos)
         items2: list[DescribeLogDirsResponse.DescribeLogDirsTopic] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeLogDirsResponse_DescribeLogDirsTopic_v0(buf, pos)
@@ -373,6 +378,7 @@ def _dec_DescribeLogDirsResponse_DescribeLogDirsResult_v0(buf: memoryview, pos: 
         obj.topics = items2
     obj.total_bytes = -1
     obj.usable_bytes = -1
+    obj.is_cordoned = False
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -400,8 +406,8 @@ def _dec_DescribeLogDirsResponse_v0(buf: memoryview, pos: int) -> tuple[Describe
     if n1 < 0:
         raise DecodeError(f"DescribeLogDirsResponse.results: invalid array length {n1}")
     else:
-        if n1 * 4 > len(buf) - pos:
-            raise DecodeError(f"DescribeLogDirsResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 4 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeLogDirsResponse.results", n1, len(buf) - pos)
         items1: list[DescribeLogDirsResponse.DescribeLogDirsResult] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeLogDirsResponse_DescribeLogDirsResult_v0(buf, pos)
@@ -412,7 +418,7 @@ def _dec_DescribeLogDirsResponse_v0(buf: memoryview, pos: int) -> tuple[Describe
     return obj, pos
 
 
-# DescribeLogDirsResponse.DescribeLogDirsPartition v2-4
+# DescribeLogDirsResponse.DescribeLogDirsPartition v2-5
 def _enc_DescribeLogDirsResponse_DescribeLogDirsPartition_v2(out: bytearray, obj: DescribeLogDirsResponse.DescribeLogDirsPartition) -> None:
     out += _pack_iqqo(obj.partition_index, obj.partition_size, obj.offset_lag, obj.is_future_key)
     if obj.unknown_tagged_fields:
@@ -421,7 +427,7 @@ def _enc_DescribeLogDirsResponse_DescribeLogDirsPartition_v2(out: bytearray, obj
         out.append(0)
 
 
-# DescribeLogDirsResponse.DescribeLogDirsPartition v2-4
+# DescribeLogDirsResponse.DescribeLogDirsPartition v2-5
 def _dec_DescribeLogDirsResponse_DescribeLogDirsPartition_v2(buf: memoryview, pos: int) -> tuple[DescribeLogDirsResponse.DescribeLogDirsPartition, int]:
     obj = new(_DescribeLogDirsResponse_DescribeLogDirsPartition)
     obj.partition_index, obj.partition_size, obj.offset_lag, obj.is_future_key = _unpack_iqqo(buf, pos)
@@ -434,7 +440,7 @@ def _dec_DescribeLogDirsResponse_DescribeLogDirsPartition_v2(buf: memoryview, po
     return obj, pos
 
 
-# DescribeLogDirsResponse.DescribeLogDirsTopic v2-4
+# DescribeLogDirsResponse.DescribeLogDirsTopic v2-5
 def _enc_DescribeLogDirsResponse_DescribeLogDirsTopic_v2(out: bytearray, obj: DescribeLogDirsResponse.DescribeLogDirsTopic) -> None:
     v1 = obj.name
     if v1 is None:
@@ -466,7 +472,7 @@ def _enc_DescribeLogDirsResponse_DescribeLogDirsTopic_v2(out: bytearray, obj: De
         out.append(0)
 
 
-# DescribeLogDirsResponse.DescribeLogDirsTopic v2-4
+# DescribeLogDirsResponse.DescribeLogDirsTopic v2-5
 def _dec_DescribeLogDirsResponse_DescribeLogDirsTopic_v2(buf: memoryview, pos: int) -> tuple[DescribeLogDirsResponse.DescribeLogDirsTopic, int]:
     obj = new(_DescribeLogDirsResponse_DescribeLogDirsTopic)
     n1 = buf[pos]
@@ -494,8 +500,8 @@ def _dec_DescribeLogDirsResponse_DescribeLogDirsTopic_v2(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"DescribeLogDirsResponse.DescribeLogDirsTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 22 > len(buf) - pos:
-            raise DecodeError(f"DescribeLogDirsResponse.DescribeLogDirsTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 22 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeLogDirsResponse.DescribeLogDirsTopic.partitions", n2, len(buf) - pos)
         items2: list[DescribeLogDirsResponse.DescribeLogDirsPartition] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeLogDirsResponse_DescribeLogDirsPartition_v2(buf, pos)
@@ -572,8 +578,8 @@ def _dec_DescribeLogDirsResponse_DescribeLogDirsResult_v2(buf: memoryview, pos: 
     if n2 < 0:
         raise DecodeError(f"DescribeLogDirsResponse.DescribeLogDirsResult.topics: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeLogDirsResponse.DescribeLogDirsResult.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeLogDirsResponse.DescribeLogDirsResult.topics", n2, len(buf) - pos)
         items2: list[DescribeLogDirsResponse.DescribeLogDirsTopic] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeLogDirsResponse_DescribeLogDirsTopic_v2(buf, pos)
@@ -581,6 +587,7 @@ def _dec_DescribeLogDirsResponse_DescribeLogDirsResult_v2(buf: memoryview, pos: 
         obj.topics = items2
     obj.total_bytes = -1
     obj.usable_bytes = -1
+    obj.is_cordoned = False
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -624,8 +631,8 @@ def _dec_DescribeLogDirsResponse_v2(buf: memoryview, pos: int) -> tuple[Describe
     if n1 < 0:
         raise DecodeError(f"DescribeLogDirsResponse.results: invalid array length {n1}")
     else:
-        if n1 * 5 > len(buf) - pos:
-            raise DecodeError(f"DescribeLogDirsResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeLogDirsResponse.results", n1, len(buf) - pos)
         items1: list[DescribeLogDirsResponse.DescribeLogDirsResult] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeLogDirsResponse_DescribeLogDirsResult_v2(buf, pos)
@@ -675,8 +682,8 @@ def _dec_DescribeLogDirsResponse_v3(buf: memoryview, pos: int) -> tuple[Describe
     if n1 < 0:
         raise DecodeError(f"DescribeLogDirsResponse.results: invalid array length {n1}")
     else:
-        if n1 * 5 > len(buf) - pos:
-            raise DecodeError(f"DescribeLogDirsResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeLogDirsResponse.results", n1, len(buf) - pos)
         items1: list[DescribeLogDirsResponse.DescribeLogDirsResult] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeLogDirsResponse_DescribeLogDirsResult_v2(buf, pos)
@@ -754,8 +761,8 @@ def _dec_DescribeLogDirsResponse_DescribeLogDirsResult_v4(buf: memoryview, pos: 
     if n2 < 0:
         raise DecodeError(f"DescribeLogDirsResponse.DescribeLogDirsResult.topics: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeLogDirsResponse.DescribeLogDirsResult.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeLogDirsResponse.DescribeLogDirsResult.topics", n2, len(buf) - pos)
         items2: list[DescribeLogDirsResponse.DescribeLogDirsTopic] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeLogDirsResponse_DescribeLogDirsTopic_v2(buf, pos)
@@ -763,6 +770,7 @@ def _dec_DescribeLogDirsResponse_DescribeLogDirsResult_v4(buf: memoryview, pos: 
         obj.topics = items2
     obj.total_bytes, obj.usable_bytes = _unpack_qq(buf, pos)
     pos += 16
+    obj.is_cordoned = False
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -806,11 +814,142 @@ def _dec_DescribeLogDirsResponse_v4(buf: memoryview, pos: int) -> tuple[Describe
     if n1 < 0:
         raise DecodeError(f"DescribeLogDirsResponse.results: invalid array length {n1}")
     else:
-        if n1 * 21 > len(buf) - pos:
-            raise DecodeError(f"DescribeLogDirsResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 21 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeLogDirsResponse.results", n1, len(buf) - pos)
         items1: list[DescribeLogDirsResponse.DescribeLogDirsResult] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeLogDirsResponse_DescribeLogDirsResult_v4(buf, pos)
+            items1.append(item1)
+        obj.results = items1
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# DescribeLogDirsResponse.DescribeLogDirsResult v5
+def _enc_DescribeLogDirsResponse_DescribeLogDirsResult_v5(out: bytearray, obj: DescribeLogDirsResponse.DescribeLogDirsResult) -> None:
+    out += _pack_h(obj.error_code)
+    v1 = obj.log_dir
+    if v1 is None:
+        raise EncodeError("DescribeLogDirsResponse.DescribeLogDirsResult.log_dir is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("DescribeLogDirsResponse.DescribeLogDirsResult.log_dir is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    v2 = obj.topics
+    if v2 is None:
+        raise EncodeError("DescribeLogDirsResponse.DescribeLogDirsResult.topics is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_DescribeLogDirsResponse_DescribeLogDirsTopic_v2(out, item2)
+    out += _pack_qqo(obj.total_bytes, obj.usable_bytes, obj.is_cordoned)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# DescribeLogDirsResponse.DescribeLogDirsResult v5
+def _dec_DescribeLogDirsResponse_DescribeLogDirsResult_v5(buf: memoryview, pos: int) -> tuple[DescribeLogDirsResponse.DescribeLogDirsResult, int]:
+    obj = new(_DescribeLogDirsResponse_DescribeLogDirsResult)
+    (obj.error_code,) = _unpack_h(buf, pos)
+    pos += 2
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"DescribeLogDirsResponse.DescribeLogDirsResult.log_dir: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("DescribeLogDirsResponse.DescribeLogDirsResult.log_dir: string runs past the end of the data")
+        obj.log_dir = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"DescribeLogDirsResponse.DescribeLogDirsResult.topics: invalid array length {n2}")
+    else:
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeLogDirsResponse.DescribeLogDirsResult.topics", n2, len(buf) - pos)
+        items2: list[DescribeLogDirsResponse.DescribeLogDirsTopic] = []
+        for _ in range(n2):
+            item2, pos = _dec_DescribeLogDirsResponse_DescribeLogDirsTopic_v2(buf, pos)
+            items2.append(item2)
+        obj.topics = items2
+    obj.total_bytes, obj.usable_bytes, obj.is_cordoned = _unpack_qqo(buf, pos)
+    pos += 17
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# DescribeLogDirsResponse v5
+def _enc_DescribeLogDirsResponse_v5(out: bytearray, obj: DescribeLogDirsResponse) -> None:
+    out += _pack_ih(obj.throttle_time_ms, obj.error_code)
+    v1 = obj.results
+    if v1 is None:
+        raise EncodeError("DescribeLogDirsResponse.results is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_DescribeLogDirsResponse_DescribeLogDirsResult_v5(out, item1)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# DescribeLogDirsResponse v5
+def _dec_DescribeLogDirsResponse_v5(buf: memoryview, pos: int) -> tuple[DescribeLogDirsResponse, int]:
+    obj = new(_DescribeLogDirsResponse)
+    obj.throttle_time_ms, obj.error_code = _unpack_ih(buf, pos)
+    pos += 6
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"DescribeLogDirsResponse.results: invalid array length {n1}")
+    else:
+        if n1 * 22 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeLogDirsResponse.results", n1, len(buf) - pos)
+        items1: list[DescribeLogDirsResponse.DescribeLogDirsResult] = []
+        for _ in range(n1):
+            item1, pos = _dec_DescribeLogDirsResponse_DescribeLogDirsResult_v5(buf, pos)
             items1.append(item1)
         obj.results = items1
     if buf[pos] == 0:
@@ -827,8 +966,8 @@ def _error_DescribeLogDirsRequest(request: DescribeLogDirsRequest, version: int,
     return _DescribeLogDirsResponse(error_code=code)
 
 
-DescribeLogDirsRequest._encoders_ = {0: _enc_DescribeLogDirsRequest_v0, 1: _enc_DescribeLogDirsRequest_v0, 2: _enc_DescribeLogDirsRequest_v2, 3: _enc_DescribeLogDirsRequest_v2, 4: _enc_DescribeLogDirsRequest_v2}
-DescribeLogDirsRequest._decoders_ = {0: _dec_DescribeLogDirsRequest_v0, 1: _dec_DescribeLogDirsRequest_v0, 2: _dec_DescribeLogDirsRequest_v2, 3: _dec_DescribeLogDirsRequest_v2, 4: _dec_DescribeLogDirsRequest_v2}
-DescribeLogDirsResponse._encoders_ = {0: _enc_DescribeLogDirsResponse_v0, 1: _enc_DescribeLogDirsResponse_v0, 2: _enc_DescribeLogDirsResponse_v2, 3: _enc_DescribeLogDirsResponse_v3, 4: _enc_DescribeLogDirsResponse_v4}
-DescribeLogDirsResponse._decoders_ = {0: _dec_DescribeLogDirsResponse_v0, 1: _dec_DescribeLogDirsResponse_v0, 2: _dec_DescribeLogDirsResponse_v2, 3: _dec_DescribeLogDirsResponse_v3, 4: _dec_DescribeLogDirsResponse_v4}
+DescribeLogDirsRequest._encoders_ = {0: _enc_DescribeLogDirsRequest_v0, 1: _enc_DescribeLogDirsRequest_v0, 2: _enc_DescribeLogDirsRequest_v2, 3: _enc_DescribeLogDirsRequest_v2, 4: _enc_DescribeLogDirsRequest_v2, 5: _enc_DescribeLogDirsRequest_v2}
+DescribeLogDirsRequest._decoders_ = {0: _dec_DescribeLogDirsRequest_v0, 1: _dec_DescribeLogDirsRequest_v0, 2: _dec_DescribeLogDirsRequest_v2, 3: _dec_DescribeLogDirsRequest_v2, 4: _dec_DescribeLogDirsRequest_v2, 5: _dec_DescribeLogDirsRequest_v2}
+DescribeLogDirsResponse._encoders_ = {0: _enc_DescribeLogDirsResponse_v0, 1: _enc_DescribeLogDirsResponse_v0, 2: _enc_DescribeLogDirsResponse_v2, 3: _enc_DescribeLogDirsResponse_v3, 4: _enc_DescribeLogDirsResponse_v4, 5: _enc_DescribeLogDirsResponse_v5}
+DescribeLogDirsResponse._decoders_ = {0: _dec_DescribeLogDirsResponse_v0, 1: _dec_DescribeLogDirsResponse_v0, 2: _dec_DescribeLogDirsResponse_v2, 3: _dec_DescribeLogDirsResponse_v3, 4: _dec_DescribeLogDirsResponse_v4, 5: _dec_DescribeLogDirsResponse_v5}
 DescribeLogDirsRequest._error_response_ = _error_DescribeLogDirsRequest

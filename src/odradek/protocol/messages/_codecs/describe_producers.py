@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -109,8 +112,8 @@ def _dec_DescribeProducersRequest_TopicRequest_v0(buf: memoryview, pos: int) -> 
         raise DecodeError(f"DescribeProducersRequest.TopicRequest.partition_indexes: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"DescribeProducersRequest.TopicRequest.partition_indexes: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("DescribeProducersRequest.TopicRequest.partition_indexes", n2, len(buf) - pos)
         obj.partition_indexes = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -153,8 +156,8 @@ def _dec_DescribeProducersRequest_v0(buf: memoryview, pos: int) -> tuple[Describ
     if n1 < 0:
         raise DecodeError(f"DescribeProducersRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeProducersRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeProducersRequest.topics", n1, len(buf) - pos)
         items1: list[DescribeProducersRequest.TopicRequest] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeProducersRequest_TopicRequest_v0(buf, pos)
@@ -255,8 +258,8 @@ def _dec_DescribeProducersResponse_PartitionResponse_v0(buf: memoryview, pos: in
     if n2 < 0:
         raise DecodeError(f"DescribeProducersResponse.PartitionResponse.active_producers: invalid array length {n2}")
     else:
-        if n2 * 37 > len(buf) - pos:
-            raise DecodeError(f"DescribeProducersResponse.PartitionResponse.active_producers: array of {n2} elements runs past the end of the data")
+        if n2 * 37 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeProducersResponse.PartitionResponse.active_producers", n2, len(buf) - pos)
         items2: list[DescribeProducersResponse.ProducerState] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeProducersResponse_ProducerState_v0(buf, pos)
@@ -330,8 +333,8 @@ def _dec_DescribeProducersResponse_TopicResponse_v0(buf: memoryview, pos: int) -
     if n2 < 0:
         raise DecodeError(f"DescribeProducersResponse.TopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 9 > len(buf) - pos:
-            raise DecodeError(f"DescribeProducersResponse.TopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 9 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeProducersResponse.TopicResponse.partitions", n2, len(buf) - pos)
         items2: list[DescribeProducersResponse.PartitionResponse] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeProducersResponse_PartitionResponse_v0(buf, pos)
@@ -380,8 +383,8 @@ def _dec_DescribeProducersResponse_v0(buf: memoryview, pos: int) -> tuple[Descri
     if n1 < 0:
         raise DecodeError(f"DescribeProducersResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeProducersResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeProducersResponse.topics", n1, len(buf) - pos)
         items1: list[DescribeProducersResponse.TopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeProducersResponse_TopicResponse_v0(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -145,8 +148,8 @@ def _dec_DescribeQuorumRequest_TopicData_v0(buf: memoryview, pos: int) -> tuple[
     if n2 < 0:
         raise DecodeError(f"DescribeQuorumRequest.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 5 > len(buf) - pos:
-            raise DecodeError(f"DescribeQuorumRequest.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 5 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeQuorumRequest.TopicData.partitions", n2, len(buf) - pos)
         items2: list[DescribeQuorumRequest.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeQuorumRequest_PartitionData_v0(buf, pos)
@@ -192,8 +195,8 @@ def _dec_DescribeQuorumRequest_v0(buf: memoryview, pos: int) -> tuple[DescribeQu
     if n1 < 0:
         raise DecodeError(f"DescribeQuorumRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeQuorumRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeQuorumRequest.topics", n1, len(buf) - pos)
         items1: list[DescribeQuorumRequest.TopicData] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeQuorumRequest_TopicData_v0(buf, pos)
@@ -280,8 +283,8 @@ def _dec_DescribeQuorumResponse_PartitionData_v0(buf: memoryview, pos: int) -> t
     if n1 < 0:
         raise DecodeError(f"DescribeQuorumResponse.PartitionData.current_voters: invalid array length {n1}")
     else:
-        if n1 * 13 > len(buf) - pos:
-            raise DecodeError(f"DescribeQuorumResponse.PartitionData.current_voters: array of {n1} elements runs past the end of the data")
+        if n1 * 13 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeQuorumResponse.PartitionData.current_voters", n1, len(buf) - pos)
         items1: list[DescribeQuorumResponse.ReplicaState] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeQuorumResponse_ReplicaState_v0(buf, pos)
@@ -297,8 +300,8 @@ def _dec_DescribeQuorumResponse_PartitionData_v0(buf: memoryview, pos: int) -> t
     if n2 < 0:
         raise DecodeError(f"DescribeQuorumResponse.PartitionData.observers: invalid array length {n2}")
     else:
-        if n2 * 13 > len(buf) - pos:
-            raise DecodeError(f"DescribeQuorumResponse.PartitionData.observers: array of {n2} elements runs past the end of the data")
+        if n2 * 13 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeQuorumResponse.PartitionData.observers", n2, len(buf) - pos)
         items2: list[DescribeQuorumResponse.ReplicaState] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeQuorumResponse_ReplicaState_v0(buf, pos)
@@ -373,8 +376,8 @@ def _dec_DescribeQuorumResponse_TopicData_v0(buf: memoryview, pos: int) -> tuple
     if n2 < 0:
         raise DecodeError(f"DescribeQuorumResponse.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 25 > len(buf) - pos:
-            raise DecodeError(f"DescribeQuorumResponse.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 25 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeQuorumResponse.TopicData.partitions", n2, len(buf) - pos)
         items2: list[DescribeQuorumResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeQuorumResponse_PartitionData_v0(buf, pos)
@@ -425,8 +428,8 @@ def _dec_DescribeQuorumResponse_v0(buf: memoryview, pos: int) -> tuple[DescribeQ
     if n1 < 0:
         raise DecodeError(f"DescribeQuorumResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeQuorumResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeQuorumResponse.topics", n1, len(buf) - pos)
         items1: list[DescribeQuorumResponse.TopicData] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeQuorumResponse_TopicData_v0(buf, pos)
@@ -513,8 +516,8 @@ def _dec_DescribeQuorumResponse_PartitionData_v1(buf: memoryview, pos: int) -> t
     if n1 < 0:
         raise DecodeError(f"DescribeQuorumResponse.PartitionData.current_voters: invalid array length {n1}")
     else:
-        if n1 * 29 > len(buf) - pos:
-            raise DecodeError(f"DescribeQuorumResponse.PartitionData.current_voters: array of {n1} elements runs past the end of the data")
+        if n1 * 29 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeQuorumResponse.PartitionData.current_voters", n1, len(buf) - pos)
         items1: list[DescribeQuorumResponse.ReplicaState] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeQuorumResponse_ReplicaState_v1(buf, pos)
@@ -530,8 +533,8 @@ def _dec_DescribeQuorumResponse_PartitionData_v1(buf: memoryview, pos: int) -> t
     if n2 < 0:
         raise DecodeError(f"DescribeQuorumResponse.PartitionData.observers: invalid array length {n2}")
     else:
-        if n2 * 29 > len(buf) - pos:
-            raise DecodeError(f"DescribeQuorumResponse.PartitionData.observers: array of {n2} elements runs past the end of the data")
+        if n2 * 29 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeQuorumResponse.PartitionData.observers", n2, len(buf) - pos)
         items2: list[DescribeQuorumResponse.ReplicaState] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeQuorumResponse_ReplicaState_v1(buf, pos)
@@ -606,8 +609,8 @@ def _dec_DescribeQuorumResponse_TopicData_v1(buf: memoryview, pos: int) -> tuple
     if n2 < 0:
         raise DecodeError(f"DescribeQuorumResponse.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 25 > len(buf) - pos:
-            raise DecodeError(f"DescribeQuorumResponse.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 25 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeQuorumResponse.TopicData.partitions", n2, len(buf) - pos)
         items2: list[DescribeQuorumResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeQuorumResponse_PartitionData_v1(buf, pos)
@@ -658,8 +661,8 @@ def _dec_DescribeQuorumResponse_v1(buf: memoryview, pos: int) -> tuple[DescribeQ
     if n1 < 0:
         raise DecodeError(f"DescribeQuorumResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeQuorumResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeQuorumResponse.topics", n1, len(buf) - pos)
         items1: list[DescribeQuorumResponse.TopicData] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeQuorumResponse_TopicData_v1(buf, pos)
@@ -781,8 +784,8 @@ def _dec_DescribeQuorumResponse_PartitionData_v2(buf: memoryview, pos: int) -> t
     if n2 < 0:
         raise DecodeError(f"DescribeQuorumResponse.PartitionData.current_voters: invalid array length {n2}")
     else:
-        if n2 * 45 > len(buf) - pos:
-            raise DecodeError(f"DescribeQuorumResponse.PartitionData.current_voters: array of {n2} elements runs past the end of the data")
+        if n2 * 45 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeQuorumResponse.PartitionData.current_voters", n2, len(buf) - pos)
         items2: list[DescribeQuorumResponse.ReplicaState] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeQuorumResponse_ReplicaState_v2(buf, pos)
@@ -798,8 +801,8 @@ def _dec_DescribeQuorumResponse_PartitionData_v2(buf: memoryview, pos: int) -> t
     if n3 < 0:
         raise DecodeError(f"DescribeQuorumResponse.PartitionData.observers: invalid array length {n3}")
     else:
-        if n3 * 45 > len(buf) - pos:
-            raise DecodeError(f"DescribeQuorumResponse.PartitionData.observers: array of {n3} elements runs past the end of the data")
+        if n3 * 45 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("DescribeQuorumResponse.PartitionData.observers", n3, len(buf) - pos)
         items3: list[DescribeQuorumResponse.ReplicaState] = []
         for _ in range(n3):
             item3, pos = _dec_DescribeQuorumResponse_ReplicaState_v2(buf, pos)
@@ -873,8 +876,8 @@ def _dec_DescribeQuorumResponse_TopicData_v2(buf: memoryview, pos: int) -> tuple
     if n2 < 0:
         raise DecodeError(f"DescribeQuorumResponse.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 26 > len(buf) - pos:
-            raise DecodeError(f"DescribeQuorumResponse.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 26 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeQuorumResponse.TopicData.partitions", n2, len(buf) - pos)
         items2: list[DescribeQuorumResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeQuorumResponse_PartitionData_v2(buf, pos)
@@ -1001,8 +1004,8 @@ def _dec_DescribeQuorumResponse_Node_v2(buf: memoryview, pos: int) -> tuple[Desc
     if n1 < 0:
         raise DecodeError(f"DescribeQuorumResponse.Node.listeners: invalid array length {n1}")
     else:
-        if n1 * 5 > len(buf) - pos:
-            raise DecodeError(f"DescribeQuorumResponse.Node.listeners: array of {n1} elements runs past the end of the data")
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeQuorumResponse.Node.listeners", n1, len(buf) - pos)
         items1: list[DescribeQuorumResponse.Listener] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeQuorumResponse_Listener_v2(buf, pos)
@@ -1092,8 +1095,8 @@ def _dec_DescribeQuorumResponse_v2(buf: memoryview, pos: int) -> tuple[DescribeQ
     if n2 < 0:
         raise DecodeError(f"DescribeQuorumResponse.topics: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeQuorumResponse.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeQuorumResponse.topics", n2, len(buf) - pos)
         items2: list[DescribeQuorumResponse.TopicData] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeQuorumResponse_TopicData_v2(buf, pos)
@@ -1109,8 +1112,8 @@ def _dec_DescribeQuorumResponse_v2(buf: memoryview, pos: int) -> tuple[DescribeQ
     if n3 < 0:
         raise DecodeError(f"DescribeQuorumResponse.nodes: invalid array length {n3}")
     else:
-        if n3 * 6 > len(buf) - pos:
-            raise DecodeError(f"DescribeQuorumResponse.nodes: array of {n3} elements runs past the end of the data")
+        if n3 * 6 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("DescribeQuorumResponse.nodes", n3, len(buf) - pos)
         items3: list[DescribeQuorumResponse.Node] = []
         for _ in range(n3):
             item3, pos = _dec_DescribeQuorumResponse_Node_v2(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -187,8 +190,8 @@ def _dec_DescribeTopicPartitionsRequest_v0(buf: memoryview, pos: int) -> tuple[D
     if n1 < 0:
         raise DecodeError(f"DescribeTopicPartitionsRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"DescribeTopicPartitionsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeTopicPartitionsRequest.topics", n1, len(buf) - pos)
         items1: list[DescribeTopicPartitionsRequest.TopicRequest] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeTopicPartitionsRequest_TopicRequest_v0(buf, pos)
@@ -289,8 +292,8 @@ def _dec_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponsePartitio
         raise DecodeError(f"DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.replica_nodes: invalid array length {n1}")
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.replica_nodes: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.replica_nodes", n1, len(buf) - pos)
         obj.replica_nodes = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     n2 = buf[pos]
@@ -304,8 +307,8 @@ def _dec_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponsePartitio
         raise DecodeError(f"DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.isr_nodes: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.isr_nodes: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.isr_nodes", n2, len(buf) - pos)
         obj.isr_nodes = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     n3 = buf[pos]
@@ -321,8 +324,8 @@ def _dec_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponsePartitio
         obj.eligible_leader_replicas = None
     else:
         end3 = pos + n3 * 4
-        if end3 > len(buf):
-            raise DecodeError(f"DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.eligible_leader_replicas: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.eligible_leader_replicas", n3, len(buf) - pos)
         obj.eligible_leader_replicas = list(sunpack(f">{n3}i", buf, pos)) if n3 else []
         pos = end3
     n4 = buf[pos]
@@ -338,8 +341,8 @@ def _dec_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponsePartitio
         obj.last_known_elr = None
     else:
         end4 = pos + n4 * 4
-        if end4 > len(buf):
-            raise DecodeError(f"DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.last_known_elr: array of {n4} elements runs past the end of the data")
+        if end4 > len(buf) or n4 > 1000000:
+            raise array_refused("DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.last_known_elr", n4, len(buf) - pos)
         obj.last_known_elr = list(sunpack(f">{n4}i", buf, pos)) if n4 else []
         pos = end4
     n5 = buf[pos]
@@ -353,8 +356,8 @@ def _dec_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponsePartitio
         raise DecodeError(f"DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.offline_replicas: invalid array length {n5}")
     else:
         end5 = pos + n5 * 4
-        if end5 > len(buf):
-            raise DecodeError(f"DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.offline_replicas: array of {n5} elements runs past the end of the data")
+        if end5 > len(buf) or n5 > 1000000:
+            raise array_refused("DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.offline_replicas", n5, len(buf) - pos)
         obj.offline_replicas = list(sunpack(f">{n5}i", buf, pos)) if n5 else []
         pos = end5
     if buf[pos] == 0:
@@ -436,8 +439,8 @@ def _dec_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic_v0
     if n3 < 0:
         raise DecodeError(f"DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.partitions: invalid array length {n3}")
     else:
-        if n3 * 20 > len(buf) - pos:
-            raise DecodeError(f"DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.partitions: array of {n3} elements runs past the end of the data")
+        if n3 * 20 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.partitions", n3, len(buf) - pos)
         items3: list[DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition] = []
         for _ in range(n3):
             item3, pos = _dec_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponsePartition_v0(buf, pos)
@@ -544,8 +547,8 @@ def _dec_DescribeTopicPartitionsResponse_v0(buf: memoryview, pos: int) -> tuple[
     if n1 < 0:
         raise DecodeError(f"DescribeTopicPartitionsResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 26 > len(buf) - pos:
-            raise DecodeError(f"DescribeTopicPartitionsResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 26 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeTopicPartitionsResponse.topics", n1, len(buf) - pos)
         items1: list[DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic_v0(buf, pos)

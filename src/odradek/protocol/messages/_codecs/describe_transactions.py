@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -90,8 +93,8 @@ def _dec_DescribeTransactionsRequest_v0(buf: memoryview, pos: int) -> tuple[Desc
     if n1 < 0:
         raise DecodeError(f"DescribeTransactionsRequest.transactional_ids: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"DescribeTransactionsRequest.transactional_ids: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeTransactionsRequest.transactional_ids", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = buf[pos]
@@ -180,8 +183,8 @@ def _dec_DescribeTransactionsResponse_TopicData_v0(buf: memoryview, pos: int) ->
         raise DecodeError(f"DescribeTransactionsResponse.TopicData.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"DescribeTransactionsResponse.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("DescribeTransactionsResponse.TopicData.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -286,8 +289,8 @@ def _dec_DescribeTransactionsResponse_TransactionState_v0(buf: memoryview, pos: 
     if n3 < 0:
         raise DecodeError(f"DescribeTransactionsResponse.TransactionState.topics: invalid array length {n3}")
     else:
-        if n3 * 3 > len(buf) - pos:
-            raise DecodeError(f"DescribeTransactionsResponse.TransactionState.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 3 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("DescribeTransactionsResponse.TransactionState.topics", n3, len(buf) - pos)
         items3: list[DescribeTransactionsResponse.TopicData] = []
         for _ in range(n3):
             item3, pos = _dec_DescribeTransactionsResponse_TopicData_v0(buf, pos)
@@ -336,8 +339,8 @@ def _dec_DescribeTransactionsResponse_v0(buf: memoryview, pos: int) -> tuple[Des
     if n1 < 0:
         raise DecodeError(f"DescribeTransactionsResponse.transaction_states: invalid array length {n1}")
     else:
-        if n1 * 28 > len(buf) - pos:
-            raise DecodeError(f"DescribeTransactionsResponse.transaction_states: array of {n1} elements runs past the end of the data")
+        if n1 * 28 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeTransactionsResponse.transaction_states", n1, len(buf) - pos)
         items1: list[DescribeTransactionsResponse.TransactionState] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeTransactionsResponse_TransactionState_v0(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -128,8 +131,8 @@ def _dec_DescribeUserScramCredentialsRequest_v0(buf: memoryview, pos: int) -> tu
             raise DecodeError(f"DescribeUserScramCredentialsRequest.users: invalid array length {n1}")
         obj.users = None
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"DescribeUserScramCredentialsRequest.users: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("DescribeUserScramCredentialsRequest.users", n1, len(buf) - pos)
         items1: list[DescribeUserScramCredentialsRequest.UserName] = []
         for _ in range(n1):
             item1, pos = _dec_DescribeUserScramCredentialsRequest_UserName_v0(buf, pos)
@@ -258,8 +261,8 @@ def _dec_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult
     if n3 < 0:
         raise DecodeError(f"DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.credential_infos: invalid array length {n3}")
     else:
-        if n3 * 6 > len(buf) - pos:
-            raise DecodeError(f"DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.credential_infos: array of {n3} elements runs past the end of the data")
+        if n3 * 6 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.credential_infos", n3, len(buf) - pos)
         items3: list[DescribeUserScramCredentialsResponse.CredentialInfo] = []
         for _ in range(n3):
             item3, pos = _dec_DescribeUserScramCredentialsResponse_CredentialInfo_v0(buf, pos)
@@ -338,8 +341,8 @@ def _dec_DescribeUserScramCredentialsResponse_v0(buf: memoryview, pos: int) -> t
     if n2 < 0:
         raise DecodeError(f"DescribeUserScramCredentialsResponse.results: invalid array length {n2}")
     else:
-        if n2 * 6 > len(buf) - pos:
-            raise DecodeError(f"DescribeUserScramCredentialsResponse.results: array of {n2} elements runs past the end of the data")
+        if n2 * 6 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("DescribeUserScramCredentialsResponse.results", n2, len(buf) - pos)
         items2: list[DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult] = []
         for _ in range(n2):
             item2, pos = _dec_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult_v0(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -88,8 +91,8 @@ def _dec_ElectLeadersRequest_TopicPartitions_v0(buf: memoryview, pos: int) -> tu
         raise DecodeError(f"ElectLeadersRequest.TopicPartitions.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"ElectLeadersRequest.TopicPartitions.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("ElectLeadersRequest.TopicPartitions.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     obj.unknown_tagged_fields = None
@@ -121,8 +124,8 @@ def _dec_ElectLeadersRequest_v0(buf: memoryview, pos: int) -> tuple[ElectLeaders
             raise DecodeError(f"ElectLeadersRequest.topic_partitions: invalid array length {n1}")
         obj.topic_partitions = None
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ElectLeadersRequest.topic_partitions: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ElectLeadersRequest.topic_partitions", n1, len(buf) - pos)
         items1: list[ElectLeadersRequest.TopicPartitions] = []
         for _ in range(n1):
             item1, pos = _dec_ElectLeadersRequest_TopicPartitions_v0(buf, pos)
@@ -161,8 +164,8 @@ def _dec_ElectLeadersRequest_v1(buf: memoryview, pos: int) -> tuple[ElectLeaders
             raise DecodeError(f"ElectLeadersRequest.topic_partitions: invalid array length {n1}")
         obj.topic_partitions = None
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ElectLeadersRequest.topic_partitions: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ElectLeadersRequest.topic_partitions", n1, len(buf) - pos)
         items1: list[ElectLeadersRequest.TopicPartitions] = []
         for _ in range(n1):
             item1, pos = _dec_ElectLeadersRequest_TopicPartitions_v0(buf, pos)
@@ -235,8 +238,8 @@ def _dec_ElectLeadersRequest_TopicPartitions_v2(buf: memoryview, pos: int) -> tu
         raise DecodeError(f"ElectLeadersRequest.TopicPartitions.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"ElectLeadersRequest.TopicPartitions.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("ElectLeadersRequest.TopicPartitions.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -285,8 +288,8 @@ def _dec_ElectLeadersRequest_v2(buf: memoryview, pos: int) -> tuple[ElectLeaders
             raise DecodeError(f"ElectLeadersRequest.topic_partitions: invalid array length {n1}")
         obj.topic_partitions = None
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"ElectLeadersRequest.topic_partitions: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ElectLeadersRequest.topic_partitions", n1, len(buf) - pos)
         items1: list[ElectLeadersRequest.TopicPartitions] = []
         for _ in range(n1):
             item1, pos = _dec_ElectLeadersRequest_TopicPartitions_v2(buf, pos)
@@ -378,8 +381,8 @@ def _dec_ElectLeadersResponse_ReplicaElectionResult_v0(buf: memoryview, pos: int
     if n2 < 0:
         raise DecodeError(f"ElectLeadersResponse.ReplicaElectionResult.partition_result: invalid array length {n2}")
     else:
-        if n2 * 7 > len(buf) - pos:
-            raise DecodeError(f"ElectLeadersResponse.ReplicaElectionResult.partition_result: array of {n2} elements runs past the end of the data")
+        if n2 * 7 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ElectLeadersResponse.ReplicaElectionResult.partition_result", n2, len(buf) - pos)
         items2: list[ElectLeadersResponse.PartitionResult] = []
         for _ in range(n2):
             item2, pos = _dec_ElectLeadersResponse_PartitionResult_v0(buf, pos)
@@ -414,8 +417,8 @@ def _dec_ElectLeadersResponse_v0(buf: memoryview, pos: int) -> tuple[ElectLeader
     if n1 < 0:
         raise DecodeError(f"ElectLeadersResponse.replica_election_results: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ElectLeadersResponse.replica_election_results: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ElectLeadersResponse.replica_election_results", n1, len(buf) - pos)
         items1: list[ElectLeadersResponse.ReplicaElectionResult] = []
         for _ in range(n1):
             item1, pos = _dec_ElectLeadersResponse_ReplicaElectionResult_v0(buf, pos)
@@ -449,8 +452,8 @@ def _dec_ElectLeadersResponse_v1(buf: memoryview, pos: int) -> tuple[ElectLeader
     if n1 < 0:
         raise DecodeError(f"ElectLeadersResponse.replica_election_results: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ElectLeadersResponse.replica_election_results: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ElectLeadersResponse.replica_election_results", n1, len(buf) - pos)
         items1: list[ElectLeadersResponse.ReplicaElectionResult] = []
         for _ in range(n1):
             item1, pos = _dec_ElectLeadersResponse_ReplicaElectionResult_v0(buf, pos)
@@ -572,8 +575,8 @@ def _dec_ElectLeadersResponse_ReplicaElectionResult_v2(buf: memoryview, pos: int
     if n2 < 0:
         raise DecodeError(f"ElectLeadersResponse.ReplicaElectionResult.partition_result: invalid array length {n2}")
     else:
-        if n2 * 8 > len(buf) - pos:
-            raise DecodeError(f"ElectLeadersResponse.ReplicaElectionResult.partition_result: array of {n2} elements runs past the end of the data")
+        if n2 * 8 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ElectLeadersResponse.ReplicaElectionResult.partition_result", n2, len(buf) - pos)
         items2: list[ElectLeadersResponse.PartitionResult] = []
         for _ in range(n2):
             item2, pos = _dec_ElectLeadersResponse_PartitionResult_v2(buf, pos)
@@ -622,8 +625,8 @@ def _dec_ElectLeadersResponse_v2(buf: memoryview, pos: int) -> tuple[ElectLeader
     if n1 < 0:
         raise DecodeError(f"ElectLeadersResponse.replica_election_results: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"ElectLeadersResponse.replica_election_results: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ElectLeadersResponse.replica_election_results", n1, len(buf) - pos)
         items1: list[ElectLeadersResponse.ReplicaElectionResult] = []
         for _ in range(n1):
             item1, pos = _dec_ElectLeadersResponse_ReplicaElectionResult_v2(buf, pos)

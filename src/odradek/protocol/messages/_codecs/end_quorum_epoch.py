@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -79,8 +82,8 @@ def _dec_EndQuorumEpochRequest_PartitionData_v0(buf: memoryview, pos: int) -> tu
         raise DecodeError(f"EndQuorumEpochRequest.PartitionData.preferred_successors: invalid array length {n1}")
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"EndQuorumEpochRequest.PartitionData.preferred_successors: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("EndQuorumEpochRequest.PartitionData.preferred_successors", n1, len(buf) - pos)
         obj.preferred_successors = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     obj.preferred_candidates = []
@@ -128,8 +131,8 @@ def _dec_EndQuorumEpochRequest_TopicData_v0(buf: memoryview, pos: int) -> tuple[
     if n2 < 0:
         raise DecodeError(f"EndQuorumEpochRequest.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 13 > len(buf) - pos:
-            raise DecodeError(f"EndQuorumEpochRequest.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 13 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("EndQuorumEpochRequest.TopicData.partitions", n2, len(buf) - pos)
         items2: list[EndQuorumEpochRequest.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_EndQuorumEpochRequest_PartitionData_v0(buf, pos)
@@ -181,8 +184,8 @@ def _dec_EndQuorumEpochRequest_v0(buf: memoryview, pos: int) -> tuple[EndQuorumE
     if n2 < 0:
         raise DecodeError(f"EndQuorumEpochRequest.topics: invalid array length {n2}")
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"EndQuorumEpochRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("EndQuorumEpochRequest.topics", n2, len(buf) - pos)
         items2: list[EndQuorumEpochRequest.TopicData] = []
         for _ in range(n2):
             item2, pos = _dec_EndQuorumEpochRequest_TopicData_v0(buf, pos)
@@ -252,8 +255,8 @@ def _dec_EndQuorumEpochRequest_PartitionData_v1(buf: memoryview, pos: int) -> tu
     if n1 < 0:
         raise DecodeError(f"EndQuorumEpochRequest.PartitionData.preferred_candidates: invalid array length {n1}")
     else:
-        if n1 * 21 > len(buf) - pos:
-            raise DecodeError(f"EndQuorumEpochRequest.PartitionData.preferred_candidates: array of {n1} elements runs past the end of the data")
+        if n1 * 21 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("EndQuorumEpochRequest.PartitionData.preferred_candidates", n1, len(buf) - pos)
         items1: list[EndQuorumEpochRequest.ReplicaInfo] = []
         for _ in range(n1):
             item1, pos = _dec_EndQuorumEpochRequest_ReplicaInfo_v1(buf, pos)
@@ -328,8 +331,8 @@ def _dec_EndQuorumEpochRequest_TopicData_v1(buf: memoryview, pos: int) -> tuple[
     if n2 < 0:
         raise DecodeError(f"EndQuorumEpochRequest.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 14 > len(buf) - pos:
-            raise DecodeError(f"EndQuorumEpochRequest.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 14 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("EndQuorumEpochRequest.TopicData.partitions", n2, len(buf) - pos)
         items2: list[EndQuorumEpochRequest.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_EndQuorumEpochRequest_PartitionData_v1(buf, pos)
@@ -494,8 +497,8 @@ def _dec_EndQuorumEpochRequest_v1(buf: memoryview, pos: int) -> tuple[EndQuorumE
     if n2 < 0:
         raise DecodeError(f"EndQuorumEpochRequest.topics: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"EndQuorumEpochRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("EndQuorumEpochRequest.topics", n2, len(buf) - pos)
         items2: list[EndQuorumEpochRequest.TopicData] = []
         for _ in range(n2):
             item2, pos = _dec_EndQuorumEpochRequest_TopicData_v1(buf, pos)
@@ -511,8 +514,8 @@ def _dec_EndQuorumEpochRequest_v1(buf: memoryview, pos: int) -> tuple[EndQuorumE
     if n3 < 0:
         raise DecodeError(f"EndQuorumEpochRequest.leader_endpoints: invalid array length {n3}")
     else:
-        if n3 * 5 > len(buf) - pos:
-            raise DecodeError(f"EndQuorumEpochRequest.leader_endpoints: array of {n3} elements runs past the end of the data")
+        if n3 * 5 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("EndQuorumEpochRequest.leader_endpoints", n3, len(buf) - pos)
         items3: list[EndQuorumEpochRequest.LeaderEndpoint] = []
         for _ in range(n3):
             item3, pos = _dec_EndQuorumEpochRequest_LeaderEndpoint_v1(buf, pos)
@@ -580,8 +583,8 @@ def _dec_EndQuorumEpochResponse_TopicData_v0(buf: memoryview, pos: int) -> tuple
     if n2 < 0:
         raise DecodeError(f"EndQuorumEpochResponse.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 14 > len(buf) - pos:
-            raise DecodeError(f"EndQuorumEpochResponse.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 14 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("EndQuorumEpochResponse.TopicData.partitions", n2, len(buf) - pos)
         items2: list[EndQuorumEpochResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_EndQuorumEpochResponse_PartitionData_v0(buf, pos)
@@ -616,8 +619,8 @@ def _dec_EndQuorumEpochResponse_v0(buf: memoryview, pos: int) -> tuple[EndQuorum
     if n1 < 0:
         raise DecodeError(f"EndQuorumEpochResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"EndQuorumEpochResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("EndQuorumEpochResponse.topics", n1, len(buf) - pos)
         items1: list[EndQuorumEpochResponse.TopicData] = []
         for _ in range(n1):
             item1, pos = _dec_EndQuorumEpochResponse_TopicData_v0(buf, pos)
@@ -710,8 +713,8 @@ def _dec_EndQuorumEpochResponse_TopicData_v1(buf: memoryview, pos: int) -> tuple
     if n2 < 0:
         raise DecodeError(f"EndQuorumEpochResponse.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 15 > len(buf) - pos:
-            raise DecodeError(f"EndQuorumEpochResponse.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 15 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("EndQuorumEpochResponse.TopicData.partitions", n2, len(buf) - pos)
         items2: list[EndQuorumEpochResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_EndQuorumEpochResponse_PartitionData_v1(buf, pos)
@@ -832,8 +835,8 @@ def _dec_EndQuorumEpochResponse_v1(buf: memoryview, pos: int) -> tuple[EndQuorum
     if n1 < 0:
         raise DecodeError(f"EndQuorumEpochResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"EndQuorumEpochResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("EndQuorumEpochResponse.topics", n1, len(buf) - pos)
         items1: list[EndQuorumEpochResponse.TopicData] = []
         for _ in range(n1):
             item1, pos = _dec_EndQuorumEpochResponse_TopicData_v1(buf, pos)
@@ -850,6 +853,8 @@ def _dec_EndQuorumEpochResponse_v1(buf: memoryview, pos: int) -> tuple[EndQuorum
 
 def _dec_EndQuorumEpochResponse_v1_tagged(buf: memoryview, pos: int, obj: EndQuorumEpochResponse) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.node_endpoints = []
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -871,8 +876,8 @@ def _dec_EndQuorumEpochResponse_v1_tagged(buf: memoryview, pos: int, obj: EndQuo
             if n2 < 0:
                 raise DecodeError(f"EndQuorumEpochResponse.node_endpoints: invalid array length {n2}")
             else:
-                if n2 * 8 > len(sub) - pos:
-                    raise DecodeError(f"EndQuorumEpochResponse.node_endpoints: array of {n2} elements runs past the end of the data")
+                if n2 * 8 > len(sub) - pos or n2 > 1000000:
+                    raise array_refused("EndQuorumEpochResponse.node_endpoints", n2, len(sub) - pos)
                 items2: list[EndQuorumEpochResponse.NodeEndpoint] = []
                 for _ in range(n2):
                     item2, pos = _dec_EndQuorumEpochResponse_NodeEndpoint_v1(sub, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -85,6 +88,8 @@ _pack_iqi = Struct(">iqi").pack
 _unpack_iqi = Struct(">iqi").unpack_from
 _pack_iqqi = Struct(">iqqi").pack
 _unpack_iqqi = Struct(">iqqi").unpack_from
+_pack_q = Struct(">q").pack
+_unpack_q = Struct(">q").unpack_from
 _pack_qi = Struct(">qi").pack
 _unpack_qi = Struct(">qi").unpack_from
 _pack_qq = Struct(">qq").pack
@@ -107,6 +112,7 @@ def _dec_FetchRequest_FetchPartition_v0(buf: memoryview, pos: int) -> tuple[Fetc
     obj.last_fetched_epoch = -1
     obj.log_start_offset = -1
     obj.replica_directory_id = ZERO_UUID
+    obj.high_watermark = 9223372036854775807
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -151,8 +157,8 @@ def _dec_FetchRequest_FetchTopic_v0(buf: memoryview, pos: int) -> tuple[FetchReq
     if n2 < 0:
         raise DecodeError(f"FetchRequest.FetchTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 16 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.FetchTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 16 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.FetchTopic.partitions", n2, len(buf) - pos)
         items2: list[FetchRequest.FetchPartition] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_FetchPartition_v0(buf, pos)
@@ -190,8 +196,8 @@ def _dec_FetchRequest_v0(buf: memoryview, pos: int) -> tuple[FetchRequest, int]:
     if n1 < 0:
         raise DecodeError(f"FetchRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchRequest.topics", n1, len(buf) - pos)
         items1: list[FetchRequest.FetchTopic] = []
         for _ in range(n1):
             item1, pos = _dec_FetchRequest_FetchTopic_v0(buf, pos)
@@ -236,8 +242,8 @@ def _dec_FetchRequest_v3(buf: memoryview, pos: int) -> tuple[FetchRequest, int]:
     if n1 < 0:
         raise DecodeError(f"FetchRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchRequest.topics", n1, len(buf) - pos)
         items1: list[FetchRequest.FetchTopic] = []
         for _ in range(n1):
             item1, pos = _dec_FetchRequest_FetchTopic_v0(buf, pos)
@@ -281,8 +287,8 @@ def _dec_FetchRequest_v4(buf: memoryview, pos: int) -> tuple[FetchRequest, int]:
     if n1 < 0:
         raise DecodeError(f"FetchRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchRequest.topics", n1, len(buf) - pos)
         items1: list[FetchRequest.FetchTopic] = []
         for _ in range(n1):
             item1, pos = _dec_FetchRequest_FetchTopic_v0(buf, pos)
@@ -313,6 +319,7 @@ def _dec_FetchRequest_FetchPartition_v5(buf: memoryview, pos: int) -> tuple[Fetc
     obj.current_leader_epoch = -1
     obj.last_fetched_epoch = -1
     obj.replica_directory_id = ZERO_UUID
+    obj.high_watermark = 9223372036854775807
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -357,8 +364,8 @@ def _dec_FetchRequest_FetchTopic_v5(buf: memoryview, pos: int) -> tuple[FetchReq
     if n2 < 0:
         raise DecodeError(f"FetchRequest.FetchTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 24 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.FetchTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 24 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.FetchTopic.partitions", n2, len(buf) - pos)
         items2: list[FetchRequest.FetchPartition] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_FetchPartition_v5(buf, pos)
@@ -396,8 +403,8 @@ def _dec_FetchRequest_v5(buf: memoryview, pos: int) -> tuple[FetchRequest, int]:
     if n1 < 0:
         raise DecodeError(f"FetchRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchRequest.topics", n1, len(buf) - pos)
         items1: list[FetchRequest.FetchTopic] = []
         for _ in range(n1):
             item1, pos = _dec_FetchRequest_FetchTopic_v5(buf, pos)
@@ -454,8 +461,8 @@ def _dec_FetchRequest_ForgottenTopic_v7(buf: memoryview, pos: int) -> tuple[Fetc
         raise DecodeError(f"FetchRequest.ForgottenTopic.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"FetchRequest.ForgottenTopic.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("FetchRequest.ForgottenTopic.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     obj.topic_id = ZERO_UUID
@@ -496,8 +503,8 @@ def _dec_FetchRequest_v7(buf: memoryview, pos: int) -> tuple[FetchRequest, int]:
     if n1 < 0:
         raise DecodeError(f"FetchRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchRequest.topics", n1, len(buf) - pos)
         items1: list[FetchRequest.FetchTopic] = []
         for _ in range(n1):
             item1, pos = _dec_FetchRequest_FetchTopic_v5(buf, pos)
@@ -508,8 +515,8 @@ def _dec_FetchRequest_v7(buf: memoryview, pos: int) -> tuple[FetchRequest, int]:
     if n2 < 0:
         raise DecodeError(f"FetchRequest.forgotten_topics_data: invalid array length {n2}")
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.forgotten_topics_data: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.forgotten_topics_data", n2, len(buf) - pos)
         items2: list[FetchRequest.ForgottenTopic] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_ForgottenTopic_v7(buf, pos)
@@ -536,6 +543,7 @@ def _dec_FetchRequest_FetchPartition_v9(buf: memoryview, pos: int) -> tuple[Fetc
     pos += 28
     obj.last_fetched_epoch = -1
     obj.replica_directory_id = ZERO_UUID
+    obj.high_watermark = 9223372036854775807
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -580,8 +588,8 @@ def _dec_FetchRequest_FetchTopic_v9(buf: memoryview, pos: int) -> tuple[FetchReq
     if n2 < 0:
         raise DecodeError(f"FetchRequest.FetchTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 28 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.FetchTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 28 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.FetchTopic.partitions", n2, len(buf) - pos)
         items2: list[FetchRequest.FetchPartition] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_FetchPartition_v9(buf, pos)
@@ -625,8 +633,8 @@ def _dec_FetchRequest_v9(buf: memoryview, pos: int) -> tuple[FetchRequest, int]:
     if n1 < 0:
         raise DecodeError(f"FetchRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchRequest.topics", n1, len(buf) - pos)
         items1: list[FetchRequest.FetchTopic] = []
         for _ in range(n1):
             item1, pos = _dec_FetchRequest_FetchTopic_v9(buf, pos)
@@ -637,8 +645,8 @@ def _dec_FetchRequest_v9(buf: memoryview, pos: int) -> tuple[FetchRequest, int]:
     if n2 < 0:
         raise DecodeError(f"FetchRequest.forgotten_topics_data: invalid array length {n2}")
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.forgotten_topics_data: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.forgotten_topics_data", n2, len(buf) - pos)
         items2: list[FetchRequest.ForgottenTopic] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_ForgottenTopic_v7(buf, pos)
@@ -694,8 +702,8 @@ def _dec_FetchRequest_v11(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
     if n1 < 0:
         raise DecodeError(f"FetchRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchRequest.topics", n1, len(buf) - pos)
         items1: list[FetchRequest.FetchTopic] = []
         for _ in range(n1):
             item1, pos = _dec_FetchRequest_FetchTopic_v9(buf, pos)
@@ -706,8 +714,8 @@ def _dec_FetchRequest_v11(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
     if n2 < 0:
         raise DecodeError(f"FetchRequest.forgotten_topics_data: invalid array length {n2}")
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.forgotten_topics_data: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.forgotten_topics_data", n2, len(buf) - pos)
         items2: list[FetchRequest.ForgottenTopic] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_ForgottenTopic_v7(buf, pos)
@@ -744,6 +752,7 @@ def _dec_FetchRequest_FetchPartition_v12(buf: memoryview, pos: int) -> tuple[Fet
     obj.partition, obj.current_leader_epoch, obj.fetch_offset, obj.last_fetched_epoch, obj.log_start_offset, obj.partition_max_bytes = _unpack_iiqiqi(buf, pos)
     pos += 32
     obj.replica_directory_id = ZERO_UUID
+    obj.high_watermark = 9223372036854775807
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -812,8 +821,8 @@ def _dec_FetchRequest_FetchTopic_v12(buf: memoryview, pos: int) -> tuple[FetchRe
     if n2 < 0:
         raise DecodeError(f"FetchRequest.FetchTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 33 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.FetchTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 33 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.FetchTopic.partitions", n2, len(buf) - pos)
         items2: list[FetchRequest.FetchPartition] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_FetchPartition_v12(buf, pos)
@@ -889,8 +898,8 @@ def _dec_FetchRequest_ForgottenTopic_v12(buf: memoryview, pos: int) -> tuple[Fet
         raise DecodeError(f"FetchRequest.ForgottenTopic.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"FetchRequest.ForgottenTopic.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("FetchRequest.ForgottenTopic.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     obj.topic_id = ZERO_UUID
@@ -984,8 +993,8 @@ def _dec_FetchRequest_v12(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
     if n1 < 0:
         raise DecodeError(f"FetchRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchRequest.topics", n1, len(buf) - pos)
         items1: list[FetchRequest.FetchTopic] = []
         for _ in range(n1):
             item1, pos = _dec_FetchRequest_FetchTopic_v12(buf, pos)
@@ -1001,8 +1010,8 @@ def _dec_FetchRequest_v12(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
     if n2 < 0:
         raise DecodeError(f"FetchRequest.forgotten_topics_data: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.forgotten_topics_data: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.forgotten_topics_data", n2, len(buf) - pos)
         items2: list[FetchRequest.ForgottenTopic] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_ForgottenTopic_v12(buf, pos)
@@ -1035,6 +1044,8 @@ def _dec_FetchRequest_v12(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
 
 def _dec_FetchRequest_v12_tagged(buf: memoryview, pos: int, obj: FetchRequest) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.cluster_id = None
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -1108,8 +1119,8 @@ def _dec_FetchRequest_FetchTopic_v13(buf: memoryview, pos: int) -> tuple[FetchRe
     if n2 < 0:
         raise DecodeError(f"FetchRequest.FetchTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 33 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.FetchTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 33 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.FetchTopic.partitions", n2, len(buf) - pos)
         items2: list[FetchRequest.FetchPartition] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_FetchPartition_v12(buf, pos)
@@ -1124,7 +1135,7 @@ def _dec_FetchRequest_FetchTopic_v13(buf: memoryview, pos: int) -> tuple[FetchRe
     return obj, pos
 
 
-# FetchRequest.ForgottenTopic v13-17
+# FetchRequest.ForgottenTopic v13-18
 def _enc_FetchRequest_ForgottenTopic_v13(out: bytearray, obj: FetchRequest.ForgottenTopic) -> None:
     out += obj.topic_id.bytes
     v2 = obj.partitions
@@ -1144,7 +1155,7 @@ def _enc_FetchRequest_ForgottenTopic_v13(out: bytearray, obj: FetchRequest.Forgo
         out.append(0)
 
 
-# FetchRequest.ForgottenTopic v13-17
+# FetchRequest.ForgottenTopic v13-18
 def _dec_FetchRequest_ForgottenTopic_v13(buf: memoryview, pos: int) -> tuple[FetchRequest.ForgottenTopic, int]:
     obj = new(_FetchRequest_ForgottenTopic)
     obj.topic_id, pos = read_uuid(buf, pos)
@@ -1159,8 +1170,8 @@ def _dec_FetchRequest_ForgottenTopic_v13(buf: memoryview, pos: int) -> tuple[Fet
         raise DecodeError(f"FetchRequest.ForgottenTopic.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"FetchRequest.ForgottenTopic.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("FetchRequest.ForgottenTopic.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     obj.topic = ""
@@ -1254,8 +1265,8 @@ def _dec_FetchRequest_v13(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
     if n1 < 0:
         raise DecodeError(f"FetchRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchRequest.topics", n1, len(buf) - pos)
         items1: list[FetchRequest.FetchTopic] = []
         for _ in range(n1):
             item1, pos = _dec_FetchRequest_FetchTopic_v13(buf, pos)
@@ -1271,8 +1282,8 @@ def _dec_FetchRequest_v13(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
     if n2 < 0:
         raise DecodeError(f"FetchRequest.forgotten_topics_data: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.forgotten_topics_data: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.forgotten_topics_data", n2, len(buf) - pos)
         items2: list[FetchRequest.ForgottenTopic] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_ForgottenTopic_v13(buf, pos)
@@ -1305,6 +1316,8 @@ def _dec_FetchRequest_v13(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
 
 def _dec_FetchRequest_v13_tagged(buf: memoryview, pos: int, obj: FetchRequest) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.cluster_id = None
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -1344,7 +1357,7 @@ def _dec_FetchRequest_v13_tagged(buf: memoryview, pos: int, obj: FetchRequest) -
     return pos
 
 
-# FetchRequest.ReplicaState v15-17
+# FetchRequest.ReplicaState v15-18
 def _enc_FetchRequest_ReplicaState_v15(out: bytearray, obj: FetchRequest.ReplicaState) -> None:
     out += _pack_iq(obj.replica_id, obj.replica_epoch)
     if obj.unknown_tagged_fields:
@@ -1353,7 +1366,7 @@ def _enc_FetchRequest_ReplicaState_v15(out: bytearray, obj: FetchRequest.Replica
         out.append(0)
 
 
-# FetchRequest.ReplicaState v15-17
+# FetchRequest.ReplicaState v15-18
 def _dec_FetchRequest_ReplicaState_v15(buf: memoryview, pos: int) -> tuple[FetchRequest.ReplicaState, int]:
     obj = new(_FetchRequest_ReplicaState)
     obj.replica_id, obj.replica_epoch = _unpack_iq(buf, pos)
@@ -1452,8 +1465,8 @@ def _dec_FetchRequest_v15(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
     if n1 < 0:
         raise DecodeError(f"FetchRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchRequest.topics", n1, len(buf) - pos)
         items1: list[FetchRequest.FetchTopic] = []
         for _ in range(n1):
             item1, pos = _dec_FetchRequest_FetchTopic_v13(buf, pos)
@@ -1469,8 +1482,8 @@ def _dec_FetchRequest_v15(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
     if n2 < 0:
         raise DecodeError(f"FetchRequest.forgotten_topics_data: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.forgotten_topics_data: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.forgotten_topics_data", n2, len(buf) - pos)
         items2: list[FetchRequest.ForgottenTopic] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_ForgottenTopic_v13(buf, pos)
@@ -1504,6 +1517,8 @@ def _dec_FetchRequest_v15(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
 
 def _dec_FetchRequest_v15_tagged(buf: memoryview, pos: int, obj: FetchRequest) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.cluster_id = None
     obj.replica_state = _build_FetchRequest_ReplicaState()
     unknown: list[tuple[int, bytes]] | None = None
@@ -1573,6 +1588,7 @@ def _dec_FetchRequest_FetchPartition_v17(buf: memoryview, pos: int) -> tuple[Fet
     obj = new(_FetchRequest_FetchPartition)
     obj.partition, obj.current_leader_epoch, obj.fetch_offset, obj.last_fetched_epoch, obj.log_start_offset, obj.partition_max_bytes = _unpack_iiqiqi(buf, pos)
     pos += 32
+    obj.high_watermark = 9223372036854775807
     if buf[pos] == 0:
         obj.replica_directory_id = ZERO_UUID
         obj.unknown_tagged_fields = None
@@ -1584,6 +1600,8 @@ def _dec_FetchRequest_FetchPartition_v17(buf: memoryview, pos: int) -> tuple[Fet
 
 def _dec_FetchRequest_FetchPartition_v17_tagged(buf: memoryview, pos: int, obj: FetchRequest.FetchPartition) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.replica_directory_id = ZERO_UUID
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -1641,8 +1659,8 @@ def _dec_FetchRequest_FetchTopic_v17(buf: memoryview, pos: int) -> tuple[FetchRe
     if n2 < 0:
         raise DecodeError(f"FetchRequest.FetchTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 33 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.FetchTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 33 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.FetchTopic.partitions", n2, len(buf) - pos)
         items2: list[FetchRequest.FetchPartition] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_FetchPartition_v17(buf, pos)
@@ -1743,8 +1761,8 @@ def _dec_FetchRequest_v17(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
     if n1 < 0:
         raise DecodeError(f"FetchRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchRequest.topics", n1, len(buf) - pos)
         items1: list[FetchRequest.FetchTopic] = []
         for _ in range(n1):
             item1, pos = _dec_FetchRequest_FetchTopic_v17(buf, pos)
@@ -1760,8 +1778,8 @@ def _dec_FetchRequest_v17(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
     if n2 < 0:
         raise DecodeError(f"FetchRequest.forgotten_topics_data: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"FetchRequest.forgotten_topics_data: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.forgotten_topics_data", n2, len(buf) - pos)
         items2: list[FetchRequest.ForgottenTopic] = []
         for _ in range(n2):
             item2, pos = _dec_FetchRequest_ForgottenTopic_v13(buf, pos)
@@ -1795,6 +1813,316 @@ def _dec_FetchRequest_v17(buf: memoryview, pos: int) -> tuple[FetchRequest, int]
 
 def _dec_FetchRequest_v17_tagged(buf: memoryview, pos: int, obj: FetchRequest) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
+    obj.cluster_id = None
+    obj.replica_state = _build_FetchRequest_ReplicaState()
+    unknown: list[tuple[int, bytes]] | None = None
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        end = pos + size
+        if end > len(buf):
+            raise DecodeError(f"tagged field {tag} runs past the end of the data")
+        if tag == 0:
+            sub = buf[:end]
+            start = pos
+            n4 = sub[pos]
+            if n4 < 0x80:
+                n4 -= 1
+                pos += 1
+            else:
+                n4, pos = read_uvarint(sub, pos)
+                n4 -= 1
+            if n4 < 0:
+                if n4 != -1:
+                    raise DecodeError(f"FetchRequest.cluster_id: invalid string length {n4}")
+                obj.cluster_id = None
+            else:
+                end4 = pos + n4
+                if end4 > len(sub):
+                    raise DecodeError("FetchRequest.cluster_id: string runs past the end of the data")
+                obj.cluster_id = str(sub[pos:end4], "utf-8")
+                pos = end4
+            if pos != end:
+                raise DecodeError(f"tagged field {tag} has size {size} but its value took {pos - start} bytes")
+        elif tag == 1:
+            sub = buf[:end]
+            start = pos
+            obj.replica_state, pos = _dec_FetchRequest_ReplicaState_v15(sub, pos)
+            if pos != end:
+                raise DecodeError(f"tagged field {tag} has size {size} but its value took {pos - start} bytes")
+        else:
+            if unknown is None:
+                unknown = []
+            unknown.append((tag, bytes(buf[pos:end])))
+        pos = end
+    obj.unknown_tagged_fields = unknown
+    return pos
+
+
+# FetchRequest.FetchPartition v18
+def _enc_FetchRequest_FetchPartition_v18(out: bytearray, obj: FetchRequest.FetchPartition) -> None:
+    out += _pack_iiqiqi(obj.partition, obj.current_leader_epoch, obj.fetch_offset, obj.last_fetched_epoch, obj.log_start_offset, obj.partition_max_bytes)
+    if obj.unknown_tagged_fields or obj.replica_directory_id != ZERO_UUID or obj.high_watermark != 9223372036854775807:
+        _enc_FetchRequest_FetchPartition_v18_tagged(out, obj)
+    else:
+        out.append(0)
+
+
+def _enc_FetchRequest_FetchPartition_v18_tagged(out: bytearray, obj: FetchRequest.FetchPartition) -> None:
+    fields: list[tuple[int, bytes | bytearray]] = []
+    if obj.replica_directory_id != ZERO_UUID:
+        body = bytearray()
+        body += obj.replica_directory_id.bytes
+        fields.append((0, body))
+    if obj.high_watermark != 9223372036854775807:
+        body = bytearray()
+        body += _pack_q(obj.high_watermark)
+        fields.append((1, body))
+    write_tagged(out, fields, obj.unknown_tagged_fields)
+
+
+# FetchRequest.FetchPartition v18
+def _dec_FetchRequest_FetchPartition_v18(buf: memoryview, pos: int) -> tuple[FetchRequest.FetchPartition, int]:
+    obj = new(_FetchRequest_FetchPartition)
+    obj.partition, obj.current_leader_epoch, obj.fetch_offset, obj.last_fetched_epoch, obj.log_start_offset, obj.partition_max_bytes = _unpack_iiqiqi(buf, pos)
+    pos += 32
+    if buf[pos] == 0:
+        obj.replica_directory_id = ZERO_UUID
+        obj.high_watermark = 9223372036854775807
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        pos = _dec_FetchRequest_FetchPartition_v18_tagged(buf, pos, obj)
+    return obj, pos
+
+
+def _dec_FetchRequest_FetchPartition_v18_tagged(buf: memoryview, pos: int, obj: FetchRequest.FetchPartition) -> int:
+    count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
+    obj.replica_directory_id = ZERO_UUID
+    obj.high_watermark = 9223372036854775807
+    unknown: list[tuple[int, bytes]] | None = None
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        end = pos + size
+        if end > len(buf):
+            raise DecodeError(f"tagged field {tag} runs past the end of the data")
+        if tag == 0:
+            sub = buf[:end]
+            start = pos
+            obj.replica_directory_id, pos = read_uuid(sub, pos)
+            if pos != end:
+                raise DecodeError(f"tagged field {tag} has size {size} but its value took {pos - start} bytes")
+        elif tag == 1:
+            sub = buf[:end]
+            start = pos
+            (obj.high_watermark,) = _unpack_q(sub, pos)
+            pos += 8
+            if pos != end:
+                raise DecodeError(f"tagged field {tag} has size {size} but its value took {pos - start} bytes")
+        else:
+            if unknown is None:
+                unknown = []
+            unknown.append((tag, bytes(buf[pos:end])))
+        pos = end
+    obj.unknown_tagged_fields = unknown
+    return pos
+
+
+# FetchRequest.FetchTopic v18
+def _enc_FetchRequest_FetchTopic_v18(out: bytearray, obj: FetchRequest.FetchTopic) -> None:
+    out += obj.topic_id.bytes
+    v2 = obj.partitions
+    if v2 is None:
+        raise EncodeError("FetchRequest.FetchTopic.partitions is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_FetchRequest_FetchPartition_v18(out, item2)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# FetchRequest.FetchTopic v18
+def _dec_FetchRequest_FetchTopic_v18(buf: memoryview, pos: int) -> tuple[FetchRequest.FetchTopic, int]:
+    obj = new(_FetchRequest_FetchTopic)
+    obj.topic_id, pos = read_uuid(buf, pos)
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"FetchRequest.FetchTopic.partitions: invalid array length {n2}")
+    else:
+        if n2 * 33 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.FetchTopic.partitions", n2, len(buf) - pos)
+        items2: list[FetchRequest.FetchPartition] = []
+        for _ in range(n2):
+            item2, pos = _dec_FetchRequest_FetchPartition_v18(buf, pos)
+            items2.append(item2)
+        obj.partitions = items2
+    obj.topic = ""
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# FetchRequest v18
+def _enc_FetchRequest_v18(out: bytearray, obj: FetchRequest) -> None:
+    if obj.replica_id != -1:
+        raise EncodeError("FetchRequest.replica_id cannot be sent in this version: only in versions 0-14", UNSUPPORTED_VERSION)
+    out += _pack_iiibii(obj.max_wait_ms, obj.min_bytes, obj.max_bytes, obj.isolation_level, obj.session_id, obj.session_epoch)
+    v1 = obj.topics
+    if v1 is None:
+        raise EncodeError("FetchRequest.topics is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_FetchRequest_FetchTopic_v18(out, item1)
+    v2 = obj.forgotten_topics_data
+    if v2 is None:
+        raise EncodeError("FetchRequest.forgotten_topics_data is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_FetchRequest_ForgottenTopic_v13(out, item2)
+    v3 = obj.rack_id
+    if v3 is None:
+        raise EncodeError("FetchRequest.rack_id is not nullable in this version")
+    else:
+        data3 = v3.encode("utf-8")
+        n3 = len(data3)
+        if n3 > 0x7FFF:
+            raise EncodeError("FetchRequest.rack_id is longer than 32767 bytes")
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        out += data3
+    if obj.unknown_tagged_fields or obj.cluster_id is not None or (type(t4 := obj.replica_state) is not _FetchRequest_ReplicaState or t4.replica_id != -1 or t4.replica_epoch != -1 or t4.unknown_tagged_fields):
+        _enc_FetchRequest_v18_tagged(out, obj)
+    else:
+        out.append(0)
+
+
+def _enc_FetchRequest_v18_tagged(out: bytearray, obj: FetchRequest) -> None:
+    fields: list[tuple[int, bytes | bytearray]] = []
+    if obj.cluster_id is not None:
+        body = bytearray()
+        v5 = obj.cluster_id
+        if v5 is None:
+            body.append(0)
+        else:
+            data5 = v5.encode("utf-8")
+            n5 = len(data5)
+            if n5 > 0x7FFF:
+                raise EncodeError("FetchRequest.cluster_id is longer than 32767 bytes")
+            if n5 < 0x7F:
+                body.append(n5 + 1)
+            else:
+                write_uvarint(body, n5 + 1)
+            body += data5
+        fields.append((0, body))
+    if obj.replica_state != _DEFAULT_FetchRequest_ReplicaState:
+        body = bytearray()
+        _enc_FetchRequest_ReplicaState_v15(body, obj.replica_state)
+        fields.append((1, body))
+    write_tagged(out, fields, obj.unknown_tagged_fields)
+
+
+# FetchRequest v18
+def _dec_FetchRequest_v18(buf: memoryview, pos: int) -> tuple[FetchRequest, int]:
+    obj = new(_FetchRequest)
+    obj.max_wait_ms, obj.min_bytes, obj.max_bytes, obj.isolation_level, obj.session_id, obj.session_epoch = _unpack_iiibii(buf, pos)
+    pos += 21
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"FetchRequest.topics: invalid array length {n1}")
+    else:
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchRequest.topics", n1, len(buf) - pos)
+        items1: list[FetchRequest.FetchTopic] = []
+        for _ in range(n1):
+            item1, pos = _dec_FetchRequest_FetchTopic_v18(buf, pos)
+            items1.append(item1)
+        obj.topics = items1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"FetchRequest.forgotten_topics_data: invalid array length {n2}")
+    else:
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchRequest.forgotten_topics_data", n2, len(buf) - pos)
+        items2: list[FetchRequest.ForgottenTopic] = []
+        for _ in range(n2):
+            item2, pos = _dec_FetchRequest_ForgottenTopic_v13(buf, pos)
+            items2.append(item2)
+        obj.forgotten_topics_data = items2
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        raise DecodeError(f"FetchRequest.rack_id: invalid string length {n3}")
+    else:
+        end3 = pos + n3
+        if end3 > len(buf):
+            raise DecodeError("FetchRequest.rack_id: string runs past the end of the data")
+        obj.rack_id = str(buf[pos:end3], "utf-8")
+        pos = end3
+    obj.replica_id = -1
+    if buf[pos] == 0:
+        obj.cluster_id = None
+        obj.replica_state = _build_FetchRequest_ReplicaState()
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        pos = _dec_FetchRequest_v18_tagged(buf, pos, obj)
+    return obj, pos
+
+
+def _dec_FetchRequest_v18_tagged(buf: memoryview, pos: int, obj: FetchRequest) -> int:
+    count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.cluster_id = None
     obj.replica_state = _build_FetchRequest_ReplicaState()
     unknown: list[tuple[int, bytes]] | None = None
@@ -1931,8 +2259,8 @@ def _dec_FetchResponse_FetchableTopicResponse_v0(buf: memoryview, pos: int) -> t
     if n2 < 0:
         raise DecodeError(f"FetchResponse.FetchableTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 15 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.FetchableTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 15 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchResponse.FetchableTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[FetchResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_FetchResponse_PartitionData_v0(buf, pos)
@@ -1967,8 +2295,8 @@ def _dec_FetchResponse_v0(buf: memoryview, pos: int) -> tuple[FetchResponse, int
     if n1 < 0:
         raise DecodeError(f"FetchResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchResponse.responses", n1, len(buf) - pos)
         items1: list[FetchResponse.FetchableTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_FetchResponse_FetchableTopicResponse_v0(buf, pos)
@@ -2009,8 +2337,8 @@ def _dec_FetchResponse_v1(buf: memoryview, pos: int) -> tuple[FetchResponse, int
     if n1 < 0:
         raise DecodeError(f"FetchResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchResponse.responses", n1, len(buf) - pos)
         items1: list[FetchResponse.FetchableTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_FetchResponse_FetchableTopicResponse_v0(buf, pos)
@@ -2079,8 +2407,8 @@ def _dec_FetchResponse_PartitionData_v4(buf: memoryview, pos: int) -> tuple[Fetc
             raise DecodeError(f"FetchResponse.PartitionData.aborted_transactions: invalid array length {n1}")
         obj.aborted_transactions = None
     else:
-        if n1 * 16 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.PartitionData.aborted_transactions: array of {n1} elements runs past the end of the data")
+        if n1 * 16 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchResponse.PartitionData.aborted_transactions", n1, len(buf) - pos)
         items1: list[FetchResponse.AbortedTransaction] = []
         for _ in range(n1):
             item1, pos = _dec_FetchResponse_AbortedTransaction_v4(buf, pos)
@@ -2147,8 +2475,8 @@ def _dec_FetchResponse_FetchableTopicResponse_v4(buf: memoryview, pos: int) -> t
     if n2 < 0:
         raise DecodeError(f"FetchResponse.FetchableTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 24 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.FetchableTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 24 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchResponse.FetchableTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[FetchResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_FetchResponse_PartitionData_v4(buf, pos)
@@ -2186,8 +2514,8 @@ def _dec_FetchResponse_v4(buf: memoryview, pos: int) -> tuple[FetchResponse, int
     if n1 < 0:
         raise DecodeError(f"FetchResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchResponse.responses", n1, len(buf) - pos)
         items1: list[FetchResponse.FetchableTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_FetchResponse_FetchableTopicResponse_v4(buf, pos)
@@ -2242,8 +2570,8 @@ def _dec_FetchResponse_PartitionData_v5(buf: memoryview, pos: int) -> tuple[Fetc
             raise DecodeError(f"FetchResponse.PartitionData.aborted_transactions: invalid array length {n1}")
         obj.aborted_transactions = None
     else:
-        if n1 * 16 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.PartitionData.aborted_transactions: array of {n1} elements runs past the end of the data")
+        if n1 * 16 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchResponse.PartitionData.aborted_transactions", n1, len(buf) - pos)
         items1: list[FetchResponse.AbortedTransaction] = []
         for _ in range(n1):
             item1, pos = _dec_FetchResponse_AbortedTransaction_v4(buf, pos)
@@ -2309,8 +2637,8 @@ def _dec_FetchResponse_FetchableTopicResponse_v5(buf: memoryview, pos: int) -> t
     if n2 < 0:
         raise DecodeError(f"FetchResponse.FetchableTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 32 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.FetchableTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 32 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchResponse.FetchableTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[FetchResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_FetchResponse_PartitionData_v5(buf, pos)
@@ -2348,8 +2676,8 @@ def _dec_FetchResponse_v5(buf: memoryview, pos: int) -> tuple[FetchResponse, int
     if n1 < 0:
         raise DecodeError(f"FetchResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchResponse.responses", n1, len(buf) - pos)
         items1: list[FetchResponse.FetchableTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_FetchResponse_FetchableTopicResponse_v5(buf, pos)
@@ -2387,8 +2715,8 @@ def _dec_FetchResponse_v7(buf: memoryview, pos: int) -> tuple[FetchResponse, int
     if n1 < 0:
         raise DecodeError(f"FetchResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchResponse.responses", n1, len(buf) - pos)
         items1: list[FetchResponse.FetchableTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_FetchResponse_FetchableTopicResponse_v5(buf, pos)
@@ -2440,8 +2768,8 @@ def _dec_FetchResponse_PartitionData_v11(buf: memoryview, pos: int) -> tuple[Fet
             raise DecodeError(f"FetchResponse.PartitionData.aborted_transactions: invalid array length {n1}")
         obj.aborted_transactions = None
     else:
-        if n1 * 16 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.PartitionData.aborted_transactions: array of {n1} elements runs past the end of the data")
+        if n1 * 16 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchResponse.PartitionData.aborted_transactions", n1, len(buf) - pos)
         items1: list[FetchResponse.AbortedTransaction] = []
         for _ in range(n1):
             item1, pos = _dec_FetchResponse_AbortedTransaction_v4(buf, pos)
@@ -2508,8 +2836,8 @@ def _dec_FetchResponse_FetchableTopicResponse_v11(buf: memoryview, pos: int) -> 
     if n2 < 0:
         raise DecodeError(f"FetchResponse.FetchableTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 36 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.FetchableTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 36 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchResponse.FetchableTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[FetchResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_FetchResponse_PartitionData_v11(buf, pos)
@@ -2545,8 +2873,8 @@ def _dec_FetchResponse_v11(buf: memoryview, pos: int) -> tuple[FetchResponse, in
     if n1 < 0:
         raise DecodeError(f"FetchResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchResponse.responses", n1, len(buf) - pos)
         items1: list[FetchResponse.FetchableTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_FetchResponse_FetchableTopicResponse_v11(buf, pos)
@@ -2557,7 +2885,7 @@ def _dec_FetchResponse_v11(buf: memoryview, pos: int) -> tuple[FetchResponse, in
     return obj, pos
 
 
-# FetchResponse.AbortedTransaction v12-17
+# FetchResponse.AbortedTransaction v12-18
 def _enc_FetchResponse_AbortedTransaction_v12(out: bytearray, obj: FetchResponse.AbortedTransaction) -> None:
     out += _pack_qq(obj.producer_id, obj.first_offset)
     if obj.unknown_tagged_fields:
@@ -2566,7 +2894,7 @@ def _enc_FetchResponse_AbortedTransaction_v12(out: bytearray, obj: FetchResponse
         out.append(0)
 
 
-# FetchResponse.AbortedTransaction v12-17
+# FetchResponse.AbortedTransaction v12-18
 def _dec_FetchResponse_AbortedTransaction_v12(buf: memoryview, pos: int) -> tuple[FetchResponse.AbortedTransaction, int]:
     obj = new(_FetchResponse_AbortedTransaction)
     obj.producer_id, obj.first_offset = _unpack_qq(buf, pos)
@@ -2579,7 +2907,7 @@ def _dec_FetchResponse_AbortedTransaction_v12(buf: memoryview, pos: int) -> tupl
     return obj, pos
 
 
-# FetchResponse.EpochEndOffset v12-17
+# FetchResponse.EpochEndOffset v12-18
 def _enc_FetchResponse_EpochEndOffset_v12(out: bytearray, obj: FetchResponse.EpochEndOffset) -> None:
     out += _pack_iq(obj.epoch, obj.end_offset)
     if obj.unknown_tagged_fields:
@@ -2588,7 +2916,7 @@ def _enc_FetchResponse_EpochEndOffset_v12(out: bytearray, obj: FetchResponse.Epo
         out.append(0)
 
 
-# FetchResponse.EpochEndOffset v12-17
+# FetchResponse.EpochEndOffset v12-18
 def _dec_FetchResponse_EpochEndOffset_v12(buf: memoryview, pos: int) -> tuple[FetchResponse.EpochEndOffset, int]:
     obj = new(_FetchResponse_EpochEndOffset)
     obj.epoch, obj.end_offset = _unpack_iq(buf, pos)
@@ -2601,7 +2929,7 @@ def _dec_FetchResponse_EpochEndOffset_v12(buf: memoryview, pos: int) -> tuple[Fe
     return obj, pos
 
 
-# FetchResponse.LeaderIdAndEpoch v12-17
+# FetchResponse.LeaderIdAndEpoch v12-18
 def _enc_FetchResponse_LeaderIdAndEpoch_v12(out: bytearray, obj: FetchResponse.LeaderIdAndEpoch) -> None:
     out += _pack_ii(obj.leader_id, obj.leader_epoch)
     if obj.unknown_tagged_fields:
@@ -2610,7 +2938,7 @@ def _enc_FetchResponse_LeaderIdAndEpoch_v12(out: bytearray, obj: FetchResponse.L
         out.append(0)
 
 
-# FetchResponse.LeaderIdAndEpoch v12-17
+# FetchResponse.LeaderIdAndEpoch v12-18
 def _dec_FetchResponse_LeaderIdAndEpoch_v12(buf: memoryview, pos: int) -> tuple[FetchResponse.LeaderIdAndEpoch, int]:
     obj = new(_FetchResponse_LeaderIdAndEpoch)
     obj.leader_id, obj.leader_epoch = _unpack_ii(buf, pos)
@@ -2623,7 +2951,7 @@ def _dec_FetchResponse_LeaderIdAndEpoch_v12(buf: memoryview, pos: int) -> tuple[
     return obj, pos
 
 
-# FetchResponse.SnapshotId v12-17
+# FetchResponse.SnapshotId v12-18
 def _enc_FetchResponse_SnapshotId_v12(out: bytearray, obj: FetchResponse.SnapshotId) -> None:
     out += _pack_qi(obj.end_offset, obj.epoch)
     if obj.unknown_tagged_fields:
@@ -2632,7 +2960,7 @@ def _enc_FetchResponse_SnapshotId_v12(out: bytearray, obj: FetchResponse.Snapsho
         out.append(0)
 
 
-# FetchResponse.SnapshotId v12-17
+# FetchResponse.SnapshotId v12-18
 def _dec_FetchResponse_SnapshotId_v12(buf: memoryview, pos: int) -> tuple[FetchResponse.SnapshotId, int]:
     obj = new(_FetchResponse_SnapshotId)
     obj.end_offset, obj.epoch = _unpack_qi(buf, pos)
@@ -2645,7 +2973,7 @@ def _dec_FetchResponse_SnapshotId_v12(buf: memoryview, pos: int) -> tuple[FetchR
     return obj, pos
 
 
-# FetchResponse.PartitionData v12-17
+# FetchResponse.PartitionData v12-18
 def _enc_FetchResponse_PartitionData_v12(out: bytearray, obj: FetchResponse.PartitionData) -> None:
     out += _pack_ihqqq(obj.partition_index, obj.error_code, obj.high_watermark, obj.last_stable_offset, obj.log_start_offset)
     v1 = obj.aborted_transactions
@@ -2698,7 +3026,7 @@ def _enc_FetchResponse_PartitionData_v12_tagged(out: bytearray, obj: FetchRespon
     write_tagged(out, fields, obj.unknown_tagged_fields)
 
 
-# FetchResponse.PartitionData v12-17
+# FetchResponse.PartitionData v12-18
 def _dec_FetchResponse_PartitionData_v12(buf: memoryview, pos: int) -> tuple[FetchResponse.PartitionData, int]:
     obj = new(_FetchResponse_PartitionData)
     obj.partition_index, obj.error_code, obj.high_watermark, obj.last_stable_offset, obj.log_start_offset = _unpack_ihqqq(buf, pos)
@@ -2715,8 +3043,8 @@ def _dec_FetchResponse_PartitionData_v12(buf: memoryview, pos: int) -> tuple[Fet
             raise DecodeError(f"FetchResponse.PartitionData.aborted_transactions: invalid array length {n1}")
         obj.aborted_transactions = None
     else:
-        if n1 * 17 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.PartitionData.aborted_transactions: array of {n1} elements runs past the end of the data")
+        if n1 * 17 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchResponse.PartitionData.aborted_transactions", n1, len(buf) - pos)
         items1: list[FetchResponse.AbortedTransaction] = []
         for _ in range(n1):
             item1, pos = _dec_FetchResponse_AbortedTransaction_v12(buf, pos)
@@ -2757,6 +3085,8 @@ def _dec_FetchResponse_PartitionData_v12(buf: memoryview, pos: int) -> tuple[Fet
 
 def _dec_FetchResponse_PartitionData_v12_tagged(buf: memoryview, pos: int, obj: FetchResponse.PartitionData) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.diverging_epoch = _build_FetchResponse_EpochEndOffset()
     obj.current_leader = _build_FetchResponse_LeaderIdAndEpoch()
     obj.snapshot_id = _build_FetchResponse_SnapshotId()
@@ -2854,8 +3184,8 @@ def _dec_FetchResponse_FetchableTopicResponse_v12(buf: memoryview, pos: int) -> 
     if n2 < 0:
         raise DecodeError(f"FetchResponse.FetchableTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 37 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.FetchableTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 37 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchResponse.FetchableTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[FetchResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_FetchResponse_PartitionData_v12(buf, pos)
@@ -2907,8 +3237,8 @@ def _dec_FetchResponse_v12(buf: memoryview, pos: int) -> tuple[FetchResponse, in
     if n1 < 0:
         raise DecodeError(f"FetchResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchResponse.responses", n1, len(buf) - pos)
         items1: list[FetchResponse.FetchableTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_FetchResponse_FetchableTopicResponse_v12(buf, pos)
@@ -2923,7 +3253,7 @@ def _dec_FetchResponse_v12(buf: memoryview, pos: int) -> tuple[FetchResponse, in
     return obj, pos
 
 
-# FetchResponse.FetchableTopicResponse v13-17
+# FetchResponse.FetchableTopicResponse v13-18
 def _enc_FetchResponse_FetchableTopicResponse_v13(out: bytearray, obj: FetchResponse.FetchableTopicResponse) -> None:
     out += obj.topic_id.bytes
     v2 = obj.partitions
@@ -2943,7 +3273,7 @@ def _enc_FetchResponse_FetchableTopicResponse_v13(out: bytearray, obj: FetchResp
         out.append(0)
 
 
-# FetchResponse.FetchableTopicResponse v13-17
+# FetchResponse.FetchableTopicResponse v13-18
 def _dec_FetchResponse_FetchableTopicResponse_v13(buf: memoryview, pos: int) -> tuple[FetchResponse.FetchableTopicResponse, int]:
     obj = new(_FetchResponse_FetchableTopicResponse)
     obj.topic_id, pos = read_uuid(buf, pos)
@@ -2957,8 +3287,8 @@ def _dec_FetchResponse_FetchableTopicResponse_v13(buf: memoryview, pos: int) -> 
     if n2 < 0:
         raise DecodeError(f"FetchResponse.FetchableTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 37 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.FetchableTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 37 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchResponse.FetchableTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[FetchResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_FetchResponse_PartitionData_v12(buf, pos)
@@ -3010,8 +3340,8 @@ def _dec_FetchResponse_v13(buf: memoryview, pos: int) -> tuple[FetchResponse, in
     if n1 < 0:
         raise DecodeError(f"FetchResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchResponse.responses", n1, len(buf) - pos)
         items1: list[FetchResponse.FetchableTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_FetchResponse_FetchableTopicResponse_v13(buf, pos)
@@ -3026,7 +3356,7 @@ def _dec_FetchResponse_v13(buf: memoryview, pos: int) -> tuple[FetchResponse, in
     return obj, pos
 
 
-# FetchResponse.NodeEndpoint v16-17
+# FetchResponse.NodeEndpoint v16-18
 def _enc_FetchResponse_NodeEndpoint_v16(out: bytearray, obj: FetchResponse.NodeEndpoint) -> None:
     out += _pack_i(obj.node_id)
     v1 = obj.host
@@ -3062,7 +3392,7 @@ def _enc_FetchResponse_NodeEndpoint_v16(out: bytearray, obj: FetchResponse.NodeE
         out.append(0)
 
 
-# FetchResponse.NodeEndpoint v16-17
+# FetchResponse.NodeEndpoint v16-18
 def _dec_FetchResponse_NodeEndpoint_v16(buf: memoryview, pos: int) -> tuple[FetchResponse.NodeEndpoint, int]:
     obj = new(_FetchResponse_NodeEndpoint)
     (obj.node_id,) = _unpack_i(buf, pos)
@@ -3109,7 +3439,7 @@ def _dec_FetchResponse_NodeEndpoint_v16(buf: memoryview, pos: int) -> tuple[Fetc
     return obj, pos
 
 
-# FetchResponse v16-17
+# FetchResponse v16-18
 def _enc_FetchResponse_v16(out: bytearray, obj: FetchResponse) -> None:
     out += _pack_ihi(obj.throttle_time_ms, obj.error_code, obj.session_id)
     v1 = obj.responses
@@ -3148,7 +3478,7 @@ def _enc_FetchResponse_v16_tagged(out: bytearray, obj: FetchResponse) -> None:
     write_tagged(out, fields, obj.unknown_tagged_fields)
 
 
-# FetchResponse v16-17
+# FetchResponse v16-18
 def _dec_FetchResponse_v16(buf: memoryview, pos: int) -> tuple[FetchResponse, int]:
     obj = new(_FetchResponse)
     obj.throttle_time_ms, obj.error_code, obj.session_id = _unpack_ihi(buf, pos)
@@ -3163,8 +3493,8 @@ def _dec_FetchResponse_v16(buf: memoryview, pos: int) -> tuple[FetchResponse, in
     if n1 < 0:
         raise DecodeError(f"FetchResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"FetchResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchResponse.responses", n1, len(buf) - pos)
         items1: list[FetchResponse.FetchableTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_FetchResponse_FetchableTopicResponse_v13(buf, pos)
@@ -3181,6 +3511,8 @@ def _dec_FetchResponse_v16(buf: memoryview, pos: int) -> tuple[FetchResponse, in
 
 def _dec_FetchResponse_v16_tagged(buf: memoryview, pos: int, obj: FetchResponse) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.node_endpoints = []
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -3202,8 +3534,8 @@ def _dec_FetchResponse_v16_tagged(buf: memoryview, pos: int, obj: FetchResponse)
             if n2 < 0:
                 raise DecodeError(f"FetchResponse.node_endpoints: invalid array length {n2}")
             else:
-                if n2 * 11 > len(sub) - pos:
-                    raise DecodeError(f"FetchResponse.node_endpoints: array of {n2} elements runs past the end of the data")
+                if n2 * 11 > len(sub) - pos or n2 > 1000000:
+                    raise array_refused("FetchResponse.node_endpoints", n2, len(sub) - pos)
                 items2: list[FetchResponse.NodeEndpoint] = []
                 for _ in range(n2):
                     item2, pos = _dec_FetchResponse_NodeEndpoint_v16(sub, pos)
@@ -3232,8 +3564,8 @@ _DEFAULT_FetchRequest_ReplicaState = _build_FetchRequest_ReplicaState()  # compa
 _DEFAULT_FetchResponse_EpochEndOffset = _build_FetchResponse_EpochEndOffset()  # compared with, never handed out
 _DEFAULT_FetchResponse_LeaderIdAndEpoch = _build_FetchResponse_LeaderIdAndEpoch()  # compared with, never handed out
 _DEFAULT_FetchResponse_SnapshotId = _build_FetchResponse_SnapshotId()  # compared with, never handed out
-FetchRequest._encoders_ = {0: _enc_FetchRequest_v0, 1: _enc_FetchRequest_v0, 2: _enc_FetchRequest_v0, 3: _enc_FetchRequest_v3, 4: _enc_FetchRequest_v4, 5: _enc_FetchRequest_v5, 6: _enc_FetchRequest_v5, 7: _enc_FetchRequest_v7, 8: _enc_FetchRequest_v7, 9: _enc_FetchRequest_v9, 10: _enc_FetchRequest_v9, 11: _enc_FetchRequest_v11, 12: _enc_FetchRequest_v12, 13: _enc_FetchRequest_v13, 14: _enc_FetchRequest_v13, 15: _enc_FetchRequest_v15, 16: _enc_FetchRequest_v15, 17: _enc_FetchRequest_v17}
-FetchRequest._decoders_ = {0: _dec_FetchRequest_v0, 1: _dec_FetchRequest_v0, 2: _dec_FetchRequest_v0, 3: _dec_FetchRequest_v3, 4: _dec_FetchRequest_v4, 5: _dec_FetchRequest_v5, 6: _dec_FetchRequest_v5, 7: _dec_FetchRequest_v7, 8: _dec_FetchRequest_v7, 9: _dec_FetchRequest_v9, 10: _dec_FetchRequest_v9, 11: _dec_FetchRequest_v11, 12: _dec_FetchRequest_v12, 13: _dec_FetchRequest_v13, 14: _dec_FetchRequest_v13, 15: _dec_FetchRequest_v15, 16: _dec_FetchRequest_v15, 17: _dec_FetchRequest_v17}
-FetchResponse._encoders_ = {0: _enc_FetchResponse_v0, 1: _enc_FetchResponse_v1, 2: _enc_FetchResponse_v1, 3: _enc_FetchResponse_v1, 4: _enc_FetchResponse_v4, 5: _enc_FetchResponse_v5, 6: _enc_FetchResponse_v5, 7: _enc_FetchResponse_v7, 8: _enc_FetchResponse_v7, 9: _enc_FetchResponse_v7, 10: _enc_FetchResponse_v7, 11: _enc_FetchResponse_v11, 12: _enc_FetchResponse_v12, 13: _enc_FetchResponse_v13, 14: _enc_FetchResponse_v13, 15: _enc_FetchResponse_v13, 16: _enc_FetchResponse_v16, 17: _enc_FetchResponse_v16}
-FetchResponse._decoders_ = {0: _dec_FetchResponse_v0, 1: _dec_FetchResponse_v1, 2: _dec_FetchResponse_v1, 3: _dec_FetchResponse_v1, 4: _dec_FetchResponse_v4, 5: _dec_FetchResponse_v5, 6: _dec_FetchResponse_v5, 7: _dec_FetchResponse_v7, 8: _dec_FetchResponse_v7, 9: _dec_FetchResponse_v7, 10: _dec_FetchResponse_v7, 11: _dec_FetchResponse_v11, 12: _dec_FetchResponse_v12, 13: _dec_FetchResponse_v13, 14: _dec_FetchResponse_v13, 15: _dec_FetchResponse_v13, 16: _dec_FetchResponse_v16, 17: _dec_FetchResponse_v16}
+FetchRequest._encoders_ = {0: _enc_FetchRequest_v0, 1: _enc_FetchRequest_v0, 2: _enc_FetchRequest_v0, 3: _enc_FetchRequest_v3, 4: _enc_FetchRequest_v4, 5: _enc_FetchRequest_v5, 6: _enc_FetchRequest_v5, 7: _enc_FetchRequest_v7, 8: _enc_FetchRequest_v7, 9: _enc_FetchRequest_v9, 10: _enc_FetchRequest_v9, 11: _enc_FetchRequest_v11, 12: _enc_FetchRequest_v12, 13: _enc_FetchRequest_v13, 14: _enc_FetchRequest_v13, 15: _enc_FetchRequest_v15, 16: _enc_FetchRequest_v15, 17: _enc_FetchRequest_v17, 18: _enc_FetchRequest_v18}
+FetchRequest._decoders_ = {0: _dec_FetchRequest_v0, 1: _dec_FetchRequest_v0, 2: _dec_FetchRequest_v0, 3: _dec_FetchRequest_v3, 4: _dec_FetchRequest_v4, 5: _dec_FetchRequest_v5, 6: _dec_FetchRequest_v5, 7: _dec_FetchRequest_v7, 8: _dec_FetchRequest_v7, 9: _dec_FetchRequest_v9, 10: _dec_FetchRequest_v9, 11: _dec_FetchRequest_v11, 12: _dec_FetchRequest_v12, 13: _dec_FetchRequest_v13, 14: _dec_FetchRequest_v13, 15: _dec_FetchRequest_v15, 16: _dec_FetchRequest_v15, 17: _dec_FetchRequest_v17, 18: _dec_FetchRequest_v18}
+FetchResponse._encoders_ = {0: _enc_FetchResponse_v0, 1: _enc_FetchResponse_v1, 2: _enc_FetchResponse_v1, 3: _enc_FetchResponse_v1, 4: _enc_FetchResponse_v4, 5: _enc_FetchResponse_v5, 6: _enc_FetchResponse_v5, 7: _enc_FetchResponse_v7, 8: _enc_FetchResponse_v7, 9: _enc_FetchResponse_v7, 10: _enc_FetchResponse_v7, 11: _enc_FetchResponse_v11, 12: _enc_FetchResponse_v12, 13: _enc_FetchResponse_v13, 14: _enc_FetchResponse_v13, 15: _enc_FetchResponse_v13, 16: _enc_FetchResponse_v16, 17: _enc_FetchResponse_v16, 18: _enc_FetchResponse_v16}
+FetchResponse._decoders_ = {0: _dec_FetchResponse_v0, 1: _dec_FetchResponse_v1, 2: _dec_FetchResponse_v1, 3: _dec_FetchResponse_v1, 4: _dec_FetchResponse_v4, 5: _dec_FetchResponse_v5, 6: _dec_FetchResponse_v5, 7: _dec_FetchResponse_v7, 8: _dec_FetchResponse_v7, 9: _dec_FetchResponse_v7, 10: _dec_FetchResponse_v7, 11: _dec_FetchResponse_v11, 12: _dec_FetchResponse_v12, 13: _dec_FetchResponse_v13, 14: _dec_FetchResponse_v13, 15: _dec_FetchResponse_v13, 16: _dec_FetchResponse_v16, 17: _dec_FetchResponse_v16, 18: _dec_FetchResponse_v16}
 FetchRequest._error_response_ = _error_FetchRequest

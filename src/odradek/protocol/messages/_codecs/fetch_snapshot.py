@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -173,8 +176,8 @@ def _dec_FetchSnapshotRequest_TopicSnapshot_v0(buf: memoryview, pos: int) -> tup
     if n2 < 0:
         raise DecodeError(f"FetchSnapshotRequest.TopicSnapshot.partitions: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"FetchSnapshotRequest.TopicSnapshot.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchSnapshotRequest.TopicSnapshot.partitions", n2, len(buf) - pos)
         items2: list[FetchSnapshotRequest.PartitionSnapshot] = []
         for _ in range(n2):
             item2, pos = _dec_FetchSnapshotRequest_PartitionSnapshot_v0(buf, pos)
@@ -244,8 +247,8 @@ def _dec_FetchSnapshotRequest_v0(buf: memoryview, pos: int) -> tuple[FetchSnapsh
     if n1 < 0:
         raise DecodeError(f"FetchSnapshotRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"FetchSnapshotRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchSnapshotRequest.topics", n1, len(buf) - pos)
         items1: list[FetchSnapshotRequest.TopicSnapshot] = []
         for _ in range(n1):
             item1, pos = _dec_FetchSnapshotRequest_TopicSnapshot_v0(buf, pos)
@@ -262,6 +265,8 @@ def _dec_FetchSnapshotRequest_v0(buf: memoryview, pos: int) -> tuple[FetchSnapsh
 
 def _dec_FetchSnapshotRequest_v0_tagged(buf: memoryview, pos: int, obj: FetchSnapshotRequest) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.cluster_id = None
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -340,6 +345,8 @@ def _dec_FetchSnapshotRequest_PartitionSnapshot_v1(buf: memoryview, pos: int) ->
 
 def _dec_FetchSnapshotRequest_PartitionSnapshot_v1_tagged(buf: memoryview, pos: int, obj: FetchSnapshotRequest.PartitionSnapshot) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.replica_directory_id = ZERO_UUID
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -423,8 +430,8 @@ def _dec_FetchSnapshotRequest_TopicSnapshot_v1(buf: memoryview, pos: int) -> tup
     if n2 < 0:
         raise DecodeError(f"FetchSnapshotRequest.TopicSnapshot.partitions: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"FetchSnapshotRequest.TopicSnapshot.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchSnapshotRequest.TopicSnapshot.partitions", n2, len(buf) - pos)
         items2: list[FetchSnapshotRequest.PartitionSnapshot] = []
         for _ in range(n2):
             item2, pos = _dec_FetchSnapshotRequest_PartitionSnapshot_v1(buf, pos)
@@ -494,8 +501,8 @@ def _dec_FetchSnapshotRequest_v1(buf: memoryview, pos: int) -> tuple[FetchSnapsh
     if n1 < 0:
         raise DecodeError(f"FetchSnapshotRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"FetchSnapshotRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchSnapshotRequest.topics", n1, len(buf) - pos)
         items1: list[FetchSnapshotRequest.TopicSnapshot] = []
         for _ in range(n1):
             item1, pos = _dec_FetchSnapshotRequest_TopicSnapshot_v1(buf, pos)
@@ -512,6 +519,8 @@ def _dec_FetchSnapshotRequest_v1(buf: memoryview, pos: int) -> tuple[FetchSnapsh
 
 def _dec_FetchSnapshotRequest_v1_tagged(buf: memoryview, pos: int, obj: FetchSnapshotRequest) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.cluster_id = None
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -667,6 +676,8 @@ def _dec_FetchSnapshotResponse_PartitionSnapshot_v0(buf: memoryview, pos: int) -
 
 def _dec_FetchSnapshotResponse_PartitionSnapshot_v0_tagged(buf: memoryview, pos: int, obj: FetchSnapshotResponse.PartitionSnapshot) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.current_leader = _build_FetchSnapshotResponse_LeaderIdAndEpoch()
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -750,8 +761,8 @@ def _dec_FetchSnapshotResponse_TopicSnapshot_v0(buf: memoryview, pos: int) -> tu
     if n2 < 0:
         raise DecodeError(f"FetchSnapshotResponse.TopicSnapshot.partitions: invalid array length {n2}")
     else:
-        if n2 * 25 > len(buf) - pos:
-            raise DecodeError(f"FetchSnapshotResponse.TopicSnapshot.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 25 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("FetchSnapshotResponse.TopicSnapshot.partitions", n2, len(buf) - pos)
         items2: list[FetchSnapshotResponse.PartitionSnapshot] = []
         for _ in range(n2):
             item2, pos = _dec_FetchSnapshotResponse_PartitionSnapshot_v0(buf, pos)
@@ -802,8 +813,8 @@ def _dec_FetchSnapshotResponse_v0(buf: memoryview, pos: int) -> tuple[FetchSnaps
     if n1 < 0:
         raise DecodeError(f"FetchSnapshotResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"FetchSnapshotResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchSnapshotResponse.topics", n1, len(buf) - pos)
         items1: list[FetchSnapshotResponse.TopicSnapshot] = []
         for _ in range(n1):
             item1, pos = _dec_FetchSnapshotResponse_TopicSnapshot_v0(buf, pos)
@@ -925,8 +936,8 @@ def _dec_FetchSnapshotResponse_v1(buf: memoryview, pos: int) -> tuple[FetchSnaps
     if n1 < 0:
         raise DecodeError(f"FetchSnapshotResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"FetchSnapshotResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FetchSnapshotResponse.topics", n1, len(buf) - pos)
         items1: list[FetchSnapshotResponse.TopicSnapshot] = []
         for _ in range(n1):
             item1, pos = _dec_FetchSnapshotResponse_TopicSnapshot_v0(buf, pos)
@@ -943,6 +954,8 @@ def _dec_FetchSnapshotResponse_v1(buf: memoryview, pos: int) -> tuple[FetchSnaps
 
 def _dec_FetchSnapshotResponse_v1_tagged(buf: memoryview, pos: int, obj: FetchSnapshotResponse) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.node_endpoints = []
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -964,8 +977,8 @@ def _dec_FetchSnapshotResponse_v1_tagged(buf: memoryview, pos: int, obj: FetchSn
             if n2 < 0:
                 raise DecodeError(f"FetchSnapshotResponse.node_endpoints: invalid array length {n2}")
             else:
-                if n2 * 8 > len(sub) - pos:
-                    raise DecodeError(f"FetchSnapshotResponse.node_endpoints: array of {n2} elements runs past the end of the data")
+                if n2 * 8 > len(sub) - pos or n2 > 1000000:
+                    raise array_refused("FetchSnapshotResponse.node_endpoints", n2, len(sub) - pos)
                 items2: list[FetchSnapshotResponse.NodeEndpoint] = []
                 for _ in range(n2):
                     item2, pos = _dec_FetchSnapshotResponse_NodeEndpoint_v1(sub, pos)

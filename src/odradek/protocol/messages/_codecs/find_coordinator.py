@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -223,8 +226,8 @@ def _dec_FindCoordinatorRequest_v4(buf: memoryview, pos: int) -> tuple[FindCoord
     if n1 < 0:
         raise DecodeError(f"FindCoordinatorRequest.coordinator_keys: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"FindCoordinatorRequest.coordinator_keys: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FindCoordinatorRequest.coordinator_keys", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = buf[pos]
@@ -603,8 +606,8 @@ def _dec_FindCoordinatorResponse_v4(buf: memoryview, pos: int) -> tuple[FindCoor
     if n1 < 0:
         raise DecodeError(f"FindCoordinatorResponse.coordinators: invalid array length {n1}")
     else:
-        if n1 * 14 > len(buf) - pos:
-            raise DecodeError(f"FindCoordinatorResponse.coordinators: array of {n1} elements runs past the end of the data")
+        if n1 * 14 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("FindCoordinatorResponse.coordinators", n1, len(buf) - pos)
         items1: list[FindCoordinatorResponse.Coordinator] = []
         for _ in range(n1):
             item1, pos = _dec_FindCoordinatorResponse_Coordinator_v4(buf, pos)

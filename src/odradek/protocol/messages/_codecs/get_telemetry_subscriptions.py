@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -130,8 +133,8 @@ def _dec_GetTelemetrySubscriptionsResponse_v0(buf: memoryview, pos: int) -> tupl
         raise DecodeError(f"GetTelemetrySubscriptionsResponse.accepted_compression_types: invalid array length {n2}")
     else:
         end2 = pos + n2 * 1
-        if end2 > len(buf):
-            raise DecodeError(f"GetTelemetrySubscriptionsResponse.accepted_compression_types: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("GetTelemetrySubscriptionsResponse.accepted_compression_types", n2, len(buf) - pos)
         obj.accepted_compression_types = list(sunpack(f">{n2}b", buf, pos)) if n2 else []
         pos = end2
     obj.push_interval_ms, obj.telemetry_max_bytes, obj.delta_temporality = _unpack_iio(buf, pos)
@@ -146,8 +149,8 @@ def _dec_GetTelemetrySubscriptionsResponse_v0(buf: memoryview, pos: int) -> tupl
     if n3 < 0:
         raise DecodeError(f"GetTelemetrySubscriptionsResponse.requested_metrics: invalid array length {n3}")
     else:
-        if n3 * 1 > len(buf) - pos:
-            raise DecodeError(f"GetTelemetrySubscriptionsResponse.requested_metrics: array of {n3} elements runs past the end of the data")
+        if n3 * 1 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("GetTelemetrySubscriptionsResponse.requested_metrics", n3, len(buf) - pos)
         items3: list[str] = []
         for _ in range(n3):
             n4 = buf[pos]

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -148,8 +151,8 @@ def _dec_IncrementalAlterConfigsRequest_AlterConfigsResource_v0(buf: memoryview,
     if n2 < 0:
         raise DecodeError(f"IncrementalAlterConfigsRequest.AlterConfigsResource.configs: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"IncrementalAlterConfigsRequest.AlterConfigsResource.configs: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("IncrementalAlterConfigsRequest.AlterConfigsResource.configs", n2, len(buf) - pos)
         items2: list[IncrementalAlterConfigsRequest.AlterableConfig] = []
         for _ in range(n2):
             item2, pos = _dec_IncrementalAlterConfigsRequest_AlterableConfig_v0(buf, pos)
@@ -180,8 +183,8 @@ def _dec_IncrementalAlterConfigsRequest_v0(buf: memoryview, pos: int) -> tuple[I
     if n1 < 0:
         raise DecodeError(f"IncrementalAlterConfigsRequest.resources: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"IncrementalAlterConfigsRequest.resources: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("IncrementalAlterConfigsRequest.resources", n1, len(buf) - pos)
         items1: list[IncrementalAlterConfigsRequest.AlterConfigsResource] = []
         for _ in range(n1):
             item1, pos = _dec_IncrementalAlterConfigsRequest_AlterConfigsResource_v0(buf, pos)
@@ -336,8 +339,8 @@ def _dec_IncrementalAlterConfigsRequest_AlterConfigsResource_v1(buf: memoryview,
     if n2 < 0:
         raise DecodeError(f"IncrementalAlterConfigsRequest.AlterConfigsResource.configs: invalid array length {n2}")
     else:
-        if n2 * 4 > len(buf) - pos:
-            raise DecodeError(f"IncrementalAlterConfigsRequest.AlterConfigsResource.configs: array of {n2} elements runs past the end of the data")
+        if n2 * 4 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("IncrementalAlterConfigsRequest.AlterConfigsResource.configs", n2, len(buf) - pos)
         items2: list[IncrementalAlterConfigsRequest.AlterableConfig] = []
         for _ in range(n2):
             item2, pos = _dec_IncrementalAlterConfigsRequest_AlterableConfig_v1(buf, pos)
@@ -384,8 +387,8 @@ def _dec_IncrementalAlterConfigsRequest_v1(buf: memoryview, pos: int) -> tuple[I
     if n1 < 0:
         raise DecodeError(f"IncrementalAlterConfigsRequest.resources: invalid array length {n1}")
     else:
-        if n1 * 4 > len(buf) - pos:
-            raise DecodeError(f"IncrementalAlterConfigsRequest.resources: array of {n1} elements runs past the end of the data")
+        if n1 * 4 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("IncrementalAlterConfigsRequest.resources", n1, len(buf) - pos)
         items1: list[IncrementalAlterConfigsRequest.AlterConfigsResource] = []
         for _ in range(n1):
             item1, pos = _dec_IncrementalAlterConfigsRequest_AlterConfigsResource_v1(buf, pos)
@@ -483,8 +486,8 @@ def _dec_IncrementalAlterConfigsResponse_v0(buf: memoryview, pos: int) -> tuple[
     if n1 < 0:
         raise DecodeError(f"IncrementalAlterConfigsResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 5 > len(buf) - pos:
-            raise DecodeError(f"IncrementalAlterConfigsResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("IncrementalAlterConfigsResponse.responses", n1, len(buf) - pos)
         items1: list[IncrementalAlterConfigsResponse.AlterConfigsResourceResponse] = []
         for _ in range(n1):
             item1, pos = _dec_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v0(buf, pos)
@@ -612,8 +615,8 @@ def _dec_IncrementalAlterConfigsResponse_v1(buf: memoryview, pos: int) -> tuple[
     if n1 < 0:
         raise DecodeError(f"IncrementalAlterConfigsResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 6 > len(buf) - pos:
-            raise DecodeError(f"IncrementalAlterConfigsResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 6 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("IncrementalAlterConfigsResponse.responses", n1, len(buf) - pos)
         items1: list[IncrementalAlterConfigsResponse.AlterConfigsResourceResponse] = []
         for _ in range(n1):
             item1, pos = _dec_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v1(buf, pos)

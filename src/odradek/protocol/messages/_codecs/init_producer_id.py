@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -40,8 +43,12 @@ _pack_i = Struct(">i").pack
 _unpack_i = Struct(">i").unpack_from
 _pack_ihqh = Struct(">ihqh").pack
 _unpack_ihqh = Struct(">ihqh").unpack_from
+_pack_ihqhqh = Struct(">ihqhqh").pack
+_unpack_ihqhqh = Struct(">ihqhqh").unpack_from
 _pack_iqh = Struct(">iqh").pack
 _unpack_iqh = Struct(">iqh").unpack_from
+_pack_iqhoo = Struct(">iqh??").pack
+_unpack_iqhoo = Struct(">iqh??").unpack_from
 
 
 # InitProducerIdRequest v0-1
@@ -50,6 +57,10 @@ def _enc_InitProducerIdRequest_v0(out: bytearray, obj: InitProducerIdRequest) ->
         raise EncodeError("InitProducerIdRequest.producer_id cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     if obj.producer_epoch != -1:
         raise EncodeError("InitProducerIdRequest.producer_epoch cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
+    if obj.enable2_pc != False:
+        raise EncodeError("InitProducerIdRequest.enable2_pc cannot be sent in this version: only in versions 6+", UNSUPPORTED_VERSION)
+    if obj.keep_prepared_txn != False:
+        raise EncodeError("InitProducerIdRequest.keep_prepared_txn cannot be sent in this version: only in versions 6+", UNSUPPORTED_VERSION)
     v1 = obj.transactional_id
     if v1 is None:
         out += MINUS_ONE_I16
@@ -82,6 +93,8 @@ def _dec_InitProducerIdRequest_v0(buf: memoryview, pos: int) -> tuple[InitProduc
     pos += 4
     obj.producer_id = -1
     obj.producer_epoch = -1
+    obj.enable2_pc = False
+    obj.keep_prepared_txn = False
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -92,6 +105,10 @@ def _enc_InitProducerIdRequest_v2(out: bytearray, obj: InitProducerIdRequest) ->
         raise EncodeError("InitProducerIdRequest.producer_id cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     if obj.producer_epoch != -1:
         raise EncodeError("InitProducerIdRequest.producer_epoch cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
+    if obj.enable2_pc != False:
+        raise EncodeError("InitProducerIdRequest.enable2_pc cannot be sent in this version: only in versions 6+", UNSUPPORTED_VERSION)
+    if obj.keep_prepared_txn != False:
+        raise EncodeError("InitProducerIdRequest.keep_prepared_txn cannot be sent in this version: only in versions 6+", UNSUPPORTED_VERSION)
     v1 = obj.transactional_id
     if v1 is None:
         out.append(0)
@@ -136,6 +153,8 @@ def _dec_InitProducerIdRequest_v2(buf: memoryview, pos: int) -> tuple[InitProduc
     pos += 4
     obj.producer_id = -1
     obj.producer_epoch = -1
+    obj.enable2_pc = False
+    obj.keep_prepared_txn = False
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -146,6 +165,10 @@ def _dec_InitProducerIdRequest_v2(buf: memoryview, pos: int) -> tuple[InitProduc
 
 # InitProducerIdRequest v3-5
 def _enc_InitProducerIdRequest_v3(out: bytearray, obj: InitProducerIdRequest) -> None:
+    if obj.enable2_pc != False:
+        raise EncodeError("InitProducerIdRequest.enable2_pc cannot be sent in this version: only in versions 6+", UNSUPPORTED_VERSION)
+    if obj.keep_prepared_txn != False:
+        raise EncodeError("InitProducerIdRequest.keep_prepared_txn cannot be sent in this version: only in versions 6+", UNSUPPORTED_VERSION)
     v1 = obj.transactional_id
     if v1 is None:
         out.append(0)
@@ -188,6 +211,60 @@ def _dec_InitProducerIdRequest_v3(buf: memoryview, pos: int) -> tuple[InitProduc
         pos = end1
     obj.transaction_timeout_ms, obj.producer_id, obj.producer_epoch = _unpack_iqh(buf, pos)
     pos += 14
+    obj.enable2_pc = False
+    obj.keep_prepared_txn = False
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# InitProducerIdRequest v6
+def _enc_InitProducerIdRequest_v6(out: bytearray, obj: InitProducerIdRequest) -> None:
+    v1 = obj.transactional_id
+    if v1 is None:
+        out.append(0)
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("InitProducerIdRequest.transactional_id is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    out += _pack_iqhoo(obj.transaction_timeout_ms, obj.producer_id, obj.producer_epoch, obj.enable2_pc, obj.keep_prepared_txn)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# InitProducerIdRequest v6
+def _dec_InitProducerIdRequest_v6(buf: memoryview, pos: int) -> tuple[InitProducerIdRequest, int]:
+    obj = new(_InitProducerIdRequest)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        if n1 != -1:
+            raise DecodeError(f"InitProducerIdRequest.transactional_id: invalid string length {n1}")
+        obj.transactional_id = None
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("InitProducerIdRequest.transactional_id: string runs past the end of the data")
+        obj.transactional_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    obj.transaction_timeout_ms, obj.producer_id, obj.producer_epoch, obj.enable2_pc, obj.keep_prepared_txn = _unpack_iqhoo(buf, pos)
+    pos += 16
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -198,6 +275,10 @@ def _dec_InitProducerIdRequest_v3(buf: memoryview, pos: int) -> tuple[InitProduc
 
 # InitProducerIdResponse v0-1
 def _enc_InitProducerIdResponse_v0(out: bytearray, obj: InitProducerIdResponse) -> None:
+    if obj.ongoing_txn_producer_id != -1:
+        raise EncodeError("InitProducerIdResponse.ongoing_txn_producer_id cannot be sent in this version: only in versions 6+", UNSUPPORTED_VERSION)
+    if obj.ongoing_txn_producer_epoch != -1:
+        raise EncodeError("InitProducerIdResponse.ongoing_txn_producer_epoch cannot be sent in this version: only in versions 6+", UNSUPPORTED_VERSION)
     out += _pack_ihqh(obj.throttle_time_ms, obj.error_code, obj.producer_id, obj.producer_epoch)
 
 
@@ -206,12 +287,18 @@ def _dec_InitProducerIdResponse_v0(buf: memoryview, pos: int) -> tuple[InitProdu
     obj = new(_InitProducerIdResponse)
     obj.throttle_time_ms, obj.error_code, obj.producer_id, obj.producer_epoch = _unpack_ihqh(buf, pos)
     pos += 16
+    obj.ongoing_txn_producer_id = -1
+    obj.ongoing_txn_producer_epoch = -1
     obj.unknown_tagged_fields = None
     return obj, pos
 
 
 # InitProducerIdResponse v2-5
 def _enc_InitProducerIdResponse_v2(out: bytearray, obj: InitProducerIdResponse) -> None:
+    if obj.ongoing_txn_producer_id != -1:
+        raise EncodeError("InitProducerIdResponse.ongoing_txn_producer_id cannot be sent in this version: only in versions 6+", UNSUPPORTED_VERSION)
+    if obj.ongoing_txn_producer_epoch != -1:
+        raise EncodeError("InitProducerIdResponse.ongoing_txn_producer_epoch cannot be sent in this version: only in versions 6+", UNSUPPORTED_VERSION)
     out += _pack_ihqh(obj.throttle_time_ms, obj.error_code, obj.producer_id, obj.producer_epoch)
     if obj.unknown_tagged_fields:
         write_tagged(out, [], obj.unknown_tagged_fields)
@@ -224,6 +311,30 @@ def _dec_InitProducerIdResponse_v2(buf: memoryview, pos: int) -> tuple[InitProdu
     obj = new(_InitProducerIdResponse)
     obj.throttle_time_ms, obj.error_code, obj.producer_id, obj.producer_epoch = _unpack_ihqh(buf, pos)
     pos += 16
+    obj.ongoing_txn_producer_id = -1
+    obj.ongoing_txn_producer_epoch = -1
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# InitProducerIdResponse v6
+def _enc_InitProducerIdResponse_v6(out: bytearray, obj: InitProducerIdResponse) -> None:
+    out += _pack_ihqhqh(obj.throttle_time_ms, obj.error_code, obj.producer_id, obj.producer_epoch, obj.ongoing_txn_producer_id, obj.ongoing_txn_producer_epoch)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# InitProducerIdResponse v6
+def _dec_InitProducerIdResponse_v6(buf: memoryview, pos: int) -> tuple[InitProducerIdResponse, int]:
+    obj = new(_InitProducerIdResponse)
+    obj.throttle_time_ms, obj.error_code, obj.producer_id, obj.producer_epoch, obj.ongoing_txn_producer_id, obj.ongoing_txn_producer_epoch = _unpack_ihqhqh(buf, pos)
+    pos += 26
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -236,8 +347,8 @@ def _error_InitProducerIdRequest(request: InitProducerIdRequest, version: int, c
     return _InitProducerIdResponse(error_code=code)
 
 
-InitProducerIdRequest._encoders_ = {0: _enc_InitProducerIdRequest_v0, 1: _enc_InitProducerIdRequest_v0, 2: _enc_InitProducerIdRequest_v2, 3: _enc_InitProducerIdRequest_v3, 4: _enc_InitProducerIdRequest_v3, 5: _enc_InitProducerIdRequest_v3}
-InitProducerIdRequest._decoders_ = {0: _dec_InitProducerIdRequest_v0, 1: _dec_InitProducerIdRequest_v0, 2: _dec_InitProducerIdRequest_v2, 3: _dec_InitProducerIdRequest_v3, 4: _dec_InitProducerIdRequest_v3, 5: _dec_InitProducerIdRequest_v3}
-InitProducerIdResponse._encoders_ = {0: _enc_InitProducerIdResponse_v0, 1: _enc_InitProducerIdResponse_v0, 2: _enc_InitProducerIdResponse_v2, 3: _enc_InitProducerIdResponse_v2, 4: _enc_InitProducerIdResponse_v2, 5: _enc_InitProducerIdResponse_v2}
-InitProducerIdResponse._decoders_ = {0: _dec_InitProducerIdResponse_v0, 1: _dec_InitProducerIdResponse_v0, 2: _dec_InitProducerIdResponse_v2, 3: _dec_InitProducerIdResponse_v2, 4: _dec_InitProducerIdResponse_v2, 5: _dec_InitProducerIdResponse_v2}
+InitProducerIdRequest._encoders_ = {0: _enc_InitProducerIdRequest_v0, 1: _enc_InitProducerIdRequest_v0, 2: _enc_InitProducerIdRequest_v2, 3: _enc_InitProducerIdRequest_v3, 4: _enc_InitProducerIdRequest_v3, 5: _enc_InitProducerIdRequest_v3, 6: _enc_InitProducerIdRequest_v6}
+InitProducerIdRequest._decoders_ = {0: _dec_InitProducerIdRequest_v0, 1: _dec_InitProducerIdRequest_v0, 2: _dec_InitProducerIdRequest_v2, 3: _dec_InitProducerIdRequest_v3, 4: _dec_InitProducerIdRequest_v3, 5: _dec_InitProducerIdRequest_v3, 6: _dec_InitProducerIdRequest_v6}
+InitProducerIdResponse._encoders_ = {0: _enc_InitProducerIdResponse_v0, 1: _enc_InitProducerIdResponse_v0, 2: _enc_InitProducerIdResponse_v2, 3: _enc_InitProducerIdResponse_v2, 4: _enc_InitProducerIdResponse_v2, 5: _enc_InitProducerIdResponse_v2, 6: _enc_InitProducerIdResponse_v6}
+InitProducerIdResponse._decoders_ = {0: _dec_InitProducerIdResponse_v0, 1: _dec_InitProducerIdResponse_v0, 2: _dec_InitProducerIdResponse_v2, 3: _dec_InitProducerIdResponse_v2, 4: _dec_InitProducerIdResponse_v2, 5: _dec_InitProducerIdResponse_v2, 6: _dec_InitProducerIdResponse_v6}
 InitProducerIdRequest._error_response_ = _error_InitProducerIdRequest

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -102,8 +105,8 @@ def _dec_InitializeShareGroupStateRequest_InitializeStateData_v0(buf: memoryview
     if n2 < 0:
         raise DecodeError(f"InitializeShareGroupStateRequest.InitializeStateData.partitions: invalid array length {n2}")
     else:
-        if n2 * 17 > len(buf) - pos:
-            raise DecodeError(f"InitializeShareGroupStateRequest.InitializeStateData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 17 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("InitializeShareGroupStateRequest.InitializeStateData.partitions", n2, len(buf) - pos)
         items2: list[InitializeShareGroupStateRequest.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_InitializeShareGroupStateRequest_PartitionData_v0(buf, pos)
@@ -177,8 +180,8 @@ def _dec_InitializeShareGroupStateRequest_v0(buf: memoryview, pos: int) -> tuple
     if n2 < 0:
         raise DecodeError(f"InitializeShareGroupStateRequest.topics: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"InitializeShareGroupStateRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("InitializeShareGroupStateRequest.topics", n2, len(buf) - pos)
         items2: list[InitializeShareGroupStateRequest.InitializeStateData] = []
         for _ in range(n2):
             item2, pos = _dec_InitializeShareGroupStateRequest_InitializeStateData_v0(buf, pos)
@@ -278,8 +281,8 @@ def _dec_InitializeShareGroupStateResponse_InitializeStateResult_v0(buf: memoryv
     if n2 < 0:
         raise DecodeError(f"InitializeShareGroupStateResponse.InitializeStateResult.partitions: invalid array length {n2}")
     else:
-        if n2 * 8 > len(buf) - pos:
-            raise DecodeError(f"InitializeShareGroupStateResponse.InitializeStateResult.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 8 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("InitializeShareGroupStateResponse.InitializeStateResult.partitions", n2, len(buf) - pos)
         items2: list[InitializeShareGroupStateResponse.PartitionResult] = []
         for _ in range(n2):
             item2, pos = _dec_InitializeShareGroupStateResponse_PartitionResult_v0(buf, pos)
@@ -325,8 +328,8 @@ def _dec_InitializeShareGroupStateResponse_v0(buf: memoryview, pos: int) -> tupl
     if n1 < 0:
         raise DecodeError(f"InitializeShareGroupStateResponse.results: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"InitializeShareGroupStateResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("InitializeShareGroupStateResponse.results", n1, len(buf) - pos)
         items1: list[InitializeShareGroupStateResponse.InitializeStateResult] = []
         for _ in range(n1):
             item1, pos = _dec_InitializeShareGroupStateResponse_InitializeStateResult_v0(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -185,8 +188,8 @@ def _dec_JoinGroupRequest_v0(buf: memoryview, pos: int) -> tuple[JoinGroupReques
     if n4 < 0:
         raise DecodeError(f"JoinGroupRequest.protocols: invalid array length {n4}")
     else:
-        if n4 * 2 > len(buf) - pos:
-            raise DecodeError(f"JoinGroupRequest.protocols: array of {n4} elements runs past the end of the data")
+        if n4 * 2 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("JoinGroupRequest.protocols", n4, len(buf) - pos)
         items4: list[JoinGroupRequest.JoinGroupRequestProtocol] = []
         for _ in range(n4):
             item4, pos = _dec_JoinGroupRequest_JoinGroupRequestProtocol_v0(buf, pos)
@@ -284,8 +287,8 @@ def _dec_JoinGroupRequest_v1(buf: memoryview, pos: int) -> tuple[JoinGroupReques
     if n4 < 0:
         raise DecodeError(f"JoinGroupRequest.protocols: invalid array length {n4}")
     else:
-        if n4 * 2 > len(buf) - pos:
-            raise DecodeError(f"JoinGroupRequest.protocols: array of {n4} elements runs past the end of the data")
+        if n4 * 2 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("JoinGroupRequest.protocols", n4, len(buf) - pos)
         items4: list[JoinGroupRequest.JoinGroupRequestProtocol] = []
         for _ in range(n4):
             item4, pos = _dec_JoinGroupRequest_JoinGroupRequestProtocol_v0(buf, pos)
@@ -402,8 +405,8 @@ def _dec_JoinGroupRequest_v5(buf: memoryview, pos: int) -> tuple[JoinGroupReques
     if n5 < 0:
         raise DecodeError(f"JoinGroupRequest.protocols: invalid array length {n5}")
     else:
-        if n5 * 2 > len(buf) - pos:
-            raise DecodeError(f"JoinGroupRequest.protocols: array of {n5} elements runs past the end of the data")
+        if n5 * 2 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("JoinGroupRequest.protocols", n5, len(buf) - pos)
         items5: list[JoinGroupRequest.JoinGroupRequestProtocol] = []
         for _ in range(n5):
             item5, pos = _dec_JoinGroupRequest_JoinGroupRequestProtocol_v0(buf, pos)
@@ -643,8 +646,8 @@ def _dec_JoinGroupRequest_v6(buf: memoryview, pos: int) -> tuple[JoinGroupReques
     if n5 < 0:
         raise DecodeError(f"JoinGroupRequest.protocols: invalid array length {n5}")
     else:
-        if n5 * 3 > len(buf) - pos:
-            raise DecodeError(f"JoinGroupRequest.protocols: array of {n5} elements runs past the end of the data")
+        if n5 * 3 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("JoinGroupRequest.protocols", n5, len(buf) - pos)
         items5: list[JoinGroupRequest.JoinGroupRequestProtocol] = []
         for _ in range(n5):
             item5, pos = _dec_JoinGroupRequest_JoinGroupRequestProtocol_v6(buf, pos)
@@ -821,8 +824,8 @@ def _dec_JoinGroupRequest_v8(buf: memoryview, pos: int) -> tuple[JoinGroupReques
     if n5 < 0:
         raise DecodeError(f"JoinGroupRequest.protocols: invalid array length {n5}")
     else:
-        if n5 * 3 > len(buf) - pos:
-            raise DecodeError(f"JoinGroupRequest.protocols: array of {n5} elements runs past the end of the data")
+        if n5 * 3 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("JoinGroupRequest.protocols", n5, len(buf) - pos)
         items5: list[JoinGroupRequest.JoinGroupRequestProtocol] = []
         for _ in range(n5):
             item5, pos = _dec_JoinGroupRequest_JoinGroupRequestProtocol_v6(buf, pos)
@@ -989,8 +992,8 @@ def _dec_JoinGroupResponse_v0(buf: memoryview, pos: int) -> tuple[JoinGroupRespo
     if n4 < 0:
         raise DecodeError(f"JoinGroupResponse.members: invalid array length {n4}")
     else:
-        if n4 * 2 > len(buf) - pos:
-            raise DecodeError(f"JoinGroupResponse.members: array of {n4} elements runs past the end of the data")
+        if n4 * 2 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("JoinGroupResponse.members", n4, len(buf) - pos)
         items4: list[JoinGroupResponse.JoinGroupResponseMember] = []
         for _ in range(n4):
             item4, pos = _dec_JoinGroupResponse_JoinGroupResponseMember_v0(buf, pos)
@@ -1088,8 +1091,8 @@ def _dec_JoinGroupResponse_v2(buf: memoryview, pos: int) -> tuple[JoinGroupRespo
     if n4 < 0:
         raise DecodeError(f"JoinGroupResponse.members: invalid array length {n4}")
     else:
-        if n4 * 2 > len(buf) - pos:
-            raise DecodeError(f"JoinGroupResponse.members: array of {n4} elements runs past the end of the data")
+        if n4 * 2 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("JoinGroupResponse.members", n4, len(buf) - pos)
         items4: list[JoinGroupResponse.JoinGroupResponseMember] = []
         for _ in range(n4):
             item4, pos = _dec_JoinGroupResponse_JoinGroupResponseMember_v0(buf, pos)
@@ -1258,8 +1261,8 @@ def _dec_JoinGroupResponse_v5(buf: memoryview, pos: int) -> tuple[JoinGroupRespo
     if n4 < 0:
         raise DecodeError(f"JoinGroupResponse.members: invalid array length {n4}")
     else:
-        if n4 * 3 > len(buf) - pos:
-            raise DecodeError(f"JoinGroupResponse.members: array of {n4} elements runs past the end of the data")
+        if n4 * 3 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("JoinGroupResponse.members", n4, len(buf) - pos)
         items4: list[JoinGroupResponse.JoinGroupResponseMember] = []
         for _ in range(n4):
             item4, pos = _dec_JoinGroupResponse_JoinGroupResponseMember_v5(buf, pos)
@@ -1502,8 +1505,8 @@ def _dec_JoinGroupResponse_v6(buf: memoryview, pos: int) -> tuple[JoinGroupRespo
     if n4 < 0:
         raise DecodeError(f"JoinGroupResponse.members: invalid array length {n4}")
     else:
-        if n4 * 4 > len(buf) - pos:
-            raise DecodeError(f"JoinGroupResponse.members: array of {n4} elements runs past the end of the data")
+        if n4 * 4 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("JoinGroupResponse.members", n4, len(buf) - pos)
         items4: list[JoinGroupResponse.JoinGroupResponseMember] = []
         for _ in range(n4):
             item4, pos = _dec_JoinGroupResponse_JoinGroupResponseMember_v6(buf, pos)
@@ -1672,8 +1675,8 @@ def _dec_JoinGroupResponse_v7(buf: memoryview, pos: int) -> tuple[JoinGroupRespo
     if n5 < 0:
         raise DecodeError(f"JoinGroupResponse.members: invalid array length {n5}")
     else:
-        if n5 * 4 > len(buf) - pos:
-            raise DecodeError(f"JoinGroupResponse.members: array of {n5} elements runs past the end of the data")
+        if n5 * 4 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("JoinGroupResponse.members", n5, len(buf) - pos)
         items5: list[JoinGroupResponse.JoinGroupResponseMember] = []
         for _ in range(n5):
             item5, pos = _dec_JoinGroupResponse_JoinGroupResponseMember_v6(buf, pos)
@@ -1842,8 +1845,8 @@ def _dec_JoinGroupResponse_v9(buf: memoryview, pos: int) -> tuple[JoinGroupRespo
     if n5 < 0:
         raise DecodeError(f"JoinGroupResponse.members: invalid array length {n5}")
     else:
-        if n5 * 4 > len(buf) - pos:
-            raise DecodeError(f"JoinGroupResponse.members: array of {n5} elements runs past the end of the data")
+        if n5 * 4 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("JoinGroupResponse.members", n5, len(buf) - pos)
         items5: list[JoinGroupResponse.JoinGroupResponseMember] = []
         for _ in range(n5):
             item5, pos = _dec_JoinGroupResponse_JoinGroupResponseMember_v6(buf, pos)

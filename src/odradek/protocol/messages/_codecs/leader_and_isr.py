@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -118,8 +121,8 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v0(buf: memoryview, pos:
         raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr", n2, len(buf) - pos)
         obj.isr = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     (obj.partition_epoch,) = _unpack_i(buf, pos)
@@ -130,8 +133,8 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v0(buf: memoryview, pos:
         raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas: invalid array length {n3}")
     else:
         end3 = pos + n3 * 4
-        if end3 > len(buf):
-            raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas", n3, len(buf) - pos)
         obj.replicas = list(sunpack(f">{n3}i", buf, pos)) if n3 else []
         pos = end3
     obj.adding_replicas = []
@@ -216,8 +219,8 @@ def _dec_LeaderAndIsrRequest_v0(buf: memoryview, pos: int) -> tuple[LeaderAndIsr
     if n1 < 0:
         raise DecodeError(f"LeaderAndIsrRequest.ungrouped_partition_states: invalid array length {n1}")
     else:
-        if n1 * 23 > len(buf) - pos:
-            raise DecodeError(f"LeaderAndIsrRequest.ungrouped_partition_states: array of {n1} elements runs past the end of the data")
+        if n1 * 23 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.ungrouped_partition_states", n1, len(buf) - pos)
         items1: list[LeaderAndIsrRequest.LeaderAndIsrPartitionState] = []
         for _ in range(n1):
             item1, pos = _dec_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v0(buf, pos)
@@ -228,8 +231,8 @@ def _dec_LeaderAndIsrRequest_v0(buf: memoryview, pos: int) -> tuple[LeaderAndIsr
     if n2 < 0:
         raise DecodeError(f"LeaderAndIsrRequest.live_leaders: invalid array length {n2}")
     else:
-        if n2 * 9 > len(buf) - pos:
-            raise DecodeError(f"LeaderAndIsrRequest.live_leaders: array of {n2} elements runs past the end of the data")
+        if n2 * 9 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.live_leaders", n2, len(buf) - pos)
         items2: list[LeaderAndIsrRequest.LeaderAndIsrLiveLeader] = []
         for _ in range(n2):
             item2, pos = _dec_LeaderAndIsrRequest_LeaderAndIsrLiveLeader_v0(buf, pos)
@@ -299,8 +302,8 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v1(buf: memoryview, pos:
         raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr", n2, len(buf) - pos)
         obj.isr = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     (obj.partition_epoch,) = _unpack_i(buf, pos)
@@ -311,8 +314,8 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v1(buf: memoryview, pos:
         raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas: invalid array length {n3}")
     else:
         end3 = pos + n3 * 4
-        if end3 > len(buf):
-            raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas", n3, len(buf) - pos)
         obj.replicas = list(sunpack(f">{n3}i", buf, pos)) if n3 else []
         pos = end3
     (obj.is_new,) = _unpack_o(buf, pos)
@@ -361,8 +364,8 @@ def _dec_LeaderAndIsrRequest_v1(buf: memoryview, pos: int) -> tuple[LeaderAndIsr
     if n1 < 0:
         raise DecodeError(f"LeaderAndIsrRequest.ungrouped_partition_states: invalid array length {n1}")
     else:
-        if n1 * 24 > len(buf) - pos:
-            raise DecodeError(f"LeaderAndIsrRequest.ungrouped_partition_states: array of {n1} elements runs past the end of the data")
+        if n1 * 24 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.ungrouped_partition_states", n1, len(buf) - pos)
         items1: list[LeaderAndIsrRequest.LeaderAndIsrPartitionState] = []
         for _ in range(n1):
             item1, pos = _dec_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v1(buf, pos)
@@ -373,8 +376,8 @@ def _dec_LeaderAndIsrRequest_v1(buf: memoryview, pos: int) -> tuple[LeaderAndIsr
     if n2 < 0:
         raise DecodeError(f"LeaderAndIsrRequest.live_leaders: invalid array length {n2}")
     else:
-        if n2 * 9 > len(buf) - pos:
-            raise DecodeError(f"LeaderAndIsrRequest.live_leaders: array of {n2} elements runs past the end of the data")
+        if n2 * 9 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.live_leaders", n2, len(buf) - pos)
         items2: list[LeaderAndIsrRequest.LeaderAndIsrLiveLeader] = []
         for _ in range(n2):
             item2, pos = _dec_LeaderAndIsrRequest_LeaderAndIsrLiveLeader_v0(buf, pos)
@@ -424,8 +427,8 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v2(buf: memoryview, pos:
         raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr: invalid array length {n1}")
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr", n1, len(buf) - pos)
         obj.isr = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     (obj.partition_epoch,) = _unpack_i(buf, pos)
@@ -436,8 +439,8 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v2(buf: memoryview, pos:
         raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas", n2, len(buf) - pos)
         obj.replicas = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     (obj.is_new,) = _unpack_o(buf, pos)
@@ -490,8 +493,8 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrTopicState_v2(buf: memoryview, pos: int
     if n2 < 0:
         raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states: invalid array length {n2}")
     else:
-        if n2 * 23 > len(buf) - pos:
-            raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states: array of {n2} elements runs past the end of the data")
+        if n2 * 23 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states", n2, len(buf) - pos)
         items2: list[LeaderAndIsrRequest.LeaderAndIsrPartitionState] = []
         for _ in range(n2):
             item2, pos = _dec_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v2(buf, pos)
@@ -539,8 +542,8 @@ def _dec_LeaderAndIsrRequest_v2(buf: memoryview, pos: int) -> tuple[LeaderAndIsr
     if n1 < 0:
         raise DecodeError(f"LeaderAndIsrRequest.topic_states: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"LeaderAndIsrRequest.topic_states: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.topic_states", n1, len(buf) - pos)
         items1: list[LeaderAndIsrRequest.LeaderAndIsrTopicState] = []
         for _ in range(n1):
             item1, pos = _dec_LeaderAndIsrRequest_LeaderAndIsrTopicState_v2(buf, pos)
@@ -551,8 +554,8 @@ def _dec_LeaderAndIsrRequest_v2(buf: memoryview, pos: int) -> tuple[LeaderAndIsr
     if n2 < 0:
         raise DecodeError(f"LeaderAndIsrRequest.live_leaders: invalid array length {n2}")
     else:
-        if n2 * 9 > len(buf) - pos:
-            raise DecodeError(f"LeaderAndIsrRequest.live_leaders: array of {n2} elements runs past the end of the data")
+        if n2 * 9 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.live_leaders", n2, len(buf) - pos)
         items2: list[LeaderAndIsrRequest.LeaderAndIsrLiveLeader] = []
         for _ in range(n2):
             item2, pos = _dec_LeaderAndIsrRequest_LeaderAndIsrLiveLeader_v0(buf, pos)
@@ -617,8 +620,8 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v3(buf: memoryview, pos:
         raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr: invalid array length {n1}")
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr", n1, len(buf) - pos)
         obj.isr = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     (obj.partition_epoch,) = _unpack_i(buf, pos)
@@ -629,8 +632,8 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v3(buf: memoryview, pos:
         raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas", n2, len(buf) - pos)
         obj.replicas = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     n3 = unpack_i32(buf, pos)[0]
@@ -639,8 +642,8 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v3(buf: memoryview, pos:
         raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas: invalid array length {n3}")
     else:
         end3 = pos + n3 * 4
-        if end3 > len(buf):
-            raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas", n3, len(buf) - pos)
         obj.adding_replicas = list(sunpack(f">{n3}i", buf, pos)) if n3 else []
         pos = end3
     n4 = unpack_i32(buf, pos)[0]
@@ -649,8 +652,8 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v3(buf: memoryview, pos:
         raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas: invalid array length {n4}")
     else:
         end4 = pos + n4 * 4
-        if end4 > len(buf):
-            raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas: array of {n4} elements runs past the end of the data")
+        if end4 > len(buf) or n4 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas", n4, len(buf) - pos)
         obj.removing_replicas = list(sunpack(f">{n4}i", buf, pos)) if n4 else []
         pos = end4
     (obj.is_new,) = _unpack_o(buf, pos)
@@ -701,8 +704,8 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrTopicState_v3(buf: memoryview, pos: int
     if n2 < 0:
         raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states: invalid array length {n2}")
     else:
-        if n2 * 25 > len(buf) - pos:
-            raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states: array of {n2} elements runs past the end of the data")
+        if n2 * 25 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states", n2, len(buf) - pos)
         items2: list[LeaderAndIsrRequest.LeaderAndIsrPartitionState] = []
         for _ in range(n2):
             item2, pos = _dec_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v3(buf, pos)
@@ -750,8 +753,8 @@ def _dec_LeaderAndIsrRequest_v3(buf: memoryview, pos: int) -> tuple[LeaderAndIsr
     if n1 < 0:
         raise DecodeError(f"LeaderAndIsrRequest.topic_states: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"LeaderAndIsrRequest.topic_states: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.topic_states", n1, len(buf) - pos)
         items1: list[LeaderAndIsrRequest.LeaderAndIsrTopicState] = []
         for _ in range(n1):
             item1, pos = _dec_LeaderAndIsrRequest_LeaderAndIsrTopicState_v3(buf, pos)
@@ -762,8 +765,8 @@ def _dec_LeaderAndIsrRequest_v3(buf: memoryview, pos: int) -> tuple[LeaderAndIsr
     if n2 < 0:
         raise DecodeError(f"LeaderAndIsrRequest.live_leaders: invalid array length {n2}")
     else:
-        if n2 * 9 > len(buf) - pos:
-            raise DecodeError(f"LeaderAndIsrRequest.live_leaders: array of {n2} elements runs past the end of the data")
+        if n2 * 9 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.live_leaders", n2, len(buf) - pos)
         items2: list[LeaderAndIsrRequest.LeaderAndIsrLiveLeader] = []
         for _ in range(n2):
             item2, pos = _dec_LeaderAndIsrRequest_LeaderAndIsrLiveLeader_v0(buf, pos)
@@ -849,8 +852,8 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v4(buf: memoryview, pos:
         raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr: invalid array length {n1}")
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr", n1, len(buf) - pos)
         obj.isr = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     (obj.partition_epoch,) = _unpack_i(buf, pos)
@@ -866,8 +869,8 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v4(buf: memoryview, pos:
         raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas", n2, len(buf) - pos)
         obj.replicas = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     n3 = buf[pos]
@@ -881,8 +884,8 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v4(buf: memoryview, pos:
         raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas: invalid array length {n3}")
     else:
         end3 = pos + n3 * 4
-        if end3 > len(buf):
-            raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas", n3, len(buf) - pos)
         obj.adding_replicas = list(sunpack(f">{n3}i", buf, pos)) if n3 else []
         pos = end3
     n4 = buf[pos]
@@ -896,8 +899,8 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v4(buf: memoryview, pos:
         raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas: invalid array length {n4}")
     else:
         end4 = pos + n4 * 4
-        if end4 > len(buf):
-            raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas: array of {n4} elements runs past the end of the data")
+        if end4 > len(buf) or n4 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas", n4, len(buf) - pos)
         obj.removing_replicas = list(sunpack(f">{n4}i", buf, pos)) if n4 else []
         pos = end4
     (obj.is_new,) = _unpack_o(buf, pos)
@@ -972,8 +975,8 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrTopicState_v4(buf: memoryview, pos: int
     if n2 < 0:
         raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states: invalid array length {n2}")
     else:
-        if n2 * 26 > len(buf) - pos:
-            raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states: array of {n2} elements runs past the end of the data")
+        if n2 * 26 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states", n2, len(buf) - pos)
         items2: list[LeaderAndIsrRequest.LeaderAndIsrPartitionState] = []
         for _ in range(n2):
             item2, pos = _dec_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v4(buf, pos)
@@ -1093,8 +1096,8 @@ def _dec_LeaderAndIsrRequest_v4(buf: memoryview, pos: int) -> tuple[LeaderAndIsr
     if n1 < 0:
         raise DecodeError(f"LeaderAndIsrRequest.topic_states: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"LeaderAndIsrRequest.topic_states: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.topic_states", n1, len(buf) - pos)
         items1: list[LeaderAndIsrRequest.LeaderAndIsrTopicState] = []
         for _ in range(n1):
             item1, pos = _dec_LeaderAndIsrRequest_LeaderAndIsrTopicState_v4(buf, pos)
@@ -1110,8 +1113,8 @@ def _dec_LeaderAndIsrRequest_v4(buf: memoryview, pos: int) -> tuple[LeaderAndIsr
     if n2 < 0:
         raise DecodeError(f"LeaderAndIsrRequest.live_leaders: invalid array length {n2}")
     else:
-        if n2 * 10 > len(buf) - pos:
-            raise DecodeError(f"LeaderAndIsrRequest.live_leaders: array of {n2} elements runs past the end of the data")
+        if n2 * 10 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.live_leaders", n2, len(buf) - pos)
         items2: list[LeaderAndIsrRequest.LeaderAndIsrLiveLeader] = []
         for _ in range(n2):
             item2, pos = _dec_LeaderAndIsrRequest_LeaderAndIsrLiveLeader_v4(buf, pos)
@@ -1190,8 +1193,8 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrTopicState_v5(buf: memoryview, pos: int
     if n3 < 0:
         raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states: invalid array length {n3}")
     else:
-        if n3 * 26 > len(buf) - pos:
-            raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states: array of {n3} elements runs past the end of the data")
+        if n3 * 26 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states", n3, len(buf) - pos)
         items3: list[LeaderAndIsrRequest.LeaderAndIsrPartitionState] = []
         for _ in range(n3):
             item3, pos = _dec_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v4(buf, pos)
@@ -1255,8 +1258,8 @@ def _dec_LeaderAndIsrRequest_v5(buf: memoryview, pos: int) -> tuple[LeaderAndIsr
     if n1 < 0:
         raise DecodeError(f"LeaderAndIsrRequest.topic_states: invalid array length {n1}")
     else:
-        if n1 * 19 > len(buf) - pos:
-            raise DecodeError(f"LeaderAndIsrRequest.topic_states: array of {n1} elements runs past the end of the data")
+        if n1 * 19 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.topic_states", n1, len(buf) - pos)
         items1: list[LeaderAndIsrRequest.LeaderAndIsrTopicState] = []
         for _ in range(n1):
             item1, pos = _dec_LeaderAndIsrRequest_LeaderAndIsrTopicState_v5(buf, pos)
@@ -1272,8 +1275,8 @@ def _dec_LeaderAndIsrRequest_v5(buf: memoryview, pos: int) -> tuple[LeaderAndIsr
     if n2 < 0:
         raise DecodeError(f"LeaderAndIsrRequest.live_leaders: invalid array length {n2}")
     else:
-        if n2 * 10 > len(buf) - pos:
-            raise DecodeError(f"LeaderAndIsrRequest.live_leaders: array of {n2} elements runs past the end of the data")
+        if n2 * 10 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.live_leaders", n2, len(buf) - pos)
         items2: list[LeaderAndIsrRequest.LeaderAndIsrLiveLeader] = []
         for _ in range(n2):
             item2, pos = _dec_LeaderAndIsrRequest_LeaderAndIsrLiveLeader_v4(buf, pos)
@@ -1360,8 +1363,8 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v6(buf: memoryview, pos:
         raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr: invalid array length {n1}")
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr", n1, len(buf) - pos)
         obj.isr = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     (obj.partition_epoch,) = _unpack_i(buf, pos)
@@ -1377,8 +1380,8 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v6(buf: memoryview, pos:
         raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas", n2, len(buf) - pos)
         obj.replicas = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     n3 = buf[pos]
@@ -1392,8 +1395,8 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v6(buf: memoryview, pos:
         raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas: invalid array length {n3}")
     else:
         end3 = pos + n3 * 4
-        if end3 > len(buf):
-            raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas", n3, len(buf) - pos)
         obj.adding_replicas = list(sunpack(f">{n3}i", buf, pos)) if n3 else []
         pos = end3
     n4 = buf[pos]
@@ -1407,8 +1410,8 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v6(buf: memoryview, pos:
         raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas: invalid array length {n4}")
     else:
         end4 = pos + n4 * 4
-        if end4 > len(buf):
-            raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas: array of {n4} elements runs past the end of the data")
+        if end4 > len(buf) or n4 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas", n4, len(buf) - pos)
         obj.removing_replicas = list(sunpack(f">{n4}i", buf, pos)) if n4 else []
         pos = end4
     obj.is_new, obj.leader_recovery_state = _unpack_ob(buf, pos)
@@ -1484,8 +1487,8 @@ def _dec_LeaderAndIsrRequest_LeaderAndIsrTopicState_v6(buf: memoryview, pos: int
     if n3 < 0:
         raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states: invalid array length {n3}")
     else:
-        if n3 * 27 > len(buf) - pos:
-            raise DecodeError(f"LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states: array of {n3} elements runs past the end of the data")
+        if n3 * 27 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states", n3, len(buf) - pos)
         items3: list[LeaderAndIsrRequest.LeaderAndIsrPartitionState] = []
         for _ in range(n3):
             item3, pos = _dec_LeaderAndIsrRequest_LeaderAndIsrPartitionState_v6(buf, pos)
@@ -1549,8 +1552,8 @@ def _dec_LeaderAndIsrRequest_v6(buf: memoryview, pos: int) -> tuple[LeaderAndIsr
     if n1 < 0:
         raise DecodeError(f"LeaderAndIsrRequest.topic_states: invalid array length {n1}")
     else:
-        if n1 * 19 > len(buf) - pos:
-            raise DecodeError(f"LeaderAndIsrRequest.topic_states: array of {n1} elements runs past the end of the data")
+        if n1 * 19 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.topic_states", n1, len(buf) - pos)
         items1: list[LeaderAndIsrRequest.LeaderAndIsrTopicState] = []
         for _ in range(n1):
             item1, pos = _dec_LeaderAndIsrRequest_LeaderAndIsrTopicState_v6(buf, pos)
@@ -1566,8 +1569,8 @@ def _dec_LeaderAndIsrRequest_v6(buf: memoryview, pos: int) -> tuple[LeaderAndIsr
     if n2 < 0:
         raise DecodeError(f"LeaderAndIsrRequest.live_leaders: invalid array length {n2}")
     else:
-        if n2 * 10 > len(buf) - pos:
-            raise DecodeError(f"LeaderAndIsrRequest.live_leaders: array of {n2} elements runs past the end of the data")
+        if n2 * 10 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.live_leaders", n2, len(buf) - pos)
         items2: list[LeaderAndIsrRequest.LeaderAndIsrLiveLeader] = []
         for _ in range(n2):
             item2, pos = _dec_LeaderAndIsrRequest_LeaderAndIsrLiveLeader_v4(buf, pos)
@@ -1631,8 +1634,8 @@ def _dec_LeaderAndIsrRequest_v7(buf: memoryview, pos: int) -> tuple[LeaderAndIsr
     if n1 < 0:
         raise DecodeError(f"LeaderAndIsrRequest.topic_states: invalid array length {n1}")
     else:
-        if n1 * 19 > len(buf) - pos:
-            raise DecodeError(f"LeaderAndIsrRequest.topic_states: array of {n1} elements runs past the end of the data")
+        if n1 * 19 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.topic_states", n1, len(buf) - pos)
         items1: list[LeaderAndIsrRequest.LeaderAndIsrTopicState] = []
         for _ in range(n1):
             item1, pos = _dec_LeaderAndIsrRequest_LeaderAndIsrTopicState_v6(buf, pos)
@@ -1648,8 +1651,8 @@ def _dec_LeaderAndIsrRequest_v7(buf: memoryview, pos: int) -> tuple[LeaderAndIsr
     if n2 < 0:
         raise DecodeError(f"LeaderAndIsrRequest.live_leaders: invalid array length {n2}")
     else:
-        if n2 * 10 > len(buf) - pos:
-            raise DecodeError(f"LeaderAndIsrRequest.live_leaders: array of {n2} elements runs past the end of the data")
+        if n2 * 10 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("LeaderAndIsrRequest.live_leaders", n2, len(buf) - pos)
         items2: list[LeaderAndIsrRequest.LeaderAndIsrLiveLeader] = []
         for _ in range(n2):
             item2, pos = _dec_LeaderAndIsrRequest_LeaderAndIsrLiveLeader_v4(buf, pos)
@@ -1723,8 +1726,8 @@ def _dec_LeaderAndIsrResponse_v0(buf: memoryview, pos: int) -> tuple[LeaderAndIs
     if n1 < 0:
         raise DecodeError(f"LeaderAndIsrResponse.partition_errors: invalid array length {n1}")
     else:
-        if n1 * 7 > len(buf) - pos:
-            raise DecodeError(f"LeaderAndIsrResponse.partition_errors: array of {n1} elements runs past the end of the data")
+        if n1 * 7 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("LeaderAndIsrResponse.partition_errors", n1, len(buf) - pos)
         items1: list[LeaderAndIsrResponse.LeaderAndIsrPartitionError] = []
         for _ in range(n1):
             item1, pos = _dec_LeaderAndIsrResponse_LeaderAndIsrPartitionError_v0(buf, pos)
@@ -1822,8 +1825,8 @@ def _dec_LeaderAndIsrResponse_v4(buf: memoryview, pos: int) -> tuple[LeaderAndIs
     if n1 < 0:
         raise DecodeError(f"LeaderAndIsrResponse.partition_errors: invalid array length {n1}")
     else:
-        if n1 * 8 > len(buf) - pos:
-            raise DecodeError(f"LeaderAndIsrResponse.partition_errors: array of {n1} elements runs past the end of the data")
+        if n1 * 8 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("LeaderAndIsrResponse.partition_errors", n1, len(buf) - pos)
         items1: list[LeaderAndIsrResponse.LeaderAndIsrPartitionError] = []
         for _ in range(n1):
             item1, pos = _dec_LeaderAndIsrResponse_LeaderAndIsrPartitionError_v4(buf, pos)
@@ -1895,8 +1898,8 @@ def _dec_LeaderAndIsrResponse_LeaderAndIsrTopicError_v5(buf: memoryview, pos: in
     if n2 < 0:
         raise DecodeError(f"LeaderAndIsrResponse.LeaderAndIsrTopicError.partition_errors: invalid array length {n2}")
     else:
-        if n2 * 7 > len(buf) - pos:
-            raise DecodeError(f"LeaderAndIsrResponse.LeaderAndIsrTopicError.partition_errors: array of {n2} elements runs past the end of the data")
+        if n2 * 7 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("LeaderAndIsrResponse.LeaderAndIsrTopicError.partition_errors", n2, len(buf) - pos)
         items2: list[LeaderAndIsrResponse.LeaderAndIsrPartitionError] = []
         for _ in range(n2):
             item2, pos = _dec_LeaderAndIsrResponse_LeaderAndIsrPartitionError_v5(buf, pos)
@@ -1947,8 +1950,8 @@ def _dec_LeaderAndIsrResponse_v5(buf: memoryview, pos: int) -> tuple[LeaderAndIs
     if n1 < 0:
         raise DecodeError(f"LeaderAndIsrResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"LeaderAndIsrResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("LeaderAndIsrResponse.topics", n1, len(buf) - pos)
         items1: list[LeaderAndIsrResponse.LeaderAndIsrTopicError] = []
         for _ in range(n1):
             item1, pos = _dec_LeaderAndIsrResponse_LeaderAndIsrTopicError_v5(buf, pos)

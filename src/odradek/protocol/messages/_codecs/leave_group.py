@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -194,8 +197,8 @@ def _dec_LeaveGroupRequest_v3(buf: memoryview, pos: int) -> tuple[LeaveGroupRequ
     if n2 < 0:
         raise DecodeError(f"LeaveGroupRequest.members: invalid array length {n2}")
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"LeaveGroupRequest.members: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("LeaveGroupRequest.members", n2, len(buf) - pos)
         items2: list[LeaveGroupRequest.MemberIdentity] = []
         for _ in range(n2):
             item2, pos = _dec_LeaveGroupRequest_MemberIdentity_v3(buf, pos)
@@ -346,8 +349,8 @@ def _dec_LeaveGroupRequest_v4(buf: memoryview, pos: int) -> tuple[LeaveGroupRequ
     if n2 < 0:
         raise DecodeError(f"LeaveGroupRequest.members: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"LeaveGroupRequest.members: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("LeaveGroupRequest.members", n2, len(buf) - pos)
         items2: list[LeaveGroupRequest.MemberIdentity] = []
         for _ in range(n2):
             item2, pos = _dec_LeaveGroupRequest_MemberIdentity_v4(buf, pos)
@@ -531,8 +534,8 @@ def _dec_LeaveGroupRequest_v5(buf: memoryview, pos: int) -> tuple[LeaveGroupRequ
     if n2 < 0:
         raise DecodeError(f"LeaveGroupRequest.members: invalid array length {n2}")
     else:
-        if n2 * 4 > len(buf) - pos:
-            raise DecodeError(f"LeaveGroupRequest.members: array of {n2} elements runs past the end of the data")
+        if n2 * 4 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("LeaveGroupRequest.members", n2, len(buf) - pos)
         items2: list[LeaveGroupRequest.MemberIdentity] = []
         for _ in range(n2):
             item2, pos = _dec_LeaveGroupRequest_MemberIdentity_v5(buf, pos)
@@ -661,8 +664,8 @@ def _dec_LeaveGroupResponse_v3(buf: memoryview, pos: int) -> tuple[LeaveGroupRes
     if n1 < 0:
         raise DecodeError(f"LeaveGroupResponse.members: invalid array length {n1}")
     else:
-        if n1 * 4 > len(buf) - pos:
-            raise DecodeError(f"LeaveGroupResponse.members: array of {n1} elements runs past the end of the data")
+        if n1 * 4 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("LeaveGroupResponse.members", n1, len(buf) - pos)
         items1: list[LeaveGroupResponse.MemberResponse] = []
         for _ in range(n1):
             item1, pos = _dec_LeaveGroupResponse_MemberResponse_v3(buf, pos)
@@ -787,8 +790,8 @@ def _dec_LeaveGroupResponse_v4(buf: memoryview, pos: int) -> tuple[LeaveGroupRes
     if n1 < 0:
         raise DecodeError(f"LeaveGroupResponse.members: invalid array length {n1}")
     else:
-        if n1 * 5 > len(buf) - pos:
-            raise DecodeError(f"LeaveGroupResponse.members: array of {n1} elements runs past the end of the data")
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("LeaveGroupResponse.members", n1, len(buf) - pos)
         items1: list[LeaveGroupResponse.MemberResponse] = []
         for _ in range(n1):
             item1, pos = _dec_LeaveGroupResponse_MemberResponse_v4(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -131,8 +134,8 @@ def _dec_ListGroupsRequest_v4(buf: memoryview, pos: int) -> tuple[ListGroupsRequ
     if n1 < 0:
         raise DecodeError(f"ListGroupsRequest.states_filter: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"ListGroupsRequest.states_filter: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListGroupsRequest.states_filter", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = buf[pos]
@@ -228,8 +231,8 @@ def _dec_ListGroupsRequest_v5(buf: memoryview, pos: int) -> tuple[ListGroupsRequ
     if n1 < 0:
         raise DecodeError(f"ListGroupsRequest.states_filter: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"ListGroupsRequest.states_filter: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListGroupsRequest.states_filter", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = buf[pos]
@@ -259,8 +262,8 @@ def _dec_ListGroupsRequest_v5(buf: memoryview, pos: int) -> tuple[ListGroupsRequ
     if n3 < 0:
         raise DecodeError(f"ListGroupsRequest.types_filter: invalid array length {n3}")
     else:
-        if n3 * 1 > len(buf) - pos:
-            raise DecodeError(f"ListGroupsRequest.types_filter: array of {n3} elements runs past the end of the data")
+        if n3 * 1 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("ListGroupsRequest.types_filter", n3, len(buf) - pos)
         items3: list[str] = []
         for _ in range(n3):
             n4 = buf[pos]
@@ -364,8 +367,8 @@ def _dec_ListGroupsResponse_v0(buf: memoryview, pos: int) -> tuple[ListGroupsRes
     if n1 < 0:
         raise DecodeError(f"ListGroupsResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ListGroupsResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListGroupsResponse.groups", n1, len(buf) - pos)
         items1: list[ListGroupsResponse.ListedGroup] = []
         for _ in range(n1):
             item1, pos = _dec_ListGroupsResponse_ListedGroup_v0(buf, pos)
@@ -399,8 +402,8 @@ def _dec_ListGroupsResponse_v1(buf: memoryview, pos: int) -> tuple[ListGroupsRes
     if n1 < 0:
         raise DecodeError(f"ListGroupsResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ListGroupsResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListGroupsResponse.groups", n1, len(buf) - pos)
         items1: list[ListGroupsResponse.ListedGroup] = []
         for _ in range(n1):
             item1, pos = _dec_ListGroupsResponse_ListedGroup_v0(buf, pos)
@@ -522,8 +525,8 @@ def _dec_ListGroupsResponse_v3(buf: memoryview, pos: int) -> tuple[ListGroupsRes
     if n1 < 0:
         raise DecodeError(f"ListGroupsResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"ListGroupsResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListGroupsResponse.groups", n1, len(buf) - pos)
         items1: list[ListGroupsResponse.ListedGroup] = []
         for _ in range(n1):
             item1, pos = _dec_ListGroupsResponse_ListedGroup_v3(buf, pos)
@@ -676,8 +679,8 @@ def _dec_ListGroupsResponse_v4(buf: memoryview, pos: int) -> tuple[ListGroupsRes
     if n1 < 0:
         raise DecodeError(f"ListGroupsResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 4 > len(buf) - pos:
-            raise DecodeError(f"ListGroupsResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 4 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListGroupsResponse.groups", n1, len(buf) - pos)
         items1: list[ListGroupsResponse.ListedGroup] = []
         for _ in range(n1):
             item1, pos = _dec_ListGroupsResponse_ListedGroup_v4(buf, pos)
@@ -857,8 +860,8 @@ def _dec_ListGroupsResponse_v5(buf: memoryview, pos: int) -> tuple[ListGroupsRes
     if n1 < 0:
         raise DecodeError(f"ListGroupsResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 5 > len(buf) - pos:
-            raise DecodeError(f"ListGroupsResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListGroupsResponse.groups", n1, len(buf) - pos)
         items1: list[ListGroupsResponse.ListedGroup] = []
         for _ in range(n1):
             item1, pos = _dec_ListGroupsResponse_ListedGroup_v5(buf, pos)

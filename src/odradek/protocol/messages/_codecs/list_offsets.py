@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -113,8 +116,8 @@ def _dec_ListOffsetsRequest_ListOffsetsTopic_v0(buf: memoryview, pos: int) -> tu
     if n2 < 0:
         raise DecodeError(f"ListOffsetsRequest.ListOffsetsTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 16 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsRequest.ListOffsetsTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 16 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ListOffsetsRequest.ListOffsetsTopic.partitions", n2, len(buf) - pos)
         items2: list[ListOffsetsRequest.ListOffsetsPartition] = []
         for _ in range(n2):
             item2, pos = _dec_ListOffsetsRequest_ListOffsetsPartition_v0(buf, pos)
@@ -149,8 +152,8 @@ def _dec_ListOffsetsRequest_v0(buf: memoryview, pos: int) -> tuple[ListOffsetsRe
     if n1 < 0:
         raise DecodeError(f"ListOffsetsRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListOffsetsRequest.topics", n1, len(buf) - pos)
         items1: list[ListOffsetsRequest.ListOffsetsTopic] = []
         for _ in range(n1):
             item1, pos = _dec_ListOffsetsRequest_ListOffsetsTopic_v0(buf, pos)
@@ -220,8 +223,8 @@ def _dec_ListOffsetsRequest_ListOffsetsTopic_v1(buf: memoryview, pos: int) -> tu
     if n2 < 0:
         raise DecodeError(f"ListOffsetsRequest.ListOffsetsTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 12 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsRequest.ListOffsetsTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 12 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ListOffsetsRequest.ListOffsetsTopic.partitions", n2, len(buf) - pos)
         items2: list[ListOffsetsRequest.ListOffsetsPartition] = []
         for _ in range(n2):
             item2, pos = _dec_ListOffsetsRequest_ListOffsetsPartition_v1(buf, pos)
@@ -256,8 +259,8 @@ def _dec_ListOffsetsRequest_v1(buf: memoryview, pos: int) -> tuple[ListOffsetsRe
     if n1 < 0:
         raise DecodeError(f"ListOffsetsRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListOffsetsRequest.topics", n1, len(buf) - pos)
         items1: list[ListOffsetsRequest.ListOffsetsTopic] = []
         for _ in range(n1):
             item1, pos = _dec_ListOffsetsRequest_ListOffsetsTopic_v1(buf, pos)
@@ -292,8 +295,8 @@ def _dec_ListOffsetsRequest_v2(buf: memoryview, pos: int) -> tuple[ListOffsetsRe
     if n1 < 0:
         raise DecodeError(f"ListOffsetsRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListOffsetsRequest.topics", n1, len(buf) - pos)
         items1: list[ListOffsetsRequest.ListOffsetsTopic] = []
         for _ in range(n1):
             item1, pos = _dec_ListOffsetsRequest_ListOffsetsTopic_v1(buf, pos)
@@ -361,8 +364,8 @@ def _dec_ListOffsetsRequest_ListOffsetsTopic_v4(buf: memoryview, pos: int) -> tu
     if n2 < 0:
         raise DecodeError(f"ListOffsetsRequest.ListOffsetsTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 16 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsRequest.ListOffsetsTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 16 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ListOffsetsRequest.ListOffsetsTopic.partitions", n2, len(buf) - pos)
         items2: list[ListOffsetsRequest.ListOffsetsPartition] = []
         for _ in range(n2):
             item2, pos = _dec_ListOffsetsRequest_ListOffsetsPartition_v4(buf, pos)
@@ -395,8 +398,8 @@ def _dec_ListOffsetsRequest_v4(buf: memoryview, pos: int) -> tuple[ListOffsetsRe
     if n1 < 0:
         raise DecodeError(f"ListOffsetsRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListOffsetsRequest.topics", n1, len(buf) - pos)
         items1: list[ListOffsetsRequest.ListOffsetsTopic] = []
         for _ in range(n1):
             item1, pos = _dec_ListOffsetsRequest_ListOffsetsTopic_v4(buf, pos)
@@ -407,7 +410,7 @@ def _dec_ListOffsetsRequest_v4(buf: memoryview, pos: int) -> tuple[ListOffsetsRe
     return obj, pos
 
 
-# ListOffsetsRequest.ListOffsetsPartition v6-10
+# ListOffsetsRequest.ListOffsetsPartition v6-11
 def _enc_ListOffsetsRequest_ListOffsetsPartition_v6(out: bytearray, obj: ListOffsetsRequest.ListOffsetsPartition) -> None:
     if obj.max_num_offsets != 1:
         raise EncodeError("ListOffsetsRequest.ListOffsetsPartition.max_num_offsets cannot be sent in this version: only in versions 0-0", UNSUPPORTED_VERSION)
@@ -418,7 +421,7 @@ def _enc_ListOffsetsRequest_ListOffsetsPartition_v6(out: bytearray, obj: ListOff
         out.append(0)
 
 
-# ListOffsetsRequest.ListOffsetsPartition v6-10
+# ListOffsetsRequest.ListOffsetsPartition v6-11
 def _dec_ListOffsetsRequest_ListOffsetsPartition_v6(buf: memoryview, pos: int) -> tuple[ListOffsetsRequest.ListOffsetsPartition, int]:
     obj = new(_ListOffsetsRequest_ListOffsetsPartition)
     obj.partition_index, obj.current_leader_epoch, obj.timestamp = _unpack_iiq(buf, pos)
@@ -432,7 +435,7 @@ def _dec_ListOffsetsRequest_ListOffsetsPartition_v6(buf: memoryview, pos: int) -
     return obj, pos
 
 
-# ListOffsetsRequest.ListOffsetsTopic v6-10
+# ListOffsetsRequest.ListOffsetsTopic v6-11
 def _enc_ListOffsetsRequest_ListOffsetsTopic_v6(out: bytearray, obj: ListOffsetsRequest.ListOffsetsTopic) -> None:
     v1 = obj.name
     if v1 is None:
@@ -464,7 +467,7 @@ def _enc_ListOffsetsRequest_ListOffsetsTopic_v6(out: bytearray, obj: ListOffsets
         out.append(0)
 
 
-# ListOffsetsRequest.ListOffsetsTopic v6-10
+# ListOffsetsRequest.ListOffsetsTopic v6-11
 def _dec_ListOffsetsRequest_ListOffsetsTopic_v6(buf: memoryview, pos: int) -> tuple[ListOffsetsRequest.ListOffsetsTopic, int]:
     obj = new(_ListOffsetsRequest_ListOffsetsTopic)
     n1 = buf[pos]
@@ -492,8 +495,8 @@ def _dec_ListOffsetsRequest_ListOffsetsTopic_v6(buf: memoryview, pos: int) -> tu
     if n2 < 0:
         raise DecodeError(f"ListOffsetsRequest.ListOffsetsTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 17 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsRequest.ListOffsetsTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 17 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ListOffsetsRequest.ListOffsetsTopic.partitions", n2, len(buf) - pos)
         items2: list[ListOffsetsRequest.ListOffsetsPartition] = []
         for _ in range(n2):
             item2, pos = _dec_ListOffsetsRequest_ListOffsetsPartition_v6(buf, pos)
@@ -542,8 +545,8 @@ def _dec_ListOffsetsRequest_v6(buf: memoryview, pos: int) -> tuple[ListOffsetsRe
     if n1 < 0:
         raise DecodeError(f"ListOffsetsRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListOffsetsRequest.topics", n1, len(buf) - pos)
         items1: list[ListOffsetsRequest.ListOffsetsTopic] = []
         for _ in range(n1):
             item1, pos = _dec_ListOffsetsRequest_ListOffsetsTopic_v6(buf, pos)
@@ -558,7 +561,7 @@ def _dec_ListOffsetsRequest_v6(buf: memoryview, pos: int) -> tuple[ListOffsetsRe
     return obj, pos
 
 
-# ListOffsetsRequest v10
+# ListOffsetsRequest v10-11
 def _enc_ListOffsetsRequest_v10(out: bytearray, obj: ListOffsetsRequest) -> None:
     out += _pack_ib(obj.replica_id, obj.isolation_level)
     v1 = obj.topics
@@ -579,7 +582,7 @@ def _enc_ListOffsetsRequest_v10(out: bytearray, obj: ListOffsetsRequest) -> None
         out.append(0)
 
 
-# ListOffsetsRequest v10
+# ListOffsetsRequest v10-11
 def _dec_ListOffsetsRequest_v10(buf: memoryview, pos: int) -> tuple[ListOffsetsRequest, int]:
     obj = new(_ListOffsetsRequest)
     obj.replica_id, obj.isolation_level = _unpack_ib(buf, pos)
@@ -594,8 +597,8 @@ def _dec_ListOffsetsRequest_v10(buf: memoryview, pos: int) -> tuple[ListOffsetsR
     if n1 < 0:
         raise DecodeError(f"ListOffsetsRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListOffsetsRequest.topics", n1, len(buf) - pos)
         items1: list[ListOffsetsRequest.ListOffsetsTopic] = []
         for _ in range(n1):
             item1, pos = _dec_ListOffsetsRequest_ListOffsetsTopic_v6(buf, pos)
@@ -641,8 +644,8 @@ def _dec_ListOffsetsResponse_ListOffsetsPartitionResponse_v0(buf: memoryview, po
         raise DecodeError(f"ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets: invalid array length {n1}")
     else:
         end1 = pos + n1 * 8
-        if end1 > len(buf):
-            raise DecodeError(f"ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets", n1, len(buf) - pos)
         obj.old_style_offsets = list(sunpack(f">{n1}q", buf, pos)) if n1 else []
         pos = end1
     obj.timestamp = -1
@@ -692,8 +695,8 @@ def _dec_ListOffsetsResponse_ListOffsetsTopicResponse_v0(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"ListOffsetsResponse.ListOffsetsTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 7 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsResponse.ListOffsetsTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 7 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ListOffsetsResponse.ListOffsetsTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[ListOffsetsResponse.ListOffsetsPartitionResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ListOffsetsResponse_ListOffsetsPartitionResponse_v0(buf, pos)
@@ -723,8 +726,8 @@ def _dec_ListOffsetsResponse_v0(buf: memoryview, pos: int) -> tuple[ListOffsetsR
     if n1 < 0:
         raise DecodeError(f"ListOffsetsResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListOffsetsResponse.topics", n1, len(buf) - pos)
         items1: list[ListOffsetsResponse.ListOffsetsTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_ListOffsetsResponse_ListOffsetsTopicResponse_v0(buf, pos)
@@ -795,8 +798,8 @@ def _dec_ListOffsetsResponse_ListOffsetsTopicResponse_v1(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"ListOffsetsResponse.ListOffsetsTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 22 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsResponse.ListOffsetsTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 22 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ListOffsetsResponse.ListOffsetsTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[ListOffsetsResponse.ListOffsetsPartitionResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ListOffsetsResponse_ListOffsetsPartitionResponse_v1(buf, pos)
@@ -826,8 +829,8 @@ def _dec_ListOffsetsResponse_v1(buf: memoryview, pos: int) -> tuple[ListOffsetsR
     if n1 < 0:
         raise DecodeError(f"ListOffsetsResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListOffsetsResponse.topics", n1, len(buf) - pos)
         items1: list[ListOffsetsResponse.ListOffsetsTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_ListOffsetsResponse_ListOffsetsTopicResponse_v1(buf, pos)
@@ -861,8 +864,8 @@ def _dec_ListOffsetsResponse_v2(buf: memoryview, pos: int) -> tuple[ListOffsetsR
     if n1 < 0:
         raise DecodeError(f"ListOffsetsResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListOffsetsResponse.topics", n1, len(buf) - pos)
         items1: list[ListOffsetsResponse.ListOffsetsTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_ListOffsetsResponse_ListOffsetsTopicResponse_v1(buf, pos)
@@ -929,8 +932,8 @@ def _dec_ListOffsetsResponse_ListOffsetsTopicResponse_v4(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"ListOffsetsResponse.ListOffsetsTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 26 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsResponse.ListOffsetsTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 26 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ListOffsetsResponse.ListOffsetsTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[ListOffsetsResponse.ListOffsetsPartitionResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ListOffsetsResponse_ListOffsetsPartitionResponse_v4(buf, pos)
@@ -963,8 +966,8 @@ def _dec_ListOffsetsResponse_v4(buf: memoryview, pos: int) -> tuple[ListOffsetsR
     if n1 < 0:
         raise DecodeError(f"ListOffsetsResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListOffsetsResponse.topics", n1, len(buf) - pos)
         items1: list[ListOffsetsResponse.ListOffsetsTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_ListOffsetsResponse_ListOffsetsTopicResponse_v4(buf, pos)
@@ -974,7 +977,7 @@ def _dec_ListOffsetsResponse_v4(buf: memoryview, pos: int) -> tuple[ListOffsetsR
     return obj, pos
 
 
-# ListOffsetsResponse.ListOffsetsPartitionResponse v6-10
+# ListOffsetsResponse.ListOffsetsPartitionResponse v6-11
 def _enc_ListOffsetsResponse_ListOffsetsPartitionResponse_v6(out: bytearray, obj: ListOffsetsResponse.ListOffsetsPartitionResponse) -> None:
     if obj.old_style_offsets != []:
         raise EncodeError("ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets cannot be sent in this version: only in versions 0-0", UNSUPPORTED_VERSION)
@@ -985,7 +988,7 @@ def _enc_ListOffsetsResponse_ListOffsetsPartitionResponse_v6(out: bytearray, obj
         out.append(0)
 
 
-# ListOffsetsResponse.ListOffsetsPartitionResponse v6-10
+# ListOffsetsResponse.ListOffsetsPartitionResponse v6-11
 def _dec_ListOffsetsResponse_ListOffsetsPartitionResponse_v6(buf: memoryview, pos: int) -> tuple[ListOffsetsResponse.ListOffsetsPartitionResponse, int]:
     obj = new(_ListOffsetsResponse_ListOffsetsPartitionResponse)
     obj.partition_index, obj.error_code, obj.timestamp, obj.offset, obj.leader_epoch = _unpack_ihqqi(buf, pos)
@@ -999,7 +1002,7 @@ def _dec_ListOffsetsResponse_ListOffsetsPartitionResponse_v6(buf: memoryview, po
     return obj, pos
 
 
-# ListOffsetsResponse.ListOffsetsTopicResponse v6-10
+# ListOffsetsResponse.ListOffsetsTopicResponse v6-11
 def _enc_ListOffsetsResponse_ListOffsetsTopicResponse_v6(out: bytearray, obj: ListOffsetsResponse.ListOffsetsTopicResponse) -> None:
     v1 = obj.name
     if v1 is None:
@@ -1031,7 +1034,7 @@ def _enc_ListOffsetsResponse_ListOffsetsTopicResponse_v6(out: bytearray, obj: Li
         out.append(0)
 
 
-# ListOffsetsResponse.ListOffsetsTopicResponse v6-10
+# ListOffsetsResponse.ListOffsetsTopicResponse v6-11
 def _dec_ListOffsetsResponse_ListOffsetsTopicResponse_v6(buf: memoryview, pos: int) -> tuple[ListOffsetsResponse.ListOffsetsTopicResponse, int]:
     obj = new(_ListOffsetsResponse_ListOffsetsTopicResponse)
     n1 = buf[pos]
@@ -1059,8 +1062,8 @@ def _dec_ListOffsetsResponse_ListOffsetsTopicResponse_v6(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"ListOffsetsResponse.ListOffsetsTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 27 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsResponse.ListOffsetsTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 27 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ListOffsetsResponse.ListOffsetsTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[ListOffsetsResponse.ListOffsetsPartitionResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ListOffsetsResponse_ListOffsetsPartitionResponse_v6(buf, pos)
@@ -1074,7 +1077,7 @@ def _dec_ListOffsetsResponse_ListOffsetsTopicResponse_v6(buf: memoryview, pos: i
     return obj, pos
 
 
-# ListOffsetsResponse v6-10
+# ListOffsetsResponse v6-11
 def _enc_ListOffsetsResponse_v6(out: bytearray, obj: ListOffsetsResponse) -> None:
     out += _pack_i(obj.throttle_time_ms)
     v1 = obj.topics
@@ -1094,7 +1097,7 @@ def _enc_ListOffsetsResponse_v6(out: bytearray, obj: ListOffsetsResponse) -> Non
         out.append(0)
 
 
-# ListOffsetsResponse v6-10
+# ListOffsetsResponse v6-11
 def _dec_ListOffsetsResponse_v6(buf: memoryview, pos: int) -> tuple[ListOffsetsResponse, int]:
     obj = new(_ListOffsetsResponse)
     (obj.throttle_time_ms,) = _unpack_i(buf, pos)
@@ -1109,8 +1112,8 @@ def _dec_ListOffsetsResponse_v6(buf: memoryview, pos: int) -> tuple[ListOffsetsR
     if n1 < 0:
         raise DecodeError(f"ListOffsetsResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"ListOffsetsResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListOffsetsResponse.topics", n1, len(buf) - pos)
         items1: list[ListOffsetsResponse.ListOffsetsTopicResponse] = []
         for _ in range(n1):
             item1, pos = _dec_ListOffsetsResponse_ListOffsetsTopicResponse_v6(buf, pos)
@@ -1128,8 +1131,8 @@ def _error_ListOffsetsRequest(request: ListOffsetsRequest, version: int, code: i
     return _ListOffsetsResponse(topics=[_ListOffsetsResponse_ListOffsetsTopicResponse(name=x0.name, partitions=[_ListOffsetsResponse_ListOffsetsPartitionResponse(error_code=code, partition_index=x1.partition_index) for x1 in x0.partitions]) for x0 in request.topics])
 
 
-ListOffsetsRequest._encoders_ = {0: _enc_ListOffsetsRequest_v0, 1: _enc_ListOffsetsRequest_v1, 2: _enc_ListOffsetsRequest_v2, 3: _enc_ListOffsetsRequest_v2, 4: _enc_ListOffsetsRequest_v4, 5: _enc_ListOffsetsRequest_v4, 6: _enc_ListOffsetsRequest_v6, 7: _enc_ListOffsetsRequest_v6, 8: _enc_ListOffsetsRequest_v6, 9: _enc_ListOffsetsRequest_v6, 10: _enc_ListOffsetsRequest_v10}
-ListOffsetsRequest._decoders_ = {0: _dec_ListOffsetsRequest_v0, 1: _dec_ListOffsetsRequest_v1, 2: _dec_ListOffsetsRequest_v2, 3: _dec_ListOffsetsRequest_v2, 4: _dec_ListOffsetsRequest_v4, 5: _dec_ListOffsetsRequest_v4, 6: _dec_ListOffsetsRequest_v6, 7: _dec_ListOffsetsRequest_v6, 8: _dec_ListOffsetsRequest_v6, 9: _dec_ListOffsetsRequest_v6, 10: _dec_ListOffsetsRequest_v10}
-ListOffsetsResponse._encoders_ = {0: _enc_ListOffsetsResponse_v0, 1: _enc_ListOffsetsResponse_v1, 2: _enc_ListOffsetsResponse_v2, 3: _enc_ListOffsetsResponse_v2, 4: _enc_ListOffsetsResponse_v4, 5: _enc_ListOffsetsResponse_v4, 6: _enc_ListOffsetsResponse_v6, 7: _enc_ListOffsetsResponse_v6, 8: _enc_ListOffsetsResponse_v6, 9: _enc_ListOffsetsResponse_v6, 10: _enc_ListOffsetsResponse_v6}
-ListOffsetsResponse._decoders_ = {0: _dec_ListOffsetsResponse_v0, 1: _dec_ListOffsetsResponse_v1, 2: _dec_ListOffsetsResponse_v2, 3: _dec_ListOffsetsResponse_v2, 4: _dec_ListOffsetsResponse_v4, 5: _dec_ListOffsetsResponse_v4, 6: _dec_ListOffsetsResponse_v6, 7: _dec_ListOffsetsResponse_v6, 8: _dec_ListOffsetsResponse_v6, 9: _dec_ListOffsetsResponse_v6, 10: _dec_ListOffsetsResponse_v6}
+ListOffsetsRequest._encoders_ = {0: _enc_ListOffsetsRequest_v0, 1: _enc_ListOffsetsRequest_v1, 2: _enc_ListOffsetsRequest_v2, 3: _enc_ListOffsetsRequest_v2, 4: _enc_ListOffsetsRequest_v4, 5: _enc_ListOffsetsRequest_v4, 6: _enc_ListOffsetsRequest_v6, 7: _enc_ListOffsetsRequest_v6, 8: _enc_ListOffsetsRequest_v6, 9: _enc_ListOffsetsRequest_v6, 10: _enc_ListOffsetsRequest_v10, 11: _enc_ListOffsetsRequest_v10}
+ListOffsetsRequest._decoders_ = {0: _dec_ListOffsetsRequest_v0, 1: _dec_ListOffsetsRequest_v1, 2: _dec_ListOffsetsRequest_v2, 3: _dec_ListOffsetsRequest_v2, 4: _dec_ListOffsetsRequest_v4, 5: _dec_ListOffsetsRequest_v4, 6: _dec_ListOffsetsRequest_v6, 7: _dec_ListOffsetsRequest_v6, 8: _dec_ListOffsetsRequest_v6, 9: _dec_ListOffsetsRequest_v6, 10: _dec_ListOffsetsRequest_v10, 11: _dec_ListOffsetsRequest_v10}
+ListOffsetsResponse._encoders_ = {0: _enc_ListOffsetsResponse_v0, 1: _enc_ListOffsetsResponse_v1, 2: _enc_ListOffsetsResponse_v2, 3: _enc_ListOffsetsResponse_v2, 4: _enc_ListOffsetsResponse_v4, 5: _enc_ListOffsetsResponse_v4, 6: _enc_ListOffsetsResponse_v6, 7: _enc_ListOffsetsResponse_v6, 8: _enc_ListOffsetsResponse_v6, 9: _enc_ListOffsetsResponse_v6, 10: _enc_ListOffsetsResponse_v6, 11: _enc_ListOffsetsResponse_v6}
+ListOffsetsResponse._decoders_ = {0: _dec_ListOffsetsResponse_v0, 1: _dec_ListOffsetsResponse_v1, 2: _dec_ListOffsetsResponse_v2, 3: _dec_ListOffsetsResponse_v2, 4: _dec_ListOffsetsResponse_v4, 5: _dec_ListOffsetsResponse_v4, 6: _dec_ListOffsetsResponse_v6, 7: _dec_ListOffsetsResponse_v6, 8: _dec_ListOffsetsResponse_v6, 9: _dec_ListOffsetsResponse_v6, 10: _dec_ListOffsetsResponse_v6, 11: _dec_ListOffsetsResponse_v6}
 ListOffsetsRequest._error_response_ = _error_ListOffsetsRequest

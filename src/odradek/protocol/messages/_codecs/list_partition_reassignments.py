@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -106,8 +109,8 @@ def _dec_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics_v0(b
         raise DecodeError(f"ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.partition_indexes: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.partition_indexes: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.partition_indexes", n2, len(buf) - pos)
         obj.partition_indexes = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -155,8 +158,8 @@ def _dec_ListPartitionReassignmentsRequest_v0(buf: memoryview, pos: int) -> tupl
             raise DecodeError(f"ListPartitionReassignmentsRequest.topics: invalid array length {n1}")
         obj.topics = None
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"ListPartitionReassignmentsRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListPartitionReassignmentsRequest.topics", n1, len(buf) - pos)
         items1: list[ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics] = []
         for _ in range(n1):
             item1, pos = _dec_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics_v0(buf, pos)
@@ -228,8 +231,8 @@ def _dec_ListPartitionReassignmentsResponse_OngoingPartitionReassignment_v0(buf:
         raise DecodeError(f"ListPartitionReassignmentsResponse.OngoingPartitionReassignment.replicas: invalid array length {n1}")
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"ListPartitionReassignmentsResponse.OngoingPartitionReassignment.replicas: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("ListPartitionReassignmentsResponse.OngoingPartitionReassignment.replicas", n1, len(buf) - pos)
         obj.replicas = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     n2 = buf[pos]
@@ -243,8 +246,8 @@ def _dec_ListPartitionReassignmentsResponse_OngoingPartitionReassignment_v0(buf:
         raise DecodeError(f"ListPartitionReassignmentsResponse.OngoingPartitionReassignment.adding_replicas: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"ListPartitionReassignmentsResponse.OngoingPartitionReassignment.adding_replicas: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("ListPartitionReassignmentsResponse.OngoingPartitionReassignment.adding_replicas", n2, len(buf) - pos)
         obj.adding_replicas = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     n3 = buf[pos]
@@ -258,8 +261,8 @@ def _dec_ListPartitionReassignmentsResponse_OngoingPartitionReassignment_v0(buf:
         raise DecodeError(f"ListPartitionReassignmentsResponse.OngoingPartitionReassignment.removing_replicas: invalid array length {n3}")
     else:
         end3 = pos + n3 * 4
-        if end3 > len(buf):
-            raise DecodeError(f"ListPartitionReassignmentsResponse.OngoingPartitionReassignment.removing_replicas: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("ListPartitionReassignmentsResponse.OngoingPartitionReassignment.removing_replicas", n3, len(buf) - pos)
         obj.removing_replicas = list(sunpack(f">{n3}i", buf, pos)) if n3 else []
         pos = end3
     if buf[pos] == 0:
@@ -330,8 +333,8 @@ def _dec_ListPartitionReassignmentsResponse_OngoingTopicReassignment_v0(buf: mem
     if n2 < 0:
         raise DecodeError(f"ListPartitionReassignmentsResponse.OngoingTopicReassignment.partitions: invalid array length {n2}")
     else:
-        if n2 * 8 > len(buf) - pos:
-            raise DecodeError(f"ListPartitionReassignmentsResponse.OngoingTopicReassignment.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 8 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ListPartitionReassignmentsResponse.OngoingTopicReassignment.partitions", n2, len(buf) - pos)
         items2: list[ListPartitionReassignmentsResponse.OngoingPartitionReassignment] = []
         for _ in range(n2):
             item2, pos = _dec_ListPartitionReassignmentsResponse_OngoingPartitionReassignment_v0(buf, pos)
@@ -410,8 +413,8 @@ def _dec_ListPartitionReassignmentsResponse_v0(buf: memoryview, pos: int) -> tup
     if n2 < 0:
         raise DecodeError(f"ListPartitionReassignmentsResponse.topics: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"ListPartitionReassignmentsResponse.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ListPartitionReassignmentsResponse.topics", n2, len(buf) - pos)
         items2: list[ListPartitionReassignmentsResponse.OngoingTopicReassignment] = []
         for _ in range(n2):
             item2, pos = _dec_ListPartitionReassignmentsResponse_OngoingTopicReassignment_v0(buf, pos)

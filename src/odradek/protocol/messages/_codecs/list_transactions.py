@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -47,6 +50,8 @@ _unpack_q = Struct(">q").unpack_from
 def _enc_ListTransactionsRequest_v0(out: bytearray, obj: ListTransactionsRequest) -> None:
     if obj.duration_filter != -1:
         raise EncodeError("ListTransactionsRequest.duration_filter cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
+    if obj.transactional_id_pattern is not None:
+        raise EncodeError("ListTransactionsRequest.transactional_id_pattern cannot be sent in this version: only in versions 2+", UNSUPPORTED_VERSION)
     v1 = obj.state_filters
     if v1 is None:
         raise EncodeError("ListTransactionsRequest.state_filters is not nullable in this version")
@@ -100,8 +105,8 @@ def _dec_ListTransactionsRequest_v0(buf: memoryview, pos: int) -> tuple[ListTran
     if n1 < 0:
         raise DecodeError(f"ListTransactionsRequest.state_filters: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"ListTransactionsRequest.state_filters: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListTransactionsRequest.state_filters", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = buf[pos]
@@ -132,11 +137,12 @@ def _dec_ListTransactionsRequest_v0(buf: memoryview, pos: int) -> tuple[ListTran
         raise DecodeError(f"ListTransactionsRequest.producer_id_filters: invalid array length {n3}")
     else:
         end3 = pos + n3 * 8
-        if end3 > len(buf):
-            raise DecodeError(f"ListTransactionsRequest.producer_id_filters: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("ListTransactionsRequest.producer_id_filters", n3, len(buf) - pos)
         obj.producer_id_filters = list(sunpack(f">{n3}q", buf, pos)) if n3 else []
         pos = end3
     obj.duration_filter = -1
+    obj.transactional_id_pattern = None
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -147,6 +153,8 @@ def _dec_ListTransactionsRequest_v0(buf: memoryview, pos: int) -> tuple[ListTran
 
 # ListTransactionsRequest v1
 def _enc_ListTransactionsRequest_v1(out: bytearray, obj: ListTransactionsRequest) -> None:
+    if obj.transactional_id_pattern is not None:
+        raise EncodeError("ListTransactionsRequest.transactional_id_pattern cannot be sent in this version: only in versions 2+", UNSUPPORTED_VERSION)
     v1 = obj.state_filters
     if v1 is None:
         raise EncodeError("ListTransactionsRequest.state_filters is not nullable in this version")
@@ -201,8 +209,8 @@ def _dec_ListTransactionsRequest_v1(buf: memoryview, pos: int) -> tuple[ListTran
     if n1 < 0:
         raise DecodeError(f"ListTransactionsRequest.state_filters: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"ListTransactionsRequest.state_filters: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListTransactionsRequest.state_filters", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = buf[pos]
@@ -233,12 +241,13 @@ def _dec_ListTransactionsRequest_v1(buf: memoryview, pos: int) -> tuple[ListTran
         raise DecodeError(f"ListTransactionsRequest.producer_id_filters: invalid array length {n3}")
     else:
         end3 = pos + n3 * 8
-        if end3 > len(buf):
-            raise DecodeError(f"ListTransactionsRequest.producer_id_filters: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("ListTransactionsRequest.producer_id_filters", n3, len(buf) - pos)
         obj.producer_id_filters = list(sunpack(f">{n3}q", buf, pos)) if n3 else []
         pos = end3
     (obj.duration_filter,) = _unpack_q(buf, pos)
     pos += 8
+    obj.transactional_id_pattern = None
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -247,7 +256,139 @@ def _dec_ListTransactionsRequest_v1(buf: memoryview, pos: int) -> tuple[ListTran
     return obj, pos
 
 
-# ListTransactionsResponse.TransactionState v0-1
+# ListTransactionsRequest v2
+def _enc_ListTransactionsRequest_v2(out: bytearray, obj: ListTransactionsRequest) -> None:
+    v1 = obj.state_filters
+    if v1 is None:
+        raise EncodeError("ListTransactionsRequest.state_filters is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            v2 = item1
+            if v2 is None:
+                raise EncodeError("ListTransactionsRequest.state_filters[] is not nullable in this version")
+            else:
+                data2 = v2.encode("utf-8")
+                n2 = len(data2)
+                if n2 > 0x7FFF:
+                    raise EncodeError("ListTransactionsRequest.state_filters[] is longer than 32767 bytes")
+                if n2 < 0x7F:
+                    out.append(n2 + 1)
+                else:
+                    write_uvarint(out, n2 + 1)
+                out += data2
+    v3 = obj.producer_id_filters
+    if v3 is None:
+        raise EncodeError("ListTransactionsRequest.producer_id_filters is not nullable in this version")
+    else:
+        n3 = len(v3)
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        if n3:
+            out += spack(f">{n3}q", *v3)
+    out += _pack_q(obj.duration_filter)
+    v4 = obj.transactional_id_pattern
+    if v4 is None:
+        out.append(0)
+    else:
+        data4 = v4.encode("utf-8")
+        n4 = len(data4)
+        if n4 > 0x7FFF:
+            raise EncodeError("ListTransactionsRequest.transactional_id_pattern is longer than 32767 bytes")
+        if n4 < 0x7F:
+            out.append(n4 + 1)
+        else:
+            write_uvarint(out, n4 + 1)
+        out += data4
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ListTransactionsRequest v2
+def _dec_ListTransactionsRequest_v2(buf: memoryview, pos: int) -> tuple[ListTransactionsRequest, int]:
+    obj = new(_ListTransactionsRequest)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"ListTransactionsRequest.state_filters: invalid array length {n1}")
+    else:
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListTransactionsRequest.state_filters", n1, len(buf) - pos)
+        items1: list[str] = []
+        for _ in range(n1):
+            n2 = buf[pos]
+            if n2 < 0x80:
+                n2 -= 1
+                pos += 1
+            else:
+                n2, pos = read_uvarint(buf, pos)
+                n2 -= 1
+            if n2 < 0:
+                raise DecodeError(f"ListTransactionsRequest.state_filters[]: invalid string length {n2}")
+            else:
+                end2 = pos + n2
+                if end2 > len(buf):
+                    raise DecodeError("ListTransactionsRequest.state_filters[]: string runs past the end of the data")
+                item1 = str(buf[pos:end2], "utf-8")
+                pos = end2
+            items1.append(item1)
+        obj.state_filters = items1
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        raise DecodeError(f"ListTransactionsRequest.producer_id_filters: invalid array length {n3}")
+    else:
+        end3 = pos + n3 * 8
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("ListTransactionsRequest.producer_id_filters", n3, len(buf) - pos)
+        obj.producer_id_filters = list(sunpack(f">{n3}q", buf, pos)) if n3 else []
+        pos = end3
+    (obj.duration_filter,) = _unpack_q(buf, pos)
+    pos += 8
+    n4 = buf[pos]
+    if n4 < 0x80:
+        n4 -= 1
+        pos += 1
+    else:
+        n4, pos = read_uvarint(buf, pos)
+        n4 -= 1
+    if n4 < 0:
+        if n4 != -1:
+            raise DecodeError(f"ListTransactionsRequest.transactional_id_pattern: invalid string length {n4}")
+        obj.transactional_id_pattern = None
+    else:
+        end4 = pos + n4
+        if end4 > len(buf):
+            raise DecodeError("ListTransactionsRequest.transactional_id_pattern: string runs past the end of the data")
+        obj.transactional_id_pattern = str(buf[pos:end4], "utf-8")
+        pos = end4
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ListTransactionsResponse.TransactionState v0-2
 def _enc_ListTransactionsResponse_TransactionState_v0(out: bytearray, obj: ListTransactionsResponse.TransactionState) -> None:
     v1 = obj.transactional_id
     if v1 is None:
@@ -282,7 +423,7 @@ def _enc_ListTransactionsResponse_TransactionState_v0(out: bytearray, obj: ListT
         out.append(0)
 
 
-# ListTransactionsResponse.TransactionState v0-1
+# ListTransactionsResponse.TransactionState v0-2
 def _dec_ListTransactionsResponse_TransactionState_v0(buf: memoryview, pos: int) -> tuple[ListTransactionsResponse.TransactionState, int]:
     obj = new(_ListTransactionsResponse_TransactionState)
     n1 = buf[pos]
@@ -325,7 +466,7 @@ def _dec_ListTransactionsResponse_TransactionState_v0(buf: memoryview, pos: int)
     return obj, pos
 
 
-# ListTransactionsResponse v0-1
+# ListTransactionsResponse v0-2
 def _enc_ListTransactionsResponse_v0(out: bytearray, obj: ListTransactionsResponse) -> None:
     out += _pack_ih(obj.throttle_time_ms, obj.error_code)
     v1 = obj.unknown_state_filters
@@ -368,7 +509,7 @@ def _enc_ListTransactionsResponse_v0(out: bytearray, obj: ListTransactionsRespon
         out.append(0)
 
 
-# ListTransactionsResponse v0-1
+# ListTransactionsResponse v0-2
 def _dec_ListTransactionsResponse_v0(buf: memoryview, pos: int) -> tuple[ListTransactionsResponse, int]:
     obj = new(_ListTransactionsResponse)
     obj.throttle_time_ms, obj.error_code = _unpack_ih(buf, pos)
@@ -383,8 +524,8 @@ def _dec_ListTransactionsResponse_v0(buf: memoryview, pos: int) -> tuple[ListTra
     if n1 < 0:
         raise DecodeError(f"ListTransactionsResponse.unknown_state_filters: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"ListTransactionsResponse.unknown_state_filters: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ListTransactionsResponse.unknown_state_filters", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = buf[pos]
@@ -414,8 +555,8 @@ def _dec_ListTransactionsResponse_v0(buf: memoryview, pos: int) -> tuple[ListTra
     if n3 < 0:
         raise DecodeError(f"ListTransactionsResponse.transaction_states: invalid array length {n3}")
     else:
-        if n3 * 11 > len(buf) - pos:
-            raise DecodeError(f"ListTransactionsResponse.transaction_states: array of {n3} elements runs past the end of the data")
+        if n3 * 11 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("ListTransactionsResponse.transaction_states", n3, len(buf) - pos)
         items3: list[ListTransactionsResponse.TransactionState] = []
         for _ in range(n3):
             item3, pos = _dec_ListTransactionsResponse_TransactionState_v0(buf, pos)
@@ -433,8 +574,8 @@ def _error_ListTransactionsRequest(request: ListTransactionsRequest, version: in
     return _ListTransactionsResponse(error_code=code)
 
 
-ListTransactionsRequest._encoders_ = {0: _enc_ListTransactionsRequest_v0, 1: _enc_ListTransactionsRequest_v1}
-ListTransactionsRequest._decoders_ = {0: _dec_ListTransactionsRequest_v0, 1: _dec_ListTransactionsRequest_v1}
-ListTransactionsResponse._encoders_ = {0: _enc_ListTransactionsResponse_v0, 1: _enc_ListTransactionsResponse_v0}
-ListTransactionsResponse._decoders_ = {0: _dec_ListTransactionsResponse_v0, 1: _dec_ListTransactionsResponse_v0}
+ListTransactionsRequest._encoders_ = {0: _enc_ListTransactionsRequest_v0, 1: _enc_ListTransactionsRequest_v1, 2: _enc_ListTransactionsRequest_v2}
+ListTransactionsRequest._decoders_ = {0: _dec_ListTransactionsRequest_v0, 1: _dec_ListTransactionsRequest_v1, 2: _dec_ListTransactionsRequest_v2}
+ListTransactionsResponse._encoders_ = {0: _enc_ListTransactionsResponse_v0, 1: _enc_ListTransactionsResponse_v0, 2: _enc_ListTransactionsResponse_v0}
+ListTransactionsResponse._decoders_ = {0: _dec_ListTransactionsResponse_v0, 1: _dec_ListTransactionsResponse_v0, 2: _dec_ListTransactionsResponse_v0}
 ListTransactionsRequest._error_response_ = _error_ListTransactionsRequest

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -114,8 +117,8 @@ def _dec_MetadataRequest_v0(buf: memoryview, pos: int) -> tuple[MetadataRequest,
     if n1 < 0:
         raise DecodeError(f"MetadataRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"MetadataRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataRequest.topics", n1, len(buf) - pos)
         items1: list[MetadataRequest.MetadataRequestTopic] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataRequest_MetadataRequestTopic_v0(buf, pos)
@@ -156,8 +159,8 @@ def _dec_MetadataRequest_v1(buf: memoryview, pos: int) -> tuple[MetadataRequest,
             raise DecodeError(f"MetadataRequest.topics: invalid array length {n1}")
         obj.topics = None
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"MetadataRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataRequest.topics", n1, len(buf) - pos)
         items1: list[MetadataRequest.MetadataRequestTopic] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataRequest_MetadataRequestTopic_v0(buf, pos)
@@ -197,8 +200,8 @@ def _dec_MetadataRequest_v4(buf: memoryview, pos: int) -> tuple[MetadataRequest,
             raise DecodeError(f"MetadataRequest.topics: invalid array length {n1}")
         obj.topics = None
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"MetadataRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataRequest.topics", n1, len(buf) - pos)
         items1: list[MetadataRequest.MetadataRequestTopic] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataRequest_MetadataRequestTopic_v0(buf, pos)
@@ -235,8 +238,8 @@ def _dec_MetadataRequest_v8(buf: memoryview, pos: int) -> tuple[MetadataRequest,
             raise DecodeError(f"MetadataRequest.topics: invalid array length {n1}")
         obj.topics = None
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"MetadataRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataRequest.topics", n1, len(buf) - pos)
         items1: list[MetadataRequest.MetadataRequestTopic] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataRequest_MetadataRequestTopic_v0(buf, pos)
@@ -331,8 +334,8 @@ def _dec_MetadataRequest_v9(buf: memoryview, pos: int) -> tuple[MetadataRequest,
             raise DecodeError(f"MetadataRequest.topics: invalid array length {n1}")
         obj.topics = None
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"MetadataRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataRequest.topics", n1, len(buf) - pos)
         items1: list[MetadataRequest.MetadataRequestTopic] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataRequest_MetadataRequestTopic_v9(buf, pos)
@@ -348,7 +351,7 @@ def _dec_MetadataRequest_v9(buf: memoryview, pos: int) -> tuple[MetadataRequest,
     return obj, pos
 
 
-# MetadataRequest.MetadataRequestTopic v10-12
+# MetadataRequest.MetadataRequestTopic v10-13
 def _enc_MetadataRequest_MetadataRequestTopic_v10(out: bytearray, obj: MetadataRequest.MetadataRequestTopic) -> None:
     out += obj.topic_id.bytes
     v2 = obj.name
@@ -370,7 +373,7 @@ def _enc_MetadataRequest_MetadataRequestTopic_v10(out: bytearray, obj: MetadataR
         out.append(0)
 
 
-# MetadataRequest.MetadataRequestTopic v10-12
+# MetadataRequest.MetadataRequestTopic v10-13
 def _dec_MetadataRequest_MetadataRequestTopic_v10(buf: memoryview, pos: int) -> tuple[MetadataRequest.MetadataRequestTopic, int]:
     obj = new(_MetadataRequest_MetadataRequestTopic)
     obj.topic_id, pos = read_uuid(buf, pos)
@@ -434,8 +437,8 @@ def _dec_MetadataRequest_v10(buf: memoryview, pos: int) -> tuple[MetadataRequest
             raise DecodeError(f"MetadataRequest.topics: invalid array length {n1}")
         obj.topics = None
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"MetadataRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataRequest.topics", n1, len(buf) - pos)
         items1: list[MetadataRequest.MetadataRequestTopic] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataRequest_MetadataRequestTopic_v10(buf, pos)
@@ -451,7 +454,7 @@ def _dec_MetadataRequest_v10(buf: memoryview, pos: int) -> tuple[MetadataRequest
     return obj, pos
 
 
-# MetadataRequest v11-12
+# MetadataRequest v11-13
 def _enc_MetadataRequest_v11(out: bytearray, obj: MetadataRequest) -> None:
     if obj.include_cluster_authorized_operations != False:
         raise EncodeError("MetadataRequest.include_cluster_authorized_operations cannot be sent in this version: only in versions 8-10", UNSUPPORTED_VERSION)
@@ -473,7 +476,7 @@ def _enc_MetadataRequest_v11(out: bytearray, obj: MetadataRequest) -> None:
         out.append(0)
 
 
-# MetadataRequest v11-12
+# MetadataRequest v11-13
 def _dec_MetadataRequest_v11(buf: memoryview, pos: int) -> tuple[MetadataRequest, int]:
     obj = new(_MetadataRequest)
     n1 = buf[pos]
@@ -488,8 +491,8 @@ def _dec_MetadataRequest_v11(buf: memoryview, pos: int) -> tuple[MetadataRequest
             raise DecodeError(f"MetadataRequest.topics: invalid array length {n1}")
         obj.topics = None
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"MetadataRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataRequest.topics", n1, len(buf) - pos)
         items1: list[MetadataRequest.MetadataRequestTopic] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataRequest_MetadataRequestTopic_v10(buf, pos)
@@ -576,8 +579,8 @@ def _dec_MetadataResponse_MetadataResponsePartition_v0(buf: memoryview, pos: int
         raise DecodeError(f"MetadataResponse.MetadataResponsePartition.replica_nodes: invalid array length {n1}")
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"MetadataResponse.MetadataResponsePartition.replica_nodes: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponsePartition.replica_nodes", n1, len(buf) - pos)
         obj.replica_nodes = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     n2 = unpack_i32(buf, pos)[0]
@@ -586,8 +589,8 @@ def _dec_MetadataResponse_MetadataResponsePartition_v0(buf: memoryview, pos: int
         raise DecodeError(f"MetadataResponse.MetadataResponsePartition.isr_nodes: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"MetadataResponse.MetadataResponsePartition.isr_nodes: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponsePartition.isr_nodes", n2, len(buf) - pos)
         obj.isr_nodes = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     obj.leader_epoch = -1
@@ -641,8 +644,8 @@ def _dec_MetadataResponse_MetadataResponseTopic_v0(buf: memoryview, pos: int) ->
     if n2 < 0:
         raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 12 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 12 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[MetadataResponse.MetadataResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_MetadataResponse_MetadataResponsePartition_v0(buf, pos)
@@ -685,8 +688,8 @@ def _dec_MetadataResponse_v0(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n1 < 0:
         raise DecodeError(f"MetadataResponse.brokers: invalid array length {n1}")
     else:
-        if n1 * 9 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.brokers: array of {n1} elements runs past the end of the data")
+        if n1 * 9 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataResponse.brokers", n1, len(buf) - pos)
         items1: list[MetadataResponse.MetadataResponseBroker] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataResponse_MetadataResponseBroker_v0(buf, pos)
@@ -697,8 +700,8 @@ def _dec_MetadataResponse_v0(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n2 < 0:
         raise DecodeError(f"MetadataResponse.topics: invalid array length {n2}")
     else:
-        if n2 * 4 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 4 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("MetadataResponse.topics", n2, len(buf) - pos)
         items2: list[MetadataResponse.MetadataResponseTopic] = []
         for _ in range(n2):
             item2, pos = _dec_MetadataResponse_MetadataResponseTopic_v0(buf, pos)
@@ -708,6 +711,7 @@ def _dec_MetadataResponse_v0(buf: memoryview, pos: int) -> tuple[MetadataRespons
     obj.cluster_id = None
     obj.controller_id = -1
     obj.cluster_authorized_operations = -2147483648
+    obj.error_code = 0
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -819,8 +823,8 @@ def _dec_MetadataResponse_MetadataResponseTopic_v1(buf: memoryview, pos: int) ->
     if n2 < 0:
         raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 12 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 12 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[MetadataResponse.MetadataResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_MetadataResponse_MetadataResponsePartition_v0(buf, pos)
@@ -863,8 +867,8 @@ def _dec_MetadataResponse_v1(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n1 < 0:
         raise DecodeError(f"MetadataResponse.brokers: invalid array length {n1}")
     else:
-        if n1 * 10 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.brokers: array of {n1} elements runs past the end of the data")
+        if n1 * 10 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataResponse.brokers", n1, len(buf) - pos)
         items1: list[MetadataResponse.MetadataResponseBroker] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataResponse_MetadataResponseBroker_v1(buf, pos)
@@ -877,8 +881,8 @@ def _dec_MetadataResponse_v1(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n2 < 0:
         raise DecodeError(f"MetadataResponse.topics: invalid array length {n2}")
     else:
-        if n2 * 5 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 5 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("MetadataResponse.topics", n2, len(buf) - pos)
         items2: list[MetadataResponse.MetadataResponseTopic] = []
         for _ in range(n2):
             item2, pos = _dec_MetadataResponse_MetadataResponseTopic_v1(buf, pos)
@@ -887,6 +891,7 @@ def _dec_MetadataResponse_v1(buf: memoryview, pos: int) -> tuple[MetadataRespons
     obj.throttle_time_ms = 0
     obj.cluster_id = None
     obj.cluster_authorized_operations = -2147483648
+    obj.error_code = 0
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -932,8 +937,8 @@ def _dec_MetadataResponse_v2(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n1 < 0:
         raise DecodeError(f"MetadataResponse.brokers: invalid array length {n1}")
     else:
-        if n1 * 10 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.brokers: array of {n1} elements runs past the end of the data")
+        if n1 * 10 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataResponse.brokers", n1, len(buf) - pos)
         items1: list[MetadataResponse.MetadataResponseBroker] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataResponse_MetadataResponseBroker_v1(buf, pos)
@@ -958,8 +963,8 @@ def _dec_MetadataResponse_v2(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n3 < 0:
         raise DecodeError(f"MetadataResponse.topics: invalid array length {n3}")
     else:
-        if n3 * 5 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 5 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("MetadataResponse.topics", n3, len(buf) - pos)
         items3: list[MetadataResponse.MetadataResponseTopic] = []
         for _ in range(n3):
             item3, pos = _dec_MetadataResponse_MetadataResponseTopic_v1(buf, pos)
@@ -967,6 +972,7 @@ def _dec_MetadataResponse_v2(buf: memoryview, pos: int) -> tuple[MetadataRespons
         obj.topics = items3
     obj.throttle_time_ms = 0
     obj.cluster_authorized_operations = -2147483648
+    obj.error_code = 0
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -1015,8 +1021,8 @@ def _dec_MetadataResponse_v3(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n1 < 0:
         raise DecodeError(f"MetadataResponse.brokers: invalid array length {n1}")
     else:
-        if n1 * 10 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.brokers: array of {n1} elements runs past the end of the data")
+        if n1 * 10 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataResponse.brokers", n1, len(buf) - pos)
         items1: list[MetadataResponse.MetadataResponseBroker] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataResponse_MetadataResponseBroker_v1(buf, pos)
@@ -1041,14 +1047,15 @@ def _dec_MetadataResponse_v3(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n3 < 0:
         raise DecodeError(f"MetadataResponse.topics: invalid array length {n3}")
     else:
-        if n3 * 5 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 5 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("MetadataResponse.topics", n3, len(buf) - pos)
         items3: list[MetadataResponse.MetadataResponseTopic] = []
         for _ in range(n3):
             item3, pos = _dec_MetadataResponse_MetadataResponseTopic_v1(buf, pos)
             items3.append(item3)
         obj.topics = items3
     obj.cluster_authorized_operations = -2147483648
+    obj.error_code = 0
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -1093,8 +1100,8 @@ def _dec_MetadataResponse_MetadataResponsePartition_v5(buf: memoryview, pos: int
         raise DecodeError(f"MetadataResponse.MetadataResponsePartition.replica_nodes: invalid array length {n1}")
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"MetadataResponse.MetadataResponsePartition.replica_nodes: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponsePartition.replica_nodes", n1, len(buf) - pos)
         obj.replica_nodes = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     n2 = unpack_i32(buf, pos)[0]
@@ -1103,8 +1110,8 @@ def _dec_MetadataResponse_MetadataResponsePartition_v5(buf: memoryview, pos: int
         raise DecodeError(f"MetadataResponse.MetadataResponsePartition.isr_nodes: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"MetadataResponse.MetadataResponsePartition.isr_nodes: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponsePartition.isr_nodes", n2, len(buf) - pos)
         obj.isr_nodes = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     n3 = unpack_i32(buf, pos)[0]
@@ -1113,8 +1120,8 @@ def _dec_MetadataResponse_MetadataResponsePartition_v5(buf: memoryview, pos: int
         raise DecodeError(f"MetadataResponse.MetadataResponsePartition.offline_replicas: invalid array length {n3}")
     else:
         end3 = pos + n3 * 4
-        if end3 > len(buf):
-            raise DecodeError(f"MetadataResponse.MetadataResponsePartition.offline_replicas: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponsePartition.offline_replicas", n3, len(buf) - pos)
         obj.offline_replicas = list(sunpack(f">{n3}i", buf, pos)) if n3 else []
         pos = end3
     obj.leader_epoch = -1
@@ -1170,8 +1177,8 @@ def _dec_MetadataResponse_MetadataResponseTopic_v5(buf: memoryview, pos: int) ->
     if n2 < 0:
         raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 13 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 13 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[MetadataResponse.MetadataResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_MetadataResponse_MetadataResponsePartition_v5(buf, pos)
@@ -1227,8 +1234,8 @@ def _dec_MetadataResponse_v5(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n1 < 0:
         raise DecodeError(f"MetadataResponse.brokers: invalid array length {n1}")
     else:
-        if n1 * 10 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.brokers: array of {n1} elements runs past the end of the data")
+        if n1 * 10 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataResponse.brokers", n1, len(buf) - pos)
         items1: list[MetadataResponse.MetadataResponseBroker] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataResponse_MetadataResponseBroker_v1(buf, pos)
@@ -1253,14 +1260,15 @@ def _dec_MetadataResponse_v5(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n3 < 0:
         raise DecodeError(f"MetadataResponse.topics: invalid array length {n3}")
     else:
-        if n3 * 5 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 5 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("MetadataResponse.topics", n3, len(buf) - pos)
         items3: list[MetadataResponse.MetadataResponseTopic] = []
         for _ in range(n3):
             item3, pos = _dec_MetadataResponse_MetadataResponseTopic_v5(buf, pos)
             items3.append(item3)
         obj.topics = items3
     obj.cluster_authorized_operations = -2147483648
+    obj.error_code = 0
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -1305,8 +1313,8 @@ def _dec_MetadataResponse_MetadataResponsePartition_v7(buf: memoryview, pos: int
         raise DecodeError(f"MetadataResponse.MetadataResponsePartition.replica_nodes: invalid array length {n1}")
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"MetadataResponse.MetadataResponsePartition.replica_nodes: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponsePartition.replica_nodes", n1, len(buf) - pos)
         obj.replica_nodes = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     n2 = unpack_i32(buf, pos)[0]
@@ -1315,8 +1323,8 @@ def _dec_MetadataResponse_MetadataResponsePartition_v7(buf: memoryview, pos: int
         raise DecodeError(f"MetadataResponse.MetadataResponsePartition.isr_nodes: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"MetadataResponse.MetadataResponsePartition.isr_nodes: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponsePartition.isr_nodes", n2, len(buf) - pos)
         obj.isr_nodes = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     n3 = unpack_i32(buf, pos)[0]
@@ -1325,8 +1333,8 @@ def _dec_MetadataResponse_MetadataResponsePartition_v7(buf: memoryview, pos: int
         raise DecodeError(f"MetadataResponse.MetadataResponsePartition.offline_replicas: invalid array length {n3}")
     else:
         end3 = pos + n3 * 4
-        if end3 > len(buf):
-            raise DecodeError(f"MetadataResponse.MetadataResponsePartition.offline_replicas: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponsePartition.offline_replicas", n3, len(buf) - pos)
         obj.offline_replicas = list(sunpack(f">{n3}i", buf, pos)) if n3 else []
         pos = end3
     obj.unknown_tagged_fields = None
@@ -1381,8 +1389,8 @@ def _dec_MetadataResponse_MetadataResponseTopic_v7(buf: memoryview, pos: int) ->
     if n2 < 0:
         raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 17 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 17 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[MetadataResponse.MetadataResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_MetadataResponse_MetadataResponsePartition_v7(buf, pos)
@@ -1438,8 +1446,8 @@ def _dec_MetadataResponse_v7(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n1 < 0:
         raise DecodeError(f"MetadataResponse.brokers: invalid array length {n1}")
     else:
-        if n1 * 10 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.brokers: array of {n1} elements runs past the end of the data")
+        if n1 * 10 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataResponse.brokers", n1, len(buf) - pos)
         items1: list[MetadataResponse.MetadataResponseBroker] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataResponse_MetadataResponseBroker_v1(buf, pos)
@@ -1464,14 +1472,15 @@ def _dec_MetadataResponse_v7(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n3 < 0:
         raise DecodeError(f"MetadataResponse.topics: invalid array length {n3}")
     else:
-        if n3 * 5 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 5 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("MetadataResponse.topics", n3, len(buf) - pos)
         items3: list[MetadataResponse.MetadataResponseTopic] = []
         for _ in range(n3):
             item3, pos = _dec_MetadataResponse_MetadataResponseTopic_v7(buf, pos)
             items3.append(item3)
         obj.topics = items3
     obj.cluster_authorized_operations = -2147483648
+    obj.error_code = 0
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -1523,8 +1532,8 @@ def _dec_MetadataResponse_MetadataResponseTopic_v8(buf: memoryview, pos: int) ->
     if n2 < 0:
         raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 17 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 17 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[MetadataResponse.MetadataResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_MetadataResponse_MetadataResponsePartition_v7(buf, pos)
@@ -1580,8 +1589,8 @@ def _dec_MetadataResponse_v8(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n1 < 0:
         raise DecodeError(f"MetadataResponse.brokers: invalid array length {n1}")
     else:
-        if n1 * 10 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.brokers: array of {n1} elements runs past the end of the data")
+        if n1 * 10 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataResponse.brokers", n1, len(buf) - pos)
         items1: list[MetadataResponse.MetadataResponseBroker] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataResponse_MetadataResponseBroker_v1(buf, pos)
@@ -1606,8 +1615,8 @@ def _dec_MetadataResponse_v8(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n3 < 0:
         raise DecodeError(f"MetadataResponse.topics: invalid array length {n3}")
     else:
-        if n3 * 9 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 9 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("MetadataResponse.topics", n3, len(buf) - pos)
         items3: list[MetadataResponse.MetadataResponseTopic] = []
         for _ in range(n3):
             item3, pos = _dec_MetadataResponse_MetadataResponseTopic_v8(buf, pos)
@@ -1615,11 +1624,12 @@ def _dec_MetadataResponse_v8(buf: memoryview, pos: int) -> tuple[MetadataRespons
         obj.topics = items3
     (obj.cluster_authorized_operations,) = _unpack_i(buf, pos)
     pos += 4
+    obj.error_code = 0
     obj.unknown_tagged_fields = None
     return obj, pos
 
 
-# MetadataResponse.MetadataResponseBroker v9-12
+# MetadataResponse.MetadataResponseBroker v9-13
 def _enc_MetadataResponse_MetadataResponseBroker_v9(out: bytearray, obj: MetadataResponse.MetadataResponseBroker) -> None:
     out += _pack_i(obj.node_id)
     v1 = obj.host
@@ -1655,7 +1665,7 @@ def _enc_MetadataResponse_MetadataResponseBroker_v9(out: bytearray, obj: Metadat
         out.append(0)
 
 
-# MetadataResponse.MetadataResponseBroker v9-12
+# MetadataResponse.MetadataResponseBroker v9-13
 def _dec_MetadataResponse_MetadataResponseBroker_v9(buf: memoryview, pos: int) -> tuple[MetadataResponse.MetadataResponseBroker, int]:
     obj = new(_MetadataResponse_MetadataResponseBroker)
     (obj.node_id,) = _unpack_i(buf, pos)
@@ -1702,7 +1712,7 @@ def _dec_MetadataResponse_MetadataResponseBroker_v9(buf: memoryview, pos: int) -
     return obj, pos
 
 
-# MetadataResponse.MetadataResponsePartition v9-12
+# MetadataResponse.MetadataResponsePartition v9-13
 def _enc_MetadataResponse_MetadataResponsePartition_v9(out: bytearray, obj: MetadataResponse.MetadataResponsePartition) -> None:
     out += _pack_hiii(obj.error_code, obj.partition_index, obj.leader_id, obj.leader_epoch)
     v1 = obj.replica_nodes
@@ -1744,7 +1754,7 @@ def _enc_MetadataResponse_MetadataResponsePartition_v9(out: bytearray, obj: Meta
         out.append(0)
 
 
-# MetadataResponse.MetadataResponsePartition v9-12
+# MetadataResponse.MetadataResponsePartition v9-13
 def _dec_MetadataResponse_MetadataResponsePartition_v9(buf: memoryview, pos: int) -> tuple[MetadataResponse.MetadataResponsePartition, int]:
     obj = new(_MetadataResponse_MetadataResponsePartition)
     obj.error_code, obj.partition_index, obj.leader_id, obj.leader_epoch = _unpack_hiii(buf, pos)
@@ -1760,8 +1770,8 @@ def _dec_MetadataResponse_MetadataResponsePartition_v9(buf: memoryview, pos: int
         raise DecodeError(f"MetadataResponse.MetadataResponsePartition.replica_nodes: invalid array length {n1}")
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"MetadataResponse.MetadataResponsePartition.replica_nodes: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponsePartition.replica_nodes", n1, len(buf) - pos)
         obj.replica_nodes = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     n2 = buf[pos]
@@ -1775,8 +1785,8 @@ def _dec_MetadataResponse_MetadataResponsePartition_v9(buf: memoryview, pos: int
         raise DecodeError(f"MetadataResponse.MetadataResponsePartition.isr_nodes: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"MetadataResponse.MetadataResponsePartition.isr_nodes: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponsePartition.isr_nodes", n2, len(buf) - pos)
         obj.isr_nodes = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     n3 = buf[pos]
@@ -1790,8 +1800,8 @@ def _dec_MetadataResponse_MetadataResponsePartition_v9(buf: memoryview, pos: int
         raise DecodeError(f"MetadataResponse.MetadataResponsePartition.offline_replicas: invalid array length {n3}")
     else:
         end3 = pos + n3 * 4
-        if end3 > len(buf):
-            raise DecodeError(f"MetadataResponse.MetadataResponsePartition.offline_replicas: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponsePartition.offline_replicas", n3, len(buf) - pos)
         obj.offline_replicas = list(sunpack(f">{n3}i", buf, pos)) if n3 else []
         pos = end3
     if buf[pos] == 0:
@@ -1869,8 +1879,8 @@ def _dec_MetadataResponse_MetadataResponseTopic_v9(buf: memoryview, pos: int) ->
     if n2 < 0:
         raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[MetadataResponse.MetadataResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_MetadataResponse_MetadataResponsePartition_v9(buf, pos)
@@ -1948,8 +1958,8 @@ def _dec_MetadataResponse_v9(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n1 < 0:
         raise DecodeError(f"MetadataResponse.brokers: invalid array length {n1}")
     else:
-        if n1 * 11 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.brokers: array of {n1} elements runs past the end of the data")
+        if n1 * 11 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataResponse.brokers", n1, len(buf) - pos)
         items1: list[MetadataResponse.MetadataResponseBroker] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataResponse_MetadataResponseBroker_v9(buf, pos)
@@ -1984,8 +1994,8 @@ def _dec_MetadataResponse_v9(buf: memoryview, pos: int) -> tuple[MetadataRespons
     if n3 < 0:
         raise DecodeError(f"MetadataResponse.topics: invalid array length {n3}")
     else:
-        if n3 * 10 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 10 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("MetadataResponse.topics", n3, len(buf) - pos)
         items3: list[MetadataResponse.MetadataResponseTopic] = []
         for _ in range(n3):
             item3, pos = _dec_MetadataResponse_MetadataResponseTopic_v9(buf, pos)
@@ -1993,6 +2003,7 @@ def _dec_MetadataResponse_v9(buf: memoryview, pos: int) -> tuple[MetadataRespons
         obj.topics = items3
     (obj.cluster_authorized_operations,) = _unpack_i(buf, pos)
     pos += 4
+    obj.error_code = 0
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -2070,8 +2081,8 @@ def _dec_MetadataResponse_MetadataResponseTopic_v10(buf: memoryview, pos: int) -
     if n3 < 0:
         raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: invalid array length {n3}")
     else:
-        if n3 * 18 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: array of {n3} elements runs past the end of the data")
+        if n3 * 18 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponseTopic.partitions", n3, len(buf) - pos)
         items3: list[MetadataResponse.MetadataResponsePartition] = []
         for _ in range(n3):
             item3, pos = _dec_MetadataResponse_MetadataResponsePartition_v9(buf, pos)
@@ -2148,8 +2159,8 @@ def _dec_MetadataResponse_v10(buf: memoryview, pos: int) -> tuple[MetadataRespon
     if n1 < 0:
         raise DecodeError(f"MetadataResponse.brokers: invalid array length {n1}")
     else:
-        if n1 * 11 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.brokers: array of {n1} elements runs past the end of the data")
+        if n1 * 11 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataResponse.brokers", n1, len(buf) - pos)
         items1: list[MetadataResponse.MetadataResponseBroker] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataResponse_MetadataResponseBroker_v9(buf, pos)
@@ -2184,8 +2195,8 @@ def _dec_MetadataResponse_v10(buf: memoryview, pos: int) -> tuple[MetadataRespon
     if n3 < 0:
         raise DecodeError(f"MetadataResponse.topics: invalid array length {n3}")
     else:
-        if n3 * 26 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 26 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("MetadataResponse.topics", n3, len(buf) - pos)
         items3: list[MetadataResponse.MetadataResponseTopic] = []
         for _ in range(n3):
             item3, pos = _dec_MetadataResponse_MetadataResponseTopic_v10(buf, pos)
@@ -2193,6 +2204,7 @@ def _dec_MetadataResponse_v10(buf: memoryview, pos: int) -> tuple[MetadataRespon
         obj.topics = items3
     (obj.cluster_authorized_operations,) = _unpack_i(buf, pos)
     pos += 4
+    obj.error_code = 0
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -2263,8 +2275,8 @@ def _dec_MetadataResponse_v11(buf: memoryview, pos: int) -> tuple[MetadataRespon
     if n1 < 0:
         raise DecodeError(f"MetadataResponse.brokers: invalid array length {n1}")
     else:
-        if n1 * 11 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.brokers: array of {n1} elements runs past the end of the data")
+        if n1 * 11 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataResponse.brokers", n1, len(buf) - pos)
         items1: list[MetadataResponse.MetadataResponseBroker] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataResponse_MetadataResponseBroker_v9(buf, pos)
@@ -2299,14 +2311,15 @@ def _dec_MetadataResponse_v11(buf: memoryview, pos: int) -> tuple[MetadataRespon
     if n3 < 0:
         raise DecodeError(f"MetadataResponse.topics: invalid array length {n3}")
     else:
-        if n3 * 26 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 26 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("MetadataResponse.topics", n3, len(buf) - pos)
         items3: list[MetadataResponse.MetadataResponseTopic] = []
         for _ in range(n3):
             item3, pos = _dec_MetadataResponse_MetadataResponseTopic_v10(buf, pos)
             items3.append(item3)
         obj.topics = items3
     obj.cluster_authorized_operations = -2147483648
+    obj.error_code = 0
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -2315,7 +2328,7 @@ def _dec_MetadataResponse_v11(buf: memoryview, pos: int) -> tuple[MetadataRespon
     return obj, pos
 
 
-# MetadataResponse.MetadataResponseTopic v12
+# MetadataResponse.MetadataResponseTopic v12-13
 def _enc_MetadataResponse_MetadataResponseTopic_v12(out: bytearray, obj: MetadataResponse.MetadataResponseTopic) -> None:
     out += _pack_h(obj.error_code)
     v1 = obj.name
@@ -2351,7 +2364,7 @@ def _enc_MetadataResponse_MetadataResponseTopic_v12(out: bytearray, obj: Metadat
         out.append(0)
 
 
-# MetadataResponse.MetadataResponseTopic v12
+# MetadataResponse.MetadataResponseTopic v12-13
 def _dec_MetadataResponse_MetadataResponseTopic_v12(buf: memoryview, pos: int) -> tuple[MetadataResponse.MetadataResponseTopic, int]:
     obj = new(_MetadataResponse_MetadataResponseTopic)
     (obj.error_code,) = _unpack_h(buf, pos)
@@ -2386,8 +2399,8 @@ def _dec_MetadataResponse_MetadataResponseTopic_v12(buf: memoryview, pos: int) -
     if n3 < 0:
         raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: invalid array length {n3}")
     else:
-        if n3 * 18 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.MetadataResponseTopic.partitions: array of {n3} elements runs past the end of the data")
+        if n3 * 18 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("MetadataResponse.MetadataResponseTopic.partitions", n3, len(buf) - pos)
         items3: list[MetadataResponse.MetadataResponsePartition] = []
         for _ in range(n3):
             item3, pos = _dec_MetadataResponse_MetadataResponsePartition_v9(buf, pos)
@@ -2465,8 +2478,8 @@ def _dec_MetadataResponse_v12(buf: memoryview, pos: int) -> tuple[MetadataRespon
     if n1 < 0:
         raise DecodeError(f"MetadataResponse.brokers: invalid array length {n1}")
     else:
-        if n1 * 11 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.brokers: array of {n1} elements runs past the end of the data")
+        if n1 * 11 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataResponse.brokers", n1, len(buf) - pos)
         items1: list[MetadataResponse.MetadataResponseBroker] = []
         for _ in range(n1):
             item1, pos = _dec_MetadataResponse_MetadataResponseBroker_v9(buf, pos)
@@ -2501,13 +2514,131 @@ def _dec_MetadataResponse_v12(buf: memoryview, pos: int) -> tuple[MetadataRespon
     if n3 < 0:
         raise DecodeError(f"MetadataResponse.topics: invalid array length {n3}")
     else:
-        if n3 * 26 > len(buf) - pos:
-            raise DecodeError(f"MetadataResponse.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 26 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("MetadataResponse.topics", n3, len(buf) - pos)
         items3: list[MetadataResponse.MetadataResponseTopic] = []
         for _ in range(n3):
             item3, pos = _dec_MetadataResponse_MetadataResponseTopic_v12(buf, pos)
             items3.append(item3)
         obj.topics = items3
+    obj.cluster_authorized_operations = -2147483648
+    obj.error_code = 0
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# MetadataResponse v13
+def _enc_MetadataResponse_v13(out: bytearray, obj: MetadataResponse) -> None:
+    if obj.cluster_authorized_operations != -2147483648:
+        raise EncodeError("MetadataResponse.cluster_authorized_operations cannot be sent in this version: only in versions 8-10", UNSUPPORTED_VERSION)
+    out += _pack_i(obj.throttle_time_ms)
+    v1 = obj.brokers
+    if v1 is None:
+        raise EncodeError("MetadataResponse.brokers is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_MetadataResponse_MetadataResponseBroker_v9(out, item1)
+    v2 = obj.cluster_id
+    if v2 is None:
+        out.append(0)
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("MetadataResponse.cluster_id is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    out += _pack_i(obj.controller_id)
+    v3 = obj.topics
+    if v3 is None:
+        raise EncodeError("MetadataResponse.topics is not nullable in this version")
+    else:
+        n3 = len(v3)
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        for item3 in v3:
+            _enc_MetadataResponse_MetadataResponseTopic_v12(out, item3)
+    out += _pack_h(obj.error_code)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# MetadataResponse v13
+def _dec_MetadataResponse_v13(buf: memoryview, pos: int) -> tuple[MetadataResponse, int]:
+    obj = new(_MetadataResponse)
+    (obj.throttle_time_ms,) = _unpack_i(buf, pos)
+    pos += 4
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"MetadataResponse.brokers: invalid array length {n1}")
+    else:
+        if n1 * 11 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("MetadataResponse.brokers", n1, len(buf) - pos)
+        items1: list[MetadataResponse.MetadataResponseBroker] = []
+        for _ in range(n1):
+            item1, pos = _dec_MetadataResponse_MetadataResponseBroker_v9(buf, pos)
+            items1.append(item1)
+        obj.brokers = items1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        if n2 != -1:
+            raise DecodeError(f"MetadataResponse.cluster_id: invalid string length {n2}")
+        obj.cluster_id = None
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("MetadataResponse.cluster_id: string runs past the end of the data")
+        obj.cluster_id = str(buf[pos:end2], "utf-8")
+        pos = end2
+    (obj.controller_id,) = _unpack_i(buf, pos)
+    pos += 4
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        raise DecodeError(f"MetadataResponse.topics: invalid array length {n3}")
+    else:
+        if n3 * 26 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("MetadataResponse.topics", n3, len(buf) - pos)
+        items3: list[MetadataResponse.MetadataResponseTopic] = []
+        for _ in range(n3):
+            item3, pos = _dec_MetadataResponse_MetadataResponseTopic_v12(buf, pos)
+            items3.append(item3)
+        obj.topics = items3
+    (obj.error_code,) = _unpack_h(buf, pos)
+    pos += 2
     obj.cluster_authorized_operations = -2147483648
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
@@ -2522,11 +2653,13 @@ def _error_MetadataRequest(request: MetadataRequest, version: int, code: int, me
         return _MetadataResponse(topics=[_MetadataResponse_MetadataResponseTopic(error_code=code, name=x0.name) for x0 in (request.topics or ())])
     elif version <= 11:  # v10-11
         return _MetadataResponse(topics=[_MetadataResponse_MetadataResponseTopic(error_code=code, name=x0.name or "", topic_id=x0.topic_id) for x0 in (request.topics or ())])
-    return _MetadataResponse(topics=[_MetadataResponse_MetadataResponseTopic(error_code=code, name=x0.name, topic_id=x0.topic_id) for x0 in (request.topics or ())])
+    elif version <= 12:  # v12
+        return _MetadataResponse(topics=[_MetadataResponse_MetadataResponseTopic(error_code=code, name=x0.name, topic_id=x0.topic_id) for x0 in (request.topics or ())])
+    return _MetadataResponse(error_code=code)
 
 
-MetadataRequest._encoders_ = {0: _enc_MetadataRequest_v0, 1: _enc_MetadataRequest_v1, 2: _enc_MetadataRequest_v1, 3: _enc_MetadataRequest_v1, 4: _enc_MetadataRequest_v4, 5: _enc_MetadataRequest_v4, 6: _enc_MetadataRequest_v4, 7: _enc_MetadataRequest_v4, 8: _enc_MetadataRequest_v8, 9: _enc_MetadataRequest_v9, 10: _enc_MetadataRequest_v10, 11: _enc_MetadataRequest_v11, 12: _enc_MetadataRequest_v11}
-MetadataRequest._decoders_ = {0: _dec_MetadataRequest_v0, 1: _dec_MetadataRequest_v1, 2: _dec_MetadataRequest_v1, 3: _dec_MetadataRequest_v1, 4: _dec_MetadataRequest_v4, 5: _dec_MetadataRequest_v4, 6: _dec_MetadataRequest_v4, 7: _dec_MetadataRequest_v4, 8: _dec_MetadataRequest_v8, 9: _dec_MetadataRequest_v9, 10: _dec_MetadataRequest_v10, 11: _dec_MetadataRequest_v11, 12: _dec_MetadataRequest_v11}
-MetadataResponse._encoders_ = {0: _enc_MetadataResponse_v0, 1: _enc_MetadataResponse_v1, 2: _enc_MetadataResponse_v2, 3: _enc_MetadataResponse_v3, 4: _enc_MetadataResponse_v3, 5: _enc_MetadataResponse_v5, 6: _enc_MetadataResponse_v5, 7: _enc_MetadataResponse_v7, 8: _enc_MetadataResponse_v8, 9: _enc_MetadataResponse_v9, 10: _enc_MetadataResponse_v10, 11: _enc_MetadataResponse_v11, 12: _enc_MetadataResponse_v12}
-MetadataResponse._decoders_ = {0: _dec_MetadataResponse_v0, 1: _dec_MetadataResponse_v1, 2: _dec_MetadataResponse_v2, 3: _dec_MetadataResponse_v3, 4: _dec_MetadataResponse_v3, 5: _dec_MetadataResponse_v5, 6: _dec_MetadataResponse_v5, 7: _dec_MetadataResponse_v7, 8: _dec_MetadataResponse_v8, 9: _dec_MetadataResponse_v9, 10: _dec_MetadataResponse_v10, 11: _dec_MetadataResponse_v11, 12: _dec_MetadataResponse_v12}
+MetadataRequest._encoders_ = {0: _enc_MetadataRequest_v0, 1: _enc_MetadataRequest_v1, 2: _enc_MetadataRequest_v1, 3: _enc_MetadataRequest_v1, 4: _enc_MetadataRequest_v4, 5: _enc_MetadataRequest_v4, 6: _enc_MetadataRequest_v4, 7: _enc_MetadataRequest_v4, 8: _enc_MetadataRequest_v8, 9: _enc_MetadataRequest_v9, 10: _enc_MetadataRequest_v10, 11: _enc_MetadataRequest_v11, 12: _enc_MetadataRequest_v11, 13: _enc_MetadataRequest_v11}
+MetadataRequest._decoders_ = {0: _dec_MetadataRequest_v0, 1: _dec_MetadataRequest_v1, 2: _dec_MetadataRequest_v1, 3: _dec_MetadataRequest_v1, 4: _dec_MetadataRequest_v4, 5: _dec_MetadataRequest_v4, 6: _dec_MetadataRequest_v4, 7: _dec_MetadataRequest_v4, 8: _dec_MetadataRequest_v8, 9: _dec_MetadataRequest_v9, 10: _dec_MetadataRequest_v10, 11: _dec_MetadataRequest_v11, 12: _dec_MetadataRequest_v11, 13: _dec_MetadataRequest_v11}
+MetadataResponse._encoders_ = {0: _enc_MetadataResponse_v0, 1: _enc_MetadataResponse_v1, 2: _enc_MetadataResponse_v2, 3: _enc_MetadataResponse_v3, 4: _enc_MetadataResponse_v3, 5: _enc_MetadataResponse_v5, 6: _enc_MetadataResponse_v5, 7: _enc_MetadataResponse_v7, 8: _enc_MetadataResponse_v8, 9: _enc_MetadataResponse_v9, 10: _enc_MetadataResponse_v10, 11: _enc_MetadataResponse_v11, 12: _enc_MetadataResponse_v12, 13: _enc_MetadataResponse_v13}
+MetadataResponse._decoders_ = {0: _dec_MetadataResponse_v0, 1: _dec_MetadataResponse_v1, 2: _dec_MetadataResponse_v2, 3: _dec_MetadataResponse_v3, 4: _dec_MetadataResponse_v3, 5: _dec_MetadataResponse_v5, 6: _dec_MetadataResponse_v5, 7: _dec_MetadataResponse_v7, 8: _dec_MetadataResponse_v8, 9: _dec_MetadataResponse_v9, 10: _dec_MetadataResponse_v10, 11: _dec_MetadataResponse_v11, 12: _dec_MetadataResponse_v12, 13: _dec_MetadataResponse_v13}
 MetadataRequest._error_response_ = _error_MetadataRequest

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -134,13 +137,14 @@ def _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v0(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"OffsetCommitRequest.OffsetCommitRequestTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 13 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitRequest.OffsetCommitRequestTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 13 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetCommitRequest.OffsetCommitRequestTopic.partitions", n2, len(buf) - pos)
         items2: list[OffsetCommitRequest.OffsetCommitRequestPartition] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetCommitRequest_OffsetCommitRequestPartition_v0(buf, pos)
             items2.append(item2)
         obj.partitions = items2
+    obj.topic_id = ZERO_UUID
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -187,8 +191,8 @@ def _dec_OffsetCommitRequest_v0(buf: memoryview, pos: int) -> tuple[OffsetCommit
     if n2 < 0:
         raise DecodeError(f"OffsetCommitRequest.topics: invalid array length {n2}")
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetCommitRequest.topics", n2, len(buf) - pos)
         items2: list[OffsetCommitRequest.OffsetCommitRequestTopic] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v0(buf, pos)
@@ -279,13 +283,14 @@ def _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v1(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"OffsetCommitRequest.OffsetCommitRequestTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 21 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitRequest.OffsetCommitRequestTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 21 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetCommitRequest.OffsetCommitRequestTopic.partitions", n2, len(buf) - pos)
         items2: list[OffsetCommitRequest.OffsetCommitRequestPartition] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetCommitRequest_OffsetCommitRequestPartition_v1(buf, pos)
             items2.append(item2)
         obj.partitions = items2
+    obj.topic_id = ZERO_UUID
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -355,8 +360,8 @@ def _dec_OffsetCommitRequest_v1(buf: memoryview, pos: int) -> tuple[OffsetCommit
     if n3 < 0:
         raise DecodeError(f"OffsetCommitRequest.topics: invalid array length {n3}")
     else:
-        if n3 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitRequest.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 2 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("OffsetCommitRequest.topics", n3, len(buf) - pos)
         items3: list[OffsetCommitRequest.OffsetCommitRequestTopic] = []
         for _ in range(n3):
             item3, pos = _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v1(buf, pos)
@@ -436,8 +441,8 @@ def _dec_OffsetCommitRequest_v2(buf: memoryview, pos: int) -> tuple[OffsetCommit
     if n3 < 0:
         raise DecodeError(f"OffsetCommitRequest.topics: invalid array length {n3}")
     else:
-        if n3 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitRequest.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 2 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("OffsetCommitRequest.topics", n3, len(buf) - pos)
         items3: list[OffsetCommitRequest.OffsetCommitRequestTopic] = []
         for _ in range(n3):
             item3, pos = _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v0(buf, pos)
@@ -513,8 +518,8 @@ def _dec_OffsetCommitRequest_v5(buf: memoryview, pos: int) -> tuple[OffsetCommit
     if n3 < 0:
         raise DecodeError(f"OffsetCommitRequest.topics: invalid array length {n3}")
     else:
-        if n3 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitRequest.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 2 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("OffsetCommitRequest.topics", n3, len(buf) - pos)
         items3: list[OffsetCommitRequest.OffsetCommitRequestTopic] = []
         for _ in range(n3):
             item3, pos = _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v0(buf, pos)
@@ -605,13 +610,14 @@ def _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v6(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"OffsetCommitRequest.OffsetCommitRequestTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 17 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitRequest.OffsetCommitRequestTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 17 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetCommitRequest.OffsetCommitRequestTopic.partitions", n2, len(buf) - pos)
         items2: list[OffsetCommitRequest.OffsetCommitRequestPartition] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetCommitRequest_OffsetCommitRequestPartition_v6(buf, pos)
             items2.append(item2)
         obj.partitions = items2
+    obj.topic_id = ZERO_UUID
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -681,8 +687,8 @@ def _dec_OffsetCommitRequest_v6(buf: memoryview, pos: int) -> tuple[OffsetCommit
     if n3 < 0:
         raise DecodeError(f"OffsetCommitRequest.topics: invalid array length {n3}")
     else:
-        if n3 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitRequest.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 2 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("OffsetCommitRequest.topics", n3, len(buf) - pos)
         items3: list[OffsetCommitRequest.OffsetCommitRequestTopic] = []
         for _ in range(n3):
             item3, pos = _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v6(buf, pos)
@@ -779,8 +785,8 @@ def _dec_OffsetCommitRequest_v7(buf: memoryview, pos: int) -> tuple[OffsetCommit
     if n4 < 0:
         raise DecodeError(f"OffsetCommitRequest.topics: invalid array length {n4}")
     else:
-        if n4 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitRequest.topics: array of {n4} elements runs past the end of the data")
+        if n4 * 2 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("OffsetCommitRequest.topics", n4, len(buf) - pos)
         items4: list[OffsetCommitRequest.OffsetCommitRequestTopic] = []
         for _ in range(n4):
             item4, pos = _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v6(buf, pos)
@@ -791,7 +797,7 @@ def _dec_OffsetCommitRequest_v7(buf: memoryview, pos: int) -> tuple[OffsetCommit
     return obj, pos
 
 
-# OffsetCommitRequest.OffsetCommitRequestPartition v8-9
+# OffsetCommitRequest.OffsetCommitRequestPartition v8-10
 def _enc_OffsetCommitRequest_OffsetCommitRequestPartition_v8(out: bytearray, obj: OffsetCommitRequest.OffsetCommitRequestPartition) -> None:
     if obj.commit_timestamp != -1:
         raise EncodeError("OffsetCommitRequest.OffsetCommitRequestPartition.commit_timestamp cannot be sent in this version: only in versions 1-1", UNSUPPORTED_VERSION)
@@ -815,7 +821,7 @@ def _enc_OffsetCommitRequest_OffsetCommitRequestPartition_v8(out: bytearray, obj
         out.append(0)
 
 
-# OffsetCommitRequest.OffsetCommitRequestPartition v8-9
+# OffsetCommitRequest.OffsetCommitRequestPartition v8-10
 def _dec_OffsetCommitRequest_OffsetCommitRequestPartition_v8(buf: memoryview, pos: int) -> tuple[OffsetCommitRequest.OffsetCommitRequestPartition, int]:
     obj = new(_OffsetCommitRequest_OffsetCommitRequestPartition)
     obj.partition_index, obj.committed_offset, obj.committed_leader_epoch = _unpack_iqi(buf, pos)
@@ -906,13 +912,14 @@ def _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v8(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"OffsetCommitRequest.OffsetCommitRequestTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitRequest.OffsetCommitRequestTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetCommitRequest.OffsetCommitRequestTopic.partitions", n2, len(buf) - pos)
         items2: list[OffsetCommitRequest.OffsetCommitRequestPartition] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetCommitRequest_OffsetCommitRequestPartition_v8(buf, pos)
             items2.append(item2)
         obj.partitions = items2
+    obj.topic_id = ZERO_UUID
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -1042,11 +1049,198 @@ def _dec_OffsetCommitRequest_v8(buf: memoryview, pos: int) -> tuple[OffsetCommit
     if n4 < 0:
         raise DecodeError(f"OffsetCommitRequest.topics: invalid array length {n4}")
     else:
-        if n4 * 3 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitRequest.topics: array of {n4} elements runs past the end of the data")
+        if n4 * 3 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("OffsetCommitRequest.topics", n4, len(buf) - pos)
         items4: list[OffsetCommitRequest.OffsetCommitRequestTopic] = []
         for _ in range(n4):
             item4, pos = _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v8(buf, pos)
+            items4.append(item4)
+        obj.topics = items4
+    obj.retention_time_ms = -1
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# OffsetCommitRequest.OffsetCommitRequestTopic v10
+def _enc_OffsetCommitRequest_OffsetCommitRequestTopic_v10(out: bytearray, obj: OffsetCommitRequest.OffsetCommitRequestTopic) -> None:
+    out += obj.topic_id.bytes
+    v2 = obj.partitions
+    if v2 is None:
+        raise EncodeError("OffsetCommitRequest.OffsetCommitRequestTopic.partitions is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_OffsetCommitRequest_OffsetCommitRequestPartition_v8(out, item2)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# OffsetCommitRequest.OffsetCommitRequestTopic v10
+def _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v10(buf: memoryview, pos: int) -> tuple[OffsetCommitRequest.OffsetCommitRequestTopic, int]:
+    obj = new(_OffsetCommitRequest_OffsetCommitRequestTopic)
+    obj.topic_id, pos = read_uuid(buf, pos)
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"OffsetCommitRequest.OffsetCommitRequestTopic.partitions: invalid array length {n2}")
+    else:
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetCommitRequest.OffsetCommitRequestTopic.partitions", n2, len(buf) - pos)
+        items2: list[OffsetCommitRequest.OffsetCommitRequestPartition] = []
+        for _ in range(n2):
+            item2, pos = _dec_OffsetCommitRequest_OffsetCommitRequestPartition_v8(buf, pos)
+            items2.append(item2)
+        obj.partitions = items2
+    obj.name = ""
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# OffsetCommitRequest v10
+def _enc_OffsetCommitRequest_v10(out: bytearray, obj: OffsetCommitRequest) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        raise EncodeError("OffsetCommitRequest.group_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("OffsetCommitRequest.group_id is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    out += _pack_i(obj.generation_id_or_member_epoch)
+    v2 = obj.member_id
+    if v2 is None:
+        raise EncodeError("OffsetCommitRequest.member_id is not nullable in this version")
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("OffsetCommitRequest.member_id is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    v3 = obj.group_instance_id
+    if v3 is None:
+        out.append(0)
+    else:
+        data3 = v3.encode("utf-8")
+        n3 = len(data3)
+        if n3 > 0x7FFF:
+            raise EncodeError("OffsetCommitRequest.group_instance_id is longer than 32767 bytes")
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        out += data3
+    v4 = obj.topics
+    if v4 is None:
+        raise EncodeError("OffsetCommitRequest.topics is not nullable in this version")
+    else:
+        n4 = len(v4)
+        if n4 < 0x7F:
+            out.append(n4 + 1)
+        else:
+            write_uvarint(out, n4 + 1)
+        for item4 in v4:
+            _enc_OffsetCommitRequest_OffsetCommitRequestTopic_v10(out, item4)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# OffsetCommitRequest v10
+def _dec_OffsetCommitRequest_v10(buf: memoryview, pos: int) -> tuple[OffsetCommitRequest, int]:
+    obj = new(_OffsetCommitRequest)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"OffsetCommitRequest.group_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("OffsetCommitRequest.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    (obj.generation_id_or_member_epoch,) = _unpack_i(buf, pos)
+    pos += 4
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"OffsetCommitRequest.member_id: invalid string length {n2}")
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("OffsetCommitRequest.member_id: string runs past the end of the data")
+        obj.member_id = str(buf[pos:end2], "utf-8")
+        pos = end2
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        if n3 != -1:
+            raise DecodeError(f"OffsetCommitRequest.group_instance_id: invalid string length {n3}")
+        obj.group_instance_id = None
+    else:
+        end3 = pos + n3
+        if end3 > len(buf):
+            raise DecodeError("OffsetCommitRequest.group_instance_id: string runs past the end of the data")
+        obj.group_instance_id = str(buf[pos:end3], "utf-8")
+        pos = end3
+    n4 = buf[pos]
+    if n4 < 0x80:
+        n4 -= 1
+        pos += 1
+    else:
+        n4, pos = read_uvarint(buf, pos)
+        n4 -= 1
+    if n4 < 0:
+        raise DecodeError(f"OffsetCommitRequest.topics: invalid array length {n4}")
+    else:
+        if n4 * 18 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("OffsetCommitRequest.topics", n4, len(buf) - pos)
+        items4: list[OffsetCommitRequest.OffsetCommitRequestTopic] = []
+        for _ in range(n4):
+            item4, pos = _dec_OffsetCommitRequest_OffsetCommitRequestTopic_v10(buf, pos)
             items4.append(item4)
         obj.topics = items4
     obj.retention_time_ms = -1
@@ -1112,13 +1306,14 @@ def _dec_OffsetCommitResponse_OffsetCommitResponseTopic_v0(buf: memoryview, pos:
     if n2 < 0:
         raise DecodeError(f"OffsetCommitResponse.OffsetCommitResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 6 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitResponse.OffsetCommitResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 6 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetCommitResponse.OffsetCommitResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[OffsetCommitResponse.OffsetCommitResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetCommitResponse_OffsetCommitResponsePartition_v0(buf, pos)
             items2.append(item2)
         obj.partitions = items2
+    obj.topic_id = ZERO_UUID
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -1143,8 +1338,8 @@ def _dec_OffsetCommitResponse_v0(buf: memoryview, pos: int) -> tuple[OffsetCommi
     if n1 < 0:
         raise DecodeError(f"OffsetCommitResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetCommitResponse.topics", n1, len(buf) - pos)
         items1: list[OffsetCommitResponse.OffsetCommitResponseTopic] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetCommitResponse_OffsetCommitResponseTopic_v0(buf, pos)
@@ -1178,8 +1373,8 @@ def _dec_OffsetCommitResponse_v3(buf: memoryview, pos: int) -> tuple[OffsetCommi
     if n1 < 0:
         raise DecodeError(f"OffsetCommitResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetCommitResponse.topics", n1, len(buf) - pos)
         items1: list[OffsetCommitResponse.OffsetCommitResponseTopic] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetCommitResponse_OffsetCommitResponseTopic_v0(buf, pos)
@@ -1189,7 +1384,7 @@ def _dec_OffsetCommitResponse_v3(buf: memoryview, pos: int) -> tuple[OffsetCommi
     return obj, pos
 
 
-# OffsetCommitResponse.OffsetCommitResponsePartition v8-9
+# OffsetCommitResponse.OffsetCommitResponsePartition v8-10
 def _enc_OffsetCommitResponse_OffsetCommitResponsePartition_v8(out: bytearray, obj: OffsetCommitResponse.OffsetCommitResponsePartition) -> None:
     out += _pack_ih(obj.partition_index, obj.error_code)
     if obj.unknown_tagged_fields:
@@ -1198,7 +1393,7 @@ def _enc_OffsetCommitResponse_OffsetCommitResponsePartition_v8(out: bytearray, o
         out.append(0)
 
 
-# OffsetCommitResponse.OffsetCommitResponsePartition v8-9
+# OffsetCommitResponse.OffsetCommitResponsePartition v8-10
 def _dec_OffsetCommitResponse_OffsetCommitResponsePartition_v8(buf: memoryview, pos: int) -> tuple[OffsetCommitResponse.OffsetCommitResponsePartition, int]:
     obj = new(_OffsetCommitResponse_OffsetCommitResponsePartition)
     obj.partition_index, obj.error_code = _unpack_ih(buf, pos)
@@ -1271,13 +1466,14 @@ def _dec_OffsetCommitResponse_OffsetCommitResponseTopic_v8(buf: memoryview, pos:
     if n2 < 0:
         raise DecodeError(f"OffsetCommitResponse.OffsetCommitResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 7 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitResponse.OffsetCommitResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 7 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetCommitResponse.OffsetCommitResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[OffsetCommitResponse.OffsetCommitResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetCommitResponse_OffsetCommitResponsePartition_v8(buf, pos)
             items2.append(item2)
         obj.partitions = items2
+    obj.topic_id = ZERO_UUID
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -1321,8 +1517,8 @@ def _dec_OffsetCommitResponse_v8(buf: memoryview, pos: int) -> tuple[OffsetCommi
     if n1 < 0:
         raise DecodeError(f"OffsetCommitResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"OffsetCommitResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetCommitResponse.topics", n1, len(buf) - pos)
         items1: list[OffsetCommitResponse.OffsetCommitResponseTopic] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetCommitResponse_OffsetCommitResponseTopic_v8(buf, pos)
@@ -1336,12 +1532,114 @@ def _dec_OffsetCommitResponse_v8(buf: memoryview, pos: int) -> tuple[OffsetCommi
     return obj, pos
 
 
+# OffsetCommitResponse.OffsetCommitResponseTopic v10
+def _enc_OffsetCommitResponse_OffsetCommitResponseTopic_v10(out: bytearray, obj: OffsetCommitResponse.OffsetCommitResponseTopic) -> None:
+    out += obj.topic_id.bytes
+    v2 = obj.partitions
+    if v2 is None:
+        raise EncodeError("OffsetCommitResponse.OffsetCommitResponseTopic.partitions is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_OffsetCommitResponse_OffsetCommitResponsePartition_v8(out, item2)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# OffsetCommitResponse.OffsetCommitResponseTopic v10
+def _dec_OffsetCommitResponse_OffsetCommitResponseTopic_v10(buf: memoryview, pos: int) -> tuple[OffsetCommitResponse.OffsetCommitResponseTopic, int]:
+    obj = new(_OffsetCommitResponse_OffsetCommitResponseTopic)
+    obj.topic_id, pos = read_uuid(buf, pos)
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"OffsetCommitResponse.OffsetCommitResponseTopic.partitions: invalid array length {n2}")
+    else:
+        if n2 * 7 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetCommitResponse.OffsetCommitResponseTopic.partitions", n2, len(buf) - pos)
+        items2: list[OffsetCommitResponse.OffsetCommitResponsePartition] = []
+        for _ in range(n2):
+            item2, pos = _dec_OffsetCommitResponse_OffsetCommitResponsePartition_v8(buf, pos)
+            items2.append(item2)
+        obj.partitions = items2
+    obj.name = ""
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# OffsetCommitResponse v10
+def _enc_OffsetCommitResponse_v10(out: bytearray, obj: OffsetCommitResponse) -> None:
+    out += _pack_i(obj.throttle_time_ms)
+    v1 = obj.topics
+    if v1 is None:
+        raise EncodeError("OffsetCommitResponse.topics is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_OffsetCommitResponse_OffsetCommitResponseTopic_v10(out, item1)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# OffsetCommitResponse v10
+def _dec_OffsetCommitResponse_v10(buf: memoryview, pos: int) -> tuple[OffsetCommitResponse, int]:
+    obj = new(_OffsetCommitResponse)
+    (obj.throttle_time_ms,) = _unpack_i(buf, pos)
+    pos += 4
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"OffsetCommitResponse.topics: invalid array length {n1}")
+    else:
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetCommitResponse.topics", n1, len(buf) - pos)
+        items1: list[OffsetCommitResponse.OffsetCommitResponseTopic] = []
+        for _ in range(n1):
+            item1, pos = _dec_OffsetCommitResponse_OffsetCommitResponseTopic_v10(buf, pos)
+            items1.append(item1)
+        obj.topics = items1
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
 def _error_OffsetCommitRequest(request: OffsetCommitRequest, version: int, code: int, message: str | None) -> OffsetCommitResponse | None:
-    return _OffsetCommitResponse(topics=[_OffsetCommitResponse_OffsetCommitResponseTopic(name=x0.name, partitions=[_OffsetCommitResponse_OffsetCommitResponsePartition(error_code=code, partition_index=x1.partition_index) for x1 in x0.partitions]) for x0 in request.topics])
+    if version <= 9:  # v0-9
+        return _OffsetCommitResponse(topics=[_OffsetCommitResponse_OffsetCommitResponseTopic(name=x0.name, partitions=[_OffsetCommitResponse_OffsetCommitResponsePartition(error_code=code, partition_index=x1.partition_index) for x1 in x0.partitions]) for x0 in request.topics])
+    return _OffsetCommitResponse(topics=[_OffsetCommitResponse_OffsetCommitResponseTopic(topic_id=x0.topic_id, partitions=[_OffsetCommitResponse_OffsetCommitResponsePartition(error_code=code, partition_index=x1.partition_index) for x1 in x0.partitions]) for x0 in request.topics])
 
 
-OffsetCommitRequest._encoders_ = {0: _enc_OffsetCommitRequest_v0, 1: _enc_OffsetCommitRequest_v1, 2: _enc_OffsetCommitRequest_v2, 3: _enc_OffsetCommitRequest_v2, 4: _enc_OffsetCommitRequest_v2, 5: _enc_OffsetCommitRequest_v5, 6: _enc_OffsetCommitRequest_v6, 7: _enc_OffsetCommitRequest_v7, 8: _enc_OffsetCommitRequest_v8, 9: _enc_OffsetCommitRequest_v8}
-OffsetCommitRequest._decoders_ = {0: _dec_OffsetCommitRequest_v0, 1: _dec_OffsetCommitRequest_v1, 2: _dec_OffsetCommitRequest_v2, 3: _dec_OffsetCommitRequest_v2, 4: _dec_OffsetCommitRequest_v2, 5: _dec_OffsetCommitRequest_v5, 6: _dec_OffsetCommitRequest_v6, 7: _dec_OffsetCommitRequest_v7, 8: _dec_OffsetCommitRequest_v8, 9: _dec_OffsetCommitRequest_v8}
-OffsetCommitResponse._encoders_ = {0: _enc_OffsetCommitResponse_v0, 1: _enc_OffsetCommitResponse_v0, 2: _enc_OffsetCommitResponse_v0, 3: _enc_OffsetCommitResponse_v3, 4: _enc_OffsetCommitResponse_v3, 5: _enc_OffsetCommitResponse_v3, 6: _enc_OffsetCommitResponse_v3, 7: _enc_OffsetCommitResponse_v3, 8: _enc_OffsetCommitResponse_v8, 9: _enc_OffsetCommitResponse_v8}
-OffsetCommitResponse._decoders_ = {0: _dec_OffsetCommitResponse_v0, 1: _dec_OffsetCommitResponse_v0, 2: _dec_OffsetCommitResponse_v0, 3: _dec_OffsetCommitResponse_v3, 4: _dec_OffsetCommitResponse_v3, 5: _dec_OffsetCommitResponse_v3, 6: _dec_OffsetCommitResponse_v3, 7: _dec_OffsetCommitResponse_v3, 8: _dec_OffsetCommitResponse_v8, 9: _dec_OffsetCommitResponse_v8}
+OffsetCommitRequest._encoders_ = {0: _enc_OffsetCommitRequest_v0, 1: _enc_OffsetCommitRequest_v1, 2: _enc_OffsetCommitRequest_v2, 3: _enc_OffsetCommitRequest_v2, 4: _enc_OffsetCommitRequest_v2, 5: _enc_OffsetCommitRequest_v5, 6: _enc_OffsetCommitRequest_v6, 7: _enc_OffsetCommitRequest_v7, 8: _enc_OffsetCommitRequest_v8, 9: _enc_OffsetCommitRequest_v8, 10: _enc_OffsetCommitRequest_v10}
+OffsetCommitRequest._decoders_ = {0: _dec_OffsetCommitRequest_v0, 1: _dec_OffsetCommitRequest_v1, 2: _dec_OffsetCommitRequest_v2, 3: _dec_OffsetCommitRequest_v2, 4: _dec_OffsetCommitRequest_v2, 5: _dec_OffsetCommitRequest_v5, 6: _dec_OffsetCommitRequest_v6, 7: _dec_OffsetCommitRequest_v7, 8: _dec_OffsetCommitRequest_v8, 9: _dec_OffsetCommitRequest_v8, 10: _dec_OffsetCommitRequest_v10}
+OffsetCommitResponse._encoders_ = {0: _enc_OffsetCommitResponse_v0, 1: _enc_OffsetCommitResponse_v0, 2: _enc_OffsetCommitResponse_v0, 3: _enc_OffsetCommitResponse_v3, 4: _enc_OffsetCommitResponse_v3, 5: _enc_OffsetCommitResponse_v3, 6: _enc_OffsetCommitResponse_v3, 7: _enc_OffsetCommitResponse_v3, 8: _enc_OffsetCommitResponse_v8, 9: _enc_OffsetCommitResponse_v8, 10: _enc_OffsetCommitResponse_v10}
+OffsetCommitResponse._decoders_ = {0: _dec_OffsetCommitResponse_v0, 1: _dec_OffsetCommitResponse_v0, 2: _dec_OffsetCommitResponse_v0, 3: _dec_OffsetCommitResponse_v3, 4: _dec_OffsetCommitResponse_v3, 5: _dec_OffsetCommitResponse_v3, 6: _dec_OffsetCommitResponse_v3, 7: _dec_OffsetCommitResponse_v3, 8: _dec_OffsetCommitResponse_v8, 9: _dec_OffsetCommitResponse_v8, 10: _dec_OffsetCommitResponse_v10}
 OffsetCommitRequest._error_response_ = _error_OffsetCommitRequest

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -102,8 +105,8 @@ def _dec_OffsetDeleteRequest_OffsetDeleteRequestTopic_v0(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"OffsetDeleteRequest.OffsetDeleteRequestTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 4 > len(buf) - pos:
-            raise DecodeError(f"OffsetDeleteRequest.OffsetDeleteRequestTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 4 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetDeleteRequest.OffsetDeleteRequestTopic.partitions", n2, len(buf) - pos)
         items2: list[OffsetDeleteRequest.OffsetDeleteRequestPartition] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetDeleteRequest_OffsetDeleteRequestPartition_v0(buf, pos)
@@ -153,8 +156,8 @@ def _dec_OffsetDeleteRequest_v0(buf: memoryview, pos: int) -> tuple[OffsetDelete
     if n2 < 0:
         raise DecodeError(f"OffsetDeleteRequest.topics: invalid array length {n2}")
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetDeleteRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetDeleteRequest.topics", n2, len(buf) - pos)
         items2: list[OffsetDeleteRequest.OffsetDeleteRequestTopic] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetDeleteRequest_OffsetDeleteRequestTopic_v0(buf, pos)
@@ -218,8 +221,8 @@ def _dec_OffsetDeleteResponse_OffsetDeleteResponseTopic_v0(buf: memoryview, pos:
     if n2 < 0:
         raise DecodeError(f"OffsetDeleteResponse.OffsetDeleteResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 6 > len(buf) - pos:
-            raise DecodeError(f"OffsetDeleteResponse.OffsetDeleteResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 6 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetDeleteResponse.OffsetDeleteResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[OffsetDeleteResponse.OffsetDeleteResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetDeleteResponse_OffsetDeleteResponsePartition_v0(buf, pos)
@@ -252,8 +255,8 @@ def _dec_OffsetDeleteResponse_v0(buf: memoryview, pos: int) -> tuple[OffsetDelet
     if n1 < 0:
         raise DecodeError(f"OffsetDeleteResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetDeleteResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetDeleteResponse.topics", n1, len(buf) - pos)
         items1: list[OffsetDeleteResponse.OffsetDeleteResponseTopic] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetDeleteResponse_OffsetDeleteResponseTopic_v0(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -97,8 +100,8 @@ def _dec_OffsetFetchRequest_OffsetFetchRequestTopic_v0(buf: memoryview, pos: int
         raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes", n2, len(buf) - pos)
         obj.partition_indexes = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     obj.unknown_tagged_fields = None
@@ -149,8 +152,8 @@ def _dec_OffsetFetchRequest_v0(buf: memoryview, pos: int) -> tuple[OffsetFetchRe
     if n2 < 0:
         raise DecodeError(f"OffsetFetchRequest.topics: invalid array length {n2}")
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetFetchRequest.topics", n2, len(buf) - pos)
         items2: list[OffsetFetchRequest.OffsetFetchRequestTopic] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetFetchRequest_OffsetFetchRequestTopic_v0(buf, pos)
@@ -208,8 +211,8 @@ def _dec_OffsetFetchRequest_v2(buf: memoryview, pos: int) -> tuple[OffsetFetchRe
             raise DecodeError(f"OffsetFetchRequest.topics: invalid array length {n2}")
         obj.topics = None
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetFetchRequest.topics", n2, len(buf) - pos)
         items2: list[OffsetFetchRequest.OffsetFetchRequestTopic] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetFetchRequest_OffsetFetchRequestTopic_v0(buf, pos)
@@ -282,8 +285,8 @@ def _dec_OffsetFetchRequest_OffsetFetchRequestTopic_v6(buf: memoryview, pos: int
         raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes", n2, len(buf) - pos)
         obj.partition_indexes = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -360,8 +363,8 @@ def _dec_OffsetFetchRequest_v6(buf: memoryview, pos: int) -> tuple[OffsetFetchRe
             raise DecodeError(f"OffsetFetchRequest.topics: invalid array length {n2}")
         obj.topics = None
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetFetchRequest.topics", n2, len(buf) - pos)
         items2: list[OffsetFetchRequest.OffsetFetchRequestTopic] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetFetchRequest_OffsetFetchRequestTopic_v6(buf, pos)
@@ -442,8 +445,8 @@ def _dec_OffsetFetchRequest_v7(buf: memoryview, pos: int) -> tuple[OffsetFetchRe
             raise DecodeError(f"OffsetFetchRequest.topics: invalid array length {n2}")
         obj.topics = None
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetFetchRequest.topics", n2, len(buf) - pos)
         items2: list[OffsetFetchRequest.OffsetFetchRequestTopic] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetFetchRequest_OffsetFetchRequestTopic_v6(buf, pos)
@@ -521,10 +524,11 @@ def _dec_OffsetFetchRequest_OffsetFetchRequestTopics_v8(buf: memoryview, pos: in
         raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes", n2, len(buf) - pos)
         obj.partition_indexes = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
+    obj.topic_id = ZERO_UUID
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -595,8 +599,8 @@ def _dec_OffsetFetchRequest_OffsetFetchRequestGroup_v8(buf: memoryview, pos: int
             raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestGroup.topics: invalid array length {n2}")
         obj.topics = None
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestGroup.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetFetchRequest.OffsetFetchRequestGroup.topics", n2, len(buf) - pos)
         items2: list[OffsetFetchRequest.OffsetFetchRequestTopics] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetFetchRequest_OffsetFetchRequestTopics_v8(buf, pos)
@@ -649,8 +653,8 @@ def _dec_OffsetFetchRequest_v8(buf: memoryview, pos: int) -> tuple[OffsetFetchRe
     if n1 < 0:
         raise DecodeError(f"OffsetFetchRequest.groups: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchRequest.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetFetchRequest.groups", n1, len(buf) - pos)
         items1: list[OffsetFetchRequest.OffsetFetchRequestGroup] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetFetchRequest_OffsetFetchRequestGroup_v8(buf, pos)
@@ -763,8 +767,8 @@ def _dec_OffsetFetchRequest_OffsetFetchRequestGroup_v9(buf: memoryview, pos: int
             raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestGroup.topics: invalid array length {n3}")
         obj.topics = None
     else:
-        if n3 * 3 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestGroup.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 3 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("OffsetFetchRequest.OffsetFetchRequestGroup.topics", n3, len(buf) - pos)
         items3: list[OffsetFetchRequest.OffsetFetchRequestTopics] = []
         for _ in range(n3):
             item3, pos = _dec_OffsetFetchRequest_OffsetFetchRequestTopics_v8(buf, pos)
@@ -815,11 +819,225 @@ def _dec_OffsetFetchRequest_v9(buf: memoryview, pos: int) -> tuple[OffsetFetchRe
     if n1 < 0:
         raise DecodeError(f"OffsetFetchRequest.groups: invalid array length {n1}")
     else:
-        if n1 * 8 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchRequest.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 8 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetFetchRequest.groups", n1, len(buf) - pos)
         items1: list[OffsetFetchRequest.OffsetFetchRequestGroup] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetFetchRequest_OffsetFetchRequestGroup_v9(buf, pos)
+            items1.append(item1)
+        obj.groups = items1
+    (obj.require_stable,) = _unpack_o(buf, pos)
+    pos += 1
+    obj.group_id = ""
+    obj.topics = []
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# OffsetFetchRequest.OffsetFetchRequestTopics v10
+def _enc_OffsetFetchRequest_OffsetFetchRequestTopics_v10(out: bytearray, obj: OffsetFetchRequest.OffsetFetchRequestTopics) -> None:
+    out += obj.topic_id.bytes
+    v2 = obj.partition_indexes
+    if v2 is None:
+        raise EncodeError("OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        if n2:
+            out += spack(f">{n2}i", *v2)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# OffsetFetchRequest.OffsetFetchRequestTopics v10
+def _dec_OffsetFetchRequest_OffsetFetchRequestTopics_v10(buf: memoryview, pos: int) -> tuple[OffsetFetchRequest.OffsetFetchRequestTopics, int]:
+    obj = new(_OffsetFetchRequest_OffsetFetchRequestTopics)
+    obj.topic_id, pos = read_uuid(buf, pos)
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes: invalid array length {n2}")
+    else:
+        end2 = pos + n2 * 4
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes", n2, len(buf) - pos)
+        obj.partition_indexes = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
+        pos = end2
+    obj.name = ""
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# OffsetFetchRequest.OffsetFetchRequestGroup v10
+def _enc_OffsetFetchRequest_OffsetFetchRequestGroup_v10(out: bytearray, obj: OffsetFetchRequest.OffsetFetchRequestGroup) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        raise EncodeError("OffsetFetchRequest.OffsetFetchRequestGroup.group_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("OffsetFetchRequest.OffsetFetchRequestGroup.group_id is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    v2 = obj.member_id
+    if v2 is None:
+        out.append(0)
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("OffsetFetchRequest.OffsetFetchRequestGroup.member_id is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    out += _pack_i(obj.member_epoch)
+    v3 = obj.topics
+    if v3 is None:
+        out.append(0)
+    else:
+        n3 = len(v3)
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        for item3 in v3:
+            _enc_OffsetFetchRequest_OffsetFetchRequestTopics_v10(out, item3)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# OffsetFetchRequest.OffsetFetchRequestGroup v10
+def _dec_OffsetFetchRequest_OffsetFetchRequestGroup_v10(buf: memoryview, pos: int) -> tuple[OffsetFetchRequest.OffsetFetchRequestGroup, int]:
+    obj = new(_OffsetFetchRequest_OffsetFetchRequestGroup)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestGroup.group_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("OffsetFetchRequest.OffsetFetchRequestGroup.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        if n2 != -1:
+            raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestGroup.member_id: invalid string length {n2}")
+        obj.member_id = None
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("OffsetFetchRequest.OffsetFetchRequestGroup.member_id: string runs past the end of the data")
+        obj.member_id = str(buf[pos:end2], "utf-8")
+        pos = end2
+    (obj.member_epoch,) = _unpack_i(buf, pos)
+    pos += 4
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        if n3 != -1:
+            raise DecodeError(f"OffsetFetchRequest.OffsetFetchRequestGroup.topics: invalid array length {n3}")
+        obj.topics = None
+    else:
+        if n3 * 18 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("OffsetFetchRequest.OffsetFetchRequestGroup.topics", n3, len(buf) - pos)
+        items3: list[OffsetFetchRequest.OffsetFetchRequestTopics] = []
+        for _ in range(n3):
+            item3, pos = _dec_OffsetFetchRequest_OffsetFetchRequestTopics_v10(buf, pos)
+            items3.append(item3)
+        obj.topics = items3
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# OffsetFetchRequest v10
+def _enc_OffsetFetchRequest_v10(out: bytearray, obj: OffsetFetchRequest) -> None:
+    if obj.group_id != "":
+        raise EncodeError("OffsetFetchRequest.group_id cannot be sent in this version: only in versions 0-7", UNSUPPORTED_VERSION)
+    if obj.topics != []:
+        raise EncodeError("OffsetFetchRequest.topics cannot be sent in this version: only in versions 0-7", UNSUPPORTED_VERSION)
+    v1 = obj.groups
+    if v1 is None:
+        raise EncodeError("OffsetFetchRequest.groups is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_OffsetFetchRequest_OffsetFetchRequestGroup_v10(out, item1)
+    out += _pack_o(obj.require_stable)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# OffsetFetchRequest v10
+def _dec_OffsetFetchRequest_v10(buf: memoryview, pos: int) -> tuple[OffsetFetchRequest, int]:
+    obj = new(_OffsetFetchRequest)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"OffsetFetchRequest.groups: invalid array length {n1}")
+    else:
+        if n1 * 8 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetFetchRequest.groups", n1, len(buf) - pos)
+        items1: list[OffsetFetchRequest.OffsetFetchRequestGroup] = []
+        for _ in range(n1):
+            item1, pos = _dec_OffsetFetchRequest_OffsetFetchRequestGroup_v10(buf, pos)
             items1.append(item1)
         obj.groups = items1
     (obj.require_stable,) = _unpack_o(buf, pos)
@@ -914,8 +1132,8 @@ def _dec_OffsetFetchResponse_OffsetFetchResponseTopic_v0(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 15 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 15 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetFetchResponse.OffsetFetchResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[OffsetFetchResponse.OffsetFetchResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetFetchResponse_OffsetFetchResponsePartition_v0(buf, pos)
@@ -947,8 +1165,8 @@ def _dec_OffsetFetchResponse_v0(buf: memoryview, pos: int) -> tuple[OffsetFetchR
     if n1 < 0:
         raise DecodeError(f"OffsetFetchResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetFetchResponse.topics", n1, len(buf) - pos)
         items1: list[OffsetFetchResponse.OffsetFetchResponseTopic] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetFetchResponse_OffsetFetchResponseTopic_v0(buf, pos)
@@ -984,8 +1202,8 @@ def _dec_OffsetFetchResponse_v2(buf: memoryview, pos: int) -> tuple[OffsetFetchR
     if n1 < 0:
         raise DecodeError(f"OffsetFetchResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetFetchResponse.topics", n1, len(buf) - pos)
         items1: list[OffsetFetchResponse.OffsetFetchResponseTopic] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetFetchResponse_OffsetFetchResponseTopic_v0(buf, pos)
@@ -1025,8 +1243,8 @@ def _dec_OffsetFetchResponse_v3(buf: memoryview, pos: int) -> tuple[OffsetFetchR
     if n1 < 0:
         raise DecodeError(f"OffsetFetchResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetFetchResponse.topics", n1, len(buf) - pos)
         items1: list[OffsetFetchResponse.OffsetFetchResponseTopic] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetFetchResponse_OffsetFetchResponseTopic_v0(buf, pos)
@@ -1118,8 +1336,8 @@ def _dec_OffsetFetchResponse_OffsetFetchResponseTopic_v5(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 19 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 19 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetFetchResponse.OffsetFetchResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[OffsetFetchResponse.OffsetFetchResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetFetchResponse_OffsetFetchResponsePartition_v5(buf, pos)
@@ -1155,8 +1373,8 @@ def _dec_OffsetFetchResponse_v5(buf: memoryview, pos: int) -> tuple[OffsetFetchR
     if n1 < 0:
         raise DecodeError(f"OffsetFetchResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetFetchResponse.topics", n1, len(buf) - pos)
         items1: list[OffsetFetchResponse.OffsetFetchResponseTopic] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetFetchResponse_OffsetFetchResponseTopic_v5(buf, pos)
@@ -1284,8 +1502,8 @@ def _dec_OffsetFetchResponse_OffsetFetchResponseTopic_v6(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 20 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 20 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetFetchResponse.OffsetFetchResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[OffsetFetchResponse.OffsetFetchResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetFetchResponse_OffsetFetchResponsePartition_v6(buf, pos)
@@ -1337,8 +1555,8 @@ def _dec_OffsetFetchResponse_v6(buf: memoryview, pos: int) -> tuple[OffsetFetchR
     if n1 < 0:
         raise DecodeError(f"OffsetFetchResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetFetchResponse.topics", n1, len(buf) - pos)
         items1: list[OffsetFetchResponse.OffsetFetchResponseTopic] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetFetchResponse_OffsetFetchResponseTopic_v6(buf, pos)
@@ -1355,7 +1573,7 @@ def _dec_OffsetFetchResponse_v6(buf: memoryview, pos: int) -> tuple[OffsetFetchR
     return obj, pos
 
 
-# OffsetFetchResponse.OffsetFetchResponsePartitions v8-9
+# OffsetFetchResponse.OffsetFetchResponsePartitions v8-10
 def _enc_OffsetFetchResponse_OffsetFetchResponsePartitions_v8(out: bytearray, obj: OffsetFetchResponse.OffsetFetchResponsePartitions) -> None:
     out += _pack_iqi(obj.partition_index, obj.committed_offset, obj.committed_leader_epoch)
     v1 = obj.metadata
@@ -1378,7 +1596,7 @@ def _enc_OffsetFetchResponse_OffsetFetchResponsePartitions_v8(out: bytearray, ob
         out.append(0)
 
 
-# OffsetFetchResponse.OffsetFetchResponsePartitions v8-9
+# OffsetFetchResponse.OffsetFetchResponsePartitions v8-10
 def _dec_OffsetFetchResponse_OffsetFetchResponsePartitions_v8(buf: memoryview, pos: int) -> tuple[OffsetFetchResponse.OffsetFetchResponsePartitions, int]:
     obj = new(_OffsetFetchResponse_OffsetFetchResponsePartitions)
     obj.partition_index, obj.committed_offset, obj.committed_leader_epoch = _unpack_iqi(buf, pos)
@@ -1470,13 +1688,14 @@ def _dec_OffsetFetchResponse_OffsetFetchResponseTopics_v8(buf: memoryview, pos: 
     if n2 < 0:
         raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseTopics.partitions: invalid array length {n2}")
     else:
-        if n2 * 20 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseTopics.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 20 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetFetchResponse.OffsetFetchResponseTopics.partitions", n2, len(buf) - pos)
         items2: list[OffsetFetchResponse.OffsetFetchResponsePartitions] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetFetchResponse_OffsetFetchResponsePartitions_v8(buf, pos)
             items2.append(item2)
         obj.partitions = items2
+    obj.topic_id = ZERO_UUID
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -1546,8 +1765,8 @@ def _dec_OffsetFetchResponse_OffsetFetchResponseGroup_v8(buf: memoryview, pos: i
     if n2 < 0:
         raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseGroup.topics: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseGroup.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetFetchResponse.OffsetFetchResponseGroup.topics", n2, len(buf) - pos)
         items2: list[OffsetFetchResponse.OffsetFetchResponseTopics] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetFetchResponse_OffsetFetchResponseTopics_v8(buf, pos)
@@ -1600,11 +1819,193 @@ def _dec_OffsetFetchResponse_v8(buf: memoryview, pos: int) -> tuple[OffsetFetchR
     if n1 < 0:
         raise DecodeError(f"OffsetFetchResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 5 > len(buf) - pos:
-            raise DecodeError(f"OffsetFetchResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetFetchResponse.groups", n1, len(buf) - pos)
         items1: list[OffsetFetchResponse.OffsetFetchResponseGroup] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetFetchResponse_OffsetFetchResponseGroup_v8(buf, pos)
+            items1.append(item1)
+        obj.groups = items1
+    obj.topics = []
+    obj.error_code = 0
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# OffsetFetchResponse.OffsetFetchResponseTopics v10
+def _enc_OffsetFetchResponse_OffsetFetchResponseTopics_v10(out: bytearray, obj: OffsetFetchResponse.OffsetFetchResponseTopics) -> None:
+    out += obj.topic_id.bytes
+    v2 = obj.partitions
+    if v2 is None:
+        raise EncodeError("OffsetFetchResponse.OffsetFetchResponseTopics.partitions is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_OffsetFetchResponse_OffsetFetchResponsePartitions_v8(out, item2)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# OffsetFetchResponse.OffsetFetchResponseTopics v10
+def _dec_OffsetFetchResponse_OffsetFetchResponseTopics_v10(buf: memoryview, pos: int) -> tuple[OffsetFetchResponse.OffsetFetchResponseTopics, int]:
+    obj = new(_OffsetFetchResponse_OffsetFetchResponseTopics)
+    obj.topic_id, pos = read_uuid(buf, pos)
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseTopics.partitions: invalid array length {n2}")
+    else:
+        if n2 * 20 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetFetchResponse.OffsetFetchResponseTopics.partitions", n2, len(buf) - pos)
+        items2: list[OffsetFetchResponse.OffsetFetchResponsePartitions] = []
+        for _ in range(n2):
+            item2, pos = _dec_OffsetFetchResponse_OffsetFetchResponsePartitions_v8(buf, pos)
+            items2.append(item2)
+        obj.partitions = items2
+    obj.name = ""
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# OffsetFetchResponse.OffsetFetchResponseGroup v10
+def _enc_OffsetFetchResponse_OffsetFetchResponseGroup_v10(out: bytearray, obj: OffsetFetchResponse.OffsetFetchResponseGroup) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        raise EncodeError("OffsetFetchResponse.OffsetFetchResponseGroup.group_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("OffsetFetchResponse.OffsetFetchResponseGroup.group_id is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    v2 = obj.topics
+    if v2 is None:
+        raise EncodeError("OffsetFetchResponse.OffsetFetchResponseGroup.topics is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_OffsetFetchResponse_OffsetFetchResponseTopics_v10(out, item2)
+    out += _pack_h(obj.error_code)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# OffsetFetchResponse.OffsetFetchResponseGroup v10
+def _dec_OffsetFetchResponse_OffsetFetchResponseGroup_v10(buf: memoryview, pos: int) -> tuple[OffsetFetchResponse.OffsetFetchResponseGroup, int]:
+    obj = new(_OffsetFetchResponse_OffsetFetchResponseGroup)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseGroup.group_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("OffsetFetchResponse.OffsetFetchResponseGroup.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"OffsetFetchResponse.OffsetFetchResponseGroup.topics: invalid array length {n2}")
+    else:
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetFetchResponse.OffsetFetchResponseGroup.topics", n2, len(buf) - pos)
+        items2: list[OffsetFetchResponse.OffsetFetchResponseTopics] = []
+        for _ in range(n2):
+            item2, pos = _dec_OffsetFetchResponse_OffsetFetchResponseTopics_v10(buf, pos)
+            items2.append(item2)
+        obj.topics = items2
+    (obj.error_code,) = _unpack_h(buf, pos)
+    pos += 2
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# OffsetFetchResponse v10
+def _enc_OffsetFetchResponse_v10(out: bytearray, obj: OffsetFetchResponse) -> None:
+    if obj.topics != []:
+        raise EncodeError("OffsetFetchResponse.topics cannot be sent in this version: only in versions 0-7", UNSUPPORTED_VERSION)
+    out += _pack_i(obj.throttle_time_ms)
+    v1 = obj.groups
+    if v1 is None:
+        raise EncodeError("OffsetFetchResponse.groups is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_OffsetFetchResponse_OffsetFetchResponseGroup_v10(out, item1)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# OffsetFetchResponse v10
+def _dec_OffsetFetchResponse_v10(buf: memoryview, pos: int) -> tuple[OffsetFetchResponse, int]:
+    obj = new(_OffsetFetchResponse)
+    (obj.throttle_time_ms,) = _unpack_i(buf, pos)
+    pos += 4
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"OffsetFetchResponse.groups: invalid array length {n1}")
+    else:
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetFetchResponse.groups", n1, len(buf) - pos)
+        items1: list[OffsetFetchResponse.OffsetFetchResponseGroup] = []
+        for _ in range(n1):
+            item1, pos = _dec_OffsetFetchResponse_OffsetFetchResponseGroup_v10(buf, pos)
             items1.append(item1)
         obj.groups = items1
     obj.topics = []
@@ -1625,8 +2026,8 @@ def _error_OffsetFetchRequest(request: OffsetFetchRequest, version: int, code: i
     return _OffsetFetchResponse(groups=[_OffsetFetchResponse_OffsetFetchResponseGroup(error_code=code, group_id=x0.group_id) for x0 in request.groups])
 
 
-OffsetFetchRequest._encoders_ = {0: _enc_OffsetFetchRequest_v0, 1: _enc_OffsetFetchRequest_v0, 2: _enc_OffsetFetchRequest_v2, 3: _enc_OffsetFetchRequest_v2, 4: _enc_OffsetFetchRequest_v2, 5: _enc_OffsetFetchRequest_v2, 6: _enc_OffsetFetchRequest_v6, 7: _enc_OffsetFetchRequest_v7, 8: _enc_OffsetFetchRequest_v8, 9: _enc_OffsetFetchRequest_v9}
-OffsetFetchRequest._decoders_ = {0: _dec_OffsetFetchRequest_v0, 1: _dec_OffsetFetchRequest_v0, 2: _dec_OffsetFetchRequest_v2, 3: _dec_OffsetFetchRequest_v2, 4: _dec_OffsetFetchRequest_v2, 5: _dec_OffsetFetchRequest_v2, 6: _dec_OffsetFetchRequest_v6, 7: _dec_OffsetFetchRequest_v7, 8: _dec_OffsetFetchRequest_v8, 9: _dec_OffsetFetchRequest_v9}
-OffsetFetchResponse._encoders_ = {0: _enc_OffsetFetchResponse_v0, 1: _enc_OffsetFetchResponse_v0, 2: _enc_OffsetFetchResponse_v2, 3: _enc_OffsetFetchResponse_v3, 4: _enc_OffsetFetchResponse_v3, 5: _enc_OffsetFetchResponse_v5, 6: _enc_OffsetFetchResponse_v6, 7: _enc_OffsetFetchResponse_v6, 8: _enc_OffsetFetchResponse_v8, 9: _enc_OffsetFetchResponse_v8}
-OffsetFetchResponse._decoders_ = {0: _dec_OffsetFetchResponse_v0, 1: _dec_OffsetFetchResponse_v0, 2: _dec_OffsetFetchResponse_v2, 3: _dec_OffsetFetchResponse_v3, 4: _dec_OffsetFetchResponse_v3, 5: _dec_OffsetFetchResponse_v5, 6: _dec_OffsetFetchResponse_v6, 7: _dec_OffsetFetchResponse_v6, 8: _dec_OffsetFetchResponse_v8, 9: _dec_OffsetFetchResponse_v8}
+OffsetFetchRequest._encoders_ = {0: _enc_OffsetFetchRequest_v0, 1: _enc_OffsetFetchRequest_v0, 2: _enc_OffsetFetchRequest_v2, 3: _enc_OffsetFetchRequest_v2, 4: _enc_OffsetFetchRequest_v2, 5: _enc_OffsetFetchRequest_v2, 6: _enc_OffsetFetchRequest_v6, 7: _enc_OffsetFetchRequest_v7, 8: _enc_OffsetFetchRequest_v8, 9: _enc_OffsetFetchRequest_v9, 10: _enc_OffsetFetchRequest_v10}
+OffsetFetchRequest._decoders_ = {0: _dec_OffsetFetchRequest_v0, 1: _dec_OffsetFetchRequest_v0, 2: _dec_OffsetFetchRequest_v2, 3: _dec_OffsetFetchRequest_v2, 4: _dec_OffsetFetchRequest_v2, 5: _dec_OffsetFetchRequest_v2, 6: _dec_OffsetFetchRequest_v6, 7: _dec_OffsetFetchRequest_v7, 8: _dec_OffsetFetchRequest_v8, 9: _dec_OffsetFetchRequest_v9, 10: _dec_OffsetFetchRequest_v10}
+OffsetFetchResponse._encoders_ = {0: _enc_OffsetFetchResponse_v0, 1: _enc_OffsetFetchResponse_v0, 2: _enc_OffsetFetchResponse_v2, 3: _enc_OffsetFetchResponse_v3, 4: _enc_OffsetFetchResponse_v3, 5: _enc_OffsetFetchResponse_v5, 6: _enc_OffsetFetchResponse_v6, 7: _enc_OffsetFetchResponse_v6, 8: _enc_OffsetFetchResponse_v8, 9: _enc_OffsetFetchResponse_v8, 10: _enc_OffsetFetchResponse_v10}
+OffsetFetchResponse._decoders_ = {0: _dec_OffsetFetchResponse_v0, 1: _dec_OffsetFetchResponse_v0, 2: _dec_OffsetFetchResponse_v2, 3: _dec_OffsetFetchResponse_v3, 4: _dec_OffsetFetchResponse_v3, 5: _dec_OffsetFetchResponse_v5, 6: _dec_OffsetFetchResponse_v6, 7: _dec_OffsetFetchResponse_v6, 8: _dec_OffsetFetchResponse_v8, 9: _dec_OffsetFetchResponse_v8, 10: _dec_OffsetFetchResponse_v10}
 OffsetFetchRequest._error_response_ = _error_OffsetFetchRequest

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -107,8 +110,8 @@ def _dec_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v0(buf: memoryview, po
     if n2 < 0:
         raise DecodeError(f"OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 8 > len(buf) - pos:
-            raise DecodeError(f"OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 8 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions", n2, len(buf) - pos)
         items2: list[OffsetForLeaderEpochRequest.OffsetForLeaderPartition] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v0(buf, pos)
@@ -138,8 +141,8 @@ def _dec_OffsetForLeaderEpochRequest_v0(buf: memoryview, pos: int) -> tuple[Offs
     if n1 < 0:
         raise DecodeError(f"OffsetForLeaderEpochRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetForLeaderEpochRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetForLeaderEpochRequest.topics", n1, len(buf) - pos)
         items1: list[OffsetForLeaderEpochRequest.OffsetForLeaderTopic] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v0(buf, pos)
@@ -204,8 +207,8 @@ def _dec_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v2(buf: memoryview, po
     if n2 < 0:
         raise DecodeError(f"OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 12 > len(buf) - pos:
-            raise DecodeError(f"OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 12 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions", n2, len(buf) - pos)
         items2: list[OffsetForLeaderEpochRequest.OffsetForLeaderPartition] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v2(buf, pos)
@@ -235,8 +238,8 @@ def _dec_OffsetForLeaderEpochRequest_v2(buf: memoryview, pos: int) -> tuple[Offs
     if n1 < 0:
         raise DecodeError(f"OffsetForLeaderEpochRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetForLeaderEpochRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetForLeaderEpochRequest.topics", n1, len(buf) - pos)
         items1: list[OffsetForLeaderEpochRequest.OffsetForLeaderTopic] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v2(buf, pos)
@@ -270,8 +273,8 @@ def _dec_OffsetForLeaderEpochRequest_v3(buf: memoryview, pos: int) -> tuple[Offs
     if n1 < 0:
         raise DecodeError(f"OffsetForLeaderEpochRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetForLeaderEpochRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetForLeaderEpochRequest.topics", n1, len(buf) - pos)
         items1: list[OffsetForLeaderEpochRequest.OffsetForLeaderTopic] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v2(buf, pos)
@@ -363,8 +366,8 @@ def _dec_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v4(buf: memoryview, po
     if n2 < 0:
         raise DecodeError(f"OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 13 > len(buf) - pos:
-            raise DecodeError(f"OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 13 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions", n2, len(buf) - pos)
         items2: list[OffsetForLeaderEpochRequest.OffsetForLeaderPartition] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v4(buf, pos)
@@ -413,8 +416,8 @@ def _dec_OffsetForLeaderEpochRequest_v4(buf: memoryview, pos: int) -> tuple[Offs
     if n1 < 0:
         raise DecodeError(f"OffsetForLeaderEpochRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"OffsetForLeaderEpochRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetForLeaderEpochRequest.topics", n1, len(buf) - pos)
         items1: list[OffsetForLeaderEpochRequest.OffsetForLeaderTopic] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v4(buf, pos)
@@ -483,8 +486,8 @@ def _dec_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v0(buf: memoryv
     if n2 < 0:
         raise DecodeError(f"OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions: invalid array length {n2}")
     else:
-        if n2 * 14 > len(buf) - pos:
-            raise DecodeError(f"OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 14 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions", n2, len(buf) - pos)
         items2: list[OffsetForLeaderEpochResponse.EpochEndOffset] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetForLeaderEpochResponse_EpochEndOffset_v0(buf, pos)
@@ -514,8 +517,8 @@ def _dec_OffsetForLeaderEpochResponse_v0(buf: memoryview, pos: int) -> tuple[Off
     if n1 < 0:
         raise DecodeError(f"OffsetForLeaderEpochResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetForLeaderEpochResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetForLeaderEpochResponse.topics", n1, len(buf) - pos)
         items1: list[OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v0(buf, pos)
@@ -580,8 +583,8 @@ def _dec_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v1(buf: memoryv
     if n2 < 0:
         raise DecodeError(f"OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions", n2, len(buf) - pos)
         items2: list[OffsetForLeaderEpochResponse.EpochEndOffset] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetForLeaderEpochResponse_EpochEndOffset_v1(buf, pos)
@@ -611,8 +614,8 @@ def _dec_OffsetForLeaderEpochResponse_v1(buf: memoryview, pos: int) -> tuple[Off
     if n1 < 0:
         raise DecodeError(f"OffsetForLeaderEpochResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetForLeaderEpochResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetForLeaderEpochResponse.topics", n1, len(buf) - pos)
         items1: list[OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v1(buf, pos)
@@ -646,8 +649,8 @@ def _dec_OffsetForLeaderEpochResponse_v2(buf: memoryview, pos: int) -> tuple[Off
     if n1 < 0:
         raise DecodeError(f"OffsetForLeaderEpochResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"OffsetForLeaderEpochResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetForLeaderEpochResponse.topics", n1, len(buf) - pos)
         items1: list[OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v1(buf, pos)
@@ -739,8 +742,8 @@ def _dec_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v4(buf: memoryv
     if n2 < 0:
         raise DecodeError(f"OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions: invalid array length {n2}")
     else:
-        if n2 * 19 > len(buf) - pos:
-            raise DecodeError(f"OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 19 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions", n2, len(buf) - pos)
         items2: list[OffsetForLeaderEpochResponse.EpochEndOffset] = []
         for _ in range(n2):
             item2, pos = _dec_OffsetForLeaderEpochResponse_EpochEndOffset_v4(buf, pos)
@@ -789,8 +792,8 @@ def _dec_OffsetForLeaderEpochResponse_v4(buf: memoryview, pos: int) -> tuple[Off
     if n1 < 0:
         raise DecodeError(f"OffsetForLeaderEpochResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"OffsetForLeaderEpochResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("OffsetForLeaderEpochResponse.topics", n1, len(buf) - pos)
         items1: list[OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult] = []
         for _ in range(n1):
             item1, pos = _dec_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v4(buf, pos)

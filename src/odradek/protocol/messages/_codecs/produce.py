@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -135,13 +138,14 @@ def _dec_ProduceRequest_TopicProduceData_v0(buf: memoryview, pos: int) -> tuple[
     if n2 < 0:
         raise DecodeError(f"ProduceRequest.TopicProduceData.partition_data: invalid array length {n2}")
     else:
-        if n2 * 5 > len(buf) - pos:
-            raise DecodeError(f"ProduceRequest.TopicProduceData.partition_data: array of {n2} elements runs past the end of the data")
+        if n2 * 5 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ProduceRequest.TopicProduceData.partition_data", n2, len(buf) - pos)
         items2: list[ProduceRequest.PartitionProduceData] = []
         for _ in range(n2):
             item2, pos = _dec_ProduceRequest_PartitionProduceData_v0(buf, pos)
             items2.append(item2)
         obj.partition_data = items2
+    obj.topic_id = ZERO_UUID
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -171,8 +175,8 @@ def _dec_ProduceRequest_v0(buf: memoryview, pos: int) -> tuple[ProduceRequest, i
     if n1 < 0:
         raise DecodeError(f"ProduceRequest.topic_data: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ProduceRequest.topic_data: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ProduceRequest.topic_data", n1, len(buf) - pos)
         items1: list[ProduceRequest.TopicProduceData] = []
         for _ in range(n1):
             item1, pos = _dec_ProduceRequest_TopicProduceData_v0(buf, pos)
@@ -228,8 +232,8 @@ def _dec_ProduceRequest_v3(buf: memoryview, pos: int) -> tuple[ProduceRequest, i
     if n2 < 0:
         raise DecodeError(f"ProduceRequest.topic_data: invalid array length {n2}")
     else:
-        if n2 * 2 > len(buf) - pos:
-            raise DecodeError(f"ProduceRequest.topic_data: array of {n2} elements runs past the end of the data")
+        if n2 * 2 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ProduceRequest.topic_data", n2, len(buf) - pos)
         items2: list[ProduceRequest.TopicProduceData] = []
         for _ in range(n2):
             item2, pos = _dec_ProduceRequest_TopicProduceData_v0(buf, pos)
@@ -239,7 +243,7 @@ def _dec_ProduceRequest_v3(buf: memoryview, pos: int) -> tuple[ProduceRequest, i
     return obj, pos
 
 
-# ProduceRequest.PartitionProduceData v9-11
+# ProduceRequest.PartitionProduceData v9-13
 def _enc_ProduceRequest_PartitionProduceData_v9(out: bytearray, obj: ProduceRequest.PartitionProduceData) -> None:
     out += _pack_i(obj.index)
     v1 = obj.records
@@ -263,7 +267,7 @@ def _enc_ProduceRequest_PartitionProduceData_v9(out: bytearray, obj: ProduceRequ
         out.append(0)
 
 
-# ProduceRequest.PartitionProduceData v9-11
+# ProduceRequest.PartitionProduceData v9-13
 def _dec_ProduceRequest_PartitionProduceData_v9(buf: memoryview, pos: int) -> tuple[ProduceRequest.PartitionProduceData, int]:
     obj = new(_ProduceRequest_PartitionProduceData)
     (obj.index,) = _unpack_i(buf, pos)
@@ -296,7 +300,7 @@ def _dec_ProduceRequest_PartitionProduceData_v9(buf: memoryview, pos: int) -> tu
     return obj, pos
 
 
-# ProduceRequest.TopicProduceData v9-11
+# ProduceRequest.TopicProduceData v9-12
 def _enc_ProduceRequest_TopicProduceData_v9(out: bytearray, obj: ProduceRequest.TopicProduceData) -> None:
     v1 = obj.name
     if v1 is None:
@@ -328,7 +332,7 @@ def _enc_ProduceRequest_TopicProduceData_v9(out: bytearray, obj: ProduceRequest.
         out.append(0)
 
 
-# ProduceRequest.TopicProduceData v9-11
+# ProduceRequest.TopicProduceData v9-12
 def _dec_ProduceRequest_TopicProduceData_v9(buf: memoryview, pos: int) -> tuple[ProduceRequest.TopicProduceData, int]:
     obj = new(_ProduceRequest_TopicProduceData)
     n1 = buf[pos]
@@ -356,13 +360,14 @@ def _dec_ProduceRequest_TopicProduceData_v9(buf: memoryview, pos: int) -> tuple[
     if n2 < 0:
         raise DecodeError(f"ProduceRequest.TopicProduceData.partition_data: invalid array length {n2}")
     else:
-        if n2 * 6 > len(buf) - pos:
-            raise DecodeError(f"ProduceRequest.TopicProduceData.partition_data: array of {n2} elements runs past the end of the data")
+        if n2 * 6 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ProduceRequest.TopicProduceData.partition_data", n2, len(buf) - pos)
         items2: list[ProduceRequest.PartitionProduceData] = []
         for _ in range(n2):
             item2, pos = _dec_ProduceRequest_PartitionProduceData_v9(buf, pos)
             items2.append(item2)
         obj.partition_data = items2
+    obj.topic_id = ZERO_UUID
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -371,7 +376,7 @@ def _dec_ProduceRequest_TopicProduceData_v9(buf: memoryview, pos: int) -> tuple[
     return obj, pos
 
 
-# ProduceRequest v9-11
+# ProduceRequest v9-12
 def _enc_ProduceRequest_v9(out: bytearray, obj: ProduceRequest) -> None:
     v1 = obj.transactional_id
     if v1 is None:
@@ -404,7 +409,7 @@ def _enc_ProduceRequest_v9(out: bytearray, obj: ProduceRequest) -> None:
         out.append(0)
 
 
-# ProduceRequest v9-11
+# ProduceRequest v9-12
 def _dec_ProduceRequest_v9(buf: memoryview, pos: int) -> tuple[ProduceRequest, int]:
     obj = new(_ProduceRequest)
     n1 = buf[pos]
@@ -436,11 +441,141 @@ def _dec_ProduceRequest_v9(buf: memoryview, pos: int) -> tuple[ProduceRequest, i
     if n2 < 0:
         raise DecodeError(f"ProduceRequest.topic_data: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"ProduceRequest.topic_data: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ProduceRequest.topic_data", n2, len(buf) - pos)
         items2: list[ProduceRequest.TopicProduceData] = []
         for _ in range(n2):
             item2, pos = _dec_ProduceRequest_TopicProduceData_v9(buf, pos)
+            items2.append(item2)
+        obj.topic_data = items2
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ProduceRequest.TopicProduceData v13
+def _enc_ProduceRequest_TopicProduceData_v13(out: bytearray, obj: ProduceRequest.TopicProduceData) -> None:
+    out += obj.topic_id.bytes
+    v2 = obj.partition_data
+    if v2 is None:
+        raise EncodeError("ProduceRequest.TopicProduceData.partition_data is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_ProduceRequest_PartitionProduceData_v9(out, item2)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ProduceRequest.TopicProduceData v13
+def _dec_ProduceRequest_TopicProduceData_v13(buf: memoryview, pos: int) -> tuple[ProduceRequest.TopicProduceData, int]:
+    obj = new(_ProduceRequest_TopicProduceData)
+    obj.topic_id, pos = read_uuid(buf, pos)
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"ProduceRequest.TopicProduceData.partition_data: invalid array length {n2}")
+    else:
+        if n2 * 6 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ProduceRequest.TopicProduceData.partition_data", n2, len(buf) - pos)
+        items2: list[ProduceRequest.PartitionProduceData] = []
+        for _ in range(n2):
+            item2, pos = _dec_ProduceRequest_PartitionProduceData_v9(buf, pos)
+            items2.append(item2)
+        obj.partition_data = items2
+    obj.name = ""
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ProduceRequest v13
+def _enc_ProduceRequest_v13(out: bytearray, obj: ProduceRequest) -> None:
+    v1 = obj.transactional_id
+    if v1 is None:
+        out.append(0)
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ProduceRequest.transactional_id is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    out += _pack_hi(obj.acks, obj.timeout_ms)
+    v2 = obj.topic_data
+    if v2 is None:
+        raise EncodeError("ProduceRequest.topic_data is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_ProduceRequest_TopicProduceData_v13(out, item2)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ProduceRequest v13
+def _dec_ProduceRequest_v13(buf: memoryview, pos: int) -> tuple[ProduceRequest, int]:
+    obj = new(_ProduceRequest)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        if n1 != -1:
+            raise DecodeError(f"ProduceRequest.transactional_id: invalid string length {n1}")
+        obj.transactional_id = None
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ProduceRequest.transactional_id: string runs past the end of the data")
+        obj.transactional_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    obj.acks, obj.timeout_ms = _unpack_hi(buf, pos)
+    pos += 6
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"ProduceRequest.topic_data: invalid array length {n2}")
+    else:
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ProduceRequest.topic_data", n2, len(buf) - pos)
+        items2: list[ProduceRequest.TopicProduceData] = []
+        for _ in range(n2):
+            item2, pos = _dec_ProduceRequest_TopicProduceData_v13(buf, pos)
             items2.append(item2)
         obj.topic_data = items2
     if buf[pos] == 0:
@@ -512,13 +647,14 @@ def _dec_ProduceResponse_TopicProduceResponse_v0(buf: memoryview, pos: int) -> t
     if n2 < 0:
         raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: invalid array length {n2}")
     else:
-        if n2 * 14 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: array of {n2} elements runs past the end of the data")
+        if n2 * 14 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ProduceResponse.TopicProduceResponse.partition_responses", n2, len(buf) - pos)
         items2: list[ProduceResponse.PartitionProduceResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ProduceResponse_PartitionProduceResponse_v0(buf, pos)
             items2.append(item2)
         obj.partition_responses = items2
+    obj.topic_id = ZERO_UUID
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -545,8 +681,8 @@ def _dec_ProduceResponse_v0(buf: memoryview, pos: int) -> tuple[ProduceResponse,
     if n1 < 0:
         raise DecodeError(f"ProduceResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ProduceResponse.responses", n1, len(buf) - pos)
         items1: list[ProduceResponse.TopicProduceResponse] = []
         for _ in range(n1):
             item1, pos = _dec_ProduceResponse_TopicProduceResponse_v0(buf, pos)
@@ -581,8 +717,8 @@ def _dec_ProduceResponse_v1(buf: memoryview, pos: int) -> tuple[ProduceResponse,
     if n1 < 0:
         raise DecodeError(f"ProduceResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ProduceResponse.responses", n1, len(buf) - pos)
         items1: list[ProduceResponse.TopicProduceResponse] = []
         for _ in range(n1):
             item1, pos = _dec_ProduceResponse_TopicProduceResponse_v0(buf, pos)
@@ -655,13 +791,14 @@ def _dec_ProduceResponse_TopicProduceResponse_v2(buf: memoryview, pos: int) -> t
     if n2 < 0:
         raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: invalid array length {n2}")
     else:
-        if n2 * 22 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: array of {n2} elements runs past the end of the data")
+        if n2 * 22 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ProduceResponse.TopicProduceResponse.partition_responses", n2, len(buf) - pos)
         items2: list[ProduceResponse.PartitionProduceResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ProduceResponse_PartitionProduceResponse_v2(buf, pos)
             items2.append(item2)
         obj.partition_responses = items2
+    obj.topic_id = ZERO_UUID
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -689,8 +826,8 @@ def _dec_ProduceResponse_v2(buf: memoryview, pos: int) -> tuple[ProduceResponse,
     if n1 < 0:
         raise DecodeError(f"ProduceResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ProduceResponse.responses", n1, len(buf) - pos)
         items1: list[ProduceResponse.TopicProduceResponse] = []
         for _ in range(n1):
             item1, pos = _dec_ProduceResponse_TopicProduceResponse_v2(buf, pos)
@@ -762,13 +899,14 @@ def _dec_ProduceResponse_TopicProduceResponse_v5(buf: memoryview, pos: int) -> t
     if n2 < 0:
         raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: invalid array length {n2}")
     else:
-        if n2 * 30 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: array of {n2} elements runs past the end of the data")
+        if n2 * 30 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ProduceResponse.TopicProduceResponse.partition_responses", n2, len(buf) - pos)
         items2: list[ProduceResponse.PartitionProduceResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ProduceResponse_PartitionProduceResponse_v5(buf, pos)
             items2.append(item2)
         obj.partition_responses = items2
+    obj.topic_id = ZERO_UUID
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -796,8 +934,8 @@ def _dec_ProduceResponse_v5(buf: memoryview, pos: int) -> tuple[ProduceResponse,
     if n1 < 0:
         raise DecodeError(f"ProduceResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ProduceResponse.responses", n1, len(buf) - pos)
         items1: list[ProduceResponse.TopicProduceResponse] = []
         for _ in range(n1):
             item1, pos = _dec_ProduceResponse_TopicProduceResponse_v5(buf, pos)
@@ -881,8 +1019,8 @@ def _dec_ProduceResponse_PartitionProduceResponse_v8(buf: memoryview, pos: int) 
     if n1 < 0:
         raise DecodeError(f"ProduceResponse.PartitionProduceResponse.record_errors: invalid array length {n1}")
     else:
-        if n1 * 5 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.PartitionProduceResponse.record_errors: array of {n1} elements runs past the end of the data")
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ProduceResponse.PartitionProduceResponse.record_errors", n1, len(buf) - pos)
         items1: list[ProduceResponse.BatchIndexAndErrorMessage] = []
         for _ in range(n1):
             item1, pos = _dec_ProduceResponse_BatchIndexAndErrorMessage_v8(buf, pos)
@@ -945,13 +1083,14 @@ def _dec_ProduceResponse_TopicProduceResponse_v8(buf: memoryview, pos: int) -> t
     if n2 < 0:
         raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: invalid array length {n2}")
     else:
-        if n2 * 32 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: array of {n2} elements runs past the end of the data")
+        if n2 * 32 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ProduceResponse.TopicProduceResponse.partition_responses", n2, len(buf) - pos)
         items2: list[ProduceResponse.PartitionProduceResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ProduceResponse_PartitionProduceResponse_v8(buf, pos)
             items2.append(item2)
         obj.partition_responses = items2
+    obj.topic_id = ZERO_UUID
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -979,8 +1118,8 @@ def _dec_ProduceResponse_v8(buf: memoryview, pos: int) -> tuple[ProduceResponse,
     if n1 < 0:
         raise DecodeError(f"ProduceResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ProduceResponse.responses", n1, len(buf) - pos)
         items1: list[ProduceResponse.TopicProduceResponse] = []
         for _ in range(n1):
             item1, pos = _dec_ProduceResponse_TopicProduceResponse_v8(buf, pos)
@@ -993,7 +1132,7 @@ def _dec_ProduceResponse_v8(buf: memoryview, pos: int) -> tuple[ProduceResponse,
     return obj, pos
 
 
-# ProduceResponse.BatchIndexAndErrorMessage v9-11
+# ProduceResponse.BatchIndexAndErrorMessage v9-13
 def _enc_ProduceResponse_BatchIndexAndErrorMessage_v9(out: bytearray, obj: ProduceResponse.BatchIndexAndErrorMessage) -> None:
     out += _pack_i(obj.batch_index)
     v1 = obj.batch_index_error_message
@@ -1015,7 +1154,7 @@ def _enc_ProduceResponse_BatchIndexAndErrorMessage_v9(out: bytearray, obj: Produ
         out.append(0)
 
 
-# ProduceResponse.BatchIndexAndErrorMessage v9-11
+# ProduceResponse.BatchIndexAndErrorMessage v9-13
 def _dec_ProduceResponse_BatchIndexAndErrorMessage_v9(buf: memoryview, pos: int) -> tuple[ProduceResponse.BatchIndexAndErrorMessage, int]:
     obj = new(_ProduceResponse_BatchIndexAndErrorMessage)
     (obj.batch_index,) = _unpack_i(buf, pos)
@@ -1095,8 +1234,8 @@ def _dec_ProduceResponse_PartitionProduceResponse_v9(buf: memoryview, pos: int) 
     if n1 < 0:
         raise DecodeError(f"ProduceResponse.PartitionProduceResponse.record_errors: invalid array length {n1}")
     else:
-        if n1 * 6 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.PartitionProduceResponse.record_errors: array of {n1} elements runs past the end of the data")
+        if n1 * 6 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ProduceResponse.PartitionProduceResponse.record_errors", n1, len(buf) - pos)
         items1: list[ProduceResponse.BatchIndexAndErrorMessage] = []
         for _ in range(n1):
             item1, pos = _dec_ProduceResponse_BatchIndexAndErrorMessage_v9(buf, pos)
@@ -1188,13 +1327,14 @@ def _dec_ProduceResponse_TopicProduceResponse_v9(buf: memoryview, pos: int) -> t
     if n2 < 0:
         raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: invalid array length {n2}")
     else:
-        if n2 * 33 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: array of {n2} elements runs past the end of the data")
+        if n2 * 33 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ProduceResponse.TopicProduceResponse.partition_responses", n2, len(buf) - pos)
         items2: list[ProduceResponse.PartitionProduceResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ProduceResponse_PartitionProduceResponse_v9(buf, pos)
             items2.append(item2)
         obj.partition_responses = items2
+    obj.topic_id = ZERO_UUID
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -1238,8 +1378,8 @@ def _dec_ProduceResponse_v9(buf: memoryview, pos: int) -> tuple[ProduceResponse,
     if n1 < 0:
         raise DecodeError(f"ProduceResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ProduceResponse.responses", n1, len(buf) - pos)
         items1: list[ProduceResponse.TopicProduceResponse] = []
         for _ in range(n1):
             item1, pos = _dec_ProduceResponse_TopicProduceResponse_v9(buf, pos)
@@ -1256,7 +1396,7 @@ def _dec_ProduceResponse_v9(buf: memoryview, pos: int) -> tuple[ProduceResponse,
     return obj, pos
 
 
-# ProduceResponse.LeaderIdAndEpoch v10-11
+# ProduceResponse.LeaderIdAndEpoch v10-13
 def _enc_ProduceResponse_LeaderIdAndEpoch_v10(out: bytearray, obj: ProduceResponse.LeaderIdAndEpoch) -> None:
     out += _pack_ii(obj.leader_id, obj.leader_epoch)
     if obj.unknown_tagged_fields:
@@ -1265,7 +1405,7 @@ def _enc_ProduceResponse_LeaderIdAndEpoch_v10(out: bytearray, obj: ProduceRespon
         out.append(0)
 
 
-# ProduceResponse.LeaderIdAndEpoch v10-11
+# ProduceResponse.LeaderIdAndEpoch v10-13
 def _dec_ProduceResponse_LeaderIdAndEpoch_v10(buf: memoryview, pos: int) -> tuple[ProduceResponse.LeaderIdAndEpoch, int]:
     obj = new(_ProduceResponse_LeaderIdAndEpoch)
     obj.leader_id, obj.leader_epoch = _unpack_ii(buf, pos)
@@ -1278,7 +1418,7 @@ def _dec_ProduceResponse_LeaderIdAndEpoch_v10(buf: memoryview, pos: int) -> tupl
     return obj, pos
 
 
-# ProduceResponse.PartitionProduceResponse v10-11
+# ProduceResponse.PartitionProduceResponse v10-13
 def _enc_ProduceResponse_PartitionProduceResponse_v10(out: bytearray, obj: ProduceResponse.PartitionProduceResponse) -> None:
     out += _pack_ihqqq(obj.index, obj.error_code, obj.base_offset, obj.log_append_time_ms, obj.log_start_offset)
     v1 = obj.record_errors
@@ -1320,7 +1460,7 @@ def _enc_ProduceResponse_PartitionProduceResponse_v10_tagged(out: bytearray, obj
     write_tagged(out, fields, obj.unknown_tagged_fields)
 
 
-# ProduceResponse.PartitionProduceResponse v10-11
+# ProduceResponse.PartitionProduceResponse v10-13
 def _dec_ProduceResponse_PartitionProduceResponse_v10(buf: memoryview, pos: int) -> tuple[ProduceResponse.PartitionProduceResponse, int]:
     obj = new(_ProduceResponse_PartitionProduceResponse)
     obj.index, obj.error_code, obj.base_offset, obj.log_append_time_ms, obj.log_start_offset = _unpack_ihqqq(buf, pos)
@@ -1335,8 +1475,8 @@ def _dec_ProduceResponse_PartitionProduceResponse_v10(buf: memoryview, pos: int)
     if n1 < 0:
         raise DecodeError(f"ProduceResponse.PartitionProduceResponse.record_errors: invalid array length {n1}")
     else:
-        if n1 * 6 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.PartitionProduceResponse.record_errors: array of {n1} elements runs past the end of the data")
+        if n1 * 6 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ProduceResponse.PartitionProduceResponse.record_errors", n1, len(buf) - pos)
         items1: list[ProduceResponse.BatchIndexAndErrorMessage] = []
         for _ in range(n1):
             item1, pos = _dec_ProduceResponse_BatchIndexAndErrorMessage_v9(buf, pos)
@@ -1370,6 +1510,8 @@ def _dec_ProduceResponse_PartitionProduceResponse_v10(buf: memoryview, pos: int)
 
 def _dec_ProduceResponse_PartitionProduceResponse_v10_tagged(buf: memoryview, pos: int, obj: ProduceResponse.PartitionProduceResponse) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.current_leader = _build_ProduceResponse_LeaderIdAndEpoch()
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -1393,7 +1535,7 @@ def _dec_ProduceResponse_PartitionProduceResponse_v10_tagged(buf: memoryview, po
     return pos
 
 
-# ProduceResponse.TopicProduceResponse v10-11
+# ProduceResponse.TopicProduceResponse v10-12
 def _enc_ProduceResponse_TopicProduceResponse_v10(out: bytearray, obj: ProduceResponse.TopicProduceResponse) -> None:
     v1 = obj.name
     if v1 is None:
@@ -1425,7 +1567,7 @@ def _enc_ProduceResponse_TopicProduceResponse_v10(out: bytearray, obj: ProduceRe
         out.append(0)
 
 
-# ProduceResponse.TopicProduceResponse v10-11
+# ProduceResponse.TopicProduceResponse v10-12
 def _dec_ProduceResponse_TopicProduceResponse_v10(buf: memoryview, pos: int) -> tuple[ProduceResponse.TopicProduceResponse, int]:
     obj = new(_ProduceResponse_TopicProduceResponse)
     n1 = buf[pos]
@@ -1453,13 +1595,14 @@ def _dec_ProduceResponse_TopicProduceResponse_v10(buf: memoryview, pos: int) -> 
     if n2 < 0:
         raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: invalid array length {n2}")
     else:
-        if n2 * 33 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: array of {n2} elements runs past the end of the data")
+        if n2 * 33 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ProduceResponse.TopicProduceResponse.partition_responses", n2, len(buf) - pos)
         items2: list[ProduceResponse.PartitionProduceResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ProduceResponse_PartitionProduceResponse_v10(buf, pos)
             items2.append(item2)
         obj.partition_responses = items2
+    obj.topic_id = ZERO_UUID
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -1468,7 +1611,7 @@ def _dec_ProduceResponse_TopicProduceResponse_v10(buf: memoryview, pos: int) -> 
     return obj, pos
 
 
-# ProduceResponse.NodeEndpoint v10-11
+# ProduceResponse.NodeEndpoint v10-13
 def _enc_ProduceResponse_NodeEndpoint_v10(out: bytearray, obj: ProduceResponse.NodeEndpoint) -> None:
     out += _pack_i(obj.node_id)
     v1 = obj.host
@@ -1504,7 +1647,7 @@ def _enc_ProduceResponse_NodeEndpoint_v10(out: bytearray, obj: ProduceResponse.N
         out.append(0)
 
 
-# ProduceResponse.NodeEndpoint v10-11
+# ProduceResponse.NodeEndpoint v10-13
 def _dec_ProduceResponse_NodeEndpoint_v10(buf: memoryview, pos: int) -> tuple[ProduceResponse.NodeEndpoint, int]:
     obj = new(_ProduceResponse_NodeEndpoint)
     (obj.node_id,) = _unpack_i(buf, pos)
@@ -1551,7 +1694,7 @@ def _dec_ProduceResponse_NodeEndpoint_v10(buf: memoryview, pos: int) -> tuple[Pr
     return obj, pos
 
 
-# ProduceResponse v10-11
+# ProduceResponse v10-12
 def _enc_ProduceResponse_v10(out: bytearray, obj: ProduceResponse) -> None:
     v1 = obj.responses
     if v1 is None:
@@ -1590,7 +1733,7 @@ def _enc_ProduceResponse_v10_tagged(out: bytearray, obj: ProduceResponse) -> Non
     write_tagged(out, fields, obj.unknown_tagged_fields)
 
 
-# ProduceResponse v10-11
+# ProduceResponse v10-12
 def _dec_ProduceResponse_v10(buf: memoryview, pos: int) -> tuple[ProduceResponse, int]:
     obj = new(_ProduceResponse)
     n1 = buf[pos]
@@ -1603,8 +1746,8 @@ def _dec_ProduceResponse_v10(buf: memoryview, pos: int) -> tuple[ProduceResponse
     if n1 < 0:
         raise DecodeError(f"ProduceResponse.responses: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"ProduceResponse.responses: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ProduceResponse.responses", n1, len(buf) - pos)
         items1: list[ProduceResponse.TopicProduceResponse] = []
         for _ in range(n1):
             item1, pos = _dec_ProduceResponse_TopicProduceResponse_v10(buf, pos)
@@ -1623,6 +1766,8 @@ def _dec_ProduceResponse_v10(buf: memoryview, pos: int) -> tuple[ProduceResponse
 
 def _dec_ProduceResponse_v10_tagged(buf: memoryview, pos: int, obj: ProduceResponse) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.node_endpoints = []
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -1644,8 +1789,171 @@ def _dec_ProduceResponse_v10_tagged(buf: memoryview, pos: int, obj: ProduceRespo
             if n2 < 0:
                 raise DecodeError(f"ProduceResponse.node_endpoints: invalid array length {n2}")
             else:
-                if n2 * 11 > len(sub) - pos:
-                    raise DecodeError(f"ProduceResponse.node_endpoints: array of {n2} elements runs past the end of the data")
+                if n2 * 11 > len(sub) - pos or n2 > 1000000:
+                    raise array_refused("ProduceResponse.node_endpoints", n2, len(sub) - pos)
+                items2: list[ProduceResponse.NodeEndpoint] = []
+                for _ in range(n2):
+                    item2, pos = _dec_ProduceResponse_NodeEndpoint_v10(sub, pos)
+                    items2.append(item2)
+                obj.node_endpoints = items2
+            if pos != end:
+                raise DecodeError(f"tagged field {tag} has size {size} but its value took {pos - start} bytes")
+        else:
+            if unknown is None:
+                unknown = []
+            unknown.append((tag, bytes(buf[pos:end])))
+        pos = end
+    obj.unknown_tagged_fields = unknown
+    return pos
+
+
+# ProduceResponse.TopicProduceResponse v13
+def _enc_ProduceResponse_TopicProduceResponse_v13(out: bytearray, obj: ProduceResponse.TopicProduceResponse) -> None:
+    out += obj.topic_id.bytes
+    v2 = obj.partition_responses
+    if v2 is None:
+        raise EncodeError("ProduceResponse.TopicProduceResponse.partition_responses is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_ProduceResponse_PartitionProduceResponse_v10(out, item2)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ProduceResponse.TopicProduceResponse v13
+def _dec_ProduceResponse_TopicProduceResponse_v13(buf: memoryview, pos: int) -> tuple[ProduceResponse.TopicProduceResponse, int]:
+    obj = new(_ProduceResponse_TopicProduceResponse)
+    obj.topic_id, pos = read_uuid(buf, pos)
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"ProduceResponse.TopicProduceResponse.partition_responses: invalid array length {n2}")
+    else:
+        if n2 * 33 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ProduceResponse.TopicProduceResponse.partition_responses", n2, len(buf) - pos)
+        items2: list[ProduceResponse.PartitionProduceResponse] = []
+        for _ in range(n2):
+            item2, pos = _dec_ProduceResponse_PartitionProduceResponse_v10(buf, pos)
+            items2.append(item2)
+        obj.partition_responses = items2
+    obj.name = ""
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ProduceResponse v13
+def _enc_ProduceResponse_v13(out: bytearray, obj: ProduceResponse) -> None:
+    v1 = obj.responses
+    if v1 is None:
+        raise EncodeError("ProduceResponse.responses is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_ProduceResponse_TopicProduceResponse_v13(out, item1)
+    out += _pack_i(obj.throttle_time_ms)
+    if obj.unknown_tagged_fields or obj.node_endpoints != []:
+        _enc_ProduceResponse_v13_tagged(out, obj)
+    else:
+        out.append(0)
+
+
+def _enc_ProduceResponse_v13_tagged(out: bytearray, obj: ProduceResponse) -> None:
+    fields: list[tuple[int, bytes | bytearray]] = []
+    if obj.node_endpoints != []:
+        body = bytearray()
+        v2 = obj.node_endpoints
+        if v2 is None:
+            raise EncodeError("ProduceResponse.node_endpoints is not nullable in this version")
+        else:
+            n2 = len(v2)
+            if n2 < 0x7F:
+                body.append(n2 + 1)
+            else:
+                write_uvarint(body, n2 + 1)
+            for item2 in v2:
+                _enc_ProduceResponse_NodeEndpoint_v10(body, item2)
+        fields.append((0, body))
+    write_tagged(out, fields, obj.unknown_tagged_fields)
+
+
+# ProduceResponse v13
+def _dec_ProduceResponse_v13(buf: memoryview, pos: int) -> tuple[ProduceResponse, int]:
+    obj = new(_ProduceResponse)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"ProduceResponse.responses: invalid array length {n1}")
+    else:
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ProduceResponse.responses", n1, len(buf) - pos)
+        items1: list[ProduceResponse.TopicProduceResponse] = []
+        for _ in range(n1):
+            item1, pos = _dec_ProduceResponse_TopicProduceResponse_v13(buf, pos)
+            items1.append(item1)
+        obj.responses = items1
+    (obj.throttle_time_ms,) = _unpack_i(buf, pos)
+    pos += 4
+    if buf[pos] == 0:
+        obj.node_endpoints = []
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        pos = _dec_ProduceResponse_v13_tagged(buf, pos, obj)
+    return obj, pos
+
+
+def _dec_ProduceResponse_v13_tagged(buf: memoryview, pos: int, obj: ProduceResponse) -> int:
+    count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
+    obj.node_endpoints = []
+    unknown: list[tuple[int, bytes]] | None = None
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        end = pos + size
+        if end > len(buf):
+            raise DecodeError(f"tagged field {tag} runs past the end of the data")
+        if tag == 0:
+            sub = buf[:end]
+            start = pos
+            n2 = sub[pos]
+            if n2 < 0x80:
+                n2 -= 1
+                pos += 1
+            else:
+                n2, pos = read_uvarint(sub, pos)
+                n2 -= 1
+            if n2 < 0:
+                raise DecodeError(f"ProduceResponse.node_endpoints: invalid array length {n2}")
+            else:
+                if n2 * 11 > len(sub) - pos or n2 > 1000000:
+                    raise array_refused("ProduceResponse.node_endpoints", n2, len(sub) - pos)
                 items2: list[ProduceResponse.NodeEndpoint] = []
                 for _ in range(n2):
                     item2, pos = _dec_ProduceResponse_NodeEndpoint_v10(sub, pos)
@@ -1667,12 +1975,14 @@ def _error_ProduceRequest(request: ProduceRequest, version: int, code: int, mess
         return None
     if version <= 7:  # v0-7
         return _ProduceResponse(responses=[_ProduceResponse_TopicProduceResponse(name=x0.name, partition_responses=[_ProduceResponse_PartitionProduceResponse(error_code=code, index=x1.index) for x1 in x0.partition_data]) for x0 in request.topic_data])
-    return _ProduceResponse(responses=[_ProduceResponse_TopicProduceResponse(name=x0.name, partition_responses=[_ProduceResponse_PartitionProduceResponse(error_code=code, error_message=message, index=x1.index) for x1 in x0.partition_data]) for x0 in request.topic_data])
+    elif version <= 12:  # v8-12
+        return _ProduceResponse(responses=[_ProduceResponse_TopicProduceResponse(name=x0.name, partition_responses=[_ProduceResponse_PartitionProduceResponse(error_code=code, error_message=message, index=x1.index) for x1 in x0.partition_data]) for x0 in request.topic_data])
+    return _ProduceResponse(responses=[_ProduceResponse_TopicProduceResponse(topic_id=x0.topic_id, partition_responses=[_ProduceResponse_PartitionProduceResponse(error_code=code, error_message=message, index=x1.index) for x1 in x0.partition_data]) for x0 in request.topic_data])
 
 
 _DEFAULT_ProduceResponse_LeaderIdAndEpoch = _build_ProduceResponse_LeaderIdAndEpoch()  # compared with, never handed out
-ProduceRequest._encoders_ = {0: _enc_ProduceRequest_v0, 1: _enc_ProduceRequest_v0, 2: _enc_ProduceRequest_v0, 3: _enc_ProduceRequest_v3, 4: _enc_ProduceRequest_v3, 5: _enc_ProduceRequest_v3, 6: _enc_ProduceRequest_v3, 7: _enc_ProduceRequest_v3, 8: _enc_ProduceRequest_v3, 9: _enc_ProduceRequest_v9, 10: _enc_ProduceRequest_v9, 11: _enc_ProduceRequest_v9}
-ProduceRequest._decoders_ = {0: _dec_ProduceRequest_v0, 1: _dec_ProduceRequest_v0, 2: _dec_ProduceRequest_v0, 3: _dec_ProduceRequest_v3, 4: _dec_ProduceRequest_v3, 5: _dec_ProduceRequest_v3, 6: _dec_ProduceRequest_v3, 7: _dec_ProduceRequest_v3, 8: _dec_ProduceRequest_v3, 9: _dec_ProduceRequest_v9, 10: _dec_ProduceRequest_v9, 11: _dec_ProduceRequest_v9}
-ProduceResponse._encoders_ = {0: _enc_ProduceResponse_v0, 1: _enc_ProduceResponse_v1, 2: _enc_ProduceResponse_v2, 3: _enc_ProduceResponse_v2, 4: _enc_ProduceResponse_v2, 5: _enc_ProduceResponse_v5, 6: _enc_ProduceResponse_v5, 7: _enc_ProduceResponse_v5, 8: _enc_ProduceResponse_v8, 9: _enc_ProduceResponse_v9, 10: _enc_ProduceResponse_v10, 11: _enc_ProduceResponse_v10}
-ProduceResponse._decoders_ = {0: _dec_ProduceResponse_v0, 1: _dec_ProduceResponse_v1, 2: _dec_ProduceResponse_v2, 3: _dec_ProduceResponse_v2, 4: _dec_ProduceResponse_v2, 5: _dec_ProduceResponse_v5, 6: _dec_ProduceResponse_v5, 7: _dec_ProduceResponse_v5, 8: _dec_ProduceResponse_v8, 9: _dec_ProduceResponse_v9, 10: _dec_ProduceResponse_v10, 11: _dec_ProduceResponse_v10}
+ProduceRequest._encoders_ = {0: _enc_ProduceRequest_v0, 1: _enc_ProduceRequest_v0, 2: _enc_ProduceRequest_v0, 3: _enc_ProduceRequest_v3, 4: _enc_ProduceRequest_v3, 5: _enc_ProduceRequest_v3, 6: _enc_ProduceRequest_v3, 7: _enc_ProduceRequest_v3, 8: _enc_ProduceRequest_v3, 9: _enc_ProduceRequest_v9, 10: _enc_ProduceRequest_v9, 11: _enc_ProduceRequest_v9, 12: _enc_ProduceRequest_v9, 13: _enc_ProduceRequest_v13}
+ProduceRequest._decoders_ = {0: _dec_ProduceRequest_v0, 1: _dec_ProduceRequest_v0, 2: _dec_ProduceRequest_v0, 3: _dec_ProduceRequest_v3, 4: _dec_ProduceRequest_v3, 5: _dec_ProduceRequest_v3, 6: _dec_ProduceRequest_v3, 7: _dec_ProduceRequest_v3, 8: _dec_ProduceRequest_v3, 9: _dec_ProduceRequest_v9, 10: _dec_ProduceRequest_v9, 11: _dec_ProduceRequest_v9, 12: _dec_ProduceRequest_v9, 13: _dec_ProduceRequest_v13}
+ProduceResponse._encoders_ = {0: _enc_ProduceResponse_v0, 1: _enc_ProduceResponse_v1, 2: _enc_ProduceResponse_v2, 3: _enc_ProduceResponse_v2, 4: _enc_ProduceResponse_v2, 5: _enc_ProduceResponse_v5, 6: _enc_ProduceResponse_v5, 7: _enc_ProduceResponse_v5, 8: _enc_ProduceResponse_v8, 9: _enc_ProduceResponse_v9, 10: _enc_ProduceResponse_v10, 11: _enc_ProduceResponse_v10, 12: _enc_ProduceResponse_v10, 13: _enc_ProduceResponse_v13}
+ProduceResponse._decoders_ = {0: _dec_ProduceResponse_v0, 1: _dec_ProduceResponse_v1, 2: _dec_ProduceResponse_v2, 3: _dec_ProduceResponse_v2, 4: _dec_ProduceResponse_v2, 5: _dec_ProduceResponse_v5, 6: _dec_ProduceResponse_v5, 7: _dec_ProduceResponse_v5, 8: _dec_ProduceResponse_v8, 9: _dec_ProduceResponse_v9, 10: _dec_ProduceResponse_v10, 11: _dec_ProduceResponse_v10, 12: _dec_ProduceResponse_v10, 13: _dec_ProduceResponse_v13}
 ProduceRequest._error_response_ = _error_ProduceRequest

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -107,8 +110,8 @@ def _dec_ReadShareGroupStateRequest_ReadStateData_v0(buf: memoryview, pos: int) 
     if n2 < 0:
         raise DecodeError(f"ReadShareGroupStateRequest.ReadStateData.partitions: invalid array length {n2}")
     else:
-        if n2 * 9 > len(buf) - pos:
-            raise DecodeError(f"ReadShareGroupStateRequest.ReadStateData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 9 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ReadShareGroupStateRequest.ReadStateData.partitions", n2, len(buf) - pos)
         items2: list[ReadShareGroupStateRequest.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_ReadShareGroupStateRequest_PartitionData_v0(buf, pos)
@@ -182,8 +185,8 @@ def _dec_ReadShareGroupStateRequest_v0(buf: memoryview, pos: int) -> tuple[ReadS
     if n2 < 0:
         raise DecodeError(f"ReadShareGroupStateRequest.topics: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"ReadShareGroupStateRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ReadShareGroupStateRequest.topics", n2, len(buf) - pos)
         items2: list[ReadShareGroupStateRequest.ReadStateData] = []
         for _ in range(n2):
             item2, pos = _dec_ReadShareGroupStateRequest_ReadStateData_v0(buf, pos)
@@ -287,8 +290,8 @@ def _dec_ReadShareGroupStateResponse_PartitionResult_v0(buf: memoryview, pos: in
     if n2 < 0:
         raise DecodeError(f"ReadShareGroupStateResponse.PartitionResult.state_batches: invalid array length {n2}")
     else:
-        if n2 * 20 > len(buf) - pos:
-            raise DecodeError(f"ReadShareGroupStateResponse.PartitionResult.state_batches: array of {n2} elements runs past the end of the data")
+        if n2 * 20 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ReadShareGroupStateResponse.PartitionResult.state_batches", n2, len(buf) - pos)
         items2: list[ReadShareGroupStateResponse.StateBatch] = []
         for _ in range(n2):
             item2, pos = _dec_ReadShareGroupStateResponse_StateBatch_v0(buf, pos)
@@ -336,8 +339,8 @@ def _dec_ReadShareGroupStateResponse_ReadStateResult_v0(buf: memoryview, pos: in
     if n2 < 0:
         raise DecodeError(f"ReadShareGroupStateResponse.ReadStateResult.partitions: invalid array length {n2}")
     else:
-        if n2 * 21 > len(buf) - pos:
-            raise DecodeError(f"ReadShareGroupStateResponse.ReadStateResult.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 21 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ReadShareGroupStateResponse.ReadStateResult.partitions", n2, len(buf) - pos)
         items2: list[ReadShareGroupStateResponse.PartitionResult] = []
         for _ in range(n2):
             item2, pos = _dec_ReadShareGroupStateResponse_PartitionResult_v0(buf, pos)
@@ -383,8 +386,8 @@ def _dec_ReadShareGroupStateResponse_v0(buf: memoryview, pos: int) -> tuple[Read
     if n1 < 0:
         raise DecodeError(f"ReadShareGroupStateResponse.results: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"ReadShareGroupStateResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ReadShareGroupStateResponse.results", n1, len(buf) - pos)
         items1: list[ReadShareGroupStateResponse.ReadStateResult] = []
         for _ in range(n1):
             item1, pos = _dec_ReadShareGroupStateResponse_ReadStateResult_v0(buf, pos)

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -44,11 +47,13 @@ _pack_ih = Struct(">ih").pack
 _unpack_ih = Struct(">ih").unpack_from
 _pack_ii = Struct(">ii").pack
 _unpack_ii = Struct(">ii").unpack_from
-_pack_iq = Struct(">iq").pack
-_unpack_iq = Struct(">iq").unpack_from
+_pack_iiq = Struct(">iiq").pack
+_unpack_iiq = Struct(">iiq").unpack_from
+_pack_iiqi = Struct(">iiqi").pack
+_unpack_iiqi = Struct(">iiqi").unpack_from
 
 
-# ReadShareGroupStateSummaryRequest.PartitionData v0
+# ReadShareGroupStateSummaryRequest.PartitionData v0-1
 def _enc_ReadShareGroupStateSummaryRequest_PartitionData_v0(out: bytearray, obj: ReadShareGroupStateSummaryRequest.PartitionData) -> None:
     out += _pack_ii(obj.partition, obj.leader_epoch)
     if obj.unknown_tagged_fields:
@@ -57,7 +62,7 @@ def _enc_ReadShareGroupStateSummaryRequest_PartitionData_v0(out: bytearray, obj:
         out.append(0)
 
 
-# ReadShareGroupStateSummaryRequest.PartitionData v0
+# ReadShareGroupStateSummaryRequest.PartitionData v0-1
 def _dec_ReadShareGroupStateSummaryRequest_PartitionData_v0(buf: memoryview, pos: int) -> tuple[ReadShareGroupStateSummaryRequest.PartitionData, int]:
     obj = new(_ReadShareGroupStateSummaryRequest_PartitionData)
     obj.partition, obj.leader_epoch = _unpack_ii(buf, pos)
@@ -70,7 +75,7 @@ def _dec_ReadShareGroupStateSummaryRequest_PartitionData_v0(buf: memoryview, pos
     return obj, pos
 
 
-# ReadShareGroupStateSummaryRequest.ReadStateSummaryData v0
+# ReadShareGroupStateSummaryRequest.ReadStateSummaryData v0-1
 def _enc_ReadShareGroupStateSummaryRequest_ReadStateSummaryData_v0(out: bytearray, obj: ReadShareGroupStateSummaryRequest.ReadStateSummaryData) -> None:
     out += obj.topic_id.bytes
     v2 = obj.partitions
@@ -90,7 +95,7 @@ def _enc_ReadShareGroupStateSummaryRequest_ReadStateSummaryData_v0(out: bytearra
         out.append(0)
 
 
-# ReadShareGroupStateSummaryRequest.ReadStateSummaryData v0
+# ReadShareGroupStateSummaryRequest.ReadStateSummaryData v0-1
 def _dec_ReadShareGroupStateSummaryRequest_ReadStateSummaryData_v0(buf: memoryview, pos: int) -> tuple[ReadShareGroupStateSummaryRequest.ReadStateSummaryData, int]:
     obj = new(_ReadShareGroupStateSummaryRequest_ReadStateSummaryData)
     obj.topic_id, pos = read_uuid(buf, pos)
@@ -104,8 +109,8 @@ def _dec_ReadShareGroupStateSummaryRequest_ReadStateSummaryData_v0(buf: memoryvi
     if n2 < 0:
         raise DecodeError(f"ReadShareGroupStateSummaryRequest.ReadStateSummaryData.partitions: invalid array length {n2}")
     else:
-        if n2 * 9 > len(buf) - pos:
-            raise DecodeError(f"ReadShareGroupStateSummaryRequest.ReadStateSummaryData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 9 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ReadShareGroupStateSummaryRequest.ReadStateSummaryData.partitions", n2, len(buf) - pos)
         items2: list[ReadShareGroupStateSummaryRequest.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_ReadShareGroupStateSummaryRequest_PartitionData_v0(buf, pos)
@@ -119,7 +124,7 @@ def _dec_ReadShareGroupStateSummaryRequest_ReadStateSummaryData_v0(buf: memoryvi
     return obj, pos
 
 
-# ReadShareGroupStateSummaryRequest v0
+# ReadShareGroupStateSummaryRequest v0-1
 def _enc_ReadShareGroupStateSummaryRequest_v0(out: bytearray, obj: ReadShareGroupStateSummaryRequest) -> None:
     v1 = obj.group_id
     if v1 is None:
@@ -151,7 +156,7 @@ def _enc_ReadShareGroupStateSummaryRequest_v0(out: bytearray, obj: ReadShareGrou
         out.append(0)
 
 
-# ReadShareGroupStateSummaryRequest v0
+# ReadShareGroupStateSummaryRequest v0-1
 def _dec_ReadShareGroupStateSummaryRequest_v0(buf: memoryview, pos: int) -> tuple[ReadShareGroupStateSummaryRequest, int]:
     obj = new(_ReadShareGroupStateSummaryRequest)
     n1 = buf[pos]
@@ -179,8 +184,8 @@ def _dec_ReadShareGroupStateSummaryRequest_v0(buf: memoryview, pos: int) -> tupl
     if n2 < 0:
         raise DecodeError(f"ReadShareGroupStateSummaryRequest.topics: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"ReadShareGroupStateSummaryRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ReadShareGroupStateSummaryRequest.topics", n2, len(buf) - pos)
         items2: list[ReadShareGroupStateSummaryRequest.ReadStateSummaryData] = []
         for _ in range(n2):
             item2, pos = _dec_ReadShareGroupStateSummaryRequest_ReadStateSummaryData_v0(buf, pos)
@@ -210,7 +215,7 @@ def _enc_ReadShareGroupStateSummaryResponse_PartitionResult_v0(out: bytearray, o
         else:
             write_uvarint(out, n1 + 1)
         out += data1
-    out += _pack_iq(obj.state_epoch, obj.start_offset)
+    out += _pack_iiq(obj.state_epoch, obj.leader_epoch, obj.start_offset)
     if obj.unknown_tagged_fields:
         write_tagged(out, [], obj.unknown_tagged_fields)
     else:
@@ -239,8 +244,9 @@ def _dec_ReadShareGroupStateSummaryResponse_PartitionResult_v0(buf: memoryview, 
             raise DecodeError("ReadShareGroupStateSummaryResponse.PartitionResult.error_message: string runs past the end of the data")
         obj.error_message = str(buf[pos:end1], "utf-8")
         pos = end1
-    obj.state_epoch, obj.start_offset = _unpack_iq(buf, pos)
-    pos += 12
+    obj.state_epoch, obj.leader_epoch, obj.start_offset = _unpack_iiq(buf, pos)
+    pos += 16
+    obj.delivery_complete_count = -1
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -283,8 +289,8 @@ def _dec_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult_v0(buf: memor
     if n2 < 0:
         raise DecodeError(f"ReadShareGroupStateSummaryResponse.ReadStateSummaryResult.partitions: invalid array length {n2}")
     else:
-        if n2 * 20 > len(buf) - pos:
-            raise DecodeError(f"ReadShareGroupStateSummaryResponse.ReadStateSummaryResult.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 24 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ReadShareGroupStateSummaryResponse.ReadStateSummaryResult.partitions", n2, len(buf) - pos)
         items2: list[ReadShareGroupStateSummaryResponse.PartitionResult] = []
         for _ in range(n2):
             item2, pos = _dec_ReadShareGroupStateSummaryResponse_PartitionResult_v0(buf, pos)
@@ -330,8 +336,8 @@ def _dec_ReadShareGroupStateSummaryResponse_v0(buf: memoryview, pos: int) -> tup
     if n1 < 0:
         raise DecodeError(f"ReadShareGroupStateSummaryResponse.results: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"ReadShareGroupStateSummaryResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ReadShareGroupStateSummaryResponse.results", n1, len(buf) - pos)
         items1: list[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult] = []
         for _ in range(n1):
             item1, pos = _dec_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult_v0(buf, pos)
@@ -345,12 +351,163 @@ def _dec_ReadShareGroupStateSummaryResponse_v0(buf: memoryview, pos: int) -> tup
     return obj, pos
 
 
+# ReadShareGroupStateSummaryResponse.PartitionResult v1
+def _enc_ReadShareGroupStateSummaryResponse_PartitionResult_v1(out: bytearray, obj: ReadShareGroupStateSummaryResponse.PartitionResult) -> None:
+    out += _pack_ih(obj.partition, obj.error_code)
+    v1 = obj.error_message
+    if v1 is None:
+        out.append(0)
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ReadShareGroupStateSummaryResponse.PartitionResult.error_message is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    out += _pack_iiqi(obj.state_epoch, obj.leader_epoch, obj.start_offset, obj.delivery_complete_count)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ReadShareGroupStateSummaryResponse.PartitionResult v1
+def _dec_ReadShareGroupStateSummaryResponse_PartitionResult_v1(buf: memoryview, pos: int) -> tuple[ReadShareGroupStateSummaryResponse.PartitionResult, int]:
+    obj = new(_ReadShareGroupStateSummaryResponse_PartitionResult)
+    obj.partition, obj.error_code = _unpack_ih(buf, pos)
+    pos += 6
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        if n1 != -1:
+            raise DecodeError(f"ReadShareGroupStateSummaryResponse.PartitionResult.error_message: invalid string length {n1}")
+        obj.error_message = None
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ReadShareGroupStateSummaryResponse.PartitionResult.error_message: string runs past the end of the data")
+        obj.error_message = str(buf[pos:end1], "utf-8")
+        pos = end1
+    obj.state_epoch, obj.leader_epoch, obj.start_offset, obj.delivery_complete_count = _unpack_iiqi(buf, pos)
+    pos += 20
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ReadShareGroupStateSummaryResponse.ReadStateSummaryResult v1
+def _enc_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult_v1(out: bytearray, obj: ReadShareGroupStateSummaryResponse.ReadStateSummaryResult) -> None:
+    out += obj.topic_id.bytes
+    v2 = obj.partitions
+    if v2 is None:
+        raise EncodeError("ReadShareGroupStateSummaryResponse.ReadStateSummaryResult.partitions is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_ReadShareGroupStateSummaryResponse_PartitionResult_v1(out, item2)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ReadShareGroupStateSummaryResponse.ReadStateSummaryResult v1
+def _dec_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult_v1(buf: memoryview, pos: int) -> tuple[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult, int]:
+    obj = new(_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult)
+    obj.topic_id, pos = read_uuid(buf, pos)
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"ReadShareGroupStateSummaryResponse.ReadStateSummaryResult.partitions: invalid array length {n2}")
+    else:
+        if n2 * 28 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ReadShareGroupStateSummaryResponse.ReadStateSummaryResult.partitions", n2, len(buf) - pos)
+        items2: list[ReadShareGroupStateSummaryResponse.PartitionResult] = []
+        for _ in range(n2):
+            item2, pos = _dec_ReadShareGroupStateSummaryResponse_PartitionResult_v1(buf, pos)
+            items2.append(item2)
+        obj.partitions = items2
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ReadShareGroupStateSummaryResponse v1
+def _enc_ReadShareGroupStateSummaryResponse_v1(out: bytearray, obj: ReadShareGroupStateSummaryResponse) -> None:
+    v1 = obj.results
+    if v1 is None:
+        raise EncodeError("ReadShareGroupStateSummaryResponse.results is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult_v1(out, item1)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ReadShareGroupStateSummaryResponse v1
+def _dec_ReadShareGroupStateSummaryResponse_v1(buf: memoryview, pos: int) -> tuple[ReadShareGroupStateSummaryResponse, int]:
+    obj = new(_ReadShareGroupStateSummaryResponse)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"ReadShareGroupStateSummaryResponse.results: invalid array length {n1}")
+    else:
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ReadShareGroupStateSummaryResponse.results", n1, len(buf) - pos)
+        items1: list[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult] = []
+        for _ in range(n1):
+            item1, pos = _dec_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult_v1(buf, pos)
+            items1.append(item1)
+        obj.results = items1
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
 def _error_ReadShareGroupStateSummaryRequest(request: ReadShareGroupStateSummaryRequest, version: int, code: int, message: str | None) -> ReadShareGroupStateSummaryResponse | None:
-    return _ReadShareGroupStateSummaryResponse(results=[_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult(topic_id=x0.topic_id, partitions=[_ReadShareGroupStateSummaryResponse_PartitionResult(error_code=code, error_message=message, partition=x1.partition) for x1 in x0.partitions]) for x0 in request.topics])
+    return _ReadShareGroupStateSummaryResponse(results=[_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult(topic_id=x0.topic_id, partitions=[_ReadShareGroupStateSummaryResponse_PartitionResult(error_code=code, error_message=message, partition=x1.partition, leader_epoch=x1.leader_epoch) for x1 in x0.partitions]) for x0 in request.topics])
 
 
-ReadShareGroupStateSummaryRequest._encoders_ = {0: _enc_ReadShareGroupStateSummaryRequest_v0}
-ReadShareGroupStateSummaryRequest._decoders_ = {0: _dec_ReadShareGroupStateSummaryRequest_v0}
-ReadShareGroupStateSummaryResponse._encoders_ = {0: _enc_ReadShareGroupStateSummaryResponse_v0}
-ReadShareGroupStateSummaryResponse._decoders_ = {0: _dec_ReadShareGroupStateSummaryResponse_v0}
+ReadShareGroupStateSummaryRequest._encoders_ = {0: _enc_ReadShareGroupStateSummaryRequest_v0, 1: _enc_ReadShareGroupStateSummaryRequest_v0}
+ReadShareGroupStateSummaryRequest._decoders_ = {0: _dec_ReadShareGroupStateSummaryRequest_v0, 1: _dec_ReadShareGroupStateSummaryRequest_v0}
+ReadShareGroupStateSummaryResponse._encoders_ = {0: _enc_ReadShareGroupStateSummaryResponse_v0, 1: _enc_ReadShareGroupStateSummaryResponse_v1}
+ReadShareGroupStateSummaryResponse._decoders_ = {0: _dec_ReadShareGroupStateSummaryResponse_v0, 1: _dec_ReadShareGroupStateSummaryResponse_v1}
 ReadShareGroupStateSummaryRequest._error_response_ = _error_ReadShareGroupStateSummaryRequest

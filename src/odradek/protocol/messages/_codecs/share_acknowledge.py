@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -45,6 +48,8 @@ _ShareAcknowledgeResponse_NodeEndpoint = ShareAcknowledgeResponse.NodeEndpoint
 _ShareAcknowledgeResponse = ShareAcknowledgeResponse
 _pack_i = Struct(">i").pack
 _unpack_i = Struct(">i").unpack_from
+_pack_io = Struct(">i?").pack
+_unpack_io = Struct(">i?").unpack_from
 _pack_ih = Struct(">ih").pack
 _unpack_ih = Struct(">ih").unpack_from
 _pack_ii = Struct(">ii").pack
@@ -53,7 +58,7 @@ _pack_qq = Struct(">qq").pack
 _unpack_qq = Struct(">qq").unpack_from
 
 
-# ShareAcknowledgeRequest.AcknowledgementBatch v0
+# ShareAcknowledgeRequest.AcknowledgementBatch v0-2
 def _enc_ShareAcknowledgeRequest_AcknowledgementBatch_v0(out: bytearray, obj: ShareAcknowledgeRequest.AcknowledgementBatch) -> None:
     out += _pack_qq(obj.first_offset, obj.last_offset)
     v1 = obj.acknowledge_types
@@ -73,7 +78,7 @@ def _enc_ShareAcknowledgeRequest_AcknowledgementBatch_v0(out: bytearray, obj: Sh
         out.append(0)
 
 
-# ShareAcknowledgeRequest.AcknowledgementBatch v0
+# ShareAcknowledgeRequest.AcknowledgementBatch v0-2
 def _dec_ShareAcknowledgeRequest_AcknowledgementBatch_v0(buf: memoryview, pos: int) -> tuple[ShareAcknowledgeRequest.AcknowledgementBatch, int]:
     obj = new(_ShareAcknowledgeRequest_AcknowledgementBatch)
     obj.first_offset, obj.last_offset = _unpack_qq(buf, pos)
@@ -89,8 +94,8 @@ def _dec_ShareAcknowledgeRequest_AcknowledgementBatch_v0(buf: memoryview, pos: i
         raise DecodeError(f"ShareAcknowledgeRequest.AcknowledgementBatch.acknowledge_types: invalid array length {n1}")
     else:
         end1 = pos + n1 * 1
-        if end1 > len(buf):
-            raise DecodeError(f"ShareAcknowledgeRequest.AcknowledgementBatch.acknowledge_types: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("ShareAcknowledgeRequest.AcknowledgementBatch.acknowledge_types", n1, len(buf) - pos)
         obj.acknowledge_types = list(sunpack(f">{n1}b", buf, pos)) if n1 else []
         pos = end1
     if buf[pos] == 0:
@@ -101,7 +106,7 @@ def _dec_ShareAcknowledgeRequest_AcknowledgementBatch_v0(buf: memoryview, pos: i
     return obj, pos
 
 
-# ShareAcknowledgeRequest.AcknowledgePartition v0
+# ShareAcknowledgeRequest.AcknowledgePartition v0-2
 def _enc_ShareAcknowledgeRequest_AcknowledgePartition_v0(out: bytearray, obj: ShareAcknowledgeRequest.AcknowledgePartition) -> None:
     out += _pack_i(obj.partition_index)
     v1 = obj.acknowledgement_batches
@@ -121,7 +126,7 @@ def _enc_ShareAcknowledgeRequest_AcknowledgePartition_v0(out: bytearray, obj: Sh
         out.append(0)
 
 
-# ShareAcknowledgeRequest.AcknowledgePartition v0
+# ShareAcknowledgeRequest.AcknowledgePartition v0-2
 def _dec_ShareAcknowledgeRequest_AcknowledgePartition_v0(buf: memoryview, pos: int) -> tuple[ShareAcknowledgeRequest.AcknowledgePartition, int]:
     obj = new(_ShareAcknowledgeRequest_AcknowledgePartition)
     (obj.partition_index,) = _unpack_i(buf, pos)
@@ -136,8 +141,8 @@ def _dec_ShareAcknowledgeRequest_AcknowledgePartition_v0(buf: memoryview, pos: i
     if n1 < 0:
         raise DecodeError(f"ShareAcknowledgeRequest.AcknowledgePartition.acknowledgement_batches: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareAcknowledgeRequest.AcknowledgePartition.acknowledgement_batches: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ShareAcknowledgeRequest.AcknowledgePartition.acknowledgement_batches", n1, len(buf) - pos)
         items1: list[ShareAcknowledgeRequest.AcknowledgementBatch] = []
         for _ in range(n1):
             item1, pos = _dec_ShareAcknowledgeRequest_AcknowledgementBatch_v0(buf, pos)
@@ -151,7 +156,7 @@ def _dec_ShareAcknowledgeRequest_AcknowledgePartition_v0(buf: memoryview, pos: i
     return obj, pos
 
 
-# ShareAcknowledgeRequest.AcknowledgeTopic v0
+# ShareAcknowledgeRequest.AcknowledgeTopic v0-2
 def _enc_ShareAcknowledgeRequest_AcknowledgeTopic_v0(out: bytearray, obj: ShareAcknowledgeRequest.AcknowledgeTopic) -> None:
     out += obj.topic_id.bytes
     v2 = obj.partitions
@@ -171,7 +176,7 @@ def _enc_ShareAcknowledgeRequest_AcknowledgeTopic_v0(out: bytearray, obj: ShareA
         out.append(0)
 
 
-# ShareAcknowledgeRequest.AcknowledgeTopic v0
+# ShareAcknowledgeRequest.AcknowledgeTopic v0-2
 def _dec_ShareAcknowledgeRequest_AcknowledgeTopic_v0(buf: memoryview, pos: int) -> tuple[ShareAcknowledgeRequest.AcknowledgeTopic, int]:
     obj = new(_ShareAcknowledgeRequest_AcknowledgeTopic)
     obj.topic_id, pos = read_uuid(buf, pos)
@@ -185,8 +190,8 @@ def _dec_ShareAcknowledgeRequest_AcknowledgeTopic_v0(buf: memoryview, pos: int) 
     if n2 < 0:
         raise DecodeError(f"ShareAcknowledgeRequest.AcknowledgeTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 6 > len(buf) - pos:
-            raise DecodeError(f"ShareAcknowledgeRequest.AcknowledgeTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 6 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ShareAcknowledgeRequest.AcknowledgeTopic.partitions", n2, len(buf) - pos)
         items2: list[ShareAcknowledgeRequest.AcknowledgePartition] = []
         for _ in range(n2):
             item2, pos = _dec_ShareAcknowledgeRequest_AcknowledgePartition_v0(buf, pos)
@@ -200,8 +205,10 @@ def _dec_ShareAcknowledgeRequest_AcknowledgeTopic_v0(buf: memoryview, pos: int) 
     return obj, pos
 
 
-# ShareAcknowledgeRequest v0
+# ShareAcknowledgeRequest v0-1
 def _enc_ShareAcknowledgeRequest_v0(out: bytearray, obj: ShareAcknowledgeRequest) -> None:
+    if obj.is_renew_ack != False:
+        raise EncodeError("ShareAcknowledgeRequest.is_renew_ack cannot be sent in this version: only in versions 2+", UNSUPPORTED_VERSION)
     v1 = obj.group_id
     if v1 is None:
         out.append(0)
@@ -246,7 +253,7 @@ def _enc_ShareAcknowledgeRequest_v0(out: bytearray, obj: ShareAcknowledgeRequest
         out.append(0)
 
 
-# ShareAcknowledgeRequest v0
+# ShareAcknowledgeRequest v0-1
 def _dec_ShareAcknowledgeRequest_v0(buf: memoryview, pos: int) -> tuple[ShareAcknowledgeRequest, int]:
     obj = new(_ShareAcknowledgeRequest)
     n1 = buf[pos]
@@ -295,8 +302,119 @@ def _dec_ShareAcknowledgeRequest_v0(buf: memoryview, pos: int) -> tuple[ShareAck
     if n3 < 0:
         raise DecodeError(f"ShareAcknowledgeRequest.topics: invalid array length {n3}")
     else:
-        if n3 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareAcknowledgeRequest.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 18 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("ShareAcknowledgeRequest.topics", n3, len(buf) - pos)
+        items3: list[ShareAcknowledgeRequest.AcknowledgeTopic] = []
+        for _ in range(n3):
+            item3, pos = _dec_ShareAcknowledgeRequest_AcknowledgeTopic_v0(buf, pos)
+            items3.append(item3)
+        obj.topics = items3
+    obj.is_renew_ack = False
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ShareAcknowledgeRequest v2
+def _enc_ShareAcknowledgeRequest_v2(out: bytearray, obj: ShareAcknowledgeRequest) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        out.append(0)
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ShareAcknowledgeRequest.group_id is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    v2 = obj.member_id
+    if v2 is None:
+        out.append(0)
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("ShareAcknowledgeRequest.member_id is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    out += _pack_io(obj.share_session_epoch, obj.is_renew_ack)
+    v3 = obj.topics
+    if v3 is None:
+        raise EncodeError("ShareAcknowledgeRequest.topics is not nullable in this version")
+    else:
+        n3 = len(v3)
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        for item3 in v3:
+            _enc_ShareAcknowledgeRequest_AcknowledgeTopic_v0(out, item3)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ShareAcknowledgeRequest v2
+def _dec_ShareAcknowledgeRequest_v2(buf: memoryview, pos: int) -> tuple[ShareAcknowledgeRequest, int]:
+    obj = new(_ShareAcknowledgeRequest)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        if n1 != -1:
+            raise DecodeError(f"ShareAcknowledgeRequest.group_id: invalid string length {n1}")
+        obj.group_id = None
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ShareAcknowledgeRequest.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        if n2 != -1:
+            raise DecodeError(f"ShareAcknowledgeRequest.member_id: invalid string length {n2}")
+        obj.member_id = None
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("ShareAcknowledgeRequest.member_id: string runs past the end of the data")
+        obj.member_id = str(buf[pos:end2], "utf-8")
+        pos = end2
+    obj.share_session_epoch, obj.is_renew_ack = _unpack_io(buf, pos)
+    pos += 5
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        raise DecodeError(f"ShareAcknowledgeRequest.topics: invalid array length {n3}")
+    else:
+        if n3 * 18 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("ShareAcknowledgeRequest.topics", n3, len(buf) - pos)
         items3: list[ShareAcknowledgeRequest.AcknowledgeTopic] = []
         for _ in range(n3):
             item3, pos = _dec_ShareAcknowledgeRequest_AcknowledgeTopic_v0(buf, pos)
@@ -310,7 +428,7 @@ def _dec_ShareAcknowledgeRequest_v0(buf: memoryview, pos: int) -> tuple[ShareAck
     return obj, pos
 
 
-# ShareAcknowledgeResponse.LeaderIdAndEpoch v0
+# ShareAcknowledgeResponse.LeaderIdAndEpoch v0-2
 def _enc_ShareAcknowledgeResponse_LeaderIdAndEpoch_v0(out: bytearray, obj: ShareAcknowledgeResponse.LeaderIdAndEpoch) -> None:
     out += _pack_ii(obj.leader_id, obj.leader_epoch)
     if obj.unknown_tagged_fields:
@@ -319,7 +437,7 @@ def _enc_ShareAcknowledgeResponse_LeaderIdAndEpoch_v0(out: bytearray, obj: Share
         out.append(0)
 
 
-# ShareAcknowledgeResponse.LeaderIdAndEpoch v0
+# ShareAcknowledgeResponse.LeaderIdAndEpoch v0-2
 def _dec_ShareAcknowledgeResponse_LeaderIdAndEpoch_v0(buf: memoryview, pos: int) -> tuple[ShareAcknowledgeResponse.LeaderIdAndEpoch, int]:
     obj = new(_ShareAcknowledgeResponse_LeaderIdAndEpoch)
     obj.leader_id, obj.leader_epoch = _unpack_ii(buf, pos)
@@ -332,7 +450,7 @@ def _dec_ShareAcknowledgeResponse_LeaderIdAndEpoch_v0(buf: memoryview, pos: int)
     return obj, pos
 
 
-# ShareAcknowledgeResponse.PartitionData v0
+# ShareAcknowledgeResponse.PartitionData v0-2
 def _enc_ShareAcknowledgeResponse_PartitionData_v0(out: bytearray, obj: ShareAcknowledgeResponse.PartitionData) -> None:
     out += _pack_ih(obj.partition_index, obj.error_code)
     v1 = obj.error_message
@@ -355,7 +473,7 @@ def _enc_ShareAcknowledgeResponse_PartitionData_v0(out: bytearray, obj: ShareAck
         out.append(0)
 
 
-# ShareAcknowledgeResponse.PartitionData v0
+# ShareAcknowledgeResponse.PartitionData v0-2
 def _dec_ShareAcknowledgeResponse_PartitionData_v0(buf: memoryview, pos: int) -> tuple[ShareAcknowledgeResponse.PartitionData, int]:
     obj = new(_ShareAcknowledgeResponse_PartitionData)
     obj.partition_index, obj.error_code = _unpack_ih(buf, pos)
@@ -386,7 +504,7 @@ def _dec_ShareAcknowledgeResponse_PartitionData_v0(buf: memoryview, pos: int) ->
     return obj, pos
 
 
-# ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse v0
+# ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse v0-2
 def _enc_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v0(out: bytearray, obj: ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse) -> None:
     out += obj.topic_id.bytes
     v2 = obj.partitions
@@ -406,7 +524,7 @@ def _enc_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v0(out: bytearra
         out.append(0)
 
 
-# ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse v0
+# ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse v0-2
 def _dec_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v0(buf: memoryview, pos: int) -> tuple[ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse, int]:
     obj = new(_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse)
     obj.topic_id, pos = read_uuid(buf, pos)
@@ -420,8 +538,8 @@ def _dec_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v0(buf: memoryvi
     if n2 < 0:
         raise DecodeError(f"ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 9 > len(buf) - pos:
-            raise DecodeError(f"ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 9 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[ShareAcknowledgeResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_ShareAcknowledgeResponse_PartitionData_v0(buf, pos)
@@ -435,7 +553,7 @@ def _dec_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v0(buf: memoryvi
     return obj, pos
 
 
-# ShareAcknowledgeResponse.NodeEndpoint v0
+# ShareAcknowledgeResponse.NodeEndpoint v0-2
 def _enc_ShareAcknowledgeResponse_NodeEndpoint_v0(out: bytearray, obj: ShareAcknowledgeResponse.NodeEndpoint) -> None:
     out += _pack_i(obj.node_id)
     v1 = obj.host
@@ -471,7 +589,7 @@ def _enc_ShareAcknowledgeResponse_NodeEndpoint_v0(out: bytearray, obj: ShareAckn
         out.append(0)
 
 
-# ShareAcknowledgeResponse.NodeEndpoint v0
+# ShareAcknowledgeResponse.NodeEndpoint v0-2
 def _dec_ShareAcknowledgeResponse_NodeEndpoint_v0(buf: memoryview, pos: int) -> tuple[ShareAcknowledgeResponse.NodeEndpoint, int]:
     obj = new(_ShareAcknowledgeResponse_NodeEndpoint)
     (obj.node_id,) = _unpack_i(buf, pos)
@@ -518,7 +636,7 @@ def _dec_ShareAcknowledgeResponse_NodeEndpoint_v0(buf: memoryview, pos: int) -> 
     return obj, pos
 
 
-# ShareAcknowledgeResponse v0
+# ShareAcknowledgeResponse v0-1
 def _enc_ShareAcknowledgeResponse_v0(out: bytearray, obj: ShareAcknowledgeResponse) -> None:
     out += _pack_ih(obj.throttle_time_ms, obj.error_code)
     v1 = obj.error_message
@@ -562,7 +680,7 @@ def _enc_ShareAcknowledgeResponse_v0(out: bytearray, obj: ShareAcknowledgeRespon
         out.append(0)
 
 
-# ShareAcknowledgeResponse v0
+# ShareAcknowledgeResponse v0-1
 def _dec_ShareAcknowledgeResponse_v0(buf: memoryview, pos: int) -> tuple[ShareAcknowledgeResponse, int]:
     obj = new(_ShareAcknowledgeResponse)
     obj.throttle_time_ms, obj.error_code = _unpack_ih(buf, pos)
@@ -594,8 +712,8 @@ def _dec_ShareAcknowledgeResponse_v0(buf: memoryview, pos: int) -> tuple[ShareAc
     if n2 < 0:
         raise DecodeError(f"ShareAcknowledgeResponse.responses: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareAcknowledgeResponse.responses: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ShareAcknowledgeResponse.responses", n2, len(buf) - pos)
         items2: list[ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v0(buf, pos)
@@ -611,8 +729,120 @@ def _dec_ShareAcknowledgeResponse_v0(buf: memoryview, pos: int) -> tuple[ShareAc
     if n3 < 0:
         raise DecodeError(f"ShareAcknowledgeResponse.node_endpoints: invalid array length {n3}")
     else:
-        if n3 * 11 > len(buf) - pos:
-            raise DecodeError(f"ShareAcknowledgeResponse.node_endpoints: array of {n3} elements runs past the end of the data")
+        if n3 * 11 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("ShareAcknowledgeResponse.node_endpoints", n3, len(buf) - pos)
+        items3: list[ShareAcknowledgeResponse.NodeEndpoint] = []
+        for _ in range(n3):
+            item3, pos = _dec_ShareAcknowledgeResponse_NodeEndpoint_v0(buf, pos)
+            items3.append(item3)
+        obj.node_endpoints = items3
+    obj.acquisition_lock_timeout_ms = 0
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ShareAcknowledgeResponse v2
+def _enc_ShareAcknowledgeResponse_v2(out: bytearray, obj: ShareAcknowledgeResponse) -> None:
+    out += _pack_ih(obj.throttle_time_ms, obj.error_code)
+    v1 = obj.error_message
+    if v1 is None:
+        out.append(0)
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ShareAcknowledgeResponse.error_message is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    out += _pack_i(obj.acquisition_lock_timeout_ms)
+    v2 = obj.responses
+    if v2 is None:
+        raise EncodeError("ShareAcknowledgeResponse.responses is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v0(out, item2)
+    v3 = obj.node_endpoints
+    if v3 is None:
+        raise EncodeError("ShareAcknowledgeResponse.node_endpoints is not nullable in this version")
+    else:
+        n3 = len(v3)
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        for item3 in v3:
+            _enc_ShareAcknowledgeResponse_NodeEndpoint_v0(out, item3)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ShareAcknowledgeResponse v2
+def _dec_ShareAcknowledgeResponse_v2(buf: memoryview, pos: int) -> tuple[ShareAcknowledgeResponse, int]:
+    obj = new(_ShareAcknowledgeResponse)
+    obj.throttle_time_ms, obj.error_code = _unpack_ih(buf, pos)
+    pos += 6
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        if n1 != -1:
+            raise DecodeError(f"ShareAcknowledgeResponse.error_message: invalid string length {n1}")
+        obj.error_message = None
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ShareAcknowledgeResponse.error_message: string runs past the end of the data")
+        obj.error_message = str(buf[pos:end1], "utf-8")
+        pos = end1
+    (obj.acquisition_lock_timeout_ms,) = _unpack_i(buf, pos)
+    pos += 4
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"ShareAcknowledgeResponse.responses: invalid array length {n2}")
+    else:
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ShareAcknowledgeResponse.responses", n2, len(buf) - pos)
+        items2: list[ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse] = []
+        for _ in range(n2):
+            item2, pos = _dec_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_v0(buf, pos)
+            items2.append(item2)
+        obj.responses = items2
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        raise DecodeError(f"ShareAcknowledgeResponse.node_endpoints: invalid array length {n3}")
+    else:
+        if n3 * 11 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("ShareAcknowledgeResponse.node_endpoints", n3, len(buf) - pos)
         items3: list[ShareAcknowledgeResponse.NodeEndpoint] = []
         for _ in range(n3):
             item3, pos = _dec_ShareAcknowledgeResponse_NodeEndpoint_v0(buf, pos)
@@ -630,8 +860,8 @@ def _error_ShareAcknowledgeRequest(request: ShareAcknowledgeRequest, version: in
     return _ShareAcknowledgeResponse(error_code=code, error_message=message)
 
 
-ShareAcknowledgeRequest._encoders_ = {0: _enc_ShareAcknowledgeRequest_v0}
-ShareAcknowledgeRequest._decoders_ = {0: _dec_ShareAcknowledgeRequest_v0}
-ShareAcknowledgeResponse._encoders_ = {0: _enc_ShareAcknowledgeResponse_v0}
-ShareAcknowledgeResponse._decoders_ = {0: _dec_ShareAcknowledgeResponse_v0}
+ShareAcknowledgeRequest._encoders_ = {0: _enc_ShareAcknowledgeRequest_v0, 1: _enc_ShareAcknowledgeRequest_v0, 2: _enc_ShareAcknowledgeRequest_v2}
+ShareAcknowledgeRequest._decoders_ = {0: _dec_ShareAcknowledgeRequest_v0, 1: _dec_ShareAcknowledgeRequest_v0, 2: _dec_ShareAcknowledgeRequest_v2}
+ShareAcknowledgeResponse._encoders_ = {0: _enc_ShareAcknowledgeResponse_v0, 1: _enc_ShareAcknowledgeResponse_v0, 2: _enc_ShareAcknowledgeResponse_v2}
+ShareAcknowledgeResponse._decoders_ = {0: _dec_ShareAcknowledgeResponse_v0, 1: _dec_ShareAcknowledgeResponse_v0, 2: _dec_ShareAcknowledgeResponse_v2}
 ShareAcknowledgeRequest._error_response_ = _error_ShareAcknowledgeRequest

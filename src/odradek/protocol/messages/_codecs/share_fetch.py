@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -55,13 +58,17 @@ _pack_ii = Struct(">ii").pack
 _unpack_ii = Struct(">ii").unpack_from
 _pack_iiii = Struct(">iiii").pack
 _unpack_iiii = Struct(">iiii").unpack_from
+_pack_iiiiii = Struct(">iiiiii").pack
+_unpack_iiiiii = Struct(">iiiiii").unpack_from
+_pack_iiiiiibo = Struct(">iiiiiib?").pack
+_unpack_iiiiiibo = Struct(">iiiiiib?").unpack_from
 _pack_qq = Struct(">qq").pack
 _unpack_qq = Struct(">qq").unpack_from
 _pack_qqh = Struct(">qqh").pack
 _unpack_qqh = Struct(">qqh").unpack_from
 
 
-# ShareFetchRequest.AcknowledgementBatch v0
+# ShareFetchRequest.AcknowledgementBatch v0-2
 def _enc_ShareFetchRequest_AcknowledgementBatch_v0(out: bytearray, obj: ShareFetchRequest.AcknowledgementBatch) -> None:
     out += _pack_qq(obj.first_offset, obj.last_offset)
     v1 = obj.acknowledge_types
@@ -81,7 +88,7 @@ def _enc_ShareFetchRequest_AcknowledgementBatch_v0(out: bytearray, obj: ShareFet
         out.append(0)
 
 
-# ShareFetchRequest.AcknowledgementBatch v0
+# ShareFetchRequest.AcknowledgementBatch v0-2
 def _dec_ShareFetchRequest_AcknowledgementBatch_v0(buf: memoryview, pos: int) -> tuple[ShareFetchRequest.AcknowledgementBatch, int]:
     obj = new(_ShareFetchRequest_AcknowledgementBatch)
     obj.first_offset, obj.last_offset = _unpack_qq(buf, pos)
@@ -97,8 +104,8 @@ def _dec_ShareFetchRequest_AcknowledgementBatch_v0(buf: memoryview, pos: int) ->
         raise DecodeError(f"ShareFetchRequest.AcknowledgementBatch.acknowledge_types: invalid array length {n1}")
     else:
         end1 = pos + n1 * 1
-        if end1 > len(buf):
-            raise DecodeError(f"ShareFetchRequest.AcknowledgementBatch.acknowledge_types: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("ShareFetchRequest.AcknowledgementBatch.acknowledge_types", n1, len(buf) - pos)
         obj.acknowledge_types = list(sunpack(f">{n1}b", buf, pos)) if n1 else []
         pos = end1
     if buf[pos] == 0:
@@ -144,8 +151,8 @@ def _dec_ShareFetchRequest_FetchPartition_v0(buf: memoryview, pos: int) -> tuple
     if n1 < 0:
         raise DecodeError(f"ShareFetchRequest.FetchPartition.acknowledgement_batches: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareFetchRequest.FetchPartition.acknowledgement_batches: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ShareFetchRequest.FetchPartition.acknowledgement_batches", n1, len(buf) - pos)
         items1: list[ShareFetchRequest.AcknowledgementBatch] = []
         for _ in range(n1):
             item1, pos = _dec_ShareFetchRequest_AcknowledgementBatch_v0(buf, pos)
@@ -193,8 +200,8 @@ def _dec_ShareFetchRequest_FetchTopic_v0(buf: memoryview, pos: int) -> tuple[Sha
     if n2 < 0:
         raise DecodeError(f"ShareFetchRequest.FetchTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 10 > len(buf) - pos:
-            raise DecodeError(f"ShareFetchRequest.FetchTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 10 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ShareFetchRequest.FetchTopic.partitions", n2, len(buf) - pos)
         items2: list[ShareFetchRequest.FetchPartition] = []
         for _ in range(n2):
             item2, pos = _dec_ShareFetchRequest_FetchPartition_v0(buf, pos)
@@ -208,7 +215,7 @@ def _dec_ShareFetchRequest_FetchTopic_v0(buf: memoryview, pos: int) -> tuple[Sha
     return obj, pos
 
 
-# ShareFetchRequest.ForgottenTopic v0
+# ShareFetchRequest.ForgottenTopic v0-2
 def _enc_ShareFetchRequest_ForgottenTopic_v0(out: bytearray, obj: ShareFetchRequest.ForgottenTopic) -> None:
     out += obj.topic_id.bytes
     v2 = obj.partitions
@@ -228,7 +235,7 @@ def _enc_ShareFetchRequest_ForgottenTopic_v0(out: bytearray, obj: ShareFetchRequ
         out.append(0)
 
 
-# ShareFetchRequest.ForgottenTopic v0
+# ShareFetchRequest.ForgottenTopic v0-2
 def _dec_ShareFetchRequest_ForgottenTopic_v0(buf: memoryview, pos: int) -> tuple[ShareFetchRequest.ForgottenTopic, int]:
     obj = new(_ShareFetchRequest_ForgottenTopic)
     obj.topic_id, pos = read_uuid(buf, pos)
@@ -243,8 +250,8 @@ def _dec_ShareFetchRequest_ForgottenTopic_v0(buf: memoryview, pos: int) -> tuple
         raise DecodeError(f"ShareFetchRequest.ForgottenTopic.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"ShareFetchRequest.ForgottenTopic.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("ShareFetchRequest.ForgottenTopic.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -257,6 +264,12 @@ def _dec_ShareFetchRequest_ForgottenTopic_v0(buf: memoryview, pos: int) -> tuple
 
 # ShareFetchRequest v0
 def _enc_ShareFetchRequest_v0(out: bytearray, obj: ShareFetchRequest) -> None:
+    if obj.max_records != 0:
+        raise EncodeError("ShareFetchRequest.max_records cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
+    if obj.batch_size != 0:
+        raise EncodeError("ShareFetchRequest.batch_size cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
+    if obj.is_renew_ack != False:
+        raise EncodeError("ShareFetchRequest.is_renew_ack cannot be sent in this version: only in versions 2+", UNSUPPORTED_VERSION)
     v1 = obj.group_id
     if v1 is None:
         out.append(0)
@@ -361,8 +374,8 @@ def _dec_ShareFetchRequest_v0(buf: memoryview, pos: int) -> tuple[ShareFetchRequ
     if n3 < 0:
         raise DecodeError(f"ShareFetchRequest.topics: invalid array length {n3}")
     else:
-        if n3 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareFetchRequest.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 18 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("ShareFetchRequest.topics", n3, len(buf) - pos)
         items3: list[ShareFetchRequest.FetchTopic] = []
         for _ in range(n3):
             item3, pos = _dec_ShareFetchRequest_FetchTopic_v0(buf, pos)
@@ -378,8 +391,394 @@ def _dec_ShareFetchRequest_v0(buf: memoryview, pos: int) -> tuple[ShareFetchRequ
     if n4 < 0:
         raise DecodeError(f"ShareFetchRequest.forgotten_topics_data: invalid array length {n4}")
     else:
-        if n4 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareFetchRequest.forgotten_topics_data: array of {n4} elements runs past the end of the data")
+        if n4 * 18 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("ShareFetchRequest.forgotten_topics_data", n4, len(buf) - pos)
+        items4: list[ShareFetchRequest.ForgottenTopic] = []
+        for _ in range(n4):
+            item4, pos = _dec_ShareFetchRequest_ForgottenTopic_v0(buf, pos)
+            items4.append(item4)
+        obj.forgotten_topics_data = items4
+    obj.max_records = 0
+    obj.batch_size = 0
+    obj.share_acquire_mode = 0
+    obj.is_renew_ack = False
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ShareFetchRequest.FetchPartition v1-2
+def _enc_ShareFetchRequest_FetchPartition_v1(out: bytearray, obj: ShareFetchRequest.FetchPartition) -> None:
+    if obj.partition_max_bytes != 0:
+        raise EncodeError("ShareFetchRequest.FetchPartition.partition_max_bytes cannot be sent in this version: only in versions 0-0", UNSUPPORTED_VERSION)
+    out += _pack_i(obj.partition_index)
+    v1 = obj.acknowledgement_batches
+    if v1 is None:
+        raise EncodeError("ShareFetchRequest.FetchPartition.acknowledgement_batches is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_ShareFetchRequest_AcknowledgementBatch_v0(out, item1)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ShareFetchRequest.FetchPartition v1-2
+def _dec_ShareFetchRequest_FetchPartition_v1(buf: memoryview, pos: int) -> tuple[ShareFetchRequest.FetchPartition, int]:
+    obj = new(_ShareFetchRequest_FetchPartition)
+    (obj.partition_index,) = _unpack_i(buf, pos)
+    pos += 4
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"ShareFetchRequest.FetchPartition.acknowledgement_batches: invalid array length {n1}")
+    else:
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ShareFetchRequest.FetchPartition.acknowledgement_batches", n1, len(buf) - pos)
+        items1: list[ShareFetchRequest.AcknowledgementBatch] = []
+        for _ in range(n1):
+            item1, pos = _dec_ShareFetchRequest_AcknowledgementBatch_v0(buf, pos)
+            items1.append(item1)
+        obj.acknowledgement_batches = items1
+    obj.partition_max_bytes = 0
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ShareFetchRequest.FetchTopic v1-2
+def _enc_ShareFetchRequest_FetchTopic_v1(out: bytearray, obj: ShareFetchRequest.FetchTopic) -> None:
+    out += obj.topic_id.bytes
+    v2 = obj.partitions
+    if v2 is None:
+        raise EncodeError("ShareFetchRequest.FetchTopic.partitions is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_ShareFetchRequest_FetchPartition_v1(out, item2)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ShareFetchRequest.FetchTopic v1-2
+def _dec_ShareFetchRequest_FetchTopic_v1(buf: memoryview, pos: int) -> tuple[ShareFetchRequest.FetchTopic, int]:
+    obj = new(_ShareFetchRequest_FetchTopic)
+    obj.topic_id, pos = read_uuid(buf, pos)
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"ShareFetchRequest.FetchTopic.partitions: invalid array length {n2}")
+    else:
+        if n2 * 6 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ShareFetchRequest.FetchTopic.partitions", n2, len(buf) - pos)
+        items2: list[ShareFetchRequest.FetchPartition] = []
+        for _ in range(n2):
+            item2, pos = _dec_ShareFetchRequest_FetchPartition_v1(buf, pos)
+            items2.append(item2)
+        obj.partitions = items2
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ShareFetchRequest v1
+def _enc_ShareFetchRequest_v1(out: bytearray, obj: ShareFetchRequest) -> None:
+    if obj.is_renew_ack != False:
+        raise EncodeError("ShareFetchRequest.is_renew_ack cannot be sent in this version: only in versions 2+", UNSUPPORTED_VERSION)
+    v1 = obj.group_id
+    if v1 is None:
+        out.append(0)
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ShareFetchRequest.group_id is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    v2 = obj.member_id
+    if v2 is None:
+        out.append(0)
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("ShareFetchRequest.member_id is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    out += _pack_iiiiii(obj.share_session_epoch, obj.max_wait_ms, obj.min_bytes, obj.max_bytes, obj.max_records, obj.batch_size)
+    v3 = obj.topics
+    if v3 is None:
+        raise EncodeError("ShareFetchRequest.topics is not nullable in this version")
+    else:
+        n3 = len(v3)
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        for item3 in v3:
+            _enc_ShareFetchRequest_FetchTopic_v1(out, item3)
+    v4 = obj.forgotten_topics_data
+    if v4 is None:
+        raise EncodeError("ShareFetchRequest.forgotten_topics_data is not nullable in this version")
+    else:
+        n4 = len(v4)
+        if n4 < 0x7F:
+            out.append(n4 + 1)
+        else:
+            write_uvarint(out, n4 + 1)
+        for item4 in v4:
+            _enc_ShareFetchRequest_ForgottenTopic_v0(out, item4)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ShareFetchRequest v1
+def _dec_ShareFetchRequest_v1(buf: memoryview, pos: int) -> tuple[ShareFetchRequest, int]:
+    obj = new(_ShareFetchRequest)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        if n1 != -1:
+            raise DecodeError(f"ShareFetchRequest.group_id: invalid string length {n1}")
+        obj.group_id = None
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ShareFetchRequest.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        if n2 != -1:
+            raise DecodeError(f"ShareFetchRequest.member_id: invalid string length {n2}")
+        obj.member_id = None
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("ShareFetchRequest.member_id: string runs past the end of the data")
+        obj.member_id = str(buf[pos:end2], "utf-8")
+        pos = end2
+    obj.share_session_epoch, obj.max_wait_ms, obj.min_bytes, obj.max_bytes, obj.max_records, obj.batch_size = _unpack_iiiiii(buf, pos)
+    pos += 24
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        raise DecodeError(f"ShareFetchRequest.topics: invalid array length {n3}")
+    else:
+        if n3 * 18 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("ShareFetchRequest.topics", n3, len(buf) - pos)
+        items3: list[ShareFetchRequest.FetchTopic] = []
+        for _ in range(n3):
+            item3, pos = _dec_ShareFetchRequest_FetchTopic_v1(buf, pos)
+            items3.append(item3)
+        obj.topics = items3
+    n4 = buf[pos]
+    if n4 < 0x80:
+        n4 -= 1
+        pos += 1
+    else:
+        n4, pos = read_uvarint(buf, pos)
+        n4 -= 1
+    if n4 < 0:
+        raise DecodeError(f"ShareFetchRequest.forgotten_topics_data: invalid array length {n4}")
+    else:
+        if n4 * 18 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("ShareFetchRequest.forgotten_topics_data", n4, len(buf) - pos)
+        items4: list[ShareFetchRequest.ForgottenTopic] = []
+        for _ in range(n4):
+            item4, pos = _dec_ShareFetchRequest_ForgottenTopic_v0(buf, pos)
+            items4.append(item4)
+        obj.forgotten_topics_data = items4
+    obj.share_acquire_mode = 0
+    obj.is_renew_ack = False
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ShareFetchRequest v2
+def _enc_ShareFetchRequest_v2(out: bytearray, obj: ShareFetchRequest) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        out.append(0)
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ShareFetchRequest.group_id is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    v2 = obj.member_id
+    if v2 is None:
+        out.append(0)
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("ShareFetchRequest.member_id is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    out += _pack_iiiiiibo(obj.share_session_epoch, obj.max_wait_ms, obj.min_bytes, obj.max_bytes, obj.max_records, obj.batch_size, obj.share_acquire_mode, obj.is_renew_ack)
+    v3 = obj.topics
+    if v3 is None:
+        raise EncodeError("ShareFetchRequest.topics is not nullable in this version")
+    else:
+        n3 = len(v3)
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        for item3 in v3:
+            _enc_ShareFetchRequest_FetchTopic_v1(out, item3)
+    v4 = obj.forgotten_topics_data
+    if v4 is None:
+        raise EncodeError("ShareFetchRequest.forgotten_topics_data is not nullable in this version")
+    else:
+        n4 = len(v4)
+        if n4 < 0x7F:
+            out.append(n4 + 1)
+        else:
+            write_uvarint(out, n4 + 1)
+        for item4 in v4:
+            _enc_ShareFetchRequest_ForgottenTopic_v0(out, item4)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ShareFetchRequest v2
+def _dec_ShareFetchRequest_v2(buf: memoryview, pos: int) -> tuple[ShareFetchRequest, int]:
+    obj = new(_ShareFetchRequest)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        if n1 != -1:
+            raise DecodeError(f"ShareFetchRequest.group_id: invalid string length {n1}")
+        obj.group_id = None
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ShareFetchRequest.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        if n2 != -1:
+            raise DecodeError(f"ShareFetchRequest.member_id: invalid string length {n2}")
+        obj.member_id = None
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("ShareFetchRequest.member_id: string runs past the end of the data")
+        obj.member_id = str(buf[pos:end2], "utf-8")
+        pos = end2
+    obj.share_session_epoch, obj.max_wait_ms, obj.min_bytes, obj.max_bytes, obj.max_records, obj.batch_size, obj.share_acquire_mode, obj.is_renew_ack = _unpack_iiiiiibo(buf, pos)
+    pos += 26
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        raise DecodeError(f"ShareFetchRequest.topics: invalid array length {n3}")
+    else:
+        if n3 * 18 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("ShareFetchRequest.topics", n3, len(buf) - pos)
+        items3: list[ShareFetchRequest.FetchTopic] = []
+        for _ in range(n3):
+            item3, pos = _dec_ShareFetchRequest_FetchTopic_v1(buf, pos)
+            items3.append(item3)
+        obj.topics = items3
+    n4 = buf[pos]
+    if n4 < 0x80:
+        n4 -= 1
+        pos += 1
+    else:
+        n4, pos = read_uvarint(buf, pos)
+        n4 -= 1
+    if n4 < 0:
+        raise DecodeError(f"ShareFetchRequest.forgotten_topics_data: invalid array length {n4}")
+    else:
+        if n4 * 18 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("ShareFetchRequest.forgotten_topics_data", n4, len(buf) - pos)
         items4: list[ShareFetchRequest.ForgottenTopic] = []
         for _ in range(n4):
             item4, pos = _dec_ShareFetchRequest_ForgottenTopic_v0(buf, pos)
@@ -393,7 +792,7 @@ def _dec_ShareFetchRequest_v0(buf: memoryview, pos: int) -> tuple[ShareFetchRequ
     return obj, pos
 
 
-# ShareFetchResponse.LeaderIdAndEpoch v0
+# ShareFetchResponse.LeaderIdAndEpoch v0-2
 def _enc_ShareFetchResponse_LeaderIdAndEpoch_v0(out: bytearray, obj: ShareFetchResponse.LeaderIdAndEpoch) -> None:
     out += _pack_ii(obj.leader_id, obj.leader_epoch)
     if obj.unknown_tagged_fields:
@@ -402,7 +801,7 @@ def _enc_ShareFetchResponse_LeaderIdAndEpoch_v0(out: bytearray, obj: ShareFetchR
         out.append(0)
 
 
-# ShareFetchResponse.LeaderIdAndEpoch v0
+# ShareFetchResponse.LeaderIdAndEpoch v0-2
 def _dec_ShareFetchResponse_LeaderIdAndEpoch_v0(buf: memoryview, pos: int) -> tuple[ShareFetchResponse.LeaderIdAndEpoch, int]:
     obj = new(_ShareFetchResponse_LeaderIdAndEpoch)
     obj.leader_id, obj.leader_epoch = _unpack_ii(buf, pos)
@@ -415,7 +814,7 @@ def _dec_ShareFetchResponse_LeaderIdAndEpoch_v0(buf: memoryview, pos: int) -> tu
     return obj, pos
 
 
-# ShareFetchResponse.AcquiredRecords v0
+# ShareFetchResponse.AcquiredRecords v0-2
 def _enc_ShareFetchResponse_AcquiredRecords_v0(out: bytearray, obj: ShareFetchResponse.AcquiredRecords) -> None:
     out += _pack_qqh(obj.first_offset, obj.last_offset, obj.delivery_count)
     if obj.unknown_tagged_fields:
@@ -424,7 +823,7 @@ def _enc_ShareFetchResponse_AcquiredRecords_v0(out: bytearray, obj: ShareFetchRe
         out.append(0)
 
 
-# ShareFetchResponse.AcquiredRecords v0
+# ShareFetchResponse.AcquiredRecords v0-2
 def _dec_ShareFetchResponse_AcquiredRecords_v0(buf: memoryview, pos: int) -> tuple[ShareFetchResponse.AcquiredRecords, int]:
     obj = new(_ShareFetchResponse_AcquiredRecords)
     obj.first_offset, obj.last_offset, obj.delivery_count = _unpack_qqh(buf, pos)
@@ -572,8 +971,8 @@ def _dec_ShareFetchResponse_PartitionData_v0(buf: memoryview, pos: int) -> tuple
     if n5 < 0:
         raise DecodeError(f"ShareFetchResponse.PartitionData.acquired_records: invalid array length {n5}")
     else:
-        if n5 * 19 > len(buf) - pos:
-            raise DecodeError(f"ShareFetchResponse.PartitionData.acquired_records: array of {n5} elements runs past the end of the data")
+        if n5 * 19 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("ShareFetchResponse.PartitionData.acquired_records", n5, len(buf) - pos)
         items5: list[ShareFetchResponse.AcquiredRecords] = []
         for _ in range(n5):
             item5, pos = _dec_ShareFetchResponse_AcquiredRecords_v0(buf, pos)
@@ -621,8 +1020,8 @@ def _dec_ShareFetchResponse_ShareFetchableTopicResponse_v0(buf: memoryview, pos:
     if n2 < 0:
         raise DecodeError(f"ShareFetchResponse.ShareFetchableTopicResponse.partitions: invalid array length {n2}")
     else:
-        if n2 * 14 > len(buf) - pos:
-            raise DecodeError(f"ShareFetchResponse.ShareFetchableTopicResponse.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 14 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ShareFetchResponse.ShareFetchableTopicResponse.partitions", n2, len(buf) - pos)
         items2: list[ShareFetchResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_ShareFetchResponse_PartitionData_v0(buf, pos)
@@ -636,7 +1035,7 @@ def _dec_ShareFetchResponse_ShareFetchableTopicResponse_v0(buf: memoryview, pos:
     return obj, pos
 
 
-# ShareFetchResponse.NodeEndpoint v0
+# ShareFetchResponse.NodeEndpoint v0-2
 def _enc_ShareFetchResponse_NodeEndpoint_v0(out: bytearray, obj: ShareFetchResponse.NodeEndpoint) -> None:
     out += _pack_i(obj.node_id)
     v1 = obj.host
@@ -672,7 +1071,7 @@ def _enc_ShareFetchResponse_NodeEndpoint_v0(out: bytearray, obj: ShareFetchRespo
         out.append(0)
 
 
-# ShareFetchResponse.NodeEndpoint v0
+# ShareFetchResponse.NodeEndpoint v0-2
 def _dec_ShareFetchResponse_NodeEndpoint_v0(buf: memoryview, pos: int) -> tuple[ShareFetchResponse.NodeEndpoint, int]:
     obj = new(_ShareFetchResponse_NodeEndpoint)
     (obj.node_id,) = _unpack_i(buf, pos)
@@ -721,6 +1120,8 @@ def _dec_ShareFetchResponse_NodeEndpoint_v0(buf: memoryview, pos: int) -> tuple[
 
 # ShareFetchResponse v0
 def _enc_ShareFetchResponse_v0(out: bytearray, obj: ShareFetchResponse) -> None:
+    if obj.acquisition_lock_timeout_ms != 0:
+        raise EncodeError("ShareFetchResponse.acquisition_lock_timeout_ms cannot be sent in this version: only in versions 1+", UNSUPPORTED_VERSION)
     out += _pack_ih(obj.throttle_time_ms, obj.error_code)
     v1 = obj.error_message
     if v1 is None:
@@ -795,8 +1196,8 @@ def _dec_ShareFetchResponse_v0(buf: memoryview, pos: int) -> tuple[ShareFetchRes
     if n2 < 0:
         raise DecodeError(f"ShareFetchResponse.responses: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareFetchResponse.responses: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ShareFetchResponse.responses", n2, len(buf) - pos)
         items2: list[ShareFetchResponse.ShareFetchableTopicResponse] = []
         for _ in range(n2):
             item2, pos = _dec_ShareFetchResponse_ShareFetchableTopicResponse_v0(buf, pos)
@@ -812,8 +1213,317 @@ def _dec_ShareFetchResponse_v0(buf: memoryview, pos: int) -> tuple[ShareFetchRes
     if n3 < 0:
         raise DecodeError(f"ShareFetchResponse.node_endpoints: invalid array length {n3}")
     else:
-        if n3 * 11 > len(buf) - pos:
-            raise DecodeError(f"ShareFetchResponse.node_endpoints: array of {n3} elements runs past the end of the data")
+        if n3 * 11 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("ShareFetchResponse.node_endpoints", n3, len(buf) - pos)
+        items3: list[ShareFetchResponse.NodeEndpoint] = []
+        for _ in range(n3):
+            item3, pos = _dec_ShareFetchResponse_NodeEndpoint_v0(buf, pos)
+            items3.append(item3)
+        obj.node_endpoints = items3
+    obj.acquisition_lock_timeout_ms = 0
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ShareFetchResponse.PartitionData v1-2
+def _enc_ShareFetchResponse_PartitionData_v1(out: bytearray, obj: ShareFetchResponse.PartitionData) -> None:
+    out += _pack_ih(obj.partition_index, obj.error_code)
+    v1 = obj.error_message
+    if v1 is None:
+        out.append(0)
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ShareFetchResponse.PartitionData.error_message is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    out += _pack_h(obj.acknowledge_error_code)
+    v2 = obj.acknowledge_error_message
+    if v2 is None:
+        out.append(0)
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("ShareFetchResponse.PartitionData.acknowledge_error_message is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    _enc_ShareFetchResponse_LeaderIdAndEpoch_v0(out, obj.current_leader)
+    v4 = obj.records
+    if v4 is None:
+        raise EncodeError("ShareFetchResponse.PartitionData.records is not nullable in this version")
+    elif type(v4) is bytes or type(v4) is bytearray:
+        n4 = len(v4)
+        if n4 < 0x7F:
+            out.append(n4 + 1)
+        elif n4 < 0x3FFF:
+            out.append((n4 + 1) & 0x7F | 0x80)
+            out.append((n4 + 1) >> 7)
+        else:
+            write_uvarint(out, n4 + 1)
+        out += v4
+    else:
+        put_compact_records(out, v4)
+    v5 = obj.acquired_records
+    if v5 is None:
+        raise EncodeError("ShareFetchResponse.PartitionData.acquired_records is not nullable in this version")
+    else:
+        n5 = len(v5)
+        if n5 < 0x7F:
+            out.append(n5 + 1)
+        else:
+            write_uvarint(out, n5 + 1)
+        for item5 in v5:
+            _enc_ShareFetchResponse_AcquiredRecords_v0(out, item5)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ShareFetchResponse.PartitionData v1-2
+def _dec_ShareFetchResponse_PartitionData_v1(buf: memoryview, pos: int) -> tuple[ShareFetchResponse.PartitionData, int]:
+    obj = new(_ShareFetchResponse_PartitionData)
+    obj.partition_index, obj.error_code = _unpack_ih(buf, pos)
+    pos += 6
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        if n1 != -1:
+            raise DecodeError(f"ShareFetchResponse.PartitionData.error_message: invalid string length {n1}")
+        obj.error_message = None
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ShareFetchResponse.PartitionData.error_message: string runs past the end of the data")
+        obj.error_message = str(buf[pos:end1], "utf-8")
+        pos = end1
+    (obj.acknowledge_error_code,) = _unpack_h(buf, pos)
+    pos += 2
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        if n2 != -1:
+            raise DecodeError(f"ShareFetchResponse.PartitionData.acknowledge_error_message: invalid string length {n2}")
+        obj.acknowledge_error_message = None
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("ShareFetchResponse.PartitionData.acknowledge_error_message: string runs past the end of the data")
+        obj.acknowledge_error_message = str(buf[pos:end2], "utf-8")
+        pos = end2
+    obj.current_leader, pos = _dec_ShareFetchResponse_LeaderIdAndEpoch_v0(buf, pos)
+    n4 = buf[pos]
+    if n4 < 0x80:
+        n4 -= 1
+        pos += 1
+    elif buf[pos + 1] < 0x80:
+        n4 = (n4 & 0x7F | buf[pos + 1] << 7) - 1
+        pos += 2
+    else:
+        n4, pos = read_uvarint(buf, pos)
+        n4 -= 1
+    if n4 < 0:
+        raise DecodeError(f"ShareFetchResponse.PartitionData.records: invalid bytes length {n4}")
+    else:
+        end4 = pos + n4
+        if end4 > len(buf):
+            raise DecodeError("ShareFetchResponse.PartitionData.records: bytes run past the end of the data")
+        obj.records = buf[pos:end4]
+        pos = end4
+    n5 = buf[pos]
+    if n5 < 0x80:
+        n5 -= 1
+        pos += 1
+    else:
+        n5, pos = read_uvarint(buf, pos)
+        n5 -= 1
+    if n5 < 0:
+        raise DecodeError(f"ShareFetchResponse.PartitionData.acquired_records: invalid array length {n5}")
+    else:
+        if n5 * 19 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("ShareFetchResponse.PartitionData.acquired_records", n5, len(buf) - pos)
+        items5: list[ShareFetchResponse.AcquiredRecords] = []
+        for _ in range(n5):
+            item5, pos = _dec_ShareFetchResponse_AcquiredRecords_v0(buf, pos)
+            items5.append(item5)
+        obj.acquired_records = items5
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ShareFetchResponse.ShareFetchableTopicResponse v1-2
+def _enc_ShareFetchResponse_ShareFetchableTopicResponse_v1(out: bytearray, obj: ShareFetchResponse.ShareFetchableTopicResponse) -> None:
+    out += obj.topic_id.bytes
+    v2 = obj.partitions
+    if v2 is None:
+        raise EncodeError("ShareFetchResponse.ShareFetchableTopicResponse.partitions is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_ShareFetchResponse_PartitionData_v1(out, item2)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ShareFetchResponse.ShareFetchableTopicResponse v1-2
+def _dec_ShareFetchResponse_ShareFetchableTopicResponse_v1(buf: memoryview, pos: int) -> tuple[ShareFetchResponse.ShareFetchableTopicResponse, int]:
+    obj = new(_ShareFetchResponse_ShareFetchableTopicResponse)
+    obj.topic_id, pos = read_uuid(buf, pos)
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"ShareFetchResponse.ShareFetchableTopicResponse.partitions: invalid array length {n2}")
+    else:
+        if n2 * 14 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ShareFetchResponse.ShareFetchableTopicResponse.partitions", n2, len(buf) - pos)
+        items2: list[ShareFetchResponse.PartitionData] = []
+        for _ in range(n2):
+            item2, pos = _dec_ShareFetchResponse_PartitionData_v1(buf, pos)
+            items2.append(item2)
+        obj.partitions = items2
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# ShareFetchResponse v1-2
+def _enc_ShareFetchResponse_v1(out: bytearray, obj: ShareFetchResponse) -> None:
+    out += _pack_ih(obj.throttle_time_ms, obj.error_code)
+    v1 = obj.error_message
+    if v1 is None:
+        out.append(0)
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("ShareFetchResponse.error_message is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    out += _pack_i(obj.acquisition_lock_timeout_ms)
+    v2 = obj.responses
+    if v2 is None:
+        raise EncodeError("ShareFetchResponse.responses is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_ShareFetchResponse_ShareFetchableTopicResponse_v1(out, item2)
+    v3 = obj.node_endpoints
+    if v3 is None:
+        raise EncodeError("ShareFetchResponse.node_endpoints is not nullable in this version")
+    else:
+        n3 = len(v3)
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        for item3 in v3:
+            _enc_ShareFetchResponse_NodeEndpoint_v0(out, item3)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# ShareFetchResponse v1-2
+def _dec_ShareFetchResponse_v1(buf: memoryview, pos: int) -> tuple[ShareFetchResponse, int]:
+    obj = new(_ShareFetchResponse)
+    obj.throttle_time_ms, obj.error_code = _unpack_ih(buf, pos)
+    pos += 6
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        if n1 != -1:
+            raise DecodeError(f"ShareFetchResponse.error_message: invalid string length {n1}")
+        obj.error_message = None
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("ShareFetchResponse.error_message: string runs past the end of the data")
+        obj.error_message = str(buf[pos:end1], "utf-8")
+        pos = end1
+    (obj.acquisition_lock_timeout_ms,) = _unpack_i(buf, pos)
+    pos += 4
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"ShareFetchResponse.responses: invalid array length {n2}")
+    else:
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("ShareFetchResponse.responses", n2, len(buf) - pos)
+        items2: list[ShareFetchResponse.ShareFetchableTopicResponse] = []
+        for _ in range(n2):
+            item2, pos = _dec_ShareFetchResponse_ShareFetchableTopicResponse_v1(buf, pos)
+            items2.append(item2)
+        obj.responses = items2
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        raise DecodeError(f"ShareFetchResponse.node_endpoints: invalid array length {n3}")
+    else:
+        if n3 * 11 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("ShareFetchResponse.node_endpoints", n3, len(buf) - pos)
         items3: list[ShareFetchResponse.NodeEndpoint] = []
         for _ in range(n3):
             item3, pos = _dec_ShareFetchResponse_NodeEndpoint_v0(buf, pos)
@@ -831,8 +1541,8 @@ def _error_ShareFetchRequest(request: ShareFetchRequest, version: int, code: int
     return _ShareFetchResponse(error_code=code, error_message=message)
 
 
-ShareFetchRequest._encoders_ = {0: _enc_ShareFetchRequest_v0}
-ShareFetchRequest._decoders_ = {0: _dec_ShareFetchRequest_v0}
-ShareFetchResponse._encoders_ = {0: _enc_ShareFetchResponse_v0}
-ShareFetchResponse._decoders_ = {0: _dec_ShareFetchResponse_v0}
+ShareFetchRequest._encoders_ = {0: _enc_ShareFetchRequest_v0, 1: _enc_ShareFetchRequest_v1, 2: _enc_ShareFetchRequest_v2}
+ShareFetchRequest._decoders_ = {0: _dec_ShareFetchRequest_v0, 1: _dec_ShareFetchRequest_v1, 2: _dec_ShareFetchRequest_v2}
+ShareFetchResponse._encoders_ = {0: _enc_ShareFetchResponse_v0, 1: _enc_ShareFetchResponse_v1, 2: _enc_ShareFetchResponse_v1}
+ShareFetchResponse._decoders_ = {0: _dec_ShareFetchResponse_v0, 1: _dec_ShareFetchResponse_v1, 2: _dec_ShareFetchResponse_v1}
 ShareFetchRequest._error_response_ = _error_ShareFetchRequest

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -50,7 +53,7 @@ _pack_ii = Struct(">ii").pack
 _unpack_ii = Struct(">ii").unpack_from
 
 
-# ShareGroupDescribeRequest v0
+# ShareGroupDescribeRequest v0-1
 def _enc_ShareGroupDescribeRequest_v0(out: bytearray, obj: ShareGroupDescribeRequest) -> None:
     v1 = obj.group_ids
     if v1 is None:
@@ -82,7 +85,7 @@ def _enc_ShareGroupDescribeRequest_v0(out: bytearray, obj: ShareGroupDescribeReq
         out.append(0)
 
 
-# ShareGroupDescribeRequest v0
+# ShareGroupDescribeRequest v0-1
 def _dec_ShareGroupDescribeRequest_v0(buf: memoryview, pos: int) -> tuple[ShareGroupDescribeRequest, int]:
     obj = new(_ShareGroupDescribeRequest)
     n1 = buf[pos]
@@ -95,8 +98,8 @@ def _dec_ShareGroupDescribeRequest_v0(buf: memoryview, pos: int) -> tuple[ShareG
     if n1 < 0:
         raise DecodeError(f"ShareGroupDescribeRequest.group_ids: invalid array length {n1}")
     else:
-        if n1 * 1 > len(buf) - pos:
-            raise DecodeError(f"ShareGroupDescribeRequest.group_ids: array of {n1} elements runs past the end of the data")
+        if n1 * 1 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ShareGroupDescribeRequest.group_ids", n1, len(buf) - pos)
         items1: list[str] = []
         for _ in range(n1):
             n2 = buf[pos]
@@ -126,7 +129,7 @@ def _dec_ShareGroupDescribeRequest_v0(buf: memoryview, pos: int) -> tuple[ShareG
     return obj, pos
 
 
-# ShareGroupDescribeResponse.TopicPartitions v0
+# ShareGroupDescribeResponse.TopicPartitions v0-1
 def _enc_ShareGroupDescribeResponse_TopicPartitions_v0(out: bytearray, obj: ShareGroupDescribeResponse.TopicPartitions) -> None:
     out += obj.topic_id.bytes
     v2 = obj.topic_name
@@ -159,7 +162,7 @@ def _enc_ShareGroupDescribeResponse_TopicPartitions_v0(out: bytearray, obj: Shar
         out.append(0)
 
 
-# ShareGroupDescribeResponse.TopicPartitions v0
+# ShareGroupDescribeResponse.TopicPartitions v0-1
 def _dec_ShareGroupDescribeResponse_TopicPartitions_v0(buf: memoryview, pos: int) -> tuple[ShareGroupDescribeResponse.TopicPartitions, int]:
     obj = new(_ShareGroupDescribeResponse_TopicPartitions)
     obj.topic_id, pos = read_uuid(buf, pos)
@@ -189,8 +192,8 @@ def _dec_ShareGroupDescribeResponse_TopicPartitions_v0(buf: memoryview, pos: int
         raise DecodeError(f"ShareGroupDescribeResponse.TopicPartitions.partitions: invalid array length {n3}")
     else:
         end3 = pos + n3 * 4
-        if end3 > len(buf):
-            raise DecodeError(f"ShareGroupDescribeResponse.TopicPartitions.partitions: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("ShareGroupDescribeResponse.TopicPartitions.partitions", n3, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n3}i", buf, pos)) if n3 else []
         pos = end3
     if buf[pos] == 0:
@@ -201,7 +204,7 @@ def _dec_ShareGroupDescribeResponse_TopicPartitions_v0(buf: memoryview, pos: int
     return obj, pos
 
 
-# ShareGroupDescribeResponse.Assignment v0
+# ShareGroupDescribeResponse.Assignment v0-1
 def _enc_ShareGroupDescribeResponse_Assignment_v0(out: bytearray, obj: ShareGroupDescribeResponse.Assignment) -> None:
     v1 = obj.topic_partitions
     if v1 is None:
@@ -220,7 +223,7 @@ def _enc_ShareGroupDescribeResponse_Assignment_v0(out: bytearray, obj: ShareGrou
         out.append(0)
 
 
-# ShareGroupDescribeResponse.Assignment v0
+# ShareGroupDescribeResponse.Assignment v0-1
 def _dec_ShareGroupDescribeResponse_Assignment_v0(buf: memoryview, pos: int) -> tuple[ShareGroupDescribeResponse.Assignment, int]:
     obj = new(_ShareGroupDescribeResponse_Assignment)
     n1 = buf[pos]
@@ -233,8 +236,8 @@ def _dec_ShareGroupDescribeResponse_Assignment_v0(buf: memoryview, pos: int) -> 
     if n1 < 0:
         raise DecodeError(f"ShareGroupDescribeResponse.Assignment.topic_partitions: invalid array length {n1}")
     else:
-        if n1 * 19 > len(buf) - pos:
-            raise DecodeError(f"ShareGroupDescribeResponse.Assignment.topic_partitions: array of {n1} elements runs past the end of the data")
+        if n1 * 19 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ShareGroupDescribeResponse.Assignment.topic_partitions", n1, len(buf) - pos)
         items1: list[ShareGroupDescribeResponse.TopicPartitions] = []
         for _ in range(n1):
             item1, pos = _dec_ShareGroupDescribeResponse_TopicPartitions_v0(buf, pos)
@@ -248,7 +251,7 @@ def _dec_ShareGroupDescribeResponse_Assignment_v0(buf: memoryview, pos: int) -> 
     return obj, pos
 
 
-# ShareGroupDescribeResponse.Member v0
+# ShareGroupDescribeResponse.Member v0-1
 def _enc_ShareGroupDescribeResponse_Member_v0(out: bytearray, obj: ShareGroupDescribeResponse.Member) -> None:
     v1 = obj.member_id
     if v1 is None:
@@ -333,7 +336,7 @@ def _enc_ShareGroupDescribeResponse_Member_v0(out: bytearray, obj: ShareGroupDes
         out.append(0)
 
 
-# ShareGroupDescribeResponse.Member v0
+# ShareGroupDescribeResponse.Member v0-1
 def _dec_ShareGroupDescribeResponse_Member_v0(buf: memoryview, pos: int) -> tuple[ShareGroupDescribeResponse.Member, int]:
     obj = new(_ShareGroupDescribeResponse_Member)
     n1 = buf[pos]
@@ -410,8 +413,8 @@ def _dec_ShareGroupDescribeResponse_Member_v0(buf: memoryview, pos: int) -> tupl
     if n5 < 0:
         raise DecodeError(f"ShareGroupDescribeResponse.Member.subscribed_topic_names: invalid array length {n5}")
     else:
-        if n5 * 1 > len(buf) - pos:
-            raise DecodeError(f"ShareGroupDescribeResponse.Member.subscribed_topic_names: array of {n5} elements runs past the end of the data")
+        if n5 * 1 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("ShareGroupDescribeResponse.Member.subscribed_topic_names", n5, len(buf) - pos)
         items5: list[str] = []
         for _ in range(n5):
             n6 = buf[pos]
@@ -440,7 +443,7 @@ def _dec_ShareGroupDescribeResponse_Member_v0(buf: memoryview, pos: int) -> tupl
     return obj, pos
 
 
-# ShareGroupDescribeResponse.DescribedGroup v0
+# ShareGroupDescribeResponse.DescribedGroup v0-1
 def _enc_ShareGroupDescribeResponse_DescribedGroup_v0(out: bytearray, obj: ShareGroupDescribeResponse.DescribedGroup) -> None:
     out += _pack_h(obj.error_code)
     v1 = obj.error_message
@@ -514,7 +517,7 @@ def _enc_ShareGroupDescribeResponse_DescribedGroup_v0(out: bytearray, obj: Share
         out.append(0)
 
 
-# ShareGroupDescribeResponse.DescribedGroup v0
+# ShareGroupDescribeResponse.DescribedGroup v0-1
 def _dec_ShareGroupDescribeResponse_DescribedGroup_v0(buf: memoryview, pos: int) -> tuple[ShareGroupDescribeResponse.DescribedGroup, int]:
     obj = new(_ShareGroupDescribeResponse_DescribedGroup)
     (obj.error_code,) = _unpack_h(buf, pos)
@@ -593,8 +596,8 @@ def _dec_ShareGroupDescribeResponse_DescribedGroup_v0(buf: memoryview, pos: int)
     if n5 < 0:
         raise DecodeError(f"ShareGroupDescribeResponse.DescribedGroup.members: invalid array length {n5}")
     else:
-        if n5 * 11 > len(buf) - pos:
-            raise DecodeError(f"ShareGroupDescribeResponse.DescribedGroup.members: array of {n5} elements runs past the end of the data")
+        if n5 * 11 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("ShareGroupDescribeResponse.DescribedGroup.members", n5, len(buf) - pos)
         items5: list[ShareGroupDescribeResponse.Member] = []
         for _ in range(n5):
             item5, pos = _dec_ShareGroupDescribeResponse_Member_v0(buf, pos)
@@ -610,7 +613,7 @@ def _dec_ShareGroupDescribeResponse_DescribedGroup_v0(buf: memoryview, pos: int)
     return obj, pos
 
 
-# ShareGroupDescribeResponse v0
+# ShareGroupDescribeResponse v0-1
 def _enc_ShareGroupDescribeResponse_v0(out: bytearray, obj: ShareGroupDescribeResponse) -> None:
     out += _pack_i(obj.throttle_time_ms)
     v1 = obj.groups
@@ -630,7 +633,7 @@ def _enc_ShareGroupDescribeResponse_v0(out: bytearray, obj: ShareGroupDescribeRe
         out.append(0)
 
 
-# ShareGroupDescribeResponse v0
+# ShareGroupDescribeResponse v0-1
 def _dec_ShareGroupDescribeResponse_v0(buf: memoryview, pos: int) -> tuple[ShareGroupDescribeResponse, int]:
     obj = new(_ShareGroupDescribeResponse)
     (obj.throttle_time_ms,) = _unpack_i(buf, pos)
@@ -645,8 +648,8 @@ def _dec_ShareGroupDescribeResponse_v0(buf: memoryview, pos: int) -> tuple[Share
     if n1 < 0:
         raise DecodeError(f"ShareGroupDescribeResponse.groups: invalid array length {n1}")
     else:
-        if n1 * 20 > len(buf) - pos:
-            raise DecodeError(f"ShareGroupDescribeResponse.groups: array of {n1} elements runs past the end of the data")
+        if n1 * 20 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ShareGroupDescribeResponse.groups", n1, len(buf) - pos)
         items1: list[ShareGroupDescribeResponse.DescribedGroup] = []
         for _ in range(n1):
             item1, pos = _dec_ShareGroupDescribeResponse_DescribedGroup_v0(buf, pos)
@@ -664,8 +667,8 @@ def _error_ShareGroupDescribeRequest(request: ShareGroupDescribeRequest, version
     return _ShareGroupDescribeResponse(groups=[_ShareGroupDescribeResponse_DescribedGroup(error_code=code, error_message=message, group_id=x0) for x0 in request.group_ids])
 
 
-ShareGroupDescribeRequest._encoders_ = {0: _enc_ShareGroupDescribeRequest_v0}
-ShareGroupDescribeRequest._decoders_ = {0: _dec_ShareGroupDescribeRequest_v0}
-ShareGroupDescribeResponse._encoders_ = {0: _enc_ShareGroupDescribeResponse_v0}
-ShareGroupDescribeResponse._decoders_ = {0: _dec_ShareGroupDescribeResponse_v0}
+ShareGroupDescribeRequest._encoders_ = {0: _enc_ShareGroupDescribeRequest_v0, 1: _enc_ShareGroupDescribeRequest_v0}
+ShareGroupDescribeRequest._decoders_ = {0: _dec_ShareGroupDescribeRequest_v0, 1: _dec_ShareGroupDescribeRequest_v0}
+ShareGroupDescribeResponse._encoders_ = {0: _enc_ShareGroupDescribeResponse_v0, 1: _enc_ShareGroupDescribeResponse_v0}
+ShareGroupDescribeResponse._decoders_ = {0: _dec_ShareGroupDescribeResponse_v0, 1: _dec_ShareGroupDescribeResponse_v0}
 ShareGroupDescribeRequest._error_response_ = _error_ShareGroupDescribeRequest

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -46,7 +49,7 @@ _pack_ii = Struct(">ii").pack
 _unpack_ii = Struct(">ii").unpack_from
 
 
-# ShareGroupHeartbeatRequest v0
+# ShareGroupHeartbeatRequest v0-1
 def _enc_ShareGroupHeartbeatRequest_v0(out: bytearray, obj: ShareGroupHeartbeatRequest) -> None:
     v1 = obj.group_id
     if v1 is None:
@@ -117,7 +120,7 @@ def _enc_ShareGroupHeartbeatRequest_v0(out: bytearray, obj: ShareGroupHeartbeatR
         out.append(0)
 
 
-# ShareGroupHeartbeatRequest v0
+# ShareGroupHeartbeatRequest v0-1
 def _dec_ShareGroupHeartbeatRequest_v0(buf: memoryview, pos: int) -> tuple[ShareGroupHeartbeatRequest, int]:
     obj = new(_ShareGroupHeartbeatRequest)
     n1 = buf[pos]
@@ -181,8 +184,8 @@ def _dec_ShareGroupHeartbeatRequest_v0(buf: memoryview, pos: int) -> tuple[Share
             raise DecodeError(f"ShareGroupHeartbeatRequest.subscribed_topic_names: invalid array length {n4}")
         obj.subscribed_topic_names = None
     else:
-        if n4 * 1 > len(buf) - pos:
-            raise DecodeError(f"ShareGroupHeartbeatRequest.subscribed_topic_names: array of {n4} elements runs past the end of the data")
+        if n4 * 1 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("ShareGroupHeartbeatRequest.subscribed_topic_names", n4, len(buf) - pos)
         items4: list[str] = []
         for _ in range(n4):
             n5 = buf[pos]
@@ -210,7 +213,7 @@ def _dec_ShareGroupHeartbeatRequest_v0(buf: memoryview, pos: int) -> tuple[Share
     return obj, pos
 
 
-# ShareGroupHeartbeatResponse.TopicPartitions v0
+# ShareGroupHeartbeatResponse.TopicPartitions v0-1
 def _enc_ShareGroupHeartbeatResponse_TopicPartitions_v0(out: bytearray, obj: ShareGroupHeartbeatResponse.TopicPartitions) -> None:
     out += obj.topic_id.bytes
     v2 = obj.partitions
@@ -230,7 +233,7 @@ def _enc_ShareGroupHeartbeatResponse_TopicPartitions_v0(out: bytearray, obj: Sha
         out.append(0)
 
 
-# ShareGroupHeartbeatResponse.TopicPartitions v0
+# ShareGroupHeartbeatResponse.TopicPartitions v0-1
 def _dec_ShareGroupHeartbeatResponse_TopicPartitions_v0(buf: memoryview, pos: int) -> tuple[ShareGroupHeartbeatResponse.TopicPartitions, int]:
     obj = new(_ShareGroupHeartbeatResponse_TopicPartitions)
     obj.topic_id, pos = read_uuid(buf, pos)
@@ -245,8 +248,8 @@ def _dec_ShareGroupHeartbeatResponse_TopicPartitions_v0(buf: memoryview, pos: in
         raise DecodeError(f"ShareGroupHeartbeatResponse.TopicPartitions.partitions: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"ShareGroupHeartbeatResponse.TopicPartitions.partitions: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("ShareGroupHeartbeatResponse.TopicPartitions.partitions", n2, len(buf) - pos)
         obj.partitions = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -257,7 +260,7 @@ def _dec_ShareGroupHeartbeatResponse_TopicPartitions_v0(buf: memoryview, pos: in
     return obj, pos
 
 
-# ShareGroupHeartbeatResponse.Assignment v0
+# ShareGroupHeartbeatResponse.Assignment v0-1
 def _enc_ShareGroupHeartbeatResponse_Assignment_v0(out: bytearray, obj: ShareGroupHeartbeatResponse.Assignment) -> None:
     v1 = obj.topic_partitions
     if v1 is None:
@@ -276,7 +279,7 @@ def _enc_ShareGroupHeartbeatResponse_Assignment_v0(out: bytearray, obj: ShareGro
         out.append(0)
 
 
-# ShareGroupHeartbeatResponse.Assignment v0
+# ShareGroupHeartbeatResponse.Assignment v0-1
 def _dec_ShareGroupHeartbeatResponse_Assignment_v0(buf: memoryview, pos: int) -> tuple[ShareGroupHeartbeatResponse.Assignment, int]:
     obj = new(_ShareGroupHeartbeatResponse_Assignment)
     n1 = buf[pos]
@@ -289,8 +292,8 @@ def _dec_ShareGroupHeartbeatResponse_Assignment_v0(buf: memoryview, pos: int) ->
     if n1 < 0:
         raise DecodeError(f"ShareGroupHeartbeatResponse.Assignment.topic_partitions: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"ShareGroupHeartbeatResponse.Assignment.topic_partitions: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("ShareGroupHeartbeatResponse.Assignment.topic_partitions", n1, len(buf) - pos)
         items1: list[ShareGroupHeartbeatResponse.TopicPartitions] = []
         for _ in range(n1):
             item1, pos = _dec_ShareGroupHeartbeatResponse_TopicPartitions_v0(buf, pos)
@@ -304,7 +307,7 @@ def _dec_ShareGroupHeartbeatResponse_Assignment_v0(buf: memoryview, pos: int) ->
     return obj, pos
 
 
-# ShareGroupHeartbeatResponse v0
+# ShareGroupHeartbeatResponse v0-1
 def _enc_ShareGroupHeartbeatResponse_v0(out: bytearray, obj: ShareGroupHeartbeatResponse) -> None:
     out += _pack_ih(obj.throttle_time_ms, obj.error_code)
     v1 = obj.error_message
@@ -346,7 +349,7 @@ def _enc_ShareGroupHeartbeatResponse_v0(out: bytearray, obj: ShareGroupHeartbeat
         out.append(0)
 
 
-# ShareGroupHeartbeatResponse v0
+# ShareGroupHeartbeatResponse v0-1
 def _dec_ShareGroupHeartbeatResponse_v0(buf: memoryview, pos: int) -> tuple[ShareGroupHeartbeatResponse, int]:
     obj = new(_ShareGroupHeartbeatResponse)
     obj.throttle_time_ms, obj.error_code = _unpack_ih(buf, pos)
@@ -404,8 +407,8 @@ def _error_ShareGroupHeartbeatRequest(request: ShareGroupHeartbeatRequest, versi
     return _ShareGroupHeartbeatResponse(error_code=code, error_message=message)
 
 
-ShareGroupHeartbeatRequest._encoders_ = {0: _enc_ShareGroupHeartbeatRequest_v0}
-ShareGroupHeartbeatRequest._decoders_ = {0: _dec_ShareGroupHeartbeatRequest_v0}
-ShareGroupHeartbeatResponse._encoders_ = {0: _enc_ShareGroupHeartbeatResponse_v0}
-ShareGroupHeartbeatResponse._decoders_ = {0: _dec_ShareGroupHeartbeatResponse_v0}
+ShareGroupHeartbeatRequest._encoders_ = {0: _enc_ShareGroupHeartbeatRequest_v0, 1: _enc_ShareGroupHeartbeatRequest_v0}
+ShareGroupHeartbeatRequest._decoders_ = {0: _dec_ShareGroupHeartbeatRequest_v0, 1: _dec_ShareGroupHeartbeatRequest_v0}
+ShareGroupHeartbeatResponse._encoders_ = {0: _enc_ShareGroupHeartbeatResponse_v0, 1: _enc_ShareGroupHeartbeatResponse_v0}
+ShareGroupHeartbeatResponse._decoders_ = {0: _dec_ShareGroupHeartbeatResponse_v0, 1: _dec_ShareGroupHeartbeatResponse_v0}
 ShareGroupHeartbeatRequest._error_response_ = _error_ShareGroupHeartbeatRequest

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -120,8 +123,8 @@ def _dec_StopReplicaRequest_v0(buf: memoryview, pos: int) -> tuple[StopReplicaRe
     if n1 < 0:
         raise DecodeError(f"StopReplicaRequest.ungrouped_partitions: invalid array length {n1}")
     else:
-        if n1 * 5 > len(buf) - pos:
-            raise DecodeError(f"StopReplicaRequest.ungrouped_partitions: array of {n1} elements runs past the end of the data")
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("StopReplicaRequest.ungrouped_partitions", n1, len(buf) - pos)
         items1: list[StopReplicaRequest.StopReplicaPartitionV0] = []
         for _ in range(n1):
             item1, pos = _dec_StopReplicaRequest_StopReplicaPartitionV0_v0(buf, pos)
@@ -176,8 +179,8 @@ def _dec_StopReplicaRequest_StopReplicaTopicV1_v1(buf: memoryview, pos: int) -> 
         raise DecodeError(f"StopReplicaRequest.StopReplicaTopicV1.partition_indexes: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"StopReplicaRequest.StopReplicaTopicV1.partition_indexes: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("StopReplicaRequest.StopReplicaTopicV1.partition_indexes", n2, len(buf) - pos)
         obj.partition_indexes = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     obj.unknown_tagged_fields = None
@@ -213,8 +216,8 @@ def _dec_StopReplicaRequest_v1(buf: memoryview, pos: int) -> tuple[StopReplicaRe
     if n1 < 0:
         raise DecodeError(f"StopReplicaRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"StopReplicaRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("StopReplicaRequest.topics", n1, len(buf) - pos)
         items1: list[StopReplicaRequest.StopReplicaTopicV1] = []
         for _ in range(n1):
             item1, pos = _dec_StopReplicaRequest_StopReplicaTopicV1_v1(buf, pos)
@@ -288,8 +291,8 @@ def _dec_StopReplicaRequest_StopReplicaTopicV1_v2(buf: memoryview, pos: int) -> 
         raise DecodeError(f"StopReplicaRequest.StopReplicaTopicV1.partition_indexes: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"StopReplicaRequest.StopReplicaTopicV1.partition_indexes: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("StopReplicaRequest.StopReplicaTopicV1.partition_indexes", n2, len(buf) - pos)
         obj.partition_indexes = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -341,8 +344,8 @@ def _dec_StopReplicaRequest_v2(buf: memoryview, pos: int) -> tuple[StopReplicaRe
     if n1 < 0:
         raise DecodeError(f"StopReplicaRequest.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"StopReplicaRequest.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("StopReplicaRequest.topics", n1, len(buf) - pos)
         items1: list[StopReplicaRequest.StopReplicaTopicV1] = []
         for _ in range(n1):
             item1, pos = _dec_StopReplicaRequest_StopReplicaTopicV1_v2(buf, pos)
@@ -441,8 +444,8 @@ def _dec_StopReplicaRequest_StopReplicaTopicState_v3(buf: memoryview, pos: int) 
     if n2 < 0:
         raise DecodeError(f"StopReplicaRequest.StopReplicaTopicState.partition_states: invalid array length {n2}")
     else:
-        if n2 * 10 > len(buf) - pos:
-            raise DecodeError(f"StopReplicaRequest.StopReplicaTopicState.partition_states: array of {n2} elements runs past the end of the data")
+        if n2 * 10 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("StopReplicaRequest.StopReplicaTopicState.partition_states", n2, len(buf) - pos)
         items2: list[StopReplicaRequest.StopReplicaPartitionState] = []
         for _ in range(n2):
             item2, pos = _dec_StopReplicaRequest_StopReplicaPartitionState_v3(buf, pos)
@@ -499,8 +502,8 @@ def _dec_StopReplicaRequest_v3(buf: memoryview, pos: int) -> tuple[StopReplicaRe
     if n1 < 0:
         raise DecodeError(f"StopReplicaRequest.topic_states: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"StopReplicaRequest.topic_states: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("StopReplicaRequest.topic_states", n1, len(buf) - pos)
         items1: list[StopReplicaRequest.StopReplicaTopicState] = []
         for _ in range(n1):
             item1, pos = _dec_StopReplicaRequest_StopReplicaTopicState_v3(buf, pos)
@@ -559,8 +562,8 @@ def _dec_StopReplicaRequest_v4(buf: memoryview, pos: int) -> tuple[StopReplicaRe
     if n1 < 0:
         raise DecodeError(f"StopReplicaRequest.topic_states: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"StopReplicaRequest.topic_states: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("StopReplicaRequest.topic_states", n1, len(buf) - pos)
         items1: list[StopReplicaRequest.StopReplicaTopicState] = []
         for _ in range(n1):
             item1, pos = _dec_StopReplicaRequest_StopReplicaTopicState_v3(buf, pos)
@@ -634,8 +637,8 @@ def _dec_StopReplicaResponse_v0(buf: memoryview, pos: int) -> tuple[StopReplicaR
     if n1 < 0:
         raise DecodeError(f"StopReplicaResponse.partition_errors: invalid array length {n1}")
     else:
-        if n1 * 7 > len(buf) - pos:
-            raise DecodeError(f"StopReplicaResponse.partition_errors: array of {n1} elements runs past the end of the data")
+        if n1 * 7 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("StopReplicaResponse.partition_errors", n1, len(buf) - pos)
         items1: list[StopReplicaResponse.StopReplicaPartitionError] = []
         for _ in range(n1):
             item1, pos = _dec_StopReplicaResponse_StopReplicaPartitionError_v0(buf, pos)
@@ -730,8 +733,8 @@ def _dec_StopReplicaResponse_v2(buf: memoryview, pos: int) -> tuple[StopReplicaR
     if n1 < 0:
         raise DecodeError(f"StopReplicaResponse.partition_errors: invalid array length {n1}")
     else:
-        if n1 * 8 > len(buf) - pos:
-            raise DecodeError(f"StopReplicaResponse.partition_errors: array of {n1} elements runs past the end of the data")
+        if n1 * 8 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("StopReplicaResponse.partition_errors", n1, len(buf) - pos)
         items1: list[StopReplicaResponse.StopReplicaPartitionError] = []
         for _ in range(n1):
             item1, pos = _dec_StopReplicaResponse_StopReplicaPartitionError_v2(buf, pos)

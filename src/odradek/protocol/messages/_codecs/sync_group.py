@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -160,8 +163,8 @@ def _dec_SyncGroupRequest_v0(buf: memoryview, pos: int) -> tuple[SyncGroupReques
     if n3 < 0:
         raise DecodeError(f"SyncGroupRequest.assignments: invalid array length {n3}")
     else:
-        if n3 * 2 > len(buf) - pos:
-            raise DecodeError(f"SyncGroupRequest.assignments: array of {n3} elements runs past the end of the data")
+        if n3 * 2 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("SyncGroupRequest.assignments", n3, len(buf) - pos)
         items3: list[SyncGroupRequest.SyncGroupRequestAssignment] = []
         for _ in range(n3):
             item3, pos = _dec_SyncGroupRequest_SyncGroupRequestAssignment_v0(buf, pos)
@@ -259,8 +262,8 @@ def _dec_SyncGroupRequest_v3(buf: memoryview, pos: int) -> tuple[SyncGroupReques
     if n4 < 0:
         raise DecodeError(f"SyncGroupRequest.assignments: invalid array length {n4}")
     else:
-        if n4 * 2 > len(buf) - pos:
-            raise DecodeError(f"SyncGroupRequest.assignments: array of {n4} elements runs past the end of the data")
+        if n4 * 2 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("SyncGroupRequest.assignments", n4, len(buf) - pos)
         items4: list[SyncGroupRequest.SyncGroupRequestAssignment] = []
         for _ in range(n4):
             item4, pos = _dec_SyncGroupRequest_SyncGroupRequestAssignment_v0(buf, pos)
@@ -473,8 +476,8 @@ def _dec_SyncGroupRequest_v4(buf: memoryview, pos: int) -> tuple[SyncGroupReques
     if n4 < 0:
         raise DecodeError(f"SyncGroupRequest.assignments: invalid array length {n4}")
     else:
-        if n4 * 3 > len(buf) - pos:
-            raise DecodeError(f"SyncGroupRequest.assignments: array of {n4} elements runs past the end of the data")
+        if n4 * 3 > len(buf) - pos or n4 > 1000000:
+            raise array_refused("SyncGroupRequest.assignments", n4, len(buf) - pos)
         items4: list[SyncGroupRequest.SyncGroupRequestAssignment] = []
         for _ in range(n4):
             item4, pos = _dec_SyncGroupRequest_SyncGroupRequestAssignment_v4(buf, pos)
@@ -671,8 +674,8 @@ def _dec_SyncGroupRequest_v5(buf: memoryview, pos: int) -> tuple[SyncGroupReques
     if n6 < 0:
         raise DecodeError(f"SyncGroupRequest.assignments: invalid array length {n6}")
     else:
-        if n6 * 3 > len(buf) - pos:
-            raise DecodeError(f"SyncGroupRequest.assignments: array of {n6} elements runs past the end of the data")
+        if n6 * 3 > len(buf) - pos or n6 > 1000000:
+            raise array_refused("SyncGroupRequest.assignments", n6, len(buf) - pos)
         items6: list[SyncGroupRequest.SyncGroupRequestAssignment] = []
         for _ in range(n6):
             item6, pos = _dec_SyncGroupRequest_SyncGroupRequestAssignment_v4(buf, pos)

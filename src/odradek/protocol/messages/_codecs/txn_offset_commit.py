@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -131,21 +134,22 @@ def _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v0(buf: memoryview, 
     if n2 < 0:
         raise DecodeError(f"TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 13 > len(buf) - pos:
-            raise DecodeError(f"TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 13 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions", n2, len(buf) - pos)
         items2: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition] = []
         for _ in range(n2):
             item2, pos = _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v0(buf, pos)
             items2.append(item2)
         obj.partitions = items2
+    obj.topic_id = ZERO_UUID
     obj.unknown_tagged_fields = None
     return obj, pos
 
 
 # TxnOffsetCommitRequest v0-1
 def _enc_TxnOffsetCommitRequest_v0(out: bytearray, obj: TxnOffsetCommitRequest) -> None:
-    if obj.generation_id != -1:
-        raise EncodeError("TxnOffsetCommitRequest.generation_id cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
+    if obj.generation_id_or_member_epoch != -1:
+        raise EncodeError("TxnOffsetCommitRequest.generation_id_or_member_epoch cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     if obj.member_id != '':
         raise EncodeError("TxnOffsetCommitRequest.member_id cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     if obj.group_instance_id is not None:
@@ -211,14 +215,14 @@ def _dec_TxnOffsetCommitRequest_v0(buf: memoryview, pos: int) -> tuple[TxnOffset
     if n3 < 0:
         raise DecodeError(f"TxnOffsetCommitRequest.topics: invalid array length {n3}")
     else:
-        if n3 * 2 > len(buf) - pos:
-            raise DecodeError(f"TxnOffsetCommitRequest.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 2 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("TxnOffsetCommitRequest.topics", n3, len(buf) - pos)
         items3: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic] = []
         for _ in range(n3):
             item3, pos = _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v0(buf, pos)
             items3.append(item3)
         obj.topics = items3
-    obj.generation_id = -1
+    obj.generation_id_or_member_epoch = -1
     obj.member_id = ''
     obj.group_instance_id = None
     obj.unknown_tagged_fields = None
@@ -301,21 +305,22 @@ def _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v2(buf: memoryview, 
     if n2 < 0:
         raise DecodeError(f"TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 17 > len(buf) - pos:
-            raise DecodeError(f"TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 17 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions", n2, len(buf) - pos)
         items2: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition] = []
         for _ in range(n2):
             item2, pos = _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v2(buf, pos)
             items2.append(item2)
         obj.partitions = items2
+    obj.topic_id = ZERO_UUID
     obj.unknown_tagged_fields = None
     return obj, pos
 
 
 # TxnOffsetCommitRequest v2
 def _enc_TxnOffsetCommitRequest_v2(out: bytearray, obj: TxnOffsetCommitRequest) -> None:
-    if obj.generation_id != -1:
-        raise EncodeError("TxnOffsetCommitRequest.generation_id cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
+    if obj.generation_id_or_member_epoch != -1:
+        raise EncodeError("TxnOffsetCommitRequest.generation_id_or_member_epoch cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     if obj.member_id != '':
         raise EncodeError("TxnOffsetCommitRequest.member_id cannot be sent in this version: only in versions 3+", UNSUPPORTED_VERSION)
     if obj.group_instance_id is not None:
@@ -381,21 +386,21 @@ def _dec_TxnOffsetCommitRequest_v2(buf: memoryview, pos: int) -> tuple[TxnOffset
     if n3 < 0:
         raise DecodeError(f"TxnOffsetCommitRequest.topics: invalid array length {n3}")
     else:
-        if n3 * 2 > len(buf) - pos:
-            raise DecodeError(f"TxnOffsetCommitRequest.topics: array of {n3} elements runs past the end of the data")
+        if n3 * 2 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("TxnOffsetCommitRequest.topics", n3, len(buf) - pos)
         items3: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic] = []
         for _ in range(n3):
             item3, pos = _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v2(buf, pos)
             items3.append(item3)
         obj.topics = items3
-    obj.generation_id = -1
+    obj.generation_id_or_member_epoch = -1
     obj.member_id = ''
     obj.group_instance_id = None
     obj.unknown_tagged_fields = None
     return obj, pos
 
 
-# TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition v3-4
+# TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition v3-6
 def _enc_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v3(out: bytearray, obj: TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition) -> None:
     out += _pack_iqi(obj.partition_index, obj.committed_offset, obj.committed_leader_epoch)
     v1 = obj.committed_metadata
@@ -417,7 +422,7 @@ def _enc_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v3(out: bytearra
         out.append(0)
 
 
-# TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition v3-4
+# TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition v3-6
 def _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v3(buf: memoryview, pos: int) -> tuple[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition, int]:
     obj = new(_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition)
     obj.partition_index, obj.committed_offset, obj.committed_leader_epoch = _unpack_iqi(buf, pos)
@@ -447,7 +452,7 @@ def _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v3(buf: memoryvi
     return obj, pos
 
 
-# TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic v3-4
+# TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic v3-5
 def _enc_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v3(out: bytearray, obj: TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic) -> None:
     v1 = obj.name
     if v1 is None:
@@ -479,7 +484,7 @@ def _enc_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v3(out: bytearray, o
         out.append(0)
 
 
-# TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic v3-4
+# TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic v3-5
 def _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v3(buf: memoryview, pos: int) -> tuple[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic, int]:
     obj = new(_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic)
     n1 = buf[pos]
@@ -507,13 +512,14 @@ def _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v3(buf: memoryview, 
     if n2 < 0:
         raise DecodeError(f"TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions", n2, len(buf) - pos)
         items2: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition] = []
         for _ in range(n2):
             item2, pos = _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v3(buf, pos)
             items2.append(item2)
         obj.partitions = items2
+    obj.topic_id = ZERO_UUID
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -522,7 +528,7 @@ def _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v3(buf: memoryview, 
     return obj, pos
 
 
-# TxnOffsetCommitRequest v3-4
+# TxnOffsetCommitRequest v3-5
 def _enc_TxnOffsetCommitRequest_v3(out: bytearray, obj: TxnOffsetCommitRequest) -> None:
     v1 = obj.transactional_id
     if v1 is None:
@@ -550,7 +556,7 @@ def _enc_TxnOffsetCommitRequest_v3(out: bytearray, obj: TxnOffsetCommitRequest) 
         else:
             write_uvarint(out, n2 + 1)
         out += data2
-    out += _pack_qhi(obj.producer_id, obj.producer_epoch, obj.generation_id)
+    out += _pack_qhi(obj.producer_id, obj.producer_epoch, obj.generation_id_or_member_epoch)
     v3 = obj.member_id
     if v3 is None:
         raise EncodeError("TxnOffsetCommitRequest.member_id is not nullable in this version")
@@ -594,7 +600,7 @@ def _enc_TxnOffsetCommitRequest_v3(out: bytearray, obj: TxnOffsetCommitRequest) 
         out.append(0)
 
 
-# TxnOffsetCommitRequest v3-4
+# TxnOffsetCommitRequest v3-5
 def _dec_TxnOffsetCommitRequest_v3(buf: memoryview, pos: int) -> tuple[TxnOffsetCommitRequest, int]:
     obj = new(_TxnOffsetCommitRequest)
     n1 = buf[pos]
@@ -627,7 +633,7 @@ def _dec_TxnOffsetCommitRequest_v3(buf: memoryview, pos: int) -> tuple[TxnOffset
             raise DecodeError("TxnOffsetCommitRequest.group_id: string runs past the end of the data")
         obj.group_id = str(buf[pos:end2], "utf-8")
         pos = end2
-    obj.producer_id, obj.producer_epoch, obj.generation_id = _unpack_qhi(buf, pos)
+    obj.producer_id, obj.producer_epoch, obj.generation_id_or_member_epoch = _unpack_qhi(buf, pos)
     pos += 14
     n3 = buf[pos]
     if n3 < 0x80:
@@ -671,11 +677,225 @@ def _dec_TxnOffsetCommitRequest_v3(buf: memoryview, pos: int) -> tuple[TxnOffset
     if n5 < 0:
         raise DecodeError(f"TxnOffsetCommitRequest.topics: invalid array length {n5}")
     else:
-        if n5 * 3 > len(buf) - pos:
-            raise DecodeError(f"TxnOffsetCommitRequest.topics: array of {n5} elements runs past the end of the data")
+        if n5 * 3 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("TxnOffsetCommitRequest.topics", n5, len(buf) - pos)
         items5: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic] = []
         for _ in range(n5):
             item5, pos = _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v3(buf, pos)
+            items5.append(item5)
+        obj.topics = items5
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic v6
+def _enc_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v6(out: bytearray, obj: TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic) -> None:
+    out += obj.topic_id.bytes
+    v2 = obj.partitions
+    if v2 is None:
+        raise EncodeError("TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v3(out, item2)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic v6
+def _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v6(buf: memoryview, pos: int) -> tuple[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic, int]:
+    obj = new(_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic)
+    obj.topic_id, pos = read_uuid(buf, pos)
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions: invalid array length {n2}")
+    else:
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions", n2, len(buf) - pos)
+        items2: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition] = []
+        for _ in range(n2):
+            item2, pos = _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v3(buf, pos)
+            items2.append(item2)
+        obj.partitions = items2
+    obj.name = ""
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# TxnOffsetCommitRequest v6
+def _enc_TxnOffsetCommitRequest_v6(out: bytearray, obj: TxnOffsetCommitRequest) -> None:
+    v1 = obj.transactional_id
+    if v1 is None:
+        raise EncodeError("TxnOffsetCommitRequest.transactional_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("TxnOffsetCommitRequest.transactional_id is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    v2 = obj.group_id
+    if v2 is None:
+        raise EncodeError("TxnOffsetCommitRequest.group_id is not nullable in this version")
+    else:
+        data2 = v2.encode("utf-8")
+        n2 = len(data2)
+        if n2 > 0x7FFF:
+            raise EncodeError("TxnOffsetCommitRequest.group_id is longer than 32767 bytes")
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        out += data2
+    out += _pack_qhi(obj.producer_id, obj.producer_epoch, obj.generation_id_or_member_epoch)
+    v3 = obj.member_id
+    if v3 is None:
+        raise EncodeError("TxnOffsetCommitRequest.member_id is not nullable in this version")
+    else:
+        data3 = v3.encode("utf-8")
+        n3 = len(data3)
+        if n3 > 0x7FFF:
+            raise EncodeError("TxnOffsetCommitRequest.member_id is longer than 32767 bytes")
+        if n3 < 0x7F:
+            out.append(n3 + 1)
+        else:
+            write_uvarint(out, n3 + 1)
+        out += data3
+    v4 = obj.group_instance_id
+    if v4 is None:
+        out.append(0)
+    else:
+        data4 = v4.encode("utf-8")
+        n4 = len(data4)
+        if n4 > 0x7FFF:
+            raise EncodeError("TxnOffsetCommitRequest.group_instance_id is longer than 32767 bytes")
+        if n4 < 0x7F:
+            out.append(n4 + 1)
+        else:
+            write_uvarint(out, n4 + 1)
+        out += data4
+    v5 = obj.topics
+    if v5 is None:
+        raise EncodeError("TxnOffsetCommitRequest.topics is not nullable in this version")
+    else:
+        n5 = len(v5)
+        if n5 < 0x7F:
+            out.append(n5 + 1)
+        else:
+            write_uvarint(out, n5 + 1)
+        for item5 in v5:
+            _enc_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v6(out, item5)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# TxnOffsetCommitRequest v6
+def _dec_TxnOffsetCommitRequest_v6(buf: memoryview, pos: int) -> tuple[TxnOffsetCommitRequest, int]:
+    obj = new(_TxnOffsetCommitRequest)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"TxnOffsetCommitRequest.transactional_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("TxnOffsetCommitRequest.transactional_id: string runs past the end of the data")
+        obj.transactional_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"TxnOffsetCommitRequest.group_id: invalid string length {n2}")
+    else:
+        end2 = pos + n2
+        if end2 > len(buf):
+            raise DecodeError("TxnOffsetCommitRequest.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end2], "utf-8")
+        pos = end2
+    obj.producer_id, obj.producer_epoch, obj.generation_id_or_member_epoch = _unpack_qhi(buf, pos)
+    pos += 14
+    n3 = buf[pos]
+    if n3 < 0x80:
+        n3 -= 1
+        pos += 1
+    else:
+        n3, pos = read_uvarint(buf, pos)
+        n3 -= 1
+    if n3 < 0:
+        raise DecodeError(f"TxnOffsetCommitRequest.member_id: invalid string length {n3}")
+    else:
+        end3 = pos + n3
+        if end3 > len(buf):
+            raise DecodeError("TxnOffsetCommitRequest.member_id: string runs past the end of the data")
+        obj.member_id = str(buf[pos:end3], "utf-8")
+        pos = end3
+    n4 = buf[pos]
+    if n4 < 0x80:
+        n4 -= 1
+        pos += 1
+    else:
+        n4, pos = read_uvarint(buf, pos)
+        n4 -= 1
+    if n4 < 0:
+        if n4 != -1:
+            raise DecodeError(f"TxnOffsetCommitRequest.group_instance_id: invalid string length {n4}")
+        obj.group_instance_id = None
+    else:
+        end4 = pos + n4
+        if end4 > len(buf):
+            raise DecodeError("TxnOffsetCommitRequest.group_instance_id: string runs past the end of the data")
+        obj.group_instance_id = str(buf[pos:end4], "utf-8")
+        pos = end4
+    n5 = buf[pos]
+    if n5 < 0x80:
+        n5 -= 1
+        pos += 1
+    else:
+        n5, pos = read_uvarint(buf, pos)
+        n5 -= 1
+    if n5 < 0:
+        raise DecodeError(f"TxnOffsetCommitRequest.topics: invalid array length {n5}")
+    else:
+        if n5 * 18 > len(buf) - pos or n5 > 1000000:
+            raise array_refused("TxnOffsetCommitRequest.topics", n5, len(buf) - pos)
+        items5: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic] = []
+        for _ in range(n5):
+            item5, pos = _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v6(buf, pos)
             items5.append(item5)
         obj.topics = items5
     if buf[pos] == 0:
@@ -740,13 +960,14 @@ def _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v0(buf: memoryview
     if n2 < 0:
         raise DecodeError(f"TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 6 > len(buf) - pos:
-            raise DecodeError(f"TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 6 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_v0(buf, pos)
             items2.append(item2)
         obj.partitions = items2
+    obj.topic_id = ZERO_UUID
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -774,8 +995,8 @@ def _dec_TxnOffsetCommitResponse_v0(buf: memoryview, pos: int) -> tuple[TxnOffse
     if n1 < 0:
         raise DecodeError(f"TxnOffsetCommitResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"TxnOffsetCommitResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("TxnOffsetCommitResponse.topics", n1, len(buf) - pos)
         items1: list[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic] = []
         for _ in range(n1):
             item1, pos = _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v0(buf, pos)
@@ -785,7 +1006,7 @@ def _dec_TxnOffsetCommitResponse_v0(buf: memoryview, pos: int) -> tuple[TxnOffse
     return obj, pos
 
 
-# TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition v3-4
+# TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition v3-6
 def _enc_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_v3(out: bytearray, obj: TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition) -> None:
     out += _pack_ih(obj.partition_index, obj.error_code)
     if obj.unknown_tagged_fields:
@@ -794,7 +1015,7 @@ def _enc_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_v3(out: bytear
         out.append(0)
 
 
-# TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition v3-4
+# TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition v3-6
 def _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_v3(buf: memoryview, pos: int) -> tuple[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition, int]:
     obj = new(_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition)
     obj.partition_index, obj.error_code = _unpack_ih(buf, pos)
@@ -807,7 +1028,7 @@ def _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_v3(buf: memory
     return obj, pos
 
 
-# TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic v3-4
+# TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic v3-5
 def _enc_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v3(out: bytearray, obj: TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic) -> None:
     v1 = obj.name
     if v1 is None:
@@ -839,7 +1060,7 @@ def _enc_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v3(out: bytearray,
         out.append(0)
 
 
-# TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic v3-4
+# TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic v3-5
 def _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v3(buf: memoryview, pos: int) -> tuple[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic, int]:
     obj = new(_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic)
     n1 = buf[pos]
@@ -867,13 +1088,14 @@ def _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v3(buf: memoryview
     if n2 < 0:
         raise DecodeError(f"TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions: invalid array length {n2}")
     else:
-        if n2 * 7 > len(buf) - pos:
-            raise DecodeError(f"TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 7 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions", n2, len(buf) - pos)
         items2: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition] = []
         for _ in range(n2):
             item2, pos = _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_v3(buf, pos)
             items2.append(item2)
         obj.partitions = items2
+    obj.topic_id = ZERO_UUID
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -882,7 +1104,7 @@ def _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v3(buf: memoryview
     return obj, pos
 
 
-# TxnOffsetCommitResponse v3-4
+# TxnOffsetCommitResponse v3-5
 def _enc_TxnOffsetCommitResponse_v3(out: bytearray, obj: TxnOffsetCommitResponse) -> None:
     out += _pack_i(obj.throttle_time_ms)
     v1 = obj.topics
@@ -902,7 +1124,7 @@ def _enc_TxnOffsetCommitResponse_v3(out: bytearray, obj: TxnOffsetCommitResponse
         out.append(0)
 
 
-# TxnOffsetCommitResponse v3-4
+# TxnOffsetCommitResponse v3-5
 def _dec_TxnOffsetCommitResponse_v3(buf: memoryview, pos: int) -> tuple[TxnOffsetCommitResponse, int]:
     obj = new(_TxnOffsetCommitResponse)
     (obj.throttle_time_ms,) = _unpack_i(buf, pos)
@@ -917,8 +1139,8 @@ def _dec_TxnOffsetCommitResponse_v3(buf: memoryview, pos: int) -> tuple[TxnOffse
     if n1 < 0:
         raise DecodeError(f"TxnOffsetCommitResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"TxnOffsetCommitResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("TxnOffsetCommitResponse.topics", n1, len(buf) - pos)
         items1: list[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic] = []
         for _ in range(n1):
             item1, pos = _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v3(buf, pos)
@@ -932,12 +1154,114 @@ def _dec_TxnOffsetCommitResponse_v3(buf: memoryview, pos: int) -> tuple[TxnOffse
     return obj, pos
 
 
+# TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic v6
+def _enc_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v6(out: bytearray, obj: TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic) -> None:
+    out += obj.topic_id.bytes
+    v2 = obj.partitions
+    if v2 is None:
+        raise EncodeError("TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_v3(out, item2)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic v6
+def _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v6(buf: memoryview, pos: int) -> tuple[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic, int]:
+    obj = new(_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic)
+    obj.topic_id, pos = read_uuid(buf, pos)
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions: invalid array length {n2}")
+    else:
+        if n2 * 7 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions", n2, len(buf) - pos)
+        items2: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition] = []
+        for _ in range(n2):
+            item2, pos = _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_v3(buf, pos)
+            items2.append(item2)
+        obj.partitions = items2
+    obj.name = ""
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# TxnOffsetCommitResponse v6
+def _enc_TxnOffsetCommitResponse_v6(out: bytearray, obj: TxnOffsetCommitResponse) -> None:
+    out += _pack_i(obj.throttle_time_ms)
+    v1 = obj.topics
+    if v1 is None:
+        raise EncodeError("TxnOffsetCommitResponse.topics is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v6(out, item1)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# TxnOffsetCommitResponse v6
+def _dec_TxnOffsetCommitResponse_v6(buf: memoryview, pos: int) -> tuple[TxnOffsetCommitResponse, int]:
+    obj = new(_TxnOffsetCommitResponse)
+    (obj.throttle_time_ms,) = _unpack_i(buf, pos)
+    pos += 4
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"TxnOffsetCommitResponse.topics: invalid array length {n1}")
+    else:
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("TxnOffsetCommitResponse.topics", n1, len(buf) - pos)
+        items1: list[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic] = []
+        for _ in range(n1):
+            item1, pos = _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v6(buf, pos)
+            items1.append(item1)
+        obj.topics = items1
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
 def _error_TxnOffsetCommitRequest(request: TxnOffsetCommitRequest, version: int, code: int, message: str | None) -> TxnOffsetCommitResponse | None:
-    return _TxnOffsetCommitResponse(topics=[_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic(name=x0.name, partitions=[_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition(error_code=code, partition_index=x1.partition_index) for x1 in x0.partitions]) for x0 in request.topics])
+    if version <= 5:  # v0-5
+        return _TxnOffsetCommitResponse(topics=[_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic(name=x0.name, partitions=[_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition(error_code=code, partition_index=x1.partition_index) for x1 in x0.partitions]) for x0 in request.topics])
+    return _TxnOffsetCommitResponse(topics=[_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic(topic_id=x0.topic_id, partitions=[_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition(error_code=code, partition_index=x1.partition_index) for x1 in x0.partitions]) for x0 in request.topics])
 
 
-TxnOffsetCommitRequest._encoders_ = {0: _enc_TxnOffsetCommitRequest_v0, 1: _enc_TxnOffsetCommitRequest_v0, 2: _enc_TxnOffsetCommitRequest_v2, 3: _enc_TxnOffsetCommitRequest_v3, 4: _enc_TxnOffsetCommitRequest_v3}
-TxnOffsetCommitRequest._decoders_ = {0: _dec_TxnOffsetCommitRequest_v0, 1: _dec_TxnOffsetCommitRequest_v0, 2: _dec_TxnOffsetCommitRequest_v2, 3: _dec_TxnOffsetCommitRequest_v3, 4: _dec_TxnOffsetCommitRequest_v3}
-TxnOffsetCommitResponse._encoders_ = {0: _enc_TxnOffsetCommitResponse_v0, 1: _enc_TxnOffsetCommitResponse_v0, 2: _enc_TxnOffsetCommitResponse_v0, 3: _enc_TxnOffsetCommitResponse_v3, 4: _enc_TxnOffsetCommitResponse_v3}
-TxnOffsetCommitResponse._decoders_ = {0: _dec_TxnOffsetCommitResponse_v0, 1: _dec_TxnOffsetCommitResponse_v0, 2: _dec_TxnOffsetCommitResponse_v0, 3: _dec_TxnOffsetCommitResponse_v3, 4: _dec_TxnOffsetCommitResponse_v3}
+TxnOffsetCommitRequest._encoders_ = {0: _enc_TxnOffsetCommitRequest_v0, 1: _enc_TxnOffsetCommitRequest_v0, 2: _enc_TxnOffsetCommitRequest_v2, 3: _enc_TxnOffsetCommitRequest_v3, 4: _enc_TxnOffsetCommitRequest_v3, 5: _enc_TxnOffsetCommitRequest_v3, 6: _enc_TxnOffsetCommitRequest_v6}
+TxnOffsetCommitRequest._decoders_ = {0: _dec_TxnOffsetCommitRequest_v0, 1: _dec_TxnOffsetCommitRequest_v0, 2: _dec_TxnOffsetCommitRequest_v2, 3: _dec_TxnOffsetCommitRequest_v3, 4: _dec_TxnOffsetCommitRequest_v3, 5: _dec_TxnOffsetCommitRequest_v3, 6: _dec_TxnOffsetCommitRequest_v6}
+TxnOffsetCommitResponse._encoders_ = {0: _enc_TxnOffsetCommitResponse_v0, 1: _enc_TxnOffsetCommitResponse_v0, 2: _enc_TxnOffsetCommitResponse_v0, 3: _enc_TxnOffsetCommitResponse_v3, 4: _enc_TxnOffsetCommitResponse_v3, 5: _enc_TxnOffsetCommitResponse_v3, 6: _enc_TxnOffsetCommitResponse_v6}
+TxnOffsetCommitResponse._decoders_ = {0: _dec_TxnOffsetCommitResponse_v0, 1: _dec_TxnOffsetCommitResponse_v0, 2: _dec_TxnOffsetCommitResponse_v0, 3: _dec_TxnOffsetCommitResponse_v3, 4: _dec_TxnOffsetCommitResponse_v3, 5: _dec_TxnOffsetCommitResponse_v3, 6: _dec_TxnOffsetCommitResponse_v6}
 TxnOffsetCommitRequest._error_response_ = _error_TxnOffsetCommitRequest

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -142,8 +145,8 @@ def _dec_UpdateFeaturesRequest_v0(buf: memoryview, pos: int) -> tuple[UpdateFeat
     if n1 < 0:
         raise DecodeError(f"UpdateFeaturesRequest.feature_updates: invalid array length {n1}")
     else:
-        if n1 * 5 > len(buf) - pos:
-            raise DecodeError(f"UpdateFeaturesRequest.feature_updates: array of {n1} elements runs past the end of the data")
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("UpdateFeaturesRequest.feature_updates", n1, len(buf) - pos)
         items1: list[UpdateFeaturesRequest.FeatureUpdateKey] = []
         for _ in range(n1):
             item1, pos = _dec_UpdateFeaturesRequest_FeatureUpdateKey_v0(buf, pos)
@@ -247,8 +250,8 @@ def _dec_UpdateFeaturesRequest_v1(buf: memoryview, pos: int) -> tuple[UpdateFeat
     if n1 < 0:
         raise DecodeError(f"UpdateFeaturesRequest.feature_updates: invalid array length {n1}")
     else:
-        if n1 * 5 > len(buf) - pos:
-            raise DecodeError(f"UpdateFeaturesRequest.feature_updates: array of {n1} elements runs past the end of the data")
+        if n1 * 5 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("UpdateFeaturesRequest.feature_updates", n1, len(buf) - pos)
         items1: list[UpdateFeaturesRequest.FeatureUpdateKey] = []
         for _ in range(n1):
             item1, pos = _dec_UpdateFeaturesRequest_FeatureUpdateKey_v1(buf, pos)
@@ -409,8 +412,8 @@ def _dec_UpdateFeaturesResponse_v0(buf: memoryview, pos: int) -> tuple[UpdateFea
     if n2 < 0:
         raise DecodeError(f"UpdateFeaturesResponse.results: invalid array length {n2}")
     else:
-        if n2 * 5 > len(buf) - pos:
-            raise DecodeError(f"UpdateFeaturesResponse.results: array of {n2} elements runs past the end of the data")
+        if n2 * 5 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("UpdateFeaturesResponse.results", n2, len(buf) - pos)
         items2: list[UpdateFeaturesResponse.UpdatableFeatureResult] = []
         for _ in range(n2):
             item2, pos = _dec_UpdateFeaturesResponse_UpdatableFeatureResult_v0(buf, pos)

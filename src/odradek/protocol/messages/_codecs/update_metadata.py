@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -109,8 +112,8 @@ def _dec_UpdateMetadataRequest_UpdateMetadataPartitionState_v0(buf: memoryview, 
         raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataPartitionState.isr: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataPartitionState.isr: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("UpdateMetadataRequest.UpdateMetadataPartitionState.isr", n2, len(buf) - pos)
         obj.isr = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     (obj.zk_version,) = _unpack_i(buf, pos)
@@ -121,8 +124,8 @@ def _dec_UpdateMetadataRequest_UpdateMetadataPartitionState_v0(buf: memoryview, 
         raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataPartitionState.replicas: invalid array length {n3}")
     else:
         end3 = pos + n3 * 4
-        if end3 > len(buf):
-            raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataPartitionState.replicas: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("UpdateMetadataRequest.UpdateMetadataPartitionState.replicas", n3, len(buf) - pos)
         obj.replicas = list(sunpack(f">{n3}i", buf, pos)) if n3 else []
         pos = end3
     obj.offline_replicas = []
@@ -206,8 +209,8 @@ def _dec_UpdateMetadataRequest_v0(buf: memoryview, pos: int) -> tuple[UpdateMeta
     if n1 < 0:
         raise DecodeError(f"UpdateMetadataRequest.ungrouped_partition_states: invalid array length {n1}")
     else:
-        if n1 * 23 > len(buf) - pos:
-            raise DecodeError(f"UpdateMetadataRequest.ungrouped_partition_states: array of {n1} elements runs past the end of the data")
+        if n1 * 23 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("UpdateMetadataRequest.ungrouped_partition_states", n1, len(buf) - pos)
         items1: list[UpdateMetadataRequest.UpdateMetadataPartitionState] = []
         for _ in range(n1):
             item1, pos = _dec_UpdateMetadataRequest_UpdateMetadataPartitionState_v0(buf, pos)
@@ -218,8 +221,8 @@ def _dec_UpdateMetadataRequest_v0(buf: memoryview, pos: int) -> tuple[UpdateMeta
     if n2 < 0:
         raise DecodeError(f"UpdateMetadataRequest.live_brokers: invalid array length {n2}")
     else:
-        if n2 * 9 > len(buf) - pos:
-            raise DecodeError(f"UpdateMetadataRequest.live_brokers: array of {n2} elements runs past the end of the data")
+        if n2 * 9 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("UpdateMetadataRequest.live_brokers", n2, len(buf) - pos)
         items2: list[UpdateMetadataRequest.UpdateMetadataBroker] = []
         for _ in range(n2):
             item2, pos = _dec_UpdateMetadataRequest_UpdateMetadataBroker_v0(buf, pos)
@@ -294,8 +297,8 @@ def _dec_UpdateMetadataRequest_UpdateMetadataBroker_v1(buf: memoryview, pos: int
     if n1 < 0:
         raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataBroker.endpoints: invalid array length {n1}")
     else:
-        if n1 * 7 > len(buf) - pos:
-            raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataBroker.endpoints: array of {n1} elements runs past the end of the data")
+        if n1 * 7 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("UpdateMetadataRequest.UpdateMetadataBroker.endpoints", n1, len(buf) - pos)
         items1: list[UpdateMetadataRequest.UpdateMetadataEndpoint] = []
         for _ in range(n1):
             item1, pos = _dec_UpdateMetadataRequest_UpdateMetadataEndpoint_v1(buf, pos)
@@ -345,8 +348,8 @@ def _dec_UpdateMetadataRequest_v1(buf: memoryview, pos: int) -> tuple[UpdateMeta
     if n1 < 0:
         raise DecodeError(f"UpdateMetadataRequest.ungrouped_partition_states: invalid array length {n1}")
     else:
-        if n1 * 23 > len(buf) - pos:
-            raise DecodeError(f"UpdateMetadataRequest.ungrouped_partition_states: array of {n1} elements runs past the end of the data")
+        if n1 * 23 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("UpdateMetadataRequest.ungrouped_partition_states", n1, len(buf) - pos)
         items1: list[UpdateMetadataRequest.UpdateMetadataPartitionState] = []
         for _ in range(n1):
             item1, pos = _dec_UpdateMetadataRequest_UpdateMetadataPartitionState_v0(buf, pos)
@@ -357,8 +360,8 @@ def _dec_UpdateMetadataRequest_v1(buf: memoryview, pos: int) -> tuple[UpdateMeta
     if n2 < 0:
         raise DecodeError(f"UpdateMetadataRequest.live_brokers: invalid array length {n2}")
     else:
-        if n2 * 5 > len(buf) - pos:
-            raise DecodeError(f"UpdateMetadataRequest.live_brokers: array of {n2} elements runs past the end of the data")
+        if n2 * 5 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("UpdateMetadataRequest.live_brokers", n2, len(buf) - pos)
         items2: list[UpdateMetadataRequest.UpdateMetadataBroker] = []
         for _ in range(n2):
             item2, pos = _dec_UpdateMetadataRequest_UpdateMetadataBroker_v1(buf, pos)
@@ -405,8 +408,8 @@ def _dec_UpdateMetadataRequest_UpdateMetadataBroker_v2(buf: memoryview, pos: int
     if n1 < 0:
         raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataBroker.endpoints: invalid array length {n1}")
     else:
-        if n1 * 7 > len(buf) - pos:
-            raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataBroker.endpoints: array of {n1} elements runs past the end of the data")
+        if n1 * 7 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("UpdateMetadataRequest.UpdateMetadataBroker.endpoints", n1, len(buf) - pos)
         items1: list[UpdateMetadataRequest.UpdateMetadataEndpoint] = []
         for _ in range(n1):
             item1, pos = _dec_UpdateMetadataRequest_UpdateMetadataEndpoint_v1(buf, pos)
@@ -467,8 +470,8 @@ def _dec_UpdateMetadataRequest_v2(buf: memoryview, pos: int) -> tuple[UpdateMeta
     if n1 < 0:
         raise DecodeError(f"UpdateMetadataRequest.ungrouped_partition_states: invalid array length {n1}")
     else:
-        if n1 * 23 > len(buf) - pos:
-            raise DecodeError(f"UpdateMetadataRequest.ungrouped_partition_states: array of {n1} elements runs past the end of the data")
+        if n1 * 23 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("UpdateMetadataRequest.ungrouped_partition_states", n1, len(buf) - pos)
         items1: list[UpdateMetadataRequest.UpdateMetadataPartitionState] = []
         for _ in range(n1):
             item1, pos = _dec_UpdateMetadataRequest_UpdateMetadataPartitionState_v0(buf, pos)
@@ -479,8 +482,8 @@ def _dec_UpdateMetadataRequest_v2(buf: memoryview, pos: int) -> tuple[UpdateMeta
     if n2 < 0:
         raise DecodeError(f"UpdateMetadataRequest.live_brokers: invalid array length {n2}")
     else:
-        if n2 * 6 > len(buf) - pos:
-            raise DecodeError(f"UpdateMetadataRequest.live_brokers: array of {n2} elements runs past the end of the data")
+        if n2 * 6 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("UpdateMetadataRequest.live_brokers", n2, len(buf) - pos)
         items2: list[UpdateMetadataRequest.UpdateMetadataBroker] = []
         for _ in range(n2):
             item2, pos = _dec_UpdateMetadataRequest_UpdateMetadataBroker_v2(buf, pos)
@@ -584,8 +587,8 @@ def _dec_UpdateMetadataRequest_UpdateMetadataBroker_v3(buf: memoryview, pos: int
     if n1 < 0:
         raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataBroker.endpoints: invalid array length {n1}")
     else:
-        if n1 * 8 > len(buf) - pos:
-            raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataBroker.endpoints: array of {n1} elements runs past the end of the data")
+        if n1 * 8 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("UpdateMetadataRequest.UpdateMetadataBroker.endpoints", n1, len(buf) - pos)
         items1: list[UpdateMetadataRequest.UpdateMetadataEndpoint] = []
         for _ in range(n1):
             item1, pos = _dec_UpdateMetadataRequest_UpdateMetadataEndpoint_v3(buf, pos)
@@ -646,8 +649,8 @@ def _dec_UpdateMetadataRequest_v3(buf: memoryview, pos: int) -> tuple[UpdateMeta
     if n1 < 0:
         raise DecodeError(f"UpdateMetadataRequest.ungrouped_partition_states: invalid array length {n1}")
     else:
-        if n1 * 23 > len(buf) - pos:
-            raise DecodeError(f"UpdateMetadataRequest.ungrouped_partition_states: array of {n1} elements runs past the end of the data")
+        if n1 * 23 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("UpdateMetadataRequest.ungrouped_partition_states", n1, len(buf) - pos)
         items1: list[UpdateMetadataRequest.UpdateMetadataPartitionState] = []
         for _ in range(n1):
             item1, pos = _dec_UpdateMetadataRequest_UpdateMetadataPartitionState_v0(buf, pos)
@@ -658,8 +661,8 @@ def _dec_UpdateMetadataRequest_v3(buf: memoryview, pos: int) -> tuple[UpdateMeta
     if n2 < 0:
         raise DecodeError(f"UpdateMetadataRequest.live_brokers: invalid array length {n2}")
     else:
-        if n2 * 6 > len(buf) - pos:
-            raise DecodeError(f"UpdateMetadataRequest.live_brokers: array of {n2} elements runs past the end of the data")
+        if n2 * 6 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("UpdateMetadataRequest.live_brokers", n2, len(buf) - pos)
         items2: list[UpdateMetadataRequest.UpdateMetadataBroker] = []
         for _ in range(n2):
             item2, pos = _dec_UpdateMetadataRequest_UpdateMetadataBroker_v3(buf, pos)
@@ -734,8 +737,8 @@ def _dec_UpdateMetadataRequest_UpdateMetadataPartitionState_v4(buf: memoryview, 
         raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataPartitionState.isr: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataPartitionState.isr: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("UpdateMetadataRequest.UpdateMetadataPartitionState.isr", n2, len(buf) - pos)
         obj.isr = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     (obj.zk_version,) = _unpack_i(buf, pos)
@@ -746,8 +749,8 @@ def _dec_UpdateMetadataRequest_UpdateMetadataPartitionState_v4(buf: memoryview, 
         raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataPartitionState.replicas: invalid array length {n3}")
     else:
         end3 = pos + n3 * 4
-        if end3 > len(buf):
-            raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataPartitionState.replicas: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("UpdateMetadataRequest.UpdateMetadataPartitionState.replicas", n3, len(buf) - pos)
         obj.replicas = list(sunpack(f">{n3}i", buf, pos)) if n3 else []
         pos = end3
     n4 = unpack_i32(buf, pos)[0]
@@ -756,8 +759,8 @@ def _dec_UpdateMetadataRequest_UpdateMetadataPartitionState_v4(buf: memoryview, 
         raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas: invalid array length {n4}")
     else:
         end4 = pos + n4 * 4
-        if end4 > len(buf):
-            raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas: array of {n4} elements runs past the end of the data")
+        if end4 > len(buf) or n4 > 1000000:
+            raise array_refused("UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas", n4, len(buf) - pos)
         obj.offline_replicas = list(sunpack(f">{n4}i", buf, pos)) if n4 else []
         pos = end4
     obj.unknown_tagged_fields = None
@@ -801,8 +804,8 @@ def _dec_UpdateMetadataRequest_v4(buf: memoryview, pos: int) -> tuple[UpdateMeta
     if n1 < 0:
         raise DecodeError(f"UpdateMetadataRequest.ungrouped_partition_states: invalid array length {n1}")
     else:
-        if n1 * 24 > len(buf) - pos:
-            raise DecodeError(f"UpdateMetadataRequest.ungrouped_partition_states: array of {n1} elements runs past the end of the data")
+        if n1 * 24 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("UpdateMetadataRequest.ungrouped_partition_states", n1, len(buf) - pos)
         items1: list[UpdateMetadataRequest.UpdateMetadataPartitionState] = []
         for _ in range(n1):
             item1, pos = _dec_UpdateMetadataRequest_UpdateMetadataPartitionState_v4(buf, pos)
@@ -813,8 +816,8 @@ def _dec_UpdateMetadataRequest_v4(buf: memoryview, pos: int) -> tuple[UpdateMeta
     if n2 < 0:
         raise DecodeError(f"UpdateMetadataRequest.live_brokers: invalid array length {n2}")
     else:
-        if n2 * 6 > len(buf) - pos:
-            raise DecodeError(f"UpdateMetadataRequest.live_brokers: array of {n2} elements runs past the end of the data")
+        if n2 * 6 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("UpdateMetadataRequest.live_brokers", n2, len(buf) - pos)
         items2: list[UpdateMetadataRequest.UpdateMetadataBroker] = []
         for _ in range(n2):
             item2, pos = _dec_UpdateMetadataRequest_UpdateMetadataBroker_v3(buf, pos)
@@ -869,8 +872,8 @@ def _dec_UpdateMetadataRequest_UpdateMetadataPartitionState_v5(buf: memoryview, 
         raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataPartitionState.isr: invalid array length {n1}")
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataPartitionState.isr: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("UpdateMetadataRequest.UpdateMetadataPartitionState.isr", n1, len(buf) - pos)
         obj.isr = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     (obj.zk_version,) = _unpack_i(buf, pos)
@@ -881,8 +884,8 @@ def _dec_UpdateMetadataRequest_UpdateMetadataPartitionState_v5(buf: memoryview, 
         raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataPartitionState.replicas: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataPartitionState.replicas: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("UpdateMetadataRequest.UpdateMetadataPartitionState.replicas", n2, len(buf) - pos)
         obj.replicas = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     n3 = unpack_i32(buf, pos)[0]
@@ -891,8 +894,8 @@ def _dec_UpdateMetadataRequest_UpdateMetadataPartitionState_v5(buf: memoryview, 
         raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas: invalid array length {n3}")
     else:
         end3 = pos + n3 * 4
-        if end3 > len(buf):
-            raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas", n3, len(buf) - pos)
         obj.offline_replicas = list(sunpack(f">{n3}i", buf, pos)) if n3 else []
         pos = end3
     obj.topic_name = ""
@@ -940,8 +943,8 @@ def _dec_UpdateMetadataRequest_UpdateMetadataTopicState_v5(buf: memoryview, pos:
     if n2 < 0:
         raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataTopicState.partition_states: invalid array length {n2}")
     else:
-        if n2 * 23 > len(buf) - pos:
-            raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataTopicState.partition_states: array of {n2} elements runs past the end of the data")
+        if n2 * 23 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("UpdateMetadataRequest.UpdateMetadataTopicState.partition_states", n2, len(buf) - pos)
         items2: list[UpdateMetadataRequest.UpdateMetadataPartitionState] = []
         for _ in range(n2):
             item2, pos = _dec_UpdateMetadataRequest_UpdateMetadataPartitionState_v5(buf, pos)
@@ -989,8 +992,8 @@ def _dec_UpdateMetadataRequest_v5(buf: memoryview, pos: int) -> tuple[UpdateMeta
     if n1 < 0:
         raise DecodeError(f"UpdateMetadataRequest.topic_states: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"UpdateMetadataRequest.topic_states: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("UpdateMetadataRequest.topic_states", n1, len(buf) - pos)
         items1: list[UpdateMetadataRequest.UpdateMetadataTopicState] = []
         for _ in range(n1):
             item1, pos = _dec_UpdateMetadataRequest_UpdateMetadataTopicState_v5(buf, pos)
@@ -1001,8 +1004,8 @@ def _dec_UpdateMetadataRequest_v5(buf: memoryview, pos: int) -> tuple[UpdateMeta
     if n2 < 0:
         raise DecodeError(f"UpdateMetadataRequest.live_brokers: invalid array length {n2}")
     else:
-        if n2 * 6 > len(buf) - pos:
-            raise DecodeError(f"UpdateMetadataRequest.live_brokers: array of {n2} elements runs past the end of the data")
+        if n2 * 6 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("UpdateMetadataRequest.live_brokers", n2, len(buf) - pos)
         items2: list[UpdateMetadataRequest.UpdateMetadataBroker] = []
         for _ in range(n2):
             item2, pos = _dec_UpdateMetadataRequest_UpdateMetadataBroker_v3(buf, pos)
@@ -1074,8 +1077,8 @@ def _dec_UpdateMetadataRequest_UpdateMetadataPartitionState_v6(buf: memoryview, 
         raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataPartitionState.isr: invalid array length {n1}")
     else:
         end1 = pos + n1 * 4
-        if end1 > len(buf):
-            raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataPartitionState.isr: array of {n1} elements runs past the end of the data")
+        if end1 > len(buf) or n1 > 1000000:
+            raise array_refused("UpdateMetadataRequest.UpdateMetadataPartitionState.isr", n1, len(buf) - pos)
         obj.isr = list(sunpack(f">{n1}i", buf, pos)) if n1 else []
         pos = end1
     (obj.zk_version,) = _unpack_i(buf, pos)
@@ -1091,8 +1094,8 @@ def _dec_UpdateMetadataRequest_UpdateMetadataPartitionState_v6(buf: memoryview, 
         raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataPartitionState.replicas: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataPartitionState.replicas: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("UpdateMetadataRequest.UpdateMetadataPartitionState.replicas", n2, len(buf) - pos)
         obj.replicas = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     n3 = buf[pos]
@@ -1106,8 +1109,8 @@ def _dec_UpdateMetadataRequest_UpdateMetadataPartitionState_v6(buf: memoryview, 
         raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas: invalid array length {n3}")
     else:
         end3 = pos + n3 * 4
-        if end3 > len(buf):
-            raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas: array of {n3} elements runs past the end of the data")
+        if end3 > len(buf) or n3 > 1000000:
+            raise array_refused("UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas", n3, len(buf) - pos)
         obj.offline_replicas = list(sunpack(f">{n3}i", buf, pos)) if n3 else []
         pos = end3
     obj.topic_name = ""
@@ -1179,8 +1182,8 @@ def _dec_UpdateMetadataRequest_UpdateMetadataTopicState_v6(buf: memoryview, pos:
     if n2 < 0:
         raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataTopicState.partition_states: invalid array length {n2}")
     else:
-        if n2 * 24 > len(buf) - pos:
-            raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataTopicState.partition_states: array of {n2} elements runs past the end of the data")
+        if n2 * 24 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("UpdateMetadataRequest.UpdateMetadataTopicState.partition_states", n2, len(buf) - pos)
         items2: list[UpdateMetadataRequest.UpdateMetadataPartitionState] = []
         for _ in range(n2):
             item2, pos = _dec_UpdateMetadataRequest_UpdateMetadataPartitionState_v6(buf, pos)
@@ -1324,8 +1327,8 @@ def _dec_UpdateMetadataRequest_UpdateMetadataBroker_v6(buf: memoryview, pos: int
     if n1 < 0:
         raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataBroker.endpoints: invalid array length {n1}")
     else:
-        if n1 * 9 > len(buf) - pos:
-            raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataBroker.endpoints: array of {n1} elements runs past the end of the data")
+        if n1 * 9 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("UpdateMetadataRequest.UpdateMetadataBroker.endpoints", n1, len(buf) - pos)
         items1: list[UpdateMetadataRequest.UpdateMetadataEndpoint] = []
         for _ in range(n1):
             item1, pos = _dec_UpdateMetadataRequest_UpdateMetadataEndpoint_v6(buf, pos)
@@ -1410,8 +1413,8 @@ def _dec_UpdateMetadataRequest_v6(buf: memoryview, pos: int) -> tuple[UpdateMeta
     if n1 < 0:
         raise DecodeError(f"UpdateMetadataRequest.topic_states: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"UpdateMetadataRequest.topic_states: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("UpdateMetadataRequest.topic_states", n1, len(buf) - pos)
         items1: list[UpdateMetadataRequest.UpdateMetadataTopicState] = []
         for _ in range(n1):
             item1, pos = _dec_UpdateMetadataRequest_UpdateMetadataTopicState_v6(buf, pos)
@@ -1427,8 +1430,8 @@ def _dec_UpdateMetadataRequest_v6(buf: memoryview, pos: int) -> tuple[UpdateMeta
     if n2 < 0:
         raise DecodeError(f"UpdateMetadataRequest.live_brokers: invalid array length {n2}")
     else:
-        if n2 * 7 > len(buf) - pos:
-            raise DecodeError(f"UpdateMetadataRequest.live_brokers: array of {n2} elements runs past the end of the data")
+        if n2 * 7 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("UpdateMetadataRequest.live_brokers", n2, len(buf) - pos)
         items2: list[UpdateMetadataRequest.UpdateMetadataBroker] = []
         for _ in range(n2):
             item2, pos = _dec_UpdateMetadataRequest_UpdateMetadataBroker_v6(buf, pos)
@@ -1507,8 +1510,8 @@ def _dec_UpdateMetadataRequest_UpdateMetadataTopicState_v7(buf: memoryview, pos:
     if n3 < 0:
         raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataTopicState.partition_states: invalid array length {n3}")
     else:
-        if n3 * 24 > len(buf) - pos:
-            raise DecodeError(f"UpdateMetadataRequest.UpdateMetadataTopicState.partition_states: array of {n3} elements runs past the end of the data")
+        if n3 * 24 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("UpdateMetadataRequest.UpdateMetadataTopicState.partition_states", n3, len(buf) - pos)
         items3: list[UpdateMetadataRequest.UpdateMetadataPartitionState] = []
         for _ in range(n3):
             item3, pos = _dec_UpdateMetadataRequest_UpdateMetadataPartitionState_v6(buf, pos)
@@ -1574,8 +1577,8 @@ def _dec_UpdateMetadataRequest_v7(buf: memoryview, pos: int) -> tuple[UpdateMeta
     if n1 < 0:
         raise DecodeError(f"UpdateMetadataRequest.topic_states: invalid array length {n1}")
     else:
-        if n1 * 19 > len(buf) - pos:
-            raise DecodeError(f"UpdateMetadataRequest.topic_states: array of {n1} elements runs past the end of the data")
+        if n1 * 19 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("UpdateMetadataRequest.topic_states", n1, len(buf) - pos)
         items1: list[UpdateMetadataRequest.UpdateMetadataTopicState] = []
         for _ in range(n1):
             item1, pos = _dec_UpdateMetadataRequest_UpdateMetadataTopicState_v7(buf, pos)
@@ -1591,8 +1594,8 @@ def _dec_UpdateMetadataRequest_v7(buf: memoryview, pos: int) -> tuple[UpdateMeta
     if n2 < 0:
         raise DecodeError(f"UpdateMetadataRequest.live_brokers: invalid array length {n2}")
     else:
-        if n2 * 7 > len(buf) - pos:
-            raise DecodeError(f"UpdateMetadataRequest.live_brokers: array of {n2} elements runs past the end of the data")
+        if n2 * 7 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("UpdateMetadataRequest.live_brokers", n2, len(buf) - pos)
         items2: list[UpdateMetadataRequest.UpdateMetadataBroker] = []
         for _ in range(n2):
             item2, pos = _dec_UpdateMetadataRequest_UpdateMetadataBroker_v6(buf, pos)
@@ -1666,8 +1669,8 @@ def _dec_UpdateMetadataRequest_v8(buf: memoryview, pos: int) -> tuple[UpdateMeta
     if n1 < 0:
         raise DecodeError(f"UpdateMetadataRequest.topic_states: invalid array length {n1}")
     else:
-        if n1 * 19 > len(buf) - pos:
-            raise DecodeError(f"UpdateMetadataRequest.topic_states: array of {n1} elements runs past the end of the data")
+        if n1 * 19 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("UpdateMetadataRequest.topic_states", n1, len(buf) - pos)
         items1: list[UpdateMetadataRequest.UpdateMetadataTopicState] = []
         for _ in range(n1):
             item1, pos = _dec_UpdateMetadataRequest_UpdateMetadataTopicState_v7(buf, pos)
@@ -1683,8 +1686,8 @@ def _dec_UpdateMetadataRequest_v8(buf: memoryview, pos: int) -> tuple[UpdateMeta
     if n2 < 0:
         raise DecodeError(f"UpdateMetadataRequest.live_brokers: invalid array length {n2}")
     else:
-        if n2 * 7 > len(buf) - pos:
-            raise DecodeError(f"UpdateMetadataRequest.live_brokers: array of {n2} elements runs past the end of the data")
+        if n2 * 7 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("UpdateMetadataRequest.live_brokers", n2, len(buf) - pos)
         items2: list[UpdateMetadataRequest.UpdateMetadataBroker] = []
         for _ in range(n2):
             item2, pos = _dec_UpdateMetadataRequest_UpdateMetadataBroker_v6(buf, pos)
@@ -1702,6 +1705,8 @@ def _dec_UpdateMetadataRequest_v8(buf: memoryview, pos: int) -> tuple[UpdateMeta
 
 def _dec_UpdateMetadataRequest_v8_tagged(buf: memoryview, pos: int, obj: UpdateMetadataRequest) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.type = 0
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -222,8 +225,8 @@ def _dec_UpdateRaftVoterRequest_v0(buf: memoryview, pos: int) -> tuple[UpdateRaf
     if n3 < 0:
         raise DecodeError(f"UpdateRaftVoterRequest.listeners: invalid array length {n3}")
     else:
-        if n3 * 5 > len(buf) - pos:
-            raise DecodeError(f"UpdateRaftVoterRequest.listeners: array of {n3} elements runs past the end of the data")
+        if n3 * 5 > len(buf) - pos or n3 > 1000000:
+            raise array_refused("UpdateRaftVoterRequest.listeners", n3, len(buf) - pos)
         items3: list[UpdateRaftVoterRequest.Listener] = []
         for _ in range(n3):
             item3, pos = _dec_UpdateRaftVoterRequest_Listener_v0(buf, pos)
@@ -325,6 +328,8 @@ def _dec_UpdateRaftVoterResponse_v0(buf: memoryview, pos: int) -> tuple[UpdateRa
 
 def _dec_UpdateRaftVoterResponse_v0_tagged(buf: memoryview, pos: int, obj: UpdateRaftVoterResponse) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.current_leader = _build_UpdateRaftVoterResponse_CurrentLeader()
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):

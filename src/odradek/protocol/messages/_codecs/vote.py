@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -55,11 +58,15 @@ _pack_iiiiq = Struct(">iiiiq").pack
 _unpack_iiiiq = Struct(">iiiiq").unpack_from
 _pack_iq = Struct(">iq").pack
 _unpack_iq = Struct(">iq").unpack_from
+_pack_iqo = Struct(">iq?").pack
+_unpack_iqo = Struct(">iq?").unpack_from
 
 
 # VoteRequest.PartitionData v0
 def _enc_VoteRequest_PartitionData_v0(out: bytearray, obj: VoteRequest.PartitionData) -> None:
-    out += _pack_iiiiq(obj.partition_index, obj.candidate_epoch, obj.candidate_id, obj.last_offset_epoch, obj.last_offset)
+    if obj.pre_vote != False:
+        raise EncodeError("VoteRequest.PartitionData.pre_vote cannot be sent in this version: only in versions 2+", UNSUPPORTED_VERSION)
+    out += _pack_iiiiq(obj.partition_index, obj.replica_epoch, obj.replica_id, obj.last_offset_epoch, obj.last_offset)
     if obj.unknown_tagged_fields:
         write_tagged(out, [], obj.unknown_tagged_fields)
     else:
@@ -69,10 +76,11 @@ def _enc_VoteRequest_PartitionData_v0(out: bytearray, obj: VoteRequest.Partition
 # VoteRequest.PartitionData v0
 def _dec_VoteRequest_PartitionData_v0(buf: memoryview, pos: int) -> tuple[VoteRequest.PartitionData, int]:
     obj = new(_VoteRequest_PartitionData)
-    obj.partition_index, obj.candidate_epoch, obj.candidate_id, obj.last_offset_epoch, obj.last_offset = _unpack_iiiiq(buf, pos)
+    obj.partition_index, obj.replica_epoch, obj.replica_id, obj.last_offset_epoch, obj.last_offset = _unpack_iiiiq(buf, pos)
     pos += 24
-    obj.candidate_directory_id = ZERO_UUID
+    obj.replica_directory_id = ZERO_UUID
     obj.voter_directory_id = ZERO_UUID
+    obj.pre_vote = False
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -141,8 +149,8 @@ def _dec_VoteRequest_TopicData_v0(buf: memoryview, pos: int) -> tuple[VoteReques
     if n2 < 0:
         raise DecodeError(f"VoteRequest.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 25 > len(buf) - pos:
-            raise DecodeError(f"VoteRequest.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 25 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("VoteRequest.TopicData.partitions", n2, len(buf) - pos)
         items2: list[VoteRequest.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_VoteRequest_PartitionData_v0(buf, pos)
@@ -218,8 +226,8 @@ def _dec_VoteRequest_v0(buf: memoryview, pos: int) -> tuple[VoteRequest, int]:
     if n2 < 0:
         raise DecodeError(f"VoteRequest.topics: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"VoteRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("VoteRequest.topics", n2, len(buf) - pos)
         items2: list[VoteRequest.TopicData] = []
         for _ in range(n2):
             item2, pos = _dec_VoteRequest_TopicData_v0(buf, pos)
@@ -236,8 +244,10 @@ def _dec_VoteRequest_v0(buf: memoryview, pos: int) -> tuple[VoteRequest, int]:
 
 # VoteRequest.PartitionData v1
 def _enc_VoteRequest_PartitionData_v1(out: bytearray, obj: VoteRequest.PartitionData) -> None:
-    out += _pack_iii(obj.partition_index, obj.candidate_epoch, obj.candidate_id)
-    out += obj.candidate_directory_id.bytes
+    if obj.pre_vote != False:
+        raise EncodeError("VoteRequest.PartitionData.pre_vote cannot be sent in this version: only in versions 2+", UNSUPPORTED_VERSION)
+    out += _pack_iii(obj.partition_index, obj.replica_epoch, obj.replica_id)
+    out += obj.replica_directory_id.bytes
     out += obj.voter_directory_id.bytes
     out += _pack_iq(obj.last_offset_epoch, obj.last_offset)
     if obj.unknown_tagged_fields:
@@ -249,12 +259,13 @@ def _enc_VoteRequest_PartitionData_v1(out: bytearray, obj: VoteRequest.Partition
 # VoteRequest.PartitionData v1
 def _dec_VoteRequest_PartitionData_v1(buf: memoryview, pos: int) -> tuple[VoteRequest.PartitionData, int]:
     obj = new(_VoteRequest_PartitionData)
-    obj.partition_index, obj.candidate_epoch, obj.candidate_id = _unpack_iii(buf, pos)
+    obj.partition_index, obj.replica_epoch, obj.replica_id = _unpack_iii(buf, pos)
     pos += 12
-    obj.candidate_directory_id, pos = read_uuid(buf, pos)
+    obj.replica_directory_id, pos = read_uuid(buf, pos)
     obj.voter_directory_id, pos = read_uuid(buf, pos)
     obj.last_offset_epoch, obj.last_offset = _unpack_iq(buf, pos)
     pos += 12
+    obj.pre_vote = False
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -323,8 +334,8 @@ def _dec_VoteRequest_TopicData_v1(buf: memoryview, pos: int) -> tuple[VoteReques
     if n2 < 0:
         raise DecodeError(f"VoteRequest.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 57 > len(buf) - pos:
-            raise DecodeError(f"VoteRequest.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 57 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("VoteRequest.TopicData.partitions", n2, len(buf) - pos)
         items2: list[VoteRequest.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_VoteRequest_PartitionData_v1(buf, pos)
@@ -403,8 +414,8 @@ def _dec_VoteRequest_v1(buf: memoryview, pos: int) -> tuple[VoteRequest, int]:
     if n2 < 0:
         raise DecodeError(f"VoteRequest.topics: invalid array length {n2}")
     else:
-        if n2 * 3 > len(buf) - pos:
-            raise DecodeError(f"VoteRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("VoteRequest.topics", n2, len(buf) - pos)
         items2: list[VoteRequest.TopicData] = []
         for _ in range(n2):
             item2, pos = _dec_VoteRequest_TopicData_v1(buf, pos)
@@ -418,7 +429,191 @@ def _dec_VoteRequest_v1(buf: memoryview, pos: int) -> tuple[VoteRequest, int]:
     return obj, pos
 
 
-# VoteResponse.PartitionData v0-1
+# VoteRequest.PartitionData v2
+def _enc_VoteRequest_PartitionData_v2(out: bytearray, obj: VoteRequest.PartitionData) -> None:
+    out += _pack_iii(obj.partition_index, obj.replica_epoch, obj.replica_id)
+    out += obj.replica_directory_id.bytes
+    out += obj.voter_directory_id.bytes
+    out += _pack_iqo(obj.last_offset_epoch, obj.last_offset, obj.pre_vote)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# VoteRequest.PartitionData v2
+def _dec_VoteRequest_PartitionData_v2(buf: memoryview, pos: int) -> tuple[VoteRequest.PartitionData, int]:
+    obj = new(_VoteRequest_PartitionData)
+    obj.partition_index, obj.replica_epoch, obj.replica_id = _unpack_iii(buf, pos)
+    pos += 12
+    obj.replica_directory_id, pos = read_uuid(buf, pos)
+    obj.voter_directory_id, pos = read_uuid(buf, pos)
+    obj.last_offset_epoch, obj.last_offset, obj.pre_vote = _unpack_iqo(buf, pos)
+    pos += 13
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# VoteRequest.TopicData v2
+def _enc_VoteRequest_TopicData_v2(out: bytearray, obj: VoteRequest.TopicData) -> None:
+    v1 = obj.topic_name
+    if v1 is None:
+        raise EncodeError("VoteRequest.TopicData.topic_name is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("VoteRequest.TopicData.topic_name is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    v2 = obj.partitions
+    if v2 is None:
+        raise EncodeError("VoteRequest.TopicData.partitions is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_VoteRequest_PartitionData_v2(out, item2)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# VoteRequest.TopicData v2
+def _dec_VoteRequest_TopicData_v2(buf: memoryview, pos: int) -> tuple[VoteRequest.TopicData, int]:
+    obj = new(_VoteRequest_TopicData)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"VoteRequest.TopicData.topic_name: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("VoteRequest.TopicData.topic_name: string runs past the end of the data")
+        obj.topic_name = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"VoteRequest.TopicData.partitions: invalid array length {n2}")
+    else:
+        if n2 * 58 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("VoteRequest.TopicData.partitions", n2, len(buf) - pos)
+        items2: list[VoteRequest.PartitionData] = []
+        for _ in range(n2):
+            item2, pos = _dec_VoteRequest_PartitionData_v2(buf, pos)
+            items2.append(item2)
+        obj.partitions = items2
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# VoteRequest v2
+def _enc_VoteRequest_v2(out: bytearray, obj: VoteRequest) -> None:
+    v1 = obj.cluster_id
+    if v1 is None:
+        out.append(0)
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("VoteRequest.cluster_id is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    out += _pack_i(obj.voter_id)
+    v2 = obj.topics
+    if v2 is None:
+        raise EncodeError("VoteRequest.topics is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_VoteRequest_TopicData_v2(out, item2)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# VoteRequest v2
+def _dec_VoteRequest_v2(buf: memoryview, pos: int) -> tuple[VoteRequest, int]:
+    obj = new(_VoteRequest)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        if n1 != -1:
+            raise DecodeError(f"VoteRequest.cluster_id: invalid string length {n1}")
+        obj.cluster_id = None
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("VoteRequest.cluster_id: string runs past the end of the data")
+        obj.cluster_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    (obj.voter_id,) = _unpack_i(buf, pos)
+    pos += 4
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"VoteRequest.topics: invalid array length {n2}")
+    else:
+        if n2 * 3 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("VoteRequest.topics", n2, len(buf) - pos)
+        items2: list[VoteRequest.TopicData] = []
+        for _ in range(n2):
+            item2, pos = _dec_VoteRequest_TopicData_v2(buf, pos)
+            items2.append(item2)
+        obj.topics = items2
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# VoteResponse.PartitionData v0-2
 def _enc_VoteResponse_PartitionData_v0(out: bytearray, obj: VoteResponse.PartitionData) -> None:
     out += _pack_ihiio(obj.partition_index, obj.error_code, obj.leader_id, obj.leader_epoch, obj.vote_granted)
     if obj.unknown_tagged_fields:
@@ -427,7 +622,7 @@ def _enc_VoteResponse_PartitionData_v0(out: bytearray, obj: VoteResponse.Partiti
         out.append(0)
 
 
-# VoteResponse.PartitionData v0-1
+# VoteResponse.PartitionData v0-2
 def _dec_VoteResponse_PartitionData_v0(buf: memoryview, pos: int) -> tuple[VoteResponse.PartitionData, int]:
     obj = new(_VoteResponse_PartitionData)
     obj.partition_index, obj.error_code, obj.leader_id, obj.leader_epoch, obj.vote_granted = _unpack_ihiio(buf, pos)
@@ -440,7 +635,7 @@ def _dec_VoteResponse_PartitionData_v0(buf: memoryview, pos: int) -> tuple[VoteR
     return obj, pos
 
 
-# VoteResponse.TopicData v0-1
+# VoteResponse.TopicData v0-2
 def _enc_VoteResponse_TopicData_v0(out: bytearray, obj: VoteResponse.TopicData) -> None:
     v1 = obj.topic_name
     if v1 is None:
@@ -472,7 +667,7 @@ def _enc_VoteResponse_TopicData_v0(out: bytearray, obj: VoteResponse.TopicData) 
         out.append(0)
 
 
-# VoteResponse.TopicData v0-1
+# VoteResponse.TopicData v0-2
 def _dec_VoteResponse_TopicData_v0(buf: memoryview, pos: int) -> tuple[VoteResponse.TopicData, int]:
     obj = new(_VoteResponse_TopicData)
     n1 = buf[pos]
@@ -500,8 +695,8 @@ def _dec_VoteResponse_TopicData_v0(buf: memoryview, pos: int) -> tuple[VoteRespo
     if n2 < 0:
         raise DecodeError(f"VoteResponse.TopicData.partitions: invalid array length {n2}")
     else:
-        if n2 * 16 > len(buf) - pos:
-            raise DecodeError(f"VoteResponse.TopicData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 16 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("VoteResponse.TopicData.partitions", n2, len(buf) - pos)
         items2: list[VoteResponse.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_VoteResponse_PartitionData_v0(buf, pos)
@@ -552,8 +747,8 @@ def _dec_VoteResponse_v0(buf: memoryview, pos: int) -> tuple[VoteResponse, int]:
     if n1 < 0:
         raise DecodeError(f"VoteResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"VoteResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("VoteResponse.topics", n1, len(buf) - pos)
         items1: list[VoteResponse.TopicData] = []
         for _ in range(n1):
             item1, pos = _dec_VoteResponse_TopicData_v0(buf, pos)
@@ -568,7 +763,7 @@ def _dec_VoteResponse_v0(buf: memoryview, pos: int) -> tuple[VoteResponse, int]:
     return obj, pos
 
 
-# VoteResponse.NodeEndpoint v1
+# VoteResponse.NodeEndpoint v1-2
 def _enc_VoteResponse_NodeEndpoint_v1(out: bytearray, obj: VoteResponse.NodeEndpoint) -> None:
     out += _pack_i(obj.node_id)
     v1 = obj.host
@@ -591,7 +786,7 @@ def _enc_VoteResponse_NodeEndpoint_v1(out: bytearray, obj: VoteResponse.NodeEndp
         out.append(0)
 
 
-# VoteResponse.NodeEndpoint v1
+# VoteResponse.NodeEndpoint v1-2
 def _dec_VoteResponse_NodeEndpoint_v1(buf: memoryview, pos: int) -> tuple[VoteResponse.NodeEndpoint, int]:
     obj = new(_VoteResponse_NodeEndpoint)
     (obj.node_id,) = _unpack_i(buf, pos)
@@ -621,7 +816,7 @@ def _dec_VoteResponse_NodeEndpoint_v1(buf: memoryview, pos: int) -> tuple[VoteRe
     return obj, pos
 
 
-# VoteResponse v1
+# VoteResponse v1-2
 def _enc_VoteResponse_v1(out: bytearray, obj: VoteResponse) -> None:
     out += _pack_h(obj.error_code)
     v1 = obj.topics
@@ -660,7 +855,7 @@ def _enc_VoteResponse_v1_tagged(out: bytearray, obj: VoteResponse) -> None:
     write_tagged(out, fields, obj.unknown_tagged_fields)
 
 
-# VoteResponse v1
+# VoteResponse v1-2
 def _dec_VoteResponse_v1(buf: memoryview, pos: int) -> tuple[VoteResponse, int]:
     obj = new(_VoteResponse)
     (obj.error_code,) = _unpack_h(buf, pos)
@@ -675,8 +870,8 @@ def _dec_VoteResponse_v1(buf: memoryview, pos: int) -> tuple[VoteResponse, int]:
     if n1 < 0:
         raise DecodeError(f"VoteResponse.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"VoteResponse.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("VoteResponse.topics", n1, len(buf) - pos)
         items1: list[VoteResponse.TopicData] = []
         for _ in range(n1):
             item1, pos = _dec_VoteResponse_TopicData_v0(buf, pos)
@@ -693,6 +888,8 @@ def _dec_VoteResponse_v1(buf: memoryview, pos: int) -> tuple[VoteResponse, int]:
 
 def _dec_VoteResponse_v1_tagged(buf: memoryview, pos: int, obj: VoteResponse) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELD_COUNT or count > len(buf) - pos:
+        raise tagged_count_refused(count, len(buf) - pos)
     obj.node_endpoints = []
     unknown: list[tuple[int, bytes]] | None = None
     for _ in range(count):
@@ -714,8 +911,8 @@ def _dec_VoteResponse_v1_tagged(buf: memoryview, pos: int, obj: VoteResponse) ->
             if n2 < 0:
                 raise DecodeError(f"VoteResponse.node_endpoints: invalid array length {n2}")
             else:
-                if n2 * 8 > len(sub) - pos:
-                    raise DecodeError(f"VoteResponse.node_endpoints: array of {n2} elements runs past the end of the data")
+                if n2 * 8 > len(sub) - pos or n2 > 1000000:
+                    raise array_refused("VoteResponse.node_endpoints", n2, len(sub) - pos)
                 items2: list[VoteResponse.NodeEndpoint] = []
                 for _ in range(n2):
                     item2, pos = _dec_VoteResponse_NodeEndpoint_v1(sub, pos)
@@ -736,8 +933,8 @@ def _error_VoteRequest(request: VoteRequest, version: int, code: int, message: s
     return _VoteResponse(error_code=code)
 
 
-VoteRequest._encoders_ = {0: _enc_VoteRequest_v0, 1: _enc_VoteRequest_v1}
-VoteRequest._decoders_ = {0: _dec_VoteRequest_v0, 1: _dec_VoteRequest_v1}
-VoteResponse._encoders_ = {0: _enc_VoteResponse_v0, 1: _enc_VoteResponse_v1}
-VoteResponse._decoders_ = {0: _dec_VoteResponse_v0, 1: _dec_VoteResponse_v1}
+VoteRequest._encoders_ = {0: _enc_VoteRequest_v0, 1: _enc_VoteRequest_v1, 2: _enc_VoteRequest_v2}
+VoteRequest._decoders_ = {0: _dec_VoteRequest_v0, 1: _dec_VoteRequest_v1, 2: _dec_VoteRequest_v2}
+VoteResponse._encoders_ = {0: _enc_VoteResponse_v0, 1: _enc_VoteResponse_v1, 2: _enc_VoteResponse_v1}
+VoteResponse._decoders_ = {0: _dec_VoteResponse_v0, 1: _dec_VoteResponse_v1, 2: _dec_VoteResponse_v1}
 VoteRequest._error_response_ = _error_VoteRequest

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -45,11 +48,13 @@ _pack_ih = Struct(">ih").pack
 _unpack_ih = Struct(">ih").unpack_from
 _pack_iiiq = Struct(">iiiq").pack
 _unpack_iiiq = Struct(">iiiq").unpack_from
+_pack_iiiqi = Struct(">iiiqi").pack
+_unpack_iiiqi = Struct(">iiiqi").unpack_from
 _pack_qqbh = Struct(">qqbh").pack
 _unpack_qqbh = Struct(">qqbh").unpack_from
 
 
-# WriteShareGroupStateRequest.StateBatch v0
+# WriteShareGroupStateRequest.StateBatch v0-1
 def _enc_WriteShareGroupStateRequest_StateBatch_v0(out: bytearray, obj: WriteShareGroupStateRequest.StateBatch) -> None:
     out += _pack_qqbh(obj.first_offset, obj.last_offset, obj.delivery_state, obj.delivery_count)
     if obj.unknown_tagged_fields:
@@ -58,7 +63,7 @@ def _enc_WriteShareGroupStateRequest_StateBatch_v0(out: bytearray, obj: WriteSha
         out.append(0)
 
 
-# WriteShareGroupStateRequest.StateBatch v0
+# WriteShareGroupStateRequest.StateBatch v0-1
 def _dec_WriteShareGroupStateRequest_StateBatch_v0(buf: memoryview, pos: int) -> tuple[WriteShareGroupStateRequest.StateBatch, int]:
     obj = new(_WriteShareGroupStateRequest_StateBatch)
     obj.first_offset, obj.last_offset, obj.delivery_state, obj.delivery_count = _unpack_qqbh(buf, pos)
@@ -106,13 +111,14 @@ def _dec_WriteShareGroupStateRequest_PartitionData_v0(buf: memoryview, pos: int)
     if n1 < 0:
         raise DecodeError(f"WriteShareGroupStateRequest.PartitionData.state_batches: invalid array length {n1}")
     else:
-        if n1 * 20 > len(buf) - pos:
-            raise DecodeError(f"WriteShareGroupStateRequest.PartitionData.state_batches: array of {n1} elements runs past the end of the data")
+        if n1 * 20 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("WriteShareGroupStateRequest.PartitionData.state_batches", n1, len(buf) - pos)
         items1: list[WriteShareGroupStateRequest.StateBatch] = []
         for _ in range(n1):
             item1, pos = _dec_WriteShareGroupStateRequest_StateBatch_v0(buf, pos)
             items1.append(item1)
         obj.state_batches = items1
+    obj.delivery_complete_count = -1
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -155,8 +161,8 @@ def _dec_WriteShareGroupStateRequest_WriteStateData_v0(buf: memoryview, pos: int
     if n2 < 0:
         raise DecodeError(f"WriteShareGroupStateRequest.WriteStateData.partitions: invalid array length {n2}")
     else:
-        if n2 * 22 > len(buf) - pos:
-            raise DecodeError(f"WriteShareGroupStateRequest.WriteStateData.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 22 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("WriteShareGroupStateRequest.WriteStateData.partitions", n2, len(buf) - pos)
         items2: list[WriteShareGroupStateRequest.PartitionData] = []
         for _ in range(n2):
             item2, pos = _dec_WriteShareGroupStateRequest_PartitionData_v0(buf, pos)
@@ -230,8 +236,8 @@ def _dec_WriteShareGroupStateRequest_v0(buf: memoryview, pos: int) -> tuple[Writ
     if n2 < 0:
         raise DecodeError(f"WriteShareGroupStateRequest.topics: invalid array length {n2}")
     else:
-        if n2 * 18 > len(buf) - pos:
-            raise DecodeError(f"WriteShareGroupStateRequest.topics: array of {n2} elements runs past the end of the data")
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("WriteShareGroupStateRequest.topics", n2, len(buf) - pos)
         items2: list[WriteShareGroupStateRequest.WriteStateData] = []
         for _ in range(n2):
             item2, pos = _dec_WriteShareGroupStateRequest_WriteStateData_v0(buf, pos)
@@ -245,7 +251,181 @@ def _dec_WriteShareGroupStateRequest_v0(buf: memoryview, pos: int) -> tuple[Writ
     return obj, pos
 
 
-# WriteShareGroupStateResponse.PartitionResult v0
+# WriteShareGroupStateRequest.PartitionData v1
+def _enc_WriteShareGroupStateRequest_PartitionData_v1(out: bytearray, obj: WriteShareGroupStateRequest.PartitionData) -> None:
+    out += _pack_iiiqi(obj.partition, obj.state_epoch, obj.leader_epoch, obj.start_offset, obj.delivery_complete_count)
+    v1 = obj.state_batches
+    if v1 is None:
+        raise EncodeError("WriteShareGroupStateRequest.PartitionData.state_batches is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_WriteShareGroupStateRequest_StateBatch_v0(out, item1)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# WriteShareGroupStateRequest.PartitionData v1
+def _dec_WriteShareGroupStateRequest_PartitionData_v1(buf: memoryview, pos: int) -> tuple[WriteShareGroupStateRequest.PartitionData, int]:
+    obj = new(_WriteShareGroupStateRequest_PartitionData)
+    obj.partition, obj.state_epoch, obj.leader_epoch, obj.start_offset, obj.delivery_complete_count = _unpack_iiiqi(buf, pos)
+    pos += 24
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"WriteShareGroupStateRequest.PartitionData.state_batches: invalid array length {n1}")
+    else:
+        if n1 * 20 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("WriteShareGroupStateRequest.PartitionData.state_batches", n1, len(buf) - pos)
+        items1: list[WriteShareGroupStateRequest.StateBatch] = []
+        for _ in range(n1):
+            item1, pos = _dec_WriteShareGroupStateRequest_StateBatch_v0(buf, pos)
+            items1.append(item1)
+        obj.state_batches = items1
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# WriteShareGroupStateRequest.WriteStateData v1
+def _enc_WriteShareGroupStateRequest_WriteStateData_v1(out: bytearray, obj: WriteShareGroupStateRequest.WriteStateData) -> None:
+    out += obj.topic_id.bytes
+    v2 = obj.partitions
+    if v2 is None:
+        raise EncodeError("WriteShareGroupStateRequest.WriteStateData.partitions is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_WriteShareGroupStateRequest_PartitionData_v1(out, item2)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# WriteShareGroupStateRequest.WriteStateData v1
+def _dec_WriteShareGroupStateRequest_WriteStateData_v1(buf: memoryview, pos: int) -> tuple[WriteShareGroupStateRequest.WriteStateData, int]:
+    obj = new(_WriteShareGroupStateRequest_WriteStateData)
+    obj.topic_id, pos = read_uuid(buf, pos)
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"WriteShareGroupStateRequest.WriteStateData.partitions: invalid array length {n2}")
+    else:
+        if n2 * 26 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("WriteShareGroupStateRequest.WriteStateData.partitions", n2, len(buf) - pos)
+        items2: list[WriteShareGroupStateRequest.PartitionData] = []
+        for _ in range(n2):
+            item2, pos = _dec_WriteShareGroupStateRequest_PartitionData_v1(buf, pos)
+            items2.append(item2)
+        obj.partitions = items2
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# WriteShareGroupStateRequest v1
+def _enc_WriteShareGroupStateRequest_v1(out: bytearray, obj: WriteShareGroupStateRequest) -> None:
+    v1 = obj.group_id
+    if v1 is None:
+        raise EncodeError("WriteShareGroupStateRequest.group_id is not nullable in this version")
+    else:
+        data1 = v1.encode("utf-8")
+        n1 = len(data1)
+        if n1 > 0x7FFF:
+            raise EncodeError("WriteShareGroupStateRequest.group_id is longer than 32767 bytes")
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        out += data1
+    v2 = obj.topics
+    if v2 is None:
+        raise EncodeError("WriteShareGroupStateRequest.topics is not nullable in this version")
+    else:
+        n2 = len(v2)
+        if n2 < 0x7F:
+            out.append(n2 + 1)
+        else:
+            write_uvarint(out, n2 + 1)
+        for item2 in v2:
+            _enc_WriteShareGroupStateRequest_WriteStateData_v1(out, item2)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# WriteShareGroupStateRequest v1
+def _dec_WriteShareGroupStateRequest_v1(buf: memoryview, pos: int) -> tuple[WriteShareGroupStateRequest, int]:
+    obj = new(_WriteShareGroupStateRequest)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"WriteShareGroupStateRequest.group_id: invalid string length {n1}")
+    else:
+        end1 = pos + n1
+        if end1 > len(buf):
+            raise DecodeError("WriteShareGroupStateRequest.group_id: string runs past the end of the data")
+        obj.group_id = str(buf[pos:end1], "utf-8")
+        pos = end1
+    n2 = buf[pos]
+    if n2 < 0x80:
+        n2 -= 1
+        pos += 1
+    else:
+        n2, pos = read_uvarint(buf, pos)
+        n2 -= 1
+    if n2 < 0:
+        raise DecodeError(f"WriteShareGroupStateRequest.topics: invalid array length {n2}")
+    else:
+        if n2 * 18 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("WriteShareGroupStateRequest.topics", n2, len(buf) - pos)
+        items2: list[WriteShareGroupStateRequest.WriteStateData] = []
+        for _ in range(n2):
+            item2, pos = _dec_WriteShareGroupStateRequest_WriteStateData_v1(buf, pos)
+            items2.append(item2)
+        obj.topics = items2
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# WriteShareGroupStateResponse.PartitionResult v0-1
 def _enc_WriteShareGroupStateResponse_PartitionResult_v0(out: bytearray, obj: WriteShareGroupStateResponse.PartitionResult) -> None:
     out += _pack_ih(obj.partition, obj.error_code)
     v1 = obj.error_message
@@ -267,7 +447,7 @@ def _enc_WriteShareGroupStateResponse_PartitionResult_v0(out: bytearray, obj: Wr
         out.append(0)
 
 
-# WriteShareGroupStateResponse.PartitionResult v0
+# WriteShareGroupStateResponse.PartitionResult v0-1
 def _dec_WriteShareGroupStateResponse_PartitionResult_v0(buf: memoryview, pos: int) -> tuple[WriteShareGroupStateResponse.PartitionResult, int]:
     obj = new(_WriteShareGroupStateResponse_PartitionResult)
     obj.partition, obj.error_code = _unpack_ih(buf, pos)
@@ -297,7 +477,7 @@ def _dec_WriteShareGroupStateResponse_PartitionResult_v0(buf: memoryview, pos: i
     return obj, pos
 
 
-# WriteShareGroupStateResponse.WriteStateResult v0
+# WriteShareGroupStateResponse.WriteStateResult v0-1
 def _enc_WriteShareGroupStateResponse_WriteStateResult_v0(out: bytearray, obj: WriteShareGroupStateResponse.WriteStateResult) -> None:
     out += obj.topic_id.bytes
     v2 = obj.partitions
@@ -317,7 +497,7 @@ def _enc_WriteShareGroupStateResponse_WriteStateResult_v0(out: bytearray, obj: W
         out.append(0)
 
 
-# WriteShareGroupStateResponse.WriteStateResult v0
+# WriteShareGroupStateResponse.WriteStateResult v0-1
 def _dec_WriteShareGroupStateResponse_WriteStateResult_v0(buf: memoryview, pos: int) -> tuple[WriteShareGroupStateResponse.WriteStateResult, int]:
     obj = new(_WriteShareGroupStateResponse_WriteStateResult)
     obj.topic_id, pos = read_uuid(buf, pos)
@@ -331,8 +511,8 @@ def _dec_WriteShareGroupStateResponse_WriteStateResult_v0(buf: memoryview, pos: 
     if n2 < 0:
         raise DecodeError(f"WriteShareGroupStateResponse.WriteStateResult.partitions: invalid array length {n2}")
     else:
-        if n2 * 8 > len(buf) - pos:
-            raise DecodeError(f"WriteShareGroupStateResponse.WriteStateResult.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 8 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("WriteShareGroupStateResponse.WriteStateResult.partitions", n2, len(buf) - pos)
         items2: list[WriteShareGroupStateResponse.PartitionResult] = []
         for _ in range(n2):
             item2, pos = _dec_WriteShareGroupStateResponse_PartitionResult_v0(buf, pos)
@@ -346,7 +526,7 @@ def _dec_WriteShareGroupStateResponse_WriteStateResult_v0(buf: memoryview, pos: 
     return obj, pos
 
 
-# WriteShareGroupStateResponse v0
+# WriteShareGroupStateResponse v0-1
 def _enc_WriteShareGroupStateResponse_v0(out: bytearray, obj: WriteShareGroupStateResponse) -> None:
     v1 = obj.results
     if v1 is None:
@@ -365,7 +545,7 @@ def _enc_WriteShareGroupStateResponse_v0(out: bytearray, obj: WriteShareGroupSta
         out.append(0)
 
 
-# WriteShareGroupStateResponse v0
+# WriteShareGroupStateResponse v0-1
 def _dec_WriteShareGroupStateResponse_v0(buf: memoryview, pos: int) -> tuple[WriteShareGroupStateResponse, int]:
     obj = new(_WriteShareGroupStateResponse)
     n1 = buf[pos]
@@ -378,8 +558,8 @@ def _dec_WriteShareGroupStateResponse_v0(buf: memoryview, pos: int) -> tuple[Wri
     if n1 < 0:
         raise DecodeError(f"WriteShareGroupStateResponse.results: invalid array length {n1}")
     else:
-        if n1 * 18 > len(buf) - pos:
-            raise DecodeError(f"WriteShareGroupStateResponse.results: array of {n1} elements runs past the end of the data")
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("WriteShareGroupStateResponse.results", n1, len(buf) - pos)
         items1: list[WriteShareGroupStateResponse.WriteStateResult] = []
         for _ in range(n1):
             item1, pos = _dec_WriteShareGroupStateResponse_WriteStateResult_v0(buf, pos)
@@ -397,8 +577,8 @@ def _error_WriteShareGroupStateRequest(request: WriteShareGroupStateRequest, ver
     return _WriteShareGroupStateResponse(results=[_WriteShareGroupStateResponse_WriteStateResult(topic_id=x0.topic_id, partitions=[_WriteShareGroupStateResponse_PartitionResult(error_code=code, error_message=message, partition=x1.partition) for x1 in x0.partitions]) for x0 in request.topics])
 
 
-WriteShareGroupStateRequest._encoders_ = {0: _enc_WriteShareGroupStateRequest_v0}
-WriteShareGroupStateRequest._decoders_ = {0: _dec_WriteShareGroupStateRequest_v0}
-WriteShareGroupStateResponse._encoders_ = {0: _enc_WriteShareGroupStateResponse_v0}
-WriteShareGroupStateResponse._decoders_ = {0: _dec_WriteShareGroupStateResponse_v0}
+WriteShareGroupStateRequest._encoders_ = {0: _enc_WriteShareGroupStateRequest_v0, 1: _enc_WriteShareGroupStateRequest_v1}
+WriteShareGroupStateRequest._decoders_ = {0: _dec_WriteShareGroupStateRequest_v0, 1: _dec_WriteShareGroupStateRequest_v1}
+WriteShareGroupStateResponse._encoders_ = {0: _enc_WriteShareGroupStateResponse_v0, 1: _enc_WriteShareGroupStateResponse_v0}
+WriteShareGroupStateResponse._decoders_ = {0: _dec_WriteShareGroupStateResponse_v0, 1: _dec_WriteShareGroupStateResponse_v0}
 WriteShareGroupStateRequest._error_response_ = _error_WriteShareGroupStateRequest

@@ -7,6 +7,7 @@ import uuid  # noqa: F401
 
 from odradek.protocol._codec import (  # noqa: F401
     BYTES_TYPES,
+    MAX_TAGGED_FIELD_COUNT,
     MINUS_ONE_I16,
     MINUS_ONE_I32,
     UNSUPPORTED_VERSION,
@@ -15,6 +16,7 @@ from odradek.protocol._codec import (  # noqa: F401
     EncodeError,
     Records,
     Struct,
+    array_refused,
     new,
     pack_i16,
     pack_i32,
@@ -23,6 +25,7 @@ from odradek.protocol._codec import (  # noqa: F401
     put_compact_records,
     put_records,
     read_unknown_tagged,
+    tagged_count_refused,
     read_uuid,
     read_uvarint,
     spack,
@@ -43,6 +46,8 @@ _WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult = WriteTxnMarkersRespo
 _WriteTxnMarkersResponse = WriteTxnMarkersResponse
 _pack_i = Struct(">i").pack
 _unpack_i = Struct(">i").unpack_from
+_pack_ib = Struct(">ib").pack
+_unpack_ib = Struct(">ib").unpack_from
 _pack_ih = Struct(">ih").pack
 _unpack_ih = Struct(">ih").unpack_from
 _pack_q = Struct(">q").pack
@@ -92,8 +97,8 @@ def _dec_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v0(buf: memoryview, pos: 
         raise DecodeError(f"WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes", n2, len(buf) - pos)
         obj.partition_indexes = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     obj.unknown_tagged_fields = None
@@ -124,8 +129,8 @@ def _dec_WriteTxnMarkersRequest_WritableTxnMarker_v0(buf: memoryview, pos: int) 
     if n1 < 0:
         raise DecodeError(f"WriteTxnMarkersRequest.WritableTxnMarker.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"WriteTxnMarkersRequest.WritableTxnMarker.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("WriteTxnMarkersRequest.WritableTxnMarker.topics", n1, len(buf) - pos)
         items1: list[WriteTxnMarkersRequest.WritableTxnMarkerTopic] = []
         for _ in range(n1):
             item1, pos = _dec_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v0(buf, pos)
@@ -133,6 +138,7 @@ def _dec_WriteTxnMarkersRequest_WritableTxnMarker_v0(buf: memoryview, pos: int) 
         obj.topics = items1
     (obj.coordinator_epoch,) = _unpack_i(buf, pos)
     pos += 4
+    obj.transaction_version = 0
     obj.unknown_tagged_fields = None
     return obj, pos
 
@@ -157,8 +163,8 @@ def _dec_WriteTxnMarkersRequest_v0(buf: memoryview, pos: int) -> tuple[WriteTxnM
     if n1 < 0:
         raise DecodeError(f"WriteTxnMarkersRequest.markers: invalid array length {n1}")
     else:
-        if n1 * 16 > len(buf) - pos:
-            raise DecodeError(f"WriteTxnMarkersRequest.markers: array of {n1} elements runs past the end of the data")
+        if n1 * 16 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("WriteTxnMarkersRequest.markers", n1, len(buf) - pos)
         items1: list[WriteTxnMarkersRequest.WritableTxnMarker] = []
         for _ in range(n1):
             item1, pos = _dec_WriteTxnMarkersRequest_WritableTxnMarker_v0(buf, pos)
@@ -168,7 +174,7 @@ def _dec_WriteTxnMarkersRequest_v0(buf: memoryview, pos: int) -> tuple[WriteTxnM
     return obj, pos
 
 
-# WriteTxnMarkersRequest.WritableTxnMarkerTopic v1
+# WriteTxnMarkersRequest.WritableTxnMarkerTopic v1-2
 def _enc_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v1(out: bytearray, obj: WriteTxnMarkersRequest.WritableTxnMarkerTopic) -> None:
     v1 = obj.name
     if v1 is None:
@@ -200,7 +206,7 @@ def _enc_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v1(out: bytearray, obj: W
         out.append(0)
 
 
-# WriteTxnMarkersRequest.WritableTxnMarkerTopic v1
+# WriteTxnMarkersRequest.WritableTxnMarkerTopic v1-2
 def _dec_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v1(buf: memoryview, pos: int) -> tuple[WriteTxnMarkersRequest.WritableTxnMarkerTopic, int]:
     obj = new(_WriteTxnMarkersRequest_WritableTxnMarkerTopic)
     n1 = buf[pos]
@@ -229,8 +235,8 @@ def _dec_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v1(buf: memoryview, pos: 
         raise DecodeError(f"WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes: invalid array length {n2}")
     else:
         end2 = pos + n2 * 4
-        if end2 > len(buf):
-            raise DecodeError(f"WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes: array of {n2} elements runs past the end of the data")
+        if end2 > len(buf) or n2 > 1000000:
+            raise array_refused("WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes", n2, len(buf) - pos)
         obj.partition_indexes = list(sunpack(f">{n2}i", buf, pos)) if n2 else []
         pos = end2
     if buf[pos] == 0:
@@ -277,8 +283,8 @@ def _dec_WriteTxnMarkersRequest_WritableTxnMarker_v1(buf: memoryview, pos: int) 
     if n1 < 0:
         raise DecodeError(f"WriteTxnMarkersRequest.WritableTxnMarker.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"WriteTxnMarkersRequest.WritableTxnMarker.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("WriteTxnMarkersRequest.WritableTxnMarker.topics", n1, len(buf) - pos)
         items1: list[WriteTxnMarkersRequest.WritableTxnMarkerTopic] = []
         for _ in range(n1):
             item1, pos = _dec_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v1(buf, pos)
@@ -286,6 +292,7 @@ def _dec_WriteTxnMarkersRequest_WritableTxnMarker_v1(buf: memoryview, pos: int) 
         obj.topics = items1
     (obj.coordinator_epoch,) = _unpack_i(buf, pos)
     pos += 4
+    obj.transaction_version = 0
     if buf[pos] == 0:
         obj.unknown_tagged_fields = None
         pos += 1
@@ -326,11 +333,111 @@ def _dec_WriteTxnMarkersRequest_v1(buf: memoryview, pos: int) -> tuple[WriteTxnM
     if n1 < 0:
         raise DecodeError(f"WriteTxnMarkersRequest.markers: invalid array length {n1}")
     else:
-        if n1 * 17 > len(buf) - pos:
-            raise DecodeError(f"WriteTxnMarkersRequest.markers: array of {n1} elements runs past the end of the data")
+        if n1 * 17 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("WriteTxnMarkersRequest.markers", n1, len(buf) - pos)
         items1: list[WriteTxnMarkersRequest.WritableTxnMarker] = []
         for _ in range(n1):
             item1, pos = _dec_WriteTxnMarkersRequest_WritableTxnMarker_v1(buf, pos)
+            items1.append(item1)
+        obj.markers = items1
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# WriteTxnMarkersRequest.WritableTxnMarker v2
+def _enc_WriteTxnMarkersRequest_WritableTxnMarker_v2(out: bytearray, obj: WriteTxnMarkersRequest.WritableTxnMarker) -> None:
+    out += _pack_qho(obj.producer_id, obj.producer_epoch, obj.transaction_result)
+    v1 = obj.topics
+    if v1 is None:
+        raise EncodeError("WriteTxnMarkersRequest.WritableTxnMarker.topics is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v1(out, item1)
+    out += _pack_ib(obj.coordinator_epoch, obj.transaction_version)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# WriteTxnMarkersRequest.WritableTxnMarker v2
+def _dec_WriteTxnMarkersRequest_WritableTxnMarker_v2(buf: memoryview, pos: int) -> tuple[WriteTxnMarkersRequest.WritableTxnMarker, int]:
+    obj = new(_WriteTxnMarkersRequest_WritableTxnMarker)
+    obj.producer_id, obj.producer_epoch, obj.transaction_result = _unpack_qho(buf, pos)
+    pos += 11
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"WriteTxnMarkersRequest.WritableTxnMarker.topics: invalid array length {n1}")
+    else:
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("WriteTxnMarkersRequest.WritableTxnMarker.topics", n1, len(buf) - pos)
+        items1: list[WriteTxnMarkersRequest.WritableTxnMarkerTopic] = []
+        for _ in range(n1):
+            item1, pos = _dec_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v1(buf, pos)
+            items1.append(item1)
+        obj.topics = items1
+    obj.coordinator_epoch, obj.transaction_version = _unpack_ib(buf, pos)
+    pos += 5
+    if buf[pos] == 0:
+        obj.unknown_tagged_fields = None
+        pos += 1
+    else:
+        obj.unknown_tagged_fields, pos = read_unknown_tagged(buf, pos)
+    return obj, pos
+
+
+# WriteTxnMarkersRequest v2
+def _enc_WriteTxnMarkersRequest_v2(out: bytearray, obj: WriteTxnMarkersRequest) -> None:
+    v1 = obj.markers
+    if v1 is None:
+        raise EncodeError("WriteTxnMarkersRequest.markers is not nullable in this version")
+    else:
+        n1 = len(v1)
+        if n1 < 0x7F:
+            out.append(n1 + 1)
+        else:
+            write_uvarint(out, n1 + 1)
+        for item1 in v1:
+            _enc_WriteTxnMarkersRequest_WritableTxnMarker_v2(out, item1)
+    if obj.unknown_tagged_fields:
+        write_tagged(out, [], obj.unknown_tagged_fields)
+    else:
+        out.append(0)
+
+
+# WriteTxnMarkersRequest v2
+def _dec_WriteTxnMarkersRequest_v2(buf: memoryview, pos: int) -> tuple[WriteTxnMarkersRequest, int]:
+    obj = new(_WriteTxnMarkersRequest)
+    n1 = buf[pos]
+    if n1 < 0x80:
+        n1 -= 1
+        pos += 1
+    else:
+        n1, pos = read_uvarint(buf, pos)
+        n1 -= 1
+    if n1 < 0:
+        raise DecodeError(f"WriteTxnMarkersRequest.markers: invalid array length {n1}")
+    else:
+        if n1 * 18 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("WriteTxnMarkersRequest.markers", n1, len(buf) - pos)
+        items1: list[WriteTxnMarkersRequest.WritableTxnMarker] = []
+        for _ in range(n1):
+            item1, pos = _dec_WriteTxnMarkersRequest_WritableTxnMarker_v2(buf, pos)
             items1.append(item1)
         obj.markers = items1
     if buf[pos] == 0:
@@ -395,8 +502,8 @@ def _dec_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_v0(buf: memoryview
     if n2 < 0:
         raise DecodeError(f"WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions: invalid array length {n2}")
     else:
-        if n2 * 6 > len(buf) - pos:
-            raise DecodeError(f"WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 6 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions", n2, len(buf) - pos)
         items2: list[WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult] = []
         for _ in range(n2):
             item2, pos = _dec_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult_v0(buf, pos)
@@ -429,8 +536,8 @@ def _dec_WriteTxnMarkersResponse_WritableTxnMarkerResult_v0(buf: memoryview, pos
     if n1 < 0:
         raise DecodeError(f"WriteTxnMarkersResponse.WritableTxnMarkerResult.topics: invalid array length {n1}")
     else:
-        if n1 * 2 > len(buf) - pos:
-            raise DecodeError(f"WriteTxnMarkersResponse.WritableTxnMarkerResult.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 2 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("WriteTxnMarkersResponse.WritableTxnMarkerResult.topics", n1, len(buf) - pos)
         items1: list[WriteTxnMarkersResponse.WritableTxnMarkerTopicResult] = []
         for _ in range(n1):
             item1, pos = _dec_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_v0(buf, pos)
@@ -460,8 +567,8 @@ def _dec_WriteTxnMarkersResponse_v0(buf: memoryview, pos: int) -> tuple[WriteTxn
     if n1 < 0:
         raise DecodeError(f"WriteTxnMarkersResponse.markers: invalid array length {n1}")
     else:
-        if n1 * 9 > len(buf) - pos:
-            raise DecodeError(f"WriteTxnMarkersResponse.markers: array of {n1} elements runs past the end of the data")
+        if n1 * 9 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("WriteTxnMarkersResponse.markers", n1, len(buf) - pos)
         items1: list[WriteTxnMarkersResponse.WritableTxnMarkerResult] = []
         for _ in range(n1):
             item1, pos = _dec_WriteTxnMarkersResponse_WritableTxnMarkerResult_v0(buf, pos)
@@ -471,7 +578,7 @@ def _dec_WriteTxnMarkersResponse_v0(buf: memoryview, pos: int) -> tuple[WriteTxn
     return obj, pos
 
 
-# WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult v1
+# WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult v1-2
 def _enc_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult_v1(out: bytearray, obj: WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult) -> None:
     out += _pack_ih(obj.partition_index, obj.error_code)
     if obj.unknown_tagged_fields:
@@ -480,7 +587,7 @@ def _enc_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult_v1(out: bytear
         out.append(0)
 
 
-# WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult v1
+# WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult v1-2
 def _dec_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult_v1(buf: memoryview, pos: int) -> tuple[WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult, int]:
     obj = new(_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult)
     obj.partition_index, obj.error_code = _unpack_ih(buf, pos)
@@ -493,7 +600,7 @@ def _dec_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult_v1(buf: memory
     return obj, pos
 
 
-# WriteTxnMarkersResponse.WritableTxnMarkerTopicResult v1
+# WriteTxnMarkersResponse.WritableTxnMarkerTopicResult v1-2
 def _enc_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_v1(out: bytearray, obj: WriteTxnMarkersResponse.WritableTxnMarkerTopicResult) -> None:
     v1 = obj.name
     if v1 is None:
@@ -525,7 +632,7 @@ def _enc_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_v1(out: bytearray,
         out.append(0)
 
 
-# WriteTxnMarkersResponse.WritableTxnMarkerTopicResult v1
+# WriteTxnMarkersResponse.WritableTxnMarkerTopicResult v1-2
 def _dec_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_v1(buf: memoryview, pos: int) -> tuple[WriteTxnMarkersResponse.WritableTxnMarkerTopicResult, int]:
     obj = new(_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult)
     n1 = buf[pos]
@@ -553,8 +660,8 @@ def _dec_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_v1(buf: memoryview
     if n2 < 0:
         raise DecodeError(f"WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions: invalid array length {n2}")
     else:
-        if n2 * 7 > len(buf) - pos:
-            raise DecodeError(f"WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions: array of {n2} elements runs past the end of the data")
+        if n2 * 7 > len(buf) - pos or n2 > 1000000:
+            raise array_refused("WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions", n2, len(buf) - pos)
         items2: list[WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult] = []
         for _ in range(n2):
             item2, pos = _dec_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult_v1(buf, pos)
@@ -568,7 +675,7 @@ def _dec_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_v1(buf: memoryview
     return obj, pos
 
 
-# WriteTxnMarkersResponse.WritableTxnMarkerResult v1
+# WriteTxnMarkersResponse.WritableTxnMarkerResult v1-2
 def _enc_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1(out: bytearray, obj: WriteTxnMarkersResponse.WritableTxnMarkerResult) -> None:
     out += _pack_q(obj.producer_id)
     v1 = obj.topics
@@ -588,7 +695,7 @@ def _enc_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1(out: bytearray, obj:
         out.append(0)
 
 
-# WriteTxnMarkersResponse.WritableTxnMarkerResult v1
+# WriteTxnMarkersResponse.WritableTxnMarkerResult v1-2
 def _dec_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1(buf: memoryview, pos: int) -> tuple[WriteTxnMarkersResponse.WritableTxnMarkerResult, int]:
     obj = new(_WriteTxnMarkersResponse_WritableTxnMarkerResult)
     (obj.producer_id,) = _unpack_q(buf, pos)
@@ -603,8 +710,8 @@ def _dec_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1(buf: memoryview, pos
     if n1 < 0:
         raise DecodeError(f"WriteTxnMarkersResponse.WritableTxnMarkerResult.topics: invalid array length {n1}")
     else:
-        if n1 * 3 > len(buf) - pos:
-            raise DecodeError(f"WriteTxnMarkersResponse.WritableTxnMarkerResult.topics: array of {n1} elements runs past the end of the data")
+        if n1 * 3 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("WriteTxnMarkersResponse.WritableTxnMarkerResult.topics", n1, len(buf) - pos)
         items1: list[WriteTxnMarkersResponse.WritableTxnMarkerTopicResult] = []
         for _ in range(n1):
             item1, pos = _dec_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_v1(buf, pos)
@@ -618,7 +725,7 @@ def _dec_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1(buf: memoryview, pos
     return obj, pos
 
 
-# WriteTxnMarkersResponse v1
+# WriteTxnMarkersResponse v1-2
 def _enc_WriteTxnMarkersResponse_v1(out: bytearray, obj: WriteTxnMarkersResponse) -> None:
     v1 = obj.markers
     if v1 is None:
@@ -637,7 +744,7 @@ def _enc_WriteTxnMarkersResponse_v1(out: bytearray, obj: WriteTxnMarkersResponse
         out.append(0)
 
 
-# WriteTxnMarkersResponse v1
+# WriteTxnMarkersResponse v1-2
 def _dec_WriteTxnMarkersResponse_v1(buf: memoryview, pos: int) -> tuple[WriteTxnMarkersResponse, int]:
     obj = new(_WriteTxnMarkersResponse)
     n1 = buf[pos]
@@ -650,8 +757,8 @@ def _dec_WriteTxnMarkersResponse_v1(buf: memoryview, pos: int) -> tuple[WriteTxn
     if n1 < 0:
         raise DecodeError(f"WriteTxnMarkersResponse.markers: invalid array length {n1}")
     else:
-        if n1 * 10 > len(buf) - pos:
-            raise DecodeError(f"WriteTxnMarkersResponse.markers: array of {n1} elements runs past the end of the data")
+        if n1 * 10 > len(buf) - pos or n1 > 1000000:
+            raise array_refused("WriteTxnMarkersResponse.markers", n1, len(buf) - pos)
         items1: list[WriteTxnMarkersResponse.WritableTxnMarkerResult] = []
         for _ in range(n1):
             item1, pos = _dec_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1(buf, pos)
@@ -669,8 +776,8 @@ def _error_WriteTxnMarkersRequest(request: WriteTxnMarkersRequest, version: int,
     return _WriteTxnMarkersResponse(markers=[_WriteTxnMarkersResponse_WritableTxnMarkerResult(producer_id=x0.producer_id, topics=[_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult(name=x1.name, partitions=[_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult(error_code=code, partition_index=x2) for x2 in x1.partition_indexes]) for x1 in x0.topics]) for x0 in request.markers])
 
 
-WriteTxnMarkersRequest._encoders_ = {0: _enc_WriteTxnMarkersRequest_v0, 1: _enc_WriteTxnMarkersRequest_v1}
-WriteTxnMarkersRequest._decoders_ = {0: _dec_WriteTxnMarkersRequest_v0, 1: _dec_WriteTxnMarkersRequest_v1}
-WriteTxnMarkersResponse._encoders_ = {0: _enc_WriteTxnMarkersResponse_v0, 1: _enc_WriteTxnMarkersResponse_v1}
-WriteTxnMarkersResponse._decoders_ = {0: _dec_WriteTxnMarkersResponse_v0, 1: _dec_WriteTxnMarkersResponse_v1}
+WriteTxnMarkersRequest._encoders_ = {0: _enc_WriteTxnMarkersRequest_v0, 1: _enc_WriteTxnMarkersRequest_v1, 2: _enc_WriteTxnMarkersRequest_v2}
+WriteTxnMarkersRequest._decoders_ = {0: _dec_WriteTxnMarkersRequest_v0, 1: _dec_WriteTxnMarkersRequest_v1, 2: _dec_WriteTxnMarkersRequest_v2}
+WriteTxnMarkersResponse._encoders_ = {0: _enc_WriteTxnMarkersResponse_v0, 1: _enc_WriteTxnMarkersResponse_v1, 2: _enc_WriteTxnMarkersResponse_v1}
+WriteTxnMarkersResponse._decoders_ = {0: _dec_WriteTxnMarkersResponse_v0, 1: _dec_WriteTxnMarkersResponse_v1, 2: _dec_WriteTxnMarkersResponse_v1}
 WriteTxnMarkersRequest._error_response_ = _error_WriteTxnMarkersRequest
