@@ -15,7 +15,7 @@ SRC = Path(odradek.__file__).parent
 #: calls that open an outgoing connection (asyncio's and the socket module's)
 _OPENERS = {"create_connection", "open_connection", "create_unix_connection", "open_unix_connection", "sock_connect"}
 #: where they may appear: the transport, and ZooKeeper's liveness probe (not a Kafka connection)
-_ALLOWED = {"transport/connect.py", "coordination/zkserver.py"}
+_ALLOWED = {"transport/connect.py", "transport/http.py", "coordination/zkserver.py"}
 
 
 def _openers(path: Path) -> list[int]:

@@ -81,6 +81,43 @@ def _deserializer(d: Any) -> tuple[Callable[[str, bytes], Any], bool] | None:
     return (lambda _topic, data: d(data)), False
 
 
+async def _deserialize(
+    records: list[ConsumerRecord],
+    kd: tuple[Callable[[str, bytes], Any], bool] | None,
+    vd: tuple[Callable[[str, bytes], Any], bool] | None,
+    seek: Callable[[TopicPartition, int], Any],
+) -> list[ConsumerRecord]:
+    """The deserializers over a poll's records.  A record that does not deserialize is not
+    consumed: the positions go back to it (and to the records after it), the records before
+    it are returned, and the next poll raises its error (as Kafka's consumer does with a
+    RecordDeserializationException) until the application seeks past it."""
+    k_async = kd is not None and kd[1]
+    v_async = vd is not None and vd[1]
+    new = tuple.__new__
+    out: list[ConsumerRecord] = []
+    for i, r in enumerate(records):
+        try:
+            key, value = r.key, r.value
+            if kd is not None and key is not None:
+                key = (await kd[0](r.topic, key)) if k_async else kd[0](r.topic, key)
+            if vd is not None and value is not None:
+                value = (await vd[0](r.topic, value)) if v_async else vd[0](r.topic, value)
+        except Exception as exc:
+            back: dict[TopicPartition, int] = {}
+            for rest in records[i:]:
+                back.setdefault((rest.topic, rest.partition), rest.offset)
+            for tp, offset in back.items():
+                seek(tp, offset)
+            if out:
+                return out
+            exc.add_note(f"record {r.topic}-{r.partition} at offset {r.offset} did not deserialize; "
+                         "the consumer's position is back at it")
+            raise
+        out.append(new(ConsumerRecord, (r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type, key, value,
+                                        r.headers)))
+    return out
+
+
 class AsyncConsumer:
     """The asyncio group consumer (``await consumer.poll(1.0)``)."""
 
@@ -311,7 +348,7 @@ class AsyncConsumer:
         try:
             records = await self._poll(limit, deadline)
             if records and (self._kd is not None or self._vd is not None):
-                records = await self._deserialize(records)
+                records = await _deserialize(records, self._kd, self._vd, self.seek)
             return records
         except Exception:
             if self.closed:
@@ -319,38 +356,6 @@ class AsyncConsumer:
             raise
         finally:
             self._in_poll.clear()
-
-    async def _deserialize(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
-        """The deserializers over a poll's records.  A record that does not deserialize is not
-        consumed: the positions go back to it (and to the records after it), the records before
-        it are returned, and the next poll raises its error (as Kafka's consumer does with a
-        RecordDeserializationException) until the application seeks past it."""
-        kd, vd = self._kd, self._vd
-        k_async = kd is not None and kd[1]
-        v_async = vd is not None and vd[1]
-        new = tuple.__new__
-        out: list[ConsumerRecord] = []
-        for i, r in enumerate(records):
-            try:
-                key, value = r.key, r.value
-                if kd is not None and key is not None:
-                    key = (await kd[0](r.topic, key)) if k_async else kd[0](r.topic, key)
-                if vd is not None and value is not None:
-                    value = (await vd[0](r.topic, value)) if v_async else vd[0](r.topic, value)
-            except Exception as exc:
-                back: dict[TopicPartition, int] = {}
-                for rest in records[i:]:
-                    back.setdefault((rest.topic, rest.partition), rest.offset)
-                for tp, offset in back.items():
-                    self.seek(tp, offset)
-                if out:
-                    return out
-                exc.add_note(f"record {r.topic}-{r.partition} at offset {r.offset} did not deserialize; "
-                             "the consumer's position is back at it")
-                raise
-            out.append(new(ConsumerRecord, (r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type, key, value,
-                                            r.headers)))
-        return out
 
     async def _poll(self, limit: int, deadline: float) -> list[ConsumerRecord]:
         while True:

@@ -422,10 +422,8 @@ class ZooKeeperBackend(MetadataBackend):
         self._quotas: dict[str, dict[str, float]] = {}
         #: the finalized features and the client-metrics subscriptions
         self._extras = ZkFeaturesAndMetrics(self.store, lambda: self._install(self._image))
-        #: ACLs from /kafka-acl and /kafka-acl-extended, and the last change notification applied
-        self._acls: dict[tuple[str, str, str], frozenset[AclEntry]] = {}
-        self._acl_seen: dict[str, int] = {}
-        self._acl_lock = asyncio.Lock()
+        #: ACLs from /kafka-acl and /kafka-acl-extended, kept current by their change notifications
+        self._acl_state = ZkAcls(self.store, self._acls_changed)
         self._waiters: list[tuple[Callable[[MetadataImage], bool], asyncio.Future[None]]] = []
         self.store.session_listeners.append(self._reregister)
         self.on_registered: list[Callable[[], Awaitable[None]]] = []
@@ -782,88 +780,24 @@ class ZooKeeperBackend(MetadataBackend):
         self._install(self._image)
 
     # -- ACLs: /kafka-acl/<type>/<name>, /kafka-acl-extended/prefixed/<type>/<name> ---------------
+    @property
+    def _acls(self) -> dict[tuple[str, str, str], frozenset[AclEntry]]:
+        return self._acl_state.acls
+
+    def _acls_changed(self, acls: dict[tuple[str, str, str], frozenset[AclEntry]]) -> None:
+        self._image = replace(self._image, acls=acls)
+        self._publish(self._image)
+
     async def load_acls(self) -> None:
         """Read every ACL and watch both change-notification paths (Kafka's layout); called once
         the session is up and again after a new session (changes may have been missed)."""
-        acls = await read_acls(self.store)
-        for path in (ACL_CHANGES, ACL_EXTENDED_CHANGES):
-            children = await self.store.children(path, functools.partial(self._acl_changed, path))
-            self._acl_seen[path] = max((_sequence(c) for c in children), default=-1)
-        self._set_acls(acls)
-
-    async def _read_acl_node(self, path: str) -> frozenset[AclEntry]:
-        data, _ = await self.store.get_or_none(path)
-        return _acl_entries(data, path)
-
-    def _set_acls(self, acls: Mapping[tuple[str, str, str], frozenset[AclEntry]]) -> None:
-        if acls == self._acls:
-            return
-        self._acls = dict(acls)  # a new mapping: the authorizer rebuilds its index on it
-        self._image = replace(self._image, acls=self._acls)
-        self._publish(self._image)
-
-    def _acl_changed(self, path: str) -> None:
-        asyncio.get_running_loop().create_task(self._apply_acl_changes(path))
-
-    async def _apply_acl_changes(self, path: str) -> None:
-        """Re-read the resources named by the notifications not seen yet (the watch re-armed first)."""
-        async with self._acl_lock:
-            try:
-                children = await self.store.children(path, functools.partial(self._acl_changed, path))
-                seen = self._acl_seen.get(path, -1)
-                if seen >= 0 and children and min(_sequence(c) for c in children) > seen + 1:
-                    # notifications this broker never saw were purged: read everything again
-                    log.info("ACL change notifications under %s were purged before this broker read them: "
-                             "reloading every ACL", path)
-                    await self.load_acls()
-                    return
-                changed: set[tuple[str, str, str]] = set()
-                for child in children:
-                    seq = _sequence(child)
-                    if seq <= seen:
-                        continue
-                    try:
-                        raw, _ = await self.store.run(self.store.zk.retry, self.store.zk.get, f"{path}/{child}")
-                    except NoNodeError:
-                        continue
-                    resource = _acl_change_resource(raw, extended=path == ACL_EXTENDED_CHANGES)
-                    if resource is None:
-                        log.warning("ignoring an ACL change notification it cannot read: %s/%s", path, child)
-                    else:
-                        changed.add(resource)
-                    seen = max(seen, seq)
-                self._acl_seen[path] = seen
-                if not changed:
-                    return
-                acls = dict(self._acls)
-                for resource in changed:
-                    entries = await self._read_acl_node(_acl_path(resource))
-                    if entries:
-                        acls[resource] = entries
-                    else:
-                        acls.pop(resource, None)
-                if acls != self._acls:
-                    log.info(
-                        "applied ACL changes from ZooKeeper on %s: %d bindings now",
-                        ", ".join(":".join(r) for r in sorted(changed)), sum(len(v) for v in acls.values()),
-                    )
-                self._set_acls(acls)
-            except Exception:
-                log.exception("could not apply ACL changes from %s", path)
+        await self._acl_state.load()
 
     async def alter_acls(
         self, resource: tuple[str, str, str], change: Callable[[frozenset[AclEntry]], frozenset[AclEntry]]
     ) -> frozenset[AclEntry]:
         """Change one resource's ACL node (see :func:`write_acls`) and apply it here at once."""
-        after = await write_acls(self.store, resource, change)
-        async with self._acl_lock:
-            acls = dict(self._acls)
-            if after:
-                acls[resource] = after
-            else:
-                acls.pop(resource, None)
-            self._set_acls(acls)
-        return after
+        return await self._acl_state.alter(resource, change)
 
     # -- client quotas: /config/users/<u>[/clients/<c>], /config/clients/<c>, /config/ips/<ip> ------
     async def _load_quotas(self) -> bool:
@@ -1166,6 +1100,99 @@ async def zk_alter_acls(
 #: a change of the finalized feature levels, of a client-metrics subscription's config
 FeatureChange = Callable[[Mapping[str, int] | None], Mapping[str, int] | None]
 MetricsChange = Callable[[dict[str, str]], dict[str, str]]
+
+
+class ZkAcls:
+    """The ACLs read from /kafka-acl and /kafka-acl-extended, kept current by Kafka's change
+    notifications (``changed`` gets each new mapping)."""
+
+    def __init__(
+        self, store: ZkStore, changed: Callable[[dict[tuple[str, str, str], frozenset[AclEntry]]], None]
+    ) -> None:
+        self.store = store
+        self._changed = changed
+        self.acls: dict[tuple[str, str, str], frozenset[AclEntry]] = {}
+        #: the last change notification applied, per notification path
+        self._seen: dict[str, int] = {}
+        self._lock = asyncio.Lock()
+
+    async def load(self) -> None:
+        """Read every ACL and watch both change-notification paths."""
+        acls = await read_acls(self.store)
+        for path in (ACL_CHANGES, ACL_EXTENDED_CHANGES):
+            children = await self.store.children(path, functools.partial(self._on_change, path))
+            self._seen[path] = max((_sequence(c) for c in children), default=-1)
+        self._set(acls)
+
+    def _set(self, acls: Mapping[tuple[str, str, str], frozenset[AclEntry]]) -> None:
+        if acls == self.acls:
+            return
+        self.acls = dict(acls)  # a new mapping: the authorizer rebuilds its index on it
+        self._changed(self.acls)
+
+    def _on_change(self, path: str) -> None:
+        asyncio.get_running_loop().create_task(self._apply_changes(path))
+
+    async def _apply_changes(self, path: str) -> None:
+        """Re-read the resources named by the notifications not seen yet (the watch re-armed first)."""
+        async with self._lock:
+            try:
+                children = await self.store.children(path, functools.partial(self._on_change, path))
+                seen = self._seen.get(path, -1)
+                if seen >= 0 and children and min(_sequence(c) for c in children) > seen + 1:
+                    # notifications this broker never saw were purged: read everything again
+                    log.info("ACL change notifications under %s were purged before this broker read them: "
+                             "reloading every ACL", path)
+                    await self.load()
+                    return
+                changed: set[tuple[str, str, str]] = set()
+                for child in children:
+                    seq = _sequence(child)
+                    if seq <= seen:
+                        continue
+                    try:
+                        raw, _ = await self.store.run(self.store.zk.retry, self.store.zk.get, f"{path}/{child}")
+                    except NoNodeError:
+                        continue
+                    resource = _acl_change_resource(raw, extended=path == ACL_EXTENDED_CHANGES)
+                    if resource is None:
+                        log.warning("ignoring an ACL change notification it cannot read: %s/%s", path, child)
+                    else:
+                        changed.add(resource)
+                    seen = max(seen, seq)
+                self._seen[path] = seen
+                if not changed:
+                    return
+                acls = dict(self.acls)
+                for resource in changed:
+                    data, _ = await self.store.get_or_none(_acl_path(resource))
+                    entries = _acl_entries(data, _acl_path(resource))
+                    if entries:
+                        acls[resource] = entries
+                    else:
+                        acls.pop(resource, None)
+                if acls != self.acls:
+                    log.info(
+                        "applied ACL changes from ZooKeeper on %s: %d bindings now",
+                        ", ".join(":".join(r) for r in sorted(changed)), sum(len(v) for v in acls.values()),
+                    )
+                self._set(acls)
+            except Exception:
+                log.exception("could not apply ACL changes from %s", path)
+
+    async def alter(
+        self, resource: tuple[str, str, str], change: Callable[[frozenset[AclEntry]], frozenset[AclEntry]]
+    ) -> frozenset[AclEntry]:
+        """Change one resource's ACL node and apply it here at once."""
+        after = await write_acls(self.store, resource, change)
+        async with self._lock:
+            acls = dict(self.acls)
+            if after:
+                acls[resource] = after
+            else:
+                acls.pop(resource, None)
+            self._set(acls)
+        return after
 
 
 class ZkFeaturesAndMetrics:

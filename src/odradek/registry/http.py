@@ -32,6 +32,7 @@ from urllib.parse import parse_qs
 
 from odradek._http import BadHttpRequest, HttpRequest, parse_request_head
 from odradek._timeouts import wait_for
+from odradek.transport.http import http_exchange
 
 __all__ = [
     "MEDIA_TYPE",
@@ -280,37 +281,12 @@ async def forward(
         context = ssl.create_default_context()
 
     async def exchange() -> Response:
-        reader, writer = await asyncio.open_connection(host, port, ssl=context, limit=MAX_HEAD,
-                                                       server_hostname=host if context is not None else None)
-        try:
-            lines = [f"{request.method} {request.raw_target or request.path} HTTP/1.1", f"Host: {hostport}",
-                     f"Content-Length: {len(request.body)}", "Connection: close"]
-            for name in ("content-type", "accept", "authorization"):
-                if name in request.headers:
-                    lines.append(f"{name}: {request.headers[name]}")
-            lines += [f"{k}: {v}" for k, v in extra_headers]
-            writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + request.body)
-            await writer.drain()
-            head = await reader.readuntil(b"\r\n\r\n")
-            status_line, *header_lines = head[:-4].decode("latin-1").split("\r\n")
-            parts = status_line.split(" ", 2)
-            if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
-                raise ValueError(f"not an HTTP response: {status_line[:100]!r}")
-            headers = {}
-            for line in header_lines:
-                k, _, v = line.partition(":")
-                headers[k.strip().lower()] = v.strip()
-            length = _content_length(headers.get("content-length"))
-            if length is not None:
-                if length > max_response:
-                    raise ValueError(f"the answer is larger than {max_response} bytes")
-                body = await reader.readexactly(length)
-            else:
-                body = await reader.read(max_response)
-            return Response(int(parts[1]), body, headers.get("content-type", MEDIA_TYPE))
-        finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await wait_for(writer.wait_closed(), 1)
+        headers = [(name, request.headers[name]) for name in ("content-type", "accept", "authorization")
+                   if name in request.headers]
+        status, answer_headers, body = await http_exchange(
+            host, port, f"{request.method} {request.raw_target or request.path} HTTP/1.1",
+            [("Host", hostport), *headers, *extra_headers], request.body,
+            tls=context, max_head=MAX_HEAD, max_body=max_response)
+        return Response(status, body, answer_headers.get("content-type", MEDIA_TYPE))
 
     return await wait_for(exchange(), timeout)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import json
 import ssl
 import urllib.error
@@ -25,6 +24,7 @@ from typing import Any, TypeVar
 
 from odradek.client._config import ClientConfigError
 from odradek.client.serde._wire import SchemaRegistryError
+from odradek.transport.http import http_exchange
 
 __all__ = [
     "AsyncSchemaRegistryClient",
@@ -306,39 +306,11 @@ class AsyncSchemaRegistryClient(_Registry):
         return self._answer(status, body)
 
     async def _exchange(self, request: _Request, data: bytes) -> tuple[int, bytes]:
-        reader, writer = await asyncio.open_connection(
-            self._host, self._port, ssl=self._ssl, server_hostname=self._host if self._ssl else None)
-        try:
-            host = self._host if self._port in (80, 443) else f"{self._host}:{self._port}"
-            lines = [f"{request.method} {self._base_path}{request.path} HTTP/1.1", f"Host: {host}",
-                     *(f"{k}: {v}" for k, v in self._headers.items()),
-                     f"Content-Length: {len(data)}", "Connection: close", "", ""]
-            writer.write("\r\n".join(lines).encode("latin-1") + data)
-            await writer.drain()
-            head = await reader.readuntil(b"\r\n\r\n")
-            status_line, *header_lines = head.decode("latin-1").split("\r\n")
-            parts = status_line.split(" ", 2)
-            if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
-                raise ValueError(f"not an HTTP answer: {status_line[:80]!r}")
-            headers = {}
-            for line in header_lines:
-                name, _, value = line.partition(":")
-                if name:
-                    headers[name.strip().lower()] = value.strip()
-            if headers.get("transfer-encoding", "").lower() == "chunked":
-                body = await _read_chunked(reader)
-            elif "content-length" in headers:
-                length = int(headers["content-length"])
-                if not 0 <= length <= MAX_ANSWER:
-                    raise ValueError(f"an answer of {length} bytes")
-                body = await reader.readexactly(length)
-            else:
-                body = await reader.read(MAX_ANSWER)
-            return int(parts[1]), body
-        finally:
-            writer.close()
-            with contextlib.suppress(OSError, ssl.SSLError):
-                await writer.wait_closed()
+        host = self._host if self._port in (80, 443) else f"{self._host}:{self._port}"
+        status, _headers, body = await http_exchange(
+            self._host, self._port, f"{request.method} {self._base_path}{request.path} HTTP/1.1",
+            [("Host", host), *self._headers.items()], data, tls=self._ssl, max_body=MAX_ANSWER)
+        return status, body
 
     async def get_schema(self, schema_id: int) -> Schema:
         """The schema with this global id (``GET /schemas/ids/{id}``), cached."""
@@ -359,19 +331,5 @@ class AsyncSchemaRegistryClient(_Registry):
     async def get_version(self, subject: str, version: int) -> RegisteredSchema:
         """One version of a subject, cached."""
         return await self._run(self._version(subject, version))
-
-
-async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-    out = bytearray()
-    while True:
-        size_line = await reader.readuntil(b"\r\n")
-        size = int(size_line.split(b";", 1)[0].strip() or b"x", 16)
-        if size == 0:
-            await reader.readuntil(b"\r\n")
-            return bytes(out)
-        if len(out) + size > MAX_ANSWER:
-            raise ValueError("an answer larger than the limit")
-        out += await reader.readexactly(size)
-        await reader.readexactly(2)
 
 
