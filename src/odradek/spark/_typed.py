@@ -39,7 +39,6 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -213,6 +212,9 @@ _PRIMITIVES = {
 }
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 _NTZ = pa.timestamp("us")
+#: millisecond timestamps are built from their numbers as such, then cast to Spark's micros
+_TIMESTAMP_MS = pa.timestamp("ms", tz="UTC")
+_NTZ_MS = pa.timestamp("ms")
 
 
 class _Avro:
@@ -282,25 +284,21 @@ class _Avro:
         raise SchemaMappingError(f"Unsupported Avro type {node!r}")
 
     def _logical(self, node: Mapping[str, Any], kind: Any, logical: str) -> tuple[pa.DataType, bool, Callable[[Any], Any] | None] | None:
+        # the executors read these logical types as their plain ints and strings (see _plain):
+        # Arrow makes dates and timestamps of the numbers, with no Python object per value
         if logical == "date" and kind == "int":
             return pa.date32(), False, None
         if logical in ("timestamp-millis", "timestamp-micros") and kind == "long":
-            return _TIMESTAMP, False, None
+            return (_TIMESTAMP_MS if logical.endswith("millis") else _TIMESTAMP), False, None
         if logical in ("local-timestamp-millis", "local-timestamp-micros") and kind == "long":
-            return _NTZ, False, None
+            return (_NTZ_MS if logical.endswith("millis") else _NTZ), False, None
         if logical == "decimal" and kind in ("bytes", "fixed"):
             precision, scale = int(node.get("precision", 0)), int(node.get("scale", 0))
             if 0 < precision <= 38:
                 if kind == "fixed":
                     self.named[str(node.get("name"))] = (pa.decimal128(precision, scale), False, None)
                 return pa.decimal128(precision, scale), False, None
-        if logical == "uuid" and kind == "string":
-            return pa.string(), False, _uuid_fix
-        if logical == "time-millis" and kind == "int":
-            return pa.int32(), False, _time_fix(1000)
-        if logical == "time-micros" and kind == "long":
-            return pa.int64(), False, _time_fix(1)
-        return None
+        return None  # uuid (a string), time-millis (an int), time-micros (a long): as they are
 
     def _union(self, branches: list[Any], namespace: str) -> tuple[pa.DataType, bool, Callable[[Any], Any] | None]:
         others = [b for b in branches if b != "null"]
@@ -333,10 +331,6 @@ class _Avro:
 
 def _python_kind(branch: Any, named: Mapping[str, Any]) -> Callable[[Any], bool]:
     kind = branch if isinstance(branch, str) else branch.get("type") if isinstance(branch, dict) else "union"
-    if isinstance(branch, dict) and branch.get("logicalType") in ("date",):
-        return lambda v: isinstance(v, datetime.date)
-    if isinstance(branch, dict) and str(branch.get("logicalType", "")).endswith(("timestamp-millis", "timestamp-micros")):
-        return lambda v: isinstance(v, datetime.datetime)
     if isinstance(branch, dict) and branch.get("logicalType") == "decimal":
         return lambda v: isinstance(v, decimal.Decimal)
     checks: dict[str, Callable[[Any], bool]] = {
@@ -345,7 +339,7 @@ def _python_kind(branch: Any, named: Mapping[str, Any]) -> Callable[[Any], bool]
         "long": lambda v: isinstance(v, int) and not isinstance(v, bool),
         "float": lambda v: isinstance(v, float),
         "double": lambda v: isinstance(v, float),
-        "string": lambda v: isinstance(v, (str, uuid.UUID)),
+        "string": lambda v: isinstance(v, str),
         "enum": lambda v: isinstance(v, str),
         "bytes": lambda v: isinstance(v, bytes),
         "fixed": lambda v: isinstance(v, bytes),
@@ -383,18 +377,40 @@ def _map_fix(item: Callable[[Any], Any] | None) -> Callable[[Any], Any]:
     return lambda v: None if v is None else [(k, item(x)) for k, x in v.items()]
 
 
-def _uuid_fix(v: Any) -> Any:
-    return str(v) if v is not None else None
+def spark_arrow_type(t: pa.DataType) -> pa.DataType:
+    """The type Spark takes of a built column's type: timestamps in microseconds."""
+    if pa.types.is_timestamp(t):
+        return pa.timestamp("us", tz=t.tz)
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(spark_arrow_type(f.type)) for f in t])
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(spark_arrow_type(t.value_type)))
+    if pa.types.is_map(t):
+        return pa.map_(t.key_field, t.item_field.with_type(spark_arrow_type(t.item_type)))
+    return t
 
 
-def _time_fix(unit_us: int) -> Callable[[Any], Any]:
-    def fix(v: Any) -> Any:
-        if isinstance(v, datetime.time):
-            micros = ((v.hour * 60 + v.minute) * 60 + v.second) * 1_000_000 + v.microsecond
-            return micros // unit_us
-        return v
+#: logical types the executors read as their plain type (Arrow converts the numbers)
+_PLAIN_LOGICAL = frozenset({
+    "date", "timestamp-millis", "timestamp-micros", "local-timestamp-millis", "local-timestamp-micros",
+    "time-millis", "time-micros", "uuid",
+})
 
-    return fix
+
+def _plain(node: Any) -> Any:
+    """The schema with the logical types of ``_PLAIN_LOGICAL`` removed (decimals kept)."""
+    if isinstance(node, list):
+        return [_plain(b) for b in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _plain(v) if k in ("type", "items", "values", "fields") else v for k, v in node.items()}
+    if isinstance(node.get("fields"), list):
+        out["fields"] = [{**f, "type": _plain(f.get("type"))} for f in node["fields"]]
+    if out.get("logicalType") in _PLAIN_LOGICAL and isinstance(out.get("type"), str):
+        out.pop("logicalType")
+        if len(out) == 1:
+            return out["type"]
+    return out
 
 
 def _avro_arrow(schema: Any) -> tuple[pa.DataType, Callable[[Any], Any] | None]:
@@ -482,8 +498,8 @@ def _json_text(v: Any) -> Any:
 
 
 def arrow_type_of(schema_type: str, text: str) -> pa.DataType:
-    """The struct type of a registry schema (``AVRO`` or ``JSON``)."""
-    return _converter(schema_type, text)[0]
+    """The struct type of a registry schema (``AVRO`` or ``JSON``), as Spark takes it."""
+    return spark_arrow_type(_converter(schema_type, text)[0])
 
 
 def _converter(schema_type: str, text: str) -> tuple[pa.DataType, Callable[[Any], Any] | None]:
@@ -559,7 +575,7 @@ class _Cache:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.writers: dict[tuple[str, int], tuple[str, str]] = {}
-        self.parsed: dict[tuple[str, int], Any] = {}
+        self.parsed: dict[tuple[str, int, bool], Any] = {}
         self.readers: dict[tuple[Any, ...], Any] = {}
 
     def writer(self, col: TypedColumn, schema_id: int) -> tuple[str, str]:
@@ -573,13 +589,15 @@ class _Cache:
                     self.writers[key] = found
         return found
 
-    def avro(self, url: str, schema_id: int, text: str) -> Any:
-        key = (url, schema_id)
+    def avro(self, url: str, schema_id: int, text: str, *, plain: bool = True) -> Any:
+        """The parsed schema; ``plain``: for reading, its dates and timestamps as numbers."""
+        key = (url, schema_id, plain)
         found = self.parsed.get(key)
         if found is None:
             import fastavro
 
-            found = fastavro.parse_schema(json.loads(text))
+            schema = json.loads(text)
+            found = fastavro.parse_schema(_plain(schema) if plain else schema)
             self.parsed[key] = found
         return found
 
@@ -636,23 +654,30 @@ def _json_decoder(col: TypedColumn) -> Callable[[bytes], Any]:
     return decode
 
 
-_DECODERS: dict[tuple[Any, ...], tuple[Callable[[bytes], Any], Callable[[Any], Any] | None]] = {}
+_Decoder = tuple[Callable[[bytes], Any], Callable[[Any], Any] | None, pa.DataType]
+_DECODERS: dict[tuple[Any, ...], _Decoder] = {}
 
 
-def _decoder(col: TypedColumn) -> tuple[Callable[[bytes], Any], Callable[[Any], Any] | None]:
+def _decoder(col: TypedColumn) -> _Decoder:
+    """The record decoder, the fix-up of its values and the Arrow type built from them."""
     key = (col.url, col.schema_id, col.fmt)
     found = _DECODERS.get(key)
     if found is None:
         decode = _avro_decoder(col) if col.fmt == "avro" else _json_decoder(col)
-        found = decode, _converter(col.schema_type, col.schema)[1]
+        built, fix = _converter(col.schema_type, col.schema)
+        found = decode, fix, built
         _DECODERS[key] = found
     return found
+
+
+def _as_spark(array: pa.Array, col: TypedColumn) -> pa.Array:
+    return array if array.type == col.arrow_type else array.cast(col.arrow_type)
 
 
 def _decode_column(
     col: TypedColumn, column: pa.Array, offsets: pa.Array, partition: int, failfast: bool, bad: list[bool]
 ) -> pa.Array:
-    decode, fix = _decoder(col)
+    decode, fix, built = _decoder(col)
     values = column.to_pylist()
     out: list[Any] = []
     append = out.append
@@ -668,20 +693,20 @@ def _decode_column(
             bad[i] = True
             append(None)
     try:
-        return pa.array(out, type=col.arrow_type)
+        return _as_spark(pa.array(out, type=built), col)
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
         pass
     # a value Arrow refuses (an int out of range, a wrong JSON type): find it, record by record
     kept = []
     for i, value in enumerate(out):
         try:
-            pa.array([value], type=col.arrow_type)
+            pa.array([value], type=built)
             kept.append(value)
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
             _malformed(col, offsets, partition, i, exc, failfast)
             bad[i] = True
             kept.append(None)
-    return pa.array(kept, type=col.arrow_type)
+    return _as_spark(pa.array(kept, type=built), col)
 
 
 def _malformed(col: TypedColumn, offsets: pa.Array, partition: int, i: int, exc: BaseException, failfast: bool) -> None:
@@ -857,7 +882,7 @@ def encode_typed(batch: pa.RecordBatch, columns: tuple[SinkColumn, ...]) -> pa.R
         if col.fmt == "avro":
             from fastavro import schemaless_writer
 
-            schema = _CACHE.avro("sink", col.schema_id, col.schema)
+            schema = _CACHE.avro("sink", col.schema_id, col.schema, plain=False)
             encoded = []
             for row in rows:
                 if row is None:
