@@ -290,3 +290,41 @@ def test_timestamps_and_dates_arrive_as_spark_types(spark: Any, broker: Any, top
     assert df.schema["value"].dataType.simpleString() == "struct<at:timestamp,day:date,kind:string>"
     row = df.select("value.*").collect()[0]
     assert (row.at.replace(tzinfo=datetime.UTC), row.day, row.kind) == (at, datetime.date(2024, 5, 1), "B")
+
+
+def test_json_schema_values_as_a_struct_and_written_back(spark: Any, broker: Any, topic: str) -> None:
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    schema = {"$schema": "http://json-schema.org/draft-07/schema#", "title": "Item", "type": "object", "properties": {
+        "id": {"type": "string"},
+        "qty": {"type": "integer"},
+        "price": {"type": ["number", "null"]},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "meta": {},  # anything: its JSON text
+    }}
+    create_topic(broker.bootstrap, topic, 1)
+    ser = JSONSerializer(json.dumps(schema), SchemaRegistryClient({"url": broker.registry_url}))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    items = [{"id": "a", "qty": 1, "price": 2.5, "tags": ["x"], "meta": {"k": [1, 2]}}, {"id": "b", "qty": 2, "tags": []}]
+    produce(broker.bootstrap, topic, [{"value": ser(item, ctx)} for item in items])
+    df = _read(spark, broker, topic, valueFormat="json")
+    assert df.schema["value"].dataType.simpleString() == (
+        "struct<id:string,qty:bigint,price:double,tags:array<string>,meta:string>"
+    )
+    rows = [r.value.asDict(recursive=True) for r in df.orderBy("offset").collect()]
+    assert rows == [{"id": "a", "qty": 1, "price": 2.5, "tags": ["x"], "meta": '{"k":[1,2]}'},
+                    {"id": "b", "qty": 2, "price": None, "tags": [], "meta": None}]
+    # back, with the subject's latest schema (the one the serializer registered)
+    out = f"{topic}-copy"
+    create_topic(broker.bootstrap, out, 1)
+    SchemaRegistryClient({"url": broker.registry_url}).register_schema(f"{out}-value", Schema(json.dumps(schema), "JSON"))
+    (
+        df.select("value").write.format("odradek")
+        .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", out)
+        .option("schema.registry.url", broker.registry_url).option("valueFormat", "json")
+        .mode("append").save()
+    )
+    again = [r.value.asDict(recursive=True) for r in _read(spark, broker, out, valueFormat="json").orderBy("offset").collect()]
+    assert [(r["id"], r["qty"], r["price"], r["tags"]) for r in again] == [("a", 1, 2.5, ["x"]), ("b", 2, None, [])]
