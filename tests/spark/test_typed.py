@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import json
 import struct
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -328,3 +329,31 @@ def test_json_schema_values_as_a_struct_and_written_back(spark: Any, broker: Any
     )
     again = [r.value.asDict(recursive=True) for r in _read(spark, broker, out, valueFormat="json").orderBy("offset").collect()]
     assert [(r["id"], r["qty"], r["price"], r["tags"]) for r in again] == [("a", 1, 2.5, ["x"]), ("b", 2, None, [])]
+
+
+@pytest.mark.slow
+def test_typed_read_and_write_on_a_standalone_cluster(spark_standalone: Any, broker: Any, avro_topic: Any, tmp_path: Any) -> None:
+    from odradek.testing import wait_for
+
+    from .standalone import spark_submit
+
+    source, expected = avro_topic
+    sink = f"{source}-standalone-copy"
+    create_topic(broker.bootstrap, sink, 2)
+    log = tmp_path / "driver.log"
+    jobs = Path(__file__).resolve().parent / "jobs"
+    args = [broker.bootstrap, broker.registry_url, source, sink, str(tmp_path / "checkpoint")]
+    driver = spark_submit(spark_standalone.url, jobs / "typed_roundtrip.py", args, log, conf={"spark.cores.max": "2"})
+    try:
+        wait_for(lambda: driver.poll() is not None, 400, "the job ended", 1.0)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait(30)
+    text = log.read_text(errors="replace")
+    line = next((ln for ln in text.splitlines() if ln.startswith("RESULT ")), None)
+    assert driver.returncode == 0 and line is not None, text[-4000:]
+    result = json.loads(line[len("RESULT "):])
+    assert result["exception"] is None
+    for name in ("batch", "copy", "stream"):
+        assert sorted(result[name], key=lambda d: int(d["id"][1:])) == expected, name
