@@ -16,6 +16,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from odradek.spark._typed import (
     MalformedRecordError,
@@ -130,6 +132,52 @@ def test_decoding_resolves_an_older_writer_schema_and_fails_fast_naming_the_offs
     out = apply_typed(_batch([good[0], b"\x01xyz", truncated]), (col,), permissive, 3)
     assert out.column("value").to_pylist()[1:] == [None, None]
     assert out.column("_corrupt_record").to_pylist() == [None, b"\x01xyz", truncated]
+
+
+_MALFORMED_SCHEMA = {"type": "record", "name": "M", "fields": [
+    {"name": "s", "type": "string"},
+    {"name": "n", "type": ["null", "long"]},
+    {"name": "a", "type": {"type": "array", "items": "string"}},
+    {"name": "m", "type": {"type": "map", "values": "double"}},
+    {"name": "e", "type": {"type": "enum", "name": "E2", "symbols": ["X", "Y"]}},
+    {"name": "t", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+]}
+
+
+@given(st.lists(st.one_of(
+    st.binary(max_size=40),
+    st.binary(max_size=40).map(lambda b: b"\x00\x00\x00\x00\x07" + b),  # framed with the reader's id
+    st.binary(max_size=40).map(lambda b: b"\x00\x00\x00\x00\x08" + b),  # an id the registry lacks
+), min_size=1, max_size=8))
+def test_malformed_values_are_corrupt_records_or_fail_fast(values: list[bytes]) -> None:
+    """Whatever the bytes, PERMISSIVE gives each row a struct or its bytes in the corrupt-record
+    column (never both, never neither), and FAILFAST raises MalformedRecordError or decodes the
+    same rows."""
+    from odradek.spark import _typed
+
+    def by_id(self: Any, i: int) -> tuple[str, str]:
+        if i != 7:
+            raise SchemaMappingError(f"schema registry: HTTP 404 Schema {i} not found")
+        return "AVRO", json.dumps(_MALFORMED_SCHEMA)
+
+    original = _typed.RegistryClient.by_id
+    _typed.RegistryClient.by_id = by_id  # type: ignore[method-assign]
+    try:
+        col = _column("http://test-malformed", 7, _MALFORMED_SCHEMA)
+        out = apply_typed(_batch(list(values)), (col,), TypedOptions(value_format="avro", mode="PERMISSIVE"), 0)
+        decoded, corrupt = out.column("value").to_pylist(), out.column("_corrupt_record").to_pylist()
+        for raw, value, bad in zip(values, decoded, corrupt, strict=True):
+            assert (value is None) != (bad is None)
+            assert bad is None or bad == raw
+        try:
+            strict = apply_typed(_batch(list(values)), (col,), TypedOptions(value_format="avro"), 0)
+        except MalformedRecordError as exc:
+            assert any(c is not None for c in corrupt)
+            assert "of topic t partition 0" in str(exc)
+        else:
+            assert all(c is None for c in corrupt) and strict.column("value").to_pylist() == decoded
+    finally:
+        _typed.RegistryClient.by_id = original  # type: ignore[method-assign]
 
 
 def test_spark_avro_type_of_a_struct_column() -> None:
