@@ -192,6 +192,25 @@ def test_spark_avro_type_of_a_struct_column() -> None:
     ]}
 
 
+def test_the_brokers_registry_is_found_by_default(tmp_path: Path) -> None:
+    import socket
+
+    from odradek.spark._typed import discover_registry_url
+    from odradek.testing import BrokerProcess
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with BrokerProcess(tmp_path / "fixed", overrides={"schema.registry.listeners": f"http://127.0.0.1:{port}"}) as b:
+        assert b.registry_url == f"http://127.0.0.1:{port}"
+        assert discover_registry_url({"bootstrap.servers": b.bootstrap}) == b.registry_url
+    with (
+        BrokerProcess(tmp_path / "ephemeral", overrides={"schema.registry.listeners": "http://127.0.0.1:0"}) as b,
+        pytest.raises(SchemaMappingError, match=r"schema\.registry\.url"),
+    ):
+        discover_registry_url({"bootstrap.servers": b.bootstrap})
+
+
 # --- Spark, local[2] --------------------------------------------------------------------------
 
 

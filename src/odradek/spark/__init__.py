@@ -45,8 +45,8 @@ task, committing the micro-batch marker with the rows (:func:`odradek.spark._wri
 
 Typed keys and values (:mod:`odradek.spark._typed`): ``keyFormat`` / ``valueFormat``
 (``avro``, ``json``; default ``binary``) give the key / value as a struct typed by the latest
-schema of the subject ``<topic>-key`` / ``<topic>-value`` in ``schema.registry.url`` (default
-``http://<first bootstrap host>:8081``; ``schema.registry.basic.auth.user.info``), records of
+schema of the subject ``<topic>-key`` / ``<topic>-value`` in ``schema.registry.url`` (default: the brokers' own,
+from their ``schema.registry.listeners``; ``schema.registry.basic.auth.user.info``), records of
 older writer schemas resolved to it; ``mode`` ``FAILFAST`` (default) or ``PERMISSIVE`` (null
 and ``columnNameOfCorruptRecord``, default ``_corrupt_record``).  The sink encodes struct
 ``key`` / ``value`` columns with the subject's latest schema, or registers the schema derived

@@ -90,10 +90,6 @@ class SourceOptions:
     #: keyFormat / valueFormat and the schema registry (:mod:`odradek.spark._typed`)
     typed: TypedOptions = field(default_factory=TypedOptions)
 
-    @property
-    def bootstrap(self) -> str:
-        return str(self.consumer_config.get("bootstrap.servers", ""))
-
     def matches(self, topic: str) -> bool:
         return re.fullmatch(self.pattern, topic) is not None
 
@@ -116,7 +112,7 @@ _TYPED_ROWS = (
        valid=("binary", "avro", "json")),
     _O("valueFormat", "string", "binary", doc="the value as a struct column: avro or json (subject <topic>-value)",
        valid=("binary", "avro", "json")),
-    _O("schema.registry.url", "string", None, doc="the schema registry of keyFormat / valueFormat (default: http://<bootstrap host>:8081)"),
+    _O("schema.registry.url", "string", None, doc="the schema registry of keyFormat / valueFormat (default: the brokers' own, from their schema.registry.listeners)"),
     _O("schema.registry.basic.auth.user.info", "password", None, doc="user:password for the registry's HTTP Basic authentication"),
 )
 #: The source's own options (Spark's Kafka source's names), as rows of the same kind as the

@@ -34,6 +34,7 @@ import datetime
 import decimal
 import io
 import json
+import logging
 import struct
 import threading
 import urllib.error
@@ -46,6 +47,8 @@ from typing import Any
 import pyarrow as pa
 
 from odradek.errors import OdradekError
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "CORRUPT_COLUMN",
@@ -92,7 +95,7 @@ class TypedOptions:
 
     key_format: str = "binary"
     value_format: str = "binary"
-    registry_url: str | None = None  # None: the broker's (its bootstrap host, port 8081)
+    registry_url: str | None = None  # None: the brokers' own (discover_registry_url)
     #: ``user:password`` for the registry's HTTP Basic authentication
     registry_user_info: str | None = None
     mode: str = "FAILFAST"
@@ -136,11 +139,62 @@ def parse_typed_options(opts: Mapping[str, str], *, sink: bool = False) -> Typed
 
 
 def default_registry_url(bootstrap: str) -> str:
-    """The broker's own registry: the first bootstrap server's host, the registry's default port."""
+    """The registry's default address at the first bootstrap server's host."""
     first = bootstrap.split(",")[0].strip()
     host = first.rsplit(":", 1)[0] if ":" in first else first
     host = host.split("://")[-1] or "127.0.0.1"
     return f"http://{host}:{DEFAULT_REGISTRY_PORT}"
+
+
+def _listener_url(value: str | None, host: str) -> str | None:
+    """A broker's ``schema.registry.listeners`` as the URL a client reaches (None: unknown)."""
+    if value is None:  # unset: the registry's default listener (the single-node default)
+        return f"http://{host}:{DEFAULT_REGISTRY_PORT}"
+    first = value.split(",")[0].strip()
+    parsed = urllib.parse.urlsplit(first)
+    if not parsed.scheme or parsed.port in (None, 0):
+        return None
+    shown = parsed.hostname if parsed.hostname not in (None, "", "0.0.0.0", "::") else host
+    shown = f"[{shown}]" if shown and ":" in shown else shown
+    return f"{parsed.scheme}://{shown}:{parsed.port}"
+
+
+def discover_registry_url(admin_config: Mapping[str, Any]) -> str:
+    """The broker's own schema registry: its ``schema.registry.listeners`` (DescribeConfigs of
+    the brokers, the first that has one), else the default port at the bootstrap host.  A
+    listener on an ephemeral port (``:0``) cannot be found this way: the error says to give
+    ``schema.registry.url``."""
+    from odradek.client import Admin, ConfigResource
+
+    bootstrap = str(admin_config.get("bootstrap.servers", ""))
+    try:
+        with Admin(dict(admin_config)) as admin:
+            nodes = admin.describe_cluster().brokers[:8]
+            configs = admin.describe_configs([ConfigResource("broker", str(n.id)) for n in nodes])
+    except Exception as exc:  # not a reason to fail: fall back to the default address
+        log.info("schema registry: cannot ask the brokers for their registry (%s); trying %s", exc, default_registry_url(bootstrap))
+        return default_registry_url(bootstrap)
+    off = 0
+    for node in nodes:
+        entries = next((v for k, v in configs.items() if getattr(k, "name", None) == str(node.id)), None)
+        if not isinstance(entries, Mapping) or "schema.registry.listeners" not in entries:
+            continue  # a broker that does not know the config (not Odradek): the default below
+        value = entries["schema.registry.listeners"].value
+        if value is not None and not value.strip():
+            off += 1
+            continue
+        url = _listener_url(value, node.host)
+        if url is not None:
+            return url
+        raise SchemaMappingError(
+            f"the schema registry of broker {node.id} listens on {value} (an ephemeral port, not announced over "
+            "the Kafka protocol): give its URL with the option 'schema.registry.url'"
+        )
+    if nodes and off == len(nodes):
+        raise SchemaMappingError(
+            "no broker runs a schema registry (schema.registry.listeners is empty): give the option 'schema.registry.url'"
+        )
+    return default_registry_url(bootstrap)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -538,7 +592,7 @@ def _schema_type(fmt: str) -> str:
     return {"avro": "AVRO", "json": "JSON", "protobuf": "PROTOBUF"}[fmt]
 
 
-def resolve_typed(opts: TypedOptions, topics: tuple[str, ...], bootstrap: str) -> tuple[TypedColumn, ...]:
+def resolve_typed(opts: TypedOptions, topics: tuple[str, ...], admin_config: Mapping[str, Any]) -> tuple[TypedColumn, ...]:
     """Look up the reader schemas of the typed columns (one topic, TopicNameStrategy)."""
     if not opts.typed:
         return ()
@@ -548,7 +602,7 @@ def resolve_typed(opts: TypedOptions, topics: tuple[str, ...], bootstrap: str) -
             "topic, or 'assign' of one topic's partitions): its subjects <topic>-key / <topic>-value give the schema"
         )
     topic = topics[0]
-    url = opts.registry_url or default_registry_url(bootstrap)
+    url = opts.registry_url or discover_registry_url(admin_config)
     client = RegistryClient(url, opts.registry_user_info)
     out = []
     for part, fmt in (("key", opts.key_format), ("value", opts.value_format)):
@@ -837,14 +891,16 @@ class SinkColumn:
     schema: str
 
 
-def resolve_typed_sink(opts: TypedOptions, topic: str | None, types: Mapping[str, pa.DataType], bootstrap: str) -> tuple[SinkColumn, ...]:
+def resolve_typed_sink(
+    opts: TypedOptions, topic: str | None, types: Mapping[str, pa.DataType], admin_config: Mapping[str, Any]
+) -> tuple[SinkColumn, ...]:
     """On the driver: each typed column's schema id (the subject's latest, or the derived schema
     registered with ``autoRegister``)."""
     if not opts.typed:
         return ()
     if topic is None:
         raise ValueError("keyFormat / valueFormat other than binary need the 'topic' option: its subjects give the schema")
-    client = RegistryClient(opts.registry_url or default_registry_url(bootstrap), opts.registry_user_info)
+    client = RegistryClient(opts.registry_url or discover_registry_url(admin_config), opts.registry_user_info)
     out = []
     for part, fmt in (("key", opts.key_format), ("value", opts.value_format)):
         if fmt == "binary":

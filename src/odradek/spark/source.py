@@ -39,6 +39,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from odradek.client import ADMIN_DEFAULTS
+
 from ._fetch import read_range
 from ._offline import OfflineOptions, OfflineRange, parse_offline_options, plan_offline, read_offline
 from ._offsets import (
@@ -195,7 +197,7 @@ def _resolve_typed(opts: SourceOptions) -> tuple[TypedColumn, ...]:
     """The typed columns' reader schemas: the subjects' latest, from the registry."""
     if not opts.typed.typed:
         return ()
-    return resolve_typed(opts.typed, _typed_topics(opts), opts.bootstrap)
+    return resolve_typed(opts.typed, _typed_topics(opts), opts.admin_config)
 
 
 def _check_schema(schema: StructType, opts: SourceOptions, typed: tuple[TypedColumn, ...] = ()) -> None:
@@ -459,8 +461,8 @@ def _sink_typed(schema: StructType, opts: SinkOptions) -> tuple[SinkColumn, ...]
     from pyspark.sql.pandas.types import to_arrow_type
 
     types = {f.name: to_arrow_type(f.dataType) for f in schema.fields if f.name in ("key", "value")}
-    bootstrap = str(opts.producer_config.get("bootstrap.servers", ""))
-    return resolve_typed_sink(typed, opts.topic, types, bootstrap)
+    admin = {k: v for k, v in opts.producer_config.items() if k in ADMIN_DEFAULTS}
+    return resolve_typed_sink(typed, opts.topic, types, admin)
 
 
 class OdradekDataSource(DataSource):
