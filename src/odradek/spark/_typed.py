@@ -663,30 +663,37 @@ class _Bad(Exception):
     pass
 
 
+def _avro_schemas(col: TypedColumn, sid: int) -> tuple[Any, Any]:
+    """The ``(writer, reader)`` arguments of fastavro's reader for writer schema id ``sid``
+    (``_Bad`` when the registry has no Avro schema of that id)."""
+    reader = _CACHE.avro(col.url, col.schema_id, col.schema)
+    if sid == col.schema_id:
+        return reader, None
+    try:
+        schema_type, text = _CACHE.writer(col, sid)
+    except SchemaMappingError as exc:
+        raise _Bad(f"writer schema id {sid}: {exc}") from None
+    if schema_type != "AVRO":
+        raise _Bad(f"writer schema id {sid} is {schema_type}, not AVRO")
+    return _CACHE.avro(col.url, sid, text), reader
+
+
 def _avro_decoder(col: TypedColumn) -> Callable[[bytes], Any]:
     from fastavro import schemaless_reader
 
-    reader = _CACHE.avro(col.url, col.schema_id, col.schema)
-    writers: dict[int, Any] = {}
+    schemas: dict[int, tuple[Any, Any]] = {}
 
     def decode(data: bytes) -> Any:
         if len(data) < 5 or data[0] != _MAGIC:
             raise _Bad("not framed with a schema id (magic byte 0 and a 4-byte id)")
         sid = _ID.unpack_from(data, 1)[0]
-        writer = writers.get(sid)
-        if writer is None:
-            try:
-                schema_type, text = _CACHE.writer(col, sid)
-            except SchemaMappingError as exc:
-                raise _Bad(f"writer schema id {sid}: {exc}") from None
-            if schema_type != "AVRO":
-                raise _Bad(f"writer schema id {sid} is {schema_type}, not AVRO")
-            writer = _CACHE.avro(col.url, sid, text)
-            writers[sid] = writer
+        pair = schemas.get(sid)
+        if pair is None:
+            pair = schemas[sid] = _avro_schemas(col, sid)
         buf = io.BytesIO(data)
         buf.seek(5)
         try:
-            value = schemaless_reader(buf, writer, reader) if sid != col.schema_id else schemaless_reader(buf, reader, None)
+            value = schemaless_reader(buf, *pair)
         except Exception as exc:  # fastavro raises many kinds on bad bytes or unresolvable schemas
             raise _Bad(f"Avro data does not match writer schema id {sid}: {type(exc).__name__}: {exc}") from None
         if buf.tell() != len(data):
@@ -694,6 +701,37 @@ def _avro_decoder(col: TypedColumn) -> Callable[[bytes], Any]:
         return value
 
     return decode
+
+
+def _avro_fast(col: TypedColumn, values: list[Any]) -> list[Any] | None:
+    """Every value decoded in one tight loop, or None at the first thing out of the ordinary
+    (a value not framed, an unknown id, bytes fastavro refuses or leaves over): the careful loop
+    then decodes the column again and reports each bad record."""
+    from fastavro import schemaless_reader
+
+    known: dict[bytes, tuple[Any, Any]] = {}
+    out: list[Any] = []
+    append = out.append
+    new = io.BytesIO
+    try:
+        for data in values:
+            if data is None:
+                append(None)
+                continue
+            head = data[:5]
+            pair = known.get(head)
+            if pair is None:
+                if len(head) < 5 or head[0] != _MAGIC:
+                    return None
+                pair = known[head] = _avro_schemas(col, _ID.unpack_from(head)[0])
+            buf = new(data)
+            buf.seek(5)
+            append(schemaless_reader(buf, *pair))
+            if buf.tell() != len(data):
+                return None
+    except Exception:  # anything at all: the careful loop says what and where
+        return None
+    return out
 
 
 def _json_decoder(col: TypedColumn) -> Callable[[bytes], Any]:
@@ -733,19 +771,26 @@ def _decode_column(
 ) -> pa.Array:
     decode, fix, built = _decoder(col)
     values = column.to_pylist()
-    out: list[Any] = []
-    append = out.append
-    for i, data in enumerate(values):
-        if data is None:
-            append(None)
-            continue
+    out = _avro_fast(col, values) if col.fmt == "avro" else None
+    if out is not None and fix is not None:
         try:
-            value = decode(data)
-            append(fix(value) if fix is not None else value)
-        except (_Bad, TypeError, ValueError, KeyError, AttributeError) as exc:
-            _malformed(col, offsets, partition, i, exc, failfast)
-            bad[i] = True
-            append(None)
+            out = [fix(v) for v in out]
+        except (TypeError, ValueError, KeyError, AttributeError):
+            out = None
+    if out is None:
+        out = []
+        append = out.append
+        for i, data in enumerate(values):
+            if data is None:
+                append(None)
+                continue
+            try:
+                value = decode(data)
+                append(fix(value) if fix is not None else value)
+            except (_Bad, TypeError, ValueError, KeyError, AttributeError) as exc:
+                _malformed(col, offsets, partition, i, exc, failfast)
+                bad[i] = True
+                append(None)
     try:
         return _as_spark(pa.array(out, type=built), col)
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
