@@ -116,7 +116,7 @@ def test_decoding_resolves_an_older_writer_schema_and_fails_fast_naming_the_offs
     from odradek.spark import _typed
 
     # the writer schemas by id, as the registry would answer
-    monkeypatch.setattr(_typed.RegistryClient, "by_id", lambda self, i: ("AVRO", json.dumps({1: V1, 2: V2}[i])))
+    monkeypatch.setattr(_typed.RegistryClient, "by_id", lambda self, i, **kw: ("AVRO", json.dumps({1: V1, 2: V2}[i])))
     col = _column("http://test-resolve", 2, V2)
     good = [_framed(1, V1, {"id": "a", "qty": 1}), _framed(2, V2, {"id": "b", "qty": 2, "note": "n", "tags": ["x"]}), None]
     out = apply_typed(_batch(good), (col,), TypedOptions(value_format="avro"), 3)
@@ -155,7 +155,7 @@ def test_malformed_values_are_corrupt_records_or_fail_fast(values: list[bytes]) 
     same rows."""
     from odradek.spark import _typed
 
-    def by_id(self: Any, i: int) -> tuple[str, str]:
+    def by_id(self: Any, i: int, **kw: Any) -> tuple[str, str]:
         if i != 7:
             raise SchemaMappingError(f"schema registry: HTTP 404 Schema {i} not found")
         return "AVRO", json.dumps(_MALFORMED_SCHEMA)
@@ -424,3 +424,56 @@ def test_typed_read_and_write_on_a_standalone_cluster(spark_standalone: Any, bro
     assert result["exception"] is None
     for name in ("batch", "copy", "stream"):
         assert sorted(result[name], key=lambda d: int(d["id"][1:])) == expected, name
+
+
+def _proto_class(version: int) -> Any:
+    """acme.Order, version 1 (id, qty int32) or 2 (qty int64, a note, repeated tags, a nested
+    Line message, an enum), built at run time as protoc's generated code would give it."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    f = descriptor_pb2.FieldDescriptorProto
+    fdp = descriptor_pb2.FileDescriptorProto(name="acme/order.proto", package="acme", syntax="proto3")
+    msg = fdp.message_type.add(name="Order")
+    msg.field.add(name="id", number=1, type=f.TYPE_STRING, label=f.LABEL_OPTIONAL, json_name="id")
+    msg.field.add(name="qty", number=2, type=f.TYPE_INT32 if version == 1 else f.TYPE_INT64, label=f.LABEL_OPTIONAL, json_name="qty")
+    if version == 2:
+        msg.field.add(name="note", number=3, type=f.TYPE_STRING, label=f.LABEL_OPTIONAL, json_name="note")
+        msg.field.add(name="tags", number=4, type=f.TYPE_STRING, label=f.LABEL_REPEATED, json_name="tags")
+        msg.field.add(name="line", number=5, type=f.TYPE_MESSAGE, type_name=".acme.Order.Line", label=f.LABEL_OPTIONAL, json_name="line")
+        msg.field.add(name="state", number=6, type=f.TYPE_ENUM, type_name=".acme.State", label=f.LABEL_OPTIONAL, json_name="state")
+        line = msg.nested_type.add(name="Line")
+        line.field.add(name="sku", number=1, type=f.TYPE_STRING, label=f.LABEL_OPTIONAL, json_name="sku")
+        state = fdp.enum_type.add(name="State")
+        state.value.add(name="NEW", number=0)
+        state.value.add(name="PAID", number=1)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("acme.Order"))
+
+
+def test_protobuf_values_of_two_versions_as_a_struct(spark: Any, broker: Any, topic: str) -> None:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    client = SchemaRegistryClient({"url": broker.registry_url})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    v1, v2 = _proto_class(1), _proto_class(2)
+    conf = {"use.deprecated.format": False}
+    values = [
+        ProtobufSerializer(v1, client, conf)(v1(id="a", qty=1), ctx),
+        ProtobufSerializer(v2, client, conf)(v2(id="b", qty=2, note="x", tags=["t1", "t2"], line=v2.Line(sku="s"), state=1), ctx),
+    ]
+    create_topic(broker.bootstrap, topic, 1)
+    produce(broker.bootstrap, topic, [{"value": v} for v in values] + [{"value": b"\x00\x00\x00\x00\x01"}])
+    df = _read(spark, broker, topic, valueFormat="protobuf", mode="PERMISSIVE")
+    assert df.schema["value"].dataType.simpleString() == (
+        "struct<id:string,qty:bigint,note:string,tags:array<string>,line:struct<sku:string>,state:string>"
+    )
+    rows = df.orderBy("offset").select("value", "_corrupt_record").collect()
+    assert [r.value.asDict(recursive=True) if r.value else None for r in rows] == [
+        {"id": "a", "qty": 1, "note": "", "tags": [], "line": None, "state": "NEW"},
+        {"id": "b", "qty": 2, "note": "x", "tags": ["t1", "t2"], "line": {"sku": "s"}, "state": "PAID"},
+        None,
+    ]
+    assert rows[2]._corrupt_record == b"\x00\x00\x00\x00\x01"

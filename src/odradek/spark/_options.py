@@ -108,10 +108,11 @@ class SinkOptions:
 
 _O = ConfigDef
 _TYPED_ROWS = (
-    _O("keyFormat", "string", "binary", doc="the key as a struct column: avro or json (Confluent-framed, schema of subject <topic>-key)",
-       valid=("binary", "avro", "json")),
-    _O("valueFormat", "string", "binary", doc="the value as a struct column: avro or json (subject <topic>-value)",
-       valid=("binary", "avro", "json")),
+    _O("keyFormat", "string", "binary",
+       doc="the key as a struct column: avro, json or protobuf (read only) (Confluent-framed, schema of subject <topic>-key)",
+       valid=("binary", "avro", "json", "protobuf")),
+    _O("valueFormat", "string", "binary", doc="the value as a struct column: avro, json or protobuf (read only) (subject <topic>-value)",
+       valid=("binary", "avro", "json", "protobuf")),
     _O("schema.registry.url", "string", None, doc="the schema registry of keyFormat / valueFormat (default: the brokers' own, from their schema.registry.listeners)"),
     _O("schema.registry.basic.auth.user.info", "password", None, doc="user:password for the registry's HTTP Basic authentication"),
 )

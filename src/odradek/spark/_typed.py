@@ -1,6 +1,7 @@
-"""Typed keys and values: registry-framed Avro and JSON Schema as struct columns, both ways.
+"""Typed keys and values: registry-framed Avro, JSON Schema and Protobuf as struct columns.
 
-The source's ``keyFormat`` / ``valueFormat`` (``avro``, ``json``; ``binary`` the default) turn
+The source's ``keyFormat`` / ``valueFormat`` (``avro``, ``json``, ``protobuf``; ``binary`` the
+default) turn
 the key or value column into a struct typed by the latest schema of the topic's subject
 (TopicNameStrategy: ``<topic>-key`` / ``<topic>-value``), looked up on the driver when the
 query is planned.  Each record is framed the Confluent way (a 0 byte, the 4-byte big-endian id
@@ -15,7 +16,8 @@ nullable T, ``[int, long]`` a long, ``[float, double]`` a double, other unions a
 local-timestamp-millis/micros (timestamp_ntz), decimal, uuid (string), time-millis (int) and
 time-micros (long).  JSON Schema: an object with properties is a struct, an array an array,
 string/integer/number/boolean string/long/double/boolean; anything else (no type, ``oneOf``,
-free-form objects) the value's JSON text as a string.
+free-form objects) the value's JSON text as a string.  Protobuf: see :func:`_proto_arrow`;
+records are read with the latest schema's message of the name their message indexes give.
 
 ``mode``: ``FAILFAST`` (the default, as ``from_avro``) fails the query on a record that cannot
 be decoded, naming its topic, partition and offset; ``PERMISSIVE`` gives a null struct and the
@@ -114,8 +116,6 @@ def parse_typed_options(opts: Mapping[str, str], *, sink: bool = False) -> Typed
         value = opts.get(name.lower(), "binary").strip().lower()
         if value not in FORMATS:
             raise ValueError(f"Option '{name}' must be one of {', '.join(FORMATS)}, not {opts[name.lower()]!r}")
-        if value == "protobuf":
-            raise ValueError(f"Option '{name}': protobuf is not supported yet by the odradek data source (avro, json, binary are)")
         formats.append(value)
     mode = opts.get("mode", "FAILFAST").strip().upper()
     if mode not in MODES:
@@ -240,8 +240,9 @@ class RegistryClient:
             raise SchemaMappingError(f"subject {subject}: schemas with references are not supported by the odradek data source yet")
         return int(answer["id"]), answer.get("schemaType", "AVRO"), answer["schema"]
 
-    def by_id(self, schema_id: int) -> tuple[str, str]:
-        answer = self._call(f"/schemas/ids/{schema_id}")
+    def by_id(self, schema_id: int, *, serialized: bool = False) -> tuple[str, str]:
+        """``(schemaType, schema)``; ``serialized``: a Protobuf schema as its base64 file descriptor."""
+        answer = self._call(f"/schemas/ids/{schema_id}" + ("?format=serialized" if serialized else ""))
         return answer.get("schemaType", "AVRO"), answer["schema"]
 
     def register(self, subject: str, schema_type: str, schema: str) -> int:
@@ -557,6 +558,8 @@ def arrow_type_of(schema_type: str, text: str) -> pa.DataType:
 
 
 def _converter(schema_type: str, text: str) -> tuple[pa.DataType, Callable[[Any], Any] | None]:
+    if schema_type == "PROTOBUF":
+        return _converter_of(schema_type, text)
     try:
         parsed = json.loads(text)
     except ValueError as exc:
@@ -566,6 +569,203 @@ def _converter(schema_type: str, text: str) -> tuple[pa.DataType, Callable[[Any]
     if schema_type == "JSON":
         return _json_arrow(parsed)
     raise SchemaMappingError(f"schema type {schema_type} is not supported by the odradek data source yet")
+
+
+def _converter_of(schema_type: str, text: str) -> tuple[pa.DataType, Callable[[Any], Any] | None]:
+    if schema_type == "PROTOBUF":
+        return _proto_arrow(_proto_message(text, [0]).DESCRIPTOR)
+    return _converter(schema_type, text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Protobuf -> Arrow (the schema given as the base64 file descriptor the registry serves with
+# ?format=serialized)
+
+_PROTO_POOLS: dict[str, Any] = {}
+
+
+def _proto_file(serialized: str) -> Any:
+    """The file descriptor of a base64 ``FileDescriptorProto``, in a pool of its own (two versions
+    of one schema have one file name); Google's well-known imports come from the runtime."""
+    found = _PROTO_POOLS.get(serialized)
+    if found is not None:
+        return found
+    try:
+        from google.protobuf import descriptor_pb2, descriptor_pool
+    except ImportError:
+        raise SchemaMappingError("Protobuf needs the protobuf package (pip install 'odradek[registry]')") from None
+    try:
+        fdp = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(serialized))
+    except Exception as exc:
+        raise SchemaMappingError(f"not a serialized Protobuf file descriptor: {exc}") from None
+    pool = descriptor_pool.DescriptorPool()
+    for dep in fdp.dependency:
+        if not dep.startswith("google/protobuf/"):
+            raise SchemaMappingError(f"Protobuf schema imports {dep}: schemas with references are not supported by the odradek data source yet")
+        known = descriptor_pool.Default().FindFileByName(dep)
+        pool.AddSerializedFile(known.serialized_pb)
+    try:
+        found = pool.AddSerializedFile(fdp.SerializeToString())
+    except Exception as exc:
+        raise SchemaMappingError(f"Protobuf file descriptor refused: {exc}") from None
+    _PROTO_POOLS[serialized] = found
+    return found
+
+
+def _proto_message(serialized: str, indexes: list[int]) -> Any:
+    """The message class of the message a Confluent message-index path names in the file."""
+    from google.protobuf import message_factory
+
+    fd = _proto_file(serialized)
+    if not fd.message_types_by_name:
+        raise SchemaMappingError("Protobuf schema without a message")
+    desc = None
+    scope = list(fd.message_types_by_name.values())
+    for i in indexes:
+        if not 0 <= i < len(scope):
+            raise _Bad(f"message index {indexes} is not in the schema")
+        desc = scope[i]
+        scope = list(desc.nested_types)
+    return message_factory.GetMessageClass(desc)
+
+
+def _proto_arrow(desc: Any, depth: int = 0) -> tuple[pa.DataType, Callable[[Any], Any]]:
+    """spark-protobuf's mapping: messages are structs (unset ones null), repeated fields arrays,
+    maps maps, enums their names, int32/sint32/sfixed32 int, int64/sint64/sfixed64 long,
+    uint32/fixed32 long, uint64/fixed64 decimal(20,0), google.protobuf.Timestamp a timestamp."""
+    from google.protobuf.descriptor import FieldDescriptor as F
+
+    if depth > 32:
+        raise SchemaMappingError(f"Found recursive reference in Protobuf schema, which can not be processed by Spark: {desc.full_name}")
+    if desc.full_name == "google.protobuf.Timestamp":
+        return _TIMESTAMP, lambda m: m.seconds * 1_000_000 + m.nanos // 1000
+    scalars = {
+        F.TYPE_INT32: pa.int32(), F.TYPE_SINT32: pa.int32(), F.TYPE_SFIXED32: pa.int32(),
+        F.TYPE_INT64: pa.int64(), F.TYPE_SINT64: pa.int64(), F.TYPE_SFIXED64: pa.int64(),
+        F.TYPE_UINT32: pa.int64(), F.TYPE_FIXED32: pa.int64(),
+        F.TYPE_UINT64: pa.decimal128(20, 0), F.TYPE_FIXED64: pa.decimal128(20, 0),
+        F.TYPE_BOOL: pa.bool_(), F.TYPE_FLOAT: pa.float32(), F.TYPE_DOUBLE: pa.float64(),
+        F.TYPE_STRING: pa.string(), F.TYPE_BYTES: pa.binary(),
+    }
+    unsigned64 = (F.TYPE_UINT64, F.TYPE_FIXED64)
+
+    def one(f: Any) -> tuple[pa.DataType, Callable[[Any], Any]]:
+        if f.type == F.TYPE_MESSAGE or f.type == F.TYPE_GROUP:
+            return _proto_arrow(f.message_type, depth + 1)
+        if f.type == F.TYPE_ENUM:
+            values = f.enum_type.values_by_number
+            return pa.string(), lambda v: values[v].name if v in values else str(v)
+        if f.type in unsigned64:
+            return scalars[f.type], decimal.Decimal
+        return scalars[f.type], _same
+
+    fields: list[pa.Field] = []
+    getters: list[tuple[str, Callable[[Any], Any]]] = []
+    for f in desc.fields:
+        name = f.name
+        if f.type == F.TYPE_MESSAGE and f.message_type.GetOptions().map_entry:
+            kt, kf = one(f.message_type.fields_by_name["key"])
+            vt, vf = one(f.message_type.fields_by_name["value"])
+            fields.append(pa.field(name, pa.map_(kt, pa.field("value", vt, nullable=True))))
+            getters.append((name, _proto_map(name, kf, vf)))
+        elif f.is_repeated:
+            t, g = one(f)
+            fields.append(pa.field(name, pa.list_(pa.field("element", t, nullable=True))))
+            getters.append((name, _proto_list(name, g)))
+        else:
+            t, g = one(f)
+            fields.append(pa.field(name, t, nullable=True))
+            getters.append((name, _proto_field(name, g, f.type == F.TYPE_MESSAGE or f.has_presence)))
+    return pa.struct(fields), lambda m: {n: g(m) for n, g in getters}
+
+
+def _proto_map(name: str, kf: Callable[[Any], Any], vf: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda m: [(kf(k), vf(v)) for k, v in getattr(m, name).items()]
+
+
+def _proto_list(name: str, g: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda m: [g(v) for v in getattr(m, name)]
+
+
+def _proto_field(name: str, g: Callable[[Any], Any], presence: bool) -> Callable[[Any], Any]:
+    if presence:  # a message, or an optional scalar: null when not set
+        return lambda m: g(getattr(m, name)) if m.HasField(name) else None
+    return lambda m: g(getattr(m, name))
+
+
+def _message_indexes(data: bytes, pos: int) -> tuple[list[int], int]:
+    """Confluent's message-index array after the schema id: a zigzag varint count, then the
+    indexes (a single 0 byte: ``[0]``)."""
+
+    def varint(pos: int) -> tuple[int, int]:
+        shift = result = 0
+        while True:
+            if pos >= len(data) or shift > 63:
+                raise _Bad("truncated message-index array")
+            b = data[pos]
+            pos += 1
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return (result >> 1) ^ -(result & 1), pos
+            shift += 7
+
+    count, pos = varint(pos)
+    if count == 0:
+        return [0], pos
+    if not 0 < count <= 100:
+        raise _Bad(f"message-index array of {count} entries")
+    out = []
+    for _ in range(count):
+        i, pos = varint(pos)
+        out.append(i)
+    return out, pos
+
+
+def _proto_decoder(col: TypedColumn) -> Callable[[bytes], Any]:
+    """Records decoded with the reader's (latest) message of the name the writer's message-index
+    path names: Protobuf's own evolution rules (unknown fields skipped, missing ones default)."""
+    classes: dict[tuple[int, tuple[int, ...]], Any] = {}
+
+    def message_class(sid: int, indexes: list[int]) -> Any:
+        key = (sid, tuple(indexes))
+        found = classes.get(key)
+        if found is None:
+            if sid == col.schema_id or indexes == [0]:
+                found = _proto_message(col.schema, indexes)
+            else:  # the writer's path, by name in the reader's file
+                try:
+                    schema_type, text = _CACHE.writer(col, sid, serialized=True)
+                except SchemaMappingError as exc:
+                    raise _Bad(f"writer schema id {sid}: {exc}") from None
+                if schema_type != "PROTOBUF":
+                    raise _Bad(f"writer schema id {sid} is {schema_type}, not PROTOBUF")
+                name = _proto_message(text, indexes).DESCRIPTOR.full_name
+                from google.protobuf import message_factory
+
+                try:
+                    desc = _proto_file(col.schema).pool.FindMessageTypeByName(name)
+                except KeyError:
+                    raise _Bad(f"message {name} of writer schema id {sid} is not in the reader's schema") from None
+                found = message_factory.GetMessageClass(desc)
+            classes[key] = found
+        return found
+
+    first = _proto_message(col.schema, [0])
+
+    def decode(data: bytes) -> Any:
+        if len(data) < 6 or data[0] != _MAGIC:
+            raise _Bad("not framed with a schema id (magic byte 0, a 4-byte id and the message indexes)")
+        sid = _ID.unpack_from(data, 1)[0]
+        indexes, pos = _message_indexes(data, 5)
+        cls = message_class(sid, indexes)
+        if cls is not first:
+            raise _Bad(f"message {cls.DESCRIPTOR.full_name} is not the column's {first.DESCRIPTOR.full_name}")
+        try:
+            return cls.FromString(bytes(data[pos:]))
+        except Exception as exc:
+            raise _Bad(f"Protobuf data does not match writer schema id {sid}: {type(exc).__name__}: {exc}") from None
+
+    return decode
 
 
 # ---------------------------------------------------------------------------------------------
@@ -614,6 +814,8 @@ def resolve_typed(opts: TypedOptions, topics: tuple[str, ...], admin_config: Map
             raise SchemaMappingError(
                 f"{part}Format is {fmt} but the latest schema of subject {subject} (id {schema_id}) is {schema_type}"
             )
+        if schema_type == "PROTOBUF":  # the file descriptor, as Confluent's deserializers ask for it
+            text = client.by_id(schema_id, serialized=True)[1]
         out.append(TypedColumn(part, fmt, topic, subject, url, opts.registry_user_info, schema_id, schema_type, text,
                                arrow_type_of(schema_type, text)))
     return tuple(out)
@@ -628,18 +830,18 @@ class _Cache:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.writers: dict[tuple[str, int], tuple[str, str]] = {}
+        self.writers: dict[tuple[str, int, bool], tuple[str, str]] = {}
         self.parsed: dict[tuple[str, int, bool], Any] = {}
         self.readers: dict[tuple[Any, ...], Any] = {}
 
-    def writer(self, col: TypedColumn, schema_id: int) -> tuple[str, str]:
-        key = (col.url, schema_id)
+    def writer(self, col: TypedColumn, schema_id: int, *, serialized: bool = False) -> tuple[str, str]:
+        key = (col.url, schema_id, serialized)
         found = self.writers.get(key)
         if found is None:
             with self.lock:
                 found = self.writers.get(key)
                 if found is None:
-                    found = RegistryClient(col.url, col.user_info).by_id(schema_id)
+                    found = RegistryClient(col.url, col.user_info).by_id(schema_id, serialized=serialized)
                     self.writers[key] = found
         return found
 
@@ -755,7 +957,7 @@ def _decoder(col: TypedColumn) -> _Decoder:
     key = (col.url, col.schema_id, col.fmt)
     found = _DECODERS.get(key)
     if found is None:
-        decode = _avro_decoder(col) if col.fmt == "avro" else _json_decoder(col)
+        decode = {"avro": _avro_decoder, "json": _json_decoder, "protobuf": _proto_decoder}[col.fmt](col)
         built, fix = _converter(col.schema_type, col.schema)
         found = decode, fix, built
         _DECODERS[key] = found
@@ -950,6 +1152,8 @@ def resolve_typed_sink(
     for part, fmt in (("key", opts.key_format), ("value", opts.value_format)):
         if fmt == "binary":
             continue
+        if fmt == "protobuf":
+            raise ValueError(f"{part}Format protobuf: the sink does not encode Protobuf yet (avro, json do)")
         if part not in types:
             raise ValueError(f"{part}Format is {fmt} but there is no '{part}' column")
         t = types[part]
