@@ -180,6 +180,21 @@ def test_malformed_values_are_corrupt_records_or_fail_fast(values: list[bytes]) 
         _typed.RegistryClient.by_id = original  # type: ignore[method-assign]
 
 
+def test_an_array_of_nulls_cannot_make_an_endless_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record claiming 2**62 items of zero bytes each is refused, not read for ever."""
+    schema = {"type": "record", "name": "Z", "fields": [{"name": "a", "type": {"type": "array", "items": "null"}}]}
+    col = _column("http://test-zero", 9, schema)
+    count = (2**62) << 1  # zigzag
+    varint = bytearray()
+    while count > 0x7F:
+        varint.append((count & 0x7F) | 0x80)
+        count >>= 7
+    varint.append(count)
+    value = b"\x00" + struct.pack(">I", 9) + bytes(varint)
+    out = apply_typed(_batch([value]), (col,), TypedOptions(value_format="avro", mode="PERMISSIVE"), 0)
+    assert out.column("_corrupt_record").to_pylist() == [value]
+
+
 def test_spark_avro_type_of_a_struct_column() -> None:
     t = pa.struct([pa.field("id", pa.string(), nullable=False), ("qty", pa.int64()),
                    ("at", pa.timestamp("us", tz="UTC")), ("inner", pa.struct([("x", pa.int32())]))])

@@ -869,15 +869,69 @@ def _avro_schemas(col: TypedColumn, sid: int) -> tuple[Any, Any]:
     """The ``(writer, reader)`` arguments of fastavro's reader for writer schema id ``sid``
     (``_Bad`` when the registry has no Avro schema of that id)."""
     reader = _CACHE.avro(col.url, col.schema_id, col.schema)
+    text = col.schema
+    if sid != col.schema_id:
+        try:
+            schema_type, text = _CACHE.writer(col, sid)
+        except SchemaMappingError as exc:
+            raise _Bad(f"writer schema id {sid}: {exc}") from None
+        if schema_type != "AVRO":
+            raise _Bad(f"writer schema id {sid} is {schema_type}, not AVRO")
+    if _empty_items(json.loads(text), {}):
+        # a corrupt record could claim 2**63 items of zero bytes each: a loop without end
+        raise _Bad(f"writer schema id {sid} has an array of items of zero bytes (null, an empty record), "
+                   "which the odradek data source does not read")
     if sid == col.schema_id:
         return reader, None
-    try:
-        schema_type, text = _CACHE.writer(col, sid)
-    except SchemaMappingError as exc:
-        raise _Bad(f"writer schema id {sid}: {exc}") from None
-    if schema_type != "AVRO":
-        raise _Bad(f"writer schema id {sid} is {schema_type}, not AVRO")
     return _CACHE.avro(col.url, sid, text), reader
+
+
+def _zero_bytes(node: Any, named: dict[str, Any], depth: int = 0) -> bool:
+    """Whether a value of this Avro type can be encoded in no bytes at all."""
+    if depth > 64:
+        return False
+    if isinstance(node, str):
+        if node == "null":
+            return True
+        target = named.get(node) or named.get(node.rpartition(".")[2])
+        return target is not None and _zero_bytes(target, named, depth + 1)
+    if isinstance(node, list):
+        return False  # a union's branch index is at least one byte
+    if isinstance(node, dict):
+        kind = node.get("type")
+        if kind in ("record", "error"):
+            return all(_zero_bytes(f.get("type"), named, depth + 1) for f in node.get("fields", []))
+        if kind == "fixed":
+            return int(node.get("size", 1)) == 0
+        if kind == "enum":
+            return False
+        if isinstance(kind, (str, list, dict)) and kind not in ("array", "map"):
+            return _zero_bytes(kind, named, depth + 1)
+    return False
+
+
+def _empty_items(node: Any, named: dict[str, Any], depth: int = 0) -> bool:
+    """Whether the schema has an array or map whose items can take no bytes."""
+    if depth > 64:
+        return False
+    if isinstance(node, list):
+        return any(_empty_items(b, named, depth + 1) for b in node)
+    if not isinstance(node, dict):
+        return False
+    kind = node.get("type")
+    if kind in ("record", "error", "enum", "fixed") and "name" in node:
+        named[str(node["name"])] = node
+        if node.get("namespace"):
+            named[f"{node['namespace']}.{node['name']}"] = node
+    if kind in ("record", "error"):
+        return any(_empty_items(f.get("type"), named, depth + 1) for f in node.get("fields", []))
+    if kind == "array":
+        return _zero_bytes(node.get("items"), named) or _empty_items(node.get("items"), named, depth + 1)
+    if kind == "map":
+        return _empty_items(node.get("values"), named, depth + 1)  # keys are strings: at least one byte
+    if isinstance(kind, (list, dict)):
+        return _empty_items(kind, named, depth + 1)
+    return False
 
 
 def _avro_decoder(col: TypedColumn) -> Callable[[bytes], Any]:

@@ -95,9 +95,11 @@ def source_schema(
 ) -> StructType:
     """The fixed columns of Spark's Kafka source; with ``keyFormat`` / ``valueFormat``, the key
     or value a struct of its schema (and, PERMISSIVE, the corrupt-record column last)."""
-    from pyspark.sql.pandas.types import from_arrow_type
+    types: dict[str, Any] = {}
+    if typed:
+        from pyspark.sql.pandas.types import from_arrow_type
 
-    types = {c.part: from_arrow_type(c.arrow_type) for c in typed}
+        types = {c.part: from_arrow_type(c.arrow_type) for c in typed}
     fields = [
         StructField("key", types.get("key", BinaryType())),
         StructField("value", types.get("value", BinaryType())),
