@@ -1,9 +1,11 @@
-"""Typed keys and values (keyFormat / valueFormat): registry-framed Avro as struct columns.
+"""Typed keys and values (keyFormat / valueFormat): registry-framed Avro, JSON Schema and Protobuf
+as struct columns.
 
 The pure tests check the Avro -> Spark type mapping and the executor's decoding without Spark;
 the Spark tests (local[2], the session's broker with its schema registry) read a topic of Avro
 records of two schema versions written by confluent-kafka's AvroSerializer, in a batch and a
-streaming query, write typed rows back, and check FAILFAST and PERMISSIVE on a corrupt record.
+streaming query, write typed rows back, and check FAILFAST and PERMISSIVE on a corrupt record
+(marked slow, as the other Spark tests).
 """
 
 from __future__ import annotations
@@ -279,6 +281,7 @@ def _as_dicts(rows: list[Any]) -> list[dict[str, Any]]:
     return sorted((r.asDict(recursive=True) for r in rows), key=lambda d: int(d["id"][1:]))
 
 
+@pytest.mark.slow
 def test_batch_read_of_two_avro_versions_as_a_struct_and_write_back(spark: Any, broker: Any, avro_topic: Any, topic: str) -> None:
     source, expected = avro_topic
     df = _read(spark, broker, source, valueFormat="avro")
@@ -313,6 +316,7 @@ def test_batch_read_of_two_avro_versions_as_a_struct_and_write_back(spark: Any, 
     assert set(first) == {"id", "qty", "note", "tags"}
 
 
+@pytest.mark.slow
 def test_streaming_read_of_two_avro_versions(spark: Any, broker: Any, avro_topic: Any, tmp_path: Any) -> None:
     source, expected = avro_topic
     stream = (
@@ -340,6 +344,7 @@ def test_streaming_read_of_two_avro_versions(spark: Any, broker: Any, avro_topic
     assert got == expected
 
 
+@pytest.mark.slow
 def test_failfast_names_the_offset_and_permissive_gives_the_corrupt_record(spark: Any, broker: Any, topic: str) -> None:
     create_topic(broker.bootstrap, topic, 1)
     good = _serialized(broker.registry_url, topic, [(V2, {"id": "o1", "qty": 1, "note": None, "tags": []})])[0]
@@ -354,6 +359,7 @@ def test_failfast_names_the_offset_and_permissive_gives_the_corrupt_record(spark
     assert rows[0].value.id == "o1"
 
 
+@pytest.mark.slow
 def test_timestamps_and_dates_arrive_as_spark_types(spark: Any, broker: Any, topic: str) -> None:
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
@@ -375,6 +381,7 @@ def test_timestamps_and_dates_arrive_as_spark_types(spark: Any, broker: Any, top
     assert (row.at.replace(tzinfo=datetime.UTC), row.day, row.kind) == (at, datetime.date(2024, 5, 1), "B")
 
 
+@pytest.mark.slow
 def test_json_schema_values_as_a_struct_and_written_back(spark: Any, broker: Any, topic: str) -> None:
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
     from confluent_kafka.schema_registry.json_schema import JSONSerializer
@@ -466,6 +473,7 @@ def _proto_class(version: int) -> Any:
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("acme.Order"))
 
 
+@pytest.mark.slow
 def test_protobuf_values_of_two_versions_as_a_struct(spark: Any, broker: Any, topic: str) -> None:
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
