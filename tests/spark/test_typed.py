@@ -197,6 +197,20 @@ def test_an_array_of_nulls_cannot_make_an_endless_loop(monkeypatch: pytest.Monke
     assert out.column("_corrupt_record").to_pylist() == [value]
 
 
+def test_typed_options_are_checked() -> None:
+    from odradek.spark._options import parse_sink_options, parse_source_options
+
+    base = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "t"}
+    opts = parse_source_options({**base, "valueFormat": "AVRO", "mode": "permissive"}, streaming=False).typed
+    assert (opts.value_format, opts.key_format, opts.mode, opts.corrupt_column) == ("avro", "binary", "PERMISSIVE", "_corrupt_record")
+    for bad, message in (({"valueFormat": "xml"}, "valueFormat"), ({"mode": "DROPMALFORMED"}, "mode"),
+                         ({"columnNameOfCorruptRecord": "value"}, "columnNameOfCorruptRecord")):
+        with pytest.raises(ValueError, match=message):
+            parse_source_options({**base, "valueFormat": "avro", **bad}, streaming=False)
+    assert parse_sink_options({"kafka.bootstrap.servers": "x:1", "topic": "t", "valueFormat": "json",
+                               "autoRegister": "true"}).typed.auto_register
+
+
 def test_spark_avro_type_of_a_struct_column() -> None:
     t = pa.struct([pa.field("id", pa.string(), nullable=False), ("qty", pa.int64()),
                    ("at", pa.timestamp("us", tz="UTC")), ("inner", pa.struct([("x", pa.int32())]))])

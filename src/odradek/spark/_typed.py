@@ -72,6 +72,7 @@ __all__ = [
 FORMATS = ("binary", "avro", "json", "protobuf")
 MODES = ("PERMISSIVE", "FAILFAST")
 CORRUPT_COLUMN = "_corrupt_record"
+_SOURCE_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
 DEFAULT_REGISTRY_PORT = 8081
 _MEDIA = "application/vnd.schemaregistry.v1+json"
 _MAGIC = 0
@@ -125,8 +126,8 @@ def parse_typed_options(opts: Mapping[str, str], *, sink: bool = False) -> Typed
     if auto not in ("true", "false"):
         raise ValueError(f"Option 'autoRegister' must be true or false, not {opts['autoregister']!r}")
     corrupt = opts.get("columnnameofcorruptrecord", CORRUPT_COLUMN).strip()
-    if not corrupt:
-        raise ValueError("Option 'columnNameOfCorruptRecord' must not be empty")
+    if not corrupt or corrupt in _SOURCE_COLUMNS:
+        raise ValueError(f"Option 'columnNameOfCorruptRecord' must name a column of its own, not {corrupt!r}")
     return TypedOptions(
         key_format=formats[0],
         value_format=formats[1],
