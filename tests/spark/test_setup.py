@@ -175,7 +175,7 @@ def _readme_spark_section() -> tuple[str, str]:
     text = (REPO / "README.md").read_text()  # the checkout's README is a copy of it
     section = text.split("\n## Spark\n", 1)[1].split("\n## ", 1)[0]
     network, _, offline = section.partition("\n### Reading segment files offline\n")
-    return network, offline
+    return network, offline.split("\n### ", 1)[0]  # the subsections after it (typed columns) aside
 
 
 def _blocks(text: str, lang: str) -> list[str]:

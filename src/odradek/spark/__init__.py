@@ -43,6 +43,15 @@ overwritten.  Streaming writes are at least once, or exactly once with ``exactly
 (needs ``topic``, and ``checkpointLocation`` or ``transactionalIdPrefix``): one transaction per
 task, committing the micro-batch marker with the rows (:func:`odradek.spark._write.write_batches_exactly_once`).
 
+Typed keys and values (:mod:`odradek.spark._typed`): ``keyFormat`` / ``valueFormat``
+(``avro``, ``json``, ``protobuf``; default ``binary``) give the key / value as a struct typed by the latest
+schema of the subject ``<topic>-key`` / ``<topic>-value`` in ``schema.registry.url`` (default: the brokers' own,
+from their ``schema.registry.listeners``; ``schema.registry.basic.auth.user.info``), records of
+older writer schemas resolved to it; ``mode`` ``FAILFAST`` (default) or ``PERMISSIVE`` (null
+and ``columnNameOfCorruptRecord``, default ``_corrupt_record``).  The sink encodes struct
+``key`` / ``value`` columns with the subject's latest schema, or registers the schema derived
+from the struct type with ``autoRegister=true`` (Avro and JSON; not Protobuf yet); Confluent framing.
+
 Offline read (batch only; :mod:`odradek.spark._offline`): ``option("path", DIR)`` (or
 ``load(DIR)``; ``logDirs`` for several comma-separated data dirs) reads partitions straight from
 their segment files -- a broker's data dir, a partition directory, a copy -- with no broker:

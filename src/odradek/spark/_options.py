@@ -14,7 +14,7 @@ import json
 import logging
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from odradek.client import (
@@ -25,6 +25,8 @@ from odradek.client import (
     PRODUCER_DEFAULTS,
 )
 from odradek.config import ConfigDef, nearest_name, unknown_name_message
+
+from ._typed import TypedOptions, parse_typed_options
 
 __all__ = [
     "EARLIEST",
@@ -85,6 +87,8 @@ class SourceOptions:
     poll_timeout_ms: int = 120000
     fetch_bytes: int = DEFAULT_FETCH_BYTES
     isolation_level: str = "read_uncommitted"
+    #: keyFormat / valueFormat and the schema registry (:mod:`odradek.spark._typed`)
+    typed: TypedOptions = field(default_factory=TypedOptions)
 
     def matches(self, topic: str) -> bool:
         return re.fullmatch(self.pattern, topic) is not None
@@ -98,9 +102,20 @@ class SinkOptions:
     exactly_once: bool = False
     #: its transactional ids are ``<prefix>-<Spark partition>``
     transactional_id_prefix: str | None = None
+    #: keyFormat / valueFormat, autoRegister and the schema registry
+    typed: TypedOptions = field(default_factory=TypedOptions)
 
 
 _O = ConfigDef
+_TYPED_ROWS = (
+    _O("keyFormat", "string", "binary",
+       doc="the key as a struct column: avro, json or protobuf (read only) (Confluent-framed, schema of subject <topic>-key)",
+       valid=("binary", "avro", "json", "protobuf")),
+    _O("valueFormat", "string", "binary", doc="the value as a struct column: avro, json or protobuf (read only) (subject <topic>-value)",
+       valid=("binary", "avro", "json", "protobuf")),
+    _O("schema.registry.url", "string", None, doc="the schema registry of keyFormat / valueFormat (default: the brokers' own, from their schema.registry.listeners)"),
+    _O("schema.registry.basic.auth.user.info", "password", None, doc="user:password for the registry's HTTP Basic authentication"),
+)
 #: The source's own options (Spark's Kafka source's names), as rows of the same kind as the
 #: broker's and the clients' configs (type, default, documentation, valid values); their values
 #: are parsed by parse_source_options, with Spark's messages.
@@ -131,12 +146,18 @@ SOURCE_OPTION_ROWS = (
     _O("stopAtCorruption", "boolean", False, doc="offline read: stop at a damaged batch instead of failing"),
     _O("readPastRecoveryPoint", "boolean", False, doc="offline read: also read what was not flushed"),
     _O("maxBytesPerPartition", "long", None, doc="offline read: split partitions into Spark partitions of this size"),
+    *_TYPED_ROWS,
+    _O("mode", "string", "FAILFAST", doc="a typed key or value that cannot be decoded: fail the query, or null and the corrupt-record column",
+       valid=("FAILFAST", "PERMISSIVE")),
+    _O("columnNameOfCorruptRecord", "string", "_corrupt_record", doc="PERMISSIVE: the column of the undecodable record's value bytes"),
 )
 #: the sink's own options
 SINK_OPTION_ROWS = (
     _O("topic", "string", None, doc="the topic to write to (else each row's topic column)"),
     _O("exactlyOnce", "boolean", False, doc="streaming: one transaction per task and micro-batch"),
     _O("transactionalIdPrefix", "string", None, doc="exactlyOnce: the prefix of the tasks' transactional ids"),
+    *_TYPED_ROWS,
+    _O("autoRegister", "boolean", False, doc="typed columns: register the schema derived from the struct type (else the subject's latest)"),
 )
 #: options Spark itself may pass along with the source's and the sink's
 SPARK_OPTION_ROWS = (
@@ -383,6 +404,9 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool | None, 
             )
     elif "kafka.bootstrap.servers" not in opts and "bootstrap.servers" not in opts:
         raise ValueError("Option 'kafka.bootstrap.servers' must be specified for configuring Kafka consumer")
+    typed = parse_typed_options(opts)
+    if offline and typed.typed:
+        raise ValueError("keyFormat / valueFormat are for reads from a broker (with its schema registry), not the offline read")
     max_offsets = _positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger")
     min_offsets = _positive(opts, "minoffsetspertrigger", "minOffsetsPerTrigger")
     max_trigger_delay_ms = _duration_ms(opts.get("maxtriggerdelay", "15m"), "maxTriggerDelay")
@@ -491,6 +515,7 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool | None, 
         poll_timeout_ms=poll_timeout_ms,
         fetch_bytes=fetch_bytes,
         isolation_level=isolation,
+        typed=typed,
     )
 
 
@@ -501,6 +526,10 @@ def _tps(offsets: Mapping[TopicPartition, int]) -> str:
 def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
     """Validate the writer options."""
     opts = _lower(options)
+    return replace(_parse_sink_options(opts), typed=parse_typed_options(opts, sink=True))
+
+
+def _parse_sink_options(opts: Mapping[str, str]) -> SinkOptions:
     _check_names(opts, SINK_OPTIONS, PRODUCER_DEFAULTS, "odradek sink")
     for name in ("key.serializer", "value.serializer"):
         if f"kafka.{name}" in opts:

@@ -39,6 +39,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from odradek.client import ADMIN_DEFAULTS
+
 from ._fetch import read_range
 from ._offline import OfflineOptions, OfflineRange, parse_offline_options, plan_offline, read_offline
 from ._offsets import (
@@ -60,6 +62,15 @@ from ._options import (
     parse_sink_options,
     parse_source_options,
 )
+from ._typed import (
+    SinkColumn,
+    TypedColumn,
+    TypedOptions,
+    apply_typed,
+    encode_typed,
+    resolve_typed,
+    resolve_typed_sink,
+)
 from ._write import check_sink_schema, write_batches, write_batches_exactly_once
 
 __all__ = [
@@ -79,11 +90,19 @@ log = logging.getLogger(__name__)
 _HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
 
-def source_schema(include_headers: bool = False) -> StructType:
-    """The fixed columns of Spark's Kafka source."""
+def source_schema(
+    include_headers: bool = False, typed: tuple[TypedColumn, ...] = (), typed_options: TypedOptions | None = None
+) -> StructType:
+    """The fixed columns of Spark's Kafka source; with ``keyFormat`` / ``valueFormat``, the key
+    or value a struct of its schema (and, PERMISSIVE, the corrupt-record column last)."""
+    types: dict[str, Any] = {}
+    if typed:
+        from pyspark.sql.pandas.types import from_arrow_type
+
+        types = {c.part: from_arrow_type(c.arrow_type) for c in typed}
     fields = [
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
+        StructField("key", types.get("key", BinaryType())),
+        StructField("value", types.get("value", BinaryType())),
         StructField("topic", StringType()),
         StructField("partition", IntegerType()),
         StructField("offset", LongType()),
@@ -92,6 +111,8 @@ def source_schema(include_headers: bool = False) -> StructType:
     ]
     if include_headers:
         fields.append(StructField("headers", _HEADERS))
+    if typed and typed_options is not None and typed_options.mode == "PERMISSIVE":
+        fields.append(StructField(typed_options.corrupt_column, BinaryType()))
     return StructType(fields)
 
 
@@ -110,8 +131,12 @@ class OdradekPartition(InputPartition):
         include_headers: bool,
         poll_timeout_ms: int,
         fetch_bytes: int,
+        typed: tuple[TypedColumn, ...] = (),
+        typed_options: TypedOptions | None = None,
     ) -> None:
         super().__init__((topic, partition, start, end))
+        self.typed = typed
+        self.typed_options = typed_options
         self.topic = topic
         self.partition = partition
         self.start = start
@@ -126,7 +151,7 @@ class OdradekPartition(InputPartition):
         return f"OdradekPartition({self.topic}-{self.partition} [{self.start}, {self.end}))"
 
 
-def _partition(r: OffsetRange, opts: SourceOptions) -> OdradekPartition:
+def _partition(r: OffsetRange, opts: SourceOptions, typed: tuple[TypedColumn, ...] = ()) -> OdradekPartition:
     return OdradekPartition(
         r.topic,
         r.partition,
@@ -137,13 +162,15 @@ def _partition(r: OffsetRange, opts: SourceOptions) -> OdradekPartition:
         opts.include_headers,
         opts.poll_timeout_ms,
         opts.fetch_bytes,
+        typed,
+        opts.typed,
     )
 
 
 def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(partition, OdradekPartition):  # Spark's placeholder when nothing is planned
         return iter(())
-    return read_range(
+    batches = read_range(
         partition.config,
         partition.topic,
         partition.partition,
@@ -154,10 +181,34 @@ def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
         poll_timeout_ms=partition.poll_timeout_ms,
         fetch_bytes=partition.fetch_bytes,
     )
+    typed, typed_options = partition.typed, partition.typed_options
+    if not typed or typed_options is None:
+        return batches
+    return (apply_typed(b, typed, typed_options, partition.partition) for b in batches)
 
 
-def _check_schema(schema: StructType, opts: SourceOptions) -> None:
-    expected = source_schema(opts.include_headers)
+def _typed_topics(opts: SourceOptions) -> tuple[str, ...]:
+    if opts.strategy == "assign":
+        return tuple(dict.fromkeys(t for t, _ in opts.assignment))
+    if opts.strategy == "subscribepattern":
+        raise ValueError("keyFormat / valueFormat other than binary need one topic: use 'subscribe' or 'assign', not 'subscribePattern'")
+    return opts.topics
+
+
+def _resolve_typed(opts: SourceOptions) -> tuple[TypedColumn, ...]:
+    """The typed columns' reader schemas: the subjects' latest, from the registry."""
+    if not opts.typed.typed:
+        return ()
+    return resolve_typed(opts.typed, _typed_topics(opts), opts.admin_config)
+
+
+def _check_schema(schema: StructType, opts: SourceOptions, typed: tuple[TypedColumn, ...] = ()) -> None:
+    expected = source_schema(opts.include_headers, typed, opts.typed)
+    if typed and [(f.name, f.dataType) for f in schema.fields] != [(f.name, f.dataType) for f in expected.fields]:
+        raise ValueError(
+            "The latest schema of the typed columns' subjects changed while the query was planned "
+            f"(now ids {', '.join(f'{c.subject}: {c.schema_id}' for c in typed)}): define the DataFrame again"
+        )
     if [(f.name, f.dataType) for f in schema.fields] != [(f.name, f.dataType) for f in expected.fields]:
         raise ValueError("Kafka source has a fixed schema and cannot be set with a custom one")
 
@@ -165,8 +216,9 @@ def _check_schema(schema: StructType, opts: SourceOptions) -> None:
 class OdradekBatchReader(DataSourceReader):
     """``spark.read.format("odradek")``: offsets resolved once, when the query is planned."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, typed: tuple[TypedColumn, ...] = ()) -> None:
         self.options = options
+        self.typed = typed
 
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.options
@@ -183,7 +235,7 @@ class OdradekBatchReader(DataSourceReader):
             check_range(tp, s, e)
             ranges.append(OffsetRange(tp[0], tp[1], s, e))
         planned = split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)
-        return [_partition(r, opts) for r in planned]
+        return [_partition(r, opts, self.typed) for r in planned]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition)
@@ -245,8 +297,9 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ``maxOffsetsPerTrigger``).  ``partitions(start, end)``: a pure function of its offsets.
     """
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, typed: tuple[TypedColumn, ...] = ()) -> None:
         self.options = options
+        self.typed = typed
         self._offsets = OffsetReader(options)
         self._target: dict[tuple[str, int], int] | None = None  # Trigger.AvailableNow
         self._latest: dict[tuple[str, int], int] | None = None  # for progress reports
@@ -317,7 +370,7 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         ranges = plan_ranges(from_json_offsets(start), from_json_offsets(end), self.options)
-        return [_partition(r, self.options) for r in ranges]
+        return [_partition(r, self.options, self.typed) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition)
@@ -338,9 +391,13 @@ class OdradekCommitMessage(WriterCommitMessage):
 
 class _Writing:
     options: SinkOptions
+    typed: tuple[SinkColumn, ...] = ()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         opts = self.options
+        if self.typed:
+            typed = self.typed
+            iterator = (encode_typed(b, typed) for b in iterator)
         if not opts.exactly_once:
             return OdradekCommitMessage(write_batches(iterator, opts.producer_config, opts.topic))
         from pyspark import TaskContext
@@ -359,8 +416,9 @@ class _Writing:
 class OdradekWriter(_Writing, DataSourceArrowWriter):
     """``df.write.format("odradek")``: at-least-once, as Spark's Kafka sink."""
 
-    def __init__(self, options: SinkOptions) -> None:
+    def __init__(self, options: SinkOptions, typed: tuple[SinkColumn, ...] = ()) -> None:
         self.options = options
+        self.typed = typed
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         written = sum(m.records for m in messages if isinstance(m, OdradekCommitMessage))
@@ -374,8 +432,9 @@ class OdradekStreamWriter(_Writing, DataSourceStreamArrowWriter):
     """``df.writeStream.format("odradek")``: at-least-once, as Spark's Kafka sink; exactly once
     with ``exactlyOnce=true`` (one transaction per task, see ``write_batches_exactly_once``)."""
 
-    def __init__(self, options: SinkOptions) -> None:
+    def __init__(self, options: SinkOptions, typed: tuple[SinkColumn, ...] = ()) -> None:
         self.options = options
+        self.typed = typed
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         written = sum(m.records for m in messages if isinstance(m, OdradekCommitMessage))
@@ -391,6 +450,23 @@ class OdradekStreamWriter(_Writing, DataSourceStreamArrowWriter):
         be aborted by the next attempt's fencing (or by ``transaction.timeout.ms``)."""
 
 
+def _sink_typed(schema: StructType, opts: SinkOptions) -> tuple[SinkColumn, ...]:
+    """Check the sink's columns; typed key / value columns get their schema ids (on the driver)."""
+    typed = opts.typed
+    formats = {"key": typed.key_format, "value": typed.value_format}
+    untyped = StructType([f for f in schema.fields if formats.get(f.name, "binary") == "binary"])
+    if "value" in schema.fieldNames() and formats["value"] != "binary":
+        untyped = StructType([*untyped.fields, StructField("value", BinaryType())])
+    check_sink_schema(untyped, opts.topic)
+    if not typed.typed:
+        return ()
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    types = {f.name: to_arrow_type(f.dataType) for f in schema.fields if f.name in ("key", "value")}
+    admin = {k: v for k, v in opts.producer_config.items() if k in ADMIN_DEFAULTS}
+    return resolve_typed_sink(typed, opts.topic, types, admin)
+
+
 class OdradekDataSource(DataSource):
     """Spark's Kafka source and sink, for Odradek (and any Kafka-protocol broker): format
     ``"odradek"``, the same options and columns as ``format("kafka")``."""
@@ -403,7 +479,7 @@ class OdradekDataSource(DataSource):
         if is_offline(self.options):
             return source_schema(parse_offline_options(self.options).source.include_headers)
         opts = parse_source_options(self.options, streaming=None)
-        return source_schema(opts.include_headers)
+        return source_schema(opts.include_headers, _resolve_typed(opts), opts.typed)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         if is_offline(self.options):
@@ -411,8 +487,9 @@ class OdradekDataSource(DataSource):
             _check_schema(schema, offline.source)
             return OdradekOfflineReader(offline)
         opts = parse_source_options(self.options, streaming=False)
-        _check_schema(schema, opts)
-        return OdradekBatchReader(opts)
+        typed = _resolve_typed(opts)
+        _check_schema(schema, opts, typed)
+        return OdradekBatchReader(opts, typed)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         if is_offline(self.options):
@@ -421,8 +498,9 @@ class OdradekDataSource(DataSource):
                 "use spark.read, not spark.readStream"
             )
         opts = parse_source_options(self.options, streaming=True)
-        _check_schema(schema, opts)
-        return OdradekStreamReader(opts)
+        typed = _resolve_typed(opts)
+        _check_schema(schema, opts, typed)
+        return OdradekStreamReader(opts, typed)
 
     def writer(self, schema: StructType, overwrite: bool) -> OdradekWriter:
         if overwrite:
@@ -436,10 +514,10 @@ class OdradekDataSource(DataSource):
             raise ValueError(
                 "exactlyOnce is for streaming writes (df.writeStream), whose micro-batches it commits once each"
             )
-        check_sink_schema(schema, opts.topic)
-        return OdradekWriter(opts)
+        typed = _sink_typed(schema, opts)
+        return OdradekWriter(opts, typed)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> OdradekStreamWriter:
         opts = parse_sink_options(self.options)
-        check_sink_schema(schema, opts.topic)
-        return OdradekStreamWriter(opts)
+        typed = _sink_typed(schema, opts)
+        return OdradekStreamWriter(opts, typed)
