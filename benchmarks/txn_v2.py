@@ -2,8 +2,9 @@
 against transactions v1 and against idempotent produce, on the same ``odradek serve`` broker in
 the same run.
 
-Run: ``python benchmarks/txn_v2.py [--quick]`` (or ``python -m benchmarks.txn_v2``).  Prints one
-JSON object (~1.5 min; ``--quick`` ~40 s).
+Run: ``python benchmarks/txn_v2.py [--quick] [--records N]`` (or ``python -m benchmarks.txn_v2``).
+Prints one JSON object (~1.5 min; ``--quick`` ~40 s).  ``--records`` changes the transaction size
+(default 1,000): the smaller the transactions, the larger the share of v1's extra round trip.
 
 It needs the real Apache Kafka Java client, built from source outside the repository, with its
 scenario drivers: ``/work/java-kafka/run.sh`` (or ``--run PATH``, or ``$ODRADEK_JAVA_KAFKA_RUN``).
@@ -18,7 +19,8 @@ the figure, records/s over the rest.  Three kinds of trial:
 - ``v1``: the same client after ``odradek features downgrade --feature transaction.version=1``:
   it falls back to AddPartitionsToTxn before the first send of each transaction and EndTxn v4;
 - ``idempotent``: the same client without a ``transactional.id`` (``enable.idempotence``), each
-  batch of 1,000 sends ended by ``flush()``: the reference for the ratios.
+  batch of 1,000 sends ended by ``flush()`` (the driver's ``--idempotent``): the reference for the
+  ratios.
 
 The trials rotate (v2, v1, idempotent; then v1, idempotent, v2; ...), the feature level set
 before each transactional trial; every trial checks from the client's ``init`` line that it used
@@ -72,9 +74,9 @@ def _set_transaction_version(bootstrap: str, level: int) -> None:
     )
 
 
-def trial(run: str, bootstrap: str, topic: str, kind: str, transactions: int) -> dict[str, Any]:
+def trial(run: str, bootstrap: str, topic: str, kind: str, transactions: int, records: int) -> dict[str, Any]:
     cmd = [run, "TxnProducerScenario", "--bootstrap", bootstrap, "--topic", topic, "--mode", "throughput",
-           "--transactions", str(transactions), "--records", str(RECORDS), "--warmup-txns", str(WARMUP),
+           "--transactions", str(transactions), "--records", str(records), "--warmup-txns", str(WARMUP),
            "--value-size", str(VALUE_SIZE), "--partition", "0", "--quiet-txns", "--telemetry", "off"]
     if kind == "idempotent":
         cmd.append("--idempotent")
@@ -95,12 +97,16 @@ def trial(run: str, bootstrap: str, topic: str, kind: str, transactions: int) ->
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--records", type=int, default=RECORDS, help="records per transaction (default %(default)s)")
+    ap.add_argument("--transactions", type=int, help="transactions per trial (default 32; --quick 12)")
     ap.add_argument("--run", default=os.environ.get("ODRADEK_JAVA_KAFKA_RUN", DEFAULT_RUN),
                     help="the Java scenario drivers' run.sh (default %(default)s)")
     args = ap.parse_args(argv)
     if not Path(args.run).is_file():
         return _fail(f"the Kafka Java client's drivers are not here: {args.run} (build them outside the repo; see --help)")
-    plan = QUICK if args.quick else FULL
+    plan = dict(QUICK if args.quick else FULL)
+    if args.transactions:
+        plan["transactions"] = max(args.transactions, WARMUP + 1)
     overrides = {
         "offsets.topic.replication.factor": 1, "offsets.topic.num.partitions": 1,
         "transaction.state.log.replication.factor": 1, "transaction.state.log.min.isr": 1,
@@ -122,14 +128,14 @@ def main(argv: list[str] | None = None) -> int:
                 if kind != "idempotent" and want != level:
                     _set_transaction_version(broker.bootstrap, want)
                     level = want
-                t = trial(args.run, broker.bootstrap, topic, kind, plan["transactions"])
+                t = trial(args.run, broker.bootstrap, topic, kind, plan["transactions"], args.records)
                 rates[kind].append(float(t["records_per_s"]))
                 client = f"kafka-clients (Java) {t['client_version']}"
                 commit_p50[kind].append(float(t["commit_ms"]["p50"]) if t.get("commit_ms") else 0.0)
     med = {k: statistics.median(v) for k, v in rates.items()}
     print(json.dumps({
         "benchmark": "txn_v2",
-        "workload": f"transactions of {RECORDS} records of {VALUE_SIZE} bytes to one partition, linger.ms 5, "
+        "workload": f"transactions of {args.records} records of {VALUE_SIZE} bytes to one partition, linger.ms 5, "
                     f"{plan['transactions'] - WARMUP} measured per trial",
         "repeats": plan["repeats"],
         "records_per_s": {k: round(v) for k, v in med.items()},
@@ -139,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         "v1_over_idempotent": round(med["v1"] / med["idempotent"], 3),
         "v2_over_v1": round(med["v2"] / med["v1"], 3),
         "target_ratio": TARGET_RATIO,
-        "reference": "the same Java client, idempotent (flush() per 1,000 records), same broker, same run",
+        "reference": "the same Java client, idempotent (flush() per transaction's worth of records), same broker, same run",
         "client": client,
         "python": platform.python_version(),
         "provisional": "a shared 2-core machine: figures move between runs",
