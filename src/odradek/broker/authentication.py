@@ -287,6 +287,9 @@ class Session:
         #: a SaslHandshake v0 succeeded: the tokens come without Kafka framing from now on (the
         #: connection takes this and clears it)
         self.raw_tokens = False
+        #: the client software's name and version from ApiVersions v3+ (KIP-511; client-metrics
+        #: subscriptions match on them)
+        self.client_software = ("", "")
 
     @property
     def principal(self) -> KafkaPrincipal:
