@@ -38,6 +38,7 @@ from odradek.cluster.client_metrics import (
     subscriptions,
 )
 from odradek.errors import ErrorCode, KafkaError
+from odradek.records.compression import Compression
 from odradek.metrics import counter, gauge
 
 if TYPE_CHECKING:
@@ -78,6 +79,8 @@ class _Instance:
     last_get: int | None = None
     last_push: int | None = None
     terminating: bool = False
+    #: a GetTelemetrySubscriptions came since the last push: the next push is taken at once
+    fetched: bool = False
     last_error: ErrorCode = ErrorCode.NONE
     expiry: TimerHandle | None = None
     #: (metric, labels) -> value
@@ -156,7 +159,7 @@ class ClientTelemetry:
                 instance_id = uuid.uuid4()
         info = _with_id(info, instance_id)
         inst = self._instance(instance_id, info)
-        now = self._scheduler.clock.now_ms()
+        now = self._scheduler.clock.monotonic_ms()
         last = max((t for t in (inst.last_get, inst.last_push) if t is not None), default=None)
         if last is not None and now - last < inst.interval_ms and inst.last_error not in (
             ErrorCode.UNKNOWN_SUBSCRIPTION_ID, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
@@ -166,6 +169,7 @@ class ClientTelemetry:
                 f"Request from the client [{instance_id}] arrived before the next push interval time",
             )
         inst.last_get = now
+        inst.fetched = True
         inst.last_error = ErrorCode.NONE
         return Granted(instance_id, inst.subscription_id, inst.metrics, inst.interval_ms, tuple(ACCEPTED_COMPRESSION))
 
@@ -180,7 +184,7 @@ class ClientTelemetry:
             )
         inst = self._instance(instance_id, _with_id(info, instance_id))
         try:
-            self._check_push(inst, instance_id, sub_id, terminating)
+            self._check_push(inst, instance_id, sub_id, terminating, compression, len(payload))
             points = decode_push(payload, compression, self.max_bytes) if payload else []
         except KafkaError as exc:
             inst.last_error = exc.code
@@ -194,15 +198,17 @@ class ClientTelemetry:
             log.info("client telemetry: instance %s (client id %r) pushed its last metrics",
                      instance_id, inst.info.client_id)
 
-    def _check_push(self, inst: _Instance, instance_id: uuid.UUID, sub_id: int, terminating: bool) -> None:
+    def _check_push(
+        self, inst: _Instance, instance_id: uuid.UUID, sub_id: int, terminating: bool, compression: int, size: int
+    ) -> None:
         if inst.terminating:
             raise KafkaError(
                 ErrorCode.INVALID_REQUEST,
                 f"Client [{instance_id}] sent the previous request with state terminating to TRUE, can not "
                 "accept any requests after that",
             )
-        now = self._scheduler.clock.now_ms()
-        first_after_get = inst.last_get is not None and (inst.last_push is None or inst.last_get > inst.last_push)
+        now = self._scheduler.clock.monotonic_ms()
+        first_after_get = inst.fetched
         last = max((t for t in (inst.last_get, inst.last_push) if t is not None), default=None)
         if not first_after_get and last is not None and now - last < inst.interval_ms and not terminating:
             raise KafkaError(
@@ -210,8 +216,19 @@ class ClientTelemetry:
                 f"Request from the client [{instance_id}] arrived before the next push interval time",
             )
         inst.last_push = now
+        inst.fetched = False
         if sub_id != inst.subscription_id:
             raise KafkaError(ErrorCode.UNKNOWN_SUBSCRIPTION_ID, f"Unknown client subscription id for the client [{instance_id}]")
+        if compression not in Compression._value2member_map_:
+            raise KafkaError(
+                ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+                f"Unknown compression type [{compression}] is received in telemetry request from [{instance_id}]",
+            )
+        if size > self.max_bytes:
+            raise KafkaError(
+                ErrorCode.TELEMETRY_TOO_LARGE,
+                f"Telemetry request from [{instance_id}] is larger than the maximum allowed size [{self.max_bytes}]",
+            )
 
     def _refuse(self, exc: KafkaError) -> KafkaError:
         name = exc.code.name
