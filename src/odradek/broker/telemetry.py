@@ -38,8 +38,8 @@ from odradek.cluster.client_metrics import (
     subscriptions,
 )
 from odradek.errors import ErrorCode, KafkaError
-from odradek.records.compression import Compression
 from odradek.metrics import counter, gauge
+from odradek.records.compression import Compression
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
