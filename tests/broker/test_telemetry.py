@@ -16,6 +16,7 @@ import asyncio
 import gzip
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,7 @@ from odradek.protocol.messages.incremental_alter_configs import IncrementalAlter
 from odradek.protocol.messages.list_config_resources import ListConfigResourcesRequest
 from odradek.protocol.messages.push_telemetry import PushTelemetryRequest
 from odradek.records.compression import Compression, compress
-from odradek.testing import FakeScheduler, WireClient, running_broker
+from odradek.testing import BrokerProcess, FakeScheduler, WireClient, running_broker
 
 ZERO = uuid.UUID(int=0)
 CLIENT = ClientInfo("", "app-1", "librdkafka", "2.16.0", "127.0.0.1", "")
@@ -344,3 +345,46 @@ def _on_broker(host: str, port: int, url: str) -> None:
         assert w.request(ListConfigResourcesRequest(resource_types=[16]), 1).config_resources == []
     finally:
         w.close()
+
+
+@pytest.fixture(scope="module")
+def broker_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    with BrokerProcess(
+        tmp_path_factory.mktemp("telemetry-wire") / "data", overrides={"telemetry.max.bytes": MAX},
+        extra_args=["--metrics-port", "0"],
+    ) as b:
+        w = WireClient(b.host, b.port, "setup")
+        try:
+            assert w.request(_alter("all", metrics="*", interval_ms="60000"), 1).responses[0].error_code == 0
+        finally:
+            w.close()
+        yield b
+
+
+@given(push=hostile_pushes())
+def test_hostile_pushes_on_the_wire_get_kafkas_errors_and_the_broker_keeps_serving(
+    broker_process: BrokerProcess, push: tuple[int, int, bytes]
+) -> None:
+    offset, codec, payload = push
+    w = WireClient(broker_process.host, broker_process.port, "hostile")
+    try:
+        got = w.request(GetTelemetrySubscriptionsRequest(), 0)
+        assert got.error_code == 0
+        answer = w.request(PushTelemetryRequest(
+            client_instance_id=got.client_instance_id, subscription_id=got.subscription_id + offset,
+            compression_type=codec, metrics=payload,
+        ), 0)
+        assert answer.error_code in _EXPECTED_REFUSALS
+        if offset:
+            assert answer.error_code == ErrorCode.UNKNOWN_SUBSCRIPTION_ID
+        elif int(codec) not in Compression._value2member_map_:
+            assert answer.error_code == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+        # the same connection, and a new one, are still served
+        assert w.request(ApiVersionsRequest(), 3).error_code == 0
+    finally:
+        w.close()
+    other = WireClient(broker_process.host, broker_process.port, "bystander")
+    try:
+        assert other.request(ApiVersionsRequest(), 3).error_code == 0
+    finally:
+        other.close()
