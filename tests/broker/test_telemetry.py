@@ -291,6 +291,10 @@ def _not_advertised(host: str, port: int) -> None:
         w.close()
 
 
+#: the client software from ApiVersions, the address and port of the connection
+MATCH = r"client_software_name=odradek-test,client_source_address=127\.0\.0\.1,client_source_port=\d+"
+
+
 def _on_broker(host: str, port: int, url: str) -> None:
     w = WireClient(host, port, "app-1")
     try:
@@ -304,12 +308,12 @@ def _on_broker(host: str, port: int, url: str) -> None:
         bad = w.request(_alter("s", colour="red"), 1).responses[0]
         assert bad.error_code == ErrorCode.INVALID_REQUEST
         ok = w.request(_alter("s", metrics="org.apache.kafka.producer.", interval_ms="1000",
-                              match="client_software_name=odradek-test"), 1).responses[0]
+                              match=MATCH), 1).responses[0]
         assert ok.error_code == 0
         described = w.request(DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
             resource_type=16, resource_name="s", configuration_keys=None)]), 4).results[0]
         assert {c.name: c.value for c in described.configs} == {
-            "metrics": "org.apache.kafka.producer.", "interval.ms": "1000", "match": "client_software_name=odradek-test"
+            "metrics": "org.apache.kafka.producer.", "interval.ms": "1000", "match": MATCH
         }
         listed = w.request(ListConfigResourcesRequest(resource_types=[16]), 1).config_resources
         assert [(r.resource_name, r.resource_type) for r in listed] == [("s", 16)]

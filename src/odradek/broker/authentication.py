@@ -290,6 +290,8 @@ class Session:
         #: the client software's name and version from ApiVersions v3+ (KIP-511; client-metrics
         #: subscriptions match on them)
         self.client_software = ("", "")
+        #: the client's source port (what client-metrics subscriptions match client_source_port on)
+        self.client_port = ""
 
     @property
     def principal(self) -> KafkaPrincipal:

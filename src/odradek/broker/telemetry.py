@@ -52,7 +52,7 @@ __all__ = ["MAX_CLIENTS", "MAX_SERIES", "MAX_SERIES_PER_CLIENT", "ClientTelemetr
 
 MAX_CLIENTS = 4096
 MAX_SERIES_PER_CLIENT = 1000
-MAX_SERIES = 50_000
+MAX_SERIES = 20_000
 #: an instance is forgotten this long after its last request, at least (Kafka's cache expiry)
 EXPIRY_MIN_MS = 60_000
 PREFIX = "kafka_client_"

@@ -184,9 +184,11 @@ class Point:
     labels: tuple[tuple[str, str], ...] = field(default=())
 
 
-#: the most attributes kept of one data point
-MAX_LABELS = 16
-_LABEL_VALUE_MAX = 256
+#: the most attributes kept of one data point, the longest label value and metric name kept (a
+#: longer value is cut, a metric with a longer name is left out): a series' size is bounded
+MAX_LABELS = 8
+_LABEL_VALUE_MAX = 128
+MAX_NAME = 200
 
 
 def _any_value(v: object) -> str:
@@ -199,7 +201,7 @@ def _any_value(v: object) -> str:
 def _labels(attributes: Iterable[object]) -> tuple[tuple[str, str], ...]:
     out: dict[str, str] = {}
     for kv in attributes:
-        key = sanitize(kv.key)  # type: ignore[attr-defined]
+        key = sanitize(kv.key[:MAX_NAME]).lstrip("_")  # type: ignore[attr-defined]  # __*: Prometheus' own
         if key and key not in out and len(out) < MAX_LABELS:
             out[key] = _any_value(kv.value)  # type: ignore[attr-defined]
     return tuple(sorted(out.items()))
@@ -240,7 +242,7 @@ def decode_push(payload: bytes, compression: int, max_bytes: int) -> list[Point]
         for sm in rm.scope_metrics:
             for metric in sm.metrics:
                 name = sanitize(metric.name)
-                if not name:
+                if not name or len(name) > MAX_NAME:
                     continue
                 kind = metric.WhichOneof("data")
                 if kind == "gauge":

@@ -21,9 +21,14 @@ from odradek.protocol.messages.push_telemetry import PushTelemetryRequest, PushT
 log = logging.getLogger(__name__)
 
 
+#: the longest client id kept with a client instance (its state stays small)
+_CLIENT_ID_MAX = 256
+
+
 def _client(ctx: RequestContext) -> ClientInfo:
     name, version = ctx.session.client_software
-    return ClientInfo("", ctx.header.client_id or "", name, version, ctx.client_host, "")
+    client_id = (ctx.header.client_id or "")[:_CLIENT_ID_MAX]
+    return ClientInfo("", client_id, name, version, ctx.client_host, ctx.session.client_port)
 
 
 @handles(ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, versions=(0, 0))
