@@ -410,8 +410,8 @@ async def _apply(
 
 def client_metrics_entries(port: ConfigsPort, name: str) -> list[Entry]:
     """A client-metrics subscription's configs as set (none: no such subscription)."""
-    if not name.strip():
-        raise KafkaError(ErrorCode.INVALID_REQUEST, "Subscription name can't be empty")
+    if not name:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Client metrics subscription name must not be empty")
     stored = port.metadata.image.client_metrics.get(name, {})
     source = int(ConfigSource.CLIENT_METRICS_CONFIG)
     return [
