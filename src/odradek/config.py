@@ -351,6 +351,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("metrics.http.allowed.hosts", "list", None),
     ("metrics.http.basic.auth.user", "string", None),
     ("metrics.http.basic.auth.password", "password", None),
+    # client telemetry (KIP-714, Kafka's name): the largest PushTelemetry metrics payload, compressed
+    # or once decompressed; larger pushes are answered TELEMETRY_TOO_LARGE.  Clients push when the
+    # broker exports metrics (metrics.port) and a client-metrics subscription matches them
+    # (odradek configs --entity-type client-metrics)
+    ("telemetry.max.bytes", "int", 1048576),
     # The schema registry (odradek.registry): Confluent's Schema Registry REST API on an HTTP
     # listener of its own, schemas kept in the compacted _schemas topic (see README, Schema
     # registry).  schema.registry.listeners: http://HOST:PORT or https://HOST:PORT (the
@@ -558,7 +563,6 @@ KAFKA_BROKER_CONFIGS: dict[str, ConfigDef] = _kafka_defs(
     ("auto.include.jmx.reporter", "boolean", True, _R, "Kafka 3.x: report metrics over JMX whatever metric.reporters says."),
     ("kafka.metrics.reporters", "list", "", _R, "Kafka: Yammer metrics reporter classes."),
     ("kafka.metrics.polling.interval.secs", "int", 10, _R, "Kafka: polling interval of the Yammer metrics reporters."),
-    ("telemetry.max.bytes", "int", 1048576, _R, "Kafka: largest client telemetry push (KIP-714)."),
     # security: TLS engine details, SASL login (the broker as a SASL client), Kerberos ticket
     # renewal, delegation tokens, password encoding
     ("security.providers", "string", None, _R, "Kafka: Java security provider creators."),

@@ -345,7 +345,8 @@ HANDLER_PORTS = {
     "acls": {"acls"}, "admin": {"admin"}, "api_versions": {"features"}, "cluster": {"cluster"}, "configs": {"configs"},
     "features": {"features"}, "topic_partitions": {"metadata"},
     "consumer_groups": {"groups"}, "fetch": {"fetch"}, "groups": {"groups"}, "list_offsets": {"list_offsets"}, "metadata": {"metadata"},
-    "produce": {"produce"}, "quotas": {"quotas"}, "sasl": {"sasl"}, "transactions": {"transactions"},
+    "produce": {"produce"}, "quotas": {"quotas"}, "sasl": {"sasl"}, "telemetry": {"telemetry"},
+    "transactions": {"transactions"},
 }
 
 

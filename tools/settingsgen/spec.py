@@ -73,6 +73,7 @@ class Group:
 RANGES: dict[str, Range] = {
     # ServerConfigs, SocketServerConfigs
     "message.max.bytes": at_least(0),
+    "telemetry.max.bytes": at_least(1),
     "num.io.threads": at_least(1),
     "max.incremental.fetch.session.cache.slots": at_least(0),
     "max.request.partition.size.limit": at_least(1),
@@ -313,8 +314,9 @@ GROUPS: tuple[Group, ...] = (
         "metrics.",
         (
             "metrics.port", "metrics.host", "metrics.http.allowed.hosts", "metrics.http.basic.auth.user",
-            "metrics.http.basic.auth.password",
+            "metrics.http.basic.auth.password", "telemetry.max.bytes",
         ),
+        names=(("telemetry.max.bytes", "telemetry_max_bytes"),),
     ),
     Group(
         "schema_registry", "SchemaRegistrySettings",

@@ -73,6 +73,7 @@ from odradek.broker.ports import (
     ProducePort,
     QuotasPort,
     SaslPort,
+    TelemetryPort,
     TransactionsPort,
 )
 from odradek.broker.producer_ids import ProducerIdManager
@@ -85,6 +86,7 @@ from odradek.broker.schema_validation import SchemaValidation
 from odradek.broker.server import KafkaConnection
 from odradek.broker.services import Services
 from odradek.broker.single_node import SingleNodeController
+from odradek.broker.telemetry import ClientTelemetry
 from odradek.broker.tls import client_context, server_context
 from odradek.broker.topics import TopicService, internal_topic_configs
 from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage
@@ -363,6 +365,11 @@ class Broker:
         registry = BrokerRegistry(metrics, self.services, lambda: self.connections, [lst.name for lst in self.listeners])
         if self.schema_registry is not None:
             registry.add_source(self.schema_registry.metrics.families)
+        backend = self.services.backend
+        telemetry = self.services.telemetry = ClientTelemetry(
+            self.timers, self.settings.current.metrics.telemetry_max_bytes, lambda: backend.image.client_metrics
+        )
+        registry.add_source(telemetry.families)
         server = MetricsServer(registry, MetricsAccess.from_settings(metrics_settings))
         host = metrics_settings.host or "127.0.0.1"
         try:
@@ -533,6 +540,9 @@ class Broker:
         if self.metrics_server is not None:
             self.metrics_server.close()
             await self.metrics_server.wait_closed()
+        telemetry = getattr(getattr(self, "services", None), "telemetry", None)
+        if telemetry is not None:
+            telemetry.close()
         for conn in list(self.connections):
             conn.close()
         if self._idle_task is not None:
@@ -862,7 +872,7 @@ def handler_ports(svc: Services, config: BrokerConfig, live: LiveSettings) -> Po
     offload = svc.scheduler.offload
     groups, transactions = svc.groups, svc.transactions
     verify_transactions = settings.transactions.partition_verification_enable
-    configs = ConfigsPort(svc.broker_id, image_source, svc.topics, config, live)
+    configs = ConfigsPort(svc.broker_id, image_source, svc.topics, config, live, svc.backend)
     return Ports(
         authorizer=svc.authorizer,
         connection=ConnectionPort(settings, svc.quotas, svc.metrics, svc.replicas.log_dirs),
@@ -891,8 +901,9 @@ def handler_ports(svc: Services, config: BrokerConfig, live: LiveSettings) -> Po
         # the cluster's controller exists once this broker has registered: looked up per request
         cluster=ClusterPort(svc.replication, lambda: svc.controller),
         features=FeaturesPort(
-            image_source, svc.backend, inter_broker_listener(settings), svc.metrics is not None
+            image_source, svc.backend, inter_broker_listener(settings), svc.telemetry is not None
         ),
+        telemetry=TelemetryPort(svc.telemetry),
     )
 
 

@@ -287,6 +287,11 @@ class Session:
         #: a SaslHandshake v0 succeeded: the tokens come without Kafka framing from now on (the
         #: connection takes this and clears it)
         self.raw_tokens = False
+        #: the client software's name and version from ApiVersions v3+ (KIP-511; client-metrics
+        #: subscriptions match on them)
+        self.client_software = ("", "")
+        #: the client's source port (what client-metrics subscriptions match client_source_port on)
+        self.client_port = ""
 
     @property
     def principal(self) -> KafkaPrincipal:

@@ -18,6 +18,7 @@ result, a read's file region, the errors a log raises) are named here too.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,8 @@ from odradek.broker.logdirs import LogDirFailureChannel
 from odradek.broker.offload import OffLoop
 from odradek.broker.quotas import QuotaManager, ReplicationQuota
 from odradek.broker.replica import Partition
+from odradek.broker.telemetry import Granted
+from odradek.cluster.client_metrics import ClientInfo
 from odradek.cluster.group import Group, OffsetAndMetadata
 from odradek.cluster.metadata import MetadataImage, TopicInfo
 from odradek.config import ConfigSource
@@ -106,6 +109,27 @@ class RunState:
 
 
 # -- the capabilities (each satisfied by a service as it is) ---------------------------------------
+
+
+class ClientMetricsStore(Protocol):
+    """The client-metrics subscriptions (KIP-714) in the metadata store."""
+
+    async def alter_client_metrics(
+        self, name: str, change: Callable[[dict[str, str]], dict[str, str]]
+    ) -> dict[str, str]: ...
+
+
+class TelemetryReceiver(Protocol):
+    """GetTelemetrySubscriptions and PushTelemetry (:class:`odradek.broker.telemetry.ClientTelemetry`)."""
+
+    #: telemetry.max.bytes
+    max_bytes: int
+
+    def get_subscriptions(self, instance_id: uuid.UUID, info: ClientInfo) -> Granted: ...
+
+    def push(
+        self, instance_id: uuid.UUID, info: ClientInfo, sub_id: int, terminating: bool, compression: int, payload: bytes
+    ) -> None: ...
 
 
 class ImageSource(Protocol):
@@ -505,6 +529,8 @@ class ConfigsPort:
     store: ConfigStore
     #: the typed settings now, and the check of a dynamic change before it is made
     settings: LiveSettings
+    #: client-metrics subscriptions (resource type CLIENT_METRICS)
+    client_metrics: ClientMetricsStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -566,6 +592,14 @@ class FeaturesPort:
 
 
 @dataclass(frozen=True, slots=True)
+class TelemetryPort:
+    """GetTelemetrySubscriptions / PushTelemetry (KIP-714)."""
+
+    #: None: the broker exports no metrics, the two APIs are not served
+    receiver: TelemetryReceiver | None
+
+
+@dataclass(frozen=True, slots=True)
 class ConnectionPort:
     """What a connection itself uses: its limits, the client quotas, the request metrics and
     the log dirs' failure channel (a handler's I/O error takes its dir offline)."""
@@ -595,3 +629,4 @@ class Ports:
     sasl: SaslPort
     cluster: ClusterPort
     features: FeaturesPort
+    telemetry: TelemetryPort

@@ -207,6 +207,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             sock = transport.get_extra_info("socket")
             if sock is not None and sock.fileno() >= 0:
                 self._sock = sock
+        self.session.client_port = str(peer[1]) if peer else ""
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.conn.buffer()

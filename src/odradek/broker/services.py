@@ -35,6 +35,7 @@ from odradek.storage import LogManager
 if TYPE_CHECKING:
     from odradek.broker.controller import Controller
     from odradek.broker.schema_validation import RegistryView
+    from odradek.broker.telemetry import ClientTelemetry
 
 __all__ = ["Services"]
 
@@ -66,6 +67,8 @@ class Services:
     quotas: QuotaManager | None = None
     #: the counters /metrics exports (None: metrics are off, nothing is counted)
     metrics: BrokerMetrics | None = None
+    #: the client-telemetry receiver (KIP-714; None: metrics are off, telemetry is not served)
+    telemetry: ClientTelemetry | None = None
     #: the transaction coordinator, and the writer of the markers it sends (None: starting)
     txn_coordinator: TransactionCoordinator | None = None
     txn_markers: MarkerWriter | None = None

@@ -18,6 +18,12 @@ Client quotas (DescribeClientQuotas / AlterClientQuotas), with kafka-configs' op
         --alter --add-config consumer_byte_rate=2097152 --delete-config producer_byte_rate
     odradek configs --entity-type clients --entity-default --describe
     odradek configs describe --user alice          # --client, --user-defaults, --client-defaults too
+
+Client-metrics subscriptions (KIP-714: which metrics matching clients push, how often)::
+
+    odradek configs --entity-type client-metrics --entity-name basic --alter \
+        --add-config 'metrics=[org.apache.kafka.producer.,org.apache.kafka.consumer.],interval.ms=60000,match=[client_id=app-.*]'
+    odradek configs --entity-type client-metrics --entity-name basic --describe
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ _DYNAMIC = {
     "topic": {ConfigSource.DYNAMIC_TOPIC_CONFIG},
     "broker": {ConfigSource.DYNAMIC_BROKER_CONFIG, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG},
     "broker-defaults": {ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG},
+    "client-metrics": {ConfigSource.CLIENT_METRICS_CONFIG},
 }
 
 
@@ -79,6 +86,9 @@ def add_parser(sub: Any) -> None:
         entity = c.add_mutually_exclusive_group(required=False)
         entity.add_argument("--topic", metavar="NAME", help="a topic")
         entity.add_argument("--broker", metavar="ID", help="a broker, by id")
+        entity.add_argument(
+            "--client-metrics", metavar="NAME", help="a client-metrics (telemetry) subscription, by name"
+        )
         entity.add_argument(
             "--broker-defaults", action="store_true", help="the cluster-wide default broker configs"
         )
@@ -137,7 +147,7 @@ _SHORTHANDS = {
     "--client-defaults": "clients",
     "--ip-defaults": "ips",
 }
-_ENTITY_TYPES = ("users", "clients", "ips", "topics", "brokers")
+_ENTITY_TYPES = ("users", "clients", "ips", "topics", "brokers", "client-metrics")
 _QUOTA_TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}
 
 
@@ -149,7 +159,8 @@ def _add_entity_options(p: argparse.ArgumentParser, *, top: bool) -> None:
         action=_Entity,
         const="type",
         choices=_ENTITY_TYPES,
-        help="users, clients, ips (client quotas), topics or brokers (kafka-configs syntax)",
+        help="users, clients, ips (client quotas), topics, brokers or client-metrics (KIP-714 telemetry "
+        "subscriptions) (kafka-configs syntax)",
     )
     p.add_argument(
         "--entity-name",
@@ -276,8 +287,13 @@ def _kafka_style(args: argparse.Namespace) -> None:
     """``--entity-type topics|brokers --entity-name X --alter|--describe``: the subcommands' options."""
     entities = _entities(args)
     if len(entities) != 1:
-        raise ValueError("give one --entity-type topics|brokers with its --entity-name or --entity-default")
+        raise ValueError(
+            "give one --entity-type topics|brokers|client-metrics with its --entity-name or --entity-default"
+        )
     kind, name, given = entities[0]
+    args.client_metrics = name if kind == "client-metrics" else None
+    if kind == "client-metrics" and name is None:
+        raise ValueError("--entity-type client-metrics needs an --entity-name")
     args.topic = name if kind == "topics" else None
     args.broker = name if kind == "brokers" and name is not None else None
     args.broker_defaults = kind == "brokers" and name is None and given
@@ -293,13 +309,16 @@ def _resource(args: argparse.Namespace) -> tuple[ConfigResource, str, str]:
     """The resource, its kind (for _DYNAMIC) and how to name it in output."""
     if args.topic is not None:
         return ConfigResource("topic", args.topic), "topic", f"topic {args.topic}"
+    if getattr(args, "client_metrics", None) is not None:
+        name = args.client_metrics
+        return ConfigResource("client_metrics", name), "client-metrics", f"client-metric {name}"
     if args.broker is not None:
         if not args.broker.isdigit():
             raise ValueError(f"--broker expects a broker id, got {args.broker!r}")
         return ConfigResource("broker", args.broker), "broker", f"broker {args.broker}"
     if not args.broker_defaults:
         raise ValueError(
-            "give --topic, --broker, --broker-defaults or a client quota entity (--user, --client...)"
+            "give --topic, --broker, --broker-defaults, --client-metrics or a client quota entity (--user, --client...)"
         )
     return ConfigResource("broker", ""), "broker-defaults", "brokers in the cluster"
 
@@ -355,6 +374,8 @@ def _used(kind: str, name: str) -> bool:
     if kind == "topic":
         key = TOPIC_KEYS.get(name)
         return key is None or key.used
+    if kind == "client-metrics":
+        return True
     d = BROKER_CONFIGS.get(name)
     return d is None or d.used
 

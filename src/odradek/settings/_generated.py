@@ -670,6 +670,8 @@ class MetricsSettings:
     http_basic_auth_user: str | None
     #: ``metrics.http.basic.auth.password`` (password, default none)
     http_basic_auth_password: str | None = field(repr=False)
+    #: ``telemetry.max.bytes`` (int, at least 1, default 1048576)
+    telemetry_max_bytes: int
 
 
 def _metrics(src: Source) -> MetricsSettings:
@@ -679,6 +681,7 @@ def _metrics(src: Source) -> MetricsSettings:
         http_allowed_hosts=src.items("metrics.http.allowed.hosts"),
         http_basic_auth_user=src.opt_text("metrics.http.basic.auth.user"),
         http_basic_auth_password=src.opt_text("metrics.http.basic.auth.password"),
+        telemetry_max_bytes=src.integer("telemetry.max.bytes", 1),
     )
 
 

@@ -15,4 +15,8 @@ from odradek.protocol.messages.api_versions import ApiVersionsRequest, ApiVersio
 
 @handles(ApiKey.API_VERSIONS, versions=(0, 4))
 async def api_versions(ctx: RequestContext, request: ApiVersionsRequest) -> ApiVersionsResponse:
+    if ctx.version >= 3:
+        ctx.session.client_software = (
+            (request.client_software_name or "")[:256], (request.client_software_version or "")[:256]
+        )
     return api_versions_response(0, ctx.ports.features, ctx.listener, ctx.version)

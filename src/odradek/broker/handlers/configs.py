@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from odradek._clock import Clock, SystemClock
 from odradek.broker.dispatch import RequestContext, handles
 from odradek.broker.ports import check_log_config
+from odradek.cluster import client_metrics
 from odradek.config import (
     BROKER_CONFIGS,
     DEPRECATED_TOPIC_CONFIGS,
@@ -40,6 +41,10 @@ from odradek.protocol.messages.incremental_alter_configs import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
+from odradek.protocol.messages.list_config_resources import (
+    ListConfigResourcesRequest,
+    ListConfigResourcesResponse,
+)
 from odradek.security.acl import Operation, ResourceType
 
 if TYPE_CHECKING:
@@ -47,7 +52,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
+TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS = 2, 4, 8, 16
+#: a client-metrics subscription's configs and their types (KIP-714)
+_CLIENT_METRICS_TYPES = {client_metrics.METRICS: "list", client_metrics.INTERVAL: "int", client_metrics.MATCH: "list"}
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
@@ -324,6 +331,8 @@ async def describe_configs(ctx: RequestContext, request: DescribeConfigsRequest)
                 entries = broker_config_entries(port.store)
             elif res.resource_type == BROKER_LOGGER:
                 entries = []
+            elif res.resource_type == CLIENT_METRICS:
+                entries = client_metrics_entries(port, res.resource_name)
             else:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported resource type {res.resource_type}")
             keys = res.configuration_keys
@@ -360,7 +369,7 @@ def _authorize(ctx: RequestContext, resource_type: int, name: str, op: Operation
     if resource_type == TOPIC:
         if not ctx.authorize(op, ResourceType.TOPIC, name):
             raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
-    elif resource_type in (BROKER, BROKER_LOGGER) and not ctx.authorize_cluster(op):
+    elif resource_type in (BROKER, BROKER_LOGGER, CLIENT_METRICS) and not ctx.authorize_cluster(op):
         raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Authorization failed.")
 
 
@@ -393,8 +402,44 @@ async def _apply(
             if unused:
                 log.warning("broker %s: accepted, not used by Odradek (Kafka configs with no effect here): %s",
                             name or "<default>", ", ".join(unused))
+    elif resource_type == CLIENT_METRICS:
+        await _apply_client_metrics(port, name, change, replace_all, validate_only)
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported resource type {resource_type}")
+
+
+def client_metrics_entries(port: ConfigsPort, name: str) -> list[Entry]:
+    """A client-metrics subscription's configs as set (none: no such subscription)."""
+    if not name:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Client metrics subscription name must not be empty")
+    stored = port.metadata.image.client_metrics.get(name, {})
+    source = int(ConfigSource.CLIENT_METRICS_CONFIG)
+    return [
+        Entry(k, v, False, source, TYPE_CODES.get(_CLIENT_METRICS_TYPES.get(k, "string"), 0), [(k, v, source)])
+        for k, v in sorted(stored.items())
+    ]
+
+
+async def _apply_client_metrics(
+    port: ConfigsPort, name: str, change: Mapping[str, str | None], replace_all: bool, validate_only: bool
+) -> None:
+    """Change a client-metrics subscription (KIP-714) in the metadata store, checked as Kafka does;
+    a subscription left with no config is removed."""
+    client_metrics.validate(name, {k: v for k, v in change.items() if v is not None})
+
+    def apply(before: dict[str, str]) -> dict[str, str]:
+        after = {} if replace_all else dict(before)
+        for k, v in change.items():
+            if v is None:
+                after.pop(k, None)
+            else:
+                after[k] = v
+        client_metrics.validate(name, after)
+        return before if validate_only else after
+
+    after = await port.client_metrics.alter_client_metrics(name, apply)
+    if not validate_only:
+        log.info("client-metrics subscription %r %s: %s", name, "set" if after else "removed", after)
 
 
 @handles(ApiKey.ALTER_CONFIGS, versions=(0, 2))
@@ -434,6 +479,8 @@ async def incremental_alter_configs(
             if res.resource_type == TOPIC:
                 info = port.metadata.image.topics.get(res.resource_name)
                 current = info.configs if info is not None else {}
+            elif res.resource_type == CLIENT_METRICS:
+                current = port.metadata.image.client_metrics.get(res.resource_name, {})
             change: dict[str, str | None] = {}
             for c in res.configs:
                 if c.config_operation == SET:
@@ -445,6 +492,8 @@ async def incremental_alter_configs(
                         kind = TOPIC_CONFIGS.get(c.name)
                         if kind is None:
                             raise _unknown("topic", c.name, TOPIC_CONFIGS)
+                    elif res.resource_type == CLIENT_METRICS:
+                        kind = _CLIENT_METRICS_TYPES.get(c.name, "string")
                     else:
                         d = BROKER_CONFIGS.get(c.name)
                         if d is None:
@@ -463,6 +512,8 @@ async def incremental_alter_configs(
                         base = current[c.name]
                     elif res.resource_type == TOPIC:
                         base = _text(port.store.topic_default(c.name)[0])
+                    elif res.resource_type == CLIENT_METRICS:
+                        base = None
                     else:
                         base = _text(port.store.get(c.name)) if c.name in BROKER_CONFIGS else None
                     items = [x for x in (base or "").split(",") if x]
@@ -479,3 +530,24 @@ async def incremental_alter_configs(
             out.error_code = int(exc.code)
             out.error_message = exc.message or None
     return R(throttle_time_ms=0, responses=results)
+
+
+@handles(ApiKey.LIST_CONFIG_RESOURCES, versions=(0, 1))
+def list_config_resources(ctx: RequestContext, request: ListConfigResourcesRequest) -> ListConfigResourcesResponse:
+    """ListConfigResources (74; v0 was ListClientMetricsResources): the resources with configs,
+    of the requested types (none: every type; v0: client-metrics subscriptions).  Needs
+    DescribeConfigs on the cluster."""
+    R = ListConfigResourcesResponse
+    if not ctx.authorize_cluster(Operation.DESCRIBE_CONFIGS):
+        return R(error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
+    image = ctx.ports.configs.metadata.image
+    known = {
+        TOPIC: sorted(image.topics),
+        BROKER: sorted(str(b) for b in image.brokers),
+        BROKER_LOGGER: sorted(str(b) for b in image.brokers),
+        CLIENT_METRICS: sorted(image.client_metrics),
+    }
+    types = [CLIENT_METRICS] if ctx.version == 0 else list(dict.fromkeys(request.resource_types)) or list(known)
+    if any(t not in known for t in types):
+        return R(error_code=int(ErrorCode.UNSUPPORTED_VERSION))
+    return R(config_resources=[R.ConfigResource(resource_name=n, resource_type=t) for t in types for n in known[t]])
