@@ -5,5 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_setup.sh
-odradek_setup fast,registry
+odradek_setup fast,registry,telemetry
 exec .venv/bin/odradek serve "$@"

@@ -65,7 +65,7 @@ class _Transport:
 def _Services() -> Any:
     settings = settings_from(BrokerConfig({"socket.request.max.bytes": MAX_FRAME}))
     connection = SimpleNamespace(settings=settings, quotas=None, metrics=None, log_dirs=None)
-    return SimpleNamespace(authorizer=None, connection=connection)
+    return SimpleNamespace(authorizer=None, connection=connection, features=None)
 
 
 class _Wire:

@@ -26,6 +26,7 @@ import base64
 import contextlib
 import errno
 import functools
+import importlib.util
 import logging
 import resource
 import socket
@@ -366,10 +367,13 @@ class Broker:
         if self.schema_registry is not None:
             registry.add_source(self.schema_registry.metrics.families)
         backend = self.services.backend
-        telemetry = self.services.telemetry = ClientTelemetry(
-            self.timers, self.settings.current.metrics.telemetry_max_bytes, lambda: backend.image.client_metrics
-        )
-        registry.add_source(telemetry.families)
+        if importlib.util.find_spec("opentelemetry") is not None:  # the telemetry extra: clients' OTLP
+            telemetry = self.services.telemetry = ClientTelemetry(
+                self.timers, self.settings.current.metrics.telemetry_max_bytes, lambda: backend.image.client_metrics
+            )
+            registry.add_source(telemetry.families)
+        else:
+            log.info("client telemetry (KIP-714) is off: install odradek[telemetry] to receive clients' metrics")
         server = MetricsServer(registry, MetricsAccess.from_settings(metrics_settings))
         host = metrics_settings.host or "127.0.0.1"
         try:
