@@ -30,6 +30,7 @@ from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Se
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from odradek.client._config import CONSUMER_DEFAULTS, ClientConfigError, merge_config
+from odradek.client._consumer_protocol import ConsumerProtocolMembership
 from odradek.client._membership import CommitFailed, GroupMembership
 from odradek.client._runner import LoopThread
 from odradek.client.consumer_simple import AsyncSimpleConsumer, ConsumerRecord
@@ -144,8 +145,23 @@ class AsyncConsumer:
             cfg = {**cfg, "key.deserializer": None, "value.deserializer": None}
         self.fetcher = AsyncSimpleConsumer(cfg)
         self.cluster = self.fetcher._cluster
-        self.group: GroupMembership | None = None
-        if cfg["group.id"] is not None:
+        self.group: GroupMembership | ConsumerProtocolMembership | None = None
+        protocol = str(cfg["group.protocol"]).lower()
+        if protocol not in ("classic", "consumer"):
+            raise ClientConfigError(f"invalid group.protocol {cfg['group.protocol']!r} (classic or consumer)")
+        if cfg["group.id"] is not None and protocol == "consumer":
+            # KIP-848: the broker assigns; session and heartbeat intervals are the group's
+            self.group = ConsumerProtocolMembership(
+                self.cluster,
+                group_id=str(cfg["group.id"]),
+                group_instance_id=cfg["group.instance.id"],
+                rebalance_timeout_ms=int(cfg["max.poll.interval.ms"]),
+                remote_assignor=cfg["group.remote.assignor"],
+                rack_id=cfg["client.rack"],
+                retry_backoff_ms=int(cfg["retry.backoff.ms"]),
+                on_assign=self._on_assign,
+            )
+        elif cfg["group.id"] is not None:
             strategies = [s.strip() for s in str(cfg["partition.assignment.strategy"]).split(",") if s.strip()]
             self.group = GroupMembership(
                 self.cluster,
@@ -165,6 +181,7 @@ class AsyncConsumer:
         self.manual: list[TopicPartition] | None = None
         self.positions: dict[TopicPartition, int] = {}
         self.paused: set[TopicPartition] = set()
+        self._revoking: set[TopicPartition] = set()
         # fetched records not handed out yet: per partition a list and the index of the next one
         # (taking a batch is a slice), and where the fetch after them starts
         self.buffer: dict[TopicPartition, list[ConsumerRecord]] = {}
@@ -212,6 +229,11 @@ class AsyncConsumer:
         self.exclude = re.compile(exclude) if isinstance(exclude, str) else exclude
         self.listener = listener
         self.group.subscription = set(self.topics)
+        if isinstance(self.group, ConsumerProtocolMembership):
+            # the broker evaluates the pattern (Kafka's RE2/J syntax), as Kafka's consumer sends it
+            if exclude is not None:
+                raise ValueError("group.protocol=consumer subscribes to a regex the broker evaluates: no exclude")
+            self.group.regex = None if self.pattern is None else self.pattern.pattern
         self.group.needs_rejoin = True
         self._last_pattern_check = 0.0
 
@@ -249,6 +271,15 @@ class AsyncConsumer:
             await _maybe_await(self.listener.on_partitions_assigned(list(added)))
 
     async def _revoke(self, revoked: list[TopicPartition]) -> None:
+        # nothing more of them is handed out while their positions are committed and the listener
+        # runs (a consumer-protocol member revokes in the background, while poll() may be running)
+        self._revoking.update(revoked)
+        try:
+            await self._revoke_now(revoked)
+        finally:
+            self._revoking.difference_update(revoked)
+
+    async def _revoke_now(self, revoked: list[TopicPartition]) -> None:
         if self.auto_commit and self.group is not None and self.group.generation >= 0:
             owned = {tp: self.positions[tp] for tp in revoked if tp in self.positions}
             if owned:
@@ -283,8 +314,8 @@ class AsyncConsumer:
     async def _check_pattern(self) -> None:
         """Pattern subscriptions follow the topics that exist; leaders notice new partitions."""
         group = self.group
-        if group is None or self.manual is not None:
-            return
+        if group is None or self.manual is not None or isinstance(group, ConsumerProtocolMembership):
+            return  # (the broker follows the topics of a consumer-protocol group)
         now = time.monotonic()
         if now - self._last_pattern_check < self.cluster.metadata_max_age_ms / 1000:
             return
@@ -309,7 +340,7 @@ class AsyncConsumer:
 
     # -- positions -------------------------------------------------------------------------------
     def _active(self) -> list[TopicPartition]:
-        return [tp for tp in self.assignment() if tp not in self.paused]
+        return [tp for tp in self.assignment() if tp not in self.paused and tp not in self._revoking]
 
     async def _ensure_positions(self, deadline: float) -> None:
         missing = [tp for tp in self.assignment() if tp not in self.positions]
@@ -320,9 +351,13 @@ class AsyncConsumer:
             committed = await self.group.fetch_committed(missing, deadline)
         for tp in missing:
             if tp in committed:
-                self.positions[tp] = committed[tp][0]
+                offset = committed[tp][0]
             else:
-                self.positions[tp] = await self._reset(tp)
+                offset = await self._reset(tp)
+            # a partition revoked meanwhile (a consumer-protocol member reconciles in the
+            # background) keeps no position: it would be committed again on close
+            if tp in self.assignment() and tp not in self.positions:
+                self.positions[tp] = offset
 
     async def _reset(self, tp: TopicPartition) -> int:
         if self.reset == "earliest":
@@ -420,7 +455,7 @@ class AsyncConsumer:
             if len(out) >= limit:
                 break
             pos = self.positions.get(tp)
-            if pos is None or tp in self.paused:
+            if pos is None or tp in self.paused or tp in self._revoking:
                 continue
             recs, i = self.buffer[tp], self._buf_index.get(tp, 0)
             n = len(recs)

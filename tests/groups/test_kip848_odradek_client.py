@@ -1,0 +1,313 @@
+"""Odradek's own ``Consumer`` with ``group.protocol=consumer`` (KIP-848) against ``odradek serve``.
+
+The classic group scenario with Odradek members: three consumers over six partitions, one leaves,
+one joins, each committing after every poll and (auto-commit) before a partition is revoked.  Every
+record is delivered exactly once (each revocation commits where the member stopped, and the next
+owner starts there), the committed offsets end at the end offsets, and ConsumerGroupDescribe
+snapshots taken throughout never show a partition owned by two members.  Then the same group with
+confluent-kafka members (``group.protocol=consumer``) beside Odradek's; a static member restarting
+within its session timeout; a regex subscription the broker evaluates; a member fenced by the
+broker joining again at epoch 0 after losing its partitions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from odradek.client import Consumer
+from odradek.client.consumer import CommitFailed
+from odradek.errors import KafkaError
+from odradek.testing import BrokerProcess
+from tests.groups.group_helpers import committed_offsets, create_topic, ends, produce, wait_until
+from tests.groups.kip848_helpers import KIP848_OVERRIDES, ConsumerMember, Watcher, wait_settled
+
+PARTITIONS = 6
+PER_PHASE = 60
+
+#: group -> partition -> the Odradek member whose listener holds it; ownership violations seen
+_OWNERS: dict[str, dict[tuple[str, int], str]] = {}
+_VIOLATIONS: list[str] = []
+_LOCK = threading.Lock()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    proc = BrokerProcess(tmp_path_factory.mktemp("odradek-kip848-client"), overrides=KIP848_OVERRIDES)
+    proc.start()
+    try:
+        yield proc
+    finally:
+        code = proc.stop()
+        assert code == 0, f"broker exited with {code}:\n{''.join(proc.stderr_lines[-40:])}"
+
+
+@pytest.fixture(autouse=True)
+def _no_partition_held_twice() -> Iterator[None]:
+    _VIOLATIONS.clear()
+    yield
+    assert not _VIOLATIONS, _VIOLATIONS
+
+
+@dataclass
+class OdradekMember:
+    """An Odradek ``Consumer`` with ``group.protocol=consumer``: commits after every poll that
+    returned records, and (auto-commit) before its partitions are revoked and on close."""
+
+    name: str
+    consumer: Consumer
+    current: set[tuple[str, int]] = field(default_factory=set)
+    delivered: list[tuple[int, int, bytes]] = field(default_factory=list)
+    events: list[tuple[str, list[tuple[str, int]]]] = field(default_factory=list)
+    commit_failures: int = 0
+    closed: bool = False
+    manual_commits: bool = True
+
+    @classmethod
+    def start(cls, bootstrap: str, group: str, topic: str | None, name: str, **conf: Any) -> OdradekMember:
+        c = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": group, "client.id": name, "group.protocol": "consumer",
+            "auto.offset.reset": "earliest", "enable.auto.commit": True, "auto.commit.interval.ms": 200,
+            "fetch.max.wait.ms": 50, **conf,
+        })
+        m = cls(name, c, manual_commits=int(c._async.config["auto.commit.interval.ms"]) < 600_000)
+
+        owners = _OWNERS.setdefault(group, {})
+
+        class Listener:
+            """Checks, as each callback runs, that no other member of the group holds a partition
+            it is given: a member's revocation callback ends before its heartbeat acknowledges
+            it, so the next owner's assignment callback comes after it."""
+
+            def on_partitions_assigned(self, parts: list[tuple[str, int]]) -> None:
+                m.events.append(("assigned", parts))
+                m.current |= set(parts)
+                with _LOCK:
+                    for tp in parts:
+                        if owners.get(tp, name) != name:
+                            _VIOLATIONS.append(f"{tp} given to {name} while {owners[tp]} holds it")
+                        owners[tp] = name
+
+            def on_partitions_revoked(self, parts: list[tuple[str, int]]) -> None:
+                m.events.append(("revoked", parts))
+                m.current -= set(parts)
+                with _LOCK:
+                    for tp in parts:
+                        if owners.get(tp) == name:
+                            del owners[tp]
+
+        if topic is not None:
+            c.subscribe([topic], listener=Listener())
+        return m
+
+    def step(self, timeout: float = 0.02) -> None:
+        if self.closed:
+            return
+        records = self.consumer.poll(timeout)
+        for r in records:
+            self.delivered.append((r.partition, r.offset, r.value))
+        if records and self.manual_commits:
+            try:
+                self.consumer.commit()
+            except (CommitFailed, KafkaError):
+                self.commit_failures += 1
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.consumer.close()
+
+
+def _run_scenario(broker: BrokerProcess, name: str, starters: list[Any], manual_commits: bool = True) -> None:
+    """The scenario; without ``manual_commits`` the Odradek members commit only as auto-commit
+    does before a revocation and on close (the interval is longer than the test)."""
+    topic = group = name
+    bs = broker.bootstrap
+    create_topic(bs, topic, PARTITIONS)
+    produced = produce(bs, topic, PARTITIONS, PER_PHASE, "one")
+    watcher = Watcher(broker.host, broker.port, group, topic)
+    conf: dict[str, Any] = {} if manual_commits else {"auto.commit.interval.ms": 600_000}
+    members: list[Any] = [start(bs, group, topic, f"member-{i}", **conf) for i, start in enumerate(starters[:3])]
+
+    def step() -> None:
+        for m in members:
+            m.step()
+
+    try:
+        first = wait_settled(watcher, 3, PARTITIONS, step)
+        assert sorted(len(parts) for _e, parts, _t, _i in first.members.values()) == [2, 2, 2]
+        produced |= produce(bs, topic, PARTITIONS, PER_PHASE, "two")
+        members[0].close()  # leaves (ConsumerGroupHeartbeat at epoch -1) after committing
+        second = wait_settled(watcher, 2, PARTITIONS, step)
+        assert second.group_epoch > first.group_epoch
+        members.append(starters[3](bs, group, topic, "member-3", **conf))
+        produced |= produce(bs, topic, PARTITIONS, PER_PHASE, "three")
+        third = wait_settled(watcher, 3, PARTITIONS, step)
+        assert sorted(len(parts) for _e, parts, _t, _i in third.members.values()) == [2, 2, 2]
+        end = ends(produced)
+
+        def consumed() -> bool:
+            got = {(p, o) for m in members for p, o, _v in m.delivered}
+            return all(k in got for k in produced)
+
+        wait_until(consumed, what="every record consumed", step=step)
+        if manual_commits:
+            wait_until(lambda: committed_offsets(bs, group, topic, PARTITIONS) == end, what="commits of every record",
+                       step=step)
+        delivered = [(p, o) for m in members for p, o, _v in m.delivered]
+        values = {(p, o): v for m in members for p, o, v in m.delivered}
+        assert all(values[k] == v for k, v in produced.items())
+        if all(isinstance(m, OdradekMember) for m in members):
+            # every revocation committed where its member stopped: nothing came twice
+            dupes = {k for k in delivered if delivered.count(k) > 1}
+            assert not dupes, sorted(dupes)[:10]
+    finally:
+        for m in members:
+            m.close()
+        watcher.stop()
+    assert len(watcher.snapshots) > 50  # snapshots all along, none with a partition owned twice
+    assert committed_offsets(bs, group, topic, PARTITIONS) == end  # and on close
+
+
+def test_odradek_members_three_one_leaves_one_joins_every_record_once(broker: BrokerProcess, name: str) -> None:
+    _run_scenario(broker, name, [OdradekMember.start] * 4)
+
+
+def test_odradek_members_commit_before_each_revocation(broker: BrokerProcess, name: str) -> None:
+    """Only the commits auto-commit makes before a revocation (and on close): still every record
+    exactly once, since each next owner starts where the last one stopped."""
+    _run_scenario(broker, name, [OdradekMember.start] * 4, manual_commits=False)
+
+
+def test_odradek_and_confluent_members_in_one_group(broker: BrokerProcess, name: str) -> None:
+    _run_scenario(broker, name, [OdradekMember.start, ConsumerMember.start, OdradekMember.start, ConsumerMember.start])
+
+
+def test_an_odradek_member_revokes_before_it_acknowledges(broker: BrokerProcess, name: str) -> None:
+    """The listener sees revocations and assignments in order; a member's partitions at every
+    moment are what it was assigned minus what it gave up, and the group's record of it agrees."""
+    topic = group = name
+    bs = broker.bootstrap
+    create_topic(bs, topic, PARTITIONS)
+    produced = produce(bs, topic, PARTITIONS, PER_PHASE, "one")
+    end = ends(produced)
+    watcher = Watcher(broker.host, broker.port, group, topic)
+    never = {"auto.commit.interval.ms": 600_000}  # auto-commit only before revocations and on close
+    a = OdradekMember.start(bs, group, topic, "a", **never)
+    members = [a]
+
+    def step() -> None:
+        for m in members:
+            m.step()
+
+    try:
+        wait_settled(watcher, 1, PARTITIONS, step)
+        assert a.current == {(topic, p) for p in range(PARTITIONS)}
+        wait_until(lambda: len(a.delivered) == len(produced), what="a consumed everything", step=step)
+        assert set(committed_offsets(bs, group, topic, PARTITIONS).values()) == {-1001}  # nothing yet
+        members.append(OdradekMember.start(bs, group, topic, "b", **never))
+        snap = wait_settled(watcher, 2, PARTITIONS, step)
+        assert [kind for kind, _p in a.events] == ["assigned", "revoked"]
+        revoked = a.events[1][1]
+        assert len(revoked) == 3 and a.current.isdisjoint(members[1].current)
+        # committed before they were given up: b starts where a stopped, and reads nothing again
+        committed = committed_offsets(bs, group, topic, PARTITIONS)
+        assert {p: committed.get(p) for _t, p in revoked} == {p: end[p] for _t, p in revoked}
+        step()
+        assert members[1].delivered == []
+        epochs = sorted(e for e, _p, _t, _i in snap.members.values())
+        assert all(e > 0 for e in epochs)
+        assert members[1].consumer.consumer_group_metadata().generation_id in epochs
+    finally:
+        for m in members:
+            m.close()
+        watcher.stop()
+
+
+def test_an_odradek_static_member_restarts_without_a_reassignment(broker: BrokerProcess, name: str) -> None:
+    topic = group = name
+    bs = broker.bootstrap
+    create_topic(bs, topic, PARTITIONS)
+    watcher = Watcher(broker.host, broker.port, group, topic)
+    members = [OdradekMember.start(bs, group, topic, f"static-{i}", **{"group.instance.id": f"instance-{i}"})
+               for i in range(3)]
+
+    def step() -> None:
+        for m in members:
+            m.step()
+
+    try:
+        before = wait_settled(watcher, 3, PARTITIONS, step)
+        by_instance = {i: (parts, mid) for mid, (_e, parts, _t, i) in before.members.items()}
+        members[1].close()  # epoch -2: its partitions stay its own for the session timeout
+        wait_until(lambda: (s := watcher.latest()) is not None
+                   and any(e == -2 for e, _p, _t, _i in s.members.values()), what="the member away", step=step)
+        members[1] = OdradekMember.start(bs, group, topic, "static-1b", **{"group.instance.id": "instance-1"})
+        after = wait_settled(watcher, 3, PARTITIONS, step)
+        again = {i: (parts, mid) for mid, (_e, parts, _t, i) in after.members.items()}
+        assert {i: p for i, (p, _m) in again.items()} == {i: p for i, (p, _m) in by_instance.items()}
+        assert after.group_epoch == before.group_epoch  # no rebalance
+        assert members[1].current == {(topic, p) for p in by_instance["instance-1"][0]}
+    finally:
+        for m in members:
+            m.close()
+        watcher.stop()
+
+
+def test_an_odradek_member_subscribes_to_a_regex_the_broker_evaluates(broker: BrokerProcess, name: str) -> None:
+    first, later, other = f"{name}-a", f"{name}-b", f"x{name}"
+    bs = broker.bootstrap
+    for t in (first, other):
+        create_topic(bs, t, 2)
+    m = OdradekMember.start(bs, name, None, "regex")
+    m.consumer.subscribe(pattern=f"{name}-.*")
+    try:
+        wait_until(lambda: set(m.consumer.assignment()) == {(first, 0), (first, 1)}, what="the matching topic",
+                   step=m.step)
+        create_topic(bs, later, 2)
+        wait_until(lambda: set(m.consumer.assignment()) == {(t, p) for t in (first, later) for p in (0, 1)},
+                   what="the topic created later assigned too", step=m.step)
+    finally:
+        m.close()
+
+
+def test_a_fenced_odradek_member_loses_its_partitions_and_joins_again(broker: BrokerProcess, name: str) -> None:
+    """Its heartbeats stop (as if the process stalled) until the broker's session timeout removes
+    it: the next heartbeat gets UNKNOWN_MEMBER_ID or FENCED_MEMBER_EPOCH, the member gives its
+    partitions up without committing and joins again at epoch 0, and gets partitions back."""
+    topic = group = name
+    bs = broker.bootstrap
+    create_topic(bs, topic, 2)
+    watcher = Watcher(broker.host, broker.port, group, topic)
+    m = OdradekMember.start(bs, group, topic, "fenced", **{"enable.auto.commit": False})
+    try:
+        first = wait_settled(watcher, 1, 2, m.step)
+        (old_epoch,) = [e for e, _p, _t, _i in first.members.values()]
+        membership = m.consumer._async.group
+        assert membership is not None
+        task = membership._hb_task  # type: ignore[union-attr]
+        assert task is not None
+        m.consumer._runner.call(_cancel(task), 10)
+        wait_until(lambda: (s := watcher.latest()) is not None and not s.members, what="the member expired",
+                   timeout=30)
+        membership.needs_rejoin = True  # what the consumer does on its next poll: heartbeats again
+        wait_until(lambda: ("revoked", [(topic, 0), (topic, 1)]) in m.events, what="the partitions lost",
+                   step=m.step)
+        second = wait_settled(watcher, 1, 2, m.step)
+        assert m.current == {(topic, 0), (topic, 1)}
+        assert second.group_epoch > first.group_epoch and old_epoch > 0
+    finally:
+        m.close()
+        watcher.stop()
+
+
+async def _cancel(task: Any) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
