@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -311,3 +313,55 @@ async def _cancel(task: Any) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+def test_groups_describe_shows_a_reconciliation_under_way(broker: BrokerProcess, name: str) -> None:
+    """``odradek groups describe`` on a group of Odradek members while one of them has not yet
+    given partitions up (its revocation waits for its next poll, as in Kafka's consumer): the
+    protocol, each member's epoch, and its current assignment beside its target."""
+    topic = group = name
+    bs = broker.bootstrap
+    create_topic(bs, topic, 4)
+    watcher = Watcher(broker.host, broker.port, group, topic)
+    a = OdradekMember.start(bs, group, topic, "a")
+    b: OdradekMember | None = None
+    try:
+        wait_settled(watcher, 1, 4, a.step)
+        b = OdradekMember.start(bs, group, topic, "b")
+        member_b = b
+
+        def b_waits() -> bool:
+            member_b.step()  # a does not poll: it keeps what b is to get
+            s = watcher.latest()
+            return s is not None and sorted((len(parts), len(target)) for _e, parts, target, _i in s.members.values()) == [
+                (0, 2), (2, 2)]
+
+        # the broker has a's two other partitions pending revocation (owned by nobody in its
+        # describe, not given to b yet), and a, until it polls, still holds them
+        wait_until(b_waits, what="b waiting for the partitions a has to give up")
+        assert len(a.consumer.assignment()) == 4
+        table = _cli(bs, "describe", group)
+        snap = watcher.latest()
+        assert snap is not None
+        assert table.returncode == 0, table.stderr
+        assert f"Consumer group '{group}' (consumer protocol, KIP-848)" in table.stdout
+        rows = {line.split()[0]: line.split() for line in table.stdout.splitlines() if line.split()
+                and line.split()[0] in snap.members}
+        for mid, (epoch, parts, target, _i) in snap.members.items():
+            row = rows[mid]
+            assert row[1] == str(epoch)
+            shown = (f"{topic}:{','.join(map(str, sorted(parts)))}" if parts else "-",
+                     f"{topic}:{','.join(map(str, sorted(target)))}")
+            assert (row[-2], row[-1]) == shown, table.stdout
+        assert len(a.consumer.assignment()) == 4
+        wait_settled(watcher, 2, 4, lambda: (a.step(), member_b.step()))  # a polls: it gives them up
+    finally:
+        for m in (a, b):
+            if m is not None:
+                m.close()
+        watcher.stop()
+
+
+def _cli(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "odradek", "groups", "--bootstrap-server", bootstrap, *args],
+                          capture_output=True, text=True, timeout=60)
