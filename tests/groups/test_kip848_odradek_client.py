@@ -17,15 +17,17 @@ import contextlib
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from odradek.client import Consumer
+from odradek.client import Consumer, Producer
+from odradek.client._consumer_protocol import ConsumerProtocolMembership
 from odradek.client.consumer import CommitFailed
-from odradek.errors import KafkaError
+from odradek.errors import ErrorCode, KafkaError
 from odradek.testing import BrokerProcess
 from tests.groups.group_helpers import committed_offsets, create_topic, ends, produce, wait_until
 from tests.groups.kip848_helpers import KIP848_OVERRIDES, ConsumerMember, Watcher, wait_settled
@@ -365,3 +367,82 @@ def test_groups_describe_shows_a_reconciliation_under_way(broker: BrokerProcess,
 def _cli(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "odradek", "groups", "--bootstrap-server", bootstrap, *args],
                           capture_output=True, text=True, timeout=60)
+
+
+def test_heartbeats_are_full_when_joining_and_after_errors_and_deltas_otherwise() -> None:
+    """The requests the membership builds (no broker): everything at epoch 0 and after an error;
+    then only what changed since the last answered heartbeat (Kafka's consumer does the same)."""
+    tid = uuid.uuid4()
+
+    class Info:
+        topic_id = tid
+
+    class FakeCluster:
+        topics = {"t": Info()}
+
+    async def on_assign(_added: list[tuple[str, int]], _revoked: list[tuple[str, int]]) -> None:
+        return None
+
+    m = ConsumerProtocolMembership(
+        FakeCluster(), group_id="g", group_instance_id="i-1", rebalance_timeout_ms=300000,  # type: ignore[arg-type]
+        remote_assignor="range", rack_id="r1", retry_backoff_ms=100, on_assign=on_assign,
+    )
+    m.subscription = {"t"}
+    first = m._request(1)
+    assert (first.member_epoch, first.instance_id, first.rack_id, first.rebalance_timeout_ms, first.subscribed_topic_names,
+            first.server_assignor, first.topic_partitions) == (0, "i-1", "r1", 300000, ["t"], "range", [])
+    assert first.member_id == m.member_id and len(m.member_id) == 36  # the client's own (a UUID)
+    # answered: epoch 3, nothing owned yet; the next one says only what changed (nothing)
+    m._full, m.member_epoch = False, 3
+    m._sent_names, m._sent_regex, m._sent_owned = ["t"], None, []
+    quiet = m._request(1)
+    assert (quiet.member_epoch, quiet.instance_id, quiet.rack_id, quiet.rebalance_timeout_ms, quiet.subscribed_topic_names,
+            quiet.server_assignor, quiet.topic_partitions) == (3, None, None, -1, None, None, None)
+    m.assigned = [("t", 0), ("t", 2)]
+    acked = m._request(1)
+    assert acked.subscribed_topic_names is None
+    assert [(tp.topic_id, tp.partitions) for tp in acked.topic_partitions or []] == [(tid, [0, 2])]
+    m.subscription = {"t", "u"}
+    assert m._request(1).subscribed_topic_names == ["t", "u"]
+    m._full = True  # after an error
+    again = m._request(1)
+    assert (again.instance_id, again.rebalance_timeout_ms, again.server_assignor) == ("i-1", 300000, "range")
+    assert again.topic_partitions is not None and again.subscribed_topic_names == ["t", "u"]
+    m.regex, m._full = "t.*", False
+    regex = m._request(1)
+    assert (regex.subscribed_topic_regex, regex.subscribed_topic_names) == ("t.*", None)
+
+
+def test_offsets_of_a_consumer_protocol_member_in_a_transaction(broker: BrokerProcess, name: str) -> None:
+    """consume-transform-produce with a consumer-protocol member: TxnOffsetCommit carries its
+    member id and epoch (the broker checks them), and the offsets are committed with the
+    transaction."""
+    src, dst = f"{name}-in", f"{name}-out"
+    bs = broker.bootstrap
+    create_topic(bs, src, 1)
+    create_topic(bs, dst, 1)
+    produce(bs, src, 1, 5, "x")
+    m = OdradekMember.start(bs, name, src, "ctp", **{"enable.auto.commit": False})
+    try:
+        wait_until(lambda: len(m.delivered) == 5, what="the records consumed", step=m.step)
+        meta = m.consumer.consumer_group_metadata()
+        assert meta.generation_id > 0 and meta.member_id
+        with Producer(bootstrap_servers=bs, transactional_id=f"t-{name}") as p:
+            p.init_transactions(30)
+            p.begin_transaction()
+            for _p, _o, v in m.delivered:
+                p.send(dst, v)
+            p.send_offsets_to_transaction({(src, 0): 5}, meta)
+            p.commit_transaction(30)
+        assert m.consumer.committed([(src, 0)]) == {(src, 0): 5}
+        stale = meta._replace(generation_id=meta.generation_id + 7)
+        with Producer(bootstrap_servers=bs, transactional_id=f"t2-{name}") as p:
+            p.init_transactions(30)
+            p.begin_transaction()
+            with pytest.raises(KafkaError) as info:
+                p.send_offsets_to_transaction({(src, 0): 1}, stale)
+            assert info.value.code in (ErrorCode.STALE_MEMBER_EPOCH, ErrorCode.ILLEGAL_GENERATION), info.value
+            p.abort_transaction(30)
+        assert m.consumer.committed([(src, 0)]) == {(src, 0): 5}
+    finally:
+        m.close()
