@@ -446,3 +446,32 @@ def test_offsets_of_a_consumer_protocol_member_in_a_transaction(broker: BrokerPr
         assert m.consumer.committed([(src, 0)]) == {(src, 0): 5}
     finally:
         m.close()
+
+
+def test_a_second_live_instance_of_a_static_member_gets_the_fatal_error(broker: BrokerProcess, name: str) -> None:
+    """Two consumers with one ``group.instance.id``: the second's join is refused
+    (UNRELEASED_INSTANCE_ID, fatal as in Kafka's consumer) and its poll() raises it; the first keeps
+    its partitions."""
+    topic = group = name
+    bs = broker.bootstrap
+    create_topic(bs, topic, 2)
+    first = OdradekMember.start(bs, group, topic, "first", **{"group.instance.id": "only"})
+    second = OdradekMember.start(bs, group, topic, "second", **{"group.instance.id": "only"})
+    try:
+        wait_until(lambda: len(first.consumer.assignment()) == 2, what="the first member's partitions", step=first.step)
+        raised: list[KafkaError] = []
+
+        def second_fails() -> bool:
+            first.step()
+            try:
+                second.step()
+            except KafkaError as exc:
+                raised.append(exc)
+            return bool(raised)
+
+        wait_until(second_fails, what="the second instance refused")
+        assert raised[0].code is ErrorCode.UNRELEASED_INSTANCE_ID, raised[0]
+        assert second.consumer.assignment() == [] and len(first.consumer.assignment()) == 2
+    finally:
+        second.close()
+        first.close()

@@ -221,6 +221,8 @@ class ConsumerProtocolMembership:
         # FENCED_INSTANCE_ID, UNRELEASED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR, INVALID_REGULAR_EXPRESSION,
         # GROUP_MAX_SIZE_REACHED, authorization, INVALID_REQUEST...: fatal, as in Kafka's consumer
         self.fatal = KafkaError(err, f"group {self.group_id}: {message}")
+        self.needs_rejoin = True  # the consumer's next poll() raises it (ensure_active)
+        log.error("member %s of group %s stops heartbeating: %s", self.member_id, self.group_id, message)
         return self.retry_backoff
 
     async def _lose(self) -> None:
