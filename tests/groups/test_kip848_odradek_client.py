@@ -24,13 +24,13 @@ from typing import Any
 
 import pytest
 
-from odradek.client import Consumer, Producer
+from odradek.client import AsyncConsumer, Consumer, Producer
 from odradek.client._consumer_protocol import ConsumerProtocolMembership
 from odradek.client.consumer import CommitFailed
 from odradek.errors import ErrorCode, KafkaError
-from odradek.testing import BrokerProcess
+from odradek.testing import BrokerProcess, WireClient
 from tests.groups.group_helpers import committed_offsets, create_topic, ends, produce, wait_until
-from tests.groups.kip848_helpers import KIP848_OVERRIDES, ConsumerMember, Watcher, wait_settled
+from tests.groups.kip848_helpers import KIP848_OVERRIDES, ConsumerMember, Watcher, describe, wait_settled
 
 PARTITIONS = 6
 PER_PHASE = 60
@@ -147,7 +147,17 @@ def _run_scenario(broker: BrokerProcess, name: str, starters: list[Any], manual_
         first = wait_settled(watcher, 3, PARTITIONS, step)
         assert sorted(len(parts) for _e, parts, _t, _i in first.members.values()) == [2, 2, 2]
         produced |= produce(bs, topic, PARTITIONS, PER_PHASE, "two")
-        members[0].close()  # leaves (ConsumerGroupHeartbeat at epoch -1) after committing
+        leaving = members[0]
+        leaving_id = leaving.consumer._async.group.member_id if isinstance(leaving, OdradekMember) else None
+        leaving.close()  # leaves (ConsumerGroupHeartbeat at epoch -1) after committing
+        if leaving_id is not None:
+            # close() returns once the coordinator answered the leave: gone now, not at its session's end
+            wire = WireClient(broker.host, broker.port)
+            try:
+                now = describe(wire, group, topic)
+            finally:
+                wire.close()
+            assert now is not None and leaving_id not in now.members, now
         second = wait_settled(watcher, 2, PARTITIONS, step)
         assert second.group_epoch > first.group_epoch
         members.append(starters[3](bs, group, topic, "member-3", **conf))
@@ -475,3 +485,40 @@ def test_a_second_live_instance_of_a_static_member_gets_the_fatal_error(broker: 
     finally:
         second.close()
         first.close()
+
+
+def test_the_async_consumer_with_the_consumer_protocol(broker: BrokerProcess, name: str) -> None:
+    """``AsyncConsumer`` takes the same option: two members on one event loop share the partitions,
+    consume every record once, commit, and leave."""
+    topic = group = name
+    bs = broker.bootstrap
+    create_topic(bs, topic, 4)
+    produced = produce(bs, topic, 4, 40, "a")
+
+    async def main() -> tuple[list[tuple[int, int]], list[list[tuple[str, int]]], dict[tuple[str, int], int | None]]:
+        conf = {"bootstrap.servers": bs, "group.id": group, "group.protocol": "consumer",
+                "auto.offset.reset": "earliest", "enable.auto.commit": False}
+        members = [AsyncConsumer(conf), AsyncConsumer(conf)]
+        got: list[tuple[int, int]] = []
+        try:
+            for c in members:
+                c.subscribe([topic])
+            deadline = asyncio.get_running_loop().time() + 60
+            while len(got) < len(produced) or any(len(c.assignment()) != 2 for c in members):
+                assert asyncio.get_running_loop().time() < deadline, (len(got), [c.assignment() for c in members])
+                for c in members:
+                    records = await c.poll(0.05)
+                    got += [(r.partition, r.offset) for r in records]
+                    if records:
+                        await c.commit()
+            assignments = [sorted(c.assignment()) for c in members]
+            committed = await members[0].committed([(topic, p) for p in range(4)])
+        finally:
+            for c in members:
+                await c.close()
+        return got, assignments, committed
+
+    got, assignments, committed = asyncio.run(main())
+    assert sorted(got) == sorted(produced)  # each record once
+    assert sorted(tp for a in assignments for tp in a) == [(topic, p) for p in range(4)]
+    assert committed == {(topic, p): e for p, e in ends(produced).items()}
