@@ -404,5 +404,6 @@ class ConsumerProtocolMembership:
             except (ConnectionError, TimeoutError, KafkaError) as exc:
                 log.debug("leave failed: %s", exc)
         self.member_epoch = 0
+        self.heartbeats = 0  # (a second leave() sends nothing)
         self._full = True
         self.assigned = []
