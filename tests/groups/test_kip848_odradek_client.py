@@ -522,3 +522,26 @@ def test_the_async_consumer_with_the_consumer_protocol(broker: BrokerProcess, na
     assert sorted(got) == sorted(produced)  # each record once
     assert sorted(tp for a in assignments for tp in a) == [(topic, p) for p in range(4)]
     assert committed == {(topic, p): e for p, e in ends(produced).items()}
+
+
+def test_a_member_that_stops_polling_leaves_and_joins_again_on_its_next_poll(broker: BrokerProcess, name: str) -> None:
+    """As Kafka's consumer: no poll() within ``max.poll.interval.ms``, the member leaves the group
+    (its heartbeats go on meanwhile; only the poll timer makes it leave) and its partitions are lost
+    (no commit); its next poll() tells the listener and joins again, at a new epoch."""
+    topic = group = name
+    bs = broker.bootstrap
+    create_topic(bs, topic, 2)
+    watcher = Watcher(broker.host, broker.port, group, topic)
+    m = OdradekMember.start(bs, group, topic, "slow", **{"max.poll.interval.ms": 1500, "enable.auto.commit": False})
+    try:
+        first = wait_settled(watcher, 1, 2, m.step)
+        (old_epoch,) = [e for e, _p, _t, _i in first.members.values()]
+        wait_until(lambda: (s := watcher.latest()) is not None and not s.members, what="the member gone", timeout=30)
+        assert m.events == [("assigned", [(topic, 0), (topic, 1)])]  # told on its next poll, not before
+        second = wait_settled(watcher, 1, 2, m.step)
+        assert m.events[1] == ("revoked", [(topic, 0), (topic, 1)]) and m.events[2][0] == "assigned"
+        (new_epoch,) = [e for e, _p, _t, _i in second.members.values()]
+        assert new_epoch > old_epoch
+    finally:
+        m.close()
+        watcher.stop()

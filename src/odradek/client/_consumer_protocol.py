@@ -105,6 +105,9 @@ class ConsumerProtocolMembership:
         self._fences = 0  # bumped when the member loses its partitions: a reconciliation stops
         #: heartbeat answers so far (tests and ``odradek groups`` diagnostics)
         self.heartbeats = 0
+        #: when the consumer's poll() was last called; ``stale``: the member left for not polling
+        self.last_poll = time.monotonic()
+        self.stale = False
 
     @property
     def generation(self) -> int:
@@ -167,9 +170,31 @@ class ConsumerProtocolMembership:
             topic_partitions=topic_partitions,
         )
 
+    def polled(self) -> None:
+        """The consumer's poll() was called: the poll timer starts again, and a member that left
+        for missing it (``max.poll.interval.ms``) joins again."""
+        self.last_poll = time.monotonic()
+        if self.stale:
+            self.stale = False
+            self._full = True
+            self._wake.set()
+
     async def _heartbeats(self) -> None:
         while not self._leaving and self.fatal is None:
             self._wake.clear()
+            if not self.stale and self.member_epoch > 0 and time.monotonic() - self.last_poll > self.rebalance_timeout_ms / 1000:
+                # as Kafka's consumer: poll() not called within max.poll.interval.ms, the member
+                # leaves (epoch -1, static members too) and its partitions are lost; the next
+                # poll() joins again
+                log.warning("member %s of group %s: no poll() for max.poll.interval.ms (%d ms): it leaves the group",
+                            self.member_id, self.group_id, self.rebalance_timeout_ms)
+                self.stale = True
+                await self._send_leave(LEAVE_EPOCH)
+                await self._lose()
+                continue
+            if self.stale:
+                await self._wake.wait()
+                continue
             wait = await self._heartbeat_once()
             if self._leaving:
                 return
@@ -392,18 +417,21 @@ class ConsumerProtocolMembership:
                 task.cancel()
                 await asyncio.wait({task}, timeout=self.heartbeat_interval + 1)
         self._hb_task = self._reconcile = None
-        if self.member_epoch > 0 or (self.member_epoch == 0 and self.heartbeats):
-            epoch = LEAVE_STATIC_EPOCH if self.group_instance_id is not None else LEAVE_EPOCH
-            try:
-                conn = await self.coordinator_connection(time.monotonic() + 5)
-                v = conn.version_for(ConsumerGroupHeartbeatRequest)
-                req = ConsumerGroupHeartbeatRequest(
-                    group_id=self.group_id, member_id=self.member_id, member_epoch=epoch, instance_id=self.group_instance_id,
-                )
-                await conn.request(req, v, timeout=5)
-            except (ConnectionError, TimeoutError, KafkaError) as exc:
-                log.debug("leave failed: %s", exc)
+        if not self.stale and (self.member_epoch > 0 or (self.member_epoch == 0 and self.heartbeats)):
+            await self._send_leave(LEAVE_STATIC_EPOCH if self.group_instance_id is not None else LEAVE_EPOCH)
+        self.stale = False
         self.member_epoch = 0
         self.heartbeats = 0  # (a second leave() sends nothing)
         self._full = True
         self.assigned = []
+
+    async def _send_leave(self, epoch: int) -> None:
+        try:
+            conn = await self.coordinator_connection(time.monotonic() + 5)
+            v = conn.version_for(ConsumerGroupHeartbeatRequest)
+            req = ConsumerGroupHeartbeatRequest(
+                group_id=self.group_id, member_id=self.member_id, member_epoch=epoch, instance_id=self.group_instance_id,
+            )
+            await conn.request(req, v, timeout=5)
+        except (ConnectionError, TimeoutError, KafkaError) as exc:
+            log.debug("leave failed: %s", exc)

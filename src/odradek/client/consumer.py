@@ -379,6 +379,8 @@ class AsyncConsumer:
         limit = max_records or self.max_poll_records
         deadline = time.monotonic() + timeout
         self._hold_rejoin = False
+        if isinstance(self.group, ConsumerProtocolMembership):
+            self.group.polled()
         self._in_poll.set()
         try:
             records = await self._poll(limit, deadline)
