@@ -545,3 +545,46 @@ def test_a_member_that_stops_polling_leaves_and_joins_again_on_its_next_poll(bro
     finally:
         m.close()
         watcher.stop()
+
+
+def test_a_rolling_restart_converts_a_classic_group_of_odradek_members(broker: BrokerProcess, name: str) -> None:
+    """Two Odradek members of a classic group are replaced one by one with consumer-protocol
+    members (the broker converts the group when the first joins): every record consumed once,
+    the commits at the end offsets, no partition held by two members' listeners at once."""
+    topic = group = name
+    bs = broker.bootstrap
+    create_topic(bs, topic, 4)
+    produced = produce(bs, topic, 4, 40, "one")
+    classic = {"group.protocol": "classic", "partition.assignment.strategy": "cooperative-sticky",
+               "heartbeat.interval.ms": 300, "session.timeout.ms": 6000}
+    members = [OdradekMember.start(bs, group, topic, f"classic-{i}", **classic) for i in range(2)]
+    everyone = list(members)
+
+    def step() -> None:
+        for m in members:
+            m.step()
+
+    try:
+        wait_until(lambda: sorted(len(m.consumer.assignment()) for m in members) == [2, 2], what="the classic group",
+                   step=step)
+        for i in range(2):
+            produced |= produce(bs, topic, 4, 20, f"phase-{i}")
+            members[i].close()
+            members[i] = OdradekMember.start(bs, group, topic, f"consumer-{i}")
+            everyone.append(members[i])
+            wait_until(lambda: sorted(len(m.consumer.assignment()) for m in members) == [2, 2],
+                       what=f"the group after restart {i}", step=step)
+        wait_until(lambda: all(k in {(p, o) for m in everyone for p, o, _v in m.delivered} for k in produced),
+                   what="every record", step=step)
+        wire = WireClient(broker.host, broker.port)
+        try:
+            converted = describe(wire, group, topic)  # a consumer group now (ConsumerGroupDescribe)
+        finally:
+            wire.close()
+        assert converted is not None and len(converted.members) == 2 and len(converted.owners()) == 4
+    finally:
+        for m in members:
+            m.close()
+    delivered = [(p, o) for m in everyone for p, o, _v in m.delivered]
+    assert sorted(delivered) == sorted(produced)  # each once
+    assert committed_offsets(bs, group, topic, 4) == ends(produced)
