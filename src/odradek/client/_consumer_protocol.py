@@ -103,7 +103,7 @@ class ConsumerProtocolMembership:
         self._wake = asyncio.Event()
         self._leaving = False
         self._fences = 0  # bumped when the member loses its partitions: a reconciliation stops
-        #: heartbeat answers so far (tests and ``odradek groups`` diagnostics)
+        #: heartbeat answers so far (0: the broker may not know the member: leave() sends nothing)
         self.heartbeats = 0
         #: when the consumer's poll() was last called; ``stale``: the member left for not polling
         self.last_poll = time.monotonic()

@@ -9,6 +9,11 @@ on them.  Positions start at the committed offsets, else at ``auto.offset.reset`
 ``latest``, or ``none``: raise).  With ``enable.auto.commit`` the positions are committed every
 ``auto.commit.interval.ms``, before partitions are revoked and on close.
 
+With ``group.protocol=consumer`` (KIP-848) the broker assigns instead
+(:mod:`odradek.client._consumer_protocol`): the member heartbeats, revokes before it acknowledges,
+and a pattern subscription is a regex the broker evaluates (``group.remote.assignor`` chooses the
+broker's assignor).
+
 The high-level API of the seeds is a thin layer over it: :func:`create_message_streams` gives
 iterators that each own a share of a topic's partitions (one group member each), and
 :func:`create_message_streams_by_filter` does the same for every topic a :class:`Whitelist` or
@@ -26,7 +31,7 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from odradek.client._config import CONSUMER_DEFAULTS, ClientConfigError, merge_config
@@ -36,6 +41,7 @@ from odradek.client._runner import LoopThread
 from odradek.client.consumer_simple import AsyncSimpleConsumer, ConsumerRecord
 from odradek.client.errors import OffsetOutOfRangeError
 from odradek.errors import ErrorCode, KafkaError
+from odradek.transport import AsyncCluster
 
 __all__ = [
     "AsyncConsumer",
@@ -145,35 +151,7 @@ class AsyncConsumer:
             cfg = {**cfg, "key.deserializer": None, "value.deserializer": None}
         self.fetcher = AsyncSimpleConsumer(cfg)
         self.cluster = self.fetcher._cluster
-        self.group: GroupMembership | ConsumerProtocolMembership | None = None
-        protocol = str(cfg["group.protocol"]).lower()
-        if protocol not in ("classic", "consumer"):
-            raise ClientConfigError(f"invalid group.protocol {cfg['group.protocol']!r} (classic or consumer)")
-        if cfg["group.id"] is not None and protocol == "consumer":
-            # KIP-848: the broker assigns; session and heartbeat intervals are the group's
-            self.group = ConsumerProtocolMembership(
-                self.cluster,
-                group_id=str(cfg["group.id"]),
-                group_instance_id=cfg["group.instance.id"],
-                rebalance_timeout_ms=int(cfg["max.poll.interval.ms"]),
-                remote_assignor=cfg["group.remote.assignor"],
-                rack_id=cfg["client.rack"],
-                retry_backoff_ms=int(cfg["retry.backoff.ms"]),
-                on_assign=self._on_assign,
-            )
-        elif cfg["group.id"] is not None:
-            strategies = [s.strip() for s in str(cfg["partition.assignment.strategy"]).split(",") if s.strip()]
-            self.group = GroupMembership(
-                self.cluster,
-                group_id=str(cfg["group.id"]),
-                group_instance_id=cfg["group.instance.id"],
-                session_timeout_ms=int(cfg["session.timeout.ms"]),
-                rebalance_timeout_ms=int(cfg["max.poll.interval.ms"]),
-                heartbeat_interval_ms=int(cfg["heartbeat.interval.ms"]),
-                assignors=strategies,
-                retry_backoff_ms=int(cfg["retry.backoff.ms"]),
-                on_assign=self._on_assign,
-            )
+        self.group = _membership(cfg, self.cluster, self._on_assign)
         self.listener: ConsumerRebalanceListener | None = None
         self.topics: set[str] = set()
         self.pattern: re.Pattern[str] | None = None
@@ -731,6 +709,43 @@ class AsyncConsumer:
             records = await self.poll(1.0, max_records=1)
             if records:
                 return records[0]
+
+
+def _membership(
+    cfg: Mapping[str, Any], cluster: AsyncCluster,
+    on_assign: Callable[[list[TopicPartition], list[TopicPartition]], Awaitable[None]],
+) -> GroupMembership | ConsumerProtocolMembership | None:
+    """The consumer's group membership for its configuration: none without a ``group.id``, else
+    the classic protocol's or (``group.protocol=consumer``, KIP-848) the consumer protocol's."""
+    protocol = str(cfg["group.protocol"]).lower()
+    if protocol not in ("classic", "consumer"):
+        raise ClientConfigError(f"invalid group.protocol {cfg['group.protocol']!r} (classic or consumer)")
+    if cfg["group.id"] is None:
+        return None
+    if protocol == "consumer":
+        # the broker assigns; session and heartbeat intervals are the group's
+        return ConsumerProtocolMembership(
+            cluster,
+            group_id=str(cfg["group.id"]),
+            group_instance_id=cfg["group.instance.id"],
+            rebalance_timeout_ms=int(cfg["max.poll.interval.ms"]),
+            remote_assignor=cfg["group.remote.assignor"],
+            rack_id=cfg["client.rack"],
+            retry_backoff_ms=int(cfg["retry.backoff.ms"]),
+            on_assign=on_assign,
+        )
+    strategies = [s.strip() for s in str(cfg["partition.assignment.strategy"]).split(",") if s.strip()]
+    return GroupMembership(
+        cluster,
+        group_id=str(cfg["group.id"]),
+        group_instance_id=cfg["group.instance.id"],
+        session_timeout_ms=int(cfg["session.timeout.ms"]),
+        rebalance_timeout_ms=int(cfg["max.poll.interval.ms"]),
+        heartbeat_interval_ms=int(cfg["heartbeat.interval.ms"]),
+        assignors=strategies,
+        retry_backoff_ms=int(cfg["retry.backoff.ms"]),
+        on_assign=on_assign,
+    )
 
 
 async def _maybe_await(value: Any) -> None:
