@@ -113,6 +113,11 @@ CONSUMER_CONFIGS = _rows(
     _C("value.deserializer", "class", None, doc="a callable turning value bytes into values"),
     _C("group.id", "string", None, doc="the consumer group (none: no group, no commits)"),
     _C("group.instance.id", "string", None, doc="a static member's id (KIP-345)"),
+    _C("group.protocol", "string", "classic", doc="classic (the members assign) or consumer (KIP-848: the broker assigns)",
+       valid=("classic", "consumer")),
+    _C("group.remote.assignor", "string", None, doc="group.protocol=consumer: the broker's assignor (uniform, range; "
+       "none: the group's default)"),
+    _C("client.rack", "string", None, doc="group.protocol=consumer: the rack sent to the broker's assignor"),
     _C("enable.auto.commit", "boolean", True, doc="commit the positions in the background"),
     _C("auto.commit.interval.ms", "int", 5000, doc="how often positions are committed"),
     _C("auto.offset.reset", "string", "latest", doc="where to start without a committed offset",

@@ -25,7 +25,7 @@ from odradek.protocol.messages.init_producer_id import InitProducerIdRequest
 from odradek.protocol.messages.produce import ProduceRequest, ProduceResponse
 from odradek.records import Compression, crc32c
 from odradek.records.appender import build as build_batch
-from odradek.transport import AsyncCluster
+from odradek.transport import TXN_V2_VERSIONS, AsyncCluster
 
 if TYPE_CHECKING:
     from odradek.client._topic_metadata import TopicMetadata
@@ -285,7 +285,9 @@ class Sender:
                 lock = self.node_locks[node] = asyncio.Lock()
             async with lock:
                 conn = await self.cluster.connection(node)
-                pending = conn.send(req, expect_response=s.acks != 0)
+                # transactions v2: Produce v12 adds the partitions to the transaction
+                v = conn.version_for(ProduceRequest, caps=TXN_V2_VERSIONS) if self.txn is not None and self.txn.v2 else None
+                pending = conn.send(req, v, expect_response=s.acks != 0)
             if s.acks == 0:
                 unwritten = pending.exception() if pending.done() else None
                 if unwritten is not None:

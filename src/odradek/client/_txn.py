@@ -22,8 +22,9 @@ from odradek.protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest
 from odradek.protocol.messages.add_partitions_to_txn import AddPartitionsToTxnRequest
 from odradek.protocol.messages.end_txn import EndTxnRequest
 from odradek.protocol.messages.init_producer_id import InitProducerIdRequest
+from odradek.protocol.messages.produce import ProduceRequest
 from odradek.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest
-from odradek.transport import GROUP, TRANSACTION, AsyncBrokerConnection, AsyncCluster
+from odradek.transport import GROUP, TRANSACTION, TXN_V2_VERSIONS, AsyncBrokerConnection, AsyncCluster
 
 if TYPE_CHECKING:
     from odradek.client._accumulator import RecordAccumulator
@@ -77,6 +78,11 @@ class TxnManager:
         self._group_coordinators: dict[str, AsyncBrokerConnection] = {}
         #: AddPartitionsToTxn started early (:meth:`add_early`), by partition, until it completes
         self._adding: dict[TopicPartition, asyncio.Task[None]] = {}
+        #: transactions v2 (KIP-890 part 2), chosen at init_transactions when the coordinator
+        #: finalizes ``transaction.version`` >= 2 and speaks EndTxn v5: Produce v12 adds a partition
+        #: by itself and TxnOffsetCommit v5 the group's (no AddPartitionsToTxn/AddOffsetsToTxn),
+        #: and EndTxn v5 answers with the epoch bumped for the next transaction
+        self.v2 = False
 
     # -- state checks (the faces call these before they act) -------------------------------------
     def require(self, *states: TxnState, action: str) -> None:
@@ -114,7 +120,7 @@ class TxnManager:
                     if conn is None or conn.closed:
                         conn = self._group_coordinators[group] = await self._find(group, GROUP, deadline)
                 request = build(None)
-                v = conn.version_for(type(request))
+                v = conn.version_for(type(request), caps=TXN_V2_VERSIONS if self.v2 else None)
                 if isinstance(request, AddPartitionsToTxnRequest):
                     v = min(v, 3)  # v4+ is the brokers' batched form (KIP-890)
                 return await conn.request(build(v), v)
@@ -169,7 +175,22 @@ class TxnManager:
         self.state = TxnState.READY
         self.partitions.clear()
         self.offsets_added = False
+        self.v2 = self._supports_v2()
+        log.debug("transactional id %s: producer id %d epoch %d, transactions v%d", self.transactional_id,
+                  self.producer_id, self.producer_epoch, 2 if self.v2 else 1)
         return self.producer_id, self.producer_epoch
+
+    def _supports_v2(self) -> bool:
+        """Whether the coordinator finalizes ``transaction.version`` >= 2 and speaks EndTxn v5 and
+        Produce v12 (as Kafka's producer decides from the ApiVersions answers)."""
+        conn = self._coordinator
+        if conn is None or conn.feature_level("transaction.version") < 2:
+            return False
+        try:
+            return (conn.version_for(EndTxnRequest, caps=TXN_V2_VERSIONS) >= 5
+                    and conn.version_for(ProduceRequest, caps=TXN_V2_VERSIONS) >= 12)
+        except KafkaError:
+            return False
 
     def add_early(self, tps: Iterable[TopicPartition], timeout: float) -> None:
         """Start AddPartitionsToTxn for partitions that got their first records of the
@@ -178,6 +199,8 @@ class TxnManager:
         the transaction's (:meth:`fail`), and the batches waiting for it get it."""
         if self.state is not TxnState.IN_TRANSACTION:
             return
+        if self.v2:
+            return  # Produce v12 adds them: nothing to do before their batches go out
         new = [tp for tp in tps if tp not in self.partitions and tp not in self._adding]
         if not new:
             return
@@ -202,6 +225,10 @@ class TxnManager:
         """Have the coordinator add ``tps`` to the transaction (before their first batch goes
         out); waits for those started early, and raises their failure."""
         tps = set(tps)
+        if self.v2:
+            # Produce v12 adds them; from here the transaction is the broker's to end (EndTxn)
+            self.partitions.update(tps)
+            return
         early = {self._adding[tp] for tp in tps if tp in self._adding}
         if early:
             await asyncio.gather(*early)
@@ -261,7 +288,8 @@ class TxnManager:
             return bad[0] if bad else ErrorCode.NONE
 
         try:
-            await self._retrying(add, lambda r: ErrorCode.of(r.error_code), timeout=timeout)
+            if not self.v2:  # v2: TxnOffsetCommit v5 adds the group's offsets partition itself
+                await self._retrying(add, lambda r: ErrorCode.of(r.error_code), timeout=timeout)
             self.offsets_added = True
             await self._retrying(commit, commit_error, group=group_id, timeout=timeout)
         except KafkaError as exc:
@@ -280,11 +308,14 @@ class TxnManager:
                                  producer_epoch=self.producer_epoch, committed=commit)
 
         try:
-            await self._retrying(send, lambda r: ErrorCode.of(r.error_code), timeout=timeout)
+            resp = await self._retrying(send, lambda r: ErrorCode.of(r.error_code), timeout=timeout)
         except KafkaError as exc:
             if exc.code in _FATAL:
                 self.fail(exc)
             raise
+        if self.v2 and resp.producer_id >= 0:
+            # EndTxn v5 bumped the epoch: the next transaction's batches carry it (sequences anew)
+            self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
         self.partitions.clear()
         self.offsets_added = False
         self.state = TxnState.READY
@@ -346,6 +377,10 @@ class ProducerTransactions:
             if txn.state in (TxnState.COMMITTING, TxnState.ABORTING):
                 txn.state = TxnState.IN_TRANSACTION if commit else TxnState.ABORTING
             raise
+        with self.acc.lock:
+            if (txn.producer_id, txn.producer_epoch) != (self.sender.producer_id, self.sender.producer_epoch):
+                self.sender.producer_id, self.sender.producer_epoch = txn.producer_id, txn.producer_epoch
+                self.sender.sequences.clear()
 
     def drop_unsent(self, cause: KafkaError) -> None:
         """abort_transaction: batches not yet sent fail instead (they must not be written)."""

@@ -9,6 +9,11 @@ on them.  Positions start at the committed offsets, else at ``auto.offset.reset`
 ``latest``, or ``none``: raise).  With ``enable.auto.commit`` the positions are committed every
 ``auto.commit.interval.ms``, before partitions are revoked and on close.
 
+With ``group.protocol=consumer`` (KIP-848) the broker assigns instead
+(:mod:`odradek.client._consumer_protocol`): the member heartbeats, revokes before it acknowledges,
+and a pattern subscription is a regex the broker evaluates (``group.remote.assignor`` chooses the
+broker's assignor).
+
 The high-level API of the seeds is a thin layer over it: :func:`create_message_streams` gives
 iterators that each own a share of a topic's partitions (one group member each), and
 :func:`create_message_streams_by_filter` does the same for every topic a :class:`Whitelist` or
@@ -26,15 +31,17 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from odradek.client._config import CONSUMER_DEFAULTS, ClientConfigError, merge_config
+from odradek.client._consumer_protocol import ConsumerProtocolMembership
 from odradek.client._membership import CommitFailed, GroupMembership
 from odradek.client._runner import LoopThread
 from odradek.client.consumer_simple import AsyncSimpleConsumer, ConsumerRecord
 from odradek.client.errors import OffsetOutOfRangeError
 from odradek.errors import ErrorCode, KafkaError
+from odradek.transport import AsyncCluster
 
 __all__ = [
     "AsyncConsumer",
@@ -144,20 +151,7 @@ class AsyncConsumer:
             cfg = {**cfg, "key.deserializer": None, "value.deserializer": None}
         self.fetcher = AsyncSimpleConsumer(cfg)
         self.cluster = self.fetcher._cluster
-        self.group: GroupMembership | None = None
-        if cfg["group.id"] is not None:
-            strategies = [s.strip() for s in str(cfg["partition.assignment.strategy"]).split(",") if s.strip()]
-            self.group = GroupMembership(
-                self.cluster,
-                group_id=str(cfg["group.id"]),
-                group_instance_id=cfg["group.instance.id"],
-                session_timeout_ms=int(cfg["session.timeout.ms"]),
-                rebalance_timeout_ms=int(cfg["max.poll.interval.ms"]),
-                heartbeat_interval_ms=int(cfg["heartbeat.interval.ms"]),
-                assignors=strategies,
-                retry_backoff_ms=int(cfg["retry.backoff.ms"]),
-                on_assign=self._on_assign,
-            )
+        self.group = _membership(cfg, self.cluster, self._on_assign)
         self.listener: ConsumerRebalanceListener | None = None
         self.topics: set[str] = set()
         self.pattern: re.Pattern[str] | None = None
@@ -165,6 +159,7 @@ class AsyncConsumer:
         self.manual: list[TopicPartition] | None = None
         self.positions: dict[TopicPartition, int] = {}
         self.paused: set[TopicPartition] = set()
+        self._revoking: set[TopicPartition] = set()
         # fetched records not handed out yet: per partition a list and the index of the next one
         # (taking a batch is a slice), and where the fetch after them starts
         self.buffer: dict[TopicPartition, list[ConsumerRecord]] = {}
@@ -212,6 +207,11 @@ class AsyncConsumer:
         self.exclude = re.compile(exclude) if isinstance(exclude, str) else exclude
         self.listener = listener
         self.group.subscription = set(self.topics)
+        if isinstance(self.group, ConsumerProtocolMembership):
+            # the broker evaluates the pattern (Kafka's RE2/J syntax), as Kafka's consumer sends it
+            if exclude is not None:
+                raise ValueError("group.protocol=consumer subscribes to a regex the broker evaluates: no exclude")
+            self.group.regex = None if self.pattern is None else self.pattern.pattern
         self.group.needs_rejoin = True
         self._last_pattern_check = 0.0
 
@@ -249,6 +249,15 @@ class AsyncConsumer:
             await _maybe_await(self.listener.on_partitions_assigned(list(added)))
 
     async def _revoke(self, revoked: list[TopicPartition]) -> None:
+        # nothing more of them is handed out while their positions are committed and the listener
+        # runs (a consumer-protocol member revokes in the background, while poll() may be running)
+        self._revoking.update(revoked)
+        try:
+            await self._revoke_now(revoked)
+        finally:
+            self._revoking.difference_update(revoked)
+
+    async def _revoke_now(self, revoked: list[TopicPartition]) -> None:
         if self.auto_commit and self.group is not None and self.group.generation >= 0:
             owned = {tp: self.positions[tp] for tp in revoked if tp in self.positions}
             if owned:
@@ -283,8 +292,8 @@ class AsyncConsumer:
     async def _check_pattern(self) -> None:
         """Pattern subscriptions follow the topics that exist; leaders notice new partitions."""
         group = self.group
-        if group is None or self.manual is not None:
-            return
+        if group is None or self.manual is not None or isinstance(group, ConsumerProtocolMembership):
+            return  # (the broker follows the topics of a consumer-protocol group)
         now = time.monotonic()
         if now - self._last_pattern_check < self.cluster.metadata_max_age_ms / 1000:
             return
@@ -309,7 +318,7 @@ class AsyncConsumer:
 
     # -- positions -------------------------------------------------------------------------------
     def _active(self) -> list[TopicPartition]:
-        return [tp for tp in self.assignment() if tp not in self.paused]
+        return [tp for tp in self.assignment() if tp not in self.paused and tp not in self._revoking]
 
     async def _ensure_positions(self, deadline: float) -> None:
         missing = [tp for tp in self.assignment() if tp not in self.positions]
@@ -320,9 +329,13 @@ class AsyncConsumer:
             committed = await self.group.fetch_committed(missing, deadline)
         for tp in missing:
             if tp in committed:
-                self.positions[tp] = committed[tp][0]
+                offset = committed[tp][0]
             else:
-                self.positions[tp] = await self._reset(tp)
+                offset = await self._reset(tp)
+            # a partition revoked meanwhile (a consumer-protocol member reconciles in the
+            # background) keeps no position: it would be committed again on close
+            if tp in self.assignment() and tp not in self.positions:
+                self.positions[tp] = offset
 
     async def _reset(self, tp: TopicPartition) -> int:
         if self.reset == "earliest":
@@ -344,6 +357,8 @@ class AsyncConsumer:
         limit = max_records or self.max_poll_records
         deadline = time.monotonic() + timeout
         self._hold_rejoin = False
+        if isinstance(self.group, ConsumerProtocolMembership):
+            self.group.polled()
         self._in_poll.set()
         try:
             records = await self._poll(limit, deadline)
@@ -420,7 +435,7 @@ class AsyncConsumer:
             if len(out) >= limit:
                 break
             pos = self.positions.get(tp)
-            if pos is None or tp in self.paused:
+            if pos is None or tp in self.paused or tp in self._revoking:
                 continue
             recs, i = self.buffer[tp], self._buf_index.get(tp, 0)
             n = len(recs)
@@ -694,6 +709,43 @@ class AsyncConsumer:
             records = await self.poll(1.0, max_records=1)
             if records:
                 return records[0]
+
+
+def _membership(
+    cfg: Mapping[str, Any], cluster: AsyncCluster,
+    on_assign: Callable[[list[TopicPartition], list[TopicPartition]], Awaitable[None]],
+) -> GroupMembership | ConsumerProtocolMembership | None:
+    """The consumer's group membership for its configuration: none without a ``group.id``, else
+    the classic protocol's or (``group.protocol=consumer``, KIP-848) the consumer protocol's."""
+    protocol = str(cfg["group.protocol"]).lower()
+    if protocol not in ("classic", "consumer"):
+        raise ClientConfigError(f"invalid group.protocol {cfg['group.protocol']!r} (classic or consumer)")
+    if cfg["group.id"] is None:
+        return None
+    if protocol == "consumer":
+        # the broker assigns; session and heartbeat intervals are the group's
+        return ConsumerProtocolMembership(
+            cluster,
+            group_id=str(cfg["group.id"]),
+            group_instance_id=cfg["group.instance.id"],
+            rebalance_timeout_ms=int(cfg["max.poll.interval.ms"]),
+            remote_assignor=cfg["group.remote.assignor"],
+            rack_id=cfg["client.rack"],
+            retry_backoff_ms=int(cfg["retry.backoff.ms"]),
+            on_assign=on_assign,
+        )
+    strategies = [s.strip() for s in str(cfg["partition.assignment.strategy"]).split(",") if s.strip()]
+    return GroupMembership(
+        cluster,
+        group_id=str(cfg["group.id"]),
+        group_instance_id=cfg["group.instance.id"],
+        session_timeout_ms=int(cfg["session.timeout.ms"]),
+        rebalance_timeout_ms=int(cfg["max.poll.interval.ms"]),
+        heartbeat_interval_ms=int(cfg["heartbeat.interval.ms"]),
+        assignors=strategies,
+        retry_backoff_ms=int(cfg["retry.backoff.ms"]),
+        on_assign=on_assign,
+    )
 
 
 async def _maybe_await(value: Any) -> None:

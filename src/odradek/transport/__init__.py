@@ -26,13 +26,14 @@ from odradek.transport.channel import Channel
 from odradek.transport.cluster import AsyncCluster, Cluster, ClusterView, PartitionInfo, TopicInfo
 from odradek.transport.connect import BlockingStream, Endpoint, add_endpoint, remove_endpoint
 from odradek.transport.coordinator import GROUP, TRANSACTION, CoordinatorAnswer
-from odradek.transport.session import Security, Session, negotiate_version, parse_bootstrap
+from odradek.transport.session import TXN_V2_VERSIONS, Security, Session, negotiate_version, parse_bootstrap
 
 __all__ = [
     "FRAMES",
     "GROUP",
     "SMALL_FRAME",
     "TRANSACTION",
+    "TXN_V2_VERSIONS",
     "AsyncBrokerConnection",
     "AsyncCluster",
     "BlockingStream",

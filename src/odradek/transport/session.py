@@ -40,7 +40,7 @@ from odradek.security import OAuthBearerClient, PlainClient, ScramClient, sasl_e
 
 from ._ops import Call, Procedure
 
-__all__ = ["Security", "Session", "negotiate_version", "parse_bootstrap"]
+__all__ = ["TXN_V2_VERSIONS", "Security", "Session", "negotiate_version", "parse_bootstrap"]
 
 SaslMechanism = PlainClient | ScramClient | OAuthBearerClient
 
@@ -93,18 +93,30 @@ CLIENT_MAX_VERSIONS: dict[int, int] = {
     ApiKey.CONSUMER_GROUP_DESCRIBE: 0,
 }
 
+#: The versions a transactional producer using transactions v2 (KIP-890 part 2) speaks, when the
+#: broker finalizes ``transaction.version`` 2 or above: Produce v12 adds a partition to the
+#: transaction by itself, EndTxn v5 bumps the epoch, TxnOffsetCommit v5 needs no AddOffsetsToTxn.
+TXN_V2_VERSIONS: dict[int, int] = {
+    ApiKey.PRODUCE: 12,
+    ApiKey.END_TXN: 5,
+    ApiKey.TXN_OFFSET_COMMIT: 5,
+}
+
 
 def negotiate_version(
-    versions: Mapping[int, tuple[int, int]], cls: type[Message], maximum: int | None, who: str
+    versions: Mapping[int, tuple[int, int]], cls: type[Message], maximum: int | None, who: str,
+    caps: Mapping[int, int] | None = None,
 ) -> int:
     """The highest version of ``cls`` both sides support (from the broker's ApiVersions answer),
-    capped at ``maximum`` and at :data:`CLIENT_MAX_VERSIONS`; UNSUPPORTED_VERSION when there is
-    none."""
+    capped at ``maximum`` and at :data:`CLIENT_MAX_VERSIONS` (or ``caps`` where it names the API,
+    e.g. :data:`TXN_V2_VERSIONS`); UNSUPPORTED_VERSION when there is none."""
     broker = versions.get(cls.API_KEY)
     if broker is None:
         raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"{who} does not support {cls.NAME}")
     lo = max(broker[0], cls.VALID_VERSIONS[0])
     ours = CLIENT_MAX_VERSIONS.get(cls.API_KEY, cls.VALID_VERSIONS[1])
+    if caps is not None and cls.API_KEY in caps:
+        ours = min(caps[cls.API_KEY], cls.VALID_VERSIONS[1])
     hi = min(broker[1], ours, maximum if maximum is not None else 1 << 15)
     if lo > hi:
         raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"no {cls.NAME} version in common with {who}")
@@ -137,6 +149,8 @@ class Session:
         self.max_frame_size = max_frame_size
         #: api key -> (min, max) version the broker offers
         self.versions: dict[int, tuple[int, int]] = dict(versions or {})
+        #: feature -> the level the broker finalizes it at (from ApiVersions v3+)
+        self.finalized: dict[str, int] = {}
         self._negotiate = handshake and versions is None
         self._authenticate = handshake
         #: correlation ids and the requests in flight
@@ -155,9 +169,15 @@ class Session:
         """The peer with its address: ``broker 3 (host:port)`` or ``host:port``."""
         return f"broker {self.node_id} ({self.host}:{self.port})" if self.node_id >= 0 else f"{self.host}:{self.port}"
 
-    def version_for(self, cls: type[Message], maximum: int | None = None) -> int:
-        """The version of ``cls`` to send: the highest both sides support, capped at ``maximum``."""
-        return negotiate_version(self.versions, cls, maximum, self.who)
+    def version_for(self, cls: type[Message], maximum: int | None = None, caps: Mapping[int, int] | None = None) -> int:
+        """The version of ``cls`` to send: the highest both sides support, capped at ``maximum``
+        (``caps``: other client caps than :data:`CLIENT_MAX_VERSIONS`, see :func:`negotiate_version`)."""
+        return negotiate_version(self.versions, cls, maximum, self.who, caps)
+
+    def feature_level(self, name: str) -> int:
+        """The level the broker finalizes feature ``name`` at (ApiVersions v3+; 0: not finalized,
+        or a broker that does not say)."""
+        return self.finalized.get(name, 0)
 
     def receive_frame(self, payload: bytearray | memoryview) -> ResponseReceived:
         """The response in ``payload`` (a frame without its size prefix), answering the oldest
@@ -176,6 +196,7 @@ class Session:
             if resp.error_code:
                 raise KafkaError(resp.error_code, "ApiVersions failed")
             self.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+            self.finalized = {f.name: f.max_version_level for f in resp.finalized_features or ()}
         if not self._authenticate or self.security is None:
             return
         steps = sasl_exchange(self.security.sasl_client(), self.version_for)
