@@ -49,6 +49,7 @@ from typing import Any
 import pyarrow as pa
 
 from odradek.errors import OdradekError
+from odradek.spark._avrofast import ColumnDecoder
 
 log = logging.getLogger(__name__)
 
@@ -991,6 +992,25 @@ def _avro_fast(col: TypedColumn, values: list[Any]) -> list[Any] | None:
     return out
 
 
+_COLUMNAR: dict[tuple[str, int], ColumnDecoder] = {}
+
+
+def _columnar(col: TypedColumn, built: pa.DataType) -> ColumnDecoder:
+    """The compiled column decoder of the column's reader schema (see :mod:`._avrofast`)."""
+    key = (col.url, col.schema_id)
+    found = _COLUMNAR.get(key)
+    if found is None:
+
+        def writer_of(sid: int) -> Any:
+            schema_type, text = _CACHE.writer(col, sid)
+            if schema_type != "AVRO":
+                raise _Bad(f"writer schema id {sid} is {schema_type}, not AVRO")
+            return _plain(json.loads(text))
+
+        found = _COLUMNAR[key] = ColumnDecoder(_plain(json.loads(col.schema)), col.schema_id, built, writer_of)
+    return found
+
+
 def _json_decoder(col: TypedColumn) -> Callable[[bytes], Any]:
     def decode(data: bytes) -> Any:
         if len(data) < 5 or data[0] != _MAGIC:
@@ -1027,6 +1047,10 @@ def _decode_column(
     col: TypedColumn, column: pa.Array, offsets: pa.Array, partition: int, failfast: bool, bad: list[bool]
 ) -> pa.Array:
     decode, fix, built = _decoder(col)
+    if col.fmt == "avro":
+        fast = _columnar(col, built).decode(column)
+        if fast is not None:
+            return _as_spark(fast, col)
     values = column.to_pylist()
     out = _avro_fast(col, values) if col.fmt == "avro" else None
     if out is not None and fix is not None:
