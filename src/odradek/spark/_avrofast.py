@@ -199,9 +199,13 @@ def check_resolution(writer: list[Node], reader: list[Node], w: int = 0, r: int 
     if rn.kind == K_RECORD:
         if wn.kind != K_RECORD or _short(wn.name) != _short(rn.name):  # fastavro: unqualified names
             raise Unsupported("record names differ")
-        for _, _, j, found in _matches(wn, rn):
+        for name, default, j, found in _matches(wn, rn):
             if found is not None:
                 check_resolution(writer, reader, found, j)
+            elif reader[j].kind in (K_BYTES, K_FIXED) and isinstance(default, str) and not default.isascii():
+                # Avro's spec reads the code points as bytes, fastavro's values (the careful path)
+                # as UTF-8: the careful path, so that every batch of a query reads them alike
+                raise Unsupported(f"field {name}: a bytes default past ASCII")
         return
     if rn.kind == K_ENUM:
         if wn.kind != K_ENUM or _short(wn.name) != _short(rn.name) or not set(wn.symbols) <= set(rn.symbols):
@@ -271,8 +275,7 @@ def _project(writer: list[Node], reader: list[Node], arr: pa.Array, w: int = 0, 
                 child = _constant(reader, j, default, len(arr))
             children.append(child)
             fields.append(pa.field(name, child.type))
-        mask = arr.is_null() if arr.null_count else None
-        return pa.StructArray.from_arrays(children, fields=fields, mask=mask)
+        return _struct(children, fields, arr)
     steps = _PROMOTE.get((wn.kind, rn.kind), [])
     try:
         for t in steps:
@@ -282,6 +285,16 @@ def _project(writer: list[Node], reader: list[Node], arr: pa.Array, w: int = 0, 
     return arr
 
 
+def _struct(children: list[pa.Array], fields: list[pa.Field], like: pa.Array) -> pa.StructArray:
+    """A struct of these children, null where ``like`` is."""
+    mask = like.is_null() if like.null_count else None
+    if children:
+        return pa.StructArray.from_arrays(children, fields=fields, mask=mask)
+    # a struct of no fields: its length is not its children's
+    rows: list[dict[str, Any] | None] = [None if m else {} for m in mask.to_pylist()] if mask is not None else [{}] * len(like)
+    return pa.array(rows, pa.struct([]))
+
+
 def _cast(arr: pa.Array, target: pa.DataType) -> pa.Array:
     """The physical column as the reader's Arrow type (dates and timestamps of their numbers)."""
     if arr.type == target:
@@ -289,8 +302,7 @@ def _cast(arr: pa.Array, target: pa.DataType) -> pa.Array:
     if pa.types.is_struct(target) and pa.types.is_struct(arr.type) and arr.type.num_fields == target.num_fields:
         flat = arr if arr.offset == 0 else pa.concat_arrays([arr])
         children = [_cast(flat.field(i), target.field(i).type) for i in range(target.num_fields)]
-        mask = flat.is_null() if flat.null_count else None
-        return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
+        return _struct(children, list(target), flat)
     try:
         return arr.cast(target)
     except (pa.ArrowException, ValueError) as exc:
@@ -307,13 +319,16 @@ class ColumnDecoder:
     """Decodes a binary column of framed values against one reader schema.
 
     ``reader``: the reader's schema (parsed JSON, logical types plain); ``reader_id`` its id;
-    ``built``: the Arrow type the column is built as (``_typed``'s converter); ``writer_of``: the
-    writer schema (parsed, plain) of an id, raising when the registry has no Avro schema of it.
+    ``built``: the Arrow type the column is built as (``_typed``'s converter); ``target``: the type
+    Spark takes (timestamps in microseconds); ``writer_of``: the writer schema (parsed, plain) of
+    an id, raising when the registry has no Avro schema of it.
     """
 
-    def __init__(self, reader: Any, reader_id: int, built: pa.DataType, writer_of: Callable[[int], Any]) -> None:
+    def __init__(self, reader: Any, reader_id: int, built: pa.DataType, target: pa.DataType,
+                 writer_of: Callable[[int], Any]) -> None:
         self.reader_id = reader_id
         self.built = built
+        self.target = target
         self.writer_of = writer_of
         self.writers: dict[bytes, _Writer | None] = {}
         try:
@@ -341,14 +356,14 @@ class ColumnDecoder:
         return found
 
     def decode(self, column: pa.Array) -> pa.Array | None:
-        """The column decoded as ``built``, or None: decode it record by record instead."""
+        """The column decoded as ``target``, or None: decode it record by record instead."""
         if _avrocols is None or self.reader is None or column.type != pa.binary() or len(column) == 0:
             return None
         n = len(column)
         validity, offsets, data = column.buffers()
         present = column.drop_null() if column.null_count else column
         if len(present) == 0:
-            return pa.nulls(n, self.built)
+            return pa.nulls(n, self.target)
         header: bytes | None = present[0].as_py()[:5]
         take = bytearray(b"\xff" * (4 * (column.offset + n)))
         parts: list[pa.Array] = []
@@ -376,7 +391,12 @@ class ColumnDecoder:
             log.debug("typed Avro: batch decoded record by record (%s)", exc)
             return None
         if len(parts) == 1 and column.null_count == 0:
-            return parts[0]
-        indices = pa.Array.from_buffers(pa.int32(), n, [validity, pa.py_buffer(take)], offset=column.offset)
-        whole = parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
-        return pc.take(whole, indices)
+            out = parts[0]
+        else:
+            indices = pa.Array.from_buffers(pa.int32(), n, [validity, pa.py_buffer(take)], offset=column.offset)
+            out = pc.take(parts[0] if len(parts) == 1 else pa.concat_arrays(parts), indices)
+        try:
+            return out if out.type == self.target else out.cast(self.target)
+        except (pa.ArrowException, ValueError) as exc:  # a millisecond timestamp past microseconds' range
+            log.debug("typed Avro: batch decoded record by record (%s)", exc)
+            return None

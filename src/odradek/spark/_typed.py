@@ -1007,7 +1007,7 @@ def _columnar(col: TypedColumn, built: pa.DataType) -> ColumnDecoder:
                 raise _Bad(f"writer schema id {sid} is {schema_type}, not AVRO")
             return _plain(json.loads(text))
 
-        found = _COLUMNAR[key] = ColumnDecoder(_plain(json.loads(col.schema)), col.schema_id, built, writer_of)
+        found = _COLUMNAR[key] = ColumnDecoder(_plain(json.loads(col.schema)), col.schema_id, built, col.arrow_type, writer_of)
     return found
 
 
@@ -1050,7 +1050,7 @@ def _decode_column(
     if col.fmt == "avro":
         fast = _columnar(col, built).decode(column)
         if fast is not None:
-            return _as_spark(fast, col)
+            return fast
     values = column.to_pylist()
     out = _avro_fast(col, values) if col.fmt == "avro" else None
     if out is not None and fix is not None:
@@ -1080,7 +1080,7 @@ def _decode_column(
     kept = []
     for i, value in enumerate(out):
         try:
-            pa.array([value], type=built)
+            _as_spark(pa.array([value], type=built), col)  # a millisecond timestamp past microseconds' range too
             kept.append(value)
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
             _malformed(col, offsets, partition, i, exc, failfast)
