@@ -207,6 +207,9 @@ def _evolve(writer: Any, data: st.DataObject) -> Any:
         t = f["type"]
         if action == "promote" and isinstance(t, str) and t in _PROMOTIONS:
             t = data.draw(st.sampled_from(_PROMOTIONS[t]))
+        elif action == "promote" and isinstance(t, dict) and t["type"] == "enum":  # symbols reordered, one more or less
+            symbols = [*reversed(t["symbols"]), "Z"]
+            t = {**t, "symbols": symbols[1:] if data.draw(st.booleans()) else symbols}
         fields.append({**f, "type": t})
     for i in range(data.draw(st.integers(0, 2))):
         t, default = data.draw(st.sampled_from(_DEFAULTS))

@@ -202,6 +202,9 @@ def check_resolution(writer: list[Node], reader: list[Node], w: int = 0, r: int 
         for name, default, j, found in _matches(wn, rn):
             if found is not None:
                 check_resolution(writer, reader, found, j)
+            elif default is not None and (reader[j].kind in (K_RECORD, K_NULL)
+                                          or (reader[j].kind == K_ENUM and default not in reader[j].symbols)):
+                raise Unsupported(f"field {name}: a default of a record, or not one of its type")
             elif reader[j].kind in (K_BYTES, K_FIXED) and isinstance(default, str) and not default.isascii():
                 # Avro's spec reads the code points as bytes, fastavro's values (the careful path)
                 # as UTF-8: the careful path, so that every batch of a query reads them alike

@@ -7,7 +7,8 @@ the key or value column into a struct typed by the latest schema of the topic's 
 query is planned.  Each record is framed the Confluent way (a 0 byte, the 4-byte big-endian id
 of the writer's schema, the payload); the executors fetch each writer schema once per process
 and decode Avro with Avro's schema resolution (the writer's schema against the reader's, as
-fastavro's ``schemaless_reader`` does it), into Arrow.
+fastavro's ``schemaless_reader`` does it), into Arrow: column-wise by the compiled decoder of
+:mod:`._avrofast` where it can (no Python object per record), else record by record with fastavro.
 
 Types are those spark-avro gives (``SchemaConverters.toSqlType``): records are structs, arrays
 arrays, maps maps with string keys, enums strings, fixed and bytes binary, ``[null, T]`` a
@@ -26,7 +27,8 @@ record's bytes in the corrupt-record column (``columnNameOfCorruptRecord``, defa
 
 The sink: a struct ``key`` or ``value`` column is encoded with the subject's latest schema, or
 with the schema derived from the struct's type (spark-avro's ``toAvroType``) registered first
-with ``autoRegister=true``; Confluent framing.  Pure Python over pyarrow and fastavro (no pyspark).
+with ``autoRegister=true``; Confluent framing.  Python over pyarrow and fastavro (no pyspark), and
+the optional compiled Avro decoder.
 """
 
 from __future__ import annotations
