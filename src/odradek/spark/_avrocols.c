@@ -9,7 +9,7 @@
  * length entries, writable, -1 where no call has decoded the row yet) gets, at each decoded row,
  * ``base`` plus the row's rank among the rows this call decodes.
  *
- * Returns (count, other_header or None, [(validity, values, data) per node]) or None when a value
+ * Returns (count, other_header or None, [(entries, validity, values, data) per node]) or None when a value
  * is malformed in any way (not framed, truncated, bytes left over, a varint of more than ten
  * bytes, an int out of range, a length past the end, a bad union or enum index, invalid UTF-8):
  * the caller then decodes the batch on the careful path, which names the record.  Every read is
@@ -20,17 +20,24 @@
 #include <stdint.h>
 #include <string.h>
 
-enum { K_NULL = 0, K_BOOL, K_INT, K_LONG, K_FLOAT, K_DOUBLE, K_BYTES, K_STRING, K_FIXED, K_ENUM, K_RECORD };
+enum { K_NULL = 0, K_BOOL, K_INT, K_LONG, K_FLOAT, K_DOUBLE, K_BYTES, K_STRING, K_FIXED, K_ENUM, K_RECORD, K_ARRAY,
+       K_MAP };
 
 typedef struct {
     int32_t kind, nullidx, end, param;
 } Node;
 
 typedef struct {
-    uint8_t *validity; /* ceil(n / 8) */
-    uint8_t *values;   /* n * width, or (n + 1) int32 offsets for bytes/string/fixed */
-    uint8_t *data;     /* bytes/string/fixed */
-    size_t dlen, dcap;
+    uint8_t *p;
+    size_t cap; /* bytes; zero-filled up to cap */
+} Buf;
+
+typedef struct {
+    Py_ssize_t count; /* entries so far: a record's children have its count, an array's items their own */
+    Buf validity;     /* one bit per entry */
+    Buf values;       /* fixed-width values, a bitmap (boolean), or count + 1 int32 offsets */
+    Buf data;         /* bytes, string, fixed */
+    size_t dlen;
 } Out;
 
 typedef struct {
@@ -39,15 +46,31 @@ typedef struct {
 
 static int width(int kind) {
     switch (kind) {
-    case K_BOOL: return 0; /* a bitmap */
     case K_INT: case K_ENUM: case K_FLOAT: return 4;
     case K_LONG: case K_DOUBLE: return 8;
-    case K_BYTES: case K_STRING: case K_FIXED: return 4; /* offsets */
     default: return 0;
     }
 }
 
-static int is_var(int kind) { return kind == K_BYTES || kind == K_STRING || kind == K_FIXED; }
+static int has_offsets(int kind) {
+    return kind == K_BYTES || kind == K_STRING || kind == K_FIXED || kind == K_ARRAY || kind == K_MAP;
+}
+
+/* at least ``need`` bytes, the new ones zero */
+static int reserve(Buf *b, size_t need) {
+    if (need <= b->cap) return 0;
+    size_t cap = b->cap ? b->cap : 64;
+    while (cap < need) {
+        if (cap > ((size_t)1 << 40)) return -1;
+        cap *= 2;
+    }
+    uint8_t *p = PyMem_Realloc(b->p, cap);
+    if (p == NULL) return -1;
+    memset(p + b->cap, 0, cap - b->cap);
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
 
 static int read_long(Cur *c, int64_t *out) {
     uint64_t v = 0;
@@ -91,71 +114,101 @@ static int valid_utf8(const uint8_t *s, size_t n) {
     return 1;
 }
 
-static int append_data(Out *o, const uint8_t *src, size_t n) {
-    if (o->dlen + n > (size_t)INT32_MAX) return -1;
-    if (o->dlen + n > o->dcap) {
-        size_t cap = o->dcap ? o->dcap : 256;
-        while (cap < o->dlen + n) cap *= 2;
-        uint8_t *p = PyMem_Realloc(o->data, cap);
-        if (p == NULL) return -1;
-        o->data = p;
-        o->dcap = cap;
-    }
-    if (n) memcpy(o->data + o->dlen, src, n);
-    o->dlen += n;
+static void set_bit(uint8_t *bits, Py_ssize_t k) { bits[k >> 3] |= (uint8_t)(1u << (k & 7)); }
+
+static int put_offset(Out *o, Py_ssize_t k, Py_ssize_t value) {
+    if (value > INT32_MAX || reserve(&o->values, (size_t)(k + 2) * 4) < 0) return -1;
+    int32_t v = (int32_t)value;
+    memcpy(o->values.p + 4 * (k + 1), &v, 4);
     return 0;
 }
 
-static void set_bit(uint8_t *bits, Py_ssize_t k) { bits[k >> 3] |= (uint8_t)(1u << (k & 7)); }
-
-static void close_var(const Node *nodes, Out *outs, int from, int to, Py_ssize_t k) {
-    for (int j = from; j < to; j++)
-        if (is_var(nodes[j].kind)) {
-            int32_t v = (int32_t)outs[j].dlen;
-            memcpy(outs[j].values + 4 * (k + 1), &v, 4);
-        }
+/* the buffers of one more entry of node o, all zero (null; validity bit unset) */
+static int open_entry(const Node *nd, Out *o, Py_ssize_t k) {
+    if (reserve(&o->validity, (size_t)(k >> 3) + 1) < 0) return -1;
+    if (nd->kind == K_BOOL) return reserve(&o->values, (size_t)(k >> 3) + 1);
+    if (width(nd->kind)) return reserve(&o->values, (size_t)(k + 1) * width(nd->kind));
+    return 0;
 }
 
-/* the value of node i at row k; the index of the node after its subtree, or -1 */
-static int dec(const Node *nodes, Out *outs, int i, Cur *c, Py_ssize_t k) {
+/* a null entry of node i (its record's fields null too; an array or map of no entries) */
+static int append_null(const Node *nodes, Out *outs, int i) {
     const Node *nd = &nodes[i];
     Out *o = &outs[i];
+    Py_ssize_t k = o->count;
+    if (open_entry(nd, o, k) < 0) return -1;
+    if (nd->kind == K_BYTES || nd->kind == K_STRING || nd->kind == K_FIXED) {
+        if (put_offset(o, k, (Py_ssize_t)o->dlen) < 0) return -1;
+    } else if (nd->kind == K_ARRAY || nd->kind == K_MAP) {
+        if (put_offset(o, k, outs[i + 1].count) < 0) return -1;
+    } else if (nd->kind == K_RECORD) {
+        for (int j = i + 1; j < nd->end; j = nodes[j].end)
+            if (append_null(nodes, outs, j) < 0) return -1;
+    }
+    o->count = k + 1;
+    return 0;
+}
+
+static int dec(const Node *nodes, Out *outs, int i, Cur *c);
+
+/* the items of an array (child i + 1) or the entries of a map (key i + 1, value i + 2) */
+static int dec_items(const Node *nodes, Out *outs, int i, Cur *c) {
+    int64_t n, size;
+    for (;;) {
+        if (read_long(c, &n) < 0) return -1;
+        if (n == 0) return 0;
+        if (n < 0) {
+            if (n == INT64_MIN || read_long(c, &size) < 0 || size < 0) return -1;
+            n = -n;
+        }
+        /* every item takes a byte at least (the compiler refuses items of none): no count past the bytes */
+        if (n > c->end - c->p) return -1;
+        for (int64_t m = 0; m < n; m++) {
+            if (dec(nodes, outs, i + 1, c) < 0) return -1;
+            if (nodes[i].kind == K_MAP && dec(nodes, outs, i + 2, c) < 0) return -1;
+        }
+    }
+}
+
+/* the value of node i as its next entry; the index of the node after its subtree, or -1 */
+static int dec(const Node *nodes, Out *outs, int i, Cur *c) {
+    const Node *nd = &nodes[i];
+    Out *o = &outs[i];
+    Py_ssize_t k = o->count;
     int64_t v;
     if (nd->nullidx >= 0) {
         if (read_long(c, &v) < 0 || v < 0 || v > 1) return -1;
-        if (v == nd->nullidx) {
-            close_var(nodes, outs, i, nd->end, k);
-            return nd->end;
-        }
+        if (v == nd->nullidx) return append_null(nodes, outs, i) < 0 ? -1 : nd->end;
     }
-    set_bit(o->validity, k);
+    if (open_entry(nd, o, k) < 0) return -1;
+    set_bit(o->validity.p, k);
     switch (nd->kind) {
     case K_NULL:
         break;
     case K_BOOL:
         if (c->p >= c->end || *c->p > 1) return -1;
-        if (*c->p++) set_bit(o->values, k);
+        if (*c->p++) set_bit(o->values.p, k);
         break;
     case K_INT:
     case K_ENUM: {
         if (read_long(c, &v) < 0) return -1;
         if (nd->kind == K_INT ? (v < INT32_MIN || v > INT32_MAX) : (v < 0 || v >= nd->param)) return -1;
         int32_t x = (int32_t)v;
-        memcpy(o->values + 4 * k, &x, 4);
+        memcpy(o->values.p + 4 * k, &x, 4);
         break;
     }
     case K_LONG:
         if (read_long(c, &v) < 0) return -1;
-        memcpy(o->values + 8 * k, &v, 8);
+        memcpy(o->values.p + 8 * k, &v, 8);
         break;
     case K_FLOAT:
         if (c->end - c->p < 4) return -1;
-        memcpy(o->values + 4 * k, c->p, 4); /* little-endian, as x86 and ARM run */
+        memcpy(o->values.p + 4 * k, c->p, 4); /* little-endian, as x86 and ARM run */
         c->p += 4;
         break;
     case K_DOUBLE:
         if (c->end - c->p < 8) return -1;
-        memcpy(o->values + 8 * k, c->p, 8);
+        memcpy(o->values.p + 8 * k, c->p, 8);
         c->p += 8;
         break;
     case K_BYTES:
@@ -168,24 +221,28 @@ static int dec(const Node *nodes, Out *outs, int i, Cur *c, Py_ssize_t k) {
         }
         if (v > c->end - c->p) return -1;
         if (nd->kind == K_STRING && !valid_utf8(c->p, (size_t)v)) return -1;
-        if (append_data(o, c->p, (size_t)v) < 0) return -1;
+        if (o->dlen + (size_t)v > (size_t)INT32_MAX || reserve(&o->data, o->dlen + (size_t)v) < 0) return -1;
+        if (v) memcpy(o->data.p + o->dlen, c->p, (size_t)v);
+        o->dlen += (size_t)v;
         c->p += v;
-        int32_t x = (int32_t)o->dlen;
-        memcpy(o->values + 4 * (k + 1), &x, 4);
+        if (put_offset(o, k, (Py_ssize_t)o->dlen) < 0) return -1;
         break;
     }
-    case K_RECORD: {
-        int j = i + 1;
-        while (j < nd->end) {
-            j = dec(nodes, outs, j, c, k);
+    case K_RECORD:
+        for (int j = i + 1; j < nd->end;) {
+            j = dec(nodes, outs, j, c);
             if (j < 0) return -1;
         }
         break;
-    }
+    case K_ARRAY:
+    case K_MAP:
+        if (dec_items(nodes, outs, i, c) < 0 || put_offset(o, k, outs[i + 1].count) < 0) return -1;
+        break;
     default:
         return -1;
     }
-    return nd->kind == K_RECORD ? nd->end : i + 1;
+    o->count = k + 1;
+    return nd->end;
 }
 
 static PyObject *decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -215,9 +272,12 @@ static PyObject *decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     const Node *nodes = (const Node *)prog.buf;
     for (int i = 0; i < nnodes; i++) {
         const Node *nd = &nodes[i];
-        if (nd->kind < K_NULL || nd->kind > K_RECORD || nd->nullidx < -1 || nd->nullidx > 1 || nd->end <= i ||
-            nd->end > nnodes || (nd->kind != K_RECORD && nd->end != i + 1) || nd->param < 0 ||
-            (i == 0 && nd->end != nnodes)) {
+        int composite = nd->kind == K_RECORD || nd->kind == K_ARRAY || nd->kind == K_MAP;
+        if (nd->kind < K_NULL || nd->kind > K_MAP || nd->nullidx < -1 || nd->nullidx > 1 || nd->end <= i ||
+            nd->end > nnodes || (!composite && nd->end != i + 1) || nd->param < 0 || (i == 0 && nd->end != nnodes) ||
+            (nd->kind == K_ARRAY && (i + 1 >= nd->end || nodes[i + 1].end != nd->end)) ||
+            (nd->kind == K_MAP && (i + 2 >= nd->end || nodes[i + 1].kind != K_STRING || nodes[i + 1].nullidx != -1 ||
+                                   nodes[i + 2].end != nd->end))) {
             PyErr_SetString(PyExc_ValueError, "decode: bad program");
             goto done;
         }
@@ -226,16 +286,6 @@ static PyObject *decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (outs == NULL) {
         PyErr_NoMemory();
         goto done;
-    }
-    for (int i = 0; i < nnodes; i++) {
-        int kind = nodes[i].kind;
-        size_t vsize = kind == K_BOOL ? (size_t)(n + 8) / 8 : is_var(kind) ? (size_t)(n + 1) * 4 : (size_t)n * width(kind);
-        outs[i].validity = PyMem_Calloc((size_t)(n + 8) / 8, 1);
-        outs[i].values = PyMem_Calloc(vsize ? vsize : 1, 1);
-        if (outs[i].validity == NULL || outs[i].values == NULL) {
-            PyErr_NoMemory();
-            goto done;
-        }
     }
     const int32_t *ov = (const int32_t *)offs.buf;
     const uint8_t *bytes = (const uint8_t *)data.buf, *vbits = (const uint8_t *)valid.buf;
@@ -257,7 +307,7 @@ static PyObject *decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             continue;
         }
         Cur c = {bytes + s + 5, bytes + e};
-        if (dec(nodes, outs, 0, &c, k) < 0 || c.p != c.end) {
+        if (dec(nodes, outs, 0, &c) < 0 || c.p != c.end) {
             bad = 1;
             break;
         }
@@ -276,10 +326,18 @@ static PyObject *decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (cols == NULL) goto done;
     for (int i = 0; i < nnodes; i++) {
         int kind = nodes[i].kind;
-        Py_ssize_t vlen = kind == K_BOOL ? (k + 7) / 8 : is_var(kind) ? (k + 1) * 4 : k * width(kind);
-        PyObject *t = Py_BuildValue("(y#y#y#)", (const char *)outs[i].validity, (Py_ssize_t)((k + 7) / 8),
-                                    (const char *)outs[i].values, vlen,
-                                    outs[i].data ? (const char *)outs[i].data : "", (Py_ssize_t)outs[i].dlen);
+        Out *o = &outs[i];
+        Py_ssize_t m = o->count;
+        Py_ssize_t vlen = kind == K_BOOL ? (m + 7) / 8 : has_offsets(kind) ? (m + 1) * 4 : m * width(kind);
+        /* the zero-filled buffers hold every byte reported (an empty one: the first offset, 0) */
+        if (reserve(&o->validity, (size_t)(m + 7) / 8 + 1) < 0 || reserve(&o->values, (size_t)vlen + 1) < 0 ||
+            reserve(&o->data, o->dlen + 1) < 0) {
+            Py_DECREF(cols);
+            PyErr_NoMemory();
+            goto done;
+        }
+        PyObject *t = Py_BuildValue("(ny#y#y#)", m, (const char *)o->validity.p, (Py_ssize_t)((m + 7) / 8),
+                                    (const char *)o->values.p, vlen, (const char *)o->data.p, (Py_ssize_t)o->dlen);
         if (t == NULL) {
             Py_DECREF(cols);
             goto done;
@@ -295,9 +353,9 @@ static PyObject *decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 done:
     if (outs != NULL) {
         for (int i = 0; i < nnodes; i++) {
-            PyMem_Free(outs[i].validity);
-            PyMem_Free(outs[i].values);
-            PyMem_Free(outs[i].data);
+            PyMem_Free(outs[i].validity.p);
+            PyMem_Free(outs[i].values.p);
+            PyMem_Free(outs[i].data.p);
         }
         PyMem_Free(outs);
     }
@@ -313,7 +371,7 @@ done:
 static PyMethodDef methods[] = {
     {"decode", (PyCFunction)(void (*)(void))decode, METH_FASTCALL,
      "decode(program, header, offsets, data, validity, offset, length, take, base) -> (count, other header, "
-     "[(validity, values, data)]) or None when a value is malformed"},
+     "[(entries, validity, values, data)]) or None when a value is malformed"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -45,7 +45,7 @@ __all__ = ["AVAILABLE", "ColumnDecoder", "Node", "Unsupported", "compile_schema"
 
 AVAILABLE = _avrocols is not None
 
-K_NULL, K_BOOL, K_INT, K_LONG, K_FLOAT, K_DOUBLE, K_BYTES, K_STRING, K_FIXED, K_ENUM, K_RECORD = range(11)
+K_NULL, K_BOOL, K_INT, K_LONG, K_FLOAT, K_DOUBLE, K_BYTES, K_STRING, K_FIXED, K_ENUM, K_RECORD, K_ARRAY, K_MAP = range(13)
 _PRIMITIVE = {"null": K_NULL, "boolean": K_BOOL, "int": K_INT, "long": K_LONG, "float": K_FLOAT,
               "double": K_DOUBLE, "bytes": K_BYTES, "string": K_STRING}
 _ARROW = {K_NULL: pa.null(), K_BOOL: pa.bool_(), K_INT: pa.int32(), K_LONG: pa.int64(), K_FLOAT: pa.float32(),
@@ -144,7 +144,19 @@ def compile_schema(schema: Any) -> list[Node]:
                 raise Unsupported("fixed size")
             nodes.append(Node(K_FIXED, nullidx, len(nodes) + 1, size, fullname(node, ns)))
             return
-        if isinstance(kind, (str, list, dict)) and kind not in ("array", "map"):
+        if kind in ("array", "map"):
+            me = Node(K_ARRAY if kind == "array" else K_MAP, nullidx)
+            nodes.append(me)
+            if kind == "map":
+                nodes.append(Node(K_STRING, -1, len(nodes) + 1))
+            child = len(nodes)
+            comp(node.get("items" if kind == "array" else "values"), ns, -1, depth + 1)
+            if kind == "array" and _zero_bytes(nodes, child):
+                # a corrupt count could claim 2**63 items of no bytes: the careful path refuses the schema
+                raise Unsupported("array items of zero bytes")
+            me.end = len(nodes)
+            return
+        if isinstance(kind, (str, list, dict)):
             comp(kind, ns, nullidx, depth + 1)
             return
         raise Unsupported(f"type {kind!r}")
@@ -153,19 +165,38 @@ def compile_schema(schema: Any) -> list[Node]:
     return nodes
 
 
+def _zero_bytes(nodes: list[Node], i: int) -> bool:
+    """Whether a value of node ``i`` can take no bytes."""
+    node = nodes[i]
+    if node.nullidx != -1 or node.kind in (K_ARRAY, K_MAP):
+        return False
+    if node.kind == K_RECORD:
+        return all(_zero_bytes(nodes, j) for _, _, j, _, _ in node.fields)
+    return node.kind == K_NULL or (node.kind == K_FIXED and node.param == 0)
+
+
 def _code(nodes: list[Node]) -> bytes:
     return b"".join(_NODE.pack(n.kind, n.nullidx, n.end, n.param) for n in nodes)
 
 
-def _arrays(nodes: list[Node], cols: list[tuple[bytes, bytes, bytes]], count: int, i: int = 0) -> pa.Array:
+def _arrays(nodes: list[Node], cols: list[tuple[int, bytes, bytes, bytes]], i: int = 0) -> pa.Array:
     """The Arrow array of node ``i`` built on the decoder's buffers."""
     node = nodes[i]
-    validity, values, data = cols[i]
+    count, validity, values, data = cols[i]
     vbuf = pa.py_buffer(validity)
     if node.kind == K_NULL:
         return pa.nulls(count)
+    if node.kind == K_ARRAY:
+        items = _arrays(nodes, cols, i + 1)
+        t = pa.list_(pa.field("element", items.type))
+        return pa.Array.from_buffers(t, count, [vbuf, pa.py_buffer(values)], children=[items])
+    if node.kind == K_MAP:
+        keys, items = _arrays(nodes, cols, i + 1), _arrays(nodes, cols, i + 2)
+        t = pa.map_(pa.string(), pa.field("value", items.type))
+        entries = pa.StructArray.from_arrays([keys, items], fields=[t.key_field, t.item_field])
+        return pa.Array.from_buffers(t, count, [vbuf, pa.py_buffer(values)], children=[entries])
     if node.kind == K_RECORD:
-        children = [_arrays(nodes, cols, count, j) for _, _, j, _, _ in node.fields]
+        children = [_arrays(nodes, cols, j) for _, _, j, _, _ in node.fields]
         t = pa.struct([pa.field(name, c.type) for (name, *_), c in zip(node.fields, children, strict=True)])
         return pa.Array.from_buffers(t, count, [vbuf], children=children)
     if node.kind == K_ENUM:
@@ -210,6 +241,13 @@ def check_resolution(writer: list[Node], reader: list[Node], w: int = 0, r: int 
                 # as UTF-8: the careful path, so that every batch of a query reads them alike
                 raise Unsupported(f"field {name}: a bytes default past ASCII")
         return
+    if rn.kind in (K_ARRAY, K_MAP):
+        if wn.kind != rn.kind:
+            raise Unsupported("array or map of another type")
+        check_resolution(writer, reader, w + 1, r + 1)
+        if rn.kind == K_MAP:
+            check_resolution(writer, reader, w + 2, r + 2)
+        return
     if rn.kind == K_ENUM:
         if wn.kind != K_ENUM or _short(wn.name) != _short(rn.name) or not set(wn.symbols) <= set(rn.symbols):
             raise Unsupported("enum")
@@ -243,6 +281,10 @@ def _matches(wn: Node, rn: Node) -> list[tuple[str, Any, int, int | None]]:
 
 def _physical(nodes: list[Node], i: int) -> pa.DataType:
     node = nodes[i]
+    if node.kind == K_ARRAY:
+        return pa.list_(pa.field("element", _physical(nodes, i + 1)))
+    if node.kind == K_MAP:
+        return pa.map_(pa.string(), pa.field("value", _physical(nodes, i + 2)))
     if node.kind == K_RECORD:
         return pa.struct([pa.field(name, _physical(nodes, j)) for name, _, j, _, _ in node.fields])
     return _ARROW[node.kind]
@@ -257,6 +299,8 @@ def _constant(nodes: list[Node], i: int, default: Any, count: int) -> pa.Array:
         raise _Fallback(f"default {default!r}")
     if node.kind in (K_BYTES, K_FIXED) and isinstance(default, str):
         default = default.encode("latin-1")
+    if node.kind == K_MAP and isinstance(default, dict):
+        default = list(default.items())
     try:
         return pa.repeat(pa.scalar(default, t), count)
     except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
@@ -279,6 +323,20 @@ def _project(writer: list[Node], reader: list[Node], arr: pa.Array, w: int = 0, 
             children.append(child)
             fields.append(pa.field(name, child.type))
         return _struct(children, fields, arr)
+    if rn.kind in (K_ARRAY, K_MAP):
+        if rn.kind == K_ARRAY:
+            inner = arr.values
+            new = _project(writer, reader, inner, w + 1, r + 1)
+            child, t = new, pa.list_(pa.field("element", new.type))
+        else:
+            inner = arr.items
+            new = _project(writer, reader, inner, w + 2, r + 2)
+            t = pa.map_(pa.string(), pa.field("value", new.type))
+            child = pa.StructArray.from_arrays([arr.keys, new], fields=[t.key_field, t.item_field])
+        if new is inner:
+            return arr
+        validity, offsets = arr.buffers()[:2]
+        return pa.Array.from_buffers(t, len(arr), [validity, offsets], offset=arr.offset, children=[child])
     steps = _PROMOTE.get((wn.kind, rn.kind), [])
     try:
         for t in steps:
@@ -383,7 +441,7 @@ class ColumnDecoder:
                 if result is None:
                     return None
                 count, header, cols = result
-                arr = _arrays(writer.nodes, cols, count)
+                arr = _arrays(writer.nodes, cols)
                 if writer.nodes is not self.reader:
                     arr = _project(writer.nodes, self.reader, arr)
                 if not pa.types.is_struct(arr.type):  # spark-avro: a primitive top-level schema is a struct of one field
