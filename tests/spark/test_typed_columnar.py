@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from odradek.spark import _avrofast, _typed
 from odradek.spark._typed import TypedColumn, TypedOptions, apply_typed, arrow_type_of
 
-pytestmark = pytest.mark.skipif(not _avrofast.AVAILABLE, reason="the compiled decoder is not built")
+_compiled = pytest.mark.skipif(not _avrofast.AVAILABLE, reason="the compiled decoder is not built")
 
 _INT32 = st.integers(-(2**31), 2**31 - 1)
 _INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -144,7 +144,7 @@ def _registry(schemas: dict[int, Any]) -> Iterator[str]:
             raise _typed.SchemaMappingError(f"schema registry: HTTP 404 Schema {i} not found")
         return "AVRO", json.dumps(schemas[i])
 
-    _typed.RegistryClient.by_id = by_id  # type: ignore[method-assign]
+    _typed.RegistryClient.by_id = by_id  # type: ignore[method-assign,assignment]
     try:
         yield f"http://test-columnar-{next(_URLS)}"
     finally:
@@ -179,13 +179,14 @@ def _both(col: TypedColumn, values: list[bytes | None], mode: str = "PERMISSIVE"
     except pa.ArrowInvalid:  # the careful path's own limit (a field of type null in a record in an array)
         slow = None
     finally:
-        _avrofast._avrocols = saved  # type: ignore[assignment]
+        _avrofast._avrocols = saved
     return fast, slow
 
 
 # --- the tests ---------------------------------------------------------------------------------
 
 
+@_compiled
 @given(st.data())
 def test_compiled_decoder_agrees_with_fastavro_on_generated_schemas(data: st.DataObject) -> None:
     schema = _top(data)
@@ -235,6 +236,7 @@ def _evolve(writer: Any, data: st.DataObject) -> Any:
     return {**writer, "fields": fields}
 
 
+@_compiled
 @given(st.data())
 def test_compiled_decoder_resolves_older_writers_as_fastavro_does(data: st.DataObject) -> None:
     writer = _top(data)
@@ -255,6 +257,7 @@ def test_compiled_decoder_resolves_older_writers_as_fastavro_does(data: st.DataO
         assert fast.equals(slow.column("value")), (fast, slow.column("value"))
 
 
+@_compiled
 def test_two_writer_schemas_and_nulls_keep_their_rows_in_order() -> None:
     """Nine in ten records of the latest schema, one in ten of the older one (resolved with the
     default), null values between: one compiled pass per writer schema and one take."""
@@ -297,6 +300,7 @@ def _same(a: Any, b: Any) -> bool:
 
 
 
+@_compiled
 @given(st.data())
 def test_random_bytes_and_truncations_never_crash_the_compiled_decoder(data: st.DataObject) -> None:
     """Whatever the bytes: the decoder declines the batch, or every value it decodes is one
@@ -349,6 +353,7 @@ def _has_dates(t: pa.DataType) -> bool:
     return pa.types.is_date(t) or pa.types.is_timestamp(t)
 
 
+@_compiled
 def test_hostile_varints_and_lengths_are_declined() -> None:
     """A varint of eleven bytes, a negative or too-long length, an enum or union index out of
     range, an int out of range, invalid UTF-8, bytes left over: the batch is declined (the
