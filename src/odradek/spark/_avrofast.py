@@ -11,11 +11,11 @@ aliases), reader-only fields filled with their defaults, promotions (int to long
 long to float, double; float to double; string and bytes) by Arrow casts.  The rows of each
 writer schema are put back in their order with one ``take``.
 
-What a program cannot express (arrays, maps, unions other than ``null`` and one type, decimals,
-recursive types), resolution it does not do (a renamed record, an enum symbol the reader lacks, a
-record default), and any malformed value at all: :func:`ColumnDecoder.decode` returns None and
-the caller decodes the batch record by record with fastavro, which names each bad record; so does
-a process without the compiled module.
+What a program cannot express (unions other than ``null`` and one type, decimals, recursive
+types, arrays of items of no bytes), resolution it does not do (a renamed record, an enum symbol
+the reader lacks, a record default), and any malformed value at all: :func:`ColumnDecoder.decode`
+returns None and the caller decodes the batch record by record with fastavro, which names each
+bad record; so does a process without the compiled module (or with ``ODRADEK_PURE_PYTHON=1``).
 """
 
 from __future__ import annotations
