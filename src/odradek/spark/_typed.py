@@ -7,7 +7,8 @@ the key or value column into a struct typed by the latest schema of the topic's 
 query is planned.  Each record is framed the Confluent way (a 0 byte, the 4-byte big-endian id
 of the writer's schema, the payload); the executors fetch each writer schema once per process
 and decode Avro with Avro's schema resolution (the writer's schema against the reader's, as
-fastavro's ``schemaless_reader`` does it), into Arrow.
+fastavro's ``schemaless_reader`` does it), into Arrow: column-wise by the compiled decoder of
+:mod:`._avrofast` where it can (no Python object per record), else record by record with fastavro.
 
 Types are those spark-avro gives (``SchemaConverters.toSqlType``): records are structs, arrays
 arrays, maps maps with string keys, enums strings, fixed and bytes binary, ``[null, T]`` a
@@ -26,7 +27,8 @@ record's bytes in the corrupt-record column (``columnNameOfCorruptRecord``, defa
 
 The sink: a struct ``key`` or ``value`` column is encoded with the subject's latest schema, or
 with the schema derived from the struct's type (spark-avro's ``toAvroType``) registered first
-with ``autoRegister=true``; Confluent framing.  Pure Python over pyarrow and fastavro (no pyspark).
+with ``autoRegister=true``; Confluent framing.  Python over pyarrow and fastavro (no pyspark), and
+the optional compiled Avro decoder.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from typing import Any
 import pyarrow as pa
 
 from odradek.errors import OdradekError
+from odradek.spark._avrofast import ColumnDecoder
 
 log = logging.getLogger(__name__)
 
@@ -991,6 +994,25 @@ def _avro_fast(col: TypedColumn, values: list[Any]) -> list[Any] | None:
     return out
 
 
+_COLUMNAR: dict[tuple[str, int], ColumnDecoder] = {}
+
+
+def _columnar(col: TypedColumn, built: pa.DataType) -> ColumnDecoder:
+    """The compiled column decoder of the column's reader schema (see :mod:`._avrofast`)."""
+    key = (col.url, col.schema_id)
+    found = _COLUMNAR.get(key)
+    if found is None:
+
+        def writer_of(sid: int) -> Any:
+            schema_type, text = _CACHE.writer(col, sid)
+            if schema_type != "AVRO":
+                raise _Bad(f"writer schema id {sid} is {schema_type}, not AVRO")
+            return _plain(json.loads(text))
+
+        found = _COLUMNAR[key] = ColumnDecoder(_plain(json.loads(col.schema)), col.schema_id, built, col.arrow_type, writer_of)
+    return found
+
+
 def _json_decoder(col: TypedColumn) -> Callable[[bytes], Any]:
     def decode(data: bytes) -> Any:
         if len(data) < 5 or data[0] != _MAGIC:
@@ -1027,6 +1049,10 @@ def _decode_column(
     col: TypedColumn, column: pa.Array, offsets: pa.Array, partition: int, failfast: bool, bad: list[bool]
 ) -> pa.Array:
     decode, fix, built = _decoder(col)
+    if col.fmt == "avro":
+        fast = _columnar(col, built).decode(column)
+        if fast is not None:
+            return fast
     values = column.to_pylist()
     out = _avro_fast(col, values) if col.fmt == "avro" else None
     if out is not None and fix is not None:
@@ -1056,7 +1082,7 @@ def _decode_column(
     kept = []
     for i, value in enumerate(out):
         try:
-            pa.array([value], type=built)
+            _as_spark(pa.array([value], type=built), col)  # a millisecond timestamp past microseconds' range too
             kept.append(value)
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
             _malformed(col, offsets, partition, i, exc, failfast)
