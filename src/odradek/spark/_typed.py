@@ -163,16 +163,16 @@ def _listener_url(value: str | None, host: str) -> str | None:
     return f"{parsed.scheme}://{shown}:{parsed.port}"
 
 
-def discover_registry_url(admin_config: Mapping[str, Any]) -> str:
+def discover_registry_url(client_options: Mapping[str, Any]) -> str:
     """The broker's own schema registry: its ``schema.registry.listeners`` (DescribeConfigs of
     the brokers, the first that has one), else the default port at the bootstrap host.  A
     listener on an ephemeral port (``:0``) cannot be found this way: the error says to give
     ``schema.registry.url``."""
     from odradek.client import Admin, ConfigResource
 
-    bootstrap = str(admin_config.get("bootstrap.servers", ""))
+    bootstrap = str(client_options.get("bootstrap.servers", ""))
     try:
-        with Admin(dict(admin_config)) as admin:
+        with Admin(dict(client_options)) as admin:
             nodes = admin.describe_cluster().brokers[:8]
             configs = admin.describe_configs([ConfigResource("broker", str(n.id)) for n in nodes])
     except Exception as exc:  # not a reason to fail: fall back to the default address
