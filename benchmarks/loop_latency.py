@@ -23,6 +23,11 @@ idle phase's p99 measured in the same run.  The phases, in order:
   holding one 1,000,000-record v2 batch (``down_convert_records``; uncompressed, ~21 MB), with
   limits that take it whole (the worst case: every record converted, ~44 MB answered), again
   and again.
+* ``cpu_bound`` - no broker work: as many busy processes as the broker has workers, at the
+  workers' nice increment. The machine's own bound for the phases whose workers take every core
+  (``down_convert``, ``recompress``): what the paced producer's tail is when the CPUs are taken by
+  background work that never touches the broker. ``p99_over_cpu_bound`` = a phase's p99 / this
+  phase's p99, same run.
 * ``recompress`` - two connections producing uncompressed batches of ``heavy_records`` records,
   one to a ``compression.type=gzip`` topic, one to an ``lz4`` one, again and again.
 * ``compacted_keys`` - two connections producing keyed uncompressed batches of ``heavy_records``
@@ -210,6 +215,24 @@ def _down_convert(addr: tuple[str, int], stop: Any, done: Any) -> None:
     _repeat(addr, stop, done, 4, lambda raw, _k: raw.send(fetch, 3))
 
 
+def _cpu_bound(addr: tuple[str, int], stop: Any) -> None:
+    """Busy processes like the broker's workers (their number and nice increment), until ``stop``."""
+    from odradek.broker.offload import WORKER_NICE, WORKERS
+
+    def spin() -> None:
+        os.nice(WORKER_NICE)
+        x = 0
+        while not stop.is_set():
+            for _ in range(100_000):
+                x += 1
+
+    procs = [multiprocessing.get_context("fork").Process(target=spin, daemon=True) for _ in range(WORKERS)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(300)
+
+
 def _producing(topics: list[str], keyed: bool, records: int) -> Callable[[tuple[str, int], Any, Any], None]:
     def run(addr: tuple[str, int], stop: Any, done: Any) -> None:
         batch = _batch(records, keyed)
@@ -341,6 +364,7 @@ def main() -> None:
                     {"segment.bytes": str(1 << 20), "min.cleanable.dirty.ratio": "0.01", "cleanup.policy": "compact"},
                 ),
             ),
+            ("cpu_bound", _cpu_bound),
             ("down_convert", _down_convert),
             ("recompress", _producing(["gzip-topic", "lz4-topic"], False, heavy_records)),
             ("compacted_keys", _producing(["compacted", "compacted"], True, heavy_records)),
@@ -384,9 +408,12 @@ def main() -> None:
         prod.stop.set()
         prod.join(60)
         idle = results["idle"].get("p99_ms") or 0.0
+        bound = results.get("cpu_bound", {}).get("p99_ms") or 0.0
         for r in results.values():
             if idle and "p99_ms" in r:
                 r["p99_ratio"] = round(r["p99_ms"] / idle, 2)
+            if bound and "p99_ms" in r:
+                r["p99_over_cpu_bound"] = round(r["p99_ms"] / bound, 2)
         out["phases"] = results
         out["failed_deliveries"] = prod.failed
         md = admin.list_topics(timeout=30)
