@@ -304,3 +304,59 @@ def test_response_buffers_are_reused_only_once_sent(tmp_path: Path) -> None:
         ]
     finally:
         os.close(fd)
+
+
+class _Segment:
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+
+class _PiecewiseTransport(_HoldingTransport):
+    def is_closing(self) -> bool:
+        return False
+
+
+def test_a_large_response_is_handed_over_in_pieces_and_the_next_waits_behind_it(tmp_path: Path) -> None:
+    """What the socket cannot take of a large response (a 40 MB down-converted fetch) goes to the
+    transport a piece per loop turn, not read into memory at once on the loop; a response that
+    is ready meanwhile follows it, in order."""
+    from odradek.broker.authentication import ListenerSecurity
+    from odradek.broker.server import _TAIL_CHUNK, KafkaConnection
+    from odradek.config import BrokerConfig, Listener
+    from odradek.settings import settings_from
+    from odradek.storage.segment import FileRegion
+
+    segment = tmp_path / "segment"
+    data = os.urandom(12 << 20)
+    segment.write_bytes(data)
+    fd = os.open(segment, os.O_RDONLY)
+    try:
+
+        class _Ports:
+            connection = SimpleNamespace(
+                settings=settings_from(BrokerConfig({"socket.request.max.bytes": 100 << 20})),
+                quotas=None, metrics=None, log_dirs=None,
+            )
+
+        security = ListenerSecurity(settings_from(BrokerConfig({})), Listener("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 0), lambda u, m: None)
+        conn = KafkaConnection(_Ports(), "PLAINTEXT", set(), 500, security)  # type: ignore[arg-type]
+        transport = _PiecewiseTransport()
+        conn.transport = transport  # type: ignore[assignment]
+
+        async def body() -> None:
+            conn._write([b"head", FileRegion(_Segment(fd), 0, len(data)), b"tail"])  # type: ignore[arg-type]
+            conn._write([b"next"])
+            assert transport.handed <= _TAIL_CHUNK  # one piece on this turn
+            assert not conn._writable.is_set()  # the pipeline waits for the rest
+            for _ in range(1000):
+                if not conn._tail:
+                    break
+                await asyncio.sleep(0)
+            assert max(len(v) for v, _ in transport.writes) <= _TAIL_CHUNK
+            assert len(transport.writes) >= 12
+            assert b"".join(c for _, c in transport.writes) == b"head" + data + b"tail" + b"next"
+            assert conn._writable.is_set()
+
+        asyncio.run(body())
+    finally:
+        os.close(fd)
