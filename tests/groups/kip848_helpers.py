@@ -89,11 +89,22 @@ class ConsumerMember:
             else:
                 self.commit_failures += 1
 
-    def close(self) -> None:
+    def close(self, timeout: float = 60.0) -> None:
+        """Close the consumer (it leaves the group), bounded: librdkafka's close() has been seen
+        to hang under load, and a hang must fail this test rather than stall the whole run."""
         if not self.closed:
             self.closed = True
             self.current = set()
-            self.consumer.close()
+            done = threading.Event()
+
+            def close() -> None:
+                try:
+                    self.consumer.close()
+                finally:
+                    done.set()
+
+            threading.Thread(target=close, daemon=True, name="ck-close").start()
+            assert done.wait(timeout), f"confluent-kafka's close() did not return in {timeout:.0f} s"
 
 
 @dataclass(frozen=True)
