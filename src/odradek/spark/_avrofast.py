@@ -30,6 +30,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from odradek.errors import OdradekError
 from odradek.records.speedups import PURE_PYTHON_ENV
 
 try:
@@ -57,7 +58,7 @@ _MAX_DEPTH = 64
 _MAX_WRITERS = 32
 
 
-class Unsupported(Exception):
+class Unsupported(OdradekError):
     """A schema, or a resolution, the compiled decoder does not do."""
 
 
