@@ -89,12 +89,6 @@ _SMALL_RESPONSE = 16 * 1024
 # socket: no copy into a buffer, none into the socket); what the socket cannot take goes the
 # buffered way
 _SENDFILE_MIN = 128 * 1024
-# what the socket could not take of a large response is handed to the transport this much at a
-# time, one piece per event-loop turn (or when the transport has drained): a 40 MB answer read
-# into one buffer at once would hold the loop for tens of milliseconds
-_TAIL_CHUNK = 1024 * 1024
-# ... for responses (what is left of them) larger than this; smaller ones are handed over whole
-_TAIL_MIN = 4 * _TAIL_CHUNK
 _EAGAIN = (BlockingIOError, InterruptedError)
 _i32 = struct.Struct(">i")
 _CORK = getattr(socket, "TCP_CORK", None)  # Linux
@@ -168,10 +162,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # handed to the transport up to its end: free again once the transport has sent them
         self._outs: deque[tuple[mmap.mmap, int]] = deque()
         self._handed = 0  # bytes handed to the transport so far
-        # the rest of a large response (and any response after it), handed over _TAIL_CHUNK at
-        # a time by _continue_tail; empty when nothing waits
-        self._tail: list[Any] = []
-        self._tail_scheduled = False
         self._queue: deque[RequestReceived | BadRequest | SaslTokenReceived] = deque()
         # what the connection waits for: the task that carries on while a handler waits or the
         # peer is not reading, or a handler's Deferred; None while requests are handled
@@ -266,9 +256,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
-        if self._tail:
-            self._schedule_tail()
-            return
         if not self._muted:
             self._writable.set()
             self._maybe_resume_reading()
@@ -481,9 +468,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
         assert transport is not None
         if self._closing:
             return
-        if self._tail:  # behind the rest of a large response
-            self._tail.extend(parts)
-            return
         for p in parts:
             if type(p) is not bytes:
                 break
@@ -498,38 +482,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if not parts:
                 return
             total = _size(parts)
-        if total > _TAIL_MIN:
-            self._tail = parts
-            self._writable.clear()  # the pipeline waits for the tail (see _continue_tail)
-            self._continue_tail()
-            return
-        self._write_buffered(parts, total, transport)
-
-    def _schedule_tail(self) -> None:
-        if not self._tail_scheduled:
-            self._tail_scheduled = True
-            asyncio.get_running_loop().call_soon(self._continue_tail)
-
-    def _continue_tail(self) -> None:
-        """Hand the next ``_TAIL_CHUNK`` bytes of the tail to the transport; the next piece
-        follows on the next loop turn, or once the transport has drained when it paused us."""
-        self._tail_scheduled = False
-        transport = self.transport
-        if self._closing or transport is None or transport.is_closing() or not self._tail:
-            self._tail = []
-            return
-        piece, self._tail = _split_parts(self._tail, _TAIL_CHUNK)
-        self._write_buffered(piece, _size(piece), transport)
-        if self._write_paused:
-            return  # resume_writing carries on
-        if self._tail:
-            self._schedule_tail()
-        elif not self._muted:
-            self._writable.set()
-            self._maybe_resume_reading()
-
-    def _write_buffered(self, parts: list[Any], total: int, transport: asyncio.Transport) -> None:
-        """Hand ``parts`` (``total`` bytes) to the transport: file regions read into one buffer."""
         if total <= _SMALL_RESPONSE:
             # a few KiB (a long-polling consumer's fetch): one pread per region, one join
             chunks = []
@@ -928,26 +880,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if not self._write_paused:
             self._writable.set()
             self._maybe_resume_reading()
-
-
-def _split_parts(parts: list[Any], limit: int) -> tuple[list[Any], list[Any]]:
-    """``parts`` cut after ``limit`` bytes (a byte string or a file region cut where it falls)."""
-    head: list[Any] = []
-    size = 0
-    for i, p in enumerate(parts):
-        n = len(p) if type(p) is bytes else p.length
-        if size + n <= limit:
-            head.append(p)
-            size += n
-            continue
-        k = limit - size
-        if k <= 0:
-            return head, parts[i:]
-        if type(p) is bytes:
-            return [*head, p[:k]], [p[k:], *parts[i + 1 :]]
-        return [*head, FileRegion(p.segment, p.position, k)], [
-            FileRegion(p.segment, p.position + k, p.length - k), *parts[i + 1 :]]
-    return head, []
 
 
 class _Charge:
