@@ -60,10 +60,6 @@ class SchemaValidation:
         self._names: dict[tuple[str, str], str | None] = {}
         self._version: tuple[int, int] = (0, -1)
 
-    @staticmethod
-    def applies(config: LogConfig) -> bool:
-        return config.schema_validation
-
     async def check(self, topic: str, config: LogConfig, records: bytes | bytearray | memoryview) -> None:
         """Nothing if every record passes; InvalidRecordError (with record errors) if one does not,
         CORRUPT_MESSAGE for records that cannot be read."""
