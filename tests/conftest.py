@@ -23,25 +23,28 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
-# -- the package's own modules are not assertion-rewritten ---------------------------------------------
-# pytest marks every module of a distribution with a pytest11 entry point (odradek.pytest_plugin)
-# for assertion rewriting, so each codec module (protocol/messages/_codecs, imported on the first
-# use of its messages) was parsed with ast.parse in whichever thread encoded first. CPython 3.11's
+# -- installed packages are not assertion-rewritten ---------------------------------------------------
+# pytest marks every module of a distribution with a pytest11 entry point (odradek.pytest_plugin,
+# anyio, hypothesis, xdist) for assertion rewriting, so a module of one (each codec module of
+# protocol/messages/_codecs on the first use of its messages, anyio's backends on httpx's first
+# request) was parsed with ast.parse in whichever thread imported it first. CPython 3.11's
 # ast.parse is not thread-safe (gh-106905: "SystemError: AST constructor recursion depth
 # mismatch" when two threads parse at once): a test whose threads first encoded two kinds of
-# message at the same moment failed, more often on a loaded machine. The package is not test code:
-# its modules are imported as Python imports them.
-def _package_not_rewritten() -> None:
+# message at the same moment failed, and so did an architecture test parsing the package while a
+# thread left by an earlier test imported. Installed packages are not test code: their modules are
+# imported as Python imports them; only the test tree's own modules are rewritten.
+def _packages_not_rewritten() -> None:
     for finder in sys.meta_path:
         marked = getattr(finder, "_must_rewrite", None)
         if isinstance(marked, set):
-            marked.discard("odradek")
+            for name in [n for n in marked if not n.startswith(("test_", "conftest", "tests"))]:
+                marked.discard(name)
             cache = getattr(finder, "_marked_for_rewrite_cache", None)
             if isinstance(cache, dict):
                 cache.clear()
 
 
-_package_not_rewritten()
+_packages_not_rewritten()
 
 
 # -- running on two workers (pytest-xdist, ``-n 2 --dist load --maxschedchunk 2``) ---------------------

@@ -28,6 +28,7 @@ from odradek.protocol.messages.describe_configs import DescribeConfigsRequest
 from odradek.protocol.messages.incremental_alter_configs import IncrementalAlterConfigsRequest
 from odradek.protocol.messages.metadata import MetadataRequest
 from odradek.testing import BrokerProcess, WireClient, wait_for
+from tests.source_trees import parse
 
 T = 30  # seconds any one admin call may take
 
@@ -141,13 +142,13 @@ def test_every_kafka_config_has_its_row_and_each_unused_one_a_description() -> N
     src = Path(__file__).resolve().parents[1] / "src" / "odradek"
     read = set()
     for path in src.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse(path.read_text())):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
                 "get", "for_listener", "is_set", "source"
             ):
                 read.update(a.value for a in node.args[:2] if isinstance(a, ast.Constant) and isinstance(a.value, str))
     # the typed settings (generated) read the configs they hold by name
-    generated = ast.parse((src / "settings" / "_generated.py").read_text())
+    generated = parse((src / "settings" / "_generated.py").read_text())
     read.update(n.value for n in ast.walk(generated) if isinstance(n, ast.Constant) and isinstance(n.value, str))
     assert len(read & set(BROKER_CONFIGS)) >= 40
     assert not {n for n in read if n in BROKER_CONFIGS and not BROKER_CONFIGS[n].used}

@@ -8,6 +8,7 @@ import functools
 from pathlib import Path
 
 import odradek
+from tests.source_trees import parse
 
 SRC = Path(odradek.__file__).parent
 MAX_LINES = 600
@@ -28,7 +29,7 @@ def _class_lengths() -> dict[str, int]:
     lengths: dict[str, int] = {}
     for path in sorted(SRC.rglob("*.py")):
         rel = path.relative_to(SRC).as_posix()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), rel)):
+        for node in ast.walk(parse(path.read_text(encoding="utf-8"), rel)):
             if isinstance(node, ast.ClassDef):
                 end = node.end_lineno or node.lineno
                 lengths[f"{rel}:{node.name}"] = end - node.lineno + 1

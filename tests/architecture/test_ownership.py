@@ -13,6 +13,7 @@ import pytest
 
 import odradek
 from odradek.storage import Log, LogConfig
+from tests.source_trees import parse
 
 SRC = Path(odradek.__file__).parent
 OWNED = ("high_watermark", "log_start_offset")
@@ -42,7 +43,7 @@ def test_nothing_outside_storage_writes_a_logs_high_watermark_or_log_start_offse
     inside = 0
     for path in sorted(SRC.rglob("*.py")):
         rel = path.relative_to(SRC).as_posix()
-        writes = _writes(ast.parse(path.read_text(), str(path)))
+        writes = _writes(parse(path.read_text(), str(path)))
         if rel.startswith("storage/"):
             inside += len(writes)
             continue
@@ -54,7 +55,7 @@ def test_nothing_outside_storage_writes_a_logs_high_watermark_or_log_start_offse
 
 
 def test_the_scan_finds_the_writes_it_forbids() -> None:
-    tree = ast.parse(
+    tree = parse(
         "p.log.high_watermark = 3\nlg.log_start_offset += 1\nsetattr(self.log, 'high_watermark', 0)\n"
         "resp.high_watermark = 1\n"
     )
@@ -157,7 +158,7 @@ def test_broker_and_coordination_read_time_through_the_clock() -> None:
         for path in sorted((SRC / sub).rglob("*.py")):
             rel = path.relative_to(SRC).as_posix()
             text = path.read_text()
-            reads = _time_reads(ast.parse(text, str(path)))
+            reads = _time_reads(parse(text, str(path)))
             # a reference kept for later calls (``_perf_counter = time.perf_counter``) counts as one
             refs = len(re.findall(r"=\s*time\.(?:monotonic|time|perf_counter)\b(?!\()", text))
             seen += len(reads)
@@ -168,7 +169,7 @@ def test_broker_and_coordination_read_time_through_the_clock() -> None:
 
 
 def test_the_time_scan_finds_each_kind_of_read() -> None:
-    tree = ast.parse(
+    tree = parse(
         "import time\nfrom time import monotonic as mono\nt = time.monotonic()\nw = time.time()\n"
         "l = loop.time()\nm = mono()\nasyncio.get_running_loop().time()\nclock.now_ms()\n"
     )

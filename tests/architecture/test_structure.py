@@ -18,6 +18,7 @@ from odradek.cluster.controller import (
 )
 from odradek.cluster.group import Group, GroupCoordinatorState, GroupLimits, GroupState
 from odradek.cluster.transactions import TxnState
+from tests.source_trees import parse
 
 SRC = Path(odradek.__file__).parent
 PS, RS = PartitionStateName, ReplicaStateName
@@ -34,7 +35,7 @@ def test_the_state_machines_are_written_only_through_the_context_methods() -> No
     outside: list[str] = []
     inside = 0
     for path in _modules(SRC):
-        tree = ast.parse(path.read_text(), str(path))
+        tree = parse(path.read_text(), str(path))
         owners: dict[int, str] = {}
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
@@ -105,7 +106,7 @@ def _deals_with_the_machines(rel: str, tree: ast.Module) -> bool:
 def _state_writes(path: Path) -> tuple[list[str], int]:
     """(writes of a group's or transaction's state outside the transition functions, writes inside)."""
     rel = path.relative_to(SRC).as_posix()
-    tree = ast.parse(path.read_text(), str(path))
+    tree = parse(path.read_text(), str(path))
     if not _deals_with_the_machines(rel, tree):
         return [], 0
     machine_module = rel in _STATE_WRITERS
@@ -212,7 +213,7 @@ def test_no_zookeeper_mode_branch_or_downcast_in_the_broker() -> None:
     found = []
     for path in _modules(SRC / "broker"):
         text = path.read_text()
-        tree = ast.parse(text, str(path))
+        tree = parse(text, str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and node.attr in ("zk_mode", "_zk", "single_node"):
                 found.append(f"{path.name}:{node.lineno} .{node.attr}")
@@ -230,7 +231,7 @@ def test_the_sans_io_layers_do_not_configure_logging() -> None:
     found = []
     for layer in ("protocol", "records", "storage", "cluster"):
         for path in _modules(SRC / layer):
-            tree = ast.parse(path.read_text(), str(path))
+            tree = parse(path.read_text(), str(path))
             for node in ast.walk(tree):
                 if isinstance(node, ast.Attribute) and node.attr in configuring:
                     found.append(f"{layer}/{path.name}:{node.lineno} .{node.attr}")
@@ -251,7 +252,7 @@ def test_every_broker_config_the_code_reads_by_name_exists() -> None:
     read: dict[str, str] = {}
     client_read: dict[str, str] = {}  # the clients read client configs (Kafka's client names)
     for path in _modules(SRC):
-        tree = ast.parse(path.read_text(), str(path))
+        tree = parse(path.read_text(), str(path))
         into = client_read if path.relative_to(SRC).parts[0] == "client" else read
         for node in ast.walk(tree):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
@@ -296,7 +297,7 @@ def _settings_read_by_name(path: Path, names: set[str]) -> list[str]:
     """Reads of a broker setting by a literal name in ``path``: ``x.get("log.dir")``,
     ``x.for_listener(l, "ssl.client.auth")``, a ``get("...")`` helper, ``config["log.dir"]``."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parse(path.read_text(), str(path))):
         literal: list[ast.expr] = []
         if isinstance(node, ast.Call):
             func = node.func
@@ -356,7 +357,7 @@ def test_each_handler_module_uses_only_its_own_port() -> None:
         if path.name == "__init__.py":
             continue
         mine = used.setdefault(path.stem, set())
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parse(path.read_text(), str(path))):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "ports":
                 mine.add(node.attr)
             assert not (isinstance(node, ast.Attribute) and node.attr == "services"), f"{path.name}:{node.lineno}"

@@ -10,6 +10,7 @@ import ast
 from pathlib import Path
 
 import odradek
+from tests.source_trees import parse
 
 SRC = Path(odradek.__file__).parent
 #: calls that open an outgoing connection (asyncio's and the socket module's)
@@ -19,7 +20,7 @@ _ALLOWED = {"transport/connect.py", "transport/http.py", "coordination/zkserver.
 
 
 def _openers(path: Path) -> list[int]:
-    tree = ast.parse(path.read_text(), str(path))
+    tree = parse(path.read_text(), str(path))
     return [
         node.lineno
         for node in ast.walk(tree)
