@@ -150,11 +150,11 @@ def _time_reads(tree: ast.AST) -> list[tuple[int, str]]:
 
 
 def test_broker_and_coordination_read_time_through_the_clock() -> None:
-    """No new read of the system clock in the broker or the coordination layer: rules take the
+    """No new read of the system clock in the broker, the coordination layer or the registry: rules take the
     broker's Clock (``time.monotonic()`` in a timeout makes its test wait real time)."""
     over: list[str] = []
     seen = 0
-    for sub in ("broker", "coordination"):
+    for sub in ("broker", "coordination", "registry"):
         for path in sorted((SRC / sub).rglob("*.py")):
             rel = path.relative_to(SRC).as_posix()
             text = path.read_text()

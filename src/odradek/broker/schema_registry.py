@@ -273,6 +273,7 @@ class BrokerSchemaRegistry:
             method, _Credentials(listeners, scram) if method == "BASIC" else None,
             _Authorizer(authorizer) if authorizer is not None else None,
             failure_delay_s=max(0, settings.security.connection_failed_authentication_delay_ms) / 1000,
+            clock=lambda: ports.clock.monotonic_ms() / 1000,
         )
         self.metrics = RegistryMetrics()
         max_record = settings.log.message_max_bytes - _BATCH_OVERHEAD
@@ -283,7 +284,8 @@ class BrokerSchemaRegistry:
             timeout_s=timeout_ms / 1000,
             max_record_bytes=max_record,
         )
-        self.service = RegistryService(registry_settings, self.store, security, forward_tls=forward_tls, metrics=self.metrics)
+        self.service = RegistryService(registry_settings, self.store, security, forward_tls=forward_tls, metrics=self.metrics,
+                                       clock=ports.clock)
         self.metrics.gauges = self._gauges
         self.advertised_host = self.host
         if method == "NONE" and secured:

@@ -42,11 +42,11 @@ import hashlib
 import hmac
 import logging
 import secrets
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from odradek._clock import SystemClock
 from odradek.registry.errors import RestError
 from odradek.registry.http import Request
 
@@ -67,6 +67,10 @@ def topic_of(subject: str) -> str:
             return subject[: -len(suffix)]
     return subject
 
+
+
+def _monotonic_s() -> float:
+    return SystemClock().monotonic_ms() / 1000
 
 class Credentials(Protocol):
     """The broker's users: ``check(user, password)`` says whether they match (it may be slow:
@@ -100,7 +104,7 @@ class RegistrySecurity:
         authorizer: RegistryAuthorizer | None,
         *,
         failure_delay_s: float,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = _monotonic_s,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.method = method

@@ -23,12 +23,12 @@ import asyncio
 import json
 import logging
 import re
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import unquote
 
+from odradek._clock import Clock, SystemClock
 from odradek.errors import OdradekError
 from odradek.registry.core import Plan, RegistryCore, parse_version, valid_subject
 from odradek.registry.errors import RestError
@@ -198,8 +198,11 @@ class RegistryService:
         *,
         forward_tls: Any = None,
         metrics: RegistryMetrics | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.settings = settings
+        #: the broker's clock: request times and the deadlines of writes and forwarded requests
+        self.clock: Clock = clock if clock is not None else SystemClock()
         self.store = store
         self.security = security
         self.forward_tls = forward_tls
@@ -209,6 +212,10 @@ class RegistryService:
         self._write_lock = asyncio.Lock()
         self.server: HttpServer | None = None
         self.url = ""
+
+    def _now(self) -> float:
+        """Seconds of the monotonic clock."""
+        return self.clock.monotonic_ms() / 1000
 
     # -- the listener --------------------------------------------------------------------------
 
@@ -230,7 +237,7 @@ class RegistryService:
     # -- requests ------------------------------------------------------------------------------
 
     async def handle(self, request: Request) -> Response:
-        started = time.monotonic()
+        started = self._now()
         endpoint = "unknown"
         try:
             response, endpoint = await self._handle(request)
@@ -238,7 +245,7 @@ class RegistryService:
             response = json_response(exc.status, exc.body())
             if exc.status == 401:
                 response.headers.append(("WWW-Authenticate", 'Basic realm="odradek schema registry"'))
-        ms = (time.monotonic() - started) * 1000
+        ms = (self._now() - started) * 1000
         self.metrics.done(endpoint, request.method, response.status, ms)
         if access.isEnabledFor(logging.DEBUG):
             access.debug("%s %s %s -> %d in %.1f ms", request.peer, request.method, request.path, response.status, ms)
@@ -304,37 +311,37 @@ class RegistryService:
         """The view to answer a read from, or the writer's answer to it (forwarded)."""
         if not self.store.exists():
             return RegistryState()
-        deadline = time.monotonic() + self.settings.timeout_s
+        deadline = self._now() + self.settings.timeout_s
         while True:
-            state = await self.store.sync(max(0.1, deadline - time.monotonic()) / 2)
+            state = await self.store.sync(max(0.1, deadline - self._now()) / 2)
             if state is not None:
                 return state
             if not self.store.is_writer():
                 forwarded = await self._forward(call, deadline)
                 if forwarded is not None:
                     return forwarded
-            if time.monotonic() >= deadline:
+            if self._now() >= deadline:
                 raise RestError.timeout("the registry's view of _schemas is not loaded yet")
             await asyncio.sleep(0.05)
 
     async def _write(self, call: _Call, plan: Callable[[RegistryState], Awaitable[Plan]]) -> Response:
         """Run ``plan`` on the writer (here, or forwarded) and answer with its result."""
-        deadline = time.monotonic() + self.settings.timeout_s
+        deadline = self._now() + self.settings.timeout_s
         if not self.store.exists():
             await self.store.create()
         while True:
             if self.store.is_writer():
                 try:
                     async with self._write_lock:
-                        state = await self.store.sync(max(0.1, deadline - time.monotonic()))
+                        state = await self.store.sync(max(0.1, deadline - self._now()))
                         if state is None:
                             raise NotWriter()
                         result = await plan(state)
                         if result.records:
-                            await self.store.append(result.records, max(0.1, deadline - time.monotonic()))
+                            await self.store.append(result.records, max(0.1, deadline - self._now()))
                     return json_response(result.status, result.answer)
                 except NotWriter:
-                    if time.monotonic() >= deadline:
+                    if self._now() >= deadline:
                         raise RestError.unknown_leader("the _schemas writer changed; try again") from None
                     await asyncio.sleep(0.05)
                     continue
@@ -358,7 +365,7 @@ class RegistryService:
                 try:
                     self.metrics.forwarded += 1
                     response = await forward(
-                        url, call.request, timeout=max(0.1, deadline - time.monotonic()), tls=self.forward_tls,
+                        url, call.request, timeout=max(0.1, deadline - self._now()), tls=self.forward_tls,
                         extra_headers=[("X-Forward", "true")],
                     )
                 except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
@@ -368,7 +375,7 @@ class RegistryService:
                     if not _retry(response):
                         return response
                     last = f"{url} answered {response.status}: {response.body[:200]!r}"
-            if time.monotonic() >= deadline:
+            if self._now() >= deadline:
                 if url is None:
                     raise RestError.unknown_leader(f"Leader not known: {last}")
                 raise RestError.forwarding_failed(f"Error while forwarding the request to the leader: {last}")
