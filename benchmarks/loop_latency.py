@@ -217,10 +217,10 @@ def _down_convert(addr: tuple[str, int], stop: Any, done: Any) -> None:
 
 def _cpu_bound(addr: tuple[str, int], stop: Any) -> None:
     """Busy processes like the broker's workers (their number and nice increment), until ``stop``."""
-    from odradek.broker.offload import WORKER_NICE, WORKERS
+    from odradek.broker.offload import WORKERS, lower_priority
 
     def spin() -> None:
-        os.nice(WORKER_NICE)
+        lower_priority()  # as a worker lowers its own (its nice, and its own session under autogroup)
         x = 0
         while not stop.is_set():
             for _ in range(100_000):
