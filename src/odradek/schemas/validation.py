@@ -28,6 +28,7 @@ from typing import Any
 
 from odradek.records import iter_batch_headers, read_batches
 from odradek.schemas._common import AVRO, JSON, PROTOBUF
+from odradek.schemas.framing import schema_id as framed_id
 from odradek.schemas.store import RegistryState, SchemaVersion
 
 __all__ = [
@@ -132,9 +133,9 @@ def record_count(records: bytes | bytearray | memoryview) -> int:
 def _problem(data: bytes | None, allowed: frozenset[int], what: str, subject: str) -> str | None:
     if data is None:
         return None
-    if len(data) < 5 or data[0] != 0:
+    schema_id = framed_id(data)
+    if schema_id is None:
         return f"the record's {what} is not framed for the schema registry (magic byte 0 and a 4-byte schema id)"
-    schema_id = int.from_bytes(data[1:5], "big")
     if schema_id in allowed:
         return None
     return f"the record's {what} has schema id {schema_id}, which is not registered under {subject}"

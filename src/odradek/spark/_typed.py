@@ -39,7 +39,6 @@ import decimal
 import io
 import json
 import logging
-import struct
 import threading
 import urllib.error
 import urllib.parse
@@ -51,6 +50,8 @@ from typing import Any
 import pyarrow as pa
 
 from odradek.errors import OdradekError
+from odradek.schemas.framing import HEADER_BYTES, FramingError, decode_message_indexes, frame_header
+from odradek.schemas.framing import schema_id as framed_id
 from odradek.spark._avrofast import ColumnDecoder
 
 log = logging.getLogger(__name__)
@@ -78,8 +79,6 @@ CORRUPT_COLUMN = "_corrupt_record"
 _SOURCE_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
 DEFAULT_REGISTRY_PORT = 8081
 _MEDIA = "application/vnd.schemaregistry.v1+json"
-_MAGIC = 0
-_ID = struct.Struct(">I")
 
 
 class SchemaMappingError(OdradekError, ValueError):
@@ -698,31 +697,11 @@ def _proto_field(name: str, g: Callable[[Any], Any], presence: bool) -> Callable
 
 
 def _message_indexes(data: bytes, pos: int) -> tuple[list[int], int]:
-    """Confluent's message-index array after the schema id: a zigzag varint count, then the
-    indexes (a single 0 byte: ``[0]``)."""
-
-    def varint(pos: int) -> tuple[int, int]:
-        shift = result = 0
-        while True:
-            if pos >= len(data) or shift > 63:
-                raise _Bad("truncated message-index array")
-            b = data[pos]
-            pos += 1
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return (result >> 1) ^ -(result & 1), pos
-            shift += 7
-
-    count, pos = varint(pos)
-    if count == 0:
-        return [0], pos
-    if not 0 < count <= 100:
-        raise _Bad(f"message-index array of {count} entries")
-    out = []
-    for _ in range(count):
-        i, pos = varint(pos)
-        out.append(i)
-    return out, pos
+    """Confluent's message-index array after the schema id (:mod:`odradek.schemas.framing`)."""
+    try:
+        return decode_message_indexes(data, pos)
+    except FramingError as exc:
+        raise _Bad(str(exc)) from None
 
 
 def _proto_decoder(col: TypedColumn) -> Callable[[bytes], Any]:
@@ -757,10 +736,10 @@ def _proto_decoder(col: TypedColumn) -> Callable[[bytes], Any]:
     first = _proto_message(col.schema, [0])
 
     def decode(data: bytes) -> Any:
-        if len(data) < 6 or data[0] != _MAGIC:
+        sid = framed_id(data)
+        if sid is None or len(data) <= HEADER_BYTES:
             raise _Bad("not framed with a schema id (magic byte 0, a 4-byte id and the message indexes)")
-        sid = _ID.unpack_from(data, 1)[0]
-        indexes, pos = _message_indexes(data, 5)
+        indexes, pos = _message_indexes(data, HEADER_BYTES)
         cls = message_class(sid, indexes)
         if cls is not first:
             raise _Bad(f"message {cls.DESCRIPTOR.full_name} is not the column's {first.DESCRIPTOR.full_name}")
@@ -944,14 +923,14 @@ def _avro_decoder(col: TypedColumn) -> Callable[[bytes], Any]:
     schemas: dict[int, tuple[Any, Any]] = {}
 
     def decode(data: bytes) -> Any:
-        if len(data) < 5 or data[0] != _MAGIC:
+        sid = framed_id(data)
+        if sid is None:
             raise _Bad("not framed with a schema id (magic byte 0 and a 4-byte id)")
-        sid = _ID.unpack_from(data, 1)[0]
         pair = schemas.get(sid)
         if pair is None:
             pair = schemas[sid] = _avro_schemas(col, sid)
         buf = io.BytesIO(data)
-        buf.seek(5)
+        buf.seek(HEADER_BYTES)
         try:
             value = schemaless_reader(buf, *pair)
         except Exception as exc:  # fastavro raises many kinds on bad bytes or unresolvable schemas
@@ -978,14 +957,15 @@ def _avro_fast(col: TypedColumn, values: list[Any]) -> list[Any] | None:
             if data is None:
                 append(None)
                 continue
-            head = data[:5]
+            head = data[:HEADER_BYTES]
             pair = known.get(head)
             if pair is None:
-                if len(head) < 5 or head[0] != _MAGIC:
+                sid = framed_id(head)
+                if sid is None:
                     return None
-                pair = known[head] = _avro_schemas(col, _ID.unpack_from(head)[0])
+                pair = known[head] = _avro_schemas(col, sid)
             buf = new(data)
-            buf.seek(5)
+            buf.seek(HEADER_BYTES)
             append(schemaless_reader(buf, *pair))
             if buf.tell() != len(data):
                 return None
@@ -1015,10 +995,10 @@ def _columnar(col: TypedColumn, built: pa.DataType) -> ColumnDecoder:
 
 def _json_decoder(col: TypedColumn) -> Callable[[bytes], Any]:
     def decode(data: bytes) -> Any:
-        if len(data) < 5 or data[0] != _MAGIC:
+        if framed_id(data) is None:
             raise _Bad("not framed with a schema id (magic byte 0 and a 4-byte id)")
         try:
-            return json.loads(bytes(data[5:]))
+            return json.loads(bytes(data[HEADER_BYTES:]))
         except ValueError as exc:
             raise _Bad(f"not JSON: {exc}") from None
 
@@ -1262,7 +1242,7 @@ def encode_typed(batch: pa.RecordBatch, columns: tuple[SinkColumn, ...]) -> pa.R
     fields = list(batch.schema)
     for col in columns:
         i = names.index(col.part)
-        prefix = bytes([_MAGIC]) + _ID.pack(col.schema_id)
+        prefix = frame_header(col.schema_id)
         rows = arrays[i].to_pylist()
         encoded: list[bytes | None]
         if col.fmt == "avro":

@@ -1,12 +1,15 @@
 """Confluent's wire format (a 0 magic byte, the schema id as 4 big-endian bytes, the payload;
-Protobuf's payload starts with its message-index array), the subject name strategies and the
-exceptions of the serializers.  Pure: no HTTP here."""
+Protobuf's payload starts with its message-index array: read and written by
+:mod:`odradek.schemas.framing`, its errors raised here as SerializationError), the subject name
+strategies and the exceptions of the serializers.  Pure: no HTTP here."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from odradek.errors import OdradekError
+from odradek.schemas import framing
+from odradek.schemas.framing import HEADER_BYTES, MAGIC_BYTE, FramingError, encode_message_indexes
 
 __all__ = [
     "MAGIC_BYTE",
@@ -22,10 +25,6 @@ __all__ = [
     "topic_record_name_strategy",
 ]
 
-MAGIC_BYTE = 0
-_HEADER = 5
-#: the longest message-index array read from a frame (a nesting deeper than any real .proto)
-MAX_MESSAGE_INDEXES = 100
 
 
 class SerializationError(OdradekError, ValueError):
@@ -81,68 +80,24 @@ STRATEGIES: dict[str, SubjectNameStrategy] = {
 
 def frame_header(schema_id: int) -> bytes:
     """The 5 bytes before a payload written with schema ``schema_id``."""
-    if not 0 <= schema_id < 2**31:
-        raise SerializationError(f"schema id {schema_id} does not fit the wire format")
-    return b"\x00" + schema_id.to_bytes(4, "big")
+    try:
+        return framing.frame_header(schema_id)
+    except FramingError as exc:
+        raise SerializationError(str(exc)) from None
 
 
 def read_header(data: bytes | bytearray | memoryview) -> int:
     """The schema id of framed bytes; SerializationError when they are not framed."""
-    if len(data) < _HEADER:
-        raise SerializationError(
-            f"{len(data)} bytes are too short for Confluent's framing (a magic byte and a 4-byte schema id)")
-    if data[0] != MAGIC_BYTE:
-        raise SerializationError(f"unknown magic byte {data[0]} (expected {MAGIC_BYTE}): the bytes are not framed "
-                                 "with a schema registry id")
-    return int.from_bytes(data[1:5], "big")
+    try:
+        return framing.read_header(data)
+    except FramingError as exc:
+        raise SerializationError(str(exc)) from None
 
 
-def _zigzag(value: int) -> bytes:
-    n = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while n & ~0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def encode_message_indexes(indexes: Sequence[int]) -> bytes:
-    """Protobuf's message-index array as Confluent writes it: the count then each index, zigzag
-    varints; the first message of the file (``[0]``) is the single byte 0."""
-    if list(indexes) == [0]:
-        return b"\x00"
-    return _zigzag(len(indexes)) + b"".join(_zigzag(i) for i in indexes)
-
-
-def _read_zigzag(data: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    shift = 0
-    n = 0
-    while True:
-        if pos >= len(data):
-            raise SerializationError("the Protobuf message-index array is truncated")
-        b = data[pos]
-        pos += 1
-        n |= (b & 0x7F) << shift
-        if not b & 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise SerializationError("a varint of the Protobuf message-index array is longer than 10 bytes")
-    return (n >> 1) ^ -(n & 1), pos
-
-
-def decode_message_indexes(data: bytes | bytearray | memoryview, pos: int = _HEADER) -> tuple[list[int], int]:
-    """The message-index array at ``pos`` and the position after it."""
-    count, pos = _read_zigzag(data, pos)
-    if count == 0:
-        return [0], pos
-    if count < 0 or count > MAX_MESSAGE_INDEXES:
-        raise SerializationError(f"the Protobuf message-index array claims {count} indexes")
-    out = []
-    for _ in range(count):
-        i, pos = _read_zigzag(data, pos)
-        if i < 0:
-            raise SerializationError(f"negative Protobuf message index {i}")
-        out.append(i)
-    return out, pos
+def decode_message_indexes(data: bytes | bytearray | memoryview, pos: int = HEADER_BYTES) -> tuple[list[int], int]:
+    """The message-index array at ``pos`` and the position after it; SerializationError when it
+    is truncated, too long or negative."""
+    try:
+        return framing.decode_message_indexes(data, pos)
+    except FramingError as exc:
+        raise SerializationError(str(exc)) from None
