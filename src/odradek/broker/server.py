@@ -14,13 +14,19 @@ buffer is made for it.  A failed authentication mutes the connection (nothing mo
 it, nothing it pipelined is handled), holds its answer back for
 ``connection.failed.authentication.delay.ms``, then sends it and closes the connection the same
 delay later (Kafka's ``DelayedResponseAuthenticationException``): see
-:mod:`odradek.broker.authentication`.
+:mod:`odradek.broker.authentication` and :mod:`odradek.broker.auth_gate`.
 
 Handlers run as soon as their request is decoded, inside the protocol callback: one that answers
 without waiting (produce with acks=0/1, a fetch with data ready) costs no task, and responses
 made ready by one read leave in one write.  A handler that waits continues in a task (coroutine
 handlers) or through its own callbacks (a :class:`~odradek.broker.dispatch.Deferred`, the fetch
 long poll), and the requests behind it wait their turn.
+
+The connection keeps the order of requests and responses, the queue, the flow control and the
+request handling; its collaborators own the rest: :class:`~odradek.broker.auth_gate.AuthenticationGate`
+(the receive limit before authentication, the SASL v0 tokens, the failed-authentication mute),
+:class:`~odradek.broker.throttling.Throttle` (the client-quota charge and the throttle's mute) and
+:class:`~odradek.broker.responses.ResponseWriter` (sendfile, the page-aligned response buffers).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from odradek._scheduler import LoopScheduler, Scheduler
 from odradek.broker.advertised import RESTRICTED_APIS, api_versions_response, served
+from odradek.broker.auth_gate import AuthenticationGate
 from odradek.broker.authentication import ListenerSecurity, Session
 from odradek.broker.dispatch import HANDLERS, Deferred, RequestContext
 from odradek.broker.logdirs import is_io_error
@@ -59,7 +66,7 @@ from odradek.protocol import (
     UnsupportedVersion,
     error_response,
 )
-from odradek.protocol.connection import FrameBuffers, frame
+from odradek.protocol.connection import FrameBuffers
 from odradek.protocol.messages import RequestHeader
 
 if TYPE_CHECKING:
@@ -113,21 +120,21 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.connections = connections
         self.max_queued = max_queued
         settings = ports.connection.settings
-        self._max_frame_size = settings.socket.request_max_bytes
         self.conn = ServerConnection(
-            max_frame_size=self._max_frame_size,
+            max_frame_size=settings.socket.request_max_bytes,
             check=TopicLimit(settings.server.request_max_topics),
             receive_size=_RECV_BUFFER,
             large=_LARGE_FRAME,
             buffers=_FRAME_BUFFERS,
         )
-        # before SASL authentication frames are held to sasl.server.max.receive.size
-        self._pre_auth = False
-        self._limit_receive()
-        self._timers: Scheduler = timers or LoopScheduler()
-        self._clock = self._timers.clock
-        # the authentication failed: muted until the delayed answer is sent and the connection closed
-        self._auth_failed = False
+        timers = timers or LoopScheduler()  # shared with the collaborators below
+        self._clock = timers.clock
+        # the receive limit before SASL authentication, and the mute of a failed authentication
+        self._auth = AuthenticationGate(
+            self.conn, self.session, listener, ports.connection.metrics, timers,
+            stop=self._stop_for_failed_authentication, is_open=lambda: not self._closing and self.transport is not None,
+            write=self._write, close=self.close,
+        )
         self.transport: asyncio.Transport | None = None
         self._writer = ResponseWriter(self.close)
         self._queue: deque[RequestReceived | BadRequest | SaslTokenReceived] = deque()
@@ -148,7 +155,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # throttled connection (it reads and handles nothing)
         quotas = ports.connection.quotas
         self._throttle: Throttle | None = None if quotas is None else Throttle(
-            quotas, ports.connection.metrics, self.conn, self._timers,
+            quotas, ports.connection.metrics, self.conn, timers,
             pause=self._throttled, resume=self._unthrottled, closing=lambda: self._closing,
         )
         # metrics (None: off): the request being handled — its metric key (the API key, or
@@ -185,11 +192,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.conn.filled(nbytes)
             self._pump()
         except ProtocolError as exc:
-            if self._pre_auth and isinstance(exc, InvalidFrame):
+            if self._auth.pre_auth and isinstance(exc, InvalidFrame):
                 # Kafka's InvalidReceiveException before authentication: the authentication fails
-                self.session.invalid_receive(getattr(exc, "size", -1), self.client_host)
-                self._count_auth_failure()
-                self._fail_authentication(None)
+                self._auth.invalid_receive(self.session, exc, self.client_host, self.peer)
                 return
             log.warning("closing connection from %s: %s", self.peer, exc)
             self.close()
@@ -240,13 +245,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
             and len(self._queue) < self.max_queued
             and self.transport is not None
             and not self._closing
-            and not self._auth_failed
+            and not self._auth.failed
         ):
             self._reading_paused = False
             self.transport.resume_reading()
 
     def _pump(self) -> None:
-        if self._auth_failed:  # muted: whatever else arrived is never looked at
+        if self._auth.failed:  # muted: whatever else arrived is never looked at
             return
         queue = self._queue
         next_event = self.conn.next_event
@@ -292,7 +297,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 if type(ev) is RequestReceived:
                     result = self._start(ev)
                 elif type(ev) is SaslTokenReceived:
-                    result = self._sasl_token(ev)
+                    result = self._auth.sasl_token(self.session, ev, self.client_host)
                 else:
                     bad = self._bad_request(ev)  # type: ignore[arg-type]
                     result = None if bad is None else [bad]
@@ -300,7 +305,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     # the authentication failed: answer late, nothing more from this connection
                     if out:
                         self._write(out)
-                    self._fail_authentication(result)
+                    self._auth.fail(self.session, result, self.peer)
                     return
                 if result is None:  # connection must close
                     if out:
@@ -369,12 +374,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     if isinstance(result, _Waiting):
                         result = await self._finish(result)
                 elif type(ev) is SaslTokenReceived:
-                    result = self._sasl_token(ev)
+                    result = self._auth.sasl_token(self.session, ev, self.client_host)
                 else:
                     bad = self._bad_request(ev)  # type: ignore[arg-type]
                     result = None if bad is None else [bad]
                 if self.session.close_after is not None:
-                    self._fail_authentication(result)
+                    self._auth.fail(self.session, result, self.peer)
                     return
                 if not self._respond_parts(result):
                     return
@@ -433,69 +438,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if not self._closing:
             self._writer.write(transport, parts)
 
-    # -- authentication -------------------------------------------------------------------------
-    def _limit_receive(self) -> None:
-        """Hold frames to ``sasl.server.max.receive.size`` while the session is not authenticated,
-        and back to ``socket.request.max.bytes`` once it is."""
-        limit = self.session.max_receive_size
-        pre_auth = limit is not None
-        if pre_auth != self._pre_auth:
-            self._pre_auth = pre_auth
-            self.conn.max_frame_size = self._max_frame_size if limit is None else min(limit, self._max_frame_size)
-
-    def _fail_authentication(self, parts: list[Any] | None) -> None:
-        """The authentication failed (the session says how long to hold the answer back): from
-        now on nothing is read from the connection and nothing it already sent is handled; the
-        answer (``parts``; none for a v0 token or a frame too large) goes out when the delay has
-        passed, and the connection closes the same delay after it (a client that reads the
-        answer and the end of the stream together may drop the answer: kafka-python does), or
-        at once when there is no answer.  With a delay of 0, all at once."""
-        delay = self.session.close_after or 0.0
-        self.session.close_after = None
-        self._auth_failed = True
+    # -- authentication: see odradek.broker.auth_gate ------------------------------------------
+    def _stop_for_failed_authentication(self) -> None:
+        """Nothing more is read from this connection, nothing it already sent is handled."""
         self._queue.clear()
         self._pause_reading()
-        if delay <= 0:
-            self._answer_and_close(parts, 0.0)
-            return
-        self._later(delay, self._answer_and_close, parts, delay)
-
-    def _later(self, delay: float, fn: Callable[..., Any], *args: Any) -> None:
-        self._timers.call_later(delay * 1000.0, fn, *args)
-
-    def _answer_and_close(self, parts: list[Any] | None, linger: float) -> None:
-        if self._closing or self.transport is None:
-            return
-        try:
-            if parts:
-                self._write(parts)
-                if linger > 0:
-                    self._later(linger, self.close)
-                    return
-        except Exception:
-            log.exception("connection %s failed", self.peer)
-        self.close()  # the transport sends what it holds, then closes
-
-    def _count_auth_failure(self) -> None:
-        m = self._metrics
-        if m is not None:
-            m.count(m.auth_failures, self.listener)
-
-    def _sasl_token(self, ev: SaslTokenReceived) -> list[Any] | None:
-        """A SASL token without Kafka framing (after SaslHandshake v0): the mechanism's answer
-        goes back the same way; a failure closes the connection after the failed-authentication
-        delay, unanswered (the v0 exchange has no way to say why, as in Kafka)."""
-        out = self.session.authenticate(ev.token, self.client_host)
-        m = self._metrics
-        if out.error_code:
-            self._count_auth_failure()
-            return []
-        if self.session.authenticated:
-            if m is not None:
-                m.count(m.auth_successes, self.listener)
-            self.conn.raw_tokens = False
-            self._limit_receive()
-        return [frame(out.data)]
 
     def _bad_request(self, ev: BadRequest) -> bytes | None:
         header = ev.header
@@ -563,11 +510,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 result = entry.handler(ctx, ev.message)
             except Exception as exc:
                 return self._failed(header, ev.message, exc)
-            if self.session.raw_tokens:  # a SaslHandshake v0 succeeded: tokens come unframed now
-                self.session.raw_tokens = False
-                self.conn.raw_tokens = True
-            if self._pre_auth and self.session.authenticated:
-                self._limit_receive()
+            if self.session.raw_tokens or self._auth.pre_auth:  # the SASL exchange went on
+                self._auth.handled(self.session)
             if result is None or isinstance(result, Message):
                 return self._response_parts(header, result)
             if isinstance(result, Deferred):
