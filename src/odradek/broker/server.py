@@ -96,6 +96,10 @@ _perf_counter = time.perf_counter
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
+    """One client connection: owns its receive side, the queue of its decoded requests, their
+    handling in order and the flow control (pausing when the peer stops reading); its
+    authentication gate, throttle and response writer own the rest (see the module's text)."""
+
     def __init__(
         self,
         ports: Ports,
@@ -438,12 +442,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if not self._closing:
             self._writer.write(transport, parts)
 
-    # -- authentication: see odradek.broker.auth_gate ------------------------------------------
-    def _stop_for_failed_authentication(self) -> None:
-        """Nothing more is read from this connection, nothing it already sent is handled."""
-        self._queue.clear()
-        self._pause_reading()
-
     def _bad_request(self, ev: BadRequest) -> bytes | None:
         header = ev.header
         if header is not None and header.api_key == ApiKey.API_VERSIONS and isinstance(ev.error, UnsupportedVersion):
@@ -607,6 +605,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
             m.response_error(api, code)
         if api == _SASL_AUTHENTICATE:
             m.count(m.auth_failures if code else m.auth_successes, self.listener)
+
+    # -- authentication: see odradek.broker.auth_gate ------------------------------------------
+    def _stop_for_failed_authentication(self) -> None:
+        """Nothing more is read from this connection, nothing it already sent is handled."""
+        self._queue.clear()
+        self._pause_reading()
 
     # -- client quotas (KIP-13, KIP-124, KIP-219): see odradek.broker.throttling ------------------
     def _throttled(self) -> None:
