@@ -19,7 +19,6 @@ MAX_LINES = 600
 #: the protocols go to a collaborator). Nothing else may be added here.
 ALLOWED = {
     "storage/log.py:Log",
-    "broker/server.py:KafkaConnection",
     "cluster/consumer_group.py:ConsumerGroups",
 }
 

@@ -14,23 +14,26 @@ buffer is made for it.  A failed authentication mutes the connection (nothing mo
 it, nothing it pipelined is handled), holds its answer back for
 ``connection.failed.authentication.delay.ms``, then sends it and closes the connection the same
 delay later (Kafka's ``DelayedResponseAuthenticationException``): see
-:mod:`odradek.broker.authentication`.
+:mod:`odradek.broker.authentication` and :mod:`odradek.broker.auth_gate`.
 
 Handlers run as soon as their request is decoded, inside the protocol callback: one that answers
 without waiting (produce with acks=0/1, a fetch with data ready) costs no task, and responses
 made ready by one read leave in one write.  A handler that waits continues in a task (coroutine
 handlers) or through its own callbacks (a :class:`~odradek.broker.dispatch.Deferred`, the fetch
 long poll), and the requests behind it wait their turn.
+
+The connection keeps the order of requests and responses, the queue, the flow control and the
+request handling; its collaborators own the rest: :class:`~odradek.broker.auth_gate.AuthenticationGate`
+(the receive limit before authentication, the SASL v0 tokens, the failed-authentication mute),
+:class:`~odradek.broker.throttling.Throttle` (the client-quota charge and the throttle's mute) and
+:class:`~odradek.broker.responses.ResponseWriter` (sendfile, the page-aligned response buffers).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import mmap
 import os
-import socket
-import struct
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator
@@ -39,9 +42,12 @@ from typing import TYPE_CHECKING, Any
 
 from odradek._scheduler import LoopScheduler, Scheduler
 from odradek.broker.advertised import RESTRICTED_APIS, api_versions_response, served
+from odradek.broker.auth_gate import AuthenticationGate
 from odradek.broker.authentication import ListenerSecurity, Session
 from odradek.broker.dispatch import HANDLERS, Deferred, RequestContext
 from odradek.broker.logdirs import is_io_error
+from odradek.broker.responses import ResponseWriter
+from odradek.broker.throttling import Throttle
 from odradek.errors import ErrorCode, KafkaError
 from odradek.metrics import FETCH_FOLLOWER, BrokerMetrics
 from odradek.protocol import (
@@ -60,10 +66,8 @@ from odradek.protocol import (
     UnsupportedVersion,
     error_response,
 )
-from odradek.protocol._api import response_header_version
-from odradek.protocol.connection import FrameBuffers, frame
+from odradek.protocol.connection import FrameBuffers
 from odradek.protocol.messages import RequestHeader
-from odradek.storage.segment import FileRegion
 
 if TYPE_CHECKING:
     from odradek.broker.ports import Ports
@@ -79,22 +83,8 @@ _RECV_BUFFER = 256 * 1024
 # receive buffer: the kernel's copy is the only one
 _LARGE_FRAME = 64 * 1024
 _FRAME_BUFFERS = FrameBuffers(32 << 20)
-_OUT_BUFFER = 1 << 20
 # responses handled together go out in one write, up to this many parts at a time
 _MAX_COALESCED = 64
-# responses up to this size are assembled as bytes rather than in the page-aligned buffer
-_SMALL_RESPONSE = 16 * 1024
-# responses with file regions of this size or more go straight to an idle socket: bytes with one
-# writev per run of them, record data with sendfile (the kernel hands the page-cache pages to the
-# socket: no copy into a buffer, none into the socket); what the socket cannot take goes the
-# buffered way
-_SENDFILE_MIN = 128 * 1024
-_EAGAIN = (BlockingIOError, InterruptedError)
-_i32 = struct.Struct(">i")
-_CORK = getattr(socket, "TCP_CORK", None)  # Linux
-# page-aligned response buffers a connection keeps for reuse (a fresh one is zero-filled and
-# page-faulted in by the kernel, which costs as much as reading the records into it)
-_KEPT_OUT_BUFFERS = 2
 # one connection's queued requests are handled in one callback for at most this long (then the
 # rest continue in a later callback, after other connections' events): pipelined heavy requests
 # (whole-cluster Metadata...) on one connection cannot hold the event loop for long
@@ -105,17 +95,11 @@ _SASL_AUTHENTICATE = int(ApiKey.SASL_AUTHENTICATE)
 _perf_counter = time.perf_counter
 
 
-def _size(parts: list[Any]) -> int:
-    """Bytes in a response's parts (bytes and file regions)."""
-    total = 0
-    for p in parts:
-        total += len(p) if type(p) is bytes else p.length
-    return total
-
-
-
-
 class KafkaConnection(asyncio.BufferedProtocol):
+    """One client connection: owns its receive side, the queue of its decoded requests, their
+    handling in order and the flow control (pausing when the peer stops reading); its
+    authentication gate, throttle and response writer own the rest (see the module's text)."""
+
     def __init__(
         self,
         ports: Ports,
@@ -140,28 +124,23 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.connections = connections
         self.max_queued = max_queued
         settings = ports.connection.settings
-        self._max_frame_size = settings.socket.request_max_bytes
         self.conn = ServerConnection(
-            max_frame_size=self._max_frame_size,
+            max_frame_size=settings.socket.request_max_bytes,
             check=TopicLimit(settings.server.request_max_topics),
             receive_size=_RECV_BUFFER,
             large=_LARGE_FRAME,
             buffers=_FRAME_BUFFERS,
         )
-        # before SASL authentication frames are held to sasl.server.max.receive.size
-        self._pre_auth = False
-        self._limit_receive()
-        self._timers: Scheduler = timers or LoopScheduler()
-        self._clock = self._timers.clock
-        # the authentication failed: muted until the delayed answer is sent and the connection closed
-        self._auth_failed = False
+        timers = timers or LoopScheduler()  # shared with the collaborators below
+        self._clock = timers.clock
+        # the receive limit before SASL authentication, and the mute of a failed authentication
+        self._auth = AuthenticationGate(
+            self.conn, self.session, listener, ports.connection.metrics, timers,
+            stop=self._stop_for_failed_authentication, is_open=lambda: not self._closing and self.transport is not None,
+            write=self._write, close=self.close,
+        )
         self.transport: asyncio.Transport | None = None
-        # the socket, for sendfile: plaintext connections only (TLS encrypts in user space)
-        self._sock: Any = None
-        # response buffers handed to the transport, oldest first, each with the count of bytes
-        # handed to the transport up to its end: free again once the transport has sent them
-        self._outs: deque[tuple[mmap.mmap, int]] = deque()
-        self._handed = 0  # bytes handed to the transport so far
+        self._writer = ResponseWriter(self.close)
         self._queue: deque[RequestReceived | BadRequest | SaslTokenReceived] = deque()
         # what the connection waits for: the task that carries on while a handler waits or the
         # peer is not reading, or a handler's Deferred; None while requests are handled
@@ -171,19 +150,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._writable.set()
         self._closing = False
         self._reading_paused = False
+        self._write_paused = False  # the transport's buffer is above its high-water mark
         self._run_scheduled = False
         self.peer = "?"
         self.client_host = "?"
         self.last_active = self._clock.monotonic_ms()
-        # client quotas: what the request being handled is charged (None: nothing, or no quota
-        # configured); a throttled connection is muted (reads and handles nothing) until
-        # _mute_until, and a response to an old request version waits in _delayed till then
-        self._quotas = ports.connection.quotas
-        self._charge: _Charge | None = None
-        self._muted = False
-        self._write_paused = False
-        self._mute_until = 0.0
-        self._delayed: list[Any] = []
+        # client quotas (None: off): the charge of the request being handled, and the mute of a
+        # throttled connection (it reads and handles nothing)
+        quotas = ports.connection.quotas
+        self._throttle: Throttle | None = None if quotas is None else Throttle(
+            quotas, ports.connection.metrics, self.conn, timers,
+            pause=self._throttled, resume=self._unthrottled, closing=lambda: self._closing,
+        )
         # metrics (None: off): the request being handled — its metric key (the API key, or
         # FETCH_FOLLOWER) and when its handling began (one request at a time per connection)
         self._metrics = ports.connection.metrics
@@ -206,7 +184,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         elif hasattr(os, "sendfile"):
             sock = transport.get_extra_info("socket")
             if sock is not None and sock.fileno() >= 0:
-                self._sock = sock
+                self._writer.use_socket(sock)  # sendfile: plaintext connections only
         self.session.client_port = str(peer[1]) if peer else ""
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -218,11 +196,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.conn.filled(nbytes)
             self._pump()
         except ProtocolError as exc:
-            if self._pre_auth and isinstance(exc, InvalidFrame):
+            if self._auth.pre_auth and isinstance(exc, InvalidFrame):
                 # Kafka's InvalidReceiveException before authentication: the authentication fails
-                self.session.invalid_receive(getattr(exc, "size", -1), self.client_host)
-                self._count_auth_failure()
-                self._fail_authentication(None)
+                self._auth.invalid_receive(self.session, exc, self.client_host, self.peer)
                 return
             log.warning("closing connection from %s: %s", self.peer, exc)
             self.close()
@@ -256,7 +232,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
-        if not self._muted:
+        if self._throttle is None or not self._throttle.muted:
             self._writable.set()
             self._maybe_resume_reading()
 
@@ -273,13 +249,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
             and len(self._queue) < self.max_queued
             and self.transport is not None
             and not self._closing
-            and not self._auth_failed
+            and not self._auth.failed
         ):
             self._reading_paused = False
             self.transport.resume_reading()
 
     def _pump(self) -> None:
-        if self._auth_failed:  # muted: whatever else arrived is never looked at
+        if self._auth.failed:  # muted: whatever else arrived is never looked at
             return
         queue = self._queue
         next_event = self.conn.next_event
@@ -325,7 +301,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 if type(ev) is RequestReceived:
                     result = self._start(ev)
                 elif type(ev) is SaslTokenReceived:
-                    result = self._sasl_token(ev)
+                    result = self._auth.sasl_token(self.session, ev, self.client_host)
                 else:
                     bad = self._bad_request(ev)  # type: ignore[arg-type]
                     result = None if bad is None else [bad]
@@ -333,7 +309,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     # the authentication failed: answer late, nothing more from this connection
                     if out:
                         self._write(out)
-                    self._fail_authentication(result)
+                    self._auth.fail(self.session, result, self.peer)
                     return
                 if result is None:  # connection must close
                     if out:
@@ -402,12 +378,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     if isinstance(result, _Waiting):
                         result = await self._finish(result)
                 elif type(ev) is SaslTokenReceived:
-                    result = self._sasl_token(ev)
+                    result = self._auth.sasl_token(self.session, ev, self.client_host)
                 else:
                     bad = self._bad_request(ev)  # type: ignore[arg-type]
                     result = None if bad is None else [bad]
                 if self.session.close_after is not None:
-                    self._fail_authentication(result)
+                    self._auth.fail(self.session, result, self.peer)
                     return
                 if not self._respond_parts(result):
                     return
@@ -460,185 +436,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return True
 
     def _write(self, parts: list[Any]) -> None:
-        """Write responses.  A big one with file regions goes straight to an idle plaintext
-        socket (sendfile, :meth:`_send_direct`); otherwise, and for what the socket could not take,
-        file regions are read straight into one page-aligned buffer (no Python bytes objects for
-        record data) and the whole buffer goes out in one write."""
+        """Write responses (see :class:`~odradek.broker.responses.ResponseWriter`)."""
         transport = self.transport
         assert transport is not None
-        if self._closing:
-            return
-        for p in parts:
-            if type(p) is not bytes:
-                break
-        else:
-            self._hand(transport, parts[0] if len(parts) == 1 else b"".join(parts))
-            return
-        total = _size(parts)
-        if total >= _SENDFILE_MIN and self._sock is not None and transport.get_write_buffer_size() == 0:
-            # nothing is queued in the transport, so bytes written to the socket here go out in
-            # order; what it cannot take now follows through the transport
-            parts = self._send_direct(parts)
-            if not parts:
-                return
-            total = _size(parts)
-        if total <= _SMALL_RESPONSE:
-            # a few KiB (a long-polling consumer's fetch): one pread per region, one join
-            chunks = []
-            for p in parts:
-                if type(p) is bytes:
-                    chunks.append(p)
-                else:
-                    data = os.pread(p.fd, p.length, p.position)
-                    if len(data) != p.length:
-                        raise OSError(f"short read of a log segment ({len(data)} of {p.length} bytes)")
-                    chunks.append(data)
-            self._hand(transport, b"".join(chunks))
-            return
-        out = self._free_out_buffer(total, transport)
-        view = memoryview(out)
-        pos = 0
-        for p in parts:
-            if type(p) is bytes:
-                n = len(p)
-                view[pos : pos + n] = p
-            else:
-                n = p.length
-                got = os.preadv(p.fd, [view[pos : pos + n]], p.position)
-                if got != n:
-                    raise OSError(f"short read of a log segment ({got} of {n} bytes)")
-            pos += n
-        self._hand(transport, view[:total])
-        outs = self._outs
-        outs.append((out, self._handed))
-        if len(outs) > _KEPT_OUT_BUFFERS:
-            outs.popleft()  # the transport keeps its own reference while it still sends from it
-
-    def _send_direct(self, parts: list[Any]) -> list[Any]:
-        """Write ``parts`` to the socket until it would block; returns what is left (the first
-        part cut where the socket stopped).  Corked meanwhile, so that the bytes between file
-        regions do not leave as small segments of their own."""
-        sock = self._sock
-        fd = sock.fileno()
-        count = len(parts)
-        i = 0
-        if _CORK is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, _CORK, 1)
-        try:
-            while i < count:
-                p = parts[i]
-                if type(p) is bytes:
-                    j = i + 1
-                    while j < count and type(parts[j]) is bytes:
-                        j += 1
-                    try:
-                        sent = os.writev(fd, parts[i:j])
-                    except _EAGAIN:
-                        sent = 0
-                    while i < j and sent >= len(parts[i]):
-                        sent -= len(parts[i])
-                        i += 1
-                    if i < j:  # the socket is full
-                        return [parts[i][sent:], *parts[i + 1 :]]
-                    continue
-                position, left = p.position, p.length
-                while left:
-                    try:
-                        sent = os.sendfile(fd, p.fd, position, left)
-                    except _EAGAIN:
-                        return [FileRegion(p.segment, position, left), *parts[i + 1 :]]
-                    if sent == 0:
-                        raise OSError(f"short read of a log segment ({p.length - left} of {p.length} bytes)")
-                    position += sent
-                    left -= sent
-                i += 1
-            return []
-        except (BrokenPipeError, ConnectionResetError):
-            self.close()  # the peer is gone: nothing more to send
-            return []
-        finally:
-            if _CORK is not None and not self._closing:
-                sock.setsockopt(socket.IPPROTO_TCP, _CORK, 0)
-
-    # -- authentication -------------------------------------------------------------------------
-    def _limit_receive(self) -> None:
-        """Hold frames to ``sasl.server.max.receive.size`` while the session is not authenticated,
-        and back to ``socket.request.max.bytes`` once it is."""
-        limit = self.session.max_receive_size
-        pre_auth = limit is not None
-        if pre_auth != self._pre_auth:
-            self._pre_auth = pre_auth
-            self.conn.max_frame_size = self._max_frame_size if limit is None else min(limit, self._max_frame_size)
-
-    def _fail_authentication(self, parts: list[Any] | None) -> None:
-        """The authentication failed (the session says how long to hold the answer back): from
-        now on nothing is read from the connection and nothing it already sent is handled; the
-        answer (``parts``; none for a v0 token or a frame too large) goes out when the delay has
-        passed, and the connection closes the same delay after it (a client that reads the
-        answer and the end of the stream together may drop the answer: kafka-python does), or
-        at once when there is no answer.  With a delay of 0, all at once."""
-        delay = self.session.close_after or 0.0
-        self.session.close_after = None
-        self._auth_failed = True
-        self._queue.clear()
-        self._pause_reading()
-        if delay <= 0:
-            self._answer_and_close(parts, 0.0)
-            return
-        self._later(delay, self._answer_and_close, parts, delay)
-
-    def _later(self, delay: float, fn: Callable[..., Any], *args: Any) -> None:
-        self._timers.call_later(delay * 1000.0, fn, *args)
-
-    def _answer_and_close(self, parts: list[Any] | None, linger: float) -> None:
-        if self._closing or self.transport is None:
-            return
-        try:
-            if parts:
-                self._write(parts)
-                if linger > 0:
-                    self._later(linger, self.close)
-                    return
-        except Exception:
-            log.exception("connection %s failed", self.peer)
-        self.close()  # the transport sends what it holds, then closes
-
-    def _count_auth_failure(self) -> None:
-        m = self._metrics
-        if m is not None:
-            m.count(m.auth_failures, self.listener)
-
-    def _hand(self, transport: asyncio.Transport, data: bytes | memoryview) -> None:
-        """Write to the transport, counting the bytes handed over (see :meth:`_free_out_buffer`)."""
-        transport.write(data)
-        self._handed += len(data)
-
-    def _free_out_buffer(self, size: int, transport: asyncio.Transport) -> mmap.mmap:
-        """A page-aligned buffer of at least ``size`` bytes that the transport no longer sends
-        from (it may hold on to a view of what it could not write yet): a kept one or a new one."""
-        sent = self._handed - transport.get_write_buffer_size()
-        outs = self._outs
-        for i, (buf, end) in enumerate(outs):
-            if end <= sent and len(buf) >= size:
-                del outs[i]
-                return buf
-        return mmap.mmap(-1, max(_OUT_BUFFER, (size + _OUT_BUFFER - 1) // _OUT_BUFFER * _OUT_BUFFER))
-
-    def _sasl_token(self, ev: SaslTokenReceived) -> list[Any] | None:
-        """A SASL token without Kafka framing (after SaslHandshake v0): the mechanism's answer
-        goes back the same way; a failure closes the connection after the failed-authentication
-        delay, unanswered (the v0 exchange has no way to say why, as in Kafka)."""
-        out = self.session.authenticate(ev.token, self.client_host)
-        m = self._metrics
-        if out.error_code:
-            self._count_auth_failure()
-            return []
-        if self.session.authenticated:
-            if m is not None:
-                m.count(m.auth_successes, self.listener)
-            self.conn.raw_tokens = False
-            self._limit_receive()
-        return [frame(out.data)]
+        if not self._closing:
+            self._writer.write(transport, parts)
 
     def _bad_request(self, ev: BadRequest) -> bytes | None:
         header = ev.header
@@ -689,9 +491,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.peer, _api_name(header.api_key), self.listener,
             )
             return None
-        quotas = self._quotas
-        if quotas is not None and quotas.active:
-            self._charge = _charge_for(ev)
+        throttle = self._throttle
+        if throttle is not None:
+            throttle.start(ev)
         if self._metrics is not None:
             key = header.api_key
             if key == _FETCH:
@@ -706,11 +508,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 result = entry.handler(ctx, ev.message)
             except Exception as exc:
                 return self._failed(header, ev.message, exc)
-            if self.session.raw_tokens:  # a SaslHandshake v0 succeeded: tokens come unframed now
-                self.session.raw_tokens = False
-                self.conn.raw_tokens = True
-            if self._pre_auth and self.session.authenticated:
-                self._limit_receive()
+            if self.session.raw_tokens or self._auth.pre_auth:  # the SASL exchange went on
+                self._auth.handled(self.session)
             if result is None or isinstance(result, Message):
                 return self._response_parts(header, result)
             if isinstance(result, Deferred):
@@ -731,9 +530,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _waits(self, waiting: _Waiting) -> _Waiting:
         """A handler waits: the time it held the event loop so far is what it costs (request
         quotas count handler time, not time spent waiting)."""
-        charge = self._charge
-        if charge is not None and charge.cpu is None:
-            charge.cpu = time.perf_counter() - charge.t0
+        if self._throttle is not None:
+            self._throttle.waits()
         return waiting
 
     async def _finish(self, waiting: _Waiting) -> list[Any] | None:
@@ -780,8 +578,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 "%s %s v%d cid=%d principal=%s listener=%s", self.peer, _api_name(header.api_key), header.api_version,
                 header.correlation_id, self.session.principal, self.listener,
             )
-        if self._charge is not None:
-            parts = self._charged_parts(header, response)
+        throttle = self._throttle
+        if throttle is not None and throttle.charging:
+            parts = throttle.charged_parts(header, response, self.session.principal.name)
         elif response is None:
             parts = self.conn.no_response_parts(header)
         else:
@@ -807,120 +606,25 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if api == _SASL_AUTHENTICATE:
             m.count(m.auth_failures if code else m.auth_successes, self.listener)
 
-    # -- client quotas (KIP-13, KIP-124, KIP-219) ------------------------------------------------
-    def _charged_parts(self, header: RequestHeader, response: Any) -> list[Any]:
-        """Encode a response after charging the request to its quotas: produce by request size,
-        a consumer's fetch by response size, every request by handler time (request_percentage).
-        Over a quota, the response says ``throttle_time_ms`` and the connection is muted that long
-        after it (KIP-219); an old request version's response is held back that long instead."""
-        charge = self._charge
-        self._charge = None
-        quotas = self._quotas
-        assert charge is not None and quotas is not None
-        now = float(self._clock.monotonic_ms())
-        user = self.session.principal.name
-        client_id = header.client_id or ""
-        throttle = 0
-        if quotas.request.index:
-            cpu = charge.cpu if charge.cpu is not None else time.perf_counter() - charge.t0
-            throttle = quotas.record(quotas.request, user, client_id, cpu * 100.0, now)
-        if charge.produce:
-            throttle = max(throttle, quotas.record(quotas.produce, user, client_id, charge.produce, now))
-        if throttle and response is not None and hasattr(response, "throttle_time_ms"):
-            response.throttle_time_ms = max(response.throttle_time_ms or 0, throttle)
-        if response is None:
-            parts = self.conn.no_response_parts(header)
-        else:
-            parts = self.conn.send_response_parts(header, response)
-        if charge.fetch and parts:
-            size = 0
-            for p in parts:
-                size += len(p) if isinstance(p, bytes) else p.length
-            fetch_throttle = quotas.record(quotas.fetch, user, client_id, size, now)
-            if fetch_throttle > throttle:
-                throttle = fetch_throttle
-                if header.api_version >= 1:  # throttle_time_ms: the body's first field, fixed size
-                    at = 8 + (response_header_version(header.api_key, header.api_version) >= 1)
-                    first = parts[0]
-                    assert isinstance(first, bytes)
-                    parts[0] = first[:at] + _i32.pack(throttle) + first[at + 4 :]
-        if throttle > 0:
-            if self._metrics is not None:
-                self._metrics.throttle(header.api_key, throttle)
-            if header.api_version < _KIP219_VERSIONS.get(header.api_key, 0):
-                # a client from before KIP-219 does not back off by itself: answer late
-                self._mute(throttle, parts)
-                return []
-            self._mute(throttle, None)
-        return parts
+    # -- authentication: see odradek.broker.auth_gate ------------------------------------------
+    def _stop_for_failed_authentication(self) -> None:
+        """Nothing more is read from this connection, nothing it already sent is handled."""
+        self._queue.clear()
+        self._pause_reading()
 
-    def _mute(self, ms: int, delayed: list[Any] | None) -> None:
-        """Read and handle nothing on this connection for ``ms`` (then write ``delayed``)."""
-        if delayed:
-            self._delayed.extend(delayed)
-        until = self._clock.monotonic_ms() + ms
-        self._mute_until = max(self._mute_until, until)
-        if not self._muted:
-            self._muted = True
-            self._writable.clear()
-            self._pause_reading()
-            self._timers.call_later(ms, self._unmute)
+    # -- client quotas (KIP-13, KIP-124, KIP-219): see odradek.broker.throttling ------------------
+    def _throttled(self) -> None:
+        """Over a quota: read and handle nothing until :meth:`_unthrottled`."""
+        self._writable.clear()
+        self._pause_reading()
 
-    def _unmute(self) -> None:
-        if self._closing:
-            return
-        remaining = self._mute_until - self._clock.monotonic_ms()
-        if remaining >= 1:
-            self._timers.call_later(remaining, self._unmute)
-            return
-        self._muted = False
-        delayed, self._delayed = self._delayed, []
+    def _unthrottled(self, delayed: list[Any]) -> None:
+        """The throttle ended: write the responses it held back, go on reading and handling."""
         if delayed and self.transport is not None:
             self._write(delayed)
         if not self._write_paused:
             self._writable.set()
             self._maybe_resume_reading()
-
-
-class _Charge:
-    """What a request is charged to client quotas: its size when it is a produce request, whether
-    its response size counts (a consumer's fetch), when its handler started and the time it held
-    the event loop (when it had to wait; else measured at the response)."""
-
-    __slots__ = ("cpu", "fetch", "produce", "t0")
-
-    def __init__(self, produce: int, fetch: bool) -> None:
-        self.produce = produce
-        self.fetch = fetch
-        self.t0 = time.perf_counter()
-        self.cpu: float | None = None
-
-
-# APIs never charged to client quotas: the SASL exchange, and requests between brokers
-_EXEMPT_APIS = frozenset({17, 36, 4, 5, 6, 7, 27})
-# the first version of each API whose clients back off by themselves on throttle_time_ms
-# (KIP-219): older versions get their response late instead
-_KIP219_VERSIONS: dict[int, int] = {
-    ApiKey.PRODUCE: 6, ApiKey.FETCH: 8, ApiKey.LIST_OFFSETS: 3, ApiKey.METADATA: 6, ApiKey.OFFSET_COMMIT: 4,
-    ApiKey.OFFSET_FETCH: 4, ApiKey.FIND_COORDINATOR: 2, ApiKey.JOIN_GROUP: 3, ApiKey.HEARTBEAT: 2,
-    ApiKey.LEAVE_GROUP: 2, ApiKey.SYNC_GROUP: 2, ApiKey.DESCRIBE_GROUPS: 2, ApiKey.LIST_GROUPS: 2,
-    ApiKey.API_VERSIONS: 2, ApiKey.CREATE_TOPICS: 3, ApiKey.DELETE_TOPICS: 2,
-}
-
-
-def _charge_for(ev: RequestReceived) -> _Charge | None:
-    """What client quotas charge a request (None: it is exempt, as replication is)."""
-    header = ev.header
-    api = header.api_key
-    if api == ApiKey.PRODUCE:
-        return _Charge(ev.size, False)
-    if api == ApiKey.FETCH:
-        msg = ev.message
-        replica_id = msg.replica_state.replica_id if header.api_version >= 15 else msg.replica_id
-        return None if replica_id >= 0 else _Charge(0, True)
-    if api in _EXEMPT_APIS:
-        return None
-    return _Charge(0, False)
 
 
 class _Resumed:
