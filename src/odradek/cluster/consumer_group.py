@@ -50,21 +50,54 @@ Group states (computed from the epochs, changed only along :data:`CONSUMER_GROUP
 Nothing here does I/O or reads a clock: every call takes ``now`` (ms).
 """
 
+
 from __future__ import annotations
 
 import dataclasses
 import enum
 import logging
 import uuid
-import zlib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from odradek.cluster.assignment import decode_assignment, decode_subscription, encode_assignment
 from odradek.cluster.consumer_assignors import ASSIGNORS, MemberSpec, TopicSpec
+from odradek.cluster.consumer_group_model import (
+    CONSUMER_GROUP_TRANSITIONS,
+    CONSUMER_PROTOCOL,
+    EMPTY,
+    LEAVE_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    MEMBER_TRANSITIONS,
+    UNRELEASED_HEARTBEAT_DIVISOR,
+    Assignment,
+    ClassicGroupRecord,
+    ClassicProtocols,
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    ConsumerGroupState,
+    ConsumerMember,
+    CurrentAssignmentRecord,
+    GroupEpochRecord,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    MemberState,
+    MemberSubscriptionRecord,
+    Outcome,
+    Record,
+    RegexRecord,
+    ResolvedRegex,
+    SubscriptionMetadataRecord,
+    TargetEpochRecord,
+    TargetMemberRecord,
+    TopicMetadata,
+    TopicsView,
+    compile_regex,
+    freeze,
+    is_subset,
+)
+from odradek.cluster.consumer_reconciliation import reconcile
 from odradek.cluster.group import Group, JoinResult, Member, SyncResult
-from odradek.cluster.transitions import TransitionTable
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.data import ConsumerProtocolAssignment
 
@@ -101,593 +134,12 @@ __all__ = [
     "TargetMemberRecord",
     "TopicMetadata",
     "TopicsView",
+    "compile_regex",
     "reconcile",
+    "validate_heartbeat",
 ]
 
 log = logging.getLogger(__name__)
-
-LEAVE_GROUP_MEMBER_EPOCH = -1
-LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
-#: the embedded protocol type of consumers in classic groups
-CONSUMER_PROTOCOL = "consumer"
-INT_MAX = 2147483647
-#: a member waiting for partitions to be released heartbeats this many times as often
-UNRELEASED_HEARTBEAT_DIVISOR = 10
-
-Assignment = Mapping[uuid.UUID, frozenset[int]]
-_EMPTY: Assignment = {}
-
-
-# ------------------------------------------------------------------------------------------------
-# states
-
-
-class MemberState(enum.IntEnum):
-    """A member's reconciliation state (Kafka's MemberState; the values are those its records
-    carry)."""
-
-    STABLE = 0
-    UNREVOKED_PARTITIONS = 1
-    UNRELEASED_PARTITIONS = 2
-    UNKNOWN = 127
-
-
-_M = MemberState
-#: the member states each state may be entered from (:func:`reconcile` changes them only so)
-MEMBER_TRANSITIONS = TransitionTable[MemberState]("consumer group member", {
-    _M.STABLE: {_M.UNREVOKED_PARTITIONS, _M.UNRELEASED_PARTITIONS, _M.UNKNOWN},
-    _M.UNREVOKED_PARTITIONS: {_M.STABLE, _M.UNRELEASED_PARTITIONS, _M.UNKNOWN},
-    _M.UNRELEASED_PARTITIONS: {_M.STABLE, _M.UNREVOKED_PARTITIONS, _M.UNKNOWN},
-    _M.UNKNOWN: set(),
-})
-
-
-class ConsumerGroupState(enum.Enum):
-    EMPTY = "Empty"
-    ASSIGNING = "Assigning"
-    RECONCILING = "Reconciling"
-    STABLE = "Stable"
-    DEAD = "Dead"
-
-
-_S = ConsumerGroupState
-#: the group states each state may be entered from, after an operation (Dead stands for a group
-#: not there: created by its first member or by a conversion, deleted or converted back; loading
-#: restores a state instead, which is not a transition)
-CONSUMER_GROUP_TRANSITIONS = TransitionTable[ConsumerGroupState]("consumer group", {
-    _S.EMPTY: {_S.ASSIGNING, _S.RECONCILING, _S.STABLE},
-    _S.ASSIGNING: {_S.RECONCILING, _S.STABLE},
-    _S.RECONCILING: {_S.EMPTY, _S.ASSIGNING, _S.STABLE, _S.DEAD},
-    _S.STABLE: {_S.EMPTY, _S.ASSIGNING, _S.RECONCILING, _S.DEAD},
-    _S.DEAD: {_S.EMPTY, _S.ASSIGNING, _S.RECONCILING, _S.STABLE},
-})
-
-
-# ------------------------------------------------------------------------------------------------
-# values
-
-
-@dataclass(frozen=True, slots=True)
-class ClassicProtocols:
-    """What a member using the classic protocol joined with (JoinGroup)."""
-
-    session_timeout_ms: int
-    protocols: tuple[tuple[str, bytes], ...]
-
-    def metadata(self, name: str | None = None) -> bytes:
-        for n, meta in self.protocols:
-            if name is None or n == name:
-                return meta
-        return b""
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerMember:
-    """A member of a consumer group: its subscription (ConsumerGroupMemberMetadata) and its
-    current assignment (ConsumerGroupCurrentMemberAssignment).  Immutable: changes make a new one."""
-
-    member_id: str
-    instance_id: str | None = None
-    rack_id: str | None = None
-    client_id: str = ""
-    client_host: str = ""
-    subscribed_topic_names: tuple[str, ...] = ()
-    subscribed_topic_regex: str | None = None
-    rebalance_timeout_ms: int = -1
-    server_assignor: str | None = None
-    #: set for a member that uses the classic protocol (JoinGroup/SyncGroup/Heartbeat)
-    classic: ClassicProtocols | None = None
-    member_epoch: int = 0
-    previous_member_epoch: int = 0
-    state: MemberState = MemberState.STABLE
-    assigned: Assignment = field(default_factory=dict)
-    pending_revocation: Assignment = field(default_factory=dict)
-
-    @property
-    def uses_classic(self) -> bool:
-        return self.classic is not None
-
-    def reconciled_to(self, epoch: int) -> bool:
-        return self.state is MemberState.STABLE and self.member_epoch == epoch
-
-    def with_epoch(self, epoch: int, **changes: object) -> ConsumerMember:
-        """Kafka's updateMemberEpoch: the current epoch becomes the previous one."""
-        return dataclasses.replace(self, member_epoch=epoch, previous_member_epoch=self.member_epoch, **changes)  # type: ignore[arg-type]
-
-    def subscription(self) -> tuple[object, ...]:
-        """The fields the member's subscription record carries."""
-        return (self.instance_id, self.rack_id, self.client_id, self.client_host, self.subscribed_topic_names,
-                self.subscribed_topic_regex, self.rebalance_timeout_ms, self.server_assignor, self.classic)
-
-
-@dataclass(frozen=True, slots=True)
-class TopicMetadata:
-    """A subscribed topic as the group saw it (ConsumerGroupPartitionMetadata)."""
-
-    topic_id: uuid.UUID
-    name: str
-    partitions: int
-    #: the racks of each partition's replicas, where known
-    racks: tuple[tuple[int, tuple[str, ...]], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class ResolvedRegex:
-    """The topics a subscribed regular expression matched (ConsumerGroupRegularExpression)."""
-
-    topics: frozenset[str]
-    version: int
-    timestamp: int
-
-
-# ------------------------------------------------------------------------------------------------
-# records (Kafka's record types; a value of None is the record's tombstone)
-
-
-@dataclass(frozen=True, slots=True)
-class GroupEpochRecord:
-    group_id: str
-    epoch: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class SubscriptionMetadataRecord:
-    group_id: str
-    topics: tuple[TopicMetadata, ...] | None
-
-
-@dataclass(frozen=True, slots=True)
-class MemberSubscriptionRecord:
-    group_id: str
-    member_id: str
-    member: ConsumerMember | None
-
-
-@dataclass(frozen=True, slots=True)
-class TargetEpochRecord:
-    group_id: str
-    epoch: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class TargetMemberRecord:
-    group_id: str
-    member_id: str
-    assignment: Assignment | None
-
-
-@dataclass(frozen=True, slots=True)
-class CurrentAssignmentRecord:
-    group_id: str
-    member_id: str
-    member: ConsumerMember | None
-
-
-@dataclass(frozen=True, slots=True)
-class RegexRecord:
-    group_id: str
-    regex: str
-    resolved: ResolvedRegex | None
-
-
-@dataclass(frozen=True, slots=True)
-class ClassicGroupRecord:
-    """A classic group's metadata (GroupMetadata): written when a group converts to the classic
-    protocol, its tombstone when a classic group converts to a consumer group."""
-
-    group_id: str
-    group: Group | None
-
-
-Record = (
-    GroupEpochRecord | SubscriptionMetadataRecord | MemberSubscriptionRecord | TargetEpochRecord
-    | TargetMemberRecord | CurrentAssignmentRecord | RegexRecord | ClassicGroupRecord
-)
-
-
-# ------------------------------------------------------------------------------------------------
-# requests and results
-
-
-@dataclass(frozen=True, slots=True)
-class HeartbeatRequest:
-    group_id: str
-    member_id: str
-    member_epoch: int
-    instance_id: str | None = None
-    rack_id: str | None = None
-    rebalance_timeout_ms: int = -1
-    subscribed_topic_names: tuple[str, ...] | None = None
-    subscribed_topic_regex: str | None = None
-    server_assignor: str | None = None
-    #: the partitions the member owns (None: unchanged since the last heartbeat)
-    owned: Mapping[uuid.UUID, frozenset[int]] | None = None
-    client_id: str = ""
-    client_host: str = ""
-    version: int = 1
-
-
-@dataclass(slots=True)
-class HeartbeatResponse:
-    error: ErrorCode = ErrorCode.NONE
-    message: str | None = None
-    member_id: str | None = None
-    member_epoch: int = 0
-    heartbeat_interval_ms: int = 0
-    #: the member's whole assignment (None: unchanged)
-    assignment: Assignment | None = None
-
-
-@dataclass(slots=True)
-class Outcome:
-    """What an operation decided: its answer, the records it applied (to be written in this
-    order), and the answers owed to classic members waiting on a converted group."""
-
-    response: object = None
-    records: list[Record] = field(default_factory=list)
-    classic_effects: list[JoinResult | SyncResult] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerGroupConfig:
-    """The broker's ``group.consumer.*`` settings."""
-
-    session_timeout_ms: int = 45000
-    heartbeat_interval_ms: int = 5000
-    max_size: int = INT_MAX
-    #: the server-side assignors, the first the default
-    assignors: tuple[str, ...] = ("uniform", "range")
-    #: ``disabled``, ``upgrade``, ``downgrade`` or ``bidirectional``
-    migration_policy: str = "bidirectional"
-    classic_max_size: int = INT_MAX
-    classic_min_session_timeout_ms: int = 6000
-    classic_max_session_timeout_ms: int = 1800000
-
-    @property
-    def upgrade(self) -> bool:
-        return self.migration_policy in ("upgrade", "bidirectional")
-
-    @property
-    def downgrade(self) -> bool:
-        return self.migration_policy in ("downgrade", "bidirectional")
-
-
-# ------------------------------------------------------------------------------------------------
-# topics
-
-
-class TopicsView:
-    """The topics of a metadata image as a consumer group sees them (ids, partition counts, the
-    racks of each partition's replicas)."""
-
-    def __init__(self, image: MetadataImage) -> None:
-        self.image = image
-        self._by_id = {t.topic_id: t for t in image.topics.values()}
-        self._metadata: dict[str, TopicMetadata | None] = {}
-        names = sorted(image.topics)
-        #: changes when topics appear or go (regular expressions are resolved again then)
-        self.version = zlib.crc32("\0".join(names).encode()) | (len(names) << 32)
-
-    def names(self) -> Iterable[str]:
-        return self.image.topics.keys()
-
-    def id_of(self, name: str) -> uuid.UUID | None:
-        t = self.image.topics.get(name)
-        return None if t is None else t.topic_id
-
-    def name_of(self, topic_id: uuid.UUID) -> str | None:
-        t = self._by_id.get(topic_id)
-        return None if t is None else t.name
-
-    def metadata(self, name: str) -> TopicMetadata | None:
-        """The topic as a subscription sees it (computed once per image: every heartbeat asks)."""
-        if name not in self._metadata:
-            self._metadata[name] = self._compute_metadata(name)
-        return self._metadata[name]
-
-    def _compute_metadata(self, name: str) -> TopicMetadata | None:
-        t = self.image.topics.get(name)
-        if t is None:
-            return None
-        brokers = self.image.brokers
-        racks: list[tuple[int, tuple[str, ...]]] = []
-        for p, state in sorted(t.partitions.items()):
-            names = sorted({r for b in state.replicas if (info := brokers.get(b)) is not None and (r := info.rack)})
-            if names:
-                racks.append((p, tuple(names)))
-        return TopicMetadata(t.topic_id, t.name, t.partition_count, tuple(racks))
-
-    def partitions_of(self, topic_id: uuid.UUID) -> int:
-        t = self._by_id.get(topic_id)
-        return -1 if t is None else t.partition_count
-
-    def by_name(self, assignment: Assignment) -> dict[str, list[int]]:
-        """An assignment by topic name (topics no longer in the image are left out)."""
-        out: dict[str, list[int]] = {}
-        for tid, parts in assignment.items():
-            name = self.name_of(tid)
-            if name is not None:
-                out[name] = sorted(parts)
-        return out
-
-
-# ------------------------------------------------------------------------------------------------
-# assignment helpers
-
-
-def _freeze(assignment: Mapping[uuid.UUID, Iterable[int]]) -> dict[uuid.UUID, frozenset[int]]:
-    return {t: frozenset(ps) for t, ps in assignment.items() if ps}
-
-
-def _is_subset(owned: Mapping[uuid.UUID, frozenset[int]] | None, of: Assignment) -> bool:
-    if owned is None:
-        return False
-    return all(not ps or ps <= of.get(t, frozenset()) for t, ps in owned.items())
-
-
-def _owns_any(owned: Mapping[uuid.UUID, frozenset[int]] | None, pending: Assignment) -> bool:
-    """Kafka's ownsRevokedPartitions: whether the member still reports one of ``pending`` (not
-    knowing what it owns counts as owning)."""
-    if owned is None:
-        return True
-    return any(ps & pending.get(t, frozenset()) for t, ps in owned.items())
-
-
-def count(assignment: Assignment) -> int:
-    return sum(len(ps) for ps in assignment.values())
-
-
-def reconcile(
-    member: ConsumerMember,
-    target_epoch: int,
-    target: Assignment,
-    owner_epoch: Callable[[uuid.UUID, int], int],
-    owned: Mapping[uuid.UUID, frozenset[int]] | None,
-    subscribed: frozenset[uuid.UUID],
-    enforce_subscription: bool = False,
-) -> ConsumerMember:
-    """One reconciliation step of a member towards the target assignment (Kafka's
-    CurrentAssignmentBuilder): revoke first, then assign what is free.  ``owner_epoch`` gives the
-    epoch of a partition's current owner (-1: free); ``owned`` is what the member reported (None:
-    not reported); ``subscribed`` the topic ids it subscribes to now.  Returns ``member`` itself
-    when nothing changes."""
-    state = member.state
-    if state is MemberState.STABLE:
-        if member.member_epoch != target_epoch:
-            new = _next_assignment(member, member.member_epoch, target_epoch, target, owner_epoch, owned, subscribed)
-        elif enforce_subscription:
-            new = _drop_unsubscribed(member, owned, subscribed)
-        else:
-            return member
-    elif state is MemberState.UNREVOKED_PARTITIONS:
-        if _owns_any(owned, member.pending_revocation):
-            if not enforce_subscription:
-                return member
-            new = _drop_unsubscribed(member, owned, subscribed)
-        else:
-            new = _next_assignment(member, member.member_epoch, target_epoch, target, owner_epoch, owned, subscribed)
-    elif state is MemberState.UNRELEASED_PARTITIONS:
-        new = _next_assignment(member, member.member_epoch, target_epoch, target, owner_epoch, owned, subscribed)
-    else:  # a state a newer broker wrote: start again from nothing
-        if owned is None or any(owned.values()):
-            raise KafkaError(
-                ErrorCode.FENCED_MEMBER_EPOCH,
-                "The consumer group member is in a unknown state. The member must abandon all its partitions and rejoin.",
-            )
-        new = _next_assignment(member, target_epoch, target_epoch, target, owner_epoch, owned, subscribed)
-    if new.state is not member.state:
-        MEMBER_TRANSITIONS.check(member.state, new.state, f"member {member.member_id}")
-    return new
-
-
-def _drop_unsubscribed(
-    member: ConsumerMember, owned: Mapping[uuid.UUID, frozenset[int]] | None, subscribed: frozenset[uuid.UUID]
-) -> ConsumerMember:
-    """The member's subscription changed: the partitions of topics it no longer subscribes to
-    are revoked at once, before the next target assignment."""
-    assigned = member.assigned
-    if not subscribed and not member.pending_revocation:
-        new_assigned: dict[uuid.UUID, frozenset[int]] = {}
-        pending = dict(assigned)
-    else:
-        new_assigned = {t: ps for t, ps in assigned.items() if t in subscribed}
-        pending = dict(member.pending_revocation)
-        for t, ps in assigned.items():
-            if t not in subscribed:
-                pending[t] = pending.get(t, frozenset()) | ps
-    if new_assigned == dict(assigned):
-        return member
-    if pending and _owns_any(owned, pending):
-        return member.with_epoch(member.member_epoch, state=MemberState.UNREVOKED_PARTITIONS,
-                                 assigned=new_assigned, pending_revocation=pending)
-    return member.with_epoch(member.member_epoch, assigned=new_assigned)
-
-
-def _next_assignment(
-    member: ConsumerMember,
-    epoch: int,
-    target_epoch: int,
-    target: Assignment,
-    owner_epoch: Callable[[uuid.UUID, int], int],
-    owned: Mapping[uuid.UUID, frozenset[int]] | None,
-    subscribed: frozenset[uuid.UUID],
-) -> ConsumerMember:
-    unreleased = False
-    new_assigned: dict[uuid.UUID, frozenset[int]] = {}
-    revoke: dict[uuid.UUID, frozenset[int]] = {}
-    add: dict[uuid.UUID, frozenset[int]] = {}
-    for tid in set(target) | set(member.assigned):
-        tgt = target.get(tid, frozenset()) if tid in subscribed else frozenset()
-        cur = member.assigned.get(tid, frozenset())
-        keep = cur & tgt
-        gone = cur - keep
-        own_pending = member.pending_revocation.get(tid, frozenset())
-        wanted = tgt - keep
-        free = frozenset(p for p in wanted if owner_epoch(tid, p) == -1 or p in own_pending)
-        if free != wanted:
-            unreleased = True
-        if keep:
-            new_assigned[tid] = keep
-        if gone:
-            revoke[tid] = gone
-        if free:
-            add[tid] = free
-    if revoke and _owns_any(owned, revoke):
-        return member.with_epoch(epoch, state=MemberState.UNREVOKED_PARTITIONS, assigned=new_assigned,
-                                 pending_revocation=revoke)
-    for tid, ps in add.items():
-        new_assigned[tid] = new_assigned.get(tid, frozenset()) | ps
-    state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
-    return member.with_epoch(target_epoch, state=state, assigned=new_assigned, pending_revocation={})
-
-
-# ------------------------------------------------------------------------------------------------
-# a group
-
-
-@dataclass(eq=False)
-class ConsumerGroup:
-    """One consumer group: its hard state (rebuilt from its records) and its timers."""
-
-    group_id: str
-    group_epoch: int = 0
-    assignment_epoch: int = 0
-    members: dict[str, ConsumerMember] = field(default_factory=dict)
-    #: instance id -> member id
-    static_members: dict[str, str] = field(default_factory=dict)
-    target: dict[str, Assignment] = field(default_factory=dict)
-    subscription_metadata: dict[str, TopicMetadata] = field(default_factory=dict)
-    resolved: dict[str, ResolvedRegex] = field(default_factory=dict)
-    #: every owned partition (assigned, or pending revocation) -> (its owner, the owner's epoch)
-    owners: dict[tuple[uuid.UUID, int], tuple[str, int]] = field(default_factory=dict)
-    #: read through ``state``; changed after each operation along the transition table
-    _state: ConsumerGroupState = ConsumerGroupState.EMPTY
-    state_timestamp: int = -1
-    # -- timers (soft state) --
-    session_deadline: dict[str, int] = field(default_factory=dict)
-    #: member id -> (the epoch it must leave, the deadline)
-    rebalance_deadline: dict[str, tuple[int, int]] = field(default_factory=dict)
-    #: classic members: must join again (JoinGroup) by / must sync by
-    join_deadline: dict[str, int] = field(default_factory=dict)
-    sync_deadline: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def state(self) -> ConsumerGroupState:
-        return self._state
-
-    def computed_state(self) -> ConsumerGroupState:
-        if not self.members:
-            return ConsumerGroupState.EMPTY
-        if self.group_epoch > self.assignment_epoch:
-            return ConsumerGroupState.ASSIGNING
-        for m in self.members.values():
-            if m.member_epoch != self.assignment_epoch or m.state is not MemberState.STABLE:
-                return ConsumerGroupState.RECONCILING
-        return ConsumerGroupState.STABLE
-
-    def owner_epoch(self, topic_id: uuid.UUID, partition: int) -> int:
-        found = self.owners.get((topic_id, partition))
-        return -1 if found is None else found[1]
-
-    def static_member(self, instance_id: str | None) -> ConsumerMember | None:
-        if instance_id is None:
-            return None
-        mid = self.static_members.get(instance_id)
-        return None if mid is None else self.members.get(mid)
-
-    def target_of(self, member_id: str, instance_id: str | None = None) -> Assignment:
-        found = self.target.get(member_id)
-        if found is None and instance_id is not None:
-            previous = self.static_members.get(instance_id)
-            if previous is not None:
-                found = self.target.get(previous)
-        return found if found is not None else _EMPTY
-
-    def num_classic(self, except_member: str | None = None) -> int:
-        return sum(1 for mid, m in self.members.items() if m.uses_classic and mid != except_member)
-
-    def regex_subscribers(self, regex: str) -> int:
-        return sum(1 for m in self.members.values() if m.subscribed_topic_regex == regex)
-
-    def subscribed_regexes(self) -> set[str]:
-        return {m.subscribed_topic_regex for m in self.members.values() if m.subscribed_topic_regex}
-
-    def supports_classic(self, protocol_type: str, names: Iterable[str]) -> bool:
-        """Kafka's supportsClassicProtocols: the consumer protocol type, and a protocol every
-        member using the classic protocol supports."""
-        if protocol_type != CONSUMER_PROTOCOL:
-            return False
-        names = set(names)
-        classic = [m for m in self.members.values() if m.classic is not None]
-        if not classic:
-            return bool(names)
-        return any(all(any(n == p for p, _ in m.classic.protocols) for m in classic if m.classic) for n in names)
-
-    def waiting_on_unreleased(self, member: ConsumerMember) -> bool:
-        if member.state is not MemberState.UNRELEASED_PARTITIONS:
-            return False
-        for tid, parts in self.target.get(member.member_id, _EMPTY).items():
-            mine = member.assigned.get(tid, frozenset())
-            if any(p not in mine and self.owner_epoch(tid, p) != -1 for p in parts):
-                return True
-        return False
-
-    # -- replay helpers -------------------------------------------------------------------------
-    def _set_member(self, new: ConsumerMember) -> None:
-        old = self.members.get(new.member_id)
-        if old is not None:
-            self._release(old)
-        self.members[new.member_id] = new
-        if new.instance_id is not None:
-            self.static_members[new.instance_id] = new.member_id
-        self._claim(new)
-
-    def _remove_member(self, member_id: str) -> None:
-        old = self.members.pop(member_id, None)
-        if old is None:
-            return
-        self._release(old)
-        if old.instance_id is not None and self.static_members.get(old.instance_id) == member_id:
-            del self.static_members[old.instance_id]
-        for timers in (self.session_deadline, self.rebalance_deadline, self.join_deadline, self.sync_deadline):
-            timers.pop(member_id, None)
-
-    def _release(self, m: ConsumerMember) -> None:
-        for part in (m.assigned, m.pending_revocation):
-            for tid, ps in part.items():
-                for p in ps:
-                    if self.owners.get((tid, p), ("", 0))[0] == m.member_id:
-                        del self.owners[(tid, p)]
-
-    def _claim(self, m: ConsumerMember) -> None:
-        for part in (m.assigned, m.pending_revocation):
-            for tid, ps in part.items():
-                for p in ps:
-                    self.owners[(tid, p)] = (m.member_id, m.member_epoch)
-
-
-# ------------------------------------------------------------------------------------------------
-# the coordinator's consumer groups
 
 
 class _Regex(enum.Enum):
@@ -695,25 +147,6 @@ class _Regex(enum.Enum):
     UPDATED = 1
     UPDATED_AND_RESOLVED = 2
 
-
-def compile_regex(regex: str) -> Callable[[str], bool]:
-    """A matcher of whole topic names for a regular expression in RE2 syntax (Kafka's RE2/J:
-    no back-references or look-around; linear time whatever the input).  Raises KafkaError
-    INVALID_REGULAR_EXPRESSION for an expression RE2 refuses."""
-    import re2  # type: ignore[import-untyped]  # google-re2: linear time, the syntax of Kafka's RE2/J
-
-    try:
-        options = re2.Options()
-        options.log_errors = False
-        pattern = re2.compile(regex, options)
-    except Exception as exc:  # re2.error: the expression does not parse
-        raise KafkaError(ErrorCode.INVALID_REGULAR_EXPRESSION,
-                         f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {exc}") from None
-
-    def matches(name: str) -> bool:
-        return pattern.fullmatch(name) is not None
-
-    return matches
 
 
 class ConsumerGroups:
@@ -910,7 +343,7 @@ class ConsumerGroups:
                     tid = view.id_of(tp.topic)
                     if tid is not None:
                         assigned.setdefault(tid, set()).update(tp.partitions)
-            frozen = _freeze(assigned)
+            frozen = freeze(assigned)
             cm = ConsumerMember(
                 m.member_id, instance_id=m.group_instance_id, rack_id=getattr(sub, "rack_id", None) or None,
                 client_id=m.client_id, client_host=m.client_host,
@@ -951,7 +384,7 @@ class ConsumerGroups:
                              f"epoch ({epoch}) than the one known by the group coordinator ({member.member_epoch}). "
                              "The member must abandon all its partitions and rejoin.")
         if epoch < member.member_epoch and (epoch != member.previous_member_epoch
-                                            or not _is_subset(owned, member.assigned)):
+                                            or not is_subset(owned, member.assigned)):
             # the previous epoch with no more than what it has: the response bumping it was lost
             raise KafkaError(ErrorCode.FENCED_MEMBER_EPOCH, f"The consumer group member has a smaller member "
                              f"epoch ({epoch}) than the one known by the group coordinator ({member.member_epoch}). "
@@ -1178,14 +611,14 @@ class ConsumerGroups:
             if m is None:
                 members.pop(mid, None)
                 assert updated is not None
-                current[updated.member_id] = group.target.get(mid, _EMPTY)
+                current[updated.member_id] = group.target.get(mid, EMPTY)
             else:
                 members[mid] = m
         metadata = {m.topic_id: m for m in self._subscription_metadata(
             self._topic_names(group, replace, regexes), view).values()}
         topics = {tid: TopicSpec(m.partitions, {p: frozenset(r) for p, r in m.racks}) for tid, m in metadata.items()}
         specs = {
-            mid: MemberSpec(self._subscribed_ids(m, group, view, regexes) & topics.keys(), current.get(mid, _EMPTY),
+            mid: MemberSpec(self._subscribed_ids(m, group, view, regexes) & topics.keys(), current.get(mid, EMPTY),
                             m.instance_id, m.rack_id)
             for mid, m in members.items()
         }
@@ -1200,7 +633,7 @@ class ConsumerGroups:
         records.append(TargetEpochRecord(gid, epoch))
         log.info("[GroupId %s] Computed a new target assignment for epoch %d with '%s' assignor.", gid, epoch, name)
         if updated is None:
-            return _EMPTY
+            return EMPTY
         return {t: ps for t, ps in result.get(updated.member_id, {}).items() if ps}
 
     def _maybe_reconcile(self, group: ConsumerGroup, member: ConsumerMember, target_epoch: int, target: Assignment,
@@ -1303,7 +736,7 @@ class ConsumerGroups:
             classic.leader_id = next(iter(classic.members))
         for cm in classic.members.values():
             source = leaving if joining is not None and cm.member_id == joining.member_id and leaving else cm.member_id
-            parts = view.by_name(group.target.get(source, _EMPTY))
+            parts = view.by_name(group.target.get(source, EMPTY))
             version = _consumer_protocol_version(cm.metadata(classic.protocol_name or ""))
             cm.assignment = encode_assignment(ConsumerProtocolAssignment(assigned_partitions=[
                 ConsumerProtocolAssignment.TopicPartition(topic=t, partitions=ps) for t, ps in sorted(parts.items())
@@ -1398,7 +831,7 @@ class ConsumerGroups:
             tid = view.id_of(tp.topic)
             if tid is not None:
                 owned.setdefault(tid, set()).update(tp.partitions)
-        frozen_owned = _freeze(owned)
+        frozen_owned = freeze(owned)
         group_epoch = self._maybe_bump(group, bump, updated, records, view)
         if downgrade:
             if not bump:
@@ -1735,7 +1168,7 @@ class ConsumerGroups:
             if r.assignment is None:
                 g.target.pop(r.member_id, None)
             else:
-                g.target[r.member_id] = _freeze(r.assignment)
+                g.target[r.member_id] = freeze(r.assignment)
         elif isinstance(r, CurrentAssignmentRecord):
             old = g.members.get(r.member_id)
             if r.member is None:
@@ -1749,7 +1182,7 @@ class ConsumerGroups:
             c = r.member
             g._set_member(dataclasses.replace(
                 base, member_epoch=c.member_epoch, previous_member_epoch=c.previous_member_epoch, state=c.state,
-                assigned=_freeze(c.assigned), pending_revocation=_freeze(c.pending_revocation),
+                assigned=freeze(c.assigned), pending_revocation=freeze(c.pending_revocation),
             ))
         elif isinstance(r, RegexRecord):
             if r.resolved is None:
