@@ -20,7 +20,6 @@ MAX_LINES = 600
 ALLOWED = {
     "storage/log.py:Log",
     "broker/server.py:KafkaConnection",
-    "cluster/consumer_group.py:ConsumerGroups",
 }
 
 

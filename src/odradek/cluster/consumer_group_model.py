@@ -465,6 +465,22 @@ class ConsumerGroup:
                 return True
         return False
 
+    def heartbeat_timers(self, now: int, member_id: str, session_timeout_ms: int) -> None:
+        """After a member's heartbeat: its session starts again; a revocation it must make has
+        its rebalance timeout (consumer protocol; classic members have join and sync timeouts)."""
+        m = self.members.get(member_id)
+        if m is None:
+            return
+        self.session_deadline[member_id] = now + session_timeout_ms
+        if m.uses_classic:
+            return
+        if m.state is MemberState.UNREVOKED_PARTITIONS:
+            epoch_deadline = self.rebalance_deadline.get(member_id)
+            if epoch_deadline is None or epoch_deadline[0] != m.member_epoch:
+                self.rebalance_deadline[member_id] = (m.member_epoch, now + max(m.rebalance_timeout_ms, 0))
+        else:
+            self.rebalance_deadline.pop(member_id, None)
+
     # -- replay helpers -------------------------------------------------------------------------
     def _set_member(self, new: ConsumerMember) -> None:
         old = self.members.get(new.member_id)
