@@ -47,6 +47,21 @@ Group states (computed from the epochs, changed only along :data:`CONSUMER_GROUP
     Reconciling / Assigning -> Stable        every member at the target epoch, stable
     any -> Empty                             the last member left;   any -> Dead: deleted
 
+:class:`ConsumerGroups` (the coordinator shard's consumer groups: ConsumerGroupHeartbeat, leaving
+and fencing, offsets' checks, deletion, timers, and applying records along the transition table)
+is the entry point; its collaborators, each in its own module, are:
+
+* :mod:`~odradek.cluster.consumer_group_model`: the values, records and one group (re-exported here);
+* :mod:`~odradek.cluster.consumer_members`: finding, creating and replacing members, and the
+  records removing members or a group;
+* :mod:`~odradek.cluster.consumer_targets` (:class:`TargetAssignments`): regular expressions,
+  subscriptions, group epoch bumps, the target assignment and one member's reconciliation
+  (:mod:`~odradek.cluster.consumer_reconciliation`, :func:`reconcile`);
+* :mod:`~odradek.cluster.consumer_classic` (:class:`ClassicMembers`): JoinGroup, SyncGroup,
+  Heartbeat and LeaveGroup of members using the classic protocol;
+* :mod:`~odradek.cluster.consumer_migration` (:class:`ProtocolMigration`): the conversions between
+  the protocols and the classic group records they write.
+
 Nothing here does I/O or reads a clock: every call takes ``now`` (ms).
 """
 
@@ -148,7 +163,9 @@ log = logging.getLogger(__name__)
 
 class ConsumerGroups:
     """The consumer groups of one ``__consumer_offsets`` partition, beside its classic groups
-    (``classic``: the classic state machine, which also keeps every group's offsets)."""
+    (``classic``: the classic state machine, which also keeps every group's offsets).  Owns the
+    groups and their states; computes targets through ``targets``, serves classic members
+    through ``classic_members`` and converts groups between the protocols through ``migration``."""
 
     def __init__(self, classic: GroupCoordinatorState, config: ConsumerGroupConfig | None = None) -> None:
         self.classic = classic
