@@ -57,7 +57,7 @@ class TargetAssignments:
 
     # -- regular expressions --------------------------------------------------------------------
     def update_regexes(self, now: int, group: ConsumerGroup, member: ConsumerMember, updated: ConsumerMember,
-                        records: list[Record], view: TopicsView, describable: Callable[[str], bool]) -> RegexChange:
+                       records: list[Record], view: TopicsView, describable: Callable[[str], bool]) -> RegexChange:
         """Resolve a regular expression a member brings, and resolve the group's again when topics
         appeared or went since (Kafka resolves them in the background no more than every 10 s;
         here at once, which costs one pass over the topics when they change)."""
@@ -103,7 +103,7 @@ class TargetAssignments:
 
     # -- subscriptions and epochs ---------------------------------------------------------------
     def topic_names(self, group: ConsumerGroup, replace: Mapping[str, ConsumerMember | None],
-                     regexes: Mapping[str, ResolvedRegex | None] | None = None) -> set[str]:
+                    regexes: Mapping[str, ResolvedRegex | None] | None = None) -> set[str]:
         """Every topic name the group subscribes to, with members replaced (None: removed) and
         regular expressions resolved anew."""
         members = dict(group.members)
@@ -149,7 +149,7 @@ class TargetAssignments:
         return replace
 
     def maybe_bump(self, group: ConsumerGroup, bump: bool, updated: ConsumerMember, records: list[Record],
-                    view: TopicsView) -> int:
+                   view: TopicsView) -> int:
         """The subscription metadata of the group with this change (a record when it differs,
         which bumps the epoch too); the group epoch, bumped if ``bump`` or so."""
         names = self.topic_names(group, self.replacing(group, updated), self.pending_regexes(records, group.group_id))
@@ -175,7 +175,7 @@ class TargetAssignments:
         return self.assignors[0]
 
     def subscribed_ids(self, member: ConsumerMember, group: ConsumerGroup, view: TopicsView,
-                        regexes: Mapping[str, ResolvedRegex | None] | None = None) -> frozenset[uuid.UUID]:
+                       regexes: Mapping[str, ResolvedRegex | None] | None = None) -> frozenset[uuid.UUID]:
         names = set(member.subscribed_topic_names)
         regex = member.subscribed_topic_regex
         if regex:
@@ -189,7 +189,7 @@ class TargetAssignments:
         return frozenset(ids)  # type: ignore[arg-type]
 
     def compute_target(self, group: ConsumerGroup, epoch: int, updated: ConsumerMember | None,
-                        records: list[Record], view: TopicsView) -> Assignment:
+                       records: list[Record], view: TopicsView) -> Assignment:
         """Kafka's TargetAssignmentBuilder: run the assignor over the members (with ``updated``)
         and write the target of each member whose target changed, then the target's epoch.
         Returns ``updated``'s new target."""
@@ -228,8 +228,10 @@ class TargetAssignments:
         return {t: ps for t, ps in result.get(updated.member_id, {}).items() if ps}
 
     def maybe_reconcile(self, group: ConsumerGroup, member: ConsumerMember, target_epoch: int, target: Assignment,
-                         owned: Mapping[uuid.UUID, frozenset[int]] | None, subscription_changed: bool,
-                         records: list[Record], view: TopicsView) -> ConsumerMember:
+                        owned: Mapping[uuid.UUID, frozenset[int]] | None, subscription_changed: bool,
+                        records: list[Record], view: TopicsView) -> ConsumerMember:
+        """One reconciliation step of ``member`` towards ``target`` against the partitions' owners as
+        this operation's records leave them (its current assignment record when it changed)."""
         if not subscription_changed and member.reconciled_to(target_epoch) and member.member_id in group.members:
             return member
         regexes = self.pending_regexes(records, group.group_id)
