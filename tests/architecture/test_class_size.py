@@ -13,12 +13,10 @@ from tests.source_trees import parse
 SRC = Path(odradek.__file__).parent
 MAX_LINES = 600
 
-#: classes still over the limit, to be split: the log (storage/log.py) and the KIP-848 groups of a
-#: coordinator shard (their classic-protocol members and the online migration between the
-#: protocols go to a collaborator). Nothing else may be added here.
+#: classes still over the limit, to be split: the log (storage/log.py). Nothing else may be added
+#: here.
 ALLOWED = {
     "storage/log.py:Log",
-    "cluster/consumer_group.py:ConsumerGroups",
 }
 
 

@@ -73,7 +73,8 @@ def test_the_context_methods_refuse_an_illegal_step() -> None:
 
 # -- the coordinators' state machines: groups (cluster/group.py) and transactions (cluster/transactions.py)
 
-_MACHINES = ("odradek.cluster.group", "odradek.cluster.consumer_group", "odradek.cluster.transactions")
+_MACHINES = ("odradek.cluster.group", "odradek.cluster.consumer_group", "odradek.cluster.consumer_group_model",
+             "odradek.cluster.transactions")
 #: the only functions that write a group's or a transaction's state: the transitions (checked
 #: against the tables) and the restoring of a state read back from the log
 _STATE_WRITERS = {

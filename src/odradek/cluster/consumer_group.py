@@ -47,26 +47,78 @@ Group states (computed from the epochs, changed only along :data:`CONSUMER_GROUP
     Reconciling / Assigning -> Stable        every member at the target epoch, stable
     any -> Empty                             the last member left;   any -> Dead: deleted
 
+:class:`ConsumerGroups` (the coordinator shard's consumer groups: ConsumerGroupHeartbeat, leaving
+and fencing, offsets' checks, deletion, timers, and applying records along the transition table)
+is the entry point; its collaborators, each in its own module, are:
+
+* :mod:`~odradek.cluster.consumer_group_model`: the values, records and one group (re-exported here);
+* :mod:`~odradek.cluster.consumer_members`: finding, creating and replacing members, and the
+  records removing members or a group;
+* :mod:`~odradek.cluster.consumer_targets` (:class:`TargetAssignments`): regular expressions,
+  subscriptions, group epoch bumps, the target assignment and one member's reconciliation
+  (:mod:`~odradek.cluster.consumer_reconciliation`, :func:`reconcile`);
+* :mod:`~odradek.cluster.consumer_classic` (:class:`ClassicMembers`): JoinGroup, SyncGroup,
+  Heartbeat and LeaveGroup of members using the classic protocol;
+* :mod:`~odradek.cluster.consumer_migration` (:class:`ProtocolMigration`): the conversions between
+  the protocols and the classic group records they write.
+
 Nothing here does I/O or reads a clock: every call takes ``now`` (ms).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import logging
 import uuid
-import zlib
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from odradek.cluster.assignment import decode_assignment, decode_subscription, encode_assignment
-from odradek.cluster.consumer_assignors import ASSIGNORS, MemberSpec, TopicSpec
-from odradek.cluster.group import Group, JoinResult, Member, SyncResult
-from odradek.cluster.transitions import TransitionTable
+from odradek.cluster.consumer_classic import ClassicMembers
+from odradek.cluster.consumer_group_model import (
+    CONSUMER_GROUP_TRANSITIONS,
+    CONSUMER_PROTOCOL,
+    LEAVE_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    MEMBER_TRANSITIONS,
+    UNRELEASED_HEARTBEAT_DIVISOR,
+    Assignment,
+    ClassicGroupRecord,
+    ClassicProtocols,
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    ConsumerGroupState,
+    ConsumerMember,
+    CurrentAssignmentRecord,
+    GroupEpochRecord,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    MemberState,
+    MemberSubscriptionRecord,
+    Outcome,
+    Record,
+    RegexRecord,
+    ResolvedRegex,
+    SubscriptionMetadataRecord,
+    TargetEpochRecord,
+    TargetMemberRecord,
+    TopicMetadata,
+    TopicsView,
+    compile_regex,
+    freeze,
+)
+from odradek.cluster.consumer_members import (
+    check_size,
+    dynamic_member,
+    group_tombstones,
+    removal_records,
+    static_member,
+    subscription_changed,
+)
+from odradek.cluster.consumer_migration import ProtocolMigration
+from odradek.cluster.consumer_reconciliation import reconcile
+from odradek.cluster.consumer_targets import RegexChange, TargetAssignments
+from odradek.cluster.group import SyncResult
 from odradek.errors import ErrorCode, KafkaError
-from odradek.protocol.messages.data import ConsumerProtocolAssignment
 
 if TYPE_CHECKING:
     from odradek.cluster.group import GroupCoordinatorState
@@ -101,624 +153,19 @@ __all__ = [
     "TargetMemberRecord",
     "TopicMetadata",
     "TopicsView",
+    "compile_regex",
     "reconcile",
+    "validate_heartbeat",
 ]
 
 log = logging.getLogger(__name__)
 
-LEAVE_GROUP_MEMBER_EPOCH = -1
-LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
-#: the embedded protocol type of consumers in classic groups
-CONSUMER_PROTOCOL = "consumer"
-INT_MAX = 2147483647
-#: a member waiting for partitions to be released heartbeats this many times as often
-UNRELEASED_HEARTBEAT_DIVISOR = 10
-
-Assignment = Mapping[uuid.UUID, frozenset[int]]
-_EMPTY: Assignment = {}
-
-
-# ------------------------------------------------------------------------------------------------
-# states
-
-
-class MemberState(enum.IntEnum):
-    """A member's reconciliation state (Kafka's MemberState; the values are those its records
-    carry)."""
-
-    STABLE = 0
-    UNREVOKED_PARTITIONS = 1
-    UNRELEASED_PARTITIONS = 2
-    UNKNOWN = 127
-
-
-_M = MemberState
-#: the member states each state may be entered from (:func:`reconcile` changes them only so)
-MEMBER_TRANSITIONS = TransitionTable[MemberState]("consumer group member", {
-    _M.STABLE: {_M.UNREVOKED_PARTITIONS, _M.UNRELEASED_PARTITIONS, _M.UNKNOWN},
-    _M.UNREVOKED_PARTITIONS: {_M.STABLE, _M.UNRELEASED_PARTITIONS, _M.UNKNOWN},
-    _M.UNRELEASED_PARTITIONS: {_M.STABLE, _M.UNREVOKED_PARTITIONS, _M.UNKNOWN},
-    _M.UNKNOWN: set(),
-})
-
-
-class ConsumerGroupState(enum.Enum):
-    EMPTY = "Empty"
-    ASSIGNING = "Assigning"
-    RECONCILING = "Reconciling"
-    STABLE = "Stable"
-    DEAD = "Dead"
-
-
-_S = ConsumerGroupState
-#: the group states each state may be entered from, after an operation (Dead stands for a group
-#: not there: created by its first member or by a conversion, deleted or converted back; loading
-#: restores a state instead, which is not a transition)
-CONSUMER_GROUP_TRANSITIONS = TransitionTable[ConsumerGroupState]("consumer group", {
-    _S.EMPTY: {_S.ASSIGNING, _S.RECONCILING, _S.STABLE},
-    _S.ASSIGNING: {_S.RECONCILING, _S.STABLE},
-    _S.RECONCILING: {_S.EMPTY, _S.ASSIGNING, _S.STABLE, _S.DEAD},
-    _S.STABLE: {_S.EMPTY, _S.ASSIGNING, _S.RECONCILING, _S.DEAD},
-    _S.DEAD: {_S.EMPTY, _S.ASSIGNING, _S.RECONCILING, _S.STABLE},
-})
-
-
-# ------------------------------------------------------------------------------------------------
-# values
-
-
-@dataclass(frozen=True, slots=True)
-class ClassicProtocols:
-    """What a member using the classic protocol joined with (JoinGroup)."""
-
-    session_timeout_ms: int
-    protocols: tuple[tuple[str, bytes], ...]
-
-    def metadata(self, name: str | None = None) -> bytes:
-        for n, meta in self.protocols:
-            if name is None or n == name:
-                return meta
-        return b""
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerMember:
-    """A member of a consumer group: its subscription (ConsumerGroupMemberMetadata) and its
-    current assignment (ConsumerGroupCurrentMemberAssignment).  Immutable: changes make a new one."""
-
-    member_id: str
-    instance_id: str | None = None
-    rack_id: str | None = None
-    client_id: str = ""
-    client_host: str = ""
-    subscribed_topic_names: tuple[str, ...] = ()
-    subscribed_topic_regex: str | None = None
-    rebalance_timeout_ms: int = -1
-    server_assignor: str | None = None
-    #: set for a member that uses the classic protocol (JoinGroup/SyncGroup/Heartbeat)
-    classic: ClassicProtocols | None = None
-    member_epoch: int = 0
-    previous_member_epoch: int = 0
-    state: MemberState = MemberState.STABLE
-    assigned: Assignment = field(default_factory=dict)
-    pending_revocation: Assignment = field(default_factory=dict)
-
-    @property
-    def uses_classic(self) -> bool:
-        return self.classic is not None
-
-    def reconciled_to(self, epoch: int) -> bool:
-        return self.state is MemberState.STABLE and self.member_epoch == epoch
-
-    def with_epoch(self, epoch: int, **changes: object) -> ConsumerMember:
-        """Kafka's updateMemberEpoch: the current epoch becomes the previous one."""
-        return dataclasses.replace(self, member_epoch=epoch, previous_member_epoch=self.member_epoch, **changes)  # type: ignore[arg-type]
-
-    def subscription(self) -> tuple[object, ...]:
-        """The fields the member's subscription record carries."""
-        return (self.instance_id, self.rack_id, self.client_id, self.client_host, self.subscribed_topic_names,
-                self.subscribed_topic_regex, self.rebalance_timeout_ms, self.server_assignor, self.classic)
-
-
-@dataclass(frozen=True, slots=True)
-class TopicMetadata:
-    """A subscribed topic as the group saw it (ConsumerGroupPartitionMetadata)."""
-
-    topic_id: uuid.UUID
-    name: str
-    partitions: int
-    #: the racks of each partition's replicas, where known
-    racks: tuple[tuple[int, tuple[str, ...]], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class ResolvedRegex:
-    """The topics a subscribed regular expression matched (ConsumerGroupRegularExpression)."""
-
-    topics: frozenset[str]
-    version: int
-    timestamp: int
-
-
-# ------------------------------------------------------------------------------------------------
-# records (Kafka's record types; a value of None is the record's tombstone)
-
-
-@dataclass(frozen=True, slots=True)
-class GroupEpochRecord:
-    group_id: str
-    epoch: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class SubscriptionMetadataRecord:
-    group_id: str
-    topics: tuple[TopicMetadata, ...] | None
-
-
-@dataclass(frozen=True, slots=True)
-class MemberSubscriptionRecord:
-    group_id: str
-    member_id: str
-    member: ConsumerMember | None
-
-
-@dataclass(frozen=True, slots=True)
-class TargetEpochRecord:
-    group_id: str
-    epoch: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class TargetMemberRecord:
-    group_id: str
-    member_id: str
-    assignment: Assignment | None
-
-
-@dataclass(frozen=True, slots=True)
-class CurrentAssignmentRecord:
-    group_id: str
-    member_id: str
-    member: ConsumerMember | None
-
-
-@dataclass(frozen=True, slots=True)
-class RegexRecord:
-    group_id: str
-    regex: str
-    resolved: ResolvedRegex | None
-
-
-@dataclass(frozen=True, slots=True)
-class ClassicGroupRecord:
-    """A classic group's metadata (GroupMetadata): written when a group converts to the classic
-    protocol, its tombstone when a classic group converts to a consumer group."""
-
-    group_id: str
-    group: Group | None
-
-
-Record = (
-    GroupEpochRecord | SubscriptionMetadataRecord | MemberSubscriptionRecord | TargetEpochRecord
-    | TargetMemberRecord | CurrentAssignmentRecord | RegexRecord | ClassicGroupRecord
-)
-
-
-# ------------------------------------------------------------------------------------------------
-# requests and results
-
-
-@dataclass(frozen=True, slots=True)
-class HeartbeatRequest:
-    group_id: str
-    member_id: str
-    member_epoch: int
-    instance_id: str | None = None
-    rack_id: str | None = None
-    rebalance_timeout_ms: int = -1
-    subscribed_topic_names: tuple[str, ...] | None = None
-    subscribed_topic_regex: str | None = None
-    server_assignor: str | None = None
-    #: the partitions the member owns (None: unchanged since the last heartbeat)
-    owned: Mapping[uuid.UUID, frozenset[int]] | None = None
-    client_id: str = ""
-    client_host: str = ""
-    version: int = 1
-
-
-@dataclass(slots=True)
-class HeartbeatResponse:
-    error: ErrorCode = ErrorCode.NONE
-    message: str | None = None
-    member_id: str | None = None
-    member_epoch: int = 0
-    heartbeat_interval_ms: int = 0
-    #: the member's whole assignment (None: unchanged)
-    assignment: Assignment | None = None
-
-
-@dataclass(slots=True)
-class Outcome:
-    """What an operation decided: its answer, the records it applied (to be written in this
-    order), and the answers owed to classic members waiting on a converted group."""
-
-    response: object = None
-    records: list[Record] = field(default_factory=list)
-    classic_effects: list[JoinResult | SyncResult] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerGroupConfig:
-    """The broker's ``group.consumer.*`` settings."""
-
-    session_timeout_ms: int = 45000
-    heartbeat_interval_ms: int = 5000
-    max_size: int = INT_MAX
-    #: the server-side assignors, the first the default
-    assignors: tuple[str, ...] = ("uniform", "range")
-    #: ``disabled``, ``upgrade``, ``downgrade`` or ``bidirectional``
-    migration_policy: str = "bidirectional"
-    classic_max_size: int = INT_MAX
-    classic_min_session_timeout_ms: int = 6000
-    classic_max_session_timeout_ms: int = 1800000
-
-    @property
-    def upgrade(self) -> bool:
-        return self.migration_policy in ("upgrade", "bidirectional")
-
-    @property
-    def downgrade(self) -> bool:
-        return self.migration_policy in ("downgrade", "bidirectional")
-
-
-# ------------------------------------------------------------------------------------------------
-# topics
-
-
-class TopicsView:
-    """The topics of a metadata image as a consumer group sees them (ids, partition counts, the
-    racks of each partition's replicas)."""
-
-    def __init__(self, image: MetadataImage) -> None:
-        self.image = image
-        self._by_id = {t.topic_id: t for t in image.topics.values()}
-        self._metadata: dict[str, TopicMetadata | None] = {}
-        names = sorted(image.topics)
-        #: changes when topics appear or go (regular expressions are resolved again then)
-        self.version = zlib.crc32("\0".join(names).encode()) | (len(names) << 32)
-
-    def names(self) -> Iterable[str]:
-        return self.image.topics.keys()
-
-    def id_of(self, name: str) -> uuid.UUID | None:
-        t = self.image.topics.get(name)
-        return None if t is None else t.topic_id
-
-    def name_of(self, topic_id: uuid.UUID) -> str | None:
-        t = self._by_id.get(topic_id)
-        return None if t is None else t.name
-
-    def metadata(self, name: str) -> TopicMetadata | None:
-        """The topic as a subscription sees it (computed once per image: every heartbeat asks)."""
-        if name not in self._metadata:
-            self._metadata[name] = self._compute_metadata(name)
-        return self._metadata[name]
-
-    def _compute_metadata(self, name: str) -> TopicMetadata | None:
-        t = self.image.topics.get(name)
-        if t is None:
-            return None
-        brokers = self.image.brokers
-        racks: list[tuple[int, tuple[str, ...]]] = []
-        for p, state in sorted(t.partitions.items()):
-            names = sorted({r for b in state.replicas if (info := brokers.get(b)) is not None and (r := info.rack)})
-            if names:
-                racks.append((p, tuple(names)))
-        return TopicMetadata(t.topic_id, t.name, t.partition_count, tuple(racks))
-
-    def partitions_of(self, topic_id: uuid.UUID) -> int:
-        t = self._by_id.get(topic_id)
-        return -1 if t is None else t.partition_count
-
-    def by_name(self, assignment: Assignment) -> dict[str, list[int]]:
-        """An assignment by topic name (topics no longer in the image are left out)."""
-        out: dict[str, list[int]] = {}
-        for tid, parts in assignment.items():
-            name = self.name_of(tid)
-            if name is not None:
-                out[name] = sorted(parts)
-        return out
-
-
-# ------------------------------------------------------------------------------------------------
-# assignment helpers
-
-
-def _freeze(assignment: Mapping[uuid.UUID, Iterable[int]]) -> dict[uuid.UUID, frozenset[int]]:
-    return {t: frozenset(ps) for t, ps in assignment.items() if ps}
-
-
-def _is_subset(owned: Mapping[uuid.UUID, frozenset[int]] | None, of: Assignment) -> bool:
-    if owned is None:
-        return False
-    return all(not ps or ps <= of.get(t, frozenset()) for t, ps in owned.items())
-
-
-def _owns_any(owned: Mapping[uuid.UUID, frozenset[int]] | None, pending: Assignment) -> bool:
-    """Kafka's ownsRevokedPartitions: whether the member still reports one of ``pending`` (not
-    knowing what it owns counts as owning)."""
-    if owned is None:
-        return True
-    return any(ps & pending.get(t, frozenset()) for t, ps in owned.items())
-
-
-def count(assignment: Assignment) -> int:
-    return sum(len(ps) for ps in assignment.values())
-
-
-def reconcile(
-    member: ConsumerMember,
-    target_epoch: int,
-    target: Assignment,
-    owner_epoch: Callable[[uuid.UUID, int], int],
-    owned: Mapping[uuid.UUID, frozenset[int]] | None,
-    subscribed: frozenset[uuid.UUID],
-    enforce_subscription: bool = False,
-) -> ConsumerMember:
-    """One reconciliation step of a member towards the target assignment (Kafka's
-    CurrentAssignmentBuilder): revoke first, then assign what is free.  ``owner_epoch`` gives the
-    epoch of a partition's current owner (-1: free); ``owned`` is what the member reported (None:
-    not reported); ``subscribed`` the topic ids it subscribes to now.  Returns ``member`` itself
-    when nothing changes."""
-    state = member.state
-    if state is MemberState.STABLE:
-        if member.member_epoch != target_epoch:
-            new = _next_assignment(member, member.member_epoch, target_epoch, target, owner_epoch, owned, subscribed)
-        elif enforce_subscription:
-            new = _drop_unsubscribed(member, owned, subscribed)
-        else:
-            return member
-    elif state is MemberState.UNREVOKED_PARTITIONS:
-        if _owns_any(owned, member.pending_revocation):
-            if not enforce_subscription:
-                return member
-            new = _drop_unsubscribed(member, owned, subscribed)
-        else:
-            new = _next_assignment(member, member.member_epoch, target_epoch, target, owner_epoch, owned, subscribed)
-    elif state is MemberState.UNRELEASED_PARTITIONS:
-        new = _next_assignment(member, member.member_epoch, target_epoch, target, owner_epoch, owned, subscribed)
-    else:  # a state a newer broker wrote: start again from nothing
-        if owned is None or any(owned.values()):
-            raise KafkaError(
-                ErrorCode.FENCED_MEMBER_EPOCH,
-                "The consumer group member is in a unknown state. The member must abandon all its partitions and rejoin.",
-            )
-        new = _next_assignment(member, target_epoch, target_epoch, target, owner_epoch, owned, subscribed)
-    if new.state is not member.state:
-        MEMBER_TRANSITIONS.check(member.state, new.state, f"member {member.member_id}")
-    return new
-
-
-def _drop_unsubscribed(
-    member: ConsumerMember, owned: Mapping[uuid.UUID, frozenset[int]] | None, subscribed: frozenset[uuid.UUID]
-) -> ConsumerMember:
-    """The member's subscription changed: the partitions of topics it no longer subscribes to
-    are revoked at once, before the next target assignment."""
-    assigned = member.assigned
-    if not subscribed and not member.pending_revocation:
-        new_assigned: dict[uuid.UUID, frozenset[int]] = {}
-        pending = dict(assigned)
-    else:
-        new_assigned = {t: ps for t, ps in assigned.items() if t in subscribed}
-        pending = dict(member.pending_revocation)
-        for t, ps in assigned.items():
-            if t not in subscribed:
-                pending[t] = pending.get(t, frozenset()) | ps
-    if new_assigned == dict(assigned):
-        return member
-    if pending and _owns_any(owned, pending):
-        return member.with_epoch(member.member_epoch, state=MemberState.UNREVOKED_PARTITIONS,
-                                 assigned=new_assigned, pending_revocation=pending)
-    return member.with_epoch(member.member_epoch, assigned=new_assigned)
-
-
-def _next_assignment(
-    member: ConsumerMember,
-    epoch: int,
-    target_epoch: int,
-    target: Assignment,
-    owner_epoch: Callable[[uuid.UUID, int], int],
-    owned: Mapping[uuid.UUID, frozenset[int]] | None,
-    subscribed: frozenset[uuid.UUID],
-) -> ConsumerMember:
-    unreleased = False
-    new_assigned: dict[uuid.UUID, frozenset[int]] = {}
-    revoke: dict[uuid.UUID, frozenset[int]] = {}
-    add: dict[uuid.UUID, frozenset[int]] = {}
-    for tid in set(target) | set(member.assigned):
-        tgt = target.get(tid, frozenset()) if tid in subscribed else frozenset()
-        cur = member.assigned.get(tid, frozenset())
-        keep = cur & tgt
-        gone = cur - keep
-        own_pending = member.pending_revocation.get(tid, frozenset())
-        wanted = tgt - keep
-        free = frozenset(p for p in wanted if owner_epoch(tid, p) == -1 or p in own_pending)
-        if free != wanted:
-            unreleased = True
-        if keep:
-            new_assigned[tid] = keep
-        if gone:
-            revoke[tid] = gone
-        if free:
-            add[tid] = free
-    if revoke and _owns_any(owned, revoke):
-        return member.with_epoch(epoch, state=MemberState.UNREVOKED_PARTITIONS, assigned=new_assigned,
-                                 pending_revocation=revoke)
-    for tid, ps in add.items():
-        new_assigned[tid] = new_assigned.get(tid, frozenset()) | ps
-    state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
-    return member.with_epoch(target_epoch, state=state, assigned=new_assigned, pending_revocation={})
-
-
-# ------------------------------------------------------------------------------------------------
-# a group
-
-
-@dataclass(eq=False)
-class ConsumerGroup:
-    """One consumer group: its hard state (rebuilt from its records) and its timers."""
-
-    group_id: str
-    group_epoch: int = 0
-    assignment_epoch: int = 0
-    members: dict[str, ConsumerMember] = field(default_factory=dict)
-    #: instance id -> member id
-    static_members: dict[str, str] = field(default_factory=dict)
-    target: dict[str, Assignment] = field(default_factory=dict)
-    subscription_metadata: dict[str, TopicMetadata] = field(default_factory=dict)
-    resolved: dict[str, ResolvedRegex] = field(default_factory=dict)
-    #: every owned partition (assigned, or pending revocation) -> (its owner, the owner's epoch)
-    owners: dict[tuple[uuid.UUID, int], tuple[str, int]] = field(default_factory=dict)
-    #: read through ``state``; changed after each operation along the transition table
-    _state: ConsumerGroupState = ConsumerGroupState.EMPTY
-    state_timestamp: int = -1
-    # -- timers (soft state) --
-    session_deadline: dict[str, int] = field(default_factory=dict)
-    #: member id -> (the epoch it must leave, the deadline)
-    rebalance_deadline: dict[str, tuple[int, int]] = field(default_factory=dict)
-    #: classic members: must join again (JoinGroup) by / must sync by
-    join_deadline: dict[str, int] = field(default_factory=dict)
-    sync_deadline: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def state(self) -> ConsumerGroupState:
-        return self._state
-
-    def computed_state(self) -> ConsumerGroupState:
-        if not self.members:
-            return ConsumerGroupState.EMPTY
-        if self.group_epoch > self.assignment_epoch:
-            return ConsumerGroupState.ASSIGNING
-        for m in self.members.values():
-            if m.member_epoch != self.assignment_epoch or m.state is not MemberState.STABLE:
-                return ConsumerGroupState.RECONCILING
-        return ConsumerGroupState.STABLE
-
-    def owner_epoch(self, topic_id: uuid.UUID, partition: int) -> int:
-        found = self.owners.get((topic_id, partition))
-        return -1 if found is None else found[1]
-
-    def static_member(self, instance_id: str | None) -> ConsumerMember | None:
-        if instance_id is None:
-            return None
-        mid = self.static_members.get(instance_id)
-        return None if mid is None else self.members.get(mid)
-
-    def target_of(self, member_id: str, instance_id: str | None = None) -> Assignment:
-        found = self.target.get(member_id)
-        if found is None and instance_id is not None:
-            previous = self.static_members.get(instance_id)
-            if previous is not None:
-                found = self.target.get(previous)
-        return found if found is not None else _EMPTY
-
-    def num_classic(self, except_member: str | None = None) -> int:
-        return sum(1 for mid, m in self.members.items() if m.uses_classic and mid != except_member)
-
-    def regex_subscribers(self, regex: str) -> int:
-        return sum(1 for m in self.members.values() if m.subscribed_topic_regex == regex)
-
-    def subscribed_regexes(self) -> set[str]:
-        return {m.subscribed_topic_regex for m in self.members.values() if m.subscribed_topic_regex}
-
-    def supports_classic(self, protocol_type: str, names: Iterable[str]) -> bool:
-        """Kafka's supportsClassicProtocols: the consumer protocol type, and a protocol every
-        member using the classic protocol supports."""
-        if protocol_type != CONSUMER_PROTOCOL:
-            return False
-        names = set(names)
-        classic = [m for m in self.members.values() if m.classic is not None]
-        if not classic:
-            return bool(names)
-        return any(all(any(n == p for p, _ in m.classic.protocols) for m in classic if m.classic) for n in names)
-
-    def waiting_on_unreleased(self, member: ConsumerMember) -> bool:
-        if member.state is not MemberState.UNRELEASED_PARTITIONS:
-            return False
-        for tid, parts in self.target.get(member.member_id, _EMPTY).items():
-            mine = member.assigned.get(tid, frozenset())
-            if any(p not in mine and self.owner_epoch(tid, p) != -1 for p in parts):
-                return True
-        return False
-
-    # -- replay helpers -------------------------------------------------------------------------
-    def _set_member(self, new: ConsumerMember) -> None:
-        old = self.members.get(new.member_id)
-        if old is not None:
-            self._release(old)
-        self.members[new.member_id] = new
-        if new.instance_id is not None:
-            self.static_members[new.instance_id] = new.member_id
-        self._claim(new)
-
-    def _remove_member(self, member_id: str) -> None:
-        old = self.members.pop(member_id, None)
-        if old is None:
-            return
-        self._release(old)
-        if old.instance_id is not None and self.static_members.get(old.instance_id) == member_id:
-            del self.static_members[old.instance_id]
-        for timers in (self.session_deadline, self.rebalance_deadline, self.join_deadline, self.sync_deadline):
-            timers.pop(member_id, None)
-
-    def _release(self, m: ConsumerMember) -> None:
-        for part in (m.assigned, m.pending_revocation):
-            for tid, ps in part.items():
-                for p in ps:
-                    if self.owners.get((tid, p), ("", 0))[0] == m.member_id:
-                        del self.owners[(tid, p)]
-
-    def _claim(self, m: ConsumerMember) -> None:
-        for part in (m.assigned, m.pending_revocation):
-            for tid, ps in part.items():
-                for p in ps:
-                    self.owners[(tid, p)] = (m.member_id, m.member_epoch)
-
-
-# ------------------------------------------------------------------------------------------------
-# the coordinator's consumer groups
-
-
-class _Regex(enum.Enum):
-    NO_CHANGE = 0
-    UPDATED = 1
-    UPDATED_AND_RESOLVED = 2
-
-
-def compile_regex(regex: str) -> Callable[[str], bool]:
-    """A matcher of whole topic names for a regular expression in RE2 syntax (Kafka's RE2/J:
-    no back-references or look-around; linear time whatever the input).  Raises KafkaError
-    INVALID_REGULAR_EXPRESSION for an expression RE2 refuses."""
-    import re2  # type: ignore[import-untyped]  # google-re2: linear time, the syntax of Kafka's RE2/J
-
-    try:
-        options = re2.Options()
-        options.log_errors = False
-        pattern = re2.compile(regex, options)
-    except Exception as exc:  # re2.error: the expression does not parse
-        raise KafkaError(ErrorCode.INVALID_REGULAR_EXPRESSION,
-                         f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {exc}") from None
-
-    def matches(name: str) -> bool:
-        return pattern.fullmatch(name) is not None
-
-    return matches
-
 
 class ConsumerGroups:
     """The consumer groups of one ``__consumer_offsets`` partition, beside its classic groups
-    (``classic``: the classic state machine, which also keeps every group's offsets)."""
+    (``classic``: the classic state machine, which also keeps every group's offsets).  Owns the
+    groups and their states; computes targets through ``targets``, serves classic members
+    through ``classic_members`` and converts groups between the protocols through ``migration``."""
 
     def __init__(self, classic: GroupCoordinatorState, config: ConsumerGroupConfig | None = None) -> None:
         self.classic = classic
@@ -727,6 +174,9 @@ class ConsumerGroups:
         self._view: TopicsView | None = None
         #: rebalances that ended with the group stable
         self.completed_rebalances = 0
+        self.targets = TargetAssignments(self.config.assignors)
+        self.migration = ProtocolMigration(classic, self.config)
+        self.classic_members = ClassicMembers(self, self.config, self.targets, self.migration)
 
     # -- topics ---------------------------------------------------------------------------------
     def view(self, image: MetadataImage) -> TopicsView:
@@ -742,7 +192,8 @@ class ConsumerGroups:
     def has(self, group_id: str) -> bool:
         return group_id in self.groups
 
-    def _consumer_group(self, group_id: str) -> ConsumerGroup:
+    def consumer_group(self, group_id: str) -> ConsumerGroup:
+        """The group, or GROUP_ID_NOT_FOUND."""
         g = self.groups.get(group_id)
         if g is None:
             raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
@@ -767,13 +218,13 @@ class ConsumerGroups:
         outcome = Outcome(records=records)
         create = req.member_epoch == 0
         group = self._get_or_create(now, req.group_id, create, records, outcome, view)
-        self._check_size(group, req.member_id)
+        check_size(group, req.member_id, self.config.max_size)
         member_id = req.member_id or str(uuid.uuid4())
         if req.instance_id is None:
-            member, is_new = self._dynamic_member(group, member_id, req.member_epoch, req.owned, create, classic=False)
+            member, is_new = dynamic_member(group, member_id, req.member_epoch, req.owned, create, classic=False)
         else:
-            member, is_new = self._static_member(group, member_id, req.member_epoch, req.instance_id, req.owned, create,
-                                                 classic=False, records=records)
+            member, is_new = static_member(group, member_id, req.member_epoch, req.instance_id, req.owned, create,
+                                           classic=False, records=records)
         updated = dataclasses.replace(
             member,
             instance_id=req.instance_id if req.instance_id is not None else member.instance_id,
@@ -788,21 +239,17 @@ class ConsumerGroups:
             client_host=req.client_host,
             classic=None,
         )
-        names_changed = self._subscription_changed(group, member, updated, records, is_new)
-        regex = self._update_regexes(now, group, member, updated, records, view, describable)
-        subscription_changed = names_changed or regex is not _Regex.NO_CHANGE
-        bump = group.group_epoch == 0 or names_changed or regex is _Regex.UPDATED_AND_RESOLVED
-        group_epoch = self._maybe_bump(group, bump, updated, records, view)
-        if group_epoch > group.assignment_epoch:
-            target = self._compute_target(group, group_epoch, updated, records, view)
-            target_epoch = group_epoch
-        else:
-            target_epoch = group.assignment_epoch
-            target = group.target_of(updated.member_id, updated.instance_id)
-        reconciled = self._maybe_reconcile(group, updated, target_epoch, target, req.owned, subscription_changed,
-                                           records, view)
-        self._apply(now, records, outcome)
-        self._timers_after(now, req.group_id, reconciled, self.config.session_timeout_ms)
+        names_changed = subscription_changed(group, member, updated, records, is_new)
+        regex = self.targets.update_regexes(now, group, member, updated, records, view, describable)
+        resubscribed = names_changed or regex is not RegexChange.NO_CHANGE
+        bump = group.group_epoch == 0 or names_changed or regex is RegexChange.UPDATED_AND_RESOLVED
+        group_epoch = self.targets.maybe_bump(group, bump, updated, records, view)
+        target_epoch, target = self.targets.target(group, group_epoch, updated, records, view)
+        reconciled = self.targets.maybe_reconcile(group, updated, target_epoch, target, req.owned, resubscribed,
+                                                  records, view)
+        self.apply(now, records, outcome)
+        if (g := self.groups.get(req.group_id)) is not None:
+            g.heartbeat_timers(now, reconciled.member_id, self.config.session_timeout_ms)
         response = HeartbeatResponse(
             member_id=reconciled.member_id,
             member_epoch=reconciled.member_epoch,
@@ -827,7 +274,7 @@ class ConsumerGroups:
         return interval
 
     def _leave(self, now: int, req: HeartbeatRequest, image: MetadataImage) -> Outcome:
-        group = self._consumer_group(req.group_id)
+        group = self.consumer_group(req.group_id)
         response = HeartbeatResponse(member_id=req.member_id, member_epoch=req.member_epoch)
         outcome = Outcome(response=response)
         if req.instance_id is None:
@@ -849,7 +296,7 @@ class ConsumerGroups:
                      req.group_id, member.member_id, req.instance_id)
             leaving = dataclasses.replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={})
             outcome.records.append(CurrentAssignmentRecord(req.group_id, member.member_id, leaving))
-            self._apply(now, outcome.records, outcome)
+            self.apply(now, outcome.records, outcome)
             # its session goes on: it comes back as a new member taking its place, or is fenced
             return outcome
         log.info("[GroupId %s] Static member %s with instance id %s left the consumer group.",
@@ -864,477 +311,30 @@ class ConsumerGroups:
         g = self.groups.get(group_id)
         if g is not None:
             return g
-        classic = self.classic.describe(group_id)
-        if classic is None and not create:
-            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
-        if classic is None or (create and not classic.members):
-            if classic is not None:
-                records.append(ClassicGroupRecord(group_id, None))  # an empty classic group goes
-            return ConsumerGroup(group_id, state_timestamp=now)
-        if create and self._upgradable(classic):
-            return self._from_classic(now, classic, records, outcome, view)
-        raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+        return self.migration.new_group(now, group_id, create, records, outcome, view)
 
-    def _upgradable(self, classic: Group) -> bool:
-        if not self.config.upgrade:
-            log.info("Cannot upgrade classic group %s to consumer group because the online upgrade is disabled.",
-                     classic.group_id)
-            return False
-        if classic.protocol_type != CONSUMER_PROTOCOL:
-            log.info("Cannot upgrade classic group %s to consumer group because the group does not use the "
-                     "consumer embedded protocol.", classic.group_id)
-            return False
-        if len(classic.members) > self.config.max_size:
-            log.info("Cannot upgrade classic group %s to consumer group because the group size exceeds the "
-                     "consumer group maximum size.", classic.group_id)
-            return False
-        return True
-
-    def _from_classic(self, now: int, classic: Group, records: list[Record], outcome: Outcome,
-                      view: TopicsView) -> ConsumerGroup:
-        """Kafka's ConsumerGroup.fromClassicGroup: every classic member becomes a member at the
-        group's generation, keeping its last assignment as its current and target assignment."""
-        gid = classic.group_id
-        g = ConsumerGroup(gid, group_epoch=classic.generation_id, assignment_epoch=classic.generation_id,
-                          state_timestamp=now)
-        protocol = classic.protocol_name
-        for m in classic.members.values():
-            sub = decode_subscription(m.metadata(protocol) if protocol else b"")
-            if sub is None:
-                raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Cannot upgrade classic group {gid} to consumer group "
-                                 "because the embedded consumer protocol is malformed.")
-            assignment = decode_assignment(m.assignment) if m.assignment else None
-            assigned: dict[uuid.UUID, set[int]] = {}
-            if assignment is not None:
-                for tp in assignment.assigned_partitions:
-                    tid = view.id_of(tp.topic)
-                    if tid is not None:
-                        assigned.setdefault(tid, set()).update(tp.partitions)
-            frozen = _freeze(assigned)
-            cm = ConsumerMember(
-                m.member_id, instance_id=m.group_instance_id, rack_id=getattr(sub, "rack_id", None) or None,
-                client_id=m.client_id, client_host=m.client_host,
-                subscribed_topic_names=tuple(sorted(set(sub.topics))),
-                rebalance_timeout_ms=m.rebalance_timeout_ms,
-                classic=ClassicProtocols(m.session_timeout_ms, tuple(m.protocols)),
-                member_epoch=classic.generation_id, previous_member_epoch=classic.generation_id,
-                state=MemberState.STABLE, assigned=frozen,
-            )
-            g.target[cm.member_id] = frozen
-            g._set_member(cm)
-        records.append(ClassicGroupRecord(gid, None))
-        records.extend(MemberSubscriptionRecord(gid, mid, m) for mid, m in g.members.items())
-        records.append(GroupEpochRecord(gid, g.group_epoch))
-        records.extend(TargetMemberRecord(gid, mid, g.target[mid]) for mid in g.members)
-        records.append(TargetEpochRecord(gid, g.assignment_epoch))
-        records.extend(CurrentAssignmentRecord(gid, mid, m) for mid, m in g.members.items())
-        # classic members waiting on the classic rebalance start again with the consumer group
-        for m in classic.members.values():
-            if m.awaiting_join:
-                outcome.classic_effects.append(JoinResult(m.member_id, ErrorCode.REBALANCE_IN_PROGRESS))
-            if m.awaiting_sync:
-                outcome.classic_effects.append(SyncResult(m.member_id, ErrorCode.REBALANCE_IN_PROGRESS))
-        log.info("[GroupId %s] Converted the classic group to a consumer group.", gid)
-        return g
-
-    def _check_size(self, group: ConsumerGroup, member_id: str) -> None:
-        if len(group.members) >= self.config.max_size and (not member_id or member_id not in group.members):
-            raise KafkaError(ErrorCode.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum "
-                             f"capacity of {self.config.max_size} members.")
-
-    @staticmethod
-    def _check_epoch(member: ConsumerMember, epoch: int, owned: Mapping[uuid.UUID, frozenset[int]] | None) -> None:
-        if epoch == 0:
-            return  # joining again (a fenced member's way back)
-        if epoch > member.member_epoch:
-            raise KafkaError(ErrorCode.FENCED_MEMBER_EPOCH, f"The consumer group member has a greater member "
-                             f"epoch ({epoch}) than the one known by the group coordinator ({member.member_epoch}). "
-                             "The member must abandon all its partitions and rejoin.")
-        if epoch < member.member_epoch and (epoch != member.previous_member_epoch
-                                            or not _is_subset(owned, member.assigned)):
-            # the previous epoch with no more than what it has: the response bumping it was lost
-            raise KafkaError(ErrorCode.FENCED_MEMBER_EPOCH, f"The consumer group member has a smaller member "
-                             f"epoch ({epoch}) than the one known by the group coordinator ({member.member_epoch}). "
-                             "The member must abandon all its partitions and rejoin.")
-
-    def _dynamic_member(self, group: ConsumerGroup, member_id: str, epoch: int,
-                        owned: Mapping[uuid.UUID, frozenset[int]] | None, create: bool, *,
-                        classic: bool) -> tuple[ConsumerMember, bool]:
-        """The member (and whether it is new), or UNKNOWN_MEMBER_ID / FENCED_MEMBER_EPOCH."""
-        member = group.members.get(member_id)
-        if member is None:
-            if not create:
-                raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
-                                 f"Member {member_id} is not a member of group {group.group_id}.")
-            log.info("[GroupId %s] Member %s joins the consumer group using the %s protocol.", group.group_id,
-                     member_id, "classic" if classic else "consumer")
-            return ConsumerMember(member_id), True
-        if not classic:
-            self._check_epoch(member, epoch, owned)
-        return member, False
-
-    def _static_member(self, group: ConsumerGroup, member_id: str, epoch: int, instance_id: str,
-                       owned: Mapping[uuid.UUID, frozenset[int]] | None, create: bool, *, classic: bool,
-                       records: list[Record]) -> tuple[ConsumerMember, bool]:
-        """The static member (and whether it is new); a new instance replaces the former one
-        (records), or UNRELEASED_INSTANCE_ID / UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID."""
-        existing = group.static_member(instance_id)
-        if create:
-            if existing is None:
-                log.info("[GroupId %s] Static member %s with instance id %s joins the consumer group using the %s "
-                         "protocol.", group.group_id, member_id, instance_id, "classic" if classic else "consumer")
-                found = group.members.get(member_id)
-                return (found, False) if found is not None else (ConsumerMember(member_id), True)
-            if existing.member_id == member_id:
-                if not classic:
-                    self._check_epoch(existing, epoch, owned)
-                return existing, False
-            if not classic and not existing.uses_classic and existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-                raise KafkaError(ErrorCode.UNRELEASED_INSTANCE_ID, f"Static member {member_id} with instance id "
-                                 f"{instance_id} cannot join the group because the instance id is owned by "
-                                 f"{existing.member_id} member.")
-            # the new instance takes the place of the old one, with its assignment
-            new = dataclasses.replace(existing, member_id=member_id, member_epoch=0, previous_member_epoch=0)
-            gid = group.group_id
-            records.extend(self._removal_records(gid, existing.member_id))
-            records.append(MemberSubscriptionRecord(gid, member_id, new))
-            records.append(TargetMemberRecord(gid, member_id, group.target_of(existing.member_id)))
-            records.append(CurrentAssignmentRecord(gid, member_id, new))
-            log.info("[GroupId %s] Static member with instance id %s re-joins the consumer group using the %s "
-                     "protocol. Created a new member %s to replace the existing member %s.", gid, instance_id,
-                     "classic" if classic else "consumer", member_id, existing.member_id)
-            return new, False
-        if existing is None:
-            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
-        if existing.member_id != member_id:
-            raise KafkaError(ErrorCode.FENCED_INSTANCE_ID, f"Static member {member_id} with instance id "
-                             f"{instance_id} was fenced by member {existing.member_id}.")
-        if not classic:
-            self._check_epoch(existing, epoch, owned)
-        return existing, False
-
-    @staticmethod
-    def _removal_records(group_id: str, member_id: str) -> list[Record]:
-        return [
-            CurrentAssignmentRecord(group_id, member_id, None),
-            TargetMemberRecord(group_id, member_id, None),
-            MemberSubscriptionRecord(group_id, member_id, None),
-        ]
-
-    @staticmethod
-    def _subscription_changed(group: ConsumerGroup, member: ConsumerMember, updated: ConsumerMember,
-                              records: list[Record], is_new: bool) -> bool:
-        """Write the member's subscription record when anything of it changed (a new member
-        always); whether its topic names changed (a new member's always)."""
-        if is_new or member.subscription() != updated.subscription():
-            records.append(MemberSubscriptionRecord(group.group_id, updated.member_id, updated))
-            return is_new or member.subscribed_topic_names != updated.subscribed_topic_names
-        return False
-
-    # -- regular expressions --------------------------------------------------------------------
-    def _update_regexes(self, now: int, group: ConsumerGroup, member: ConsumerMember, updated: ConsumerMember,
-                        records: list[Record], view: TopicsView, describable: Callable[[str], bool]) -> _Regex:
-        """Resolve a regular expression a member brings, and resolve the group's again when topics
-        appeared or went since (Kafka resolves them in the background no more than every 10 s;
-        here at once, which costs one pass over the topics when they change)."""
-        old, new = member.subscribed_topic_regex, updated.subscribed_topic_regex
-        status = _Regex.NO_CHANGE
-        resolve: set[str] = set()
-        if old != new:
-            status = _Regex.UPDATED
-            if old and group.regex_subscribers(old) == 1:
-                records.append(RegexRecord(group.group_id, old, None))
-            if new:
-                if new not in group.resolved:
-                    compile_regex(new)  # INVALID_REGULAR_EXPRESSION before anything is written
-                    resolve.add(new)
-                status = _Regex.UPDATED_AND_RESOLVED
-            elif old:
-                status = _Regex.UPDATED_AND_RESOLVED
-        wanted = group.subscribed_regexes()
-        if old and group.regex_subscribers(old) == 1:
-            wanted.discard(old)
-        if new:
-            wanted.add(new)
-        stale = {r for r in wanted if r in group.resolved and group.resolved[r].version != view.version}
-        resolve |= stale
-        if not resolve:
-            return status
-        changed = False
-        for regex in sorted(resolve):
-            try:
-                matches = compile_regex(regex)
-            except KafkaError:
-                log.error("[GroupId %s] Couldn't parse regular expression '%s'. Ignoring it.", group.group_id, regex)
-                topics: frozenset[str] = frozenset()
-            else:
-                topics = frozenset(t for t in view.names() if matches(t) and describable(t))
-            before = group.resolved.get(regex)
-            if before is None or before.topics != topics:
-                changed = True
-            records.append(RegexRecord(group.group_id, regex, ResolvedRegex(topics, view.version, now)))
-        if changed and status is _Regex.NO_CHANGE:
-            status = _Regex.UPDATED_AND_RESOLVED  # topics matched changed: a rebalance
-        return status
-
-    # -- subscriptions and epochs ---------------------------------------------------------------
-    def _topic_names(self, group: ConsumerGroup, replace: Mapping[str, ConsumerMember | None],
-                     regexes: Mapping[str, ResolvedRegex | None] | None = None) -> set[str]:
-        """Every topic name the group subscribes to, with members replaced (None: removed) and
-        regular expressions resolved anew."""
-        members = dict(group.members)
-        for mid, m in replace.items():
-            if m is None:
-                members.pop(mid, None)
-            else:
-                members[mid] = m
-        resolved = dict(group.resolved)
-        for r, v in (regexes or {}).items():
-            if v is None:
-                resolved.pop(r, None)
-            else:
-                resolved[r] = v
-        names: set[str] = set()
-        for m in members.values():
-            names.update(m.subscribed_topic_names)
-            if m.subscribed_topic_regex and m.subscribed_topic_regex in resolved:
-                names |= resolved[m.subscribed_topic_regex].topics
-        return names
-
-    @staticmethod
-    def _pending_regexes(records: list[Record], group_id: str) -> dict[str, ResolvedRegex | None]:
-        return {r.regex: r.resolved for r in records if isinstance(r, RegexRecord) and r.group_id == group_id}
-
-    def _subscription_metadata(self, names: Iterable[str], view: TopicsView) -> dict[str, TopicMetadata]:
-        out: dict[str, TopicMetadata] = {}
-        for name in names:
-            meta = view.metadata(name)
-            if meta is not None:
-                out[name] = meta
-        return out
-
-    @staticmethod
-    def _replacing(group: ConsumerGroup, updated: ConsumerMember) -> dict[str, ConsumerMember | None]:
-        """The group's members as this change leaves them: ``updated`` in, the static member it
-        takes the place of out."""
-        replace: dict[str, ConsumerMember | None] = {}
-        previous = group.static_members.get(updated.instance_id) if updated.instance_id is not None else None
-        if previous is not None and previous != updated.member_id:
-            replace[previous] = None
-        replace[updated.member_id] = updated
-        return replace
-
-    def _maybe_bump(self, group: ConsumerGroup, bump: bool, updated: ConsumerMember, records: list[Record],
-                    view: TopicsView) -> int:
-        """The subscription metadata of the group with this change (a record when it differs,
-        which bumps the epoch too); the group epoch, bumped if ``bump`` or so."""
-        names = self._topic_names(group, self._replacing(group, updated), self._pending_regexes(records, group.group_id))
-        metadata = self._subscription_metadata(names, view)
-        if metadata != group.subscription_metadata:
-            bump = True
-            records.append(SubscriptionMetadataRecord(group.group_id, tuple(metadata[n] for n in sorted(metadata))))
-        epoch = group.group_epoch
-        if bump:
-            epoch += 1
-            records.append(GroupEpochRecord(group.group_id, epoch))
-            log.info("[GroupId %s] Bumped group epoch to %d.", group.group_id, epoch)
-        return epoch
-
-    def _preferred_assignor(self, members: Iterable[ConsumerMember]) -> str:
-        counts: dict[str, int] = {}
-        for m in members:
-            if m.server_assignor:
-                counts[m.server_assignor] = counts.get(m.server_assignor, 0) + 1
-        if counts:
-            order = {name: i for i, name in enumerate(self.config.assignors)}
-            return max(counts, key=lambda a: (counts[a], -order.get(a, len(order))))
-        return self.config.assignors[0]
-
-    def _subscribed_ids(self, member: ConsumerMember, group: ConsumerGroup, view: TopicsView,
-                        regexes: Mapping[str, ResolvedRegex | None] | None = None) -> frozenset[uuid.UUID]:
-        names = set(member.subscribed_topic_names)
-        regex = member.subscribed_topic_regex
-        if regex:
-            resolved = group.resolved.get(regex)
-            if regexes and regex in regexes:
-                resolved = regexes[regex]
-            if resolved is not None:
-                names |= resolved.topics
-        ids = {view.id_of(n) for n in names}
-        ids.discard(None)
-        return frozenset(ids)  # type: ignore[arg-type]
-
-    def _compute_target(self, group: ConsumerGroup, epoch: int, updated: ConsumerMember | None,
-                        records: list[Record], view: TopicsView) -> Assignment:
-        """Kafka's TargetAssignmentBuilder: run the assignor over the members (with ``updated``)
-        and write the target of each member whose target changed, then the target's epoch.
-        Returns ``updated``'s new target."""
-        gid = group.group_id
-        members = dict(group.members)
-        current = dict(group.target)
-        regexes = self._pending_regexes(records, gid)
-        replace = self._replacing(group, updated) if updated is not None else {}
-        for mid, m in replace.items():
-            if m is None:
-                members.pop(mid, None)
-                assert updated is not None
-                current[updated.member_id] = group.target.get(mid, _EMPTY)
-            else:
-                members[mid] = m
-        metadata = {m.topic_id: m for m in self._subscription_metadata(
-            self._topic_names(group, replace, regexes), view).values()}
-        topics = {tid: TopicSpec(m.partitions, {p: frozenset(r) for p, r in m.racks}) for tid, m in metadata.items()}
-        specs = {
-            mid: MemberSpec(self._subscribed_ids(m, group, view, regexes) & topics.keys(), current.get(mid, _EMPTY),
-                            m.instance_id, m.rack_id)
-            for mid, m in members.items()
-        }
-        name = self._preferred_assignor(members.values())
-        assign = ASSIGNORS.get(name, ASSIGNORS[self.config.assignors[0]])
-        result = assign(specs, topics)
-        for mid in sorted(members):
-            new = {t: ps for t, ps in result.get(mid, {}).items() if ps}
-            old = group.target.get(mid)
-            if old is None or dict(old) != new:
-                records.append(TargetMemberRecord(gid, mid, new))
-        records.append(TargetEpochRecord(gid, epoch))
-        log.info("[GroupId %s] Computed a new target assignment for epoch %d with '%s' assignor.", gid, epoch, name)
-        if updated is None:
-            return _EMPTY
-        return {t: ps for t, ps in result.get(updated.member_id, {}).items() if ps}
-
-    def _maybe_reconcile(self, group: ConsumerGroup, member: ConsumerMember, target_epoch: int, target: Assignment,
-                         owned: Mapping[uuid.UUID, frozenset[int]] | None, subscription_changed: bool,
-                         records: list[Record], view: TopicsView) -> ConsumerMember:
-        if not subscription_changed and member.reconciled_to(target_epoch) and member.member_id in group.members:
-            return member
-        regexes = self._pending_regexes(records, group.group_id)
-        subscribed = self._subscribed_ids(member, group, view, regexes)
-        # the owners as this operation's records leave them: a replaced static member frees its own
-        replaced = {r.member_id for r in records if isinstance(r, CurrentAssignmentRecord) and r.member is None}
-
-        def owner_epoch(tid: uuid.UUID, p: int) -> int:
-            found = group.owners.get((tid, p))
-            return -1 if found is None or found[0] in replaced else found[1]
-
-        new = reconcile(member, target_epoch, target, owner_epoch, owned, subscribed, subscription_changed)
-        if new != member or member.member_id not in group.members:
-            records.append(CurrentAssignmentRecord(group.group_id, new.member_id, new))
-        return new
-
-    def _timers_after(self, now: int, group_id: str, member: ConsumerMember, session_timeout_ms: int) -> None:
-        """After a member's heartbeat: its session starts again; a revocation it must make has
-        its rebalance timeout (consumer protocol; classic members have join and sync timeouts)."""
-        g = self.groups.get(group_id)
-        if g is None or member.member_id not in g.members:
-            return
-        m = g.members[member.member_id]
-        g.session_deadline[m.member_id] = now + session_timeout_ms
-        if m.uses_classic:
-            return
-        if m.state is MemberState.UNREVOKED_PARTITIONS:
-            epoch_deadline = g.rebalance_deadline.get(m.member_id)
-            if epoch_deadline is None or epoch_deadline[0] != m.member_epoch:
-                g.rebalance_deadline[m.member_id] = (m.member_epoch, now + max(m.rebalance_timeout_ms, 0))
-        else:
-            g.rebalance_deadline.pop(m.member_id, None)
-
-    # -- fencing and conversion back --------------------------------------------------------------
+    # -- fencing (or conversion back to a classic group) -------------------------------------------
     def _fence(self, now: int, group: ConsumerGroup, member: ConsumerMember, outcome: Outcome, image: MetadataImage,
                reason: str) -> None:
         """Remove a member (left, session expired, rebalance timed out): the group epoch goes up;
         or, when it was the last member using the consumer protocol, the group becomes a classic
         group again."""
         records = outcome.records
-        if self._downgradable(group, member.member_id):
-            self._to_classic(now, group, member.member_id, None, outcome, self.view(image))
+        if self.migration.downgradable(group, member.member_id):
+            self.migration.to_classic(now, group, member.member_id, None, outcome, self.view(image))
+            self.apply(now, records, outcome, rebalance_classic=True)
             return
         gid = group.group_id
-        records.extend(self._removal_records(gid, member.member_id))
+        records.extend(removal_records(gid, member.member_id))
         regex = member.subscribed_topic_regex
         if regex and group.regex_subscribers(regex) == 1:
             records.append(RegexRecord(gid, regex, None))
-        view = self.view(image)
-        names = self._topic_names(group, {member.member_id: None}, self._pending_regexes(records, gid))
-        metadata = self._subscription_metadata(names, view)
-        if metadata != group.subscription_metadata:
-            records.append(SubscriptionMetadataRecord(gid, tuple(metadata[n] for n in sorted(metadata))))
-        records.append(GroupEpochRecord(gid, group.group_epoch + 1))
+        self.targets.members_removed(group, (member.member_id,), records, self.view(image))
         log.info("[GroupId %s] Member %s fenced from the group because %s.", gid, member.member_id, reason)
-        self._apply(now, records, outcome)
-
-    def _downgradable(self, group: ConsumerGroup, leaving: str) -> bool:
-        m = group.members.get(leaving)
-        if m is None or m.uses_classic or group.num_classic() != len(group.members) - 1:
-            return False
-        if len(group.members) <= 1:
-            return False
-        if not self.config.downgrade:
-            log.info("Cannot downgrade consumer group %s to classic group because the online downgrade is disabled.",
-                     group.group_id)
-            return False
-        if len(group.members) - 1 > self.config.classic_max_size:
-            log.info("Cannot downgrade consumer group %s to classic group because its group size is greater than "
-                     "classic group max size.", group.group_id)
-            return False
-        return True
-
-    def _to_classic(self, now: int, group: ConsumerGroup, leaving: str | None, joining: ConsumerMember | None,
-                    outcome: Outcome, view: TopicsView) -> None:
-        """Kafka's ClassicGroup.fromConsumerGroup: the remaining members (and ``joining``, taking
-        the place of ``leaving``) become a classic group at the group epoch, Stable, each with its
-        target assignment in the consumer protocol; a member that left makes it rebalance."""
-        gid = group.group_id
-        records = outcome.records
-        records.extend(self._group_tombstones(group, keep_members=()))
-        classic = Group(gid, protocol_type=CONSUMER_PROTOCOL, generation_id=group.group_epoch, state_timestamp=now)
-        members = [m for mid, m in group.members.items() if mid != leaving]
-        if joining is not None:
-            members = [m for m in members if m.member_id != joining.member_id] + [joining]
-        for m in members:
-            assert m.classic is not None
-            cm = Member(m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
-                        m.classic.session_timeout_ms, CONSUMER_PROTOCOL, list(m.classic.protocols))
-            classic.members[cm.member_id] = cm
-            if cm.group_instance_id is not None:
-                classic.static_members[cm.group_instance_id] = cm.member_id
-        if classic.members:
-            classic.protocol_name = classic.select_protocol()
-            classic.leader_id = next(iter(classic.members))
-        for cm in classic.members.values():
-            source = leaving if joining is not None and cm.member_id == joining.member_id and leaving else cm.member_id
-            parts = view.by_name(group.target.get(source, _EMPTY))
-            version = _consumer_protocol_version(cm.metadata(classic.protocol_name or ""))
-            cm.assignment = encode_assignment(ConsumerProtocolAssignment(assigned_partitions=[
-                ConsumerProtocolAssignment.TopicPartition(topic=t, partitions=ps) for t, ps in sorted(parts.items())
-            ]), version)
-        records.append(ClassicGroupRecord(gid, classic))
-        log.info("[GroupId %s] Converted the consumer group to a classic group.", gid)
-        self._apply(now, records, outcome, rebalance_classic=joining is None)
-
-    @staticmethod
-    def _group_tombstones(group: ConsumerGroup, keep_members: Iterable[str]) -> list[Record]:
-        """The records deleting a consumer group (Kafka's createGroupTombstoneRecords)."""
-        gid = group.group_id
-        keep = set(keep_members)
-        out: list[Record] = []
-        for mid in group.members:
-            if mid not in keep:
-                out.append(CurrentAssignmentRecord(gid, mid, None))
-        for mid in group.members:
-            if mid not in keep:
-                out.append(MemberSubscriptionRecord(gid, mid, None))
-        for mid in group.target:
-            out.append(TargetMemberRecord(gid, mid, None))
-        out.append(TargetEpochRecord(gid, None))
-        out.append(SubscriptionMetadataRecord(gid, None))
-        for regex in sorted(group.resolved):
-            out.append(RegexRecord(gid, regex, None))
-        out.append(GroupEpochRecord(gid, None))
-        return out
+        self.apply(now, records, outcome)
 
     # ==========================================================================================
-    # classic members in a consumer group (JoinGroup, SyncGroup, Heartbeat, LeaveGroup)
+    # classic members in a consumer group (JoinGroup, SyncGroup, Heartbeat, LeaveGroup): ClassicMembers'
 
     def classic_join(
         self,
@@ -1352,193 +352,31 @@ class ConsumerGroups:
         client_host: str,
         version: int,
     ) -> Outcome:
-        """A JoinGroup from a member using the classic protocol to a consumer group: it is a member
-        like the others, its assignment computed here; the answer names no leader, so the member
-        sends an empty SyncGroup and gets its partitions there."""
-        group = self._consumer_group(group_id)
-        view = self.view(image)
-        records: list[Record] = []
-        outcome = Outcome(records=records)
-        unknown = not member_id
-        if unknown:
-            member_id = f"{client_id}-{uuid.uuid4()}"
-        self._check_size(group, member_id)
-        if not group.supports_classic(protocol_type, [n for n, _ in protocols]):
-            raise KafkaError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"Member {member_id}'s protocols are not supported.")
-        if unknown and version >= 4 and group_instance_id is None:
-            outcome.response = JoinResult(member_id, ErrorCode.MEMBER_ID_REQUIRED)
-            return outcome
-        if group_instance_id is None:
-            member, is_new = self._dynamic_member(group, member_id, -1, {}, True, classic=True)
-        else:
-            member, is_new = self._static_member(group, member_id, -1, group_instance_id, {}, unknown, classic=True,
-                                                 records=records)
-        replaced = group.static_member(group_instance_id) if group_instance_id is not None else None
-        downgrade = (replaced is not None and replaced.member_id != member_id
-                     and self._downgradable_replacing(group, replaced.member_id))
-        sub = decode_subscription(protocols[0][1]) if protocols else None
-        topics = tuple(sorted(set(sub.topics))) if sub is not None else member.subscribed_topic_names
-        rack = (getattr(sub, "rack_id", None) or None) if sub is not None else None
-        updated = dataclasses.replace(
-            member,
-            instance_id=group_instance_id if group_instance_id is not None else member.instance_id,
-            rack_id=rack if rack is not None else member.rack_id,
-            rebalance_timeout_ms=rebalance_timeout_ms if rebalance_timeout_ms != -1 else member.rebalance_timeout_ms,
-            subscribed_topic_names=topics,
-            subscribed_topic_regex=None,
-            client_id=client_id,
-            client_host=client_host,
-            classic=ClassicProtocols(session_timeout_ms, tuple(protocols)),
+        return self.classic_members.join(
+            now, image, group_id=group_id, member_id=member_id, group_instance_id=group_instance_id,
+            protocol_type=protocol_type, protocols=protocols, session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=rebalance_timeout_ms, client_id=client_id, client_host=client_host, version=version,
         )
-        changed = self._subscription_changed(group, member, updated, records, is_new)
-        regex = self._update_regexes(now, group, member, updated, records, view, lambda _t: True)
-        bump = changed or regex is not _Regex.NO_CHANGE
-        owned: dict[uuid.UUID, set[int]] = {}
-        for tp in getattr(sub, "owned_partitions", None) or []:
-            tid = view.id_of(tp.topic)
-            if tid is not None:
-                owned.setdefault(tid, set()).update(tp.partitions)
-        frozen_owned = _freeze(owned)
-        group_epoch = self._maybe_bump(group, bump, updated, records, view)
-        if downgrade:
-            if not bump:
-                updated = self._maybe_reconcile(group, updated, group.assignment_epoch,
-                                                group.target_of(updated.member_id, updated.instance_id),
-                                                frozen_owned, False, records, view)
-            assert replaced is not None
-            self._to_classic(now, group, replaced.member_id, updated, outcome, view)
-        else:
-            if group_epoch > group.assignment_epoch:
-                target = self._compute_target(group, group_epoch, updated, records, view)
-                target_epoch = group_epoch
-            else:
-                target_epoch = group.assignment_epoch
-                target = group.target_of(updated.member_id, updated.instance_id)
-            updated = self._maybe_reconcile(group, updated, target_epoch, target, frozen_owned, bump, records, view)
-            self._apply(now, records, outcome)
-            self._timers_after(now, group_id, updated, session_timeout_ms)
-            g = self.groups.get(group_id)
-            if g is not None and updated.member_id in g.members:
-                g.join_deadline.pop(updated.member_id, None)
-                g.sync_deadline[updated.member_id] = now + max(rebalance_timeout_ms, 0)
-        assert updated.classic is not None
-        outcome.response = JoinResult(
-            updated.member_id, ErrorCode.NONE, updated.member_epoch, CONSUMER_PROTOCOL,
-            updated.classic.protocols[0][0] if updated.classic.protocols else None, "", [],
-        )
-        return outcome
-
-    def _downgradable_replacing(self, group: ConsumerGroup, replaced: str) -> bool:
-        """A static member using the classic protocol takes the place of the last member using the
-        consumer protocol: the group goes back to classic."""
-        m = group.members.get(replaced)
-        if m is None or m.uses_classic or group.num_classic(except_member=replaced) != len(group.members) - 1:
-            return False
-        if not self.config.downgrade:
-            return False
-        return len(group.members) <= self.config.classic_max_size
-
-    def _classic_member(self, group: ConsumerGroup, member_id: str, instance_id: str | None) -> ConsumerMember:
-        if instance_id is None:
-            member = group.members.get(member_id)
-            if member is None:
-                raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
-                                 f"Member {member_id} is not a member of group {group.group_id}.")
-        else:
-            member = group.static_member(instance_id)
-            if member is None:
-                raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
-                                 f"Member with instance id {instance_id} is not a member of group {group.group_id}.")
-            if member.member_id != member_id:
-                raise KafkaError(ErrorCode.FENCED_INSTANCE_ID, f"Static member {member_id} with instance id "
-                                 f"{instance_id} was fenced by member {member.member_id}.")
-        if not member.uses_classic:
-            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member.member_id} does not use the classic protocol.")
-        return member
-
-    def _rejoin_needed(self, group: ConsumerGroup, member: ConsumerMember, now: int) -> None:
-        group.join_deadline.setdefault(member.member_id, now + max(member.rebalance_timeout_ms, 0))
 
     def classic_sync(self, now: int, image: MetadataImage, *, group_id: str, generation_id: int, member_id: str,
                      group_instance_id: str | None, protocol_type: str | None, protocol_name: str | None) -> SyncResult:
-        group = self._consumer_group(group_id)
-        member = self._classic_member(group, member_id, group_instance_id)
-        assert member.classic is not None
-        if generation_id != member.member_epoch:
-            raise KafkaError(ErrorCode.ILLEGAL_GENERATION, f"The request generation id {generation_id} is not equal "
-                             f"to the member epoch {member.member_epoch} of member {member_id}.")
-        name = member.classic.protocols[0][0] if member.classic.protocols else ""
-        if (protocol_type is not None and protocol_type != CONSUMER_PROTOCOL) or (
-            protocol_name is not None and protocol_name != name
-        ):
-            raise KafkaError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
-        if group.group_epoch > member.member_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
-            self._rejoin_needed(group, member, now)
-            raise KafkaError(ErrorCode.REBALANCE_IN_PROGRESS, f"A new rebalance is triggered in group {group_id} "
-                             f"and member {member_id} should rejoin to catch up.")
-        group.sync_deadline.pop(member.member_id, None)
-        group.session_deadline[member.member_id] = now + member.classic.session_timeout_ms
-        view = self.view(image)
-        parts = view.by_name(member.assigned)
-        version = _consumer_protocol_version(member.classic.metadata())
-        assignment = encode_assignment(ConsumerProtocolAssignment(assigned_partitions=[
-            ConsumerProtocolAssignment.TopicPartition(topic=t, partitions=ps) for t, ps in sorted(parts.items())
-        ]), version)
-        return SyncResult(member.member_id, ErrorCode.NONE, CONSUMER_PROTOCOL, name, assignment)
+        return self.classic_members.sync(
+            now, image, group_id=group_id, generation_id=generation_id, member_id=member_id,
+            group_instance_id=group_instance_id, protocol_type=protocol_type, protocol_name=protocol_name,
+        )
 
     def classic_heartbeat(self, now: int, *, group_id: str, member_id: str, group_instance_id: str | None,
                           generation_id: int) -> ErrorCode:
-        group = self._consumer_group(group_id)
-        member = self._classic_member(group, member_id, group_instance_id)
-        assert member.classic is not None
-        if generation_id != member.member_epoch:
-            return ErrorCode.ILLEGAL_GENERATION
-        group.session_deadline[member.member_id] = now + member.classic.session_timeout_ms
-        if (member.member_epoch < group.group_epoch or member.state is MemberState.UNREVOKED_PARTITIONS
-                or (member.state is MemberState.UNRELEASED_PARTITIONS and not group.waiting_on_unreleased(member))):
-            self._rejoin_needed(group, member, now)
-            return ErrorCode.REBALANCE_IN_PROGRESS
-        return ErrorCode.NONE
+        return self.classic_members.heartbeat(now, group_id=group_id, member_id=member_id,
+                                              group_instance_id=group_instance_id, generation_id=generation_id)
 
     def classic_leave(self, now: int, image: MetadataImage, group_id: str,
                       members: list[tuple[str, str | None]]) -> Outcome:
-        """LeaveGroup of classic members of a consumer group; ``response``: the error of each."""
-        group = self._consumer_group(group_id)
-        records: list[Record] = []
-        outcome = Outcome(records=records)
-        errors: list[ErrorCode] = []
-        leaving: dict[str, ConsumerMember | None] = {}
-        for member_id, instance_id in members:
-            try:
-                if instance_id is None:
-                    member = group.members.get(member_id)
-                    if member is None or member_id in leaving:
-                        raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID)
-                else:
-                    member = group.static_member(instance_id)
-                    if member is None or member.member_id in leaving:
-                        raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
-                    if member_id and member.member_id != member_id:
-                        raise KafkaError(ErrorCode.FENCED_INSTANCE_ID)
-                if not member.uses_classic:
-                    raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID)
-            except KafkaError as exc:
-                errors.append(exc.code)
-                continue
-            log.info("[GroupId %s] Member %s has left group through explicit `LeaveGroup` request.",
-                     group_id, member.member_id)
-            records.extend(self._removal_records(group_id, member.member_id))
-            leaving[member.member_id] = None
-            errors.append(ErrorCode.NONE)
-        if records:
-            view = self.view(image)
-            metadata = self._subscription_metadata(self._topic_names(group, leaving), view)
-            if metadata != group.subscription_metadata:
-                records.append(SubscriptionMetadataRecord(group_id, tuple(metadata[n] for n in sorted(metadata))))
-            records.append(GroupEpochRecord(group_id, group.group_epoch + 1))
-            self._apply(now, records, outcome)
-        outcome.response = errors
-        return outcome
+        return self.classic_members.leave(now, image, group_id, members)
+
+    def _preferred_assignor(self, members: Iterable[ConsumerMember]) -> str:
+        """The assignor the group's members prefer (the coordinator's describe names it)."""
+        return self.targets.preferred_assignor(members)
 
     # ==========================================================================================
     # offsets
@@ -1546,7 +384,7 @@ class ConsumerGroups:
     def validate_offset_commit(self, group_id: str, member_id: str, instance_id: str | None, epoch: int,
                                transactional: bool, api_version: int) -> None:
         """Kafka's ConsumerGroup.validateOffsetCommit: the member epoch is the generation."""
-        group = self._consumer_group(group_id)
+        group = self.consumer_group(group_id)
         if epoch < 0 and not group.members:
             return  # the admin's, or a consumer's outside the group
         member = group.members.get(member_id)
@@ -1558,7 +396,7 @@ class ConsumerGroups:
         self._check_member_epoch(member, epoch)
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, epoch: int) -> None:
-        group = self._consumer_group(group_id)
+        group = self.consumer_group(group_id)
         if member_id is None and epoch < 0:
             return
         member = group.members.get(member_id or "")
@@ -1585,11 +423,11 @@ class ConsumerGroups:
     def delete(self, now: int, group_id: str) -> Outcome:
         """DeleteGroups of an empty consumer group: its records' tombstones (the offsets are the
         classic state's to delete)."""
-        group = self._consumer_group(group_id)
+        group = self.consumer_group(group_id)
         if group.members:
             raise KafkaError(ErrorCode.NON_EMPTY_GROUP, "The group is not empty.")
-        outcome = Outcome(records=self._group_tombstones(group, ()))
-        self._apply(now, outcome.records, outcome)
+        outcome = Outcome(records=group_tombstones(group, ()))
+        self.apply(now, outcome.records, outcome)
         return outcome
 
     # ==========================================================================================
@@ -1654,7 +492,7 @@ class ConsumerGroups:
     # ==========================================================================================
     # records
 
-    def _apply(self, now: int, records: list[Record], outcome: Outcome, *, rebalance_classic: bool = False) -> None:
+    def apply(self, now: int, records: list[Record], outcome: Outcome, *, rebalance_classic: bool = False) -> None:
         """Apply an operation's records (as loading replays them), then move each group it
         touched to its new state along the transition table."""
         touched: dict[str, ConsumerGroupState] = {}
@@ -1663,7 +501,7 @@ class ConsumerGroups:
             if r.group_id not in touched:
                 touched[r.group_id] = g.state if g is not None else ConsumerGroupState.DEAD
             if isinstance(r, ClassicGroupRecord):
-                self._replay_classic(now, r, outcome, rebalance_classic)
+                self.migration.replay(now, r, outcome, rebalance_classic)
             else:
                 self.replay(r)
         for gid, before in touched.items():
@@ -1683,17 +521,6 @@ class ConsumerGroups:
         if g is not None:
             g._state = after
             g.state_timestamp = now
-
-    def _replay_classic(self, now: int, r: ClassicGroupRecord, outcome: Outcome, rebalance: bool) -> None:
-        if r.group is None:
-            self.classic.hand_over(r.group_id)
-            return
-        self.classic.load_group(r.group, now)
-        if rebalance:
-            outcome.classic_effects.extend(
-                e for e in self.classic.rebalance(now, r.group_id, "the group went back to the classic protocol")
-                if isinstance(e, (JoinResult, SyncResult))
-            )
 
     def replay(self, r: Record) -> None:
         """Apply one consumer-group record (a tombstone deletes); the classic group records are
@@ -1735,7 +562,7 @@ class ConsumerGroups:
             if r.assignment is None:
                 g.target.pop(r.member_id, None)
             else:
-                g.target[r.member_id] = _freeze(r.assignment)
+                g.target[r.member_id] = freeze(r.assignment)
         elif isinstance(r, CurrentAssignmentRecord):
             old = g.members.get(r.member_id)
             if r.member is None:
@@ -1749,7 +576,7 @@ class ConsumerGroups:
             c = r.member
             g._set_member(dataclasses.replace(
                 base, member_epoch=c.member_epoch, previous_member_epoch=c.previous_member_epoch, state=c.state,
-                assigned=_freeze(c.assigned), pending_revocation=_freeze(c.pending_revocation),
+                assigned=freeze(c.assigned), pending_revocation=freeze(c.pending_revocation),
             ))
         elif isinstance(r, RegexRecord):
             if r.resolved is None:
@@ -1783,14 +610,6 @@ def _is_tombstone(r: Record) -> bool:
     if isinstance(r, RegexRecord):
         return r.resolved is None
     return r.group is None
-
-
-def _consumer_protocol_version(metadata: bytes) -> int:
-    """The version a classic member's subscription is in: its assignment is answered in it."""
-    if len(metadata) < 2:
-        return 0
-    version = int.from_bytes(metadata[:2], "big", signed=True)
-    return min(max(version, 0), 3)
 
 
 _JAVA_TRIMMED = "".join(chr(c) for c in range(0x21))
