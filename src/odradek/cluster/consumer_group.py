@@ -374,7 +374,7 @@ class ConsumerGroups:
                       members: list[tuple[str, str | None]]) -> Outcome:
         return self.classic_members.leave(now, image, group_id, members)
 
-    def _preferred_assignor(self, members: Iterable[ConsumerMember]) -> str:
+    def preferred_assignor(self, members: Iterable[ConsumerMember]) -> str:
         """The assignor the group's members prefer (the coordinator's describe names it)."""
         return self.targets.preferred_assignor(members)
 

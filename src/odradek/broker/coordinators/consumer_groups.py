@@ -260,7 +260,7 @@ class ConsumerGroupService:
             except KafkaError as exc:
                 out.append(DescribedConsumerGroup(gid, exc.code, exc.message or None, None, ""))
                 continue
-            assignor = shard.consumer._preferred_assignor(group.members.values())
+            assignor = shard.consumer.preferred_assignor(group.members.values())
             out.append(DescribedConsumerGroup(gid, ErrorCode.NONE, None, group, assignor))
         return out
 
