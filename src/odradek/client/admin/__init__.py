@@ -82,6 +82,7 @@ log = logging.getLogger("odradek.client.admin")
 
 __all__ = [
     "SPECIFIED",
+    "AclAdmin",
     "AclBinding",
     "AclBindingFilter",
     "Admin",
@@ -91,13 +92,16 @@ __all__ = [
     "AsyncAdmin",
     "ClientQuotaEntity",
     "ClusterDescription",
+    "ConfigAdmin",
     "ConfigEntry",
     "ConfigResource",
     "ConfigResourceType",
     "ConfigSource",
     "ConfigSynonym",
     "CreateTopicResult",
+    "FeatureAdmin",
     "FeatureMetadata",
+    "GroupAdmin",
     "GroupDescription",
     "GroupListing",
     "ListOffsetsResultInfo",
@@ -112,11 +116,17 @@ __all__ = [
     "PatternType",
     "PermissionType",
     "ProducerState",
+    "QuotaAdmin",
+    "RecordAdmin",
     "ResourceType",
+    "TopicAdmin",
     "TopicDescription",
     "TopicListing",
+    "TopicPartition",
+    "TransactionAdmin",
     "TransactionDescription",
     "TransactionListing",
+    "UserAdmin",
 ]
 
 

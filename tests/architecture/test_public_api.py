@@ -1,0 +1,189 @@
+"""The surface a user meets is declared and documented.
+
+Each public package (the clients, their serializers and admin client, the Spark source, the test
+tools, the command line) names what it exports in ``__all__``: every name there resolves, and
+nothing public-looking its ``__init__`` defines or imports from its own modules is left out.
+
+Every class and function those lists export, every public class and function of the public
+modules under ``odradek.client``, ``odradek.spark`` and ``odradek.cli``, and the public methods
+and properties of those classes that our code defines (inherited ones included) have a
+docstring.  A dataclass's generated ``Name(field: type, ...)`` does not count as one."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import inspect
+import pkgutil
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from tests.source_trees import parse_file
+
+#: the packages a user imports from; each has an ``__all__``
+PACKAGES = (
+    "odradek.client",
+    "odradek.client.admin",
+    "odradek.client.serde",
+    "odradek.spark",
+    "odradek.testing",
+    "odradek.cli",
+    "odradek.cli.__main__",
+)
+
+#: the trees whose public modules (no ``_`` in their dotted name) are walked for docstrings
+TREES = ("odradek.client", "odradek.spark", "odradek.cli")
+
+#: modules that need an extra to import (skipped, and said so, when it is not installed)
+NEEDS = {"odradek.spark.source": "pyspark", "odradek.client.zk_consumer": "kazoo"}
+
+
+def _import(name: str) -> ModuleType:
+    if name in NEEDS:
+        pytest.importorskip(NEEDS[name])
+    return importlib.import_module(name)
+
+
+def _public_modules() -> list[str]:
+    names: list[str] = []
+    for tree in TREES:
+        package = importlib.import_module(tree)
+        names.append(tree)
+        for info in pkgutil.walk_packages(package.__path__, prefix=f"{tree}."):
+            if not any(part.startswith("_") for part in info.name.split(".")):
+                names.append(info.name)
+    return names
+
+
+def _ignorable_value(node: ast.expr | None) -> bool:
+    """``T = TypeVar("T")`` and ``log = logging.getLogger(...)``: module plumbing, not exports."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = ast.unparse(node.func)
+    return func in ("TypeVar", "typing.TypeVar", "logging.getLogger", "getLogger")
+
+
+def _within(module: str | None, package: str) -> bool:
+    return module is not None and (module == package or module.startswith(f"{package}."))
+
+
+def _defined_in_init(module: ModuleType) -> set[str]:
+    """Public-looking names the module's own source binds: definitions, assignments, and names
+    imported from the package's own modules (re-exports)."""
+    assert module.__file__ is not None
+    tree = parse_file(Path(module.__file__))
+    package = module.__name__
+    names: set[str] = set()
+    body = list(tree.body)
+    for node in tree.body:
+        if isinstance(node, ast.If):  # ``if TYPE_CHECKING:`` imports
+            body.extend(node.body)
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign) and not _ignorable_value(node.value):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            if not _ignorable_value(node.value):
+                names.add(node.target.id)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and _within(node.module, package):
+            names.update(alias.asname or alias.name for alias in node.names)
+    return {n for n in names if not n.startswith("_")}
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_each_public_package_declares_exactly_what_it_exports(name: str) -> None:
+    module = _import(name)
+    exported = getattr(module, "__all__", None)
+    assert isinstance(exported, list), f"{name} has no __all__ list"
+    assert len(exported) == len(set(exported)), f"{name}.__all__ names something twice"
+    unresolved = [n for n in exported if not hasattr(module, n)]
+    assert not unresolved, f"{name}.__all__ names what it does not have: {unresolved}"
+    missing = sorted(_defined_in_init(module) - set(exported))
+    assert not missing, f"{name} defines public-looking names its __all__ leaves out: {missing}"
+
+
+def _is_ours(obj: Any) -> bool:
+    return str(getattr(obj, "__module__", "") or "").startswith("odradek")
+
+
+def _has_doc(obj: Any) -> bool:
+    doc = obj.__doc__ if inspect.isclass(obj) else inspect.getdoc(obj)
+    if not doc or not doc.strip():
+        return False
+    # a dataclass without a docstring gets its signature as one
+    return not (inspect.isclass(obj) and dataclasses.is_dataclass(obj) and doc.startswith(f"{obj.__name__}("))
+
+
+def _members(cls: type) -> Iterator[tuple[str, Any]]:
+    """The public methods and properties of ``cls`` (inherited too) whose code is ours."""
+    for attr in dir(cls):
+        if attr.startswith("_"):
+            continue
+        for klass in cls.__mro__:
+            if attr in vars(klass):
+                raw = vars(klass)[attr]
+                break
+        else:
+            continue
+        if isinstance(raw, (staticmethod, classmethod)):
+            raw = raw.__func__
+        if isinstance(raw, property):
+            if raw.fget is not None and _is_ours(raw.fget):
+                yield attr, raw
+        elif inspect.isfunction(raw) and _is_ours(raw):
+            yield attr, raw
+
+
+def _surface() -> Iterator[tuple[str, Any]]:
+    """(where, object) for every documented-API object: package exports and public modules."""
+    for name in PACKAGES:
+        module = _import(name)
+        for attr in getattr(module, "__all__", ()):  # a missing list fails the test above
+            yield f"{name}.{attr}", getattr(module, attr)
+    for name in _public_modules():
+        if name in PACKAGES:
+            continue
+        module = _import(name)
+        declared = getattr(module, "__all__", None)
+        attrs = declared if declared is not None else [a for a in vars(module) if not a.startswith("_")]
+        for attr in attrs:
+            obj = getattr(module, attr)
+            if declared is None and getattr(obj, "__module__", None) != name:
+                continue  # imported, not defined here
+            yield f"{name}.{attr}", obj
+
+
+def _undocumented() -> tuple[list[str], int]:
+    seen: set[int] = set()
+    missing: list[str] = []
+    total = 0
+
+    def check(where: str, obj: Any) -> None:
+        nonlocal total
+        if id(obj) in seen:
+            return
+        seen.add(id(obj))
+        total += 1
+        if not _has_doc(obj):
+            missing.append(where)
+
+    for where, obj in _surface():
+        if not (inspect.isclass(obj) or inspect.isfunction(obj)) or not _is_ours(obj):
+            continue  # constants, type aliases, other libraries' classes
+        check(where, obj)
+        if inspect.isclass(obj):
+            for attr, member in _members(obj):
+                check(f"{where}.{attr}", member)
+    return missing, total
+
+
+def test_every_public_class_function_and_method_has_a_docstring() -> None:
+    missing, total = _undocumented()
+    assert total > 300  # the walk reaches the surface (a broken walk would pass vacuously)
+    assert not missing, f"{len(missing)} of {total} public definitions have no docstring:\n" + "\n".join(missing)
