@@ -122,15 +122,12 @@ def _has_doc(obj: Any) -> bool:
 
 def _members(cls: type) -> Iterator[tuple[str, Any]]:
     """The public methods and properties of ``cls`` (inherited too) whose code is ours."""
-    for attr in dir(cls):
-        if attr.startswith("_"):
-            continue
-        for klass in cls.__mro__:
-            if attr in vars(klass):
-                raw = vars(klass)[attr]
-                break
-        else:
-            continue
+    found: dict[str, Any] = {}
+    for klass in cls.__mro__:  # not dir(): an Enum's dir() leaves its methods out
+        for attr, raw in vars(klass).items():
+            if not attr.startswith("_"):
+                found.setdefault(attr, raw)
+    for attr, raw in found.items():
         if isinstance(raw, (staticmethod, classmethod)):
             raw = raw.__func__
         if isinstance(raw, property):
