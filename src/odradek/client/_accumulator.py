@@ -97,6 +97,7 @@ class FutureRecordMetadata(Receipt):
     _vsize: int
 
     def done(self) -> bool:
+        """Whether the record's batch has been acknowledged or has failed (result() will not wait)."""
         return self._batch.done
 
     def _metadata(self) -> RecordMetadata:
