@@ -361,6 +361,8 @@ class ZookeeperConsumer:
         self.shutdown()
 
     def owned_partitions(self) -> dict[TopicPartition, str]:
+        """The partitions this consumer owns now (registered under ``/consumers/<group>/owners``), each with
+        the consumer thread id that holds it."""
         with self._lock:
             return dict(self._owned)
 

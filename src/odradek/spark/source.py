@@ -384,6 +384,9 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 @dataclass
 class OdradekCommitMessage(WriterCommitMessage):
+    """What a sink task reports to the driver: how many records it wrote, and whether an exactly-once task
+    found its partition committed already and wrote nothing."""
+
     records: int = 0
     #: exactly-once: the partition had been committed by an earlier attempt and was not written
     skipped: bool = False
@@ -394,6 +397,9 @@ class _Writing:
     typed: tuple[SinkColumn, ...] = ()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        """Produce one task's rows (``value``, optional ``key``, ``topic``, ``headers``, ``partition``) and
+        wait for them all to be acknowledged; with ``exactlyOnce`` inside one transaction per task and
+        micro-batch."""
         opts = self.options
         if self.typed:
             typed = self.typed
@@ -473,6 +479,7 @@ class OdradekDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        """The format name: ``spark.read.format("odradek")``."""
         return "odradek"
 
     def schema(self) -> StructType:
