@@ -60,6 +60,8 @@ DEFAULT_TOPIC = "odradek-bench"
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek bench`` subcommand (produce, consume and end-to-end throughput and latency, like
+    kafka-producer-perf-test) and its options to the top-level subparsers ``sub``."""
     p = sub.add_parser(
         "bench",
         help="measure produce/consume throughput and latency (like kafka-producer-perf-test)",
@@ -411,11 +413,13 @@ class ProduceStats:
         self._w_bytes = 0
 
     def ack(self, latency_ms: float, size: int) -> None:
+        """Count one acknowledged record of ``size`` bytes, sent ``latency_ms`` before its acknowledgement."""
         self.acked += 1
         self.bytes += size
         self.latencies.append(latency_ms)
 
     def fail(self, error: Any) -> None:
+        """Count one failed record; the first error is kept for the report."""
         self.failed += 1
         if self.first_error is None:
             self.first_error = str(error)
@@ -433,6 +437,8 @@ class ProduceStats:
         return line
 
     def summary(self) -> dict[str, Any]:
+        """The run's figures as the JSON report gives them: records sent and failed, bytes, elapsed seconds,
+        records/s, MB/s, average, maximum and p50/p95/p99 latency (ms)."""
         ordered = sorted(self.latencies)
         secs = max(self.end - self.start, 1e-9)
         n = self.acked
@@ -1120,6 +1126,8 @@ def bench_end_to_end(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``odradek bench`` for the parsed ``args``; returns the exit status: 0, 1 when the run
+    failed (said on stderr), 130 when interrupted."""
     from odradek.errors import KafkaError
 
     commands = {"produce": bench_produce, "consume": bench_consume, "end-to-end": bench_end_to_end}

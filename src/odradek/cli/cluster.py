@@ -96,6 +96,8 @@ def _secure_setup(cluster_dir: Path, zookeeper: str) -> Path:
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek cluster`` subcommand (start, inspect and stop a local ZooKeeper-coordinated cluster)
+    and its options to the top-level subparsers ``sub``."""
     p = sub.add_parser(
         "cluster",
         help="start, inspect and stop a local ZooKeeper-coordinated cluster",
@@ -161,6 +163,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``odradek cluster`` for the parsed ``args``; returns the exit status: 0, 1 with the
+    error on stderr, 2 for an unknown cluster command."""
     logging.getLogger("kazoo").setLevel(logging.ERROR)  # its reconnect chatter is not for the terminal
     cluster_dir = Path(args.dir).absolute()
     if args.cluster_command == "up":

@@ -49,6 +49,8 @@ _DYNAMIC = {
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek configs`` subcommand (describe and change topic and broker configs, also in kafka-
+    configs' ``--describe`` / ``--alter`` style) and its options to the top-level subparsers ``sub``."""
     p = sub.add_parser(
         "configs",
         help="describe and change topic and broker configs",
@@ -424,6 +426,8 @@ def cmd_alter(admin: Admin, args: argparse.Namespace, out: Any) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``odradek configs`` for the parsed ``args``; returns the exit status: 0, 1 with the error on
+    stderr, 2 for a usage error."""
     command = args.configs_command
     if command is None:  # kafka-configs style: --describe / --alter
         if args.describe == args.alter:

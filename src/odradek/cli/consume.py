@@ -47,6 +47,8 @@ Formatter = Callable[[ConsumerRecord], bytes]
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek consume`` subcommand (print records of a topic, like kcat -C) and its options to the
+    top-level subparsers ``sub``."""
     p = sub.add_parser(
         "consume",
         help="print records of a topic (like kcat -C)",
@@ -329,6 +331,8 @@ def _unreachable(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``odradek consume`` for the parsed ``args``; writes records to stdout and returns the exit status:
+    0, 1 with the error on stderr, 2 for a usage error."""
     out = sys.stdout.buffer
     if args.topic and args.topic_option and args.topic != args.topic_option:
         print(f"odradek consume: two different topics given: {args.topic!r} and {args.topic_option!r}", file=sys.stderr)

@@ -29,6 +29,8 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek features`` subcommand (describe and change the cluster's feature flags, like kafka-
+    features) and its options to the top-level subparsers ``sub``."""
     p = sub.add_parser(
         "features",
         help="describe and change the cluster's feature flags",
@@ -130,4 +132,6 @@ def cmd_broker(admin: Admin, args: argparse.Namespace, out: Any) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``odradek features`` for the parsed ``args``; returns the exit status: 0, or 1 with the error on
+    stderr."""
     return run_admin("features", cmd_broker, args)

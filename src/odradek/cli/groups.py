@@ -27,6 +27,8 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek groups`` subcommand (list, describe, reset offsets of and delete consumer groups,
+    like kafka-consumer-groups) and its options to the top-level subparsers ``sub``."""
     p = sub.add_parser("groups", help="list, describe, reset offsets of and delete consumer groups")
     p.add_argument("-b", "--bootstrap-server", default="127.0.0.1:9092", help="host:port[,host:port] (default 127.0.0.1:9092)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each request")
@@ -433,6 +435,8 @@ def cmd_delete_offsets(admin: Admin, args: argparse.Namespace, out: Any) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``odradek groups`` for the parsed ``args``; returns the exit status: 0, or 1 with the error on
+    stderr."""
     commands = {
         "list": cmd_list, "describe": cmd_describe, "reset-offsets": cmd_reset, "delete": cmd_delete,
         "delete-offsets": cmd_delete_offsets,

@@ -21,6 +21,8 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek metadata`` subcommand (brokers, controller and topics' partitions as the cluster
+    reports them, like kcat -L) and its options to the top-level subparsers ``sub``."""
     p = sub.add_parser(
         "metadata",
         help="brokers, controller and topics' partitions as the cluster reports them (like kcat -L)",
@@ -90,4 +92,6 @@ def cmd(admin: Admin, args: argparse.Namespace, out: Any) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``odradek metadata`` for the parsed ``args``; returns the exit status: 0, or 1 with the error on
+    stderr."""
     return run_admin("metadata", cmd, args)

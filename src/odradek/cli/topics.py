@@ -62,6 +62,8 @@ def add_connection_options(parser: argparse.ArgumentParser, *, top: bool) -> Non
 
 
 def add_connect_timeout(parser: argparse.ArgumentParser, *, top: bool = True) -> None:
+    """Add ``--connect-timeout SECONDS`` (how long to wait for any broker to answer) to ``parser``;
+    ``top=False`` for a subcommand's copy, which does not override the top-level value."""
     parser.add_argument(
         "--connect-timeout",
         type=float,
@@ -72,6 +74,8 @@ def add_connect_timeout(parser: argparse.ArgumentParser, *, top: bool = True) ->
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek topics`` subcommand (create, list, describe, alter and delete topics, like kafka-
+    topics) and its options to the top-level subparsers ``sub``."""
     p = sub.add_parser(
         "topics",
         help="create, list, describe, alter and delete topics",
@@ -116,6 +120,8 @@ def add_parser(sub: Any) -> None:
 
 
 def parse_pairs(items: list[str], option: str) -> dict[str, str]:
+    """``KEY=VALUE`` arguments of ``option`` (``--config``) as a dict; ValueError naming the option for an
+    item without ``=`` or key."""
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -332,6 +338,8 @@ def cmd_delete(admin: Admin, args: argparse.Namespace, out: Any) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``odradek topics`` for the parsed ``args``; returns the exit status: 0, or 1 with the error on
+    stderr."""
     commands = {"create": cmd_create, "list": cmd_list, "describe": cmd_describe, "alter": cmd_alter, "delete": cmd_delete}
     return run_admin("topics", commands[args.topics_command], args)
 
