@@ -346,6 +346,8 @@ class WireClient(BrokerConnection):
         return self.codec
 
     def send(self, message: Message, version: int | None = None) -> int:
+        """Write a request without waiting for its answer (at ``version``, default the codec's highest);
+        returns its correlation id.  Answers come back in order from :meth:`receive`."""
         cid = super().send(message, version)
         self.in_flight += 1
         return cid

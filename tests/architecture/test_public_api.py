@@ -7,7 +7,8 @@ nothing public-looking its ``__init__`` defines or imports from its own modules 
 Every class and function those lists export, every public class and function of the public
 modules under ``odradek.client``, ``odradek.spark`` and ``odradek.cli``, and the public methods
 and properties of those classes that our code defines (inherited ones included) have a
-docstring.  A dataclass's generated ``Name(field: type, ...)`` does not count as one."""
+docstring of their own: an override of PySpark's or another library's method does not borrow
+theirs, and a dataclass's generated ``Name(field: type, ...)`` does not count."""
 
 from __future__ import annotations
 
@@ -113,7 +114,7 @@ def _is_ours(obj: Any) -> bool:
 
 
 def _has_doc(obj: Any) -> bool:
-    doc = obj.__doc__ if inspect.isclass(obj) else inspect.getdoc(obj)
+    doc = (obj.fget if isinstance(obj, property) else obj).__doc__  # its own, not a base class's
     if not doc or not doc.strip():
         return False
     # a dataclass without a docstring gets its signature as one
