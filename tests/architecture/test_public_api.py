@@ -4,8 +4,8 @@ Each public package (the clients, their serializers and admin client, the Spark 
 tools, the command line) names what it exports in ``__all__``: every name there resolves, and
 nothing public-looking its ``__init__`` defines or imports from its own modules is left out.
 
-Every class and function those lists export, every public class and function of the public
-modules under ``odradek.client``, ``odradek.spark`` and ``odradek.cli``, and the public methods
+Every class and function those lists export, every class and function with a public name in
+the public modules under ``odradek.client``, ``odradek.spark`` and ``odradek.cli``, and the public methods
 and properties of those classes that our code defines (inherited ones included) have a
 docstring of their own: an override of PySpark's or another library's method does not borrow
 theirs, and a dataclass's generated ``Name(field: type, ...)`` does not count."""
@@ -117,8 +117,9 @@ def _has_doc(obj: Any) -> bool:
     doc = (obj.fget if isinstance(obj, property) else obj).__doc__  # its own, not a base class's
     if not doc or not doc.strip():
         return False
-    # a dataclass without a docstring gets its signature as one
-    return not (inspect.isclass(obj) and dataclasses.is_dataclass(obj) and doc.startswith(f"{obj.__name__}("))
+    # a dataclass or a NamedTuple without a docstring gets its signature as one
+    generated = dataclasses.is_dataclass(obj) or hasattr(obj, "_fields")
+    return not (inspect.isclass(obj) and generated and doc.startswith(f"{obj.__name__}("))
 
 
 def _members(cls: type) -> Iterator[tuple[str, Any]]:
@@ -148,13 +149,12 @@ def _surface() -> Iterator[tuple[str, Any]]:
         if name in PACKAGES:
             continue
         module = _import(name)
-        declared = getattr(module, "__all__", None)
-        attrs = declared if declared is not None else [a for a in vars(module) if not a.startswith("_")]
-        for attr in attrs:
-            obj = getattr(module, attr)
-            if declared is None and getattr(obj, "__module__", None) != name:
-                continue  # imported, not defined here
-            yield f"{name}.{attr}", obj
+        # what the module exports, and every public-named class and function it defines
+        declared = list(getattr(module, "__all__", ()))
+        defined = [a for a, obj in vars(module).items()
+                   if not a.startswith("_") and getattr(obj, "__module__", None) == name]
+        for attr in dict.fromkeys(declared + defined):
+            yield f"{name}.{attr}", getattr(module, attr)
 
 
 def _undocumented() -> tuple[list[str], int]:

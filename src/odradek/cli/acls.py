@@ -207,6 +207,9 @@ def _print(bindings: list[AclBinding], output: str, out: Any) -> None:
 
 
 def cmd_broker(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek acls add|remove|list`` through the admin API (CreateAcls, DeleteAcls, DescribeAcls), for
+    ``run_admin``: writes to ``out`` and returns the exit status; a Kafka error or ValueError raised
+    becomes the one-line error and exit status 1."""
     try:
         if args.acls_command == "add":
             bindings = _bindings(args)

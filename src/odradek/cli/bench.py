@@ -647,6 +647,9 @@ def _produce_loadgen(args: argparse.Namespace, settings: Mapping[str, Any]) -> t
 
 
 def bench_produce(args: argparse.Namespace) -> int:
+    """``odradek bench produce``, like kafka-producer-perf-test: send the records at the throughput asked,
+    print progress lines and the throughput and latency summary (JSON with ``--output json``); returns 0,
+    or 1 when records failed.  BenchError for invalid options."""
     if args.num_records < 0:
         raise BenchError("--num-records must be at least 0")
     if args.throughput == 0:
@@ -839,6 +842,8 @@ def _consume_loadgen(args: argparse.Namespace, settings: Mapping[str, Any], targ
 
 
 def bench_consume(args: argparse.Namespace) -> int:
+    """``odradek bench consume``, like kafka-consumer-perf-test: read the topic with a consumer group and
+    print Kafka's columns (MB and records per second, rebalance and fetch time); returns the exit status."""
     kind = _client_kind(args)
     settings = _properties(args.command_config)
     ensure_topic(args, settings)
@@ -1091,6 +1096,9 @@ def _end_to_end_python(args: argparse.Namespace, kind: str, settings: Mapping[st
 
 
 def bench_end_to_end(args: argparse.Namespace) -> int:
+    """``odradek bench end-to-end``, like Kafka's EndToEndLatency: send one record at a time, time it until a
+    consumer receives it, and print the latency percentiles; returns the exit status.  BenchError for
+    invalid options."""
     if args.num_records <= 0:
         raise BenchError("--num-records must be at least 1")
     kind = _client_kind(args)

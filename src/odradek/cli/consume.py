@@ -268,6 +268,10 @@ def consume_group(args: argparse.Namespace, out: BinaryIO, formatter: Formatter)
 
 
 def consume(args: argparse.Namespace, out: BinaryIO) -> int:
+    """Print records of ``args.topic`` to ``out`` (all partitions or those given, from the offset or time
+    asked, formatted by ``--format``), as a group member with ``--group``; stops after ``--count`` records
+    or, with ``--exit``, at the end of the partitions.  Returns the exit status; ValueError or KafkaError
+    for a bad option or a missing topic or partition."""
     if args.count is not None and args.count < 0:
         raise ValueError("--count must be >= 0")
     formatter = compile_format(args.format, print_null=args.print_null) if args.format is not None else _default_formatter(args)

@@ -55,6 +55,10 @@ def _plan(admin: Admin, args: argparse.Namespace) -> dict[tuple[str, int], int]:
 
 
 def cmd(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek delete-records``: DeleteRecords for the partitions and offsets given (``--offset-json-file``
+    or ``--topic`` / ``--offset``), printing each partition's new low watermark, for ``run_admin``: writes
+    to ``out`` and returns the exit status; a Kafka error or ValueError raised becomes the one-line error
+    and exit status 1."""
     plan = _plan(admin, args)
     if not plan:
         raise ValueError("no partitions to delete records from")

@@ -126,6 +126,9 @@ def _change(admin: Admin, args: argparse.Namespace, out: Any) -> int:
 
 
 def cmd_broker(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek features describe`` or a change of finalized levels through the admin API (ApiVersions,
+    UpdateFeatures), for ``run_admin``: writes to ``out`` and returns the exit status; a Kafka error or
+    ValueError raised becomes the one-line error and exit status 1."""
     if args.features_command == "describe":
         return _describe(admin, args, out)
     return _change(admin, args, out)

@@ -35,6 +35,9 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek metadata``: the brokers, the controller and the topics' partitions (leader, replicas, ISR)
+    from Metadata, for ``run_admin``: writes to ``out`` and returns the exit status; a Kafka error or
+    ValueError raised becomes the one-line error and exit status 1."""
     cluster = admin.describe_cluster(timeout=args.timeout)
     topics = admin.describe_topics(args.topic or None, timeout=args.timeout)
     controller = cluster.controller_id if cluster.controller_id >= 0 else None

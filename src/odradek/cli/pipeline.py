@@ -35,7 +35,8 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
 class ExamplesNotFound(OdradekError):
-    pass
+    """The example pipelines' directory (``examples/pipelines``) is not where ``ODRADEK_EXAMPLES``
+    says, nor in or above the current directory."""
 
 
 def find_examples(explicit: str | os.PathLike[str] | None = None) -> Path:

@@ -99,6 +99,9 @@ def add_parser(sub: Any) -> None:
 
 
 class RegistryError(OdradekError):
+    """An error answer of the schema registry: the HTTP ``status`` and the registry's ``error_code``
+    (``code``, e.g. 40401 subject not found) with its message."""
+
     def __init__(self, status: int, code: int | None, message: str) -> None:
         super().__init__(message)
         self.status = status

@@ -150,6 +150,9 @@ def _missing(exc: KafkaError) -> bool:
 
 
 def cmd_create(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek topics create``: CreateTopics with the partitions, replication factor and ``--config`` given,
+    for ``run_admin``: writes to ``out`` and returns the exit status; a Kafka error or ValueError raised
+    becomes the one-line error and exit status 1."""
     name = _name(args)
     assert name is not None
     topic = NewTopic(name, args.partitions, args.replication_factor, parse_pairs(args.config, "--config"))
@@ -164,6 +167,9 @@ def cmd_create(admin: Admin, args: argparse.Namespace, out: Any) -> int:
 
 
 def cmd_list(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek topics list``: the topic names (internal ones unless ``--exclude-internal``), for
+    ``run_admin``: writes to ``out`` and returns the exit status; a Kafka error or ValueError raised
+    becomes the one-line error and exit status 1."""
     listed = admin.list_topics(include_internal=not args.exclude_internal, timeout=args.timeout)
     if args.output == "json":
         write_json(
@@ -196,6 +202,9 @@ def _offsets(
 
 
 def cmd_describe(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek topics describe``: partitions, leaders, replicas, ISR and configs of one topic or all, for
+    ``run_admin``: writes to ``out`` and returns the exit status; a Kafka error or ValueError raised
+    becomes the one-line error and exit status 1."""
     name = _name(args, required=False)
     if name is not None:
         topics = admin.describe_topics([name], timeout=args.timeout)
@@ -299,6 +308,9 @@ def _describe_topic(
 
 
 def cmd_alter(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek topics alter``: change a topic's configs or add partitions, for ``run_admin``: writes to
+    ``out`` and returns the exit status; a Kafka error or ValueError raised becomes the one-line error and
+    exit status 1."""
     name = _name(args)
     assert name is not None
     sets = parse_pairs(args.config, "--config")
@@ -325,6 +337,8 @@ def cmd_alter(admin: Admin, args: argparse.Namespace, out: Any) -> int:
 
 
 def cmd_delete(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek topics delete``: DeleteTopics for one topic, for ``run_admin``: writes to ``out`` and returns
+    the exit status; a Kafka error or ValueError raised becomes the one-line error and exit status 1."""
     name = _name(args)
     assert name is not None
     try:

@@ -136,6 +136,9 @@ def _abort(admin: Admin, args: argparse.Namespace, out: Any) -> int:
 
 
 def cmd(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek transactions list|describe|describe-producers|find-hanging|abort`` through the admin API, for
+    ``run_admin``: writes to ``out`` and returns the exit status; a Kafka error or ValueError raised
+    becomes the one-line error and exit status 1."""
     if args.txn_command == "describe-producers":
         tp = (args.topic, args.partition)
         _producers_out([(tp, p) for p in admin.describe_producers([tp])[tp]], args.output, out)

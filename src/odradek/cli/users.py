@@ -101,6 +101,9 @@ def _print_users(users: dict[str, dict[str, int]], out: Any, output: str = "tabl
 
 
 def cmd_broker(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek users add|list|describe|delete`` through the admin API (AlterUserScramCredentials,
+    DescribeUserScramCredentials), for ``run_admin``: writes to ``out`` and returns the exit status; a
+    Kafka error or ValueError raised becomes the one-line error and exit status 1."""
     command = args.users_command
     if command == "add":
         _check_iterations(args.iterations)

@@ -26,6 +26,10 @@ Callback = tuple[Callable[..., Any], int, int, int, int]
 
 
 class RecordMetadata(NamedTuple):
+    """Where an acknowledged record went: topic, partition, offset (-1 with ``acks=0``), its
+    timestamp (the broker's with ``message.timestamp.type=LogAppendTime``), and the sizes of its
+    serialized key and value (-1 for none)."""
+
     topic: str
     partition: int
     offset: int

@@ -119,6 +119,9 @@ class ConsumerTimeoutError(OdradekError):
 
 
 class MessageAndMetadata(NamedTuple):
+    """One message a :class:`ZookeeperConsumer` stream yields: topic, partition, offset, key, value and
+    timestamp (-1 for messages without one)."""
+
     topic: str
     partition: int
     offset: int
