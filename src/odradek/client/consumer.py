@@ -239,8 +239,7 @@ class AsyncConsumer:
         return set(self.group.subscription) if self.group is not None else set()
 
     async def unsubscribe(self) -> None:
-        """Give the assigned partitions up (the rebalance listener's ``on_partitions_revoked`` runs), leave
-        the group, and forget the subscription or assignment."""
+        """Give the partitions up (``on_partitions_revoked`` runs), leave the group, forget the subscription."""
         if self.group is not None:
             await self._revoke(list(self.group.assigned))
             await self.group.leave()
@@ -603,9 +602,7 @@ class AsyncConsumer:
         offsets: Mapping[TopicPartition, int] | None = None,
         callback: Callable[[BaseException | None, Mapping[TopicPartition, int]], Any] | None = None,
     ) -> asyncio.Task[None]:
-        """Commit ``offsets`` (or the current positions, taken now) in the background; ``callback(error,
-        offsets)`` runs on the consumer's loop when the commit ends, ``error`` None on success. Returns the
-        task."""
+        """Commit in the background (the positions now by default); then ``callback(error or None, offsets)``."""
         snapshot = dict(offsets) if offsets is not None else {tp: o for tp, (o, _e, _m) in self._current_offsets().items()}
 
         async def run() -> None:
@@ -624,8 +621,7 @@ class AsyncConsumer:
             await self.commit()
 
     async def committed(self, partitions: Sequence[TopicPartition], timeout: float | None = None) -> dict[TopicPartition, int | None]:
-        """The group's committed offsets of ``partitions`` (OffsetFetch), None for a partition without one;
-        ClientConfigError without a ``group.id``."""
+        """The group's committed offsets of ``partitions`` (None: none committed); needs a ``group.id``."""
         if self.group is None:
             raise ClientConfigError("committed() needs a group.id")
         deadline = time.monotonic() + (self.timeout_ms / 1000 if timeout is None else timeout)
@@ -642,17 +638,14 @@ class AsyncConsumer:
         return ConsumerGroupMetadata(g.group_id, g.generation, g.member_id, g.group_instance_id)
 
     async def position(self, tp: TopicPartition) -> int:
-        """The offset of the next record the consumer will return from ``tp``, looked up first if needed (the
-        committed offset, else ``auto.offset.reset``); KafkaError UNKNOWN_TOPIC_OR_PARTITION if ``tp`` is
-        not assigned."""
+        """The next offset to read from assigned ``tp`` (committed, else ``auto.offset.reset``)."""
         if tp not in self.assignment():
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp[0]}-{tp[1]} is not assigned to this consumer")
         await self._ensure_positions(time.monotonic() + self.timeout_ms / 1000)
         return self.positions[tp]
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
-        """Make ``offset`` the next record read from ``tp`` (records already fetched for it are dropped);
-        ValueError for a negative offset."""
+        """Make ``offset`` the next record read from ``tp`` (dropping what was fetched for it)."""
         if offset < 0:
             raise ValueError("offset must be >= 0")
         self._forget_buffer(tp)
@@ -664,14 +657,12 @@ class AsyncConsumer:
             self.seek(tp, await self.fetcher.earliest_offset(*tp))
 
     async def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
-        """Move ``partitions`` (default: every assigned one) to their end (the high watermark, or the last
-        stable offset with ``isolation.level=read_committed``)."""
+        """Move ``partitions`` (default: all assigned) to the high watermark (LSO for read_committed)."""
         for tp in list(partitions) if partitions is not None else self.assignment():
             self.seek(tp, await self.fetcher.latest_offset(*tp))
 
     async def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | None]:
-        """For each partition, the first offset whose record timestamp is at or after the given one (ms since
-        the epoch), None when every record is older (ListOffsets)."""
+        """Per partition, the first offset with a timestamp >= the one given (ms); None if all are older."""
         return {tp: await self.fetcher.offset_for_time(tp[0], tp[1], ts) for tp, ts in timestamps.items()}
 
     def pause(self, partitions: Iterable[TopicPartition]) -> None:
