@@ -155,7 +155,8 @@ class BrokerProcess:
 
     @property
     def bootstrap(self) -> str:
-        """``host:port`` of the broker's first listener, for ``bootstrap.servers``."""
+        """``host:port`` of the broker's PLAINTEXT listener (its first listener without one), for
+        ``bootstrap.servers``."""
         return f"{self.host}:{self.port}"
 
     def bootstrap_of(self, listener: str) -> str:
@@ -346,8 +347,9 @@ class WireClient(BrokerConnection):
         return self.codec
 
     def send(self, message: Message, version: int | None = None) -> int:
-        """Write a request without waiting for its answer (at ``version``, default the codec's highest);
-        returns its correlation id.  Answers come back in order from :meth:`receive`."""
+        """Write a request without waiting for its answer, at ``version`` (default: what
+        :meth:`version_for` picks); returns its correlation id.  Answers come back in order from
+        :meth:`receive`."""
         cid = super().send(message, version)
         self.in_flight += 1
         return cid

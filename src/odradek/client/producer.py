@@ -539,8 +539,8 @@ class AsyncProducer(_Face):
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Connect: fetch metadata, get a producer id (idempotence, ``transactional.id``) and start the sender
-        on the running loop. The first send() calls it if you did not; ``async with`` does too."""
+        """Get a producer id (idempotence, ``transactional.id``) and start the sender on the
+        running loop.  The first send() calls it if you did not; ``async with`` does too."""
         core = self._core
         core.sender.loop = asyncio.get_running_loop()
         core.sender.wake = asyncio.Event()

@@ -416,9 +416,9 @@ class _Writing:
     typed: tuple[SinkColumn, ...] = ()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        """Produce one task's rows (``value``, optional ``key``, ``topic``, ``headers``, ``partition``) and
-        wait for them all to be acknowledged; with ``exactlyOnce`` inside one transaction per task and
-        micro-batch."""
+        """Produce one task's rows (``value``, optional ``key``, ``topic``, ``headers``,
+        ``partition``) and flush; the first delivery error fails the task (Spark retries it).  With
+        ``exactlyOnce``: one transaction per task and micro-batch."""
         opts = self.options
         if self.typed:
             typed = self.typed

@@ -379,8 +379,8 @@ class Cluster(ClusterView[BrokerConnection]):
         return conn
 
     def any_connection(self) -> BrokerConnection:
-        """A connection to any broker: one already open, else the first bootstrap or known broker that
-        answers; ConnectionError when none does."""
+        """A connection to any broker: one already open, else the first of the known brokers
+        (tried in random order) and the bootstrap servers that answers; ConnectionError when none does."""
         with self._lock:
             return self._live_any() or self.run(self._any_connection())
 
@@ -415,9 +415,10 @@ class Cluster(ClusterView[BrokerConnection]):
     def coordinator(
         self, key: str, key_type: int = GROUP, *, deadline: float | None = None, what: str | None = None
     ) -> BrokerConnection:
-        """The connection to the coordinator of ``key`` (a group id, or a transactional id with ``key_type``),
-        found with FindCoordinator and retried until ``deadline`` (``time.monotonic()`` seconds, default
-        the request timeout from now)."""
+        """The connection to the coordinator of ``key`` (a group id, or a transactional id with
+        ``key_type``), asked with FindCoordinator until ``deadline`` (``time.monotonic()`` seconds, default
+        the request timeout from now); a non-retriable answer raises its KafkaError at once, running out
+        of time COORDINATOR_NOT_AVAILABLE."""
         if deadline is None:
             deadline = time.monotonic() + self.request_timeout_ms / 1000
         return self.run(coordinator(self, key, key_type, deadline=deadline, what=what))
