@@ -80,10 +80,12 @@ class ProducerBatch:
 
     @property
     def record_count(self) -> int:
+        """How many records the batch holds so far."""
         return int(self.acc.record_count)
 
     @property
     def size(self) -> int:
+        """The batch's size in bytes so far (what ``batch.size`` bounds)."""
         return int(self.acc.size)
 
 
