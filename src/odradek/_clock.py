@@ -49,11 +49,14 @@ class FakeClock:
         self._mono = 0
 
     def now_ms(self) -> int:
+        """The fake wall clock in ms since the epoch (``now_ms`` given, plus every advance)."""
         return self._now
 
     def monotonic_ms(self) -> int:
+        """The fake monotonic clock in ms: 0 at creation, plus every advance."""
         return self._mono
 
     def advance(self, ms: int) -> None:
+        """Move both clocks forward by ``ms``; runs nothing (a :class:`FakeScheduler` runs its timers)."""
         self._now += ms
         self._mono += ms

@@ -141,13 +141,18 @@ class FakeScheduler:
 
     @property
     def clock(self) -> FakeClock:
+        """The fake clock the deadlines are on (advance the scheduler, not the clock, to run timers)."""
         return self._clock
 
     # -- scheduling ------------------------------------------------------------------------------
     def call_later(self, delay_ms: float, fn: Callable[..., object], *args: Any) -> TimerHandle:
+        """Call ``fn(*args)`` once the test has advanced ``delay_ms`` of fake time; returns a handle with
+        ``cancel()``."""
         return self.call_at(self._clock.monotonic_ms() + max(0.0, delay_ms), fn, *args)
 
     def call_at(self, monotonic_ms: float, fn: Callable[..., object], *args: Any) -> TimerHandle:
+        """Call ``fn(*args)`` once the fake monotonic clock reaches ``monotonic_ms`` (rounded up to a whole
+        ms; at once, on the loop's next round, if already due)."""
         # a deadline between two milliseconds falls due at the later one, as a real timer would
         due = -int(-monotonic_ms // 1)
         if due <= self._clock.monotonic_ms():
@@ -160,6 +165,8 @@ class FakeScheduler:
         return timer
 
     async def sleep(self, delay_ms: float) -> None:
+        """Return once the test has advanced ``delay_ms`` of fake time (at the loop's next round for 0 or
+        less)."""
         if delay_ms <= 0:
             await asyncio.sleep(0)
             return
@@ -171,6 +178,8 @@ class FakeScheduler:
             timer.cancel()
 
     async def wait_for(self, aw: Awaitable[T], timeout_ms: float | None) -> T:
+        """Await ``aw`` for at most ``timeout_ms`` of fake time (None: no limit): TimeoutError, ``aw``
+        cancelled, when the test advances past it."""
         if timeout_ms is None:
             return await aw
         fut = asyncio.ensure_future(aw)

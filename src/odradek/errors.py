@@ -237,6 +237,7 @@ class KafkaError(OdradekError):
 
     @property
     def retriable(self) -> bool:
+        """Whether Kafka marks the error's code retriable: the request may succeed if sent again."""
         return self.code.retriable
 
 

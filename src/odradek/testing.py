@@ -78,8 +78,11 @@ __all__ = [
     "Delayed",
     "FakeClock",
     "FakeScheduler",
+    "Handler",
     "MockBroker",
     "MockCluster",
+    "MockPartition",
+    "MockTopic",
     "ReceivedRequest",
     "WireClient",
     "cpu_seconds",
@@ -103,6 +106,11 @@ _PORT_ATTEMPTS = 5
 
 
 class BrokerProcess:
+    """``odradek serve`` as a child process on 127.0.0.1, for tests and benchmarks: ``start()`` waits for its
+    ready line (``endpoints``, ``metrics_url``, ``registry_url`` come from it), ``stop()`` sends SIGTERM,
+    ``kill()`` SIGKILL; a restart keeps the ports.  ``overrides`` are broker settings (``{"num.partitions":
+    3}``); stderr lines are kept in ``stderr_lines``."""
+
     def __init__(
         self,
         data_dir: str | Path,
@@ -147,6 +155,8 @@ class BrokerProcess:
 
     @property
     def bootstrap(self) -> str:
+        """``host:port`` of the broker's PLAINTEXT listener (its first listener without one), for
+        ``bootstrap.servers``."""
         return f"{self.host}:{self.port}"
 
     def bootstrap_of(self, listener: str) -> str:
@@ -156,10 +166,12 @@ class BrokerProcess:
 
     @property
     def pid(self) -> int:
+        """The broker process's id (it must have been started)."""
         assert self.proc is not None
         return self.proc.pid
 
     def command(self) -> list[str]:
+        """The ``python -m odradek serve ...`` command line the next start runs."""
         cmd = [sys.executable, "-m", "odradek", "serve"]
         if self.listeners is None:
             cmd += ["--host", "127.0.0.1", "--port", str(self.port)]
@@ -260,6 +272,7 @@ class BrokerProcess:
             self.stderr_lines.append(line)
 
     def running(self) -> bool:
+        """Whether the process has been started and has not exited."""
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self, timeout: float = 30.0) -> int | None:
@@ -329,9 +342,14 @@ class WireClient(BrokerConnection):
 
     @property
     def conn(self) -> ClientConnection:
+        """The sans-I/O client codec (``odradek.protocol.ClientConnection``) this connection frames requests
+        with."""
         return self.codec
 
     def send(self, message: Message, version: int | None = None) -> int:
+        """Write a request without waiting for its answer, at ``version`` (default: what
+        :meth:`version_for` picks); returns its correlation id.  Answers come back in order from
+        :meth:`receive`."""
         cid = super().send(message, version)
         self.in_flight += 1
         return cid
@@ -394,6 +412,7 @@ class ReceivedRequest:
 
     @property
     def name(self) -> str:
+        """The request's API name (``Fetch``, ``Metadata``, ...)."""
         return str(self.message.NAME)
 
 
@@ -404,6 +423,9 @@ Handler = Callable[[Any, int], Any]
 
 @dataclass(slots=True)
 class MockPartition:
+    """A partition of the mock model: its leader and replicas (node ids), leader epoch, and log (record
+    batches by base offset, log start and end offsets); change it under the cluster's ``lock``."""
+
     index: int
     leader: int
     replicas: list[int]
@@ -416,6 +438,8 @@ class MockPartition:
 
 @dataclass(slots=True)
 class MockTopic:
+    """A topic of the mock model, as :meth:`MockCluster.create_topic` returns it: name, id and partitions."""
+
     name: str
     topic_id: uuid.UUID
     partitions: list[MockPartition]
@@ -452,9 +476,13 @@ class MockBroker:
 
     @property
     def bootstrap(self) -> str:
+        """``host:port`` of this broker, for a client's ``bootstrap.servers``."""
         return f"{self.host}:{self.port}"
 
     def respond(self, request_cls: type[Message], answer: Any, *, times: int | None = 1) -> None:
+        """Script the next ``times`` answers (None: every one) to ``request_cls``'s API: a response message,
+        :data:`NO_ANSWER`, :data:`DISCONNECT`, :class:`Delayed` or a :data:`Handler`; scripts queue up in
+        order."""
         with self.cluster.lock:
             self._scripts.setdefault(request_cls.API_KEY, deque()).append([answer, times])
 
@@ -472,11 +500,15 @@ class MockBroker:
 
     # -- the transport's Endpoint --------------------------------------------------------------
     def connect(self, protocol: asyncio.BufferedProtocol) -> None:
+        """The transport's asyncio endpoint hook: attach a new in-memory connection to ``protocol``;
+        ConnectionRefusedError while the broker is down or refusing."""
         pipe = self._new_pipe(_AsyncPipe)
         assert isinstance(pipe, _AsyncPipe)
         pipe.attach(protocol, asyncio.get_running_loop())
 
     def connect_blocking(self) -> _BlockingPipe:
+        """The transport's blocking endpoint hook: a new in-memory connection as a socket-like pipe;
+        ConnectionRefusedError while the broker is down or refusing."""
         pipe = self._new_pipe(_BlockingPipe)
         assert isinstance(pipe, _BlockingPipe)
         return pipe
@@ -763,9 +795,11 @@ class MockCluster:
 
     @property
     def bootstrap(self) -> str:
+        """Every broker's ``host:port``, comma-separated, for ``bootstrap.servers``."""
         return ",".join(b.bootstrap for b in self.brokers.values())
 
     def broker(self, node_id: int) -> MockBroker:
+        """The broker with id ``node_id`` (1 to ``brokers``); KeyError for another."""
         return self.brokers[node_id]
 
     def create_topic(self, name: str, partitions: int = 1, *, leaders: list[int] | None = None) -> MockTopic:
@@ -803,6 +837,7 @@ class MockCluster:
             raise AssertionError(f"the mock brokers could not answer: {self.errors}")
 
     def close(self) -> None:
+        """Remove the brokers from the transport and drop their connections (``with`` does it on exit)."""
         if self._registered:
             for b in self.brokers.values():
                 remove_endpoint(b.host, b.port)

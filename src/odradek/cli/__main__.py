@@ -9,7 +9,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-__all__ = ["main"]
+__all__ = ["main", "run"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -76,6 +76,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one ``odradek`` command line (``sys.argv[1:]`` when ``argv`` is None) in this process
+    and return its exit status (0 success, 1 failure, 2 usage error, 130 interrupted); argparse
+    exits itself on ``--help``, ``--version`` and bad arguments."""
     from odradek.cli import _common
 
     parser = _parser()
@@ -203,6 +206,7 @@ def _quiet_asyncio() -> None:
 
 
 def _interrupted(signum: int, frame: object) -> None:
+    """SIGINT handler: quiet asyncio's shutdown noise, then stop as Ctrl-C does."""
     _quiet_asyncio()
     raise KeyboardInterrupt
 

@@ -210,6 +210,7 @@ def parse(top: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Name
 
 # -- output ---------------------------------------------------------------------------------------
 def add_output_option(parser: argparse.ArgumentParser) -> None:
+    """Add ``--output table|json`` (default table) to ``parser``."""
     parser.add_argument(
         "--output",
         choices=("table", "json"),
@@ -219,6 +220,7 @@ def add_output_option(parser: argparse.ArgumentParser) -> None:
 
 
 def write_json(value: Any, out: Any) -> None:
+    """Write ``value`` to ``out`` as indented JSON and a newline (``--output json``)."""
     out.write(json.dumps(value, indent=2) + "\n")
 
 
@@ -266,6 +268,8 @@ def missing_extra(*modules: str) -> str | None:
 
 
 def install_hint(module: str) -> str:
+    """What to tell a user whose command needs ``module``: the extra to install (``pip install
+    'odradek[cluster]'``), or that the module is missing."""
     module = module.split(".")[0]
     extra = extra_for(module)
     if extra is None:
@@ -274,5 +278,6 @@ def install_hint(module: str) -> str:
 
 
 def fail(tool: str, message: str) -> int:
+    """Print ``odradek TOOL: MESSAGE`` on stderr; returns the failure exit status (1)."""
     print(f"odradek {tool}: {message}", file=sys.stderr)
     return EXIT_FAILURE

@@ -82,6 +82,8 @@ class LoadgenError(OdradekError, RuntimeError):
 
 
 def build_dir() -> Path:
+    """Where the load generator is compiled: ``ODRADEK_LOADGEN_BUILD_DIR``, else
+    ``$XDG_CACHE_HOME/odradek/loadgen`` (``~/.cache`` without it)."""
     explicit = os.environ.get("ODRADEK_LOADGEN_BUILD_DIR")
     if explicit:
         return Path(explicit)

@@ -26,6 +26,8 @@ class Progress:
         self.lines = 0
 
     def update(self, text: Callable[[], str]) -> None:
+        """Print ``text()`` as a progress line on ``stream`` when the interval has passed since the
+        last one (nothing when progress is off)."""
         if not self.enabled:
             return
         now = time.monotonic()

@@ -46,6 +46,8 @@ _OPERATIONS = [o.title for o in Operation if o not in (Operation.UNKNOWN, Operat
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek acls`` subcommand (add, remove and list ACLs) and its options to the top-level
+    subparsers ``sub``."""
     p = sub.add_parser(
         "acls",
         help="add, remove and list ACLs",
@@ -205,6 +207,9 @@ def _print(bindings: list[AclBinding], output: str, out: Any) -> None:
 
 
 def cmd_broker(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek acls add|remove|list`` through the admin API (CreateAcls, DeleteAcls, DescribeAcls), for
+    ``run_admin``: writes to ``out`` and returns the exit status; a Kafka error or ValueError raised
+    becomes the one-line error and exit status 1."""
     try:
         if args.acls_command == "add":
             bindings = _bindings(args)
@@ -261,6 +266,8 @@ def _zookeeper(args: argparse.Namespace, out: Any) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``odradek acls`` for the parsed ``args``; through the brokers' admin API, or with ``--zookeeper``
+    straight in ZooKeeper.  Returns the exit status: 0, or 1 with the error on stderr."""
     if args.zookeeper:
         try:
             return _zookeeper(args, sys.stdout)

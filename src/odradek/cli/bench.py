@@ -60,6 +60,8 @@ DEFAULT_TOPIC = "odradek-bench"
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek bench`` subcommand (produce, consume and end-to-end throughput and latency, like
+    kafka-producer-perf-test) and its options to the top-level subparsers ``sub``."""
     p = sub.add_parser(
         "bench",
         help="measure produce/consume throughput and latency (like kafka-producer-perf-test)",
@@ -411,11 +413,13 @@ class ProduceStats:
         self._w_bytes = 0
 
     def ack(self, latency_ms: float, size: int) -> None:
+        """Count one acknowledged record of ``size`` bytes, sent ``latency_ms`` before its acknowledgement."""
         self.acked += 1
         self.bytes += size
         self.latencies.append(latency_ms)
 
     def fail(self, error: Any) -> None:
+        """Count one failed record; the first error is kept for the report."""
         self.failed += 1
         if self.first_error is None:
             self.first_error = str(error)
@@ -433,6 +437,8 @@ class ProduceStats:
         return line
 
     def summary(self) -> dict[str, Any]:
+        """The run's figures as the JSON report gives them: records sent and failed, bytes, elapsed seconds,
+        records/s, MB/s, average, maximum and p50/p95/p99 latency (ms)."""
         ordered = sorted(self.latencies)
         secs = max(self.end - self.start, 1e-9)
         n = self.acked
@@ -641,6 +647,9 @@ def _produce_loadgen(args: argparse.Namespace, settings: Mapping[str, Any]) -> t
 
 
 def bench_produce(args: argparse.Namespace) -> int:
+    """``odradek bench produce``, like kafka-producer-perf-test: send the records at the throughput asked,
+    print progress lines and the throughput and latency summary (JSON with ``--output json``); returns 0,
+    or 1 when records failed.  BenchError for invalid options."""
     if args.num_records < 0:
         raise BenchError("--num-records must be at least 0")
     if args.throughput == 0:
@@ -833,6 +842,8 @@ def _consume_loadgen(args: argparse.Namespace, settings: Mapping[str, Any], targ
 
 
 def bench_consume(args: argparse.Namespace) -> int:
+    """``odradek bench consume``, like kafka-consumer-perf-test: read the topic with a consumer group and
+    print Kafka's columns (MB and records per second, rebalance and fetch time); returns the exit status."""
     kind = _client_kind(args)
     settings = _properties(args.command_config)
     ensure_topic(args, settings)
@@ -1085,6 +1096,9 @@ def _end_to_end_python(args: argparse.Namespace, kind: str, settings: Mapping[st
 
 
 def bench_end_to_end(args: argparse.Namespace) -> int:
+    """``odradek bench end-to-end``, like Kafka's EndToEndLatency: send one record at a time, time it until a
+    consumer receives it, and print the latency percentiles; returns the exit status.  BenchError for
+    invalid options."""
     if args.num_records <= 0:
         raise BenchError("--num-records must be at least 1")
     kind = _client_kind(args)
@@ -1120,6 +1134,8 @@ def bench_end_to_end(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``odradek bench`` for the parsed ``args``; returns the exit status: 0, 1 when the run
+    failed (said on stderr), 130 when interrupted."""
     from odradek.errors import KafkaError
 
     commands = {"produce": bench_produce, "consume": bench_consume, "end-to-end": bench_end_to_end}

@@ -77,6 +77,8 @@ def _san(hosts: list[str]) -> str:
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek certs`` subcommand (development TLS certificates: a CA, broker and client keys and
+    stores) and its options to the top-level subparsers ``sub``."""
     p = sub.add_parser("certs", help="make development TLS certificates", description=__doc__.split("\n\n")[0])
     csub = p.add_subparsers(dest="certs_command", required=True, metavar="COMMAND")
     dev = csub.add_parser("dev", help="a throwaway CA, a broker keystore and client certificates")
@@ -86,6 +88,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``odradek certs`` for the parsed ``args``; writes the files into the directory given and returns 0,
+    or 1 with the error on stderr."""
     d = Path(args.directory)
     hosts = args.host or ["localhost", "127.0.0.1"]
     clients = args.client or ["alice"]

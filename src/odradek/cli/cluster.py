@@ -96,6 +96,8 @@ def _secure_setup(cluster_dir: Path, zookeeper: str) -> Path:
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek cluster`` subcommand (start, inspect and stop a local ZooKeeper-coordinated cluster)
+    and its options to the top-level subparsers ``sub``."""
     p = sub.add_parser(
         "cluster",
         help="start, inspect and stop a local ZooKeeper-coordinated cluster",
@@ -161,6 +163,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``odradek cluster`` for the parsed ``args``; returns the exit status: 0, 1 with the
+    error on stderr, 2 for an unknown cluster command."""
     logging.getLogger("kazoo").setLevel(logging.ERROR)  # its reconnect chatter is not for the terminal
     cluster_dir = Path(args.dir).absolute()
     if args.cluster_command == "up":
@@ -332,6 +336,10 @@ def cluster_up(
     timeout: float = 60.0,
     security: str = "plaintext",
 ) -> int:
+    """``odradek cluster up``: start a ZooKeeper and ``brokers`` brokers under ``cluster_dir`` (ports from
+    ``zookeeper_port`` and ``base_port``; ``overrides`` as KEY=VALUE broker settings) and wait until every
+    broker is ready; returns 0, 1 when the cluster did not come up, 2 when ZooKeeper cannot run here
+    or the options are invalid."""
     from odradek.coordination.zkserver import ZooKeeperError, zookeeper_available
 
     problem = zookeeper_available()
@@ -604,6 +612,9 @@ def _ids(values: list[Any]) -> str:
 
 
 def cluster_status(cluster_dir: Path, *, zookeeper: str | None, as_json: bool, timeout: float = 10.0) -> int:
+    """``odradek cluster status``: the brokers registered in the cluster's ZooKeeper (the one recorded in
+    ``cluster_dir``, or ``zookeeper``), the controller and the partitions' leaders, as a table or JSON;
+    returns 0, or 1 when there is no cluster or its ZooKeeper is unreachable."""
     recorded = read_cluster_file(cluster_dir)
     connect = zookeeper
     if connect is None:
@@ -759,6 +770,9 @@ def _unknown_pid(b: dict[str, Any]) -> str:
 
 
 def stop_broker(cluster_dir: Path, broker_id: int, *, timeout: float = 60.0, missing_ok: bool = False) -> int:
+    """``odradek cluster stop-broker``: SIGTERM broker ``broker_id`` of the cluster and wait up to ``timeout``
+    for its clean shutdown; returns 0, or 1 when it is not running (0 with ``missing_ok``) or does not
+    stop."""
     state = _require_state(cluster_dir)
     if state is None:
         return 1
@@ -775,6 +789,8 @@ def stop_broker(cluster_dir: Path, broker_id: int, *, timeout: float = 60.0, mis
 
 
 def kill_broker(cluster_dir: Path, broker_id: int) -> int:
+    """``odradek cluster kill-broker``: SIGKILL broker ``broker_id`` (a crash: its registration stays until
+    its ZooKeeper session expires); returns 0, or 1 when it is not running or does not exit."""
     state = _require_state(cluster_dir)
     if state is None:
         return 1

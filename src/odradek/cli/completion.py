@@ -54,6 +54,8 @@ autoload -U +X bashcompinit && bashcompinit
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek completion`` subcommand (a bash or zsh completion script) to the top-level subparsers
+    ``sub``."""
     p = sub.add_parser(
         "completion",
         help="print a shell completion script (bash or zsh)",
@@ -76,6 +78,8 @@ def _tree(parser: argparse.ArgumentParser, path: str, out: dict[str, tuple[list[
 
 
 def script(parser: argparse.ArgumentParser, shell: str) -> str:
+    """The completion script for ``shell`` (``bash`` or ``zsh``) of every command, subcommand and option
+    ``parser`` has."""
     tree: dict[str, tuple[list[str], list[str]]] = {}
     _tree(parser, _ROOT, tree)
 
@@ -89,5 +93,6 @@ def script(parser: argparse.ArgumentParser, shell: str) -> str:
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Print the completion script for ``args.shell`` of the whole ``parser``; returns 0."""
     sys.stdout.write(script(parser, args.shell))
     return 0

@@ -49,6 +49,8 @@ _DYNAMIC = {
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek configs`` subcommand (describe and change topic and broker configs, also in kafka-
+    configs' ``--describe`` / ``--alter`` style) and its options to the top-level subparsers ``sub``."""
     p = sub.add_parser(
         "configs",
         help="describe and change topic and broker configs",
@@ -225,6 +227,9 @@ def _quota_float(key: str, value: str) -> float:
 
 
 def cmd_quotas_describe(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek configs`` describing client quotas of users / client ids / IPs (DescribeClientQuotas), for
+    ``run_admin``: writes to ``out`` and returns the exit status; a Kafka error or ValueError raised
+    becomes the one-line error and exit status 1."""
     entities = _entities(args)
     _quota_entity(entities)
     components: dict[str, Any] = {
@@ -249,6 +254,9 @@ def cmd_quotas_describe(admin: Admin, args: argparse.Namespace, out: Any) -> int
 
 
 def cmd_quotas_alter(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek configs`` setting or deleting client quotas of a user / client id / IP (AlterClientQuotas),
+    for ``run_admin``: writes to ``out`` and returns the exit status; a Kafka error or ValueError raised
+    becomes the one-line error and exit status 1."""
     entities = _entities(args)
     if not all(given for _k, _n, given in entities):
         raise ValueError(
@@ -381,6 +389,9 @@ def _used(kind: str, name: str) -> bool:
 
 
 def cmd_describe(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek configs describe``: a topic's or broker's dynamic configs (every one with ``--all``), for
+    ``run_admin``: writes to ``out`` and returns the exit status; a Kafka error or ValueError raised
+    becomes the one-line error and exit status 1."""
     resource, kind, label = _resource(args)
     entries = admin.describe_configs([resource], timeout=args.timeout)[resource]
     shown = list(entries.values()) if args.all else [e for e in entries.values() if e.source in _DYNAMIC[kind]]
@@ -403,6 +414,9 @@ def cmd_describe(admin: Admin, args: argparse.Namespace, out: Any) -> int:
 
 
 def cmd_alter(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek configs alter``: set, append to, subtract from or delete a topic's or broker's configs
+    (IncrementalAlterConfigs), for ``run_admin``: writes to ``out`` and returns the exit status; a Kafka
+    error or ValueError raised becomes the one-line error and exit status 1."""
     resource, _kind, label = _resource(args)
     ops = [AlterConfigOp.set(k, v) for k, v in parse_pairs(args.set, "--set").items()]
     for text in args.add_config:
@@ -424,6 +438,8 @@ def cmd_alter(admin: Admin, args: argparse.Namespace, out: Any) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``odradek configs`` for the parsed ``args``; returns the exit status: 0, 1 with the error on
+    stderr, 2 for a usage error."""
     command = args.configs_command
     if command is None:  # kafka-configs style: --describe / --alter
         if args.describe == args.alter:

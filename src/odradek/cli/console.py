@@ -16,6 +16,8 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek console`` subcommand (the web console: topics, partitions, messages, groups and lag,
+    schemas, throughput) and its options to the top-level subparsers ``sub``."""
     p = sub.add_parser(
         "console",
         help="serve the web console (topics, partitions, messages, groups and lag, schemas, throughput)",
@@ -74,6 +76,8 @@ async def _serve(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``odradek console`` for the parsed ``args``; serves until interrupted; returns the exit status (2
+    for bad options, 1 when it cannot start)."""
     from odradek.cli.serve import configure_logging
     from odradek.cli.topics import command_config
 

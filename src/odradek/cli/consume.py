@@ -47,6 +47,8 @@ Formatter = Callable[[ConsumerRecord], bytes]
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek consume`` subcommand (print records of a topic, like kcat -C) and its options to the
+    top-level subparsers ``sub``."""
     p = sub.add_parser(
         "consume",
         help="print records of a topic (like kcat -C)",
@@ -266,6 +268,10 @@ def consume_group(args: argparse.Namespace, out: BinaryIO, formatter: Formatter)
 
 
 def consume(args: argparse.Namespace, out: BinaryIO) -> int:
+    """Print records of ``args.topic`` to ``out`` (all partitions or those given, from the offset or time
+    asked, formatted by ``--format``), as a group member with ``--group``; stops after ``--count`` records
+    or, with ``--exit``, at the end of the partitions.  Returns the exit status; ValueError or KafkaError
+    for a bad option or a missing topic or partition."""
     if args.count is not None and args.count < 0:
         raise ValueError("--count must be >= 0")
     formatter = compile_format(args.format, print_null=args.print_null) if args.format is not None else _default_formatter(args)
@@ -329,6 +335,8 @@ def _unreachable(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``odradek consume`` for the parsed ``args``; writes records to stdout and returns the exit status:
+    0, 1 with the error on stderr, 2 for a usage error."""
     out = sys.stdout.buffer
     if args.topic and args.topic_option and args.topic != args.topic_option:
         print(f"odradek consume: two different topics given: {args.topic!r} and {args.topic_option!r}", file=sys.stderr)

@@ -22,6 +22,8 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek delete-records`` subcommand (delete the records before an offset, like kafka-delete-
+    records) and its options to the top-level subparsers ``sub``."""
     p = sub.add_parser(
         "delete-records",
         help="delete the records before an offset (like kafka-delete-records)",
@@ -53,6 +55,10 @@ def _plan(admin: Admin, args: argparse.Namespace) -> dict[tuple[str, int], int]:
 
 
 def cmd(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek delete-records``: DeleteRecords for the partitions and offsets given (``--offset-json-file``
+    or ``--topic`` / ``--offset``), printing each partition's new low watermark, for ``run_admin``: writes
+    to ``out`` and returns the exit status; a Kafka error or ValueError raised becomes the one-line error
+    and exit status 1."""
     plan = _plan(admin, args)
     if not plan:
         raise ValueError("no partitions to delete records from")
@@ -66,6 +72,8 @@ def cmd(admin: Admin, args: argparse.Namespace, out: Any) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``odradek delete-records`` for the parsed ``args``; returns the exit status: 0, 1 with the error on
+    stderr, 2 when neither ``--offset-json-file`` nor ``--topic`` and ``--offset`` are given."""
     if not args.offset_json_file and (not args.topic or args.offset is None):
         print("odradek delete-records: give --offset-json-file FILE, or --topic NAME and --offset N", file=sys.stderr)
         return 2

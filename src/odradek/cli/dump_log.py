@@ -186,6 +186,8 @@ def _log_headers(log_path: Path) -> dict[int, BatchHeader]:
 
 
 def dump_index(path: Path, out: TextIO) -> int:
+    """Print an offset index (``.index``) entry by entry, checking each against the batch its position points
+    at in the ``.log`` next to it; returns the number of problems found."""
     data = path.read_bytes()
     base = int(path.stem)
     by_position = _log_headers(path.with_suffix(".log"))
@@ -211,6 +213,8 @@ def dump_index(path: Path, out: TextIO) -> int:
 
 
 def dump_time_index(path: Path, out: TextIO) -> int:
+    """Print a time index (``.timeindex``) entry by entry, noting timestamps that do not increase; returns the
+    number of problems found."""
     data = path.read_bytes()
     base = int(path.stem)
     out.write(f"Dumping {path}\n")
@@ -391,6 +395,8 @@ def verify_index(path: Path, out: TextIO, ends: dict[int, int]) -> int:
 
 
 def verify_time_index(path: Path, out: TextIO) -> int:
+    """``--verify`` of a time index: check it holds whole entries whose timestamps and offsets
+    increase; returns the number of problems found (each printed to ``out``)."""
     data = path.read_bytes()
     base = int(path.stem)
     problems = 0

@@ -29,6 +29,8 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek features`` subcommand (describe and change the cluster's feature flags, like kafka-
+    features) and its options to the top-level subparsers ``sub``."""
     p = sub.add_parser(
         "features",
         help="describe and change the cluster's feature flags",
@@ -124,10 +126,15 @@ def _change(admin: Admin, args: argparse.Namespace, out: Any) -> int:
 
 
 def cmd_broker(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek features describe`` or a change of finalized levels through the admin API (ApiVersions,
+    UpdateFeatures), for ``run_admin``: writes to ``out`` and returns the exit status; a Kafka error or
+    ValueError raised becomes the one-line error and exit status 1."""
     if args.features_command == "describe":
         return _describe(admin, args, out)
     return _change(admin, args, out)
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``odradek features`` for the parsed ``args``; returns the exit status: 0, or 1 with the error on
+    stderr."""
     return run_admin("features", cmd_broker, args)

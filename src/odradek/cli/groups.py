@@ -27,6 +27,8 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek groups`` subcommand (list, describe, reset offsets of and delete consumer groups,
+    like kafka-consumer-groups) and its options to the top-level subparsers ``sub``."""
     p = sub.add_parser("groups", help="list, describe, reset offsets of and delete consumer groups")
     p.add_argument("-b", "--bootstrap-server", default="127.0.0.1:9092", help="host:port[,host:port] (default 127.0.0.1:9092)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each request")
@@ -147,6 +149,9 @@ def _zk(args: argparse.Namespace) -> _ZkGroups | None:
 
 
 def cmd_list(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek groups list``: every group with its state and protocol type (``--state`` filters), for
+    ``run_admin``: writes to ``out`` and returns the exit status; a Kafka error or ValueError raised
+    becomes the one-line error and exit status 1."""
     groups = admin.list_groups(args.state or None)
     rows = [["GROUP", "STATE", "PROTOCOL-TYPE"]]
     listed = [(g.group_id, g.state or "", g.protocol_type) for g in groups]
@@ -209,6 +214,9 @@ def _describe_zk(admin: Admin, zk: _ZkGroups, group: str, out: Any, output: str 
 
 
 def cmd_describe(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek groups describe``: a group's members and, per partition, committed offset, log end and lag (a
+    ZooKeeper consumers' group with ``--zookeeper``), for ``run_admin``: writes to ``out`` and returns the
+    exit status; a Kafka error or ValueError raised becomes the one-line error and exit status 1."""
     group = args.group
     zk = _zk(args)
     if zk is not None:
@@ -337,6 +345,10 @@ def _parse_time(text: str) -> int:
 
 
 def cmd_reset(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek groups reset-offsets``: move a group's committed offsets (to earliest, latest, an offset, a
+    time, or by a shift), in Kafka or, with ``--zookeeper``, for a ZooKeeper consumers' group, for
+    ``run_admin``: writes to ``out`` and returns the exit status; a Kafka error or ValueError raised
+    becomes the one-line error and exit status 1."""
     zk = _zk(args)
     try:
         if zk is not None and not zk.exists(args.group):
@@ -396,6 +408,9 @@ def _reset(admin: Admin, args: argparse.Namespace, out: Any, zk: _ZkGroups | Non
 
 
 def cmd_delete(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek groups delete``: DeleteGroups for an empty group, for ``run_admin``: writes to ``out`` and
+    returns the exit status; a Kafka error or ValueError raised becomes the one-line error and exit status
+    1."""
     try:
         admin.delete_groups([args.group])
     except KafkaError as exc:
@@ -412,6 +427,9 @@ def cmd_delete(admin: Admin, args: argparse.Namespace, out: Any) -> int:
 
 
 def cmd_delete_offsets(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek groups delete-offsets``: OffsetDelete for a group's partitions of the topics given, for
+    ``run_admin``: writes to ``out`` and returns the exit status; a Kafka error or ValueError raised
+    becomes the one-line error and exit status 1."""
     tps: list[tuple[str, int]] = []
     for item in args.topic:
         topic, _, spec = item.partition(":")
@@ -433,6 +451,8 @@ def cmd_delete_offsets(admin: Admin, args: argparse.Namespace, out: Any) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``odradek groups`` for the parsed ``args``; returns the exit status: 0, or 1 with the error on
+    stderr."""
     commands = {
         "list": cmd_list, "describe": cmd_describe, "reset-offsets": cmd_reset, "delete": cmd_delete,
         "delete-offsets": cmd_delete_offsets,

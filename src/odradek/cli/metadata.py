@@ -21,6 +21,8 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek metadata`` subcommand (brokers, controller and topics' partitions as the cluster
+    reports them, like kcat -L) and its options to the top-level subparsers ``sub``."""
     p = sub.add_parser(
         "metadata",
         help="brokers, controller and topics' partitions as the cluster reports them (like kcat -L)",
@@ -33,6 +35,9 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek metadata``: the brokers, the controller and the topics' partitions (leader, replicas, ISR)
+    from Metadata, for ``run_admin``: writes to ``out`` and returns the exit status; a Kafka error or
+    ValueError raised becomes the one-line error and exit status 1."""
     cluster = admin.describe_cluster(timeout=args.timeout)
     topics = admin.describe_topics(args.topic or None, timeout=args.timeout)
     controller = cluster.controller_id if cluster.controller_id >= 0 else None
@@ -90,4 +95,6 @@ def cmd(admin: Admin, args: argparse.Namespace, out: Any) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``odradek metadata`` for the parsed ``args``; returns the exit status: 0, or 1 with the error on
+    stderr."""
     return run_admin("metadata", cmd, args)

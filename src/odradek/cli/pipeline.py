@@ -35,7 +35,8 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
 class ExamplesNotFound(OdradekError):
-    pass
+    """The example pipelines' directory (``examples/pipelines``) is not where ``ODRADEK_EXAMPLES``
+    says, nor in or above the current directory."""
 
 
 def find_examples(explicit: str | os.PathLike[str] | None = None) -> Path:
@@ -88,6 +89,8 @@ def _runner(args: argparse.Namespace) -> Any:
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek pipeline`` subcommand (run the example Spark pipelines) and its options to the top-
+    level subparsers ``sub``."""
     p = sub.add_parser(
         "pipeline",
         help="run the example pipelines (website activity, logs, metrics, articles) on Spark",
@@ -163,6 +166,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``odradek pipeline`` for the parsed ``args``; returns the exit status: 0, 1 with the
+    error on stderr, 2 for a usage error."""
     try:
         runner = _runner(args)
         command = args.pipeline_command

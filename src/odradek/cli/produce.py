@@ -29,6 +29,8 @@ CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek produce`` subcommand (send lines of stdin as records, like kcat -P) and its options
+    to the top-level subparsers ``sub``."""
     p = sub.add_parser(
         "produce",
         help="send lines of stdin as records (like kcat -P)",
@@ -162,6 +164,9 @@ def _one_line(exc: BaseException) -> str:
 
 
 def run(args: argparse.Namespace, stdin: BinaryIO | None = None) -> int:
+    """Run ``odradek produce`` for the parsed ``args``, reading ``stdin`` (default: the process's);
+    returns the exit status: 0, 1 when records failed or the cluster could not be reached (said on
+    stderr), 130 when interrupted."""
     from odradek.cli.topics import check_reachable
     from odradek.client import Admin, ClientConfigError, Producer
     from odradek.errors import KafkaError

@@ -55,6 +55,8 @@ def _schema_source(p: argparse.ArgumentParser) -> None:
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek schemas`` subcommand (list, get, register, check and delete schemas of a schema
+    registry) and its options to the top-level subparsers ``sub``."""
     p = sub.add_parser("schemas", help="list, get, register, check and delete schemas of the schema registry",
                        description="The schema registry's subjects, schemas, compatibility and modes.")
     ssub = p.add_subparsers(dest="schemas_command", required=True, metavar="COMMAND")
@@ -97,6 +99,9 @@ def add_parser(sub: Any) -> None:
 
 
 class RegistryError(OdradekError):
+    """An error answer of the schema registry: the HTTP ``status`` and the registry's ``error_code``
+    (``code``, e.g. 40401 subject not found) with its message."""
+
     def __init__(self, status: int, code: int | None, message: str) -> None:
         super().__init__(message)
         self.status = status
@@ -263,6 +268,8 @@ def _run(args: argparse.Namespace, client: _Client, out: Any) -> int:
 
 
 def run(args: argparse.Namespace, out: Any = None) -> int:
+    """Run ``odradek schemas`` for the parsed ``args``; writes to ``out`` (default stdout) and returns the
+    exit status: 0, or 1 with the error on stderr."""
     out = out if out is not None else sys.stdout
     try:
         client = _Client(args)

@@ -14,6 +14,8 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek serve`` subcommand (run a broker) and its options to the top-level subparsers
+    ``sub``."""
     p = sub.add_parser(
         "serve",
         help="run a broker (default: 127.0.0.1:9092, data in ./odradek-data, no ZooKeeper)",
@@ -121,6 +123,9 @@ def _message(exc: BaseException) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``odradek serve`` for the parsed ``args`` until SIGTERM or Ctrl-C; returns the exit
+    status: 2 for an invalid setting or option (said on stderr, before anything starts), 1 when the
+    broker cannot start or fails."""
     from odradek.config import BrokerConfig, ConfigError
     from odradek.errors import KafkaError
     from odradek.settings import settings_from

@@ -62,6 +62,8 @@ def add_connection_options(parser: argparse.ArgumentParser, *, top: bool) -> Non
 
 
 def add_connect_timeout(parser: argparse.ArgumentParser, *, top: bool = True) -> None:
+    """Add ``--connect-timeout SECONDS`` (how long to wait for any broker to answer) to ``parser``;
+    ``top=False`` for a subcommand's copy, which does not override the top-level value."""
     parser.add_argument(
         "--connect-timeout",
         type=float,
@@ -72,6 +74,8 @@ def add_connect_timeout(parser: argparse.ArgumentParser, *, top: bool = True) ->
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek topics`` subcommand (create, list, describe, alter and delete topics, like kafka-
+    topics) and its options to the top-level subparsers ``sub``."""
     p = sub.add_parser(
         "topics",
         help="create, list, describe, alter and delete topics",
@@ -116,6 +120,8 @@ def add_parser(sub: Any) -> None:
 
 
 def parse_pairs(items: list[str], option: str) -> dict[str, str]:
+    """``KEY=VALUE`` arguments of ``option`` (``--config``) as a dict; ValueError naming the option for an
+    item without ``=`` or key."""
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -144,6 +150,9 @@ def _missing(exc: KafkaError) -> bool:
 
 
 def cmd_create(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek topics create``: CreateTopics with the partitions, replication factor and ``--config`` given,
+    for ``run_admin``: writes to ``out`` and returns the exit status; a Kafka error or ValueError raised
+    becomes the one-line error and exit status 1."""
     name = _name(args)
     assert name is not None
     topic = NewTopic(name, args.partitions, args.replication_factor, parse_pairs(args.config, "--config"))
@@ -158,6 +167,9 @@ def cmd_create(admin: Admin, args: argparse.Namespace, out: Any) -> int:
 
 
 def cmd_list(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek topics list``: the topic names (internal ones unless ``--exclude-internal``), for
+    ``run_admin``: writes to ``out`` and returns the exit status; a Kafka error or ValueError raised
+    becomes the one-line error and exit status 1."""
     listed = admin.list_topics(include_internal=not args.exclude_internal, timeout=args.timeout)
     if args.output == "json":
         write_json(
@@ -190,6 +202,9 @@ def _offsets(
 
 
 def cmd_describe(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek topics describe``: partitions, leaders, replicas, ISR and configs of one topic or all, for
+    ``run_admin``: writes to ``out`` and returns the exit status; a Kafka error or ValueError raised
+    becomes the one-line error and exit status 1."""
     name = _name(args, required=False)
     if name is not None:
         topics = admin.describe_topics([name], timeout=args.timeout)
@@ -293,6 +308,9 @@ def _describe_topic(
 
 
 def cmd_alter(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek topics alter``: change a topic's configs or add partitions, for ``run_admin``: writes to
+    ``out`` and returns the exit status; a Kafka error or ValueError raised becomes the one-line error and
+    exit status 1."""
     name = _name(args)
     assert name is not None
     sets = parse_pairs(args.config, "--config")
@@ -319,6 +337,8 @@ def cmd_alter(admin: Admin, args: argparse.Namespace, out: Any) -> int:
 
 
 def cmd_delete(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek topics delete``: DeleteTopics for one topic, for ``run_admin``: writes to ``out`` and returns
+    the exit status; a Kafka error or ValueError raised becomes the one-line error and exit status 1."""
     name = _name(args)
     assert name is not None
     try:
@@ -332,6 +352,8 @@ def cmd_delete(admin: Admin, args: argparse.Namespace, out: Any) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``odradek topics`` for the parsed ``args``; returns the exit status: 0, or 1 with the error on
+    stderr."""
     commands = {"create": cmd_create, "list": cmd_list, "describe": cmd_describe, "alter": cmd_alter, "delete": cmd_delete}
     return run_admin("topics", commands[args.topics_command], args)
 

@@ -28,6 +28,8 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek transactions`` subcommand (list, describe and abort transactions, like kafka-
+    transactions) and its options to the top-level subparsers ``sub``."""
     p = sub.add_parser("transactions", help="list, describe and abort transactions",
                        description="List, describe and abort transactions (like kafka-transactions).")
     add_connection_options(p, top=True)
@@ -134,6 +136,9 @@ def _abort(admin: Admin, args: argparse.Namespace, out: Any) -> int:
 
 
 def cmd(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek transactions list|describe|describe-producers|find-hanging|abort`` through the admin API, for
+    ``run_admin``: writes to ``out`` and returns the exit status; a Kafka error or ValueError raised
+    becomes the one-line error and exit status 1."""
     if args.txn_command == "describe-producers":
         tp = (args.topic, args.partition)
         _producers_out([(tp, p) for p in admin.describe_producers([tp])[tp]], args.output, out)
@@ -170,4 +175,6 @@ def cmd(admin: Admin, args: argparse.Namespace, out: Any) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``odradek transactions`` for the parsed ``args``; returns the exit status: 0, or 1 with the error
+    on stderr."""
     return run_admin("transactions", cmd, args)

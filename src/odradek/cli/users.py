@@ -33,6 +33,8 @@ MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 def add_parser(sub: Any) -> None:
+    """Add the ``odradek users`` subcommand (create, list and delete SCRAM users) and its options to the top-
+    level subparsers ``sub``."""
     p = sub.add_parser(
         "users",
         help="create, list and delete SCRAM users",
@@ -99,6 +101,9 @@ def _print_users(users: dict[str, dict[str, int]], out: Any, output: str = "tabl
 
 
 def cmd_broker(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek users add|list|describe|delete`` through the admin API (AlterUserScramCredentials,
+    DescribeUserScramCredentials), for ``run_admin``: writes to ``out`` and returns the exit status; a
+    Kafka error or ValueError raised becomes the one-line error and exit status 1."""
     command = args.users_command
     if command == "add":
         _check_iterations(args.iterations)
@@ -154,6 +159,8 @@ def _zookeeper(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``odradek users`` for the parsed ``args``; through the brokers' admin API, or with ``--zookeeper``
+    straight in ZooKeeper.  Returns the exit status: 0, or 1 with the error on stderr."""
     if args.zookeeper:
         try:
             return _zookeeper(args)

@@ -26,6 +26,10 @@ Callback = tuple[Callable[..., Any], int, int, int, int]
 
 
 class RecordMetadata(NamedTuple):
+    """Where an acknowledged record went: topic, partition, offset (-1 with ``acks=0``), its
+    timestamp (the broker's with ``message.timestamp.type=LogAppendTime``), and the sizes of its
+    serialized key and value (-1 for none)."""
+
     topic: str
     partition: int
     offset: int
@@ -76,10 +80,12 @@ class ProducerBatch:
 
     @property
     def record_count(self) -> int:
+        """How many records the batch holds so far."""
         return int(self.acc.record_count)
 
     @property
     def size(self) -> int:
+        """The batch's size in bytes so far (what ``batch.size`` bounds)."""
         return int(self.acc.size)
 
 
@@ -97,6 +103,7 @@ class FutureRecordMetadata(Receipt):
     _vsize: int
 
     def done(self) -> bool:
+        """Whether the record's batch has been acknowledged or has failed (result() will not wait)."""
         return self._batch.done
 
     def _metadata(self) -> RecordMetadata:

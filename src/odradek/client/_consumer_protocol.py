@@ -53,6 +53,10 @@ _FENCED = {ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID}
 
 
 class ConsumerProtocolMembership:
+    """A member of a KIP-848 consumer group (``group.protocol=consumer``): heartbeats with
+    ConsumerGroupHeartbeat and reconciles its partitions with the broker's target assignment (see the
+    module docstring)."""
+
     #: what the consumer asks of a membership: the broker assigns, no member leads, and the member
     #: keeps consuming what it owns while its assignment changes (as a cooperative member does)
     cooperative = True
@@ -116,6 +120,7 @@ class ConsumerProtocolMembership:
 
     # -- coordinator ---------------------------------------------------------------------------
     async def coordinator_connection(self, deadline: float) -> AsyncBrokerConnection:
+        """The connection to the group's coordinator, found again (FindCoordinator) when it is closed."""
         if self.coordinator is not None and not self.coordinator.closed:
             return self.coordinator
         self.coordinator = await self.cluster.coordinator(self.group_id, GROUP, deadline=deadline)

@@ -47,6 +47,9 @@ class CommitFailed(KafkaError):
 
 
 class GroupMembership:
+    """A member of a classic consumer group: joins, syncs (running the assignor when it leads), heartbeats,
+    commits and fetches offsets, and leaves (see the module docstring)."""
+
     def __init__(
         self,
         cluster: AsyncCluster,
@@ -360,6 +363,8 @@ class GroupMembership:
             await asyncio.sleep(self.retry_backoff)
 
     async def fetch_committed(self, partitions: Sequence[TopicPartition], deadline: float) -> dict[TopicPartition, tuple[int, int, str]]:
+        """The group's committed (offset, leader epoch, metadata) of ``partitions`` (OffsetFetch), retried on
+        the coordinator's retriable errors until ``deadline``; a partition without a commit is absent."""
         while True:
             conn = await self.coordinator_connection(deadline)
             v = conn.version_for(OffsetFetchRequest, maximum=7)
@@ -396,6 +401,8 @@ class GroupMembership:
             await asyncio.sleep(self.retry_backoff)
 
     async def leave(self) -> None:
+        """Stop heartbeating and leave the group (LeaveGroup; a static member keeps its place until its
+        session times out)."""
         self._leaving = True
         if self._hb_task is not None:
             # Python 3.11's wait_for (inside a request) can swallow a cancellation that arrives as

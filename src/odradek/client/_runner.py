@@ -22,6 +22,8 @@ Main = Callable[[Callable[[], None]], Coroutine[Any, Any, None]]
 
 
 class LoopThread:
+    """An asyncio event loop on its own daemon thread: what the blocking clients run their asyncio twin on."""
+
     def __init__(self, name: str) -> None:
         self.name = name
         self.loop = asyncio.new_event_loop()
@@ -49,6 +51,7 @@ class LoopThread:
 
     @property
     def alive(self) -> bool:
+        """Whether the loop's thread is running."""
         return self._thread is not None and self._thread.is_alive()
 
     def is_current(self) -> bool:
@@ -56,15 +59,18 @@ class LoopThread:
         return threading.current_thread() is self._thread
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Schedule ``coro`` on the loop from any thread; its future.  RuntimeError once the loop is closed."""
         if self.loop.is_closed():
             coro.close()
             raise RuntimeError(f"{self.name}: the event loop is closed")
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the loop and wait (up to ``timeout`` s) for its result, raising what it raised."""
         return self.submit(coro).result(timeout)
 
     def call_soon(self, fn: Callable[[], Any]) -> None:
+        """Call ``fn()`` on the loop's thread soon (thread-safe)."""
         self.loop.call_soon_threadsafe(fn)
 
     def cancel_all(self) -> None:
@@ -84,5 +90,6 @@ class LoopThread:
         self.close_when_ended(timeout)
 
     def close_when_ended(self, timeout: float) -> None:
+        """Close the loop if its thread ends within ``timeout`` s (a loop still running is left open)."""
         if self.join(timeout) and not self.loop.is_closed():
             self.loop.close()

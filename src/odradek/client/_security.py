@@ -43,6 +43,10 @@ class ClientSecurity:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> ClientSecurity:
+        """The security of a client config: ``security.protocol``, the ``ssl.*`` settings (a TLS context, host
+        names checked unless ``ssl.endpoint.identification.algorithm`` is empty) and ``sasl.mechanism``
+        with its credentials (``sasl.username`` / ``sasl.password`` or ``sasl.jaas.config``);
+        ClientConfigError for an invalid one."""
         protocol = str(config.get("security.protocol") or "PLAINTEXT").upper()
         if protocol not in _PROTOCOLS:
             raise ClientConfigError(f"invalid security.protocol {protocol!r} (one of {', '.join(_PROTOCOLS)})")

@@ -136,6 +136,8 @@ class Sender:
 
     # -- the loop ----------------------------------------------------------------------------------
     async def run(self) -> None:
+        """The sender's loop, until the producer closes and nothing is left in flight: send ready batches,
+        complete their futures, retry what may be retried."""
         self.loop = asyncio.get_running_loop()
         if self.wake is None:
             self.wake = asyncio.Event()

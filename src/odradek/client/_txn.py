@@ -51,6 +51,9 @@ _RETRY = {
 
 
 class TxnState(Enum):
+    """A transactional producer's state, as Kafka's TransactionManager has them (the transitions are in the
+    module docstring)."""
+
     UNINITIALIZED = "uninitialized"
     READY = "ready"
     IN_TRANSACTION = "in transaction"
@@ -61,6 +64,9 @@ class TxnState(Enum):
 
 
 class TxnManager:
+    """One ``transactional.id``'s transactions: its coordinator, producer id and epoch, state, the partitions
+    and offsets in the open transaction, and the requests that change them."""
+
     def __init__(self, cluster: AsyncCluster, transactional_id: str, timeout_ms: int, retry_backoff: float) -> None:
         self.cluster = cluster
         self.transactional_id = transactional_id
@@ -86,6 +92,8 @@ class TxnManager:
 
     # -- state checks (the faces call these before they act) -------------------------------------
     def require(self, *states: TxnState, action: str) -> None:
+        """Raise unless the state is one of ``states``: the stored fatal error, the abortable error (abort
+        first), or INVALID_TXN_STATE naming ``action``."""
         if self.state in states:
             return
         if self.state is TxnState.FATAL and self.error is not None:
@@ -267,6 +275,8 @@ class TxnManager:
         self, offsets: dict[TopicPartition, int], group_id: str, generation_id: int, member_id: str,
         group_instance_id: str | None, timeout: float,
     ) -> None:
+        """Put a consumer group's offsets in the transaction: AddOffsetsToTxn then TxnOffsetCommit
+        (TxnOffsetCommit alone with transactions v2); a failure makes the transaction abortable or fatal."""
         def add(_v: int | None) -> AddOffsetsToTxnRequest:
             return AddOffsetsToTxnRequest(transactional_id=self.transactional_id, producer_id=self.producer_id,
                                           producer_epoch=self.producer_epoch, group_id=group_id)
@@ -297,6 +307,7 @@ class TxnManager:
             raise
 
     async def end(self, commit: bool, timeout: float) -> None:
+        """EndTxn: commit or abort the open transaction, retried within ``timeout`` s."""
         await self.settle()
         if not self.partitions and not self.offsets_added:  # nothing added: no transaction there
             self.state = TxnState.READY
@@ -333,11 +344,15 @@ class ProducerTransactions:
         self.acc = acc
 
     def manager(self) -> TxnManager:
+        """The transaction manager; KafkaError INVALID_TXN_STATE when the producer has no
+        ``transactional.id``."""
         if self.txn is None:
             raise KafkaError(ErrorCode.INVALID_TXN_STATE, "the producer has no transactional.id")
         return self.txn
 
     async def init(self, timeout: float) -> None:
+        """``init_transactions``: InitProducerId for the transactional id (fencing older producers); the
+        sender takes the producer id and epoch."""
         txn = self.manager()
         txn.require(TxnState.UNINITIALIZED, TxnState.READY, action="init_transactions")
         pid, epoch = await txn.init(timeout)
@@ -346,11 +361,14 @@ class ProducerTransactions:
             self.sender.sequences.clear()
 
     def begin(self) -> None:
+        """``begin_transaction``: READY to IN_TRANSACTION, or INVALID_TXN_STATE."""
         txn = self.manager()
         txn.require(TxnState.READY, action="begin_transaction")
         txn.state = TxnState.IN_TRANSACTION
 
     async def send_offsets(self, offsets: dict[TopicPartition, int], group: Any, timeout: float) -> None:
+        """``send_offsets_to_transaction``: ``group`` is a group id, or a consumer's group metadata (Odradek's
+        or confluent-kafka's shape)."""
         txn = self.manager()
         txn.require(TxnState.IN_TRANSACTION, action="send_offsets_to_transaction")
         if isinstance(group, str):
@@ -363,6 +381,8 @@ class ProducerTransactions:
         await txn.send_offsets(offsets, gid, generation, member, instance, timeout)
 
     async def end(self, commit: bool, timeout: float) -> None:
+        """``commit_transaction`` / ``abort_transaction``: EndTxn, with the state put back if it fails so the
+        call can be retried (or aborted)."""
         txn = self.manager()
         if commit:
             txn.require(TxnState.IN_TRANSACTION, action="commit_transaction")

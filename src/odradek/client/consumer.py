@@ -72,9 +72,14 @@ class ConsumerGroupMetadata(NamedTuple):
 
 
 class ConsumerRebalanceListener(Protocol):
-    def on_partitions_revoked(self, partitions: list[TopicPartition]) -> Any: ...
+    """What ``subscribe(listener=...)`` calls around a rebalance, on the consumer's event loop
+    (methods may be ``async def``; they must not call the blocking consumer's methods)."""
 
-    def on_partitions_assigned(self, partitions: list[TopicPartition]) -> Any: ...
+    def on_partitions_revoked(self, partitions: list[TopicPartition]) -> Any:
+        """Partitions this member gives up, before they go to another member: commit here."""
+
+    def on_partitions_assigned(self, partitions: list[TopicPartition]) -> Any:
+        """Partitions this member received, before it fetches from them: seek here."""
 
 
 def _deserializer(d: Any) -> tuple[Callable[[str, bytes], Any], bool] | None:
@@ -224,14 +229,17 @@ class AsyncConsumer:
                 self._drop(tp)
 
     def assignment(self) -> list[TopicPartition]:
+        """The partitions this consumer reads now: those given to assign(), or those the group assigned it."""
         if self.manual is not None:
             return list(self.manual)
         return list(self.group.assigned) if self.group is not None else []
 
     def subscription(self) -> set[str]:
+        """The topics given to subscribe() (empty for a pattern subscription or after unsubscribe())."""
         return set(self.group.subscription) if self.group is not None else set()
 
     async def unsubscribe(self) -> None:
+        """Give the partitions up (``on_partitions_revoked`` runs), leave the group, forget the subscription."""
         if self.group is not None:
             await self._revoke(list(self.group.assigned))
             await self.group.leave()
@@ -594,6 +602,7 @@ class AsyncConsumer:
         offsets: Mapping[TopicPartition, int] | None = None,
         callback: Callable[[BaseException | None, Mapping[TopicPartition, int]], Any] | None = None,
     ) -> asyncio.Task[None]:
+        """Commit in the background (the positions now by default); then ``callback(error or None, offsets)``."""
         snapshot = dict(offsets) if offsets is not None else {tp: o for tp, (o, _e, _m) in self._current_offsets().items()}
 
         async def run() -> None:
@@ -612,6 +621,7 @@ class AsyncConsumer:
             await self.commit()
 
     async def committed(self, partitions: Sequence[TopicPartition], timeout: float | None = None) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets of ``partitions`` (None: none committed); needs a ``group.id``."""
         if self.group is None:
             raise ClientConfigError("committed() needs a group.id")
         deadline = time.monotonic() + (self.timeout_ms / 1000 if timeout is None else timeout)
@@ -628,32 +638,39 @@ class AsyncConsumer:
         return ConsumerGroupMetadata(g.group_id, g.generation, g.member_id, g.group_instance_id)
 
     async def position(self, tp: TopicPartition) -> int:
+        """The next offset to read from assigned ``tp`` (committed, else ``auto.offset.reset``)."""
         if tp not in self.assignment():
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp[0]}-{tp[1]} is not assigned to this consumer")
         await self._ensure_positions(time.monotonic() + self.timeout_ms / 1000)
         return self.positions[tp]
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Make ``offset`` the next record read from ``tp`` (dropping what was fetched for it)."""
         if offset < 0:
             raise ValueError("offset must be >= 0")
         self._forget_buffer(tp)
         self.positions[tp] = offset
 
     async def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Move ``partitions`` (default: every assigned one) to their log start offset."""
         for tp in list(partitions) if partitions is not None else self.assignment():
             self.seek(tp, await self.fetcher.earliest_offset(*tp))
 
     async def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Move ``partitions`` (default: all assigned) to the high watermark (LSO for read_committed)."""
         for tp in list(partitions) if partitions is not None else self.assignment():
             self.seek(tp, await self.fetcher.latest_offset(*tp))
 
     async def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | None]:
+        """Per partition, the first offset with a timestamp >= the one given (ms); None if all are older."""
         return {tp: await self.fetcher.offset_for_time(tp[0], tp[1], ts) for tp, ts in timestamps.items()}
 
     def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        """Stop fetching ``partitions`` (they stay assigned; poll() returns nothing from them) until resume()."""
         self.paused.update(partitions)
 
     def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        """Fetch ``partitions`` again after pause()."""
         self.paused.difference_update(partitions)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -814,26 +831,35 @@ class Consumer:
         return first
 
     def subscribe(self, topics: Iterable[str] | None = None, **kwargs: Any) -> None:
+        """Join the group for ``topics``, or with ``pattern=`` / ``exclude=`` / ``listener=`` as
+        :meth:`AsyncConsumer.subscribe`; needs a ``group.id`` (ClientConfigError otherwise)."""
         topics = list(topics) if topics is not None else None
         self._give_back()
         self._run(lambda: self._async.subscribe(topics, **kwargs))
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Consume exactly these ``(topic, partition)`` pairs, without group membership."""
         parts = list(partitions)
         self._give_back()
         self._run(lambda: self._async.assign(parts))
 
     def assignment(self) -> list[TopicPartition]:
+        """The partitions this consumer reads now: those given to assign(), or those the group assigned it."""
         return self._run(self._async.assignment)
 
     def subscription(self) -> set[str]:
+        """The topics given to subscribe() (empty for a pattern subscription or after unsubscribe())."""
         return self._run(self._async.subscription)
 
     def unsubscribe(self) -> None:
+        """Give the assigned partitions up, leave the group, and forget the subscription or assignment."""
         self._give_back()
         self._call(self._async.unsubscribe())
 
     def poll(self, timeout: float = 1.0, max_records: int | None = None) -> list[ConsumerRecord]:
+        """Records from the assigned partitions, at most ``max_records`` (default ``max.poll.records``); empty
+        after ``timeout`` seconds without any, or when close() is called from another thread. Raises a
+        deserializer's error for the record it failed on."""
         self._give_back()
         try:
             return self._call(self._async.poll(timeout, max_records))
@@ -857,6 +883,8 @@ class Consumer:
             yield self._pending.popleft()
 
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None, timeout: float | None = None) -> None:
+        """Commit ``offsets`` (``{(topic, partition): next offset to read}``) or the positions as far as
+        records were consumed, and wait for it; CommitFailed during a rebalance (poll, then commit again)."""
         if offsets is None:
             self._give_back()
             consumed = self._consumed()
@@ -869,40 +897,55 @@ class Consumer:
         offsets: Mapping[TopicPartition, int] | None = None,
         callback: Callable[[BaseException | None, Mapping[TopicPartition, int]], Any] | None = None,
     ) -> None:
+        """Commit ``offsets`` (or the current positions) in the background; ``callback(error, offsets)`` runs
+        on the consumer's background thread when it ends."""
         self._give_back()
         self._run(lambda: self._async.commit_async(offsets, callback))
 
     def committed(self, partitions: Sequence[TopicPartition], timeout: float | None = None) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets of ``partitions``, None for a partition without one."""
         return self._call(self._async.committed(list(partitions), timeout))
 
     def position(self, tp: TopicPartition) -> int:
+        """The offset of the next record the consumer will return from ``tp`` (looked up first if needed: the
+        committed offset, else ``auto.offset.reset``)."""
         self._give_back()
         return self._call(self._async.position(tp))
 
     def consumer_group_metadata(self) -> ConsumerGroupMetadata:
+        """The group, generation and member id a transactional producer's ``send_offsets_to_transaction``
+        needs (KIP-447); KafkaError INVALID_GROUP_ID without a ``group.id``."""
         return self._run(self._async.consumer_group_metadata)
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Make ``offset`` the next record read from ``tp``."""
         self._give_back()
         self._run(lambda: self._async.seek(tp, offset))
 
     def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Move ``partitions`` (default: every assigned one) to their log start offset."""
         self._give_back()
         self._call(self._async.seek_to_beginning(list(partitions) if partitions is not None else None))
 
     def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Move ``partitions`` (default: every assigned one) to their end (the high watermark, or the last
+        stable offset under ``read_committed``)."""
         self._give_back()
         self._call(self._async.seek_to_end(list(partitions) if partitions is not None else None))
 
     def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | None]:
+        """For each partition, the first offset whose record timestamp is at or after the given one (ms), None
+        when every record is older."""
         return self._call(self._async.offsets_for_times(dict(timestamps)))
 
     def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        """Stop fetching ``partitions`` (they stay assigned) until resume()."""
         parts = list(partitions)
         self._give_back()
         self._run(lambda: self._async.pause(parts))
 
     def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        """Fetch ``partitions`` again after pause()."""
         parts = list(partitions)
         self._run(lambda: self._async.resume(parts))
 
@@ -1029,12 +1072,16 @@ class HighLevelConsumer:
                     time.sleep(0.02)  # retry interval while the stream's own poll finishes the join
 
     def shutdown(self) -> None:
+        """Close every stream's consumer (each commits first with ``enable.auto.commit``); the streams' group
+        loses these members."""
         for c in self.consumers:
             c.close()
         self.consumers.clear()
 
 
 def create_message_streams(config: Mapping[str, Any], topic_counts: Mapping[str, int]) -> tuple[HighLevelConsumer, dict[str, list[_Stream]]]:
+    """A :class:`HighLevelConsumer` for ``config`` (which needs a ``group.id``) and its streams
+    for ``{topic: number of streams}``, as :meth:`HighLevelConsumer.create_message_streams`."""
     hl = HighLevelConsumer(config)
     return hl, hl.create_message_streams(topic_counts)
 
@@ -1042,5 +1089,7 @@ def create_message_streams(config: Mapping[str, Any], topic_counts: Mapping[str,
 def create_message_streams_by_filter(
     config: Mapping[str, Any], topic_filter: Whitelist | Blacklist, n: int = 1
 ) -> tuple[HighLevelConsumer, list[_Stream]]:
+    """A :class:`HighLevelConsumer` for ``config`` and ``n`` streams over every topic a
+    :class:`Whitelist` or :class:`Blacklist` matches, now or later."""
     hl = HighLevelConsumer(config)
     return hl, hl.create_message_streams_by_filter(topic_filter, n)

@@ -259,6 +259,7 @@ class AsyncSimpleConsumer:
         await self._retrying(lambda remaining: self._cluster.any_connection(), self._deadline(), "connect")
 
     async def close(self) -> None:
+        """Close the connections; later calls raise.  Closing twice is harmless."""
         self._closed = True
         await self._cluster.close()
 
@@ -795,9 +796,12 @@ class SimpleConsumer:
             raise TimeoutError(f"no result within {limit:.0f} s") from None
 
     def start(self) -> None:
+        """Connect to a bootstrap server now (otherwise the first call does)."""
         self._call(self._async.start())
 
     def partitions_for(self, topic: str, timeout_ms: int | None = None) -> list[int]:
+        """The partition ids of ``topic`` (waiting up to ``timeout_ms``, default ``request.timeout.ms``, for
+        it to appear); KafkaError if it does not exist."""
         return self._call(self._async.partitions_for(topic, timeout_ms), timeout_ms or 0)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int | None = None) -> FetchedRecords:
@@ -851,21 +855,32 @@ class SimpleConsumer:
         await self._async.close()
 
     def multi_fetch(self, offsets: Mapping[TopicPartition, int], max_bytes: int | None = None) -> dict[TopicPartition, FetchedRecords]:
+        """Fetch many partitions at once, one Fetch request per leader; ``max_bytes`` is per partition, and
+        every partition asked for has an entry in the result."""
         return self._call(self._async.multi_fetch(offsets, max_bytes), self._async.max_wait_ms)
 
     def offsets_before(self, topic: str, partition: int, time: int, max_num: int = 1) -> list[int]:
+        """The seeds' getOffsetsBefore: up to ``max_num`` offsets, newest first, of segment starts before
+        ``time`` (ms; -1 latest, -2 earliest), as :meth:`AsyncSimpleConsumer.offsets_before`."""
         return self._call(self._async.offsets_before(topic, partition, time, max_num))
 
     def earliest_offset(self, topic: str, partition: int) -> int:
+        """The log start offset of ``topic``-``partition``: the first offset still in the log."""
         return self._call(self._async.earliest_offset(topic, partition))
 
     def latest_offset(self, topic: str, partition: int) -> int:
+        """The high watermark (the last stable offset for ``read_committed``): the offset the next record will
+        get, as far as consumers can see."""
         return self._call(self._async.latest_offset(topic, partition))
 
     def offset_for_time(self, topic: str, partition: int, timestamp: int) -> int | None:
+        """The first offset whose record timestamp is at or after ``timestamp`` (ms since the epoch), or None
+        when every record is older."""
         return self._call(self._async.offset_for_time(topic, partition, timestamp))
 
     def close(self) -> None:
+        """Cancel a fetch running ahead, close the connections and stop the background loop; later calls raise
+        RuntimeError.  Closing twice is harmless."""
         if self._closed:
             return
         with self._ahead_lock:

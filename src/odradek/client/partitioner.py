@@ -48,6 +48,10 @@ def murmur2_partition(key: bytes, partitions: int) -> int:
 
 
 class Partitioner(Protocol):
+    """What the producer's ``partitioner`` setting takes: called with the topic, the serialized
+    key (None for none), the partition count and the ids of partitions with a leader; returns
+    the partition to write to."""
+
     def __call__(self, topic: str, key: bytes | None, partitions: int, available: Sequence[int]) -> int: ...
 
 

@@ -464,6 +464,8 @@ class Producer(_Face):
                 core.acc.flushing -= 1
 
     def close(self, timeout: float | None = None) -> None:
+        """Send what is queued (waiting up to ``timeout`` seconds, unbounded by default), stop the
+        sender and release the connections.  Closing twice is harmless."""
         core = self._core
         if core.acc.closed:
             return
@@ -484,6 +486,8 @@ class Producer(_Face):
         self._call(self._core.txns.init(t), t + 5)
 
     def begin_transaction(self) -> None:
+        """Start a transaction (after init_transactions()): what is sent until commit_transaction() or
+        abort_transaction() is in it. Raises if one is open already."""
         self._core.txns.begin()
 
     def send_offsets_to_transaction(
@@ -516,6 +520,7 @@ class Producer(_Face):
         self._call(core.txns.end(False, t), t + 5)
 
     def partitions_for(self, topic: str) -> list[int]:
+        """The partition ids of ``topic`` (its metadata is fetched first if the producer does not have it)."""
         self._metadata(topic)
         return list(range(self._core.partition_counts[topic][0]))
 
@@ -534,6 +539,8 @@ class AsyncProducer(_Face):
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        """Get a producer id (idempotence, ``transactional.id``) and start the sender on the
+        running loop.  The first send() calls it if you did not; ``async with`` does too."""
         core = self._core
         core.sender.loop = asyncio.get_running_loop()
         core.sender.wake = asyncio.Event()
@@ -625,11 +632,15 @@ class AsyncProducer(_Face):
             core.acc.waiting_for_space -= 1
 
     async def send_and_wait(self, topic: str, value: Any = None, key: Any = None, **kwargs: Any) -> RecordMetadata:
+        """send() and await the record's acknowledgement: its :class:`RecordMetadata` (partition, offset,
+        timestamp), or the error the send failed with."""
         fut = await self.send(topic, value, key, **kwargs)
         result: RecordMetadata = await fut
         return result
 
     async def flush(self, timeout: float | None = None) -> int:
+        """Send everything queued and wait for it (up to ``timeout`` seconds); returns the number of batches
+        still pending."""
         core = self._core
         core.acc.flushing += 1
         try:
@@ -644,6 +655,8 @@ class AsyncProducer(_Face):
             core.acc.flushing -= 1
 
     async def close(self, timeout: float | None = None) -> None:
+        """Send what is queued (waiting up to ``timeout`` seconds), stop the sender and release the
+        connections. Closing twice is harmless."""
         core = self._core
         if core.acc.closed:
             return
@@ -661,18 +674,27 @@ class AsyncProducer(_Face):
 
     # -- transactions: as Producer's ------------------------------------------------------------------
     async def init_transactions(self, timeout: float | None = None) -> None:
+        """Register the ``transactional.id`` with its coordinator: older producers of the id are fenced and
+        their open transaction aborted. Call once, before the first transaction."""
         await self._core.txns.init(self._core.max_block if timeout is None else timeout)
 
     def begin_transaction(self) -> None:
+        """Start a transaction (after init_transactions()): what is sent until commit_transaction() or
+        abort_transaction() is in it."""
         self._core.txns.begin()
 
     async def send_offsets_to_transaction(
         self, offsets: Mapping[tuple[str, int], int] | Iterable[Any], group_metadata: Any, timeout: float | None = None
     ) -> None:
+        """Commit consumed offsets as part of the transaction (``{(topic, partition): next offset}`` or
+        TopicPartition-like objects; ``group_metadata``: the consumer's ``consumer_group_metadata()``, or a
+        group id)."""
         t = self._core.max_block if timeout is None else timeout
         await self._core.txns.send_offsets(_offset_map(offsets), group_metadata, t)
 
     async def commit_transaction(self, timeout: float | None = None) -> None:
+        """Send what is buffered, then commit: it all becomes visible to read_committed consumers at once. A
+        failed send makes this raise; abort then."""
         core = self._core
         core.txns.manager().require(TxnState.IN_TRANSACTION, action="commit_transaction")
         t = core.max_block if timeout is None else timeout
@@ -681,6 +703,8 @@ class AsyncProducer(_Face):
         await core.txns.end(True, t)
 
     async def abort_transaction(self, timeout: float | None = None) -> None:
+        """Drop what is not sent yet, wait for what is in flight, and abort: read_committed consumers never
+        see the transaction's records."""
         core = self._core
         core.txns.manager().require(TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR, TxnState.ABORTING,
                                     action="abort_transaction")
@@ -690,6 +714,7 @@ class AsyncProducer(_Face):
         await core.txns.end(False, t)
 
     async def partitions_for(self, topic: str) -> list[int]:
+        """The partition ids of ``topic`` (its metadata is fetched first if the producer does not have it)."""
         await self._metadata(topic)
         return list(range(self._core.partition_counts[topic][0]))
 

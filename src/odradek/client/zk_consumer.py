@@ -119,6 +119,9 @@ class ConsumerTimeoutError(OdradekError):
 
 
 class MessageAndMetadata(NamedTuple):
+    """One message a :class:`ZookeeperConsumer` stream yields: topic, partition, offset, key, value and
+    timestamp (-1 for messages without one)."""
+
     topic: str
     partition: int
     offset: int
@@ -361,6 +364,8 @@ class ZookeeperConsumer:
         self.shutdown()
 
     def owned_partitions(self) -> dict[TopicPartition, str]:
+        """The partitions this consumer owns now (registered under ``/consumers/<group>/owners``), each with
+        the consumer thread id that holds it."""
         with self._lock:
             return dict(self._owned)
 

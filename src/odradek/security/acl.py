@@ -66,10 +66,14 @@ class _Named(enum.IntEnum):
 
     @property
     def title(self) -> str:
+        """Kafka's display name of the member (``Topic``, ``TransactionalId``, ``DescribeConfigs``),
+        as kafka-acls prints it and the metadata store keeps it."""
         return _TITLES.get(self.name) or "".join(w.capitalize() for w in self.name.split("_"))
 
     @classmethod
     def parse(cls, text: str | int) -> Self:
+        """The member named by ``text`` in any spelling (``DESCRIBE_CONFIGS``, ``DescribeConfigs``,
+        ``describe-configs``) or by its wire code; AclError for an unknown name."""
         if isinstance(text, int):
             return cls(text)
         key = text.strip().replace("-", "").replace("_", "").replace(" ", "").upper()
@@ -83,6 +87,9 @@ _TITLES = {"TRANSACTIONAL_ID": "TransactionalId", "CLUSTER_ACTION": "ClusterActi
 
 
 class ResourceType(_Named):
+    """What an ACL protects (Kafka's ``ResourceType``): a topic, group, the cluster, a transactional id, a
+    delegation token, a user; ANY only in filters."""
+
     UNKNOWN = 0
     ANY = 1
     TOPIC = 2
@@ -94,6 +101,9 @@ class ResourceType(_Named):
 
 
 class PatternType(_Named):
+    """How an ACL's resource name matches: LITERAL (the name, or ``*`` for every one) or PREFIXED; ANY and
+    MATCH only in filters (MATCH: the bindings that apply to a name)."""
+
     UNKNOWN = 0
     ANY = 1
     MATCH = 2
@@ -102,10 +112,14 @@ class PatternType(_Named):
 
     @property
     def title(self) -> str:
-        return self.name  # Kafka writes pattern types in capitals
+        """The member's name in capitals, as Kafka writes pattern types (``LITERAL``)."""
+        return self.name
 
 
 class Operation(_Named):
+    """What an ACL allows or denies on its resource (Kafka's ``AclOperation``): READ, WRITE, CREATE,
+    DESCRIBE_CONFIGS, ...; ALL covers every operation, ANY only in filters."""
+
     UNKNOWN = 0
     ANY = 1
     ALL = 2
@@ -124,6 +138,8 @@ class Operation(_Named):
 
 
 class PermissionType(_Named):
+    """Whether an ACL allows or denies (a DENY wins over any ALLOW); ANY only in filters."""
+
     UNKNOWN = 0
     ANY = 1
     DENY = 2
@@ -160,6 +176,10 @@ _CONCRETE_OPERATIONS = frozenset(Operation) - {Operation.UNKNOWN, Operation.ANY}
 
 @dataclass(frozen=True, slots=True)
 class AclBinding:
+    """One ACL: ``principal`` (``User:alice``) from ``host`` (``*`` for any) is allowed or denied
+    ``operation`` on the resources ``name`` matches with ``pattern_type``; what CreateAcls creates and
+    DescribeAcls returns."""
+
     resource_type: ResourceType
     name: str
     pattern_type: PatternType
@@ -175,10 +195,13 @@ class AclBinding:
 
     @property
     def entry(self) -> tuple[str, str, str, str]:
+        """The entry the metadata store keeps under :attr:`resource`: principal, permission, operation and
+        host in Kafka's names."""
         return (self.principal, self.permission.title, self.operation.title, self.host)
 
     @classmethod
     def from_stored(cls, resource: tuple[str, str, str], entry: tuple[str, str, str, str]) -> AclBinding:
+        """The binding of a stored (:attr:`resource`, :attr:`entry`) pair; AclError for names Kafka does not know."""
         return cls(
             ResourceType.parse(resource[0]),
             resource[2],
@@ -226,6 +249,7 @@ class AclBindingFilter:
     permission: PermissionType = PermissionType.ANY
 
     def validate(self) -> None:
+        """Refuse what Kafka's DescribeAcls / DeleteAcls refuse: an UNKNOWN field (AclError)."""
         for value, what in (
             (self.resource_type, "resource type"), (self.pattern_type, "pattern type"),
             (self.operation, "operation"), (self.permission, "permission type"),
@@ -234,6 +258,8 @@ class AclBindingFilter:
                 raise AclError(f"the filter's {what} is UNKNOWN")
 
     def matches(self, b: AclBinding) -> bool:
+        """Whether binding ``b`` is selected: every field of the filter is ANY/None or equal to ``b``'s (with
+        MATCH, ``b``'s pattern applies to the filter's name)."""
         if self.resource_type is not ResourceType.ANY and self.resource_type is not b.resource_type:
             return False
         if self.pattern_type is PatternType.MATCH:

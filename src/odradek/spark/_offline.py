@@ -388,20 +388,26 @@ class FileOffsetReader(OffsetReader):
         return dict(self.__dict__)
 
     def close(self) -> None:
+        """Nothing to release: the files are opened per look-up."""
         pass
 
     @property
     def found(self) -> dict[TopicPartition, Path]:
+        """Every partition directory under the data dirs, by partition (looked for once)."""
         if self._found is None:
             self._found = find_partitions(self.offline.dirs)
         return self._found
 
     def info(self, tp: TopicPartition) -> PartitionFiles:
+        """What ``tp``'s segment files say: its directory, earliest and latest offsets (cached)."""
         if tp not in self._info:
             self._info[tp] = inspect_partition(tp, self.found[tp], self.offline, self._checkpoints)
         return self._info[tp]
 
     def topic_partitions(self) -> list[TopicPartition]:
+        """The partitions to read: those assigned, those of the subscribed topics, or of the topics matching
+        the pattern (all non-internal ones without either); ValueError naming the directories when none is
+        there."""
         opts = self.options
         found = self.found
         where = ", ".join(self.offline.dirs)
@@ -438,6 +444,8 @@ class FileOffsetReader(OffsetReader):
         return chosen
 
     def list_offsets(self, specs: Mapping[TopicPartition, str | int]) -> PartitionOffsets:
+        """``{tp: "earliest" | "latest" | timestamp}`` -> the offsets the files give (-1 for a timestamp after
+        every record)."""
         out: PartitionOffsets = {}
         for tp, spec in specs.items():
             info = self.info(tp)

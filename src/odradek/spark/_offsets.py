@@ -50,6 +50,8 @@ PartitionOffsets = dict[TopicPartition, int]
 
 
 class OffsetRange(NamedTuple):
+    """One task's share of a partition: offsets ``start`` (included) to ``end`` (excluded)."""
+
     topic: str
     partition: int
     start: int
@@ -57,6 +59,7 @@ class OffsetRange(NamedTuple):
 
     @property
     def size(self) -> int:
+        """How many offsets the range covers."""
         return self.end - self.start
 
 
@@ -70,6 +73,7 @@ def to_json_offsets(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str
 
 
 def from_json_offsets(data: Mapping[str, Mapping[str, Any]] | None) -> PartitionOffsets:
+    """Spark's Kafka offset JSON ``{"t": {"p": o}}`` -> ``{(t, p): o}`` (empty for None)."""
     if not data:
         return {}
     return {(str(t), int(p)): int(o) for t, parts in data.items() for p, o in parts.items()}
@@ -188,6 +192,8 @@ class OffsetReader:
 
     @property
     def admin(self) -> Any:
+        """The admin client the look-ups use, made on first use from the ``kafka.*`` options (never pickled to
+        executors)."""
         if self._admin is None:
             from odradek.client import Admin
 
@@ -195,6 +201,7 @@ class OffsetReader:
         return self._admin
 
     def close(self) -> None:
+        """Close the admin client, if one was made."""
         if self._admin is not None:
             admin, self._admin = self._admin, None
             admin.close()
@@ -219,15 +226,19 @@ class OffsetReader:
 
     # -- offsets ---------------------------------------------------------------------------------
     def list_offsets(self, specs: Mapping[TopicPartition, str | int]) -> PartitionOffsets:
+        """``{tp: "earliest" | "latest" | timestamp}`` -> offsets, by ListOffsets at the source's
+        ``kafka.isolation.level``."""
         if not specs:
             return {}
         result = self.admin.list_offsets(dict(specs), isolation_level=self.options.isolation_level)
         return {tp: int(info.offset) for tp, info in result.items()}
 
     def latest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
+        """The partitions' end offsets (the high watermark, or the last stable offset under read_committed)."""
         return self.list_offsets({tp: "latest" for tp in tps})
 
     def earliest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
+        """The partitions' log start offsets."""
         return self.list_offsets({tp: "earliest" for tp in tps})
 
     def resolve(

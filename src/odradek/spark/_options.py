@@ -68,6 +68,9 @@ class OffsetSpec:
 
 @dataclass(frozen=True)
 class SourceOptions:
+    """A read's options, parsed and checked: the client configs from ``kafka.*``, the subscription, the offset
+    options, the trigger limits and the typed-column options."""
+
     consumer_config: dict[str, Any]
     admin_config: dict[str, Any]
     strategy: str  # subscribe | subscribepattern | assign | all (the offline read without one)
@@ -91,11 +94,15 @@ class SourceOptions:
     typed: TypedOptions = field(default_factory=TypedOptions)
 
     def matches(self, topic: str) -> bool:
+        """Whether ``subscribePattern`` matches all of ``topic``."""
         return re.fullmatch(self.pattern, topic) is not None
 
 
 @dataclass(frozen=True)
 class SinkOptions:
+    """A write's options, parsed and checked: the producer config from ``kafka.*``, the
+    ``topic``, exactly-once and the typed-column options."""
+
     producer_config: dict[str, Any]
     topic: str | None
     #: the exactly-once streaming sink (option ``exactlyOnce``): transactions per task

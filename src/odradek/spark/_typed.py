@@ -109,6 +109,7 @@ class TypedOptions:
 
     @property
     def typed(self) -> bool:
+        """Whether the key or the value has a format other than ``binary``."""
         return self.key_format != "binary" or self.value_format != "binary"
 
 
@@ -249,6 +250,7 @@ class RegistryClient:
         return answer.get("schemaType", "AVRO"), answer["schema"]
 
     def register(self, subject: str, schema_type: str, schema: str) -> int:
+        """Register ``schema`` under ``subject`` (POST /subjects/.../versions); its schema id."""
         body: dict[str, Any] = {"schema": schema}
         if schema_type != "AVRO":
             body["schemaType"] = schema_type

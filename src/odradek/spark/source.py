@@ -221,6 +221,9 @@ class OdradekBatchReader(DataSourceReader):
         self.typed = typed
 
     def partitions(self) -> Sequence[InputPartition]:
+        """The read's tasks: the topic partitions' offset ranges, resolved once from ``startingOffsets`` /
+        ``endingOffsets`` (and the timestamp options), split by ``minPartitions`` and
+        ``maxRecordsPerPartition``."""
         opts = self.options
         reader = OffsetReader(opts)
         try:
@@ -238,6 +241,7 @@ class OdradekBatchReader(DataSourceReader):
         return [_partition(r, opts, self.typed) for r in planned]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Fetch one task's offset range from its leader, as Arrow record batches of the source's columns."""
         return _read(partition)
 
 
@@ -266,6 +270,8 @@ class OdradekOfflineReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> Sequence[InputPartition]:
+        """The read's tasks: ranges of the partitions' segment files found under ``path`` / ``logDirs``, at
+        most ``maxBytesPerPartition`` of whole segments each."""
         opts = self.options
         return [
             OdradekOfflinePartition(r, opts.source.include_headers, opts.source.fail_on_data_loss, opts.stop_at_corruption)
@@ -273,6 +279,8 @@ class OdradekOfflineReader(DataSourceReader):
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Read one task's range from the segment files, as Arrow record batches (nothing for Spark's
+        placeholder when nothing was planned)."""
         if not isinstance(partition, OdradekOfflinePartition):  # Spark's placeholder when nothing is planned
             return iter(())
         r = partition.range
@@ -312,6 +320,8 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return state
 
     def initialOffset(self) -> dict:
+        """The first micro-batch's start: ``startingOffsets`` resolved for every partition, as Spark's Kafka
+        offset JSON; the same answer for the rest of the run."""
         # Spark asks again when it runs the first batch: answer the same within this run
         if self._initial is None:
             tps = self._offsets.topic_partitions()
@@ -320,13 +330,17 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        """``maxOffsetsPerTrigger`` as Spark's ReadMaxRows, or ReadAllAvailable without it."""
         limit = self.options.max_offsets_per_trigger
         return ReadMaxRows(limit) if limit else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
+        """``Trigger.AvailableNow``: fix the current log ends as the run's target."""
         self._target = self._offsets.latest(self._offsets.topic_partitions())
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """The next micro-batch's end offsets: the log ends (or the AvailableNow target), rate-limited by
+        ``limit``; ``start`` itself while ``minOffsetsPerTrigger`` holds the batch back."""
         begin = from_json_offsets(start)
         if self._target is not None:
             latest = dict(self._target)
@@ -366,24 +380,32 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return True
 
     def reportLatestOffset(self) -> dict | None:
+        """The log ends seen last, for the query's progress report (None before the first look)."""
         return to_json_offsets(self._latest) if self._latest is not None else None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        """A micro-batch's tasks between offsets ``start`` and ``end`` (the same offsets always give the same
+        tasks: a replayed batch reads the same ranges)."""
         ranges = plan_ranges(from_json_offsets(start), from_json_offsets(end), self.options)
         return [_partition(r, self.options, self.typed) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Fetch one task's offset range from its leader, as Arrow record batches of the source's columns."""
         return _read(partition)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: like Spark's Kafka source, offsets live in the checkpoint only."""
 
     def stop(self) -> None:
+        """Close the driver's client (the query stopped)."""
         self._offsets.close()
 
 
 @dataclass
 class OdradekCommitMessage(WriterCommitMessage):
+    """What a sink task reports to the driver: how many records it wrote, and whether an exactly-once task
+    found its partition committed already and wrote nothing."""
+
     records: int = 0
     #: exactly-once: the partition had been committed by an earlier attempt and was not written
     skipped: bool = False
@@ -394,6 +416,9 @@ class _Writing:
     typed: tuple[SinkColumn, ...] = ()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        """Produce one task's rows (``value``, optional ``key``, ``topic``, ``headers``,
+        ``partition``) and flush; the first delivery error fails the task (Spark retries it).  With
+        ``exactlyOnce``: one transaction per task and micro-batch."""
         opts = self.options
         if self.typed:
             typed = self.typed
@@ -421,6 +446,7 @@ class OdradekWriter(_Writing, DataSourceArrowWriter):
         self.typed = typed
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """The job succeeded: log how many records its tasks wrote (they were acknowledged already)."""
         written = sum(m.records for m in messages if isinstance(m, OdradekCommitMessage))
         log.info("odradek sink: %d records written", written)
 
@@ -437,6 +463,8 @@ class OdradekStreamWriter(_Writing, DataSourceStreamArrowWriter):
         self.typed = typed
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Micro-batch ``batchId`` succeeded: log how many records its tasks wrote (and, exactly once, how
+        many partitions an earlier attempt had committed)."""
         written = sum(m.records for m in messages if isinstance(m, OdradekCommitMessage))
         skipped = sum(1 for m in messages if isinstance(m, OdradekCommitMessage) and m.skipped)
         if skipped:
@@ -473,15 +501,21 @@ class OdradekDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        """The format name: ``spark.read.format("odradek")``."""
         return "odradek"
 
     def schema(self) -> StructType:
+        """The source's columns: ``key``, ``value``, ``topic``, ``partition``, ``offset``, ``timestamp``,
+        ``timestampType`` (and ``headers`` with ``includeHeaders``); typed key / value structs with
+        ``keyFormat`` / ``valueFormat``."""
         if is_offline(self.options):
             return source_schema(parse_offline_options(self.options).source.include_headers)
         opts = parse_source_options(self.options, streaming=None)
         return source_schema(opts.include_headers, _resolve_typed(opts), opts.typed)
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        """The batch reader for these options: from the brokers, or from segment files with ``path`` /
+        ``logDirs``; ValueError for invalid options or a custom schema."""
         if is_offline(self.options):
             offline = parse_offline_options(self.options)
             _check_schema(schema, offline.source)
@@ -492,6 +526,8 @@ class OdradekDataSource(DataSource):
         return OdradekBatchReader(opts, typed)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """The streaming reader for these options; ValueError for invalid options, a custom schema, or an
+        offline ``path``."""
         if is_offline(self.options):
             raise ValueError(
                 "The offline read (option 'path' or 'logDirs': segment files, no broker) is a batch read: "
@@ -503,6 +539,8 @@ class OdradekDataSource(DataSource):
         return OdradekStreamReader(opts, typed)
 
     def writer(self, schema: StructType, overwrite: bool) -> OdradekWriter:
+        """The batch writer for these options (``mode("append")`` only: ValueError for Overwrite, and for
+        ``exactlyOnce``, which is for streaming writes)."""
         if overwrite:
             raise ValueError(
                 "Save mode Overwrite not allowed for Kafka: a topic is append-only. Use .mode(\"append\"), "
@@ -518,6 +556,8 @@ class OdradekDataSource(DataSource):
         return OdradekWriter(opts, typed)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> OdradekStreamWriter:
+        """The streaming writer for these options: at least once, or one transaction per task with
+        ``exactlyOnce=true``."""
         opts = parse_sink_options(self.options)
         typed = _sink_typed(schema, opts)
         return OdradekStreamWriter(opts, typed)

@@ -131,6 +131,7 @@ class BrokerConnection(Session):
         self.close()
 
     def close(self) -> None:
+        """Close the socket; requests after it fail with ConnectionError.  Closing twice is harmless."""
         self.closed = True
         with contextlib.suppress(OSError):
             self.sock.close()

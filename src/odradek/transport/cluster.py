@@ -102,6 +102,7 @@ class ClusterView(Generic[C]):
 
     # -- state ---------------------------------------------------------------------------------
     def metadata_stale(self) -> bool:
+        """Whether the cached metadata is older than ``metadata.max.age.ms`` (the next lookup refreshes it)."""
         return (time.monotonic() - self._last_refresh) * 1000 >= self.metadata_max_age_ms
 
     def leader(self, topic: str, partition: int) -> int:
@@ -337,6 +338,7 @@ class AsyncCluster(ClusterView[AsyncBrokerConnection]):
         return await self.run(find_coordinators(conn, keys, key_type, timeout))
 
     async def close(self) -> None:
+        """Close every connection this view opened."""
         for conn in self._forget():
             await conn.close()
 
@@ -367,6 +369,8 @@ class Cluster(ClusterView[BrokerConnection]):
             return drive_blocking(proc, cluster=self)
 
     def open(self, node_id: int, host: str, port: int) -> BrokerConnection:
+        """A new connection to ``host``:``port`` (broker ``node_id``, -1 for a bootstrap server), its
+        handshake done; closed with the cluster."""
         conn = BrokerConnection(
             host, port, client_id=self.client_id, timeout=self.request_timeout_ms / 1000, security=self.security,
             node_id=node_id, connect_timeout=self.connect_timeout,
@@ -375,30 +379,46 @@ class Cluster(ClusterView[BrokerConnection]):
         return conn
 
     def any_connection(self) -> BrokerConnection:
+        """A connection to any broker: one already open, else the first of the known brokers
+        (tried in random order) and the bootstrap servers that answers; ConnectionError when none does."""
         with self._lock:
             return self._live_any() or self.run(self._any_connection())
 
     def connection(self, node_id: int) -> BrokerConnection:
+        """The connection to broker ``node_id``, opened if needed; KafkaError BROKER_NOT_AVAILABLE if fresh
+        metadata does not list it."""
         with self._lock:
             return self._live(node_id) or self.run(self._connection(node_id))
 
     def refresh(self, topics: Iterable[str] | None = None, *, all_topics: bool = False) -> MetadataResponse:
+        """Fetch metadata for ``topics`` (plus every topic already wanted), or all topics, and update the
+        cache."""
         return self.run(self._refresh(topics, all_topics))
 
     def metadata(
         self, topics: Iterable[str] | None = None, allow_auto_create: bool = False, *, timeout: float | None = None
     ) -> MetadataResponse:
+        """One Metadata request for ``topics`` (None: every topic) to any broker, returned as is; the broker
+        list, cluster id and controller are taken from it, the topic cache is left alone."""
         return self.run(self._metadata(topics, allow_auto_create, timeout))
 
     def topic(self, name: str, *, wait_ms: int | None = None) -> TopicInfo:
+        """Metadata of ``name``, refreshing (and retrying while it is being created, up to ``wait_ms``) as
+        needed; KafkaError UNKNOWN_TOPIC_OR_PARTITION if it does not appear."""
         return self.run(self._topic(name, wait_ms))
 
     def leader_connection(self, topic: str, partition: int) -> BrokerConnection:
+        """The connection to the partition's leader, from fresh metadata; KafkaError LEADER_NOT_AVAILABLE or
+        UNKNOWN_TOPIC_OR_PARTITION when there is none."""
         return self.run(self._leader_connection(topic, partition))
 
     def coordinator(
         self, key: str, key_type: int = GROUP, *, deadline: float | None = None, what: str | None = None
     ) -> BrokerConnection:
+        """The connection to the coordinator of ``key`` (a group id, or a transactional id with
+        ``key_type``), asked with FindCoordinator until ``deadline`` (``time.monotonic()`` seconds, default
+        the request timeout from now); a non-retriable answer raises its KafkaError at once, running out
+        of time COORDINATOR_NOT_AVAILABLE."""
         if deadline is None:
             deadline = time.monotonic() + self.request_timeout_ms / 1000
         return self.run(coordinator(self, key, key_type, deadline=deadline, what=what))
@@ -406,19 +426,24 @@ class Cluster(ClusterView[BrokerConnection]):
     def find_coordinators(
         self, conn: BrokerConnection, keys: Sequence[str], key_type: int = GROUP, timeout: float | None = None
     ) -> list[CoordinatorAnswer]:
+        """``conn``'s broker's answers about the coordinators of ``keys`` (one FindCoordinator attempt)."""
         return self.run(find_coordinators(conn, keys, key_type, timeout))
 
     # the names this face had before the transport layer (odradek.client.Cluster)
     def any(self) -> BrokerConnection:
+        """:meth:`any_connection` (this face's name before the transport layer)."""
         return self.any_connection()
 
     def node(self, node_id: int) -> BrokerConnection:
+        """:meth:`connection` (this face's name before the transport layer)."""
         return self.connection(node_id)
 
     def leader_of(self, topic: str, partition: int) -> BrokerConnection:
+        """:meth:`leader_connection` (this face's name before the transport layer)."""
         return self.leader_connection(topic, partition)
 
     def close(self) -> None:
+        """Close every connection this cluster opened; it opens new ones if used again."""
         with self._lock:
             for conn in self._forget():
                 conn.close()

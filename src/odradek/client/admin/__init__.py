@@ -82,6 +82,7 @@ log = logging.getLogger("odradek.client.admin")
 
 __all__ = [
     "SPECIFIED",
+    "AclAdmin",
     "AclBinding",
     "AclBindingFilter",
     "Admin",
@@ -91,13 +92,16 @@ __all__ = [
     "AsyncAdmin",
     "ClientQuotaEntity",
     "ClusterDescription",
+    "ConfigAdmin",
     "ConfigEntry",
     "ConfigResource",
     "ConfigResourceType",
     "ConfigSource",
     "ConfigSynonym",
     "CreateTopicResult",
+    "FeatureAdmin",
     "FeatureMetadata",
+    "GroupAdmin",
     "GroupDescription",
     "GroupListing",
     "ListOffsetsResultInfo",
@@ -112,11 +116,17 @@ __all__ = [
     "PatternType",
     "PermissionType",
     "ProducerState",
+    "QuotaAdmin",
+    "RecordAdmin",
     "ResourceType",
+    "TopicAdmin",
     "TopicDescription",
     "TopicListing",
+    "TopicPartition",
+    "TransactionAdmin",
     "TransactionDescription",
     "TransactionListing",
+    "UserAdmin",
 ]
 
 
@@ -349,6 +359,8 @@ class Admin:
         self._call(self._async.delete_group_offsets(group_id, partitions, timeout=timeout))
 
     def close(self) -> None:
+        """Close the connections and stop the background loop (waiting up to 10 s for the
+        close); later calls raise RuntimeError.  Closing twice is harmless."""
         if self._closed:
             return
         try:
@@ -384,6 +396,19 @@ for _name in (
     "delete_groups",
     "alter_group_offsets",
     "delete_group_offsets",
+    "describe_user_scram_credentials",
+    "alter_user_scram_credentials",
+    "describe_features",
+    "update_features",
+    "describe_client_quotas",
+    "alter_client_quotas",
+    "create_acls",
+    "describe_acls",
+    "delete_acls",
+    "list_transactions",
+    "describe_transactions",
+    "describe_producers",
+    "abort_transaction",
 ):
     getattr(Admin, _name).__doc__ = getattr(AsyncAdmin, _name).__doc__
 del _name

@@ -33,6 +33,9 @@ def _binding(
 
 
 class AclAdmin(AdminBase):
+    """:class:`AsyncAdmin`'s ACL operations: ``create_acls``, ``describe_acls``, ``delete_acls`` (CreateAcls,
+    DescribeAcls, DeleteAcls; the brokers need an ``authorizer.class.name``)."""
+
     async def create_acls(self, bindings: Iterable[AclBinding], *, timeout: float | None = None) -> None:
         """Add ACL bindings; the first refused one raises KafkaError with the broker's message."""
         dl = self._deadline(timeout)

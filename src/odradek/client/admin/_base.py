@@ -198,6 +198,7 @@ class AdminBase:
         """Nothing to do: connections open on first use (kept for symmetry with the other clients)."""
 
     async def close(self) -> None:
+        """Close the connections to every broker; the client is not usable afterwards."""
         self._closed = True
         await self._cluster.close()
 

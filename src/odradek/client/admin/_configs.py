@@ -31,6 +31,9 @@ from odradek.transport import AsyncBrokerConnection
 
 
 class ConfigAdmin(AdminBase):
+    """:class:`AsyncAdmin`'s config operations: ``describe_configs``, ``alter_configs``,
+    ``incremental_alter_configs`` on topics, brokers and broker loggers."""
+
     @staticmethod
     def _config_target(resource: ConfigResource) -> int | None:
         """The broker a resource's configs are asked of: the broker itself, else any broker."""

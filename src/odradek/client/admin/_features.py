@@ -31,7 +31,12 @@ class FeatureMetadata:
 
 
 class FeatureAdmin(AdminBase):
+    """:class:`AsyncAdmin`'s feature-flag operations (KIP-584): ``describe_features``, ``update_features``."""
+
     async def describe_features(self, *, timeout: float | None = None) -> FeatureMetadata:
+        """The cluster's feature flags (``metadata.version``, ``kraft.version``, ...): the finalized levels,
+        their epoch and the ranges the broker asked supports (ApiVersions v3+); KafkaError
+        UNSUPPORTED_VERSION from an older broker."""
         dl = self._deadline(timeout)
         conn = await self._node(None, dl)
         version = conn.version_for(ApiVersionsRequest)

@@ -45,7 +45,10 @@ from odradek.transport import AsyncBrokerConnection
 
 
 class GroupAdmin(RecordAdmin):
-    """(Group lag asks the partitions' end offsets through :class:`RecordAdmin`.)"""
+    """:class:`AsyncAdmin`'s consumer-group operations, sent to each group's coordinator:
+    ``list_groups``, ``describe_groups``, ``list_group_offsets``, ``group_lag`` (which asks the
+    partitions' end offsets through :class:`RecordAdmin`), ``delete_groups``,
+    ``alter_group_offsets``, ``delete_group_offsets``."""
 
     async def _find_coordinators(
         self, groups: list[str], dl: _Deadline, key_type: int = 0

@@ -49,15 +49,20 @@ class ClientQuotaEntity:
 
     @classmethod
     def of(cls, entity: Mapping[str, str | None] | ClientQuotaEntity) -> ClientQuotaEntity:
+        """The entity for ``{"user": "alice", "client-id": None}`` (None: the default entity of that type),
+        its parts in Kafka's order; an entity is returned as is."""
         if isinstance(entity, ClientQuotaEntity):
             return entity
         rank = {k: i for i, k in enumerate(_ORDER)}
         return cls(tuple(sorted(entity.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))))
 
     def as_dict(self) -> dict[str, str | None]:
+        """The entity as ``{entity type: name or None}``."""
         return dict(self.parts)
 
     def get(self, entity_type: str, default: str | None = None) -> str | None:
+        """The name given for ``entity_type`` (``user``, ``client-id``, ``ip``), None for the default entity,
+        ``default`` when the entity has no part of that type."""
         return dict(self.parts).get(entity_type, default)
 
     def __str__(self) -> str:
@@ -74,6 +79,8 @@ class ClientQuotaEntity:
 
 
 class QuotaAdmin(AdminBase):
+    """:class:`AsyncAdmin`'s client-quota operations (KIP-546): ``describe_client_quotas``, ``alter_client_quotas``."""
+
     async def describe_client_quotas(
         self,
         components: Mapping[str, str | _Specified | None] | None = None,

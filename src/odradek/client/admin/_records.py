@@ -23,6 +23,9 @@ from odradek.transport import AsyncBrokerConnection
 
 
 class RecordAdmin(AdminBase):
+    """:class:`AsyncAdmin`'s partition operations, sent to each partition's leader: ``list_offsets`` and
+    ``delete_records``."""
+
     async def list_offsets(
         self,
         specs: Mapping[TopicPartition, str | int],

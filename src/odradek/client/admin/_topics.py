@@ -33,6 +33,9 @@ from odradek.protocol.messages.describe_cluster import DescribeClusterRequest, D
 
 
 class TopicAdmin(AdminBase):
+    """:class:`AsyncAdmin`'s cluster and topic operations: ``describe_cluster``, ``list_topics``,
+    ``describe_topics``, ``create_topics``, ``delete_topics``, ``create_partitions``."""
+
     async def describe_cluster(self, *, timeout: float | None = None) -> ClusterDescription:
         """The cluster id, the controller and the brokers."""
         dl = self._deadline(timeout)

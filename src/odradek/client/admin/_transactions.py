@@ -26,6 +26,9 @@ from odradek.transport import AsyncBrokerConnection
 
 
 class TransactionAdmin(GroupAdmin):
+    """:class:`AsyncAdmin`'s transaction operations: ``list_transactions``, ``describe_transactions``,
+    ``describe_producers`` and ``abort_transaction`` (a hanging transaction's marker, KIP-664)."""
+
     async def list_transactions(
         self, states: Iterable[str] | None = None, *, timeout: float | None = None
     ) -> list[TransactionListing]:

@@ -36,6 +36,9 @@ def _mechanism(name: str) -> int:
 
 
 class UserAdmin(AdminBase):
+    """:class:`AsyncAdmin`'s SCRAM user operations (KIP-554): ``describe_user_scram_credentials``,
+    ``alter_user_scram_credentials``."""
+
     async def describe_user_scram_credentials(
         self, users: Iterable[str] | None = None, *, timeout: float | None = None
     ) -> dict[str, dict[str, int]]:

@@ -41,6 +41,8 @@ class ConfigResourceType(enum.IntEnum):
 
     @classmethod
     def parse(cls, value: ConfigResourceType | str | int) -> ConfigResourceType:
+        """The type named by ``value``: a member, its name in any case (``topic``, ``broker-logger``) or its
+        code; ValueError for anything else."""
         if isinstance(value, str):
             try:
                 return cls[value.strip().upper().replace("-", "_")]
@@ -59,6 +61,8 @@ class AlterConfigOpType(enum.IntEnum):
 
     @classmethod
     def parse(cls, value: AlterConfigOpType | str | int) -> AlterConfigOpType:
+        """The operation named by ``value``: a member, its name in any case (``set``, ``append``) or its code;
+        ValueError for anything else."""
         if isinstance(value, str):
             try:
                 return cls[value.strip().upper()]
@@ -101,18 +105,22 @@ class AlterConfigOp:
 
     @classmethod
     def set(cls, name: str, value: Any) -> AlterConfigOp:
+        """Set ``name`` to ``value``."""
         return cls(name, value, AlterConfigOpType.SET)
 
     @classmethod
     def delete(cls, name: str) -> AlterConfigOp:
+        """Remove ``name``'s override: the resource falls back to its default."""
         return cls(name, None, AlterConfigOpType.DELETE)
 
     @classmethod
     def append(cls, name: str, value: Any) -> AlterConfigOp:
+        """Add the comma-separated items of ``value`` to the list config ``name``."""
         return cls(name, value, AlterConfigOpType.APPEND)
 
     @classmethod
     def subtract(cls, name: str, value: Any) -> AlterConfigOp:
+        """Remove the comma-separated items of ``value`` from the list config ``name``."""
         return cls(name, value, AlterConfigOpType.SUBTRACT)
 
 
@@ -139,6 +147,8 @@ class NewPartitions:
 
 @dataclass(frozen=True, slots=True)
 class Node:
+    """A broker as metadata describes it: id, advertised host and port, rack (None when unset)."""
+
     id: int
     host: str
     port: int
@@ -150,17 +160,24 @@ class Node:
 
 @dataclass(slots=True)
 class ClusterDescription:
+    """What :meth:`AsyncAdmin.describe_cluster` returns: the cluster id, the active controller
+    (None when there is none) and the live brokers."""
+
     cluster_id: str | None
     controller: Node | None
     brokers: list[Node]
 
     @property
     def controller_id(self) -> int:
+        """The controller's broker id, -1 when there is none (Kafka's ``controllerId``)."""
         return -1 if self.controller is None else self.controller.id
 
 
 @dataclass(slots=True)
 class TopicListing:
+    """One topic of :meth:`AsyncAdmin.list_topics`: its name, id, and whether it is internal
+    (``__consumer_offsets``, ``__transaction_state``)."""
+
     name: str
     topic_id: uuid.UUID | None
     internal: bool
@@ -168,6 +185,9 @@ class TopicListing:
 
 @dataclass(slots=True)
 class PartitionDescription:
+    """One partition of a :class:`TopicDescription`: its leader, leader epoch, replicas, in-sync
+    replicas and offline replicas (broker ids), and the partition's error, if any."""
+
     partition: int
     leader: int  # broker id, -1 when there is none
     leader_epoch: int
@@ -179,6 +199,9 @@ class PartitionDescription:
 
 @dataclass(slots=True)
 class TopicDescription:
+    """A topic as :meth:`AsyncAdmin.describe_topics` finds it in the metadata: name, id,
+    internal or not, and its partitions in partition order."""
+
     name: str
     topic_id: uuid.UUID | None
     internal: bool
@@ -186,11 +209,15 @@ class TopicDescription:
 
     @property
     def replication_factor(self) -> int:
+        """The number of replicas of the first partition (0 for a topic without partitions)."""
         return len(self.partitions[0].replicas) if self.partitions else 0
 
 
 @dataclass(frozen=True, slots=True)
 class ConfigSynonym:
+    """Where else a config's value could come from (a broker default, a static broker
+    setting, ...), in the order Kafka applies them; see ``include_synonyms``."""
+
     name: str
     value: str | None
     source: ConfigSource
@@ -198,6 +225,9 @@ class ConfigSynonym:
 
 @dataclass(slots=True)
 class ConfigEntry:
+    """One config of a resource as DescribeConfigs reports it: value (None when sensitive),
+    source, whether it is read-only or sensitive, its synonyms, type and documentation."""
+
     name: str
     value: str | None
     source: ConfigSource = ConfigSource.UNKNOWN
@@ -209,11 +239,15 @@ class ConfigEntry:
 
     @property
     def is_default(self) -> bool:
+        """Whether the value is the default (source ``DEFAULT_CONFIG``), not set anywhere."""
         return self.source == ConfigSource.DEFAULT_CONFIG
 
 
 @dataclass(slots=True)
 class CreateTopicResult:
+    """A topic :meth:`AsyncAdmin.create_topics` created (or would create, with
+    ``validate_only``): its id, partition count, replication factor and resulting configs."""
+
     name: str
     topic_id: uuid.UUID | None
     num_partitions: int  # -1 when the broker did not say (CreateTopics before v5)
@@ -222,6 +256,9 @@ class CreateTopicResult:
 
 
 class ListOffsetsResultInfo(NamedTuple):
+    """One partition's answer to :meth:`AsyncAdmin.list_offsets`: the offset, the timestamp of
+    the record found and its leader epoch."""
+
     offset: int  # -1 when no record has the timestamp asked for (or a later one)
     timestamp: int  # -1 unless asked by timestamp or max_timestamp
     leader_epoch: int
@@ -237,6 +274,8 @@ class OffsetAndMetadata(NamedTuple):
 
 @dataclass(slots=True)
 class GroupListing:
+    """One group of :meth:`AsyncAdmin.list_groups`: id, protocol type and state."""
+
     group_id: str
     protocol_type: str  # "consumer" for consumer groups; "" for groups that only commit offsets
     state: str | None  # "Stable", "Empty", "PreparingRebalance", ...; None before ListGroups v4
@@ -249,6 +288,9 @@ class GroupListing:
 
 @dataclass(slots=True)
 class MemberDescription:
+    """A member of a consumer group (DescribeGroups / ConsumerGroupDescribe): its ids, host
+    and the partitions assigned to it."""
+
     member_id: str
     group_instance_id: str | None  # static membership (DescribeGroups v4+)
     client_id: str
@@ -261,6 +303,9 @@ class MemberDescription:
 
 @dataclass(slots=True)
 class GroupDescription:
+    """A group as :meth:`AsyncAdmin.describe_groups` reports it: state, protocol, members,
+    coordinator, and for a KIP-848 consumer group its type and epochs."""
+
     group_id: str
     state: str  # "Stable", "Empty", ...; "Dead" for a group that does not exist
     protocol_type: str  # "consumer", or "" for a group that only commits offsets
@@ -275,6 +320,7 @@ class GroupDescription:
 
     @property
     def is_simple_consumer_group(self) -> bool:
+        """A group without members' protocol: its offsets are committed by assign()-ing consumers."""
         return self.protocol_type == ""
 
 
@@ -308,6 +354,9 @@ class AdminError(KafkaError):
 
 @dataclass(slots=True)
 class TransactionListing:
+    """One transactional producer of :meth:`AsyncAdmin.list_transactions`: its
+    ``transactional.id``, producer id and transaction state."""
+
     transactional_id: str
     producer_id: int
     state: str  # "Ongoing", "PrepareCommit", "CompleteCommit", ... (Kafka's names)
@@ -327,6 +376,10 @@ class ProducerState:
 
 @dataclass(slots=True)
 class TransactionDescription:
+    """A transactional producer as its transaction coordinator describes it
+    (:meth:`AsyncAdmin.describe_transactions`): state, producer id and epoch,
+    ``transaction.timeout.ms``, when the open transaction started, and its partitions."""
+
     transactional_id: str
     state: str
     producer_id: int

@@ -59,6 +59,8 @@ class Schema:
     references: tuple[SchemaReference, ...] = ()
 
     def body(self) -> dict[str, Any]:
+        """The JSON body of a register or look-up request for this schema, as the registry's REST API takes it
+        (``schema``, and ``schemaType`` / ``references`` when not plain Avro)."""
         out: dict[str, Any] = {"schema": self.schema_str}
         if self.schema_type != "AVRO":
             out["schemaType"] = self.schema_type

@@ -390,6 +390,7 @@ class _AvroWriting(_SerializerBase):
 
     @property
     def record_name(self) -> str | None:
+        """The Avro schema's full name (``namespace.name``; a primitive's type), for RecordNameStrategy subjects."""
         return self._name
 
     def _own_schema(self) -> Plan[Schema]:
@@ -614,6 +615,7 @@ class _JsonWriting(_SerializerBase):
 
     @property
     def record_name(self) -> str | None:
+        """The JSON schema's ``title``, for RecordNameStrategy subjects (None without one)."""
         return self._name
 
     def _own_schema(self) -> Plan[Schema]:
@@ -773,6 +775,7 @@ class _ProtobufWriting(_SerializerBase):
 
     @property
     def record_name(self) -> str | None:
+        """The Protobuf message's full name (``package.Message``), for RecordNameStrategy subjects."""
         return self._name
 
     def _file_schema(self, fd: Any) -> Plan[Schema]:
