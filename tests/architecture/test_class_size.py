@@ -18,7 +18,6 @@ MAX_LINES = 600
 #: groups of a coordinator shard (their classic-protocol members and the online migration between
 #: the protocols go to a collaborator). Nothing else may be added here.
 ALLOWED = {
-    "storage/log.py:Log",
     "broker/server.py:KafkaConnection",
     "cluster/consumer_group.py:ConsumerGroups",
 }

@@ -17,7 +17,6 @@ moves the recovery point forward to what it captured before syncing.
 from __future__ import annotations
 
 import contextlib
-import logging
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -25,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from odradek._clock import Clock, SystemClock
-from odradek.records import BatchHeader, crc32c, marker_batch
+from odradek.records import BatchHeader, marker_batch
 from odradek.storage.assign import assign, assign_one_v2, summarize
 from odradek.storage.config import LogConfig
 from odradek.storage.epoch import LeaderEpochCache
@@ -35,7 +34,6 @@ from odradek.storage.errors import (
     InvalidRecordError,
     LogClosedError,
     OffsetOutOfRangeError,
-    RecordBatchTooLargeError,
     StorageError,
 )
 from odradek.storage.files import OS_FILES, FileOps
@@ -47,9 +45,8 @@ from odradek.storage.segments import CorruptReads, LogSegments
 from odradek.storage.txn_index import AbortedTxn
 from odradek.storage.validator import (
     V2_HEADER,
-    check_batch_header,
+    check_one_v2,
     check_timestamps,
-    new_header,
     timestamp_limits,
     validate_batches,
     validate_records,
@@ -57,10 +54,7 @@ from odradek.storage.validator import (
 
 __all__ = ["AppendInfo", "Log", "ReadResult", "parse_partition_dir"]
 
-_log = logging.getLogger("odradek.storage.log")
-
 _V2_HEADER = V2_HEADER
-_new_header = new_header
 
 _DIR_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 
@@ -87,6 +81,12 @@ class AppendInfo:
     size: int
     batches: list[BatchHeader] = field(default_factory=list)
     duplicate: bool = False  # a retried idempotent batch: nothing written, original offsets
+
+    @classmethod
+    def of_duplicate(cls, dup: BatchMetadata, log_start_offset: int) -> AppendInfo:
+        """A retried idempotent batch's: nothing written, the original's offsets."""
+        count = dup.last_offset - dup.first_offset + 1
+        return cls(dup.first_offset, dup.last_offset, -1, -1, -1, log_start_offset, count, 0, [], duplicate=True)
 
 
 @dataclass(slots=True)
@@ -161,10 +161,6 @@ class Log:
         # loop never waits for a cleaning pass; readers take no lock (they use a snapshot, and a
         # replaced segment's files stay open until its delayed deletion).
         self._lock = _lock_factory()
-        # written only through the methods below (advance_high_watermark, the log start offset's
-        # moves, truncation), each keeping Kafka's rule: log start <= HW <= log end
-        self._high_watermark = 0
-        self._log_start_offset = 0
         #: flush inline when :meth:`flush_messages_due`; a broker turns this off (``flush_inline``)
         #: and flushes from a worker thread instead, by the same rule
         self.auto_flush = flush_inline
@@ -177,6 +173,8 @@ class Log:
         self._segs.swap(loaded.segments)
         self.recovery_point = loaded.recovery_point
         self.log_end_offset = loaded.log_end_offset
+        # written only through the methods below (advance_high_watermark, the log start offset's
+        # moves, truncation), each keeping Kafka's rule: log start <= HW <= log end
         self._log_start_offset = loaded.log_start_offset
         self._high_watermark = loaded.log_start_offset
         self.recovered_bytes = loaded.recovered_bytes
@@ -271,13 +269,9 @@ class Log:
     ) -> AppendInfo:
         if not from_coordinator and any(h.is_control for h in headers):
             raise InvalidRecordError("Clients are not allowed to write control records")
-        if headers[0].producer_id >= 0 or len(headers) > 1:
-            for h in headers:
-                dup = self.producers.check(h)
-                if dup is not None:
-                    if len(headers) > 1:
-                        raise CorruptRecordError("a retried idempotent batch must be sent alone")
-                    return self._duplicate(dup)
+        dup = self.producers.duplicate_of(headers)
+        if dup is not None:
+            return AppendInfo.of_duplicate(dup, self.log_start_offset)
         first = self.log_end_offset
         log_append_time = self.config.message_timestamp_type == "LogAppendTime"
         out, headers = assign(data, headers, first, log_append_time, leader_epoch, now)
@@ -289,12 +283,6 @@ class Log:
         info = self._write(out, headers, now, now if log_append_time else -1)
         self.producers.written(out, headers, now, self._segs.view[0][-1])
         return info
-
-    def _duplicate(self, dup: BatchMetadata) -> AppendInfo:
-        return AppendInfo(
-            dup.first_offset, dup.last_offset, -1, -1, -1, self.log_start_offset,
-            dup.last_offset - dup.first_offset + 1, 0, [], duplicate=True,
-        )
 
     def _note_epoch(self, epoch: int, start_offset: int) -> None:
         """A leader epoch newer than the cache's starts at ``start_offset``."""
@@ -319,27 +307,17 @@ class Log:
     ) -> AppendInfo:
         """The produce fast path: one v2 batch, validated with one unpack and one CRC, offsets
         patched in place, one write."""
-        _base, length, ple, _m, crc, attrs, lod, bts, mts, pid, pep, bseq, count = fields
-        size = length + 12
-        cfg = self.config
-        if crc32c(memoryview(data)[21:]) != crc:
-            raise CorruptRecordError(f"CRC mismatch in the batch at offset {_base}")
-        given = _new_header((0, size, 2, _base, _base + lod, crc, attrs, bts, mts, pid, pep, bseq, count, ple))
-        check_batch_header(given, 2, self.topic, self.partition)
-        if size > cfg.max_message_bytes:
-            raise RecordBatchTooLargeError(f"batch of {size} bytes exceeds max.message.bytes={cfg.max_message_bytes}")
-        if size > cfg.segment_bytes:
-            raise RecordBatchTooLargeError(f"batch of {size} bytes exceeds segment.bytes={cfg.segment_bytes}")
+        given = check_one_v2(data, fields, self.config, self.topic, self.partition)
         # every record read against the header (Kafka's LogValidator); the batch's max timestamp
         # is its records'
-        records_max = validate_records(data, given, cfg, self.topic, self.partition, now)
+        records_max = validate_records(data, given, self.config, self.topic, self.partition, now)
         producers = self.producers
-        if pid >= 0:
+        if given.producer_id >= 0:
             dup = producers.check(given)
             if dup is not None:
-                return self._duplicate(dup)
+                return AppendInfo.of_duplicate(dup, self.log_start_offset)
         first = self.log_end_offset
-        last = first + lod
+        last = first + given.last_offset - given.base_offset
         data, h = assign_one_v2(data, fields, first, records_max, leader_epoch)
         if leader_epoch is not None:
             self._note_epoch(leader_epoch, first)
@@ -349,16 +327,16 @@ class Log:
             check_timestamps(headers, now, limits)
         segs = self._segs
         seg = segs.view[0][-1]
-        if seg.should_roll(size, h.max_timestamp, last, now):
+        if seg.should_roll(h.size, h.max_timestamp, last, now):
             seg = self._roll(first, now)
         position = seg.append(data, headers)
-        segs.recent.append((seg, first, last, position, size))
+        segs.recent.append((seg, first, last, position, h.size))
         self.log_end_offset = last + 1
         if self.auto_flush and self.flush_messages_due():
             self.flush()
-        if pid >= 0:
+        if h.producer_id >= 0:
             producers.update(h, now)
-        return AppendInfo(first, last, h.max_timestamp, last, -1, self.log_start_offset, count, size, headers)
+        return AppendInfo(first, last, h.max_timestamp, last, -1, self.log_start_offset, h.record_count, h.size, headers)
 
     def append_as_follower(self, data: bytes | bytearray | memoryview) -> AppendInfo:
         """Append batches that already carry the leader's offsets and epochs."""
@@ -379,9 +357,6 @@ class Log:
         info = self._write(data, headers, self.clock.now_ms(), -1)
         self.producers.written(data, headers, None, self._segs.view[0][-1])
         return info
-
-    def _empty_info(self) -> AppendInfo:
-        return AppendInfo(self.log_end_offset, self.log_end_offset - 1, -1, -1, -1, self.log_start_offset, 0, 0)
 
     @property
     def _timestamp_limits(self) -> tuple[int, int] | None:

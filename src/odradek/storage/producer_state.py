@@ -39,7 +39,7 @@ from odradek.errors import ErrorCode
 from odradek.records import BatchHeader, control_marker
 from odradek.records._crc import crc32c
 from odradek.storage.checkpoint import write_atomic
-from odradek.storage.errors import ProducerStateError
+from odradek.storage.errors import CorruptRecordError, ProducerStateError
 from odradek.storage.txn_index import AbortedTxn
 
 if TYPE_CHECKING:
@@ -140,6 +140,18 @@ class ProducerStateManager:
             raise ProducerStateError.out_of_order(
                 f"producer {h.producer_id}: sequence {first} does not follow {entry.last_seq}"
             )
+        return None
+
+    def duplicate_of(self, headers: list[BatchHeader]) -> BatchMetadata | None:
+        """:meth:`check` of every batch of one append: the original of a retried batch, which must
+        be sent alone (CorruptRecordError otherwise), or None."""
+        if headers[0].producer_id >= 0 or len(headers) > 1:
+            for h in headers:
+                dup = self.check(h)
+                if dup is not None:
+                    if len(headers) > 1:
+                        raise CorruptRecordError("a retried idempotent batch must be sent alone")
+                    return dup
         return None
 
     def update(
