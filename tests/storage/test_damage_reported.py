@@ -12,7 +12,7 @@ import pytest
 from odradek._clock import FakeClock
 from odradek.records import BatchBuilder, iter_batch_headers
 from odradek.storage import CorruptSegmentError, LogManager
-from odradek.storage.log import CORRUPT_READ_LOG_INTERVAL_MS
+from odradek.storage.segments import CORRUPT_READ_LOG_INTERVAL_MS
 
 TS0 = 1_700_000_000_000
 LOGGER = "odradek.storage.log"

@@ -21,12 +21,12 @@ def _key(r: ReadResult) -> tuple[object, ...]:
 
 def _read_both(log: Log, offset: int, max_bytes: int, max_offset: int | None, min_one: bool) -> None:
     fast = log.read(offset, max_bytes, max_offset, min_one_message=min_one)
-    saved = list(log._recent)
-    log._recent.clear()  # the full lookup: index, then batch headers from the file
+    saved = list(log._segs.recent)
+    log._segs.recent.clear()  # the full lookup: index, then batch headers from the file
     try:
         slow = log.read(offset, max_bytes, max_offset, min_one_message=min_one)
     finally:
-        log._recent.extend(saved)
+        log._segs.recent.extend(saved)
     assert _key(fast) == _key(slow), (offset, max_bytes, max_offset, min_one)
 
 
@@ -53,7 +53,7 @@ def test_reads_of_recent_batches_match_the_full_lookup(tmp_path: Path, seed: int
         for _ in range(6):
             offset = rng.randint(max(log.log_start_offset, end - 12), end)
             max_offset = rng.choice([None, end, rng.randint(offset, end), rng.randint(0, end)])
-            hits += bool(log._recent) and offset >= log._recent[0][1]
+            hits += bool(log._segs.recent) and offset >= log._segs.recent[0][1]
             _read_both(log, offset, rng.choice([0, 1, 60, 400, 1 << 20]), max_offset, rng.random() < 0.5)
     assert hits > 50  # the short cut was taken
 
@@ -61,14 +61,14 @@ def test_reads_of_recent_batches_match_the_full_lookup(tmp_path: Path, seed: int
 def test_message_sets_and_rolls_drop_the_recent_batches(tmp_path: Path) -> None:
     log = Log(tmp_path / "t-0", LogConfig.from_dict({"segment.bytes": 2000}), clock=FakeClock(TS0))
     log.append(v2_batch(2), leader_epoch=0)
-    assert len(log._recent) == 1
+    assert len(log._segs.recent) == 1
     log.append(legacy_batch(1, 2))
-    assert not log._recent
+    assert not log._segs.recent
     _read_both(log, 2, 1 << 20, None, True)
     log.append(v2_batch(1), leader_epoch=0)
     segments = len(log.segments)
     while len(log.segments) == segments:
         log.append(v2_batch(1, value=b"z" * 300), leader_epoch=0)
-    assert len(log._recent) == 1  # only the batch that opened the new segment
+    assert len(log._segs.recent) == 1  # only the batch that opened the new segment
     for offset in range(log.log_end_offset + 1):
         _read_both(log, offset, 1 << 20, None, True)

@@ -226,7 +226,7 @@ def test_a_reader_between_the_steps_of_retention_never_gets_other_offsets(
     log = _log(tmp_path, clock, **{"segment.bytes": 600, "retention.bytes": 1500})
     _fill(log, 20, ts=TS0)
     seen: list[object] = []
-    set_segments = log._set_segments
+    set_segments = log._segs.swap
 
     def reader_runs_here(segments, **kw):  # a reader thread scheduled between the writer's steps
         set_segments(segments, **kw)
@@ -236,7 +236,7 @@ def test_a_reader_between_the_steps_of_retention_never_gets_other_offsets(
         except OffsetOutOfRangeError:
             seen.append("out of range")
 
-    monkeypatch.setattr(log, "_set_segments", reader_runs_here)
+    monkeypatch.setattr(log._segs, "swap", reader_runs_here)
     assert log.delete_old_segments() > 0
     assert seen == ["out of range"]
     seen.clear()

@@ -7,17 +7,25 @@ never diverge.  Every change is written through to the checkpoint file.
 
 from __future__ import annotations
 
+import errno
+import logging
 from pathlib import Path
 
 from odradek.storage.checkpoint import LEADER_EPOCH, read_epochs, write_epochs
 
 __all__ = ["UNDEFINED_EPOCH", "UNDEFINED_EPOCH_OFFSET", "LeaderEpochCache"]
 
+#: the partition log's logger: the cache's lines are the log's
+_log = logging.getLogger("odradek.storage.log")
+
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
 
 
 class LeaderEpochCache:
+    """The leader epochs of one partition and their start offsets, written through to the
+    partition's ``leader-epoch-checkpoint``."""
+
     def __init__(self, directory: Path) -> None:
         self.path = directory / LEADER_EPOCH
         self.entries: list[tuple[int, int]] = read_epochs(self.path)
@@ -69,6 +77,21 @@ class LeaderEpochCache:
     def truncate_to_log(self, start_offset: int, end_offset: int) -> None:
         """Both truncations (a load fits the cache to the log): the checkpoint is written once."""
         self._cut(start_offset=start_offset, end_offset=end_offset)
+
+    def truncate_to_log_at_load(self, start_offset: int, end_offset: int) -> None:
+        """:meth:`truncate_to_log` when a log loads: a full disk only leaves the file as it was,
+        with a WARN line (the cache in memory is right; the file is rewritten at its next change
+        and cut to the log again at every load, so a full disk need not keep the log from
+        loading)."""
+        try:
+            self.truncate_to_log(start_offset, end_offset)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            _log.warning(
+                "partition %s: leader-epoch checkpoint not rewritten at load (%s): the disk is full",
+                self.path.parent.name, exc.strerror,
+            )
 
     def _cut(self, *, start_offset: int = -1, end_offset: int | None = None) -> None:
         entries = self.entries

@@ -30,14 +30,20 @@ from __future__ import annotations
 import os
 import struct
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from odradek.records import BatchHeader
+from odradek.errors import ErrorCode
+from odradek.records import BatchHeader, control_marker
 from odradek.records._crc import crc32c
 from odradek.storage.checkpoint import write_atomic
-from odradek.storage.errors import ProducerStateError
+from odradek.storage.errors import CorruptRecordError, ProducerStateError
+from odradek.storage.txn_index import AbortedTxn
+
+if TYPE_CHECKING:
+    from odradek.storage.segment import LogSegment
 
 __all__ = ["BATCHES_TO_KEEP", "BatchMetadata", "CompletedTxn", "ProducerEntry", "ProducerStateManager"]
 
@@ -89,6 +95,9 @@ def last_sequence(h: BatchHeader) -> int:
 
 
 class ProducerStateManager:
+    """The producer state of one partition, rebuilt from its snapshots and segments, and the
+    aborted-transaction entries it writes to its segments' transaction indexes."""
+
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.entries: dict[int, ProducerEntry] = {}
@@ -131,6 +140,18 @@ class ProducerStateManager:
             raise ProducerStateError.out_of_order(
                 f"producer {h.producer_id}: sequence {first} does not follow {entry.last_seq}"
             )
+        return None
+
+    def duplicate_of(self, headers: list[BatchHeader]) -> BatchMetadata | None:
+        """:meth:`check` of every batch of one append: the original of a retried batch, which must
+        be sent alone (CorruptRecordError otherwise), or None."""
+        if headers[0].producer_id >= 0 or len(headers) > 1:
+            for h in headers:
+                dup = self.check(h)
+                if dup is not None:
+                    if len(headers) > 1:
+                        raise CorruptRecordError("a retried idempotent batch must be sent alone")
+                    return dup
         return None
 
     def update(
@@ -192,6 +213,71 @@ class ProducerStateManager:
         """Headers only: a marker among them needs :meth:`update` with its type."""
         for h in headers:
             self.update(h, h.max_timestamp)
+
+    # -- the log's appends and loads -----------------------------------------------------
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """Refuse a transaction marker of an older producer epoch, or from a coordinator older
+        than the one that wrote the producer's last marker (a zombie coordinator's)."""
+        entry = self.entries.get(producer_id)
+        if entry is not None and producer_epoch < entry.epoch:
+            raise ProducerStateError.fenced(
+                f"marker of producer {producer_id} at epoch {producer_epoch}, older than {entry.epoch}"
+            )
+        if entry is not None and coordinator_epoch < entry.coordinator_epoch:
+            raise ProducerStateError(
+                f"marker from coordinator epoch {coordinator_epoch}, older than {entry.coordinator_epoch}",
+                ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+            )
+
+    def written(
+        self, data: bytes | bytearray | memoryview, headers: Iterable[BatchHeader], timestamp: int | None,
+        segment: LogSegment,
+    ) -> None:
+        """The state after batches of ``data`` (each at its ``position``) were written to
+        ``segment`` (at ``timestamp``, or each batch's max timestamp); a marker ends a
+        transaction, and an aborted one goes into the segment's aborted-transaction index."""
+        for h in headers:
+            if h.producer_id < 0:
+                continue
+            ts = h.max_timestamp if timestamp is None else timestamp
+            if not h.is_control:
+                self.update(h, ts)
+                continue
+            ctype, cepoch = control_marker(memoryview(data)[h.position : h.position + h.size], h.record_count)
+            txn = self.update(h, ts, ctype, cepoch)
+            if txn is not None and txn.aborted:
+                self.index_aborted(segment, txn)
+
+    def index_aborted(self, seg: LogSegment, txn: CompletedTxn) -> None:
+        if txn.last_offset <= seg.txn_index.last_offset:
+            return  # already there (a replay after a restart or a truncation)
+        others = [first for first, pid in self.ongoing.items() if pid != txn.producer_id]
+        lso = min(others) if others else txn.last_offset + 1
+        seg.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso))
+
+    def rebuild(
+        self,
+        log_start: int,
+        log_end: int,
+        segments_from: Callable[[int], Iterable[LogSegment]],
+        names: Iterable[str] | None = None,
+    ) -> None:
+        """Newest snapshot at or below ``log_end``, then the batch headers after it of the
+        segments ``segments_from(offset)`` gives (``names``: the directory's file names, when
+        the caller just listed it)."""
+        start = self.load_snapshot(log_end, names)
+        start = max(start, log_start, 0)
+        for seg in segments_from(start):
+            for h in seg.headers():
+                if h.last_offset >= start and h.producer_id >= 0:
+                    if h.is_control:
+                        ctype, cepoch = control_marker(seg.read_bytes(h.position, h.size), h.record_count)
+                        txn = self.update(h, h.max_timestamp, ctype, cepoch)
+                        if txn is not None and txn.aborted:
+                            # written again if a crash lost it, or kept (an entry is written once)
+                            self.index_aborted(seg, txn)
+                    else:
+                        self.update(h, h.max_timestamp)
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
         # a producer with an open transaction does not expire (Kafka's rule)

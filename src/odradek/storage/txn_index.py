@@ -9,7 +9,7 @@ Entry (34 bytes, big-endian, no header): int16 version (0), int64 producer id, i
 offset, int64 last offset (the marker's), int64 last stable offset (the partition's LSO once the
 transaction completed).  Entries are in the order of their last offsets.  A torn last entry (a
 crash in the middle of a write) is cut off when the file is opened; the log's producer-state
-replay after a crash writes again what was lost (see :meth:`Log._load_producer_state`).
+replay after a crash writes again what was lost (see :meth:`ProducerStateManager.rebuild`).
 """
 
 from __future__ import annotations
