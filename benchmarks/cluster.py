@@ -32,7 +32,7 @@ run; the ratio is of figures measured in the same run, on the same cluster.
   rf3...; figures are medians, ``ratio`` = rf3 / rf1 of the medians (target >= 0.4; Kafka's
   2014 figure for 3 replicas with acks=all vs. 1 replica was 0.51). After every run the
   partitions' high watermarks must have grown by exactly ``records`` (every acknowledged record
-  is committed, nothing written twice). The brokers' CPU time (all three, ``odradek.testing.cpu_seconds``) per
+  is committed, nothing written twice). The brokers' CPU time (all three, ``benchmarks._proc.cpu_seconds``) per
   record is given too.
 * ``failover`` - a 1-partition topic, replication factor 3, ``min.insync.replicas=2``; an
   idempotent producer (``acks=all, linger.ms=0``, other settings at librdkafka's defaults) sends
@@ -86,14 +86,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 try:
+    from benchmarks._proc import cpu_seconds
     from odradek import testing
     from odradek.coordination.zkserver import ZooKeeperServer
-    from odradek.testing import BrokerProcess, cpu_seconds, freeze
+    from odradek.testing import BrokerProcess, freeze
 except ImportError:  # running from a checkout without an install
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks._proc import cpu_seconds
     from odradek import testing
     from odradek.coordination.zkserver import ZooKeeperServer
-    from odradek.testing import BrokerProcess, cpu_seconds, freeze
+    from odradek.testing import BrokerProcess, freeze
 
 import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic

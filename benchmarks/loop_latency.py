@@ -58,10 +58,13 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from odradek.testing import BrokerProcess, WireClient, proc_cpu_times
+    from benchmarks._proc import proc_cpu_times
+    from odradek.testing import BrokerProcess, WireClient
 except ImportError:  # running from a checkout without an install
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from odradek.testing import BrokerProcess, WireClient, proc_cpu_times
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks._proc import proc_cpu_times
+    from odradek.testing import BrokerProcess, WireClient
 
 import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic

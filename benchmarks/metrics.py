@@ -40,7 +40,8 @@ except ImportError:  # run as a script
 
 import tempfile
 
-from odradek.testing import BrokerProcess, cpu_seconds
+from benchmarks._proc import cpu_seconds
+from odradek.testing import BrokerProcess
 
 TARGET = 0.97
 FULL = {"records": 500_000, "per_record": 20_000, "repeats": 5}

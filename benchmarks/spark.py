@@ -69,10 +69,13 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from odradek.testing import BrokerProcess, cpu_seconds, proc_cpu_times, proc_stat
+    from benchmarks._proc import cpu_seconds, proc_cpu_times, proc_stat
+    from odradek.testing import BrokerProcess
 except ImportError:  # running from a checkout without an install
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from odradek.testing import BrokerProcess, cpu_seconds, proc_cpu_times, proc_stat
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks._proc import cpu_seconds, proc_cpu_times, proc_stat
+    from odradek.testing import BrokerProcess
 
 TARGET_RATIO = 0.7
 #: issue 24: the offline read (segment files) vs the network batch read of the same run

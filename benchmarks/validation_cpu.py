@@ -15,7 +15,7 @@ one of the two trees, creates a topic of 1 or 16 partitions, warms it up with a 
 the load generator produces ``records`` x 100 B values (text-like, so that lz4 compresses them),
 one producer, acks=1, linger.ms=5, batch.size=1048576, round-robin over the partitions, with
 compression ``none`` or ``lz4``. Broker CPU is the broker process's user + system time (all
-threads, ``odradek.testing.cpu_seconds``) over the produce, per million records. Runs alternate
+threads, ``benchmarks._proc.cpu_seconds``) over the produce, per million records. Runs alternate
 before/after (the order flips every repeat); figures are medians over the repeats, and
 ``ratio`` = after / before of this run's medians. Target: ratio <= 1.15 for uncompressed batches
 (``met``); the lz4 figures are reported (decompressing a batch to read its records is paid per
@@ -46,10 +46,13 @@ from typing import Any
 from confluent_kafka.admin import AdminClient, NewTopic
 
 try:
-    from odradek.testing import BrokerProcess, cpu_seconds
+    from benchmarks._proc import cpu_seconds
+    from odradek.testing import BrokerProcess
 except ImportError:  # running from a checkout without an install
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from odradek.testing import BrokerProcess, cpu_seconds
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks._proc import cpu_seconds
+    from odradek.testing import BrokerProcess
 
 from odradek.cli import _loadgen
 

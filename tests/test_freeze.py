@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from odradek.testing import _all_threads_stopped, cpu_seconds, freeze
+from benchmarks._proc import cpu_seconds
+from odradek.testing import _all_threads_stopped, freeze
 
 # four threads that never sleep: each must be stopped, not only the one the kernel woke
 CHILD = """

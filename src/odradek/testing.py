@@ -85,10 +85,7 @@ __all__ = [
     "MockTopic",
     "ReceivedRequest",
     "WireClient",
-    "cpu_seconds",
     "freeze",
-    "proc_cpu_times",
-    "proc_stat",
     "produce_request",
     "running_broker",
     "wait_for",
@@ -312,14 +309,6 @@ class BrokerProcess:
         line = wait_for(find, timeout, f"a broker log line with {parts!r}", interval=0.05)
         assert line is not None
         return line
-
-    def rss_kb(self) -> int:
-        """Resident set size of the broker process (VmRSS, kB)."""
-        with open(f"/proc/{self.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        return 0
 
     def __enter__(self) -> BrokerProcess:
         if self.proc is None:
@@ -1113,7 +1102,7 @@ def _all_threads_stopped(pid: int) -> bool:
         return True
     for tid in tids:
         try:
-            state = proc_stat(pid, int(tid))[0]
+            state = _proc_stat(pid, int(tid))[0]
         except OSError:  # the thread ended
             continue
         if state not in ("T", "t", "Z", "X"):
@@ -1121,50 +1110,8 @@ def _all_threads_stopped(pid: int) -> bool:
     return True
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (all its threads, those that ended too), 0 if it is
-    gone.  Read from the process's CPU-time clock (``clock_getcpuclockid``: nanoseconds) where
-    the platform has one; ``/proc/PID/stat`` counts in clock ticks (10 ms), too coarse for the
-    tenth of a second a broker spends on a benchmark step."""
-    clock = _cpu_clock(pid)
-    if clock is not None:
-        try:
-            return time.clock_gettime(clock)
-        except OSError:
-            pass  # gone, or not ours to read: /proc says which
-    try:
-        return sum(proc_cpu_times(pid))
-    except OSError:
-        return 0.0
-
-
-def proc_cpu_times(pid: int) -> tuple[float, float]:
-    """(user, system) CPU seconds of a process from ``/proc/PID/stat``, in clock ticks (10 ms):
-    the split the CPU-time clock of :func:`cpu_seconds` does not give.  OSError when gone."""
-    fields = proc_stat(pid)
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
-
-
-def proc_stat(pid: int, tid: int | None = None) -> list[str]:
-    """The fields of ``/proc/PID/stat`` (a thread's ``/proc/PID/task/TID/stat`` with ``tid``)
-    after the command name, which may hold spaces and parentheses: ``[0]`` is the state, ``[1]``
-    the parent's pid, ``[11]`` and ``[12]`` user and system time in clock ticks (proc(5)'s
-    fields 3 on).  Raises OSError when the process or thread is gone."""
-    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
-    with open(path) as f:
+def _proc_stat(pid: int, tid: int) -> list[str]:
+    """The fields of a thread's ``/proc/PID/task/TID/stat`` after the command name (which may hold
+    spaces and parentheses): ``[0]`` is the state.  OSError when the thread is gone."""
+    with open(f"/proc/{pid}/task/{tid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()
-
-
-def _cpu_clock(pid: int) -> int | None:
-    """The clock id of ``pid``'s CPU time (POSIX ``clock_getcpuclockid``), None without one."""
-    import ctypes
-
-    try:
-        getcpuclockid = ctypes.CDLL(None).clock_getcpuclockid  # libc, already in this process
-    except (OSError, AttributeError):
-        return None
-    clock = ctypes.c_int()
-    if getcpuclockid(ctypes.c_int(pid), ctypes.byref(clock)) != 0:
-        return None
-    return clock.value

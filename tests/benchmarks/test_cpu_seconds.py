@@ -1,4 +1,4 @@
-"""``odradek.testing.cpu_seconds``, the benchmarks' measure of a broker's CPU time: every
+"""``benchmarks._proc.cpu_seconds``, the benchmarks' measure of a broker's CPU time: every
 thread's time, those that have ended included, finer than /proc's 10 ms clock ticks."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from odradek.testing import cpu_seconds
+from benchmarks._proc import cpu_seconds
 
 CHILD = """
 import sys, threading, time

@@ -1,4 +1,4 @@
-"""``odradek.testing.proc_stat``: the fields of /proc/PID/stat after the command name, which a
+"""``benchmarks._proc.proc_stat``: the fields of /proc/PID/stat after the command name, which a
 process may set to anything, parentheses and spaces included."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import threading
 
 import pytest
 
-from odradek.testing import cpu_seconds, proc_cpu_times, proc_stat, wait_for
+from benchmarks._proc import cpu_seconds, proc_cpu_times, proc_stat
+from odradek.testing import wait_for
 
 # renames itself to a name that looks like the end of the command field, then waits
 CHILD = """
