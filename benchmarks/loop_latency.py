@@ -229,11 +229,18 @@ def _cpu_bound(addr: tuple[str, int], stop: Any) -> None:
             for _ in range(100_000):
                 x += 1
 
-    procs = [multiprocessing.get_context("fork").Process(target=spin, daemon=True) for _ in range(WORKERS)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(300)
+    # forked by hand: this runs in a daemonic multiprocessing child, which may not start others
+    pids = []
+    for _ in range(WORKERS):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                spin()
+            finally:
+                os._exit(0)
+        pids.append(pid)
+    for pid in pids:
+        os.waitpid(pid, 0)
 
 
 def _producing(topics: list[str], keyed: bool, records: int) -> Callable[[tuple[str, int], Any, Any], None]:
@@ -393,10 +400,12 @@ def main() -> None:
                 proc.start()
             time.sleep(seconds)
             end = time.monotonic()
-            stop.set()
             if proc is not None:
                 with contextlib.suppress(OSError):
-                    heavy_cpu = _cpu(proc.pid)  # before it ends (a worker that ended has left the process list)
+                    # before it is told to end (a process that ended has left the process list), its children too
+                    heavy_cpu = _cpu(proc.pid) + sum(_cpu(c) for c in _descendants(proc.pid))
+            stop.set()
+            if proc is not None:
                 proc.join(300)
             results[name] = _stats(prod.samples, start, end)
             if name in counted:
