@@ -11,11 +11,12 @@ import os
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
 from odradek.broker.compat import prepare_append
-from odradek.broker.offload import OffLoop
+from odradek.broker.offload import FileSlice, OffLoop
 from odradek.errors import ErrorCode, KafkaError
 from odradek.records import BatchBuilder
 from odradek.storage import InvalidRecordError, LogConfig
@@ -207,5 +208,69 @@ def test_a_worker_yields_to_every_other_process_not_only_to_its_broker() -> None
             for _ in range(200):  # stop() closed its stdin: it ends (and is reaped)
                 os.kill(pid, 0)
                 await asyncio.sleep(0.05)
+
+    asyncio.run(body())
+
+
+def _fd_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def test_a_worker_reads_a_file_slice_through_the_brokers_descriptor(tmp_path: Path) -> None:
+    """A down-conversion's input is not copied by the broker: the worker reads the region of the
+    segment through the broker's own (duplicated) descriptor, even after the file was replaced
+    under its name (the cleaner's swap) or unlinked (retention); the duplicate is closed when the
+    job ends."""
+
+    seg = tmp_path / "00000000000000000000.log"
+    seg.write_bytes(b"H" * 100 + bytes(range(256)) * 4096 + b"T" * 100)
+
+    async def body() -> None:
+        off = OffLoop(workers=1)
+        try:
+            with open(seg, "rb") as f:
+                piece = FileSlice.of(f.fileno(), 100, 256 * 4096)
+            # the broker's own descriptor is gone; the name now holds other bytes
+            seg.rename(tmp_path / "old.deleted")
+            seg.write_bytes(b"X" * (256 * 4096 + 200))
+            (tmp_path / "old.deleted").unlink()
+            assert _fd_open(piece.fd)
+            assert await off.run(bytes, piece, cost=1) == bytes(range(256)) * 4096
+            assert piece.fd == -1  # the duplicate was closed with the job
+            assert os.getpid() not in off.worker_pids()
+        finally:
+            await off.stop()
+
+    asyncio.run(body())
+
+
+def test_a_file_slice_of_a_job_that_never_starts_is_closed(tmp_path: Path, threads: ThreadPoolExecutor) -> None:
+
+    path = tmp_path / "seg.log"
+    path.write_bytes(b"0123456789")
+
+    async def body() -> None:
+        off = OffLoop(workers=1, max_bytes=1 << 30)
+        off.run_in(threads)
+        gate = _Gate()
+        running = asyncio.ensure_future(off.run(gate.job, "running", cost=1))
+        await _until(lambda: gate.started == ["running"], "the first job")
+        with open(path, "rb") as f:
+            piece = FileSlice.of(f.fileno(), 2, 5)
+        dup = piece.fd
+        waiting = asyncio.ensure_future(off.run(bytes, piece, cost=1))
+        await _settled()
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert piece.fd == -1 and not _fd_open(dup)
+        gate.release("running")
+        assert await running == "running"
+        with open(path, "rb") as f:  # in the broker's own process (threads) it reads its descriptor
+            assert await off.run(bytes, FileSlice.of(f.fileno(), 2, 5), cost=1) == b"23456"
 
     asyncio.run(body())

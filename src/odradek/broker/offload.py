@@ -55,7 +55,7 @@ from odradek._timeouts import wait_for
 from odradek.errors import ErrorCode, KafkaError, OdradekError
 from odradek.storage.errors import InvalidRecordError
 
-__all__ = ["MAX_BYTES_IN_FLIGHT", "SPOOL_BYTES", "WORKERS", "OffLoop", "Spool", "lower_priority"]
+__all__ = ["MAX_BYTES_IN_FLIGHT", "SPOOL_BYTES", "WORKERS", "FileSlice", "OffLoop", "Spool", "lower_priority"]
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +167,72 @@ class Spool:
         return self.read_bytes(0, self.length)
 
 
+class FileSlice:
+    """``length`` bytes of a file the broker has open (a log segment), from ``position``, read by
+    the worker itself: the broker hands the job a duplicate of its descriptor (closed when the
+    job ends) and the worker opens the same open file through ``/proc/<broker>/fd/<fd>`` —
+    whatever was renamed or unlinked since (a segment replaced by the cleaner, deleted by
+    retention) — checking it is the same inode.  The broker copies nothing: a 21 MB region
+    copied into a Spool for each conversion was ~200 MB/s of kernel copying at the broker's
+    priority.  In the broker's own process (the thread fallback) the descriptor is read
+    directly.  Linux's ``/proc`` only: :meth:`available` says whether to use one."""
+
+    __slots__ = ("dev", "fd", "ino", "length", "pid", "position")
+
+    def __init__(self, pid: int, fd: int, position: int, length: int, dev: int, ino: int) -> None:
+        self.pid, self.fd, self.position, self.length, self.dev, self.ino = pid, fd, position, length, dev, ino
+
+    def __reduce__(self) -> tuple[type[FileSlice], tuple[int, int, int, int, int, int]]:
+        return (FileSlice, (self.pid, self.fd, self.position, self.length, self.dev, self.ino))
+
+    def __len__(self) -> int:
+        return self.length
+
+    @staticmethod
+    def available() -> bool:
+        return os.path.isdir(f"/proc/{os.getpid()}/fd")
+
+    @classmethod
+    def of(cls, src_fd: int, position: int, length: int) -> FileSlice:
+        """The region of ``src_fd`` (which the caller may close: the slice holds its own duplicate
+        until :meth:`discard`)."""
+        fd = os.dup(src_fd)
+        try:
+            st = os.fstat(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(os.getpid(), fd, position, length, st.st_dev, st.st_ino)
+
+    def take(self) -> bytes:
+        """The bytes (in a worker: through the broker's descriptor)."""
+        own = self.pid != os.getpid()
+        fd = os.open(f"/proc/{self.pid}/fd/{self.fd}", os.O_RDONLY) if own else self.fd
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != (self.dev, self.ino):
+                raise OSError(f"descriptor {self.fd} of process {self.pid} is no longer the file of the job")
+            parts = []
+            done = 0
+            while done < self.length:
+                chunk = os.pread(fd, min(self.length - done, 8 << 20), self.position + done)
+                if not chunk:
+                    raise OSError(f"short read of a log segment ({done} of {self.length} bytes)")
+                parts.append(chunk)
+                done += len(chunk)
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+        finally:
+            if own:
+                os.close(fd)
+
+    def discard(self) -> None:
+        """Close the broker's duplicate (once; in the broker only)."""
+        if self.fd >= 0 and self.pid == os.getpid():
+            fd, self.fd = self.fd, -1
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
 def _spooled(value: Any) -> Any:
     """A result with its large bytes in Spools (in a tuple too)."""
     if isinstance(value, (bytes, bytearray)) and len(value) >= SPOOL_BYTES:
@@ -214,7 +280,7 @@ def _failed(code: int, message: str, record_errors: list[tuple[int, str]]) -> _F
 def _call(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     """The job (its spooled arguments taken), its large bytes spooled, its KafkaError as data."""
     try:
-        return _spooled(fn(*(a.take() if isinstance(a, Spool) else a for a in args)))
+        return _spooled(fn(*(a.take() if isinstance(a, (Spool, FileSlice)) else a for a in args)))
     except KafkaError as exc:
         return _Failed(exc)
 
@@ -346,13 +412,20 @@ class OffLoop:
     async def run(self, fn: Callable[..., Any], *args: Any, cost: int) -> Any:
         """``fn(*args)`` in a worker once the bounds allow; its result (large bytes in it as
         adopted Spools), or its KafkaError raised here.  Large bytes arguments travel in Spools
-        (Spool arguments are read by the worker and removed when the job ends).  Cancelling the
+        (Spool and FileSlice arguments are read by the worker and removed / closed when the job
+        ends, or at once when it never starts).  Cancelling the
         caller cancels a job still waiting; a running one finishes in its worker (its bytes
         count until then) and its result is dropped."""
-        if self._stopped:
-            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the broker is stopping")
+        try:
+            if self._stopped:
+                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "the broker is stopping")
+            await self._acquire(max(cost, 0))
+        except BaseException:  # never started: its Spool and FileSlice arguments go now
+            for a in args:
+                if isinstance(a, (Spool, FileSlice)):
+                    a.discard()
+            raise
         cost = max(cost, 0)
-        await self._acquire(cost)
         job = asyncio.ensure_future(self._job(fn, args, cost))
         self._jobs.add(job)
         job.add_done_callback(self._jobs.discard)
@@ -364,7 +437,7 @@ class OffLoop:
     async def _job(self, fn: Callable[..., Any], args: tuple[Any, ...], cost: int) -> Any:
         """One job, its share of the bounds acquired: run to its end even if its caller is
         cancelled (the worker is busy until then), then released."""
-        spools: list[Spool] = []
+        spools: list[Spool | FileSlice] = []
         self.started += 1
         try:
             sent = await self._arguments(args, spools)
@@ -386,7 +459,7 @@ class OffLoop:
             self._release(cost)
 
     @staticmethod
-    async def _arguments(args: tuple[Any, ...], spools: list[Spool]) -> tuple[Any, ...]:
+    async def _arguments(args: tuple[Any, ...], spools: list[Spool | FileSlice]) -> tuple[Any, ...]:
         """The arguments as a worker gets them: large bytes written to Spools from a thread,
         views as bytes (they do not pickle)."""
         out = []
@@ -395,7 +468,7 @@ class OffLoop:
                 a = await asyncio.to_thread(Spool.of, a)
             elif isinstance(a, memoryview):
                 a = bytes(a)
-            if isinstance(a, Spool):
+            if isinstance(a, (Spool, FileSlice)):
                 spools.append(a)
             out.append(a)
         return tuple(out)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.broker.compat import down_convert, magic_for_fetch_version, records_to_convert
 from odradek.broker.dispatch import RequestContext, handles
-from odradek.broker.offload import Spool
+from odradek.broker.offload import FileSlice, Spool
 from odradek.broker.ports import FetchPort, FileRegion, OffsetOutOfRangeError, Partition, ReadResult
 from odradek.broker.purgatory import DelayedOperation, Watchable
 from odradek.errors import ErrorCode, KafkaError
@@ -337,11 +337,13 @@ class _Fetch(DelayedOperation):
                     ErrorCode.UNSUPPORTED_VERSION,
                     f"down-conversion of {p.topic}-{p.index} to message format v{magic} is disabled",
                 )
-            source: bytes | Spool
+            source: bytes | Spool | FileSlice
             if region.length <= _INLINE_READ_BYTES:
                 source = result.to_bytes()
                 if records_to_convert(list(iter_batch_headers(source)), magic) <= INLINE_RECORDS:
                     return down_convert(source, magic, fetch_offset, cap)
+            elif FileSlice.available():  # the worker reads the segment itself: nothing copied here
+                source = FileSlice.of(region.fd, region.position, region.length)
             else:
                 source = await asyncio.to_thread(Spool.copy, region.fd, region.position, region.length)
             converted: bytes | Spool = await self.port.offload.run(
