@@ -28,6 +28,12 @@ idle phase's p99 measured in the same run.  The phases, in order:
   (``down_convert``, ``recompress``): what the paced producer's tail is when the CPUs are taken by
   background work that never touches the broker. ``p99_over_cpu_bound`` = a phase's p99 / this
   phase's p99, same run.
+* ``memory_bound`` - no broker work either: as many processes as the broker has workers, at
+  their priority, each copying a 21 MB buffer into a new one again and again (allocation, page
+  faults, memcpy, free: what a conversion does to memory, without the broker). On a kernel
+  without preemption (``Dynamic Preempt: none``) a woken process waits for such a process's
+  kernel work to reach a scheduling point, which busy loops never make it do. The machine's bound
+  for ``down_convert``: ``p99_over_memory_bound``.
 * ``recompress`` - two connections producing uncompressed batches of ``heavy_records`` records,
   one to a ``compression.type=gzip`` topic, one to an ``lz4`` one, again and again.
 * ``compacted_keys`` - two connections producing keyed uncompressed batches of ``heavy_records``
@@ -243,6 +249,33 @@ def _cpu_bound(addr: tuple[str, int], stop: Any) -> None:
         os.waitpid(pid, 0)
 
 
+def _memory_bound(addr: tuple[str, int], stop: Any) -> None:
+    """Busy processes like the broker's workers that also move memory as a conversion does: each
+    copies a 21 MB buffer (the down-converted batch's size) into a new one, again and again (an
+    allocation, page faults, a memcpy and a free, much of it kernel work), at the workers'
+    priority, until ``stop``."""
+    from odradek.broker.offload import WORKERS, lower_priority
+
+    def churn() -> None:
+        lower_priority()
+        src = os.urandom(21 << 20)
+        while not stop.is_set():
+            dst = bytearray(src)
+            del dst
+
+    pids = []
+    for _ in range(WORKERS):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                churn()
+            finally:
+                os._exit(0)
+        pids.append(pid)
+    for pid in pids:
+        os.waitpid(pid, 0)
+
+
 def _producing(topics: list[str], keyed: bool, records: int) -> Callable[[tuple[str, int], Any, Any], None]:
     def run(addr: tuple[str, int], stop: Any, done: Any) -> None:
         batch = _batch(records, keyed)
@@ -375,6 +408,7 @@ def main() -> None:
                 ),
             ),
             ("cpu_bound", _cpu_bound),
+            ("memory_bound", _memory_bound),
             ("down_convert", _down_convert),
             ("recompress", _producing(["gzip-topic", "lz4-topic"], False, heavy_records)),
             ("compacted_keys", _producing(["compacted", "compacted"], True, heavy_records)),
@@ -421,11 +455,14 @@ def main() -> None:
         prod.join(60)
         idle = results["idle"].get("p99_ms") or 0.0
         bound = results.get("cpu_bound", {}).get("p99_ms") or 0.0
+        memory = results.get("memory_bound", {}).get("p99_ms") or 0.0
         for r in results.values():
             if idle and "p99_ms" in r:
                 r["p99_ratio"] = round(r["p99_ms"] / idle, 2)
             if bound and "p99_ms" in r:
                 r["p99_over_cpu_bound"] = round(r["p99_ms"] / bound, 2)
+            if memory and "p99_ms" in r:
+                r["p99_over_memory_bound"] = round(r["p99_ms"] / memory, 2)
         out["phases"] = results
         out["failed_deliveries"] = prod.failed
         md = admin.list_topics(timeout=30)
