@@ -224,6 +224,22 @@ def _down_convert(addr: tuple[str, int], stop: Any, done: Any) -> None:
     _repeat(addr, stop, done, 4, lambda raw, _k: raw.send(fetch, 3))
 
 
+def _in_processes(fn: Callable[[], None], n: int) -> None:
+    """``fn`` in ``n`` child processes, until they all end.  Forked by hand: the phases run in a
+    daemonic multiprocessing child, which may not start others."""
+    pids = []
+    for _ in range(n):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                fn()
+            finally:
+                os._exit(0)
+        pids.append(pid)
+    for pid in pids:
+        os.waitpid(pid, 0)
+
+
 def _cpu_bound(addr: tuple[str, int], stop: Any) -> None:
     """Busy processes like the broker's workers (their number and nice increment), until ``stop``."""
     from odradek.broker.offload import WORKERS, lower_priority
@@ -235,18 +251,7 @@ def _cpu_bound(addr: tuple[str, int], stop: Any) -> None:
             for _ in range(100_000):
                 x += 1
 
-    # forked by hand: this runs in a daemonic multiprocessing child, which may not start others
-    pids = []
-    for _ in range(WORKERS):
-        pid = os.fork()
-        if pid == 0:
-            try:
-                spin()
-            finally:
-                os._exit(0)
-        pids.append(pid)
-    for pid in pids:
-        os.waitpid(pid, 0)
+    _in_processes(spin, WORKERS)
 
 
 def _memory_bound(addr: tuple[str, int], stop: Any) -> None:
@@ -263,17 +268,7 @@ def _memory_bound(addr: tuple[str, int], stop: Any) -> None:
             dst = bytearray(src)
             del dst
 
-    pids = []
-    for _ in range(WORKERS):
-        pid = os.fork()
-        if pid == 0:
-            try:
-                churn()
-            finally:
-                os._exit(0)
-        pids.append(pid)
-    for pid in pids:
-        os.waitpid(pid, 0)
+    _in_processes(churn, WORKERS)
 
 
 def _producing(topics: list[str], keyed: bool, records: int) -> Callable[[tuple[str, int], Any, Any], None]:
