@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import os
 import pickle
@@ -203,7 +204,9 @@ class FileSlice:
         return self.length
 
     @staticmethod
+    @functools.cache
     def available() -> bool:
+        """Whether this system has ``/proc/<pid>/fd`` (asked once)."""
         return os.path.isdir(f"/proc/{os.getpid()}/fd")
 
     @classmethod
