@@ -271,7 +271,7 @@ def test_response_buffers_are_reused_only_once_sent(tmp_path: Path) -> None:
         class _Ports:
             connection = SimpleNamespace(
                 settings=settings_from(BrokerConfig({"socket.request.max.bytes": 100 << 20})),
-                quotas=None, metrics=None, log_dirs=None,
+                quotas=None, metrics=None, log_dirs=None, closed=None,
             )
 
         security = ListenerSecurity(settings_from(BrokerConfig({})), Listener("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 0), lambda u, m: None)

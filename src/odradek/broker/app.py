@@ -74,6 +74,7 @@ from odradek.broker.ports import (
     ProducePort,
     QuotasPort,
     SaslPort,
+    SharePort,
     TelemetryPort,
     TransactionsPort,
 )
@@ -86,6 +87,7 @@ from odradek.broker.schema_registry import BrokerSchemaRegistry, schema_registry
 from odradek.broker.schema_validation import SchemaValidation
 from odradek.broker.server import KafkaConnection
 from odradek.broker.services import Services
+from odradek.broker.share_partitions import SharePartitionManager, ShareSettings
 from odradek.broker.single_node import SingleNodeController
 from odradek.broker.telemetry import ClientTelemetry
 from odradek.broker.tls import client_context, server_context
@@ -273,6 +275,7 @@ class Broker:
             leader_quota=ReplicationQuota(self.settings, "leader"),
             quotas=QuotaManager(settings.quotas, backend.image),
             schema_view=self.schema_registry,
+            shares=SharePartitionManager(self.timers, _share_settings(settings)),
         )
         assert self.services.quotas is not None
         await self._start_metrics(embedded=zk is None)
@@ -876,10 +879,12 @@ def handler_ports(svc: Services, config: BrokerConfig, live: LiveSettings) -> Po
     offload = svc.scheduler.offload
     groups, transactions = svc.groups, svc.transactions
     verify_transactions = settings.transactions.partition_verification_enable
+    shares = svc.shares
+    assert shares is not None
     configs = ConfigsPort(svc.broker_id, image_source, svc.topics, config, live, svc.backend)
     return Ports(
         authorizer=svc.authorizer,
-        connection=ConnectionPort(settings, svc.quotas, svc.metrics, svc.replicas.log_dirs),
+        connection=ConnectionPort(settings, svc.quotas, svc.metrics, svc.replicas.log_dirs, shares.connection_closed),
         produce=ProducePort(
             image_source, svc.partitions, svc.replicas, transactions, offload, svc.authorizer, svc.metrics,
             verify_transactions, svc.timers, SchemaValidation(svc.schema_view, offload),
@@ -887,6 +892,9 @@ def handler_ports(svc: Services, config: BrokerConfig, live: LiveSettings) -> Po
         fetch=FetchPort(
             svc.broker_id, image_source, svc.partitions, svc.replicas, offload, svc.leader_quota, svc.authorizer,
             svc.metrics, settings.server, svc.run, svc.timers,
+        ),
+        share=SharePort(
+            svc.broker_id, image_source, svc.partitions, svc.replicas, shares, shares.settings_for, svc.run, svc.timers,
         ),
         list_offsets=ListOffsetsPort(svc.partitions),
         metadata=MetadataPort(image_source, svc.backend.metadata_known, svc.topics, svc.authorizer, settings.server),
@@ -909,6 +917,16 @@ def handler_ports(svc: Services, config: BrokerConfig, live: LiveSettings) -> Po
         ),
         telemetry=TelemetryPort(svc.telemetry),
     )
+
+
+def _share_settings(settings: Settings) -> Callable[[str], ShareSettings]:
+    """A share group's settings: the broker's defaults (group configs are not kept yet)."""
+    defaults = ShareSettings()
+
+    def settings_for(group_id: str) -> ShareSettings:
+        return defaults
+
+    return settings_for
 
 
 def _raise_fd_limit() -> None:

@@ -52,6 +52,7 @@ from odradek.storage import (
 
 if TYPE_CHECKING:
     from odradek.broker.coordinators.consumer_groups import ConsumerGroupService
+    from odradek.broker.share_partitions import SharePartitionManager, ShareSettings
     from odradek.broker.coordinators.groups import GroupShard
     from odradek.broker.coordinators.transactions import TxnDescription
     from odradek.broker.schema_validation import SchemaValidation
@@ -481,6 +482,21 @@ class FetchPort:
 
 
 @dataclass(frozen=True, slots=True)
+class SharePort:
+    """Share groups at the partition leaders: ShareFetch and ShareAcknowledge."""
+
+    broker_id: int
+    metadata: ImageSource
+    partitions: FetchPartitions
+    replicas: ReplicaReads
+    shares: SharePartitionManager
+    #: a group's share settings (its share.* configs, else the broker's defaults)
+    settings_for: Callable[[str], ShareSettings]
+    run: RunState
+    timers: Scheduler
+
+
+@dataclass(frozen=True, slots=True)
 class ListOffsetsPort:
     partitions: FetchPartitions
 
@@ -608,6 +624,8 @@ class ConnectionPort:
     quotas: QuotaManager | None
     metrics: BrokerMetrics | None
     log_dirs: LogDirFailureChannel
+    #: told of a connection's end (its session): what the connection held ends with it (share sessions)
+    closed: Callable[[object], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -618,6 +636,7 @@ class Ports:
     connection: ConnectionPort
     produce: ProducePort
     fetch: FetchPort
+    share: SharePort
     list_offsets: ListOffsetsPort
     metadata: MetadataPort
     groups: GroupsPort

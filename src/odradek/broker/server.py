@@ -212,6 +212,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         on_close, self._on_close = self._on_close, None
         if on_close is not None:
             on_close()
+        closed = self.ports.connection.closed
+        if closed is not None:  # its share sessions end with it: their records go back to the others
+            closed(self.session)
         self.connections.discard(self)
         if self._metrics is not None:
             self._metrics.count(self._metrics.connections_closed, self.listener)

@@ -35,6 +35,7 @@ from odradek.storage import LogManager
 if TYPE_CHECKING:
     from odradek.broker.controller import Controller
     from odradek.broker.schema_validation import RegistryView
+    from odradek.broker.share_partitions import SharePartitionManager
     from odradek.broker.telemetry import ClientTelemetry
 
 __all__ = ["Services"]
@@ -75,6 +76,8 @@ class Services:
     #: where the broker is in its life (stopping: long polls answer at once)
     #: this broker's view of the schema registry's ``_schemas`` (None: it has no registry)
     schema_view: RegistryView | None = None
+    #: share groups' partitions and sessions at this leader (None: starting)
+    shares: SharePartitionManager | None = None
     run: RunState = field(default_factory=RunState)
 
     @property

@@ -1,0 +1,368 @@
+"""Share partitions at their leader (KIP-932): the in-flight state of every share group's reading
+of the partitions this broker leads, the share sessions of the members fetching them, and the
+acquisition-lock timer.
+
+A share partition (group, topic id, partition) is made on the first ShareFetch that names it:
+its state is read back from the share coordinator when one was persisted, else it starts where
+the group's ``share.auto.offset.reset`` says (the high watermark for ``latest``, the log start for
+``earliest``).  Its rules are pure (:class:`odradek.cluster.share_partition.SharePartition`); this
+module gives them the log's batches, the clock and the persistence:
+
+* a fetch reads from :meth:`SharePartition.next_fetch_offset`, below the high watermark (the last
+  stable offset for ``read_committed``, whose aborted records and transaction markers are archived,
+  never acquired), and acquires what it read for the member;
+* acknowledgements (ShareFetch's piggy-backed ones and ShareAcknowledge) change the states, and the
+  new state is written to the share coordinator before the answer;
+* one timer (on the broker's scheduler) expires acquisition locks: an expired record is available
+  again (or archived at the delivery-count limit), and fetches waiting for data are woken;
+* a share session (one per group member, opened with epoch 0, closed with -1) remembers the
+  partitions the member fetches; closing it, or the member's connection closing, releases the
+  records the member holds, at once, for the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from odradek.cluster.share_partition import Archived, SharePartition, StateBatch
+from odradek.errors import ErrorCode, KafkaError
+from odradek.records import iter_batch_headers
+
+if TYPE_CHECKING:
+    from odradek._scheduler import Scheduler, TimerHandle
+    from odradek.broker.ports import Partition
+
+__all__ = [
+    "SessionKey",
+    "ShareKey",
+    "SharePartitionManager",
+    "ShareSession",
+    "ShareSettings",
+]
+
+log = logging.getLogger(__name__)
+
+#: (group id, topic id, partition)
+ShareKey = tuple[str, uuid.UUID, int]
+#: (group id, member id)
+SessionKey = tuple[str, str]
+
+_CONTROL = 0x20
+_TRANSACTIONAL = 0x10
+#: share sessions one broker keeps at most (Kafka's max.share.session.cache.size is far larger;
+#: each session is small)
+MAX_SESSIONS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class ShareSettings:
+    """What a share group's configs say about reading a partition (the group's
+    ``share.*`` configs, else the broker's ``group.share.*`` defaults)."""
+
+    lock_ms: int = 30_000
+    delivery_limit: int = 5
+    #: "latest", "earliest" (``by_duration:`` is resolved to one of them by the caller)
+    auto_offset_reset: str = "latest"
+    read_committed: bool = False
+    max_in_flight: int = 2000
+
+
+class Persister(Protocol):
+    """Where share-partition state is kept (the share coordinator)."""
+
+    async def read(self, group_id: str, topic_id: uuid.UUID, partition: int) -> tuple[int, list[StateBatch]] | None:
+        """The persisted start offset and state batches, None when never written."""
+        ...
+
+    async def write(
+        self, group_id: str, topic_id: uuid.UUID, partition: int, *, leader_epoch: int, start_offset: int,
+        batches: list[StateBatch],
+    ) -> None: ...
+
+
+@dataclass(slots=True)
+class ShareSession:
+    """One member's share session: the partitions it fetches and the epoch its next request
+    carries."""
+
+    key: SessionKey
+    epoch: int
+    partitions: set[tuple[uuid.UUID, int]] = field(default_factory=set)
+    #: the connection that opened it (its close ends the session)
+    connection: object = None
+
+
+class SharePartitionManager:
+    """The share partitions and share sessions of one broker (see the module's text)."""
+
+    def __init__(
+        self,
+        timers: Scheduler,
+        settings_for: Callable[[str], ShareSettings],
+        persister: Persister | None = None,
+    ) -> None:
+        self._timers = timers
+        self.settings_for = settings_for
+        self._persister = persister
+        self.partitions: dict[ShareKey, SharePartition] = {}
+        self.sessions: dict[SessionKey, ShareSession] = {}
+        #: the sessions each connection opened (by the connection's identity)
+        self._by_connection: dict[int, set[SessionKey]] = {}
+        self._loading: dict[ShareKey, asyncio.Future[SharePartition]] = {}
+        self._timer: TimerHandle | None = None
+        self._timer_at: float | None = None
+        #: futures of fetches waiting for records to become available (woken by releases)
+        self._waiters: set[asyncio.Future[None]] = set()
+        #: counters for metrics and describe
+        self.stats: dict[str, int] = {
+            "acquired": 0, "accepted": 0, "released": 0, "rejected": 0, "archived": 0, "lock_expired": 0,
+        }
+        #: what was archived (for the dead-letter topic); the listener gets every archived record
+        self.on_archived: Callable[[ShareKey, list[Archived]], None] | None = None
+
+    def now(self) -> int:
+        return int(self._timers.clock.monotonic_ms())
+
+    # -- share partitions ------------------------------------------------------------------------
+    async def partition(self, key: ShareKey, p: Partition) -> SharePartition:
+        """The share partition of ``key`` (led here as ``p``), loaded on first use."""
+        sp = self.partitions.get(key)
+        if sp is not None:
+            return sp
+        loading = self._loading.get(key)
+        if loading is not None:
+            return await asyncio.shield(loading)
+        fut: asyncio.Future[SharePartition] = asyncio.get_running_loop().create_future()
+        self._loading[key] = fut
+        try:
+            sp = await self._load(key, p)
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # retrieved: the waiters see it through their own await
+            raise
+        finally:
+            del self._loading[key]
+        self.partitions[key] = sp
+        fut.set_result(sp)
+        return sp
+
+    async def _load(self, key: ShareKey, p: Partition) -> SharePartition:
+        group_id, topic_id, index = key
+        settings = self.settings_for(group_id)
+        stored = None
+        if self._persister is not None:
+            stored = await self._persister.read(group_id, topic_id, index)
+        if stored is not None:
+            start, batches = stored
+            start = max(start, p.log.log_start_offset)
+            log.info("share partition %s %s-%d resumes at %d (%d state batches)", group_id, p.topic, index, start,
+                     len(batches))
+        else:
+            batches = []
+            start = p.log.log_start_offset if settings.auto_offset_reset == "earliest" else p.log.high_watermark
+            log.info("share partition %s %s-%d starts at %d (share.auto.offset.reset=%s)", group_id, p.topic, index,
+                     start, settings.auto_offset_reset)
+            if self._persister is not None:
+                await self._persister.write(group_id, topic_id, index, leader_epoch=p.leader_epoch,
+                                            start_offset=start, batches=[])
+        return SharePartition(
+            start_offset=start, lock_ms=settings.lock_ms, delivery_limit=settings.delivery_limit,
+            max_in_flight=settings.max_in_flight, state_batches=batches,
+        )
+
+    def acquire(self, key: ShareKey, sp: SharePartition, p: Partition, member_id: str, data: bytes,
+                aborted_pids: Iterable[tuple[int, int]], *, max_records: int, read_committed: bool) -> list:
+        """Acquire for ``member_id`` what ``data`` (the whole batches read from
+        ``sp.next_fetch_offset()``) holds; the acquired runs."""
+        batches: list[tuple[int, int]] = []
+        skip: list[tuple[int, int]] = []
+        # read_committed: the producers whose transaction aborted from an offset on (until their marker)
+        pending = sorted(aborted_pids, key=lambda t: t[1]) if read_committed else []
+        aborting: set[int] = set()
+        for h in iter_batch_headers(data):
+            if h.magic < 2 or h.base_offset < 0:
+                continue
+            batches.append((h.base_offset, h.last_offset))
+            if h.attributes & _CONTROL:
+                skip.append((h.base_offset, h.last_offset))  # a marker is no record for anyone
+                aborting.discard(h.producer_id)
+                continue
+            if read_committed and h.attributes & _TRANSACTIONAL:
+                while pending and pending[0][1] <= h.last_offset:
+                    aborting.add(pending.pop(0)[0])
+                if h.producer_id in aborting:
+                    skip.append((h.base_offset, h.last_offset))
+        if not batches:
+            return []
+        sp.lock_ms = self.settings_for(key[0]).lock_ms
+        got = sp.acquire(member_id, batches, max_records=max_records, now_ms=self.now(), aborted=skip)
+        n = sum(a.last_offset - a.first_offset + 1 for a in got)
+        self.stats["acquired"] += n
+        self._arm()
+        return got
+
+    async def acknowledge(
+        self, key: ShareKey, sp: SharePartition, leader_epoch: int, member_id: str,
+        batches: Sequence[tuple[int, int, Sequence[int]]],
+    ) -> ErrorCode:
+        """Apply a partition's acknowledgement batches (first, last, types) and persist; the
+        first error (the batches before it stand, as Kafka's answer is per partition)."""
+        error = ErrorCode.NONE
+        changed = False
+        for first, last, types in batches:
+            code, archived = sp.acknowledge(member_id, first, last, types, now_ms=self.now())
+            if code != ErrorCode.NONE:
+                error = code
+                continue
+            changed = True
+            self._count_acks(types, last - first + 1)
+            self._archived(key, archived)
+        if changed:
+            self._wake()
+            await self._persist(key, sp, leader_epoch)
+        return error
+
+    def _count_acks(self, types: Sequence[int], n: int) -> None:
+        names = {1: "accepted", 2: "released", 3: "rejected"}
+        if len(types) == 1:
+            name = names.get(types[0])
+            if name:
+                self.stats[name] += n
+            return
+        for t in types:
+            name = names.get(t)
+            if name:
+                self.stats[name] += 1
+
+    def _archived(self, key: ShareKey, archived: list[Archived]) -> None:
+        if archived:
+            self.stats["archived"] += len(archived)
+            if self.on_archived is not None:
+                self.on_archived(key, archived)
+
+    async def _persist(self, key: ShareKey, sp: SharePartition, leader_epoch: int) -> None:
+        if self._persister is None:
+            return
+        group_id, topic_id, index = key
+        try:
+            await self._persister.write(group_id, topic_id, index, leader_epoch=leader_epoch,
+                                        start_offset=sp.start_offset, batches=sp.snapshot())
+        except KafkaError:
+            raise
+        except Exception as exc:
+            log.warning("share partition %s: state not persisted: %s", key, exc)
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)) from exc
+
+    def release(self, member_id: str, group_id: str, partitions: Iterable[tuple[uuid.UUID, int]] | None = None) -> int:
+        """Release what ``member_id`` of ``group_id`` holds (in ``partitions``, else everywhere)."""
+        released = 0
+        now = self.now()
+        keys = ([(group_id, t, i) for t, i in partitions] if partitions is not None
+                else [k for k in self.partitions if k[0] == group_id])
+        for key in keys:
+            sp = self.partitions.get(key)
+            if sp is None:
+                continue
+            held = sp.acquired_by(member_id)
+            if held:
+                released += held
+                self._archived(key, sp.release_member(member_id, now_ms=now))
+        if released:
+            self.stats["released"] += released
+            self._wake()
+        return released
+
+    def forget(self, topic_id: uuid.UUID, partition: int) -> None:
+        """This broker no longer leads the partition: its share partitions go (the new leader
+        reads their state back from the share coordinator)."""
+        for key in [k for k in self.partitions if k[1] == topic_id and k[2] == partition]:
+            del self.partitions[key]
+
+    # -- the lock timer --------------------------------------------------------------------------
+    def _arm(self) -> None:
+        deadlines = [d for d in (sp.next_deadline() for sp in self.partitions.values()) if d is not None]
+        if not deadlines:
+            return
+        at = min(deadlines)
+        if self._timer is not None and self._timer_at is not None and self._timer_at <= at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = self._timers.call_at(at, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        now = self.now()
+        woke = False
+        for key, sp in list(self.partitions.items()):
+            deadline = sp.next_deadline()
+            if deadline is None or deadline > now:
+                continue
+            archived = sp.expire(now)
+            self.stats["lock_expired"] += 1
+            self._archived(key, archived)
+            woke = True
+        if woke:
+            self._wake()
+        self._arm()
+
+    # -- waiting for records ---------------------------------------------------------------------
+    def waiter(self) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.add(fut)
+        fut.add_done_callback(self._waiters.discard)
+        return fut
+
+    def _wake(self) -> None:
+        for fut in list(self._waiters):
+            if not fut.done():
+                fut.set_result(None)
+
+    # -- share sessions --------------------------------------------------------------------------
+    def open_session(self, key: SessionKey, connection: object) -> ShareSession:
+        self.close_session(key)
+        if len(self.sessions) >= MAX_SESSIONS:
+            raise KafkaError(ErrorCode.SHARE_SESSION_LIMIT_REACHED,
+                             f"the share session cache is full ({MAX_SESSIONS} sessions)")
+        session = ShareSession(key, 1, connection=connection)
+        self.sessions[key] = session
+        self._by_connection.setdefault(id(connection), set()).add(key)
+        return session
+
+    def session(self, key: SessionKey, epoch: int) -> ShareSession:
+        """The session a request with ``epoch`` continues (and its epoch moves on)."""
+        session = self.sessions.get(key)
+        if session is None:
+            raise KafkaError(ErrorCode.SHARE_SESSION_NOT_FOUND, f"no share session for member {key[1]}")
+        if epoch != session.epoch:
+            raise KafkaError(ErrorCode.INVALID_SHARE_SESSION_EPOCH,
+                             f"share session epoch {epoch}, expected {session.epoch}")
+        session.epoch = session.epoch + 1 if session.epoch < 2**31 - 1 else 1
+        return session
+
+    def close_session(self, key: SessionKey) -> ShareSession | None:
+        session = self.sessions.pop(key, None)
+        if session is not None:
+            keys = self._by_connection.get(id(session.connection))
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._by_connection[id(session.connection)]
+            released = self.release(key[1], key[0], session.partitions)
+            if released:
+                log.info("share session of %s in %s closed: %d records released", key[1], key[0], released)
+        return session
+
+    def connection_closed(self, connection: object) -> None:
+        for key in list(self._by_connection.get(id(connection), ())):
+            session = self.sessions.get(key)
+            if session is not None and session.connection is connection:
+                self.close_session(key)
+

@@ -1,0 +1,291 @@
+"""ShareFetch and ShareAcknowledge at the partition leader, through the wire: share sessions and
+their epochs, acquisition (one member at a time per record), RELEASE / ACCEPT / REJECT, records a
+closed session or connection held going to the others, and Kafka's errors."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import confluent_kafka as ck
+import pytest
+
+from odradek.errors import ErrorCode
+from odradek.protocol.messages.metadata import MetadataRequest
+from odradek.protocol.messages.share_acknowledge import ShareAcknowledgeRequest as AQ
+from odradek.protocol.messages.share_fetch import ShareFetchRequest as Q
+from odradek.records import iter_batch_headers
+from odradek.testing import BrokerProcess, WireClient
+from tests.groups.group_helpers import create_topic
+
+ACCEPT, RELEASE, REJECT = 1, 2, 3
+_topics = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    proc = BrokerProcess(tmp_path_factory.mktemp("odradek-share-fetch"))
+    proc.start()
+    try:
+        yield proc
+    finally:
+        code = proc.stop()
+        assert code == 0, f"broker exited with {code}:\n{''.join(proc.stderr_lines[-40:])}"
+
+
+def _topic(broker: BrokerProcess, partitions: int = 1) -> tuple[str, uuid.UUID]:
+    name = f"share-{next(_topics)}"
+    create_topic(broker.bootstrap, name, partitions)
+    w = WireClient(broker.host, broker.port)
+    try:
+        md = w.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=name)]), version=12)
+        return name, md.topics[0].topic_id
+    finally:
+        w.close()
+
+
+def _produce(broker: BrokerProcess, topic: str, n: int, partition: int = 0) -> None:
+    p = ck.Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    for i in range(n):
+        p.produce(topic, value=b"v%d" % i, partition=partition)
+    assert p.flush(30) == 0
+
+
+class Member:
+    """One share-group member's session on its own connection."""
+
+    def __init__(self, broker: BrokerProcess, group: str, topic_id: uuid.UUID, partitions: tuple[int, ...] = (0,)) -> None:
+        self.wire = WireClient(broker.host, broker.port)
+        self.group = group
+        self.member_id = str(uuid.uuid4())
+        self.topic_id = topic_id
+        self.partitions = partitions
+        self.epoch = 0
+
+    def fetch(self, acks: dict[int, list[tuple[int, int, list[int]]]] | None = None, *, wait_ms: int = 0,
+              max_records: int = 500, epoch: int | None = None) -> Any:
+        acks = acks or {}
+        parts = [
+            Q.FetchPartition(partition_index=i, acknowledgement_batches=[
+                Q.AcknowledgementBatch(first_offset=f, last_offset=last, acknowledge_types=t) for f, last, t in acks.get(i, [])
+            ])
+            for i in self.partitions
+        ]
+        req = Q(group_id=self.group, member_id=self.member_id, share_session_epoch=self.epoch if epoch is None else epoch,
+                max_wait_ms=wait_ms, min_bytes=1, max_bytes=1 << 20, max_records=max_records, batch_size=max_records,
+                topics=[Q.FetchTopic(topic_id=self.topic_id, partitions=parts)])
+        resp = self.wire.request(req, version=1, timeout=30)
+        if epoch is None and resp.error_code == 0:
+            self.epoch += 1
+        return resp
+
+    def acknowledge(self, acks: dict[int, list[tuple[int, int, list[int]]]], *, epoch: int | None = None) -> Any:
+        req = AQ(group_id=self.group, member_id=self.member_id, share_session_epoch=self.epoch if epoch is None else epoch,
+                 topics=[AQ.AcknowledgeTopic(topic_id=self.topic_id, partitions=[
+                     AQ.AcknowledgePartition(partition_index=i, acknowledgement_batches=[
+                         AQ.AcknowledgementBatch(first_offset=f, last_offset=last, acknowledge_types=t) for f, last, t in b
+                     ]) for i, b in acks.items()
+                 ])])
+        resp = self.wire.request(req, version=1, timeout=30)
+        if epoch is None and resp.error_code == 0:
+            self.epoch += 1
+        return resp
+
+    def close(self) -> None:
+        self.wire.close()
+
+
+def acquired(resp: Any, partition: int = 0) -> list[tuple[int, int, int]]:
+    assert resp.error_code == 0, resp
+    out = []
+    for t in resp.responses:
+        for p in t.partitions:
+            if p.partition_index == partition:
+                assert p.error_code == 0, p
+                out += [(a.first_offset, a.last_offset, a.delivery_count) for a in p.acquired_records]
+    return out
+
+
+def offsets(runs: list[tuple[int, int, int]]) -> list[int]:
+    return [o for first, last, _n in runs for o in range(first, last + 1)]
+
+
+def ack_error(resp: Any, partition: int = 0) -> int:
+    for t in resp.responses:
+        for p in t.partitions:
+            if p.partition_index == partition:
+                return p.acknowledge_error_code if hasattr(p, "acknowledge_error_code") else p.error_code
+    raise AssertionError(f"partition {partition} not answered: {resp}")
+
+
+def _fetch_until(m: Member, want: int, tries: int = 20) -> list[tuple[int, int, int]]:
+    got: list[tuple[int, int, int]] = []
+    for _ in range(tries):
+        got += acquired(m.fetch(wait_ms=500))
+        if len(offsets(got)) >= want:
+            break
+    return got
+
+
+def test_a_record_goes_to_one_member_and_back_to_the_others_on_release(broker: BrokerProcess) -> None:
+    topic, tid = _topic(broker)
+    a, b = Member(broker, "g-release", tid), Member(broker, "g-release", tid)
+    try:
+        assert acquired(a.fetch()) == []  # share.auto.offset.reset=latest: nothing before the first fetch
+        assert acquired(b.fetch()) == []
+        _produce(broker, topic, 10)
+        got = _fetch_until(a, 10)
+        assert offsets(got) == list(range(10)) and {n for *_r, n in got} == {1}
+        resp = a.fetch()
+        records = [t for t in resp.responses for p in t.partitions if p.acquired_records]
+        assert records == []  # all ten are a's: nothing more for a
+        assert acquired(b.fetch(wait_ms=200)) == []  # nor for b while a holds them
+        # a releases 0-4 and accepts 5-9: only 0-4 come to b, delivered a second time
+        resp = a.acknowledge({0: [(0, 4, [RELEASE]), (5, 9, [ACCEPT])]})
+        assert resp.error_code == 0 and ack_error(resp) == 0
+        got_b = _fetch_until(b, 5)
+        assert offsets(got_b) == [0, 1, 2, 3, 4] and {n for *_r, n in got_b} == {2}
+        # b accepts them all: nobody gets anything again
+        assert ack_error(b.fetch({0: [(0, 4, [ACCEPT])]})) == 0
+        assert acquired(a.fetch(wait_ms=200)) == [] and acquired(b.fetch()) == []
+    finally:
+        a.close()
+        b.close()
+
+
+def test_acknowledging_what_the_member_does_not_hold_is_invalid_record_state(broker: BrokerProcess) -> None:
+    topic, tid = _topic(broker)
+    a, b = Member(broker, "g-state", tid), Member(broker, "g-state", tid)
+    try:
+        a.fetch()
+        b.fetch()
+        _produce(broker, topic, 4)
+        assert offsets(_fetch_until(a, 4)) == [0, 1, 2, 3]
+        resp = b.acknowledge({0: [(0, 1, [ACCEPT])]})
+        assert ack_error(resp) == ErrorCode.INVALID_RECORD_STATE
+        # nothing changed: a still holds 0-3 and can accept them
+        assert ack_error(a.acknowledge({0: [(0, 3, [ACCEPT])]})) == 0
+        # and accepting them twice is refused too
+        assert ack_error(a.acknowledge({0: [(0, 0, [ACCEPT])]})) == ErrorCode.INVALID_RECORD_STATE
+    finally:
+        a.close()
+        b.close()
+
+
+def test_per_offset_types_reject_archives(broker: BrokerProcess) -> None:
+    topic, tid = _topic(broker)
+    a, b = Member(broker, "g-types", tid), Member(broker, "g-types", tid)
+    try:
+        a.fetch()
+        _produce(broker, topic, 3)
+        assert offsets(_fetch_until(a, 3)) == [0, 1, 2]
+        assert ack_error(a.acknowledge({0: [(0, 2, [REJECT, RELEASE, ACCEPT])]})) == 0
+        # only 1 comes back: 0 was rejected (archived), 2 accepted
+        got = acquired(b.fetch()) + _fetch_until(b, 1, tries=2)
+        assert offsets(got) == [1]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_session_epochs_are_kafkas(broker: BrokerProcess) -> None:
+    _topic_name, tid = _topic(broker)
+    a = Member(broker, "g-epochs", tid)
+    try:
+        resp = a.fetch(epoch=3)  # no session yet
+        assert resp.error_code == ErrorCode.SHARE_SESSION_NOT_FOUND
+        a.fetch()
+        resp = a.fetch(epoch=a.epoch + 1)
+        assert resp.error_code == ErrorCode.INVALID_SHARE_SESSION_EPOCH
+        assert a.fetch().error_code == 0  # the right epoch still works
+        resp = a.acknowledge({0: []}, epoch=0)
+        assert resp.error_code == ErrorCode.INVALID_SHARE_SESSION_EPOCH
+        resp = a.fetch({0: [(0, 0, [ACCEPT])]}, epoch=0)  # a first request acknowledges nothing
+        assert resp.error_code == ErrorCode.INVALID_REQUEST
+        resp = a.fetch({0: [(5, 2, [ACCEPT])]})  # not a range
+        assert resp.error_code == 0 and ack_error(resp) == ErrorCode.INVALID_REQUEST
+        resp = a.fetch({0: [(0, 3, [9])]})  # no such type
+        assert ack_error(resp) == ErrorCode.INVALID_REQUEST
+        resp = a.fetch({0: [(0, 3, [ACCEPT, ACCEPT])]})  # two types for four offsets
+        assert ack_error(resp) == ErrorCode.INVALID_REQUEST
+    finally:
+        a.close()
+
+
+def test_empty_ids_and_unknown_topics(broker: BrokerProcess) -> None:
+    w = WireClient(broker.host, broker.port)
+    try:
+        for group, member in (("", "m"), ("g", ""), (None, "m")):
+            resp = w.request(Q(group_id=group, member_id=member, share_session_epoch=0, max_wait_ms=0, min_bytes=1,
+                               max_records=10, batch_size=10, topics=[]), version=1)
+            assert resp.error_code == ErrorCode.INVALID_REQUEST
+        resp = w.request(Q(group_id="g-unknown", member_id=str(uuid.uuid4()), share_session_epoch=0, max_wait_ms=0,
+                           min_bytes=1, max_records=10, batch_size=10,
+                           topics=[Q.FetchTopic(topic_id=uuid.uuid4(), partitions=[Q.FetchPartition(partition_index=0)])]),
+                         version=1)
+        assert resp.error_code == 0
+        assert resp.responses[0].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_ID
+    finally:
+        w.close()
+
+
+def test_a_closed_session_or_connection_gives_its_records_to_the_others(broker: BrokerProcess) -> None:
+    topic, tid = _topic(broker)
+    a, b, c = (Member(broker, "g-close", tid) for _ in range(3))
+    try:
+        for m in (a, b, c):
+            m.fetch()
+        _produce(broker, topic, 6)
+        assert offsets(_fetch_until(a, 6)) == list(range(6))
+        # a closes its session (epoch -1) accepting 0-1: 2-5 go to b at once
+        resp = a.fetch({0: [(0, 1, [ACCEPT])]}, epoch=-1)
+        assert resp.error_code == 0 and ack_error(resp) == 0
+        got = _fetch_until(b, 4)
+        assert offsets(got) == [2, 3, 4, 5]
+        # b's connection drops: c gets them, without waiting for a lock to expire
+        b.close()
+        got = _fetch_until(c, 4)
+        assert offsets(got) == [2, 3, 4, 5] and {n for *_r, n in got} == {3}
+    finally:
+        a.close()
+        c.close()
+
+
+def test_max_records_bounds_one_answer_and_the_rest_go_to_the_next(broker: BrokerProcess) -> None:
+    topic, tid = _topic(broker)
+    a, b = Member(broker, "g-max", tid), Member(broker, "g-max", tid)
+    try:
+        a.fetch()
+        b.fetch()
+        p = ck.Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "batch.num.messages": 1})
+        for i in range(30):
+            p.produce(topic, value=b"%d" % i, partition=0)
+            p.poll(0)
+        assert p.flush(30) == 0
+        first = offsets(acquired(a.fetch(wait_ms=500, max_records=10)))
+        assert 10 <= len(first) < 30  # one-record batches: exactly the limit (a batch end may pass it)
+        rest = offsets(_fetch_until(b, 30 - len(first)))
+        assert sorted(first + rest) == list(range(30)) and not set(first) & set(rest)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_the_records_sent_hold_the_acquired_offsets(broker: BrokerProcess) -> None:
+    topic, tid = _topic(broker)
+    a = Member(broker, "g-data", tid)
+    try:
+        a.fetch()
+        _produce(broker, topic, 5)
+        resp = a.fetch(wait_ms=2000)
+        part = resp.responses[0].partitions[0]
+        runs = [(r.first_offset, r.last_offset) for r in part.acquired_records]
+        data = bytes(part.records)
+        headers = list(iter_batch_headers(data))
+        assert headers, "the acquired records' batches are in the answer"
+        held = {o for h in headers for o in range(h.base_offset, h.last_offset + 1)}
+        assert all(o in held for first, last in runs for o in range(first, last + 1))
+    finally:
+        a.close()
