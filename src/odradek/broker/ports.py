@@ -52,10 +52,10 @@ from odradek.storage import (
 
 if TYPE_CHECKING:
     from odradek.broker.coordinators.consumer_groups import ConsumerGroupService
-    from odradek.broker.share_partitions import SharePartitionManager, ShareSettings
     from odradek.broker.coordinators.groups import GroupShard
     from odradek.broker.coordinators.transactions import TxnDescription
     from odradek.broker.schema_validation import SchemaValidation
+    from odradek.broker.share_partitions import SharePartitionManager, ShareSettings
     from odradek.cluster.group import JoinResult, SyncResult
     from odradek.protocol.messages.update_metadata import UpdateMetadataRequest
     from odradek.records import BatchHeader
