@@ -306,6 +306,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("group.consumer.assignors", "list",
      "org.apache.kafka.coordinator.group.assignor.UniformAssignor,org.apache.kafka.coordinator.group.assignor.RangeAssignor"),
     ("group.consumer.migration.policy", "string", "bidirectional"),
+    # share groups (KIP-932, ShareGroupHeartbeat): the session timeout and heartbeat interval the
+    # coordinator gives their members, and the largest share group
+    ("group.share.session.timeout.ms", "int", 45000),
+    ("group.share.heartbeat.interval.ms", "int", 5000),
+    ("group.share.max.size", "int", 200),
     ("transactional.id.expiration.ms", "int", 604800000),
     ("transaction.max.timeout.ms", "int", 900000),
     ("transaction.state.log.num.partitions", "int", 50),
@@ -529,13 +534,10 @@ KAFKA_BROKER_CONFIGS: dict[str, ConfigDef] = _kafka_defs(
     # groups: the consumer protocol (KIP-848) and share groups, with Odradek's own limits
     ("group.coordinator.threads", "int", 1, _R, "Kafka: threads of the group coordinator."),
     ("group.coordinator.append.linger.ms", "int", 10, _R, "Kafka: how long the group coordinator lingers to batch its writes."),
-    ("group.share.session.timeout.ms", "int", 45000, _R, "Kafka: session timeout of share-group members."),
     ("group.share.min.session.timeout.ms", "int", 45000, _R, "Kafka: smallest session timeout of share-group members."),
     ("group.share.max.session.timeout.ms", "int", 60000, _R, "Kafka: largest session timeout of share-group members."),
-    ("group.share.heartbeat.interval.ms", "int", 5000, _R, "Kafka: heartbeat interval of share-group members."),
     ("group.share.min.heartbeat.interval.ms", "int", 5000, _R, "Kafka: smallest heartbeat interval of share-group members."),
     ("group.share.max.heartbeat.interval.ms", "int", 15000, _R, "Kafka: largest heartbeat interval of share-group members."),
-    ("group.share.max.size", "int", 200, _R, "Kafka: most members of a share group."),
     ("group.share.max.groups", "short", 10, _R, "Kafka: most share groups."),
     ("group.share.delivery.count.limit", "int", 5, _R, "Kafka: deliveries of a share-group record before it is archived."),
     ("group.share.record.lock.duration.ms", "int", 30000, _R, "Kafka: how long a share-group consumer holds a record."),

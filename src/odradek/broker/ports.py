@@ -53,6 +53,7 @@ from odradek.storage import (
 if TYPE_CHECKING:
     from odradek.broker.coordinators.consumer_groups import ConsumerGroupService
     from odradek.broker.coordinators.groups import GroupShard
+    from odradek.broker.coordinators.share_groups import ShareGroupService
     from odradek.broker.coordinators.transactions import TxnDescription
     from odradek.broker.schema_validation import SchemaValidation
     from odradek.broker.share_partitions import SharePartitionManager, ShareSettings
@@ -281,6 +282,9 @@ class GroupCoordinator(Protocol):
 
     @property
     def consumer(self) -> ConsumerGroupService: ...
+
+    @property
+    def share(self) -> ShareGroupService: ...
 
     def shard(self, group_id: str) -> GroupShard: ...
 

@@ -396,6 +396,12 @@ class GroupSettings:
     consumer_assignors: tuple[str, ...]
     #: ``group.consumer.migration.policy`` (string, default 'bidirectional')
     consumer_migration_policy: str
+    #: ``group.share.session.timeout.ms`` (int, at least 1, default 45000)
+    share_session_timeout_ms: int
+    #: ``group.share.heartbeat.interval.ms`` (int, at least 1, default 5000)
+    share_heartbeat_interval_ms: int
+    #: ``group.share.max.size`` (int, 1 to 1000, default 200)
+    share_max_size: int
     #: milliseconds: offsets.retention.minutes (the first one set, as Kafka resolves them)
     offsets_retention_ms: int
 
@@ -424,6 +430,9 @@ def _groups(src: Source) -> GroupSettings:
         consumer_max_size=src.integer("group.consumer.max.size"),
         consumer_assignors=src.items("group.consumer.assignors"),
         consumer_migration_policy=src.text("group.consumer.migration.policy"),
+        share_session_timeout_ms=src.integer("group.share.session.timeout.ms", 1),
+        share_heartbeat_interval_ms=src.integer("group.share.heartbeat.interval.ms", 1),
+        share_max_size=src.integer("group.share.max.size", 1, 1000),
         offsets_retention_ms=src.millis(("offsets.retention.minutes", 60000)),
     )
 
