@@ -29,6 +29,8 @@ is in the memory of the group coordinator's shard only (see that module).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -123,6 +125,21 @@ class ShareGroup:
         return {t for m in self.members.values() for t in m.subscribed_topic_names}
 
 
+def _is_uuid(text: str) -> bool:
+    """A UUID as Kafka's clients write one: Kafka's own form (22 characters of URL-safe base64, as
+    librdkafka and the Java client send) or the hex form."""
+    if len(text) == 22:
+        try:
+            return len(base64.urlsafe_b64decode(text + "==")) == 16
+        except (ValueError, binascii.Error):
+            return False
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
 def validate_share_heartbeat(req: ShareHeartbeat) -> None:
     """Kafka's checks of a ShareGroupHeartbeat before it reaches a group (INVALID_REQUEST)."""
     if not req.group_id.strip():
@@ -131,10 +148,8 @@ def validate_share_heartbeat(req: ShareHeartbeat) -> None:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "RackId can't be empty.")
     if not req.member_id.strip():
         raise KafkaError(ErrorCode.INVALID_REQUEST, "MemberId can't be empty.")
-    try:
-        uuid.UUID(req.member_id)
-    except ValueError:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, f"MemberId {req.member_id} is not a valid UUID.") from None
+    if not _is_uuid(req.member_id):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"MemberId {req.member_id} is not a valid UUID.")
     if req.member_epoch == 0:
         if not req.subscribed_topic_names:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "SubscribedTopicNames must be set in first request.")
