@@ -57,6 +57,7 @@ from odradek.broker.coordinators import (
     TransactionCoordinator,
 )
 from odradek.broker.exporter import BrokerRegistry, MetricsAccess, MetricsServer
+from odradek.broker.group_configs import GroupConfigs
 from odradek.broker.limits import FDS_PER_PARTITION, partition_budget
 from odradek.broker.partitions import PartitionService
 from odradek.broker.ports import (
@@ -273,6 +274,7 @@ class Broker:
             leader_quota=ReplicationQuota(self.settings, "leader"),
             quotas=QuotaManager(settings.quotas, backend.image),
             schema_view=self.schema_registry,
+            group_configs=GroupConfigs(backend, self.settings),
         )
         assert self.services.quotas is not None
         await self._start_metrics(embedded=zk is None)
@@ -876,7 +878,8 @@ def handler_ports(svc: Services, config: BrokerConfig, live: LiveSettings) -> Po
     offload = svc.scheduler.offload
     groups, transactions = svc.groups, svc.transactions
     verify_transactions = settings.transactions.partition_verification_enable
-    configs = ConfigsPort(svc.broker_id, image_source, svc.topics, config, live, svc.backend)
+    assert svc.group_configs is not None
+    configs = ConfigsPort(svc.broker_id, image_source, svc.topics, config, live, svc.backend, svc.group_configs)
     return Ports(
         authorizer=svc.authorizer,
         connection=ConnectionPort(settings, svc.quotas, svc.metrics, svc.replicas.log_dirs),

@@ -17,6 +17,7 @@ from odradek._clock import Clock
 from odradek._scheduler import Scheduler
 from odradek.broker.authorizer import Authorizer
 from odradek.broker.coordinators import GroupCoordinator, MarkerWriter, TransactionCoordinator
+from odradek.broker.group_configs import GroupConfigs
 from odradek.broker.partitions import PartitionService
 from odradek.broker.ports import RunState
 from odradek.broker.producer_ids import ProducerIdManager
@@ -75,6 +76,9 @@ class Services:
     #: where the broker is in its life (stopping: long polls answer at once)
     #: this broker's view of the schema registry's ``_schemas`` (None: it has no registry)
     schema_view: RegistryView | None = None
+    #: the group configs (resource type GROUP): ``group_configs.for_group(id)`` is a group's typed
+    #: configs in effect (None: starting)
+    group_configs: GroupConfigs | None = None
     run: RunState = field(default_factory=RunState)
 
     @property
