@@ -306,11 +306,28 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("group.consumer.assignors", "list",
      "org.apache.kafka.coordinator.group.assignor.UniformAssignor,org.apache.kafka.coordinator.group.assignor.RangeAssignor"),
     ("group.consumer.migration.policy", "string", "bidirectional"),
-    # share groups (KIP-932, ShareGroupHeartbeat): the session timeout and heartbeat interval the
-    # coordinator gives their members, and the largest share group
+    # share groups (KIP-932; Kafka's GroupCoordinatorConfig and ShareGroupConfig): the session
+    # timeout and heartbeat interval given to share-group members, the largest share group and the
+    # share sessions a broker keeps; how long a member holds an acquired record, how often a record
+    # is delivered before it is archived, and how many records of a share partition may be in flight.
+    # Each default is also the default of the group config of the same name without the "group."
+    # prefix (share.record.lock.duration.ms, ...), which a group may set within the min/max bounds
     ("group.share.session.timeout.ms", "int", 45000),
+    ("group.share.min.session.timeout.ms", "int", 45000),
+    ("group.share.max.session.timeout.ms", "int", 60000),
     ("group.share.heartbeat.interval.ms", "int", 5000),
+    ("group.share.min.heartbeat.interval.ms", "int", 5000),
+    ("group.share.max.heartbeat.interval.ms", "int", 15000),
     ("group.share.max.size", "int", 200),
+    ("group.share.max.share.sessions", "int", 2000),
+    ("group.share.record.lock.duration.ms", "int", 30000),
+    ("group.share.min.record.lock.duration.ms", "int", 15000),
+    ("group.share.max.record.lock.duration.ms", "int", 60000),
+    ("group.share.delivery.count.limit", "int", 5),
+    ("group.share.min.delivery.count.limit", "int", 2),
+    ("group.share.max.delivery.count.limit", "int", 10),
+    ("group.share.partition.max.record.locks", "int", 2000),
+    ("share.fetch.purgatory.purge.interval.requests", "int", 1000),
     ("transactional.id.expiration.ms", "int", 604800000),
     ("transaction.max.timeout.ms", "int", 900000),
     ("transaction.state.log.num.partitions", "int", 50),
@@ -534,17 +551,7 @@ KAFKA_BROKER_CONFIGS: dict[str, ConfigDef] = _kafka_defs(
     # groups: the consumer protocol (KIP-848) and share groups, with Odradek's own limits
     ("group.coordinator.threads", "int", 1, _R, "Kafka: threads of the group coordinator."),
     ("group.coordinator.append.linger.ms", "int", 10, _R, "Kafka: how long the group coordinator lingers to batch its writes."),
-    ("group.share.min.session.timeout.ms", "int", 45000, _R, "Kafka: smallest session timeout of share-group members."),
-    ("group.share.max.session.timeout.ms", "int", 60000, _R, "Kafka: largest session timeout of share-group members."),
-    ("group.share.min.heartbeat.interval.ms", "int", 5000, _R, "Kafka: smallest heartbeat interval of share-group members."),
-    ("group.share.max.heartbeat.interval.ms", "int", 15000, _R, "Kafka: largest heartbeat interval of share-group members."),
     ("group.share.max.groups", "short", 10, _R, "Kafka: most share groups."),
-    ("group.share.delivery.count.limit", "int", 5, _R, "Kafka: deliveries of a share-group record before it is archived."),
-    ("group.share.record.lock.duration.ms", "int", 30000, _R, "Kafka: how long a share-group consumer holds a record."),
-    ("group.share.min.record.lock.duration.ms", "int", 15000, _R, "Kafka: shortest share-group record lock."),
-    ("group.share.max.record.lock.duration.ms", "int", 60000, _R, "Kafka: longest share-group record lock."),
-    ("group.share.partition.max.record.locks", "int", 200, _R, "Kafka: records of one share partition that may be locked at once."),
-    ("share.fetch.purgatory.purge.interval.requests", "int", 1000, _R, "Kafka: share-fetch purgatory purge interval, in requests."),
     ("share.coordinator.state.topic.num.partitions", "int", 50, _R, "Kafka: partitions of __share_group_state."),
     ("share.coordinator.state.topic.replication.factor", "short", 3, _R, "Kafka: replication factor of __share_group_state."),
     ("share.coordinator.state.topic.min.isr", "short", 2, _R, "Kafka: min.insync.replicas of __share_group_state."),

@@ -60,6 +60,7 @@ from odradek.cluster.group import (
     SyncResult,
 )
 from odradek.cluster.share_group import ShareGroupConfig, ShareGroups
+from odradek.config import BrokerConfig
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.coordinator import (
     GroupMetadataKey,
@@ -67,6 +68,7 @@ from odradek.protocol.messages.coordinator import (
     OffsetCommitKey,
     OffsetCommitValue,
 )
+from odradek.settings import settings_from
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -74,7 +76,7 @@ if TYPE_CHECKING:
     from odradek.broker.replication import Replication
     from odradek.cluster.metadata import MetadataImage
     from odradek.metrics import BrokerMetrics
-    from odradek.settings import GroupSettings
+    from odradek.settings import GroupSettings, ShareGroupSettings
 
 __all__ = ["GroupCoordinator", "GroupShard", "offsets_topic"]
 
@@ -320,7 +322,9 @@ class GroupShard:
 
 
 class GroupCoordinator:
-    def __init__(self, settings: GroupSettings, ports: CoordinatorPorts) -> None:
+    def __init__(self, settings: GroupSettings, ports: CoordinatorPorts,
+                 share_settings: ShareGroupSettings | None = None) -> None:
+        """``share_settings``: the broker's group.share.* settings (None: their defaults)."""
         self.settings = settings
         self.clock = ports.clock
         self.limits = GroupLimits(
@@ -333,7 +337,9 @@ class GroupCoordinator:
         )
         self._retired = _Retired()
         self.consumer_config = consumer_group_config(settings)
-        self.share_config = share_group_config(settings)
+        if share_settings is None:
+            share_settings = settings_from(BrokerConfig({})).share_groups
+        self.share_config = share_group_config(share_settings)
         self.runtime = CoordinatorRuntime(offsets_topic(settings, ports.replication), self._new_shard, ports)
         self.runtime.deadline("group-timer", self._next_deadline, self._tick)
         self.runtime.every("offsets-expiry", settings.offsets_retention_check_interval_ms, self._expire)

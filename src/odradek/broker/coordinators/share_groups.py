@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from odradek.broker.coordinators.groups import GroupShard
     from odradek.broker.coordinators.runtime import CoordinatorRuntime
     from odradek.cluster.metadata import MetadataImage
-    from odradek.settings import GroupSettings
+    from odradek.settings import ShareGroupSettings
 
 __all__ = ["DescribedShareGroup", "MemberRemoved", "ShareGroupService", "share_group_config"]
 
@@ -54,16 +54,16 @@ log = logging.getLogger(__name__)
 MemberRemoved = Callable[[str, str], None]
 
 
-def share_group_config(settings: GroupSettings) -> ShareGroupConfig:
+def share_group_config(settings: ShareGroupSettings) -> ShareGroupConfig:
     """The ``group.share.*`` settings (their ranges are checked when the settings are built)."""
     from odradek.config import ConfigError
 
-    if settings.share_heartbeat_interval_ms >= settings.share_session_timeout_ms:
+    if settings.heartbeat_interval_ms >= settings.session_timeout_ms:
         raise ConfigError("group.share.heartbeat.interval.ms must be less than group.share.session.timeout.ms")
     return ShareGroupConfig(
-        session_timeout_ms=settings.share_session_timeout_ms,
-        heartbeat_interval_ms=settings.share_heartbeat_interval_ms,
-        max_size=settings.share_max_size,
+        session_timeout_ms=settings.session_timeout_ms,
+        heartbeat_interval_ms=settings.heartbeat_interval_ms,
+        max_size=settings.max_size,
     )
 
 
