@@ -56,6 +56,7 @@ from odradek.broker.coordinators import (
     MarkerWriter,
     TransactionCoordinator,
 )
+from odradek.broker.coordinators.share_state import ShareCoordinator, ShareCoordinatorConfig
 from odradek.broker.exporter import BrokerRegistry, MetricsAccess, MetricsServer
 from odradek.broker.limits import FDS_PER_PARTITION, partition_budget
 from odradek.broker.partitions import PartitionService
@@ -86,6 +87,7 @@ from odradek.broker.schema_registry import BrokerSchemaRegistry, schema_registry
 from odradek.broker.schema_validation import SchemaValidation
 from odradek.broker.server import KafkaConnection
 from odradek.broker.services import Services
+from odradek.broker.share_persister import SharePersister
 from odradek.broker.single_node import SingleNodeController
 from odradek.broker.telemetry import ClientTelemetry
 from odradek.broker.tls import client_context, server_context
@@ -240,6 +242,14 @@ class Broker:
             offsets_partitions=settings.groups.offsets_topic_num_partitions,
         )
 
+        self.shares = ShareCoordinator(ShareCoordinatorConfig.from_config(self.config.get, single_node=zk is None), ports)
+        self.share_persister = SharePersister(
+            self.broker_id, self.shares, lambda: backend.image,
+            channel_factory=self._channel_factory if zk is not None else None,
+            inter_broker_listener=(inter or None) if zk is not None else None,
+            request_timeout_ms=settings.server.request_timeout_ms,
+        )
+
         self.schema_registry = schema_registry_for(
             self.broker_id, settings, ports, backend, embedded=zk is None, listeners=self._security,
             scram=self._scram_credential, authorizer=authorizer,
@@ -248,6 +258,7 @@ class Broker:
         def on_hosting_changed(image: MetadataImage | None) -> None:
             self.groups.on_hosting_changed(image)
             self.txns.on_hosting_changed(image)
+            self.shares.on_hosting_changed(image)
             if self.schema_registry is not None:
                 self.schema_registry.on_hosting_changed(image)
 
@@ -268,6 +279,7 @@ class Broker:
             coordinator=self.groups,
             txn_coordinator=self.txns,
             txn_markers=self.txn_markers,
+            share_coordinator=self.shares,
             controller=SingleNodeController(self.broker_id, backend) if zk is None else None,
             authorizer=authorizer,
             leader_quota=ReplicationQuota(self.settings, "leader"),
@@ -329,6 +341,7 @@ class Broker:
             )
         self.groups.start()
         self.txns.start()
+        self.shares.start()
         if self.schema_registry is not None:
             self.schema_registry.start()
         if zk is not None and cluster is not None:
@@ -561,6 +574,8 @@ class Broker:
             await self.schema_registry.stop()
         await self.groups.stop()
         await self.txns.stop()
+        await self.shares.stop()
+        await self.share_persister.close()
         for p in self.replicas.partitions.values():
             p.fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         # the timers stop; a compaction pass or retention still on a thread is waited for
@@ -890,7 +905,9 @@ def handler_ports(svc: Services, config: BrokerConfig, live: LiveSettings) -> Po
         ),
         list_offsets=ListOffsetsPort(svc.partitions),
         metadata=MetadataPort(image_source, svc.backend.metadata_known, svc.topics, svc.authorizer, settings.server),
-        groups=GroupsPort(image_source, groups, transactions, svc.backend, svc.clock.now_ms, svc.authorizer),
+        groups=GroupsPort(
+            image_source, groups, transactions, svc.backend, svc.clock.now_ms, svc.authorizer, svc.share_coordinator
+        ),
         transactions=TransactionsPort(
             image_source, transactions, groups, svc.markers, svc.replicas, svc.clock.now_ms, verify_transactions
         ),
@@ -908,6 +925,7 @@ def handler_ports(svc: Services, config: BrokerConfig, live: LiveSettings) -> Po
             image_source, svc.backend, inter_broker_listener(settings), svc.telemetry is not None
         ),
         telemetry=TelemetryPort(svc.telemetry),
+        share_state=svc.share_coordinator,
     )
 
 

@@ -325,9 +325,12 @@ class ShareStateMap:
 
     def read(self, key: ShareKey, leader_epoch: int, now_ms: int) -> tuple[ShareState | None, ShareRecord | None]:
         """The state a ReadShareGroupState answers (None: never initialized) and the record that
-        records a newer leader's epoch, if it is newer (FENCED_LEADER_EPOCH if older)."""
-        self._fence_leader(key, leader_epoch)
+        records a newer leader's epoch, if it is newer (FENCED_LEADER_EPOCH if older; -1: a
+        reader that is no leader, neither checked nor recorded)."""
         cur = self.states.get(key)
+        if leader_epoch == -1:
+            return cur, None
+        self._fence_leader(key, leader_epoch)
         if cur is None:
             return None, None
         if leader_epoch > self.leader_epochs.get(key, -1):

@@ -15,6 +15,7 @@ from odradek.broker.handlers import (  # noqa: F401
     produce,
     quotas,
     sasl,
+    share_state,
     telemetry,
     topic_partitions,
     transactions,
