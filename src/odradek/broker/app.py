@@ -56,6 +56,7 @@ from odradek.broker.coordinators import (
     MarkerWriter,
     TransactionCoordinator,
 )
+from odradek.broker.coordinators.share_state import ShareCoordinator, ShareCoordinatorConfig
 from odradek.broker.exporter import BrokerRegistry, MetricsAccess, MetricsServer
 from odradek.broker.group_configs import GroupConfigs
 from odradek.broker.limits import FDS_PER_PARTITION, partition_budget
@@ -89,6 +90,7 @@ from odradek.broker.schema_validation import SchemaValidation
 from odradek.broker.server import KafkaConnection
 from odradek.broker.services import Services
 from odradek.broker.share_partitions import SharePartitionManager, ShareSettings
+from odradek.broker.share_persister import SharePersister
 from odradek.broker.single_node import SingleNodeController
 from odradek.broker.telemetry import ClientTelemetry
 from odradek.broker.tls import client_context, server_context
@@ -243,6 +245,16 @@ class Broker:
             offsets_partitions=settings.groups.offsets_topic_num_partitions,
         )
 
+        self.share_coordinator = ShareCoordinator(
+            ShareCoordinatorConfig.from_config(self.config.get, single_node=zk is None), ports
+        )
+        self.share_persister = SharePersister(
+            self.broker_id, self.share_coordinator, lambda: backend.image,
+            channel_factory=self._channel_factory if zk is not None else None,
+            inter_broker_listener=(inter or None) if zk is not None else None,
+            request_timeout_ms=settings.server.request_timeout_ms,
+        )
+
         self.schema_registry = schema_registry_for(
             self.broker_id, settings, ports, backend, embedded=zk is None, listeners=self._security,
             scram=self._scram_credential, authorizer=authorizer,
@@ -251,6 +263,7 @@ class Broker:
         def on_hosting_changed(image: MetadataImage | None) -> None:
             self.groups.on_hosting_changed(image)
             self.txns.on_hosting_changed(image)
+            self.share_coordinator.on_hosting_changed(image)
             if self.schema_registry is not None:
                 self.schema_registry.on_hosting_changed(image)
 
@@ -272,6 +285,7 @@ class Broker:
             coordinator=self.groups,
             txn_coordinator=self.txns,
             txn_markers=self.txn_markers,
+            share_coordinator=self.share_coordinator,
             controller=SingleNodeController(self.broker_id, backend) if zk is None else None,
             authorizer=authorizer,
             leader_quota=ReplicationQuota(self.settings, "leader"),
@@ -279,7 +293,7 @@ class Broker:
             schema_view=self.schema_registry,
             group_configs=group_configs,
             shares=SharePartitionManager(
-                self.timers, _share_settings(group_configs, self.settings),
+                self.timers, _share_settings(group_configs, self.settings), self.share_persister,
                 max_sessions=settings.share_groups.max_share_sessions,
             ),
         )
@@ -338,6 +352,7 @@ class Broker:
             )
         self.groups.start()
         self.txns.start()
+        self.share_coordinator.start()
         if self.schema_registry is not None:
             self.schema_registry.start()
         if zk is not None and cluster is not None:
@@ -570,6 +585,8 @@ class Broker:
             await self.schema_registry.stop()
         await self.groups.stop()
         await self.txns.stop()
+        await self.share_coordinator.stop()
+        await self.share_persister.close()
         for p in self.replicas.partitions.values():
             p.fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         # the timers stop; a compaction pass or retention still on a thread is waited for
@@ -904,7 +921,9 @@ def handler_ports(svc: Services, config: BrokerConfig, live: LiveSettings) -> Po
         ),
         list_offsets=ListOffsetsPort(svc.partitions),
         metadata=MetadataPort(image_source, svc.backend.metadata_known, svc.topics, svc.authorizer, settings.server),
-        groups=GroupsPort(image_source, groups, transactions, svc.backend, svc.clock.now_ms, svc.authorizer),
+        groups=GroupsPort(
+            image_source, groups, transactions, svc.backend, svc.clock.now_ms, svc.authorizer, svc.share_coordinator
+        ),
         transactions=TransactionsPort(
             image_source, transactions, groups, svc.markers, svc.replicas, svc.clock.now_ms, verify_transactions
         ),
@@ -922,6 +941,7 @@ def handler_ports(svc: Services, config: BrokerConfig, live: LiveSettings) -> Po
             image_source, svc.backend, inter_broker_listener(settings), svc.telemetry is not None
         ),
         telemetry=TelemetryPort(svc.telemetry),
+        share_state=svc.share_coordinator,
     )
 
 

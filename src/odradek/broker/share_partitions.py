@@ -27,9 +27,9 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from odradek.cluster.share_partition import Archived, SharePartition, StateBatch
+from odradek.cluster.share_partition import Archived, RecordState, SharePartition, StateBatch
 from odradek.errors import ErrorCode, KafkaError
 from odradek.records import iter_batch_headers
 
@@ -73,16 +73,34 @@ class ShareSettings:
     dlq_topic: str | None = None
 
 
+class Stored(Protocol):
+    """A share partition's state as the share coordinator keeps it (its batches: runs with
+    ``first_offset``, ``last_offset``, ``delivery_count`` and ``state`` as a number)."""
+
+    @property
+    def state_epoch(self) -> int: ...
+
+    @property
+    def start_offset(self) -> int: ...
+
+    @property
+    def batches(self) -> Sequence[Any]: ...
+
+
 class Persister(Protocol):
     """Where share-partition state is kept (the share coordinator)."""
 
-    async def read(self, group_id: str, topic_id: uuid.UUID, partition: int) -> tuple[int, list[StateBatch]] | None:
-        """The persisted start offset and state batches, None when never written."""
+    async def read(self, group_id: str, topic_id: uuid.UUID, partition: int, *,
+                   leader_epoch: int = -1) -> Stored | None:
+        """The persisted state, None when it was never initialized."""
         ...
 
+    async def initialize(self, group_id: str, topic_id: uuid.UUID, partition: int, start_offset: int,
+                         state_epoch: int = 0) -> None: ...
+
     async def write(
-        self, group_id: str, topic_id: uuid.UUID, partition: int, *, leader_epoch: int, start_offset: int,
-        batches: list[StateBatch],
+        self, group_id: str, topic_id: uuid.UUID, partition: int, *, leader_epoch: int, state_epoch: int,
+        start_offset: int, batches: Sequence[Any],
     ) -> None: ...
 
 
@@ -118,6 +136,9 @@ class SharePartitionManager:
         #: the sessions each connection opened (by the connection's identity)
         self._by_connection: dict[int, set[SessionKey]] = {}
         self._loading: dict[ShareKey, asyncio.Future[SharePartition]] = {}
+        #: the leader epoch each share partition was loaded at, and its state epoch
+        self._epochs: dict[ShareKey, int] = {}
+        self._state_epochs: dict[ShareKey, int] = {}
         self._timer: TimerHandle | None = None
         self._timer_at: float | None = None
         #: futures of fetches waiting for records to become available (woken by releases)
@@ -137,7 +158,10 @@ class SharePartitionManager:
         """The share partition of ``key`` (led here as ``p``), loaded on first use."""
         sp = self.partitions.get(key)
         if sp is not None:
-            return sp
+            if self._epochs.get(key) == p.leader_epoch:
+                return sp
+            # led here again after another broker led it: its state is the share coordinator's now
+            self._drop(key)
         loading = self._loading.get(key)
         if loading is not None:
             return await asyncio.shield(loading)
@@ -160,20 +184,23 @@ class SharePartitionManager:
         settings = self.settings_for(group_id)
         stored = None
         if self._persister is not None:
-            stored = await self._persister.read(group_id, topic_id, index)
+            stored = await self._persister.read(group_id, topic_id, index, leader_epoch=p.leader_epoch)
+        batches: list[StateBatch] = []
         if stored is not None:
-            start, batches = stored
-            start = max(start, p.log.log_start_offset)
+            start = max(stored.start_offset, p.log.log_start_offset)
+            batches = [StateBatch(b.first_offset, b.last_offset, b.delivery_count, RecordState(b.state))
+                       for b in stored.batches if b.last_offset >= start]
+            self._state_epochs[key] = stored.state_epoch
             log.info("share partition %s %s-%d resumes at %d (%d state batches)", group_id, p.topic, index, start,
                      len(batches))
         else:
-            batches = []
             start = self._reset_offset(settings, p)
+            self._state_epochs[key] = 0
             log.info("share partition %s %s-%d starts at %d (share.auto.offset.reset=%s)", group_id, p.topic, index,
                      start, settings.auto_offset_reset)
             if self._persister is not None:
-                await self._persister.write(group_id, topic_id, index, leader_epoch=p.leader_epoch,
-                                            start_offset=start, batches=[])
+                await self._persister.initialize(group_id, topic_id, index, start, 0)
+        self._epochs[key] = p.leader_epoch
         return SharePartition(
             start_offset=start, lock_ms=settings.lock_ms, delivery_limit=settings.delivery_limit,
             max_in_flight=settings.max_in_flight, state_batches=batches,
@@ -265,6 +292,7 @@ class SharePartitionManager:
         group_id, topic_id, index = key
         try:
             await self._persister.write(group_id, topic_id, index, leader_epoch=leader_epoch,
+                                        state_epoch=self._state_epochs.get(key, 0),
                                         start_offset=sp.start_offset, batches=sp.snapshot())
         except KafkaError:
             raise
@@ -291,11 +319,10 @@ class SharePartitionManager:
             self._wake()
         return released
 
-    def forget(self, topic_id: uuid.UUID, partition: int) -> None:
-        """This broker no longer leads the partition: its share partitions go (the new leader
-        reads their state back from the share coordinator)."""
-        for key in [k for k in self.partitions if k[1] == topic_id and k[2] == partition]:
-            del self.partitions[key]
+    def _drop(self, key: ShareKey) -> None:
+        self.partitions.pop(key, None)
+        self._epochs.pop(key, None)
+        self._state_epochs.pop(key, None)
 
     # -- the lock timer --------------------------------------------------------------------------
     def _arm(self) -> None:
