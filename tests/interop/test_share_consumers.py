@@ -20,7 +20,14 @@ from typing import Any
 
 import confluent_kafka as ck
 import pytest
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from odradek.protocol.messages.share_group_describe import ShareGroupDescribeRequest
 from odradek.testing import BrokerProcess, WireClient
