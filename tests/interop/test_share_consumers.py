@@ -279,3 +279,82 @@ def test_a_broker_restart_resumes_the_group_and_every_record_is_accepted_once(tm
             late.close()
     finally:
         proc.stop()
+
+
+def _read_all(bootstrap: str, topic: str, want: int, timeout: float = T) -> list[Any]:
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{next(_names)}",
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(got) < want and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(m)
+    finally:
+        c.close()
+    return got
+
+
+def test_poison_and_rejected_records_land_in_the_dead_letter_topic_with_their_origin(broker: BrokerProcess) -> None:
+    n = next(_names)
+    dlq = f"dlq.poison-{n}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(dlq, 1, 1, config={"errors.deadletterqueue.group.enable": "true"})])[dlq].result(T)
+    topic, group = _setup(broker.bootstrap, 1, share_delivery_count_limit="2", errors_deadletterqueue_topic_name=dlq,
+                          errors_deadletterqueue_copy_record_enable="true")
+    p = ck.Producer({"bootstrap.servers": broker.bootstrap})
+    for key, value in ((b"k1", b"good"), (b"k2", b"poison"), (b"k3", b"bad")):
+        p.produce(topic, key=key, value=value, headers=[("trace", b"t-" + key)], partition=0)
+    assert p.flush(T) == 0
+    c = _consumer(broker.bootstrap, group, topic, explicit=True)
+    try:
+        deliveries: Counter[bytes] = Counter()
+        deadline = time.monotonic() + T
+        while deliveries[b"poison"] < 2 and time.monotonic() < deadline:
+            for m in _poll(c):
+                deliveries[m.value()] += 1
+                kind = {b"good": ck.AcknowledgeType.ACCEPT, b"poison": ck.AcknowledgeType.RELEASE,
+                        b"bad": ck.AcknowledgeType.REJECT}[m.value()]
+                c.acknowledge(m, kind)
+            c.commit_sync(T)
+        assert deliveries == {b"good": 1, b"poison": 2, b"bad": 1}
+        # the poison record is not delivered a third time: the delivery-count limit archived it
+        assert _drain(c, 1, timeout=3) == []
+    finally:
+        c.close()
+    letters = _read_all(broker.bootstrap, dlq, 2)
+    assert len(letters) == 2
+    by_value = {m.value(): m for m in letters}
+    assert set(by_value) == {b"poison", b"bad"}
+    for value, offset, count, reason in ((b"poison", 1, 2, b"delivery_limit"), (b"bad", 2, 1, b"rejected")):
+        m = by_value[value]
+        headers = dict(m.headers())
+        assert m.key() == {b"poison": b"k2", b"bad": b"k3"}[value]
+        assert headers["trace"] == {b"poison": b"t-k2", b"bad": b"t-k3"}[value]
+        assert headers["__dlq.errors.topic"] == topic.encode()
+        assert headers["__dlq.errors.partition"] == b"0"
+        assert headers["__dlq.errors.offset"] == str(offset).encode()
+        assert headers["__dlq.errors.group.id"] == group.encode()
+        assert headers["__dlq.errors.delivery.count"] == str(count).encode()
+        assert headers["__dlq.errors.reason"] == reason
+
+
+def test_a_dead_letter_topic_that_did_not_allow_it_gets_nothing(broker: BrokerProcess) -> None:
+    n = next(_names)
+    dlq = f"dlq.closed-{n}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(dlq, 1, 1)])[dlq].result(T)  # errors.deadletterqueue.group.enable: false
+    topic, group = _setup(broker.bootstrap, 1, errors_deadletterqueue_topic_name=dlq)
+    _produce(broker.bootstrap, topic, [b"bad"], 1)
+    c = _consumer(broker.bootstrap, group, topic, explicit=True)
+    try:
+        got = _drain(c, 1)
+        c.acknowledge(got[0], ck.AcknowledgeType.REJECT)
+        c.commit_sync(T)
+    finally:
+        c.close()
+    time.sleep(1.0)  # a dead letter would be written by now (the write follows the acknowledgement)
+    assert _read_all(broker.bootstrap, dlq, 1, timeout=3) == []
+    assert any("does not allow dead letters" in line for line in broker.stderr_lines[-200:])

@@ -38,7 +38,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import odradek.broker.handlers  # noqa: F401  (registers the API handlers)
 from odradek._clock import Clock, SystemClock
@@ -82,20 +82,22 @@ from odradek.broker.ports import (
 )
 from odradek.broker.producer_ids import ProducerIdManager
 from odradek.broker.quotas import QuotaManager, ReplicationQuota
-from odradek.broker.replica import ReplicaManager
+from odradek.broker.replica import Partition, ReplicaManager
 from odradek.broker.replication import ClusterReplication, LocalReplication, Replication
 from odradek.broker.scheduler import LogScheduler
 from odradek.broker.schema_registry import BrokerSchemaRegistry, schema_registry_for
 from odradek.broker.schema_validation import SchemaValidation
 from odradek.broker.server import KafkaConnection
 from odradek.broker.services import Services
-from odradek.broker.share_partitions import SharePartitionManager, ShareSettings
+from odradek.broker.share_dlq import DeadLetters, DeadLetterWriter
+from odradek.broker.share_partitions import ShareKey, SharePartitionManager, ShareSettings
 from odradek.broker.share_persister import SharePersister
 from odradek.broker.single_node import SingleNodeController
 from odradek.broker.telemetry import ClientTelemetry
 from odradek.broker.tls import client_context, server_context
 from odradek.broker.topics import TopicService, internal_topic_configs
 from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage
+from odradek.cluster.share_partition import Archived
 from odradek.config import BrokerConfig, ConfigError, Listener
 from odradek.coordination import EmbeddedBackend, MetadataBackend
 from odradek.coordination.embedded import read_cluster_id
@@ -298,6 +300,7 @@ class Broker:
             ),
         )
         assert self.services.quotas is not None
+        self.dead_letters = self._dead_letter_writer(zk is not None, inter)
         await self._start_metrics(embedded=zk is None)
         # what each group of handlers may use (after the metrics: the ports count with them)
         self.ports = handler_ports(self.services, self.config, self.settings)
@@ -419,6 +422,37 @@ class Broker:
     def metrics_url(self) -> str | None:
         """The URL of ``/metrics`` (None: metrics are off)."""
         return self.metrics_server.url if self.metrics_server is not None else None
+
+    def _dead_letter_writer(self, cluster: bool, inter: str | None) -> DeadLetterWriter:
+        """Share groups' dead letters (KIP-1191), fed by the share partitions' archived records."""
+        svc = self.services
+        replicas, topics = self.replicas, self.topics
+
+        def read(p: Partition, offset: int) -> Any:
+            return replicas.read(p, offset, 1 << 20, isolation_committed=False, replica_id=-1, min_one=True)
+
+        async def append(p: Partition, batch: bytes) -> None:
+            replicas.append(p, batch, -1)
+            await replicas.wait_durable(p)
+
+        writer = DeadLetterWriter(
+            self.broker_id, lambda: svc.backend.image, replicas.leader_partition, read, append, topics.log_config,
+            lambda: self.settings.current.share_groups.dlq_topic_name_prefix, self.clock,
+            channel_factory=self._channel_factory if cluster else None,
+            inter_broker_listener=inter or None,
+            request_timeout_ms=self.settings.current.server.request_timeout_ms,
+        )
+        shares = svc.shares
+        assert shares is not None
+
+        def on_archived(key: ShareKey, p: Partition, archived: list[Archived]) -> None:
+            settings = shares.settings_for(key[0])
+            if settings.dlq_topic:
+                writer.submit(DeadLetters(key[0], p.topic, key[1], p, tuple(archived), settings.dlq_topic,
+                                          settings.dlq_copy_record))
+
+        shares.on_archived = on_archived
+        return writer
 
     async def _connect_zookeeper(self, dirs: list[Path]) -> ZooKeeperBackend:
         from odradek.coordination.zookeeper import ZooKeeperBackend
@@ -587,6 +621,7 @@ class Broker:
         await self.txns.stop()
         await self.share_coordinator.stop()
         await self.share_persister.close()
+        await self.dead_letters.stop()
         for p in self.replicas.partitions.values():
             p.fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         # the timers stop; a compaction pass or retention still on a thread is waited for
@@ -964,6 +999,7 @@ def _share_settings(configs: GroupConfigs, live: LiveSettings) -> Callable[[str]
             read_committed=config.share_read_committed,
             max_in_flight=live.current.share_groups.partition_max_record_locks,
             dlq_topic=config.dlq_topic_name or None,
+            dlq_copy_record=config.dlq_copy_record_enable,
         )
         if len(made) >= 10_000:
             made.clear()

@@ -69,8 +69,10 @@ class ShareSettings:
     reset_duration_ms: int = 0
     read_committed: bool = False
     max_in_flight: int = 2000
-    #: the group's dead-letter topic (KIP-1191), None: archived records are only archived
+    #: the group's dead-letter topic (KIP-1191), None: archived records are only archived; and
+    #: whether a dead letter copies the record (errors.deadletterqueue.copy.record.enable)
     dlq_topic: str | None = None
+    dlq_copy_record: bool = False
 
 
 class Stored(Protocol):
@@ -147,8 +149,10 @@ class SharePartitionManager:
         self.stats: dict[str, int] = {
             "acquired": 0, "accepted": 0, "released": 0, "rejected": 0, "archived": 0, "lock_expired": 0,
         }
-        #: what was archived (for the dead-letter topic); the listener gets every archived record
-        self.on_archived: Callable[[ShareKey, list[Archived]], None] | None = None
+        #: what was archived (for the dead-letter topic): the listener gets every archived record
+        #: with its share partition and the partition it is read from
+        self.on_archived: Callable[[ShareKey, Partition, list[Archived]], None] | None = None
+        self._sources: dict[ShareKey, Partition] = {}
 
     def now(self) -> int:
         return int(self._timers.clock.monotonic_ms())
@@ -201,6 +205,7 @@ class SharePartitionManager:
             if self._persister is not None:
                 await self._persister.initialize(group_id, topic_id, index, start, 0)
         self._epochs[key] = p.leader_epoch
+        self._sources[key] = p
         return SharePartition(
             start_offset=start, lock_ms=settings.lock_ms, delivery_limit=settings.delivery_limit,
             max_in_flight=settings.max_in_flight, state_batches=batches,
@@ -283,8 +288,9 @@ class SharePartitionManager:
     def _archived(self, key: ShareKey, archived: list[Archived]) -> None:
         if archived:
             self.stats["archived"] += len(archived)
-            if self.on_archived is not None:
-                self.on_archived(key, archived)
+            source = self._sources.get(key)
+            if self.on_archived is not None and source is not None:
+                self.on_archived(key, source, archived)
 
     async def _persist(self, key: ShareKey, sp: SharePartition, leader_epoch: int) -> None:
         if self._persister is None:
@@ -323,6 +329,7 @@ class SharePartitionManager:
         self.partitions.pop(key, None)
         self._epochs.pop(key, None)
         self._state_epochs.pop(key, None)
+        self._sources.pop(key, None)
 
     # -- the lock timer --------------------------------------------------------------------------
     def _arm(self) -> None:
