@@ -59,15 +59,21 @@ def _setup(bootstrap: str, partitions: int, **configs: str) -> tuple[str, str]:
     topic, group = f"queue-{n}", f"workers-{n}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(T)
-    entries = [ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
-               for k, v in {"share_auto_offset_reset": "earliest", **configs}.items()]
-    for fut in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)]).values():
-        fut.result(T)
+    _set_group(bootstrap, group, **configs)
     deadline = time.monotonic() + T
     while len(admin.list_topics(topic, timeout=5).topics[topic].partitions) < partitions:
         assert time.monotonic() < deadline
         time.sleep(0.05)
     return topic, group
+
+
+def _set_group(bootstrap: str, group: str, **configs: str) -> None:
+    """The group's configs (names with _ for .), share.auto.offset.reset=earliest unless given."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    entries = [ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
+               for k, v in {"share_auto_offset_reset": "earliest", **configs}.items()]
+    for fut in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)]).values():
+        fut.result(T)
 
 
 def _produce(bootstrap: str, topic: str, values: list[bytes], partitions: int) -> None:
@@ -358,3 +364,32 @@ def test_a_dead_letter_topic_that_did_not_allow_it_gets_nothing(broker: BrokerPr
     time.sleep(1.0)  # a dead letter would be written by now (the write follows the acknowledgement)
     assert _read_all(broker.bootstrap, dlq, 1, timeout=3) == []
     assert any("does not allow dead letters" in line for line in broker.stderr_lines[-200:])
+
+
+def test_a_read_committed_share_group_never_delivers_an_aborted_record(broker: BrokerProcess) -> None:
+    topic, group = _setup(broker.bootstrap, 1, share_isolation_level="read_committed")
+    uncommitted = f"uncommitted-{next(_names)}"  # a read_uncommitted group of the same topic, for contrast
+    _set_group(broker.bootstrap, uncommitted)
+    p = ck.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"tx-{next(_names)}"})
+    p.init_transactions(T)
+    for values, commit in (([b"c1", b"c2"], True), ([b"a1", b"a2"], False), ([b"c3"], True), ([b"a3"], False)):
+        p.begin_transaction()
+        for v in values:
+            p.produce(topic, value=v, partition=0)
+        p.flush(T)
+        (p.commit_transaction if commit else p.abort_transaction)(T)
+    _produce(broker.bootstrap, topic, [b"plain"], 1)  # outside any transaction
+    c = _consumer(broker.bootstrap, group, topic)
+    try:
+        got = _drain(c, 4, timeout=10)
+        assert [m.value() for m in got] == [b"c1", b"c2", b"c3", b"plain"]
+        assert _drain(c, 1, timeout=2) == []
+    finally:
+        c.commit_sync(T)
+        c.close()
+    c = _consumer(broker.bootstrap, uncommitted, topic)
+    try:
+        got = _drain(c, 7, timeout=10)
+        assert sorted(m.value() for m in got) == sorted([b"c1", b"c2", b"a1", b"a2", b"c3", b"a3", b"plain"])
+    finally:
+        c.close()
