@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka import KafkaError, KafkaException  # noqa: E402
@@ -157,6 +159,34 @@ def test_bad_values_are_invalid_config_and_nothing_is_stored(
     assert all(e.source == ConfigSource.DEFAULT_CONFIG.value for e in configs.values())
 
 
+_NAMES = ["share.record.lock.duration.ms", "share.delivery.count.limit", "share.auto.offset.reset",
+          "share.isolation.level", "share.session.timeout.ms", "consumer.heartbeat.interval.ms"]
+# values that look nearly right: numbers with junk, durations, case changes, control characters
+_VALUES = st.one_of(
+    st.text(max_size=30),
+    st.from_regex(r"\A(by_duration:)?[-+]?P?T?[0-9.,]{0,6}[DHMSdhms]?\s?\Z"),
+    st.sampled_from(["LATEST", "Earliest", "read-committed", " 1000x", "0x10", "1e4", "\uff12\uff10\uff10\uff10", "\x00", "30000\n1"]),
+)
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow], deadline=None)
+@given(name=st.sampled_from(_NAMES), value=_VALUES)
+def test_any_value_is_stored_valid_or_refused_and_not_stored(admin: AdminClient, name: str, value: str) -> None:
+    """A malformed value gets INVALID_CONFIG and leaves the group's configs as they were; an
+    accepted one is described as set."""
+    g = group()
+    try:
+        alter(admin, g, op(name, value))
+    except KafkaException as exc:
+        assert exc.args[0].code() == KafkaError.INVALID_CONFIG, exc
+        configs = describe(admin, g)
+        assert all(e.source == ConfigSource.DEFAULT_CONFIG.value for e in configs.values())
+        return
+    entry = describe(admin, g)[name]
+    assert entry.source == ConfigSource.GROUP_CONFIG.value
+    assert entry.value == value.strip()
+
+
 def test_append_to_a_group_config_is_refused(admin: AdminClient) -> None:
     err = refused(admin, group(), op("share.auto.offset.reset", "earliest", AlterConfigOpType.APPEND))
     assert err.code() == KafkaError.INVALID_CONFIG
@@ -242,6 +272,5 @@ def test_acls_guard_group_configs(tmp_path: Path) -> None:
         allow(AclOperation.ALTER_CONFIGS)
         alter(alice, g, op("share.auto.offset.reset", "earliest"))
         assert describe(admin, g)["share.auto.offset.reset"].value == "earliest"
-        del admin, alice
     finally:
         b.stop()
