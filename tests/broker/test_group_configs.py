@@ -33,7 +33,8 @@ from confluent_kafka.admin import (  # noqa: E402
     ResourceType,
 )
 
-from odradek.testing import BrokerProcess  # noqa: E402
+from odradek.protocol.messages.list_config_resources import ListConfigResourcesRequest  # noqa: E402
+from odradek.testing import BrokerProcess, WireClient  # noqa: E402
 
 T = 20.0
 
@@ -116,6 +117,18 @@ def test_set_describe_delete(admin: AdminClient) -> None:
     assert configs["share.record.lock.duration.ms"].value == "20000"
     assert configs["share.record.lock.duration.ms"].source == ConfigSource.DEFAULT_CONFIG.value
     assert configs["share.isolation.level"].value == "read_committed"
+
+
+def test_list_config_resources_names_the_groups_with_configs(broker: BrokerProcess, admin: AdminClient) -> None:
+    g = group()
+    alter(admin, g, op("share.delivery.count.limit", "4"))
+    w = WireClient(broker.host, broker.port, "lister")
+    try:
+        res = w.request(ListConfigResourcesRequest(resource_types=[32]), 1)
+    finally:
+        w.close()
+    assert res.error_code == 0
+    assert (g, 32) in {(r.resource_name, r.resource_type) for r in res.config_resources}
 
 
 def test_validate_only_stores_nothing(admin: AdminClient) -> None:
