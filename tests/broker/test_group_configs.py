@@ -9,6 +9,9 @@ restart, and guarded by the ACLs Kafka asks for (DESCRIBE_CONFIGS / ALTER_CONFIG
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -287,3 +290,22 @@ def test_acls_guard_group_configs(tmp_path: Path) -> None:
         assert describe(admin, g)["share.auto.offset.reset"].value == "earliest"
     finally:
         b.stop()
+
+
+def test_the_cli_sets_and_describes_group_configs(broker: BrokerProcess, admin: AdminClient) -> None:
+    g = group()
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "odradek", "configs", "--bootstrap-server", broker.bootstrap,
+                               *args], capture_output=True, text=True, timeout=60)
+
+    done = cli("alter", "--group", g, "--set", "share.auto.offset.reset=earliest")
+    assert done.returncode == 0, done.stderr
+    assert describe(admin, g)["share.auto.offset.reset"].value == "earliest"
+    shown = cli("--entity-type", "groups", "--entity-name", g, "--describe", "--output", "json")
+    assert shown.returncode == 0, shown.stderr
+    configs = json.loads(shown.stdout)["configs"]
+    assert [(c["name"], c["value"], c["source"]) for c in configs] == [
+        ("share.auto.offset.reset", "earliest", "GROUP_CONFIG")]
+    bad = cli("alter", "--group", g, "--set", "share.isolation.level=dirty")
+    assert bad.returncode == 1 and "INVALID_CONFIG" in bad.stderr
