@@ -36,6 +36,7 @@ from confluent_kafka.admin import (  # noqa: E402
     ResourceType,
 )
 
+from odradek.protocol.messages.describe_configs import DescribeConfigsRequest  # noqa: E402
 from odradek.protocol.messages.list_config_resources import ListConfigResourcesRequest  # noqa: E402
 from odradek.testing import BrokerProcess, WireClient  # noqa: E402
 
@@ -132,6 +133,23 @@ def test_list_config_resources_names_the_groups_with_configs(broker: BrokerProce
         w.close()
     assert res.error_code == 0
     assert (g, 32) in {(r.resource_name, r.resource_type) for r in res.config_resources}
+
+
+def test_documentation_and_types_when_asked(broker: BrokerProcess) -> None:
+    D = DescribeConfigsRequest
+    w = WireClient(broker.host, broker.port, "doc")
+    try:
+        res = w.request(D(resources=[D.DescribeConfigsResource(resource_type=32, resource_name=group(),
+                                                              configuration_keys=None)],
+                          include_documentation=True), 4)
+    finally:
+        w.close()
+    entries = {c.name: c for c in res.results[0].configs}
+    assert res.results[0].error_code == 0
+    assert "ISO-8601" in (entries["share.auto.offset.reset"].documentation or "")
+    assert entries["share.record.lock.duration.ms"].config_type == 3  # INT
+    assert entries["share.renew.acknowledge.enable"].config_type == 1  # BOOLEAN
+    assert not any(c.read_only for c in entries.values())
 
 
 def test_validate_only_stores_nothing(admin: AdminClient) -> None:
