@@ -893,7 +893,9 @@ def handler_ports(svc: Services, config: BrokerConfig, live: LiveSettings) -> Po
         ),
         list_offsets=ListOffsetsPort(svc.partitions),
         metadata=MetadataPort(image_source, svc.backend.metadata_known, svc.topics, svc.authorizer, settings.server),
-        groups=GroupsPort(image_source, groups, transactions, svc.backend, svc.clock.now_ms, svc.authorizer),
+        groups=GroupsPort(
+            image_source, groups, transactions, svc.backend, svc.clock.now_ms, svc.authorizer, svc.group_configs
+        ),
         transactions=TransactionsPort(
             image_source, transactions, groups, svc.markers, svc.replicas, svc.clock.now_ms, verify_transactions
         ),

@@ -529,6 +529,8 @@ class GroupsPort:
     v0_offsets: V0Offsets
     now_ms: Callable[[], int]
     authorizer: Authorizer | None
+    #: each group's configs in effect (resource type GROUP: share.record.lock.duration.ms, ...)
+    group_configs: GroupConfigView | None = None
 
 
 @dataclass(frozen=True, slots=True)
