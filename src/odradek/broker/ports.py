@@ -575,6 +575,8 @@ class GroupsPort:
     authorizer: Authorizer | None
     #: FindCoordinator of a share-partition (key type 2; None: no share coordinator)
     shares: ShareStateCoordinator | None = None
+    #: each group's configs in effect (resource type GROUP: share.record.lock.duration.ms, ...)
+    group_configs: GroupConfigView | None = None
 
 
 @dataclass(frozen=True, slots=True)
