@@ -1,8 +1,8 @@
 """Share groups (KIP-932): the membership rules of Kafka's group coordinator for them, without I/O.
 
-A share group's members heartbeat (ShareGroupHeartbeat v1) with a member id they chose (a UUID),
-epoch 0 to join (with the topics they subscribe to), -1 to leave, else the epoch the coordinator
-gave them.  The coordinator keeps, per group:
+A share group's members heartbeat (ShareGroupHeartbeat v1) with a member id they chose (a random
+UUID; any non-blank string to the coordinator), epoch 0 to join (with the topics they subscribe
+to), -1 to leave, else the epoch the coordinator gave them.  The coordinator keeps, per group:
 
 * the **group epoch**, bumped whenever the membership, a subscription or the subscribed topics'
   partition counts change;
@@ -124,17 +124,15 @@ class ShareGroup:
 
 
 def validate_share_heartbeat(req: ShareHeartbeat) -> None:
-    """Kafka's checks of a ShareGroupHeartbeat before it reaches a group (INVALID_REQUEST)."""
+    """Kafka's checks of a ShareGroupHeartbeat before it reaches a group (INVALID_REQUEST), in
+    Kafka's order.  The member id is any non-blank string, as Kafka takes it (Kafka's clients
+    send a random Uuid in its base64 form, librdkafka too)."""
+    if not req.member_id.strip():
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "MemberId can't be empty.")
     if not req.group_id.strip():
         raise KafkaError(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
     if req.rack_id is not None and not req.rack_id.strip():
         raise KafkaError(ErrorCode.INVALID_REQUEST, "RackId can't be empty.")
-    if not req.member_id.strip():
-        raise KafkaError(ErrorCode.INVALID_REQUEST, "MemberId can't be empty.")
-    try:
-        uuid.UUID(req.member_id)
-    except ValueError:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, f"MemberId {req.member_id} is not a valid UUID.") from None
     if req.member_epoch == 0:
         if not req.subscribed_topic_names:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "SubscribedTopicNames must be set in first request.")
