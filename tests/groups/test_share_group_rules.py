@@ -1,0 +1,131 @@
+"""The share-group rules (:mod:`odradek.cluster.share_group`) on the pure state machine.
+
+Whatever sequence of joins, heartbeats (at the member's epoch, a stale or a future one), leaves,
+session expiries, subscription changes and partitions added:
+
+* every answer is a result or Kafka's error for that case (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID,
+  GROUP_MAX_SIZE_REACHED), never another exception;
+* once every member has heartbeated with nothing new, each member's epoch is the group's
+  assignment epoch, which is the group epoch; every partition of every subscribed topic is
+  assigned to a member subscribed to it; every member has a partition of each subscribed topic
+  (shared when members outnumber partitions), and a topic's partitions are shared evenly (counts
+  within one of each other);
+* the group epoch never goes back.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from odradek.cluster.share_group import ShareGroupConfig, ShareGroups, ShareHeartbeat, simple_assign
+from odradek.errors import ErrorCode, KafkaError
+from tests.groups.consumer_sim import image, topic_id
+
+GROUP = "g"
+TOPICS = {"a": 2, "b": 3, "c": 1}
+SUBSCRIPTIONS = st.sampled_from([("a",), ("b",), ("a", "b"), ("a", "b", "c"), ("c",)])
+SESSION = 1000
+
+op = st.one_of(
+    st.tuples(st.just("join"), SUBSCRIPTIONS),
+    st.tuples(st.just("heartbeat"), st.integers(0, 7)),
+    st.tuples(st.just("stale"), st.integers(0, 7), st.integers(-3, 3)),
+    st.tuples(st.just("leave"), st.integers(0, 7)),
+    st.tuples(st.just("subscribe"), st.integers(0, 7), SUBSCRIPTIONS),
+    st.tuples(st.just("wait"), st.integers(1, SESSION)),
+    st.tuples(st.just("grow"), st.sampled_from(sorted(TOPICS)), st.integers(1, 3)),
+)
+ALLOWED = {ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.GROUP_MAX_SIZE_REACHED}
+
+
+@given(st.lists(op, max_size=40))
+def test_any_sequence_settles_with_every_partition_assigned(ops: list[tuple]) -> None:
+    groups = ShareGroups(ShareGroupConfig(session_timeout_ms=SESSION, heartbeat_interval_ms=100, max_size=6))
+    topics = dict(TOPICS)
+    now = 0
+    epochs: dict[str, int] = {}  # the clients' view: member id -> epoch (0: must rejoin)
+    subs: dict[str, tuple[str, ...]] = {}
+    last_group_epoch = 0
+
+    def beat(mid: str, epoch: int, names: tuple[str, ...] | None = None) -> None:
+        nonlocal last_group_epoch
+        if names is not None:
+            subs[mid] = names
+        if epoch == 0:
+            names = subs[mid]
+        try:
+            r = groups.heartbeat(now, ShareHeartbeat(GROUP, mid, epoch, subscribed_topic_names=names),
+                                 image(topics), lambda _g: None)
+        except KafkaError as exc:
+            assert exc.code in ALLOWED, exc
+            if exc.code is ErrorCode.FENCED_MEMBER_EPOCH:
+                epochs[mid] = 0  # the client rejoins with its member id
+            elif exc.code is ErrorCode.UNKNOWN_MEMBER_ID:
+                epochs.pop(mid, None)  # removed: the client would rejoin as a new member
+            return
+        if epoch == -1:
+            epochs.pop(mid, None)
+        else:
+            epochs[mid] = r.member_epoch
+        g = groups.group(GROUP)
+        assert g is not None and g.group_epoch >= last_group_epoch
+        last_group_epoch = g.group_epoch
+
+    def pick(i: int) -> str | None:
+        ids = sorted(epochs)
+        return ids[i % len(ids)] if ids else None
+
+    for o in ops:
+        if o[0] == "join":
+            beat(str(uuid.uuid4()), 0, o[1])
+        elif o[0] in ("heartbeat", "leave", "stale", "subscribe") and (mid := pick(o[1])) is not None:
+            if o[0] == "heartbeat":
+                beat(mid, epochs[mid])
+            elif o[0] == "leave":
+                beat(mid, -1)
+            elif o[0] == "stale":
+                beat(mid, max(1, epochs[mid] + o[2]))
+            else:
+                beat(mid, epochs[mid], o[2])
+        elif o[0] == "wait":
+            now += o[1]
+            for gid, mid in groups.tick(now, image(topics)):
+                assert gid == GROUP
+                epochs.pop(mid, None)
+        elif o[0] == "grow":
+            topics[o[1]] += o[2]
+
+    g = groups.group(GROUP)
+    # everyone still there heartbeats twice with nothing new
+    for _ in range(2):
+        for mid in sorted(g.members if g is not None else ()):
+            beat(mid, epochs[mid])
+    if g is None or not g.members:
+        return
+    assert g.state == "Stable" and g.assignment_epoch == g.group_epoch
+    for m in g.members.values():
+        assert m.member_epoch == g.assignment_epoch and m.assigned == g.target[m.member_id]
+    for name in {t for m in g.members.values() for t in m.subscribed_topic_names}:
+        tid = topic_id(name)
+        subscribers = [m for m in g.members.values() if name in m.subscribed_topic_names]
+        counts = Counter(p for m in subscribers for p in m.assigned.get(tid, ()))
+        assert set(counts) == set(range(topics[name])), (name, counts)
+        assert all(m.assigned.get(tid) for m in subscribers)
+        assert max(counts.values()) - min(counts.values()) <= 1
+        for m in g.members.values():
+            if name not in m.subscribed_topic_names:
+                assert tid not in m.assigned
+
+
+def test_the_simple_assignor_with_more_members_than_partitions() -> None:
+    tid = uuid.uuid4()
+    out = simple_assign({f"m{i}": ["t"] for i in range(5)}, {"t": (tid, 2)})
+    assert sorted(len(parts[tid]) for parts in out.values()) == [1] * 5
+    assert Counter(p for parts in out.values() for p in parts[tid]) == {0: 3, 1: 2}
+    out = simple_assign({"m0": ["t"], "m1": ["t"]}, {"t": (tid, 5)})
+    assert sorted(sorted(parts[tid]) for parts in out.values()) == [[0, 2, 4], [1, 3]]
+    assert simple_assign({"m0": ["gone"]}, {}) == {"m0": {}}
