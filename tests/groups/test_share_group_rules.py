@@ -10,7 +10,10 @@ session expiries, subscription changes and partitions added:
   assigned to a member subscribed to it; every member has a partition of each subscribed topic
   (shared when members outnumber partitions), and a topic's partitions are shared evenly (counts
   within one of each other);
-* the group epoch never goes back.
+* the group epoch never goes back;
+* the records written for each change (:mod:`odradek.broker.coordinators.share_records`),
+  replayed into a fresh coordinator (a failover), give the same group: epochs, members, their
+  subscriptions, epochs and partitions, the target assignment.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
+from odradek.broker.coordinators.share_records import ShareRecordLoader, changes, group_records
 from odradek.cluster.share_group import ShareGroupConfig, ShareGroups, ShareHeartbeat, simple_assign
 from odradek.errors import ErrorCode, KafkaError
 from tests.groups.consumer_sim import image, topic_id
@@ -50,6 +54,7 @@ def test_any_sequence_settles_with_every_partition_assigned(ops: list[tuple]) ->
     epochs: dict[str, int] = {}  # the clients' view: member id -> epoch (0: must rejoin)
     subs: dict[str, tuple[str, ...]] = {}
     last_group_epoch = 0
+    written: list[tuple[bytes, bytes | None]] = []
 
     def beat(mid: str, epoch: int, names: tuple[str, ...] | None = None) -> None:
         nonlocal last_group_epoch
@@ -57,16 +62,19 @@ def test_any_sequence_settles_with_every_partition_assigned(ops: list[tuple]) ->
             subs[mid] = names
         if epoch == 0:
             names = subs[mid]
+        before = group_records(groups.group(GROUP))
         try:
             r = groups.heartbeat(now, ShareHeartbeat(GROUP, mid, epoch, subscribed_topic_names=names),
                                  image(topics), lambda _g: None)
         except KafkaError as exc:
+            assert group_records(groups.group(GROUP)) == before, "an error changed the group"
             assert exc.code in ALLOWED, exc
             if exc.code is ErrorCode.FENCED_MEMBER_EPOCH:
                 epochs[mid] = 0  # the client rejoins with its member id
             elif exc.code is ErrorCode.UNKNOWN_MEMBER_ID:
                 epochs.pop(mid, None)  # removed: the client would rejoin as a new member
             return
+        written.extend(changes(before, group_records(groups.group(GROUP))))
         if epoch == -1:
             epochs.pop(mid, None)
         else:
@@ -93,13 +101,30 @@ def test_any_sequence_settles_with_every_partition_assigned(ops: list[tuple]) ->
                 beat(mid, epochs[mid], o[2])
         elif o[0] == "wait":
             now += o[1]
-            for gid, mid in groups.tick(now, image(topics)):
+            before = group_records(groups.group(GROUP))
+            expired = groups.tick(now, image(topics))
+            written.extend(changes(before, group_records(groups.group(GROUP))))
+            for gid, mid in expired:
                 assert gid == GROUP
                 epochs.pop(mid, None)
         elif o[0] == "grow":
             topics[o[1]] += o[2]
 
     g = groups.group(GROUP)
+    loader = ShareRecordLoader()
+    for key, value in written:
+        loader.replay(key, value)
+    again = loader.groups()
+    if g is None:
+        assert again == {}
+    else:
+        h = again[GROUP]
+        assert (h.group_epoch, h.assignment_epoch, h.metadata_hash, h.target) == (
+            g.group_epoch, g.assignment_epoch, g.metadata_hash, g.target)
+        assert {mid: (m.member_epoch, m.previous_epoch, m.subscribed_topic_names, m.assigned)
+                for mid, m in h.members.items()} == {
+            mid: (m.member_epoch, m.previous_epoch, m.subscribed_topic_names, m.assigned)
+            for mid, m in g.members.items()}
     # everyone still there heartbeats twice with nothing new
     for _ in range(2):
         for mid in sorted(g.members if g is not None else ()):

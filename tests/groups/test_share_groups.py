@@ -466,3 +466,66 @@ def test_four_confluent_share_consumers_join_one_group_and_get_assignments(broke
                     done.set()
             threading.Thread(target=close, daemon=True).start()
             assert done.wait(60), "ShareConsumer.close() did not return"
+
+
+def test_a_share_group_is_written_in_kafkas_records_and_survives_a_sigkill(tmp_path: Any) -> None:
+    """The group's records (types 10-14) are in __consumer_offsets; after a SIGKILL and restart
+    the coordinator loads them: the members go on at their epochs with their partitions, and an
+    emptied, deleted group stays deleted."""
+    from odradek.broker.coordinators.share_records import SHARE_GROUP_RECORD_TYPES
+
+    b = BrokerProcess(tmp_path / "data", overrides={**BROKER_OVERRIDES, "offsets.topic.num.partitions": 1}).start()
+    try:
+        create_topic(b.bootstrap, "dur-t", 3)
+        w = WireClient(b.host, b.port)
+        _ready(w, "dur")
+        members = [ShareMember(w, "dur", ["dur-t"]) for _ in range(2)]
+        for m in members:
+            assert m.heartbeat() is ErrorCode.NONE
+        _converge(members)
+        gone = ShareMember(w, "dur-gone", ["dur-t"])
+        assert gone.heartbeat() is ErrorCode.NONE and gone.leave() is ErrorCode.NONE
+        assert w.request(DeleteGroupsRequest(groups_names=["dur-gone"]), 2).results[0].error_code == 0
+        before = _describe(w, "dur")[0]
+        w.close()
+        b.kill()
+        b.start()
+        w = WireClient(b.host, b.port)
+        try:
+            _ready(w, "dur")
+
+            def loaded() -> Any:
+                d = _describe(w, "dur")[0]
+                return d if d.error_code == 0 else None
+            after = wait_until(loaded, what="the group loaded again")
+            assert (after.group_epoch, after.assignment_epoch, after.group_state) == (
+                before.group_epoch, before.assignment_epoch, "Stable")
+            assert [(m.member_id, m.member_epoch, m.assignment) for m in after.members] == [
+                (m.member_id, m.member_epoch, m.assignment) for m in before.members]
+            for m in members:
+                m.w = w
+                held = m.partitions()
+                assert m.heartbeat() is ErrorCode.NONE, m.last  # goes on at its epoch: no rejoin
+                assert m.last.assignment is None and m.partitions() == held
+            assert _describe(w, "dur-gone")[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        finally:
+            w.close()
+        # Kafka's record types, read back from __consumer_offsets
+        import confluent_kafka as ck
+
+        c = ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": "reader", "enable.auto.commit": False})
+        try:
+            c.assign([ck.TopicPartition("__consumer_offsets", 0, 0)])
+            types: set[int] = set()
+
+            def read() -> bool:
+                msg = c.poll(0.2)
+                if msg is not None and msg.error() is None and msg.key() is not None:
+                    types.add(int.from_bytes(msg.key()[:2], "big"))
+                return SHARE_GROUP_RECORD_TYPES <= types
+            wait_until(read, what="the share group's record types in __consumer_offsets")
+        finally:
+            c.close()
+    finally:
+        if b.running():
+            b.stop()

@@ -29,6 +29,7 @@ is in the memory of the group coordinator's shard only (see that module).
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ __all__ = [
     "ShareHeartbeat",
     "ShareHeartbeatResult",
     "ShareMember",
+    "metadata_hash",
     "simple_assign",
     "validate_share_heartbeat",
 ]
@@ -112,8 +114,9 @@ class ShareGroup:
     members: dict[str, ShareMember] = field(default_factory=dict)
     #: member id -> its target assignment at ``assignment_epoch``
     target: dict[str, dict[uuid.UUID, frozenset[int]]] = field(default_factory=dict)
-    #: subscribed topic name -> (topic id, partition count), as the group epoch last saw them
-    subscription_metadata: dict[str, tuple[uuid.UUID, int]] = field(default_factory=dict)
+    #: a hash of the subscribed topics' names, ids and partition counts as the group epoch last
+    #: saw them (0: none); a change bumps the group epoch
+    metadata_hash: int = 0
 
     @property
     def state(self) -> str:
@@ -170,6 +173,14 @@ def _subscription_metadata(names: Iterable[str], image: MetadataImage) -> dict[s
         if t is not None:
             found[name] = (t.topic_id, len(t.partitions))
     return found
+
+
+def metadata_hash(metadata: Mapping[str, tuple[uuid.UUID, int]]) -> int:
+    """A signed 64-bit hash of subscribed topics (0: none), kept in the group's epoch record."""
+    if not metadata:
+        return 0
+    text = "\0".join(f"{name}\1{tid}\1{count}" for name, (tid, count) in sorted(metadata.items()))
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big", signed=True) or 1
 
 
 class ShareGroups:
@@ -252,8 +263,9 @@ class ShareGroups:
         subscribed topics did (created, deleted, partitions added); then compute the target
         assignment for the new epoch."""
         metadata = _subscription_metadata(group.subscribed_topics(), image)
-        if metadata != group.subscription_metadata:
-            group.subscription_metadata = metadata
+        digest = metadata_hash(metadata)
+        if digest != group.metadata_hash:
+            group.metadata_hash = digest
             bump = True
         if bump:
             group.group_epoch += 1
@@ -277,11 +289,11 @@ class ShareGroups:
 
     # ------------------------------------------------------------------------------------------
 
-    def refresh_metadata(self, image: MetadataImage) -> None:
-        """Topics changed: the groups whose subscribed topics did move to a new epoch."""
+    def loaded(self, now_ms: int) -> None:
+        """After loading the groups from their records: every member gets a fresh session."""
         for group in self.groups.values():
-            if group.members:
-                self._refresh(group, image, bump=False)
+            for m in group.members.values():
+                m.deadline_ms = now_ms + self.config.session_timeout_ms
 
     def next_deadline(self) -> int | None:
         found = [m.deadline_ms for g in self.groups.values() for m in g.members.values()]

@@ -45,6 +45,7 @@ from odradek.broker.coordinators.runtime import (
     CoordinatorTopic,
 )
 from odradek.broker.coordinators.share_groups import ShareGroupService, share_group_config
+from odradek.broker.coordinators.share_records import SHARE_GROUP_RECORD_TYPES, ShareRecordLoader
 from odradek.broker.topics import OFFSETS_TOPIC
 from odradek.cluster.consumer_group import ConsumerGroupConfig, ConsumerGroups
 from odradek.cluster.group import (
@@ -69,8 +70,6 @@ from odradek.protocol.messages.coordinator import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from odradek.broker.replication import Replication
     from odradek.cluster.metadata import MetadataImage
     from odradek.metrics import BrokerMetrics
@@ -231,15 +230,16 @@ class GroupShard:
 
     def __init__(self, partition: int, limits: GroupLimits, retired: _Retired,
                  consumer_config: ConsumerGroupConfig | None = None,
-                 share_config: ShareGroupConfig | None = None,
-                 on_unload: Callable[[GroupShard], None] | None = None) -> None:
+                 share_config: ShareGroupConfig | None = None) -> None:
         self.partition = partition
         self.state = GroupCoordinatorState(limits)
         #: the partition's KIP-848 consumer groups (their offsets are in ``state``)
         self.consumer = ConsumerGroups(self.state, consumer_config)
-        #: the partition's share groups (KIP-932; in memory only, see .share_groups)
+        #: the partition's share groups (KIP-932; records: .share_records)
         self.share = ShareGroups(share_config)
-        self._on_unload = on_unload
+        #: completes once the last share-group write made here is durable
+        self.share_tail: asyncio.Future[None] | None = None
+        self._share_records = ShareRecordLoader()
         #: completes once the last consumer-group write made here is durable
         self.consumer_tail: asyncio.Future[None] | None = None
         #: transactional offset commits waiting for their transaction's marker:
@@ -270,7 +270,9 @@ class GroupShard:
             found = decode_record(key, record.value)
             if found is not None:
                 self.consumer.replay(found)
-        # other key versions: the records of other group types (share, streams), not this shard's
+        elif version in SHARE_GROUP_RECORD_TYPES:
+            self._share_records.replay(key, record.value)
+        # other key versions: the records of other group types (streams), not this shard's
 
     def replay_marker(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
         self.complete_txn(producer_id, commit)
@@ -287,6 +289,8 @@ class GroupShard:
                 self.state.load_group(g, now_ms)
         self._read_groups = {}
         self.consumer.loaded(now_ms)
+        self.share.groups.update(self._share_records.groups())
+        self.share.loaded(now_ms)
 
     def unloaded(self) -> None:
         """Another broker coordinates these groups now: members waiting on a rebalance are told
@@ -299,8 +303,6 @@ class GroupShard:
                 sfut.set_result(SyncResult(member_id, ErrorCode.NOT_COORDINATOR))
         self.join_waiters.clear()
         self.sync_waiters.clear()
-        if self._on_unload is not None:
-            self._on_unload(self)
         self._retired.completed_rebalances += self.state.completed_rebalances + self.consumer.completed_rebalances
         self.state.completed_rebalances = 0
         self.consumer.completed_rebalances = 0
@@ -349,8 +351,7 @@ class GroupCoordinator:
         self.metrics: BrokerMetrics | None = None
 
     def _new_shard(self, partition: int) -> GroupShard:
-        return GroupShard(partition, self.limits, self._retired, self.consumer_config, self.share_config,
-                          on_unload=lambda shard: self.share.unloaded(shard))
+        return GroupShard(partition, self.limits, self._retired, self.consumer_config, self.share_config)
 
     def shard(self, group_id: str) -> GroupShard:
         """The shard serving ``group_id`` (the errors of :meth:`check` otherwise)."""
@@ -569,7 +570,7 @@ class GroupCoordinator:
                 result[gid] = exc.code
                 continue
             if shard.share.has(gid):
-                code = self.share.delete(shard, gid)
+                code = await self.share.delete(shard, gid)
                 if code is not ErrorCode.NONE or shard.state.describe(gid) is None:
                     result[gid] = code
                     continue
