@@ -522,7 +522,7 @@ def test_a_share_group_is_written_in_kafkas_records_and_survives_a_sigkill(tmp_p
                 msg = c.poll(0.2)
                 if msg is not None and msg.error() is None and msg.key() is not None:
                     types.add(int.from_bytes(msg.key()[:2], "big"))
-                return SHARE_GROUP_RECORD_TYPES <= types
+                return types >= SHARE_GROUP_RECORD_TYPES
             wait_until(read, what="the share group's record types in __consumer_offsets")
         finally:
             c.close()
