@@ -29,6 +29,8 @@ from odradek.protocol.messages.delete_groups import DeleteGroupsRequest
 from odradek.protocol.messages.describe_groups import DescribeGroupsRequest
 from odradek.protocol.messages.join_group import JoinGroupRequest
 from odradek.protocol.messages.list_groups import ListGroupsRequest
+from odradek.protocol.messages.offset_commit import OffsetCommitRequest
+from odradek.protocol.messages.offset_fetch import OffsetFetchRequest
 from odradek.protocol.messages.share_group_describe import ShareGroupDescribeRequest
 from odradek.protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest as Q
 from odradek.protocol.messages.update_features import UpdateFeaturesRequest
@@ -231,6 +233,15 @@ def test_a_group_id_is_one_kind_of_group(broker: BrokerProcess, wire: WireClient
                                                     rebalance_timeout_ms=10000, subscribed_topic_names=["kinds-t"],
                                                     topic_partitions=[]), 1)
     assert cg.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+    # offsets are not a share group's
+    F = OffsetFetchRequest
+    fetched = wire.request(F(groups=[F.OffsetFetchRequestGroup(group_id="kinds", topics=None)]), 8).groups[0]
+    assert fetched.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+    C = OffsetCommitRequest
+    committed = wire.request(C(group_id="kinds", generation_id_or_member_epoch=-1, member_id="", topics=[
+        C.OffsetCommitRequestTopic(name="kinds-t", partitions=[
+            C.OffsetCommitRequestPartition(partition_index=0, committed_offset=1)])]), 8)
+    assert committed.topics[0].partitions[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
     assert m.leave() is ErrorCode.NONE
     # a consumer group's id is not a share group's
     _ready(wire, "kinds-c")

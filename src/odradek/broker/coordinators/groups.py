@@ -183,6 +183,13 @@ def _has_members(shard: GroupShard, group_id: str) -> bool:
     return group is not None and bool(group.members)
 
 
+def _not_share(shard: GroupShard, group_id: str) -> None:
+    """Offsets are not a share group's (its progress is the share coordinator's): Kafka answers
+    GROUP_ID_NOT_FOUND."""
+    if shard.share.has(group_id):
+        raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+
+
 def _decode_offset(key: bytes, version: int, value: bytes | None) -> tuple[str, TopicPartition, OffsetAndMetadata | None]:
     k = OffsetCommitKey.decode_from(key, 2, version)[0]
     if value is None:
@@ -415,6 +422,7 @@ class GroupCoordinator:
         (OffsetFetch v9), the member must be the group's at that epoch (UNKNOWN_MEMBER_ID,
         STALE_MEMBER_EPOCH)."""
         shard = self._shard(group_id)
+        _not_share(shard, group_id)
         if shard.consumer.has(group_id):
             shard.consumer.validate_offset_fetch(group_id, member_id, member_epoch)
         return shard.state.fetch_offsets(group_id, partitions)
@@ -537,6 +545,7 @@ class GroupCoordinator:
         """OffsetCommit; for a consumer group the generation is the member epoch (STALE_MEMBER_EPOCH
         for another, and members using the consumer protocol must commit with v9+)."""
         shard = self._shard(group_id)
+        _not_share(shard, group_id)
         if shard.consumer.has(group_id):
             shard.consumer.validate_offset_commit(group_id, member_id, group_instance_id, generation_id,
                                                   False, api_version)
@@ -594,6 +603,7 @@ class GroupCoordinator:
         ErrorCode, dict[TopicPartition, ErrorCode]
     ]:
         shard = self._shard(group_id)
+        _not_share(shard, group_id)
         if shard.consumer.has(group_id):
             # a consumer group: offsets of the topics it subscribes to stay (Kafka's check)
             group = shard.consumer.group(group_id)
@@ -628,6 +638,7 @@ class GroupCoordinator:
         """TxnOffsetCommit: validated like a commit (KIP-447: the group's generation and member,
         when given), written as part of the producer's transaction, visible at its COMMIT marker."""
         shard = self._shard(group_id)
+        _not_share(shard, group_id)
         if shard.consumer.has(group_id):
             if generation_id >= 0 or member_id:
                 shard.consumer.validate_offset_commit(group_id, member_id, group_instance_id, generation_id,
