@@ -126,15 +126,22 @@ class ShareGroup:
         return {t for m in self.members.values() for t in m.subscribed_topic_names}
 
 
+_JAVA_TRIMMED = "".join(chr(c) for c in range(0x21))
+
+
 def validate_share_heartbeat(req: ShareHeartbeat) -> None:
     """Kafka's checks of a ShareGroupHeartbeat before it reaches a group (INVALID_REQUEST), in
     Kafka's order.  The member id is any non-blank string, as Kafka takes it (Kafka's clients
     send a random Uuid in its base64 form, librdkafka too)."""
-    if not req.member_id.strip():
+    def blank(value: str | None) -> bool:
+        """Java's ``value.trim().isEmpty()``: trim drops every character up to U+0020."""
+        return value is not None and not value.strip(_JAVA_TRIMMED)
+
+    if blank(req.member_id):
         raise KafkaError(ErrorCode.INVALID_REQUEST, "MemberId can't be empty.")
-    if not req.group_id.strip():
+    if blank(req.group_id):
         raise KafkaError(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
-    if req.rack_id is not None and not req.rack_id.strip():
+    if blank(req.rack_id):
         raise KafkaError(ErrorCode.INVALID_REQUEST, "RackId can't be empty.")
     if req.member_epoch == 0:
         if not req.subscribed_topic_names:
