@@ -154,3 +154,17 @@ def test_the_simple_assignor_with_more_members_than_partitions() -> None:
     out = simple_assign({"m0": ["t"], "m1": ["t"]}, {"t": (tid, 5)})
     assert sorted(sorted(parts[tid]) for parts in out.values()) == [[0, 2, 4], [1, 3]]
     assert simple_assign({"m0": ["gone"]}, {}) == {"m0": {}}
+
+
+def test_a_groups_own_timeouts_override_the_brokers() -> None:
+    groups = ShareGroups(ShareGroupConfig(session_timeout_ms=45000, heartbeat_interval_ms=5000))
+    groups.group_timeouts = lambda gid: (500, 50) if gid == "own" else (None, None)
+    topics = image({"a": 1})
+    mine = groups.heartbeat(0, ShareHeartbeat("own", "m1", 0, subscribed_topic_names=("a",)), topics, lambda _g: None)
+    other = groups.heartbeat(0, ShareHeartbeat("other", "m2", 0, subscribed_topic_names=("a",)), topics,
+                             lambda _g: None)
+    assert (mine.heartbeat_interval_ms, other.heartbeat_interval_ms) == (50, 5000)
+    assert groups.next_deadline() == 500
+    assert groups.tick(499, topics) == []
+    assert groups.tick(500, topics) == [("own", "m1")]
+    assert groups.next_deadline() == 45000

@@ -197,6 +197,17 @@ class ShareGroups:
     def __init__(self, config: ShareGroupConfig | None = None) -> None:
         self.config = config or ShareGroupConfig()
         self.groups: dict[str, ShareGroup] = {}
+        #: a group's own session timeout and heartbeat interval (its GROUP configs
+        #: ``share.session.timeout.ms``, ``share.heartbeat.interval.ms``; None: the broker's)
+        self.group_timeouts: Callable[[str], tuple[int | None, int | None]] | None = None
+
+    def _session_ms(self, group_id: str) -> int:
+        own = self.group_timeouts(group_id)[0] if self.group_timeouts is not None else None
+        return self.config.session_timeout_ms if own is None else own
+
+    def _interval_ms(self, group_id: str) -> int:
+        own = self.group_timeouts(group_id)[1] if self.group_timeouts is not None else None
+        return self.config.heartbeat_interval_ms if own is None else own
 
     def has(self, group_id: str) -> bool:
         return group_id in self.groups
@@ -227,7 +238,7 @@ class ShareGroups:
             if mid not in group.members:
                 raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {mid} is not a member of group {gid}.")
             self._remove(group, mid, image)
-            return ShareHeartbeatResult(mid, LEAVE_EPOCH, self.config.heartbeat_interval_ms, None, ((gid, mid),))
+            return ShareHeartbeatResult(mid, LEAVE_EPOCH, self._interval_ms(gid), None, ((gid, mid),))
         member = None if group is None else group.members.get(mid)
         if member is None:
             if epoch != 0:
@@ -260,9 +271,9 @@ class ShareGroups:
         before = dict(member.assigned)
         self._refresh(group, image, bump=changed)
         self._reconcile(group, member)
-        member.deadline_ms = now_ms + self.config.session_timeout_ms
+        member.deadline_ms = now_ms + self._session_ms(gid)
         assignment = member.assigned if epoch == 0 or member.assigned != before else None
-        return ShareHeartbeatResult(mid, member.member_epoch, self.config.heartbeat_interval_ms,
+        return ShareHeartbeatResult(mid, member.member_epoch, self._interval_ms(gid),
                                     None if assignment is None else dict(assignment))
 
     def _refresh(self, group: ShareGroup, image: MetadataImage, *, bump: bool) -> None:
@@ -300,7 +311,7 @@ class ShareGroups:
         """After loading the groups from their records: every member gets a fresh session."""
         for group in self.groups.values():
             for m in group.members.values():
-                m.deadline_ms = now_ms + self.config.session_timeout_ms
+                m.deadline_ms = now_ms + self._session_ms(group.group_id)
 
     def next_deadline(self) -> int | None:
         found = [m.deadline_ms for g in self.groups.values() for m in g.members.values()]

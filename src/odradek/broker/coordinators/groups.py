@@ -278,7 +278,11 @@ class GroupShard:
             if found is not None:
                 self.consumer.replay(found)
         elif version in SHARE_GROUP_RECORD_TYPES:
-            self._share_records.replay(key, record.value)
+            try:
+                self._share_records.replay(key, record.value)
+            except Exception as exc:  # one unreadable record must not keep every group of the partition away
+                log.warning("share group record at offset %d of __consumer_offsets-%d could not be read and "
+                            "is left out: %s", record.offset, self.partition, exc)
         # other key versions: the records of other group types (streams), not this shard's
 
     def replay_marker(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
@@ -358,7 +362,9 @@ class GroupCoordinator:
         self.metrics: BrokerMetrics | None = None
 
     def _new_shard(self, partition: int) -> GroupShard:
-        return GroupShard(partition, self.limits, self._retired, self.consumer_config, self.share_config)
+        shard = GroupShard(partition, self.limits, self._retired, self.consumer_config, self.share_config)
+        shard.share.group_timeouts = self.share.group_timeouts
+        return shard
 
     def shard(self, group_id: str) -> GroupShard:
         """The shard serving ``group_id`` (the errors of :meth:`check` otherwise)."""

@@ -100,6 +100,8 @@ class ShareGroupService:
         self.config = config
         self.clock = clock
         self._listeners: list[MemberRemoved] = []
+        #: see :meth:`set_group_timeouts` (given to every shard made)
+        self.group_timeouts: Callable[[str], tuple[int | None, int | None]] | None = None
         runtime.deadline("share-group-timer", self._next_deadline, self._tick)
 
     @property
@@ -130,6 +132,14 @@ class ShareGroupService:
         group = self._local(group_id)
         member = None if group is None else group.members.get(member_id)
         return None if member is None else dict(member.assigned)
+
+    def set_group_timeouts(self, lookup: Callable[[str], tuple[int | None, int | None]]) -> None:
+        """Where a group's own ``share.session.timeout.ms`` and ``share.heartbeat.interval.ms``
+        (GROUP configs) come from: ``lookup(group id) -> (session ms, interval ms)``, None for
+        the broker's ``group.share.*``.  Read at each heartbeat (and at load for the sessions)."""
+        self.group_timeouts = lookup
+        for shard in self.runtime.shards():
+            shard.share.group_timeouts = lookup
 
     def on_member_removed(self, callback: MemberRemoved) -> None:
         """Call ``callback(group id, member id)`` whenever a member of a share group coordinated
