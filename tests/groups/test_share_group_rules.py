@@ -8,8 +8,8 @@ session expiries, subscription changes and partitions added:
 * once every member has heartbeated with nothing new, each member's epoch is the group's
   assignment epoch, which is the group epoch; every partition of every subscribed topic is
   assigned to a member subscribed to it; every member has a partition of each subscribed topic
-  (shared when members outnumber partitions), and a topic's partitions are shared evenly (counts
-  within one of each other);
+  (shared when members outnumber partitions), a topic's partitions are shared evenly and its
+  subscribers' partition counts are within one of each other;
 * the group epoch never goes back;
 * the records written for each change (:mod:`odradek.broker.coordinators.share_records`),
   replayed into a fresh coordinator (a failover), give the same group: epochs, members, their
@@ -141,19 +141,31 @@ def test_any_sequence_settles_with_every_partition_assigned(ops: list[tuple]) ->
         assert set(counts) == set(range(topics[name])), (name, counts)
         assert all(m.assigned.get(tid) for m in subscribers)
         assert max(counts.values()) - min(counts.values()) <= 1
+        sizes = [len(m.assigned.get(tid, ())) for m in subscribers]
+        assert max(sizes) - min(sizes) <= 1, (name, sizes)
         for m in g.members.values():
             if name not in m.subscribed_topic_names:
                 assert tid not in m.assigned
 
 
-def test_the_simple_assignor_with_more_members_than_partitions() -> None:
+def test_the_simple_assignor_balances_first_then_keeps_what_members_had() -> None:
     tid = uuid.uuid4()
+    # five members over two partitions: each partition shared by three (5/2 rounded up), the six
+    # places dealt one or two per member
     out = simple_assign({f"m{i}": ["t"] for i in range(5)}, {"t": (tid, 2)})
-    assert sorted(len(parts[tid]) for parts in out.values()) == [1] * 5
-    assert Counter(p for parts in out.values() for p in parts[tid]) == {0: 3, 1: 2}
+    assert sorted(len(parts[tid]) for parts in out.values()) == [1, 1, 1, 1, 2]
+    assert Counter(p for parts in out.values() for p in parts[tid]) == {0: 3, 1: 3}
     out = simple_assign({"m0": ["t"], "m1": ["t"]}, {"t": (tid, 5)})
-    assert sorted(sorted(parts[tid]) for parts in out.values()) == [[0, 2, 4], [1, 3]]
+    assert sorted(len(parts[tid]) for parts in out.values()) == [2, 3]
     assert simple_assign({"m0": ["gone"]}, {}) == {"m0": {}}
+    # a third member joins two that had three partitions each: they keep two of their three
+    before = {"m0": {tid: frozenset({0, 1, 2})}, "m1": {tid: frozenset({3, 4, 5})}}
+    after = simple_assign({"m0": ["t"], "m1": ["t"], "m2": ["t"]}, {"t": (tid, 6)}, before)
+    assert len(after["m0"][tid] & before["m0"][tid]) == 2 and len(after["m1"][tid] & before["m1"][tid]) == 2
+    assert sorted(p for parts in after.values() for p in parts[tid]) == list(range(6))
+    # and when it leaves, they get their partitions back without moving the others
+    again = simple_assign({"m0": ["t"], "m1": ["t"]}, {"t": (tid, 6)}, {k: after[k] for k in ("m0", "m1")})
+    assert again["m0"][tid] >= after["m0"][tid] and again["m1"][tid] >= after["m1"][tid]
 
 
 def test_a_groups_own_timeouts_override_the_brokers() -> None:
@@ -168,3 +180,21 @@ def test_a_groups_own_timeouts_override_the_brokers() -> None:
     assert groups.tick(499, topics) == []
     assert groups.tick(500, topics) == [("own", "m1")]
     assert groups.next_deadline() == 45000
+
+
+@given(members=st.integers(1, 9), count=st.integers(1, 9),
+       previous=st.lists(st.sets(st.integers(0, 12), max_size=6), max_size=9))
+def test_the_simple_assignor_from_any_previous_assignment(members: int, count: int, previous: list[set[int]]) -> None:
+    """Whatever the previous target (partitions gone, members new): every partition is assigned,
+    each to at most the members over the partitions rounded up; every member gets one or more,
+    the counts within one."""
+    tid = uuid.uuid4()
+    ids = [f"m{i}" for i in range(members)]
+    current = {m: {tid: frozenset(ps)} for m, ps in zip(ids, previous, strict=False)}
+    out = simple_assign(dict.fromkeys(ids, ("t",)), {"t": (tid, count)}, current)
+    sharing = -(-members // count)
+    holders = Counter(p for parts in out.values() for p in parts.get(tid, ()))
+    assert set(holders) == set(range(count))
+    assert max(holders.values()) <= sharing
+    sizes = [len(out[m].get(tid, ())) for m in ids]
+    assert min(sizes) >= 1 and max(sizes) - min(sizes) <= 1, sizes

@@ -17,11 +17,11 @@ member id with an epoch other than 0 is UNKNOWN_MEMBER_ID.  A member that does n
 its session timeout is removed (:meth:`ShareGroups.tick`).  The group is ``Empty`` without members,
 else ``Stable``.
 
-The simple assignor (Kafka's SimpleAssignor for share groups): every partition of every subscribed
-topic is assigned; a topic's partitions are dealt round robin over the members subscribed to it
-(sorted by member id), and when a topic has fewer partitions than subscribers each subscriber gets
-one partition (member *i* gets partition *i* mod the partition count), so several members share a
-partition and every member gets at least one partition of each topic it subscribes to that has any.
+The simple assignor (as Kafka's SimpleAssignor for share groups: balance first, then
+stickiness), topic by topic over the members subscribed to it: every partition is assigned; with
+more members than partitions each partition is shared by the members over the partitions rounded
+up; the members' partition counts differ by one at most and each gets at least one; what a member
+had in the previous target it keeps where that balance allows.
 
 What this module decides is applied by :mod:`odradek.broker.coordinators.share_groups`; the state
 is in the memory of the group coordinator's shard only (see that module).
@@ -151,26 +151,65 @@ def validate_share_heartbeat(req: ShareHeartbeat) -> None:
 
 
 def simple_assign(
-    subscriptions: Mapping[str, Iterable[str]], topics: Mapping[str, tuple[uuid.UUID, int]]
+    subscriptions: Mapping[str, Iterable[str]],
+    topics: Mapping[str, tuple[uuid.UUID, int]],
+    current: Mapping[str, Mapping[uuid.UUID, frozenset[int]]] | None = None,
 ) -> dict[str, dict[uuid.UUID, frozenset[int]]]:
     """The simple assignor: member id -> topic id -> partitions (see the module docstring).
-    ``topics``: the subscribed topics that exist, name -> (id, partition count)."""
-    out: dict[str, dict[uuid.UUID, set[int]]] = {m: {} for m in subscriptions}
-    start = 0  # where each topic's deal starts, so that single-partition topics spread
+    ``topics``: the subscribed topics that exist, name -> (id, partition count); ``current``: the
+    previous target assignment, kept where the balance allows."""
+    out: dict[str, dict[uuid.UUID, frozenset[int]]] = {m: {} for m in subscriptions}
     for name in sorted(topics):
         tid, count = topics[name]
         subscribers = sorted(m for m, names in subscriptions.items() if name in set(names))
         if not subscribers or count <= 0:
             continue
-        n = len(subscribers)
-        if count >= n:
-            for p in range(count):
-                out[subscribers[(p + start) % n]].setdefault(tid, set()).add(p)
-        else:
-            for i, m in enumerate(subscribers):
-                out[m].setdefault(tid, set()).add((i + start) % count)
-        start += count
-    return {m: {t: frozenset(ps) for t, ps in parts.items()} for m, parts in out.items()}
+        held = {m: (current or {}).get(m, {}).get(tid, frozenset()) for m in subscribers}
+        for m, parts in _share_topic(subscribers, count, held).items():
+            if parts:
+                out[m][tid] = frozenset(parts)
+    return out
+
+
+def _share_topic(members: list[str], count: int, held: Mapping[str, frozenset[int]]) -> dict[str, set[int]]:
+    """One topic's partitions over its subscribers (sorted): each partition to ``sharing`` members
+    (one when the partitions are as many as the members, else the members over the partitions
+    rounded up); the ``sharing * count`` places dealt so that the members' counts differ by one at
+    most; what a member ``held`` kept first."""
+    n = len(members)
+    sharing = -(-n // count)
+    base, extra = divmod(sharing * count, n)
+    # the members with more to keep take the larger counts
+    by_keep = sorted(members, key=lambda m: (-len({p for p in held[m] if p < count}), m))
+    want = {m: base + (1 if i < extra else 0) for i, m in enumerate(by_keep)}
+    owners: dict[int, set[str]] = {p: set() for p in range(count)}
+    got: dict[str, set[int]] = {m: set() for m in members}
+    for m in members:
+        for p in sorted(held[m]):
+            if p < count and len(got[m]) < want[m] and len(owners[p]) < sharing:
+                got[m].add(p)
+                owners[p].add(m)
+    for _round in range(sharing):
+        for p in sorted(range(count), key=lambda p: (len(owners[p]), p)):
+            if len(owners[p]) >= sharing:
+                continue
+            free = [m for m in members if len(got[m]) < want[m] and m not in owners[p]]
+            if free:
+                m = min(free, key=lambda m: (len(got[m]), m))
+                got[m].add(p)
+                owners[p].add(m)
+    # what the deal could not place (a partition wanting a member that all have it already)
+    for m in members:
+        if not got[m]:
+            p = min(range(count), key=lambda p: (len(owners[p]), p))
+            got[m].add(p)
+            owners[p].add(m)
+    for p in range(count):
+        if not owners[p]:
+            m = min(members, key=lambda m: (len(got[m]), m))
+            got[m].add(p)
+            owners[p].add(m)
+    return got
 
 
 def _subscription_metadata(names: Iterable[str], image: MetadataImage) -> dict[str, tuple[uuid.UUID, int]]:
@@ -289,7 +328,7 @@ class ShareGroups:
             group.group_epoch += 1
         if group.group_epoch > group.assignment_epoch:
             group.target = simple_assign(
-                {m.member_id: m.subscribed_topic_names for m in group.members.values()}, metadata)
+                {m.member_id: m.subscribed_topic_names for m in group.members.values()}, metadata, group.target)
             group.assignment_epoch = group.group_epoch
 
     @staticmethod
