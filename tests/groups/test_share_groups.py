@@ -369,6 +369,10 @@ def test_session_expiry_on_fake_time_the_listener_and_the_query_api(tmp_path: An
                 assert await asyncio.to_thread(a.leave) is ErrorCode.NONE
                 assert removed == [("exp", b.member_id), ("exp", a.member_id)]
                 assert not service.is_member("exp", a.member_id)
+                deleted: list[str] = []
+                service.on_group_deleted(deleted.append)
+                assert await broker.groups.delete_groups(["exp"]) == {"exp": ErrorCode.NONE}
+                assert deleted == ["exp"]
             finally:
                 w.close()
 

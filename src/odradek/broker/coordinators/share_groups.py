@@ -100,6 +100,7 @@ class ShareGroupService:
         self.config = config
         self.clock = clock
         self._listeners: list[MemberRemoved] = []
+        self._deleted: list[Callable[[str], None]] = []
         #: see :meth:`set_group_timeouts` (given to every shard made)
         self.group_timeouts: Callable[[str], tuple[int | None, int | None]] | None = None
         runtime.deadline("share-group-timer", self._next_deadline, self._tick)
@@ -147,6 +148,11 @@ class ShareGroupService:
         convenience: a partition leader on another broker hears nothing, and nothing is said
         when the group's coordination moves to another broker (its members stay members)."""
         self._listeners.append(callback)
+
+    def on_group_deleted(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(group id)`` once a share group coordinated here was deleted
+        (DeleteGroups), e.g. to delete its share-partition state."""
+        self._deleted.append(callback)
 
     def _removed(self, removed: Iterable[tuple[str, str]], why: str) -> None:
         for gid, mid in removed:
@@ -229,6 +235,11 @@ class ShareGroupService:
         if error is not None:
             return error
         log.info("share group %s deleted", group_id)
+        for cb in list(self._deleted):
+            try:
+                cb(group_id)
+            except Exception:
+                log.exception("a share-group deletion listener failed")
         return ErrorCode.NONE
 
     # ------------------------------------------------------------------------------------------
