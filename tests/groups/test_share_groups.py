@@ -24,6 +24,7 @@ import pytest
 from odradek.errors import ErrorCode
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.api_versions import ApiVersionsRequest
+from odradek.protocol.messages.consumer_group_describe import ConsumerGroupDescribeRequest
 from odradek.protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest
 from odradek.protocol.messages.delete_groups import DeleteGroupsRequest
 from odradek.protocol.messages.describe_groups import DescribeGroupsRequest
@@ -235,6 +236,10 @@ def test_a_group_id_is_one_kind_of_group(broker: BrokerProcess, wire: WireClient
                                                     rebalance_timeout_ms=10000, subscribed_topic_names=["kinds-t"],
                                                     topic_partitions=[]), 1)
     assert cg.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+    assert cg.error_message == "Group kinds is not a consumer group."
+    described = wire.request(ConsumerGroupDescribeRequest(group_ids=["kinds"]), 0).groups[0]
+    assert (described.error_code, described.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND,
+                                                               "Group kinds is not a consumer group.")
     # offsets are not a share group's
     F = OffsetFetchRequest
     fetched = wire.request(F(groups=[F.OffsetFetchRequestGroup(group_id="kinds", topics=None)]), 8).groups[0]
