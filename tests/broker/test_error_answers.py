@@ -59,6 +59,7 @@ ANSWERED: dict[int, Callable[[int], int]] = {
     ApiKey.DESCRIBE_PRODUCERS: lambda v: 4,
     ApiKey.DESCRIBE_TRANSACTIONS: lambda v: 2,
     ApiKey.CONSUMER_GROUP_DESCRIBE: lambda v: 2,  # groups (KIP-848)
+    ApiKey.SHARE_GROUP_DESCRIBE: lambda v: 2,  # groups (KIP-932)
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: lambda v: 2,  # topics (KIP-966)
 }
 

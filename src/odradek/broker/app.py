@@ -271,6 +271,12 @@ class Broker:
 
         self.replication.on_hosting_changed = on_hosting_changed
         group_configs = GroupConfigs(backend, self.settings)
+
+        def share_timeouts(group_id: str) -> tuple[int | None, int | None]:
+            config = group_configs.for_group(group_id)
+            return config.share_session_timeout_ms, config.share_heartbeat_interval_ms
+
+        self.groups.share.set_group_timeouts(share_timeouts)
         self.services = Services(
             broker_id=self.broker_id,
             cluster_id=self.cluster_id,
