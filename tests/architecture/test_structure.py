@@ -348,7 +348,7 @@ HANDLER_PORTS = {
     "features": {"features"}, "topic_partitions": {"metadata"},
     "consumer_groups": {"groups"}, "fetch": {"fetch"}, "groups": {"groups"}, "list_offsets": {"list_offsets"}, "metadata": {"metadata"},
     "produce": {"produce"}, "quotas": {"quotas"}, "sasl": {"sasl"}, "telemetry": {"telemetry"},
-    "transactions": {"transactions"},
+    "transactions": {"transactions"}, "share_state": {"share_state"},
 }
 
 

@@ -148,9 +148,9 @@ def _read(client: WireClient, tid: uuid.UUID, group: str = "wg") -> tuple[int, i
                                            for b in p.state_batches]
 
 
-def test_find_coordinator_of_a_share_partition(wire: tuple[BrokerProcess, WireClient]) -> None:
-    broker, client = wire
-    tid = _topic_id(broker, client)
+def _find(broker: BrokerProcess, client: WireClient, tid: uuid.UUID) -> None:
+    """FindCoordinator of the share-partition (wg, tid, 0), until it answers this broker (the first
+    one creates __share_group_state; the RPCs do not, as Kafka's do not)."""
     key = coordinator_key("wg", tid, 0)
 
     def found() -> bool:
@@ -158,6 +158,12 @@ def test_find_coordinator_of_a_share_partition(wire: tuple[BrokerProcess, WireCl
         return r.coordinators[0].error_code == 0 and r.coordinators[0].port == broker.port
 
     wait_for(found, T, "the share coordinator")
+
+
+def test_find_coordinator_of_a_share_partition(wire: tuple[BrokerProcess, WireClient]) -> None:
+    broker, client = wire
+    tid = _topic_id(broker, client)
+    _find(broker, client, tid)
     r = client.request(FindCoordinatorRequest(key_type=2, coordinator_keys=["not-a-key"]), 4)
     assert r.coordinators[0].error_code == ErrorCode.INVALID_REQUEST
 
@@ -180,6 +186,7 @@ def test_malformed_writes_are_invalid_requests_and_store_nothing(
 ) -> None:
     broker, client = wire
     tid = _topic_id(broker, client)
+    _find(broker, client, tid)
     wait_for(lambda: _write(client, tid, batches=[], start_offset=0) == 0, T, "a first write")
     before = _read(client, tid)
     batches = [*good, bad]

@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from odradek.broker.coordinators.runtime import (
     CoordinatorPorts,
@@ -43,6 +43,7 @@ from odradek.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from odradek.cluster.metadata import MetadataImage
+    from odradek.settings import ShareCoordinatorSettings
 
 __all__ = ["ShareCoordinator", "ShareCoordinatorConfig", "ShareStateShard"]
 
@@ -73,13 +74,12 @@ class ShareCoordinatorConfig:
     write_timeout_ms: int = 5000
 
     @classmethod
-    def from_config(cls, get: Callable[[str], Any], *, single_node: bool) -> ShareCoordinatorConfig:
-        """From the broker's configs (``get``: a config's value by name)."""
+    def from_settings(cls, settings: ShareCoordinatorSettings, *, single_node: bool) -> ShareCoordinatorConfig:
         return cls(
-            num_partitions=max(1, int(get("share.coordinator.state.topic.num.partitions"))),
-            replication_factor=1 if single_node else max(1, int(get("share.coordinator.state.topic.replication.factor"))),
-            snapshot_every=max(0, int(get("share.coordinator.snapshot.update.records.per.snapshot"))),
-            write_timeout_ms=max(1, int(get("share.coordinator.write.timeout.ms"))),
+            num_partitions=settings.state_topic_num_partitions,
+            replication_factor=1 if single_node else settings.state_topic_replication_factor,
+            snapshot_every=settings.snapshot_update_records_per_snapshot,
+            write_timeout_ms=settings.write_timeout_ms,
         )
 
 
