@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from odradek.broker.app import Broker
 from odradek.broker.share_persister import PersistedState, StateSummary
-from odradek.cluster.share_state import StateBatch, coordinator_key
+from odradek.cluster.share_state import ShareKey, StateBatch, coordinator_key
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.find_coordinator import FindCoordinatorRequest
 from odradek.protocol.messages.read_share_group_state import ReadShareGroupStateRequest
@@ -60,6 +60,11 @@ def test_state_written_survives_a_restart(tmp_path: Path) -> None:
             assert state == PersistedState(0, 7, (
                 StateBatch(7, 8, 2, 2), StateBatch(9, 11, 1, 0), StateBatch(12, 20, 1, 4), StateBatch(21, 21, 3, 2),
             ))
+            # what no share-partition needs any more (before (g, tid, 0)'s last snapshot) is pruned
+            part = broker.replicas.get("__share_group_state", broker.shares.partition_of(ShareKey("g", tid, 0)))
+            assert part is not None and part.log.log_start_offset == 0
+            await broker.shares.prune()
+            assert part.log.log_start_offset == 3  # init, two updates: the snapshot of the 3rd write
             return tid, state
 
     tid, before = asyncio.run(first())
