@@ -248,10 +248,10 @@ class Broker:
         )
 
         self.share_coordinator = ShareCoordinator(
-            ShareCoordinatorConfig.from_config(self.config.get, single_node=zk is None), ports
+            ShareCoordinatorConfig.from_settings(settings.share_coordinator, single_node=zk is None), ports
         )
         self.share_persister = SharePersister(
-            self.broker_id, self.share_coordinator, lambda: backend.image,
+            self.broker_id, self.share_coordinator, lambda: backend.image, self.timers,
             channel_factory=self._channel_factory if zk is not None else None,
             inter_broker_listener=(inter or None) if zk is not None else None,
             request_timeout_ms=settings.server.request_timeout_ms,
