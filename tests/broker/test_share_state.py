@@ -61,9 +61,9 @@ def test_state_written_survives_a_restart(tmp_path: Path) -> None:
                 StateBatch(7, 8, 2, 2), StateBatch(9, 11, 1, 0), StateBatch(12, 20, 1, 4), StateBatch(21, 21, 3, 2),
             ))
             # what no share-partition needs any more (before (g, tid, 0)'s last snapshot) is pruned
-            part = broker.replicas.get("__share_group_state", broker.shares.partition_of(ShareKey("g", tid, 0)))
+            part = broker.replicas.get("__share_group_state", broker.share_coordinator.partition_of(ShareKey("g", tid, 0)))
             assert part is not None and part.log.log_start_offset == 0
-            await broker.shares.prune()
+            await broker.share_coordinator.prune()
             assert part.log.log_start_offset == 3  # init, two updates: the snapshot of the 3rd write
             return tid, state
 

@@ -198,3 +198,23 @@ def test_the_simple_assignor_from_any_previous_assignment(members: int, count: i
     assert max(holders.values()) <= sharing
     sizes = [len(out[m].get(tid, ())) for m in ids]
     assert min(sizes) >= 1 and max(sizes) - min(sizes) <= 1, sizes
+
+
+def test_a_member_joining_a_balanced_group_never_leaves_a_partition_short() -> None:
+    """Four members sharing two partitions two by two, a fifth joins: each partition gets three
+    members, whatever the member ids (the sticky deal once gave one partition only two when the
+    member due a second partition already held the one still short)."""
+    import random
+
+    from odradek.cluster.share_group import simple_assign
+
+    tid = uuid.uuid4()
+    for seed in range(300):
+        rnd = random.Random(seed)
+        old = [str(uuid.UUID(int=rnd.getrandbits(128))) for _ in range(4)]
+        current = {m: {tid: frozenset({i % 2})} for i, m in enumerate(old)}
+        members = [*old, str(uuid.UUID(int=rnd.getrandbits(128)))]
+        out = simple_assign({m: ["t"] for m in members}, {"t": (tid, 2)}, current)
+        owners = [sum(1 for m in members if p in out[m].get(tid, ())) for p in (0, 1)]
+        sizes = sorted(len(out[m].get(tid, ())) for m in members)
+        assert owners == [3, 3] and sizes[0] >= 1 and sizes[-1] - sizes[0] <= 1, (seed, owners, sizes)

@@ -332,7 +332,8 @@ def test_session_expiry_on_fake_time_the_listener_and_the_query_api(tmp_path: An
     session = 10_000
     fake = FakeScheduler()
     overrides = {"offsets.topic.num.partitions": 1, "group.share.session.timeout.ms": session,
-                 "group.share.heartbeat.interval.ms": 1000, "group.share.max.size": 2}
+                 "group.share.min.session.timeout.ms": session, "group.share.heartbeat.interval.ms": 1000,
+                 "group.share.min.heartbeat.interval.ms": 1000, "group.share.max.size": 2}
 
     async def main() -> None:
         async with running_broker(tmp_path / "data", overrides=overrides, timers=fake) as broker:

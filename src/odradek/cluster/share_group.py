@@ -171,7 +171,7 @@ def simple_assign(
     return out
 
 
-def _share_topic(members: list[str], count: int, held: Mapping[str, frozenset[int]]) -> dict[str, set[int]]:
+def _sticky_deal(members: list[str], count: int, held: Mapping[str, frozenset[int]]) -> dict[str, set[int]]:
     """One topic's partitions over its subscribers (sorted): each partition to ``sharing`` members
     (one when the partitions are as many as the members, else the members over the partitions
     rounded up); the ``sharing * count`` places dealt so that the members' counts differ by one at
@@ -210,6 +210,34 @@ def _share_topic(members: list[str], count: int, held: Mapping[str, frozenset[in
             got[m].add(p)
             owners[p].add(m)
     return got
+
+
+def _striped(members: list[str], count: int) -> dict[str, set[int]]:
+    """The places dealt in stripes: place k (of ``sharing * count``) is partition k modulo the
+    partitions, given to member k modulo the members.  Every partition gets ``sharing`` distinct
+    members and the members' counts differ by one at most (a member's places are its index plus
+    multiples of the member count, fewer than twice it, on distinct partitions)."""
+    n = len(members)
+    sharing = -(-n // count)
+    got: dict[str, set[int]] = {m: set() for m in members}
+    for k in range(sharing * count):
+        got[members[k % n]].add(k % count)
+    return got
+
+
+def _share_topic(members: list[str], count: int, held: Mapping[str, frozenset[int]]) -> dict[str, set[int]]:
+    """One topic's partitions over its subscribers (sorted): each partition to ``sharing`` members
+    (one when the partitions are as many as the members, else the members over the partitions
+    rounded up), the members' counts differing by one at most, every member with a partition.
+    What members held is kept where the deal (:func:`_sticky_deal`) manages that within the
+    balance; where it cannot, the stripes (:func:`_striped`), which always can."""
+    got = _sticky_deal(members, count, held)
+    sharing = -(-len(members) // count)
+    sizes = [len(ps) for ps in got.values()]
+    owners = [sum(1 for ps in got.values() if p in ps) for p in range(count)]
+    if min(sizes) >= 1 and max(sizes) - min(sizes) <= 1 and all(o == sharing for o in owners):
+        return got
+    return _striped(members, count)
 
 
 def _subscription_metadata(names: Iterable[str], image: MetadataImage) -> dict[str, tuple[uuid.UUID, int]]:
