@@ -428,8 +428,8 @@ class SharePartitionMachine(RuleBasedStateMachine):
         aborted_every: int,
         pass_fetch_offset: bool,
     ) -> None:
-        # batches as the leader reads them from next_fetch_offset(): (hole before, size) each;
-        # offsets below the log's end are read again in the same batches' shape (from the model)
+        # batches as the leader reads them from (a little before) next_fetch_offset(): (hole
+        # before, size) each; holes only past what was read before (offsets never reappear)
         nfo = self.p.next_fetch_offset()
         pos = max(self.start, nfo - back)
         batches = []
@@ -438,8 +438,8 @@ class SharePartitionMachine(RuleBasedStateMachine):
             batches.append((base, base + size - 1))
             pos = base + size
         aborted = [(b, b) for b, _ in batches if aborted_every and b % aborted_every == 0 and b >= self.log_end]
-        before = {o: list(e) for o, e in self.model.items()}
-        old_end = self.p.end_offset
+        fetch_offset = nfo if pass_fetch_offset else None
+        expected, expected_events = self._predict_acquire(member, batches, max_records, aborted, fetch_offset)
         events: list[Archived] = []
         got = self.p.acquire(
             member,
@@ -447,59 +447,72 @@ class SharePartitionMachine(RuleBasedStateMachine):
             max_records=max_records,
             now_ms=self.now,
             aborted=aborted,
-            fetch_offset=nfo if pass_fetch_offset else None,
+            fetch_offset=fetch_offset,
             archived=events,
         )
         self.log_end = max(self.log_end, batches[-1][1] + 1)
-        taken = {o: a.delivery_count for a in got for o in range(a.first_offset, a.last_offset + 1)}
         # runs are maximal, ascending, one count each
         for x, y in itertools.pairwise(got):
             assert x.last_offset < y.first_offset
             assert x.last_offset + 1 < y.first_offset or x.delivery_count != y.delivery_count
-        assert self.p.end_offset >= old_end
-        assert self.p.end_offset - self.p.start_offset <= WINDOW
-        covered = {o for b, last in batches for o in range(b, last + 1)}
-        archived_now = {e.offset for e in events}
-        for o in range(min(self.start, old_end), self.p.end_offset):
-            now = self.p.state_of(o)
-            prev = before.get(o)
-            if o in taken:
-                assert o not in self.accepted
-                assert o in covered and o >= self.start
-                assert prev is None or prev[0] == AVAILABLE, (o, prev)
-                expected = 1 if prev is None else prev[1] + 1
-                assert taken[o] == expected <= LIMIT
-                assert now == (ACQUIRED, expected, member), (o, now)
-                self.model[o] = [ACQUIRED, expected, member, self.now + LOCK_MS]
-                continue
-            if prev is not None and prev[0] != AVAILABLE:
-                # acquired, acknowledged and archived offsets are untouched
-                if now is not None:
-                    assert list(now) == prev[:3], (o, now, prev)
-                continue
-            if prev is None and o < old_end:
-                continue  # below the start before the call
-            # an AVAILABLE or new offset not acquired: still AVAILABLE, or archived for a reason
-            count = 0 if prev is None else prev[1]
-            state = now[0] if now is not None else ARCHIVED
-            if now is not None:
-                assert now[1:] == (count, None), (o, now, prev)
-            if state == ARCHIVED:
-                if o in archived_now:
-                    (e,) = [e for e in events if e.offset == o]
-                    assert e.delivery_count == count and e.member_id is None
-                    assert e.reason in (ArchiveReason.ABORTED, ArchiveReason.DELIVERY_LIMIT)
-                    if e.reason == ArchiveReason.DELIVERY_LIMIT:
-                        assert count == LIMIT
-                    else:
-                        assert (o, o) in aborted
-                else:
-                    assert o not in covered, f"offset {o} was read but archived silently"
-                self.model[o] = [ARCHIVED, count, None, 0]
-            else:
-                assert state == AVAILABLE and prev is not None, (o, now, prev)
-        self.end = self.p.end_offset
+        taken = {o: a.delivery_count for a in got for o in range(a.first_offset, a.last_offset + 1)}
+        assert taken == expected
+        assert not set(taken) & self.accepted, "an accepted offset was acquired again"
+        assert events == expected_events
         self._sync_window()
+
+    def _predict_acquire(
+        self,
+        member: str,
+        batches: list[tuple[int, int]],
+        max_records: int,
+        aborted: list[tuple[int, int]],
+        fetch_offset: int | None,
+    ) -> tuple[dict[int, int], list[Archived]]:
+        """The offsets acquired (with their delivery counts) and the records archived, one offset at
+        a time; the model is updated."""
+        start, end = self.p.start_offset, self.p.end_offset
+        new_limit = start + WINDOW
+        dead = {o for a, b in aborted for o in range(a, b + 1)}
+        taken: dict[int, int] = {}
+        events: list[Archived] = []
+        pos = max(start, min(batches[0][0] if fetch_offset is None else fetch_offset, batches[0][0]))
+
+        def archive(o: int, reason: ArchiveReason | None) -> None:
+            count = self.model[o][1]
+            if reason is not None:
+                events.append(Archived(o, count, reason, None))
+            self.model[o] = [ARCHIVED, count, None, 0]
+
+        for base, last in batches:
+            if len(taken) >= max_records or (end >= new_limit and pos >= end):
+                break
+            full = False
+            # new offsets follow end_offset: any before the batch hold no record
+            for o in range(min(max(pos, start), end), last + 1):
+                hole = o < base
+                if o >= end:
+                    if end >= new_limit:
+                        full = True
+                        break
+                    self.model[o] = [AVAILABLE, 0, None, 0]
+                    end += 1
+                if self.model[o][0] != AVAILABLE:
+                    continue
+                if hole:
+                    archive(o, None)
+                elif o in dead:
+                    archive(o, ArchiveReason.ABORTED)
+                elif self.model[o][1] >= LIMIT:
+                    archive(o, ArchiveReason.DELIVERY_LIMIT)
+                else:
+                    count = self.model[o][1] + 1
+                    self.model[o] = [ACQUIRED, count, member, self.now + LOCK_MS]
+                    taken[o] = count
+            if full:
+                break
+            pos = max(pos, last + 1)
+        return taken, events
 
     def _held_run(self, data: st.DataObject) -> tuple[str, int, int] | None:
         held = sorted(o for o, e in self.model.items() if e[0] == ACQUIRED)
@@ -593,6 +606,13 @@ class SharePartitionMachine(RuleBasedStateMachine):
         assert self.p.expire(self.now) == expected
         self._sync_window()
 
+    @precondition(lambda self: self.p.next_deadline() is not None)
+    @rule()
+    def expire_at_the_next_deadline(self) -> None:
+        deadline = self.p.next_deadline()
+        assert deadline is not None
+        self.tick_and_expire(max(0, deadline - self.now))
+
     @rule(delta=st.integers(-3, 8))
     def advance_start(self, delta: int) -> None:
         target = self.p.start_offset + delta
@@ -661,6 +681,10 @@ class SharePartitionMachine(RuleBasedStateMachine):
         if not runs:
             assert self.p.start_offset == self.p.end_offset
             return
+        for run in runs:
+            for o in range(run.first, run.last + 1):
+                if run.state == ACQUIRED:
+                    assert run.deadline == self.model[o][3], "lock deadline"
         assert runs[0].first == self.p.start_offset and runs[-1].last == self.p.end_offset - 1
         for x, y in itertools.pairwise(runs):
             assert x.last + 1 == y.first and not x.same(y)
