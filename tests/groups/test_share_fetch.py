@@ -67,7 +67,8 @@ class Member:
         self.epoch = 0
 
     def fetch(self, acks: dict[int, list[tuple[int, int, list[int]]]] | None = None, *, wait_ms: int = 0,
-              max_records: int = 500, epoch: int | None = None) -> Any:
+              max_records: int = 500, epoch: int | None = None, version: int = 1, record_limit: bool = False,
+              renew: bool = False) -> Any:
         acks = acks or {}
         parts = [
             Q.FetchPartition(partition_index=i, acknowledgement_batches=[
@@ -77,20 +78,22 @@ class Member:
         ]
         req = Q(group_id=self.group, member_id=self.member_id, share_session_epoch=self.epoch if epoch is None else epoch,
                 max_wait_ms=wait_ms, min_bytes=1, max_bytes=1 << 20, max_records=max_records, batch_size=max_records,
-                topics=[Q.FetchTopic(topic_id=self.topic_id, partitions=parts)])
-        resp = self.wire.request(req, version=1, timeout=30)
+                topics=[Q.FetchTopic(topic_id=self.topic_id, partitions=parts)],
+                share_acquire_mode=1 if record_limit else 0, is_renew_ack=renew)
+        resp = self.wire.request(req, version=version, timeout=30)
         if epoch is None and resp.error_code == 0:
             self.epoch += 1
         return resp
 
-    def acknowledge(self, acks: dict[int, list[tuple[int, int, list[int]]]], *, epoch: int | None = None) -> Any:
+    def acknowledge(self, acks: dict[int, list[tuple[int, int, list[int]]]], *, epoch: int | None = None,
+                    version: int = 1) -> Any:
         req = AQ(group_id=self.group, member_id=self.member_id, share_session_epoch=self.epoch if epoch is None else epoch,
                  topics=[AQ.AcknowledgeTopic(topic_id=self.topic_id, partitions=[
                      AQ.AcknowledgePartition(partition_index=i, acknowledgement_batches=[
                          AQ.AcknowledgementBatch(first_offset=f, last_offset=last, acknowledge_types=t) for f, last, t in b
                      ]) for i, b in acks.items()
-                 ])])
-        resp = self.wire.request(req, version=1, timeout=30)
+                 ])], is_renew_ack=any(4 in t for b in acks.values() for _f, _l, t in b))
+        resp = self.wire.request(req, version=version, timeout=30)
         if epoch is None and resp.error_code == 0:
             self.epoch += 1
         return resp
@@ -388,3 +391,69 @@ def _set_earliest_by_fetching(m: Member) -> None:
     entry = ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
     for fut in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, m.group, incremental_configs=[entry])]).values():
         fut.result(30)
+
+
+def test_locks_expire_on_the_brokers_clock_and_renew_extends_them(tmp_path: Any) -> None:
+    """On the broker's (fake) clock: a record held past share.record.lock.duration.ms goes to
+    another member, not a millisecond before, with its delivery count up by one; a RENEW
+    acknowledgement (v2, KIP-1222) restarts the lock.  v2's record-limit mode acquires no more
+    than MaxRecords even inside one batch."""
+    import asyncio
+
+    from odradek.testing import FakeScheduler, running_broker
+
+    lock = 30_000
+    fake = FakeScheduler()
+
+    async def main() -> None:
+        async with running_broker(tmp_path / "data", timers=fake) as broker:
+            await broker.topics.create("locks", 1, 1, {})
+            host, port = broker.bound["PLAINTEXT"]
+            proc: Any = type("P", (), {"host": host, "port": port, "bootstrap": f"{host}:{port}"})()
+            tid = broker.backend.image.topics["locks"].topic_id
+            a, b = await asyncio.gather(*(asyncio.to_thread(Member, proc, "g-locks", tid) for _ in range(2)))
+            try:
+                await asyncio.to_thread(a.fetch)
+                await asyncio.to_thread(b.fetch)
+                await asyncio.to_thread(_produce_one_batch, proc.bootstrap, "locks", 10)
+
+                async def fetch_until(m: Member, want: int, **kw: Any) -> list[tuple[int, int, int]]:
+                    got: list[tuple[int, int, int]] = []
+                    for _ in range(200):
+                        got += acquired(await asyncio.to_thread(m.fetch, version=2, **kw))
+                        if len(offsets(got)) >= want:
+                            break
+                        await asyncio.sleep(0.02)
+                    return got
+
+                # record-limit mode: 4 of the batch's 10, the rest stay available
+                first = await fetch_until(a, 4, max_records=4, record_limit=True)
+                assert offsets(first) == [0, 1, 2, 3]
+                rest = await fetch_until(a, 6)
+                assert offsets(rest) == [4, 5, 6, 7, 8, 9]
+                await fake.advance(lock - 1)
+                assert acquired(await asyncio.to_thread(b.fetch, version=2)) == [], "expired a millisecond early"
+                # a renews 0-4 at the last millisecond; 5-9 expire
+                resp = await asyncio.to_thread(a.acknowledge, {0: [(0, 4, [4])]}, version=2)
+                assert resp.error_code == 0 and ack_error(resp) == 0
+                assert resp.acquisition_lock_timeout_ms == lock
+                await fake.advance(1)
+                got = await fetch_until(b, 5)
+                assert got == [(5, 9, 2)]
+                await fake.advance(lock - 2)
+                assert acquired(await asyncio.to_thread(b.fetch, version=2)) == []
+                await fake.advance(1)
+                got = await fetch_until(b, 5)
+                assert got == [(0, 4, 2)]
+            finally:
+                a.close()
+                b.close()
+
+    asyncio.run(main())
+
+
+def _produce_one_batch(bootstrap: str, topic: str, n: int) -> None:
+    p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 50})
+    for i in range(n):
+        p.produce(topic, value=b"%d" % i, partition=0)
+    assert p.flush(30) == 0

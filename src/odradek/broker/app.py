@@ -1007,6 +1007,7 @@ def _share_settings(configs: GroupConfigs, live: LiveSettings) -> Callable[[str]
             max_in_flight=live.current.share_groups.partition_max_record_locks,
             dlq_topic=config.dlq_topic_name or None,
             dlq_copy_record=config.dlq_copy_record_enable,
+            renew_enabled=config.share_renew_acknowledge_enable,
         )
         if len(made) >= 10_000:
             made.clear()

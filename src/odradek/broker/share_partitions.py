@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from odradek.cluster.share_partition import Archived, RecordState, SharePartition, StateBatch
+from odradek.cluster.share_partition import Acquired, Archived, RecordState, SharePartition, StateBatch
 from odradek.errors import ErrorCode, KafkaError
 from odradek.records import iter_batch_headers
 
@@ -73,6 +73,8 @@ class ShareSettings:
     #: whether a dead letter copies the record (errors.deadletterqueue.copy.record.enable)
     dlq_topic: str | None = None
     dlq_copy_record: bool = False
+    #: share.renew.acknowledge.enable: members may RENEW their locks (ShareFetch/ShareAcknowledge v2)
+    renew_enabled: bool = True
 
 
 class Stored(Protocol):
@@ -222,11 +224,14 @@ class SharePartitionManager:
         return p.log.high_watermark
 
     def acquire(self, key: ShareKey, sp: SharePartition, p: Partition, member_id: str, data: bytes,
-                aborted_pids: Iterable[tuple[int, int]], *, max_records: int, read_committed: bool) -> list:
-        """Acquire for ``member_id`` what ``data`` (the whole batches read from
-        ``sp.next_fetch_offset()``) holds; the acquired runs."""
+                aborted_pids: Iterable[tuple[int, int]], *, fetch_offset: int, max_records: int,
+                read_committed: bool, strict: bool = False) -> list[Acquired]:
+        """Acquire for ``member_id`` what ``data`` (the whole batches read from ``fetch_offset``)
+        holds; the acquired runs.  ``strict`` (ShareFetch v2's record-limit mode): never more than
+        ``max_records`` offsets, the last batch cut; else whole batches, as Kafka aligns them."""
         batches: list[tuple[int, int]] = []
-        skip: list[tuple[int, int]] = []
+        gaps: list[tuple[int, int]] = []
+        aborted: list[tuple[int, int]] = []
         # read_committed: the producers whose transaction aborted from an offset on (until their marker)
         pending = sorted(aborted_pids, key=lambda t: t[1]) if read_committed else []
         aborting: set[int] = set()
@@ -235,18 +240,25 @@ class SharePartitionManager:
                 continue
             batches.append((h.base_offset, h.last_offset))
             if h.attributes & _CONTROL:
-                skip.append((h.base_offset, h.last_offset))  # a marker is no record for anyone
+                gaps.append((h.base_offset, h.last_offset))  # a marker is no record for anyone
                 aborting.discard(h.producer_id)
                 continue
             if read_committed and h.attributes & _TRANSACTIONAL:
                 while pending and pending[0][1] <= h.last_offset:
                     aborting.add(pending.pop(0)[0])
                 if h.producer_id in aborting:
-                    skip.append((h.base_offset, h.last_offset))
+                    aborted.append((h.base_offset, h.last_offset))
         if not batches:
             return []
-        sp.lock_ms = self.settings_for(key[0]).lock_ms
-        got = sp.acquire(member_id, batches, max_records=max_records, now_ms=self.now(), aborted=skip)
+        if strict:
+            batches = _first_offsets(batches, max(fetch_offset, sp.start_offset), max_records)
+        settings = self.settings_for(key[0])
+        sp.lock_ms = settings.lock_ms
+        sp.delivery_limit = settings.delivery_limit
+        archived: list[Archived] = []
+        got = sp.acquire(member_id, batches, max_records=max_records, now_ms=self.now(), aborted=aborted, gaps=gaps,
+                         fetch_offset=fetch_offset, archived=archived)
+        self._archived(key, archived)
         n = sum(a.last_offset - a.first_offset + 1 for a in got)
         self.stats["acquired"] += n
         self._arm()
@@ -415,3 +427,21 @@ class SharePartitionManager:
             if session is not None and session.connection is connection:
                 self.close_session(key)
 
+
+def _first_offsets(batches: list[tuple[int, int]], start: int, limit: int) -> list[tuple[int, int]]:
+    """The batches cut so that at most ``limit`` offsets from ``start`` on remain (the last one
+    shortened): what a record-limit acquisition may take."""
+    out: list[tuple[int, int]] = []
+    left = max(limit, 1)
+    for base, last in batches:
+        first = max(base, start)
+        if last < first:
+            out.append((base, last))
+            continue
+        n = last - first + 1
+        if n >= left:
+            out.append((base, first + left - 1))
+            break
+        out.append((base, last))
+        left -= n
+    return out

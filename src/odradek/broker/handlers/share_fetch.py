@@ -1,4 +1,7 @@
-"""Share groups at the partition leaders (KIP-932): ShareFetch (78) and ShareAcknowledge (79), v1.
+"""Share groups at the partition leaders (KIP-932): ShareFetch (78) and ShareAcknowledge (79), v1-2
+(v2, KIP-1222: the record-limit acquire mode — never more than MaxRecords — and RENEW
+acknowledgements, which extend the lock of records a member holds, where the group's
+``share.renew.acknowledge.enable`` allows; a ShareFetch carrying renewals fetches nothing).
 
 A member fetches through a share session (:mod:`odradek.broker.share_partitions`): epoch 0 opens
 it with the partitions of the request, each later request carries the next epoch and may add
@@ -43,6 +46,9 @@ _INITIAL, _FINAL = 0, -1
 #: one answer's records per partition at most, when the request allows more (as fetch.max.bytes)
 _PARTITION_MAX_BYTES = 1024 * 1024
 _VALID_TYPES = frozenset({0, 1, 2, 3})
+#: v2 (KIP-1222): RENEW (4) extends the lock of records the member holds
+_VALID_TYPES_V2 = frozenset({0, 1, 2, 3, 4})
+_RENEW = 4
 
 
 @dataclass(slots=True)
@@ -71,7 +77,8 @@ def _check_ids(group_id: str | None, member_id: str | None) -> str | None:
     return None
 
 
-def _ack_batches(batches: list[Any]) -> tuple[list[tuple[int, int, list[int]]] | None, str | None]:
+def _ack_batches(batches: list[Any], valid: frozenset[int] = _VALID_TYPES
+                 ) -> tuple[list[tuple[int, int, list[int]]] | None, str | None]:
     """The acknowledgement batches of one partition, checked as Kafka's request validation does:
     ranges ascending and not overlapping, types in range, one type or one per offset."""
     out: list[tuple[int, int, list[int]]] = []
@@ -84,7 +91,7 @@ def _ack_batches(batches: list[Any]) -> tuple[list[tuple[int, int, list[int]]] |
             return None, f"acknowledgement batch {first}-{last} overlaps the one before it"
         if not types or (len(types) != 1 and len(types) != last - first + 1):
             return None, f"acknowledgement batch {first}-{last} has {len(types)} types"
-        if any(t not in _VALID_TYPES for t in types):
+        if any(t not in valid for t in types):
             return None, f"acknowledgement batch {first}-{last} has an unknown acknowledge type"
         out.append((first, last, types))
         last_end = last
@@ -101,6 +108,10 @@ class _Request:
         self.member_id = member_id
         self.parts: dict[tuple[uuid.UUID, int], _Part] = {}
         self._allowed: dict[str, bool] = {}
+        #: the acknowledge types this request may carry (RENEW from v2, where the group allows it)
+        self.valid_types = _VALID_TYPES
+        if ctx.version >= 2 and self.port.settings_for(group_id).renew_enabled:
+            self.valid_types = _VALID_TYPES_V2
 
     def part(self, topic_id: uuid.UUID, index: int) -> _Part:
         key = (topic_id, index)
@@ -145,7 +156,7 @@ class _Request:
         if part.error:
             part.ack_error = part.error
             return
-        checked, why = _ack_batches(batches)
+        checked, why = _ack_batches(batches, self.valid_types)
         if checked is None:
             part.ack_error, part.message = ErrorCode.INVALID_REQUEST, why
             return
@@ -177,7 +188,7 @@ class _Request:
         return out
 
 
-@handles(ApiKey.SHARE_FETCH, versions=(1, 1))
+@handles(ApiKey.SHARE_FETCH, versions=(1, 2))
 async def share_fetch(ctx: RequestContext, request: ShareFetchRequest) -> ShareFetchResponse:
     why = _check_ids(request.group_id, request.member_id)
     if why is not None:
@@ -222,11 +233,15 @@ async def share_fetch(ctx: RequestContext, request: ShareFetchRequest) -> ShareF
     assert session is not None
     for topic_id, index in sorted(session.partitions, key=lambda k: (str(k[0]), k[1])):
         req.part(topic_id, index)
-    await _fetch(req, request, session, settings.read_committed)
+    if ctx.version >= 2 and request.is_renew_ack:  # KIP-1222: a renewal fetches nothing
+        return _response(req, settings.lock_ms)
+    strict = ctx.version >= 2 and request.share_acquire_mode == 1
+    await _fetch(req, request, session, settings.read_committed, strict)
     return _response(req, settings.lock_ms)
 
 
-async def _fetch(req: _Request, request: ShareFetchRequest, session: ShareSession, read_committed: bool) -> None:
+async def _fetch(req: _Request, request: ShareFetchRequest, session: ShareSession, read_committed: bool,
+                 strict: bool) -> None:
     """Acquire records for the member from every partition of its session led here; when none
     were, wait up to MaxWaitMs for records to arrive or come back, and try again."""
     port = req.port
@@ -247,7 +262,8 @@ async def _fetch(req: _Request, request: ShareFetchRequest, session: ShareSessio
             if budget <= 0 or records_left <= 0:
                 break
             try:
-                n = await _acquire(req, part, p, min(budget, _PARTITION_MAX_BYTES), records_left, read_committed)
+                n = await _acquire(req, part, p, min(budget, _PARTITION_MAX_BYTES), records_left, read_committed,
+                                   strict)
             except KafkaError as exc:
                 part.error, part.message = exc.code, exc.message
                 continue
@@ -271,7 +287,7 @@ async def _fetch(req: _Request, request: ShareFetchRequest, session: ShareSessio
 
 
 async def _acquire(req: _Request, part: _Part, p: Partition, max_bytes: int, max_records: int,
-                   read_committed: bool) -> int:
+                   read_committed: bool, strict: bool) -> int:
     """Read and acquire one partition's next records; how many offsets were acquired."""
     port = req.port
     key = req.key(part)
@@ -287,8 +303,8 @@ async def _acquire(req: _Request, part: _Part, p: Partition, max_bytes: int, max
     aborted: list[tuple[int, int]] = []
     if read_committed:
         aborted = [(t.producer_id, t.first_offset) for t in p.log.aborted_transactions(offset, p.log.last_stable_offset)]
-    acquired = port.shares.acquire(key, sp, p, req.member_id, data, aborted, max_records=max_records,
-                                   read_committed=read_committed)
+    acquired = port.shares.acquire(key, sp, p, req.member_id, data, aborted, fetch_offset=offset,
+                                   max_records=max_records, read_committed=read_committed, strict=strict)
     if not acquired:
         return 0
     part.records = data
@@ -320,7 +336,7 @@ def _response(req: _Request, lock_ms: int) -> ShareFetchResponse:
              responses=list(topics.values()), node_endpoints=endpoints)
 
 
-@handles(ApiKey.SHARE_ACKNOWLEDGE, versions=(1, 1))
+@handles(ApiKey.SHARE_ACKNOWLEDGE, versions=(1, 2))
 async def share_acknowledge(ctx: RequestContext, request: ShareAcknowledgeRequest) -> ShareAcknowledgeResponse:
     why = _check_ids(request.group_id, request.member_id)
     if why is not None:
@@ -356,4 +372,5 @@ async def share_acknowledge(ctx: RequestContext, request: ShareAcknowledgeReques
             current_leader=A.LeaderIdAndEpoch(leader_id=part.leader[0], leader_epoch=part.leader[1]),
         ))
     endpoints = [A.NodeEndpoint(node_id=n, host=h, port=pt, rack=r) for n, h, pt, r in req.leaders()]
-    return A(throttle_time_ms=0, error_code=0, responses=list(topics.values()), node_endpoints=endpoints)
+    return A(throttle_time_ms=0, error_code=0, responses=list(topics.values()), node_endpoints=endpoints,
+             acquisition_lock_timeout_ms=req.port.settings_for(request.group_id).lock_ms)
