@@ -92,7 +92,7 @@ class Member:
                      AQ.AcknowledgePartition(partition_index=i, acknowledgement_batches=[
                          AQ.AcknowledgementBatch(first_offset=f, last_offset=last, acknowledge_types=t) for f, last, t in b
                      ]) for i, b in acks.items()
-                 ])], is_renew_ack=any(4 in t for b in acks.values() for _f, _l, t in b))
+                 ])], is_renew_ack=version >= 2 and any(4 in t for b in acks.values() for _f, _l, t in b))
         resp = self.wire.request(req, version=version, timeout=30)
         if epoch is None and resp.error_code == 0:
             self.epoch += 1
