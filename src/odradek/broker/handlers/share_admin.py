@@ -1,0 +1,302 @@
+"""The share-group offset admin APIs (KIP-932): DescribeShareGroupOffsets (90) v0-1,
+AlterShareGroupOffsets (91) v0 and DeleteShareGroupOffsets (92) v0, advertised and served only
+while ``share.version`` is finalized at 1 or more.
+
+They are served by the group's coordinator (NOT_COORDINATOR elsewhere), which asks the share
+coordinator through the persister (:mod:`odradek.broker.share_persister`):
+
+* describe reads each share-partition's state summary: its start offset (the group's "committed"
+  offset, -1 when it has no state) and leader epoch; v1 adds the lag, the high watermark less the
+  start offset less the records already acknowledged or archived past it (Kafka's
+  KIP-1226 definition), -1 when it is unknown (no state, or the partition's high watermark is
+  not known here: this broker computes it only for the partitions it leads).  A null topic list
+  is every topic the group has state for (found by asking the share coordinator about every
+  partition of every topic the principal may describe).  DESCRIBE on the group and on the topics;
+* alter initializes each share-partition again at the given start offset with a new state epoch,
+  so that a partition leader's cached state is fenced (its next write is FENCED_STATE_EPOCH, on
+  which it drops its cache and reads the new state); the cache of this broker is dropped at once;
+* delete deletes the share-partitions' state (every partition of each topic).
+
+Alter and delete need READ on the group and on the topics, and an empty group: a group with
+members is NON_EMPTY_GROUP (the group's ``share.auto.offset.reset`` then decides where a deleted
+share-partition starts again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from odradek.broker.coordinators.share_groups import other_type
+from odradek.broker.dispatch import RequestContext, handles
+from odradek.errors import ErrorCode, KafkaError
+from odradek.protocol import ApiKey
+from odradek.protocol.messages.alter_share_group_offsets import (
+    AlterShareGroupOffsetsRequest,
+    AlterShareGroupOffsetsResponse,
+)
+from odradek.protocol.messages.delete_share_group_offsets import (
+    DeleteShareGroupOffsetsRequest,
+    DeleteShareGroupOffsetsResponse,
+)
+from odradek.protocol.messages.describe_share_group_offsets import (
+    DescribeShareGroupOffsetsRequest,
+    DescribeShareGroupOffsetsResponse,
+)
+from odradek.security.acl import Operation, ResourceType
+
+if TYPE_CHECKING:
+    from odradek.cluster.metadata import MetadataImage
+
+log = logging.getLogger(__name__)
+
+ZERO_UUID = uuid.UUID(int=0)
+#: the delivery states of records that count as done for the lag (acknowledged, archived)
+_DONE_STATES = (2, 4)
+
+
+def _error(exc: BaseException) -> tuple[int, str | None]:
+    if isinstance(exc, KafkaError):
+        return int(exc.code), exc.message or None
+    log.warning("share-group offsets: %s", exc, exc_info=exc)
+    return int(ErrorCode.UNKNOWN_SERVER_ERROR), str(exc) or None
+
+
+def _persister(ctx: RequestContext) -> Any:
+    persister = ctx.ports.share.shares.persister
+    if persister is None:
+        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "this broker has no share coordinator")
+    return persister
+
+
+def _coordinated(ctx: RequestContext, group_id: str, *, empty: bool) -> None:
+    """Raise unless this broker coordinates ``group_id`` (NOT_COORDINATOR...), the id is no group
+    of another kind (GROUP_ID_NOT_FOUND) and, when ``empty``, the share group has no members
+    (NON_EMPTY_GROUP)."""
+    groups = ctx.ports.groups.groups
+    shard = groups.shard(group_id)
+    group = shard.share.group(group_id)
+    if group is None:
+        if other_type(shard, group_id) is not None:
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
+        return
+    if empty and group.members:
+        raise KafkaError(ErrorCode.NON_EMPTY_GROUP, f"The group {group_id} is not empty: it has active members.")
+
+
+def _high_watermark(ctx: RequestContext, topic: str, index: int) -> int | None:
+    """The partition's high watermark when this broker leads it, else None."""
+    try:
+        return ctx.ports.share.partitions.for_fetch(topic, index, -1, -1).log.high_watermark
+    except KafkaError:
+        return None
+
+
+async def _describe_partition(
+    ctx: RequestContext, group_id: str, topic: str, topic_id: uuid.UUID, index: int, version: int,
+) -> DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponsePartition | None:
+    R = DescribeShareGroupOffsetsResponse
+    try:
+        persister = _persister(ctx)
+        summary = await persister.summary(group_id, topic_id, index)
+        if summary is None:
+            return R.DescribeShareGroupOffsetsResponsePartition(
+                partition_index=index, start_offset=-1, leader_epoch=-1, lag=-1, error_code=0,
+            )
+        lag = -1
+        hw = _high_watermark(ctx, topic, index) if version >= 1 and summary.start_offset >= 0 else None
+        if hw is not None:
+            done = 0
+            state = await persister.read(group_id, topic_id, index)
+            if state is not None:
+                start = summary.start_offset
+                for b in state.batches:
+                    if b.state in _DONE_STATES and b.last_offset >= start:
+                        done += min(b.last_offset, hw - 1) - max(b.first_offset, start) + 1 if b.first_offset < hw else 0
+            lag = max(hw - summary.start_offset - done, 0)
+        return R.DescribeShareGroupOffsetsResponsePartition(
+            partition_index=index, start_offset=summary.start_offset, leader_epoch=summary.leader_epoch, lag=lag,
+            error_code=0,
+        )
+    except Exception as exc:
+        code, message = _error(exc)
+        return R.DescribeShareGroupOffsetsResponsePartition(
+            partition_index=index, start_offset=-1, leader_epoch=-1, lag=-1, error_code=code, error_message=message,
+        )
+
+
+async def _describe_group(
+    ctx: RequestContext, g: DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup, version: int,
+) -> DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseGroup:
+    R = DescribeShareGroupOffsetsResponse
+    gid = g.group_id
+    if not ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, gid):
+        return R.DescribeShareGroupOffsetsResponseGroup(
+            group_id=gid, topics=[], error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED),
+        )
+    try:
+        _coordinated(ctx, gid, empty=False)
+        _persister(ctx)
+    except Exception as exc:
+        code, message = _error(exc)
+        return R.DescribeShareGroupOffsetsResponseGroup(group_id=gid, topics=[], error_code=code, error_message=message)
+    image: MetadataImage = ctx.ports.groups.metadata.image
+    out: list[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseTopic] = []
+    if g.topics is None:
+        # every topic the group has state for, among those the principal may describe
+        for name in sorted(image.topics):
+            info = image.topics[name]
+            if name.startswith("__") or not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, name,
+                                                          log_denied=False):
+                continue
+            found = await asyncio.gather(*(
+                _describe_partition(ctx, gid, name, info.topic_id, i, version) for i in sorted(info.partitions)
+            ))
+            parts = [p for p in found if p is not None and (p.start_offset >= 0 or p.error_code)]
+            if parts:
+                out.append(R.DescribeShareGroupOffsetsResponseTopic(topic_name=name, topic_id=info.topic_id,
+                                                                    partitions=parts))
+        return R.DescribeShareGroupOffsetsResponseGroup(group_id=gid, topics=out, error_code=0)
+    for rt in g.topics:
+        t = image.topics.get(rt.topic_name)
+        error: ErrorCode | None = None
+        if not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, rt.topic_name):
+            error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        elif t is None:
+            error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        parts = []
+        for index in rt.partitions:
+            if error is None and t is not None and index in t.partitions:
+                part = await _describe_partition(ctx, gid, rt.topic_name, t.topic_id, index, version)
+                if part is not None:
+                    parts.append(part)
+                continue
+            code = error or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            parts.append(R.DescribeShareGroupOffsetsResponsePartition(
+                partition_index=index, start_offset=-1, leader_epoch=-1, lag=-1, error_code=int(code),
+            ))
+        out.append(R.DescribeShareGroupOffsetsResponseTopic(
+            topic_name=rt.topic_name, topic_id=t.topic_id if t is not None and error is None else ZERO_UUID,
+            partitions=parts,
+        ))
+    return R.DescribeShareGroupOffsetsResponseGroup(group_id=gid, topics=out, error_code=0)
+
+
+@handles(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, versions=(0, 1))
+async def describe_share_group_offsets(
+    ctx: RequestContext, request: DescribeShareGroupOffsetsRequest
+) -> DescribeShareGroupOffsetsResponse:
+    version = ctx.version
+    groups = [await _describe_group(ctx, g, version) for g in request.groups]
+    return DescribeShareGroupOffsetsResponse(throttle_time_ms=0, groups=groups)
+
+
+@handles(ApiKey.ALTER_SHARE_GROUP_OFFSETS, versions=(0, 0))
+async def alter_share_group_offsets(
+    ctx: RequestContext, request: AlterShareGroupOffsetsRequest
+) -> AlterShareGroupOffsetsResponse:
+    R = AlterShareGroupOffsetsResponse
+    gid = request.group_id
+    if not ctx.authorize(Operation.READ, ResourceType.GROUP, gid):
+        return R(throttle_time_ms=0, error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED), responses=[])
+    try:
+        _coordinated(ctx, gid, empty=True)
+        persister = _persister(ctx)
+    except Exception as exc:
+        code, message = _error(exc)
+        return R(throttle_time_ms=0, error_code=code, error_message=message, responses=[])
+    image: MetadataImage = ctx.ports.groups.metadata.image
+    shares = ctx.ports.share.shares
+    out = []
+    for rt in request.topics:
+        t = image.topics.get(rt.topic_name)
+        error: ErrorCode | None = None
+        if not ctx.authorize(Operation.READ, ResourceType.TOPIC, rt.topic_name):
+            error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        elif t is None:
+            error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        parts = []
+        for rp in rt.partitions:
+            index = rp.partition_index
+            if error is not None or t is None or index not in t.partitions:
+                parts.append(R.AlterShareGroupOffsetsResponsePartition(
+                    partition_index=index, error_code=int(error or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                ))
+                continue
+            if rp.start_offset < -1:
+                parts.append(R.AlterShareGroupOffsetsResponsePartition(
+                    partition_index=index, error_code=int(ErrorCode.INVALID_REQUEST),
+                    error_message=f"invalid start offset {rp.start_offset}",
+                ))
+                continue
+            try:
+                current = await persister.summary(gid, t.topic_id, index)
+                epoch = current.state_epoch + 1 if current is not None else 1
+                await persister.initialize(gid, t.topic_id, index, rp.start_offset, epoch)
+            except Exception as exc:
+                code, message = _error(exc)
+                parts.append(R.AlterShareGroupOffsetsResponsePartition(
+                    partition_index=index, error_code=code, error_message=message,
+                ))
+                continue
+            shares.forget((gid, t.topic_id, index))
+            log.info("share group %s: start offset of %s-%d set to %d (state epoch %d)", gid, rt.topic_name, index,
+                     rp.start_offset, epoch)
+            parts.append(R.AlterShareGroupOffsetsResponsePartition(partition_index=index, error_code=0))
+        out.append(R.AlterShareGroupOffsetsResponseTopic(
+            topic_name=rt.topic_name, topic_id=t.topic_id if t is not None and error is None else ZERO_UUID,
+            partitions=parts,
+        ))
+    return R(throttle_time_ms=0, error_code=0, responses=out)
+
+
+@handles(ApiKey.DELETE_SHARE_GROUP_OFFSETS, versions=(0, 0))
+async def delete_share_group_offsets(
+    ctx: RequestContext, request: DeleteShareGroupOffsetsRequest
+) -> DeleteShareGroupOffsetsResponse:
+    R = DeleteShareGroupOffsetsResponse
+    gid = request.group_id
+    if not ctx.authorize(Operation.READ, ResourceType.GROUP, gid):
+        return R(throttle_time_ms=0, error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED), responses=[])
+    try:
+        _coordinated(ctx, gid, empty=True)
+        persister = _persister(ctx)
+    except Exception as exc:
+        code, message = _error(exc)
+        return R(throttle_time_ms=0, error_code=code, error_message=message, responses=[])
+    image: MetadataImage = ctx.ports.groups.metadata.image
+    shares = ctx.ports.share.shares
+    out = []
+    for rt in request.topics:
+        name = rt.topic_name
+        t = image.topics.get(name)
+        if not ctx.authorize(Operation.READ, ResourceType.TOPIC, name):
+            out.append(R.DeleteShareGroupOffsetsResponseTopic(
+                topic_name=name, topic_id=ZERO_UUID, error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)))
+            continue
+        if t is None:
+            out.append(R.DeleteShareGroupOffsetsResponseTopic(
+                topic_name=name, topic_id=ZERO_UUID, error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
+            continue
+        indexes: Sequence[int] = sorted(t.partitions)
+        try:
+            errors = await persister.delete(gid, {t.topic_id: indexes})
+        except Exception as exc:
+            code, message = _error(exc)
+            out.append(R.DeleteShareGroupOffsetsResponseTopic(
+                topic_name=name, topic_id=t.topic_id, error_code=code, error_message=message))
+            continue
+        for i in indexes:
+            shares.forget((gid, t.topic_id, i))
+        failed = [e for e in errors.values() if e != ErrorCode.NONE]
+        if failed:
+            out.append(R.DeleteShareGroupOffsetsResponseTopic(
+                topic_name=name, topic_id=t.topic_id, error_code=int(failed[0]),
+                error_message=f"the state of {len(failed)} partition(s) was not deleted"))
+            continue
+        log.info("share group %s: offsets of %s deleted", gid, name)
+        out.append(R.DeleteShareGroupOffsetsResponseTopic(topic_name=name, topic_id=t.topic_id, error_code=0))
+    return R(throttle_time_ms=0, error_code=0, responses=out)
