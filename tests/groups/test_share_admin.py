@@ -23,8 +23,19 @@ from odradek.protocol.messages.describe_share_group_offsets import DescribeShare
 from odradek.protocol.messages.initialize_share_group_state import InitializeShareGroupStateRequest as IQ
 from odradek.protocol.messages.share_group_describe import ShareGroupDescribeRequest
 from odradek.testing import BrokerProcess, WireClient
+from tests.broker.test_metrics import scrape, value
 from tests.groups.group_helpers import wait_until
-from tests.groups.test_share_fetch import ACCEPT, Member, _fetch_until, _produce, _topic, acquired, offsets
+from tests.groups.test_share_fetch import (
+    ACCEPT,
+    REJECT,
+    RELEASE,
+    Member,
+    _fetch_until,
+    _produce,
+    _topic,
+    acquired,
+    offsets,
+)
 from tests.groups.wire_group import coordinator_loaded, find_coordinator
 
 T = 30.0
@@ -34,7 +45,7 @@ T = 30.0
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     proc = BrokerProcess(tmp_path_factory.mktemp("odradek-share-admin"), overrides={
         "group.share.heartbeat.interval.ms": 1000, "group.share.min.heartbeat.interval.ms": 1000,
-    })
+    }, extra_args=["--metrics-port", "0"])
     proc.start()
     w = WireClient(proc.host, proc.port)
     try:
@@ -231,3 +242,36 @@ def test_a_leader_whose_state_epoch_was_fenced_reads_the_state_again(broker: Bro
         assert offsets(_fetch_until(n, 2)) == [8, 9]
     finally:
         n.close()
+
+
+def test_metrics_count_each_groups_records(broker: BrokerProcess) -> None:
+    before = scrape(broker.metrics_url)
+    total = value(before, "kafka_server_share_group_metrics_records_acquired")
+    topic, tid = _topic(broker)
+    m = Member(broker, "metrics-a", tid)
+    try:
+        acquired(m.fetch())
+        _produce(broker, topic, 5)
+        assert offsets(_fetch_until(m, 5)) == [0, 1, 2, 3, 4]
+        resp = m.acknowledge({0: [(0, 1, [ACCEPT]), (2, 2, [RELEASE]), (3, 3, [REJECT])]})
+        assert resp.error_code == 0, resp
+        m.fetch(epoch=-1)  # the session closes: offset 4 is released
+    finally:
+        m.close()
+    other = Member(broker, "metrics-b", tid)
+    try:
+        acquired(other.fetch())  # its own share partition, at the high watermark: 5
+        _produce(broker, topic, 2)
+        assert offsets(_fetch_until(other, 2)) == [5, 6]
+    finally:
+        other.close()
+    got = scrape(broker.metrics_url)
+    sg = "kafka_server_share_group_metrics_"
+    assert {name: value(got, sg + name, group="metrics-a") for name in (
+        "records_acquired", "records_accepted", "records_released", "records_rejected", "records_archived",
+    )} == {"records_acquired": 5, "records_accepted": 2, "records_released": 2, "records_rejected": 1,
+           "records_archived": 1}
+    assert value(got, sg + "record_acknowledgements", group="metrics-a", ack_type="accept") == 2
+    # the totals (no group label) count every group's
+    assert value(got, sg + "records_acquired", group="metrics-b") == 2
+    assert value(got, sg + "records_acquired") == total + 7
