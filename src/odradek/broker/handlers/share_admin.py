@@ -6,7 +6,8 @@ They are served by the group's coordinator (NOT_COORDINATOR elsewhere), which as
 coordinator through the persister (:mod:`odradek.broker.share_persister`):
 
 * describe reads each share-partition's state summary: its start offset (the group's "committed"
-  offset, -1 when it has no state) and leader epoch; v1 adds the lag, the high watermark less the
+  offset; -1, not an error, when it has no state, its state cannot be read or the topic does not
+  exist, as Kafka answers) and leader epoch; v1 adds the lag, the high watermark less the
   start offset less the records already acknowledged or archived past it (Kafka's
   KIP-1226 definition), -1 when it is unknown (no state, or the partition's high watermark is
   not known here: this broker computes it only for the partitions it leads).  A null topic list
@@ -73,11 +74,13 @@ def _persister(ctx: RequestContext) -> Any:
 
 
 def _coordinated(ctx: RequestContext, group_id: str, *, empty: bool) -> None:
-    """Raise unless this broker coordinates ``group_id`` (NOT_COORDINATOR...), the id is no group
-    of another kind (GROUP_ID_NOT_FOUND) and, when ``empty``, the share group has no members
-    (NON_EMPTY_GROUP)."""
+    """Raise unless this broker coordinates ``group_id`` (NOT_COORDINATOR...) and, when ``empty``
+    (alter, delete), the id is no group of another kind (GROUP_ID_NOT_FOUND) and the share group
+    has no members (NON_EMPTY_GROUP)."""
     groups = ctx.ports.groups.groups
     shard = groups.shard(group_id)
+    if not empty:
+        return
     group = shard.share.group(group_id)
     if group is None:
         if other_type(shard, group_id) is not None:
@@ -97,35 +100,45 @@ def _high_watermark(ctx: RequestContext, topic: str, index: int) -> int | None:
 
 async def _describe_partition(
     ctx: RequestContext, group_id: str, topic: str, topic_id: uuid.UUID, index: int, version: int,
-) -> DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponsePartition | None:
+) -> DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponsePartition:
+    """A share-partition's start offset, leader epoch and lag.  As Kafka answers it: no state, or
+    a state the share coordinator could not read, is start offset -1 without an error (the
+    absence of an offset, as OffsetFetch answers it); the lag is -1 unless both the start offset
+    and the high watermark are known."""
     R = DescribeShareGroupOffsetsResponse
     try:
         persister = _persister(ctx)
         summary = await persister.summary(group_id, topic_id, index)
-        if summary is None:
-            return R.DescribeShareGroupOffsetsResponsePartition(
-                partition_index=index, start_offset=-1, leader_epoch=-1, lag=-1, error_code=0,
-            )
-        lag = -1
-        hw = _high_watermark(ctx, topic, index) if version >= 1 and summary.start_offset >= 0 else None
-        if hw is not None:
-            done = 0
-            state = await persister.read(group_id, topic_id, index)
-            if state is not None:
-                start = summary.start_offset
-                for b in state.batches:
-                    if b.state in _DONE_STATES and b.last_offset >= start:
-                        done += min(b.last_offset, hw - 1) - max(b.first_offset, start) + 1 if b.first_offset < hw else 0
-            lag = max(hw - summary.start_offset - done, 0)
-        return R.DescribeShareGroupOffsetsResponsePartition(
-            partition_index=index, start_offset=summary.start_offset, leader_epoch=summary.leader_epoch, lag=lag,
-            error_code=0,
-        )
     except Exception as exc:
-        code, message = _error(exc)
+        log.warning("share group %s: the state of %s-%d could not be read: %s", group_id, topic, index, exc)
         return R.DescribeShareGroupOffsetsResponsePartition(
-            partition_index=index, start_offset=-1, leader_epoch=-1, lag=-1, error_code=code, error_message=message,
+            partition_index=index, start_offset=-1, leader_epoch=0, lag=-1, error_code=0,
         )
+    if summary is None or summary.start_offset < 0:
+        return R.DescribeShareGroupOffsetsResponsePartition(
+            partition_index=index, start_offset=-1, leader_epoch=-1 if summary is None else summary.leader_epoch,
+            lag=-1, error_code=0,
+        )
+    lag = -1
+    hw = _high_watermark(ctx, topic, index) if version >= 1 else None
+    if hw is not None:
+        # Kafka's lag: the partition's end less the start offset less the records past the start
+        # offset whose delivery is complete (acknowledged or archived)
+        start = summary.start_offset
+        done = 0
+        try:
+            state = await persister.read(group_id, topic_id, index)
+        except Exception as exc:
+            log.warning("share group %s: the state of %s-%d could not be read: %s", group_id, topic, index, exc)
+            state = None
+        if state is not None:
+            done = sum(b.last_offset - max(b.first_offset, start) + 1
+                       for b in state.batches if b.state in _DONE_STATES and b.last_offset >= start)
+            lag = hw - start - done
+    return R.DescribeShareGroupOffsetsResponsePartition(
+        partition_index=index, start_offset=summary.start_offset, leader_epoch=summary.leader_epoch, lag=lag,
+        error_code=0,
+    )
 
 
 async def _describe_group(
@@ -155,33 +168,34 @@ async def _describe_group(
             found = await asyncio.gather(*(
                 _describe_partition(ctx, gid, name, info.topic_id, i, version) for i in sorted(info.partitions)
             ))
-            parts = [p for p in found if p is not None and (p.start_offset >= 0 or p.error_code)]
+            parts = [p for p in found if p.start_offset >= 0]
             if parts:
                 out.append(R.DescribeShareGroupOffsetsResponseTopic(topic_name=name, topic_id=info.topic_id,
                                                                     partitions=parts))
         return R.DescribeShareGroupOffsetsResponseGroup(group_id=gid, topics=out, error_code=0)
     for rt in g.topics:
         t = image.topics.get(rt.topic_name)
-        error: ErrorCode | None = None
         if not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, rt.topic_name):
-            error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-        elif t is None:
-            error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        parts = []
-        for index in rt.partitions:
-            if error is None and t is not None and index in t.partitions:
-                part = await _describe_partition(ctx, gid, rt.topic_name, t.topic_id, index, version)
-                if part is not None:
-                    parts.append(part)
-                continue
-            code = error or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            parts.append(R.DescribeShareGroupOffsetsResponsePartition(
-                partition_index=index, start_offset=-1, leader_epoch=-1, lag=-1, error_code=int(code),
-            ))
-        out.append(R.DescribeShareGroupOffsetsResponseTopic(
-            topic_name=rt.topic_name, topic_id=t.topic_id if t is not None and error is None else ZERO_UUID,
-            partitions=parts,
+            out.append(R.DescribeShareGroupOffsetsResponseTopic(topic_name=rt.topic_name, topic_id=ZERO_UUID, partitions=[
+                R.DescribeShareGroupOffsetsResponsePartition(
+                    partition_index=i, start_offset=-1, leader_epoch=-1, lag=-1,
+                    error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+                ) for i in rt.partitions
+            ]))
+            continue
+        if t is None:
+            # as Kafka answers an unknown topic: no offset (-1), not an error
+            out.append(R.DescribeShareGroupOffsetsResponseTopic(topic_name=rt.topic_name, topic_id=ZERO_UUID, partitions=[
+                R.DescribeShareGroupOffsetsResponsePartition(partition_index=i, start_offset=-1, leader_epoch=-1, lag=-1,
+                                                            error_code=0)
+                for i in rt.partitions
+            ]))
+            continue
+        found = await asyncio.gather(*(
+            _describe_partition(ctx, gid, rt.topic_name, t.topic_id, i, version) for i in rt.partitions
         ))
+        out.append(R.DescribeShareGroupOffsetsResponseTopic(topic_name=rt.topic_name, topic_id=t.topic_id,
+                                                            partitions=list(found)))
     return R.DescribeShareGroupOffsetsResponseGroup(group_id=gid, topics=out, error_code=0)
 
 
