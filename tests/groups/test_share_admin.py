@@ -16,7 +16,7 @@ from typing import Any
 import confluent_kafka as ck
 import pytest
 
-from odradek.errors import ErrorCode
+from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.alter_share_group_offsets import AlterShareGroupOffsetsRequest as AQ
 from odradek.protocol.messages.delete_share_group_offsets import DeleteShareGroupOffsetsRequest as DQ
 from odradek.protocol.messages.describe_share_group_offsets import DescribeShareGroupOffsetsRequest as Q
@@ -276,3 +276,72 @@ def test_metrics_count_each_groups_records(broker: BrokerProcess) -> None:
     # the totals (no group label) count every group's
     assert value(got, sg + "records_acquired", group="metrics-b") == 2
     assert value(got, sg + "records_acquired") == total + 7
+
+
+def test_acls_describe_needs_describe_alter_and_delete_need_read(tmp_path: Any) -> None:
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        NewTopic,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    from odradek.client import Admin
+
+    jaas = "org.apache.kafka.common.security.plain.PlainLoginModule required " + " ".join(
+        f'user_{u}="{u}-secret"' for u in ("admin", "alice")) + ";"
+    b = BrokerProcess(tmp_path / "data", listeners="SASL_PLAINTEXT://127.0.0.1:0", overrides={
+        "sasl.enabled.mechanisms": "PLAIN", "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer", "super.users": "User:admin",
+    }).start()
+    bootstrap = b.bootstrap_of("SASL_PLAINTEXT")
+
+    def client(user: str) -> Admin:
+        return Admin({"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                      "sasl.username": user, "sasl.password": f"{user}-secret", "default.api.timeout.ms": 10000})
+
+    ck_admin = AdminClient({"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                            "sasl.mechanism": "PLAIN", "sasl.username": "admin", "sasl.password": "admin-secret"})
+    admin, alice = client("admin"), client("alice")
+
+    def allow(rtype: Any, name: str, operation: Any) -> None:
+        for f in ck_admin.create_acls([AclBinding(rtype, name, ResourcePatternType.LITERAL, "User:alice", "*",
+                                                  operation, AclPermissionType.ALLOW)]).values():
+            f.result(timeout=T)
+
+    def code_of(call: Any) -> Any:
+        with pytest.raises(KafkaError) as info:
+            call()
+        return info.value.code
+
+    try:
+        for f in ck_admin.create_topics([NewTopic("acl-t", 1, 1)]).values():
+            f.result(T)
+        admin.alter_share_group_offsets("acl-g", {("acl-t", 0): 0})
+        assert admin.describe_share_group_offsets("acl-g", [("acl-t", 0)])[("acl-t", 0)].start_offset == 0
+        describe_ = lambda: alice.describe_share_group_offsets("acl-g", [("acl-t", 0)])  # noqa: E731
+        alter_ = lambda: alice.alter_share_group_offsets("acl-g", {("acl-t", 0): 0})  # noqa: E731
+        delete_ = lambda: alice.delete_share_group_offsets("acl-g", ["acl-t"])  # noqa: E731
+        assert code_of(describe_) == ErrorCode.GROUP_AUTHORIZATION_FAILED
+        allow(ResourceType.GROUP, "acl-g", AclOperation.DESCRIBE)
+        assert code_of(describe_) == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        allow(ResourceType.TOPIC, "acl-t", AclOperation.DESCRIBE)
+        assert describe_()[("acl-t", 0)].start_offset == 0
+        # DESCRIBE is not READ
+        assert code_of(alter_) == ErrorCode.GROUP_AUTHORIZATION_FAILED
+        assert code_of(delete_) == ErrorCode.GROUP_AUTHORIZATION_FAILED
+        allow(ResourceType.GROUP, "acl-g", AclOperation.READ)
+        assert code_of(alter_) == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        assert code_of(delete_) == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        allow(ResourceType.TOPIC, "acl-t", AclOperation.READ)
+        alice.alter_share_group_offsets("acl-g", {("acl-t", 0): 0})
+        alice.delete_share_group_offsets("acl-g", ["acl-t"])
+        assert admin.describe_share_group_offsets("acl-g", [("acl-t", 0)])[("acl-t", 0)].start_offset == -1
+    finally:
+        admin.close()
+        alice.close()
+        b.stop()
