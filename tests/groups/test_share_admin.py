@@ -15,6 +15,8 @@ from typing import Any
 
 import confluent_kafka as ck
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.alter_share_group_offsets import AlterShareGroupOffsetsRequest as AQ
@@ -345,3 +347,35 @@ def test_acls_describe_needs_describe_alter_and_delete_need_read(tmp_path: Any) 
         admin.close()
         alice.close()
         b.stop()
+
+
+_ALLOWED = {ErrorCode.NONE, ErrorCode.INVALID_GROUP_ID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_REQUEST,
+            ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.NON_EMPTY_GROUP}
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow], deadline=None)
+@given(
+    group=st.sampled_from(["", "admin-fuzz", "admin-fuzz-2"]) | st.text(max_size=40),
+    topic=st.sampled_from(["", "no-such-topic", "share-0"]) | st.text(max_size=40),
+    partitions=st.lists(st.integers(-2**31, 2**31 - 1) | st.integers(-2, 3), max_size=4),
+    offset=st.integers(-2**63, 2**63 - 1) | st.integers(-3, 10),
+)
+def test_any_offsets_request_gets_kafkas_errors_and_the_broker_goes_on(
+    broker: BrokerProcess, group: str, topic: str, partitions: list[int], offset: int,
+) -> None:
+    resp = alter(broker, group, topic, dict.fromkeys(partitions, offset))
+    codes = {resp.error_code} | {p.error_code for t in resp.responses for p in t.partitions}
+    assert {ErrorCode.of(c) for c in codes} <= _ALLOWED, resp
+    if resp.error_code == 0:
+        for t in resp.responses:
+            for p in t.partitions:
+                if p.error_code == 0:  # a real partition: stored, and described as stored
+                    assert p.partition_index >= 0 and offset >= -1
+                    got = parts(describe(broker, group, {topic: [p.partition_index]}))[(topic, p.partition_index)]
+                    assert got.start_offset == offset
+    g = describe(broker, group, {topic: partitions})
+    assert {ErrorCode.of(g.error_code)} | {ErrorCode.of(p.error_code) for p in parts(g).values()} <= _ALLOWED, g
+    d = delete(broker, group, topic)
+    assert {ErrorCode.of(c) for c in {d.error_code} | {t.error_code for t in d.responses}} <= _ALLOWED, d
+    # everyone else is still served
+    assert describe(broker, "nobody", {"no-such-topic": [0]}).error_code == 0
