@@ -1,6 +1,6 @@
 """The share-group offset APIs on a 2-broker cluster whose group coordinator is not the
 share-partition leader: another broker answers NOT_COORDINATOR, Odradek's Admin client finds the
-coordinator, and an AlterShareGroupOffsets there fences the leader's cached state: the leader's
+coordinator, which asks the leader for the high watermark of the lag, and an AlterShareGroupOffsets there fences the leader's cached state: the leader's
 next write is FENCED_STATE_EPOCH, after which it reads the new state and serves from the new start
 offset."""
 
@@ -58,9 +58,11 @@ def test_alter_at_the_coordinator_fences_the_leaders_cache(cluster_factory: Call
             assert resp.groups[0].error_code == ErrorCode.NOT_COORDINATOR
             with Admin({"bootstrap.servers": cluster.bootstrap}) as admin:
                 got = admin.describe_share_group_offsets(group, [(topic, 0)])[(topic, 0)]
-                assert got.start_offset == 2
+                # the lag: the high watermark asked of the leader (ListOffsets), less the start offset
+                assert (got.start_offset, got.lag) == (2, 8)
                 admin.alter_share_group_offsets(group, {(topic, 0): 7})
-                assert admin.describe_share_group_offsets(group, [(topic, 0)])[(topic, 0)].start_offset == 7
+                got = admin.describe_share_group_offsets(group, [(topic, 0)])[(topic, 0)]
+                assert (got.start_offset, got.lag) == (7, 3)
             # the leader's cache still holds 2-9 acquired: its acknowledgement cannot be persisted
             ack = m.acknowledge({0: [(2, 3, [ACCEPT])]})
             codes = {ack.error_code} | {p.error_code for t in ack.responses for p in t.partitions}

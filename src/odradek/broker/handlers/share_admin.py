@@ -9,8 +9,8 @@ coordinator through the persister (:mod:`odradek.broker.share_persister`):
   offset; -1, not an error, when it has no state, its state cannot be read or the topic does not
   exist, as Kafka answers) and leader epoch; v1 adds the lag, the high watermark less the
   start offset less the records already acknowledged or archived past it (Kafka's
-  KIP-1226 definition), -1 when it is unknown (no state, or the partition's high watermark is
-  not known here: this broker computes it only for the partitions it leads).  A null topic list
+  KIP-1226 definition), -1 when it is unknown (no state, or the partition's high watermark could not be
+  had: this broker's when it leads the partition, else asked of the leader with ListOffsets).  A null topic list
   is every topic the group has state for (found by asking the share coordinator about every
   partition of every topic the principal may describe).  DESCRIBE on the group and on the topics;
 * alter initializes each share-partition again at the given start offset with a new state epoch,
@@ -90,12 +90,15 @@ def _coordinated(ctx: RequestContext, group_id: str, *, empty: bool) -> None:
         raise KafkaError(ErrorCode.NON_EMPTY_GROUP, f"The group {group_id} is not empty: it has active members.")
 
 
-def _high_watermark(ctx: RequestContext, topic: str, index: int) -> int | None:
-    """The partition's high watermark when this broker leads it, else None."""
+async def _high_watermark(ctx: RequestContext, persister: Any, topic: str, index: int) -> int | None:
+    """The partition's high watermark: this broker's when it leads the partition, else its
+    leader's (ListOffsets over the inter-broker listener); None when unknown."""
     try:
         return ctx.ports.share.partitions.for_fetch(topic, index, -1, -1).log.high_watermark
     except KafkaError:
-        return None
+        pass
+    end_offset = getattr(persister, "end_offset", None)
+    return None if end_offset is None else await end_offset(topic, index)
 
 
 async def _describe_partition(
@@ -120,7 +123,7 @@ async def _describe_partition(
             lag=-1, error_code=0,
         )
     lag = -1
-    hw = _high_watermark(ctx, topic, index) if version >= 1 else None
+    hw = await _high_watermark(ctx, persister, topic, index) if version >= 1 else None
     if hw is not None:
         # Kafka's lag: the partition's end less the start offset less the records past the start
         # offset whose delivery is complete (acknowledged or archived)
