@@ -274,7 +274,9 @@ def test_metrics_count_each_groups_records(broker: BrokerProcess) -> None:
         "records_acquired", "records_accepted", "records_released", "records_rejected", "records_archived",
     )} == {"records_acquired": 5, "records_accepted": 2, "records_released": 2, "records_rejected": 1,
            "records_archived": 1}
-    assert value(got, sg + "record_acknowledgements", group="metrics-a", ack_type="accept") == 2
+    kafkas = "kafka_server_sharegroupmetrics_recordacknowledgements"
+    assert value(got, kafkas, group="metrics-a", acktype="Accept") == 2
+    assert value(got, kafkas, group="metrics-a", acktype="Reject") == 1
     # the totals (no group label) count every group's
     assert value(got, sg + "records_acquired", group="metrics-b") == 2
     assert value(got, sg + "records_acquired") == total + 7

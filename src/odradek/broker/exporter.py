@@ -312,11 +312,14 @@ def share_families(st: BrokerState) -> Iterator[Metric]:
         samples: list[tuple[dict[str, str], float]] = [({}, st.share_totals.get(key, 0))]
         samples += [({"group": g}, c.get(key, 0)) for g, c in sorted(st.share_groups.items())]
         yield counter(sg + name, doc, samples)
+    # Kafka's own meter (kafka.server:type=ShareGroupMetrics,name=RecordAcknowledgementsPerSec,
+    # ackType=...): broker-wide, and here also per group
     acks = []
-    for ack_type, key in (("accept", "accepted"), ("release", "released"), ("reject", "rejected")):
-        acks.append(({"ack_type": ack_type}, st.share_totals.get(key, 0)))
-        acks += [({"group": g, "ack_type": ack_type}, c.get(key, 0)) for g, c in sorted(st.share_groups.items())]
-    yield counter(sg + "record_acknowledgements", "Records acknowledged, per acknowledgement type", acks)
+    for ack_type, key in (("Accept", "accepted"), ("Release", "released"), ("Reject", "rejected")):
+        acks.append(({"acktype": ack_type}, st.share_totals.get(key, 0)))
+        acks += [({"group": g, "acktype": ack_type}, c.get(key, 0)) for g, c in sorted(st.share_groups.items())]
+    yield counter("kafka_server_sharegroupmetrics_recordacknowledgements",
+                  "Records acknowledged, per acknowledgement type", acks)
     sp = "kafka_server_share_partition_metrics_"
     rows = sorted(st.share_partitions)
     labels = [{"group": g, "topic": t, "partition": str(i)} for g, t, i, *_rest in rows]
