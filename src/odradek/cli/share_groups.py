@@ -112,6 +112,8 @@ def cmd_describe(admin: Admin, args: argparse.Namespace, out: Any) -> int:
         rows.append([group, t, str(p), str(o.start_offset), "-" if o.lag < 0 else str(o.lag),
                      "-" if held is None else held.member_id])
     _table(rows, out)
+    out.write("(in-flight records are known only to each partition's leader: its /metrics, "
+              "kafka_server_share_partition_metrics_*)\n")
     return 0
 
 
