@@ -47,6 +47,7 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_list(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek share-groups list``: each share group with its state and member count."""
     groups = admin.list_share_groups()
     described = admin.describe_share_groups(groups) if groups else {}
     rows = [(g, described[g].state, len(described[g].members)) for g in groups if g in described]
@@ -64,6 +65,7 @@ def _not_found(exc: KafkaError) -> bool:
 
 
 def cmd_describe(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek share-groups describe``: the members and, per share-partition, the start offset and lag."""
     group = args.group
     try:
         g = admin.describe_share_groups([group])[group]
@@ -118,6 +120,8 @@ def cmd_describe(admin: Admin, args: argparse.Namespace, out: Any) -> int:
 
 
 def cmd_reset(admin: Admin, args: argparse.Namespace, out: Any) -> int:
+    """``odradek share-groups reset-offsets``: the new start offsets (a dry run unless ``--execute``;
+    an empty group only)."""
     group = args.group
     topic, _, spec = args.topic.partition(":")
     parts = [int(p) for p in spec.split(",")] if spec else _partitions(admin, topic)
@@ -174,5 +178,6 @@ def cmd_delete(admin: Admin, args: argparse.Namespace, out: Any) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``odradek share-groups`` for the parsed ``args``; the exit status."""
     commands = {"list": cmd_list, "describe": cmd_describe, "reset-offsets": cmd_reset, "delete": cmd_delete}
     return run_admin("share-groups", commands[args.share_groups_command], args)

@@ -50,6 +50,7 @@ from odradek.protocol.messages.describe_share_group_offsets import (
 from odradek.security.acl import Operation, ResourceType
 
 if TYPE_CHECKING:
+    from odradek.broker.share_partitions import SharePartitionManager
     from odradek.cluster.metadata import MetadataImage
 
 log = logging.getLogger(__name__)
@@ -66,8 +67,15 @@ def _error(exc: BaseException) -> tuple[int, str | None]:
     return int(ErrorCode.UNKNOWN_SERVER_ERROR), str(exc) or None
 
 
+def _shares(ctx: RequestContext) -> SharePartitionManager:
+    shares = ctx.ports.groups.share_partitions
+    if shares is None:
+        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "this broker has no share partitions")
+    return shares
+
+
 def _persister(ctx: RequestContext) -> Any:
-    persister = ctx.ports.share.shares.persister
+    persister = _shares(ctx).persister
     if persister is None:
         raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "this broker has no share coordinator")
     return persister
@@ -93,8 +101,10 @@ def _coordinated(ctx: RequestContext, group_id: str, *, empty: bool) -> None:
 async def _high_watermark(ctx: RequestContext, persister: Any, topic: str, index: int) -> int | None:
     """The partition's high watermark: this broker's when it leads the partition, else its
     leader's (ListOffsets over the inter-broker listener); None when unknown."""
+    partitions = ctx.ports.groups.partitions
     try:
-        return ctx.ports.share.partitions.for_fetch(topic, index, -1, -1).log.high_watermark
+        if partitions is not None:
+            return partitions.for_fetch(topic, index, -1, -1).log.high_watermark
     except KafkaError:
         pass
     end_offset = getattr(persister, "end_offset", None)
@@ -226,7 +236,7 @@ async def alter_share_group_offsets(
         code, message = _error(exc)
         return R(throttle_time_ms=0, error_code=code, error_message=message, responses=[])
     image: MetadataImage = ctx.ports.groups.metadata.image
-    shares = ctx.ports.share.shares
+    shares = _shares(ctx)
     out = []
     for rt in request.topics:
         t = image.topics.get(rt.topic_name)
@@ -285,7 +295,7 @@ async def delete_share_group_offsets(
         code, message = _error(exc)
         return R(throttle_time_ms=0, error_code=code, error_message=message, responses=[])
     image: MetadataImage = ctx.ports.groups.metadata.image
-    shares = ctx.ports.share.shares
+    shares = _shares(ctx)
     out = []
     for rt in request.topics:
         name = rt.topic_name

@@ -369,24 +369,29 @@ class Admin:
         self._call(self._async.delete_group_offsets(group_id, partitions, timeout=timeout))
 
     def list_share_groups(self, *, timeout: float | None = None) -> list[str]:
+        """The ids of the cluster's share groups, sorted (see :meth:`AsyncAdmin.list_share_groups`)."""
         return self._call(self._async.list_share_groups(timeout=timeout))
 
     def describe_share_groups(
         self, group_ids: Iterable[str], *, timeout: float | None = None
     ) -> dict[str, ShareGroupDescription]:
+        """Each share group's state, epochs and members (see :meth:`AsyncAdmin.describe_share_groups`)."""
         return self._call(self._async.describe_share_groups(group_ids, timeout=timeout))
 
     def describe_share_group_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None = None, *, timeout: float | None = None
     ) -> dict[TopicPartition, SharePartitionOffset]:
+        """The start offset and lag of a share group's share-partitions (see :meth:`AsyncAdmin.describe_share_group_offsets`)."""
         return self._call(self._async.describe_share_group_offsets(group_id, partitions, timeout=timeout))
 
     def alter_share_group_offsets(
         self, group_id: str, offsets: Mapping[TopicPartition, int], *, timeout: float | None = None
     ) -> None:
+        """Set an empty share group's start offsets (see :meth:`AsyncAdmin.alter_share_group_offsets`)."""
         self._call(self._async.alter_share_group_offsets(group_id, offsets, timeout=timeout))
 
     def delete_share_group_offsets(self, group_id: str, topics: Iterable[str], *, timeout: float | None = None) -> None:
+        """Delete an empty share group's share-partition state of topics (see :meth:`AsyncAdmin.delete_share_group_offsets`)."""
         self._call(self._async.delete_share_group_offsets(group_id, topics, timeout=timeout))
 
     def close(self) -> None:

@@ -22,6 +22,9 @@ __all__ = ["ShareGroupAdmin", "ShareGroupDescription", "ShareMemberDescription",
 
 @dataclass(slots=True)
 class ShareMemberDescription:
+    """A member of a share group (ShareGroupDescribe): its ids, host, epoch, the topics it
+    subscribes to and the partitions assigned to it."""
+
     member_id: str
     client_id: str
     host: str
@@ -33,6 +36,9 @@ class ShareMemberDescription:
 
 @dataclass(slots=True)
 class ShareGroupDescription:
+    """A share group (ShareGroupDescribe): its state (Empty, Stable), epochs, assignor, members
+    and coordinator."""
+
     group_id: str
     state: str
     group_epoch: int
