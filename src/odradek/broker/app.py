@@ -964,7 +964,8 @@ def handler_ports(svc: Services, config: BrokerConfig, live: LiveSettings) -> Po
         metadata=MetadataPort(image_source, svc.backend.metadata_known, svc.topics, svc.authorizer, settings.server),
         groups=GroupsPort(
             image_source, groups, transactions, svc.backend, svc.clock.now_ms, svc.authorizer,
-            shares=svc.share_coordinator, group_configs=svc.group_configs,
+            shares=svc.share_coordinator, group_configs=svc.group_configs, share_partitions=shares,
+            partitions=svc.partitions,
         ),
         transactions=TransactionsPort(
             image_source, transactions, groups, svc.markers, svc.replicas, svc.clock.now_ms, verify_transactions

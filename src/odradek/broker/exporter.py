@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from odradek._http import MAX_HEADERS, BadHttpRequest, HttpRequest, parse_request_head
 from odradek._timeouts import wait_for
 from odradek.cluster.group import GroupState
+from odradek.cluster.share_partition import RecordState
 from odradek.config import ConfigError
 from odradek.metrics import (
     FETCH_FOLLOWER,
@@ -131,6 +132,12 @@ class BrokerState:
     groups: list[tuple[str, GroupState, int, list[tuple[str, int, int]]]] = field(default_factory=list)
     completed_rebalances: int = 0
     connections: dict[str, int] = field(default_factory=dict)
+    #: share groups at this broker's share-partition leaders: each group's counters (group id ->
+    #: name -> count, see SharePartitionManager.stats), the totals, and each share partition's
+    #: in-flight records (group, topic, partition, start offset, acquired, available)
+    share_groups: dict[str, dict[str, int]] = field(default_factory=dict)
+    share_totals: dict[str, int] = field(default_factory=dict)
+    share_partitions: list[tuple[str, str, int, int, int, int]] = field(default_factory=list)
 
 
 def take_state(services: Services, connections: Callable[[], Iterable[Any]], listeners: Iterable[str]) -> BrokerState:
@@ -187,6 +194,15 @@ def take_state(services: Services, connections: Callable[[], Iterable[Any]], lis
         for g in coordinator.all_groups():
             offsets = [(t, i, om.offset) for (t, i), om in g.offsets.items()]
             st.groups.append((g.group_id, g.state, len(g.members), offsets))
+    shares = svc.shares
+    if shares is not None:
+        st.share_groups = {g: dict(c) for g, c in shares.group_stats.items()}
+        st.share_totals = dict(shares.stats)
+        names = {t.topic_id: t.name for t in svc.image.topics.values()}
+        for (group_id, topic_id, index), sp in list(shares.partitions.items()):
+            c = sp.counts()
+            st.share_partitions.append((group_id, names.get(topic_id, str(topic_id)), index, sp.start_offset,
+                                        c[RecordState.ACQUIRED], c[RecordState.AVAILABLE]))
     counts = dict.fromkeys(listeners, 0)
     for conn in list(connections()):
         name = getattr(conn, "listener", "?")
@@ -271,8 +287,47 @@ def state_families(st: BrokerState) -> Iterator[Metric]:
     yield gauge("kafka_consumergroup_lag_sum", "A group's lag summed over a topic's partitions",
                 [({"consumergroup": g, "topic": t}, v) for (g, t), v in sorted(lag_sum.items())])
     yield gauge("kafka_consumergroup_members", "Members of a group", members)
+    yield from share_families(st)
     yield gauge("kafka_server_socket_server_metrics_connection_count", "Open connections, per listener",
                 [({"listener": k}, v) for k, v in sorted(st.connections.items())])
+
+
+#: the share-group counters (SharePartitionManager.stats) as exported: name, help
+_SHARE_COUNTERS = (
+    ("acquired", "records_acquired", "Records acquired by share-group members"),
+    ("accepted", "records_accepted", "Records acknowledged ACCEPT"),
+    ("released", "records_released", "Records released (RELEASE, or a member's session closed)"),
+    ("rejected", "records_rejected", "Records acknowledged REJECT"),
+    ("archived", "records_archived", "Records archived (rejected, or at the delivery-count limit)"),
+    ("lock_expired", "acquisition_lock_timeout", "Times a share partition's acquisition locks expired"),
+)
+
+
+def share_families(st: BrokerState) -> Iterator[Metric]:
+    """Share groups at this broker's share-partition leaders (Kafka's ShareGroupMetrics and
+    SharePartitionMetrics): each group's counters with a ``group`` label and the broker's totals
+    without one, and each share partition's in-flight records."""
+    sg = "kafka_server_share_group_metrics_"
+    for key, name, doc in _SHARE_COUNTERS:
+        samples: list[tuple[dict[str, str], float]] = [({}, st.share_totals.get(key, 0))]
+        samples += [({"group": g}, c.get(key, 0)) for g, c in sorted(st.share_groups.items())]
+        yield counter(sg + name, doc, samples)
+    # Kafka's own meter (kafka.server:type=ShareGroupMetrics,name=RecordAcknowledgementsPerSec,
+    # ackType=...): broker-wide, and here also per group
+    acks = []
+    for ack_type, key in (("Accept", "accepted"), ("Release", "released"), ("Reject", "rejected")):
+        acks.append(({"acktype": ack_type}, st.share_totals.get(key, 0)))
+        acks += [({"group": g, "acktype": ack_type}, c.get(key, 0)) for g, c in sorted(st.share_groups.items())]
+    yield counter("kafka_server_sharegroupmetrics_recordacknowledgements",
+                  "Records acknowledged, per acknowledgement type", acks)
+    sp = "kafka_server_share_partition_metrics_"
+    rows = sorted(st.share_partitions)
+    labels = [{"group": g, "topic": t, "partition": str(i)} for g, t, i, *_rest in rows]
+    yield gauge(sp + "start_offset", "A share partition's start offset", [(lb, r[3]) for lb, r in zip(labels, rows)])
+    yield gauge(sp + "in_flight_acquired", "A share partition's records acquired by members",
+                [(lb, r[4]) for lb, r in zip(labels, rows)])
+    yield gauge(sp + "in_flight_available", "A share partition's in-flight records available for delivery again",
+                [(lb, r[5]) for lb, r in zip(labels, rows)])
 
 
 class _Snapshots:

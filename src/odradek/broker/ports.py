@@ -577,6 +577,10 @@ class GroupsPort:
     shares: ShareStateCoordinator | None = None
     #: each group's configs in effect (resource type GROUP: share.record.lock.duration.ms, ...)
     group_configs: GroupConfigView | None = None
+    #: the share-group offset APIs: this broker's share partitions (their persister, and the cache an
+    #: offsets reset drops) and the partitions it leads (a share group's lag)
+    share_partitions: SharePartitionManager | None = None
+    partitions: FetchPartitions | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from odradek.broker.ports import Partition
 
 __all__ = [
+    "STAT_NAMES",
     "SessionKey",
     "ShareKey",
     "SharePartitionManager",
@@ -51,6 +52,10 @@ log = logging.getLogger(__name__)
 ShareKey = tuple[str, uuid.UUID, int]
 #: (group id, member id)
 SessionKey = tuple[str, str]
+
+#: the counters of :attr:`SharePartitionManager.stats` (records, except ``lock_expired``: the
+#: times a share partition's acquisition locks expired)
+STAT_NAMES = ("acquired", "accepted", "released", "rejected", "archived", "lock_expired")
 
 _CONTROL = 0x20
 _TRANSACTIONAL = 0x10
@@ -107,6 +112,15 @@ class Persister(Protocol):
         start_offset: int, batches: Sequence[Any],
     ) -> None: ...
 
+    async def summary(self, group_id: str, topic_id: uuid.UUID, partition: int) -> Any:
+        """The state's summary (``state_epoch``, ``leader_epoch``, ``start_offset``), None when
+        it was never initialized."""
+        ...
+
+    async def delete(self, group_id: str, topics: Any) -> Any:
+        """Delete the state of ``topics`` (topic id -> partitions); the error of each."""
+        ...
+
 
 @dataclass(slots=True)
 class ShareSession:
@@ -147,10 +161,9 @@ class SharePartitionManager:
         self._timer_at: float | None = None
         #: futures of fetches waiting for records to become available (woken by releases)
         self._waiters: set[asyncio.Future[None]] = set()
-        #: counters for metrics and describe
-        self.stats: dict[str, int] = {
-            "acquired": 0, "accepted": 0, "released": 0, "rejected": 0, "archived": 0, "lock_expired": 0,
-        }
+        #: counters for metrics and describe: the totals, and each group's (by group id)
+        self.stats: dict[str, int] = dict.fromkeys(STAT_NAMES, 0)
+        self.group_stats: dict[str, dict[str, int]] = {}
         #: what was archived (for the dead-letter topic): the listener gets every archived record
         #: with its share partition and the partition it is read from
         self.on_archived: Callable[[ShareKey, Partition, list[Archived]], None] | None = None
@@ -260,7 +273,7 @@ class SharePartitionManager:
                          fetch_offset=fetch_offset, archived=archived)
         self._archived(key, archived)
         n = sum(a.last_offset - a.first_offset + 1 for a in got)
-        self.stats["acquired"] += n
+        self._count(key[0], "acquired", n)
         self._arm()
         return got
 
@@ -278,28 +291,36 @@ class SharePartitionManager:
                 error = code
                 continue
             changed = True
-            self._count_acks(types, last - first + 1)
+            self._count_acks(key[0], types, last - first + 1)
             self._archived(key, archived)
         if changed:
             self._wake()
             await self._persist(key, sp, leader_epoch)
         return error
 
-    def _count_acks(self, types: Sequence[int], n: int) -> None:
+    def _count(self, group_id: str, name: str, n: int) -> None:
+        if n:
+            self.stats[name] += n
+            per = self.group_stats.get(group_id)
+            if per is None:
+                per = self.group_stats[group_id] = dict.fromkeys(STAT_NAMES, 0)
+            per[name] += n
+
+    def _count_acks(self, group_id: str, types: Sequence[int], n: int) -> None:
         names = {1: "accepted", 2: "released", 3: "rejected"}
         if len(types) == 1:
             name = names.get(types[0])
             if name:
-                self.stats[name] += n
+                self._count(group_id, name, n)
             return
         for t in types:
             name = names.get(t)
             if name:
-                self.stats[name] += 1
+                self._count(group_id, name, 1)
 
     def _archived(self, key: ShareKey, archived: list[Archived]) -> None:
         if archived:
-            self.stats["archived"] += len(archived)
+            self._count(key[0], "archived", len(archived))
             source = self._sources.get(key)
             if self.on_archived is not None and source is not None:
                 self.on_archived(key, source, archived)
@@ -312,7 +333,13 @@ class SharePartitionManager:
             await self._persister.write(group_id, topic_id, index, leader_epoch=leader_epoch,
                                         state_epoch=self._state_epochs.get(key, 0),
                                         start_offset=sp.start_offset, batches=sp.snapshot())
-        except KafkaError:
+        except KafkaError as exc:
+            if exc.code == ErrorCode.FENCED_STATE_EPOCH:
+                # the group's offsets were reset (AlterShareGroupOffsets) or its state deleted since
+                # this state was read: what is cached here is stale; the next fetch reads it again
+                log.warning("share partition %s: state epoch fenced (%s): its cached state is dropped and "
+                            "read again on the next fetch", key, exc.message)
+                self._drop(key)
             raise
         except Exception as exc:
             log.warning("share partition %s: state not persisted: %s", key, exc)
@@ -333,9 +360,25 @@ class SharePartitionManager:
                 released += held
                 self._archived(key, sp.release_member(member_id, now_ms=now))
         if released:
-            self.stats["released"] += released
+            self._count(group_id, "released", released)
             self._wake()
         return released
+
+    @property
+    def persister(self) -> Persister | None:
+        return self._persister
+
+    def forget(self, key: ShareKey) -> bool:
+        """Drop the cached state of a share partition (its offsets were altered or deleted at the
+        share coordinator): the next fetch reads it from the share coordinator again.  What
+        members hold in it is released.  Whether it was cached here."""
+        sp = self.partitions.get(key)
+        if sp is None:
+            return False
+        log.info("share partition %s %s-%d: cached state dropped (its offsets were changed)", key[0], key[1], key[2])
+        self._drop(key)
+        self._wake()
+        return True
 
     def _drop(self, key: ShareKey) -> None:
         self.partitions.pop(key, None)
@@ -366,7 +409,7 @@ class SharePartitionManager:
             if deadline is None or deadline > now:
                 continue
             archived = sp.expire(now)
-            self.stats["lock_expired"] += 1
+            self._count(key[0], "lock_expired", 1)
             self._archived(key, archived)
             woke = True
         if woke:

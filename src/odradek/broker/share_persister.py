@@ -10,7 +10,9 @@ leader is persisted through the share coordinator of the share-partition, the le
 * ``initialize(group_id, topic_id, partition, start_offset, state_epoch=0)``;
 * ``write(group_id, topic_id, partition, *, leader_epoch, state_epoch, start_offset, batches)``;
 * ``delete(group_id, topics)`` -> an error code per (topic id, partition);
-* ``summary(group_id, topic_id, partition)`` -> :class:`StateSummary` or None.
+* ``summary(group_id, topic_id, partition)`` -> :class:`StateSummary` or None;
+* ``end_offset(topic, partition)``: a partition's high watermark asked of its leader on another
+  broker (for a share group's lag), None when unknown.
 
 Each call finds the coordinator: this broker itself when it leads the ``__share_group_state``
 partition of ``group:topicId:partition`` (the call goes straight to the local coordinator), else
@@ -35,6 +37,7 @@ from odradek.cluster.share_state import ShareKey, ShareState, StateBatch
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.delete_share_group_state import DeleteShareGroupStateRequest
 from odradek.protocol.messages.initialize_share_group_state import InitializeShareGroupStateRequest
+from odradek.protocol.messages.list_offsets import ListOffsetsRequest
 from odradek.protocol.messages.read_share_group_state import ReadShareGroupStateRequest
 from odradek.protocol.messages.read_share_group_state_summary import ReadShareGroupStateSummaryRequest
 from odradek.protocol.messages.write_share_group_state import WriteShareGroupStateRequest
@@ -240,6 +243,34 @@ class SharePersister:
             return StateSummary(p.state_epoch, p.leader_epoch, p.start_offset)
 
         return await self._call(key, local, remote)
+
+    async def end_offset(self, topic: str, partition: int) -> int | None:
+        """The end offset of a partition another broker leads (ListOffsets latest,
+        read_uncommitted: its high watermark), asked of that leader over the inter-broker
+        listener, as Kafka's group coordinator asks it for a share group's lag; None when it cannot
+        be known (no leader, no channel to it, an error)."""
+        state = self.image().partition(topic, partition)
+        leader = state.leader if state is not None else -1
+        if leader < 0 or leader == self.broker_id:
+            return None
+        R = ListOffsetsRequest
+        try:
+            resp = await self._channel(leader).request(R(replica_id=-1, isolation_level=0, topics=[R.ListOffsetsTopic(
+                name=topic, partitions=[R.ListOffsetsPartition(partition_index=partition, current_leader_epoch=-1,
+                                                               timestamp=-1)],
+            )]), 4)
+        except KafkaError as exc:
+            log.debug("the end offset of %s-%d: %s", topic, partition, exc)
+            return None
+        except (ConnectionError, OSError, TimeoutError) as exc:
+            self._drop(leader)
+            log.debug("the end offset of %s-%d: broker %d: %s", topic, partition, leader, exc)
+            return None
+        for t in resp.topics:
+            for p in t.partitions:
+                if p.partition_index == partition and p.error_code == 0 and p.offset >= 0:
+                    return int(p.offset)
+        return None
 
     # ------------------------------------------------------------------------------------------
     # finding the coordinator

@@ -48,6 +48,10 @@ def _parser() -> argparse.ArgumentParser:
     produce.add_parser(sub)
     topics.add_parser(sub)
     groups.add_parser(sub)
+
+    from odradek.cli import share_groups
+
+    share_groups.add_parser(sub)
     configs.add_parser(sub)
 
     from odradek.cli import acls, certs, features, transactions, users
@@ -124,6 +128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from odradek.cli import groups
 
         return groups.run(args)
+    if args.command == "share-groups":
+        from odradek.cli import share_groups
+
+        return share_groups.run(args)
     if args.command == "topics":
         from odradek.cli import topics
 

@@ -23,6 +23,7 @@ from odradek.console._http import HttpError, Request, Response
 from odradek.console._overview import OverviewPages
 from odradek.console._pages import Pages
 from odradek.console._schemas import RegistryReader, SchemaPages
+from odradek.console._share_groups import SharePages
 from odradek.console._topics import TopicPages
 from odradek.errors import ErrorCode, KafkaError, OdradekError
 
@@ -75,6 +76,7 @@ class ConsoleApp:
             return cls(self.data, self.page, read_only=read_only, csrf_token=self.csrf_token, bootstrap=self.bootstrap)
 
         overview, topics, browser, groups = pages(OverviewPages), pages(TopicPages), pages(MessageBrowser), pages(GroupPages)
+        shares = pages(SharePages)
         schemas = SchemaPages(self.data, self.page, read_only=read_only, csrf_token=self.csrf_token,
                               bootstrap=self.bootstrap, registry=RegistryReader(schema_registry_url, timeout))
         self._routes: list[tuple[str, re.Pattern[str], Callable[..., Awaitable[Response]]]] = [
@@ -90,6 +92,8 @@ class ConsoleApp:
             ("GET", re.compile(r"/groups"), groups.groups),
             ("GET", re.compile(r"/groups/([^/]+)"), groups.group),
             ("POST", re.compile(r"/groups/([^/]+)/reset"), groups.reset_offsets),
+            ("GET", re.compile(r"/share-groups"), shares.share_groups),
+            ("GET", re.compile(r"/share-groups/([^/]+)"), shares.share_group),
             ("GET", re.compile(r"/schemas"), schemas.schemas),
             ("GET", re.compile(r"/schemas/([^/]+)"), schemas.subject),
             ("GET", re.compile(r"/throughput"), overview.throughput),

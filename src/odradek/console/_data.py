@@ -227,6 +227,35 @@ class ClusterData:
         )
         return described[group_id], lags, list(topics)
 
+    # -- share groups ----------------------------------------------------------------------------
+    async def share_groups(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The share groups described (at most 200), and each one's share-partition offsets (or
+        what went wrong asking for them)."""
+        ids = (await self.admin.list_share_groups(timeout=self.timeout))[:200]
+        if not ids:
+            return {}, {}
+        limit = asyncio.Semaphore(8)
+
+        async def offsets_of(group_id: str) -> Any:
+            async with limit:
+                return await self.admin.describe_share_group_offsets(group_id, timeout=self.timeout)
+
+        described, offsets = await asyncio.gather(
+            self.admin.describe_share_groups(ids, timeout=self.timeout),
+            asyncio.gather(*(offsets_of(g) for g in ids), return_exceptions=True),
+        )
+        return described, dict(zip(ids, offsets))
+
+    async def share_group(self, group_id: str) -> tuple[Any, Any] | None:
+        """A share group described and its share-partition offsets; None when it does not exist."""
+        try:
+            described = await self.admin.describe_share_groups([group_id], timeout=self.timeout)
+        except KafkaError as exc:
+            if exc.code == ErrorCode.GROUP_ID_NOT_FOUND:
+                return None
+            raise
+        return described[group_id], await self.admin.describe_share_group_offsets(group_id, timeout=self.timeout)
+
     async def reset_plan(
         self, group_id: str, tps: list[TopicPartition], strategy: str, value: int | None
     ) -> ResetPlan:

@@ -74,7 +74,8 @@ class Page:
     """The frame around a page's content: navigation, notices, the read-only badge."""
 
     NAV = (
-        ("/", "Overview"), ("/topics", "Topics"), ("/groups", "Consumer groups"), ("/schemas", "Schemas"),
+        ("/", "Overview"), ("/topics", "Topics"), ("/groups", "Consumer groups"), ("/share-groups", "Share groups"),
+        ("/schemas", "Schemas"),
         ("/throughput", "Throughput"),
     )
 

@@ -15,6 +15,7 @@ from odradek.broker.handlers import (  # noqa: F401
     produce,
     quotas,
     sasl,
+    share_admin,
     share_fetch,
     share_groups,
     share_state,

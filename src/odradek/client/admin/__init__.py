@@ -37,6 +37,12 @@ from odradek.client.admin._features import FeatureAdmin, FeatureMetadata
 from odradek.client.admin._groups import GroupAdmin
 from odradek.client.admin._quotas import SPECIFIED, ClientQuotaEntity, QuotaAdmin
 from odradek.client.admin._records import RecordAdmin
+from odradek.client.admin._share_groups import (
+    ShareGroupAdmin,
+    ShareGroupDescription,
+    ShareMemberDescription,
+    SharePartitionOffset,
+)
 from odradek.client.admin._topics import TopicAdmin
 from odradek.client.admin._transactions import TransactionAdmin
 from odradek.client.admin._users import UserAdmin
@@ -119,6 +125,10 @@ __all__ = [
     "QuotaAdmin",
     "RecordAdmin",
     "ResourceType",
+    "ShareGroupAdmin",
+    "ShareGroupDescription",
+    "ShareMemberDescription",
+    "SharePartitionOffset",
     "TopicAdmin",
     "TopicDescription",
     "TopicListing",
@@ -131,7 +141,7 @@ __all__ = [
 
 
 class AsyncAdmin(
-    TopicAdmin, ConfigAdmin, TransactionAdmin, GroupAdmin, RecordAdmin, UserAdmin, AclAdmin, QuotaAdmin, FeatureAdmin
+    TopicAdmin, ConfigAdmin, TransactionAdmin, ShareGroupAdmin, GroupAdmin, RecordAdmin, UserAdmin, AclAdmin, QuotaAdmin, FeatureAdmin
 ):
     """The asyncio admin client.  ``async with AsyncAdmin(bootstrap_servers=...) as admin: ...``
 
@@ -357,6 +367,32 @@ class Admin:
         self, group_id: str, partitions: Iterable[TopicPartition], *, timeout: float | None = None
     ) -> None:
         self._call(self._async.delete_group_offsets(group_id, partitions, timeout=timeout))
+
+    def list_share_groups(self, *, timeout: float | None = None) -> list[str]:
+        """The ids of the cluster's share groups, sorted (see :meth:`AsyncAdmin.list_share_groups`)."""
+        return self._call(self._async.list_share_groups(timeout=timeout))
+
+    def describe_share_groups(
+        self, group_ids: Iterable[str], *, timeout: float | None = None
+    ) -> dict[str, ShareGroupDescription]:
+        """Each share group's state, epochs and members (see :meth:`AsyncAdmin.describe_share_groups`)."""
+        return self._call(self._async.describe_share_groups(group_ids, timeout=timeout))
+
+    def describe_share_group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None = None, *, timeout: float | None = None
+    ) -> dict[TopicPartition, SharePartitionOffset]:
+        """The start offset and lag of a share group's share-partitions (see :meth:`AsyncAdmin.describe_share_group_offsets`)."""
+        return self._call(self._async.describe_share_group_offsets(group_id, partitions, timeout=timeout))
+
+    def alter_share_group_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, int], *, timeout: float | None = None
+    ) -> None:
+        """Set an empty share group's start offsets (see :meth:`AsyncAdmin.alter_share_group_offsets`)."""
+        self._call(self._async.alter_share_group_offsets(group_id, offsets, timeout=timeout))
+
+    def delete_share_group_offsets(self, group_id: str, topics: Iterable[str], *, timeout: float | None = None) -> None:
+        """Delete an empty share group's share-partition state of topics (see :meth:`AsyncAdmin.delete_share_group_offsets`)."""
+        self._call(self._async.delete_share_group_offsets(group_id, topics, timeout=timeout))
 
     def close(self) -> None:
         """Close the connections and stop the background loop (waiting up to 10 s for the
