@@ -1,4 +1,4 @@
-"""Odradek's Python client: Producer, group Consumer, SimpleConsumer and Admin, each with an
+"""Odradek's Python client: Producer, group Consumer, SimpleConsumer, ShareConsumer and Admin, each with an
 asyncio twin, over the transport layer (:mod:`odradek.transport`; its blocking face is
 re-exported here as :class:`Cluster` and :class:`BrokerConnection`).
 
@@ -61,6 +61,13 @@ from odradek.client.consumer_simple import (
 from odradek.client.errors import OffsetOutOfRangeError
 from odradek.client.partitioner import DefaultPartitioner, murmur2, murmur2_partition
 from odradek.client.producer import AsyncProducer, Producer, RecordMetadata
+from odradek.client.share_consumer import (
+    AcknowledgeType,
+    AsyncShareConsumer,
+    IllegalStateError,
+    ShareConsumer,
+    ShareRecord,
+)
 from odradek.transport import BrokerConnection, Cluster, parse_bootstrap
 
 __all__ = [
@@ -70,6 +77,7 @@ __all__ = [
     "CONSUMER_DEFAULTS",
     "PRODUCER_CONFIGS",
     "PRODUCER_DEFAULTS",
+    "AcknowledgeType",
     "Admin",
     "AdminError",
     "AlterConfigOp",
@@ -77,6 +85,7 @@ __all__ = [
     "AsyncAdmin",
     "AsyncConsumer",
     "AsyncProducer",
+    "AsyncShareConsumer",
     "AsyncSimpleConsumer",
     "Blacklist",
     "BrokerConnection",
@@ -94,6 +103,7 @@ __all__ = [
     "GroupDescription",
     "GroupListing",
     "HighLevelConsumer",
+    "IllegalStateError",
     "MemberDescription",
     "MessageAndMetadata",
     "NewPartitions",
@@ -104,6 +114,8 @@ __all__ = [
     "Producer",
     "RawFetched",
     "RecordMetadata",
+    "ShareConsumer",
+    "ShareRecord",
     "SimpleConsumer",
     "Whitelist",
     "ZookeeperConsumer",
