@@ -60,8 +60,10 @@ def test_finalized_features_as_kafka_python_reads_them(tmp_path: Path) -> None:
     assert features["metadata.version"]["finalized_epoch"] == 0
     assert features["group.version"]["supported"] == (0, 1)  # KIP-848's consumer groups
     assert features["group.version"]["finalized"] == (1, 1)
+    assert features["share.version"]["supported"] == (0, 1)  # KIP-932's share groups
+    assert features["share.version"]["finalized"] == (1, 1)
     # not implemented here yet: supported at level 0 only, not finalized
-    assert features["share.version"] == {"supported": (0, 0)}
+    assert features["streams.version"] == {"supported": (0, 0)}
 
 
 def test_api_versions_v3_leaves_out_features_whose_lowest_level_is_0(tmp_path: Path) -> None:
@@ -74,7 +76,7 @@ def test_api_versions_v3_leaves_out_features_whose_lowest_level_is_0(tmp_path: P
     }
     for r in (v3, v4):
         assert {f.name: f.max_version_level for f in r.finalized_features} == {  # type: ignore[attr-defined]
-            "group.version": 1, "metadata.version": 25, "transaction.version": 2,
+            "group.version": 1, "metadata.version": 25, "share.version": 1, "transaction.version": 2,
         }
         assert r.finalized_features_epoch == 0  # type: ignore[attr-defined]
 
@@ -129,7 +131,7 @@ def test_update_features_as_kafka_controllers_allow_and_the_change_survives_a_re
             with pytest.raises(InvalidUpdateVersionError, match="only supports versions"):
                 admin.update_features({"transaction.version": 3})
             with pytest.raises(InvalidUpdateVersionError, match="does not support this feature"):
-                admin.update_features({"share.version": 1})
+                admin.update_features({"streams.version": 1})
             # metadata.version across levels that changed the metadata
             with pytest.raises(InvalidUpdateVersionError, match="might delete metadata"):
                 admin.update_features({"metadata.version": ("SAFE_DOWNGRADE", 7)})

@@ -57,6 +57,7 @@ from odradek.broker.coordinators import (
     TransactionCoordinator,
 )
 from odradek.broker.exporter import BrokerRegistry, MetricsAccess, MetricsServer
+from odradek.broker.group_configs import GroupConfigs
 from odradek.broker.limits import FDS_PER_PARTITION, partition_budget
 from odradek.broker.partitions import PartitionService
 from odradek.broker.ports import (
@@ -231,7 +232,7 @@ class Broker:
         self.scheduler = LogScheduler(self.settings, self.logs, self.replicas.log_dirs, executor, self.timers)
         ports = CoordinatorPorts(self.clock, self.replicas, self.topics, self.replication, self.scheduler, self.timers)
         authorizer = authorizer_for(settings.security, backend.image)
-        self.groups = GroupCoordinator(settings.groups, ports)
+        self.groups = GroupCoordinator(settings.groups, ports, settings.share_groups)
         producer_ids = ProducerIdManager(backend)
         self.txn_markers = MarkerWriter(self.replicas, settings.server.request_timeout_ms, self.groups.complete_txn)
         self.txns = TransactionCoordinator(
@@ -254,6 +255,7 @@ class Broker:
                 self.schema_registry.on_hosting_changed(image)
 
         self.replication.on_hosting_changed = on_hosting_changed
+        group_configs = GroupConfigs(backend, self.settings)
         self.services = Services(
             broker_id=self.broker_id,
             cluster_id=self.cluster_id,
@@ -275,7 +277,11 @@ class Broker:
             leader_quota=ReplicationQuota(self.settings, "leader"),
             quotas=QuotaManager(settings.quotas, backend.image),
             schema_view=self.schema_registry,
-            shares=SharePartitionManager(self.timers, _share_settings(settings)),
+            group_configs=group_configs,
+            shares=SharePartitionManager(
+                self.timers, _share_settings(group_configs, self.settings),
+                max_sessions=settings.share_groups.max_share_sessions,
+            ),
         )
         assert self.services.quotas is not None
         await self._start_metrics(embedded=zk is None)
@@ -880,8 +886,8 @@ def handler_ports(svc: Services, config: BrokerConfig, live: LiveSettings) -> Po
     groups, transactions = svc.groups, svc.transactions
     verify_transactions = settings.transactions.partition_verification_enable
     shares = svc.shares
-    assert shares is not None
-    configs = ConfigsPort(svc.broker_id, image_source, svc.topics, config, live, svc.backend)
+    assert shares is not None and svc.group_configs is not None
+    configs = ConfigsPort(svc.broker_id, image_source, svc.topics, config, live, svc.backend, svc.group_configs)
     return Ports(
         authorizer=svc.authorizer,
         connection=ConnectionPort(settings, svc.quotas, svc.metrics, svc.replicas.log_dirs, shares.connection_closed),
@@ -919,12 +925,30 @@ def handler_ports(svc: Services, config: BrokerConfig, live: LiveSettings) -> Po
     )
 
 
-def _share_settings(settings: Settings) -> Callable[[str], ShareSettings]:
-    """A share group's settings: the broker's defaults (group configs are not kept yet)."""
-    defaults = ShareSettings()
+def _share_settings(configs: GroupConfigs, live: LiveSettings) -> Callable[[str], ShareSettings]:
+    """A share group's settings at the partition leaders: its group configs (share.*), else the
+    broker's group.share.* defaults; remembered while the group's configs stay the same."""
+    made: dict[str, tuple[object, ShareSettings]] = {}
 
     def settings_for(group_id: str) -> ShareSettings:
-        return defaults
+        config = configs.for_group(group_id)
+        hit = made.get(group_id)
+        if hit is not None and hit[0] is config:
+            return hit[1]
+        reset = config.share_auto_offset_reset
+        found = ShareSettings(
+            lock_ms=config.share_record_lock_duration_ms,
+            delivery_limit=config.share_delivery_count_limit,
+            auto_offset_reset=reset.strategy,
+            reset_duration_ms=reset.duration_ms,
+            read_committed=config.share_read_committed,
+            max_in_flight=live.current.share_groups.partition_max_record_locks,
+            dlq_topic=config.dlq_topic_name or None,
+        )
+        if len(made) >= 10_000:
+            made.clear()
+        made[group_id] = (config, found)
+        return found
 
     return settings_for
 

@@ -34,6 +34,7 @@ from odradek.broker.replica import Partition
 from odradek.broker.telemetry import Granted
 from odradek.cluster.client_metrics import ClientInfo
 from odradek.cluster.group import Group, OffsetAndMetadata
+from odradek.cluster.group_configs import GroupConfig
 from odradek.cluster.metadata import MetadataImage, TopicInfo
 from odradek.config import ConfigSource
 from odradek.errors import ErrorCode, KafkaError
@@ -53,6 +54,7 @@ from odradek.storage import (
 if TYPE_CHECKING:
     from odradek.broker.coordinators.consumer_groups import ConsumerGroupService
     from odradek.broker.coordinators.groups import GroupShard
+    from odradek.broker.coordinators.share_groups import ShareGroupService
     from odradek.broker.coordinators.transactions import TxnDescription
     from odradek.broker.schema_validation import SchemaValidation
     from odradek.broker.share_partitions import SharePartitionManager, ShareSettings
@@ -71,6 +73,8 @@ __all__ = [
     "ConnectionPort",
     "FetchPort",
     "FileRegion",
+    "GroupConfigStore",
+    "GroupConfigView",
     "GroupsPort",
     "InvalidRecordError",
     "ListOffsetsPort",
@@ -118,6 +122,26 @@ class ClientMetricsStore(Protocol):
     async def alter_client_metrics(
         self, name: str, change: Callable[[dict[str, str]], dict[str, str]]
     ) -> dict[str, str]: ...
+
+
+class GroupConfigView(Protocol):
+    """A group's configs in effect (resource type GROUP: its overrides, else the broker's
+    ``group.*`` settings), typed: what the group and share-group code reads
+    (:class:`odradek.broker.group_configs.GroupConfigs` satisfies it)."""
+
+    def for_group(self, group_id: str) -> GroupConfig: ...
+
+
+class GroupConfigStore(GroupConfigView, Protocol):
+    """The group configs as the config handlers read and change them."""
+
+    def overrides(self, group_id: str) -> Mapping[str, str]: ...
+
+    def groups(self) -> list[str]: ...
+
+    async def alter(
+        self, group_id: str, change: Mapping[str, str | None], *, replace_all: bool, validate_only: bool
+    ) -> Mapping[str, str]: ...
 
 
 class TelemetryReceiver(Protocol):
@@ -281,6 +305,9 @@ class GroupCoordinator(Protocol):
 
     @property
     def consumer(self) -> ConsumerGroupService: ...
+
+    @property
+    def share(self) -> ShareGroupService: ...
 
     def shard(self, group_id: str) -> GroupShard: ...
 
@@ -547,6 +574,8 @@ class ConfigsPort:
     settings: LiveSettings
     #: client-metrics subscriptions (resource type CLIENT_METRICS)
     client_metrics: ClientMetricsStore
+    #: group configs (resource type GROUP)
+    group_configs: GroupConfigStore
 
 
 @dataclass(frozen=True, slots=True)

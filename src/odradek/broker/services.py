@@ -17,6 +17,7 @@ from odradek._clock import Clock
 from odradek._scheduler import Scheduler
 from odradek.broker.authorizer import Authorizer
 from odradek.broker.coordinators import GroupCoordinator, MarkerWriter, TransactionCoordinator
+from odradek.broker.group_configs import GroupConfigs
 from odradek.broker.partitions import PartitionService
 from odradek.broker.ports import RunState
 from odradek.broker.producer_ids import ProducerIdManager
@@ -78,6 +79,9 @@ class Services:
     schema_view: RegistryView | None = None
     #: share groups' partitions and sessions at this leader (None: starting)
     shares: SharePartitionManager | None = None
+    #: the group configs (resource type GROUP): ``group_configs.for_group(id)`` is a group's typed
+    #: configs in effect (None: starting)
+    group_configs: GroupConfigs | None = None
     run: RunState = field(default_factory=RunState)
 
     @property

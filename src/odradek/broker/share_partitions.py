@@ -54,9 +54,6 @@ SessionKey = tuple[str, str]
 
 _CONTROL = 0x20
 _TRANSACTIONAL = 0x10
-#: share sessions one broker keeps at most (Kafka's max.share.session.cache.size is far larger;
-#: each session is small)
-MAX_SESSIONS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +63,14 @@ class ShareSettings:
 
     lock_ms: int = 30_000
     delivery_limit: int = 5
-    #: "latest", "earliest" (``by_duration:`` is resolved to one of them by the caller)
+    #: "latest", "earliest" or "by_duration" (the first offset at or after now less
+    #: ``reset_duration_ms``, else the high watermark)
     auto_offset_reset: str = "latest"
+    reset_duration_ms: int = 0
     read_committed: bool = False
     max_in_flight: int = 2000
+    #: the group's dead-letter topic (KIP-1191), None: archived records are only archived
+    dlq_topic: str | None = None
 
 
 class Persister(Protocol):
@@ -105,8 +106,11 @@ class SharePartitionManager:
         timers: Scheduler,
         settings_for: Callable[[str], ShareSettings],
         persister: Persister | None = None,
+        *,
+        max_sessions: int = 2000,
     ) -> None:
         self._timers = timers
+        self._max_sessions = max_sessions
         self.settings_for = settings_for
         self._persister = persister
         self.partitions: dict[ShareKey, SharePartition] = {}
@@ -164,7 +168,7 @@ class SharePartitionManager:
                      len(batches))
         else:
             batches = []
-            start = p.log.log_start_offset if settings.auto_offset_reset == "earliest" else p.log.high_watermark
+            start = self._reset_offset(settings, p)
             log.info("share partition %s %s-%d starts at %d (share.auto.offset.reset=%s)", group_id, p.topic, index,
                      start, settings.auto_offset_reset)
             if self._persister is not None:
@@ -174,6 +178,16 @@ class SharePartitionManager:
             start_offset=start, lock_ms=settings.lock_ms, delivery_limit=settings.delivery_limit,
             max_in_flight=settings.max_in_flight, state_batches=batches,
         )
+
+    def _reset_offset(self, settings: ShareSettings, p: Partition) -> int:
+        """Where a share partition with no state starts (share.auto.offset.reset)."""
+        if settings.auto_offset_reset == "earliest":
+            return p.log.log_start_offset
+        if settings.auto_offset_reset == "by_duration":
+            found = p.log.offset_for_timestamp(int(self._timers.clock.now_ms()) - settings.reset_duration_ms)
+            if found is not None:
+                return max(found[0], p.log.log_start_offset)
+        return p.log.high_watermark
 
     def acquire(self, key: ShareKey, sp: SharePartition, p: Partition, member_id: str, data: bytes,
                 aborted_pids: Iterable[tuple[int, int]], *, max_records: int, read_committed: bool) -> list:
@@ -328,9 +342,10 @@ class SharePartitionManager:
     # -- share sessions --------------------------------------------------------------------------
     def open_session(self, key: SessionKey, connection: object) -> ShareSession:
         self.close_session(key)
-        if len(self.sessions) >= MAX_SESSIONS:
+        if len(self.sessions) >= self._max_sessions:
             raise KafkaError(ErrorCode.SHARE_SESSION_LIMIT_REACHED,
-                             f"the share session cache is full ({MAX_SESSIONS} sessions)")
+                             f"the share session cache is full ({self._max_sessions} sessions, "
+                             "group.share.max.share.sessions)")
         session = ShareSession(key, 1, connection=connection)
         self.sessions[key] = session
         self._by_connection.setdefault(id(connection), set()).add(key)

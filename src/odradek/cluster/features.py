@@ -36,6 +36,7 @@ __all__ = [
     "INTER_BROKER_APIS",
     "METADATA_VERSION",
     "METADATA_VERSIONS",
+    "SHARE_VERSION",
     "TRANSACTION_VERSION",
     "Feature",
     "UpgradeType",
@@ -48,6 +49,7 @@ __all__ = [
 METADATA_VERSION = "metadata.version"
 TRANSACTION_VERSION = "transaction.version"
 GROUP_VERSION = "group.version"
+SHARE_VERSION = "share.version"
 
 #: Kafka's metadata.version levels (MetadataVersion): level -> (name, whether it changed the
 #: metadata records: a downgrade across such a level could lose metadata and is refused)
@@ -73,8 +75,8 @@ class Feature:
 #: Odradek's features.  metadata.version: Odradek answers as a Kafka 4.0 broker at 4.0-IV3 (the
 #: level that makes transaction.version 2 and group.version 1 the bootstrap levels); it has no
 #: metadata log of its own, the level only names the protocol generation.  kraft.version is
-#: absent: there is no KRaft quorum.  group.version 1 is the consumer group protocol (KIP-848);
-#: ELR, share and streams groups are not implemented (0 only).
+#: absent: there is no KRaft quorum.  group.version 1 is the consumer group protocol (KIP-848),
+#: share.version 1 share groups (KIP-932); ELR and streams groups are not implemented (0 only).
 FEATURES: Mapping[str, Feature] = {
     f.name: f
     for f in (
@@ -82,7 +84,7 @@ FEATURES: Mapping[str, Feature] = {
         Feature(TRANSACTION_VERSION, 0, 2, 2),
         Feature(GROUP_VERSION, 0, 1, 1),  # KIP-848: the consumer group protocol
         Feature("eligible.leader.replicas.version", 0, 0, 0),
-        Feature("share.version", 0, 0, 0),
+        Feature(SHARE_VERSION, 0, 1, 1),  # KIP-932: share groups
         Feature("streams.version", 0, 0, 0),
     )
 }
@@ -92,6 +94,14 @@ FEATURES: Mapping[str, Feature] = {
 GATED_APIS: Mapping[int, tuple[str, int]] = {
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (GROUP_VERSION, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (GROUP_VERSION, 1),
+    # KIP-932 share groups: membership, fetch/acknowledge, and the share-group offset admin APIs
+    ApiKey.SHARE_GROUP_HEARTBEAT: (SHARE_VERSION, 1),
+    ApiKey.SHARE_GROUP_DESCRIBE: (SHARE_VERSION, 1),
+    ApiKey.SHARE_FETCH: (SHARE_VERSION, 1),
+    ApiKey.SHARE_ACKNOWLEDGE: (SHARE_VERSION, 1),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (SHARE_VERSION, 1),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: (SHARE_VERSION, 1),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: (SHARE_VERSION, 1),
 }
 
 #: the ZooKeeper-era controller-to-broker APIs: advertised and served on the inter-broker

@@ -133,6 +133,9 @@ class MetadataImage:
     features_epoch: int = 0
     #: client-metrics subscriptions (KIP-714): name -> config (``metrics``, ``interval.ms``, ``match``)
     client_metrics: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: group configs (resource type GROUP, KIP-848 / KIP-932): group id -> config name -> value as
+    #: set, for groups that exist or not yet (see :mod:`odradek.cluster.group_configs`)
+    group_configs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @classmethod
     def empty(cls, cluster_id: str, controller_id: int = -1) -> MetadataImage:
@@ -220,6 +223,13 @@ class MetadataImage:
             out[name] = dict(configs)
         return replace(self, client_metrics=out)
 
+    def with_group_configs(self, group_id: str, configs: Mapping[str, str]) -> MetadataImage:
+        """One group's configs; none: the group has none left."""
+        out = {k: v for k, v in self.group_configs.items() if k != group_id}
+        if configs:
+            out[group_id] = dict(configs)
+        return replace(self, group_configs=out)
+
     # -- serialisation (embedded backend) ---------------------------------------------------
     def to_json(self, *, topics: bool = True) -> dict[str, Any]:
         """The image as the embedded backend stores it; ``topics=False`` leaves the topic list
@@ -237,6 +247,7 @@ class MetadataImage:
                 "features": dict(sorted(self.features.items())), "features_epoch": self.features_epoch,
             }),
             "client_metrics": {k: dict(v) for k, v in sorted(self.client_metrics.items())},
+            "group_configs": {k: dict(v) for k, v in sorted(self.group_configs.items())},
             "topics": [t.to_json() for t in sorted(self.topics.values(), key=lambda t: t.name)] if topics else [],
             "deleted_topics": [
                 {"name": name, "topic_id": str(tid)} for tid, name in sorted(self.deleted_topics.items(), key=str)
@@ -275,9 +286,12 @@ class MetadataImage:
         raw_features = data.get("features")
         features = None if raw_features is None else {str(k): int(v) for k, v in raw_features.items()}
         metrics = {str(k): {str(n): str(v) for n, v in c.items()} for k, c in data.get("client_metrics", {}).items()}
+        group_configs = {
+            str(k): {str(n): str(v) for n, v in c.items()} for k, c in data.get("group_configs", {}).items()
+        }
         return cls(
             data["cluster_id"], controller_id, {}, topics, dict(data.get("broker_configs", {})), deleted, users,
-            acls, quotas, features, int(data.get("features_epoch", 0)), metrics,
+            acls, quotas, features, int(data.get("features_epoch", 0)), metrics, group_configs,
         )
 
 

@@ -216,3 +216,11 @@ class MetadataBackend(ABC):
         """Apply ``change`` to the config of client-metrics subscription ``name`` (KIP-714) as the
         store holds it now, for every broker of the cluster; returns the new config (empty: the
         subscription is gone)."""
+
+    @abstractmethod
+    async def alter_group_configs(
+        self, group_id: str, change: Callable[[dict[str, str]], dict[str, str]]
+    ) -> dict[str, str]:
+        """Apply ``change`` to the configs of group ``group_id`` (resource type GROUP) as the store
+        holds them now (``change`` may raise to refuse), for every broker of the cluster; returns
+        the new configs (empty: the group has none left).  The group need not exist."""

@@ -510,3 +510,19 @@ class EmbeddedBackend(MetadataBackend):
 
         await self._change(apply)
         return result[0]
+
+    async def alter_group_configs(
+        self, group_id: str, change: Callable[[dict[str, str]], dict[str, str]]
+    ) -> dict[str, str]:
+        result: list[dict[str, str]] = []
+
+        def apply(image: MetadataImage) -> MetadataImage | None:
+            before = dict(image.group_configs.get(group_id, {}))
+            after = dict(change(dict(before)))
+            result.append(after)
+            if after == before:
+                return None
+            return image.with_group_configs(group_id, after)
+
+        await self._change(apply)
+        return result[0]

@@ -54,7 +54,7 @@ from odradek.cluster.controller import LeaderIsr, TopicAssignment, place_replica
 from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage, PartitionState, TopicInfo
 from odradek.coordination.base import AclEntry, MetadataBackend, StaleVersion, validate_topic_name
 from odradek.errors import ErrorCode, KafkaError
-from odradek.security.quota import QUOTA_KEYS
+from odradek.security.quota import QUOTA_KEYS, desanitize, sanitize
 
 __all__ = [
     "BadVersionError",
@@ -87,6 +87,7 @@ PERSISTENT_PATHS = (
     "/config/clients",
     "/config/ips",
     "/config/client-metrics",
+    "/config/groups",
 )
 FEATURE_PATH = "/feature"
 _SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -459,6 +460,7 @@ class ZooKeeperBackend(MetadataBackend):
         await self.store.children("/config/changes", self._config_changed)
         changed = await self._load_users()
         changed |= await self._extras.load_client_metrics()
+        changed |= await self._extras.load_group_configs()
         changed |= await self._extras.load_features()
         if await self._load_quotas() or changed:
             self._install(self._image)
@@ -558,6 +560,7 @@ class ZooKeeperBackend(MetadataBackend):
             image, topics=topics, cluster_id=self.cluster_id, user_scram=dict(self._users), acls=self._acls,
             client_quotas=self._quotas, features=self._extras.features,
             features_epoch=self._extras.features_epoch, client_metrics=self._extras.client_metrics,
+            group_configs=self._extras.group_configs,
         )
         self._publish(self._image)
         still = []
@@ -628,6 +631,7 @@ class ZooKeeperBackend(MetadataBackend):
             changed = await self._load_users()
             changed |= await self._load_quotas()
             changed |= await self._extras.load_client_metrics()
+            changed |= await self._extras.load_group_configs()
             for name in list(self._image.topics):
                 changed |= self._hold_config(name, *await self._read_topic_config(name))
             if changed:
@@ -857,6 +861,11 @@ class ZooKeeperBackend(MetadataBackend):
 
     async def alter_client_metrics(self, name: str, change: MetricsChange) -> dict[str, str]:
         return await self._extras.alter_client_metrics(name, change)
+
+    async def alter_group_configs(
+        self, group_id: str, change: Callable[[dict[str, str]], dict[str, str]]
+    ) -> dict[str, str]:
+        return await self._extras.alter_group_configs(group_id, change)
 
     async def set_broker_configs(self, configs: Mapping[str, str]) -> None:
         assert self.broker is not None
@@ -1207,6 +1216,8 @@ class ZkFeaturesAndMetrics:
         self.features: dict[str, int] | None = None
         self.features_epoch = 0
         self.client_metrics: dict[str, dict[str, str]] = {}
+        #: group configs (``/config/groups/<group>``, the group id sanitized as Kafka's entity names)
+        self.group_configs: dict[str, dict[str, str]] = {}
 
     async def load_features(self) -> bool:
         """Read ``/feature`` and watch it; True when it changed."""
@@ -1250,6 +1261,24 @@ class ZkFeaturesAndMetrics:
         if after:
             metrics[name] = after
         self.client_metrics = metrics
+        self._changed()
+        return after
+
+    async def load_group_configs(self) -> bool:
+        found = await zk_read_group_configs(self.store)
+        if found == self.group_configs:
+            return False
+        self.group_configs = found
+        return True
+
+    async def alter_group_configs(
+        self, group_id: str, change: Callable[[dict[str, str]], dict[str, str]]
+    ) -> dict[str, str]:
+        after = await zk_alter_group_configs(self.store, group_id, change)
+        configs = {k: v for k, v in self.group_configs.items() if k != group_id}
+        if after:
+            configs[group_id] = after
+        self.group_configs = configs
         self._changed()
         return after
 
@@ -1324,6 +1353,53 @@ async def zk_alter_client_metrics(
     await store.create(
         "/config/changes/config_change_", {"version": 2, "entity_path": f"client-metrics/{name}"}, sequence=True
     )
+    return after
+
+
+def group_node(group_id: str) -> str:
+    """A group's znode name: Kafka's ``Sanitizer.sanitize`` of the id (URL-encoding), with ``.``
+    and ``..`` (not znode names) encoded too."""
+    name = sanitize(group_id)
+    return name.replace(".", "%2E") if name in (".", "..") else name
+
+
+async def zk_read_group_configs(store: ZkStore) -> dict[str, dict[str, str]]:
+    """Every group's configs in ``/config/groups/<group>``."""
+    found: dict[str, dict[str, str]] = {}
+    for node in await store.children("/config/groups"):
+        data, _ = await store.get_or_none(f"/config/groups/{node}")
+        config = (data or {}).get("config", {}) if isinstance(data, dict) else {}
+        if config:
+            found[desanitize(node)] = {str(k): str(v) for k, v in config.items()}
+    return found
+
+
+async def zk_alter_group_configs(
+    store: ZkStore, group_id: str, change: Callable[[dict[str, str]], dict[str, str]]
+) -> dict[str, str]:
+    """Apply ``change`` to a group's configs (compare-and-set; none left deletes the znode) and
+    notify the brokers through ``/config/changes``; returns its new configs."""
+    entity = f"groups/{group_node(group_id)}"
+    node = f"/config/{entity}"
+    while True:
+        data, stat = await store.get_or_none(node)
+        config = (data or {}).get("config", {}) if isinstance(data, dict) else {}
+        before = {str(k): str(v) for k, v in config.items()}
+        after = dict(change(dict(before)))
+        if after == before:
+            return after
+        try:
+            if not after:
+                if stat is not None:
+                    await store.delete(node, version=stat.version)
+            elif stat is None:
+                await store.create(node, {"version": 1, "config": after})
+            else:
+                await store.set(node, {"version": 1, "config": after}, stat.version)
+        except (BadVersionError, NodeExistsError, NoNodeError):
+            continue
+        break
+    await store.create("/config/changes/config_change_", {"version": 2, "entity_path": entity}, sequence=True)
     return after
 
 

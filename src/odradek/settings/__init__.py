@@ -1,7 +1,7 @@
 """The broker's settings, typed: what every component reads instead of a config by name.
 
 :class:`Settings` (generated from the broker config table, see ``tools/settingsgen``) holds one
-frozen group per component -- ``settings.log``, ``settings.groups``, ``settings.transactions``,
+frozen group per component -- ``settings.log``, ``settings.groups``, ``settings.share_groups``, ``settings.transactions``,
 ``settings.replication``, ``settings.quotas``, ``settings.ssl``, ``settings.sasl``,
 ``settings.security``, ``settings.socket``, ``settings.server``, ``settings.zookeeper``,
 ``settings.metrics`` -- each field typed, in its unit (``log.retention_ms`` from
@@ -34,6 +34,7 @@ from odradek.settings._generated import (
     SecuritySettings,
     ServerSettings,
     Settings,
+    ShareGroupSettings,
     SocketSettings,
     SslSettings,
     TransactionSettings,
@@ -55,6 +56,7 @@ __all__ = [
     "SecuritySettings",
     "ServerSettings",
     "Settings",
+    "ShareGroupSettings",
     "SocketSettings",
     "SslSettings",
     "TransactionSettings",

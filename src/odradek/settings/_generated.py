@@ -26,6 +26,7 @@ __all__ = [
     "SecuritySettings",
     "ServerSettings",
     "Settings",
+    "ShareGroupSettings",
     "SocketSettings",
     "SslSettings",
     "TransactionSettings",
@@ -429,6 +430,65 @@ def _groups(src: Source) -> GroupSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ShareGroupSettings:
+    """Share groups (KIP-932): their members' timings and size, acquisition locks, delivery counts and the bounds of the group configs (Kafka's GroupCoordinatorConfig share-group part and ShareGroupConfig)."""
+
+    #: ``group.share.session.timeout.ms`` (int, at least 1, default 45000)
+    session_timeout_ms: int
+    #: ``group.share.min.session.timeout.ms`` (int, at least 1, default 45000)
+    min_session_timeout_ms: int
+    #: ``group.share.max.session.timeout.ms`` (int, at least 1, default 60000)
+    max_session_timeout_ms: int
+    #: ``group.share.heartbeat.interval.ms`` (int, at least 1, default 5000)
+    heartbeat_interval_ms: int
+    #: ``group.share.min.heartbeat.interval.ms`` (int, at least 1, default 5000)
+    min_heartbeat_interval_ms: int
+    #: ``group.share.max.heartbeat.interval.ms`` (int, at least 1, default 15000)
+    max_heartbeat_interval_ms: int
+    #: ``group.share.max.size`` (int, 1 to 1000, default 200)
+    max_size: int
+    #: ``group.share.max.share.sessions`` (int, at least 1, default 2000)
+    max_share_sessions: int
+    #: ``group.share.record.lock.duration.ms`` (int, 1000 to 3600000, default 30000)
+    record_lock_duration_ms: int
+    #: ``group.share.min.record.lock.duration.ms`` (int, 1000 to 30000, default 15000)
+    min_record_lock_duration_ms: int
+    #: ``group.share.max.record.lock.duration.ms`` (int, 30000 to 3600000, default 60000)
+    max_record_lock_duration_ms: int
+    #: ``group.share.delivery.count.limit`` (int, 2 to 10, default 5)
+    delivery_count_limit: int
+    #: ``group.share.min.delivery.count.limit`` (int, 2 to 5, default 2)
+    min_delivery_count_limit: int
+    #: ``group.share.max.delivery.count.limit`` (int, 5 to 25, default 10)
+    max_delivery_count_limit: int
+    #: ``group.share.partition.max.record.locks`` (int, 100 to 10000, default 2000)
+    partition_max_record_locks: int
+    #: ``share.fetch.purgatory.purge.interval.requests`` (int, default 1000)
+    fetch_purgatory_purge_interval_requests: int
+
+
+def _share_groups(src: Source) -> ShareGroupSettings:
+    return ShareGroupSettings(
+        session_timeout_ms=src.integer("group.share.session.timeout.ms", 1),
+        min_session_timeout_ms=src.integer("group.share.min.session.timeout.ms", 1),
+        max_session_timeout_ms=src.integer("group.share.max.session.timeout.ms", 1),
+        heartbeat_interval_ms=src.integer("group.share.heartbeat.interval.ms", 1),
+        min_heartbeat_interval_ms=src.integer("group.share.min.heartbeat.interval.ms", 1),
+        max_heartbeat_interval_ms=src.integer("group.share.max.heartbeat.interval.ms", 1),
+        max_size=src.integer("group.share.max.size", 1, 1000),
+        max_share_sessions=src.integer("group.share.max.share.sessions", 1),
+        record_lock_duration_ms=src.integer("group.share.record.lock.duration.ms", 1000, 3600000),
+        min_record_lock_duration_ms=src.integer("group.share.min.record.lock.duration.ms", 1000, 30000),
+        max_record_lock_duration_ms=src.integer("group.share.max.record.lock.duration.ms", 30000, 3600000),
+        delivery_count_limit=src.integer("group.share.delivery.count.limit", 2, 10),
+        min_delivery_count_limit=src.integer("group.share.min.delivery.count.limit", 2, 5),
+        max_delivery_count_limit=src.integer("group.share.max.delivery.count.limit", 5, 25),
+        partition_max_record_locks=src.integer("group.share.partition.max.record.locks", 100, 10000),
+        fetch_purgatory_purge_interval_requests=src.integer("share.fetch.purgatory.purge.interval.requests"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class TransactionSettings:
     """The transaction coordinator, __transaction_state and producer ids (Kafka's TransactionLogConfig and TransactionStateManagerConfig)."""
 
@@ -784,6 +844,7 @@ class Settings:
     log: LogSettings
     replication: ReplicationSettings
     groups: GroupSettings
+    share_groups: ShareGroupSettings
     transactions: TransactionSettings
     quotas: QuotaSettings
     ssl: SslSettings
@@ -815,6 +876,7 @@ def build(src: Source) -> Settings:
         log=_log(src),
         replication=_replication(src),
         groups=_groups(src),
+        share_groups=_share_groups(src),
         transactions=_transactions(src),
         quotas=_quotas(src),
         ssl=_ssl(src),

@@ -236,6 +236,8 @@ class ConsumerGroupService:
         try:
             validate_heartbeat(req, self.config.assignors)
             shard = shard_of(req.group_id)
+            if shard.share.has(req.group_id):
+                raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a consumer group.")
             outcome = shard.consumer.heartbeat(self.now(), req, self.image, describable)
         except KafkaError as exc:
             return HeartbeatResponse(exc.code, exc.message or None)

@@ -44,6 +44,7 @@ from odradek.broker.coordinators.runtime import (
     CoordinatorRuntime,
     CoordinatorTopic,
 )
+from odradek.broker.coordinators.share_groups import ShareGroupService, share_group_config
 from odradek.broker.topics import OFFSETS_TOPIC
 from odradek.cluster.consumer_group import ConsumerGroupConfig, ConsumerGroups
 from odradek.cluster.group import (
@@ -58,6 +59,8 @@ from odradek.cluster.group import (
     StoreOffsets,
     SyncResult,
 )
+from odradek.cluster.share_group import ShareGroupConfig, ShareGroups
+from odradek.config import BrokerConfig
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.coordinator import (
     GroupMetadataKey,
@@ -65,12 +68,15 @@ from odradek.protocol.messages.coordinator import (
     OffsetCommitKey,
     OffsetCommitValue,
 )
+from odradek.settings import settings_from
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from odradek.broker.replication import Replication
     from odradek.cluster.metadata import MetadataImage
     from odradek.metrics import BrokerMetrics
-    from odradek.settings import GroupSettings
+    from odradek.settings import GroupSettings, ShareGroupSettings
 
 __all__ = ["GroupCoordinator", "GroupShard", "offsets_topic"]
 
@@ -226,11 +232,16 @@ class GroupShard:
     owed to members."""
 
     def __init__(self, partition: int, limits: GroupLimits, retired: _Retired,
-                 consumer_config: ConsumerGroupConfig | None = None) -> None:
+                 consumer_config: ConsumerGroupConfig | None = None,
+                 share_config: ShareGroupConfig | None = None,
+                 on_unload: Callable[[GroupShard], None] | None = None) -> None:
         self.partition = partition
         self.state = GroupCoordinatorState(limits)
         #: the partition's KIP-848 consumer groups (their offsets are in ``state``)
         self.consumer = ConsumerGroups(self.state, consumer_config)
+        #: the partition's share groups (KIP-932; in memory only, see .share_groups)
+        self.share = ShareGroups(share_config)
+        self._on_unload = on_unload
         #: completes once the last consumer-group write made here is durable
         self.consumer_tail: asyncio.Future[None] | None = None
         #: transactional offset commits waiting for their transaction's marker:
@@ -290,6 +301,8 @@ class GroupShard:
                 sfut.set_result(SyncResult(member_id, ErrorCode.NOT_COORDINATOR))
         self.join_waiters.clear()
         self.sync_waiters.clear()
+        if self._on_unload is not None:
+            self._on_unload(self)
         self._retired.completed_rebalances += self.state.completed_rebalances + self.consumer.completed_rebalances
         self.state.completed_rebalances = 0
         self.consumer.completed_rebalances = 0
@@ -309,7 +322,9 @@ class GroupShard:
 
 
 class GroupCoordinator:
-    def __init__(self, settings: GroupSettings, ports: CoordinatorPorts) -> None:
+    def __init__(self, settings: GroupSettings, ports: CoordinatorPorts,
+                 share_settings: ShareGroupSettings | None = None) -> None:
+        """``share_settings``: the broker's group.share.* settings (None: their defaults)."""
         self.settings = settings
         self.clock = ports.clock
         self.limits = GroupLimits(
@@ -322,6 +337,9 @@ class GroupCoordinator:
         )
         self._retired = _Retired()
         self.consumer_config = consumer_group_config(settings)
+        if share_settings is None:
+            share_settings = settings_from(BrokerConfig({})).share_groups
+        self.share_config = share_group_config(share_settings)
         self.runtime = CoordinatorRuntime(offsets_topic(settings, ports.replication), self._new_shard, ports)
         self.runtime.deadline("group-timer", self._next_deadline, self._tick)
         self.runtime.every("offsets-expiry", settings.offsets_retention_check_interval_ms, self._expire)
@@ -331,11 +349,14 @@ class GroupCoordinator:
             self.runtime, self.consumer_config, self.clock, enabled=consumer_protocol_enabled(settings),
             encode_classic=_classic_record, deliver=self._apply,
         )
+        #: share groups (KIP-932: ShareGroupHeartbeat, ShareGroupDescribe; membership for ShareFetch)
+        self.share = ShareGroupService(self.runtime, self.share_config, self.clock)
         #: the broker's metric counters (set by the broker; None: off)
         self.metrics: BrokerMetrics | None = None
 
     def _new_shard(self, partition: int) -> GroupShard:
-        return GroupShard(partition, self.limits, self._retired, self.consumer_config)
+        return GroupShard(partition, self.limits, self._retired, self.consumer_config, self.share_config,
+                          on_unload=lambda shard: self.share.unloaded(shard))
 
     def shard(self, group_id: str) -> GroupShard:
         """The shard serving ``group_id`` (the errors of :meth:`check` otherwise)."""
@@ -387,7 +408,7 @@ class GroupCoordinator:
         """A classic group (DescribeGroups): None for a consumer group, as Kafka's DescribeGroups
         does not describe those (ConsumerGroupDescribe does)."""
         shard = self._shard(group_id)
-        if shard.consumer.has(group_id):
+        if shard.consumer.has(group_id) or shard.share.has(group_id):
             return None
         return shard.state.describe(group_id)
 
@@ -428,6 +449,9 @@ class GroupCoordinator:
             if not wanted_types or "consumer" in wanted_types:
                 for cg in shard.consumer.list_groups(wanted_states or None):
                     out.append((cg.group_id, "consumer", cg.state.value, "consumer"))
+            if not wanted_types or "share" in wanted_types:
+                for sg in shard.share.list_groups(wanted_states or None):
+                    out.append((sg.group_id, "share", sg.state, "share"))
         return out
 
     def all_groups(self) -> list[Group]:
@@ -447,6 +471,8 @@ class GroupCoordinator:
     async def join(self, **kwargs: object) -> JoinResult:
         gid = str(kwargs["group_id"])
         shard = self._shard(gid)
+        if shard.share.has(gid):  # a share group: not a group the classic protocol may join
+            return JoinResult("", ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
         consumer_group = shard.consumer.group(gid)
         if consumer_group is not None:
             if consumer_group.members:
@@ -548,6 +574,11 @@ class GroupCoordinator:
             except KafkaError as exc:
                 result[gid] = exc.code
                 continue
+            if shard.share.has(gid):
+                code = self.share.delete(shard, gid)
+                if code is not ErrorCode.NONE or shard.state.describe(gid) is None:
+                    result[gid] = code
+                    continue
             if shard.consumer.has(gid):
                 code = await self.consumer.delete(shard, gid)
                 if code is not ErrorCode.NONE:

@@ -16,6 +16,7 @@ from odradek.broker.handlers import (  # noqa: F401
     quotas,
     sasl,
     share_fetch,
+    share_groups,
     telemetry,
     topic_partitions,
     transactions,

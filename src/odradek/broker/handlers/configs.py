@@ -3,7 +3,9 @@
 Topic resources (type 2) report every topic config: the topic's override (source
 DYNAMIC_TOPIC_CONFIG), else the broker config it derives from (STATIC_BROKER_CONFIG when set in
 the broker's configuration, DEFAULT_CONFIG otherwise), with synonyms in that order.  Broker
-resources (type 4, named by broker id) report the broker configs.  AlterConfigs replaces a
+resources (type 4, named by broker id) report the broker configs.  Group resources (type 32,
+named by group id, existing or not) report every group config: the group's override (source
+GROUP_CONFIG, 8), else the broker setting it defaults to (DEFAULT_CONFIG), as Kafka does.  AlterConfigs replaces a
 resource's whole override set; IncrementalAlterConfigs applies SET / DELETE / APPEND / SUBTRACT.
 """
 
@@ -19,6 +21,7 @@ from odradek._clock import Clock, SystemClock
 from odradek.broker.dispatch import RequestContext, handles
 from odradek.broker.ports import check_log_config
 from odradek.cluster import client_metrics
+from odradek.cluster.group_configs import GROUP_CONFIG_KEYS, GROUP_CONFIG_SCHEMA
 from odradek.config import (
     BROKER_CONFIGS,
     DEPRECATED_TOPIC_CONFIGS,
@@ -52,7 +55,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS = 2, 4, 8, 16
+TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
 #: a client-metrics subscription's configs and their types (KIP-714)
 _CLIENT_METRICS_TYPES = {client_metrics.METRICS: "list", client_metrics.INTERVAL: "int", client_metrics.MATCH: "list"}
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -279,6 +282,9 @@ UNUSED = "Accepted, not used by Odradek."
 def documentation(resource_type: int, name: str) -> str | None:
     """A config's documentation for DescribeConfigs (v3+, when asked): the schema's line, after
     :data:`UNUSED` for Kafka's configs that Odradek accepts without acting on them."""
+    if resource_type == GROUP:
+        group_key = GROUP_CONFIG_KEYS.get(name)
+        return None if group_key is None else group_key.doc
     if resource_type == TOPIC:
         key = TOPIC_KEYS.get(name)
         if key is None:
@@ -333,6 +339,8 @@ async def describe_configs(ctx: RequestContext, request: DescribeConfigsRequest)
                 entries = []
             elif res.resource_type == CLIENT_METRICS:
                 entries = client_metrics_entries(port, res.resource_name)
+            elif res.resource_type == GROUP:
+                entries = group_config_entries(port, res.resource_name)
             else:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported resource type {res.resource_type}")
             keys = res.configuration_keys
@@ -365,10 +373,13 @@ async def describe_configs(ctx: RequestContext, request: DescribeConfigsRequest)
 
 
 def _authorize(ctx: RequestContext, resource_type: int, name: str, op: Operation) -> None:
-    """A topic's configs need ``op`` on the topic, a broker's on the cluster."""
+    """A topic's configs need ``op`` on the topic, a group's on the group, a broker's on the cluster."""
     if resource_type == TOPIC:
         if not ctx.authorize(op, ResourceType.TOPIC, name):
             raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
+    elif resource_type == GROUP:
+        if not ctx.authorize(op, ResourceType.GROUP, name):
+            raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Authorization failed.")
     elif resource_type in (BROKER, BROKER_LOGGER, CLIENT_METRICS) and not ctx.authorize_cluster(op):
         raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Authorization failed.")
 
@@ -404,8 +415,43 @@ async def _apply(
                             name or "<default>", ", ".join(unused))
     elif resource_type == CLIENT_METRICS:
         await _apply_client_metrics(port, name, change, replace_all, validate_only)
+    elif resource_type == GROUP:
+        await port.group_configs.alter(name, change, replace_all=replace_all, validate_only=validate_only)
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported resource type {resource_type}")
+
+
+def group_config_entries(port: ConfigsPort, group_id: str) -> list[Entry]:
+    """Every group config of ``group_id`` (the group need not exist): the override as set (source
+    GROUP_CONFIG), else the value in effect from the broker's setting (DEFAULT_CONFIG)."""
+    if not group_id:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+    overrides = port.group_configs.overrides(group_id)
+    effective = port.group_configs.for_group(group_id)
+    values = {
+        "consumer.session.timeout.ms": effective.consumer_session_timeout_ms,
+        "consumer.heartbeat.interval.ms": effective.consumer_heartbeat_interval_ms,
+        "share.session.timeout.ms": effective.share_session_timeout_ms,
+        "share.heartbeat.interval.ms": effective.share_heartbeat_interval_ms,
+        "share.record.lock.duration.ms": effective.share_record_lock_duration_ms,
+        "share.delivery.count.limit": effective.share_delivery_count_limit,
+        "share.auto.offset.reset": str(effective.share_auto_offset_reset),
+        "share.isolation.level": effective.share_isolation_level,
+        "share.renew.acknowledge.enable": effective.share_renew_acknowledge_enable,
+        "errors.deadletterqueue.topic.name": effective.dlq_topic_name,
+        "errors.deadletterqueue.copy.record.enable": effective.dlq_copy_record_enable,
+    }
+    entries = []
+    for key in GROUP_CONFIG_SCHEMA:
+        type_code = TYPE_CODES.get(key.type, 0)
+        if key.name in overrides:
+            source = int(ConfigSource.GROUP_CONFIG)
+            text: str | None = overrides[key.name]
+            entries.append(Entry(key.name, text, False, source, type_code, [(key.name, text, source)]))
+        else:
+            text = _text(values[key.name])
+            entries.append(Entry(key.name, text, False, int(ConfigSource.DEFAULT_CONFIG), type_code, []))
+    return entries
 
 
 def client_metrics_entries(port: ConfigsPort, name: str) -> list[Entry]:
@@ -481,6 +527,8 @@ async def incremental_alter_configs(
                 current = info.configs if info is not None else {}
             elif res.resource_type == CLIENT_METRICS:
                 current = port.metadata.image.client_metrics.get(res.resource_name, {})
+            elif res.resource_type == GROUP:
+                current = port.group_configs.overrides(res.resource_name)
             change: dict[str, str | None] = {}
             for c in res.configs:
                 if c.config_operation == SET:
@@ -494,6 +542,11 @@ async def incremental_alter_configs(
                             raise _unknown("topic", c.name, TOPIC_CONFIGS)
                     elif res.resource_type == CLIENT_METRICS:
                         kind = _CLIENT_METRICS_TYPES.get(c.name, "string")
+                    elif res.resource_type == GROUP:
+                        group_key = GROUP_CONFIG_KEYS.get(c.name)
+                        if group_key is None:
+                            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown group config name: {c.name}")
+                        kind = group_key.type
                     else:
                         d = BROKER_CONFIGS.get(c.name)
                         if d is None:
@@ -546,6 +599,7 @@ def list_config_resources(ctx: RequestContext, request: ListConfigResourcesReque
         BROKER: sorted(str(b) for b in image.brokers),
         BROKER_LOGGER: sorted(str(b) for b in image.brokers),
         CLIENT_METRICS: sorted(image.client_metrics),
+        GROUP: ctx.ports.configs.group_configs.groups(),
     }
     types = [CLIENT_METRICS] if ctx.version == 0 else list(dict.fromkeys(request.resource_types)) or list(known)
     if any(t not in known for t in types):
