@@ -1,0 +1,233 @@
+"""Odradek's ShareConsumer against a real broker: a share group's members together receive each
+record once, RELEASE delivers a record again (delivery count 2), REJECT never, acknowledge() is for
+explicit mode only, and close() gives what the consumer held to the others at once.
+
+They need ShareGroupHeartbeat (the group coordinator's share groups): on a broker that does not
+advertise it in ApiVersions they are skipped.  The client's state machine (sessions, epochs,
+acknowledgement batches, gaps) is tested on scripted brokers in test_share_consumer_state.py."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import confluent_kafka as ck
+import pytest
+
+from odradek.client import (
+    AcknowledgeType,
+    Admin,
+    ConfigResource,
+    ConfigResourceType,
+    IllegalStateError,
+    ShareConsumer,
+    ShareRecord,
+)
+from odradek.protocol import ApiKey
+from odradek.protocol.messages.api_versions import ApiVersionsRequest
+from odradek.testing import BrokerProcess, WireClient, wait_for
+from tests.groups.group_helpers import BROKER_OVERRIDES, create_topic
+
+TIMEOUT = 30.0
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    proc = BrokerProcess(tmp_path_factory.mktemp("share-consumer") / "data", overrides={
+        **BROKER_OVERRIDES, "offsets.topic.num.partitions": 1, "group.share.heartbeat.interval.ms": 250,
+        "group.share.min.heartbeat.interval.ms": 250,
+    })
+    proc.start()
+    try:
+        w = WireClient(proc.host, proc.port)
+        try:
+            r = w.request(ApiVersionsRequest(client_software_name="t", client_software_version="1"), 3)
+        finally:
+            w.close()
+        if ApiKey.SHARE_GROUP_HEARTBEAT not in {k.api_key for k in r.api_keys}:
+            pytest.skip("this broker does not serve ShareGroupHeartbeat (share groups on the group coordinator)")
+        yield proc
+    finally:
+        if proc.running():
+            code = proc.stop()
+            assert code == 0, f"broker exited with {code}:\n{''.join(proc.stderr_lines[-40:])}"
+
+
+def _group_and_topic(broker: BrokerProcess, partitions: int, **configs: Any) -> tuple[str, str]:
+    """A new topic and a new share group reading it from the start."""
+    n = next(_names)
+    group, topic = f"share-group-{n}", f"share-topic-{n}"
+    create_topic(broker.bootstrap, topic, partitions)
+    with Admin(bootstrap_servers=broker.bootstrap) as admin:
+        admin.incremental_alter_configs({ConfigResource(ConfigResourceType.GROUP, group): {
+            "share.auto.offset.reset": "earliest", **configs}})
+    return group, topic
+
+
+def _produce(broker: BrokerProcess, topic: str, n: int, partitions: int = 1) -> None:
+    """``n`` records, one a batch, spread over the partitions."""
+    p = ck.Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "batch.num.messages": 1})
+    for i in range(n):
+        p.produce(topic, value=b"v%d" % i, partition=i % partitions)
+        p.poll(0)
+    assert p.flush(30) == 0
+
+
+def _consumer(broker: BrokerProcess, group: str, topic: str, **config: Any) -> ShareConsumer:
+    c = ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "fetch.max.wait.ms": 100,
+                       "retry.backoff.ms": 50, **config})
+    c.subscribe([topic])
+    return c
+
+
+def _joined(consumers: list[ShareConsumer], partitions: int) -> None:
+    """Every consumer polled until it has an assignment, and the partitions are all assigned."""
+    def ready() -> bool:
+        for c in consumers:
+            assert c.poll(0.05) == []  # nothing produced yet
+        return all(c.assignment() for c in consumers) and len(set().union(*(c.assignment() for c in consumers))) == partitions
+    wait_for(ready, TIMEOUT, "every consumer assigned")
+
+
+def _poll_until(c: ShareConsumer, want: int) -> list[ShareRecord]:
+    got: list[ShareRecord] = []
+
+    def enough() -> bool:
+        got.extend(c.poll(0.2))
+        return len(got) >= want
+
+    wait_for(enough, TIMEOUT, f"{want} records")
+    return got
+
+
+def test_four_consumers_share_two_partitions_and_receive_each_record_once(broker: BrokerProcess) -> None:
+    group, topic = _group_and_topic(broker, 2)
+    consumers = [_consumer(broker, group, topic, **{"max.poll.records": 5}) for _ in range(4)]
+    try:
+        _joined(consumers, 2)
+        _produce(broker, topic, 80, partitions=2)
+        got: list[tuple[int, ShareRecord]] = []
+
+        def all_received() -> bool:
+            for i, c in enumerate(consumers):
+                records = c.poll(0.1)
+                assert len(records) <= 5
+                got.extend((i, r) for r in records)
+            return len(got) >= 80
+
+        wait_for(all_received, TIMEOUT, "the 80 records")
+        seen = [(r.partition, r.offset) for _i, r in got]
+        assert len(seen) == len(set(seen)) == 80, "each record exactly once while all accept"
+        assert sorted(seen) == sorted((p, o) for p in (0, 1) for o in range(40))
+        assert {i for i, _r in got} == {0, 1, 2, 3}, "every member received records"
+        assert {r.delivery_count for _i, r in got} == {1}
+        assert all(r.value == b"v%d" % (r.offset * 2 + r.partition) for _i, r in got)
+        for c in consumers:
+            assert all(err is None for err in c.commit_sync(10).values())
+    finally:
+        for c in consumers:
+            c.close()
+
+
+def test_released_records_are_delivered_again_with_delivery_count_2(broker: BrokerProcess) -> None:
+    group, topic = _group_and_topic(broker, 1)
+    explicit = {"share.acknowledgement.mode": "explicit"}
+    a, b = _consumer(broker, group, topic, **explicit), _consumer(broker, group, topic, **explicit)
+    try:
+        _joined([a, b], 1)
+        _produce(broker, topic, 6)
+        first = _poll_until(a, 6)
+        assert [(r.offset, r.delivery_count) for r in first] == [(o, 1) for o in range(6)]
+        for r in first:
+            a.acknowledge(r, AcknowledgeType.RELEASE)
+        assert a.commit_sync(10) == {(topic, 0): None}
+        again: list[ShareRecord] = []
+
+        def redelivered() -> bool:
+            for c in (b, a):
+                records = c.poll(0.1)
+                for r in records:
+                    c.acknowledge(r, AcknowledgeType.ACCEPT)
+                again.extend(records)
+            return len(again) >= 6
+
+        wait_for(redelivered, TIMEOUT, "the released records delivered again")
+        assert sorted((r.offset, r.delivery_count) for r in again) == [(o, 2) for o in range(6)]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_rejected_records_never_come_back(broker: BrokerProcess) -> None:
+    group, topic = _group_and_topic(broker, 1)
+    a = _consumer(broker, group, topic, **{"share.acknowledgement.mode": "explicit"})
+    b = _consumer(broker, group, topic)
+    try:
+        _joined([a, b], 1)
+        _produce(broker, topic, 4)
+        for r in _poll_until(a, 4):
+            a.acknowledge(r, AcknowledgeType.REJECT)
+        assert a.commit_sync(10) == {(topic, 0): None}
+        # a later record comes; the rejected ones would come before it (the lowest available
+        # offsets are delivered first) if they were ever available again
+        _produce(broker, topic, 1)
+        later: list[ShareRecord] = []
+
+        def marker() -> bool:
+            later.extend(b.poll(0.1))
+            records = a.poll(0.1)
+            for r in records:
+                a.acknowledge(r, AcknowledgeType.ACCEPT)
+            later.extend(records)
+            return any(r.offset == 4 for r in later)
+
+        wait_for(marker, TIMEOUT, "the record after the rejected ones")
+        assert [r.offset for r in later] == [4]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_acknowledge_outside_explicit_mode_raises(broker: BrokerProcess) -> None:
+    group, topic = _group_and_topic(broker, 1)
+    c = _consumer(broker, group, topic)
+    try:
+        _joined([c], 1)
+        _produce(broker, topic, 1)
+        (record,) = _poll_until(c, 1)
+        with pytest.raises(IllegalStateError):
+            c.acknowledge(record, AcknowledgeType.ACCEPT)
+        assert c.commit_sync(10) == {(topic, 0): None}  # implicit: the poll's records are accepted
+    finally:
+        c.close()
+    with pytest.raises(IllegalStateError):
+        c.poll(0)
+
+
+def test_close_releases_what_the_consumer_held_to_the_others_at_once(broker: BrokerProcess) -> None:
+    # the records' locks last longer than the test waits: b gets them only because a's close released them
+    group, topic = _group_and_topic(broker, 1, **{"share.record.lock.duration.ms": 60000})
+    explicit = {"share.acknowledgement.mode": "explicit"}
+    a, b = _consumer(broker, group, topic, **explicit), _consumer(broker, group, topic, **explicit)
+    try:
+        _joined([a, b], 1)
+        _produce(broker, topic, 5)
+        held = _poll_until(a, 5)
+        a.acknowledge(held[0], AcknowledgeType.ACCEPT)  # the rest is not acknowledged when a closes
+        a.close()
+        got: list[ShareRecord] = []
+
+        def released() -> bool:
+            records = b.poll(0.2)
+            for r in records:
+                b.acknowledge(r)
+            got.extend(records)
+            return len(got) >= 4
+
+        wait_for(released, TIMEOUT, "the records a held")
+        assert sorted((r.offset, r.delivery_count) for r in got) == [(o, 2) for o in range(1, 5)]
+    finally:
+        a.close()
+        b.close()
