@@ -19,7 +19,10 @@ from odradek.client.share_consumer import ack_batches
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.share_acknowledge import ShareAcknowledgeRequest, ShareAcknowledgeResponse
 from odradek.protocol.messages.share_fetch import ShareFetchRequest, ShareFetchResponse
-from odradek.protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse
+from odradek.protocol.messages.share_group_heartbeat import (
+    ShareGroupHeartbeatRequest,
+    ShareGroupHeartbeatResponse,
+)
 from odradek.records import BatchBuilder
 from odradek.testing import Delayed, MockCluster, wait_for
 
@@ -181,10 +184,8 @@ def test_only_acquired_offsets_are_delivered_and_offsets_without_records_are_gap
 
 def test_explicit_mode_acknowledges_each_record_and_commit_reports_per_partition(mock: MockCluster) -> None:
     fake = FakeShareBroker(mock, "jobs", 2)
-    fake.fetches.append({0: (_batch(0, 3), [(0, 2, 1)]), 1: (_batch(0, 1), [(0, 0, 1)])})
-    with _consumer(mock) as implicit:
-        with pytest.raises(IllegalStateError):
-            implicit.acknowledge(ShareRecord("jobs", 0, 0, 0, 0, None, None, [], 1))
+    with _consumer(mock) as implicit, pytest.raises(IllegalStateError):
+        implicit.acknowledge(ShareRecord("jobs", 0, 0, 0, 0, None, None, [], 1))
     fake.fetches.append({0: (_batch(0, 3), [(0, 2, 1)]), 1: (_batch(0, 1), [(0, 0, 1)])})
     with _consumer(mock, **{"share.acknowledgement.mode": "explicit"}) as c:
         c.subscribe(["jobs"])
