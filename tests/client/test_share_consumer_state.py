@@ -6,6 +6,7 @@ implicit and explicit modes.  The real broker's behaviour is in test_share_consu
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
 from collections import deque
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from odradek.client import AcknowledgeType, IllegalStateError, ShareConsumer, ShareRecord
+from odradek.client import AcknowledgeType, AsyncShareConsumer, IllegalStateError, ShareConsumer, ShareRecord
 from odradek.client.share_consumer import ack_batches
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.share_acknowledge import ShareAcknowledgeRequest, ShareAcknowledgeResponse
@@ -288,3 +289,38 @@ def test_subscribe_needs_a_group_and_poll_a_subscription(mock: MockCluster) -> N
             c.poll(0)
         with pytest.raises(ValueError):
             c.subscribe(["a", "a"])
+
+
+def test_with_records_still_buffered_the_acknowledgements_go_in_a_share_acknowledge(mock: MockCluster) -> None:
+    fake = FakeShareBroker(mock, "jobs", 1)
+    fake.fetches.append({0: (_batch(0, 4), [(0, 3, 1)])})
+    with _consumer(mock, **{"max.poll.records": 2}) as c:
+        c.subscribe(["jobs"])
+        assert [r.offset for r in _poll_until(c, 2)] == [0, 1]
+        n = len(fake.fetch_requests())
+        assert [r.offset for r in c.poll(0)] == [2, 3]  # from the buffer: no fetch due
+        wait_for(lambda: fake.broker.received(ShareAcknowledgeRequest), TIMEOUT, "the acknowledgements")
+        (ack,) = fake.broker.received(ShareAcknowledgeRequest)
+        assert ack.share_session_epoch > 0
+        assert [(b.first_offset, b.last_offset, list(b.acknowledge_types))
+                for t in ack.topics for ap in t.partitions for b in ap.acknowledgement_batches] == [(0, 1, [ACCEPT])]
+        assert len(fake.fetch_requests()) == n
+
+
+def test_the_asyncio_consumer(mock: MockCluster) -> None:
+    fake = FakeShareBroker(mock, "jobs", 1)
+    fake.fetches.append({0: (_batch(0, 2), [(0, 1, 1)])})
+
+    async def main() -> list[int]:
+        async with AsyncShareConsumer(bootstrap_servers=mock.bootstrap, group_id="workers", fetch_max_wait_ms=50) as c:
+            c.subscribe(["jobs"])
+            got: list[ShareRecord] = []
+            for _ in range(400):
+                got += await c.poll(0.05)
+                if len(got) >= 2:
+                    break
+            assert (await c.commit_async()) == {("jobs", 0): None}
+            return [r.offset for r in got]
+
+    assert asyncio.run(main()) == [0, 1]
+    assert fake.heartbeats()[-1].member_epoch == -1

@@ -211,6 +211,8 @@ class AsyncShareConsumer:
         self._changed = asyncio.Event()
         self._error: KafkaError | None = None
         self._callback: AcknowledgementCommitCallback | None = None
+        #: background ShareAcknowledge requests (kept referenced until done)
+        self._background: set[asyncio.Task[CommitResults]] = set()
         self._closed = False
 
     # -- subscription ------------------------------------------------------------------------------
@@ -322,14 +324,18 @@ class AsyncShareConsumer:
             raise IllegalStateError(f"{n} records of the last poll are not acknowledged (explicit mode)")
         self._accept_delivered()
         if self._manual is None and not self._subscription:
-            if self._acks:
-                await self._fetch_round(0)
             raise IllegalStateError("the share consumer is not subscribed to any topic")
         if self._manual is None:
             self._membership.start()
+        if self._buffer and self._acks:
+            # no fetch is due (records are still buffered): the acknowledgements go now, in a
+            # ShareAcknowledge, rather than wait for the buffer to drain
+            task = asyncio.get_running_loop().create_task(self._commit(None))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
         deadline = time.monotonic() + max(timeout, 0)
         first = True
-        while not self._buffer:
+        while not self._buffer and not self._closed:
             self._raise_error()
             remaining = deadline - time.monotonic()
             if not first and remaining <= 0:
@@ -667,6 +673,8 @@ class AsyncShareConsumer:
             return
         self._closed = True
         try:
+            if self._background:
+                await asyncio.wait(set(self._background), timeout=self.timeout_ms / 1000)
             with contextlib.suppress(KafkaError, ConnectionError, TimeoutError):
                 await asyncio.wait_for(self._end_sessions(), self.timeout_ms / 1000)
             await self._membership.leave()
