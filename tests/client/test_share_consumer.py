@@ -26,6 +26,7 @@ from odradek.client import (
 )
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.api_versions import ApiVersionsRequest
+from odradek.protocol.messages.share_group_describe import ShareGroupDescribeRequest
 from odradek.testing import BrokerProcess, WireClient, wait_for
 from tests.groups.group_helpers import BROKER_OVERRIDES, create_topic
 
@@ -82,13 +83,30 @@ def _consumer(broker: BrokerProcess, group: str, topic: str, **config: Any) -> S
     return c
 
 
-def _joined(consumers: list[ShareConsumer], partitions: int) -> None:
-    """Every consumer polled until it has an assignment, and the partitions are all assigned."""
+def _joined(broker: BrokerProcess, group: str, consumers: list[ShareConsumer], partitions: int) -> None:
+    """Every consumer polled until the group is settled (every member at the assignment epoch, as the
+    group describes it) and each consumer has the assignment the group gave it: no partition moves
+    afterwards (a member that loses a partition releases what it fetched of it)."""
+    w = WireClient(broker.host, broker.port)
+
     def ready() -> bool:
         for c in consumers:
             assert c.poll(0.05) == []  # nothing produced yet
-        return all(c.assignment() for c in consumers) and len(set().union(*(c.assignment() for c in consumers))) == partitions
-    wait_for(ready, TIMEOUT, "every consumer assigned")
+        (d,) = w.request(ShareGroupDescribeRequest(group_ids=[group]), 1).groups
+        if d.error_code or d.group_epoch != d.assignment_epoch or len(d.members) != len(consumers):
+            return False
+        described = {m.member_id: (m.member_epoch, {(tp.topic_name, p) for tp in m.assignment.topic_partitions
+                                                   for p in tp.partitions}) for m in d.members}
+        for c in consumers:
+            epoch, assigned = described.get(c.member_id, (-1, set()))
+            if epoch != d.assignment_epoch or not assigned or c.assignment() != assigned:
+                return False
+        return len(set().union(*(c.assignment() for c in consumers))) == partitions
+
+    try:
+        wait_for(ready, TIMEOUT, "the group settled")
+    finally:
+        w.close()
 
 
 def _poll_until(c: ShareConsumer, want: int) -> list[ShareRecord]:
@@ -106,7 +124,7 @@ def test_four_consumers_share_two_partitions_and_receive_each_record_once(broker
     group, topic = _group_and_topic(broker, 2)
     consumers = [_consumer(broker, group, topic, **{"max.poll.records": 5}) for _ in range(4)]
     try:
-        _joined(consumers, 2)
+        _joined(broker, group, consumers, 2)
         _produce(broker, topic, 80, partitions=2)
         got: list[tuple[int, ShareRecord]] = []
 
@@ -136,7 +154,7 @@ def test_released_records_are_delivered_again_with_delivery_count_2(broker: Brok
     explicit = {"share.acknowledgement.mode": "explicit"}
     a, b = _consumer(broker, group, topic, **explicit), _consumer(broker, group, topic, **explicit)
     try:
-        _joined([a, b], 1)
+        _joined(broker, group, [a, b], 1)
         _produce(broker, topic, 6)
         first = _poll_until(a, 6)
         assert [(r.offset, r.delivery_count) for r in first] == [(o, 1) for o in range(6)]
@@ -165,7 +183,7 @@ def test_rejected_records_never_come_back(broker: BrokerProcess) -> None:
     a = _consumer(broker, group, topic, **{"share.acknowledgement.mode": "explicit"})
     b = _consumer(broker, group, topic)
     try:
-        _joined([a, b], 1)
+        _joined(broker, group, [a, b], 1)
         _produce(broker, topic, 4)
         for r in _poll_until(a, 4):
             a.acknowledge(r, AcknowledgeType.REJECT)
@@ -194,7 +212,7 @@ def test_acknowledge_outside_explicit_mode_raises(broker: BrokerProcess) -> None
     group, topic = _group_and_topic(broker, 1)
     c = _consumer(broker, group, topic)
     try:
-        _joined([c], 1)
+        _joined(broker, group, [c], 1)
         _produce(broker, topic, 1)
         (record,) = _poll_until(c, 1)
         with pytest.raises(IllegalStateError):
@@ -212,7 +230,7 @@ def test_close_releases_what_the_consumer_held_to_the_others_at_once(broker: Bro
     explicit = {"share.acknowledgement.mode": "explicit"}
     a, b = _consumer(broker, group, topic, **explicit), _consumer(broker, group, topic, **explicit)
     try:
-        _joined([a, b], 1)
+        _joined(broker, group, [a, b], 1)
         _produce(broker, topic, 5)
         held = _poll_until(a, 5)
         a.acknowledge(held[0], AcknowledgeType.ACCEPT)  # the rest is not acknowledged when a closes
