@@ -249,3 +249,38 @@ def test_close_releases_what_the_consumer_held_to_the_others_at_once(broker: Bro
     finally:
         a.close()
         b.close()
+
+
+def test_a_confluent_share_consumer_and_ours_share_one_group(broker: BrokerProcess) -> None:
+    """librdkafka's ShareConsumer (confluent-kafka) as the oracle: in one group with ours, the two
+    together receive each record once."""
+    group, topic = _group_and_topic(broker, 2)
+    ours = _consumer(broker, group, topic, **{"max.poll.records": 5})
+    theirs = ck.ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "max.poll.records": 5})
+    theirs.subscribe([topic])
+    w = WireClient(broker.host, broker.port)
+    try:
+        def settled() -> bool:
+            assert ours.poll(0.05) == []
+            assert [m for m in theirs.poll(0.05) if m.error() is None] == []
+            (d,) = w.request(ShareGroupDescribeRequest(group_ids=[group]), 1).groups
+            return (not d.error_code and len(d.members) == 2 and d.group_epoch == d.assignment_epoch
+                    and all(m.member_epoch == d.assignment_epoch for m in d.members) and bool(ours.assignment()))
+
+        wait_for(settled, TIMEOUT, "both members in the group")
+        _produce(broker, topic, 100, partitions=2)
+        got: list[tuple[str, int, int]] = []
+
+        def all_received() -> bool:
+            got.extend(("ours", r.partition, r.offset) for r in ours.poll(0.1))
+            got.extend(("theirs", m.partition(), m.offset()) for m in theirs.poll(0.1) if m.error() is None)
+            return len(got) >= 100
+
+        wait_for(all_received, TIMEOUT, "the 100 records")
+        seen = [(p, o) for _who, p, o in got]
+        assert len(seen) == len(set(seen)) == 100
+        assert {who for who, _p, _o in got} == {"ours", "theirs"}
+    finally:
+        w.close()
+        ours.close()
+        theirs.close()
