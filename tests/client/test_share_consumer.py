@@ -269,7 +269,7 @@ def test_a_confluent_share_consumer_and_ours_share_one_group(broker: BrokerProce
 
         wait_for(settled, TIMEOUT, "both members in the group")
         _produce(broker, topic, 100, partitions=2)
-        got: list[tuple[str, int, int]] = []
+        got: list[tuple[str, int | None, int | None]] = []
 
         def all_received() -> bool:
             got.extend(("ours", r.partition, r.offset) for r in ours.poll(0.1))
