@@ -4,10 +4,11 @@ re-exported here as :class:`Cluster` and :class:`BrokerConnection`).
 
 Configuration takes Kafka's client config names, as a dict or as keyword arguments with
 underscores: ``Producer({"bootstrap.servers": "127.0.0.1:9092"})`` or
-``Producer(bootstrap_servers="127.0.0.1:9092")``; ``PRODUCER_DEFAULTS``, ``CONSUMER_DEFAULTS``
-and ``ADMIN_DEFAULTS`` list the names each accepts with their defaults, ``PRODUCER_CONFIGS``,
-``CONSUMER_CONFIGS`` and ``ADMIN_CONFIGS`` the same as rows (type, default, documentation, valid
-values: :class:`odradek.config.ConfigDef`, the broker's row type).  The modules named with
+``Producer(bootstrap_servers="127.0.0.1:9092")``; ``PRODUCER_DEFAULTS``, ``CONSUMER_DEFAULTS``,
+``SHARE_CONSUMER_DEFAULTS`` and ``ADMIN_DEFAULTS`` list the names each accepts with their defaults,
+``PRODUCER_CONFIGS``, ``CONSUMER_CONFIGS``, ``SHARE_CONSUMER_CONFIGS`` and ``ADMIN_CONFIGS`` the
+same as rows (type, default, documentation, valid values: :class:`odradek.config.ConfigDef`, the
+broker's row type).  The modules named with
 a leading underscore are private to this package (an import-linter contract says so).
 Serializers for schema-registry-framed Avro, JSON Schema and Protobuf are in
 :mod:`odradek.client.serde`.
@@ -22,6 +23,8 @@ from odradek.client._config import (
     CONSUMER_DEFAULTS,
     PRODUCER_CONFIGS,
     PRODUCER_DEFAULTS,
+    SHARE_CONSUMER_CONFIGS,
+    SHARE_CONSUMER_DEFAULTS,
     ClientConfigError,
 )
 from odradek.client._security import ClientSecurity
@@ -77,6 +80,8 @@ __all__ = [
     "CONSUMER_DEFAULTS",
     "PRODUCER_CONFIGS",
     "PRODUCER_DEFAULTS",
+    "SHARE_CONSUMER_CONFIGS",
+    "SHARE_CONSUMER_DEFAULTS",
     "AcknowledgeType",
     "Admin",
     "AdminError",
