@@ -324,3 +324,24 @@ def test_the_asyncio_consumer(mock: MockCluster) -> None:
 
     assert asyncio.run(main()) == [0, 1]
     assert fake.heartbeats()[-1].member_epoch == -1
+
+
+def test_close_from_another_thread_ends_a_poll_and_an_empty_subscription_leaves(mock: MockCluster) -> None:
+    fake = FakeShareBroker(mock, "jobs", 1)
+    c = _consumer(mock)
+    c.subscribe(["jobs"])
+    wait_for(lambda: c.poll(0.05) == [] and c.assignment(), TIMEOUT, "the assignment")
+    c.subscribe([])
+    with pytest.raises(IllegalStateError):
+        c.poll(0)
+    assert fake.heartbeats()[-1].member_epoch == -1  # left the group
+    assert fake.broker.received(ShareAcknowledgeRequest)[-1].share_session_epoch == -1  # closed the session
+    c.subscribe(["jobs"])
+    wait_for(lambda: c.poll(0.05) == [] and c.assignment(), TIMEOUT, "the assignment again")
+    result: list[Any] = []
+    t = threading.Thread(target=lambda: result.append(c.poll(30)))
+    t.start()
+    wait_for(lambda: len(fake.fetch_requests()) > 0, TIMEOUT, "the poll fetching")
+    c.close()
+    t.join(TIMEOUT)
+    assert not t.is_alive() and result == [[]]

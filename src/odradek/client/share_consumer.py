@@ -208,6 +208,8 @@ class AsyncShareConsumer:
         #: acknowledgements to send, by partition: offset -> type
         self._acks: dict[TopicPartition, dict[int, int]] = {}
         self._ids: dict[str, uuid.UUID] = {}
+        #: a partition's leader changed: the next fetch round refreshes the metadata first
+        self._refresh = False
         self._changed = asyncio.Event()
         self._error: KafkaError | None = None
         self._callback: AcknowledgementCommitCallback | None = None
@@ -222,8 +224,8 @@ class AsyncShareConsumer:
         return self._membership.member_id
 
     def subscribe(self, topics: Iterable[str]) -> None:
-        """Join the share group for ``topics`` (replacing an earlier subscription; empty: unsubscribe
-        at the next poll)."""
+        """Join the share group for ``topics`` (replacing an earlier subscription; empty: as
+        unsubscribe(), done by the next poll, which then raises IllegalStateError)."""
         self._check_open()
         names = list(topics)
         if any(not t for t in names) or len(set(names)) != len(names):
@@ -324,6 +326,9 @@ class AsyncShareConsumer:
             raise IllegalStateError(f"{n} records of the last poll are not acknowledged (explicit mode)")
         self._accept_delivered()
         if self._manual is None and not self._subscription:
+            if self._membership.active or any(s.epoch > _INITIAL_EPOCH for s in self._sessions.values()):
+                await self._end_sessions()  # subscribe([]): as unsubscribe()
+                await self._membership.leave()
             raise IllegalStateError("the share consumer is not subscribed to any topic")
         if self._manual is None:
             self._membership.start()
@@ -372,8 +377,9 @@ class AsyncShareConsumer:
         parts = list(partitions)
         topics = {t for t, _p in parts}
         if any(self._cluster.leader(t, p) < 0 or t not in self._cluster.topics for t, p in parts) or (
-            parts and self._cluster.metadata_stale()
+            parts and (self._refresh or self._cluster.metadata_stale())
         ):
+            self._refresh = False
             with contextlib.suppress(KafkaError, ConnectionError, TimeoutError):
                 await self._cluster.refresh(topics)
         for t in topics:
@@ -508,7 +514,7 @@ class AsyncShareConsumer:
         if err is not ErrorCode.NONE:
             log.debug("share fetch %s-%d from broker %d: %s", tp[0], tp[1], s.node_id, err.name)
             if err in _REFRESH_ERRORS:
-                self._cluster._last_refresh = 0.0  # look the leader up again
+                self._refresh = True  # look the leader up again
             elif err in _FATAL:
                 self._error = KafkaError(err, pd.error_message or f"share fetch {tp[0]}-{tp[1]}")
             return
@@ -717,6 +723,7 @@ class ShareConsumer:
         except BaseException:
             self._runner.stop()
             raise
+        self._closing = False
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         if self._runner.is_current():
@@ -756,8 +763,14 @@ class ShareConsumer:
         self._call(self._async.unsubscribe())
 
     def poll(self, timeout: float = 1.0) -> list[ShareRecord]:
-        """Records acquired for this member, as :meth:`AsyncShareConsumer.poll`."""
-        return self._call(self._async.poll(timeout))
+        """Records acquired for this member, as :meth:`AsyncShareConsumer.poll`; [] when close() is
+        called from another thread meanwhile."""
+        try:
+            return self._call(self._async.poll(timeout))
+        except (concurrent.futures.CancelledError, asyncio.CancelledError):
+            if self._closing:
+                return []
+            raise
 
     def acknowledge(self, record: ShareRecord, type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
         """Explicit mode: acknowledge a record a poll returned, as :meth:`AsyncShareConsumer.acknowledge`."""
@@ -785,8 +798,9 @@ class ShareConsumer:
 
     def close(self) -> None:
         """Acknowledge what is due, close the share sessions, leave the group, stop the background thread."""
-        if not self._runner.alive:
+        if not self._runner.alive or self._closing:
             return
+        self._closing = True
         try:
             self._call(self._async.close(), self._async.timeout_ms / 1000 + 10)
         finally:
