@@ -328,6 +328,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("group.share.max.delivery.count.limit", "int", 10),
     ("group.share.partition.max.record.locks", "int", 2000),
     ("share.fetch.purgatory.purge.interval.requests", "int", 1000),
+    # KIP-1191: a share group's dead-letter topic must have this prefix
+    ("errors.deadletterqueue.topic.name.prefix", "string", "dlq."),
     ("transactional.id.expiration.ms", "int", 604800000),
     ("transaction.max.timeout.ms", "int", 900000),
     ("transaction.state.log.num.partitions", "int", 50),
@@ -738,6 +740,9 @@ TOPIC_SCHEMA: tuple[TopicKey, ...] = (
        "Replicas whose replication the follower throttles to follower.replication.throttled.rate (KIP-73): "
        "partition:broker pairs naming the follower's side, or '*' for every replica."),
     # Confluent Server's broker-side schema validation (odradek.schemas.validation)
+    _T("errors.deadletterqueue.group.enable", "boolean", False, (),
+       "Whether share groups may use the topic as their dead-letter topic (KIP-1191: the topic's owner "
+       "allows it; a group's errors.deadletterqueue.topic.name naming a topic without it writes nothing)."),
     _T("confluent.key.schema.validation", "boolean", False, (),
        "Refuse (INVALID_RECORD) a produced batch whose record keys are not framed for the schema registry "
        "(magic byte 0 and a 4-byte schema id) with an id registered under the key subject."),

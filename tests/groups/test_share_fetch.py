@@ -289,3 +289,36 @@ def test_the_records_sent_hold_the_acquired_offsets(broker: BrokerProcess) -> No
         assert all(o in held for first, last in runs for o in range(first, last + 1))
     finally:
         a.close()
+
+
+def test_a_restarted_broker_resumes_without_redelivering_accepted_records(tmp_path: Any) -> None:
+    """The share partitions' state goes through the share coordinator (__share_group_state): after
+    a restart, what was accepted or rejected stays done and what was held comes back (its lock is
+    gone with the broker), with its delivery count."""
+    proc = BrokerProcess(tmp_path / "data")
+    proc.start()
+    try:
+        topic, tid = _topic(proc)
+        a = Member(proc, "g-restart", tid)
+        a.fetch()
+        _produce(proc, topic, 10)
+        assert offsets(_fetch_until(a, 10)) == list(range(10))
+        assert ack_error(a.acknowledge({0: [(0, 3, [ACCEPT]), (4, 4, [REJECT]), (5, 6, [RELEASE])]})) == 0
+        a.close()
+        assert proc.stop() == 0
+        proc.start()
+        b = Member(proc, "g-restart", tid)
+        got: list[tuple[int, int, int]] = []
+        for _ in range(40):
+            resp = b.fetch(wait_ms=500)
+            if resp.error_code == 0 and not any(p.error_code for t in resp.responses for p in t.partitions):
+                got += acquired(resp)
+            if len(offsets(got)) >= 5:
+                break
+        # 0-3 accepted and 4 rejected stay done; 5-6 released and 7-9 held come back once more
+        assert offsets(got) == [5, 6, 7, 8, 9]
+        counts = {o: n for first, last, n in got for o in range(first, last + 1)}
+        assert counts == {5: 2, 6: 2, 7: 2, 8: 2, 9: 2}
+        b.close()
+    finally:
+        proc.stop()

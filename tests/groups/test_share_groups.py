@@ -75,6 +75,7 @@ class ShareMember:
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     proc = BrokerProcess(tmp_path_factory.mktemp("share") / "data", overrides={
         **BROKER_OVERRIDES, "offsets.topic.num.partitions": 2, "group.share.heartbeat.interval.ms": 250,
+        "group.share.min.heartbeat.interval.ms": 250,
     })
     proc.start()
     try:

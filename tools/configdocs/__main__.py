@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from odradek.cluster.group_configs import GROUP_CONFIG_SCHEMA
 from odradek.config import BROKER_CONFIGS, LONG_MAX, TOPIC_SCHEMA, TopicKey
 from tools.settingsgen.spec import RANGES
 
@@ -76,6 +77,26 @@ def render() -> str:
     if stored_only:
         lines += ["", "Accepted in stored topic metadata for compatibility, with no effect: "
                   + ", ".join(f"`{n}`" for n in stored_only) + "."]
+    lines += [
+        "",
+        "## Group configs",
+        "",
+        "Set per group (resource type GROUP) with IncrementalAlterConfigs / AlterConfigs, before the group",
+        "exists or after (confluent-kafka: `ConfigResource(ResourceType.GROUP, \"workers\")`); kept in the",
+        "cluster's metadata store, they survive restarts. Without an override a group takes the broker config",
+        "listed, else the default shown; an override must lie within the broker's bounds (the Bounds column),",
+        "else INVALID_CONFIG with Kafka's message (`share.record.lock.duration.ms must be less than or equal to",
+        "group.share.max.record.lock.duration.ms`). DescribeConfigs reports an override with source",
+        "GROUP_CONFIG (8), anything else as DEFAULT_CONFIG. Kafka's `streams.*` group configs (streams groups)",
+        "are not served.",
+        "",
+        "| Name | Type | Default | Broker config | Bounds | Description |",
+        "|---|---|---|---|---|---|",
+    ]
+    for g in GROUP_CONFIG_SCHEMA:
+        bounds = f"`{g.bounds[0]}` to `{g.bounds[1]}`" if g.bounds else "-"
+        lines.append(f"| `{g.name}` | {g.type} | {_value(g.default)} | {f'`{g.synonym}`' if g.synonym else '-'} "
+                     f"| {bounds} | {_escape(g.doc)} |")
     lines += [
         "",
         "## Broker configs",

@@ -272,9 +272,10 @@ GROUPS: tuple[Group, ...] = (
             "group.share.min.record.lock.duration.ms", "group.share.max.record.lock.duration.ms",
             "group.share.delivery.count.limit", "group.share.min.delivery.count.limit",
             "group.share.max.delivery.count.limit", "group.share.partition.max.record.locks",
-            "share.fetch.purgatory.purge.interval.requests",
+            "share.fetch.purgatory.purge.interval.requests", "errors.deadletterqueue.topic.name.prefix",
         ),
-        names=(("share.fetch.purgatory.purge.interval.requests", "fetch_purgatory_purge_interval_requests"),),
+        names=(("share.fetch.purgatory.purge.interval.requests", "fetch_purgatory_purge_interval_requests"),
+               ("errors.deadletterqueue.topic.name.prefix", "dlq_topic_name_prefix")),
     ),
     Group(
         "transactions", "TransactionSettings",

@@ -38,7 +38,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import odradek.broker.handlers  # noqa: F401  (registers the API handlers)
 from odradek._clock import Clock, SystemClock
@@ -56,6 +56,7 @@ from odradek.broker.coordinators import (
     MarkerWriter,
     TransactionCoordinator,
 )
+from odradek.broker.coordinators.share_state import ShareCoordinator, ShareCoordinatorConfig
 from odradek.broker.exporter import BrokerRegistry, MetricsAccess, MetricsServer
 from odradek.broker.group_configs import GroupConfigs
 from odradek.broker.limits import FDS_PER_PARTITION, partition_budget
@@ -81,19 +82,22 @@ from odradek.broker.ports import (
 )
 from odradek.broker.producer_ids import ProducerIdManager
 from odradek.broker.quotas import QuotaManager, ReplicationQuota
-from odradek.broker.replica import ReplicaManager
+from odradek.broker.replica import Partition, ReplicaManager
 from odradek.broker.replication import ClusterReplication, LocalReplication, Replication
 from odradek.broker.scheduler import LogScheduler
 from odradek.broker.schema_registry import BrokerSchemaRegistry, schema_registry_for
 from odradek.broker.schema_validation import SchemaValidation
 from odradek.broker.server import KafkaConnection
 from odradek.broker.services import Services
-from odradek.broker.share_partitions import SharePartitionManager, ShareSettings
+from odradek.broker.share_dlq import DeadLetters, DeadLetterWriter
+from odradek.broker.share_partitions import ShareKey, SharePartitionManager, ShareSettings
+from odradek.broker.share_persister import SharePersister
 from odradek.broker.single_node import SingleNodeController
 from odradek.broker.telemetry import ClientTelemetry
 from odradek.broker.tls import client_context, server_context
 from odradek.broker.topics import TopicService, internal_topic_configs
 from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage
+from odradek.cluster.share_partition import Archived
 from odradek.config import BrokerConfig, ConfigError, Listener
 from odradek.coordination import EmbeddedBackend, MetadataBackend
 from odradek.coordination.embedded import read_cluster_id
@@ -243,6 +247,16 @@ class Broker:
             offsets_partitions=settings.groups.offsets_topic_num_partitions,
         )
 
+        self.share_coordinator = ShareCoordinator(
+            ShareCoordinatorConfig.from_config(self.config.get, single_node=zk is None), ports
+        )
+        self.share_persister = SharePersister(
+            self.broker_id, self.share_coordinator, lambda: backend.image,
+            channel_factory=self._channel_factory if zk is not None else None,
+            inter_broker_listener=(inter or None) if zk is not None else None,
+            request_timeout_ms=settings.server.request_timeout_ms,
+        )
+
         self.schema_registry = schema_registry_for(
             self.broker_id, settings, ports, backend, embedded=zk is None, listeners=self._security,
             scram=self._scram_credential, authorizer=authorizer,
@@ -251,6 +265,7 @@ class Broker:
         def on_hosting_changed(image: MetadataImage | None) -> None:
             self.groups.on_hosting_changed(image)
             self.txns.on_hosting_changed(image)
+            self.share_coordinator.on_hosting_changed(image)
             if self.schema_registry is not None:
                 self.schema_registry.on_hosting_changed(image)
 
@@ -272,6 +287,7 @@ class Broker:
             coordinator=self.groups,
             txn_coordinator=self.txns,
             txn_markers=self.txn_markers,
+            share_coordinator=self.share_coordinator,
             controller=SingleNodeController(self.broker_id, backend) if zk is None else None,
             authorizer=authorizer,
             leader_quota=ReplicationQuota(self.settings, "leader"),
@@ -279,11 +295,12 @@ class Broker:
             schema_view=self.schema_registry,
             group_configs=group_configs,
             shares=SharePartitionManager(
-                self.timers, _share_settings(group_configs, self.settings),
+                self.timers, _share_settings(group_configs, self.settings), self.share_persister,
                 max_sessions=settings.share_groups.max_share_sessions,
             ),
         )
         assert self.services.quotas is not None
+        self.dead_letters = self._dead_letter_writer(zk is not None, inter)
         await self._start_metrics(embedded=zk is None)
         # what each group of handlers may use (after the metrics: the ports count with them)
         self.ports = handler_ports(self.services, self.config, self.settings)
@@ -338,6 +355,7 @@ class Broker:
             )
         self.groups.start()
         self.txns.start()
+        self.share_coordinator.start()
         if self.schema_registry is not None:
             self.schema_registry.start()
         if zk is not None and cluster is not None:
@@ -404,6 +422,37 @@ class Broker:
     def metrics_url(self) -> str | None:
         """The URL of ``/metrics`` (None: metrics are off)."""
         return self.metrics_server.url if self.metrics_server is not None else None
+
+    def _dead_letter_writer(self, cluster: bool, inter: str | None) -> DeadLetterWriter:
+        """Share groups' dead letters (KIP-1191), fed by the share partitions' archived records."""
+        svc = self.services
+        replicas, topics = self.replicas, self.topics
+
+        def read(p: Partition, offset: int) -> Any:
+            return replicas.read(p, offset, 1 << 20, isolation_committed=False, replica_id=-1, min_one=True)
+
+        async def append(p: Partition, batch: bytes) -> None:
+            replicas.append(p, batch, -1)
+            await replicas.wait_durable(p)
+
+        writer = DeadLetterWriter(
+            self.broker_id, lambda: svc.backend.image, replicas.leader_partition, read, append, topics.log_config,
+            lambda: self.settings.current.share_groups.dlq_topic_name_prefix, self.clock,
+            channel_factory=self._channel_factory if cluster else None,
+            inter_broker_listener=inter or None,
+            request_timeout_ms=self.settings.current.server.request_timeout_ms,
+        )
+        shares = svc.shares
+        assert shares is not None
+
+        def on_archived(key: ShareKey, p: Partition, archived: list[Archived]) -> None:
+            settings = shares.settings_for(key[0])
+            if settings.dlq_topic:
+                writer.submit(DeadLetters(key[0], p.topic, key[1], p, tuple(archived), settings.dlq_topic,
+                                          settings.dlq_copy_record))
+
+        shares.on_archived = on_archived
+        return writer
 
     async def _connect_zookeeper(self, dirs: list[Path]) -> ZooKeeperBackend:
         from odradek.coordination.zookeeper import ZooKeeperBackend
@@ -570,6 +619,9 @@ class Broker:
             await self.schema_registry.stop()
         await self.groups.stop()
         await self.txns.stop()
+        await self.share_coordinator.stop()
+        await self.share_persister.close()
+        await self.dead_letters.stop()
         for p in self.replicas.partitions.values():
             p.fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         # the timers stop; a compaction pass or retention still on a thread is waited for
@@ -904,7 +956,10 @@ def handler_ports(svc: Services, config: BrokerConfig, live: LiveSettings) -> Po
         ),
         list_offsets=ListOffsetsPort(svc.partitions),
         metadata=MetadataPort(image_source, svc.backend.metadata_known, svc.topics, svc.authorizer, settings.server),
-        groups=GroupsPort(image_source, groups, transactions, svc.backend, svc.clock.now_ms, svc.authorizer),
+        groups=GroupsPort(
+            image_source, groups, transactions, svc.backend, svc.clock.now_ms, svc.authorizer,
+            shares=svc.share_coordinator, group_configs=svc.group_configs,
+        ),
         transactions=TransactionsPort(
             image_source, transactions, groups, svc.markers, svc.replicas, svc.clock.now_ms, verify_transactions
         ),
@@ -922,6 +977,7 @@ def handler_ports(svc: Services, config: BrokerConfig, live: LiveSettings) -> Po
             image_source, svc.backend, inter_broker_listener(settings), svc.telemetry is not None
         ),
         telemetry=TelemetryPort(svc.telemetry),
+        share_state=svc.share_coordinator,
     )
 
 
@@ -944,6 +1000,7 @@ def _share_settings(configs: GroupConfigs, live: LiveSettings) -> Callable[[str]
             read_committed=config.share_read_committed,
             max_in_flight=live.current.share_groups.partition_max_record_locks,
             dlq_topic=config.dlq_topic_name or None,
+            dlq_copy_record=config.dlq_copy_record_enable,
         )
         if len(made) >= 10_000:
             made.clear()

@@ -19,7 +19,7 @@ result, a read's file region, the errors a log raises) are named here too.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -36,6 +36,7 @@ from odradek.cluster.client_metrics import ClientInfo
 from odradek.cluster.group import Group, OffsetAndMetadata
 from odradek.cluster.group_configs import GroupConfig
 from odradek.cluster.metadata import MetadataImage, TopicInfo
+from odradek.cluster.share_state import ShareKey, ShareState, StateBatch
 from odradek.config import ConfigSource
 from odradek.errors import ErrorCode, KafkaError
 from odradek.metrics import BrokerMetrics
@@ -87,6 +88,7 @@ __all__ = [
     "ReadResult",
     "RunState",
     "SaslPort",
+    "ShareStateCoordinator",
     "TransactionsPort",
     "check_log_config",
 ]
@@ -356,6 +358,28 @@ class GroupCoordinator(Protocol):
     def pending_txn_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None) -> bool: ...
 
 
+class ShareStateCoordinator(Protocol):
+    """The share coordinator (``__share_group_state``), as the handlers use it."""
+
+    def partition_for(self, key: str) -> int: ...
+
+    async def ensure_topic(self) -> None: ...
+
+    def check_storage(self, partition: int) -> None: ...
+
+    async def initialize(self, key: ShareKey, *, state_epoch: int, start_offset: int) -> None: ...
+
+    async def write(
+        self, key: ShareKey, *, leader_epoch: int, state_epoch: int, start_offset: int, batches: Sequence[StateBatch]
+    ) -> None: ...
+
+    async def read(self, key: ShareKey, *, leader_epoch: int) -> ShareState | None: ...
+
+    async def summary(self, key: ShareKey) -> ShareState | None: ...
+
+    async def delete(self, key: ShareKey) -> None: ...
+
+
 class TransactionCoordinator(Protocol):
     """The transaction coordinator, as the handlers use it."""
 
@@ -549,6 +573,10 @@ class GroupsPort:
     v0_offsets: V0Offsets
     now_ms: Callable[[], int]
     authorizer: Authorizer | None
+    #: FindCoordinator of a share-partition (key type 2; None: no share coordinator)
+    shares: ShareStateCoordinator | None = None
+    #: each group's configs in effect (resource type GROUP: share.record.lock.duration.ms, ...)
+    group_configs: GroupConfigView | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -678,3 +706,5 @@ class Ports:
     cluster: ClusterPort
     features: FeaturesPort
     telemetry: TelemetryPort
+    #: the share coordinator's RPCs 83-87 (None: no share coordinator)
+    share_state: ShareStateCoordinator | None = None

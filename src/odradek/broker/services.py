@@ -17,6 +17,7 @@ from odradek._clock import Clock
 from odradek._scheduler import Scheduler
 from odradek.broker.authorizer import Authorizer
 from odradek.broker.coordinators import GroupCoordinator, MarkerWriter, TransactionCoordinator
+from odradek.broker.coordinators.share_state import ShareCoordinator
 from odradek.broker.group_configs import GroupConfigs
 from odradek.broker.partitions import PartitionService
 from odradek.broker.ports import RunState
@@ -74,6 +75,8 @@ class Services:
     #: the transaction coordinator, and the writer of the markers it sends (None: starting)
     txn_coordinator: TransactionCoordinator | None = None
     txn_markers: MarkerWriter | None = None
+    #: the share coordinator (``__share_group_state``; None: starting)
+    share_coordinator: ShareCoordinator | None = None
     #: where the broker is in its life (stopping: long polls answer at once)
     #: this broker's view of the schema registry's ``_schemas`` (None: it has no registry)
     schema_view: RegistryView | None = None

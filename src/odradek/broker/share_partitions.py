@@ -27,9 +27,9 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from odradek.cluster.share_partition import Archived, SharePartition, StateBatch
+from odradek.cluster.share_partition import Archived, RecordState, SharePartition, StateBatch
 from odradek.errors import ErrorCode, KafkaError
 from odradek.records import iter_batch_headers
 
@@ -69,20 +69,40 @@ class ShareSettings:
     reset_duration_ms: int = 0
     read_committed: bool = False
     max_in_flight: int = 2000
-    #: the group's dead-letter topic (KIP-1191), None: archived records are only archived
+    #: the group's dead-letter topic (KIP-1191), None: archived records are only archived; and
+    #: whether a dead letter copies the record (errors.deadletterqueue.copy.record.enable)
     dlq_topic: str | None = None
+    dlq_copy_record: bool = False
+
+
+class Stored(Protocol):
+    """A share partition's state as the share coordinator keeps it (its batches: runs with
+    ``first_offset``, ``last_offset``, ``delivery_count`` and ``state`` as a number)."""
+
+    @property
+    def state_epoch(self) -> int: ...
+
+    @property
+    def start_offset(self) -> int: ...
+
+    @property
+    def batches(self) -> Sequence[Any]: ...
 
 
 class Persister(Protocol):
     """Where share-partition state is kept (the share coordinator)."""
 
-    async def read(self, group_id: str, topic_id: uuid.UUID, partition: int) -> tuple[int, list[StateBatch]] | None:
-        """The persisted start offset and state batches, None when never written."""
+    async def read(self, group_id: str, topic_id: uuid.UUID, partition: int, *,
+                   leader_epoch: int = -1) -> Stored | None:
+        """The persisted state, None when it was never initialized."""
         ...
 
+    async def initialize(self, group_id: str, topic_id: uuid.UUID, partition: int, start_offset: int,
+                         state_epoch: int = 0) -> None: ...
+
     async def write(
-        self, group_id: str, topic_id: uuid.UUID, partition: int, *, leader_epoch: int, start_offset: int,
-        batches: list[StateBatch],
+        self, group_id: str, topic_id: uuid.UUID, partition: int, *, leader_epoch: int, state_epoch: int,
+        start_offset: int, batches: Sequence[Any],
     ) -> None: ...
 
 
@@ -118,6 +138,9 @@ class SharePartitionManager:
         #: the sessions each connection opened (by the connection's identity)
         self._by_connection: dict[int, set[SessionKey]] = {}
         self._loading: dict[ShareKey, asyncio.Future[SharePartition]] = {}
+        #: the leader epoch each share partition was loaded at, and its state epoch
+        self._epochs: dict[ShareKey, int] = {}
+        self._state_epochs: dict[ShareKey, int] = {}
         self._timer: TimerHandle | None = None
         self._timer_at: float | None = None
         #: futures of fetches waiting for records to become available (woken by releases)
@@ -126,8 +149,10 @@ class SharePartitionManager:
         self.stats: dict[str, int] = {
             "acquired": 0, "accepted": 0, "released": 0, "rejected": 0, "archived": 0, "lock_expired": 0,
         }
-        #: what was archived (for the dead-letter topic); the listener gets every archived record
-        self.on_archived: Callable[[ShareKey, list[Archived]], None] | None = None
+        #: what was archived (for the dead-letter topic): the listener gets every archived record
+        #: with its share partition and the partition it is read from
+        self.on_archived: Callable[[ShareKey, Partition, list[Archived]], None] | None = None
+        self._sources: dict[ShareKey, Partition] = {}
 
     def now(self) -> int:
         return int(self._timers.clock.monotonic_ms())
@@ -137,7 +162,10 @@ class SharePartitionManager:
         """The share partition of ``key`` (led here as ``p``), loaded on first use."""
         sp = self.partitions.get(key)
         if sp is not None:
-            return sp
+            if self._epochs.get(key) == p.leader_epoch:
+                return sp
+            # led here again after another broker led it: its state is the share coordinator's now
+            self._drop(key)
         loading = self._loading.get(key)
         if loading is not None:
             return await asyncio.shield(loading)
@@ -160,20 +188,24 @@ class SharePartitionManager:
         settings = self.settings_for(group_id)
         stored = None
         if self._persister is not None:
-            stored = await self._persister.read(group_id, topic_id, index)
+            stored = await self._persister.read(group_id, topic_id, index, leader_epoch=p.leader_epoch)
+        batches: list[StateBatch] = []
         if stored is not None:
-            start, batches = stored
-            start = max(start, p.log.log_start_offset)
+            start = max(stored.start_offset, p.log.log_start_offset)
+            batches = [StateBatch(b.first_offset, b.last_offset, b.delivery_count, RecordState(b.state))
+                       for b in stored.batches if b.last_offset >= start]
+            self._state_epochs[key] = stored.state_epoch
             log.info("share partition %s %s-%d resumes at %d (%d state batches)", group_id, p.topic, index, start,
                      len(batches))
         else:
-            batches = []
             start = self._reset_offset(settings, p)
+            self._state_epochs[key] = 0
             log.info("share partition %s %s-%d starts at %d (share.auto.offset.reset=%s)", group_id, p.topic, index,
                      start, settings.auto_offset_reset)
             if self._persister is not None:
-                await self._persister.write(group_id, topic_id, index, leader_epoch=p.leader_epoch,
-                                            start_offset=start, batches=[])
+                await self._persister.initialize(group_id, topic_id, index, start, 0)
+        self._epochs[key] = p.leader_epoch
+        self._sources[key] = p
         return SharePartition(
             start_offset=start, lock_ms=settings.lock_ms, delivery_limit=settings.delivery_limit,
             max_in_flight=settings.max_in_flight, state_batches=batches,
@@ -256,8 +288,9 @@ class SharePartitionManager:
     def _archived(self, key: ShareKey, archived: list[Archived]) -> None:
         if archived:
             self.stats["archived"] += len(archived)
-            if self.on_archived is not None:
-                self.on_archived(key, archived)
+            source = self._sources.get(key)
+            if self.on_archived is not None and source is not None:
+                self.on_archived(key, source, archived)
 
     async def _persist(self, key: ShareKey, sp: SharePartition, leader_epoch: int) -> None:
         if self._persister is None:
@@ -265,6 +298,7 @@ class SharePartitionManager:
         group_id, topic_id, index = key
         try:
             await self._persister.write(group_id, topic_id, index, leader_epoch=leader_epoch,
+                                        state_epoch=self._state_epochs.get(key, 0),
                                         start_offset=sp.start_offset, batches=sp.snapshot())
         except KafkaError:
             raise
@@ -291,11 +325,11 @@ class SharePartitionManager:
             self._wake()
         return released
 
-    def forget(self, topic_id: uuid.UUID, partition: int) -> None:
-        """This broker no longer leads the partition: its share partitions go (the new leader
-        reads their state back from the share coordinator)."""
-        for key in [k for k in self.partitions if k[1] == topic_id and k[2] == partition]:
-            del self.partitions[key]
+    def _drop(self, key: ShareKey) -> None:
+        self.partitions.pop(key, None)
+        self._epochs.pop(key, None)
+        self._state_epochs.pop(key, None)
+        self._sources.pop(key, None)
 
     # -- the lock timer --------------------------------------------------------------------------
     def _arm(self) -> None:

@@ -27,6 +27,7 @@ __all__ = [
     "INTERNAL_TOPICS",
     "OFFSETS_TOPIC",
     "SCHEMAS_TOPIC",
+    "SHARE_STATE_TOPIC",
     "TRANSACTION_TOPIC",
     "TopicService",
     "internal_topic_configs",
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_TOPIC = "__transaction_state"
+SHARE_STATE_TOPIC = "__share_group_state"
 #: the schema registry's store (Confluent's ``_schemas``): created as the coordinators' topics are,
 #: but not internal (as in Kafka: clients may read it, and a Confluent registry may use it)
 SCHEMAS_TOPIC = "_schemas"
@@ -45,7 +47,7 @@ SCHEMAS_TOPIC = "_schemas"
 #: create them, produce to them, delete their records, delete them or add them to a transaction.
 #: A coordinator with a topic of its own (the share coordinator's ``__share_group_state``) adds its
 #: name here, and every one of those rules then applies to it.
-INTERNAL_TOPICS: frozenset[str] = frozenset({OFFSETS_TOPIC, TRANSACTION_TOPIC})
+INTERNAL_TOPICS: frozenset[str] = frozenset({OFFSETS_TOPIC, TRANSACTION_TOPIC, SHARE_STATE_TOPIC})
 
 
 def is_internal(topic: str) -> bool:
@@ -67,6 +69,17 @@ def internal_topic_configs(settings: Settings) -> dict[str, dict[str, str]]:
             "compression.type": "uncompressed",
             "segment.bytes": str(settings.transactions.state_log_segment_bytes),
             "min.insync.replicas": str(settings.transactions.state_log_min_isr),
+        },
+        # the share coordinator's (KIP-932: cleanup.policy delete, as Kafka creates it, and
+        # share.coordinator.state.topic.segment.bytes / .min.isr at Kafka's defaults); kept until
+        # deleted by hand, while nothing yet prunes it (retention would drop an idle
+        # share-partition's only snapshot)
+        SHARE_STATE_TOPIC: {
+            "cleanup.policy": "delete",
+            "compression.type": "producer",
+            "segment.bytes": "104857600",
+            "retention.ms": "-1",
+            "min.insync.replicas": "2",
         },
     }
 

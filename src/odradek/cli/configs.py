@@ -24,6 +24,12 @@ Client-metrics subscriptions (KIP-714: which metrics matching clients push, how 
     odradek configs --entity-type client-metrics --entity-name basic --alter \
         --add-config 'metrics=[org.apache.kafka.producer.,org.apache.kafka.consumer.],interval.ms=60000,match=[client_id=app-.*]'
     odradek configs --entity-type client-metrics --entity-name basic --describe
+
+Group configs (resource type GROUP: a share group's ``share.auto.offset.reset``,
+``share.record.lock.duration.ms``, ...; the group need not exist yet)::
+
+    odradek configs alter --group workers --set share.auto.offset.reset=earliest
+    odradek configs --entity-type groups --entity-name workers --describe --all
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ _DYNAMIC = {
     "broker": {ConfigSource.DYNAMIC_BROKER_CONFIG, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG},
     "broker-defaults": {ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG},
     "client-metrics": {ConfigSource.CLIENT_METRICS_CONFIG},
+    "group": {ConfigSource.GROUP_CONFIG},
 }
 
 
@@ -91,6 +98,7 @@ def add_parser(sub: Any) -> None:
         entity.add_argument(
             "--client-metrics", metavar="NAME", help="a client-metrics (telemetry) subscription, by name"
         )
+        entity.add_argument("--group", metavar="ID", help="a group (its group configs), by id")
         entity.add_argument(
             "--broker-defaults", action="store_true", help="the cluster-wide default broker configs"
         )
@@ -149,7 +157,7 @@ _SHORTHANDS = {
     "--client-defaults": "clients",
     "--ip-defaults": "ips",
 }
-_ENTITY_TYPES = ("users", "clients", "ips", "topics", "brokers", "client-metrics")
+_ENTITY_TYPES = ("users", "clients", "ips", "topics", "brokers", "client-metrics", "groups")
 _QUOTA_TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}
 
 
@@ -161,8 +169,8 @@ def _add_entity_options(p: argparse.ArgumentParser, *, top: bool) -> None:
         action=_Entity,
         const="type",
         choices=_ENTITY_TYPES,
-        help="users, clients, ips (client quotas), topics, brokers or client-metrics (KIP-714 telemetry "
-        "subscriptions) (kafka-configs syntax)",
+        help="users, clients, ips (client quotas), topics, brokers, client-metrics (KIP-714 telemetry "
+        "subscriptions) or groups (group configs) (kafka-configs syntax)",
     )
     p.add_argument(
         "--entity-name",
@@ -296,12 +304,15 @@ def _kafka_style(args: argparse.Namespace) -> None:
     entities = _entities(args)
     if len(entities) != 1:
         raise ValueError(
-            "give one --entity-type topics|brokers|client-metrics with its --entity-name or --entity-default"
+            "give one --entity-type topics|brokers|client-metrics|groups with its --entity-name or --entity-default"
         )
     kind, name, given = entities[0]
     args.client_metrics = name if kind == "client-metrics" else None
     if kind == "client-metrics" and name is None:
         raise ValueError("--entity-type client-metrics needs an --entity-name")
+    args.group = name if kind == "groups" else None
+    if kind == "groups" and name is None:
+        raise ValueError("--entity-type groups needs an --entity-name")
     args.topic = name if kind == "topics" else None
     args.broker = name if kind == "brokers" and name is not None else None
     args.broker_defaults = kind == "brokers" and name is None and given
@@ -320,13 +331,16 @@ def _resource(args: argparse.Namespace) -> tuple[ConfigResource, str, str]:
     if getattr(args, "client_metrics", None) is not None:
         name = args.client_metrics
         return ConfigResource("client_metrics", name), "client-metrics", f"client-metric {name}"
+    if getattr(args, "group", None) is not None:
+        return ConfigResource("group", args.group), "group", f"group {args.group}"
     if args.broker is not None:
         if not args.broker.isdigit():
             raise ValueError(f"--broker expects a broker id, got {args.broker!r}")
         return ConfigResource("broker", args.broker), "broker", f"broker {args.broker}"
     if not args.broker_defaults:
         raise ValueError(
-            "give --topic, --broker, --broker-defaults, --client-metrics or a client quota entity (--user, --client...)"
+            "give --topic, --broker, --broker-defaults, --client-metrics, --group or a client quota entity "
+            "(--user, --client...)"
         )
     return ConfigResource("broker", ""), "broker-defaults", "brokers in the cluster"
 
@@ -382,7 +396,7 @@ def _used(kind: str, name: str) -> bool:
     if kind == "topic":
         key = TOPIC_KEYS.get(name)
         return key is None or key.used
-    if kind == "client-metrics":
+    if kind in ("client-metrics", "group"):
         return True
     d = BROKER_CONFIGS.get(name)
     return d is None or d.used

@@ -77,10 +77,12 @@ _K = GroupConfigKey
 GROUP_CONFIG_SCHEMA: tuple[GroupConfigKey, ...] = (
     _K(CONSUMER_SESSION_TIMEOUT_MS, "int", "group.consumer.session.timeout.ms", 45000, 1,
        ("group.consumer.min.session.timeout.ms", "group.consumer.max.session.timeout.ms"),
-       "The timeout to detect client failures when using the consumer group protocol."),
+       "The timeout to detect client failures when using the consumer group protocol. (Kept and described; "
+       "Odradek's consumer-group coordinator gives every group the broker setting for now.)"),
     _K(CONSUMER_HEARTBEAT_INTERVAL_MS, "int", "group.consumer.heartbeat.interval.ms", 5000, 1,
        ("group.consumer.min.heartbeat.interval.ms", "group.consumer.max.heartbeat.interval.ms"),
-       "The heartbeat interval given to the members of a consumer group."),
+       "The heartbeat interval given to the members of a consumer group. (Kept and described; Odradek's "
+       "consumer-group coordinator gives every group the broker setting for now.)"),
     _K(SHARE_SESSION_TIMEOUT_MS, "int", "group.share.session.timeout.ms", 45000, 1,
        ("group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms"),
        "The timeout to detect client failures when using the share group protocol."),

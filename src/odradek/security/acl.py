@@ -160,7 +160,9 @@ RESOURCE_OPERATIONS: dict[ResourceType, tuple[Operation, ...]] = {
         Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DESCRIBE, Operation.DELETE,
         Operation.ALTER, Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS,
     ),
-    ResourceType.GROUP: (Operation.READ, Operation.DESCRIBE, Operation.DELETE),
+    ResourceType.GROUP: (
+        Operation.READ, Operation.DESCRIBE, Operation.DELETE, Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS,
+    ),
     ResourceType.CLUSTER: (
         Operation.CREATE, Operation.CLUSTER_ACTION, Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS,
         Operation.IDEMPOTENT_WRITE, Operation.ALTER, Operation.DESCRIBE,

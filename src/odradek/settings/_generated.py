@@ -465,6 +465,8 @@ class ShareGroupSettings:
     partition_max_record_locks: int
     #: ``share.fetch.purgatory.purge.interval.requests`` (int, default 1000)
     fetch_purgatory_purge_interval_requests: int
+    #: ``errors.deadletterqueue.topic.name.prefix`` (string, default 'dlq.')
+    dlq_topic_name_prefix: str
 
 
 def _share_groups(src: Source) -> ShareGroupSettings:
@@ -485,6 +487,7 @@ def _share_groups(src: Source) -> ShareGroupSettings:
         max_delivery_count_limit=src.integer("group.share.max.delivery.count.limit", 5, 25),
         partition_max_record_locks=src.integer("group.share.partition.max.record.locks", 100, 10000),
         fetch_purgatory_purge_interval_requests=src.integer("share.fetch.purgatory.purge.interval.requests"),
+        dlq_topic_name_prefix=src.text("errors.deadletterqueue.topic.name.prefix"),
     )
 
 

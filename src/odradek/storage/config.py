@@ -73,6 +73,7 @@ class LogConfig:
     message_format_version: str
     leader_replication_throttled_replicas: str
     follower_replication_throttled_replicas: str
+    errors_deadletterqueue_group_enable: bool
     confluent_key_schema_validation: bool
     confluent_value_schema_validation: bool
     confluent_key_subject_name_strategy: str

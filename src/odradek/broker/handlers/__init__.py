@@ -17,6 +17,7 @@ from odradek.broker.handlers import (  # noqa: F401
     sasl,
     share_fetch,
     share_groups,
+    share_state,
     telemetry,
     topic_partitions,
     transactions,

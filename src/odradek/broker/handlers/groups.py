@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from odradek.broker.dispatch import RequestContext, handles
 from odradek.broker.handlers.metadata import authorized_operations
-from odradek.broker.topics import TRANSACTION_TOPIC
+from odradek.broker.topics import SHARE_STATE_TOPIC, TRANSACTION_TOPIC
 from odradek.cluster.group import OffsetAndMetadata
+from odradek.cluster.share_state import parse_coordinator_key
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
@@ -36,7 +37,7 @@ NO_AUTHORIZED_OPERATIONS = -2147483648
 
 class _NothingToCommit(Exception):
     """Every partition of an OffsetCommit was refused before reaching the coordinator."""
-GROUP_KEY, TRANSACTION_KEY = 0, 1
+GROUP_KEY, TRANSACTION_KEY, SHARE_KEY = 0, 1, 2
 
 
 def _check(ctx: RequestContext, group_id: str, op: Operation) -> None:
@@ -69,6 +70,16 @@ async def find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest)
                     raise KafkaError(ErrorCode.INVALID_REQUEST, "empty transactional id")
                 await port.transactions.ensure_topic()
                 topic, p = TRANSACTION_TOPIC, port.transactions.partition_for(key)
+            elif key_type == SHARE_KEY:
+                # a partition leader looking for a share-partition's coordinator (KIP-932)
+                if not ctx.authorize_cluster(Operation.CLUSTER_ACTION):
+                    raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+                if port.shares is None:
+                    raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "this broker has no share coordinator")
+                parse_coordinator_key(key)
+                await port.shares.ensure_topic()
+                topic, p = SHARE_STATE_TOPIC, port.shares.partition_for(key)
+                port.shares.check_storage(p)
             elif key_type != GROUP_KEY:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}")
             else:
