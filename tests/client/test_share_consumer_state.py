@@ -7,6 +7,7 @@ implicit and explicit modes.  The real broker's behaviour is in test_share_consu
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import uuid
 from collections import deque
@@ -14,9 +15,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from odradek.client import AcknowledgeType, AsyncShareConsumer, IllegalStateError, ShareConsumer, ShareRecord
-from odradek.client.share_consumer import ack_batches
+from odradek.client.share_consumer import ack_batches, split_acquired
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.share_acknowledge import ShareAcknowledgeRequest, ShareAcknowledgeResponse
 from odradek.protocol.messages.share_fetch import ShareFetchRequest, ShareFetchResponse
@@ -136,6 +139,36 @@ def test_ack_batches_are_runs_of_consecutive_offsets() -> None:
     assert ack_batches({}) == []
     assert ack_batches({3: 1, 1: 1, 2: 1, 7: 2}) == [(1, 3, [1]), (7, 7, [2])]
     assert ack_batches({0: 1, 1: 2, 2: 3, 5: 0}) == [(0, 2, [1, 2, 3]), (5, 5, [0])]
+    assert ack_batches({0: 1, 10**12 + 1: 1}, [(1, 10**12, GAP)]) == [(0, 0, [1]), (1, 10**12, [0]), (10**12 + 1, 10**12 + 1, [1])]
+
+
+_ranges = st.lists(st.tuples(st.integers(-3, 60), st.integers(-3, 60), st.integers(1, 5)), max_size=6)
+_offsets = st.lists(st.integers(0, 60), max_size=40).map(sorted)
+
+
+@given(_ranges, _offsets)
+def test_split_acquired_delivers_the_acquired_records_and_acknowledges_the_rest_as_gaps(
+    ranges: list[tuple[int, int, int]], offsets: list[int],
+) -> None:
+    """Whatever ranges a broker sends (empty, reversed, negative, overlapping) and whatever the
+    batches hold: exactly the acquired offsets are either delivered (when a record has them) or
+    gaps, each once, in order."""
+    delivered, gaps = split_acquired(ranges, offsets)
+    acquired = {o for first, last, _n in ranges for o in range(max(first, 0), last + 1)}
+    out = [o for o, _n in delivered]
+    gapped = [o for first, last in gaps for o in range(first, last + 1)]
+    assert out == sorted(set(out)) and set(out) == acquired & set(offsets)
+    assert sorted(out + gapped) == sorted(acquired), "each acquired offset once"
+    assert all(first <= last for first, last in gaps)
+    batches = ack_batches(dict.fromkeys(out, ACCEPT), [(f, last, GAP) for f, last in gaps])
+    assert all(b[0] <= b[1] and (len(b[2]) in (1, b[1] - b[0] + 1)) for b in batches)
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(batches)), "ascending, not overlapping"
+
+
+def test_a_huge_acquired_range_is_not_listed_offset_by_offset() -> None:
+    """A compacted batch spans offsets it no longer holds: one gap range, whatever its length."""
+    delivered, gaps = split_acquired([(0, 10**15, 1)], [0, 10**15])
+    assert delivered == [(0, 1), (10**15, 1)] and gaps == [(1, 10**15 - 1)]
 
 
 def test_join_one_session_and_acknowledgements_on_the_next_fetch(mock: MockCluster) -> None:
@@ -180,7 +213,7 @@ def test_only_acquired_offsets_are_delivered_and_offsets_without_records_are_gap
         n = len(fake.fetch_requests())
         c.poll(0.05)
         wait_for(lambda: len(fake.fetch_requests()) > n, TIMEOUT, "the next fetch")
-        assert _acks(fake.fetch_requests()[n]) == {0: [(3, 8, [ACCEPT, ACCEPT, ACCEPT, GAP, GAP, GAP])]}
+        assert _acks(fake.fetch_requests()[n]) == {0: [(3, 5, [ACCEPT]), (6, 8, [GAP])]}
 
 
 def test_explicit_mode_acknowledges_each_record_and_commit_reports_per_partition(mock: MockCluster) -> None:

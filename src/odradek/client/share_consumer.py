@@ -41,6 +41,7 @@ in a background thread as the other blocking clients (the heartbeats go on while
 from __future__ import annotations
 
 import asyncio
+import bisect
 import concurrent.futures
 import contextlib
 import enum
@@ -48,7 +49,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
@@ -146,9 +147,29 @@ class _Session:
         self.partitions = set()
 
 
-def ack_batches(acks: Mapping[int, int]) -> list[tuple[int, int, list[int]]]:
-    """``{offset: type}`` as acknowledgement batches ``(first, last, types)``: runs of consecutive
-    offsets, with one type when the run has one, else a type per offset."""
+@dataclass(slots=True)
+class PendingAcks:
+    """One partition's acknowledgements not sent yet: ``offsets`` of the records the application
+    saw (offset -> type), ``ranges`` of offsets it never saw, ``(first, last, type)``: gaps, and
+    acquired records released undelivered (a range may be long: a compacted batch spans offsets it
+    no longer holds, and they are never listed one by one)."""
+
+    offsets: dict[int, int] = field(default_factory=dict)
+    ranges: list[tuple[int, int, int]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.offsets or self.ranges)
+
+    def batches(self) -> list[tuple[int, int, list[int]]]:
+        """The acknowledgement batches to send (see :func:`ack_batches`)."""
+        return ack_batches(self.offsets, self.ranges)
+
+
+def ack_batches(acks: Mapping[int, int], ranges: Iterable[tuple[int, int, int]] = ()) -> list[tuple[int, int, list[int]]]:
+    """``{offset: type}`` and ``(first, last, type)`` ranges as acknowledgement batches
+    ``(first, last, types)`` in offset order: runs of consecutive offsets, with one type when the
+    run has one, else a type per offset; a range is one batch.  What would overlap an earlier
+    batch is left out (the broker refuses overlapping batches)."""
     out: list[tuple[int, int, list[int]]] = []
     run: list[tuple[int, int]] = []
     for offset, kind in sorted(acks.items()):
@@ -158,7 +179,46 @@ def ack_batches(acks: Mapping[int, int]) -> list[tuple[int, int, list[int]]]:
         run.append((offset, kind))
     if run:
         out.append(_batch(run))
-    return out
+    out += [(first, last, [kind]) for first, last, kind in ranges if 0 <= first <= last]
+    out.sort(key=lambda b: b[0])
+    merged: list[tuple[int, int, list[int]]] = []
+    for b in out:
+        if not merged or b[0] > merged[-1][1]:
+            merged.append(b)
+    return merged
+
+
+def split_acquired(
+    ranges: Iterable[tuple[int, int, int]], offsets: Sequence[int],
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """What to do with one partition's acquired ranges ``(first, last, delivery count)``, given the
+    ascending offsets of the records the answer's batches hold: ``(delivered, gaps)``, the records to
+    deliver as ``(offset, delivery count)`` and the acquired offsets without a record as ``(first,
+    last)`` ranges.  Ranges that are not ranges are ignored, overlapping ones clipped, records
+    outside the ranges (other members' or not acquired) left out."""
+    delivered: list[tuple[int, int]] = []
+    gaps: list[tuple[int, int]] = []
+    prev = -1
+    i = 0
+    for first, last, count in sorted(ranges):
+        first = max(first, prev + 1, 0)
+        if last < first:
+            continue
+        prev = last
+        i = bisect.bisect_left(offsets, first, i)
+        nxt = first
+        while i < len(offsets) and offsets[i] <= last:
+            o = offsets[i]
+            i += 1
+            if o < nxt:
+                continue  # the same offset twice in the batches
+            if o > nxt:
+                gaps.append((nxt, o - 1))
+            delivered.append((o, count))
+            nxt = o + 1
+        if nxt <= last:
+            gaps.append((nxt, last))
+    return delivered, gaps
 
 
 def _batch(run: list[tuple[int, int]]) -> tuple[int, int, list[int]]:
@@ -206,7 +266,7 @@ class AsyncShareConsumer:
         #: records delivered to the application and not acknowledged yet, by partition and offset
         self._delivered: dict[TopicPartition, dict[int, ShareRecord]] = {}
         #: acknowledgements to send, by partition: offset -> type
-        self._acks: dict[TopicPartition, dict[int, int]] = {}
+        self._acks: dict[TopicPartition, PendingAcks] = {}
         self._ids: dict[str, uuid.UUID] = {}
         #: a partition's leader changed: the next fetch round refreshes the metadata first
         self._refresh = False
@@ -285,9 +345,9 @@ class AsyncShareConsumer:
             del delivered[record.offset]
             if not delivered:
                 del self._delivered[tp]
-        elif record.offset not in self._acks.get(tp, {}):
+        elif tp not in self._acks or record.offset not in self._acks[tp].offsets:
             raise IllegalStateError(f"record {tp[0]}-{tp[1]} at offset {record.offset} is not in flight")
-        self._acks.setdefault(tp, {})[record.offset] = int(kind)
+        self._pending(tp).offsets[record.offset] = int(kind)
 
     def set_acknowledgement_commit_callback(self, callback: AcknowledgementCommitCallback | None) -> None:
         """``callback(offsets, error)`` is called, on the consumer's event loop, for every partition's
@@ -296,22 +356,38 @@ class AsyncShareConsumer:
 
     def _accept_delivered(self) -> None:
         for tp, delivered in self._delivered.items():
-            acks = self._acks.setdefault(tp, {})
+            acks = self._pending(tp).offsets
             for offset in delivered:
                 acks[offset] = AcknowledgeType.ACCEPT
         self._delivered.clear()
 
-    def _take_acks(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, dict[int, int]]:
-        return {tp: self._acks.pop(tp) for tp in list(partitions) if self._acks.get(tp)}
+    def _pending(self, tp: TopicPartition) -> PendingAcks:
+        acks = self._acks.get(tp)
+        if acks is None:
+            acks = self._acks[tp] = PendingAcks()
+        return acks
 
-    def _answered(self, results: CommitResults, tp: TopicPartition, sent: Mapping[int, int], error: KafkaError | None) -> None:
+    def _take_acks(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, PendingAcks]:
+        out = {}
+        for tp in list(partitions):
+            acks = self._acks.pop(tp, None)
+            if acks:
+                out[tp] = acks
+        return out
+
+    def _has_acks(self) -> bool:
+        """Whether acknowledgements wait to be sent (empty entries are dropped)."""
+        self._acks = {tp: a for tp, a in self._acks.items() if a}
+        return bool(self._acks)
+
+    def _answered(self, results: CommitResults, tp: TopicPartition, sent: PendingAcks, error: KafkaError | None) -> None:
         if results.get(tp) is None:
             results[tp] = error
         if error is not None:
             log.debug("share group %s: acknowledging %s-%d failed: %s", self.group_id, tp[0], tp[1], error)
         if self._callback is not None:
             try:
-                self._callback({tp: set(sent)}, error)
+                self._callback({tp: set(sent.offsets)}, error)
             except Exception:
                 log.exception("the acknowledgement commit callback failed")
 
@@ -332,7 +408,7 @@ class AsyncShareConsumer:
             raise IllegalStateError("the share consumer is not subscribed to any topic")
         if self._manual is None:
             self._membership.start()
-        if self._buffer and self._acks:
+        if self._buffer and self._has_acks():
             # no fetch is due (records are still buffered): the acknowledgements go now, in a
             # ShareAcknowledge, rather than wait for the buffer to drain
             task = asyncio.get_running_loop().create_task(self._commit(None))
@@ -346,7 +422,7 @@ class AsyncShareConsumer:
             if not first and remaining <= 0:
                 break
             first = False
-            if not self.assignment() and not self._acks:
+            if not self.assignment() and not self._has_acks():
                 self._changed.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), max(remaining, 0))
@@ -392,12 +468,13 @@ class AsyncShareConsumer:
         """One ShareFetch to every leader there is something to ask or tell (in parallel); whether
         any was sent."""
         assigned = self.assignment()
+        self._has_acks()
         leaders = await self._leaders(assigned | set(self._acks))
         wanted: dict[int, set[TopicPartition]] = {}
         for tp in assigned:
             if leaders[tp] >= 0:
                 wanted.setdefault(leaders[tp], set()).add(tp)
-        acks: dict[int, dict[TopicPartition, dict[int, int]]] = {}
+        acks: dict[int, dict[TopicPartition, PendingAcks]] = {}
         for tp in list(self._acks):
             node = self._session_of(tp, leaders.get(tp, -1))
             if node is not None:
@@ -418,7 +495,7 @@ class AsyncShareConsumer:
         return leader if leader >= 0 else None
 
     async def _share_fetch(
-        self, node: int, wanted: set[TopicPartition], acks: dict[TopicPartition, dict[int, int]], max_wait_ms: int,
+        self, node: int, wanted: set[TopicPartition], acks: dict[TopicPartition, PendingAcks], max_wait_ms: int,
         results: CommitResults | None = None,
     ) -> None:
         results = {} if results is None else results
@@ -443,7 +520,7 @@ class AsyncShareConsumer:
                     partition_index=p,
                     acknowledgement_batches=[
                         ShareFetchRequest.AcknowledgementBatch(first_offset=f, last_offset=last, acknowledge_types=k)
-                        for f, last, k in ack_batches(acks.get((t, p), {}))
+                        for f, last, k in (acks[(t, p)].batches() if (t, p) in acks else [])
                     ],
                 ))
             forgotten: dict[str, list[int]] = {}
@@ -497,13 +574,13 @@ class AsyncShareConsumer:
                 for pd in tr.partitions:
                     self._partition_answer(s, (topic, pd.partition_index), pd, acks, results)
 
-    def _fail_acks(self, results: CommitResults, acks: Mapping[TopicPartition, Mapping[int, int]], error: KafkaError) -> None:
+    def _fail_acks(self, results: CommitResults, acks: Mapping[TopicPartition, PendingAcks], error: KafkaError) -> None:
         for tp, sent in acks.items():
             self._answered(results, tp, sent, error)
 
     def _partition_answer(
         self, s: _Session, tp: TopicPartition, pd: ShareFetchResponse.PartitionData,
-        acks: Mapping[TopicPartition, Mapping[int, int]], results: CommitResults,
+        acks: Mapping[TopicPartition, PendingAcks], results: CommitResults,
     ) -> None:
         if tp in acks:
             ack_err = ErrorCode.of(pd.acknowledge_error_code)
@@ -522,16 +599,18 @@ class AsyncShareConsumer:
             self._acquired(tp, pd)
         elif pd.acquired_records:
             # acquired for a partition no longer assigned: released with the next request
-            gaps = self._acks.setdefault(tp, {})
-            for a in pd.acquired_records:
-                for o in range(a.first_offset, a.last_offset + 1):
-                    gaps[o] = AcknowledgeType.RELEASE
+            self._release(tp, [(a.first_offset, a.last_offset, a.delivery_count) for a in pd.acquired_records])
+
+    def _release(self, tp: TopicPartition, ranges: list[tuple[int, int, int]]) -> None:
+        """Acquired records never delivered go back (RELEASE) with the next request."""
+        _delivered, whole = split_acquired(ranges, [])
+        self._pending(tp).ranges.extend((first, last, AcknowledgeType.RELEASE) for first, last in whole)
 
     def _acquired(self, tp: TopicPartition, pd: ShareFetchResponse.PartitionData) -> None:
         """The acquired records of one partition's answer into the buffer; acquired offsets without
         a record are acknowledged as gaps."""
         ranges = sorted((a.first_offset, a.last_offset, a.delivery_count) for a in pd.acquired_records)
-        start = ranges[0][0]
+        start = max(ranges[0][0], 0)
         decoded: list[ConsumerRecord] = []
         if pd.records:
             data = FetchResponse.PartitionData(partition_index=tp[1], high_watermark=-1, last_stable_offset=-1,
@@ -542,20 +621,14 @@ class AsyncShareConsumer:
                 # records that do not decode are not delivered: they are released for a retry elsewhere
                 # (and archived at the delivery limit)
                 log.warning("share fetch %s-%d: the records do not decode (%s): released", tp[0], tp[1], exc)
-                rel = self._acks.setdefault(tp, {})
-                for first, last, _n in ranges:
-                    for o in range(first, last + 1):
-                        rel[o] = AcknowledgeType.RELEASE
+                self._release(tp, ranges)
                 return
         by_offset = {r.offset: r for r in decoded}
+        delivered, gaps = split_acquired(ranges, sorted(by_offset))
         new = tuple.__new__
-        for first, last, count in ranges:
-            for o in range(first, last + 1):
-                r = by_offset.get(o)
-                if r is None:
-                    self._acks.setdefault(tp, {})[o] = AcknowledgeType.GAP
-                else:
-                    self._buffer.append(new(ShareRecord, (*r, count)))
+        self._buffer.extend(new(ShareRecord, (*by_offset[o], count)) for o, count in delivered)
+        if gaps:
+            self._pending(tp).ranges.extend((first, last, AcknowledgeType.GAP) for first, last in gaps)
 
     # -- commits ------------------------------------------------------------------------------------
     async def commit_sync(self, timeout: float | None = None) -> CommitResults:
@@ -578,8 +651,8 @@ class AsyncShareConsumer:
         """ShareAcknowledge to every leader with acknowledgements due (``closing``: at epoch -1 to every
         session, closing it)."""
         results: CommitResults = {}
-        leaders = await self._leaders(set(self._acks)) if self._acks else {}
-        by_node: dict[int, dict[TopicPartition, dict[int, int]]] = {}
+        leaders = await self._leaders(set(self._acks)) if self._has_acks() else {}
+        by_node: dict[int, dict[TopicPartition, PendingAcks]] = {}
         for tp in list(self._acks):
             node = self._session_of(tp, leaders.get(tp, -1))
             if node is not None:
@@ -594,7 +667,7 @@ class AsyncShareConsumer:
         return results
 
     async def _acknowledge(
-        self, node: int, acks: dict[TopicPartition, dict[int, int]], results: CommitResults, closing: int | None,
+        self, node: int, acks: dict[TopicPartition, PendingAcks], results: CommitResults, closing: int | None,
     ) -> None:
         s = self._sessions.get(node)
         if s is None:
@@ -612,7 +685,7 @@ class AsyncShareConsumer:
                     partition_index=p,
                     acknowledgement_batches=[
                         ShareAcknowledgeRequest.AcknowledgementBatch(first_offset=f, last_offset=last, acknowledge_types=k)
-                        for f, last, k in ack_batches(sent)
+                        for f, last, k in sent.batches()
                     ],
                 ))
             req = ShareAcknowledgeRequest(
