@@ -284,3 +284,25 @@ def test_a_confluent_share_consumer_and_ours_share_one_group(broker: BrokerProce
         w.close()
         ours.close()
         theirs.close()
+
+
+def test_in_implicit_mode_close_accepts_the_last_polls_records(broker: BrokerProcess) -> None:
+    group, topic = _group_and_topic(broker, 1)
+    a, b = _consumer(broker, group, topic), _consumer(broker, group, topic)
+    try:
+        _joined(broker, group, [a, b], 1)
+        _produce(broker, topic, 3)
+        assert [r.offset for r in _poll_until(a, 3)] == [0, 1, 2]
+        a.close()  # accepts 0-2
+        _produce(broker, topic, 1)
+        later: list[ShareRecord] = []
+
+        def marker() -> bool:
+            later.extend(b.poll(0.1))
+            return any(r.offset == 3 for r in later)
+
+        wait_for(marker, TIMEOUT, "the record after the accepted ones")
+        assert [(r.offset, r.delivery_count) for r in later] == [(3, 1)]
+    finally:
+        a.close()
+        b.close()
