@@ -130,6 +130,11 @@ def _poll_until(c: ShareConsumer, n: int) -> list[ShareRecord]:
     return got
 
 
+def _session_open(fake: FakeShareBroker) -> bool:
+    """The consumer's session holds both partitions (a request after the one that opened it was sent)."""
+    return any(r.share_session_epoch >= 1 for r in fake.fetch_requests())
+
+
 def _acks(req: Any) -> dict[int, list[tuple[int, int, list[int]]]]:
     return {fp.partition_index: [(b.first_offset, b.last_offset, list(b.acknowledge_types)) for b in fp.acknowledgement_batches]
             for t in req.topics for fp in t.partitions if fp.acknowledgement_batches}
@@ -273,8 +278,8 @@ def test_a_smaller_assignment_is_forgotten_and_a_fenced_member_joins_again(mock:
     fake = FakeShareBroker(mock, "jobs", 2)
     with _consumer(mock) as c:
         c.subscribe(["jobs"])
-        # the member joins on the first poll (as Kafka's)
-        wait_for(lambda: c.poll(0.05) == [] and c.assignment() == {("jobs", 0), ("jobs", 1)}, TIMEOUT, "the assignment")
+        # the member joins on the first poll (as Kafka's), then opens its session
+        wait_for(lambda: c.poll(0.05) == [] and _session_open(fake), TIMEOUT, "the session open")
         with fake.lock:
             fake.assignment = [1]
         wait_for(lambda: c.assignment() == {("jobs", 1)}, TIMEOUT, "the smaller assignment")
@@ -378,3 +383,21 @@ def test_close_from_another_thread_ends_a_poll_and_an_empty_subscription_leaves(
     c.close()
     t.join(TIMEOUT)
     assert not t.is_alive() and result == [[]]
+
+
+def test_with_no_partitions_left_the_session_forgets_them_at_once(mock: MockCluster) -> None:
+    fake = FakeShareBroker(mock, "jobs", 2)
+    with _consumer(mock) as c:
+        c.subscribe(["jobs"])
+        wait_for(lambda: c.poll(0.05) == [] and _session_open(fake), TIMEOUT, "the session open")
+        with fake.lock:
+            fake.assignment = []
+        wait_for(lambda: c.assignment() == set(), TIMEOUT, "no partitions")
+
+        def forgot() -> bool:
+            c.poll(0.05)
+            return any(r.forgotten_topics_data for r in fake.fetch_requests())
+
+        wait_for(forgot, TIMEOUT, "a fetch forgetting both partitions")
+        req = next(r for r in fake.fetch_requests() if r.forgotten_topics_data)
+        assert [sorted(f.partitions) for f in req.forgotten_topics_data] == [[0, 1]] and req.max_wait_ms == 0

@@ -422,7 +422,10 @@ class AsyncShareConsumer:
             if not first and remaining <= 0:
                 break
             first = False
-            if not self.assignment() and not self._has_acks():
+            assigned = self.assignment()
+            if not assigned and not self._has_acks() and not any(s.partitions for s in self._sessions.values()):
+                # nothing to fetch, acknowledge or forget (the broker releases what a forgotten
+                # partition's session held): wait for an assignment
                 self._changed.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), max(remaining, 0))
