@@ -339,6 +339,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000),
     ("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000),
     ("transaction.partition.verification.enable", "boolean", True),
+    # the share coordinator (KIP-932) and __share_group_state
+    ("share.coordinator.state.topic.num.partitions", "int", 50),
+    ("share.coordinator.state.topic.replication.factor", "short", 3),
+    ("share.coordinator.state.topic.min.isr", "short", 2),
+    ("share.coordinator.state.topic.segment.bytes", "int", 104857600),
+    ("share.coordinator.snapshot.update.records.per.snapshot", "int", 500),
+    ("share.coordinator.write.timeout.ms", "int", 5000),
     # the most partitions one DescribeTopicPartitions answer carries (a request may ask fewer)
     ("max.request.partition.size.limit", "int", 2000),
     ("zookeeper.connect", "string", None),

@@ -346,7 +346,8 @@ def test_no_component_reads_a_broker_setting_by_name() -> None:
 HANDLER_PORTS = {
     "acls": {"acls"}, "admin": {"admin"}, "api_versions": {"features"}, "cluster": {"cluster"}, "configs": {"configs"},
     "features": {"features"}, "topic_partitions": {"metadata"},
-    "consumer_groups": {"groups"}, "fetch": {"fetch"}, "groups": {"groups"}, "list_offsets": {"list_offsets"}, "metadata": {"metadata"},
+    "consumer_groups": {"groups"}, "share_groups": {"groups"}, "share_fetch": {"share"}, "share_state": {"share_state"},
+    "fetch": {"fetch"}, "groups": {"groups"}, "list_offsets": {"list_offsets"}, "metadata": {"metadata"},
     "produce": {"produce"}, "quotas": {"quotas"}, "sasl": {"sasl"}, "telemetry": {"telemetry"},
     "transactions": {"transactions"},
 }

@@ -59,7 +59,14 @@ ANSWERED: dict[int, Callable[[int], int]] = {
     ApiKey.DESCRIBE_PRODUCERS: lambda v: 4,
     ApiKey.DESCRIBE_TRANSACTIONS: lambda v: 2,
     ApiKey.CONSUMER_GROUP_DESCRIBE: lambda v: 2,  # groups (KIP-848)
+    ApiKey.SHARE_GROUP_DESCRIBE: lambda v: 2,  # groups (KIP-932)
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: lambda v: 2,  # topics (KIP-966)
+    # the share coordinator's RPCs (KIP-932): topic x partition
+    ApiKey.INITIALIZE_SHARE_GROUP_STATE: lambda v: 4,
+    ApiKey.READ_SHARE_GROUP_STATE: lambda v: 4,
+    ApiKey.WRITE_SHARE_GROUP_STATE: lambda v: 4,
+    ApiKey.DELETE_SHARE_GROUP_STATE: lambda v: 4,
+    ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: lambda v: 4,
 }
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from odradek.broker.app import Broker
 from odradek.broker.share_persister import PersistedState, StateSummary
-from odradek.cluster.share_state import StateBatch, coordinator_key
+from odradek.cluster.share_state import ShareKey, StateBatch, coordinator_key
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.find_coordinator import FindCoordinatorRequest
 from odradek.protocol.messages.read_share_group_state import ReadShareGroupStateRequest
@@ -60,6 +60,11 @@ def test_state_written_survives_a_restart(tmp_path: Path) -> None:
             assert state == PersistedState(0, 7, (
                 StateBatch(7, 8, 2, 2), StateBatch(9, 11, 1, 0), StateBatch(12, 20, 1, 4), StateBatch(21, 21, 3, 2),
             ))
+            # what no share-partition needs any more (before (g, tid, 0)'s last snapshot) is pruned
+            part = broker.replicas.get("__share_group_state", broker.shares.partition_of(ShareKey("g", tid, 0)))
+            assert part is not None and part.log.log_start_offset == 0
+            await broker.shares.prune()
+            assert part.log.log_start_offset == 3  # init, two updates: the snapshot of the 3rd write
             return tid, state
 
     tid, before = asyncio.run(first())
@@ -148,9 +153,9 @@ def _read(client: WireClient, tid: uuid.UUID, group: str = "wg") -> tuple[int, i
                                            for b in p.state_batches]
 
 
-def test_find_coordinator_of_a_share_partition(wire: tuple[BrokerProcess, WireClient]) -> None:
-    broker, client = wire
-    tid = _topic_id(broker, client)
+def _find(broker: BrokerProcess, client: WireClient, tid: uuid.UUID) -> None:
+    """FindCoordinator of the share-partition (wg, tid, 0), until it answers this broker (the first
+    one creates __share_group_state; the RPCs do not, as Kafka's do not)."""
     key = coordinator_key("wg", tid, 0)
 
     def found() -> bool:
@@ -158,6 +163,12 @@ def test_find_coordinator_of_a_share_partition(wire: tuple[BrokerProcess, WireCl
         return r.coordinators[0].error_code == 0 and r.coordinators[0].port == broker.port
 
     wait_for(found, T, "the share coordinator")
+
+
+def test_find_coordinator_of_a_share_partition(wire: tuple[BrokerProcess, WireClient]) -> None:
+    broker, client = wire
+    tid = _topic_id(broker, client)
+    _find(broker, client, tid)
     r = client.request(FindCoordinatorRequest(key_type=2, coordinator_keys=["not-a-key"]), 4)
     assert r.coordinators[0].error_code == ErrorCode.INVALID_REQUEST
 
@@ -180,6 +191,7 @@ def test_malformed_writes_are_invalid_requests_and_store_nothing(
 ) -> None:
     broker, client = wire
     tid = _topic_id(broker, client)
+    _find(broker, client, tid)
     wait_for(lambda: _write(client, tid, batches=[], start_offset=0) == 0, T, "a first write")
     before = _read(client, tid)
     batches = [*good, bad]

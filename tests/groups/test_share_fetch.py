@@ -11,6 +11,8 @@ from typing import Any
 
 import confluent_kafka as ck
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from odradek.errors import ErrorCode
 from odradek.protocol.messages.metadata import MetadataRequest
@@ -322,3 +324,67 @@ def test_a_restarted_broker_resumes_without_redelivering_accepted_records(tmp_pa
         b.close()
     finally:
         proc.stop()
+
+
+_ALLOWED = {int(c) for c in (ErrorCode.NONE, ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_RECORD_STATE,
+                             ErrorCode.SHARE_SESSION_NOT_FOUND, ErrorCode.INVALID_SHARE_SESSION_EPOCH,
+                             ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)}
+_offsets = st.one_of(st.integers(-3, 40), st.sampled_from([-(2**63), 2**63 - 1, 2**31]))
+_batches = st.lists(st.tuples(_offsets, _offsets, st.lists(st.integers(-128, 127), max_size=6)), max_size=5)
+
+
+@pytest.fixture(scope="module")
+def hostile_target(broker: BrokerProcess) -> tuple[str, uuid.UUID]:
+    topic, tid = _topic(broker)
+    _produce(broker, topic, 20)
+    return topic, tid
+
+
+@settings(max_examples=40, deadline=None)
+@given(batches=_batches, epoch=st.sampled_from([0, 1, 2, -1, 7, -5]), partition=st.sampled_from([0, 1, -1, 2**31 - 1]),
+       via_fetch=st.booleans())
+def test_hostile_acknowledgements_get_kafkas_errors_and_change_nothing(
+    broker: BrokerProcess, hostile_target: tuple[str, uuid.UUID], batches: list[tuple[int, int, list[int]]], epoch: int,
+    partition: int, via_fetch: bool,
+) -> None:
+    """Whatever a member sends as acknowledgements — ranges backwards, overlapping, beyond the log,
+    unknown types, type lists of the wrong length, partitions that do not exist, any epoch — the
+    answer is one of Kafka's errors, and another member of the group still gets every record it
+    is due: nothing was acknowledged or released by the hostile request."""
+    _topic_name, tid = hostile_target
+    group = f"g-hostile-{uuid.uuid4().hex[:6]}"
+    control = Member(broker, group, tid)
+    hostile = Member(broker, group, tid, partitions=(partition,))
+    try:
+        _set_earliest_by_fetching(control)
+        held = offsets(_fetch_until(control, 20))
+        assert held == list(range(20))
+        hostile.fetch()  # a session of its own (it holds nothing: control holds everything)
+        acks = {partition: batches}
+        resp = hostile.fetch(acks, epoch=epoch) if via_fetch else hostile.acknowledge(acks, epoch=epoch)
+        assert resp.error_code in _ALLOWED
+        for t in resp.responses:
+            for p in t.partitions:
+                assert p.error_code in _ALLOWED
+                assert getattr(p, "acknowledge_error_code", 0) in _ALLOWED
+        # control still holds all twenty: it can accept them all, once
+        assert ack_error(control.acknowledge({0: [(0, 19, [ACCEPT])]})) == 0
+    finally:
+        control.close()
+        hostile.close()
+
+
+def _set_earliest_by_fetching(m: Member) -> None:
+    """share.auto.offset.reset=earliest for the member's group (its first fetch then starts at 0)."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    admin = AdminClient({"bootstrap.servers": f"{m.wire.host}:{m.wire.port}"})
+    entry = ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
+    for fut in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, m.group, incremental_configs=[entry])]).values():
+        fut.result(30)

@@ -24,11 +24,14 @@ import pytest
 from odradek.errors import ErrorCode
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.api_versions import ApiVersionsRequest
+from odradek.protocol.messages.consumer_group_describe import ConsumerGroupDescribeRequest
 from odradek.protocol.messages.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest
 from odradek.protocol.messages.delete_groups import DeleteGroupsRequest
 from odradek.protocol.messages.describe_groups import DescribeGroupsRequest
 from odradek.protocol.messages.join_group import JoinGroupRequest
 from odradek.protocol.messages.list_groups import ListGroupsRequest
+from odradek.protocol.messages.offset_commit import OffsetCommitRequest
+from odradek.protocol.messages.offset_fetch import OffsetFetchRequest
 from odradek.protocol.messages.share_group_describe import ShareGroupDescribeRequest
 from odradek.protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest as Q
 from odradek.protocol.messages.update_features import UpdateFeaturesRequest
@@ -135,9 +138,11 @@ def test_the_simple_assignor_assigns_every_partition_and_shares_when_members_out
     assert all(m.partitions() for m in members), "every member gets a partition"
     if count <= 2:
         assert sum(per_partition.values()) == 2, "no partition shared while there are enough"
-    else:
-        assert sorted(len(m.partitions()) for m in members) == [1] * count
-        assert max(per_partition.values()) - min(per_partition.values()) <= 1  # shared evenly
+    else:  # each partition shared by the members over the partitions, rounded up
+        sharing = -(-count // 2)
+        assert per_partition == {0: sharing, 1: sharing}
+        sizes = sorted(len(m.partitions()) for m in members)
+        assert sizes[-1] - sizes[0] <= 1
     d = _describe(wire, group)[0]
     assert (d.error_code, d.group_state, d.assignor_name) == (0, "Stable", "simple")
     assert {m.member_id for m in d.members} == {m.member_id for m in members}
@@ -208,7 +213,7 @@ def test_invalid_heartbeats_get_kafkas_errors(broker: BrokerProcess, wire: WireC
         return ErrorCode.of(resp.error_code), resp.error_message
 
     assert hb(member_id="") == (ErrorCode.INVALID_REQUEST, "MemberId can't be empty.")
-    assert hb(member_id="not-a-uuid")[0] is ErrorCode.INVALID_REQUEST
+    assert hb(member_id="  ") == (ErrorCode.INVALID_REQUEST, "MemberId can't be empty.")
     assert hb(subscribed_topic_names=None) == (ErrorCode.INVALID_REQUEST,
                                                "SubscribedTopicNames must be set in first request.")
     assert hb(subscribed_topic_names=[])[0] is ErrorCode.INVALID_REQUEST
@@ -232,6 +237,19 @@ def test_a_group_id_is_one_kind_of_group(broker: BrokerProcess, wire: WireClient
                                                     rebalance_timeout_ms=10000, subscribed_topic_names=["kinds-t"],
                                                     topic_partitions=[]), 1)
     assert cg.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+    assert cg.error_message == "Group kinds is not a consumer group."
+    described = wire.request(ConsumerGroupDescribeRequest(group_ids=["kinds"]), 0).groups[0]
+    assert (described.error_code, described.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND,
+                                                               "Group kinds is not a consumer group.")
+    # offsets are not a share group's
+    F = OffsetFetchRequest
+    fetched = wire.request(F(groups=[F.OffsetFetchRequestGroup(group_id="kinds", topics=None)]), 8).groups[0]
+    assert fetched.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+    C = OffsetCommitRequest
+    committed = wire.request(C(group_id="kinds", generation_id_or_member_epoch=-1, member_id="", topics=[
+        C.OffsetCommitRequestTopic(name="kinds-t", partitions=[
+            C.OffsetCommitRequestPartition(partition_index=0, committed_offset=1)])]), 8)
+    assert committed.topics[0].partitions[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
     assert m.leave() is ErrorCode.NONE
     # a consumer group's id is not a share group's
     _ready(wire, "kinds-c")
@@ -300,3 +318,237 @@ def test_api_versions_advertises_the_share_apis_only_while_share_version_is_1(tm
             wait_until(lambda: {76, 77} <= advertised(w), what="the share APIs back")
         finally:
             w.close()
+
+
+def test_session_expiry_on_fake_time_the_listener_and_the_query_api(tmp_path: Any) -> None:
+    """A member that stops heartbeating is removed at its session deadline on the coordinator's
+    clock (not a millisecond before), the other member takes its partitions, the
+    ``on_member_removed`` listeners hear of leaves and expiries, and ``is_member``/``assignment``
+    answer what ShareGroupDescribe shows.  ``group.share.max.size`` caps the group."""
+    import asyncio
+
+    from odradek.testing import FakeScheduler, running_broker
+
+    session = 10_000
+    fake = FakeScheduler()
+    overrides = {"offsets.topic.num.partitions": 1, "group.share.session.timeout.ms": session,
+                 "group.share.heartbeat.interval.ms": 1000, "group.share.max.size": 2}
+
+    async def main() -> None:
+        async with running_broker(tmp_path / "data", overrides=overrides, timers=fake) as broker:
+            await broker.topics.create("exp-t", 2, 1, {})
+            host, port = broker.bound["PLAINTEXT"]
+            service = broker.groups.share
+            removed: list[tuple[str, str]] = []
+            service.on_member_removed(lambda g, m: removed.append((g, m)))
+            w = await asyncio.to_thread(WireClient, host, port)
+            try:
+                for _ in range(500):  # the coordinator's topic is created and loaded (real work, polled)
+                    found = await asyncio.to_thread(find_coordinator, w, "exp")
+                    if found.coordinators[0].error_code == 0:
+                        break
+                    await asyncio.sleep(0.01)
+                a, b, c = (ShareMember(w, "exp", ["exp-t"]) for _ in range(3))
+                assert await asyncio.to_thread(a.heartbeat) is ErrorCode.NONE
+                assert await asyncio.to_thread(b.heartbeat) is ErrorCode.NONE
+                assert await asyncio.to_thread(c.heartbeat) is ErrorCode.GROUP_MAX_SIZE_REACHED
+                assert c.last.error_message == "The share group has reached its maximum capacity of 2 members."
+                assert await asyncio.to_thread(a.heartbeat) is ErrorCode.NONE
+                topic_id = service.image.topics["exp-t"].topic_id
+                assert service.is_member("exp", a.member_id) and service.is_member("exp", b.member_id)
+                assert not service.is_member("exp", c.member_id) and not service.is_member("nope", a.member_id)
+                assert service.assignment("exp", a.member_id) == {topic_id: frozenset(a.partitions())}
+                assert service.assignment("exp", c.member_id) is None
+                assert sorted(a.partitions() + b.partitions()) == [0, 1]
+
+                await fake.advance(session // 2)
+                assert await asyncio.to_thread(a.heartbeat) is ErrorCode.NONE  # a's deadline moves, b's not
+                await fake.advance(session // 2 - 1)
+                assert service.is_member("exp", b.member_id), "removed before its session ended"
+                await fake.advance(1)
+                assert not service.is_member("exp", b.member_id), "still a member after its session ended"
+                assert removed == [("exp", b.member_id)]
+                assert await asyncio.to_thread(b.heartbeat) is ErrorCode.UNKNOWN_MEMBER_ID
+                assert await asyncio.to_thread(a.heartbeat) is ErrorCode.NONE
+                assert a.partitions() == [0, 1] and service.assignment("exp", a.member_id) == {
+                    topic_id: frozenset({0, 1})}
+                assert await asyncio.to_thread(a.leave) is ErrorCode.NONE
+                assert removed == [("exp", b.member_id), ("exp", a.member_id)]
+                assert not service.is_member("exp", a.member_id)
+                deleted: list[str] = []
+                service.on_group_deleted(deleted.append)
+                assert await broker.groups.delete_groups(["exp"]) == {"exp": ErrorCode.NONE}
+                assert deleted == ["exp"]
+            finally:
+                w.close()
+
+    asyncio.run(asyncio.wait_for(main(), 120))
+
+
+JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'user_admin="admin-secret";')
+
+
+def test_acls_read_on_the_group_and_describe_on_its_topics(tmp_path: Any) -> None:
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        NewTopic,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    b = BrokerProcess(tmp_path / "data", listeners="SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
+                      overrides={"sasl.enabled.mechanisms": "PLAIN",
+                                 "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+                                 "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                                 "super.users": "User:admin", "offsets.topic.num.partitions": 1}).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap_of("SASL_PLAINTEXT"), "security.protocol": "SASL_PLAINTEXT",
+                             "sasl.mechanism": "PLAIN", "sasl.username": "admin", "sasl.password": "admin-secret"})
+        for t in ("open-t", "secret-t"):
+            admin.create_topics([NewTopic(t, 1, 1)], request_timeout=30)[t].result(30)
+
+        def allow(rtype: Any, name: str, op: Any) -> None:
+            binding = AclBinding(rtype, name, ResourcePatternType.LITERAL, "User:ANONYMOUS", "*", op,
+                                 AclPermissionType.ALLOW)
+            for f in admin.create_acls([binding], request_timeout=30).values():
+                f.result(30)
+
+        w = WireClient(*b.endpoints["PLAINTEXT"])  # User:ANONYMOUS
+        try:
+            m = ShareMember(w, "acl-g", ["open-t", "secret-t"])
+            assert m.heartbeat() is ErrorCode.GROUP_AUTHORIZATION_FAILED
+            allow(ResourceType.GROUP, "acl-g", AclOperation.READ)
+            allow(ResourceType.TOPIC, "open-t", AclOperation.DESCRIBE)
+            _ready(w, "acl-g")
+            code = wait_until(lambda: (c := m.heartbeat()) is not ErrorCode.GROUP_AUTHORIZATION_FAILED and c,
+                              what="the group ACL in force")
+            assert code is ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            assert m.last.error_message == "The member is not authorized to describe the topics secret-t."
+            m.topics = ["open-t"]
+            assert m.heartbeat() is ErrorCode.NONE and m.partitions() == [0]
+            # ShareGroupDescribe needs DESCRIBE on the group (READ implies it)
+            d = _describe(w, "acl-g", "other", ops=True)
+            assert d[0].error_code == 0 and d[0].members[0].member_id == m.member_id
+            assert d[0].authorized_operations not in (0, -2147483648)
+            assert d[1].error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+        finally:
+            w.close()
+    finally:
+        b.stop()
+
+
+def test_four_confluent_share_consumers_join_one_group_and_get_assignments(broker: BrokerProcess,
+                                                                          wire: WireClient) -> None:
+    """librdkafka's ShareConsumer (confluent-kafka 2.16) heartbeats into a Stable group: four of
+    them over two partitions, each with one partition, both partitions assigned.  (What they
+    fetch is not this test's: ShareFetch is served elsewhere.)"""
+    import threading
+
+    import confluent_kafka as ck
+
+    create_topic(broker.bootstrap, "ck-share-t", 2)
+    _ready(wire, "ck-share")
+    consumers = []
+    try:
+        for i in range(4):
+            c = ck.ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": "ck-share",
+                                  "client.id": f"share-{i}", "socket.timeout.ms": 10000})
+            c.subscribe(["ck-share-t"])
+            consumers.append(c)
+
+        def joined() -> Any:
+            for c in consumers:
+                try:
+                    c.poll(0.02)
+                except ck.KafkaException as exc:
+                    assert not exc.args[0].fatal(), exc
+            d = _describe(wire, "ck-share")[0]
+            if d.error_code != 0 or len(d.members) != 4 or d.group_epoch != d.assignment_epoch:
+                return None
+            if any(m.member_epoch != d.assignment_epoch or not m.assignment.topic_partitions for m in d.members):
+                return None
+            return d
+
+        d = wait_until(joined, what="four share consumers with assignments")
+        assert d.group_state == "Stable"
+        assert sorted(m.client_id for m in d.members) == [f"share-{i}" for i in range(4)]
+        parts = [p for m in d.members for tp in m.assignment.topic_partitions for p in tp.partitions]
+        assert sorted(parts) == [0, 0, 1, 1]
+    finally:
+        for c in consumers:
+            done = threading.Event()
+
+            def close(c: Any = c, done: threading.Event = done) -> None:
+                try:
+                    c.close()
+                finally:
+                    done.set()
+            threading.Thread(target=close, daemon=True).start()
+            assert done.wait(60), "ShareConsumer.close() did not return"
+
+
+def test_a_share_group_is_written_in_kafkas_records_and_survives_a_sigkill(tmp_path: Any) -> None:
+    """The group's records (types 10-14) are in __consumer_offsets; after a SIGKILL and restart
+    the coordinator loads them: the members go on at their epochs with their partitions, and an
+    emptied, deleted group stays deleted."""
+    from odradek.broker.coordinators.share_records import SHARE_GROUP_RECORD_TYPES
+
+    b = BrokerProcess(tmp_path / "data", overrides={**BROKER_OVERRIDES, "offsets.topic.num.partitions": 1}).start()
+    try:
+        create_topic(b.bootstrap, "dur-t", 3)
+        w = WireClient(b.host, b.port)
+        _ready(w, "dur")
+        members = [ShareMember(w, "dur", ["dur-t"]) for _ in range(2)]
+        for m in members:
+            assert m.heartbeat() is ErrorCode.NONE
+        _converge(members)
+        gone = ShareMember(w, "dur-gone", ["dur-t"])
+        assert gone.heartbeat() is ErrorCode.NONE and gone.leave() is ErrorCode.NONE
+        assert w.request(DeleteGroupsRequest(groups_names=["dur-gone"]), 2).results[0].error_code == 0
+        before = _describe(w, "dur")[0]
+        w.close()
+        b.kill()
+        b.start()
+        w = WireClient(b.host, b.port)
+        try:
+            _ready(w, "dur")
+
+            def loaded() -> Any:
+                d = _describe(w, "dur")[0]
+                return d if d.error_code == 0 else None
+            after = wait_until(loaded, what="the group loaded again")
+            assert (after.group_epoch, after.assignment_epoch, after.group_state) == (
+                before.group_epoch, before.assignment_epoch, "Stable")
+            assert [(m.member_id, m.member_epoch, m.assignment) for m in after.members] == [
+                (m.member_id, m.member_epoch, m.assignment) for m in before.members]
+            for m in members:
+                m.w = w
+                held = m.partitions()
+                assert m.heartbeat() is ErrorCode.NONE, m.last  # goes on at its epoch: no rejoin
+                assert m.last.assignment is None and m.partitions() == held
+            assert _describe(w, "dur-gone")[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        finally:
+            w.close()
+        # Kafka's record types, read back from __consumer_offsets
+        import confluent_kafka as ck
+
+        c = ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": "reader", "enable.auto.commit": False})
+        try:
+            c.assign([ck.TopicPartition("__consumer_offsets", 0, 0)])
+            types: set[int] = set()
+
+            def read() -> bool:
+                msg = c.poll(0.2)
+                if msg is not None and msg.error() is None and msg.key() is not None:
+                    types.add(int.from_bytes(msg.key()[:2], "big"))
+                return types >= SHARE_GROUP_RECORD_TYPES
+            wait_until(read, what="the share group's record types in __consumer_offsets")
+        finally:
+            c.close()
+    finally:
+        if b.running():
+            b.stop()

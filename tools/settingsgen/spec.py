@@ -142,6 +142,13 @@ RANGES: dict[str, Range] = {
     "transaction.state.log.replication.factor": at_least(1),
     "transaction.state.log.num.partitions": at_least(1),
     "transaction.state.log.segment.bytes": at_least(1),
+    # ShareCoordinatorConfig
+    "share.coordinator.state.topic.num.partitions": at_least(1),
+    "share.coordinator.state.topic.replication.factor": at_least(1),
+    "share.coordinator.state.topic.min.isr": at_least(1),
+    "share.coordinator.state.topic.segment.bytes": at_least(1),
+    "share.coordinator.snapshot.update.records.per.snapshot": between(0, 500),
+    "share.coordinator.write.timeout.ms": at_least(1),
     "producer.id.expiration.ms": at_least(1),
     "producer.id.expiration.check.interval.ms": at_least(1),
     "transactional.id.expiration.ms": at_least(1),
@@ -288,6 +295,16 @@ GROUPS: tuple[Group, ...] = (
             "transaction.state.log.segment.bytes", "transaction.abort.timed.out.transaction.cleanup.interval.ms",
             "transaction.remove.expired.transaction.cleanup.interval.ms", "transaction.partition.verification.enable",
             "producer.id.expiration.ms", "producer.id.expiration.check.interval.ms",
+        ),
+    ),
+    Group(
+        "share_coordinator", "ShareCoordinatorSettings",
+        "The share coordinator and __share_group_state (Kafka's ShareCoordinatorConfig).",
+        "share.coordinator.",
+        (
+            "share.coordinator.state.topic.num.partitions", "share.coordinator.state.topic.replication.factor",
+            "share.coordinator.state.topic.min.isr", "share.coordinator.state.topic.segment.bytes",
+            "share.coordinator.snapshot.update.records.per.snapshot", "share.coordinator.write.timeout.ms",
         ),
     ),
     Group(

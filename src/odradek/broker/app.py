@@ -248,10 +248,10 @@ class Broker:
         )
 
         self.share_coordinator = ShareCoordinator(
-            ShareCoordinatorConfig.from_config(self.config.get, single_node=zk is None), ports
+            ShareCoordinatorConfig.from_settings(settings.share_coordinator, single_node=zk is None), ports
         )
         self.share_persister = SharePersister(
-            self.broker_id, self.share_coordinator, lambda: backend.image,
+            self.broker_id, self.share_coordinator, lambda: backend.image, self.timers,
             channel_factory=self._channel_factory if zk is not None else None,
             inter_broker_listener=(inter or None) if zk is not None else None,
             request_timeout_ms=settings.server.request_timeout_ms,
@@ -271,6 +271,12 @@ class Broker:
 
         self.replication.on_hosting_changed = on_hosting_changed
         group_configs = GroupConfigs(backend, self.settings)
+
+        def share_timeouts(group_id: str) -> tuple[int | None, int | None]:
+            config = group_configs.for_group(group_id)
+            return config.share_session_timeout_ms, config.share_heartbeat_interval_ms
+
+        self.groups.share.set_group_timeouts(share_timeouts)
         self.services = Services(
             broker_id=self.broker_id,
             cluster_id=self.cluster_id,

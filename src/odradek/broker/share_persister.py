@@ -40,6 +40,7 @@ from odradek.protocol.messages.read_share_group_state_summary import ReadShareGr
 from odradek.protocol.messages.write_share_group_state import WriteShareGroupStateRequest
 
 if TYPE_CHECKING:
+    from odradek._scheduler import Scheduler
     from odradek.broker.coordinators.share_state import ShareCoordinator
     from odradek.cluster.metadata import MetadataImage
 
@@ -54,8 +55,8 @@ RETRIABLE = frozenset({
     ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.BROKER_NOT_AVAILABLE,
 })
-_BACKOFF_S = 0.05
-_MAX_BACKOFF_S = 1.0
+_BACKOFF_MS = 50
+_MAX_BACKOFF_MS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +97,7 @@ class SharePersister:
         broker_id: int,
         coordinator: ShareCoordinator,
         image: Callable[[], MetadataImage],
+        timers: Scheduler,
         *,
         channel_factory: Callable[..., BrokerChannel] | None = None,
         inter_broker_listener: str | None = None,
@@ -104,6 +106,8 @@ class SharePersister:
         self.broker_id = broker_id
         self.coordinator = coordinator
         self.image = image
+        #: the broker's timers and clock: the backoff and the deadline of a call
+        self.timers = timers
         self.channel_factory = channel_factory
         self.inter_broker_listener = inter_broker_listener
         self.request_timeout_ms = request_timeout_ms
@@ -243,9 +247,9 @@ class SharePersister:
     async def _call(
         self, key: ShareKey, local: Callable[[], Awaitable[T]], remote: Callable[[BrokerChannel], Awaitable[T]]
     ) -> T:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.request_timeout_ms / 1000
-        backoff = _BACKOFF_S
+        clock = self.timers.clock
+        deadline = clock.monotonic_ms() + self.request_timeout_ms
+        backoff = _BACKOFF_MS
         while True:
             try:
                 await self.coordinator.ensure_topic()
@@ -263,11 +267,11 @@ class SharePersister:
                     self._drop(leader)
                     raise KafkaError(ErrorCode.NETWORK_EXCEPTION, f"broker {leader}: {exc}") from exc
             except KafkaError as exc:
-                if exc.code not in RETRIABLE or loop.time() >= deadline:
+                if exc.code not in RETRIABLE or clock.monotonic_ms() >= deadline:
                     raise
                 log.debug("share state of %s: %s, retrying", key, exc)
-            await asyncio.sleep(min(backoff, max(0.0, deadline - loop.time())))
-            backoff = min(backoff * 2, _MAX_BACKOFF_S)
+            await self.timers.sleep(min(backoff, max(0, deadline - clock.monotonic_ms())))
+            backoff = min(backoff * 2, _MAX_BACKOFF_MS)
 
     def _channel(self, broker_id: int) -> BrokerChannel:
         info = self.image().brokers.get(broker_id)

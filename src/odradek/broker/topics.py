@@ -70,16 +70,15 @@ def internal_topic_configs(settings: Settings) -> dict[str, dict[str, str]]:
             "segment.bytes": str(settings.transactions.state_log_segment_bytes),
             "min.insync.replicas": str(settings.transactions.state_log_min_isr),
         },
-        # the share coordinator's (KIP-932: cleanup.policy delete, as Kafka creates it, and
-        # share.coordinator.state.topic.segment.bytes / .min.isr at Kafka's defaults); kept until
-        # deleted by hand, while nothing yet prunes it (retention would drop an idle
+        # the share coordinator's (KIP-932: cleanup.policy delete, as Kafka creates it); kept
+        # until deleted by hand while nothing prunes it (retention would drop an idle
         # share-partition's only snapshot)
         SHARE_STATE_TOPIC: {
             "cleanup.policy": "delete",
             "compression.type": "producer",
-            "segment.bytes": "104857600",
+            "segment.bytes": str(settings.share_coordinator.state_topic_segment_bytes),
             "retention.ms": "-1",
-            "min.insync.replicas": "2",
+            "min.insync.replicas": str(settings.share_coordinator.state_topic_min_isr),
         },
     }
 

@@ -1,8 +1,8 @@
 """Share groups (KIP-932): the membership rules of Kafka's group coordinator for them, without I/O.
 
-A share group's members heartbeat (ShareGroupHeartbeat v1) with a member id they chose (a UUID),
-epoch 0 to join (with the topics they subscribe to), -1 to leave, else the epoch the coordinator
-gave them.  The coordinator keeps, per group:
+A share group's members heartbeat (ShareGroupHeartbeat v1) with a member id they chose (a random
+UUID; any non-blank string to the coordinator), epoch 0 to join (with the topics they subscribe
+to), -1 to leave, else the epoch the coordinator gave them.  The coordinator keeps, per group:
 
 * the **group epoch**, bumped whenever the membership, a subscription or the subscribed topics'
   partition counts change;
@@ -17,11 +17,11 @@ member id with an epoch other than 0 is UNKNOWN_MEMBER_ID.  A member that does n
 its session timeout is removed (:meth:`ShareGroups.tick`).  The group is ``Empty`` without members,
 else ``Stable``.
 
-The simple assignor (Kafka's SimpleAssignor for share groups): every partition of every subscribed
-topic is assigned; a topic's partitions are dealt round robin over the members subscribed to it
-(sorted by member id), and when a topic has fewer partitions than subscribers each subscriber gets
-one partition (member *i* gets partition *i* mod the partition count), so several members share a
-partition and every member gets at least one partition of each topic it subscribes to that has any.
+The simple assignor (as Kafka's SimpleAssignor for share groups: balance first, then
+stickiness), topic by topic over the members subscribed to it: every partition is assigned; with
+more members than partitions each partition is shared by the members over the partitions rounded
+up; the members' partition counts differ by one at most and each gets at least one; what a member
+had in the previous target it keeps where that balance allows.
 
 What this module decides is applied by :mod:`odradek.broker.coordinators.share_groups`; the state
 is in the memory of the group coordinator's shard only (see that module).
@@ -29,8 +29,7 @@ is in the memory of the group coordinator's shard only (see that module).
 
 from __future__ import annotations
 
-import base64
-import binascii
+import hashlib
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -50,6 +49,7 @@ __all__ = [
     "ShareHeartbeat",
     "ShareHeartbeatResult",
     "ShareMember",
+    "metadata_hash",
     "simple_assign",
     "validate_share_heartbeat",
 ]
@@ -114,8 +114,9 @@ class ShareGroup:
     members: dict[str, ShareMember] = field(default_factory=dict)
     #: member id -> its target assignment at ``assignment_epoch``
     target: dict[str, dict[uuid.UUID, frozenset[int]]] = field(default_factory=dict)
-    #: subscribed topic name -> (topic id, partition count), as the group epoch last saw them
-    subscription_metadata: dict[str, tuple[uuid.UUID, int]] = field(default_factory=dict)
+    #: a hash of the subscribed topics' names, ids and partition counts as the group epoch last
+    #: saw them (0: none); a change bumps the group epoch
+    metadata_hash: int = 0
 
     @property
     def state(self) -> str:
@@ -125,31 +126,23 @@ class ShareGroup:
         return {t for m in self.members.values() for t in m.subscribed_topic_names}
 
 
-def _is_uuid(text: str) -> bool:
-    """A UUID as Kafka's clients write one: Kafka's own form (22 characters of URL-safe base64, as
-    librdkafka and the Java client send) or the hex form."""
-    if len(text) == 22:
-        try:
-            return len(base64.urlsafe_b64decode(text + "==")) == 16
-        except (ValueError, binascii.Error):
-            return False
-    try:
-        uuid.UUID(text)
-    except ValueError:
-        return False
-    return True
+_JAVA_TRIMMED = "".join(chr(c) for c in range(0x21))
 
 
 def validate_share_heartbeat(req: ShareHeartbeat) -> None:
-    """Kafka's checks of a ShareGroupHeartbeat before it reaches a group (INVALID_REQUEST)."""
-    if not req.group_id.strip():
-        raise KafkaError(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
-    if req.rack_id is not None and not req.rack_id.strip():
-        raise KafkaError(ErrorCode.INVALID_REQUEST, "RackId can't be empty.")
-    if not req.member_id.strip():
+    """Kafka's checks of a ShareGroupHeartbeat before it reaches a group (INVALID_REQUEST), in
+    Kafka's order.  The member id is any non-blank string, as Kafka takes it (Kafka's clients
+    send a random Uuid in its base64 form, librdkafka too)."""
+    def blank(value: str | None) -> bool:
+        """Java's ``value.trim().isEmpty()``: trim drops every character up to U+0020."""
+        return value is not None and not value.strip(_JAVA_TRIMMED)
+
+    if blank(req.member_id):
         raise KafkaError(ErrorCode.INVALID_REQUEST, "MemberId can't be empty.")
-    if not _is_uuid(req.member_id):
-        raise KafkaError(ErrorCode.INVALID_REQUEST, f"MemberId {req.member_id} is not a valid UUID.")
+    if blank(req.group_id):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
+    if blank(req.rack_id):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "RackId can't be empty.")
     if req.member_epoch == 0:
         if not req.subscribed_topic_names:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "SubscribedTopicNames must be set in first request.")
@@ -158,26 +151,65 @@ def validate_share_heartbeat(req: ShareHeartbeat) -> None:
 
 
 def simple_assign(
-    subscriptions: Mapping[str, Iterable[str]], topics: Mapping[str, tuple[uuid.UUID, int]]
+    subscriptions: Mapping[str, Iterable[str]],
+    topics: Mapping[str, tuple[uuid.UUID, int]],
+    current: Mapping[str, Mapping[uuid.UUID, frozenset[int]]] | None = None,
 ) -> dict[str, dict[uuid.UUID, frozenset[int]]]:
     """The simple assignor: member id -> topic id -> partitions (see the module docstring).
-    ``topics``: the subscribed topics that exist, name -> (id, partition count)."""
-    out: dict[str, dict[uuid.UUID, set[int]]] = {m: {} for m in subscriptions}
-    start = 0  # where each topic's deal starts, so that single-partition topics spread
+    ``topics``: the subscribed topics that exist, name -> (id, partition count); ``current``: the
+    previous target assignment, kept where the balance allows."""
+    out: dict[str, dict[uuid.UUID, frozenset[int]]] = {m: {} for m in subscriptions}
     for name in sorted(topics):
         tid, count = topics[name]
         subscribers = sorted(m for m, names in subscriptions.items() if name in set(names))
         if not subscribers or count <= 0:
             continue
-        n = len(subscribers)
-        if count >= n:
-            for p in range(count):
-                out[subscribers[(p + start) % n]].setdefault(tid, set()).add(p)
-        else:
-            for i, m in enumerate(subscribers):
-                out[m].setdefault(tid, set()).add((i + start) % count)
-        start += count
-    return {m: {t: frozenset(ps) for t, ps in parts.items()} for m, parts in out.items()}
+        held = {m: (current or {}).get(m, {}).get(tid, frozenset()) for m in subscribers}
+        for m, parts in _share_topic(subscribers, count, held).items():
+            if parts:
+                out[m][tid] = frozenset(parts)
+    return out
+
+
+def _share_topic(members: list[str], count: int, held: Mapping[str, frozenset[int]]) -> dict[str, set[int]]:
+    """One topic's partitions over its subscribers (sorted): each partition to ``sharing`` members
+    (one when the partitions are as many as the members, else the members over the partitions
+    rounded up); the ``sharing * count`` places dealt so that the members' counts differ by one at
+    most; what a member ``held`` kept first."""
+    n = len(members)
+    sharing = -(-n // count)
+    base, extra = divmod(sharing * count, n)
+    # the members with more to keep take the larger counts
+    by_keep = sorted(members, key=lambda m: (-len({p for p in held[m] if p < count}), m))
+    want = {m: base + (1 if i < extra else 0) for i, m in enumerate(by_keep)}
+    owners: dict[int, set[str]] = {p: set() for p in range(count)}
+    got: dict[str, set[int]] = {m: set() for m in members}
+    for m in members:
+        for p in sorted(held[m]):
+            if p < count and len(got[m]) < want[m] and len(owners[p]) < sharing:
+                got[m].add(p)
+                owners[p].add(m)
+    for _round in range(sharing):
+        for p in sorted(range(count), key=lambda p: (len(owners[p]), p)):
+            if len(owners[p]) >= sharing:
+                continue
+            free = [m for m in members if len(got[m]) < want[m] and m not in owners[p]]
+            if free:
+                m = min(free, key=lambda m: (len(got[m]), m))
+                got[m].add(p)
+                owners[p].add(m)
+    # what the deal could not place (a partition wanting a member that all have it already)
+    for m in members:
+        if not got[m]:
+            p = min(range(count), key=lambda p: (len(owners[p]), p))
+            got[m].add(p)
+            owners[p].add(m)
+    for p in range(count):
+        if not owners[p]:
+            m = min(members, key=lambda m: (len(got[m]), m))
+            got[m].add(p)
+            owners[p].add(m)
+    return got
 
 
 def _subscription_metadata(names: Iterable[str], image: MetadataImage) -> dict[str, tuple[uuid.UUID, int]]:
@@ -189,6 +221,14 @@ def _subscription_metadata(names: Iterable[str], image: MetadataImage) -> dict[s
     return found
 
 
+def metadata_hash(metadata: Mapping[str, tuple[uuid.UUID, int]]) -> int:
+    """A signed 64-bit hash of subscribed topics (0: none), kept in the group's epoch record."""
+    if not metadata:
+        return 0
+    text = "\0".join(f"{name}\1{tid}\1{count}" for name, (tid, count) in sorted(metadata.items()))
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big", signed=True) or 1
+
+
 class ShareGroups:
     """The share groups of one group-coordinator shard (``other_type``: the type of a group of
     another kind with this id, ``classic`` or ``consumer``, else None)."""
@@ -196,6 +236,17 @@ class ShareGroups:
     def __init__(self, config: ShareGroupConfig | None = None) -> None:
         self.config = config or ShareGroupConfig()
         self.groups: dict[str, ShareGroup] = {}
+        #: a group's own session timeout and heartbeat interval (its GROUP configs
+        #: ``share.session.timeout.ms``, ``share.heartbeat.interval.ms``; None: the broker's)
+        self.group_timeouts: Callable[[str], tuple[int | None, int | None]] | None = None
+
+    def _session_ms(self, group_id: str) -> int:
+        own = self.group_timeouts(group_id)[0] if self.group_timeouts is not None else None
+        return self.config.session_timeout_ms if own is None else own
+
+    def _interval_ms(self, group_id: str) -> int:
+        own = self.group_timeouts(group_id)[1] if self.group_timeouts is not None else None
+        return self.config.heartbeat_interval_ms if own is None else own
 
     def has(self, group_id: str) -> bool:
         return group_id in self.groups
@@ -226,7 +277,7 @@ class ShareGroups:
             if mid not in group.members:
                 raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {mid} is not a member of group {gid}.")
             self._remove(group, mid, image)
-            return ShareHeartbeatResult(mid, LEAVE_EPOCH, self.config.heartbeat_interval_ms, None, ((gid, mid),))
+            return ShareHeartbeatResult(mid, LEAVE_EPOCH, self._interval_ms(gid), None, ((gid, mid),))
         member = None if group is None else group.members.get(mid)
         if member is None:
             if epoch != 0:
@@ -259,9 +310,9 @@ class ShareGroups:
         before = dict(member.assigned)
         self._refresh(group, image, bump=changed)
         self._reconcile(group, member)
-        member.deadline_ms = now_ms + self.config.session_timeout_ms
+        member.deadline_ms = now_ms + self._session_ms(gid)
         assignment = member.assigned if epoch == 0 or member.assigned != before else None
-        return ShareHeartbeatResult(mid, member.member_epoch, self.config.heartbeat_interval_ms,
+        return ShareHeartbeatResult(mid, member.member_epoch, self._interval_ms(gid),
                                     None if assignment is None else dict(assignment))
 
     def _refresh(self, group: ShareGroup, image: MetadataImage, *, bump: bool) -> None:
@@ -269,14 +320,15 @@ class ShareGroups:
         subscribed topics did (created, deleted, partitions added); then compute the target
         assignment for the new epoch."""
         metadata = _subscription_metadata(group.subscribed_topics(), image)
-        if metadata != group.subscription_metadata:
-            group.subscription_metadata = metadata
+        digest = metadata_hash(metadata)
+        if digest != group.metadata_hash:
+            group.metadata_hash = digest
             bump = True
         if bump:
             group.group_epoch += 1
         if group.group_epoch > group.assignment_epoch:
             group.target = simple_assign(
-                {m.member_id: m.subscribed_topic_names for m in group.members.values()}, metadata)
+                {m.member_id: m.subscribed_topic_names for m in group.members.values()}, metadata, group.target)
             group.assignment_epoch = group.group_epoch
 
     @staticmethod
@@ -294,11 +346,11 @@ class ShareGroups:
 
     # ------------------------------------------------------------------------------------------
 
-    def refresh_metadata(self, image: MetadataImage) -> None:
-        """Topics changed: the groups whose subscribed topics did move to a new epoch."""
+    def loaded(self, now_ms: int) -> None:
+        """After loading the groups from their records: every member gets a fresh session."""
         for group in self.groups.values():
-            if group.members:
-                self._refresh(group, image, bump=False)
+            for m in group.members.values():
+                m.deadline_ms = now_ms + self._session_ms(group.group_id)
 
     def next_deadline(self) -> int | None:
         found = [m.deadline_ms for g in self.groups.values() for m in g.members.values()]

@@ -26,6 +26,7 @@ __all__ = [
     "SecuritySettings",
     "ServerSettings",
     "Settings",
+    "ShareCoordinatorSettings",
     "ShareGroupSettings",
     "SocketSettings",
     "SslSettings",
@@ -536,6 +537,35 @@ def _transactions(src: Source) -> TransactionSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ShareCoordinatorSettings:
+    """The share coordinator and __share_group_state (Kafka's ShareCoordinatorConfig)."""
+
+    #: ``share.coordinator.state.topic.num.partitions`` (int, at least 1, default 50)
+    state_topic_num_partitions: int
+    #: ``share.coordinator.state.topic.replication.factor`` (short, at least 1, default 3)
+    state_topic_replication_factor: int
+    #: ``share.coordinator.state.topic.min.isr`` (short, at least 1, default 2)
+    state_topic_min_isr: int
+    #: ``share.coordinator.state.topic.segment.bytes`` (int, at least 1, default 104857600)
+    state_topic_segment_bytes: int
+    #: ``share.coordinator.snapshot.update.records.per.snapshot`` (int, 0 to 500, default 500)
+    snapshot_update_records_per_snapshot: int
+    #: ``share.coordinator.write.timeout.ms`` (int, at least 1, default 5000)
+    write_timeout_ms: int
+
+
+def _share_coordinator(src: Source) -> ShareCoordinatorSettings:
+    return ShareCoordinatorSettings(
+        state_topic_num_partitions=src.integer("share.coordinator.state.topic.num.partitions", 1),
+        state_topic_replication_factor=src.integer("share.coordinator.state.topic.replication.factor", 1),
+        state_topic_min_isr=src.integer("share.coordinator.state.topic.min.isr", 1),
+        state_topic_segment_bytes=src.integer("share.coordinator.state.topic.segment.bytes", 1),
+        snapshot_update_records_per_snapshot=src.integer("share.coordinator.snapshot.update.records.per.snapshot", 0, 500),
+        write_timeout_ms=src.integer("share.coordinator.write.timeout.ms", 1),
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class QuotaSettings:
     """Client quotas' windows and the replication throttles (Kafka's QuotaConfig)."""
 
@@ -849,6 +879,7 @@ class Settings:
     groups: GroupSettings
     share_groups: ShareGroupSettings
     transactions: TransactionSettings
+    share_coordinator: ShareCoordinatorSettings
     quotas: QuotaSettings
     ssl: SslSettings
     sasl: SaslSettings
@@ -881,6 +912,7 @@ def build(src: Source) -> Settings:
         groups=_groups(src),
         share_groups=_share_groups(src),
         transactions=_transactions(src),
+        share_coordinator=_share_coordinator(src),
         quotas=_quotas(src),
         ssl=_ssl(src),
         sasl=_sasl(src),

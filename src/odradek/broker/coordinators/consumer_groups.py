@@ -257,6 +257,8 @@ class ConsumerGroupService:
                 shard = shard_of(gid)
                 await self.settled(shard)
                 group = shard.consumer.group(gid)
+                if group is None and shard.share.has(gid):
+                    raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a consumer group.")
                 if group is None:
                     raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
             except KafkaError as exc:

@@ -45,6 +45,7 @@ from odradek.broker.coordinators.runtime import (
     CoordinatorTopic,
 )
 from odradek.broker.coordinators.share_groups import ShareGroupService, share_group_config
+from odradek.broker.coordinators.share_records import SHARE_GROUP_RECORD_TYPES, ShareRecordLoader
 from odradek.broker.topics import OFFSETS_TOPIC
 from odradek.cluster.consumer_group import ConsumerGroupConfig, ConsumerGroups
 from odradek.cluster.group import (
@@ -71,8 +72,6 @@ from odradek.protocol.messages.coordinator import (
 from odradek.settings import settings_from
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from odradek.broker.replication import Replication
     from odradek.cluster.metadata import MetadataImage
     from odradek.metrics import BrokerMetrics
@@ -186,6 +185,13 @@ def _has_members(shard: GroupShard, group_id: str) -> bool:
     return group is not None and bool(group.members)
 
 
+def _not_share(shard: GroupShard, group_id: str) -> None:
+    """Offsets are not a share group's (its progress is the share coordinator's): Kafka answers
+    GROUP_ID_NOT_FOUND."""
+    if shard.share.has(group_id):
+        raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+
+
 def _decode_offset(key: bytes, version: int, value: bytes | None) -> tuple[str, TopicPartition, OffsetAndMetadata | None]:
     k = OffsetCommitKey.decode_from(key, 2, version)[0]
     if value is None:
@@ -233,15 +239,16 @@ class GroupShard:
 
     def __init__(self, partition: int, limits: GroupLimits, retired: _Retired,
                  consumer_config: ConsumerGroupConfig | None = None,
-                 share_config: ShareGroupConfig | None = None,
-                 on_unload: Callable[[GroupShard], None] | None = None) -> None:
+                 share_config: ShareGroupConfig | None = None) -> None:
         self.partition = partition
         self.state = GroupCoordinatorState(limits)
         #: the partition's KIP-848 consumer groups (their offsets are in ``state``)
         self.consumer = ConsumerGroups(self.state, consumer_config)
-        #: the partition's share groups (KIP-932; in memory only, see .share_groups)
+        #: the partition's share groups (KIP-932; records: .share_records)
         self.share = ShareGroups(share_config)
-        self._on_unload = on_unload
+        #: completes once the last share-group write made here is durable
+        self.share_tail: asyncio.Future[None] | None = None
+        self._share_records = ShareRecordLoader()
         #: completes once the last consumer-group write made here is durable
         self.consumer_tail: asyncio.Future[None] | None = None
         #: transactional offset commits waiting for their transaction's marker:
@@ -272,7 +279,13 @@ class GroupShard:
             found = decode_record(key, record.value)
             if found is not None:
                 self.consumer.replay(found)
-        # other key versions: the records of other group types (share, streams), not this shard's
+        elif version in SHARE_GROUP_RECORD_TYPES:
+            try:
+                self._share_records.replay(key, record.value)
+            except Exception as exc:  # one unreadable record must not keep every group of the partition away
+                log.warning("share group record at offset %d of __consumer_offsets-%d could not be read and "
+                            "is left out: %s", record.offset, self.partition, exc)
+        # other key versions: the records of other group types (streams), not this shard's
 
     def replay_marker(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
         self.complete_txn(producer_id, commit)
@@ -289,6 +302,8 @@ class GroupShard:
                 self.state.load_group(g, now_ms)
         self._read_groups = {}
         self.consumer.loaded(now_ms)
+        self.share.groups.update(self._share_records.groups())
+        self.share.loaded(now_ms)
 
     def unloaded(self) -> None:
         """Another broker coordinates these groups now: members waiting on a rebalance are told
@@ -301,8 +316,6 @@ class GroupShard:
                 sfut.set_result(SyncResult(member_id, ErrorCode.NOT_COORDINATOR))
         self.join_waiters.clear()
         self.sync_waiters.clear()
-        if self._on_unload is not None:
-            self._on_unload(self)
         self._retired.completed_rebalances += self.state.completed_rebalances + self.consumer.completed_rebalances
         self.state.completed_rebalances = 0
         self.consumer.completed_rebalances = 0
@@ -355,8 +368,9 @@ class GroupCoordinator:
         self.metrics: BrokerMetrics | None = None
 
     def _new_shard(self, partition: int) -> GroupShard:
-        return GroupShard(partition, self.limits, self._retired, self.consumer_config, self.share_config,
-                          on_unload=lambda shard: self.share.unloaded(shard))
+        shard = GroupShard(partition, self.limits, self._retired, self.consumer_config, self.share_config)
+        shard.share.group_timeouts = self.share.group_timeouts
+        return shard
 
     def shard(self, group_id: str) -> GroupShard:
         """The shard serving ``group_id`` (the errors of :meth:`check` otherwise)."""
@@ -420,6 +434,7 @@ class GroupCoordinator:
         (OffsetFetch v9), the member must be the group's at that epoch (UNKNOWN_MEMBER_ID,
         STALE_MEMBER_EPOCH)."""
         shard = self._shard(group_id)
+        _not_share(shard, group_id)
         if shard.consumer.has(group_id):
             shard.consumer.validate_offset_fetch(group_id, member_id, member_epoch)
         return shard.state.fetch_offsets(group_id, partitions)
@@ -542,6 +557,7 @@ class GroupCoordinator:
         """OffsetCommit; for a consumer group the generation is the member epoch (STALE_MEMBER_EPOCH
         for another, and members using the consumer protocol must commit with v9+)."""
         shard = self._shard(group_id)
+        _not_share(shard, group_id)
         if shard.consumer.has(group_id):
             shard.consumer.validate_offset_commit(group_id, member_id, group_instance_id, generation_id,
                                                   False, api_version)
@@ -575,7 +591,7 @@ class GroupCoordinator:
                 result[gid] = exc.code
                 continue
             if shard.share.has(gid):
-                code = self.share.delete(shard, gid)
+                code = await self.share.delete(shard, gid)
                 if code is not ErrorCode.NONE or shard.state.describe(gid) is None:
                     result[gid] = code
                     continue
@@ -599,6 +615,7 @@ class GroupCoordinator:
         ErrorCode, dict[TopicPartition, ErrorCode]
     ]:
         shard = self._shard(group_id)
+        _not_share(shard, group_id)
         if shard.consumer.has(group_id):
             # a consumer group: offsets of the topics it subscribes to stay (Kafka's check)
             group = shard.consumer.group(group_id)
@@ -633,6 +650,7 @@ class GroupCoordinator:
         """TxnOffsetCommit: validated like a commit (KIP-447: the group's generation and member,
         when given), written as part of the producer's transaction, visible at its COMMIT marker."""
         shard = self._shard(group_id)
+        _not_share(shard, group_id)
         if shard.consumer.has(group_id):
             if generation_id >= 0 or member_id:
                 shard.consumer.validate_offset_commit(group_id, member_id, group_instance_id, generation_id,

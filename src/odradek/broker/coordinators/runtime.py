@@ -1,9 +1,8 @@
 """The coordinator runtime: what every coordinator does with the topic its state lives in.
 
-A coordinator keeps its state in a compacted topic of its own (the group coordinator in
-``__consumer_offsets``, the transaction coordinator in ``__transaction_state``; the KIP-848 group
-coordinator, the share coordinator's ``__share_group_state`` and a schema registry's ``_schemas``
-are to follow).  Each key it serves (a group id, a transactional id...) belongs to one partition,
+A coordinator keeps its state in a topic of its own (the group coordinator in
+``__consumer_offsets``, the transaction coordinator in ``__transaction_state``, the share
+coordinator in ``__share_group_state``: :mod:`.share_state`).  Each key it serves (a group id, a transactional id...) belongs to one partition,
 ``abs(javaHash(key)) % partitions``, and is served by the broker leading that partition from the
 state rebuilt from the partition's records.  :class:`CoordinatorRuntime` owns that for one topic,
 so that a coordinator supplies only its record handling and its state machine (a
@@ -39,10 +38,10 @@ ones to come, none needing a change here:
   up) into the same ``__consumer_offsets`` partitions, so the group shard grows their handling,
   as Kafka's GroupCoordinatorShard holds both kinds of group (each shard already skips the key
   versions it does not know);
-* the share coordinator: ``__share_group_state`` and a shard replaying ShareSnapshot records (a
-  checkpoint: the state replaced) and ShareUpdate records (a delta); a periodic timer writes a
-  new snapshot, and :meth:`~CoordinatorRuntime.delete_records_before` drops the records it
-  makes useless;
+* the share coordinator (:mod:`.share_state`): ``__share_group_state`` and a shard replaying
+  ShareSnapshot records (a checkpoint: the state replaced) and ShareUpdate records (a delta);
+  every N updates of a key a write is a snapshot again, and a periodic timer drops with
+  :meth:`~CoordinatorRuntime.delete_records_before` the records no key needs any more;
 * a schema registry's store: ``_schemas``, one partition, ``hosted_on="replicas"``: a view on
   every broker hosting a replica, brought up to the high watermark before a read
   (:meth:`~CoordinatorRuntime.catch_up`); the partition's leader is the one elected writer

@@ -7,11 +7,12 @@ groups, and a group id is one kind of group only (a share heartbeat to a classic
 group is GROUP_ID_NOT_FOUND, a JoinGroup or ConsumerGroupHeartbeat to a share group is refused).
 A deadline timer on the runtime's clock removes members whose session ended.
 
-**State is in memory only.**  Kafka writes share groups to ``__consumer_offsets``
-(ShareGroupMetadata, ShareGroupMemberMetadata, ShareGroupPartitionMetadata, target assignment
-records); Odradek does not yet: when the coordinator moves or restarts, its share groups are gone,
-a member heartbeating with its epoch is answered UNKNOWN_MEMBER_ID and joins again with epoch 0
-(what Kafka's clients do), and the group is made again by its first member.
+An operation changes the shard's state, then appends the records that differ from the group's
+records before it (:mod:`.share_records`, Kafka's record types 10-14), and answers once they are
+durable; a failed append has the partition loaded again from its log and the request answered
+with Kafka's error (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE...).  An answer that writes
+nothing waits for the writes before it.  So a share group survives a coordinator's move or
+restart: its members go on at their epochs (each with a fresh session).
 
 What the share-partition leaders (ShareFetch/ShareAcknowledge) may ask, through
 :class:`ShareGroupService`: :meth:`~ShareGroupService.is_member`,
@@ -24,12 +25,16 @@ records when its session closes or their locks expire).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from odradek.broker.coordinators.consumer_groups import _APPEND_ERRORS
+from odradek.broker.coordinators.share_records import changes, group_records
 from odradek.cluster.share_group import (
     ShareGroup,
     ShareGroupConfig,
@@ -95,6 +100,9 @@ class ShareGroupService:
         self.config = config
         self.clock = clock
         self._listeners: list[MemberRemoved] = []
+        self._deleted: list[Callable[[str], None]] = []
+        #: see :meth:`set_group_timeouts` (given to every shard made)
+        self.group_timeouts: Callable[[str], tuple[int | None, int | None]] | None = None
         runtime.deadline("share-group-timer", self._next_deadline, self._tick)
 
     @property
@@ -126,11 +134,25 @@ class ShareGroupService:
         member = None if group is None else group.members.get(member_id)
         return None if member is None else dict(member.assigned)
 
+    def set_group_timeouts(self, lookup: Callable[[str], tuple[int | None, int | None]]) -> None:
+        """Where a group's own ``share.session.timeout.ms`` and ``share.heartbeat.interval.ms``
+        (GROUP configs) come from: ``lookup(group id) -> (session ms, interval ms)``, None for
+        the broker's ``group.share.*``.  Read at each heartbeat (and at load for the sessions)."""
+        self.group_timeouts = lookup
+        for shard in self.runtime.shards():
+            shard.share.group_timeouts = lookup
+
     def on_member_removed(self, callback: MemberRemoved) -> None:
         """Call ``callback(group id, member id)`` whenever a member of a share group coordinated
-        here leaves (epoch -1), its session expires, or its group is unloaded.  A local
-        convenience: a partition leader on another broker hears nothing."""
+        here leaves (epoch -1) or its session expires, once that is durable.  A local
+        convenience: a partition leader on another broker hears nothing, and nothing is said
+        when the group's coordination moves to another broker (its members stay members)."""
         self._listeners.append(callback)
+
+    def on_group_deleted(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(group id)`` once a share group coordinated here was deleted
+        (DeleteGroups), e.g. to delete its share-partition state."""
+        self._deleted.append(callback)
 
     def _removed(self, removed: Iterable[tuple[str, str]], why: str) -> None:
         for gid, mid in removed:
@@ -141,11 +163,30 @@ class ShareGroupService:
                 except Exception:
                     log.exception("a share-group member listener failed")
 
-    def unloaded(self, shard: GroupShard) -> None:
-        """The shard's groups are no longer coordinated here: their members count as removed."""
-        gone = [(g.group_id, m) for g in shard.share.groups.values() for m in g.members]
-        shard.share.groups.clear()
-        self._removed(gone, "is no longer coordinated here")
+    # ------------------------------------------------------------------------------------------
+    # writing
+
+    async def _write(self, shard: GroupShard, records: list[tuple[bytes, bytes | None]], what: str) -> ErrorCode | None:
+        """Append the records of a change already applied to the shard (none: wait for the
+        writes before).  Returns the error to answer when the append failed."""
+        if not records:
+            tail = shard.share_tail
+            if tail is not None and not tail.done():
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(tail)
+            return None
+        done = asyncio.get_running_loop().create_future()
+        shard.share_tail = done
+        try:
+            await self.runtime.append(shard.partition, list(records))
+        except KafkaError as exc:
+            log.warning("could not write the records of %s (%s): loading %s again", what, exc, shard.partition)
+            self.runtime.reload(shard.partition, f"a write of share group records failed: {exc}")
+            return _APPEND_ERRORS.get(exc.code, exc.code)
+        finally:
+            if not done.done():
+                done.set_result(None)
+        return None
 
     # ------------------------------------------------------------------------------------------
     # ShareGroupHeartbeat / ShareGroupDescribe / DeleteGroups
@@ -153,7 +194,12 @@ class ShareGroupService:
     async def heartbeat(self, shard_of: Callable[[str], GroupShard], req: ShareHeartbeat) -> ShareHeartbeatResult:
         validate_share_heartbeat(req)
         shard = shard_of(req.group_id)
+        before = group_records(shard.share.group(req.group_id))
         result = shard.share.heartbeat(self.now(), req, self.image, lambda gid: other_type(shard, gid))
+        records = changes(before, group_records(shard.share.group(req.group_id)))
+        error = await self._write(shard, records, f"share group {req.group_id}")
+        if error is not None:
+            raise KafkaError(error)
         if req.member_epoch == 0:
             log.info("share group %s: member %s joined or rejoined at epoch %d", req.group_id, req.member_id,
                      result.member_epoch)
@@ -179,12 +225,21 @@ class ShareGroupService:
             out.append(DescribedShareGroup(gid, ErrorCode.NONE, None, group))
         return out
 
-    def delete(self, shard: GroupShard, group_id: str) -> ErrorCode:
+    async def delete(self, shard: GroupShard, group_id: str) -> ErrorCode:
+        before = group_records(shard.share.group(group_id))
         try:
             shard.share.delete(group_id)
         except KafkaError as exc:
             return exc.code
+        error = await self._write(shard, changes(before, {}), f"share group {group_id}")
+        if error is not None:
+            return error
         log.info("share group %s deleted", group_id)
+        for cb in list(self._deleted):
+            try:
+                cb(group_id)
+            except Exception:
+                log.exception("a share-group deletion listener failed")
         return ErrorCode.NONE
 
     # ------------------------------------------------------------------------------------------
@@ -197,5 +252,18 @@ class ShareGroupService:
     async def _tick(self, now: int) -> None:
         image = self.image
         for shard in self.runtime.shards():
+            if self.runtime.shard_at(shard.partition) is not shard:
+                continue  # unloaded while an earlier shard's write waited
+            before = {gid: group_records(g) for gid, g in shard.share.groups.items()}
             removed = shard.share.tick(now, image)
-            self._removed(removed, "was removed: its session timed out")
+            if not removed:
+                continue
+            records = [r for gid in dict.fromkeys(g for g, _m in removed)
+                       for r in changes(before[gid], group_records(shard.share.group(gid)))]
+            try:
+                error = await self._write(shard, records, "share group session expiries")
+            except Exception:
+                log.exception("share group timer effects failed")
+                continue
+            if error is None:
+                self._removed(removed, "was removed: its session timed out")

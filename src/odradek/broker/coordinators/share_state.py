@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from odradek.broker.coordinators.runtime import (
     CoordinatorPorts,
@@ -30,6 +30,7 @@ from odradek.broker.coordinators.runtime import (
 from odradek.broker.topics import SHARE_STATE_TOPIC
 from odradek.cluster.share_state import (
     DEFAULT_SNAPSHOT_EVERY,
+    SNAPSHOT_TYPE,
     ShareKey,
     ShareRecord,
     ShareState,
@@ -43,10 +44,15 @@ from odradek.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from odradek.cluster.metadata import MetadataImage
+    from odradek.settings import ShareCoordinatorSettings
 
 __all__ = ["ShareCoordinator", "ShareCoordinatorConfig", "ShareStateShard"]
 
 log = logging.getLogger(__name__)
+
+#: how often the records no share-partition needs any more are deleted (Kafka's
+#: share.coordinator.state.topic.prune.interval.ms default)
+PRUNE_INTERVAL_MS = 5 * 60 * 1000
 
 # append errors of __share_group_state, as the coordinator answers them (Kafka's mapping)
 _WRITE_ERRORS = {
@@ -73,13 +79,12 @@ class ShareCoordinatorConfig:
     write_timeout_ms: int = 5000
 
     @classmethod
-    def from_config(cls, get: Callable[[str], Any], *, single_node: bool) -> ShareCoordinatorConfig:
-        """From the broker's configs (``get``: a config's value by name)."""
+    def from_settings(cls, settings: ShareCoordinatorSettings, *, single_node: bool) -> ShareCoordinatorConfig:
         return cls(
-            num_partitions=max(1, int(get("share.coordinator.state.topic.num.partitions"))),
-            replication_factor=1 if single_node else max(1, int(get("share.coordinator.state.topic.replication.factor"))),
-            snapshot_every=max(0, int(get("share.coordinator.snapshot.update.records.per.snapshot"))),
-            write_timeout_ms=max(1, int(get("share.coordinator.write.timeout.ms"))),
+            num_partitions=settings.state_topic_num_partitions,
+            replication_factor=1 if single_node else settings.state_topic_replication_factor,
+            snapshot_every=settings.snapshot_update_records_per_snapshot,
+            write_timeout_ms=settings.write_timeout_ms,
         )
 
 
@@ -89,16 +94,37 @@ class ShareStateShard:
     def __init__(self, partition: int, snapshot_every: int) -> None:
         self.partition = partition
         self.state = ShareStateMap(snapshot_every=snapshot_every)
+        #: the offset of the record each share-partition's state is rebuilt from (its last
+        #: snapshot): the records below the least of them are no longer needed
+        self.bases: dict[ShareKey, int] = {}
+        #: the offset after the last record replayed
+        self.end = 0
         #: one plan-append-replay at a time
         self.lock = asyncio.Lock()
         self.live = True
 
     def replay(self, record: CoordinatorRecord) -> None:
+        self.end = max(self.end, record.offset + 1)
         if record.key is None:
             return
         rec = decode_record(record.key, record.value)
         if rec is not None:
-            self.state.replay(rec)
+            self.apply(rec, record.offset)
+
+    def apply(self, rec: ShareRecord, offset: int) -> None:
+        """Replay ``rec``, written at ``offset``."""
+        self.end = max(self.end, offset + 1)
+        known = rec.key in self.state.states
+        self.state.replay(rec)
+        if rec.key not in self.state.states:
+            self.bases.pop(rec.key, None)
+        elif rec.kind == SNAPSHOT_TYPE or not known:
+            self.bases[rec.key] = offset
+
+    def prune_offset(self) -> int:
+        """Where the partition's log may start: at the oldest record a share-partition still
+        needs, or past every record when none has state."""
+        return min(self.bases.values(), default=self.end)
 
     def replay_marker(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
         return None  # the share coordinator writes no transactions
@@ -124,6 +150,7 @@ class ShareCoordinator:
         )
         self.clock = ports.clock
         self.topics = ports.topics
+        self.runtime.every("prune", PRUNE_INTERVAL_MS, self.prune)
 
     # lifecycle and routing
 
@@ -173,7 +200,7 @@ class ShareCoordinator:
         if not shard.live:
             raise KafkaError(ErrorCode.NOT_COORDINATOR, "the share coordinator moved")
         try:
-            await self.runtime.append(shard.partition, [encode_record(r) for r in records])
+            written = await self.runtime.append(shard.partition, [encode_record(r) for r in records])
         except KafkaError as exc:
             code = _WRITE_ERRORS.get(exc.code, exc.code)
             if exc.code in (ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND):
@@ -181,8 +208,26 @@ class ShareCoordinator:
                 self.runtime.reload(shard.partition, f"a write ended with {exc.code.name}")
             raise KafkaError(code, exc.message) from exc
         if shard.live:
-            for r in records:
-                shard.state.replay(r)
+            for offset, r in enumerate(records, written.first_offset):
+                shard.apply(r, offset)
+
+    async def prune(self) -> None:
+        """Move each loaded partition's log start up to the oldest record still needed (Kafka's
+        share.coordinator.state.topic.prune.interval.ms: __share_group_state keeps no
+        retention of its own)."""
+        for shard in self.runtime.shards():
+            if not shard.live or self.runtime.leader(shard.partition) is None:
+                continue
+            target = shard.prune_offset()
+            part = self.runtime.leader(shard.partition)
+            if part is None or target <= part.log.log_start_offset:
+                continue
+            try:
+                start = await self.runtime.delete_records_before(shard.partition, target)
+            except KafkaError as exc:
+                log.info("could not prune %s-%d: %s", SHARE_STATE_TOPIC, shard.partition, exc)
+                continue
+            log.debug("pruned %s-%d up to %d", SHARE_STATE_TOPIC, shard.partition, start)
 
     # ------------------------------------------------------------------------------------------
     # the operations (one share-partition each; KafkaError with Kafka's code on failure)
