@@ -21,9 +21,11 @@ from odradek.client import (
     ConfigResource,
     ConfigResourceType,
     IllegalStateError,
+    NewTopic,
     ShareConsumer,
     ShareRecord,
 )
+from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.api_versions import ApiVersionsRequest
 from odradek.protocol.messages.share_group_describe import ShareGroupDescribeRequest
@@ -306,3 +308,48 @@ def test_in_implicit_mode_close_accepts_the_last_polls_records(broker: BrokerPro
     finally:
         a.close()
         b.close()
+
+
+_JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+         'user_admin="admin-secret" user_alice="alice-secret";')
+
+
+def test_over_sasl_with_acls_a_member_without_read_on_the_group_is_refused(tmp_path: Any) -> None:
+    """Security settings as the other clients; GROUP_AUTHORIZATION_FAILED raised by poll()."""
+    b = BrokerProcess(tmp_path / "data", listeners="SASL_PLAINTEXT://127.0.0.1:0",
+                      overrides={**BROKER_OVERRIDES, "sasl.enabled.mechanisms": "PLAIN",
+                                 "listener.name.sasl_plaintext.plain.sasl.jaas.config": _JAAS,
+                                 "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                                 "super.users": "User:admin", "offsets.topic.num.partitions": 1,
+                                 "group.share.heartbeat.interval.ms": 250,
+                                 "group.share.min.heartbeat.interval.ms": 250}).start()
+    try:
+        bootstrap = b.bootstrap_of("SASL_PLAINTEXT")
+
+        def sasl(user: str) -> dict[str, Any]:
+            return {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                    "sasl.username": user, "sasl.password": f"{user}-secret"}
+
+        with Admin(sasl("admin")) as admin:
+            admin.create_topics([NewTopic("secured", 1, 1)])
+            admin.incremental_alter_configs({ConfigResource(ConfigResourceType.GROUP, "secured-g"): {
+                "share.auto.offset.reset": "earliest"}})
+        p = ck.Producer({**sasl("admin"), "linger.ms": 0})
+        p.produce("secured", value=b"x")
+        assert p.flush(30) == 0
+        with ShareConsumer({**sasl("admin"), "group.id": "secured-g", "fetch.max.wait.ms": 100}) as c:
+            c.subscribe(["secured"])
+            assert [r.value for r in _poll_until(c, 1)] == [b"x"]
+        with ShareConsumer({**sasl("alice"), "group.id": "secured-g", "retry.backoff.ms": 50}) as c:
+            c.subscribe(["secured"])
+
+            def refused() -> bool:
+                try:
+                    c.poll(0.1)
+                except KafkaError as exc:
+                    return exc.code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+                return False
+
+            wait_for(refused, TIMEOUT, "GROUP_AUTHORIZATION_FAILED")
+    finally:
+        b.stop()
