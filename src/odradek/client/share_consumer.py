@@ -18,13 +18,15 @@ delivered again too.
 How it talks to the brokers:
 
 * membership: ShareGroupHeartbeat v1 to the group coordinator
-  (:mod:`odradek.client._share_membership`); the broker assigns the partitions;
+  (:mod:`odradek.client._share_membership`), from the first poll on; the broker assigns the
+  partitions;
 * records: ShareFetch v1 to each assigned partition's leader, in one *share session* per
   leader (epoch 0 opens it with the partitions, each later request carries the next epoch, adds
   partitions, forgets those no longer assigned and carries the acknowledgements due);
-* commits: ShareAcknowledge v1 to the leaders; their per-partition answers are the commit's
-  results (e.g. INVALID_RECORD_STATE when a record's lock had expired and it went to another
-  member);
+* commits, and a poll's acknowledgements while records fetched earlier are still buffered (no
+  fetch is due then): ShareAcknowledge v1 to the leaders; their per-partition answers are a
+  commit's results (e.g. INVALID_RECORD_STATE when a record's lock had expired and it went to
+  another member), and go to the acknowledgement commit callback;
 * close: the acknowledgements due go out in a ShareAcknowledge at epoch -1, which closes the
   session (the broker releases what the member still holds, for the others at once), then the
   member leaves the group (heartbeat epoch -1).
@@ -32,7 +34,8 @@ How it talks to the brokers:
 Only the *acquired* offsets of a fetch answer are delivered (the batches may hold others, which
 belong to other members); an acquired offset without a record in the batches (a control record,
 a compacted-away offset) is acknowledged as a gap.  Each :class:`ShareRecord` says how often it
-was delivered (``delivery_count``).
+was delivered (``delivery_count``).  ``key.deserializer`` / ``value.deserializer`` are blocking
+ones, as the simple consumer's (whose decoder this consumer uses).
 
 :class:`ShareConsumer` is the blocking face of :class:`AsyncShareConsumer`, run on an event loop
 in a background thread as the other blocking clients (the heartbeats go on while the caller works).
