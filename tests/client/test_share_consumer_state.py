@@ -401,3 +401,18 @@ def test_with_no_partitions_left_the_session_forgets_them_at_once(mock: MockClus
         wait_for(forgot, TIMEOUT, "a fetch forgetting both partitions")
         req = next(r for r in fake.fetch_requests() if r.forgotten_topics_data)
         assert [sorted(f.partitions) for f in req.forgotten_topics_data] == [[0, 1]] and req.max_wait_ms == 0
+
+
+def test_the_acknowledgement_commit_callback_sees_the_acknowledgements_sent_with_fetches(mock: MockCluster) -> None:
+    fake = FakeShareBroker(mock, "jobs", 1)
+    fake.fetches.append({0: (_batch(0, 3), [(0, 3, 1)])})  # offset 3 has no record: a gap
+    seen: list[tuple[dict[Any, set[int]], Any]] = []
+    with _consumer(mock) as c:
+        c.set_acknowledgement_commit_callback(lambda offsets, error: seen.append((offsets, error)))
+        c.subscribe(["jobs"])
+        _poll_until(c, 3)
+        fake.ack_errors[0] = ErrorCode.INVALID_RECORD_STATE
+        wait_for(lambda: c.poll(0.05) == [] and seen, TIMEOUT, "the callback")
+    ((offsets, error),) = seen
+    assert offsets == {("jobs", 0): {0, 1, 2}}  # the records the application saw (not the gap)
+    assert isinstance(error, KafkaError) and error.code == ErrorCode.INVALID_RECORD_STATE
