@@ -1,13 +1,14 @@
-"""Odradek's Python client: Producer, group Consumer, SimpleConsumer and Admin, each with an
+"""Odradek's Python client: Producer, group Consumer, SimpleConsumer, ShareConsumer and Admin, each with an
 asyncio twin, over the transport layer (:mod:`odradek.transport`; its blocking face is
 re-exported here as :class:`Cluster` and :class:`BrokerConnection`).
 
 Configuration takes Kafka's client config names, as a dict or as keyword arguments with
 underscores: ``Producer({"bootstrap.servers": "127.0.0.1:9092"})`` or
-``Producer(bootstrap_servers="127.0.0.1:9092")``; ``PRODUCER_DEFAULTS``, ``CONSUMER_DEFAULTS``
-and ``ADMIN_DEFAULTS`` list the names each accepts with their defaults, ``PRODUCER_CONFIGS``,
-``CONSUMER_CONFIGS`` and ``ADMIN_CONFIGS`` the same as rows (type, default, documentation, valid
-values: :class:`odradek.config.ConfigDef`, the broker's row type).  The modules named with
+``Producer(bootstrap_servers="127.0.0.1:9092")``; ``PRODUCER_DEFAULTS``, ``CONSUMER_DEFAULTS``,
+``SHARE_CONSUMER_DEFAULTS`` and ``ADMIN_DEFAULTS`` list the names each accepts with their defaults,
+``PRODUCER_CONFIGS``, ``CONSUMER_CONFIGS``, ``SHARE_CONSUMER_CONFIGS`` and ``ADMIN_CONFIGS`` the
+same as rows (type, default, documentation, valid values: :class:`odradek.config.ConfigDef`, the
+broker's row type).  The modules named with
 a leading underscore are private to this package (an import-linter contract says so).
 Serializers for schema-registry-framed Avro, JSON Schema and Protobuf are in
 :mod:`odradek.client.serde`.
@@ -22,6 +23,8 @@ from odradek.client._config import (
     CONSUMER_DEFAULTS,
     PRODUCER_CONFIGS,
     PRODUCER_DEFAULTS,
+    SHARE_CONSUMER_CONFIGS,
+    SHARE_CONSUMER_DEFAULTS,
     ClientConfigError,
 )
 from odradek.client._security import ClientSecurity
@@ -61,6 +64,13 @@ from odradek.client.consumer_simple import (
 from odradek.client.errors import OffsetOutOfRangeError
 from odradek.client.partitioner import DefaultPartitioner, murmur2, murmur2_partition
 from odradek.client.producer import AsyncProducer, Producer, RecordMetadata
+from odradek.client.share_consumer import (
+    AcknowledgeType,
+    AsyncShareConsumer,
+    IllegalStateError,
+    ShareConsumer,
+    ShareRecord,
+)
 from odradek.transport import BrokerConnection, Cluster, parse_bootstrap
 
 __all__ = [
@@ -70,6 +80,9 @@ __all__ = [
     "CONSUMER_DEFAULTS",
     "PRODUCER_CONFIGS",
     "PRODUCER_DEFAULTS",
+    "SHARE_CONSUMER_CONFIGS",
+    "SHARE_CONSUMER_DEFAULTS",
+    "AcknowledgeType",
     "Admin",
     "AdminError",
     "AlterConfigOp",
@@ -77,6 +90,7 @@ __all__ = [
     "AsyncAdmin",
     "AsyncConsumer",
     "AsyncProducer",
+    "AsyncShareConsumer",
     "AsyncSimpleConsumer",
     "Blacklist",
     "BrokerConnection",
@@ -94,6 +108,7 @@ __all__ = [
     "GroupDescription",
     "GroupListing",
     "HighLevelConsumer",
+    "IllegalStateError",
     "MemberDescription",
     "MessageAndMetadata",
     "NewPartitions",
@@ -104,6 +119,8 @@ __all__ = [
     "Producer",
     "RawFetched",
     "RecordMetadata",
+    "ShareConsumer",
+    "ShareRecord",
     "SimpleConsumer",
     "Whitelist",
     "ZookeeperConsumer",

@@ -15,7 +15,8 @@ from odradek.errors import OdradekError
 
 __all__ = [
     "ADMIN_CONFIGS", "ADMIN_DEFAULTS", "COMMON_CONFIGS", "CONSUMER_CONFIGS", "CONSUMER_DEFAULTS", "PRODUCER_CONFIGS",
-    "PRODUCER_DEFAULTS", "ClientConfigError", "defaults", "merge_config",
+    "PRODUCER_DEFAULTS", "SHARE_CONSUMER_CONFIGS", "SHARE_CONSUMER_DEFAULTS", "ClientConfigError", "defaults",
+    "merge_config",
 ]
 
 _C = ConfigDef
@@ -132,6 +133,25 @@ CONSUMER_CONFIGS = _rows(
     _C("default.api.timeout.ms", "int", 60000, doc="the timeout of calls that take none"),
 )
 
+#: the share consumer's (Kafka's ShareConsumerConfig names and defaults; the lock duration and the
+#: heartbeat interval are the group's, set on the broker)
+SHARE_CONSUMER_CONFIGS = _rows(
+    *COMMON_CONFIGS,
+    _C("group.id", "string", None, doc="the share group (required)"),
+    _C("share.acknowledgement.mode", "string", "implicit", doc="implicit: the records of a poll are accepted by the "
+       "next poll or commit; explicit: each record is acknowledged with acknowledge()", valid=("implicit", "explicit")),
+    _C("fetch.min.bytes", "int", 1, doc="bytes a share fetch waits for"),
+    _C("fetch.max.bytes", "int", 52428800, doc="the most a share fetch answer holds"),
+    _C("fetch.max.wait.ms", "int", 500, doc="how long a share fetch waits for records"),
+    _C("max.partition.fetch.bytes", "int", 1048576, doc="the most a share fetch answer holds of one partition"),
+    _C("max.poll.records", "int", 500, doc="the most records one share fetch acquires and one poll returns"),
+    _C("check.crcs", "boolean", True, doc="check every batch's CRC"),
+    _C("key.deserializer", "class", None, doc="a callable turning key bytes into keys"),
+    _C("value.deserializer", "class", None, doc="a callable turning value bytes into values"),
+    _C("client.rack", "string", None, doc="the rack sent to the group coordinator when joining"),
+    _C("default.api.timeout.ms", "int", 60000, doc="the timeout of calls that take none (commit_sync, close)"),
+)
+
 #: the admin client's
 ADMIN_CONFIGS = _rows(
     *COMMON_CONFIGS,
@@ -141,6 +161,7 @@ ADMIN_CONFIGS = _rows(
 PRODUCER_DEFAULTS: dict[str, Any] = defaults(PRODUCER_CONFIGS)
 CONSUMER_DEFAULTS: dict[str, Any] = defaults(CONSUMER_CONFIGS)
 ADMIN_DEFAULTS: dict[str, Any] = defaults(ADMIN_CONFIGS)
+SHARE_CONSUMER_DEFAULTS: dict[str, Any] = defaults(SHARE_CONSUMER_CONFIGS)
 
 
 class ClientConfigError(OdradekError, ValueError):
