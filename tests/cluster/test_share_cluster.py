@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from tests.cluster.conftest import Cluster
+from tests.interop.test_share_consumers import CLIENTS
 from tests.cluster.test_replication import OVERRIDES, create_topic, isr_full
 
 pytestmark = pytest.mark.slow
@@ -27,7 +28,8 @@ T = 30.0
 class Workers:
     """Share consumers in threads, each accepting what it polls (implicit mode)."""
 
-    def __init__(self, bootstrap: str, group: str, topic: str, n: int) -> None:
+    def __init__(self, bootstrap: str, group: str, topic: str, n: int, client: str = "confluent") -> None:
+        self.client = client
         self.seen: Counter[bytes] = Counter()
         self.errors: list[BaseException] = []
         self._stop = threading.Event()
@@ -39,7 +41,7 @@ class Workers:
 
     def _run(self, bootstrap: str, group: str, topic: str) -> None:
         try:
-            c = ck.ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+            c = CLIENTS[self.client]({"bootstrap.servers": bootstrap, "group.id": group})
             c.subscribe([topic])
             try:
                 while not self._stop.is_set():
@@ -72,9 +74,10 @@ def _produce_all(bootstrap: str, topic: str, values: list[bytes], interval: floa
     assert p.flush(60) == 0
 
 
-@pytest.mark.parametrize("interval", [0.0, 0.002], ids=["full-speed", "gentle"])
+@pytest.mark.parametrize(("client", "interval"), [("confluent", 0.0), ("confluent", 0.002), ("odradek", 0.0)],
+                         ids=["confluent-full-speed", "confluent-gentle", "odradek-full-speed"])
 def test_share_groups_resume_after_the_share_partition_leaders_sigkill(
-    cluster_factory: Callable[..., Cluster], interval: float
+    cluster_factory: Callable[..., Cluster], client: str, interval: float
 ) -> None:
     cluster = cluster_factory(3, {**OVERRIDES, "share.coordinator.state.topic.num.partitions": 3})
     topic, group = "tasks", "task-workers"
@@ -85,7 +88,7 @@ def test_share_groups_resume_after_the_share_partition_leaders_sigkill(
     for fut in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])]).values():
         fut.result(T)
     values = [b"task-%d" % i for i in range(3000)]
-    workers = Workers(cluster.bootstrap, group, topic, 3)
+    workers = Workers(cluster.bootstrap, group, topic, 3, client)
     producer = threading.Thread(target=_produce_all, args=(cluster.bootstrap, topic, values, interval), daemon=True)
     producer.start()
     try:
@@ -112,6 +115,8 @@ def test_share_groups_resume_after_the_share_partition_leaders_sigkill(
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
             leftover += [m for m in late.poll(0.5) if m.error() is None]
-        assert leftover == [], f"{len(leftover)} records were never accepted"
+        assert leftover == [], (f"{len(leftover)} records were never accepted: partitions "
+                                f"{sorted({m.partition() for m in leftover})}, delivery counts "
+                                f"{sorted({m.delivery_count() for m in leftover})}")
     finally:
         late.close()

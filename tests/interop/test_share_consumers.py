@@ -2,7 +2,8 @@
 users run it): more consumers than partitions all receive records, each record goes to one
 consumer at a time, RELEASE redelivers, REJECT archives, a lock that expires gives the record to
 another consumer, a consumer SIGKILLed mid-batch has its records redelivered to the others, and a
-broker restart resumes the group; in the end every record was accepted, none twice."""
+broker restart resumes the group; in the end every record was accepted, none twice.  Each scenario
+runs with both share consumers users have in Python: confluent-kafka's and Odradek's own."""
 
 from __future__ import annotations
 
@@ -84,8 +85,8 @@ def _produce(bootstrap: str, topic: str, values: list[bytes], partitions: int) -
     assert p.flush(T) == 0
 
 
-def _consumer(bootstrap: str, group: str, topic: str, *, explicit: bool = False) -> Any:
-    c = ck.ShareConsumer({
+def _consumer(bootstrap: str, group: str, topic: str, *, explicit: bool = False, client: str = "confluent") -> Any:
+    c = CLIENTS[client]({
         "bootstrap.servers": bootstrap, "group.id": group,
         **({"share.acknowledgement.mode": "explicit"} if explicit else {}),
     })
@@ -110,6 +111,69 @@ def _wait_members(broker: BrokerProcess, group: str, members: int) -> None:
         w.close()
 
 
+class _Record:
+    """An Odradek ShareRecord with confluent-kafka's Message accessors."""
+
+    def __init__(self, r: Any) -> None:
+        self.r = r
+
+    def error(self) -> None:
+        return None
+
+    def value(self) -> Any:
+        return self.r.value
+
+    def key(self) -> Any:
+        return self.r.key
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return list(self.r.headers)
+
+    def delivery_count(self) -> int:
+        return int(self.r.delivery_count)
+
+    def partition(self) -> int:
+        return int(self.r.partition)
+
+    def offset(self) -> int:
+        return int(self.r.offset)
+
+
+class OdradekShare:
+    """Odradek's ShareConsumer with confluent-kafka's ShareConsumer surface (what the scenarios use)."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        from odradek.client import ShareConsumer
+
+        self.c = ShareConsumer(config)
+
+    def subscribe(self, topics: list[str]) -> None:
+        self.c.subscribe(topics)
+
+    def poll(self, timeout: float) -> list[_Record]:
+        return [_Record(r) for r in self.c.poll(timeout)]
+
+    def acknowledge(self, m: _Record, kind: Any) -> None:
+        from odradek.client import AcknowledgeType
+
+        self.c.acknowledge(m.r, AcknowledgeType[kind.name])
+
+    def commit_sync(self, timeout: float) -> None:
+        self.c.commit_sync(timeout)
+
+    def close(self) -> None:
+        self.c.close()
+
+
+CLIENTS = {"confluent": ck.ShareConsumer, "odradek": OdradekShare}
+
+
+@pytest.fixture(params=sorted(CLIENTS))
+def client(request: pytest.FixtureRequest) -> str:
+    """Which share consumer the scenario runs with."""
+    return str(request.param)
+
+
 def _poll(c: Any, timeout: float = 0.5) -> list[Any]:
     return [m for m in c.poll(timeout) if m.error() is None]
 
@@ -122,7 +186,7 @@ def _drain(c: Any, want: int, *, timeout: float = T) -> list[Any]:
     return got
 
 
-def test_four_consumers_on_two_partitions_all_receive_and_each_record_is_delivered_once(broker: BrokerProcess) -> None:
+def test_four_consumers_on_two_partitions_all_receive_and_each_record_is_delivered_once(broker: BrokerProcess, client: str) -> None:
     topic, group = _setup(broker.bootstrap, 2)
     values = [b"job-%d" % i for i in range(1000)]
     received: dict[int, list[bytes]] = {i: [] for i in range(4)}
@@ -131,7 +195,7 @@ def test_four_consumers_on_two_partitions_all_receive_and_each_record_is_deliver
 
     def work(i: int) -> None:
         try:
-            c = _consumer(broker.bootstrap, group, topic)
+            c = _consumer(broker.bootstrap, group, topic, client=client)
             try:
                 while not stop.is_set():
                     for m in _poll(c, 0.2):
@@ -173,11 +237,11 @@ def test_four_consumers_on_two_partitions_all_receive_and_each_record_is_deliver
         late.close()
 
 
-def test_release_redelivers_reject_archives_and_an_expired_lock_goes_to_another(broker: BrokerProcess) -> None:
+def test_release_redelivers_reject_archives_and_an_expired_lock_goes_to_another(broker: BrokerProcess, client: str) -> None:
     topic, group = _setup(broker.bootstrap, 1, share_record_lock_duration_ms="2000")
     _produce(broker.bootstrap, topic, [b"a", b"b", b"c", b"d"], 1)
-    one = _consumer(broker.bootstrap, group, topic, explicit=True)
-    two = _consumer(broker.bootstrap, group, topic, explicit=True)
+    one = _consumer(broker.bootstrap, group, topic, explicit=True, client=client)
+    two = _consumer(broker.bootstrap, group, topic, explicit=True, client=client)
     try:
         got = _drain(one, 4)
         assert [m.value() for m in got] == [b"a", b"b", b"c", b"d"]
@@ -204,32 +268,39 @@ def test_release_redelivers_reject_archives_and_an_expired_lock_goes_to_another(
 
 
 _HOLDER = """
-import sys, time, confluent_kafka as ck
-c = ck.ShareConsumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
-                      "share.acknowledgement.mode": "explicit"})
+import sys, time
+config = {"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], "share.acknowledgement.mode": "explicit"}
+if sys.argv[5] == "odradek":
+    from odradek.client import ShareConsumer
+    c = ShareConsumer(config)
+    count = lambda records: len(records)
+else:
+    import confluent_kafka as ck
+    c = ck.ShareConsumer(config)
+    count = lambda records: sum(1 for m in records if m.error() is None)
 c.subscribe([sys.argv[3]])
 held = 0
 deadline = time.monotonic() + 60
 while held < int(sys.argv[4]) and time.monotonic() < deadline:
-    held += sum(1 for m in c.poll(0.5) if m.error() is None)
+    held += count(c.poll(0.5))
 print(held, flush=True)
 time.sleep(120)  # holding them, unacknowledged, until killed
 """
 
 
-def test_a_consumer_killed_mid_batch_has_its_records_redelivered_to_the_others(broker: BrokerProcess, tmp_path: Path) -> None:
+def test_a_consumer_killed_mid_batch_has_its_records_redelivered_to_the_others(broker: BrokerProcess, tmp_path: Path, client: str) -> None:
     topic, group = _setup(broker.bootstrap, 1)  # the default lock (30 s): the records come back with the connection
     values = [b"r%d" % i for i in range(20)]
     _produce(broker.bootstrap, topic, values, 1)
     script = tmp_path / "holder.py"
     script.write_text(_HOLDER)
-    holder = subprocess.Popen([sys.executable, str(script), broker.bootstrap, group, topic, str(len(values))],
+    holder = subprocess.Popen([sys.executable, str(script), broker.bootstrap, group, topic, str(len(values)), client],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert holder.stdout is not None
         line = holder.stdout.readline()
         assert line.strip() == str(len(values)), line
-        other = _consumer(broker.bootstrap, group, topic)
+        other = _consumer(broker.bootstrap, group, topic, client=client)
         try:
             assert _drain(other, 1, timeout=2) == []  # all held by the other process
             os.kill(holder.pid, signal.SIGKILL)
@@ -247,7 +318,7 @@ def test_a_consumer_killed_mid_batch_has_its_records_redelivered_to_the_others(b
             holder.wait()
 
 
-def test_a_broker_restart_resumes_the_group_and_every_record_is_accepted_once(tmp_path: Path) -> None:
+def test_a_broker_restart_resumes_the_group_and_every_record_is_accepted_once(tmp_path: Path, client: str) -> None:
     proc = BrokerProcess(tmp_path / "data", overrides=OVERRIDES)
     proc.start()
     try:
@@ -256,7 +327,7 @@ def test_a_broker_restart_resumes_the_group_and_every_record_is_accepted_once(tm
         _produce(proc.bootstrap, topic, first, 2)
         seen: Counter[bytes] = Counter()
         counts: list[int] = []
-        c = _consumer(proc.bootstrap, group, topic)
+        c = _consumer(proc.bootstrap, group, topic, client=client)
         for m in _drain(c, 150):
             seen[m.value()] += 1
             counts.append(m.delivery_count())
@@ -265,7 +336,7 @@ def test_a_broker_restart_resumes_the_group_and_every_record_is_accepted_once(tm
         assert proc.stop() == 0
         proc.start()
         _produce(proc.bootstrap, topic, second, 2)
-        c = _consumer(proc.bootstrap, group, topic)
+        c = _consumer(proc.bootstrap, group, topic, client=client)
         try:
             deadline = time.monotonic() + 60
             while set(seen) < set(first + second) and time.monotonic() < deadline:
@@ -303,7 +374,7 @@ def _read_all(bootstrap: str, topic: str, want: int, timeout: float = T) -> list
     return got
 
 
-def test_poison_and_rejected_records_land_in_the_dead_letter_topic_with_their_origin(broker: BrokerProcess) -> None:
+def test_poison_and_rejected_records_land_in_the_dead_letter_topic_with_their_origin(broker: BrokerProcess, client: str) -> None:
     n = next(_names)
     dlq = f"dlq.poison-{n}"
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
@@ -314,7 +385,7 @@ def test_poison_and_rejected_records_land_in_the_dead_letter_topic_with_their_or
     for key, value in ((b"k1", b"good"), (b"k2", b"poison"), (b"k3", b"bad")):
         p.produce(topic, key=key, value=value, headers=[("trace", b"t-" + key)], partition=0)
     assert p.flush(T) == 0
-    c = _consumer(broker.bootstrap, group, topic, explicit=True)
+    c = _consumer(broker.bootstrap, group, topic, explicit=True, client=client)
     try:
         deliveries: Counter[bytes] = Counter()
         deadline = time.monotonic() + T
@@ -366,7 +437,7 @@ def test_a_dead_letter_topic_that_did_not_allow_it_gets_nothing(broker: BrokerPr
     assert any("does not allow dead letters" in line for line in broker.stderr_lines[-200:])
 
 
-def test_a_read_committed_share_group_never_delivers_an_aborted_record(broker: BrokerProcess) -> None:
+def test_a_read_committed_share_group_never_delivers_an_aborted_record(broker: BrokerProcess, client: str) -> None:
     topic, group = _setup(broker.bootstrap, 1, share_isolation_level="read_committed")
     uncommitted = f"uncommitted-{next(_names)}"  # a read_uncommitted group of the same topic, for contrast
     _set_group(broker.bootstrap, uncommitted)
@@ -379,7 +450,7 @@ def test_a_read_committed_share_group_never_delivers_an_aborted_record(broker: B
         p.flush(T)
         (p.commit_transaction if commit else p.abort_transaction)(T)
     _produce(broker.bootstrap, topic, [b"plain"], 1)  # outside any transaction
-    c = _consumer(broker.bootstrap, group, topic)
+    c = _consumer(broker.bootstrap, group, topic, client=client)
     try:
         got = _drain(c, 4, timeout=10)
         assert [m.value() for m in got] == [b"c1", b"c2", b"c3", b"plain"]
@@ -387,7 +458,7 @@ def test_a_read_committed_share_group_never_delivers_an_aborted_record(broker: B
     finally:
         c.commit_sync(T)
         c.close()
-    c = _consumer(broker.bootstrap, uncommitted, topic)
+    c = _consumer(broker.bootstrap, uncommitted, topic, client=client)
     try:
         got = _drain(c, 7, timeout=10)
         assert sorted(m.value() for m in got) == sorted([b"c1", b"c2", b"a1", b"a2", b"c3", b"a3", b"plain"])

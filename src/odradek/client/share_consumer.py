@@ -358,6 +358,11 @@ class AsyncShareConsumer:
         self._callback = callback
 
     def _accept_delivered(self) -> None:
+        """Implicit mode: the records the last poll returned are accepted.  Explicit mode: nothing
+        (a record the application did not acknowledge stays held until its lock ends, or its
+        session does)."""
+        if self.explicit:
+            return
         for tp, delivered in self._delivered.items():
             acks = self._pending(tp).offsets
             for offset in delivered:
@@ -557,8 +562,10 @@ class AsyncShareConsumer:
                     self._error = exc
                 return
             except (ConnectionError, TimeoutError) as exc:
-                # the broker ends the session with the connection (and releases its records)
+                # the broker ends the session with the connection (and releases its records); its
+                # partitions may have a new leader by now: the next round asks the metadata again
                 s.reset()
+                self._refresh = True
                 self._fail_acks(results, acks, KafkaError(ErrorCode.NETWORK_EXCEPTION, f"share fetch from broker {node}: {exc}"))
                 return
             err = ErrorCode.of(resp.error_code)
@@ -709,6 +716,7 @@ class AsyncShareConsumer:
                 return
             except (ConnectionError, TimeoutError) as exc:
                 s.reset()
+                self._refresh = True  # the leader may have moved
                 self._fail_acks(results, acks, KafkaError(ErrorCode.NETWORK_EXCEPTION, f"share acknowledge to broker {node}: {exc}"))
                 return
             err = ErrorCode.of(resp.error_code)
