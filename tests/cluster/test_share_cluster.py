@@ -17,8 +17,8 @@ import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from tests.cluster.conftest import Cluster
-from tests.interop.test_share_consumers import CLIENTS
 from tests.cluster.test_replication import OVERRIDES, create_topic, isr_full
+from tests.interop.test_share_consumers import CLIENTS
 
 pytestmark = pytest.mark.slow
 
