@@ -188,15 +188,32 @@ class _Request:
         return out
 
 
+def _admit(ctx: RequestContext, response: type, group_id: str | None, member_id: str | None) -> _Request | Any:
+    """The request's group and member, checked (INVALID_REQUEST) and authorized (READ on the
+    group, else GROUP_AUTHORIZATION_FAILED): its :class:`_Request`, or the whole answer."""
+    why = _check_ids(group_id, member_id)
+    if why is not None:
+        return _refuse(response, ErrorCode.INVALID_REQUEST, why)
+    assert group_id is not None and member_id is not None
+    if not ctx.authorize(Operation.READ, ResourceType.GROUP, group_id):
+        return _refuse(response, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    return _Request(ctx, group_id, member_id)
+
+
+def _topic_of(topics: dict[uuid.UUID, Any], cls: type, part: _Part) -> Any:
+    """The answer's entry of the part's topic (made on first use)."""
+    found = topics.get(part.topic_id)
+    if found is None:
+        found = topics[part.topic_id] = cls(topic_id=part.topic_id)
+    return found
+
+
 @handles(ApiKey.SHARE_FETCH, versions=(1, 2))
 async def share_fetch(ctx: RequestContext, request: ShareFetchRequest) -> ShareFetchResponse:
-    why = _check_ids(request.group_id, request.member_id)
-    if why is not None:
-        return _refuse(R, ErrorCode.INVALID_REQUEST, why)
+    req = _admit(ctx, R, request.group_id, request.member_id)
+    if not isinstance(req, _Request):
+        return req
     assert request.group_id is not None and request.member_id is not None
-    if not ctx.authorize(Operation.READ, ResourceType.GROUP, request.group_id):
-        return _refuse(R, ErrorCode.GROUP_AUTHORIZATION_FAILED)
-    req = _Request(ctx, request.group_id, request.member_id)
     port = req.port
     shares = port.shares
     skey = (request.group_id, request.member_id)
@@ -313,12 +330,9 @@ async def _acquire(req: _Request, part: _Part, p: Partition, max_bytes: int, max
 
 
 def _response(req: _Request, lock_ms: int) -> ShareFetchResponse:
-    topics: dict[uuid.UUID, R.ShareFetchableTopicResponse] = {}
+    topics: dict[uuid.UUID, Any] = {}
     for part in req.parts.values():
-        tr = topics.get(part.topic_id)
-        if tr is None:
-            tr = topics[part.topic_id] = R.ShareFetchableTopicResponse(topic_id=part.topic_id)
-        tr.partitions.append(R.PartitionData(
+        _topic_of(topics, R.ShareFetchableTopicResponse, part).partitions.append(R.PartitionData(
             partition_index=part.index,
             error_code=int(part.error),
             error_message=part.message if part.error else None,
@@ -338,13 +352,10 @@ def _response(req: _Request, lock_ms: int) -> ShareFetchResponse:
 
 @handles(ApiKey.SHARE_ACKNOWLEDGE, versions=(1, 2))
 async def share_acknowledge(ctx: RequestContext, request: ShareAcknowledgeRequest) -> ShareAcknowledgeResponse:
-    why = _check_ids(request.group_id, request.member_id)
-    if why is not None:
-        return _refuse(A, ErrorCode.INVALID_REQUEST, why)
+    req = _admit(ctx, A, request.group_id, request.member_id)
+    if not isinstance(req, _Request):
+        return req
     assert request.group_id is not None and request.member_id is not None
-    if not ctx.authorize(Operation.READ, ResourceType.GROUP, request.group_id):
-        return _refuse(A, ErrorCode.GROUP_AUTHORIZATION_FAILED)
-    req = _Request(ctx, request.group_id, request.member_id)
     shares = req.port.shares
     skey = (request.group_id, request.member_id)
     epoch = request.share_session_epoch
@@ -360,12 +371,9 @@ async def share_acknowledge(ctx: RequestContext, request: ShareAcknowledgeReques
             await req.acknowledge(t.topic_id, ap.partition_index, list(ap.acknowledgement_batches))
     if epoch == _FINAL:
         shares.close_session(skey)
-    topics: dict[uuid.UUID, A.ShareAcknowledgeTopicResponse] = {}
+    topics: dict[uuid.UUID, Any] = {}
     for part in req.parts.values():
-        tr = topics.get(part.topic_id)
-        if tr is None:
-            tr = topics[part.topic_id] = A.ShareAcknowledgeTopicResponse(topic_id=part.topic_id)
-        tr.partitions.append(A.PartitionData(
+        _topic_of(topics, A.ShareAcknowledgeTopicResponse, part).partitions.append(A.PartitionData(
             partition_index=part.index,
             error_code=int(part.ack_error),
             error_message=part.message if part.ack_error else None,
