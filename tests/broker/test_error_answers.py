@@ -67,6 +67,7 @@ ANSWERED: dict[int, Callable[[int], int]] = {
     ApiKey.WRITE_SHARE_GROUP_STATE: lambda v: 4,
     ApiKey.DELETE_SHARE_GROUP_STATE: lambda v: 4,
     ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: lambda v: 4,
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: lambda v: 2,  # groups (KIP-932's admin side)
 }
 
 

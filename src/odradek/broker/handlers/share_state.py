@@ -14,12 +14,12 @@ state batch (nothing is written), FENCED_LEADER_EPOCH / FENCED_STATE_EPOCH for a
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from odradek.broker.dispatch import RequestContext, handles
 from odradek.broker.ports import ShareStateCoordinator
-from odradek.cluster.share_state import ShareKey, ShareState, StateBatch
+from odradek.cluster.share_state import ShareKey, StateBatch
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.delete_share_group_state import (
@@ -70,55 +70,55 @@ async def _one(op: Awaitable[T]) -> tuple[T | None, ErrorCode, str | None]:
         return None, ErrorCode.UNKNOWN_SERVER_ERROR, None
 
 
+async def _each(
+    ctx: RequestContext, group_id: str, topics: list[Any],
+    op: Callable[[ShareStateCoordinator, ShareKey, Any], Awaitable[T]],
+) -> list[tuple[Any, list[tuple[Any, T | None, ErrorCode, str | None]]]]:
+    """Run ``op`` on every partition of the request's topics (in order), against the share
+    coordinator the principal may use (else every partition gets the refusal): per topic, per
+    partition, the partition's request part, its result and its error."""
+    try:
+        coordinator: ShareStateCoordinator | None = _coordinator(ctx)
+        denied: KafkaError | None = None
+    except KafkaError as exc:
+        coordinator, denied = None, exc
+    out: list[tuple[Any, list[tuple[Any, T | None, ErrorCode, str | None]]]] = []
+    for topic in topics:
+        parts: list[tuple[Any, T | None, ErrorCode, str | None]] = []
+        for p in topic.partitions:
+            if coordinator is None:
+                assert denied is not None
+                parts.append((p, None, denied.code, denied.message or None))
+            else:
+                key = ShareKey(group_id, topic.topic_id, p.partition)
+                parts.append((p, *await _one(op(coordinator, key, p))))
+        out.append((topic, parts))
+    return out
+
+
 @handles(ApiKey.INITIALIZE_SHARE_GROUP_STATE, versions=(0, 0))
 async def initialize_share_group_state(
     ctx: RequestContext, request: InitializeShareGroupStateRequest
 ) -> InitializeShareGroupStateResponse:
     R = InitializeShareGroupStateResponse
-    results = []
-    try:
-        coordinator: ShareStateCoordinator | None = _coordinator(ctx)
-        denied: KafkaError | None = None
-    except KafkaError as exc:
-        coordinator, denied = None, exc
-    for topic in request.topics:
-        parts = []
-        for p in topic.partitions:
-            if coordinator is None:
-                assert denied is not None
-                code, msg = denied.code, denied.message or None
-            else:
-                key = ShareKey(request.group_id, topic.topic_id, p.partition)
-                c = coordinator
-                _r, code, msg = await _one(
-                    c.initialize(key, state_epoch=p.state_epoch, start_offset=p.start_offset)
-                )
-            parts.append(R.PartitionResult(partition=p.partition, error_code=int(code), error_message=msg))
-        results.append(R.InitializeStateResult(topic_id=topic.topic_id, partitions=parts))
-    return R(results=results)
+    done = await _each(ctx, request.group_id, request.topics,
+                       lambda c, key, p: c.initialize(key, state_epoch=p.state_epoch, start_offset=p.start_offset))
+    return R(results=[R.InitializeStateResult(topic_id=topic.topic_id, partitions=[
+        R.PartitionResult(partition=p.partition, error_code=int(code), error_message=msg) for p, _r, code, msg in parts
+    ]) for topic, parts in done])
 
 
 @handles(ApiKey.READ_SHARE_GROUP_STATE, versions=(0, 0))
 async def read_share_group_state(ctx: RequestContext, request: ReadShareGroupStateRequest) -> ReadShareGroupStateResponse:
     R = ReadShareGroupStateResponse
+    done = await _each(ctx, request.group_id, request.topics,
+                       lambda c, key, p: c.read(key, leader_epoch=p.leader_epoch))
     results = []
-    try:
-        coordinator: ShareStateCoordinator | None = _coordinator(ctx)
-        denied: KafkaError | None = None
-    except KafkaError as exc:
-        coordinator, denied = None, exc
-    for topic in request.topics:
-        parts = []
-        for p in topic.partitions:
-            res = R.PartitionResult(partition=p.partition, state_epoch=0, start_offset=-1, state_batches=[])
-            if coordinator is None:
-                assert denied is not None
-                code, msg, state = denied.code, denied.message or None, None
-            else:
-                key = ShareKey(request.group_id, topic.topic_id, p.partition)
-                c = coordinator
-                state, code, msg = await _one(c.read(key, leader_epoch=p.leader_epoch))
-            res.error_code, res.error_message = int(code), msg
+    for topic, parts in done:
+        out = []
+        for p, state, code, msg in parts:
+            res = R.PartitionResult(partition=p.partition, state_epoch=0, start_offset=-1, state_batches=[],
+                                    error_code=int(code), error_message=msg)
             if state is not None:
                 res.state_epoch, res.start_offset = state.state_epoch, state.start_offset
                 res.state_batches = [
@@ -126,8 +126,8 @@ async def read_share_group_state(ctx: RequestContext, request: ReadShareGroupSta
                                  delivery_count=b.delivery_count)
                     for b in state.batches
                 ]
-            parts.append(res)
-        results.append(R.ReadStateResult(topic_id=topic.topic_id, partitions=parts))
+            out.append(res)
+        results.append(R.ReadStateResult(topic_id=topic.topic_id, partitions=out))
     return R(results=results)
 
 
@@ -136,30 +136,16 @@ async def write_share_group_state(
     ctx: RequestContext, request: WriteShareGroupStateRequest
 ) -> WriteShareGroupStateResponse:
     R = WriteShareGroupStateResponse
-    results = []
-    try:
-        coordinator: ShareStateCoordinator | None = _coordinator(ctx)
-        denied: KafkaError | None = None
-    except KafkaError as exc:
-        coordinator, denied = None, exc
-    for topic in request.topics:
-        parts = []
-        for p in topic.partitions:
-            if coordinator is None:
-                assert denied is not None
-                code, msg = denied.code, denied.message or None
-            else:
-                key = ShareKey(request.group_id, topic.topic_id, p.partition)
-                batches = [StateBatch(b.first_offset, b.last_offset, b.delivery_count, b.delivery_state)
-                           for b in p.state_batches]
-                c = coordinator
-                _r, code, msg = await _one(c.write(
-                    key, leader_epoch=p.leader_epoch, state_epoch=p.state_epoch, start_offset=p.start_offset,
-                    batches=batches,
-                ))
-            parts.append(R.PartitionResult(partition=p.partition, error_code=int(code), error_message=msg))
-        results.append(R.WriteStateResult(topic_id=topic.topic_id, partitions=parts))
-    return R(results=results)
+
+    def write(c: ShareStateCoordinator, key: ShareKey, p: Any) -> Awaitable[Any]:
+        batches = [StateBatch(b.first_offset, b.last_offset, b.delivery_count, b.delivery_state) for b in p.state_batches]
+        return c.write(key, leader_epoch=p.leader_epoch, state_epoch=p.state_epoch, start_offset=p.start_offset,
+                       batches=batches)
+
+    done = await _each(ctx, request.group_id, request.topics, write)
+    return R(results=[R.WriteStateResult(topic_id=topic.topic_id, partitions=[
+        R.PartitionResult(partition=p.partition, error_code=int(code), error_message=msg) for p, _r, code, msg in parts
+    ]) for topic, parts in done])
 
 
 @handles(ApiKey.DELETE_SHARE_GROUP_STATE, versions=(0, 0))
@@ -167,25 +153,10 @@ async def delete_share_group_state(
     ctx: RequestContext, request: DeleteShareGroupStateRequest
 ) -> DeleteShareGroupStateResponse:
     R = DeleteShareGroupStateResponse
-    results = []
-    try:
-        coordinator: ShareStateCoordinator | None = _coordinator(ctx)
-        denied: KafkaError | None = None
-    except KafkaError as exc:
-        coordinator, denied = None, exc
-    for topic in request.topics:
-        parts = []
-        for p in topic.partitions:
-            if coordinator is None:
-                assert denied is not None
-                code, msg = denied.code, denied.message or None
-            else:
-                key = ShareKey(request.group_id, topic.topic_id, p.partition)
-                c = coordinator
-                _r, code, msg = await _one(c.delete(key))
-            parts.append(R.PartitionResult(partition=p.partition, error_code=int(code), error_message=msg))
-        results.append(R.DeleteStateResult(topic_id=topic.topic_id, partitions=parts))
-    return R(results=results)
+    done = await _each(ctx, request.group_id, request.topics, lambda c, key, _p: c.delete(key))
+    return R(results=[R.DeleteStateResult(topic_id=topic.topic_id, partitions=[
+        R.PartitionResult(partition=p.partition, error_code=int(code), error_message=msg) for p, _r, code, msg in parts
+    ]) for topic, parts in done])
 
 
 @handles(ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, versions=(0, 1))
@@ -193,29 +164,17 @@ async def read_share_group_state_summary(
     ctx: RequestContext, request: ReadShareGroupStateSummaryRequest
 ) -> ReadShareGroupStateSummaryResponse:
     R = ReadShareGroupStateSummaryResponse
+    done = await _each(ctx, request.group_id, request.topics, lambda c, key, _p: c.summary(key))
     results = []
-    try:
-        coordinator: ShareStateCoordinator | None = _coordinator(ctx)
-        denied: KafkaError | None = None
-    except KafkaError as exc:
-        coordinator, denied = None, exc
-    for topic in request.topics:
-        parts = []
-        for p in topic.partitions:
-            res = R.PartitionResult(partition=p.partition, state_epoch=0, leader_epoch=-1, start_offset=-1)
-            state: ShareState | None = None
-            if coordinator is None:
-                assert denied is not None
-                code, msg = denied.code, denied.message or None
-            else:
-                key = ShareKey(request.group_id, topic.topic_id, p.partition)
-                c = coordinator
-                state, code, msg = await _one(c.summary(key))
-            res.error_code, res.error_message = int(code), msg
+    for topic, parts in done:
+        out = []
+        for p, state, code, msg in parts:
+            res = R.PartitionResult(partition=p.partition, state_epoch=0, leader_epoch=-1, start_offset=-1,
+                                    error_code=int(code), error_message=msg)
             if state is not None:
                 res.state_epoch, res.leader_epoch, res.start_offset = (
                     state.state_epoch, state.leader_epoch, state.start_offset
                 )
-            parts.append(res)
-        results.append(R.ReadStateSummaryResult(topic_id=topic.topic_id, partitions=parts))
+            out.append(res)
+        results.append(R.ReadStateSummaryResult(topic_id=topic.topic_id, partitions=out))
     return R(results=results)
