@@ -9,6 +9,7 @@ acknowledgement batches, gaps) is tested on scripted brokers in test_share_consu
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -353,3 +354,72 @@ def test_over_sasl_with_acls_a_member_without_read_on_the_group_is_refused(tmp_p
             wait_for(refused, TIMEOUT, "GROUP_AUTHORIZATION_FAILED")
     finally:
         b.stop()
+
+
+def test_renew_keeps_a_record_past_its_lock_and_without_it_the_lock_ends(tmp_path: Any) -> None:
+    """A worker still busy with a record renews its lock (RENEW, ShareAcknowledge v2): nobody else
+    gets the record while the renewals keep coming, for longer than one lock, and it is accepted
+    once at the end; a record held without renewal goes to the other member when its lock ends."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    from odradek.client import AcknowledgeType, ShareConsumer
+
+    lock_s = 3.0
+    proc = BrokerProcess(tmp_path / "data", overrides={"group.share.min.record.lock.duration.ms": 1000})
+    proc.start()
+    try:
+        admin = AdminClient({"bootstrap.servers": proc.bootstrap})
+        admin.create_topics([ck.admin.NewTopic("renew", 1, 1)])["renew"].result(30)
+        entries = [ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET),
+                   ConfigEntry("share.record.lock.duration.ms", str(int(lock_s * 1000)),
+                               incremental_operation=AlterConfigOpType.SET)]
+        for fut in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, "renewers",
+                                                                   incremental_configs=entries)]).values():
+            fut.result(30)
+        p = ck.Producer({"bootstrap.servers": proc.bootstrap})
+        p.produce("renew", value=b"slow", partition=0)
+        assert p.flush(30) == 0
+        config = {"bootstrap.servers": proc.bootstrap, "group.id": "renewers", "share.acknowledgement.mode": "explicit"}
+        with ShareConsumer(config) as busy, ShareConsumer(config) as other:
+            busy.subscribe(["renew"])
+            other.subscribe(["renew"])
+            held: list[Any] = []
+            deadline = time.monotonic() + 30
+            while not held and time.monotonic() < deadline:
+                held = busy.poll(0.5)
+            assert [r.value for r in held] == [b"slow"]
+            record = held[0]
+            stolen: list[Any] = []
+            renewed_until = time.monotonic() + lock_s * 1.5
+            while time.monotonic() < renewed_until:
+                busy.acknowledge(record, AcknowledgeType.RENEW)
+                assert busy.commit_sync(10) == {("renew", 0): None}
+                end = time.monotonic() + lock_s / 3
+                while time.monotonic() < end:
+                    stolen += other.poll(0.2)
+            assert stolen == [], "the renewed record went to another member"
+            busy.acknowledge(record, AcknowledgeType.ACCEPT)
+            assert busy.commit_sync(10) == {("renew", 0): None}
+            # without renewal: held by `busy`, the record is the other's once the lock ends
+            p.produce("renew", value=b"held", partition=0)
+            assert p.flush(30) == 0
+            held = []
+            deadline = time.monotonic() + 30
+            while not held and time.monotonic() < deadline:
+                held = busy.poll(0.5)
+            assert [r.value for r in held] == [b"held"]
+            deadline = time.monotonic() + lock_s * 5
+            while not stolen and time.monotonic() < deadline:
+                stolen = other.poll(0.2)
+            assert [(r.value, r.delivery_count) for r in stolen] == [(b"held", 2)]
+            for r in stolen:
+                other.acknowledge(r, AcknowledgeType.ACCEPT)
+            other.commit_sync(10)
+    finally:
+        proc.stop()

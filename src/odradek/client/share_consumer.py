@@ -109,6 +109,9 @@ class AcknowledgeType(enum.IntEnum):
     RELEASE = 2
     #: unprocessable: never delivered again (archived)
     REJECT = 3
+    #: still working on it: the acquisition lock starts again (ShareAcknowledge v2, KIP-1222; the
+    #: record stays the member's and is acknowledged again later)
+    RENEW = 4
 
 
 class IllegalStateError(OdradekError, RuntimeError):
@@ -268,6 +271,8 @@ class AsyncShareConsumer:
         self._buffer: deque[ShareRecord] = deque()
         #: records delivered to the application and not acknowledged yet, by partition and offset
         self._delivered: dict[TopicPartition, dict[int, ShareRecord]] = {}
+        #: records the application renewed (RENEW): still its own, to be acknowledged later
+        self._renewed: dict[TopicPartition, set[int]] = {}
         #: acknowledgements to send, by partition: offset -> type
         self._acks: dict[TopicPartition, PendingAcks] = {}
         self._ids: dict[str, uuid.UUID] = {}
@@ -332,8 +337,9 @@ class AsyncShareConsumer:
 
     # -- acknowledgements ---------------------------------------------------------------------------
     def acknowledge(self, record: ShareRecord, type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
-        """Explicit mode: acknowledge a record a poll returned (ACCEPT, RELEASE or REJECT); it goes to
-        the broker with the next poll or commit.  A record acknowledged but not sent yet may be
+        """Explicit mode: acknowledge a record a poll returned (ACCEPT, RELEASE or REJECT, or RENEW to
+        keep it longer: its lock starts again and it is acknowledged again later); it goes to the
+        broker with the next poll or commit (a renewal in a ShareAcknowledge v2).  A record acknowledged but not sent yet may be
         acknowledged again (the last type counts).  IllegalStateError in implicit mode, or for a
         record not in flight."""
         self._check_open()
@@ -344,12 +350,21 @@ class AsyncShareConsumer:
             raise ValueError("a record is acknowledged as ACCEPT, RELEASE or REJECT")
         tp = (record.topic, record.partition)
         delivered = self._delivered.get(tp)
+        renewed = self._renewed.get(tp)
         if delivered is not None and record.offset in delivered:
             del delivered[record.offset]
             if not delivered:
                 del self._delivered[tp]
+        elif renewed is not None and record.offset in renewed:
+            pass
         elif tp not in self._acks or record.offset not in self._acks[tp].offsets:
             raise IllegalStateError(f"record {tp[0]}-{tp[1]} at offset {record.offset} is not in flight")
+        if kind is AcknowledgeType.RENEW:
+            self._renewed.setdefault(tp, set()).add(record.offset)
+        elif renewed is not None:
+            renewed.discard(record.offset)
+            if not renewed:
+                del self._renewed[tp]
         self._pending(tp).offsets[record.offset] = int(kind)
 
     def set_acknowledgement_commit_callback(self, callback: AcknowledgementCommitCallback | None) -> None:
@@ -479,6 +494,9 @@ class AsyncShareConsumer:
         """One ShareFetch to every leader there is something to ask or tell (in parallel); whether
         any was sent."""
         assigned = self.assignment()
+        if self._has_acks() and any(AcknowledgeType.RENEW in a.offsets.values() for a in self._acks.values()):
+            # a fetch carrying renewals fetches nothing (KIP-1222): they go by ShareAcknowledge
+            await self._commit(None)
         self._has_acks()
         leaders = await self._leaders(assigned | set(self._acks))
         wanted: dict[int, set[TopicPartition]] = {}
@@ -701,15 +719,20 @@ class AsyncShareConsumer:
                         for f, last, k in sent.batches()
                     ],
                 ))
+            renew = any(AcknowledgeType.RENEW in sent.offsets.values() for sent in acks.values())
             req = ShareAcknowledgeRequest(
                 group_id=self.group_id, member_id=self.member_id,
                 share_session_epoch=s.epoch if closing is None else _FINAL_EPOCH,
                 topics=[ShareAcknowledgeRequest.AcknowledgeTopic(topic_id=self._ids[t], partitions=ps)
                         for t, ps in by_topic.items()],
+                is_renew_ack=renew,
             )
             try:
                 conn = await self._cluster.connection(node)
-                v = conn.version_for(ShareAcknowledgeRequest, maximum=1)
+                v = conn.version_for(ShareAcknowledgeRequest, maximum=2)
+                if renew and v < 2:
+                    raise KafkaError(ErrorCode.UNSUPPORTED_VERSION,
+                                     f"broker {node} cannot renew acquisition locks (ShareAcknowledge v{v})")
                 resp: ShareAcknowledgeResponse = await conn.request(req, v)
             except KafkaError as exc:
                 self._fail_acks(results, acks, exc)
@@ -750,6 +773,7 @@ class AsyncShareConsumer:
         holds (fetched and not delivered, delivered and not acknowledged) is released by the broker."""
         if self.explicit:
             self._delivered.clear()
+            self._renewed.clear()
         else:
             self._accept_delivered()
         self._buffer.clear()
