@@ -91,9 +91,12 @@ def _ack_batches(batches: list[Any], valid: frozenset[int] = _VALID_TYPES
             return None, f"acknowledgement batch {first}-{last} overlaps the one before it"
         if not types or (len(types) != 1 and len(types) != last - first + 1):
             return None, f"acknowledgement batch {first}-{last} has {len(types)} types"
-        if any(t not in valid for t in types):
+        kinds = set(types)
+        if not kinds <= valid:
             return None, f"acknowledgement batch {first}-{last} has an unknown acknowledge type"
-        out.append((first, last, types))
+        # a type per offset, all the same (what clients send for a batch they accepted): one type,
+        # so that the range is applied at once rather than offset by offset
+        out.append((first, last, [types[0]] if len(kinds) == 1 else types))
         last_end = last
     return out, None
 
