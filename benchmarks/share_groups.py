@@ -10,10 +10,12 @@ rotating the order from repeat to repeat, each in a fresh child process:
   (``share.auto.offset.reset=earliest``, implicit acknowledgement: each poll accepts the records of
   the one before, a last ``commit_sync`` the rest) read the topic until every record was delivered;
 * ``classic``: 4 confluent-kafka ``Consumer`` threads of a new classic group (range assignor, one
-  partition each, ``enable.auto.commit=false``) read it the same way.
+  partition each, ``enable.auto.commit=false``; ``group.initial.rebalance.delay.ms`` at Kafka's 3 s,
+  so that the first generation has all four) read it the same way.
 
-The rate is records over the window from the first record in hand to the last (the joins fall
-before it for both; ``subscribe_to_last_s`` includes them); an unmeasured share run and classic run
+The rate is the records received in the window that opens once every one of the four workers has
+its first records (all joined and assigned, so no join or rebalance falls in it, for either kind)
+and closes with the last record, over its length (``subscribe_to_last_s`` includes the joins); an unmeasured share run and classic run
 on a small topic first create ``__share_group_state`` and ``__consumer_offsets``; ``ratio`` is share / classic of the medians (target >= 0.7).  The broker's CPU
 time over each window gives ``broker_cpu_us_per_record`` (for share: per acknowledged record, the
 acknowledgements included).
@@ -64,7 +66,7 @@ except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from benchmarks._proc import cpu_seconds
 
-FULL = {"records": 200_000, "repeats": 3, "redeliveries": 20}
+FULL = {"records": 1_000_000, "repeats": 3, "redeliveries": 20}
 QUICK = {"records": 40_000, "repeats": 2, "redeliveries": 8}
 PARTITIONS = 4
 CONSUMERS = 4
@@ -91,6 +93,9 @@ def _consume(kind: str, bootstrap: str, topic: str, n: int) -> dict[str, Any]:
         _set_group(bootstrap, group, **{"share.auto.offset.reset": "earliest"})
     lock = threading.Lock()
     state = {"count": 0, "first": 0.0, "last": 0.0}
+    #: (time, records) of every non-empty call, and each worker's first record's time
+    calls: list[tuple[float, int]] = []
+    firsts: list[float] = []
     done = threading.Event()
 
     def worker() -> None:
@@ -102,6 +107,7 @@ def _consume(kind: str, bootstrap: str, topic: str, n: int) -> dict[str, Any]:
                              "fetch.queue.backoff.ms": 10})
         c.subscribe([topic])
         deadline = time.monotonic() + CHILD_TIMEOUT - 60
+        seen_any = False
         try:
             while not done.is_set() and time.monotonic() < deadline:
                 if kind == "share":
@@ -116,6 +122,10 @@ def _consume(kind: str, bootstrap: str, topic: str, n: int) -> dict[str, Any]:
                 if got:
                     now = time.monotonic()
                     with lock:
+                        if not seen_any:
+                            firsts.append(now)
+                            seen_any = True
+                        calls.append((now, got))
                         if not state["count"]:
                             state["first"] = now
                         state["count"] += got
@@ -133,9 +143,14 @@ def _consume(kind: str, bootstrap: str, topic: str, n: int) -> dict[str, Any]:
         t.start()
     for t in threads:
         t.join()
-    window = state["last"] - state["first"]
-    return {"records": state["count"], "window_s": window, "rate": state["count"] / window if window > 0 else 0.0,
-            "subscribe_to_last_s": state["last"] - started}
+    # the window opens once every worker has its first records (all joined and assigned: no
+    # rebalance in it) and closes with the last record
+    opened = max(firsts) if len(firsts) == CONSUMERS else state["first"]
+    in_window = sum(n for t, n in calls if t > opened)
+    window = state["last"] - opened
+    return {"records": state["count"], "window_records": in_window, "window_s": window,
+            "rate": in_window / window if window > 0 else 0.0,
+            "subscribe_to_last_s": state["last"] - started, "workers_with_records": len(firsts)}
 
 
 def _redelivery(bootstrap: str, topic: str, samples: int) -> dict[str, Any]:
@@ -244,7 +259,7 @@ def main() -> None:
     n = plan["records"]
     with tempfile.TemporaryDirectory() as tmp:
         broker = BrokerProcess(Path(tmp) / "data", overrides={
-            "group.initial.rebalance.delay.ms": 0, "group.share.min.record.lock.duration.ms": LOCK_MS,
+            "group.initial.rebalance.delay.ms": 3000, "group.share.min.record.lock.duration.ms": LOCK_MS,
         })
         broker.start()
         try:
