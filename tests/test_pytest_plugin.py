@@ -20,7 +20,7 @@ offline, as closely as that allows:
   ``.dist-info`` symlinked into one directory that the new venv sees through a ``.pth`` file.
   Nothing else is visible: no hypothesis, kafka-python, kazoo, no ``tests/`` or ``conftest.py``.
 
-The project has two test files: the README's example, as written there, and one that asserts
+The project has two test files: the example of docs/testing.md, as written there, and one that asserts
 that ``odradek`` was imported from the new venv and uses the helpers.  Building the wheel
 compiles the optional C extension; the whole test takes about 20-40 s.
 
@@ -113,9 +113,9 @@ def _closure(roots: list[str]) -> list[str]:
 
 
 def readme_example() -> str:
-    """The README's "Testing your app against Odradek" example, as written there."""
-    text = (REPO / "README.md").read_text()
-    after = text.split("<!-- test_readme_example", 1)[1]
+    """The first example of the "Testing your app" page (docs/testing.md), as written there."""
+    text = (REPO / "docs" / "testing.md").read_text()
+    after = text.split("<!-- runs in tests/test_pytest_plugin.py", 1)[1]
     return after.split("```python\n", 1)[1].split("```", 1)[0]
 
 

@@ -388,8 +388,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     # (odradek configs --entity-type client-metrics)
     ("telemetry.max.bytes", "int", 1048576),
     # The schema registry (odradek.registry): Confluent's Schema Registry REST API on an HTTP
-    # listener of its own, schemas kept in the compacted _schemas topic (see README, Schema
-    # registry).  schema.registry.listeners: http://HOST:PORT or https://HOST:PORT (the
+    # listener of its own, schemas kept in the compacted _schemas topic (see
+    # docs/schema-registry.md).  schema.registry.listeners: http://HOST:PORT or https://HOST:PORT (the
     # schema.registry.ssl.* keystore); unset: on at http://127.0.0.1:8081 in the embedded
     # (single-node) mode (a free port when 8081 is taken), off in a cluster; empty: off.
     ("schema.registry.listeners", "list", None),

@@ -1,4 +1,4 @@
-"""The README's secured server.properties is read by the broker's configuration as written."""
+"""The security page's (docs/security.md) secured server.properties is read by the broker's configuration as written."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from odradek.config import BrokerConfig, read_properties
 
 
 def test_the_readme_server_properties_parse(tmp_path: Path) -> None:
-    readme = Path(__file__).resolve().parents[2].joinpath("README.md").read_text()
-    section = readme[readme.index("## Securing a broker") :]
+    section = Path(__file__).resolve().parents[2].joinpath("docs", "security.md").read_text()
     block = re.search(r"```properties\n(.*?)```", section, re.S)
     assert block is not None
     path = tmp_path / "server.properties"

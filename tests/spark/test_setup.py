@@ -171,11 +171,10 @@ def test_a_worker_interpreter_without_odradek_gets_a_clear_error(broker: BrokerP
 
 
 def _readme_spark_section() -> tuple[str, str]:
-    """The README's Spark section: its text before the offline-read subsection, and that one."""
-    text = (REPO / "README.md").read_text()  # the checkout's README is a copy of it
-    section = text.split("\n## Spark\n", 1)[1].split("\n## ", 1)[0]
-    network, _, offline = section.partition("\n### Reading segment files offline\n")
-    return network, offline.split("\n### ", 1)[0]  # the subsections after it (typed columns) aside
+    """The Spark page (docs/spark.md): its text before the offline-read section, and that one."""
+    text = (REPO / "docs" / "spark.md").read_text()
+    network, _, offline = text.partition("\n## Reading segment files offline\n")
+    return network, offline.split("\n## ", 1)[0]  # the sections after it (typed columns) aside
 
 
 def _blocks(text: str, lang: str) -> list[str]:
@@ -184,12 +183,12 @@ def _blocks(text: str, lang: str) -> list[str]:
 
 def _readme_spark_blocks() -> list[str]:
     blocks = _blocks(_readme_spark_section()[0], "python")
-    assert len(blocks) == 2, "the README's Spark section has a batch and a streaming example"
+    assert len(blocks) == 2, "the Spark page has a batch and a streaming example"
     return blocks
 
 
 def test_the_readme_spark_examples_run_as_written(fresh_venv: Path, broker: BrokerProcess, tmp_path: Path) -> None:
-    """The README's two Spark examples, in the fresh venv activated, against a broker holding the
+    """The Spark page's two examples, in the fresh venv activated, against a broker holding the
     quickstart's greetings (only the broker address and the checkpoint directory substituted)."""
     batch, stream = _readme_spark_blocks()
     # one partition, as the quickstart's single broker makes it (this broker's default is two)

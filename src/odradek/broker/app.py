@@ -895,7 +895,7 @@ def _warn_plaintext_beyond_loopback(listeners: list[Listener]) -> None:
         if not loopback:
             log.warning(
                 "listener %s accepts anyone who reaches %s:%d in clear text without authentication; add an "
-                "SSL or SASL_SSL listener (see README, Securing a broker) before exposing it to a network",
+                "SSL or SASL_SSL listener (see docs/security.md) before exposing it to a network",
                 lst.name, lst.host, lst.port,
             )
 

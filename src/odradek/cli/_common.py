@@ -2,7 +2,7 @@
 command that was given, ``--output json|table``, the one "broker unreachable" check and message,
 and the check for an optional extra a command needs.
 
-Exit codes (documented in the README's CLI section): 0 success, 1 the command failed (an error
+Exit codes (documented in docs/getting-started.md, The CLI in scripts): 0 success, 1 the command failed (an error
 from the cluster, a broker that cannot be reached, a missing extra), 2 a usage error (argparse),
 130 interrupted (Ctrl-C / SIGINT).
 """
@@ -215,7 +215,7 @@ def add_output_option(parser: argparse.ArgumentParser) -> None:
         "--output",
         choices=("table", "json"),
         default="table",
-        help="table (default): for people; json: for scripts (the keys are documented in the README)",
+        help="table (default): for people; json: for scripts (the keys are documented in docs/getting-started.md)",
     )
 
 
