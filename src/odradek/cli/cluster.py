@@ -5,6 +5,7 @@
     odradek cluster up --brokers 3            # ZooKeeper on 2181, brokers 1..3 on 9092..9094
     odradek cluster status                    # brokers, controller, leader/replicas/ISR per partition
     odradek cluster restart-broker 2          # controlled shutdown of broker 2, then start it again
+    odradek cluster rolling-restart           # each broker in turn, waiting for full ISRs in between
     odradek cluster stop-broker 2 / start-broker 2 / kill-broker 2 (SIGKILL: a crash)
     odradek cluster down                      # controlled shutdown of each broker, then ZooKeeper
 
@@ -142,6 +143,21 @@ def add_parser(sub: Any) -> None:
     el.add_argument("--topic", help="only this topic (default: every partition)")
     el.add_argument("--partition", type=int, action="append", help="only these partitions of --topic")
 
+    rr = command("rolling-restart", "restart every broker, one at a time, waiting for full ISRs between them")
+    rr.add_argument("--timeout", type=float, default=60.0,
+                    help="seconds to wait for a broker to stop (then SIGKILL) or to be ready (default 60)")
+    rr.add_argument("--isr-timeout", type=float, default=300.0,
+                    help="seconds to wait for every partition's ISR to be full again (default 300)")
+    rr.add_argument("--no-elect-leaders", action="store_true",
+                    help="skip the preferred-leader election at the end")
+    rr.add_argument("--output", choices=("table", "json"), default="table",
+                    help="json: a summary on stdout (per broker: stop, start and catch-up seconds)")
+
+    wh = command("wait-healthy", "wait until every partition's ISR is full and none is offline (exit 1 on timeout)")
+    wh.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]", help="ask this ZooKeeper (default: the cluster's)")
+    wh.add_argument("--timeout", type=float, default=300.0, help="seconds to wait (default 300)")
+    wh.add_argument("--brokers", help="comma-separated broker ids that must be registered too")
+
     down = command("down", "stop every running broker (controlled shutdown, SIGTERM) and then ZooKeeper")
     down.add_argument(
         "--timeout", type=float, default=60.0, help="seconds to wait for each broker before SIGKILL (default 60)"
@@ -183,6 +199,26 @@ def run(args: argparse.Namespace) -> int:
         return cluster_status(cluster_dir, zookeeper=args.zookeeper, as_json=as_json, timeout=args.timeout)
     if args.cluster_command == "down":
         return cluster_down(cluster_dir, timeout=args.timeout)
+    if args.cluster_command in ("rolling-restart", "wait-healthy"):
+        from . import _rolling
+
+        if args.cluster_command == "rolling-restart":
+            return _rolling.rolling_restart(
+                cluster_dir, timeout=args.timeout, isr_timeout=args.isr_timeout, elect=not args.no_elect_leaders,
+                as_json=args.output == "json",
+            )
+        zookeeper = args.zookeeper
+        if zookeeper is None:
+            state = _require_state(cluster_dir)
+            if state is None:
+                return 1
+            zookeeper = str(state.get("zookeeper", {}).get("connect", ""))
+        try:
+            brokers = {int(x) for x in args.brokers.split(",")} if args.brokers else None
+        except ValueError:
+            _err(f"--brokers: not a list of broker ids: {args.brokers}")
+            return 2
+        return _rolling.wait_healthy_command(zookeeper, timeout=args.timeout, brokers=brokers)
     if args.cluster_command == "elect-leaders":
         return elect_leaders(cluster_dir, args.bootstrap_server, args.election_type, args.topic, args.partition)
     if args.cluster_command == "stop-broker":
