@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from odradek import __version__
 from odradek._http import MAX_HEADERS, BadHttpRequest, HttpRequest, parse_request_head
 from odradek._timeouts import wait_for
 from odradek.cluster.group import GroupState
@@ -115,6 +116,7 @@ class BrokerState:
 
     #: (topic, partition, size in bytes or None when closed, segments or None, log start, log end)
     logs: list[tuple[str, int, int | None, int | None, int, int]] = field(default_factory=list)
+    broker_id: int = -1
     hw: dict[tuple[str, int], int] = field(default_factory=dict)
     partitions: int = 0
     leaders: int = 0
@@ -145,6 +147,7 @@ def take_state(services: Services, connections: Callable[[], Iterable[Any]], lis
     svc = services
     st = BrokerState()
     broker_id = svc.broker_id
+    st.broker_id = broker_id
     failures = svc.replicas.log_dirs
     partitions = list(svc.replicas.partitions.values())
     st.partitions = len(partitions)
@@ -243,6 +246,8 @@ def state_families(st: BrokerState) -> Iterator[Metric]:
     yield gauge(kc + "globaltopiccount", "Topics in the cluster (reported by the active controller)",
                 [({}, st.global_topics)])
     yield gauge(kc + "activebrokercount", "Live brokers (reported by the active controller)", [({}, st.live_brokers)])
+    yield gauge("kafka_server_app_info", "1, labelled with this broker's id and version (Kafka's app-info MBean)",
+                [({"id": str(st.broker_id), "version": __version__}, 1)])
     yield gauge("kafka_server_kafkaserver_brokerstate", "The broker's state (3: running, 6: shutting down)",
                 [({}, 6 if st.stopping else 3)])
 

@@ -41,6 +41,11 @@ def add_parser(sub: Any) -> None:
         "--schema-registry-url", metavar="URL", default=None,
         help="the schema registry the Schemas page reads (default $SCHEMA_REGISTRY_URL, else http://127.0.0.1:8081)",
     )
+    p.add_argument(
+        "--metrics-url", metavar="URL", action="append", default=None,
+        help="a broker's /metrics, for the Brokers page's rates (repeat for each broker; default "
+        "http://127.0.0.1:9404/metrics, a single-node broker's; 'none': no scraping)",
+    )
     p.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
 
 
@@ -55,6 +60,7 @@ async def _serve(args: argparse.Namespace, config: dict[str, Any]) -> int:
         timeout=args.timeout,
         sample_interval=args.sample_interval,
         schema_registry_url=args.schema_registry_url or os.environ.get("SCHEMA_REGISTRY_URL") or "http://127.0.0.1:8081",
+        metrics_urls=[u for u in (args.metrics_url or ["http://127.0.0.1:9404/metrics"]) if u != "none"],
     )
     try:
         await server.start()

@@ -46,6 +46,7 @@ class ConsoleServer:
         timeout: float = 15.0,
         sample_interval: float = 5.0,
         schema_registry_url: str = "http://127.0.0.1:8081",
+        metrics_urls: list[str] | None = None,
     ) -> None:
         self.app = ConsoleApp(
             client_config,
@@ -54,6 +55,7 @@ class ConsoleServer:
             sample_interval=sample_interval,
             loopback_only=host in ("127.0.0.1", "localhost", "::1"),
             schema_registry_url=schema_registry_url,
+            metrics_urls=metrics_urls,
         )
         self.http = HttpServer(self.app, host, port)
 

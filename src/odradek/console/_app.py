@@ -1,7 +1,7 @@
 """The console's application: the routes from a path to a page, and the guards around them
 (loopback-only Host names, POST only with this console's CSRF token from a same-origin page,
 read-only mode), the error pages and the static files.  The pages are in ``_overview``,
-``_topics``, ``_browser``, ``_groups`` and ``_schemas``; what they ask the cluster in ``_data``."""
+``_topics``, ``_browser``, ``_groups``, ``_share_groups``, ``_schemas`` and ``_security``; what they ask the cluster in ``_data``."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from odradek import __version__
+from odradek.console._brokers import BrokerPages
 from odradek.console._browser import MessageBrowser
 from odradek.console._data import ClusterData
 from odradek.console._groups import GroupPages
@@ -23,6 +24,7 @@ from odradek.console._http import HttpError, Request, Response
 from odradek.console._overview import OverviewPages
 from odradek.console._pages import Pages
 from odradek.console._schemas import RegistryReader, SchemaPages
+from odradek.console._security import SecurityPages
 from odradek.console._share_groups import SharePages
 from odradek.console._topics import TopicPages
 from odradek.errors import ErrorCode, KafkaError, OdradekError
@@ -60,6 +62,7 @@ class ConsoleApp:
         sample_interval: float = 5.0,
         loopback_only: bool = False,
         schema_registry_url: str = "http://127.0.0.1:8081",
+        metrics_urls: list[str] | None = None,
     ) -> None:
         cfg = dict(client_config)
         #: served on a loopback address: only loopback names in the Host header (no DNS rebinding)
@@ -68,7 +71,7 @@ class ConsoleApp:
         self.bootstrap = str(cfg["bootstrap.servers"])
         self.read_only = read_only
         self.timeout = timeout
-        self.data = ClusterData(cfg, timeout=timeout, sample_interval=sample_interval)
+        self.data = ClusterData(cfg, timeout=timeout, sample_interval=sample_interval, metrics_urls=metrics_urls)
         self.csrf_token = secrets.token_urlsafe(32)
         self.page = Page(bootstrap=self.bootstrap, read_only=read_only, version=__version__)
 
@@ -76,7 +79,7 @@ class ConsoleApp:
             return cls(self.data, self.page, read_only=read_only, csrf_token=self.csrf_token, bootstrap=self.bootstrap)
 
         overview, topics, browser, groups = pages(OverviewPages), pages(TopicPages), pages(MessageBrowser), pages(GroupPages)
-        shares = pages(SharePages)
+        shares, security, brokers = pages(SharePages), pages(SecurityPages), pages(BrokerPages)
         schemas = SchemaPages(self.data, self.page, read_only=read_only, csrf_token=self.csrf_token,
                               bootstrap=self.bootstrap, registry=RegistryReader(schema_registry_url, timeout))
         self._routes: list[tuple[str, re.Pattern[str], Callable[..., Awaitable[Response]]]] = [
@@ -96,6 +99,13 @@ class ConsoleApp:
             ("GET", re.compile(r"/share-groups/([^/]+)"), shares.share_group),
             ("GET", re.compile(r"/schemas"), schemas.schemas),
             ("GET", re.compile(r"/schemas/([^/]+)"), schemas.subject),
+            ("GET", re.compile(r"/brokers"), brokers.brokers),
+            ("GET", re.compile(r"/acls"), security.acls),
+            ("POST", re.compile(r"/acls/delete"), security.delete_acl),
+            ("GET", re.compile(r"/users"), security.users),
+            ("POST", re.compile(r"/users/delete"), security.delete_credential),
+            ("GET", re.compile(r"/quotas"), security.quotas),
+            ("POST", re.compile(r"/quotas/delete"), security.delete_quota),
             ("GET", re.compile(r"/throughput"), overview.throughput),
             ("GET", re.compile(r"/api/throughput"), overview.api_throughput),
             ("GET", re.compile(r"/api/overview"), overview.api_overview),
@@ -105,6 +115,7 @@ class ConsoleApp:
 
     async def start(self) -> None:
         self.data.sampler.start()
+        self.data.scraper.start()
 
     async def close(self) -> None:
         await self.data.close()

@@ -18,6 +18,7 @@ from odradek.client import (
     NewTopic,
 )
 from odradek.client.admin import (
+    ClientQuotaEntity,
     ConfigEntry,
     GroupDescription,
     ListOffsetsResultInfo,
@@ -25,8 +26,10 @@ from odradek.client.admin import (
     TopicDescription,
 )
 from odradek.console._render import matches
+from odradek.console._scrape import MetricsScraper
 from odradek.console._throughput import ThroughputSampler
 from odradek.errors import ErrorCode, KafkaError
+from odradek.security.acl import AclBinding, AclBindingFilter
 
 __all__ = ["FETCH_BYTES", "MAX_FETCHES", "MAX_SCANNED", "Browsed", "ClusterData", "ResetPlan", "Start"]
 
@@ -70,7 +73,10 @@ class ClusterData:
     """The console's one :class:`AsyncAdmin` and one :class:`AsyncSimpleConsumer`, and the
     sampler of throughput built on the Admin; every call bounded by ``timeout`` seconds."""
 
-    def __init__(self, client_config: Mapping[str, Any], *, timeout: float, sample_interval: float) -> None:
+    def __init__(
+        self, client_config: Mapping[str, Any], *, timeout: float, sample_interval: float,
+        metrics_urls: list[str] | None = None,
+    ) -> None:
         self.timeout = timeout
         ms = int(timeout * 1000)
         self.admin = AsyncAdmin({**client_config, "default.api.timeout.ms": ms, "request.timeout.ms": ms})
@@ -78,6 +84,8 @@ class ClusterData:
             {**client_config, "request.timeout.ms": ms, "fetch.max.wait.ms": 100, "max.partition.fetch.bytes": FETCH_BYTES}
         )
         self.sampler = ThroughputSampler(self.admin, interval=sample_interval, timeout=timeout)
+        #: the brokers' /metrics, for the brokers page
+        self.scraper = MetricsScraper(list(metrics_urls or []), interval=sample_interval, timeout=timeout)
 
     # -- topics ----------------------------------------------------------------------------------
     async def offsets(self, specs: dict[TopicPartition, Any]) -> dict[TopicPartition, ListOffsetsResultInfo]:
@@ -289,10 +297,34 @@ class ClusterData:
     async def reset(self, group_id: str, target: dict[TopicPartition, int]) -> None:
         await self.admin.alter_group_offsets(group_id, target, timeout=self.timeout)
 
+    # -- security ------------------------------------------------------------------------------
+    async def acls(self) -> list[AclBinding]:
+        return await self.admin.describe_acls(timeout=self.timeout)
+
+    async def delete_acl(self, binding: AclBinding) -> None:
+        b = binding
+        await self.admin.delete_acls(
+            [AclBindingFilter(b.resource_type, b.name, b.pattern_type, b.principal, b.host, b.operation, b.permission)],
+            timeout=self.timeout,
+        )
+
+    async def scram_users(self) -> dict[str, dict[str, int]]:
+        return await self.admin.describe_user_scram_credentials(timeout=self.timeout)
+
+    async def delete_scram_credential(self, user: str, mechanism: str) -> None:
+        await self.admin.alter_user_scram_credentials(delete=[(user, mechanism)], timeout=self.timeout)
+
+    async def client_quotas(self) -> dict[ClientQuotaEntity, dict[str, float]]:
+        return await self.admin.describe_client_quotas(timeout=self.timeout)
+
+    async def remove_client_quota(self, entity: ClientQuotaEntity, key: str) -> None:
+        await self.admin.alter_client_quotas([(entity, {key: None})], timeout=self.timeout)
+
     # -- lifecycle -------------------------------------------------------------------------------
     async def close(self) -> None:
         """The sampler, the consumer and the Admin closed (each attempted)."""
         await self.sampler.close()
+        await self.scraper.close()
         for closer in (self.consumer.close, self.admin.close):
             try:
                 await closer()

@@ -74,8 +74,8 @@ class Page:
     """The frame around a page's content: navigation, notices, the read-only badge."""
 
     NAV = (
-        ("/", "Overview"), ("/topics", "Topics"), ("/groups", "Consumer groups"), ("/share-groups", "Share groups"),
-        ("/schemas", "Schemas"),
+        ("/", "Overview"), ("/brokers", "Brokers"), ("/topics", "Topics"), ("/groups", "Consumer groups"), ("/share-groups", "Share groups"),
+        ("/schemas", "Schemas"), ("/acls", "ACLs"), ("/users", "Users"), ("/quotas", "Quotas"),
         ("/throughput", "Throughput"),
     )
 
