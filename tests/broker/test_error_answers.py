@@ -50,6 +50,7 @@ ANSWERED: dict[int, Callable[[int], int]] = {
     ApiKey.DESCRIBE_CONFIGS: lambda v: 2,  # resources
     ApiKey.ALTER_CONFIGS: lambda v: 2,
     ApiKey.DESCRIBE_LOG_DIRS: lambda v: 0,  # v0-2 cannot say: Kafka answers no log dirs either
+    ApiKey.ALTER_REPLICA_LOG_DIRS: lambda v: 8,  # dir x topic x partition
     ApiKey.CREATE_PARTITIONS: lambda v: 2,
     ApiKey.DELETE_GROUPS: lambda v: 2,
     ApiKey.ELECT_LEADERS: lambda v: 4,  # v0: topic x partition

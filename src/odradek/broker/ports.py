@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from odradek._clock import Clock
 from odradek._scheduler import Scheduler
 from odradek.broker.authorizer import Authorizer
+from odradek.broker.logdir_moves import ReplicaDirMoves
 from odradek.broker.logdirs import LogDirFailureChannel
 from odradek.broker.offload import OffLoop
 from odradek.broker.quotas import QuotaManager, ReplicationQuota
@@ -210,6 +211,8 @@ class HostedReplicas(Protocol):
     """The partitions hosted here (DeleteRecords, DescribeLogDirs, WriteTxnMarkers)."""
 
     log_dirs: LogDirFailureChannel
+    #: moves between this broker's log dirs (AlterReplicaLogDirs)
+    dir_moves: ReplicaDirMoves
 
     def get(self, topic: str, partition: int) -> Partition | None: ...
 

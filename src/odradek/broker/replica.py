@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from odradek.broker.logdir_moves import ReplicaDirMoves
 from odradek.broker.logdirs import LogDirFailureChannel, is_io_error
 from odradek.cluster import isr
 from odradek.cluster.metadata import PartitionState
@@ -183,6 +184,8 @@ class ReplicaManager:
         self.log_dirs = log_dirs if log_dirs is not None else LogDirFailureChannel(logs.dirs)
         #: the broker's metric counters (set by the broker; None: off)
         self.metrics: BrokerMetrics | None = None
+        #: moves of replicas between this broker's log dirs (AlterReplicaLogDirs)
+        self.dir_moves = ReplicaDirMoves(self)
 
     # -- partition lifecycle -------------------------------------------------------------------
     def become_leader(self, state: PartitionState, topic_id: object = None) -> Partition:
@@ -206,7 +209,10 @@ class ReplicaManager:
         cfg = self.topic_config(state.topic)
         if p is None:
             try:
-                lg = self.logs.get_or_create(state.topic, state.partition, cfg, topic_id=topic_id)  # type: ignore[arg-type]
+                lg = self.logs.get_or_create(
+                    state.topic, state.partition, cfg, topic_id=topic_id,  # type: ignore[arg-type]
+                    log_dir=self.dir_moves.preferred.pop(key, None),
+                )
             except (OSError, StorageError) as exc:
                 if not is_io_error(exc):
                     raise

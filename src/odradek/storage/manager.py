@@ -60,6 +60,10 @@ __all__ = [
 _log = logging.getLogger("odradek.storage.manager")
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+#: a future replica's staging directory in its target log dir (``<id>-future/<topic>-<partition>``,
+#: a move between log dirs, Kafka's future log) and an old one's name once replaced
+FUTURE_SUFFIX = "-future"
+DELETE_SUFFIX = "-delete"
 LOCK_FILE = ".lock"
 META_PROPERTIES = "meta.properties"
 PARTITION_METADATA = "partition.metadata"
@@ -218,6 +222,17 @@ class LogManager:
             for child in sorted(d.iterdir()):
                 if not child.is_dir():
                     continue
+                if child.name.endswith(FUTURE_SUFFIX):
+                    # a move between log dirs that did not finish: the partition's data is in
+                    # its current dir; the copy is dropped (the move can be asked for again)
+                    _log.warning("%s: an unfinished move between log dirs; its copy is removed", child)
+                    _remove_tree(child)
+                    continue
+                if child.name.endswith(DELETE_SUFFIX):
+                    # a log replaced by a move between log dirs, its removal cut short by a stop
+                    _log.info("%s: a log replaced by a move between log dirs; removed", child)
+                    _remove_tree(child)
+                    continue
                 parsed = parse_partition_dir(child.name)
                 if parsed is None or child.name.endswith((".delete", "-delete")):
                     continue
@@ -304,8 +319,11 @@ class LogManager:
         partition: int,
         config: Mapping[str, Any] | LogConfig | None = None,
         topic_id: uuid.UUID | None = None,
+        log_dir: Path | None = None,
     ) -> Log:
-        """The partition's log, created (in the log dir with the fewest partitions) if new."""
+        """The partition's log, created if new: in ``log_dir`` when it is one of the manager's
+        (AlterReplicaLogDirs asked for it before the partition came), else in the log dir with the
+        fewest partitions."""
         key = (topic, partition)
         log = self._logs.get(key)
         cfg = self._config(config)
@@ -313,7 +331,7 @@ class LogManager:
             if config is not None:
                 log.update_config(cfg)
             return log
-        [target] = self.place([key])
+        [target] = [log_dir] if log_dir is not None and log_dir in self.dirs else self.place([key])
         log = self.create_unregistered(topic, partition, cfg, topic_id, target)
         self.register(log, target)
         return log
@@ -393,6 +411,80 @@ class LogManager:
             topic, partition, log.directory, segments, size, end - 1,
         )
         return True
+
+    # -- moves between log dirs (AlterReplicaLogDirs) --------------------------------------
+    def dir_of(self, topic: str, partition: int) -> Path | None:
+        """The log dir holding the partition's log (None: no log)."""
+        return self._log_dir.get((topic, partition))
+
+    def create_future(self, current: Log, target: Path) -> Log:
+        """A future replica of ``current`` in log dir ``target``: an empty log, not registered, in a
+        staging directory of ``target``, starting at ``current``'s log start offset (with its
+        topic id); filled by the caller and put in place by :meth:`replace_with_future`."""
+        if target not in self.dirs:
+            raise StorageError(f"{target} is not one of this broker's log dirs")
+        staging = target / f"{uuid.uuid4().hex}{FUTURE_SUFFIX}"
+        future = Log(
+            staging / current.directory.name, current.config, clean_shutdown=True, clock=self.clock,
+            files=self.files, flush_inline=self.flush_inline,
+        )
+        try:
+            topic_id = self.topic_id(current)
+            if topic_id is not None:
+                self.set_topic_id(future, topic_id)
+            future.truncate_fully_and_start_at(current.log_start_offset)
+            self.files.sync_dir(target)
+        except BaseException:
+            future.delete()
+            _remove_tree(staging)
+            raise
+        return future
+
+    def drop_future(self, future: Log) -> None:
+        """Close and remove a future replica that will not be used."""
+        future.delete()
+        _remove_tree(future.directory.parent)
+
+    def replace_with_future(self, future: Log) -> tuple[Log, Log, Path]:
+        """Put a caught-up future replica in place of the partition's current log: the current
+        log flushed, its directory renamed ``<name>.<id>-delete``, the future's moved to
+        ``<target>/<topic>-<partition>`` and opened there (high watermark and log start offset
+        carried over).  Returns ``(new log, old log, old directory)``: the old log's files stay
+        open (reads in flight keep working) until the caller closes it with ``abandon()`` and
+        removes the old directory.  The caller makes sure nothing appends to either log meanwhile
+        (the broker calls this on its event loop, where appends run)."""
+        key = (future.topic, future.partition)
+        current = self._logs[key]
+        if future.log_end_offset != current.log_end_offset:
+            raise StorageError(
+                f"{future.topic}-{future.partition}: the future replica ends at {future.log_end_offset}, "
+                f"the current log at {current.log_end_offset}"
+            )
+        staging = future.directory.parent
+        target = staging.parent
+        name = current.directory.name
+        hw, start = current.high_watermark, current.log_start_offset
+        with current._lock:  # no retention or compaction pass of the old log in between
+            current.flush()
+            future.take_producer_snapshot()
+            future.close()
+            old = current.directory.with_name(f"{name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
+            os.rename(current.directory, old)
+            os.rename(future.directory, target / name)
+            staging.rmdir()
+            self.files.sync_dir(old.parent)
+            self.files.sync_dir(target)
+            new = Log(
+                target / name, current.config, recovery_point=future.log_end_offset, log_start_offset=start,
+                clean_shutdown=True, clock=self.clock, files=self.files, flush_inline=self.flush_inline,
+                cleaned_to=self.cleaner_offsets.get(key, 0),
+            )
+            new.advance_high_watermark(min(hw, new.log_end_offset))
+            self._logs[key] = new
+            self._log_dir[key] = target
+        _log.info("%s-%d moved from log dir %s to %s (offsets %d to %d)", *key, old.parent, target,
+                  start, new.log_end_offset)
+        return new, current, old
 
     # -- identity ------------------------------------------------------------------------
     @staticmethod
@@ -474,3 +566,10 @@ class LogManager:
                 log.close()
         finally:
             self._unlock()
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove a directory and what is in it (a future replica's staging dir, an old log's dir)."""
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,7 +1,7 @@
 """Topic administration and cluster information.
 
 CreateTopics (19) v0-7, DeleteTopics (20) v0-6, CreatePartitions (37) v0-3, DeleteRecords (21)
-v0-2, DescribeCluster (60) v0-1, DescribeLogDirs (35) v0-4, OffsetForLeaderEpoch (23) v0-4 and
+v0-2, DescribeCluster (60) v0-1, DescribeLogDirs (35) v0-4, AlterReplicaLogDirs (34) v1-2, OffsetForLeaderEpoch (23) v0-4 and
 InitProducerId (22) v0-4.  Topic changes go through the metadata backend; the broker applies the
 new image to its partitions when the backend publishes it.
 """
@@ -19,6 +19,10 @@ from odradek.broker.ports import Partition
 from odradek.broker.topics import is_internal
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import ApiKey
+from odradek.protocol.messages.alter_replica_log_dirs import (
+    AlterReplicaLogDirsRequest,
+    AlterReplicaLogDirsResponse,
+)
 from odradek.protocol.messages.create_partitions import CreatePartitionsRequest, CreatePartitionsResponse
 from odradek.protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
 from odradek.protocol.messages.delete_records import DeleteRecordsRequest, DeleteRecordsResponse
@@ -318,6 +322,14 @@ async def describe_log_dirs(ctx: RequestContext, request: DescribeLogDirsRequest
             by_topic.setdefault(lg.topic, []).append(
                 R.DescribeLogDirsPartition(partition_index=lg.partition, partition_size=lg.size_bytes, offset_lag=lag)
             )
+        # moves in progress to this dir: the future replica, its lag the offsets still to copy
+        for target, future, behind in port.replicas.dir_moves.future_logs():
+            if target != d or (wanted is not None and (future.topic, future.partition) not in wanted):
+                continue
+            by_topic.setdefault(future.topic, []).append(R.DescribeLogDirsPartition(
+                partition_index=future.partition, partition_size=future.size_bytes, offset_lag=behind,
+                is_future_key=True,
+            ))
         try:
             st = os.statvfs(d)
             total, usable = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
@@ -333,6 +345,32 @@ async def describe_log_dirs(ctx: RequestContext, request: DescribeLogDirsRequest
             )
         )
     return R(throttle_time_ms=0, error_code=0, results=results)
+
+
+@handles(ApiKey.ALTER_REPLICA_LOG_DIRS, versions=(1, 2))
+async def alter_replica_log_dirs(ctx: RequestContext, request: AlterReplicaLogDirsRequest) -> AlterReplicaLogDirsResponse:
+    """Move replicas of this broker between its log dirs (Alter on the Cluster); per partition:
+    NONE (the move started, or the replica is there already, or it is created there when it
+    comes), LOG_DIR_NOT_FOUND, KAFKA_STORAGE_ERROR, UNKNOWN_TOPIC_OR_PARTITION."""
+    R = AlterReplicaLogDirsResponse
+    port = ctx.ports.admin
+    allowed = ctx.authorize_cluster(Operation.ALTER)
+    image = port.metadata.image
+    results: dict[str, list[AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult]] = {}
+    for d in request.dirs:
+        for t in d.topics:
+            for partition in t.partitions:
+                if not allowed:
+                    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+                elif t.name not in image.topics or partition not in image.topics[t.name].partitions:
+                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    code = port.replicas.dir_moves.request(t.name, partition, d.path)
+                results.setdefault(t.name, []).append(
+                    R.AlterReplicaLogDirPartitionResult(partition_index=partition, error_code=int(code)))
+    return R(throttle_time_ms=0, results=[
+        R.AlterReplicaLogDirTopicResult(topic_name=name, partitions=parts) for name, parts in results.items()
+    ])
 
 
 @handles(ApiKey.OFFSET_FOR_LEADER_EPOCH, versions=(0, 4))
