@@ -1036,16 +1036,19 @@ def produce_request(
 
 @contextlib.asynccontextmanager
 async def running_broker(
-    *log_dirs: Path, overrides: Mapping[str, object] | None = None, timers: Scheduler | None = None
+    *log_dirs: Path, overrides: Mapping[str, object] | None = None, timers: Scheduler | None = None,
+    test_mode: bool = False,
 ) -> AsyncIterator[Broker]:
     """A broker started in this process, on the running event loop, listening on 127.0.0.1 on an
     ephemeral port (``broker.bound``) with these log dirs and ``overrides`` of its settings, on
-    ``timers`` (a :class:`FakeScheduler`: fake time; None: real time); stopped on exit."""
+    ``timers`` (a :class:`FakeScheduler`: fake time; None: real time); stopped on exit.
+    ``test_mode``: with fault scripting (``broker.faults``, a
+    :class:`~odradek.broker.faults.FaultInjector`, and its control endpoint)."""
     from odradek.broker.app import Broker
     from odradek.config import BrokerConfig
 
     settings = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": ",".join(map(str, log_dirs)), **(overrides or {})}
-    broker = Broker(BrokerConfig.load(None, [], settings, env={}), timers=timers)
+    broker = Broker(BrokerConfig.load(None, [], settings, env={}), timers=timers, test_mode=test_mode)
     await broker.start()
     try:
         yield broker
