@@ -58,9 +58,9 @@ from odradek.broker.coordinators import (
     TransactionCoordinator,
 )
 from odradek.broker.coordinators.share_state import ShareCoordinator, ShareCoordinatorConfig
+from odradek.broker.exporter import BrokerRegistry, MetricsAccess, MetricsServer
 from odradek.broker.fault_control import FaultControlServer
 from odradek.broker.faults import FaultInjector
-from odradek.broker.exporter import BrokerRegistry, MetricsAccess, MetricsServer
 from odradek.broker.group_configs import GroupConfigs
 from odradek.broker.limits import FDS_PER_PARTITION, partition_budget
 from odradek.broker.partitions import PartitionService

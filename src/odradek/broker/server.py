@@ -700,12 +700,12 @@ async def _handle_after(
     await wait
     result = handler(ctx, request)
     if not sync:
-        return await result  # type: ignore[no-any-return]
+        return await result
     if result is None or isinstance(result, Message):
         return result
     if isinstance(result, Deferred):
         return await _wait_deferred(result)
-    return await result  # type: ignore[no-any-return]
+    return await result
 
 
 async def _wait_deferred(deferred: Deferred) -> Message | None:

@@ -325,7 +325,8 @@ class FaultScript:
 
     def clear(self, rule_id: int | None = None, *, kind: str | None = None) -> list[FaultRule]:
         """Remove one rule (by id), those of a kind, or all; returns the removed ones."""
-        kept, removed = [], []
+        kept: list[FaultRule] = []
+        removed: list[FaultRule] = []
         for r in self.rules:
             hit = (rule_id is None or r.id == rule_id) and (kind is None or r.kind == kind)
             (removed if hit else kept).append(r)
