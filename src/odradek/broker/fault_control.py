@@ -61,7 +61,7 @@ async def run_command(faults: FaultInjector, raw: bytes) -> tuple[int, dict[str,
     try:
         try:
             body = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, too deep, a too long number
             raise CommandError(f"the body is not JSON: {exc}") from None
         if not isinstance(body, dict):
             raise CommandError("a command is a JSON object with an op")
@@ -135,9 +135,12 @@ class FaultControlServer:
                 status, answer = await self._answer(head, reader)
             except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, TimeoutError):
                 return
+            except Exception:
+                log.exception("fault control: a command failed")
+                status, answer = 500, {"error": "the command failed: see the broker's log"}
             body = json.dumps(answer).encode()
             reason = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
-                      409: "Conflict", 411: "Length Required", 413: "Content Too Large",
+                      409: "Conflict", 500: "Internal Server Error", 411: "Length Required", 413: "Content Too Large",
                       415: "Unsupported Media Type"}.get(status, "Error")
             writer.write(
                 f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
