@@ -1184,6 +1184,7 @@ class Fault:
         self.rule = dict(rule)
 
     def clear(self) -> None:
+        """Clear this fault (requests it holds go on)."""
         self._faults._send({"op": "clear", "id": self.id})
 
     @property

@@ -328,7 +328,7 @@ class Broker:
         # what each group of handlers may use (after the metrics: the ports count with them)
         self.ports = handler_ports(self.services, self.config, self.settings)
         if self.test_mode:
-            self.faults = self._fault_injector()
+            self.faults = _fault_injector(self)
             self.ports = dataclasses.replace(
                 self.ports, connection=dataclasses.replace(self.ports.connection, faults=self.faults)
             )
@@ -406,27 +406,6 @@ class Broker:
         self.replication.start(self.scheduler)
         self._idle_task = loop.create_task(self._reap_idle(), name="idle")
         self.ready_after = time.monotonic() - t0
-
-    def _fault_injector(self) -> FaultInjector:
-        """Fault scripting of a test broker: refused unless every listener is on loopback."""
-        txns, groups = self.txns, self.groups
-
-        async def fence(transactional_id: str) -> None:
-            meta = txns.metadata(transactional_id)
-            try:
-                await txns.init_producer_id(transactional_id, meta.timeout_ms if meta is not None else 60_000)
-            except KafkaError as exc:  # an open transaction: its producer fenced, the transaction aborting
-                if exc.code != ErrorCode.CONCURRENT_TRANSACTIONS:
-                    raise
-
-        async def expire(group_id: str, member_id: str | None) -> int:
-            return groups.expire_sessions(group_id, member_id)
-
-        def topic_name(topic_id: uuid.UUID) -> str | None:
-            info = self.backend.image.topic_by_id(topic_id)
-            return None if info is None else info.name
-
-        return FaultInjector(self.timers, self.connections, topic_name, fence=fence, expire=expire)
 
     async def _start_metrics(self, *, embedded: bool) -> None:
         """The Prometheus endpoint (``metrics.host``/``metrics.port``): unset, on at 127.0.0.1:9404
@@ -936,6 +915,29 @@ def _read_meta(d: Path) -> dict[str, str]:
 
 #: seconds a client has to complete the TLS handshake
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
+
+
+def _fault_injector(broker: Broker) -> FaultInjector:
+    """Fault scripting of a test broker, with the coordinators' actions it carries out (fencing a
+    transactional producer, expiring a member's session)."""
+    txns, groups, backend = broker.txns, broker.groups, broker.backend
+
+    async def fence(transactional_id: str) -> None:
+        meta = txns.metadata(transactional_id)
+        try:
+            await txns.init_producer_id(transactional_id, meta.timeout_ms if meta is not None else 60_000)
+        except KafkaError as exc:  # an open transaction: its producer fenced, the transaction aborting
+            if exc.code != ErrorCode.CONCURRENT_TRANSACTIONS:
+                raise
+
+    async def expire(group_id: str, member_id: str | None) -> int:
+        return groups.expire_sessions(group_id, member_id)
+
+    def topic_name(topic_id: uuid.UUID) -> str | None:
+        info = backend.image.topic_by_id(topic_id)
+        return None if info is None else info.name
+
+    return FaultInjector(broker.timers, broker.connections, topic_name, fence=fence, expire=expire)
 
 
 def _is_loopback(host: str) -> bool:

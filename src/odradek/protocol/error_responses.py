@@ -37,13 +37,15 @@ def error_response(
         build = cls.__dict__["_error_response_"]
     response: Message | None = build(request, header.api_version, int(code), message)
     if header.api_key == _FIND_COORDINATOR and response is not None:
-        _no_node(response)
+        _no_node(response, header.api_version)
     return response
 
 
-def _no_node(response: Any) -> None:
+def _no_node(response: Any, version: int) -> None:
     """FindCoordinator's error answer names no node (Kafka's ``Node.noNode()``: id -1, port -1), not
-    node 0 at port 0, which a client would take for a broker's new address."""
-    response.node_id = response.port = -1
+    node 0 at port 0, which a client could take for a broker's address."""
+    if version < 4:  # one coordinator, at the top level
+        response.node_id = response.port = -1
+        return
     for c in response.coordinators:
         c.node_id = c.port = -1
