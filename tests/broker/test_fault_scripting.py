@@ -143,7 +143,8 @@ def test_drop_closes_the_clients_connection_and_it_recovers(odradek_broker: Odra
                   "client.id": "closing-app"})
     try:
         c.list_topics(timeout=10)
-        assert faults.drop("closing-app") >= 1
+        # (the client's connections are known by the client id of their requests: poll until one is)
+        wait_for(lambda: faults.drop("closing-app") >= 1, 10, "a connection of closing-app to close")
         assert faults.drop("nobody") == 0
         assert topic in c.list_topics(timeout=10).topics  # reconnects
     finally:
