@@ -168,7 +168,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._req_key = 0
         self._req_t0 = 0.0
         # fault scripting (None: not a test broker), and the client id of the last request (for it)
-        self._faults = ports.connection.faults
+        self._faults = getattr(ports.connection, "faults", None)
         self.client_id: str | None = None
 
     # -- asyncio protocol ----------------------------------------------------------------------
