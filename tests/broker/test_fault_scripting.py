@@ -249,3 +249,34 @@ def test_a_failing_test_reports_the_faults_it_scripted(pytester: pytest.Pytester
         "*armed: {*'kind': 'delay'*'api': 'Fetch'*",
         "*armed: {*'kind': 'error'*'api': 'Produce'*NOT_LEADER_OR_FOLLOWER*",
     ])
+
+
+def test_aiokafka_sees_the_scripted_fetch_delay_and_error(odradek_broker: OdradekBroker) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka import TopicPartition as AioPartition
+
+    topic = _topic(odradek_broker)
+    assert _produce(odradek_broker, topic)[0] is None
+    faults = odradek_broker.faults
+
+    async def scenario() -> tuple[float, int]:
+        consumer = AIOKafkaConsumer(bootstrap_servers=odradek_broker.bootstrap_servers, retry_backoff_ms=10)
+        await consumer.start()
+        try:
+            tp = AioPartition(topic, 0)
+            faults.fail("Fetch", "NOT_LEADER_OR_FOLLOWER", times=1, topic=topic)
+            faults.delay("Fetch", 0.3, times=1, topic=topic)
+            t0 = time.monotonic()
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            records = await consumer.getmany(tp, timeout_ms=10_000)
+            return time.monotonic() - t0, len(records.get(tp, []))
+        finally:
+            await consumer.stop()
+
+    elapsed, count = asyncio.run(scenario())
+    assert count == 1
+    assert [i["kind"] for i in faults.injected][:2] == ["error", "delay"]  # the error, then the delayed retry
+    assert elapsed >= 0.3
