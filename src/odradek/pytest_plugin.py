@@ -30,7 +30,8 @@ Fixtures:
 
 Broker settings for every broker the plugin starts: ini ``odradek_broker_overrides`` (lines of
 ``key=value``).  Defaults suited to tests: ``group.initial.rebalance.delay.ms=0`` (a consumer
-group forms at once) and ``offsets.topic.num.partitions=5`` (fewer files to create).
+group forms at once), ``offsets.topic.num.partitions=5`` and ``transaction.state.log.num.partitions=5``
+(fewer files to create: the first transaction starts in a fraction of a second).
 
 This module imports only pytest and the standard library when pytest loads it; Odradek itself is
 imported when a fixture is first used.
@@ -44,7 +45,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +54,7 @@ import pytest
 if TYPE_CHECKING:
     from odradek.client import Admin
     from odradek.coordination.zkserver import ZooKeeperServer
-    from odradek.testing import BrokerProcess
+    from odradek.testing import BrokerProcess, Faults
 
 __all__ = ["OdradekBroker", "OdradekCluster"]
 
@@ -62,6 +63,7 @@ _SCOPES = ("session", "package", "module", "class", "function")
 DEFAULT_OVERRIDES: dict[str, Any] = {
     "group.initial.rebalance.delay.ms": 0,
     "offsets.topic.num.partitions": 5,
+    "transaction.state.log.num.partitions": 5,
 }
 
 
@@ -97,7 +99,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "odradek(overrides=None): settings of the broker odradek_broker_per_test starts for this test",
+        "odradek(overrides=None, faults=None): settings of the broker odradek_broker_per_test starts for this test; "
+        "faults armed on odradek_broker / odradek_broker_per_test before the test starts (a list of fault rules, "
+        "e.g. {'kind': 'error', 'api': 'Produce', 'error': 'NOT_LEADER_OR_FOLLOWER', 'times': 2})",
     )
 
 
@@ -264,10 +268,20 @@ class _Helpers:
 
 
 class OdradekBroker(_Helpers):
-    """One running ``odradek serve`` process (what ``odradek_broker`` gives)."""
+    """One running ``odradek serve`` process (what ``odradek_broker`` gives), in test mode:
+    ``faults`` scripts its faults (see :class:`odradek.testing.Faults`)."""
 
     def __init__(self, process: BrokerProcess) -> None:
         self.process = process
+        self._faults: Faults | None = None
+
+    @property
+    def faults(self) -> Faults:
+        """Fault scripting of this broker: ``faults.fail("Produce", "NOT_LEADER_OR_FOLLOWER", times=3)``,
+        ``faults.delay("Fetch", 0.5)``, ``faults.pause()``/``resume()``, ``faults.received("Produce")``..."""
+        if self._faults is None:
+            self._faults = self.process.faults
+        return self._faults
 
     @property
     def bootstrap_servers(self) -> str:  # type: ignore[override]
@@ -315,7 +329,7 @@ class OdradekBroker(_Helpers):
 def _start_broker(data_dir: Path, overrides: Mapping[str, Any], log_level: str) -> OdradekBroker:
     from odradek.testing import BrokerProcess
 
-    return OdradekBroker(BrokerProcess(data_dir, overrides=overrides, log_level=log_level).start())
+    return OdradekBroker(BrokerProcess(data_dir, overrides=overrides, log_level=log_level, test_mode=True).start())
 
 
 def _stop_broker(broker: OdradekBroker) -> None:
@@ -473,6 +487,55 @@ def odradek_broker_per_test(
     marker = request.node.get_closest_marker("odradek")
     overrides = dict(marker.kwargs.get("overrides") or {}) if marker is not None else {}
     return odradek_broker_factory(overrides)
+
+
+# -- fault scripting: faults armed by the marker, reset between tests, reported on failure -----------
+
+_BROKER_FIXTURES = ("odradek_broker", "odradek_broker_per_test")
+_FAULTS_KEY = pytest.StashKey[list["OdradekBroker"]]()
+
+
+@pytest.fixture(autouse=True)
+def _odradek_faults(request: pytest.FixtureRequest) -> Iterator[None]:
+    """For a test using a plugin broker: its faults start cleared (what it received counted from
+    zero), ``@pytest.mark.odradek(faults=[...])`` arms the marker's, and what was scripted is kept
+    for the failure report."""
+    used = [name for name in _BROKER_FIXTURES if name in request.fixturenames]
+    if not used:
+        yield
+        return
+    marker = request.node.get_closest_marker("odradek")
+    specs = list(marker.kwargs.get("faults") or []) if marker is not None else []
+    brokers: list[OdradekBroker] = []
+    for name in used:
+        broker = request.getfixturevalue(name)
+        if not isinstance(broker, OdradekBroker) or broker.process.fault_url is None:
+            continue
+        faults = broker.faults
+        faults.history.clear()
+        faults.reset()
+        if specs:
+            faults.arm(*specs)
+        brokers.append(broker)
+    request.node.stash[_FAULTS_KEY] = brokers
+    yield
+    for broker in brokers:
+        if broker.running() and broker.faults.history[1:]:  # more than the reset: let the next test start clean
+            with contextlib.suppress(Exception):
+                broker.faults.reset()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    outcome: Any = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    for broker in item.stash.get(_FAULTS_KEY, []):
+        faults = broker._faults
+        if faults is None or len(faults.history) <= 1:  # only the reset: nothing was scripted
+            continue
+        report.sections.append((f"odradek faults ({broker.bootstrap_servers})", faults.report()))
 
 
 @pytest.fixture(scope=_cluster_scope)

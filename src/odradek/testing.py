@@ -78,7 +78,11 @@ __all__ = [
     "Delayed",
     "FakeClock",
     "FakeScheduler",
+    "Fault",
+    "FaultControlError",
+    "Faults",
     "Handler",
+    "HttpFaultControl",
     "MockBroker",
     "MockCluster",
     "MockPartition",
@@ -98,6 +102,7 @@ _ENDPOINT_SPEC = re.compile(r"([^:,\s]+)://([^,\s]*):(\d+)")
 _ENDPOINT = re.compile(r"(?P<name>[^:,\s]+)://(?P<host>\S+?):(?P<port>\d+)")
 _METRICS_URL = re.compile(r"metrics at (?P<url>http://\S+?/metrics)")
 _REGISTRY_URL = re.compile(r"schema registry at (?P<url>https?://[^\s,()]+)")
+_FAULT_URL = re.compile(r"fault control at (?P<url>http://[^\s,()]+)")
 #: first starts on ports chosen here, each attempt on new ones (see BrokerProcess.start)
 _PORT_ATTEMPTS = 5
 
@@ -120,8 +125,13 @@ class BrokerProcess:
         env: Mapping[str, str] | None = None,
         fd_limit: int | None = None,
         listeners: str | None = None,
+        test_mode: bool = False,
     ) -> None:
         self.data_dir = Path(data_dir)
+        #: ``odradek serve --test-mode``: fault scripting, driven through :attr:`faults`
+        self.test_mode = test_mode
+        #: the fault control endpoint, from the ready line (test mode only)
+        self.fault_url: str | None = None
         self.overrides = dict(overrides or {})
         self.port = port
         #: ``port`` was 0: chosen at the first start (see :meth:`start`)
@@ -185,7 +195,16 @@ class BrokerProcess:
             cmd += ["--broker-id", str(self.broker_id)]
         for k, v in self.overrides.items():
             cmd += ["--override", f"{k}={v}"]
+        if self.test_mode:
+            cmd.append("--test-mode")
         return cmd + self.extra_args
+
+    @property
+    def faults(self) -> Faults:
+        """Fault scripting of this broker (started with ``test_mode=True``)."""
+        if self.fault_url is None:
+            raise RuntimeError("this broker has no fault control: start it with BrokerProcess(..., test_mode=True)")
+        return Faults(HttpFaultControl(self.fault_url))
 
     def start(self, timeout: float = 30.0) -> BrokerProcess:
         """Start the broker and wait for its ready line.  Ports given as 0 are chosen here on the
@@ -253,6 +272,8 @@ class BrokerProcess:
                 self.metrics_url = metrics.group("url") if metrics else None
                 registry = _REGISTRY_URL.search(line)
                 self.registry_url = registry.group("url") if registry else None
+                control = _FAULT_URL.search(line)
+                self.fault_url = control.group("url") if control else None
                 return self
         self.kill()
         raise RuntimeError(f"broker did not become ready: {''.join(self.stderr_lines[-30:])}")
@@ -1036,16 +1057,19 @@ def produce_request(
 
 @contextlib.asynccontextmanager
 async def running_broker(
-    *log_dirs: Path, overrides: Mapping[str, object] | None = None, timers: Scheduler | None = None
+    *log_dirs: Path, overrides: Mapping[str, object] | None = None, timers: Scheduler | None = None,
+    test_mode: bool = False,
 ) -> AsyncIterator[Broker]:
     """A broker started in this process, on the running event loop, listening on 127.0.0.1 on an
     ephemeral port (``broker.bound``) with these log dirs and ``overrides`` of its settings, on
-    ``timers`` (a :class:`FakeScheduler`: fake time; None: real time); stopped on exit."""
+    ``timers`` (a :class:`FakeScheduler`: fake time; None: real time); stopped on exit.
+    ``test_mode``: with fault scripting (``broker.faults``, a
+    :class:`~odradek.broker.faults.FaultInjector`, and its control endpoint)."""
     from odradek.broker.app import Broker
     from odradek.config import BrokerConfig
 
     settings = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": ",".join(map(str, log_dirs)), **(overrides or {})}
-    broker = Broker(BrokerConfig.load(None, [], settings, env={}), timers=timers)
+    broker = Broker(BrokerConfig.load(None, [], settings, env={}), timers=timers, test_mode=test_mode)
     await broker.start()
     try:
         yield broker
@@ -1115,3 +1139,212 @@ def _proc_stat(pid: int, tid: int) -> list[str]:
     spaces and parentheses): ``[0]`` is the state.  OSError when the thread is gone."""
     with open(f"/proc/{pid}/task/{tid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()
+
+
+# -- fault scripting: the handle on a test broker ----------------------------------------------------
+
+
+class FaultControlError(RuntimeError):
+    """The broker refused a fault command (what was wrong is in the message)."""
+
+
+class HttpFaultControl:
+    """Sends fault commands to a test broker's loopback control endpoint (JSON over HTTP)."""
+
+    def __init__(self, url: str, timeout: float = 10.0) -> None:
+        self.url = url
+        self.timeout = timeout
+
+    def __call__(self, command: Mapping[str, Any]) -> dict[str, Any]:
+        import json
+        import urllib.error
+        import urllib.request
+
+        request = urllib.request.Request(
+            self.url, data=json.dumps(command).encode(), method="POST", headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+                result: dict[str, Any] = json.loads(answer.read())
+                return result
+        except urllib.error.HTTPError as exc:
+            try:
+                message = json.loads(exc.read()).get("error", exc.reason)
+            except ValueError:
+                message = exc.reason
+            raise FaultControlError(f"{command.get('op')}: {message}") from None
+
+
+class Fault:
+    """One armed fault rule: ``clear()`` it, or use it as a context manager (cleared on exit)."""
+
+    def __init__(self, faults: Faults, rule: Mapping[str, Any]) -> None:
+        self._faults = faults
+        self.id: int = int(rule["id"])
+        self.rule = dict(rule)
+
+    def clear(self) -> None:
+        """Clear this fault (requests it holds go on)."""
+        self._faults._send({"op": "clear", "id": self.id})
+
+    @property
+    def hits(self) -> int:
+        """How many requests this rule applied to so far."""
+        return sum(1 for i in self._faults.injected if i["rule"] == self.id)
+
+    def __enter__(self) -> Fault:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.clear()
+
+    def __repr__(self) -> str:
+        return f"<Fault {self.rule}>"
+
+
+class Faults:
+    """Fault scripting of one test broker (``odradek_broker.faults``): arm faults with a small
+    fluent API, see what the broker received, clear.  Each method that arms a rule returns a
+    :class:`Fault` (a context manager that clears it)::
+
+        with odradek_broker.faults.fail("Produce", "NOT_LEADER_OR_FOLLOWER", times=3, topic="orders"):
+            producer.produce("orders", b"x"); producer.flush(10)
+        assert odradek_broker.faults.received("Produce") >= 4
+
+    APIs are Kafka's names (``Produce``, ``Fetch``, ``OffsetCommit``, ``FindCoordinator``...),
+    errors Kafka's error names (``NOT_LEADER_OR_FOLLOWER``) or codes.  Faults apply at the
+    broker's request-dispatch boundary: an injected error runs no handler, so it writes nothing."""
+
+    def __init__(self, control: Callable[[Mapping[str, Any]], dict[str, Any]]) -> None:
+        self._control = control
+        #: every command sent, with its answer (the failure report lists the armed ones)
+        self.history: list[dict[str, Any]] = []
+
+    def _send(self, command: Mapping[str, Any]) -> dict[str, Any]:
+        answer = self._control(command)
+        self.history.append({"command": dict(command), "answer": answer})
+        return answer
+
+    # -- arming ----------------------------------------------------------------------------------
+    def arm(self, *specs: Mapping[str, Any]) -> list[Fault]:
+        """Arm rules given as data (``{"kind": "error", "api": "Produce", "error": 6, "times": 2}``;
+        kinds: error, delay, hold, drop, offline); all or none."""
+        answer = self._send({"op": "arm", "faults": [dict(s) for s in specs]})
+        return [Fault(self, rule) for rule in answer["armed"]]
+
+    def _one(self, spec: dict[str, Any]) -> Fault:
+        return self.arm({k: v for k, v in spec.items() if v is not None})[0]
+
+    def fail(
+        self, api: str | int, error: str | int, *, times: int | None = 1, topic: str | None = None,
+        partition: int | None = None, client_id: str | None = None,
+    ) -> Fault:
+        """The next ``times`` requests of ``api`` (None: all, until cleared), optionally only those
+        naming ``topic`` / ``partition`` or from ``client_id``, are answered with ``error``."""
+        return self._one({"kind": "error", "api": api, "error": error, "times": times, "topic": topic,
+                          "partition": partition, "client_id": client_id})
+
+    def delay(
+        self, api: str | int | None, seconds: float, *, times: int | None = None, topic: str | None = None,
+        partition: int | None = None, client_id: str | None = None,
+    ) -> Fault:
+        """Answer requests of ``api`` (None: every API: the whole broker's round trip) ``seconds`` later."""
+        return self._one({"kind": "delay", "api": api, "delay_ms": round(seconds * 1000), "times": times,
+                          "topic": topic, "partition": partition, "client_id": client_id})
+
+    def pause(self) -> Fault:
+        """The broker accepts connections and requests but answers nothing until :meth:`resume`."""
+        return self._one({"kind": "hold"})
+
+    def resume(self) -> None:
+        """Answer again: every held request (paused broker, frozen clients) goes on."""
+        self._send({"op": "clear", "kind": "hold"})
+
+    def freeze(self, client_id: str, api: str | int | None = None) -> Fault:
+        """Hold every request of ``client_id`` (of ``api`` only, if given) until cleared: its
+        connections stay open, its answers never come."""
+        return self._one({"kind": "hold", "client_id": client_id, "api": api})
+
+    def drop_next(self, api: str | int | None = None, *, client_id: str | None = None, times: int | None = 1) -> Fault:
+        """Close the connection that sends the next ``times`` requests (of ``api``, of ``client_id``)."""
+        return self._one({"kind": "drop", "api": api, "client_id": client_id, "times": times})
+
+    def offline(self, topic: str, partition: int) -> Fault:
+        """Take a partition offline: Produce, Fetch, ListOffsets, OffsetForLeaderEpoch and
+        DeleteRecords naming it get KAFKA_STORAGE_ERROR (as for a partition in a failed log dir)."""
+        return self._one({"kind": "offline", "topic": topic, "partition": partition})
+
+    # -- actions ---------------------------------------------------------------------------------
+    def drop(self, client_id: str | None = None) -> int:
+        """Close the open connections of ``client_id`` (every client's: None) now; the count."""
+        return int(self._send({"op": "drop", "client_id": client_id})["closed"])
+
+    def fence(self, transactional_id: str) -> None:
+        """Fence the producer of ``transactional_id`` as a new instance of it would: its epoch is
+        bumped and an open transaction of it aborted; its next request gets Kafka's fencing error."""
+        self._send({"op": "fence", "transactional_id": transactional_id})
+
+    def expire_session(self, group_id: str, member_id: str | None = None) -> int:
+        """Expire the session of a member of ``group_id`` (every member: None) as when its session
+        timeout passes: it is removed and the group rebalances.  The count expired."""
+        return int(self._send({"op": "expire", "group_id": group_id, "member_id": member_id})["expired"])
+
+    def clear(self, fault: Fault | int | None = None) -> None:
+        """Clear one fault (or its id), or every fault; held requests go on."""
+        command: dict[str, Any] = {"op": "clear"}
+        if fault is not None:
+            command["id"] = fault.id if isinstance(fault, Fault) else int(fault)
+        self._send(command)
+
+    def reset(self) -> None:
+        """Clear every fault and forget what the broker received and injected (between tests)."""
+        self._send({"op": "reset"})
+
+    # -- what the broker saw ---------------------------------------------------------------------
+    @property
+    def rules(self) -> list[dict[str, Any]]:
+        """The armed rules."""
+        return list(self._send({"op": "state"})["rules"])
+
+    @property
+    def injected(self) -> list[dict[str, Any]]:
+        """Every fault injected so far: rule, kind, API, client id, correlation id, error."""
+        return list(self._send({"op": "state"})["injected"])
+
+    def received(self, api: str | int | None = None) -> Any:
+        """How many requests of ``api`` the broker received (all APIs: a dict of counts)."""
+        per_api: dict[str, int] = self._send({"op": "received"})["per_api"]
+        if api is None:
+            return per_api
+        from odradek.cluster.faults import api_key, api_name
+
+        return per_api.get(api_name(api_key(api)), 0)
+
+    def produced(self, topic: str | None = None, partition: int | None = None) -> list[dict[str, Any]]:
+        """The batches Produce requests carried (topic, partition, producer_id, producer_epoch,
+        base_sequence, record_count, transactional), in arrival order, retries included."""
+        return [
+            b for b in self._send({"op": "received"})["batches"]
+            if (topic is None or b["topic"] == topic) and (partition is None or b["partition"] == partition)
+        ]
+
+    def commits(self, group: str | None = None) -> list[dict[str, Any]]:
+        """The offsets committed (OffsetCommit and TxnOffsetCommit): group, topic, partition, offset."""
+        return [c for c in self._send({"op": "received"})["commits"] if group is None or c["group"] == group]
+
+    def report(self) -> str:
+        """What was armed and injected, for a test's failure report."""
+        lines = []
+        for entry in self.history:
+            if entry["command"].get("op") == "arm":
+                lines += [f"armed: {r}" for r in entry["answer"].get("armed", [])]
+            elif entry["command"].get("op") not in ("state", "received"):
+                lines.append(f"{entry['command']}")
+        try:
+            state = self._control({"op": "state"})
+        except Exception as exc:  # the broker is gone: what the test sent is still worth reporting
+            lines.append(f"(the broker's state is unavailable: {exc})")
+        else:
+            lines += [f"still armed: {r}" for r in state["rules"]]
+            lines += [f"injected: {i}" for i in state["injected"][-200:]]
+        return "\n".join(lines)

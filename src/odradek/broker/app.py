@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import errno
 import functools
 import importlib.util
@@ -58,6 +59,8 @@ from odradek.broker.coordinators import (
 )
 from odradek.broker.coordinators.share_state import ShareCoordinator, ShareCoordinatorConfig
 from odradek.broker.exporter import BrokerRegistry, MetricsAccess, MetricsServer
+from odradek.broker.fault_control import FaultControlServer
+from odradek.broker.faults import FaultInjector
 from odradek.broker.group_configs import GroupConfigs
 from odradek.broker.limits import FDS_PER_PARTITION, partition_budget
 from odradek.broker.partitions import PartitionService
@@ -101,7 +104,7 @@ from odradek.cluster.share_partition import Archived
 from odradek.config import BrokerConfig, ConfigError, Listener
 from odradek.coordination import EmbeddedBackend, MetadataBackend
 from odradek.coordination.embedded import read_cluster_id
-from odradek.errors import ErrorCode
+from odradek.errors import ErrorCode, KafkaError
 from odradek.metrics import BrokerMetrics
 from odradek.security import PlainClient, ScramClient, ScramCredential, parse_jaas
 from odradek.settings import LiveSettings, Settings
@@ -132,10 +135,18 @@ def new_cluster_id() -> str:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, *, clock: Clock | None = None, timers: Scheduler | None = None) -> None:
+    def __init__(
+        self, config: BrokerConfig, *, clock: Clock | None = None, timers: Scheduler | None = None,
+        test_mode: bool = False,
+    ) -> None:
         """``timers``: where the broker's timed rules wait (a FakeScheduler in tests: the broker
-        on fake time); ``clock``: the time they read (by default the scheduler's)."""
+        on fake time); ``clock``: the time they read (by default the scheduler's); ``test_mode``:
+        a test broker, with fault scripting (``self.faults``; its listeners must be loopback)."""
         self.config = config
+        self.test_mode = test_mode
+        #: fault scripting (test mode only)
+        self.faults: FaultInjector | None = None
+        self.fault_control: FaultControlServer | None = None
         #: the typed settings (checked here: an invalid one stops the broker before it starts),
         #: replaced whole when a dynamic config changes
         self.settings = LiveSettings(config)
@@ -186,6 +197,12 @@ class Broker:
         loop = asyncio.get_running_loop()
         settings = self.settings.current
         self.listeners = list(settings.socket.listener_endpoints)
+        if self.test_mode:  # fault scripting only where nothing but this machine reaches the broker
+            for lst in self.listeners:
+                if not _is_loopback(lst.host):
+                    raise ConfigError(
+                        f"test mode (fault scripting) needs loopback listeners; {lst.name} is on {lst.host or '0.0.0.0'}"
+                    )
         # what each listener asks of its connections, and its TLS context: configuration errors
         # stop the start before anything is opened
         self._security = {
@@ -310,6 +327,13 @@ class Broker:
         await self._start_metrics(embedded=zk is None)
         # what each group of handlers may use (after the metrics: the ports count with them)
         self.ports = handler_ports(self.services, self.config, self.settings)
+        if self.test_mode:
+            self.faults = _fault_injector(self)
+            self.ports = dataclasses.replace(
+                self.ports, connection=dataclasses.replace(self.ports.connection, faults=self.faults)
+            )
+            self.fault_control = FaultControlServer(self.faults)
+            await self.fault_control.start()
         backend.add_listener(self.services.quotas.on_image)
         if self.services.authorizer is not None:
             backend.add_listener(self.services.authorizer.on_image)
@@ -423,6 +447,11 @@ class Broker:
     def schema_registry_url(self) -> str | None:
         """The URL of the schema registry listener (None: off)."""
         return self.schema_registry.url if self.schema_registry is not None else None
+
+    @property
+    def fault_control_url(self) -> str | None:
+        """The URL of the fault control endpoint (test mode only; else None)."""
+        return self.fault_control.url if self.fault_control is not None else None
 
     @property
     def metrics_url(self) -> str | None:
@@ -605,6 +634,8 @@ class Broker:
             await self.controller.stop()
         for server in self._servers:
             server.close()
+        if self.fault_control is not None:
+            await self.fault_control.stop()
         if self.metrics_server is not None:
             self.metrics_server.close()
             await self.metrics_server.wait_closed()
@@ -884,6 +915,33 @@ def _read_meta(d: Path) -> dict[str, str]:
 
 #: seconds a client has to complete the TLS handshake
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
+
+
+def _fault_injector(broker: Broker) -> FaultInjector:
+    """Fault scripting of a test broker, with the coordinators' actions it carries out (fencing a
+    transactional producer, expiring a member's session)."""
+    txns, groups, backend = broker.txns, broker.groups, broker.backend
+
+    async def fence(transactional_id: str) -> None:
+        meta = txns.metadata(transactional_id)
+        try:
+            await txns.init_producer_id(transactional_id, meta.timeout_ms if meta is not None else 60_000)
+        except KafkaError as exc:  # an open transaction: its producer fenced, the transaction aborting
+            if exc.code != ErrorCode.CONCURRENT_TRANSACTIONS:
+                raise
+
+    async def expire(group_id: str, member_id: str | None) -> int:
+        return groups.expire_sessions(group_id, member_id)
+
+    def topic_name(topic_id: uuid.UUID) -> str | None:
+        info = backend.image.topic_by_id(topic_id)
+        return None if info is None else info.name
+
+    return FaultInjector(broker.timers, broker.connections, topic_name, fence=fence, expire=expire)
+
+
+def _is_loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 def _warn_plaintext_beyond_loopback(listeners: list[Listener]) -> None:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from odradek._clock import Clock
 from odradek._scheduler import Scheduler
 from odradek.broker.authorizer import Authorizer
+from odradek.broker.faults import FaultInjector
 from odradek.broker.logdir_moves import ReplicaDirMoves
 from odradek.broker.logdirs import LogDirFailureChannel
 from odradek.broker.offload import OffLoop
@@ -690,6 +691,8 @@ class ConnectionPort:
     log_dirs: LogDirFailureChannel
     #: told of a connection's end (its session): what the connection held ends with it (share sessions)
     closed: Callable[[object], None] | None = None
+    #: fault scripting (a test broker's; None: none)
+    faults: FaultInjector | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -167,6 +167,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._metrics = ports.connection.metrics
         self._req_key = 0
         self._req_t0 = 0.0
+        # fault scripting (None: not a test broker), and the client id of the last request (for it)
+        self._faults = getattr(ports.connection, "faults", None)
+        self.client_id: str | None = None
 
     # -- asyncio protocol ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -494,6 +497,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.peer, _api_name(header.api_key), self.listener,
             )
             return None
+        wait: Awaitable[None] | None = None
+        faults = self._faults
+        if faults is not None:  # a test broker: the request-dispatch boundary of fault scripting
+            verdict = faults.gate(
+                self, header.api_key, header.api_version, header.client_id, header.correlation_id, ev.message
+            )
+            if verdict is not None:
+                if verdict.error is not None:  # answered without running the handler: nothing written
+                    return self._failed(header, ev.message, verdict.error)
+                if verdict.close:
+                    return None
+                wait = verdict.wait
         throttle = self._throttle
         if throttle is not None:
             throttle.start(ev)
@@ -506,7 +521,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._req_key = key
             self._req_t0 = _perf_counter()
         ctx = RequestContext(self.ports, header, self.client_host, self.listener, self.session)
-        if entry.sync:
+        if wait is not None:  # a delayed or held request: its handler runs after the wait
+            coro = _handle_after(wait, entry.handler, entry.sync, ctx, ev.message)
+        elif entry.sync:
             try:
                 result = entry.handler(ctx, ev.message)
             except Exception as exc:
@@ -674,6 +691,21 @@ class _Waiting:
         self.request = request  # for the error answer, should the handler raise
         self.rest = rest
         self.deferred = deferred
+
+
+async def _handle_after(
+    wait: Awaitable[None], handler: Callable[[RequestContext, Any], Any], sync: bool, ctx: RequestContext, request: Any
+) -> Message | None:
+    """Run a handler once ``wait`` is over (a scripted delay or hold of a test broker)."""
+    await wait
+    result = handler(ctx, request)
+    if not sync:
+        return await result
+    if result is None or isinstance(result, Message):
+        return result
+    if isinstance(result, Deferred):
+        return await _wait_deferred(result)
+    return await result
 
 
 async def _wait_deferred(deferred: Deferred) -> Message | None:

@@ -40,6 +40,9 @@ def add_parser(sub: Any) -> None:
         help="metrics.port: serve Prometheus /metrics on 127.0.0.1:N (metrics.host); 0 picks a free port, -1 turns "
         "metrics off (default: 9404 without ZooKeeper, off in a cluster)",
     )
+    # test brokers only (the pytest plugin, odradek.testing.BrokerProcess(test_mode=True)): fault
+    # scripting and its loopback control endpoint; not shown in --help
+    p.add_argument("--test-mode", action="store_true", help=argparse.SUPPRESS)
     p.add_argument(
         "--log-level", default="INFO",
         help="logging level (default INFO); LEVEL,logger=LEVEL,... sets loggers apart (INFO,odradek.access=DEBUG)",
@@ -78,10 +81,10 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
     return flags
 
 
-async def _serve(config: Any) -> int:
+async def _serve(config: Any, test_mode: bool = False) -> int:
     from odradek.broker.app import Broker
 
-    broker = Broker(config)
+    broker = Broker(config, test_mode=test_mode)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -102,6 +105,8 @@ async def _serve(config: Any) -> int:
     metrics = f", metrics at {broker.metrics_url}" if broker.metrics_url else ""
     if broker.schema_registry_url:
         metrics += f", schema registry at {broker.schema_registry_url}"
+    if broker.fault_control_url:
+        metrics += f", fault control at {broker.fault_control_url}"
     print(
         f"odradek broker {broker.broker_id} ready on {endpoints} "
         f"(cluster {broker.cluster_id}, data in {dirs}{metrics}, started in {broker.ready_after:.2f}s)",
@@ -158,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         runner = asyncio.run
     try:
-        return int(runner(_serve(config)))
+        return int(runner(_serve(config, bool(getattr(args, "test_mode", False)))))
     except (KafkaError, OSError) as exc:
         logging.getLogger("odradek.serve").debug("start-up failed", exc_info=True)
         print(f"odradek serve: {_message(exc)}", file=sys.stderr)

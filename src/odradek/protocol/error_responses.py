@@ -11,11 +11,15 @@ them), so a new API gets one without code written for it.
 
 from __future__ import annotations
 
+from typing import Any
+
 from odradek.errors import ErrorCode
 from odradek.protocol._schema import Message, _load_codecs
-from odradek.protocol.messages import RequestHeader
+from odradek.protocol.messages import ApiKey, RequestHeader
 
 __all__ = ["error_response"]
+
+_FIND_COORDINATOR = int(ApiKey.FIND_COORDINATOR)
 
 
 def error_response(
@@ -32,4 +36,16 @@ def error_response(
         _load_codecs(cls)
         build = cls.__dict__["_error_response_"]
     response: Message | None = build(request, header.api_version, int(code), message)
+    if header.api_key == _FIND_COORDINATOR and response is not None:
+        _no_node(response, header.api_version)
     return response
+
+
+def _no_node(response: Any, version: int) -> None:
+    """FindCoordinator's error answer names no node (Kafka's ``Node.noNode()``: id -1, port -1), not
+    node 0 at port 0, which a client could take for a broker's address."""
+    if version < 4:  # one coordinator, at the top level
+        response.node_id = response.port = -1
+        return
+    for c in response.coordinators:
+        c.node_id = c.port = -1

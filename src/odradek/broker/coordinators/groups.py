@@ -724,6 +724,27 @@ class GroupCoordinator:
     # ------------------------------------------------------------------------------------------
     # timers
 
+    def expire_sessions(self, group_id: str, member_id: str | None = None) -> int:
+        """Make the session of a member of ``group_id`` (every member: None) due now, classic or
+        consumer group (a test broker's fault scripting): the group timer then expires it as when
+        its session timeout passes.  The count of sessions made due."""
+        count = 0
+        for shard in self.runtime.shards():
+            g = shard.state.groups.get(group_id)
+            if g is not None:
+                for mid, m in g.members.items():
+                    if member_id is None or mid == member_id:
+                        m.heartbeat_deadline = 0
+                        count += 1
+            cg = shard.consumer.groups.get(group_id)
+            if cg is not None:
+                for mid in list(cg.session_deadline):
+                    if member_id is None or mid == member_id:
+                        cg.session_deadline[mid] = 0
+                        count += 1
+        self.runtime.wake()
+        return count
+
     def _next_deadline(self) -> int | None:
         deadlines = [d for s in self.runtime.shards() if (d := s.state.next_deadline()) is not None]
         return min(deadlines) if deadlines else None
