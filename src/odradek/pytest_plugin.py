@@ -27,6 +27,9 @@ Fixtures:
   (ini ``odradek_cluster_brokers``, default 3; needs ``pip install odradek[cluster]``), one per
   session unless ``odradek_cluster_scope`` says otherwise.  An :class:`OdradekCluster`: the same
   helpers, plus ``stop_broker(i)``, ``start_broker(i)``, ``kill_broker(i)``.
+* ``odradek_fast_cluster`` — the same number of brokers in this process on an in-process
+  ZooKeeper (for tests only: :mod:`odradek.testcluster`), ready in well under a second, no JVM;
+  ``.faults`` moves leaders and coordinators, stops or kills brokers, and is restored after each test.
 
 Broker settings for every broker the plugin starts: ini ``odradek_broker_overrides`` (lines of
 ``key=value``).  Defaults suited to tests: ``group.initial.rebalance.delay.ms=0`` (a consumer
