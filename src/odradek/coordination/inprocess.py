@@ -26,7 +26,6 @@ import contextlib
 import itertools
 import os
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +43,8 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.protocol.states import EventType, KeeperState, WatchedEvent, ZnodeStat
+
+from odradek._clock import Clock, SystemClock
 
 __all__ = [
     "SCHEME",
@@ -89,11 +90,13 @@ class InProcessZooKeeper:
     """One znode tree shared by the sessions of this process (thread-safe: kazoo's callers run
     each call on a worker thread)."""
 
-    def __init__(self, name: str = "") -> None:
+    def __init__(self, name: str = "", clock: Clock | None = None) -> None:
+        """``clock``: what the znodes' ctime and mtime are read from."""
         self.name = name or f"zk-{os.getpid()}-{id(self):x}"
+        self.clock: Clock = clock or SystemClock()
         self._lock = threading.RLock()
         self._zxid = 0
-        now = _now_ms()
+        now = self.clock.now_ms()
         self._nodes: dict[str, _Node] = {"/": _Node(b"", 0, 0, now, now)}
         self._sessions: dict[int, _Session] = {}
         self._next_sid = itertools.count(0x100_0000_0000 + 1)
@@ -199,7 +202,7 @@ class InProcessZooKeeper:
         if parent not in self._nodes:
             self._create(0, parent, b"", False, False, True, fire)
         self._zxid += 1
-        now = _now_ms()
+        now = self.clock.now_ms()
         owner = sid if ephemeral else 0
         self._nodes[path] = _Node(bytes(data), self._zxid, self._zxid, now, now, owner, pzxid=self._zxid)
         if owner:
@@ -224,7 +227,7 @@ class InProcessZooKeeper:
         node.data = bytes(data)
         node.version += 1
         node.mzxid = self._zxid
-        node.mtime = _now_ms()
+        node.mtime = self.clock.now_ms()
         self._trigger(self._data_watches, path, EventType.CHANGED, fire)
         return self._stat(node)
 
@@ -383,10 +386,6 @@ def _parent(path: str) -> str:
 def _check_path(path: str, sequence: bool = False) -> None:
     if not path.startswith("/") or (path.endswith("/") and not sequence) or "//" in path:
         raise BadArgumentsError(f"invalid path {path!r}")
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class _Transaction:
