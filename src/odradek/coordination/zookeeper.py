@@ -1198,12 +1198,17 @@ class ZkAcls:
     async def alter(
         self, resource: tuple[str, str, str], change: Callable[[frozenset[AclEntry]], frozenset[AclEntry]]
     ) -> frozenset[AclEntry]:
-        """Change one resource's ACL node and apply it here at once."""
+        """Change one resource's ACL node and apply it here at once: the node as it is now, read
+        under the lock (another broker's change may have been written, notified and applied here
+        since ours was written; our own result would then be older than what this broker holds,
+        and no notification would come to correct it)."""
         after = await write_acls(self.store, resource, change)
         async with self._lock:
+            data, _ = await self.store.get_or_none(_acl_path(resource))
+            current = _acl_entries(data, _acl_path(resource))
             acls = dict(self.acls)
-            if after:
-                acls[resource] = after
+            if current:
+                acls[resource] = current
             else:
                 acls.pop(resource, None)
             self._set(acls)
