@@ -157,6 +157,22 @@ def test_ephemeral_nodes_go_with_their_session_and_others_watch_them_go(ensemble
     assert b.exists("/brokers/ids/1").ephemeralOwner == a.client_id[0]
 
 
+def test_an_expired_sessions_own_watches_fire_with_no_event_type(ensemble: Ensemble) -> None:
+    """kazoo resets a lost session's watches by calling each with a NONE event (the controller
+    counts on its handlers running then, before its resignation)."""
+    a, b = ensemble.client(), ensemble.client()
+    b.create("/watched", b"")
+    events: list[Any] = []
+    a.get("/watched", watch=events.append)
+    a.get_children("/", watch=events.append)
+    ensemble.expire(a.client_id)
+    wait(lambda: len(events) >= 1, "the watches to be reset")
+    assert {e.type for e in events} == {"NONE"} and all(e.path is None for e in events)
+    b.set("/watched", b"changed")  # the watches are gone: nothing more
+    wait(lambda: a.connected and a.client_id is not None, "a new session")
+    assert {e.type for e in events} == {"NONE"}
+
+
 def test_closing_a_session_removes_its_ephemeral_nodes_at_once(ensemble: Ensemble) -> None:
     a, b = ensemble.client(), ensemble.client()
     a.create("/controller", b'{"brokerid":1}', ephemeral=True)

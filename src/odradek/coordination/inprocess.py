@@ -127,31 +127,39 @@ class InProcessZooKeeper:
 
     def expire(self, sid: int) -> None:
         """Expire session ``sid`` as ZooKeeper does when a client is silent past its timeout: its
-        ephemeral nodes go (watchers of them fire), its watches are dropped, and its client sees
-        LOST, then CONNECTED on a new session (kazoo reconnects on its own)."""
-        client = self._end(sid)
-        if client is not None:
-            client._expired()
+        ephemeral nodes go (others' watches of them fire), and its client sees LOST, then its own
+        pending watches fire with a NONE event (as kazoo's do when it resets a lost session), then
+        CONNECTED on a new session (kazoo reconnects on its own)."""
+        ended = self._end(sid)
+        if ended is not None:
+            ended[0]._expired(ended[1])
 
-    def _end(self, sid: int) -> InProcessClient | None:
+    def _end(self, sid: int) -> tuple[InProcessClient, list[Watcher]] | None:
+        """End session ``sid``: its client and the watches it had set (not fired)."""
         fire: list[tuple[Watcher, WatchedEvent]] = []
+        dropped: list[Watcher] = []
         with self._lock:
             session = self._sessions.pop(sid, None)
             if session is None:
                 return None
-            for path in sorted(session.ephemerals, reverse=True):
-                if path in self._nodes:
-                    self._zxid += 1
-                    self._remove(path, fire)
             for table in (self._data_watches, self._child_watches):
                 for path in list(table):
-                    kept = [w for w in table[path] if w[0] != sid]
+                    kept = []
+                    for entry in table[path]:
+                        if entry[0] == sid:
+                            dropped.append(entry[1])
+                        else:
+                            kept.append(entry)
                     if kept:
                         table[path] = kept
                     else:
                         del table[path]
+            for path in sorted(session.ephemerals, reverse=True):
+                if path in self._nodes:
+                    self._zxid += 1
+                    self._remove(path, fire)
         _deliver(fire)
-        return session.client
+        return session.client, dropped
 
     # -- the tree (callers hold the lock) ------------------------------------------------------
     def _node(self, path: str) -> _Node:
@@ -379,6 +387,12 @@ def _deliver(fire: list[tuple[Watcher, WatchedEvent]]) -> None:
         w(ev)
 
 
+def _reset_watches(watches: list[Watcher], state: str) -> None:
+    event = WatchedEvent(EventType.NONE, state, None)
+    for w in dict.fromkeys(watches):  # one call per watcher, as kazoo's sets of them
+        w(event)
+
+
 def _parent(path: str) -> str:
     return path.rsplit("/", 1)[0] or "/"
 
@@ -432,21 +446,26 @@ class InProcessClient:
         self._state(KazooState.CONNECTED)
 
     def stop(self) -> None:
-        """Close the session: its ephemeral nodes go at once."""
+        """Close the session: its ephemeral nodes go at once; LOST, then its pending watches fire
+        with a NONE event (kazoo's order)."""
         if not self._started:
             return
         self._started = False
         sid, self._session = self._session, 0
-        self._tree._end(sid)
+        ended = self._tree._end(sid)
         self._state(KazooState.LOST)
+        if ended is not None:
+            _reset_watches(ended[1], KeeperState.CLOSED)
 
     def close(self) -> None:
         return None
 
-    def _expired(self) -> None:
-        """The tree expired this session: LOST, then a new session (kazoo reconnects)."""
+    def _expired(self, watches: list[Watcher]) -> None:
+        """The tree expired this session: LOST, its watches reset, then a new session (kazoo
+        reconnects)."""
         self._session = 0
         self._state(KazooState.LOST)
+        _reset_watches(watches, KeeperState.EXPIRED_SESSION)
         if self._started:
             self._session = self._tree._open(self)
             self._state(KazooState.CONNECTED)
