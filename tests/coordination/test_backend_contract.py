@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
     BadVersionError,
@@ -486,3 +488,71 @@ def test_an_unregistered_inprocess_name_is_refused(tmp_path: Path) -> None:
     """A config file naming an in-process ensemble (test clusters only) starts nothing."""
     with pytest.raises(LookupError, match="no in-process ZooKeeper named 'nowhere'"):
         ZooKeeperBackend("inprocess:nowhere", 6000)
+
+
+# -- the same random operations on both ----------------------------------------------------------
+
+_NAMES = ["/a", "/b", "/a/x", "/a/y", "/b/x", "/s"]
+_op = st.one_of(
+    st.tuples(st.just("create"), st.sampled_from(_NAMES), st.booleans(), st.booleans()),  # ephemeral, sequence
+    st.tuples(st.just("set"), st.sampled_from(_NAMES), st.integers(-1, 2)),
+    st.tuples(st.just("delete"), st.sampled_from(_NAMES), st.integers(-1, 2)),
+    st.tuples(st.just("get"), st.sampled_from(_NAMES)),
+    st.tuples(st.just("children"), st.sampled_from(["/", "/a", "/b", "/s"])),
+    st.tuples(st.just("multi"), st.lists(st.tuples(st.sampled_from(["check", "set", "create", "delete"]),
+                                                   st.sampled_from(_NAMES), st.integers(-1, 1)),
+                                         min_size=1, max_size=3)),
+)
+
+
+def _apply(c: Any, op: tuple[Any, ...], n: int) -> Any:
+    """The operation's outcome without what differs between two servers (zxids, times, session ids)."""
+    try:
+        kind = op[0]
+        if kind == "create":
+            path = c.create(op[1], b"%d" % n, ephemeral=op[2], sequence=op[3])
+            return ("created", path)
+        if kind == "set":
+            return ("set", c.set(op[1], b"%d" % n, op[2]).version)
+        if kind == "delete":
+            return ("deleted", c.delete(op[1], op[2]))
+        if kind == "get":
+            data, stat = c.get(op[1])
+            return ("got", data, stat.version, stat.numChildren, stat.ephemeralOwner != 0, stat.cversion)
+        if kind == "children":
+            return ("children", sorted(c.get_children(op[1])))
+        t = c.transaction()
+        for sub, path, version in op[1]:
+            if sub == "check":
+                t.check(path, version)
+            elif sub == "set":
+                t.set_data(path, b"m%d" % n, version)
+            elif sub == "create":
+                t.create(path, b"m%d" % n)
+            else:
+                t.delete(path, version)
+        return ("multi", [type(r).__name__ if isinstance(r, Exception) else
+                          (r.version if hasattr(r, "version") else r) for r in t.commit()])
+    except Exception as exc:
+        return ("error", type(exc).__name__)
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
+@given(ops=st.lists(_op, min_size=2, max_size=12))
+def test_random_operations_have_the_same_outcome_on_both(zk_server: ZooKeeperServer, ops: list[Any]) -> None:
+    """Whatever sequence of creates, sets, deletes, reads and multi-ops (with versions right or
+    wrong, ephemeral and sequential nodes): the same answer, error or tree on both."""
+    inproc, real = Ensemble("inprocess", None), Ensemble("zookeeper", zk_server)
+    try:
+        a, b = inproc.client(), real.client()
+        for c in (a, b):  # a few nodes to start from: most operations then find something
+            c.create("/a", b"")
+            c.create("/a/x", b"")
+            c.create("/s", b"")
+        for n, op in enumerate(ops):
+            assert _apply(a, op, n) == _apply(b, op, n), (n, op)
+        for path in ["/", *_NAMES]:
+            assert _apply(a, ("get", path), -1) == _apply(b, ("get", path), -1), path
+    finally:
+        inproc.close()
+        real.close()

@@ -77,6 +77,9 @@ class _Node:
     cversion: int = 0
     pzxid: int = 0
     children: set[str] = field(default_factory=set)
+    #: children created so far: the next sequential child's number (ZooKeeper's cversion counts
+    #: deletions too, its sequence numbers do not)
+    created: int = 0
 
 
 @dataclass
@@ -196,7 +199,7 @@ class InProcessZooKeeper:
         if pnode is not None and pnode.owner:
             raise NoChildrenForEphemeralsError()
         if sequence:
-            path = f"{path}{(pnode.cversion if pnode is not None else 0):010d}"
+            path = f"{path}{(pnode.created if pnode is not None else 0):010d}"
         if path in self._nodes:
             raise NodeExistsError()
         return path
@@ -218,6 +221,7 @@ class InProcessZooKeeper:
         pnode = self._nodes[parent]
         pnode.children.add(path.rsplit("/", 1)[1])
         pnode.cversion += 1
+        pnode.created += 1
         pnode.pzxid = self._zxid
         self._trigger(self._data_watches, path, EventType.CREATED, fire)
         self._trigger(self._child_watches, parent, EventType.CHILD, fire)
@@ -375,7 +379,8 @@ class InProcessZooKeeper:
 
 def _copy_nodes(nodes: dict[str, _Node]) -> dict[str, _Node]:
     return {
-        p: _Node(n.data, n.czxid, n.mzxid, n.ctime, n.mtime, n.owner, n.version, n.cversion, n.pzxid, set(n.children))
+        p: _Node(n.data, n.czxid, n.mzxid, n.ctime, n.mtime, n.owner, n.version, n.cversion, n.pzxid, set(n.children),
+                 n.created)
         for p, n in nodes.items()
     }
 
