@@ -1,6 +1,6 @@
 """An in-process ZooKeeper for test clusters — FOR TESTS ONLY, never a production store.
 
-Brokers running in one process (see :class:`odradek.testing.FastCluster`) share one
+Brokers running in one process (see :class:`odradek.testcluster.FastCluster`) share one
 :class:`InProcessZooKeeper`: a znode tree in memory with sessions, ephemeral nodes, sequential
 nodes, versions and zxids, one-shot data / exists / child watches and multi-op transactions.
 Each broker's :class:`~odradek.coordination.zookeeper.ZooKeeperBackend` talks to it through an
@@ -593,7 +593,7 @@ def ensemble(connect: str) -> InProcessZooKeeper:
     if tree is None:
         raise LookupError(
             f"zookeeper.connect={connect}: no in-process ZooKeeper named {name!r} in this process "
-            "(in-process coordination is for test clusters started by odradek.testing only)"
+            "(in-process coordination is for test clusters started by odradek.testcluster only)"
         )
     return tree
 
