@@ -4,12 +4,20 @@ process on the in-process ZooKeeper, and its scripted moves, seen by confluent-k
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import confluent_kafka as ck
 import pytest
 
+from odradek.pytest_plugin import fast_cluster_lifetime
 from odradek.testing import wait_for
+
+
+@pytest.fixture(scope="module")
+def _odradek_fast_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """This module's cluster goes with it (the plugin's lives for the session)."""
+    yield from fast_cluster_lifetime(request, tmp_path_factory)
 
 
 def unique(prefix: str) -> str:

@@ -545,6 +545,12 @@ def __getattr__(name: str) -> Any:
 
 @pytest.fixture(scope=_cluster_scope)
 def _odradek_fast_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    yield from fast_cluster_lifetime(request, tmp_path_factory)
+
+
+def fast_cluster_lifetime(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The fast cluster's start and stop (a test suite may give it another scope by defining a
+    ``_odradek_fast_cluster`` fixture of its own that yields from this)."""
     try:
         size = int(request.config.getini("odradek_cluster_brokers"))
     except ValueError as exc:
