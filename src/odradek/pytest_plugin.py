@@ -27,6 +27,9 @@ Fixtures:
   (ini ``odradek_cluster_brokers``, default 3; needs ``pip install odradek[cluster]``), one per
   session unless ``odradek_cluster_scope`` says otherwise.  An :class:`OdradekCluster`: the same
   helpers, plus ``stop_broker(i)``, ``start_broker(i)``, ``kill_broker(i)``.
+* ``odradek_fast_cluster`` — the same number of brokers in this process on an in-process
+  ZooKeeper (for tests only: :mod:`odradek.testcluster`), ready in well under a second, no JVM;
+  ``.faults`` moves leaders and coordinators, stops or kills brokers, and is restored after each test.
 
 Broker settings for every broker the plugin starts: ini ``odradek_broker_overrides`` (lines of
 ``key=value``).  Defaults suited to tests: ``group.initial.rebalance.delay.ms=0`` (a consumer
@@ -566,3 +569,75 @@ def odradek_cluster(
         yield cluster
     finally:
         cluster.close()
+
+
+# -- the fast cluster (in this process, for tests only) -----------------------------------------
+
+
+def _fast_cluster_class() -> type:
+    """:class:`odradek.testcluster.FastCluster` with the helpers above (made on first use: this
+    module imports no Odradek code when pytest loads it)."""
+    global _FAST_CLUSTER
+    if _FAST_CLUSTER is None:
+        from odradek.testcluster import FastCluster
+
+        class OdradekFastCluster(FastCluster, _Helpers):
+            """What ``odradek_fast_cluster`` gives: a :class:`FastCluster` with the topic and group helpers."""
+
+            bootstrap_servers = FastCluster.bootstrap_servers
+
+            def _leaders_ready(self, name: str, partitions: int) -> bool:
+                return OdradekCluster._leaders_ready(self, name, partitions)  # type: ignore[arg-type]
+
+            def close(self) -> None:
+                self._close_admin()
+                super().close()
+
+        _FAST_CLUSTER = OdradekFastCluster
+    return _FAST_CLUSTER
+
+
+_FAST_CLUSTER: type | None = None
+
+
+def __getattr__(name: str) -> Any:
+    if name == "OdradekFastCluster":
+        return _fast_cluster_class()
+    raise AttributeError(name)
+
+
+@pytest.fixture(scope=_cluster_scope)
+def _odradek_fast_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    yield from fast_cluster_lifetime(request, tmp_path_factory)
+
+
+def fast_cluster_lifetime(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The fast cluster's start and stop (a test suite may give it another scope by defining a
+    ``_odradek_fast_cluster`` fixture of its own that yields from this)."""
+    try:
+        size = int(request.config.getini("odradek_cluster_brokers"))
+    except ValueError as exc:
+        raise pytest.UsageError(f"odradek_cluster_brokers: {exc}") from exc
+    if importlib.util.find_spec("kazoo") is None:
+        pytest.fail("odradek_fast_cluster: the brokers' coordination needs kazoo: pip install 'odradek[cluster]'",
+                    pytrace=False)
+    cluster = _fast_cluster_class()(tmp_path_factory.mktemp("odradek-fast-cluster"), size,
+                                    overrides=_overrides(request.config))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture
+def odradek_fast_cluster(_odradek_fast_cluster: Any) -> Iterator[Any]:
+    """N brokers (ini ``odradek_cluster_brokers``, default 3) in this process on an in-process
+    ZooKeeper, ready in about a second, no JVM (for tests only); one per session unless
+    ``odradek_cluster_scope`` says otherwise.  ``.faults`` moves leaders and coordinators and stops
+    or kills brokers; whatever a test moved is restored after it."""
+    cluster = _odradek_fast_cluster
+    try:
+        yield cluster
+    finally:
+        cluster.faults.restore()

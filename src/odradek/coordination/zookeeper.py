@@ -53,6 +53,8 @@ from odradek._timeouts import wait_for
 from odradek.cluster.controller import LeaderIsr, TopicAssignment, place_replicas
 from odradek.cluster.metadata import BrokerInfo, Endpoint, MetadataImage, PartitionState, TopicInfo
 from odradek.coordination.base import AclEntry, MetadataBackend, StaleVersion, validate_topic_name
+from odradek.coordination.inprocess import SCHEME as INPROCESS_SCHEME
+from odradek.coordination.inprocess import client_for as inprocess_client
 from odradek.errors import ErrorCode, KafkaError
 from odradek.security.quota import QUOTA_KEYS, desanitize, sanitize
 
@@ -188,12 +190,16 @@ class ZkStore:
         self.connect = connect
         self.session_timeout = session_timeout_ms / 1000
         self.connection_timeout = (connection_timeout_ms or session_timeout_ms) / 1000
-        self.zk = KazooClient(
-            hosts=connect,
-            timeout=self.session_timeout,
-            connection_retry=KazooRetry(max_tries=-1, delay=0.2, max_delay=2.0),
-            command_retry=KazooRetry(max_tries=20, delay=0.1, max_delay=1.0),
-        )
+        self.zk: Any
+        if connect.startswith(INPROCESS_SCHEME):  # a test cluster's ensemble in this process
+            self.zk = inprocess_client(connect)
+        else:
+            self.zk = KazooClient(
+                hosts=connect,
+                timeout=self.session_timeout,
+                connection_retry=KazooRetry(max_tries=-1, delay=0.2, max_delay=2.0),
+                command_retry=KazooRetry(max_tries=20, delay=0.1, max_delay=1.0),
+            )
         # kazoo queues a request while it is disconnected and waits for it without a deadline:
         # every call gets one, and runs on a daemon thread so a stuck call never blocks exit
         self.op_timeout = max(10.0, self.session_timeout)
@@ -1192,12 +1198,17 @@ class ZkAcls:
     async def alter(
         self, resource: tuple[str, str, str], change: Callable[[frozenset[AclEntry]], frozenset[AclEntry]]
     ) -> frozenset[AclEntry]:
-        """Change one resource's ACL node and apply it here at once."""
+        """Change one resource's ACL node and apply it here at once: the node as it is now, read
+        under the lock (another broker's change may have been written, notified and applied here
+        since ours was written; our own result would then be older than what this broker holds,
+        and no notification would come to correct it)."""
         after = await write_acls(self.store, resource, change)
         async with self._lock:
+            data, _ = await self.store.get_or_none(_acl_path(resource))
+            current = _acl_entries(data, _acl_path(resource))
             acls = dict(self.acls)
-            if after:
-                acls[resource] = after
+            if current:
+                acls[resource] = current
             else:
                 acls.pop(resource, None)
             self._set(acls)
