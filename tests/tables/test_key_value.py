@@ -1,0 +1,55 @@
+"""key_value mode: every committed record of the topic in its Iceberg table, read by PyIceberg and DuckDB."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import confluent_kafka as ck
+
+from odradek.testing import BrokerProcess
+from tests.tables.conftest import FAST, create_topic, duckdb_rows, open_catalog, wait_rows
+
+
+def _produce(bootstrap: str, topic: str, records: list[tuple[int, bytes | None, bytes, list[tuple[str, bytes]]]]
+             ) -> dict[tuple[int, int], tuple[bytes | None, bytes, list[tuple[str, bytes]]]]:
+    """Produce and return what each record became: (partition, offset) -> (key, value, headers)."""
+    placed: dict[tuple[int, int], Any] = {}
+    p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+
+    def report(headers: list[tuple[str, bytes]]) -> Any:
+        def done(err: Any, msg: Any) -> None:
+            assert err is None, err
+            placed[(msg.partition(), msg.offset())] = (msg.key(), msg.value(), headers)
+
+        return done
+
+    for partition, key, value, headers in records:
+        p.produce(topic, value, key, partition=partition, headers=headers or None, on_delivery=report(headers))
+    assert p.flush(30) == 0
+    return placed
+
+
+def test_key_value_table_holds_every_record_once_with_its_columns(broker: BrokerProcess) -> None:
+    topic = "kv-orders"
+    create_topic(broker.bootstrap, topic, 2, {"odradek.iceberg.mode": "key_value", **FAST})
+    records = [(i % 2, None if i % 5 == 0 else f"k{i}".encode(), f"v{i}".encode() * (i % 7),
+                [("h", f"{i}".encode())] if i % 3 == 0 else []) for i in range(300)]
+    placed = _produce(broker.bootstrap, topic, records)
+    table = wait_rows(broker.data_dir, topic, len(placed))
+    rows = table.to_pylist()
+    assert len(rows) == len(placed)  # nothing twice
+    got = {(r["partition"], r["offset"]): (r["key"], r["value"], [(h["key"], h["value"]) for h in r["headers"]])
+           for r in rows}
+    assert got == placed
+    assert {r["topic"] for r in rows} == {topic}
+    assert all(r["timestamp"] is not None for r in rows)
+    # the table's own record of what it holds: the current snapshot's summary, per partition
+    t = open_catalog(broker.data_dir).load_table(("odradek", topic))
+    summary = t.current_snapshot().summary.additional_properties
+    ends = {p: 1 + max(o for q, o in placed if q == p) for p in (0, 1)}
+    assert {p: int(summary[f"odradek.next-offset.{p}"]) for p in (0, 1)} == ends
+    # partitioned by the hour of the record timestamp (the default spec)
+    assert [f.transform.__class__.__name__ for f in t.spec().fields] == ["HourTransform"]
+    # DuckDB reads the same table
+    duck = duckdb_rows(broker.data_dir, topic, "partition, \"offset\", key, value")
+    assert duck == sorted((p, o, k, v) for (p, o), (k, v, _h) in placed.items())
