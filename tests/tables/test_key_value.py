@@ -53,3 +53,31 @@ def test_key_value_table_holds_every_record_once_with_its_columns(broker: Broker
     # DuckDB reads the same table
     duck = duckdb_rows(broker.data_dir, topic, "partition, \"offset\", key, value")
     assert duck == sorted((p, o, k, v) for (p, o), (k, v, _h) in placed.items())
+
+
+def _lag(metrics_url: str, topic: str) -> dict[str, tuple[float, float]]:
+    """partition -> (records, seconds) behind, from the broker's /metrics."""
+    import re
+    import urllib.request
+
+    with urllib.request.urlopen(metrics_url, timeout=10) as resp:
+        text = resp.read().decode()
+    out: dict[str, list[float]] = {}
+    for kind, part, value in re.findall(
+        rf'odradek_iceberg_writer_lag_(records|seconds)\{{partition="(\d+)",topic="{topic}"\}} ([0-9.e+-]+)', text
+    ):
+        out.setdefault(part, [0.0, 0.0])[kind == "seconds"] = float(value)
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def test_writer_lag_is_a_metric_and_returns_to_zero_after_a_burst(broker: BrokerProcess) -> None:
+    from tests.tables.conftest import wait_until
+
+    topic = "kv-lag"
+    assert broker.metrics_url is not None
+    create_topic(broker.bootstrap, topic, 2, {"odradek.iceberg.mode": "key_value", **FAST})
+    placed = _produce(broker.bootstrap, topic, [(i % 2, None, b"x" * 100, []) for i in range(2000)])
+    wait_rows(broker.data_dir, topic, len(placed))
+    lag = wait_until(lambda: (lambda m: m if set(m) == {"0", "1"} and all(v == (0, 0) for v in m.values()) else None)(
+        _lag(broker.metrics_url, topic)), "the writers' lag back to 0")
+    assert lag == {"0": (0, 0), "1": (0, 0)}
