@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import confluent_kafka as ck
+import pytest
 
 from odradek.testing import BrokerProcess
 from tests.tables.conftest import FAST, create_topic, duckdb_rows, open_catalog, wait_rows
@@ -81,3 +82,19 @@ def test_writer_lag_is_a_metric_and_returns_to_zero_after_a_burst(broker: Broker
     lag = wait_until(lambda: (lambda m: m if set(m) == {"0", "1"} and all(v == (0, 0) for v in m.values()) else None)(
         _lag(broker.metrics_url, topic)), "the writers' lag back to 0")
     assert lag == {"0": (0, 0), "1": (0, 0)}
+
+
+@pytest.mark.parametrize("configs", [
+    {"odradek.iceberg.mode": "parquet"},
+    {"odradek.iceberg.partition.spec": "minute(timestamp)"},
+    {"odradek.iceberg.partition.spec": "hour(timestamp),day(timestamp)"},
+    {"odradek.iceberg.commit.interval.ms": "0"},
+])
+def test_invalid_table_configs_are_refused_with_invalid_config(broker: BrokerProcess, configs: dict[str, str]) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    [future] = admin.create_topics([NewTopic("bad-table-config", 1, 1, config=configs)]).values()
+    with pytest.raises(ck.KafkaException) as info:
+        future.result(30)
+    assert info.value.args[0].code() == ck.KafkaError.INVALID_CONFIG
