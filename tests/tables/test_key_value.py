@@ -98,3 +98,17 @@ def test_invalid_table_configs_are_refused_with_invalid_config(broker: BrokerPro
     with pytest.raises(ck.KafkaException) as info:
         future.result(30)
     assert info.value.args[0].code() == ck.KafkaError.INVALID_CONFIG
+    [(name, value)] = configs.items()
+    assert value in info.value.args[0].str()  # the value is refused, not the name
+
+
+def test_valid_table_configs_are_accepted_and_described(broker: BrokerProcess) -> None:
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    configs = {"odradek.iceberg.mode": "value_schema", "odradek.iceberg.partition.spec": "day(timestamp),identity(partition)",
+               "odradek.iceberg.commit.interval.ms": "5000"}
+    create_topic(broker.bootstrap, "good-table-config", 1, configs)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    [future] = admin.describe_configs([ConfigResource("topic", "good-table-config")]).values()
+    described = {k: v.value for k, v in future.result(30).items() if k.startswith("odradek.iceberg.")}
+    assert described == configs

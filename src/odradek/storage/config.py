@@ -105,7 +105,8 @@ class LogConfig:
         except ConfigError as exc:
             raise InvalidConfigError(exc.message) from None
         if values["odradek.iceberg.commit.interval.ms"] < 1:
-            raise InvalidConfigError("odradek.iceberg.commit.interval.ms must be at least 1")
+            raise InvalidConfigError(f"Invalid value {values['odradek.iceberg.commit.interval.ms']} for configuration "
+                                     "odradek.iceberg.commit.interval.ms: Value must be at least 1")
         return cls(**{k.replace(".", "_"): v for k, v in values.items()})
 
     def to_dict(self) -> dict[str, Any]:
