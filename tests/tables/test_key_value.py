@@ -98,7 +98,7 @@ def test_invalid_table_configs_are_refused_with_invalid_config(broker: BrokerPro
     with pytest.raises(ck.KafkaException) as info:
         future.result(30)
     assert info.value.args[0].code() == ck.KafkaError.INVALID_CONFIG
-    [(name, value)] = configs.items()
+    [(_name, value)] = configs.items()
     assert value in info.value.args[0].str()  # the value is refused, not the name
 
 
@@ -112,3 +112,27 @@ def test_valid_table_configs_are_accepted_and_described(broker: BrokerProcess) -
     [future] = admin.describe_configs([ConfigResource("topic", "good-table-config")]).values()
     described = {k: v.value for k, v in future.result(30).items() if k.startswith("odradek.iceberg.")}
     assert described == configs
+
+
+def test_odradek_tables_describe(broker: BrokerProcess, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from odradek.cli.__main__ import main
+
+    topic = "kv-described"
+    create_topic(broker.bootstrap, topic, 2, {"odradek.iceberg.mode": "key_value", **FAST})
+    placed = _produce(broker.bootstrap, topic, [(i % 2, None, b"v", []) for i in range(30)])
+    wait_rows(broker.data_dir, topic, len(placed))
+    capsys.readouterr()
+    assert main(["tables", "describe", topic, "--data-dir", str(broker.data_dir), "--output", "json"]) == 0
+    [described] = json.loads(capsys.readouterr().out)
+    assert described["table"] == f"odradek.{topic}"
+    assert described["rows"] == 30 and described["dead_letters"] == 0
+    assert described["offsets"] == {"0": 15, "1": 15}
+    assert described["partition_spec"] == ["hour(timestamp)"]
+    assert [c["name"] for c in described["columns"]] == ["key", "value", "topic", "partition", "offset", "timestamp",
+                                                        "headers"]
+    assert main(["tables", "describe", "--data-dir", str(broker.data_dir)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("TABLE") and f"odradek.{topic}" in text and "0:15 1:15" in text
+    assert main(["tables", "describe", "no-such-topic", "--data-dir", str(broker.data_dir)]) == 1

@@ -29,8 +29,9 @@ DEAD_LETTER_SUFFIX = "~dlq"
 NO_RETRIES = {"commit.retry.num-retries": "0"}
 
 
-def open_catalog(settings: TableSettings, data_dir: Path) -> Any:
-    """The catalog (a ``pyiceberg.catalog.Catalog``)."""
+def open_catalog(settings: TableSettings, data_dir: Path, *, create: bool = True) -> Any:
+    """The catalog (a ``pyiceberg.catalog.Catalog``); ``create``: its namespace (and the default
+    SQLite file and warehouse directory) made if they are not there."""
     from pyiceberg.catalog import load_catalog
 
     home = data_dir / "iceberg"
@@ -43,12 +44,15 @@ def open_catalog(settings: TableSettings, data_dir: Path) -> Any:
     else:
         uri = settings.catalog_uri
         if uri is None:
-            home.mkdir(parents=True, exist_ok=True)
-            (home / "warehouse").mkdir(exist_ok=True)
+            if create:
+                (home / "warehouse").mkdir(parents=True, exist_ok=True)
+            elif not (home / "catalog.db").exists():
+                raise FileNotFoundError(f"no Iceberg catalog at {home / 'catalog.db'} (no topic has been written as a table)")
             uri = f"sqlite:///{home / 'catalog.db'}"
         props.update(type="sql", uri=uri)
     catalog = load_catalog("odradek", **props)
-    catalog.create_namespace_if_not_exists(settings.namespace)
+    if create:
+        catalog.create_namespace_if_not_exists(settings.namespace)
     return catalog
 
 
