@@ -136,3 +136,25 @@ def test_odradek_tables_describe(broker: BrokerProcess, capsys: pytest.CaptureFi
     text = capsys.readouterr().out
     assert text.startswith("TABLE") and f"odradek.{topic}" in text and "0:15 1:15" in text
     assert main(["tables", "describe", "no-such-topic", "--data-dir", str(broker.data_dir)]) == 1
+
+
+def test_a_topic_created_again_under_its_name_is_written_from_its_offset_0(broker: BrokerProcess) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    from tests.tables.conftest import wait_until
+
+    topic = "kv-again"
+    configs = {"odradek.iceberg.mode": "key_value", **FAST}
+    create_topic(broker.bootstrap, topic, 1, configs)
+    first = _produce(broker.bootstrap, topic, [(0, None, f"old{i}".encode(), []) for i in range(10)])
+    wait_rows(broker.data_dir, topic, 10)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    [f] = admin.delete_topics([topic]).values()
+    f.result(30)
+    wait_until(lambda: create_topic(broker.bootstrap, topic, 1, configs) or True, "the topic created again")
+    second = _produce(broker.bootstrap, topic, [(0, None, f"new{i}".encode(), []) for i in range(4)])
+    assert sorted(o for _, o in second) == [0, 1, 2, 3]
+    # the table keeps the old topic's records (retention independence) and holds the new one's from 0
+    table = wait_rows(broker.data_dir, topic, 14)
+    got = sorted(zip(table["offset"].to_pylist(), table["value"].to_pylist()))
+    assert got == sorted([(o, v[1]) for (_, o), v in first.items()] + [(o, v[1]) for (_, o), v in second.items()])

@@ -61,6 +61,8 @@ def test_sigkill_mid_stream_and_restart_neither_duplicate_nor_skip(tmp_path: Pat
 class _Log:
     """A partition's log in memory, as a writer reads it."""
 
+    topic_id = None
+
     def __init__(self) -> None:
         self.data = bytearray()
         self.end = 0

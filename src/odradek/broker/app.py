@@ -473,7 +473,8 @@ class Broker:
             def read(offset: int, max_bytes: int) -> bytes:
                 return replicas.read(p, offset, max_bytes, isolation_committed=True, replica_id=-1, min_one=True).to_bytes()
 
-            return LeaderLog(p.log, read)
+            info = self.image.topics.get(p.topic)
+            return LeaderLog(p.log, read, str(info.topic_id) if info is not None else None)
 
         return TableWriters(
             self.settings.current.tables, self.logs.dirs[0], lambda: list(replicas.partitions.values()), source,

@@ -57,8 +57,9 @@ class LeaderLog:
     """A hosted partition's log as its writer reads it: ``read`` is the broker's read as a
     read_committed consumer (below the last stable offset; a failed log dir raises)."""
 
-    def __init__(self, log: Log, read: Callable[[int, int], bytes]) -> None:
+    def __init__(self, log: Log, read: Callable[[int, int], bytes], topic_id: str | None = None) -> None:
         self.log, self._read = log, read
+        self.topic_id = topic_id
 
     def bounds(self) -> tuple[int, int, int]:
         lg = self.log

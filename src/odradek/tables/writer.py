@@ -42,12 +42,15 @@ from odradek.tables.convert import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["NEXT_OFFSET", "RANGE", "LogSource", "PartitionWriter", "Step", "recorded_offsets"]
+__all__ = ["NEXT_OFFSET", "RANGE", "TOPIC_ID", "LogSource", "PartitionWriter", "Step", "recorded_offsets"]
 
 #: summary key prefix: the offset up to which the table holds a partition (all partitions, cumulative)
 NEXT_OFFSET = "odradek.next-offset."
 #: summary key prefix: the range a snapshot added for a partition (``start-end``, end exclusive)
 RANGE = "odradek.offsets."
+#: summary key: the id of the topic whose offsets the summary records (a topic deleted and created
+#: again under its name starts again at offset 0: the old topic's offsets do not hold for it)
+TOPIC_ID = "odradek.topic-id"
 #: commits retried after losing a race with another partition's writer of the same table
 _COMMIT_ATTEMPTS = 20
 
@@ -64,6 +67,10 @@ class LogSource(Protocol):
     def aborted(self, start: int, upper: int) -> list[tuple[int, int]]:
         """``(producer id, first offset)`` of the aborted transactions with records in ``[start, upper)``."""
 
+    @property
+    def topic_id(self) -> str | None:
+        """The topic's id (None: unknown)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Step:
@@ -75,13 +82,17 @@ class Step:
     more: bool
 
 
-def recorded_offsets(table: Any) -> dict[int, int]:
-    """The table's record of what it holds: partition -> the offset after its last record."""
+def recorded_offsets(table: Any, topic_id: str | None = None) -> dict[int, int]:
+    """The table's record of what it holds: partition -> the offset after its last record (with
+    ``topic_id``: nothing when the record is of another topic of the same name)."""
     snap = table.current_snapshot()
     if snap is None or snap.summary is None:
         return {}
+    props = snap.summary.additional_properties
+    if topic_id is not None and props.get(TOPIC_ID, topic_id) != topic_id:
+        return {}
     out = {}
-    for k, v in snap.summary.additional_properties.items():
+    for k, v in props.items():
         if k.startswith(NEXT_OFFSET):
             out[int(k[len(NEXT_OFFSET):])] = int(v)
     return out
@@ -145,7 +156,7 @@ class PartitionWriter:
                 self.catalog, table_identifier(self.namespace, self.topic), schema, self.spec, self._columns()
             )
         self.table.refresh()
-        self.committed = recorded_offsets(self.table).get(self.partition, 0)
+        self.committed = recorded_offsets(self.table, self.source.topic_id).get(self.partition, 0)
         self.next = self.committed
         self.dead_committed = -1
         log.info("Iceberg table %s: %s resumes at offset %d", ".".join(table_identifier(self.namespace, self.topic)),
@@ -181,7 +192,7 @@ class PartitionWriter:
                 self.catalog, dead_letter_identifier(self.namespace, self.topic), DEAD_LETTER_SCHEMA, "none", {}
             )
         self.dead_table.refresh()
-        self.dead_committed = recorded_offsets(self.dead_table).get(self.partition, 0)
+        self.dead_committed = recorded_offsets(self.dead_table, self.source.topic_id).get(self.partition, 0)
 
     # -- one step ----------------------------------------------------------------------------------
 
@@ -235,8 +246,8 @@ class PartitionWriter:
             fresh = [d for d in dead if d.record.offset >= self.dead_committed]
             if not fresh:
                 return
-            recorded = recorded_offsets(self.dead_table)
-            props = {NEXT_OFFSET + str(p): str(o) for p, o in recorded.items()}
+            recorded = recorded_offsets(self.dead_table, self.source.topic_id)
+            props = self._props(recorded)
             props[NEXT_OFFSET + str(self.partition)] = str(end)
             props[RANGE + str(self.partition)] = f"{fresh[0].record.offset}-{end}"
             if self._append(self.dead_table, dead_letter_table(fresh, self.topic, self.partition), props):
@@ -245,21 +256,21 @@ class PartitionWriter:
                 self.dead_committed = end
                 return
             self.dead_table.refresh()
-            self.dead_committed = recorded_offsets(self.dead_table).get(self.partition, 0)
+            self.dead_committed = recorded_offsets(self.dead_table, self.source.topic_id).get(self.partition, 0)
         raise RuntimeError(f"{self.name}: could not commit to the dead-letter table in {_COMMIT_ATTEMPTS} attempts")
 
     def _commit(self, rows: pa.Table, end: int) -> bool:
         """Append ``rows`` as the range ``[committed, end)``; False (nothing written, the writer
         reset to the table's record) if the table no longer says ``committed`` for this partition."""
         for _ in range(_COMMIT_ATTEMPTS):
-            recorded = recorded_offsets(self.table)
+            recorded = recorded_offsets(self.table, self.source.topic_id)
             now = recorded.get(self.partition, 0)
             if now != self.committed:
                 log.warning("%s: the Iceberg table holds it up to offset %d, not %d (another writer): going on from there",
                             self.name, now, self.committed)
                 self.committed = self.next = now
                 return False
-            props = {NEXT_OFFSET + str(p): str(o) for p, o in recorded.items()}
+            props = self._props(recorded)
             props[NEXT_OFFSET + str(self.partition)] = str(end)
             props[RANGE + str(self.partition)] = f"{self.committed}-{end}"
             if self._append(self.table, rows, props):
@@ -267,6 +278,13 @@ class PartitionWriter:
                 return True
             self.table.refresh()
         raise RuntimeError(f"{self.name}: could not commit to the Iceberg table in {_COMMIT_ATTEMPTS} attempts")
+
+    def _props(self, recorded: dict[int, int]) -> dict[str, str]:
+        """The summary of a new snapshot: the record carried forward, with the topic's id."""
+        props = {NEXT_OFFSET + str(p): str(o) for p, o in recorded.items()}
+        if self.source.topic_id is not None:
+            props[TOPIC_ID] = self.source.topic_id
+        return props
 
     @staticmethod
     def _append(table: Any, rows: pa.Table, props: dict[str, str]) -> bool:
