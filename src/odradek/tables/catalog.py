@@ -36,6 +36,10 @@ def open_catalog(settings: TableSettings, data_dir: Path, *, create: bool = True
 
     home = data_dir / "iceberg"
     warehouse = settings.warehouse or (home / "warehouse").as_uri()
+    if "://" not in warehouse:  # a path: PyIceberg takes URLs
+        if create:
+            Path(warehouse).mkdir(parents=True, exist_ok=True)
+        warehouse = Path(warehouse).resolve().as_uri()
     props: dict[str, str] = {"warehouse": warehouse}
     if settings.catalog_type == "rest":
         if not settings.catalog_uri:
