@@ -39,7 +39,7 @@ def test_sigkill_mid_stream_and_restart_neither_duplicate_nor_skip(tmp_path: Pat
     try:
         create_topic(b.bootstrap, topic, 2, {"odradek.iceberg.mode": "key_value", **FAST})
         sent = 0
-        for cycle in range(3):
+        for cycle in range(2):
             p = ck.Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 1, "batch.num.messages": 20})
             for i in range(600):
                 p.produce(topic, f"c{cycle}-{i}".encode(), partition=i % 2)
