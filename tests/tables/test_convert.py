@@ -92,3 +92,11 @@ def test_committed_records_leave_out_aborted_transactions_and_control_batches() 
     got, after = committed_records(data, [], 3, 6)
     assert [(r.offset, r.value) for r in got] == [(3, b"b0")] and after == 6
     assert KeyValueRows("t", 0).convert(got)[0]["offset"].to_pylist() == [3]
+
+
+def test_no_registry_view_converts_nothing_rather_than_dead_lettering_everything() -> None:
+    from odradek.tables.convert import RegistryUnavailable
+
+    rows = ValueSchemaRows("t", 0, lambda: None)
+    with pytest.raises(RegistryUnavailable):
+        rows.convert([Record(0, 1_700_000_000_000, None, _framed({"n": 1, "s": "a", "m": {}}), [])])

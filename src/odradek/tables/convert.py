@@ -20,7 +20,6 @@ import pyarrow as pa
 
 from odradek.records import Record, parse_control_key, read_batches
 from odradek.schemas.framing import FramingError, read_header
-from odradek.schemas.store import RegistryState
 
 __all__ = [
     "DEAD_LETTER_SCHEMA",
@@ -28,6 +27,7 @@ __all__ = [
     "ConversionError",
     "DeadLetter",
     "KeyValueRows",
+    "RegistryUnavailable",
     "ValueSchemaRows",
     "avro_to_arrow",
     "committed_records",
@@ -68,6 +68,10 @@ _ABORT = 0
 
 class ConversionError(Exception):
     """A record (or the topic's schema) that cannot become a row of the table."""
+
+
+class RegistryUnavailable(Exception):
+    """The broker has no view of the schema registry now: try again later (nothing is converted)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +251,8 @@ class ValueSchemaRows:
 
     topic: str
     partition: int
-    registry: Callable[[], RegistryState | None]
+    #: the registry's view (None: this broker has none now); ``versions(subject)`` and ``by_id(id)``
+    registry: Callable[[], Any]
     subject: str = ""
     _parsed: dict[int, Any] = field(default_factory=dict)
     _latest: tuple[int, Any, pa.Schema] | None = None
@@ -257,13 +262,13 @@ class ValueSchemaRows:
 
     def latest(self) -> tuple[int, pa.Schema] | None:
         """``(schema id, Arrow schema of the table)`` of the subject's latest version (None: the
-        registry view is not there yet, or the subject has no version); ConversionError if it
-        cannot be a table."""
+        subject has no version); RegistryUnavailable when the broker has no registry view now,
+        ConversionError if the schema cannot be a table."""
         import fastavro
 
         state = self.registry()
         if state is None:
-            return None
+            raise RegistryUnavailable(f"no view of the schema registry (for the subject {self.subject})")
         versions = state.versions(self.subject)
         if not versions:
             return None
@@ -292,7 +297,9 @@ class ValueSchemaRows:
         parsed = self._parsed.get(schema_id)
         if parsed is None:
             state = self.registry()
-            found = state.by_id(schema_id) if state is not None else None
+            if state is None:
+                raise RegistryUnavailable(f"no view of the schema registry (for schema id {schema_id})")
+            found = state.by_id(schema_id)
             if found is None:
                 raise ConversionError(f"schema id {schema_id} is not in the registry")
             if found.schema_type != "AVRO" or found.references:

@@ -15,6 +15,7 @@ caught up with it (0 when it is).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import importlib.util
 import logging
 from collections.abc import Callable, Iterable
@@ -40,6 +41,8 @@ __all__ = ["HostedPartition", "Lag", "LeaderLog", "TableWriters"]
 _TICK_MS = 1000
 _THREADS = 2
 _MAX_BACKOFF_MS = 60000
+#: how long a writer's thread waits for a registry lookup on the event loop
+_REGISTRY_TIMEOUT_S = 30
 
 
 class HostedPartition(Protocol):
@@ -70,6 +73,37 @@ class LeaderLog:
 
     def aborted(self, start: int, upper: int) -> list[tuple[int, int]]:
         return [(a.producer_id, a.first_offset) for a in self.log.aborted_transactions(start, upper)]
+
+
+class _RegistryOnLoop:
+    """The broker's registry view as a writer's thread reads it: the view changes on the event
+    loop, so each lookup runs there (the thread waits for it)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, view: Callable[[], Any]) -> None:
+        self.loop, self.view = loop, view
+
+    def _call(self, fn: Callable[[Any], Any]) -> Any:
+        done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                state = self.view()
+                done.set_result(fn(state) if state is not None else None)
+            except BaseException as exc:
+                done.set_exception(exc)
+
+        self.loop.call_soon_threadsafe(run)
+        return done.result(timeout=_REGISTRY_TIMEOUT_S)
+
+    def versions(self, subject: str) -> list[Any]:
+        return self._call(lambda state: state.versions(subject)) or []
+
+    def by_id(self, schema_id: int) -> Any:
+        return self._call(lambda state: state.by_id(schema_id))
+
+    def __call__(self) -> _RegistryOnLoop | None:
+        """What the writers call for the registry: None while this broker has no view."""
+        return self if self._call(lambda state: True) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +150,9 @@ class TableWriters:
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._tick(), name="iceberg-writers")
+
+    def _registry(self) -> _RegistryOnLoop:
+        return _RegistryOnLoop(asyncio.get_running_loop(), self.registry)
 
     async def stop(self) -> None:
         self._stopped = True
@@ -184,7 +221,7 @@ class TableWriters:
             source = self.source(p)
             writer = PartitionWriter(
                 None, self.settings.namespace, key[0], key[1], config.odradek_iceberg_mode,
-                config.odradek_iceberg_partition_spec, source, self.registry,
+                config.odradek_iceberg_partition_spec, source, self._registry(),
             )
             d = self._drivers[key] = _Driver(writer, source)
             d.task = asyncio.get_running_loop().create_task(self._drive(d), name=f"iceberg-{key[0]}-{key[1]}")

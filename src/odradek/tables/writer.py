@@ -35,6 +35,7 @@ from odradek.tables.convert import (
     ConversionError,
     DeadLetter,
     KeyValueRows,
+    RegistryUnavailable,
     ValueSchemaRows,
     committed_records,
     dead_letter_table,
@@ -165,7 +166,10 @@ class PartitionWriter:
 
     def _table_schema(self) -> pa.Schema | None:
         if isinstance(self.rows, ValueSchemaRows):
-            latest = self.rows.latest()
+            try:
+                latest = self.rows.latest()
+            except RegistryUnavailable:
+                return None
             if latest is None:
                 return None
             self._schema_id = latest[0]
