@@ -158,3 +158,25 @@ def test_a_topic_created_again_under_its_name_is_written_from_its_offset_0(broke
     table = wait_rows(broker.data_dir, topic, 14)
     got = sorted(zip(table["offset"].to_pylist(), table["value"].to_pylist()))
     assert got == sorted([(o, v[1]) for (_, o), v in first.items()] + [(o, v[1]) for (_, o), v in second.items()])
+
+
+def test_odradek_tables_expire_snapshots_keeps_the_current_one(broker: BrokerProcess,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from odradek.cli.__main__ import main
+
+    topic = "kv-expired"
+    create_topic(broker.bootstrap, topic, 1, {"odradek.iceberg.mode": "key_value", **FAST})
+    for i in range(3):  # a snapshot each
+        _produce(broker.bootstrap, topic, [(0, None, b"v", [])])
+        wait_rows(broker.data_dir, topic, i + 1)
+    table = open_catalog(broker.data_dir).load_table(("odradek", topic))
+    assert len(table.metadata.snapshots) == 3
+    capsys.readouterr()
+    assert main(["tables", "expire-snapshots", topic, "--older-than-ms", "0", "--data-dir", str(broker.data_dir)]) == 0
+    assert "2 snapshots expired, 1 kept" in capsys.readouterr().out
+    table.refresh()
+    assert len(table.metadata.snapshots) == 1
+    assert table.scan().to_arrow().num_rows == 3
+    # the writer goes on from the table's record in the snapshot kept
+    _produce(broker.bootstrap, topic, [(0, None, b"v", [])])
+    assert sorted(wait_rows(broker.data_dir, topic, 4)["offset"].to_pylist()) == [0, 1, 2, 3]

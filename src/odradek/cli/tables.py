@@ -4,7 +4,9 @@
 ``--config``, ``--data-dir``, ``--override``, ``ODRADEK_*``) through PyIceberg and prints, per
 table, its rows, snapshots, partition spec, columns, the offset up to which it holds each Kafka
 partition (the current snapshot's record) and the rows of its dead-letter table.  Read-only: it
-creates nothing.
+creates nothing.  ``expire-snapshots TOPIC ...`` forgets the snapshots of the topics' tables (and
+dead-letter tables) older than ``--older-than-ms``, through PyIceberg; the current snapshot, which
+holds the offsets the writers resume from, is always kept.
 """
 
 from __future__ import annotations
@@ -25,11 +27,21 @@ def add_parser(sub: Any) -> None:
     tsub = p.add_subparsers(dest="tables_command", required=True)
     d = tsub.add_parser("describe", help="rows, snapshots, columns and offsets held of each topic's table")
     d.add_argument("topics", nargs="*", metavar="TOPIC", help="the topics (default: every table in the namespace)")
-    d.add_argument("--config", "-c", metavar="FILE", help="the broker's server.properties file")
-    d.add_argument("--data-dir", metavar="DIR", default=None, help="the broker's data directory (log.dirs)")
-    d.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                   help="a broker setting (odradek.iceberg.catalog.uri=..., odradek.iceberg.warehouse=...)")
+    _settings_options(d)
     add_output_option(d)
+    e = tsub.add_parser("expire-snapshots", help="forget a topic's table's snapshots older than an age (and its "
+                        "dead-letter table's); the current one is always kept")
+    e.add_argument("topics", nargs="+", metavar="TOPIC")
+    e.add_argument("--older-than-ms", type=int, default=5 * 24 * 3600 * 1000,
+                   help="expire snapshots older than this (default 5 days, Iceberg's history.expire.max-snapshot-age-ms)")
+    _settings_options(e)
+
+
+def _settings_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", "-c", metavar="FILE", help="the broker's server.properties file")
+    p.add_argument("--data-dir", metavar="DIR", default=None, help="the broker's data directory (log.dirs)")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="a broker setting (odradek.iceberg.catalog.uri=..., odradek.iceberg.warehouse=...)")
 
 
 def describe_table(table: Any, dead: Any | None) -> dict[str, Any]:
@@ -59,6 +71,30 @@ def _rows(table: Any | None) -> int:
     return int(snap.summary.additional_properties.get("total-records", 0))
 
 
+def _expire(catalog: Any, namespace: str, topics: list[str], older_than_ms: int) -> int:
+    from datetime import UTC, datetime, timedelta
+
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from odradek.tables.catalog import DEAD_LETTER_SUFFIX
+
+    cutoff = datetime.now(UTC) - timedelta(milliseconds=older_than_ms)
+    for topic in topics:
+        for name in (topic, topic + DEAD_LETTER_SUFFIX):
+            try:
+                table = catalog.load_table((namespace, name))
+            except NoSuchTableError:
+                if name == topic:
+                    raise
+                continue
+            before = len(table.metadata.snapshots)
+            table.maintenance.expire_snapshots().older_than(cutoff).commit()
+            table.refresh()
+            print(f"{namespace}.{name}: {before - len(table.metadata.snapshots)} snapshots expired, "
+                  f"{len(table.metadata.snapshots)} kept")
+    return EXIT_OK
+
+
 def run(args: argparse.Namespace) -> int:
     from odradek.config import BrokerConfig, ConfigError
     from odradek.settings import settings_from
@@ -75,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         catalog = open_catalog(settings.tables, settings.log.directories[0], create=False)
         namespace = settings.tables.namespace
+        if args.tables_command == "expire-snapshots":
+            return _expire(catalog, namespace, args.topics, args.older_than_ms)
         if args.topics:
             names = list(args.topics)
         else:
