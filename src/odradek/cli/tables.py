@@ -96,6 +96,8 @@ def _expire(catalog: Any, namespace: str, topics: list[str], older_than_ms: int)
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``odradek tables describe|expire-snapshots``; returns the exit status (1: the catalog or
+    a table could not be read, said on stderr)."""
     from odradek.config import BrokerConfig, ConfigError
     from odradek.settings import settings_from
 
