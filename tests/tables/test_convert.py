@@ -100,3 +100,16 @@ def test_no_registry_view_converts_nothing_rather_than_dead_lettering_everything
     rows = ValueSchemaRows("t", 0, lambda: None)
     with pytest.raises(RegistryUnavailable):
         rows.convert([Record(0, 1_700_000_000_000, None, _framed({"n": 1, "s": "a", "m": {}}), [])])
+
+
+def test_key_value_columns_keep_timestamps_headers_and_nulls() -> None:
+    from datetime import UTC, datetime
+
+    records = [Record(5, 1_700_000_000_123, b"k", b"v", [("a", b"1"), ("b", None)]),  # type: ignore[list-item]
+               Record(6, -1, None, None, [])]
+    rows = KeyValueRows("t", 3).convert(records)[0].to_pylist()
+    assert rows[0] == {"key": b"k", "value": b"v", "topic": "t", "partition": 3, "offset": 5,
+                       "timestamp": datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=UTC),
+                       "headers": [{"key": "a", "value": b"1"}, {"key": "b", "value": None}]}
+    assert rows[1] == {"key": None, "value": None, "topic": "t", "partition": 3, "offset": 6, "timestamp": None,
+                       "headers": []}

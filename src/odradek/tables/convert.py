@@ -10,13 +10,14 @@ read) becomes a :class:`DeadLetter` with its reason, never silently dropped.
 from __future__ import annotations
 
 import io
+import itertools
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from odradek.records import Record, parse_control_key, read_batches
 from odradek.schemas.framing import FramingError, read_header
@@ -119,22 +120,33 @@ def committed_records(
     return out, next_offset
 
 
-def _timestamp(ms: int) -> datetime | None:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC) if ms >= 0 else None
+def _timestamps(records: Sequence[Record]) -> pa.Array:
+    """Record timestamps (milliseconds; -1: none, as magic 0 has) as UTC microseconds."""
+    ms = pa.array([r.timestamp for r in records], pa.int64())
+    none = pc.less(ms, 0)
+    if pc.any(none).as_py():
+        ms = pc.if_else(none, pa.scalar(None, pa.int64()), ms)
+    return pc.multiply(ms, 1000).cast(_TIMESTAMP)
 
 
-def _headers(rec: Record) -> list[dict[str, Any]]:
-    return [{"key": k, "value": v} for k, v in rec.headers]
+def _headers(records: Sequence[Record]) -> pa.Array:
+    counts = [len(r.headers) for r in records]
+    offsets = pa.array([0, *itertools.accumulate(counts)], pa.int32())
+    names = [k for r in records for k, _ in r.headers]
+    values = [v for r in records for _, v in r.headers]
+    items = pa.StructArray.from_arrays([pa.array(names, pa.string()), pa.array(values, pa.binary())], ["key", "value"])
+    return pa.ListArray.from_arrays(offsets, items, type=HEADERS_TYPE)
 
 
 def _kafka_columns(records: Sequence[Record], topic: str, partition: int) -> list[pa.Array]:
+    n = len(records)
     return [
         pa.array([r.key for r in records], pa.binary()),
-        pa.array([topic] * len(records), pa.string()),
-        pa.array([partition] * len(records), pa.int32()),
+        pa.array([topic] * n, pa.string()),
+        pa.array([partition] * n, pa.int32()),
         pa.array([r.offset for r in records], pa.int64()),
-        pa.array([_timestamp(r.timestamp) for r in records], _TIMESTAMP),
-        pa.array([_headers(r) for r in records], HEADERS_TYPE),
+        _timestamps(records),
+        _headers(records),
     ]
 
 
