@@ -192,10 +192,14 @@ class TableWriters:
 
     def reconcile(self) -> None:
         wanted: dict[tuple[str, int], tuple[HostedPartition, LogConfig]] = {}
+        modes: dict[str, tuple[str, LogConfig | None]] = {}  # each topic's config looked up once
         for p in self.hosted():
             if not p.is_leader:
                 continue
-            mode, config = self._mode(p.topic)
+            found = modes.get(p.topic)
+            if found is None:
+                found = modes[p.topic] = self._mode(p.topic)
+            mode, config = found
             if mode != "off" and config is not None:
                 wanted[(p.topic, p.index)] = (p, config)
         for key in [k for k in self._drivers if k not in wanted]:
