@@ -180,3 +180,20 @@ def test_odradek_tables_expire_snapshots_keeps_the_current_one(broker: BrokerPro
     # the writer goes on from the table's record in the snapshot kept
     _produce(broker.bootstrap, topic, [(0, None, b"v", [])])
     assert sorted(wait_rows(broker.data_dir, topic, 4)["offset"].to_pylist()) == [0, 1, 2, 3]
+
+
+def test_turning_the_mode_on_later_writes_what_the_topic_already_holds(broker: BrokerProcess) -> None:
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    topic = "kv-later"
+    create_topic(broker.bootstrap, topic, 1)
+    placed = _produce(broker.bootstrap, topic, [(0, None, f"v{i}".encode(), []) for i in range(20)])
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    change = ConfigResource("topic", topic, incremental_configs=[
+        ConfigEntry("odradek.iceberg.mode", "key_value", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("odradek.iceberg.commit.interval.ms", "100", incremental_operation=AlterConfigOpType.SET),
+    ])
+    for f in admin.incremental_alter_configs([change]).values():
+        f.result(30)
+    table = wait_rows(broker.data_dir, topic, 20)
+    assert sorted(table["offset"].to_pylist()) == sorted(o for _, o in placed)
