@@ -4,6 +4,8 @@ twice or leaves one out."""
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import confluent_kafka as ck
@@ -13,20 +15,24 @@ from odradek.testing import BrokerProcess
 from tests.tables.conftest import FAST, OVERRIDES, create_topic, table_arrow, wait_rows, wait_until
 
 
-def _log_offsets(bootstrap: str, topic: str, partitions: int, count: int) -> set[tuple[int, int]]:
-    """Every (partition, offset) in the log, read by a consumer."""
+def _log_offsets(bootstrap: str, topic: str, partitions: int) -> set[tuple[int, int]]:
+    """Every (partition, offset) in the log up to its high watermark, read by a consumer."""
     c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{topic}", "enable.auto.commit": False})
     try:
+        ends = {p: c.get_watermark_offsets(ck.TopicPartition(topic, p), timeout=10, cached=False)[1]
+                for p in range(partitions)}
         c.assign([ck.TopicPartition(topic, p, 0) for p in range(partitions)])
         seen: set[tuple[int, int]] = set()
+        last = dict.fromkeys(range(partitions), -1)
 
         def all_read() -> bool:
             for m in c.consume(500, 0.5):
                 assert m.error() is None, m.error()
                 seen.add((m.partition(), m.offset()))
-            return len(seen) >= count
+                last[m.partition()] = m.offset()
+            return all(last[p] + 1 >= ends[p] for p in range(partitions))
 
-        wait_until(all_read, f"{count} records read back")
+        wait_until(all_read, f"the log read to its end {ends}")
         return seen
     finally:
         c.close()
@@ -36,21 +42,38 @@ def test_sigkill_mid_stream_and_restart_neither_duplicate_nor_skip(tmp_path: Pat
     topic = "kv-crash"
     b = BrokerProcess(tmp_path / "data", overrides=OVERRIDES)
     b.start()
+    stop = threading.Event()
+    producer = ck.Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 1, "message.timeout.ms": 60000,
+                            "enable.idempotence": True})
+    acked: list[int] = []
+
+    def produce() -> None:  # all the while: the broker is killed while records arrive and are written
+        i = 0
+        while not stop.is_set():
+            producer.produce(topic, f"r{i}".encode(), partition=i % 2,
+                             on_delivery=lambda err, _m: acked.append(1) if err is None else None)
+            producer.poll(0)
+            i += 1
+            time.sleep(0.0005)
+
     try:
         create_topic(b.bootstrap, topic, 2, {"odradek.iceberg.mode": "key_value", **FAST})
-        sent = 0
-        for cycle in range(2):
-            p = ck.Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 1, "batch.num.messages": 20})
-            for i in range(600):
-                p.produce(topic, f"c{cycle}-{i}".encode(), partition=i % 2)
-            assert p.flush(30) == 0
-            sent += 600
-            # some of it committed to the table, the rest on its way: kill the writer's broker now
-            wait_rows(b.data_dir, topic, sent - 600 + 1)
-            b.kill()
-            b.start()
-        table = wait_rows(b.data_dir, topic, sent)
-        in_log = _log_offsets(b.bootstrap, topic, 2, sent)
+        thread = threading.Thread(target=produce, daemon=True)
+        thread.start()
+        try:
+            for _cycle in range(2):
+                # some of the stream in the table, more arriving: kill the writer's broker now
+                seen = table_arrow(b.data_dir, topic).num_rows if _cycle else 0
+                wait_rows(b.data_dir, topic, seen + 200)
+                b.kill()
+                b.start()
+            wait_until(lambda: len(acked) > 2000, "records acknowledged after the restarts")
+        finally:
+            stop.set()
+            thread.join(10)
+        assert producer.flush(60) == 0
+        in_log = _log_offsets(b.bootstrap, topic, 2)
+        table = wait_rows(b.data_dir, topic, len(in_log))
     finally:
         b.stop()
     pairs = list(zip(table["partition"].to_pylist(), table["offset"].to_pylist()))
