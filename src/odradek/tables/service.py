@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import importlib.util
 import logging
 from collections.abc import Callable, Iterable
@@ -158,6 +159,8 @@ class TableWriters:
         self._stopped = True
         if self._task is not None:
             self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
         drivers = list(self._drivers.values())
         self._drivers.clear()
         for d in drivers:
