@@ -13,7 +13,7 @@ echo "== install"
 # libkrb5-dev to build the gssapi package; chromium: the console's browser tests (driven by Playwright)
 # librdkafka-dev (headers) and libjemalloc2: the compiled load generator and its jemalloc runs
 apt_install chromium kcat zookeeper openssl krb5-kdc krb5-admin-server krb5-user libkrb5-dev libsasl2-modules-gssapi-mit librdkafka-dev libjemalloc2
-odradek_setup test,dev,fast,cluster,registry,docs
+odradek_setup test,dev,fast,cluster,registry,docs,tables
 
 echo "== codegen --check"
 .venv/bin/python -m tools.codegen --check

@@ -41,6 +41,7 @@ __all__ = [
     "ConfigSource",
     "Listener",
     "TopicKey",
+    "iceberg_partition_spec",
     "nearest_name",
     "parse_listeners",
     "read_properties",
@@ -434,6 +435,17 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ("max.partitions.per.request", "int", 10000, False),
     ("max.partitions.per.topic", "int", 10000, False),
     ("max.broker.partitions", "int", -1, False),
+    # topics as Iceberg tables (odradek.tables): the catalog the partition leaders commit to.
+    #   odradek.iceberg.catalog.type: sql (PyIceberg's SQL catalog; a SQLite file under the first
+    #     log dir unless odradek.iceberg.catalog.uri names a database) or rest (a REST catalog at
+    #     odradek.iceberg.catalog.uri)
+    #   odradek.iceberg.warehouse: where data and metadata files go (a path or URL; unset: the
+    #     directory iceberg/warehouse under the first log dir)
+    #   odradek.iceberg.namespace: the namespace the topics' tables are created in
+    ("odradek.iceberg.catalog.type", "string", "sql"),
+    ("odradek.iceberg.catalog.uri", "string", None),
+    ("odradek.iceberg.warehouse", "string", None),
+    ("odradek.iceberg.namespace", "string", "odradek"),
 )
 
 _R, _C, _B = "read-only", "cluster-wide", "per-broker"
@@ -762,6 +774,18 @@ TOPIC_SCHEMA: tuple[TopicKey, ...] = (
     _T("confluent.value.subject.name.strategy", "string", "io.confluent.kafka.serializers.subject.TopicNameStrategy",
        (), "How value validation names the subject: TopicNameStrategy (TOPIC-value), RecordNameStrategy (the "
        "schema's record name) or TopicRecordNameStrategy (TOPIC-RECORDNAME), as Confluent's class names."),
+    # topics as Iceberg tables (odradek.tables)
+    _T("odradek.iceberg.mode", "string", "off", (),
+       "Whether the partition leaders write the topic's committed records to an Apache Iceberg table: off, "
+       "key_value (key and value as binary with topic, partition, offset, timestamp and headers columns) "
+       "or value_schema (the value decoded with the latest schema of the subject TOPIC-value as columns)."),
+    _T("odradek.iceberg.partition.spec", "string", "hour(timestamp)", (),
+       "How the topic's Iceberg table is partitioned: a comma-separated list of hour(timestamp), "
+       "day(timestamp), month(timestamp), year(timestamp) (the record timestamp) and identity(partition) "
+       "(the Kafka partition), or none."),
+    _T("odradek.iceberg.commit.interval.ms", "long", 60000, (),
+       "How often a partition's leader commits what it has written to the topic's Iceberg table (a "
+       "snapshot): the longest a committed record waits before it is in the table."),
     # Kafka's, accepted and described with no effect here: broker-side recompression levels (KIP-390;
     # Odradek recompresses at each codec's default level) and tiered storage (not implemented)
     _T("compression.gzip.level", "int", -1, ("compression.gzip.level",),
@@ -830,7 +854,31 @@ _ENUMS = {
     "schema.registry.authentication.method": {"NONE", "BASIC"},
     "confluent.key.subject.name.strategy": _SUBJECT_NAME_STRATEGIES,
     "confluent.value.subject.name.strategy": _SUBJECT_NAME_STRATEGIES,
+    "odradek.iceberg.mode": {"off", "key_value", "value_schema"},
+    "odradek.iceberg.catalog.type": {"sql", "rest"},
 }
+#: one transform of ``odradek.iceberg.partition.spec`` (the whole value: these, comma-separated, or none)
+ICEBERG_PARTITION_FIELD = re.compile(r"(hour|day|month|year)\(timestamp\)|identity\(partition\)")
+
+
+def iceberg_partition_spec(value: str) -> tuple[tuple[str, str], ...]:
+    """``odradek.iceberg.partition.spec`` as ``(transform, source)`` pairs (empty: unpartitioned);
+    ConfigError for anything else."""
+    text = value.strip()
+    if text == "none":
+        return ()
+    out = []
+    for part in text.split(","):
+        m = ICEBERG_PARTITION_FIELD.fullmatch(part.strip())
+        if m is None:
+            raise _invalid("odradek.iceberg.partition.spec", value,
+                           "expected none or a comma-separated list of hour(timestamp), day(timestamp), "
+                           "month(timestamp), year(timestamp), identity(partition)")
+        transform, _, source = part.strip().partition("(")
+        out.append((transform, source.rstrip(")")))
+    if len({s for _, s in out}) != len(out):
+        raise _invalid("odradek.iceberg.partition.spec", value, "each source column may be partitioned once")
+    return tuple(out)
 
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")

@@ -386,6 +386,15 @@ GROUPS: tuple[Group, ...] = (
         ),
     ),
     Group(
+        "tables", "TableSettings",
+        "Topics as Iceberg tables (odradek.tables): the catalog the partition leaders commit to.",
+        "odradek.iceberg.",
+        (
+            "odradek.iceberg.catalog.type", "odradek.iceberg.catalog.uri", "odradek.iceberg.warehouse",
+            "odradek.iceberg.namespace",
+        ),
+    ),
+    Group(
         "schema_registry_ssl", "SchemaRegistrySslSettings",
         "TLS of an https schema registry listener and of forwarding to the writer's, as the broker's ssl.* configs.",
         "schema.registry.ssl.",

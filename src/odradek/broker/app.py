@@ -116,6 +116,7 @@ from odradek.storage.manager import (
     read_meta_properties,
     write_meta_properties,
 )
+from odradek.tables import LeaderLog, TableWriters
 
 if TYPE_CHECKING:  # imported when a cluster is wired: kazoo costs a single node start-up time and memory
     from odradek.broker.controller import Controller
@@ -324,6 +325,7 @@ class Broker:
         )
         assert self.services.quotas is not None
         self.dead_letters = self._dead_letter_writer(zk is not None, inter)
+        self.tables = self._table_writers()
         await self._start_metrics(embedded=zk is None)
         # what each group of handlers may use (after the metrics: the ports count with them)
         self.ports = handler_ports(self.services, self.config, self.settings)
@@ -358,6 +360,7 @@ class Broker:
             await self.schema_registry.bind(self._broker_info().endpoints[0].host)
         backend.add_preparer(self.replication.prepare_image)
         backend.add_listener(self._apply_image)
+        backend.add_listener(self.tables.on_image)
         self.connection_quotas.on_image(backend.image)
         backend.add_listener(self.connection_quotas.on_image)
         if zk is not None:
@@ -404,6 +407,7 @@ class Broker:
                 server.start_serving()
         self.scheduler.start()
         self.replication.start(self.scheduler)
+        self.tables.start()
         self._idle_task = loop.create_task(self._reap_idle(), name="idle")
         self.ready_after = time.monotonic() - t0
 
@@ -423,6 +427,7 @@ class Broker:
         registry = BrokerRegistry(metrics, self.services, lambda: self.connections, [lst.name for lst in self.listeners])
         if self.schema_registry is not None:
             registry.add_source(self.schema_registry.metrics.families)
+        registry.add_source(self.tables.families)
         backend = self.services.backend
         if importlib.util.find_spec("opentelemetry") is not None:  # the telemetry extra: clients' OTLP
             telemetry = self.services.telemetry = ClientTelemetry(
@@ -488,6 +493,23 @@ class Broker:
 
         shares.on_archived = on_archived
         return writer
+
+    def _table_writers(self) -> TableWriters:
+        """Topics as Iceberg tables: a writer per partition led here of a topic that asks for one."""
+        replicas, schema_registry = self.replicas, self.schema_registry
+
+        def source(p: Any) -> LeaderLog:
+            def read(offset: int, max_bytes: int) -> bytes:
+                return replicas.read(p, offset, max_bytes, isolation_committed=True, replica_id=-1, min_one=True).to_bytes()
+
+            info = self.image.topics.get(p.topic)
+            return LeaderLog(p.log, read, str(info.topic_id) if info is not None else None)
+
+        return TableWriters(
+            self.settings.current.tables, self.logs.dirs[0], lambda: list(replicas.partitions.values()), source,
+            self.topics.log_config, schema_registry.current if schema_registry is not None else lambda: None,
+            self.timers, self.clock,
+        )
 
     async def _connect_zookeeper(self, dirs: list[Path]) -> ZooKeeperBackend:
         from odradek.coordination.zookeeper import ZooKeeperBackend
@@ -659,6 +681,8 @@ class Broker:
         await self.share_coordinator.stop()
         await self.share_persister.close()
         await self.dead_letters.stop()
+        if getattr(self, "tables", None) is not None:
+            await self.tables.stop()
         for p in self.replicas.partitions.values():
             p.fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         # the timers stop; a compaction pass or retention still on a thread is waited for

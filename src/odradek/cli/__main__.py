@@ -73,6 +73,9 @@ def _parser() -> argparse.ArgumentParser:
     from odradek.cli import completion, delete_records, metadata, schemas
 
     schemas.add_parser(sub)
+    from odradek.cli import tables
+
+    tables.add_parser(sub)
     metadata.add_parser(sub)
     delete_records.add_parser(sub)
     completion.add_parser(sub)
@@ -100,6 +103,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from odradek.cli import schemas
 
         return schemas.run(args)
+    if args.command == "tables":
+        from odradek.cli import tables
+
+        return tables.run(args)
     if args.command == "metadata":
         from odradek.cli import metadata
 
@@ -201,6 +208,8 @@ def _needed_modules(args: argparse.Namespace) -> list[str]:
         return ["kazoo"]  # ZooKeeper is read with kazoo, and every broker of the cluster needs it
     if command == "pipeline" and args.pipeline_command == "run":
         return ["pyspark", "pyarrow"]
+    if command == "tables":
+        return ["pyiceberg", "pyarrow"]
     if command in ("serve", "groups", "acls", "users") and getattr(args, "zookeeper", None):
         return ["kazoo"]
     return []

@@ -74,6 +74,7 @@ _EXTRAS = {
     "uvloop": "fast",
     "cryptography": "security",
     "gssapi": "kerberos",
+    "pyiceberg": "tables",
 }
 
 _DEFAULTS = "_odradek_global_defaults"  # parser attribute: dest -> the default the command declared

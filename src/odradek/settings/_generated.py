@@ -30,6 +30,7 @@ __all__ = [
     "ShareGroupSettings",
     "SocketSettings",
     "SslSettings",
+    "TableSettings",
     "TransactionSettings",
     "ZooKeeperSettings",
     "build",
@@ -814,6 +815,29 @@ def _schema_registry(src: Source) -> SchemaRegistrySettings:
 
 
 @dataclass(frozen=True, slots=True)
+class TableSettings:
+    """Topics as Iceberg tables (odradek.tables): the catalog the partition leaders commit to."""
+
+    #: ``odradek.iceberg.catalog.type`` (string, default 'sql')
+    catalog_type: str
+    #: ``odradek.iceberg.catalog.uri`` (string, default none)
+    catalog_uri: str | None
+    #: ``odradek.iceberg.warehouse`` (string, default none)
+    warehouse: str | None
+    #: ``odradek.iceberg.namespace`` (string, default 'odradek')
+    namespace: str
+
+
+def _tables(src: Source) -> TableSettings:
+    return TableSettings(
+        catalog_type=src.text("odradek.iceberg.catalog.type"),
+        catalog_uri=src.opt_text("odradek.iceberg.catalog.uri"),
+        warehouse=src.opt_text("odradek.iceberg.warehouse"),
+        namespace=src.text("odradek.iceberg.namespace"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class SchemaRegistrySslSettings:
     """TLS of an https schema registry listener and of forwarding to the writer's, as the broker's ssl.* configs."""
 
@@ -887,6 +911,7 @@ class Settings:
     zookeeper: ZooKeeperSettings
     metrics: MetricsSettings
     schema_registry: SchemaRegistrySettings
+    tables: TableSettings
     schema_registry_ssl: SchemaRegistrySslSettings
     _source: Source = field(repr=False, compare=False)
     _views: dict[tuple[str, str], Settings] = field(default_factory=dict, repr=False, compare=False)
@@ -920,6 +945,7 @@ def build(src: Source) -> Settings:
         zookeeper=_zookeeper(src),
         metrics=_metrics(src),
         schema_registry=_schema_registry(src),
+        tables=_tables(src),
         schema_registry_ssl=_schema_registry_ssl(src),
         _source=src,
     )

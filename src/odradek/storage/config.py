@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from odradek.config import TOPIC_KEYS, TOPIC_SCHEMA
+from odradek.config import TOPIC_KEYS, TOPIC_SCHEMA, ConfigError, iceberg_partition_spec
 from odradek.storage.errors import InvalidConfigError
 
 __all__ = ["DEFAULTS", "LogConfig"]
@@ -78,6 +78,9 @@ class LogConfig:
     confluent_value_schema_validation: bool
     confluent_key_subject_name_strategy: str
     confluent_value_subject_name_strategy: str
+    odradek_iceberg_mode: str
+    odradek_iceberg_partition_spec: str
+    odradek_iceberg_commit_interval_ms: int
 
     @classmethod
     def from_dict(cls, config: Mapping[str, Any] | None = None) -> LogConfig:
@@ -95,6 +98,15 @@ class LogConfig:
             raise InvalidConfigError("segment.index.bytes must be at least 12")
         if values["message.timestamp.type"] not in ("CreateTime", "LogAppendTime"):
             raise InvalidConfigError(f"invalid message.timestamp.type {values['message.timestamp.type']!r}")
+        if values["odradek.iceberg.mode"] not in ("off", "key_value", "value_schema"):
+            raise InvalidConfigError(f"invalid odradek.iceberg.mode {values['odradek.iceberg.mode']!r}")
+        try:
+            iceberg_partition_spec(values["odradek.iceberg.partition.spec"])
+        except ConfigError as exc:
+            raise InvalidConfigError(exc.message) from None
+        if values["odradek.iceberg.commit.interval.ms"] < 1:
+            raise InvalidConfigError(f"Invalid value {values['odradek.iceberg.commit.interval.ms']} for configuration "
+                                     "odradek.iceberg.commit.interval.ms: Value must be at least 1")
         return cls(**{k.replace(".", "_"): v for k, v in values.items()})
 
     def to_dict(self) -> dict[str, Any]:
