@@ -16,7 +16,10 @@ it once at ERROR, naming the dir and the cause:
   of its partitions answer KAFKA_STORAGE_ERROR until the broker is restarted (and recovers the
   dir's logs from their segments, since a clean-shutdown marker is never written for it).
 
-Other dirs, and the reads of a full dir, are not affected.  DescribeLogDirs reports
+Other dirs, and the reads of a full dir, are not affected.  A broker of a cluster tells the
+controller when a dir goes offline (Kafka's ``/log_dir_event_notification``), which moves the
+leadership of that dir's partitions to other in-sync replicas and takes the lost replicas out of
+their ISRs, as for a dead broker but only for those partitions.  DescribeLogDirs reports
 KAFKA_STORAGE_ERROR on the result of a dir that is full or offline.
 """
 
@@ -25,7 +28,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from enum import Enum
 from pathlib import Path
 
@@ -85,6 +88,8 @@ class LogDirFailureChannel:
         self.any_failed = False
         #: failures that named no known dir, by (what, errno), logged once each
         self._unattributed: set[tuple[str, int | None]] = set()
+        #: called with a dir when it goes offline (a cluster broker tells the controller)
+        self.offline_listeners: list[Callable[[Path], None]] = []
 
     # -- state ---------------------------------------------------------------------------------
     def state(self, d: Path) -> DirState:
@@ -174,6 +179,11 @@ class LogDirFailureChannel:
                 what,
                 _cause(exc),
             )
+            for listener in list(self.offline_listeners):
+                try:
+                    listener(d)
+                except Exception:
+                    log.exception("a log-dir failure listener failed")
         return self._error(d)
 
     # -- helpers -------------------------------------------------------------------------------

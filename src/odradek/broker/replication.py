@@ -360,6 +360,10 @@ class ClusterReplication(Replication):
         #: ISR changes written but not yet announced (the notification failed): retried by the
         #: ISR check, or the controller would keep the old ISR for good
         self._unannounced: set[tuple[str, int]] = set()
+        #: a log dir went offline and the controller has not been told yet (retried by the ISR check)
+        self._dir_failure_pending = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.replicas.log_dirs.offline_listeners.append(self._dir_went_offline)
 
     def offsets_replication_factor(self) -> int:
         return self.settings.groups.offsets_topic_replication_factor
@@ -370,6 +374,31 @@ class ClusterReplication(Replication):
     def start(self, scheduler: LogScheduler) -> None:
         interval = max(100, self.settings.replication.replica_lag_time_max_ms // 2)
         scheduler.every(interval, self._isr_check, "isr-shrink")
+        self._loop = asyncio.get_running_loop()
+
+    def _dir_went_offline(self, d: Path) -> None:
+        """A log dir went offline (on any thread): its followers stop fetching and the controller
+        is told, which moves the leaderships of its partitions away."""
+        self._dir_failure_pending = True
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(lambda: loop.create_task(self._announce_dir_failure(d)))
+
+    async def _announce_dir_failure(self, d: Path | None = None) -> None:
+        if d is not None:
+            for (topic, idx), p in list(self.replicas.partitions.items()):
+                if p.log_dir == d:
+                    self.fetchers.remove(topic, idx)
+        if not self._dir_failure_pending:
+            return
+        self._dir_failure_pending = False
+        try:
+            await self.backend.notify_log_dir_failure()
+            log.info("told the controller that a log dir of broker %d is offline", self.broker_id)
+        except Exception as exc:
+            self._dir_failure_pending = True
+            log.warning("could not tell the controller that a log dir is offline (%s); retrying at the next "
+                        "ISR check", exc)
 
     async def stop(self) -> None:
         await self.fetchers.shutdown()
@@ -435,6 +464,11 @@ class ClusterReplication(Replication):
                 continue
             if self.broker_id not in ps.replicas:
                 results[key] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            if current is not None and self.replicas.log_dirs.offline(current.log_dir):
+                # the replica is lost with its dir: the controller hears it from this answer
+                self.fetchers.remove(*key)
+                results[key] = int(ErrorCode.KAFKA_STORAGE_ERROR)
                 continue
             state = PartitionState(
                 ps.topic_name, ps.partition_index, tuple(ps.replicas), tuple(ps.isr),
@@ -610,6 +644,8 @@ class ClusterReplication(Replication):
 
     async def _announce_isr_changes(self) -> None:
         """One ISR change notification for every change not yet announced (if any)."""
+        if self._dir_failure_pending:
+            await self._announce_dir_failure()
         if not self._unannounced:
             return
         tps = sorted(self._unannounced)

@@ -178,6 +178,8 @@ class ControllerContext:
     _replica_states: dict[tuple[str, int, int], ReplicaStateName] = field(default_factory=dict)
     deleting: set[str] = field(default_factory=set)
     reassigning: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
+    #: replicas of live brokers lost with a failed log dir, per partition (until the broker restarts)
+    offline_replicas: dict[tuple[str, int], set[int]] = field(default_factory=dict)
 
     def reset(self, epoch: int = 0, epoch_zk_version: int = -1) -> None:
         """Forget everything, for a resignation or a new term at ``epoch`` (Kafka's
@@ -201,13 +203,23 @@ class ControllerContext:
     def is_live(self, broker_id: int) -> bool:
         return broker_id in self.live_brokers
 
+    def replica_usable(self, tp: tuple[str, int], broker_id: int) -> bool:
+        """Whether the replica of ``tp`` on ``broker_id`` can lead: its broker is live and its log
+        dir did not fail."""
+        return broker_id in self.live_brokers and broker_id not in self.offline_replicas.get(tp, ())
+
+    def eligible(self, tp: tuple[str, int]) -> list[int]:
+        """The brokers that may lead ``tp`` now: live, not shutting down, its replica not lost."""
+        lost = self.offline_replicas.get(tp, ())
+        return [b for b in self.live_brokers if b not in self.shutting_down and b not in lost]
+
     def offline_partitions(self) -> list[tuple[str, int]]:
         out = []
         for tp in self.partitions():
             if tp[0] in self.deleting:
                 continue
             st = self.states.get(tp)
-            if st is None or st.leader < 0 or not self.is_live(st.leader) or st.leader in self.shutting_down:
+            if st is None or st.leader < 0 or not self.replica_usable(tp, st.leader) or st.leader in self.shutting_down:
                 out.append(tp)
         return out
 

@@ -121,6 +121,10 @@ class MetadataBackend(ABC):
         """Tell the controller that these partitions' ISRs changed."""
         raise self._not_replicated("ISR change notifications")
 
+    async def notify_log_dir_failure(self) -> None:
+        """Tell the controller that a log dir of this broker went offline."""
+        raise self._not_replicated("log dir failure notifications")
+
     async def apply_metadata(self, image: MetadataImage) -> None:
         """Install the metadata the controller sent (UpdateMetadata)."""
         raise self._not_replicated("controller metadata")

@@ -11,6 +11,7 @@ Znodes (Kafka's formats, JSON):
 * ``/controller`` (ephemeral) and ``/controller_epoch``;
 * ``/admin/delete_topics/<t>``, ``/admin/reassign_partitions``, ``/admin/preferred_replica_election``;
 * ``/isr_change_notification/isr_change_<seq>``;
+* ``/log_dir_event_notification/log_dir_event_<seq>`` (a broker's log dir went offline);
 * ``/config/topics/<t>`` and ``/config/changes/config_change_<seq>`` notifications;
 * ``/latest_producer_id_block`` — producer id blocks handed out cluster-wide.
 
@@ -78,6 +79,7 @@ PERSISTENT_PATHS = (
     "/brokers/topics",
     "/admin/delete_topics",
     "/isr_change_notification",
+    "/log_dir_event_notification",
     "/kafka-acl",
     "/kafka-acl-changes",
     "/kafka-acl-extended/prefixed",
@@ -930,6 +932,14 @@ class ZooKeeperBackend(MetadataBackend):
         await self.store.create(
             "/isr_change_notification/isr_change_",
             {"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in partitions]},
+            sequence=True,
+        )
+
+    async def notify_log_dir_failure(self) -> None:
+        # Kafka's format: the controller asks the broker which of its replicas are offline
+        await self.store.create(
+            "/log_dir_event_notification/log_dir_event_",
+            {"version": 1, "broker": self.broker.broker_id if self.broker else -1, "event": 1},
             sequence=True,
         )
 

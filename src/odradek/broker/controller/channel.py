@@ -147,6 +147,18 @@ class ControllerChannels:
                 q.send(req, LEADER_AND_ISR_VERSION)
         self.update_metadata(self.ctx.live_brokers)
 
+    def ask_leader_and_isr(self, bid: int, tps: Iterable[TP]) -> asyncio.Future[Any]:
+        """LeaderAndIsr for ``tps`` to broker ``bid`` alone; the future is its answer (cancelled
+        when the queue closes first; done with None when there is no queue to it)."""
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        q = self.queues.get(bid)
+        req = leader_and_isr_requests(self.controller_id, self.ctx, self.brokers, self.listener, tps, [bid]).get(bid)
+        if q is None or req is None:
+            fut.set_result(None)
+            return fut
+        q.send(req, LEADER_AND_ISR_VERSION, fut)
+        return fut
+
     def update_metadata(self, targets: Iterable[int]) -> None:
         """UpdateMetadata (every live broker and partition) to ``targets``."""
         for bid, req in update_metadata_requests(self.controller_id, self.ctx, self.brokers, targets).items():

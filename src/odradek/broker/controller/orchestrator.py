@@ -75,6 +75,7 @@ _REARMING = frozenset(
         "_brokers_changed",
         "_topics_changed",
         "_isr_changed",
+        "_log_dir_event",
         "_delete_topics_changed",
         "_admin_node_changed",
     }
@@ -285,6 +286,7 @@ class Controller:
         await self._delete_topics_changed()
         await self.store.children("/isr_change_notification", self._watch(self._isr_changed))
         await self._isr_changed()
+        await self._log_dir_event()
         await self.reassignments.resume()
         await self._admin_node_changed()
 
@@ -324,6 +326,8 @@ class Controller:
 
     async def _on_brokers_started(self, new: set[int]) -> None:
         log.info("brokers %s joined the cluster", sorted(new))
+        for lost in self.ctx.offline_replicas.values():  # a restarted broker recovered its dirs
+            lost -= new
         for b in new:
             self.channels.open(b)
         self.channels.update_metadata(self.ctx.live_brokers)
@@ -402,6 +406,71 @@ class Controller:
             self.channels.update_metadata(self.ctx.live_brokers)
         if any(tp in self.ctx.reassigning for tp in tps):
             await self.reassignments.resume()
+
+    async def _log_dir_event(self) -> None:
+        """A broker's log dir went offline (``/log_dir_event_notification``): ask that broker, with
+        a LeaderAndIsr for its partitions, which replicas it lost (KAFKA_STORAGE_ERROR), then
+        treat those as Kafka does its offline replicas: leaderships elsewhere, out of ISRs."""
+        children = await self.store.children("/log_dir_event_notification", self._watch(self._log_dir_event))
+        if not self.active:
+            return
+        brokers: set[int] = set()
+        for child in children:
+            path = f"/log_dir_event_notification/{child}"
+            data, _ = await self.store.get_or_none(path)
+            if not self.active:
+                return
+            b = (data or {}).get("broker") if isinstance(data, dict) else None
+            if isinstance(b, int):
+                brokers.add(b)
+            with contextlib.suppress(Exception):
+                await self.store.delete(path)
+        for b in sorted(brokers):
+            if not self.ctx.is_live(b):
+                continue  # gone: its replicas went offline with it
+            tps = self.ctx.partitions_on(b)
+            answer = self.channels.ask_leader_and_isr(b, tps)
+            await asyncio.wait({answer}, timeout=30.0)
+            if not answer.done() or answer.cancelled():
+                answer.cancel()
+                log.warning("broker %d did not say which replicas its failed log dir held", b)
+                continue
+            lost = self._storage_errors(answer.result())
+            if lost:
+                await self._on_replicas_lost(b, sorted(lost))
+
+    def _storage_errors(self, resp: Any) -> set[TP]:
+        """The partitions a LeaderAndIsr answer reports KAFKA_STORAGE_ERROR for."""
+        if resp is None:
+            return set()
+        names = {t.topic_id: name for name, t in self.ctx.topics.items()}
+        out: set[TP] = set()
+        for e in getattr(resp, "partition_errors", None) or []:
+            if e.error_code == ErrorCode.KAFKA_STORAGE_ERROR:
+                out.add((e.topic_name, e.partition_index))
+        for t in getattr(resp, "topics", None) or []:
+            name = names.get(str(t.topic_id))
+            for e in t.partition_errors:
+                if name is not None and e.error_code == ErrorCode.KAFKA_STORAGE_ERROR:
+                    out.add((name, e.partition_index))
+        return out
+
+    async def _on_replicas_lost(self, broker_id: int, tps: list[TP]) -> None:
+        log.warning("broker %d lost %d replicas with a failed log dir: %s", broker_id, len(tps),
+                    ", ".join(f"{t}-{p}" for t, p in tps[:10]) + (" ..." if len(tps) > 10 else ""))
+        for tp in tps:
+            self.ctx.offline_replicas.setdefault(tp, set()).add(broker_id)
+        self.replicas.down(tps, {broker_id})
+        led = [tp for tp in tps if (st := self.ctx.states.get(tp)) is not None and st.leader == broker_id]
+        for tp in led:
+            if self.ctx.partition_state(tp) is PS.ONLINE:
+                self.ctx.set_partition_state(tp, PS.OFFLINE)
+        changed = set(await self.partitions.online(led))
+        changed |= set(await self.replicas.remove_from_isr([tp for tp in tps if tp not in changed], {broker_id}))
+        if changed:
+            self.channels.leader_and_isr(sorted(changed), None)
+        else:
+            self.channels.update_metadata(self.ctx.live_brokers)
 
     async def _admin_node_changed(self) -> None:
         if not self.active:

@@ -88,26 +88,28 @@ class PartitionStates:
                 log.info("new partition %s-%d: leader %d, ISR %s", *tp, li.leader, list(li.isr))
                 continue
             known = self.ctx.states.get(tp)
-            if known is not None and known.leader >= 0 and self.ctx.is_live(known.leader) and known.leader not in self.ctx.shutting_down:
+            if known is not None and known.leader >= 0 and self.ctx.replica_usable(tp, known.leader) and known.leader not in self.ctx.shutting_down:
                 if state is not PS.ONLINE:
                     self.ctx.set_partition_state(tp, PS.ONLINE)
                 continue
             unclean = self._unclean_allowed(tp[0])
             used_unclean = False
 
-            def decide(cur: LeaderIsr | None, replicas: tuple[int, ...] = replicas, unclean: bool = unclean) -> LeaderIsr | None:
+            def decide(
+                cur: LeaderIsr | None, replicas: tuple[int, ...] = replicas, unclean: bool = unclean, tp: TP = tp
+            ) -> LeaderIsr | None:
                 nonlocal used_unclean
                 if cur is None:
                     return None
-                if cur.leader >= 0 and self.ctx.is_live(cur.leader) and cur.leader not in self.ctx.shutting_down:
+                if cur.leader >= 0 and self.ctx.replica_usable(tp, cur.leader) and cur.leader not in self.ctx.shutting_down:
                     return None
-                live = [r for r in self.ctx.live_brokers if r not in self.ctx.shutting_down]
+                live = self.ctx.eligible(tp)
                 e = offline_election(replicas, cur.isr, live, unclean=unclean)
                 if e is None:
                     # nobody eligible: no leader; the ISR keeps its last member for a clean election
                     if cur.leader == NO_LEADER:
                         return None
-                    keep = tuple(r for r in cur.isr if self.ctx.is_live(r)) or cur.isr[-1:]
+                    keep = tuple(r for r in cur.isr if self.ctx.replica_usable(tp, r)) or cur.isr[-1:]
                     return LeaderIsr(NO_LEADER, cur.leader_epoch + 1, keep, self.ctx.epoch)
                 used_unclean = e.unclean
                 return LeaderIsr(e.leader, cur.leader_epoch + 1, e.isr, self.ctx.epoch)
@@ -186,8 +188,9 @@ class PartitionStates:
     async def elect_preferred(self, tps: list[TP]) -> dict[TP, ErrorCode]:
         """Each partition's preferred replica (its first) as its leader, where it is alive and in
         the ISR."""
-        live = [b for b in self.ctx.live_brokers if b not in self.ctx.shutting_down]
-        results = await self.elect(tps, lambda tp, cur: preferred_election(self.ctx.replicas(*tp), cur.isr, live))
+        results = await self.elect(
+            tps, lambda tp, cur: preferred_election(self.ctx.replicas(*tp), cur.isr, self.ctx.eligible(tp))
+        )
         for tp, code in results.items():
             if code == ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE:
                 results[tp] = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
@@ -202,12 +205,10 @@ class PartitionStates:
         if election_type == 0:
             results.update(await self.elect_preferred(known))
             return results
-        live = [b for b in self.ctx.live_brokers if b not in self.ctx.shutting_down]
-
         def unclean(tp: TP, cur: LeaderIsr) -> Election | None:
-            if cur.leader >= 0 and self.ctx.is_live(cur.leader):
+            if cur.leader >= 0 and self.ctx.replica_usable(tp, cur.leader):
                 return Election(cur.leader, cur.isr)  # has a leader: not needed
-            e = offline_election(self.ctx.replicas(*tp), cur.isr, live, unclean=True)
+            e = offline_election(self.ctx.replicas(*tp), cur.isr, self.ctx.eligible(tp), unclean=True)
             if e is not None and e.unclean:
                 log.warning("unclean leader election for %s-%d requested: broker %d leads", *tp, e.leader)
             return e
