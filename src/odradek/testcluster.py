@@ -61,12 +61,14 @@ class FastCluster:
 
     def __init__(
         self, base_dir: str | Path, size: int = 3, *, overrides: Mapping[str, Any] | None = None,
-        name: str | None = None,
+        name: str | None = None, log_dirs: int = 1,
     ) -> None:
+        """``log_dirs``: log dirs per broker (``broker-N/d1``, ``d2``, ... when more than one)."""
         if size < 1:
             raise ValueError(f"a cluster has at least one broker, not {size}")
         self.base_dir = Path(base_dir)
         self.size = size
+        self.log_dirs = log_dirs
         rf = min(3, size)
         self.overrides: dict[str, Any] = {
             **FAST_DEFAULTS,
@@ -162,7 +164,8 @@ class FastCluster:
             **self.overrides,
             "broker.id": i,
             "listeners": f"PLAINTEXT://127.0.0.1:{self.ports.get(i, 0)}",
-            "log.dirs": str(data),
+            "log.dirs": str(data) if self.log_dirs <= 1 else ",".join(
+                str(data / f"d{k}") for k in range(1, self.log_dirs + 1)),
             "zookeeper.connect": self.zookeeper.connect,
         }
         broker = Broker(BrokerConfig.load(None, [], settings, env={}))
