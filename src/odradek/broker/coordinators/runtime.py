@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Generic, Literal, NamedTuple, Protocol, TypeVa
 
 from odradek._scheduler import LoopScheduler, Scheduler
 from odradek._timeouts import wait_for
+from odradek.broker.coordinators.record_versions import UnknownRecordVersionError
 from odradek.broker.logdirs import is_io_error
 from odradek.cluster.assignment import partition_for
 from odradek.errors import ErrorCode, KafkaError
@@ -381,6 +382,11 @@ class CoordinatorRuntime(Generic[S]):
             self._shards[partition] = shard
             self._replayed[partition] = end
             log.info("loaded %s-%d: %d records in %d ms", name, partition, count, self.clock.monotonic_ms() - started)
+        except UnknownRecordVersionError as exc:
+            log.error(
+                "could not load %s-%d: %s. The partition stays unavailable until a version that reads it runs; "
+                "nothing was skipped or deleted", name, partition, exc.describe(),
+            )
         except Exception:  # a record the shard cannot decode, an I/O error: not served, logged
             log.exception("could not load %s-%d", name, partition)
         finally:
@@ -409,7 +415,11 @@ class CoordinatorRuntime(Generic[S]):
                     continue
                 pid, epoch = (batch.producer_id, batch.producer_epoch) if batch.is_transactional else (-1, -1)
                 for rec in batch.records:
-                    shard.replay(CoordinatorRecord(rec.offset, rec.timestamp, rec.key, rec.value, pid, epoch))
+                    try:
+                        shard.replay(CoordinatorRecord(rec.offset, rec.timestamp, rec.key, rec.value, pid, epoch))
+                    except UnknownRecordVersionError as exc:
+                        exc.offset = rec.offset
+                        raise
                     count += 1
             if last < offset:
                 break

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from odradek._timeouts import wait_for
 from odradek.broker.channel import BrokerChannel
+from odradek.broker.coordinators.record_versions import check_value_version
 from odradek.broker.coordinators.runtime import (
     CoordinatorPorts,
     CoordinatorRecord,
@@ -168,7 +169,8 @@ def decode_txn(key: bytes, value: bytes | None) -> tuple[str, TxnMetadata | None
     if value is None:
         return txn_id, None
     (vv,) = _version.unpack_from(value, 0)
-    v = TransactionLogValue.decode_from(value, 2, min(vv, TransactionLogValue.VALID_VERSIONS[1]))[0]
+    check_value_version("TransactionLogValue", vv, TransactionLogValue.VALID_VERSIONS)
+    v = TransactionLogValue.decode_from(value, 2, vv)[0]
     partitions = {(t.topic, p) for t in (v.transaction_partitions or []) for p in t.partition_ids}
     meta = restored(
         txn_id, v.producer_id, v.producer_epoch, v.transaction_timeout_ms, TxnState(v.transaction_status),
