@@ -33,13 +33,14 @@ class StorageError(KafkaError):
 class UnknownFormatError(StorageError):
     """A file in a log dir in a format version this Odradek does not read (written by a newer
     version, or by another program): refused, never guessed at.  Loading stops with a message
-    naming the file, the version found and the versions this Odradek reads; nothing is changed."""
+    naming the file, the version found and the versions this Odradek reads; the file is left as
+    it is (no truncation, no deletion)."""
 
     def __init__(self, path: Path, what: str, found: object, known: str, where: str = "") -> None:
         super().__init__(
             f"{path}{where}: {what} version {found} is not one this Odradek reads (it reads {known}): it was "
-            "written by a newer Odradek or by another program. Nothing was changed; run the version that "
-            "wrote it, or restore the file from a backup"
+            "written by a newer Odradek or by another program. The file is left as it is; run the version "
+            "that wrote it, or restore the file from a backup"
         )
         self.path = path
         self.found = found
