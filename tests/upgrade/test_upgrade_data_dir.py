@@ -122,3 +122,29 @@ def test_a_data_dir_of_an_earlier_version_starts_and_serves_its_data(tmp_path: P
     # the old segments were read in place, not rewritten or truncated
     for name, content in before.items():
         assert (data / name).read_bytes()[: len(content)] == content
+
+
+def test_coordinators_find_their_keys_by_the_topics_partition_counts(tmp_path: Path) -> None:
+    """Started without the partition counts the fixture was written with (the defaults, 50),
+    the coordinators still find the group and the transactional id in the 2-partition topics, as
+    Kafka does (it hashes by the topic's partition count once the topic exists)."""
+    data = unpack(tmp_path)
+    broker = BrokerProcess(data, overrides={"log.segment.bytes": 4096})
+    broker.start()
+    try:
+        c = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "fixture-group"})
+        try:
+            offsets = c.committed([ck.TopicPartition("plain", 0), ck.TopicPartition("plain", 1)], timeout=30)
+        finally:
+            c.close()
+        assert [(tp.partition, tp.offset) for tp in offsets] == [(0, 17), (1, 23)]
+        with Admin(bootstrap_servers=broker.bootstrap, default_api_timeout_ms=30000) as admin:
+            assert admin.describe_transactions(["fixture-txn"])["fixture-txn"].state == "CompleteAbort"
+        # a new transaction with the same id goes on from the stored state
+        p = ck.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "fixture-txn"})
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.produce("txn", value=b"after")
+        p.commit_transaction(30)
+    finally:
+        broker.stop()

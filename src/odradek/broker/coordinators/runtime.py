@@ -258,7 +258,11 @@ class CoordinatorRuntime(Generic[S]):
     # routing and the topic
 
     def partition_for(self, key: str) -> int:
-        return partition_for(key, self.topic.partitions)
+        """The partition of ``key``: by the topic's partition count once it exists (as Kafka
+        does: a topic created under another ``*.num.partitions``, by an earlier configuration,
+        keeps its keys where they are), by the configured count before."""
+        topic = self.topics.image.topics.get(self.topic.name)
+        return partition_for(key, len(topic.partitions) if topic is not None and topic.partitions else self.topic.partitions)
 
     async def ensure_topic(self) -> None:
         """Create the topic on first use; COORDINATOR_NOT_AVAILABLE while it cannot be (too few

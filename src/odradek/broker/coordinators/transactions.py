@@ -475,9 +475,16 @@ class TransactionCoordinator:
                         return ErrorCode(part.partition_error_code)
         return ErrorCode.NONE
 
+    def _offsets_partition(self, group_id: str) -> int:
+        """The group's ``__consumer_offsets`` partition, as its coordinator finds it (the topic's
+        partition count once it exists)."""
+        topic = self.topics.image.topics.get(OFFSETS_TOPIC)
+        return partition_for(group_id, len(topic.partitions) if topic is not None and topic.partitions
+                             else self.offsets_partitions)
+
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None:
         await self.add_partitions(
-            transactional_id, producer_id, producer_epoch, [(OFFSETS_TOPIC, partition_for(group_id, self.offsets_partitions))]
+            transactional_id, producer_id, producer_epoch, [(OFFSETS_TOPIC, self._offsets_partition(group_id))]
         )
 
     async def end_txn(
