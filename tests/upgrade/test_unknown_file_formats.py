@@ -169,3 +169,29 @@ def test_malformed_meta_properties_get_a_clear_error(tmp_path: Path, content: st
     else:
         assert props.get("cluster.id") and props.get("version", "0") == "0"
     assert path.read_bytes() == before
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(content=st.one_of(
+    st.binary(max_size=80),
+    st.builds(lambda v, rest: struct.pack(">h", v) + rest, st.sampled_from([1, 2, 3, -1, 0x7FFF]), st.binary(max_size=80)),
+))
+def test_malformed_producer_snapshots_are_refused_or_rebuilt_never_a_crash(tmp_path: Path, content: bytes) -> None:
+    from odradek.storage.producer_state import ProducerStateManager
+
+    directory = tmp_path / "t-0"
+    directory.mkdir(exist_ok=True)
+    path = directory / "00000000000000000005.snapshot"
+    path.write_bytes(content)
+    producers = ProducerStateManager(directory)
+    version = struct.unpack(">h", content[:2])[0] if len(content) >= 10 else None
+    try:
+        loaded = producers.load_snapshot(100)
+    except UnknownFormatError as exc:
+        assert version not in (None, 1, 2)
+        assert str(path) in exc.message and "remove it to rebuild the producer state" in exc.message
+        assert path.read_bytes() == content  # refused: kept as it is
+    else:
+        # a known version: loaded, or damaged (checksum, length) and removed for a rebuild from the log
+        assert version in (None, 1, 2)
+        assert loaded == 5 or (loaded == -1 and not path.exists())

@@ -36,11 +36,14 @@ class UnknownFormatError(StorageError):
     naming the file, the version found and the versions this Odradek reads; the file is left as
     it is (no truncation, no deletion)."""
 
-    def __init__(self, path: Path, what: str, found: object, known: str, where: str = "") -> None:
+    def __init__(
+        self, path: Path, what: str, found: object, known: str, where: str = "",
+        remedy: str = "restore the file from a backup",
+    ) -> None:
         super().__init__(
             f"{path}{where}: {what} version {found} is not one this Odradek reads (it reads {known}): it was "
-            "written by a newer Odradek or by another program. The file is left as it is; run the version "
-            "that wrote it, or restore the file from a backup"
+            f"written by a newer Odradek or by another program. The file is left as it is; run the version "
+            f"that wrote it, or {remedy}"
         )
         self.path = path
         self.found = found

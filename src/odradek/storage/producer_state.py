@@ -349,7 +349,11 @@ class ProducerStateManager:
         if version not in (1, _VERSION):
             # a newer format: deleting it and rebuilding from the log would lose the state of
             # producers whose batches retention already removed
-            raise UnknownFormatError(path, "producer state snapshot format", version, f"1 and {_VERSION}")
+            raise UnknownFormatError(
+                path, "producer state snapshot format", version, f"1 and {_VERSION}", "",
+                "remove it to rebuild the producer state from the log (the state of producers whose batches "
+                "retention removed is then lost: their next writes may answer UNKNOWN_PRODUCER_ID)",
+            )
         if crc32c(data[6:]) != crc:
             return None
         entries: dict[int, ProducerEntry] = {}
