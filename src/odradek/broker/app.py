@@ -912,6 +912,10 @@ class _AcceptLoop:
         self._tasks = []
 
 
+#: the meta.properties versions this Odradek reads (it writes 0, Kafka's ZooKeeper-mode version)
+META_PROPERTIES_VERSIONS = ("0",)
+
+
 def _read_meta(d: Path) -> dict[str, str]:
     """``meta.properties`` of a log dir ({} if absent); a damaged one stops the start with a message."""
     path = d / META_PROPERTIES
@@ -927,6 +931,16 @@ def _read_meta(d: Path) -> dict[str, str]:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}. Nothing was changed; {fix}") from None
     if not props and not path.exists():
         return {}
+    version = props.get("version", "0")
+    if version not in META_PROPERTIES_VERSIONS:
+        # Kafka's KRaft mode writes version 1 (node.id, directory.id); a newer Odradek could
+        # write another: refused rather than guessed at
+        raise ConfigError(
+            f"{path}: version {version} is not one this Odradek reads (it reads "
+            f"{', '.join(META_PROPERTIES_VERSIONS)}): it was written by a newer Odradek or by another program "
+            "(Kafka in KRaft mode writes version 1). Nothing was changed; run the version that wrote it, or "
+            "give this broker another log dir"
+        )
     problem = None
     if not props.get("cluster.id"):
         problem = "it has no cluster.id"

@@ -37,6 +37,9 @@ from odradek.storage.checkpoint import write_atomic
 __all__ = ["EmbeddedBackend", "MetadataStoreError", "is_deleted", "read_cluster_id"]
 
 FILE_NAME = "cluster-metadata.json"
+#: the format of the file: its ``format_version`` key (absent in the files of earlier Odradek
+#: versions, whose format is 1).  A file of another version is refused, not guessed at.
+FORMAT_VERSION = 1
 
 PRODUCER_ID_BLOCK = 1000
 PRODUCER_ID_FILE = "producer-id-block"
@@ -133,6 +136,13 @@ class EmbeddedBackend(MetadataBackend):
             data = json.loads(text)
             if not isinstance(data, dict):
                 raise TypeError("the top level is not an object")
+            version = data.get("format_version", FORMAT_VERSION)
+            if version != FORMAT_VERSION:
+                raise MetadataStoreError(
+                    f"the metadata store {self.path} has format_version {version!r}, which this Odradek does not "
+                    f"read (it reads {FORMAT_VERSION}): it was written by a newer Odradek. Nothing was changed; "
+                    "run the version that wrote it"
+                )
             image = MetadataImage.from_json(data, controller_id=broker_id)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise self._unreadable(_problem(exc)) from None
@@ -284,7 +294,7 @@ class EmbeddedBackend(MetadataBackend):
             parts.append(hit[1])
         for name in [n for n in cache if n not in image.topics]:
             del cache[name]
-        head = json.dumps(image.to_json(topics=False), sort_keys=True)
+        head = json.dumps({**image.to_json(topics=False), "format_version": FORMAT_VERSION}, sort_keys=True)
         # "topics" sorts last among the top-level keys: splice the cached texts into its list
         assert head.endswith('"topics": []}'), head[-40:]
         return head[: -len("]}")] + ", ".join(parts) + "]}"

@@ -102,6 +102,12 @@ def schema_record(v: SchemaVersion) -> tuple[bytes, bytes]:
     return schema_key(v.subject, v.version), _dumps(v.to_value())
 
 
+#: the key types of ``_schemas`` and the magic values of their keys that this Odradek reads
+_KEY_MAGICS: dict[str, tuple[int, ...]] = {
+    "SCHEMA": (0, 1), "CONFIG": (0,), "MODE": (0,), "DELETE_SUBJECT": (0,), "CLEAR_SUBJECT": (0,), "NOOP": (0,),
+}
+
+
 def _subject_key(keytype: str, subject: str | None) -> bytes:
     key: dict[str, Any] = {"keytype": keytype}
     if subject is not None:
@@ -222,6 +228,15 @@ class RegistryState:
         if key is None:
             raise RecordError("the record has no key")
         keytype = key.get("keytype")
+        known = _KEY_MAGICS.get(keytype) if isinstance(keytype, str) else None
+        magic = key.get("magic", 0)
+        if known is not None and magic not in known:
+            # a key format of a newer registry: not read by the fields this one knows (Confluent
+            # skips such a record with an error line too)
+            raise RecordError(
+                f"a {keytype} key of magic {magic!r}, a format this Odradek does not read (it reads magic "
+                f"{' and '.join(map(str, known))}): written by a newer registry"
+            )
         if keytype == "SCHEMA":
             subject = _str_or_none(key.get("subject"), "subject")
             if subject is None:

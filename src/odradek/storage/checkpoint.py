@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from odradek.storage.errors import StorageError
+from odradek.storage.errors import StorageError, UnknownFormatError
 
 __all__ = [
     "CLEANER_OFFSET",
@@ -96,10 +96,16 @@ def _parse(path: Path, columns: int) -> list[list[str]]:
         text = path.read_text()
     except FileNotFoundError:
         return []
+    except UnicodeDecodeError as exc:
+        raise StorageError(f"{path}: malformed checkpoint file (not text)") from exc
     lines = text.splitlines()
     try:
-        if int(lines[0]) != _VERSION:
-            raise StorageError(f"{path}: unsupported checkpoint version {lines[0]}")
+        version = int(lines[0])
+    except (IndexError, ValueError) as exc:
+        raise StorageError(f"{path}: malformed checkpoint file (no version line)") from exc
+    if version != _VERSION:
+        raise UnknownFormatError(path, "checkpoint format", version, str(_VERSION))
+    try:
         count = int(lines[1])
         rows = [line.split() for line in lines[2 : 2 + count]]
     except (IndexError, ValueError) as exc:

@@ -19,6 +19,7 @@ __all__ = [
     "ProducerStateError",
     "RecordBatchTooLargeError",
     "StorageError",
+    "UnknownFormatError",
 ]
 
 
@@ -27,6 +28,25 @@ class StorageError(KafkaError):
 
     def __init__(self, message: str, code: ErrorCode = ErrorCode.KAFKA_STORAGE_ERROR) -> None:
         super().__init__(code, message)
+
+
+class UnknownFormatError(StorageError):
+    """A file in a log dir in a format version this Odradek does not read (written by a newer
+    version, or by another program): refused, never guessed at.  Loading stops with a message
+    naming the file, the version found and the versions this Odradek reads; the file is left as
+    it is (no truncation, no deletion)."""
+
+    def __init__(
+        self, path: Path, what: str, found: object, known: str, where: str = "",
+        remedy: str = "restore the file from a backup",
+    ) -> None:
+        super().__init__(
+            f"{path}{where}: {what} version {found} is not one this Odradek reads (it reads {known}): it was "
+            f"written by a newer Odradek or by another program. The file is left as it is; run the version "
+            f"that wrote it, or {remedy}"
+        )
+        self.path = path
+        self.found = found
 
 
 class OffsetOutOfRangeError(StorageError):

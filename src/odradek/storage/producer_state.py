@@ -27,6 +27,7 @@ transaction that is open or whose marker is not yet below the high watermark.
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from collections import deque
@@ -39,13 +40,15 @@ from odradek.errors import ErrorCode
 from odradek.records import BatchHeader, control_marker
 from odradek.records._crc import crc32c
 from odradek.storage.checkpoint import write_atomic
-from odradek.storage.errors import CorruptRecordError, ProducerStateError
+from odradek.storage.errors import CorruptRecordError, ProducerStateError, UnknownFormatError
 from odradek.storage.txn_index import AbortedTxn
 
 if TYPE_CHECKING:
     from odradek.storage.segment import LogSegment
 
 __all__ = ["BATCHES_TO_KEEP", "BatchMetadata", "CompletedTxn", "ProducerEntry", "ProducerStateManager"]
+
+_log = logging.getLogger("odradek.storage.producer_state")
 
 BATCHES_TO_KEEP = 5
 _SEQ_MOD = 1 << 31
@@ -320,6 +323,10 @@ class ProducerStateManager:
                 continue
             entries = self._read(path)
             if entries is None:
+                # damaged (a known version whose checksum or length is wrong): the state is
+                # rebuilt from the log instead, as Kafka does
+                _log.warning("%s is damaged (checksum or length): deleting it; the producer state is rebuilt "
+                             "from the log", path)
                 path.unlink(missing_ok=True)
                 continue
             self._set_entries(entries)
@@ -339,7 +346,15 @@ class ProducerStateManager:
         if len(data) < _head.size:
             return None
         version, crc, count = _head.unpack_from(data, 0)
-        if version not in (1, _VERSION) or crc32c(data[6:]) != crc:
+        if version not in (1, _VERSION):
+            # a newer format: deleting it and rebuilding from the log would lose the state of
+            # producers whose batches retention already removed
+            raise UnknownFormatError(
+                path, "producer state snapshot format", version, f"1 and {_VERSION}", "",
+                "remove it to rebuild the producer state from the log (the state of producers whose batches "
+                "retention removed is then lost: their next writes may answer UNKNOWN_PRODUCER_ID)",
+            )
+        if crc32c(data[6:]) != crc:
             return None
         entries: dict[int, ProducerEntry] = {}
         pos = _head.size

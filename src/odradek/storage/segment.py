@@ -31,7 +31,7 @@ from odradek.records import (
 from odradek.records import legacy as _legacy
 from odradek.records import v2 as _v2
 from odradek.storage.config import LogConfig
-from odradek.storage.errors import CorruptIndexError, CorruptSegmentError, StorageError
+from odradek.storage.errors import CorruptIndexError, CorruptSegmentError, StorageError, UnknownFormatError
 from odradek.storage.files import FileOps
 from odradek.storage.index import OffsetIndex, TimeIndex
 from odradek.storage.txn_index import TransactionIndex
@@ -69,7 +69,7 @@ def entry_problem(
     length = int.from_bytes(data[8:12], "big", signed=True)
     magic = data[16]
     if magic > 2:
-        return None, f"bad magic {magic}"
+        return None, f"bad magic {magic} (a record batch format this Odradek does not read: it reads magic 0-2)"
     minimum = _MIN_LENGTH[magic]
     if length < minimum:
         return None, f"bad batch length {length} (the minimum for magic {magic} is {minimum})"
@@ -530,6 +530,8 @@ class LogSegment:
             self.bytes_since_index_entry += h.size
             end = h.position + h.size
         self.scan_stopped_at = end if end < self.size else None
+        if self.scan_stopped_at is not None:
+            self.check_known_format(end, self.size, self.next_offset)
         if self.first_batch_timestamp is None and self.size:
             for h in self.headers(0):
                 self.first_batch_timestamp = h.max_timestamp
@@ -609,11 +611,32 @@ class LogSegment:
         self.unchecked_end = 0
         truncated = end - valid
         if truncated:
+            self.check_known_format(valid, end, expected)
             self.recovery_report = self._diagnose(valid, end, expected, max_batch_size + LOG_OVERHEAD)
             self.files.truncate(self.fd, valid)
         if not writable:
             self.seal()
         return truncated
+
+    def check_known_format(self, position: int, end: int, expected: int) -> None:
+        """Raise UnknownFormatError when the entry at ``position`` is a whole entry of a record
+        batch format newer than this Odradek reads (magic above 2) that starts at ``expected``,
+        the offset due there: written by a newer version, it is refused rather than truncated
+        away by recovery or hidden behind CORRUPT_MESSAGE.  A damaged entry (a torn write,
+        garbage) fails these checks and is left to recovery."""
+        remaining = end - position
+        if remaining < _HEADER_PEEK:
+            return
+        head = self.read_bytes(position, _HEADER_PEEK)
+        magic = head[16]
+        base = int.from_bytes(head[0:8], "big", signed=True)
+        length = int.from_bytes(head[8:12], "big", signed=True)
+        if magic <= 2 or base != expected or not _v2.MIN_BATCH_LENGTH <= length <= remaining - LOG_OVERHEAD:
+            return
+        raise UnknownFormatError(
+            self.log_path, "record batch format (magic byte)", magic, "magic 0, 1 and 2",
+            f" at position {position} (offset {base})",
+        )
 
     def _diagnose(self, position: int, end: int, expected: int, max_size: int) -> RecoveryReport:
         """What is wrong with the entry at ``position`` (where recovery stopped), and how many

@@ -78,11 +78,16 @@ class KV:
             self.waiter.set_result(ErrorCode.NOT_COORDINATOR)
 
 
+def _topic(partitions: int) -> SimpleNamespace:
+    """A topic of the image as the runtime sees it: its partitions (their count routes keys)."""
+    return SimpleNamespace(partitions=dict.fromkeys(range(partitions)))
+
+
 class Topics:
-    """The topic service's face the runtime uses: the image's topic names and create_internal."""
+    """The topic service's face the runtime uses: the image's topics and create_internal."""
 
     def __init__(self, exists: bool = True) -> None:
-        self.image = SimpleNamespace(topics={TOPIC: object()} if exists else {})
+        self.image = SimpleNamespace(topics={TOPIC: _topic(PARTITIONS)} if exists else {})
         self.created: list[tuple[str, int, int]] = []
         self.refuse: ErrorCode | None = None
 
@@ -91,7 +96,7 @@ class Topics:
         if self.refuse is not None:
             raise KafkaError(self.refuse, "refused")
         self.created.append((name, partitions, replication_factor))
-        self.image.topics[name] = object()
+        self.image.topics[name] = _topic(partitions)
 
 
 class Replication:
@@ -186,7 +191,7 @@ def test_what_a_key_is_told_before_during_and_after_loading(tmp_path: Path) -> N
         runtime, rm, topics, _clock = _setup(tmp_path, exists=False)
         k0, k1, k2 = (_key_in(runtime, p) for p in range(3))
         assert _code(lambda: runtime.shard(k0, "key")) is ErrorCode.COORDINATOR_NOT_AVAILABLE  # no topic yet
-        topics.image.topics[TOPIC] = object()
+        topics.image.topics[TOPIC] = _topic(PARTITIONS)
         _lead(rm, 0)
         _follow(rm, 1)
         runtime.refresh()

@@ -23,8 +23,8 @@ type  key                                             value
 A value of None is the record's tombstone.  The code generator does not emit these yet (it reads
 Kafka 3.x's definitions, which hold only the first), so they are written and read here, field by
 field in the order of the definitions; unknown tagged fields are skipped on reading, as Kafka
-does.  Values written by a newer Kafka (a higher value version) are read by the fields this
-version knows, the versions being forward compatible within a record type.
+does.  A value of a higher version than 0 (written by a newer version) is not read by the fields
+this version knows: it fails the partition's load (:mod:`.record_versions`).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import uuid
 from collections.abc import Callable, Mapping
 
 from odradek._varint import decode_uvarint, write_uvarint
+from odradek.broker.coordinators.record_versions import check_value_version
 from odradek.cluster.consumer_group import (
     ClassicProtocols,
     ConsumerMember,
@@ -382,8 +383,7 @@ def decode_record(key: bytes, value: bytes | None) -> Record | None:
     if value is None:
         return _tombstone(record_type, gid, second)
     v = _In(value, 0)
-    if v.i16() < 0:
-        raise DecodeError("a negative record value version")
+    check_value_version(f"consumer group record of type {record_type}", v.i16(), (0, 0))
     if record_type == GROUP_METADATA:
         return GroupEpochRecord(gid, v.i32())
     if record_type == PARTITION_METADATA:

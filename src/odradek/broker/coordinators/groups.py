@@ -38,6 +38,7 @@ from odradek.broker.coordinators.consumer_groups import (
     consumer_protocol_enabled,
 )
 from odradek.broker.coordinators.consumer_records import CONSUMER_GROUP_RECORD_TYPES, decode_record
+from odradek.broker.coordinators.record_versions import check_value_version
 from odradek.broker.coordinators.runtime import (
     CoordinatorPorts,
     CoordinatorRecord,
@@ -197,7 +198,8 @@ def _decode_offset(key: bytes, version: int, value: bytes | None) -> tuple[str, 
     if value is None:
         return k.group, (k.topic, k.partition), None
     (vv,) = _version.unpack_from(value, 0)
-    v = OffsetCommitValue.decode_from(value, 2, min(vv, OffsetCommitValue.VALID_VERSIONS[1]))[0]
+    check_value_version("OffsetCommitValue", vv, OffsetCommitValue.VALID_VERSIONS)
+    v = OffsetCommitValue.decode_from(value, 2, vv)[0]
     om = OffsetAndMetadata(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp if vv == 1 else -1)
     return k.group, (k.topic, k.partition), om
 
@@ -207,7 +209,8 @@ def _decode_group(key: bytes, version: int, value: bytes | None) -> tuple[str, G
     if value is None:
         return gk.group, None
     (vv,) = _version.unpack_from(value, 0)
-    gv = GroupMetadataValue.decode_from(value, 2, min(vv, GroupMetadataValue.VALID_VERSIONS[1]))[0]
+    check_value_version("GroupMetadataValue", vv, GroupMetadataValue.VALID_VERSIONS)
+    gv = GroupMetadataValue.decode_from(value, 2, vv)[0]
     g = Group(gk.group, generation_id=gv.generation, protocol_type=gv.protocol_type or None,
               protocol_name=gv.protocol, leader_id=gv.leader, state_timestamp=gv.current_state_timestamp)
     for mm in gv.members:
@@ -258,6 +261,8 @@ class GroupShard:
         self.sync_waiters: dict[str, asyncio.Future[SyncResult]] = {}
         #: group metadata records met while loading (None: deleted), installed at the end
         self._read_groups: dict[str, Group | None] = {}
+        #: record types met that this version does not read (each said once)
+        self._unknown_types: set[int] = set()
         self._retired = retired
 
     # -- the runtime's contract -------------------------------------------------------------------
@@ -280,12 +285,22 @@ class GroupShard:
             if found is not None:
                 self.consumer.replay(found)
         elif version in SHARE_GROUP_RECORD_TYPES:
+            if record.value is not None and len(record.value) >= 2:
+                check_value_version(f"share group record of type {version}", _version.unpack_from(record.value, 0)[0],
+                                    (0, 0))
             try:
                 self._share_records.replay(key, record.value)
             except Exception as exc:  # one unreadable record must not keep every group of the partition away
                 log.warning("share group record at offset %d of __consumer_offsets-%d could not be read and "
                             "is left out: %s", record.offset, self.partition, exc)
-        # other key versions: the records of other group types (streams), not this shard's
+        elif version not in self._unknown_types:
+            # a record type this version does not read (a group type it does not have, such as
+            # streams groups, or a left-over of an aborted upgrade): skipped, as Kafka does,
+            # and said once per type and load; the records stay in the log
+            self._unknown_types.add(version)
+            log.warning("__consumer_offsets-%d: the record at offset %d has record type %d, which this Odradek does "
+                        "not read: records of this type are skipped (they stay in the log)",
+                        self.partition, record.offset, version)
 
     def replay_marker(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
         self.complete_txn(producer_id, commit)

@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Generic, Literal, NamedTuple, Protocol, TypeVa
 
 from odradek._scheduler import LoopScheduler, Scheduler
 from odradek._timeouts import wait_for
+from odradek.broker.coordinators.record_versions import UnknownRecordVersionError
 from odradek.broker.logdirs import is_io_error
 from odradek.cluster.assignment import partition_for
 from odradek.errors import ErrorCode, KafkaError
@@ -257,7 +258,11 @@ class CoordinatorRuntime(Generic[S]):
     # routing and the topic
 
     def partition_for(self, key: str) -> int:
-        return partition_for(key, self.topic.partitions)
+        """The partition of ``key``: by the topic's partition count once it exists (as Kafka
+        does: a topic created under another ``*.num.partitions``, by an earlier configuration,
+        keeps its keys where they are), by the configured count before."""
+        topic = self.topics.image.topics.get(self.topic.name)
+        return partition_for(key, len(topic.partitions) if topic is not None and topic.partitions else self.topic.partitions)
 
     async def ensure_topic(self) -> None:
         """Create the topic on first use; COORDINATOR_NOT_AVAILABLE while it cannot be (too few
@@ -381,6 +386,11 @@ class CoordinatorRuntime(Generic[S]):
             self._shards[partition] = shard
             self._replayed[partition] = end
             log.info("loaded %s-%d: %d records in %d ms", name, partition, count, self.clock.monotonic_ms() - started)
+        except UnknownRecordVersionError as exc:
+            log.error(
+                "could not load %s-%d: %s. The partition stays unavailable until a version that reads it runs; "
+                "nothing was skipped or deleted", name, partition, exc.describe(),
+            )
         except Exception:  # a record the shard cannot decode, an I/O error: not served, logged
             log.exception("could not load %s-%d", name, partition)
         finally:
@@ -409,7 +419,11 @@ class CoordinatorRuntime(Generic[S]):
                     continue
                 pid, epoch = (batch.producer_id, batch.producer_epoch) if batch.is_transactional else (-1, -1)
                 for rec in batch.records:
-                    shard.replay(CoordinatorRecord(rec.offset, rec.timestamp, rec.key, rec.value, pid, epoch))
+                    try:
+                        shard.replay(CoordinatorRecord(rec.offset, rec.timestamp, rec.key, rec.value, pid, epoch))
+                    except UnknownRecordVersionError as exc:
+                        exc.offset = rec.offset
+                        raise
                     count += 1
             if last < offset:
                 break

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from odradek.broker.coordinators.record_versions import check_value_version
 from odradek.broker.coordinators.runtime import (
     CoordinatorPorts,
     CoordinatorRecord,
@@ -31,6 +32,7 @@ from odradek.broker.topics import SHARE_STATE_TOPIC
 from odradek.cluster.share_state import (
     DEFAULT_SNAPSHOT_EVERY,
     SNAPSHOT_TYPE,
+    UPDATE_TYPE,
     ShareKey,
     ShareRecord,
     ShareState,
@@ -102,12 +104,27 @@ class ShareStateShard:
         #: one plan-append-replay at a time
         self.lock = asyncio.Lock()
         self.live = True
+        #: record types met that this version does not read (each said once)
+        self._unknown_types: set[int] = set()
 
     def replay(self, record: CoordinatorRecord) -> None:
         self.end = max(self.end, record.offset + 1)
-        if record.key is None:
+        key, value = record.key, record.value
+        if key is None or len(key) < 2:
             return
-        rec = decode_record(record.key, record.value)
+        kind = int.from_bytes(key[:2], "big", signed=True)
+        if kind not in (SNAPSHOT_TYPE, UPDATE_TYPE):
+            if kind not in self._unknown_types:
+                # skipped as Kafka does, said once per type and load; the records stay in the log
+                self._unknown_types.add(kind)
+                log.warning("%s-%d: the record at offset %d has record type %d, which this Odradek does not read: "
+                            "records of this type are skipped (they stay in the log)",
+                            SHARE_STATE_TOPIC, self.partition, record.offset, kind)
+            return
+        if value is not None and len(value) >= 2:
+            name = "ShareSnapshotValue" if kind == SNAPSHOT_TYPE else "ShareUpdateValue"
+            check_value_version(name, int.from_bytes(value[:2], "big", signed=True), (0, 0))
+        rec = decode_record(key, value)
         if rec is not None:
             self.apply(rec, record.offset)
 

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from odradek._timeouts import wait_for
 from odradek.broker.channel import BrokerChannel
+from odradek.broker.coordinators.record_versions import check_value_version
 from odradek.broker.coordinators.runtime import (
     CoordinatorPorts,
     CoordinatorRecord,
@@ -168,7 +169,8 @@ def decode_txn(key: bytes, value: bytes | None) -> tuple[str, TxnMetadata | None
     if value is None:
         return txn_id, None
     (vv,) = _version.unpack_from(value, 0)
-    v = TransactionLogValue.decode_from(value, 2, min(vv, TransactionLogValue.VALID_VERSIONS[1]))[0]
+    check_value_version("TransactionLogValue", vv, TransactionLogValue.VALID_VERSIONS)
+    v = TransactionLogValue.decode_from(value, 2, vv)[0]
     partitions = {(t.topic, p) for t in (v.transaction_partitions or []) for p in t.partition_ids}
     meta = restored(
         txn_id, v.producer_id, v.producer_epoch, v.transaction_timeout_ms, TxnState(v.transaction_status),
@@ -473,9 +475,16 @@ class TransactionCoordinator:
                         return ErrorCode(part.partition_error_code)
         return ErrorCode.NONE
 
+    def _offsets_partition(self, group_id: str) -> int:
+        """The group's ``__consumer_offsets`` partition, as its coordinator finds it (the topic's
+        partition count once it exists)."""
+        topic = self.topics.image.topics.get(OFFSETS_TOPIC)
+        return partition_for(group_id, len(topic.partitions) if topic is not None and topic.partitions
+                             else self.offsets_partitions)
+
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None:
         await self.add_partitions(
-            transactional_id, producer_id, producer_epoch, [(OFFSETS_TOPIC, partition_for(group_id, self.offsets_partitions))]
+            transactional_id, producer_id, producer_epoch, [(OFFSETS_TOPIC, self._offsets_partition(group_id))]
         )
 
     async def end_txn(
