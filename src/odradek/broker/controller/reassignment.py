@@ -73,18 +73,37 @@ class Reassignments:
                 self.ctx.reassigning[tp] = original
                 results[tp] = (ErrorCode.NONE, None)
                 continue
-            if not target or len(set(target)) != len(target):
-                results[tp] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT, "duplicate or empty replica list")
-                continue
-            unknown = [r for r in target if r not in self.ctx.live_brokers]
-            if unknown:
-                results[tp] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"brokers {unknown} are not alive")
+            problem = self._invalid(tp, target)
+            if problem is not None:
+                results[tp] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem)
                 continue
             self.ctx.reassigning[tp] = tuple(target)
             results[tp] = (ErrorCode.NONE, None)
         await self._save()
         await self.resume()
         return results
+
+    def _invalid(self, tp: TP, target: tuple[int, ...]) -> str | None:
+        """Why a target replica list is refused (Kafka's controller's checks, in its order), or
+        None: empty, a duplicate, a negative id, or a replica to add on a broker that is not alive
+        (the replicas it keeps may be down: a reassignment off a dead broker must be possible)."""
+        if not target:
+            return "Empty replica list specified in partition reassignment."
+        if len(set(target)) != len(target):
+            return f"Duplicate replica ids in partition reassignment replica list: {list(target)}"
+        if any(r < 0 for r in target):
+            return f"Invalid broker id in replica list: {list(target)}"
+        ta = self.ctx.topics[tp[0]]
+        current = ta.replicas[tp[1]]
+        original = tuple(r for r in current if r not in ta.adding.get(tp[1], ()))
+        adding = [r for r in target if r not in original]
+        dead = [r for r in adding if r not in self.ctx.live_brokers]
+        if dead:
+            return (
+                f"Replica assignment has brokers that are not alive. Replica list: {adding}, "
+                f"live broker list: {sorted(self.ctx.live_brokers)}"
+            )
+        return None
 
     async def _save(self) -> None:
         items = [
