@@ -163,18 +163,36 @@ class Reassignments:
             return True
         plan = reassignment_plan(original, target, li.isr)
         if current != plan.union:
-            # step 1: the union of old and new replicas, a new leader epoch; new replicas start fetching
+            # step 1: the union of old and new replicas, a new leader epoch; new replicas start
+            # fetching.  Replicas of an earlier target that this one drops (a cancel, or a new
+            # target while moving) leave the ISR and are stopped and deleted, as Kafka's
+            # controller does with a reassignment's unneeded replicas.
+            unneeded = tuple(r for r in current if r not in plan.union)
+            live = [b for b in self.ctx.live_brokers if b not in self.ctx.shutting_down]
+
+            def widen(cur: LeaderIsr | None) -> LeaderIsr | None:
+                if cur is None:
+                    return None
+                isr = tuple(r for r in cur.isr if r not in unneeded) or cur.isr
+                if cur.leader in unneeded:
+                    e = reassignment_election(plan.union, isr, live)
+                    if e is None:
+                        return None
+                    return LeaderIsr(e.leader, cur.leader_epoch + 1, e.isr, self.ctx.epoch)
+                return LeaderIsr(cur.leader, cur.leader_epoch + 1, isr, self.ctx.epoch)
+
             ta.replicas[tp[1]] = plan.union
             ta.adding[tp[1]] = plan.adding
             ta.removing[tp[1]] = plan.removing
             await self.zk.write_assignment(tp[0])
             for r in plan.adding:
                 self.ctx.replica_up(tp, r)
-            await self.zk.update_leader_isr(
-                tp, lambda cur: None if cur is None else LeaderIsr(cur.leader, cur.leader_epoch + 1, cur.isr, self.ctx.epoch)
-            )
+            await self.zk.update_leader_isr(tp, widen)
             self.channels.leader_and_isr([tp], None)
-            log.info("reassigning %s-%d: %s -> %s via %s", *tp, list(original), list(target), list(plan.union))
+            if unneeded:
+                self.replicas.delete(tp, unneeded)
+            log.info("reassigning %s-%d: %s -> %s via %s%s", *tp, list(original), list(target), list(plan.union),
+                     f" (replicas {list(unneeded)} dropped)" if unneeded else "")
             plan = reassignment_plan(original, target, self.ctx.states[tp].isr)
         if not plan.caught_up:
             return False  # an ISR change notification brings us back here
