@@ -152,7 +152,7 @@ def test_throttled_move_under_load(cluster: Cluster, tmp_path: Path, capsys: pyt
         plan = tmp_path / "plan.json"
         plan.write_text(format_reassignment_json({(topic, 0): [2, 3]}))
         out = _cli(capsys, "reassign", "execute", *b, "--reassignment-json-file", str(plan), "--throttle", str(RATE))
-        assert f'"replicas":[1,2]' in out and "Save this to use as the --reassignment-json-file option" in out
+        assert '"replicas":[1,2]' in out and "Save this to use as the --reassignment-json-file option" in out
         assert f"The inter-broker throttle limit was set to {RATE} B/s" in out
         # Kafka's tool's configs: the rates on every broker involved; leader side the old replicas,
         # follower side the new one

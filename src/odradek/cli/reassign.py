@@ -32,6 +32,7 @@ partitions and bytes moved, the copy rate and the time left at that rate.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import sys
@@ -408,7 +409,7 @@ class _Rate:
 
 
 def _duration(seconds: float) -> str:
-    s = int(round(seconds))
+    s = round(seconds)
     return f"{s // 3600}h{s // 60 % 60:02d}m{s % 60:02d}s" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
@@ -425,7 +426,7 @@ def _wait(admin: Admin, targets: Mapping[TP, list[int]], args: argparse.Namespac
             return states
         if deadline is not None and time.monotonic() >= deadline:
             raise TimeoutError(f"the reassignment is still in progress after {args.wait_timeout:g} s: {_summary(states)}")
-        progress.update(lambda: rate.text(states))
+        progress.update(functools.partial(rate.text, states))
         time.sleep(min(args.poll_interval, args.progress_interval))
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+
 from odradek.client.admin._base import AdminBase, _check, _error, _Pending
 from odradek.client.admin.types import TopicPartition
 from odradek.errors import ErrorCode, KafkaError
