@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient
 
 from odradek.cli.__main__ import main
 from odradek.cli.reassign import format_reassignment_json
-from odradek.client import Admin, ConfigResource
+from odradek.client import Admin, AdminError, ConfigResource
 from odradek.client.admin import ConfigSource
 from odradek.coordination.zkserver import ZooKeeperServer
 from odradek.errors import ErrorCode
@@ -272,4 +272,22 @@ def test_confluent_admin_elects_leaders_with_kafkas_results(cluster: Cluster, ca
         assert sorted(dirs) == [1, 2, 3]
         holders = sorted(bid for bid, by in dirs.items() for d in by.values() if (topic, 0) in d.replicas)
         assert holders == [1, 2]
+        # the controller's refusals, with Kafka's codes and messages
+        with pytest.raises(AdminError) as info:
+            odradek.alter_partition_reassignments(
+                {(topic, 0): [2, 9], (topic, 1): [2], (topic, 2): None}, timeout=30
+            )
+        errors = info.value.errors
+        assert {tp: e.code for tp, e in errors.items()} == {
+            (topic, 0): ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            (topic, 1): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            (topic, 2): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        }
+        assert "Replica assignment has brokers that are not alive. Replica list: [9]" in errors[(topic, 0)].message
+        with pytest.raises(AdminError) as info:
+            odradek.alter_partition_reassignments({(topic, 0): [2, -1]}, timeout=30)
+        assert "Invalid broker id in replica list: [2, -1]" in info.value.errors[(topic, 0)].message
+        with pytest.raises(AdminError) as info:
+            odradek.alter_partition_reassignments({(topic, 0): None}, timeout=30)
+        assert info.value.errors[(topic, 0)].code == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
 
