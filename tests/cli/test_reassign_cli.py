@@ -144,3 +144,18 @@ def test_commands_on_one_broker(broker: BrokerProcess, tmp_path: Path, capsys: p
     bad.write_text(format_reassignment_json({(TOPIC, 9): [1]}))
     rc, out, err = _run(capsys, "reassign", "execute", *b, "--reassignment-json-file", str(bad))
     assert rc == 1 and f"Unable to find partition: {TOPIC}-9" in err
+
+
+def test_progress_line_has_partitions_bytes_rate_and_eta() -> None:
+    from odradek.cli.reassign import PartitionState, _Rate
+
+    states = [
+        PartitionState("t", 0, [2, 3], [2, 3, 1], [3], [1], "in_progress", bytes_moved=1_000_000, bytes_total=4_000_000),
+        PartitionState("t", 1, [2, 3], [2, 3], [], [], "completed"),
+    ]
+    rate = _Rate()
+    assert rate.text(states) == "1/2 partitions done, 1.0 MB of 4.0 MB copied to new replicas"
+    rate.samples = [(100.0, 0), (102.0, 1_000_000)]  # 0.5 MB/s: 3 MB left take 6 s
+    assert rate.text(states) == "1/2 partitions done, 1.0 MB of 4.0 MB copied to new replicas, 0.5 MB/s, ETA 6s"
+    rate.samples = [(100.0, 0), (101.0, 10_000)]
+    assert rate.text(states).endswith("0.0 MB/s, ETA 5m00s")

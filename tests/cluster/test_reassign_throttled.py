@@ -225,6 +225,13 @@ def test_cancel_rolls_back_an_unfinished_move(cluster: Cluster, tmp_path: Path, 
         cluster.wait_for(lambda: _log_bytes(cluster.broker(3).data_dir, topic) > 0, 30, "broker 3 copying")
         out = _cli(capsys, "reassign", "list", *b)
         assert f"{topic}-0: replicas: 2,3,1. adding: 3. removing: 1." in out, out
+        # waiting for it (given up here) shows its progress
+        capsys.readouterr()
+        rc = main(["reassign", "verify", *b, "--reassignment-json-file", str(plan), "--wait", "--wait-timeout", "2",
+                   "--progress", "--progress-interval", "0.5", "--poll-interval", "0.2"])  # fmt: skip
+        err = capsys.readouterr().err
+        assert rc == 1 and "still in progress after 2 s" in err, err
+        assert "reassign: 0/1 partitions done, " in err and " copied to new replicas" in err, err
         out = _cli(capsys, "reassign", "cancel", *b, "--reassignment-json-file", str(plan))
         assert f"Successfully cancelled partition reassignment for: {topic}-0" in out
         assert "Clearing broker-level throttles on brokers 1,2,3" in out
