@@ -69,8 +69,9 @@ def _log_bytes(data_dir: Path, topic: str, partition: int = 0) -> int:
         return 0
 
 
-def _fill(bootstrap: str, topic: str) -> dict[int, list[tuple[int, bytes]]]:
-    """About 3 MB into partition 0 with acks=all; what was acknowledged, at which offsets."""
+def _fill(bootstrap: str, topic: str, records: int = FILL_RECORDS) -> dict[int, list[tuple[int, bytes]]]:
+    """About 3 MB (``records`` of 1 KB) into partition 0 with acks=all; what was acknowledged, at
+    which offsets."""
     acked: dict[int, list[tuple[int, bytes]]] = {}
 
     def cb(err: Any, msg: Any) -> None:
@@ -79,7 +80,7 @@ def _fill(bootstrap: str, topic: str) -> dict[int, list[tuple[int, bytes]]]:
 
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 16384, "acks": "all",
                   "enable.idempotence": True})  # small batches: a fetch is at least one whole batch
-    for i in range(FILL_RECORDS):
+    for i in range(records):
         value = (b"fill-%08d-" % i).ljust(FILL_VALUE, b"x")
         while True:
             try:
@@ -298,3 +299,52 @@ def test_confluent_admin_elects_leaders_with_kafkas_results(cluster: Cluster, ca
             odradek.alter_partition_reassignments({(topic, 0): None}, timeout=30)
         assert info.value.errors[(topic, 0)].code == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
 
+
+
+def test_kafka_python_admin_reassigns_lists_and_describes(cluster: Cluster) -> None:
+    """kafka-python's KafkaAdminClient (which has these calls) against the cluster: Kafka's
+    per-partition results for a move, a refused target and a cancel; the move listed with its
+    adding and removing replicas while throttled; each broker's log dirs; a preferred election."""
+    import kafka.errors as ke
+    from kafka import KafkaAdminClient, TopicPartition
+
+    topic = f"kp-{uuid.uuid4().hex[:6]}"
+    create_topic(cluster.bootstrap, topic, assignment=[[1, 2]])
+    cluster.wait_for(lambda: isr_full(cluster, topic, 1), 30, "a full ISR")
+    _fill(cluster.bootstrap, topic, 500)
+    with Admin(bootstrap_servers=cluster.bootstrap) as odradek:  # slow enough to list it moving
+        odradek.incremental_alter_configs({
+            ConfigResource("broker", "3"): {"follower.replication.throttled.rate": 10000},
+            ConfigResource("topic", topic): {"follower.replication.throttled.replicas": "0:3"},
+        }, timeout=30)  # fmt: skip
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30000)
+    try:
+        tp = TopicPartition(topic, 0)
+        assert admin.alter_partition_reassignments({tp: [2, 3]}) == {tp: None}
+        bad = admin.alter_partition_reassignments({TopicPartition(topic, 1): [2], tp: [2, 9]})
+        assert bad == {TopicPartition(topic, 1): ke.UnknownTopicOrPartitionError, tp: ke.InvalidReplicationAssignmentError}
+        listed = admin.list_partition_reassignments([tp])
+        assert listed == {tp: {"replicas": [2, 3, 1], "adding_replicas": [3], "removing_replicas": [1]}}
+        dirs = admin.describe_log_dirs(topic_partitions={topic: [0]})
+        holders = sorted(
+            b["broker"] if "broker" in b else b.get("node_id", -1)
+            for b in dirs
+            for d in b.get("log_dirs", b.get("results", []))
+            for t in d.get("topics", []) if t.get("name") == topic and t.get("partitions")
+        )  # fmt: skip
+        assert holders == [1, 2, 3], dirs
+        assert admin.alter_partition_reassignments({tp: None}) == {tp: None}
+        assert admin.alter_partition_reassignments({tp: None}) == {tp: ke.NoReassignmentInProgressError}
+        cluster.wait_for(lambda: not admin.list_partition_reassignments([tp]), 30, "no reassignment listed")
+        # a cancel leaves the replicas in the order Kafka keeps (the union's, less the added
+        # ones): [2, 1], so broker 2 is now the preferred leader and an election moves it there
+        assert cluster.topic_assignment(topic) == {0: [2, 1]} and cluster.leader(topic, 0) == 1
+        elected = admin.elect_leaders(0, {topic: [0]}, raise_errors=False)
+        [result] = elected.replica_election_results
+        assert [(p.partition_id, p.error_code) for p in result.partition_result] == [(0, 0)]
+        cluster.wait_for(lambda: cluster.leader(topic, 0) == 2, 30, "broker 2 leading")
+        elected = admin.elect_leaders(0, {topic: [0]}, raise_errors=False)
+        [result] = elected.replica_election_results
+        assert [(p.partition_id, p.error_code) for p in result.partition_result] == [(0, ErrorCode.ELECTION_NOT_NEEDED)]
+    finally:
+        admin.close()
