@@ -87,3 +87,13 @@ def test_asyncio_face(broker: BrokerProcess) -> None:
             assert (TOPIC, 2) in next(iter(dirs[1].values())).replicas
 
     asyncio.run(main())
+
+
+def test_alter_replica_log_dirs_reports_per_replica(admin: Admin) -> None:
+    """A path that is not one of the broker's log dirs is refused for that replica (Kafka's
+    LOG_DIR_NOT_FOUND; UNSUPPORTED_VERSION from a broker without AlterReplicaLogDirs)."""
+    with pytest.raises(AdminError) as info:
+        admin.alter_replica_log_dirs({(TOPIC, 0, 1): "/nonexistent-log-dir"}, timeout=20)
+    assert set(info.value.errors) == {(TOPIC, 0, 1)}
+    assert info.value.errors[(TOPIC, 0, 1)].code in (ErrorCode.LOG_DIR_NOT_FOUND, ErrorCode.UNSUPPORTED_VERSION)
+    admin.alter_replica_log_dirs({}, timeout=20)  # nothing to move: nothing sent
