@@ -35,7 +35,7 @@ pytestmark = pytest.mark.slow
 
 TIMEOUT = 120.0
 RATE = 400_000  # bytes/s
-FILL_RECORDS, FILL_VALUE = 3000, 1000  # about 3 MB: several seconds at the rate
+FILL_RECORDS, FILL_VALUE = 2000, 1000  # about 2 MB: about five seconds at the rate
 OVERRIDES = {
     "zookeeper.session.timeout.ms": 6000,
     "replica.lag.time.max.ms": 5000,
@@ -70,7 +70,7 @@ def _log_bytes(data_dir: Path, topic: str, partition: int = 0) -> int:
 
 
 def _fill(bootstrap: str, topic: str, records: int = FILL_RECORDS) -> dict[int, list[tuple[int, bytes]]]:
-    """About 3 MB (``records`` of 1 KB) into partition 0 with acks=all; what was acknowledged, at
+    """About 2 MB (``records`` of 1 KB) into partition 0 with acks=all; what was acknowledged, at
     which offsets."""
     acked: dict[int, list[tuple[int, bytes]]] = {}
 
@@ -188,8 +188,9 @@ def test_throttled_move_under_load(cluster: Cluster, tmp_path: Path, capsys: pyt
         t1, b1 = next((t, s) for t, s in samples if s >= target // 4)
         t2, b2 = next((t, s) for t, s in samples if s >= target * 9 // 10)
         rate = (b2 - b1) / (t2 - t1)
-        print(f"follower copy rate {rate / 1e3:.0f} KB/s against a throttle of {RATE / 1e3:.0f} KB/s "
-              f"({target} bytes in {samples[-1][0] - t0:.1f} s)")  # fmt: skip
+        with capsys.disabled():
+            print(f"\nfollower copy rate {rate / 1e3:.0f} KB/s against a throttle of {RATE / 1e3:.0f} KB/s "
+                  f"({target} bytes in {samples[-1][0] - t0:.1f} s)")  # fmt: skip
         assert 0.8 * RATE <= rate <= 1.2 * RATE, (rate, samples[::10])
 
         out = _cli(capsys, "reassign", "verify", *b, "--reassignment-json-file", str(plan), "--output", "json",
@@ -215,13 +216,13 @@ def test_cancel_rolls_back_an_unfinished_move(cluster: Cluster, tmp_path: Path, 
     topic = f"cxl-{uuid.uuid4().hex[:6]}"
     create_topic(cluster.bootstrap, topic, assignment=[[1, 2]])
     cluster.wait_for(lambda: isr_full(cluster, topic, 1), 30, "a full ISR")
-    filled = _fill(cluster.bootstrap, topic)
+    filled = _fill(cluster.bootstrap, topic, 500)
     producer = ProducerThread(cluster.bootstrap, topic, interval=0.01).start()
     b = ["-b", cluster.bootstrap]
     try:
         plan = tmp_path / "plan.json"
         plan.write_text(format_reassignment_json({(topic, 0): [2, 3]}))
-        # so slow that it cannot finish: 10 KB/s for 3 MB
+        # so slow that it cannot finish: 10 KB/s for 500 KB
         _cli(capsys, "reassign", "execute", *b, "--reassignment-json-file", str(plan), "--throttle", "10000")
         cluster.wait_for(lambda: _log_bytes(cluster.broker(3).data_dir, topic) > 0, 30, "broker 3 copying")
         out = _cli(capsys, "reassign", "list", *b)
