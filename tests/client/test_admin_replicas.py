@@ -60,6 +60,7 @@ def test_reassignment_errors_per_partition(admin: Admin) -> None:
     }
     assert set(info.value.results) == {(TOPIC, 0)}
     admin.alter_partition_reassignments({(TOPIC, 0): [1]}, timeout=20)
+    admin.alter_partition_reassignments({(TOPIC, 0): [1]}, allow_replication_factor_change=False, timeout=20)
     assert admin.list_partition_reassignments(timeout=20) == {}
     assert admin.list_partition_reassignments([(TOPIC, 0)], timeout=20) == {}
 

@@ -299,6 +299,12 @@ def test_confluent_admin_elects_leaders_with_kafkas_results(cluster: Cluster, ca
         with pytest.raises(AdminError) as info:
             odradek.alter_partition_reassignments({(topic, 0): None}, timeout=30)
         assert info.value.errors[(topic, 0)].code == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
+        # KIP-860 (v1): a new replication factor refused when the request says so
+        with pytest.raises(AdminError) as info:
+            odradek.alter_partition_reassignments({(topic, 0): [2, 1, 3]}, allow_replication_factor_change=False,
+                                                  timeout=30)  # fmt: skip
+        assert info.value.errors[(topic, 0)].code == ErrorCode.INVALID_REPLICATION_FACTOR
+        assert odradek.list_partition_reassignments(timeout=30) == {}
 
 
 

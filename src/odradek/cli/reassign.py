@@ -486,7 +486,9 @@ def _execute(admin: Admin, args: argparse.Namespace, out: Any) -> int:
             )
             out.write(f"The replica-alter-dir throttle limit was set to {rate} B/s\n")
     try:
-        admin.alter_partition_reassignments(targets, timeout=args.timeout)
+        admin.alter_partition_reassignments(
+            targets, allow_replication_factor_change=not args.disallow_replication_factor_change, timeout=args.timeout
+        )
     except AdminError as exc:
         lines = [f"{t}-{p}: {e.message or e.code.name}" for (t, p), e in sorted(exc.errors.items())]
         print("Error reassigning partition(s):\n" + "\n".join(lines), file=sys.stderr)
@@ -646,6 +648,8 @@ def add_parser(sub: Any) -> None:
                      help="limit the copy to this many bytes/s per broker (leader and follower side)")
     exe.add_argument("--replica-alter-log-dirs-throttle", type=int, default=-1, metavar="BYTES_PER_S",
                      help="limit moves between a broker's log dirs to this many bytes/s")
+    exe.add_argument("--disallow-replication-factor-change", action="store_true",
+                     help="refuse targets with another number of replicas than the partition has (KIP-860)")
     exe.add_argument("--additional", action="store_true",
                      help="submit although reassignments are in progress (or change their throttle)")
     for c in (ver, can):

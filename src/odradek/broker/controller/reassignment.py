@@ -55,9 +55,13 @@ class Reassignments:
             if tp in set(self.ctx.partitions()) and tp not in self.ctx.reassigning:
                 self.ctx.reassigning[tp] = target
 
-    async def alter(self, changes: dict[TP, tuple[int, ...] | None]) -> dict[TP, tuple[ErrorCode, str | None]]:
+    async def alter(
+        self, changes: dict[TP, tuple[int, ...] | None], allow_replication_factor_change: bool = True
+    ) -> dict[TP, tuple[ErrorCode, str | None]]:
         """The AlterPartitionReassignments API: a new target per partition (None: cancel, back
-        to the original replicas); the result per partition."""
+        to the original replicas); the result per partition.  Without
+        ``allow_replication_factor_change`` (v1, KIP-860) a target with another number of
+        replicas than the partition's original ones is refused with INVALID_REPLICATION_FACTOR."""
         results: dict[TP, tuple[ErrorCode, str | None]] = {}
         for tp, target in changes.items():
             if tp not in set(self.ctx.partitions()):
@@ -77,6 +81,16 @@ class Reassignments:
             if problem is not None:
                 results[tp] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem)
                 continue
+            if not allow_replication_factor_change:
+                ta = self.ctx.topics[tp[0]]
+                rf = len([r for r in ta.replicas[tp[1]] if r not in ta.adding.get(tp[1], ())])
+                if len(target) != rf:
+                    results[tp] = (
+                        ErrorCode.INVALID_REPLICATION_FACTOR,
+                        f"The replication factor would change from {rf} to {len(target)}, "
+                        "but allowReplicationFactorChange is false",
+                    )
+                    continue
             self.ctx.reassigning[tp] = tuple(target)
             results[tp] = (ErrorCode.NONE, None)
         await self._save()

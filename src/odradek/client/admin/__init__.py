@@ -410,9 +410,15 @@ class Admin:
         self._call(self._async.delete_share_group_offsets(group_id, topics, timeout=timeout))
 
     def alter_partition_reassignments(
-        self, reassignments: Mapping[TopicPartition, Sequence[int] | None], *, timeout: float | None = None
+        self,
+        reassignments: Mapping[TopicPartition, Sequence[int] | None],
+        *,
+        allow_replication_factor_change: bool = True,
+        timeout: float | None = None,
     ) -> None:
-        self._call(self._async.alter_partition_reassignments(reassignments, timeout=timeout))
+        self._call(self._async.alter_partition_reassignments(
+            reassignments, allow_replication_factor_change=allow_replication_factor_change, timeout=timeout
+        ))  # fmt: skip
 
     def list_partition_reassignments(
         self, partitions: Iterable[TopicPartition] | None = None, *, timeout: float | None = None

@@ -96,12 +96,18 @@ class ReplicaAdmin(AdminBase):
     ``alter_replica_log_dirs``."""
 
     async def alter_partition_reassignments(
-        self, reassignments: Mapping[TopicPartition, Sequence[int] | None], *, timeout: float | None = None
+        self,
+        reassignments: Mapping[TopicPartition, Sequence[int] | None],
+        *,
+        allow_replication_factor_change: bool = True,
+        timeout: float | None = None,
     ) -> None:
         """Start moving partitions to new replica lists: ``{("orders", 0): [2, 3]}``; ``None`` as
         the target cancels the partition's reassignment (back to its original replicas).  Returns
         once the controller has accepted them (the copying goes on; follow it with
-        :meth:`list_partition_reassignments`); :class:`AdminError` names the refused partitions."""
+        :meth:`list_partition_reassignments`); :class:`AdminError` names the refused partitions.
+        ``allow_replication_factor_change=False`` (KIP-860, AlterPartitionReassignments v1) has
+        targets of another length refused with INVALID_REPLICATION_FACTOR."""
         dl = self._deadline(timeout)
         wanted: dict[TopicPartition, list[int] | None] = {
             (t, int(p)): (None if r is None else [int(b) for b in r]) for (t, p), r in reassignments.items()
@@ -113,10 +119,15 @@ class ReplicaAdmin(AdminBase):
 
         async def attempt() -> None:
             conn = await self._controller(dl)
+            v = conn.version_for(Q)
+            if v < 1 and not allow_replication_factor_change:
+                raise KafkaError(ErrorCode.UNSUPPORTED_VERSION,
+                                 "the broker cannot refuse replication factor changes (AlterPartitionReassignments v0)")
             asked = list(state.todo)
             topics = _by_topic(asked)
             req = Q(
                 timeout_ms=dl.remaining_ms(),
+                allow_replication_factor_change=allow_replication_factor_change,
                 topics=[
                     Q.ReassignableTopic(
                         name=name,
@@ -125,7 +136,7 @@ class ReplicaAdmin(AdminBase):
                     for name, ps in topics.items()
                 ],
             )
-            resp: AlterPartitionReassignmentsResponse = await self._request(conn, req, conn.version_for(Q), dl)
+            resp: AlterPartitionReassignmentsResponse = await self._request(conn, req, v, dl)
             if resp.error_code:
                 raise _error(resp.error_code, "alter partition reassignments", resp.error_message)
             state.unanswered(asked, {(t.name, p.partition_index) for t in resp.responses for p in t.partitions})
