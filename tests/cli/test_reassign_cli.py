@@ -132,6 +132,16 @@ def test_commands_on_one_broker(broker: BrokerProcess, tmp_path: Path, capsys: p
             if name in r:
                 assert r[name].value in ("", "9223372036854775807"), (name, r[name])
 
+    # a plan naming the replica's own log dir: that move is complete
+    here = str(broker.data_dir.resolve())
+    plan.write_text(format_reassignment_json({(TOPIC, 1): [1]}, {(TOPIC, 1, 1): here}))
+    rc, out, err = _run(capsys, "reassign", "verify", *b, "--reassignment-json-file", str(plan), "--output", "json")
+    assert rc == 0, err
+    assert json.loads(out)["log_dir_moves"] == [{"topic": TOPIC, "partition": 1, "broker": 1, "log_dir": here,
+                                                 "state": "completed"}]  # fmt: skip
+    rc, out, err = _run(capsys, "reassign", "verify", *b, "--reassignment-json-file", str(plan))
+    assert f"Reassignment of replica {TOPIC}-1-1 completed successfully." in out, out
+
     rc, out, err = _run(capsys, "reassign", "list", *b)
     assert (rc, out) == (0, "No partition reassignments found.\n"), err
     rc, out, err = _run(capsys, "reassign", "cancel", *b, "--reassignment-json-file", str(plan))
@@ -159,3 +169,23 @@ def test_progress_line_has_partitions_bytes_rate_and_eta() -> None:
     assert rate.text(states) == "1/2 partitions done, 1.0 MB of 4.0 MB copied to new replicas, 0.5 MB/s, ETA 6s"
     rate.samples = [(100.0, 0), (101.0, 10_000)]
     assert rate.text(states).endswith("0.0 MB/s, ETA 5m00s")
+
+
+def test_log_dir_move_states() -> None:
+    from types import SimpleNamespace
+
+    from odradek.cli.reassign import dir_move_states
+    from odradek.client.admin import LogDirDescription, ReplicaInfo
+
+    described = {
+        2: {
+            "/d1": LogDirDescription("/d1", None, {("t", 0): ReplicaInfo(10, 0), ("t", 1): ReplicaInfo(10, 0)}),
+            "/d2": LogDirDescription("/d2", None, {("t", 0): ReplicaInfo(4, 6, is_future=True)}),
+        },
+    }
+    admin = SimpleNamespace(describe_log_dirs=lambda brokers, tps, timeout: described)
+    moves = {("t", 0, 2): "/d2", ("t", 1, 2): "/d1", ("t", 2, 2): "/d1", ("t", 1, 3): "/d2"}
+    assert dir_move_states(admin, {("t", 1, 2): "/d2"}, 5) == {("t", 1, 2): "not_started"}  # type: ignore[arg-type]
+    assert dir_move_states(admin, moves, 5) == {  # type: ignore[arg-type]
+        ("t", 0, 2): "in_progress", ("t", 1, 2): "completed", ("t", 2, 2): "missing", ("t", 1, 3): "missing",
+    }

@@ -499,7 +499,7 @@ def _execute(admin: Admin, args: argparse.Namespace, out: Any) -> int:
         _move_dirs(admin, dirs, args, out)
     if args.wait:
         states = _wait(admin, targets, args)
-        return _report(admin, targets, states, args, out)
+        return _report(admin, targets, states, args, out, dirs)
     return 0
 
 
@@ -531,16 +531,60 @@ def _move_dirs(admin: Admin, dirs: Mapping[tuple[str, int, int], str], args: arg
             time.sleep(0.1)
 
 
+def dir_move_states(admin: Admin, dirs: Mapping[tuple[str, int, int], str], timeout: float) -> dict[tuple[str, int, int], str]:
+    """Where each log-dir move of a plan is (DescribeLogDirs of its broker): ``completed`` (the
+    replica is in the target dir), ``in_progress`` (its future replica is), ``not_started`` (the
+    broker has the replica elsewhere and no future one in the target) or ``missing`` (the broker
+    does not have the replica, yet)."""
+    if not dirs:
+        return {}
+    brokers = sorted({b for _t, _p, b in dirs})
+    tps = sorted({(t, p) for t, p, _b in dirs})
+    try:
+        described = admin.describe_log_dirs(brokers, tps, timeout=timeout)
+    except AdminError as exc:
+        described = exc.results
+    states: dict[tuple[str, int, int], str] = {}
+    for (t, p, b), target in dirs.items():
+        state = "missing"
+        for path, d in described.get(b, {}).items():
+            info = d.replicas.get((t, p))
+            if info is None:
+                continue
+            if path.rstrip("/") == target.rstrip("/"):
+                state = "in_progress" if info.is_future else "completed"
+                break
+            if state == "missing":
+                state = "not_started"
+        states[(t, p, b)] = state
+    return states
+
+
 def _report(
-    admin: Admin, targets: Mapping[TP, list[int]], states: list[PartitionState], args: argparse.Namespace, out: Any
+    admin: Admin, targets: Mapping[TP, list[int]], states: list[PartitionState], args: argparse.Namespace, out: Any,
+    dirs: Mapping[tuple[str, int, int], str] | None = None,
 ) -> int:
-    """Print the plan's state (Kafka's lines, or JSON); clear the throttles when nothing of it moves."""
-    complete = all(s.state != "in_progress" for s in states)
+    """Print the plan's state (Kafka's lines, or JSON); clear the throttles when nothing of it
+    moves (neither a partition between brokers nor a replica between log dirs)."""
+    moves = dir_move_states(admin, dirs or {}, args.timeout)
+    complete = all(s.state != "in_progress" for s in states) and all(m != "in_progress" for m in moves.values())
     cleared = False
     as_json = getattr(args, "output", "table") == "json"
     log = sys.stderr if as_json else out
     if not as_json:
         out.write("\n".join(_status_lines(states)) + "\n")
+        if moves:
+            out.write("Status of replica reassignment:\n")
+            for (t, p, b), m in sorted(moves.items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][1])):
+                target = (dirs or {})[(t, p, b)]
+                if m == "completed":
+                    out.write(f"Reassignment of replica {t}-{p}-{b} completed successfully.\n")
+                elif m == "in_progress":
+                    out.write(f"Reassignment of replica {t}-{p}-{b} is still in progress.\n")
+                elif m == "not_started":
+                    out.write(f"Partition {t}-{p} on broker {b} is not being moved to log dir {target}.\n")
+                else:
+                    out.write(f"Partition {t}-{p} cannot be found in any live log directory on broker {b}.\n")
         if not complete:
             out.write(f"Progress: {_summary(states)}\n")
     if complete and not args.preserve_throttles:
@@ -555,6 +599,10 @@ def _report(
                 "bytes_moved": sum(s.bytes_moved for s in states),
                 "bytes_total": sum(s.bytes_total for s in states),
                 "throttles_cleared": cleared,
+                "log_dir_moves": [
+                    {"topic": t, "partition": p, "broker": b, "log_dir": (dirs or {})[(t, p, b)], "state": m}
+                    for (t, p, b), m in sorted(moves.items())
+                ],
                 "partitions": [
                     {"topic": s.topic, "partition": s.partition, "state": s.state, "target_replicas": s.target,
                      "current_replicas": s.current, "adding_replicas": s.adding, "removing_replicas": s.removing,
@@ -568,9 +616,9 @@ def _report(
 
 
 def _verify(admin: Admin, args: argparse.Namespace, out: Any) -> int:
-    targets, _dirs = parse_reassignment_json(Path(args.reassignment_json_file).read_text())
+    targets, dirs = parse_reassignment_json(Path(args.reassignment_json_file).read_text())
     states = _wait(admin, targets, args) if args.wait else plan_state(admin, targets, args.timeout)
-    return _report(admin, targets, states, args, out)
+    return _report(admin, targets, states, args, out, dirs)
 
 
 def _cancel(admin: Admin, args: argparse.Namespace, out: Any) -> int:
