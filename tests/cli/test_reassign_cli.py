@@ -189,3 +189,40 @@ def test_log_dir_move_states() -> None:
     assert dir_move_states(admin, moves, 5) == {  # type: ignore[arg-type]
         ("t", 0, 2): "in_progress", ("t", 1, 2): "completed", ("t", 2, 2): "missing", ("t", 1, 3): "missing",
     }
+
+
+def _json_values() -> object:
+    from hypothesis import strategies as st
+
+    scalars = st.none() | st.booleans() | st.integers(-3, 5) | st.text(max_size=4) | st.just("any")
+    return st.recursive(
+        scalars,
+        lambda inner: st.lists(inner, max_size=4)
+        | st.dictionaries(st.sampled_from(["version", "partitions", "topics", "topic", "partition", "replicas",
+                                           "log_dirs", "x"]), inner, max_size=5),
+        max_leaves=20,
+    )
+
+
+def test_any_json_gives_a_plan_or_a_message() -> None:
+    """Whatever JSON a plan file holds, the parser returns well-formed targets or refuses it with
+    a ValueError (its message printed by the command), never another exception."""
+    from hypothesis import given
+
+    @given(_json_values())  # type: ignore[misc]
+    def check(value: object) -> None:
+        text = json.dumps(value)
+        for parse in (parse_reassignment_json, parse_topics_json):
+            try:
+                got = parse(text)
+            except ValueError as exc:
+                assert str(exc)
+                continue
+            if parse is parse_topics_json:
+                assert isinstance(got, list) and all(isinstance(t, str) for t in got)
+            else:
+                targets, dirs = got  # type: ignore[misc]
+                assert targets and all(r and len(set(r)) == len(r) for r in targets.values())
+                assert all(b in targets[(t, p)] for t, p, b in dirs)
+
+    check()
