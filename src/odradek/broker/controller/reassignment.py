@@ -203,10 +203,12 @@ class Reassignments:
                 self.ctx.replica_up(tp, r)
             await self.zk.update_leader_isr(tp, widen)
             self.channels.leader_and_isr([tp], None)
-            if unneeded:
-                self.replicas.delete(tp, unneeded)
+            # (a leader that could not be replaced is kept until a later step can move it)
+            dropped = tuple(r for r in unneeded if r != self.ctx.states[tp].leader)
+            if dropped:
+                self.replicas.delete(tp, dropped)
             log.info("reassigning %s-%d: %s -> %s via %s%s", *tp, list(original), list(target), list(plan.union),
-                     f" (replicas {list(unneeded)} dropped)" if unneeded else "")
+                     f" (replicas {list(dropped)} dropped)" if dropped else "")
             plan = reassignment_plan(original, target, self.ctx.states[tp].isr)
         if not plan.caught_up:
             return False  # an ISR change notification brings us back here
