@@ -127,3 +127,31 @@ def test_a_follower_keeps_the_whole_batches_of_a_cut_response() -> None:
     bad = bytearray(whole)
     bad[8:12] = (0).to_bytes(4, "big")  # not a size: left for the log's validation to refuse
     assert _whole_entries(bad) is bad
+
+
+def test_a_held_back_partition_is_fetched_again_when_the_rate_allows() -> None:
+    """Over the follower throttle, the partitions it counts are left out of the next fetch, and
+    that fetch's long poll of the other partitions lasts only until the rate is back under the
+    bound (a full replica.fetch.wait.max.ms each time left a copy at about 80% of the rate)."""
+    from types import SimpleNamespace
+
+    from odradek.broker.fetcher import ReplicaFetcher, _FetchState
+    from odradek.broker.quotas import ReplicationQuota
+    from odradek.config import BrokerConfig
+
+    config = BrokerConfig({"follower.replication.throttled.rate": "1000", "replication.quota.window.num": "2"})
+    fetcher = object.__new__(ReplicaFetcher)
+    fetcher.broker_id = 3
+    fetcher.quota = ReplicationQuota(config, "follower")
+
+    def state(topic: str, throttled: str) -> _FetchState:
+        log = SimpleNamespace(config=SimpleNamespace(follower_replication_throttled_replicas=throttled))
+        return _FetchState(SimpleNamespace(topic=topic, index=0, log=log), truncating=False)  # type: ignore[arg-type]
+
+    moving, other = state("moving", "0:3"), state("other", "")
+    kept, counted = fetcher._throttle([moving, other])
+    assert kept == [moving, other] and counted == {("moving", 0)} and fetcher._held_ms == 0
+    fetcher.quota.record(5000, time.monotonic() * 1000.0)  # 5 s worth at 1000 B/s
+    kept, counted = fetcher._throttle([moving, other])
+    assert kept == [other] and counted == set()
+    assert 0 < fetcher._held_ms <= 5000

@@ -135,6 +135,7 @@ class ReplicaFetcher:
         self.broker_id = manager.broker_id
         self.replicas = manager.replicas
         self.quota = manager.quota
+        self._held_ms = 0  # partitions held back by the follower throttle: ms until the rate allows them
         self.leader = leader
         self.host, self.port = host, port
         cfg = manager.settings.current.replication
@@ -262,6 +263,7 @@ class ReplicaFetcher:
         (replicas named by their topic's follower.replication.throttled.replicas that are not
         caught up); while the throttle's rate is over its bound, those wait."""
         quota = self.quota
+        self._held_ms = 0
         if not quota.limited():
             return states, set()
         counted = {
@@ -272,17 +274,23 @@ class ReplicaFetcher:
                 s.partition.log.config.follower_replication_throttled_replicas, s.partition.index, self.broker_id
             )
         }
-        if counted and quota.exceeded(time.monotonic() * 1000.0):
+        now_ms = time.monotonic() * 1000.0
+        if counted and quota.exceeded(now_ms):
             states = [s for s in states if (s.partition.topic, s.partition.index) not in counted]
             counted = set()
+            # back for them as soon as the rate is under the bound again, not after a long poll
+            # of the other partitions (which would leave the copy well below the rate)
+            self._held_ms = max(quota.delay_ms(now_ms), 1)
         return states, counted
 
     async def _fetch(self, states: list[_FetchState]) -> None:
         states, counted = self._throttle(states)
         if not states:  # everything waits for the replication throttle
-            await asyncio.sleep(min(self.backoff, 0.1))
+            await asyncio.sleep(min(self.backoff, 0.1, self._held_ms / 1000.0 or 0.1))
             return
         wait_ms = self.wait_ms
+        if self._held_ms:
+            wait_ms = min(wait_ms, self._held_ms)
         now = asyncio.get_running_loop().time()
         # a partition that waits out a retry delay joins the next poll, not one long poll on; one
         # still to truncate whose delay ran out while this round truncated others is due now

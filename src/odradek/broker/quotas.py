@@ -211,6 +211,13 @@ class ReplicationQuota:
         bound = self.bound
         return bound < _NO_LIMIT and self.sensor.rate.measure(now_ms) > bound
 
+    def delay_ms(self, now_ms: float) -> int:
+        """How long (ms) without copying brings the measured rate back to the bound (0: within it)."""
+        bound = self.bound
+        if bound >= _NO_LIMIT:
+            return 0
+        return self.sensor.throttle(bound, now_ms)
+
     def record(self, nbytes: int, now_ms: float) -> None:
         if nbytes > 0:
             self.sensor.record(float(nbytes), self.bound, now_ms)

@@ -58,9 +58,10 @@ class SingleNodeController:
         return results
 
     async def alter_reassignments(
-        self, changes: dict[TP, tuple[int, ...] | None]
+        self, changes: dict[TP, tuple[int, ...] | None], allow_replication_factor_change: bool = True
     ) -> dict[TP, tuple[ErrorCode, str | None]]:
-        """The only broker holds every replica."""
+        """The only broker holds every replica (so no target changes a replication factor: one
+        that names another broker is refused before)."""
         image = self.backend.image
         me = self.controller_id
         results: dict[TP, tuple[ErrorCode, str | None]] = {}

@@ -62,6 +62,10 @@ def _parser() -> argparse.ArgumentParser:
     transactions.add_parser(sub)
     features.add_parser(sub)
 
+    from odradek.cli import reassign
+
+    reassign.add_parser(sub)
+
     from odradek.cli import bench, cluster, pipeline
 
     cluster.add_parser(sub)
@@ -167,6 +171,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from odradek.cli import features
 
         return features.run(args)
+    if args.command == "reassign":
+        from odradek.cli import reassign
+
+        return reassign.run(args)
     if args.command == "consume":
         from odradek.cli import consume
 

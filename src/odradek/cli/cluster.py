@@ -236,46 +236,37 @@ def run(args: argparse.Namespace) -> int:
 def elect_leaders(
     cluster_dir: Path, bootstrap: str | None, election_type: str, topic: str | None, partitions: list[int] | None
 ) -> int:
-    """The ElectLeaders API, sent to the controller; prints one line per partition."""
-    from odradek.client import Cluster
+    """Admin's elect_leaders (the ElectLeaders API, sent to the controller); prints one line per
+    partition: ``elected``, or Kafka's error (ELECTION_NOT_NEEDED is not a failure)."""
+    from odradek.client import Admin
     from odradek.errors import ErrorCode, KafkaError
-    from odradek.protocol.messages.elect_leaders import ElectLeadersRequest
 
     if bootstrap is None:
         state = read_cluster_file(cluster_dir) or {}
         brokers = state.get("brokers") or []
         bootstrap = ",".join(f"{b['host']}:{b['port']}" for b in brokers) or "127.0.0.1:9092"
-    client = Cluster(bootstrap, client_id="odradek-cluster")
     try:
-        md = client.metadata(None if topic is None else [topic])
-        tps = None
-        if topic is not None:
-            known = [p.partition_index for t in md.topics if t.name == topic for p in t.partitions]
-            if not known:
-                _err(f"topic {topic} does not exist")
-                return 1
-            wanted = partitions or sorted(known)
-            tps = [ElectLeadersRequest.TopicPartitions(topic=topic, partitions=wanted)]
-        conn = client.node(client.controller_id)
-        resp = conn.request(
-            ElectLeadersRequest(election_type=1 if election_type == "unclean" else 0, topic_partitions=tps, timeout_ms=30000),
-            min(2, conn.version_for(ElectLeadersRequest)),
-        )
+        with Admin(bootstrap_servers=bootstrap, client_id="odradek-cluster") as admin:
+            tps = None
+            if topic is not None:
+                try:
+                    described = admin.describe_topics([topic], timeout=30)
+                except KafkaError as exc:
+                    if exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                        _err(f"topic {topic} does not exist")
+                        return 1
+                    raise
+                known = sorted(p.partition for p in described[topic].partitions)
+                tps = [(topic, p) for p in (partitions or known)]
+            results = admin.elect_leaders(election_type, tps, timeout=30)
     except (ConnectionError, TimeoutError, KafkaError) as exc:
         _err(str(exc))
         return 1
-    finally:
-        client.close()
-    if resp.error_code:
-        _err(f"ElectLeaders failed: {ErrorCode.of(resp.error_code).name}")
-        return 1
     failed = 0
-    for r in resp.replica_election_results:
-        for p in r.partition_result:
-            name = ErrorCode.of(p.error_code).name
-            ok = p.error_code in (0, ErrorCode.ELECTION_NOT_NEEDED)
-            failed += not ok
-            print(f"{r.topic}-{p.partition_id}: {'elected' if p.error_code == 0 else name}")
+    for (t, p), error in sorted(results.items()):
+        ok = error is None or error.code == ErrorCode.ELECTION_NOT_NEEDED
+        failed += not ok
+        print(f"{t}-{p}: {'elected' if error is None else error.code.name}")
     return 0 if not failed else 1
 
 

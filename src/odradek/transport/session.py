@@ -89,7 +89,7 @@ CLIENT_MAX_VERSIONS: dict[int, int] = {
     ApiKey.DESCRIBE_CLUSTER: 1,
     ApiKey.DESCRIBE_LOG_DIRS: 4,
     ApiKey.LIST_TRANSACTIONS: 1,
-    ApiKey.ALTER_PARTITION_REASSIGNMENTS: 0,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: 1,  # v1: allow_replication_factor_change (KIP-860)
     ApiKey.CONSUMER_GROUP_DESCRIBE: 0,
 }
 

@@ -538,9 +538,11 @@ class Controller:
         self._check_active()
         return await self.partitions.elect_leaders(election_type, tps)
 
-    async def alter_reassignments(self, changes: dict[TP, tuple[int, ...] | None]) -> dict[TP, tuple[ErrorCode, str | None]]:
+    async def alter_reassignments(
+        self, changes: dict[TP, tuple[int, ...] | None], allow_replication_factor_change: bool = True
+    ) -> dict[TP, tuple[ErrorCode, str | None]]:
         self._check_active()
-        return await self.reassignments.alter(changes)
+        return await self.reassignments.alter(changes, allow_replication_factor_change)
 
     def list_reassignments(self, tps: list[TP] | None) -> dict[TP, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
         self._check_active()

@@ -55,9 +55,13 @@ class Reassignments:
             if tp in set(self.ctx.partitions()) and tp not in self.ctx.reassigning:
                 self.ctx.reassigning[tp] = target
 
-    async def alter(self, changes: dict[TP, tuple[int, ...] | None]) -> dict[TP, tuple[ErrorCode, str | None]]:
+    async def alter(
+        self, changes: dict[TP, tuple[int, ...] | None], allow_replication_factor_change: bool = True
+    ) -> dict[TP, tuple[ErrorCode, str | None]]:
         """The AlterPartitionReassignments API: a new target per partition (None: cancel, back
-        to the original replicas); the result per partition."""
+        to the original replicas); the result per partition.  Without
+        ``allow_replication_factor_change`` (v1, KIP-860) a target with another number of
+        replicas than the partition's original ones is refused with INVALID_REPLICATION_FACTOR."""
         results: dict[TP, tuple[ErrorCode, str | None]] = {}
         for tp, target in changes.items():
             if tp not in set(self.ctx.partitions()):
@@ -73,18 +77,47 @@ class Reassignments:
                 self.ctx.reassigning[tp] = original
                 results[tp] = (ErrorCode.NONE, None)
                 continue
-            if not target or len(set(target)) != len(target):
-                results[tp] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT, "duplicate or empty replica list")
+            problem = self._invalid(tp, target)
+            if problem is not None:
+                results[tp] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem)
                 continue
-            unknown = [r for r in target if r not in self.ctx.live_brokers]
-            if unknown:
-                results[tp] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"brokers {unknown} are not alive")
-                continue
+            if not allow_replication_factor_change:
+                ta = self.ctx.topics[tp[0]]
+                rf = len([r for r in ta.replicas[tp[1]] if r not in ta.adding.get(tp[1], ())])
+                if len(target) != rf:
+                    results[tp] = (
+                        ErrorCode.INVALID_REPLICATION_FACTOR,
+                        f"The replication factor would change from {rf} to {len(target)}, "
+                        "but allowReplicationFactorChange is false",
+                    )
+                    continue
             self.ctx.reassigning[tp] = tuple(target)
             results[tp] = (ErrorCode.NONE, None)
         await self._save()
         await self.resume()
         return results
+
+    def _invalid(self, tp: TP, target: tuple[int, ...]) -> str | None:
+        """Why a target replica list is refused (Kafka's controller's checks, in its order), or
+        None: empty, a duplicate, a negative id, or a replica to add on a broker that is not alive
+        (the replicas it keeps may be down: a reassignment off a dead broker must be possible)."""
+        if not target:
+            return "Empty replica list specified in partition reassignment."
+        if len(set(target)) != len(target):
+            return f"Duplicate replica ids in partition reassignment replica list: {list(target)}"
+        if any(r < 0 for r in target):
+            return f"Invalid broker id in replica list: {list(target)}"
+        ta = self.ctx.topics[tp[0]]
+        current = ta.replicas[tp[1]]
+        original = tuple(r for r in current if r not in ta.adding.get(tp[1], ()))
+        adding = [r for r in target if r not in original]
+        dead = [r for r in adding if r not in self.ctx.live_brokers]
+        if dead:
+            return (
+                f"Replica assignment has brokers that are not alive. Replica list: {adding}, "
+                f"live broker list: {sorted(self.ctx.live_brokers)}"
+            )
+        return None
 
     async def _save(self) -> None:
         items = [
@@ -144,18 +177,38 @@ class Reassignments:
             return True
         plan = reassignment_plan(original, target, li.isr)
         if current != plan.union:
-            # step 1: the union of old and new replicas, a new leader epoch; new replicas start fetching
+            # step 1: the union of old and new replicas, a new leader epoch; new replicas start
+            # fetching.  Replicas of an earlier target that this one drops (a cancel, or a new
+            # target while moving) leave the ISR and are stopped and deleted, as Kafka's
+            # controller does with a reassignment's unneeded replicas.
+            unneeded = tuple(r for r in current if r not in plan.union)
+            live = [b for b in self.ctx.live_brokers if b not in self.ctx.shutting_down]
+
+            def widen(cur: LeaderIsr | None) -> LeaderIsr | None:
+                if cur is None:
+                    return None
+                isr = tuple(r for r in cur.isr if r not in unneeded) or cur.isr
+                if cur.leader in unneeded:
+                    e = reassignment_election(plan.union, isr, live)
+                    if e is None:
+                        return None
+                    return LeaderIsr(e.leader, cur.leader_epoch + 1, e.isr, self.ctx.epoch)
+                return LeaderIsr(cur.leader, cur.leader_epoch + 1, isr, self.ctx.epoch)
+
             ta.replicas[tp[1]] = plan.union
             ta.adding[tp[1]] = plan.adding
             ta.removing[tp[1]] = plan.removing
             await self.zk.write_assignment(tp[0])
             for r in plan.adding:
                 self.ctx.replica_up(tp, r)
-            await self.zk.update_leader_isr(
-                tp, lambda cur: None if cur is None else LeaderIsr(cur.leader, cur.leader_epoch + 1, cur.isr, self.ctx.epoch)
-            )
+            await self.zk.update_leader_isr(tp, widen)
             self.channels.leader_and_isr([tp], None)
-            log.info("reassigning %s-%d: %s -> %s via %s", *tp, list(original), list(target), list(plan.union))
+            # (a leader that could not be replaced is kept until a later step can move it)
+            dropped = tuple(r for r in unneeded if r != self.ctx.states[tp].leader)
+            if dropped:
+                self.replicas.delete(tp, dropped)
+            log.info("reassigning %s-%d: %s -> %s via %s%s", *tp, list(original), list(target), list(plan.union),
+                     f" (replicas {list(dropped)} dropped)" if dropped else "")
             plan = reassignment_plan(original, target, self.ctx.states[tp].isr)
         if not plan.caught_up:
             return False  # an ISR change notification brings us back here

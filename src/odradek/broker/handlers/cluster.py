@@ -175,7 +175,7 @@ async def elect_leaders(ctx: RequestContext, request: ElectLeadersRequest) -> El
     )
 
 
-@handles(ApiKey.ALTER_PARTITION_REASSIGNMENTS, versions=(0, 0))
+@handles(ApiKey.ALTER_PARTITION_REASSIGNMENTS, versions=(0, 1))
 async def alter_partition_reassignments(
     ctx: RequestContext, request: AlterPartitionReassignmentsRequest
 ) -> AlterPartitionReassignmentsResponse:
@@ -187,14 +187,17 @@ async def alter_partition_reassignments(
         for t in request.topics
         for p in t.partitions
     }
+    allow = request.allow_replication_factor_change if ctx.version >= 1 else True
     if controller is None or not controller.active:
-        return R(throttle_time_ms=0, error_code=int(ErrorCode.NOT_CONTROLLER), error_message="not the controller")
+        return R(throttle_time_ms=0, allow_replication_factor_change=allow, error_code=int(ErrorCode.NOT_CONTROLLER),
+                 error_message="not the controller")  # fmt: skip
     else:
         ctl = controller
         try:
-            results = await ctl.call(lambda: ctl.alter_reassignments(changes))
+            results = await ctl.call(lambda: ctl.alter_reassignments(changes, allow))
         except KafkaError as exc:
-            return R(throttle_time_ms=0, error_code=int(exc.code), error_message=exc.message)
+            return R(throttle_time_ms=0, allow_replication_factor_change=allow, error_code=int(exc.code),
+                     error_message=exc.message)  # fmt: skip
     by_topic: dict[str, list[AlterPartitionReassignmentsResponse.ReassignablePartitionResponse]] = {}
     for (topic, p), (code, msg) in results.items():
         by_topic.setdefault(topic, []).append(
@@ -202,6 +205,7 @@ async def alter_partition_reassignments(
         )
     return R(
         throttle_time_ms=0,
+        allow_replication_factor_change=allow,
         error_code=0,
         responses=[R.ReassignableTopicResponse(name=t, partitions=ps) for t, ps in by_topic.items()],
     )

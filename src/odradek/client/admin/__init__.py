@@ -27,7 +27,7 @@ NOT_COORDINATOR; listing groups asks every broker and merges the answers.
 from __future__ import annotations
 
 import logging
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from odradek.client._runner import LoopThread
@@ -37,6 +37,13 @@ from odradek.client.admin._features import FeatureAdmin, FeatureMetadata
 from odradek.client.admin._groups import GroupAdmin
 from odradek.client.admin._quotas import SPECIFIED, ClientQuotaEntity, QuotaAdmin
 from odradek.client.admin._records import RecordAdmin
+from odradek.client.admin._replicas import (
+    LogDirDescription,
+    PartitionReassignment,
+    ReplicaAdmin,
+    ReplicaInfo,
+    TopicPartitionReplica,
+)
 from odradek.client.admin._share_groups import (
     ShareGroupAdmin,
     ShareGroupDescription,
@@ -74,6 +81,7 @@ from odradek.client.admin.types import (
     TransactionListing,
 )
 from odradek.config import ConfigSource
+from odradek.errors import KafkaError
 from odradek.security.acl import (
     AclBinding,
     AclBindingFilter,
@@ -111,6 +119,7 @@ __all__ = [
     "GroupDescription",
     "GroupListing",
     "ListOffsetsResultInfo",
+    "LogDirDescription",
     "MemberDescription",
     "NewPartitions",
     "NewTopic",
@@ -119,11 +128,14 @@ __all__ = [
     "Operation",
     "PartitionDescription",
     "PartitionLag",
+    "PartitionReassignment",
     "PatternType",
     "PermissionType",
     "ProducerState",
     "QuotaAdmin",
     "RecordAdmin",
+    "ReplicaAdmin",
+    "ReplicaInfo",
     "ResourceType",
     "ShareGroupAdmin",
     "ShareGroupDescription",
@@ -133,6 +145,7 @@ __all__ = [
     "TopicDescription",
     "TopicListing",
     "TopicPartition",
+    "TopicPartitionReplica",
     "TransactionAdmin",
     "TransactionDescription",
     "TransactionListing",
@@ -141,12 +154,14 @@ __all__ = [
 
 
 class AsyncAdmin(
-    TopicAdmin, ConfigAdmin, TransactionAdmin, ShareGroupAdmin, GroupAdmin, RecordAdmin, UserAdmin, AclAdmin, QuotaAdmin, FeatureAdmin
+    TopicAdmin, ConfigAdmin, TransactionAdmin, ShareGroupAdmin, GroupAdmin, RecordAdmin, UserAdmin, AclAdmin, QuotaAdmin, FeatureAdmin,
+    ReplicaAdmin,
 ):
     """The asyncio admin client.  ``async with AsyncAdmin(bootstrap_servers=...) as admin: ...``
 
     Its operations come by resource: :class:`TopicAdmin` (cluster and topics),
-    :class:`ConfigAdmin`, :class:`RecordAdmin` (offsets and records), :class:`GroupAdmin`."""
+    :class:`ConfigAdmin`, :class:`RecordAdmin` (offsets and records), :class:`GroupAdmin`,
+    :class:`ReplicaAdmin` (reassignments, leader elections, log dirs)."""
 
 
 class Admin:
@@ -394,6 +409,45 @@ class Admin:
         """Delete an empty share group's share-partition state of topics (see :meth:`AsyncAdmin.delete_share_group_offsets`)."""
         self._call(self._async.delete_share_group_offsets(group_id, topics, timeout=timeout))
 
+    def alter_partition_reassignments(
+        self,
+        reassignments: Mapping[TopicPartition, Sequence[int] | None],
+        *,
+        allow_replication_factor_change: bool = True,
+        timeout: float | None = None,
+    ) -> None:
+        self._call(self._async.alter_partition_reassignments(
+            reassignments, allow_replication_factor_change=allow_replication_factor_change, timeout=timeout
+        ))  # fmt: skip
+
+    def list_partition_reassignments(
+        self, partitions: Iterable[TopicPartition] | None = None, *, timeout: float | None = None
+    ) -> dict[TopicPartition, PartitionReassignment]:
+        return self._call(self._async.list_partition_reassignments(partitions, timeout=timeout))
+
+    def elect_leaders(
+        self,
+        election_type: str = "preferred",
+        partitions: Iterable[TopicPartition] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, KafkaError | None]:
+        return self._call(self._async.elect_leaders(election_type, partitions, timeout=timeout))
+
+    def describe_log_dirs(
+        self,
+        brokers: Iterable[int] | None = None,
+        partitions: Iterable[TopicPartition] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> dict[int, dict[str, LogDirDescription]]:
+        return self._call(self._async.describe_log_dirs(brokers, partitions, timeout=timeout))
+
+    def alter_replica_log_dirs(
+        self, moves: Mapping[TopicPartitionReplica, str], *, timeout: float | None = None
+    ) -> None:
+        self._call(self._async.alter_replica_log_dirs(moves, timeout=timeout))
+
     def close(self) -> None:
         """Close the connections and stop the background loop (waiting up to 10 s for the
         close); later calls raise RuntimeError.  Closing twice is harmless."""
@@ -445,6 +499,11 @@ for _name in (
     "describe_transactions",
     "describe_producers",
     "abort_transaction",
+    "alter_partition_reassignments",
+    "list_partition_reassignments",
+    "elect_leaders",
+    "describe_log_dirs",
+    "alter_replica_log_dirs",
 ):
     getattr(Admin, _name).__doc__ = getattr(AsyncAdmin, _name).__doc__
 del _name
