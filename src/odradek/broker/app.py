@@ -324,7 +324,7 @@ class Broker:
             ),
         )
         assert self.services.quotas is not None
-        self.dead_letters = self._dead_letter_writer(zk is not None, inter)
+        self.dead_letters = _dead_letter_writer(self, zk is not None, inter)
         self.tables = self._table_writers()
         await self._start_metrics(embedded=zk is None)
         # what each group of handlers may use (after the metrics: the ports count with them)
@@ -462,37 +462,6 @@ class Broker:
     def metrics_url(self) -> str | None:
         """The URL of ``/metrics`` (None: metrics are off)."""
         return self.metrics_server.url if self.metrics_server is not None else None
-
-    def _dead_letter_writer(self, cluster: bool, inter: str | None) -> DeadLetterWriter:
-        """Share groups' dead letters (KIP-1191), fed by the share partitions' archived records."""
-        svc = self.services
-        replicas, topics = self.replicas, self.topics
-
-        def read(p: Partition, offset: int) -> Any:
-            return replicas.read(p, offset, 1 << 20, isolation_committed=False, replica_id=-1, min_one=True)
-
-        async def append(p: Partition, batch: bytes) -> None:
-            replicas.append(p, batch, -1)
-            await replicas.wait_durable(p)
-
-        writer = DeadLetterWriter(
-            self.broker_id, lambda: svc.backend.image, replicas.leader_partition, read, append, topics.log_config,
-            lambda: self.settings.current.share_groups.dlq_topic_name_prefix, self.clock,
-            channel_factory=self._channel_factory if cluster else None,
-            inter_broker_listener=inter or None,
-            request_timeout_ms=self.settings.current.server.request_timeout_ms,
-        )
-        shares = svc.shares
-        assert shares is not None
-
-        def on_archived(key: ShareKey, p: Partition, archived: list[Archived]) -> None:
-            settings = shares.settings_for(key[0])
-            if settings.dlq_topic:
-                writer.submit(DeadLetters(key[0], p.topic, key[1], p, tuple(archived), settings.dlq_topic,
-                                          settings.dlq_copy_record))
-
-        shares.on_archived = on_archived
-        return writer
 
     def _table_writers(self) -> TableWriters:
         """Topics as Iceberg tables: a writer per partition led here of a topic that asks for one."""
@@ -745,6 +714,38 @@ class Broker:
                     log.info("closing idle connection from %s", conn.peer)
                     conn.close()
 
+
+
+def _dead_letter_writer(self: Broker, cluster: bool, inter: str | None) -> DeadLetterWriter:
+    """Share groups' dead letters (KIP-1191), fed by the share partitions' archived records."""
+    svc = self.services
+    replicas, topics = self.replicas, self.topics
+
+    def read(p: Partition, offset: int) -> Any:
+        return replicas.read(p, offset, 1 << 20, isolation_committed=False, replica_id=-1, min_one=True)
+
+    async def append(p: Partition, batch: bytes) -> None:
+        replicas.append(p, batch, -1)
+        await replicas.wait_durable(p)
+
+    writer = DeadLetterWriter(
+        self.broker_id, lambda: svc.backend.image, replicas.leader_partition, read, append, topics.log_config,
+        lambda: self.settings.current.share_groups.dlq_topic_name_prefix, self.clock,
+        channel_factory=self._channel_factory if cluster else None,
+        inter_broker_listener=inter or None,
+        request_timeout_ms=self.settings.current.server.request_timeout_ms,
+    )
+    shares = svc.shares
+    assert shares is not None
+
+    def on_archived(key: ShareKey, p: Partition, archived: list[Archived]) -> None:
+        settings = shares.settings_for(key[0])
+        if settings.dlq_topic:
+            writer.submit(DeadLetters(key[0], p.topic, key[1], p, tuple(archived), settings.dlq_topic,
+                                      settings.dlq_copy_record))
+
+    shares.on_archived = on_archived
+    return writer
 
 def _close_unflushed(lg: Log) -> None:
     """Close a log's files without flushing them (its dir failed)."""
