@@ -139,6 +139,12 @@ def test_a_leftover_copy_is_removed_at_start(tmp_path: Path) -> None:
     again.shutdown()
 
 
+def _cli(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "odradek", *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def _where(client: WireClient, topic: str) -> dict[int, list[tuple[str, bool, int]]]:
     """partition -> [(log dir, is future, offset lag)] from DescribeLogDirs."""
     resp = client.request(DescribeLogDirsRequest(topics=None), 4)
@@ -184,7 +190,16 @@ def test_a_partition_moves_between_log_dirs_under_an_acks_all_producer(rate: int
         try:
             time.sleep(2)  # a few MB written before the move
             deadline = time.monotonic() + 60
-            assert _alter(client, str(dst), "moving", [0]) == {0: ErrorCode.NONE}
+            if rate == 0:
+                assert _alter(client, str(dst), "moving", [0]) == {0: ErrorCode.NONE}
+            else:  # through the CLI
+                before = json.loads(_cli("log-dirs", "-b", broker.bootstrap, "describe", "--topic-list", "moving",
+                                         "--output", "json"))
+                [b] = before["brokers"]
+                assert [(Path(d["logDir"]).name, [p["partition"] for p in d["partitions"]]) for d in b["logDirs"]] \
+                    == sorted([(src, ["moving-0"]), (dst.name, [])])
+                _cli("log-dirs", "-b", broker.bootstrap, "move", "--topic", "moving", "--partition", "0",
+                     "--broker", str(b["broker"]), "--dir", str(dst))
             seen_future = False
             moved = None
             while time.monotonic() < deadline:
@@ -205,6 +220,11 @@ def test_a_partition_moves_between_log_dirs_under_an_acks_all_producer(rate: int
         result = json.loads(out.read_text())
         assert result["error_count"] == 0 and result["unflushed"] == 0, result["errors"]
         acked = result["acked"]
+        after = json.loads(_cli("log-dirs", "-b", broker.bootstrap, "describe", "--output", "json"))
+        where = {Path(d["logDir"]).name: [(p["partition"], p["isFuture"]) for p in d["partitions"]
+                                           if p["partition"].startswith("moving-")]
+                 for d in after["brokers"][0]["logDirs"]}
+        assert where == {src: [], dst.name: [("moving-0", False)]}
         assert not (tmp_path / src / "moving-0").exists()
         assert (dst / "moving-0" / "partition.metadata").exists()
 

@@ -62,9 +62,10 @@ def _parser() -> argparse.ArgumentParser:
     transactions.add_parser(sub)
     features.add_parser(sub)
 
-    from odradek.cli import reassign
+    from odradek.cli import log_dirs, reassign
 
     reassign.add_parser(sub)
+    log_dirs.add_parser(sub)
 
     from odradek.cli import bench, cluster, pipeline
 
@@ -175,6 +176,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from odradek.cli import reassign
 
         return reassign.run(args)
+    if args.command == "log-dirs":
+        from odradek.cli import log_dirs
+
+        return log_dirs.run(args)
     if args.command == "consume":
         from odradek.cli import consume
 
