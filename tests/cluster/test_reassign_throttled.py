@@ -30,6 +30,8 @@ from odradek.coordination.zkserver import ZooKeeperServer
 from odradek.errors import ErrorCode
 from tests.cluster.conftest import Cluster
 from tests.cluster.test_replication import ProducerThread, check_no_loss, consume_all, create_topic, isr_full
+from tests.console.conftest import Console
+from tests.console.test_pages import _cells
 
 pytestmark = pytest.mark.slow
 
@@ -146,12 +148,14 @@ def test_throttled_move_under_load(cluster: Cluster, tmp_path: Path, capsys: pyt
     producer = ProducerThread(cluster.bootstrap, topic, interval=0.01).start()
     consumer = ConsumerThread(cluster.bootstrap, topic)
     b = ["-b", cluster.bootstrap]
+    console: Console | None = None
     try:
         producer.wait_progress(50, 30, "before the move")
         target = _log_bytes(cluster.broker(1).data_dir, topic)
         assert target >= FILL_RECORDS * FILL_VALUE
         plan = tmp_path / "plan.json"
         plan.write_text(format_reassignment_json({(topic, 0): [2, 3]}))
+        console = Console(cluster.bootstrap, "--metrics-url", "none").start()  # started before the copy
         out = _cli(capsys, "reassign", "execute", *b, "--reassignment-json-file", str(plan), "--throttle", str(RATE))
         assert '"replicas":[1,2]' in out and "Save this to use as the --reassignment-json-file option" in out
         assert f"The inter-broker throttle limit was set to {RATE} B/s" in out
@@ -173,6 +177,14 @@ def test_throttled_move_under_load(cluster: Cluster, tmp_path: Path, capsys: pyt
             listed = admin.list_partition_reassignments(timeout=30)
         assert listed[(topic, 0)].adding_replicas == [3] and listed[(topic, 0)].removing_replicas == [1]
         assert sorted(listed[(topic, 0)].replicas) == [1, 2, 3]
+        # the console shows the move and its progress too
+        rows = {r[0]: r for r in _cells(console.page("/reassignments"), "reassignments")}
+        row = rows[topic]
+        assert row[1:5] == ["0", ",".join(map(str, listed[(topic, 0)].replicas)), "3", "1"], row
+        moved, total = (int(x.replace(",", "")) for x in row[5:7])
+        assert 0 <= moved < total and row[7].endswith("%"), row
+        dirs = _cells(console.page("/log-dirs"), "log-dirs")
+        assert sorted({int(r[0]) for r in dirs}) == [1, 2, 3] and all(r[2] == "online" for r in dirs), dirs
 
         # the new replica's log, sampled as it grows
         samples: list[tuple[float, int]] = []
@@ -206,6 +218,8 @@ def test_throttled_move_under_load(cluster: Cluster, tmp_path: Path, capsys: pyt
     finally:
         producer.stop()
         consumer.stop()
+        if console is not None:
+            console.stop()
     assert not producer.errors, producer.errors[:5]
     acked = {0: filled.get(0, []) + producer.acked.get(0, [])}
     check_no_loss(acked, {0: consumer.got})  # the consumer that ran through the move

@@ -23,6 +23,7 @@ from odradek.console._html import Page, link
 from odradek.console._http import HttpError, Request, Response
 from odradek.console._overview import OverviewPages
 from odradek.console._pages import Pages
+from odradek.console._replicas import ReplicaPages
 from odradek.console._schemas import RegistryReader, SchemaPages
 from odradek.console._security import SecurityPages
 from odradek.console._share_groups import SharePages
@@ -80,6 +81,7 @@ class ConsoleApp:
 
         overview, topics, browser, groups = pages(OverviewPages), pages(TopicPages), pages(MessageBrowser), pages(GroupPages)
         shares, security, brokers = pages(SharePages), pages(SecurityPages), pages(BrokerPages)
+        replicas = pages(ReplicaPages)
         schemas = SchemaPages(self.data, self.page, read_only=read_only, csrf_token=self.csrf_token,
                               bootstrap=self.bootstrap, registry=RegistryReader(schema_registry_url, timeout))
         self._routes: list[tuple[str, re.Pattern[str], Callable[..., Awaitable[Response]]]] = [
@@ -100,6 +102,8 @@ class ConsoleApp:
             ("GET", re.compile(r"/schemas"), schemas.schemas),
             ("GET", re.compile(r"/schemas/([^/]+)"), schemas.subject),
             ("GET", re.compile(r"/brokers"), brokers.brokers),
+            ("GET", re.compile(r"/reassignments"), replicas.reassignments),
+            ("GET", re.compile(r"/log-dirs"), replicas.log_dirs),
             ("GET", re.compile(r"/acls"), security.acls),
             ("POST", re.compile(r"/acls/delete"), security.delete_acl),
             ("GET", re.compile(r"/users"), security.users),

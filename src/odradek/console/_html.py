@@ -74,7 +74,8 @@ class Page:
     """The frame around a page's content: navigation, notices, the read-only badge."""
 
     NAV = (
-        ("/", "Overview"), ("/brokers", "Brokers"), ("/topics", "Topics"), ("/groups", "Consumer groups"), ("/share-groups", "Share groups"),
+        ("/", "Overview"), ("/brokers", "Brokers"), ("/log-dirs", "Log dirs"), ("/reassignments", "Reassignments"),
+        ("/topics", "Topics"), ("/groups", "Consumer groups"), ("/share-groups", "Share groups"),
         ("/schemas", "Schemas"), ("/acls", "ACLs"), ("/users", "Users"), ("/quotas", "Quotas"),
         ("/throughput", "Throughput"),
     )
