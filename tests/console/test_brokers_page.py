@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from hypothesis import given
 from hypothesis import strategies as st
 
-from odradek.console._scrape import parse_metrics
+from odradek.console._scrape import parse_metrics, parse_table_lag
 from odradek.testing import BrokerProcess
 from tests.console.conftest import Console, wait_until
 from tests.console.test_pages import _cells
@@ -107,3 +107,20 @@ def test_parse_metrics_never_raises_on_malformed_pages(text: str) -> None:
     broker_id, values = parse_metrics(text)
     assert broker_id is None or isinstance(broker_id, int)
     assert all(isinstance(v, float) for v in values.values())
+
+
+def test_parse_table_lag_reads_each_partitions_writer_lag() -> None:
+    text = (
+        'odradek_iceberg_writer_lag_records{partition="0",topic="orders"} 12.0\n'
+        'odradek_iceberg_writer_lag_seconds{partition="0",topic="orders"} 1.5\n'
+        'odradek_iceberg_writer_lag_records{partition="x",topic="orders"} 3\n'
+        'odradek_iceberg_writer_lag_records{topic="orders"} 3\n'
+    )
+    assert parse_table_lag(text) == {("orders", 0): {"records": 12.0, "seconds": 1.5}}
+
+
+@given(st.text(max_size=400))
+def test_parse_table_lag_never_raises_on_malformed_pages(text: str) -> None:
+    for (topic, partition), values in parse_table_lag("odradek_iceberg_writer_lag_" + text).items():
+        assert isinstance(topic, str) and isinstance(partition, int)
+        assert all(isinstance(v, float) for v in values.values())

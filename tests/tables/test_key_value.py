@@ -82,6 +82,17 @@ def test_writer_lag_is_a_metric_and_returns_to_zero_after_a_burst(broker: Broker
     lag = wait_until(lambda: (lambda m: m if set(m) == {"0", "1"} and all(v == (0, 0) for v in m.values()) else None)(
         _lag(broker.metrics_url, topic)), "the writers' lag back to 0")
     assert lag == {"0": (0, 0), "1": (0, 0)}
+    # the console's Tables page shows the same lag, per partition and writing broker
+    from tests.console.conftest import Console
+    from tests.console.test_pages import _cells
+
+    console = Console(broker.bootstrap, "--metrics-url", broker.metrics_url).start()
+    try:
+        rows = wait_until(lambda: [r for r in _cells(console.page("/tables"), "tables") if r[0] == topic] or None,
+                          "the console's table lag rows")
+        assert sorted(rows) == [[topic, "0", "0", "0", "0.0"], [topic, "1", "0", "0", "0.0"]]
+    finally:
+        console.stop()
 
 
 @pytest.mark.parametrize("configs", [

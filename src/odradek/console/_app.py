@@ -102,6 +102,7 @@ class ConsoleApp:
             ("GET", re.compile(r"/schemas"), schemas.schemas),
             ("GET", re.compile(r"/schemas/([^/]+)"), schemas.subject),
             ("GET", re.compile(r"/brokers"), brokers.brokers),
+            ("GET", re.compile(r"/tables"), brokers.tables),
             ("GET", re.compile(r"/reassignments"), replicas.reassignments),
             ("GET", re.compile(r"/log-dirs"), replicas.log_dirs),
             ("GET", re.compile(r"/acls"), security.acls),

@@ -48,3 +48,17 @@ class BrokerPages(Pages):
             + (f'<ul class="muted" data-testid="metrics-unread">{notes}</ul>' if notes else "")
         )
         return Response.html(self.page.render("Brokers", content, active="/brokers", page_id="brokers"))
+
+    async def tables(self, request: Request) -> Response:
+        """Topics written to Iceberg tables: each partition's writer lag, as its leader reports it."""
+        rows = []
+        for st in sorted(self.data.scraper.stats.values(), key=lambda s: (s.broker_id is None, s.broker_id or 0)):
+            for (topic, partition), lag in sorted(st.table_lag.items()):
+                rows.append([e(topic), e(partition), e("-" if st.broker_id is None else st.broker_id),
+                             e(num(int(lag.get("records", 0)))), e(num(round(lag.get("seconds", 0.0), 1)))])
+        content = table(["Topic", "Partition", "Writer (leader)", "Records behind", "Seconds behind"], rows,
+                        numeric=[1, 3, 4], empty="no topic is written to an Iceberg table (or no /metrics read)",
+                        test_id="tables")
+        content += ('<p class="muted">From each broker\'s <code>odradek_iceberg_writer_lag_records</code> and '
+                    "<code>_seconds</code>; <code>odradek tables describe</code> shows the tables themselves.</p>")
+        return Response.html(self.page.render("Iceberg tables", content, active="/tables", page_id="tables"))

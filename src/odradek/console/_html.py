@@ -76,7 +76,7 @@ class Page:
     NAV = (
         ("/", "Overview"), ("/brokers", "Brokers"), ("/log-dirs", "Log dirs"), ("/reassignments", "Reassignments"),
         ("/topics", "Topics"), ("/groups", "Consumer groups"), ("/share-groups", "Share groups"),
-        ("/schemas", "Schemas"), ("/acls", "ACLs"), ("/users", "Users"), ("/quotas", "Quotas"),
+        ("/schemas", "Schemas"), ("/tables", "Tables"), ("/acls", "ACLs"), ("/users", "Users"), ("/quotas", "Quotas"),
         ("/throughput", "Throughput"),
     )
 

@@ -16,7 +16,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 
-__all__ = ["BrokerStats", "MetricsScraper", "parse_metrics"]
+__all__ = ["BrokerStats", "MetricsScraper", "parse_metrics", "parse_table_lag"]
 
 log = logging.getLogger("odradek.console")
 
@@ -66,6 +66,29 @@ def parse_metrics(text: str) -> tuple[int | None, dict[str, float]]:
     return broker_id, totals
 
 
+_TABLE_LAG = {"odradek_iceberg_writer_lag_records": "records", "odradek_iceberg_writer_lag_seconds": "seconds"}
+
+
+def parse_table_lag(text: str) -> dict[tuple[str, int], dict[str, float]]:
+    """The Iceberg writers' lag on a Prometheus text page: ``{(topic, partition): {"records",
+    "seconds"}}``; lines that are not well-formed samples are skipped."""
+    out: dict[tuple[str, int], dict[str, float]] = {}
+    for line in text.splitlines():
+        if not line.startswith("odradek_iceberg_writer_lag_"):
+            continue
+        m = _LINE.match(line)
+        if m is None or m.group(1) not in _TABLE_LAG:
+            continue
+        labels = dict(_LABEL.findall(m.group(3) or ""))
+        try:
+            key = (labels["topic"], int(labels["partition"]))
+            value = float(m.group(4))
+        except (KeyError, ValueError):
+            continue
+        out.setdefault(key, {})[_TABLE_LAG[m.group(1)]] = value
+    return out
+
+
 @dataclass(slots=True)
 class BrokerStats:
     """One endpoint's last scrape: the broker id it names, the gauges, per-second rates of the
@@ -77,6 +100,8 @@ class BrokerStats:
     rates: dict[str, float | None] = field(default_factory=dict)
     at: float = 0.0
     error: str | None = None
+    #: the Iceberg writers' lag this broker reports (topic, partition) -> records / seconds
+    table_lag: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)
 
 
 class MetricsScraper:
@@ -117,6 +142,7 @@ class MetricsScraper:
                 for k in COUNTERS
             }
             st.broker_id, st.values, st.at, st.error = broker_id, values, now, None
+            st.table_lag = parse_table_lag(text)
 
     async def _run(self) -> None:
         for _ in iter(int, 1):  # until cancelled by close()
