@@ -296,6 +296,32 @@ def test_the_records_sent_hold_the_acquired_offsets(broker: BrokerProcess) -> No
         a.close()
 
 
+def test_the_answer_carries_only_the_batches_of_the_acquired_offsets(broker: BrokerProcess) -> None:
+    """As Kafka slices a share fetch's records: the batches read past what was acquired (max_records
+    reached, or the in-flight window full) are not sent, nor those before it."""
+    topic, tid = _topic(broker)
+    a, b = Member(broker, "g-slice", tid), Member(broker, "g-slice", tid)
+    try:
+        a.fetch()
+        b.fetch()
+        p = ck.Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "batch.num.messages": 1})
+        for i in range(30):
+            p.produce(topic, value=b"%d" % i, partition=0)
+            p.poll(0)
+        assert p.flush(30) == 0
+        for m, wanted in ((a, 10), (b, 5)):
+            resp = m.fetch(wait_ms=2000, max_records=wanted)
+            part = resp.responses[0].partitions[0]
+            held = offsets([(r.first_offset, r.last_offset, 0) for r in part.acquired_records])
+            assert len(held) == wanted  # one-record batches: exactly the limit
+            sent = [(h.base_offset, h.last_offset) for h in iter_batch_headers(bytes(part.records))]
+            # a's are 0-9; b's (reading from 10 on) 10-14: one batch each, nothing else
+            assert sent == [(o, o) for o in held]
+    finally:
+        a.close()
+        b.close()
+
+
 def test_a_restarted_broker_resumes_without_redelivering_accepted_records(tmp_path: Any) -> None:
     """The share partitions' state goes through the share coordinator (__share_group_state): after
     a restart, what was accepted or rejected stays done and what was held comes back (its lock is

@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from odradek.cluster.share_partition import Acquired, Archived, RecordState, SharePartition, StateBatch
 from odradek.errors import ErrorCode, KafkaError
-from odradek.records import iter_batch_headers
 
 if TYPE_CHECKING:
     from odradek._scheduler import Scheduler, TimerHandle
     from odradek.broker.ports import Partition
+    from odradek.records import BatchHeader
 
 __all__ = [
     "STAT_NAMES",
@@ -236,19 +236,20 @@ class SharePartitionManager:
                 return max(found[0], p.log.log_start_offset)
         return p.log.high_watermark
 
-    def acquire(self, key: ShareKey, sp: SharePartition, p: Partition, member_id: str, data: bytes,
+    def acquire(self, key: ShareKey, sp: SharePartition, p: Partition, member_id: str, headers: Iterable[BatchHeader],
                 aborted_pids: Iterable[tuple[int, int]], *, fetch_offset: int, max_records: int,
                 read_committed: bool, strict: bool = False) -> list[Acquired]:
-        """Acquire for ``member_id`` what ``data`` (the whole batches read from ``fetch_offset``)
-        holds; the acquired runs.  ``strict`` (ShareFetch v2's record-limit mode): never more than
-        ``max_records`` offsets, the last batch cut; else whole batches, as Kafka aligns them."""
+        """Acquire for ``member_id`` what the batches of ``headers`` (the whole batches read from
+        ``fetch_offset``, their headers) hold; the acquired runs.  ``strict`` (ShareFetch v2's
+        record-limit mode): never more than ``max_records`` offsets, the last batch cut; else whole
+        batches, as Kafka aligns them."""
         batches: list[tuple[int, int]] = []
         gaps: list[tuple[int, int]] = []
         aborted: list[tuple[int, int]] = []
         # read_committed: the producers whose transaction aborted from an offset on (until their marker)
         pending = sorted(aborted_pids, key=lambda t: t[1]) if read_committed else []
         aborting: set[int] = set()
-        for h in iter_batch_headers(data):
+        for h in headers:
             if h.magic < 2 or h.base_offset < 0:
                 continue
             batches.append((h.base_offset, h.last_offset))
