@@ -355,6 +355,38 @@ def test_a_restarted_broker_resumes_without_redelivering_accepted_records(tmp_pa
         proc.stop()
 
 
+def test_acknowledgements_answered_before_a_crash_are_not_redelivered(tmp_path: Any) -> None:
+    """An acknowledgement is answered only once its state is stored (the writes are coalesced,
+    never deferred past the answer): after a SIGKILL the accepted records stay done, and only what
+    was held comes back (at-least-once: redelivering is allowed, skipping is not)."""
+    proc = BrokerProcess(tmp_path / "data")
+    proc.start()
+    try:
+        topic, tid = _topic(proc)
+        a = Member(proc, "g-crash", tid)
+        a.fetch()
+        _produce(proc, topic, 20)
+        assert offsets(_fetch_until(a, 20)) == list(range(20))
+        # accepted in two requests (the second releases 13-14 too); 15-19 still held at the crash
+        assert ack_error(a.acknowledge({0: [(0, 9, [ACCEPT])]})) == 0
+        assert ack_error(a.acknowledge({0: [(10, 12, [ACCEPT]), (13, 14, [RELEASE])]})) == 0
+        a.close()
+        proc.kill()
+        proc.start()
+        c = Member(proc, "g-crash", tid)
+        got: list[tuple[int, int, int]] = []
+        for _ in range(40):
+            resp = c.fetch(wait_ms=500)
+            if resp.error_code == 0 and not any(p.error_code for t in resp.responses for p in t.partitions):
+                got += acquired(resp)
+            if len(offsets(got)) >= 7:
+                break
+        assert offsets(got) == [13, 14, 15, 16, 17, 18, 19]
+        c.close()
+    finally:
+        proc.stop()
+
+
 _ALLOWED = {int(c) for c in (ErrorCode.NONE, ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_RECORD_STATE,
                              ErrorCode.SHARE_SESSION_NOT_FOUND, ErrorCode.INVALID_SHARE_SESSION_EPOCH,
                              ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)}

@@ -134,6 +134,17 @@ class ShareSession:
     connection: object = None
 
 
+@dataclass(slots=True, eq=False)
+class _Writer:
+    """The persistence of one share partition's state: the write under way (its task) and the
+    future of the next one, which the acknowledgements applied since the last began wait for."""
+
+    sp: SharePartition
+    leader_epoch: int = -1
+    task: asyncio.Task[None] | None = None
+    next: asyncio.Future[None] | None = None
+
+
 class SharePartitionManager:
     """The share partitions and share sessions of one broker (see the module's text)."""
 
@@ -168,6 +179,8 @@ class SharePartitionManager:
         #: with its share partition and the partition it is read from
         self.on_archived: Callable[[ShareKey, Partition, list[Archived]], None] | None = None
         self._sources: dict[ShareKey, Partition] = {}
+        #: each share partition's state writer (:meth:`_persist`), while acknowledgements wait for it
+        self._writers: dict[ShareKey, _Writer] = {}
 
     def now(self) -> int:
         return int(self._timers.clock.monotonic_ms())
@@ -327,15 +340,68 @@ class SharePartitionManager:
                 self.on_archived(key, source, archived)
 
     async def _persist(self, key: ShareKey, sp: SharePartition, leader_epoch: int) -> None:
+        """Persist ``sp``'s state as it is now, or later: return once a write begun after this
+        call has stored it (or raise that write's error).  Writes are coalesced per share
+        partition: one at a time, begun on the event loop's next turn, each taking the state as it
+        is when it begins, so that the acknowledgements applied meanwhile (by other members'
+        requests, or while a write is under way) share the next write instead of one each."""
         if self._persister is None:
             return
+        w = self._writers.get(key)
+        if w is None or w.sp is not sp:
+            w = self._writers[key] = _Writer(sp)
+        w.leader_epoch = max(w.leader_epoch, leader_epoch)
+        if w.next is None:
+            w.next = asyncio.get_running_loop().create_future()
+        fut = w.next
+        if w.task is None:
+            w.task = asyncio.get_running_loop().create_task(self._write_loop(key, w))
+        try:
+            await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            if not fut.cancelled():
+                raise  # this request was cancelled, not the write
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the state write was cancelled") from None
+
+    async def _write_loop(self, key: ShareKey, w: _Writer) -> None:
+        """Write ``w``'s share partition while acknowledgements wait for a write."""
+        try:
+            while w.next is not None:
+                fut, w.next = w.next, None
+                try:
+                    await self._write(key, w.sp, w.leader_epoch)
+                except Exception as exc:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                        fut.exception()  # retrieved: each waiter raises it through its own await
+                except BaseException:
+                    fut.cancel()
+                    raise
+                else:
+                    if not fut.done():
+                        fut.set_result(None)
+        finally:
+            w.task = None
+            if w.next is not None:  # cancelled (the broker stopping): nothing more is written
+                w.next.cancel()
+                w.next = None
+            if self._writers.get(key) is w:
+                del self._writers[key]
+
+    async def _write(self, key: ShareKey, sp: SharePartition, leader_epoch: int) -> None:
+        assert self._persister is not None
+        if self.partitions.get(key) is not sp:
+            # the cached state was dropped (its offsets were altered or deleted, or another broker
+            # led the partition) before the acknowledgements could be persisted: they are lost
+            raise KafkaError(ErrorCode.INVALID_RECORD_STATE,
+                             "the share partition's state was reset before the acknowledgement was persisted")
         group_id, topic_id, index = key
         try:
             await self._persister.write(group_id, topic_id, index, leader_epoch=leader_epoch,
                                         state_epoch=self._state_epochs.get(key, 0),
                                         start_offset=sp.start_offset, batches=sp.snapshot())
         except KafkaError as exc:
-            if exc.code == ErrorCode.FENCED_STATE_EPOCH:
+            if exc.code == ErrorCode.FENCED_STATE_EPOCH and self.partitions.get(key) is sp:
                 # the group's offsets were reset (AlterShareGroupOffsets) or its state deleted since
                 # this state was read: what is cached here is stale; the next fetch reads it again
                 log.warning("share partition %s: state epoch fenced (%s): its cached state is dropped and "
