@@ -172,6 +172,8 @@ class SharePartitionManager:
         self._timer_at: float | None = None
         #: futures of fetches waiting for records to become available (woken by releases)
         self._waiters: set[asyncio.Future[None]] = set()
+        #: and those waiting on given share partitions
+        self._waiters_of: dict[ShareKey, set[asyncio.Future[None]]] = {}
         #: counters for metrics and describe: the totals, and each group's (by group id)
         self.stats: dict[str, int] = dict.fromkeys(STAT_NAMES, 0)
         self.group_stats: dict[str, dict[str, int]] = {}
@@ -299,6 +301,7 @@ class SharePartitionManager:
         first error (the batches before it stand, as Kafka's answer is per partition)."""
         error = ErrorCode.NONE
         changed = False
+        full = sp.end_offset - sp.start_offset >= sp.max_in_flight
         for first, last, types in batches:
             code, archived = sp.acknowledge(member_id, first, last, types, now_ms=self.now())
             if code != ErrorCode.NONE:
@@ -308,7 +311,10 @@ class SharePartitionManager:
             self._count_acks(key[0], types, last - first + 1)
             self._archived(key, archived)
         if changed:
-            self._wake()
+            # fetches waiting on this share partition may acquire now: records were released, or
+            # the in-flight window, full, moved on
+            if sp.next_fetch_offset() < sp.end_offset or (full and sp.end_offset - sp.start_offset < sp.max_in_flight):
+                self._wake(key)
             await self._persist(key, sp, leader_epoch)
         return error
 
@@ -484,14 +490,38 @@ class SharePartitionManager:
         self._arm()
 
     # -- waiting for records ---------------------------------------------------------------------
-    def waiter(self) -> asyncio.Future[None]:
+    def waiter(self, keys: Iterable[ShareKey] | None = None) -> asyncio.Future[None]:
+        """A future set when records may have become acquirable in one of the share partitions
+        ``keys`` (in any, when None)."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.add(fut)
-        fut.add_done_callback(self._waiters.discard)
+        if keys is None:
+            self._waiters.add(fut)
+            fut.add_done_callback(self._waiters.discard)
+            return fut
+        watched = list(keys)
+        for key in watched:
+            self._waiters_of.setdefault(key, set()).add(fut)
+
+        def forget(f: asyncio.Future[None]) -> None:
+            for key in watched:
+                waiting = self._waiters_of.get(key)
+                if waiting is not None:
+                    waiting.discard(f)
+                    if not waiting:
+                        del self._waiters_of[key]
+
+        fut.add_done_callback(forget)
         return fut
 
-    def _wake(self) -> None:
-        for fut in list(self._waiters):
+    def _wake(self, key: ShareKey | None = None) -> None:
+        """Wake the fetches waiting on share partition ``key`` (on any, when None)."""
+        futs = list(self._waiters)
+        if key is None:
+            for waiting in self._waiters_of.values():
+                futs.extend(waiting)
+        else:
+            futs.extend(self._waiters_of.get(key, ()))
+        for fut in futs:
             if not fut.done():
                 fut.set_result(None)
 

@@ -294,7 +294,7 @@ async def _fetch(req: _Request, request: ShareFetchRequest, session: ShareSessio
         remaining = deadline - clock.monotonic_ms()
         if got or remaining <= 0 or not led or port.run.stopping:
             return
-        fut = port.shares.waiter()
+        fut = port.shares.waiter([req.key(part) for part, _p in led])
         for _part, p in led:
             p.watch(fut, False)
         try:

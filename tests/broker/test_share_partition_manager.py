@@ -1,8 +1,12 @@
-"""The partition leader's persistence of share-partition state (KIP-932): acknowledgements are
-answered only once a write holding them is stored, and the writes of one share partition are
-coalesced — one at a time, each carrying every acknowledgement applied before it began — instead
-of one write per acknowledgement.  The persister here is a fake that records the writes and can
-hold or fail them."""
+"""The share partitions at their leader (KIP-932), in-process.
+
+* Persistence: acknowledgements are answered only once a write holding them is stored, and the
+  writes of one share partition are coalesced — one at a time, each carrying every acknowledgement
+  applied before it began — instead of one write per acknowledgement.  The persister here is a
+  fake that records the writes and can hold or fail them.
+* Waiting fetches are woken by an acknowledgement only on the share partition it changed, and
+  only when records may have become acquirable there (released, or the full in-flight window
+  moved on), not by every acknowledgement anywhere."""
 
 from __future__ import annotations
 
@@ -138,5 +142,42 @@ def test_state_dropped_before_its_write_is_not_written() -> None:
             await ack
         assert err.value.code == ErrorCode.INVALID_RECORD_STATE
         assert persister.writes == []
+
+    asyncio.run(go())
+
+
+def test_an_acknowledgement_wakes_only_the_fetches_that_may_acquire_because_of_it() -> None:
+    async def go() -> None:
+        persister = Persister()
+        mgr = SharePartitionManager(FakeScheduler(), lambda _g: ShareSettings(lock_ms=30_000), persister)
+        other = ("g", TID, 1)
+        # a window of 20: a holds 0-9, b 10-19, the window is full
+        sp = SharePartition(start_offset=0, lock_ms=30_000, delivery_limit=5, max_in_flight=20)
+        assert sp.acquire("a", [(0, 9)], max_records=10, now_ms=0)
+        assert sp.acquire("b", [(10, 19)], max_records=10, now_ms=0)
+        mgr.partitions[KEY] = sp
+        here, elsewhere = mgr.waiter([KEY]), mgr.waiter([other])
+        # b accepts 10-14: the window does not move (0-9 are still held), nothing to acquire
+        assert await mgr.acknowledge(KEY, sp, 0, "b", [(10, 14, [ACCEPT])]) == ErrorCode.NONE
+        assert not here.done() and not elsewhere.done()
+        # a releases 0-4: available again, the fetches of this share partition wake, not the others
+        assert await mgr.acknowledge(KEY, sp, 0, "a", [(0, 4, [RELEASE])]) == ErrorCode.NONE
+        assert here.done() and not elsewhere.done()
+        # a accepts 5-9 while 0-4 are available: wakes again (a new waiter)
+        again = mgr.waiter([KEY])
+        assert await mgr.acknowledge(KEY, sp, 0, "a", [(5, 9, [ACCEPT])]) == ErrorCode.NONE
+        assert again.done()
+        # the window was full and moves on once what leads it is done
+        sp2 = SharePartition(start_offset=0, lock_ms=30_000, delivery_limit=5, max_in_flight=10)
+        assert sp2.acquire("c", [(0, 9)], max_records=10, now_ms=0)
+        mgr.partitions[other] = sp2
+        assert await mgr.acknowledge(other, sp2, 0, "c", [(5, 9, [ACCEPT])]) == ErrorCode.NONE
+        assert not elsewhere.done()  # 0-4 still lead it: full
+        assert await mgr.acknowledge(other, sp2, 0, "c", [(0, 4, [ACCEPT])]) == ErrorCode.NONE
+        assert elsewhere.done()
+        # a waiter on no given share partition is woken by anything (lock expiry, a member leaving)
+        anything = mgr.waiter()
+        assert mgr.release("b", "g") == 5  # b held 15-19
+        assert anything.done()
 
     asyncio.run(go())
