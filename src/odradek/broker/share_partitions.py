@@ -12,7 +12,9 @@ module gives them the log's batches, the clock and the persistence:
   stable offset for ``read_committed``, whose aborted records and transaction markers are archived,
   never acquired), and acquires what it read for the member;
 * acknowledgements (ShareFetch's piggy-backed ones and ShareAcknowledge) change the states, and the
-  new state is written to the share coordinator before the answer;
+  new state is written to the share coordinator before the answer — one write at a time per share
+  partition, each carrying every acknowledgement applied before it began (coalesced); a fetch
+  waiting on a share partition is woken when records may have become acquirable there;
 * one timer (on the broker's scheduler) expires acquisition locks: an expired record is available
   again (or archived at the delivery-count limit), and fetches waiting for data are woken;
 * a share session (one per group member, opened with epoch 0, closed with -1) remembers the

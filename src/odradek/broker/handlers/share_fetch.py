@@ -8,9 +8,10 @@ it with the partitions of the request, each later request carries the next epoch
 partitions or forget some, -1 closes it (no fetch then: only the acknowledgements it carries).
 Acknowledgements are applied first, each partition's answered in ``AcknowledgeErrorCode``; then
 every partition of the session this broker leads is read from its share partition's next
-available offset and what the read holds is acquired for the member: the response carries the
-record batches as stored and the acquired offset ranges with their delivery counts (a client
-delivers only acquired offsets).  When nothing was acquired the request waits up to
+available offset and what the read holds is acquired for the member (its batch headers are read,
+not its records): the response carries the record batches holding the acquired offsets, as
+stored and sent from the log file, and the acquired offset ranges with their delivery counts (a
+client delivers only acquired offsets).  When nothing was acquired the request waits up to
 ``MaxWaitMs`` for records to arrive or be released.
 
 ACLs as Kafka: READ on the group (else the whole answer is GROUP_AUTHORIZATION_FAILED) and READ on
