@@ -296,6 +296,32 @@ def test_the_records_sent_hold_the_acquired_offsets(broker: BrokerProcess) -> No
         a.close()
 
 
+def test_the_answer_carries_only_the_batches_of_the_acquired_offsets(broker: BrokerProcess) -> None:
+    """As Kafka slices a share fetch's records: the batches read past what was acquired (max_records
+    reached, or the in-flight window full) are not sent, nor those before it."""
+    topic, tid = _topic(broker)
+    a, b = Member(broker, "g-slice", tid), Member(broker, "g-slice", tid)
+    try:
+        a.fetch()
+        b.fetch()
+        p = ck.Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "batch.num.messages": 1})
+        for i in range(30):
+            p.produce(topic, value=b"%d" % i, partition=0)
+            p.poll(0)
+        assert p.flush(30) == 0
+        for m, wanted in ((a, 10), (b, 5)):
+            resp = m.fetch(wait_ms=2000, max_records=wanted)
+            part = resp.responses[0].partitions[0]
+            held = offsets([(r.first_offset, r.last_offset, 0) for r in part.acquired_records])
+            assert len(held) == wanted  # one-record batches: exactly the limit
+            sent = [(h.base_offset, h.last_offset) for h in iter_batch_headers(bytes(part.records))]
+            # a's are 0-9; b's (reading from 10 on) 10-14: one batch each, nothing else
+            assert sent == [(o, o) for o in held]
+    finally:
+        a.close()
+        b.close()
+
+
 def test_a_restarted_broker_resumes_without_redelivering_accepted_records(tmp_path: Any) -> None:
     """The share partitions' state goes through the share coordinator (__share_group_state): after
     a restart, what was accepted or rejected stays done and what was held comes back (its lock is
@@ -325,6 +351,38 @@ def test_a_restarted_broker_resumes_without_redelivering_accepted_records(tmp_pa
         counts = {o: n for first, last, n in got for o in range(first, last + 1)}
         assert counts == {5: 2, 6: 2, 7: 2, 8: 2, 9: 2}
         b.close()
+    finally:
+        proc.stop()
+
+
+def test_acknowledgements_answered_before_a_crash_are_not_redelivered(tmp_path: Any) -> None:
+    """An acknowledgement is answered only once its state is stored (the writes are coalesced,
+    never deferred past the answer): after a SIGKILL the accepted records stay done, and only what
+    was held comes back (at-least-once: redelivering is allowed, skipping is not)."""
+    proc = BrokerProcess(tmp_path / "data")
+    proc.start()
+    try:
+        topic, tid = _topic(proc)
+        a = Member(proc, "g-crash", tid)
+        a.fetch()
+        _produce(proc, topic, 20)
+        assert offsets(_fetch_until(a, 20)) == list(range(20))
+        # accepted in two requests (the second releases 13-14 too); 15-19 still held at the crash
+        assert ack_error(a.acknowledge({0: [(0, 9, [ACCEPT])]})) == 0
+        assert ack_error(a.acknowledge({0: [(10, 12, [ACCEPT]), (13, 14, [RELEASE])]})) == 0
+        a.close()
+        proc.kill()
+        proc.start()
+        c = Member(proc, "g-crash", tid)
+        got: list[tuple[int, int, int]] = []
+        for _ in range(40):
+            resp = c.fetch(wait_ms=500)
+            if resp.error_code == 0 and not any(p.error_code for t in resp.responses for p in t.partitions):
+                got += acquired(resp)
+            if len(offsets(got)) >= 7:
+                break
+        assert offsets(got) == [13, 14, 15, 16, 17, 18, 19]
+        c.close()
     finally:
         proc.stop()
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from odradek._clock import FakeClock
-from odradek.records import Compression, TimestampType, read_batches
+from odradek.records import Compression, TimestampType, iter_batch_headers, read_batches
 from odradek.storage import (
     CorruptRecordError,
     InvalidRecordError,
@@ -106,6 +106,30 @@ def test_max_bytes_and_min_one_message(tmp_path: Path) -> None:
     assert list(read_batches(r.to_bytes())) == []
     r = log.read(2, 1 << 20)
     assert [b.base_offset for b in read_batches(r.to_bytes())] == [1, 4, 5]
+
+
+def test_a_regions_batch_headers_are_read_without_its_records(tmp_path: Path) -> None:
+    """FileRegion.headers: the complete entries of the region (what iter_batch_headers finds in its
+    bytes), with their file positions; an entry the region cuts ends them; slice keeps a part."""
+    log = _log(tmp_path)
+    for n in (1, 5, 2, 7):
+        log.append(v2_batch(n, value=b"r" * 40))
+    whole = log.read(0, 1 << 20).region
+    assert whole is not None
+    from_bytes = list(iter_batch_headers(whole.to_bytes()))
+    heads = whole.headers()
+    assert [(h.base_offset, h.last_offset, h.size) for h in heads] == [
+        (h.base_offset, h.last_offset, h.size) for h in from_bytes
+    ] == [(0, 0, from_bytes[0].size), (1, 5, from_bytes[1].size), (6, 7, from_bytes[2].size), (8, 14, from_bytes[3].size)]
+    assert [h.position for h in heads] == [whole.position + h.position for h in from_bytes]
+    # a region cut inside its third entry: two headers
+    cut = log.read(0, heads[2].end - whole.position - 1, min_one_message=False).region
+    assert cut is not None and [h.last_offset for h in cut.headers()] == [0, 5]
+    # the second and third batches alone
+    part = whole.slice(heads[1].position, heads[2].end)
+    assert [(b.base_offset, b.last_offset) for b in read_batches(part.to_bytes())] == [(1, 5), (6, 7)]
+    with pytest.raises(ValueError):
+        whole.slice(heads[1].position, whole.position + whole.length + 1)
 
 
 def test_max_offset_is_respected(tmp_path: Path) -> None:

@@ -12,7 +12,9 @@ module gives them the log's batches, the clock and the persistence:
   stable offset for ``read_committed``, whose aborted records and transaction markers are archived,
   never acquired), and acquires what it read for the member;
 * acknowledgements (ShareFetch's piggy-backed ones and ShareAcknowledge) change the states, and the
-  new state is written to the share coordinator before the answer;
+  new state is written to the share coordinator before the answer — one write at a time per share
+  partition, each carrying every acknowledgement applied before it began (coalesced); a fetch
+  waiting on a share partition is woken when records may have become acquirable there;
 * one timer (on the broker's scheduler) expires acquisition locks: an expired record is available
   again (or archived at the delivery-count limit), and fetches waiting for data are woken;
 * a share session (one per group member, opened with epoch 0, closed with -1) remembers the
@@ -31,11 +33,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from odradek.cluster.share_partition import Acquired, Archived, RecordState, SharePartition, StateBatch
 from odradek.errors import ErrorCode, KafkaError
-from odradek.records import iter_batch_headers
 
 if TYPE_CHECKING:
     from odradek._scheduler import Scheduler, TimerHandle
     from odradek.broker.ports import Partition
+    from odradek.records import BatchHeader
 
 __all__ = [
     "STAT_NAMES",
@@ -134,6 +136,17 @@ class ShareSession:
     connection: object = None
 
 
+@dataclass(slots=True, eq=False)
+class _Writer:
+    """The persistence of one share partition's state: the write under way (its task) and the
+    future of the next one, which the acknowledgements applied since the last began wait for."""
+
+    sp: SharePartition
+    leader_epoch: int = -1
+    task: asyncio.Task[None] | None = None
+    next: asyncio.Future[None] | None = None
+
+
 class SharePartitionManager:
     """The share partitions and share sessions of one broker (see the module's text)."""
 
@@ -161,6 +174,8 @@ class SharePartitionManager:
         self._timer_at: float | None = None
         #: futures of fetches waiting for records to become available (woken by releases)
         self._waiters: set[asyncio.Future[None]] = set()
+        #: and those waiting on given share partitions
+        self._waiters_of: dict[ShareKey, set[asyncio.Future[None]]] = {}
         #: counters for metrics and describe: the totals, and each group's (by group id)
         self.stats: dict[str, int] = dict.fromkeys(STAT_NAMES, 0)
         self.group_stats: dict[str, dict[str, int]] = {}
@@ -168,6 +183,8 @@ class SharePartitionManager:
         #: with its share partition and the partition it is read from
         self.on_archived: Callable[[ShareKey, Partition, list[Archived]], None] | None = None
         self._sources: dict[ShareKey, Partition] = {}
+        #: each share partition's state writer (:meth:`_persist`), while acknowledgements wait for it
+        self._writers: dict[ShareKey, _Writer] = {}
 
     def now(self) -> int:
         return int(self._timers.clock.monotonic_ms())
@@ -236,19 +253,20 @@ class SharePartitionManager:
                 return max(found[0], p.log.log_start_offset)
         return p.log.high_watermark
 
-    def acquire(self, key: ShareKey, sp: SharePartition, p: Partition, member_id: str, data: bytes,
+    def acquire(self, key: ShareKey, sp: SharePartition, p: Partition, member_id: str, headers: Iterable[BatchHeader],
                 aborted_pids: Iterable[tuple[int, int]], *, fetch_offset: int, max_records: int,
                 read_committed: bool, strict: bool = False) -> list[Acquired]:
-        """Acquire for ``member_id`` what ``data`` (the whole batches read from ``fetch_offset``)
-        holds; the acquired runs.  ``strict`` (ShareFetch v2's record-limit mode): never more than
-        ``max_records`` offsets, the last batch cut; else whole batches, as Kafka aligns them."""
+        """Acquire for ``member_id`` what the batches of ``headers`` (the whole batches read from
+        ``fetch_offset``, their headers) hold; the acquired runs.  ``strict`` (ShareFetch v2's
+        record-limit mode): never more than ``max_records`` offsets, the last batch cut; else whole
+        batches, as Kafka aligns them."""
         batches: list[tuple[int, int]] = []
         gaps: list[tuple[int, int]] = []
         aborted: list[tuple[int, int]] = []
         # read_committed: the producers whose transaction aborted from an offset on (until their marker)
         pending = sorted(aborted_pids, key=lambda t: t[1]) if read_committed else []
         aborting: set[int] = set()
-        for h in iter_batch_headers(data):
+        for h in headers:
             if h.magic < 2 or h.base_offset < 0:
                 continue
             batches.append((h.base_offset, h.last_offset))
@@ -285,6 +303,7 @@ class SharePartitionManager:
         first error (the batches before it stand, as Kafka's answer is per partition)."""
         error = ErrorCode.NONE
         changed = False
+        full = sp.end_offset - sp.start_offset >= sp.max_in_flight
         for first, last, types in batches:
             code, archived = sp.acknowledge(member_id, first, last, types, now_ms=self.now())
             if code != ErrorCode.NONE:
@@ -294,7 +313,10 @@ class SharePartitionManager:
             self._count_acks(key[0], types, last - first + 1)
             self._archived(key, archived)
         if changed:
-            self._wake()
+            # fetches waiting on this share partition may acquire now: records were released, or
+            # the in-flight window, full, moved on
+            if sp.next_fetch_offset() < sp.end_offset or (full and sp.end_offset - sp.start_offset < sp.max_in_flight):
+                self._wake(key)
             await self._persist(key, sp, leader_epoch)
         return error
 
@@ -326,15 +348,68 @@ class SharePartitionManager:
                 self.on_archived(key, source, archived)
 
     async def _persist(self, key: ShareKey, sp: SharePartition, leader_epoch: int) -> None:
+        """Persist ``sp``'s state as it is now, or later: return once a write begun after this
+        call has stored it (or raise that write's error).  Writes are coalesced per share
+        partition: one at a time, begun on the event loop's next turn, each taking the state as it
+        is when it begins, so that the acknowledgements applied meanwhile (by other members'
+        requests, or while a write is under way) share the next write instead of one each."""
         if self._persister is None:
             return
+        w = self._writers.get(key)
+        if w is None or w.sp is not sp:
+            w = self._writers[key] = _Writer(sp)
+        w.leader_epoch = max(w.leader_epoch, leader_epoch)
+        if w.next is None:
+            w.next = asyncio.get_running_loop().create_future()
+        fut = w.next
+        if w.task is None:
+            w.task = asyncio.get_running_loop().create_task(self._write_loop(key, w))
+        try:
+            await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            if not fut.cancelled():
+                raise  # this request was cancelled, not the write
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the state write was cancelled") from None
+
+    async def _write_loop(self, key: ShareKey, w: _Writer) -> None:
+        """Write ``w``'s share partition while acknowledgements wait for a write."""
+        try:
+            while w.next is not None:
+                fut, w.next = w.next, None
+                try:
+                    await self._write(key, w.sp, w.leader_epoch)
+                except Exception as exc:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                        fut.exception()  # retrieved: each waiter raises it through its own await
+                except BaseException:
+                    fut.cancel()
+                    raise
+                else:
+                    if not fut.done():
+                        fut.set_result(None)
+        finally:
+            w.task = None
+            if w.next is not None:  # cancelled (the broker stopping): nothing more is written
+                w.next.cancel()
+                w.next = None
+            if self._writers.get(key) is w:
+                del self._writers[key]
+
+    async def _write(self, key: ShareKey, sp: SharePartition, leader_epoch: int) -> None:
+        assert self._persister is not None
+        if self.partitions.get(key) is not sp:
+            # the cached state was dropped (its offsets were altered or deleted, or another broker
+            # led the partition) before the acknowledgements could be persisted: they are lost
+            raise KafkaError(ErrorCode.INVALID_RECORD_STATE,
+                             "the share partition's state was reset before the acknowledgement was persisted")
         group_id, topic_id, index = key
         try:
             await self._persister.write(group_id, topic_id, index, leader_epoch=leader_epoch,
                                         state_epoch=self._state_epochs.get(key, 0),
                                         start_offset=sp.start_offset, batches=sp.snapshot())
         except KafkaError as exc:
-            if exc.code == ErrorCode.FENCED_STATE_EPOCH:
+            if exc.code == ErrorCode.FENCED_STATE_EPOCH and self.partitions.get(key) is sp:
                 # the group's offsets were reset (AlterShareGroupOffsets) or its state deleted since
                 # this state was read: what is cached here is stale; the next fetch reads it again
                 log.warning("share partition %s: state epoch fenced (%s): its cached state is dropped and "
@@ -417,14 +492,38 @@ class SharePartitionManager:
         self._arm()
 
     # -- waiting for records ---------------------------------------------------------------------
-    def waiter(self) -> asyncio.Future[None]:
+    def waiter(self, keys: Iterable[ShareKey] | None = None) -> asyncio.Future[None]:
+        """A future set when records may have become acquirable in one of the share partitions
+        ``keys`` (in any, when None)."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.add(fut)
-        fut.add_done_callback(self._waiters.discard)
+        if keys is None:
+            self._waiters.add(fut)
+            fut.add_done_callback(self._waiters.discard)
+            return fut
+        watched = list(keys)
+        for key in watched:
+            self._waiters_of.setdefault(key, set()).add(fut)
+
+        def forget(f: asyncio.Future[None]) -> None:
+            for key in watched:
+                waiting = self._waiters_of.get(key)
+                if waiting is not None:
+                    waiting.discard(f)
+                    if not waiting:
+                        del self._waiters_of[key]
+
+        fut.add_done_callback(forget)
         return fut
 
-    def _wake(self) -> None:
-        for fut in list(self._waiters):
+    def _wake(self, key: ShareKey | None = None) -> None:
+        """Wake the fetches waiting on share partition ``key`` (on any, when None)."""
+        futs = list(self._waiters)
+        if key is None:
+            for waiting in self._waiters_of.values():
+                futs.extend(waiting)
+        else:
+            futs.extend(self._waiters_of.get(key, ()))
+        for fut in futs:
             if not fut.done():
                 fut.set_result(None)
 

@@ -36,6 +36,7 @@ by the flexible value struct.
 from __future__ import annotations
 
 import base64
+import functools
 import heapq
 import struct
 import uuid
@@ -102,6 +103,7 @@ def kafka_uuid(u: uuid.UUID) -> str:
     return base64.urlsafe_b64encode(u.bytes).rstrip(b"=").decode()
 
 
+@functools.lru_cache(maxsize=4096)
 def coordinator_key(group_id: str, topic_id: uuid.UUID, partition: int) -> str:
     """The key of a share-partition's coordinator: ``group:topicId:partition`` with Kafka's form of
     the topic id (Kafka's SharePartitionKey.asCoordinatorKey); FindCoordinator key type 2 takes it

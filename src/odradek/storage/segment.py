@@ -157,6 +157,27 @@ class FileRegion:
     def __len__(self) -> int:
         return self.length
 
+    def headers(self) -> list[BatchHeader]:
+        """The headers of the complete entries in the region (positions in the segment file), one
+        small read each, the records untouched; an entry the region cuts ends the list (as
+        :func:`~odradek.records.iter_batch_headers` over the region's bytes would)."""
+        out: list[BatchHeader] = []
+        pos, end = self.position, self.position + self.length
+        read = self.segment.read_bytes
+        while end - pos >= _HEADER_UP_TO_MAGIC:
+            h = peek_header(read(pos, min(_HEADER_PEEK, end - pos)))
+            if h is None or pos + h.size > end:
+                break
+            out.append(h._replace(position=pos))
+            pos += h.size
+        return out
+
+    def slice(self, position: int, end: int) -> FileRegion:
+        """The part of the region from file position ``position`` to ``end``."""
+        if not self.position <= position <= end <= self.position + self.length:
+            raise ValueError(f"{position}..{end} is not inside the region {self.position}+{self.length}")
+        return FileRegion(self.segment, position, end - position)
+
 
 class LogSegment:
     """A segment file and its indexes."""

@@ -8,9 +8,10 @@ it with the partitions of the request, each later request carries the next epoch
 partitions or forget some, -1 closes it (no fetch then: only the acknowledgements it carries).
 Acknowledgements are applied first, each partition's answered in ``AcknowledgeErrorCode``; then
 every partition of the session this broker leads is read from its share partition's next
-available offset and what the read holds is acquired for the member: the response carries the
-record batches as stored and the acquired offset ranges with their delivery counts (a client
-delivers only acquired offsets).  When nothing was acquired the request waits up to
+available offset and what the read holds is acquired for the member (its batch headers are read,
+not its records): the response carries the record batches holding the acquired offsets, as
+stored and sent from the log file, and the acquired offset ranges with their delivery counts (a
+client delivers only acquired offsets).  When nothing was acquired the request waits up to
 ``MaxWaitMs`` for records to arrive or be released.
 
 ACLs as Kafka: READ on the group (else the whole answer is GROUP_AUTHORIZATION_FAILED) and READ on
@@ -35,8 +36,9 @@ from odradek.protocol.messages.share_fetch import ShareFetchRequest, ShareFetchR
 from odradek.security.acl import Operation, ResourceType
 
 if TYPE_CHECKING:
-    from odradek.broker.ports import Partition, SharePort
+    from odradek.broker.ports import FileRegion, Partition, SharePort
     from odradek.broker.share_partitions import ShareKey, ShareSession
+    from odradek.records import BatchHeader
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +62,7 @@ class _Part:
     message: str | None = None
     ack_error: ErrorCode = ErrorCode.NONE
     acked: bool = False
-    records: bytes = b""
+    records: bytes | FileRegion = b""
     acquired: list[Any] | None = None
     leader: tuple[int, int] = (-1, -1)
 
@@ -293,7 +295,7 @@ async def _fetch(req: _Request, request: ShareFetchRequest, session: ShareSessio
         remaining = deadline - clock.monotonic_ms()
         if got or remaining <= 0 or not led or port.run.stopping:
             return
-        fut = port.shares.waiter()
+        fut = port.shares.waiter([req.key(part) for part, _p in led])
         for _part, p in led:
             p.watch(fut, False)
         try:
@@ -317,19 +319,38 @@ async def _acquire(req: _Request, part: _Part, p: Partition, max_bytes: int, max
     offset = sp.next_fetch_offset()
     result = port.replicas.read(p, offset, max_bytes, isolation_committed=read_committed, replica_id=-1,
                                 min_one=True)
-    if result.region is None:
+    region = result.region
+    if region is None:
         return 0
-    data = result.to_bytes()
+    # the batch headers only (a small read each): the records go from the file as they are
+    headers = region.headers()
     aborted: list[tuple[int, int]] = []
     if read_committed:
         aborted = [(t.producer_id, t.first_offset) for t in p.log.aborted_transactions(offset, p.log.last_stable_offset)]
-    acquired = port.shares.acquire(key, sp, p, req.member_id, data, aborted, fetch_offset=offset,
+    acquired = port.shares.acquire(key, sp, p, req.member_id, headers, aborted, fetch_offset=offset,
                                    max_records=max_records, read_committed=read_committed, strict=strict)
     if not acquired:
         return 0
-    part.records = data
+    part.records = _covering(region, headers, acquired[0].first_offset, acquired[-1].last_offset)
     part.acquired = acquired
     return sum(a.last_offset - a.first_offset + 1 for a in acquired)
+
+
+def _covering(region: FileRegion, headers: list[BatchHeader], first: int, last: int) -> FileRegion:
+    """The part of ``region`` whose batches hold offsets ``first``..``last`` (what was acquired):
+    the batches read past them are not sent (as Kafka slices a share fetch's records)."""
+    lo = hi = None
+    for h in headers:
+        if h.last_offset < first:
+            continue
+        if h.base_offset > last:
+            break
+        if lo is None:
+            lo = h.position
+        hi = h.end
+    if lo is None or hi is None:
+        return region
+    return region.slice(lo, hi)
 
 
 def _response(req: _Request, lock_ms: int) -> ShareFetchResponse:
