@@ -30,6 +30,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from odradek.client import Admin
 from odradek.protocol.messages.share_group_describe import ShareGroupDescribeRequest
 from odradek.testing import BrokerProcess, WireClient
 
@@ -464,3 +465,40 @@ def test_a_read_committed_share_group_never_delivers_an_aborted_record(broker: B
         assert sorted(m.value() for m in got) == sorted([b"c1", b"c2", b"a1", b"a2", b"c3", b"a3", b"plain"])
     finally:
         c.close()
+
+
+def test_deleting_the_group_deletes_its_share_state_and_a_new_group_of_that_id_starts_afresh(
+    broker: BrokerProcess,
+) -> None:
+    """DeleteGroups of an empty share group deletes the state of its share partitions first (as
+    Kafka's group coordinator asks the persister): a group created again under the id starts from
+    share.auto.offset.reset, not from the old group's start offsets."""
+    topic, group = _setup(broker.bootstrap, 1)
+    _produce(broker.bootstrap, topic, [b"old-%d" % i for i in range(10)], 1)
+    c = _consumer(broker.bootstrap, group, topic)
+    try:
+        assert sorted(m.value() for m in _drain(c, 10)) == sorted(b"old-%d" % i for i in range(10))
+        with Admin(bootstrap_servers=broker.bootstrap) as odr:  # every record accepted: the state says 10
+            deadline = time.monotonic() + T
+            while (o := odr.describe_share_group_offsets(group).get((topic, 0))) is None or o.start_offset != 10:
+                assert time.monotonic() < deadline, o
+                _poll(c, 0.1)  # implicit acknowledgement rides on the next poll
+    finally:
+        c.close()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    deadline = time.monotonic() + T
+    while True:  # the member's leave reaches the coordinator; then the group is empty and deletable
+        try:
+            admin.delete_consumer_groups([group])[group].result(T)
+            break
+        except ck.KafkaException as exc:
+            assert exc.args[0].code() == ck.KafkaError.NON_EMPTY_GROUP and time.monotonic() < deadline, exc
+            time.sleep(0.2)
+    _produce(broker.bootstrap, topic, [b"new-%d" % i for i in range(5)], 1)
+    _set_group(broker.bootstrap, group)  # earliest again: the new group reads the topic from its start
+    c = _consumer(broker.bootstrap, group, topic)
+    try:
+        got = sorted(m.value() for m in _drain(c, 15))
+    finally:
+        c.close()
+    assert got == sorted([b"old-%d" % i for i in range(10)] + [b"new-%d" % i for i in range(5)])

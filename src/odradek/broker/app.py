@@ -295,6 +295,7 @@ class Broker:
             return config.share_session_timeout_ms, config.share_heartbeat_interval_ms
 
         self.groups.share.set_group_timeouts(share_timeouts)
+        self.groups.share.state_deleter = functools.partial(_delete_share_state, self)
         self.services = Services(
             broker_id=self.broker_id,
             cluster_id=self.cluster_id,
@@ -1129,3 +1130,25 @@ def _single_node_internal(settings: Settings) -> dict[str, dict[str, str]]:
     for name, configs in internal_topic_configs(settings).items():
         out[name] = {**configs, "min.insync.replicas": "1"} if "min.insync.replicas" in configs else configs
     return out
+
+
+async def _delete_share_state(self: Broker, group_id: str) -> ErrorCode:
+    """DeleteGroups of a share group: the state of its share partitions deleted at the share
+    coordinators (every partition of every topic: DeleteShareGroupState answers NONE where there
+    is none) and dropped from this leader's cache; the first error found, NONE when all went."""
+    image = self.services.backend.image
+    topics = {t.topic_id: sorted(t.partitions) for name, t in image.topics.items() if not name.startswith("__")}
+    if not topics:
+        return ErrorCode.NONE
+    errors = await self.share_persister.delete(group_id, topics)
+    shares = self.services.shares
+    if shares is not None:
+        for (topic_id, partition), code in errors.items():
+            if code is ErrorCode.NONE:
+                shares.forget((group_id, topic_id, partition))
+    failed = [code for code in errors.values() if code is not ErrorCode.NONE]
+    if failed:
+        log.warning("share group %s: the state of %d share partitions could not be deleted (%s); the group stays",
+                    group_id, len(failed), failed[0].name)
+        return failed[0]
+    return ErrorCode.NONE

@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -101,6 +101,10 @@ class ShareGroupService:
         self.clock = clock
         self._listeners: list[MemberRemoved] = []
         self._deleted: list[Callable[[str], None]] = []
+        #: deletes a group's share-partition state (the persister's DeleteShareGroupState, every
+        #: share partition of the group) before DeleteGroups deletes the group: its error, if any,
+        #: is the group's and the group stays (None: nothing to delete, a broker still starting)
+        self.state_deleter: Callable[[str], Awaitable[ErrorCode]] | None = None
         #: see :meth:`set_group_timeouts` (given to every shard made)
         self.group_timeouts: Callable[[str], tuple[int | None, int | None]] | None = None
         runtime.deadline("share-group-timer", self._next_deadline, self._tick)
@@ -226,6 +230,13 @@ class ShareGroupService:
         return out
 
     async def delete(self, shard: GroupShard, group_id: str) -> ErrorCode:
+        group = shard.share.group(group_id)
+        if group is not None and not group.members and self.state_deleter is not None:
+            # as Kafka: the group's share-partition state goes first (a group created again under
+            # this id starts from share.auto.offset.reset, not from the old start offsets)
+            code = await self.state_deleter(group_id)
+            if code is not ErrorCode.NONE:
+                return code
         before = group_records(shard.share.group(group_id))
         try:
             shard.share.delete(group_id)
