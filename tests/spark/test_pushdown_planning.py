@@ -28,6 +28,8 @@ from pyspark.sql.datasource import (
     LessThan,
     LessThanOrEqual,
     Not,
+    StringContains,
+    StringEndsWith,
     StringStartsWith,
 )
 
@@ -74,7 +76,7 @@ def filters(draw: Any) -> list[Any]:
     out: list[Any] = []
     for _ in range(draw(st.integers(0, 5))):
         col = draw(st.sampled_from(["topic", "partition", "offset", "timestamp", "key"]))
-        kind = draw(st.sampled_from(["=", "<=>", "<", "<=", ">", ">=", "in", "notnull", "null", "not", "prefix"]))
+        kind = draw(st.sampled_from(["=", "<=>", "<", "<=", ">", ">=", "in", "notnull", "null", "not", "prefix", "suffix", "contains"]))
         if col == "topic":
             value: Any = draw(st.sampled_from(["a", "b", "c", ""]))
         elif col == "partition":
@@ -98,8 +100,9 @@ def filters(draw: Any) -> list[Any]:
             out.append(IsNull(attr))
         elif kind == "not":
             out.append(Not(EqualTo(attr, value)))
-        elif kind == "prefix":
-            out.append(StringStartsWith(attr, "a" if col == "topic" else "x"))
+        elif kind in ("prefix", "suffix", "contains"):
+            cls_s = {"prefix": StringStartsWith, "suffix": StringEndsWith, "contains": StringContains}[kind]
+            out.append(cls_s(attr, draw(st.sampled_from(["a", "b", "", "x"]))))
         else:
             cls = {"=": EqualTo, "<=>": EqualNullSafe, "<": LessThan, "<=": LessThanOrEqual, ">": GreaterThan, ">=": GreaterThanOrEqual}[kind]
             out.append(cls(attr, value))
@@ -131,6 +134,10 @@ def holds(f: Any, record: dict[str, Any]) -> bool:
         return False
     if isinstance(f, StringStartsWith):
         return isinstance(v, str) and v.startswith(f.value)
+    if isinstance(f, StringEndsWith):
+        return isinstance(v, str) and v.endswith(f.value)
+    if isinstance(f, StringContains):
+        return isinstance(v, str) and f.value in v
     if isinstance(f, In):
         return v in [_literal(x) for x in f.value]
     lit = _literal(f.value)

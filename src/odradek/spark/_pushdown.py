@@ -85,13 +85,37 @@ def _ceil_div(a: int, b: int) -> int:
     return -((-a) // b)
 
 
+@dataclass(frozen=True)
+class _TopicTest:
+    """A predicate on the topic name (picklable, unlike a lambda)."""
+
+    op: str
+    value: str
+
+    def __call__(self, topic: str) -> bool:
+        v = self.value
+        if self.op == "startswith":
+            return topic.startswith(v)
+        if self.op == "endswith":
+            return topic.endswith(v)
+        if self.op == "contains":
+            return v in topic
+        if self.op == ">":
+            return topic > v
+        if self.op == ">=":
+            return topic >= v
+        if self.op == "<":
+            return topic < v
+        return topic <= v
+
+
 @dataclass
 class Pushdown:
     """What the pushed filters allow; None is "no constraint".  Offsets: ``[offset_lo, offset_hi)``
     and, from ``=`` / ``IN``, a set of values; timestamps (ms, both ends included)."""
 
     topics: set[str] | None = None
-    topic_tests: list[Callable[[str], bool]] = field(default_factory=list)
+    topic_tests: list[_TopicTest] = field(default_factory=list)
     partitions: set[int] | None = None
     partition_lo: int | None = None
     partition_hi: int | None = None  # inclusive
@@ -210,15 +234,8 @@ class Pushdown:
         elif isinstance(f, (StringStartsWith, StringEndsWith, StringContains)) and col == "topic":
             if not isinstance(value, str):
                 return False, False
-            s = value
-            test: Callable[[str], bool]
-            if isinstance(f, StringStartsWith):
-                test = lambda t: t.startswith(s)  # noqa: E731
-            elif isinstance(f, StringEndsWith):
-                test = lambda t: t.endswith(s)  # noqa: E731
-            else:
-                test = lambda t: s in t  # noqa: E731
-            self.topic_tests.append(test)
+            kind = {StringStartsWith: "startswith", StringEndsWith: "endswith", StringContains: "contains"}[type(f)]
+            self.topic_tests.append(_TopicTest(kind, value))
             return True, True
         else:
             return False, False
@@ -241,14 +258,7 @@ class Pushdown:
         if op in ("=", "in"):
             self.topics = self._restrict_set(self.topics, values)
             return True, True
-        v = values[0]
-        test: Callable[[str], bool] = {
-            ">": lambda t: t > v,
-            ">=": lambda t: t >= v,
-            "<": lambda t: t < v,
-            "<=": lambda t: t <= v,
-        }[op]
-        self.topic_tests.append(test)
+        self.topic_tests.append(_TopicTest(op, values[0]))
         return True, True
 
     def _take_partition(self, op: str, values: list[int]) -> None:
