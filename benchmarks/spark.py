@@ -55,7 +55,9 @@ these CPU-bound cores: the ceiling's CPU per run over that plus the kernel's.
   once with ``spark.sql.python.filterPushdown.enabled=true`` (the source reads from the offsets
   the time index gives) and once without (the whole topic read, Spark filtering), alternately,
   ``repeats`` times each after one warm-up; ``ratio`` is the pushdown query's median time over
-  the full scan's (target at 1 %: <= 0.1).  ``--pushdown-only`` runs this part alone.
+  the full scan's (target at 1 %: <= 0.1).  ``nothing_to_read_seconds``: a pushdown query that
+  plans no range (``partition < 0``), the per-query floor of planning and running a Spark job
+  over a Python source.  ``--pushdown-only`` runs this part alone.
 
 The machine is a shared 2-core VM: the JVM, the Python workers and the broker share both cores,
 so the figures move by 10-20 % between runs.
@@ -564,6 +566,13 @@ def pushdown_bench(spark: Any, bootstrap: str, records: int, repeats: int) -> di
             "full_scan_seconds": [round(r[0], 3) for r in full_runs],
             "ratio": round(pushed_t / full_t, 3),
         }
+    # the floor under any pushdown query: one that plans nothing (Spark's and the planner workers' cost)
+    spark.conf.set(PUSHDOWN_CONF, "true")
+    floor = []
+    for _ in range(repeats):
+        df = spark.read.format("odradek").option("kafka.bootstrap.servers", bootstrap).option("subscribe", PUSHDOWN_TOPIC).load()
+        floor.append(timed(lambda df=df: df.where("partition < 0").selectExpr("sum(length(value)) AS n").collect()))
+    out["nothing_to_read_seconds"] = [round(r[0], 3) for r in floor]
     spark.conf.unset(PUSHDOWN_CONF)
     ratio = out["1%"]["ratio"]
     out.update({"target_at_1%": PUSHDOWN_TARGET, "meets_target": ratio <= PUSHDOWN_TARGET})
