@@ -33,8 +33,8 @@ from .spark_helpers import create_topic, wait_for
 PUSHDOWN = "spark.sql.python.filterPushdown.enabled"
 T0 = 1_700_000_000_000
 HOURS3 = 3 * 3600 * 1000
-#: records per partition: 10 000 in CI; the issue's 3 M with ODRADEK_PUSHDOWN_PER_PARTITION=1000000
-PER_PARTITION = int(os.environ.get("ODRADEK_PUSHDOWN_PER_PARTITION", "10000"))
+#: records per partition: 10 000 in CI; the issue's 3 M with PUSHDOWN_PER_PARTITION=1000000
+PER_PARTITION = int(os.environ.get("PUSHDOWN_PER_PARTITION", "10000"))
 BATCH_BYTES = 16_384  # the producer's batch.size: no record batch is larger
 CREATE = "create"
 BACKWARDS = "backwards"
