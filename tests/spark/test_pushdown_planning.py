@@ -250,6 +250,9 @@ def test_partition_offset_and_topic_predicates_are_taken_exactly() -> None:
     assert planned == [(("a", 0), 3, 6), (("a", 0), 7, 8), (("a", 2), 3, 6), (("a", 2), 7, 8)]
     planned, _, _ = _plan(log, [EqualTo(("partition",), 0), EqualTo(("partition",), 1)])
     assert planned == []
+    many = In(("offset",), tuple(range(2, 200, 2)))  # too many runs for a task each: one range, Spark picks
+    planned, returned, _ = _plan(log, [many, EqualTo(("partition",), 1), EqualTo(("topic",), "b")])
+    assert planned == [(("b", 1), 2, 10)] and returned == [many]
 
 
 def test_bounds_intersect_the_options_ranges() -> None:

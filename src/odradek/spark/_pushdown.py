@@ -9,7 +9,8 @@ the source does with them (:class:`Pushdown`):
 * ``topic``, ``partition`` and ``offset`` predicates are applied exactly -- only the partitions
   and offsets they allow are planned -- so the source takes them and Spark does not evaluate them
   again (they disappear from the ``Filter`` above the scan in ``explain()``).  ``offset IN (...)``
-  becomes one range per run of consecutive offsets.
+  becomes one range per run of consecutive offsets (over 64 values: one range from the least to
+  the largest, the predicate left to Spark).
 * ``timestamp`` predicates narrow the offset ranges but are handed back to Spark, which applies
   them to the rows read: a pushed timestamp bound only ever reads a superset of the rows it
   selects.  A lower bound ``L`` becomes the start offset ListOffsets(``L``) gives -- the first
@@ -48,6 +49,9 @@ _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 _US = _dt.timedelta(microseconds=1)
 #: the PySpark worker that plans a read without asking for pushdown, and the one that asks
 _PLAN_WORKER = "pyspark.sql.worker.plan_data_source_read"
+#: ``offset IN (...)`` with more values than this is read as one range from the least to the
+#: largest, Spark applying the predicate (not a task per run of offsets)
+_MAX_OFFSET_VALUES = 64
 _PUSHDOWN_WORKER = "pyspark.sql.worker.data_source_pushdown_filters"
 
 
@@ -248,6 +252,10 @@ class Pushdown:
             return False, False
         if col == "partition":
             self._take_partition(op, ints)
+        elif op == "in" and len(ints) > _MAX_OFFSET_VALUES:  # one range over them all, Spark picks
+            self._take_offset(">=", [min(ints)])
+            self._take_offset("<=", [max(ints)])
+            return True, False
         else:
             self._take_offset(op, ints)
         return True, True
