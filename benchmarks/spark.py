@@ -54,7 +54,7 @@ these CPU-bound cores: the ceiling's CPU per run over that plus the kernel's.
   queried with ``timestamp >= <the last 1 %, 10 %, 100 % of the span>`` and ``sum(length(value))``,
   once with ``spark.sql.python.filterPushdown.enabled=true`` (the source reads from the offsets
   the time index gives) and once without (the whole topic read, Spark filtering), alternately,
-  ``repeats`` times each after one warm-up; ``ratio`` is the pushdown query's median time over
+  ``repeats`` times each after ``warmup`` runs of every query; ``ratio`` is the pushdown query's median time over
   the full scan's (target at 1 %: <= 0.1).  ``nothing_to_read_seconds``: a pushdown query that
   plans no range (``partition < 0``), the per-query floor of planning and running a Spark job
   over a Python source.  ``--pushdown-only`` runs this part alone.
@@ -532,35 +532,43 @@ def produce_timestamped(bootstrap: str, records: int, t0: int) -> None:
         raise RuntimeError("records left unsent")
 
 
-def pushdown_bench(spark: Any, bootstrap: str, records: int, repeats: int) -> dict[str, Any]:
+def pushdown_bench(spark: Any, bootstrap: str, records: int, repeats: int, warmup: int) -> dict[str, Any]:
     """Pushdown query vs full scan + filter at selectivities 1 %, 10 % and 100 % (see the module docstring)."""
     from odradek.spark import PUSHDOWN_CONF
 
     t0 = 1_700_000_000_000
     produce_timestamped(bootstrap, records, t0)
     out: dict[str, Any] = {"records": records, "span_hours": 3, "partitions": 3}
-    for share in (0.01, 0.1, 1.0):
+
+    def query(enabled: bool, where: str, expected: int) -> Any:
+        spark.conf.set(PUSHDOWN_CONF, "true" if enabled else "false")
+        df = spark.read.format("odradek").option("kafka.bootstrap.servers", bootstrap).option("subscribe", PUSHDOWN_TOPIC).load()
+        got = df.where(where).selectExpr("sum(length(value)) AS n").collect()[0].n or 0
+        if got != expected:
+            raise RuntimeError(f"pushdown={enabled} {where}: sum(length(value)) is {got}, expected {expected}")
+        return got
+
+    shares = (0.01, 0.1, 1.0)
+    cases = []
+    for share in shares:
         since = t0 + PUSHDOWN_SPAN_MS - int(PUSHDOWN_SPAN_MS * share)
-        where = f"timestamp >= timestamp_millis({since})"
         expected = sum(1 for i in range(records) if t0 + PUSHDOWN_SPAN_MS * i // records >= since) * VALUE_SIZE
-
-        def query(enabled: bool, where: str = where, expected: int = expected) -> Any:
-            spark.conf.set(PUSHDOWN_CONF, "true" if enabled else "false")
-            df = spark.read.format("odradek").option("kafka.bootstrap.servers", bootstrap).option("subscribe", PUSHDOWN_TOPIC).load()
-            got = df.where(where).selectExpr("sum(length(value)) AS n").collect()[0].n or 0
-            if got != expected:
-                raise RuntimeError(f"pushdown={enabled} {where}: sum(length(value)) is {got}, expected {expected}")
-            return got
-
-        query(True)
-        query(False)
-        pushed_runs, full_runs = [], []
-        for _ in range(repeats):
-            pushed_runs.append(timed(lambda: query(True)))
-            full_runs.append(timed(lambda: query(False)))
+        cases.append((share, f"timestamp >= timestamp_millis({since})", expected))
+    for _ in range(warmup):  # JIT and Python workers, every query
+        for _share, where, expected in cases:
+            query(True, where, expected)
+            query(False, where, expected)
+    runs: dict[float, tuple[list[Any], list[Any]]] = {share: ([], []) for share in shares}
+    for _ in range(repeats):  # alternately, every selectivity in each round
+        for share, where, expected in cases:
+            runs[share][0].append(timed(lambda w=where, e=expected: query(True, w, e)))
+            runs[share][1].append(timed(lambda w=where, e=expected: query(False, w, e)))
+    for share, where, expected in cases:
+        pushed_runs, full_runs = runs[share]
         pushed_t = statistics.median(r[0] for r in pushed_runs)
         full_t = statistics.median(r[0] for r in full_runs)
         out[f"{round(share * 100)}%"] = {
+            "where": where,
             "rows": expected // VALUE_SIZE,
             "pushdown_seconds": [round(r[0], 3) for r in pushed_runs],
             "full_scan_seconds": [round(r[0], 3) for r in full_runs],
@@ -631,7 +639,7 @@ def main() -> None:
         spark.sparkContext.setLogLevel("ERROR")
         odradek.spark.register(spark)
         if args.pushdown_only:
-            pushdown = pushdown_bench(spark, broker.bootstrap, args.pushdown_records, args.repeats)
+            pushdown = pushdown_bench(spark, broker.bootstrap, args.pushdown_records, args.repeats, args.warmup)
             print(json.dumps({"benchmark": "spark", "pushdown": pushdown}, indent=2))
             return
         reference = spark.range(records).selectExpr(f"repeat(cast(id % 10 AS string), {VALUE_SIZE}) AS value")
@@ -717,7 +725,7 @@ def main() -> None:
         transport = transport_cost(broker.bootstrap, broker.pid, records)
         ceil_median_run = median_run(ceil_runs)
         bound = ceiling_bound(sum(ceil_median_run[2].values()), records, transport)
-        pushdown = pushdown_bench(spark, broker.bootstrap, args.pushdown_records, args.repeats)
+        pushdown = pushdown_bench(spark, broker.bootstrap, args.pushdown_records, args.repeats, args.warmup)
 
         ref_rps = records / ref_t
         src_rps = records / src_t
