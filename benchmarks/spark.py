@@ -49,6 +49,16 @@ these CPU-bound cores: the ceiling's CPU per run over that plus the kernel's.
   of a session pays for the JVM's class loading and JIT of the streaming engine: ~1 s); ratios
   to the reference and to the batch read of this run.
 
+* ``pushdown`` - filter pushdown (issue 45): a second topic, ``pushdown_records`` (3,000,000, as in the issue)
+  records of 100-byte values over 3 partitions with record timestamps spread evenly over 3 hours,
+  queried with ``timestamp >= <the last 1 %, 10 %, 100 % of the span>`` and ``sum(length(value))``,
+  once with ``spark.sql.python.filterPushdown.enabled=true`` (the source reads from the offsets
+  the time index gives) and once without (the whole topic read, Spark filtering), alternately,
+  ``repeats`` times each after ``warmup`` runs of every query; ``ratio`` is the pushdown query's median time over
+  the full scan's (target at 1 %: <= 0.1).  ``nothing_to_read_seconds``: a pushdown query that
+  plans no range (``partition < 0``), the per-query floor of planning and running a Spark job
+  over a Python source.  ``--pushdown-only`` runs this part alone.
+
 The machine is a shared 2-core VM: the JVM, the Python workers and the broker share both cores,
 so the figures move by 10-20 % between runs.
 """
@@ -486,6 +496,97 @@ def end_to_end_latency(spark: Any, bootstrap: str, work: Path, rate: int, second
     }
 
 
+#: issue 45: pushdown query time over full scan + filter time, at 1 % selectivity
+PUSHDOWN_TARGET = 0.1
+PUSHDOWN_TOPIC = "bench-ts"
+PUSHDOWN_SPAN_MS = 3 * 3600 * 1000
+
+
+def produce_timestamped(bootstrap: str, records: int, t0: int) -> None:
+    """``records`` 100-byte values over 3 partitions, timestamps evenly over ``PUSHDOWN_SPAN_MS`` from ``t0``."""
+    import confluent_kafka as ck
+
+    from odradek.client import Admin, NewTopic
+
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(PUSHDOWN_TOPIC, 3, 1)])
+    p = ck.Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.size": 1 << 20,
+            "queue.buffering.max.messages": 1_000_000,
+            "compression.type": "none",
+        }
+    )
+    value = b"v" * VALUE_SIZE
+    for i in range(records):
+        ts = t0 + PUSHDOWN_SPAN_MS * i // records
+        while True:
+            try:
+                p.produce(PUSHDOWN_TOPIC, value, partition=i % 3, timestamp=ts)
+                break
+            except BufferError:
+                p.poll(0.01)
+    if p.flush(120) != 0:
+        raise RuntimeError("records left unsent")
+
+
+def pushdown_bench(spark: Any, bootstrap: str, records: int, repeats: int, warmup: int) -> dict[str, Any]:
+    """Pushdown query vs full scan + filter at selectivities 1 %, 10 % and 100 % (see the module docstring)."""
+    from odradek.spark import PUSHDOWN_CONF
+
+    t0 = 1_700_000_000_000
+    produce_timestamped(bootstrap, records, t0)
+    out: dict[str, Any] = {"records": records, "span_hours": 3, "partitions": 3}
+
+    def query(enabled: bool, where: str, expected: int) -> Any:
+        spark.conf.set(PUSHDOWN_CONF, "true" if enabled else "false")
+        df = spark.read.format("odradek").option("kafka.bootstrap.servers", bootstrap).option("subscribe", PUSHDOWN_TOPIC).load()
+        got = df.where(where).selectExpr("sum(length(value)) AS n").collect()[0].n or 0
+        if got != expected:
+            raise RuntimeError(f"pushdown={enabled} {where}: sum(length(value)) is {got}, expected {expected}")
+        return got
+
+    shares = (0.01, 0.1, 1.0)
+    cases = []
+    for share in shares:
+        since = t0 + PUSHDOWN_SPAN_MS - int(PUSHDOWN_SPAN_MS * share)
+        expected = sum(1 for i in range(records) if t0 + PUSHDOWN_SPAN_MS * i // records >= since) * VALUE_SIZE
+        cases.append((share, f"timestamp >= timestamp_millis({since})", expected))
+    for _ in range(warmup):  # JIT and Python workers, every query
+        for _share, where, expected in cases:
+            query(True, where, expected)
+            query(False, where, expected)
+    runs: dict[float, tuple[list[Any], list[Any]]] = {share: ([], []) for share in shares}
+    for _ in range(repeats):  # alternately, every selectivity in each round
+        for share, where, expected in cases:
+            runs[share][0].append(timed(lambda w=where, e=expected: query(True, w, e)))
+            runs[share][1].append(timed(lambda w=where, e=expected: query(False, w, e)))
+    for share, where, expected in cases:
+        pushed_runs, full_runs = runs[share]
+        pushed_t = statistics.median(r[0] for r in pushed_runs)
+        full_t = statistics.median(r[0] for r in full_runs)
+        out[f"{round(share * 100)}%"] = {
+            "where": where,
+            "rows": expected // VALUE_SIZE,
+            "pushdown_seconds": [round(r[0], 3) for r in pushed_runs],
+            "full_scan_seconds": [round(r[0], 3) for r in full_runs],
+            "ratio": round(pushed_t / full_t, 3),
+        }
+    # the floor under any pushdown query: one that plans nothing (Spark's and the planner workers' cost)
+    spark.conf.set(PUSHDOWN_CONF, "true")
+    floor = []
+    for _ in range(repeats):
+        df = spark.read.format("odradek").option("kafka.bootstrap.servers", bootstrap).option("subscribe", PUSHDOWN_TOPIC).load()
+        floor.append(timed(lambda df=df: df.where("partition < 0").selectExpr("sum(length(value)) AS n").collect()))
+    out["nothing_to_read_seconds"] = [round(r[0], 3) for r in floor]
+    spark.conf.unset(PUSHDOWN_CONF)
+    ratio = out["1%"]["ratio"]
+    out.update({"target_at_1%": PUSHDOWN_TARGET, "meets_target": ratio <= PUSHDOWN_TARGET})
+    return out
+
+
 def java_version() -> str:
     try:
         out = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30)
@@ -502,6 +603,8 @@ def main() -> None:
     parser.add_argument("--stream-repeats", type=int, default=3)
     parser.add_argument("--stream-warmup", type=int, default=1)
     parser.add_argument("--latency-seconds", type=float, default=20.0)
+    parser.add_argument("--pushdown-records", type=int, default=3_000_000)
+    parser.add_argument("--pushdown-only", action="store_true", help="run the pushdown part alone")
     parser.add_argument("--decode-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.decode_child:
@@ -523,7 +626,7 @@ def main() -> None:
     broker.start()
     spark = None
     try:
-        produce_seconds = produce(broker.bootstrap, records)
+        produce_seconds = 0.0 if args.pushdown_only else produce(broker.bootstrap, records)
         spark = (
             SparkSession.builder.master("local[2]")
             .appName("odradek-benchmark")
@@ -535,6 +638,10 @@ def main() -> None:
         )
         spark.sparkContext.setLogLevel("ERROR")
         odradek.spark.register(spark)
+        if args.pushdown_only:
+            pushdown = pushdown_bench(spark, broker.bootstrap, args.pushdown_records, args.repeats, args.warmup)
+            print(json.dumps({"benchmark": "spark", "pushdown": pushdown}, indent=2))
+            return
         reference = spark.range(records).selectExpr(f"repeat(cast(id % 10 AS string), {VALUE_SIZE}) AS value")
         source = (
             spark.read.format("odradek")
@@ -618,6 +725,7 @@ def main() -> None:
         transport = transport_cost(broker.bootstrap, broker.pid, records)
         ceil_median_run = median_run(ceil_runs)
         bound = ceiling_bound(sum(ceil_median_run[2].values()), records, transport)
+        pushdown = pushdown_bench(spark, broker.bootstrap, args.pushdown_records, args.repeats, args.warmup)
 
         ref_rps = records / ref_t
         src_rps = records / src_t
@@ -683,6 +791,7 @@ def main() -> None:
                 "seconds": [round(r[0], 3) for r in stream_runs],
                 "cpu_seconds": median_run(stream_runs)[2],
             },
+            "pushdown": pushdown,
             "end_to_end_latency": latency,
             "decode_alone": decode,
             "info": {

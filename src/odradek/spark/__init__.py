@@ -63,6 +63,12 @@ directories), ``stopAtCorruption`` (default false: a corrupt or truncated segmen
 naming the file and byte position; true: read up to the last valid batch before it) and
 ``maxBytesPerPartition`` (default 128 MiB of whole segments per task).
 
+Filter pushdown (batch reads, network and offline; :mod:`odradek.spark._pushdown`): with
+``spark.sql.python.filterPushdown.enabled=true`` (:func:`session` sets it; PySpark's default is
+off, and the source then reads as before), ``topic``, ``partition`` and ``offset`` predicates
+select the partitions and offset ranges read, and ``timestamp`` bounds narrow them through the
+time indexes (ListOffsets by timestamp), Spark re-applying them to the rows.
+
 Streaming offsets are Spark's Kafka JSON, ``{"topic": {"0": 123}}``; ``Trigger.AvailableNow``
 is supported; partitions added while a query runs are read from their beginning; a planned
 micro-batch replayed after a restart reads exactly the same offset ranges.  Executors
@@ -82,7 +88,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from odradek.spark.source import OdradekDataSource
 
-__all__ = ["OdradekDataSource", "register", "session"]
+__all__ = ["PUSHDOWN_CONF", "OdradekDataSource", "register", "session"]
+
+#: the Spark setting that lets Python data sources take filters (off by default in PySpark 4.3)
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 log = logging.getLogger(__name__)
 
@@ -141,12 +150,15 @@ def session(master: str = "local[*]", app_name: str = "odradek", **conf: Any) ->
     and ``PYSPARK_DRIVER_PYTHON`` in this process's environment unless they are set already;
     ``conf`` items are Spark settings, with ``_`` standing for ``.`` in their names
     (``spark_sql_shuffle_partitions=4``), or pass them as a dict: ``**{"spark.ui.enabled": "false"}``.
+    Filter pushdown (``spark.sql.python.filterPushdown.enabled``, off in PySpark's own default) is on
+    unless ``conf`` says otherwise.
     Returns the active session if there is one (as ``getOrCreate`` does), registered."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
+    conf = {PUSHDOWN_CONF: "true", **conf}
     for key, value in conf.items():
         builder = builder.config(key if "." in key else key.replace("_", "."), str(value))
     spark = builder.getOrCreate()

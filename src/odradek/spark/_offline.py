@@ -67,6 +67,7 @@ from ._arrow import decode_partition_data
 from ._fetch import report_data_loss
 from ._offsets import OffsetRange, OffsetReader, PartitionOffsets, TopicPartition, check_range, split_ranges
 from ._options import SourceOptions, _bool, _lower, parse_source_options
+from ._pushdown import Pushdown, intersect
 
 __all__ = [
     "DEFAULT_MAX_BYTES_PER_PARTITION",
@@ -507,24 +508,39 @@ def _split_by_segments(r: OffsetRange, info: PartitionFiles, max_bytes: int) -> 
     return out
 
 
-def plan_offline(options: OfflineOptions) -> list[OfflineRange]:
+def plan_offline(options: OfflineOptions, pushdown: Pushdown | None = None) -> list[OfflineRange]:
     """The ranges of an offline batch read: offsets resolved from the files as the network
-    source resolves them from the broker."""
+    source resolves them from the broker, narrowed by the pushed filters
+    (:mod:`odradek.spark._pushdown`; timestamps through the segments' time indexes, as
+    ListOffsets).  No upper timestamp bound cuts a range here: the files do not say whether a
+    topic's timestamps are the broker's (LogAppendTime)."""
     opts = options.source
     reader = FileOffsetReader(options)
     tps = reader.topic_partitions()
     start = reader.resolve(opts.starting, tps, starting=True, streaming=False)
     end = reader.resolve(opts.ending, tps, starting=False, streaming=False)
-    ranges = []
     for tp in tps:
-        s, e = start[tp], end[tp]
-        check_range(tp, s, e)
-        if s < e and options.stop_at_corruption:
-            ranges.append(OffsetRange(tp[0], tp[1], s, e))
-        elif s < e:
-            ranges += _split_by_segments(
-                OffsetRange(tp[0], tp[1], s, e), reader.info(tp), options.max_bytes_per_partition
-            )
+        check_range(tp, start[tp], end[tp])
+    narrowed = intersect(pushdown, tps, start, end, reader.list_offsets, lambda tps: set())
+    if pushdown is not None and pushdown.active:
+        log.info(
+            "odradek offline: pushed %s; reading %s",
+            "; ".join(pushdown.described),
+            ", ".join(f"{t}-{p} [{s}, {e})" for (t, p), s, e in narrowed) or "nothing",
+        )
+    ranges = []
+    if options.stop_at_corruption:
+        # read from the partition's start all the same: no record after damage is returned
+        ends: dict[TopicPartition, int] = {}
+        for tp, _s, e in narrowed:
+            ends[tp] = max(ends.get(tp, e), e)
+        ranges = [OffsetRange(tp[0], tp[1], start[tp], e) for tp, e in ends.items() if start[tp] < e]
+    else:
+        for tp, s, e in narrowed:
+            if s < e:
+                ranges += _split_by_segments(
+                    OffsetRange(tp[0], tp[1], s, e), reader.info(tp), options.max_bytes_per_partition
+                )
     if options.stop_at_corruption:
         # one task reads a partition from its start: none returns records after damage that
         # another task found (recovery keeps nothing after it either)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +62,7 @@ from ._options import (
     parse_sink_options,
     parse_source_options,
 )
+from ._pushdown import Pushdown, intersect, push_filters, pushdown_enabled
 from ._typed import (
     SinkColumn,
     TypedColumn,
@@ -79,6 +80,8 @@ __all__ = [
     "OdradekDataSource",
     "OdradekOfflineReader",
     "OdradekPartition",
+    "OdradekPushdownBatchReader",
+    "OdradekPushdownOfflineReader",
     "OdradekStreamReader",
     "OdradekStreamWriter",
     "OdradekWriter",
@@ -216,33 +219,79 @@ def _check_schema(schema: StructType, opts: SourceOptions, typed: tuple[TypedCol
 class OdradekBatchReader(DataSourceReader):
     """``spark.read.format("odradek")``: offsets resolved once, when the query is planned."""
 
+    #: the filters Spark pushed (:class:`OdradekPushdownBatchReader`); None without pushdown
+    pushdown: Pushdown | None = None
+
     def __init__(self, options: SourceOptions, typed: tuple[TypedColumn, ...] = ()) -> None:
         self.options = options
         self.typed = typed
 
     def partitions(self) -> Sequence[InputPartition]:
         """The read's tasks: the topic partitions' offset ranges, resolved once from ``startingOffsets`` /
-        ``endingOffsets`` (and the timestamp options), split by ``minPartitions`` and
-        ``maxRecordsPerPartition``."""
+        ``endingOffsets`` (and the timestamp options), narrowed by the pushed filters, split by
+        ``minPartitions`` and ``maxRecordsPerPartition``."""
         opts = self.options
         reader = OffsetReader(opts)
         try:
             tps = reader.topic_partitions()
             start = reader.resolve(opts.starting, tps, starting=True, streaming=False)
             end = reader.resolve(opts.ending, tps, starting=False, streaming=False)
+            for tp in tps:
+                check_range(tp, start[tp], end[tp])
+            planned_ranges = intersect(
+                self.pushdown, tps, start, end, reader.list_offsets, lambda tps: _log_append_time(reader, tps)
+            )
         finally:
             reader.close()
-        ranges = []
-        for tp in tps:
-            s, e = start[tp], end[tp]
-            check_range(tp, s, e)
-            ranges.append(OffsetRange(tp[0], tp[1], s, e))
+        ranges = [OffsetRange(tp[0], tp[1], s, e) for tp, s, e in planned_ranges]
+        if self.pushdown is not None and self.pushdown.active:
+            log.info(
+                "odradek: pushed %s; reading %s",
+                "; ".join(self.pushdown.described),
+                ", ".join(f"{r.topic}-{r.partition} [{r.start}, {r.end})" for r in ranges) or "nothing",
+            )
         planned = split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)
         return [_partition(r, opts, self.typed) for r in planned]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Fetch one task's offset range from its leader, as Arrow record batches of the source's columns."""
         return _read(partition)
+
+
+class OdradekPushdownBatchReader(OdradekBatchReader):
+    """The batch reader where Spark plans with filter pushdown (see :mod:`odradek.spark._pushdown`)."""
+
+    def __init__(self, options: SourceOptions, typed: tuple[TypedColumn, ...] = ()) -> None:
+        super().__init__(options, typed)
+        self.pushdown = Pushdown()
+
+    def pushFilters(self, filters: list[Any]) -> Iterable[Any]:
+        """Take the ``topic``, ``partition`` and ``offset`` predicates (applied exactly), use the
+        ``timestamp`` ones as bounds of the offset ranges, and hand Spark back every filter but the
+        exactly applied ones."""
+        assert self.pushdown is not None
+        return list(push_filters(self.pushdown, filters))
+
+
+def _log_append_time(reader: OffsetReader, tps: list[tuple[str, int]]) -> set[tuple[str, int]]:
+    """The partitions of ``tps`` whose topic has ``message.timestamp.type=LogAppendTime`` (none when
+    the configs cannot be described: no range is then cut by an upper timestamp bound)."""
+    from odradek.client.admin import ConfigResource
+
+    topics = sorted({t for t, _ in tps})
+    try:
+        described = reader.admin.describe_configs(
+            [ConfigResource("topic", t) for t in topics], keys=["message.timestamp.type"], include_synonyms=False
+        )
+    except Exception as exc:  # no cut then: never a wrong answer
+        log.info("odradek: cannot describe the topics' timestamp type (%s): upper timestamp bounds not pushed", exc)
+        return set()
+    append = set()
+    for resource, entries in described.items():
+        entry = entries.get("message.timestamp.type")
+        if entry is not None and entry.value == "LogAppendTime":
+            append.add(resource.name)
+    return {tp for tp in tps if tp[0] in append}
 
 
 class OdradekOfflinePartition(InputPartition):
@@ -266,16 +315,19 @@ class OdradekOfflineReader(DataSourceReader):
     files, with no broker (:mod:`odradek.spark._offline`); offsets resolved from the files when
     the query is planned."""
 
+    #: the filters Spark pushed (:class:`OdradekPushdownOfflineReader`); None without pushdown
+    pushdown: Pushdown | None = None
+
     def __init__(self, options: OfflineOptions) -> None:
         self.options = options
 
     def partitions(self) -> Sequence[InputPartition]:
         """The read's tasks: ranges of the partitions' segment files found under ``path`` / ``logDirs``, at
-        most ``maxBytesPerPartition`` of whole segments each."""
+        most ``maxBytesPerPartition`` of whole segments each, narrowed by the pushed filters."""
         opts = self.options
         return [
             OdradekOfflinePartition(r, opts.source.include_headers, opts.source.fail_on_data_loss, opts.stop_at_corruption)
-            for r in plan_offline(opts)
+            for r in plan_offline(opts, self.pushdown)
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -294,6 +346,20 @@ class OdradekOfflineReader(DataSourceReader):
             fail_on_data_loss=partition.fail_on_data_loss,
             stop_at_corruption=partition.stop_at_corruption,
         )
+
+
+class OdradekPushdownOfflineReader(OdradekOfflineReader):
+    """The offline reader where Spark plans with filter pushdown: the same filters as the network
+    read's, timestamps resolved through the segment files' time indexes."""
+
+    def __init__(self, options: OfflineOptions) -> None:
+        super().__init__(options)
+        self.pushdown = Pushdown()
+
+    def pushFilters(self, filters: list[Any]) -> Iterable[Any]:
+        """As :meth:`OdradekPushdownBatchReader.pushFilters`."""
+        assert self.pushdown is not None
+        return list(push_filters(self.pushdown, filters))
 
 
 class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -515,14 +581,20 @@ class OdradekDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """The batch reader for these options: from the brokers, or from segment files with ``path`` /
-        ``logDirs``; ValueError for invalid options or a custom schema."""
+        ``logDirs``; ValueError for invalid options or a custom schema.  Where Spark plans the read
+        with filter pushdown (``spark.sql.python.filterPushdown.enabled=true``), a reader that takes
+        the pushed filters (:mod:`odradek.spark._pushdown`)."""
         if is_offline(self.options):
             offline = parse_offline_options(self.options)
             _check_schema(schema, offline.source)
+            if pushdown_enabled():
+                return OdradekPushdownOfflineReader(offline)
             return OdradekOfflineReader(offline)
         opts = parse_source_options(self.options, streaming=False)
         typed = _resolve_typed(opts)
         _check_schema(schema, opts, typed)
+        if pushdown_enabled():
+            return OdradekPushdownBatchReader(opts, typed)
         return OdradekBatchReader(opts, typed)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
