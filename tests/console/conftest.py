@@ -3,6 +3,7 @@ against it, each on 127.0.0.1 with an ephemeral port, stopped by PID."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -121,11 +122,11 @@ def wait_until(check, timeout: float, what: str, interval: float = 0.2):  # type
     raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+@contextlib.contextmanager
+def started_broker(data_dir: Path, **overrides: object) -> Iterator[BrokerProcess]:
+    """A broker process for console tests (quick group start-up), stopped at the end."""
     b = BrokerProcess(
-        tmp_path_factory.mktemp("console-broker") / "data",
-        overrides={"group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 1},
+        data_dir, overrides={"group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 1, **overrides}
     )
     b.start()
     try:
@@ -134,22 +135,34 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         b.stop()
 
 
-@pytest.fixture(scope="module")
-def console(broker: BrokerProcess) -> Iterator[Console]:
-    c = Console(broker.bootstrap).start()
+@contextlib.contextmanager
+def started_console(bootstrap: str, *extra: str, clean_exit: bool = True) -> Iterator[Console]:
+    """``odradek console`` against ``bootstrap``; with ``clean_exit`` its exit status must be 0."""
+    c = Console(bootstrap, *extra).start()
     try:
         yield c
     finally:
-        assert c.stop() == 0, "".join(c.stderr[-30:])
+        code = c.stop()
+        if clean_exit:
+            assert code == 0, "".join(c.stderr[-30:])
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    with started_broker(tmp_path_factory.mktemp("console-broker") / "data") as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def console(broker: BrokerProcess) -> Iterator[Console]:
+    with started_console(broker.bootstrap) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")
 def read_only_console(broker: BrokerProcess) -> Iterator[Console]:
-    c = Console(broker.bootstrap, "--read-only").start()
-    try:
+    with started_console(broker.bootstrap, "--read-only", clean_exit=False) as c:
         yield c
-    finally:
-        c.stop()
 
 
 @pytest.fixture(scope="session")

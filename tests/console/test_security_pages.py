@@ -24,7 +24,7 @@ from confluent_kafka.admin import (
 
 from odradek.client import Admin
 from odradek.testing import BrokerProcess
-from tests.console.conftest import Console
+from tests.console.conftest import Console, started_broker, started_console
 from tests.console.test_pages import _cells
 
 T = 30.0
@@ -34,34 +34,22 @@ _FIELD = re.compile(r'<input type="hidden" name="([^"]+)" value="([^"]*)">')
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(
-        tmp_path_factory.mktemp("console-acl-broker") / "data",
-        overrides={"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-                   "super.users": "User:ANONYMOUS"},
-    )
-    b.start()
-    try:
+    with started_broker(tmp_path_factory.mktemp("console-acl-broker") / "data",
+                        **{"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                           "super.users": "User:ANONYMOUS"}) as b:
         yield b
-    finally:
-        b.stop()
 
 
 @pytest.fixture(scope="module")
 def sconsole(secured: BrokerProcess) -> Iterator[Console]:
-    c = Console(secured.bootstrap).start()
-    try:
+    with started_console(secured.bootstrap) as c:
         yield c
-    finally:
-        assert c.stop() == 0, "".join(c.stderr[-30:])
 
 
 @pytest.fixture(scope="module")
 def sconsole_ro(secured: BrokerProcess) -> Iterator[Console]:
-    c = Console(secured.bootstrap, "--read-only").start()
-    try:
+    with started_console(secured.bootstrap, "--read-only", clean_exit=False) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def _forms(body: str) -> list[tuple[str, dict[str, str]]]:
