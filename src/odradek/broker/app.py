@@ -622,6 +622,7 @@ class Broker:
             await self.replication.controlled_shutdown()
         self.stopping = self.services.run.stopping = True
         await self.replication.stop()
+        await self.replicas.dir_moves.close()  # moves between log dirs: unfinished copies stop
         if self.controller is not None:
             await self.controller.stop()
         for server in self._servers:

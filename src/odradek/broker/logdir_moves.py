@@ -132,6 +132,8 @@ class ReplicaDirMoves:
                     await move.task
         for t in list(self._old):
             t.cancel()
+            with contextlib.suppress(BaseException):
+                await t
 
     # -- the copy ---------------------------------------------------------------------------------
     async def _run(self, move: DirMove) -> None:
@@ -207,11 +209,14 @@ class ReplicaDirMoves:
     async def _remove_old(self, old: Log, old_dir: Path) -> None:
         try:
             await asyncio.sleep(OLD_FILES_DELAY_S)
-        finally:
-            def remove() -> None:
-                import shutil
+        except asyncio.CancelledError:
+            old.abandon()  # stopping: the descriptors go now, the directory at the next start
+            raise
 
-                old.abandon()
-                shutil.rmtree(old_dir, ignore_errors=True)
+        def remove() -> None:
+            import shutil
 
-            await asyncio.to_thread(remove)
+            old.abandon()
+            shutil.rmtree(old_dir, ignore_errors=True)
+
+        await asyncio.to_thread(remove)
