@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 from odradek._clock import FakeClock
 from odradek._scheduler import FakeScheduler, Scheduler
 from odradek.coordination.zkserver import restartable_port
-from odradek.errors import ErrorCode
+from odradek.errors import ErrorCode, OdradekError
 from odradek.protocol import (
     NEED_DATA,
     ClientConnection,
@@ -1144,7 +1144,7 @@ def _proc_stat(pid: int, tid: int) -> list[str]:
 # -- fault scripting: the handle on a test broker ----------------------------------------------------
 
 
-class FaultControlError(RuntimeError):
+class FaultControlError(OdradekError, RuntimeError):
     """The broker refused a fault command (what was wrong is in the message)."""
 
 

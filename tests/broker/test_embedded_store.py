@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from odradek.cluster.metadata import BrokerInfo
-from odradek.coordination.embedded import FILE_NAME, EmbeddedBackend
+from odradek.coordination.embedded import FILE_NAME, FORMAT_VERSION, EmbeddedBackend
 from odradek.errors import ErrorCode, KafkaError
 
 
@@ -26,13 +26,18 @@ def _on_disk(backend: EmbeddedBackend) -> str:
     return (backend.path.parent / FILE_NAME).read_text()
 
 
+def _expected(backend: EmbeddedBackend) -> str:
+    """The image's JSON with the file's format version, as the store writes it."""
+    return json.dumps({**backend.image.to_json(), "format_version": FORMAT_VERSION}, sort_keys=True)
+
+
 def test_the_file_is_the_images_json_through_every_kind_of_change(tmp_path: Path) -> None:
     backend = _started(tmp_path)
 
     async def changes() -> None:
         for i in range(5):
             await backend.create_topic(f"t{i}", 2, 1, {"retention.ms": str(i)})
-            assert _on_disk(backend) == json.dumps(backend.image.to_json(), sort_keys=True)
+            assert _on_disk(backend) == _expected(backend)
         await backend.set_topic_configs("t1", {"cleanup.policy": "compact"})  # a cached topic changes
         await backend.create_partitions("t2", 4)
         await backend.delete_topic("t3")  # gone from the list, recorded as deleted
@@ -40,7 +45,7 @@ def test_the_file_is_the_images_json_through_every_kind_of_change(tmp_path: Path
 
     asyncio.run(changes())
     text = _on_disk(backend)
-    assert text == json.dumps(backend.image.to_json(), sort_keys=True)
+    assert text == _expected(backend)
     data = json.loads(text)
     topics = {t["name"]: t for t in data["topics"]}
     assert sorted(topics) == ["t0", "t1", "t2", "t4"]

@@ -99,10 +99,13 @@ def test_internal_topics_survive_what_would_destroy_them(tmp_path: Path) -> None
             assert _code(refused) == ck.KafkaError.TOPIC_EXCEPTION == ErrorCode.INVALID_TOPIC_EXCEPTION
             assert _code(admin.delete_topics([internal], request_timeout=T)) == ck.KafkaError.INVALID_REQUEST
             broker.wait_for_log("DeleteRecords", f"cannot delete records of internal topic {internal}")
-        # adding partitions is accepted as Kafka accepts it; groups stay where they are
+        # adding partitions is accepted as Kafka accepts it; while the broker runs its groups and
+        # transactional ids stay where they are (as Kafka's coordinators, it hashes keys by the
+        # partition count it found the topic with; the next start hashes by the new count)
         _result(admin.create_partitions([NewPartitions(OFFSETS, 2)], request_timeout=T))
         _result(admin.create_partitions([NewPartitions(TXNS, 2)], request_timeout=T))
         assert _committed(bs, group, topic) == 7
+        assert _init_producer_id(wire, txn_id) == (pid, epoch + 1)  # the id's producer, its epoch bumped
         c2 = ck.Consumer({"bootstrap.servers": bs, "group.id": "reader"})
         try:
             assert c2.get_watermark_offsets(ck.TopicPartition(OFFSETS, 0), timeout=T)[0] == 0
@@ -111,15 +114,16 @@ def test_internal_topics_survive_what_would_destroy_them(tmp_path: Path) -> None
         wire.close()
         del p, admin  # librdkafka's clients go before their broker
     with BrokerProcess(data, overrides=OVERRIDES) as broker:
-        assert _committed(broker.bootstrap, group, topic) == 7
         md = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=T)
         assert OFFSETS in md.topics and TXNS in md.topics
-        # the transaction log kept the id's producer: the same id, its epoch bumped
-        wire = WireClient(broker.host, broker.port)
+        # nothing of the internal topics was deleted: their first partitions still hold every record
+        c3 = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "reader"})
         try:
-            assert _init_producer_id(wire, txn_id) == (pid, epoch + 1)
+            for internal in (OFFSETS, TXNS):
+                low, high = c3.get_watermark_offsets(ck.TopicPartition(internal, 0), timeout=T)
+                assert low == 0 and high > 0, (internal, low, high)
         finally:
-            wire.close()
+            c3.close()
 
 
 def test_a_transaction_does_not_take_internal_partitions(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ from odradek._http import BadHttpRequest, parse_request_head
 from odradek._timeouts import wait_for
 from odradek.broker.faults import FaultInjector
 from odradek.cluster.faults import FaultSpecError, parse_rule
-from odradek.errors import KafkaError
+from odradek.errors import KafkaError, OdradekError
 
 __all__ = ["MAX_BODY", "FaultControlServer", "run_command"]
 
@@ -42,7 +42,7 @@ MAX_BODY = 1 << 20
 _OPS = ("arm", "clear", "reset", "drop", "fence", "expire", "state", "received")
 
 
-class CommandError(ValueError):
+class CommandError(OdradekError, ValueError):
     pass
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from odradek.errors import OdradekError
 from odradek.records import Record, parse_control_key, read_batches
 from odradek.schemas.framing import FramingError, read_header
 
@@ -67,11 +68,11 @@ _CONTROL = 0x20
 _ABORT = 0
 
 
-class ConversionError(Exception):
+class ConversionError(OdradekError):
     """A record (or the topic's schema) that cannot become a row of the table."""
 
 
-class RegistryUnavailable(Exception):
+class RegistryUnavailable(OdradekError):
     """The broker has no view of the schema registry now: try again later (nothing is converted)."""
 
 

@@ -12,10 +12,12 @@ over from an aborted upgrade, or a group type this version does not have).
 
 from __future__ import annotations
 
+from odradek.errors import OdradekError
+
 __all__ = ["UnknownRecordVersionError", "check_value_version"]
 
 
-class UnknownRecordVersionError(Exception):
+class UnknownRecordVersionError(OdradekError):
     """A record value in a version this Odradek does not read; ``offset`` is set by the
     runtime once it knows where the record is."""
 

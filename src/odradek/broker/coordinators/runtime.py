@@ -215,6 +215,8 @@ class CoordinatorRuntime(Generic[S]):
         self.replication = ports.replication
         self.scheduler = ports.scheduler
         self._shards: dict[int, S] = {}
+        #: the partition count keys are hashed by, fixed when the topic is first found (None: not yet)
+        self._routing_count: int | None = None
         #: the next offset of each loaded partition not yet replayed (:meth:`catch_up`)
         self._replayed: dict[int, int] = {}
         #: partitions being loaded: their keys answer COORDINATOR_LOAD_IN_PROGRESS
@@ -258,11 +260,21 @@ class CoordinatorRuntime(Generic[S]):
     # routing and the topic
 
     def partition_for(self, key: str) -> int:
-        """The partition of ``key``: by the topic's partition count once it exists (as Kafka
-        does: a topic created under another ``*.num.partitions``, by an earlier configuration,
-        keeps its keys where they are), by the configured count before."""
-        topic = self.topics.image.topics.get(self.topic.name)
-        return partition_for(key, len(topic.partitions) if topic is not None and topic.partitions else self.topic.partitions)
+        """The partition of ``key``: by the topic's partition count as this broker first finds
+        the topic (as Kafka does, once per broker lifetime: a topic created under another
+        ``*.num.partitions``, by an earlier configuration, keeps its keys where they are, and
+        partitions added to it later move keys only at the next start), by the configured count
+        before the topic exists."""
+        return partition_for(key, self.partition_count())
+
+    def partition_count(self) -> int:
+        """The partition count keys are hashed by (see :meth:`partition_for`)."""
+        if self._routing_count is None:
+            topic = self.topics.image.topics.get(self.topic.name)
+            if topic is None or not topic.partitions:
+                return self.topic.partitions
+            self._routing_count = len(topic.partitions)
+        return self._routing_count
 
     async def ensure_topic(self) -> None:
         """Create the topic on first use; COORDINATOR_NOT_AVAILABLE while it cannot be (too few

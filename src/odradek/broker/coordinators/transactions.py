@@ -258,6 +258,8 @@ class TransactionCoordinator:
         self.inter_broker_listener = inter_broker_listener
         self.max_timeout_ms = settings.max_timeout_ms
         self.offsets_partitions = offsets_partitions
+        #: ``__consumer_offsets``' partition count as first found (None: not yet; see _offsets_partition)
+        self._offsets_count: int | None = None
         self.runtime = CoordinatorRuntime(
             transaction_topic(settings, request_timeout_ms, ports.replication), self._new_shard, ports
         )
@@ -477,10 +479,14 @@ class TransactionCoordinator:
 
     def _offsets_partition(self, group_id: str) -> int:
         """The group's ``__consumer_offsets`` partition, as its coordinator finds it (the topic's
-        partition count once it exists)."""
-        topic = self.topics.image.topics.get(OFFSETS_TOPIC)
-        return partition_for(group_id, len(topic.partitions) if topic is not None and topic.partitions
-                             else self.offsets_partitions)
+        partition count as first found in this broker's lifetime, the configured one before)."""
+        count = self._offsets_count
+        if count is None:
+            topic = self.topics.image.topics.get(OFFSETS_TOPIC)
+            if topic is None or not topic.partitions:
+                return partition_for(group_id, self.offsets_partitions)
+            count = self._offsets_count = len(topic.partitions)
+        return partition_for(group_id, count)
 
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None:
         await self.add_partitions(
