@@ -262,7 +262,7 @@ class Broker:
             channel_factory=self._channel_factory if zk is not None else None,
             inter_broker_listener=(inter or None) if zk is not None else None,
             request_timeout_ms=settings.server.request_timeout_ms,
-            offsets_partitions=settings.groups.offsets_topic_num_partitions,
+            offsets_partition=self.groups.partition_for,
         )
 
         self.share_coordinator = ShareCoordinator(

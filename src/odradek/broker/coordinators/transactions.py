@@ -41,7 +41,6 @@ from odradek.broker.coordinators.runtime import (
 )
 from odradek.broker.producer_ids import ProducerIdManager
 from odradek.broker.topics import OFFSETS_TOPIC, TRANSACTION_TOPIC
-from odradek.cluster.assignment import partition_for
 from odradek.cluster.features import TRANSACTION_VERSION, finalized_levels
 from odradek.cluster.transactions import (
     MAX_EPOCH,
@@ -244,7 +243,7 @@ class TransactionCoordinator:
         inter_broker_listener: str | None = None,
         *,
         request_timeout_ms: int,
-        offsets_partitions: int,
+        offsets_partition: Callable[[str], int],
     ) -> None:
         self.broker_id = broker_id
         self.settings = settings
@@ -257,9 +256,8 @@ class TransactionCoordinator:
         self.channel_factory = channel_factory
         self.inter_broker_listener = inter_broker_listener
         self.max_timeout_ms = settings.max_timeout_ms
-        self.offsets_partitions = offsets_partitions
-        #: ``__consumer_offsets``' partition count as first found (None: not yet; see _offsets_partition)
-        self._offsets_count: int | None = None
+        #: a group's ``__consumer_offsets`` partition, as the group coordinator routes it
+        self._offsets_partition = offsets_partition
         self.runtime = CoordinatorRuntime(
             transaction_topic(settings, request_timeout_ms, ports.replication), self._new_shard, ports
         )
@@ -476,17 +474,6 @@ class TransactionCoordinator:
                     if part.partition_error_code:
                         return ErrorCode(part.partition_error_code)
         return ErrorCode.NONE
-
-    def _offsets_partition(self, group_id: str) -> int:
-        """The group's ``__consumer_offsets`` partition, as its coordinator finds it (the topic's
-        partition count as first found in this broker's lifetime, the configured one before)."""
-        count = self._offsets_count
-        if count is None:
-            topic = self.topics.image.topics.get(OFFSETS_TOPIC)
-            if topic is None or not topic.partitions:
-                return partition_for(group_id, self.offsets_partitions)
-            count = self._offsets_count = len(topic.partitions)
-        return partition_for(group_id, count)
 
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None:
         await self.add_partitions(
