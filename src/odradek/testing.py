@@ -1303,7 +1303,10 @@ class Faults:
     # -- what the broker saw ---------------------------------------------------------------------
     @property
     def rules(self) -> list[dict[str, Any]]:
-        """The armed rules."""
+        """The faults armed now, as the broker describes them: one dict per rule with its
+        ``id``, ``kind`` and ``hits`` (requests it applied to so far), and the ``api``,
+        ``error``, ``times``, ``topic``, ``partition``, ``client_id`` and ``delay_ms`` it was
+        armed with, where set."""
         return list(self._send({"op": "state"})["rules"])
 
     @property

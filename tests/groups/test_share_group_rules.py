@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from odradek.broker.coordinators.share_records import ShareRecordLoader, changes, group_records
 from odradek.cluster.share_group import ShareGroupConfig, ShareGroups, ShareHeartbeat, simple_assign
 from odradek.errors import ErrorCode, KafkaError
-from tests.groups.consumer_sim import image, topic_id
+from tests.cluster.consumer_sim import image, topic_id
 
 GROUP = "g"
 TOPICS = {"a": 2, "b": 3, "c": 1}

@@ -273,7 +273,7 @@ class BrokerSchemaRegistry:
             method, _Credentials(listeners, scram) if method == "BASIC" else None,
             _Authorizer(authorizer) if authorizer is not None else None,
             failure_delay_s=max(0, settings.security.connection_failed_authentication_delay_ms) / 1000,
-            clock=lambda: ports.clock.monotonic_ms() / 1000,
+            clock=ports.clock,
         )
         self.metrics = RegistryMetrics()
         max_record = settings.log.message_max_bytes - _BATCH_OVERHEAD

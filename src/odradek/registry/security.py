@@ -46,7 +46,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from odradek._clock import SystemClock
+from odradek._clock import Clock, SystemClock
 from odradek.registry.errors import RestError
 from odradek.registry.http import Request
 
@@ -67,10 +67,6 @@ def topic_of(subject: str) -> str:
             return subject[: -len(suffix)]
     return subject
 
-
-
-def _monotonic_s() -> float:
-    return SystemClock().monotonic_ms() / 1000
 
 class Credentials(Protocol):
     """The broker's users: ``check(user, password)`` says whether they match (it may be slow:
@@ -104,14 +100,15 @@ class RegistrySecurity:
         authorizer: RegistryAuthorizer | None,
         *,
         failure_delay_s: float,
-        clock: Callable[[], float] = _monotonic_s,
+        clock: Clock | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.method = method
         self.credentials = credentials
         self.authorizer = authorizer
         self.failure_delay_s = failure_delay_s
-        self.clock = clock
+        #: the broker's clock: when a user's credentials were last verified
+        self.clock: Clock = clock if clock is not None else SystemClock()
         self.sleep = sleep
         self._key = secrets.token_bytes(32)
         #: (user, keyed hash of the password) -> (when verified, the credentials' version)
@@ -149,7 +146,7 @@ class RegistrySecurity:
             return False
         digest = hmac.new(self._key, password.encode("utf-8"), hashlib.sha256).digest()
         key = (user, digest)
-        now = self.clock()
+        now = self.clock.monotonic_ms() / 1000
         version = self.credentials.version(user)
         hit = self._verified.get(key)
         if hit is not None and now - hit[0] < REMEMBER_S and hit[1] == version:

@@ -105,7 +105,8 @@ class AlterConfigOp:
 
     @classmethod
     def set(cls, name: str, value: Any) -> AlterConfigOp:
-        """Set ``name`` to ``value``."""
+        """Set ``name`` to ``value`` (Kafka's ``AlterConfigOp.OpType.SET``); the value is sent as
+        text: ``True`` becomes ``"true"``, a number its decimal form."""
         return cls(name, value, AlterConfigOpType.SET)
 
     @classmethod

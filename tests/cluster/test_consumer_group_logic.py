@@ -21,7 +21,7 @@ from odradek.cluster.consumer_group import (
 from odradek.cluster.group import GroupCoordinatorState, GroupLimits, GroupState
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol.messages.data import ConsumerProtocolSubscription
-from tests.groups.consumer_sim import GROUP, Sim, image, topic_id
+from tests.cluster.consumer_sim import GROUP, Sim, image, topic_id
 
 A = topic_id("a")
 

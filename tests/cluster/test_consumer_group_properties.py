@@ -1,5 +1,5 @@
 """Properties of KIP-848 reconciliation, on the pure state machine with simulated clients
-(:mod:`tests.groups.consumer_sim`).
+(:mod:`tests.cluster.consumer_sim`).
 
 Whatever sequence of joins, leaves (dynamic and static), crashes, heartbeats, lost responses,
 subscription changes and new partitions:
@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from odradek.cluster.consumer_group import ConsumerGroupState, MemberState
-from tests.groups.consumer_sim import GROUP, Sim, topic_id
+from tests.cluster.consumer_sim import GROUP, Sim, topic_id
 
 TOPICS = {"a": 4, "b": 3, "c": 1}
 SUBSCRIPTIONS = st.sampled_from([("a",), ("b",), ("a", "b"), ("a", "b", "c"), ("c",)])
