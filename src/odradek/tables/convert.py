@@ -2,7 +2,10 @@
 
 :func:`committed_records` reads a stretch of the log's bytes as a read_committed consumer does
 (control batches and the records of aborted transactions left out).  :class:`KeyValueRows` and
-:class:`ValueSchemaRows` turn records into Arrow tables for the two modes; a record that cannot be
+:class:`ValueSchemaRows` turn records into Arrow tables for the two modes: key_value rows straight
+from the batches' bytes by the compiled column decoder where it is built (no Python object per
+record: :meth:`CommittedRecords.key_value_columns`), value_schema rows (and key_value rows without
+the compiled decoder) from the records one by one; a record that cannot be
 converted (a value not framed for the registry, an unknown schema id, bytes the schema does not
 read) becomes a :class:`DeadLetter` with its reason, never silently dropped.
 """
@@ -138,11 +141,6 @@ class CommittedRecords(Sequence[Record]):
 
     def __iter__(self) -> Iterator[Record]:
         return iter(self._all())
-
-    def __eq__(self, other: object) -> bool:
-        return list(self) == list(other) if isinstance(other, (list, CommittedRecords)) else NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
 
     def key_value_columns(self) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array, pa.Array] | None:
         """``(key, value, offset, timestamp in microseconds, headers)`` of the records, decoded by the
