@@ -89,6 +89,10 @@ def test_compaction_leaves_fewer_files_with_the_same_rows_and_offsets(broker: Br
     # nothing left to compact: a second run changes nothing
     [again] = _compact(broker.data_dir, capsys, topic)
     assert again["files_rewritten"] == 0 and again["files_after"] == after_files
+    from odradek.cli.__main__ import main
+
+    assert main(["tables", "compact", topic, "--data-dir", str(broker.data_dir)]) == 0
+    assert f"odradek.{topic}: {after_files} data files, nothing to compact" in capsys.readouterr().out
     # the writer goes on from the same record: the next records once each
     placed |= _produce(broker.bootstrap, topic, [(i % 2, f"after-{i}".encode()) for i in range(6)])
     wait_rows(broker.data_dir, topic, len(placed))
