@@ -6,7 +6,10 @@ table, its rows, snapshots, partition spec, columns, the offset up to which it h
 partition (the current snapshot's record) and the rows of its dead-letter table.  Read-only: it
 creates nothing.  ``expire-snapshots TOPIC ...`` forgets the snapshots of the topics' tables (and
 dead-letter tables) older than ``--older-than-ms``, through PyIceberg; the current snapshot, which
-holds the offsets the writers resume from, is always kept.
+holds the offsets the writers resume from, is always kept.  ``compact TOPIC ...`` rewrites the
+small data files of the topics' tables (and dead-letter tables), per Iceberg partition, into files
+of about ``--target-file-size-bytes`` (:mod:`odradek.tables.compact`): the same rows, the same
+record of offsets, safe while the broker's writers commit; it prints the files before and after.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ __all__ = ["add_parser", "run"]
 
 def add_parser(sub: Any) -> None:
     """Add ``odradek tables`` (describe the topics' Iceberg tables) to the top-level subparsers ``sub``."""
-    p = sub.add_parser("tables", help="describe the Iceberg tables of topics written as tables (odradek[tables])",
+    p = sub.add_parser("tables", help="describe and maintain the Iceberg tables of topics written as tables "
+                       "(odradek[tables])",
                        description=__doc__)
     tsub = p.add_subparsers(dest="tables_command", required=True)
     d = tsub.add_parser("describe", help="rows, snapshots, columns and offsets held of each topic's table")
@@ -35,6 +39,17 @@ def add_parser(sub: Any) -> None:
     e.add_argument("--older-than-ms", type=int, default=5 * 24 * 3600 * 1000,
                    help="expire snapshots older than this (default 5 days, Iceberg's history.expire.max-snapshot-age-ms)")
     _settings_options(e)
+    c = tsub.add_parser("compact", help="rewrite a topic's table's small data files, per Iceberg partition, into "
+                        "fewer larger ones (and its dead-letter table's); safe while the broker writes")
+    c.add_argument("topics", nargs="+", metavar="TOPIC")
+    c.add_argument("--target-file-size-bytes", type=int, default=None,
+                   help="the size of the files written (default: the table's write.target-file-size-bytes, else "
+                        "512 MiB, Iceberg's default); files under 75%% of it are small")
+    c.add_argument("--min-input-files", type=int, default=5,
+                   help="compact an Iceberg partition only when it has at least this many small files (default 5, "
+                        "as Iceberg's rewrite_data_files)")
+    _settings_options(c)
+    add_output_option(c)
 
 
 def _settings_options(p: argparse.ArgumentParser) -> None:
@@ -95,8 +110,45 @@ def _expire(catalog: Any, namespace: str, topics: list[str], older_than_ms: int)
     return EXIT_OK
 
 
+def _compact(catalog: Any, namespace: str, args: argparse.Namespace) -> int:
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from odradek.tables.catalog import DEAD_LETTER_SUFFIX
+    from odradek.tables.compact import compact
+
+    if args.min_input_files < 2:
+        return fail("tables", "--min-input-files must be at least 2")
+    if args.target_file_size_bytes is not None and args.target_file_size_bytes <= 0:
+        return fail("tables", "--target-file-size-bytes must be positive")
+    done = []
+    for topic in args.topics:
+        for name in (topic, topic + DEAD_LETTER_SUFFIX):
+            try:
+                table = catalog.load_table((namespace, name))
+            except NoSuchTableError:
+                if name == topic:
+                    raise
+                continue
+            r = compact(table, target_file_size=args.target_file_size_bytes, min_input_files=args.min_input_files)
+            done.append(r.as_dict())
+            if args.output == "json":
+                continue
+            held = " ".join(f"{p}:{o}" for p, o in sorted(r.offsets.items())) or "-"
+            if not r.files_rewritten:
+                print(f"{r.table}: {r.files_before} data files, nothing to compact (no Iceberg partition has "
+                      f"{args.min_input_files} small files); {r.rows} rows; offsets held {held}")
+                continue
+            print(f"{r.table}: {r.files_before} data files -> {r.files_after}: {r.files_rewritten} small files in "
+                  f"{r.partitions} Iceberg partitions rewritten into {r.files_written} ({r.rows_rewritten} of "
+                  f"{r.rows} rows); snapshot {r.snapshot_id}; offsets held unchanged: {held}"
+                  + (f"; {r.races} races with the writers" if r.races else ""))
+    if args.output == "json":
+        write_json(done, sys.stdout)
+    return EXIT_OK
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run ``odradek tables describe|expire-snapshots``; returns the exit status (1: the catalog or
+    """Run ``odradek tables describe|expire-snapshots|compact``; returns the exit status (1: the catalog or
     a table could not be read, said on stderr)."""
     from odradek.config import BrokerConfig, ConfigError
     from odradek.settings import settings_from
@@ -115,6 +167,8 @@ def run(args: argparse.Namespace) -> int:
         namespace = settings.tables.namespace
         if args.tables_command == "expire-snapshots":
             return _expire(catalog, namespace, args.topics, args.older_than_ms)
+        if args.tables_command == "compact":
+            return _compact(catalog, namespace, args)
         if args.topics:
             names = list(args.topics)
         else:

@@ -2,7 +2,10 @@
 
 :func:`committed_records` reads a stretch of the log's bytes as a read_committed consumer does
 (control batches and the records of aborted transactions left out).  :class:`KeyValueRows` and
-:class:`ValueSchemaRows` turn records into Arrow tables for the two modes; a record that cannot be
+:class:`ValueSchemaRows` turn records into Arrow tables for the two modes: key_value rows straight
+from the batches' bytes by the compiled column decoder where it is built (no Python object per
+record: :meth:`CommittedRecords.key_value_columns`), value_schema rows (and key_value rows without
+the compiled decoder) from the records one by one; a record that cannot be
 converted (a value not framed for the registry, an unknown schema id, bytes the schema does not
 read) becomes a :class:`DeadLetter` with its reason, never silently dropped.
 """
@@ -12,20 +15,31 @@ from __future__ import annotations
 import io
 import itertools
 import json
-from collections.abc import Callable, Iterable, Sequence
+import struct
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from odradek.errors import OdradekError
-from odradek.records import Record, parse_control_key, read_batches
+from odradek.records import (
+    Batch,
+    Record,
+    RecordsError,
+    decompress,
+    iter_batch_headers,
+    parse_control_key,
+    speedups,
+    validate,
+)
 from odradek.schemas.framing import FramingError, read_header
 
 __all__ = [
     "DEAD_LETTER_SCHEMA",
     "KEY_VALUE_SCHEMA",
+    "CommittedRecords",
     "ConversionError",
     "DeadLetter",
     "KeyValueRows",
@@ -63,9 +77,12 @@ DEAD_LETTER_SCHEMA = pa.schema([
     pa.field("reason", pa.string()),
 ])
 
+_TIMESTAMP_TYPE = 0x08
 _TRANSACTIONAL = 0x10
 _CONTROL = 0x20
 _ABORT = 0
+_HEADER_SIZE = 61  # a v2 batch's header: its records follow
+_INT32 = struct.Struct("<i")
 
 
 class ConversionError(OdradekError):
@@ -82,19 +99,131 @@ class DeadLetter:
     reason: str
 
 
+class CommittedRecords(Sequence[Record]):
+    """The records a read_committed consumer sees in some whole batches of a partition's log (see
+    :func:`committed_records`): a sequence of :class:`Record`, decoded on first use, or, for
+    key_value rows, Arrow columns decoded straight from the batches' bytes by the compiled decoder
+    (:meth:`key_value_columns`) with no Python object per record."""
+
+    __slots__ = ("_parts", "_records")
+
+    def __init__(self) -> None:
+        #: (batch, the bytes it lies in, first offset kept, offset kept below)
+        self._parts: list[tuple[Batch, Any, int, int]] = []
+        self._records: list[Record] | None = None
+
+    def _add(self, batch: Batch, data: Any, lo: int, hi: int) -> None:
+        self._parts.append((batch, data, lo, hi))
+        self._records = None
+
+    def extend(self, other: CommittedRecords) -> None:
+        """``other``'s records after these (the next stretch of the log)."""
+        self._parts.extend(other._parts)
+        self._records = None
+
+    def _all(self) -> list[Record]:
+        if self._records is None:
+            self._records = [r for batch, _, lo, hi in self._parts for r in batch.records if lo <= r.offset < hi]
+        return self._records
+
+    def __bool__(self) -> bool:  # without decoding: a batch kept holds records (or a gap compaction left)
+        return bool(self._parts)
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    @overload
+    def __getitem__(self, i: int) -> Record: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Record]: ...
+    def __getitem__(self, i: int | slice) -> Record | list[Record]:
+        return self._all()[i]
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self._all())
+
+    def key_value_columns(self) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array, pa.Array] | None:
+        """``(key, value, offset, timestamp in microseconds, headers)`` of the records, decoded by the
+        compiled decoder from the batches' bytes; None when it is not there, for magic 0/1 data,
+        or when it finds anything wrong (the records then decode one by one, which says what)."""
+        compiled = speedups.compiled
+        if compiled is None or self._records is not None:
+            return None
+        specs: list[tuple[Any, int, int, int, int, int, int | None]] = []
+        kept: list[tuple[int, int, int]] = []  # per batch decoded: (records, first offset kept, offset kept below)
+        whole = True
+        try:
+            for batch, data, lo, hi in self._parts:
+                h = batch.header
+                if h.magic < 2:
+                    return None
+                if h.record_count <= 0:
+                    continue
+                start, stop = h.position + _HEADER_SIZE, h.position + h.size
+                buf = data
+                if h.compression:
+                    buf = decompress(h.compression, memoryview(data)[start:stop], magic=2)
+                    start, stop = 0, len(buf)
+                lat = h.max_timestamp if h.attributes & _TIMESTAMP_TYPE else None
+                specs.append((buf, start, stop, h.record_count, h.base_offset, h.base_timestamp, lat))
+                kept.append((h.record_count, lo, hi))
+                whole = whole and lo <= h.base_offset and h.last_offset < hi
+            if not specs:
+                return None
+            n, offsets, stamps, key, value, headers = compiled.decode_columns(specs, True, pa.allocate_buffer)
+            assert headers is not None
+            list_offsets, _validity, _nulls, count, hkeys, hvalues = headers
+            items = pa.StructArray.from_arrays([_binary(count, hkeys, pa.string()), _binary(count, hvalues)],
+                                               fields=list(HEADERS_TYPE.value_type))
+            # no list is null: a record without headers has an empty list (as the records give)
+            header_array = pa.Array.from_buffers(HEADERS_TYPE, n, [None, list_offsets], null_count=0, children=[items])
+            header_array.validate(full=True)  # header keys are strings: UTF-8 checked here
+            columns = [_binary(n, key), _binary(n, value), pa.Array.from_buffers(pa.int64(), n, [None, offsets]),
+                       pa.Array.from_buffers(pa.int64(), n, [None, stamps]), header_array]
+        except (ValueError, RecordsError, pa.ArrowInvalid):
+            return None
+        if n != sum(k for k, _, _ in kept) or (n and pc.max(columns[2]).as_py() > max(
+                b.header.last_offset for b, _, _, _ in self._parts)):
+            return None  # not the batches' record counts, or beyond their last offset: the records say what
+        if not whole:  # the first or last batch read in part (a last stable offset, a resumed writer)
+            columns = [c.filter(_kept(columns[2], kept)) for c in columns]
+        return columns[0], columns[1], columns[2], columns[3], columns[4]
+
+
+def _binary(n: int, column: tuple[Any, Any, Any, int], typ: pa.DataType | None = None) -> pa.Array:
+    """A binary (or string) array of the compiled decoder's buffers (its data buffer was sized by
+    a bound: cut to what the offsets use)."""
+    offsets, data, validity, nulls = column
+    used = _INT32.unpack_from(offsets, 4 * n)[0]
+    if used < data.size:
+        data = data.slice(0, used)
+    return pa.Array.from_buffers(typ or pa.binary(), n, [validity, offsets, data], null_count=nulls)
+
+
+def _kept(offsets: pa.Array, kept: list[tuple[int, int, int]]) -> pa.Array:
+    """The mask of the rows their batch keeps: ``(records, lo, hi)`` per batch in order, the
+    rows of each kept at ``lo <= offset < hi`` (a batch may be decoded twice: read in two parts)."""
+    lo = pa.concat_arrays([pa.repeat(pa.scalar(b, pa.int64()), k) for k, b, _ in kept])
+    hi = pa.concat_arrays([pa.repeat(pa.scalar(e, pa.int64()), k) for k, _, e in kept])
+    return pc.and_(pc.greater_equal(offsets, lo), pc.less(offsets, hi))
+
+
 def committed_records(
     data: bytes | bytearray | memoryview, aborted: Iterable[tuple[int, int]], start: int, limit: int
-) -> tuple[list[Record], int]:
+) -> tuple[CommittedRecords, int]:
     """The records at ``start <= offset < limit`` of the whole batches in ``data`` that a
     read_committed consumer sees, and the offset after the last batch examined (``start`` when
     none was whole).  ``aborted`` lists ``(producer_id, first_offset)`` of the aborted
     transactions in the range (the log's transaction index): a transactional batch of a producer
-    whose aborted transaction began at or before it is left out up to that producer's ABORT marker."""
+    whose aborted transaction began at or before it is left out up to that producer's ABORT marker.
+    The batches' checksums are checked here; their records are decoded when used."""
     pending = sorted(aborted, key=lambda a: a[1])
     aborting: set[int] = set()
-    out: list[Record] = []
+    out = CommittedRecords()
     next_offset = start
-    for batch in read_batches(data):
+    for h in iter_batch_headers(data):
+        validate(data, h)
+        batch = Batch(h, data)
         if batch.base_offset >= limit:
             break
         last = batch.last_offset
@@ -114,20 +243,21 @@ def committed_records(
             if batch.producer_id in aborting:
                 next_offset = last + 1
                 continue
-        for rec in batch.records:
-            if start <= rec.offset < limit:
-                out.append(rec)
+        out._add(batch, data, start, limit)
         next_offset = min(last + 1, limit)
     return out, next_offset
 
 
-def _timestamps(records: Sequence[Record]) -> pa.Array:
-    """Record timestamps (milliseconds; -1: none, as magic 0 has) as UTC microseconds."""
-    ms = pa.array([r.timestamp for r in records], pa.int64())
-    none = pc.less(ms, 0)
+def _timestamps_us(us: pa.Array) -> pa.Array:
+    """Record timestamps in microseconds (negative: none, as magic 0 has) as UTC timestamps."""
+    none = pc.less(us, 0)
     if pc.any(none).as_py():
-        ms = pc.if_else(none, pa.scalar(None, pa.int64()), ms)
-    return pc.multiply(ms, 1000).cast(_TIMESTAMP)
+        us = pc.if_else(none, pa.scalar(None, pa.int64()), us)
+    return us.cast(_TIMESTAMP)
+
+
+def _timestamps(records: Sequence[Record]) -> pa.Array:
+    return _timestamps_us(pc.multiply(pa.array([r.timestamp for r in records], pa.int64()), 1000))
 
 
 def _headers(records: Sequence[Record]) -> pa.Array:
@@ -151,6 +281,10 @@ def _kafka_columns(records: Sequence[Record], topic: str, partition: int) -> lis
     ]
 
 
+def _repeat(value: Any, typ: pa.DataType, n: int) -> pa.Array:
+    return pa.repeat(pa.scalar(value, typ), n)
+
+
 def dead_letter_table(letters: Sequence[DeadLetter], topic: str, partition: int) -> pa.Table:
     recs = [d.record for d in letters]
     kafka = _kafka_columns(recs, topic, partition)
@@ -169,6 +303,13 @@ class KeyValueRows:
         return KEY_VALUE_SCHEMA
 
     def convert(self, records: Sequence[Record]) -> tuple[pa.Table, list[DeadLetter]]:
+        fast = records.key_value_columns() if isinstance(records, CommittedRecords) else None
+        if fast is not None:
+            key, value, offsets, us, headers = fast
+            n = len(offsets)
+            columns = [key, value, _repeat(self.topic, pa.string(), n), _repeat(self.partition, pa.int32(), n),
+                       offsets, _timestamps_us(us), headers]
+            return pa.Table.from_arrays(columns, schema=KEY_VALUE_SCHEMA), []
         kafka = _kafka_columns(records, self.topic, self.partition)
         columns = [kafka[0], pa.array([r.value for r in records], pa.binary()), *kafka[1:]]
         return pa.Table.from_arrays(columns, schema=KEY_VALUE_SCHEMA), []

@@ -27,11 +27,11 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from odradek.records import Record
 from odradek.storage.errors import OffsetOutOfRangeError
 from odradek.tables.catalog import create_table, dead_letter_identifier, table_identifier
 from odradek.tables.convert import (
     DEAD_LETTER_SCHEMA,
+    CommittedRecords,
     ConversionError,
     DeadLetter,
     KeyValueRows,
@@ -210,7 +210,7 @@ class PartitionWriter:
             log.warning("%s: offsets %d to %d were deleted from the log before the Iceberg table had them",
                         self.name, start_read, log_start)
             start_read = log_start
-        records: list[Record] = []
+        records = CommittedRecords()  # decoded to columns at once in key_value mode
         offset = start_read
         size = 0
         while offset < stable and size < self.max_bytes:
