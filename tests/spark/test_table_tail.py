@@ -445,3 +445,41 @@ def test_table_tail_is_a_batch_read_from_a_broker() -> None:
     assert opts.consumer_config["isolation.level"] == "read_committed"
     assert parse_source_options({**base, "odradek.iceberg.namespace": "ns"}, streaming=False).iceberg == {
         "odradek.iceberg.namespace": "ns"}
+
+
+class _FakeAdmin:
+    """The broker as catalog_settings asks it: DescribeConfigs of its settings (or a failure)."""
+
+    def __init__(self, entries: dict[str, tuple[str | None, bool]] | None) -> None:
+        self.entries = entries
+
+    def describe_cluster(self) -> Any:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(controller=SimpleNamespace(id=0), brokers=[])
+
+    def describe_configs(self, resources: Any, **_: Any) -> Any:
+        from types import SimpleNamespace
+
+        if self.entries is None:
+            raise PermissionError("DescribeConfigs denied")
+        return {resources[0]: {k: SimpleNamespace(value=v, is_sensitive=s) for k, (v, s) in self.entries.items()}}
+
+
+def test_the_catalog_is_the_brokers_unless_an_option_says_otherwise() -> None:
+    from odradek.spark._table_tail import TableTailError, catalog_settings
+
+    broker = _FakeAdmin({"log.dirs": ("/d1,/d2", False), "odradek.iceberg.catalog.type": ("sql", False),
+                         "odradek.iceberg.catalog.uri": (None, False), "odradek.iceberg.namespace": ("odradek", False)})
+    settings, data_dir = catalog_settings({}, broker)
+    assert (settings.catalog_type, settings.catalog_uri, settings.namespace, data_dir) == ("sql", None, "odradek", Path("/d1"))
+    settings, _ = catalog_settings({"odradek.iceberg.namespace": "ns", "odradek.iceberg.warehouse": "/w"}, broker)
+    assert (settings.namespace, settings.warehouse) == ("ns", "/w")
+    with pytest.raises(TableTailError, match=r"could not be described .*give the catalog as options"):
+        catalog_settings({}, _FakeAdmin(None))
+    settings, data_dir = catalog_settings({"odradek.iceberg.catalog.uri": "sqlite:////c.db"}, _FakeAdmin(None))
+    assert (settings.catalog_uri, data_dir) == ("sqlite:////c.db", None)
+    secret = _FakeAdmin({"odradek.iceberg.catalog.uri": (None, True)})
+    with pytest.raises(TableTailError, match=r"catalog\.uri is sensitive"):
+        catalog_settings({}, secret)
+    assert catalog_settings({"odradek.iceberg.catalog.uri": "sqlite:////c.db"}, secret)[0].catalog_uri == "sqlite:////c.db"

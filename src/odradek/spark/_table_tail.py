@@ -106,7 +106,8 @@ def catalog_settings(given: Mapping[str, str], admin: Any) -> tuple[Any, Path | 
     data_dir: Path | None = None
     explicit = "odradek.iceberg.catalog.uri" in given or given.get("odradek.iceberg.catalog.type") == "rest"
     try:
-        values.update(_broker_settings(admin))
+        broker, hidden = _broker_settings(admin)
+        values.update(broker)
         dirs = values.pop("log.dirs", None) or values.pop("log.dir", None)
         if dirs:
             data_dir = Path(dirs.split(",")[0].strip())
@@ -118,6 +119,12 @@ def catalog_settings(given: Mapping[str, str], admin: Any) -> tuple[Any, Path | 
                 "odradek.iceberg.warehouse, odradek.iceberg.namespace; odradek.iceberg.catalog.type=rest for a REST catalog)"
             ) from None
         log.info("odradek table+tail: the broker's catalog settings could not be described (%s); using the options", exc)
+    else:
+        secret = [name for name in hidden if name not in given]
+        if secret:
+            raise TableTailError(
+                f"source=table+tail: the broker's {', '.join(secret)} is sensitive and not described: give it as an option"
+            )
     values.update(given)
     settings = TableSettings(
         catalog_type=str(values["odradek.iceberg.catalog.type"] or "sql").lower(),
@@ -128,7 +135,9 @@ def catalog_settings(given: Mapping[str, str], admin: Any) -> tuple[Any, Path | 
     return settings, data_dir
 
 
-def _broker_settings(admin: Any) -> dict[str, str | None]:
+def _broker_settings(admin: Any) -> tuple[dict[str, str | None], list[str]]:
+    """The broker's catalog settings and data dirs (DescribeConfigs), and the names of those set
+    but sensitive (their values not described)."""
     from odradek.client.admin import ConfigResource
 
     cluster = admin.describe_cluster()
@@ -137,11 +146,14 @@ def _broker_settings(admin: Any) -> dict[str, str | None]:
         [ConfigResource("broker", str(node.id))], keys=[*CATALOG_OPTIONS, "log.dirs", "log.dir"], include_synonyms=False
     )
     out: dict[str, str | None] = {}
+    hidden = []
     for entries in described.values():
         for name, entry in entries.items():
-            if entry.value is not None and not entry.is_sensitive:
+            if entry.is_sensitive and name in CATALOG_OPTIONS:
+                hidden.append(name)
+            elif entry.value is not None:
                 out[name] = entry.value
-    return out
+    return out, hidden
 
 
 def open_reader_catalog(given: Mapping[str, str], admin: Any, topics: Sequence[str] = ()) -> tuple[Any, str]:
