@@ -338,6 +338,10 @@ def test_boundary_is_exact_and_moves_with_the_tables_commits(spark: Any, tb: Bro
                                              "odradek.iceberg.warehouse": str(home / "warehouse"),
                                              "odradek.iceberg.namespace": "odradek"})
     _same(named, expected)
+    # the table's files and the log's ranges in more Spark partitions: the same rows
+    split = _load(spark, tb, topic, source="table+tail", minPartitions="6")
+    assert split.rdd.getNumPartitions() >= 6
+    _same(_rows(split), expected)
     # endingOffsets inside the table, and startingOffsets across the boundary
     inside = _table_tail(spark, tb, topic, endingOffsets=json.dumps({topic: {"0": held[0] - 5, "1": 3}}))
     _same(inside, _where(expected, lambda p, o: o < (held[0] - 5 if p == 0 else 3)))
