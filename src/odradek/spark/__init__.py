@@ -69,6 +69,13 @@ off, and the source then reads as before), ``topic``, ``partition`` and ``offset
 select the partitions and offset ranges read, and ``timestamp`` bounds narrow them through the
 time indexes (ListOffsets by timestamp), Spark re-applying them to the rows.
 
+Table + tail (batch only; :mod:`odradek.spark._table_tail`): ``option("source", "table+tail")``
+reads a topic written as an Iceberg table (``odradek.iceberg.mode=key_value``) from one snapshot
+of the table for what it holds and from the log (read_committed) past the offsets that snapshot
+records, as one DataFrame of the same columns, every record once; the catalog from the options
+``odradek.iceberg.catalog.type``, ``odradek.iceberg.catalog.uri``, ``odradek.iceberg.warehouse``,
+``odradek.iceberg.namespace`` (the broker settings' names), each one not given being the broker's.
+
 Streaming offsets are Spark's Kafka JSON, ``{"topic": {"0": 123}}``; ``Trigger.AvailableNow``
 is supported; partitions added while a query runs are read from their beginning; a planned
 micro-batch replayed after a restart reads exactly the same offset ranges.  Executors

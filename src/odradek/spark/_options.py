@@ -92,6 +92,10 @@ class SourceOptions:
     isolation_level: str = "read_uncommitted"
     #: keyFormat / valueFormat and the schema registry (:mod:`odradek.spark._typed`)
     typed: TypedOptions = field(default_factory=TypedOptions)
+    #: ``source``: ``log`` or ``table+tail`` (:mod:`odradek.spark._table_tail`)
+    source: str = "log"
+    #: table+tail: the ``odradek.iceberg.*`` options given (the catalog; the rest from the broker)
+    iceberg: dict[str, str] = field(default_factory=dict)
 
     def matches(self, topic: str) -> bool:
         """Whether ``subscribePattern`` matches all of ``topic``."""
@@ -157,6 +161,14 @@ SOURCE_OPTION_ROWS = (
     _O("mode", "string", "FAILFAST", doc="a typed key or value that cannot be decoded: fail the query, or null and the corrupt-record column",
        valid=("FAILFAST", "PERMISSIVE")),
     _O("columnNameOfCorruptRecord", "string", "_corrupt_record", doc="PERMISSIVE: the column of the undecodable record's value bytes"),
+    _O("source", "string", "log", doc="batch reads: the log, or table+tail: the topic's Iceberg table for what it holds, the log for the rest",
+       valid=("log", "table+tail")),
+    _O("odradek.iceberg.catalog.type", "string", None, doc="table+tail: sql or rest (default: the broker's setting)",
+       valid=("sql", "rest")),
+    _O("odradek.iceberg.catalog.uri", "string", None,
+       doc="table+tail: the catalog's database URL or REST URL (default: the broker's, or its SQLite file under its first data dir)"),
+    _O("odradek.iceberg.warehouse", "string", None, doc="table+tail: the tables' files (default: the broker's setting)"),
+    _O("odradek.iceberg.namespace", "string", None, doc="table+tail: the tables' namespace (default: the broker's setting, odradek)"),
 )
 #: the sink's own options
 SINK_OPTION_ROWS = (
@@ -177,6 +189,10 @@ SPARK_OPTION_ROWS = (
 SOURCE_OPTIONS = tuple(r.name for r in SOURCE_OPTION_ROWS)
 #: options of the offline read (segment files, no broker: ``path`` or ``logDirs``) only
 OFFLINE_OPTIONS = ("stopAtCorruption", "readPastRecoveryPoint", "maxBytesPerPartition")
+#: the catalog options of the table + tail read (the broker's settings' names)
+CATALOG_OPTIONS = ("odradek.iceberg.catalog.type", "odradek.iceberg.catalog.uri", "odradek.iceberg.warehouse",
+                   "odradek.iceberg.namespace")
+TABLE_TAIL = "table+tail"
 SINK_OPTIONS = tuple(r.name for r in SINK_OPTION_ROWS)
 SPARK_OPTIONS = tuple(r.name for r in SPARK_OPTION_ROWS)
 #: Kafka client options that Spark's Kafka source and sink accept and handle themselves
@@ -487,10 +503,16 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool | None, 
     consumer = _client_config(opts, CONSUMER_CONFIGS, "odradek source")
     if "bootstrap.servers" not in consumer and not offline:
         consumer["bootstrap.servers"] = opts.get("kafka.bootstrap.servers", opts.get("bootstrap.servers"))
-    isolation = str(consumer.get("isolation.level", "read_uncommitted")).lower()
+    source, iceberg = _table_tail_options(opts, streaming=streaming, offline=offline, typed=typed.typed)
+    isolation = str(consumer.get("isolation.level", "read_committed" if source == TABLE_TAIL else "read_uncommitted")).lower()
     if isolation not in ("read_uncommitted", "read_committed"):
         raise ValueError(
             f"kafka.isolation.level must be read_uncommitted or read_committed, not {isolation!r}"
+        )
+    if source == TABLE_TAIL and isolation != "read_committed":
+        raise ValueError(
+            "source=table+tail returns committed records only (the table holds what read_committed sees): "
+            "kafka.isolation.level=read_uncommitted cannot be used with it"
         )
     consumer["isolation.level"] = isolation
     admin = {k: v for k, v in consumer.items() if k in ADMIN_DEFAULTS}
@@ -523,7 +545,47 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool | None, 
         fetch_bytes=fetch_bytes,
         isolation_level=isolation,
         typed=typed,
+        source=source,
+        iceberg=iceberg,
     )
+
+
+def _table_tail_options(
+    opts: Mapping[str, str], *, streaming: bool | None, offline: bool, typed: bool
+) -> tuple[str, dict[str, str]]:
+    """``source`` and the catalog options, checked against the rest of the read's options."""
+    source = opts.get("source", "log").strip().lower()
+    if source not in ("log", TABLE_TAIL):
+        raise ValueError(
+            f"Option 'source' must be 'log' (the default: the topic's log) or '{TABLE_TAIL}' (the topic's Iceberg "
+            f"table for what it holds, the log for the rest), not {opts['source']!r}"
+        )
+    iceberg = {name: opts[name.lower()].strip() for name in CATALOG_OPTIONS if name.lower() in opts}
+    if source != TABLE_TAIL:
+        if iceberg:
+            raise ValueError(f"Options {', '.join(sorted(iceberg))} name the Iceberg catalog of source={TABLE_TAIL}: give that option too")
+        return source, iceberg
+    kind = iceberg.get("odradek.iceberg.catalog.type")
+    if kind is not None:
+        kind = iceberg["odradek.iceberg.catalog.type"] = kind.lower()
+        if kind not in ("sql", "rest"):
+            raise ValueError(f"Option 'odradek.iceberg.catalog.type' must be sql or rest, not {kind!r}")
+        if kind == "rest" and "odradek.iceberg.catalog.uri" not in iceberg:
+            raise ValueError("odradek.iceberg.catalog.type=rest needs odradek.iceberg.catalog.uri (the REST catalog's URL)")
+    if offline:
+        raise ValueError(f"source={TABLE_TAIL} reads the topic's table and its log through a broker, not segment files ('path', 'logDirs')")
+    if streaming:
+        raise ValueError(
+            f"source={TABLE_TAIL} is a batch read (spark.read): a streaming query reads the log "
+            "(start it at the ending offsets of a table+tail read to go on from there)"
+        )
+    for key, name in (("startingtimestamp", "startingTimestamp"), ("startingoffsetsbytimestamp", "startingOffsetsByTimestamp"),
+                      ("endingtimestamp", "endingTimestamp"), ("endingoffsetsbytimestamp", "endingOffsetsByTimestamp")):
+        if key in opts:
+            raise ValueError(f"Option '{name}' is not supported with source={TABLE_TAIL}: give offsets (startingOffsets, endingOffsets)")
+    if typed:
+        raise ValueError(f"keyFormat / valueFormat are not supported with source={TABLE_TAIL} yet: decode the binary columns")
+    return source, iceberg
 
 
 def _tps(offsets: Mapping[TopicPartition, int]) -> str:

@@ -63,6 +63,7 @@ from ._options import (
     parse_source_options,
 )
 from ._pushdown import Pushdown, intersect, push_filters, pushdown_enabled
+from ._table_tail import TableSplit, plan_table_tail, read_table_split
 from ._typed import (
     SinkColumn,
     TypedColumn,
@@ -84,6 +85,7 @@ __all__ = [
     "OdradekPushdownOfflineReader",
     "OdradekStreamReader",
     "OdradekStreamWriter",
+    "OdradekTableTailReader",
     "OdradekWriter",
     "source_schema",
 ]
@@ -292,6 +294,49 @@ def _log_append_time(reader: OffsetReader, tps: list[tuple[str, int]]) -> set[tu
         if entry is not None and entry.value == "LogAppendTime":
             append.add(resource.name)
     return {tp for tp in tps if tp[0] in append}
+
+
+class OdradekTablePartition(InputPartition):
+    """One task of a table + tail read's table side: data files of a pinned snapshot."""
+
+    def __init__(self, split: TableSplit) -> None:
+        super().__init__((split.topic, split.snapshot_id, tuple(t.file.file_path for t in split.tasks)))
+        self.split = split
+
+    def __repr__(self) -> str:
+        s = self.split
+        return f"OdradekTablePartition({s.topic} snapshot {s.snapshot_id}, {len(s.tasks)} files)"
+
+
+class OdradekTableTailReader(DataSourceReader):
+    """``option("source", "table+tail")``: the topic's Iceberg table (one snapshot) for what it
+    holds, the log read_committed from the snapshot's offsets on (:mod:`odradek.spark._table_tail`)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """The table's data files in Spark partitions, then the log's ranges past the table's offsets
+        (split by ``minPartitions`` and ``maxRecordsPerPartition``)."""
+        opts = self.options
+        reader = OffsetReader(opts)
+        try:
+            plan = plan_table_tail(opts, reader)
+        finally:
+            reader.close()
+        log.info(
+            "odradek table+tail: %d table splits; the log from %s",
+            len(plan.splits),
+            ", ".join(f"{t}-{p} {o}" for (t, p), o in sorted(plan.boundary.items())) or "nothing",
+        )
+        tail = split_ranges(plan.tail, opts.min_partitions, opts.max_records_per_partition)
+        return [*(OdradekTablePartition(s) for s in plan.splits), *(_partition(r, opts) for r in tail)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """A table split's rows, or a log range fetched read_committed, as the source's columns."""
+        if isinstance(partition, OdradekTablePartition):
+            return read_table_split(partition.split)
+        return _read(partition)
 
 
 class OdradekOfflinePartition(InputPartition):
@@ -591,6 +636,9 @@ class OdradekDataSource(DataSource):
                 return OdradekPushdownOfflineReader(offline)
             return OdradekOfflineReader(offline)
         opts = parse_source_options(self.options, streaming=False)
+        if opts.source == "table+tail":
+            _check_schema(schema, opts)
+            return OdradekTableTailReader(opts)
         typed = _resolve_typed(opts)
         _check_schema(schema, opts, typed)
         if pushdown_enabled():
