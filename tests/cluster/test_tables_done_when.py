@@ -7,6 +7,10 @@ writer.  Then the table, read through PyIceberg and through DuckDB, holds exactl
 read_committed consumer reads from the log: compared by (topic, partition, offset), every typed
 column, nothing twice, nothing missing, no aborted record.
 
+The clients use the registry of the broker leading ``_schemas``, so that no registry read through
+another broker brings that broker's view up to date for its writers: each writer must see the
+subject by itself (it did not, before the writers read the view synced).
+
 The record count is ``ODRADEK_TEST_TABLES_RECORDS`` (default 40,000 for CI; the issue's figure is
 1,000,000).  The run prints its figures (records, time, transactions, the kill).
 """

@@ -19,7 +19,7 @@ import concurrent.futures
 import contextlib
 import importlib.util
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,7 +87,7 @@ class _RegistryOnLoop:
     acknowledged so far, as the registry's own reads do."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, view: Callable[[], Any],
-                 synced: Callable[[float], Awaitable[Any]] | None = None) -> None:
+                 synced: Callable[[float], Coroutine[Any, Any, Any]] | None = None) -> None:
         self.loop, self.view, self.synced = loop, view, synced
 
     def _call(self, fn: Callable[[Any], Any]) -> Any:
@@ -149,7 +149,7 @@ class TableWriters:
         registry: Callable[[], Any],
         timers: Scheduler,
         clock: Clock,
-        registry_synced: Callable[[float], Awaitable[Any]] | None = None,
+        registry_synced: Callable[[float], Coroutine[Any, Any, Any]] | None = None,
     ) -> None:
         """``registry``: the broker's registry view as it is; ``registry_synced(timeout)``: the view
         once it holds every acknowledged write (what a writer reads)."""
