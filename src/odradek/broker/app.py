@@ -478,7 +478,7 @@ class Broker:
         return TableWriters(
             self.settings.current.tables, self.logs.dirs[0], lambda: list(replicas.partitions.values()), source,
             self.topics.log_config, schema_registry.current if schema_registry is not None else lambda: None,
-            self.timers, self.clock,
+            self.timers, self.clock, schema_registry.synced if schema_registry is not None else None,
         )
 
     async def _connect_zookeeper(self, dirs: list[Path]) -> ZooKeeperBackend:

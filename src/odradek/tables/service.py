@@ -19,7 +19,7 @@ import concurrent.futures
 import contextlib
 import importlib.util
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,10 +78,17 @@ class LeaderLog:
 
 class _RegistryOnLoop:
     """The broker's registry view as a writer's thread reads it: the view changes on the event
-    loop, so each lookup runs there (the thread waits for it)."""
+    loop, so each lookup runs there (the thread waits for it).
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, view: Callable[[], Any]) -> None:
-        self.loop, self.view = loop, view
+    A broker that does not lead ``_schemas`` keeps its view only as current as its last catch-up
+    (a registry read through its listener): a writer asking that view alone would not see a
+    subject registered since (the table never created) or a new version (its records read with
+    the old one).  So a writer's lookup starts with ``synced``: the view holding every write
+    acknowledged so far, as the registry's own reads do."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, view: Callable[[], Any],
+                 synced: Callable[[float], Coroutine[Any, Any, Any]] | None = None) -> None:
+        self.loop, self.view, self.synced = loop, view, synced
 
     def _call(self, fn: Callable[[Any], Any]) -> Any:
         done: concurrent.futures.Future[Any] = concurrent.futures.Future()
@@ -103,7 +110,13 @@ class _RegistryOnLoop:
         return self._call(lambda state: state.by_id(schema_id))
 
     def __call__(self) -> _RegistryOnLoop | None:
-        """What the writers call for the registry: None while this broker has no view."""
+        """What the writers call for the registry (before their lookups): None while this broker
+        has no view, or cannot bring it up to date."""
+        if self.synced is not None:
+            synced = self.synced
+            state = asyncio.run_coroutine_threadsafe(synced(_REGISTRY_TIMEOUT_S / 2), self.loop).result(
+                timeout=_REGISTRY_TIMEOUT_S)
+            return self if state is not None else None
         return self if self._call(lambda state: True) else None
 
 
@@ -136,9 +149,13 @@ class TableWriters:
         registry: Callable[[], Any],
         timers: Scheduler,
         clock: Clock,
+        registry_synced: Callable[[float], Coroutine[Any, Any, Any]] | None = None,
     ) -> None:
+        """``registry``: the broker's registry view as it is; ``registry_synced(timeout)``: the view
+        once it holds every acknowledged write (what a writer reads)."""
         self.settings, self.data_dir = settings, data_dir
         self.hosted, self.source, self.log_config, self.registry = hosted, source, log_config, registry
+        self.registry_synced = registry_synced
         self.timers, self.clock = timers, clock
         self._drivers: dict[tuple[str, int], _Driver] = {}
         self._executor: ThreadPoolExecutor | None = None
@@ -153,7 +170,7 @@ class TableWriters:
         self._task = asyncio.get_running_loop().create_task(self._tick(), name="iceberg-writers")
 
     def _registry(self) -> _RegistryOnLoop:
-        return _RegistryOnLoop(asyncio.get_running_loop(), self.registry)
+        return _RegistryOnLoop(asyncio.get_running_loop(), self.registry, self.registry_synced)
 
     async def stop(self) -> None:
         self._stopped = True
