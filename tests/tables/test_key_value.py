@@ -8,7 +8,7 @@ import confluent_kafka as ck
 import pytest
 
 from odradek.testing import BrokerProcess
-from tests.tables.conftest import FAST, create_topic, duckdb_rows, open_catalog, wait_rows
+from tests.tables.conftest import FAST, create_topic, duckdb_rows, open_catalog, table_arrow, wait_rows
 
 
 def _produce(bootstrap: str, topic: str, records: list[tuple[int, bytes | None, bytes, list[tuple[str, bytes]]]]
@@ -149,7 +149,7 @@ def test_odradek_tables_describe(broker: BrokerProcess, capsys: pytest.CaptureFi
     assert main(["tables", "describe", "no-such-topic", "--data-dir", str(broker.data_dir)]) == 1
 
 
-def test_a_topic_created_again_under_its_name_is_written_from_its_offset_0(broker: BrokerProcess) -> None:
+def test_a_topic_created_again_under_its_name_gets_a_new_table_and_the_old_one_is_kept(broker: BrokerProcess) -> None:
     from confluent_kafka.admin import AdminClient
 
     from tests.tables.conftest import wait_until
@@ -159,16 +159,31 @@ def test_a_topic_created_again_under_its_name_is_written_from_its_offset_0(broke
     create_topic(broker.bootstrap, topic, 1, configs)
     first = _produce(broker.bootstrap, topic, [(0, None, f"old{i}".encode(), []) for i in range(10)])
     wait_rows(broker.data_dir, topic, 10)
+    catalog = open_catalog(broker.data_dir)
+    old_id = catalog.load_table(("odradek", topic)).current_snapshot().summary.additional_properties[
+        "odradek.topic-id"]
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     [f] = admin.delete_topics([topic]).values()
     f.result(30)
     wait_until(lambda: create_topic(broker.bootstrap, topic, 1, configs) or True, "the topic created again")
     second = _produce(broker.bootstrap, topic, [(0, None, f"new{i}".encode(), []) for i in range(4)])
     assert sorted(o for _, o in second) == [0, 1, 2, 3]
-    # the table keeps the old topic's records (retention independence) and holds the new one's from 0
-    table = wait_rows(broker.data_dir, topic, 14)
-    got = sorted(zip(table["offset"].to_pylist(), table["value"].to_pylist()))
-    assert got == sorted([(o, v[1]) for (_, o), v in first.items()] + [(o, v[1]) for (_, o), v in second.items()])
+    # the new topic's table holds its records from offset 0, and only those: offsets are a key again
+    expected = sorted((o, v[1]) for (_, o), v in second.items())
+
+    def rows() -> list[tuple[int, bytes]]:
+        try:
+            table = table_arrow(broker.data_dir, topic)
+        except Exception:  # renamed, or not yet created again, at this moment
+            return []
+        return sorted(zip(table["offset"].to_pylist(), table["value"].to_pylist()))
+
+    wait_until(lambda: len(rows()) >= 4 and rows()[:1] != [(0, b"old0")], "the new topic's rows in a table")
+    assert rows() == expected
+    # the old topic's records are kept (retention independence), under the name with its id
+    kept = catalog.load_table(("odradek", f"{topic}~{old_id[:8]}")).scan().to_arrow()
+    assert sorted(zip(kept["offset"].to_pylist(), kept["value"].to_pylist())) == sorted(
+        (o, v[1]) for (_, o), v in first.items())
 
 
 def test_odradek_tables_expire_snapshots_keeps_the_current_one(broker: BrokerProcess,

@@ -68,6 +68,18 @@ def dead_letter_identifier(namespace: str, topic: str) -> tuple[str, str]:
     return (namespace, topic + DEAD_LETTER_SUFFIX)
 
 
+def set_aside(catalog: Any, identifier: tuple[str, str], aside: tuple[str, str]) -> bool:
+    """Rename the table at ``identifier`` to ``aside``; False if another writer did it first (the
+    table gone, or ``aside`` already there)."""
+    from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
+
+    try:
+        catalog.rename_table(identifier, aside)
+    except (NoSuchTableError, TableAlreadyExistsError):
+        return False
+    return True
+
+
 def create_table(catalog: Any, identifier: tuple[str, str], schema: pa.Schema, spec: str, columns: dict[str, str]) -> Any:
     """The table, created with this schema and ``odradek.iceberg.partition.spec`` if it is not
     there (another broker may create it at the same moment: then theirs).  ``columns`` maps the

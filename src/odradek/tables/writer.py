@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from odradek.storage.errors import OffsetOutOfRangeError
-from odradek.tables.catalog import create_table, dead_letter_identifier, table_identifier
+from odradek.tables.catalog import create_table, dead_letter_identifier, set_aside, table_identifier
 from odradek.tables.convert import (
     DEAD_LETTER_SCHEMA,
     CommittedRecords,
@@ -81,6 +81,15 @@ class Step:
     written: int
     dead: int
     more: bool
+
+
+def recorded_topic_id(table: Any) -> str | None:
+    """The id of the topic whose offsets the table's current snapshot records (None: no snapshot,
+    or one written before snapshots carried it)."""
+    snap = table.current_snapshot()
+    if snap is None or snap.summary is None:
+        return None
+    return snap.summary.additional_properties.get(TOPIC_ID)
 
 
 def recorded_offsets(table: Any, topic_id: str | None = None) -> dict[int, int]:
@@ -153,8 +162,9 @@ class PartitionWriter:
             schema = self._table_schema()
             if schema is None:
                 return False
-            self.table = create_table(
-                self.catalog, table_identifier(self.namespace, self.topic), schema, self.spec, self._columns()
+            identifier = table_identifier(self.namespace, self.topic)
+            self.table = self._own_table(
+                identifier, lambda: create_table(self.catalog, identifier, schema, self.spec, self._columns())
             )
         self.table.refresh()
         self.committed = recorded_offsets(self.table, self.source.topic_id).get(self.partition, 0)
@@ -163,6 +173,22 @@ class PartitionWriter:
         log.info("Iceberg table %s: %s resumes at offset %d", ".".join(table_identifier(self.namespace, self.topic)),
                  self.name, self.committed)
         return True
+
+    def _own_table(self, identifier: tuple[str, str], load: Callable[[], Any]) -> Any:
+        """The table at ``identifier`` (loaded or created by ``load``); a table an earlier topic of
+        this name wrote (deleted and created again: its offsets start at 0 again) is first renamed
+        to ``NAME~ID`` (its topic id's first 8 characters) and kept, so a table never holds two
+        topics' records under the same offsets."""
+        for _ in range(_COMMIT_ATTEMPTS):
+            table = load()
+            other = recorded_topic_id(table)
+            if other is None or self.source.topic_id is None or other == self.source.topic_id:
+                return table
+            aside = (identifier[0], f"{identifier[1]}~{other[:8]}")
+            if set_aside(self.catalog, identifier, aside):
+                log.warning("Iceberg table %s was written for an earlier topic %s of that name (id %s): renamed to %s",
+                            ".".join(identifier), self.topic, other, ".".join(aside))
+        raise RuntimeError(f"{self.name}: the Iceberg table {'.'.join(identifier)} is another topic's")
 
     def _table_schema(self) -> pa.Schema | None:
         if isinstance(self.rows, ValueSchemaRows):
@@ -192,8 +218,9 @@ class PartitionWriter:
 
     def _open_dead_letters(self) -> None:
         if self.dead_table is None:
-            self.dead_table = create_table(
-                self.catalog, dead_letter_identifier(self.namespace, self.topic), DEAD_LETTER_SCHEMA, "none", {}
+            identifier = dead_letter_identifier(self.namespace, self.topic)
+            self.dead_table = self._own_table(
+                identifier, lambda: create_table(self.catalog, identifier, DEAD_LETTER_SCHEMA, "none", {})
             )
         self.dead_table.refresh()
         self.dead_committed = recorded_offsets(self.dead_table, self.source.topic_id).get(self.partition, 0)
