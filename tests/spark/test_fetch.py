@@ -5,6 +5,8 @@ says (raise, or skip what is gone)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Generator
+from typing import Any, cast
 
 import pytest
 
@@ -85,3 +87,70 @@ def test_records_gone_at_the_end_of_a_range(broker: BrokerProcess, topic: str) -
         _read(broker, topic, 40, 100)
     rows = _read(broker, topic, 40, 100, fail_on_data_loss=False)
     assert [r["offset"] for r in rows] == list(range(40, 50))
+
+
+def _count_opens(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    from odradek.transport.cluster import Cluster
+
+    opened: list[int] = []
+    real = Cluster.open
+
+    def counting(self: Cluster, node_id: int, host: str, port: int) -> object:
+        opened.append(node_id)
+        return real(self, node_id, host, port)
+
+    monkeypatch.setattr(Cluster, "open", counting)
+    return opened
+
+
+def test_the_direct_read_keeps_its_connections_for_the_next_read(
+    broker: BrokerProcess, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark runs a worker's tasks one after another: the second range is read over the
+    connection the first one opened (no new connection, no new handshake), with the same rows."""
+    create_topic(broker.bootstrap, topic, 1)
+    produce(broker.bootstrap, topic, [{"value": b"v%d" % i, "partition": 0} for i in range(200)])
+    getattr(_fetch, "close_idle_clusters", lambda: None)()
+    opened = _count_opens(monkeypatch)
+    assert [r["offset"] for r in _read(broker, topic, 0, 100)] == list(range(100))
+    first = len(opened)
+    assert first >= 1
+    assert [r["offset"] for r in _read(broker, topic, 100, 200)] == list(range(100, 200))
+    assert len(opened) == first
+    # a read left before its end (Spark stopping a task) does not keep a connection with a
+    # fetch in flight: the next read opens its own
+    batches = cast(Generator[Any, None, None], read_range({"bootstrap.servers": broker.bootstrap}, topic, 0, 0, 200, fetch_bytes=1024))
+    assert next(batches).num_rows > 0
+    batches.close()
+    assert [r["offset"] for r in _read(broker, topic, 0, 200)] == list(range(200))
+    assert len(opened) > first
+    _fetch.close_idle_clusters()
+
+
+def test_a_kept_connection_that_went_away_is_replaced(
+    broker: BrokerProcess, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kept connection the broker closed while it was idle: the next read opens new ones and
+    still reads directly (not through the general path)."""
+    import socket
+
+    create_topic(broker.bootstrap, topic, 1)
+    produce(broker.bootstrap, topic, [{"value": b"v%d" % i, "partition": 0} for i in range(100)])
+    _fetch.close_idle_clusters()
+    assert len(_read(broker, topic, 0, 100)) == 100
+    kept = list(_fetch._IDLE_CLUSTERS.values())
+    assert len(kept) == 1
+    for conn in kept[0]._opened:  # the sockets die under the kept connections
+        cast(socket.socket, conn.sock).shutdown(socket.SHUT_RDWR)
+    general: list[int] = []
+    real = _fetch._read
+
+    def spy(consumer: object, pump: object, topic: str, partition: int, start: int, *args: object) -> object:
+        general.append(start)
+        return real(consumer, pump, topic, partition, start, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_fetch, "_read", spy)
+    opened = _count_opens(monkeypatch)
+    assert [r["offset"] for r in _read(broker, topic, 0, 100)] == list(range(100))
+    assert opened and general == []
+    _fetch.close_idle_clusters()

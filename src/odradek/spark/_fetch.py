@@ -26,6 +26,7 @@ the log are compaction and not a loss.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import threading
 import time
@@ -263,6 +264,76 @@ def read_range(
         runner.close(consumer, pump)
 
 
+#: the direct read's clusters (their open connections) kept between the tasks a process runs,
+#: by consumer configuration: Spark reuses its Python workers, and a task then asks for fresh
+#: metadata on an open connection instead of connecting twice (bootstrap, leader) and
+#: handshaking on each -- per task, and so per micro-batch of a stream.  A cluster is taken out
+#: while a read uses it (one reader at a time) and put back only when the read ended with no
+#: request in flight.
+_IDLE_CLUSTERS: dict[tuple[tuple[str, str], ...], Cluster] = {}
+_IDLE_LOCK = threading.Lock()
+_MAX_IDLE_CLUSTERS = 4
+
+
+def _cluster_key(config: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((str(k), repr(v)) for k, v in config.items()))
+
+
+def _take_cluster(consumer: AsyncSimpleConsumer) -> tuple[Cluster, bool]:
+    """An idle cluster for ``consumer``'s configuration (and True), or a new one (and False)."""
+    with _IDLE_LOCK:
+        idle = _IDLE_CLUSTERS.pop(_cluster_key(consumer.config), None)
+    if idle is not None:
+        return idle, True
+    timeout = (consumer.request_timeout_ms + consumer.max_wait_ms) / 1000
+    cluster = Cluster(
+        consumer.config["bootstrap.servers"],
+        client_id=consumer.config["client.id"],
+        timeout=timeout,
+        security=ClientSecurity.from_config(consumer.config),
+    )
+    return cluster, False
+
+
+def _put_back(consumer: AsyncSimpleConsumer, cluster: Cluster) -> None:
+    """Keep ``cluster`` for the next read with this configuration (closed when one is kept already,
+    or when as many configurations as :data:`_MAX_IDLE_CLUSTERS` are)."""
+    key = _cluster_key(consumer.config)
+    with _IDLE_LOCK:
+        if key not in _IDLE_CLUSTERS and len(_IDLE_CLUSTERS) < _MAX_IDLE_CLUSTERS:
+            _IDLE_CLUSTERS[key] = cluster
+            return
+    cluster.close()
+
+
+def close_idle_clusters() -> None:
+    """Close the connections kept between reads (at exit, and for tests)."""
+    with _IDLE_LOCK:
+        idle = list(_IDLE_CLUSTERS.values())
+        _IDLE_CLUSTERS.clear()
+    for cluster in idle:
+        cluster.close()
+
+
+atexit.register(close_idle_clusters)
+
+
+def _leader(consumer: AsyncSimpleConsumer, topic: str, partition: int) -> tuple[Cluster, Any, int] | None:
+    """A cluster, the connection to the partition's leader (from fresh metadata) and the Fetch
+    version to use; a kept cluster whose connections went away (closed by the broker while idle)
+    is replaced by a new one.  None when the leader cannot be reached."""
+    for _ in range(2):
+        cluster, kept = _take_cluster(consumer)
+        try:
+            conn = cluster.leader_connection(topic, partition)
+            return cluster, conn, conn.version_for(FetchRequest, maximum=_FETCH_BY_NAME)
+        except (KafkaError, ConnectionError, TimeoutError, OSError):
+            cluster.close()
+            if not kept:
+                return None
+    return None
+
+
 def _read_direct(
     consumer: AsyncSimpleConsumer, topic: str, partition: int, start: int, end: int, include_headers: bool, size: int
 ) -> Generator[pa.RecordBatch, None, int]:
@@ -271,28 +342,23 @@ def _read_direct(
     stopped: ``end``, or where anything but complete batches of records came back (an error
     code, nothing, a batch larger than ``size``, a failed or slow connection), which the
     general path then reads with its retries and data-loss rules."""
-    timeout = (consumer.request_timeout_ms + consumer.max_wait_ms) / 1000
-    cluster = Cluster(
-        consumer.config["bootstrap.servers"],
-        client_id=consumer.config["client.id"],
-        timeout=timeout,
-        security=ClientSecurity.from_config(consumer.config),
-    )
-    try:
-        conn = cluster.leader_connection(topic, partition)
-        version = conn.version_for(FetchRequest, maximum=_FETCH_BY_NAME)
-    except (KafkaError, ConnectionError, TimeoutError, OSError):
-        cluster.close()
+    found = _leader(consumer, topic, partition)
+    if found is None:
         return start
+    cluster, conn, version = found
 
     def request(offset: int, want: int = size) -> FetchRequest:
         return consumer.fetch_request([(topic, None, partition, -1, offset, want)], by_id=False)
 
     offset = start
+    in_flight = False  # a fetch sent and not received: the connection cannot be kept
+    done = False
     try:
         conn.send(request(offset, min(size, _FIRST_FETCH_BYTES)), version)
+        in_flight = True
         while offset < end:
             resp = conn.receive()
+            in_flight = False
             parts = [pd for t in resp.responses if t.topic == topic for pd in t.partitions]
             if resp.error_code or len(parts) != 1 or parts[0].partition_index != partition or parts[0].error_code:
                 return offset
@@ -305,6 +371,7 @@ def _read_direct(
                 ahead = offset
             if offset < ahead < end:
                 conn.send(request(ahead, _sized(size, len(data) / (ahead - offset), end - ahead)), version)
+                in_flight = True
             decoded = decode_partition_data(
                 data,
                 topic,
@@ -323,12 +390,16 @@ def _read_direct(
             offset = decoded.next_offset
             if offset < end and offset != ahead:  # the fetch sent ahead asked for another offset
                 return offset
+        done = True
         return offset
     except (ConnectionError, TimeoutError) as exc:  # sending or receiving failed
         log.debug("direct read of %s-%d stopped at offset %d: %s", topic, partition, offset, exc)
         return offset
     finally:
-        cluster.close()  # its connections, ``conn`` among them
+        if done and not in_flight:
+            _put_back(consumer, cluster)  # for the next task of this worker
+        else:
+            cluster.close()  # its connections, ``conn`` among them
 
 
 def _read(
