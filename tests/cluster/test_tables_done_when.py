@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 import time
 import urllib.request
@@ -437,11 +438,19 @@ def test_committed_records_exactly_once_through_a_mid_commit_sigkill_and_a_failo
     deadline = time.monotonic() + 120
     while victim is None and time.monotonic() < deadline:
         for i in cluster.live_ids():
-            open_files = [f for f in _table_files_open(cluster.brokers[i].pid, table_dir) if "~dlq" not in f]
-            if open_files:
-                cluster.kill(i)
-                victim = i
-                break
+            # frozen while its open files are looked at, so what is seen is where it dies (a
+            # commit cannot finish between the look and the SIGKILL, however slow this test runs)
+            pid = cluster.brokers[i].pid
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                open_files = [f for f in _table_files_open(pid, table_dir) if "~dlq" not in f]
+                if open_files:
+                    cluster.kill(i)
+                    victim = i
+                    break
+            finally:
+                if victim is None:
+                    os.kill(pid, signal.SIGCONT)
         else:
             time.sleep(0.001)
     assert victim is not None, "no broker was seen writing a commit for 120 s"
