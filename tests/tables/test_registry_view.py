@@ -63,3 +63,33 @@ def test_a_writer_sees_a_subject_registered_after_its_brokers_view_was_loaded() 
     assert found is not None, "the writer read the stale view: the table would never be created"
     assert found[0] == 7 and "id" in found[1].names
     assert view.syncs >= 1
+
+
+def test_a_writer_waiting_for_its_schema_says_why_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A value_schema writer tries to create its table every commit interval; while it cannot (no
+    registry view, no version of the subject) it says why in the log once per reason, not once
+    per try and not never."""
+    from odradek.tables.writer import PartitionWriter
+
+    registry: list[Any] = [None]
+    w = PartitionWriter(None, "ns", "t", 0, "value_schema", "none", None, lambda: registry[0])  # type: ignore[arg-type]
+
+    def waits() -> list[tuple[int, str]]:
+        lines = [(r.levelno, r.getMessage()) for r in caplog.records if "waits to create its table" in r.getMessage()]
+        caplog.clear()
+        return lines
+
+    caplog.set_level("INFO", logger="odradek.tables.writer")
+    for _ in range(3):
+        assert w.open() is False
+    assert waits() == [(30, "Iceberg writer of t-0 waits to create its table: no view of the schema registry (for the subject t-value)")]
+    registry[0] = _State([])
+    for _ in range(3):
+        assert w.open() is False
+    assert waits() == [(20, "Iceberg writer of t-0 waits to create its table: the subject t-value has no schema yet")]
+    registry[0] = _State([SimpleNamespace(id=7, schema_type="AVRO", references=[], schema=SCHEMA)])
+    assert w._table_schema() is not None
+    assert waits() == []
+    registry[0] = None  # waiting again after the schema was seen: said again
+    assert w.open() is False
+    assert [level for level, _ in waits()] == [30]

@@ -143,6 +143,8 @@ class PartitionWriter:
         self.written = 0
         self.dead = 0
         self._schema_id: int | None = None
+        #: why the table cannot be created yet, as last logged (None: not waiting)
+        self._waiting_for: str | None = None
 
     @property
     def name(self) -> str:
@@ -194,13 +196,23 @@ class PartitionWriter:
         if isinstance(self.rows, ValueSchemaRows):
             try:
                 latest = self.rows.latest()
-            except RegistryUnavailable:
+            except RegistryUnavailable as exc:
+                self._wait(str(exc), logging.WARNING)
                 return None
             if latest is None:
+                self._wait(f"the subject {self.rows.subject} has no schema yet", logging.INFO)
                 return None
+            self._waiting_for = None
             self._schema_id = latest[0]
             return latest[1]
         return self.rows.schema()
+
+    def _wait(self, reason: str, level: int) -> None:
+        """Say once (until the reason changes) why the table is not created yet: the writer
+        tries again every commit interval, and a log line per try would flood the log."""
+        if reason != self._waiting_for:
+            self._waiting_for = reason
+            log.log(level, "Iceberg writer of %s waits to create its table: %s", self.name, reason)
 
     def _evolve(self) -> None:
         """value_schema mode: the subject's latest version's new columns added to the table (the
