@@ -105,6 +105,7 @@ def test_share_groups_resume_after_the_share_partition_leaders_sigkill(
         cluster.wait_for(lambda: workers.count() >= 600, 60, "records consumed before the kill")
         leader = cluster.leader(topic, 0)
         assert leader is not None
+        led = [p for p in (0, 1) if cluster.leader(topic, p) == leader]
         cluster.kill(leader)
         cluster.wait_for(lambda: cluster.leader(topic, 0) not in (leader, -1, None), 30, "a new leader for partition 0")
         producer.join(120)
@@ -121,8 +122,9 @@ def test_share_groups_resume_after_the_share_partition_leaders_sigkill(
     assert set(workers.seen) == set(values)
     again = sum(1 for n in workers.seen.values() if n > 1)
     # redelivered: at most what was acquired but not yet acknowledged durably when the leader died
-    # (a consumer's fetch holds at most 500 records of a partition)
-    assert again <= 1000, again
+    # (a consumer's fetch holds at most 500 records of a partition, and each of the three workers
+    # may hold one of every partition the killed broker led)
+    assert again <= 3 * 500 * len(led), (again, led)
     late = ck.ShareConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
     late.subscribe([topic])
     try:

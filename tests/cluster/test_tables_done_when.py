@@ -419,7 +419,11 @@ def test_committed_records_exactly_once_through_a_mid_commit_sigkill_and_a_failo
     cluster.wait_for(lambda: isr_full(cluster, TOPIC, PARTITIONS), 30, "a full ISR")
     producers = Producers(cluster, registry)
     quarter = producers.per_producer // 4
-    producers.let_on(3 * quarter)  # they wait at three quarters until the SIGKILL is done
+    # they go on a little past a quarter, then step by step while a commit is looked for (so the
+    # writers keep committing however fast or slow this machine is), and wait at three quarters
+    # until the SIGKILL is done
+    step = max(quarter // 32, 1)
+    producers.let_on(quarter + step)
     producers.start()
 
     # 1. at a quarter of the stream: SIGKILL a broker while it commits to the table, restart it
@@ -436,7 +440,11 @@ def test_committed_records_exactly_once_through_a_mid_commit_sigkill_and_a_failo
     table_dir = str(home / "warehouse")
     victim, open_files = None, []
     deadline = time.monotonic() + 120
+    next_step = time.monotonic()
     while victim is None and time.monotonic() < deadline:
+        if time.monotonic() >= next_step and producers.limit < 3 * quarter:
+            producers.let_on(min(producers.limit + step, 3 * quarter))
+            next_step = time.monotonic() + 0.2
         for i in cluster.live_ids():
             # frozen while its open files are looked at, so what is seen is where it dies (a
             # commit cannot finish between the look and the SIGKILL, however slow this test runs)
@@ -454,6 +462,7 @@ def test_committed_records_exactly_once_through_a_mid_commit_sigkill_and_a_failo
         else:
             time.sleep(0.001)
     assert victim is not None, "no broker was seen writing a commit for 120 s"
+    producers.let_on(3 * quarter)
     figures["killed"] = (victim, [Path(f).name for f in open_files])
     cluster.wait_for(lambda: all(cluster.leader(TOPIC, p) not in (victim, None) for p in range(PARTITIONS)), 30,
                      "leaders other than the killed broker")
