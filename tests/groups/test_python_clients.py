@@ -53,8 +53,14 @@ def check_resumed(
 
 
 def kp_consumer(broker: BrokerProcess, group: str, topic: str, name: str) -> KafkaConsumer:
-    return KafkaConsumer(
-        topic,
+    """A kafka-python consumer that knows ``topic``'s partitions before it subscribes.
+
+    Subscribed at construction, kafka-python asks for the topic's metadata and joins the group at
+    the same time; a leader whose JoinGroup answer comes first assigns with no partitions ("No
+    partition metadata for topic"), and kafka-python 3.0.12 was seen not to rejoin when the
+    metadata came (both members held nothing for 30 s, on cold machines).  Real Kafka's
+    ``group.initial.rebalance.delay.ms`` (3 s) hides that race; these tests set it to 0."""
+    consumer = KafkaConsumer(
         bootstrap_servers=broker.bootstrap,
         group_id=group,
         client_id=name,
@@ -67,6 +73,9 @@ def kp_consumer(broker: BrokerProcess, group: str, topic: str, name: str) -> Kaf
         retry_backoff_ms=20,
         metadata_max_age_ms=5000,
     )
+    assert consumer.partitions_for_topic(topic) == set(range(PARTITIONS))
+    consumer.subscribe([topic])
+    return consumer
 
 
 class KpMember(threading.Thread):
