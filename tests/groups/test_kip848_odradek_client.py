@@ -321,6 +321,60 @@ def test_a_fenced_odradek_member_loses_its_partitions_and_joins_again(broker: Br
         watcher.stop()
 
 
+def test_partitions_assigned_while_a_member_closes_are_not_taken(broker: BrokerProcess, name: str) -> None:
+    """A member whose closing commit is under way when a new target arrives (another member left)
+    takes none of it: every partition its listener was given is given up through the listener
+    before it leaves.  (It once took them in the background after close had listed what to
+    revoke, and left with the listener still holding them: the next owner got them "twice".)"""
+    topic = group = name
+    bs = broker.bootstrap
+    create_topic(bs, topic, 4)
+    produced = produce(bs, topic, 4, 32, "one")
+    watcher = Watcher(broker.host, broker.port, group, topic)
+    a = OdradekMember.start(bs, group, topic, "a")
+    b = OdradekMember.start(bs, group, topic, "b")
+    inner = a.consumer._async
+    membership = inner.group
+    assert isinstance(membership, ConsumerProtocolMembership)
+    commit_started = threading.Event()
+    plain_commit = inner.commit
+
+    async def commit_after_a_new_target(*args: Any, **kwargs: Any) -> None:
+        # the closing commit waits (bounded) until a heartbeat brought the target without b
+        epoch = membership.member_epoch
+        commit_started.set()
+        for _ in range(200):
+            if membership.member_epoch != epoch:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # time for a reconciliation to run, had it been let
+        await plain_commit(*args, **kwargs)
+
+    closing: threading.Thread | None = None
+    try:
+        wait_settled(watcher, 2, 4, lambda: (a.step(), b.step()))
+        wait_until(lambda: len(a.delivered) + len(b.delivered) == len(produced), what="everything consumed",
+                   step=lambda: (a.step(), b.step()))
+        held = set(a.current)
+        assert len(held) == 2
+        before = len(a.events)
+        inner.commit = commit_after_a_new_target  # type: ignore[method-assign]
+        closing = threading.Thread(target=a.close)
+        closing.start()
+        assert commit_started.wait(30), "a's closing commit did not start"
+        b.close()  # b leaves: the group's new target gives a all four partitions
+        closing.join(30)
+        assert not closing.is_alive()
+    finally:
+        if closing is None:
+            a.close()
+        b.close()
+        watcher.stop()
+    closing_events = a.events[before:]
+    assert [kind for kind, _parts in closing_events] == ["revoked"], closing_events  # nothing taken
+    assert set(closing_events[0][1]) == held and not a.current, a.events
+
+
 async def _cancel(task: Any) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):

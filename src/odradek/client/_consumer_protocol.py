@@ -106,6 +106,7 @@ class ConsumerProtocolMembership:
         self._hb_task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._leaving = False
+        self._closing = False  # stop_reconciling(): the assignment stays as it is until leave()
         self._fences = 0  # bumped when the member loses its partitions: a reconciliation stops
         #: heartbeat answers so far (0: the broker may not know the member: leave() sends nothing)
         self.heartbeats = 0
@@ -267,7 +268,22 @@ class ConsumerProtocolMembership:
             await self.on_assign([], lost)
 
     # -- reconciliation ------------------------------------------------------------------------
+    async def stop_reconciling(self) -> None:
+        """The consumer is closing: from here on no partition is taken or given up by a new target
+        (the consumer gives what it owns up through the listener, then leaves).  Heartbeats go on,
+        so that the closing commit carries the current member epoch.  Without this, a target that
+        came while the closing commit was under way handed partitions to the listener after the
+        consumer had listed what to revoke: they were never revoked, and the member left holding
+        them as far as its listener knew."""
+        self._closing = True
+        task, self._reconcile = self._reconcile, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=self.heartbeat_interval + 1)
+
     def _start_reconcile(self) -> None:
+        if self._closing:
+            return
         if self._reconcile is None or self._reconcile.done():
             self._reconcile = asyncio.get_running_loop().create_task(self._reconcile_loop())
 
@@ -289,7 +305,7 @@ class ConsumerProtocolMembership:
         return out
 
     async def _reconcile_loop(self) -> None:
-        while self._target is not None and not self._leaving:
+        while self._target is not None and not self._leaving and not self._closing:
             target, self._target, fences = self._target, None, self._fences
             wanted = {(t, p) for t, ps in (await self._names_of(target)).items() for p in ps}
             if fences != self._fences:

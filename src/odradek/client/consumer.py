@@ -695,6 +695,8 @@ class AsyncConsumer:
         if running:
             # bounded: Python 3.11's wait_for (inside requests) can swallow a cancellation
             await asyncio.wait(running, timeout=5)
+        if isinstance(self.group, ConsumerProtocolMembership):
+            await self.group.stop_reconciling()  # what we list below is all the listener gave us
         if self.group is not None:
             # what we own: the assignment, and partitions of a cooperative round that finished in
             # the background whose revocation waited for a poll() that did not come
