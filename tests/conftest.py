@@ -47,6 +47,18 @@ def _packages_not_rewritten() -> None:
 _packages_not_rewritten()
 
 
+# -- the JVMs tests start run C1 only ----------------------------------------------------------------
+# Every JVM a test starts (Spark drivers and executors, the standalone master and workers, the Spark
+# Connect server, ZooKeeper) lives for seconds to minutes on little data: most of its CPU goes to
+# starting up and to the JIT, and with both cores busy (two test workers) C2's compiler threads took
+# that CPU from the JVMs themselves.  C1 alone (``-XX:TieredStopAtLevel=1``) starts a local[2]
+# session and runs a few small jobs in ~60 % of the wall time.  The tests assert no timing, so
+# they check the same behaviour.  JDK_JAVA_OPTIONS is read by the ``java`` launcher only (not
+# javac, not gradle's daemon options), which says "NOTE: Picked up JDK_JAVA_OPTIONS" on stderr; a
+# value already set is kept.  Benchmarks do not run under pytest and keep the default JIT.
+os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
+
+
 # -- running on two workers (pytest-xdist, ``-n 2 --dist load --maxschedchunk 2``) ---------------------
 # Tests go to whichever worker is free, two at a time, so a module's fixtures may start on both workers
 # (the Spark tests start one JVM session on each). Grouping by file (``--dist loadgroup`` with an
