@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 from enum import IntEnum
 
 import cramjam
@@ -396,20 +397,30 @@ def give_scratch(buf: bytearray) -> None:
         _free_scratch.append(buf)
 
 
+#: the codecs :func:`decompress_scratch` decompresses into its buffer (whole frames, concatenated
+#: frames too; an output larger than the buffer, or bad data, raises)
+_DECOMPRESS_INTO: dict[int, Callable[[Buffer, bytearray], int]] = {
+    Compression.LZ4: cramjam.lz4.decompress_into,
+    Compression.ZSTD: cramjam.zstd.decompress_into,
+}
+
+
 def decompress_scratch(
     codec: int, data: Buffer, scratch: bytearray, *, magic: int = 2, max_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE
 ) -> Buffer:
     """:func:`decompress` for a reader that looks at the result once and drops it (a broker
-    validating a produced batch): lz4 (magic 1 and 2) is decompressed into ``scratch`` (see
-    :func:`take_scratch`), so that a batch costs no fresh memory from the kernel (the page faults
-    of a new megabyte each time cost more than the decompression).  The result may be a view of
+    validating a produced batch): lz4 (magic 1 and 2) and zstd are decompressed into ``scratch``
+    (see :func:`take_scratch`), so that a batch costs no fresh memory from the kernel (the page
+    faults of a new megabyte each time cost more than the decompression; zstd's 800 kB of small
+    records: 0.27 ms through :func:`decompress`, 0.12 ms into ``scratch``).  The result may be a view of
     ``scratch``.  Anything the fast path does not take (another codec, a frame that does not fit
     ``scratch``, any error) goes to :func:`decompress`, which says what is wrong; what it takes,
     :func:`decompress` gives alike.  A result that did not fit grows ``scratch`` for the next
     time (up to :data:`SCRATCH_MAX`)."""
-    if codec == Compression.LZ4 and magic >= 1 and len(scratch) <= max_size:
+    into = _DECOMPRESS_INTO.get(codec)
+    if into is not None and magic >= (1 if codec == Compression.LZ4 else 2) and len(scratch) <= max_size:
         try:
-            n = cramjam.lz4.decompress_into(data, scratch)
+            n = into(data, scratch)
         except Exception:  # too large for the buffer, or bad: the general path says which
             pass
         else:
