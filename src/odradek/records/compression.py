@@ -397,11 +397,12 @@ def give_scratch(buf: bytearray) -> None:
         _free_scratch.append(buf)
 
 
-#: the codecs :func:`decompress_scratch` decompresses into its buffer (whole frames, concatenated
-#: frames too; an output larger than the buffer, or bad data, raises)
-_DECOMPRESS_INTO: dict[int, Callable[[Buffer, bytearray], int]] = {
-    Compression.LZ4: cramjam.lz4.decompress_into,
-    Compression.ZSTD: cramjam.zstd.decompress_into,
+#: the codecs :func:`decompress_scratch` decompresses into its buffer, with the lowest magic each
+#: takes there (whole frames, concatenated frames too; an output larger than the buffer, or bad
+#: data, raises)
+_DECOMPRESS_INTO: dict[int, tuple[int, Callable[[Buffer, bytearray], int]]] = {
+    Compression.LZ4: (1, cramjam.lz4.decompress_into),
+    Compression.ZSTD: (2, cramjam.zstd.decompress_into),
 }
 
 
@@ -417,10 +418,10 @@ def decompress_scratch(
     ``scratch``, any error) goes to :func:`decompress`, which says what is wrong; what it takes,
     :func:`decompress` gives alike.  A result that did not fit grows ``scratch`` for the next
     time (up to :data:`SCRATCH_MAX`)."""
-    into = _DECOMPRESS_INTO.get(codec)
-    if into is not None and magic >= (1 if codec == Compression.LZ4 else 2) and len(scratch) <= max_size:
+    fast = _DECOMPRESS_INTO.get(codec)
+    if fast is not None and magic >= fast[0] and len(scratch) <= max_size:
         try:
-            n = into(data, scratch)
+            n = fast[1](data, scratch)
         except Exception:  # too large for the buffer, or bad: the general path says which
             pass
         else:
