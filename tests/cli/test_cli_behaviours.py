@@ -303,3 +303,25 @@ def test_each_command_keeps_its_own_defaults() -> None:
     # `pipeline run --output DIR` is not the global --output
     assert parse("pipeline", "run", "activity", "--output", "somewhere")["output"] == "somewhere"
     assert parse("pipeline", "run", "activity")["output"] == "pipeline-output"
+
+
+def test_an_unexpected_start_up_failure_says_where(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bug at start-up is one line on stderr that names the exception and the file and line it came
+    from (the traceback goes to the DEBUG log): enough to find a failure seen once in a CI log."""
+    from odradek.cli import _common, serve
+    from odradek.cli.__main__ import _parser
+
+    async def broken(config: object, test_mode: bool = False) -> int:
+        return int(None.getsockname())  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(serve, "_serve", broken)
+    parser = _parser()
+    _common.spread_global_options(parser)
+    args = _common.parse(parser, ["serve", "--data-dir", str(tmp_path), "--port", "0"])
+    assert serve.run(args) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("odradek serve: AttributeError: 'NoneType' object has no attribute 'getsockname'")
+    assert "test_cli_behaviours.py:" in err[0] and "--log-level DEBUG" in err[0]

@@ -117,6 +117,7 @@ from odradek.storage.manager import (
     write_meta_properties,
 )
 from odradek.tables import LeaderLog, TableWriters
+from odradek.transport.listen import bind_sockets
 
 if TYPE_CHECKING:  # imported when a cluster is wired: kazoo costs a single node start-up time and memory
     from odradek.broker.controller import Controller
@@ -787,26 +788,9 @@ class _AcceptLoop:
         self._tasks: list[asyncio.Task[None]] = []
 
     async def bind(self, host: str, port: int) -> None:
-        loop = asyncio.get_running_loop()
-        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        seen = set()
-        for family, type_, proto, _canon, addr in infos:
-            if (family, addr) in seen:
-                continue
-            seen.add((family, addr))
-            sock = socket.socket(family, type_, proto)
-            self.sockets.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, True)
-            if port == 0 and self.address[1]:
-                addr = (addr[0], self.address[1], *addr[2:])  # the same ephemeral port on every address
-            sock.bind(addr)
-            sock.listen(2048)
-            sock.setblocking(False)
-            if not self.address[1]:
-                name = sock.getsockname()
-                self.address = (name[0], name[1])
+        self.sockets = await bind_sockets(host, port, backlog=2048)
+        name = self.sockets[0].getsockname()
+        self.address = (name[0], name[1])
 
     def start_serving(self) -> None:
         loop = asyncio.get_running_loop()

@@ -58,6 +58,7 @@ from odradek.metrics import (
 )
 from odradek.protocol import ApiKey
 from odradek.settings import MetricsSettings
+from odradek.transport.listen import TcpServer
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -518,7 +519,7 @@ class MetricsServer:
         """``access``: who may read it (``MetricsAccess.from_settings(settings.metrics)``)."""
         self.registry = registry
         self.access = access
-        self._server: asyncio.AbstractServer | None = None
+        self._server: TcpServer | None = None
         self._scraping = asyncio.Lock()
         self.address: tuple[str, int] = ("", 0)
         self._refused_hosts: set[str] = set()  # Host values refused so far (logged once each)
@@ -531,9 +532,8 @@ class MetricsServer:
         return f"http://{host}:{port}/metrics"
 
     async def start(self, host: str, port: int) -> None:
-        self._server = await asyncio.start_server(self._serve, host, port, reuse_address=True)
-        name = self._server.sockets[0].getsockname()
-        self.address = (name[0], name[1])
+        self._server = await TcpServer.start(self._serve, host, port)
+        self.address = self._server.address
         # this machine's fully qualified name is a Host a scraper may use: a DNS lookup, off the loop
         loop = asyncio.get_running_loop()
         with contextlib.suppress(Exception):

@@ -32,6 +32,7 @@ from odradek._timeouts import wait_for
 from odradek.broker.faults import FaultInjector
 from odradek.cluster.faults import FaultSpecError, parse_rule
 from odradek.errors import KafkaError, OdradekError
+from odradek.transport.listen import TcpServer
 
 __all__ = ["MAX_BODY", "FaultControlServer", "run_command"]
 
@@ -108,7 +109,7 @@ class FaultControlServer:
 
     def __init__(self, faults: FaultInjector) -> None:
         self.faults = faults
-        self._server: asyncio.Server | None = None
+        self._server: TcpServer | None = None
         self.address = ("127.0.0.1", 0)
 
     @property
@@ -116,9 +117,8 @@ class FaultControlServer:
         return f"http://{self.address[0]}:{self.address[1]}/faults"
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        name = self._server.sockets[0].getsockname()
-        self.address = (name[0], name[1])
+        self._server = await TcpServer.start(self._serve, "127.0.0.1", 0)
+        self.address = self._server.address
         log.info("fault control at %s (test mode)", self.url)
 
     async def stop(self) -> None:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import logging
 import signal
 import sys
+import traceback
+from pathlib import Path
 from typing import Any
 
 __all__ = ["add_parser", "run"]
@@ -118,6 +121,19 @@ async def _serve(config: Any, test_mode: bool = False) -> int:
     return 0
 
 
+def _where(exc: BaseException) -> str:
+    """``file:line`` (the file relative to the package) of the frame the exception was raised in."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "?"
+    frame = frames[-1]
+    path = Path(frame.filename)
+    package = Path(__file__).resolve().parent.parent
+    with contextlib.suppress(ValueError):
+        path = path.resolve().relative_to(package)
+    return f"{path}:{frame.lineno}"
+
+
 def _message(exc: BaseException) -> str:
     """One line for a start-up failure: a KafkaError's message without its code prefix."""
     from odradek.errors import KafkaError
@@ -168,10 +184,11 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("odradek.serve").debug("start-up failed", exc_info=True)
         print(f"odradek serve: {_message(exc)}", file=sys.stderr)
         return 1
-    except Exception as exc:  # an unexpected failure: one line, the traceback only in the DEBUG log
+    except Exception as exc:  # an unexpected failure: one line with where, the traceback only in the DEBUG log
         logging.getLogger("odradek.serve").debug("start-up failed", exc_info=True)
         print(
-            f"odradek serve: {type(exc).__name__}: {_message(exc)} (run with --log-level DEBUG for the traceback)",
+            f"odradek serve: {type(exc).__name__}: {_message(exc)} (at {_where(exc)}; run with --log-level DEBUG "
+            "for the traceback)",
             file=sys.stderr,
         )
         return 1

@@ -19,6 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from odradek._timeouts import wait_for
 from odradek.errors import OdradekError
+from odradek.transport.listen import TcpServer
 
 __all__ = ["MAX_BODY", "MAX_HEAD", "HttpError", "HttpServer", "Request", "Response"]
 
@@ -155,12 +156,12 @@ class HttpServer:
         self.handler = handler
         self.host = host
         self.port = port
-        self._server: asyncio.Server | None = None
+        self._server: TcpServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=MAX_HEAD)
-        self.port = self._server.sockets[0].getsockname()[1]
+        self._server = await TcpServer.start(self._serve, self.host, self.port, limit=MAX_HEAD)
+        self.port = self._server.address[1]
 
     async def close(self) -> None:
         if self._server is not None:

@@ -33,6 +33,7 @@ from urllib.parse import parse_qs
 from odradek._http import BadHttpRequest, HttpRequest, parse_request_head
 from odradek._timeouts import wait_for
 from odradek.transport.http import http_exchange
+from odradek.transport.listen import TcpServer
 
 __all__ = [
     "MEDIA_TYPE",
@@ -135,7 +136,7 @@ class HttpServer:
         self.max_connections = max_connections
         self.tls = tls
         self.name = name
-        self._server: asyncio.AbstractServer | None = None
+        self._server: TcpServer | None = None
         self._connections: set[asyncio.Task[Any]] = set()
         self.address: tuple[str, int] = ("", 0)
 
@@ -144,12 +145,11 @@ class HttpServer:
         return "https" if self.tls is not None else "http"
 
     async def start(self, host: str, port: int) -> None:
-        self._server = await asyncio.start_server(
-            self._serve, host, port, reuse_address=True, limit=MAX_HEAD, ssl=self.tls,
+        self._server = await TcpServer.start(
+            self._serve, host, port, limit=MAX_HEAD, ssl=self.tls,
             ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if self.tls is not None else None,
         )
-        name = self._server.sockets[0].getsockname()
-        self.address = (name[0], name[1])
+        self.address = self._server.address
 
     def close(self) -> None:
         if self._server is not None:

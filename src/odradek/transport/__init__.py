@@ -3,7 +3,8 @@ other brokers, the CLI, the Spark executors and the test wire client.
 
 Layer: below ``client`` and ``broker``, above ``coordination``; built on the sans-I/O codec of
 :mod:`odradek.protocol` and the SASL mechanisms of :mod:`odradek.security`.  The only client-side
-code that opens sockets (:mod:`odradek.transport.connect`).
+code that opens sockets (:mod:`odradek.transport.connect`), and where the broker's and the console's
+servers bind theirs (:mod:`odradek.transport.listen`).
 
 * :class:`AsyncBrokerConnection` — one pipelined connection on an asyncio event loop;
   :class:`BrokerConnection` — the same on a blocking socket in the caller's thread.  Both are a
