@@ -1,5 +1,5 @@
 """Test-wide settings: hypothesis profiles (HYPOTHESIS_PROFILE=ci|dev, default dev) and the order
-of tests for two workers."""
+of tests for the test workers."""
 
 import os
 import sys
@@ -59,15 +59,15 @@ _packages_not_rewritten()
 os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 
-# -- running on two workers (pytest-xdist, ``-n 2 --dist load --maxschedchunk 2``) ---------------------
-# Tests go to whichever worker is free, two at a time, so a module's fixtures may start on both workers
+# -- running on several workers (pytest-xdist, ``-n 4 --dist load --maxschedchunk 2``) -----------------
+# Tests go to whichever worker is free, two at a time, so a module's fixtures may start on every worker
 # (the Spark tests start one JVM session on each). Grouping by file (``--dist loadgroup`` with an
 # ``xdist_group`` mark per file) did nothing here: pytest-xdist 3.8 tags a grouped test by
 # rewriting ``Item._nodeid``, which pytest 9.2 no longer reads, so every test was a group of its
 # own, handed out a few at a time as a worker ran short. Plain ``--dist load`` (which followed)
 # hands each worker a quarter of its share up front, so one worker got all the long tests at
 # once; the runs' total time grew from ~25 to ~34 minutes. The longest directories go first so
-# that neither worker is left with a long tail at the end.
+# that no worker is left with a long tail at the end.
 _LONG_FIRST = ("tests/spark/", "tests/cluster/", "tests/security/", "tests/broker/")
 
 
