@@ -429,3 +429,49 @@ def test_a_full_librdkafka_batch_of_a_fast_codec_is_validated_on_the_loop(
             assert p.log.log_end_offset == 30_000 + INLINE_DECOMPRESS_RECORDS + 1
 
     asyncio.run(body())
+
+
+@pytest.mark.parametrize("codec", [Compression.LZ4, Compression.ZSTD, Compression.GZIP, Compression.SNAPPY])
+def test_a_batch_of_few_records_that_inflates_far_is_validated_in_a_worker(
+    tmp_path: Path, threads: ThreadPoolExecutor, codec: Compression
+) -> None:
+    """A batch's record count bounds the loop's work of reading records, not of decompressing
+    them: one record of 20 MiB of zeros compresses to a few kilobytes (zstd) and decompressing it
+    took the loop tens of milliseconds.  Past ``INLINE_DECOMPRESSED_BYTES`` the loop stops and hands the
+    batch to a worker, which writes it whole; one past Kafka's 64 MiB bound is MESSAGE_TOO_LARGE
+    there, with nothing written."""
+    from odradek.broker.handlers.produce import INLINE_DECOMPRESSED_BYTES
+
+    big = bytes(20 << 20)
+    assert len(big) > INLINE_DECOMPRESSED_BYTES
+
+    def one(value: bytes) -> bytes:
+        b = BatchBuilder(compression=codec)
+        b.append(BASE_TS, b"k", value)
+        return b.build()
+
+    async def body() -> None:
+        async with running_broker(tmp_path / "data") as broker:
+            await broker.topics.create("inflating", 1, 1, BIG)
+            p = await hosted(broker, "inflating")
+            _jobs_in(broker, threads)
+            offload = broker.scheduler.offload
+            port = broker.bound["PLAINTEXT"][1]
+            small = await _request_in_thread(port, produce_request("inflating", one(bytes(1000))), 9)
+            assert small.responses[0].partition_responses[0].error_code == 0
+            assert offload.started == 0  # a batch within the budget stays on the loop
+            batch = one(big)
+            assert len(batch) < 2 << 20
+            r = await _request_in_thread(port, produce_request("inflating", batch), 9)
+            assert r.responses[0].partition_responses[0].error_code == 0
+            assert offload.started == 1, "the inflating batch was validated on the loop"
+            stored = [r for b in read_batches(p.log.read(0, 64 << 20).to_bytes()) for r in b.records]
+            assert [(r.offset, len(r.value or b"")) for r in stored] == [(0, 1000), (1, len(big))]
+            assert stored[1].value == big
+            over = one(bytes(65 << 20))
+            r = await _request_in_thread(port, produce_request("inflating", over), 9)
+            assert r.responses[0].partition_responses[0].error_code == ErrorCode.MESSAGE_TOO_LARGE
+            assert offload.started == 2
+            assert p.log.log_end_offset == 2
+
+    asyncio.run(body())

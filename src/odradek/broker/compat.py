@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from odradek.records import (
+    DEFAULT_MAX_DECOMPRESSED_SIZE,
     BatchBuilder,
     BatchHeader,
     Compression,
@@ -276,15 +277,18 @@ def recompress(records: bytes | bytearray | memoryview, compression_type: str) -
 
 
 def prepare_append(
-    data: bytes | bytearray | memoryview, config: LogConfig, topic: str, partition: int, now_ms: int | None = None
+    data: bytes | bytearray | memoryview, config: LogConfig, topic: str, partition: int, now_ms: int | None = None,
+    max_decompressed: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
 ) -> tuple[bytes | None, list[BatchHeader]]:
     """What the log's append of a produced ``data`` needs first, as a pure function (a worker
     process runs it): ``data`` validated as sent, converted by :func:`recompress` (the topic's
     ``compression.type``, format v2), and the batches to write validated.  Returns (the data to write, None
     when it is ``data`` itself; their batch headers).  Raises the log's errors for data it
     refuses (CorruptRecordError, InvalidRecordError with per-record errors, ...).  ``now_ms``: the
-    broker's clock, for the per-record timestamp limits."""
-    headers = validate_batches(data, config, topic, partition, now_ms=now_ms)
+    broker's clock, for the per-record timestamp limits.  ``max_decompressed``: a budget below Kafka's
+    bound for a v2 batch's decompression (beyond it DecompressionBudgetExceeded: the caller on the
+    event loop hands the batch to a worker, which has the usual bound)."""
+    headers = validate_batches(data, config, topic, partition, now_ms=now_ms, max_decompressed=max_decompressed)
     if CODECS[config.compression_type] is None and all(h.magic == 2 for h in headers):
         return None, headers
     try:

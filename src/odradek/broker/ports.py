@@ -46,6 +46,7 @@ from odradek.security.acl import AclEntry
 from odradek.settings import LiveSettings, ServerSettings, Settings
 from odradek.storage import (
     AppendInfo,
+    DecompressionBudgetExceeded,
     FileRegion,
     InvalidRecordError,
     LogConfig,
@@ -74,6 +75,7 @@ __all__ = [
     "ClusterPort",
     "ConfigsPort",
     "ConnectionPort",
+    "DecompressionBudgetExceeded",
     "FetchPort",
     "FileRegion",
     "GroupConfigStore",
@@ -187,6 +189,8 @@ class ReplicaWrites(Protocol):
         records: bytes | bytearray | memoryview,
         acks: int,
         validated: tuple[list[BatchHeader], LogConfig] | None = None,
+        *,
+        max_decompressed: int = ...,
     ) -> AppendInfo: ...
 
     async def wait_durable(self, p: Partition) -> None: ...

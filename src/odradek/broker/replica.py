@@ -29,7 +29,7 @@ from odradek.cluster import isr
 from odradek.cluster.metadata import PartitionState
 from odradek.errors import ErrorCode, KafkaError
 from odradek.metrics import BrokerMetrics, timed_ms
-from odradek.records import BatchHeader
+from odradek.records import DEFAULT_MAX_DECOMPRESSED_SIZE, BatchHeader
 from odradek.storage import AppendInfo, Log, LogConfig, LogManager, ReadResult, StorageError
 
 __all__ = ["Partition", "ReplicaManager"]
@@ -274,11 +274,14 @@ class ReplicaManager:
         records: bytes | bytearray | memoryview,
         acks: int,
         validated: tuple[list[BatchHeader], LogConfig] | None = None,
+        *,
+        max_decompressed: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
     ) -> AppendInfo:
         """Append as leader (synchronously; page-cache write).  Raises KafkaError subclasses.
 
         ``validated``: the batch headers that the log's validation (run elsewhere, off the event
-        loop) found in ``records`` and the log config it used (see ``Log.append_validated``)."""
+        loop) found in ``records`` and the log config it used (see ``Log.append_validated``).
+        ``max_decompressed``: see ``Log.append`` (DecompressionBudgetExceeded: nothing written)."""
         if acks == -1:
             min_isr = p.log.config.min_insync_replicas
             if len(p.state.isr) < min_isr:
@@ -291,7 +294,7 @@ class ReplicaManager:
             failures.check_write(p.log_dir, len(records))
         try:
             if validated is None:
-                info = p.log.append(records, leader_epoch=p.leader_epoch)
+                info = p.log.append(records, leader_epoch=p.leader_epoch, max_decompressed=max_decompressed)
             else:
                 info = p.log.append_validated(records, validated[0], validated[1], leader_epoch=p.leader_epoch)
         except (OSError, StorageError) as exc:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from odradek.errors import ErrorCode, KafkaError
+from odradek.errors import ErrorCode, KafkaError, OdradekError
 
 __all__ = [
     "CorruptIndexError",
     "CorruptRecordError",
     "CorruptSegmentError",
+    "DecompressionBudgetExceeded",
     "InvalidConfigError",
     "InvalidRecordError",
     "InvalidTimestampError",
@@ -103,6 +104,13 @@ class RecordBatchTooLargeError(StorageError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, ErrorCode.MESSAGE_TOO_LARGE)
+
+
+class DecompressionBudgetExceeded(OdradekError):
+    """A compressed batch decompresses to more than the caller's budget (``max_decompressed``, set
+    below Kafka's bound): not refused, only too much work for where the caller runs (the broker's
+    event loop), which then validates the batch elsewhere with the usual bound.  Not a KafkaError:
+    nothing answers a client with it."""
 
 
 class InvalidConfigError(StorageError):

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from odradek._clock import Clock, SystemClock
-from odradek.records import BatchHeader, marker_batch
+from odradek.records import DEFAULT_MAX_DECOMPRESSED_SIZE, BatchHeader, marker_batch
 from odradek.storage.assign import assign, assign_one_v2, summarize
 from odradek.storage.config import LogConfig
 from odradek.storage.epoch import LeaderEpochCache
@@ -213,6 +213,7 @@ class Log:
         leader_epoch: int | None = None,
         now_ms: int | None = None,
         from_coordinator: bool = False,
+        max_decompressed: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
     ) -> AppendInfo:
         """Append batches as a leader: validate them, assign offsets, write.
 
@@ -225,7 +226,9 @@ class Log:
         its last five is not written again: the result carries the original offsets and
         ``duplicate=True``.  Raises CorruptRecordError (bad sizes or CRC),
         RecordBatchTooLargeError (``max.message.bytes``), InvalidRecordError (null key on a
-        compacted topic), InvalidTimestampError and ProducerStateError.
+        compacted topic), InvalidTimestampError and ProducerStateError.  ``max_decompressed``: a
+        budget below Kafka's bound for decompressing a batch to validate its records; beyond it
+        DecompressionBudgetExceeded, and nothing is written (see ``validate_batches``).
         """
         if self.closed:
             self._check_open()
@@ -234,8 +237,10 @@ class Log:
         if n >= 61 and data[16] == 2 and self.config.message_timestamp_type == "CreateTime" and not data[22] & 0x20:
             fields = _V2_HEADER.unpack_from(data, 0)
             if fields[1] + 12 == n and fields[1] >= 49:
-                return self._append_one_v2(data, fields, leader_epoch, now)
-        headers = validate_batches(data, self.config, self.topic, self.partition, now_ms=now)
+                return self._append_one_v2(data, fields, leader_epoch, now, max_decompressed)
+        headers = validate_batches(
+            data, self.config, self.topic, self.partition, now_ms=now, max_decompressed=max_decompressed
+        )
         return self._append_valid(data, headers, leader_epoch, now, from_coordinator)
 
     def append_validated(
@@ -303,14 +308,17 @@ class Log:
         return self.append(batch, leader_epoch=leader_epoch, now_ms=now, from_coordinator=True)
 
     def _append_one_v2(
-        self, data: bytes | bytearray | memoryview, fields: tuple[int, ...], leader_epoch: int | None, now: int
+        self, data: bytes | bytearray | memoryview, fields: tuple[int, ...], leader_epoch: int | None, now: int,
+        max_decompressed: int,
     ) -> AppendInfo:
         """The produce fast path: one v2 batch, validated with one unpack and one CRC, offsets
         patched in place, one write."""
         given = check_one_v2(data, fields, self.config, self.topic, self.partition)
         # every record read against the header (Kafka's LogValidator); the batch's max timestamp
         # is its records'
-        records_max = validate_records(data, given, self.config, self.topic, self.partition, now)
+        records_max = validate_records(
+            data, given, self.config, self.topic, self.partition, now, max_decompressed=max_decompressed
+        )
         producers = self.producers
         if given.producer_id >= 0:
             dup = producers.check(given)

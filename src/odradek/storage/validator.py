@@ -38,7 +38,12 @@ from odradek.records.check import (
     check_records_python,
     problem_text,
 )
-from odradek.records.compression import decompress_scratch, give_scratch, take_scratch
+from odradek.records.compression import (
+    DEFAULT_MAX_DECOMPRESSED_SIZE,
+    decompress_scratch,
+    give_scratch,
+    take_scratch,
+)
 from odradek.records.errors import (
     CrcMismatchError,
     DecompressionLimitExceeded,
@@ -49,6 +54,7 @@ from odradek.records.v2 import decode_records
 from odradek.storage.config import LogConfig
 from odradek.storage.errors import (
     CorruptRecordError,
+    DecompressionBudgetExceeded,
     InvalidRecordError,
     InvalidTimestampError,
     RecordBatchTooLargeError,
@@ -101,6 +107,7 @@ def validate_batches(
     *,
     produce: bool = True,
     now_ms: int | None = None,
+    max_decompressed: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
 ) -> list[BatchHeader]:
     """The headers of the batches of ``data`` after Kafka's checks of an append (see the module
     docstring).  ``produce``: a leader's append (a client's or a coordinator's batches): the
@@ -108,7 +115,9 @@ def validate_batches(
     their records' max timestamp (apply it with :func:`fix_max_timestamps`).  ``now_ms``: the
     broker's clock, for the per-record timestamp limits (without it only the batch headers'
     timestamps are checked, by :func:`check_timestamps`).  Followers (``produce=False``) check
-    the framing, CRCs and sizes (and keys on a compacted topic)."""
+    the framing, CRCs and sizes (and keys on a compacted topic).  ``max_decompressed``: a v2
+    batch that decompresses to more raises DecompressionBudgetExceeded when it is below Kafka's
+    bound (:data:`~odradek.records.DEFAULT_MAX_DECOMPRESSED_SIZE`: MESSAGE_TOO_LARGE)."""
     headers: list[BatchHeader] | None = None
     n = len(data)
     if n >= 61 and data[16] == 2:
@@ -140,7 +149,7 @@ def validate_batches(
             check_batch_header(h, magic, topic, partition)
     if produce:
         return [
-            _v2_header(data, h, config, topic, partition, now_ms)
+            _v2_header(data, h, config, topic, partition, now_ms, max_decompressed)
             if h.magic == 2
             else _check_legacy(data, h, topic, partition, config.compact, _legacy_bounds(h, config, now_ms))
             for h in headers
@@ -196,19 +205,29 @@ def check_one_v2(
 
 
 def _records_span(
-    data: bytes | bytearray | memoryview, h: BatchHeader, scratch: bytearray | None = None
+    data: bytes | bytearray | memoryview,
+    h: BatchHeader,
+    scratch: bytearray | None = None,
+    max_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
 ) -> tuple[bytes | bytearray | memoryview, int, int]:
-    """Where a v2 batch's records lie: in ``data`` itself, or decompressed (within the usual
-    bound: DecompressionLimitExceeded is MESSAGE_TOO_LARGE, a bad payload CORRUPT_MESSAGE),
-    perhaps into ``scratch`` (see :func:`odradek.records.compression.take_scratch`)."""
+    """Where a v2 batch's records lie: in ``data`` itself, or decompressed (within ``max_size``:
+    beyond the usual bound MESSAGE_TOO_LARGE, beyond a smaller budget DecompressionBudgetExceeded;
+    a bad payload CORRUPT_MESSAGE), perhaps into ``scratch`` (see
+    :func:`odradek.records.compression.take_scratch`)."""
     start = h.position + _HEADER_SIZE
     codec = h.attributes & 0x07
     if not codec:
         return data, start, h.position + h.size
+    buf: bytes | bytearray | memoryview
     try:
         payload = memoryview(data)[start : h.position + h.size]
-        buf = decompress(codec, payload, magic=2) if scratch is None else decompress_scratch(codec, payload, scratch)
+        if scratch is None:
+            buf = decompress(codec, payload, magic=2, max_size=max_size)
+        else:
+            buf = decompress_scratch(codec, payload, scratch, max_size=max_size)
     except DecompressionLimitExceeded as exc:
+        if max_size < DEFAULT_MAX_DECOMPRESSED_SIZE:
+            raise DecompressionBudgetExceeded(f"{exc} (batch at offset {h.base_offset})") from exc
         raise RecordBatchTooLargeError(str(exc)) from exc
     except RecordsError as exc:
         raise CorruptRecordError(f"{exc} (batch at offset {h.base_offset})") from exc
@@ -224,16 +243,19 @@ def validate_records(
     now_ms: int | None = None,
     *,
     sequential: bool = True,
+    max_decompressed: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
 ) -> int:
     """Read every record of the v2 batch ``h`` of ``data`` against its header, as Kafka's
     LogValidator iterates them; raise what Kafka answers for what is wrong (see the module
     docstring).  Returns the max timestamp the batch is to carry: its records' (Kafka sets it
     from them), or the header's for a log-append-time batch or topic.  ``sequential``: offset
-    deltas must be 0..n-1 (a producer's batch); else only increasing (data after compaction)."""
+    deltas must be 0..n-1 (a producer's batch); else only increasing (data after compaction).
+    ``max_decompressed``: as for :func:`validate_batches`."""
     if h.attributes & 0x07:
         scratch = take_scratch()
         try:
-            return _validate_span(*_records_span(data, h, scratch), h, config, topic, partition, now_ms, sequential)
+            span = _records_span(data, h, scratch, max_decompressed)
+            return _validate_span(*span, h, config, topic, partition, now_ms, sequential)
         finally:
             give_scratch(scratch)
     # the common case: the records read where they lie
@@ -274,9 +296,10 @@ def _validate_span(
 
 
 def _v2_header(
-    data: bytes | bytearray | memoryview, h: BatchHeader, config: LogConfig, topic: str, partition: int, now: int | None
+    data: bytes | bytearray | memoryview, h: BatchHeader, config: LogConfig, topic: str, partition: int, now: int | None,
+    max_decompressed: int,
 ) -> BatchHeader:
-    max_timestamp = validate_records(data, h, config, topic, partition, now)
+    max_timestamp = validate_records(data, h, config, topic, partition, now, max_decompressed=max_decompressed)
     return h if max_timestamp == h.max_timestamp else h._replace(max_timestamp=max_timestamp)
 
 
