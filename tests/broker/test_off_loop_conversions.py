@@ -437,13 +437,13 @@ def test_a_batch_of_few_records_that_inflates_far_is_validated_in_a_worker(
 ) -> None:
     """A batch's record count bounds the loop's work of reading records, not of decompressing
     them: one record of 20 MiB of zeros compresses to a few kilobytes (zstd) and decompressing it
-    took the loop tens of milliseconds.  Past ``INLINE_DECOMPRESSED_BYTES`` the loop stops and hands the
+    took the loop tens of milliseconds.  Past ``LOOP_DECOMPRESSED_BYTES`` the loop stops and hands the
     batch to a worker, which writes it whole; one past Kafka's 64 MiB bound is MESSAGE_TOO_LARGE
     there, with nothing written."""
-    from odradek.broker.handlers.produce import INLINE_DECOMPRESSED_BYTES
+    from odradek.broker.offload import LOOP_DECOMPRESSED_BYTES
 
     big = bytes(20 << 20)
-    assert len(big) > INLINE_DECOMPRESSED_BYTES
+    assert len(big) > LOOP_DECOMPRESSED_BYTES
 
     def one(value: bytes) -> bytes:
         b = BatchBuilder(compression=codec)

@@ -325,3 +325,32 @@ def test_a_broker_without_a_registry_refuses_validating_topics(tmp_path_factory:
             wire.close()
     finally:
         broker.stop()
+
+
+def test_a_batch_that_inflates_far_is_checked_in_a_worker(
+    registry_broker: BrokerProcess, admin: AdminClient, client: SchemaRegistryClient, wire: WireClient
+) -> None:
+    """One record of 20 MiB compresses to a few kilobytes: past ``LOOP_DECOMPRESSED_BYTES`` the
+    loop's check gives up (DecompressionLimitExceeded) and the worker's answer is the same as for
+    any batch: framed values land, an unframed one is INVALID_RECORD."""
+    from odradek.broker.offload import LOOP_DECOMPRESSED_BYTES
+    from odradek.records import Compression, DecompressionLimitExceeded
+    from odradek.schemas.validation import check_framing
+
+    topic = create(admin, {**VALIDATE_VALUES, "max.message.bytes": str(8 << 20)})
+    value_id = register(client, f"{topic}-value", ORDER)
+
+    def one(value: bytes) -> bytes:
+        b = BatchBuilder(compression=Compression.ZSTD)
+        b.append(1_700_000_000_000, None, value)
+        return b.build()
+
+    good, bad = one(framed(value_id, bytes(20 << 20))), one(b"\x01" + bytes(20 << 20))
+    with pytest.raises(DecompressionLimitExceeded):
+        check_framing(good, None, frozenset({value_id}), max_decompressed=LOOP_DECOMPRESSED_BYTES)
+    resp = wire.request(produce_request(topic, bad), PRODUCE_V9)
+    p0 = resp.responses[0].partition_responses[0]
+    assert p0.error_code == ErrorCode.INVALID_RECORD and [e.batch_index for e in p0.record_errors] == [0]
+    resp = wire.request(produce_request(topic, good), PRODUCE_V9)
+    assert resp.responses[0].partition_responses[0].error_code == 0
+    assert watermarks(registry_broker, topic, 0) == (0, 1)

@@ -56,7 +56,7 @@ from odradek._timeouts import wait_for
 from odradek.errors import ErrorCode, KafkaError, OdradekError
 from odradek.storage.errors import InvalidRecordError
 
-__all__ = ["MAX_BYTES_IN_FLIGHT", "SPOOL_BYTES", "WORKERS", "FileSlice", "OffLoop", "Spool", "lower_priority"]
+__all__ = ["LOOP_DECOMPRESSED_BYTES", "MAX_BYTES_IN_FLIGHT", "SPOOL_BYTES", "WORKERS", "FileSlice", "OffLoop", "Spool", "lower_priority"]
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,12 @@ WORKERS = _default_workers()
 MAX_BYTES_IN_FLIGHT = 256 * 1024 * 1024
 #: bytes of a job's argument or result from which they travel through a file (a Spool)
 SPOOL_BYTES = 256 * 1024
+#: bytes a produced batch read on the event loop may decompress to (the produce handler and schema
+#: validation): its record count bounds the work of reading its records, not of decompressing
+#: them (one record of zeros can inflate ~1000x, to Kafka's 64 MiB bound: tens of milliseconds of
+#: the loop).  Past it the batch is read in a worker, with the usual bound (the loop's ~1-2 ms
+#: so far are lost)
+LOOP_DECOMPRESSED_BYTES = 4 << 20
 #: the workers' nice increment: the event loop (and everything else) comes first
 WORKER_NICE = 10
 #: how long stop() waits for a worker's job before it kills the worker

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from odradek.broker.offload import OffLoop
+from odradek.broker.offload import LOOP_DECOMPRESSED_BYTES, OffLoop
 from odradek.errors import ErrorCode, KafkaError
-from odradek.records import RecordsError
+from odradek.records import DecompressionLimitExceeded, RecordsError
 from odradek.schemas.store import RegistryState
 from odradek.schemas.validation import allowed_ids, check_framing, record_count, strategy_of, topic_subject
 from odradek.storage.config import LogConfig
@@ -96,7 +96,9 @@ class SchemaValidation:
         )
         try:
             if record_count(records) <= INLINE_RECORDS:
-                return check_framing(*args)
+                return check_framing(*args, max_decompressed=LOOP_DECOMPRESSED_BYTES)
+        except DecompressionLimitExceeded:
+            pass  # too much to decompress on the loop: the worker reads it, with the usual bound
         except RecordsError as exc:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from exc
         return await self.offload.run(_check_off_loop, *args, cost=3 * len(records))

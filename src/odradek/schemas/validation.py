@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from odradek.records import iter_batch_headers, read_batches
+from odradek.records import DEFAULT_MAX_DECOMPRESSED_SIZE, iter_batch_headers, read_batches
 from odradek.schemas._common import AVRO, JSON, PROTOBUF
 from odradek.schemas.framing import schema_id as framed_id
 from odradek.schemas.store import RegistryState, SchemaVersion
@@ -147,15 +147,18 @@ def check_framing(
     value_ids: frozenset[int] | None,
     key_subject: str = "the key subject",
     value_subject: str = "the value subject",
+    *,
+    max_decompressed: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
 ) -> tuple[list[tuple[int, str]], int]:
     """Every record's key (unless ``key_ids`` is None) and value (unless ``value_ids`` is None)
     read against the ids it may carry: the record errors (index of the record among the
     buffer's records, message), at most :data:`MAX_RECORD_ERRORS` of them, and how many there
-    are in all.  A :class:`~odradek.records.RecordsError` for a buffer that cannot be read."""
+    are in all.  A :class:`~odradek.records.RecordsError` for a buffer that cannot be read
+    (DecompressionLimitExceeded for a batch that decompresses to more than ``max_decompressed``)."""
     errors: list[tuple[int, str]] = []
     total = 0
     index = 0
-    for batch in read_batches(records, strict=True):
+    for batch in read_batches(records, strict=True, max_decompressed_size=max_decompressed):
         if batch.is_control:
             continue
         for columns in batch.record_columns():

@@ -36,7 +36,7 @@ from typing import Any
 from odradek.broker.compat import CODECS, prepare_append
 from odradek.broker.dispatch import RequestContext, handles
 from odradek.broker.handlers.fetch import _topic_by_id
-from odradek.broker.offload import Spool
+from odradek.broker.offload import LOOP_DECOMPRESSED_BYTES, Spool
 from odradek.broker.ports import (
     AppendInfo,
     DecompressionBudgetExceeded,
@@ -82,11 +82,6 @@ INLINE_PLAIN_RECORDS = 16384 if speedups.compiled is not None else 2048
 #: at 0.55x of the inline path, its p99 acknowledgement 4x).  gzip's inflate is slower and stays
 #: at ``INLINE_RECORDS``
 INLINE_DECOMPRESS_RECORDS = 32768 if speedups.compiled is not None else INLINE_RECORDS
-#: bytes a batch validated on the loop may decompress to: a batch's record count bounds the work
-#: of reading its records, not of decompressing them (one record of zeros can inflate ~1000x, to
-#: Kafka's 64 MiB bound: ~50 ms of the loop).  A batch beyond this is handed to a worker, which has
-#: the usual bound (the loop's work so far, ~1-2 ms, is lost)
-INLINE_DECOMPRESSED_BYTES = 4 << 20
 _GZIP = 1
 #: a v0/v1 compressed wrapper does not say how many records it holds: its bytes bound them
 _LEGACY_RECORD_BYTES = 16
@@ -274,14 +269,14 @@ class _Appends:
 
     def _append_now(self, p: Partition, records: bytes | bytearray | memoryview, prepare: int) -> AppendInfo:
         """The append on the loop; DecompressionBudgetExceeded (nothing written) for a batch that
-        decompresses to more than ``INLINE_DECOMPRESSED_BYTES``."""
+        decompresses to more than ``LOOP_DECOMPRESSED_BYTES``."""
         if prepare == _CONVERT:
             config = p.log.config
             written, headers = prepare_append(
-                records, config, p.topic, p.index, p.log.clock.now_ms(), INLINE_DECOMPRESSED_BYTES
+                records, config, p.topic, p.index, p.log.clock.now_ms(), LOOP_DECOMPRESSED_BYTES
             )
             return self.port.replicas.append(p, records if written is None else written, self.acks, (headers, config))
-        return self.port.replicas.append(p, records, self.acks, max_decompressed=INLINE_DECOMPRESSED_BYTES)
+        return self.port.replicas.append(p, records, self.acks, max_decompressed=LOOP_DECOMPRESSED_BYTES)
 
     async def append_deferred(self) -> None:
         """The deferred batches, in order: each validated and recompressed in a worker (a
