@@ -325,3 +325,24 @@ def test_an_unexpected_start_up_failure_says_where(
     assert len(err) == 1, err
     assert err[0].startswith("odradek serve: AttributeError: 'NoneType' object has no attribute 'getsockname'")
     assert "test_cli_behaviours.py:" in err[0] and "--log-level DEBUG" in err[0]
+
+
+def test_serve_imports_no_other_command_and_collects_again_after() -> None:
+    """``odradek serve`` parses with its own parser alone: the other commands' modules (the client
+    among them: a tenth of a second and memory a broker would keep) are not imported.  The cyclic
+    collector, off while the broker starts, is on again when serve returns (here: at once, on an
+    out-of-range port), also for a caller running ``main`` in-process."""
+    probe = (
+        "import gc, sys\n"
+        "from odradek.cli.__main__ import main\n"
+        "code = main(['serve', '--port', '70000'])\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith(('odradek.client', 'odradek.cli.')))\n"
+        "print(code, gc.isenabled(), ' '.join(loaded))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    code, enabled, *loaded = out.stdout.split()
+    assert (code, enabled) == ("2", "True"), out.stdout + out.stderr
+    assert loaded == ["odradek.cli.__main__", "odradek.cli._common", "odradek.cli.serve"], loaded
+    # the whole command line is still there for every other first word
+    top = subprocess.run([sys.executable, "-m", "odradek", "--help"], capture_output=True, text=True, timeout=60)
+    assert "serve" in top.stdout and "consume" in top.stdout
