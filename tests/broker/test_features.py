@@ -160,3 +160,38 @@ def test_update_features_as_kafka_controllers_allow_and_the_change_survives_a_re
         assert features["metadata.version"]["finalized"] == (25, 25)
     finally:
         broker.stop()
+
+
+def test_the_answer_follows_the_finalized_levels_listener_and_telemetry() -> None:
+    """ApiVersions' lists are built once per listener, telemetry switch and finalized levels, not per
+    connection; a change of any of them gives the new answer at once, and one answer's lists are
+    its own (a caller changing them does not change the next answer)."""
+    from types import SimpleNamespace
+
+    import odradek.broker.handlers  # noqa: F401  (registers the handlers the answer lists)
+    from odradek.broker.advertised import api_versions_response
+    from odradek.broker.ports import FeaturesPort
+    from odradek.cluster.metadata import MetadataImage
+
+    metadata = SimpleNamespace(image=MetadataImage.empty("c"))
+
+    def port(telemetry: bool = True) -> FeaturesPort:
+        return FeaturesPort(metadata=metadata, features=None, inter_broker_listener="INTERNAL", telemetry=telemetry)  # type: ignore[arg-type]
+
+    def keys(response: object) -> set[int]:
+        return {k.api_key for k in response.api_keys}  # type: ignore[attr-defined]
+
+    first = api_versions_response(0, port(), "CLIENT", 4)
+    assert ApiKey.SHARE_FETCH in keys(first) and ApiKey.PUSH_TELEMETRY in keys(first)
+    assert not keys(first) & ZK_ERA and keys(api_versions_response(0, port(), "INTERNAL", 4)) >= ZK_ERA
+    first.api_keys.clear()
+    first.finalized_features.clear()
+    again = api_versions_response(0, port(), "CLIENT", 4)
+    assert keys(again) == keys(api_versions_response(0, port(), "client", 4)) and ApiKey.SHARE_FETCH in keys(again)
+    assert "share.version" in {f.name for f in again.finalized_features}
+    assert ApiKey.PUSH_TELEMETRY not in keys(api_versions_response(0, port(telemetry=False), "CLIENT", 4))
+    metadata.image = MetadataImage.empty("c").with_features({"share.version": 0, "group.version": 1}, 7)
+    off = api_versions_response(0, port(), "CLIENT", 4)
+    assert ApiKey.SHARE_FETCH not in keys(off) and ApiKey.CONSUMER_GROUP_HEARTBEAT in keys(off)
+    assert {f.name for f in off.finalized_features} == {"group.version"} and off.finalized_features_epoch == 7
+    assert api_versions_response(0, port(), "CLIENT", 2).finalized_features == []

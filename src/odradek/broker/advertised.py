@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from odradek.broker.dispatch import supported_versions
+from odradek.broker.dispatch import HANDLERS, supported_versions
 from odradek.cluster.features import FEATURES, GATED_APIS, INTER_BROKER_APIS, finalized_levels
 from odradek.protocol import ApiKey
 from odradek.protocol.messages.api_versions import ApiVersionsResponse
@@ -58,28 +58,51 @@ def served(port: FeaturesPort | None, listener: str | None, api_key: int) -> boo
     return finalized_levels(port.metadata.image.features).get(feature, 0) >= level
 
 
+#: the answer's lists, by what they depend on (every client's first request asks for them: built
+#: once, not per connection); the entries are shared by the answers and never changed
+_R = ApiVersionsResponse
+_Lists = tuple[tuple[_R.ApiVersion, ...], tuple[_R.SupportedFeatureKey, ...], tuple[_R.FinalizedFeatureKey, ...]]
+_LISTS: dict[tuple[object, ...], _Lists] = {}
+_LISTS_BOUND = 64  # a few listeners x feature levels; past it the cache starts again
+
+
 def api_versions_response(
     error_code: int = 0, port: FeaturesPort | None = None, listener: str | None = None, version: int = 0
 ) -> ApiVersionsResponse:
     """The ApiVersions answer on ``listener`` at ``version`` (without ``port``: every API with a
     handler, no features)."""
     R = ApiVersionsResponse
-    keys = [
-        R.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-        for k, (lo, hi) in supported_versions().items()
-        if served(port, listener, k)
-    ]
-    response = R(error_code=error_code, api_keys=keys)
-    if port is not None and version >= 3:
-        response.supported_features = [
+    image = port.metadata.image if port is not None else None
+    levels = finalized_levels(image.features) if image is not None else {}
+    key: tuple[object, ...] = (
+        None if port is None else (port.inter_broker_listener, port.telemetry),
+        listener.upper() if listener is not None else None,
+        version >= 4,
+        tuple(levels.items()),
+        len(HANDLERS),
+    )
+    lists = _LISTS.get(key)
+    if lists is None:
+        keys = tuple(
+            R.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+            for k, (lo, hi) in supported_versions().items()
+            if served(port, listener, k)
+        )
+        supported = tuple(
             R.SupportedFeatureKey(name=f.name, min_version=f.min_level, max_version=f.max_level)
             for f in sorted(FEATURES.values(), key=lambda f: f.name)
             if version >= 4 or f.min_level > 0
-        ]
-        image = port.metadata.image
-        response.finalized_features = [
+        )
+        finalized = tuple(
             R.FinalizedFeatureKey(name=name, max_version_level=level, min_version_level=level)
-            for name, level in finalized_levels(image.features).items()
-        ]
+            for name, level in levels.items()
+        )
+        if len(_LISTS) >= _LISTS_BOUND:
+            _LISTS.clear()
+        lists = _LISTS[key] = (keys, supported, finalized)
+    response = R(error_code=error_code, api_keys=list(lists[0]))
+    if image is not None and version >= 3:
+        response.supported_features = list(lists[1])
+        response.finalized_features = list(lists[2])
         response.finalized_features_epoch = image.features_epoch
     return response
