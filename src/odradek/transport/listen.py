@@ -2,9 +2,10 @@
 fault control) and the console's: bound here, then handed to the event loop.
 
 Why not ``asyncio.start_server(cb, host, port)``: on uvloop (what ``odradek serve`` runs on) a port
-already in use is not an error of ``start_server``.  libuv defers the bind's EADDRINUSE to
-``listen()``, uvloop answers a failed listen by closing the server without raising, and the caller
-then finds ``server.sockets == [None]``.  Binding the sockets ourselves makes a taken port the same
+another socket starts listening on between the bind and the listen (two processes starting at
+once, both wanting the same default port) is not an error of ``start_server``.  libuv defers that
+EADDRINUSE to ``listen()``, uvloop answers a failed listen by closing the server without raising,
+and the caller then finds ``server.sockets == [None]``.  Binding the sockets ourselves makes a taken port the same
 ``OSError(EADDRINUSE)`` on every event loop, which the callers turn into a clear message or a retry
 on a free port.
 """
@@ -22,15 +23,15 @@ __all__ = ["TcpServer", "bind_sockets"]
 ConnectedCallback = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
-async def bind_sockets(host: str | None, port: int, *, backlog: int = 100, same_port: int = 0) -> list[socket.socket]:
+async def bind_sockets(host: str | None, port: int, *, backlog: int = 100) -> list[socket.socket]:
     """Listening, non-blocking sockets on every address ``host`` resolves to (``None`` or ``""``: all
-    of this machine's).  Port 0: one free port, the same on every address (``same_port``, when given,
-    instead).  Raises ``OSError`` (EADDRINUSE for a taken port) with nothing left open."""
+    of this machine's).  Port 0: one free port, the same on every address.  Raises ``OSError``
+    (EADDRINUSE for a taken port) with nothing left open."""
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     sockets: list[socket.socket] = []
     seen: set[tuple[int, Any]] = set()
-    chosen = port or same_port
+    chosen = port
     try:
         for family, type_, proto, _canon, addr in infos:
             if (family, addr) in seen:
