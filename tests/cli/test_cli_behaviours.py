@@ -103,6 +103,7 @@ def test_ctrl_c_exits_130_quietly(broker: BrokerProcess) -> None:
         [*ODRADEK, "consume", "lines", "-b", broker.bootstrap, "-o", "beginning"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},  # SIGABRT dumps every thread's stack
     )
     try:
         assert proc.stdout is not None
@@ -110,7 +111,12 @@ def test_ctrl_c_exits_130_quietly(broker: BrokerProcess) -> None:
         assert first == b"line-0\n"
         time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=20)
+        try:
+            _, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:  # (seen once, on a loaded machine): where is it stuck?
+            proc.send_signal(signal.SIGABRT)
+            _, err = proc.communicate(timeout=20)
+            pytest.fail(f"consume did not exit within 20 s of Ctrl-C; its threads:\n{err.decode(errors='replace')}")
     finally:
         if proc.poll() is None:
             proc.kill()
