@@ -190,6 +190,62 @@ def test_jwks_path_is_checked_at_start(tmp_path: Path) -> None:
         b.start(timeout=20)
 
 
+def test_a_jwks_served_over_http_is_read_at_start(tmp_path: Path, signer: Signer) -> None:
+    """``sasl.oauthbearer.jwks.endpoint.url`` as an http: URL (a loopback server here): read once at
+    start, and the signed tokens it verifies are accepted; a URL that answers 404 stops the start."""
+    import http.server
+    import threading
+
+    served: list[str] = []
+    body = signer.jwks().encode()
+
+    class Jwks(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            served.append(self.path)
+            if self.path != "/jwks.json":
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Jwks)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        missing = BrokerProcess(
+            tmp_path / "m", listeners="SASL_PLAINTEXT://127.0.0.1:0",
+            overrides={"sasl.enabled.mechanisms": "OAUTHBEARER", "sasl.oauthbearer.jwks.endpoint.url": f"{url}/none"},
+        )
+        with pytest.raises(RuntimeError, match=r"sasl\.oauthbearer\.jwks\.endpoint\.url .*/none: HTTP Error 404"):
+            missing.start(timeout=20)
+        b = BrokerProcess(
+            tmp_path / "d", listeners="SASL_PLAINTEXT://127.0.0.1:0",
+            overrides={"sasl.enabled.mechanisms": "OAUTHBEARER", "sasl.oauthbearer.jwks.endpoint.url": f"{url}/jwks.json"},
+        ).start()
+        try:
+            signed = {
+                "bootstrap.servers": b.bootstrap,
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "OAUTHBEARER",
+                "oauth_cb": lambda _c: (signer.token(signer.claims(sub="gwen")), time.time() + 3600),
+            }
+            with Admin(signed) as admin:
+                assert isinstance(admin.list_topics(), dict)
+        finally:
+            b.stop()
+        assert served == ["/none", "/jwks.json"]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_kafka_python_and_aiokafka_with_signed_tokens(oauth_broker: BrokerProcess, signer: Signer) -> None:
     """Both Python clients' token providers hand the broker an RS256 token it checks against the JWKS."""
     import asyncio

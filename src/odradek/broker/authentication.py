@@ -29,7 +29,6 @@ import importlib
 import logging
 import os
 import re
-import urllib.request
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -438,6 +437,8 @@ def _oauth_validator(
         text = str(url)
         try:
             if text.startswith(("http://", "https://")):
+                import urllib.request  # only here: with http.client and email, 5 ms of every start-up
+
                 with urllib.request.urlopen(text, timeout=10) as resp:
                     data = resp.read()
             else:

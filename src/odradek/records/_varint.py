@@ -67,7 +67,11 @@ def _encode_unsigned(u: int) -> bytes:
     return bytes(out)
 
 
-_ENCODED_ZZ: list[bytes] = [_encode_unsigned(u) for u in range(1 << 14)]
+# The encoding of every 14-bit payload: one byte below 128, else the low seven bits with the
+# continuation bit and then the high seven (built directly: this table is part of every start-up)
+_ENCODED_ZZ: list[bytes] = [bytes((u,)) for u in range(128)] + [
+    bytes((0x80 | low, high)) for high in range(1, 128) for low in range(128)
+]
 
 #: ``ENCODED_NONNEG[v]`` is the zig-zag varint of ``v`` for ``0 <= v < 8192``.
 ENCODED_NONNEG: Sequence[bytes] = _ENCODED_ZZ[0::2]
