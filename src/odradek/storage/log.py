@@ -551,7 +551,10 @@ class Log:
         the ISR; a follower's: its leader's; at load: the checkpointed one), clamped to the log
         (never below the log start offset nor above the log end offset) and never backwards
         (only truncation lowers it).  True when it moved."""
-        new = min(max(offset, self._log_start_offset), self.log_end_offset)
+        # min(max(offset, log start), log end) without the two calls: once per produce request
+        new = offset if offset > self._log_start_offset else self._log_start_offset
+        if new > self.log_end_offset:
+            new = self.log_end_offset
         if new <= self._high_watermark:
             return False
         self._high_watermark = new
