@@ -45,11 +45,11 @@ from odradek.storage.segments import CorruptReads, LogSegments
 from odradek.storage.txn_index import AbortedTxn
 from odradek.storage.validator import (
     V2_HEADER,
-    check_one_v2,
+    check_produced_one_v2,
     check_timestamps,
+    new_header,
     timestamp_limits,
     validate_batches,
-    validate_records,
 )
 
 __all__ = ["AppendInfo", "Log", "ReadResult", "parse_partition_dir"]
@@ -313,24 +313,25 @@ class Log:
     ) -> AppendInfo:
         """The produce fast path: one v2 batch, validated with one unpack and one CRC, offsets
         patched in place, one write."""
-        given = check_one_v2(data, fields, self.config, self.topic, self.partition)
-        # every record read against the header (Kafka's LogValidator); the batch's max timestamp
-        # is its records'
-        records_max = validate_records(
-            data, given, self.config, self.topic, self.partition, now, max_decompressed=max_decompressed
+        limits = self._timestamp_limits
+        # the header and every record read against it (Kafka's LogValidator); the batch's max
+        # timestamp is its records'
+        records_max = check_produced_one_v2(
+            data, fields, self.config, self.topic, self.partition, now, limits, max_decompressed
         )
         producers = self.producers
-        if given.producer_id >= 0:
+        if fields[9] >= 0:  # an idempotent producer's batch
+            base, length, ple, _m, crc, attrs, lod, bts, mts, pid, pep, bseq, count = fields
+            given = new_header((0, length + 12, 2, base, base + lod, crc, attrs, bts, mts, pid, pep, bseq, count, ple))
             dup = producers.check(given)
             if dup is not None:
                 return AppendInfo.of_duplicate(dup, self.log_start_offset)
         first = self.log_end_offset
-        last = first + given.last_offset - given.base_offset
+        last = first + fields[6]
         data, h = assign_one_v2(data, fields, first, records_max, leader_epoch)
-        if leader_epoch is not None:
+        if leader_epoch is not None and leader_epoch > self.epochs.latest_epoch:
             self._note_epoch(leader_epoch, first)
         headers = [h]
-        limits = self._timestamp_limits
         if limits is not None:
             check_timestamps(headers, now, limits)
         segs = self._segs
@@ -550,7 +551,10 @@ class Log:
         the ISR; a follower's: its leader's; at load: the checkpointed one), clamped to the log
         (never below the log start offset nor above the log end offset) and never backwards
         (only truncation lowers it).  True when it moved."""
-        new = min(max(offset, self._log_start_offset), self.log_end_offset)
+        # min(max(offset, log start), log end) without the two calls: once per produce request
+        new = offset if offset > self._log_start_offset else self._log_start_offset
+        if new > self.log_end_offset:
+            new = self.log_end_offset
         if new <= self._high_watermark:
             return False
         self._high_watermark = new

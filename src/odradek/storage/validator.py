@@ -65,6 +65,7 @@ __all__ = [
     "check_batch_header",
     "check_keys",
     "check_one_v2",
+    "check_produced_one_v2",
     "check_timestamps",
     "fix_max_timestamps",
     "new_header",
@@ -202,6 +203,42 @@ def check_one_v2(
     if size > config.segment_bytes:
         raise RecordBatchTooLargeError(f"batch of {size} bytes exceeds segment.bytes={config.segment_bytes}")
     return given
+
+
+def check_produced_one_v2(
+    data: bytes | bytearray | memoryview,
+    fields: tuple[int, ...],
+    config: LogConfig,
+    topic: str,
+    partition: int,
+    now: int,
+    limits: tuple[int, int] | None,
+    max_decompressed: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
+) -> int:
+    """:func:`check_one_v2` then :func:`validate_records` of the produce fast path's one v2 batch
+    (``fields``: its header unpacked with :data:`V2_HEADER`, at position 0 of ``data``), the
+    same checks in one call for the common batch (uncompressed, valid): the header, the CRC and
+    every record (compiled when the extension is built).  ``limits``: ``timestamp_limits(config)``,
+    which the caller keeps per config.  Returns the batch's max timestamp, as
+    :func:`validate_records`.  A compressed batch, or one with anything to refuse, takes the
+    general functions, which raise what Kafka answers."""
+    _base, length, _ple, _m, crc, attrs, lod, bts, mts, _pid, _pep, _bseq, count = fields
+    size = length + 12
+    if (
+        not attrs & 0x07 and 0 < count == lod + 1 and size <= config.max_message_bytes
+        and size <= config.segment_bytes and crc32c(memoryview(data)[21:]) == crc
+    ):
+        # problem, record, position, value, extra, max timestamp, min timestamp, keyless records
+        c = _check(data, _HEADER_SIZE, size, count, bts, lod, True)
+        if not c[0] and not (c[7] and not attrs & _ATTR_CONTROL and config.compact):
+            if attrs & _ATTR_LOG_APPEND_TIME or config.message_timestamp_type != "CreateTime":
+                return mts
+            if limits is None or (
+                (c[6] == NO_MIN_TIMESTAMP or c[6] >= now - limits[0]) and c[5] <= now + limits[1]
+            ):
+                return c[5]
+    given = check_one_v2(data, fields, config, topic, partition)
+    return validate_records(data, given, config, topic, partition, now, max_decompressed=max_decompressed)
 
 
 def _records_span(

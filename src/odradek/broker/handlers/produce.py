@@ -176,6 +176,8 @@ def produce(
 
 #: what a batch needs before the log appends it (see _preparation)
 _PLAIN, _CONVERT, _OFF_LOOP = 0, 1, 2
+#: the topics' compression.type values under which an uncompressed batch is written as sent
+_KEPT_UNCOMPRESSED = frozenset(name for name, codec in CODECS.items() if not codec)
 
 
 def _preparation(p: Partition, records: bytes | bytearray | memoryview) -> int:
@@ -249,15 +251,28 @@ class _Appends:
         try:
             records = raw if isinstance(raw, (bytes, bytearray, memoryview)) else b""
             size = len(records)
-            _check_format(records, self.version)
-            prepare = _preparation(p, records)
+            config = p.log.config
             if (
-                prepare == _OFF_LOOP or p.log.config.schema_validation
+                size > 61 and records[16] == 2 and size == _u32.unpack_from(records, 8)[0] + 12 and self.version >= 3
+                and not records[22] & 0x07 and config.compression_type in _KEPT_UNCOMPRESSED and not config.compact
+                and _i32.unpack_from(records, 57)[0] <= INLINE_PLAIN_RECORDS
+            ):
+                # one uncompressed v2 batch that the topic keeps so, of few records (the common
+                # case): what _check_format and _preparation would find of it
+                prepare = _PLAIN
+            else:
+                _check_format(records, self.version)
+                prepare = _preparation(p, records)
+            if (
+                prepare == _OFF_LOOP or config.schema_validation
                 or (self.deferred and any(d[1] is p for d in self.deferred))
             ):
                 self.deferred.append((resp, p, records, stats))
                 return
-            info = self._append_now(p, records, prepare)
+            if prepare == _PLAIN:
+                info = self.port.replicas.append(p, records, self.acks, max_decompressed=LOOP_DECOMPRESSED_BYTES)
+            else:
+                info = self._append_now(p, records, prepare)
         except DecompressionBudgetExceeded:
             # too much to decompress on the loop: a worker validates it (nothing was written)
             self.deferred.append((resp, p, records, stats))
