@@ -465,6 +465,10 @@ def kp_describe_acls(bootstrap: str, user: str | None) -> Any:
 
 
 def test_acl_apis_need_cluster_permissions(broker: BrokerProcess) -> None:
+    # a binding of this test's own (the module's broker is per test worker: which other tests
+    # ran on it, and left bindings, depends on how the tests were spread over the workers)
+    listable = name("acl-list")
+    allow(broker, ResourceType.TOPIC, listable, "User:alice", AclOperation.READ)
     binding = AclBinding(ResourceType.TOPIC, "x", ResourcePatternType.LITERAL, "User:bob", "*", AclOperation.READ,
                          AclPermissionType.ALLOW)
     with pytest.raises(KafkaException) as info:
@@ -478,7 +482,7 @@ def test_acl_apis_need_cluster_permissions(broker: BrokerProcess) -> None:
     flt = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
                            AclPermissionType.ANY)
     listed = admin(broker).describe_acls(flt, request_timeout=T).result(timeout=T)
-    assert any(b.principal == "User:alice" for b in listed)
+    assert any(b.principal == "User:alice" and b.name == listable for b in listed)
     assert not any(b.principal == "User:bob" and b.name == "x" for b in listed)
 
 
