@@ -5,7 +5,6 @@ share-group broker settings' start-up checks."""
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -51,12 +50,12 @@ def test_share_settings_outside_kafkas_range_stop_the_start() -> None:
 def test_share_settings_checked_against_each_other() -> None:
     check_share_settings(SHARE)
     with pytest.raises(ConfigError, match=re.escape("group.share.heartbeat.interval.ms must be less than group.share.session")):
-        check_share_settings(replace(SHARE, heartbeat_interval_ms=15000, session_timeout_ms=15000,
+        check_share_settings(SHARE.replace(heartbeat_interval_ms=15000, session_timeout_ms=15000,
                                      min_session_timeout_ms=1000))
     with pytest.raises(ConfigError, match=re.escape("group.share.record.lock.duration.ms must be greater than or equal to")):
-        check_share_settings(replace(SHARE, record_lock_duration_ms=10000))
+        check_share_settings(SHARE.replace(record_lock_duration_ms=10000))
     with pytest.raises(ConfigError, match=re.escape("group.share.max.share.sessions must be greater than or equal to")):
-        check_share_settings(replace(SHARE, max_share_sessions=100))
+        check_share_settings(SHARE.replace(max_share_sessions=100))
 
 
 @pytest.mark.parametrize(("text", "ms"), [
@@ -103,7 +102,7 @@ def test_validate_as_kafka() -> None:
             "share.renew.acknowledge.enable": "maybe"},
     }
     # a broker whose minimum delivery count is 3 and whose heartbeat may be as long as a session
-    share3 = replace(SHARE, min_delivery_count_limit=3, max_heartbeat_interval_ms=60000)
+    share3 = SHARE.replace(min_delivery_count_limit=3, max_heartbeat_interval_ms=60000)
     for message, overrides in cases.items():
         with pytest.raises(ConfigError) as info:
             validate(overrides, GROUPS, share3)

@@ -18,7 +18,7 @@ from tools.settingsgen.spec import GROUPS
 def test_the_generated_settings_are_current_and_cover_every_config_odradek_uses() -> None:
     assert check_spec() == []
     assert OUT.read_text() == render(), "run python -m tools.settingsgen"
-    fields = {f.name for f in dataclasses.fields(Settings)}
+    fields = set(Settings._fields)
     assert {g.attr for g in GROUPS} <= fields
     fields_of, resolved = set(), set()
     settings = settings_from(BrokerConfig({}))
@@ -58,6 +58,31 @@ def test_passwords_are_not_in_the_repr() -> None:
     s = settings_from(BrokerConfig({"ssl.key.password": "hunter2", "sasl.jaas.config": "x required password=\"pw\";"}))
     assert s.ssl.key_password == "hunter2"
     assert "hunter2" not in repr(s) and "pw" not in repr(s.sasl)
+
+
+def test_settings_are_frozen_values() -> None:
+    """The generated classes behave as frozen dataclasses: compared and hashed by their fields,
+    shown by them, never changed in place, copied with changes by ``replace``."""
+    a, b = settings_from(BrokerConfig({})), settings_from(BrokerConfig({}))
+    assert a is not b and a == b and a.quotas == b.quotas and hash(a.quotas) == hash(b.quotas)
+    other = settings_from(BrokerConfig({"quota.window.num": 7}))
+    assert other != a and other.quotas != a.quotas and other.server == a.server
+    assert a.quotas != object() and a.server != a.quotas
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.quotas.quota_window_num = 3  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del a.server.broker_id  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        a.quotas.__dict__  # noqa: B018 - slots only
+    assert repr(a.quotas).startswith("QuotaSettings(quota_window_num=11, ")
+    changed = a.quotas.replace(quota_window_num=3)
+    assert changed.quota_window_num == 3 and a.quotas.quota_window_num == 11
+    assert changed.replace(quota_window_num=11) == a.quotas
+    with pytest.raises(TypeError, match="no field 'window'"):
+        a.quotas.replace(window=3)
+    whole = a.replace(quotas=changed)
+    assert whole.quotas is changed and whole.server is a.server and whole != a
+    assert whole.for_listener("PLAINTEXT").server == a.server
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,10 @@
 """``python -m tools.settingsgen [--check]``: the typed broker settings from the config table.
 
-Writes ``src/odradek/settings/_generated.py``: one frozen dataclass per group of
+Writes ``src/odradek/settings/_generated.py``: one frozen class per group of
 :mod:`tools.settingsgen.spec` with a typed field per setting, a builder per group, and the
-:class:`Settings` that holds them.  ``--check`` fails (exit 1) when that file is not what the
+:class:`Settings` that holds them.  The classes are written out whole (``__slots__``, an
+``__init__``; comparison and repr from :class:`odradek.settings._rules.Frozen`) rather than made by
+``@dataclass``, which would compile their methods at every import.  ``--check`` fails (exit 1) when that file is not what the
 table and the spec make now.
 """
 
@@ -129,12 +131,11 @@ def render() -> str:
         "from __future__ import annotations",
         "",
         "from collections.abc import Mapping",
-        "from dataclasses import dataclass, field",
         "from pathlib import Path",
         "from typing import Any",
         "",
         "from odradek.config import Listener, parse_listeners",
-        "from odradek.settings._rules import Source, advertised, broker_id, log_dirs, topic_defaults",
+        "from odradek.settings._rules import Frozen, Source, advertised, broker_id, log_dirs, topic_defaults",
         "",
         "__all__ = [",
         *[f'    "{c}",' for c in sorted([g.cls for g in GROUPS] + ["Settings", "build"])],
@@ -142,7 +143,9 @@ def render() -> str:
         "",
     ]
     for g in GROUPS:
-        out += ["", "@dataclass(frozen=True, slots=True)", f"class {g.cls}:", f'    """{g.doc}"""', ""]
+        body: list[str] = []
+        fields: list[tuple[str, str]] = []
+        hidden: list[str] = []
         builder = [f"def _{g.attr}(src: Source) -> {g.cls}:", f"    return {g.cls}("]
         for name in g.configs:
             d = BROKER_CONFIGS[name]
@@ -150,36 +153,51 @@ def render() -> str:
             notes = d.type + _range_text(RANGES.get(name)) + f", default {_default_text(d.default)}"
             if not d.read_only:
                 notes += ", dynamic"
-            out.append(f"    #: ``{name}`` ({notes})")
-            repr_off = " = field(repr=False)" if d.type == "password" else ""
-            out.append(f"    {fname}: {_annotation(d)}{repr_off}")
+            body.append(f"    #: ``{name}`` ({notes})")
+            body.append(f"    {fname}: {_annotation(d)}")
+            fields.append((fname, _annotation(d)))
+            if d.type == "password":
+                hidden.append(fname)
             builder.append(f"        {fname}={_reader(d)},")
         for r in g.resolved:
             sources = _sources(r)
-            out.append(f"    #: milliseconds: {r.doc} (the first one set, as Kafka resolves them)")
-            out.append(f"    {r.field}: int")
+            body.append(f"    #: milliseconds: {r.doc} (the first one set, as Kafka resolves them)")
+            body.append(f"    {r.field}: int")
+            fields.append((r.field, "int"))
             args = ", ".join(f'("{n}", {f})' for n, f in sources)
             builder.append(f"        {r.field}=src.millis({args}),")
         for x in g.derived:
-            out.append(f"    #: {x.doc}")
-            out.append(f"    {x.field}: {x.annotation}")
+            body.append(f"    #: {x.doc}")
+            body.append(f"    {x.field}: {x.annotation}")
+            fields.append((x.field, x.annotation))
             builder.append(f"        {x.field}={x.expr},")
         builder += ["    )", ""]
-        out += ["", "", *builder]
+        out += ["", f"class {g.cls}(Frozen):", f'    """{g.doc}"""', "", *_slots([f for f, _a in fields])]
+        if hidden:
+            out.append(f"    _hidden = frozenset({{{', '.join(f'{chr(34)}{h}{chr(34)}' for h in hidden)}}})")
+        out += ["", *body, "", *_init(fields), "", "", *builder]
+    groups = [(g.attr, g.cls) for g in GROUPS]
     out += [
         "",
-        "@dataclass(frozen=True, slots=True)",
-        "class Settings:",
+        "class Settings(Frozen):",
         '    """Every setting of the broker, typed, one group per component (built, and so checked,',
         "    by :func:`odradek.settings.settings_from`; replaced whole when a dynamic config changes,",
         '    see :class:`odradek.settings.LiveSettings`)."""',
         "",
+        *_slots([a for a, _c in groups], extra=("_source", "_views")),
+        "",
     ]
-    for g in GROUPS:
-        out.append(f"    {g.attr}: {g.cls}")
+    for attr, cls in groups:
+        out.append(f"    {attr}: {cls}")
     out += [
-        "    _source: Source = field(repr=False, compare=False)",
-        "    _views: dict[tuple[str, str], Settings] = field(default_factory=dict, repr=False, compare=False)",
+        "    _source: Source",
+        "    _views: dict[tuple[str, str], Settings]",
+        "",
+        *_init([*groups, ("_source", "Source")], extra=['_set(self, "_views", {})']),
+        "",
+        "    def replace(self, **changes: Any) -> Settings:",
+        '        """A copy with ``changes`` made (built from the same configs: its listeners\' views are not)."""',
+        "        return Settings(**{**{name: getattr(self, name) for name in self._fields}, **changes}, _source=self._source)",
         "",
         "    def for_listener(self, listener: str, mechanism: str = \"\") -> Settings:",
         '        """The settings as ``listener`` (and SASL ``mechanism``) sees them:',
@@ -200,6 +218,24 @@ def render() -> str:
         out.append(f"        {g.attr}=_{g.attr}(src),")
     out += ["        _source=src,", "    )", ""]
     return "\n".join(out)
+
+
+def _slots(names: list[str], extra: tuple[str, ...] = ()) -> list[str]:
+    """A class's ``_fields`` (the fields it compares and shows, in order) and ``__slots__``."""
+    lines = ["    _fields = ("] + [f'        "{n}",' for n in names] + ["    )"]
+    if extra:
+        return [*lines, f"    __slots__ = (*_fields, {', '.join(chr(34) + e + chr(34) for e in extra)})"]
+    return [*lines, "    __slots__ = _fields"]
+
+
+def _init(fields: list[tuple[str, str]], extra: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """A frozen class's ``__init__``: keyword arguments, each set once."""
+    lines = ["    def __init__(", "        self,", "        *,"]
+    lines += [f"        {name}: {annotation}," for name, annotation in fields]
+    lines += ["    ) -> None:", "        _set = object.__setattr__"]
+    lines += [f'        _set(self, "{name}", {name})' for name, _a in fields]
+    lines += [f"        {e}" for e in extra]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

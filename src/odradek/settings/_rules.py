@@ -5,14 +5,61 @@ the topic configs' defaults).  Hand-written; :mod:`odradek.settings._generated` 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import FrozenInstanceError
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 from odradek.config import BROKER_CONFIGS, ConfigError, Listener, parse_listeners
 from odradek.config import topic_defaults as _topic_defaults
 
-__all__ = ["Source", "advertised", "broker_id", "log_dirs", "topic_defaults"]
+__all__ = ["Frozen", "Source", "advertised", "broker_id", "log_dirs", "topic_defaults"]
+
+_F = TypeVar("_F", bound="Frozen")
+
+
+class Frozen:
+    """The base of the generated settings classes: a frozen value over ``__slots__``, compared,
+    hashed and shown by its fields, as ``@dataclass(frozen=True, slots=True)`` makes one.  The
+    generator writes each class's ``__slots__``, ``_fields`` and ``__init__`` into the source, so
+    importing the settings builds no methods at run time (a dataclass compiles six per class)."""
+
+    __slots__ = ()
+    #: the fields compared, hashed, shown and copied by :meth:`replace`, in order
+    _fields: ClassVar[tuple[str, ...]] = ()
+    #: the fields :meth:`__repr__` leaves out (passwords)
+    _hidden: ClassVar[frozenset[str]] = frozenset()
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self._fields)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Frozen)
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields if name not in self._hidden)
+        return f"{self.__class__.__qualname__}({shown})"
+
+    def replace(self: _F, **changes: Any) -> _F:
+        """A copy with ``changes`` made (as :func:`dataclasses.replace`)."""
+        values = {name: getattr(self, name) for name in self._fields}
+        unknown = set(changes) - set(values)
+        if unknown:
+            raise TypeError(f"{self.__class__.__qualname__} has no field {sorted(unknown)[0]!r}")
+        values.update(changes)
+        return self.__class__(**values)
 
 
 def _number(value: float) -> str:
