@@ -32,10 +32,8 @@ import struct
 import zlib
 from collections.abc import Callable
 from enum import IntEnum
-
-import cramjam
-import lz4.frame
-import zstandard
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from odradek._varint import VarintError, decode_uvarint
 
@@ -46,6 +44,9 @@ from .errors import (
     RecordsError,
     UnsupportedCodecError,
 )
+
+if TYPE_CHECKING:
+    import zstandard
 
 __all__ = [
     "DEFAULT_MAX_DECOMPRESSED_SIZE",
@@ -122,6 +123,29 @@ def _gzip_decompress(data: Buffer, max_size: int) -> bytes:
     return b"".join(out)
 
 
+# ------------------------------------------------------------------- the libraries
+
+def _cramjam() -> ModuleType:
+    """cramjam (snappy; lz4 and zstd into a buffer), imported when a batch first needs it: a broker
+    that never sees a compressed batch does not load the codec libraries (about 4 MB of memory
+    and 5 ms of start-up for cramjam, lz4 and zstandard together)."""
+    import cramjam
+
+    return cramjam
+
+
+def _lz4() -> Any:  # lz4 has no type information
+    import lz4.frame
+
+    return lz4.frame
+
+
+def _zstandard() -> ModuleType:
+    import zstandard
+
+    return zstandard
+
+
 # ------------------------------------------------------------------------- snappy
 
 XERIAL_HEADER = b"\x82SNAPPY\x00"
@@ -132,7 +156,7 @@ _INT32 = struct.Struct(">i")
 
 def snappy_compress_raw(data: Buffer) -> bytes:
     """Compress ``data`` as one raw snappy block."""
-    return bytes(cramjam.snappy.compress_raw(bytes(data)))
+    return bytes(_cramjam().snappy.compress_raw(bytes(data)))
 
 
 def snappy_compress_xerial(data: Buffer, block_size: int = _XERIAL_BLOCK) -> bytes:
@@ -140,7 +164,7 @@ def snappy_compress_xerial(data: Buffer, block_size: int = _XERIAL_BLOCK) -> byt
     view = memoryview(data)
     parts = [_XERIAL_PREAMBLE]
     for start in range(0, len(view), block_size):
-        block = bytes(cramjam.snappy.compress_raw(view[start : start + block_size].tobytes()))
+        block = bytes(_cramjam().snappy.compress_raw(view[start : start + block_size].tobytes()))
         parts.append(_INT32.pack(len(block)))
         parts.append(block)
     return b"".join(parts)
@@ -161,7 +185,7 @@ def _snappy_raw_block(block: Buffer, budget: int, max_size: int) -> bytes:
             f"snappy payload decompresses to more than {max_size} bytes", limit=max_size
         )
     try:
-        out = bytes(cramjam.snappy.decompress_raw(bytes(block)))
+        out = bytes(_cramjam().snappy.decompress_raw(bytes(block)))
     except Exception as exc:  # cramjam raises its own error types
         raise DecompressionError(f"invalid snappy data: {exc}") from None
     if len(out) != declared:
@@ -223,10 +247,10 @@ def _lz4_hc(data: Buffer) -> int:
 
 def lz4_compress(data: Buffer, *, legacy_checksum: bool = False, level: int | None = None) -> bytes:
     """LZ4 frame as Kafka's Java client writes it; ``legacy_checksum`` for magic 0."""
-    frame = lz4.frame.compress(
+    frame = _lz4().compress(
         bytes(data),
         compression_level=0 if level is None else level,
-        block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+        block_size=_lz4().BLOCKSIZE_MAX64KB,
         block_linked=False,
         content_checksum=False,
         block_checksum=False,
@@ -265,7 +289,7 @@ def lz4_decompress(
     # Fed in steps small enough that one cannot yield much beyond what is left of the budget (an
     # lz4 byte expands to ~255 at most); no max_length: with it the decompressor sets up an output
     # of that size for every call, which took twice the time of the decompression itself.
-    d = lz4.frame.LZ4FrameDecompressor()
+    d = _lz4().LZ4FrameDecompressor()
     view = memoryview(frame)
     parts: list[bytes] = []
     total = pos = 0
@@ -296,7 +320,14 @@ def lz4_decompress(
 _ZSTD_MAX_RATIO = 1 << 16
 _ZSTD_MIN_STEP = 16
 _ZSTD_MAX_STEP = 1 << 20
-_ZSTD_DCTX = zstandard.ZstdDecompressor()
+_zstd_dctx: list[zstandard.ZstdDecompressor] = []
+
+
+def _zstd_decompressor() -> zstandard.ZstdDecompressor:
+    """The one decompression context (made on first use; its decompressobj()s are independent)."""
+    if not _zstd_dctx:
+        _zstd_dctx.append(_zstandard().ZstdDecompressor())
+    return _zstd_dctx[0]
 
 
 def _zstd_decompress(data: Buffer, max_size: int) -> bytes:
@@ -307,9 +338,11 @@ def _zstd_decompress(data: Buffer, max_size: int) -> bytes:
     end = len(view)
     if end == 0:
         raise DecompressionError("empty zstd payload")
+    zstd = _zstandard()
+    dctx = _zstd_decompressor()
     try:
         while pos < end:
-            dobj = _ZSTD_DCTX.decompressobj()
+            dobj = dctx.decompressobj()
             while not dobj.eof:
                 if pos >= end:
                     raise DecompressionError("zstd frame is truncated")
@@ -324,13 +357,13 @@ def _zstd_decompress(data: Buffer, max_size: int) -> bytes:
                     )
                 out.append(chunk)
             pos -= len(dobj.unused_data)
-    except zstandard.ZstdError as exc:
+    except zstd.ZstdError as exc:
         raise DecompressionError(f"invalid zstd data: {exc}") from None
     return b"".join(out)
 
 
 def _zstd_compress(data: Buffer, level: int | None) -> bytes:
-    return bytes(zstandard.ZstdCompressor(level=3 if level is None else level).compress(bytes(data)))
+    return bytes(_zstandard().ZstdCompressor(level=3 if level is None else level).compress(bytes(data)))
 
 
 # ------------------------------------------------------------------------ dispatch
@@ -400,10 +433,18 @@ def give_scratch(buf: bytearray) -> None:
 #: the codecs :func:`decompress_scratch` decompresses into its buffer, with the lowest magic each
 #: takes there (whole frames, concatenated frames too; an output larger than the buffer, or bad
 #: data, raises)
-_DECOMPRESS_INTO: dict[int, tuple[int, Callable[[Buffer, bytearray], int]]] = {
-    Compression.LZ4: (1, cramjam.lz4.decompress_into),
-    Compression.ZSTD: (2, cramjam.zstd.decompress_into),
-}
+_INTO_MAGIC: dict[int, int] = {Compression.LZ4: 1, Compression.ZSTD: 2}
+#: their functions, once cramjam is loaded
+_into: dict[int, Callable[[Buffer, bytearray], int]] = {}
+
+
+def _decompress_into(codec: int) -> Callable[[Buffer, bytearray], int]:
+    fn = _into.get(codec)
+    if fn is None:
+        cramjam = _cramjam()
+        _into.update({Compression.LZ4: cramjam.lz4.decompress_into, Compression.ZSTD: cramjam.zstd.decompress_into})
+        fn = _into[codec]
+    return fn
 
 
 def decompress_scratch(
@@ -418,10 +459,10 @@ def decompress_scratch(
     ``scratch``, any error) goes to :func:`decompress`, which says what is wrong; what it takes,
     :func:`decompress` gives alike.  A result that did not fit grows ``scratch`` for the next
     time (up to :data:`SCRATCH_MAX`)."""
-    fast = _DECOMPRESS_INTO.get(codec)
-    if fast is not None and magic >= fast[0] and len(scratch) <= max_size:
+    low = _INTO_MAGIC.get(codec)
+    if low is not None and magic >= low and len(scratch) <= max_size:
         try:
-            n = fast[1](data, scratch)
+            n = _decompress_into(codec)(data, scratch)
         except Exception:  # too large for the buffer, or bad: the general path says which
             pass
         else:
