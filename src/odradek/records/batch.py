@@ -20,8 +20,6 @@ import struct
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from crc32c import crc32c as _crc32c_raw
-
 from . import legacy, v2
 from ._crc import crc32, crc32c
 from ._types import NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, TimestampType
@@ -262,7 +260,7 @@ def iter_batch_headers(
     unpack_v2 = _V2.unpack_from
     unpack_size = _INT32.unpack_from
     tnew = _tuple_new
-    crc_c = _crc32c_raw
+    crc_c = crc32c
     while pos < n:
         if n - pos >= v2.HEADER_SIZE:
             # Fast path for a complete v2 batch; anything else takes the general path.
