@@ -41,7 +41,6 @@ import contextlib
 import functools
 import logging
 import os
-import pickle
 import signal
 import struct
 import sys
@@ -339,6 +338,8 @@ def lower_priority() -> None:
 
 def _serve() -> None:
     """A worker: jobs from stdin, results to stdout, until stdin closes."""
+    import pickle
+
     lower_priority()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the broker
     jobs = sys.stdin.buffer
@@ -367,6 +368,8 @@ class _Worker:
         self.proc = proc
 
     async def call(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        import pickle  # here: a broker that starts no worker process does not load it
+
         job = pickle.dumps((fn, args), pickle.HIGHEST_PROTOCOL)
         proc = self.proc
         assert proc.stdin is not None and proc.stdout is not None
