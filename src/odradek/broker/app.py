@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import dataclasses
 import errno
 import functools
 import importlib.util
@@ -333,9 +332,7 @@ class Broker:
         self.ports = handler_ports(self.services, self.config, self.settings)
         if self.test_mode:
             self.faults = _fault_injector(self)
-            self.ports = dataclasses.replace(
-                self.ports, connection=dataclasses.replace(self.ports.connection, faults=self.faults)
-            )
+            self.ports = self.ports._replace(connection=self.ports.connection._replace(faults=self.faults))
             self.fault_control = FaultControlServer(self.faults)
             await self.fault_control.start()
         backend.add_listener(self.services.quotas.on_image)
