@@ -3,7 +3,9 @@ checked against Kafka's ranges at start-up and on every run-time change, with pe
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import pickle
 import time
 from pathlib import Path
 
@@ -80,6 +82,10 @@ def test_settings_are_frozen_values() -> None:
     assert changed.replace(quota_window_num=11) == a.quotas
     with pytest.raises(TypeError, match="no field 'window'"):
         a.quotas.replace(window=3)
+    for group in (a.ssl, a.tables, a.quotas):  # (LogSettings' topic defaults are a mappingproxy: no pickle)
+        for copied in (pickle.loads(pickle.dumps(group)), copy.deepcopy(group), copy.copy(group)):
+            assert copied == group and repr(copied) == repr(group) and copied is not group
+    assert copy.copy(a) == a and copy.copy(a).for_listener("PLAINTEXT") == a.for_listener("PLAINTEXT")
     whole = a.replace(quotas=changed)
     assert whole.quotas is changed and whole.server is a.server and whole != a
     assert whole.for_listener("PLAINTEXT").server == a.server

@@ -52,6 +52,18 @@ class Frozen:
         shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields if name not in self._hidden)
         return f"{self.__class__.__qualname__}({shown})"
 
+    def __getstate__(self) -> tuple[Any, ...]:
+        # pickle and copy: object.__new__ and these values, not __init__ (Spark ships settings)
+        return tuple(getattr(self, name) for name in self._slot_names())
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        for name, value in zip(self._slot_names(), state, strict=True):
+            object.__setattr__(self, name, value)
+
+    def _slot_names(self) -> tuple[str, ...]:
+        names: tuple[str, ...] = self.__slots__  # the class's own: its fields and any other state
+        return names
+
     def replace(self: _F, **changes: Any) -> _F:
         """A copy with ``changes`` made (as :func:`dataclasses.replace`)."""
         values = {name: getattr(self, name) for name in self._fields}
