@@ -209,7 +209,11 @@ def test_expire_session_removes_the_member_and_it_joins_again(odradek_broker: Od
     c = Consumer({"bootstrap.servers": odradek_broker.bootstrap_servers, "group.id": group,
                   "session.timeout.ms": 30000, "heartbeat.interval.ms": 100})
     try:
-        c.subscribe([topic], on_assign=lambda _c, parts: assigned.append(parts))
+        def on_assign(c: Consumer, parts: list[TopicPartition]) -> None:
+            assigned.append(parts)
+            c.assign(parts)  # eager (the default assignors): not left to confluent-kafka (see rebalanced)
+
+        c.subscribe([topic], on_assign=on_assign, on_revoke=lambda c, _parts: c.unassign())
         wait_for(lambda: c.poll(0.1) is None and bool(assigned), 20, "the first assignment")
         first = c.memberid()
         assert odradek_broker.faults.expire_session(group) == 1

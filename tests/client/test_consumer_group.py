@@ -36,6 +36,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from odradek.client import AsyncConsumer, ClientConfigError, CommitFailed, Consumer, ConsumerRecord
 from odradek.errors import ErrorCode, KafkaError
 from odradek.testing import BrokerProcess
+from tests.groups.group_helpers import cooperative, rebalanced
 
 BROKER_OVERRIDES: dict[str, object] = {
     "group.initial.rebalance.delay.ms": 0,
@@ -326,14 +327,16 @@ class ConfluentMember(Member):
 
     def __init__(self, bs: str, group: str, topic: str, name: str, owners: Ownership, strategy: str) -> None:
         super().__init__(name, topic, owners)
-        self.c = ck.Consumer(
-            {"bootstrap.servers": bs, "group.id": group, "client.id": name, "partition.assignment.strategy": strategy, **CK_GROUP}
-        )
+        config = {"bootstrap.servers": bs, "group.id": group, "client.id": name, "partition.assignment.strategy": strategy,
+                  **CK_GROUP}
+        self.c = ck.Consumer(config)
+        incremental = cooperative(config)  # the callbacks (un)assign themselves: see rebalanced
 
-        def on_assign(_c: ck.Consumer, parts: list[ck.TopicPartition]) -> None:
+        def on_assign(c: ck.Consumer, parts: list[ck.TopicPartition]) -> None:
             owners.assigned(name, [tp.partition for tp in parts])
+            rebalanced(c, incremental, True, parts)
 
-        def on_revoke(_c: ck.Consumer, parts: list[ck.TopicPartition]) -> None:
+        def on_revoke(c: ck.Consumer, parts: list[ck.TopicPartition]) -> None:
             # librdkafka runs this inside poll, before it gives the partitions up: commit them
             revoked = {tp.partition for tp in parts}
             self.commit(revoked)
@@ -341,10 +344,12 @@ class ConfluentMember(Member):
             if lost:
                 self.commit_failures.append(f"uncommitted at revocation: {lost}")
             owners.revoked(name, revoked)
+            rebalanced(c, incremental, False, parts)
 
-        def on_lost(_c: ck.Consumer, parts: list[ck.TopicPartition]) -> None:
+        def on_lost(c: ck.Consumer, parts: list[ck.TopicPartition]) -> None:
             owners.revoked(name, [tp.partition for tp in parts])
             self.commit_failures.append(f"partitions lost: {parts}")
+            rebalanced(c, incremental, False, parts)
 
         self.c.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
 

@@ -618,13 +618,24 @@ def test_broker_restart_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     topic = "restart"
     create_topic(b.bootstrap, topic, partitions=2)
     restarted = threading.Event()
+    retried_while_down = threading.Event()
+    futures: list[tuple[bytes, FutureRecordMetadata]] = []
 
     def restart() -> None:
         b.stop()
+        # The broker starts again in a fraction of a second: back at once, it could come back before the
+        # producer tried it, and no batch would need a second attempt. It stays down until the producer
+        # has sent a batch into the closed port (a send there fails, and the batch is retried: its
+        # second attempt) -- bounded: if that never happens the check below fails.
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if any(f._batch.attempts > 1 for _, f in list(futures)):
+                retried_while_down.set()
+                break
+            time.sleep(0.02)
         b.start()
         restarted.set()
 
-    futures: list[tuple[bytes, FutureRecordMetadata]] = []
     try:
         with Producer(
             bootstrap_servers=b.bootstrap,
@@ -660,6 +671,7 @@ def test_broker_restart_loses_and_duplicates_nothing(tmp_path: Path) -> None:
                 failed.append((v, err))
         assert not failed, f"{len(failed)} records failed, e.g. {failed[:3]}"
         # the restart really hit the run: some batches needed more than one attempt
+        assert retried_while_down.is_set(), "no batch was retried while the broker was down"
         assert max(f._batch.attempts for _, f in futures) > 1
         got = read_back(b.bootstrap, topic, 2, n, timeout=60)
         values = [m.value() for m in got.values()]

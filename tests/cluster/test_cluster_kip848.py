@@ -108,7 +108,19 @@ def _survives(cluster: FastCluster) -> None:
             got = {(q, o) for m in members for q, o, _v in m.delivered}
             return all(k in got for k in produced)
 
-        wait_until(consumed, timeout=120, what="every record consumed", step=step)
+        try:
+            wait_until(consumed, timeout=120, what="every record consumed", step=step)
+        except AssertionError as exc:  # which records, and where the members stand (it timed out once, loaded)
+            got = {(q, o) for m in members for q, o, _v in m.delivered}
+            missing: dict[int, list[int]] = {}
+            for q, o in sorted(k for k in produced if k not in got):
+                missing.setdefault(q, []).append(o)
+            where = {m.name: {"current": sorted(m.current), "last": {q: max(o for qq, o, _v in m.delivered if qq == q)
+                     for q in {qq for qq, _o, _v in m.delivered}}, "committed": dict(m.committed),
+                     "commit_failures": m.commit_failures} for m in members}
+            raise AssertionError(f"{exc}: missing {({q: (len(os), os[:3]) for q, os in missing.items()})}, "
+                                 f"ends {end}, members {where}, coordinator {successor} (was {coordinator}), "
+                                 f"leaders {[_leader(cluster, topic, q) for q in range(PARTITIONS)]}") from None
         wait_until(lambda: committed_offsets(bootstrap, group, topic, PARTITIONS) == end, timeout=60,
                    what="every record committed", step=step)
         after = group_members(successor)

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,6 +121,31 @@ def ends(records: Iterable[tuple[int, int]]) -> dict[int, int]:
 # group members
 
 
+def cooperative(config: Mapping[str, Any]) -> bool:
+    """Whether a confluent-kafka consumer of this config rebalances incrementally (KIP-848's consumer
+    protocol, or a cooperative assignor) rather than eagerly."""
+    return str(config.get("group.protocol", "classic")) == "consumer" or "cooperative" in str(
+        config.get("partition.assignment.strategy", ""))
+
+
+def rebalanced(consumer: ck.Consumer, incremental: bool, assigned: bool, parts: list[ck.TopicPartition]) -> None:
+    """What a rebalance callback must end with: the (incremental) assign or unassign, done here.
+
+    Left undone, confluent-kafka does it after the callback, first asking librdkafka which protocol is in
+    use (``rd_kafka_rebalance_protocol``): one more request to the group's queue, waited for with the GIL
+    held -- a whole test run hung in it, in a ``close()``. The protocol is known from the config
+    (:func:`cooperative`): that request is never made."""
+    if incremental:
+        if assigned:
+            consumer.incremental_assign(parts)
+        else:
+            consumer.incremental_unassign(parts)
+    elif assigned:
+        consumer.assign(parts)
+    else:
+        consumer.unassign()
+
+
 @dataclass
 class Member:
     """A confluent-kafka group consumer in this process that commits synchronously after every
@@ -138,15 +163,19 @@ class Member:
 
     @classmethod
     def start(cls, bootstrap: str, group: str, topic: str, name: str, **conf: Any) -> Member:
-        c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": name, **CK_GROUP, **conf})
+        config = {"bootstrap.servers": bootstrap, "group.id": group, "client.id": name, **CK_GROUP, **conf}
+        c = ck.Consumer(config)
         m = cls(name, c, topic)
+        incremental = cooperative(config)
 
-        def on_assign(_c: ck.Consumer, parts: list[ck.TopicPartition]) -> None:
+        def on_assign(c: ck.Consumer, parts: list[ck.TopicPartition]) -> None:
             m.current = sorted(tp.partition for tp in parts)
             m.assignments.append(m.current)
+            rebalanced(c, incremental, True, parts)
 
-        def on_revoke(_c: ck.Consumer, _parts: list[ck.TopicPartition]) -> None:
+        def on_revoke(c: ck.Consumer, parts: list[ck.TopicPartition]) -> None:
             m.current = []
+            rebalanced(c, incremental, False, parts)
 
         c.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
         return m

@@ -18,7 +18,7 @@ import confluent_kafka as ck
 from odradek.errors import ErrorCode
 from odradek.protocol.messages.consumer_group_describe import ConsumerGroupDescribeRequest
 from odradek.testing import WireClient
-from tests.groups.group_helpers import BROKER_OVERRIDES, CK_COMMON
+from tests.groups.group_helpers import BROKER_OVERRIDES, CK_COMMON, cooperative, rebalanced
 
 #: the consumer protocol's session and heartbeat, lowered for CI (the bounds too)
 KIP848_OVERRIDES: dict[str, object] = {
@@ -55,14 +55,18 @@ class ConsumerMember:
 
     @classmethod
     def start(cls, bootstrap: str, group: str, topic: str, name: str, **conf: Any) -> ConsumerMember:
-        c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": name, **CK_KIP848, **conf})
+        config = {"bootstrap.servers": bootstrap, "group.id": group, "client.id": name, **CK_KIP848, **conf}
+        c = ck.Consumer(config)
         m = cls(name, c)
+        incremental = cooperative(config)
 
-        def on_assign(_c: ck.Consumer, parts: list[ck.TopicPartition]) -> None:
+        def on_assign(c: ck.Consumer, parts: list[ck.TopicPartition]) -> None:
             m.current |= {tp.partition for tp in parts}
+            rebalanced(c, incremental, True, parts)
 
-        def on_revoke(_c: ck.Consumer, parts: list[ck.TopicPartition]) -> None:
+        def on_revoke(c: ck.Consumer, parts: list[ck.TopicPartition]) -> None:
             m.current -= {tp.partition for tp in parts}
+            rebalanced(c, incremental, False, parts)
 
         c.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
         return m

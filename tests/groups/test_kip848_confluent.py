@@ -19,11 +19,19 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import ConsumerGroupType
+from confluent_kafka import Consumer, ConsumerGroupType, TopicPartition
 
 from odradek.client import Admin
 from odradek.testing import BrokerProcess
-from tests.groups.group_helpers import admin, committed_offsets, create_topic, ends, produce, wait_until
+from tests.groups.group_helpers import (
+    admin,
+    committed_offsets,
+    create_topic,
+    ends,
+    produce,
+    rebalanced,
+    wait_until,
+)
 from tests.groups.kip848_helpers import KIP848_OVERRIDES, ConsumerMember, Watcher, wait_settled
 
 PARTITIONS = 6
@@ -186,9 +194,16 @@ def test_a_regular_expression_subscription_takes_topics_as_they_appear(broker: B
     for t in (first, other):
         create_topic(bs, t, 2)
     member = ConsumerMember.start(bs, name, first, "regex")
-    member.consumer.subscribe([f"^{name}-.*"], on_assign=lambda _c, ps: member.current.update(
-        (tp.topic, tp.partition) for tp in ps), on_revoke=lambda _c, ps: member.current.difference_update(
-        (tp.topic, tp.partition) for tp in ps))
+
+    def on_assign(c: Consumer, ps: list[TopicPartition]) -> None:
+        member.current.update((tp.topic, tp.partition) for tp in ps)
+        rebalanced(c, True, True, ps)  # the consumer protocol: incremental
+
+    def on_revoke(c: Consumer, ps: list[TopicPartition]) -> None:
+        member.current.difference_update((tp.topic, tp.partition) for tp in ps)
+        rebalanced(c, True, False, ps)
+
+    member.consumer.subscribe([f"^{name}-.*"], on_assign=on_assign, on_revoke=on_revoke)
     try:
         wait_until(lambda: member.current == {(first, 0), (first, 1)}, what="the matching topic assigned",
                    step=member.step)

@@ -137,11 +137,32 @@ def produce(broker: BrokerProcess, user: str | None, topic: str, n: int = 5, **e
         for i in range(n):
             p.produce(topic, value=f"v{i}".encode(), on_delivery=done)
         p.flush(T)
-    except KafkaException as exc:  # a fatal error (an idempotent producer refused its producer id)
-        return [exc.args[0].code()]
+    except (KafkaException, SystemError) as exc:  # a fatal error (an idempotent producer refused its producer id)
+        fatal = _kafka_exception(exc)
+        if fatal is None:
+            raise
+        return [fatal.args[0].code()]
     if errors and not codes:
         return errors
     return codes
+
+
+def _kafka_exception(exc: BaseException) -> KafkaException | None:
+    """The KafkaException ``exc`` is or was raised from.
+
+    confluent-kafka raises a fatal error (from its error callback) as a KafkaException, but leaves that
+    exception set while the same ``flush`` goes on to call the delivery callbacks of the purged records:
+    whichever Python call comes first there fails with ``SystemError: ... returned a result with an exception
+    set``, chained to the KafkaException (whether a delivery report comes after the fatal error in one
+    ``flush`` is a matter of timing)."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KafkaException) and e.args and isinstance(e.args[0], KafkaError):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def denied(code: int, expected: int) -> bool:

@@ -181,7 +181,7 @@ class ConsumerWorker:
         self.mode = mode
         self.group = group
         self.commit_every = commit_every
-        self.consumer = Consumer({
+        config: dict[str, Any] = {
             "bootstrap.servers": bootstrap,
             "group.id": group,
             "auto.offset.reset": "earliest",
@@ -189,9 +189,16 @@ class ConsumerWorker:
             "session.timeout.ms": 10000,
             "heartbeat.interval.ms": 1000,
             "topic.metadata.refresh.interval.ms": 1000,
+            "partition.assignment.strategy": "range,roundrobin",  # librdkafka's default: eager
             "error_cb": self._error_cb,
             "log_level": 2,
-        })
+        }
+        # The rebalance callbacks assign and unassign themselves, as the protocol wants, decided here once:
+        # left to confluent-kafka, it asks librdkafka for the protocol (rd_kafka_rebalance_protocol) after
+        # every callback -- one more request to the group's queue, waited for with the GIL held; a whole
+        # test run hung in it, in close() (see also _leave).
+        self.cooperative = "cooperative" in str(config["partition.assignment.strategy"])
+        self.consumer = Consumer(config)
         self.position: dict[int, int] = {}  # next offset to read, per partition
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"consumer-{name}", daemon=True)
@@ -201,12 +208,26 @@ class ConsumerWorker:
 
     def _on_assign(self, consumer: Any, parts: list[TopicPartition]) -> None:
         self.h.log("assigned", proc=self.name, group=self.group, partitions=sorted(tp.partition for tp in parts))
+        try:
+            if self.cooperative:
+                consumer.incremental_assign(parts)
+            else:
+                consumer.assign(parts)
+        except (KafkaException, RuntimeError) as exc:
+            self.h.log("client_error", proc=self.name, error=f"assign: {exc}", fatal=False)
 
     def _on_revoke(self, consumer: Any, parts: list[TopicPartition]) -> None:
         self._commit()
         for tp in parts:
             self.position.pop(tp.partition, None)
         self.h.log("revoked", proc=self.name, group=self.group, partitions=sorted(tp.partition for tp in parts))
+        try:
+            if self.cooperative:
+                consumer.incremental_unassign(parts)
+            else:
+                consumer.unassign()
+        except (KafkaException, RuntimeError) as exc:
+            self.h.log("client_error", proc=self.name, error=f"unassign: {exc}", fatal=False)
 
     def _commit(self) -> None:
         offsets = [TopicPartition(self.topic, p, o) for p, o in sorted(self.position.items())]
@@ -231,44 +252,84 @@ class ConsumerWorker:
             self.consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
         last_commit = time.monotonic()
         while not self._stop.is_set():
-            try:
-                msg = self.consumer.poll(0.2)
-            except KafkaException as exc:
-                self.h.log("client_error", proc=self.name, error=str(exc), fatal=False)
-                continue
-            if msg is not None:
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError.OFFSET_OUT_OF_RANGE or "out of range" in str(err).lower():
-                        self.h.log("reset", proc=self.name, group=self.group, partition=msg.partition(),
-                                   reason=str(err))
-                    elif err.code() != KafkaError._PARTITION_EOF:
-                        self.h.log("consumer_error", proc=self.name, error=str(err))
-                else:
-                    p, o = _where(msg)
-                    prev = self.position.get(p)
-                    if prev is not None and o < prev:
-                        # the client went back (an automatic offset reset): a documented reset
-                        self.h.log("reset", proc=self.name, group=self.group, partition=p,
-                                   reason=f"position went back from {prev} to {o}")
-                    self.position[p] = o + 1
-                    self.h.log("poll", proc=self.name, group=self.group, mode=self.mode, partition=p, offset=o,
-                               value=_value(msg))
+            self._poll()
             if time.monotonic() - last_commit >= self.commit_every:
                 self._commit()
                 last_commit = time.monotonic()
+        if self.mode == "group":
+            self._leave()
+
+    def _poll(self) -> None:
+        try:
+            msg = self.consumer.poll(0.2)
+        except KafkaException as exc:
+            self.h.log("client_error", proc=self.name, error=str(exc), fatal=False)
+            return
+        if msg is None:
+            return
+        err = msg.error()
+        if err is not None:
+            if err.code() == KafkaError.OFFSET_OUT_OF_RANGE or "out of range" in str(err).lower():
+                self.h.log("reset", proc=self.name, group=self.group, partition=msg.partition(), reason=str(err))
+            elif err.code() != KafkaError._PARTITION_EOF:
+                self.h.log("consumer_error", proc=self.name, error=str(err))
+            return
+        p, o = _where(msg)
+        prev = self.position.get(p)
+        if prev is not None and o < prev:
+            # the client went back (an automatic offset reset): a documented reset
+            self.h.log("reset", proc=self.name, group=self.group, partition=p,
+                       reason=f"position went back from {prev} to {o}")
+        self.position[p] = o + 1
+        self.h.log("poll", proc=self.name, group=self.group, mode=self.mode, partition=p, offset=o,
+                   value=_value(msg))
+
+    def _leave(self, timeout: float = 15.0) -> None:
+        """Unsubscribe and poll (bounded) until the partitions are revoked: the revocation (its last commit
+        included) runs here, in poll(), while the group's machinery is all there, and close() finds nothing
+        left to revoke."""
+        try:
+            self.consumer.unsubscribe()
+        except (KafkaException, RuntimeError) as exc:
+            self.h.log("client_error", proc=self.name, error=f"unsubscribe: {exc}", fatal=False)
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._poll()
+            try:
+                if not self.consumer.assignment():
+                    return
+            except (KafkaException, RuntimeError) as exc:
+                self.h.log("client_error", proc=self.name, error=f"assignment: {exc}", fatal=False)
+                return
+        self.h.log("client_error", proc=self.name, error=f"still assigned {timeout:.0f} s after unsubscribe",
+                   fatal=False)
 
     def start(self) -> ConsumerWorker:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, close_timeout: float = 30.0) -> None:
         self._stop.set()
         self._thread.join(30)
-        try:
-            self.consumer.close()
-        except Exception as exc:  # a diagnostic: the history is what matters
-            self.h.log("client_error", proc=self.name, error=f"close: {exc}", fatal=False)
+        if self._thread.is_alive():
+            # still inside the client: closing it from here too would be a second thread in it
+            self.h.log("client_error", proc=self.name, error="the consumer thread did not stop", fatal=False)
+            return
+
+        def close() -> None:
+            try:
+                self.consumer.close()
+            except Exception as exc:  # a diagnostic: the history is what matters
+                self.h.log("client_error", proc=self.name, error=f"close: {exc}", fatal=False)
+
+        # bounded: a close() stuck in the client is recorded and left behind (a daemon thread)
+        closer = threading.Thread(target=close, name=f"close-{self.name}", daemon=True)
+        closer.start()
+        closer.join(close_timeout)
+        if closer.is_alive():
+            self.h.log("client_error", proc=self.name, error=f"close did not finish in {close_timeout:.0f} s",
+                       fatal=False)
 
 
 class OffsetObserver:
