@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from odradek._clock import FakeClock
 from odradek.errors import OdradekError
-from odradek.records import DEFAULT_MAX_DECOMPRESSED_SIZE, Compression, decompress, speedups
+from odradek.records import DEFAULT_MAX_DECOMPRESSED_SIZE, Compression, decompress
 from odradek.storage import DecompressionBudgetExceeded, Log, LogConfig, validator
 
 from ..records import lying
@@ -50,16 +50,6 @@ def _inflated(data: bytes) -> int:
         return len(decompress(codec, data[61:], max_size=DEFAULT_MAX_DECOMPRESSED_SIZE))
     except Exception:
         return 0
-
-
-@pytest.fixture(params=["compiled", "python"])
-def check_pass(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The record check: the compiled one (when built) and the pure-Python one."""
-    if request.param == "python":
-        monkeypatch.setattr(validator, "_check", validator._check_python)
-    elif speedups.compiled is None:
-        pytest.skip("the compiled module is turned off")
-    return str(request.param)
 
 
 @given(drawn=batches, budget=budgets)

@@ -30,7 +30,6 @@ from odradek.storage import (
     Log,
     LogConfig,
     RecordBatchTooLargeError,
-    validator,
 )
 
 from ..records import lying
@@ -46,16 +45,6 @@ def shared_log(tmp_path_factory: pytest.TempPathFactory) -> Log:
     log = _log(tmp_path_factory.mktemp("lies"))
     log.append(v2_batch(3))
     return log
-
-
-@pytest.fixture(params=["compiled", "python"])
-def check_pass(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The append's record check: the compiled one (when built) and the pure-Python one."""
-    if request.param == "python":
-        monkeypatch.setattr(validator, "_check", validator._check_python)
-    elif speedups.compiled is None:
-        pytest.skip("the compiled module is turned off")
-    return str(request.param)
 
 
 @pytest.mark.parametrize("lie_kind", lying.KINDS)
@@ -220,7 +209,7 @@ def test_a_follower_takes_a_compacted_leaders_batches(tmp_path: Path) -> None:
 
 
 def test_the_compiled_and_the_python_pass_are_both_used(tmp_path: Path) -> None:
-    from odradek.records import check, speedups
+    from odradek.records import check
 
     expected = "pure-python" if os.environ.get(speedups.PURE_PYTHON_ENV) else "compiled"
     assert speedups.implementation() == expected
