@@ -32,6 +32,7 @@ from odradek.storage import (
     RecordBatchTooLargeError,
     validator,
 )
+from odradek.storage import log as log_module
 
 from ..records import lying
 from .storage_helpers import TS0, legacy_batch, read_all, v2_batch
@@ -53,6 +54,8 @@ def check_pass(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     """The append's record check: the compiled one (when built) and the pure-Python one."""
     if request.param == "python":
         monkeypatch.setattr(validator, "_check", validator._check_python)
+        monkeypatch.setattr(validator, "check_produced", validator._check_produced_python)
+        monkeypatch.setattr(log_module, "check_produced", validator._check_produced_python)
     elif speedups.compiled is None:
         pytest.skip("the compiled module is turned off")
     return str(request.param)
