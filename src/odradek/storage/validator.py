@@ -117,7 +117,9 @@ def _check_produced_python(
     sequential), no keyless record in a non-control batch when ``refuse_keyless`` and, for a
     CreateTime batch (``create_time``, not log-append time), record timestamps within
     [now - before, now + after] (-1 aside; ``before`` and ``after`` None: no limits).  None too
-    when a number given is beyond int64.  The compiled ``check_produced`` is the same in C."""
+    when a number given is beyond int64.  The compiled ``check_produced`` is the same in C; this
+    one reads the records with :data:`_check` (compiled too when the module is built: an older
+    build without ``check_produced`` keeps the record pass compiled)."""
     if not (
         _I64_MIN <= max_size <= _LONG_MAX and _I64_MIN <= now <= _LONG_MAX
         and (before is None or (after is not None and _I64_MIN <= before <= _LONG_MAX and _I64_MIN <= after <= _LONG_MAX))
@@ -131,17 +133,17 @@ def _check_produced_python(
         return None
     if crc32c(memoryview(data)[21:]) != crc:
         return None
-    c = check_records_python(data, _HEADER_SIZE, n, count, bts, lod, sequential=True)
-    if c.problem or (c.keyless and not attrs & _ATTR_CONTROL and refuse_keyless):
+    # problem, record, position, value, extra, max timestamp, min timestamp, keyless records
+    c = _check(data, _HEADER_SIZE, n, count, bts, lod, True)
+    if c[0] or (c[7] and not attrs & _ATTR_CONTROL and refuse_keyless):
         return None
     if attrs & _ATTR_LOG_APPEND_TIME or not create_time:
         header_max: int = mts
         return header_max
     if before is None or after is None:
-        return c.max_timestamp
-    low, high = now - before, now + after
-    if (c.min_timestamp == NO_MIN_TIMESTAMP or c.min_timestamp >= low) and c.max_timestamp <= high:
-        return c.max_timestamp
+        return c[5]
+    if (c[6] == NO_MIN_TIMESTAMP or c[6] >= now - before) and c[5] <= now + after:
+        return c[5]
     return None
 
 
