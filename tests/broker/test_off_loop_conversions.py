@@ -303,10 +303,10 @@ def test_a_retry_appended_while_the_first_is_prepared_is_a_duplicate(
 
 def _key_check_held(monkeypatch: pytest.MonkeyPatch, loop_thread: threading.Thread) -> _Hold:
     """The key check: part of the pass over a batch's records (validate_records, and the log's
-    fast path, check_produced_one_v2), wherever it is called from."""
+    fast path, check_produced), wherever it is called from."""
     hold = _Hold(validator_module.validate_records, loop_thread, lambda data, *a, **k: len(data) > 100_000)
     monkeypatch.setattr(validator_module, "validate_records", hold)
-    monkeypatch.setattr(log_module, "check_produced_one_v2", hold.around(log_module.check_produced_one_v2))
+    monkeypatch.setattr(log_module, "check_produced", hold.around(log_module.check_produced))
     return hold
 
 

@@ -162,6 +162,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             quotas, ports.connection.metrics, self.conn, timers,
             pause=self._throttled, resume=self._unthrottled, closing=lambda: self._closing,
         )
+        # whether any quota is configured is read per request, from the manager (it changes with
+        # the quota configs): no charge is started, nor looked at, while none is
+        self._quotas = quotas
         # metrics (None: off): the request being handled — its metric key (the API key, or
         # FETCH_FOLLOWER) and when its handling began (one request at a time per connection)
         self._metrics = ports.connection.metrics
@@ -485,7 +488,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 "closing connection from %s: unsupported API %s v%s", self.peer, header.api_key, header.api_version
             )
             return None
-        if self.session.expired(self._clock.monotonic_ms()) and header.api_key not in (17, 36):
+        session = self.session
+        if (
+            session.expires_at is not None and session.expired(self._clock.monotonic_ms())
+            and header.api_key not in (17, 36)
+        ):
             log.info(
                 "closing connection from %s on listener %s: its SASL session expired (connections.max.reauth.ms) "
                 "and the client did not re-authenticate", self.peer, self.listener,
@@ -509,9 +516,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 if verdict.close:
                     return None
                 wait = verdict.wait
-        throttle = self._throttle
-        if throttle is not None:
-            throttle.start(ev)
+        quotas = self._quotas
+        if quotas is not None and quotas.active:
+            assert self._throttle is not None
+            self._throttle.start(ev)
         if self._metrics is not None:
             key = header.api_key
             if key == _FETCH:
@@ -599,7 +607,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 header.correlation_id, self.session.principal, self.listener,
             )
         throttle = self._throttle
-        if throttle is not None and throttle.charging:
+        if throttle is not None and throttle.charge is not None:
             parts = throttle.charged_parts(header, response, self.session.principal.name)
         elif response is None:
             parts = self.conn.no_response_parts(header)

@@ -50,8 +50,8 @@ class Throttle:
     connection is closing (a mute that ends then does nothing).  Mutes end on ``timers``."""
 
     __slots__ = (
-        "_charge", "_clock", "_closing", "_conn", "_delayed", "_metrics", "_mute_until", "_pause", "_quotas",
-        "_resume", "_timers", "muted",
+        "_clock", "_closing", "_conn", "_delayed", "_metrics", "_mute_until", "_pause", "_quotas", "_resume",
+        "_timers", "charge", "muted",
     )
 
     def __init__(
@@ -73,8 +73,9 @@ class Throttle:
         self._pause = pause
         self._resume = resume
         self._closing = closing
-        # what the request being handled is charged (None: nothing, or no quota configured)
-        self._charge: _Charge | None = None
+        #: what the request being handled is charged (None: nothing, or no quota configured);
+        #: not None is :attr:`charging` (the connection reads it per request: no property call)
+        self.charge: _Charge | None = None
         # a throttled connection is muted (reads and handles nothing) until _mute_until, and a
         # response to an old request version waits in _delayed till then
         self.muted = False
@@ -85,17 +86,18 @@ class Throttle:
     def charging(self) -> bool:
         """Whether the request being handled is charged to the quotas (its response is encoded
         by :meth:`charged_parts`)."""
-        return self._charge is not None
+        return self.charge is not None
 
     def start(self, ev: RequestReceived) -> None:
-        """A request's handling begins: what it is charged, when any quota is configured."""
+        """A request's handling begins: what it is charged, when any quota is configured (it
+        does nothing while none is: the connection need not call it then)."""
         if self._quotas.active:
-            self._charge = _charge_for(ev)
+            self.charge = _charge_for(ev)
 
     def waits(self) -> None:
         """The request's handler waits: the time it held the event loop so far is what it costs
         (request quotas count handler time, not time spent waiting)."""
-        charge = self._charge
+        charge = self.charge
         if charge is not None and charge.cpu is None:
             charge.cpu = time.perf_counter() - charge.t0
 
@@ -105,8 +107,8 @@ class Throttle:
         request by handler time (request_percentage).  Over a quota, the response says
         ``throttle_time_ms`` and the connection is muted that long after it (KIP-219); an old
         request version's response is held back that long instead (then nothing is returned)."""
-        charge = self._charge
-        self._charge = None
+        charge = self.charge
+        self.charge = None
         quotas = self._quotas
         assert charge is not None
         now = float(self._clock.monotonic_ms())

@@ -367,8 +367,9 @@ class ServerConnection:
         # BadRequest without header): a bound on what decoding the frame would cost
         self._check = check
         self._closed: ConnectionClosed | None = None
-        # requests in arrival order, answered or not
-        self._pending: deque[_Pending] = deque()
+        # requests in arrival order: the correlation id of one not answered yet (no object per
+        # request), an _Pending with its response for one answered before an earlier one
+        self._pending: deque[int | _Pending] = deque()
         #: frames are SASL tokens, not requests (set by the server after a SaslHandshake v0,
         #: cleared when authentication completes): see :class:`SaslTokenReceived`
         self.raw_tokens = False
@@ -436,11 +437,11 @@ class ServerConnection:
                 header, message = decode_request(payload)
             except (UnknownApiKey, UnsupportedVersion) as exc:
                 if exc.header is not None:
-                    self._pending.append(_Pending(exc.header.correlation_id))
+                    self._pending.append(exc.header.correlation_id)
                 return BadRequest(exc.header, exc, len(payload))
             except ProtocolError as exc:
                 return BadRequest(None, exc, len(payload))
-            self._pending.append(_Pending(header.correlation_id))
+            self._pending.append(header.correlation_id)
             return RequestReceived(header, message, len(payload))
         except BaseException:
             self.state = _ERROR
@@ -510,38 +511,35 @@ class ServerConnection:
         pending = self._pending
         if pending:
             first = pending[0]
-            if first.correlation_id == correlation_id and not first.answered:
+            if first == correlation_id and type(first) is int:
                 # the oldest request, as when requests are answered in order
                 pending.popleft()
-                if not pending or not pending[0].answered:
+                if not pending or type(pending[0]) is int:
                     return parts
                 following = list(parts)
-                while pending and pending[0].answered:
-                    following.extend(pending.popleft().parts)
+                while pending and type(pending[0]) is not int:
+                    following.extend(pending.popleft().parts)  # type: ignore[union-attr]
                 return following
-        for slot in pending:
-            if slot.correlation_id == correlation_id and not slot.answered:
-                slot.parts = parts
-                slot.answered = True
+        for i, slot in enumerate(pending):
+            if type(slot) is int and slot == correlation_id:
+                pending[i] = _Pending(correlation_id, parts)
                 break
         else:
             raise LocalProtocolError(f"no request with correlation id {correlation_id} awaits a response")
         ready: list[bytes | Region] = []
-        while pending and pending[0].answered:
-            ready.extend(pending.popleft().parts)
+        while pending and type(pending[0]) is not int:
+            ready.extend(pending.popleft().parts)  # type: ignore[union-attr]
         return ready
 
 
 class _Pending:
-    """A request a server connection has received: its response, once answered, waits here for
-    the responses to the requests received before it."""
+    """A request answered before one received earlier: its response waits here for theirs."""
 
-    __slots__ = ("answered", "correlation_id", "parts")
+    __slots__ = ("correlation_id", "parts")
 
-    def __init__(self, correlation_id: int) -> None:
+    def __init__(self, correlation_id: int, parts: list[bytes | Region]) -> None:
         self.correlation_id = correlation_id
-        self.parts: list[bytes | Region] = []
-        self.answered = False
+        self.parts = parts
 
 
 def _join(parts: list[bytes | Region]) -> bytes:

@@ -10,6 +10,10 @@
  *       -> the Arrow buffers of the columns of several batches' records (see decode_columns below)
  *   check_records(buf, start, stop, count, base_timestamp, last_offset_delta, sequential)
  *       -> what is wrong with a batch's records, in one pass with no object per record (see below)
+ *   check_produced(buf, max_size, refuse_keyless, create_time, now, before, after)
+ *       -> a produced batch's max timestamp when it passes every check (CRC too), else None
+ *   crc32c(data, crc=0)
+ *       -> CRC-32C, as the crc32c package (the one check_produced uses; for the tests)
  *   encode_record_body(timestamp_delta, offset_delta, key, value)
  *       -> one record without headers, as BatchBuilder stores it
  *   Pool, Receipt, Appender
@@ -444,6 +448,67 @@ stop:
     return i;
 }
 
+/* What check_span found: the numbers check_records returns. */
+typedef struct {
+    int problem;
+    long long i;
+    Py_ssize_t at;
+    detail d;
+    tally t;
+} span_check;
+
+/* check_records' pass over base[start:stop] (see check_records below). */
+static void check_span(const uint8_t *base, Py_ssize_t start, Py_ssize_t stop, long long count, long long base_ts,
+                       long long lod, int sequential, span_check *o) {
+    int problem = P_OK;
+    long long i = 0;
+    Py_ssize_t at = start;
+    detail d = {0, 0};
+    tally t = {-1, INT64_MAX, -1, 0};
+    const uint8_t *end = base + stop, *p = base + start;
+    while (1) {
+        i = short_records(&p, end, i, count, sequential, lod, base_ts, &t);
+        if (i >= count) break;
+        /* a record of another shape, or a problem: the general parse says which */
+        reader r = {base, stop, p - base};
+        record rec;
+        at = r.pos;
+        problem = parse_record(&r, &rec, 0, &d);
+        if (problem != P_OK) break;
+        int64_t od = rec.offset_delta;
+        if (sequential ? od != i : (od <= t.prev || od > lod)) {
+            problem = P_OFFSET_DELTA;
+            d.value = od;
+            d.extra = sequential ? i : t.prev;
+            break;
+        }
+        t.prev = od;
+        int64_t stamp;
+        if (__builtin_add_overflow((int64_t)base_ts, rec.timestamp_delta, &stamp)) {
+            problem = P_TIMESTAMP;
+            d.value = rec.timestamp_delta;
+            break;
+        }
+        if (stamp > t.max_ts) t.max_ts = stamp;
+        if (stamp != -1 && stamp < t.min_ts) t.min_ts = stamp;
+        if (rec.key_len < 0) t.keyless++;
+        p = base + r.pos;
+        i++;
+    }
+    if (problem == P_OK) {
+        at = p - base; /* the end of the records, or where bytes are left after them */
+        if (p != end) {
+            problem = P_TRAILING;
+            d.value = end - p;
+        }
+    }
+    o->problem = problem;
+    o->i = i;
+    o->at = at;
+    o->d = d;
+    o->t = t;
+}
+
 /* check_records(buf, start, stop, count, base_timestamp, last_offset_delta, sequential)
  *     -> (problem, index, position, value, extra, max_timestamp, min_timestamp, keyless)
  *
@@ -482,53 +547,180 @@ static PyObject *check_records(PyObject *self, PyObject *const *args, Py_ssize_t
         PyErr_SetString(PyExc_ValueError, "bad range");
         return NULL;
     }
-    int problem = P_OK;
-    long long i = 0;
-    Py_ssize_t at = start;
-    detail d = {0, 0};
-    tally t = {-1, INT64_MAX, -1, 0};
-    const uint8_t *base = (const uint8_t *)view.buf, *end = base + stop, *p = base + start;
+    span_check o;
     PyThreadState *ts_state = stop - start >= 65536 ? PyEval_SaveThread() : NULL;
-    while (1) {
-        i = short_records(&p, end, i, count, sequential, lod, base_ts, &t);
-        if (i >= count) break;
-        /* a record of another shape, or a problem: the general parse says which */
-        reader r = {base, stop, p - base};
-        record rec;
-        at = r.pos;
-        problem = parse_record(&r, &rec, 0, &d);
-        if (problem != P_OK) break;
-        int64_t od = rec.offset_delta;
-        if (sequential ? od != i : (od <= t.prev || od > lod)) {
-            problem = P_OFFSET_DELTA;
-            d.value = od;
-            d.extra = sequential ? i : t.prev;
-            break;
-        }
-        t.prev = od;
-        int64_t stamp;
-        if (__builtin_add_overflow((int64_t)base_ts, rec.timestamp_delta, &stamp)) {
-            problem = P_TIMESTAMP;
-            d.value = rec.timestamp_delta;
-            break;
-        }
-        if (stamp > t.max_ts) t.max_ts = stamp;
-        if (stamp != -1 && stamp < t.min_ts) t.min_ts = stamp;
-        if (rec.key_len < 0) t.keyless++;
-        p = base + r.pos;
-        i++;
-    }
-    if (problem == P_OK) {
-        at = p - base; /* the end of the records, or where bytes are left after them */
-        if (p != end) {
-            problem = P_TRAILING;
-            d.value = end - p;
-        }
-    }
+    check_span((const uint8_t *)view.buf, start, stop, count, base_ts, lod, sequential, &o);
     if (ts_state != NULL) PyEval_RestoreThread(ts_state);
     PyBuffer_Release(&view);
-    return Py_BuildValue("(iLnLLLLn)", problem, i, at, (long long)d.value, (long long)d.extra, (long long)t.max_ts,
-                         (long long)t.min_ts, t.keyless);
+    return Py_BuildValue("(iLnLLLLn)", o.problem, o.i, o.at, (long long)o.d.value, (long long)o.d.extra,
+                         (long long)o.t.max_ts, (long long)o.t.min_ts, o.t.keyless);
+}
+
+/* CRC-32C (Castagnoli), as the crc32c package computes it: the SSE 4.2 instruction where the
+ * processor has it, else a table. */
+static uint32_t crc32c_table[8][256];
+
+static void crc32c_init(void) {
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc32c_table[0][n] = c;
+    }
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = crc32c_table[0][n];
+        for (int k = 1; k < 8; k++) {
+            c = crc32c_table[0][c & 0xFF] ^ (c >> 8);
+            crc32c_table[k][n] = c;
+        }
+    }
+}
+
+static uint32_t crc32c_sw(uint32_t crc, const uint8_t *p, size_t n) {
+    crc = ~crc;
+    while (n >= 8) {
+        uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+        uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
+        crc = crc32c_table[7][lo & 0xFF] ^ crc32c_table[6][(lo >> 8) & 0xFF] ^ crc32c_table[5][(lo >> 16) & 0xFF] ^
+              crc32c_table[4][lo >> 24] ^ crc32c_table[3][hi & 0xFF] ^ crc32c_table[2][(hi >> 8) & 0xFF] ^
+              crc32c_table[1][(hi >> 16) & 0xFF] ^ crc32c_table[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) crc = crc32c_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    return ~crc;
+}
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && !defined(ODRADEK_CRC32C_TABLE)
+#define HAVE_CRC32C_HW 1
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const uint8_t *p, size_t n) {
+    crc = ~crc;
+#if defined(__x86_64__)
+    uint64_t c = crc;
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = __builtin_ia32_crc32di(c, v);
+        p += 8;
+        n -= 8;
+    }
+    crc = (uint32_t)c;
+#endif
+    while (n >= 4) {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        crc = __builtin_ia32_crc32si(crc, v);
+        p += 4;
+        n -= 4;
+    }
+    while (n--) crc = __builtin_ia32_crc32qi(crc, *p++);
+    return ~crc;
+}
+#endif
+
+static uint32_t (*crc32c_impl)(uint32_t, const uint8_t *, size_t) = crc32c_sw;
+
+static void crc32c_choose(void) {
+    crc32c_init();
+#ifdef HAVE_CRC32C_HW
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("sse4.2")) crc32c_impl = crc32c_hw;
+#endif
+}
+
+/* crc32c(data, crc=0) -> the CRC-32C of data, continuing crc (as crc32c.crc32c): for the tests. */
+static PyObject *py_crc32c(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "crc32c(data, crc=0)");
+        return NULL;
+    }
+    unsigned long crc = 0;
+    if (nargs == 2) {
+        crc = PyLong_AsUnsignedLong(args[1]);
+        if (crc == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    uint32_t out = crc32c_impl((uint32_t)crc, (const uint8_t *)view.buf, (size_t)view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(out);
+}
+
+static inline int64_t be64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int k = 0; k < 8; k++) v = v << 8 | p[k];
+    return (int64_t)v;
+}
+
+static inline int32_t be32(const uint8_t *p) {
+    return (int32_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3]);
+}
+
+/* check_produced(buf, max_size, refuse_keyless, create_time, now, before, after) -> int | None
+ *
+ * The produce fast path's whole check of ``buf`` when it is one uncompressed v2 batch (at
+ * position 0, as long as ``buf``): the batch's max timestamp as Kafka's LogValidator sets it
+ * (its records', ``create_time``; else the header's) when everything passes, None when anything
+ * is off — then the general checks (odradek.storage.validator) find what and answer as Kafka
+ * does.  Passing means: magic 2, the batch length, no codec, a record count > 0 that matches the
+ * last offset delta, the size within ``max_size``, the CRC, check_records (sequential) without a
+ * problem, no keyless record in a non-control batch when ``refuse_keyless``, and (CreateTime,
+ * not a log-append-time batch) every record timestamp within [now - before, now + after], -1
+ * aside (``before`` and ``after`` None: no limits).  validator._check_produced_python is the
+ * same in Python. */
+static PyObject *check_produced(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "check_produced(buf, max_size, refuse_keyless, create_time, now, before, after)");
+        return NULL;
+    }
+    long long max_size = PyLong_AsLongLong(args[1]);
+    int refuse_keyless = PyObject_IsTrue(args[2]);
+    int create_time = PyObject_IsTrue(args[3]);
+    long long now = PyLong_AsLongLong(args[4]);
+    int limited = args[5] != Py_None; /* before and after are None: no limits */
+    long long before = limited ? PyLong_AsLongLong(args[5]) : 0;
+    long long after = limited ? PyLong_AsLongLong(args[6]) : 0;
+    if (refuse_keyless < 0 || create_time < 0) return NULL;
+    if (PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return NULL;
+        PyErr_Clear(); /* beyond int64: the general checks (Python ints) decide */
+        Py_RETURN_NONE;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *b = (const uint8_t *)view.buf;
+    Py_ssize_t n = view.len;
+    int ok = 0;
+    int64_t result = 0;
+    if (n >= 61 && b[16] == 2 && (int64_t)be32(b + 8) + 12 == n) {
+        uint32_t crc = (uint32_t)be32(b + 17);
+        int attrs = (int)(int16_t)((uint16_t)b[21] << 8 | b[22]);
+        int64_t lod = be32(b + 23), bts = be64(b + 27), mts = be64(b + 35), count = be32(b + 57);
+        if (!(attrs & 0x07) && count > 0 && count == lod + 1 && n <= max_size) {
+            PyThreadState *ts_state = n >= 65536 ? PyEval_SaveThread() : NULL;
+            if (crc32c_impl(0, b + 21, (size_t)(n - 21)) == crc) {
+                span_check o;
+                check_span(b, 61, n, count, bts, lod, 1, &o);
+                if (o.problem == P_OK && !(o.t.keyless && !(attrs & 0x20) && refuse_keyless)) {
+                    if ((attrs & 0x08) || !create_time || !limited) {
+                        ok = 1;
+                        result = (attrs & 0x08) || !create_time ? mts : o.t.max_ts;
+                    } else {
+                        int64_t low, high;
+                        if (__builtin_sub_overflow((int64_t)now, (int64_t)before, &low)) low = before > 0 ? INT64_MIN : INT64_MAX;
+                        if (__builtin_add_overflow((int64_t)now, (int64_t)after, &high)) high = after > 0 ? INT64_MAX : INT64_MIN;
+                        if ((o.t.min_ts == INT64_MAX || o.t.min_ts >= low) && o.t.max_ts <= high) {
+                            ok = 1;
+                            result = o.t.max_ts;
+                        }
+                    }
+                }
+            }
+            if (ts_state != NULL) PyEval_RestoreThread(ts_state);
+        }
+    }
+    PyBuffer_Release(&view);
+    if (!ok) Py_RETURN_NONE;
+    return PyLong_FromLongLong(result);
 }
 
 /* A growable-free Arrow binary column: int32 offsets, data, validity bitmap. */
@@ -1299,6 +1491,10 @@ static PyMethodDef methods[] = {
     {"check_records", (PyCFunction)(void (*)(void))check_records, METH_FASTCALL,
      "check_records(buf, start, stop, count, base_timestamp, last_offset_delta, sequential) -> (problem, index, "
      "position, value, extra, max_timestamp, min_timestamp, keyless)"},
+    {"check_produced", (PyCFunction)(void (*)(void))check_produced, METH_FASTCALL,
+     "check_produced(buf, max_size, refuse_keyless, create_time, now, before, after) -> the max timestamp of a "
+     "produced batch that passes every check, or None"},
+    {"crc32c", (PyCFunction)(void (*)(void))py_crc32c, METH_FASTCALL, "crc32c(data, crc=0) -> CRC-32C"},
     {"decode_columns", (PyCFunction)(void (*)(void))decode_columns, METH_FASTCALL,
      "decode_columns(batches, with_headers[, alloc]): batches are (buf, start, stop, count, base_offset, base_timestamp, lat)"},
     {"encode_record_body", (PyCFunction)(void (*)(void))encode_record_body, METH_FASTCALL,
@@ -1311,6 +1507,7 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__speedups(void) {
+    crc32c_choose();
     if (PyType_Ready(&PoolType) < 0 || PyType_Ready(&ReceiptType) < 0 || PyType_Ready(&AppenderType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);

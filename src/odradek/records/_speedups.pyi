@@ -30,6 +30,11 @@ def decode_records(
 def check_records(
     buf: _Buffer, start: int, stop: int, count: int, base_timestamp: int, last_offset_delta: int, sequential: bool, /,
 ) -> tuple[int, int, int, int, int, int, int, int]: ...
+def check_produced(
+    buf: _Buffer, max_size: int, refuse_keyless: bool, create_time: bool, now: int, before: int | None,
+    after: int | None, /,
+) -> int | None: ...
+def crc32c(data: _Buffer, crc: int = 0, /) -> int: ...
 @overload
 def decode_columns(
     batches: list[_Spec], with_headers: bool, /,

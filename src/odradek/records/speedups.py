@@ -5,7 +5,8 @@
 clients' consumers) and the Spark source's column decoder use it for the records of each v2
 batch; data it finds anything wrong with is decoded again by the pure-Python decoder, which
 raises the precise error.  The producer's open batches (:mod:`odradek.records.appender`) and the
-broker's check of every record on append (:mod:`odradek.records.check`) are compiled too.  ``ODRADEK_PURE_PYTHON=1`` in the environment (read at import) turns
+broker's check of every record on append (:mod:`odradek.records.check`; a produced batch's
+whole check, its CRC too, in ``check_produced``) are compiled too.  ``ODRADEK_PURE_PYTHON=1`` in the environment (read at import) turns
 it off, for comparison or when in doubt.
 """
 
@@ -50,6 +51,11 @@ class Compiled(Protocol):
         self, buf: Buffer, start: int, stop: int, count: int, base_timestamp: int, last_offset_delta: int,
         sequential: bool, /,
     ) -> tuple[int, int, int, int, int, int, int, int]: ...
+
+    def check_produced(
+        self, buf: Buffer, max_size: int, refuse_keyless: bool, create_time: bool, now: int, before: int | None,
+        after: int | None, /,
+    ) -> int | None: ...
 
     @overload
     def decode_columns(

@@ -10,7 +10,7 @@ accepted and have no field here.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from odradek.config import TOPIC_KEYS, TOPIC_SCHEMA, ConfigError, iceberg_partition_spec
@@ -81,6 +81,18 @@ class LogConfig:
     odradek_iceberg_mode: str
     odradek_iceberg_partition_spec: str
     odradek_iceberg_commit_interval_ms: int
+    # derived from the fields above when built (read for every produced batch: plain attributes,
+    # not properties); not configs of their own (to_dict leaves them out)
+    #: cleanup.policy has compact
+    compact: bool = field(init=False, repr=False, compare=False)
+    #: whether produced records' keys or values are checked against the schema registry
+    schema_validation: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "compact", "compact" in self.cleanup_policy)
+        object.__setattr__(
+            self, "schema_validation", self.confluent_key_schema_validation or self.confluent_value_schema_validation
+        )
 
     @classmethod
     def from_dict(cls, config: Mapping[str, Any] | None = None) -> LogConfig:
@@ -110,16 +122,7 @@ class LogConfig:
         return cls(**{k.replace(".", "_"): v for k, v in values.items()})
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name.replace("_", "."): getattr(self, f.name) for f in fields(self)}
-
-    @property
-    def compact(self) -> bool:
-        return "compact" in self.cleanup_policy
-
-    @property
-    def schema_validation(self) -> bool:
-        """Whether produced records' keys or values are checked against the schema registry."""
-        return self.confluent_key_schema_validation or self.confluent_value_schema_validation
+        return {f.name.replace("_", "."): getattr(self, f.name) for f in fields(self) if f.init}
 
     @property
     def delete(self) -> bool:

@@ -45,9 +45,11 @@ from odradek.storage.segments import CorruptReads, LogSegments
 from odradek.storage.txn_index import AbortedTxn
 from odradek.storage.validator import (
     V2_HEADER,
+    check_produced,
     check_produced_one_v2,
     check_timestamps,
     new_header,
+    produced_check_args,
     timestamp_limits,
     validate_batches,
 )
@@ -164,7 +166,8 @@ class Log:
         #: flush inline when :meth:`flush_messages_due`; a broker turns this off (``flush_inline``)
         #: and flushes from a worker thread instead, by the same rule
         self.auto_flush = flush_inline
-        self._limits: tuple[int, int] | None = None
+        self._limits: tuple[int, int] | None = None  # these two per config: see _timestamp_limits
+        self._fast_check: tuple[int, bool, bool, int | None, int | None] = (0, False, True, None, None)
         self._limits_for: LogConfig | None = None
         self.producers = ProducerStateManager(directory)
         loaded = LogLoader(directory, self.topic, self.partition, config, files, self.clock).load(
@@ -313,12 +316,14 @@ class Log:
     ) -> AppendInfo:
         """The produce fast path: one v2 batch, validated with one unpack and one CRC, offsets
         patched in place, one write."""
-        limits = self._timestamp_limits
-        # the header and every record read against it (Kafka's LogValidator); the batch's max
-        # timestamp is its records'
-        records_max = check_produced_one_v2(
-            data, fields, self.config, self.topic, self.partition, now, limits, max_decompressed
-        )
+        limits = self._timestamp_limits  # and self._fast_check, for this config
+        # the header, the CRC and every record read against it (Kafka's LogValidator), in one
+        # compiled call when it all passes; the batch's max timestamp is its records'
+        max_size, compact, create_time, before, after = self._fast_check
+        records_max = check_produced(data, max_size, compact, create_time, now, before, after)
+        if records_max is None:  # compressed, or something to refuse: the general checks say what
+            cfg, topic, partition = self.config, self.topic, self.partition
+            records_max = check_produced_one_v2(data, fields, cfg, topic, partition, now, limits, max_decompressed)
         producers = self.producers
         if fields[9] >= 0:  # an idempotent producer's batch
             base, length, ple, _m, crc, attrs, lod, bts, mts, pid, pep, bseq, count = fields
@@ -370,9 +375,9 @@ class Log:
     @property
     def _timestamp_limits(self) -> tuple[int, int] | None:
         cfg = self.config
-        if self._limits_for is not cfg:  # computed once per config
-            self._limits = timestamp_limits(cfg)
-            self._limits_for = cfg
+        if self._limits_for is not cfg:  # computed once per config, with the fast path's check's arguments
+            limits = self._limits = timestamp_limits(cfg)
+            self._fast_check, self._limits_for = produced_check_args(cfg, limits), cfg
         return self._limits
 
     def _write(

@@ -65,10 +65,12 @@ __all__ = [
     "check_batch_header",
     "check_keys",
     "check_one_v2",
+    "check_produced",
     "check_produced_one_v2",
     "check_timestamps",
     "fix_max_timestamps",
     "new_header",
+    "produced_check_args",
     "records_problem",
     "timestamp_limits",
     "validate_batches",
@@ -94,6 +96,72 @@ def _check_python(
 
 #: check_records as a plain function returning a plain tuple: the compiled one when it is there
 _check = getattr(speedups.compiled, "check_records", None) or _check_python
+
+_I64_MIN = -(1 << 63)
+
+
+def _check_produced_python(
+    data: bytes | bytearray | memoryview,
+    max_size: int,
+    refuse_keyless: bool,
+    create_time: bool,
+    now: int,
+    before: int | None,
+    after: int | None,
+) -> int | None:
+    """The produce fast path's whole check of ``data`` when it is one uncompressed v2 batch: its
+    max timestamp as :func:`validate_records` gives it when every check passes, else None (then
+    the general checks find what is wrong, or what this path does not take: a compressed batch).
+    Passing means: magic 2, the batch's length, no codec, a record count above 0 that matches
+    the last offset delta, a size within ``max_size``, the CRC, every record (check_records,
+    sequential), no keyless record in a non-control batch when ``refuse_keyless`` and, for a
+    CreateTime batch (``create_time``, not log-append time), record timestamps within
+    [now - before, now + after] (-1 aside; ``before`` and ``after`` None: no limits).  None too
+    when a number given is beyond int64.  The compiled ``check_produced`` is the same in C; this
+    one reads the records with :data:`_check` (compiled too when the module is built: an older
+    build without ``check_produced`` keeps the record pass compiled)."""
+    if not (
+        _I64_MIN <= max_size <= _LONG_MAX and _I64_MIN <= now <= _LONG_MAX
+        and (before is None or (after is not None and _I64_MIN <= before <= _LONG_MAX and _I64_MIN <= after <= _LONG_MAX))
+    ):
+        return None
+    n = len(data)
+    if n < _HEADER_SIZE or data[16] != 2:
+        return None
+    _base, length, _ple, _m, crc, attrs, lod, bts, mts, _pid, _pep, _bseq, count = V2_HEADER.unpack_from(data, 0)
+    if length + 12 != n or attrs & 0x07 or not 0 < count == lod + 1 or n > max_size:
+        return None
+    if crc32c(memoryview(data)[21:]) != crc:
+        return None
+    # problem, record, position, value, extra, max timestamp, min timestamp, keyless records
+    c = _check(data, _HEADER_SIZE, n, count, bts, lod, True)
+    if c[0] or (c[7] and not attrs & _ATTR_CONTROL and refuse_keyless):
+        return None
+    if attrs & _ATTR_LOG_APPEND_TIME or not create_time:
+        header_max: int = mts
+        return header_max
+    if before is None or after is None:
+        return c[5]
+    if (c[6] == NO_MIN_TIMESTAMP or c[6] >= now - before) and c[5] <= now + after:
+        return c[5]
+    return None
+
+
+#: the produce fast path's check (see _check_produced_python): the compiled one when it is there
+check_produced = getattr(speedups.compiled, "check_produced", None) or _check_produced_python
+
+
+def produced_check_args(
+    config: LogConfig, limits: tuple[int, int] | None
+) -> tuple[int, bool, bool, int | None, int | None]:
+    """:func:`check_produced`'s arguments for a topic's ``config`` (``max_size``,
+    ``refuse_keyless``, ``create_time``, ``before``, ``after``: all but the batch and ``now``), to
+    keep per config.  ``limits``: ``timestamp_limits(config)``."""
+    before, after = limits if limits is not None else (None, None)
+    return (
+        min(config.max_message_bytes, config.segment_bytes), config.compact,
+        config.message_timestamp_type == "CreateTime", before, after,
+    )
 
 
 def new_header(fields: tuple[int, ...]) -> BatchHeader:
@@ -222,21 +290,10 @@ def check_produced_one_v2(
     which the caller keeps per config.  Returns the batch's max timestamp, as
     :func:`validate_records`.  A compressed batch, or one with anything to refuse, takes the
     general functions, which raise what Kafka answers."""
-    _base, length, _ple, _m, crc, attrs, lod, bts, mts, _pid, _pep, _bseq, count = fields
-    size = length + 12
-    if (
-        not attrs & 0x07 and 0 < count == lod + 1 and size <= config.max_message_bytes
-        and size <= config.segment_bytes and crc32c(memoryview(data)[21:]) == crc
-    ):
-        # problem, record, position, value, extra, max timestamp, min timestamp, keyless records
-        c = _check(data, _HEADER_SIZE, size, count, bts, lod, True)
-        if not c[0] and not (c[7] and not attrs & _ATTR_CONTROL and config.compact):
-            if attrs & _ATTR_LOG_APPEND_TIME or config.message_timestamp_type != "CreateTime":
-                return mts
-            if limits is None or (
-                (c[6] == NO_MIN_TIMESTAMP or c[6] >= now - limits[0]) and c[5] <= now + limits[1]
-            ):
-                return c[5]
+    max_size, compact, create_time, before, after = produced_check_args(config, limits)
+    max_timestamp = check_produced(data, max_size, compact, create_time, now, before, after)
+    if max_timestamp is not None:
+        return max_timestamp
     given = check_one_v2(data, fields, config, topic, partition)
     return validate_records(data, given, config, topic, partition, now, max_decompressed=max_decompressed)
 
