@@ -69,6 +69,10 @@ is ``ratio_to_ceiling`` over that bound (issue 45's target: >= 0.95).
   the lowest ``ratio`` a Python source can reach (issue 45's target is 0.1).
   ``--pushdown-only`` runs this part alone.
 
+The session takes the Python worker settings :func:`odradek.spark.session` sets
+(``odradek.spark.PYTHON_WORKER_CONF``: Unix domain sockets between the JVM and its Python
+workers); ``--tcp-python-workers`` keeps PySpark's default (loopback TCP) instead.
+
 The machine is a shared 2-core VM: the JVM, the Python workers and the broker share both cores,
 so the figures move by 10-20 % between runs.
 """
@@ -697,6 +701,11 @@ def main() -> None:
     parser.add_argument("--latency-seconds", type=float, default=20.0)
     parser.add_argument("--pushdown-records", type=int, default=3_000_000)
     parser.add_argument("--pushdown-only", action="store_true", help="run the pushdown part alone")
+    parser.add_argument(
+        "--tcp-python-workers",
+        action="store_true",
+        help="PySpark's default loopback TCP to the Python workers, not odradek.spark.session()'s Unix domain sockets",
+    )
     parser.add_argument("--decode-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.decode_child:
@@ -719,20 +728,24 @@ def main() -> None:
     spark = None
     try:
         produce_seconds = 0.0 if args.pushdown_only else produce(broker.bootstrap, records)
-        spark = (
+        builder = (
             SparkSession.builder.master("local[2]")
             .appName("odradek-benchmark")
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", "2")
             .config("spark.driver.host", "127.0.0.1")
-            .getOrCreate()
         )
+        workers = "tcp" if args.tcp_python_workers else "unix domain sockets"
+        if not args.tcp_python_workers:
+            for key, value in odradek.spark.PYTHON_WORKER_CONF.items():
+                builder = builder.config(key, value)
+        spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         odradek.spark.register(spark)
         if args.pushdown_only:
             pushdown = pushdown_bench(spark, broker.bootstrap, args.pushdown_records, args.repeats, args.warmup)
-            print(json.dumps({"benchmark": "spark", "pushdown": pushdown}, indent=2))
+            print(json.dumps({"benchmark": "spark", "python_workers": workers, "pushdown": pushdown}, indent=2))
             return
         reference = spark.range(records).selectExpr(f"repeat(cast(id % 10 AS string), {VALUE_SIZE}) AS value")
         source = (
@@ -907,6 +920,7 @@ def main() -> None:
                 "pyspark": pyspark.__version__,
                 "pyarrow": pyarrow.__version__,
                 "java": java_version(),
+                "python_workers": workers,
             },
         }
         print(json.dumps(result, indent=2))

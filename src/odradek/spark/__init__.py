@@ -95,10 +95,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from odradek.spark.source import OdradekDataSource
 
-__all__ = ["PUSHDOWN_CONF", "OdradekDataSource", "register", "session"]
+__all__ = ["PUSHDOWN_CONF", "PYTHON_WORKER_CONF", "OdradekDataSource", "register", "session"]
 
 #: the Spark setting that lets Python data sources take filters (off by default in PySpark 4.3)
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+#: how the JVM talks to its Python workers, as :func:`session` sets it: over Unix domain sockets
+#: (PySpark >= 4.1; TCP by default).  Over loopback TCP each task of a Python data source waits
+#: ~40 ms for the start of its input (Nagle's algorithm against delayed ACKs: the JVM's small
+#: writes), the larger part of a task that reads little -- every query over a Python source runs
+#: at least one (a read that plans nothing included).
+PYTHON_WORKER_CONF = {"spark.python.unix.domain.socket.enabled": "true"}
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +164,8 @@ def session(master: str = "local[*]", app_name: str = "odradek", **conf: Any) ->
     and ``PYSPARK_DRIVER_PYTHON`` in this process's environment unless they are set already;
     ``conf`` items are Spark settings, with ``_`` standing for ``.`` in their names
     (``spark_sql_shuffle_partitions=4``), or pass them as a dict: ``**{"spark.ui.enabled": "false"}``.
-    Filter pushdown (``spark.sql.python.filterPushdown.enabled``, off in PySpark's own default) is on
+    Filter pushdown (``spark.sql.python.filterPushdown.enabled``, off in PySpark's own default) is on,
+    and the JVM reaches its Python workers over Unix domain sockets (:data:`PYTHON_WORKER_CONF`),
     unless ``conf`` says otherwise.
     Returns the active session if there is one (as ``getOrCreate`` does), registered."""
     from pyspark.sql import SparkSession
@@ -165,7 +173,7 @@ def session(master: str = "local[*]", app_name: str = "odradek", **conf: Any) ->
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
-    conf = {PUSHDOWN_CONF: "true", **conf}
+    conf = {PUSHDOWN_CONF: "true", **PYTHON_WORKER_CONF, **conf}
     for key, value in conf.items():
         builder = builder.config(key if "." in key else key.replace("_", "."), str(value))
     spark = builder.getOrCreate()

@@ -582,8 +582,10 @@ def _headers(cols: RecordColumns) -> pa.Array:
     return pa.array([list(h) or None for h in cols.headers], HEADERS_TYPE)
 
 
-_ARANGE64: list[pa.Array] = [pa.array([], pa.int64())]
-_ARANGE32: list[pa.Array] = [pa.array([], pa.int32())]
+#: empty at import: ``pa.array`` of a Python list imports pandas (pyarrow's check for pandas
+#: objects), ~0.2 s that Spark's planner workers, which import this module and never decode, need not pay
+_ARANGE64: list[pa.Array] = [pa.nulls(0, pa.int64())]
+_ARANGE32: list[pa.Array] = [pa.nulls(0, pa.int32())]
 
 
 def _arange64(start: int, stop: int) -> pa.Array:

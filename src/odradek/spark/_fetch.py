@@ -37,12 +37,13 @@ from typing import Any
 import pyarrow as pa
 
 from odradek.client import AsyncSimpleConsumer, ClientSecurity, OffsetOutOfRangeError, RawFetched
-from odradek.errors import KafkaError, OdradekError
+from odradek.errors import KafkaError
 from odradek.protocol.messages.fetch import FetchRequest
 from odradek.records import iter_batch_headers
 from odradek.transport import Cluster
 
 from ._arrow import Decoded, decode_partition_data
+from ._dataloss import DataLossError, report_data_loss
 from ._options import DEFAULT_FETCH_BYTES
 
 __all__ = ["DataLossError", "read_range"]
@@ -52,31 +53,6 @@ log = logging.getLogger(__name__)
 _MAX_FETCH_BYTES = 64 * 1024 * 1024
 #: Fetch addresses topics by name up to this version (ids from 13 on).
 _FETCH_BY_NAME = 12
-
-INSTRUCTION_FAIL_ON_DATA_LOSS_TRUE = (
-    "Some data may have been lost because they are not available in Kafka any more; either the "
-    "data was aged out by Kafka or the topic may have been deleted before all the data in the topic "
-    "was processed. If you don't want your streaming query to fail on such cases, set the source "
-    'option "failOnDataLoss" to "false".'
-)
-INSTRUCTION_FAIL_ON_DATA_LOSS_FALSE = (
-    "Some data may have been lost because they are not available in Kafka any more; either the "
-    "data was aged out by Kafka or the topic may have been deleted before all the data in the topic "
-    "was processed. If you want your streaming query to fail on such cases, set the source option "
-    '"failOnDataLoss" to "true".'
-)
-
-
-class DataLossError(OdradekError, RuntimeError):
-    """Records of a planned range are gone and ``failOnDataLoss`` is true."""
-
-
-def report_data_loss(message: str, fail_on_data_loss: bool) -> None:
-    """Raise (``failOnDataLoss``) or log a warning, with Spark's wording."""
-    if fail_on_data_loss:
-        raise DataLossError(f"{message}. {INSTRUCTION_FAIL_ON_DATA_LOSS_TRUE}")
-    log.warning("%s. %s", message, INSTRUCTION_FAIL_ON_DATA_LOSS_FALSE)
-
 
 #: the direct read's first fetch of a range: small, so that a short range (pushed-down filters,
 #: ``endingOffsets``) is not read on into a whole ``max.partition.fetch.bytes`` beyond its end; the

@@ -64,7 +64,7 @@ from odradek.storage.log import parse_partition_dir
 from odradek.storage.reader import SegmentDamageError, SegmentReader, check_entries, list_segments
 
 from ._arrow import decode_partition_data
-from ._fetch import report_data_loss
+from ._dataloss import report_data_loss
 from ._offsets import OffsetRange, OffsetReader, PartitionOffsets, TopicPartition, check_range, split_ranges
 from ._options import SourceOptions, _bool, _lower, parse_source_options
 from ._pushdown import Pushdown, intersect

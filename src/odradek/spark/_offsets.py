@@ -29,7 +29,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from ._fetch import report_data_loss
+from ._dataloss import report_data_loss
 from ._options import EARLIEST, LATEST, OffsetSpec, SourceOptions
 
 __all__ = [

@@ -45,7 +45,7 @@ import pyarrow.compute as pc
 from odradek.errors import OdradekError
 
 from ._arrow import arrow_schema
-from ._fetch import report_data_loss
+from ._dataloss import report_data_loss
 from ._offsets import OffsetRange, OffsetReader, check_range
 from ._options import CATALOG_OPTIONS, EARLIEST, LATEST, SourceOptions
 

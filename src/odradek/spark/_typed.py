@@ -40,9 +40,7 @@ import io
 import json
 import logging
 import threading
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -216,6 +214,9 @@ class RegistryClient:
             self._headers["Authorization"] = "Basic " + base64.b64encode(user_info.encode()).decode()
 
     def _call(self, path: str, body: Any = None) -> Any:
+        import urllib.error  # here: urllib.request (~50 ms) only where a registry is asked
+        import urllib.request
+
         data = json.dumps(body).encode() if body is not None else None
         headers = dict(self._headers)
         if data is not None:

@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -41,8 +41,6 @@ from pyspark.sql.types import (
 
 from odradek.client import ADMIN_DEFAULTS
 
-from ._fetch import read_range
-from ._offline import OfflineOptions, OfflineRange, parse_offline_options, plan_offline, read_offline
 from ._offsets import (
     OffsetRange,
     OffsetReader,
@@ -63,7 +61,6 @@ from ._options import (
     parse_source_options,
 )
 from ._pushdown import Pushdown, intersect, push_filters, pushdown_enabled
-from ._table_tail import TableSplit, plan_table_tail, read_table_split
 from ._typed import (
     SinkColumn,
     TypedColumn,
@@ -73,7 +70,15 @@ from ._typed import (
     resolve_typed,
     resolve_typed_sink,
 )
-from ._write import check_sink_schema, write_batches, write_batches_exactly_once
+
+if TYPE_CHECKING:
+    from ._offline import OfflineOptions, OfflineRange
+    from ._table_tail import TableSplit
+
+# The executors' read path (:mod:`._fetch`), the offline read (:mod:`._offline`), table + tail
+# (:mod:`._table_tail`) and the sink (:mod:`._write`) are imported where they are used: Spark's
+# planner workers import this module to plan a read (schema, filters, partitions), and each of
+# them pays for every import once per process.
 
 __all__ = [
     "OdradekBatchReader",
@@ -175,6 +180,8 @@ def _partition(r: OffsetRange, opts: SourceOptions, typed: tuple[TypedColumn, ..
 def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(partition, OdradekPartition):  # Spark's placeholder when nothing is planned
         return iter(())
+    from ._fetch import read_range
+
     batches = read_range(
         partition.config,
         partition.topic,
@@ -318,6 +325,8 @@ class OdradekTableTailReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         """The table's data files in Spark partitions, then the log's ranges past the table's offsets
         (split by ``minPartitions`` and ``maxRecordsPerPartition``)."""
+        from ._table_tail import plan_table_tail
+
         opts = self.options
         reader = OffsetReader(opts)
         try:
@@ -335,6 +344,8 @@ class OdradekTableTailReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """A table split's rows, or a log range fetched read_committed, as the source's columns."""
         if isinstance(partition, OdradekTablePartition):
+            from ._table_tail import read_table_split
+
             return read_table_split(partition.split)
         return _read(partition)
 
@@ -369,6 +380,8 @@ class OdradekOfflineReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         """The read's tasks: ranges of the partitions' segment files found under ``path`` / ``logDirs``, at
         most ``maxBytesPerPartition`` of whole segments each, narrowed by the pushed filters."""
+        from ._offline import plan_offline
+
         opts = self.options
         return [
             OdradekOfflinePartition(r, opts.source.include_headers, opts.source.fail_on_data_loss, opts.stop_at_corruption)
@@ -380,6 +393,8 @@ class OdradekOfflineReader(DataSourceReader):
         placeholder when nothing was planned)."""
         if not isinstance(partition, OdradekOfflinePartition):  # Spark's placeholder when nothing is planned
             return iter(())
+        from ._offline import read_offline
+
         r = partition.range
         return read_offline(
             r.directory,
@@ -530,6 +545,8 @@ class _Writing:
         """Produce one task's rows (``value``, optional ``key``, ``topic``, ``headers``,
         ``partition``) and flush; the first delivery error fails the task (Spark retries it).  With
         ``exactlyOnce``: one transaction per task and micro-batch."""
+        from ._write import write_batches, write_batches_exactly_once
+
         opts = self.options
         if self.typed:
             typed = self.typed
@@ -591,6 +608,8 @@ class OdradekStreamWriter(_Writing, DataSourceStreamArrowWriter):
 
 def _sink_typed(schema: StructType, opts: SinkOptions) -> tuple[SinkColumn, ...]:
     """Check the sink's columns; typed key / value columns get their schema ids (on the driver)."""
+    from ._write import check_sink_schema
+
     typed = opts.typed
     formats = {"key": typed.key_format, "value": typed.value_format}
     untyped = StructType([f for f in schema.fields if formats.get(f.name, "binary") == "binary"])
@@ -620,6 +639,8 @@ class OdradekDataSource(DataSource):
         ``timestampType`` (and ``headers`` with ``includeHeaders``); typed key / value structs with
         ``keyFormat`` / ``valueFormat``."""
         if is_offline(self.options):
+            from ._offline import parse_offline_options
+
             return source_schema(parse_offline_options(self.options).source.include_headers)
         opts = parse_source_options(self.options, streaming=None)
         return source_schema(opts.include_headers, _resolve_typed(opts), opts.typed)
@@ -630,6 +651,8 @@ class OdradekDataSource(DataSource):
         with filter pushdown (``spark.sql.python.filterPushdown.enabled=true``), a reader that takes
         the pushed filters (:mod:`odradek.spark._pushdown`)."""
         if is_offline(self.options):
+            from ._offline import parse_offline_options
+
             offline = parse_offline_options(self.options)
             _check_schema(schema, offline.source)
             if pushdown_enabled():
