@@ -7,8 +7,8 @@ Each file is the JSON one whole run of a benchmark printed (``broker.py``, ``sca
 machine.  Every number found at the same place in all the runs is a figure.  Its direction comes
 from its name:
 
-* lower is better: CPU, latency, times, memory (``cpu``, ``latency``, ``_ms``, ``seconds``,
-  ``rss``, ``p50``/``p99``/``p999``), and a pushdown query's time over a full scan's
+* lower is better: CPU, latency, times, memory (``cpu``, ``latency``, ``_ms``, ``_s``,
+  ``seconds``, ``rss``, ``p50``/``p99``/``p999``), and a pushdown query's time over a full scan's
   (``pushdown....ratio``);
 * higher is better: rates, throughputs, ratios to a peer or to a bound (``per_s``, ``ratio``,
   ``rate``, ``throughput``, ``fraction_of``);
@@ -40,11 +40,12 @@ from typing import Any
 #: not figures: what the run was asked to do, and where it ran (sections), and counts (last names)
 SKIP_SECTION = re.compile(r"(^|\.)(workload|config|targets|git_at_start|git_at_end|section_seconds)(\.|$)")
 SKIP_LEAF = re.compile(
-    r"(^|\.)(records|partitions|repeats|warmup|value_bytes|span_hours|rows|cpus|target_at_1%)$"
+    r"(^|\.)(records|partitions|repeats|warmup|value_bytes|span_hours|rows|cpus|target[\w%]*)$"
 )
 CONTROL = re.compile(r"(^|\.)(tansu|reference|machine)(\.|_|$)")
-LOWER = re.compile(r"cpu|latency|_ms\b|_ms_|seconds|rss|\bp50|\bp99|\bp999|(^|\.)pushdown\..*ratio")
+LOWER = re.compile(r"cpu|latency|rss|(^|\.)pushdown\..*ratio")
 HIGHER = re.compile(r"per_s|ratio|rate|throughput|fraction_of")
+TIME = re.compile(r"_ms(\.|_|$)|seconds|_s(\.|_|$)|(^|[._])p50|(^|[._])p99|(^|[._])p999")
 
 
 def direction(name: str) -> int:
@@ -55,6 +56,8 @@ def direction(name: str) -> int:
         return -1
     if HIGHER.search(name):
         return 1
+    if TIME.search(name):
+        return -1
     return 0
 
 

@@ -19,12 +19,17 @@ from benchmarks.compare import compare, direction, main
         ("partitions.4.consume.cpu_ratio", -1),
         ("partitions.4.consume.ratio", 1),
         ("produce.latency_ms.p99", -1),
+        ("startup.empty.process_start_to_ready_line_s.median", -1),
+        ("security.connect_ready_ms_plaintext.p99", -1),
+        ("produce.loadgen.median_ack_p99_ms.odradek", -1),
         ("idle_rss_mb", -1),
         ("batch.ratio_to_bound", 1),
         ("pushdown.1%.ratio", -1),  # a pushdown query's time over the full scan's
         ("config.records", 0),
         ("partitions.workload.value_bytes", 0),
         ("section_seconds.partitions", 0),
+        ("startup.empty.target_s", 0),
+        ("rss.target_idle_mb", 0),
     ],
 )
 def test_direction_from_the_figures_name(name: str, sense: int) -> None:
