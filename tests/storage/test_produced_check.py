@@ -140,7 +140,8 @@ def test_what_the_check_accepts_the_general_checks_accept_alike(case: tuple) -> 
 def test_the_compiled_crc32c_is_the_crc32c_packages() -> None:
     assert speedups.compiled is not None
     crc = speedups.compiled.crc32c  # type: ignore[attr-defined]
-    for n in [*range(70), 255, 1000, 4097, 65536, 100_003]:
+    # around the three-stream blocks (3 x 512 bytes) and their ends, and long runs of them
+    for n in [*range(70), 255, 1000, 1533, 1535, 1536, 1537, 3072, 3075, 4097, 4608, 65536, 100_003]:
         data = os.urandom(n + 3)
         for off in range(4):
             assert crc(data[off:]) == crc32c.crc32c(data[off:]), (n, off)
