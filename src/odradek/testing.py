@@ -1253,7 +1253,11 @@ class Faults:
                           "topic": topic, "partition": partition, "client_id": client_id})
 
     def pause(self) -> Fault:
-        """The broker accepts connections and requests but answers nothing until :meth:`resume`."""
+        """The broker accepts connections and requests but answers nothing until :meth:`resume`.
+
+        Each connection's requests are handled one at a time, as Kafka does, so a held request
+        also holds the requests sent behind it on the same connection (a client's background
+        requests, such as librdkafka's telemetry, can be the first one held)."""
         return self._one({"kind": "hold"})
 
     def resume(self) -> None:
