@@ -154,6 +154,7 @@ def test_last_20_minutes_of_partitions_0_and_2_reads_little_more_than_the_rows(
     try:
         df = _df(spark, broker, topic).where(where)
         plan = df._jdf.queryExecution().executedPlan().toString()
+        assert df.rdd.getNumPartitions() == 1  # two small ranges, read by one task
         before = _bytes_out(broker, topic)
         assert _keys(df) == expected
         pushed = _bytes_out(broker, topic) - before
@@ -179,6 +180,7 @@ def test_offline_read_of_the_last_20_minutes(pushdown: Any, data: dict[str, Any]
         .load()
         .where(f"timestamp >= {_literal(LAST_20)} AND partition IN (0, 2)")
     )
+    assert df.rdd.getNumPartitions() == 1  # two small ranges, read by one task
     assert _keys(df) == _expected(stamps, (0, 2), LAST_20)
 
 

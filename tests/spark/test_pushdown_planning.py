@@ -277,3 +277,33 @@ def test_outside_a_spark_planner_worker_no_pushdown_is_offered() -> None:
     assert in_module("pyspark.sql.worker.plan_data_source_read")(True) is True
     assert in_module("pyspark.sql.worker.data_source_pushdown_filters")(False) is True
     assert in_module("somewhere.else")(True) is False
+
+
+def test_small_ranges_are_packed_into_tasks_of_a_minimum_size() -> None:
+    from odradek.spark.source import OdradekPartition, PackedPartitions, _offsets, _pack
+
+    def part(p: int, start: int, end: int) -> OdradekPartition:
+        return OdradekPartition("t", p, start, end, {}, True, False, 1000, 1 << 20)
+
+    def layout(parts: list[Any]) -> list[list[tuple[int, int, int]]]:
+        return [
+            [(x.partition, x.start, x.end) for x in (t.parts if isinstance(t, PackedPartitions) else [t])]
+            for t in parts
+        ]
+
+    # three 1 % ranges: one task, in order
+    assert layout(_pack([part(0, 0, 10), part(1, 5, 15), part(2, 0, 10)], _offsets, records=100)) == [
+        [(0, 0, 10), (1, 5, 15), (2, 0, 10)]
+    ]
+    # a large range stays alone; small ones group until a task has ``records``; the rest is the last task
+    assert layout(_pack([part(0, 0, 60), part(1, 0, 500), part(2, 0, 50), part(3, 0, 1), part(4, 0, 3)], _offsets, records=100)) == [
+        [(1, 0, 500)],
+        [(0, 0, 60), (2, 0, 50)],
+        [(3, 0, 1), (4, 0, 3)],
+    ]
+    # every record range is kept exactly once
+    many = [part(p, 0, p + 1) for p in range(40)]
+    assert sorted(r for task in layout(_pack(many, _offsets, records=100)) for r in task) == sorted(
+        (p, 0, p + 1) for p in range(40)
+    )
+    assert layout(_pack([], _offsets, records=100)) == []

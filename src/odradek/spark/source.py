@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -177,7 +177,56 @@ def _partition(r: OffsetRange, opts: SourceOptions, typed: tuple[TypedColumn, ..
     )
 
 
+#: pushed-down filters that leave ranges smaller than this (records) get them read together, in
+#: as few tasks as make this many records each: a task's fixed cost (scheduling, a Python worker,
+#: the leader's connection or the segment files) is then paid once, not once per partition (see
+#: :func:`_pack`)
+PACKED_TASK_RECORDS = 100_000
+
+
+class PackedPartitions(InputPartition):
+    """One task reading several small offset ranges one after the other (see :func:`_pack`)."""
+
+    def __init__(self, parts: list[InputPartition]) -> None:
+        super().__init__(tuple(p.value for p in parts))
+        self.parts = parts
+
+    def __repr__(self) -> str:
+        return f"PackedPartitions({', '.join(repr(p) for p in self.parts)})"
+
+
+def _pack(
+    parts: Sequence[InputPartition], size: Callable[[Any], int], records: int = PACKED_TASK_RECORDS
+) -> list[InputPartition]:
+    """``parts`` with the ranges of under ``records`` records (``size``) grouped, in order, into
+    tasks of at least that many (the last group may hold fewer); larger ranges stay tasks of their
+    own.  Used where pushdown narrowed the read: a 1 % query over three partitions is then one
+    task, one wave on the executors, instead of three tasks of a few thousand records each."""
+    out: list[InputPartition] = []
+    group: list[InputPartition] = []
+    total = 0
+    for part in parts:
+        n = size(part)
+        if n >= records:
+            out.append(part)
+            continue
+        group.append(part)
+        total += n
+        if total >= records:
+            out.append(group[0] if len(group) == 1 else PackedPartitions(group))
+            group, total = [], 0
+    if group:
+        out.append(group[0] if len(group) == 1 else PackedPartitions(group))
+    return out
+
+
+def _offsets(part: OdradekPartition) -> int:
+    return part.end - part.start
+
+
 def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if isinstance(partition, PackedPartitions):
+        return (batch for part in partition.parts for batch in _read(part))
     if not isinstance(partition, OdradekPartition):  # Spark's placeholder when nothing is planned
         return iter(())
     from ._fetch import read_range
@@ -260,7 +309,15 @@ class OdradekBatchReader(DataSourceReader):
                 ", ".join(f"{r.topic}-{r.partition} [{r.start}, {r.end})" for r in ranges) or "nothing",
             )
         planned = split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)
-        return [_partition(r, opts, self.typed) for r in planned]
+        parts = [_partition(r, opts, self.typed) for r in planned]
+        if (
+            self.pushdown is not None
+            and self.pushdown.active
+            and not opts.min_partitions
+            and not opts.max_records_per_partition
+        ):  # the task layout asked for is kept
+            return _pack(parts, _offsets)
+        return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Fetch one task's offset range from its leader, as Arrow record batches of the source's columns."""
@@ -366,6 +423,10 @@ class OdradekOfflinePartition(InputPartition):
         return f"OdradekOfflinePartition({r.topic}-{r.partition} [{r.start}, {r.end}) in {r.directory})"
 
 
+def _offline_offsets(part: OdradekOfflinePartition) -> int:
+    return part.range.end - part.range.start
+
+
 class OdradekOfflineReader(DataSourceReader):
     """``spark.read.format("odradek").option("path", DIR)``: partitions read from their segment
     files, with no broker (:mod:`odradek.spark._offline`); offsets resolved from the files when
@@ -383,14 +444,19 @@ class OdradekOfflineReader(DataSourceReader):
         from ._offline import plan_offline
 
         opts = self.options
-        return [
+        parts = [
             OdradekOfflinePartition(r, opts.source.include_headers, opts.source.fail_on_data_loss, opts.stop_at_corruption)
             for r in plan_offline(opts, self.pushdown)
         ]
+        if self.pushdown is not None and self.pushdown.active and not opts.source.min_partitions:
+            return _pack(parts, _offline_offsets)  # as the network read's (see _pack)
+        return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read one task's range from the segment files, as Arrow record batches (nothing for Spark's
         placeholder when nothing was planned)."""
+        if isinstance(partition, PackedPartitions):
+            return (batch for part in partition.parts for batch in self.read(part))
         if not isinstance(partition, OdradekOfflinePartition):  # Spark's placeholder when nothing is planned
             return iter(())
         from ._offline import read_offline
