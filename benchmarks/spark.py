@@ -388,9 +388,17 @@ def offline_bound(ceiling_cpu: float, records: int, cost: dict[str, Any]) -> dic
     }
 
 
+#: records per producer batch in ``decode_alone``: ~1 MiB of 100-byte values, as the benchmark's
+#: producer's ``batch.size``
+BATCH_RECORDS = 9_000
+
+
 def decode_alone(records: int = 1_000_000, repeats: int = 5) -> dict[str, Any]:
-    """Median seconds of ``decode_partition_data`` over one fetch-sized buffer of record batches,
-    in this process (the decoder in use is fixed at import: see ``odradek.records.speedups``).
+    """Median seconds of ``decode_partition_data`` over ``records`` records in buffers of record
+    batches the size of the executors' fetches (``DEFAULT_FETCH_BYTES``, 4 MiB: each buffer is
+    one decode call, as one Fetch response is), in this process (the decoder in use is fixed at
+    import: see ``odradek.records.speedups``).  One buffer of all the records would time the
+    page faults of a fresh 100 MB allocation more than the decoding.
 
     ``uniform``: ``records`` x 100-byte values, no key, one timestamp per batch (the batch and
     stream shape); ``mixed``: keys, values of 0-299 bytes, increasing timestamps, a header on
@@ -400,31 +408,48 @@ def decode_alone(records: int = 1_000_000, repeats: int = 5) -> dict[str, Any]:
     from odradek.records import speedups
     from odradek.records.v2 import BatchBuilder
     from odradek.spark._arrow import decode_partition_data
+    from odradek.spark._options import DEFAULT_FETCH_BYTES
 
     rng = random.Random(7)
     out: dict[str, Any] = {"implementation": speedups.implementation()}
     for shape in ("uniform", "mixed"):
-        parts, base = [], 0
+        # producer-sized batches (~1 MiB, as the benchmark's producer's batch.size), gathered
+        # into fetch-sized buffers: (first offset, bytes) of each
+        buffers: list[tuple[int, bytes]] = []
+        chunk: list[bytes] = []
+        chunk_base = base = 0
         while base < records:
             b = BatchBuilder(base_offset=base)
-            for i in range(min(10_000, records - base)):
+            for i in range(min(BATCH_RECORDS, records - base)):
                 if shape == "uniform":
                     b.append(1_700_000_000_000, None, b"v" * VALUE_SIZE)
                 else:
                     headers = [("trace", b"%016x" % i)] if i % 3 == 0 else None
                     b.append(1_700_000_000_000 + i, b"user-%d" % (i % 977), rng.randbytes(rng.randrange(300)), headers)
-            parts.append(b.build())
-            base += 10_000
-        data = b"".join(parts)
+            built = b.build()
+            if chunk and sum(map(len, chunk)) + len(built) > DEFAULT_FETCH_BYTES:
+                buffers.append((chunk_base, b"".join(chunk)))
+                chunk, chunk_base = [], base
+            chunk.append(built)
+            base += BATCH_RECORDS
+        buffers.append((chunk_base, b"".join(chunk)))
         times = []
         for _ in range(repeats + 1):
+            rows = 0
             t0 = time.perf_counter()
-            decoded = decode_partition_data(data, TOPIC, 0, 0, records, include_headers=shape == "mixed")
+            for first, data in buffers:
+                decoded = decode_partition_data(data, TOPIC, 0, first, records, include_headers=shape == "mixed")
+                rows += decoded.batch.num_rows if decoded.batch is not None else 0
             times.append(time.perf_counter() - t0)
-            if decoded.batch is None or decoded.batch.num_rows != records:
+            if rows != records:
                 raise RuntimeError("decoded the wrong number of records")
         median = statistics.median(times[1:])
-        out[shape] = {"seconds": round(median, 4), "rows_per_s": round(records / median), "mb": round(len(data) / 1e6, 1)}
+        out[shape] = {
+            "seconds": round(median, 4),
+            "rows_per_s": round(records / median),
+            "mb": round(sum(len(d) for _, d in buffers) / 1e6, 1),
+            "buffers": len(buffers),
+        }
     return out
 
 
