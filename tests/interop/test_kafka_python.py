@@ -267,7 +267,10 @@ def test_old_fetch_batch_larger_than_limit(broker: BrokerProcess, topic: str) ->
     """Fetch v1 has a hard limit: a batch that cannot fit is reported as too large (pre-KIP-74)
     rather than never arriving; Fetch v3 returns it anyway (KIP-74)."""
     records = _uniform_batches(broker, topic, 20, per_batch=20, value_size=200)
-    assert len(stored_batches(broker.data_dir, topic)) == 1
+    # one batch of 20 records, ~4.4 KB; a loaded machine's librdkafka may still send it as two
+    # (CI saw 9 + 11): what the test needs is that no stored batch fits in the 1000-byte limit
+    sizes = [b.size for b in stored_batches(broker.data_dir, topic)]
+    assert sizes and min(sizes) > 1000, sizes
     with kp_consumer(broker, V0_9, max_partition_fetch_bytes=1000) as c:
         tp = TopicPartition(topic, 0)
         c.assign([tp])
