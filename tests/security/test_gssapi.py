@@ -4,6 +4,7 @@ ticket the broker cannot accept is refused; principal-to-local rules apply."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -27,6 +28,22 @@ def test_principal_to_local_rules() -> None:
     assert namer.short_name("BOB@OTHER.TEST") == "bob"
     with pytest.raises(ValueError):
         namer.short_name("carol@FOREIGN.TEST")
+
+
+def test_the_kdc_moves_to_another_port_when_its_port_is_taken(tmp_path: Path) -> None:
+    """The helper's port can be taken between finding it free and the KDC binding it (a CI run
+    failed so: "Address already in use"); the KDC then starts on another, and something else
+    answering on the first port is not taken for the KDC."""
+    k = MitKdc(tmp_path / "kdc")
+    first = k.port
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", first))
+        taken.listen()
+        try:
+            k.start()
+            assert k.port != first and k.proc is not None and k.proc.poll() is None
+        finally:
+            k.stop()
 
 
 @pytest.fixture(scope="module")
