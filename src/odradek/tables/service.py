@@ -131,10 +131,11 @@ class Lag:
 class _Driver:
     """One writer and the task that runs its steps."""
 
-    def __init__(self, writer: PartitionWriter, source: LogSource) -> None:
-        self.writer, self.source = writer, source
+    def __init__(self, key: tuple[str, int], writer: PartitionWriter, source: LogSource) -> None:
+        self.key, self.writer, self.source = key, writer, source
         self.task: asyncio.Task[None] | None = None
         self.stopping = False
+        self.in_step = False  # a step runs on the writers' threads (it may still commit)
         self.behind_since: float | None = None
 
 
@@ -158,6 +159,10 @@ class TableWriters:
         self.registry_synced = registry_synced
         self.timers, self.clock = timers, clock
         self._drivers: dict[tuple[str, int], _Driver] = {}
+        # drivers told to stop whose step is still running: they still write, so they are still
+        # reported (an operator who turns a topic's mode off and sees no writer in /metrics can
+        # count on nothing more being committed to its table)
+        self._retiring: set[_Driver] = set()
         self._executor: ThreadPoolExecutor | None = None
         self._catalog: Any = None
         self._task: asyncio.Task[None] | None = None
@@ -181,7 +186,7 @@ class TableWriters:
         drivers = list(self._drivers.values())
         self._drivers.clear()
         for d in drivers:
-            d.stopping = True
+            self._retire(d)
         # a step in progress finishes its commit (or loses it: the table's record stays right)
         tasks = [d.task for d in drivers if d.task is not None]
         if tasks:
@@ -223,8 +228,7 @@ class TableWriters:
             if mode != "off" and config is not None:
                 wanted[(p.topic, p.index)] = (p, config)
         for key in [k for k in self._drivers if k not in wanted]:
-            d = self._drivers.pop(key)
-            d.stopping = True
+            self._retire(self._drivers.pop(key))
             log.info("Iceberg writer of %s-%d stops (no longer led here, or its topic's mode is off)", *key)
         if not wanted:
             return
@@ -241,15 +245,29 @@ class TableWriters:
             if old is not None and old.writer.mode == config.odradek_iceberg_mode:
                 continue
             if old is not None:
-                old.stopping = True
+                self._retire(old)
             source = self.source(p)
             writer = PartitionWriter(
                 None, self.settings.namespace, key[0], key[1], config.odradek_iceberg_mode,
                 config.odradek_iceberg_partition_spec, source, self._registry(),
             )
-            d = self._drivers[key] = _Driver(writer, source)
-            d.task = asyncio.get_running_loop().create_task(self._drive(d), name=f"iceberg-{key[0]}-{key[1]}")
+            d = self._drivers[key] = _Driver(key, writer, source)
+            # a stopped writer of the partition may still be in its step: the new one starts after it
+            before = [r.task for r in self._retiring if r.key == key and r.task is not None]
+            d.task = asyncio.get_running_loop().create_task(self._drive(d, before), name=f"iceberg-{key[0]}-{key[1]}")
             log.info("Iceberg writer of %s-%d starts (%s mode)", key[0], key[1], config.odradek_iceberg_mode)
+
+    def _retire(self, d: _Driver) -> None:
+        """Stop ``d``: at once if it is waiting between steps, else once its step has ended (a
+        step is not interrupted: it finishes its commit). It is reported until then."""
+        d.stopping = True
+        task = d.task
+        if task is None or task.done():
+            return
+        self._retiring.add(d)
+        task.add_done_callback(lambda _t: self._retiring.discard(d))
+        if not d.in_step:
+            task.cancel()
 
     # -- running a writer --------------------------------------------------------------------------
 
@@ -266,11 +284,15 @@ class TableWriters:
             self._executor = ThreadPoolExecutor(_THREADS, thread_name_prefix="iceberg")
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
 
-    async def _drive(self, d: _Driver) -> None:
+    async def _drive(self, d: _Driver, before: list[asyncio.Task[None]]) -> None:
+        """Run ``d``'s steps until it is stopped; first wait for the tasks ``before`` it to end."""
+        if before:
+            await asyncio.wait(before)
         w = d.writer
         backoff = 0
         while not d.stopping and not self._stopped:
             interval = self._interval(w.topic)
+            d.in_step = True
             try:
                 if w.catalog is None:
                     w.catalog = await self._run(self._catalog_now)
@@ -278,6 +300,9 @@ class TableWriters:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                d.in_step = False
+                if d.stopping:
+                    return
                 # the same failure again (the catalog down for minutes) waits longer, up to a minute
                 backoff = min(max(2 * backoff, interval, 1000), _MAX_BACKOFF_MS)
                 log.warning("Iceberg writer of %s: %s: %s; retrying in %d ms", w.name, type(exc).__name__, exc, backoff,
@@ -285,9 +310,10 @@ class TableWriters:
                 w.table = w.dead_table = None  # reopened from the table's record
                 await self.timers.sleep(backoff)
                 continue
+            d.in_step = False
             backoff = 0
             self._note_lag(d)
-            if not step.more:
+            if not step.more and not d.stopping:
                 await self.timers.sleep(interval)
 
     def _interval(self, topic: str) -> int:
@@ -307,7 +333,9 @@ class TableWriters:
         """Per partition written here: records and seconds behind the high watermark."""
         out = {}
         now = self.clock.monotonic_ms() / 1000
-        for key, d in self._drivers.items():
+        retiring = [d for d in self._retiring if d.key not in self._drivers]
+        for d in [*retiring, *self._drivers.values()]:
+            key = d.key
             try:
                 _, _, hw = d.source.bounds()
             except Exception:
