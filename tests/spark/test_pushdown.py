@@ -184,6 +184,34 @@ def test_offline_read_of_the_last_20_minutes(pushdown: Any, data: dict[str, Any]
     assert _keys(df) == _expected(stamps, (0, 2), LAST_20)
 
 
+@pytest.mark.parametrize(
+    ("offline", "option", "value"),
+    [
+        (False, "minPartitions", "2"),
+        (False, "maxRecordsPerPartition", "1000000"),
+        (True, "minPartitions", "2"),
+        (True, "maxRecordsPerPartition", "1000000"),
+        (True, "maxBytesPerPartition", str(128 << 20)),
+    ],
+)
+def test_a_task_layout_asked_for_is_kept_under_pushdown(
+    pushdown: Any, data: dict[str, Any], offline: bool, option: str, value: str
+) -> None:
+    """The small ranges pushdown leaves are packed into one task, unless an option asks for a
+    layout: then each of the two ranges is a task of its own, as without pushdown."""
+    broker = data["broker"]
+    topic, stamps = data["topics"][CREATE]
+    reader = pushdown.read.format("odradek").option("subscribe", topic).option(option, value)
+    if offline:
+        wait_for(lambda: (broker.data_dir / f"{topic}-2").exists(), 30, "the partition directory")
+        reader = reader.option("path", str(broker.data_dir)).option("readPastRecoveryPoint", "true")
+    else:
+        reader = reader.option("kafka.bootstrap.servers", broker.bootstrap)
+    df = reader.load().where(f"timestamp >= {_literal(LAST_20)} AND partition IN (0, 2)")
+    assert df.rdd.getNumPartitions() == 2
+    assert _keys(df) == _expected(stamps, (0, 2), LAST_20)
+
+
 @pytest.mark.parametrize("kind", [CREATE, BACKWARDS])
 def test_offline_read_gives_little_more_than_the_rows_bytes(data: dict[str, Any], kind: str, monkeypatch: Any) -> None:
     """What the executors read from the segment files, counted in this process."""

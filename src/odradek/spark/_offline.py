@@ -103,7 +103,8 @@ class OfflineOptions:
     dirs: tuple[str, ...]
     stop_at_corruption: bool = False
     read_past_recovery_point: bool = False
-    max_bytes_per_partition: int = DEFAULT_MAX_BYTES_PER_PARTITION
+    #: None: not set (DEFAULT_MAX_BYTES_PER_PARTITION)
+    max_bytes_per_partition: int | None = None
 
 
 def parse_offline_options(options: Mapping[str, Any]) -> OfflineOptions:
@@ -121,7 +122,7 @@ def parse_offline_options(options: Mapping[str, Any]) -> OfflineOptions:
             "The offline read returns transactional records as read_uncommitted does (control batches are "
             "skipped): kafka.isolation.level=read_committed is not supported with 'path' or 'logDirs'"
         )
-    max_bytes = DEFAULT_MAX_BYTES_PER_PARTITION
+    max_bytes = None
     if "maxbytesperpartition" in opts:
         try:
             max_bytes = int(opts["maxbytesperpartition"].strip())
@@ -539,7 +540,8 @@ def plan_offline(options: OfflineOptions, pushdown: Pushdown | None = None) -> l
         for tp, s, e in narrowed:
             if s < e:
                 ranges += _split_by_segments(
-                    OffsetRange(tp[0], tp[1], s, e), reader.info(tp), options.max_bytes_per_partition
+                    OffsetRange(tp[0], tp[1], s, e), reader.info(tp),
+                    options.max_bytes_per_partition or DEFAULT_MAX_BYTES_PER_PARTITION
                 )
     if options.stop_at_corruption:
         # one task reads a partition from its start: none returns records after damage that

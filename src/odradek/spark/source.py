@@ -220,13 +220,29 @@ def _pack(
     return out
 
 
+def _packs(pushdown: Pushdown | None, layout_asked: bool) -> bool:
+    """Whether a read's tasks are packed (see :func:`_pack`): only where pushdown narrowed the
+    read, and never when the options ask for a task layout (``minPartitions``,
+    ``maxRecordsPerPartition``, the offline ``maxBytesPerPartition``): that layout is kept."""
+    return pushdown is not None and pushdown.active and not layout_asked
+
+
+def _layout_asked(opts: SourceOptions) -> bool:
+    return bool(opts.min_partitions or opts.max_records_per_partition)
+
+
+def _each(partition: InputPartition, read: Callable[[InputPartition], Iterator[pa.RecordBatch]]) -> Iterator[pa.RecordBatch]:
+    """``read`` of a task: of each of its ranges in turn when it is packed."""
+    if isinstance(partition, PackedPartitions):
+        return (batch for part in partition.parts for batch in read(part))
+    return read(partition)
+
+
 def _offsets(part: OdradekPartition) -> int:
     return part.end - part.start
 
 
 def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    if isinstance(partition, PackedPartitions):
-        return (batch for part in partition.parts for batch in _read(part))
     if not isinstance(partition, OdradekPartition):  # Spark's placeholder when nothing is planned
         return iter(())
     from ._fetch import read_range
@@ -310,18 +326,11 @@ class OdradekBatchReader(DataSourceReader):
             )
         planned = split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)
         parts = [_partition(r, opts, self.typed) for r in planned]
-        if (
-            self.pushdown is not None
-            and self.pushdown.active
-            and not opts.min_partitions
-            and not opts.max_records_per_partition
-        ):  # the task layout asked for is kept
-            return _pack(parts, _offsets)
-        return parts
+        return _pack(parts, _offsets) if _packs(self.pushdown, _layout_asked(opts)) else parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Fetch one task's offset range from its leader, as Arrow record batches of the source's columns."""
-        return _read(partition)
+        """Fetch one task's offset ranges from their leaders, as Arrow record batches of the source's columns."""
+        return _each(partition, _read)
 
 
 class OdradekPushdownBatchReader(OdradekBatchReader):
@@ -448,15 +457,15 @@ class OdradekOfflineReader(DataSourceReader):
             OdradekOfflinePartition(r, opts.source.include_headers, opts.source.fail_on_data_loss, opts.stop_at_corruption)
             for r in plan_offline(opts, self.pushdown)
         ]
-        if self.pushdown is not None and self.pushdown.active and not opts.source.min_partitions:
-            return _pack(parts, _offline_offsets)  # as the network read's (see _pack)
-        return parts
+        layout_asked = _layout_asked(opts.source) or opts.max_bytes_per_partition is not None
+        return _pack(parts, _offline_offsets) if _packs(self.pushdown, layout_asked) else parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Read one task's range from the segment files, as Arrow record batches (nothing for Spark's
+        """Read one task's ranges from the segment files, as Arrow record batches (nothing for Spark's
         placeholder when nothing was planned)."""
-        if isinstance(partition, PackedPartitions):
-            return (batch for part in partition.parts for batch in self.read(part))
+        return _each(partition, self._read_one)
+
+    def _read_one(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, OdradekOfflinePartition):  # Spark's placeholder when nothing is planned
             return iter(())
         from ._offline import read_offline
