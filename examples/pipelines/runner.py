@@ -111,6 +111,12 @@ def _newest_timestamp(bootstrap: str, topic: str) -> int | None:
     return max(stamps) if stamps else None
 
 
+#: how many times :func:`run` starts the queries again after one failed (Spark itself restarts
+#: none: a failed query stays failed; a Python worker that does not start within Spark's fixed
+#: 10 s, on a loaded machine, fails its query)
+RESTARTS = 2
+
+
 def run(
     name: str,
     *,
@@ -126,11 +132,16 @@ def run(
     starting_offsets: str = "earliest",
     max_offsets_per_trigger: int | None = None,
     master: str = "local[*]",
+    restarts: int = RESTARTS,
     out: TextIO = sys.stdout,
 ) -> int:
     """Run pipeline ``name`` until it has caught up (``available_now``), until ``timeout``
-    seconds have passed, or until Ctrl-C.  Returns 0, or 1 when a query failed or did not
-    catch up within ``timeout``."""
+    seconds have passed, or until Ctrl-C.  When a query fails, the pipeline's queries are
+    started again from their checkpoints, up to ``restarts`` times (what they wrote is written
+    once: their sinks and checkpoints make a restart exactly-once).  Returns 0, or 1 when a
+    query failed every time or did not catch up within ``timeout``."""
+    if restarts < 0:
+        raise ValueError("restarts must be 0 or more")
     module = load(name)
     settings = _settings(
         bootstrap,
@@ -146,22 +157,34 @@ def run(
     if generate_count:
         generate(name, bootstrap=bootstrap, count=generate_count, seed=seed, start=start, prefix=prefix, out=out)
     spark, created = spark_session(master)
+    deadline = None if timeout is None else time.monotonic() + timeout
     try:
-        queries = module.start(spark, settings)
-        for q in queries:
-            out.write(f"started query {q.name}\n")
-        for line in module.outputs(settings):
-            out.write(f"  -> {line}\n")
-        out.flush()
-        finished = False
-        try:
-            finished = _wait(queries, available_now, timeout)
-        except KeyboardInterrupt:
-            out.write("interrupted: stopping\n")
-        finally:
+        for attempt in range(restarts + 1):
+            queries = module.start(spark, settings)
             for q in queries:
-                if q.isActive:
-                    q.stop()
+                out.write(f"started query {q.name}\n")
+            if attempt == 0:
+                for line in module.outputs(settings):
+                    out.write(f"  -> {line}\n")
+            out.flush()
+            finished = interrupted = False
+            try:
+                left = None if deadline is None else max(deadline - time.monotonic(), 0.01)
+                finished = _wait(queries, available_now, left)
+            except KeyboardInterrupt:
+                interrupted = True
+                out.write("interrupted: stopping\n")
+            finally:
+                for q in queries:
+                    if q.isActive:
+                        q.stop()
+            failures = [q for q in queries if q.exception() is not None]
+            if not failures or interrupted or attempt == restarts:
+                break
+            for q in failures:
+                reason = (str(q.exception()).strip().splitlines() or [type(q.exception()).__name__])[0]
+                out.write(f"{q.name} failed: {reason}\n")
+            out.write(f"restarting the queries from their checkpoints ({attempt + 1} of {restarts})\n")
         failed = False
         for q in queries:
             progress = q.recentProgress

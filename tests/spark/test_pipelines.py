@@ -15,6 +15,7 @@ import datetime as dt
 import hashlib
 import html
 import importlib
+import io
 import json
 import math
 import os
@@ -194,6 +195,51 @@ def test_pipeline_list_finds_the_examples_from_another_directory(tmp_path: Path)
     )
     assert unknown.returncode == 2
     assert "unknown pipeline 'nosuch'" in unknown.stderr
+
+
+class _Query:
+    """A query that has ended, with ``error`` (None: it caught up)."""
+
+    def __init__(self, name: str, error: Exception | None) -> None:
+        self.name, self.error = name, error
+        self.isActive = False
+        self.recentProgress: list[dict[str, Any]] = []
+
+    def exception(self) -> Exception | None:
+        return self.error
+
+    def stop(self) -> None:
+        raise AssertionError("an ended query is not stopped")
+
+    def awaitTermination(self, _timeout: float) -> None:
+        return None
+
+
+@pytest.mark.parametrize(("fails", "restarts", "code", "starts"), [(1, 2, 0, 2), (2, 2, 0, 3), (3, 2, 1, 3), (1, 0, 1, 1)])
+def test_a_failed_query_starts_the_pipeline_again_from_its_checkpoints(
+    spark: Any, broker: BrokerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    fails: int, restarts: int, code: int, starts: int,
+) -> None:
+    """Spark restarts no failed query (one whose Python worker did not start within Spark's fixed
+    10 s on a loaded machine stays failed): ``odradek pipeline run`` starts the pipeline's queries
+    again, up to ``--restarts`` times, and fails only when the last start failed too."""
+    from odradek.cli.pipeline import load_examples
+
+    runner = importlib.import_module(f"{load_examples(ROOT / 'examples' / 'pipelines').__name__}.runner")
+    started: list[int] = []
+
+    def start(_spark: Any, _settings: Any) -> list[_Query]:
+        started.append(len(started))
+        failing = len(started) <= fails
+        return [_Query("ok", None), _Query("flaky", RuntimeError("Python worker failed to connect back.") if failing else None)]
+
+    module = SimpleNamespace(topics=lambda _s: [], start=start, outputs=lambda _s: ["somewhere"])
+    monkeypatch.setattr(runner, "load", lambda _name: module)
+    out = io.StringIO()
+    got = runner.run("activity", bootstrap=broker.bootstrap, output=tmp_path, available_now=True, timeout=60,
+                     restarts=restarts, out=out)
+    assert (got, len(started)) == (code, starts), out.getvalue()
+    assert out.getvalue().count("restarting the queries from their checkpoints") == starts - 1
 
 
 # ---------------------------------------------------------------------------------------------

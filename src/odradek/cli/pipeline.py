@@ -163,6 +163,13 @@ def add_parser(sub: Any) -> None:
     )
     r.add_argument("--max-offsets-per-trigger", type=int, default=None, metavar="N", help="records per micro-batch")
     r.add_argument("--master", default="local[*]", help="Spark master of a new session (default local[*])")
+    r.add_argument(
+        "--restarts",
+        type=int,
+        default=2,
+        metavar="N",
+        help="when a query fails, start the queries again from their checkpoints, up to N times (default 2)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -179,6 +186,8 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"unknown pipeline {args.name!r}: choose one of {', '.join(runner.PIPELINES)}")
         if command == "run" and args.timeout is not None and args.timeout <= 0:
             raise ValueError("--timeout must be positive")
+        if command == "run" and args.restarts < 0:
+            raise ValueError("--restarts must be 0 or more")
         if command == "generate":
             runner.generate(
                 args.name,
@@ -203,6 +212,7 @@ def run(args: argparse.Namespace) -> int:
             starting_offsets=args.starting_offsets,
             max_offsets_per_trigger=args.max_offsets_per_trigger,
             master=args.master,
+            restarts=args.restarts,
         )
         return code
     except (ExamplesNotFound, ValueError) as exc:
