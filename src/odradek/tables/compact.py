@@ -14,12 +14,17 @@ carries the parent snapshot's ``odradek.next-offset.*`` and ``odradek.topic-id``
 are, so a writer's fence (the table must still hold its partition up to the offset the writer read
 from) passes after a compaction, and a writer started after one resumes where it would have.
 
-A writer's commit that lands between the plan and the commit makes the commit fail (PyIceberg's
-commit asserts the parent snapshot, and its own retries are off on these tables: a retry would
-carry the old summary onto the new parent).  Compaction then looks at the new current snapshot:
-when every file it read is still there (the writers only added files), it commits again on top of
-it with that snapshot's summary, reusing the files it wrote; otherwise (another compaction, an
-expiry of data) it deletes what it wrote and plans again.  After ``attempts`` lost races it fails
+The writers commit while the files are rewritten, so before it commits the compaction reads the
+table again and checks that every file it read is still there.  When the snapshots since the one
+it checked are all appends (the writers' commits only add files), the table's metadata says so
+and no manifest is read: the window in which a writer's commit makes the compaction's fail is
+then only PyIceberg's building of the snapshot and the catalog's commit, as short as it can be.
+Otherwise (another compaction, an expiry of data) it reads every manifest, and when a file it
+read is gone it deletes what it wrote and plans again.  It commits on top of the current
+snapshot with that snapshot's summary.  A writer's commit inside the window makes the commit
+fail (PyIceberg's commit asserts the parent snapshot, and its own retries are off on these
+tables: a retry would carry the old summary onto the new parent); the compaction then checks
+again and commits again, reusing the files it wrote.  After ``attempts`` lost races it fails
 with nothing changed.
 
 Every call blocks (the table's files, the catalog): it runs in ``odradek tables compact``, never on
@@ -81,7 +86,8 @@ class Compaction:
     partitions: int = 0
     rows_rewritten: int = 0
     rows: int = 0
-    #: commits that lost a race with a writer's (and were made again on its snapshot)
+    #: commits that lost a race with a writer's (and were made again on its snapshot), and plans
+    #: given up because files they read were gone (another compaction's, an expiry's)
     races: int = 0
     snapshot_id: int | None = None
     #: the writers' record in the snapshot compacted and in the compaction's (the same)
@@ -128,8 +134,19 @@ def compact(table: Any, *, target_file_size: int | None = None, min_input_files:
         rewritten = _rewrite(table, groups, target)
         inputs = [f for group, _ in rewritten for f in group]
         outputs = [f for _, written in rewritten for f in written]
+        checked = snap.snapshot_id  # the snapshot in which the inputs are known to be live
         while out.races < attempts:
+            # the commit's window opens here: what the writers committed while the files were
+            # rewritten (or during the last attempt) is looked at first, cheaply where it can be
+            table.refresh()
+            if not _inputs_live(table, checked, inputs):
+                out.races += 1
+                log.info("%s: files the compaction read are gone in snapshot %s; planning again", out.table,
+                         getattr(table.current_snapshot(), "snapshot_id", None))
+                _delete(table, outputs)
+                break
             snap = table.current_snapshot()
+            checked = snap.snapshot_id
             props = _carried(snap)
             props[COMPACTION] = f"{len(inputs)} -> {len(outputs)}"
             try:
@@ -143,13 +160,8 @@ def compact(table: Any, *, target_file_size: int | None = None, min_input_files:
                         ow.append_data_file(f)
             except (CommitFailedException, ValidationException) as exc:
                 out.races += 1
-                table.refresh()
-                log.info("%s: compaction lost a race (%s); trying again on snapshot %s", out.table, exc,
-                         getattr(table.current_snapshot(), "snapshot_id", None))
-                if {f.file_path for f in inputs} <= {f.file_path for f in _live_files(table)}:
-                    continue  # only files added: the same rewrite, on the new snapshot with its record
-                _delete(table, outputs)
-                break  # files it read are gone: plan again
+                log.info("%s: compaction lost a race (%s); trying again", out.table, exc)
+                continue  # on the new snapshot with its record, when the files read are still there
             table.refresh()
             new = table.current_snapshot()
             out.snapshot_id = new.snapshot_id
@@ -168,6 +180,25 @@ def compact(table: Any, *, target_file_size: int | None = None, min_input_files:
             break
     raise CompactionFailed(f"{out.table}: compaction committed nothing: it lost the race with the table's writers "
                            f"{out.races} times (try again, or with a longer odradek.iceberg.commit.interval.ms)")
+
+
+def _inputs_live(table: Any, checked: int, inputs: Sequence[Any]) -> bool:
+    """Whether every file in ``inputs`` (live in snapshot ``checked``) is live in the table's current
+    snapshot.  When the snapshots since ``checked`` are all appends (the writers' commits, which
+    only add files) that is known from the table's metadata alone; otherwise (a compaction, a
+    delete, an expired or rolled-back history) every manifest is read."""
+    from pyiceberg.table.snapshots import Operation
+
+    snap = table.current_snapshot()
+    for _ in range(len(table.metadata.snapshots)):
+        if snap is None:
+            break
+        if snap.snapshot_id == checked:
+            return True
+        if snap.summary is None or snap.summary.operation != Operation.APPEND or snap.parent_snapshot_id is None:
+            break
+        snap = table.snapshot_by_id(snap.parent_snapshot_id)
+    return {f.file_path for f in inputs} <= {f.file_path for f in _live_files(table)}
 
 
 def _live_files(table: Any) -> list[Any]:
