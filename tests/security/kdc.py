@@ -44,6 +44,7 @@ class MitKdc:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.krb5_conf = self.dir / "krb5.conf"
+        self.log = self.dir / "kdc.log"
         (self.dir / "kadm5.acl").write_text("")
         self.env = {**os.environ, "KRB5_CONFIG": str(self.krb5_conf), "KRB5_KDC_PROFILE": str(self.dir / "kdc.conf")}
         self.proc: subprocess.Popen[bytes] | None = None
@@ -62,7 +63,7 @@ class MitKdc:
             f"[realms]\n {REALM} = {{\n  database_name = {self.dir}/principal\n"
             f"  key_stash_file = {self.dir}/stash\n  acl_file = {self.dir}/kadm5.acl\n"
             "  supported_enctypes = aes256-cts-hmac-sha1-96:normal\n }\n"
-            f"[logging]\n kdc = FILE:{self.dir}/kdc.log\n"
+            f"[logging]\n kdc = FILE:{self.log}\n"
         )
 
     def _run(self, *cmd: str) -> None:
@@ -71,7 +72,7 @@ class MitKdc:
 
     def start(self) -> MitKdc:
         self._run("kdb5_util", "create", "-s", "-r", REALM, "-P", "master-password-for-tests")
-        log = self.dir / "kdc.log"
+        log = self.log
         for attempt in range(_START_ATTEMPTS):
             if attempt:
                 self._configure(_free_port())
@@ -87,7 +88,7 @@ class MitKdc:
         """Start krb5kdc on the configured port; whether it listens (False: it exited)."""
         self.proc = subprocess.Popen(["krb5kdc", "-n", "-r", REALM], env=self.env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        log = self.dir / "kdc.log"
+        log = self.log
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -166,7 +166,7 @@ def add_parser(sub: Any) -> None:
     r.add_argument(
         "--restarts",
         type=int,
-        default=2,
+        default=None,
         metavar="N",
         help="when a query fails, start the queries again from their checkpoints, up to N times (default 2)",
     )
@@ -186,8 +186,6 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"unknown pipeline {args.name!r}: choose one of {', '.join(runner.PIPELINES)}")
         if command == "run" and args.timeout is not None and args.timeout <= 0:
             raise ValueError("--timeout must be positive")
-        if command == "run" and args.restarts < 0:
-            raise ValueError("--restarts must be 0 or more")
         if command == "generate":
             runner.generate(
                 args.name,
@@ -212,7 +210,8 @@ def run(args: argparse.Namespace) -> int:
             starting_offsets=args.starting_offsets,
             max_offsets_per_trigger=args.max_offsets_per_trigger,
             master=args.master,
-            restarts=args.restarts,
+            # the runner's default when not given; it rejects a negative count (a usage error here)
+            **({} if args.restarts is None else {"restarts": args.restarts}),
         )
         return code
     except (ExamplesNotFound, ValueError) as exc:
