@@ -32,13 +32,13 @@ class _SlowCreation:
         self.real = broker.logs.create_unregistered
         broker.logs.create_unregistered = self  # type: ignore[method-assign]
 
-    def __call__(self, topic: str, partition: int, *args: Any) -> Any:
+    def __call__(self, topic: str, partition: int, *args: Any, **kwargs: Any) -> Any:
         if threading.current_thread() is self.loop_thread:
             self.on_loop.append((topic, partition))
         else:
             self.started.set()
             assert self.release.wait(30), "never released"
-        return self.real(topic, partition, *args)
+        return self.real(topic, partition, *args, **kwargs)
 
 
 def test_a_topic_creation_whose_requester_is_cancelled_completes_once(tmp_path: Path) -> None:

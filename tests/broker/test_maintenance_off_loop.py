@@ -141,14 +141,16 @@ def test_round_trips_go_on_while_a_topic_of_many_partitions_is_created(tmp_path:
             driver = asyncio.get_running_loop().create_task(trips.run())
             loop_thread = threading.current_thread()
             created: list[tuple[str, int]] = []
+            first = threading.Lock()  # the logs of a batch are made on several threads at once
             real = broker.logs.create_unregistered
 
-            def create(topic: str, partition: int, *args: Any) -> Any:
+            def create(topic: str, partition: int, *args: Any, **kwargs: Any) -> Any:
                 assert threading.current_thread() is not loop_thread, "a log was created on the event loop"
-                if not created:  # the first one waits, on its thread, for round trips the loop serves
-                    trips.gate(lambda: None, loop_thread)()
-                created.append((topic, partition))
-                return real(topic, partition, *args)
+                with first:
+                    if not created:  # the first one waits, on its thread, for round trips the loop serves
+                        trips.gate(lambda: None, loop_thread)()
+                    created.append((topic, partition))
+                return real(topic, partition, *args, **kwargs)
 
             broker.logs.create_unregistered = create  # type: ignore[method-assign]
             try:

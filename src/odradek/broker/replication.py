@@ -24,6 +24,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,6 +57,9 @@ __all__ = ["ClusterReplication", "LocalReplication", "Replication", "topic_infos
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
+#: threads making the logs of one batch of new partitions (see :meth:`Replication.create_logs`);
+#: they wait on the disk, not on a core
+CREATE_THREADS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,25 +152,49 @@ class Replication:
         register them: a new log costs a directory, files and fsyncs (~3 ms), and a CreateTopics
         of 1,000 partitions did all of it on the event loop, every client waiting ~2 s.  Hosting
         then finds the logs made.  A log that cannot be created here is left to hosting, which
-        tries again and reports the failure as it always did."""
+        tries again and reports the failure as it always did.
+
+        The logs of a batch are made side by side (:data:`CREATE_THREADS`): a new log waits on
+        four fsyncs of its own (its ``partition.metadata`` and leader-epoch checkpoint, each file
+        and then its directory), which the disk completes together when they come together, and
+        its log dir is fsynced once for the batch, after every new directory in it exists (one a
+        log before: 10,000 partitions took 40-48 s to create, nearly all of it fsyncs)."""
         new = [n for n in new if self.logs.get(n.topic, n.partition) is None]
         if not new:
             return
         targets = self.logs.place([(n.topic, n.partition) for n in new])
         logs = self.logs
 
+        def create_one(n: NewLog, target: Path) -> tuple[Log, Path] | None:
+            try:
+                lg = logs.create_unregistered(n.topic, n.partition, n.config, n.topic_id, target, sync_parent=False)
+            except (OSError, StorageError):
+                return None
+            if n.leader_epoch is not None:
+                with contextlib.suppress(OSError):  # written (or reported) when it becomes leader
+                    lg.start_epoch(n.leader_epoch)
+            return lg, target
+
         def create() -> list[tuple[Log, Path]]:
-            made = []
-            for n, target in zip(new, targets, strict=True):
+            if len(new) == 1:
+                made = [m for m in [create_one(new[0], targets[0])] if m is not None]
+            else:
+                with ThreadPoolExecutor(min(CREATE_THREADS, len(new)), thread_name_prefix="odradek-new-log") as pool:
+                    made = [m for m in pool.map(create_one, new, targets) if m is not None]
+            synced: dict[Path, bool] = {}
+            for target in dict.fromkeys(t for _, t in made):
                 try:
-                    lg = logs.create_unregistered(n.topic, n.partition, n.config, n.topic_id, target)
-                except (OSError, StorageError):
-                    continue
-                made.append((lg, target))
-                if n.leader_epoch is not None:
-                    with contextlib.suppress(OSError):  # written (or reported) when it becomes leader
-                        lg.start_epoch(n.leader_epoch)
-            return made
+                    logs.files.sync_dir(target)
+                    synced[target] = True
+                except OSError:  # the new directories may not be durable: left to hosting
+                    synced[target] = False
+            kept = []
+            for lg, target in made:
+                if synced[target]:
+                    kept.append((lg, target))
+                else:
+                    lg.abandon()
+            return kept
 
         job = asyncio.get_running_loop().run_in_executor(None, create)
         cancelled: asyncio.CancelledError | None = None

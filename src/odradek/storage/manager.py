@@ -359,9 +359,13 @@ class LogManager:
         config: Mapping[str, Any] | LogConfig | None,
         topic_id: uuid.UUID | None,
         target: Path,
+        *,
+        sync_parent: bool = True,
     ) -> Log:
         """A new partition's log in ``target``, files and all, not yet known to the manager (see
-        :meth:`register`); safe on any thread while no one else creates the same partition."""
+        :meth:`register`); safe on any thread while no one else creates the same partition.
+        ``sync_parent=False`` leaves the fsync of ``target`` (which makes the log's directory
+        durable) to the caller: one for many logs created together."""
         log = Log(
             target / f"{topic}-{partition}", self._config(config), clean_shutdown=True, clock=self.clock,
             files=self.files, flush_inline=self.flush_inline,
@@ -369,7 +373,8 @@ class LogManager:
         try:
             if topic_id is not None:
                 self.set_topic_id(log, topic_id)
-            self.files.sync_dir(target)
+            if sync_parent:
+                self.files.sync_dir(target)
         except BaseException:
             log.abandon()
             raise
