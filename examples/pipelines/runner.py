@@ -47,7 +47,7 @@ def spark_session(master: str = "local[*]", shuffle_partitions: int = 4) -> tupl
     if not created:
         session = SparkSession.builder.getOrCreate()
     else:
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_PYTHON", odradek.spark.worker_python())
         builder = SparkSession.builder.master(master)
         if master.startswith("local"):  # everything on this machine: stay on the loopback interface
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -217,4 +217,8 @@ def _wait(queries: list[Any], available_now: bool, timeout: float | None) -> boo
         left = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
         if left <= 0:
             return False
-        active[0].awaitTermination(max(left, 0.01))
+        try:
+            active[0].awaitTermination(max(left, 0.01))
+        except Exception:  # PySpark raises the query's failure here: it is read from exception()
+            if active[0].exception() is None:
+                raise

@@ -215,10 +215,25 @@ class _Query:
         return None
 
 
+class _FailingQuery(_Query):
+    """A query that runs until awaited and then fails as PySpark reports it: ``awaitTermination``
+    raises the failure (a StreamingQueryException), which ``exception()`` then returns."""
+
+    def __init__(self, name: str, error: Exception) -> None:
+        super().__init__(name, None)
+        self.isActive = True
+        self.failure = error
+
+    def awaitTermination(self, _timeout: float) -> None:
+        self.isActive, self.error = False, self.failure
+        raise self.failure
+
+
+@pytest.mark.parametrize("raises", [False, True], ids=["ended", "raises-when-awaited"])
 @pytest.mark.parametrize(("fails", "restarts", "code", "starts"), [(1, 2, 0, 2), (2, 2, 0, 3), (3, 2, 1, 3), (1, 0, 1, 1)])
 def test_a_failed_query_starts_the_pipeline_again_from_its_checkpoints(
     spark: Any, broker: BrokerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    fails: int, restarts: int, code: int, starts: int,
+    fails: int, restarts: int, code: int, starts: int, raises: bool,
 ) -> None:
     """Spark restarts no failed query (one whose Python worker did not start within Spark's fixed
     10 s on a loaded machine stays failed): ``odradek pipeline run`` starts the pipeline's queries
@@ -231,7 +246,10 @@ def test_a_failed_query_starts_the_pipeline_again_from_its_checkpoints(
     def start(_spark: Any, _settings: Any) -> list[_Query]:
         started.append(len(started))
         failing = len(started) <= fails
-        return [_Query("ok", None), _Query("flaky", RuntimeError("Python worker failed to connect back.") if failing else None)]
+        error = RuntimeError("Python worker failed to connect back.")
+        if failing and raises:
+            return [_Query("ok", None), _FailingQuery("flaky", error)]
+        return [_Query("ok", None), _Query("flaky", error if failing else None)]
 
     module = SimpleNamespace(topics=lambda _s: [], start=start, outputs=lambda _s: ["somewhere"])
     monkeypatch.setattr(runner, "load", lambda _name: module)
