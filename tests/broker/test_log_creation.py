@@ -13,7 +13,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from odradek.storage.files import FileOps
 from tests.broker.inprocess import running_broker
 
 PARTITIONS = 24
@@ -23,7 +22,7 @@ class _RecordingFiles:
     """The log manager's file operations, with each fsync of a log dir recorded with the
     partition directories it held at that moment."""
 
-    def __init__(self, real: FileOps, log_dir: Path) -> None:
+    def __init__(self, real: Any, log_dir: Path) -> None:
         self.real = real
         self.log_dir = log_dir
         self.syncs: list[set[str]] = []
