@@ -739,7 +739,9 @@ def main() -> None:
     records = args.records
 
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from odradek.spark import worker_python
+
+    os.environ["PYSPARK_PYTHON"] = worker_python()  # what odradek.spark.session() gives the workers
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     import pyarrow
     import pyspark

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from odradek.spark import worker_python
 from odradek.testing import BrokerProcess
 
 BROKER_OVERRIDES: dict[str, object] = {
@@ -40,7 +41,7 @@ def spark() -> Iterator[Any]:
     if not _java_available():
         pytest.fail("Java is not installed: the Spark tests need a JDK (17) for pyspark")
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_PYTHON"] = worker_python()  # this interpreter, without compiling pyspark each start
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 

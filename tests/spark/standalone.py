@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from odradek.spark import worker_python
+
 _MASTER_URL = re.compile(r"Starting Spark master at (spark://[\d.]+:\d+)")
 
 
@@ -32,7 +34,7 @@ def spark_env(**extra: str) -> dict[str, str]:
     env.update(
         SPARK_HOME=str(spark_home()),
         SPARK_LOCAL_IP="127.0.0.1",
-        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_PYTHON=worker_python(),
         PYSPARK_DRIVER_PYTHON=sys.executable,
     )
     env.update(extra)

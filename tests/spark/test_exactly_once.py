@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from odradek.spark import worker_python
 from odradek.spark._options import parse_sink_options
 from odradek.spark._write import write_batches_exactly_once
 from odradek.testing import BrokerProcess
@@ -153,7 +154,7 @@ def test_killed_drivers_copy_each_record_exactly_once(broker: BrokerProcess, tmp
     values = [b"rec-%05d" % i for i in range(3000)]
     produce(broker.bootstrap, source, ({"value": v, "partition": i % 3} for i, v in enumerate(values)))
     checkpoints = tmp_path / "checkpoints"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+    env = {**os.environ, "PYSPARK_PYTHON": worker_python(), "PYSPARK_DRIVER_PYTHON": sys.executable,
            "SPARK_LOCAL_IP": "127.0.0.1"}
     rng = random.Random(7)
     log_path = tmp_path / "driver.log"

@@ -90,12 +90,13 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from odradek.spark.source import OdradekDataSource
 
-__all__ = ["PUSHDOWN_CONF", "PYTHON_WORKER_CONF", "OdradekDataSource", "register", "session"]
+__all__ = ["PUSHDOWN_CONF", "PYTHON_WORKER_CONF", "OdradekDataSource", "register", "session", "worker_python"]
 
 #: the Spark setting that lets Python data sources take filters (off by default in PySpark 4.3)
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
@@ -156,12 +157,22 @@ def _register_with_a_concurrent_env(spark: Any, front: Any) -> bool:
     return True
 
 
+def worker_python() -> str:
+    """What Spark should start its Python workers with: this interpreter, through the
+    ``odradek-spark-python`` launcher installed beside it when there is one (it has the workers
+    import pyspark from its compiled installed files rather than from the source zip Spark puts
+    first on their path: see :mod:`odradek.spark._python`)."""
+    launcher = Path(sys.executable).with_name("odradek-spark-python")
+    return str(launcher) if os.access(launcher, os.X_OK) else sys.executable
+
+
 def session(master: str = "local[*]", app_name: str = "odradek", **conf: Any) -> Any:
     """A SparkSession whose Python workers run this interpreter, with ``odradek`` registered.
 
     For scripts and notebooks run by a virtual environment's Python without activating it (the
     workers would run ``python3`` from the PATH, which has no Odradek).  Sets ``PYSPARK_PYTHON``
-    and ``PYSPARK_DRIVER_PYTHON`` in this process's environment unless they are set already;
+    (to :func:`worker_python`) and ``PYSPARK_DRIVER_PYTHON`` in this process's environment unless
+    they are set already;
     ``conf`` items are Spark settings, with ``_`` standing for ``.`` in their names
     (``spark_sql_shuffle_partitions=4``), or pass them as a dict: ``**{"spark.ui.enabled": "false"}``.
     Filter pushdown (``spark.sql.python.filterPushdown.enabled``, off in PySpark's own default) is on,
@@ -170,7 +181,7 @@ def session(master: str = "local[*]", app_name: str = "odradek", **conf: Any) ->
     Returns the active session if there is one (as ``getOrCreate`` does), registered."""
     from pyspark.sql import SparkSession
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_PYTHON", worker_python())
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
     conf = {PUSHDOWN_CONF: "true", **PYTHON_WORKER_CONF, **conf}
