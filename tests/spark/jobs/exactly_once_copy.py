@@ -9,6 +9,7 @@ Arguments: bootstrap A B1 B2 checkpoint_dir mode.
 import os
 import sys
 
+from _restarts import RESTARTS, await_briefly, worker_did_not_start
 from pyspark.sql import SparkSession
 
 import odradek.spark
@@ -54,8 +55,15 @@ def start(sink: str, name: str, exactly_once: bool):
 queries = [start(exactly_once_sink, "exactly-once", True), start(default_sink, "default", False)]
 print("STARTED", flush=True)
 failed = False
-for q in queries:
-    q.awaitTermination(600 if mode == "drain" else 3600)
+for i, (sink, name, exactly_once) in enumerate(((exactly_once_sink, "exactly-once", True), (default_sink, "default", False))):
+    for restart in range(RESTARTS + 1):
+        q = queries[i]
+        await_briefly(q, 600 if mode == "drain" else 3600)
+        if restart < RESTARTS and worker_did_not_start(q.exception()):
+            print("RESTARTED after:", str(q.exception()).splitlines()[0], flush=True)
+            queries[i] = start(sink, name, exactly_once)
+            continue
+        break
     if q.exception() is not None:
         print("FAILED", str(q.exception())[:3000], flush=True)
         failed = True
