@@ -176,25 +176,19 @@ class Replication:
             return lg, target
 
         def create() -> list[tuple[Log, Path]]:
-            if len(new) == 1:
-                made = [m for m in [create_one(new[0], targets[0])] if m is not None]
-            else:
-                with ThreadPoolExecutor(min(CREATE_THREADS, len(new)), thread_name_prefix="odradek-new-log") as pool:
-                    made = [m for m in pool.map(create_one, new, targets) if m is not None]
-            synced: dict[Path, bool] = {}
-            for target in dict.fromkeys(t for _, t in made):
+            with ThreadPoolExecutor(min(CREATE_THREADS, len(new)), thread_name_prefix="odradek-new-log") as pool:
+                made = [m for m in pool.map(create_one, new, targets) if m is not None]
+            unsynced = set()
+            for target in {t for _, t in made}:
                 try:
                     logs.files.sync_dir(target)
-                    synced[target] = True
-                except OSError:  # the new directories may not be durable: left to hosting
-                    synced[target] = False
-            kept = []
+                except OSError as exc:  # the new directories may not be durable: left to hosting
+                    log.warning("new logs in %s not made: fsync of the log dir failed: %s", target, exc)
+                    unsynced.add(target)
             for lg, target in made:
-                if synced[target]:
-                    kept.append((lg, target))
-                else:
+                if target in unsynced:
                     lg.abandon()
-            return kept
+            return [(lg, target) for lg, target in made if target not in unsynced]
 
         job = asyncio.get_running_loop().run_in_executor(None, create)
         cancelled: asyncio.CancelledError | None = None
